@@ -1,0 +1,364 @@
+//! The engine handle, its builder, and backend selection.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+use crate::buf::BufferPool;
+use crate::op::{Op, Target};
+use crate::threads::ThreadBackend;
+use crate::uring::{ProbeReport, UringBackend, UringConfig};
+
+/// The environment variable that chooses the backend: `threads` forces the
+/// thread-pool fallback, `uring` requires io_uring (building fails if it is
+/// unavailable), `auto` (or unset) uses io_uring when the kernel allows it.
+pub const BACKEND_ENV: &str = "BLOCKIO_BACKEND";
+
+/// Which backend an engine runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Linux io_uring.
+    IoUring,
+    /// `pread`/`pwrite` on a thread pool.
+    ThreadPool,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::IoUring => "io_uring",
+            Backend::ThreadPool => "thread pool",
+        })
+    }
+}
+
+/// Which backend to ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// io_uring if the kernel allows it, else the thread pool; overridden by
+    /// [`BACKEND_ENV`].
+    #[default]
+    Auto,
+    /// io_uring or an error.
+    IoUring,
+    /// Always the thread pool.
+    ThreadPool,
+}
+
+/// Builds an [`Engine`]. Every setting has a default.
+#[derive(Debug, Clone)]
+pub struct EngineBuilder {
+    queue_depth: usize,
+    max_batch: u32,
+    max_rings: usize,
+    sqpoll: bool,
+    sqpoll_idle_ms: u32,
+    iopoll: bool,
+    registered_buffers: Option<BufferPool>,
+    file_slots: u32,
+    threads: usize,
+    backend: BackendChoice,
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        EngineBuilder {
+            queue_depth: 128,
+            max_batch: 128,
+            max_rings: (4 * cpus).max(16),
+            sqpoll: false,
+            sqpoll_idle_ms: 50,
+            iopoll: false,
+            registered_buffers: None,
+            file_slots: 0,
+            threads: 0,
+            backend: BackendChoice::Auto,
+        }
+    }
+}
+
+impl EngineBuilder {
+    /// Most operations in flight at once, over all threads (default 128).
+    ///
+    /// A batch bigger than what is free proceeds with what is free and
+    /// refills as operations complete.
+    pub fn queue_depth(mut self, n: usize) -> Self {
+        self.queue_depth = n.max(1);
+        self
+    }
+
+    /// Most operations one kernel call submits: the size of each ring
+    /// (default 128, rounded up to a power of two by the kernel). Batches
+    /// larger than this are split.
+    pub fn max_batch(mut self, n: u32) -> Self {
+        self.max_batch = n.clamp(1, 32768);
+        self
+    }
+
+    /// Most rings (default 4 × CPUs, at least 16). Each submitting thread
+    /// uses a ring of its own for the length of a batch; when more threads
+    /// submit at once than there are rings, the rest wait for one.
+    pub fn rings(mut self, n: usize) -> Self {
+        self.max_rings = n.max(1);
+        self
+    }
+
+    /// Use a kernel thread to poll the submission queue (`IORING_SETUP_SQPOLL`;
+    /// all rings share one poller). Costs a CPU while busy. Dropped, and
+    /// reported in [`Engine::probe`], if the kernel refuses it.
+    pub fn sqpoll(mut self, on: bool) -> Self {
+        self.sqpoll = on;
+        self
+    }
+
+    /// Idle time before the SQPOLL thread sleeps (default 50 ms).
+    pub fn sqpoll_idle_ms(mut self, ms: u32) -> Self {
+        self.sqpoll_idle_ms = ms;
+        self
+    }
+
+    /// Complete direct I/O by polling the device (`IORING_SETUP_IOPOLL`).
+    ///
+    /// Used only for batches whose operations are all on [`DirectFile`](crate::DirectFile)s
+    /// whose device has poll queues; every other batch (buffered files, or a
+    /// device without poll queues) goes to ordinary rings, so turning this on
+    /// never breaks anything. If the kernel refuses IOPOLL it is dropped and
+    /// [`Engine::probe`] says so.
+    pub fn iopoll(mut self, on: bool) -> Self {
+        self.iopoll = on;
+        self
+    }
+
+    /// Register the buffers of `pool` with every ring. Reads and writes whose
+    /// buffer lies within one of the pool's buffers then use the fixed-buffer
+    /// opcodes, which skip pinning pages per request.
+    pub fn registered_buffers(mut self, pool: &BufferPool) -> Self {
+        self.registered_buffers = Some(pool.clone());
+        self
+    }
+
+    /// Reserve `slots` registered-file slots in every ring; fill them with
+    /// [`Engine::register_file`]. Operations on a registered descriptor use
+    /// its slot, which skips the per-request file lookup.
+    pub fn registered_files(mut self, slots: u32) -> Self {
+        self.file_slots = slots;
+        self
+    }
+
+    /// Threads of the fallback backend (default: the queue depth, at most 64).
+    pub fn fallback_threads(mut self, n: usize) -> Self {
+        self.threads = n;
+        self
+    }
+
+    /// Which backend to use (default [`BackendChoice::Auto`]).
+    pub fn backend(mut self, choice: BackendChoice) -> Self {
+        self.backend = choice;
+        self
+    }
+
+    /// Builds the engine. With [`BackendChoice::Auto`] this fails only if
+    /// even the thread pool cannot start, or if [`BACKEND_ENV`] holds an
+    /// unknown value.
+    pub fn build(self) -> io::Result<Engine> {
+        let choice =
+            match std::env::var(BACKEND_ENV) {
+                Ok(v) => match v.trim() {
+                    "threads" | "thread-pool" | "threadpool" => BackendChoice::ThreadPool,
+                    "uring" | "io_uring" | "io-uring" => BackendChoice::IoUring,
+                    "auto" | "" => self.backend,
+                    other => return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "{BACKEND_ENV}={other:?}: expected \"threads\", \"uring\" or \"auto\""
+                        ),
+                    )),
+                },
+                Err(_) => self.backend,
+            };
+        let threads = if self.threads == 0 {
+            self.queue_depth.min(64)
+        } else {
+            self.threads
+        };
+        let fallback = |reason: String| -> io::Result<Engine> {
+            Ok(Engine {
+                inner: Arc::new(Inner {
+                    imp: Imp::Threads(ThreadBackend::new(threads)?),
+                    fallback_reason: Some(reason),
+                }),
+            })
+        };
+        if choice == BackendChoice::ThreadPool {
+            return fallback(format!(
+                "requested ({BACKEND_ENV} or EngineBuilder::backend)"
+            ));
+        }
+        let cfg = UringConfig {
+            entries: self.max_batch.next_power_of_two(),
+            queue_depth: self.queue_depth,
+            max_rings: self.max_rings,
+            sqpoll: self.sqpoll,
+            sqpoll_idle_ms: self.sqpoll_idle_ms,
+            iopoll: self.iopoll,
+            bufs: self.registered_buffers,
+            file_slots: self.file_slots,
+        };
+        match UringBackend::new(cfg) {
+            Ok(u) => Ok(Engine {
+                inner: Arc::new(Inner {
+                    imp: Imp::Uring(u),
+                    fallback_reason: None,
+                }),
+            }),
+            Err(e) if choice == BackendChoice::Auto => fallback(format!(
+                "io_uring unavailable: {}",
+                describe_setup_error(&e)
+            )),
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "io_uring was required but is unavailable: {}",
+                    describe_setup_error(&e)
+                ),
+            )),
+        }
+    }
+}
+
+fn describe_setup_error(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOSYS) => "io_uring_setup is not implemented by this kernel (ENOSYS)".into(),
+        Some(libc::EPERM) => {
+            "io_uring_setup was denied (EPERM): kernel.io_uring_disabled or a seccomp profile"
+                .into()
+        }
+        _ => e.to_string(),
+    }
+}
+
+enum Imp {
+    Uring(UringBackend),
+    Threads(ThreadBackend),
+}
+
+struct Inner {
+    imp: Imp,
+    fallback_reason: Option<String>,
+}
+
+/// A batched disk-I/O engine. Cheap to clone; clones share the rings.
+///
+/// See the [crate documentation](crate) for an example.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine")
+            .field("backend", &self.backend())
+            .field("fallback_reason", &self.inner.fallback_reason)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// An engine with default settings (see [`EngineBuilder`]).
+    pub fn new() -> io::Result<Engine> {
+        EngineBuilder::default().build()
+    }
+
+    /// A builder for the other settings.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> Backend {
+        match self.inner.imp {
+            Imp::Uring(_) => Backend::IoUring,
+            Imp::Threads(_) => Backend::ThreadPool,
+        }
+    }
+
+    /// Why the thread pool is in use, when it is.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.inner.fallback_reason.as_deref()
+    }
+
+    /// What probing the kernel found (io_uring backend only).
+    pub fn probe(&self) -> Option<&ProbeReport> {
+        match &self.inner.imp {
+            Imp::Uring(u) => Some(u.report()),
+            Imp::Threads(_) => None,
+        }
+    }
+
+    /// Threads of the fallback pool (0 on io_uring).
+    pub fn fallback_threads(&self) -> usize {
+        match &self.inner.imp {
+            Imp::Uring(_) => 0,
+            Imp::Threads(t) => t.threads(),
+        }
+    }
+
+    /// Performs every operation of `ops` and returns one result per
+    /// operation, in the same order: the byte count (short at end of file,
+    /// 0 for syncs) or the error of that operation alone.
+    ///
+    /// Blocks the calling thread, and only it, until all operations have
+    /// completed. Allocates the returned vector; [`Engine::submit_into`]
+    /// reuses one instead.
+    ///
+    /// # Errors
+    /// The outer `Err` means the engine itself failed (for example the kernel
+    /// refused `io_uring_enter`); results of single operations are inside.
+    pub fn submit(&self, ops: &mut [Op<'_>]) -> io::Result<Vec<io::Result<usize>>> {
+        let mut results = Vec::with_capacity(ops.len());
+        self.submit_into(ops, &mut results)?;
+        Ok(results)
+    }
+
+    /// Like [`Engine::submit`], writing the results into `results` (cleared
+    /// first). Allocates nothing once `results` has the capacity.
+    pub fn submit_into(
+        &self,
+        ops: &mut [Op<'_>],
+        results: &mut Vec<io::Result<usize>>,
+    ) -> io::Result<()> {
+        results.clear();
+        results.extend(ops.iter().map(|op| match op.precheck() {
+            Some(err) => Err(err),
+            None => Ok(0),
+        }));
+        if ops.is_empty() {
+            return Ok(());
+        }
+        match &self.inner.imp {
+            Imp::Uring(u) => u.run(ops, results),
+            Imp::Threads(t) => t.run(ops, results),
+        }
+    }
+
+    /// Puts a file in a registered-file slot of every ring (see
+    /// [`EngineBuilder::registered_files`]); later operations on its
+    /// descriptor use the slot. Unregister before closing the file.
+    /// Does nothing on the thread-pool backend.
+    pub fn register_file<T: Target + ?Sized>(&self, file: &T) -> io::Result<()> {
+        match &self.inner.imp {
+            Imp::Uring(u) => u.register_file(file.raw_fd()).map(|_| ()),
+            Imp::Threads(_) => Ok(()),
+        }
+    }
+
+    /// Empties the slot that holds `file`'s descriptor.
+    pub fn unregister_file<T: Target + ?Sized>(&self, file: &T) -> io::Result<()> {
+        match &self.inner.imp {
+            Imp::Uring(u) => u.unregister_file(file.raw_fd()),
+            Imp::Threads(_) => Ok(()),
+        }
+    }
+}

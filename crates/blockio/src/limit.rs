@@ -1,0 +1,109 @@
+//! The engine-wide bound on operations in flight.
+//!
+//! A counting semaphore: an atomic fast path, and a mutex + condvar only for
+//! threads that find no permit left. Callers take *up to* what they want, so
+//! a large batch proceeds with whatever share is free instead of waiting for
+//! its whole size.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+
+pub(crate) struct InFlightLimit {
+    available: AtomicUsize,
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    freed: Condvar,
+}
+
+impl InFlightLimit {
+    pub(crate) fn new(permits: usize) -> InFlightLimit {
+        InFlightLimit {
+            available: AtomicUsize::new(permits),
+            sleepers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Takes between 1 and `want` permits without blocking; 0 if none are free
+    /// (or `want` is 0).
+    pub(crate) fn try_take(&self, want: usize) -> usize {
+        let mut cur = self.available.load(Ordering::SeqCst);
+        loop {
+            let take = cur.min(want);
+            if take == 0 {
+                return 0;
+            }
+            match self.available.compare_exchange_weak(
+                cur,
+                cur - take,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return take,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Takes between 1 and `want` (> 0) permits, blocking until at least one is
+    /// free.
+    pub(crate) fn take(&self, want: usize) -> usize {
+        debug_assert!(want > 0);
+        let got = self.try_take(want);
+        if got > 0 {
+            return got;
+        }
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let got = loop {
+            let got = self.try_take(want);
+            if got > 0 {
+                break got;
+            }
+            guard = self.freed.wait(guard).unwrap_or_else(|e| e.into_inner());
+        };
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        got
+    }
+
+    /// Returns `n` permits.
+    pub(crate) fn give(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.available.fetch_add(n, Ordering::SeqCst);
+        // A sleeper registers (under the lock) before its last check, and we
+        // add before we look, so one of the two always sees the other.
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.freed.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_at_most_what_is_free() {
+        let l = InFlightLimit::new(5);
+        assert_eq!(l.try_take(3), 3);
+        assert_eq!(l.try_take(3), 2);
+        assert_eq!(l.try_take(1), 0);
+        l.give(4);
+        assert_eq!(l.take(10), 4);
+    }
+
+    #[test]
+    fn blocked_taker_wakes_on_give() {
+        let l = std::sync::Arc::new(InFlightLimit::new(1));
+        assert_eq!(l.take(1), 1);
+        let l2 = l.clone();
+        let t = std::thread::spawn(move || l2.take(2));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        l.give(1);
+        assert_eq!(t.join().unwrap(), 1);
+    }
+}

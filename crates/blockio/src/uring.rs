@@ -1,0 +1,646 @@
+//! The io_uring backend: a pool of rings, each used by one thread at a time.
+//!
+//! # Design
+//!
+//! A thread that submits a batch checks a ring out of the pool (a mutex held
+//! only to pop or push an entry), pushes as many operations as the ring and
+//! the engine-wide in-flight bound allow, and makes **one** `io_uring_enter`
+//! call that both submits them and waits for their completions. It reaps
+//! every completion itself (user data is the operation's index in the
+//! batch), refills if the batch was larger than what could be in flight, and
+//! returns the ring when its whole batch is done.
+//!
+//! Why this shape:
+//! * no lock is held across a kernel round trip, and threads never share a
+//!   ring at the same time, so many threads submit in parallel (lesson 4);
+//! * the thread that submitted an operation is the one waiting in the kernel
+//!   for it, so task work (completion and retry of buffered I/O) always runs
+//!   on a live thread that is in `io_uring_enter` — the submitting thread
+//!   cannot exit or wander off while its requests are in flight (lesson 6),
+//!   and `COOP_TASKRUN` is safe;
+//! * at most `entries` operations are in flight per ring and the completion
+//!   queue has `2 * entries` slots, so it cannot overflow; the overflow flag
+//!   is still honoured by flushing with `GETEVENTS` (lesson 7);
+//! * a batch that panics part way (it should not) still waits for its
+//!   in-flight operations before its buffers can be released.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Condvar, Mutex, RwLock};
+
+use io_uring::{opcode, squeue, types, IoUring, Probe};
+
+use crate::buf::{BufferPool, PoolInner};
+use crate::limit::InFlightLimit;
+use crate::op::{Op, OpKind};
+
+/// The setup flags a ring is created with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Flags {
+    pub sqpoll: bool,
+    pub iopoll: bool,
+    pub coop_taskrun: bool,
+    pub submit_all: bool,
+}
+
+/// The most bytes one read or write may ask for (the kernel's MAX_RW_COUNT);
+/// larger requests are clamped and come back short, as with `pread`.
+const MAX_RW: usize = 0x7fff_f000;
+
+struct Ring {
+    io: IoUring,
+    files_version: u64,
+}
+
+struct PoolState {
+    idle: Vec<Ring>,
+    created: usize,
+}
+
+/// Rings created with the same flags.
+struct RingPool {
+    state: Mutex<PoolState>,
+    returned: Condvar,
+    max_rings: usize,
+    entries: u32,
+    flags: Flags,
+    sqpoll_idle_ms: u32,
+    /// With SQPOLL, later rings attach to the first ring's poller thread.
+    attach_fd: Option<RawFd>,
+}
+
+/// What probing the kernel found.
+#[derive(Debug, Clone)]
+pub struct ProbeReport {
+    /// Ring size (submission queue entries) of each ring.
+    pub entries: u32,
+    /// SQPOLL is in use.
+    pub sqpoll: bool,
+    /// IOPOLL is in use (for files whose device has poll queues).
+    pub iopoll: bool,
+    /// `IORING_SETUP_COOP_TASKRUN` is in use.
+    pub coop_taskrun: bool,
+    /// `IORING_SETUP_SUBMIT_ALL` is in use.
+    pub submit_all: bool,
+    /// Registered buffers are in use.
+    pub registered_buffers: bool,
+    /// Slots for registered files (0: not in use).
+    pub registered_file_slots: u32,
+    /// Setup flags the kernel refused, dropped so that setup could succeed.
+    pub refused_flags: Vec<&'static str>,
+}
+
+struct FileTable {
+    version: u64,
+    /// Slot -> fd (-1 when empty).
+    slots: Vec<RawFd>,
+}
+
+impl FileTable {
+    fn slot_of(&self, fd: RawFd) -> Option<u32> {
+        self.slots.iter().position(|&f| f == fd).map(|i| i as u32)
+    }
+}
+
+pub(crate) struct UringBackend {
+    plain: RingPool,
+    polled: Option<RingPool>,
+    limit: InFlightLimit,
+    bufs: Option<BufferPool>,
+    files: Option<RwLock<FileTable>>,
+    report: ProbeReport,
+}
+
+pub(crate) struct UringConfig {
+    pub entries: u32,
+    pub queue_depth: usize,
+    pub max_rings: usize,
+    pub sqpoll: bool,
+    pub sqpoll_idle_ms: u32,
+    pub iopoll: bool,
+    pub bufs: Option<BufferPool>,
+    pub file_slots: u32,
+}
+
+fn build_io_uring(
+    entries: u32,
+    flags: &mut Flags,
+    sqpoll_idle_ms: u32,
+    attach_fd: Option<RawFd>,
+    refused: &mut Vec<&'static str>,
+) -> io::Result<IoUring> {
+    loop {
+        let mut b = IoUring::builder();
+        b.setup_cqsize(entries * 2);
+        if flags.submit_all {
+            b.setup_submit_all();
+        }
+        if flags.coop_taskrun {
+            b.setup_coop_taskrun();
+        }
+        if flags.sqpoll {
+            b.setup_sqpoll(sqpoll_idle_ms);
+            if let Some(fd) = attach_fd {
+                b.setup_attach_wq(fd);
+            }
+        }
+        if flags.iopoll {
+            b.setup_iopoll();
+        }
+        let err = match b.build(entries) {
+            Ok(ring) => return Ok(ring),
+            Err(e) => e,
+        };
+        let refusal = matches!(err.raw_os_error(), Some(libc::EINVAL) | Some(libc::EPERM));
+        // Drop the least important flag still set and try again.
+        if refusal && flags.coop_taskrun {
+            flags.coop_taskrun = false;
+            refused.push("COOP_TASKRUN");
+        } else if refusal && flags.submit_all {
+            flags.submit_all = false;
+            refused.push("SUBMIT_ALL");
+        } else if refusal && flags.sqpoll {
+            flags.sqpoll = false;
+            refused.push("SQPOLL");
+        } else if refusal && flags.iopoll {
+            flags.iopoll = false;
+            refused.push("IOPOLL");
+        } else {
+            return Err(err);
+        }
+    }
+}
+
+impl RingPool {
+    fn new_ring(&self) -> io::Result<Ring> {
+        let mut flags = self.flags;
+        let mut refused = Vec::new();
+        let io = build_io_uring(
+            self.entries,
+            &mut flags,
+            self.sqpoll_idle_ms,
+            self.attach_fd,
+            &mut refused,
+        )?;
+        if flags != self.flags {
+            return Err(io::Error::other(
+                "io_uring setup flags changed after probing",
+            ));
+        }
+        Ok(Ring {
+            io,
+            files_version: 0,
+        })
+    }
+
+    fn checkout(&self) -> io::Result<Ring> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(ring) = st.idle.pop() {
+                return Ok(ring);
+            }
+            if st.created < self.max_rings {
+                st.created += 1;
+                drop(st);
+                return self.new_ring().inspect_err(|_| {
+                    self.state.lock().unwrap_or_else(|e| e.into_inner()).created -= 1;
+                    self.returned.notify_one();
+                });
+            }
+            st = self.returned.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn give_back(&self, ring: Ring) {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .idle
+            .push(ring);
+        self.returned.notify_one();
+    }
+}
+
+fn probe_supported(ring: &IoUring) -> io::Result<()> {
+    let mut probe = Probe::new();
+    ring.submitter().register_probe(&mut probe)?;
+    for (code, name) in [
+        (opcode::Read::CODE, "READ"),
+        (opcode::Write::CODE, "WRITE"),
+        (opcode::Readv::CODE, "READV"),
+        (opcode::Writev::CODE, "WRITEV"),
+        (opcode::Fsync::CODE, "FSYNC"),
+    ] {
+        if !probe.is_supported(code) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "the kernel's io_uring lacks IORING_OP_{name} (Linux 5.6 or later is needed)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl UringBackend {
+    /// Probes the kernel and creates the first ring. Errors mean io_uring is
+    /// unusable here (ENOSYS, EPERM, disabled, too old).
+    pub(crate) fn new(cfg: UringConfig) -> io::Result<UringBackend> {
+        let mut refused = Vec::new();
+        let mut flags = Flags {
+            sqpoll: cfg.sqpoll,
+            iopoll: false,
+            coop_taskrun: true,
+            submit_all: true,
+        };
+        let first = build_io_uring(
+            cfg.entries,
+            &mut flags,
+            cfg.sqpoll_idle_ms,
+            None,
+            &mut refused,
+        )?;
+        probe_supported(&first)?;
+        let attach_fd = flags.sqpoll.then(|| first.as_raw_fd());
+        let mut plain = RingPool {
+            state: Mutex::new(PoolState {
+                idle: Vec::new(),
+                created: 0,
+            }),
+            returned: Condvar::new(),
+            max_rings: cfg.max_rings.max(1),
+            entries: cfg.entries,
+            flags,
+            sqpoll_idle_ms: cfg.sqpoll_idle_ms,
+            attach_fd,
+        };
+        let polled = if cfg.iopoll {
+            let mut pflags = Flags {
+                iopoll: true,
+                sqpoll: false,
+                ..flags
+            };
+            match build_io_uring(cfg.entries, &mut pflags, 0, None, &mut refused) {
+                Ok(ring) if pflags.iopoll => {
+                    let pool = RingPool {
+                        state: Mutex::new(PoolState {
+                            idle: Vec::new(),
+                            created: 1,
+                        }),
+                        returned: Condvar::new(),
+                        max_rings: cfg.max_rings.max(1),
+                        entries: cfg.entries,
+                        flags: pflags,
+                        sqpoll_idle_ms: 0,
+                        attach_fd: None,
+                    };
+                    let mut ring = Ring {
+                        io: ring,
+                        files_version: 0,
+                    };
+                    Self::setup_ring(&mut ring, cfg.bufs.as_ref(), cfg.file_slots)?;
+                    pool.state
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .idle
+                        .push(ring);
+                    Some(pool)
+                }
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let mut first = Ring {
+            io: first,
+            files_version: 0,
+        };
+        Self::setup_ring(&mut first, cfg.bufs.as_ref(), cfg.file_slots)?;
+        {
+            let st = plain.state.get_mut().unwrap_or_else(|e| e.into_inner());
+            st.idle.push(first);
+            st.created = 1;
+        }
+        let report = ProbeReport {
+            entries: cfg.entries,
+            sqpoll: flags.sqpoll,
+            iopoll: polled.is_some(),
+            coop_taskrun: flags.coop_taskrun,
+            submit_all: flags.submit_all,
+            registered_buffers: cfg.bufs.is_some(),
+            registered_file_slots: cfg.file_slots,
+            refused_flags: refused,
+        };
+        plain.max_rings = cfg.max_rings.max(1);
+        Ok(UringBackend {
+            plain,
+            polled,
+            limit: InFlightLimit::new(cfg.queue_depth.max(1)),
+            bufs: cfg.bufs,
+            files: (cfg.file_slots > 0).then(|| {
+                RwLock::new(FileTable {
+                    version: 0,
+                    slots: vec![-1; cfg.file_slots as usize],
+                })
+            }),
+            report,
+        })
+    }
+
+    fn setup_ring(ring: &mut Ring, bufs: Option<&BufferPool>, file_slots: u32) -> io::Result<()> {
+        if let Some(pool) = bufs {
+            let inner = pool.inner();
+            let (base, _) = inner.region();
+            let iovecs: Vec<libc::iovec> = (0..inner.count())
+                .map(|i| libc::iovec {
+                    // SAFETY: i < count, so the address stays inside the region.
+                    iov_base: unsafe { base.add(i * inner.buf_size()) }.cast(),
+                    iov_len: inner.buf_size(),
+                })
+                .collect();
+            // SAFETY: the iovecs describe the pool's region, which the backend
+            // keeps alive (it holds a `BufferPool` handle) for longer than any
+            // ring: rings are dropped with the backend, before `bufs`.
+            unsafe { ring.io.submitter().register_buffers(&iovecs)? };
+        }
+        if file_slots > 0 {
+            ring.io.submitter().register_files_sparse(file_slots)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn report(&self) -> &ProbeReport {
+        &self.report
+    }
+
+    /// Puts `fd` in a free registered-file slot.
+    pub(crate) fn register_file(&self, fd: RawFd) -> io::Result<u32> {
+        let Some(files) = &self.files else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "register_file: the engine was built without registered file slots (EngineBuilder::registered_files)",
+            ));
+        };
+        let mut t = files.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = t.slot_of(fd) {
+            return Ok(slot);
+        }
+        let Some(slot) = t.slots.iter().position(|&f| f == -1) else {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!(
+                    "register_file: all {} registered file slots are in use",
+                    t.slots.len()
+                ),
+            ));
+        };
+        t.slots[slot] = fd;
+        t.version += 1;
+        Ok(slot as u32)
+    }
+
+    /// Empties the slot holding `fd`, in every idle ring at once so that the
+    /// rings drop their reference to the file.
+    pub(crate) fn unregister_file(&self, fd: RawFd) -> io::Result<()> {
+        let Some(files) = &self.files else {
+            return Ok(());
+        };
+        let mut t = files.write().unwrap_or_else(|e| e.into_inner());
+        let Some(slot) = t.slot_of(fd) else {
+            return Ok(());
+        };
+        t.slots[slot as usize] = -1;
+        t.version += 1;
+        for pool in std::iter::once(&self.plain).chain(self.polled.as_ref()) {
+            let mut st = pool.state.lock().unwrap_or_else(|e| e.into_inner());
+            for ring in st.idle.iter_mut() {
+                ring.io.submitter().register_files_update(0, &t.slots)?;
+                ring.files_version = t.version;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a batch to completion. `results` has one entry per op; entries
+    /// already `Err` were refused before submission and are skipped.
+    pub(crate) fn run(&self, ops: &[Op<'_>], results: &mut [io::Result<usize>]) -> io::Result<()> {
+        let use_polled =
+            self.polled.is_some() && ops.iter().all(|op| op.direct.is_some() && op.polling);
+        let pool = match (&self.polled, use_polled) {
+            (Some(p), true) => p,
+            _ => &self.plain,
+        };
+        let files = self
+            .files
+            .as_ref()
+            .map(|f| f.read().unwrap_or_else(|e| e.into_inner()));
+        let mut ring = pool.checkout()?;
+        if let Some(t) = &files {
+            if ring.files_version != t.version {
+                if let Err(e) = ring.io.submitter().register_files_update(0, &t.slots) {
+                    pool.give_back(ring);
+                    return Err(e);
+                }
+                ring.files_version = t.version;
+            }
+        }
+        let mut batch = Batch {
+            ring: &mut ring.io,
+            limit: &self.limit,
+            in_flight: 0,
+            permits: 0,
+            submit_all: pool.flags.submit_all,
+        };
+        let outcome = batch.run(
+            ops,
+            results,
+            self.bufs.as_ref().map(|b| &**b.inner()),
+            files.as_deref(),
+        );
+        drop(batch);
+        pool.give_back(ring);
+        outcome
+    }
+}
+
+/// One batch being driven on one checked-out ring.
+struct Batch<'r> {
+    ring: &'r mut IoUring,
+    limit: &'r InFlightLimit,
+    in_flight: usize,
+    /// Permits held (always >= in_flight).
+    permits: usize,
+    submit_all: bool,
+}
+
+impl Batch<'_> {
+    fn run(
+        &mut self,
+        ops: &[Op<'_>],
+        results: &mut [io::Result<usize>],
+        bufs: Option<&PoolInner>,
+        files: Option<&FileTable>,
+    ) -> io::Result<()> {
+        let cap = self.ring.params().sq_entries() as usize;
+        let mut next = 0;
+        loop {
+            // Fill: as many ops as the ring and our permits allow.
+            let mut pushed = 0;
+            {
+                let mut sq = self.ring.submission();
+                while next < ops.len() && self.in_flight + pushed < cap {
+                    if results[next].is_err() {
+                        next += 1;
+                        continue;
+                    }
+                    if self.permits == self.in_flight + pushed {
+                        let want = (ops.len() - next).min(cap - self.in_flight - pushed);
+                        let got = if self.in_flight + pushed == 0 {
+                            self.limit.take(want)
+                        } else {
+                            self.limit.try_take(want)
+                        };
+                        if got == 0 {
+                            break;
+                        }
+                        self.permits += got;
+                    }
+                    let entry = build_entry(&ops[next], next as u64, bufs, files);
+                    // SAFETY: the entry points into buffers (and iovec arrays)
+                    // borrowed by `ops` for longer than this call, and this
+                    // call does not return until every pushed entry's
+                    // completion has been reaped (see `Drop for Batch`).
+                    unsafe { sq.push(&entry) }
+                        .expect("in-flight count is bounded by the ring size");
+                    pushed += 1;
+                    next += 1;
+                }
+            }
+            self.in_flight += pushed;
+            if self.in_flight == 0 {
+                break;
+            }
+            // One kernel call: submit what was pushed and wait. Wait for all
+            // in flight when the batch is fully pushed, else for one so that
+            // the freed slot can be refilled.
+            let want = if next >= ops.len() && self.submit_all {
+                self.in_flight
+            } else {
+                1
+            };
+            self.enter(want)?;
+            self.reap(|idx, res| {
+                results[idx] = ops[idx].result_from_raw(res);
+            });
+        }
+        Ok(())
+    }
+
+    fn enter(&mut self, want: usize) -> io::Result<()> {
+        loop {
+            match self.ring.submit_and_wait(want) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // The completion queue is backed up (overflow) or the kernel
+                // is short of memory: reap what is there, then retry.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EAGAIN)) => {
+                    if self.ring.completion().is_empty() {
+                        std::thread::yield_now();
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn reap(&mut self, mut complete: impl FnMut(usize, i32)) {
+        let mut done = 0;
+        for cqe in self.ring.completion() {
+            complete(cqe.user_data() as usize, cqe.result());
+            done += 1;
+        }
+        self.in_flight -= done;
+        // Give back permits beyond what is still in flight.
+        let spare = self.permits - self.in_flight;
+        self.limit.give(spare);
+        self.permits = self.in_flight;
+    }
+}
+
+impl Drop for Batch<'_> {
+    /// Only reached with operations in flight if `run` failed or panicked:
+    /// their buffers must not be released before the kernel is done, so wait.
+    fn drop(&mut self) {
+        while self.in_flight > 0 {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
+                    ) => {}
+                // The ring is unusable; nothing else can tell us when the
+                // kernel is done with the buffers. Aborting is the only sound
+                // choice left.
+                Err(_) => std::process::abort(),
+            }
+            self.reap(|_, _| {});
+        }
+        self.limit.give(self.permits);
+        self.permits = 0;
+    }
+}
+
+macro_rules! rw_entry {
+    ($op:expr, $fd:expr, $bufs:expr, $ud:expr) => {{
+        let op = $op;
+        let len = op.len.min(MAX_RW) as u32;
+        match op.kind {
+            OpKind::Read => match $bufs.and_then(|b: &PoolInner| b.index_of(op.ptr, op.len)) {
+                Some(idx) => opcode::ReadFixed::new($fd, op.ptr, len, idx)
+                    .offset(op.offset)
+                    .build(),
+                None => opcode::Read::new($fd, op.ptr, len)
+                    .offset(op.offset)
+                    .build(),
+            },
+            OpKind::Write => match $bufs.and_then(|b: &PoolInner| b.index_of(op.ptr, op.len)) {
+                Some(idx) => opcode::WriteFixed::new($fd, op.ptr, len, idx)
+                    .offset(op.offset)
+                    .build(),
+                None => opcode::Write::new($fd, op.ptr, len)
+                    .offset(op.offset)
+                    .build(),
+            },
+            OpKind::ReadVectored => {
+                opcode::Readv::new($fd, op.ptr as *const libc::iovec, op.len as u32)
+                    .offset(op.offset)
+                    .build()
+            }
+            OpKind::WriteVectored => {
+                opcode::Writev::new($fd, op.ptr as *const libc::iovec, op.len as u32)
+                    .offset(op.offset)
+                    .build()
+            }
+            OpKind::Fsync => opcode::Fsync::new($fd).build(),
+            OpKind::Fdatasync => opcode::Fsync::new($fd)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
+        }
+        .user_data($ud)
+    }};
+}
+
+fn build_entry(
+    op: &Op<'_>,
+    ud: u64,
+    bufs: Option<&PoolInner>,
+    files: Option<&FileTable>,
+) -> squeue::Entry {
+    match files.and_then(|t| t.slot_of(op.fd)) {
+        Some(slot) => rw_entry!(op, types::Fixed(slot), bufs, ud),
+        None => rw_entry!(op, types::Fd(op.fd), bufs, ud),
+    }
+}
