@@ -1,0 +1,567 @@
+//! Behaviour of the engine, checked against `pread`.
+//!
+//! `.ci/run` runs this suite twice: as is (io_uring) and with
+//! `BLOCKIO_BACKEND=threads` (the fallback). `backend_follows_environment`
+//! makes sure each run really used the backend it meant to.
+
+use std::fs::File;
+use std::io::{IoSlice, IoSliceMut, Write};
+use std::os::unix::fs::FileExt;
+
+use blockio::{
+    errno, AlignedBuf, Backend, BufferPool, DirectFile, Engine, Op, OpError, OpKind, RawTarget,
+};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A temp file of `len` pseudo-random bytes (in the system temp dir, which
+/// must support O_DIRECT for the direct tests: ext4/xfs/btrfs do).
+fn data_file(len: usize, seed: u64) -> (tempfile::TempPath, Vec<u8>) {
+    let mut rng = Rng(seed | 1);
+    let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(&data).unwrap();
+    f.as_file().sync_all().unwrap();
+    (f.into_temp_path(), data)
+}
+
+fn pread_all(file: &File, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let n = file
+            .read_at(&mut buf[done..], offset + done as u64)
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    buf.truncate(done);
+    buf
+}
+
+fn engine() -> Engine {
+    Engine::new().unwrap()
+}
+
+#[test]
+fn backend_follows_environment() {
+    let e = engine();
+    match std::env::var("BLOCKIO_BACKEND").as_deref() {
+        Ok("threads") => {
+            assert_eq!(e.backend(), Backend::ThreadPool);
+            assert!(e.fallback_reason().unwrap().contains("requested"));
+            assert!(e.fallback_threads() > 0);
+        }
+        _ => {
+            // This project's machines run io_uring; a silent fallback here
+            // would mean the io_uring suite never ran.
+            assert_eq!(e.backend(), Backend::IoUring, "{:?}", e.fallback_reason());
+            let p = e.probe().unwrap();
+            assert!(p.entries >= 1);
+        }
+    }
+}
+
+#[test]
+fn thread_pool_backend_can_be_chosen_in_code() {
+    let e = Engine::builder()
+        .backend(blockio::BackendChoice::ThreadPool)
+        .build()
+        .unwrap();
+    assert_eq!(e.backend(), Backend::ThreadPool);
+}
+
+#[test]
+fn random_reads_match_pread_buffered() {
+    let (path, data) = data_file(3 << 20, 1);
+    let file = File::open(&path).unwrap();
+    let e = engine();
+    let mut rng = Rng(42);
+    for _ in 0..20 {
+        let n = 1 + rng.below(200) as usize;
+        let specs: Vec<(u64, usize)> = (0..n)
+            .map(|_| {
+                (
+                    rng.below(data.len() as u64 + 100),
+                    rng.below(70_000) as usize,
+                )
+            })
+            .collect();
+        let mut bufs: Vec<Vec<u8>> = specs.iter().map(|&(_, l)| vec![0xAA; l]).collect();
+        let mut ops: Vec<Op> = specs
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(&(o, _), b)| Op::read(&file, o, b))
+            .collect();
+        let res = e.submit(&mut ops).unwrap();
+        drop(ops);
+        for (i, (&(o, l), r)) in specs.iter().zip(&res).enumerate() {
+            let want = pread_all(&file, o, l);
+            let got = *r.as_ref().unwrap();
+            assert_eq!(got, want.len(), "op {i}: offset {o} len {l}");
+            assert_eq!(&bufs[i][..got], &want[..], "op {i}");
+        }
+    }
+}
+
+#[test]
+fn random_reads_match_pread_direct() {
+    let (path, data) = data_file(4 << 20, 2);
+    let plain = File::open(&path).unwrap();
+    let file = DirectFile::open(&path).unwrap();
+    let align = file.alignment();
+    assert!(align.offset.is_power_of_two() && align.memory.is_power_of_two());
+    let a = align.offset as u64;
+    let e = engine();
+    let mut rng = Rng(7);
+    for _ in 0..10 {
+        let n = 1 + rng.below(100) as usize;
+        let specs: Vec<(u64, usize)> = (0..n)
+            .map(|_| {
+                (
+                    rng.below(data.len() as u64 / a + 2) * a,
+                    (1 + rng.below(16)) as usize * a as usize,
+                )
+            })
+            .collect();
+        let mut bufs: Vec<AlignedBuf> = specs.iter().map(|&(_, l)| file.alloc_buf(l)).collect();
+        let mut ops: Vec<Op> = specs
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(&(o, _), b)| Op::read(&file, o, b))
+            .collect();
+        let res = e.submit(&mut ops).unwrap();
+        drop(ops);
+        for (i, (&(o, l), r)) in specs.iter().zip(&res).enumerate() {
+            let want = pread_all(&plain, o, l);
+            let got = *r.as_ref().unwrap();
+            assert_eq!(got, want.len(), "op {i}: offset {o} len {l}");
+            assert_eq!(&bufs[i][..got], &want[..]);
+        }
+    }
+}
+
+#[test]
+fn concurrent_threads_each_get_their_own_results() {
+    let (path, data) = data_file(2 << 20, 3);
+    let file = File::open(&path).unwrap();
+    let e = Engine::builder()
+        .queue_depth(32)
+        .max_batch(16)
+        .rings(6)
+        .build()
+        .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..12u64 {
+            let (e, file, data) = (e.clone(), &file, &data);
+            s.spawn(move || {
+                let mut rng = Rng(100 + t);
+                let mut results = Vec::new();
+                for _ in 0..150 {
+                    let n = 1 + rng.below(64) as usize;
+                    let specs: Vec<(u64, usize)> = (0..n)
+                        .map(|_| (rng.below(data.len() as u64), 1 + rng.below(9000) as usize))
+                        .collect();
+                    let mut bufs: Vec<Vec<u8>> = specs.iter().map(|&(_, l)| vec![0; l]).collect();
+                    let mut ops: Vec<Op> = specs
+                        .iter()
+                        .zip(bufs.iter_mut())
+                        .map(|(&(o, _), b)| Op::read(file, o, b))
+                        .collect();
+                    e.submit_into(&mut ops, &mut results).unwrap();
+                    drop(ops);
+                    assert_eq!(results.len(), n);
+                    for (i, &(o, l)) in specs.iter().enumerate() {
+                        let end = (o as usize + l).min(data.len());
+                        let got = *results[i].as_ref().unwrap();
+                        assert_eq!(got, end - o as usize);
+                        assert_eq!(&bufs[i][..got], &data[o as usize..end], "thread {t} op {i}");
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn reads_at_and_past_end_of_file() {
+    let (path, _) = data_file(10_000, 4);
+    let file = File::open(&path).unwrap();
+    let e = engine();
+    let (mut a, mut b, mut c) = (vec![0; 4096], vec![0; 4096], vec![0; 10]);
+    let res = e
+        .submit(&mut [
+            Op::read(&file, 8192, &mut a),
+            Op::read(&file, 10_000, &mut b),
+            Op::read(&file, 1 << 40, &mut c),
+        ])
+        .unwrap();
+    assert_eq!(*res[0].as_ref().unwrap(), 10_000 - 8192);
+    assert_eq!(*res[1].as_ref().unwrap(), 0);
+    assert_eq!(*res[2].as_ref().unwrap(), 0);
+}
+
+#[test]
+fn bad_descriptor_fails_only_its_own_operation() {
+    let (path, data) = data_file(64 << 10, 5);
+    let file = File::open(&path).unwrap();
+    let e = engine();
+    let (mut a, mut b, mut c) = (vec![0; 4096], vec![0; 4096], vec![0; 4096]);
+    let bad = RawTarget(1_000_000);
+    let res = e
+        .submit(&mut [
+            Op::read(&file, 0, &mut a),
+            Op::read(&bad, 12_288, &mut b),
+            Op::read(&file, 4096, &mut c),
+        ])
+        .unwrap();
+    assert_eq!(*res[0].as_ref().unwrap(), 4096);
+    assert_eq!(*res[2].as_ref().unwrap(), 4096);
+    assert_eq!(&a[..], &data[..4096]);
+    assert_eq!(&c[..], &data[4096..8192]);
+    let err = res[1].as_ref().unwrap_err();
+    assert_eq!(errno(err), Some(libc::EBADF));
+    let op = err.get_ref().unwrap().downcast_ref::<OpError>().unwrap();
+    assert_eq!((op.op, op.fd, op.offset), (OpKind::Read, 1_000_000, 12_288));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("read") && msg.contains("offset 12288") && msg.contains("fd 1000000"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn writing_to_a_read_only_file_fails_with_ebadf() {
+    let (path, _) = data_file(4096, 6);
+    let file = File::open(&path).unwrap();
+    let e = engine();
+    let res = e
+        .submit(&mut [Op::write(&file, 0, b"nope"), Op::fsync(&file)])
+        .unwrap();
+    assert_eq!(errno(res[0].as_ref().unwrap_err()), Some(libc::EBADF));
+    assert!(res[0]
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains("write of 4 bytes at offset 0"));
+}
+
+#[test]
+fn empty_batches_and_zero_length_operations() {
+    let (path, _) = data_file(4096, 8);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let e = engine();
+    assert!(e.submit(&mut []).unwrap().is_empty());
+    let mut results = vec![Ok(5)];
+    e.submit_into(&mut [], &mut results).unwrap();
+    assert!(results.is_empty());
+    let mut empty: [u8; 0] = [];
+    let res = e
+        .submit(&mut [Op::read(&file, 0, &mut empty), Op::write(&file, 100, &[])])
+        .unwrap();
+    assert_eq!(*res[0].as_ref().unwrap(), 0);
+    assert_eq!(*res[1].as_ref().unwrap(), 0);
+    assert_eq!(file.metadata().unwrap().len(), 4096);
+}
+
+#[test]
+fn batch_larger_than_the_ring_and_the_queue_depth() {
+    let (path, data) = data_file(1 << 20, 9);
+    let file = File::open(&path).unwrap();
+    let e = Engine::builder()
+        .max_batch(8)
+        .queue_depth(5)
+        .build()
+        .unwrap();
+    if let Some(p) = e.probe() {
+        assert_eq!(p.entries, 8);
+    }
+    let n = 3000;
+    let mut bufs = vec![[0u8; 16]; n];
+    let mut ops: Vec<Op> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| Op::read(&file, i as u64 * 300, b))
+        .collect();
+    let res = e.submit(&mut ops).unwrap();
+    drop(ops);
+    assert_eq!(res.len(), n);
+    for (i, r) in res.iter().enumerate() {
+        assert_eq!(*r.as_ref().unwrap(), 16);
+        assert_eq!(&bufs[i][..], &data[i * 300..i * 300 + 16], "op {i}");
+    }
+}
+
+#[test]
+fn misaligned_direct_operations_are_refused_before_submission() {
+    let (path, _) = data_file(1 << 20, 10);
+    let file = DirectFile::open(&path).unwrap();
+    let align = file.alignment();
+    let e = engine();
+    let mut good = file.alloc_buf(align.offset as usize);
+    let mut big = AlignedBuf::new(align.max() * 4, align.max());
+    let (head, tail) = big.split_at_mut(align.max());
+    let odd_len = &mut head[..align.offset as usize - 1];
+    let odd_addr = &mut tail[1..1 + align.offset as usize];
+    let mut ops = [
+        Op::read(&file, 1, &mut good[..]),
+        Op::read(&file, 0, odd_len),
+        Op::read(&file, 0, odd_addr),
+    ];
+    let res = e.submit(&mut ops).unwrap();
+    let msgs: Vec<String> = res
+        .iter()
+        .map(|r| r.as_ref().unwrap_err().to_string())
+        .collect();
+    for r in &res {
+        let err = r.as_ref().unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        assert_eq!(errno(err), None, "refused by blockio, not the kernel");
+    }
+    assert!(
+        msgs[0].contains(&format!("offset must be a multiple of {}", align.offset)),
+        "{}",
+        msgs[0]
+    );
+    assert!(
+        msgs[1].contains(&format!("length must be a multiple of {}", align.offset)),
+        "{}",
+        msgs[1]
+    );
+    if align.memory > 1 {
+        assert!(
+            msgs[2].contains(&format!("address must be a multiple of {}", align.memory)),
+            "{}",
+            msgs[2]
+        );
+    }
+    // An aligned op in the same batch as a refused one still runs.
+    let mut ok = file.alloc_buf(align.offset as usize);
+    let mut bad = file.alloc_buf(align.offset as usize);
+    let res = e
+        .submit(&mut [Op::read(&file, 3, &mut bad), Op::read(&file, 0, &mut ok)])
+        .unwrap();
+    assert!(res[0].is_err());
+    assert_eq!(*res[1].as_ref().unwrap(), align.offset as usize);
+}
+
+#[test]
+fn writes_then_reads_round_trip_with_syncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rw");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .open(&path)
+        .unwrap();
+    let e = engine();
+    let blocks: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i; 1000 + i as usize]).collect();
+    let mut ops: Vec<Op> = blocks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| Op::write(&file, i as u64 * 5000, b))
+        .collect();
+    ops.push(Op::fsync(&file));
+    ops.push(Op::fdatasync(&file));
+    let res = e.submit(&mut ops).unwrap();
+    drop(ops);
+    for (i, r) in res.iter().enumerate().take(50) {
+        assert_eq!(*r.as_ref().unwrap(), 1000 + i);
+    }
+    assert_eq!(*res[50].as_ref().unwrap(), 0);
+    assert_eq!(*res[51].as_ref().unwrap(), 0);
+    let mut back: Vec<Vec<u8>> = blocks.iter().map(|b| vec![0xFF; b.len()]).collect();
+    let mut ops: Vec<Op> = back
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| Op::read(&file, i as u64 * 5000, b))
+        .collect();
+    e.submit(&mut ops)
+        .unwrap()
+        .into_iter()
+        .for_each(|r| assert!(r.is_ok()));
+    drop(ops);
+    assert_eq!(back, blocks);
+    // Vectored write then vectored read.
+    let (x, y) = (vec![1u8; 3000], vec![2u8; 5000]);
+    let wv = [IoSlice::new(&x), IoSlice::new(&y)];
+    let res = e
+        .submit(&mut [Op::write_vectored(&file, 1 << 20, &wv)])
+        .unwrap();
+    assert_eq!(*res[0].as_ref().unwrap(), 8000);
+    let (mut p, mut q) = (vec![0u8; 4000], vec![0u8; 4000]);
+    {
+        let mut rv = [IoSliceMut::new(&mut p), IoSliceMut::new(&mut q)];
+        let res = e
+            .submit(&mut [Op::read_vectored(&file, 1 << 20, &mut rv)])
+            .unwrap();
+        assert_eq!(*res[0].as_ref().unwrap(), 8000);
+    }
+    assert!(p[..3000].iter().all(|&b| b == 1) && p[3000..].iter().all(|&b| b == 2));
+    assert!(q.iter().all(|&b| b == 2));
+    assert_eq!(pread_all(&file, 1 << 20, 8000), [x, y].concat());
+}
+
+#[test]
+fn direct_writes_round_trip() {
+    let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let file = DirectFile::create(dir.path().join("d")).unwrap();
+    let a = file.alignment().offset as usize;
+    let e = engine();
+    let mut w = file.alloc_buf(4 * a);
+    w.iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = (i % 251) as u8);
+    let res = e
+        .submit(&mut [Op::write(&file, a as u64, &w), Op::fdatasync(&file)])
+        .unwrap();
+    assert_eq!(*res[0].as_ref().unwrap(), 4 * a);
+    assert!(res[1].is_ok());
+    let mut r = file.alloc_buf(4 * a);
+    let res = e.submit(&mut [Op::read(&file, a as u64, &mut r)]).unwrap();
+    assert_eq!(*res[0].as_ref().unwrap(), 4 * a);
+    assert_eq!(&r[..], &w[..]);
+}
+
+#[test]
+fn engine_dropped_while_another_thread_has_operations_in_flight() {
+    let (path, data) = data_file(4 << 20, 11);
+    let file = File::open(&path).unwrap();
+    for _ in 0..5 {
+        let e = Engine::builder().queue_depth(16).build().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let worker = {
+            let e = e.clone();
+            let file = file.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let mut bufs = vec![vec![0u8; 4096]; 2000];
+                let mut ops: Vec<Op> = bufs
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, b)| Op::read(&file, i as u64 * 2048, b))
+                    .collect();
+                tx.send(()).unwrap();
+                let res = e.submit(&mut ops).unwrap();
+                drop(ops);
+                drop(e);
+                (res, bufs)
+            })
+        };
+        rx.recv().unwrap();
+        drop(e); // the last handle but the worker's: the worker's batch goes on
+        let (res, bufs) = worker.join().unwrap();
+        for (i, r) in res.iter().enumerate() {
+            let o = i * 2048;
+            let end = (o + 4096).min(data.len());
+            assert_eq!(*r.as_ref().unwrap(), end - o);
+            assert_eq!(&bufs[i][..end - o], &data[o..end]);
+        }
+    }
+}
+
+#[test]
+fn registered_buffers_and_files() {
+    let (path, data) = data_file(1 << 20, 12);
+    let file = File::open(&path).unwrap();
+    let pool = BufferPool::new(8, 8192, 4096);
+    let e = Engine::builder()
+        .registered_buffers(&pool)
+        .registered_files(4)
+        .build()
+        .unwrap();
+    e.register_file(&file).unwrap();
+    if let Some(p) = e.probe() {
+        assert!(p.registered_buffers);
+        assert_eq!(p.registered_file_slots, 4);
+    }
+    let mut bufs: Vec<_> = (0..8).map(|_| pool.get()).collect();
+    assert!(pool.try_get().is_none());
+    for round in 0..3u64 {
+        let mut ops: Vec<Op> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| Op::read(&file, round * 77 + i as u64 * 9000, &mut b[..5000]))
+            .collect();
+        let res = e.submit(&mut ops).unwrap();
+        drop(ops);
+        for (i, r) in res.iter().enumerate() {
+            let o = (round * 77 + i as u64 * 9000) as usize;
+            assert_eq!(*r.as_ref().unwrap(), 5000);
+            assert_eq!(&bufs[i][..5000], &data[o..o + 5000]);
+        }
+    }
+    e.unregister_file(&file).unwrap();
+    let mut plain = vec![0u8; 100];
+    let res = e.submit(&mut [Op::read(&file, 10, &mut plain)]).unwrap();
+    assert_eq!(*res[0].as_ref().unwrap(), 100);
+    assert_eq!(&plain[..], &data[10..110]);
+    drop(bufs);
+    assert!(pool.try_get().is_some());
+}
+
+#[test]
+fn sqpoll_and_iopoll_engines_read_correctly() {
+    let (path, data) = data_file(1 << 20, 13);
+    let file = DirectFile::open(&path).unwrap();
+    let a = file.alignment().offset as usize;
+    for e in [
+        Engine::builder().sqpoll(true).build().unwrap(),
+        Engine::builder().iopoll(true).build().unwrap(),
+    ] {
+        let mut bufs: Vec<AlignedBuf> = (0..32).map(|_| file.alloc_buf(a)).collect();
+        let mut ops: Vec<Op> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| Op::read(&file, (i * 7 * a) as u64, b))
+            .collect();
+        let res = e.submit(&mut ops).unwrap();
+        drop(ops);
+        for (i, r) in res.iter().enumerate() {
+            assert_eq!(*r.as_ref().unwrap(), a);
+            assert_eq!(&bufs[i][..], &data[i * 7 * a..i * 7 * a + a]);
+        }
+    }
+}
+
+#[test]
+fn offsets_beyond_i64_are_refused() {
+    let (path, _) = data_file(4096, 14);
+    let file = File::open(&path).unwrap();
+    let mut b = [0u8; 8];
+    let res = engine()
+        .submit(&mut [Op::read(&file, u64::MAX, &mut b)])
+        .unwrap();
+    let msg = res[0].as_ref().unwrap_err().to_string();
+    assert!(msg.contains("offset must be at most"), "{msg}");
+}
+
+#[test]
+fn direct_open_errors_name_the_path() {
+    let err = DirectFile::open("/nonexistent/blockio-test").unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    assert!(
+        err.to_string().contains("/nonexistent/blockio-test"),
+        "{err}"
+    );
+    assert_eq!(errno(&err), Some(libc::ENOENT));
+    let plain = File::open("/proc/self/status").unwrap();
+    assert!(DirectFile::from_file(plain).is_err());
+}
