@@ -72,5 +72,5 @@ pub use direct::{
 };
 pub use engine::{Backend, BackendChoice, Engine, EngineBuilder, BACKEND_ENV};
 pub use error::{errno, OpError, PathError};
-pub use op::{Op, OpKind, RawTarget, Target};
+pub use op::{recycle, Op, OpKind, RawTarget, Target};
 pub use uring::ProbeReport;

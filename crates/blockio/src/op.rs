@@ -326,3 +326,32 @@ impl<'a> Op<'a> {
         }
     }
 }
+
+/// Empties a vector of operations and gives it back with a fresh lifetime,
+/// keeping its capacity, so that a submit loop can reuse one allocation:
+///
+/// ```
+/// # use blockio::{Engine, Op};
+/// # fn main() -> std::io::Result<()> {
+/// # let file = tempfile::tempfile()?;
+/// # let engine = Engine::new()?;
+/// let mut bufs = vec![vec![0u8; 512]; 8];
+/// let mut store: Vec<Op<'static>> = Vec::with_capacity(8);
+/// let mut results = Vec::with_capacity(8);
+/// for round in 0..3u64 {
+///     let mut ops = blockio::recycle(store);
+///     ops.extend(bufs.iter_mut().map(|b| Op::read(&file, round * 512, b)));
+///     engine.submit_into(&mut ops, &mut results)?;
+///     store = blockio::recycle(ops); // no allocation in steady state
+/// }
+/// # Ok(()) }
+/// ```
+pub fn recycle<'b>(mut ops: Vec<Op<'_>>) -> Vec<Op<'b>> {
+    ops.clear();
+    let mut ops = std::mem::ManuallyDrop::new(ops);
+    let (ptr, cap) = (ops.as_mut_ptr(), ops.capacity());
+    // SAFETY: the vector is empty, so no `Op` (and no borrow) is carried
+    // over; `Op<'a>` and `Op<'b>` differ only in a lifetime, so layout and
+    // allocation are the same, and `ManuallyDrop` hands ownership over.
+    unsafe { Vec::from_raw_parts(ptr.cast::<Op<'b>>(), 0, cap) }
+}

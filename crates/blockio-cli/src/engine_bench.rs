@@ -1,0 +1,382 @@
+//! `blockio engine-bench`: random 4 KiB O_DIRECT reads, 64 in flight, the
+//! engine against fio and against a minimal loop on the `io-uring` crate,
+//! all measured in the same run.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use blockio::{AlignedBuf, DirectFile, Engine, Op};
+use io_uring::{opcode, types, IoUring};
+
+use crate::alloc_count;
+
+/// Options of `blockio engine-bench`.
+#[derive(Debug, clap::Args)]
+pub struct EngineBenchArgs {
+    /// Directory for the data file (created if missing; not tmpfs).
+    #[arg(long, default_value = "bench-data")]
+    pub dir: PathBuf,
+    /// Size of the data file in MiB (at least 1024 for the documented figures).
+    #[arg(long, default_value_t = 1024)]
+    pub size_mib: u64,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 4.0)]
+    pub seconds: f64,
+    /// Rounds of every measurement; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Operations in flight.
+    #[arg(long, default_value_t = 64)]
+    pub qd: usize,
+    /// Skip fio even if installed.
+    #[arg(long)]
+    pub no_fio: bool,
+    /// Keep the data file afterwards (it is reused by the next run).
+    #[arg(long)]
+    pub keep: bool,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+const BS: usize = 4096;
+
+/// Creates (or reuses) the data file: `size` bytes of non-zero data, synced
+/// and dropped from the page cache.
+fn prepare_file(dir: &Path, size: u64) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create directory {}", dir.display()))?;
+    if blockio::is_memory_filesystem(dir)? {
+        bail!(
+            "{} is on tmpfs/ramfs: O_DIRECT there measures memory, not a device; pass --dir on a disk",
+            dir.display()
+        );
+    }
+    let path = dir.join(format!("engine-{}m.dat", size >> 20));
+    if std::fs::metadata(&path)
+        .map(|m| m.len() == size)
+        .unwrap_or(false)
+    {
+        return Ok(path);
+    }
+    let tmp = path.with_extension("partial");
+    let mut f = File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut written = 0;
+    while written < size {
+        for w in chunk.chunks_exact_mut(8) {
+            w.copy_from_slice(&rng.next().to_le_bytes());
+        }
+        let n = chunk.len().min((size - written) as usize);
+        f.write_all(&chunk[..n]).with_context(|| {
+            format!(
+                "write {} at offset {written} (is the disk full?)",
+                tmp.display()
+            )
+        })?;
+        written += n as u64;
+    }
+    f.sync_all()
+        .with_context(|| format!("fsync {}", tmp.display()))?;
+    drop(f);
+    std::fs::rename(&tmp, &path).with_context(|| format!("rename to {}", path.display()))?;
+    Ok(path)
+}
+
+fn evict(path: &Path) {
+    if let Ok(f) = File::open(path) {
+        // SAFETY: fadvise on an open descriptor has no memory effects.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+}
+
+/// IOPS of fio's io_uring engine on the same file, or None if fio is absent.
+fn fio_iops(path: &Path, qd: usize, seconds: f64) -> Result<Option<f64>> {
+    let out = Command::new("fio")
+        .args([
+            "--name=blockio",
+            &format!("--filename={}", path.display()),
+            "--ioengine=io_uring",
+            "--direct=1",
+            "--rw=randread",
+            "--bs=4k",
+            &format!("--iodepth={qd}"),
+            &format!("--runtime={}ms", (seconds * 1000.0) as u64),
+            "--time_based",
+            "--output-format=json",
+        ])
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).context("run fio"),
+    };
+    if !out.status.success() {
+        bail!("fio failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    // fio may print notes before the JSON document.
+    let start = text.find('{').context("fio printed no JSON")?;
+    let v: serde_json::Value = serde_json::from_str(&text[start..]).context("parse fio JSON")?;
+    let iops = v["jobs"][0]["read"]["iops"]
+        .as_f64()
+        .context("fio JSON has no jobs[0].read.iops")?;
+    Ok(Some(iops))
+}
+
+/// The low-level baseline: one thread, one ring, `qd` reads kept in flight,
+/// completions reaped and refilled as they come (as fio's t/io_uring does).
+fn raw_loop(path: &Path, qd: usize, seconds: f64) -> Result<f64> {
+    let file = DirectFile::open(path)?;
+    let blocks = std::fs::metadata(path)?.len() / BS as u64;
+    let mut ring: IoUring = IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_coop_taskrun()
+        .build(qd.next_power_of_two() as u32)
+        .or_else(|_| IoUring::new(qd.next_power_of_two() as u32))?;
+    let mut bufs: Vec<AlignedBuf> = (0..qd).map(|_| AlignedBuf::new(BS, 4096)).collect();
+    let mut free: Vec<usize> = (0..qd).collect();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let fd = types::Fd(file.as_raw_fd());
+    let mut done = 0u64;
+    let mut in_flight = 0usize;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let mut stop = false;
+    loop {
+        if !stop {
+            let mut sq = ring.submission();
+            while let Some(i) = free.pop() {
+                let off = (rng.next() % blocks) * BS as u64;
+                let e = opcode::Read::new(fd, bufs[i].as_mut_ptr(), BS as u32)
+                    .offset(off)
+                    .build()
+                    .user_data(i as u64);
+                // SAFETY: buffer `i` is not in flight (it was on the free
+                // list) and outlives the loop, which drains before returning.
+                unsafe { sq.push(&e) }.expect("ring holds qd entries");
+                in_flight += 1;
+            }
+        }
+        if in_flight == 0 {
+            break;
+        }
+        ring.submit_and_wait(1)?;
+        for cqe in ring.completion() {
+            if cqe.result() != BS as i32 {
+                bail!("raw loop: read returned {}", cqe.result());
+            }
+            free.push(cqe.user_data() as usize);
+            in_flight -= 1;
+            done += 1;
+        }
+        if !stop && Instant::now() >= deadline {
+            stop = true;
+        }
+    }
+    Ok(done as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The engine's batch API from `threads` threads, each submitting batches of
+/// `batch` random reads. Returns IOPS and, for one thread, heap allocations
+/// per operation during the measured part.
+fn engine_run(
+    engine: &Engine,
+    path: &Path,
+    threads: usize,
+    batch: usize,
+    seconds: f64,
+) -> Result<(f64, f64)> {
+    let file = Arc::new(DirectFile::open(path)?);
+    let blocks = std::fs::metadata(path)?.len() / BS as u64;
+    let stop = Arc::new(AtomicBool::new(false));
+    let warmup = Duration::from_millis(300);
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (engine, file, stop) = (engine.clone(), file.clone(), stop.clone());
+            std::thread::spawn(move || -> Result<(u64, Duration, u64)> {
+                let mut bufs: Vec<AlignedBuf> = (0..batch).map(|_| file.alloc_buf(BS)).collect();
+                let mut store: Vec<Op<'static>> = Vec::with_capacity(batch);
+                let mut results = Vec::with_capacity(batch);
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) << 32));
+                let mut done = 0u64;
+                let mut measured_from: Option<(Instant, u64, u64)> = None;
+                let start = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    let mut ops = blockio::recycle(store);
+                    for b in bufs.iter_mut() {
+                        ops.push(Op::read(&*file, (rng.next() % blocks) * BS as u64, b));
+                    }
+                    engine.submit_into(&mut ops, &mut results)?;
+                    store = blockio::recycle(ops);
+                    for r in &results {
+                        match r {
+                            Ok(n) if *n == BS => {}
+                            Ok(n) => bail!("engine: short read of {n} bytes"),
+                            Err(e) => bail!("engine: {e}"),
+                        }
+                    }
+                    done += batch as u64;
+                    if measured_from.is_none() && start.elapsed() >= warmup {
+                        measured_from = Some((Instant::now(), done, alloc_count::allocations()));
+                    }
+                }
+                let (t0, d0, a0) = measured_from.unwrap_or((start, 0, alloc_count::allocations()));
+                let allocs = alloc_count::allocations() - a0;
+                Ok((done - d0, t0.elapsed(), allocs))
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(seconds) + warmup);
+    stop.store(true, Ordering::Relaxed);
+    let mut iops = 0.0;
+    let mut allocs_per_op = 0.0;
+    for h in handles {
+        let (ops, el, allocs) = h.join().expect("bench thread panicked")?;
+        iops += ops as f64 / el.as_secs_f64();
+        allocs_per_op = allocs as f64 / ops.max(1) as f64;
+    }
+    Ok((iops, allocs_per_op))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[v.len() / 2]
+}
+
+/// Runs the benchmark and prints the table or JSON.
+pub fn run(args: &EngineBenchArgs) -> Result<()> {
+    if args.qd == 0 || args.qd > 4096 {
+        bail!("--qd must be between 1 and 4096, got {}", args.qd);
+    }
+    if args.size_mib < 64 {
+        bail!("--size-mib must be at least 64, got {}", args.size_mib);
+    }
+    if !(args.seconds > 0.0) {
+        bail!("--seconds must be positive, got {}", args.seconds);
+    }
+    let size = args.size_mib << 20;
+    let say = |s: &str| {
+        if !args.json {
+            eprintln!("{s}");
+        }
+    };
+    say(&format!(
+        "preparing {} MiB data file in {} ...",
+        args.size_mib,
+        args.dir.display()
+    ));
+    let path = prepare_file(&args.dir, size)?;
+    evict(&path);
+    let engine = Engine::builder()
+        .queue_depth(args.qd)
+        .max_batch(args.qd as u32)
+        .build()?;
+    let fio_available = !args.no_fio && Command::new("fio").arg("--version").output().is_ok();
+    if !fio_available && !args.no_fio {
+        eprintln!("fio is not installed: skipping the fio comparison (apt-get install fio)");
+    }
+    let per_thread_64 = (args.qd / 64).max(1).max(8.min(args.qd));
+    let (mut fio, mut raw, mut one, mut allocs, mut two, mut many) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for round in 1..=args.rounds {
+        say(&format!("round {round}/{}", args.rounds));
+        if fio_available {
+            if let Some(v) = fio_iops(&path, args.qd, args.seconds)? {
+                fio.push(v);
+            }
+        }
+        raw.push(raw_loop(&path, args.qd, args.seconds)?);
+        let (iops, a) = engine_run(&engine, &path, 1, args.qd, args.seconds)?;
+        one.push(iops);
+        allocs.push(a);
+        two.push(engine_run(&engine, &path, 2, args.qd.div_ceil(2), args.seconds)?.0);
+        many.push(engine_run(&engine, &path, 64, per_thread_64, args.seconds)?.0);
+    }
+    let fio = (!fio.is_empty()).then(|| median(fio));
+    let (raw, one, two, many) = (median(raw), median(one), median(two), median(many));
+    let allocs_per_op = allocs.iter().cloned().fold(0.0, f64::max);
+    if !args.keep {
+        let _ = std::fs::remove_file(&path);
+    }
+    let json = serde_json::json!({
+        "workload": format!("random {BS}-byte O_DIRECT reads, {} in flight", args.qd),
+        "file": path.display().to_string(),
+        "file_mib": args.size_mib,
+        "seconds": args.seconds,
+        "rounds": args.rounds,
+        "backend": engine.backend().to_string(),
+        "iops": one,
+        "fio_iops": fio,
+        "raw_iops": raw,
+        "allocs_per_op": allocs_per_op,
+        "iops_2_threads": two,
+        "iops_64_threads": many,
+        "batch_64_threads": per_thread_64,
+        "ratio_vs_fio": fio.map(|f| one / f),
+        "ratio_vs_raw": one / raw,
+        "ratio_2_threads": two / one,
+        "ratio_64_threads": many / one,
+    });
+    if args.json {
+        println!("{json}");
+        return Ok(());
+    }
+    let r = |x: f64| format!("{x:>10.0}");
+    println!("random 4 KiB O_DIRECT reads, {} in flight, {} MiB file, median of {} x {:.1}s (backend: {})",
+        args.qd, args.size_mib, args.rounds, args.seconds, engine.backend());
+    println!("{:<44} {:>10} {:>12}", "", "IOPS", "ratio");
+    match fio {
+        Some(f) => println!("{:<44} {} {:>12}", "fio io_uring (baseline)", r(f), "1.00"),
+        None => println!("{:<44} {:>10} {:>12}", "fio io_uring", "skipped", "-"),
+    }
+    println!(
+        "{:<44} {} {:>12}",
+        "raw io-uring crate loop (baseline)",
+        r(raw),
+        "1.00"
+    );
+    let vs_fio = fio.map_or("-".into(), |f| format!("{:.2}", one / f));
+    println!(
+        "{:<44} {} {:>6} fio {:>5.2} raw",
+        "engine batch API, 1 thread",
+        r(one),
+        vs_fio,
+        one / raw
+    );
+    println!(
+        "{:<44} {} {:>12}",
+        "engine, 2 threads (vs 1 thread)",
+        r(two),
+        format!("{:.2}", two / one)
+    );
+    println!(
+        "{:<44} {} {:>12}",
+        format!("engine, 64 threads x batch {per_thread_64} (vs 1 thread)"),
+        r(many),
+        format!("{:.2}", many / one)
+    );
+    println!("heap allocations per operation (1 thread, steady state): {allocs_per_op:.4}");
+    Ok(())
+}
