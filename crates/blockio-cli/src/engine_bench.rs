@@ -273,7 +273,7 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
     if args.size_mib < 64 {
         bail!("--size-mib must be at least 64, got {}", args.size_mib);
     }
-    if !(args.seconds > 0.0) {
+    if !args.seconds.is_finite() || args.seconds <= 0.0 {
         bail!("--seconds must be positive, got {}", args.seconds);
     }
     let size = args.size_mib << 20;

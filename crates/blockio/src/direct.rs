@@ -274,5 +274,5 @@ pub fn is_memory_filesystem(path: impl AsRef<Path>) -> io::Result<bool> {
     }
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
     let magic = st.f_type as i64;
-    Ok(magic == libc::TMPFS_MAGIC as i64 || magic == RAMFS_MAGIC)
+    Ok(magic == libc::TMPFS_MAGIC || magic == RAMFS_MAGIC)
 }

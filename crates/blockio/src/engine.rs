@@ -209,7 +209,7 @@ impl EngineBuilder {
         match UringBackend::new(cfg) {
             Ok(u) => Ok(Engine {
                 inner: Arc::new(Inner {
-                    imp: Imp::Uring(u),
+                    imp: Imp::Uring(Box::new(u)),
                     fallback_reason: None,
                 }),
             }),
@@ -240,7 +240,7 @@ fn describe_setup_error(e: &io::Error) -> String {
 }
 
 enum Imp {
-    Uring(UringBackend),
+    Uring(Box<UringBackend>),
     Threads(ThreadBackend),
 }
 

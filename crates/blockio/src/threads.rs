@@ -98,7 +98,8 @@ impl ThreadBackend {
         if helpers > 0 {
             let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
             let tx = tx.as_ref().expect("sender lives until drop");
-            let ptr = &shared as *const Shared<'_, '_> as *const Shared<'static, 'static>;
+            // Lifetimes are erased: the caller outlives every use (see `Job`).
+            let ptr = (&shared as *const Shared<'_, '_>).cast::<Shared<'static, 'static>>();
             for sent in 0..helpers {
                 if tx.send(Job(ptr)).is_err() {
                     // No worker will take the rest: count them out ourselves.

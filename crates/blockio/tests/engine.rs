@@ -370,6 +370,7 @@ fn writes_then_reads_round_trip_with_syncs() {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(true)
         .open(&path)
         .unwrap();
     let e = engine();
