@@ -67,6 +67,10 @@ struct RingPool {
     sqpoll_idle_ms: u32,
     /// With SQPOLL, later rings attach to the first ring's poller thread.
     attach_fd: Option<RawFd>,
+    /// Buffers every ring registers.
+    bufs: Option<BufferPool>,
+    /// Registered-file slots every ring reserves.
+    file_slots: u32,
 }
 
 /// What probing the kernel found.
@@ -187,10 +191,12 @@ impl RingPool {
                 "io_uring setup flags changed after probing",
             ));
         }
-        Ok(Ring {
+        let mut ring = Ring {
             io,
             files_version: 0,
-        })
+        };
+        UringBackend::setup_ring(&mut ring, self.bufs.as_ref(), self.file_slots)?;
+        Ok(ring)
     }
 
     fn checkout(&self) -> io::Result<Ring> {
@@ -274,6 +280,8 @@ impl UringBackend {
             flags,
             sqpoll_idle_ms: cfg.sqpoll_idle_ms,
             attach_fd,
+            bufs: cfg.bufs.clone(),
+            file_slots: cfg.file_slots,
         };
         let polled = if cfg.iopoll {
             let mut pflags = Flags {
@@ -294,6 +302,8 @@ impl UringBackend {
                         flags: pflags,
                         sqpoll_idle_ms: 0,
                         attach_fd: None,
+                        bufs: cfg.bufs.clone(),
+                        file_slots: cfg.file_slots,
                     };
                     let mut ring = Ring {
                         io: ring,
@@ -332,7 +342,6 @@ impl UringBackend {
             registered_file_slots: cfg.file_slots,
             refused_flags: refused,
         };
-        plain.max_rings = cfg.max_rings.max(1);
         Ok(UringBackend {
             plain,
             polled,

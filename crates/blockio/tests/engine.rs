@@ -52,6 +52,33 @@ fn pread_all(file: &File, offset: u64, len: usize) -> Vec<u8> {
     buf
 }
 
+/// Reads `specs` (offset, length) through the engine into `bufs` and checks
+/// every result and every byte against `pread` on `plain`.
+fn read_and_compare<T, B>(
+    e: &Engine,
+    file: &T,
+    plain: &File,
+    specs: &[(u64, usize)],
+    mut bufs: Vec<B>,
+) where
+    T: blockio::Target,
+    B: std::ops::DerefMut<Target = [u8]>,
+{
+    let mut ops: Vec<Op> = specs
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&(o, l), b)| Op::read(file, o, &mut b[..l]))
+        .collect();
+    let res = e.submit(&mut ops).unwrap();
+    drop(ops);
+    for (i, (&(o, l), r)) in specs.iter().zip(&res).enumerate() {
+        let want = pread_all(plain, o, l);
+        let got = *r.as_ref().unwrap();
+        assert_eq!(got, want.len(), "op {i}: offset {o} len {l}");
+        assert_eq!(&bufs[i][..got], &want[..], "op {i}");
+    }
+}
+
 fn engine() -> Engine {
     Engine::new().unwrap()
 }
@@ -100,20 +127,8 @@ fn random_reads_match_pread_buffered() {
                 )
             })
             .collect();
-        let mut bufs: Vec<Vec<u8>> = specs.iter().map(|&(_, l)| vec![0xAA; l]).collect();
-        let mut ops: Vec<Op> = specs
-            .iter()
-            .zip(bufs.iter_mut())
-            .map(|(&(o, _), b)| Op::read(&file, o, b))
-            .collect();
-        let res = e.submit(&mut ops).unwrap();
-        drop(ops);
-        for (i, (&(o, l), r)) in specs.iter().zip(&res).enumerate() {
-            let want = pread_all(&file, o, l);
-            let got = *r.as_ref().unwrap();
-            assert_eq!(got, want.len(), "op {i}: offset {o} len {l}");
-            assert_eq!(&bufs[i][..got], &want[..], "op {i}");
-        }
+        let bufs: Vec<Vec<u8>> = specs.iter().map(|&(_, l)| vec![0xAA; l]).collect();
+        read_and_compare(&e, &file, &file, &specs, bufs);
     }
 }
 
@@ -137,20 +152,8 @@ fn random_reads_match_pread_direct() {
                 )
             })
             .collect();
-        let mut bufs: Vec<AlignedBuf> = specs.iter().map(|&(_, l)| file.alloc_buf(l)).collect();
-        let mut ops: Vec<Op> = specs
-            .iter()
-            .zip(bufs.iter_mut())
-            .map(|(&(o, _), b)| Op::read(&file, o, b))
-            .collect();
-        let res = e.submit(&mut ops).unwrap();
-        drop(ops);
-        for (i, (&(o, l), r)) in specs.iter().zip(&res).enumerate() {
-            let want = pread_all(&plain, o, l);
-            let got = *r.as_ref().unwrap();
-            assert_eq!(got, want.len(), "op {i}: offset {o} len {l}");
-            assert_eq!(&bufs[i][..got], &want[..]);
-        }
+        let bufs: Vec<AlignedBuf> = specs.iter().map(|&(_, l)| file.alloc_buf(l)).collect();
+        read_and_compare(&e, &file, &plain, &specs, bufs);
     }
 }
 
@@ -509,6 +512,26 @@ fn registered_buffers_and_files() {
             assert_eq!(&bufs[i][..5000], &data[o..o + 5000]);
         }
     }
+    drop(bufs);
+    // Several threads at once, so that rings created on demand are used too:
+    // each must have the buffers and the file registered.
+    std::thread::scope(|s| {
+        for t in 0..6u64 {
+            let (e, pool, file, data) = (&e, &pool, &file, &data);
+            s.spawn(move || {
+                for round in 0..50u64 {
+                    let mut b = pool.get();
+                    let o = ((t * 131 + round * 17) * 1000) as usize % (data.len() - 8192);
+                    let res = e
+                        .submit(&mut [Op::read(file, o as u64, &mut b[..])])
+                        .unwrap();
+                    assert_eq!(*res[0].as_ref().unwrap(), 8192);
+                    assert_eq!(&b[..], &data[o..o + 8192], "thread {t} round {round}");
+                }
+            });
+        }
+    });
+    let bufs: Vec<_> = (0..8).map(|_| pool.get()).collect();
     e.unregister_file(&file).unwrap();
     let mut plain = vec![0u8; 100];
     let res = e.submit(&mut [Op::read(&file, 10, &mut plain)]).unwrap();
