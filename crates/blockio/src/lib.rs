@@ -74,3 +74,8 @@ pub use engine::{Backend, BackendChoice, Engine, EngineBuilder, BACKEND_ENV};
 pub use error::{errno, OpError, PathError};
 pub use op::{recycle, Op, OpKind, RawTarget, Target};
 pub use uring::ProbeReport;
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
