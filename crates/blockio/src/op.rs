@@ -15,6 +15,10 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use crate::direct::{Alignment, DirectFile};
 use crate::error::OpError;
 
+/// The most bytes one read or write may ask for (the kernel's MAX_RW_COUNT);
+/// larger requests are clamped and come back short, as with `pread`.
+pub(crate) const MAX_RW: usize = 0x7fff_f000;
+
 /// The kind of an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OpKind {

@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle, Thread};
 
-use crate::op::{Op, OpKind};
+use crate::op::{Op, OpKind, MAX_RW};
 
 struct Shared<'a, 'b> {
     ops: &'a [Op<'b>],
@@ -160,18 +160,12 @@ pub(crate) fn run_one(op: &Op<'_>) -> io::Result<usize> {
         // we are inside it; the lengths come from the same slices.
         let rc: isize = unsafe {
             match op.kind {
-                OpKind::Read => libc::pread(
-                    op.fd,
-                    op.ptr.cast(),
-                    op.len.min(0x7fff_f000),
-                    op.offset as i64,
-                ),
-                OpKind::Write => libc::pwrite(
-                    op.fd,
-                    op.ptr.cast(),
-                    op.len.min(0x7fff_f000),
-                    op.offset as i64,
-                ),
+                OpKind::Read => {
+                    libc::pread(op.fd, op.ptr.cast(), op.len.min(MAX_RW), op.offset as i64)
+                }
+                OpKind::Write => {
+                    libc::pwrite(op.fd, op.ptr.cast(), op.len.min(MAX_RW), op.offset as i64)
+                }
                 OpKind::ReadVectored => libc::preadv(
                     op.fd,
                     op.ptr as *const libc::iovec,

@@ -24,6 +24,7 @@
 //! * a batch that panics part way (it should not) still waits for its
 //!   in-flight operations before its buffers can be released.
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Condvar, Mutex, RwLock};
@@ -32,7 +33,7 @@ use io_uring::{opcode, squeue, types, IoUring, Probe};
 
 use crate::buf::{BufferPool, PoolInner};
 use crate::limit::InFlightLimit;
-use crate::op::{Op, OpKind};
+use crate::op::{Op, OpKind, MAX_RW};
 
 /// The setup flags a ring is created with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,10 +43,6 @@ pub(crate) struct Flags {
     pub coop_taskrun: bool,
     pub submit_all: bool,
 }
-
-/// The most bytes one read or write may ask for (the kernel's MAX_RW_COUNT);
-/// larger requests are clamped and come back short, as with `pread`.
-const MAX_RW: usize = 0x7fff_f000;
 
 struct Ring {
     io: IoUring,
@@ -96,13 +93,15 @@ pub struct ProbeReport {
 
 struct FileTable {
     version: u64,
-    /// Slot -> fd (-1 when empty).
+    /// Slot -> fd (-1 when empty), as handed to the kernel.
     slots: Vec<RawFd>,
+    /// Fd -> slot, so that building each operation's entry is one lookup.
+    by_fd: HashMap<RawFd, u32>,
 }
 
 impl FileTable {
     fn slot_of(&self, fd: RawFd) -> Option<u32> {
-        self.slots.iter().position(|&f| f == fd).map(|i| i as u32)
+        self.by_fd.get(&fd).copied()
     }
 }
 
@@ -176,6 +175,35 @@ fn build_io_uring(
 }
 
 impl RingPool {
+    /// A pool whose first ring, `first`, was built (and probed) with `flags`.
+    fn with_first(
+        cfg: &UringConfig,
+        flags: Flags,
+        sqpoll_idle_ms: u32,
+        attach_fd: Option<RawFd>,
+        first: IoUring,
+    ) -> io::Result<RingPool> {
+        let mut ring = Ring {
+            io: first,
+            files_version: 0,
+        };
+        UringBackend::setup_ring(&mut ring, cfg.bufs.as_ref(), cfg.file_slots)?;
+        Ok(RingPool {
+            state: Mutex::new(PoolState {
+                idle: vec![ring],
+                created: 1,
+            }),
+            returned: Condvar::new(),
+            max_rings: cfg.max_rings.max(1),
+            entries: cfg.entries,
+            flags,
+            sqpoll_idle_ms,
+            attach_fd,
+            bufs: cfg.bufs.clone(),
+            file_slots: cfg.file_slots,
+        })
+    }
+
     fn new_ring(&self) -> io::Result<Ring> {
         let mut flags = self.flags;
         let mut refused = Vec::new();
@@ -269,20 +297,7 @@ impl UringBackend {
         )?;
         probe_supported(&first)?;
         let attach_fd = flags.sqpoll.then(|| first.as_raw_fd());
-        let mut plain = RingPool {
-            state: Mutex::new(PoolState {
-                idle: Vec::new(),
-                created: 0,
-            }),
-            returned: Condvar::new(),
-            max_rings: cfg.max_rings.max(1),
-            entries: cfg.entries,
-            flags,
-            sqpoll_idle_ms: cfg.sqpoll_idle_ms,
-            attach_fd,
-            bufs: cfg.bufs.clone(),
-            file_slots: cfg.file_slots,
-        };
+        let plain = RingPool::with_first(&cfg, flags, cfg.sqpoll_idle_ms, attach_fd, first)?;
         let polled = if cfg.iopoll {
             let mut pflags = Flags {
                 iopoll: true,
@@ -291,47 +306,13 @@ impl UringBackend {
             };
             match build_io_uring(cfg.entries, &mut pflags, 0, None, &mut refused) {
                 Ok(ring) if pflags.iopoll => {
-                    let pool = RingPool {
-                        state: Mutex::new(PoolState {
-                            idle: Vec::new(),
-                            created: 1,
-                        }),
-                        returned: Condvar::new(),
-                        max_rings: cfg.max_rings.max(1),
-                        entries: cfg.entries,
-                        flags: pflags,
-                        sqpoll_idle_ms: 0,
-                        attach_fd: None,
-                        bufs: cfg.bufs.clone(),
-                        file_slots: cfg.file_slots,
-                    };
-                    let mut ring = Ring {
-                        io: ring,
-                        files_version: 0,
-                    };
-                    Self::setup_ring(&mut ring, cfg.bufs.as_ref(), cfg.file_slots)?;
-                    pool.state
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .idle
-                        .push(ring);
-                    Some(pool)
+                    Some(RingPool::with_first(&cfg, pflags, 0, None, ring)?)
                 }
                 _ => None,
             }
         } else {
             None
         };
-        let mut first = Ring {
-            io: first,
-            files_version: 0,
-        };
-        Self::setup_ring(&mut first, cfg.bufs.as_ref(), cfg.file_slots)?;
-        {
-            let st = plain.state.get_mut().unwrap_or_else(|e| e.into_inner());
-            st.idle.push(first);
-            st.created = 1;
-        }
         let report = ProbeReport {
             entries: cfg.entries,
             sqpoll: flags.sqpoll,
@@ -351,6 +332,7 @@ impl UringBackend {
                 RwLock::new(FileTable {
                     version: 0,
                     slots: vec![-1; cfg.file_slots as usize],
+                    by_fd: HashMap::new(),
                 })
             }),
             report,
@@ -405,6 +387,7 @@ impl UringBackend {
             ));
         };
         t.slots[slot] = fd;
+        t.by_fd.insert(fd, slot as u32);
         t.version += 1;
         Ok(slot as u32)
     }
@@ -420,6 +403,7 @@ impl UringBackend {
             return Ok(());
         };
         t.slots[slot as usize] = -1;
+        t.by_fd.remove(&fd);
         t.version += 1;
         for pool in std::iter::once(&self.plain).chain(self.polled.as_ref()) {
             let mut st = pool.state.lock().unwrap_or_else(|e| e.into_inner());
