@@ -297,9 +297,14 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
     if !fio_available && !args.no_fio {
         eprintln!("fio is not installed: skipping the fio comparison (apt-get install fio)");
     }
+    let chunked = Engine::builder()
+        .queue_depth(args.qd)
+        .max_batch(args.qd as u32)
+        .submit_chunk(2)
+        .build()?;
     let per_thread_64 = (args.qd / 64).max(1).max(8.min(args.qd));
-    let (mut fio, mut raw, mut one, mut allocs, mut two, mut many) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut fio, mut raw, mut one, mut allocs, mut two, mut many, mut chunk2) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for round in 1..=args.rounds {
         say(&format!("round {round}/{}", args.rounds));
         if fio_available {
@@ -313,9 +318,16 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         allocs.push(a);
         two.push(engine_run(&engine, &path, 2, args.qd.div_ceil(2), args.seconds)?.0);
         many.push(engine_run(&engine, &path, 64, per_thread_64, args.seconds)?.0);
+        chunk2.push(engine_run(&chunked, &path, 1, args.qd, args.seconds)?.0);
     }
     let fio = (!fio.is_empty()).then(|| median(fio));
-    let (raw, one, two, many) = (median(raw), median(one), median(two), median(many));
+    let (raw, one, two, many, chunk2) = (
+        median(raw),
+        median(one),
+        median(two),
+        median(many),
+        median(chunk2),
+    );
     let allocs_per_op = allocs.iter().cloned().fold(0.0, f64::max);
     if !args.keep {
         let _ = std::fs::remove_file(&path);
@@ -334,6 +346,8 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         "iops_2_threads": two,
         "iops_64_threads": many,
         "batch_64_threads": per_thread_64,
+        "iops_submit_chunk_2": chunk2,
+        "ratio_submit_chunk_2_vs_fio": fio.map(|f| chunk2 / f),
         "ratio_vs_fio": fio.map(|f| one / f),
         "ratio_vs_raw": one / raw,
         "ratio_2_threads": two / one,
@@ -376,6 +390,14 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         format!("engine, 64 threads x batch {per_thread_64} (vs 1 thread)"),
         r(many),
         format!("{:.2}", many / one)
+    );
+    let chunk_vs_fio = fio.map_or("-".into(), |f| format!("{:.2}", chunk2 / f));
+    println!(
+        "{:<44} {} {:>6} fio {:>5.2} raw",
+        "engine, 1 thread, submit_chunk(2) (opt-in)",
+        r(chunk2),
+        chunk_vs_fio,
+        chunk2 / raw
     );
     println!("heap allocations per operation (1 thread, steady state): {allocs_per_op:.4}");
     Ok(())

@@ -58,6 +58,7 @@
 #![warn(missing_docs)]
 
 mod buf;
+mod cached;
 mod direct;
 mod engine;
 mod error;
@@ -67,10 +68,11 @@ mod threads;
 mod uring;
 
 pub use buf::{AlignedBuf, BufferPool, PooledBuf};
+pub use cached::ReadPath;
 pub use direct::{
     device_supports_polling, is_memory_filesystem, Alignment, AlignmentSource, DirectFile,
 };
-pub use engine::{Backend, BackendChoice, Engine, EngineBuilder, BACKEND_ENV};
+pub use engine::{Backend, BackendChoice, Engine, EngineBuilder, EngineStats, BACKEND_ENV};
 pub use error::{errno, OpError, PathError};
 pub use op::{recycle, Op, OpKind, RawTarget, Target};
 pub use uring::ProbeReport;

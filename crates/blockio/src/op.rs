@@ -126,6 +126,9 @@ pub struct Op<'a> {
     pub(crate) len: usize,
     pub(crate) direct: Option<Alignment>,
     pub(crate) polling: bool,
+    /// Has its result already (refused before submission, or served from
+    /// the page cache): the backend skips it.
+    pub(crate) settled: bool,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
@@ -162,6 +165,7 @@ impl<'a> Op<'a> {
             len,
             direct: file.direct_alignment(),
             polling: file.supports_polling(),
+            settled: false,
             _borrow: PhantomData,
         }
     }

@@ -36,7 +36,7 @@ impl Shared<'_, '_> {
             // so no two threads touch the same result; `results` outlives
             // every worker's use (the caller waits for `refs` to reach 0).
             let slot = unsafe { &mut *self.results.add(i) };
-            if slot.is_ok() {
+            if !self.ops[i].settled {
                 *slot = run_one(&self.ops[i]);
             }
         }

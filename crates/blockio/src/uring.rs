@@ -112,6 +112,7 @@ pub(crate) struct UringBackend {
     bufs: Option<BufferPool>,
     files: Option<RwLock<FileTable>>,
     report: ProbeReport,
+    submit_chunk: usize,
 }
 
 pub(crate) struct UringConfig {
@@ -123,6 +124,7 @@ pub(crate) struct UringConfig {
     pub iopoll: bool,
     pub bufs: Option<BufferPool>,
     pub file_slots: u32,
+    pub submit_chunk: usize,
 }
 
 fn build_io_uring(
@@ -336,6 +338,7 @@ impl UringBackend {
                 })
             }),
             report,
+            submit_chunk: cfg.submit_chunk,
         })
     }
 
@@ -444,6 +447,7 @@ impl UringBackend {
             in_flight: 0,
             permits: 0,
             submit_all: pool.flags.submit_all,
+            chunk: self.submit_chunk,
         };
         let outcome = batch.run(
             ops,
@@ -465,6 +469,8 @@ struct Batch<'r> {
     /// Permits held (always >= in_flight).
     permits: usize,
     submit_all: bool,
+    /// Submit after every `chunk` pushed entries (0: only at the end).
+    chunk: usize,
 }
 
 impl Batch<'_> {
@@ -478,18 +484,21 @@ impl Batch<'_> {
         let cap = self.ring.params().sq_entries() as usize;
         let mut next = 0;
         loop {
-            // Fill: as many ops as the ring and our permits allow.
-            let mut pushed = 0;
+            // Fill: as many ops as the ring and our permits allow. Each entry
+            // counts as in flight the moment it is queued, so that an error
+            // part way still leaves `Drop` waiting for everything the kernel
+            // may have been handed.
             {
-                let mut sq = self.ring.submission();
-                while next < ops.len() && self.in_flight + pushed < cap {
-                    if results[next].is_err() {
+                let (submitter, mut sq, _) = self.ring.split();
+                let mut pushed = 0;
+                while next < ops.len() && self.in_flight < cap {
+                    if ops[next].settled {
                         next += 1;
                         continue;
                     }
-                    if self.permits == self.in_flight + pushed {
-                        let want = (ops.len() - next).min(cap - self.in_flight - pushed);
-                        let got = if self.in_flight + pushed == 0 {
+                    if self.permits == self.in_flight {
+                        let want = (ops.len() - next).min(cap - self.in_flight);
+                        let got = if self.in_flight == 0 {
                             self.limit.take(want)
                         } else {
                             self.limit.try_take(want)
@@ -502,15 +511,19 @@ impl Batch<'_> {
                     let entry = build_entry(&ops[next], next as u64, bufs, files);
                     // SAFETY: the entry points into buffers (and iovec arrays)
                     // borrowed by `ops` for longer than this call, and this
-                    // call does not return until every pushed entry's
+                    // call does not return until every queued entry's
                     // completion has been reaped (see `Drop for Batch`).
                     unsafe { sq.push(&entry) }
                         .expect("in-flight count is bounded by the ring size");
+                    self.in_flight += 1;
                     pushed += 1;
                     next += 1;
+                    if self.chunk > 0 && pushed % self.chunk == 0 && next < ops.len() {
+                        sq.sync();
+                        submit_now(&submitter)?;
+                    }
                 }
             }
-            self.in_flight += pushed;
             if self.in_flight == 0 {
                 break;
             }
@@ -559,6 +572,21 @@ impl Batch<'_> {
         let spare = self.permits - self.in_flight;
         self.limit.give(spare);
         self.permits = self.in_flight;
+    }
+}
+
+/// Submits what is queued without waiting. Entries the kernel could not take
+/// yet (EBUSY/EAGAIN) stay queued and go with the batch's final call.
+fn submit_now(submitter: &io_uring::Submitter<'_>) -> io::Result<()> {
+    loop {
+        match submitter.submit() {
+            Ok(_) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EAGAIN)) => {
+                return Ok(())
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -285,6 +285,28 @@ fn empty_batches_and_zero_length_operations() {
 }
 
 #[test]
+fn chunked_submission_reads_match_pread() {
+    // submit_chunk splits a batch's submission into several kernel calls;
+    // results must be the same, including when the batch outgrows the ring.
+    let (path, data) = data_file(2 << 20, 5);
+    let file = File::open(&path).unwrap();
+    for chunk in [1, 2, 3, 7] {
+        let e = Engine::builder()
+            .max_batch(16)
+            .queue_depth(12)
+            .submit_chunk(chunk)
+            .build()
+            .unwrap();
+        let mut rng = Rng(chunk as u64);
+        let specs: Vec<(u64, usize)> = (0..300)
+            .map(|_| (rng.below(data.len() as u64), 1 + rng.below(9000) as usize))
+            .collect();
+        let bufs: Vec<Vec<u8>> = specs.iter().map(|&(_, l)| vec![0x55; l]).collect();
+        read_and_compare(&e, &file, &file, &specs, bufs);
+    }
+}
+
+#[test]
 fn batch_larger_than_the_ring_and_the_queue_depth() {
     let (path, data) = data_file(1 << 20, 9);
     let file = File::open(&path).unwrap();

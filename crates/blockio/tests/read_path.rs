@@ -1,0 +1,160 @@
+//! The auto read path: page-cache hits served on the calling thread, misses
+//! and everything else sent to the backend, results identical either way.
+
+use std::fs::{File, OpenOptions};
+use std::io::{IoSliceMut, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+
+use blockio::{AlignedBuf, Engine, Op, ReadPath};
+
+/// A synced temp file of `blocks` 4 KiB blocks; block `i` is filled with
+/// byte `i as u8`.
+fn block_file(blocks: usize) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    for i in 0..blocks {
+        f.write_all(&[i as u8; 4096]).unwrap();
+    }
+    f.as_file().sync_all().unwrap();
+    f
+}
+
+fn warm(file: &File) {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut off = 0;
+    while file.read_at(&mut buf, off).unwrap() > 0 {
+        off += buf.len() as u64;
+    }
+}
+
+fn evict(file: &File) {
+    // SAFETY: fadvise on an open descriptor has no memory effects.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0);
+}
+
+/// Reads every block in a scrambled order, checks each, returns the stats delta.
+fn read_blocks(engine: &Engine, file: &File, blocks: usize) -> blockio::EngineStats {
+    let before = engine.stats();
+    let order: Vec<usize> = (0..blocks).map(|i| (i * 7919) % blocks).collect();
+    let mut bufs = vec![[0u8; 4096]; blocks];
+    let mut ops: Vec<Op> = order
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&b, buf)| Op::read(file, b as u64 * 4096, buf))
+        .collect();
+    let res = engine.submit(&mut ops).unwrap();
+    drop(ops);
+    for ((&b, r), buf) in order.iter().zip(&res).zip(&bufs) {
+        assert_eq!(*r.as_ref().unwrap(), 4096, "block {b}");
+        assert!(
+            buf.iter().all(|&x| x == b as u8),
+            "block {b} has wrong bytes"
+        );
+    }
+    let after = engine.stats();
+    blockio::EngineStats {
+        served_inline: after.served_inline - before.served_inline,
+        sent_to_backend: after.sent_to_backend - before.sent_to_backend,
+    }
+}
+
+#[test]
+fn warm_reads_are_served_inline() {
+    let f = block_file(64);
+    let file = File::open(f.path()).unwrap();
+    warm(&file);
+    let e = Engine::new().unwrap();
+    assert_eq!(e.read_path(), ReadPath::Auto);
+    let s = read_blocks(&e, &file, 64);
+    assert_eq!(s.served_inline, 64);
+    assert_eq!(s.sent_to_backend, 0);
+}
+
+#[test]
+fn cold_reads_go_to_the_backend_with_the_same_bytes() {
+    let f = block_file(512);
+    let file = File::open(f.path()).unwrap();
+    evict(&file);
+    let e = Engine::new().unwrap();
+    let s = read_blocks(&e, &file, 512);
+    assert_eq!(s.served_inline + s.sent_to_backend, 512);
+    assert!(
+        s.sent_to_backend > 0,
+        "every read of an evicted file was a cache hit: {s:?}"
+    );
+}
+
+#[test]
+fn backend_read_path_sends_every_read() {
+    let f = block_file(32);
+    let file = File::open(f.path()).unwrap();
+    warm(&file);
+    let e = Engine::builder()
+        .read_path(ReadPath::Backend)
+        .build()
+        .unwrap();
+    let s = read_blocks(&e, &file, 32);
+    assert_eq!(s.served_inline, 0);
+    assert_eq!(s.sent_to_backend, 32);
+}
+
+#[test]
+fn files_opened_with_o_direct_elsewhere_are_not_read_inline() {
+    let f = block_file(16);
+    let plain = File::open(f.path()).unwrap();
+    warm(&plain);
+    let direct = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(f.path())
+        .unwrap();
+    let e = Engine::new().unwrap();
+    let mut bufs: Vec<AlignedBuf> = (0..16).map(|_| AlignedBuf::new(4096, 4096)).collect();
+    let before = e.stats();
+    let mut ops: Vec<Op> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| Op::read(&direct, i as u64 * 4096, b))
+        .collect();
+    let res = e.submit(&mut ops).unwrap();
+    drop(ops);
+    for (i, (r, b)) in res.iter().zip(&bufs).enumerate() {
+        assert_eq!(*r.as_ref().unwrap(), 4096);
+        assert!(b.iter().all(|&x| x == i as u8));
+    }
+    let after = e.stats();
+    assert_eq!(after.served_inline, before.served_inline);
+    assert_eq!(after.sent_to_backend - before.sent_to_backend, 16);
+}
+
+#[test]
+fn vectored_reads_partial_hits_and_writes() {
+    let mut f = block_file(8);
+    let file = f.as_file_mut().try_clone().unwrap();
+    warm(&file);
+    let e = Engine::new().unwrap();
+    let (mut a, mut b) = ([0u8; 100], [0u8; 5000]);
+    let mut iov = [IoSliceMut::new(&mut a), IoSliceMut::new(&mut b)];
+    let mut tail = [0u8; 4096];
+    let patch = [0xEEu8; 10];
+    let before = e.stats();
+    let mut ops = [
+        Op::read_vectored(&file, 4000, &mut iov),
+        // Crosses end of file: short, redone by the backend, still right.
+        Op::read(&file, 8 * 4096 - 50, &mut tail),
+        Op::write(&file, 3, &patch),
+    ];
+    let res = e.submit(&mut ops).unwrap();
+    assert_eq!(*res[0].as_ref().unwrap(), 5100);
+    assert_eq!(*res[1].as_ref().unwrap(), 50);
+    assert_eq!(*res[2].as_ref().unwrap(), 10);
+    // a covers bytes 4000..4100: block 0, then 4 bytes of block 1.
+    assert!(a[..96].iter().all(|&x| x == 0) && a[96..].iter().all(|&x| x == 1));
+    // b covers bytes 4100..9100: block 1 up to 8192, then block 2.
+    assert!(b[..4092].iter().all(|&x| x == 1) && b[4092..].iter().all(|&x| x == 2));
+    assert!(tail[..50].iter().all(|&x| x == 7));
+    let after = e.stats();
+    assert_eq!(after.served_inline - before.served_inline, 1);
+    assert_eq!(after.sent_to_backend - before.sent_to_backend, 2);
+}
