@@ -172,8 +172,9 @@ impl EngineBuilder {
     }
 
     /// How reads of buffered files are performed (default
-    /// [`ReadPath::Auto`]: page-cache hits are served on the calling thread,
-    /// only misses go to the backend). [`ReadPath::Backend`] sends every
+    /// [`ReadPath::Auto`]: page-cache hits of reads in small batches are
+    /// served on the calling thread, where that measured faster than the
+    /// ring; everything else goes to the backend). [`ReadPath::Backend`] sends every
     /// read to io_uring (or the pool).
     pub fn read_path(mut self, path: ReadPath) -> Self {
         self.read_path = path;
@@ -410,7 +411,7 @@ impl Engine {
         }));
         if pending > 0 && self.inner.read_path == ReadPath::Auto {
             let before = pending;
-            pending = serve_cached(ops, results);
+            pending = serve_cached(ops, results, pending);
             if before > pending {
                 let served = (before - pending) as u64;
                 self.inner

@@ -3,10 +3,8 @@
 //! all measured in the same run.
 
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +13,8 @@ use anyhow::{bail, Context, Result};
 use blockio::{AlignedBuf, DirectFile, Engine, Op};
 use io_uring::{opcode, types, IoUring};
 
-use crate::alloc_count;
+use crate::data::Rng;
+use crate::{alloc_count, cache, data, fio};
 
 /// Options of `blockio engine-bench`.
 #[derive(Debug, clap::Args)]
@@ -46,20 +45,10 @@ pub struct EngineBenchArgs {
     pub json: bool,
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 const BS: usize = 4096;
 
-/// Creates (or reuses) the data file: `size` bytes of non-zero data, synced
-/// and dropped from the page cache.
+/// Creates (or reuses) the data file, refusing tmpfs, and drops it from the
+/// page cache.
 fn prepare_file(dir: &Path, size: u64) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("create directory {}", dir.display()))?;
     if blockio::is_memory_filesystem(dir)? {
@@ -68,77 +57,21 @@ fn prepare_file(dir: &Path, size: u64) -> Result<PathBuf> {
             dir.display()
         );
     }
-    let path = dir.join(format!("engine-{}m.dat", size >> 20));
-    if std::fs::metadata(&path)
-        .map(|m| m.len() == size)
-        .unwrap_or(false)
-    {
-        return Ok(path);
-    }
-    let tmp = path.with_extension("partial");
-    let mut f = File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let mut chunk = vec![0u8; 1 << 20];
-    let mut written = 0;
-    while written < size {
-        for w in chunk.chunks_exact_mut(8) {
-            w.copy_from_slice(&rng.next().to_le_bytes());
-        }
-        let n = chunk.len().min((size - written) as usize);
-        f.write_all(&chunk[..n]).with_context(|| {
-            format!(
-                "write {} at offset {written} (is the disk full?)",
-                tmp.display()
-            )
-        })?;
-        written += n as u64;
-    }
-    f.sync_all()
-        .with_context(|| format!("fsync {}", tmp.display()))?;
-    drop(f);
-    std::fs::rename(&tmp, &path).with_context(|| format!("rename to {}", path.display()))?;
+    let path = data::create(dir, &format!("engine-{}m.dat", size >> 20), size)?;
+    cache::evict(&File::open(&path)?)?;
     Ok(path)
-}
-
-fn evict(path: &Path) {
-    if let Ok(f) = File::open(path) {
-        // SAFETY: fadvise on an open descriptor has no memory effects.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    }
 }
 
 /// IOPS of fio's io_uring engine on the same file, or None if fio is absent.
 fn fio_iops(path: &Path, qd: usize, seconds: f64) -> Result<Option<f64>> {
-    let out = Command::new("fio")
-        .args([
-            "--name=blockio",
-            &format!("--filename={}", path.display()),
-            "--ioengine=io_uring",
-            "--direct=1",
-            "--rw=randread",
-            "--bs=4k",
-            &format!("--iodepth={qd}"),
-            &format!("--runtime={}ms", (seconds * 1000.0) as u64),
-            "--time_based",
-            "--output-format=json",
-        ])
-        .output();
-    let out = match out {
-        Ok(o) => o,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).context("run fio"),
-    };
-    if !out.status.success() {
-        bail!("fio failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    // fio may print notes before the JSON document.
-    let start = text.find('{').context("fio printed no JSON")?;
-    let v: serde_json::Value = serde_json::from_str(&text[start..]).context("parse fio JSON")?;
-    let iops = v["jobs"][0]["read"]["iops"]
-        .as_f64()
-        .context("fio JSON has no jobs[0].read.iops")?;
-    Ok(Some(iops))
+    let opts = [
+        "--ioengine=io_uring".to_string(),
+        "--direct=1".into(),
+        "--rw=randread".into(),
+        "--bs=4k".into(),
+        format!("--iodepth={qd}"),
+    ];
+    fio::read_iops(path, &opts, seconds)
 }
 
 /// The low-level baseline: one thread, one ring, `qd` reads kept in flight,
@@ -154,7 +87,7 @@ fn raw_loop(path: &Path, qd: usize, seconds: f64) -> Result<f64> {
         .or_else(|_| IoUring::new(qd.next_power_of_two() as u32))?;
     let mut bufs: Vec<AlignedBuf> = (0..qd).map(|_| AlignedBuf::new(BS, 4096)).collect();
     let mut free: Vec<usize> = (0..qd).collect();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let fd = types::Fd(file.as_raw_fd());
     let mut done = 0u64;
     let mut in_flight = 0usize;
@@ -165,7 +98,7 @@ fn raw_loop(path: &Path, qd: usize, seconds: f64) -> Result<f64> {
         if !stop {
             let mut sq = ring.submission();
             while let Some(i) = free.pop() {
-                let off = (rng.next() % blocks) * BS as u64;
+                let off = rng.below(blocks) * BS as u64;
                 let e = opcode::Read::new(fd, bufs[i].as_mut_ptr(), BS as u32)
                     .offset(off)
                     .build()
@@ -216,14 +149,14 @@ fn engine_run(
                 let mut bufs: Vec<AlignedBuf> = (0..batch).map(|_| file.alloc_buf(BS)).collect();
                 let mut store: Vec<Op<'static>> = Vec::with_capacity(batch);
                 let mut results = Vec::with_capacity(batch);
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) << 32));
+                let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) << 32));
                 let mut done = 0u64;
                 let mut measured_from: Option<(Instant, u64, u64)> = None;
                 let start = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
                     let mut ops = blockio::recycle(store);
                     for b in bufs.iter_mut() {
-                        ops.push(Op::read(&*file, (rng.next() % blocks) * BS as u64, b));
+                        ops.push(Op::read(&*file, rng.below(blocks) * BS as u64, b));
                     }
                     engine.submit_into(&mut ops, &mut results)?;
                     store = blockio::recycle(ops);
@@ -288,12 +221,11 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         args.dir.display()
     ));
     let path = prepare_file(&args.dir, size)?;
-    evict(&path);
     let engine = Engine::builder()
         .queue_depth(args.qd)
         .max_batch(args.qd as u32)
         .build()?;
-    let fio_available = !args.no_fio && Command::new("fio").arg("--version").output().is_ok();
+    let fio_available = !args.no_fio && fio::available();
     if !fio_available && !args.no_fio {
         eprintln!("fio is not installed: skipping the fio comparison (apt-get install fio)");
     }

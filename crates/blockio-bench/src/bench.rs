@@ -1,0 +1,358 @@
+//! `blockio bench`: every strategy on every profile, in one run.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+
+use crate::cache;
+use crate::data;
+use crate::fio;
+use crate::profile::{Profile, Workload};
+use crate::report::{self, Row};
+use crate::strategy::{self, Plan, Strategy};
+
+/// Options of `blockio bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Directory for the data file (created if missing).
+    #[arg(long, default_value = "bench-data")]
+    pub dir: PathBuf,
+    /// Size of the data file in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub size_mib: u64,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 0.4)]
+    pub seconds: f64,
+    /// Rounds: every run is repeated this many times, interleaved with the
+    /// others (so noise hits all alike), and the median round is reported.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Profiles to run, comma separated: direct, cold, warm, seq.
+    #[arg(long, value_delimiter = ',', default_values_t = Profile::ALL)]
+    pub profiles: Vec<Profile>,
+    /// Strategies to run, comma separated: sync, threads, pool (both pool
+    /// strategies), pool-tokio-fs, pool-blocking, uring, uring-mt, auto.
+    #[arg(long, value_delimiter = ',', value_parser = strategy::parse_strategies)]
+    pub strategies: Vec<Vec<Strategy>>,
+    /// Threads of `threads`, `uring-mt` and `auto` (default: the CPUs).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Concurrent tasks of the pool strategies.
+    #[arg(long, default_value_t = 64)]
+    pub tasks: usize,
+    /// Operations in flight of `uring-mt` and `auto`, over all threads.
+    #[arg(long, default_value_t = 128)]
+    pub mt_depth: usize,
+    /// Queue depths swept by `uring`, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16, 32, 64, 128])]
+    pub qd: Vec<usize>,
+    /// Also run the matching fio job for each profile and print ratios to it.
+    #[arg(long)]
+    pub fio: bool,
+    /// Print one JSON document on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for results.json, results.csv and chart.svg.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Check every byte read against the data pattern (slower; for tests).
+    #[arg(long)]
+    pub verify: bool,
+    /// Keep the data file afterwards (the next run reuses it).
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// Removes the data file when dropped, unless asked to keep it.
+struct DataFile {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Drop for DataFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+            let _ = std::fs::remove_file(self.path.with_extension("partial"));
+        }
+    }
+}
+
+fn validate(args: &BenchArgs) -> Result<()> {
+    if !args.seconds.is_finite() || args.seconds <= 0.0 || args.seconds > 3600.0 {
+        bail!("--seconds must be between 0 and 3600, got {}", args.seconds);
+    }
+    if args.size_mib < 1 {
+        bail!("--size-mib must be at least 1, got {}", args.size_mib);
+    }
+    if let Some(bad) = args.qd.iter().find(|&&q| q == 0 || q > 4096) {
+        bail!("--qd values must be between 1 and 4096, got {bad}");
+    }
+    if args.rounds == 0 || args.rounds > 100 {
+        bail!("--rounds must be between 1 and 100, got {}", args.rounds);
+    }
+    if args.threads == Some(0) || args.tasks == 0 || args.mt_depth == 0 {
+        bail!("--threads, --tasks and --mt-depth must be at least 1");
+    }
+    if args.profiles.is_empty() {
+        bail!("--profiles is empty");
+    }
+    Ok(())
+}
+
+/// The runs of one profile, in report order.
+pub fn plans(args: &BenchArgs, profile: Profile, strategies: &[Strategy]) -> Vec<Plan> {
+    let n = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let mut out = Vec::new();
+    for &s in strategies {
+        match s {
+            Strategy::Sync => out.push(Plan {
+                strategy: s,
+                qd: 1,
+                threads: 1,
+            }),
+            Strategy::Threads => out.push(Plan {
+                strategy: s,
+                qd: n,
+                threads: n,
+            }),
+            Strategy::PoolTokioFs if profile.direct() => {}
+            Strategy::PoolTokioFs | Strategy::PoolBlocking => out.push(Plan {
+                strategy: s,
+                qd: args.tasks,
+                threads: args.tasks,
+            }),
+            Strategy::Uring => out.extend(args.qd.iter().map(|&qd| Plan {
+                strategy: s,
+                qd,
+                threads: 1,
+            })),
+            Strategy::UringMt => out.push(Plan {
+                strategy: s,
+                qd: args.mt_depth.max(n),
+                threads: n,
+            }),
+            // One read at a time from one thread (where the ring loses to
+            // pread on cached data), and the many-threads configuration.
+            Strategy::Auto => out.extend([
+                Plan {
+                    strategy: s,
+                    qd: 1,
+                    threads: 1,
+                },
+                Plan {
+                    strategy: s,
+                    qd: args.mt_depth.max(n),
+                    threads: n,
+                },
+            ]),
+            Strategy::Fio => {}
+        }
+    }
+    out
+}
+
+/// Brings the page cache into the state the profile needs, checks it with
+/// `mincore`, and returns the resident fraction.
+fn prepare_cache(profile: Profile, w: &Workload) -> Result<f64> {
+    let file = w.file.file();
+    if profile.warm() {
+        if cache::resident_fraction(file)? < 0.99 {
+            cache::warm(file)?;
+        }
+        let r = cache::resident_fraction(file)?;
+        if r < 0.95 {
+            bail!(
+                "{}: only {:.0} % of the file stayed in the page cache after reading it (too little memory? try a smaller --size-mib)",
+                w.path.display(),
+                r * 100.0
+            );
+        }
+        Ok(r)
+    } else {
+        cache::evict(file)?;
+        let r = cache::resident_fraction(file)?;
+        if profile == Profile::Cold && r > 0.05 {
+            bail!(
+                "{}: {:.0} % of the file is still in the page cache after posix_fadvise(DONTNEED)",
+                w.path.display(),
+                r * 100.0
+            );
+        }
+        Ok(r)
+    }
+}
+
+/// The JSON document `--json` prints and `results.json` holds.
+#[derive(Debug, serde::Serialize)]
+pub struct Document {
+    /// What was run, and where.
+    pub config: serde_json::Value,
+    /// One row per run.
+    pub rows: Vec<Row>,
+    /// `auto` against the best strategy, per profile.
+    pub summary: Vec<report::Summary>,
+    /// Profiles skipped, and why.
+    pub skipped: Vec<String>,
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Runs the benchmark: prints the table (or JSON) and writes the files.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    validate(args)?;
+    let strategies: Vec<Strategy> = if args.strategies.is_empty() {
+        Strategy::ALL.to_vec()
+    } else {
+        let mut v: Vec<Strategy> = args.strategies.iter().flatten().copied().collect();
+        v.dedup();
+        v
+    };
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("cannot create the data directory {}", args.dir.display()))?;
+    let mut skipped = Vec::new();
+    let mut profiles = args.profiles.clone();
+    profiles.dedup();
+    if blockio::is_memory_filesystem(&args.dir)? {
+        let explicit = args.profiles.len() < Profile::ALL.len();
+        for p in [Profile::Direct, Profile::Cold] {
+            if profiles.contains(&p) {
+                if explicit {
+                    bail!(
+                        "{} is on tmpfs/ramfs: the {p} profile would measure memory, not a device; pass --dir on a disk",
+                        args.dir.display()
+                    );
+                }
+                let why = format!(
+                    "{p}: skipped, {} is on tmpfs/ramfs (O_DIRECT and eviction measure memory there); pass --dir on a disk",
+                    args.dir.display()
+                );
+                eprintln!("warning: {why}");
+                skipped.push(why);
+                profiles.retain(|&x| x != p);
+            }
+        }
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create the results directory {}", args.out.display()))?;
+    let probe = args.out.join(".write-test");
+    std::fs::write(&probe, b"").with_context(|| {
+        format!(
+            "the results directory {} is not writable",
+            args.out.display()
+        )
+    })?;
+    let _ = std::fs::remove_file(&probe);
+
+    let size = args.size_mib << 20;
+    let path = data::create(&args.dir, &format!("bench-{}m.dat", args.size_mib), size)?;
+    let _guard = DataFile {
+        path: path.clone(),
+        keep: args.keep,
+    };
+    let use_fio = args.fio && fio::available();
+    if args.fio && !use_fio {
+        eprintln!(
+            "warning: fio is not installed: skipping the fio comparison (apt-get install fio)"
+        );
+    }
+
+    let all_plans: Vec<(Profile, Vec<Plan>)> = profiles
+        .iter()
+        .map(|&p| (p, plans(args, p, &strategies)))
+        .collect();
+    let total: usize = all_plans
+        .iter()
+        .map(|(_, v)| v.len() * args.rounds + usize::from(use_fio))
+        .sum();
+    let bar = if std::io::stderr().is_terminal() && !args.json {
+        indicatif::ProgressBar::new(total as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{pos}/{len} [{elapsed}] {wide_msg}")
+            .expect("valid template"),
+    );
+
+    let mut rows = Vec::new();
+    for (profile, plans) in &all_plans {
+        let w = Arc::new(Workload::open(*profile, &path, args.verify)?);
+        let mut rounds: Vec<Vec<Row>> = vec![Vec::new(); plans.len()];
+        for round in 1..=args.rounds {
+            for (plan, done) in plans.iter().zip(rounds.iter_mut()) {
+                bar.set_message(format!(
+                    "{profile}: {} qd {} (round {round}/{})",
+                    plan.strategy, plan.qd, args.rounds
+                ));
+                let resident = prepare_cache(*profile, &w)?;
+                let m = strategy::run(*plan, &w, args.seconds)
+                    .with_context(|| format!("{profile} / {}", plan.strategy))?;
+                done.push(Row::measured(*profile, *plan, &m, resident));
+                bar.inc(1);
+            }
+        }
+        for mut done in rounds {
+            done.sort_by(|a, b| a.iops.total_cmp(&b.iops));
+            rows.push(done.swap_remove(done.len() / 2));
+        }
+        if use_fio {
+            bar.set_message(format!("{profile}: fio"));
+            let (opts, qd) = fio::profile_options(*profile);
+            if profile.warm() {
+                prepare_cache(*profile, &w)?;
+            }
+            if let Some(iops) = fio::read_iops(&path, &opts, args.seconds)? {
+                rows.push(Row::fio(*profile, qd, iops, args.seconds));
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+
+    let summary = report::summarise(&mut rows, &profiles);
+    let doc = Document {
+        config: serde_json::json!({
+            "file": path.display().to_string(),
+            "file_mib": args.size_mib,
+            "seconds_per_run": args.seconds,
+            "rounds": args.rounds,
+            "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+            "kernel": kernel_release(),
+            "verify": args.verify,
+        }),
+        rows,
+        summary,
+        skipped,
+    };
+    write_outputs(&args.out, &doc, &profiles)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!("{}", report::table(&doc.rows, &doc.summary, &profiles));
+        println!(
+            "\nwrote {0}/results.json, {0}/results.csv and {0}/chart.svg",
+            args.out.display()
+        );
+    }
+    Ok(())
+}
+
+fn write_outputs(out: &Path, doc: &Document, profiles: &[Profile]) -> Result<()> {
+    let write = |name: &str, text: String| {
+        let p = out.join(name);
+        std::fs::write(&p, text).with_context(|| format!("write {}", p.display()))
+    };
+    write("results.json", serde_json::to_string_pretty(doc)?)?;
+    write("results.csv", report::csv(&doc.rows))?;
+    write("chart.svg", crate::svg::chart(&doc.rows, profiles))?;
+    Ok(())
+}

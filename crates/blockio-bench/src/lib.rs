@@ -1,0 +1,21 @@
+//! Benchmarks of the blockio engine, run by the `blockio` binary:
+//!
+//! * [`bench`]: `blockio bench`, every reading strategy (pread, threads, an
+//!   async runtime's thread pool, the engine on io_uring, the engine's auto
+//!   read path) on every profile (O_DIRECT, cold and warm page cache,
+//!   sequential), with a table, JSON, CSV and an SVG chart;
+//! * [`engine_bench`]: `blockio engine-bench`, the engine against fio and a
+//!   raw io-uring loop on random O_DIRECT reads, with allocations per op.
+#![warn(missing_docs)]
+
+pub mod alloc_count;
+pub mod bench;
+pub mod cache;
+pub mod data;
+pub mod engine_bench;
+pub mod fio;
+pub mod measure;
+pub mod profile;
+pub mod report;
+pub mod strategy;
+pub mod svg;

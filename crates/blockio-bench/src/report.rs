@@ -1,0 +1,251 @@
+//! Results of `blockio bench`: rows, the auto/best summary, and the table,
+//! JSON and CSV forms.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::measure::Measured;
+use crate::profile::Profile;
+use crate::strategy::{Plan, Strategy};
+
+/// One measured run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The profile.
+    pub profile: Profile,
+    /// The strategy.
+    pub strategy: Strategy,
+    /// Operations in flight.
+    pub qd: usize,
+    /// Threads (or tasks) issuing them.
+    pub threads: usize,
+    /// Operations per second.
+    pub iops: f64,
+    /// MiB per second.
+    pub mib_s: f64,
+    /// Median latency (µs); for batches, the batch's round trip.
+    pub p50_us: Option<f64>,
+    /// 99th percentile latency (µs).
+    pub p99_us: Option<f64>,
+    /// 99.9th percentile latency (µs).
+    pub p999_us: Option<f64>,
+    /// Process CPU time (user + system) per operation (µs).
+    pub cpu_us_per_op: Option<f64>,
+    /// Context switches of the process during the run.
+    pub ctx_switches: Option<u64>,
+    /// Operations completed.
+    pub ops: Option<u64>,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// Fraction of the file in the page cache when the run started.
+    pub resident_before: Option<f64>,
+    /// IOPS as a ratio to fio's on the same profile (with `--fio`).
+    pub vs_fio: Option<f64>,
+}
+
+impl Row {
+    /// A row from a measured run.
+    pub fn measured(profile: Profile, plan: Plan, m: &Measured, resident: f64) -> Row {
+        Row {
+            profile,
+            strategy: plan.strategy,
+            qd: plan.qd,
+            threads: plan.threads,
+            iops: m.iops(),
+            mib_s: m.mib_s(),
+            p50_us: Some(m.p50_us),
+            p99_us: Some(m.p99_us),
+            p999_us: Some(m.p999_us),
+            cpu_us_per_op: Some(m.cpu.as_secs_f64() * 1e6 / m.ops.max(1) as f64),
+            ctx_switches: Some(m.switches),
+            ops: Some(m.ops),
+            seconds: m.elapsed.as_secs_f64(),
+            resident_before: Some(resident),
+            vs_fio: None,
+        }
+    }
+
+    /// A row for fio's figure (only IOPS are taken from fio).
+    pub fn fio(profile: Profile, qd: usize, iops: f64, seconds: f64) -> Row {
+        Row {
+            profile,
+            strategy: Strategy::Fio,
+            qd,
+            threads: 1,
+            iops,
+            mib_s: iops * profile.block_size() as f64 / (1 << 20) as f64,
+            p50_us: None,
+            p99_us: None,
+            p999_us: None,
+            cpu_us_per_op: None,
+            ctx_switches: None,
+            ops: None,
+            seconds,
+            resident_before: None,
+            vs_fio: Some(1.0),
+        }
+    }
+}
+
+/// How `auto` did in one profile against the best strategy of the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// The profile.
+    pub profile: Profile,
+    /// `auto`'s IOPS.
+    pub auto_iops: Option<f64>,
+    /// The strategy with the most IOPS (fio excluded).
+    pub best_strategy: Strategy,
+    /// Its operations in flight.
+    pub best_qd: usize,
+    /// Its IOPS.
+    pub best_iops: f64,
+    /// `auto_iops / best_iops` (the target is ≥ 0.95).
+    pub auto_vs_best: Option<f64>,
+    /// `auto` one read at a time from one thread, as a ratio to `sync`.
+    pub auto_qd1_vs_sync: Option<f64>,
+    /// fio's IOPS, with `--fio`.
+    pub fio_iops: Option<f64>,
+}
+
+/// Fills in `vs_fio` and summarises each profile.
+pub fn summarise(rows: &mut [Row], profiles: &[Profile]) -> Vec<Summary> {
+    let mut out = Vec::new();
+    for &p in profiles {
+        let fio = rows
+            .iter()
+            .find(|r| r.profile == p && r.strategy == Strategy::Fio)
+            .map(|r| r.iops);
+        for r in rows.iter_mut().filter(|r| r.profile == p) {
+            r.vs_fio = fio.map(|f| r.iops / f);
+        }
+        let ours = || {
+            rows.iter()
+                .filter(move |r| r.profile == p && r.strategy != Strategy::Fio)
+        };
+        let Some(best) = ours().max_by(|a, b| a.iops.total_cmp(&b.iops)) else {
+            continue;
+        };
+        // The headline auto run is its deepest (many threads); the qd 1 run
+        // is compared with the pread loop.
+        let auto = ours()
+            .filter(|r| r.strategy == Strategy::Auto)
+            .max_by_key(|r| r.qd)
+            .map(|r| r.iops);
+        let at_qd1 = |st: Strategy| {
+            ours()
+                .find(|r| r.strategy == st && r.qd == 1)
+                .map(|r| r.iops)
+        };
+        let auto_qd1_vs_sync = at_qd1(Strategy::Auto)
+            .zip(at_qd1(Strategy::Sync))
+            .map(|(a, s)| a / s);
+        out.push(Summary {
+            profile: p,
+            auto_iops: auto,
+            best_strategy: best.strategy,
+            best_qd: best.qd,
+            best_iops: best.iops,
+            auto_vs_best: auto.map(|a| a / best.iops),
+            auto_qd1_vs_sync,
+            fio_iops: fio,
+        });
+    }
+    out
+}
+
+fn opt(x: Option<f64>, decimals: usize) -> String {
+    x.map_or("-".into(), |v| format!("{v:.decimals$}"))
+}
+
+/// The human-readable table.
+pub fn table(rows: &[Row], summary: &[Summary], profiles: &[Profile]) -> String {
+    let mut s = String::new();
+    for &p in profiles {
+        let _ = writeln!(s, "\n{p}: {}", p.describe());
+        let _ = writeln!(
+            s,
+            "  {:<14} {:>4} {:>4} {:>10} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7}",
+            "strategy",
+            "qd",
+            "thr",
+            "IOPS",
+            "MiB/s",
+            "p50 us",
+            "p99 us",
+            "p99.9 us",
+            "cpu us/op",
+            "csw/op",
+            "vs fio"
+        );
+        for r in rows.iter().filter(|r| r.profile == p) {
+            let csw = r
+                .ctx_switches
+                .zip(r.ops)
+                .map(|(c, o)| c as f64 / o.max(1) as f64);
+            let _ = writeln!(
+                s,
+                "  {:<14} {:>4} {:>4} {:>10.0} {:>9.1} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7}",
+                r.strategy.name(),
+                r.qd,
+                r.threads,
+                r.iops,
+                r.mib_s,
+                opt(r.p50_us, 1),
+                opt(r.p99_us, 1),
+                opt(r.p999_us, 1),
+                opt(r.cpu_us_per_op, 2),
+                opt(csw, 3),
+                opt(r.vs_fio, 2),
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nauto against the best strategy of this run (target >= 0.95):"
+    );
+    for x in summary {
+        let _ = writeln!(
+            s,
+            "  {:<7} auto {:>10} best {:>10.0} ({} qd {}) -> {}",
+            x.profile.to_string(),
+            opt(x.auto_iops, 0),
+            x.best_iops,
+            x.best_strategy,
+            x.best_qd,
+            opt(x.auto_vs_best, 2),
+        );
+    }
+    s
+}
+
+/// The rows as CSV, with a header line.
+pub fn csv(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "profile,strategy,qd,threads,iops,mib_s,p50_us,p99_us,p999_us,cpu_us_per_op,ctx_switches,ops,seconds,resident_before,vs_fio\n",
+    );
+    let o = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.3}"));
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{:.1},{:.3},{},{},{},{},{},{},{:.3},{},{}",
+            r.profile,
+            r.strategy,
+            r.qd,
+            r.threads,
+            r.iops,
+            r.mib_s,
+            o(r.p50_us),
+            o(r.p99_us),
+            o(r.p999_us),
+            o(r.cpu_us_per_op),
+            r.ctx_switches.map_or(String::new(), |c| c.to_string()),
+            r.ops.map_or(String::new(), |c| c.to_string()),
+            r.seconds,
+            o(r.resident_before),
+            o(r.vs_fio),
+        );
+    }
+    s
+}

@@ -1,0 +1,299 @@
+//! The ways of reading that `blockio bench` compares.
+
+use std::fmt;
+use std::io::SeekFrom;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use blockio::{AlignedBuf, Engine, Op, ReadPath};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+use crate::data::Rng;
+use crate::measure::{timed, Measured, Recorder};
+use crate::profile::Workload;
+
+/// A way of reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Strategy {
+    /// A `pread` loop on one thread.
+    #[serde(rename = "sync")]
+    Sync,
+    /// `pread` loops on N threads.
+    #[serde(rename = "threads")]
+    Threads,
+    /// tokio's thread-pool file I/O (`tokio::fs::File`: seek + read), N tasks.
+    #[serde(rename = "pool-tokio-fs")]
+    PoolTokioFs,
+    /// tokio `spawn_blocking` + `pread`, N tasks.
+    #[serde(rename = "pool-blocking")]
+    PoolBlocking,
+    /// The engine's batch API from one thread, every read through io_uring.
+    #[serde(rename = "uring")]
+    Uring,
+    /// The engine from N threads, every read through io_uring.
+    #[serde(rename = "uring-mt")]
+    UringMt,
+    /// The engine's default read path (cached reads inline, misses through
+    /// io_uring) from N threads.
+    #[serde(rename = "auto")]
+    Auto,
+    /// fio's io_uring engine (a reference, run with `--fio`).
+    #[serde(rename = "fio")]
+    Fio,
+}
+
+impl Strategy {
+    /// The strategies `blockio bench` runs by default, in report order.
+    pub const ALL: [Strategy; 7] = [
+        Strategy::Sync,
+        Strategy::Threads,
+        Strategy::PoolTokioFs,
+        Strategy::PoolBlocking,
+        Strategy::Uring,
+        Strategy::UringMt,
+        Strategy::Auto,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Sync => "sync",
+            Strategy::Threads => "threads",
+            Strategy::PoolTokioFs => "pool-tokio-fs",
+            Strategy::PoolBlocking => "pool-blocking",
+            Strategy::Uring => "uring",
+            Strategy::UringMt => "uring-mt",
+            Strategy::Auto => "auto",
+            Strategy::Fio => "fio",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parses a strategy name; `pool` means both pool strategies.
+pub fn parse_strategies(s: &str) -> std::result::Result<Vec<Strategy>, String> {
+    if s == "pool" {
+        return Ok(vec![Strategy::PoolTokioFs, Strategy::PoolBlocking]);
+    }
+    Strategy::from_str(s).map(|x| vec![x])
+}
+
+impl FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Strategy, String> {
+        Strategy::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown strategy {s:?}: expected sync, threads, pool, pool-tokio-fs, pool-blocking, uring, uring-mt or auto"
+                )
+            })
+    }
+}
+
+/// One run: a strategy with its operations in flight and its threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// Operations in flight (over all threads or tasks).
+    pub qd: usize,
+    /// Threads (or tasks, for the pool strategies) issuing them.
+    pub threads: usize,
+}
+
+/// Runs `plan` on `w` for `seconds`.
+pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
+    match plan.strategy {
+        Strategy::Sync | Strategy::Threads => std::thread::scope(|s| {
+            timed(seconds, |deadline| {
+                let handles: Vec<_> = (0..plan.threads)
+                    .map(|t| s.spawn(move || pread_loop(w, deadline, t)))
+                    .collect();
+                join_all(handles)
+            })
+        }),
+        Strategy::PoolBlocking | Strategy::PoolTokioFs => pool(plan, w, seconds),
+        Strategy::Uring | Strategy::UringMt | Strategy::Auto => {
+            let per_thread = (plan.qd / plan.threads).max(1);
+            let engine = Engine::builder()
+                .queue_depth(plan.qd)
+                .max_batch(per_thread as u32)
+                .read_path(if plan.strategy == Strategy::Auto {
+                    ReadPath::Auto
+                } else {
+                    ReadPath::Backend
+                })
+                .build()?;
+            std::thread::scope(|s| {
+                timed(seconds, |deadline| {
+                    let handles: Vec<_> = (0..plan.threads)
+                        .map(|t| {
+                            let engine = &engine;
+                            s.spawn(move || engine_loop(engine, w, per_thread, deadline, t))
+                        })
+                        .collect();
+                    join_all(handles)
+                })
+            })
+        }
+        Strategy::Fio => bail!("fio is run by the fio module, not as a strategy"),
+    }
+}
+
+fn join_all(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<Recorder>>>,
+) -> Result<Vec<Recorder>> {
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("benchmark thread panicked"))
+        .collect()
+}
+
+fn seed(t: usize) -> Rng {
+    Rng::new(0x2545_f491_4f6c_dd1d ^ ((t as u64 + 1) << 40))
+}
+
+/// `pread` one block at a time until the deadline.
+fn pread_loop(w: &Workload, deadline: Instant, t: usize) -> Result<Recorder> {
+    let mut buf = AlignedBuf::new(w.block_size, 4096);
+    let mut rng = seed(t);
+    let mut rec = Recorder::new();
+    loop {
+        let t0 = Instant::now();
+        if t0 >= deadline {
+            return Ok(rec);
+        }
+        let off = w.next_offset(&mut rng);
+        let n = w.pread(&mut buf, off)?;
+        rec.record(t0.elapsed(), 1, n as u64);
+        w.check(&buf, off, n)?;
+    }
+}
+
+/// Batches of `batch` reads through the engine until the deadline.
+fn engine_loop(
+    engine: &Engine,
+    w: &Workload,
+    batch: usize,
+    deadline: Instant,
+    t: usize,
+) -> Result<Recorder> {
+    let mut bufs: Vec<AlignedBuf> = (0..batch)
+        .map(|_| AlignedBuf::new(w.block_size, 4096))
+        .collect();
+    let mut offsets = vec![0u64; batch];
+    let mut store: Vec<Op<'static>> = Vec::with_capacity(batch);
+    let mut results = Vec::with_capacity(batch);
+    let mut rng = seed(t);
+    let mut rec = Recorder::new();
+    loop {
+        let t0 = Instant::now();
+        if t0 >= deadline {
+            return Ok(rec);
+        }
+        let mut ops = blockio::recycle(store);
+        for (b, off) in bufs.iter_mut().zip(offsets.iter_mut()) {
+            *off = w.next_offset(&mut rng);
+            ops.push(Op::read(&w.file, *off, b));
+        }
+        engine.submit_into(&mut ops, &mut results)?;
+        store = blockio::recycle(ops);
+        let latency = t0.elapsed();
+        let mut bytes = 0;
+        for ((r, b), &off) in results.iter().zip(&bufs).zip(&offsets) {
+            let n = *r
+                .as_ref()
+                .map_err(|e| anyhow::anyhow!("{}: {e}", w.path.display()))?;
+            w.check(b, off, n)?;
+            bytes += n as u64;
+        }
+        rec.record(latency, batch as u64, bytes);
+    }
+}
+
+/// The async runtime's thread-pool file I/O, `plan.threads` tasks.
+fn pool(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
+    if plan.strategy == Strategy::PoolTokioFs && w.profile.direct() {
+        bail!("tokio::fs cannot do O_DIRECT reads: its internal buffers are not aligned");
+    }
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cpus)
+        .max_blocking_threads(plan.threads.max(512))
+        .build()
+        .context("start the tokio runtime")?;
+    timed(seconds, |deadline| {
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..plan.threads)
+                .map(|t| {
+                    let w = w.clone();
+                    if plan.strategy == Strategy::PoolTokioFs {
+                        tokio::spawn(tokio_fs_task(w, deadline, t))
+                    } else {
+                        tokio::spawn(blocking_task(w, deadline, t))
+                    }
+                })
+                .collect();
+            let mut out = Vec::with_capacity(tasks.len());
+            for task in tasks {
+                out.push(task.await.context("benchmark task panicked")??);
+            }
+            Ok(out)
+        })
+    })
+}
+
+async fn blocking_task(w: Arc<Workload>, deadline: Instant, t: usize) -> Result<Recorder> {
+    let mut buf = AlignedBuf::new(w.block_size, 4096);
+    let mut rng = seed(t);
+    let mut rec = Recorder::new();
+    loop {
+        let t0 = Instant::now();
+        if t0 >= deadline {
+            return Ok(rec);
+        }
+        let off = w.next_offset(&mut rng);
+        let w2 = w.clone();
+        let (b, n) = tokio::task::spawn_blocking(move || {
+            let n = w2.pread(&mut buf, off);
+            (buf, n)
+        })
+        .await
+        .context("spawn_blocking task panicked")?;
+        buf = b;
+        let n = n?;
+        rec.record(t0.elapsed(), 1, n as u64);
+        w.check(&buf, off, n)?;
+    }
+}
+
+async fn tokio_fs_task(w: Arc<Workload>, deadline: Instant, t: usize) -> Result<Recorder> {
+    let mut file = tokio::fs::File::open(&w.path)
+        .await
+        .with_context(|| format!("open {}", w.path.display()))?;
+    let mut buf = vec![0u8; w.block_size];
+    let mut rng = seed(t);
+    let mut rec = Recorder::new();
+    loop {
+        let t0 = Instant::now();
+        if t0 >= deadline {
+            return Ok(rec);
+        }
+        let off = w.next_offset(&mut rng);
+        file.seek(SeekFrom::Start(off)).await?;
+        file.read_exact(&mut buf)
+            .await
+            .with_context(|| format!("{}: read at offset {off}", w.path.display()))?;
+        rec.record(t0.elapsed(), 1, buf.len() as u64);
+        w.check(&buf, off, buf.len())?;
+    }
+}
