@@ -203,18 +203,19 @@ pub fn table(rows: &[Row], summary: &[Summary], profiles: &[Profile]) -> String 
     }
     let _ = writeln!(
         s,
-        "\nauto against the best strategy of this run (target >= 0.95):"
+        "\nauto from many threads against the best strategy of this run (target >= 0.95),\nand auto one read at a time against the pread loop:"
     );
     for x in summary {
         let _ = writeln!(
             s,
-            "  {:<7} auto {:>10} best {:>10.0} ({} qd {}) -> {}",
+            "  {:<7} auto {:>10} best {:>10.0} ({} qd {}) -> {:>5}    auto qd 1 / sync -> {}",
             x.profile.to_string(),
             opt(x.auto_iops, 0),
             x.best_iops,
             x.best_strategy,
             x.best_qd,
             opt(x.auto_vs_best, 2),
+            opt(x.auto_qd1_vs_sync, 2),
         );
     }
     s

@@ -157,7 +157,8 @@ fn table_mode_prints_every_profile_and_the_auto_ratio() {
     assert!(text.contains("warm: buffered random 4 KiB"), "{text}");
     assert!(text.contains("seq: buffered sequential 128 KiB"), "{text}");
     assert!(!text.contains("direct:"), "{text}");
-    assert!(text.contains("auto against the best strategy"), "{text}");
+    assert!(text.contains("against the best strategy"), "{text}");
+    assert!(text.contains("auto qd 1 / sync"), "{text}");
     // --keep leaves the data file.
     assert_eq!(
         std::fs::read_dir(dir.path().join("data")).unwrap().count(),

@@ -157,20 +157,27 @@ fn files_opened_with_o_direct_elsewhere_are_not_read_inline() {
     let e = Engine::new().unwrap();
     let mut bufs: Vec<AlignedBuf> = (0..16).map(|_| AlignedBuf::new(4096, 4096)).collect();
     let before = e.stats();
-    let mut ops: Vec<Op> = bufs
-        .iter_mut()
-        .enumerate()
-        .map(|(i, b)| Op::read(&direct, i as u64 * 4096, b))
-        .collect();
-    let res = e.submit(&mut ops).unwrap();
-    drop(ops);
-    for (i, (r, b)) in res.iter().zip(&bufs).enumerate() {
-        assert_eq!(*r.as_ref().unwrap(), 4096);
+    // Batches of 2: small enough that a buffered file would be read inline.
+    for (k, pair) in bufs.chunks_mut(2).enumerate() {
+        let mut ops: Vec<Op> = pair
+            .iter_mut()
+            .enumerate()
+            .map(|(j, b)| Op::read(&direct, (2 * k + j) as u64 * 4096, b))
+            .collect();
+        let res = e.submit(&mut ops).unwrap();
+        for r in res {
+            assert_eq!(r.unwrap(), 4096);
+        }
+    }
+    for (i, b) in bufs.iter().enumerate() {
         assert!(b.iter().all(|&x| x == i as u8));
     }
     let after = e.stats();
     assert_eq!(after.served_inline, before.served_inline);
     assert_eq!(after.sent_to_backend - before.sent_to_backend, 16);
+    // The same data through the buffered descriptor is served inline.
+    let s = read_blocks_in(&e, &plain, 16, 2, 1);
+    assert_eq!((s.served_inline, s.sent_to_backend), (16, 0));
 }
 
 #[test]
