@@ -191,6 +191,16 @@ impl BufferPool {
         self.inner.buf_size
     }
 
+    /// Buffers free right now (not handed out, and not held by an operation
+    /// the kernel has yet to complete).
+    pub fn available(&self) -> usize {
+        self.inner
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
     /// Number of buffers.
     pub fn count(&self) -> usize {
         self.inner.count

@@ -197,22 +197,7 @@ impl EngineBuilder {
     /// even the thread pool cannot start, or if [`BACKEND_ENV`] holds an
     /// unknown value.
     pub fn build(self) -> io::Result<Engine> {
-        let choice = match std::env::var(BACKEND_ENV) {
-            Ok(v) => match v.trim() {
-                "threads" | "thread-pool" | "threadpool" => BackendChoice::ThreadPool,
-                "uring" | "io_uring" | "io-uring" => BackendChoice::IoUring,
-                "auto" | "" => self.backend,
-                other => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!(
-                            "{BACKEND_ENV}={other:?}: expected \"threads\", \"uring\" or \"auto\""
-                        ),
-                    ))
-                }
-            },
-            Err(_) => self.backend,
-        };
+        let choice = choice_from_env(self.backend)?;
         let threads = if self.threads == 0 {
             self.queue_depth.min(64)
         } else {
@@ -267,6 +252,22 @@ impl EngineBuilder {
                 ),
             )),
         }
+    }
+}
+
+/// The backend asked for: [`BACKEND_ENV`] if set, else `configured`.
+pub(crate) fn choice_from_env(configured: BackendChoice) -> io::Result<BackendChoice> {
+    match std::env::var(BACKEND_ENV) {
+        Ok(v) => match v.trim() {
+            "threads" | "thread-pool" | "threadpool" => Ok(BackendChoice::ThreadPool),
+            "uring" | "io_uring" | "io-uring" => Ok(BackendChoice::IoUring),
+            "auto" | "" => Ok(configured),
+            other => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{BACKEND_ENV}={other:?}: expected \"threads\", \"uring\" or \"auto\""),
+            )),
+        },
+        Err(_) => Ok(configured),
     }
 }
 

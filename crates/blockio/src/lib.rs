@@ -57,6 +57,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod aio;
 mod buf;
 mod cached;
 mod direct;

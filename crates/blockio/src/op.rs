@@ -170,6 +170,35 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// An operation over memory that the caller keeps alive (and does not
+    /// touch) until the operation has completed: the async API, which owns
+    /// its buffers, builds its operations this way.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for `len` bytes (or `len` iovecs for vectored
+    /// kinds, themselves valid) until the operation completes, and nothing
+    /// else may access that memory meanwhile.
+    pub(crate) unsafe fn from_raw(
+        kind: OpKind,
+        fd: RawFd,
+        offset: u64,
+        ptr: *mut u8,
+        len: usize,
+        direct: Option<Alignment>,
+    ) -> Op<'static> {
+        Op {
+            kind,
+            fd,
+            offset,
+            ptr,
+            len,
+            direct,
+            polling: false,
+            settled: false,
+            _borrow: PhantomData,
+        }
+    }
+
     /// Read up to `buf.len()` bytes at `offset`. The result is the number of
     /// bytes read, short at end of file.
     pub fn read<T: Target + ?Sized>(file: &'a T, offset: u64, buf: &'a mut [u8]) -> Op<'a> {

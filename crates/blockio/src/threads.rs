@@ -155,6 +155,13 @@ impl Drop for ThreadBackend {
 
 /// Performs one operation with a plain system call.
 pub(crate) fn run_one(op: &Op<'_>) -> io::Result<usize> {
+    let raw = run_raw(op);
+    op.result_from_raw(raw)
+}
+
+/// Performs one operation with a plain system call; the result as the kernel
+/// reports it to io_uring (bytes, or `-errno`).
+pub(crate) fn run_raw(op: &Op<'_>) -> i32 {
     loop {
         // SAFETY: `op` borrows its buffer / iovec array for its lifetime and
         // we are inside it; the lengths come from the same slices.
@@ -183,13 +190,14 @@ pub(crate) fn run_one(op: &Op<'_>) -> io::Result<usize> {
             }
         };
         if rc >= 0 {
-            return Ok(rc as usize);
+            // At most MAX_RW bytes, which fits in an i32.
+            return rc as i32;
         }
         let errno = io::Error::last_os_error()
             .raw_os_error()
             .unwrap_or(libc::EIO);
         if errno != libc::EINTR {
-            return op.result_from_raw(-errno);
+            return -errno;
         }
     }
 }

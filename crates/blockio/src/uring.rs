@@ -91,7 +91,7 @@ pub struct ProbeReport {
     pub refused_flags: Vec<&'static str>,
 }
 
-struct FileTable {
+pub(crate) struct FileTable {
     version: u64,
     /// Slot -> fd (-1 when empty), as handed to the kernel.
     slots: Vec<RawFd>,
@@ -654,7 +654,7 @@ macro_rules! rw_entry {
     }};
 }
 
-fn build_entry(
+pub(crate) fn build_entry(
     op: &Op<'_>,
     ud: u64,
     bufs: Option<&PoolInner>,

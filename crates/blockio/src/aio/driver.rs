@@ -1,0 +1,308 @@
+//! The completion driver behind the async API.
+//!
+//! # How completions are reaped, and why
+//!
+//! One thread per [`AsyncEngine`](super::AsyncEngine) owns one ring. Futures
+//! never touch the ring: on their first poll they push a request onto a
+//! queue and, only if the driver is asleep, write to an eventfd to wake it.
+//! The driver takes **everything** queued, pushes it onto the ring and makes
+//! one `io_uring_enter` that submits it all and sleeps until at least one
+//! completion — a completion of an operation, or of the read it keeps armed
+//! on the eventfd. For each completion it stores the result in the
+//! operation's shared state and calls the task's waker directly: the
+//! executor is told at once, with no thread-pool hop.
+//!
+//! Why this shape:
+//! * any executor works: the futures only need a `Waker`; nothing depends on
+//!   the runtime having an I/O reactor, so the futures are `Send` and run on
+//!   tokio's multi-thread runtime, smol or `block_on` alike;
+//! * operations issued by many tasks while the driver was busy or asleep go
+//!   to the kernel in one call (the queue is drained whole), and the
+//!   eventfd is written once per sleep, not once per operation;
+//! * one thread strictly owns the ring, so `SINGLE_ISSUER` and
+//!   `DEFER_TASKRUN` are sound here (field-notes lesson 6), and the thread
+//!   that submitted an operation outlives it: the driver exits only after
+//!   its last operation completed;
+//! * the state of an operation (its buffer included) is shared between the
+//!   future and the driver; a dropped future leaves it with the driver,
+//!   which frees it when the completion arrives (lesson 5). Nothing blocks in
+//!   `Drop`.
+//!
+//! Where io_uring is unavailable the same requests are served by a pool of
+//! threads doing `pread`/`pwrite`, completing the same shared states.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use io_uring::{opcode, types, IoUring};
+
+use crate::op::Op;
+use crate::threads::run_raw;
+use crate::uring::build_entry;
+
+/// Receives an operation's result (bytes, or `-errno`).
+pub(crate) trait Complete: Send + Sync {
+    /// Called once, on the driver (or a pool) thread.
+    fn complete(&self, res: i32);
+}
+
+/// An operation to perform, and where its result goes.
+pub(crate) struct Request {
+    pub op: Op<'static>,
+    pub done: Arc<dyn Complete>,
+}
+
+const WAKE: u64 = u64::MAX;
+
+/// What the submitting side shares with the io_uring driver thread.
+pub(crate) struct DriverShared {
+    queue: Mutex<Vec<Request>>,
+    /// The driver is (about to be) asleep in `io_uring_enter`.
+    sleeping: AtomicBool,
+    stop: AtomicBool,
+    wake_fd: OwnedFd,
+}
+
+impl DriverShared {
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
+        unsafe { libc::write(self.wake_fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// The driver: an io_uring thread, or a pool of threads.
+pub(crate) enum Driver {
+    Uring(Arc<DriverShared>),
+    Threads(Mutex<Option<mpsc::Sender<Request>>>),
+}
+
+impl Driver {
+    /// Starts an io_uring driver with a ring of `entries`.
+    pub(crate) fn uring(entries: u32) -> io::Result<Driver> {
+        // SAFETY: eventfd returns a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let shared = Arc::new(DriverShared {
+            queue: Mutex::new(Vec::new()),
+            sleeping: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            // SAFETY: `fd` is a fresh descriptor nobody else owns.
+            wake_fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        });
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("blockio-aio".into())
+            .spawn(move || drive(s, entries, ready_tx))?;
+        ready_rx
+            .recv()
+            .map_err(|_| io::Error::other("the blockio-aio driver thread died while starting"))??;
+        Ok(Driver::Uring(shared))
+    }
+
+    /// Starts a pool of `threads` threads doing plain system calls.
+    pub(crate) fn threads(threads: usize) -> io::Result<Driver> {
+        let (tx, rx) = mpsc::channel::<Request>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("blockio-aio-{i}"))
+                .spawn(move || loop {
+                    let req = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                        Ok(r) => r,
+                        Err(_) => return,
+                    };
+                    req.done.complete(run_raw(&req.op));
+                })?;
+        }
+        Ok(Driver::Threads(Mutex::new(Some(tx))))
+    }
+
+    /// Hands requests to the driver.
+    pub(crate) fn submit(&self, reqs: impl IntoIterator<Item = Request>) {
+        match self {
+            Driver::Uring(shared) => {
+                shared
+                    .queue
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(reqs);
+                if shared.sleeping.swap(false, Ordering::SeqCst) {
+                    shared.wake();
+                }
+            }
+            Driver::Threads(tx) => {
+                let tx = tx.lock().unwrap_or_else(|e| e.into_inner());
+                for req in reqs {
+                    let sent = tx.as_ref().map(|t| t.send(req));
+                    if let Some(Err(mpsc::SendError(req))) = sent {
+                        req.done.complete(-libc::ECANCELED);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    /// Tells the driver to finish: it submits what is queued, waits for
+    /// everything in flight, and exits. Does not wait for it here.
+    fn drop(&mut self) {
+        match self {
+            Driver::Uring(shared) => {
+                shared.stop.store(true, Ordering::SeqCst);
+                shared.wake();
+            }
+            Driver::Threads(tx) => {
+                tx.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+            }
+        }
+    }
+}
+
+fn build_ring(entries: u32) -> io::Result<IoUring> {
+    let attempts: [fn(&mut io_uring::Builder); 3] = [
+        |b| {
+            b.setup_single_issuer()
+                .setup_defer_taskrun()
+                .setup_coop_taskrun();
+        },
+        |b| {
+            b.setup_coop_taskrun();
+        },
+        |_| {},
+    ];
+    let mut last = None;
+    for set in attempts {
+        let mut b = IoUring::builder();
+        b.setup_cqsize(entries * 2);
+        set(&mut b);
+        match b.build(entries) {
+            Ok(r) => return Ok(r),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("io_uring setup failed")))
+}
+
+/// The driver thread's loop.
+fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result<()>>) {
+    let mut ring = match build_ring(entries) {
+        Ok(r) => {
+            let _ = ready.send(Ok(()));
+            r
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    // The eventfd read's target. Leaked on purpose: the armed read is still
+    // pending when the thread exits, and the kernel cancels it only while
+    // tearing the ring down, after this stack frame is gone.
+    let wake_buf: &'static mut [u8; 8] = Box::leak(Box::new([0u8; 8]));
+    let wake_ptr = wake_buf.as_mut_ptr();
+    let cap = ring.params().sq_entries() as usize;
+    let mut slots: Vec<Option<Arc<dyn Complete>>> = Vec::with_capacity(cap);
+    let mut free: Vec<usize> = Vec::new();
+    let mut backlog: VecDeque<Request> = VecDeque::new();
+    let mut taken: Vec<Request> = Vec::new();
+    let mut in_flight = 0usize;
+    let mut arm_wake = true;
+    loop {
+        std::mem::swap(
+            &mut *shared.queue.lock().unwrap_or_else(|e| e.into_inner()),
+            &mut taken,
+        );
+        backlog.extend(taken.drain(..));
+        {
+            let mut sq = ring.submission();
+            if arm_wake {
+                let e = opcode::Read::new(types::Fd(shared.wake_fd.as_raw_fd()), wake_ptr, 8)
+                    .build()
+                    .user_data(WAKE);
+                // SAFETY: the target is leaked memory, valid forever.
+                if unsafe { sq.push(&e) }.is_ok() {
+                    arm_wake = false;
+                }
+            }
+            // One slot stays free for re-arming the wake read.
+            while in_flight + 1 < cap {
+                let Some(req) = backlog.pop_front() else {
+                    break;
+                };
+                let slot = free.pop().unwrap_or_else(|| {
+                    slots.push(None);
+                    slots.len() - 1
+                });
+                let e = build_entry(&req.op, slot as u64, None, None);
+                // SAFETY: the request's memory is owned by its shared state
+                // (`req.done`), which `slots` keeps alive until the
+                // completion for this slot has been reaped.
+                if unsafe { sq.push(&e) }.is_err() {
+                    free.push(slot);
+                    backlog.push_front(req);
+                    break;
+                }
+                slots[slot] = Some(req.done);
+                in_flight += 1;
+            }
+        }
+        let stopping = shared.stop.load(Ordering::SeqCst);
+        if stopping && in_flight == 0 && backlog.is_empty() {
+            let queued = shared
+                .queue
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty();
+            if queued {
+                return;
+            }
+            continue;
+        }
+        // Sleep unless more work arrived meanwhile (see `Driver::submit`).
+        shared.sleeping.store(true, Ordering::SeqCst);
+        let more = !shared
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+            || (!backlog.is_empty() && in_flight + 1 < cap);
+        let want = if more { 0 } else { 1 };
+        let res = ring.submit_and_wait(want);
+        shared.sleeping.store(false, Ordering::SeqCst);
+        match res {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
+                ) => {}
+            // The ring is broken: nothing can tell us when the kernel is
+            // done with the buffers in flight. Aborting is the sound choice.
+            Err(_) => std::process::abort(),
+        }
+        for cqe in ring.completion() {
+            let ud = cqe.user_data();
+            if ud == WAKE {
+                arm_wake = true;
+                continue;
+            }
+            let slot = ud as usize;
+            if let Some(done) = slots[slot].take() {
+                free.push(slot);
+                in_flight -= 1;
+                done.complete(cqe.result());
+            }
+        }
+    }
+}

@@ -1,0 +1,728 @@
+//! `AsyncFile`: positional and streaming file I/O on the async driver.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::future::Future;
+use std::io::{self, SeekFrom};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use super::buf::{IoBuf, IoBufMut};
+use super::op::{BufResult, OpFuture};
+use super::AsyncEngine;
+use crate::buf::AlignedBuf;
+use crate::direct::Alignment;
+use crate::error::PathError;
+use crate::op::{Op, OpKind};
+
+/// The open file, shared with every operation in flight on it so that the
+/// descriptor stays open until the last one completes.
+struct Handle {
+    file: File,
+    direct: Option<Alignment>,
+}
+
+/// Options for [`AsyncFile::open_with`].
+#[derive(Debug, Clone)]
+pub struct AsyncOpenOptions {
+    options: OpenOptions,
+    direct: bool,
+    block_size: usize,
+    depth: usize,
+}
+
+impl Default for AsyncOpenOptions {
+    fn default() -> Self {
+        let mut options = OpenOptions::new();
+        options.read(true);
+        AsyncOpenOptions {
+            options,
+            direct: false,
+            block_size: 128 << 10,
+            depth: 4,
+        }
+    }
+}
+
+impl AsyncOpenOptions {
+    /// Read-only, buffered, 128 KiB blocks, 4 blocks of read-ahead.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Open for reading.
+    pub fn read(mut self, on: bool) -> Self {
+        self.options.read(on);
+        self
+    }
+    /// Open for writing.
+    pub fn write(mut self, on: bool) -> Self {
+        self.options.write(on);
+        self
+    }
+    /// Create the file if missing.
+    pub fn create(mut self, on: bool) -> Self {
+        self.options.create(on);
+        self
+    }
+    /// Truncate the file on opening.
+    pub fn truncate(mut self, on: bool) -> Self {
+        self.options.truncate(on);
+        self
+    }
+    /// Open with `O_DIRECT`: operations are checked against the file's
+    /// alignment before submission, and streaming uses aligned blocks.
+    pub fn direct(mut self, on: bool) -> Self {
+        self.direct = on;
+        self
+    }
+    /// Bytes per streaming read or write (default 128 KiB; rounded up to
+    /// the alignment for direct files).
+    pub fn block_size(mut self, n: usize) -> Self {
+        self.block_size = n.max(1);
+        self
+    }
+    /// Streaming reads (or writes) kept in flight ahead of (or behind) the
+    /// cursor (default 4).
+    pub fn depth(mut self, n: usize) -> Self {
+        self.depth = n.max(1);
+        self
+    }
+}
+
+/// A file for async I/O: positional operations with owned buffers, and
+/// `futures::io::{AsyncRead, AsyncWrite, AsyncSeek}` for streaming (with
+/// read-ahead and write-behind of `depth` blocks).
+///
+/// Opening is a plain `open` system call made on the calling thread (it
+/// does not wait for the device on local filesystems).
+pub struct AsyncFile {
+    engine: AsyncEngine,
+    handle: Arc<Handle>,
+    stream: Stream,
+}
+
+impl std::fmt::Debug for AsyncFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncFile")
+            .field("fd", &self.handle.file.as_raw_fd())
+            .field("direct", &self.handle.direct.is_some())
+            .field("pos", &self.stream.pos)
+            .finish()
+    }
+}
+
+impl AsyncFile {
+    /// Opens `path` read-only (buffered).
+    pub fn open(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<AsyncFile> {
+        Self::open_with(engine, path, &AsyncOpenOptions::new())
+    }
+
+    /// Creates (or truncates) `path` for writing and reading.
+    pub fn create(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<AsyncFile> {
+        let o = AsyncOpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true);
+        Self::open_with(engine, path, &o)
+    }
+
+    /// Opens `path` with `options`.
+    pub fn open_with(
+        engine: &AsyncEngine,
+        path: impl AsRef<Path>,
+        options: &AsyncOpenOptions,
+    ) -> io::Result<AsyncFile> {
+        let path = path.as_ref();
+        let (file, direct) = if options.direct {
+            let d = crate::DirectFile::open_with(path, &options.options)?;
+            let a = d.alignment();
+            (d.into_file(), Some(a))
+        } else {
+            let f = options
+                .options
+                .open(path)
+                .map_err(|e| PathError::wrap("open", path, e))?;
+            (f, None)
+        };
+        let align = direct.map_or(1, |a| a.max());
+        let block = options.block_size.div_ceil(align) * align;
+        Ok(AsyncFile {
+            engine: engine.clone(),
+            handle: Arc::new(Handle { file, direct }),
+            stream: Stream::new(block, options.depth, align),
+        })
+    }
+
+    /// The alignment direct I/O on this file needs (None if buffered).
+    pub fn direct_alignment(&self) -> Option<Alignment> {
+        self.handle.direct
+    }
+
+    /// The underlying file (for metadata and the like).
+    pub fn file(&self) -> &File {
+        &self.handle.file
+    }
+
+    fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
+        Some(self.handle.clone())
+    }
+
+    fn raw(&self, kind: OpKind, offset: u64, ptr: *mut u8, len: usize) -> Op<'static> {
+        // SAFETY: every caller passes memory owned by the buffer (or iovec
+        // array) that goes into the same `OpFuture`, which keeps it alive and
+        // untouched until the operation completes.
+        unsafe {
+            Op::from_raw(
+                kind,
+                self.handle.file.as_raw_fd(),
+                offset,
+                ptr,
+                len,
+                self.handle.direct,
+            )
+        }
+    }
+
+    /// Reads into `buf[start..]` at `offset`.
+    fn read_part<B: IoBufMut>(&self, mut buf: B, start: usize, offset: u64) -> OpFuture<B> {
+        let start = start.min(buf.bytes_len());
+        // SAFETY: `start` is within the buffer.
+        let ptr = unsafe { buf.stable_mut_ptr().add(start) };
+        let op = self.raw(OpKind::Read, offset, ptr, buf.bytes_len() - start);
+        // SAFETY: `op` points into `buf`, which the future owns.
+        unsafe { OpFuture::new(&self.engine, op, buf, Vec::new(), self.keep()) }
+    }
+
+    /// Writes `buf[start..]` at `offset`.
+    fn write_part<B: IoBuf>(&self, buf: B, start: usize, offset: u64) -> OpFuture<B> {
+        let start = start.min(buf.bytes_len());
+        // SAFETY: `start` is within the buffer; the kernel only reads.
+        let ptr = unsafe { buf.stable_ptr().add(start) } as *mut u8;
+        let op = self.raw(OpKind::Write, offset, ptr, buf.bytes_len() - start);
+        // SAFETY: `op` points into `buf`, which the future owns.
+        unsafe { OpFuture::new(&self.engine, op, buf, Vec::new(), self.keep()) }
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; resolves to the byte count
+    /// (short at end of file) and the buffer.
+    pub fn read_at<B: IoBufMut>(&self, buf: B, offset: u64) -> OpFuture<B> {
+        self.read_part(buf, 0, offset)
+    }
+
+    /// Writes `buf` at `offset`; resolves to the byte count and the buffer.
+    pub fn write_at<B: IoBuf>(&self, buf: B, offset: u64) -> OpFuture<B> {
+        self.write_part(buf, 0, offset)
+    }
+
+    /// Reads into each buffer in turn, starting at `offset`.
+    pub fn read_vectored_at<B: IoBufMut>(&self, mut bufs: Vec<B>, offset: u64) -> OpFuture<Vec<B>> {
+        let mut iovecs: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.stable_mut_ptr().cast(),
+                iov_len: b.bytes_len(),
+            })
+            .collect();
+        let op = self.raw(
+            OpKind::ReadVectored,
+            offset,
+            iovecs.as_mut_ptr().cast(),
+            iovecs.len(),
+        );
+        // SAFETY: the iovecs (heap, owned by the future) describe `bufs`
+        // (owned by the future).
+        unsafe { OpFuture::new(&self.engine, op, bufs, iovecs, self.keep()) }
+    }
+
+    /// Writes each buffer in turn, starting at `offset`.
+    pub fn write_vectored_at<B: IoBuf>(&self, bufs: Vec<B>, offset: u64) -> OpFuture<Vec<B>> {
+        let mut iovecs: Vec<libc::iovec> = bufs
+            .iter()
+            .map(|b| libc::iovec {
+                iov_base: b.stable_ptr() as *mut libc::c_void,
+                iov_len: b.bytes_len(),
+            })
+            .collect();
+        let op = self.raw(
+            OpKind::WriteVectored,
+            offset,
+            iovecs.as_mut_ptr().cast(),
+            iovecs.len(),
+        );
+        // SAFETY: as for `read_vectored_at`; the kernel only reads.
+        unsafe { OpFuture::new(&self.engine, op, bufs, iovecs, self.keep()) }
+    }
+
+    /// Flushes data and metadata to stable storage.
+    pub fn fsync(&self) -> OpFuture<()> {
+        let op = self.raw(OpKind::Fsync, 0, std::ptr::null_mut(), 0);
+        // SAFETY: no memory is involved.
+        unsafe { OpFuture::new(&self.engine, op, (), Vec::new(), self.keep()) }
+    }
+
+    /// Flushes data (and the metadata needed to read it).
+    pub fn fdatasync(&self) -> OpFuture<()> {
+        let op = self.raw(OpKind::Fdatasync, 0, std::ptr::null_mut(), 0);
+        // SAFETY: no memory is involved.
+        unsafe { OpFuture::new(&self.engine, op, (), Vec::new(), self.keep()) }
+    }
+
+    /// Fills `buf` from `offset`, reading again after short reads; fails
+    /// with `UnexpectedEof` (naming the offset) if the file ends first.
+    pub async fn read_exact_at<B: IoBufMut>(&self, mut buf: B, offset: u64) -> BufResult<(), B> {
+        let mut done = 0;
+        while done < buf.bytes_len() {
+            let (res, b) = self.read_part(buf, done, offset + done as u64).await;
+            buf = b;
+            match res {
+                Ok(0) => {
+                    let err = io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "read_exact_at: end of file at offset {} with {} of {} bytes read (fd {})",
+                            offset + done as u64,
+                            done,
+                            buf.bytes_len(),
+                            self.handle.file.as_raw_fd()
+                        ),
+                    );
+                    return (Err(err), buf);
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (Err(e), buf),
+            }
+        }
+        (Ok(()), buf)
+    }
+
+    /// Writes all of `buf` at `offset`, writing again after short writes.
+    pub async fn write_all_at<B: IoBuf>(&self, mut buf: B, offset: u64) -> BufResult<(), B> {
+        let mut done = 0;
+        while done < buf.bytes_len() {
+            let (res, b) = self.write_part(buf, done, offset + done as u64).await;
+            buf = b;
+            match res {
+                Ok(0) => {
+                    let err = io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!(
+                            "write_all_at: wrote nothing at offset {}",
+                            offset + done as u64
+                        ),
+                    );
+                    return (Err(err), buf);
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (Err(e), buf),
+            }
+        }
+        (Ok(()), buf)
+    }
+
+    /// Submits all of `ops` to the kernel together and resolves when every
+    /// one has completed, with one result per operation, in order.
+    pub fn submit<B: IoBufMut>(&self, ops: Vec<BatchOp<B>>) -> Batch<B> {
+        let futs = ops
+            .into_iter()
+            .map(|op| match op {
+                BatchOp::Read { offset, buf } => MaybeBuf::Buf(self.read_at(buf, offset)),
+                BatchOp::Write { offset, buf } => MaybeBuf::Buf(self.write_at(buf, offset)),
+                BatchOp::Fsync => MaybeBuf::NoBuf(self.fsync()),
+                BatchOp::Fdatasync => MaybeBuf::NoBuf(self.fdatasync()),
+            })
+            .collect();
+        Batch {
+            engine: self.engine.clone(),
+            futs,
+            results: Vec::new(),
+            started: false,
+        }
+    }
+}
+
+/// One operation of an async batch ([`AsyncFile::submit`]).
+#[derive(Debug)]
+pub enum BatchOp<B> {
+    /// Read up to `buf.len()` bytes at `offset`.
+    Read {
+        /// File offset.
+        offset: u64,
+        /// Where to read into.
+        buf: B,
+    },
+    /// Write `buf` at `offset`.
+    Write {
+        /// File offset.
+        offset: u64,
+        /// What to write.
+        buf: B,
+    },
+    /// `fsync`.
+    Fsync,
+    /// `fdatasync`.
+    Fdatasync,
+}
+
+enum MaybeBuf<B: Send + 'static> {
+    Buf(OpFuture<B>),
+    NoBuf(OpFuture<()>),
+}
+
+/// The future of an async batch: one result per operation, in order, with
+/// the buffers handed back (`None` for syncs).
+#[must_use = "futures do nothing unless polled"]
+pub struct Batch<B: Send + 'static> {
+    engine: AsyncEngine,
+    futs: Vec<MaybeBuf<B>>,
+    results: Vec<Option<BufResult<usize, Option<B>>>>,
+    started: bool,
+}
+
+// Results are moved in and out, never pinned.
+impl<B: Send + 'static> Unpin for Batch<B> {}
+
+impl<B: Send + 'static> Future for Batch<B> {
+    type Output = Vec<BufResult<usize, Option<B>>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if !this.started {
+            this.started = true;
+            this.results = this.futs.iter().map(|_| None).collect();
+            let mut reqs = Vec::with_capacity(this.futs.len());
+            for f in &mut this.futs {
+                match f {
+                    MaybeBuf::Buf(f) => {
+                        f.set_waker(cx.waker());
+                        reqs.extend(f.take_request());
+                    }
+                    MaybeBuf::NoBuf(f) => {
+                        f.set_waker(cx.waker());
+                        reqs.extend(f.take_request());
+                    }
+                }
+            }
+            // One hand-over, so the driver submits the batch in one call.
+            this.engine.driver().submit(reqs);
+        }
+        let mut pending = false;
+        for (f, slot) in this.futs.iter_mut().zip(this.results.iter_mut()) {
+            if slot.is_some() {
+                continue;
+            }
+            let polled = match f {
+                MaybeBuf::Buf(f) => Pin::new(f).poll(cx).map(|(r, b)| (r, Some(b))),
+                MaybeBuf::NoBuf(f) => Pin::new(f).poll(cx).map(|(r, ())| (r, None)),
+            };
+            match polled {
+                Poll::Ready(r) => *slot = Some(r),
+                Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            return Poll::Pending;
+        }
+        Poll::Ready(
+            this.results
+                .drain(..)
+                .map(|r| r.expect("every result is in"))
+                .collect(),
+        )
+    }
+}
+
+/// The streaming state: cursor, read-ahead and write-behind.
+struct Stream {
+    pos: u64,
+    block: usize,
+    depth: usize,
+    align: usize,
+    /// Reads in flight ahead of the cursor, in file order.
+    ahead: VecDeque<(u64, OpFuture<AlignedBuf>)>,
+    /// The next read-ahead offset.
+    next: u64,
+    /// Once a read came back short: the end of the file.
+    eof_at: Option<u64>,
+    /// The block being consumed: buffer, start, end.
+    cur: Option<(AlignedBuf, usize, usize)>,
+    /// The block being filled by writes, and its file offset.
+    wbuf: Option<(AlignedBuf, usize, u64)>,
+    /// Writes in flight: offset, length, future.
+    behind: VecDeque<(u64, usize, OpFuture<AlignedBuf>)>,
+    spare: Vec<AlignedBuf>,
+}
+
+impl Stream {
+    fn new(block: usize, depth: usize, align: usize) -> Stream {
+        Stream {
+            pos: 0,
+            block,
+            depth,
+            align,
+            ahead: VecDeque::new(),
+            next: 0,
+            eof_at: None,
+            cur: None,
+            wbuf: None,
+            behind: VecDeque::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    fn buffer(&mut self) -> AlignedBuf {
+        self.spare
+            .pop()
+            .unwrap_or_else(|| AlignedBuf::new(self.block, self.align.max(4096)))
+    }
+
+    /// Forgets read-ahead (dropping in-flight reads is safe: their buffers
+    /// stay with the driver until they complete).
+    fn reset_reads(&mut self) {
+        self.ahead.clear();
+        if let Some((b, _, _)) = self.cur.take() {
+            self.spare.push(b);
+        }
+        self.next = self.pos - self.pos % self.align as u64;
+        self.eof_at = None;
+    }
+}
+
+impl AsyncFile {
+    fn poll_read_inner(&mut self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<io::Result<usize>> {
+        if self.stream.wbuf.is_some() || !self.stream.behind.is_empty() {
+            match self.poll_flush_inner(cx) {
+                Poll::Ready(Ok(())) => {}
+                other => return other.map_ok(|()| 0),
+            }
+        }
+        if out.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        loop {
+            let s = &mut self.stream;
+            if let Some((b, start, end)) = &mut s.cur {
+                if *start < *end {
+                    let n = out.len().min(*end - *start);
+                    out[..n].copy_from_slice(&b[*start..*start + n]);
+                    *start += n;
+                    s.pos += n as u64;
+                    return Poll::Ready(Ok(n));
+                }
+                let (b, _, _) = s.cur.take().expect("checked above");
+                s.spare.push(b);
+            }
+            while s.ahead.len() < s.depth && s.eof_at.map_or(true, |e| s.next < e) {
+                let buf = s.buffer();
+                let mut f = read_block(&self.engine, &self.handle, buf, s.next);
+                f.set_waker(cx.waker());
+                f.start();
+                s.ahead.push_back((s.next, f));
+                s.next += s.block as u64;
+            }
+            let Some((off, f)) = s.ahead.front_mut() else {
+                return Poll::Ready(Ok(0));
+            };
+            let off = *off;
+            let (res, b) = match Pin::new(f).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => r,
+            };
+            s.ahead.pop_front();
+            let n = match res {
+                Ok(n) => n,
+                Err(e) => {
+                    s.spare.push(b);
+                    s.reset_reads();
+                    return Poll::Ready(Err(e));
+                }
+            };
+            if n < s.block {
+                s.eof_at = Some(off + n as u64);
+            }
+            let skip = s.pos.saturating_sub(off) as usize;
+            if n == 0 || skip >= n {
+                s.spare.push(b);
+                if s.eof_at.is_some_and(|e| s.pos >= e) {
+                    s.ahead.clear();
+                    return Poll::Ready(Ok(0));
+                }
+                continue;
+            }
+            s.cur = Some((b, skip, n));
+        }
+    }
+
+    fn poll_write_inner(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        if self.stream.cur.is_some() || !self.stream.ahead.is_empty() {
+            self.stream.reset_reads();
+        }
+        // Bound the write-behind before accepting more.
+        while self.stream.behind.len() >= self.stream.depth {
+            match self.poll_oldest_write(cx) {
+                Poll::Ready(Ok(())) => {}
+                other => return other.map_ok(|()| 0),
+            }
+        }
+        if data.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let s = &mut self.stream;
+        if s.wbuf.is_none() {
+            let b = s.buffer();
+            s.wbuf = Some((b, 0, s.pos));
+        }
+        let (b, len, _) = s.wbuf.as_mut().expect("set above");
+        let n = data.len().min(s.block - *len);
+        b[*len..*len + n].copy_from_slice(&data[..n]);
+        *len += n;
+        s.pos += n as u64;
+        if *len == s.block {
+            self.issue_write(cx);
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn issue_write(&mut self, cx: &mut Context<'_>) {
+        if let Some((b, len, off)) = self.stream.wbuf.take() {
+            let mut b = b;
+            if len < b.len() {
+                // A partial block: write only what was filled.
+                let mut part = AlignedBuf::new(len, self.stream.align.max(4096));
+                part.copy_from_slice(&b[..len]);
+                self.stream.spare.push(b);
+                b = part;
+            }
+            let mut f = self.write_at(b, off);
+            f.set_waker(cx.waker());
+            f.start();
+            self.stream.behind.push_back((off, len, f));
+        }
+    }
+
+    fn poll_oldest_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some((off, len, f)) = self.stream.behind.front_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let (off, len) = (*off, *len);
+        let (res, b) = match Pin::new(f).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(r) => r,
+        };
+        self.stream.behind.pop_front();
+        if b.len() == self.stream.block {
+            self.stream.spare.push(b);
+        }
+        match res {
+            Ok(n) if n == len => Poll::Ready(Ok(())),
+            Ok(n) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write at offset {off}: {n} of {len} bytes"),
+            ))),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_flush_inner(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.stream.wbuf.is_some() {
+            self.issue_write(cx);
+        }
+        while !self.stream.behind.is_empty() {
+            match self.poll_oldest_write(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => {
+                    self.stream.behind.clear();
+                    return Poll::Ready(Err(e));
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn seek_inner(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        let target = match pos {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::Current(d) => self.stream.pos.checked_add_signed(d),
+            SeekFrom::End(d) => self.handle.file.metadata()?.len().checked_add_signed(d),
+        };
+        let target = target.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("seek to {pos:?} from {} is out of range", self.stream.pos),
+            )
+        })?;
+        if target != self.stream.pos {
+            self.stream.pos = target;
+            self.stream.reset_reads();
+        }
+        Ok(target)
+    }
+}
+
+/// A read of one streaming block into `buf`.
+fn read_block(
+    engine: &AsyncEngine,
+    handle: &Arc<Handle>,
+    mut buf: AlignedBuf,
+    offset: u64,
+) -> OpFuture<AlignedBuf> {
+    let len = buf.len();
+    // SAFETY: the op points into `buf`, owned by the future with it.
+    unsafe {
+        let op = Op::from_raw(
+            OpKind::Read,
+            handle.file.as_raw_fd(),
+            offset,
+            buf.stable_mut_ptr(),
+            len,
+            handle.direct,
+        );
+        OpFuture::new(engine, op, buf, Vec::new(), Some(handle.clone()))
+    }
+}
+
+impl futures_io::AsyncRead for AsyncFile {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_read_inner(cx, buf)
+    }
+}
+
+impl futures_io::AsyncWrite for AsyncFile {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_write_inner(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_flush_inner(cx)
+    }
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_flush_inner(cx)
+    }
+}
+
+impl futures_io::AsyncSeek for AsyncFile {
+    fn poll_seek(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        pos: SeekFrom,
+    ) -> Poll<io::Result<u64>> {
+        let this = self.get_mut();
+        match this.poll_flush_inner(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(this.seek_inner(pos)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}

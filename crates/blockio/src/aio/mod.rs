@@ -1,0 +1,184 @@
+//! The async API: `Send` futures on any executor, with owned buffers.
+//!
+//! ```
+//! use blockio::aio::{AsyncEngine, AsyncFile};
+//!
+//! # fn main() -> std::io::Result<()> {
+//! # let path = tempfile::NamedTempFile::new()?.into_temp_path();
+//! # std::fs::write(&path, b"hello, blockio")?;
+//! let engine = AsyncEngine::new()?;
+//! futures::executor::block_on(async {
+//!     let file = AsyncFile::open(&engine, &path)?;
+//!     // The buffer goes in and comes back with the result.
+//!     let (res, buf) = file.read_at(vec![0u8; 5], 7).await;
+//!     assert_eq!(res?, 5);
+//!     assert_eq!(&buf, b"block");
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
+//! * Operations take their buffers by value ([`IoBuf`], [`IoBufMut`]:
+//!   `Vec<u8>`, `Box<[u8]>`, [`AlignedBuf`](crate::AlignedBuf),
+//!   [`PooledBuf`](crate::PooledBuf)) and hand them back with the result
+//!   ([`BufResult`]).
+//! * Futures are `Send` and need nothing from the executor but a waker:
+//!   tokio (any flavour), smol, `futures::executor::block_on`.
+//! * Cancellation is dropping the future. An operation already in flight
+//!   keeps its buffer (and its file) until the kernel reports completion;
+//!   nothing blocks in `Drop`.
+//! * Operations from many tasks are submitted together: see the
+//!   [`driver`](self#how-completions-are-reaped) notes below.
+//!
+//! # How completions are reaped
+//!
+//! One driver thread per engine owns a ring; futures queue requests and wake
+//! it through an eventfd only when it sleeps; it submits everything queued
+//! in one `io_uring_enter`, waits, and calls each completed operation's
+//! waker directly. The reasoning is in the `driver` module's source
+//! documentation. Where io_uring is unavailable (or `BLOCKIO_BACKEND=threads`)
+//! a pool of threads serves the same requests with `pread`/`pwrite`.
+//!
+//! # Sockets, next
+//!
+//! Requests are opaque to the driver (an operation plus a completion
+//! target), so socket operations — accept, connect, recv, send, and their
+//! multishot forms with provided buffers — fit as new request kinds and new
+//! futures (multishot ones as streams) without changing this API.
+
+mod buf;
+mod driver;
+mod file;
+mod op;
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+pub use buf::{IoBuf, IoBufMut};
+pub use file::{AsyncFile, AsyncOpenOptions, Batch, BatchOp};
+pub use op::{BufResult, OpFuture};
+
+use crate::engine::{Backend, BackendChoice, BACKEND_ENV};
+use driver::Driver;
+
+/// A handle to an async I/O driver. Cheap to clone; the driver stops when
+/// the last handle (and the last future using it) is gone, after finishing
+/// the operations in flight.
+#[derive(Clone)]
+pub struct AsyncEngine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    driver: Driver,
+    backend: Backend,
+    fallback_reason: Option<String>,
+}
+
+impl fmt::Debug for AsyncEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncEngine")
+            .field("backend", &self.inner.backend)
+            .finish()
+    }
+}
+
+/// Builds an [`AsyncEngine`].
+#[derive(Debug, Clone)]
+pub struct AsyncEngineBuilder {
+    entries: u32,
+    threads: usize,
+    backend: BackendChoice,
+}
+
+impl Default for AsyncEngineBuilder {
+    fn default() -> Self {
+        AsyncEngineBuilder {
+            entries: 256,
+            threads: 64,
+            backend: BackendChoice::Auto,
+        }
+    }
+}
+
+impl AsyncEngineBuilder {
+    /// Ring size: the most operations in flight (default 256; more wait in a
+    /// queue).
+    pub fn queue_depth(mut self, n: u32) -> Self {
+        self.entries = n.clamp(2, 32768).next_power_of_two();
+        self
+    }
+
+    /// Threads of the fallback backend (default 64).
+    pub fn fallback_threads(mut self, n: usize) -> Self {
+        self.threads = n.max(1);
+        self
+    }
+
+    /// Which backend to use (default: io_uring where the kernel allows it;
+    /// `BLOCKIO_BACKEND` overrides, as for [`Engine`](crate::Engine)).
+    pub fn backend(mut self, choice: BackendChoice) -> Self {
+        self.backend = choice;
+        self
+    }
+
+    /// Starts the driver.
+    pub fn build(self) -> io::Result<AsyncEngine> {
+        let choice = crate::engine::choice_from_env(self.backend)?;
+        let fallback = |reason: String| -> io::Result<AsyncEngine> {
+            Ok(AsyncEngine {
+                inner: Arc::new(Inner {
+                    driver: Driver::threads(self.threads)?,
+                    backend: Backend::ThreadPool,
+                    fallback_reason: Some(reason),
+                }),
+            })
+        };
+        if choice == BackendChoice::ThreadPool {
+            return fallback(format!("requested ({BACKEND_ENV} or the builder)"));
+        }
+        match Driver::uring(self.entries) {
+            Ok(d) => Ok(AsyncEngine {
+                inner: Arc::new(Inner {
+                    driver: d,
+                    backend: Backend::IoUring,
+                    fallback_reason: None,
+                }),
+            }),
+            Err(e) if choice == BackendChoice::Auto => {
+                fallback(format!("io_uring unavailable: {e}"))
+            }
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!("io_uring was required but is unavailable: {e}"),
+            )),
+        }
+    }
+}
+
+impl AsyncEngine {
+    /// An engine with default settings.
+    pub fn new() -> io::Result<AsyncEngine> {
+        AsyncEngineBuilder::default().build()
+    }
+
+    /// A builder for the other settings.
+    pub fn builder() -> AsyncEngineBuilder {
+        AsyncEngineBuilder::default()
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> Backend {
+        self.inner.backend
+    }
+
+    /// Why the thread pool is in use, when it is.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.inner.fallback_reason.as_deref()
+    }
+
+    pub(crate) fn driver(&self) -> &Driver {
+        &self.inner.driver
+    }
+}

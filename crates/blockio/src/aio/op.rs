@@ -1,0 +1,185 @@
+//! The future of one async operation, and the state it shares with the
+//! driver.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use super::driver::{Complete, Request};
+use super::AsyncEngine;
+use crate::error::OpError;
+use crate::op::{Op, OpKind};
+
+/// What an operation's future resolves to: the result and the buffer (or
+/// buffers) it was given, handed back whatever happened.
+pub type BufResult<T, B> = (io::Result<T>, B);
+
+/// State shared by an operation's future and the driver. It owns the
+/// operation's memory — the buffer, the iovec array, a handle keeping the
+/// file open — so that memory lives until the completion has been seen,
+/// however early the future is dropped.
+pub(crate) struct Shared<B> {
+    inner: Mutex<Inner<B>>,
+}
+
+struct Inner<B> {
+    result: Option<i32>,
+    waker: Option<Waker>,
+    /// Taken by the future when it resolves.
+    buf: Option<B>,
+    /// Kept only to stay alive until the completion.
+    _iovecs: Vec<libc::iovec>,
+    _keep: Option<Arc<dyn Send + Sync>>,
+}
+
+// SAFETY: the iovecs only describe memory owned by `buf`, which is Send;
+// they are never dereferenced by this type.
+unsafe impl<B: Send> Send for Inner<B> {}
+
+impl<B: Send> Complete for Shared<B> {
+    fn complete(&self, res: i32) {
+        let waker = {
+            let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            g.result = Some(res);
+            g.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// Where an operation acts, for its error messages.
+#[derive(Debug, Clone, Copy)]
+struct Desc {
+    kind: OpKind,
+    fd: i32,
+    offset: u64,
+    len: usize,
+}
+
+/// An async operation. Submitted on its first poll (or by
+/// [`OpFuture::start`]); resolves to its result and its buffer.
+///
+/// Dropping it at any time is safe: if the operation is in flight, its
+/// buffer stays with the driver and is freed (or returned to its pool) when
+/// the kernel reports completion.
+#[must_use = "futures do nothing unless polled"]
+pub struct OpFuture<B: Send + 'static> {
+    engine: AsyncEngine,
+    shared: Arc<Shared<B>>,
+    desc: Desc,
+    /// The operation, until it is submitted.
+    op: Option<Op<'static>>,
+    /// Why the operation was refused before submission.
+    refused: Option<io::Error>,
+}
+
+impl<B: Send + 'static> OpFuture<B> {
+    /// An operation over memory owned by `buf` (and `iovecs`).
+    ///
+    /// # Safety
+    /// `op` must point only into memory owned by `buf` or `iovecs` (or into
+    /// nothing), valid as `Op::from_raw` requires; `keep` keeps the file
+    /// descriptor open.
+    pub(crate) unsafe fn new(
+        engine: &AsyncEngine,
+        op: Op<'static>,
+        buf: B,
+        iovecs: Vec<libc::iovec>,
+        keep: Option<Arc<dyn Send + Sync>>,
+    ) -> OpFuture<B> {
+        let desc = Desc {
+            kind: op.kind(),
+            fd: op.fd(),
+            offset: op.offset(),
+            len: op.byte_len(),
+        };
+        OpFuture {
+            engine: engine.clone(),
+            shared: Arc::new(Shared {
+                inner: Mutex::new(Inner {
+                    result: None,
+                    waker: None,
+                    buf: Some(buf),
+                    _iovecs: iovecs,
+                    _keep: keep,
+                }),
+            }),
+            desc,
+            op: Some(op),
+            refused: None,
+        }
+    }
+
+    /// Submits the operation now instead of at the first poll, so that
+    /// several can be in flight before any is awaited (read-ahead).
+    pub fn start(&mut self) {
+        if let Some(req) = self.take_request() {
+            self.engine.driver().submit([req]);
+        }
+    }
+
+    /// Takes the request out for submission (None if already submitted or
+    /// refused before submission).
+    pub(crate) fn take_request(&mut self) -> Option<Request> {
+        let op = self.op.take()?;
+        if let Some(err) = op.precheck() {
+            self.refused = Some(err);
+            return None;
+        }
+        Some(Request {
+            op,
+            done: self.shared.clone(),
+        })
+    }
+
+    /// Registers the waker of the task that will await this operation.
+    pub(crate) fn set_waker(&self, waker: &Waker) {
+        let mut g = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+        match &g.waker {
+            Some(w) if w.will_wake(waker) => {}
+            _ => g.waker = Some(waker.clone()),
+        }
+    }
+}
+
+impl<B: Send + 'static> Future for OpFuture<B> {
+    type Output = BufResult<usize, B>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.op.is_some() {
+            // The waker first, so that a completion racing the submission
+            // finds it.
+            this.set_waker(cx.waker());
+            this.start();
+        }
+        let mut g = this.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(err) = this.refused.take() {
+            let buf = g.buf.take().expect("OpFuture polled after it resolved");
+            return Poll::Ready((Err(err), buf));
+        }
+        match g.result {
+            Some(res) => {
+                let buf = g.buf.take().expect("OpFuture polled after it resolved");
+                let d = this.desc;
+                let out = if res >= 0 {
+                    Ok(res as usize)
+                } else {
+                    Err(OpError::from_errno(d.kind, d.fd, d.offset, d.len, -res))
+                };
+                Poll::Ready((out, buf))
+            }
+            None => {
+                match &g.waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => g.waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! The async API: every operation against pread on three executors,
+//! cancellation under load, streaming, and shutdown with work in flight.
+//!
+//! Runs on io_uring and, in `.ci/run`'s second pass, on the thread-pool
+//! fallback (`BLOCKIO_BACKEND=threads`).
+
+use std::future::Future;
+use std::io::{SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions, BatchOp};
+use blockio::{AlignedBuf, BufferPool, PooledBuf};
+use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn data_file(len: usize, seed: u64) -> (tempfile::TempPath, Vec<u8>) {
+    let mut rng = Rng(seed | 1);
+    let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    let mut f = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    f.write_all(&data).unwrap();
+    f.as_file().sync_all().unwrap();
+    (f.into_temp_path(), data)
+}
+
+/// Runs the same async body on tokio (multi-thread), smol and block_on.
+fn on_every_executor<F, Fut>(body: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    rt.block_on(async { tokio::spawn(body()).await.unwrap() });
+    smol::block_on(smol::spawn(body()));
+    futures::executor::block_on(body());
+}
+
+#[test]
+fn backend_follows_environment() {
+    let e = AsyncEngine::new().unwrap();
+    match std::env::var("BLOCKIO_BACKEND").as_deref() {
+        Ok("threads") => assert_eq!(e.backend(), blockio::Backend::ThreadPool),
+        _ => assert_eq!(
+            e.backend(),
+            blockio::Backend::IoUring,
+            "{:?}",
+            e.fallback_reason()
+        ),
+    }
+}
+
+#[test]
+fn positional_operations_match_pread_on_every_executor() {
+    let (path, data) = data_file(300_000, 3);
+    let data = Arc::new(data);
+    let path = Arc::new(path.to_path_buf());
+    on_every_executor(|| {
+        let (path, data) = (path.clone(), data.clone());
+        async move {
+            let e = AsyncEngine::new().unwrap();
+            let f = AsyncFile::open(&e, &*path).unwrap();
+            let mut rng = Rng(7);
+            for _ in 0..200 {
+                let off = rng.below(data.len() as u64 + 50);
+                let len = rng.below(20_000) as usize;
+                let (res, buf) = f.read_at(vec![0xAAu8; len], off).await;
+                let n = res.unwrap();
+                let want =
+                    &data[(off as usize).min(data.len())..(off as usize + len).min(data.len())];
+                assert_eq!(n, want.len(), "read at {off} of {len}");
+                assert_eq!(&buf[..n], want);
+            }
+            // Vectored read across two buffers.
+            let (res, bufs) = f
+                .read_vectored_at(vec![vec![0u8; 100], vec![0u8; 5000]], 1234)
+                .await;
+            assert_eq!(res.unwrap(), 5100);
+            assert_eq!(&bufs[0][..], &data[1234..1334]);
+            assert_eq!(&bufs[1][..], &data[1334..6334]);
+            // Exact reads, and a clear error past the end.
+            let (res, buf) = f.read_exact_at(vec![0u8; 4096], 4000).await;
+            res.unwrap();
+            assert_eq!(&buf[..], &data[4000..8096]);
+            let (res, _) = f
+                .read_exact_at(vec![0u8; 4096], data.len() as u64 - 10)
+                .await;
+            let err = res.unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+            assert!(
+                err.to_string().contains(&format!("offset {}", data.len())),
+                "{err}"
+            );
+        }
+    });
+}
+
+#[test]
+fn writes_vectored_writes_syncs_and_batches_round_trip() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = Arc::new(dir.path().join("w.dat"));
+    on_every_executor(|| {
+        let path = path.clone();
+        async move {
+            let e = AsyncEngine::new().unwrap();
+            let f = AsyncFile::create(&e, &*path).unwrap();
+            let (res, _) = f.write_all_at(vec![1u8; 10_000], 0).await;
+            res.unwrap();
+            let (res, _) = f
+                .write_vectored_at(vec![vec![2u8; 10], vec![3u8; 20]], 100)
+                .await;
+            assert_eq!(res.unwrap(), 30);
+            f.fdatasync().await.0.unwrap();
+            f.fsync().await.0.unwrap();
+            let ops = vec![
+                BatchOp::Write {
+                    offset: 20_000,
+                    buf: vec![9u8; 4096],
+                },
+                BatchOp::Read {
+                    offset: 95,
+                    buf: vec![0u8; 40],
+                },
+                BatchOp::Fdatasync,
+                BatchOp::Read {
+                    offset: 50_000,
+                    buf: vec![0u8; 8],
+                },
+            ];
+            let out = f.submit(ops).await;
+            assert_eq!(out.len(), 4);
+            assert_eq!(*out[0].0.as_ref().unwrap(), 4096);
+            let read = out[1].1.as_ref().unwrap();
+            assert_eq!(&read[..5], &[1u8; 5]);
+            assert_eq!(&read[5..15], &[2u8; 10]);
+            assert_eq!(&read[15..35], &[3u8; 20]);
+            assert_eq!(*out[2].0.as_ref().unwrap(), 0);
+            assert!(out[2].1.is_none());
+            assert_eq!(*out[3].0.as_ref().unwrap(), 0, "read past the end");
+            let on_disk = std::fs::read(&*path).unwrap();
+            assert_eq!(on_disk.len(), 20_000 + 4096);
+            assert!(on_disk[20_000..].iter().all(|&b| b == 9));
+        }
+    });
+}
+
+#[test]
+fn errors_name_the_operation_and_offset() {
+    let (path, _) = data_file(4096, 1);
+    futures::executor::block_on(async {
+        let e = AsyncEngine::new().unwrap();
+        let f = AsyncFile::open(&e, &path).unwrap();
+        // Writing to a read-only file fails with EBADF for that op only.
+        let (res, buf) = f.write_at(vec![1u8; 10], 77).await;
+        let err = res.unwrap_err();
+        assert_eq!(blockio::errno(&err), Some(libc::EBADF));
+        assert!(err.to_string().contains("offset 77"), "{err}");
+        assert_eq!(buf.len(), 10, "the buffer comes back");
+        // Misaligned direct reads are refused before submission.
+        let d = AsyncFile::open_with(&e, &path, &AsyncOpenOptions::new().direct(true)).unwrap();
+        let (res, _) = d.read_at(AlignedBuf::new(4096, 4096), 3).await;
+        let err = res.unwrap_err();
+        assert!(err.to_string().contains("O_DIRECT"), "{err}");
+        let (res, buf) = d.read_at(AlignedBuf::new(4096, 4096), 0).await;
+        assert_eq!(res.unwrap(), 4096);
+        assert_eq!(&buf[..], &std::fs::read(&path).unwrap()[..]);
+    });
+}
+
+/// Polls a future exactly once, then drops it: cancellation with the
+/// operation (most likely) in flight.
+struct PollOnce<F>(Option<F>);
+impl<F: Future + Unpin> Future for PollOnce<F> {
+    type Output = bool;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        let mut f = self.0.take().unwrap();
+        let done = Pin::new(&mut f).poll(cx).is_ready();
+        drop(f);
+        Poll::Ready(done)
+    }
+}
+
+fn wait_for_pool(pool: &BufferPool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pool.available() != pool.count() {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} pooled buffers never came back",
+            pool.count() - pool.available(),
+            pool.count()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn thousands_of_cancellations_under_load_leave_other_data_intact() {
+    let (path, data) = data_file(4 << 20, 11);
+    let data = Arc::new(data);
+    let pool = BufferPool::new(256, 4096, 4096);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let e = AsyncEngine::new().unwrap();
+    let file = Arc::new(AsyncFile::open(&e, &path).unwrap());
+    let (mut cancelled, mut checked) = (0u64, 0u64);
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..64u64)
+            .map(|t| {
+                let (file, data, pool) = (file.clone(), data.clone(), pool.clone());
+                tokio::spawn(async move {
+                    let mut rng = Rng(t * 7919 + 1);
+                    let (mut cancelled, mut checked) = (0u64, 0u64);
+                    for _ in 0..100 {
+                        let off = rng.below(data.len() as u64 / 4096) * 4096;
+                        let mut buf: PooledBuf = pool.try_get().unwrap_or_else(|| pool.get());
+                        buf.fill(0xEE);
+                        let fut = file.read_at(buf, off);
+                        if rng.below(2) == 0 {
+                            // Cancel: poll once, then drop with the read in flight.
+                            if !PollOnce(Some(fut)).await {
+                                cancelled += 1;
+                            }
+                        } else {
+                            let (res, buf) = fut.await;
+                            assert_eq!(res.unwrap(), 4096);
+                            assert!(
+                                buf[..] == data[off as usize..off as usize + 4096],
+                                "data at {off} corrupted"
+                            );
+                            checked += 1;
+                        }
+                    }
+                    (cancelled, checked)
+                })
+            })
+            .collect();
+        for t in tasks {
+            let (c, k) = t.await.unwrap();
+            cancelled += c;
+            checked += k;
+        }
+    });
+    assert!(
+        cancelled > 1000,
+        "only {cancelled} reads were cancelled in flight"
+    );
+    assert!(checked > 1000);
+    // Every cancelled read's buffer returns to the pool once it completes.
+    wait_for_pool(&pool);
+}
+
+#[test]
+fn shutdown_with_work_in_flight_ends_cleanly() {
+    let (path, _) = data_file(2 << 20, 5);
+    let pool = BufferPool::new(128, 4096, 4096);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    {
+        let e = AsyncEngine::new().unwrap();
+        let file = Arc::new(AsyncFile::open(&e, &path).unwrap());
+        for i in 0..128u64 {
+            let (file, pool) = (file.clone(), pool.clone());
+            rt.spawn(async move {
+                loop {
+                    let buf = pool.get();
+                    let (res, _) = file.read_at(buf, (i * 4096) % (2 << 20)).await;
+                    res.unwrap();
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        drop(e);
+    }
+    // The runtime goes away with every task mid-read: the futures are
+    // dropped with their reads in flight.
+    rt.shutdown_background();
+    wait_for_pool(&pool);
+}
+
+#[test]
+fn streaming_reads_seeks_and_writes() {
+    let (path, data) = data_file(1_000_003, 21);
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let out = dir.path().join("copy.dat");
+    futures::executor::block_on(async {
+        let e = AsyncEngine::new().unwrap();
+        for direct in [false, true] {
+            let opts = AsyncOpenOptions::new()
+                .direct(direct)
+                .block_size(65536)
+                .depth(3);
+            let mut f = AsyncFile::open_with(&e, &path, &opts).unwrap();
+            let mut all = Vec::new();
+            f.read_to_end(&mut all).await.unwrap();
+            assert!(all == data, "direct={direct}: streamed bytes differ");
+            let pos = f.seek(SeekFrom::Start(123_457)).await.unwrap();
+            assert_eq!(pos, 123_457);
+            let mut part = vec![0u8; 70_000];
+            f.read_exact(&mut part).await.unwrap();
+            assert!(
+                part[..] == data[123_457..193_457],
+                "direct={direct}: after seek"
+            );
+            let end = f.seek(SeekFrom::End(-3)).await.unwrap();
+            let mut tail = Vec::new();
+            f.read_to_end(&mut tail).await.unwrap();
+            assert_eq!(end, data.len() as u64 - 3);
+            assert_eq!(&tail[..], &data[data.len() - 3..]);
+        }
+        // Stream-write in odd-sized pieces, flush, compare.
+        let wopts = AsyncOpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .block_size(10_000)
+            .depth(2);
+        let mut w = AsyncFile::open_with(&e, &out, &wopts).unwrap();
+        for chunk in data.chunks(7777) {
+            w.write_all(chunk).await.unwrap();
+        }
+        w.close().await.unwrap();
+    });
+    let copied = std::fs::read(&out).unwrap();
+    assert!(copied == data, "stream-written file differs");
+    let f = std::fs::File::open(&out).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(f.read_at(&mut b, data.len() as u64).unwrap(), 0);
+}
+
+#[test]
+fn futures_are_send() {
+    fn is_send<T: Send>(_: &T) {}
+    let (path, _) = data_file(10, 1);
+    let e = AsyncEngine::new().unwrap();
+    let f = AsyncFile::open(&e, &path).unwrap();
+    is_send(&f.read_at(vec![0u8; 4], 0));
+    is_send(&f.read_exact_at(vec![0u8; 4], 0));
+    is_send(&f.submit(vec![BatchOp::Read {
+        offset: 0,
+        buf: vec![0u8; 4],
+    }]));
+    is_send(&f);
+}
