@@ -168,6 +168,22 @@ impl Drop for Driver {
     }
 }
 
+/// Completes the armed eventfd read by writing to the eventfd, and waits
+/// for it, so that its buffer can be freed.
+fn finish_wake_read(ring: &mut IoUring, shared: &DriverShared) {
+    shared.wake();
+    loop {
+        match ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {}
+            Err(_) => std::process::abort(),
+        }
+        if ring.completion().any(|cqe| cqe.user_data() == WAKE) {
+            return;
+        }
+    }
+}
+
 fn build_ring(entries: u32) -> io::Result<IoUring> {
     let attempts: [fn(&mut io_uring::Builder); 3] = [
         |b| {
@@ -206,10 +222,9 @@ fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result
             return;
         }
     };
-    // The eventfd read's target. Leaked on purpose: the armed read is still
-    // pending when the thread exits, and the kernel cancels it only while
-    // tearing the ring down, after this stack frame is gone.
-    let wake_buf: &'static mut [u8; 8] = Box::leak(Box::new([0u8; 8]));
+    // The eventfd read's target. Before returning, the driver completes the
+    // armed read (see `finish_wake_read`), so the buffer outlives it.
+    let mut wake_buf = Box::new([0u8; 8]);
     let wake_ptr = wake_buf.as_mut_ptr();
     let cap = ring.params().sq_entries() as usize;
     let mut slots: Vec<Option<Arc<dyn Complete>>> = Vec::with_capacity(cap);
@@ -230,7 +245,8 @@ fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result
                 let e = opcode::Read::new(types::Fd(shared.wake_fd.as_raw_fd()), wake_ptr, 8)
                     .build()
                     .user_data(WAKE);
-                // SAFETY: the target is leaked memory, valid forever.
+                // SAFETY: the target lives until this function returns,
+                // and it returns only after the read has completed.
                 if unsafe { sq.push(&e) }.is_ok() {
                     arm_wake = false;
                 }
@@ -265,6 +281,10 @@ fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result
                 .unwrap_or_else(|e| e.into_inner())
                 .is_empty();
             if queued {
+                if !arm_wake {
+                    finish_wake_read(&mut ring, &shared);
+                }
+                drop(wake_buf);
                 return;
             }
             continue;
