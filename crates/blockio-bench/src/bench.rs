@@ -33,20 +33,22 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_values_t = Profile::ALL)]
     pub profiles: Vec<Profile>,
     /// Strategies to run, comma separated: sync, threads, pool (both pool
-    /// strategies), pool-tokio-fs, pool-blocking, uring, uring-mt, auto.
+    /// strategies), pool-tokio-fs, pool-blocking, uring, uring-mt, auto,
+    /// async.
     #[arg(long, value_delimiter = ',', value_parser = strategy::parse_strategies)]
     pub strategies: Vec<Vec<Strategy>>,
     /// Threads of `threads`, `uring-mt` and `auto` (default: the CPUs).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Concurrent tasks of the pool strategies.
-    #[arg(long, default_value_t = 64)]
-    pub tasks: usize,
+    /// Concurrent tasks of the pool and async strategies, comma separated
+    /// (each value is one run).
+    #[arg(long, value_delimiter = ',', default_values_t = [64, 256])]
+    pub tasks: Vec<usize>,
     /// Operations in flight of `uring-mt` and `auto`, over all threads.
     #[arg(long, default_value_t = 128)]
     pub mt_depth: usize,
     /// Queue depths swept by `uring`, comma separated.
-    #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16, 32, 64, 128])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16, 32, 64, 128, 256])]
     pub qd: Vec<usize>,
     /// Also run the matching fio job for each profile and print ratios to it.
     #[arg(long)]
@@ -93,7 +95,7 @@ fn validate(args: &BenchArgs) -> Result<()> {
     if args.rounds == 0 || args.rounds > 100 {
         bail!("--rounds must be between 1 and 100, got {}", args.rounds);
     }
-    if args.threads == Some(0) || args.tasks == 0 || args.mt_depth == 0 {
+    if args.threads == Some(0) || args.tasks.contains(&0) || args.mt_depth == 0 {
         bail!("--threads, --tasks and --mt-depth must be at least 1");
     }
     if args.profiles.is_empty() {
@@ -121,11 +123,13 @@ pub fn plans(args: &BenchArgs, profile: Profile, strategies: &[Strategy]) -> Vec
                 threads: n,
             }),
             Strategy::PoolTokioFs if profile.direct() => {}
-            Strategy::PoolTokioFs | Strategy::PoolBlocking => out.push(Plan {
-                strategy: s,
-                qd: args.tasks,
-                threads: args.tasks,
-            }),
+            Strategy::PoolTokioFs | Strategy::PoolBlocking | Strategy::Async => {
+                out.extend(args.tasks.iter().map(|&t| Plan {
+                    strategy: s,
+                    qd: t,
+                    threads: t,
+                }))
+            }
             Strategy::Uring => out.extend(args.qd.iter().map(|&qd| Plan {
                 strategy: s,
                 qd,
@@ -284,11 +288,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     );
 
     let mut rows = Vec::new();
+    let mut paired = Vec::new();
     for (profile, plans) in &all_plans {
         let w = Arc::new(Workload::open(*profile, &path, args.verify)?);
         let mut rounds: Vec<Vec<Row>> = vec![Vec::new(); plans.len()];
         for round in 1..=args.rounds {
-            for (plan, done) in plans.iter().zip(rounds.iter_mut()) {
+            // Every other round runs the plans in reverse order, so that no
+            // strategy always follows the same one.
+            let mut order: Vec<(&Plan, &mut Vec<Row>)> =
+                plans.iter().zip(rounds.iter_mut()).collect();
+            if round % 2 == 0 {
+                order.reverse();
+            }
+            for (plan, done) in order {
                 bar.set_message(format!(
                     "{profile}: {} qd {} (round {round}/{})",
                     plan.strategy, plan.qd, args.rounds
@@ -300,6 +312,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 bar.inc(1);
             }
         }
+        paired.push((*profile, report::paired_auto_vs_best(&rounds)));
         for mut done in rounds {
             done.sort_by(|a, b| a.iops.total_cmp(&b.iops));
             rows.push(done.swap_remove(done.len() / 2));
@@ -318,7 +331,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     bar.finish_and_clear();
 
-    let summary = report::summarise(&mut rows, &profiles);
+    let summary = report::summarise(&mut rows, &profiles, &paired);
     let doc = Document {
         config: serde_json::json!({
             "file": path.display().to_string(),

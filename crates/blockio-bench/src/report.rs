@@ -101,16 +101,67 @@ pub struct Summary {
     pub best_qd: usize,
     /// Its IOPS.
     pub best_iops: f64,
-    /// `auto_iops / best_iops` (the target is ≥ 0.95).
+    /// `auto` against the best strategy: in each round, auto's IOPS over
+    /// the most IOPS any strategy reached in that round; the median over
+    /// rounds (the target is ≥ 0.95). Pairing within a round keeps slow
+    /// drift of a shared machine out of the ratio.
     pub auto_vs_best: Option<f64>,
     /// `auto` one read at a time from one thread, as a ratio to `sync`.
     pub auto_qd1_vs_sync: Option<f64>,
     /// fio's IOPS, with `--fio`.
     pub fio_iops: Option<f64>,
+    /// The async API against the other ways of reading at the same
+    /// concurrency, one entry per task count.
+    pub async_api: Vec<AsyncComparison>,
 }
 
-/// Fills in `vs_fio` and summarises each profile.
-pub fn summarise(rows: &mut [Row], profiles: &[Profile]) -> Vec<Summary> {
+/// The async API at one task count, against the alternatives at the same
+/// concurrency in the same profile.
+#[derive(Debug, Clone, Serialize)]
+pub struct AsyncComparison {
+    /// Concurrent tasks.
+    pub tasks: usize,
+    /// The async API's IOPS.
+    pub iops: f64,
+    /// Against tokio::fs (target ≥ 5). In the direct profile, where
+    /// tokio::fs cannot do O_DIRECT, against tokio::fs on the cold profile:
+    /// what a tokio::fs user gets on the same uncached data.
+    pub vs_tokio_fs: Option<f64>,
+    /// Against spawn_blocking + pread (target ≥ 1.5).
+    pub vs_spawn_blocking: Option<f64>,
+    /// Against the engine's synchronous batch API at this queue depth from
+    /// one thread (target ≥ 0.9).
+    pub vs_sync_batch: Option<f64>,
+}
+
+/// `auto` (its deepest run) over the best strategy, per round, median over
+/// rounds. `rounds[i]` holds plan `i`'s rows, one per round.
+pub fn paired_auto_vs_best(rounds: &[Vec<Row>]) -> Option<f64> {
+    let auto = rounds
+        .iter()
+        .filter(|v| v.first().is_some_and(|r| r.strategy == Strategy::Auto))
+        .max_by_key(|v| v[0].qd)?;
+    let mut ratios: Vec<f64> = (0..auto.len())
+        .map(|k| {
+            let best = rounds
+                .iter()
+                .filter_map(|v| v.get(k))
+                .map(|r| r.iops)
+                .fold(0.0, f64::max);
+            auto[k].iops / best
+        })
+        .collect();
+    ratios.sort_by(|a, b| a.total_cmp(b));
+    ratios.get(ratios.len() / 2).copied()
+}
+
+/// Fills in `vs_fio` and summarises each profile; `paired` holds each
+/// profile's [`paired_auto_vs_best`].
+pub fn summarise(
+    rows: &mut [Row],
+    profiles: &[Profile],
+    paired: &[(Profile, Option<f64>)],
+) -> Vec<Summary> {
     let mut out = Vec::new();
     for &p in profiles {
         let fio = rows
@@ -141,15 +192,42 @@ pub fn summarise(rows: &mut [Row], profiles: &[Profile]) -> Vec<Summary> {
         let auto_qd1_vs_sync = at_qd1(Strategy::Auto)
             .zip(at_qd1(Strategy::Sync))
             .map(|(a, s)| a / s);
+        let find = |prof: Profile, st: Strategy, qd: usize| {
+            rows.iter()
+                .find(|r| r.profile == prof && r.strategy == st && r.qd == qd)
+                .map(|r| r.iops)
+        };
+        let async_api = ours()
+            .filter(|r| r.strategy == Strategy::Async)
+            .map(|r| {
+                let tfs_profile = if p == Profile::Direct {
+                    Profile::Cold
+                } else {
+                    p
+                };
+                AsyncComparison {
+                    tasks: r.qd,
+                    iops: r.iops,
+                    vs_tokio_fs: find(tfs_profile, Strategy::PoolTokioFs, r.qd).map(|x| r.iops / x),
+                    vs_spawn_blocking: find(p, Strategy::PoolBlocking, r.qd).map(|x| r.iops / x),
+                    vs_sync_batch: find(p, Strategy::Uring, r.qd).map(|x| r.iops / x),
+                }
+            })
+            .collect();
         out.push(Summary {
             profile: p,
             auto_iops: auto,
             best_strategy: best.strategy,
             best_qd: best.qd,
             best_iops: best.iops,
-            auto_vs_best: auto.map(|a| a / best.iops),
+            auto_vs_best: paired
+                .iter()
+                .find(|(q, _)| *q == p)
+                .and_then(|(_, r)| *r)
+                .or(auto.map(|a| a / best.iops)),
             auto_qd1_vs_sync,
             fio_iops: fio,
+            async_api,
         });
     }
     out
@@ -217,6 +295,26 @@ pub fn table(rows: &[Row], summary: &[Summary], profiles: &[Profile]) -> String 
             opt(x.auto_vs_best, 2),
             opt(x.auto_qd1_vs_sync, 2),
         );
+    }
+    if summary.iter().any(|x| !x.async_api.is_empty()) {
+        let _ = writeln!(
+            s,
+            "\nasync API (tokio multi-thread) against the alternatives at the same concurrency\n(targets: >= 5x tokio::fs, >= 1.5x spawn_blocking, >= 0.9x the sync batch API;\ndirect is compared with tokio::fs on cold data, as tokio::fs cannot do O_DIRECT):"
+        );
+        for x in summary {
+            for a in &x.async_api {
+                let _ = writeln!(
+                    s,
+                    "  {:<7} {:>4} tasks {:>10.0} IOPS   vs tokio::fs {:>6}   vs spawn_blocking {:>5}   vs sync batch {:>5}",
+                    x.profile.to_string(),
+                    a.tasks,
+                    a.iops,
+                    opt(a.vs_tokio_fs, 2),
+                    opt(a.vs_spawn_blocking, 2),
+                    opt(a.vs_sync_batch, 2),
+                );
+            }
+        }
     }
     s
 }

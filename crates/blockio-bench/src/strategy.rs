@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
 use blockio::{AlignedBuf, Engine, Op, ReadPath};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
@@ -39,6 +40,10 @@ pub enum Strategy {
     /// io_uring) from N threads.
     #[serde(rename = "auto")]
     Auto,
+    /// The async API (`AsyncFile::read_at`) from N tasks on tokio's
+    /// multi-thread runtime.
+    #[serde(rename = "async")]
+    Async,
     /// fio's io_uring engine (a reference, run with `--fio`).
     #[serde(rename = "fio")]
     Fio,
@@ -46,7 +51,7 @@ pub enum Strategy {
 
 impl Strategy {
     /// The strategies `blockio bench` runs by default, in report order.
-    pub const ALL: [Strategy; 7] = [
+    pub const ALL: [Strategy; 8] = [
         Strategy::Sync,
         Strategy::Threads,
         Strategy::PoolTokioFs,
@@ -54,6 +59,7 @@ impl Strategy {
         Strategy::Uring,
         Strategy::UringMt,
         Strategy::Auto,
+        Strategy::Async,
     ];
 
     /// The name used on the command line and in reports.
@@ -66,6 +72,7 @@ impl Strategy {
             Strategy::Uring => "uring",
             Strategy::UringMt => "uring-mt",
             Strategy::Auto => "auto",
+            Strategy::Async => "async",
             Strategy::Fio => "fio",
         }
     }
@@ -93,7 +100,7 @@ impl FromStr for Strategy {
             .find(|x| x.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown strategy {s:?}: expected sync, threads, pool, pool-tokio-fs, pool-blocking, uring, uring-mt or auto"
+                    "unknown strategy {s:?}: expected sync, threads, pool, pool-tokio-fs, pool-blocking, uring, uring-mt, auto or async"
                 )
             })
     }
@@ -121,7 +128,7 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
                 join_all(handles)
             })
         }),
-        Strategy::PoolBlocking | Strategy::PoolTokioFs => pool(plan, w, seconds),
+        Strategy::PoolBlocking | Strategy::PoolTokioFs | Strategy::Async => pool(plan, w, seconds),
         Strategy::Uring | Strategy::UringMt | Strategy::Auto => {
             let per_thread = (plan.qd / plan.threads).max(1);
             let engine = Engine::builder()
@@ -220,7 +227,8 @@ fn engine_loop(
     }
 }
 
-/// The async runtime's thread-pool file I/O, `plan.threads` tasks.
+/// The async runtime's thread-pool file I/O, or blockio's async API,
+/// `plan.threads` tasks on tokio's multi-thread runtime.
 fn pool(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
     if plan.strategy == Strategy::PoolTokioFs && w.profile.direct() {
         bail!("tokio::fs cannot do O_DIRECT reads: its internal buffers are not aligned");
@@ -231,15 +239,26 @@ fn pool(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
         .max_blocking_threads(plan.threads.max(512))
         .build()
         .context("start the tokio runtime")?;
+    let file = if plan.strategy == Strategy::Async {
+        let engine = AsyncEngine::builder()
+            .queue_depth(plan.threads.next_power_of_two() as u32)
+            .build()?;
+        let opts = AsyncOpenOptions::new().direct(w.profile.direct());
+        Some(Arc::new(AsyncFile::open_with(&engine, &w.path, &opts)?))
+    } else {
+        None
+    };
     timed(seconds, |deadline| {
         rt.block_on(async {
             let tasks: Vec<_> = (0..plan.threads)
                 .map(|t| {
                     let w = w.clone();
-                    if plan.strategy == Strategy::PoolTokioFs {
-                        tokio::spawn(tokio_fs_task(w, deadline, t))
-                    } else {
-                        tokio::spawn(blocking_task(w, deadline, t))
+                    match (&file, plan.strategy) {
+                        (Some(f), _) => tokio::spawn(async_task(f.clone(), w, deadline, t)),
+                        (None, Strategy::PoolTokioFs) => {
+                            tokio::spawn(tokio_fs_task(w, deadline, t))
+                        }
+                        _ => tokio::spawn(blocking_task(w, deadline, t)),
                     }
                 })
                 .collect();
@@ -271,6 +290,29 @@ async fn blocking_task(w: Arc<Workload>, deadline: Instant, t: usize) -> Result<
         .context("spawn_blocking task panicked")?;
         buf = b;
         let n = n?;
+        rec.record(t0.elapsed(), 1, n as u64);
+        w.check(&buf, off, n)?;
+    }
+}
+
+async fn async_task(
+    file: Arc<AsyncFile>,
+    w: Arc<Workload>,
+    deadline: Instant,
+    t: usize,
+) -> Result<Recorder> {
+    let mut buf = AlignedBuf::new(w.block_size, 4096);
+    let mut rng = seed(t);
+    let mut rec = Recorder::new();
+    loop {
+        let t0 = Instant::now();
+        if t0 >= deadline {
+            return Ok(rec);
+        }
+        let off = w.next_offset(&mut rng);
+        let (res, b) = file.read_at(buf, off).await;
+        buf = b;
+        let n = res.with_context(|| format!("{}: async read at offset {off}", w.path.display()))?;
         rec.record(t0.elapsed(), 1, n as u64);
         w.check(&buf, off, n)?;
     }

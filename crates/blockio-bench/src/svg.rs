@@ -26,6 +26,7 @@ fn colour(s: Strategy) -> &'static str {
         Strategy::Uring => "#d62728",
         Strategy::UringMt => "#ff7f0e",
         Strategy::Auto => "#2ca02c",
+        Strategy::Async => "#17becf",
         Strategy::Fio => "#000000",
     }
 }

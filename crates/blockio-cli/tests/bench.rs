@@ -23,7 +23,7 @@ fn tiny(dir: &Path, extra: &[&str]) -> Output {
         "--rounds",
         "1",
         "--qd",
-        "1,8",
+        "1,4",
         "--tasks",
         "4",
         "--verify",
@@ -62,6 +62,7 @@ fn tiny_run_covers_every_strategy_and_profile_and_writes_its_files() {
             "uring",
             "uring-mt",
             "auto",
+            "async",
         ];
         if profile == "direct" {
             want.retain(|s| *s != "pool-tokio-fs");
@@ -75,9 +76,10 @@ fn tiny_run_covers_every_strategy_and_profile_and_writes_its_files() {
         };
         assert_eq!(
             qds("uring"),
-            [1, 8],
+            [1, 4],
             "{profile}: the uring sweep follows --qd"
         );
+        assert_eq!(qds("async"), [4], "{profile}: async follows --tasks");
         assert_eq!(
             qds("auto"),
             [1, 128],
@@ -117,6 +119,11 @@ fn tiny_run_covers_every_strategy_and_profile_and_writes_its_files() {
         let r = s["auto_vs_best"].as_f64().unwrap();
         assert!(r > 0.0 && r <= 1.0, "{s}");
         assert!(s["auto_qd1_vs_sync"].as_f64().unwrap() > 0.0, "{s}");
+        let a = &s["async_api"][0];
+        assert_eq!(a["tasks"], 4, "{s}");
+        for field in ["vs_tokio_fs", "vs_spawn_blocking", "vs_sync_batch"] {
+            assert!(a[field].as_f64().unwrap() > 0.0, "{field} in {s}");
+        }
     }
     // The files: JSON equal to stdout, CSV with a row per run, an SVG chart.
     let out = dir.path().join("out");
