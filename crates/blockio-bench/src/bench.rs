@@ -65,6 +65,24 @@ pub struct BenchArgs {
     /// Keep the data file afterwards (the next run reuses it).
     #[arg(long)]
     pub keep: bool,
+    /// Run the checksum workload instead: stream a file of
+    /// --checksum-mib MiB in blocks, BLAKE3 as it goes, page cache evicted
+    /// first, the async API against tokio::fs.
+    #[arg(long)]
+    pub checksum: bool,
+    /// Size of the checksum workload's file in MiB.
+    #[arg(long, default_value_t = 2048)]
+    pub checksum_mib: u64,
+    /// Block sizes of the checksum workload, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [32 << 10, 128 << 10, 1 << 20])]
+    pub checksum_blocks: Vec<usize>,
+    /// Reads the async API keeps in flight in the checksum workload.
+    #[arg(long, default_value_t = 8)]
+    pub checksum_depth: usize,
+    /// The async API reads the checksum file with O_DIRECT (tokio::fs
+    /// cannot).
+    #[arg(long)]
+    pub checksum_direct: bool,
 }
 
 /// Removes the data file when dropped, unless asked to keep it.
@@ -213,6 +231,9 @@ fn kernel_release() -> String {
 /// Runs the benchmark: prints the table (or JSON) and writes the files.
 pub fn run(args: &BenchArgs) -> Result<()> {
     validate(args)?;
+    if args.checksum {
+        return run_checksum(args);
+    }
     let strategies: Vec<Strategy> = if args.strategies.is_empty() {
         Strategy::ALL.to_vec()
     } else {
@@ -355,6 +376,57 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "\nwrote {0}/results.json, {0}/results.csv and {0}/chart.svg",
             args.out.display()
         );
+    }
+    Ok(())
+}
+
+fn run_checksum(args: &BenchArgs) -> Result<()> {
+    if args.checksum_blocks.is_empty()
+        || args.checksum_blocks.iter().any(|&b| b == 0 || b > 64 << 20)
+    {
+        bail!("--checksum-blocks must be between 1 byte and 64 MiB each");
+    }
+    if args.checksum_depth == 0 || args.checksum_mib == 0 {
+        bail!("--checksum-depth and --checksum-mib must be at least 1");
+    }
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("cannot create the data directory {}", args.dir.display()))?;
+    if blockio::is_memory_filesystem(&args.dir)? {
+        bail!(
+            "{} is on tmpfs/ramfs: the page cache cannot be evicted there; pass --dir on a disk",
+            args.dir.display()
+        );
+    }
+    if !args.json {
+        eprintln!(
+            "preparing the {} MiB checksum file in {} ...",
+            args.checksum_mib,
+            args.dir.display()
+        );
+    }
+    let path = data::create(
+        &args.dir,
+        &format!("checksum-{}m.dat", args.checksum_mib),
+        args.checksum_mib << 20,
+    )?;
+    let _guard = DataFile {
+        path: path.clone(),
+        keep: args.keep,
+    };
+    let rows = crate::checksum::run(
+        &path,
+        &args.checksum_blocks,
+        args.checksum_depth,
+        args.checksum_direct,
+        args.rounds,
+    )?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "checksum": rows }))?
+        );
+    } else {
+        print!("{}", crate::checksum::table(&rows, args.checksum_mib));
     }
     Ok(())
 }

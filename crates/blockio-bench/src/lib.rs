@@ -3,7 +3,8 @@
 //! * [`bench`]: `blockio bench`, every reading strategy (pread, threads, an
 //!   async runtime's thread pool, the engine on io_uring, the engine's auto
 //!   read path) on every profile (O_DIRECT, cold and warm page cache,
-//!   sequential), with a table, JSON, CSV and an SVG chart;
+//!   sequential), with a table, JSON, CSV and an SVG chart; with
+//!   `--checksum`, the [`checksum`] streaming workload instead;
 //! * [`engine_bench`]: `blockio engine-bench`, the engine against fio and a
 //!   raw io-uring loop on random O_DIRECT reads, with allocations per op.
 #![warn(missing_docs)]
@@ -11,6 +12,7 @@
 pub mod alloc_count;
 pub mod bench;
 pub mod cache;
+pub mod checksum;
 pub mod data;
 pub mod engine_bench;
 pub mod fio;

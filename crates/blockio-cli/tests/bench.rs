@@ -326,3 +326,48 @@ fn fio_rows_and_ratios_when_fio_is_installed() {
             .all(|r| r["strategy"] != "fio" && r["vs_fio"].is_null()));
     }
 }
+
+#[test]
+fn checksum_workload_hashes_the_same_both_ways() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    let o = blockio(&[
+        "--checksum",
+        "--checksum-mib",
+        "8",
+        "--checksum-blocks",
+        "32768,1048576",
+        "--rounds",
+        "1",
+        "--json",
+        "--dir",
+        data.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = doc["checksum"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    let want = blake3_of_pattern(8 << 20);
+    for r in rows {
+        assert_eq!(r["blake3"].as_str().unwrap(), want, "{r}");
+        assert!(r["mib_s"].as_f64().unwrap() > 0.0);
+        assert!(r["voluntary_csw"].is_u64() && r["involuntary_csw"].is_u64());
+    }
+    let strategies: Vec<&str> = rows
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(strategies, ["tokio-fs", "async", "tokio-fs", "async"]);
+    assert_eq!(
+        std::fs::read_dir(&data).unwrap().count(),
+        0,
+        "data file left behind"
+    );
+}
+
+/// BLAKE3 of the benchmark's data pattern, computed independently.
+fn blake3_of_pattern(len: usize) -> String {
+    let mut buf = vec![0u8; len];
+    blockio_bench::data::fill(&mut buf, 0);
+    blake3::hash(&buf).to_hex().to_string()
+}
