@@ -23,7 +23,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1024)]
     pub size_mib: u64,
     /// Seconds per run.
-    #[arg(long, default_value_t = 0.4)]
+    #[arg(long, default_value_t = 0.3)]
     pub seconds: f64,
     /// Rounds: every run is repeated this many times, interleaved with the
     /// others (so noise hits all alike), and the median round is reported.
