@@ -362,3 +362,39 @@ fn futures_are_send() {
     }]));
     is_send(&f);
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn tokio_io_traits_stream_read_seek_and_write() {
+    let (path, data) = data_file(300_001, 31);
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let out = dir.path().join("t.dat");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let e = AsyncEngine::new().unwrap();
+        let mut f = AsyncFile::open(&e, &path).unwrap();
+        let mut all = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut f, &mut all)
+            .await
+            .unwrap();
+        assert!(all == data);
+        let pos = tokio::io::AsyncSeekExt::seek(&mut f, SeekFrom::Start(1000))
+            .await
+            .unwrap();
+        assert_eq!(pos, 1000);
+        let mut part = vec![0u8; 5000];
+        tokio::io::AsyncReadExt::read_exact(&mut f, &mut part)
+            .await
+            .unwrap();
+        assert_eq!(&part[..], &data[1000..6000]);
+        let mut w = AsyncFile::create(&e, &out).unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut w, &data)
+            .await
+            .unwrap();
+        tokio::io::AsyncWriteExt::shutdown(&mut w).await.unwrap();
+    });
+    assert!(std::fs::read(&out).unwrap() == data);
+}

@@ -438,6 +438,9 @@ impl<B: Send + 'static> Future for Batch<B> {
 
 /// The streaming state: cursor, read-ahead and write-behind.
 struct Stream {
+    /// A seek started by tokio's `AsyncSeek::start_seek`.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pending_seek: Option<SeekFrom>,
     pos: u64,
     block: usize,
     depth: usize,
@@ -460,6 +463,7 @@ struct Stream {
 impl Stream {
     fn new(block: usize, depth: usize, align: usize) -> Stream {
         Stream {
+            pending_seek: None,
             pos: 0,
             block,
             depth,
@@ -723,6 +727,64 @@ impl futures_io::AsyncSeek for AsyncFile {
             Poll::Ready(Ok(())) => Poll::Ready(this.seek_inner(pos)),
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+mod tokio_io {
+    use super::*;
+    use tokio::io::ReadBuf;
+
+    impl tokio::io::AsyncRead for AsyncFile {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let this = self.get_mut();
+            let n = match this.poll_read_inner(cx, buf.initialize_unfilled()) {
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            buf.advance(n);
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl tokio::io::AsyncWrite for AsyncFile {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.get_mut().poll_write_inner(cx, buf)
+        }
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.get_mut().poll_flush_inner(cx)
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.get_mut().poll_flush_inner(cx)
+        }
+    }
+
+    impl tokio::io::AsyncSeek for AsyncFile {
+        fn start_seek(self: Pin<&mut Self>, pos: SeekFrom) -> io::Result<()> {
+            self.get_mut().stream.pending_seek = Some(pos);
+            Ok(())
+        }
+        fn poll_complete(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
+            let this = self.get_mut();
+            match this.poll_flush_inner(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+            match this.stream.pending_seek.take() {
+                Some(pos) => Poll::Ready(this.seek_inner(pos)),
+                None => Poll::Ready(Ok(this.stream.pos)),
+            }
         }
     }
 }
