@@ -2,7 +2,11 @@
 
 use clap::{Parser, Subcommand};
 
+use std::path::PathBuf;
+
 use blockio_bench::{alloc_count, bench, engine_bench};
+use blockio_tools::algo::Algo;
+use blockio_tools::sum::SumOptions;
 
 #[global_allocator]
 static GLOBAL: alloc_count::Counting = alloc_count::Counting;
@@ -24,16 +28,74 @@ enum Cmd {
     /// Random 4 KiB O_DIRECT reads: the engine against fio and a raw io_uring
     /// loop, from 1, 2 and 64 threads, with heap allocations per operation.
     EngineBench(engine_bench::EngineBenchArgs),
+    /// Checksums of files and directory trees (BLAKE3 by default), in the
+    /// format of b3sum and sha256sum; -c checks such a list.
+    Sum(SumArgs),
+}
+
+/// Options of `blockio sum`.
+#[derive(clap::Args)]
+struct SumArgs {
+    /// Files and directories to hash (directories recursed, sorted); with
+    /// -c, checksum files to check.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// The algorithm: blake3, sha256, xxh3 or crc32c.
+    #[arg(long, default_value = "blake3")]
+    algo: Algo,
+    /// Read checksums from the files and check them.
+    #[arg(short = 'c', long)]
+    check: bool,
+    /// Worker threads (default: the CPUs).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Bytes per read of a large file.
+    #[arg(long, default_value_t = 1 << 20)]
+    block_size: usize,
+}
+
+fn sum(args: &SumArgs) -> anyhow::Result<bool> {
+    if args.block_size < 4096 || args.block_size > 256 << 20 {
+        anyhow::bail!(
+            "--block-size must be between 4096 and 268435456, got {}",
+            args.block_size
+        );
+    }
+    if args.threads == Some(0) {
+        anyhow::bail!("--threads must be at least 1");
+    }
+    let engine = blockio::Engine::new()?;
+    let mut opts = SumOptions {
+        algo: args.algo,
+        block: args.block_size,
+        ..SumOptions::default()
+    };
+    if let Some(t) = args.threads {
+        opts.threads = t;
+    }
+    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+    let ok = if args.check {
+        blockio_tools::sum::check(&engine, &args.paths, &opts, &mut out, &mut err)?
+    } else {
+        blockio_tools::sum::print_sums(&engine, &args.paths, &opts, &mut out, &mut err)?
+    };
+    Ok(ok)
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match &cli.command {
-        Cmd::Bench(args) => bench::run(args),
-        Cmd::EngineBench(args) => engine_bench::run(args),
+        Cmd::Bench(args) => bench::run(args).map(|()| true),
+        Cmd::EngineBench(args) => engine_bench::run(args).map(|()| true),
+        Cmd::Sum(args) => sum(args),
     };
-    if let Err(e) = result {
-        eprintln!("blockio: error: {e:#}");
-        std::process::exit(1);
+    match result {
+        Ok(true) => {}
+        // Each failure was reported where it happened.
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("blockio: error: {e:#}");
+            std::process::exit(1);
+        }
     }
 }

@@ -1,0 +1,10 @@
+//! File-tree jobs on the blockio engine, used by the `blockio` binary:
+//!
+//! * [`sum`]: checksums of files and trees (`blockio sum`), with output and
+//!   check files compatible with `b3sum` and `sha256sum`.
+#![warn(missing_docs)]
+
+pub mod algo;
+pub mod names;
+pub mod sum;
+pub mod walk;

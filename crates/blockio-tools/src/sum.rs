@@ -1,0 +1,396 @@
+//! `blockio sum`: checksums of many files at once on the engine.
+//!
+//! # How the work is spread
+//!
+//! Worker threads (one per CPU) take files in groups, in order. A group's
+//! small files (up to [`SumOptions::small`] bytes) are read whole in **one
+//! engine batch** — dozens of reads in flight from one thread, one kernel
+//! call — and then hashed. A large file is streamed: a reader thread keeps
+//! [`SumOptions::depth`] blocks in flight through the engine while the
+//! worker hashes the blocks already read, so I/O and hashing overlap; BLAKE3
+//! hashes blocks of 1 MiB or more on every core. Results are printed in the
+//! input order as soon as all earlier files are done.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use blockio::{Engine, Op};
+
+use crate::algo::{Algo, Hasher};
+
+/// How `sum` works.
+#[derive(Debug, Clone)]
+pub struct SumOptions {
+    /// The algorithm.
+    pub algo: Algo,
+    /// Worker threads (default: the CPUs).
+    pub threads: usize,
+    /// Files up to this size are read whole, a group per batch (default 256 KiB).
+    pub small: usize,
+    /// Small files per batch (default 32).
+    pub group: usize,
+    /// Bytes per read of a large file (default 1 MiB).
+    pub block: usize,
+    /// Reads of a large file in flight (default 4).
+    pub depth: usize,
+}
+
+impl Default for SumOptions {
+    fn default() -> Self {
+        SumOptions {
+            algo: Algo::Blake3,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            small: 256 << 10,
+            group: 32,
+            block: 1 << 20,
+            depth: 4,
+        }
+    }
+}
+
+/// A file that could not be hashed.
+#[derive(Debug)]
+pub struct SumError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub error: io::Error,
+}
+
+impl std::fmt::Display for SumError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.error)
+    }
+}
+
+/// Hashes `files` with `engine`, calling `emit(index, result)` in index
+/// order (from the calling thread) as results become available.
+pub fn hash_files(
+    engine: &Engine,
+    files: &[PathBuf],
+    opts: &SumOptions,
+    mut emit: impl FnMut(usize, Result<String, SumError>),
+) {
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel::<(usize, Result<String, SumError>)>();
+    std::thread::scope(|s| {
+        for _ in 0..opts.threads.max(1).min(files.len().max(1)) {
+            let tx = tx.clone();
+            let next = &next;
+            s.spawn(move || worker(engine, files, opts, next, &tx));
+        }
+        drop(tx);
+        let mut pending = BTreeMap::new();
+        let mut want = 0;
+        for (i, r) in rx {
+            pending.insert(i, r);
+            while let Some(r) = pending.remove(&want) {
+                emit(want, r);
+                want += 1;
+            }
+        }
+    });
+}
+
+fn worker(
+    engine: &Engine,
+    files: &[PathBuf],
+    opts: &SumOptions,
+    next: &AtomicUsize,
+    tx: &mpsc::Sender<(usize, Result<String, SumError>)>,
+) {
+    let group = opts.group.max(1);
+    let mut bufs: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let start = next.fetch_add(group, Ordering::Relaxed);
+        if start >= files.len() {
+            return;
+        }
+        let end = (start + group).min(files.len());
+        let mut small: Vec<(usize, File, usize)> = Vec::new();
+        for (i, path) in files.iter().enumerate().take(end).skip(start) {
+            let opened = File::open(path).and_then(|f| {
+                let m = f.metadata()?;
+                if m.is_dir() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::IsADirectory,
+                        "Is a directory",
+                    ));
+                }
+                Ok((f, m.len()))
+            });
+            match opened {
+                Ok((f, len)) if len as usize <= opts.small => small.push((i, f, len as usize)),
+                Ok((f, _)) => {
+                    let r = stream(engine, &f, opts).map_err(|error| SumError {
+                        path: path.clone(),
+                        error,
+                    });
+                    let _ = tx.send((i, r));
+                }
+                Err(error) => {
+                    let _ = tx.send((
+                        i,
+                        Err(SumError {
+                            path: path.clone(),
+                            error,
+                        }),
+                    ));
+                }
+            }
+        }
+        if small.is_empty() {
+            continue;
+        }
+        // One batch reads every small file whole (one byte more than its
+        // size, to notice a file that grew since `fstat`).
+        bufs.resize_with(small.len(), Vec::new);
+        for (b, (_, _, len)) in bufs.iter_mut().zip(&small) {
+            b.resize(len + 1, 0);
+        }
+        let results = {
+            let mut ops: Vec<Op> = small
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|((_, f, _), b)| Op::read(f, 0, b))
+                .collect();
+            engine.submit(&mut ops)
+        };
+        let results = match results {
+            Ok(r) => r,
+            Err(e) => {
+                for (i, _, _) in &small {
+                    let _ = tx.send((
+                        *i,
+                        Err(SumError {
+                            path: files[*i].clone(),
+                            error: io::Error::new(e.kind(), e.to_string()),
+                        }),
+                    ));
+                }
+                continue;
+            }
+        };
+        for (((i, f, len), b), r) in small.iter().zip(&bufs).zip(results) {
+            let r = match r {
+                Ok(n) if n <= *len => {
+                    let mut h = Hasher::new(opts.algo);
+                    h.update(&b[..n]);
+                    Ok(h.finish_hex())
+                }
+                // It grew: stream it like a large file.
+                Ok(_) => stream(engine, f, opts),
+                Err(e) => Err(e),
+            };
+            let _ = tx.send((
+                *i,
+                r.map_err(|error| SumError {
+                    path: files[*i].clone(),
+                    error,
+                }),
+            ));
+        }
+    }
+}
+
+/// Streams one file: a reader thread keeps `depth` blocks in flight, this
+/// thread hashes them in order.
+fn stream(engine: &Engine, file: &File, opts: &SumOptions) -> io::Result<String> {
+    let depth = opts.depth.max(1);
+    let block = opts.block.max(4096);
+    // Filled blocks go to the hasher, emptied ones come back.
+    let (full_tx, full_rx) = mpsc::sync_channel::<io::Result<(Vec<u8>, usize)>>(depth);
+    let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
+    for _ in 0..2 * depth {
+        let _ = empty_tx.send(vec![0u8; block]);
+    }
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut offset = 0u64;
+            loop {
+                let mut batch: Vec<Vec<u8>> = Vec::with_capacity(depth);
+                for _ in 0..depth {
+                    match empty_rx.recv() {
+                        Ok(b) => batch.push(b),
+                        Err(_) => return,
+                    }
+                }
+                let results = {
+                    let mut ops: Vec<Op> = batch
+                        .iter_mut()
+                        .enumerate()
+                        .map(|(k, b)| Op::read(file, offset + (k * block) as u64, b))
+                        .collect();
+                    engine.submit(&mut ops)
+                };
+                let results = match results {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = full_tx.send(Err(e));
+                        return;
+                    }
+                };
+                for (b, r) in batch.into_iter().zip(results) {
+                    match r {
+                        Ok(n) => {
+                            if full_tx.send(Ok((b, n))).is_err() {
+                                return;
+                            }
+                            if n < block {
+                                // End of file (a short read): a zero-length
+                                // marker ends the stream.
+                                let _ = full_tx.send(Ok((Vec::new(), 0)));
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            let _ = full_tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                offset += (depth * block) as u64;
+            }
+        });
+        let mut h = Hasher::new(opts.algo);
+        loop {
+            match full_rx.recv() {
+                Ok(Ok((b, n))) => {
+                    if b.is_empty() {
+                        return Ok(h.finish_hex());
+                    }
+                    h.update(&b[..n]);
+                    let _ = empty_tx.send(b);
+                }
+                Ok(Err(e)) => {
+                    drop(full_rx);
+                    drop(empty_tx);
+                    return Err(e);
+                }
+                Err(_) => return Err(io::Error::other("the reader stopped early")),
+            }
+        }
+    })
+}
+
+/// The digest of one file, streamed (for callers that need just one).
+pub fn hash_one(engine: &Engine, path: &Path, opts: &SumOptions) -> Result<String, SumError> {
+    let mut out = None;
+    hash_files(engine, &[path.to_owned()], opts, |_, r| out = Some(r));
+    out.expect("one result per file")
+}
+
+/// Hashes every file under `inputs` and writes `<hex>  <name>` lines (GNU
+/// escaping) to `out`, in input order; problems go to `err` as
+/// `blockio sum: <path>: <reason>`. Returns whether every file was hashed.
+pub fn print_sums(
+    engine: &Engine,
+    inputs: &[PathBuf],
+    opts: &SumOptions,
+    out: &mut impl io::Write,
+    err: &mut impl io::Write,
+) -> io::Result<bool> {
+    let (files, walk_errors) = crate::walk::files(inputs);
+    let mut ok = walk_errors.is_empty();
+    for e in walk_errors {
+        writeln!(err, "blockio sum: {}: {}", e.path.display(), e.error)?;
+    }
+    let mut io_result = Ok(());
+    hash_files(engine, &files, opts, |i, r| {
+        if io_result.is_err() {
+            return;
+        }
+        io_result = match r {
+            Ok(hex) => out.write_all(&crate::names::line(&hex, files[i].as_os_str())),
+            Err(e) => {
+                ok = false;
+                writeln!(err, "blockio sum: {e}")
+            }
+        };
+    });
+    io_result?;
+    out.flush()?;
+    Ok(ok)
+}
+
+/// Reads checksum files (`<hex>  <name>` lines, as written by `b3sum`,
+/// `sha256sum` or [`print_sums`]), hashes each named file and writes
+/// `<name>: OK` or `<name>: FAILED` to `out`. Returns whether every file
+/// matched; a missing or unreadable file is a failure (its reason goes to
+/// `err`), and so is a checksum file with no valid line.
+pub fn check(
+    engine: &Engine,
+    check_files: &[PathBuf],
+    opts: &SumOptions,
+    out: &mut impl io::Write,
+    err: &mut impl io::Write,
+) -> io::Result<bool> {
+    let mut ok = true;
+    let mut expected: Vec<(String, PathBuf)> = Vec::new();
+    for cf in check_files {
+        let text = match std::fs::read(cf) {
+            Ok(t) => t,
+            Err(e) => {
+                writeln!(err, "blockio sum: {}: {e}", cf.display())?;
+                ok = false;
+                continue;
+            }
+        };
+        let mut valid = 0;
+        for (n, line) in text.split(|&b| b == b'\n').enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            match crate::names::parse(line) {
+                Some((hex, name)) => {
+                    valid += 1;
+                    expected.push((hex, PathBuf::from(name)));
+                }
+                None => {
+                    writeln!(
+                        err,
+                        "blockio sum: {}: line {} is not a checksum line",
+                        cf.display(),
+                        n + 1
+                    )?;
+                    ok = false;
+                }
+            }
+        }
+        if valid == 0 {
+            writeln!(
+                err,
+                "blockio sum: {}: no checksum lines found",
+                cf.display()
+            )?;
+            ok = false;
+        }
+    }
+    let names: Vec<PathBuf> = expected.iter().map(|(_, p)| p.clone()).collect();
+    let mut io_result = Ok(());
+    hash_files(engine, &names, opts, |i, r| {
+        if io_result.is_err() {
+            return;
+        }
+        let name = names[i].as_os_str();
+        let status = match &r {
+            Ok(hex) if *hex == expected[i].0 => "OK",
+            Ok(_) => "FAILED",
+            Err(_) => "FAILED open or read",
+        };
+        ok &= status == "OK";
+        io_result = (|| {
+            if let Err(e) = &r {
+                writeln!(err, "blockio sum: {e}")?;
+            }
+            out.write_all(&crate::names::status_line(name, status))
+        })();
+    });
+    io_result?;
+    out.flush()?;
+    Ok(ok)
+}
