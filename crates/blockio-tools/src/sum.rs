@@ -116,10 +116,7 @@ fn worker(
             let opened = File::open(path).and_then(|f| {
                 let m = f.metadata()?;
                 if m.is_dir() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::IsADirectory,
-                        "Is a directory",
-                    ));
+                    return Err(io::Error::from_raw_os_error(libc::EISDIR));
                 }
                 Ok((f, m.len()))
             });
