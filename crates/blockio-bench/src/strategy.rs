@@ -169,21 +169,44 @@ fn seed(t: usize) -> Rng {
     Rng::new(0x2545_f491_4f6c_dd1d ^ ((t as u64 + 1) << 40))
 }
 
+/// One worker's offsets and tally, for the strategies that read one block
+/// at a time.
+struct OneAtATime {
+    rng: Rng,
+    rec: Recorder,
+}
+
+impl OneAtATime {
+    fn new(t: usize) -> OneAtATime {
+        OneAtATime {
+            rng: seed(t),
+            rec: Recorder::new(),
+        }
+    }
+
+    /// The start time and offset of the next read; `None` once the
+    /// deadline has passed.
+    fn next(&mut self, w: &Workload, deadline: Instant) -> Option<(Instant, u64)> {
+        let t0 = Instant::now();
+        (t0 < deadline).then(|| (t0, w.next_offset(&mut self.rng)))
+    }
+
+    /// Records a read started at `t0` that returned `n` bytes, and checks them.
+    fn done(&mut self, w: &Workload, t0: Instant, buf: &[u8], off: u64, n: usize) -> Result<()> {
+        self.rec.record(t0.elapsed(), 1, n as u64);
+        w.check(buf, off, n)
+    }
+}
+
 /// `pread` one block at a time until the deadline.
 fn pread_loop(w: &Workload, deadline: Instant, t: usize) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
-    let mut rng = seed(t);
-    let mut rec = Recorder::new();
-    loop {
-        let t0 = Instant::now();
-        if t0 >= deadline {
-            return Ok(rec);
-        }
-        let off = w.next_offset(&mut rng);
+    let mut me = OneAtATime::new(t);
+    while let Some((t0, off)) = me.next(w, deadline) {
         let n = w.pread(&mut buf, off)?;
-        rec.record(t0.elapsed(), 1, n as u64);
-        w.check(&buf, off, n)?;
+        me.done(w, t0, &buf, off, n)?;
     }
+    Ok(me.rec)
 }
 
 /// Batches of `batch` reads through the engine until the deadline.
@@ -273,14 +296,8 @@ fn pool(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
 
 async fn blocking_task(w: Arc<Workload>, deadline: Instant, t: usize) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
-    let mut rng = seed(t);
-    let mut rec = Recorder::new();
-    loop {
-        let t0 = Instant::now();
-        if t0 >= deadline {
-            return Ok(rec);
-        }
-        let off = w.next_offset(&mut rng);
+    let mut me = OneAtATime::new(t);
+    while let Some((t0, off)) = me.next(&w, deadline) {
         let w2 = w.clone();
         let (b, n) = tokio::task::spawn_blocking(move || {
             let n = w2.pread(&mut buf, off);
@@ -289,10 +306,9 @@ async fn blocking_task(w: Arc<Workload>, deadline: Instant, t: usize) -> Result<
         .await
         .context("spawn_blocking task panicked")?;
         buf = b;
-        let n = n?;
-        rec.record(t0.elapsed(), 1, n as u64);
-        w.check(&buf, off, n)?;
+        me.done(&w, t0, &buf, off, n?)?;
     }
+    Ok(me.rec)
 }
 
 async fn async_task(
@@ -302,20 +318,14 @@ async fn async_task(
     t: usize,
 ) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
-    let mut rng = seed(t);
-    let mut rec = Recorder::new();
-    loop {
-        let t0 = Instant::now();
-        if t0 >= deadline {
-            return Ok(rec);
-        }
-        let off = w.next_offset(&mut rng);
+    let mut me = OneAtATime::new(t);
+    while let Some((t0, off)) = me.next(&w, deadline) {
         let (res, b) = file.read_at(buf, off).await;
         buf = b;
         let n = res.with_context(|| format!("{}: async read at offset {off}", w.path.display()))?;
-        rec.record(t0.elapsed(), 1, n as u64);
-        w.check(&buf, off, n)?;
+        me.done(&w, t0, &buf, off, n)?;
     }
+    Ok(me.rec)
 }
 
 async fn tokio_fs_task(w: Arc<Workload>, deadline: Instant, t: usize) -> Result<Recorder> {
@@ -323,19 +333,13 @@ async fn tokio_fs_task(w: Arc<Workload>, deadline: Instant, t: usize) -> Result<
         .await
         .with_context(|| format!("open {}", w.path.display()))?;
     let mut buf = vec![0u8; w.block_size];
-    let mut rng = seed(t);
-    let mut rec = Recorder::new();
-    loop {
-        let t0 = Instant::now();
-        if t0 >= deadline {
-            return Ok(rec);
-        }
-        let off = w.next_offset(&mut rng);
+    let mut me = OneAtATime::new(t);
+    while let Some((t0, off)) = me.next(&w, deadline) {
         file.seek(SeekFrom::Start(off)).await?;
         file.read_exact(&mut buf)
             .await
             .with_context(|| format!("{}: read at offset {off}", w.path.display()))?;
-        rec.record(t0.elapsed(), 1, buf.len() as u64);
-        w.check(&buf, off, buf.len())?;
+        me.done(&w, t0, &buf, off, buf.len())?;
     }
+    Ok(me.rec)
 }

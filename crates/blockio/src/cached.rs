@@ -121,6 +121,10 @@ pub(crate) fn serve_cached(
     pending: usize,
 ) -> usize {
     let batch = pending;
+    // Big batches go to the ring whatever their reads' sizes: skip the scan.
+    if !inline_wins(batch, 0) {
+        return pending;
+    }
     let mut pending = 0;
     let mut verdict: Option<FdVerdict> = None;
     for (op, result) in ops.iter_mut().zip(results.iter_mut()) {

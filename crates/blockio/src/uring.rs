@@ -595,22 +595,29 @@ impl Drop for Batch<'_> {
     /// their buffers must not be released before the kernel is done, so wait.
     fn drop(&mut self) {
         while self.in_flight > 0 {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
-                    ) => {}
-                // The ring is unusable; nothing else can tell us when the
-                // kernel is done with the buffers. Aborting is the only sound
-                // choice left.
-                Err(_) => std::process::abort(),
-            }
+            submit_and_wait_or_abort(self.ring, 1);
             self.reap(|_, _| {});
         }
         self.limit.give(self.permits);
         self.permits = 0;
+    }
+}
+
+/// Submits what is queued and waits for `want` completions. Errors that
+/// only mean "not now" (EINTR; EBUSY, the completion queue backed up;
+/// EAGAIN, the kernel short of memory) return so the caller can reap and
+/// try again. Any other error leaves no way to learn when the kernel is done
+/// with the memory of the operations in flight, so the process aborts: that
+/// is the only sound choice left.
+pub(crate) fn submit_and_wait_or_abort(ring: &mut IoUring, want: usize) {
+    match ring.submit_and_wait(want) {
+        Ok(_) => {}
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
+            ) => {}
+        Err(_) => std::process::abort(),
     }
 }
 

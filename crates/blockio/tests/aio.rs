@@ -5,7 +5,7 @@
 //! fallback (`BLOCKIO_BACKEND=threads`).
 
 use std::future::Future;
-use std::io::{SeekFrom, Write};
+use std::io::SeekFrom;
 use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -16,26 +16,15 @@ use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions, BatchOp};
 use blockio::{AlignedBuf, BufferPool, PooledBuf};
 use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+mod common;
+use common::{data_file, Rng};
 
-fn data_file(len: usize, seed: u64) -> (tempfile::TempPath, Vec<u8>) {
-    let mut rng = Rng(seed | 1);
-    let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-    let mut f = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    f.write_all(&data).unwrap();
-    f.as_file().sync_all().unwrap();
-    (f.into_temp_path(), data)
+/// tokio's multi-thread runtime with two workers.
+fn tokio_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap()
 }
 
 /// Runs the same async body on tokio (multi-thread), smol and block_on.
@@ -44,10 +33,7 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
+    let rt = tokio_runtime();
     rt.block_on(async { tokio::spawn(body()).await.unwrap() });
     smol::block_on(smol::spawn(body()));
     futures::executor::block_on(body());
@@ -215,10 +201,7 @@ fn thousands_of_cancellations_under_load_leave_other_data_intact() {
     let (path, data) = data_file(4 << 20, 11);
     let data = Arc::new(data);
     let pool = BufferPool::new(256, 4096, 4096);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
+    let rt = tokio_runtime();
     let e = AsyncEngine::new().unwrap();
     let file = Arc::new(AsyncFile::open(&e, &path).unwrap());
     let (mut cancelled, mut checked) = (0u64, 0u64);
@@ -272,10 +255,7 @@ fn thousands_of_cancellations_under_load_leave_other_data_intact() {
 fn shutdown_with_work_in_flight_ends_cleanly() {
     let (path, _) = data_file(2 << 20, 5);
     let pool = BufferPool::new(128, 4096, 4096);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
+    let rt = tokio_runtime();
     {
         let e = AsyncEngine::new().unwrap();
         let file = Arc::new(AsyncFile::open(&e, &path).unwrap());
@@ -369,10 +349,7 @@ fn tokio_io_traits_stream_read_seek_and_write() {
     let (path, data) = data_file(300_001, 31);
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let out = dir.path().join("t.dat");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
+    let rt = tokio_runtime();
     rt.block_on(async {
         let e = AsyncEngine::new().unwrap();
         let mut f = AsyncFile::open(&e, &path).unwrap();

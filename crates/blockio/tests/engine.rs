@@ -5,36 +5,15 @@
 //! makes sure each run really used the backend it meant to.
 
 use std::fs::File;
-use std::io::{IoSlice, IoSliceMut, Write};
+use std::io::{IoSlice, IoSliceMut};
 use std::os::unix::fs::FileExt;
 
 use blockio::{
     errno, AlignedBuf, Backend, BufferPool, DirectFile, Engine, Op, OpError, OpKind, RawTarget,
 };
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// A temp file of `len` pseudo-random bytes (in the system temp dir, which
-/// must support O_DIRECT for the direct tests: ext4/xfs/btrfs do).
-fn data_file(len: usize, seed: u64) -> (tempfile::TempPath, Vec<u8>) {
-    let mut rng = Rng(seed | 1);
-    let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    f.write_all(&data).unwrap();
-    f.as_file().sync_all().unwrap();
-    (f.into_temp_path(), data)
-}
+mod common;
+use common::{data_file, Rng};
 
 fn pread_all(file: &File, offset: u64, len: usize) -> Vec<u8> {
     let mut buf = vec![0u8; len];

@@ -42,7 +42,7 @@ use io_uring::{opcode, types, IoUring};
 
 use crate::op::Op;
 use crate::threads::run_raw;
-use crate::uring::build_entry;
+use crate::uring::{build_entry, submit_and_wait_or_abort};
 
 /// Receives an operation's result (bytes, or `-errno`).
 pub(crate) trait Complete: Send + Sync {
@@ -173,11 +173,7 @@ impl Drop for Driver {
 fn finish_wake_read(ring: &mut IoUring, shared: &DriverShared) {
     shared.wake();
     loop {
-        match ring.submit_and_wait(1) {
-            Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {}
-            Err(_) => std::process::abort(),
-        }
+        submit_and_wait_or_abort(ring, 1);
         if ring.completion().any(|cqe| cqe.user_data() == WAKE) {
             return;
         }
@@ -298,19 +294,8 @@ fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result
             .is_empty()
             || (!backlog.is_empty() && in_flight + 1 < cap);
         let want = if more { 0 } else { 1 };
-        let res = ring.submit_and_wait(want);
+        submit_and_wait_or_abort(&mut ring, want);
         shared.sleeping.store(false, Ordering::SeqCst);
-        match res {
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
-                ) => {}
-            // The ring is broken: nothing can tell us when the kernel is
-            // done with the buffers in flight. Aborting is the sound choice.
-            Err(_) => std::process::abort(),
-        }
         for cqe in ring.completion() {
             let ud = cqe.user_data();
             if ud == WAKE {

@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use super::buf::{IoBuf, IoBufMut};
 use super::op::{BufResult, OpFuture};
@@ -23,6 +23,49 @@ use crate::op::{Op, OpKind};
 struct Handle {
     file: File,
     direct: Option<Alignment>,
+}
+
+impl Handle {
+    /// An operation on this file over `len` bytes (or iovecs) at `ptr`,
+    /// owned by `buf` and `iovecs`, which go into the future with a handle
+    /// that keeps the file open until the operation completes.
+    ///
+    /// # Safety
+    /// `ptr` must point into memory owned by `buf` or `iovecs` (or be null
+    /// with `len` 0), valid as `Op::from_raw` requires.
+    unsafe fn op<B: Send + 'static>(
+        self: &Arc<Self>,
+        engine: &AsyncEngine,
+        kind: OpKind,
+        offset: u64,
+        (ptr, len): (*mut u8, usize),
+        buf: B,
+        iovecs: Vec<libc::iovec>,
+    ) -> OpFuture<B> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe {
+            let op = Op::from_raw(kind, self.file.as_raw_fd(), offset, ptr, len, self.direct);
+            OpFuture::new(engine, op, buf, iovecs, self.clone())
+        }
+    }
+
+    /// Reads into `buf[start..]` at `offset`.
+    fn read_into<B: IoBufMut>(
+        self: &Arc<Self>,
+        engine: &AsyncEngine,
+        mut buf: B,
+        start: usize,
+        offset: u64,
+    ) -> OpFuture<B> {
+        let start = start.min(buf.bytes_len());
+        let len = buf.bytes_len() - start;
+        // SAFETY: `start` is within the buffer, and the op points into
+        // `buf`, which the future owns.
+        unsafe {
+            let ptr = buf.stable_mut_ptr().add(start);
+            self.op(engine, OpKind::Read, offset, (ptr, len), buf, Vec::new())
+        }
+    }
 }
 
 /// Options for [`AsyncFile::open_with`].
@@ -166,44 +209,47 @@ impl AsyncFile {
         &self.handle.file
     }
 
-    fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
-        Some(self.handle.clone())
-    }
-
-    fn raw(&self, kind: OpKind, offset: u64, ptr: *mut u8, len: usize) -> Op<'static> {
-        // SAFETY: every caller passes memory owned by the buffer (or iovec
-        // array) that goes into the same `OpFuture`, which keeps it alive and
-        // untouched until the operation completes.
-        unsafe {
-            Op::from_raw(
-                kind,
-                self.handle.file.as_raw_fd(),
-                offset,
-                ptr,
-                len,
-                self.handle.direct,
-            )
-        }
-    }
-
     /// Reads into `buf[start..]` at `offset`.
-    fn read_part<B: IoBufMut>(&self, mut buf: B, start: usize, offset: u64) -> OpFuture<B> {
-        let start = start.min(buf.bytes_len());
-        // SAFETY: `start` is within the buffer.
-        let ptr = unsafe { buf.stable_mut_ptr().add(start) };
-        let op = self.raw(OpKind::Read, offset, ptr, buf.bytes_len() - start);
-        // SAFETY: `op` points into `buf`, which the future owns.
-        unsafe { OpFuture::new(&self.engine, op, buf, Vec::new(), self.keep()) }
+    fn read_part<B: IoBufMut>(&self, buf: B, start: usize, offset: u64) -> OpFuture<B> {
+        self.handle.read_into(&self.engine, buf, start, offset)
     }
 
     /// Writes `buf[start..]` at `offset`.
     fn write_part<B: IoBuf>(&self, buf: B, start: usize, offset: u64) -> OpFuture<B> {
         let start = start.min(buf.bytes_len());
-        // SAFETY: `start` is within the buffer; the kernel only reads.
-        let ptr = unsafe { buf.stable_ptr().add(start) } as *mut u8;
-        let op = self.raw(OpKind::Write, offset, ptr, buf.bytes_len() - start);
-        // SAFETY: `op` points into `buf`, which the future owns.
-        unsafe { OpFuture::new(&self.engine, op, buf, Vec::new(), self.keep()) }
+        let len = buf.bytes_len() - start;
+        // SAFETY: `start` is within the buffer (the kernel only reads), and
+        // the op points into `buf`, which the future owns.
+        unsafe {
+            let ptr = buf.stable_ptr().add(start) as *mut u8;
+            let e = &self.engine;
+            self.handle
+                .op(e, OpKind::Write, offset, (ptr, len), buf, Vec::new())
+        }
+    }
+
+    /// A vectored operation over `bufs`, described by `iovecs`.
+    fn vectored<B: Send + 'static>(
+        &self,
+        kind: OpKind,
+        bufs: Vec<B>,
+        mut iovecs: Vec<libc::iovec>,
+        offset: u64,
+    ) -> OpFuture<Vec<B>> {
+        let raw = (iovecs.as_mut_ptr().cast(), iovecs.len());
+        // SAFETY: the iovecs (heap, owned by the future) describe `bufs`
+        // (owned by the future).
+        unsafe {
+            self.handle
+                .op(&self.engine, kind, offset, raw, bufs, iovecs)
+        }
+    }
+
+    /// An operation without memory (a sync).
+    fn sync_op(&self, kind: OpKind) -> OpFuture<()> {
+        let raw = (std::ptr::null_mut(), 0);
+        // SAFETY: no memory is involved.
+        unsafe { self.handle.op(&self.engine, kind, 0, raw, (), Vec::new()) }
     }
 
     /// Reads up to `buf.len()` bytes at `offset`; resolves to the byte count
@@ -219,55 +265,36 @@ impl AsyncFile {
 
     /// Reads into each buffer in turn, starting at `offset`.
     pub fn read_vectored_at<B: IoBufMut>(&self, mut bufs: Vec<B>, offset: u64) -> OpFuture<Vec<B>> {
-        let mut iovecs: Vec<libc::iovec> = bufs
+        let iovecs = bufs
             .iter_mut()
             .map(|b| libc::iovec {
                 iov_base: b.stable_mut_ptr().cast(),
                 iov_len: b.bytes_len(),
             })
             .collect();
-        let op = self.raw(
-            OpKind::ReadVectored,
-            offset,
-            iovecs.as_mut_ptr().cast(),
-            iovecs.len(),
-        );
-        // SAFETY: the iovecs (heap, owned by the future) describe `bufs`
-        // (owned by the future).
-        unsafe { OpFuture::new(&self.engine, op, bufs, iovecs, self.keep()) }
+        self.vectored(OpKind::ReadVectored, bufs, iovecs, offset)
     }
 
     /// Writes each buffer in turn, starting at `offset`.
     pub fn write_vectored_at<B: IoBuf>(&self, bufs: Vec<B>, offset: u64) -> OpFuture<Vec<B>> {
-        let mut iovecs: Vec<libc::iovec> = bufs
+        let iovecs = bufs
             .iter()
             .map(|b| libc::iovec {
                 iov_base: b.stable_ptr() as *mut libc::c_void,
                 iov_len: b.bytes_len(),
             })
             .collect();
-        let op = self.raw(
-            OpKind::WriteVectored,
-            offset,
-            iovecs.as_mut_ptr().cast(),
-            iovecs.len(),
-        );
-        // SAFETY: as for `read_vectored_at`; the kernel only reads.
-        unsafe { OpFuture::new(&self.engine, op, bufs, iovecs, self.keep()) }
+        self.vectored(OpKind::WriteVectored, bufs, iovecs, offset)
     }
 
     /// Flushes data and metadata to stable storage.
     pub fn fsync(&self) -> OpFuture<()> {
-        let op = self.raw(OpKind::Fsync, 0, std::ptr::null_mut(), 0);
-        // SAFETY: no memory is involved.
-        unsafe { OpFuture::new(&self.engine, op, (), Vec::new(), self.keep()) }
+        self.sync_op(OpKind::Fsync)
     }
 
     /// Flushes data (and the metadata needed to read it).
     pub fn fdatasync(&self) -> OpFuture<()> {
-        let op = self.raw(OpKind::Fdatasync, 0, std::ptr::null_mut(), 0);
-        // SAFETY: no memory is involved.
-        unsafe { OpFuture::new(&self.engine, op, (), Vec::new(), self.keep()) }
+        self.sync_op(OpKind::Fdatasync)
     }
 
     /// Fills `buf` from `offset`, reading again after short reads; fails
@@ -499,10 +526,7 @@ impl Stream {
 impl AsyncFile {
     fn poll_read_inner(&mut self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<io::Result<usize>> {
         if self.stream.wbuf.is_some() || !self.stream.behind.is_empty() {
-            match self.poll_flush_inner(cx) {
-                Poll::Ready(Ok(())) => {}
-                other => return other.map_ok(|()| 0),
-            }
+            ready!(self.poll_flush_inner(cx))?;
         }
         if out.is_empty() {
             return Poll::Ready(Ok(0));
@@ -522,7 +546,7 @@ impl AsyncFile {
             }
             while s.ahead.len() < s.depth && s.eof_at.map_or(true, |e| s.next < e) {
                 let buf = s.buffer();
-                let mut f = read_block(&self.engine, &self.handle, buf, s.next);
+                let mut f = self.handle.read_into(&self.engine, buf, 0, s.next);
                 f.set_waker(cx.waker());
                 f.start();
                 s.ahead.push_back((s.next, f));
@@ -567,10 +591,7 @@ impl AsyncFile {
         }
         // Bound the write-behind before accepting more.
         while self.stream.behind.len() >= self.stream.depth {
-            match self.poll_oldest_write(cx) {
-                Poll::Ready(Ok(())) => {}
-                other => return other.map_ok(|()| 0),
-            }
+            ready!(self.poll_oldest_write(cx))?;
         }
         if data.is_empty() {
             return Poll::Ready(Ok(0));
@@ -648,6 +669,12 @@ impl AsyncFile {
         Poll::Ready(Ok(()))
     }
 
+    /// Flushes pending writes, then moves the cursor.
+    fn poll_seek_inner(&mut self, cx: &mut Context<'_>, pos: SeekFrom) -> Poll<io::Result<u64>> {
+        ready!(self.poll_flush_inner(cx))?;
+        Poll::Ready(self.seek_inner(pos))
+    }
+
     fn seek_inner(&mut self, pos: SeekFrom) -> io::Result<u64> {
         let target = match pos {
             SeekFrom::Start(n) => Some(n),
@@ -665,28 +692,6 @@ impl AsyncFile {
             self.stream.reset_reads();
         }
         Ok(target)
-    }
-}
-
-/// A read of one streaming block into `buf`.
-fn read_block(
-    engine: &AsyncEngine,
-    handle: &Arc<Handle>,
-    mut buf: AlignedBuf,
-    offset: u64,
-) -> OpFuture<AlignedBuf> {
-    let len = buf.len();
-    // SAFETY: the op points into `buf`, owned by the future with it.
-    unsafe {
-        let op = Op::from_raw(
-            OpKind::Read,
-            handle.file.as_raw_fd(),
-            offset,
-            buf.stable_mut_ptr(),
-            len,
-            handle.direct,
-        );
-        OpFuture::new(engine, op, buf, Vec::new(), Some(handle.clone()))
     }
 }
 
@@ -722,12 +727,7 @@ impl futures_io::AsyncSeek for AsyncFile {
         cx: &mut Context<'_>,
         pos: SeekFrom,
     ) -> Poll<io::Result<u64>> {
-        let this = self.get_mut();
-        match this.poll_flush_inner(cx) {
-            Poll::Ready(Ok(())) => Poll::Ready(this.seek_inner(pos)),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
-        }
+        self.get_mut().poll_seek_inner(cx, pos)
     }
 }
 
@@ -742,12 +742,9 @@ mod tokio_io {
             cx: &mut Context<'_>,
             buf: &mut ReadBuf<'_>,
         ) -> Poll<io::Result<()>> {
-            let this = self.get_mut();
-            let n = match this.poll_read_inner(cx, buf.initialize_unfilled()) {
-                Poll::Ready(Ok(n)) => n,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            };
+            let n = ready!(self
+                .get_mut()
+                .poll_read_inner(cx, buf.initialize_unfilled()))?;
             buf.advance(n);
             Poll::Ready(Ok(()))
         }
@@ -776,13 +773,12 @@ mod tokio_io {
         }
         fn poll_complete(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
             let this = self.get_mut();
-            match this.poll_flush_inner(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-            match this.stream.pending_seek.take() {
-                Some(pos) => Poll::Ready(this.seek_inner(pos)),
+            match this.stream.pending_seek {
+                Some(pos) => {
+                    let r = ready!(this.poll_seek_inner(cx, pos));
+                    this.stream.pending_seek = None;
+                    Poll::Ready(r)
+                }
                 None => Poll::Ready(Ok(this.stream.pos)),
             }
         }

@@ -31,7 +31,17 @@ struct Inner<B> {
     buf: Option<B>,
     /// Kept only to stay alive until the completion.
     _iovecs: Vec<libc::iovec>,
-    _keep: Option<Arc<dyn Send + Sync>>,
+    _keep: Arc<dyn Send + Sync>,
+}
+
+impl<B> Inner<B> {
+    /// Keeps `waker` unless the one stored already wakes the same task.
+    fn store_waker(&mut self, waker: &Waker) {
+        match &self.waker {
+            Some(w) if w.will_wake(waker) => {}
+            _ => self.waker = Some(waker.clone()),
+        }
+    }
 }
 
 // SAFETY: the iovecs only describe memory owned by `buf`, which is Send;
@@ -89,7 +99,7 @@ impl<B: Send + 'static> OpFuture<B> {
         op: Op<'static>,
         buf: B,
         iovecs: Vec<libc::iovec>,
-        keep: Option<Arc<dyn Send + Sync>>,
+        keep: Arc<dyn Send + Sync>,
     ) -> OpFuture<B> {
         let desc = Desc {
             kind: op.kind(),
@@ -139,10 +149,7 @@ impl<B: Send + 'static> OpFuture<B> {
     /// Registers the waker of the task that will await this operation.
     pub(crate) fn set_waker(&self, waker: &Waker) {
         let mut g = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
-        match &g.waker {
-            Some(w) if w.will_wake(waker) => {}
-            _ => g.waker = Some(waker.clone()),
-        }
+        g.store_waker(waker);
     }
 }
 
@@ -174,10 +181,7 @@ impl<B: Send + 'static> Future for OpFuture<B> {
                 Poll::Ready((out, buf))
             }
             None => {
-                match &g.waker {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => g.waker = Some(cx.waker().clone()),
-                }
+                g.store_waker(cx.waker());
                 Poll::Pending
             }
         }

@@ -1,0 +1,32 @@
+//! Helpers shared by the integration tests.
+
+use std::io::Write;
+
+/// A small fast generator (xorshift64).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A synced temp file of `len` pseudo-random bytes, under the target
+/// directory (on disk: the direct tests need O_DIRECT, which tmpfs lacks).
+pub fn data_file(len: usize, seed: u64) -> (tempfile::TempPath, Vec<u8>) {
+    let mut rng = Rng(seed | 1);
+    let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    let mut f = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    f.write_all(&data).unwrap();
+    f.as_file().sync_all().unwrap();
+    (f.into_temp_path(), data)
+}
