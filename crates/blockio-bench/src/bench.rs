@@ -159,11 +159,18 @@ pub fn plans(args: &BenchArgs, profile: Profile, strategies: &[Strategy]) -> Vec
                 threads: n,
             }),
             // One read at a time from one thread (where the ring loses to
-            // pread on cached data), and the many-threads configuration.
+            // pread on cached data), the deepest batches from one thread and
+            // the many-threads configuration: auto gets the same shapes as
+            // the strategies it is compared with.
             Strategy::Auto => out.extend([
                 Plan {
                     strategy: s,
                     qd: 1,
+                    threads: 1,
+                },
+                Plan {
+                    strategy: s,
+                    qd: args.qd.iter().copied().max().unwrap_or(64).max(2),
                     threads: 1,
                 },
                 Plan {

@@ -82,8 +82,8 @@ fn tiny_run_covers_every_strategy_and_profile_and_writes_its_files() {
         assert_eq!(qds("async"), [4], "{profile}: async follows --tasks");
         assert_eq!(
             qds("auto"),
-            [1, 128],
-            "{profile}: auto alone and from many threads"
+            [1, 4, 128],
+            "{profile}: auto alone, at the deepest --qd and from many threads"
         );
         for r in &mine {
             for field in [
