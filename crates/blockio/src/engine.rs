@@ -420,6 +420,11 @@ impl Engine {
                     .fetch_add(served, Ordering::Relaxed);
             }
         }
+        if let Imp::Uring(u) = &self.inner.imp {
+            if !u.report().metadata_ops {
+                pending = crate::threads::settle_metadata_inline(ops, results, pending);
+            }
+        }
         if pending == 0 {
             return Ok(());
         }

@@ -82,7 +82,10 @@ impl OpError {
 impl fmt::Display for OpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.op {
-            OpKind::Fsync | OpKind::Fdatasync => write!(f, "{} of fd {}", self.op, self.fd)?,
+            OpKind::Fsync | OpKind::Fdatasync | OpKind::Close => {
+                write!(f, "{} of fd {}", self.op, self.fd)?
+            }
+            k if k.is_metadata() => write!(f, "{}", self.op)?,
             _ => write!(
                 f,
                 "{} of {} bytes at offset {} on fd {}",

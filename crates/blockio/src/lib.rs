@@ -64,6 +64,7 @@ mod direct;
 mod engine;
 mod error;
 mod limit;
+mod meta;
 mod op;
 mod threads;
 mod uring;
@@ -75,6 +76,7 @@ pub use direct::{
 };
 pub use engine::{Backend, BackendChoice, Engine, EngineBuilder, EngineStats, BACKEND_ENV};
 pub use error::{errno, OpError, PathError};
+pub use meta::{Open, PathAt};
 pub use op::{recycle, Op, OpKind, RawTarget, Target};
 pub use uring::ProbeReport;
 

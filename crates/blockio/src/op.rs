@@ -34,6 +34,32 @@ pub enum OpKind {
     Fsync,
     /// Flush data and the metadata needed to read it (`fdatasync`).
     Fdatasync,
+    /// Open a file (`openat`); the result is the new descriptor. Issued
+    /// through [`Engine::open_batch`](crate::Engine::open_batch).
+    Open,
+    /// Read a file's metadata (`statx`). Issued through
+    /// [`Engine::stat_batch`](crate::Engine::stat_batch).
+    Stat,
+    /// Close a descriptor (`close`). Issued through
+    /// [`Engine::close_batch`](crate::Engine::close_batch).
+    Close,
+    /// Make a directory (`mkdirat`). Issued through
+    /// [`Engine::mkdir_batch`](crate::Engine::mkdir_batch).
+    Mkdir,
+    /// Make a symbolic link (`symlinkat`). Issued through
+    /// [`Engine::symlink_batch`](crate::Engine::symlink_batch).
+    Symlink,
+}
+
+impl OpKind {
+    /// Whether this is a metadata operation (open, stat, close, mkdir,
+    /// symlink) rather than a read, write or sync of a file's data.
+    pub fn is_metadata(self) -> bool {
+        matches!(
+            self,
+            OpKind::Open | OpKind::Stat | OpKind::Close | OpKind::Mkdir | OpKind::Symlink
+        )
+    }
 }
 
 impl fmt::Display for OpKind {
@@ -45,6 +71,11 @@ impl fmt::Display for OpKind {
             OpKind::WriteVectored => "vectored write",
             OpKind::Fsync => "fsync",
             OpKind::Fdatasync => "fdatasync",
+            OpKind::Open => "open",
+            OpKind::Stat => "statx",
+            OpKind::Close => "close",
+            OpKind::Mkdir => "mkdir",
+            OpKind::Symlink => "symlink",
         })
     }
 }
@@ -122,8 +153,12 @@ pub struct Op<'a> {
     pub(crate) offset: u64,
     /// Buffer start, or the `iovec` array for vectored operations.
     pub(crate) ptr: *mut u8,
-    /// Buffer length in bytes, or the number of `iovec`s.
+    /// Buffer length in bytes, or the number of `iovec`s; the flags of
+    /// metadata operations (open and statx flags).
     pub(crate) len: usize,
+    /// The second pointer of metadata operations: the `statx` buffer, or a
+    /// symbolic link's target. Null otherwise.
+    pub(crate) ptr2: *mut u8,
     pub(crate) direct: Option<Alignment>,
     pub(crate) polling: bool,
     /// Has its result already (refused before submission, or served from
@@ -163,6 +198,7 @@ impl<'a> Op<'a> {
             offset,
             ptr,
             len,
+            ptr2: std::ptr::null_mut(),
             direct: file.direct_alignment(),
             polling: file.supports_polling(),
             settled: false,
@@ -192,6 +228,7 @@ impl<'a> Op<'a> {
             offset,
             ptr,
             len,
+            ptr2: std::ptr::null_mut(),
             direct,
             polling: false,
             settled: false,
@@ -259,6 +296,31 @@ impl<'a> Op<'a> {
         Op::new(OpKind::Fdatasync, file, 0, std::ptr::null_mut(), 0)
     }
 
+    /// A metadata operation. For open and mkdir `offset` carries the mode,
+    /// for statx the mask; `len` carries the flags. `path` and `ptr2` are
+    /// borrowed for `'a`, which the public constructors in `meta` enforce.
+    pub(crate) fn metadata(
+        kind: OpKind,
+        dir: RawFd,
+        path: *const u8,
+        ptr2: *mut u8,
+        flags: usize,
+        extra: u64,
+    ) -> Op<'a> {
+        Op {
+            kind,
+            fd: dir,
+            offset: extra,
+            ptr: path as *mut u8,
+            len: flags,
+            ptr2,
+            direct: None,
+            polling: false,
+            settled: false,
+            _borrow: PhantomData,
+        }
+    }
+
     /// The kind of this operation.
     pub fn kind(&self) -> OpKind {
         self.kind
@@ -293,13 +355,16 @@ impl<'a> Op<'a> {
             OpKind::ReadVectored | OpKind::WriteVectored => {
                 self.iovecs().iter().map(|v| v.iov_len).sum()
             }
-            OpKind::Fsync | OpKind::Fdatasync => 0,
+            _ => 0,
         }
     }
 
     /// Checks what can be checked before submission: the alignment of direct
     /// I/O. Returns the error to report in place of submitting.
     pub(crate) fn precheck(&self) -> Option<std::io::Error> {
+        if self.kind.is_metadata() {
+            return None;
+        }
         if self.offset > i64::MAX as u64 {
             return Some(OpError::refused(
                 self.kind,
@@ -344,7 +409,7 @@ impl<'a> Op<'a> {
                 .iovecs()
                 .iter()
                 .find_map(|v| check(v.iov_base as usize, v.iov_len)),
-            OpKind::Fsync | OpKind::Fdatasync => None,
+            _ => None,
         }
     }
 

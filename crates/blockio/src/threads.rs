@@ -154,6 +154,23 @@ impl Drop for ThreadBackend {
 }
 
 /// Performs one operation with a plain system call.
+/// Performs the batch's metadata operations right here, for rings without
+/// the metadata opcodes; returns how many operations are still pending.
+pub(crate) fn settle_metadata_inline(
+    ops: &mut [Op<'_>],
+    results: &mut [io::Result<usize>],
+    mut pending: usize,
+) -> usize {
+    for (op, result) in ops.iter_mut().zip(results.iter_mut()) {
+        if !op.settled && op.kind.is_metadata() {
+            *result = run_one(op);
+            op.settled = true;
+            pending -= 1;
+        }
+    }
+    pending
+}
+
 pub(crate) fn run_one(op: &Op<'_>) -> io::Result<usize> {
     let raw = run_raw(op);
     op.result_from_raw(raw)
@@ -187,6 +204,35 @@ pub(crate) fn run_raw(op: &Op<'_>) -> i32 {
                 ),
                 OpKind::Fsync => libc::fsync(op.fd) as isize,
                 OpKind::Fdatasync => libc::fdatasync(op.fd) as isize,
+                OpKind::Open => libc::openat(
+                    op.fd,
+                    op.ptr as *const libc::c_char,
+                    op.len as i32,
+                    op.offset as libc::c_uint,
+                ) as isize,
+                OpKind::Stat => libc::statx(
+                    op.fd,
+                    op.ptr as *const libc::c_char,
+                    op.len as i32,
+                    op.offset as u32,
+                    op.ptr2.cast(),
+                ) as isize,
+                // Never retried: after EINTR the descriptor is closed anyway
+                // on Linux, and a retry could close someone else's.
+                OpKind::Close => match libc::close(op.fd) {
+                    -1 if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => 0,
+                    rc => rc as isize,
+                },
+                OpKind::Mkdir => libc::mkdirat(
+                    op.fd,
+                    op.ptr as *const libc::c_char,
+                    op.offset as libc::mode_t,
+                ) as isize,
+                OpKind::Symlink => libc::symlinkat(
+                    op.ptr2 as *const libc::c_char,
+                    op.fd,
+                    op.ptr as *const libc::c_char,
+                ) as isize,
             }
         };
         if rc >= 0 {

@@ -87,6 +87,10 @@ pub struct ProbeReport {
     pub registered_buffers: bool,
     /// Slots for registered files (0: not in use).
     pub registered_file_slots: u32,
+    /// The ring has the metadata opcodes (OPENAT, STATX, CLOSE: Linux 5.6;
+    /// MKDIRAT, SYMLINKAT: 5.15). Without them the engine performs
+    /// metadata operations with plain system calls on the calling thread.
+    pub metadata_ops: bool,
     /// Setup flags the kernel refused, dropped so that setup could succeed.
     pub refused_flags: Vec<&'static str>,
 }
@@ -257,7 +261,9 @@ impl RingPool {
     }
 }
 
-fn probe_supported(ring: &IoUring) -> io::Result<()> {
+/// Checks the opcodes every engine needs; returns whether the metadata
+/// opcodes are there too.
+fn probe_supported(ring: &IoUring) -> io::Result<bool> {
     let mut probe = Probe::new();
     ring.submitter().register_probe(&mut probe)?;
     for (code, name) in [
@@ -276,7 +282,15 @@ fn probe_supported(ring: &IoUring) -> io::Result<()> {
             ));
         }
     }
-    Ok(())
+    Ok([
+        opcode::OpenAt::CODE,
+        opcode::Statx::CODE,
+        opcode::Close::CODE,
+        opcode::MkDirAt::CODE,
+        opcode::SymlinkAt::CODE,
+    ]
+    .into_iter()
+    .all(|code| probe.is_supported(code)))
 }
 
 impl UringBackend {
@@ -297,7 +311,7 @@ impl UringBackend {
             None,
             &mut refused,
         )?;
-        probe_supported(&first)?;
+        let metadata_ops = probe_supported(&first)?;
         let attach_fd = flags.sqpoll.then(|| first.as_raw_fd());
         let plain = RingPool::with_first(&cfg, flags, cfg.sqpoll_idle_ms, attach_fd, first)?;
         let polled = if cfg.iopoll {
@@ -323,6 +337,7 @@ impl UringBackend {
             submit_all: flags.submit_all,
             registered_buffers: cfg.bufs.is_some(),
             registered_file_slots: cfg.file_slots,
+            metadata_ops,
             refused_flags: refused,
         };
         Ok(UringBackend {
@@ -656,9 +671,36 @@ macro_rules! rw_entry {
             OpKind::Fdatasync => opcode::Fsync::new($fd)
                 .flags(types::FsyncFlags::DATASYNC)
                 .build(),
+            _ => metadata_entry(op),
         }
         .user_data($ud)
     }};
+}
+
+/// The entry of a metadata operation; see [`Op::metadata`] for how its
+/// fields are carried. Always on the raw descriptor: these opcodes take no
+/// registered files here.
+fn metadata_entry(op: &Op<'_>) -> squeue::Entry {
+    let dir = types::Fd(op.fd);
+    let path = op.ptr as *const libc::c_char;
+    match op.kind {
+        OpKind::Open => opcode::OpenAt::new(dir, path)
+            .flags(op.len as i32)
+            .mode(op.offset as libc::mode_t)
+            .build(),
+        OpKind::Stat => opcode::Statx::new(dir, path, op.ptr2.cast())
+            .flags(op.len as i32)
+            .mask(op.offset as u32)
+            .build(),
+        OpKind::Close => opcode::Close::new(dir).build(),
+        OpKind::Mkdir => opcode::MkDirAt::new(dir, path)
+            .mode(op.offset as libc::mode_t)
+            .build(),
+        OpKind::Symlink => {
+            opcode::SymlinkAt::new(dir, op.ptr2 as *const libc::c_char, path).build()
+        }
+        kind => unreachable!("{kind} is not a metadata operation"),
+    }
 }
 
 pub(crate) fn build_entry(
@@ -667,6 +709,9 @@ pub(crate) fn build_entry(
     bufs: Option<&PoolInner>,
     files: Option<&FileTable>,
 ) -> squeue::Entry {
+    if op.kind.is_metadata() {
+        return metadata_entry(op).user_data(ud);
+    }
     match files.and_then(|t| t.slot_of(op.fd)) {
         Some(slot) => rw_entry!(op, types::Fixed(slot), bufs, ud),
         None => rw_entry!(op, types::Fd(op.fd), bufs, ud),
