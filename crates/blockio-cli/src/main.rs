@@ -4,6 +4,8 @@ use clap::{Parser, Subcommand};
 
 use std::path::PathBuf;
 
+mod cp;
+
 use blockio_bench::{alloc_count, bench, engine_bench};
 use blockio_tools::algo::Algo;
 use blockio_tools::sum::SumOptions;
@@ -31,6 +33,9 @@ enum Cmd {
     /// Checksums of files and directory trees (BLAKE3 by default), in the
     /// format of b3sum and sha256sum; -c checks such a list.
     Sum(SumArgs),
+    /// Copy files and directory trees (as `cp -r`: links as links, modes
+    /// kept; -p/-a keep times and owners, -n keeps existing files).
+    Cp(cp::CpArgs),
 }
 
 /// Options of `blockio sum`.
@@ -88,6 +93,7 @@ fn main() {
         Cmd::Bench(args) => bench::run(args).map(|()| true),
         Cmd::EngineBench(args) => engine_bench::run(args).map(|()| true),
         Cmd::Sum(args) => sum(args),
+        Cmd::Cp(args) => cp::run(args),
     };
     match result {
         Ok(true) => {}

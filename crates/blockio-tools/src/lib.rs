@@ -1,10 +1,12 @@
 //! File-tree jobs on the blockio engine, used by the `blockio` binary:
 //!
+//! * [`copy`]: recursive copies (`blockio cp`) with GNU `cp -r` semantics.
 //! * [`sum`]: checksums of files and trees (`blockio sum`), with output and
 //!   check files compatible with `b3sum` and `sha256sum`.
 #![warn(missing_docs)]
 
 pub mod algo;
+pub mod copy;
 pub mod names;
 pub mod sum;
 pub mod walk;

@@ -1,0 +1,449 @@
+//! A worker's share: one group of regular files from one directory, copied
+//! with a handful of engine batches.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+
+use blockio::{Engine, Op, Open, PathAt};
+
+use super::tree::{set_attrs_at, Counts, DirPair, Entry, Group};
+use super::{quote, CopyOptions, Errors, Progress};
+
+/// One file of the group on its way.
+struct Job<'g> {
+    e: &'g Entry,
+    src: OwnedFd,
+    dst: OwnedFd,
+    /// The first failure: what was being done, and why.
+    failed: Option<(String, io::Error)>,
+}
+
+/// A range of one file to copy through one arena slot.
+#[derive(Clone, Copy)]
+struct Chunk {
+    job: usize,
+    offset: u64,
+    len: usize,
+}
+
+pub(crate) fn copy_group(
+    engine: &Engine,
+    g: &Group,
+    opts: &CopyOptions,
+    progress: &Progress,
+    counts: &Counts,
+    errors: &Errors<'_>,
+    arena: &mut Vec<u8>,
+) {
+    let dirs = &*g.dirs;
+    let mut jobs = match open_all(engine, g, opts, counts, errors) {
+        Some(j) => j,
+        None => return,
+    };
+
+    // The data: every file's ranges (only the data extents of a sparse
+    // file) cut into blocks, copied in waves of reads then writes.
+    let mut chunks = Vec::new();
+    for (i, j) in jobs.iter().enumerate() {
+        for (start, end) in extents(&j.src, j.e) {
+            let mut off = start;
+            while off < end {
+                let len = (end - off).min(opts.block as u64) as usize;
+                chunks.push(Chunk {
+                    job: i,
+                    offset: off,
+                    len,
+                });
+                off += len as u64;
+            }
+        }
+    }
+    if arena.len() < opts.wave {
+        arena.resize(opts.wave, 0);
+    }
+    let per_wave = (opts.wave / opts.block).max(1);
+    for wave in chunks.chunks(per_wave) {
+        copy_wave(engine, dirs, &mut jobs, wave, arena, opts.block, progress);
+    }
+
+    for j in jobs.iter_mut().filter(|j| j.failed.is_none()) {
+        let dst = dirs.dst_of(&j.e.dst_name);
+        if is_sparse(j.e) {
+            // SAFETY: a valid fd.
+            if unsafe { libc::ftruncate(j.dst.as_raw_fd(), j.e.st.stx_size as i64) } != 0 {
+                j.failed = Some((
+                    format!("cannot extend {}", quote(&dst)),
+                    io::Error::last_os_error(),
+                ));
+                continue;
+            }
+        }
+        if opts.preserve {
+            if let Err(e) = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode())) {
+                // The data is complete: report, keep the file (as cp does).
+                errors.report(format!("preserving attributes of {}", quote(&dst)), Some(e));
+            }
+        }
+    }
+    if opts.fsync {
+        let live: Vec<usize> = (0..jobs.len())
+            .filter(|&i| jobs[i].failed.is_none())
+            .collect();
+        let mut ops: Vec<Op<'_>> = live.iter().map(|&i| Op::fsync(&jobs[i].dst)).collect();
+        let results = engine.submit(&mut ops);
+        drop(ops);
+        match results {
+            Ok(rs) => {
+                for (&i, r) in live.iter().zip(rs) {
+                    if let Err(e) = r {
+                        let dst = dirs.dst_of(&jobs[i].e.dst_name);
+                        jobs[i].failed = Some((format!("cannot fsync {}", quote(&dst)), e));
+                    }
+                }
+            }
+            Err(e) => {
+                for &i in &live {
+                    let dst = dirs.dst_of(&jobs[i].e.dst_name);
+                    jobs[i].failed = Some((format!("cannot fsync {}", quote(&dst)), clone(&e)));
+                }
+            }
+        }
+    }
+
+    // Close everything; a destination whose close fails is not complete.
+    let mut srcs = Vec::with_capacity(jobs.len());
+    let mut dsts = Vec::with_capacity(jobs.len());
+    let mut finished = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        srcs.push(j.src);
+        dsts.push(j.dst);
+        finished.push((j.e, j.failed));
+    }
+    let _ = engine.close_batch(srcs);
+    match engine.close_batch(dsts) {
+        Ok(rs) => {
+            for ((e, failed), r) in finished.iter_mut().zip(rs) {
+                if let (None, Err(err)) = (&failed, r) {
+                    let dst = dirs.dst_of(&e.dst_name);
+                    *failed = Some((format!("error closing {}", quote(&dst)), err));
+                }
+            }
+        }
+        Err(err) => {
+            for (e, failed) in finished.iter_mut() {
+                if failed.is_none() {
+                    let dst = dirs.dst_of(&e.dst_name);
+                    *failed = Some((format!("error closing {}", quote(&dst)), clone(&err)));
+                }
+            }
+        }
+    }
+    for (e, failed) in finished {
+        match failed {
+            None => {
+                progress.files.fetch_add(1, Ordering::Relaxed);
+            }
+            Some((what, err)) => {
+                let dst = dirs.dst_of(&e.dst_name);
+                let fate = match unlink_at(&dirs.dst, &e.dst_name) {
+                    Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
+                    Err(u) => format!(
+                        "{what} (the incomplete copy {} could not be removed: {u})",
+                        quote(&dst)
+                    ),
+                };
+                errors.report(fate, Some(err));
+            }
+        }
+    }
+}
+
+/// Opens the group's sources, then its destinations, one batch each; the
+/// files that failed are reported and left out.
+fn open_all<'g>(
+    engine: &Engine,
+    g: &'g Group,
+    opts: &CopyOptions,
+    counts: &Counts,
+    errors: &Errors<'_>,
+) -> Option<Vec<Job<'g>>> {
+    let dirs = &*g.dirs;
+    let opens: Vec<Open<'_>> = g
+        .files
+        .iter()
+        .map(|e| {
+            Open::new(PathAt::in_dir(&dirs.src, &e.src_name))
+                .flags(libc::O_RDONLY | libc::O_NOFOLLOW)
+        })
+        .collect();
+    let srcs = match engine.open_batch(&opens) {
+        Ok(s) => s,
+        Err(e) => {
+            errors.report(
+                format!("cannot open files in {}", quote(&dirs.src_path)),
+                Some(e),
+            );
+            return None;
+        }
+    };
+    let mut opened = Vec::with_capacity(srcs.len());
+    for (e, r) in g.files.iter().zip(srcs) {
+        match r {
+            Ok(fd) => opened.push((e, fd)),
+            Err(err) => errors.report(
+                format!(
+                    "cannot open {} for reading",
+                    quote(&dirs.src_of(&e.src_name))
+                ),
+                Some(err),
+            ),
+        }
+    }
+    let excl = if opts.no_clobber { libc::O_EXCL } else { 0 };
+    let perms = if opts.preserve { 0o7777 } else { 0o777 };
+    let creates: Vec<Open<'_>> = opened
+        .iter()
+        .map(|(e, _)| {
+            Open::new(PathAt::in_dir(&dirs.dst, &e.dst_name))
+                .flags(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | excl)
+                .mode(e.mode() & perms)
+        })
+        .collect();
+    let dsts = match engine.open_batch(&creates) {
+        Ok(d) => d,
+        Err(e) => {
+            errors.report(
+                format!("cannot create files in {}", quote(&dirs.dst_path)),
+                Some(e),
+            );
+            return None;
+        }
+    };
+    let mut jobs = Vec::with_capacity(opened.len());
+    for ((e, src), r) in opened.into_iter().zip(dsts) {
+        let dst = dirs.dst_of(&e.dst_name);
+        match r {
+            Ok(fd) => jobs.push(Job {
+                e,
+                src,
+                dst: fd,
+                failed: None,
+            }),
+            Err(err) if opts.no_clobber && blockio::errno(&err) == Some(libc::EEXIST) => {
+                counts.skipped.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(err) if blockio::errno(&err) == Some(libc::EISDIR) => errors.report(
+                format!(
+                    "cannot overwrite directory {} with non-directory",
+                    quote(&dst)
+                ),
+                None,
+            ),
+            Err(err) => errors.report(
+                format!("cannot create regular file {}", quote(&dst)),
+                Some(err),
+            ),
+        }
+    }
+    Some(jobs)
+}
+
+/// One wave: all its reads in one batch, then all its writes in one.
+fn copy_wave(
+    engine: &Engine,
+    dirs: &DirPair,
+    jobs: &mut [Job<'_>],
+    wave: &[Chunk],
+    arena: &mut [u8],
+    block: usize,
+    progress: &Progress,
+) {
+    let mut got = vec![0usize; wave.len()];
+    {
+        let mut ops: Vec<Op<'_>> = Vec::with_capacity(wave.len());
+        let mut index = Vec::with_capacity(wave.len());
+        for ((k, c), slot) in wave.iter().enumerate().zip(arena.chunks_mut(block)) {
+            if jobs[c.job].failed.is_none() {
+                ops.push(Op::read(&jobs[c.job].src, c.offset, &mut slot[..c.len]));
+                index.push(k);
+            }
+        }
+        let results = engine.submit(&mut ops);
+        drop(ops);
+        let results = match results {
+            Ok(r) => r,
+            Err(e) => index.iter().map(|_| Err(clone(&e))).collect(),
+        };
+        for (k, r) in index.into_iter().zip(results) {
+            let c = wave[k];
+            match r {
+                Ok(n) => got[k] = n,
+                Err(e) => fail(jobs, dirs, c.job, Side::Read, e),
+            }
+        }
+    }
+    // Short reads (a file that shrank, a signal) are finished one by one.
+    for ((k, c), slot) in wave.iter().enumerate().zip(arena.chunks_mut(block)) {
+        if jobs[c.job].failed.is_none() && got[k] > 0 && got[k] < c.len {
+            match read_full(&jobs[c.job].src, c.offset, &mut slot[..c.len], got[k]) {
+                Ok(n) => got[k] = n,
+                Err(e) => fail(jobs, dirs, c.job, Side::Read, e),
+            }
+        }
+    }
+    let mut ops: Vec<Op<'_>> = Vec::with_capacity(wave.len());
+    let mut index = Vec::with_capacity(wave.len());
+    for ((k, c), slot) in wave.iter().enumerate().zip(arena.chunks(block)) {
+        if jobs[c.job].failed.is_none() && got[k] > 0 {
+            ops.push(Op::write(&jobs[c.job].dst, c.offset, &slot[..got[k]]));
+            index.push(k);
+        }
+    }
+    let results = engine.submit(&mut ops);
+    drop(ops);
+    let results = match results {
+        Ok(r) => r,
+        Err(e) => index.iter().map(|_| Err(clone(&e))).collect(),
+    };
+    for (k, r) in index.into_iter().zip(results) {
+        let c = wave[k];
+        let slot = &arena[k * block..k * block + got[k]];
+        let r = match r {
+            Ok(n) if n < got[k] => write_full(&jobs[c.job].dst, c.offset, slot, n),
+            r => r.map(|_| ()),
+        };
+        match r {
+            Ok(()) => {
+                progress.bytes.fetch_add(got[k] as u64, Ordering::Relaxed);
+            }
+            Err(e) => fail(jobs, dirs, c.job, Side::Write, e),
+        }
+    }
+}
+
+enum Side {
+    Read,
+    Write,
+}
+
+fn fail(jobs: &mut [Job<'_>], dirs: &DirPair, job: usize, side: Side, e: io::Error) {
+    let j = &mut jobs[job];
+    if j.failed.is_none() {
+        let what = match side {
+            Side::Read => format!("error reading {}", quote(&dirs.src_of(&j.e.src_name))),
+            Side::Write => format!("error writing {}", quote(&dirs.dst_of(&j.e.dst_name))),
+        };
+        j.failed = Some((what, e));
+    }
+}
+
+/// Finishes a short read; the bytes read in all (fewer at end of file).
+fn read_full(fd: &OwnedFd, offset: u64, buf: &mut [u8], mut done: usize) -> io::Result<usize> {
+    while done < buf.len() {
+        // SAFETY: the pointer and length come from the live slice `buf`.
+        let n = unsafe {
+            libc::pread(
+                fd.as_raw_fd(),
+                buf[done..].as_mut_ptr().cast(),
+                buf.len() - done,
+                (offset + done as u64) as i64,
+            )
+        };
+        match n {
+            0 => break,
+            n if n > 0 => done += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Finishes a short write.
+fn write_full(fd: &OwnedFd, offset: u64, buf: &[u8], mut done: usize) -> io::Result<()> {
+    while done < buf.len() {
+        // SAFETY: the pointer and length come from the live slice `buf`.
+        let n = unsafe {
+            libc::pwrite(
+                fd.as_raw_fd(),
+                buf[done..].as_ptr().cast(),
+                buf.len() - done,
+                (offset + done as u64) as i64,
+            )
+        };
+        match n {
+            0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            n if n > 0 => done += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fewer blocks allocated than the size needs: the file has holes.
+fn is_sparse(e: &Entry) -> bool {
+    e.st.stx_blocks.saturating_mul(512) < e.st.stx_size
+}
+
+/// The ranges of the file that hold data: the whole file, or for a sparse
+/// file its data extents (`SEEK_DATA`/`SEEK_HOLE`).
+fn extents(fd: &OwnedFd, e: &Entry) -> Vec<(u64, u64)> {
+    let size = e.st.stx_size;
+    if !is_sparse(e) {
+        return vec![(0, size)];
+    }
+    let mut out = Vec::new();
+    let mut pos = 0u64;
+    while pos < size {
+        // SAFETY: lseek on a valid fd; the copy reads with pread, so the
+        // file position it moves is not used.
+        let data = unsafe { libc::lseek(fd.as_raw_fd(), pos as i64, libc::SEEK_DATA) };
+        if data < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+                break; // only a hole is left
+            }
+            return vec![(0, size)]; // no SEEK_DATA here: copy it all
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd.as_raw_fd(), data, libc::SEEK_HOLE) };
+        let end = if hole < 0 {
+            size
+        } else {
+            (hole as u64).min(size)
+        };
+        if end <= data as u64 {
+            break;
+        }
+        out.push((data as u64, end));
+        pos = end;
+    }
+    out
+}
+
+fn unlink_at(dir: &std::fs::File, name: &CStr) -> io::Result<()> {
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// An error for every file of a batch that failed as a whole.
+fn clone(e: &io::Error) -> io::Error {
+    match blockio::errno(e) {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}

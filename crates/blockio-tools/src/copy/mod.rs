@@ -1,0 +1,250 @@
+//! `blockio cp`: recursive copies on the engine, with GNU `cp -r` semantics.
+//!
+//! # How the work is spread
+//!
+//! One walker thread goes through the source tree **breadth-first**. For each
+//! directory it lists the names, then `statx`es all of them in one engine
+//! batch (on a cold cache each may wait for an inode block: through the ring
+//! they wait together), makes the subdirectories in one `mkdirat` batch and
+//! the symbolic links in one `symlinkat` batch, and hands the regular files
+//! to the workers in groups of up to [`CopyOptions::group`] files or
+//! [`CopyOptions::wave`] bytes.
+//!
+//! A worker (one per CPU) copies a group with a handful of batches: open all
+//! sources, open (create) all destinations, then waves of reads and writes
+//! of [`CopyOptions::block`] bytes each — many files' blocks in flight at
+//! once, one kernel call per wave — then fsync (with `--fsync`) and close
+//! all, again one batch each. Sparse files are copied extent by extent
+//! (`SEEK_DATA`/`SEEK_HOLE`), so their holes stay holes.
+//!
+//! The bounded queue between walker and workers is the budget of files in
+//! flight and of open descriptors: the walker waits when the workers are
+//! behind, and a directory's descriptors close when its last group is done.
+//!
+//! # Semantics
+//!
+//! As GNU `cp -r` (`-P`: symbolic links are copied as links, also on the
+//! command line): regular files, directories, symbolic links and special
+//! files; new files and directories get the source's permission bits minus
+//! the umask; an existing destination file is overwritten in place (its
+//! mode kept), an existing directory is merged into. `preserve` (`-p`, `-a`)
+//! also copies the exact mode, ownership (when permitted, as root) and
+//! access and modification times. `no_clobber` (`-n`) skips existing
+//! destinations silently. A directory is never copied into itself. An error
+//! on one file is reported with its path and the copy goes on; a file that
+//! failed part-way is removed, and the error says so.
+
+mod files;
+mod tree;
+
+use std::ffi::CString;
+use std::fmt;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How `copy` works.
+#[derive(Debug, Clone)]
+pub struct CopyOptions {
+    /// Keep mode, ownership (when permitted) and times (`-p`, `-a`).
+    pub preserve: bool,
+    /// Do not overwrite existing files (`-n`).
+    pub no_clobber: bool,
+    /// Make the copy durable: fsync every file and directory written.
+    pub fsync: bool,
+    /// Bytes per read and write (default 1 MiB).
+    pub block: usize,
+    /// Bytes in flight per worker: one wave of reads, then its writes
+    /// (default 16 MiB).
+    pub wave: usize,
+    /// Files per group handed to a worker (default 32).
+    pub group: usize,
+    /// Worker threads (default: the CPUs).
+    pub threads: usize,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        CopyOptions {
+            preserve: false,
+            no_clobber: false,
+            fsync: false,
+            block: 1 << 20,
+            wave: 16 << 20,
+            group: 32,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+}
+
+/// Counters that a progress display may read while the copy runs.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Regular files copied.
+    pub files: AtomicU64,
+    /// Bytes of file data copied.
+    pub bytes: AtomicU64,
+    /// Directories made or merged into.
+    pub dirs: AtomicU64,
+    /// Errors reported.
+    pub errors: AtomicU64,
+}
+
+/// Something that went wrong with one path; the copy went on.
+#[derive(Debug)]
+pub struct CopyError {
+    /// What was being done, in cp's words ("cannot open '…' for reading").
+    pub what: String,
+    /// Why, when the system said so.
+    pub error: Option<io::Error>,
+}
+
+impl fmt::Display for CopyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.error {
+            // The system's message without our wrappers' path prefixes.
+            Some(e) => write!(f, "{}: {}", self.what, os_message(e)),
+            None => f.write_str(&self.what),
+        }
+    }
+}
+
+/// `"No such file or directory"` for an errno-carrying error, else its text.
+fn os_message(e: &io::Error) -> String {
+    match blockio::errno(e) {
+        Some(code) => {
+            let s = io::Error::from_raw_os_error(code).to_string();
+            // "No such file or directory (os error 2)" -> cp's wording.
+            match s.rfind(" (os error") {
+                Some(i) => s[..i].to_string(),
+                None => s,
+            }
+        }
+        None => e.to_string(),
+    }
+}
+
+/// What a finished copy did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CopyReport {
+    /// Regular files copied.
+    pub files: u64,
+    /// Directories made or merged into.
+    pub dirs: u64,
+    /// Symbolic links made.
+    pub symlinks: u64,
+    /// FIFOs, sockets and device nodes made.
+    pub specials: u64,
+    /// Existing destinations left alone (`-n`).
+    pub skipped: u64,
+    /// Bytes of file data copied.
+    pub bytes: u64,
+    /// Errors reported (the exit status is 1 when this is not 0).
+    pub errors: u64,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+}
+
+/// A problem with the command line as a whole (nothing was copied).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Copies `sources` to `dest` as `cp -r` would, calling `on_error` for each
+/// path that fails (from any thread) and going on with the rest.
+///
+/// Fails before copying anything for a usage error (several sources and a
+/// destination that is not a directory, no source) or when no engine can
+/// be built.
+pub fn copy(
+    sources: &[PathBuf],
+    dest: &Path,
+    opts: &CopyOptions,
+    progress: &Progress,
+    on_error: &(dyn Fn(&CopyError) + Sync),
+) -> io::Result<CopyReport> {
+    if sources.is_empty() {
+        return Err(usage(format!(
+            "missing source operand before '{}'",
+            dest.display()
+        )));
+    }
+    if opts.block == 0 || opts.wave < opts.block || opts.group == 0 || opts.threads == 0 {
+        return Err(usage(format!(
+            "bad options: block {} wave {} group {} threads {} (all above 0, wave at least a block)",
+            opts.block, opts.wave, opts.group, opts.threads
+        )));
+    }
+    let dest_is_dir = std::fs::metadata(dest).is_ok_and(|m| m.is_dir());
+    if sources.len() > 1 && !dest_is_dir {
+        return Err(usage(format!(
+            "target '{}' is not a directory",
+            dest.display()
+        )));
+    }
+    raise_fd_limit();
+    let started = std::time::Instant::now();
+    let engine = blockio::Engine::builder().queue_depth(256).build()?;
+    let mut report = tree::run(
+        &engine,
+        sources,
+        dest,
+        dest_is_dir,
+        opts,
+        progress,
+        on_error,
+    );
+    report.seconds = started.elapsed().as_secs_f64();
+    report.errors = progress.errors.load(Ordering::Relaxed);
+    Ok(report)
+}
+
+fn usage(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, UsageError(msg))
+}
+
+/// Lifts the soft limit on open descriptors to the hard limit: the budget
+/// of files in flight is well under it either way, but a tree with long
+/// chains of directories keeps a few open per level.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max.min(1 << 20);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// A path as cp quotes it in messages.
+pub(crate) fn quote(p: &Path) -> String {
+    format!("'{}'", p.display())
+}
+
+/// A name for the `*at` calls.
+pub(crate) fn cname(name: &std::ffi::OsStr) -> CString {
+    // Names from the file system or from argv never hold a NUL byte.
+    CString::new(name.as_bytes()).expect("path names hold no NUL byte")
+}
+
+/// Reports one failure.
+pub(crate) struct Errors<'a> {
+    progress: &'a Progress,
+    sink: &'a (dyn Fn(&CopyError) + Sync),
+}
+
+impl Errors<'_> {
+    pub(crate) fn report(&self, what: String, error: Option<io::Error>) {
+        self.progress.errors.fetch_add(1, Ordering::Relaxed);
+        (self.sink)(&CopyError { what, error });
+    }
+}

@@ -1,0 +1,794 @@
+//! The walker: command-line operands, breadth-first directories, links,
+//! special files, and the groups of regular files handed to the workers.
+
+use std::collections::VecDeque;
+use std::ffi::{CStr, CString, OsStr};
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Mutex};
+
+use blockio::{Engine, Op, Open, PathAt};
+
+use super::files;
+use super::{cname, quote, CopyOptions, CopyReport, Errors, Progress};
+
+/// A source directory and its copy, both open, with their paths for
+/// messages. Shared by every group of files from that directory.
+pub(crate) struct DirPair {
+    pub src: File,
+    pub dst: File,
+    pub src_path: PathBuf,
+    pub dst_path: PathBuf,
+}
+
+impl DirPair {
+    pub fn src_of(&self, name: &CStr) -> PathBuf {
+        self.src_path.join(OsStr::from_bytes(name.to_bytes()))
+    }
+    pub fn dst_of(&self, name: &CStr) -> PathBuf {
+        self.dst_path.join(OsStr::from_bytes(name.to_bytes()))
+    }
+}
+
+/// One thing to copy: its name in the source directory, its name in the
+/// destination directory (they differ only for `cp a b`), and its `statx`.
+pub(crate) struct Entry {
+    pub src_name: CString,
+    pub dst_name: CString,
+    pub st: libc::statx,
+}
+
+impl Entry {
+    pub fn mode(&self) -> u32 {
+        u32::from(self.st.stx_mode)
+    }
+    fn kind(&self) -> u32 {
+        self.mode() & libc::S_IFMT
+    }
+}
+
+/// Regular files from one directory, for one worker.
+pub(crate) struct Group {
+    pub dirs: Arc<DirPair>,
+    pub files: Vec<Entry>,
+}
+
+/// Counts kept by the walker and the workers beyond [`Progress`].
+#[derive(Default)]
+pub(crate) struct Counts {
+    pub symlinks: AtomicU64,
+    pub specials: AtomicU64,
+    pub skipped: AtomicU64,
+}
+
+/// A directory made by the copy whose final mode or times are set at the
+/// end, once nothing more is written into it.
+struct Fixup {
+    path: PathBuf,
+    st: libc::statx,
+    /// The mode to set (None: what mkdir made is right).
+    chmod: Option<u32>,
+}
+
+pub(crate) fn run(
+    engine: &Engine,
+    sources: &[PathBuf],
+    dest: &Path,
+    dest_is_dir: bool,
+    opts: &CopyOptions,
+    progress: &Progress,
+    on_error: &(dyn Fn(&super::CopyError) + Sync),
+) -> CopyReport {
+    let errors = Errors {
+        progress,
+        sink: on_error,
+    };
+    let counts = Counts::default();
+    // The queue is the budget of files (and so descriptors) in flight.
+    let (tx, rx) = sync_channel::<Group>(opts.threads * 2);
+    let rx = Mutex::new(rx);
+    let mut walker = Walker {
+        engine,
+        opts,
+        progress,
+        errors: &errors,
+        counts: &counts,
+        tx: Some(tx),
+        queue: VecDeque::new(),
+        fixups: Vec::new(),
+        written_dirs: Vec::new(),
+        umask: current_umask(),
+    };
+    std::thread::scope(|s| {
+        for _ in 0..opts.threads {
+            let (rx, errors, counts) = (&rx, &errors, &counts);
+            s.spawn(move || {
+                let mut arena = Vec::new();
+                loop {
+                    let group = rx.lock().expect("queue lock").recv();
+                    match group {
+                        Ok(g) => files::copy_group(
+                            engine, &g, opts, progress, counts, errors, &mut arena,
+                        ),
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+        for src in sources {
+            walker.operand(src, dest, dest_is_dir);
+        }
+        while let Some((src, dst)) = walker.queue.pop_front() {
+            walker.directory(src, dst);
+        }
+        // Closing the queue lets the workers finish.
+        walker.tx = None;
+    });
+    walker.finish_dirs();
+    CopyReport {
+        files: progress.files.load(Ordering::Relaxed),
+        dirs: progress.dirs.load(Ordering::Relaxed),
+        symlinks: counts.symlinks.load(Ordering::Relaxed),
+        specials: counts.specials.load(Ordering::Relaxed),
+        skipped: counts.skipped.load(Ordering::Relaxed),
+        bytes: progress.bytes.load(Ordering::Relaxed),
+        errors: 0,
+        seconds: 0.0,
+    }
+}
+
+fn current_umask() -> u32 {
+    // SAFETY: umask cannot fail; it is set back at once (before any worker
+    // creates a file).
+    unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m
+    }
+}
+
+struct Walker<'a> {
+    engine: &'a Engine,
+    opts: &'a CopyOptions,
+    progress: &'a Progress,
+    errors: &'a Errors<'a>,
+    counts: &'a Counts,
+    tx: Option<SyncSender<Group>>,
+    queue: VecDeque<(PathBuf, PathBuf)>,
+    fixups: Vec<Fixup>,
+    /// Directories to fsync at the end (with `--fsync`).
+    written_dirs: Vec<PathBuf>,
+    umask: u32,
+}
+
+fn open_dir(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)
+}
+
+fn parent(p: &Path) -> &Path {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// The final name of a path, `.` and `..` resolved to a real name (`cp`
+/// copies `a/..` under the name of the directory it is).
+fn final_name(p: &Path) -> Option<CString> {
+    match p.file_name() {
+        Some(n) => Some(cname(n)),
+        None => std::fs::canonicalize(p).ok()?.file_name().map(cname),
+    }
+}
+
+impl Walker<'_> {
+    fn stat_one(&self, at: PathAt<'_>) -> io::Result<libc::statx> {
+        self.engine
+            .stat_batch(&[at], libc::AT_SYMLINK_NOFOLLOW)?
+            .remove(0)
+    }
+
+    /// One command-line source.
+    fn operand(&mut self, src: &Path, dest: &Path, dest_is_dir: bool) {
+        let csrc = cname(src.as_os_str());
+        let st = match self.stat_one(PathAt::cwd(&csrc)) {
+            Ok(st) => st,
+            Err(e) => {
+                return self
+                    .errors
+                    .report(format!("cannot stat {}", quote(src)), Some(e))
+            }
+        };
+        let Some(src_name) = final_name(src) else {
+            return self
+                .errors
+                .report(format!("cannot copy {}: it has no name", quote(src)), None);
+        };
+        let target = if dest_is_dir {
+            dest.join(OsStr::from_bytes(src_name.to_bytes()))
+        } else {
+            dest.to_path_buf()
+        };
+        let Some(dst_name) = final_name(&target) else {
+            return self.errors.report(
+                format!("cannot create {}: it has no name", quote(&target)),
+                None,
+            );
+        };
+        let existing = std::fs::symlink_metadata(&target).ok();
+        let is_dir = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
+        if is_dir {
+            if let (Ok(s), Ok(p)) = (
+                std::fs::canonicalize(src),
+                std::fs::canonicalize(parent(&target)),
+            ) {
+                let t = p.join(OsStr::from_bytes(dst_name.to_bytes()));
+                if t.starts_with(&s) {
+                    return self.errors.report(
+                        format!(
+                            "cannot copy a directory, {}, into itself, {}",
+                            quote(src),
+                            quote(&target)
+                        ),
+                        None,
+                    );
+                }
+            }
+        } else if let Some(m) = &existing {
+            use std::os::unix::fs::MetadataExt;
+            if m.dev() == libc::makedev(st.stx_dev_major, st.stx_dev_minor) && m.ino() == st.stx_ino
+            {
+                return self.errors.report(
+                    format!("{} and {} are the same file", quote(src), quote(&target)),
+                    None,
+                );
+            }
+        }
+        let pair = match (open_dir(parent(src)), open_dir(parent(&target))) {
+            (Ok(s), Ok(d)) => DirPair {
+                src: s,
+                dst: d,
+                src_path: parent(src).to_path_buf(),
+                dst_path: parent(&target).to_path_buf(),
+            },
+            (Err(e), _) => {
+                return self
+                    .errors
+                    .report(format!("cannot access {}", quote(parent(src))), Some(e))
+            }
+            (_, Err(e)) => {
+                return self
+                    .errors
+                    .report(format!("cannot access {}", quote(parent(&target))), Some(e))
+            }
+        };
+        if self.opts.fsync {
+            self.written_dirs.push(pair.dst_path.clone());
+        }
+        let entry = Entry {
+            src_name,
+            dst_name,
+            st,
+        };
+        self.entries(&Arc::new(pair), vec![entry]);
+    }
+
+    /// One directory of the tree, already made at `dst`.
+    fn directory(&mut self, src: PathBuf, dst: PathBuf) {
+        let (s, d) = match (open_dir(&src), open_dir(&dst)) {
+            (Ok(s), Ok(d)) => (s, d),
+            (Err(e), _) => {
+                return self
+                    .errors
+                    .report(format!("cannot access {}", quote(&src)), Some(e))
+            }
+            (_, Err(e)) => {
+                return self
+                    .errors
+                    .report(format!("cannot access {}", quote(&dst)), Some(e))
+            }
+        };
+        let mut names = Vec::new();
+        match std::fs::read_dir(&src) {
+            Ok(rd) => {
+                for e in rd {
+                    match e {
+                        Ok(e) => names.push(cname(&e.file_name())),
+                        Err(e) => {
+                            self.errors
+                                .report(format!("cannot read directory {}", quote(&src)), Some(e));
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                return self
+                    .errors
+                    .report(format!("cannot read directory {}", quote(&src)), Some(e))
+            }
+        }
+        // Sorted: the walk (and its messages) do not depend on the order the
+        // file system lists names in.
+        names.sort();
+        let pair = Arc::new(DirPair {
+            src: s,
+            dst: d,
+            src_path: src,
+            dst_path: dst,
+        });
+        let mut entries = Vec::with_capacity(names.len());
+        for chunk in names.chunks(256) {
+            let at: Vec<PathAt<'_>> = chunk.iter().map(|n| PathAt::in_dir(&pair.src, n)).collect();
+            let stats = match self.engine.stat_batch(&at, libc::AT_SYMLINK_NOFOLLOW) {
+                Ok(s) => s,
+                Err(e) => {
+                    return self
+                        .errors
+                        .report(format!("cannot stat in {}", quote(&pair.src_path)), Some(e))
+                }
+            };
+            for (name, st) in chunk.iter().zip(stats) {
+                match st {
+                    Ok(st) => entries.push(Entry {
+                        src_name: name.clone(),
+                        dst_name: name.clone(),
+                        st,
+                    }),
+                    Err(e) => self.errors.report(
+                        format!("cannot stat {}", quote(&pair.src_of(name))),
+                        Some(e),
+                    ),
+                }
+            }
+        }
+        self.entries(&pair, entries);
+    }
+
+    /// Copies the entries of one directory pair, by kind.
+    fn entries(&mut self, pair: &Arc<DirPair>, entries: Vec<Entry>) {
+        let mut dirs = Vec::new();
+        let mut links = Vec::new();
+        let mut group: Vec<Entry> = Vec::new();
+        let mut group_bytes = 0u64;
+        for e in entries {
+            match e.kind() {
+                libc::S_IFDIR => dirs.push(e),
+                libc::S_IFLNK => links.push(e),
+                libc::S_IFREG => {
+                    let size = e.st.stx_size;
+                    if !group.is_empty()
+                        && (group.len() >= self.opts.group
+                            || group_bytes + size > self.opts.wave as u64)
+                    {
+                        self.send(pair, std::mem::take(&mut group));
+                        group_bytes = 0;
+                    }
+                    group_bytes += size;
+                    group.push(e);
+                }
+                _ => self.special(pair, &e),
+            }
+        }
+        if !group.is_empty() {
+            self.send(pair, group);
+        }
+        self.make_dirs(pair, dirs);
+        self.make_links(pair, links);
+    }
+
+    fn send(&self, pair: &Arc<DirPair>, files: Vec<Entry>) {
+        let g = Group {
+            dirs: Arc::clone(pair),
+            files,
+        };
+        // The workers only stop receiving when the queue closes, after us.
+        self.tx
+            .as_ref()
+            .expect("the queue is open while walking")
+            .send(g)
+            .expect("workers outlive the walker");
+    }
+
+    fn make_dirs(&mut self, pair: &Arc<DirPair>, dirs: Vec<Entry>) {
+        if dirs.is_empty() {
+            return;
+        }
+        // Writable by us while the copy fills it; the real mode at the end.
+        let reqs: Vec<(PathAt<'_>, u32)> = dirs
+            .iter()
+            .map(|e| {
+                (
+                    PathAt::in_dir(&pair.dst, &e.dst_name),
+                    (e.mode() & 0o7777) | 0o700,
+                )
+            })
+            .collect();
+        let made = match self.engine.mkdir_batch(&reqs) {
+            Ok(m) => m,
+            Err(e) => {
+                return self.errors.report(
+                    format!("cannot create directories in {}", quote(&pair.dst_path)),
+                    Some(e),
+                )
+            }
+        };
+        for (e, r) in dirs.into_iter().zip(made) {
+            let (src, dst) = (pair.src_of(&e.src_name), pair.dst_of(&e.dst_name));
+            match r {
+                Ok(()) => {
+                    let want = if self.opts.preserve {
+                        e.mode() & 0o7777
+                    } else {
+                        e.mode() & 0o777 & !self.umask
+                    };
+                    let made = ((e.mode() & 0o7777) | 0o700) & !self.umask;
+                    self.fixups.push(Fixup {
+                        path: dst.clone(),
+                        st: e.st,
+                        chmod: (want != made || self.opts.preserve).then_some(want),
+                    });
+                }
+                Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
+                    if !std::fs::metadata(&dst).is_ok_and(|m| m.is_dir()) {
+                        self.errors.report(
+                            format!(
+                                "cannot overwrite non-directory {} with directory {}",
+                                quote(&dst),
+                                quote(&src)
+                            ),
+                            None,
+                        );
+                        continue;
+                    }
+                    // Merging into an existing directory: with -p its
+                    // attributes become the source's, as with cp.
+                    if self.opts.preserve {
+                        self.fixups.push(Fixup {
+                            path: dst.clone(),
+                            st: e.st,
+                            chmod: Some(e.mode() & 0o7777),
+                        });
+                    }
+                }
+                Err(err) => {
+                    self.errors.report(
+                        format!("cannot create directory {}", quote(&dst)),
+                        Some(err),
+                    );
+                    continue;
+                }
+            }
+            self.progress.dirs.fetch_add(1, Ordering::Relaxed);
+            if self.opts.fsync {
+                self.written_dirs.push(dst.clone());
+            }
+            self.queue.push_back((src, dst));
+        }
+    }
+
+    fn make_links(&mut self, pair: &Arc<DirPair>, links: Vec<Entry>) {
+        let mut targets = Vec::with_capacity(links.len());
+        let mut ok = Vec::with_capacity(links.len());
+        for e in links {
+            match read_link_at(&pair.src, &e.src_name) {
+                Ok(t) => {
+                    targets.push(t);
+                    ok.push(e);
+                }
+                Err(err) => self.errors.report(
+                    format!(
+                        "cannot read symbolic link {}",
+                        quote(&pair.src_of(&e.src_name))
+                    ),
+                    Some(err),
+                ),
+            }
+        }
+        if ok.is_empty() {
+            return;
+        }
+        let reqs: Vec<(PathAt<'_>, &CStr)> = ok
+            .iter()
+            .zip(&targets)
+            .map(|(e, t)| (PathAt::in_dir(&pair.dst, &e.dst_name), t.as_c_str()))
+            .collect();
+        let made = match self.engine.symlink_batch(&reqs) {
+            Ok(m) => m,
+            Err(e) => {
+                return self.errors.report(
+                    format!("cannot create symbolic links in {}", quote(&pair.dst_path)),
+                    Some(e),
+                )
+            }
+        };
+        for ((e, t), r) in ok.iter().zip(&targets).zip(made) {
+            let dst = pair.dst_of(&e.dst_name);
+            let r = match r {
+                Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
+                    match self.replace(pair, &e.dst_name) {
+                        Replace::Skip => continue,
+                        Replace::Removed => symlink_at(t, &pair.dst, &e.dst_name),
+                        Replace::Failed => continue,
+                    }
+                }
+                r => r,
+            };
+            match r {
+                Ok(()) => {
+                    self.counts.symlinks.fetch_add(1, Ordering::Relaxed);
+                    if self.opts.preserve {
+                        if let Err(err) = set_attrs_at(&pair.dst, &e.dst_name, &e.st, None) {
+                            self.errors
+                                .report(format!("preserving times for {}", quote(&dst)), Some(err));
+                        }
+                    }
+                }
+                Err(err) => self.errors.report(
+                    format!("cannot create symbolic link {}", quote(&dst)),
+                    Some(err),
+                ),
+            }
+        }
+    }
+
+    /// FIFOs, sockets and device nodes are made anew, as `cp -r` does.
+    fn special(&mut self, pair: &Arc<DirPair>, e: &Entry) {
+        let dst = pair.dst_of(&e.dst_name);
+        let rdev = libc::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
+        let make = || {
+            // SAFETY: a valid directory fd and a NUL-terminated name.
+            let rc = unsafe {
+                libc::mknodat(
+                    pair.dst.as_raw_fd(),
+                    e.dst_name.as_ptr(),
+                    e.mode() & (libc::S_IFMT | 0o7777),
+                    rdev,
+                )
+            };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        };
+        let mut r = make();
+        if r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EEXIST) {
+            match self.replace(pair, &e.dst_name) {
+                Replace::Removed => r = make(),
+                Replace::Skip | Replace::Failed => return,
+            }
+        }
+        match r {
+            Ok(()) => {
+                self.counts.specials.fetch_add(1, Ordering::Relaxed);
+                if self.opts.preserve {
+                    if let Err(err) = set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode())) {
+                        self.errors
+                            .report(format!("preserving times for {}", quote(&dst)), Some(err));
+                    }
+                }
+            }
+            Err(err) => self.errors.report(
+                format!("cannot create special file {}", quote(&dst)),
+                Some(err),
+            ),
+        }
+    }
+
+    /// An existing destination in the way of a link or special file: kept
+    /// with `-n`, an error if it is a directory, else removed.
+    fn replace(&self, pair: &DirPair, name: &CStr) -> Replace {
+        if self.opts.no_clobber {
+            self.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return Replace::Skip;
+        }
+        let dst = pair.dst_of(name);
+        if std::fs::symlink_metadata(&dst).is_ok_and(|m| m.is_dir()) {
+            self.errors.report(
+                format!(
+                    "cannot overwrite directory {} with non-directory",
+                    quote(&dst)
+                ),
+                None,
+            );
+            return Replace::Failed;
+        }
+        // SAFETY: a valid directory fd and a NUL-terminated name.
+        if unsafe { libc::unlinkat(pair.dst.as_raw_fd(), name.as_ptr(), 0) } != 0 {
+            self.errors.report(
+                format!("cannot remove {}", quote(&dst)),
+                Some(io::Error::last_os_error()),
+            );
+            return Replace::Failed;
+        }
+        Replace::Removed
+    }
+
+    /// Final modes and times of the directories made (deepest first, after
+    /// all their contents), then with `--fsync` an fsync of every directory
+    /// written into.
+    fn finish_dirs(&mut self) {
+        for f in self.fixups.iter().rev() {
+            let dir = match open_dir(&f.path) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.errors
+                        .report(format!("cannot access {}", quote(&f.path)), Some(e));
+                    continue;
+                }
+            };
+            let r = if self.opts.preserve {
+                set_attrs_at(&dir, c"", &f.st, f.chmod)
+            } else {
+                f.chmod.map_or(Ok(()), |m| fchmod(&dir, m))
+            };
+            if let Err(e) = r {
+                self.errors.report(
+                    format!("cannot set attributes of {}", quote(&f.path)),
+                    Some(e),
+                );
+            }
+        }
+        if !self.opts.fsync {
+            return;
+        }
+        self.written_dirs.sort();
+        self.written_dirs.dedup();
+        for chunk in self.written_dirs.chunks(256) {
+            let names: Vec<CString> = chunk.iter().map(|p| cname(p.as_os_str())).collect();
+            let opens: Vec<Open<'_>> = names
+                .iter()
+                .map(|n| Open::new(PathAt::cwd(n)).flags(libc::O_RDONLY | libc::O_DIRECTORY))
+                .collect();
+            let fds = match self.engine.open_batch(&opens) {
+                Ok(f) => f,
+                Err(e) => {
+                    return self
+                        .errors
+                        .report("cannot fsync directories".into(), Some(e))
+                }
+            };
+            let mut open = Vec::new();
+            for (fd, p) in fds.into_iter().zip(chunk) {
+                match fd {
+                    Ok(fd) => open.push((fd, p)),
+                    Err(e) => self
+                        .errors
+                        .report(format!("cannot fsync {}", quote(p)), Some(e)),
+                }
+            }
+            let mut ops: Vec<Op<'_>> = open.iter().map(|(fd, _)| Op::fsync(fd)).collect();
+            match self.engine.submit(&mut ops) {
+                Ok(rs) => {
+                    for (r, (_, p)) in rs.into_iter().zip(&open) {
+                        if let Err(e) = r {
+                            self.errors
+                                .report(format!("cannot fsync {}", quote(p)), Some(e));
+                        }
+                    }
+                }
+                Err(e) => self
+                    .errors
+                    .report("cannot fsync directories".into(), Some(e)),
+            }
+            drop(ops);
+            let _ = self.engine.close_batch(open.into_iter().map(|(fd, _)| fd));
+        }
+    }
+}
+
+enum Replace {
+    Skip,
+    Removed,
+    Failed,
+}
+
+fn read_link_at(dir: &File, name: &CStr) -> io::Result<CString> {
+    let mut buf = vec![0u8; 256];
+    loop {
+        // SAFETY: `buf` is valid for `buf.len()` bytes; readlinkat writes at
+        // most that many and does not NUL-terminate.
+        let n = unsafe {
+            libc::readlinkat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        if n < buf.len() {
+            buf.truncate(n);
+            return CString::new(buf)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "NUL in link target"));
+        }
+        let len = buf.len() * 2;
+        buf.resize(len, 0);
+    }
+}
+
+fn symlink_at(target: &CStr, dir: &File, name: &CStr) -> io::Result<()> {
+    // SAFETY: NUL-terminated strings and a valid directory fd.
+    if unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn fchmod(f: &File, mode: u32) -> io::Result<()> {
+    // SAFETY: a valid fd.
+    if unsafe { libc::fchmod(f.as_raw_fd(), mode) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `-p` on a path relative to `dir` (the empty name: `dir` itself), never
+/// following a link: ownership (only root may give files away; `EPERM` is
+/// ignored as cp does), then `chmod` (not for links), then times.
+pub(crate) fn set_attrs_at(
+    dir: &impl AsRawFd,
+    name: &CStr,
+    st: &libc::statx,
+    chmod: Option<u32>,
+) -> io::Result<()> {
+    let flags = if name.is_empty() {
+        libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW
+    } else {
+        libc::AT_SYMLINK_NOFOLLOW
+    };
+    let fd = dir.as_raw_fd();
+    // SAFETY: a valid fd and NUL-terminated name for each call; `times`
+    // lives on the stack across the call.
+    unsafe {
+        if libc::fchownat(fd, name.as_ptr(), st.stx_uid, st.stx_gid, flags) != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EPERM) {
+                return Err(e);
+            }
+        }
+        let is_link = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
+        if let Some(mode) = chmod.filter(|_| !is_link) {
+            let rc = if name.is_empty() {
+                libc::fchmod(fd, mode & 0o7777)
+            } else {
+                libc::fchmodat(fd, name.as_ptr(), mode & 0o7777, 0)
+            };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let times = [ts(&st.stx_atime), ts(&st.stx_mtime)];
+        let rc = if name.is_empty() {
+            libc::futimens(fd, times.as_ptr())
+        } else {
+            libc::utimensat(fd, name.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn ts(t: &libc::statx_timestamp) -> libc::timespec {
+    libc::timespec {
+        tv_sec: t.tv_sec,
+        tv_nsec: i64::from(t.tv_nsec),
+    }
+}
