@@ -203,15 +203,22 @@ fn open_all<'g>(
     }
     let excl = if opts.no_clobber { libc::O_EXCL } else { 0 };
     let perms = if opts.preserve { 0o7777 } else { 0o777 };
-    let creates: Vec<Open<'_>> = opened
+    // Creating a file always goes to io_uring's worker threads (O_CREAT
+    // never completes inline), which cost more in wake-ups than the batch
+    // saves: measured on 20,000 small files, 0.44 s against 0.47-0.66 s
+    // through the ring. So destinations are created here, in this thread.
+    let dsts: io::Result<Vec<io::Result<OwnedFd>>> = Ok(opened
         .iter()
         .map(|(e, _)| {
-            Open::new(PathAt::in_dir(&dirs.dst, &e.dst_name))
-                .flags(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | excl)
-                .mode(e.mode() & perms)
+            create_at(
+                &dirs.dst,
+                &e.dst_name,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | excl,
+                e.mode() & perms,
+            )
         })
-        .collect();
-    let dsts = match engine.open_batch(&creates) {
+        .collect());
+    let dsts = match dsts {
         Ok(d) => d,
         Err(e) => {
             errors.report(
@@ -293,32 +300,17 @@ fn copy_wave(
             }
         }
     }
-    let mut ops: Vec<Op<'_>> = Vec::with_capacity(wave.len());
-    let mut index = Vec::with_capacity(wave.len());
+    // Buffered writes on ext4 are not done inline by io_uring either (they
+    // go to its worker threads), so the writes are plain pwrites from this
+    // thread: the page cache absorbs them at memory speed.
     for ((k, c), slot) in wave.iter().enumerate().zip(arena.chunks(block)) {
         if jobs[c.job].failed.is_none() && got[k] > 0 {
-            ops.push(Op::write(&jobs[c.job].dst, c.offset, &slot[..got[k]]));
-            index.push(k);
-        }
-    }
-    let results = engine.submit(&mut ops);
-    drop(ops);
-    let results = match results {
-        Ok(r) => r,
-        Err(e) => index.iter().map(|_| Err(clone(&e))).collect(),
-    };
-    for (k, r) in index.into_iter().zip(results) {
-        let c = wave[k];
-        let slot = &arena[k * block..k * block + got[k]];
-        let r = match r {
-            Ok(n) if n < got[k] => write_full(&jobs[c.job].dst, c.offset, slot, n),
-            r => r.map(|_| ()),
-        };
-        match r {
-            Ok(()) => {
-                progress.bytes.fetch_add(got[k] as u64, Ordering::Relaxed);
+            match write_full(&jobs[c.job].dst, c.offset, &slot[..got[k]], 0) {
+                Ok(()) => {
+                    progress.bytes.fetch_add(got[k] as u64, Ordering::Relaxed);
+                }
+                Err(e) => fail(jobs, dirs, c.job, Side::Write, e),
             }
-            Err(e) => fail(jobs, dirs, c.job, Side::Write, e),
         }
     }
 }
@@ -429,6 +421,23 @@ fn extents(fd: &OwnedFd, e: &Entry) -> Vec<(u64, u64)> {
         pos = end;
     }
     out
+}
+
+fn create_at(dir: &std::fs::File, name: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor that nothing else owns, wrapped once.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 fn unlink_at(dir: &std::fs::File, name: &CStr) -> io::Result<()> {

@@ -10,8 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use blockio::{Engine, Op, Open, PathAt};
 
@@ -90,45 +89,28 @@ pub(crate) fn run(
         sink: on_error,
     };
     let counts = Counts::default();
-    // The queue is the budget of files (and so descriptors) in flight.
-    let (tx, rx) = sync_channel::<Group>(opts.threads * 2);
-    let rx = Mutex::new(rx);
-    let mut walker = Walker {
+    let walker = Walker {
         engine,
         opts,
         progress,
         errors: &errors,
         counts: &counts,
-        tx: Some(tx),
-        queue: VecDeque::new(),
-        fixups: Vec::new(),
-        written_dirs: Vec::new(),
+        work: Work::default(),
+        fixups: Mutex::new(Vec::new()),
+        written_dirs: Mutex::new(Vec::new()),
         umask: current_umask(),
     };
+    for src in sources {
+        walker.operand(src, dest, dest_is_dir);
+    }
+    // Every thread walks directories and copies files alike, so that no
+    // core waits on a single walker (the first levels of a tree hold only
+    // directories) and the walk itself runs in parallel.
     std::thread::scope(|s| {
-        for _ in 0..opts.threads {
-            let (rx, errors, counts) = (&rx, &errors, &counts);
-            s.spawn(move || {
-                let mut arena = Vec::new();
-                loop {
-                    let group = rx.lock().expect("queue lock").recv();
-                    match group {
-                        Ok(g) => files::copy_group(
-                            engine, &g, opts, progress, counts, errors, &mut arena,
-                        ),
-                        Err(_) => return,
-                    }
-                }
-            });
+        for _ in 1..opts.threads {
+            s.spawn(|| walker.work_loop());
         }
-        for src in sources {
-            walker.operand(src, dest, dest_is_dir);
-        }
-        while let Some((src, dst)) = walker.queue.pop_front() {
-            walker.directory(src, dst);
-        }
-        // Closing the queue lets the workers finish.
-        walker.tx = None;
+        walker.work_loop();
     });
     walker.finish_dirs();
     CopyReport {
@@ -140,6 +122,67 @@ pub(crate) fn run(
         bytes: progress.bytes.load(Ordering::Relaxed),
         errors: 0,
         seconds: 0.0,
+    }
+}
+
+/// What is left to do: directories to walk and groups of files to copy,
+/// with the count of tasks queued or running (0 and empty queues: done).
+#[derive(Default)]
+struct Work {
+    queues: Mutex<Queues>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct Queues {
+    dirs: VecDeque<(PathBuf, PathBuf)>,
+    groups: VecDeque<Group>,
+    /// Tasks queued or being worked on.
+    open: usize,
+}
+
+enum Task {
+    Dir(PathBuf, PathBuf),
+    Files(Group),
+}
+
+impl Work {
+    fn push(&self, task: Task) {
+        let mut q = self.queues.lock().expect("work queue lock");
+        q.open += 1;
+        match task {
+            Task::Dir(s, d) => q.dirs.push_back((s, d)),
+            Task::Files(g) => q.groups.push_back(g),
+        }
+        drop(q);
+        self.ready.notify_one();
+    }
+
+    /// The next task; file groups first, which bounds the files (and the
+    /// descriptors of their directories) waiting in the queue: a directory
+    /// is only listed when no files are waiting. `None` when all is done.
+    fn next(&self) -> Option<Task> {
+        let mut q = self.queues.lock().expect("work queue lock");
+        loop {
+            if let Some(g) = q.groups.pop_front() {
+                return Some(Task::Files(g));
+            }
+            if let Some((s, d)) = q.dirs.pop_front() {
+                return Some(Task::Dir(s, d));
+            }
+            if q.open == 0 {
+                return None;
+            }
+            q = self.ready.wait(q).expect("work queue lock");
+        }
+    }
+
+    fn done(&self) {
+        let mut q = self.queues.lock().expect("work queue lock");
+        q.open -= 1;
+        if q.open == 0 {
+            self.ready.notify_all();
+        }
     }
 }
 
@@ -159,11 +202,10 @@ struct Walker<'a> {
     progress: &'a Progress,
     errors: &'a Errors<'a>,
     counts: &'a Counts,
-    tx: Option<SyncSender<Group>>,
-    queue: VecDeque<(PathBuf, PathBuf)>,
-    fixups: Vec<Fixup>,
+    work: Work,
+    fixups: Mutex<Vec<Fixup>>,
     /// Directories to fsync at the end (with `--fsync`).
-    written_dirs: Vec<PathBuf>,
+    written_dirs: Mutex<Vec<PathBuf>>,
     umask: u32,
 }
 
@@ -191,6 +233,25 @@ fn final_name(p: &Path) -> Option<CString> {
 }
 
 impl Walker<'_> {
+    fn work_loop(&self) {
+        let mut arena = Vec::new();
+        while let Some(task) = self.work.next() {
+            match task {
+                Task::Dir(src, dst) => self.directory(src, dst),
+                Task::Files(g) => files::copy_group(
+                    self.engine,
+                    &g,
+                    self.opts,
+                    self.progress,
+                    self.counts,
+                    self.errors,
+                    &mut arena,
+                ),
+            }
+            self.work.done();
+        }
+    }
+
     fn stat_one(&self, at: PathAt<'_>) -> io::Result<libc::statx> {
         self.engine
             .stat_batch(&[at], libc::AT_SYMLINK_NOFOLLOW)?
@@ -198,7 +259,7 @@ impl Walker<'_> {
     }
 
     /// One command-line source.
-    fn operand(&mut self, src: &Path, dest: &Path, dest_is_dir: bool) {
+    fn operand(&self, src: &Path, dest: &Path, dest_is_dir: bool) {
         let csrc = cname(src.as_os_str());
         let st = match self.stat_one(PathAt::cwd(&csrc)) {
             Ok(st) => st,
@@ -272,7 +333,10 @@ impl Walker<'_> {
             }
         };
         if self.opts.fsync {
-            self.written_dirs.push(pair.dst_path.clone());
+            self.written_dirs
+                .lock()
+                .expect("lock")
+                .push(pair.dst_path.clone());
         }
         let entry = Entry {
             src_name,
@@ -283,7 +347,7 @@ impl Walker<'_> {
     }
 
     /// One directory of the tree, already made at `dst`.
-    fn directory(&mut self, src: PathBuf, dst: PathBuf) {
+    fn directory(&self, src: PathBuf, dst: PathBuf) {
         let (s, d) = match (open_dir(&src), open_dir(&dst)) {
             (Ok(s), Ok(d)) => (s, d),
             (Err(e), _) => {
@@ -355,7 +419,7 @@ impl Walker<'_> {
     }
 
     /// Copies the entries of one directory pair, by kind.
-    fn entries(&mut self, pair: &Arc<DirPair>, entries: Vec<Entry>) {
+    fn entries(&self, pair: &Arc<DirPair>, entries: Vec<Entry>) {
         let mut dirs = Vec::new();
         let mut links = Vec::new();
         let mut group: Vec<Entry> = Vec::new();
@@ -387,19 +451,13 @@ impl Walker<'_> {
     }
 
     fn send(&self, pair: &Arc<DirPair>, files: Vec<Entry>) {
-        let g = Group {
+        self.work.push(Task::Files(Group {
             dirs: Arc::clone(pair),
             files,
-        };
-        // The workers only stop receiving when the queue closes, after us.
-        self.tx
-            .as_ref()
-            .expect("the queue is open while walking")
-            .send(g)
-            .expect("workers outlive the walker");
+        }));
     }
 
-    fn make_dirs(&mut self, pair: &Arc<DirPair>, dirs: Vec<Entry>) {
+    fn make_dirs(&self, pair: &Arc<DirPair>, dirs: Vec<Entry>) {
         if dirs.is_empty() {
             return;
         }
@@ -432,7 +490,7 @@ impl Walker<'_> {
                         e.mode() & 0o777 & !self.umask
                     };
                     let made = ((e.mode() & 0o7777) | 0o700) & !self.umask;
-                    self.fixups.push(Fixup {
+                    self.fixups.lock().expect("lock").push(Fixup {
                         path: dst.clone(),
                         st: e.st,
                         chmod: (want != made || self.opts.preserve).then_some(want),
@@ -453,7 +511,7 @@ impl Walker<'_> {
                     // Merging into an existing directory: with -p its
                     // attributes become the source's, as with cp.
                     if self.opts.preserve {
-                        self.fixups.push(Fixup {
+                        self.fixups.lock().expect("lock").push(Fixup {
                             path: dst.clone(),
                             st: e.st,
                             chmod: Some(e.mode() & 0o7777),
@@ -470,13 +528,13 @@ impl Walker<'_> {
             }
             self.progress.dirs.fetch_add(1, Ordering::Relaxed);
             if self.opts.fsync {
-                self.written_dirs.push(dst.clone());
+                self.written_dirs.lock().expect("lock").push(dst.clone());
             }
-            self.queue.push_back((src, dst));
+            self.work.push(Task::Dir(src, dst));
         }
     }
 
-    fn make_links(&mut self, pair: &Arc<DirPair>, links: Vec<Entry>) {
+    fn make_links(&self, pair: &Arc<DirPair>, links: Vec<Entry>) {
         let mut targets = Vec::with_capacity(links.len());
         let mut ok = Vec::with_capacity(links.len());
         for e in links {
@@ -542,7 +600,7 @@ impl Walker<'_> {
     }
 
     /// FIFOs, sockets and device nodes are made anew, as `cp -r` does.
-    fn special(&mut self, pair: &Arc<DirPair>, e: &Entry) {
+    fn special(&self, pair: &Arc<DirPair>, e: &Entry) {
         let dst = pair.dst_of(&e.dst_name);
         let rdev = libc::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
         let make = || {
@@ -617,8 +675,9 @@ impl Walker<'_> {
     /// Final modes and times of the directories made (deepest first, after
     /// all their contents), then with `--fsync` an fsync of every directory
     /// written into.
-    fn finish_dirs(&mut self) {
-        for f in self.fixups.iter().rev() {
+    fn finish_dirs(&self) {
+        let fixups = std::mem::take(&mut *self.fixups.lock().expect("lock"));
+        for f in &fixups {
             let dir = match open_dir(&f.path) {
                 Ok(d) => d,
                 Err(e) => {
@@ -642,9 +701,10 @@ impl Walker<'_> {
         if !self.opts.fsync {
             return;
         }
-        self.written_dirs.sort();
-        self.written_dirs.dedup();
-        for chunk in self.written_dirs.chunks(256) {
+        let mut written = std::mem::take(&mut *self.written_dirs.lock().expect("lock"));
+        written.sort();
+        written.dedup();
+        for chunk in written.chunks(256) {
             let names: Vec<CString> = chunk.iter().map(|p| cname(p.as_os_str())).collect();
             let opens: Vec<Open<'_>> = names
                 .iter()
