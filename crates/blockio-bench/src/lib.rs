@@ -6,7 +6,9 @@
 //!   sequential), with a table, JSON, CSV and an SVG chart; with
 //!   `--checksum`, the [`checksum`] streaming workload instead;
 //! * [`engine_bench`]: `blockio engine-bench`, the engine against fio and a
-//!   raw io-uring loop on random O_DIRECT reads, with allocations per op.
+//!   raw io-uring loop on random O_DIRECT reads, with allocations per op;
+//! * [`tree_bench`]: `blockio tree-bench`, `blockio cp` against `cp -r` and
+//!   `blockio sum` against `b3sum` on generated trees, warm and cold.
 #![warn(missing_docs)]
 
 pub mod alloc_count;
@@ -21,3 +23,4 @@ pub mod profile;
 pub mod report;
 pub mod strategy;
 pub mod svg;
+pub mod tree_bench;

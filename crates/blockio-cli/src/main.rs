@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 mod cp;
 
-use blockio_bench::{alloc_count, bench, engine_bench};
+use blockio_bench::{alloc_count, bench, engine_bench, tree_bench};
 use blockio_tools::algo::Algo;
 use blockio_tools::sum::SumOptions;
 
@@ -30,6 +30,9 @@ enum Cmd {
     /// Random 4 KiB O_DIRECT reads: the engine against fio and a raw io_uring
     /// loop, from 1, 2 and 64 threads, with heap allocations per operation.
     EngineBench(engine_bench::EngineBenchArgs),
+    /// `blockio cp` against GNU `cp -r` and `blockio sum` against `b3sum`,
+    /// on trees it generates, warm and cold.
+    TreeBench(tree_bench::TreeBenchArgs),
     /// Checksums of files and directory trees (BLAKE3 by default), in the
     /// format of b3sum and sha256sum; -c checks such a list.
     Sum(SumArgs),
@@ -94,6 +97,7 @@ fn main() {
         Cmd::EngineBench(args) => engine_bench::run(args).map(|()| true),
         Cmd::Sum(args) => sum(args),
         Cmd::Cp(args) => cp::run(args),
+        Cmd::TreeBench(args) => tree_bench::run(args).map(|()| true),
     };
     match result {
         Ok(true) => {}
