@@ -180,7 +180,7 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
         for &kind in &args.trees {
             let (n, size) = kind.shape();
             let (n, size) = match kind {
-                TreeKind::Large => (n, scaled(size, args.scale).max(1 << 20)),
+                TreeKind::Large => (n, (scaled(size, args.scale) & !4095).max(1 << 20)),
                 _ => (scaled(n, args.scale).max(2), size),
             };
             let src = root.join(format!("src-{}", kind.name()));
@@ -265,8 +265,7 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                 c.arg(&big);
                 (c, PathBuf::new())
             };
-            let (base, ours, ev) =
-                measure_files(args.rounds, mode, &big_files, &mut cmd)?;
+            let (base, ours, ev) = measure_files(args.rounds, mode, &big_files, &mut cmd)?;
             // The issue sets a target for the big file cold only; warm is
             // reported for context.
             let target = if mode == Mode::Cold { 1.0 } else { 0.0 };

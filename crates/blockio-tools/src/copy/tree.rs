@@ -315,11 +315,12 @@ impl Walker<'_> {
             }
         }
         let pair = match (open_dir(parent(src)), open_dir(parent(&target))) {
+            // Paths in messages as the user wrote them: `x`, not `./x`.
             (Ok(s), Ok(d)) => DirPair {
                 src: s,
                 dst: d,
-                src_path: parent(src).to_path_buf(),
-                dst_path: parent(&target).to_path_buf(),
+                src_path: src.parent().unwrap_or(Path::new("")).to_path_buf(),
+                dst_path: target.parent().unwrap_or(Path::new("")).to_path_buf(),
             },
             (Err(e), _) => {
                 return self
@@ -336,7 +337,7 @@ impl Walker<'_> {
             self.written_dirs
                 .lock()
                 .expect("lock")
-                .push(pair.dst_path.clone());
+                .push(parent(&target).to_path_buf());
         }
         let entry = Entry {
             src_name,

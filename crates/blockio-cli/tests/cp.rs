@@ -1,0 +1,431 @@
+//! `blockio cp`: byte and metadata equality with the source, GNU `cp -r`
+//! semantics, and failures reported with their paths and exit status 1.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn cp(dir: &Path, args: &[&OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_blockio"))
+        .current_dir(dir)
+        .arg("cp")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Deterministic bytes.
+fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A tree with awkward names, an empty file and directory, a file spanning
+/// many blocks, symbolic links (one dangling), a FIFO and odd modes.
+fn tree(root: &Path) {
+    let t = root.join("src");
+    fs::create_dir_all(t.join("a/b/c")).unwrap();
+    fs::create_dir_all(t.join("empty dir")).unwrap();
+    fs::write(t.join("a/empty"), b"").unwrap();
+    fs::write(t.join("a/small"), b"hello\n").unwrap();
+    fs::write(t.join("a/with space"), bytes(5000, 1)).unwrap();
+    fs::write(t.join(OsStr::from_bytes(b"a/new\nline")), bytes(10, 2)).unwrap();
+    fs::write(t.join(OsStr::from_bytes(b"a/bad\xffutf8")), bytes(77, 3)).unwrap();
+    // 5 MiB + a bit: many 1 MiB blocks and a short last one.
+    fs::write(t.join("a/b/c/big"), bytes((5 << 20) + 123, 4)).unwrap();
+    for i in 0..100 {
+        fs::write(t.join(format!("a/b/f{i}")), bytes(i * 37, i as u64)).unwrap();
+    }
+    std::os::unix::fs::symlink("../small", t.join("a/b/link")).unwrap();
+    std::os::unix::fs::symlink("nowhere/at all", t.join("dangling")).unwrap();
+    fs::set_permissions(t.join("a/small"), fs::Permissions::from_mode(0o640)).unwrap();
+    fs::set_permissions(t.join("a/b/f1"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(t.join("a/b/c"), fs::Permissions::from_mode(0o750)).unwrap();
+    let fifo = std::ffi::CString::new(t.join("fifo").as_os_str().as_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    // Old times, to see that -p keeps them and a plain copy does not.
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    for p in ["a/small", "a/b/c/big"] {
+        let f = fs::File::options().write(true).open(t.join(p)).unwrap();
+        f.set_times(fs::FileTimes::new().set_modified(old).set_accessed(old))
+            .unwrap();
+    }
+}
+
+/// Every path under `root`, relative, sorted.
+fn listing(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            out.push(p.strip_prefix(root).unwrap().to_path_buf());
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Same names, kinds, bytes, link targets and permission bits; with
+/// `times`, the same modification times for files.
+fn assert_same(src: &Path, dst: &Path, times: bool) {
+    let (a, b) = (listing(src), listing(dst));
+    assert_eq!(a, b, "the same paths");
+    for rel in &a {
+        let (s, d) = (src.join(rel), dst.join(rel));
+        let (ms, md) = (
+            fs::symlink_metadata(&s).unwrap(),
+            fs::symlink_metadata(&d).unwrap(),
+        );
+        assert_eq!(
+            ms.file_type(),
+            md.file_type(),
+            "{}: same kind",
+            rel.display()
+        );
+        if ms.file_type().is_symlink() {
+            assert_eq!(fs::read_link(&s).unwrap(), fs::read_link(&d).unwrap());
+            continue;
+        }
+        assert_eq!(
+            ms.mode() & 0o7777,
+            md.mode() & 0o7777,
+            "{}: mode",
+            rel.display()
+        );
+        if ms.is_file() {
+            assert_eq!(
+                fs::read(&s).unwrap(),
+                fs::read(&d).unwrap(),
+                "{}",
+                rel.display()
+            );
+            if times {
+                assert_eq!(ms.mtime(), md.mtime(), "{}: mtime", rel.display());
+                assert_eq!(
+                    ms.mtime_nsec(),
+                    md.mtime_nsec(),
+                    "{}: mtime ns",
+                    rel.display()
+                );
+            }
+        }
+        if times && ms.is_dir() {
+            assert_eq!(ms.mtime(), md.mtime(), "{}: dir mtime", rel.display());
+        }
+    }
+}
+
+#[test]
+fn copies_a_tree_byte_for_byte_with_modes_links_and_odd_names() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let o = cp(dir.path(), &[os("src"), os("dst")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_same(&dir.path().join("src"), &dir.path().join("dst"), false);
+    // Without -p, times are new.
+    let m = fs::metadata(dir.path().join("dst/a/small")).unwrap();
+    assert_ne!(m.mtime(), 1_000_000_000);
+}
+
+#[test]
+fn preserve_and_archive_keep_times() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    for (flag, out) in [("-p", "dst-p"), ("-a", "dst-a")] {
+        let o = cp(dir.path(), &[os(flag), os("src"), os(out)]);
+        assert!(o.status.success(), "{flag}: {}", stderr(&o));
+        assert_same(&dir.path().join("src"), &dir.path().join(out), true);
+    }
+}
+
+#[test]
+fn into_an_existing_directory_and_several_sources() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let d = dir.path();
+    fs::create_dir(d.join("out")).unwrap();
+    // cp -r src out (out exists): out/src.
+    let o = cp(d, &[os("src"), os("out")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_same(&d.join("src"), &d.join("out/src"), false);
+    // Several sources into a directory; a file source keeps its name.
+    let o = cp(d, &[os("src/a/small"), os("src/a/b"), os("out")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(fs::read(d.join("out/small")).unwrap(), b"hello\n");
+    assert_same(&d.join("src/a/b"), &d.join("out/b"), false);
+    // Several sources and a destination that is not a directory.
+    let o = cp(d, &[os("src/a/small"), os("src/a/empty"), os("nodir")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("target 'nodir' is not a directory"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!d.join("nodir").exists());
+}
+
+#[test]
+fn overwrite_and_no_clobber_follow_cp() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(d.join("new"), b"new contents").unwrap();
+    fs::write(d.join("old"), b"old contents that are longer").unwrap();
+    fs::set_permissions(d.join("old"), fs::Permissions::from_mode(0o600)).unwrap();
+    // -n: the existing file is left alone, success.
+    let o = cp(d, &[os("-n"), os("new"), os("old")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        fs::read(d.join("old")).unwrap(),
+        b"old contents that are longer"
+    );
+    // Default: overwritten in place (truncated), its mode kept.
+    let o = cp(d, &[os("new"), os("old")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(fs::read(d.join("old")).unwrap(), b"new contents");
+    assert_eq!(fs::metadata(d.join("old")).unwrap().mode() & 0o777, 0o600);
+    // A directory is never replaced by a file, nor a file by a directory.
+    fs::create_dir_all(d.join("t/x")).unwrap();
+    fs::create_dir(d.join("x")).unwrap();
+    fs::write(d.join("t/f"), b"file").unwrap();
+    fs::write(d.join("f"), b"f").unwrap();
+    let o = cp(d, &[os("f"), os("t/x")]);
+    // cp f t/x (t/x is a directory): makes t/x/f.
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = cp(d, &[os("x"), os("t/f")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot overwrite non-directory 't/f' with directory 'x'"),
+        "{}",
+        stderr(&o)
+    );
+    // Same file.
+    let o = cp(d, &[os("new"), os("new")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("are the same file"), "{}", stderr(&o));
+}
+
+#[test]
+fn copying_a_directory_into_itself_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let o = cp(dir.path(), &[os("src"), os("src/a/inside")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot copy a directory, 'src', into itself, 'src/a/inside'"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.path().join("src/a/inside").exists());
+}
+
+#[test]
+fn a_missing_source_is_reported_and_the_rest_copied() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    fs::create_dir(dir.path().join("out")).unwrap();
+    let o = cp(dir.path(), &[os("nope"), os("src"), os("out")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot stat 'nope': No such file or directory"),
+        "{}",
+        stderr(&o)
+    );
+    assert_same(&dir.path().join("src"), &dir.path().join("out/src"), false);
+}
+
+#[test]
+fn sparse_files_keep_their_holes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let f = fs::File::create(d.join("sparse")).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(b"start", 0).unwrap();
+    f.write_all_at(b"middle", 40 << 20).unwrap();
+    f.set_len(100 << 20).unwrap();
+    drop(f);
+    let src_blocks = fs::metadata(d.join("sparse")).unwrap().blocks();
+    assert!(
+        src_blocks * 512 < 1 << 20,
+        "the test file system keeps holes"
+    );
+    let o = cp(d, &[os("sparse"), os("copy")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        fs::read(d.join("sparse")).unwrap(),
+        fs::read(d.join("copy")).unwrap()
+    );
+    let m = fs::metadata(d.join("copy")).unwrap();
+    assert_eq!(m.len(), 100 << 20);
+    assert!(m.blocks() * 512 < 1 << 20, "copy has {} blocks", m.blocks());
+}
+
+#[test]
+fn json_summary_counts_what_was_copied() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let o = cp(
+        dir.path(),
+        &[os("--json"), os("--fsync"), os("src"), os("dst")],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["files"], 106);
+    assert_eq!(v["symlinks"], 2);
+    assert_eq!(v["specials"], 1);
+    assert_eq!(v["dirs"], 5, "src, a, a/b, a/b/c, empty dir");
+    assert_eq!(v["errors"], 0);
+    assert!(v["bytes"].as_u64().unwrap() > 5 << 20);
+    assert_same(&dir.path().join("src"), &dir.path().join("dst"), false);
+}
+
+#[test]
+fn bad_flags_fail_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = cp(
+        dir.path(),
+        &[os("--block-size"), os("12"), os("a"), os("b")],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--block-size"), "{}", stderr(&o));
+    let o = cp(dir.path(), &[os("only-one")]);
+    assert_ne!(o.status.code(), Some(0));
+}
+
+/// Runs the copy as an unprivileged user (root reads every file), so that
+/// a mode-000 file really is unreadable.
+#[test]
+fn an_unreadable_file_is_reported_and_the_rest_copied() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::set_permissions(d, fs::Permissions::from_mode(0o777)).unwrap();
+    fs::create_dir_all(d.join("src/sub")).unwrap();
+    fs::write(d.join("src/sub/ok"), b"fine").unwrap();
+    fs::write(d.join("src/sub/secret"), b"no").unwrap();
+    fs::write(d.join("src/z"), b"last").unwrap();
+    fs::set_permissions(d.join("src/sub/secret"), fs::Permissions::from_mode(0o000)).unwrap();
+    for p in ["src", "src/sub"] {
+        fs::set_permissions(d.join(p), fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let mut c = if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_blockio"));
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_blockio"))
+    };
+    let o = c
+        .current_dir(d)
+        .args(["cp", "src", "dst"])
+        .output()
+        .expect("setpriv (util-linux) runs the copy as nobody");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot open 'src/sub/secret' for reading: Permission denied"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(fs::read(d.join("dst/sub/ok")).unwrap(), b"fine");
+    assert_eq!(fs::read(d.join("dst/z")).unwrap(), b"last");
+    assert!(
+        !d.join("dst/sub/secret").exists(),
+        "no empty file passed off as a copy"
+    );
+}
+
+/// A destination file system that fills up: a clear error naming the file,
+/// exit 1, and no partial file left behind looking complete. Needs a small
+/// file system: a size-limited tmpfs, mounted in a private mount namespace
+/// (root), so nothing outlives the test.
+#[test]
+fn a_full_destination_fails_clearly_and_leaves_no_partial_file() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test mounts a 1 MiB tmpfs and needs root (CI runs as root)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::create_dir(d.join("src")).unwrap();
+    fs::write(d.join("src/fits"), bytes(100 << 10, 1)).unwrap();
+    fs::write(d.join("src/too-big"), bytes(3 << 20, 2)).unwrap();
+    fs::create_dir(d.join("small")).unwrap();
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs '{0}/small' && '{1}' cp '{0}/src' '{0}/small/dst'; rc=$?; ls -la '{0}/small/dst' >&2; exit $rc",
+        d.display(),
+        env!("CARGO_BIN_EXE_blockio"),
+    );
+    let o = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("unshare (util-linux)");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("too-big"), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(err.contains("incomplete copy"), "{err}");
+    assert!(
+        !err.contains(" too-big\n"),
+        "the partial file is gone: {err}"
+    );
+    assert!(
+        err.contains(" fits\n"),
+        "the file that fits was copied: {err}"
+    );
+}
+
+/// The shipped tree benchmark at a tiny scale: every job, tree and mode
+/// runs, both tools' copies are checked, and the JSON has a row for each.
+#[test]
+fn tree_bench_smoke_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_blockio"))
+        .args([
+            "tree-bench",
+            "--scale",
+            "0.001",
+            "--rounds",
+            "1",
+            "--sum-file-mib",
+            "2000",
+            "--json",
+        ])
+        .arg("--dir")
+        .arg(dir.path().join("tb"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    // cp: 3 trees x 2 modes; sum: 2 inputs x 2 modes.
+    assert_eq!(rows.len(), 10, "{rows:?}");
+    for r in rows {
+        for k in ["baseline_s", "ours_s", "speedup"] {
+            assert!(r[k].as_f64().unwrap() > 0.0, "{k} in {r}");
+        }
+    }
+    assert!(!dir.path().join("tb").exists(), "data removed afterwards");
+}
