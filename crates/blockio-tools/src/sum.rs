@@ -197,6 +197,17 @@ fn worker(
 /// Streams one file: a reader thread keeps `depth` blocks in flight, this
 /// thread hashes them in order.
 fn stream(engine: &Engine, file: &File, opts: &SumOptions) -> io::Result<String> {
+    // A sequential read: let the kernel read further ahead (advisory; a
+    // failure changes nothing but speed).
+    // SAFETY: fadvise on an open descriptor has no memory effects.
+    unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            0,
+            0,
+            libc::POSIX_FADV_SEQUENTIAL,
+        );
+    }
     let depth = opts.depth.max(1);
     let block = opts.block.max(4096);
     // Filled blocks go to the hasher, emptied ones come back.
