@@ -5,8 +5,9 @@
 //! order over `--rounds` rounds, and reports the median wall time and the
 //! ratio (the other tool's time over ours: above 1 means we are faster).
 //!
-//! * **warm**: the source is read into the page cache first and earlier
-//!   copies are synced, so neither tool pays for another's write-back.
+//! * **warm**: earlier copies are synced and (as root) the caches dropped,
+//!   then the source is read back into the page cache, so neither tool pays
+//!   for another's write-back or for reclaiming memory they filled.
 //! * **cold**: `sync`, then the page cache is dropped (`drop_caches` when
 //!   writable, which also drops inodes and directories; otherwise
 //!   `posix_fadvise(DONTNEED)` on every source file, and the report says
@@ -478,18 +479,17 @@ fn prepare(mode: Mode, files: &[PathBuf]) -> Result<Option<String>> {
     Command::new("sync").status()?;
     match mode {
         Mode::Warm => {
+            // Free memory first (as root), so that no run pays for
+            // reclaiming the page cache that earlier copies filled; then
+            // read the source back in.
+            let _ = drop_caches();
             for f in files {
                 cache::warm(&File::open(f)?)?;
             }
             Ok(None)
         }
         Mode::Cold => {
-            let dropped = std::fs::OpenOptions::new()
-                .write(true)
-                .open("/proc/sys/vm/drop_caches")
-                .and_then(|mut f| f.write_all(b"3\n"))
-                .is_ok();
-            if dropped {
+            if drop_caches().is_ok() {
                 return Ok(Some(
                     "page cache, dentries and inodes dropped (/proc/sys/vm/drop_caches)".into(),
                 ));
@@ -502,6 +502,14 @@ fn prepare(mode: Mode, files: &[PathBuf]) -> Result<Option<String>> {
             ))
         }
     }
+}
+
+/// Drops the page cache, dentries and inodes (root only).
+fn drop_caches() -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/sys/vm/drop_caches")
+        .and_then(|mut f| f.write_all(b"3\n"))
 }
 
 /// Makes the tree (or reuses it if its file count and bytes match).
