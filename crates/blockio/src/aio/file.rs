@@ -172,6 +172,20 @@ impl AsyncFile {
         Self::open_with(engine, path, &o)
     }
 
+    /// Wraps a file that is already open (for example a duplicate of a
+    /// descriptor handed over by another language). Streaming uses the
+    /// default block size and depth of [`AsyncOpenOptions`]. No alignment check is made before submission: on an
+    /// `O_DIRECT` descriptor a misaligned operation fails with the kernel's
+    /// `EINVAL`.
+    pub fn from_file(engine: &AsyncEngine, file: File) -> AsyncFile {
+        let o = AsyncOpenOptions::new();
+        AsyncFile {
+            engine: engine.clone(),
+            handle: Arc::new(Handle { file, direct: None }),
+            stream: Stream::new(o.block_size, o.depth, 1),
+        }
+    }
+
     /// Opens `path` with `options`.
     pub fn open_with(
         engine: &AsyncEngine,

@@ -1,0 +1,822 @@
+//! `blockio._blockio`: the Rust core of the Python package.
+//!
+//! The Python layer (`blockio/__init__.py`) wraps [`Core`]: it turns file
+//! objects into descriptors, raises errors, and ties the asynchronous calls
+//! to the running asyncio loop. This module does the I/O:
+//!
+//! * synchronous batches go to a [`blockio::Engine`] with the GIL released;
+//! * asynchronous batches go to a [`blockio::aio::AsyncEngine`], whose driver
+//!   thread submits everything queued in one `io_uring_enter`. Each batch is
+//!   a Rust future whose waker records its token and writes to an eventfd;
+//!   the event loop watches that eventfd (`loop.add_reader`) and calls
+//!   [`Core::drain`], which polls the woken futures and returns every
+//!   finished batch's results, all in the loop's thread. No thread-pool
+//!   hop, no GIL taken by the driver.
+//!
+//! Buffers handed to the kernel are either ours (reads into new bytes) or
+//! exported Python buffers ([`PyBuffer`]), held — and so kept alive and
+//! unresizable — by the future until its completion arrives, even if the
+//! Python side gave up waiting (a cancelled task).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use blockio::aio::{AsyncEngine, AsyncFile, BufResult, IoBuf, IoBufMut, OpFuture};
+use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+/// Memory an asynchronous operation reads into or writes from.
+enum Buf {
+    /// Ours, for reads that come back as new `bytes` (aligned, so that an
+    /// `O_DIRECT` descriptor accepts it).
+    Owned(AlignedBuf),
+    /// A writable Python buffer (`readinto`).
+    Exported(PyBuffer<u8>),
+}
+
+// SAFETY: the pointer stays valid and unmoved while the value lives: an
+// `AlignedBuf` owns its heap block; a `PyBuffer` keeps the buffer exported
+// (the exporter alive, and a bytearray unresizable) until it is dropped.
+unsafe impl IoBuf for Buf {
+    fn stable_ptr(&self) -> *const u8 {
+        match self {
+            Buf::Owned(b) => b.as_ptr(),
+            Buf::Exported(b) => b.buf_ptr() as *const u8,
+        }
+    }
+    fn bytes_len(&self) -> usize {
+        match self {
+            Buf::Owned(b) => b.len(),
+            Buf::Exported(b) => b.len_bytes(),
+        }
+    }
+}
+
+// SAFETY: as above; exported buffers are checked writable before they are
+// wrapped (see `writable`).
+unsafe impl IoBufMut for Buf {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        match self {
+            Buf::Owned(b) => b.as_mut_ptr(),
+            Buf::Exported(b) => b.buf_ptr() as *mut u8,
+        }
+    }
+}
+
+/// A read-only Python buffer for writes.
+struct RoBuf(PyBuffer<u8>);
+
+// SAFETY: see `Buf`; the kernel only reads through this pointer.
+unsafe impl IoBuf for RoBuf {
+    fn stable_ptr(&self) -> *const u8 {
+        self.0.buf_ptr() as *const u8
+    }
+    fn bytes_len(&self) -> usize {
+        self.0.len_bytes()
+    }
+}
+
+type Boxed<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// What a finished asynchronous batch hands back, per operation.
+enum Done {
+    /// Reads into our buffers: bytes.
+    Read(Vec<BufResult<usize, Buf>>),
+    /// Reads into Python buffers, or writes: byte counts.
+    Count(Vec<io::Result<usize>>),
+}
+
+/// An asynchronous batch in flight.
+struct Pending {
+    futs: Vec<Option<Boxed<OneDone>>>,
+    outs: Vec<Option<OneDone>>,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Read,
+    Count,
+}
+
+enum OneDone {
+    Read(BufResult<usize, Buf>),
+    Count(io::Result<usize>),
+}
+
+impl Pending {
+    /// Polls every unfinished operation; `Some` when all are done.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Option<Done> {
+        let mut all = true;
+        for (f, out) in self.futs.iter_mut().zip(self.outs.iter_mut()) {
+            if let Some(fut) = f {
+                match fut.as_mut().poll(cx) {
+                    Poll::Ready(v) => {
+                        *out = Some(v);
+                        *f = None;
+                    }
+                    Poll::Pending => all = false,
+                }
+            }
+        }
+        if !all {
+            return None;
+        }
+        let outs = self
+            .outs
+            .drain(..)
+            .map(|o| o.expect("every operation finished"));
+        Some(match self.kind {
+            Kind::Read => Done::Read(
+                outs.map(|o| match o {
+                    OneDone::Read(r) => r,
+                    OneDone::Count(_) => unreachable!("a read batch holds reads"),
+                })
+                .collect(),
+            ),
+            Kind::Count => Done::Count(
+                outs.map(|o| match o {
+                    OneDone::Count(r) => r,
+                    OneDone::Read((r, _)) => r,
+                })
+                .collect(),
+            ),
+        })
+    }
+}
+
+/// Tokens of woken batches, and the eventfd that tells the loop.
+struct Wakeups {
+    woken: Mutex<Vec<u64>>,
+    efd: OwnedFd,
+}
+
+struct TokenWaker {
+    token: u64,
+    wakeups: Arc<Wakeups>,
+}
+
+impl Wake for TokenWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut w = self.wakeups.woken.lock().expect("wakeups lock");
+        let first = w.is_empty();
+        w.push(self.token);
+        drop(w);
+        if first {
+            let one: u64 = 1;
+            // SAFETY: an 8-byte write from a local to our eventfd.
+            unsafe { libc::write(self.wakeups.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+}
+
+/// The engine as the Python layer sees it.
+#[pyclass(module = "blockio._blockio")]
+struct Core {
+    /// `None` once closed. Cloned out (an `Arc` inside) for each call, so
+    /// no lock is held across I/O.
+    engine: Mutex<Option<Engine>>,
+    aio: Mutex<Option<AsyncEngine>>,
+    wakeups: Arc<Wakeups>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    pid: u32,
+    queue_depth: u32,
+}
+
+fn os_error(py: Python<'_>, e: &io::Error) -> PyObject {
+    let code = blockio::errno(e).unwrap_or(libc::EIO);
+    PyOSError::new_err((code, e.to_string()))
+        .into_value(py)
+        .into_any()
+}
+
+fn io_err(e: io::Error) -> PyErr {
+    let code = blockio::errno(&e).unwrap_or(libc::EIO);
+    PyOSError::new_err((code, e.to_string()))
+}
+
+/// A writable, C-contiguous byte buffer from any buffer-protocol object.
+fn writable(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
+    let b = PyBuffer::<u8>::get(obj)?;
+    if b.readonly() {
+        return Err(PyTypeError::new_err(
+            "readinto needs a writable buffer (bytearray, memoryview, numpy array, mmap), got a read-only one",
+        ));
+    }
+    if !b.is_c_contiguous() {
+        return Err(PyValueError::new_err(
+            "readinto needs a C-contiguous buffer",
+        ));
+    }
+    Ok(b)
+}
+
+fn readable(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
+    let b = PyBuffer::<u8>::get(obj)?;
+    if !b.is_c_contiguous() {
+        return Err(PyValueError::new_err("write needs a C-contiguous buffer"));
+    }
+    Ok(b)
+}
+
+/// Reads into new buffers need `O_DIRECT` alignment when the descriptor
+/// has it; 4096 suits every device's logical block size.
+fn is_direct(fd: RawFd) -> bool {
+    // SAFETY: F_GETFL has no memory effects.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_DIRECT != 0
+}
+
+fn dup_file(fd: RawFd) -> io::Result<File> {
+    if fd < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: only borrowed for the duplication; a closed number fails
+    // with EBADF.
+    let owned = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
+    Ok(File::from(owned))
+}
+
+impl Core {
+    fn check(&self) -> PyResult<Engine> {
+        if self.pid != std::process::id() {
+            return Err(PyRuntimeError::new_err(
+                "this blockio.Engine was created before fork(): its rings belong to the parent; create a new Engine in the child",
+            ));
+        }
+        self.engine
+            .lock()
+            .expect("engine lock")
+            .clone()
+            .ok_or_else(|| PyRuntimeError::new_err("the engine is closed"))
+    }
+
+    fn aio(&self) -> PyResult<AsyncEngine> {
+        let engine = self.check()?;
+        let mut aio = self.aio.lock().expect("aio lock");
+        if aio.is_none() {
+            let mut b = AsyncEngine::builder().queue_depth(self.queue_depth);
+            if engine.backend() == Backend::ThreadPool {
+                b = b.backend(BackendChoice::ThreadPool);
+            }
+            *aio = Some(b.build().map_err(io_err)?);
+        }
+        Ok(aio.clone().expect("built above"))
+    }
+
+    /// Starts a batch: polls it once (which hands its operations to the
+    /// driver) and keeps it under `token`.
+    fn start(&self, token: u64, mut p: Pending) {
+        let waker = Waker::from(Arc::new(TokenWaker {
+            token,
+            wakeups: Arc::clone(&self.wakeups),
+        }));
+        let mut cx = Context::from_waker(&waker);
+        match p.poll(&mut cx) {
+            // Finished at once (all refused, or nothing to do): report it
+            // at the next drain like any other.
+            Some(done) => {
+                let mut finished = Pending {
+                    futs: Vec::new(),
+                    outs: Vec::new(),
+                    kind: p.kind,
+                };
+                finished.outs = match done {
+                    Done::Read(v) => v.into_iter().map(|r| Some(OneDone::Read(r))).collect(),
+                    Done::Count(v) => v.into_iter().map(|r| Some(OneDone::Count(r))).collect(),
+                };
+                finished.futs = finished.outs.iter().map(|_| None).collect();
+                self.pending
+                    .lock()
+                    .expect("pending lock")
+                    .insert(token, finished);
+                waker.wake();
+            }
+            None => {
+                self.pending.lock().expect("pending lock").insert(token, p);
+            }
+        }
+    }
+
+    /// Polls the woken batches; the finished ones, removed.
+    fn finished(&self) -> Vec<(u64, Done)> {
+        let tokens = std::mem::take(&mut *self.wakeups.woken.lock().expect("wakeups lock"));
+        let mut out = Vec::new();
+        let mut pending = self.pending.lock().expect("pending lock");
+        for token in tokens {
+            let Some(p) = pending.get_mut(&token) else {
+                continue;
+            };
+            let waker = Waker::from(Arc::new(TokenWaker {
+                token,
+                wakeups: Arc::clone(&self.wakeups),
+            }));
+            if let Some(done) = p.poll(&mut Context::from_waker(&waker)) {
+                pending.remove(&token);
+                out.push((token, done));
+            }
+        }
+        out
+    }
+
+    fn clear_eventfd(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: an 8-byte read into a local from our non-blocking eventfd.
+        unsafe { libc::read(self.wakeups.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+fn results_to_py(py: Python<'_>, done: Done) -> PyResult<Bound<'_, PyList>> {
+    match done {
+        Done::Read(v) => {
+            let items: Vec<PyObject> = v
+                .into_iter()
+                .map(|(r, buf)| match r {
+                    Ok(n) => {
+                        let bytes = match &buf {
+                            Buf::Owned(b) => PyBytes::new(py, &b[..n]),
+                            Buf::Exported(_) => PyBytes::new(py, &[]),
+                        };
+                        bytes.into_any().unbind()
+                    }
+                    Err(e) => os_error(py, &e),
+                })
+                .collect();
+            PyList::new(py, items)
+        }
+        Done::Count(v) => {
+            let items: Vec<PyObject> = v
+                .into_iter()
+                .map(|r| match r {
+                    Ok(n) => n.into_pyobject(py).expect("int").into_any().unbind(),
+                    Err(e) => os_error(py, &e),
+                })
+                .collect();
+            PyList::new(py, items)
+        }
+    }
+}
+
+#[pymethods]
+impl Core {
+    #[new]
+    #[pyo3(signature = (queue_depth = 256, backend = None))]
+    fn new(queue_depth: u32, backend: Option<&str>) -> PyResult<Core> {
+        let choice = match backend {
+            None | Some("auto") => BackendChoice::Auto,
+            Some("io_uring") => BackendChoice::IoUring,
+            Some("threads") => BackendChoice::ThreadPool,
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "backend must be 'auto', 'io_uring' or 'threads', got {other:?}"
+                )))
+            }
+        };
+        if queue_depth == 0 {
+            return Err(PyValueError::new_err("queue_depth must be at least 1"));
+        }
+        let engine = Engine::builder()
+            .queue_depth(queue_depth as usize)
+            .backend(choice)
+            .build()
+            .map_err(io_err)?;
+        // SAFETY: eventfd has no memory effects; the result is checked.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(io_err(io::Error::last_os_error()));
+        }
+        Ok(Core {
+            engine: Mutex::new(Some(engine)),
+            aio: Mutex::new(None),
+            // SAFETY: a new descriptor, owned here only.
+            wakeups: Arc::new(Wakeups {
+                woken: Mutex::new(Vec::new()),
+                efd: unsafe { OwnedFd::from_raw_fd(efd) },
+            }),
+            pending: Mutex::new(HashMap::new()),
+            pid: std::process::id(),
+            queue_depth,
+        })
+    }
+
+    /// "io_uring" or "threads".
+    #[getter]
+    fn backend(&self) -> PyResult<&'static str> {
+        Ok(match self.check()?.backend() {
+            Backend::IoUring => "io_uring",
+            Backend::ThreadPool => "threads",
+        })
+    }
+
+    /// Why the thread pool is in use, if it is.
+    #[getter]
+    fn fallback_reason(&self) -> PyResult<Option<String>> {
+        Ok(self.check()?.fallback_reason().map(str::to_string))
+    }
+
+    /// Reads `length` bytes at each offset of `fd`; a list of bytes or
+    /// OSError, in order.
+    fn read_batch<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        offsets: Vec<u64>,
+        length: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let engine = &self.check()?;
+        let align = if is_direct(fd) { 4096 } else { 8 };
+        let mut bufs: Vec<AlignedBuf> = offsets
+            .iter()
+            .map(|_| AlignedBuf::new(length, align))
+            .collect();
+        let target = RawTarget(fd);
+        let results = py.allow_threads(|| {
+            let mut ops: Vec<Op<'_>> = bufs
+                .iter_mut()
+                .zip(&offsets)
+                .map(|(b, &off)| Op::read(&target, off, &mut b[..]))
+                .collect();
+            engine.submit(&mut ops)
+        });
+        let results = results.map_err(io_err)?;
+        let items: Vec<PyObject> = results
+            .iter()
+            .zip(&bufs)
+            .map(|(r, b)| match r {
+                Ok(n) => PyBytes::new(py, &b[..*n]).into_any().unbind(),
+                Err(e) => os_error(py, e),
+            })
+            .collect();
+        PyList::new(py, items)
+    }
+
+    /// Reads into each `(fd, buffer, offset)`; a list of byte counts or
+    /// OSError, in order.
+    fn readinto_batch<'py>(
+        &self,
+        py: Python<'py>,
+        ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let engine = &self.check()?;
+        let bufs: Vec<(RawTarget, PyBuffer<u8>, u64)> = ops
+            .iter()
+            .map(|(fd, b, off)| Ok((RawTarget(*fd), writable(b)?, *off)))
+            .collect::<PyResult<_>>()?;
+        let results = py.allow_threads(|| {
+            let mut ops: Vec<Op<'_>> = bufs
+                .iter()
+                .map(|(t, b, off)| {
+                    // SAFETY: the buffer is exported (held by `bufs`) and
+                    // writable for `len_bytes` bytes until this closure ends;
+                    // the engine returns only when the operation completed.
+                    let s = unsafe {
+                        std::slice::from_raw_parts_mut(b.buf_ptr() as *mut u8, b.len_bytes())
+                    };
+                    Op::read(t, *off, s)
+                })
+                .collect();
+            engine.submit(&mut ops)
+        });
+        let results = results.map_err(io_err)?;
+        let items: Vec<PyObject> = results
+            .iter()
+            .map(|r| match r {
+                Ok(n) => n.into_pyobject(py).expect("int").into_any().unbind(),
+                Err(e) => os_error(py, e),
+            })
+            .collect();
+        drop(bufs);
+        PyList::new(py, items)
+    }
+
+    /// Writes each `(fd, data, offset)`; a list of byte counts or OSError.
+    fn write_batch<'py>(
+        &self,
+        py: Python<'py>,
+        ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let engine = &self.check()?;
+        let bufs: Vec<(RawTarget, PyBuffer<u8>, u64)> = ops
+            .iter()
+            .map(|(fd, b, off)| Ok((RawTarget(*fd), readable(b)?, *off)))
+            .collect::<PyResult<_>>()?;
+        let results = py.allow_threads(|| {
+            let mut ops: Vec<Op<'_>> = bufs
+                .iter()
+                .map(|(t, b, off)| {
+                    // SAFETY: exported and readable until this closure ends.
+                    let s = unsafe {
+                        std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
+                    };
+                    Op::write(t, *off, s)
+                })
+                .collect();
+            engine.submit(&mut ops)
+        });
+        let results = results.map_err(io_err)?;
+        let items: Vec<PyObject> = results
+            .iter()
+            .map(|r| match r {
+                Ok(n) => n.into_pyobject(py).expect("int").into_any().unbind(),
+                Err(e) => os_error(py, e),
+            })
+            .collect();
+        drop(bufs);
+        PyList::new(py, items)
+    }
+
+    /// fsync (or fdatasync) of `fd`.
+    #[pyo3(signature = (fd, data_only = false))]
+    fn sync(&self, py: Python<'_>, fd: RawFd, data_only: bool) -> PyResult<()> {
+        let engine = &self.check()?;
+        let target = RawTarget(fd);
+        let r = py.allow_threads(|| {
+            let mut ops = [if data_only {
+                Op::fdatasync(&target)
+            } else {
+                Op::fsync(&target)
+            }];
+            engine.submit(&mut ops)
+        });
+        match r.map_err(io_err)?.remove(0) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(io_err(e)),
+        }
+    }
+
+    /// The eventfd the event loop watches for finished asynchronous batches.
+    fn eventfd(&self) -> PyResult<RawFd> {
+        self.check()?;
+        Ok(self.wakeups.efd.as_raw_fd())
+    }
+
+    /// Starts reading `length` bytes at each offset; finished under `token`.
+    fn submit_read(&self, token: u64, fd: RawFd, offsets: Vec<u64>, length: usize) -> PyResult<()> {
+        let aio = self.aio()?;
+        let file = match dup_file(fd) {
+            Ok(f) => AsyncFile::from_file(&aio, f),
+            Err(e) => {
+                // Every read fails in place, like the synchronous call.
+                let code = e.raw_os_error().unwrap_or(libc::EBADF);
+                let futs = offsets
+                    .iter()
+                    .map(|_| {
+                        let b: Boxed<OneDone> = Box::pin(async move {
+                            let err = io::Error::from_raw_os_error(code);
+                            OneDone::Read((Err(err), Buf::Owned(AlignedBuf::new(0, 8))))
+                        });
+                        Some(b)
+                    })
+                    .collect::<Vec<_>>();
+                let outs = futs.iter().map(|_| None).collect();
+                self.start(
+                    token,
+                    Pending {
+                        futs,
+                        outs,
+                        kind: Kind::Read,
+                    },
+                );
+                return Ok(());
+            }
+        };
+        let align = if is_direct(fd) { 4096 } else { 8 };
+        let futs = offsets
+            .iter()
+            .map(|&off| {
+                let f: OpFuture<Buf> =
+                    file.read_at(Buf::Owned(AlignedBuf::new(length, align)), off);
+                let b: Boxed<OneDone> = Box::pin(async move { OneDone::Read(f.await) });
+                Some(b)
+            })
+            .collect::<Vec<_>>();
+        let outs = futs.iter().map(|_| None).collect();
+        self.start(
+            token,
+            Pending {
+                futs,
+                outs,
+                kind: Kind::Read,
+            },
+        );
+        Ok(())
+    }
+
+    /// Starts reading into each `(fd, buffer, offset)`.
+    fn submit_readinto(
+        &self,
+        token: u64,
+        ops: Vec<(RawFd, Bound<'_, PyAny>, u64)>,
+    ) -> PyResult<()> {
+        let aio = self.aio()?;
+        let mut files: HashMap<RawFd, AsyncFile> = HashMap::new();
+        let mut futs = Vec::with_capacity(ops.len());
+        for (fd, obj, off) in &ops {
+            let buf = writable(obj)?;
+            if !files.contains_key(fd) {
+                match dup_file(*fd) {
+                    Ok(f) => {
+                        files.insert(*fd, AsyncFile::from_file(&aio, f));
+                    }
+                    Err(e) => {
+                        let code = e.raw_os_error().unwrap_or(libc::EBADF);
+                        let b: Boxed<OneDone> = Box::pin(async move {
+                            OneDone::Count(Err(io::Error::from_raw_os_error(code)))
+                        });
+                        futs.push(Some(b));
+                        continue;
+                    }
+                }
+            }
+            let f = files[fd].read_at(Buf::Exported(buf), *off);
+            let b: Boxed<OneDone> = Box::pin(async move { OneDone::Count(f.await.0) });
+            futs.push(Some(b));
+        }
+        let outs = futs.iter().map(|_| None).collect();
+        self.start(
+            token,
+            Pending {
+                futs,
+                outs,
+                kind: Kind::Count,
+            },
+        );
+        Ok(())
+    }
+
+    /// Starts writing each `(fd, data, offset)`.
+    fn submit_write(&self, token: u64, ops: Vec<(RawFd, Bound<'_, PyAny>, u64)>) -> PyResult<()> {
+        let aio = self.aio()?;
+        let mut files: HashMap<RawFd, AsyncFile> = HashMap::new();
+        let mut futs = Vec::with_capacity(ops.len());
+        for (fd, obj, off) in &ops {
+            let buf = readable(obj)?;
+            if !files.contains_key(fd) {
+                match dup_file(*fd) {
+                    Ok(f) => {
+                        files.insert(*fd, AsyncFile::from_file(&aio, f));
+                    }
+                    Err(e) => {
+                        let code = e.raw_os_error().unwrap_or(libc::EBADF);
+                        let b: Boxed<OneDone> = Box::pin(async move {
+                            OneDone::Count(Err(io::Error::from_raw_os_error(code)))
+                        });
+                        futs.push(Some(b));
+                        continue;
+                    }
+                }
+            }
+            let f = files[fd].write_at(RoBuf(buf), *off);
+            let b: Boxed<OneDone> = Box::pin(async move { OneDone::Count(f.await.0) });
+            futs.push(Some(b));
+        }
+        let outs = futs.iter().map(|_| None).collect();
+        self.start(
+            token,
+            Pending {
+                futs,
+                outs,
+                kind: Kind::Count,
+            },
+        );
+        Ok(())
+    }
+
+    /// Starts an fsync (or fdatasync) of `fd`.
+    #[pyo3(signature = (token, fd, data_only = false))]
+    fn submit_sync(&self, token: u64, fd: RawFd, data_only: bool) -> PyResult<()> {
+        let aio = self.aio()?;
+        let file = AsyncFile::from_file(&aio, dup_file(fd).map_err(io_err)?);
+        let f = if data_only {
+            file.fdatasync()
+        } else {
+            file.fsync()
+        };
+        let b: Boxed<OneDone> = Box::pin(async move { OneDone::Count(f.await.0.map(|_| 0)) });
+        self.start(
+            token,
+            Pending {
+                futs: vec![Some(b)],
+                outs: vec![None],
+                kind: Kind::Count,
+            },
+        );
+        Ok(())
+    }
+
+    /// The finished batches since the last call: `(token, results)` pairs,
+    /// results as the synchronous calls return them. Called by the event
+    /// loop when the eventfd is readable.
+    fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<(u64, Bound<'py, PyList>)>> {
+        self.clear_eventfd();
+        self.finished()
+            .into_iter()
+            .map(|(t, d)| Ok((t, results_to_py(py, d)?)))
+            .collect()
+    }
+
+    /// Asynchronous batches not finished yet.
+    fn pending(&self) -> usize {
+        self.pending.lock().expect("pending lock").len()
+    }
+
+    /// Waits (GIL released) until every asynchronous operation in flight
+    /// has completed, then shuts the engine down. Results not drained are
+    /// dropped. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        if self.pid != std::process::id() {
+            // A forked child never touches the parent's rings; forget them.
+            std::mem::forget(self.aio.lock().expect("aio lock").take());
+            std::mem::forget(self.engine.lock().expect("engine lock").take());
+            std::mem::forget(std::mem::take(
+                &mut *self.pending.lock().expect("pending lock"),
+            ));
+            return;
+        }
+        while self.pending() > 0 {
+            let efd = self.wakeups.efd.as_raw_fd();
+            py.allow_threads(|| {
+                let mut p = libc::pollfd {
+                    fd: efd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd on the stack.
+                unsafe { libc::poll(&mut p, 1, 100) };
+            });
+            self.clear_eventfd();
+            drop(self.finished());
+        }
+        *self.aio.lock().expect("aio lock") = None;
+        *self.engine.lock().expect("engine lock") = None;
+    }
+
+    /// Whether `close` has run.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.engine.lock().expect("engine lock").is_none()
+    }
+}
+
+/// Random 4 KiB reads with the Rust engine's batch API for `seconds`, as
+/// a baseline in the Python benchmark's own run; returns IOPS.
+#[pyfunction]
+#[pyo3(signature = (fd, file_size, block, in_flight, seconds))]
+fn bench_engine(
+    py: Python<'_>,
+    fd: RawFd,
+    file_size: u64,
+    block: usize,
+    in_flight: usize,
+    seconds: f64,
+) -> PyResult<f64> {
+    py.allow_threads(|| {
+        let engine = Engine::builder()
+            .queue_depth(in_flight)
+            .max_batch(in_flight as u32)
+            .build()?;
+        let target = RawTarget(fd);
+        let mut bufs: Vec<AlignedBuf> = (0..in_flight)
+            .map(|_| AlignedBuf::new(block, 4096))
+            .collect();
+        let blocks = (file_size / block as u64).max(1);
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let start = std::time::Instant::now();
+        let mut done = 0u64;
+        while start.elapsed().as_secs_f64() < seconds {
+            let mut ops: Vec<Op<'_>> = bufs
+                .iter_mut()
+                .map(|b| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    Op::read(&target, (x % blocks) * block as u64, &mut b[..])
+                })
+                .collect();
+            for r in engine.submit(&mut ops)? {
+                r?;
+            }
+            done += in_flight as u64;
+        }
+        Ok(done as f64 / start.elapsed().as_secs_f64())
+    })
+    .map_err(io_err)
+}
+
+#[pymodule]
+fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Core>()?;
+    m.add_function(wrap_pyfunction!(bench_engine, m)?)?;
+    Ok(())
+}

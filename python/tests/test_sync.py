@@ -1,0 +1,158 @@
+"""Synchronous batches, checked against os.pread / the file's bytes."""
+
+import errno
+import mmap
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import blockio
+
+
+@pytest.fixture(params=["auto", "threads"])
+def engine(request):
+    e = blockio.Engine(queue_depth=64, backend=request.param)
+    yield e
+    e.close()
+
+
+def test_backend_is_reported(engine):
+    assert engine.backend in ("io_uring", "threads")
+    if engine.backend == "threads":
+        assert engine.fallback_reason
+
+
+def test_read_batch_matches_pread(engine, data_file):
+    path, data = data_file
+    rnd = random.Random(1)
+    with open(path, "rb") as f:
+        offsets = [rnd.randrange(len(data) + 100) for _ in range(500)]
+        got = engine.read_batch(f, offsets, 3000)
+        for off, b in zip(offsets, got):
+            assert b == os.pread(f.fileno(), 3000, off)
+        # An int descriptor works too.
+        assert engine.read_batch(f.fileno(), [5], 10) == [data[5:15]]
+
+
+def test_readinto_numpy_memoryview_mmap_without_copy(engine, data_file):
+    path, data = data_file
+    arr = np.zeros(1024, dtype=np.float32)  # 4096 bytes, not uint8
+    ba = bytearray(5000)
+    mv = memoryview(bytearray(100))[10:60]
+    mm = mmap.mmap(-1, 8192)
+    with open(path, "rb") as f:
+        n = engine.readinto_batch([(f, arr, 4096), (f, ba, 1), (f, mv, 7), (f, mm, 3)])
+    assert n == [4096, 5000, 50, 8192]
+    assert arr.tobytes() == data[4096:8192]
+    assert bytes(ba) == data[1:5001]
+    assert bytes(mv) == data[7:57]
+    assert mm[:] == data[3:8195]
+
+
+def test_read_only_buffer_is_refused(engine, data_file):
+    path, _ = data_file
+    with open(path, "rb") as f, pytest.raises(TypeError, match="writable"):
+        engine.readinto_batch([(f, b"immutable", 0)])
+
+
+def test_errors_are_oserror_with_errno_and_filename(engine, data_file, tmp_path):
+    path, data = data_file
+    with open(path, "rb") as f:
+        with pytest.raises(OSError) as ei:
+            engine.write_batch([(f, b"x", 0)])
+        assert ei.value.errno == errno.EBADF
+        assert ei.value.filename == str(path)
+        res = engine.read_batch(f, [0], 4)
+        assert res == [data[:4]]
+    # In place, with the good results around it.
+    with open(path, "rb") as f:
+        out = engine.readinto_batch([(f, bytearray(4), 0), (12345, bytearray(4), 0), (f, bytearray(2), 2)],
+                                    return_exceptions=True)
+    assert out[0] == 4 and out[2] == 2
+    assert isinstance(out[1], OSError) and out[1].errno == errno.EBADF
+
+
+def test_write_batch_and_fsync_round_trip(engine, tmp_path):
+    p = tmp_path / "w.bin"
+    with open(p, "w+b") as f:
+        chunks = [(f, bytes([i]) * 4096, i * 4096) for i in range(64)]
+        assert engine.write_batch(chunks) == [4096] * 64
+        engine.fsync(f)
+        engine.fdatasync(f)
+    assert p.read_bytes() == b"".join(bytes([i]) * 4096 for i in range(64))
+
+
+def test_direct_io_reads_use_aligned_buffers(engine, data_file):
+    path, data = data_file
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError as e:
+        pytest.fail(f"O_DIRECT is needed on the test file system: {e}")
+    try:
+        got = engine.read_batch(fd, [0, 4096 * 10, 4096 * 100], 4096)
+        assert got == [data[0:4096], data[40960:45056], data[409600:413696]]
+    finally:
+        os.close(fd)
+
+
+def test_gil_is_released_while_waiting(engine, data_file):
+    """Another thread runs Python code while a batch is in flight."""
+    import threading
+
+    path, _ = data_file
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(1)
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    with open(path, "rb") as f:
+        for _ in range(50):
+            engine.read_batch(f, range(0, 4 << 20, 4096), 4096)
+    stop.set()
+    t.join()
+    assert len(ticks) > 100
+
+
+def test_forced_fallback_through_the_environment(data_file):
+    path, data = data_file
+    code = (
+        "import blockio; e = blockio.Engine(); print(e.backend); "
+        f"print(e.read_batch(open({str(path)!r}, 'rb'), [3], 5) == [{data[3:8]!r}])"
+    )
+    env = dict(os.environ, BLOCKIO_BACKEND="threads")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=path.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["threads", "True"]
+
+
+def test_engine_is_not_usable_after_fork(data_file):
+    path, _ = data_file
+    e = blockio.Engine()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            e.read_batch(os.open(path, os.O_RDONLY), [0], 1)
+        except RuntimeError as ex:
+            code = 0 if "fork" in str(ex) else 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    e.close()
+
+
+def test_closed_engine_raises(data_file):
+    e = blockio.Engine()
+    e.close()
+    e.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        e.read_batch(0, [0], 1)
