@@ -198,17 +198,20 @@ class Engine:
 
     def _on_ready(self) -> None:
         for token, results in self._core.drain():
-            fut = self._futures.pop(token, None)
-            # A cancelled future gets nothing; its buffers were held until now.
+            fut, _keep = self._futures.pop(token, (None, None))
+            # A cancelled future gets nothing; its buffers (held by the core)
+            # and its file objects (held here) were kept until now.
             if fut is not None and not fut.done():
                 fut.set_result(results)
 
-    async def _run(self, start: Any, *args: Any) -> List[Any]:
+    async def _run(self, keep: Any, start: Any, *args: Any) -> List[Any]:
         loop = self._attach()
         token = self._next
         self._next += 1
         fut = loop.create_future()
-        self._futures[token] = fut
+        # `keep`: the file objects whose descriptors the operations use, kept
+        # open until the completions arrive, even if the task is cancelled.
+        self._futures[token] = (fut, keep)
         try:
             start(token, *args)
         except BaseException:
@@ -221,7 +224,7 @@ class Engine:
     ) -> List[Any]:
         """:meth:`read_batch` as a coroutine."""
         offsets = list(offsets)
-        res = await self._run(self._core.submit_read, _fd(file), offsets, length)
+        res = await self._run(file, self._core.submit_read, _fd(file), offsets, length)
         return _finish(res, [_name(file)] * len(offsets), return_exceptions)
 
     async def aread(self, file: FileLike, offset: int, length: int) -> bytes:
@@ -233,7 +236,7 @@ class Engine:
     ) -> List[Any]:
         """:meth:`readinto_batch` as a coroutine."""
         ops = list(ops)
-        res = await self._run(self._core.submit_readinto, [(_fd(f), _flat(b), off) for f, b, off in ops])
+        res = await self._run(ops, self._core.submit_readinto, [(_fd(f), _flat(b), off) for f, b, off in ops])
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
 
     async def areadinto(self, file: FileLike, buf: Any, offset: int) -> int:
@@ -245,7 +248,7 @@ class Engine:
     ) -> List[Any]:
         """:meth:`write_batch` as a coroutine."""
         ops = list(ops)
-        res = await self._run(self._core.submit_write, [(_fd(f), _flat(b), off) for f, b, off in ops])
+        res = await self._run(ops, self._core.submit_write, [(_fd(f), _flat(b), off) for f, b, off in ops])
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
 
     async def awrite(self, file: FileLike, data: Any, offset: int) -> int:
@@ -254,11 +257,11 @@ class Engine:
 
     async def afsync(self, file: FileLike) -> None:
         """:meth:`fsync` as a coroutine."""
-        _finish(await self._run(self._core.submit_sync, _fd(file), False), [_name(file)], False)
+        _finish(await self._run(file, self._core.submit_sync, _fd(file), False), [_name(file)], False)
 
     async def afdatasync(self, file: FileLike) -> None:
         """:meth:`fdatasync` as a coroutine."""
-        _finish(await self._run(self._core.submit_sync, _fd(file), True), [_name(file)], False)
+        _finish(await self._run(file, self._core.submit_sync, _fd(file), True), [_name(file)], False)
 
     def bench_engine(self, file: FileLike, file_size: int, block: int, in_flight: int, seconds: float) -> float:
         """The Rust engine's own IOPS on random reads of ``file`` (a

@@ -19,9 +19,8 @@
 //! Python side gave up waiting (a cancelled task).
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
@@ -238,14 +237,19 @@ fn is_direct(fd: RawFd) -> bool {
     fl >= 0 && fl & libc::O_DIRECT != 0
 }
 
-fn dup_file(fd: RawFd) -> io::Result<File> {
-    if fd < 0 {
+/// An async file over the caller's descriptor, neither duplicated nor
+/// closed (a `dup` per operation cost two system calls).
+fn borrow_file(aio: &AsyncEngine, fd: RawFd) -> io::Result<AsyncFile> {
+    // SAFETY: F_GETFD has no memory effects.
+    if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
-    // SAFETY: only borrowed for the duplication; a closed number fails
-    // with EBADF.
-    let owned = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
-    Ok(File::from(owned))
+    // SAFETY (I/O safety): the Python layer keeps the file object it got
+    // `fd` from referenced until this batch's token is drained, even when
+    // the awaiting task is cancelled. A bare int closed early by the user
+    // makes the operation fail or act on another file — into or from this
+    // operation's own buffer, so memory stays safe.
+    Ok(unsafe { AsyncFile::from_raw_fd(aio, fd) })
 }
 
 impl Core {
@@ -564,8 +568,8 @@ impl Core {
     /// Starts reading `length` bytes at each offset; finished under `token`.
     fn submit_read(&self, token: u64, fd: RawFd, offsets: Vec<u64>, length: usize) -> PyResult<()> {
         let aio = self.aio()?;
-        let file = match dup_file(fd) {
-            Ok(f) => AsyncFile::from_file(&aio, f),
+        let file = match borrow_file(&aio, fd) {
+            Ok(f) => f,
             Err(e) => {
                 // Every read fails in place, like the synchronous call.
                 let code = e.raw_os_error().unwrap_or(libc::EBADF);
@@ -625,9 +629,9 @@ impl Core {
         for (fd, obj, off) in &ops {
             let buf = writable(obj)?;
             if !files.contains_key(fd) {
-                match dup_file(*fd) {
+                match borrow_file(&aio, *fd) {
                     Ok(f) => {
-                        files.insert(*fd, AsyncFile::from_file(&aio, f));
+                        files.insert(*fd, f);
                     }
                     Err(e) => {
                         let code = e.raw_os_error().unwrap_or(libc::EBADF);
@@ -663,9 +667,9 @@ impl Core {
         for (fd, obj, off) in &ops {
             let buf = readable(obj)?;
             if !files.contains_key(fd) {
-                match dup_file(*fd) {
+                match borrow_file(&aio, *fd) {
                     Ok(f) => {
-                        files.insert(*fd, AsyncFile::from_file(&aio, f));
+                        files.insert(*fd, f);
                     }
                     Err(e) => {
                         let code = e.raw_os_error().unwrap_or(libc::EBADF);
@@ -697,7 +701,7 @@ impl Core {
     #[pyo3(signature = (token, fd, data_only = false))]
     fn submit_sync(&self, token: u64, fd: RawFd, data_only: bool) -> PyResult<()> {
         let aio = self.aio()?;
-        let file = AsyncFile::from_file(&aio, dup_file(fd).map_err(io_err)?);
+        let file = borrow_file(&aio, fd).map_err(io_err)?;
         let f = if data_only {
             file.fdatasync()
         } else {

@@ -21,8 +21,20 @@ use crate::op::{Op, OpKind};
 /// The open file, shared with every operation in flight on it so that the
 /// descriptor stays open until the last one completes.
 struct Handle {
-    file: File,
+    file: std::mem::ManuallyDrop<File>,
     direct: Option<Alignment>,
+    /// Whether dropping the handle closes the descriptor (not for
+    /// [`AsyncFile::from_raw_fd`]).
+    owned: bool,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: dropped exactly once, here.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.file) };
+        }
+    }
 }
 
 impl Handle {
@@ -181,7 +193,35 @@ impl AsyncFile {
         let o = AsyncOpenOptions::new();
         AsyncFile {
             engine: engine.clone(),
-            handle: Arc::new(Handle { file, direct: None }),
+            handle: Arc::new(Handle {
+                file: std::mem::ManuallyDrop::new(file),
+                direct: None,
+                owned: true,
+            }),
+            stream: Stream::new(o.block_size, o.depth, 1),
+        }
+    }
+
+    /// Uses a descriptor owned by someone else (another language's file
+    /// object), without duplicating or closing it.
+    ///
+    /// # Safety
+    /// `fd` must stay open, and name the same file, until every operation
+    /// issued through this `AsyncFile` has completed (I/O safety: otherwise
+    /// an operation may act on whatever file the number names by then). The
+    /// buffers stay safe either way: they are owned by the operations.
+    pub unsafe fn from_raw_fd(engine: &AsyncEngine, fd: std::os::fd::RawFd) -> AsyncFile {
+        let o = AsyncOpenOptions::new();
+        AsyncFile {
+            engine: engine.clone(),
+            handle: Arc::new(Handle {
+                // SAFETY: never closed (owned: false); the caller keeps it open.
+                file: std::mem::ManuallyDrop::new(unsafe {
+                    <File as std::os::fd::FromRawFd>::from_raw_fd(fd)
+                }),
+                direct: None,
+                owned: false,
+            }),
             stream: Stream::new(o.block_size, o.depth, 1),
         }
     }
@@ -208,7 +248,11 @@ impl AsyncFile {
         let block = options.block_size.div_ceil(align) * align;
         Ok(AsyncFile {
             engine: engine.clone(),
-            handle: Arc::new(Handle { file, direct }),
+            handle: Arc::new(Handle {
+                file: std::mem::ManuallyDrop::new(file),
+                direct,
+                owned: true,
+            }),
             stream: Stream::new(block, options.depth, align),
         })
     }
