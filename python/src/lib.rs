@@ -25,7 +25,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
-use blockio::aio::{AsyncEngine, AsyncFile, BufResult, IoBuf, IoBufMut, OpFuture};
+use blockio::aio::{AsyncEngine, AsyncFile, BufResult, IoBuf, IoBufMut};
 use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
@@ -100,6 +100,18 @@ struct Pending {
     kind: Kind,
 }
 
+/// An operation that fails at once with `errno` (a descriptor that cannot
+/// be used), reported in its place like the synchronous calls do.
+fn failed(kind: Kind, errno: i32) -> Boxed<OneDone> {
+    Box::pin(async move {
+        let err = io::Error::from_raw_os_error(errno);
+        match kind {
+            Kind::Read => OneDone::Read((Err(err), Buf::Owned(AlignedBuf::new(0, 4096)))),
+            Kind::Count => OneDone::Count(Err(err)),
+        }
+    })
+}
+
 #[derive(Clone, Copy)]
 enum Kind {
     Read,
@@ -112,6 +124,14 @@ enum OneDone {
 }
 
 impl Pending {
+    fn new(futs: Vec<Boxed<OneDone>>, kind: Kind) -> Pending {
+        Pending {
+            outs: futs.iter().map(|_| None).collect(),
+            futs: futs.into_iter().map(Some).collect(),
+            kind,
+        }
+    }
+
     /// Polls every unfinished operation; `Some` when all are done.
     fn poll(&mut self, cx: &mut Context<'_>) -> Option<Done> {
         let mut all = true;
@@ -189,6 +209,8 @@ struct Core {
     aio: Mutex<Option<AsyncEngine>>,
     wakeups: Arc<Wakeups>,
     pending: Mutex<HashMap<u64, Pending>>,
+    /// Batches that finished when started, until the next drain.
+    ready: Mutex<Vec<(u64, Done)>>,
     pid: u32,
     queue_depth: u32,
 }
@@ -229,27 +251,20 @@ fn readable(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
     Ok(b)
 }
 
-/// Reads into new buffers need `O_DIRECT` alignment when the descriptor
-/// has it; 4096 suits every device's logical block size.
-fn is_direct(fd: RawFd) -> bool {
-    // SAFETY: F_GETFL has no memory effects.
-    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    fl >= 0 && fl & libc::O_DIRECT != 0
-}
-
 /// An async file over the caller's descriptor, neither duplicated nor
-/// closed (a `dup` per operation cost two system calls).
-fn borrow_file(aio: &AsyncEngine, fd: RawFd) -> io::Result<AsyncFile> {
+/// closed (a `dup` per operation cost two system calls); `None` (the
+/// operations fail with `EBADF`) for a number that is not open.
+fn borrow_file(aio: &AsyncEngine, fd: RawFd) -> Option<AsyncFile> {
     // SAFETY: F_GETFD has no memory effects.
     if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(io::Error::from_raw_os_error(libc::EBADF));
+        return None;
     }
     // SAFETY (I/O safety): the Python layer keeps the file object it got
     // `fd` from referenced until this batch's token is drained, even when
     // the awaiting task is cancelled. A bare int closed early by the user
     // makes the operation fail or act on another file — into or from this
     // operation's own buffer, so memory stays safe.
-    Ok(unsafe { AsyncFile::from_raw_fd(aio, fd) })
+    Some(unsafe { AsyncFile::from_raw_fd(aio, fd) })
 }
 
 impl Core {
@@ -280,31 +295,14 @@ impl Core {
     }
 
     /// Starts a batch: polls it once (which hands its operations to the
-    /// driver) and keeps it under `token`.
+    /// driver) and keeps it under `token` until it is finished.
     fn start(&self, token: u64, mut p: Pending) {
-        let waker = Waker::from(Arc::new(TokenWaker {
-            token,
-            wakeups: Arc::clone(&self.wakeups),
-        }));
-        let mut cx = Context::from_waker(&waker);
-        match p.poll(&mut cx) {
-            // Finished at once (all refused, or nothing to do): report it
-            // at the next drain like any other.
+        let waker = self.waker(token);
+        match p.poll(&mut Context::from_waker(&waker)) {
+            // Finished at once (every descriptor unusable): reported at the
+            // next drain like any other.
             Some(done) => {
-                let mut finished = Pending {
-                    futs: Vec::new(),
-                    outs: Vec::new(),
-                    kind: p.kind,
-                };
-                finished.outs = match done {
-                    Done::Read(v) => v.into_iter().map(|r| Some(OneDone::Read(r))).collect(),
-                    Done::Count(v) => v.into_iter().map(|r| Some(OneDone::Count(r))).collect(),
-                };
-                finished.futs = finished.outs.iter().map(|_| None).collect();
-                self.pending
-                    .lock()
-                    .expect("pending lock")
-                    .insert(token, finished);
+                self.ready.lock().expect("ready lock").push((token, done));
                 waker.wake();
             }
             None => {
@@ -313,25 +311,52 @@ impl Core {
         }
     }
 
-    /// Polls the woken batches; the finished ones, removed.
+    fn waker(&self, token: u64) -> Waker {
+        Waker::from(Arc::new(TokenWaker {
+            token,
+            wakeups: Arc::clone(&self.wakeups),
+        }))
+    }
+
+    /// The batches finished since the last call, removed.
     fn finished(&self) -> Vec<(u64, Done)> {
         let tokens = std::mem::take(&mut *self.wakeups.woken.lock().expect("wakeups lock"));
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut *self.ready.lock().expect("ready lock"));
         let mut pending = self.pending.lock().expect("pending lock");
         for token in tokens {
             let Some(p) = pending.get_mut(&token) else {
                 continue;
             };
-            let waker = Waker::from(Arc::new(TokenWaker {
-                token,
-                wakeups: Arc::clone(&self.wakeups),
-            }));
-            if let Some(done) = p.poll(&mut Context::from_waker(&waker)) {
+            if let Some(done) = p.poll(&mut Context::from_waker(&self.waker(token))) {
                 pending.remove(&token);
                 out.push((token, done));
             }
         }
         out
+    }
+
+    /// Starts one operation per `(fd, buffer, offset)`: `prepare` checks the
+    /// buffer, `issue` makes the operation.
+    fn submit_each<'py, B>(
+        &self,
+        token: u64,
+        ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
+        prepare: impl Fn(&Bound<'py, PyAny>) -> PyResult<B>,
+        issue: impl Fn(&AsyncFile, B, u64) -> Boxed<OneDone>,
+    ) -> PyResult<()> {
+        let aio = self.aio()?;
+        let mut files: HashMap<RawFd, Option<AsyncFile>> = HashMap::new();
+        let mut futs = Vec::with_capacity(ops.len());
+        for (fd, obj, off) in &ops {
+            let buf = prepare(obj)?;
+            let file = files.entry(*fd).or_insert_with(|| borrow_file(&aio, *fd));
+            futs.push(match file {
+                Some(f) => issue(f, buf, *off),
+                None => failed(Kind::Count, libc::EBADF),
+            });
+        }
+        self.start(token, Pending::new(futs, Kind::Count));
+        Ok(())
     }
 
     fn clear_eventfd(&self) {
@@ -409,6 +434,7 @@ impl Core {
                 efd: unsafe { OwnedFd::from_raw_fd(efd) },
             }),
             pending: Mutex::new(HashMap::new()),
+            ready: Mutex::new(Vec::new()),
             pid: std::process::id(),
             queue_depth,
         })
@@ -580,54 +606,22 @@ impl Core {
     }
 
     /// Starts reading `length` bytes at each offset; finished under `token`.
+    /// The buffers are page-aligned, so an `O_DIRECT` descriptor takes them.
     fn submit_read(&self, token: u64, fd: RawFd, offsets: Vec<u64>, length: usize) -> PyResult<()> {
         let aio = self.aio()?;
-        let file = match borrow_file(&aio, fd) {
-            Ok(f) => f,
-            Err(e) => {
-                // Every read fails in place, like the synchronous call.
-                let code = e.raw_os_error().unwrap_or(libc::EBADF);
-                let futs = offsets
-                    .iter()
-                    .map(|_| {
-                        let b: Boxed<OneDone> = Box::pin(async move {
-                            let err = io::Error::from_raw_os_error(code);
-                            OneDone::Read((Err(err), Buf::Owned(AlignedBuf::new(0, 8))))
-                        });
-                        Some(b)
-                    })
-                    .collect::<Vec<_>>();
-                let outs = futs.iter().map(|_| None).collect();
-                self.start(
-                    token,
-                    Pending {
-                        futs,
-                        outs,
-                        kind: Kind::Read,
-                    },
-                );
-                return Ok(());
-            }
-        };
-        let align = if is_direct(fd) { 4096 } else { 8 };
+        let file = borrow_file(&aio, fd);
         let futs = offsets
             .iter()
-            .map(|&off| {
-                let f: OpFuture<Buf> =
-                    file.read_at(Buf::Owned(AlignedBuf::new(length, align)), off);
-                let b: Boxed<OneDone> = Box::pin(async move { OneDone::Read(f.await) });
-                Some(b)
+            .map(|&off| match &file {
+                Some(file) => {
+                    let f = file.read_at(Buf::Owned(AlignedBuf::new(length, 4096)), off);
+                    let b: Boxed<OneDone> = Box::pin(async move { OneDone::Read(f.await) });
+                    b
+                }
+                None => failed(Kind::Read, libc::EBADF),
             })
-            .collect::<Vec<_>>();
-        let outs = futs.iter().map(|_| None).collect();
-        self.start(
-            token,
-            Pending {
-                futs,
-                outs,
-                kind: Kind::Read,
-            },
-        );
+            .collect();
+        self.start(token, Pending::new(futs, Kind::Read));
         Ok(())
     }
 
@@ -637,99 +631,38 @@ impl Core {
         token: u64,
         ops: Vec<(RawFd, Bound<'_, PyAny>, u64)>,
     ) -> PyResult<()> {
-        let aio = self.aio()?;
-        let mut files: HashMap<RawFd, AsyncFile> = HashMap::new();
-        let mut futs = Vec::with_capacity(ops.len());
-        for (fd, obj, off) in &ops {
-            let buf = writable(obj)?;
-            if !files.contains_key(fd) {
-                match borrow_file(&aio, *fd) {
-                    Ok(f) => {
-                        files.insert(*fd, f);
-                    }
-                    Err(e) => {
-                        let code = e.raw_os_error().unwrap_or(libc::EBADF);
-                        let b: Boxed<OneDone> = Box::pin(async move {
-                            OneDone::Count(Err(io::Error::from_raw_os_error(code)))
-                        });
-                        futs.push(Some(b));
-                        continue;
-                    }
-                }
-            }
-            let f = files[fd].read_at(Buf::Exported(buf), *off);
-            let b: Boxed<OneDone> = Box::pin(async move { OneDone::Count(f.await.0) });
-            futs.push(Some(b));
-        }
-        let outs = futs.iter().map(|_| None).collect();
-        self.start(
-            token,
-            Pending {
-                futs,
-                outs,
-                kind: Kind::Count,
-            },
-        );
-        Ok(())
+        self.submit_each(token, ops, writable, |file, buf, off| {
+            let f = file.read_at(Buf::Exported(buf), off);
+            Box::pin(async move { OneDone::Count(f.await.0) })
+        })
     }
 
     /// Starts writing each `(fd, data, offset)`.
     fn submit_write(&self, token: u64, ops: Vec<(RawFd, Bound<'_, PyAny>, u64)>) -> PyResult<()> {
-        let aio = self.aio()?;
-        let mut files: HashMap<RawFd, AsyncFile> = HashMap::new();
-        let mut futs = Vec::with_capacity(ops.len());
-        for (fd, obj, off) in &ops {
-            let buf = readable(obj)?;
-            if !files.contains_key(fd) {
-                match borrow_file(&aio, *fd) {
-                    Ok(f) => {
-                        files.insert(*fd, f);
-                    }
-                    Err(e) => {
-                        let code = e.raw_os_error().unwrap_or(libc::EBADF);
-                        let b: Boxed<OneDone> = Box::pin(async move {
-                            OneDone::Count(Err(io::Error::from_raw_os_error(code)))
-                        });
-                        futs.push(Some(b));
-                        continue;
-                    }
-                }
-            }
-            let f = files[fd].write_at(RoBuf(buf), *off);
-            let b: Boxed<OneDone> = Box::pin(async move { OneDone::Count(f.await.0) });
-            futs.push(Some(b));
-        }
-        let outs = futs.iter().map(|_| None).collect();
-        self.start(
-            token,
-            Pending {
-                futs,
-                outs,
-                kind: Kind::Count,
-            },
-        );
-        Ok(())
+        self.submit_each(token, ops, readable, |file, buf, off| {
+            let f = file.write_at(RoBuf(buf), off);
+            Box::pin(async move { OneDone::Count(f.await.0) })
+        })
     }
 
     /// Starts an fsync (or fdatasync) of `fd`.
     #[pyo3(signature = (token, fd, data_only = false))]
     fn submit_sync(&self, token: u64, fd: RawFd, data_only: bool) -> PyResult<()> {
         let aio = self.aio()?;
-        let file = borrow_file(&aio, fd).map_err(io_err)?;
-        let f = if data_only {
-            file.fdatasync()
-        } else {
-            file.fsync()
+        let fut = match borrow_file(&aio, fd) {
+            Some(file) => {
+                let f = if data_only {
+                    file.fdatasync()
+                } else {
+                    file.fsync()
+                };
+                let b: Boxed<OneDone> =
+                    Box::pin(async move { OneDone::Count(f.await.0.map(|_| 0)) });
+                b
+            }
+            None => failed(Kind::Count, libc::EBADF),
         };
-        let b: Boxed<OneDone> = Box::pin(async move { OneDone::Count(f.await.0.map(|_| 0)) });
-        self.start(
-            token,
-            Pending {
-                futs: vec![Some(b)],
-                outs: vec![None],
-                kind: Kind::Count,
-            },
-        );
+        self.start(token, Pending::new(vec![fut], Kind::Count));
         Ok(())
     }
 
