@@ -210,8 +210,10 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                     c.arg(&src).arg(&dst);
                     (c, dst)
                 };
+                let src_files = list_files(&src)?;
+                let cold = mode == Mode::Cold;
                 let (base, ours, eviction) =
-                    measure(args.rounds, mode, &src, &mut copy_cmd, |dst| {
+                    measure(args.rounds, mode, &src_files, cold, &mut copy_cmd, |dst| {
                         let got = tree_totals(dst)?;
                         if got != want {
                             bail!(
@@ -266,7 +268,8 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                 c.arg(&big);
                 (c, PathBuf::new())
             };
-            let (base, ours, ev) = measure_files(args.rounds, mode, &big_files, &mut cmd)?;
+            let (base, ours, ev) =
+                measure(args.rounds, mode, &big_files, false, &mut cmd, |_| Ok(()))?;
             // The issue sets a target for the big file cold only; warm is
             // reported for context.
             let target = if mode == Mode::Cold { 1.0 } else { 0.0 };
@@ -297,7 +300,7 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                 };
                 (c, PathBuf::new())
             };
-            let (base, ours, ev) = measure_files(args.rounds, mode, &files, &mut cmd)?;
+            let (base, ours, ev) = measure(args.rounds, mode, &files, false, &mut cmd, |_| Ok(()))?;
             let target = if mode == Mode::Cold { 2.0 } else { 1.0 };
             rows.push(row(
                 Job::Sum,
@@ -393,41 +396,16 @@ pub fn table(rows: &[Row]) -> String {
 }
 
 /// Runs `cmd(ours)` for both tools, `rounds` times in alternating order,
-/// with the cache prepared for `mode` on the tree at `src` before each run,
-/// and checks each copy with `check`. Median seconds (baseline, ours).
+/// with the cache prepared for `mode` on the input `files` before each run,
+/// `sync` after the baseline when `sync_baseline` (its durable form), and
+/// each run's output checked with `check`. Median seconds (baseline, ours).
 fn measure(
     rounds: usize,
     mode: Mode,
-    src: &Path,
+    files: &[PathBuf],
+    sync_baseline: bool,
     cmd: &mut dyn FnMut(bool) -> (Command, PathBuf),
     check: impl Fn(&Path) -> Result<()>,
-) -> Result<(f64, f64, Option<String>)> {
-    let files = list_files(src)?;
-    let mut times = [Vec::new(), Vec::new()];
-    let mut eviction = None;
-    for round in 0..rounds {
-        let order = if round % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for ours in order {
-            eviction = prepare(mode, &files)?;
-            let (mut c, dst) = cmd(ours);
-            let t = timed(&mut c, mode == Mode::Cold && !ours)?;
-            check(&dst)?;
-            times[usize::from(ours)].push(t);
-        }
-    }
-    Ok((median(&mut times[0]), median(&mut times[1]), eviction))
-}
-
-/// [`measure`] for jobs that only read `files` (sum): output is discarded.
-fn measure_files(
-    rounds: usize,
-    mode: Mode,
-    files: &[PathBuf],
-    cmd: &mut dyn FnMut(bool) -> (Command, PathBuf),
 ) -> Result<(f64, f64, Option<String>)> {
     let mut times = [Vec::new(), Vec::new()];
     let mut eviction = None;
@@ -439,8 +417,10 @@ fn measure_files(
         };
         for ours in order {
             eviction = prepare(mode, files)?;
-            let (mut c, _) = cmd(ours);
-            times[usize::from(ours)].push(timed(&mut c, false)?);
+            let (mut c, out) = cmd(ours);
+            let t = timed(&mut c, sync_baseline && !ours)?;
+            check(&out)?;
+            times[usize::from(ours)].push(t);
         }
     }
     Ok((median(&mut times[0]), median(&mut times[1]), eviction))

@@ -529,7 +529,7 @@ fn create_at(dir: &std::fs::File, name: &CStr, flags: i32, mode: u32) -> io::Res
     Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
-fn unlink_at(dir: &std::fs::File, name: &CStr) -> io::Result<()> {
+pub(crate) fn unlink_at(dir: &std::fs::File, name: &CStr) -> io::Result<()> {
     // SAFETY: a valid directory fd and a NUL-terminated name.
     if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } == 0 {
         Ok(())

@@ -314,24 +314,15 @@ impl Walker<'_> {
                 );
             }
         }
-        let pair = match (open_dir(parent(src)), open_dir(parent(&target))) {
-            // Paths in messages as the user wrote them: `x`, not `./x`.
-            (Ok(s), Ok(d)) => DirPair {
-                src: s,
-                dst: d,
-                src_path: src.parent().unwrap_or(Path::new("")).to_path_buf(),
-                dst_path: target.parent().unwrap_or(Path::new("")).to_path_buf(),
-            },
-            (Err(e), _) => {
-                return self
-                    .errors
-                    .report(format!("cannot access {}", quote(parent(src))), Some(e))
-            }
-            (_, Err(e)) => {
-                return self
-                    .errors
-                    .report(format!("cannot access {}", quote(parent(&target))), Some(e))
-            }
+        let Some((s, d)) = self.open_both(parent(src), parent(&target)) else {
+            return;
+        };
+        // Paths in messages as the user wrote them: `x`, not `./x`.
+        let pair = DirPair {
+            src: s,
+            dst: d,
+            src_path: src.parent().unwrap_or(Path::new("")).to_path_buf(),
+            dst_path: target.parent().unwrap_or(Path::new("")).to_path_buf(),
         };
         if self.opts.fsync {
             self.written_dirs
@@ -347,20 +338,25 @@ impl Walker<'_> {
         self.entries(&Arc::new(pair), vec![entry]);
     }
 
+    /// Opens a source directory and its destination; `None` after reporting
+    /// the one that could not be opened.
+    fn open_both(&self, src: &Path, dst: &Path) -> Option<(File, File)> {
+        let open = |p: &Path| {
+            open_dir(p)
+                .map_err(|e| {
+                    self.errors
+                        .report(format!("cannot access {}", quote(p)), Some(e))
+                })
+                .ok()
+        };
+        let s = open(src)?;
+        Some((s, open(dst)?))
+    }
+
     /// One directory of the tree, already made at `dst`.
     fn directory(&self, src: PathBuf, dst: PathBuf) {
-        let (s, d) = match (open_dir(&src), open_dir(&dst)) {
-            (Ok(s), Ok(d)) => (s, d),
-            (Err(e), _) => {
-                return self
-                    .errors
-                    .report(format!("cannot access {}", quote(&src)), Some(e))
-            }
-            (_, Err(e)) => {
-                return self
-                    .errors
-                    .report(format!("cannot access {}", quote(&dst)), Some(e))
-            }
+        let Some((s, d)) = self.open_both(&src, &dst) else {
+            return;
         };
         let mut names = Vec::new();
         match std::fs::read_dir(&src) {
@@ -662,12 +658,9 @@ impl Walker<'_> {
             );
             return Replace::Failed;
         }
-        // SAFETY: a valid directory fd and a NUL-terminated name.
-        if unsafe { libc::unlinkat(pair.dst.as_raw_fd(), name.as_ptr(), 0) } != 0 {
-            self.errors.report(
-                format!("cannot remove {}", quote(&dst)),
-                Some(io::Error::last_os_error()),
-            );
+        if let Err(e) = files::unlink_at(&pair.dst, name) {
+            self.errors
+                .report(format!("cannot remove {}", quote(&dst)), Some(e));
             return Replace::Failed;
         }
         Replace::Removed
