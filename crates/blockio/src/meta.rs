@@ -112,33 +112,50 @@ impl<'a> Open<'a> {
     }
 }
 
+/// One path-based metadata operation: its path, its second pointer (a
+/// `statx` buffer or a link target, else null), its flags and its mode or
+/// mask (see [`Op::metadata`]).
+type PathReq<'a> = (PathAt<'a>, *mut u8, usize, u64);
+
 impl Engine {
-    /// Opens every file in one batch; one result per request, in order.
-    /// Errors name the path.
-    pub fn open_batch(&self, reqs: &[Open<'_>]) -> io::Result<Vec<io::Result<OwnedFd>>> {
+    /// Submits one `kind` operation per request in one batch; errors name
+    /// the path and `action`.
+    fn submit_paths(
+        &self,
+        kind: OpKind,
+        action: &'static str,
+        reqs: &[PathReq<'_>],
+    ) -> io::Result<Vec<io::Result<usize>>> {
         let mut ops: Vec<Op<'_>> = reqs
             .iter()
-            .map(|r| {
-                Op::metadata(
-                    OpKind::Open,
-                    r.at.dir,
-                    r.at.path.as_ptr().cast(),
-                    std::ptr::null_mut(),
-                    (r.flags | libc::O_CLOEXEC) as u32 as usize,
-                    u64::from(r.mode),
-                )
+            .map(|(p, ptr2, flags, extra)| {
+                Op::metadata(kind, p.dir, p.path.as_ptr().cast(), *ptr2, *flags, *extra)
             })
             .collect();
         let results = self.submit(&mut ops)?;
         Ok(results
             .into_iter()
             .zip(reqs)
-            .map(|(res, r)| match res {
-                // SAFETY: a successful open's result is a new descriptor that
-                // nothing else owns; it is wrapped exactly once, here.
-                Ok(fd) => Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }),
-                Err(e) => Err(PathError::wrap("open", r.at.path(), e)),
+            .map(|(r, (p, ..))| r.map_err(|e| PathError::wrap(action, p.path(), e)))
+            .collect())
+    }
+
+    /// Opens every file in one batch; one result per request, in order.
+    /// Errors name the path.
+    pub fn open_batch(&self, reqs: &[Open<'_>]) -> io::Result<Vec<io::Result<OwnedFd>>> {
+        let reqs: Vec<PathReq<'_>> = reqs
+            .iter()
+            .map(|r| {
+                let flags = (r.flags | libc::O_CLOEXEC) as u32 as usize;
+                (r.at, std::ptr::null_mut(), flags, u64::from(r.mode))
             })
+            .collect();
+        let results = self.submit_paths(OpKind::Open, "open", &reqs)?;
+        // SAFETY: a successful open's result is a new descriptor that
+        // nothing else owns; it is wrapped exactly once, here.
+        Ok(results
+            .into_iter()
+            .map(|r| r.map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
             .collect())
     }
 
@@ -153,7 +170,7 @@ impl Engine {
         // SAFETY: `statx` is plain old data (integers only); all zeroes is a
         // valid value.
         let mut bufs: Vec<libc::statx> = vec![unsafe { std::mem::zeroed() }; paths.len()];
-        let mut ops: Vec<Op<'_>> = paths
+        let reqs: Vec<PathReq<'_>> = paths
             .iter()
             .zip(bufs.iter_mut())
             .map(|(p, buf)| {
@@ -162,26 +179,17 @@ impl Engine {
                 } else {
                     0
                 };
-                Op::metadata(
-                    OpKind::Stat,
-                    p.dir,
-                    p.path.as_ptr().cast(),
-                    (buf as *mut libc::statx).cast(),
-                    (flags | empty) as u32 as usize,
-                    u64::from(libc::STATX_BASIC_STATS),
-                )
+                let flags = (flags | empty) as u32 as usize;
+                let mask = u64::from(libc::STATX_BASIC_STATS);
+                (*p, (buf as *mut libc::statx).cast(), flags, mask)
             })
             .collect();
-        let results = self.submit(&mut ops)?;
-        drop(ops);
+        let results = self.submit_paths(OpKind::Stat, "stat", &reqs)?;
+        drop(reqs);
         Ok(results
             .into_iter()
             .zip(bufs)
-            .zip(paths)
-            .map(|((res, buf), p)| match res {
-                Ok(_) => Ok(buf),
-                Err(e) => Err(PathError::wrap("stat", p.path(), e)),
-            })
+            .map(|(r, buf)| r.map(|_| buf))
             .collect())
     }
 
@@ -215,54 +223,22 @@ impl Engine {
     /// Makes every directory (`mkdirat` with its mode, before the umask) in
     /// one batch.
     pub fn mkdir_batch(&self, dirs: &[(PathAt<'_>, u32)]) -> io::Result<Vec<io::Result<()>>> {
-        let mut ops: Vec<Op<'_>> = dirs
+        let reqs: Vec<PathReq<'_>> = dirs
             .iter()
-            .map(|(p, mode)| {
-                Op::metadata(
-                    OpKind::Mkdir,
-                    p.dir,
-                    p.path.as_ptr().cast(),
-                    std::ptr::null_mut(),
-                    0,
-                    u64::from(*mode),
-                )
-            })
+            .map(|(p, mode)| (*p, std::ptr::null_mut(), 0, u64::from(*mode)))
             .collect();
-        let results = self.submit(&mut ops)?;
-        Ok(results
-            .into_iter()
-            .zip(dirs)
-            .map(|(r, (p, _))| {
-                r.map(|_| ())
-                    .map_err(|e| PathError::wrap("mkdir", p.path(), e))
-            })
-            .collect())
+        let results = self.submit_paths(OpKind::Mkdir, "mkdir", &reqs)?;
+        Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 
     /// Makes every symbolic link `(link, target)` in one batch: `link`
     /// will point at `target`.
     pub fn symlink_batch(&self, links: &[(PathAt<'_>, &CStr)]) -> io::Result<Vec<io::Result<()>>> {
-        let mut ops: Vec<Op<'_>> = links
+        let reqs: Vec<PathReq<'_>> = links
             .iter()
-            .map(|(p, target)| {
-                Op::metadata(
-                    OpKind::Symlink,
-                    p.dir,
-                    p.path.as_ptr().cast(),
-                    target.as_ptr() as *mut u8,
-                    0,
-                    0,
-                )
-            })
+            .map(|(p, target)| (*p, target.as_ptr() as *mut u8, 0, 0))
             .collect();
-        let results = self.submit(&mut ops)?;
-        Ok(results
-            .into_iter()
-            .zip(links)
-            .map(|(r, (p, _))| {
-                r.map(|_| ())
-                    .map_err(|e| PathError::wrap("symlink", p.path(), e))
-            })
-            .collect())
+        let results = self.submit_paths(OpKind::Symlink, "symlink", &reqs)?;
+        Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 }
