@@ -331,7 +331,7 @@ pub fn table(rows: &[Row], summary: &[Summary], profiles: &[Profile]) -> String 
 
 /// Cuts a ratio to 3 decimals without rounding up, so that a printed
 /// figure never claims a target the measurement missed.
-fn truncate3(x: f64) -> f64 {
+pub(crate) fn truncate3(x: f64) -> f64 {
     (x * 1000.0).floor() / 1000.0
 }
 

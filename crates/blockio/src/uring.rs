@@ -116,7 +116,8 @@ pub(crate) struct UringBackend {
     bufs: Option<BufferPool>,
     files: Option<RwLock<FileTable>>,
     report: ProbeReport,
-    submit_chunk: usize,
+    /// Fixed submit chunk (0: whole batch) or None for the ramp.
+    submit_chunk: Option<usize>,
 }
 
 pub(crate) struct UringConfig {
@@ -128,7 +129,7 @@ pub(crate) struct UringConfig {
     pub iopoll: bool,
     pub bufs: Option<BufferPool>,
     pub file_slots: u32,
-    pub submit_chunk: usize,
+    pub submit_chunk: Option<usize>,
 }
 
 fn build_io_uring(
@@ -484,8 +485,9 @@ struct Batch<'r> {
     /// Permits held (always >= in_flight).
     permits: usize,
     submit_all: bool,
-    /// Submit after every `chunk` pushed entries (0: only at the end).
-    chunk: usize,
+    /// Submit after every `chunk` pushed entries (0: only at the end;
+    /// None: the ramp, see `EngineBuilder::submit_chunk`).
+    chunk: Option<usize>,
 }
 
 impl Batch<'_> {
@@ -506,6 +508,7 @@ impl Batch<'_> {
             {
                 let (submitter, mut sq, _) = self.ring.split();
                 let mut pushed = 0;
+                let mut plan = SubmitPlan::new(self.chunk, self.in_flight == 0);
                 while next < ops.len() && self.in_flight < cap {
                     if ops[next].settled {
                         next += 1;
@@ -533,7 +536,7 @@ impl Batch<'_> {
                     self.in_flight += 1;
                     pushed += 1;
                     next += 1;
-                    if self.chunk > 0 && pushed % self.chunk == 0 && next < ops.len() {
+                    if plan.due(pushed) && next < ops.len() {
                         sq.sync();
                         submit_now(&submitter)?;
                     }
@@ -587,6 +590,51 @@ impl Batch<'_> {
         let spare = self.permits - self.in_flight;
         self.limit.give(spare);
         self.permits = self.in_flight;
+    }
+}
+
+/// When a fill submits part of what it has pushed before the final call.
+struct SubmitPlan {
+    /// Submit when this many entries have been pushed (0: never early).
+    at: usize,
+    /// Entries until the next early submit after that (0: none).
+    step: usize,
+    /// Double `step` after each early submit.
+    ramp: bool,
+}
+
+impl SubmitPlan {
+    /// The ramp (`chunk` None) only runs when the ring is `idle`: with
+    /// operations already in flight the device has work while we prepare.
+    fn new(chunk: Option<usize>, idle: bool) -> Self {
+        match chunk {
+            None if idle => SubmitPlan {
+                at: 2,
+                step: 2,
+                ramp: true,
+            },
+            None | Some(0) => SubmitPlan {
+                at: 0,
+                step: 0,
+                ramp: false,
+            },
+            Some(n) => SubmitPlan {
+                at: n,
+                step: n,
+                ramp: false,
+            },
+        }
+    }
+
+    fn due(&mut self, pushed: usize) -> bool {
+        if self.at == 0 || pushed != self.at {
+            return false;
+        }
+        if self.ramp {
+            self.step *= 2;
+        }
+        self.at += self.step;
+        true
     }
 }
 
@@ -715,5 +763,29 @@ pub(crate) fn build_entry(
     match files.and_then(|t| t.slot_of(op.fd)) {
         Some(slot) => rw_entry!(op, types::Fixed(slot), bufs, ud),
         None => rw_entry!(op, types::Fd(op.fd), bufs, ud),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SubmitPlan;
+
+    /// The pushed counts at which a fill of `n` entries submits early.
+    fn early_submits(chunk: Option<usize>, idle: bool, n: usize) -> Vec<usize> {
+        let mut plan = SubmitPlan::new(chunk, idle);
+        (1..=n).filter(|&pushed| plan.due(pushed)).collect()
+    }
+
+    #[test]
+    fn ramp_doubles_from_two_when_the_ring_is_idle() {
+        assert_eq!(early_submits(None, true, 64), [2, 6, 14, 30, 62]);
+        assert_eq!(early_submits(None, false, 64), [] as [usize; 0]);
+    }
+
+    #[test]
+    fn fixed_chunks_and_one_call() {
+        assert_eq!(early_submits(Some(3), true, 10), [3, 6, 9]);
+        assert_eq!(early_submits(Some(3), false, 7), [3, 6]);
+        assert_eq!(early_submits(Some(0), true, 64), [] as [usize; 0]);
     }
 }

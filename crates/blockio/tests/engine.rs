@@ -269,7 +269,7 @@ fn chunked_submission_reads_match_pread() {
     // results must be the same, including when the batch outgrows the ring.
     let (path, data) = data_file(2 << 20, 5);
     let file = File::open(&path).unwrap();
-    for chunk in [1, 2, 3, 7] {
+    for chunk in [0, 1, 2, 3, 7] {
         let e = Engine::builder()
             .max_batch(16)
             .queue_depth(12)
