@@ -32,6 +32,88 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
+/// Whether `fd` was opened with `O_DIRECT` (false if `fcntl` fails: the
+/// read itself will then report the bad descriptor).
+fn is_direct(fd: RawFd) -> bool {
+    // SAFETY: F_GETFL only reads the descriptor's flags; any fd value is
+    // acceptable (an invalid one gives -1).
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags != -1 && flags & libc::O_DIRECT != 0
+}
+
+/// `read_batch` on a buffered descriptor: each read goes straight into a new
+/// `bytes` object, as `os.pread` does, so the data is copied once (by the
+/// kernel). Through an arena it was copied twice, which made a batch of 64
+/// cached 4 KiB reads 10 % slower than an `os.pread` loop.
+fn read_into_new_bytes<'py>(
+    py: Python<'py>,
+    engine: &Engine,
+    fd: RawFd,
+    offsets: &[u64],
+    length: usize,
+) -> PyResult<Bound<'py, PyList>> {
+    let size = pyo3::ffi::Py_ssize_t::try_from(length)
+        .map_err(|_| PyValueError::new_err(format!("length {length} is too large")))?;
+    let mut objs: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(offsets.len());
+    for _ in offsets {
+        // SAFETY: with a null source, PyBytes_FromStringAndSize returns a new
+        // reference to a bytes object of `size` uninitialised bytes, or NULL
+        // with an exception set (turned into Err here).
+        let obj = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size),
+            )?
+        };
+        // SAFETY: PyBytes_FromStringAndSize returned a bytes object.
+        objs.push(unsafe { obj.downcast_into_unchecked() });
+    }
+    // The objects are new and referenced only by `objs`, so nothing else can
+    // read them while the kernel fills them, and they outlive `submit`.
+    let slots: Vec<usize> = objs
+        .iter()
+        // SAFETY: PyBytes_AsString on a bytes object returns its data
+        // pointer, valid for `length` bytes while the object lives.
+        .map(|b| unsafe { pyo3::ffi::PyBytes_AsString(b.as_ptr()) } as usize)
+        .collect();
+    let target = RawTarget(fd);
+    let results = py.allow_threads(|| {
+        let mut ops: Vec<Op<'_>> = slots
+            .iter()
+            .zip(offsets)
+            .map(|(&p, &off)| {
+                // SAFETY: `p` points at `length` bytes owned by a bytes
+                // object in `objs`, which lives past this closure; no one
+                // else has a reference to it (see above). MaybeUninit: the
+                // bytes are not initialised until the read writes them.
+                let buf = unsafe {
+                    std::slice::from_raw_parts_mut(p as *mut std::mem::MaybeUninit<u8>, length)
+                };
+                Op::read_uninit(&target, off, buf)
+            })
+            .collect();
+        engine.submit(&mut ops)
+    });
+    let results = results.map_err(io_err)?;
+    let items: Vec<PyObject> = results
+        .iter()
+        .zip(objs)
+        .zip(&slots)
+        .map(|((r, obj), &p)| match r {
+            Ok(n) if *n == length => obj.into_any().unbind(),
+            Ok(n) => {
+                // Short (end of file): copy out the first n bytes.
+                // SAFETY: the read wrote (initialised) exactly these n
+                // bytes of `obj`, which is alive here.
+                let got = unsafe { std::slice::from_raw_parts(p as *const u8, *n) };
+                PyBytes::new(py, got).into_any().unbind()
+            }
+            Err(e) => os_error(py, e),
+        })
+        .collect();
+    PyList::new(py, items)
+}
+
 /// Memory an asynchronous operation reads into or writes from.
 enum Buf {
     /// Ours, for reads that come back as new `bytes` (aligned, so that an
@@ -468,8 +550,12 @@ impl Core {
         if length == 0 {
             return PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])));
         }
-        // One page-aligned arena per thread, reused: no allocation and no
-        // zeroing per read (they cost 10-15 % of a cached 4 KiB read).
+        if !is_direct(fd) {
+            return read_into_new_bytes(py, engine, fd, &offsets, length);
+        }
+        // O_DIRECT needs aligned memory, which `bytes` are not: read into
+        // one page-aligned arena per thread, reused (no allocation and no
+        // zeroing per read), and copy out.
         thread_local! {
             static ARENA: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new(0, 4096));
         }

@@ -74,6 +74,17 @@ def test_errors_are_oserror_with_errno_and_filename(engine, data_file, tmp_path)
                                     return_exceptions=True)
     assert out[0] == 4 and out[2] == 2
     assert isinstance(out[1], OSError) and out[1].errno == errno.EBADF
+    # read_batch on a closed descriptor and on a write-only file: every read
+    # fails in its place, nothing is returned as data.
+    for fd_of in (lambda: 12345, lambda: os.open(path, os.O_WRONLY)):
+        fd = fd_of()
+        try:
+            out = engine.read_batch(fd, [0, 4096, 1 << 30], 4096, return_exceptions=True)
+        finally:
+            if fd != 12345:
+                os.close(fd)
+        assert [type(x) for x in out] == [OSError] * 3
+        assert all(x.errno == errno.EBADF for x in out)
 
 
 def test_write_batch_and_fsync_round_trip(engine, tmp_path):

@@ -242,6 +242,25 @@ impl<'a> Op<'a> {
         Op::new(OpKind::Read, file, offset, buf.as_mut_ptr(), buf.len())
     }
 
+    /// [`Op::read`] into memory that need not be initialised, to skip
+    /// zeroing a buffer the read will overwrite anyway. After a result of
+    /// `Ok(n)`, the first `n` bytes of `buf` are initialised (nothing else
+    /// is written; the kernel and the fallback only ever write through the
+    /// pointer).
+    pub fn read_uninit<T: Target + ?Sized>(
+        file: &'a T,
+        offset: u64,
+        buf: &'a mut [std::mem::MaybeUninit<u8>],
+    ) -> Op<'a> {
+        Op::new(
+            OpKind::Read,
+            file,
+            offset,
+            buf.as_mut_ptr().cast::<u8>(),
+            buf.len(),
+        )
+    }
+
     /// Write `buf` at `offset`. The result is the number of bytes written.
     pub fn write<T: Target + ?Sized>(file: &'a T, offset: u64, buf: &'a [u8]) -> Op<'a> {
         // The kernel only reads through this pointer.

@@ -197,6 +197,40 @@ fn reads_at_and_past_end_of_file() {
 }
 
 #[test]
+fn reads_into_uninitialised_memory_fill_exactly_the_bytes_read() {
+    use std::mem::MaybeUninit;
+    let (path, data) = data_file(100_000, 6);
+    let file = File::open(&path).unwrap();
+    let e = engine();
+    // Small batches of buffered reads take the inline path, bigger ones
+    // the backend: both must fill the buffers.
+    for batch in [1usize, 16] {
+        let mut bufs: Vec<Vec<MaybeUninit<u8>>> = (0..batch)
+            .map(|_| {
+                let mut v = Vec::with_capacity(4096);
+                v.resize(4096, MaybeUninit::uninit());
+                v
+            })
+            .collect();
+        let offsets: Vec<u64> = (0..batch as u64).map(|i| i * 613).collect();
+        let mut ops: Vec<Op> = bufs
+            .iter_mut()
+            .zip(&offsets)
+            .map(|(b, &o)| Op::read_uninit(&file, o, b))
+            .collect();
+        let res = e.submit(&mut ops).unwrap();
+        drop(ops);
+        for ((b, &o), r) in bufs.iter().zip(&offsets).zip(&res) {
+            let n = *r.as_ref().unwrap();
+            assert_eq!(n, 4096);
+            // SAFETY: the read reported n bytes written at the start of b.
+            let got: Vec<u8> = b[..n].iter().map(|x| unsafe { x.assume_init() }).collect();
+            assert_eq!(got, &data[o as usize..o as usize + n]);
+        }
+    }
+}
+
+#[test]
 fn bad_descriptor_fails_only_its_own_operation() {
     let (path, data) = data_file(64 << 10, 5);
     let file = File::open(&path).unwrap();
