@@ -57,27 +57,42 @@ struct SumArgs {
     /// Worker threads (default: the CPUs).
     #[arg(long)]
     threads: Option<usize>,
-    /// Bytes per read of a large file.
-    #[arg(long, default_value_t = 1 << 20)]
-    block_size: usize,
+    /// Bytes per read of a large file (default: 1 MiB from the page cache,
+    /// 2 MiB with O_DIRECT).
+    #[arg(long)]
+    block_size: Option<usize>,
+    /// Reads of a large file in flight (default: 4 from the page cache, 16
+    /// with O_DIRECT).
+    #[arg(long)]
+    depth: Option<usize>,
+    /// Read large files through the page cache even when they are not in
+    /// it (by default those are read with O_DIRECT, leaving the cache alone).
+    #[arg(long)]
+    no_direct: bool,
 }
 
 fn sum(args: &SumArgs) -> anyhow::Result<bool> {
-    if args.block_size < 4096 || args.block_size > 256 << 20 {
-        anyhow::bail!(
-            "--block-size must be between 4096 and 268435456, got {}",
-            args.block_size
-        );
+    if let Some(b) = args.block_size.filter(|b| !(4096..=256 << 20).contains(b)) {
+        anyhow::bail!("--block-size must be between 4096 and 268435456, got {b}");
     }
     if args.threads == Some(0) {
         anyhow::bail!("--threads must be at least 1");
     }
+    if let Some(d) = args.depth.filter(|d| !(1..=1024).contains(d)) {
+        anyhow::bail!("--depth must be between 1 and 1024, got {d}");
+    }
     let engine = blockio::Engine::new()?;
     let mut opts = SumOptions {
         algo: args.algo,
-        block: args.block_size,
+        direct: !args.no_direct,
         ..SumOptions::default()
     };
+    if let Some(b) = args.block_size {
+        (opts.block, opts.direct_block) = (b, b);
+    }
+    if let Some(d) = args.depth {
+        (opts.depth, opts.direct_depth) = (d, d);
+    }
     if let Some(t) = args.threads {
         opts.threads = t;
     }

@@ -3,6 +3,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -192,6 +193,105 @@ fn other_algorithms_and_bad_flags() {
     );
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown algorithm \"md5\""));
+    for (flag, value, says) in [
+        ("--depth", "0", "--depth must be between 1 and 1024, got 0"),
+        ("--block-size", "100", "--block-size must be between 4096"),
+    ] {
+        let o = blockio(
+            dir.path(),
+            &[OsStr::new(flag), OsStr::new(value), OsStr::new("abc")],
+        );
+        assert!(!o.status.success(), "{flag} {value}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(says), "{flag}");
+    }
     let o = blockio(dir.path(), &[]);
     assert!(!o.status.success(), "no paths must be an error");
+}
+
+/// Writes `path` back and drops it from the page cache.
+fn evict(path: &Path) {
+    let f = std::fs::File::open(path).unwrap();
+    f.sync_all().unwrap();
+    // SAFETY: fadvise on an open descriptor has no memory effects.
+    let rc = unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    assert_eq!(rc, 0);
+}
+
+/// Whether the 4 KiB at `offset` are in the page cache (a `RWF_NOWAIT` read
+/// succeeds only then).
+fn cached_at(path: &Path, offset: u64) -> bool {
+    let f = std::fs::File::open(path).unwrap();
+    let mut buf = [0u8; 4096];
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: the iovec describes `buf`, live for the synchronous call.
+    let n = unsafe {
+        libc::preadv2(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            &iov,
+            1,
+            offset as libc::off_t,
+            libc::RWF_NOWAIT,
+        )
+    };
+    n > 0
+}
+
+#[test]
+fn uncached_large_files_are_read_with_o_direct_and_hash_the_same() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let probe = dir.path().join("probe");
+    std::fs::write(&probe, [0u8; 4096]).unwrap();
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe)
+    {
+        panic!("this test needs O_DIRECT where CARGO_TARGET_TMPDIR is (not tmpfs): {e}");
+    }
+    // Sizes around the block size (64 KiB here): not a multiple, an exact
+    // multiple, less than one block, and many blocks.
+    let sizes = [5_000_017usize, 7 << 16, 300_000, 65_535, 3 << 20];
+    let names: Vec<String> = (0..sizes.len()).map(|k| format!("f{k}")).collect();
+    for (name, &len) in names.iter().zip(&sizes) {
+        let data: Vec<u8> = (0..len).map(|i| (i * 131 + len) as u8).collect();
+        std::fs::write(dir.path().join(name), data).unwrap();
+    }
+    let files: Vec<&OsStr> = names.iter().map(OsStr::new).collect();
+    let want = tool(dir.path(), "b3sum", &files);
+    for no_direct in [false, true] {
+        for n in &names {
+            evict(&dir.path().join(n));
+        }
+        let mut args = vec![
+            OsStr::new("--block-size"),
+            OsStr::new("65536"),
+            OsStr::new("--depth"),
+            OsStr::new("3"),
+        ];
+        if no_direct {
+            args.push(OsStr::new("--no-direct"));
+        }
+        args.extend(&files);
+        let o = blockio(dir.path(), &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(o.stdout, want, "--no-direct: {no_direct}");
+        // Direct reads leave the cache as it was (empty); buffered ones
+        // fill it. Checked on the biggest file, well past its first block.
+        let big = dir.path().join(&names[0]);
+        assert_eq!(
+            cached_at(&big, 3 << 20),
+            no_direct,
+            "--no-direct: {no_direct}"
+        );
+    }
 }
