@@ -24,7 +24,7 @@ pub fn line(hex: &str, name: &OsStr) -> Vec<u8> {
 }
 
 /// A check result line, `<name>: <status>\n`, with the name escaped as in
-/// [`line`] (GNU `sha256sum -c` and `b3sum -c` print it so).
+/// [`line()`] (GNU `sha256sum -c` and `b3sum -c` print it so).
 pub fn status_line(name: &OsStr, status: &str) -> Vec<u8> {
     let raw = name.as_bytes();
     let needs = raw.iter().any(|&b| matches!(b, b'\\' | b'\n' | b'\r'));
