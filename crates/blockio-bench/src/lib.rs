@@ -1,6 +1,6 @@
 //! Benchmarks of the blockio engine, run by the `blockio` binary:
 //!
-//! * [`bench`]: `blockio bench`, every reading strategy (pread, threads, an
+//! * [`bench`](mod@bench): `blockio bench`, every reading strategy (pread, threads, an
 //!   async runtime's thread pool, the engine on io_uring, the engine's auto
 //!   read path) on every profile (O_DIRECT, cold and warm page cache,
 //!   sequential), with a table, JSON, CSV and an SVG chart; with
