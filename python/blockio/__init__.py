@@ -152,7 +152,9 @@ class Engine:
         returned in its place with ``return_exceptions=True``. On an
         ``O_DIRECT`` descriptor the buffers are aligned for it."""
         offsets = list(offsets)
-        res = self._core.read_batch(_fd(file), offsets, length)
+        res, failed = self._core.read_batch(_fd(file), offsets, length)
+        if not failed:
+            return res
         return _finish(res, [_name(file)] * len(offsets), return_exceptions)
 
     def readinto_batch(
@@ -162,7 +164,9 @@ class Engine:
         writable C-contiguous buffer (bytearray, memoryview, mmap, numpy
         array); a list of byte counts."""
         ops = list(ops)
-        res = self._core.readinto_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+        res, failed = self._core.readinto_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+        if not failed:
+            return res
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
 
     def write_batch(
@@ -170,7 +174,9 @@ class Engine:
     ) -> List[Any]:
         """Writes each ``(file, data, offset)``; a list of byte counts."""
         ops = list(ops)
-        res = self._core.write_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+        res, failed = self._core.write_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+        if not failed:
+            return res
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
 
     def fsync(self, file: FileLike) -> None:

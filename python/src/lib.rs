@@ -51,7 +51,7 @@ fn read_into_new_bytes<'py>(
     fd: RawFd,
     offsets: &[u64],
     length: usize,
-) -> PyResult<Bound<'py, PyList>> {
+) -> PyResult<(Bound<'py, PyList>, usize)> {
     let size = pyo3::ffi::Py_ssize_t::try_from(length)
         .map_err(|_| PyValueError::new_err(format!("length {length} is too large")))?;
     let mut objs: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(offsets.len());
@@ -111,7 +111,18 @@ fn read_into_new_bytes<'py>(
             Err(e) => os_error(py, e),
         })
         .collect();
-    PyList::new(py, items)
+    with_failures(py, items, &results)
+}
+
+/// The list of a synchronous batch's results and how many of them failed,
+/// so that the Python layer walks the list only when something did.
+fn with_failures<'py>(
+    py: Python<'py>,
+    items: Vec<PyObject>,
+    results: &[io::Result<usize>],
+) -> PyResult<(Bound<'py, PyList>, usize)> {
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    Ok((PyList::new(py, items)?, failed))
 }
 
 /// Memory an asynchronous operation reads into or writes from.
@@ -538,17 +549,18 @@ impl Core {
     }
 
     /// Reads `length` bytes at each offset of `fd`; a list of bytes or
-    /// OSError, in order.
+    /// OSError, in order, and how many failed.
     fn read_batch<'py>(
         &self,
         py: Python<'py>,
         fd: RawFd,
         offsets: Vec<u64>,
         length: usize,
-    ) -> PyResult<Bound<'py, PyList>> {
+    ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let engine = &self.check()?;
         if length == 0 {
-            return PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])));
+            let empty = PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])))?;
+            return Ok((empty, 0));
         }
         if !is_direct(fd) {
             return read_into_new_bytes(py, engine, fd, &offsets, length);
@@ -587,17 +599,17 @@ impl Core {
                     Err(e) => os_error(py, e),
                 })
                 .collect();
-            PyList::new(py, items)
+            with_failures(py, items, &results)
         })
     }
 
     /// Reads into each `(fd, buffer, offset)`; a list of byte counts or
-    /// OSError, in order.
+    /// OSError, in order, and how many failed.
     fn readinto_batch<'py>(
         &self,
         py: Python<'py>,
         ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
-    ) -> PyResult<Bound<'py, PyList>> {
+    ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let engine = &self.check()?;
         let bufs: Vec<(RawTarget, PyBuffer<u8>, u64)> = ops
             .iter()
@@ -627,15 +639,16 @@ impl Core {
             })
             .collect();
         drop(bufs);
-        PyList::new(py, items)
+        with_failures(py, items, &results)
     }
 
-    /// Writes each `(fd, data, offset)`; a list of byte counts or OSError.
+    /// Writes each `(fd, data, offset)`; a list of byte counts or OSError,
+    /// and how many failed.
     fn write_batch<'py>(
         &self,
         py: Python<'py>,
         ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
-    ) -> PyResult<Bound<'py, PyList>> {
+    ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let engine = &self.check()?;
         let bufs: Vec<(RawTarget, PyBuffer<u8>, u64)> = ops
             .iter()
@@ -663,7 +676,7 @@ impl Core {
             })
             .collect();
         drop(bufs);
-        PyList::new(py, items)
+        with_failures(py, items, &results)
     }
 
     /// fsync (or fdatasync) of `fd`.
