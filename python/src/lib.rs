@@ -114,6 +114,54 @@ fn read_into_new_bytes<'py>(
     with_failures(py, items, &results)
 }
 
+/// A byte count as an int, or the OSError.
+fn count_or_error(py: Python<'_>, r: &io::Result<usize>) -> PyObject {
+    match r {
+        Ok(n) => n.into_pyobject(py).expect("int").into_any().unbind(),
+        Err(e) => os_error(py, e),
+    }
+}
+
+/// An exported buffer, its descriptor and the offset, for [`buffer_batch`].
+type BufferOp = (RawTarget, PyBuffer<u8>, u64);
+
+/// A read into all of an exported, writable buffer.
+fn read_into_buffer<'a>(t: &'a RawTarget, b: &'a PyBuffer<u8>, off: u64) -> Op<'a> {
+    // SAFETY: the buffer is exported (held by the caller of
+    // `buffer_batch` for longer than the batch) and writable for
+    // `len_bytes` bytes; the engine returns only when the operation
+    // completed.
+    let s = unsafe { std::slice::from_raw_parts_mut(b.buf_ptr() as *mut u8, b.len_bytes()) };
+    Op::read(t, off, s)
+}
+
+/// A write of all of an exported buffer.
+fn write_from_buffer<'a>(t: &'a RawTarget, b: &'a PyBuffer<u8>, off: u64) -> Op<'a> {
+    // SAFETY: exported and readable for `len_bytes` bytes for longer than
+    // the batch (see `read_into_buffer`).
+    let s = unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes()) };
+    Op::write(t, off, s)
+}
+
+/// Runs one engine batch, the GIL released, of the operations `make`
+/// builds over exported Python buffers; the byte counts or OSErrors, and
+/// how many failed. The buffers stay exported until the batch is over.
+fn buffer_batch<'py>(
+    py: Python<'py>,
+    engine: &Engine,
+    bufs: Vec<BufferOp>,
+    make: for<'a> fn(&'a RawTarget, &'a PyBuffer<u8>, u64) -> Op<'a>,
+) -> PyResult<(Bound<'py, PyList>, usize)> {
+    let results = py.allow_threads(|| {
+        let mut ops: Vec<Op<'_>> = bufs.iter().map(|(t, b, off)| make(t, b, *off)).collect();
+        engine.submit(&mut ops)
+    });
+    let results = results.map_err(io_err)?;
+    let items: Vec<PyObject> = results.iter().map(|r| count_or_error(py, r)).collect();
+    drop(bufs);
+    with_failures(py, items, &results)
+}
+
 /// The list of a synchronous batch's results and how many of them failed,
 /// so that the Python layer walks the list only when something did.
 fn with_failures<'py>(
@@ -477,16 +525,7 @@ fn results_to_py(py: Python<'_>, done: Done) -> PyResult<Bound<'_, PyList>> {
                 .collect();
             PyList::new(py, items)
         }
-        Done::Count(v) => {
-            let items: Vec<PyObject> = v
-                .into_iter()
-                .map(|r| match r {
-                    Ok(n) => n.into_pyobject(py).expect("int").into_any().unbind(),
-                    Err(e) => os_error(py, &e),
-                })
-                .collect();
-            PyList::new(py, items)
-        }
+        Done::Count(v) => PyList::new(py, v.iter().map(|r| count_or_error(py, r))),
     }
 }
 
@@ -611,35 +650,11 @@ impl Core {
         ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let engine = &self.check()?;
-        let bufs: Vec<(RawTarget, PyBuffer<u8>, u64)> = ops
+        let bufs = ops
             .iter()
             .map(|(fd, b, off)| Ok((RawTarget(*fd), writable(b)?, *off)))
             .collect::<PyResult<_>>()?;
-        let results = py.allow_threads(|| {
-            let mut ops: Vec<Op<'_>> = bufs
-                .iter()
-                .map(|(t, b, off)| {
-                    // SAFETY: the buffer is exported (held by `bufs`) and
-                    // writable for `len_bytes` bytes until this closure ends;
-                    // the engine returns only when the operation completed.
-                    let s = unsafe {
-                        std::slice::from_raw_parts_mut(b.buf_ptr() as *mut u8, b.len_bytes())
-                    };
-                    Op::read(t, *off, s)
-                })
-                .collect();
-            engine.submit(&mut ops)
-        });
-        let results = results.map_err(io_err)?;
-        let items: Vec<PyObject> = results
-            .iter()
-            .map(|r| match r {
-                Ok(n) => n.into_pyobject(py).expect("int").into_any().unbind(),
-                Err(e) => os_error(py, e),
-            })
-            .collect();
-        drop(bufs);
-        with_failures(py, items, &results)
+        buffer_batch(py, engine, bufs, read_into_buffer)
     }
 
     /// Writes each `(fd, data, offset)`; a list of byte counts or OSError,
@@ -650,33 +665,11 @@ impl Core {
         ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let engine = &self.check()?;
-        let bufs: Vec<(RawTarget, PyBuffer<u8>, u64)> = ops
+        let bufs = ops
             .iter()
             .map(|(fd, b, off)| Ok((RawTarget(*fd), readable(b)?, *off)))
             .collect::<PyResult<_>>()?;
-        let results = py.allow_threads(|| {
-            let mut ops: Vec<Op<'_>> = bufs
-                .iter()
-                .map(|(t, b, off)| {
-                    // SAFETY: exported and readable until this closure ends.
-                    let s = unsafe {
-                        std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
-                    };
-                    Op::write(t, *off, s)
-                })
-                .collect();
-            engine.submit(&mut ops)
-        });
-        let results = results.map_err(io_err)?;
-        let items: Vec<PyObject> = results
-            .iter()
-            .map(|r| match r {
-                Ok(n) => n.into_pyobject(py).expect("int").into_any().unbind(),
-                Err(e) => os_error(py, e),
-            })
-            .collect();
-        drop(bufs);
-        with_failures(py, items, &results)
+        buffer_batch(py, engine, bufs, write_from_buffer)
     }
 
     /// fsync (or fdatasync) of `fd`.

@@ -437,13 +437,6 @@ fn stream_direct(
     ))
 }
 
-/// A read of [`hash_in_order`]: in flight, or finished at its first poll
-/// (refused before submission, or served at once by the fallback).
-enum Slot {
-    Reading(OpFuture<AlignedBuf>),
-    Done(io::Result<usize>, AlignedBuf),
-}
-
 /// Keeps up to `depth` reads of `block` bytes (in buffers aligned to
 /// `align`) in flight and feeds completed blocks, in file order, to `h` until
 /// a short read (end of file). Reads go up to the `len` the file had when it
@@ -456,28 +449,24 @@ fn hash_in_order(
 ) -> io::Result<String> {
     let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
-    let mut in_flight: VecDeque<Slot> = VecDeque::with_capacity(depth);
+    let mut in_flight: VecDeque<OpFuture<AlignedBuf>> = VecDeque::with_capacity(depth);
     let mut spare: Vec<AlignedBuf> = Vec::with_capacity(depth);
     let mut offset = 0u64;
     loop {
-        // Top up. A read's first poll submits it.
+        // Top up: `start` submits a read without waiting for it.
         while in_flight.len() < depth && (offset <= len || in_flight.is_empty()) {
             let buf = spare.pop().unwrap_or_else(|| AlignedBuf::new(block, align));
             let mut read = file.read_at(buf, offset);
-            in_flight.push_back(match Pin::new(&mut read).poll(&mut cx) {
-                Poll::Ready((r, buf)) => Slot::Done(r, buf),
-                Poll::Pending => Slot::Reading(read),
-            });
+            read.start();
+            in_flight.push_back(read);
             offset += block as u64;
         }
-        let (r, buf) = match in_flight.pop_front().expect("depth is at least 1") {
-            Slot::Done(r, buf) => (r, buf),
-            Slot::Reading(mut read) => loop {
-                match Pin::new(&mut read).poll(&mut cx) {
-                    Poll::Ready(v) => break v,
-                    Poll::Pending => std::thread::park(),
-                }
-            },
+        let mut oldest = in_flight.pop_front().expect("depth is at least 1");
+        let (r, buf) = loop {
+            match Pin::new(&mut oldest).poll(&mut cx) {
+                Poll::Ready(v) => break v,
+                Poll::Pending => std::thread::park(),
+            }
         };
         let n = r?;
         h.update(&buf[..n]);
