@@ -33,7 +33,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -75,10 +75,94 @@ impl DriverShared {
     }
 }
 
-/// The driver: an io_uring thread, or a pool of threads.
+/// The driver: an io_uring thread, a ring the caller drives, or a pool of
+/// threads.
 pub(crate) enum Driver {
     Uring(Arc<DriverShared>),
+    Inline(Box<Mutex<Option<InlineRing>>>),
     Threads(Mutex<Option<mpsc::Sender<Request>>>),
+}
+
+/// A ring with no thread of its own (see
+/// [`AsyncEngineBuilder::driven_by_caller`](super::AsyncEngineBuilder::driven_by_caller)):
+/// the thread that starts an operation submits it, and [`Driver::reap`]
+/// completes what the kernel finished.
+pub(crate) struct InlineRing {
+    ring: IoUring,
+    /// The completion target of each operation in flight, by slot.
+    slots: Vec<Option<Arc<dyn Complete>>>,
+    free: Vec<usize>,
+    /// Requests waiting for room in the ring.
+    backlog: VecDeque<Request>,
+    in_flight: usize,
+}
+
+impl InlineRing {
+    fn new(entries: u32, eventfd: RawFd) -> io::Result<InlineRing> {
+        // No COOP_TASKRUN or DEFER_TASKRUN: completions are posted by task
+        // work on the submitting thread, and that thread may be asleep in
+        // its event loop's epoll_wait; only a signalled task-work run wakes
+        // it to post them (and so signal the eventfd it is waiting on).
+        let mut b = IoUring::builder();
+        b.setup_cqsize(entries * 2);
+        let ring = b.build(entries)?;
+        ring.submitter().register_eventfd(eventfd)?;
+        Ok(InlineRing {
+            ring,
+            slots: Vec::new(),
+            free: Vec::new(),
+            backlog: VecDeque::new(),
+            in_flight: 0,
+        })
+    }
+
+    /// Moves queued requests onto the ring while it has room, and submits
+    /// them without waiting.
+    fn push_and_submit(&mut self) {
+        let cap = self.ring.params().sq_entries() as usize;
+        let mut queued = false;
+        {
+            let mut sq = self.ring.submission();
+            while self.in_flight < cap {
+                let Some(req) = self.backlog.pop_front() else {
+                    break;
+                };
+                let slot = self.free.pop().unwrap_or_else(|| {
+                    self.slots.push(None);
+                    self.slots.len() - 1
+                });
+                let e = build_entry(&req.op, slot as u64, None, None);
+                // SAFETY: the request's memory is owned by its shared state
+                // (`req.done`), which `slots` keeps alive until this slot's
+                // completion has been reaped; the ring is not dropped before
+                // that (see `Drop for Driver`).
+                if unsafe { sq.push(&e) }.is_err() {
+                    self.free.push(slot);
+                    self.backlog.push_front(req);
+                    break;
+                }
+                self.slots[slot] = Some(req.done);
+                self.in_flight += 1;
+                queued = true;
+            }
+            queued |= !sq.is_empty();
+        }
+        if queued {
+            submit_and_wait_or_abort(&mut self.ring, 0);
+        }
+    }
+
+    /// Takes the finished operations' targets and results off the ring.
+    fn take_completions(&mut self, out: &mut Vec<(Arc<dyn Complete>, i32)>) {
+        for cqe in self.ring.completion() {
+            let slot = cqe.user_data() as usize;
+            if let Some(done) = self.slots.get_mut(slot).and_then(Option::take) {
+                self.free.push(slot);
+                self.in_flight -= 1;
+                out.push((done, cqe.result()));
+            }
+        }
+    }
 }
 
 impl Driver {
@@ -105,6 +189,39 @@ impl Driver {
             .recv()
             .map_err(|_| io::Error::other("the blockio-aio driver thread died while starting"))??;
         Ok(Driver::Uring(shared))
+    }
+
+    /// A ring driven by the caller, signalling `eventfd` on completions.
+    pub(crate) fn inline(entries: u32, eventfd: RawFd) -> io::Result<Driver> {
+        Ok(Driver::Inline(Box::new(Mutex::new(Some(InlineRing::new(
+            entries, eventfd,
+        )?)))))
+    }
+
+    /// Completes the operations the kernel has finished, calling their
+    /// wakers on this thread; returns how many. Only the inline driver has
+    /// anything to reap here.
+    pub(crate) fn reap(&self) -> usize {
+        let Driver::Inline(ring) = self else {
+            return 0;
+        };
+        let mut done = Vec::new();
+        {
+            let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(r) = guard.as_mut() else {
+                return 0;
+            };
+            r.take_completions(&mut done);
+            if !r.backlog.is_empty() {
+                r.push_and_submit();
+            }
+        }
+        // Wakers run with the ring unlocked: one may start an operation.
+        let n = done.len();
+        for (target, res) in done {
+            target.complete(res);
+        }
+        n
     }
 
     /// Starts a pool of `threads` threads doing plain system calls.
@@ -139,6 +256,14 @@ impl Driver {
                     shared.wake();
                 }
             }
+            Driver::Inline(ring) => {
+                let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
+                let r = guard
+                    .as_mut()
+                    .expect("the ring lives as long as the driver");
+                r.backlog.extend(reqs);
+                r.push_and_submit();
+            }
             Driver::Threads(tx) => {
                 let tx = tx.lock().unwrap_or_else(|e| e.into_inner());
                 for req in reqs {
@@ -160,6 +285,28 @@ impl Drop for Driver {
             Driver::Uring(shared) => {
                 shared.stop.store(true, Ordering::SeqCst);
                 shared.wake();
+            }
+            Driver::Inline(ring) => {
+                let taken = ring.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+                let Some(mut r) = taken else {
+                    return;
+                };
+                if r.in_flight > 0 || !r.backlog.is_empty() {
+                    // The kernel may still write into buffers the slots
+                    // own: a thread waits for the last completion, so that
+                    // dropping never blocks.
+                    std::thread::spawn(move || {
+                        let mut done = Vec::new();
+                        while r.in_flight > 0 || !r.backlog.is_empty() {
+                            r.push_and_submit();
+                            submit_and_wait_or_abort(&mut r.ring, 1);
+                            r.take_completions(&mut done);
+                            for (target, res) in done.drain(..) {
+                                target.complete(res);
+                            }
+                        }
+                    });
+                }
             }
             Driver::Threads(tx) => {
                 tx.get_mut().unwrap_or_else(|e| e.into_inner()).take();
