@@ -22,8 +22,10 @@ name never means both a blocking call and a coroutine.
 
 Asynchronous operations are driven by the running event loop: the engine's
 eventfd is watched with ``loop.add_reader`` and every wake-up drains all
-finished batches; operations started within one loop iteration reach the
-kernel together. One asyncio future per batch. A cancelled task's buffer
+finished batches. Operations on buffered descriptors go through the Rust
+engine's driver thread, which submits everything queued in one kernel call;
+operations on ``O_DIRECT`` descriptors are submitted by the loop's thread
+to a ring that signals the same eventfd. One asyncio future per batch. A cancelled task's buffer
 stays referenced (and exported) until the kernel has finished with it; its
 future is never given a result.
 """
