@@ -465,11 +465,32 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
         assert!(reaped >= 450, "reap completed {reaped} operations");
         assert!(counter.0.load(std::sync::atomic::Ordering::SeqCst) >= 450);
     }
-    // Dropped with reads in flight: a thread finishes them (checked under
-    // AddressSanitizer by scripts/test).
+    // Dropped with reads in flight (their futures first): a thread
+    // finishes them, and only then do their pooled buffers come back.
+    // Each buffer then holds its read's data, not zeros: the reads were
+    // completed, not abandoned.
+    // O_DIRECT, so that the reads are still at the device when the engine
+    // goes (cached reads complete during submission).
+    drop(file);
+    let opts = AsyncOpenOptions::new().direct(true);
+    let file = AsyncFile::open_with(&engine, &path, &opts).expect("O_DIRECT on the test file");
+    let pool = BufferPool::new(64, 4096, 4096);
+    let mut offset_of = vec![0usize; 64];
     for i in 0..64 {
-        file.read_at(vec![0u8; 4096], i * 4096).start();
+        let buf = pool.get();
+        offset_of[buf.index()] = i * 4096;
+        file.read_at(buf, (i * 4096) as u64).start();
     }
     drop(file);
     drop(engine);
+    wait_for_pool(&pool);
+    let all: Vec<PooledBuf> = (0..64).map(|_| pool.get()).collect();
+    for b in &all {
+        let off = offset_of[b.index()];
+        assert!(
+            b[..] == data[off..off + 4096],
+            "buffer {} was released before its read at {off} completed",
+            b.index()
+        );
+    }
 }

@@ -165,6 +165,28 @@ impl InlineRing {
     }
 }
 
+/// A caller-driven ring whose engine is gone: dropping it cancels the
+/// requests still queued and waits until the kernel has completed every
+/// operation in flight, whose buffers the slots own.
+struct Finish(InlineRing);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        let r = &mut self.0;
+        for req in r.backlog.drain(..) {
+            req.done.complete(-libc::ECANCELED);
+        }
+        let mut done = Vec::new();
+        while r.in_flight > 0 {
+            submit_and_wait_or_abort(&mut r.ring, 1);
+            r.take_completions(&mut done);
+            for (target, res) in done.drain(..) {
+                target.complete(res);
+            }
+        }
+    }
+}
+
 impl Driver {
     /// Starts an io_uring driver with a ring of `entries`.
     pub(crate) fn uring(entries: u32) -> io::Result<Driver> {
@@ -288,24 +310,15 @@ impl Drop for Driver {
             }
             Driver::Inline(ring) => {
                 let taken = ring.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-                let Some(mut r) = taken else {
-                    return;
-                };
-                if r.in_flight > 0 || !r.backlog.is_empty() {
+                if let Some(r) = taken.filter(|r| r.in_flight > 0 || !r.backlog.is_empty()) {
                     // The kernel may still write into buffers the slots
                     // own: a thread waits for the last completion, so that
-                    // dropping never blocks.
-                    std::thread::spawn(move || {
-                        let mut done = Vec::new();
-                        while r.in_flight > 0 || !r.backlog.is_empty() {
-                            r.push_and_submit();
-                            submit_and_wait_or_abort(&mut r.ring, 1);
-                            r.take_completions(&mut done);
-                            for (target, res) in done.drain(..) {
-                                target.complete(res);
-                            }
-                        }
-                    });
+                    // dropping never blocks. Should the thread not start,
+                    // the closure is dropped here and `Finish` waits in place.
+                    let f = Finish(r);
+                    let _ = std::thread::Builder::new()
+                        .name("blockio-finish".into())
+                        .spawn(move || drop(f));
                 }
             }
             Driver::Threads(tx) => {
