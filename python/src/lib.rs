@@ -362,7 +362,7 @@ struct Core {
     born: u64,
     queue_depth: u32,
     /// Read buffers of finished asynchronous reads, for the next ones.
-    spare: Arc<Mutex<Vec<AlignedBuf>>>,
+    spare: Mutex<Vec<AlignedBuf>>,
 }
 
 /// The two async engines behind the asyncio API. Measured here with 64
@@ -652,7 +652,7 @@ impl Core {
             ready: Mutex::new(Vec::new()),
             born: forks(),
             queue_depth,
-            spare: Arc::new(Mutex::new(Vec::new())),
+            spare: Mutex::new(Vec::new()),
         })
     }
 
