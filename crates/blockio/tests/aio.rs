@@ -476,8 +476,10 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
     let file = AsyncFile::open_with(&engine, &path, &opts).expect("O_DIRECT on the test file");
     let pool = BufferPool::new(64, 4096, 4096);
     let mut offset_of = vec![0usize; 64];
-    for i in 0..64 {
-        let buf = pool.get();
+    // Every buffer taken before any read starts: on the thread pool a read
+    // may finish (and give its buffer back) before the next is started.
+    let bufs: Vec<PooledBuf> = (0..64).map(|_| pool.get()).collect();
+    for (i, buf) in bufs.into_iter().enumerate() {
         offset_of[buf.index()] = i * 4096;
         file.read_at(buf, (i * 4096) as u64).start();
     }
