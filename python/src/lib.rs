@@ -240,6 +240,8 @@ struct Pending {
     futs: Vec<Option<Boxed<OneDone>>>,
     outs: Vec<Option<OneDone>>,
     kind: Kind,
+    /// Wakes this batch's token; made once, by `Core::start`.
+    waker: Option<Waker>,
 }
 
 /// An operation that fails at once with `errno` (a descriptor that cannot
@@ -271,6 +273,7 @@ impl Pending {
             outs: futs.iter().map(|_| None).collect(),
             futs: futs.into_iter().map(Some).collect(),
             kind,
+            waker: None,
         }
     }
 
@@ -497,6 +500,7 @@ impl Core {
     /// driver) and keeps it under `token` until it is finished.
     fn start(&self, token: u64, mut p: Pending) {
         let waker = self.waker(token);
+        p.waker = Some(waker.clone());
         match p.poll(&mut Context::from_waker(&waker)) {
             // Finished at once (every descriptor unusable): reported at the
             // next drain like any other.
@@ -526,14 +530,18 @@ impl Core {
             aio.reap();
             self.wakeups.draining.store(false, Ordering::SeqCst);
         }
-        let tokens = std::mem::take(&mut *self.wakeups.woken.lock().expect("wakeups lock"));
+        let mut tokens = std::mem::take(&mut *self.wakeups.woken.lock().expect("wakeups lock"));
+        // Every operation of a batch wakes its token: poll each batch once.
+        tokens.sort_unstable();
+        tokens.dedup();
         let mut out = std::mem::take(&mut *self.ready.lock().expect("ready lock"));
         let mut pending = self.pending.lock().expect("pending lock");
         for token in tokens {
             let Some(p) = pending.get_mut(&token) else {
                 continue;
             };
-            if let Some(done) = p.poll(&mut Context::from_waker(&self.waker(token))) {
+            let waker = p.waker.clone().expect("set by start");
+            if let Some(done) = p.poll(&mut Context::from_waker(&waker)) {
                 pending.remove(&token);
                 out.push((token, done));
             }

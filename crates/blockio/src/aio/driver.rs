@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, squeue::SubmissionQueue, types, IoUring};
 
 use crate::op::Op;
 use crate::threads::run_raw;
@@ -83,18 +83,68 @@ pub(crate) enum Driver {
     Threads(Mutex<Option<mpsc::Sender<Request>>>),
 }
 
+/// The operations a ring has in flight, and those waiting for room: the
+/// bookkeeping both io_uring drivers share.
+#[derive(Default)]
+struct InFlight {
+    /// The completion target of each operation in flight, by slot (its
+    /// `user_data`).
+    slots: Vec<Option<Arc<dyn Complete>>>,
+    free: Vec<usize>,
+    /// Requests waiting for room in the ring.
+    backlog: VecDeque<Request>,
+    count: usize,
+}
+
+impl InFlight {
+    /// Pushes backlog requests onto `sq` while fewer than `limit` are in
+    /// flight and the queue has room; returns whether it pushed any.
+    fn fill(&mut self, sq: &mut SubmissionQueue<'_>, limit: usize) -> bool {
+        let mut pushed = false;
+        while self.count < limit {
+            let Some(req) = self.backlog.pop_front() else {
+                break;
+            };
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.slots.push(None);
+                self.slots.len() - 1
+            });
+            let e = build_entry(&req.op, slot as u64, None, None);
+            // SAFETY: the request's memory is owned by its shared state
+            // (`req.done`), which `slots` keeps alive until this slot's
+            // completion has been reaped; neither driver drops its ring
+            // before that (`drive` returns, and `Finish` lets go, only with
+            // nothing in flight).
+            if unsafe { sq.push(&e) }.is_err() {
+                self.free.push(slot);
+                self.backlog.push_front(req);
+                break;
+            }
+            self.slots[slot] = Some(req.done);
+            self.count += 1;
+            pushed = true;
+        }
+        pushed
+    }
+
+    /// The target of the operation whose completion carries `user_data`,
+    /// its slot freed; None for another entry (the wake read).
+    fn finish(&mut self, user_data: u64) -> Option<Arc<dyn Complete>> {
+        let slot = usize::try_from(user_data).ok()?;
+        let done = self.slots.get_mut(slot)?.take()?;
+        self.free.push(slot);
+        self.count -= 1;
+        Some(done)
+    }
+}
+
 /// A ring with no thread of its own (see
 /// [`AsyncEngineBuilder::driven_by_caller`](super::AsyncEngineBuilder::driven_by_caller)):
 /// the thread that starts an operation submits it, and [`Driver::reap`]
 /// completes what the kernel finished.
 pub(crate) struct InlineRing {
     ring: IoUring,
-    /// The completion target of each operation in flight, by slot.
-    slots: Vec<Option<Arc<dyn Complete>>>,
-    free: Vec<usize>,
-    /// Requests waiting for room in the ring.
-    backlog: VecDeque<Request>,
-    in_flight: usize,
+    ops: InFlight,
 }
 
 impl InlineRing {
@@ -109,10 +159,7 @@ impl InlineRing {
         ring.submitter().register_eventfd(eventfd)?;
         Ok(InlineRing {
             ring,
-            slots: Vec::new(),
-            free: Vec::new(),
-            backlog: VecDeque::new(),
-            in_flight: 0,
+            ops: InFlight::default(),
         })
     }
 
@@ -120,33 +167,10 @@ impl InlineRing {
     /// them without waiting.
     fn push_and_submit(&mut self) {
         let cap = self.ring.params().sq_entries() as usize;
-        let mut queued = false;
-        {
+        let queued = {
             let mut sq = self.ring.submission();
-            while self.in_flight < cap {
-                let Some(req) = self.backlog.pop_front() else {
-                    break;
-                };
-                let slot = self.free.pop().unwrap_or_else(|| {
-                    self.slots.push(None);
-                    self.slots.len() - 1
-                });
-                let e = build_entry(&req.op, slot as u64, None, None);
-                // SAFETY: the request's memory is owned by its shared state
-                // (`req.done`), which `slots` keeps alive until this slot's
-                // completion has been reaped; the ring is not dropped before
-                // that (see `Drop for Driver`).
-                if unsafe { sq.push(&e) }.is_err() {
-                    self.free.push(slot);
-                    self.backlog.push_front(req);
-                    break;
-                }
-                self.slots[slot] = Some(req.done);
-                self.in_flight += 1;
-                queued = true;
-            }
-            queued |= !sq.is_empty();
-        }
+            self.ops.fill(&mut sq, cap) | !sq.is_empty()
+        };
         if queued {
             submit_and_wait_or_abort(&mut self.ring, 0);
         }
@@ -155,10 +179,7 @@ impl InlineRing {
     /// Takes the finished operations' targets and results off the ring.
     fn take_completions(&mut self, out: &mut Vec<(Arc<dyn Complete>, i32)>) {
         for cqe in self.ring.completion() {
-            let slot = cqe.user_data() as usize;
-            if let Some(done) = self.slots.get_mut(slot).and_then(Option::take) {
-                self.free.push(slot);
-                self.in_flight -= 1;
+            if let Some(done) = self.ops.finish(cqe.user_data()) {
                 out.push((done, cqe.result()));
             }
         }
@@ -173,11 +194,11 @@ struct Finish(InlineRing);
 impl Drop for Finish {
     fn drop(&mut self) {
         let r = &mut self.0;
-        for req in r.backlog.drain(..) {
+        for req in r.ops.backlog.drain(..) {
             req.done.complete(-libc::ECANCELED);
         }
         let mut done = Vec::new();
-        while r.in_flight > 0 {
+        while r.ops.count > 0 {
             submit_and_wait_or_abort(&mut r.ring, 1);
             r.take_completions(&mut done);
             for (target, res) in done.drain(..) {
@@ -234,7 +255,7 @@ impl Driver {
                 return 0;
             };
             r.take_completions(&mut done);
-            if !r.backlog.is_empty() {
+            if !r.ops.backlog.is_empty() {
                 r.push_and_submit();
             }
         }
@@ -283,7 +304,7 @@ impl Driver {
                 let r = guard
                     .as_mut()
                     .expect("the ring lives as long as the driver");
-                r.backlog.extend(reqs);
+                r.ops.backlog.extend(reqs);
                 r.push_and_submit();
             }
             Driver::Threads(tx) => {
@@ -310,7 +331,7 @@ impl Drop for Driver {
             }
             Driver::Inline(ring) => {
                 let taken = ring.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(r) = taken.filter(|r| r.in_flight > 0 || !r.backlog.is_empty()) {
+                if let Some(r) = taken.filter(|r| r.ops.count > 0 || !r.ops.backlog.is_empty()) {
                     // The kernel may still write into buffers the slots
                     // own: a thread waits for the last completion, so that
                     // dropping never blocks. Should the thread not start,
@@ -383,18 +404,15 @@ fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result
     let mut wake_buf = Box::new([0u8; 8]);
     let wake_ptr = wake_buf.as_mut_ptr();
     let cap = ring.params().sq_entries() as usize;
-    let mut slots: Vec<Option<Arc<dyn Complete>>> = Vec::with_capacity(cap);
-    let mut free: Vec<usize> = Vec::new();
-    let mut backlog: VecDeque<Request> = VecDeque::new();
+    let mut ops = InFlight::default();
     let mut taken: Vec<Request> = Vec::new();
-    let mut in_flight = 0usize;
     let mut arm_wake = true;
     loop {
         std::mem::swap(
             &mut *shared.queue.lock().unwrap_or_else(|e| e.into_inner()),
             &mut taken,
         );
-        backlog.extend(taken.drain(..));
+        ops.backlog.extend(taken.drain(..));
         {
             let mut sq = ring.submission();
             if arm_wake {
@@ -408,29 +426,10 @@ fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result
                 }
             }
             // One slot stays free for re-arming the wake read.
-            while in_flight + 1 < cap {
-                let Some(req) = backlog.pop_front() else {
-                    break;
-                };
-                let slot = free.pop().unwrap_or_else(|| {
-                    slots.push(None);
-                    slots.len() - 1
-                });
-                let e = build_entry(&req.op, slot as u64, None, None);
-                // SAFETY: the request's memory is owned by its shared state
-                // (`req.done`), which `slots` keeps alive until the
-                // completion for this slot has been reaped.
-                if unsafe { sq.push(&e) }.is_err() {
-                    free.push(slot);
-                    backlog.push_front(req);
-                    break;
-                }
-                slots[slot] = Some(req.done);
-                in_flight += 1;
-            }
+            ops.fill(&mut sq, cap - 1);
         }
         let stopping = shared.stop.load(Ordering::SeqCst);
-        if stopping && in_flight == 0 && backlog.is_empty() {
+        if stopping && ops.count == 0 && ops.backlog.is_empty() {
             let queued = shared
                 .queue
                 .lock()
@@ -452,7 +451,7 @@ fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_empty()
-            || (!backlog.is_empty() && in_flight + 1 < cap);
+            || (!ops.backlog.is_empty() && ops.count + 1 < cap);
         let want = if more { 0 } else { 1 };
         submit_and_wait_or_abort(&mut ring, want);
         shared.sleeping.store(false, Ordering::SeqCst);
@@ -462,10 +461,7 @@ fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result
                 arm_wake = true;
                 continue;
             }
-            let slot = ud as usize;
-            if let Some(done) = slots[slot].take() {
-                free.push(slot);
-                in_flight -= 1;
+            if let Some(done) = ops.finish(ud) {
                 done.complete(cqe.result());
             }
         }
