@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use blockio::{AlignedBuf, DirectFile, Engine, Op};
+use blockio::{AlignedBuf, BufferPool, DirectFile, Engine, Op, PooledBuf};
 use io_uring::{opcode, types, IoUring};
 
 use crate::data::Rng;
@@ -139,15 +139,37 @@ fn engine_run(
     batch: usize,
     seconds: f64,
 ) -> Result<(f64, f64)> {
+    engine_run_with(engine, path, threads, batch, seconds, None)
+}
+
+/// [`engine_run`] with the reads' buffers taken from `pool` (registered with
+/// `engine`) and the file put in one of the engine's registered-file slots.
+fn engine_run_with(
+    engine: &Engine,
+    path: &Path,
+    threads: usize,
+    batch: usize,
+    seconds: f64,
+    pool: Option<&BufferPool>,
+) -> Result<(f64, f64)> {
     let file = Arc::new(DirectFile::open(path)?);
+    if pool.is_some() {
+        engine.register_file(&*file)?;
+    }
     let blocks = std::fs::metadata(path)?.len() / BS as u64;
     let stop = Arc::new(AtomicBool::new(false));
     let warmup = Duration::from_millis(300);
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let (engine, file, stop) = (engine.clone(), file.clone(), stop.clone());
+            let pool = pool.cloned();
             std::thread::spawn(move || -> Result<(u64, Duration, u64)> {
-                let mut bufs: Vec<AlignedBuf> = (0..batch).map(|_| file.alloc_buf(BS)).collect();
+                let mut bufs: Vec<Buf> = (0..batch)
+                    .map(|_| match &pool {
+                        Some(p) => Buf::Pooled(p.get()),
+                        None => Buf::Own(file.alloc_buf(BS)),
+                    })
+                    .collect();
                 let mut store: Vec<Op<'static>> = Vec::with_capacity(batch);
                 let mut results = Vec::with_capacity(batch);
                 let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) << 32));
@@ -157,6 +179,10 @@ fn engine_run(
                 while !stop.load(Ordering::Relaxed) {
                     let mut ops = blockio::recycle(store);
                     for b in bufs.iter_mut() {
+                        let b: &mut [u8] = match b {
+                            Buf::Pooled(p) => &mut p[..BS],
+                            Buf::Own(a) => a,
+                        };
                         ops.push(Op::read(&*file, rng.below(blocks) * BS as u64, b));
                     }
                     engine.submit_into(&mut ops, &mut results)?;
@@ -188,7 +214,16 @@ fn engine_run(
         iops += ops as f64 / el.as_secs_f64();
         allocs_per_op = allocs as f64 / ops.max(1) as f64;
     }
+    if pool.is_some() {
+        engine.unregister_file(&*file)?;
+    }
     Ok((iops, allocs_per_op))
+}
+
+/// A read buffer of [`engine_run_with`]: owned, or from a registered pool.
+enum Buf {
+    Own(AlignedBuf),
+    Pooled(PooledBuf),
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -237,9 +272,17 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         .max_batch(args.qd as u32)
         .submit_chunk(0)
         .build()?;
+    let pool = BufferPool::new(args.qd, BS, 4096);
+    let tuned = Engine::builder()
+        .queue_depth(args.qd)
+        .max_batch(args.qd as u32)
+        .registered_buffers(&pool)
+        .registered_files(1)
+        .build()?;
     let per_thread_64 = (args.qd / 64).max(1).max(8.min(args.qd));
     let (mut fio, mut raw, mut one, mut allocs, mut two, mut many, mut whole) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut reg = vec![];
     for round in 1..=args.rounds {
         say(&format!("round {round}/{}", args.rounds));
         if fio_available {
@@ -254,6 +297,7 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         two.push(engine_run(&engine, &path, 2, args.qd.div_ceil(2), args.seconds)?.0);
         many.push(engine_run(&engine, &path, 64, per_thread_64, args.seconds)?.0);
         whole.push(engine_run(&one_call, &path, 1, args.qd, args.seconds)?.0);
+        reg.push(engine_run_with(&tuned, &path, 1, args.qd, args.seconds, Some(&pool))?.0);
     }
     let fio = (!fio.is_empty()).then(|| median(fio));
     let (raw, one, two, many, whole) = (
@@ -333,6 +377,14 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         r(whole),
         whole_vs_fio,
         truncate3(whole / raw)
+    );
+    let reg = median(reg);
+    println!(
+        "{:<44} {} {:>6} fio {:>6.3} raw",
+        "engine, registered buffers + file",
+        r(reg),
+        fio.map_or("-".into(), |f| format!("{:.3}", truncate3(reg / f))),
+        truncate3(reg / raw)
     );
     println!("heap allocations per operation (1 thread, steady state): {allocs_per_op:.4}");
     Ok(())
