@@ -25,6 +25,8 @@ pub struct ChecksumRow {
     pub block: usize,
     /// Reads kept in flight (1 for tokio::fs: one read at a time).
     pub depth: usize,
+    /// Read with O_DIRECT (never for tokio::fs, which cannot).
+    pub o_direct: bool,
     /// MiB per second, hashing included.
     pub mib_s: f64,
     /// Wall time.
@@ -105,14 +107,20 @@ async fn stream_tokio(path: &Path, block: usize) -> Result<blake3::Hash> {
     }
 }
 
+/// Reads in flight for `block`-byte reads when not given: 64 MiB worth,
+/// at least 16 and at most 256.
+pub fn default_depth(block: usize) -> usize {
+    ((64 << 20) / block.max(1)).clamp(16, 256)
+}
+
 /// Runs both contenders for every block size, evicting the file before
-/// each run.
+/// each run (`depth` None: [`default_depth`]).
 /// `rounds` rounds, the two contenders alternating which goes first; the
 /// median round of each (strategy, block) is reported.
 pub fn run(
     path: &Path,
     blocks: &[usize],
-    depth: usize,
+    depth: Option<usize>,
     direct: bool,
     rounds: usize,
 ) -> Result<Vec<ChecksumRow>> {
@@ -129,6 +137,7 @@ pub fn run(
     let mut all = Vec::new();
     for round in 0..rounds.max(1) {
         for &block in blocks {
+            let depth = depth.unwrap_or_else(|| default_depth(block));
             let order = if round % 2 == 0 {
                 ["tokio-fs", "async"]
             } else {
@@ -151,6 +160,7 @@ pub fn run(
                     strategy,
                     block,
                     depth: if strategy == "async" { depth } else { 1 },
+                    o_direct: direct && strategy == "async",
                     mib_s: len as f64 / (1 << 20) as f64 / el.as_secs_f64(),
                     seconds: el.as_secs_f64(),
                     voluntary_csw: v1 - v0,
@@ -188,7 +198,7 @@ pub fn run(
 pub fn table(rows: &[ChecksumRow], file_mib: u64) -> String {
     use std::fmt::Write as _;
     let mut s = format!(
-        "checksum: stream a {file_mib} MiB file (page cache evicted first), BLAKE3 as it goes\n  {:<9} {:>8} {:>6} {:>9} {:>8} {:>10} {:>10} {:>9}\n",
+        "checksum: stream a {file_mib} MiB file (page cache evicted first), BLAKE3 as it goes\n  {:<16} {:>8} {:>6} {:>9} {:>8} {:>10} {:>10} {:>9}\n",
         "strategy", "block", "depth", "MiB/s", "seconds", "vol csw", "invol csw", "vs tokio"
     );
     for r in rows {
@@ -198,15 +208,23 @@ pub fn table(rows: &[ChecksumRow], file_mib: u64) -> String {
             .map(|t| r.mib_s / t.mib_s);
         let _ = writeln!(
             s,
-            "  {:<9} {:>8} {:>6} {:>9.1} {:>8.2} {:>10} {:>10} {:>9}",
-            r.strategy,
+            "  {:<16} {:>8} {:>6} {:>9.1} {:>8.2} {:>10} {:>10} {:>9}",
+            if r.o_direct {
+                format!("{} O_DIRECT", r.strategy)
+            } else {
+                r.strategy.to_string()
+            },
             r.block,
             r.depth,
             r.mib_s,
             r.seconds,
             r.voluntary_csw,
             r.involuntary_csw,
-            tokio.map_or("-".into(), |x| format!("{x:.2}")),
+            // Truncated, never rounded up.
+            tokio.map_or("-".into(), |x| format!(
+                "{:.2}",
+                (x * 100.0).floor() / 100.0
+            )),
         );
     }
     let _ = writeln!(
