@@ -139,6 +139,9 @@ struct Queues {
     groups: VecDeque<Group>,
     /// Tasks queued or being worked on.
     open: usize,
+    /// A worker panicked: the others stop taking tasks, so that the scope
+    /// ends and passes the panic on instead of waiting for ever.
+    aborted: bool,
 }
 
 enum Task {
@@ -164,6 +167,9 @@ impl Work {
     fn next(&self) -> Option<Task> {
         let mut q = self.queues.lock().expect("work queue lock");
         loop {
+            if q.aborted {
+                return None;
+            }
             if let Some(g) = q.groups.pop_front() {
                 return Some(Task::Files(g));
             }
@@ -182,6 +188,28 @@ impl Work {
         q.open -= 1;
         if q.open == 0 {
             self.ready.notify_all();
+        }
+    }
+
+    fn abort(&self) {
+        self.queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .aborted = true;
+        self.ready.notify_all();
+    }
+}
+
+/// A task being worked on: marks it done when dropped, and stops all
+/// workers if it is dropped by a panic.
+struct Running<'w>(&'w Work);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abort();
+        } else {
+            self.0.done();
         }
     }
 }
@@ -236,6 +264,7 @@ impl Walker<'_> {
     fn work_loop(&self) {
         let mut arena = Vec::new();
         while let Some(task) = self.work.next() {
+            let _running = Running(&self.work);
             match task {
                 Task::Dir(src, dst) => self.directory(src, dst),
                 Task::Files(g) => files::copy_group(
@@ -248,7 +277,6 @@ impl Walker<'_> {
                     &mut arena,
                 ),
             }
-            self.work.done();
         }
     }
 
