@@ -141,8 +141,33 @@ pub struct Workload {
     /// Bytes per read.
     pub block_size: usize,
     blocks: u64,
+    /// [`scatter`]'s stride for `blocks`.
+    stride: u64,
     cursor: AtomicU64,
     verify: bool,
+}
+
+/// The `i`-th block of a fixed permutation of `0..blocks` that jumps
+/// across the file: `i * stride + 1 (mod blocks)` with `stride` coprime to
+/// `blocks` (a bijection), so no block repeats within `blocks` reads.
+fn scatter(i: u64, blocks: u64, stride: u64) -> u64 {
+    ((u128::from(i % blocks) * u128::from(stride) + 1) % u128::from(blocks)) as u64
+}
+
+/// A stride for [`scatter`]: far from 0 and coprime to `blocks`.
+fn stride(blocks: u64) -> u64 {
+    fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    let mut stride = 0x9e37_79b9_7f4a_7c15 % blocks;
+    while gcd(stride, blocks) != 1 {
+        stride += 1;
+    }
+    stride
 }
 
 impl Workload {
@@ -169,6 +194,7 @@ impl Workload {
             file,
             block_size,
             blocks,
+            stride: stride(blocks),
             cursor: AtomicU64::new(0),
             verify,
         })
@@ -176,11 +202,20 @@ impl Workload {
 
     /// The offset of the next read: a random block, or the next block in
     /// order (shared by all threads, wrapping at the end of the file).
+    ///
+    /// Cold runs read every block once before any block twice (a shared
+    /// cursor through a scattered permutation of the blocks): a repeated
+    /// block would come from the page cache its first read filled, a gain
+    /// that grows with the reads done and so favours the fastest strategy.
     pub fn next_offset(&self, rng: &mut Rng) -> u64 {
-        let block = if self.profile.sequential() {
-            self.cursor.fetch_add(1, Ordering::Relaxed) % self.blocks
-        } else {
-            rng.below(self.blocks)
+        let block = match self.profile {
+            Profile::Seq => self.cursor.fetch_add(1, Ordering::Relaxed) % self.blocks,
+            Profile::Cold => scatter(
+                self.cursor.fetch_add(1, Ordering::Relaxed),
+                self.blocks,
+                self.stride,
+            ),
+            Profile::Direct | Profile::Warm => rng.below(self.blocks),
         };
         block * self.block_size as u64
     }
@@ -212,5 +247,20 @@ impl Workload {
             .file()
             .read_at(buf, offset)
             .with_context(|| format!("{}: pread at offset {offset}", self.path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn scatter_visits_every_block_once() {
+        for blocks in [1u64, 2, 7, 4096, 262_144, 1_000_003] {
+            let mut seen = vec![false; blocks as usize];
+            for i in 0..blocks {
+                let b = super::scatter(i, blocks, super::stride(blocks)) as usize;
+                assert!(!seen[b], "block {b} twice among {blocks}");
+                seen[b] = true;
+            }
+        }
     }
 }
