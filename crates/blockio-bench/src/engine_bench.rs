@@ -307,6 +307,7 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         median(many),
         median(whole),
     );
+    let reg = median(reg);
     let allocs_per_op = allocs.iter().cloned().fold(0.0, f64::max);
     if !args.keep {
         let _ = std::fs::remove_file(&path);
@@ -327,6 +328,8 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         "batch_64_threads": per_thread_64,
         "iops_one_call_per_batch": whole,
         "ratio_one_call_per_batch_vs_fio": fio.map(|f| whole / f),
+        "iops_registered": reg,
+        "ratio_registered_vs_fio": fio.map(|f| reg / f),
         "ratio_vs_fio": fio.map(|f| one / f),
         "ratio_vs_raw": one / raw,
         "ratio_2_threads": two / one,
@@ -378,7 +381,6 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         whole_vs_fio,
         truncate3(whole / raw)
     );
-    let reg = median(reg);
     println!(
         "{:<44} {} {:>6} fio {:>6.3} raw",
         "engine, registered buffers + file",

@@ -38,6 +38,7 @@ fn tiny_run_prints_the_documented_json_fields() {
         "allocs_per_op",
         "iops_2_threads",
         "iops_64_threads",
+        "iops_registered",
     ] {
         let x = v[field]
             .as_f64()
@@ -45,6 +46,7 @@ fn tiny_run_prints_the_documented_json_fields() {
         assert!(x.is_finite() && x >= 0.0, "{field} = {x}");
     }
     assert!(v["iops"].as_f64().unwrap() > 0.0);
+    assert!(v["iops_registered"].as_f64().unwrap() > 0.0);
     assert!(
         v.get("fio_iops").is_some(),
         "fio_iops is present (null when skipped)"
