@@ -131,20 +131,10 @@ fn raw_loop(path: &Path, qd: usize, seconds: f64) -> Result<f64> {
 
 /// The engine's batch API from `threads` threads, each submitting batches of
 /// `batch` random reads. Returns IOPS and, for one thread, heap allocations
-/// per operation during the measured part.
+/// per operation during the measured part. With `pool` (registered with
+/// `engine`), the reads' buffers come from it and the file is put in one of
+/// the engine's registered-file slots.
 fn engine_run(
-    engine: &Engine,
-    path: &Path,
-    threads: usize,
-    batch: usize,
-    seconds: f64,
-) -> Result<(f64, f64)> {
-    engine_run_with(engine, path, threads, batch, seconds, None)
-}
-
-/// [`engine_run`] with the reads' buffers taken from `pool` (registered with
-/// `engine`) and the file put in one of the engine's registered-file slots.
-fn engine_run_with(
     engine: &Engine,
     path: &Path,
     threads: usize,
@@ -220,7 +210,7 @@ fn engine_run_with(
     Ok((iops, allocs_per_op))
 }
 
-/// A read buffer of [`engine_run_with`]: owned, or from a registered pool.
+/// A read buffer of [`engine_run`]: owned, or from a registered pool.
 enum Buf {
     Own(AlignedBuf),
     Pooled(PooledBuf),
@@ -291,13 +281,13 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
             }
         }
         raw.push(raw_loop(&path, args.qd, args.seconds)?);
-        let (iops, a) = engine_run(&engine, &path, 1, args.qd, args.seconds)?;
+        let (iops, a) = engine_run(&engine, &path, 1, args.qd, args.seconds, None)?;
         one.push(iops);
         allocs.push(a);
-        two.push(engine_run(&engine, &path, 2, args.qd.div_ceil(2), args.seconds)?.0);
-        many.push(engine_run(&engine, &path, 64, per_thread_64, args.seconds)?.0);
-        whole.push(engine_run(&one_call, &path, 1, args.qd, args.seconds)?.0);
-        reg.push(engine_run_with(&tuned, &path, 1, args.qd, args.seconds, Some(&pool))?.0);
+        two.push(engine_run(&engine, &path, 2, args.qd.div_ceil(2), args.seconds, None)?.0);
+        many.push(engine_run(&engine, &path, 64, per_thread_64, args.seconds, None)?.0);
+        whole.push(engine_run(&one_call, &path, 1, args.qd, args.seconds, None)?.0);
+        reg.push(engine_run(&tuned, &path, 1, args.qd, args.seconds, Some(&pool))?.0);
     }
     let fio = (!fio.is_empty()).then(|| median(fio));
     let (raw, one, two, many, whole) = (
