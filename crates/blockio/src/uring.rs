@@ -2,13 +2,16 @@
 //!
 //! # Design
 //!
-//! A thread that submits a batch checks a ring out of the pool (a mutex held
-//! only to pop or push an entry), pushes as many operations as the ring and
-//! the engine-wide in-flight bound allow, and makes **one** `io_uring_enter`
-//! call that both submits them and waits for their completions. It reaps
-//! every completion itself (user data is the operation's index in the
-//! batch), refills if the batch was larger than what could be in flight, and
-//! returns the ring when its whole batch is done.
+//! A thread that submits a batch first takes permits from the engine-wide
+//! in-flight bound (waiting only if none are free), then checks a ring out
+//! of the pool (a mutex held only to pop or push an entry), pushes as many
+//! operations as the ring and its permits allow, and makes **one**
+//! `io_uring_enter` call that both submits them and waits for their
+//! completions. It reaps every completion itself (user data is the
+//! operation's index in the batch), refills if the batch was larger than
+//! what could be in flight, and returns the ring when its whole batch is
+//! done, or when it has nothing in flight and no permit left (it then waits
+//! for permits without a ring, and checks one out again).
 //!
 //! Why this shape:
 //! * no lock is held across a kernel round trip, and threads never share a
@@ -447,33 +450,53 @@ impl UringBackend {
             .files
             .as_ref()
             .map(|f| f.read().unwrap_or_else(|e| e.into_inner()));
-        let mut ring = pool.checkout()?;
-        if let Some(t) = &files {
-            if ring.files_version != t.version {
-                if let Err(e) = ring.io.submitter().register_files_update(0, &t.slots) {
-                    pool.give_back(ring);
+        // Permits first, ring second: a thread waiting for the device to
+        // free capacity holds no ring, so rings go only to threads that can
+        // submit, and a finished batch wakes one waiter instead of a chain
+        // of ring and permit handoffs. A batch that runs out of permits with
+        // nothing in flight hands its ring back before it waits again, so
+        // no thread ever waits for permits while holding a ring (or the
+        // reverse with permits it cannot use): no deadlock.
+        let bufs = self.bufs.as_ref().map(|b| &**b.inner());
+        let mut next = 0;
+        loop {
+            let pending = ops[next..].iter().filter(|op| !op.settled).count();
+            if pending == 0 {
+                return Ok(());
+            }
+            let permits = self.limit.take(pending.min(pool.entries as usize));
+            let mut ring = match pool.checkout() {
+                Ok(ring) => ring,
+                Err(e) => {
+                    self.limit.give(permits);
                     return Err(e);
                 }
-                ring.files_version = t.version;
+            };
+            if let Some(t) = &files {
+                if ring.files_version != t.version {
+                    if let Err(e) = ring.io.submitter().register_files_update(0, &t.slots) {
+                        pool.give_back(ring);
+                        self.limit.give(permits);
+                        return Err(e);
+                    }
+                    ring.files_version = t.version;
+                }
+            }
+            let mut batch = Batch {
+                ring: &mut ring.io,
+                limit: &self.limit,
+                in_flight: 0,
+                permits,
+                submit_all: pool.flags.submit_all,
+                chunk: self.submit_chunk,
+            };
+            let outcome = batch.run(ops, results, &mut next, bufs, files.as_deref());
+            drop(batch);
+            pool.give_back(ring);
+            if outcome? {
+                return Ok(());
             }
         }
-        let mut batch = Batch {
-            ring: &mut ring.io,
-            limit: &self.limit,
-            in_flight: 0,
-            permits: 0,
-            submit_all: pool.flags.submit_all,
-            chunk: self.submit_chunk,
-        };
-        let outcome = batch.run(
-            ops,
-            results,
-            self.bufs.as_ref().map(|b| &**b.inner()),
-            files.as_deref(),
-        );
-        drop(batch);
-        pool.give_back(ring);
-        outcome
     }
 }
 
@@ -491,15 +514,18 @@ struct Batch<'r> {
 }
 
 impl Batch<'_> {
+    /// Drives `ops[*next..]` until all are done (`Ok(true)`) or until the
+    /// engine-wide bound leaves this batch nothing in flight and no permit
+    /// (`Ok(false)`: the caller returns the ring, waits, and resumes).
     fn run(
         &mut self,
         ops: &[Op<'_>],
         results: &mut [io::Result<usize>],
+        next: &mut usize,
         bufs: Option<&PoolInner>,
         files: Option<&FileTable>,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         let cap = self.ring.params().sq_entries() as usize;
-        let mut next = 0;
         loop {
             // Fill: as many ops as the ring and our permits allow. Each entry
             // counts as in flight the moment it is queued, so that an error
@@ -509,24 +535,20 @@ impl Batch<'_> {
                 let (submitter, mut sq, _) = self.ring.split();
                 let mut pushed = 0;
                 let mut plan = SubmitPlan::new(self.chunk, self.in_flight == 0);
-                while next < ops.len() && self.in_flight < cap {
-                    if ops[next].settled {
-                        next += 1;
+                while *next < ops.len() && self.in_flight < cap {
+                    if ops[*next].settled {
+                        *next += 1;
                         continue;
                     }
                     if self.permits == self.in_flight {
-                        let want = (ops.len() - next).min(cap - self.in_flight);
-                        let got = if self.in_flight == 0 {
-                            self.limit.take(want)
-                        } else {
-                            self.limit.try_take(want)
-                        };
+                        let want = (ops.len() - *next).min(cap - self.in_flight);
+                        let got = self.limit.try_take(want);
                         if got == 0 {
                             break;
                         }
                         self.permits += got;
                     }
-                    let entry = build_entry(&ops[next], next as u64, bufs, files);
+                    let entry = build_entry(&ops[*next], *next as u64, bufs, files);
                     // SAFETY: the entry points into buffers (and iovec arrays)
                     // borrowed by `ops` for longer than this call, and this
                     // call does not return until every queued entry's
@@ -535,20 +557,20 @@ impl Batch<'_> {
                         .expect("in-flight count is bounded by the ring size");
                     self.in_flight += 1;
                     pushed += 1;
-                    next += 1;
-                    if plan.due(pushed) && next < ops.len() {
+                    *next += 1;
+                    if plan.due(pushed) && *next < ops.len() {
                         sq.sync();
                         submit_now(&submitter)?;
                     }
                 }
             }
             if self.in_flight == 0 {
-                break;
+                return Ok(*next >= ops.len());
             }
             // One kernel call: submit what was pushed and wait. Wait for all
             // in flight when the batch is fully pushed, else for one so that
             // the freed slot can be refilled.
-            let want = if next >= ops.len() && self.submit_all {
+            let want = if *next >= ops.len() && self.submit_all {
                 self.in_flight
             } else {
                 1
@@ -558,7 +580,6 @@ impl Batch<'_> {
                 results[idx] = ops[idx].result_from_raw(res);
             });
         }
-        Ok(())
     }
 
     fn enter(&mut self, want: usize) -> io::Result<()> {

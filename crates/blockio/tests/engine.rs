@@ -178,6 +178,55 @@ fn concurrent_threads_each_get_their_own_results() {
     });
 }
 
+/// More threads than rings, batches larger than both the ring and the
+/// in-flight bound: every thread must finish. (A thread that waited for
+/// permits while holding a ring, while others held permits and waited for a
+/// ring, once hung this; the watchdog turns such a hang into a failure.)
+#[test]
+fn threads_outnumbering_rings_and_permits_never_deadlock() {
+    let (tmp, data) = data_file(1 << 20, 7);
+    let (path, data) = (tmp.to_path_buf(), std::sync::Arc::new(data));
+    let e = Engine::builder()
+        .queue_depth(8)
+        .max_batch(4)
+        .rings(2)
+        .build()
+        .unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let threads = 10u64;
+    for t in 0..threads {
+        let (e, path, data, done_tx) = (e.clone(), path.clone(), data.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            let file = File::open(&path).unwrap();
+            let mut rng = Rng(500 + t);
+            let mut results = Vec::new();
+            for _ in 0..40 {
+                let n = 1 + rng.below(30) as usize;
+                let offs: Vec<u64> = (0..n).map(|_| rng.below(data.len() as u64 - 512)).collect();
+                let mut bufs = vec![[0u8; 512]; n];
+                let mut ops: Vec<Op> = offs
+                    .iter()
+                    .zip(bufs.iter_mut())
+                    .map(|(&o, b)| Op::read(&file, o, b))
+                    .collect();
+                e.submit_into(&mut ops, &mut results).unwrap();
+                drop(ops);
+                for (i, &o) in offs.iter().enumerate() {
+                    assert_eq!(*results[i].as_ref().unwrap(), 512);
+                    assert_eq!(&bufs[i][..], &data[o as usize..o as usize + 512]);
+                }
+            }
+            done_tx.send(t).unwrap();
+        });
+    }
+    drop(done_tx);
+    for _ in 0..threads {
+        done_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a submitting thread failed or is stuck (deadlock?)");
+    }
+}
+
 #[test]
 fn reads_at_and_past_end_of_file() {
     let (path, _) = data_file(10_000, 4);
