@@ -27,10 +27,11 @@ pub struct EngineBenchArgs {
     #[arg(long, default_value_t = 1024)]
     pub size_mib: u64,
     /// Seconds per measurement.
-    #[arg(long, default_value_t = 4.0)]
+    #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
-    /// Rounds of every measurement; the median is reported.
-    #[arg(long, default_value_t = 3)]
+    /// Rounds of every measurement (each contender once per round); medians
+    /// are reported.
+    #[arg(long, default_value_t = 5)]
     pub rounds: usize,
     /// Operations in flight.
     #[arg(long, default_value_t = 64)]
@@ -216,18 +217,71 @@ enum Buf {
     Pooled(PooledBuf),
 }
 
+/// The measurements of one round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contender {
+    Fio,
+    Raw,
+    One,
+    Two,
+    Many,
+    OneCall,
+    Registered,
+}
+
+impl Contender {
+    const COUNT: usize = 7;
+}
+
+/// A ratio between two contenders: the median of the per-round ratios and
+/// their range. Printed truncated to 3 decimals, never rounded up.
+#[derive(Debug, Clone, Copy)]
+struct Ratio {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Ratio {
+    fn paired(a: &[f64], b: &[f64]) -> Ratio {
+        let v: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        Ratio {
+            median: median(v.clone()),
+            min: v.iter().cloned().fold(f64::INFINITY, f64::min),
+            max: v.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+}
+
+impl std::fmt::Display for Ratio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.3} [{:.3}-{:.3}]",
+            truncate3(self.median),
+            truncate3(self.min),
+            truncate3(self.max)
+        )
+    }
+}
+
+/// The median (the mean of the middle two for an even count).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
-    v[v.len() / 2]
 }
 
 /// Runs the benchmark and prints the table or JSON.
 pub fn run(args: &EngineBenchArgs) -> Result<()> {
     if args.qd == 0 || args.qd > 4096 {
         bail!("--qd must be between 1 and 4096, got {}", args.qd);
+    }
+    if args.rounds == 0 {
+        bail!("--rounds must be at least 1");
     }
     if args.size_mib < 64 {
         bail!("--size-mib must be at least 64, got {}", args.size_mib);
@@ -270,34 +324,83 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         .registered_files(1)
         .build()?;
     let per_thread_64 = (args.qd / 64).max(1).max(8.min(args.qd));
-    let (mut fio, mut raw, mut one, mut allocs, mut two, mut many, mut whole) =
-        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
-    let mut reg = vec![];
+    // Every contender once per round, in reverse order every other round so
+    // that a drift of the shared host does not always favour the same one.
+    // Ratios are medians of per-round ratios (paired), IOPS medians of
+    // per-round IOPS.
+    let mut contenders = vec![Contender::Raw, Contender::One];
+    if fio_available {
+        contenders.insert(0, Contender::Fio);
+    }
+    contenders.extend([
+        Contender::Two,
+        Contender::Many,
+        Contender::OneCall,
+        Contender::Registered,
+    ]);
+    let mut iops: [Vec<f64>; Contender::COUNT] = Default::default();
+    let mut allocs = vec![];
     for round in 1..=args.rounds {
         say(&format!("round {round}/{}", args.rounds));
-        if fio_available {
-            if let Some(v) = fio_iops(&path, args.qd, args.seconds)? {
-                fio.push(v);
-            }
+        let mut order = contenders.clone();
+        if round % 2 == 0 {
+            order.reverse();
         }
-        raw.push(raw_loop(&path, args.qd, args.seconds)?);
-        let (iops, a) = engine_run(&engine, &path, 1, args.qd, args.seconds, None)?;
-        one.push(iops);
-        allocs.push(a);
-        two.push(engine_run(&engine, &path, 2, args.qd.div_ceil(2), args.seconds, None)?.0);
-        many.push(engine_run(&engine, &path, 64, per_thread_64, args.seconds, None)?.0);
-        whole.push(engine_run(&one_call, &path, 1, args.qd, args.seconds, None)?.0);
-        reg.push(engine_run(&tuned, &path, 1, args.qd, args.seconds, Some(&pool))?.0);
+        for c in order {
+            let v = match c {
+                Contender::Fio => match fio_iops(&path, args.qd, args.seconds)? {
+                    Some(v) => v,
+                    None => f64::NAN,
+                },
+                Contender::Raw => raw_loop(&path, args.qd, args.seconds)?,
+                Contender::One => {
+                    let (v, a) = engine_run(&engine, &path, 1, args.qd, args.seconds, None)?;
+                    allocs.push(a);
+                    v
+                }
+                Contender::Two => {
+                    let per_thread = args.qd.div_ceil(2);
+                    engine_run(&engine, &path, 2, per_thread, args.seconds, None)?.0
+                }
+                Contender::Many => {
+                    engine_run(&engine, &path, 64, per_thread_64, args.seconds, None)?.0
+                }
+                Contender::OneCall => {
+                    engine_run(&one_call, &path, 1, args.qd, args.seconds, None)?.0
+                }
+                Contender::Registered => {
+                    engine_run(&tuned, &path, 1, args.qd, args.seconds, Some(&pool))?.0
+                }
+            };
+            iops[c as usize].push(v);
+        }
     }
-    let fio = (!fio.is_empty()).then(|| median(fio));
-    let (raw, one, two, many, whole) = (
-        median(raw),
-        median(one),
-        median(two),
-        median(many),
-        median(whole),
+    let get = |c: Contender| &iops[c as usize];
+    let fio_rounds = get(Contender::Fio);
+    let fio_ok = !fio_rounds.is_empty() && fio_rounds.iter().all(|v| v.is_finite());
+    let fio = fio_ok.then(|| median(fio_rounds.clone()));
+    let (raw, one, two, many, whole, reg) = (
+        median(get(Contender::Raw).clone()),
+        median(get(Contender::One).clone()),
+        median(get(Contender::Two).clone()),
+        median(get(Contender::Many).clone()),
+        median(get(Contender::OneCall).clone()),
+        median(get(Contender::Registered).clone()),
     );
-    let reg = median(reg);
+    let paired = |a: Contender, b: Contender| Ratio::paired(get(a), get(b));
+    let vs_fio = |a: Contender| fio_ok.then(|| paired(a, Contender::Fio));
+    let (one_fio, whole_fio, reg_fio) = (
+        vs_fio(Contender::One),
+        vs_fio(Contender::OneCall),
+        vs_fio(Contender::Registered),
+    );
+    let one_raw = paired(Contender::One, Contender::Raw);
+    let (whole_raw, reg_raw) = (
+        paired(Contender::OneCall, Contender::Raw),
+        paired(Contender::Registered, Contender::Raw),
+    );
+    let two_one = paired(Contender::Two, Contender::One);
+    let many_one = paired(Contender::Many, Contender::One);
     let allocs_per_op = allocs.iter().cloned().fold(0.0, f64::max);
     if !args.keep {
         let _ = std::fs::remove_file(&path);
@@ -317,67 +420,111 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         "iops_64_threads": many,
         "batch_64_threads": per_thread_64,
         "iops_one_call_per_batch": whole,
-        "ratio_one_call_per_batch_vs_fio": fio.map(|f| whole / f),
+        "ratio_one_call_per_batch_vs_fio": whole_fio.map(|r| r.median),
         "iops_registered": reg,
-        "ratio_registered_vs_fio": fio.map(|f| reg / f),
-        "ratio_vs_fio": fio.map(|f| one / f),
-        "ratio_vs_raw": one / raw,
-        "ratio_2_threads": two / one,
-        "ratio_64_threads": many / one,
+        "ratio_registered_vs_fio": reg_fio.map(|r| r.median),
+        "ratio_vs_fio": one_fio.map(|r| r.median),
+        "ratio_vs_raw": one_raw.median,
+        "ratio_2_threads": two_one.median,
+        "ratio_64_threads": many_one.median,
+        "ratio_ranges": {
+            "vs_fio": one_fio.map(|r| [r.min, r.max]),
+            "vs_raw": [one_raw.min, one_raw.max],
+            "2_threads": [two_one.min, two_one.max],
+            "64_threads": [many_one.min, many_one.max],
+        },
+        "rounds_iops": {
+            "fio": fio_ok.then(|| fio_rounds.clone()),
+            "raw": get(Contender::Raw),
+            "engine": get(Contender::One),
+            "engine_2_threads": get(Contender::Two),
+            "engine_64_threads": get(Contender::Many),
+            "engine_one_call_per_batch": get(Contender::OneCall),
+            "engine_registered": get(Contender::Registered),
+        },
     });
     if args.json {
         println!("{json}");
         return Ok(());
     }
     let r = |x: f64| format!("{x:>10.0}");
-    println!("random 4 KiB O_DIRECT reads, {} in flight, {} MiB file, median of {} x {:.1}s (backend: {})",
-        args.qd, args.size_mib, args.rounds, args.seconds, engine.backend());
-    println!("{:<44} {:>10} {:>12}", "", "IOPS", "ratio");
+    println!(
+        "random 4 KiB O_DIRECT reads, {} in flight, {} MiB file, {} rounds x {:.1}s (backend: {})",
+        args.qd,
+        args.size_mib,
+        args.rounds,
+        args.seconds,
+        engine.backend()
+    );
+    println!("IOPS: median of the rounds; ratio: median of the per-round ratios [lowest-highest]");
+    println!("{:<44} {:>10}  ratio", "", "IOPS");
     match fio {
-        Some(f) => println!("{:<44} {} {:>12}", "fio io_uring (baseline)", r(f), "1.00"),
-        None => println!("{:<44} {:>10} {:>12}", "fio io_uring", "skipped", "-"),
+        Some(f) => println!("{:<44} {}  1.00", "fio io_uring (baseline)", r(f)),
+        None => println!("{:<44} {:>10}  -", "fio io_uring", "skipped"),
     }
     println!(
-        "{:<44} {} {:>12}",
+        "{:<44} {}  1.00",
         "raw io-uring crate loop (baseline)",
-        r(raw),
-        "1.00"
+        r(raw)
     );
-    let vs_fio = fio.map_or("-".into(), |f| format!("{:.3}", truncate3(one / f)));
+    let both = |f: Option<Ratio>, raw: Ratio| {
+        let f = f.map_or("-".into(), |f| format!("{f} fio"));
+        format!("{f}  {raw} raw")
+    };
     println!(
-        "{:<44} {} {:>6} fio {:>6.3} raw",
+        "{:<44} {}  {}",
         "engine batch API, 1 thread",
         r(one),
-        vs_fio,
-        truncate3(one / raw)
+        both(one_fio, one_raw)
     );
     println!(
-        "{:<44} {} {:>12}",
-        "engine, 2 threads (vs 1 thread)",
-        r(two),
-        format!("{:.3}", truncate3(two / one))
+        "{:<44} {}  {two_one} (vs 1 thread)",
+        "engine, 2 threads",
+        r(two)
     );
     println!(
-        "{:<44} {} {:>12}",
-        format!("engine, 64 threads x batch {per_thread_64} (vs 1 thread)"),
-        r(many),
-        format!("{:.3}", truncate3(many / one))
+        "{:<44} {}  {many_one} (vs 1 thread)",
+        format!("engine, 64 threads x batch {per_thread_64}"),
+        r(many)
     );
-    let whole_vs_fio = fio.map_or("-".into(), |f| format!("{:.3}", truncate3(whole / f)));
     println!(
-        "{:<44} {} {:>6} fio {:>6.3} raw",
+        "{:<44} {}  {}",
         "engine, 1 thread, submit_chunk(0): 1 call",
         r(whole),
-        whole_vs_fio,
-        truncate3(whole / raw)
+        both(whole_fio, whole_raw)
     );
     println!(
-        "{:<44} {} {:>6} fio {:>6.3} raw",
+        "{:<44} {}  {}",
         "engine, registered buffers + file",
         r(reg),
-        fio.map_or("-".into(), |f| format!("{:.3}", truncate3(reg / f))),
-        truncate3(reg / raw)
+        both(reg_fio, reg_raw)
     );
     println!("heap allocations per operation (1 thread, steady state): {allocs_per_op:.4}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(vec![]).is_nan());
+    }
+
+    #[test]
+    fn ratios_pair_rounds_before_taking_the_median() {
+        // The host's speed moves between rounds, and each round compares
+        // the two in the same conditions: 0.95, 1.1 and 1.083. The ratio
+        // of the medians (95 / 100 = 0.95) would pair values from
+        // different rounds.
+        let ours = [95.0, 88.0, 130.0];
+        let theirs = [100.0, 80.0, 120.0];
+        let r = Ratio::paired(&ours, &theirs);
+        assert!((r.median - 130.0 / 120.0).abs() < 1e-9, "{r:?}");
+        assert!((r.min - 0.95).abs() < 1e-9 && (r.max - 1.1).abs() < 1e-9);
+        assert_eq!(r.to_string(), "1.083 [0.950-1.100]");
+    }
 }
