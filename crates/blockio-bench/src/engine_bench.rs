@@ -348,10 +348,7 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         }
         for c in order {
             let v = match c {
-                Contender::Fio => match fio_iops(&path, args.qd, args.seconds)? {
-                    Some(v) => v,
-                    None => f64::NAN,
-                },
+                Contender::Fio => fio_iops(&path, args.qd, args.seconds)?.unwrap_or(f64::NAN),
                 Contender::Raw => raw_loop(&path, args.qd, args.seconds)?,
                 Contender::One => {
                     let (v, a) = engine_run(&engine, &path, 1, args.qd, args.seconds, None)?;
