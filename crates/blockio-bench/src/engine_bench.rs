@@ -243,8 +243,15 @@ struct Ratio {
 }
 
 impl Ratio {
+    /// Per-round ratios `a / b`, leaving out rounds where either has no
+    /// figure.
     fn paired(a: &[f64], b: &[f64]) -> Ratio {
-        let v: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        let v: Vec<f64> = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| x / y)
+            .filter(|r| r.is_finite())
+            .collect();
         Ratio {
             median: median(v.clone()),
             min: v.iter().cloned().fold(f64::INFINITY, f64::min),
@@ -373,16 +380,19 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         }
     }
     let get = |c: Contender| &iops[c as usize];
+    // Rounds where fio printed no figure (NaN) drop out of its median and
+    // of every ratio to it.
     let fio_rounds = get(Contender::Fio);
-    let fio_ok = !fio_rounds.is_empty() && fio_rounds.iter().all(|v| v.is_finite());
-    let fio = fio_ok.then(|| median(fio_rounds.clone()));
+    let fio_ok = fio_rounds.iter().any(|v| v.is_finite());
+    let med = |c: Contender| median(get(c).iter().cloned().filter(|v| v.is_finite()).collect());
+    let fio = fio_ok.then(|| med(Contender::Fio));
     let (raw, one, two, many, whole, reg) = (
-        median(get(Contender::Raw).clone()),
-        median(get(Contender::One).clone()),
-        median(get(Contender::Two).clone()),
-        median(get(Contender::Many).clone()),
-        median(get(Contender::OneCall).clone()),
-        median(get(Contender::Registered).clone()),
+        med(Contender::Raw),
+        med(Contender::One),
+        med(Contender::Two),
+        med(Contender::Many),
+        med(Contender::OneCall),
+        med(Contender::Registered),
     );
     let paired = |a: Contender, b: Contender| Ratio::paired(get(a), get(b));
     let vs_fio = |a: Contender| fio_ok.then(|| paired(a, Contender::Fio));
@@ -523,5 +533,11 @@ mod tests {
         assert!((r.median - 130.0 / 120.0).abs() < 1e-9, "{r:?}");
         assert!((r.min - 0.95).abs() < 1e-9 && (r.max - 1.1).abs() < 1e-9);
         assert_eq!(r.to_string(), "1.083 [0.950-1.100]");
+        // A round without a figure (fio failed) is left out of the pairs.
+        let r = Ratio::paired(&[95.0, 88.0, 130.0], &[100.0, f64::NAN, 120.0]);
+        assert!(
+            (r.median - (0.95 + 130.0 / 120.0) / 2.0).abs() < 1e-9,
+            "{r:?}"
+        );
     }
 }
