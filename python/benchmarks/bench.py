@@ -208,21 +208,20 @@ def main() -> int:
         "read_batch1_warm": lambda: sync_read_batch(engine, buffered, blocks, args.seconds, 1),
     }
     results: dict = {k: [] for k in list(plans) + list(warm_plans)}
-    for r in range(args.rounds):
-        order = list(plans.items())
-        if r % 2:
-            order.reverse()
-        for name, fn in order:
-            say(f"round {r + 1}/{args.rounds}: {name}")
-            results[name].append(fn())
+
+    def run_rounds(group: dict) -> None:
+        # Every plan once per round, in reverse order every other round.
+        for r in range(args.rounds):
+            order = list(group.items())
+            if r % 2:
+                order.reverse()
+            for name, fn in order:
+                say(f"round {r + 1}/{args.rounds}: {name}")
+                results[name].append(fn())
+
+    run_rounds(plans)
     warm(args.file)
-    for r in range(args.rounds):
-        order = list(warm_plans.items())
-        if r % 2:
-            order.reverse()
-        for name, fn in order:
-            say(f"round {r + 1}/{args.rounds}: {name}")
-            results[name].append(fn())
+    run_rounds(warm_plans)
     os.close(direct)
     os.close(buffered)
     engine.close()

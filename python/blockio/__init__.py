@@ -260,9 +260,7 @@ class Engine:
         self, ops: Iterable[Tuple[FileLike, Any, int]], return_exceptions: bool = False
     ) -> List[Any]:
         """:meth:`readinto_batch` as a coroutine."""
-        ops = list(ops)
-        res = await self._run(ops, self._core.submit_readinto, [(_fd(f), _flat(b), off) for f, b, off in ops])
-        return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
+        return await self._abuffers(ops, self._core.submit_readinto, return_exceptions)
 
     async def areadinto(self, file: FileLike, buf: Any, offset: int) -> int:
         """Reads into ``buf`` at ``offset``; the byte count."""
@@ -272,8 +270,14 @@ class Engine:
         self, ops: Iterable[Tuple[FileLike, Any, int]], return_exceptions: bool = False
     ) -> List[Any]:
         """:meth:`write_batch` as a coroutine."""
+        return await self._abuffers(ops, self._core.submit_write, return_exceptions)
+
+    async def _abuffers(
+        self, ops: Iterable[Tuple[FileLike, Any, int]], submit: Any, return_exceptions: bool
+    ) -> List[Any]:
+        """One batch of ``(file, buffer, offset)`` operations through ``submit``."""
         ops = list(ops)
-        res = await self._run(ops, self._core.submit_write, [(_fd(f), _flat(b), off) for f, b, off in ops])
+        res = await self._run(ops, submit, [(_fd(f), _flat(b), off) for f, b, off in ops])
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
 
     async def awrite(self, file: FileLike, data: Any, offset: int) -> int:
