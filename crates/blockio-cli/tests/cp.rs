@@ -59,6 +59,10 @@ fn tree(root: &Path) {
     fs::set_permissions(t.join("a/small"), fs::Permissions::from_mode(0o640)).unwrap();
     fs::set_permissions(t.join("a/b/f1"), fs::Permissions::from_mode(0o755)).unwrap();
     fs::set_permissions(t.join("a/b/c"), fs::Permissions::from_mode(0o750)).unwrap();
+    // Read-only: made writable while it is filled, its mode set at the end.
+    fs::create_dir(t.join("a/ro")).unwrap();
+    fs::write(t.join("a/ro/inside"), bytes(300, 5)).unwrap();
+    fs::set_permissions(t.join("a/ro"), fs::Permissions::from_mode(0o555)).unwrap();
     let fifo = std::ffi::CString::new(t.join("fifo").as_os_str().as_bytes()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
     // Old times, to see that -p keeps them and a plain copy does not.
@@ -292,10 +296,10 @@ fn json_summary_counts_what_was_copied() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["files"], 106);
+    assert_eq!(v["files"], 107);
     assert_eq!(v["symlinks"], 2);
     assert_eq!(v["specials"], 1);
-    assert_eq!(v["dirs"], 5, "src, a, a/b, a/b/c, empty dir");
+    assert_eq!(v["dirs"], 6, "src, a, a/b, a/b/c, a/ro, empty dir");
     assert_eq!(v["errors"], 0);
     assert!(v["bytes"].as_u64().unwrap() > 5 << 20);
     assert_same(&dir.path().join("src"), &dir.path().join("dst"), false);

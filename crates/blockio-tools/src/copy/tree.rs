@@ -71,8 +71,8 @@ pub(crate) struct Counts {
 struct Fixup {
     path: PathBuf,
     st: libc::statx,
-    /// The mode to set (None: what mkdir made is right).
-    chmod: Option<u32>,
+    /// The mode to set.
+    chmod: u32,
 }
 
 pub(crate) fn run(
@@ -515,11 +515,16 @@ impl Walker<'_> {
                         e.mode() & 0o777 & !self.umask
                     };
                     let made = ((e.mode() & 0o7777) | 0o700) & !self.umask;
-                    self.fixups.lock().expect("lock").push(Fixup {
-                        path: dst.clone(),
-                        st: e.st,
-                        chmod: (want != made || self.opts.preserve).then_some(want),
-                    });
+                    // Nothing to set at the end when mkdir made it right,
+                    // the usual case (opening every directory again for
+                    // nothing made a serial tail after the copy).
+                    if want != made || self.opts.preserve {
+                        self.fixups.lock().expect("lock").push(Fixup {
+                            path: dst.clone(),
+                            st: e.st,
+                            chmod: want,
+                        });
+                    }
                 }
                 Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
                     if !std::fs::metadata(&dst).is_ok_and(|m| m.is_dir()) {
@@ -539,7 +544,7 @@ impl Walker<'_> {
                         self.fixups.lock().expect("lock").push(Fixup {
                             path: dst.clone(),
                             st: e.st,
-                            chmod: Some(e.mode() & 0o7777),
+                            chmod: e.mode() & 0o7777,
                         });
                     }
                 }
@@ -709,9 +714,9 @@ impl Walker<'_> {
                 }
             };
             let r = if self.opts.preserve {
-                set_attrs_at(&dir, c"", &f.st, f.chmod)
+                set_attrs_at(&dir, c"", &f.st, Some(f.chmod))
             } else {
-                f.chmod.map_or(Ok(()), |m| fchmod(&dir, m))
+                fchmod(&dir, f.chmod)
             };
             if let Err(e) = r {
                 self.errors.report(
