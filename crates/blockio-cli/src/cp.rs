@@ -26,7 +26,9 @@ pub struct CpArgs {
     /// Do not overwrite existing files.
     #[arg(short = 'n', long)]
     no_clobber: bool,
-    /// Make the copy durable: fsync every file and directory written.
+    /// Make the copy durable before exiting: files of 1 MiB or more are
+    /// fsynced each, then one syncfs per destination file system covers the
+    /// rest (small files, directories, links, attributes).
     #[arg(long)]
     fsync: bool,
     /// Print a JSON summary on stdout at the end.

@@ -11,6 +11,22 @@ use blockio::{Engine, Op, Open, PathAt};
 use super::tree::{set_attrs_at, Counts, DirPair, Entry, Group};
 use super::{quote, CopyOptions, Errors, Progress};
 
+/// With `--fsync`, files of at least this many bytes have their write-back
+/// started as their blocks are written and are fsynced each: a large copy
+/// streams to the disk, and a failure names its file. Smaller files, like
+/// the directories, are made durable by one `syncfs` per destination file
+/// system at the end (`Walker::finish_dirs`): on tree (a), 20,000 files of
+/// 4 KiB, cold, 0.67-0.78 s against 1.14-1.21 s with an fsync per file. On
+/// ext4 without a journal each such fsync writes the file's data, its
+/// inode's table block and its parent directory, then flushes the disk's
+/// cache; the syncfs writes them all merged, with one flush.
+pub(crate) const FSYNC_EACH_MIN: u64 = 1 << 20;
+
+/// Whether `e` is made durable by an fsync of its own (with `--fsync`).
+fn fsync_each(opts: &CopyOptions, e: &Entry) -> bool {
+    opts.fsync && e.st.stx_size >= FSYNC_EACH_MIN
+}
+
 /// One file of the group on its way.
 struct Job<'g> {
     e: &'g Entry,
@@ -62,7 +78,7 @@ pub(crate) fn copy_group(
     let mut chunks = Vec::new();
     for (i, j) in jobs.iter_mut().enumerate() {
         if ranged[i] {
-            match copy_range(j, opts.fsync, progress) {
+            match copy_range(j, fsync_each(opts, j.e), progress) {
                 Ok(true) => continue,
                 // Not supported between these files: the buffered path.
                 Ok(false) => {}
@@ -136,7 +152,7 @@ pub(crate) fn copy_group(
     }
     if opts.fsync {
         let live: Vec<usize> = (0..jobs.len())
-            .filter(|&i| jobs[i].failed.is_none())
+            .filter(|&i| jobs[i].failed.is_none() && fsync_each(opts, jobs[i].e))
             .collect();
         let mut ops: Vec<Op<'_>> = live.iter().map(|&i| Op::fsync(&jobs[i].dst)).collect();
         let results = engine.submit(&mut ops);
@@ -314,7 +330,6 @@ fn copy_wave(
     opts: &CopyOptions,
     progress: &Progress,
 ) {
-    let durable = opts.fsync;
     let mut got = vec![0usize; wave.len()];
     let mut slots = slots(arena, wave);
     {
@@ -357,7 +372,7 @@ fn copy_wave(
             match write_full(&jobs[c.job].dst, c.offset, &slot[..got[k]], 0) {
                 Ok(()) => {
                     progress.bytes.fetch_add(got[k] as u64, Ordering::Relaxed);
-                    if durable {
+                    if fsync_each(opts, jobs[c.job].e) {
                         start_writeback(&jobs[c.job].dst, c.offset, got[k]);
                     }
                 }

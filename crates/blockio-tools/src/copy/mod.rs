@@ -14,8 +14,12 @@
 //! A group is copied with a handful of batches: open all sources (through
 //! the ring), create all destinations, then waves of reads of
 //! [`CopyOptions::block`] bytes — many files' blocks in flight at once, one
-//! kernel call per wave — and their writes, then fsync (with `--fsync`) and
-//! close all, again one batch each. Two things are plain system calls from
+//! kernel call per wave — and their writes, then fsync (with `--fsync`, for
+//! files of 1 MiB or more) and close all, again one batch each. With
+//! `--fsync` the rest (small files, directories, links) is made durable by
+//! one `syncfs` per destination file system at the end: on ext4 without a
+//! journal that measured 0.67-0.78 s against 1.14-1.21 s with an fsync per
+//! file, for 20,000 files of 4 KiB. Two things are plain system calls from
 //! the copying thread, because the ring measured slower for them on ext4:
 //! creating a file (`O_CREAT` always goes to io_uring's worker threads) and
 //! buffered writes (also punted; the page cache takes them at memory speed).
@@ -56,7 +60,10 @@ pub struct CopyOptions {
     pub preserve: bool,
     /// Do not overwrite existing files (`-n`).
     pub no_clobber: bool,
-    /// Make the copy durable: fsync every file and directory written.
+    /// Make the copy durable: files of 1 MiB or more are fsynced each (a
+    /// failure names the file), then one `syncfs` per destination file
+    /// system makes the rest durable (a failure there names the file
+    /// system).
     pub fsync: bool,
     /// Bytes per read and write (default 1 MiB).
     pub block: usize,

@@ -7,12 +7,12 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use blockio::{Engine, Op, Open, PathAt};
+use blockio::{Engine, PathAt};
 
 use super::files;
 use super::{cname, quote, CopyOptions, CopyReport, Errors, Progress};
@@ -97,7 +97,7 @@ pub(crate) fn run(
         counts: &counts,
         work: Work::default(),
         fixups: Mutex::new(Vec::new()),
-        written_dirs: Mutex::new(Vec::new()),
+        filesystems: Mutex::new(Vec::new()),
         umask: current_umask(),
     };
     for src in sources {
@@ -232,8 +232,11 @@ struct Walker<'a> {
     counts: &'a Counts,
     work: Work,
     fixups: Mutex<Vec<Fixup>>,
-    /// Directories to fsync at the end (with `--fsync`).
-    written_dirs: Mutex<Vec<PathBuf>>,
+    /// With `--fsync`, the destination file systems written to: device
+    /// number, a directory there (for messages), and that directory opened
+    /// before anything was written there (`syncfs` reports the write-back
+    /// errors that happened since its file was opened).
+    filesystems: Mutex<Vec<(u64, PathBuf, File)>>,
     umask: u32,
 }
 
@@ -352,12 +355,6 @@ impl Walker<'_> {
             src_path: src.parent().unwrap_or(Path::new("")).to_path_buf(),
             dst_path: target.parent().unwrap_or(Path::new("")).to_path_buf(),
         };
-        if self.opts.fsync {
-            self.written_dirs
-                .lock()
-                .expect("lock")
-                .push(parent(&target).to_path_buf());
-        }
         let entry = Entry {
             src_name,
             dst_name,
@@ -378,7 +375,34 @@ impl Walker<'_> {
                 .ok()
         };
         let s = open(src)?;
-        Some((s, open(dst)?))
+        let d = open(dst)?;
+        if self.opts.fsync {
+            self.note_filesystem(&d, dst);
+        }
+        Some((s, d))
+    }
+
+    /// Remembers the file system of a destination directory, to `syncfs`
+    /// it at the end.
+    fn note_filesystem(&self, dir: &File, path: &Path) {
+        let dev = match dir.metadata() {
+            Ok(m) => m.dev(),
+            Err(e) => {
+                return self
+                    .errors
+                    .report(format!("cannot stat {}", quote(path)), Some(e))
+            }
+        };
+        let mut known = self.filesystems.lock().expect("lock");
+        if known.iter().any(|(d, _, _)| *d == dev) {
+            return;
+        }
+        match dir.try_clone() {
+            Ok(f) => known.push((dev, path.to_path_buf(), f)),
+            Err(e) => self
+                .errors
+                .report(format!("cannot access {}", quote(path)), Some(e)),
+        }
     }
 
     /// One directory of the tree, already made at `dst`.
@@ -557,9 +581,6 @@ impl Walker<'_> {
                 }
             }
             self.progress.dirs.fetch_add(1, Ordering::Relaxed);
-            if self.opts.fsync {
-                self.written_dirs.lock().expect("lock").push(dst.clone());
-            }
             self.work.push(Task::Dir(src, dst));
         }
     }
@@ -700,8 +721,8 @@ impl Walker<'_> {
     }
 
     /// Final modes and times of the directories made (deepest first, after
-    /// all their contents), then with `--fsync` an fsync of every directory
-    /// written into.
+    /// all their contents), then with `--fsync` a `syncfs` of every
+    /// destination file system.
     fn finish_dirs(&self) {
         let fixups = std::mem::take(&mut *self.fixups.lock().expect("lock"));
         for f in &fixups {
@@ -728,48 +749,21 @@ impl Walker<'_> {
         if !self.opts.fsync {
             return;
         }
-        let mut written = std::mem::take(&mut *self.written_dirs.lock().expect("lock"));
-        written.sort();
-        written.dedup();
-        for chunk in written.chunks(256) {
-            let names: Vec<CString> = chunk.iter().map(|p| cname(p.as_os_str())).collect();
-            let opens: Vec<Open<'_>> = names
-                .iter()
-                .map(|n| Open::new(PathAt::cwd(n)).flags(libc::O_RDONLY | libc::O_DIRECTORY))
-                .collect();
-            let fds = match self.engine.open_batch(&opens) {
-                Ok(f) => f,
-                Err(e) => {
-                    return self
-                        .errors
-                        .report("cannot fsync directories".into(), Some(e))
-                }
-            };
-            let mut open = Vec::new();
-            for (fd, p) in fds.into_iter().zip(chunk) {
-                match fd {
-                    Ok(fd) => open.push((fd, p)),
-                    Err(e) => self
-                        .errors
-                        .report(format!("cannot fsync {}", quote(p)), Some(e)),
-                }
+        // One syncfs per destination file system makes durable what no
+        // fsync of its own did: the small files (see
+        // `files::FSYNC_EACH_MIN`), the directories, links and attributes.
+        let filesystems = std::mem::take(&mut *self.filesystems.lock().expect("lock"));
+        for (_, path, dir) in filesystems {
+            // SAFETY: a valid descriptor; no memory is passed.
+            if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+                self.errors.report(
+                    format!(
+                        "cannot make the copy durable: syncfs on the file system of {} failed, so files written there may be incomplete",
+                        quote(&path)
+                    ),
+                    Some(io::Error::last_os_error()),
+                );
             }
-            let mut ops: Vec<Op<'_>> = open.iter().map(|(fd, _)| Op::fsync(fd)).collect();
-            match self.engine.submit(&mut ops) {
-                Ok(rs) => {
-                    for (r, (_, p)) in rs.into_iter().zip(&open) {
-                        if let Err(e) = r {
-                            self.errors
-                                .report(format!("cannot fsync {}", quote(p)), Some(e));
-                        }
-                    }
-                }
-                Err(e) => self
-                    .errors
-                    .report("cannot fsync directories".into(), Some(e)),
-            }
-            drop(ops);
-            let _ = self.engine.close_batch(open.into_iter().map(|(fd, _)| fd));
         }
     }
 }
