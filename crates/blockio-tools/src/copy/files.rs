@@ -46,15 +46,16 @@ struct Chunk {
 
 pub(crate) fn copy_group(
     engine: &Engine,
-    g: &Group,
+    g: Group,
     opts: &CopyOptions,
     progress: &Progress,
     counts: &Counts,
     errors: &Errors<'_>,
     arena: &mut Vec<u8>,
 ) {
-    let dirs = &*g.dirs;
-    let mut jobs = match open_all(engine, g, opts, counts, errors) {
+    let Group { dirs, mut files } = g;
+    let dirs = &*dirs;
+    let mut jobs = match open_all(engine, dirs, &mut files, opts, counts, errors) {
         Some(j) => j,
         None => return,
     };
@@ -227,14 +228,13 @@ pub(crate) fn copy_group(
 /// files that failed are reported and left out.
 fn open_all<'g>(
     engine: &Engine,
-    g: &'g Group,
+    dirs: &DirPair,
+    files: &'g mut [Entry],
     opts: &CopyOptions,
     counts: &Counts,
     errors: &Errors<'_>,
 ) -> Option<Vec<Job<'g>>> {
-    let dirs = &*g.dirs;
-    let opens: Vec<Open<'_>> = g
-        .files
+    let opens: Vec<Open<'_>> = files
         .iter()
         .map(|e| {
             Open::new(PathAt::in_dir(&dirs.src, &e.src_name))
@@ -251,18 +251,39 @@ fn open_all<'g>(
             return None;
         }
     };
+    drop(opens);
     let mut opened = Vec::with_capacity(srcs.len());
-    for (e, r) in g.files.iter().zip(srcs) {
-        match r {
-            Ok(fd) => opened.push((e, fd)),
-            Err(err) => errors.report(
-                format!(
-                    "cannot open {} for reading",
-                    quote(&dirs.src_of(&e.src_name))
-                ),
-                Some(err),
-            ),
+    for (e, r) in files.iter_mut().zip(srcs) {
+        let src = dirs.src_of(&e.src_name);
+        let fd = match r {
+            Ok(fd) => fd,
+            Err(err) => {
+                errors.report(
+                    format!("cannot open {} for reading", quote(&src)),
+                    Some(err),
+                );
+                continue;
+            }
+        };
+        // A file listed without its attributes gets them from the
+        // descriptor: the file itself, whatever happened to its name since.
+        if !e.stated() {
+            match fstat(&fd) {
+                Ok(st) => e.st = st,
+                Err(err) => {
+                    errors.report(format!("cannot stat {}", quote(&src)), Some(err));
+                    continue;
+                }
+            }
         }
+        if e.st.stx_mode as u32 & libc::S_IFMT != libc::S_IFREG {
+            errors.report(
+                format!("{} is no longer a regular file: not copied", quote(&src)),
+                None,
+            );
+            continue;
+        }
+        opened.push((&*e, fd));
     }
     let excl = if opts.no_clobber { libc::O_EXCL } else { 0 };
     let perms = if opts.preserve { 0o7777 } else { 0o777 };
@@ -559,6 +580,28 @@ fn start_writeback(fd: &OwnedFd, offset: u64, len: usize) {
             len as i64,
             libc::SYNC_FILE_RANGE_WRITE,
         );
+    }
+}
+
+/// The attributes of an open file.
+fn fstat(fd: &OwnedFd) -> io::Result<libc::statx> {
+    // SAFETY: `statx` is plain old data; all zeroes is a valid value.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd, an empty NUL-terminated path with AT_EMPTY_PATH,
+    // and a pointer to a local statx the kernel fills in.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BASIC_STATS,
+            &mut st,
+        )
+    };
+    if r == 0 {
+        Ok(st)
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

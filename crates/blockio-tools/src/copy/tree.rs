@@ -40,10 +40,25 @@ impl DirPair {
 pub(crate) struct Entry {
     pub src_name: CString,
     pub dst_name: CString,
+    /// For a regular file listed in a directory, only its type until the
+    /// worker copying it fills the rest in from the open source
+    /// ([`Entry::stated`] says which).
     pub st: libc::statx,
 }
 
 impl Entry {
+    /// The `statx` of a regular file known from its directory entry only.
+    fn unstated() -> libc::statx {
+        // SAFETY: `statx` is plain old data; all zeroes is a valid value.
+        let mut st: libc::statx = unsafe { std::mem::zeroed() };
+        st.stx_mode = libc::S_IFREG as u16;
+        st
+    }
+    /// Whether `st` holds the file's attributes (`statx` sets the mask),
+    /// not only its type.
+    pub fn stated(&self) -> bool {
+        self.st.stx_mask != 0
+    }
     pub fn mode(&self) -> u32 {
         u32::from(self.st.stx_mode)
     }
@@ -272,7 +287,7 @@ impl Walker<'_> {
                 Task::Dir(src, dst) => self.directory(src, dst),
                 Task::Files(g) => files::copy_group(
                     self.engine,
-                    &g,
+                    g,
                     self.opts,
                     self.progress,
                     self.counts,
@@ -415,7 +430,12 @@ impl Walker<'_> {
             Ok(rd) => {
                 for e in rd {
                     match e {
-                        Ok(e) => names.push(cname(&e.file_name())),
+                        // The type from the directory itself (`d_type`),
+                        // where the file system gives it.
+                        Ok(e) => {
+                            let regular = e.file_type().is_ok_and(|t| t.is_file());
+                            names.push((cname(&e.file_name()), regular));
+                        }
                         Err(e) => {
                             self.errors
                                 .report(format!("cannot read directory {}", quote(&src)), Some(e));
@@ -439,10 +459,22 @@ impl Walker<'_> {
             src_path: src,
             dst_path: dst,
         });
-        let mut entries = Vec::with_capacity(names.len());
-        for chunk in names.chunks(256) {
-            let at: Vec<PathAt<'_>> = chunk.iter().map(|n| PathAt::in_dir(&pair.src, n)).collect();
-            let stats = match self.engine.stat_batch(&at, libc::AT_SYMLINK_NOFOLLOW) {
+        // Regular files are not `statx`ed here: the worker that copies one
+        // opens it anyway and reads its attributes from the descriptor
+        // (`Entry::unstated`), which saves a path lookup per file and, on
+        // ext4, a trip through io_uring's worker threads (where `statx`
+        // always goes). Everything else is `statx`ed in batches.
+        let mut stats: Vec<Option<libc::statx>> = names
+            .iter()
+            .map(|(_, regular)| regular.then(Entry::unstated))
+            .collect();
+        let unknown: Vec<usize> = (0..names.len()).filter(|&i| !names[i].1).collect();
+        for chunk in unknown.chunks(256) {
+            let at: Vec<PathAt<'_>> = chunk
+                .iter()
+                .map(|&i| PathAt::in_dir(&pair.src, &names[i].0))
+                .collect();
+            let got = match self.engine.stat_batch(&at, libc::AT_SYMLINK_NOFOLLOW) {
                 Ok(s) => s,
                 Err(e) => {
                     return self
@@ -450,20 +482,27 @@ impl Walker<'_> {
                         .report(format!("cannot stat in {}", quote(&pair.src_path)), Some(e))
                 }
             };
-            for (name, st) in chunk.iter().zip(stats) {
+            for (&i, st) in chunk.iter().zip(got) {
                 match st {
-                    Ok(st) => entries.push(Entry {
-                        src_name: name.clone(),
-                        dst_name: name.clone(),
-                        st,
-                    }),
+                    Ok(st) => stats[i] = Some(st),
                     Err(e) => self.errors.report(
-                        format!("cannot stat {}", quote(&pair.src_of(name))),
+                        format!("cannot stat {}", quote(&pair.src_of(&names[i].0))),
                         Some(e),
                     ),
                 }
             }
         }
+        let entries = names
+            .into_iter()
+            .zip(stats)
+            .filter_map(|((name, _), st)| {
+                Some(Entry {
+                    src_name: name.clone(),
+                    dst_name: name,
+                    st: st?,
+                })
+            })
+            .collect();
         self.entries(&pair, entries);
     }
 
