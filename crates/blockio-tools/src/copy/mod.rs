@@ -4,15 +4,17 @@
 //!
 //! The tree is walked **breadth-first** by a few threads (the CPUs plus
 //! one) that share one queue of tasks: directories to list and groups of
-//! files to copy. Listing a directory means reading its names, `statx`ing
-//! all of them in one engine batch (on a cold cache each may wait for an
-//! inode block: through the ring they wait together), making the
-//! subdirectories in one `mkdirat` batch and the symbolic links in one
-//! `symlinkat` batch, and queueing its regular files in groups of up to
-//! [`CopyOptions::group`] files or [`CopyOptions::wave`] bytes.
+//! files to copy. Listing a directory means reading its names and types,
+//! `statx`ing those that are not regular files in one engine batch (on a
+//! cold cache each may wait for an inode block: through the ring they wait
+//! together), making the subdirectories in one `mkdirat` batch and the
+//! symbolic links in one `symlinkat` batch, and queueing its regular files
+//! in groups of up to [`CopyOptions::group`] files (or
+//! [`CopyOptions::wave`] bytes, where sizes are known).
 //!
 //! A group is copied with a handful of batches: open all sources (through
-//! the ring), create all destinations, then waves of reads of
+//! the ring; their sizes and modes then come from the descriptors), create
+//! all destinations, then waves of reads of
 //! [`CopyOptions::block`] bytes — many files' blocks in flight at once, one
 //! kernel call per wave — and their writes, then fsync (with `--fsync`, for
 //! files of 1 MiB or more) and close all, again one batch each. With
