@@ -5,6 +5,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use blockio::{Engine, Op, Open, PathAt};
 
@@ -44,6 +45,10 @@ struct Chunk {
     len: usize,
 }
 
+/// Copies a group; files beyond its first wave of bytes (sizes are only
+/// known once the files are open) go back to the queue through `requeue`,
+/// so that large files are copied by several workers at once.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn copy_group(
     engine: &Engine,
     g: Group,
@@ -52,11 +57,23 @@ pub(crate) fn copy_group(
     counts: &Counts,
     errors: &Errors<'_>,
     arena: &mut Vec<u8>,
+    requeue: &dyn Fn(Group),
 ) {
-    let Group { dirs, mut files } = g;
-    let dirs = &*dirs;
+    let Group {
+        dirs: pair,
+        mut files,
+    } = g;
+    let dirs = &*pair;
     let mut jobs = match open_all(engine, dirs, &mut files, opts, counts, errors) {
-        Some(j) => j,
+        Some((jobs, rest)) => {
+            if !rest.is_empty() {
+                requeue(Group {
+                    dirs: Arc::clone(&pair),
+                    files: rest,
+                });
+            }
+            jobs
+        }
         None => return,
     };
 
@@ -225,7 +242,8 @@ pub(crate) fn copy_group(
 }
 
 /// Opens the group's sources, then its destinations, one batch each; the
-/// files that failed are reported and left out.
+/// files that failed are reported and left out. Returns the files to copy
+/// now, and those beyond the first wave of bytes, to be queued again.
 fn open_all<'g>(
     engine: &Engine,
     dirs: &DirPair,
@@ -233,7 +251,7 @@ fn open_all<'g>(
     opts: &CopyOptions,
     counts: &Counts,
     errors: &Errors<'_>,
-) -> Option<Vec<Job<'g>>> {
+) -> Option<(Vec<Job<'g>>, Vec<Entry>)> {
     let opens: Vec<Open<'_>> = files
         .iter()
         .map(|e| {
@@ -285,6 +303,8 @@ fn open_all<'g>(
         }
         opened.push((&*e, fd));
     }
+    let keep = first_wave(opened.iter().map(|(e, _)| e.st.stx_size), opts.wave as u64);
+    let rest: Vec<Entry> = opened.drain(keep..).map(|(e, _)| e.clone()).collect();
     let excl = if opts.no_clobber { libc::O_EXCL } else { 0 };
     let perms = if opts.preserve { 0o7777 } else { 0o777 };
     // Creating a file always goes to io_uring's worker threads (O_CREAT
@@ -338,7 +358,7 @@ fn open_all<'g>(
             ),
         }
     }
-    Some(jobs)
+    Some((jobs, rest))
 }
 
 /// One wave: all its reads in one batch, then all its writes in one.
@@ -583,6 +603,21 @@ fn start_writeback(fd: &OwnedFd, offset: u64, len: usize) {
     }
 }
 
+/// How many of the first files (at least one) fit in `wave` bytes: they
+/// are copied now, the rest are closed and handed back to the queue.
+fn first_wave(sizes: impl Iterator<Item = u64>, wave: u64) -> usize {
+    let mut bytes = 0u64;
+    let mut n = 0;
+    for size in sizes {
+        if n > 0 && bytes + size > wave {
+            break;
+        }
+        bytes += size;
+        n += 1;
+    }
+    n
+}
+
 /// The attributes of an open file.
 fn fstat(fd: &OwnedFd) -> io::Result<libc::statx> {
     // SAFETY: `statx` is plain old data; all zeroes is a valid value.
@@ -636,5 +671,22 @@ fn clone(e: &io::Error) -> io::Error {
     match blockio::errno(e) {
         Some(code) => io::Error::from_raw_os_error(code),
         None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_wave;
+
+    #[test]
+    fn a_group_keeps_the_files_that_fit_in_a_wave_and_at_least_one() {
+        let w = 16 << 20;
+        assert_eq!(first_wave([1 << 30, 1 << 30].into_iter(), w), 1);
+        assert_eq!(first_wave(std::iter::repeat_n(4096, 32), w), 32);
+        assert_eq!(first_wave(std::iter::repeat_n(1 << 20, 32), w), 16);
+        // A file larger than a wave starts a group of its own.
+        assert_eq!(first_wave([0, 0, 20 << 20, 0].into_iter(), w), 2);
+        assert_eq!(first_wave([20 << 20, 0].into_iter(), w), 1);
+        assert_eq!(first_wave(std::iter::empty(), w), 0);
     }
 }

@@ -9,8 +9,10 @@
 //! cold cache each may wait for an inode block: through the ring they wait
 //! together), making the subdirectories in one `mkdirat` batch and the
 //! symbolic links in one `symlinkat` batch, and queueing its regular files
-//! in groups of up to [`CopyOptions::group`] files (or
-//! [`CopyOptions::wave`] bytes, where sizes are known).
+//! in groups of up to [`CopyOptions::group`] files. Their sizes are known
+//! once they are open: a worker keeps the first [`CopyOptions::wave`] bytes
+//! of its group (at least one file) and queues the rest again, so that
+//! large files are copied by several workers at once.
 //!
 //! A group is copied with a handful of batches: open all sources (through
 //! the ring; their sizes and modes then come from the descriptors), create

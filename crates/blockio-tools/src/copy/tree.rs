@@ -37,6 +37,7 @@ impl DirPair {
 
 /// One thing to copy: its name in the source directory, its name in the
 /// destination directory (they differ only for `cp a b`), and its `statx`.
+#[derive(Clone)]
 pub(crate) struct Entry {
     pub src_name: CString,
     pub dst_name: CString,
@@ -293,6 +294,7 @@ impl Walker<'_> {
                     self.counts,
                     self.errors,
                     &mut arena,
+                    &|rest| self.work.push(Task::Files(rest)),
                 ),
             }
         }
