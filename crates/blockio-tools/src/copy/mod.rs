@@ -21,9 +21,9 @@
 //! kernel call per wave — and their writes, then fsync (with `--fsync`, for
 //! files of 1 MiB or more) and close all, again one batch each. With
 //! `--fsync` the rest (small files, directories, links) is made durable by
-//! one `syncfs` per destination file system at the end: on ext4 without a
-//! journal that measured 0.67-0.78 s against 1.14-1.21 s with an fsync per
-//! file, for 20,000 files of 4 KiB. Two things are plain system calls from
+//! one `syncfs` per destination file system at the end, which measured
+//! much faster than an fsync per small file (figures at `FSYNC_EACH_MIN`
+//! in `files.rs`). Two things are plain system calls from
 //! the copying thread, because the ring measured slower for them on ext4:
 //! creating a file (`O_CREAT` always goes to io_uring's worker threads) and
 //! buffered writes (also punted; the page cache takes them at memory speed).
