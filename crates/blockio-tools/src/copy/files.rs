@@ -129,12 +129,9 @@ pub(crate) fn copy_group(
     // copying 500 files of 1 MiB).
     let mut start = 0;
     while start < chunks.len() {
-        let mut bytes = 0;
-        let mut end = start;
-        while end < chunks.len() && (end == start || bytes + chunks[end].len <= opts.wave) {
-            bytes += chunks[end].len;
-            end += 1;
-        }
+        let lens = chunks[start..].iter().map(|c| c.len as u64);
+        let end = start + first_wave(lens, opts.wave as u64);
+        let bytes: usize = chunks[start..end].iter().map(|c| c.len).sum();
         if arena.len() < bytes {
             arena.resize(bytes, 0);
         }
@@ -604,8 +601,9 @@ fn start_writeback(fd: &OwnedFd, offset: u64, len: usize) {
     }
 }
 
-/// How many of the first files (at least one) fit in `wave` bytes: they
-/// are copied now, the rest are closed and handed back to the queue.
+/// How many of the first `sizes` (at least one) fit in `wave` bytes: the
+/// files a group copies now (the rest go back to the queue), and the
+/// chunks of one wave.
 fn first_wave(sizes: impl Iterator<Item = u64>, wave: u64) -> usize {
     let mut bytes = 0u64;
     let mut n = 0;

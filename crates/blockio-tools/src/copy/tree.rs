@@ -353,7 +353,6 @@ impl Walker<'_> {
                 }
             }
         } else if let Some(m) = &existing {
-            use std::os::unix::fs::MetadataExt;
             if m.dev() == libc::makedev(st.stx_dev_major, st.stx_dev_minor) && m.ino() == st.stx_ino
             {
                 return self.errors.report(
@@ -508,26 +507,21 @@ impl Walker<'_> {
         self.entries(&pair, entries);
     }
 
-    /// Copies the entries of one directory pair, by kind.
+    /// Copies the entries of one directory pair, by kind. Regular files go
+    /// out in groups of `group` files; a group's worker splits off what
+    /// exceeds a wave of bytes once the sizes are known (`files::copy_group`).
     fn entries(&self, pair: &Arc<DirPair>, entries: Vec<Entry>) {
         let mut dirs = Vec::new();
         let mut links = Vec::new();
         let mut group: Vec<Entry> = Vec::new();
-        let mut group_bytes = 0u64;
         for e in entries {
             match e.kind() {
                 libc::S_IFDIR => dirs.push(e),
                 libc::S_IFLNK => links.push(e),
                 libc::S_IFREG => {
-                    let size = e.st.stx_size;
-                    if !group.is_empty()
-                        && (group.len() >= self.opts.group
-                            || group_bytes + size > self.opts.wave as u64)
-                    {
+                    if group.len() >= self.opts.group.max(1) {
                         self.send(pair, std::mem::take(&mut group));
-                        group_bytes = 0;
                     }
-                    group_bytes += size;
                     group.push(e);
                 }
                 _ => self.special(pair, &e),
