@@ -14,6 +14,7 @@ use blockio::{AlignedBuf, BufferPool, DirectFile, Engine, Op, PooledBuf};
 use io_uring::{opcode, types, IoUring};
 
 use crate::data::Rng;
+use crate::measure::median;
 use crate::report::truncate3;
 use crate::{alloc_count, cache, data, fio};
 
@@ -253,7 +254,7 @@ impl Ratio {
             .filter(|r| r.is_finite())
             .collect();
         Ratio {
-            median: median(v.clone()),
+            median: median(&v),
             min: v.iter().cloned().fold(f64::INFINITY, f64::min),
             max: v.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
         }
@@ -269,16 +270,6 @@ impl std::fmt::Display for Ratio {
             truncate3(self.min),
             truncate3(self.max)
         )
-    }
-}
-
-/// The median (the mean of the middle two for an even count).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 
@@ -384,7 +375,15 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
     // of every ratio to it.
     let fio_rounds = get(Contender::Fio);
     let fio_ok = fio_rounds.iter().any(|v| v.is_finite());
-    let med = |c: Contender| median(get(c).iter().cloned().filter(|v| v.is_finite()).collect());
+    let med = |c: Contender| {
+        median(
+            &get(c)
+                .iter()
+                .cloned()
+                .filter(|v| v.is_finite())
+                .collect::<Vec<_>>(),
+        )
+    };
     let fio = fio_ok.then(|| med(Contender::Fio));
     let (raw, one, two, many, whole, reg) = (
         med(Contender::Raw),
@@ -513,13 +512,6 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn median_of_odd_and_even_counts() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert!(median(vec![]).is_nan());
-    }
 
     #[test]
     fn ratios_pair_rounds_before_taking_the_median() {

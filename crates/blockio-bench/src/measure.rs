@@ -6,6 +6,18 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use hdrhistogram::Histogram;
 
+/// The median of `values`: the middle value, or the mean of the middle two
+/// for an even count; NaN for none. Every benchmark reports this one.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// Per-thread tally of completed operations and their latencies.
 pub struct Recorder {
     hist: Histogram<u64>,
@@ -126,4 +138,16 @@ pub fn timed(
         cpu: after.cpu.saturating_sub(before.cpu),
         switches: after.switches.saturating_sub(before.switches),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
 }

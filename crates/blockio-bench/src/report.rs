@@ -142,11 +142,7 @@ pub struct AsyncComparison {
 /// maximum over a dozen noisy runs would compare auto with the luckiest run
 /// rather than with a strategy a user could pick.
 pub fn paired_auto_vs_best(rounds: &[Vec<Row>]) -> Option<f64> {
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(|a, b| a.total_cmp(b));
-        v.get(v.len() / 2).copied()
-    };
+    let median = |v: &[f64]| Some(crate::measure::median(v)).filter(|m| !m.is_nan());
     let iops = |plan: &Vec<Row>| plan.iter().map(|r| r.iops).collect::<Vec<_>>();
     let by_median = |a: &&Vec<Row>, b: &&Vec<Row>| {
         let (a, b) = (median(&iops(a)), median(&iops(b)));

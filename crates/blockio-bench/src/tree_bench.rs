@@ -31,6 +31,7 @@ use serde::Serialize;
 
 use crate::cache;
 use crate::data;
+use crate::measure::median;
 
 /// Options of `blockio tree-bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -423,12 +424,7 @@ fn measure(
             times[usize::from(ours)].push(t);
         }
     }
-    Ok((median(&mut times[0]), median(&mut times[1]), eviction))
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    Ok((median(&times[0]), median(&times[1]), eviction))
 }
 
 /// Runs the command (and `sync` after it, when asked), returning the wall
