@@ -37,7 +37,7 @@ pub struct CpArgs {
     /// Bytes per read and write (K and M suffixes allowed).
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     block_size: usize,
-    /// Worker threads (default: the CPUs).
+    /// Worker threads (default: one more than the CPUs).
     #[arg(long)]
     threads: Option<usize>,
 }
