@@ -186,7 +186,10 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                 _ => (scaled(n, args.scale).max(2), size),
             };
             let src = root.join(format!("src-{}", kind.name()));
-            progress(&format!("cp: generating the {} tree", kind.name()));
+            progress(&format!(
+                "cp: the {} tree (made if not already there)",
+                kind.name()
+            ));
             let copies = 2 * args.rounds as u64 * args.modes.len() as u64;
             make_tree(&src, kind, n, size, copies)?;
             let want = tree_totals(&src)?;
@@ -250,10 +253,10 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
         let small = root.join("src-small");
         let (n, size) = TreeKind::Small.shape();
         let n = scaled(n, args.scale).max(2);
-        progress("sum: generating the small-file tree");
+        progress("sum: the small-file tree (made if not already there)");
         make_tree(&small, TreeKind::Small, n, size, 0)?;
         let big_mib = scaled(args.sum_file_mib, args.scale).max(1);
-        progress("sum: generating the big file");
+        progress("sum: the big file (made if not already there)");
         let big = data::create(&root, &format!("sum-{big_mib}m.dat"), big_mib << 20)?;
         let big_files = [big.clone()];
         for &mode in &args.modes {
