@@ -437,7 +437,7 @@ fn copy_wave(
     // Writes to `O_DIRECT` copies go to the device: all of them in one
     // batch, each slot written whole (zeroed past the data; the copy is cut
     // back at the end).
-    {
+    if wave.iter().any(|c| jobs[c.job].direct) {
         let mut ops: Vec<Op<'_>> = Vec::new();
         let mut index = Vec::new();
         for ((k, c), slot) in wave.iter().enumerate().zip(slots.iter_mut()) {
