@@ -281,7 +281,7 @@ fn final_name(p: &Path) -> Option<CString> {
 
 impl Walker<'_> {
     fn work_loop(&self) {
-        let mut arena = Vec::new();
+        let mut arena = blockio::AlignedBuf::new(0, files::SLOT_ALIGN);
         while let Some(task) = self.work.next() {
             let _running = Running(&self.work);
             match task {
