@@ -199,23 +199,11 @@ pub(crate) fn copy_group(
         let live: Vec<usize> = (0..jobs.len())
             .filter(|&i| jobs[i].failed.is_none() && fsync_each(opts, jobs[i].e))
             .collect();
-        let mut ops: Vec<Op<'_>> = live.iter().map(|&i| Op::fsync(&jobs[i].dst)).collect();
-        let results = engine.submit(&mut ops);
-        drop(ops);
-        match results {
-            Ok(rs) => {
-                for (&i, r) in live.iter().zip(rs) {
-                    if let Err(e) = r {
-                        let dst = dirs.dst_of(&jobs[i].e.dst_name);
-                        jobs[i].failed = Some((format!("cannot fsync {}", quote(&dst)), e));
-                    }
-                }
-            }
-            Err(e) => {
-                for &i in &live {
-                    let dst = dirs.dst_of(&jobs[i].e.dst_name);
-                    jobs[i].failed = Some((format!("cannot fsync {}", quote(&dst)), clone(&e)));
-                }
+        let ops: Vec<Op<'_>> = live.iter().map(|&i| Op::fsync(&jobs[i].dst)).collect();
+        for (i, r) in run_batch(engine, ops, live) {
+            if let Err(e) = r {
+                let dst = dirs.dst_of(&jobs[i].e.dst_name);
+                jobs[i].failed = Some((format!("cannot fsync {}", quote(&dst)), e));
             }
         }
     }
@@ -411,13 +399,7 @@ fn copy_wave(
                 index.push(k);
             }
         }
-        let results = engine.submit(&mut ops);
-        drop(ops);
-        let results = match results {
-            Ok(r) => r,
-            Err(e) => index.iter().map(|_| Err(clone(&e))).collect(),
-        };
-        for (k, r) in index.into_iter().zip(results) {
+        for (k, r) in run_batch(engine, ops, index) {
             let c = wave[k];
             match r {
                 Ok(n) => got[k] = n,
@@ -449,13 +431,7 @@ fn copy_wave(
                 index.push(k);
             }
         }
-        let results = engine.submit(&mut ops);
-        drop(ops);
-        let results = match results {
-            Ok(r) => r,
-            Err(e) => index.iter().map(|_| Err(clone(&e))).collect(),
-        };
-        for (k, r) in index.into_iter().zip(results) {
+        for (k, r) in run_batch(engine, ops, index) {
             let c = wave[k];
             let whole = slot_len(got[k]);
             let done = match r {
@@ -491,6 +467,20 @@ fn copy_wave(
             }
         }
     }
+}
+
+/// Runs `ops` as one engine batch; yields each result with its entry of
+/// `index` (one per op). A failure of the whole batch is every op's result.
+fn run_batch(
+    engine: &Engine,
+    mut ops: Vec<Op<'_>>,
+    index: Vec<usize>,
+) -> impl Iterator<Item = (usize, io::Result<usize>)> {
+    let results = match engine.submit(&mut ops) {
+        Ok(r) => r,
+        Err(e) => index.iter().map(|_| Err(clone(&e))).collect(),
+    };
+    index.into_iter().zip(results)
 }
 
 /// The wave's chunks' buffers: consecutive pieces of `arena`, one per
