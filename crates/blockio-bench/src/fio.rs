@@ -56,12 +56,73 @@ pub fn read_iops(path: &Path, options: &[String], seconds: f64) -> Result<Option
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    // fio may print notes before the JSON document.
-    let start = text.find('{').context("fio printed no JSON")?;
-    let v: serde_json::Value = serde_json::from_str(&text[start..]).context("parse fio's JSON")?;
+    let v = json_document(&out.stdout)?;
     let iops = v["jobs"][0]["read"]["iops"]
         .as_f64()
         .context("fio's JSON has no jobs[0].read.iops")?;
     Ok(Some(iops))
+}
+
+/// A copy's I/O done by fio, as a reference for what this device gives:
+/// the seconds fio takes to read the files under `src` (`--opendir`, 1 MiB
+/// blocks, in turn) while a second job writes as many bytes to the new file
+/// `scratch` and fsyncs it, both `O_DIRECT` with 32 in flight. Not a strict
+/// floor: a copy through the page cache has come in below it on this disk
+/// (its write-back merges writes, fio's preallocated file converts
+/// extents), and the disk's speed moves by ±20 % between runs. The time is
+/// fio's own (`job_runtime` of the slower job, which includes the final
+/// fsync), without its start-up (opening files, preallocating). `None` if
+/// fio is not installed. `scratch` is removed afterwards.
+pub fn copy_io(src: &Path, bytes: u64, scratch: &Path) -> Result<Option<f64>> {
+    let out = Command::new("fio")
+        .args([
+            "--output-format=json",
+            "--ioengine=io_uring",
+            "--direct=1",
+            "--bs=1m",
+            "--iodepth=32",
+            "--name=read",
+            "--rw=read",
+            "--file_service_type=roundrobin",
+        ])
+        .arg(format!("--opendir={}", src.display()))
+        .args(["--name=write", "--rw=write", "--end_fsync=1"])
+        .arg(format!("--filename={}", scratch.display()))
+        .arg(format!("--size={}", bytes.div_ceil(1 << 20).max(1) << 20))
+        .output();
+    let _ = std::fs::remove_file(scratch);
+    let out = match out {
+        Ok(o) => o,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).context("run fio"),
+    };
+    if !out.status.success() {
+        bail!(
+            "fio failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let v = json_document(&out.stdout)?;
+    let jobs = v["jobs"].as_array().context("fio's JSON has no jobs")?;
+    let mut ms = 0.0f64;
+    for j in jobs {
+        let t = j["job_runtime"]
+            .as_f64()
+            .context("fio's JSON has a job without job_runtime")?;
+        ms = ms.max(t);
+    }
+    if jobs.len() != 2 || ms <= 0.0 {
+        bail!(
+            "fio reported {} jobs and {ms} ms, expected 2 jobs",
+            jobs.len()
+        );
+    }
+    Ok(Some(ms / 1000.0))
+}
+
+/// fio's JSON output (it may print notes before the document).
+fn json_document(stdout: &[u8]) -> Result<serde_json::Value> {
+    let text = String::from_utf8_lossy(stdout);
+    let start = text.find('{').context("fio printed no JSON")?;
+    serde_json::from_str(&text[start..]).context("parse fio's JSON")
 }

@@ -31,6 +31,7 @@ use serde::Serialize;
 
 use crate::cache;
 use crate::data;
+use crate::fio;
 use crate::measure::median;
 
 /// Options of `blockio tree-bench`.
@@ -119,6 +120,14 @@ pub struct Row {
     pub speedup: f64,
     /// The issue's target for the speedup.
     pub target: f64,
+    /// Durable copies of trees (b) and (c), when fio is installed: the
+    /// median seconds fio takes to read the source while writing as many
+    /// bytes, both `O_DIRECT` ([`fio::copy_io`]): what the device gives a
+    /// copy's I/O, without files to create.
+    pub fio_io_s: Option<f64>,
+    /// `baseline_s / fio_io_s`: how much faster than the baseline the
+    /// device does the same I/O for fio.
+    pub fio_io_speedup: Option<f64>,
     /// How the cache was dropped (cold only).
     pub eviction: Option<String>,
 }
@@ -164,6 +173,10 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
         if Command::new(tool).arg("--version").output().is_err() {
             bail!("{tool} is not installed (scripts/install-deps installs it)");
         }
+    }
+    let fio_available = fio::available();
+    if !fio_available && args.jobs.contains(&Job::Cp) && args.modes.contains(&Mode::Cold) {
+        eprintln!("fio is not installed: durable copies are not compared with fio doing the same I/O (scripts/install-deps installs it)");
     }
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create {}", args.dir.display()))?;
@@ -216,8 +229,24 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                 };
                 let src_files = list_files(&src)?;
                 let cold = mode == Mode::Cold;
-                let (base, ours, eviction) =
-                    measure(args.rounds, mode, &src_files, cold, &mut copy_cmd, |dst| {
+                // fio doing the same I/O, for durable copies whose time is
+                // data (not tree (a)'s 20,000 file creations).
+                let scratch = root.join(format!("copy-fio-{}", kind.name()));
+                let mut fio_io = || match fio::copy_io(&src, want.1, &scratch) {
+                    Ok(f) => Ok(f),
+                    Err(e) => {
+                        eprintln!("fio's reference copy I/O was not measured: {e:#}");
+                        Ok(None)
+                    }
+                };
+                let with_fio = cold && kind != TreeKind::Small && fio_available;
+                let timing = measure(
+                    args.rounds,
+                    mode,
+                    &src_files,
+                    cold,
+                    &mut copy_cmd,
+                    |dst| {
                         let got = tree_totals(dst)?;
                         if got != want {
                             bail!(
@@ -230,20 +259,16 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                             );
                         }
                         Ok(())
-                    })?;
+                    },
+                    with_fio.then_some(&mut fio_io as &mut dyn FnMut() -> Result<Option<f64>>),
+                )?;
                 rows.push(row(
                     Job::Cp,
                     kind.describe(n, size),
                     mode,
-                    if mode == Mode::Cold {
-                        "cp -r && sync"
-                    } else {
-                        "cp -r"
-                    },
-                    base,
-                    ours,
+                    if cold { "cp -r && sync" } else { "cp -r" },
+                    timing,
                     kind.target(),
-                    eviction,
                 ));
             }
             remove_copies(&root)?;
@@ -272,8 +297,15 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                 c.arg(&big);
                 (c, PathBuf::new())
             };
-            let (base, ours, ev) =
-                measure(args.rounds, mode, &big_files, false, &mut cmd, |_| Ok(()))?;
+            let timing = measure(
+                args.rounds,
+                mode,
+                &big_files,
+                false,
+                &mut cmd,
+                |_| Ok(()),
+                None,
+            )?;
             // The issue sets a target for the big file cold only; warm is
             // reported for context.
             let target = if mode == Mode::Cold { 1.0 } else { 0.0 };
@@ -282,10 +314,8 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                 format!("one file of {big_mib} MiB"),
                 mode,
                 "b3sum",
-                base,
-                ours,
+                timing,
                 target,
-                ev,
             ));
             progress(&format!("sum: {n} small files, {mode:?}"));
             let files = list_files(&small)?;
@@ -304,17 +334,15 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                 };
                 (c, PathBuf::new())
             };
-            let (base, ours, ev) = measure(args.rounds, mode, &files, false, &mut cmd, |_| Ok(()))?;
+            let timing = measure(args.rounds, mode, &files, false, &mut cmd, |_| Ok(()), None)?;
             let target = if mode == Mode::Cold { 2.0 } else { 1.0 };
             rows.push(row(
                 Job::Sum,
                 format!("{n} files of 4 KiB"),
                 mode,
                 "find | xargs b3sum",
-                base,
-                ours,
+                timing,
                 target,
-                ev,
             ));
         }
     }
@@ -326,27 +354,19 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn row(
-    job: Job,
-    input: String,
-    mode: Mode,
-    baseline: &str,
-    base: f64,
-    ours: f64,
-    target: f64,
-    eviction: Option<String>,
-) -> Row {
+fn row(job: Job, input: String, mode: Mode, baseline: &str, t: Timing, target: f64) -> Row {
     Row {
         job,
         input,
         mode,
         baseline: baseline.to_string(),
-        baseline_s: base,
-        ours_s: ours,
-        speedup: base / ours,
+        baseline_s: t.base,
+        ours_s: t.ours,
+        speedup: t.base / t.ours,
         target,
-        eviction,
+        fio_io_s: t.fio_io,
+        fio_io_speedup: t.fio_io.map(|f| t.base / f),
+        eviction: t.eviction,
     }
 }
 
@@ -366,13 +386,24 @@ fn scaled(n: u64, scale: f64) -> u64 {
 }
 
 /// The table: one line per measurement, speedups truncated (never rounded
-/// up) to 2 decimals.
+/// up) to 2 decimals. Durable copies of trees (b) and (c) also show fio
+/// doing the same I/O, and the baseline's time over fio's.
 pub fn table(rows: &[Row]) -> String {
+    let trunc = |x: f64| (x * 100.0).floor() / 100.0;
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<4} {:<28} {:<5} {:<20} {:>10} {:>10} {:>8} {:>7}",
-        "job", "input", "mode", "baseline", "base s", "ours s", "speedup", "target"
+        "{:<4} {:<28} {:<5} {:<20} {:>10} {:>10} {:>8} {:>7} {:>8} {:>8}",
+        "job",
+        "input",
+        "mode",
+        "baseline",
+        "base s",
+        "ours s",
+        "speedup",
+        "target",
+        "fio s",
+        "base/fio"
     );
     for r in rows {
         let target = if r.target > 0.0 {
@@ -380,17 +411,29 @@ pub fn table(rows: &[Row]) -> String {
         } else {
             "-".into()
         };
+        let (fio, vs_fio) = match (r.fio_io_s, r.fio_io_speedup) {
+            (Some(f), Some(m)) => (format!("{f:.3}"), format!("{:.2}", trunc(m))),
+            _ => ("-".into(), "-".into()),
+        };
         let _ = writeln!(
             s,
-            "{:<4} {:<28} {:<5} {:<20} {:>10.3} {:>10.3} {:>8.2} {:>7}",
+            "{:<4} {:<28} {:<5} {:<20} {:>10.3} {:>10.3} {:>8.2} {:>7} {:>8} {:>8}",
             format!("{:?}", r.job).to_lowercase(),
             r.input,
             format!("{:?}", r.mode).to_lowercase(),
             r.baseline,
             r.baseline_s,
             r.ours_s,
-            (r.speedup * 100.0).floor() / 100.0,
-            target
+            trunc(r.speedup),
+            target,
+            fio,
+            vs_fio
+        );
+    }
+    if rows.iter().any(|r| r.fio_io_s.is_some()) {
+        let _ = writeln!(
+            s,
+            "fio s: fio reading the source while writing as many bytes (O_DIRECT, 1 MiB, 32 in flight each, then fsync):\nthe copy's I/O without files to create; base/fio: how much faster the device does that than the baseline copies"
         );
     }
     if let Some(e) = rows.iter().find_map(|r| r.eviction.as_deref()) {
@@ -399,10 +442,21 @@ pub fn table(rows: &[Row]) -> String {
     s
 }
 
+/// What [`measure`] found: median seconds of each side.
+struct Timing {
+    base: f64,
+    ours: f64,
+    /// fio doing the same I/O ([`fio::copy_io`]), when measured.
+    fio_io: Option<f64>,
+    /// How cold was made (cold only).
+    eviction: Option<String>,
+}
+
 /// Runs `cmd(ours)` for both tools, `rounds` times in alternating order,
 /// with the cache prepared for `mode` on the input `files` before each run,
 /// `sync` after the baseline when `sync_baseline` (its durable form), and
-/// each run's output checked with `check`. Median seconds (baseline, ours).
+/// each run's output checked with `check`. With `fio_io`, each round also
+/// times fio doing the same I/O in the same cache state, after the pair.
 fn measure(
     rounds: usize,
     mode: Mode,
@@ -410,8 +464,10 @@ fn measure(
     sync_baseline: bool,
     cmd: &mut dyn FnMut(bool) -> (Command, PathBuf),
     check: impl Fn(&Path) -> Result<()>,
-) -> Result<(f64, f64, Option<String>)> {
+    mut fio_io: Option<&mut dyn FnMut() -> Result<Option<f64>>>,
+) -> Result<Timing> {
     let mut times = [Vec::new(), Vec::new()];
+    let mut fio_times = Vec::new();
     let mut eviction = None;
     for round in 0..rounds {
         let order = if round % 2 == 0 {
@@ -426,8 +482,17 @@ fn measure(
             check(&out)?;
             times[usize::from(ours)].push(t);
         }
+        if let Some(f) = fio_io.as_mut() {
+            prepare(mode, files)?;
+            fio_times.extend(f()?);
+        }
     }
-    Ok((median(&times[0]), median(&times[1]), eviction))
+    Ok(Timing {
+        base: median(&times[0]),
+        ours: median(&times[1]),
+        fio_io: (!fio_times.is_empty()).then(|| median(&fio_times)),
+        eviction,
+    })
 }
 
 /// Runs the command (and `sync` after it, when asked), returning the wall

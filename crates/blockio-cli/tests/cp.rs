@@ -402,7 +402,8 @@ fn a_full_destination_fails_clearly_and_leaves_no_partial_file() {
 }
 
 /// The shipped tree benchmark at a tiny scale: every job, tree and mode
-/// runs, both tools' copies are checked, and the JSON has a row for each.
+/// runs, both tools' copies are checked, the JSON has a row for each, and
+/// durable copies of data trees are set beside fio doing the same I/O.
 #[test]
 fn tree_bench_smoke_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -429,6 +430,16 @@ fn tree_bench_smoke_run() {
     for r in rows {
         for k in ["baseline_s", "ours_s", "speedup"] {
             assert!(r[k].as_f64().unwrap() > 0.0, "{k} in {r}");
+        }
+        // fio (installed by scripts/install-deps) does the same I/O as the
+        // durable copies of trees (b) and (c), and only those.
+        let data_tree = r["job"] == "cp" && !r["input"].as_str().unwrap().starts_with("small");
+        for k in ["fio_io_s", "fio_io_speedup"] {
+            if data_tree && r["mode"] == "cold" {
+                assert!(r[k].as_f64().unwrap() > 0.0, "{k} in {r}");
+            } else {
+                assert!(r[k].is_null(), "{k} in {r}");
+            }
         }
     }
     assert!(!dir.path().join("tb").exists(), "data removed afterwards");
