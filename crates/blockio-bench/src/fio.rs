@@ -35,28 +35,18 @@ pub fn profile_options(profile: Profile) -> (Vec<String>, usize) {
 /// Runs fio on `path` for `seconds` with `options` and returns its read
 /// IOPS, or `None` if fio is not installed.
 pub fn read_iops(path: &Path, options: &[String], seconds: f64) -> Result<Option<f64>> {
-    let out = Command::new("fio")
-        .arg("--name=blockio")
+    let mut cmd = Command::new("fio");
+    cmd.arg("--name=blockio")
         .arg(format!("--filename={}", path.display()))
         .args(options)
         .arg(format!(
             "--runtime={}ms",
             (seconds * 1000.0).max(1.0) as u64
         ))
-        .args(["--time_based", "--output-format=json"])
-        .output();
-    let out = match out {
-        Ok(o) => o,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).context("run fio"),
+        .args(["--time_based", "--output-format=json"]);
+    let Some(v) = run_json(&mut cmd)? else {
+        return Ok(None);
     };
-    if !out.status.success() {
-        bail!(
-            "fio failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let v = json_document(&out.stdout)?;
     let iops = v["jobs"][0]["read"]["iops"]
         .as_f64()
         .context("fio's JSON has no jobs[0].read.iops")?;
@@ -74,35 +64,26 @@ pub fn read_iops(path: &Path, options: &[String], seconds: f64) -> Result<Option
 /// fsync), without its start-up (opening files, preallocating). `None` if
 /// fio is not installed. `scratch` is removed afterwards.
 pub fn copy_io(src: &Path, bytes: u64, scratch: &Path) -> Result<Option<f64>> {
-    let out = Command::new("fio")
-        .args([
-            "--output-format=json",
-            "--ioengine=io_uring",
-            "--direct=1",
-            "--bs=1m",
-            "--iodepth=32",
-            "--name=read",
-            "--rw=read",
-            "--file_service_type=roundrobin",
-        ])
-        .arg(format!("--opendir={}", src.display()))
-        .args(["--name=write", "--rw=write", "--end_fsync=1"])
-        .arg(format!("--filename={}", scratch.display()))
-        .arg(format!("--size={}", bytes.div_ceil(1 << 20).max(1) << 20))
-        .output();
+    let mut cmd = Command::new("fio");
+    cmd.args([
+        "--output-format=json",
+        "--ioengine=io_uring",
+        "--direct=1",
+        "--bs=1m",
+        "--iodepth=32",
+        "--name=read",
+        "--rw=read",
+        "--file_service_type=roundrobin",
+    ])
+    .arg(format!("--opendir={}", src.display()))
+    .args(["--name=write", "--rw=write", "--end_fsync=1"])
+    .arg(format!("--filename={}", scratch.display()))
+    .arg(format!("--size={}", bytes.div_ceil(1 << 20).max(1) << 20));
+    let v = run_json(&mut cmd);
     let _ = std::fs::remove_file(scratch);
-    let out = match out {
-        Ok(o) => o,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).context("run fio"),
+    let Some(v) = v? else {
+        return Ok(None);
     };
-    if !out.status.success() {
-        bail!(
-            "fio failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let v = json_document(&out.stdout)?;
     let jobs = v["jobs"].as_array().context("fio's JSON has no jobs")?;
     let mut ms = 0.0f64;
     for j in jobs {
@@ -120,9 +101,25 @@ pub fn copy_io(src: &Path, bytes: u64, scratch: &Path) -> Result<Option<f64>> {
     Ok(Some(ms / 1000.0))
 }
 
-/// fio's JSON output (it may print notes before the document).
-fn json_document(stdout: &[u8]) -> Result<serde_json::Value> {
-    let text = String::from_utf8_lossy(stdout);
+/// Runs fio (`cmd`, with `--output-format=json`) and returns its JSON
+/// document, or `None` if fio is not installed. A failing fio is an error
+/// carrying its stderr.
+fn run_json(cmd: &mut Command) -> Result<Option<serde_json::Value>> {
+    let out = match cmd.output() {
+        Ok(o) => o,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).context("run fio"),
+    };
+    if !out.status.success() {
+        bail!(
+            "fio failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    // fio may print notes before the document.
+    let text = String::from_utf8_lossy(&out.stdout);
     let start = text.find('{').context("fio printed no JSON")?;
-    serde_json::from_str(&text[start..]).context("parse fio's JSON")
+    serde_json::from_str(&text[start..])
+        .map(Some)
+        .context("parse fio's JSON")
 }
