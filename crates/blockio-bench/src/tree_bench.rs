@@ -183,6 +183,20 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create {}", args.dir.display()))?;
     let root = args.dir.canonicalize()?;
+    // All at once, before anything is measured: a run that fills the disk
+    // half-way (fio's scratch file hit ENOSPC in session 11, with tree (c)
+    // and tree (a)'s kept copies on a disk with 27 GiB free) wastes the
+    // rounds already done.
+    let need = space_needed(args, &root);
+    let free = data::free_bytes(&root)?;
+    if free < need {
+        bail!(
+            "{}: {} MiB free, this run needs about {} MiB (sources still to make, tree (a)'s copies kept to the end, each other tree's copies and fio's scratch file kept until that tree is done); free some space, or use --scale, --trees, --rounds or another --dir",
+            root.display(),
+            free >> 20,
+            need >> 20
+        );
+    }
     let _cleanup = Cleanup {
         dir: root.clone(),
         keep: args.keep,
@@ -195,11 +209,7 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
     };
     if args.jobs.contains(&Job::Cp) {
         for &kind in &args.trees {
-            let (n, size) = kind.shape();
-            let (n, size) = match kind {
-                TreeKind::Large => (n, (scaled(size, args.scale) & !4095).max(1 << 20)),
-                _ => (scaled(n, args.scale).max(2), size),
-            };
+            let (n, size) = scaled_shape(kind, args.scale);
             let src = root.join(format!("src-{}", kind.name()));
             progress(&format!(
                 "cp: the {} tree (made if not already there)",
@@ -384,6 +394,59 @@ fn needed_tools(args: &TreeBenchArgs) -> Vec<&'static str> {
         t.push("b3sum");
     }
     t
+}
+
+/// (files, bytes per file) of `kind` at `scale`.
+fn scaled_shape(kind: TreeKind, scale: f64) -> (u64, u64) {
+    let (n, size) = kind.shape();
+    match kind {
+        TreeKind::Large => (n, (scaled(size, scale) & !4095).max(1 << 20)),
+        _ => (scaled(n, scale).max(2), size),
+    }
+}
+
+/// Bytes the run needs free under `root` at its peak: the sources and the
+/// big file still to be made, tree (a)'s copies (kept until the end), and
+/// the largest other tree's copies plus fio's scratch file of its size
+/// (kept until that tree is done), with 256 MiB for directories and slack.
+fn space_needed(args: &TreeBenchArgs, root: &Path) -> u64 {
+    let copies = 2 * args.rounds as u64 * args.modes.len() as u64;
+    let missing = |path: &Path, n: u64, bytes: u64| -> u64 {
+        if tree_totals(path).is_ok_and(|t| t == (n, bytes)) {
+            0
+        } else {
+            bytes
+        }
+    };
+    let mut to_make = 0;
+    let mut kept = 0;
+    let mut peak = 0;
+    let cp = args.jobs.contains(&Job::Cp);
+    let sum = args.jobs.contains(&Job::Sum);
+    for kind in [TreeKind::Small, TreeKind::Medium, TreeKind::Large] {
+        let copied = cp && args.trees.contains(&kind);
+        let summed = sum && kind == TreeKind::Small;
+        if !(copied || summed) {
+            continue;
+        }
+        let (n, size) = scaled_shape(kind, args.scale);
+        let bytes = n * size;
+        to_make += missing(&root.join(format!("src-{}", kind.name())), n, bytes);
+        if copied {
+            match kind {
+                TreeKind::Small => kept += bytes * copies,
+                _ => peak = peak.max(bytes * (copies + 1)),
+            }
+        }
+    }
+    if sum {
+        let mib = scaled(args.sum_file_mib, args.scale).max(1);
+        let big = root.join(format!("sum-{mib}m.dat"));
+        if !std::fs::metadata(&big).is_ok_and(|m| m.len() == mib << 20) {
+            to_make += mib << 20;
+        }
+    }
+    to_make + kept + peak + (256 << 20)
 }
 
 fn scaled(n: u64, scale: f64) -> u64 {
@@ -686,5 +749,48 @@ impl Drop for Cleanup {
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(jobs: Vec<Job>, trees: Vec<TreeKind>, rounds: usize) -> TreeBenchArgs {
+        TreeBenchArgs {
+            dir: PathBuf::from("unused"),
+            jobs,
+            trees,
+            modes: vec![Mode::Warm, Mode::Cold],
+            rounds,
+            scale: 1.0,
+            sum_file_mib: 2048,
+            json: false,
+            keep: false,
+        }
+    }
+
+    #[test]
+    fn space_counts_tree_a_copies_to_the_end_and_the_largest_other_tree_once() {
+        // Nothing made yet: every source counts.
+        let root = Path::new("/nonexistent/blockio-tree-bench");
+        let (small, medium, large) = (20_000 * 4096u64, 500u64 << 20, 2u64 << 30);
+        let slack = 256 << 20;
+        let all = [TreeKind::Small, TreeKind::Medium, TreeKind::Large].to_vec();
+        // 3 rounds x 2 modes x 2 tools = 12 copies of each tree; tree (c)'s
+        // copies and fio's scratch file, not tree (b)'s, at the peak.
+        assert_eq!(
+            space_needed(&args(vec![Job::Cp], all.clone(), 3), root),
+            small + medium + large + 12 * small + 13 * large + slack
+        );
+        assert_eq!(
+            space_needed(&args(vec![Job::Cp], vec![TreeKind::Medium], 1), root),
+            medium + 5 * medium + slack
+        );
+        // sum reads tree (a) and a 2 GiB file, and copies nothing.
+        assert_eq!(
+            space_needed(&args(vec![Job::Sum], all, 3), root),
+            small + (2048 << 20) + slack
+        );
     }
 }
