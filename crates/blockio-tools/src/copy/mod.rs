@@ -28,10 +28,11 @@
 //! creating a file (`O_CREAT` always goes to io_uring's worker threads) and
 //! buffered writes (also punted; the page cache takes them at memory speed).
 //! Sparse files are copied extent by extent (`SEEK_DATA`/`SEEK_HOLE`), so
-//! their holes stay holes. With `--fsync`, files of
-//! [`CopyOptions::direct_write_min`] bytes or more (256 MiB) are written
-//! with `O_DIRECT` through the ring, a wave of writes in flight, instead of
-//! through the page cache.
+//! their holes stay holes. A library caller can have files of
+//! [`CopyOptions::direct_write_min`] bytes or more written with `O_DIRECT`
+//! through the ring when the copy is fsynced (a wave of writes in flight,
+//! the page cache left alone); by default nothing is, as the page cache
+//! measured faster.
 //!
 //! Threads take waiting file groups before listing another directory: that
 //! bounds the files (and open directory descriptors) waiting in the queue,
@@ -83,18 +84,20 @@ pub struct CopyOptions {
     /// (default 256 KiB; `u64::MAX`: never).
     pub copy_range_min: u64,
     /// With `fsync`, files of at least this many bytes are written with
-    /// `O_DIRECT` from the worker's buffers (default 256 MiB; `u64::MAX`:
-    /// never). The copy then leaves the page cache as it found it, and uses
-    /// less CPU: filling 2 GiB of page cache with pages the host has just
-    /// taken back costs seconds of it. Two 1 GiB files, cold, in 6 pairs
-    /// of alternating runs: median 2.13 s (1.92-2.86) and 0.55-1.77 s of
-    /// CPU, against 2.48 s (1.81-2.83) and 0.90-3.32 s through the page
-    /// cache; 3 more pairs 1.67-1.92 s against 2.11-2.20 s; but 2.33-3.00 s
-    /// against 1.57-1.78 s in 3 runs each made right after `cp -r && sync`
-    /// and ours had written theirs (this disk is noisy). Below this size the
-    /// page cache measured as fast or faster: 32 files of 16 MiB 0.47-0.49
-    /// s against 0.56-0.61 s, 500 of 1 MiB 0.46-0.52 s against 0.48-0.61 s,
-    /// 4 of 128 MiB 0.46-0.73 s against 0.56-0.67 s.
+    /// `O_DIRECT` from the worker's buffers (default `u64::MAX`: never).
+    /// The copy then leaves the page cache as it found it and uses less CPU,
+    /// but on this machine it is no longer faster. Session 9 (two 1 GiB
+    /// files, cold, alternating pairs) measured it ahead: median 2.13 s
+    /// (1.92-2.86) against 2.48 s (1.81-2.83) through the page cache, 3
+    /// more pairs 1.67-1.92 s against 2.11-2.20 s, but 2.33-3.00 s against
+    /// 1.57-1.78 s in another 3; so 256 MiB was the default until session
+    /// 11. Session 11 measured it behind in every pair, in both orders:
+    /// 2.41-2.93 s against 1.92-2.17 s through the page cache (4 pairs),
+    /// and `tree-bench --trees large --modes cold` gave 0.88 and 0.71-0.78
+    /// of `cp -r && sync` with it, 1.21 without. Below 256 MiB the page
+    /// cache always measured as fast or faster: 32 files of 16 MiB
+    /// 0.47-0.49 s against 0.56-0.61 s, 500 of 1 MiB 0.46-0.52 s against
+    /// 0.48-0.61 s, 4 of 128 MiB 0.46-0.73 s against 0.56-0.67 s.
     pub direct_write_min: u64,
     /// Threads (default: the CPUs plus one). Each walks directories and
     /// copies files alike.
@@ -111,7 +114,7 @@ impl Default for CopyOptions {
             wave: 16 << 20,
             group: 32,
             copy_range_min: 256 << 10,
-            direct_write_min: 256 << 20,
+            direct_write_min: u64::MAX,
             // One more than the CPUs: a thread waiting on a lock or the
             // disk leaves its core to another (20,000 small files on 2
             // CPUs: 0.36-0.42 s with 3 threads, 0.44-0.48 s with 2).
