@@ -85,6 +85,12 @@ pub fn free_bytes(dir: &Path) -> Result<u64> {
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
+/// Whether the data file at `path` is already there with `size` bytes
+/// (then [`create`] reuses it).
+pub fn made(path: &Path, size: u64) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.len() == size)
+}
+
 /// Creates `dir/name` of `size` bytes of pattern (or reuses it if it is
 /// already there with that size), synced to the device.
 ///
@@ -94,7 +100,7 @@ pub fn create(dir: &Path, name: &str, size: u64) -> Result<PathBuf> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
     let path = dir.join(name);
-    if std::fs::metadata(&path).is_ok_and(|m| m.len() == size) {
+    if made(&path, size) {
         return Ok(path);
     }
     let free = free_bytes(dir)?;

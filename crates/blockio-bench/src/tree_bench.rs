@@ -215,8 +215,7 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                 "cp: the {} tree (made if not already there)",
                 kind.name()
             ));
-            let copies = 2 * args.rounds as u64 * args.modes.len() as u64;
-            make_tree(&src, kind, n, size, copies)?;
+            make_tree(&src, kind, n, size)?;
             let want = tree_totals(&src)?;
             for &mode in &args.modes {
                 progress(&format!("cp: {} tree, {mode:?}", kind.name()));
@@ -294,7 +293,7 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
         let (n, size) = TreeKind::Small.shape();
         let n = scaled(n, args.scale).max(2);
         progress("sum: the small-file tree (made if not already there)");
-        make_tree(&small, TreeKind::Small, n, size, 0)?;
+        make_tree(&small, TreeKind::Small, n, size)?;
         let big_mib = scaled(args.sum_file_mib, args.scale).max(1);
         progress("sum: the big file (made if not already there)");
         let big = data::create(&root, &format!("sum-{big_mib}m.dat"), big_mib << 20)?;
@@ -411,13 +410,6 @@ fn scaled_shape(kind: TreeKind, scale: f64) -> (u64, u64) {
 /// (kept until that tree is done), with 256 MiB for directories and slack.
 fn space_needed(args: &TreeBenchArgs, root: &Path) -> u64 {
     let copies = 2 * args.rounds as u64 * args.modes.len() as u64;
-    let missing = |path: &Path, n: u64, bytes: u64| -> u64 {
-        if tree_totals(path).is_ok_and(|t| t == (n, bytes)) {
-            0
-        } else {
-            bytes
-        }
-    };
     let mut to_make = 0;
     let mut kept = 0;
     let mut peak = 0;
@@ -431,7 +423,9 @@ fn space_needed(args: &TreeBenchArgs, root: &Path) -> u64 {
         }
         let (n, size) = scaled_shape(kind, args.scale);
         let bytes = n * size;
-        to_make += missing(&root.join(format!("src-{}", kind.name())), n, bytes);
+        if !tree_made(&root.join(format!("src-{}", kind.name())), n, size) {
+            to_make += bytes;
+        }
         if copied {
             match kind {
                 TreeKind::Small => kept += bytes * copies,
@@ -442,7 +436,7 @@ fn space_needed(args: &TreeBenchArgs, root: &Path) -> u64 {
     if sum {
         let mib = scaled(args.sum_file_mib, args.scale).max(1);
         let big = root.join(format!("sum-{mib}m.dat"));
-        if !std::fs::metadata(&big).is_ok_and(|m| m.len() == mib << 20) {
+        if !data::made(&big, mib << 20) {
             to_make += mib << 20;
         }
     }
@@ -634,24 +628,19 @@ fn drop_caches() -> std::io::Result<()> {
 }
 
 /// Makes the tree (or reuses it if its file count and bytes match).
-fn make_tree(root: &Path, kind: TreeKind, files: u64, size: u64, copies: u64) -> Result<()> {
-    if tree_totals(root).is_ok_and(|t| t == (files, files * size)) {
+/// Whether `root` already holds `files` files of `size` bytes.
+fn tree_made(root: &Path, files: u64, size: u64) -> bool {
+    tree_totals(root).is_ok_and(|t| t == (files, files * size))
+}
+
+/// Makes the tree at `root` unless it is already there. The free space was
+/// checked for the whole run beforehand (`space_needed`).
+fn make_tree(root: &Path, kind: TreeKind, files: u64, size: u64) -> Result<()> {
+    if tree_made(root, files, size) {
         return Ok(());
     }
     if root.exists() {
         std::fs::remove_dir_all(root)?;
-    }
-    let free = data::free_bytes(root.parent().unwrap_or(Path::new(".")))?;
-    // The source and its copies (kept until the tree is done).
-    let need = files * size * (1 + copies) + (64 << 20);
-    if free < need {
-        bail!(
-            "{}: {} MiB free, the {} tree and its copies need {} MiB (use --scale or another --dir)",
-            root.display(),
-            free >> 20,
-            kind.name(),
-            need >> 20
-        );
     }
     let mut buf = vec![0u8; size.min(1 << 20) as usize];
     let mut made = 0u64;
