@@ -1,5 +1,18 @@
 //! Aligned buffers for direct I/O, and a reusable pool of them.
 //!
+//! Buffers of 2 MiB or more are mapped on 2 MiB boundaries and marked for
+//! transparent huge pages (`MADV_HUGEPAGE`). An `O_DIRECT` request can carry
+//! only so many separate memory segments (254 on the project machine's
+//! virtio disk), so a 2 MiB read into scattered 4 KiB pages went to the
+//! device as 2 to 4 requests; from one huge page it is one. Measured with
+//! `blockio sum --algo xxh3` on a 2 GiB file, cold (2 MiB reads, 16 in
+//! flight, six alternating pairs): 1,030-1,054 requests and 0.89-0.98 s,
+//! against 1,377-2,463 requests and 1.50-1.88 s from ordinary pages; with
+//! BLAKE3, six shuffled rounds, median 0.94 s against 1.92 s. Where the
+//! kernel has no huge page to give (or THP is off) the mapping is simply
+//! made of small pages, as before. Such a buffer takes whole huge pages:
+//! its length is rounded up to 2 MiB.
+//!
 //! A [`BufferPool`] is one contiguous aligned allocation cut into equal
 //! buffers. Being one region makes it cheap to register with io_uring
 //! ([`EngineBuilder::registered_buffers`](crate::EngineBuilder::registered_buffers)):
@@ -13,10 +26,60 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex};
 
 /// A zero-initialised heap buffer whose address is a multiple of `align`.
+///
+/// From 2 MiB up, the buffer is its own memory mapping backed by huge
+/// pages where the kernel can (see the module docs).
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     align: usize,
+    /// Mapped by `map_huge` (released with `munmap`), not by the allocator.
+    mapped: bool,
+}
+
+/// The size of a transparent huge page on x86-64 and arm64 (4 KiB pages).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Maps `len` (a non-zero multiple of `HUGE_PAGE`) zeroed bytes starting on
+/// a `HUGE_PAGE` boundary and asks for huge pages. None if the mapping
+/// fails (the caller falls back to the allocator).
+fn map_huge(len: usize) -> Option<NonNull<u8>> {
+    let span = len.checked_add(HUGE_PAGE)?;
+    // SAFETY: a new private anonymous mapping at an address the kernel
+    // chooses; it overlaps nothing we own.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return None;
+    }
+    let start = raw as usize;
+    let aligned = start.next_multiple_of(HUGE_PAGE);
+    let head = aligned - start;
+    let tail = span - head - len;
+    // SAFETY: both ranges lie inside the mapping just made, outside
+    // `[aligned, aligned + len)`, and are page-aligned (the mapping starts on
+    // a page, `aligned` and `len` are multiples of the page size). Nothing
+    // else refers to them. Unmapping cannot fail for such ranges except
+    // for lack of memory, which leaves them mapped: a leak, not a fault.
+    unsafe {
+        if head > 0 {
+            libc::munmap(raw, head);
+        }
+        if tail > 0 {
+            libc::munmap((aligned + len) as *mut libc::c_void, tail);
+        }
+        // Advice only: without THP the mapping keeps small pages.
+        libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+    }
+    NonNull::new(aligned as *mut u8)
 }
 
 // SAFETY: `AlignedBuf` owns its allocation exclusively, like `Vec<u8>`.
@@ -32,10 +95,26 @@ impl AlignedBuf {
     pub fn new(len: usize, align: usize) -> AlignedBuf {
         let layout = Layout::from_size_align(len.max(1), align)
             .expect("AlignedBuf: alignment must be a power of two and the size must fit");
+        if len >= HUGE_PAGE && align <= HUGE_PAGE {
+            // Anonymous mappings are zero-filled by the kernel.
+            if let Some(ptr) = len.checked_next_multiple_of(HUGE_PAGE).and_then(map_huge) {
+                return AlignedBuf {
+                    ptr,
+                    len,
+                    align,
+                    mapped: true,
+                };
+            }
+        }
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len, align }
+        AlignedBuf {
+            ptr,
+            len,
+            align,
+            mapped: false,
+        }
     }
 
     /// The alignment the buffer was allocated with.
@@ -46,6 +125,13 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if self.mapped {
+            let len = self.len.next_multiple_of(HUGE_PAGE);
+            // SAFETY: `map_huge` mapped exactly `[ptr, ptr + len)` for this
+            // buffer alone, and it is dropped once.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), len) };
+            return;
+        }
         let layout = Layout::from_size_align(self.len.max(1), self.align).expect("checked in new");
         // SAFETY: allocated in `new` with this exact layout.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
@@ -262,5 +348,35 @@ impl fmt::Debug for PooledBuf {
         f.debug_struct("PooledBuf")
             .field("index", &self.index)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_buffers_are_mapped_on_huge_page_boundaries_zeroed_and_writable() {
+        for len in [
+            HUGE_PAGE,
+            HUGE_PAGE + 4096,
+            5 * HUGE_PAGE / 2,
+            4 * HUGE_PAGE,
+        ] {
+            let mut b = AlignedBuf::new(len, 4096);
+            assert!(b.mapped, "{len} bytes");
+            assert_eq!(b.len(), len);
+            assert_eq!(b.as_ptr() as usize % HUGE_PAGE, 0, "{len} bytes");
+            assert!(b.iter().all(|&x| x == 0), "{len} bytes not zeroed");
+            b[0] = 1;
+            b[len - 1] = 2;
+            assert_eq!((b[0], b[len - 1]), (1, 2));
+        }
+        // Small buffers and alignments beyond a huge page use the allocator.
+        let small = AlignedBuf::new(HUGE_PAGE - 4096, 4096);
+        assert!(!small.mapped && small.as_ptr() as usize % 4096 == 0);
+        let wide = AlignedBuf::new(HUGE_PAGE, 2 * HUGE_PAGE);
+        assert!(!wide.mapped && wide.as_ptr() as usize % (2 * HUGE_PAGE) == 0);
+        assert!(wide.iter().all(|&x| x == 0));
     }
 }

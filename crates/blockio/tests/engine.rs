@@ -136,6 +136,20 @@ fn random_reads_match_pread_direct() {
     }
 }
 
+/// Buffers of 2 MiB and more are separate huge-page mappings (see
+/// `AlignedBuf`); direct reads into them, whole and at offsets inside them,
+/// must see the same bytes as pread.
+#[test]
+fn direct_reads_into_huge_page_buffers_match_pread() {
+    let (path, _) = data_file(12 << 20, 5);
+    let plain = File::open(&path).unwrap();
+    let file = DirectFile::open(&path).unwrap();
+    let a = file.alignment().offset as usize;
+    let specs = [(0, 4 << 20), (a as u64, (2 << 20) + a), (8 << 20, 5 << 20)];
+    let bufs: Vec<AlignedBuf> = specs.iter().map(|&(_, l)| file.alloc_buf(l)).collect();
+    read_and_compare(&engine(), &file, &plain, &specs, bufs);
+}
+
 #[test]
 fn concurrent_threads_each_get_their_own_results() {
     let (path, data) = data_file(2 << 20, 3);
