@@ -28,11 +28,10 @@
 //! creating a file (`O_CREAT` always goes to io_uring's worker threads) and
 //! buffered writes (also punted; the page cache takes them at memory speed).
 //! Sparse files are copied extent by extent (`SEEK_DATA`/`SEEK_HOLE`), so
-//! their holes stay holes. A library caller can have files of
-//! [`CopyOptions::direct_write_min`] bytes or more written with `O_DIRECT`
-//! through the ring when the copy is fsynced (a wave of writes in flight,
-//! the page cache left alone); by default nothing is, as the page cache
-//! measured faster.
+//! their holes stay holes. With `--fsync`, files of
+//! [`CopyOptions::direct_write_min`] bytes or more (default 256 MiB) are
+//! written with `O_DIRECT` through the ring: a wave of writes in flight
+//! from huge-page buffers, the page cache left alone.
 //!
 //! Threads take waiting file groups before listing another directory: that
 //! bounds the files (and open directory descriptors) waiting in the queue,
@@ -84,20 +83,22 @@ pub struct CopyOptions {
     /// (default 256 KiB; `u64::MAX`: never).
     pub copy_range_min: u64,
     /// With `fsync`, files of at least this many bytes are written with
-    /// `O_DIRECT` from the worker's buffers (default `u64::MAX`: never).
-    /// The copy then leaves the page cache as it found it and uses less CPU,
-    /// but on this machine it is no longer faster. Session 9 (two 1 GiB
-    /// files, cold, alternating pairs) measured it ahead: median 2.13 s
-    /// (1.92-2.86) against 2.48 s (1.81-2.83) through the page cache, 3
-    /// more pairs 1.67-1.92 s against 2.11-2.20 s, but 2.33-3.00 s against
-    /// 1.57-1.78 s in another 3; so 256 MiB was the default until session
-    /// 11. Session 11 measured it behind in every pair, in both orders:
-    /// 2.41-2.93 s against 1.92-2.17 s through the page cache (4 pairs),
-    /// and `tree-bench --trees large --modes cold` gave 0.88 and 0.71-0.78
-    /// of `cp -r && sync` with it, 1.21 without. Below 256 MiB the page
-    /// cache always measured as fast or faster: 32 files of 16 MiB
-    /// 0.47-0.49 s against 0.56-0.61 s, 500 of 1 MiB 0.46-0.52 s against
-    /// 0.48-0.61 s, 4 of 128 MiB 0.46-0.73 s against 0.56-0.67 s.
+    /// `O_DIRECT` from the worker's buffers (default 256 MiB; `u64::MAX`:
+    /// never). The copy then leaves the page cache as it found it and uses
+    /// less CPU. Its speed hangs on the buffers: since session 12 they are
+    /// huge pages (see `blockio::AlignedBuf`), so each 1 MiB write is one
+    /// device request instead of two (256 small pages are more segments
+    /// than the virtio disk takes per request). Session 12, two 1 GiB
+    /// files, cold, shuffled rounds: median 1.86 s (1.77-1.94) and 2.13 s
+    /// (2.06-2.30) with it, against 2.56 s (2.47-2.77) and 2.60 s
+    /// (2.49-2.68) through the page cache and 2.81 s (2.57-2.98) for the
+    /// same direct writes from small pages; `cp -r && sync` took 4.04 s.
+    /// Before that fix, session 11 measured the direct path behind in every
+    /// pair (2.41-2.93 s against 1.92-2.17 s), and it was off by default.
+    /// Smaller files stay on the page cache: 500 files of 1 MiB took 0.62 s
+    /// (0.58-0.70) written direct against 0.57 s (0.56-0.75) (session 12);
+    /// 32 files of 16 MiB 0.56-0.61 s direct against 0.47-0.49 s (session
+    /// 9, small pages).
     pub direct_write_min: u64,
     /// Threads (default: the CPUs plus one). Each walks directories and
     /// copies files alike.
@@ -114,7 +115,7 @@ impl Default for CopyOptions {
             wave: 16 << 20,
             group: 32,
             copy_range_min: 256 << 10,
-            direct_write_min: u64::MAX,
+            direct_write_min: 256 << 20,
             // One more than the CPUs: a thread waiting on a lock or the
             // disk leaves its core to another (20,000 small files on 2
             // CPUs: 0.36-0.42 s with 3 threads, 0.44-0.48 s with 2).
