@@ -137,8 +137,9 @@ fn random_reads_match_pread_direct() {
 }
 
 /// Buffers of 2 MiB and more are separate huge-page mappings (see
-/// `AlignedBuf`); direct reads into them, whole and at offsets inside them,
-/// must see the same bytes as pread.
+/// `AlignedBuf`): direct reads into them, at file offsets on and off 2 MiB
+/// boundaries, of lengths that are and are not whole huge pages, and one
+/// cut short by the end of the file, must see the same bytes as pread.
 #[test]
 fn direct_reads_into_huge_page_buffers_match_pread() {
     let (path, _) = data_file(12 << 20, 5);

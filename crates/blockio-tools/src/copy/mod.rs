@@ -97,8 +97,10 @@ pub struct CopyOptions {
     /// pair (2.41-2.93 s against 1.92-2.17 s), and it was off by default.
     /// Smaller files stay on the page cache: 500 files of 1 MiB took 0.62 s
     /// (0.58-0.70) written direct against 0.57 s (0.56-0.75) (session 12);
-    /// 32 files of 16 MiB 0.56-0.61 s direct against 0.47-0.49 s (session
-    /// 9, small pages).
+    /// with small pages (session 9), 32 files of 16 MiB 0.56-0.61 s direct
+    /// against 0.47-0.49 s, 4 of 128 MiB 0.56-0.67 s against 0.46-0.73 s.
+    /// Sizes between 1 MiB and 1 GiB have not been measured again since
+    /// the buffers became huge pages, so the threshold may be too high.
     pub direct_write_min: u64,
     /// Threads (default: the CPUs plus one). Each walks directories and
     /// copies files alike.
