@@ -580,6 +580,34 @@ fn engine_dropped_while_another_thread_has_operations_in_flight() {
     }
 }
 
+/// A pool of 2 MiB or more is one huge-page mapping (see `AlignedBuf`);
+/// registered with the ring, its buffers must take direct reads of whole
+/// megabytes and see the bytes pread sees.
+#[test]
+fn registered_huge_page_pool_takes_direct_reads() {
+    let (path, data) = data_file(8 << 20, 13);
+    let file = DirectFile::open(&path).unwrap();
+    let pool = BufferPool::new(4, 1 << 20, 4096);
+    let e = Engine::builder().registered_buffers(&pool).build().unwrap();
+    if let Some(p) = e.probe() {
+        assert!(p.registered_buffers);
+    }
+    let mut bufs: Vec<_> = (0..4).map(|_| pool.get()).collect();
+    let offsets = [0usize, 3 << 20, (5 << 20) + 4096, 7 << 20];
+    let mut ops: Vec<Op> = bufs
+        .iter_mut()
+        .zip(offsets)
+        .map(|(b, o)| Op::read(&file, o as u64, &mut b[..]))
+        .collect();
+    let res = e.submit(&mut ops).unwrap();
+    drop(ops);
+    for ((b, o), r) in bufs.iter().zip(offsets).zip(&res) {
+        let n = *r.as_ref().unwrap();
+        assert_eq!(n, (1 << 20).min(data.len() - o), "read at {o}");
+        assert_eq!(&b[..n], &data[o..o + n], "read at {o}");
+    }
+}
+
 #[test]
 fn registered_buffers_and_files() {
     let (path, data) = data_file(1 << 20, 12);
