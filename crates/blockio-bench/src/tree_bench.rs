@@ -210,7 +210,7 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
     if args.jobs.contains(&Job::Cp) {
         for &kind in &args.trees {
             let (n, size) = scaled_shape(kind, args.scale);
-            let src = root.join(format!("src-{}", kind.name()));
+            let src = source_dir(&root, kind);
             progress(&format!(
                 "cp: the {} tree (made if not already there)",
                 kind.name()
@@ -289,14 +289,13 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
         }
     }
     if args.jobs.contains(&Job::Sum) {
-        let small = root.join("src-small");
-        let (n, size) = TreeKind::Small.shape();
-        let n = scaled(n, args.scale).max(2);
+        let small = source_dir(&root, TreeKind::Small);
+        let (n, size) = scaled_shape(TreeKind::Small, args.scale);
         progress("sum: the small-file tree (made if not already there)");
         make_tree(&small, TreeKind::Small, n, size)?;
-        let big_mib = scaled(args.sum_file_mib, args.scale).max(1);
+        let (big_name, big_mib) = sum_file(args);
         progress("sum: the big file (made if not already there)");
-        let big = data::create(&root, &format!("sum-{big_mib}m.dat"), big_mib << 20)?;
+        let big = data::create(&root, &big_name, big_mib << 20)?;
         let big_files = [big.clone()];
         for &mode in &args.modes {
             progress(&format!("sum: one {big_mib} MiB file, {mode:?}"));
@@ -404,6 +403,17 @@ fn scaled_shape(kind: TreeKind, scale: f64) -> (u64, u64) {
     }
 }
 
+/// Where the source tree of `kind` is made (and reused) under `root`.
+fn source_dir(root: &Path, kind: TreeKind) -> PathBuf {
+    root.join(format!("src-{}", kind.name()))
+}
+
+/// The name and MiB of `sum`'s big file at the run's scale.
+fn sum_file(args: &TreeBenchArgs) -> (String, u64) {
+    let mib = scaled(args.sum_file_mib, args.scale).max(1);
+    (format!("sum-{mib}m.dat"), mib)
+}
+
 /// Bytes the run needs free under `root` at its peak: the sources and the
 /// big file still to be made, tree (a)'s copies (kept until the end), and
 /// the largest other tree's copies plus fio's scratch file of its size
@@ -423,7 +433,7 @@ fn space_needed(args: &TreeBenchArgs, root: &Path) -> u64 {
         }
         let (n, size) = scaled_shape(kind, args.scale);
         let bytes = n * size;
-        if !tree_made(&root.join(format!("src-{}", kind.name())), n, size) {
+        if !tree_made(&source_dir(root, kind), n, size) {
             to_make += bytes;
         }
         if copied {
@@ -434,9 +444,8 @@ fn space_needed(args: &TreeBenchArgs, root: &Path) -> u64 {
         }
     }
     if sum {
-        let mib = scaled(args.sum_file_mib, args.scale).max(1);
-        let big = root.join(format!("sum-{mib}m.dat"));
-        if !data::made(&big, mib << 20) {
+        let (name, mib) = sum_file(args);
+        if !data::made(&root.join(name), mib << 20) {
             to_make += mib << 20;
         }
     }
@@ -627,7 +636,6 @@ fn drop_caches() -> std::io::Result<()> {
         .and_then(|mut f| f.write_all(b"3\n"))
 }
 
-/// Makes the tree (or reuses it if its file count and bytes match).
 /// Whether `root` already holds `files` files of `size` bytes.
 fn tree_made(root: &Path, files: u64, size: u64) -> bool {
     tree_totals(root).is_ok_and(|t| t == (files, files * size))

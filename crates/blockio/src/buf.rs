@@ -40,6 +40,12 @@ pub struct AlignedBuf {
 /// The size of a transparent huge page on x86-64 and arm64 (4 KiB pages).
 const HUGE_PAGE: usize = 2 << 20;
 
+/// The bytes mapped for a buffer of `len`: whole huge pages (None on
+/// overflow).
+fn mapped_len(len: usize) -> Option<usize> {
+    len.checked_next_multiple_of(HUGE_PAGE)
+}
+
 /// Maps `len` (a non-zero multiple of `HUGE_PAGE`) zeroed bytes starting on
 /// a `HUGE_PAGE` boundary and asks for huge pages. None if the mapping
 /// fails (the caller falls back to the allocator).
@@ -97,7 +103,7 @@ impl AlignedBuf {
             .expect("AlignedBuf: alignment must be a power of two and the size must fit");
         if len >= HUGE_PAGE && align <= HUGE_PAGE {
             // Anonymous mappings are zero-filled by the kernel.
-            if let Some(ptr) = len.checked_next_multiple_of(HUGE_PAGE).and_then(map_huge) {
+            if let Some(ptr) = mapped_len(len).and_then(map_huge) {
                 return AlignedBuf {
                     ptr,
                     len,
@@ -126,7 +132,7 @@ impl AlignedBuf {
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         if self.mapped {
-            let len = self.len.next_multiple_of(HUGE_PAGE);
+            let len = mapped_len(self.len).expect("computed in new");
             // SAFETY: `map_huge` mapped exactly `[ptr, ptr + len)` for this
             // buffer alone, and it is dropped once.
             unsafe { libc::munmap(self.ptr.as_ptr().cast(), len) };

@@ -167,22 +167,21 @@ pub(crate) fn copy_group(
 
     for j in jobs.iter_mut().filter(|j| j.failed.is_none()) {
         let dst = dirs.dst_of(&j.e.dst_name);
-        if j.direct && j.end % SLOT_ALIGN as u64 != 0 {
-            // The last block was written whole: cut the copy back.
+        // A direct copy's last block was written whole: cut the copy back.
+        // A sparse copy may end in a hole: extend it. (Direct copies are
+        // never sparse.)
+        let resize = if j.direct && j.end % SLOT_ALIGN as u64 != 0 {
+            Some((j.end, "truncate"))
+        } else if is_sparse(j.e) {
+            Some((j.e.st.stx_size, "extend"))
+        } else {
+            None
+        };
+        if let Some((len, what)) = resize {
             // SAFETY: a valid fd.
-            if unsafe { libc::ftruncate(j.dst.as_raw_fd(), j.end as i64) } != 0 {
+            if unsafe { libc::ftruncate(j.dst.as_raw_fd(), len as i64) } != 0 {
                 j.failed = Some((
-                    format!("cannot truncate {}", quote(&dst)),
-                    io::Error::last_os_error(),
-                ));
-                continue;
-            }
-        }
-        if is_sparse(j.e) {
-            // SAFETY: a valid fd.
-            if unsafe { libc::ftruncate(j.dst.as_raw_fd(), j.e.st.stx_size as i64) } != 0 {
-                j.failed = Some((
-                    format!("cannot extend {}", quote(&dst)),
+                    format!("cannot {what} {}", quote(&dst)),
                     io::Error::last_os_error(),
                 ));
                 continue;
