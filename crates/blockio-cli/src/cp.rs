@@ -34,24 +34,17 @@ pub struct CpArgs {
     /// Print a JSON summary on stdout at the end.
     #[arg(long)]
     json: bool,
-    /// Bytes per read and write (K and M suffixes allowed).
-    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    /// Bytes per read and write (K, M and G suffixes allowed).
+    #[arg(long, default_value = "1M", value_parser = parse_block)]
     block_size: usize,
     /// Worker threads (default: one more than the CPUs).
     #[arg(long)]
     threads: Option<usize>,
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
-    let (num, mul) = match s.as_bytes().last() {
-        Some(b'k' | b'K') => (&s[..s.len() - 1], 1 << 10),
-        Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
-        _ => (s, 1),
-    };
-    let n: usize = num
-        .parse()
-        .map_err(|_| format!("not a size: {s:?} (bytes, or with a K or M suffix)"))?;
-    let n = n * mul;
+/// A block size for `cp`: 4 KiB to 64 MiB.
+fn parse_block(s: &str) -> Result<usize, String> {
+    let n = crate::size::parse(s)?;
     if !(4096..=(64 << 20)).contains(&n) {
         return Err(format!("must be between 4K and 64M, got {s}"));
     }

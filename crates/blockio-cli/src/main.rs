@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 mod cp;
+mod size;
 
 use blockio_bench::{alloc_count, bench, engine_bench, tree_bench};
 use blockio_tools::algo::Algo;
@@ -57,9 +58,9 @@ struct SumArgs {
     /// Worker threads (default: the CPUs).
     #[arg(long)]
     threads: Option<usize>,
-    /// Bytes per read of a large file (default: 1 MiB from the page cache,
-    /// 2 MiB with O_DIRECT).
-    #[arg(long)]
+    /// Bytes per read of a large file, 4K to 256M (K, M and G suffixes
+    /// allowed; default: 1 MiB from the page cache, 2 MiB with O_DIRECT).
+    #[arg(long, value_parser = size::parse)]
     block_size: Option<usize>,
     /// Reads of a large file in flight (default: 4 from the page cache, 16
     /// with O_DIRECT).
@@ -73,7 +74,7 @@ struct SumArgs {
 
 fn sum(args: &SumArgs) -> anyhow::Result<bool> {
     if let Some(b) = args.block_size.filter(|b| !(4096..=256 << 20).contains(b)) {
-        anyhow::bail!("--block-size must be between 4096 and 268435456, got {b}");
+        anyhow::bail!("--block-size must be between 4096 (4K) and 268435456 (256M), got {b}");
     }
     if args.threads == Some(0) {
         anyhow::bail!("--threads must be at least 1");

@@ -196,6 +196,7 @@ fn other_algorithms_and_bad_flags() {
     for (flag, value, says) in [
         ("--depth", "0", "--depth must be between 1 and 1024, got 0"),
         ("--block-size", "100", "--block-size must be between 4096"),
+        ("--block-size", "1.5M", "not a size: \"1.5M\""),
     ] {
         let o = blockio(
             dir.path(),
@@ -274,7 +275,7 @@ fn uncached_large_files_are_read_with_o_direct_and_hash_the_same() {
         }
         let mut args = vec![
             OsStr::new("--block-size"),
-            OsStr::new("65536"),
+            OsStr::new("64K"),
             OsStr::new("--depth"),
             OsStr::new("3"),
         ];
