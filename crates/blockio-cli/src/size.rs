@@ -26,7 +26,16 @@ mod tests {
         assert_eq!(parse("64k"), Ok(64 << 10));
         assert_eq!(parse("1M"), Ok(1 << 20));
         assert_eq!(parse("2g"), Ok(2 << 30));
-        for bad in ["", "M", "1.5M", "-1", "1T", "99999999999999999999G"] {
+        // The last two overflow: the number itself, and the number times 2^30.
+        for bad in [
+            "",
+            "M",
+            "1.5M",
+            "-1",
+            "1T",
+            "99999999999999999999",
+            "17179869184G",
+        ] {
             let e = parse(bad).unwrap_err();
             assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
