@@ -551,19 +551,15 @@ fn measure(
             [None, Some(true), Some(false)]
         };
         for side in order {
-            match (side, fio_io.as_mut()) {
-                (Some(ours), _) => {
-                    eviction = prepare(mode, files)?;
-                    let (mut c, out) = cmd(ours);
-                    let t = timed(&mut c, sync_baseline && !ours)?;
-                    check(&out)?;
-                    times[usize::from(ours)].push(t);
-                }
-                (None, Some(f)) => {
-                    prepare(mode, files)?;
-                    fio_times.extend(f());
-                }
-                (None, None) => {}
+            if let Some(ours) = side {
+                eviction = prepare(mode, files)?;
+                let (mut c, out) = cmd(ours);
+                let t = timed(&mut c, sync_baseline && !ours)?;
+                check(&out)?;
+                times[usize::from(ours)].push(t);
+            } else if let Some(f) = fio_io.as_mut() {
+                prepare(mode, files)?;
+                fio_times.extend(f());
             }
         }
     }
