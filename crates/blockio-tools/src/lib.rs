@@ -8,5 +8,6 @@
 pub mod algo;
 pub mod copy;
 pub mod names;
+pub mod quote;
 pub mod sum;
 pub mod walk;

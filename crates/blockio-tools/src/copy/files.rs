@@ -1,16 +1,18 @@
 //! A worker's share: one group of regular files from one directory, copied
 //! with a handful of engine batches.
 
-use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use blockio::{AlignedBuf, Engine, Op, Open, PathAt};
+use rustix::fs::OFlags;
 
-use super::tree::{set_attrs_at, Counts, DirPair, Entry, Group};
-use super::{quote, CopyOptions, Errors, Progress};
+use super::at;
+use super::attrs::set_attrs_at;
+use super::entry::{Ctx, DirPair, Entry, Group};
+use super::{quote, CopyOptions, Progress};
 
 /// With `--fsync`, files of at least this many bytes have their write-back
 /// started as their blocks are written and are fsynced each: a large copy
@@ -39,6 +41,10 @@ struct Job<'g> {
     /// The end of the data written so far (a direct copy's last block is
     /// written whole, then the file is cut back to this).
     end: u64,
+    /// Where a read met the end of the file before the size `statx` gave
+    /// (a file that shrank, or one of /proc or /sys whose size is a guess):
+    /// the copy ends there, never padded to the stated size.
+    eof: Option<u64>,
     /// The first failure: what was being done, and why.
     failed: Option<(String, io::Error)>,
 }
@@ -54,23 +60,14 @@ struct Chunk {
 /// Copies a group; files beyond its first wave of bytes (sizes are only
 /// known once the files are open) go back to the queue through `requeue`,
 /// so that large files are copied by several workers at once.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn copy_group(
-    engine: &Engine,
-    g: Group,
-    opts: &CopyOptions,
-    progress: &Progress,
-    counts: &Counts,
-    errors: &Errors<'_>,
-    arena: &mut AlignedBuf,
-    requeue: &dyn Fn(Group),
-) {
+pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeue: &dyn Fn(Group)) {
+    let (engine, opts, progress, errors) = (ctx.engine, ctx.opts, ctx.progress, ctx.errors);
     let Group {
         dirs: pair,
         mut files,
     } = g;
     let dirs = &*pair;
-    let mut jobs = match open_all(engine, dirs, &mut files, opts, counts, errors) {
+    let mut jobs = match open_all(ctx, &pair, &mut files) {
         Some((jobs, rest)) => {
             if !rest.is_empty() {
                 requeue(Group {
@@ -165,12 +162,27 @@ pub(crate) fn copy_group(
         start = end;
     }
 
+    // A file that says it is empty (as those of /proc do) is read to its
+    // end: its size tells nothing.
+    for j in jobs
+        .iter_mut()
+        .filter(|j| j.failed.is_none() && j.e.st.stx_size == 0)
+    {
+        match copy_to_eof(j, progress) {
+            Ok(n) => j.end = n,
+            Err((side, e)) => j.failed = Some((failure(dirs, j.e, side), e)),
+        }
+    }
+
     for j in jobs.iter_mut().filter(|j| j.failed.is_none()) {
         let dst = dirs.dst_of(&j.e.dst_name);
-        // A direct copy's last block was written whole: cut the copy back.
-        // A sparse copy may end in a hole: extend it. (Direct copies are
-        // never sparse.)
-        let resize = if j.direct && j.end % SLOT_ALIGN as u64 != 0 {
+        // A file that ended early ends there in the copy, never padded to
+        // its stated size. A direct copy's last block was written whole:
+        // cut the copy back. A sparse copy may end in a hole: extend it.
+        // (Direct copies are never sparse.)
+        let resize = if let Some(eof) = j.eof {
+            Some((eof, "truncate"))
+        } else if j.direct && j.end % SLOT_ALIGN as u64 != 0 {
             Some((j.end, "truncate"))
         } else if is_sparse(j.e) {
             Some((j.e.st.stx_size, "extend"))
@@ -188,7 +200,8 @@ pub(crate) fn copy_group(
             }
         }
         if opts.preserve {
-            if let Err(e) = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode())) {
+            let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), Some(j.src.as_fd()));
+            if let Err(e) = set {
                 // The data is complete: report, keep the file (as cp does).
                 errors.report(format!("preserving attributes of {}", quote(&dst)), Some(e));
             }
@@ -242,7 +255,7 @@ pub(crate) fn copy_group(
             }
             Some((what, err)) => {
                 let dst = dirs.dst_of(&e.dst_name);
-                let fate = match unlink_at(&dirs.dst, &e.dst_name) {
+                let fate = match at::unlink(&dirs.dst, &e.dst_name) {
                     Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
                     Err(u) => format!(
                         "{what} (the incomplete copy {} could not be removed: {u})",
@@ -259,13 +272,11 @@ pub(crate) fn copy_group(
 /// files that failed are reported and left out. Returns the files to copy
 /// now, and those beyond the first wave of bytes, to be queued again.
 fn open_all<'g>(
-    engine: &Engine,
-    dirs: &DirPair,
+    ctx: &Ctx<'_>,
+    pair: &Arc<DirPair>,
     files: &'g mut [Entry],
-    opts: &CopyOptions,
-    counts: &Counts,
-    errors: &Errors<'_>,
 ) -> Option<(Vec<Job<'g>>, Vec<Entry>)> {
+    let (dirs, errors) = (&**pair, ctx.errors);
     let opens: Vec<Open<'_>> = files
         .iter()
         .map(|e| {
@@ -273,7 +284,7 @@ fn open_all<'g>(
                 .flags(libc::O_RDONLY | libc::O_NOFOLLOW)
         })
         .collect();
-    let srcs = match engine.open_batch(&opens) {
+    let srcs = match ctx.engine.open_batch(&opens) {
         Ok(s) => s,
         Err(e) => {
             errors.report(
@@ -317,64 +328,111 @@ fn open_all<'g>(
         }
         opened.push((&*e, fd));
     }
-    let keep = first_wave(opened.iter().map(|(e, _)| e.st.stx_size), opts.wave as u64);
+    let keep = first_wave(
+        opened.iter().map(|(e, _)| e.st.stx_size),
+        ctx.opts.wave as u64,
+    );
     let rest: Vec<Entry> = opened.drain(keep..).map(|(e, _)| e.clone()).collect();
-    let excl = if opts.no_clobber { libc::O_EXCL } else { 0 };
-    let perms = if opts.preserve { 0o7777 } else { 0o777 };
     // Creating a file always goes to io_uring's worker threads (O_CREAT
     // never completes inline), which cost more in wake-ups than the batch
     // saves: measured on 20,000 small files, 0.44 s against 0.47-0.66 s
     // through the ring. So destinations are created here, in this thread.
-    let dsts: io::Result<Vec<io::Result<OwnedFd>>> = Ok(opened
-        .iter()
-        .map(|(e, _)| {
-            create_at(
-                &dirs.dst,
-                &e.dst_name,
-                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | excl,
-                e.mode() & perms,
-            )
-        })
-        .collect());
-    let dsts = match dsts {
-        Ok(d) => d,
-        Err(e) => {
-            errors.report(
-                format!("cannot create files in {}", quote(&dirs.dst_path)),
-                Some(e),
-            );
-            return None;
-        }
-    };
     let mut jobs = Vec::with_capacity(opened.len());
-    for ((e, src), r) in opened.into_iter().zip(dsts) {
-        let dst = dirs.dst_of(&e.dst_name);
-        match r {
-            Ok(fd) => jobs.push(Job {
+    for (e, src) in opened {
+        match create_dst(ctx, pair, e) {
+            Ok(Some(fd)) => jobs.push(Job {
                 e,
                 src,
                 dst: fd,
                 direct: false,
                 end: 0,
+                eof: None,
                 failed: None,
             }),
-            Err(err) if opts.no_clobber && blockio::errno(&err) == Some(libc::EEXIST) => {
-                counts.skipped.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(err) if blockio::errno(&err) == Some(libc::EISDIR) => errors.report(
-                format!(
-                    "cannot overwrite directory {} with non-directory",
-                    quote(&dst)
-                ),
-                None,
-            ),
-            Err(err) => errors.report(
-                format!("cannot create regular file {}", quote(&dst)),
-                Some(err),
-            ),
+            Ok(None) => {}
+            Err(err) => created_failed(ctx, dirs, e, err),
         }
     }
     Some((jobs, rest))
+}
+
+/// The permission bits a copy is created with. With `-p` the owner's bits
+/// alone: until its owner, ACL and mode are set at the end, nobody else
+/// may open it (a set-user-ID or group-writable source must not be so,
+/// owned by the copier, even for a moment).
+fn create_mode(opts: &CopyOptions, e: &Entry) -> u32 {
+    if opts.preserve {
+        e.mode() & 0o700
+    } else {
+        e.mode() & 0o777
+    }
+}
+
+/// Creates (or truncates) the copy of `e`; `None` when it was made a hard
+/// link to an earlier copy of the same file (`-a`), which needs no data.
+fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Option<OwnedFd>> {
+    let flags = OFlags::TRUNC
+        | if ctx.opts.no_clobber {
+            OFlags::EXCL
+        } else {
+            OFlags::empty()
+        };
+    let mode = create_mode(ctx.opts, e);
+    let create = || {
+        if e.follow_dst {
+            at::create_following(&pair.dst, &e.dst_name, flags, mode)
+        } else {
+            at::create(&pair.dst, &e.dst_name, flags, mode)
+        }
+    };
+    if !(ctx.opts.preserve && e.st.stx_nlink > 1) {
+        return create().map(Some);
+    }
+    // Held while the first copy is created, so a second name of the file
+    // never links to a copy that does not exist yet.
+    let mut links = ctx.links.lock().expect("hard link table lock");
+    if let Some((first, name)) = links.get(&e.id()) {
+        let r = match at::link(&first.dst, name, &pair.dst, &e.dst_name) {
+            Err(err) if err.raw_os_error() == Some(libc::EEXIST) && !ctx.opts.no_clobber => {
+                at::unlink(&pair.dst, &e.dst_name)
+                    .and_then(|()| at::link(&first.dst, name, &pair.dst, &e.dst_name))
+            }
+            r => r,
+        };
+        drop(links);
+        r?;
+        ctx.progress.files.fetch_add(1, Ordering::Relaxed);
+        return Ok(None);
+    }
+    let fd = create()?;
+    links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
+    Ok(Some(fd))
+}
+
+/// Reports a copy that could not be created (or skips it, with `-n`).
+fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
+    let dst = dirs.dst_of(&e.dst_name);
+    let msg = match err.raw_os_error() {
+        Some(libc::EEXIST) if ctx.opts.no_clobber => {
+            ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        Some(libc::EISDIR) => format!(
+            "cannot overwrite directory {} with non-directory",
+            quote(&dst)
+        ),
+        Some(libc::ELOOP) if at::is_symlink(&dirs.dst, &e.dst_name) => {
+            let dangling = if e.follow_dst { "dangling " } else { "" };
+            format!("not writing through {dangling}symlink {}", quote(&dst))
+        }
+        _ => {
+            return ctx.errors.report(
+                format!("cannot create regular file {}", quote(&dst)),
+                Some(err),
+            )
+        }
+    };
+    ctx.errors.report(msg, None);
 }
 
 /// One wave: all its reads in one batch, then all its writes in one.
@@ -406,12 +464,18 @@ fn copy_wave(
             }
         }
     }
-    // Short reads (a file that shrank, a signal) are finished one by one.
+    // Short reads (a file that shrank, a signal) are finished one by one;
+    // one that meets the end of the file marks where the copy ends.
     for ((k, c), slot) in wave.iter().enumerate().zip(slots.iter_mut()) {
-        if jobs[c.job].failed.is_none() && got[k] > 0 && got[k] < c.len {
+        if jobs[c.job].failed.is_none() && got[k] < c.len {
             match read_full(&jobs[c.job].src, c.offset, &mut slot[..c.len], got[k]) {
                 Ok(n) => got[k] = n,
                 Err(e) => fail(jobs, dirs, c.job, Side::Read, e),
+            }
+            if got[k] < c.len {
+                let j = &mut jobs[c.job];
+                let at = c.offset + got[k] as u64;
+                j.eof = Some(j.eof.map_or(at, |e| e.min(at)));
             }
         }
     }
@@ -540,11 +604,31 @@ enum Side {
 fn fail(jobs: &mut [Job<'_>], dirs: &DirPair, job: usize, side: Side, e: io::Error) {
     let j = &mut jobs[job];
     if j.failed.is_none() {
-        let what = match side {
-            Side::Read => format!("error reading {}", quote(&dirs.src_of(&j.e.src_name))),
-            Side::Write => format!("error writing {}", quote(&dirs.dst_of(&j.e.dst_name))),
-        };
-        j.failed = Some((what, e));
+        j.failed = Some((failure(dirs, j.e, side), e));
+    }
+}
+
+/// What failed, in cp's words.
+fn failure(dirs: &DirPair, e: &Entry, side: Side) -> String {
+    match side {
+        Side::Read => format!("error reading {}", quote(&dirs.src_of(&e.src_name))),
+        Side::Write => format!("error writing {}", quote(&dirs.dst_of(&e.dst_name))),
+    }
+}
+
+/// Copies a file by reading it until a read returns nothing; the bytes
+/// copied. For files whose stated size is no guide (0 for most of /proc).
+fn copy_to_eof(j: &Job<'_>, progress: &Progress) -> Result<u64, (Side, io::Error)> {
+    let mut buf = [0u8; 16 << 10];
+    let mut off = 0u64;
+    loop {
+        let n = read_full(&j.src, off, &mut buf, 0).map_err(|e| (Side::Read, e))?;
+        if n == 0 {
+            return Ok(off);
+        }
+        write_full(&j.dst, off, &buf[..n], 0).map_err(|e| (Side::Write, e))?;
+        progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        off += n as u64;
     }
 }
 
@@ -732,32 +816,6 @@ fn fstat(fd: &OwnedFd) -> io::Result<libc::statx> {
     };
     if r == 0 {
         Ok(st)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-fn create_at(dir: &std::fs::File, name: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
-    // SAFETY: a valid directory fd and a NUL-terminated name.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            flags | libc::O_CLOEXEC,
-            mode as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor that nothing else owns, wrapped once.
-    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
-}
-
-pub(crate) fn unlink_at(dir: &std::fs::File, name: &CStr) -> io::Result<()> {
-    // SAFETY: a valid directory fd and a NUL-terminated name.
-    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } == 0 {
-        Ok(())
     } else {
         Err(io::Error::last_os_error())
     }

@@ -50,6 +50,9 @@
 //! on one file is reported with its path and the copy goes on; a file that
 //! failed part-way is removed, and the error says so.
 
+mod at;
+mod attrs;
+mod entry;
 mod files;
 mod tree;
 
@@ -274,10 +277,7 @@ fn raise_fd_limit() {
     }
 }
 
-/// A path as cp quotes it in messages.
-pub(crate) fn quote(p: &Path) -> String {
-    format!("'{}'", p.display())
-}
+pub(crate) use crate::quote::quote;
 
 /// A name for the `*at` calls.
 pub(crate) fn cname(name: &std::ffi::OsStr) -> CString {

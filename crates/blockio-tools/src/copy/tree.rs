@@ -1,90 +1,40 @@
 //! The walker: command-line operands, breadth-first directories, links,
 //! special files, and the groups of regular files handed to the workers.
+//!
+//! Directories are opened from their operand's root by relative path (see
+//! [`at`]); when that path grows past [`REROOT`] bytes the directory becomes
+//! a root of its own, so a tree of any depth is copied (GNU `cp` stops at
+//! `PATH_MAX`), while the walk keeps only a few descriptors per level open.
 
 use std::collections::VecDeque;
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::{CStr, OsStr};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 
 use blockio::{Engine, PathAt};
 
+use super::at;
+use super::attrs::set_attrs_at;
+use super::entry::{parent_as_written, Counts, Ctx, DirAt, DirPair, Entry, Group, Root};
 use super::files;
 use super::{cname, quote, CopyOptions, CopyReport, Errors, Progress};
 
-/// A source directory and its copy, both open, with their paths for
-/// messages. Shared by every group of files from that directory.
-pub(crate) struct DirPair {
-    pub src: File,
-    pub dst: File,
-    pub src_path: PathBuf,
-    pub dst_path: PathBuf,
-}
-
-impl DirPair {
-    pub fn src_of(&self, name: &CStr) -> PathBuf {
-        self.src_path.join(OsStr::from_bytes(name.to_bytes()))
-    }
-    pub fn dst_of(&self, name: &CStr) -> PathBuf {
-        self.dst_path.join(OsStr::from_bytes(name.to_bytes()))
-    }
-}
-
-/// One thing to copy: its name in the source directory, its name in the
-/// destination directory (they differ only for `cp a b`), and its `statx`.
-#[derive(Clone)]
-pub(crate) struct Entry {
-    pub src_name: CString,
-    pub dst_name: CString,
-    /// For a regular file listed in a directory, only its type until the
-    /// worker copying it fills the rest in from the open source
-    /// ([`Entry::stated`] says which).
-    pub st: libc::statx,
-}
-
-impl Entry {
-    /// The `statx` of a regular file known from its directory entry only.
-    fn unstated() -> libc::statx {
-        // SAFETY: `statx` is plain old data; all zeroes is a valid value.
-        let mut st: libc::statx = unsafe { std::mem::zeroed() };
-        st.stx_mode = libc::S_IFREG as u16;
-        st
-    }
-    /// Whether `st` holds the file's attributes (`statx` sets the mask),
-    /// not only its type.
-    pub fn stated(&self) -> bool {
-        self.st.stx_mask != 0
-    }
-    pub fn mode(&self) -> u32 {
-        u32::from(self.st.stx_mode)
-    }
-    fn kind(&self) -> u32 {
-        self.mode() & libc::S_IFMT
-    }
-}
-
-/// Regular files from one directory, for one worker.
-pub(crate) struct Group {
-    pub dirs: Arc<DirPair>,
-    pub files: Vec<Entry>,
-}
-
-/// Counts kept by the walker and the workers beyond [`Progress`].
-#[derive(Default)]
-pub(crate) struct Counts {
-    pub symlinks: AtomicU64,
-    pub specials: AtomicU64,
-    pub skipped: AtomicU64,
-}
+/// A directory whose path below its root reaches this many bytes is opened
+/// as a root of its own: `openat2` takes at most `PATH_MAX` (4096) bytes,
+/// and a name takes at most 255 more.
+const REROOT: usize = 2048;
 
 /// A directory made by the copy whose final mode or times are set at the
 /// end, once nothing more is written into it.
 struct Fixup {
+    at: DirAt,
+    /// The copy's path, for messages.
     path: PathBuf,
     st: libc::statx,
     /// The mode to set.
@@ -104,17 +54,19 @@ pub(crate) fn run(
         progress,
         sink: on_error,
     };
-    let counts = Counts::default();
     let walker = Walker {
-        engine,
-        opts,
-        progress,
-        errors: &errors,
-        counts: &counts,
+        ctx: Ctx {
+            engine,
+            opts,
+            progress,
+            errors: &errors,
+            counts: Counts::default(),
+            links: Default::default(),
+            umask: current_umask(),
+        },
         work: Work::default(),
         fixups: Mutex::new(Vec::new()),
         filesystems: Mutex::new(Vec::new()),
-        umask: current_umask(),
     };
     for src in sources {
         walker.operand(src, dest, dest_is_dir);
@@ -129,6 +81,7 @@ pub(crate) fn run(
         walker.work_loop();
     });
     walker.finish_dirs();
+    let counts = &walker.ctx.counts;
     CopyReport {
         files: progress.files.load(Ordering::Relaxed),
         dirs: progress.dirs.load(Ordering::Relaxed),
@@ -151,7 +104,7 @@ struct Work {
 
 #[derive(Default)]
 struct Queues {
-    dirs: VecDeque<(PathBuf, PathBuf)>,
+    dirs: VecDeque<DirTask>,
     groups: VecDeque<Group>,
     /// Tasks queued or being worked on.
     open: usize,
@@ -161,8 +114,15 @@ struct Queues {
 }
 
 enum Task {
-    Dir(PathBuf, PathBuf),
+    Dir(DirTask),
     Files(Group),
+}
+
+/// A directory to list, already made at its destination.
+struct DirTask {
+    src: PathBuf,
+    dst: PathBuf,
+    at: DirAt,
 }
 
 impl Work {
@@ -170,7 +130,7 @@ impl Work {
         let mut q = self.queues.lock().expect("work queue lock");
         q.open += 1;
         match task {
-            Task::Dir(s, d) => q.dirs.push_back((s, d)),
+            Task::Dir(d) => q.dirs.push_back(d),
             Task::Files(g) => q.groups.push_back(g),
         }
         drop(q);
@@ -189,8 +149,8 @@ impl Work {
             if let Some(g) = q.groups.pop_front() {
                 return Some(Task::Files(g));
             }
-            if let Some((s, d)) = q.dirs.pop_front() {
-                return Some(Task::Dir(s, d));
+            if let Some(d) = q.dirs.pop_front() {
+                return Some(Task::Dir(d));
             }
             if q.open == 0 {
                 return None;
@@ -241,11 +201,7 @@ fn current_umask() -> u32 {
 }
 
 struct Walker<'a> {
-    engine: &'a Engine,
-    opts: &'a CopyOptions,
-    progress: &'a Progress,
-    errors: &'a Errors<'a>,
-    counts: &'a Counts,
+    ctx: Ctx<'a>,
     work: Work,
     fixups: Mutex<Vec<Fixup>>,
     /// With `--fsync`, the destination file systems written to: device
@@ -253,14 +209,6 @@ struct Walker<'a> {
     /// before anything was written there (`syncfs` reports the write-back
     /// errors that happened since its file was opened).
     filesystems: Mutex<Vec<(u64, PathBuf, File)>>,
-    umask: u32,
-}
-
-fn open_dir(path: &Path) -> io::Result<File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-        .open(path)
 }
 
 fn parent(p: &Path) -> &Path {
@@ -270,132 +218,164 @@ fn parent(p: &Path) -> &Path {
     }
 }
 
-/// The final name of a path, `.` and `..` resolved to a real name (`cp`
-/// copies `a/..` under the name of the directory it is).
-fn final_name(p: &Path) -> Option<CString> {
-    match p.file_name() {
-        Some(n) => Some(cname(n)),
-        None => std::fs::canonicalize(p).ok()?.file_name().map(cname),
+/// The name a source is copied under: its last component, with `.` and
+/// `..` resolved to the name of the directory they are (`cp -r a/.. t`
+/// copies under that name). `None` for `/`.
+fn final_name(p: &Path) -> Option<std::ffi::CString> {
+    match at::last_component(p).as_bytes() {
+        b"" | b"." | b".." => std::fs::canonicalize(p).ok()?.file_name().map(cname),
+        n => Some(cname(OsStr::from_bytes(n))),
     }
 }
 
 impl Walker<'_> {
+    fn report(&self, what: String, e: Option<io::Error>) {
+        self.ctx.errors.report(what, e)
+    }
+
     fn work_loop(&self) {
         let mut arena = blockio::AlignedBuf::new(0, files::SLOT_ALIGN);
         while let Some(task) = self.work.next() {
             let _running = Running(&self.work);
             match task {
-                Task::Dir(src, dst) => self.directory(src, dst),
-                Task::Files(g) => files::copy_group(
-                    self.engine,
-                    g,
-                    self.opts,
-                    self.progress,
-                    self.counts,
-                    self.errors,
-                    &mut arena,
-                    &|rest| self.work.push(Task::Files(rest)),
-                ),
+                Task::Dir(d) => self.directory(d),
+                Task::Files(g) => files::copy_group(&self.ctx, g, &mut arena, &|rest| {
+                    self.work.push(Task::Files(rest))
+                }),
             }
         }
     }
 
     fn stat_one(&self, at: PathAt<'_>) -> io::Result<libc::statx> {
-        self.engine
+        self.ctx
+            .engine
             .stat_batch(&[at], libc::AT_SYMLINK_NOFOLLOW)?
             .remove(0)
     }
 
-    /// One command-line source.
+    /// One command-line source, by GNU `cp`'s rules for arguments: links
+    /// on the way to it (and to the destination) are followed; the source
+    /// itself is copied as a link unless written with a trailing `/` (or
+    /// `/.`); a source ending in `/.` has its contents merged into an
+    /// existing destination directory.
     fn operand(&self, src: &Path, dest: &Path, dest_is_dir: bool) {
         let csrc = cname(src.as_os_str());
         let st = match self.stat_one(PathAt::cwd(&csrc)) {
             Ok(st) => st,
-            Err(e) => {
-                return self
-                    .errors
-                    .report(format!("cannot stat {}", quote(src)), Some(e))
-            }
+            Err(e) => return self.report(format!("cannot stat {}", quote(src)), Some(e)),
         };
         let Some(src_name) = final_name(src) else {
-            return self
-                .errors
-                .report(format!("cannot copy {}: it has no name", quote(src)), None);
+            return self.report(format!("cannot copy {}: it has no name", quote(src)), None);
         };
-        let target = if dest_is_dir {
-            dest.join(OsStr::from_bytes(src_name.to_bytes()))
-        } else {
-            dest.to_path_buf()
+        let target = match (dest_is_dir, at::last_component(src).as_bytes()) {
+            (true, b".") => dest.to_path_buf(),
+            (true, _) => dest.join(OsStr::from_bytes(src_name.to_bytes())),
+            (false, _) => dest.to_path_buf(),
         };
         let Some(dst_name) = final_name(&target) else {
-            return self.errors.report(
+            return self.report(
                 format!("cannot create {}: it has no name", quote(&target)),
                 None,
             );
         };
-        let existing = std::fs::symlink_metadata(&target).ok();
-        let is_dir = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
-        if is_dir {
-            if let (Ok(s), Ok(p)) = (
-                std::fs::canonicalize(src),
-                std::fs::canonicalize(parent(&target)),
-            ) {
-                let t = p.join(OsStr::from_bytes(dst_name.to_bytes()));
-                if t.starts_with(&s) {
-                    return self.errors.report(
-                        format!(
-                            "cannot copy a directory, {}, into itself, {}",
-                            quote(src),
-                            quote(&target)
-                        ),
-                        None,
-                    );
-                }
-            }
-        } else if let Some(m) = &existing {
+        if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR {
+            return self.operand_dir(src, &target, &st);
+        }
+        if let Ok(m) = std::fs::symlink_metadata(&target) {
             if m.dev() == libc::makedev(st.stx_dev_major, st.stx_dev_minor) && m.ino() == st.stx_ino
             {
-                return self.errors.report(
+                return self.report(
                     format!("{} and {} are the same file", quote(src), quote(&target)),
                     None,
                 );
             }
         }
-        let Some((s, d)) = self.open_both(parent(src), parent(&target)) else {
+        let Some(pair) = self.operand_parents(src, &target) else {
             return;
-        };
-        // Paths in messages as the user wrote them: `x`, not `./x`.
-        let pair = DirPair {
-            src: s,
-            dst: d,
-            src_path: src.parent().unwrap_or(Path::new("")).to_path_buf(),
-            dst_path: target.parent().unwrap_or(Path::new("")).to_path_buf(),
         };
         let entry = Entry {
             src_name,
             dst_name,
             st,
+            // Only a destination the user named is followed: `cp f link`.
+            follow_dst: !dest_is_dir,
         };
         self.entries(&Arc::new(pair), vec![entry]);
     }
 
-    /// Opens a source directory and its destination; `None` after reporting
-    /// the one that could not be opened.
-    fn open_both(&self, src: &Path, dst: &Path) -> Option<(File, File)> {
+    /// A directory named on the command line, copied to `target` (made, or
+    /// merged into when it is a directory or a link to one).
+    fn operand_dir(&self, src: &Path, target: &Path, st: &libc::statx) {
+        if let (Ok(s), Ok(t)) = (std::fs::canonicalize(src), canonical_target(target)) {
+            if t.starts_with(&s) {
+                return self.report(
+                    format!(
+                        "cannot copy a directory, {}, into itself, {}",
+                        quote(src),
+                        quote(target)
+                    ),
+                    None,
+                );
+            }
+        }
+        let fresh = match std::fs::DirBuilder::new()
+            .mode(self.dir_create_mode(st))
+            .create(target)
+        {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if !std::fs::metadata(target).is_ok_and(|m| m.is_dir()) {
+                    return self.report(
+                        format!(
+                            "cannot overwrite non-directory {} with directory {}",
+                            quote(target),
+                            quote(src)
+                        ),
+                        None,
+                    );
+                }
+                false
+            }
+            Err(e) => {
+                return self.report(
+                    format!("cannot create directory {}", quote(target)),
+                    Some(e),
+                )
+            }
+        };
+        let task = DirTask {
+            src: src.to_path_buf(),
+            dst: target.to_path_buf(),
+            at: DirAt::Operand {
+                src: src.to_path_buf(),
+                dst: target.to_path_buf(),
+            },
+        };
+        self.dir_made(task, st, fresh);
+    }
+
+    /// The directories that hold a non-directory operand and its copy,
+    /// opened following links; `None` after reporting one that could not
+    /// be opened.
+    fn operand_parents(&self, src: &Path, dst: &Path) -> Option<DirPair> {
         let open = |p: &Path| {
-            open_dir(p)
-                .map_err(|e| {
-                    self.errors
-                        .report(format!("cannot access {}", quote(p)), Some(e))
-                })
+            at::open_operand_dir(parent(p))
+                .map_err(|e| self.report(format!("cannot access {}", quote(parent(p))), Some(e)))
                 .ok()
         };
         let s = open(src)?;
         let d = open(dst)?;
-        if self.opts.fsync {
-            self.note_filesystem(&d, dst);
+        if self.ctx.opts.fsync {
+            self.note_filesystem(&d, parent(dst));
         }
-        Some((s, d))
+        Some(DirPair {
+            src: s,
+            dst: d,
+            src_path: parent_as_written(src),
+            dst_path: parent_as_written(dst),
+            // Never used: an operand's parent gets no subdirectories.
+            below: None,
+        })
     }
 
     /// Remembers the file system of a destination directory, to `syncfs`
@@ -403,11 +383,7 @@ impl Walker<'_> {
     fn note_filesystem(&self, dir: &File, path: &Path) {
         let dev = match dir.metadata() {
             Ok(m) => m.dev(),
-            Err(e) => {
-                return self
-                    .errors
-                    .report(format!("cannot stat {}", quote(path)), Some(e))
-            }
+            Err(e) => return self.report(format!("cannot stat {}", quote(path)), Some(e)),
         };
         let mut known = self.filesystems.lock().expect("lock");
         if known.iter().any(|(d, _, _)| *d == dev) {
@@ -415,56 +391,116 @@ impl Walker<'_> {
         }
         match dir.try_clone() {
             Ok(f) => known.push((dev, path.to_path_buf(), f)),
-            Err(e) => self
-                .errors
-                .report(format!("cannot access {}", quote(path)), Some(e)),
+            Err(e) => self.report(format!("cannot access {}", quote(path)), Some(e)),
         }
     }
 
+    /// Opens a directory of the tree and its copy; with the root and path
+    /// its subdirectories are opened from.
+    fn open_task(&self, t: &DirTask) -> Option<(File, File, Arc<Root>, PathBuf)> {
+        let (opened, root, rel) = match &t.at {
+            DirAt::Operand { src, dst } => (
+                at::open_operand_dir(src)
+                    .map_err(|e| (src, e))
+                    .and_then(|s| Ok((s, at::open_operand_dir(dst).map_err(|e| (dst, e))?))),
+                None,
+                PathBuf::new(),
+            ),
+            DirAt::Beneath { root, rel } => (
+                at::open_dir_beneath(&root.src, rel)
+                    .map_err(|e| (&t.src, e))
+                    .and_then(|s| {
+                        Ok((
+                            s,
+                            at::open_dir_beneath(&root.dst, rel).map_err(|e| (&t.dst, e))?,
+                        ))
+                    }),
+                // Deep enough: this directory becomes a root of its own.
+                (rel.as_os_str().len() < REROOT).then(|| Arc::clone(root)),
+                if rel.as_os_str().len() < REROOT {
+                    rel.clone()
+                } else {
+                    PathBuf::new()
+                },
+            ),
+        };
+        let (s, d) = match opened {
+            Ok(sd) => sd,
+            Err((path, e)) => {
+                self.report(format!("cannot access {}", quote(path)), Some(e));
+                return None;
+            }
+        };
+        let root = match root {
+            Some(r) => r,
+            None => match (s.try_clone(), d.try_clone()) {
+                (Ok(src), Ok(dst)) => Arc::new(Root { src, dst }),
+                (Err(e), _) | (_, Err(e)) => {
+                    self.report(format!("cannot access {}", quote(&t.src)), Some(e));
+                    return None;
+                }
+            },
+        };
+        if self.ctx.opts.fsync && matches!(t.at, DirAt::Operand { .. }) {
+            self.note_filesystem(&d, &t.dst);
+        }
+        Some((s, d, root, rel))
+    }
+
     /// One directory of the tree, already made at `dst`.
-    fn directory(&self, src: PathBuf, dst: PathBuf) {
-        let Some((s, d)) = self.open_both(&src, &dst) else {
+    fn directory(&self, t: DirTask) {
+        let Some((s, d, root, rel)) = self.open_task(&t) else {
             return;
         };
-        let mut names = Vec::new();
-        match std::fs::read_dir(&src) {
-            Ok(rd) => {
-                for e in rd {
-                    match e {
-                        // The type from the directory itself (`d_type`),
-                        // where the file system gives it.
-                        Ok(e) => {
-                            let regular = e.file_type().is_ok_and(|t| t.is_file());
-                            names.push((cname(&e.file_name()), regular));
-                        }
-                        Err(e) => {
-                            self.errors
-                                .report(format!("cannot read directory {}", quote(&src)), Some(e));
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                return self
-                    .errors
-                    .report(format!("cannot read directory {}", quote(&src)), Some(e))
+        if self.ctx.opts.preserve {
+            // Before anything is made in it: its default ACL is the
+            // source's, so what the copy creates inherits what the
+            // source's files did.
+            if let Err(e) = super::attrs::copy_xattrs(s.as_fd(), d.as_fd()) {
+                self.report(
+                    format!("preserving extended attributes of {}", quote(&t.dst)),
+                    Some(e),
+                );
             }
         }
+        let mut names = match at::list(&s) {
+            Ok(n) => n,
+            Err(e) => {
+                return self.report(format!("cannot read directory {}", quote(&t.src)), Some(e))
+            }
+        };
         // Sorted: the walk (and its messages) do not depend on the order the
         // file system lists names in.
         names.sort();
         let pair = Arc::new(DirPair {
             src: s,
             dst: d,
-            src_path: src,
-            dst_path: dst,
+            src_path: t.src,
+            dst_path: t.dst,
+            below: Some((root, rel)),
         });
-        // Regular files are not `statx`ed here: the worker that copies one
-        // opens it anyway and reads its attributes from the descriptor
-        // (`Entry::unstated`), which saves a path lookup per file and, on
-        // ext4, a trip through io_uring's worker threads (where `statx`
-        // always goes). Everything else is `statx`ed in batches.
+        let stats = self.stat_all(&pair, &names);
+        let entries = names
+            .into_iter()
+            .zip(stats)
+            .filter_map(|((name, _), st)| Some(Entry::listed(name, st?)))
+            .collect();
+        self.entries(&pair, entries);
+    }
+
+    /// The attributes of a directory's entries; `None` for those that
+    /// failed (each reported).
+    ///
+    /// Regular files are not `statx`ed here: the worker that copies one
+    /// opens it anyway and reads its attributes from the descriptor
+    /// (`Entry::unstated`), which saves a path lookup per file and, on
+    /// ext4, a trip through io_uring's worker threads (where `statx`
+    /// always goes). Everything else is `statx`ed in batches.
+    fn stat_all(
+        &self,
+        pair: &DirPair,
+        names: &[(std::ffi::CString, bool)],
+    ) -> Vec<Option<libc::statx>> {
         let mut stats: Vec<Option<libc::statx>> = names
             .iter()
             .map(|(_, regular)| regular.then(Entry::unstated))
@@ -475,36 +511,24 @@ impl Walker<'_> {
                 .iter()
                 .map(|&i| PathAt::in_dir(&pair.src, &names[i].0))
                 .collect();
-            let got = match self.engine.stat_batch(&at, libc::AT_SYMLINK_NOFOLLOW) {
+            let got = match self.ctx.engine.stat_batch(&at, libc::AT_SYMLINK_NOFOLLOW) {
                 Ok(s) => s,
                 Err(e) => {
-                    return self
-                        .errors
-                        .report(format!("cannot stat in {}", quote(&pair.src_path)), Some(e))
+                    self.report(format!("cannot stat in {}", quote(&pair.src_path)), Some(e));
+                    continue;
                 }
             };
             for (&i, st) in chunk.iter().zip(got) {
                 match st {
                     Ok(st) => stats[i] = Some(st),
-                    Err(e) => self.errors.report(
+                    Err(e) => self.report(
                         format!("cannot stat {}", quote(&pair.src_of(&names[i].0))),
                         Some(e),
                     ),
                 }
             }
         }
-        let entries = names
-            .into_iter()
-            .zip(stats)
-            .filter_map(|((name, _), st)| {
-                Some(Entry {
-                    src_name: name.clone(),
-                    dst_name: name,
-                    st: st?,
-                })
-            })
-            .collect();
-        self.entries(&pair, entries);
+        stats
     }
 
     /// Copies the entries of one directory pair, by kind. Regular files go
@@ -519,7 +543,7 @@ impl Walker<'_> {
                 libc::S_IFDIR => dirs.push(e),
                 libc::S_IFLNK => links.push(e),
                 libc::S_IFREG => {
-                    if group.len() >= self.opts.group.max(1) {
+                    if group.len() >= self.ctx.opts.group.max(1) {
                         self.send(pair, std::mem::take(&mut group));
                     }
                     group.push(e);
@@ -541,53 +565,74 @@ impl Walker<'_> {
         }));
     }
 
+    /// The mode a directory is made with: writable by us while the copy
+    /// fills it; with `-p` by us alone (its own mode, which may let others
+    /// in, is set at the end, after its ACL).
+    fn dir_create_mode(&self, st: &libc::statx) -> u32 {
+        if self.ctx.opts.preserve {
+            0o700
+        } else {
+            (u32::from(st.stx_mode) & 0o7777) | 0o700
+        }
+    }
+
+    /// A directory was made (`fresh`) or is merged into: its final mode
+    /// and times are noted for the end, and it is queued to be listed.
+    fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool) {
+        let mode = u32::from(st.stx_mode);
+        let want = if self.ctx.opts.preserve {
+            mode & 0o7777
+        } else {
+            mode & 0o777 & !self.ctx.umask
+        };
+        // Nothing to set at the end when mkdir made it right, the usual
+        // case (opening every directory again for nothing made a serial
+        // tail after the copy). Merging into an existing directory: with
+        // -p its attributes become the source's, as with cp.
+        let made = self.dir_create_mode(st) & !self.ctx.umask;
+        if self.ctx.opts.preserve || (fresh && want != made) {
+            self.fixups.lock().expect("lock").push(Fixup {
+                at: task.at.clone(),
+                path: task.dst.clone(),
+                st: *st,
+                chmod: want,
+            });
+        }
+        self.ctx.progress.dirs.fetch_add(1, Ordering::Relaxed);
+        self.work.push(Task::Dir(task));
+    }
+
     fn make_dirs(&self, pair: &Arc<DirPair>, dirs: Vec<Entry>) {
         if dirs.is_empty() {
             return;
         }
-        // Writable by us while the copy fills it; the real mode at the end.
+        let (root, rel) = pair.below.as_ref().expect("a listed directory has a root");
         let reqs: Vec<(PathAt<'_>, u32)> = dirs
             .iter()
             .map(|e| {
                 (
                     PathAt::in_dir(&pair.dst, &e.dst_name),
-                    (e.mode() & 0o7777) | 0o700,
+                    self.dir_create_mode(&e.st),
                 )
             })
             .collect();
-        let made = match self.engine.mkdir_batch(&reqs) {
+        let made = match self.ctx.engine.mkdir_batch(&reqs) {
             Ok(m) => m,
             Err(e) => {
-                return self.errors.report(
+                return self.report(
                     format!("cannot create directories in {}", quote(&pair.dst_path)),
                     Some(e),
                 )
             }
         };
-        for (e, r) in dirs.into_iter().zip(made) {
+        for (e, r) in dirs.iter().zip(made) {
             let (src, dst) = (pair.src_of(&e.src_name), pair.dst_of(&e.dst_name));
-            match r {
-                Ok(()) => {
-                    let want = if self.opts.preserve {
-                        e.mode() & 0o7777
-                    } else {
-                        e.mode() & 0o777 & !self.umask
-                    };
-                    let made = ((e.mode() & 0o7777) | 0o700) & !self.umask;
-                    // Nothing to set at the end when mkdir made it right,
-                    // the usual case (opening every directory again for
-                    // nothing made a serial tail after the copy).
-                    if want != made || self.opts.preserve {
-                        self.fixups.lock().expect("lock").push(Fixup {
-                            path: dst.clone(),
-                            st: e.st,
-                            chmod: want,
-                        });
-                    }
-                }
+            let fresh = match r {
+                Ok(()) => true,
+                // Never merged into through a link: it is not a directory.
                 Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
-                    if !std::fs::metadata(&dst).is_ok_and(|m| m.is_dir()) {
-                        self.errors.report(
+                    if !at::is_dir(&pair.dst, &e.dst_name) {
+                        self.report(
                             format!(
                                 "cannot overwrite non-directory {} with directory {}",
                                 quote(&dst),
@@ -597,26 +642,21 @@ impl Walker<'_> {
                         );
                         continue;
                     }
-                    // Merging into an existing directory: with -p its
-                    // attributes become the source's, as with cp.
-                    if self.opts.preserve {
-                        self.fixups.lock().expect("lock").push(Fixup {
-                            path: dst.clone(),
-                            st: e.st,
-                            chmod: e.mode() & 0o7777,
-                        });
-                    }
+                    false
                 }
                 Err(err) => {
-                    self.errors.report(
+                    self.report(
                         format!("cannot create directory {}", quote(&dst)),
                         Some(err),
                     );
                     continue;
                 }
-            }
-            self.progress.dirs.fetch_add(1, Ordering::Relaxed);
-            self.work.push(Task::Dir(src, dst));
+            };
+            let at_ = DirAt::Beneath {
+                root: Arc::clone(root),
+                rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
+            };
+            self.dir_made(DirTask { src, dst, at: at_ }, &e.st, fresh);
         }
     }
 
@@ -624,12 +664,12 @@ impl Walker<'_> {
         let mut targets = Vec::with_capacity(links.len());
         let mut ok = Vec::with_capacity(links.len());
         for e in links {
-            match read_link_at(&pair.src, &e.src_name) {
+            match at::read_link(&pair.src, &e.src_name) {
                 Ok(t) => {
                     targets.push(t);
                     ok.push(e);
                 }
-                Err(err) => self.errors.report(
+                Err(err) => self.report(
                     format!(
                         "cannot read symbolic link {}",
                         quote(&pair.src_of(&e.src_name))
@@ -646,10 +686,10 @@ impl Walker<'_> {
             .zip(&targets)
             .map(|(e, t)| (PathAt::in_dir(&pair.dst, &e.dst_name), t.as_c_str()))
             .collect();
-        let made = match self.engine.symlink_batch(&reqs) {
+        let made = match self.ctx.engine.symlink_batch(&reqs) {
             Ok(m) => m,
             Err(e) => {
-                return self.errors.report(
+                return self.report(
                     format!("cannot create symbolic links in {}", quote(&pair.dst_path)),
                     Some(e),
                 )
@@ -661,7 +701,7 @@ impl Walker<'_> {
                 Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
                     match self.replace(pair, &e.dst_name) {
                         Replace::Skip => continue,
-                        Replace::Removed => symlink_at(t, &pair.dst, &e.dst_name),
+                        Replace::Removed => at::symlink(t, &pair.dst, &e.dst_name),
                         Replace::Failed => continue,
                     }
                 }
@@ -669,15 +709,14 @@ impl Walker<'_> {
             };
             match r {
                 Ok(()) => {
-                    self.counts.symlinks.fetch_add(1, Ordering::Relaxed);
-                    if self.opts.preserve {
-                        if let Err(err) = set_attrs_at(&pair.dst, &e.dst_name, &e.st, None) {
-                            self.errors
-                                .report(format!("preserving times for {}", quote(&dst)), Some(err));
+                    self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
+                    if self.ctx.opts.preserve {
+                        if let Err(err) = set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None) {
+                            self.report(format!("preserving times for {}", quote(&dst)), Some(err));
                         }
                     }
                 }
-                Err(err) => self.errors.report(
+                Err(err) => self.report(
                     format!("cannot create symbolic link {}", quote(&dst)),
                     Some(err),
                 ),
@@ -685,25 +724,23 @@ impl Walker<'_> {
         }
     }
 
-    /// FIFOs, sockets and device nodes are made anew, as `cp -r` does.
+    /// FIFOs, sockets and device nodes are made anew, as `cp -r` does;
+    /// with `-p` accessible to us alone until their owner and mode are set.
     fn special(&self, pair: &Arc<DirPair>, e: &Entry) {
         let dst = pair.dst_of(&e.dst_name);
         let rdev = libc::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
+        let perms = if self.ctx.opts.preserve {
+            0o600
+        } else {
+            0o7777
+        };
         let make = || {
-            // SAFETY: a valid directory fd and a NUL-terminated name.
-            let rc = unsafe {
-                libc::mknodat(
-                    pair.dst.as_raw_fd(),
-                    e.dst_name.as_ptr(),
-                    e.mode() & (libc::S_IFMT | 0o7777),
-                    rdev,
-                )
-            };
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
+            at::mknod(
+                &pair.dst,
+                &e.dst_name,
+                e.mode() & (libc::S_IFMT | perms),
+                rdev,
+            )
         };
         let mut r = make();
         if r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EEXIST) {
@@ -714,15 +751,15 @@ impl Walker<'_> {
         }
         match r {
             Ok(()) => {
-                self.counts.specials.fetch_add(1, Ordering::Relaxed);
-                if self.opts.preserve {
-                    if let Err(err) = set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode())) {
-                        self.errors
-                            .report(format!("preserving times for {}", quote(&dst)), Some(err));
+                self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
+                if self.ctx.opts.preserve {
+                    let set = set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), None);
+                    if let Err(err) = set {
+                        self.report(format!("preserving times for {}", quote(&dst)), Some(err));
                     }
                 }
             }
-            Err(err) => self.errors.report(
+            Err(err) => self.report(
                 format!("cannot create special file {}", quote(&dst)),
                 Some(err),
             ),
@@ -732,13 +769,13 @@ impl Walker<'_> {
     /// An existing destination in the way of a link or special file: kept
     /// with `-n`, an error if it is a directory, else removed.
     fn replace(&self, pair: &DirPair, name: &CStr) -> Replace {
-        if self.opts.no_clobber {
-            self.counts.skipped.fetch_add(1, Ordering::Relaxed);
+        if self.ctx.opts.no_clobber {
+            self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return Replace::Skip;
         }
         let dst = pair.dst_of(name);
-        if std::fs::symlink_metadata(&dst).is_ok_and(|m| m.is_dir()) {
-            self.errors.report(
+        if at::is_dir(&pair.dst, name) {
+            self.report(
                 format!(
                     "cannot overwrite directory {} with non-directory",
                     quote(&dst)
@@ -747,9 +784,8 @@ impl Walker<'_> {
             );
             return Replace::Failed;
         }
-        if let Err(e) = files::unlink_at(&pair.dst, name) {
-            self.errors
-                .report(format!("cannot remove {}", quote(&dst)), Some(e));
+        if let Err(e) = at::unlink(&pair.dst, name) {
+            self.report(format!("cannot remove {}", quote(&dst)), Some(e));
             return Replace::Failed;
         }
         Replace::Removed
@@ -760,28 +796,31 @@ impl Walker<'_> {
     /// destination file system.
     fn finish_dirs(&self) {
         let fixups = std::mem::take(&mut *self.fixups.lock().expect("lock"));
-        for f in &fixups {
-            let dir = match open_dir(&f.path) {
+        for f in fixups.iter().rev() {
+            let opened = match &f.at {
+                DirAt::Operand { dst, .. } => at::open_operand_dir(dst),
+                DirAt::Beneath { root, rel } => at::open_dir_beneath(&root.dst, rel),
+            };
+            let dir = match opened {
                 Ok(d) => d,
                 Err(e) => {
-                    self.errors
-                        .report(format!("cannot access {}", quote(&f.path)), Some(e));
+                    self.report(format!("cannot access {}", quote(&f.path)), Some(e));
                     continue;
                 }
             };
-            let r = if self.opts.preserve {
-                set_attrs_at(&dir, c"", &f.st, Some(f.chmod))
+            let r = if self.ctx.opts.preserve {
+                set_attrs_at(&dir, c"", &f.st, Some(f.chmod), None)
             } else {
-                fchmod(&dir, f.chmod)
+                at::chmod(&dir, f.chmod)
             };
             if let Err(e) = r {
-                self.errors.report(
+                self.report(
                     format!("cannot set attributes of {}", quote(&f.path)),
                     Some(e),
                 );
             }
         }
-        if !self.opts.fsync {
+        if !self.ctx.opts.fsync {
             return;
         }
         // One syncfs per destination file system makes durable what no
@@ -791,7 +830,7 @@ impl Walker<'_> {
         for (_, path, dir) in filesystems {
             // SAFETY: a valid descriptor; no memory is passed.
             if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-                self.errors.report(
+                self.report(
                     format!(
                         "cannot make the copy durable: syncfs on the file system of {} failed, so files written there may be incomplete",
                         quote(&path)
@@ -809,102 +848,12 @@ enum Replace {
     Failed,
 }
 
-fn read_link_at(dir: &File, name: &CStr) -> io::Result<CString> {
-    let mut buf = vec![0u8; 256];
-    loop {
-        // SAFETY: `buf` is valid for `buf.len()` bytes; readlinkat writes at
-        // most that many and does not NUL-terminate.
-        let n = unsafe {
-            libc::readlinkat(
-                dir.as_raw_fd(),
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let n = n as usize;
-        if n < buf.len() {
-            buf.truncate(n);
-            return CString::new(buf)
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "NUL in link target"));
-        }
-        let len = buf.len() * 2;
-        buf.resize(len, 0);
+/// Where a directory operand's copy would be, resolved: the target's
+/// parent resolved, then its last name (the target may not exist yet).
+fn canonical_target(target: &Path) -> io::Result<PathBuf> {
+    if let Ok(t) = std::fs::canonicalize(target) {
+        return Ok(t);
     }
-}
-
-fn symlink_at(target: &CStr, dir: &File, name: &CStr) -> io::Result<()> {
-    // SAFETY: NUL-terminated strings and a valid directory fd.
-    if unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-fn fchmod(f: &File, mode: u32) -> io::Result<()> {
-    // SAFETY: a valid fd.
-    if unsafe { libc::fchmod(f.as_raw_fd(), mode) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// `-p` on a path relative to `dir` (the empty name: `dir` itself), never
-/// following a link: ownership (only root may give files away; `EPERM` is
-/// ignored as cp does), then `chmod` (not for links), then times.
-pub(crate) fn set_attrs_at(
-    dir: &impl AsRawFd,
-    name: &CStr,
-    st: &libc::statx,
-    chmod: Option<u32>,
-) -> io::Result<()> {
-    let flags = if name.is_empty() {
-        libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW
-    } else {
-        libc::AT_SYMLINK_NOFOLLOW
-    };
-    let fd = dir.as_raw_fd();
-    // SAFETY: a valid fd and NUL-terminated name for each call; `times`
-    // lives on the stack across the call.
-    unsafe {
-        if libc::fchownat(fd, name.as_ptr(), st.stx_uid, st.stx_gid, flags) != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EPERM) {
-                return Err(e);
-            }
-        }
-        let is_link = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
-        if let Some(mode) = chmod.filter(|_| !is_link) {
-            let rc = if name.is_empty() {
-                libc::fchmod(fd, mode & 0o7777)
-            } else {
-                libc::fchmodat(fd, name.as_ptr(), mode & 0o7777, 0)
-            };
-            if rc != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        let times = [ts(&st.stx_atime), ts(&st.stx_mtime)];
-        let rc = if name.is_empty() {
-            libc::futimens(fd, times.as_ptr())
-        } else {
-            libc::utimensat(fd, name.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-pub(crate) fn ts(t: &libc::statx_timestamp) -> libc::timespec {
-    libc::timespec {
-        tv_sec: t.tv_sec,
-        tv_nsec: i64::from(t.tv_nsec),
-    }
+    let name = at::last_component(target);
+    Ok(std::fs::canonicalize(parent(target))?.join(name))
 }

@@ -1,0 +1,207 @@
+//! The copy's system calls on names, every one relative to an open
+//! directory and none following a symbolic link it did not mean to.
+//!
+//! A copy of a tree someone else can write to must not be steered out of
+//! it. Two rules make sure of that:
+//!
+//! * Inside the tree every name is one component opened relative to its
+//!   directory's descriptor, with `O_NOFOLLOW` (or a call that never
+//!   follows: `mkdirat`, `symlinkat`, `linkat` without `AT_SYMLINK_FOLLOW`,
+//!   `unlinkat`). A symbolic link found where a file is to be written is
+//!   refused, never written through.
+//! * A directory of the tree is opened from its operand's root by its path
+//!   relative to that root, with `openat2(RESOLVE_BENEATH |
+//!   RESOLVE_NO_SYMLINKS)`: a directory swapped for a link while the copy
+//!   runs makes that open fail instead of leading elsewhere.
+//!
+//! Only the command-line operands themselves follow links, as GNU `cp`'s
+//! rules for arguments say.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+/// A directory named on the command line (or a parent of an operand),
+/// following symbolic links as `cp` does for its arguments.
+pub(crate) fn open_operand_dir(path: &Path) -> io::Result<File> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(fd))
+}
+
+/// The directory at `rel` below `root` (`rel` empty: `root` itself), with
+/// no symbolic link anywhere on the way and never outside `root`.
+pub(crate) fn open_dir_beneath(root: &File, rel: &Path) -> io::Result<File> {
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(root, rel, flags, Mode::empty(), resolve) {
+        Ok(fd) => Ok(File::from(fd)),
+        // Kernels before 5.6: the last component is still not followed,
+        // the ones before it are.
+        Err(rustix::io::Errno::NOSYS) => Ok(File::from(rustix::fs::openat(
+            root,
+            rel,
+            flags,
+            Mode::empty(),
+        )?)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The names in an open directory with whether each is a regular file
+/// (from `d_type`; `false` where the file system does not say), without
+/// `.` and `..`. The listing reads its own descriptor of `dir`.
+pub(crate) fn list(dir: &File) -> io::Result<Vec<(CString, bool)>> {
+    let mut names = Vec::new();
+    for e in rustix::fs::Dir::read_from(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let regular = e.file_type() == rustix::fs::FileType::RegularFile;
+        names.push((name.to_owned(), regular));
+    }
+    Ok(names)
+}
+
+/// Creates (or opens, to overwrite) the file `name` in `dir` for writing;
+/// a symbolic link there is an error (`ELOOP`), never written through.
+pub(crate) fn create(dir: &File, name: &CStr, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+    let flags = flags | OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(
+        dir,
+        name,
+        flags,
+        Mode::from_raw_mode(mode),
+    )?)
+}
+
+/// Creates the file `name` in `dir` following a symbolic link there: only
+/// for a destination named on the command line, as GNU `cp` does. A link
+/// to nothing is refused.
+pub(crate) fn create_following(
+    dir: &File,
+    name: &CStr,
+    flags: OFlags,
+    mode: u32,
+) -> io::Result<OwnedFd> {
+    // `O_EXCL` (`-n`): whatever is there, link or not, is left alone.
+    if !flags.contains(OFlags::EXCL) {
+        let open = flags | OFlags::WRONLY | OFlags::CLOEXEC;
+        match rustix::fs::openat(dir, name, open, Mode::empty()) {
+            Ok(fd) => return Ok(fd),
+            Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // Nothing there that can be opened: create it, but not through a
+    // link that points nowhere.
+    create(dir, name, flags, mode)
+}
+
+/// Whether `name` in `dir` is a symbolic link.
+pub(crate) fn is_symlink(dir: &File, name: &CStr) -> bool {
+    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink
+    })
+}
+
+/// Whether `name` in `dir` is a directory (not a link to one).
+pub(crate) fn is_dir(dir: &File, name: &CStr) -> bool {
+    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+    })
+}
+
+/// A new hard link `to_name` in `to_dir` to the file `from_name` in
+/// `from_dir` (not following a link at `from_name`).
+pub(crate) fn link(
+    from_dir: &File,
+    from_name: &CStr,
+    to_dir: &File,
+    to_name: &CStr,
+) -> io::Result<()> {
+    Ok(rustix::fs::linkat(
+        from_dir,
+        from_name,
+        to_dir,
+        to_name,
+        rustix::fs::AtFlags::empty(),
+    )?)
+}
+
+/// Removes the file (not a directory) `name` from `dir`.
+pub(crate) fn unlink(dir: &File, name: &CStr) -> io::Result<()> {
+    Ok(rustix::fs::unlinkat(
+        dir,
+        name,
+        rustix::fs::AtFlags::empty(),
+    )?)
+}
+
+/// A symbolic link `name` in `dir` holding `target`.
+pub(crate) fn symlink(target: &CStr, dir: &File, name: &CStr) -> io::Result<()> {
+    Ok(rustix::fs::symlinkat(target, dir, name)?)
+}
+
+/// The target of the symbolic link `name` in `dir`.
+pub(crate) fn read_link(dir: &File, name: &CStr) -> io::Result<CString> {
+    Ok(rustix::fs::readlinkat(dir, name, Vec::new())?)
+}
+
+/// A FIFO, socket or device node `name` in `dir`.
+pub(crate) fn mknod(dir: &File, name: &CStr, mode: u32, rdev: u64) -> io::Result<()> {
+    let kind = rustix::fs::FileType::from_raw_mode(mode);
+    let perms = Mode::from_raw_mode(mode & 0o7777);
+    Ok(rustix::fs::mknodat(dir, name, kind, perms, rdev)?)
+}
+
+/// Sets the permission bits of an open file.
+pub(crate) fn chmod(f: impl AsFd, mode: u32) -> io::Result<()> {
+    Ok(rustix::fs::fchmod(f, Mode::from_raw_mode(mode & 0o7777))?)
+}
+
+/// The last component of an operand as written, with `.` kept (`s/.` ends
+/// in `.`, which `Path::file_name` would hide); trailing slashes ignored.
+pub(crate) fn last_component(p: &Path) -> &OsStr {
+    let b = p.as_os_str().as_bytes();
+    let end = b.len() - b.iter().rev().take_while(|&&c| c == b'/').count();
+    let b = &b[..end];
+    let start = b.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1);
+    OsStr::from_bytes(&b[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_component;
+    use std::path::Path;
+
+    #[test]
+    fn last_component_keeps_dot() {
+        for (p, want) in [
+            ("s/.", "."),
+            ("s/./", "."),
+            ("s", "s"),
+            ("a/b//", "b"),
+            (".", "."),
+            ("..", ".."),
+            ("/", ""),
+        ] {
+            assert_eq!(last_component(Path::new(p)), want, "{p}");
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! What the walker hands the workers: directory pairs, entries, groups of
+//! files, and the state every thread of one copy shares.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, OsStr};
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use blockio::Engine;
+
+use super::{CopyOptions, Errors, Progress};
+
+/// The open source and destination directories of one operand's tree:
+/// every directory below is opened from these by its relative path, with
+/// no symbolic link on the way (`at::open_dir_beneath`).
+pub(crate) struct Root {
+    pub src: File,
+    pub dst: File,
+}
+
+/// Where a directory of the tree is, for opening it (again).
+#[derive(Clone)]
+pub(crate) enum DirAt {
+    /// A directory named on the command line (or made for one): opened by
+    /// its path, following links as `cp` does for arguments.
+    Operand { src: PathBuf, dst: PathBuf },
+    /// `rel` below both sides of `root`.
+    Beneath { root: Arc<Root>, rel: PathBuf },
+}
+
+/// A source directory and its copy, both open, with their paths for
+/// messages. Shared by every group of files from that directory.
+pub(crate) struct DirPair {
+    pub src: File,
+    pub dst: File,
+    pub src_path: PathBuf,
+    pub dst_path: PathBuf,
+    /// Where this pair's subdirectories are opened from (`None` for the
+    /// parents of the operands, whose subdirectories are operands).
+    pub below: Option<(Arc<Root>, PathBuf)>,
+}
+
+impl DirPair {
+    pub fn src_of(&self, name: &CStr) -> PathBuf {
+        self.src_path.join(OsStr::from_bytes(name.to_bytes()))
+    }
+    pub fn dst_of(&self, name: &CStr) -> PathBuf {
+        self.dst_path.join(OsStr::from_bytes(name.to_bytes()))
+    }
+}
+
+/// One thing to copy: its name in the source directory, its name in the
+/// destination directory (they differ only for `cp a b`), and its `statx`.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    pub src_name: CString,
+    pub dst_name: CString,
+    /// For a regular file listed in a directory, only its type until the
+    /// worker copying it fills the rest in from the open source
+    /// ([`Entry::stated`] says which).
+    pub st: libc::statx,
+    /// The destination was named on the command line: a symbolic link
+    /// there is followed (to an existing file only), as GNU `cp` does.
+    /// Everywhere else a link in the way is refused.
+    pub follow_dst: bool,
+}
+
+impl Entry {
+    /// An entry found in a directory listing.
+    pub fn listed(name: CString, st: libc::statx) -> Entry {
+        Entry {
+            src_name: name.clone(),
+            dst_name: name,
+            st,
+            follow_dst: false,
+        }
+    }
+    /// The `statx` of a regular file known from its directory entry only.
+    pub fn unstated() -> libc::statx {
+        // SAFETY: `statx` is plain old data; all zeroes is a valid value.
+        let mut st: libc::statx = unsafe { std::mem::zeroed() };
+        st.stx_mode = libc::S_IFREG as u16;
+        st
+    }
+    /// Whether `st` holds the file's attributes (`statx` sets the mask),
+    /// not only its type.
+    pub fn stated(&self) -> bool {
+        self.st.stx_mask != 0
+    }
+    pub fn mode(&self) -> u32 {
+        u32::from(self.st.stx_mode)
+    }
+    pub fn kind(&self) -> u32 {
+        self.mode() & libc::S_IFMT
+    }
+    /// The source's (device, inode).
+    pub fn id(&self) -> (u64, u64) {
+        (
+            libc::makedev(self.st.stx_dev_major, self.st.stx_dev_minor),
+            self.st.stx_ino,
+        )
+    }
+}
+
+/// Regular files from one directory, for one worker.
+pub(crate) struct Group {
+    pub dirs: Arc<DirPair>,
+    pub files: Vec<Entry>,
+}
+
+/// Counts kept by the walker and the workers beyond [`Progress`].
+#[derive(Default)]
+pub(crate) struct Counts {
+    pub symlinks: AtomicU64,
+    pub specials: AtomicU64,
+    pub skipped: AtomicU64,
+}
+
+/// The first copy of each source file with more than one link (`-a`): a
+/// later name of the same file becomes a hard link to it, as with
+/// `cp -a`. The pair keeps that copy's directory open for the `linkat`.
+pub(crate) type Links = Mutex<HashMap<(u64, u64), (Arc<DirPair>, CString)>>;
+
+/// What every thread of one copy shares.
+pub(crate) struct Ctx<'a> {
+    pub engine: &'a Engine,
+    pub opts: &'a CopyOptions,
+    pub progress: &'a Progress,
+    pub errors: &'a Errors<'a>,
+    pub counts: Counts,
+    pub links: Links,
+    /// The process umask (applied by hand where the copy sets a mode
+    /// itself).
+    pub umask: u32,
+}
+
+/// A path as written, for messages: `x`, not `./x`.
+pub(crate) fn parent_as_written(p: &Path) -> PathBuf {
+    p.parent().unwrap_or(Path::new("")).to_path_buf()
+}
