@@ -1,0 +1,369 @@
+//! `blockio cp` on hostile and unusual inputs: links planted in the
+//! destination, links among the operands, what `-a` must keep (hard
+//! links, xattrs, ACLs), files whose size lies, trees deeper than
+//! `PATH_MAX`, and names that could forge a line of a message. Each case
+//! is checked against what GNU `cp` does, or where GNU writes through a
+//! link, against the rule that nothing outside the destination is touched.
+
+use std::ffi::{CString, OsStr};
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn cp(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_blockio"))
+        .current_dir(dir)
+        .arg("cp")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "exit {:?}: {}", o.status, stderr(o));
+}
+
+/// An extended attribute of `p` (not following a link), `None` if absent.
+fn xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
+    let cp = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let cn = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid C strings and a buffer of the length passed.
+    let n =
+        unsafe { libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    (n >= 0).then(|| {
+        buf.truncate(n as usize);
+        buf
+    })
+}
+
+fn set_xattr(p: &Path, name: &str, value: &[u8]) {
+    let cp = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let cn = CString::new(name).unwrap();
+    // SAFETY: valid C strings and a value of the length passed.
+    let rc = unsafe {
+        libc::lsetxattr(
+            cp.as_ptr(),
+            cn.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(rc, 0, "setxattr {name} on {}", p.display());
+}
+
+fn setfacl(args: &[&str], p: &Path) {
+    let o = Command::new("setfacl")
+        .args(args)
+        .arg(p)
+        .output()
+        .expect("setfacl (Debian package acl, installed by scripts/install-deps) runs");
+    assert!(o.status.success(), "setfacl {args:?}: {}", stderr(&o));
+}
+
+#[test]
+fn a_dangling_link_in_the_destination_is_not_written_through() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    fs::create_dir_all(d.join("s")).unwrap();
+    fs::create_dir_all(d.join("t/s")).unwrap();
+    fs::create_dir(d.join("elsewhere")).unwrap();
+    fs::write(d.join("s/a"), b"secret").unwrap();
+    fs::write(d.join("s/b"), b"fine").unwrap();
+    symlink(d.join("elsewhere/escaped"), d.join("t/s/a")).unwrap();
+    let o = cp(d, &["-a", "s", "t"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not writing through symlink 't/s/a'"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !d.join("elsewhere/escaped").exists(),
+        "wrote outside the copy"
+    );
+    // The rest of the tree is copied.
+    assert_eq!(fs::read(d.join("t/s/b")).unwrap(), b"fine");
+
+    // A link to an existing file outside is not written through either.
+    fs::write(d.join("elsewhere/target"), b"untouched").unwrap();
+    fs::remove_file(d.join("t/s/a")).unwrap();
+    symlink(d.join("elsewhere/target"), d.join("t/s/a")).unwrap();
+    let o = cp(d, &["-r", "s", "t"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(fs::read(d.join("elsewhere/target")).unwrap(), b"untouched");
+
+    // A dangling link named on the command line: refused as GNU does.
+    symlink(d.join("elsewhere/named"), d.join("named")).unwrap();
+    let o = cp(d, &["s/a", "named"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not writing through dangling symlink 'named'"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!d.join("elsewhere/named").exists());
+}
+
+#[test]
+fn a_directory_planted_as_a_link_in_the_destination_is_not_merged_into() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    fs::create_dir_all(d.join("s/sub")).unwrap();
+    fs::write(d.join("s/sub/f"), b"x").unwrap();
+    fs::create_dir_all(d.join("t/s")).unwrap();
+    fs::create_dir(d.join("elsewhere")).unwrap();
+    symlink(d.join("elsewhere"), d.join("t/s/sub")).unwrap();
+    let o = cp(d, &["-r", "s", "t"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot overwrite non-directory 't/s/sub' with directory 's/sub'"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(fs::read_dir(d.join("elsewhere")).unwrap().count(), 0);
+}
+
+#[test]
+fn links_to_directories_on_the_command_line_are_followed() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    fs::create_dir_all(d.join("s")).unwrap();
+    fs::write(d.join("s/a"), b"a").unwrap();
+    fs::create_dir(d.join("real")).unwrap();
+    symlink("real", d.join("linkdir")).unwrap();
+    // cp f linkdir/x: a component of the destination is a link.
+    ok(&cp(d, &["s/a", "linkdir/x"]));
+    assert_eq!(fs::read(d.join("real/x")).unwrap(), b"a");
+    // cp -r s linkdir: the destination is a link to a directory.
+    ok(&cp(d, &["-r", "s", "linkdir"]));
+    assert_eq!(fs::read(d.join("real/s/a")).unwrap(), b"a");
+    // cp -r s linkdir/new.
+    ok(&cp(d, &["-r", "s", "linkdir/new"]));
+    assert_eq!(fs::read(d.join("real/new/a")).unwrap(), b"a");
+    // cp -r sl/ x: a source link to a directory, written with a slash.
+    symlink("s", d.join("sl")).unwrap();
+    ok(&cp(d, &["-r", "sl/", "x"]));
+    assert!(fs::symlink_metadata(d.join("x")).unwrap().is_dir());
+    assert_eq!(fs::read(d.join("x/a")).unwrap(), b"a");
+    // Without the slash the link itself is copied (-P).
+    ok(&cp(d, &["-r", "sl", "y"]));
+    assert_eq!(fs::read_link(d.join("y")).unwrap(), Path::new("s"));
+}
+
+#[test]
+fn dot_sources_merge_their_contents() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    fs::create_dir_all(d.join("s/in")).unwrap();
+    fs::write(d.join("s/a"), b"a").unwrap();
+    fs::create_dir(d.join("t")).unwrap();
+    fs::write(d.join("t/kept"), b"k").unwrap();
+    ok(&cp(d, &["-a", "s/.", "t"]));
+    assert!(!d.join("t/s").exists(), "s/. made t/s");
+    assert_eq!(fs::read(d.join("t/a")).unwrap(), b"a");
+    assert!(d.join("t/in").is_dir());
+    assert_eq!(fs::read(d.join("t/kept")).unwrap(), b"k");
+    // Into a link to a directory, and to a new name.
+    fs::create_dir(d.join("real")).unwrap();
+    symlink("real", d.join("linkdir")).unwrap();
+    ok(&cp(d, &["-a", "s/.", "linkdir"]));
+    assert_eq!(fs::read(d.join("real/a")).unwrap(), b"a");
+    ok(&cp(d, &["-a", "linkdir/.", "new"]));
+    assert_eq!(fs::read(d.join("new/a")).unwrap(), b"a");
+}
+
+#[test]
+fn archive_keeps_hard_links_xattrs_and_acls() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let s = d.join("s");
+    fs::create_dir_all(s.join("sub")).unwrap();
+    fs::write(s.join("f"), b"linked").unwrap();
+    fs::hard_link(s.join("f"), s.join("g")).unwrap();
+    fs::hard_link(s.join("f"), s.join("sub/h")).unwrap();
+    set_xattr(&s.join("f"), "user.color", b"blue");
+    set_xattr(&s.join("sub"), "user.dir", b"yes");
+    // Only root may set trusted.*; cp -a copies them as root, as GNU does.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        set_xattr(&s.join("f"), "trusted.t", b"1");
+    }
+    // An ACL that narrows the group (mask r--) and names another user.
+    fs::write(s.join("acl"), b"acl").unwrap();
+    fs::set_permissions(s.join("acl"), fs::Permissions::from_mode(0o640)).unwrap();
+    setfacl(&["-m", "u:nobody:rw,g::r,m::r"], &s.join("acl"));
+    setfacl(&["-d", "-m", "u:nobody:rwx"], &s.join("sub"));
+    // A file without an ACL in that directory: its copy must not inherit
+    // one from the copied default ACL.
+    fs::write(s.join("sub/plain"), b"p").unwrap();
+    setfacl(&["-b"], &s.join("sub/plain"));
+    fs::set_permissions(s.join("sub/plain"), fs::Permissions::from_mode(0o600)).unwrap();
+
+    ok(&cp(d, &["-a", "s", "t"]));
+    let t = d.join("t");
+    let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+    assert_eq!(ino(&t.join("f")), ino(&t.join("g")));
+    assert_eq!(ino(&t.join("f")), ino(&t.join("sub/h")));
+    assert_ne!(ino(&t.join("f")), ino(&s.join("f")));
+    assert_eq!(fs::metadata(t.join("f")).unwrap().nlink(), 3);
+    assert_eq!(
+        xattr(&t.join("f"), "user.color").as_deref(),
+        Some(&b"blue"[..])
+    );
+    assert_eq!(
+        xattr(&t.join("sub"), "user.dir").as_deref(),
+        Some(&b"yes"[..])
+    );
+    if root {
+        assert_eq!(xattr(&t.join("f"), "trusted.t").as_deref(), Some(&b"1"[..]));
+    }
+    for (p, name) in [
+        ("acl", "system.posix_acl_access"),
+        ("sub", "system.posix_acl_default"),
+        ("sub/plain", "system.posix_acl_access"),
+    ] {
+        assert_eq!(
+            xattr(&t.join(p), name),
+            xattr(&s.join(p), name),
+            "{name} of {p}"
+        );
+    }
+    assert_eq!(xattr(&t.join("sub/plain"), "system.posix_acl_access"), None);
+    for p in ["acl", "sub", "sub/plain"] {
+        assert_eq!(
+            fs::metadata(t.join(p)).unwrap().mode(),
+            fs::metadata(s.join(p)).unwrap().mode(),
+            "mode of {p}"
+        );
+    }
+    // Without -a, hard links are separate files (as cp -r).
+    ok(&cp(d, &["-r", "s", "plain"]));
+    assert_ne!(ino(&d.join("plain/f")), ino(&d.join("plain/g")));
+}
+
+#[test]
+fn files_whose_size_lies_are_copied_as_read() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    // /proc says 0 bytes; sysfs says 4096 and holds fewer.
+    let sys = "/sys/kernel/mm/transparent_hugepage/enabled";
+    for (src, name) in [
+        ("/proc/version", "version"),
+        ("/proc/self/status", "status"),
+        (sys, "sys"),
+    ] {
+        let o = cp(d, &[src, name]);
+        ok(&o);
+        let got = fs::read(d.join(name)).unwrap();
+        assert!(!got.is_empty(), "{src} copied empty");
+        assert!(!got.contains(&0), "{src} copied with NUL padding");
+        if src != "/proc/self/status" {
+            assert_eq!(got, fs::read(src).unwrap(), "{src}");
+        }
+    }
+    assert!(fs::metadata(sys).unwrap().len() > fs::metadata(d.join("sys")).unwrap().len());
+}
+
+#[test]
+fn a_tree_deeper_than_path_max_is_copied_whole() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    // 25 levels of 200-byte names: 5,000 bytes of path.
+    let name = "d".repeat(200);
+    let mut rel = std::path::PathBuf::from("s");
+    fs::create_dir(d.join("s")).unwrap();
+    let mut dir = fs::File::open(d.join("s")).unwrap();
+    for _ in 0..25 {
+        let c = CString::new(name.as_str()).unwrap();
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: a valid directory fd and NUL-terminated name.
+        unsafe {
+            assert_eq!(libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755), 0);
+            let fd = libc::openat(
+                dir.as_raw_fd(),
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            );
+            assert!(fd >= 0);
+            dir = fs::File::from_raw_fd(fd);
+        }
+        rel.push(&name);
+    }
+    {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: a valid directory fd and NUL-terminated name.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                c"leaf".as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT,
+                0o644,
+            )
+        };
+        assert!(fd >= 0);
+        use std::io::Write;
+        // SAFETY: a new descriptor owned once.
+        unsafe { fs::File::from_raw_fd(fd) }
+            .write_all(b"deep")
+            .unwrap();
+    }
+    let o = cp(d, &["-a", "s", "t"]);
+    ok(&o);
+    // Walk down the copy by descriptor and read the leaf.
+    let mut dir = fs::File::open(d.join("t")).unwrap();
+    for _ in 0..25 {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let c = CString::new(name.as_str()).unwrap();
+        // SAFETY: a valid directory fd and NUL-terminated name.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            )
+        };
+        assert!(fd >= 0, "level missing in the copy");
+        // SAFETY: a new descriptor owned once.
+        dir = unsafe { fs::File::from_raw_fd(fd) };
+    }
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: a valid directory fd and NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c"leaf".as_ptr(), libc::O_RDONLY) };
+    assert!(fd >= 0, "leaf missing in the copy");
+    let mut s = String::new();
+    use std::io::Read;
+    // SAFETY: a new descriptor owned once.
+    unsafe { fs::File::from_raw_fd(fd) }
+        .read_to_string(&mut s)
+        .unwrap();
+    assert_eq!(s, "deep");
+}
+
+#[test]
+fn names_in_messages_are_quoted_as_gnu_quotes_them() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    fs::create_dir(d.join("dst")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_blockio"))
+        .current_dir(d)
+        .arg("cp")
+        .arg(OsStr::from_bytes(b"x\ny"))
+        .arg(OsStr::from_bytes(b"bad\xffz"))
+        .arg("dst")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 2, "{err}");
+    // GNU cp 9.1 prints these same quotings.
+    assert!(err.contains("cannot stat 'x'$'\\n''y'"), "{err}");
+    assert!(err.contains("cannot stat 'bad'$'\\377''z'"), "{err}");
+}
