@@ -25,9 +25,14 @@ eventfd is watched with ``loop.add_reader`` and every wake-up drains all
 finished batches. Operations on buffered descriptors go through the Rust
 engine's driver thread, which submits everything queued in one kernel call;
 operations on ``O_DIRECT`` descriptors are submitted by the loop's thread
-to a ring that signals the same eventfd. One asyncio future per batch. A cancelled task's buffer
-stays referenced (and exported) until the kernel has finished with it; its
-future is never given a result.
+to a ring that signals the same eventfd. One asyncio future per batch.
+
+Cancellation: a batch whose task is cancelled is given up at once. Its
+operations that have not reached the kernel are never submitted; those
+already in flight keep their buffer referenced (and exported) and hold a
+duplicate of the descriptor until the kernel has finished with them, so a
+file closed right after a cancelled write can never have that write land in
+a file opened later under the same descriptor number.
 """
 
 from __future__ import annotations
@@ -225,7 +230,19 @@ class Engine:
         except BaseException:
             del self._futures[token]
             raise
-        return await fut
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self._abandon(token)
+            raise
+
+    def _abandon(self, token: int) -> None:
+        """The task awaiting ``token`` was cancelled: operations of it not
+        yet handed to the kernel are never submitted, and those in flight
+        hold their own duplicate of the descriptor until they complete, so
+        closing the file now cannot send them to another file."""
+        self._futures.pop(token, None)
+        self._core.cancel(token)
 
     async def aread_batch(
         self, file: FileLike, offsets: Iterable[int], length: int, return_exceptions: bool = False
@@ -251,7 +268,11 @@ class Engine:
         except BaseException:
             del self._futures[token]
             raise
-        r = (await fut)[0]
+        try:
+            r = (await fut)[0]
+        except asyncio.CancelledError:
+            self._abandon(token)
+            raise
         if type(r) is bytes:
             return r
         return _finish([r], [_name(file)], False)[0]

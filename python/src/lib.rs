@@ -29,9 +29,84 @@ use std::task::{Context, Poll, Wake, Waker};
 use blockio::aio::{AsyncEngine, AsyncFile, BufResult, IoBuf, IoBufMut};
 use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
+
+/// The most one read or write moves on Linux (`MAX_RW_COUNT`, 2 GiB less
+/// a page): a longer length would only reserve memory no read fills.
+const MAX_IO: i64 = 0x7fff_f000;
+
+/// A caller's `length`, checked: never negative, never more than one read
+/// can return.
+fn length_arg(length: i64) -> PyResult<usize> {
+    if length < 0 {
+        return Err(PyValueError::new_err(format!(
+            "length must be at least 0, got {length}"
+        )));
+    }
+    if length > MAX_IO {
+        return Err(PyValueError::new_err(format!(
+            "length {length} is more than one read returns on Linux ({MAX_IO} bytes): read it in parts"
+        )));
+    }
+    Ok(length as usize)
+}
+
+/// A caller's file offset, checked: never negative. `index` names its
+/// place in a batch.
+fn offset_arg(offset: i64, index: Option<usize>) -> PyResult<u64> {
+    u64::try_from(offset).map_err(|_| {
+        let at = index.map_or(String::new(), |i| format!(" (item {i} of the batch)"));
+        PyValueError::new_err(format!("offset must be at least 0, got {offset}{at}"))
+    })
+}
+
+fn offsets_arg(offsets: &[i64]) -> PyResult<Vec<u64>> {
+    offsets
+        .iter()
+        .enumerate()
+        .map(|(i, &o)| offset_arg(o, (offsets.len() > 1).then_some(i)))
+        .collect()
+}
+
+/// `(fd, buffer, offset)` operations with their offsets checked.
+fn buffer_ops<'py>(
+    ops: Vec<(RawFd, Bound<'py, PyAny>, i64)>,
+) -> PyResult<Vec<(RawFd, Bound<'py, PyAny>, u64)>> {
+    let many = ops.len() > 1;
+    ops.into_iter()
+        .enumerate()
+        .map(|(i, (fd, b, off))| Ok((fd, b, offset_arg(off, many.then_some(i))?)))
+        .collect()
+}
+
+/// `count` reads of `length` bytes, refused with `MemoryError` up front
+/// when their buffers would not fit in this machine's memory (rather than
+/// reserving address space that faults in, or fails, part-way).
+fn total_arg(count: usize, length: usize) -> PyResult<()> {
+    // SAFETY: sysconf only reads system parameters.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let memory = (pages.max(0) as u128) * (page.max(0) as u128);
+    let total = count as u128 * length as u128;
+    if memory > 0 && total > memory {
+        return Err(PyMemoryError::new_err(format!(
+            "{count} reads of {length} bytes need {total} bytes of buffers, more than this machine's memory ({memory} bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// A buffer of `len` bytes the caller asked for, or `MemoryError`.
+fn alloc_for(len: usize, what: &str) -> PyResult<AlignedBuf> {
+    AlignedBuf::try_new(len, 4096)
+        .map_err(|_| PyMemoryError::new_err(format!("cannot allocate {len} bytes for {what}")))
+}
 
 /// Whether `fd` was opened with `O_DIRECT` (false if `fcntl` fails: the
 /// read itself will then report the bad descriptor).
@@ -443,20 +518,30 @@ fn readable(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
     Ok(b)
 }
 
-/// An async file over the caller's descriptor, neither duplicated nor
-/// closed (a `dup` per operation cost two system calls); `None` (the
-/// operations fail with `EBADF`) for a negative number. A number that is
-/// not open fails in the kernel, with `EBADF` too.
-fn borrow_file(aio: &AsyncEngine, fd: RawFd) -> Option<AsyncFile> {
+/// An async file over a duplicate of the caller's descriptor, or the
+/// errno that made the duplicate fail (`EBADF` for a number that is not
+/// open). Every operation of the batch holds the duplicate until the
+/// kernel has completed it, even when the awaiting task was cancelled and
+/// the caller's file object closed: the number an operation was issued on
+/// cannot be closed and reused for another file while it runs (a
+/// cancelled write cannot land in a file opened later). Two system calls
+/// per batch: `fcntl(F_DUPFD_CLOEXEC)` here, `close` after the last
+/// completion.
+fn hold_file(aio: &AsyncEngine, fd: RawFd) -> Result<AsyncFile, i32> {
     if fd < 0 {
-        return None;
+        return Err(libc::EBADF);
     }
-    // SAFETY (I/O safety): the Python layer keeps the file object it got
-    // `fd` from referenced until this batch's token is drained, even when
-    // the awaiting task is cancelled. A bare int closed early by the user
-    // makes the operation fail or act on another file — into or from this
-    // operation's own buffer, so memory stays safe.
-    Some(unsafe { AsyncFile::from_raw_fd(aio, fd) })
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor or fails; no memory
+    // is passed.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EBADF));
+    }
+    // SAFETY: `dup` is a new descriptor that nothing else owns.
+    let file = unsafe { std::fs::File::from_raw_fd(dup) };
+    Ok(AsyncFile::from_file(aio, file))
 }
 
 impl Core {
@@ -558,17 +643,17 @@ impl Core {
         prepare: impl Fn(&Bound<'py, PyAny>) -> PyResult<B>,
         issue: impl Fn(&AsyncFile, B, u64) -> Boxed<OneDone>,
     ) -> PyResult<()> {
-        let mut files: HashMap<RawFd, Option<AsyncFile>> = HashMap::new();
+        let mut files: HashMap<RawFd, Result<AsyncFile, i32>> = HashMap::new();
         let mut futs = Vec::with_capacity(ops.len());
         for (fd, obj, off) in &ops {
             let buf = prepare(obj)?;
             if !files.contains_key(fd) {
-                let file = borrow_file(&self.aio(is_direct(*fd))?, *fd);
+                let file = hold_file(&self.aio(is_direct(*fd))?, *fd);
                 files.insert(*fd, file);
             }
             futs.push(match &files[fd] {
-                Some(f) => issue(f, buf, *off),
-                None => failed(Kind::Count, libc::EBADF),
+                Ok(f) => issue(f, buf, *off),
+                Err(errno) => failed(Kind::Count, *errno),
             });
         }
         self.start(token, Pending::new(futs, Kind::Count));
@@ -623,7 +708,7 @@ fn results_to_py<'py>(
 impl Core {
     #[new]
     #[pyo3(signature = (queue_depth = 256, backend = None))]
-    fn new(queue_depth: u32, backend: Option<&str>) -> PyResult<Core> {
+    fn new(queue_depth: i64, backend: Option<&str>) -> PyResult<Core> {
         let choice = match backend {
             None | Some("auto") => BackendChoice::Auto,
             Some("io_uring") => BackendChoice::IoUring,
@@ -634,9 +719,14 @@ impl Core {
                 )))
             }
         };
-        if queue_depth == 0 {
-            return Err(PyValueError::new_err("queue_depth must be at least 1"));
-        }
+        let queue_depth = match u32::try_from(queue_depth) {
+            Ok(q @ 1..=32768) => q,
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "queue_depth must be between 1 and 32768, got {queue_depth}"
+                )))
+            }
+        };
         let engine = Engine::builder()
             .queue_depth(queue_depth as usize)
             .backend(choice)
@@ -685,9 +775,11 @@ impl Core {
         &self,
         py: Python<'py>,
         fd: RawFd,
-        offsets: Vec<u64>,
-        length: usize,
+        offsets: Vec<i64>,
+        length: i64,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
+        let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
+        total_arg(offsets.len(), length)?;
         let engine = &self.check()?;
         if length == 0 {
             let empty = PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])))?;
@@ -704,9 +796,15 @@ impl Core {
         }
         ARENA.with(|arena| {
             let mut arena = arena.borrow_mut();
-            let need = offsets.len() * length;
+            let need = offsets.len().checked_mul(length).ok_or_else(|| {
+                PyMemoryError::new_err(format!(
+                    "{} reads of {length} bytes do not fit in memory",
+                    offsets.len()
+                ))
+            })?;
             if arena.len() < need {
-                *arena = AlignedBuf::new(need.next_power_of_two(), 4096);
+                let size = need.checked_next_power_of_two().unwrap_or(need);
+                *arena = alloc_for(size, "the O_DIRECT read buffers")?;
             }
             let target = RawTarget(fd);
             let results = {
@@ -739,8 +837,9 @@ impl Core {
     fn readinto_batch<'py>(
         &self,
         py: Python<'py>,
-        ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
+        ops: Vec<(RawFd, Bound<'py, PyAny>, i64)>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
+        let ops = buffer_ops(ops)?;
         let engine = &self.check()?;
         let bufs = ops
             .iter()
@@ -754,8 +853,9 @@ impl Core {
     fn write_batch<'py>(
         &self,
         py: Python<'py>,
-        ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
+        ops: Vec<(RawFd, Bound<'py, PyAny>, i64)>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
+        let ops = buffer_ops(ops)?;
         let engine = &self.check()?;
         let bufs = ops
             .iter()
@@ -791,25 +891,29 @@ impl Core {
 
     /// Starts reading `length` bytes at each offset; finished under `token`.
     /// The buffers are page-aligned, so an `O_DIRECT` descriptor takes them.
-    fn submit_read(&self, token: u64, fd: RawFd, offsets: Vec<u64>, length: usize) -> PyResult<()> {
+    fn submit_read(&self, token: u64, fd: RawFd, offsets: Vec<i64>, length: i64) -> PyResult<()> {
+        let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
+        total_arg(offsets.len(), length)?;
         let aio = self.aio(is_direct(fd))?;
-        let file = borrow_file(&aio, fd);
+        let file = hold_file(&aio, fd);
         let mut spare = self.spare.lock().expect("spare lock");
         let futs = offsets
             .iter()
-            .map(|&off| match &file {
-                Some(file) => {
-                    let buf = match spare.pop() {
-                        Some(b) if b.len() == length => b,
-                        _ => AlignedBuf::new(length, 4096),
-                    };
-                    let f = file.read_at(Buf::Owned(buf), off);
-                    let b: Boxed<OneDone> = Box::pin(async move { OneDone::Read(f.await) });
-                    b
-                }
-                None => failed(Kind::Read, libc::EBADF),
+            .map(|&off| {
+                Ok(match &file {
+                    Ok(file) => {
+                        let buf = match spare.pop() {
+                            Some(b) if b.len() == length => b,
+                            _ => alloc_for(length, "a read")?,
+                        };
+                        let f = file.read_at(Buf::Owned(buf), off);
+                        let b: Boxed<OneDone> = Box::pin(async move { OneDone::Read(f.await) });
+                        b
+                    }
+                    Err(errno) => failed(Kind::Read, *errno),
+                })
             })
-            .collect();
+            .collect::<PyResult<Vec<_>>>()?;
         drop(spare);
         self.start(token, Pending::new(futs, Kind::Read));
         Ok(())
@@ -819,17 +923,17 @@ impl Core {
     fn submit_readinto(
         &self,
         token: u64,
-        ops: Vec<(RawFd, Bound<'_, PyAny>, u64)>,
+        ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>,
     ) -> PyResult<()> {
-        self.submit_each(token, ops, writable, |file, buf, off| {
+        self.submit_each(token, buffer_ops(ops)?, writable, |file, buf, off| {
             let f = file.read_at(Buf::Exported(buf), off);
             Box::pin(async move { OneDone::Count(f.await.0) })
         })
     }
 
     /// Starts writing each `(fd, data, offset)`.
-    fn submit_write(&self, token: u64, ops: Vec<(RawFd, Bound<'_, PyAny>, u64)>) -> PyResult<()> {
-        self.submit_each(token, ops, readable, |file, buf, off| {
+    fn submit_write(&self, token: u64, ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>) -> PyResult<()> {
+        self.submit_each(token, buffer_ops(ops)?, readable, |file, buf, off| {
             let f = file.write_at(RoBuf(buf), off);
             Box::pin(async move { OneDone::Count(f.await.0) })
         })
@@ -839,8 +943,8 @@ impl Core {
     #[pyo3(signature = (token, fd, data_only = false))]
     fn submit_sync(&self, token: u64, fd: RawFd, data_only: bool) -> PyResult<()> {
         let aio = self.aio(false)?;
-        let fut = match borrow_file(&aio, fd) {
-            Some(file) => {
+        let fut = match hold_file(&aio, fd) {
+            Ok(file) => {
                 let f = if data_only {
                     file.fdatasync()
                 } else {
@@ -850,7 +954,7 @@ impl Core {
                     Box::pin(async move { OneDone::Count(f.await.0.map(|_| 0)) });
                 b
             }
-            None => failed(Kind::Count, libc::EBADF),
+            Err(errno) => failed(Kind::Count, errno),
         };
         self.start(token, Pending::new(vec![fut], Kind::Count));
         Ok(())
@@ -865,6 +969,21 @@ impl Core {
             .into_iter()
             .map(|(t, d)| Ok((t, results_to_py(py, d, &self.spare)?)))
             .collect()
+    }
+
+    /// Gives up on the batch `token` whose awaiting task was cancelled: its
+    /// operations not yet handed to the kernel are never submitted; those
+    /// in flight keep their buffers and their duplicate descriptor until
+    /// they complete. Its results are never reported. A token already
+    /// finished or unknown is ignored.
+    fn cancel(&self, token: u64) {
+        let batch = self.pending.lock().expect("pending lock").remove(&token);
+        // Dropped outside the lock: dropping the futures may free buffers.
+        drop(batch);
+        self.ready
+            .lock()
+            .expect("ready lock")
+            .retain(|(t, _)| *t != token);
     }
 
     /// Asynchronous batches not finished yet.

@@ -88,6 +88,14 @@ fn map_huge(len: usize) -> Option<NonNull<u8>> {
     NonNull::new(aligned as *mut u8)
 }
 
+/// The allocation error `Vec` gives for a size it cannot have (the
+/// standard library offers no other way to make one).
+fn too_large() -> std::collections::TryReserveError {
+    Vec::<u8>::new()
+        .try_reserve_exact(usize::MAX)
+        .expect_err("no allocation holds usize::MAX bytes")
+}
+
 // SAFETY: `AlignedBuf` owns its allocation exclusively, like `Vec<u8>`.
 unsafe impl Send for AlignedBuf {}
 // SAFETY: shared references only give `&[u8]`.
@@ -101,26 +109,46 @@ impl AlignedBuf {
     pub fn new(len: usize, align: usize) -> AlignedBuf {
         let layout = Layout::from_size_align(len.max(1), align)
             .expect("AlignedBuf: alignment must be a power of two and the size must fit");
+        Self::try_new(len, align).unwrap_or_else(|_| alloc::handle_alloc_error(layout))
+    }
+
+    /// [`AlignedBuf::new`] for a size chosen by a caller: an error instead
+    /// of an abort when the memory cannot be had (or `len` is beyond what
+    /// any allocation can be).
+    ///
+    /// # Panics
+    /// If `align` is not a power of two.
+    pub fn try_new(
+        len: usize,
+        align: usize,
+    ) -> Result<AlignedBuf, std::collections::TryReserveError> {
+        assert!(
+            align.is_power_of_two(),
+            "AlignedBuf: alignment must be a power of two"
+        );
+        let Ok(layout) = Layout::from_size_align(len.max(1), align) else {
+            return Err(too_large());
+        };
         if len >= HUGE_PAGE && align <= HUGE_PAGE {
             // Anonymous mappings are zero-filled by the kernel.
             if let Some(ptr) = mapped_len(len).and_then(map_huge) {
-                return AlignedBuf {
+                return Ok(AlignedBuf {
                     ptr,
                     len,
                     align,
                     mapped: true,
-                };
+                });
             }
         }
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        AlignedBuf {
+        let ptr = NonNull::new(raw).ok_or_else(too_large)?;
+        Ok(AlignedBuf {
             ptr,
             len,
             align,
             mapped: false,
-        }
+        })
     }
 
     /// The alignment the buffer was allocated with.

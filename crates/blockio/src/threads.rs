@@ -242,8 +242,38 @@ pub(crate) fn run_raw(op: &Op<'_>) -> i32 {
         let errno = io::Error::last_os_error()
             .raw_os_error()
             .unwrap_or(libc::EIO);
+        if errno == libc::ESPIPE && op.offset == 0 {
+            if let Some(rc) = stream_io(op) {
+                return rc;
+            }
+        }
         if errno != libc::EINTR {
             return -errno;
+        }
+    }
+}
+
+/// A read or write at offset 0 of a descriptor that has no offsets (a
+/// pipe, socket or terminal), as io_uring does it: a plain `read` or
+/// `write`. `None` for the other kinds, which keep their `ESPIPE`.
+fn stream_io(op: &Op<'_>) -> Option<i32> {
+    loop {
+        // SAFETY: as in `run_raw`: the op's buffer, valid for `op.len`.
+        let rc = unsafe {
+            match op.kind {
+                OpKind::Read => libc::read(op.fd, op.ptr.cast(), op.len.min(MAX_RW)),
+                OpKind::Write => libc::write(op.fd, op.ptr.cast(), op.len.min(MAX_RW)),
+                _ => return None,
+            }
+        };
+        if rc >= 0 {
+            return Some(rc as i32);
+        }
+        let errno = io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if errno != libc::EINTR {
+            return Some(-errno);
         }
     }
 }

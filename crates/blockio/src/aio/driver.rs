@@ -56,6 +56,20 @@ pub(crate) struct Request {
     pub done: Arc<dyn Complete>,
 }
 
+impl Request {
+    /// Whether the future that made this request is gone (dropped, or its
+    /// batch cancelled) before the request reached the kernel: nobody will
+    /// read its result, so it is never submitted. Dropping the request
+    /// frees its buffer and its hold on the file at once.
+    ///
+    /// The future and the request share `done`; a future dropped while
+    /// this runs leaves two counted, and the request is submitted as
+    /// usual (its memory stays owned by `done` until the completion).
+    fn abandoned(&self) -> bool {
+        Arc::strong_count(&self.done) == 1
+    }
+}
+
 const WAKE: u64 = u64::MAX;
 
 /// What the submitting side shares with the io_uring driver thread.
@@ -105,6 +119,9 @@ impl InFlight {
             let Some(req) = self.backlog.pop_front() else {
                 break;
             };
+            if req.abandoned() {
+                continue;
+            }
             let slot = self.free.pop().unwrap_or_else(|| {
                 self.slots.push(None);
                 self.slots.len() - 1
@@ -280,7 +297,9 @@ impl Driver {
                         Ok(r) => r,
                         Err(_) => return,
                     };
-                    req.done.complete(run_raw(&req.op));
+                    if !req.abandoned() {
+                        req.done.complete(run_raw(&req.op));
+                    }
                 })?;
         }
         Ok(Driver::Threads(Mutex::new(Some(tx))))

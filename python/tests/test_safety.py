@@ -1,0 +1,189 @@
+"""What no input may do: misdirect a write, abort the interpreter, or fail
+with an error that does not name the argument at fault."""
+
+import asyncio
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import blockio
+
+from test_asyncio import loops, run
+
+
+@pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_a_cancelled_write_never_lands_in_another_file(tmp_path, loop_factory, backend):
+    """The reported case: the queue is full of reads waiting on pipes, a
+    write times out, its file is closed and the number reused for B."""
+    a, b = tmp_path / "A", tmp_path / "B"
+
+    async def main():
+        engine = blockio.Engine(backend=backend)
+        pipes = [os.pipe() for _ in range(256)]
+        reads = [asyncio.ensure_future(engine.aread(r, 0, 1)) for r, _ in pipes]
+        await asyncio.sleep(0.05)
+        async with blockio.open(a, "wb", engine=engine) as f:
+            fd_a = f.fileno()
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(f.write(b"SECRET"), 0.1)
+        fd_b = os.open(b, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            # The number was reused, as in the report.
+            assert fd_b == fd_a
+            for _, w in pipes:
+                os.write(w, b"x")
+            assert await asyncio.gather(*reads) == [b"x"] * len(pipes)
+            # Anything still queued behind the reads has run by now.
+            await engine.awrite_batch([(fd_b, b"", 0)])
+            await asyncio.sleep(0.1)
+        finally:
+            os.close(fd_b)
+            for r, w in pipes:
+                os.close(r)
+                os.close(w)
+            engine.close()
+
+    run(main(), loop_factory)
+    assert b.read_bytes() == b"", "the cancelled write reached another file"
+    # Cancelled before it reached the kernel: never submitted.
+    assert a.read_bytes() == b""
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_a_cancelled_write_in_flight_stays_with_its_file(tmp_path, backend):
+    """A write already in the kernel when cancelled completes into its own
+    file even though the file object is closed at once."""
+    a = tmp_path / "A"
+
+    async def main():
+        engine = blockio.Engine(backend=backend)
+        try:
+            for i in range(200):
+                async with blockio.open(a, "ab", engine=engine) as f:
+                    t = asyncio.ensure_future(f.write(b"%04d" % i))
+                    await asyncio.sleep(0)
+                    t.cancel()
+        finally:
+            engine.close()
+
+    run(main())
+    data = a.read_bytes()
+    # Each write landed whole in A or not at all, and nothing else did.
+    assert len(data) % 4 == 0
+    got = [int(data[i : i + 4]) for i in range(0, len(data), 4)]
+    assert len(got) == len(set(got)) and all(0 <= n < 200 for n in got)
+
+
+def test_huge_lengths_raise_instead_of_aborting(tmp_path):
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 8192)
+    e = blockio.Engine()
+    fd = os.open(p, os.O_RDONLY)
+    dfd = os.open(p, os.O_RDONLY | os.O_DIRECT)
+    try:
+        for call in (
+            lambda: e.read_batch(fd, [0], 1 << 40),
+            lambda: e.read_batch(dfd, [0], 1 << 40),
+            lambda: run(e.aread(fd, 0, 1 << 40)),
+            lambda: run(e.aread(dfd, 0, 1 << 40)),
+        ):
+            with pytest.raises(ValueError, match="length 1099511627776 is more than one read"):
+                call()
+        # Within one read's limit, but more than the machine's memory.
+        for call in (
+            lambda: e.read_batch(dfd, [0] * (1 << 20), 0x7FFFF000),
+            lambda: e.read_batch(fd, [0] * (1 << 20), 0x7FFFF000),
+            lambda: run(e.aread_batch(fd, [0] * (1 << 20), 0x7FFFF000)),
+        ):
+            with pytest.raises(MemoryError, match="more than this machine's memory"):
+                call()
+        # The engine still works.
+        assert e.read_batch(fd, [0], 4) == [b"xxxx"]
+    finally:
+        os.close(fd)
+        os.close(dfd)
+        e.close()
+
+
+def test_negative_arguments_are_named(tmp_path):
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 100)
+    e = blockio.Engine()
+    fd = os.open(p, os.O_RDWR)
+    try:
+        with pytest.raises(ValueError, match="offset must be at least 0, got -1"):
+            e.read_batch(fd, [-1], 10)
+        with pytest.raises(ValueError, match=r"offset must be at least 0, got -5 \(item 1 of the batch\)"):
+            e.read_batch(fd, [0, -5], 10)
+        with pytest.raises(ValueError, match="length must be at least 0, got -3"):
+            e.read_batch(fd, [0], -3)
+        with pytest.raises(ValueError, match="length must be at least 0"):
+            run(e.aread(fd, 0, -1))
+        with pytest.raises(ValueError, match="offset must be at least 0"):
+            run(e.aread(fd, -1, 1))
+        with pytest.raises(ValueError, match="offset must be at least 0"):
+            e.write_batch([(fd, b"x", -1)])
+        with pytest.raises(ValueError, match="offset must be at least 0"):
+            run(e.awrite(fd, b"x", -1))
+        with pytest.raises(ValueError, match="offset must be at least 0"):
+            e.readinto_batch([(fd, bytearray(1), -2)])
+    finally:
+        os.close(fd)
+        e.close()
+    for q in (-1, 0, 1 << 40):
+        with pytest.raises(ValueError, match="queue_depth must be between 1 and 32768"):
+            blockio.Engine(queue_depth=q)
+
+
+_ints = st.one_of(
+    st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1),
+    st.sampled_from([0, 1, 4095, 4096, 0x7FFFF000, 0x7FFFF001, -1, 1 << 40]),
+)
+_ok_errors = (ValueError, MemoryError, OSError, OverflowError, TypeError)
+
+_engine = None
+
+
+def _fuzz_engine():
+    global _engine
+    if _engine is None:
+        _engine = blockio.Engine()
+    return _engine
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(offset=_ints, length=_ints, count=st.integers(min_value=0, max_value=4), direct=st.booleans())
+def test_fuzz_reads_raise_or_return(tmp_path, offset, length, count, direct):
+    """Any integers reach the reads as a Python exception or a result, never
+    a panic or an abort (either would end this process)."""
+    p = tmp_path / "fuzz"
+    if not p.exists():
+        p.write_bytes(os.urandom(16384))
+    fd = os.open(p, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+    e = _fuzz_engine()
+    try:
+        for call in (
+            lambda: e.read_batch(fd, [offset] * count, length),
+            lambda: run(e.aread_batch(fd, [offset] * count, length)),
+            lambda: e.readinto_batch([(fd, bytearray(64), offset)]),
+            lambda: e.write_batch([(fd, b"", offset)]),
+        ):
+            try:
+                out = call()
+            except _ok_errors:
+                continue
+            assert isinstance(out, list)
+    finally:
+        os.close(fd)
+
+
+@settings(max_examples=100, deadline=None)
+@given(q=_ints, backend=st.sampled_from([None, "auto", "threads", "io_uring", "", "bogus"]))
+def test_fuzz_engine_arguments(q, backend):
+    try:
+        blockio.Engine(queue_depth=q, backend=backend).close()
+    except _ok_errors:
+        pass
