@@ -41,7 +41,7 @@ pub(crate) fn set_attrs_at(
     name: &CStr,
     st: &libc::statx,
     chmod: Option<u32>,
-    xattrs_from: Option<BorrowedFd<'_>>,
+    xattrs_from: Option<(BorrowedFd<'_>, bool)>,
 ) -> io::Result<()> {
     let flags = if name.is_empty() {
         libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW
@@ -56,8 +56,8 @@ pub(crate) fn set_attrs_at(
             return Err(e);
         }
     }
-    if let (Some(src), true) = (xattrs_from, name.is_empty()) {
-        copy_xattrs(src, dir.as_fd())?;
+    if let (Some((src, inherits)), true) = (xattrs_from, name.is_empty()) {
+        copy_xattrs(src, dir.as_fd(), inherits)?;
     }
     let is_link = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
     if let Some(mode) = chmod.filter(|_| !is_link) {
@@ -98,9 +98,21 @@ fn ts(t: &libc::statx_timestamp) -> libc::timespec {
 /// The ACLs in their xattr form: removed from a copy whose source has none.
 const ACLS: [&CStr; 2] = [c"system.posix_acl_access", c"system.posix_acl_default"];
 
+/// Whether the directory `dir` has a default ACL, which files made in it
+/// inherit.
+pub(crate) fn has_default_acl(dir: BorrowedFd<'_>) -> bool {
+    rustix::fs::fgetxattr_query(dir, ACLS[1]).is_ok()
+}
+
 /// Makes `dst`'s extended attributes those of `src` (see the module doc
-/// for what is left out and why).
-pub(crate) fn copy_xattrs(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> io::Result<()> {
+/// for what is left out and why). `inherits`: `dst` was made in a
+/// directory with a default ACL, so it may hold ACLs the source lacks
+/// (without one, looking for them would cost two system calls a file).
+pub(crate) fn copy_xattrs(
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    inherits: bool,
+) -> io::Result<()> {
     let names = names(src)?;
     for name in &names {
         let value = match value(src, name) {
@@ -120,11 +132,11 @@ pub(crate) fn copy_xattrs(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> io::Resul
             Err(e) => return Err(named(e, "setting", name)),
         }
     }
-    for acl in ACLS {
-        if !names.iter().any(|n| n.as_c_str() == acl) {
-            match rustix::fs::fremovexattr(dst, acl) {
+    for acl in ACLS.iter().filter(|_| inherits) {
+        if !names.iter().any(|n| n.as_c_str() == *acl) {
+            match rustix::fs::fremovexattr(dst, *acl) {
                 Ok(()) | Err(Errno::NODATA | Errno::NOTSUP) => {}
-                Err(e) => return Err(named(e, "removing inherited", &acl.to_owned())),
+                Err(e) => return Err(named(e, "removing inherited", &(*acl).to_owned())),
             }
         }
     }

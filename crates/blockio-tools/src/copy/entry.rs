@@ -41,6 +41,9 @@ pub(crate) struct DirPair {
     /// Where this pair's subdirectories are opened from (`None` for the
     /// parents of the operands, whose subdirectories are operands).
     pub below: Option<(Arc<Root>, PathBuf)>,
+    /// With `-p`: `dst` has a default ACL, so what is made in it may
+    /// inherit ACLs that must be removed when the source has none.
+    pub dst_default_acl: bool,
 }
 
 impl DirPair {

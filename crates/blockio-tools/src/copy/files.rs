@@ -200,7 +200,8 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
             }
         }
         if opts.preserve {
-            let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), Some(j.src.as_fd()));
+            let xattrs = Some((j.src.as_fd(), dirs.dst_default_acl));
+            let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs);
             if let Err(e) = set {
                 // The data is complete: report, keep the file (as cp does).
                 errors.report(format!("preserving attributes of {}", quote(&dst)), Some(e));

@@ -368,6 +368,7 @@ impl Walker<'_> {
         if self.ctx.opts.fsync {
             self.note_filesystem(&d, parent(dst));
         }
+        let dst_default_acl = self.ctx.opts.preserve && super::attrs::has_default_acl(d.as_fd());
         Some(DirPair {
             src: s,
             dst: d,
@@ -375,6 +376,7 @@ impl Walker<'_> {
             dst_path: parent_as_written(dst),
             // Never used: an operand's parent gets no subdirectories.
             below: None,
+            dst_default_acl,
         })
     }
 
@@ -452,11 +454,13 @@ impl Walker<'_> {
         let Some((s, d, root, rel)) = self.open_task(&t) else {
             return;
         };
-        if self.ctx.opts.preserve {
+        let preserve = self.ctx.opts.preserve;
+        if preserve {
             // Before anything is made in it: its default ACL is the
             // source's, so what the copy creates inherits what the
-            // source's files did.
-            if let Err(e) = super::attrs::copy_xattrs(s.as_fd(), d.as_fd()) {
+            // source's files did. (A directory may have inherited ACLs
+            // from its parent: always looked for.)
+            if let Err(e) = super::attrs::copy_xattrs(s.as_fd(), d.as_fd(), true) {
                 self.report(
                     format!("preserving extended attributes of {}", quote(&t.dst)),
                     Some(e),
@@ -472,12 +476,14 @@ impl Walker<'_> {
         // Sorted: the walk (and its messages) do not depend on the order the
         // file system lists names in.
         names.sort();
+        let dst_default_acl = preserve && super::attrs::has_default_acl(d.as_fd());
         let pair = Arc::new(DirPair {
             src: s,
             dst: d,
             src_path: t.src,
             dst_path: t.dst,
             below: Some((root, rel)),
+            dst_default_acl,
         });
         let stats = self.stat_all(&pair, &names);
         let entries = names
