@@ -487,12 +487,25 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
     drop(engine);
     wait_for_pool(&pool);
     let all: Vec<PooledBuf> = (0..64).map(|_| pool.get()).collect();
+    let mut completed = 0;
     for b in &all {
         let off = offset_of[b.index()];
+        if b[..] == data[off..off + 4096] {
+            completed += 1;
+            continue;
+        }
+        // On the thread pool a read whose future was dropped before a
+        // thread took it up is never run (a dropped future is a cancelled
+        // one): its buffer comes back as it went, all zeros. The caller-
+        // driven ring submits each read when it is started, so there
+        // every read was in the kernel and must have completed.
         assert!(
-            b[..] == data[off..off + 4096],
+            !uring && b.iter().all(|&x| x == 0),
             "buffer {} was released before its read at {off} completed",
             b.index()
         );
+    }
+    if uring {
+        assert_eq!(completed, 64);
     }
 }

@@ -73,9 +73,11 @@ struct Desc {
 /// An async operation. Submitted on its first poll (or by
 /// [`OpFuture::start`]); resolves to its result and its buffer.
 ///
-/// Dropping it at any time is safe: if the operation is in flight, its
-/// buffer stays with the driver and is freed (or returned to its pool) when
-/// the kernel reports completion.
+/// Dropping it at any time is safe, and cancels it: an operation still
+/// queued for the kernel (waiting for room in the ring, or for a pool
+/// thread) is never submitted; one already in flight keeps its buffer and
+/// its file with the driver, which frees them (or returns the buffer to
+/// its pool) when the kernel reports completion.
 #[must_use = "futures do nothing unless polled"]
 pub struct OpFuture<B: Send + 'static> {
     engine: AsyncEngine,
@@ -125,7 +127,9 @@ impl<B: Send + 'static> OpFuture<B> {
     }
 
     /// Submits the operation now instead of at the first poll, so that
-    /// several can be in flight before any is awaited (read-ahead).
+    /// several can be in flight before any is awaited (read-ahead). The
+    /// future must still be kept until it resolves: dropped, it cancels
+    /// the operation if that has not reached the kernel yet.
     pub fn start(&mut self) {
         if let Some(req) = self.take_request() {
             self.engine.driver().submit([req]);
