@@ -9,7 +9,8 @@ mod size;
 
 use blockio_bench::{alloc_count, bench, engine_bench, tree_bench};
 use blockio_tools::algo::Algo;
-use blockio_tools::sum::SumOptions;
+use blockio_tools::check::CheckOptions;
+use blockio_tools::sum::{ListOptions, SumOptions};
 
 #[global_allocator]
 static GLOBAL: alloc_count::Counting = alloc_count::Counting;
@@ -45,16 +46,39 @@ enum Cmd {
 /// Options of `blockio sum`.
 #[derive(clap::Args)]
 struct SumArgs {
-    /// Files and directories to hash (directories recursed, sorted); with
-    /// -c, checksum files to check.
-    #[arg(required = true)]
+    /// Files and directories to hash (directories recursed, sorted; `-` or
+    /// none: standard input); with -c, checksum lists to check (`-` or
+    /// none: standard input).
     paths: Vec<PathBuf>,
     /// The algorithm: blake3, sha256, xxh3 or crc32c.
     #[arg(long, default_value = "blake3")]
     algo: Algo,
-    /// Read checksums from the files and check them.
+    /// Read checksums from the files and check them. Every format
+    /// sha256sum and b3sum write is read (`hash  name`, `hash *name`,
+    /// `--tag` lines, CRLF line ends, escaped names); a `--tag` line names
+    /// its own algorithm.
     #[arg(short = 'c', long)]
     check: bool,
+    /// Write `BLAKE3 (name) = hash` lines (BSD style, as `sha256sum --tag`).
+    #[arg(long, conflicts_with = "check")]
+    tag: bool,
+    /// With -c: print nothing for files that match.
+    #[arg(long, requires = "check")]
+    quiet: bool,
+    /// With -c: print nothing; the exit status tells.
+    #[arg(long, requires = "check")]
+    status: bool,
+    /// With -c: fail on improperly formatted lines.
+    #[arg(long, requires = "check")]
+    strict: bool,
+    /// With -c: name each improperly formatted line.
+    #[arg(short = 'w', long, requires = "check")]
+    warn: bool,
+    /// When recursing, leave out links to directories, dangling links,
+    /// FIFOs, sockets and devices without a word (by default each is
+    /// reported and the exit status is 1).
+    #[arg(long, conflicts_with = "check")]
+    skip_special: bool,
     /// Worker threads (default: the CPUs).
     #[arg(long)]
     threads: Option<usize>,
@@ -99,14 +123,29 @@ fn sum(args: &SumArgs) -> anyhow::Result<bool> {
     }
     let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
     let ok = if args.check {
-        blockio_tools::sum::check(&engine, &args.paths, &opts, &mut out, &mut err)?
+        let copts = CheckOptions {
+            quiet: args.quiet,
+            status: args.status,
+            strict: args.strict,
+            warn: args.warn,
+        };
+        blockio_tools::check::check(&engine, &args.paths, &opts, &copts, &mut out, &mut err)?
     } else {
-        blockio_tools::sum::print_sums(&engine, &args.paths, &opts, &mut out, &mut err)?
+        let list = ListOptions {
+            tag: args.tag,
+            skip_special: args.skip_special,
+        };
+        blockio_tools::sum::print_sums(&engine, &args.paths, &opts, &list, &mut out, &mut err)?
     };
     Ok(ok)
 }
 
 fn main() {
+    // A closed pipe (`blockio sum | head`) ends the process quietly, as it
+    // ends the coreutils, instead of each write failing with EPIPE.
+    // SAFETY: restores the default action of one signal before any thread
+    // starts; no handler is installed.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match &cli.command {
         Cmd::Bench(args) => bench::run(args).map(|()| true),

@@ -151,7 +151,8 @@ fn check_mode_passes_and_fails_like_b3sum() {
     std::fs::write(dir.path().join("junk"), b"hello\n").unwrap();
     let o = blockio(dir.path(), &[OsStr::new("-c"), OsStr::new("junk")]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("no checksum lines"));
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains("blockio sum: junk: no properly formatted checksum lines found"));
 }
 
 #[test]
@@ -205,8 +206,16 @@ fn other_algorithms_and_bad_flags() {
         assert!(!o.status.success(), "{flag} {value}");
         assert!(String::from_utf8_lossy(&o.stderr).contains(says), "{flag}");
     }
-    let o = blockio(dir.path(), &[]);
-    assert!(!o.status.success(), "no paths must be an error");
+    // Flags that only mean something when checking, or only when not.
+    for args in [
+        &["--quiet", "abc"][..],
+        &["--status", "abc"],
+        &["-c", "--tag", "abc"],
+    ] {
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        let o = blockio(dir.path(), &args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+    }
 }
 
 /// Writes `path` back and drops it from the page cache.

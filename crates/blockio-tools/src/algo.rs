@@ -45,6 +45,35 @@ impl FromStr for Algo {
     }
 }
 
+impl Algo {
+    /// The name `--tag` lines carry (`SHA256 (f) = …`, `BLAKE3 (f) = …`).
+    pub fn tag(self) -> &'static str {
+        match self {
+            Algo::Blake3 => "BLAKE3",
+            Algo::Sha256 => "SHA256",
+            Algo::Xxh3 => "XXH3",
+            Algo::Crc32c => "CRC32C",
+        }
+    }
+
+    /// The algorithm a `--tag` line names, if it is one of ours.
+    pub fn from_tag(tag: &[u8]) -> Option<Algo> {
+        Self::ALL.into_iter().find(|a| a.tag().as_bytes() == tag)
+    }
+
+    /// Hex digits in a digest.
+    pub fn hex_len(self) -> usize {
+        match self {
+            Algo::Blake3 | Algo::Sha256 => 64,
+            Algo::Xxh3 => 16,
+            Algo::Crc32c => 8,
+        }
+    }
+
+    /// Every algorithm.
+    pub const ALL: [Algo; 4] = [Algo::Blake3, Algo::Sha256, Algo::Xxh3, Algo::Crc32c];
+}
+
 /// A running hash.
 pub enum Hasher {
     /// BLAKE3.

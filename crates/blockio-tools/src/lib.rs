@@ -6,8 +6,10 @@
 #![warn(missing_docs)]
 
 pub mod algo;
+pub mod check;
 pub mod copy;
 pub mod names;
 pub mod quote;
+pub mod reason;
 pub mod sum;
 pub mod walk;

@@ -8,6 +8,8 @@
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
+use crate::algo::Algo;
+
 /// The checksum line for `name`: `<hex>  <name>\n`, escaped if needed.
 pub fn line(hex: &str, name: &OsStr) -> Vec<u8> {
     let raw = name.as_bytes();
@@ -23,11 +25,31 @@ pub fn line(hex: &str, name: &OsStr) -> Vec<u8> {
     out
 }
 
-/// A check result line, `<name>: <status>\n`, with the name escaped as in
-/// [`line()`] (GNU `sha256sum -c` and `b3sum -c` print it so).
-pub fn status_line(name: &OsStr, status: &str) -> Vec<u8> {
+/// The `--tag` line for `name`: `<TAG> (<name>) = <hex>\n`, escaped as in
+/// [`line()`] (coreutils' BSD-style format).
+pub fn tag_line(tag: &str, hex: &str, name: &OsStr) -> Vec<u8> {
     let raw = name.as_bytes();
     let needs = raw.iter().any(|&b| matches!(b, b'\\' | b'\n' | b'\r'));
+    let mut out = Vec::with_capacity(tag.len() + hex.len() + raw.len() + 8);
+    if needs {
+        out.push(b'\\');
+    }
+    out.extend_from_slice(tag.as_bytes());
+    out.extend_from_slice(b" (");
+    escape_into(&mut out, raw, needs);
+    out.extend_from_slice(b") = ");
+    out.extend_from_slice(hex.as_bytes());
+    out.push(b'\n');
+    out
+}
+
+/// A check result line, `<name>: <status>\n`, the name escaped (and the
+/// line started with a backslash) as the reference tool escapes it: `b3sum
+/// -c` when a name holds a backslash or a newline (`b3sum_style`),
+/// `sha256sum -c` only when it holds a newline.
+pub fn status_line(name: &OsStr, status: &str, b3sum_style: bool) -> Vec<u8> {
+    let raw = name.as_bytes();
+    let needs = raw.contains(&b'\n') || (b3sum_style && raw.contains(&b'\\'));
     let mut out = Vec::with_capacity(raw.len() + status.len() + 4);
     if needs {
         out.push(b'\\');
@@ -50,42 +72,98 @@ fn escape_into(out: &mut Vec<u8>, raw: &[u8], needs: bool) {
     }
 }
 
-/// Parses one line of a checksum file (without its newline) into the hex
-/// digest and the name. `None` if it is not a checksum line.
-pub fn parse(line: &[u8]) -> Option<(String, OsString)> {
+/// One line of a checksum list, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The digest, lowercase hex.
+    pub hex: String,
+    /// The file it is for.
+    pub name: OsString,
+    /// The algorithm a `--tag` line names (`None` for the plain format).
+    pub algo: Option<Algo>,
+}
+
+/// Parses one line of a checksum list (without its newline) in any format
+/// `sha256sum` and `b3sum` write: `<hex>  <name>`, `<hex> *<name>`
+/// (binary-mode marker), `<TAG> (<name>) = <hex>` (`--tag`), each maybe
+/// escaped (a leading backslash) and maybe ending in a carriage return.
+/// `None` if it is none of these, or a `--tag` line for an algorithm we
+/// do not have.
+pub fn parse(line: &[u8]) -> Option<Listed> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
     let (escaped, line) = match line.strip_prefix(b"\\") {
         Some(rest) => (true, rest),
         None => (false, line),
     };
-    let sep = line.windows(2).position(|w| w == b"  ")?;
-    let hex = std::str::from_utf8(&line[..sep]).ok()?;
-    if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let (hex, raw, algo) = match parse_tag(line) {
+        Some(t) => t,
+        None => {
+            let (hex, raw) = parse_plain(line)?;
+            (hex, raw, None)
+        }
+    };
+    if hex.is_empty() || !hex.iter().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let raw = &line[sep + 2..];
     let name = if escaped {
-        let mut out = Vec::with_capacity(raw.len());
-        let mut it = raw.iter();
-        while let Some(&b) = it.next() {
-            if b == b'\\' {
-                match it.next()? {
-                    b'\\' => out.push(b'\\'),
-                    b'n' => out.push(b'\n'),
-                    b'r' => out.push(b'\r'),
-                    _ => return None,
-                }
-            } else {
-                out.push(b);
-            }
-        }
-        out
+        unescape(raw)?
     } else {
         raw.to_vec()
     };
     if name.is_empty() {
         return None;
     }
-    Some((hex.to_ascii_lowercase(), OsString::from_vec(name)))
+    Some(Listed {
+        hex: String::from_utf8(hex.to_ascii_lowercase()).ok()?,
+        name: OsString::from_vec(name),
+        algo,
+    })
+}
+
+/// `<hex> <name>`, `<hex>  <name>` or `<hex> *<name>`.
+fn parse_plain(line: &[u8]) -> Option<(&[u8], &[u8])> {
+    let end = line.iter().position(|b| !b.is_ascii_hexdigit())?;
+    let (hex, rest) = line.split_at(end);
+    let rest = rest.strip_prefix(b" ")?;
+    let name = match rest.first() {
+        Some(b' ' | b'*') => &rest[1..],
+        _ => rest,
+    };
+    Some((hex, name))
+}
+
+/// `<TAG> (<name>) = <hex>`: the name is everything between the first
+/// `(` and the last `) = `.
+fn parse_tag(line: &[u8]) -> Option<(&[u8], &[u8], Option<Algo>)> {
+    let open = line.windows(2).position(|w| w == b" (")?;
+    let tag = &line[..open];
+    if tag.is_empty() || !tag.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-') {
+        return None;
+    }
+    let close = line.windows(4).rposition(|w| w == b") = ")?;
+    if close < open + 2 {
+        return None;
+    }
+    let algo = Algo::from_tag(tag)?;
+    Some((&line[close + 4..], &line[open + 2..close], Some(algo)))
+}
+
+fn unescape(raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut it = raw.iter();
+    while let Some(&b) = it.next() {
+        if b == b'\\' {
+            match it.next()? {
+                b'\\' => out.push(b'\\'),
+                b'n' => out.push(b'\n'),
+                b'r' => out.push(b'\r'),
+                _ => return None,
+            }
+        } else {
+            out.push(b);
+        }
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -103,14 +181,70 @@ mod tests {
         ] {
             let os = OsStr::from_bytes(name);
             let l = line("ab12", os);
-            let (hex, back) = parse(&l[..l.len() - 1]).unwrap();
-            assert_eq!(hex, "ab12");
-            assert_eq!(back.as_bytes(), name);
+            let p = parse(&l[..l.len() - 1]).unwrap();
+            assert_eq!(p.hex, "ab12");
+            assert_eq!(p.name.as_bytes(), name);
+            let t = tag_line("SHA256", "ab12", os);
+            let p = parse(&t[..t.len() - 1]).unwrap();
+            assert_eq!((p.hex.as_str(), p.name.as_bytes()), ("ab12", name));
+            assert_eq!(p.algo, Some(Algo::Sha256));
         }
         assert_eq!(line("ab", OsStr::new("a\\b")), b"\\ab  a\\\\b\n");
         assert_eq!(line("ab", OsStr::new("a b")), b"ab  a b\n");
         assert!(parse(b"not a checksum line").is_none());
-        assert_eq!(status_line(OsStr::new("a\\b"), "OK"), b"\\a\\\\b: OK\n");
-        assert_eq!(status_line(OsStr::new("a b"), "FAILED"), b"a b: FAILED\n");
+        // As sha256sum -c: escaped only for a newline; as b3sum -c, for a
+        // backslash too.
+        assert_eq!(status_line(OsStr::new("a\\b"), "OK", false), b"a\\b: OK\n");
+        assert_eq!(
+            status_line(OsStr::new("a\\b"), "OK", true),
+            b"\\a\\\\b: OK\n"
+        );
+        assert_eq!(
+            status_line(OsStr::new("a\n\\b"), "OK", false),
+            b"\\a\\n\\\\b: OK\n"
+        );
+        assert_eq!(
+            status_line(OsStr::new("a b"), "FAILED", true),
+            b"a b: FAILED\n"
+        );
+    }
+
+    #[test]
+    fn every_list_format_parses() {
+        let want = |name: &str, algo| Listed {
+            hex: "ab12".into(),
+            name: name.into(),
+            algo,
+        };
+        for (line, expect) in [
+            (&b"ab12  f"[..], want("f", None)),
+            (b"AB12  f", want("f", None)),
+            (b"ab12 *f", want("f", None)),
+            (b"ab12 f", want("f", None)),
+            (b"ab12   f", want(" f", None)),
+            (b"ab12  f\r", want("f", None)),
+            (b"SHA256 (f) = ab12", want("f", Some(Algo::Sha256))),
+            (
+                b"BLAKE3 (a (b) = c) = ab12\r",
+                want("a (b) = c", Some(Algo::Blake3)),
+            ),
+            (b"\\BLAKE3 (n\\nl) = ab12", want("n\nl", Some(Algo::Blake3))),
+        ] {
+            assert_eq!(
+                parse(line),
+                Some(expect),
+                "{:?}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        for bad in [
+            &b"MD5 (f) = ab12"[..],
+            b"ab12",
+            b"ab12  ",
+            b"zz  f",
+            b"\\ab12  a\\qb",
+        ] {
+            assert_eq!(parse(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 }

@@ -18,6 +18,21 @@ pub fn quote(p: &Path) -> String {
     quote_bytes(p.as_os_str().as_bytes())
 }
 
+/// `p` as the coreutils name a file in most messages (`quotef`): as it is
+/// when it holds only characters a shell takes literally, else quoted as
+/// [`quote`] does.
+pub fn quote_if_needed(p: &Path) -> String {
+    let b = p.as_os_str().as_bytes();
+    let plain = !b.is_empty()
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || b"%+,-./:=@_^".contains(&c));
+    if plain {
+        String::from_utf8_lossy(b).into_owned()
+    } else {
+        quote_bytes(b)
+    }
+}
+
 /// `b` quoted for a message (see the module doc).
 pub fn quote_bytes(b: &[u8]) -> String {
     let pieces = pieces(b);

@@ -498,111 +498,124 @@ pub fn hash_one(engine: &Engine, path: &Path, opts: &SumOptions) -> Result<Strin
     out.expect("one result per file")
 }
 
-/// Hashes every file under `inputs` and writes `<hex>  <name>` lines (GNU
-/// escaping) to `out`, in input order; problems go to `err` as
-/// `blockio sum: <path>: <reason>`. Returns whether every file was hashed.
+/// How `print_sums` writes its list.
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    /// `--tag` lines (`BLAKE3 (name) = hex`) instead of `hex  name`.
+    pub tag: bool,
+    /// Leave out, without a word, what a walk meets that cannot be hashed
+    /// (links to directories, dangling links, FIFOs, sockets, devices);
+    /// by default each is reported and the exit status is 1.
+    pub skip_special: bool,
+}
+
+/// The name standard input goes by, as an input or a list entry.
+pub const STDIN: &str = "-";
+
+/// Hashes each `(path, algorithm)` in order (`-` is standard input),
+/// calling `emit(index, result)` in index order as results come. Runs of
+/// files with one algorithm are hashed together by [`hash_files`].
+pub fn hash_inputs(
+    engine: &Engine,
+    inputs: &[(PathBuf, Algo)],
+    opts: &SumOptions,
+    mut emit: impl FnMut(usize, Result<String, SumError>),
+) {
+    let mut start = 0;
+    while start < inputs.len() {
+        let (first, algo) = &inputs[start];
+        if first.as_os_str() == STDIN {
+            let r = hash_reader(*algo, io::stdin().lock()).map_err(|error| SumError {
+                path: first.clone(),
+                error,
+            });
+            emit(start, r);
+            start += 1;
+            continue;
+        }
+        let end = start
+            + inputs[start..]
+                .iter()
+                .take_while(|(p, a)| a == algo && p.as_os_str() != STDIN)
+                .count();
+        let paths: Vec<PathBuf> = inputs[start..end].iter().map(|(p, _)| p.clone()).collect();
+        let run = SumOptions {
+            algo: *algo,
+            ..opts.clone()
+        };
+        hash_files(engine, &paths, &run, |i, r| emit(start + i, r));
+        start = end;
+    }
+}
+
+/// The digest of everything `r` yields, read in 1 MiB pieces.
+pub fn hash_reader(algo: Algo, mut r: impl io::Read) -> io::Result<String> {
+    let mut h = Hasher::new(algo);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => return Ok(h.finish_hex()),
+            Ok(n) => h.update(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes `problem` about `path` as the coreutils do:
+/// `blockio sum: <name>: <reason>`.
+pub(crate) fn report(err: &mut impl io::Write, path: &Path, problem: &str) -> io::Result<()> {
+    writeln!(
+        err,
+        "blockio sum: {}: {problem}",
+        crate::quote::quote_if_needed(path)
+    )
+}
+
+/// Hashes every file under `inputs` (standard input for `-`, or when there
+/// are none) and writes `<hex>  <name>` lines (GNU escaping), or `--tag`
+/// lines, to `out`, in input order; problems go to `err` as
+/// `blockio sum: <name>: <reason>`. Returns whether every file was hashed.
 pub fn print_sums(
     engine: &Engine,
     inputs: &[PathBuf],
     opts: &SumOptions,
+    list: &ListOptions,
     out: &mut impl io::Write,
     err: &mut impl io::Write,
 ) -> io::Result<bool> {
+    let stdin = [PathBuf::from(STDIN)];
+    let inputs = if inputs.is_empty() {
+        &stdin[..]
+    } else {
+        inputs
+    };
     let (files, walk_errors) = crate::walk::files(inputs);
-    let mut ok = walk_errors.is_empty();
-    for e in walk_errors {
-        writeln!(err, "blockio sum: {}: {}", e.path.display(), e.error)?;
-    }
-    let mut io_result = Ok(());
-    hash_files(engine, &files, opts, |i, r| {
-        if io_result.is_err() {
-            return;
-        }
-        io_result = match r {
-            Ok(hex) => out.write_all(&crate::names::line(&hex, files[i].as_os_str())),
-            Err(e) => {
-                ok = false;
-                writeln!(err, "blockio sum: {e}")
-            }
-        };
-    });
-    io_result?;
-    out.flush()?;
-    Ok(ok)
-}
-
-/// Reads checksum files (`<hex>  <name>` lines, as written by `b3sum`,
-/// `sha256sum` or [`print_sums`]), hashes each named file and writes
-/// `<name>: OK` or `<name>: FAILED` to `out`. Returns whether every file
-/// matched; a missing or unreadable file is a failure (its reason goes to
-/// `err`), and so is a checksum file with no valid line.
-pub fn check(
-    engine: &Engine,
-    check_files: &[PathBuf],
-    opts: &SumOptions,
-    out: &mut impl io::Write,
-    err: &mut impl io::Write,
-) -> io::Result<bool> {
     let mut ok = true;
-    let mut expected: Vec<(String, PathBuf)> = Vec::new();
-    for cf in check_files {
-        let text = match std::fs::read(cf) {
-            Ok(t) => t,
-            Err(e) => {
-                writeln!(err, "blockio sum: {}: {e}", cf.display())?;
-                ok = false;
-                continue;
-            }
-        };
-        let mut valid = 0;
-        for (n, line) in text.split(|&b| b == b'\n').enumerate() {
-            if line.is_empty() {
-                continue;
-            }
-            match crate::names::parse(line) {
-                Some((hex, name)) => {
-                    valid += 1;
-                    expected.push((hex, PathBuf::from(name)));
-                }
-                None => {
-                    writeln!(
-                        err,
-                        "blockio sum: {}: line {} is not a checksum line",
-                        cf.display(),
-                        n + 1
-                    )?;
-                    ok = false;
-                }
-            }
+    for e in walk_errors {
+        if list.skip_special && e.special {
+            continue;
         }
-        if valid == 0 {
-            writeln!(
-                err,
-                "blockio sum: {}: no checksum lines found",
-                cf.display()
-            )?;
-            ok = false;
-        }
+        ok = false;
+        report(err, &e.path, &crate::reason::reason(&e.error))?;
     }
-    let names: Vec<PathBuf> = expected.iter().map(|(_, p)| p.clone()).collect();
+    let inputs: Vec<(PathBuf, Algo)> = files.into_iter().map(|p| (p, opts.algo)).collect();
     let mut io_result = Ok(());
-    hash_files(engine, &names, opts, |i, r| {
+    hash_inputs(engine, &inputs, opts, |i, r| {
         if io_result.is_err() {
             return;
         }
-        let name = names[i].as_os_str();
-        let status = match &r {
-            Ok(hex) if *hex == expected[i].0 => "OK",
-            Ok(_) => "FAILED",
-            Err(_) => "FAILED open or read",
-        };
-        ok &= status == "OK";
-        io_result = (|| {
-            if let Err(e) = &r {
-                writeln!(err, "blockio sum: {e}")?;
+        let name = inputs[i].0.as_os_str();
+        io_result = match r {
+            Ok(hex) if list.tag => {
+                out.write_all(&crate::names::tag_line(opts.algo.tag(), &hex, name))
             }
-            out.write_all(&crate::names::status_line(name, status))
-        })();
+            Ok(hex) => out.write_all(&crate::names::line(&hex, name)),
+            Err(e) => {
+                ok = false;
+                report(err, &e.path, &crate::reason::reason(&e.error))
+            }
+        };
     });
     io_result?;
     out.flush()?;

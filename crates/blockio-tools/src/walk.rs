@@ -6,18 +6,36 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Something that could not be listed.
+/// Something that could not be listed, or that a walk met and cannot hash.
 #[derive(Debug)]
 pub struct WalkError {
     /// The path.
     pub path: PathBuf,
     /// What went wrong.
     pub error: io::Error,
+    /// Not a failure of the walk: an entry that is not a regular file (a
+    /// link to a directory, a dangling link, a FIFO, socket or device),
+    /// which `--skip-special` leaves out silently.
+    pub special: bool,
+}
+
+impl WalkError {
+    fn special(path: PathBuf, what: &str) -> WalkError {
+        WalkError {
+            path,
+            error: io::Error::other(format!(
+                "{what}, not hashed (--skip-special leaves these out silently)"
+            )),
+            special: true,
+        }
+    }
 }
 
 /// The regular files (and symlinks to them) under `inputs`, in order:
 /// each input as given; a directory's entries sorted by name, recursed
-/// depth-first. Symlinks to directories are not followed.
+/// depth-first. Symbolic links to directories are not followed, and they,
+/// dangling links and special files met on the way are returned as
+/// [`WalkError`]s marked `special`.
 pub fn files(inputs: &[PathBuf]) -> (Vec<PathBuf>, Vec<WalkError>) {
     let mut out = Vec::new();
     let mut errors = Vec::new();
@@ -38,6 +56,7 @@ fn walk_dir(dir: &Path, out: &mut Vec<PathBuf>, errors: &mut Vec<WalkError>) {
             errors.push(WalkError {
                 path: dir.to_owned(),
                 error,
+                special: false,
             });
             return;
         }
@@ -49,6 +68,7 @@ fn walk_dir(dir: &Path, out: &mut Vec<PathBuf>, errors: &mut Vec<WalkError>) {
             Err(error) => errors.push(WalkError {
                 path: dir.to_owned(),
                 error,
+                special: false,
             }),
         }
     }
@@ -56,15 +76,36 @@ fn walk_dir(dir: &Path, out: &mut Vec<PathBuf>, errors: &mut Vec<WalkError>) {
     for (path, ty) in names {
         match ty {
             Some(t) if t.is_dir() => walk_dir(&path, out, errors),
-            Some(t) if t.is_symlink() => {
-                if fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-                    out.push(path);
+            Some(t) if t.is_symlink() => match fs::metadata(&path) {
+                Ok(m) if m.is_file() => out.push(path),
+                Ok(m) if m.is_dir() => {
+                    errors.push(WalkError::special(path, "a symbolic link to a directory"))
                 }
-            }
+                Ok(_) => errors.push(WalkError::special(
+                    path,
+                    "a symbolic link to a special file",
+                )),
+                Err(_) => errors.push(WalkError::special(path, "a dangling symbolic link")),
+            },
             Some(t) if t.is_file() => out.push(path),
-            // Sockets, fifos, devices: not hashed when walking a tree.
-            Some(_) => {}
+            Some(t) => errors.push(WalkError::special(path, special_kind(t))),
             None => out.push(path),
         }
+    }
+}
+
+/// What a special file is, in words.
+fn special_kind(t: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_char_device() {
+        "a character device"
+    } else {
+        "not a regular file"
     }
 }

@@ -162,20 +162,7 @@ impl fmt::Display for CopyError {
     }
 }
 
-/// `"No such file or directory"` for an errno-carrying error, else its text.
-fn os_message(e: &io::Error) -> String {
-    match blockio::errno(e) {
-        Some(code) => {
-            let s = io::Error::from_raw_os_error(code).to_string();
-            // "No such file or directory (os error 2)" -> cp's wording.
-            match s.rfind(" (os error") {
-                Some(i) => s[..i].to_string(),
-                None => s,
-            }
-        }
-        None => e.to_string(),
-    }
-}
+use crate::reason::reason as os_message;
 
 /// What a finished copy did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
