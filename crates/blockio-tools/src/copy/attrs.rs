@@ -24,8 +24,12 @@
 //! Attributes a file system does not support (`ENOTSUP`) and the
 //! `trusted.*`/`security.*` ones an unprivileged user may not set (`EPERM`)
 //! are left out silently, as `cp -a` does; any other failure is reported
-//! with the file's name. Symbolic links and special files get ownership
-//! and times, not extended attributes.
+//! with the file's name. Symbolic links get ownership and times, not
+//! extended attributes (Linux allows only `trusted.*` and `security.*` on
+//! them). Special files, which cannot be opened without side effects (a
+//! FIFO blocks, a device may act), are reached as
+//! `/proc/self/fd/<directory>/<name>` with the `l*xattr` calls: through
+//! their directory's descriptor, never following a link.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -41,7 +45,7 @@ pub(crate) fn set_attrs_at(
     name: &CStr,
     st: &libc::statx,
     chmod: Option<u32>,
-    xattrs_from: Option<(BorrowedFd<'_>, bool)>,
+    xattrs_from: Option<(Node, bool)>,
 ) -> io::Result<()> {
     let flags = if name.is_empty() {
         libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW
@@ -56,8 +60,8 @@ pub(crate) fn set_attrs_at(
             return Err(e);
         }
     }
-    if let (Some((src, inherits)), true) = (xattrs_from, name.is_empty()) {
-        copy_xattrs(src, dir.as_fd(), inherits)?;
+    if let Some((src, inherits)) = xattrs_from {
+        copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits)?;
     }
     let is_link = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
     if let Some(mode) = chmod.filter(|_| !is_link) {
@@ -104,16 +108,87 @@ pub(crate) fn has_default_acl(dir: BorrowedFd<'_>) -> bool {
     rustix::fs::fgetxattr_query(dir, ACLS[1]).is_ok()
 }
 
+/// A file whose extended attributes are read or written: an open one, or
+/// one reached by name through its directory's descriptor.
+pub(crate) enum Node<'a> {
+    /// An open file.
+    Fd(BorrowedFd<'a>),
+    /// `/proc/self/fd/<dir>/<name>`, used with the calls that do not
+    /// follow a final symbolic link.
+    Path(CString),
+}
+
+impl<'a> Node<'a> {
+    /// `name` in `dir`, or `dir` itself for the empty name.
+    pub(crate) fn at(dir: BorrowedFd<'a>, name: &CStr) -> Node<'a> {
+        if name.is_empty() {
+            return Node::Fd(dir);
+        }
+        let mut p = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
+        p.extend_from_slice(name.to_bytes());
+        Node::Path(CString::new(p).expect("a name holds no NUL byte"))
+    }
+
+    fn list_len(&self) -> Result<usize, Errno> {
+        match self {
+            Node::Fd(fd) => rustix::fs::flistxattr_query(fd),
+            Node::Path(p) => rustix::fs::llistxattr_query(p.as_c_str()),
+        }
+    }
+
+    fn list(&self, buf: &mut [u8]) -> Result<usize, Errno> {
+        match self {
+            Node::Fd(fd) => rustix::fs::flistxattr(fd, buf),
+            Node::Path(p) => rustix::fs::llistxattr(p.as_c_str(), buf),
+        }
+    }
+
+    fn get_len(&self, name: &CStr) -> Result<usize, Errno> {
+        match self {
+            Node::Fd(fd) => rustix::fs::fgetxattr_query(fd, name),
+            Node::Path(p) => rustix::fs::lgetxattr_query(p.as_c_str(), name),
+        }
+    }
+
+    fn get(&self, name: &CStr, buf: &mut [u8]) -> Result<usize, Errno> {
+        match self {
+            Node::Fd(fd) => rustix::fs::fgetxattr(fd, name, buf),
+            Node::Path(p) => rustix::fs::lgetxattr(p.as_c_str(), name, buf),
+        }
+    }
+
+    fn set(&self, name: &CStr, value: &[u8]) -> Result<(), Errno> {
+        let flags = rustix::fs::XattrFlags::empty();
+        match self {
+            Node::Fd(fd) => rustix::fs::fsetxattr(fd, name, value, flags),
+            Node::Path(p) => rustix::fs::lsetxattr(p.as_c_str(), name, value, flags),
+        }
+    }
+
+    fn remove(&self, name: &CStr) -> Result<(), Errno> {
+        match self {
+            Node::Fd(fd) => rustix::fs::fremovexattr(fd, name),
+            Node::Path(p) => rustix::fs::lremovexattr(p.as_c_str(), name),
+        }
+    }
+}
+
 /// Makes `dst`'s extended attributes those of `src` (see the module doc
 /// for what is left out and why). `inherits`: `dst` was made in a
 /// directory with a default ACL, so it may hold ACLs the source lacks
 /// (without one, looking for them would cost two system calls a file).
-pub(crate) fn copy_xattrs(
-    src: BorrowedFd<'_>,
-    dst: BorrowedFd<'_>,
-    inherits: bool,
-) -> io::Result<()> {
+pub(crate) fn copy_xattrs(src: &Node<'_>, dst: &Node<'_>, inherits: bool) -> io::Result<()> {
     let names = names(src)?;
+    // Inherited ACLs first: removed, they leave room in the inode for the
+    // attributes set next (ext4 keeps small ones there).
+    for acl in ACLS.iter().filter(|_| inherits) {
+        if !names.iter().any(|n| n.as_c_str() == *acl) {
+            match dst.remove(acl) {
+                Ok(()) | Err(Errno::NODATA | Errno::NOTSUP) => {}
+                Err(e) => return Err(named(e, "removing inherited", &(*acl).to_owned())),
+            }
+        }
+    }
     for name in &names {
         let value = match value(src, name) {
             Ok(v) => v,
@@ -121,23 +196,10 @@ pub(crate) fn copy_xattrs(
             Err(Errno::NODATA) => continue,
             Err(e) => return Err(named(e, "reading", name)),
         };
-        match rustix::fs::fsetxattr(
-            dst,
-            name.as_c_str(),
-            &value,
-            rustix::fs::XattrFlags::empty(),
-        ) {
+        match dst.set(name, &value) {
             Ok(()) => {}
             Err(e) if skipped(e, name) => {}
             Err(e) => return Err(named(e, "setting", name)),
-        }
-    }
-    for acl in ACLS.iter().filter(|_| inherits) {
-        if !names.iter().any(|n| n.as_c_str() == *acl) {
-            match rustix::fs::fremovexattr(dst, *acl) {
-                Ok(()) | Err(Errno::NODATA | Errno::NOTSUP) => {}
-                Err(e) => return Err(named(e, "removing inherited", &(*acl).to_owned())),
-            }
         }
     }
     Ok(())
@@ -158,12 +220,12 @@ fn named(e: Errno, doing: &str, name: &CString) -> io::Error {
     )
 }
 
-/// The names of `fd`'s extended attributes (none where the file system
+/// The names of `node`'s extended attributes (none where the file system
 /// has no xattrs).
-fn names(fd: BorrowedFd<'_>) -> io::Result<Vec<CString>> {
+fn names(node: &Node<'_>) -> io::Result<Vec<CString>> {
     let mut buf = Vec::new();
     loop {
-        let need = match rustix::fs::flistxattr_query(fd) {
+        let need = match node.list_len() {
             Ok(n) => n,
             Err(Errno::NOTSUP) => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),
@@ -172,7 +234,7 @@ fn names(fd: BorrowedFd<'_>) -> io::Result<Vec<CString>> {
             return Ok(Vec::new());
         }
         buf.resize(need, 0);
-        match rustix::fs::flistxattr(fd, &mut buf[..]) {
+        match node.list(&mut buf[..]) {
             Ok(n) => {
                 buf.truncate(n);
                 break;
@@ -189,11 +251,10 @@ fn names(fd: BorrowedFd<'_>) -> io::Result<Vec<CString>> {
         .collect())
 }
 
-fn value(fd: BorrowedFd<'_>, name: &CStr) -> Result<Vec<u8>, Errno> {
+fn value(node: &Node<'_>, name: &CStr) -> Result<Vec<u8>, Errno> {
     loop {
-        let need = rustix::fs::fgetxattr_query(fd, name)?;
-        let mut v = vec![0u8; need];
-        match rustix::fs::fgetxattr(fd, name, &mut v[..]) {
+        let mut v = vec![0u8; node.get_len(name)?];
+        match node.get(name, &mut v[..]) {
             Ok(n) => {
                 v.truncate(n);
                 return Ok(v);

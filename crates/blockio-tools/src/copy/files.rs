@@ -10,7 +10,7 @@ use blockio::{AlignedBuf, Engine, Op, Open, PathAt};
 use rustix::fs::OFlags;
 
 use super::at;
-use super::attrs::set_attrs_at;
+use super::attrs::{set_attrs_at, Node};
 use super::entry::{Ctx, DirPair, Entry, Group};
 use super::{quote, CopyOptions, Progress};
 
@@ -200,7 +200,7 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
             }
         }
         if opts.preserve {
-            let xattrs = Some((j.src.as_fd(), dirs.dst_default_acl));
+            let xattrs = Some((Node::Fd(j.src.as_fd()), dirs.dst_default_acl));
             let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs);
             if let Err(e) = set {
                 // The data is complete: report, keep the file (as cp does).

@@ -20,7 +20,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use blockio::{Engine, PathAt};
 
 use super::at;
-use super::attrs::set_attrs_at;
+use super::attrs::{set_attrs_at, Node};
 use super::entry::{parent_as_written, Counts, Ctx, DirAt, DirPair, Entry, Group, Root};
 use super::files;
 use super::{cname, quote, CopyOptions, CopyReport, Errors, Progress};
@@ -460,7 +460,8 @@ impl Walker<'_> {
             // source's, so what the copy creates inherits what the
             // source's files did. (A directory may have inherited ACLs
             // from its parent: always looked for.)
-            if let Err(e) = super::attrs::copy_xattrs(s.as_fd(), d.as_fd(), true) {
+            let (from, to) = (Node::Fd(s.as_fd()), Node::Fd(d.as_fd()));
+            if let Err(e) = super::attrs::copy_xattrs(&from, &to, true) {
                 self.report(
                     format!("preserving extended attributes of {}", quote(&t.dst)),
                     Some(e),
@@ -759,7 +760,9 @@ impl Walker<'_> {
             Ok(()) => {
                 self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
                 if self.ctx.opts.preserve {
-                    let set = set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), None);
+                    let from = Node::at(pair.src.as_fd(), &e.src_name);
+                    let xattrs = Some((from, pair.dst_default_acl));
+                    let set = set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), xattrs);
                     if let Err(err) = set {
                         self.report(format!("preserving times for {}", quote(&dst)), Some(err));
                     }
