@@ -69,6 +69,18 @@ pub struct TreeBenchArgs {
     /// Keep the generated trees.
     #[arg(long)]
     pub keep: bool,
+    /// Instead of the jobs above: copy tree (a) with both tools in the
+    /// states ext4 passes through after a mass deletion (see --deleted and
+    /// --ages). Takes as long as the last age (15 minutes by default).
+    #[arg(long)]
+    pub after_deletion: bool,
+    /// With --after-deletion: how many files to create and delete first.
+    #[arg(long, default_value_t = 300_000)]
+    pub deleted: u64,
+    /// With --after-deletion: the seconds after the deletion at which each
+    /// state is measured.
+    #[arg(long, value_delimiter = ',', default_value = "10,60,300,900")]
+    pub ages: Vec<u64>,
 }
 
 /// A job to measure.
@@ -201,6 +213,15 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
         dir: root.clone(),
         keep: args.keep,
     };
+    if args.after_deletion {
+        let rows = crate::after_deletion::run(args, &me, &root)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print!("{}", crate::after_deletion::table(&rows));
+        }
+        return Ok(());
+    }
     let mut rows = Vec::new();
     let progress = |msg: &str| {
         if !args.json {
@@ -395,7 +416,7 @@ fn needed_tools(args: &TreeBenchArgs) -> Vec<&'static str> {
 }
 
 /// (files, bytes per file) of `kind` at `scale`.
-fn scaled_shape(kind: TreeKind, scale: f64) -> (u64, u64) {
+pub(crate) fn scaled_shape(kind: TreeKind, scale: f64) -> (u64, u64) {
     let (n, size) = kind.shape();
     match kind {
         TreeKind::Large => (n, (scaled(size, scale) & !4095).max(1 << 20)),
@@ -404,7 +425,7 @@ fn scaled_shape(kind: TreeKind, scale: f64) -> (u64, u64) {
 }
 
 /// Where the source tree of `kind` is made (and reused) under `root`.
-fn source_dir(root: &Path, kind: TreeKind) -> PathBuf {
+pub(crate) fn source_dir(root: &Path, kind: TreeKind) -> PathBuf {
     root.join(format!("src-{}", kind.name()))
 }
 
@@ -419,6 +440,18 @@ fn sum_file(args: &TreeBenchArgs) -> (String, u64) {
 /// the largest other tree's copies plus fio's scratch file of its size
 /// (kept until that tree is done), with 256 MiB for directories and slack.
 fn space_needed(args: &TreeBenchArgs, root: &Path) -> u64 {
+    if args.after_deletion {
+        // Tree (a), and every copy of it, kept to the end.
+        let (n, size) = scaled_shape(TreeKind::Small, args.scale);
+        let bytes = n * size;
+        let source = if tree_made(&source_dir(root, TreeKind::Small), n, size) {
+            0
+        } else {
+            bytes
+        };
+        let copies = 2 * args.rounds as u64 * args.ages.len() as u64;
+        return source + bytes * copies + (256 << 20);
+    }
     let copies = 2 * args.rounds as u64 * args.modes.len() as u64;
     let mut to_make = 0;
     let mut kept = 0;
@@ -452,7 +485,7 @@ fn space_needed(args: &TreeBenchArgs, root: &Path) -> u64 {
     to_make + kept + peak + (256 << 20)
 }
 
-fn scaled(n: u64, scale: f64) -> u64 {
+pub(crate) fn scaled(n: u64, scale: f64) -> u64 {
     (n as f64 * scale).round() as u64
 }
 
@@ -573,7 +606,7 @@ fn measure(
 
 /// Runs the command (and `sync` after it, when asked), returning the wall
 /// seconds; fails with the command's stderr if it fails.
-fn timed(c: &mut Command, then_sync: bool) -> Result<f64> {
+pub(crate) fn timed(c: &mut Command, then_sync: bool) -> Result<f64> {
     c.stdout(std::process::Stdio::null());
     let start = Instant::now();
     let out = c.output().with_context(|| format!("cannot run {c:?}"))?;
@@ -639,7 +672,7 @@ fn tree_made(root: &Path, files: u64, size: u64) -> bool {
 
 /// Makes the tree at `root` unless it is already there. The free space was
 /// checked for the whole run beforehand (`space_needed`).
-fn make_tree(root: &Path, kind: TreeKind, files: u64, size: u64) -> Result<()> {
+pub(crate) fn make_tree(root: &Path, kind: TreeKind, files: u64, size: u64) -> Result<()> {
     if tree_made(root, files, size) {
         return Ok(());
     }
@@ -686,7 +719,7 @@ fn make_tree(root: &Path, kind: TreeKind, files: u64, size: u64) -> Result<()> {
 }
 
 /// (regular files, bytes) under `root`.
-fn tree_totals(root: &Path) -> Result<(u64, u64)> {
+pub(crate) fn tree_totals(root: &Path) -> Result<(u64, u64)> {
     let mut files = 0;
     let mut bytes = 0;
     for f in list_files(root)? {
@@ -760,6 +793,9 @@ mod tests {
             sum_file_mib: 2048,
             json: false,
             keep: false,
+            after_deletion: false,
+            deleted: 300_000,
+            ages: vec![10, 60, 300, 900],
         }
     }
 

@@ -444,3 +444,43 @@ fn tree_bench_smoke_run() {
     }
     assert!(!dir.path().join("tb").exists(), "data removed afterwards");
 }
+
+#[test]
+fn tree_bench_after_deletion_smoke_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_blockio"))
+        .args([
+            "tree-bench",
+            "--after-deletion",
+            "--scale",
+            "0.01",
+            "--deleted",
+            "100000",
+            "--ages",
+            "0,1",
+            "--rounds",
+            "2",
+            "--json",
+        ])
+        .arg("--dir")
+        .arg(dir.path().join("tb"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for (r, age) in rows.iter().zip([0.0, 1.0]) {
+        // 1% of 100,000 files deleted; each state measured at or after its age.
+        assert_eq!(r["deleted"], 1000, "{r}");
+        assert!(r["age_s"].as_f64().unwrap() >= age, "{r}");
+        for k in ["baseline_s", "ours_s"] {
+            let v = r[k].as_array().unwrap();
+            assert_eq!(v.len(), 2, "{k} in {r}");
+            assert!(v.iter().all(|t| t.as_f64().unwrap() > 0.0), "{k} in {r}");
+        }
+        assert!(r["speedup"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["target"], 0.95);
+    }
+    assert!(!dir.path().join("tb").exists(), "data removed afterwards");
+}

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use blockio::Engine;
 
+use super::creators::Creators;
 use super::{CopyOptions, Errors, Progress};
 
 /// The open source and destination directories of one operand's tree:
@@ -135,6 +136,8 @@ pub(crate) struct Ctx<'a> {
     pub errors: &'a Errors<'a>,
     pub counts: Counts,
     pub links: Links,
+    /// How many threads create files and directories at once.
+    pub creators: Creators,
     /// The process umask (applied by hand where the copy sets a mode
     /// itself).
     pub umask: u32,

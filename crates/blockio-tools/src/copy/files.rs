@@ -339,6 +339,8 @@ fn open_all<'g>(
     // saves: measured on 20,000 small files, 0.44 s against 0.47-0.66 s
     // through the ring. So destinations are created here, in this thread.
     let mut jobs = Vec::with_capacity(opened.len());
+    let mut turn = ctx.creators.enter();
+    turn.created(opened.len() as u64);
     for (e, src) in opened {
         match create_dst(ctx, pair, e) {
             Ok(Some(fd)) => jobs.push(Job {

@@ -52,6 +52,7 @@
 
 mod at;
 mod attrs;
+mod creators;
 mod entry;
 mod files;
 mod tree;

@@ -62,6 +62,7 @@ pub(crate) fn run(
             errors: &errors,
             counts: Counts::default(),
             links: Default::default(),
+            creators: super::creators::Creators::new(opts.threads),
             umask: current_umask(),
         },
         work: Work::default(),
@@ -623,7 +624,11 @@ impl Walker<'_> {
                 )
             })
             .collect();
-        let made = match self.ctx.engine.mkdir_batch(&reqs) {
+        let mut turn = self.ctx.creators.enter();
+        let made = self.ctx.engine.mkdir_batch(&reqs);
+        turn.created(reqs.len() as u64);
+        drop(turn);
+        let made = match made {
             Ok(m) => m,
             Err(e) => {
                 return self.report(
@@ -693,7 +698,11 @@ impl Walker<'_> {
             .zip(&targets)
             .map(|(e, t)| (PathAt::in_dir(&pair.dst, &e.dst_name), t.as_c_str()))
             .collect();
-        let made = match self.ctx.engine.symlink_batch(&reqs) {
+        let mut turn = self.ctx.creators.enter();
+        let made = self.ctx.engine.symlink_batch(&reqs);
+        turn.created(reqs.len() as u64);
+        drop(turn);
+        let made = match made {
             Ok(m) => m,
             Err(e) => {
                 return self.report(
