@@ -129,6 +129,18 @@ fn a_directory_planted_as_a_link_in_the_destination_is_not_merged_into() {
         stderr(&o)
     );
     assert_eq!(fs::read_dir(d.join("elsewhere")).unwrap().count(), 0);
+    // The same one level up: `cp -r s t2` copies to `t2/s`, a name the
+    // user did not write, and `t2/s` is a link to a directory elsewhere.
+    fs::create_dir(d.join("t2")).unwrap();
+    symlink(d.join("elsewhere"), d.join("t2/s")).unwrap();
+    let o = cp(d, &["-r", "s", "t2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot overwrite non-directory 't2/s' with directory 's'"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(fs::read_dir(d.join("elsewhere")).unwrap().count(), 0);
 }
 
 #[test]

@@ -37,6 +37,13 @@ pub(crate) fn open_operand_dir(path: &Path) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
+/// A directory the copy made (or merges into) at a path it computed from
+/// an operand: links on the way followed, the last component not.
+pub(crate) fn open_made_dir(path: &Path) -> io::Result<File> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    Ok(File::from(rustix::fs::open(path, flags, Mode::empty())?))
+}
+
 /// The directory at `rel` below `root` (`rel` empty: `root` itself), with
 /// no symbolic link anywhere on the way and never outside `root`.
 pub(crate) fn open_dir_beneath(root: &File, rel: &Path) -> io::Result<File> {

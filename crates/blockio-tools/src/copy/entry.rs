@@ -26,8 +26,14 @@ pub(crate) struct Root {
 #[derive(Clone)]
 pub(crate) enum DirAt {
     /// A directory named on the command line (or made for one): opened by
-    /// its path, following links as `cp` does for arguments.
-    Operand { src: PathBuf, dst: PathBuf },
+    /// its path, following links as `cp` does for arguments; the last
+    /// component of `dst` only when the user named it (`follow_dst`), not
+    /// when the copy computed it (`cp -r s t` makes `t/s`).
+    Operand {
+        src: PathBuf,
+        dst: PathBuf,
+        follow_dst: bool,
+    },
     /// `rel` below both sides of `root`.
     Beneath { root: Arc<Root>, rel: PathBuf },
 }

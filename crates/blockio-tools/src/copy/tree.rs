@@ -280,7 +280,10 @@ impl Walker<'_> {
             );
         };
         if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR {
-            return self.operand_dir(src, &target, &st);
+            // `cp -r s t` with `t` a directory copies to `t/s`, a name the
+            // user did not write: a link there is not followed.
+            let follow = !dest_is_dir || at::last_component(src) == ".";
+            return self.operand_dir(src, &target, &st, follow);
         }
         if let Ok(m) = std::fs::symlink_metadata(&target) {
             if m.dev() == libc::makedev(st.stx_dev_major, st.stx_dev_minor) && m.ino() == st.stx_ino
@@ -305,8 +308,9 @@ impl Walker<'_> {
     }
 
     /// A directory named on the command line, copied to `target` (made, or
-    /// merged into when it is a directory or a link to one).
-    fn operand_dir(&self, src: &Path, target: &Path, st: &libc::statx) {
+    /// merged into when it is a directory, or a link to one that the user
+    /// named: `follow`).
+    fn operand_dir(&self, src: &Path, target: &Path, st: &libc::statx, follow: bool) {
         if let (Ok(s), Ok(t)) = (std::fs::canonicalize(src), canonical_target(target)) {
             if t.starts_with(&s) {
                 return self.report(
@@ -325,7 +329,12 @@ impl Walker<'_> {
         {
             Ok(()) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                if !std::fs::metadata(target).is_ok_and(|m| m.is_dir()) {
+                let existing = if follow {
+                    std::fs::metadata(target)
+                } else {
+                    std::fs::symlink_metadata(target)
+                };
+                if !existing.is_ok_and(|m| m.is_dir()) {
                     return self.report(
                         format!(
                             "cannot overwrite non-directory {} with directory {}",
@@ -350,6 +359,7 @@ impl Walker<'_> {
             at: DirAt::Operand {
                 src: src.to_path_buf(),
                 dst: target.to_path_buf(),
+                follow_dst: follow,
             },
         };
         self.dir_made(task, st, fresh);
@@ -402,10 +412,16 @@ impl Walker<'_> {
     /// its subdirectories are opened from.
     fn open_task(&self, t: &DirTask) -> Option<(File, File, Arc<Root>, PathBuf)> {
         let (opened, root, rel) = match &t.at {
-            DirAt::Operand { src, dst } => (
+            DirAt::Operand {
+                src,
+                dst,
+                follow_dst,
+            } => (
                 at::open_operand_dir(src)
                     .map_err(|e| (src, e))
-                    .and_then(|s| Ok((s, at::open_operand_dir(dst).map_err(|e| (dst, e))?))),
+                    .and_then(|s| {
+                        Ok((s, open_operand_dst(dst, *follow_dst).map_err(|e| (dst, e))?))
+                    }),
                 None,
                 PathBuf::new(),
             ),
@@ -816,7 +832,9 @@ impl Walker<'_> {
         let fixups = std::mem::take(&mut *self.fixups.lock().expect("lock"));
         for f in fixups.iter().rev() {
             let opened = match &f.at {
-                DirAt::Operand { dst, .. } => at::open_operand_dir(dst),
+                DirAt::Operand {
+                    dst, follow_dst, ..
+                } => open_operand_dst(dst, *follow_dst),
                 DirAt::Beneath { root, rel } => at::open_dir_beneath(&root.dst, rel),
             };
             let dir = match opened {
@@ -864,6 +882,16 @@ enum Replace {
     Skip,
     Removed,
     Failed,
+}
+
+/// The copy of a directory operand: following a link at its last
+/// component only when the user named it.
+fn open_operand_dst(dst: &Path, follow: bool) -> io::Result<File> {
+    if follow {
+        at::open_operand_dir(dst)
+    } else {
+        at::open_made_dir(dst)
+    }
 }
 
 /// Where a directory operand's copy would be, resolved: the target's
