@@ -18,8 +18,7 @@
 //! trees' copies until that tree's runs are done: deleting thousands of
 //! files just before creating thousands more makes ext4 (without a
 //! journal) skip recently freed inodes for minutes, a cost that would land
-//! on whichever tool runs next. (Until session 10 tree (a)'s copies went
-//! before tree (b) was copied, so tree (b) ran in that state.)
+//! on whichever tool runs next.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -196,9 +195,8 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
         .with_context(|| format!("cannot create {}", args.dir.display()))?;
     let root = args.dir.canonicalize()?;
     // All at once, before anything is measured: a run that fills the disk
-    // half-way (fio's scratch file hit ENOSPC in session 11, with tree (c)
-    // and tree (a)'s kept copies on a disk with 27 GiB free) wastes the
-    // rounds already done.
+    // half-way (fio's scratch file next to tree (c) and tree (a)'s kept
+    // copies) wastes the rounds already done.
     let need = space_needed(args, &root);
     let free = data::free_bytes(&root)?;
     if free < need {

@@ -89,23 +89,13 @@ pub struct CopyOptions {
     /// With `fsync`, files of at least this many bytes are written with
     /// `O_DIRECT` from the worker's buffers (default 256 MiB; `u64::MAX`:
     /// never). The copy then leaves the page cache as it found it and uses
-    /// less CPU. Its speed hangs on the buffers: since session 12 they are
-    /// huge pages (see `blockio::AlignedBuf`), so each 1 MiB write is one
-    /// device request instead of two (256 small pages are more segments
-    /// than the virtio disk takes per request). Session 12, two 1 GiB
-    /// files, cold, shuffled rounds: median 1.86 s (1.77-1.94) and 2.13 s
-    /// (2.06-2.30) with it, against 2.56 s (2.47-2.77) and 2.60 s
-    /// (2.49-2.68) through the page cache and 2.81 s (2.57-2.98) for the
-    /// same direct writes from small pages; `cp -r && sync` took 4.04 s.
-    /// Before that fix, session 11 measured the direct path behind in every
-    /// pair (2.41-2.93 s against 1.92-2.17 s), and it was off by default.
-    /// Smaller files stay on the page cache: 500 files of 1 MiB took 0.62 s
-    /// (0.58-0.70) written direct against 0.57 s (0.56-0.75) (session 12);
-    /// with small pages (session 9), 32 files of 16 MiB 0.56-0.61 s direct
-    /// against 0.47-0.49 s, 4 of 128 MiB 0.56-0.67 s against 0.46-0.73 s.
-    /// With huge pages, 4 files of 128 MiB (session 12, 5 shuffled rounds)
-    /// tied: 0.475 s (0.45-0.61) direct against 0.486 s (0.41-0.59), so
-    /// the threshold stays at 256 MiB.
+    /// less CPU. Its speed hangs on the buffers, which are huge pages
+    /// (see `blockio::AlignedBuf`): each 1 MiB write is one device request
+    /// instead of the two that 256 small pages need on a virtio disk. On
+    /// the reference machine, durable copies of two 1 GiB files took less
+    /// time this way than through the page cache, and smaller files tied
+    /// or lost (the figures, by date and commit, are in
+    /// `docs/benchmarks.md`), hence the 256 MiB threshold.
     pub direct_write_min: u64,
     /// Threads (default: the CPUs plus one). Each walks directories and
     /// copies files alike.
