@@ -404,27 +404,37 @@ fn a_full_destination_fails_clearly_and_leaves_no_partial_file() {
 /// The shipped tree benchmark at a tiny scale: every job, tree and mode
 /// runs, both tools' copies are checked, the JSON has a row for each, and
 /// durable copies of data trees are set beside fio doing the same I/O.
+/// Runs `blockio tree-bench --json` with `args` in a new directory under
+/// `dir`; its rows, after checking that it succeeded and removed its data.
+fn tree_bench(dir: &Path, args: &[&str]) -> Vec<serde_json::Value> {
+    let o = Command::new(env!("CARGO_BIN_EXE_blockio"))
+        .arg("tree-bench")
+        .args(args)
+        .arg("--json")
+        .arg("--dir")
+        .arg(dir.join("tb"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!dir.join("tb").exists(), "data removed afterwards");
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    rows.as_array().unwrap().clone()
+}
+
 #[test]
 fn tree_bench_smoke_run() {
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_blockio"))
-        .args([
-            "tree-bench",
+    let rows = tree_bench(
+        dir.path(),
+        &[
             "--scale",
             "0.001",
             "--rounds",
             "1",
             "--sum-file-mib",
             "2000",
-            "--json",
-        ])
-        .arg("--dir")
-        .arg(dir.path().join("tb"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let rows = rows.as_array().unwrap();
+        ],
+    );
     // cp: 3 trees x 2 modes; sum: 2 inputs x 2 modes.
     assert_eq!(rows.len(), 10, "{rows:?}");
     for r in rows {
@@ -442,15 +452,14 @@ fn tree_bench_smoke_run() {
             }
         }
     }
-    assert!(!dir.path().join("tb").exists(), "data removed afterwards");
 }
 
 #[test]
 fn tree_bench_after_deletion_smoke_run() {
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_blockio"))
-        .args([
-            "tree-bench",
+    let rows = tree_bench(
+        dir.path(),
+        &[
             "--after-deletion",
             "--scale",
             "0.01",
@@ -460,15 +469,8 @@ fn tree_bench_after_deletion_smoke_run() {
             "0,1",
             "--rounds",
             "2",
-            "--json",
-        ])
-        .arg("--dir")
-        .arg(dir.path().join("tb"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let rows = rows.as_array().unwrap();
+        ],
+    );
     assert_eq!(rows.len(), 2, "{rows:?}");
     for (r, age) in rows.iter().zip([0.0, 1.0]) {
         // 1% of 100,000 files deleted; each state measured at or after its age.
@@ -482,5 +484,4 @@ fn tree_bench_after_deletion_smoke_run() {
         assert!(r["speedup"].as_f64().unwrap() > 0.0, "{r}");
         assert_eq!(r["target"], 0.95);
     }
-    assert!(!dir.path().join("tb").exists(), "data removed afterwards");
 }

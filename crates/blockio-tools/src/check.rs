@@ -28,7 +28,7 @@ use blockio::Engine;
 
 use crate::algo::Algo;
 use crate::names::{self, Listed};
-use crate::sum::{hash_inputs, report, SumOptions, STDIN};
+use crate::sum::{hash_inputs, or_stdin, report, SumOptions, STDIN};
 
 /// How `check` reports.
 #[derive(Debug, Clone, Default)]
@@ -63,10 +63,8 @@ pub fn check(
     out: &mut impl io::Write,
     err: &mut impl io::Write,
 ) -> io::Result<bool> {
-    let stdin = [PathBuf::from(STDIN)];
-    let lists = if lists.is_empty() { &stdin[..] } else { lists };
     let mut ok = true;
-    for list in lists {
+    for list in or_stdin(lists).iter() {
         ok &= check_list(engine, list, opts, copts, out, err)?;
     }
     out.flush()?;

@@ -512,6 +512,15 @@ pub struct ListOptions {
 /// The name standard input goes by, as an input or a list entry.
 pub const STDIN: &str = "-";
 
+/// `paths`, or standard input when there are none (as the coreutils read).
+pub(crate) fn or_stdin(paths: &[PathBuf]) -> std::borrow::Cow<'_, [PathBuf]> {
+    if paths.is_empty() {
+        std::borrow::Cow::Owned(vec![PathBuf::from(STDIN)])
+    } else {
+        std::borrow::Cow::Borrowed(paths)
+    }
+}
+
 /// Hashes each `(path, algorithm)` in order (`-` is standard input),
 /// calling `emit(index, result)` in index order as results come. Runs of
 /// files with one algorithm are hashed together by [`hash_files`].
@@ -584,13 +593,8 @@ pub fn print_sums(
     out: &mut impl io::Write,
     err: &mut impl io::Write,
 ) -> io::Result<bool> {
-    let stdin = [PathBuf::from(STDIN)];
-    let inputs = if inputs.is_empty() {
-        &stdin[..]
-    } else {
-        inputs
-    };
-    let (files, walk_errors) = crate::walk::files(inputs);
+    let inputs = or_stdin(inputs);
+    let (files, walk_errors) = crate::walk::files(&inputs);
     let mut ok = true;
     for e in walk_errors {
         if list.skip_special && e.special {
