@@ -12,33 +12,38 @@ use crate::algo::Algo;
 
 /// The checksum line for `name`: `<hex>  <name>\n`, escaped if needed.
 pub fn line(hex: &str, name: &OsStr) -> Vec<u8> {
-    let raw = name.as_bytes();
-    let needs = raw.iter().any(|&b| matches!(b, b'\\' | b'\n' | b'\r'));
-    let mut out = Vec::with_capacity(hex.len() + raw.len() + 4);
-    if needs {
-        out.push(b'\\');
-    }
-    out.extend_from_slice(hex.as_bytes());
-    out.extend_from_slice(b"  ");
-    escape_into(&mut out, raw, needs);
-    out.push(b'\n');
-    out
+    escaped_line(name, |out, name| {
+        out.extend_from_slice(hex.as_bytes());
+        out.extend_from_slice(b"  ");
+        out.extend_from_slice(name);
+    })
 }
 
 /// The `--tag` line for `name`: `<TAG> (<name>) = <hex>\n`, escaped as in
 /// [`line()`] (coreutils' BSD-style format).
 pub fn tag_line(tag: &str, hex: &str, name: &OsStr) -> Vec<u8> {
+    escaped_line(name, |out, name| {
+        out.extend_from_slice(tag.as_bytes());
+        out.extend_from_slice(b" (");
+        out.extend_from_slice(name);
+        out.extend_from_slice(b") = ");
+        out.extend_from_slice(hex.as_bytes());
+    })
+}
+
+/// A sum line that `body` writes around the (escaped) name, as both tools
+/// write it: a name holding a backslash, a newline or a carriage return
+/// is escaped and the line starts with a backslash.
+fn escaped_line(name: &OsStr, body: impl FnOnce(&mut Vec<u8>, &[u8])) -> Vec<u8> {
     let raw = name.as_bytes();
     let needs = raw.iter().any(|&b| matches!(b, b'\\' | b'\n' | b'\r'));
-    let mut out = Vec::with_capacity(tag.len() + hex.len() + raw.len() + 8);
+    let mut name = Vec::with_capacity(raw.len() + 4);
+    escape_into(&mut name, raw, needs);
+    let mut out = Vec::with_capacity(name.len() + 80);
     if needs {
         out.push(b'\\');
     }
-    out.extend_from_slice(tag.as_bytes());
-    out.extend_from_slice(b" (");
-    escape_into(&mut out, raw, needs);
-    out.extend_from_slice(b") = ");
-    out.extend_from_slice(hex.as_bytes());
+    body(&mut out, &name);
     out.push(b'\n');
     out
 }
