@@ -16,7 +16,9 @@
 //! Buffers handed to the kernel are either ours (reads into new bytes) or
 //! exported Python buffers ([`PyBuffer`]), held — and so kept alive and
 //! unresizable — by the future until its completion arrives, even if the
-//! Python side gave up waiting (a cancelled task).
+//! Python side gave up waiting (a cancelled task). A buffer whose
+//! operation was cancelled is dropped by the driver thread, which never
+//! takes the GIL: [`lent`] parks it until the next call from Python.
 
 use std::collections::HashMap;
 use std::io;
@@ -32,6 +34,9 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
+
+mod lent;
+use lent::{release_parked, Lent};
 
 /// The most one read or write moves on Linux (`MAX_RW_COUNT`, 2 GiB less
 /// a page): a longer length would only reserve memory no read fills.
@@ -255,7 +260,7 @@ enum Buf {
     /// `O_DIRECT` descriptor accepts it).
     Owned(AlignedBuf),
     /// A writable Python buffer (`readinto`).
-    Exported(PyBuffer<u8>),
+    Exported(Lent),
 }
 
 // SAFETY: the pointer stays valid and unmoved while the value lives: an
@@ -288,7 +293,7 @@ unsafe impl IoBufMut for Buf {
 }
 
 /// A read-only Python buffer for writes.
-struct RoBuf(PyBuffer<u8>);
+struct RoBuf(Lent);
 
 // SAFETY: see `Buf`; the kernel only reads through this pointer.
 unsafe impl IoBuf for RoBuf {
@@ -926,7 +931,7 @@ impl Core {
         ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>,
     ) -> PyResult<()> {
         self.submit_each(token, buffer_ops(ops)?, writable, |file, buf, off| {
-            let f = file.read_at(Buf::Exported(buf), off);
+            let f = file.read_at(Buf::Exported(Lent::new(buf)), off);
             Box::pin(async move { OneDone::Count(f.await.0) })
         })
     }
@@ -934,7 +939,7 @@ impl Core {
     /// Starts writing each `(fd, data, offset)`.
     fn submit_write(&self, token: u64, ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>) -> PyResult<()> {
         self.submit_each(token, buffer_ops(ops)?, readable, |file, buf, off| {
-            let f = file.write_at(RoBuf(buf), off);
+            let f = file.write_at(RoBuf(Lent::new(buf)), off);
             Box::pin(async move { OneDone::Count(f.await.0) })
         })
     }
@@ -965,6 +970,7 @@ impl Core {
     /// loop when the eventfd is readable.
     fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<(u64, Bound<'py, PyList>)>> {
         self.clear_eventfd();
+        release_parked(py);
         self.finished()
             .into_iter()
             .map(|(t, d)| Ok((t, results_to_py(py, d, &self.spare)?)))
@@ -1020,6 +1026,7 @@ impl Core {
         }
         *self.aio.lock().expect("aio lock") = AioEngines::default();
         *self.engine.lock().expect("engine lock") = None;
+        release_parked(py);
     }
 
     /// Whether `close` has run.

@@ -77,6 +77,44 @@ def test_a_cancelled_write_in_flight_stays_with_its_file(tmp_path, backend):
     assert len(got) == len(set(got)) and all(0 <= n < 200 for n in got)
 
 
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_a_cancelled_reads_buffer_is_released(backend):
+    """The buffer of a read cancelled in flight is dropped by the engine's
+    thread when the kernel completes it; the export is released on the
+    next call from Python, after which the bytearray can be resized."""
+
+    async def main():
+        engine = blockio.Engine(backend=backend)
+        r, w = os.pipe()
+        buf = bytearray(16)
+        try:
+            t = asyncio.ensure_future(engine.areadinto(r, buf, 0))
+            await asyncio.sleep(0.05)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            with pytest.raises(BufferError):
+                buf.extend(b"x")  # still lent to the pending read
+            os.write(w, b"data")
+            for _ in range(100):
+                # Any completion drains; the parked export goes with it.
+                await engine.aread(r, 0, 0)
+                try:
+                    buf.extend(b"x")
+                    break
+                except BufferError:
+                    await asyncio.sleep(0.01)
+            else:
+                pytest.fail("the cancelled read's buffer was never released")
+            assert bytes(buf[:4]) == b"data"
+        finally:
+            os.close(r)
+            os.close(w)
+            engine.close()
+
+    run(main())
+
+
 def test_huge_lengths_raise_instead_of_aborting(tmp_path):
     p = tmp_path / "f"
     p.write_bytes(b"x" * 8192)
