@@ -78,7 +78,7 @@ def sync_read_batch(engine: blockio.Engine, fd: int, blocks: int, seconds: float
     end = time.perf_counter() + seconds
     start = time.perf_counter()
     while time.perf_counter() < end:
-        res = engine.read_batch(fd, pool[i % len(pool)], BLOCK)
+        res = engine.read_batch(fd, offsets=pool[i % len(pool)], length=BLOCK)
         i += 1
         done += len(res)
     return done / (time.perf_counter() - start)
@@ -138,7 +138,7 @@ async def run_tasks(blocks: int, seconds: float, read: Callable[[int, int], Awai
 
 
 async def tasks_blockio(engine: blockio.Engine, fd: int, blocks: int, seconds: float) -> float:
-    return await run_tasks(blocks, seconds, lambda _, off: engine.aread(fd, off, BLOCK))
+    return await run_tasks(blocks, seconds, lambda _, off: engine.aread(fd, offset=off, length=BLOCK))
 
 
 async def tasks_aiofiles(path: str, blocks: int, seconds: float) -> float:

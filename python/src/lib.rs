@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
@@ -35,7 +35,9 @@ use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyTypeError, Py
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
+mod fsjobs;
 mod lent;
+use fsjobs::{Job, Out};
 use lent::{release_parked, Lent};
 
 /// The most one read or write moves on Linux (`MAX_RW_COUNT`, 2 GiB less
@@ -111,6 +113,32 @@ fn total_arg(count: usize, length: usize) -> PyResult<()> {
 fn alloc_for(len: usize, what: &str) -> PyResult<AlignedBuf> {
     AlignedBuf::try_new(len, 4096)
         .map_err(|_| PyMemoryError::new_err(format!("cannot allocate {len} bytes for {what}")))
+}
+
+/// The result of an operation on the caller's `fd`, with an `EINVAL` on
+/// an `O_DIRECT` descriptor explained: the kernel only says "Invalid
+/// argument", so the error names the alignment this file needs (looked up
+/// only when that happens).
+fn explain_direct(r: io::Result<usize>, fd: RawFd) -> io::Result<usize> {
+    let e = match r {
+        Err(e) if blockio::errno(&e) == Some(libc::EINVAL) && is_direct(fd) => e,
+        other => return other,
+    };
+    // SAFETY: borrowed for one statx; if another thread closed the number
+    // meanwhile, statx fails (or describes the file now open there) and
+    // only this message is affected.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    match blockio::Alignment::of(&borrowed) {
+        Ok((a, _)) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{e}: O_DIRECT on this file needs offsets and lengths that are multiples of {} bytes \
+                 and buffer addresses that are multiples of {} bytes (blockio.aligned_buffer(n) allocates such a buffer)",
+                a.offset, a.memory
+            ),
+        )),
+        Err(_) => Err(e),
+    }
 }
 
 /// Whether `fd` was opened with `O_DIRECT` (false if `fcntl` fails: the
@@ -195,6 +223,20 @@ fn read_into_new_bytes<'py>(
     with_failures(py, items, &results)
 }
 
+/// A job's count, or its descriptor (whose ownership passes to Python),
+/// as an int; or the OSError.
+fn out_or_error(py: Python<'_>, r: io::Result<Out>) -> PyObject {
+    match r {
+        Ok(Out::Count(n)) => n.into_pyobject(py).expect("int").into_any().unbind(),
+        Ok(Out::Fd(fd)) => std::os::fd::IntoRawFd::into_raw_fd(fd)
+            .into_pyobject(py)
+            .expect("int")
+            .into_any()
+            .unbind(),
+        Err(e) => os_error(py, &e),
+    }
+}
+
 /// A byte count as an int, or the OSError.
 fn count_or_error(py: Python<'_>, r: &io::Result<usize>) -> PyObject {
     match r {
@@ -237,7 +279,12 @@ fn buffer_batch<'py>(
         let mut ops: Vec<Op<'_>> = bufs.iter().map(|(t, b, off)| make(t, b, *off)).collect();
         engine.submit(&mut ops)
     });
-    let results = results.map_err(io_err)?;
+    let results: Vec<io::Result<usize>> = results
+        .map_err(io_err)?
+        .into_iter()
+        .zip(&bufs)
+        .map(|(r, (t, ..))| explain_direct(r, t.0))
+        .collect();
     let items: Vec<PyObject> = results.iter().map(|r| count_or_error(py, r)).collect();
     drop(bufs);
     with_failures(py, items, &results)
@@ -311,8 +358,9 @@ type Boxed<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 enum Done {
     /// Reads into our buffers: bytes.
     Read(Vec<BufResult<usize, Buf>>),
-    /// Reads into Python buffers, or writes: byte counts.
-    Count(Vec<io::Result<usize>>),
+    /// Reads into Python buffers, writes, syncs and file-system calls:
+    /// counts (or a descriptor, owned until it is handed to Python).
+    Count(Vec<io::Result<Out>>),
 }
 
 /// An asynchronous batch in flight.
@@ -344,7 +392,7 @@ enum Kind {
 
 enum OneDone {
     Read(BufResult<usize, Buf>),
-    Count(io::Result<usize>),
+    Count(io::Result<Out>),
 }
 
 impl Pending {
@@ -389,7 +437,7 @@ impl Pending {
             Kind::Count => Done::Count(
                 outs.map(|o| match o {
                     OneDone::Count(r) => r,
-                    OneDone::Read((r, _)) => r,
+                    OneDone::Read((r, _)) => r.map(Out::Count),
                 })
                 .collect(),
             ),
@@ -446,6 +494,8 @@ struct Core {
     queue_depth: u32,
     /// Read buffers of finished asynchronous reads, for the next ones.
     spare: Mutex<Vec<AlignedBuf>>,
+    /// Threads for open, fstat, ftruncate and close (see [`fsjobs`]).
+    fs: fsjobs::Pool,
 }
 
 /// The two async engines behind the asyncio API. Measured here with 64
@@ -487,15 +537,25 @@ fn forks() -> u64 {
     FORKS.load(Ordering::SeqCst)
 }
 
+/// The errno to give Python for `e`: its own, else `EINVAL` for input
+/// blockio refused before the kernel saw it, else `EIO`.
+fn errno_of(e: &io::Error) -> i32 {
+    blockio::errno(e).unwrap_or(if e.kind() == io::ErrorKind::InvalidInput {
+        libc::EINVAL
+    } else {
+        libc::EIO
+    })
+}
+
 fn os_error(py: Python<'_>, e: &io::Error) -> PyObject {
-    let code = blockio::errno(e).unwrap_or(libc::EIO);
+    let code = errno_of(e);
     PyOSError::new_err((code, e.to_string()))
         .into_value(py)
         .into_any()
 }
 
 fn io_err(e: io::Error) -> PyErr {
-    let code = blockio::errno(&e).unwrap_or(libc::EIO);
+    let code = errno_of(&e);
     PyOSError::new_err((code, e.to_string()))
 }
 
@@ -646,7 +706,7 @@ impl Core {
         token: u64,
         ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
         prepare: impl Fn(&Bound<'py, PyAny>) -> PyResult<B>,
-        issue: impl Fn(&AsyncFile, B, u64) -> Boxed<OneDone>,
+        issue: impl Fn(&AsyncFile, B, u64, RawFd) -> Boxed<OneDone>,
     ) -> PyResult<()> {
         let mut files: HashMap<RawFd, Result<AsyncFile, i32>> = HashMap::new();
         let mut futs = Vec::with_capacity(ops.len());
@@ -657,11 +717,25 @@ impl Core {
                 files.insert(*fd, file);
             }
             futs.push(match &files[fd] {
-                Ok(f) => issue(f, buf, *off),
+                Ok(f) => issue(f, buf, *off, *fd),
                 Err(errno) => failed(Kind::Count, *errno),
             });
         }
         self.start(token, Pending::new(futs, Kind::Count));
+        Ok(())
+    }
+
+    /// Starts one file-system job as the batch `token` (or reports the
+    /// errno that made preparing it fail).
+    fn start_job(&self, token: u64, job: Result<Job, i32>) -> PyResult<()> {
+        let fut: Boxed<OneDone> = match job {
+            Ok(job) => {
+                let f = self.fs.submit(job).map_err(io_err)?;
+                Box::pin(async move { OneDone::Count(f.await) })
+            }
+            Err(errno) => failed(Kind::Count, errno),
+        };
+        self.start(token, Pending::new(vec![fut], Kind::Count));
         Ok(())
     }
 
@@ -705,7 +779,7 @@ fn results_to_py<'py>(
             drop(spare);
             PyList::new(py, items)
         }
-        Done::Count(v) => PyList::new(py, v.iter().map(|r| count_or_error(py, r))),
+        Done::Count(v) => PyList::new(py, v.into_iter().map(|r| out_or_error(py, r))),
     }
 }
 
@@ -756,6 +830,7 @@ impl Core {
             born: forks(),
             queue_depth,
             spare: Mutex::new(Vec::new()),
+            fs: fsjobs::Pool::default(),
         })
     }
 
@@ -822,7 +897,11 @@ impl Core {
                     engine.submit(&mut ops)
                 })
             };
-            let results = results.map_err(io_err)?;
+            let results: Vec<io::Result<usize>> = results
+                .map_err(io_err)?
+                .into_iter()
+                .map(|r| explain_direct(r, fd))
+                .collect();
             let items: Vec<PyObject> = results
                 .iter()
                 .enumerate()
@@ -912,7 +991,10 @@ impl Core {
                             _ => alloc_for(length, "a read")?,
                         };
                         let f = file.read_at(Buf::Owned(buf), off);
-                        let b: Boxed<OneDone> = Box::pin(async move { OneDone::Read(f.await) });
+                        let b: Boxed<OneDone> = Box::pin(async move {
+                            let (r, buf) = f.await;
+                            OneDone::Read((explain_direct(r, fd), buf))
+                        });
                         b
                     }
                     Err(errno) => failed(Kind::Read, *errno),
@@ -930,17 +1012,17 @@ impl Core {
         token: u64,
         ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>,
     ) -> PyResult<()> {
-        self.submit_each(token, buffer_ops(ops)?, writable, |file, buf, off| {
+        self.submit_each(token, buffer_ops(ops)?, writable, |file, buf, off, fd| {
             let f = file.read_at(Buf::Exported(Lent::new(buf)), off);
-            Box::pin(async move { OneDone::Count(f.await.0) })
+            Box::pin(async move { OneDone::Count(explain_direct(f.await.0, fd).map(Out::Count)) })
         })
     }
 
     /// Starts writing each `(fd, data, offset)`.
     fn submit_write(&self, token: u64, ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>) -> PyResult<()> {
-        self.submit_each(token, buffer_ops(ops)?, readable, |file, buf, off| {
+        self.submit_each(token, buffer_ops(ops)?, readable, |file, buf, off, fd| {
             let f = file.write_at(RoBuf(Lent::new(buf)), off);
-            Box::pin(async move { OneDone::Count(f.await.0) })
+            Box::pin(async move { OneDone::Count(explain_direct(f.await.0, fd).map(Out::Count)) })
         })
     }
 
@@ -956,13 +1038,55 @@ impl Core {
                     file.fsync()
                 };
                 let b: Boxed<OneDone> =
-                    Box::pin(async move { OneDone::Count(f.await.0.map(|_| 0)) });
+                    Box::pin(async move { OneDone::Count(f.await.0.map(|_| Out::Count(0))) });
                 b
             }
             Err(errno) => failed(Kind::Count, errno),
         };
         self.start(token, Pending::new(vec![fut], Kind::Count));
         Ok(())
+    }
+
+    /// Starts `open(path, flags, mode)` on the core's file-system threads;
+    /// the result is the new descriptor (close-on-exec), which the caller
+    /// then owns. A directory fails with `EISDIR` unless `O_DIRECTORY` is
+    /// in `flags`.
+    fn submit_open(&self, token: u64, path: Vec<u8>, flags: i32, mode: u32) -> PyResult<()> {
+        self.check()?;
+        let path = std::ffi::CString::new(path)
+            .map_err(|_| PyValueError::new_err("embedded null byte"))?;
+        self.start_job(token, Ok(Job::Open { path, flags, mode }))
+    }
+
+    /// Starts an `fstat` of `fd` (through a duplicate); the result is the
+    /// file's size.
+    fn submit_size(&self, token: u64, fd: RawFd) -> PyResult<()> {
+        self.check()?;
+        self.start_job(token, fsjobs::dup(fd).map(Job::Size))
+    }
+
+    /// Starts an `ftruncate` of `fd` (through a duplicate) to `length`.
+    fn submit_truncate(&self, token: u64, fd: RawFd, length: i64) -> PyResult<()> {
+        self.check()?;
+        let length = u64::try_from(length).map_err(|_| {
+            PyValueError::new_err(format!("length must not be negative, got {length}"))
+        })?;
+        self.start_job(token, fsjobs::dup(fd).map(|d| Job::Truncate(d, length)))
+    }
+
+    /// Starts closing `fd`, whose ownership the caller hands over: the
+    /// number must not be used or closed by anyone else afterwards. The
+    /// close runs even if the batch is cancelled.
+    fn submit_close(&self, token: u64, fd: RawFd) -> PyResult<()> {
+        self.check()?;
+        if fd < 0 {
+            return self.start_job(token, Err(libc::EBADF));
+        }
+        // SAFETY: the caller hands over its only ownership of `fd` (the
+        // Python layer passes the descriptor of a file object it is
+        // closing and never uses the number again).
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        self.start_job(token, Ok(Job::Close(owned)))
     }
 
     /// The finished batches since the last call: `(token, results)` pairs,

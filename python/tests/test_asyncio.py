@@ -47,12 +47,12 @@ def test_many_tasks_read_the_right_bytes(data_file, loop_factory, backend):
             async def task(i):
                 for _ in range(20):
                     off = rnd.randrange(len(data))
-                    b = await e.aread(f, off, 4096)
+                    b = await e.aread(f, offset=off, length=4096)
                     assert b == data[off:off + 4096]
                 buf = np.zeros(512, dtype=np.uint8)
                 n = await e.areadinto(f, buf, i * 512)
                 assert n == 512 and buf.tobytes() == data[i * 512:(i + 1) * 512]
-                batch = await e.aread_batch(f, [i, i + 10, len(data) - 3], 100)
+                batch = await e.aread_batch(f, offsets=[i, i + 10, len(data) - 3], length=100)
                 assert batch == [data[i:i + 100], data[i + 10:i + 110], data[-3:]]
 
             await asyncio.gather(*(task(i) for i in range(64)))
@@ -70,11 +70,11 @@ def test_async_errors_and_writes(tmp_path):
             assert await e.awrite(f, b"hello world", 0) == 11
             await e.afsync(f)
             await e.afdatasync(f)
-            assert await e.aread(f, 6, 5) == b"world"
+            assert await e.aread(f, offset=6, length=5) == b"world"
             with pytest.raises(OSError) as ei:
-                await e.aread(987654, 0, 1)
+                await e.aread(987654, offset=0, length=1)
             assert ei.value.errno == 9
-            res = await e.aread_batch(987654, [0], 1, return_exceptions=True)
+            res = await e.aread_batch(987654, offsets=[0], length=1, return_exceptions=True)
             assert isinstance(res[0], OSError)
 
     asyncio.run(main())
@@ -97,7 +97,7 @@ def test_cancellation_storm_leaves_other_reads_intact(data_file):
                 for _ in range(200):
                     buf = bytearray(4096)
                     victims.append(asyncio.ensure_future(e.areadinto(f, buf, rnd.randrange(len(data) - 4096))))
-                keepers = [(o, asyncio.ensure_future(e.aread(f, o, 4096)))
+                keepers = [(o, asyncio.ensure_future(e.aread(f, offset=o, length=4096)))
                            for o in (rnd.randrange(len(data) - 4096) for _ in range(50))]
                 await asyncio.sleep(0)
                 for v in victims:
@@ -125,7 +125,7 @@ def test_one_loop_iteration_shares_kernel_calls(data_file):
     async def main():
         with open(path, "rb") as f:
             offs = list(range(0, 64 * 4096, 4096))
-            res = await asyncio.gather(*(e.aread(f, o, 4096) for o in offs))
+            res = await asyncio.gather(*(e.aread(f, offset=o, length=4096) for o in offs))
             assert res == [data[o:o + 4096] for o in offs]
 
     asyncio.run(main())
@@ -170,7 +170,7 @@ def test_aiofiles_style_open(tmp_path):
         assert lines[1] == "line 1 é\n"
         async with blockio.open(p, "rb") as f:
             head = await f.read(5)
-            assert head == b"line " and f.tell() == 5
+            assert head == b"line " and await f.tell() == 5
             await f.seek(-3, os.SEEK_END)
             assert await f.read() == b"end"
             await f.seek(0)
@@ -215,7 +215,7 @@ def test_direct_descriptors_many_tasks_and_cancellations(data_file, loop_factory
         async def task(i):
             for _ in range(20):
                 off = rnd.randrange(blocks) * 4096
-                assert await e.aread(fd, off, 4096) == data[off:off + 4096]
+                assert await e.aread(fd, offset=off, length=4096) == data[off:off + 4096]
             buf = mmap.mmap(-1, 8192)
             assert await e.areadinto(fd, buf, i * 4096) == 8192
             assert buf[:] == data[i * 4096:i * 4096 + 8192]
@@ -224,7 +224,7 @@ def test_direct_descriptors_many_tasks_and_cancellations(data_file, loop_factory
         for _ in range(5):
             victims = [asyncio.ensure_future(e.areadinto(fd, mmap.mmap(-1, 4096), rnd.randrange(blocks) * 4096))
                        for _ in range(200)]
-            keepers = [(o, asyncio.ensure_future(e.aread(fd, o, 4096)))
+            keepers = [(o, asyncio.ensure_future(e.aread(fd, offset=o, length=4096)))
                        for o in (rnd.randrange(blocks) * 4096 for _ in range(50))]
             await asyncio.sleep(0)
             for v in victims:

@@ -23,9 +23,9 @@ def test_a_cancelled_write_never_lands_in_another_file(tmp_path, loop_factory, b
     async def main():
         engine = blockio.Engine(backend=backend)
         pipes = [os.pipe() for _ in range(256)]
-        reads = [asyncio.ensure_future(engine.aread(r, 0, 1)) for r, _ in pipes]
+        reads = [asyncio.ensure_future(engine.aread(r, offset=0, length=1)) for r, _ in pipes]
         await asyncio.sleep(0.05)
-        async with blockio.open(a, "wb", engine=engine) as f:
+        async with blockio.open(a, "wb", buffering=0, engine=engine) as f:
             fd_a = f.fileno()
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(f.write(b"SECRET"), 0.1)
@@ -62,7 +62,7 @@ def test_a_cancelled_write_in_flight_stays_with_its_file(tmp_path, backend):
         engine = blockio.Engine(backend=backend)
         try:
             for i in range(200):
-                async with blockio.open(a, "ab", engine=engine) as f:
+                async with blockio.open(a, "ab", buffering=0, engine=engine) as f:
                     t = asyncio.ensure_future(f.write(b"%04d" % i))
                     await asyncio.sleep(0)
                     t.cancel()
@@ -98,7 +98,7 @@ def test_a_cancelled_reads_buffer_is_released(backend):
             os.write(w, b"data")
             for _ in range(100):
                 # Any completion drains; the parked export goes with it.
-                await engine.aread(r, 0, 0)
+                await engine.aread(r, offset=0, length=0)
                 try:
                     buf.extend(b"x")
                     break
@@ -123,23 +123,23 @@ def test_huge_lengths_raise_instead_of_aborting(tmp_path):
     dfd = os.open(p, os.O_RDONLY | os.O_DIRECT)
     try:
         for call in (
-            lambda: e.read_batch(fd, [0], 1 << 40),
-            lambda: e.read_batch(dfd, [0], 1 << 40),
-            lambda: run(e.aread(fd, 0, 1 << 40)),
-            lambda: run(e.aread(dfd, 0, 1 << 40)),
+            lambda: e.read_batch(fd, offsets=[0], length=1 << 40),
+            lambda: e.read_batch(dfd, offsets=[0], length=1 << 40),
+            lambda: run(e.aread(fd, offset=0, length=1 << 40)),
+            lambda: run(e.aread(dfd, offset=0, length=1 << 40)),
         ):
             with pytest.raises(ValueError, match="length 1099511627776 is more than one read"):
                 call()
         # Within one read's limit, but more than the machine's memory.
         for call in (
-            lambda: e.read_batch(dfd, [0] * (1 << 20), 0x7FFFF000),
-            lambda: e.read_batch(fd, [0] * (1 << 20), 0x7FFFF000),
-            lambda: run(e.aread_batch(fd, [0] * (1 << 20), 0x7FFFF000)),
+            lambda: e.read_batch(dfd, offsets=[0] * (1 << 20), length=0x7FFFF000),
+            lambda: e.read_batch(fd, offsets=[0] * (1 << 20), length=0x7FFFF000),
+            lambda: run(e.aread_batch(fd, offsets=[0] * (1 << 20), length=0x7FFFF000)),
         ):
             with pytest.raises(MemoryError, match="more than this machine's memory"):
                 call()
         # The engine still works.
-        assert e.read_batch(fd, [0], 4) == [b"xxxx"]
+        assert e.read_batch(fd, offsets=[0], length=4) == [b"xxxx"]
     finally:
         os.close(fd)
         os.close(dfd)
@@ -153,15 +153,15 @@ def test_negative_arguments_are_named(tmp_path):
     fd = os.open(p, os.O_RDWR)
     try:
         with pytest.raises(ValueError, match="offset must be at least 0, got -1"):
-            e.read_batch(fd, [-1], 10)
+            e.read_batch(fd, offsets=[-1], length=10)
         with pytest.raises(ValueError, match=r"offset must be at least 0, got -5 \(item 1 of the batch\)"):
-            e.read_batch(fd, [0, -5], 10)
+            e.read_batch(fd, offsets=[0, -5], length=10)
         with pytest.raises(ValueError, match="length must be at least 0, got -3"):
-            e.read_batch(fd, [0], -3)
+            e.read_batch(fd, offsets=[0], length=-3)
         with pytest.raises(ValueError, match="length must be at least 0"):
-            run(e.aread(fd, 0, -1))
+            run(e.aread(fd, offset=0, length=-1))
         with pytest.raises(ValueError, match="offset must be at least 0"):
-            run(e.aread(fd, -1, 1))
+            run(e.aread(fd, offset=-1, length=1))
         with pytest.raises(ValueError, match="offset must be at least 0"):
             e.write_batch([(fd, b"x", -1)])
         with pytest.raises(ValueError, match="offset must be at least 0"):

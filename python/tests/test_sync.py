@@ -31,11 +31,11 @@ def test_read_batch_matches_pread(engine, data_file):
     rnd = random.Random(1)
     with open(path, "rb") as f:
         offsets = [rnd.randrange(len(data) + 100) for _ in range(500)]
-        got = engine.read_batch(f, offsets, 3000)
+        got = engine.read_batch(f, offsets=offsets, length=3000)
         for off, b in zip(offsets, got):
             assert b == os.pread(f.fileno(), 3000, off)
         # An int descriptor works too.
-        assert engine.read_batch(f.fileno(), [5], 10) == [data[5:15]]
+        assert engine.read_batch(f.fileno(), offsets=[5], length=10) == [data[5:15]]
 
 
 def test_readinto_numpy_memoryview_mmap_without_copy(engine, data_file):
@@ -66,7 +66,7 @@ def test_errors_are_oserror_with_errno_and_filename(engine, data_file, tmp_path)
             engine.write_batch([(f, b"x", 0)])
         assert ei.value.errno == errno.EBADF
         assert ei.value.filename == str(path)
-        res = engine.read_batch(f, [0], 4)
+        res = engine.read_batch(f, offsets=[0], length=4)
         assert res == [data[:4]]
     # In place, with the good results around it.
     with open(path, "rb") as f:
@@ -79,7 +79,7 @@ def test_errors_are_oserror_with_errno_and_filename(engine, data_file, tmp_path)
     for fd_of in (lambda: 12345, lambda: os.open(path, os.O_WRONLY)):
         fd = fd_of()
         try:
-            out = engine.read_batch(fd, [0, 4096, 1 << 30], 4096, return_exceptions=True)
+            out = engine.read_batch(fd, offsets=[0, 4096, 1 << 30], length=4096, return_exceptions=True)
         finally:
             if fd != 12345:
                 os.close(fd)
@@ -104,7 +104,7 @@ def test_direct_io_reads_use_aligned_buffers(engine, data_file):
     except OSError as e:
         pytest.fail(f"O_DIRECT is needed on the test file system: {e}")
     try:
-        got = engine.read_batch(fd, [0, 4096 * 10, 4096 * 100], 4096)
+        got = engine.read_batch(fd, offsets=[0, 4096 * 10, 4096 * 100], length=4096)
         assert got == [data[0:4096], data[40960:45056], data[409600:413696]]
     finally:
         os.close(fd)
@@ -126,7 +126,7 @@ def test_gil_is_released_while_waiting(engine, data_file):
     t.start()
     with open(path, "rb") as f:
         for _ in range(50):
-            engine.read_batch(f, range(0, 4 << 20, 4096), 4096)
+            engine.read_batch(f, offsets=range(0, 4 << 20, 4096), length=4096)
     stop.set()
     t.join()
     assert len(ticks) > 100
@@ -136,7 +136,7 @@ def test_forced_fallback_through_the_environment(data_file):
     path, data = data_file
     code = (
         "import blockio; e = blockio.Engine(); print(e.backend); "
-        f"print(e.read_batch(open({str(path)!r}, 'rb'), [3], 5) == [{data[3:8]!r}])"
+        f"print(e.read_batch(open({str(path)!r}, 'rb'), offsets=[3], length=5) == [{data[3:8]!r}])"
     )
     env = dict(os.environ, BLOCKIO_BACKEND="threads")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -152,7 +152,7 @@ def test_engine_is_not_usable_after_fork(data_file):
     if pid == 0:
         code = 1
         try:
-            e.read_batch(os.open(path, os.O_RDONLY), [0], 1)
+            e.read_batch(os.open(path, os.O_RDONLY), offsets=[0], length=1)
         except RuntimeError as ex:
             code = 0 if "fork" in str(ex) else 2
         os._exit(code)
@@ -166,4 +166,4 @@ def test_closed_engine_raises(data_file):
     e.close()
     e.close()
     with pytest.raises(RuntimeError, match="closed"):
-        e.read_batch(0, [0], 1)
+        e.read_batch(0, offsets=[0], length=1)

@@ -1,0 +1,356 @@
+"""The engine: batched reads, writes and syncs, synchronous and asyncio.
+
+Asynchronous operations are driven by the running event loop: the engine's
+eventfd is watched with ``loop.add_reader`` and every wake-up drains all
+finished batches. One asyncio future per batch.
+
+Cancellation: a batch whose task is cancelled is given up at once. Its
+operations that have not reached the kernel are never submitted; those
+already in flight keep their buffer referenced (and exported) and hold a
+duplicate of the descriptor until the kernel has finished with them, so a
+file closed right after a cancelled write can never have that write land in
+a file opened later under the same descriptor number.
+
+Argument order: ``offset`` and ``length`` (``offsets`` and ``length`` in
+batches) are keyword-only. ``os.pread(fd, n, offset)`` and earlier releases
+of this package put them in opposite orders; with both ints, a call in the
+wrong order would silently read the wrong bytes, so it fails with
+``TypeError`` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import weakref
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from ._blockio import Core as _Core
+from ._blockio import bench_engine as _bench_engine
+
+#: A descriptor number, or an object with ``fileno()``.
+FileLike = Union[int, Any]
+
+#: One ``(file, buffer, offset)`` operation of a buffer batch.
+BufferOp = Tuple[FileLike, Any, int]
+
+
+def _fd(file: FileLike) -> int:
+    if isinstance(file, int):
+        return file
+    fileno = getattr(file, "fileno", None)
+    if fileno is None:
+        raise TypeError(f"expected an int file descriptor or a file object, got {type(file).__name__}")
+    fd: int = fileno()
+    return fd
+
+
+def _name(file: FileLike) -> Optional[str]:
+    if isinstance(file, int):
+        return None
+    n = getattr(file, "name", None)
+    return n if isinstance(n, (str, bytes)) else None
+
+
+def _flat(buf: Any) -> Any:
+    """A byte view of any C-contiguous buffer (numpy arrays of any dtype)."""
+    if isinstance(buf, (bytearray, bytes)):
+        return buf
+    m = memoryview(buf)
+    if m.format == "B" and m.ndim == 1:
+        return buf
+    return m.cast("B")
+
+
+def _finish(results: List[Any], names: Sequence[Optional[str]], return_exceptions: bool) -> List[Any]:
+    for i, r in enumerate(results):
+        if isinstance(r, OSError):
+            if r.filename is None and names[i] is not None:
+                r.filename = names[i]
+            if not return_exceptions:
+                raise r
+    return results
+
+
+_engines: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    # Operations still in flight at interpreter exit complete before the
+    # buffers they write into can be freed.
+    for e in list(_engines):
+        e.close()
+
+
+class _Opened:
+    """Marks a batch whose result is a descriptor just opened: if nobody
+    takes it (the awaiting task was cancelled), it is closed."""
+
+
+_OPENED = _Opened()
+
+
+class Engine:
+    """A blockio engine: batched reads, writes and syncs, sync and asyncio.
+
+    ``queue_depth`` bounds the operations in flight; ``backend`` is
+    ``"auto"`` (io_uring where the kernel allows it, else a thread pool),
+    ``"io_uring"`` or ``"threads"``. ``BLOCKIO_BACKEND=threads`` in the
+    environment forces the thread pool. An engine is not usable in a child
+    after ``fork()``: create a new one there.
+    """
+
+    def __init__(self, queue_depth: int = 256, backend: Optional[str] = None) -> None:
+        self._core = _Core(queue_depth, backend)
+        self._futures: Dict[int, Tuple["asyncio.Future[List[Any]]", Any]] = {}
+        self._next = 0
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        _engines.add(self)
+
+    @property
+    def backend(self) -> str:
+        """``"io_uring"`` or ``"threads"``."""
+        return self._core.backend
+
+    @property
+    def fallback_reason(self) -> Optional[str]:
+        """Why the thread pool is in use, if it is."""
+        return self._core.fallback_reason
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run."""
+        return self._core.closed
+
+    def close(self) -> None:
+        """Waits for every asynchronous operation in flight, then releases
+        the rings. Idempotent."""
+        if self._loop is not None and not self._loop.is_closed():
+            try:
+                self._loop.remove_reader(self._core.eventfd())
+            except Exception:
+                pass
+        self._loop = None
+        self._core.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- synchronous batches ------------------------------------------------
+
+    def read_batch(
+        self, file: FileLike, *, offsets: Iterable[int], length: int, return_exceptions: bool = False
+    ) -> List[Any]:
+        """Reads ``length`` bytes at each of ``offsets``, in one batch, the
+        GIL released; a list of ``bytes`` (short at end of file), in order.
+        A failed read raises ``OSError`` (errno and filename set), or is
+        returned in its place with ``return_exceptions=True``. On an
+        ``O_DIRECT`` descriptor the buffers are aligned for it."""
+        offsets = list(offsets)
+        res, failed = self._core.read_batch(_fd(file), offsets, length)
+        if not failed:
+            return res
+        return _finish(res, [_name(file)] * len(offsets), return_exceptions)
+
+    def readinto_batch(self, ops: Iterable[BufferOp], return_exceptions: bool = False) -> List[Any]:
+        """Reads into each ``(file, buffer, offset)`` without copying: any
+        writable C-contiguous buffer (bytearray, memoryview, mmap, numpy
+        array); a list of byte counts."""
+        ops = list(ops)
+        res, failed = self._core.readinto_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+        if not failed:
+            return res
+        return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
+
+    def write_batch(self, ops: Iterable[BufferOp], return_exceptions: bool = False) -> List[Any]:
+        """Writes each ``(file, data, offset)``; a list of byte counts."""
+        ops = list(ops)
+        res, failed = self._core.write_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+        if not failed:
+            return res
+        return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
+
+    def fsync(self, file: FileLike) -> None:
+        """Flushes the file's data and metadata to stable storage."""
+        self._core.sync(_fd(file), False)
+
+    def fdatasync(self, file: FileLike) -> None:
+        """Flushes the file's data (and the metadata needed to read it)."""
+        self._core.sync(_fd(file), True)
+
+    # -- asyncio ------------------------------------------------------------
+
+    def _attach(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            efd = self._core.eventfd()
+            if self._loop is not None and not self._loop.is_closed():
+                try:
+                    self._loop.remove_reader(efd)
+                except Exception:
+                    pass
+            loop.add_reader(efd, self._on_ready)
+            self._loop = loop
+        return loop
+
+    def _on_ready(self) -> None:
+        for token, results in self._core.drain():
+            fut, keep = self._futures.pop(token, (None, None))
+            # A cancelled future gets nothing; its buffers (held by the core)
+            # and its file objects (held here) were kept until now.
+            if fut is not None and not fut.done():
+                fut.set_result(results)
+            elif keep is _OPENED and isinstance(results[0], int):
+                os.close(results[0])
+
+    async def _run(self, keep: Any, start: Callable[..., None], *args: Any) -> List[Any]:
+        loop = self._attach()
+        token = self._next
+        self._next += 1
+        fut = loop.create_future()
+        # `keep`: the file objects whose descriptors the operations use, kept
+        # open until the completions arrive, even if the task is cancelled.
+        self._futures[token] = (fut, keep)
+        try:
+            start(token, *args)
+        except BaseException:
+            del self._futures[token]
+            raise
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self._abandon(token)
+            raise
+
+    def _abandon(self, token: int) -> None:
+        """The task awaiting ``token`` was cancelled: operations of it not
+        yet handed to the kernel are never submitted, and those in flight
+        hold their own duplicate of the descriptor until they complete, so
+        closing the file now cannot send them to another file."""
+        self._futures.pop(token, None)
+        self._core.cancel(token)
+
+    async def aread_batch(
+        self, file: FileLike, *, offsets: Iterable[int], length: int, return_exceptions: bool = False
+    ) -> List[Any]:
+        """:meth:`read_batch` as a coroutine."""
+        offsets = list(offsets)
+        res = await self._run(file, self._core.submit_read, _fd(file), offsets, length)
+        return _finish(res, [_name(file)] * len(offsets), return_exceptions)
+
+    async def aread(self, file: FileLike, *, offset: int, length: int) -> bytes:
+        """Reads up to ``length`` bytes at ``offset``."""
+        # aread_batch of one, inlined: this is the per-read hot path of
+        # asyncio code, where every Python frame shows in the IOPS.
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._attach()
+        token = self._next
+        self._next = token + 1
+        fut = loop.create_future()
+        self._futures[token] = (fut, file)
+        try:
+            self._core.submit_read(token, file if type(file) is int else _fd(file), [offset], length)
+        except BaseException:
+            del self._futures[token]
+            raise
+        try:
+            r = (await fut)[0]
+        except asyncio.CancelledError:
+            self._abandon(token)
+            raise
+        if type(r) is bytes:
+            return r
+        out: bytes = _finish([r], [_name(file)], False)[0]
+        return out
+
+    async def areadinto_batch(self, ops: Iterable[BufferOp], return_exceptions: bool = False) -> List[Any]:
+        """:meth:`readinto_batch` as a coroutine."""
+        return await self._abuffers(ops, self._core.submit_readinto, return_exceptions)
+
+    async def areadinto(self, file: FileLike, buf: Any, offset: int) -> int:
+        """Reads into ``buf`` at ``offset``; the byte count."""
+        n: int = (await self.areadinto_batch([(file, buf, offset)]))[0]
+        return n
+
+    async def awrite_batch(self, ops: Iterable[BufferOp], return_exceptions: bool = False) -> List[Any]:
+        """:meth:`write_batch` as a coroutine."""
+        return await self._abuffers(ops, self._core.submit_write, return_exceptions)
+
+    async def _abuffers(
+        self, ops: Iterable[BufferOp], submit: Callable[..., None], return_exceptions: bool
+    ) -> List[Any]:
+        """One batch of ``(file, buffer, offset)`` operations through ``submit``."""
+        ops = list(ops)
+        res = await self._run(ops, submit, [(_fd(f), _flat(b), off) for f, b, off in ops])
+        return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
+
+    async def awrite(self, file: FileLike, data: Any, offset: int) -> int:
+        """Writes ``data`` at ``offset``; the byte count."""
+        n: int = (await self.awrite_batch([(file, data, offset)]))[0]
+        return n
+
+    async def afsync(self, file: FileLike) -> None:
+        """:meth:`fsync` as a coroutine."""
+        _finish(await self._run(file, self._core.submit_sync, _fd(file), False), [_name(file)], False)
+
+    async def afdatasync(self, file: FileLike) -> None:
+        """:meth:`fdatasync` as a coroutine."""
+        _finish(await self._run(file, self._core.submit_sync, _fd(file), True), [_name(file)], False)
+
+    # -- file-system calls, off the loop's thread ------------------------------
+
+    async def _aopen(self, path: Union[str, bytes, "os.PathLike[Any]"], flags: int, mode: int) -> int:
+        """``os.open`` on the engine's file-system threads; the descriptor.
+        Errors read as the built-in ``open``'s: ``[Errno 2] No such file or
+        directory: 'name'``."""
+        r = (await self._run(_OPENED, self._core.submit_open, os.fsencode(path), flags, mode))[0]
+        if isinstance(r, OSError):
+            raise OSError(r.errno, os.strerror(r.errno), os.fspath(path))
+        fd: int = r
+        return fd
+
+    async def _afs(self, submit: Callable[..., None], file: FileLike, *args: Any) -> int:
+        r = (await self._run(file, submit, _fd(file), *args))[0]
+        if isinstance(r, OSError):
+            raise OSError(r.errno, os.strerror(r.errno), _name(file))
+        n: int = r
+        return n
+
+    async def _asize(self, file: FileLike) -> int:
+        """The file's size (``fstat``), off the loop's thread."""
+        return await self._afs(self._core.submit_size, file)
+
+    async def _atruncate(self, file: FileLike, length: int) -> None:
+        """``ftruncate``, off the loop's thread."""
+        await self._afs(self._core.submit_truncate, file, length)
+
+    async def _aclose(self, fd: int) -> None:
+        """Closes ``fd``, which the caller gives up, off the loop's thread.
+        The close happens even if the awaiting task is cancelled."""
+        r = (await self._run(None, self._core.submit_close, fd))[0]
+        if isinstance(r, OSError):
+            raise OSError(r.errno, os.strerror(r.errno))
+
+    def bench_engine(self, file: FileLike, file_size: int, block: int, in_flight: int, seconds: float) -> float:
+        """The Rust engine's own IOPS on random reads of ``file`` (a
+        baseline for benchmarks run from Python)."""
+        iops: float = _bench_engine(_fd(file), file_size, block, in_flight, seconds)
+        return iops
+
+
+_default: Optional[Engine] = None
+
+
+def default_engine() -> Engine:
+    """The engine that :func:`blockio.open` uses unless given one (made on
+    first use)."""
+    global _default
+    if _default is None or _default.closed:
+        _default = Engine()
+    return _default

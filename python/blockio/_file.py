@@ -1,0 +1,453 @@
+"""``blockio.open``: files for asyncio with aiofiles' interface.
+
+Every read and write is a positional operation through an :class:`Engine`;
+the file keeps its own position (the descriptor's offset is not used until
+:meth:`AsyncFile.detach` hands the descriptor back). Opening, the size
+lookups (``SEEK_END``, append mode, reading to the end), truncation and
+closing run on the engine's file-system threads, so the event loop's thread
+never waits on the file system.
+
+Buffering follows the built-in ``open``: ``buffering=-1`` (the default) or
+``> 1`` keeps a read-ahead buffer and a write buffer of that many bytes
+(``io.DEFAULT_BUFFER_SIZE`` by default), flushed when full, by
+:meth:`AsyncFile.flush`, by a seek or a read, and on close; ``buffering=0``
+(binary only) reads and writes exactly what is asked. Text mode
+(:class:`AsyncTextFile`) decodes incrementally over the binary file.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from typing import Any, List, Optional, Union
+
+from ._engine import Engine, _flat, default_engine
+
+#: What :func:`blockio.open` accepts as ``file``.
+PathOrFd = Union[str, bytes, "os.PathLike[Any]", int]
+
+_READ_ALL_BLOCK = 1 << 20
+
+
+class _Descriptor:
+    """The descriptor under an :class:`AsyncFile` (its ``_file``, as an
+    aiofiles object has the synchronous file there)."""
+
+    def __init__(self, fd: int, name: Any, mode: str, closefd: bool) -> None:
+        self.fd = fd
+        self.name = name
+        self.mode = mode
+        self.closefd = closefd
+        self.closed = False
+        self.detached = False
+
+    def fileno(self) -> int:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        return self.fd
+
+
+class AsyncFile:
+    """A binary file opened by :func:`blockio.open`, with aiofiles'
+    interface: coroutines ``read``, ``read1``, ``readall``, ``readinto``,
+    ``peek``, ``readline``, ``readlines``, ``write``, ``writelines``,
+    ``seek``, ``tell``, ``truncate``, ``flush``, ``fsync``, ``seekable``,
+    ``writable``, ``isatty`` and ``close``; plain methods ``fileno``,
+    ``readable`` and ``detach``; ``async for line in f``."""
+
+    def __init__(self, desc: _Descriptor, mode: str, engine: Engine, buffer_size: int) -> None:
+        self._file = desc
+        self._engine = engine
+        #: The logical position: where the next read or write happens.
+        self._pos = 0
+        #: In append mode after a write (and on open), the position is the
+        #: file's end, looked up when it is needed.
+        self._at_end = "a" in mode
+        self._bufsize = buffer_size
+        self._rbuf = b""  # read ahead, starting at self._pos
+        self._wbuf = bytearray()  # written, not flushed; ends at self._pos
+        self._readable = "r" in mode or "+" in mode
+        self._writable = any(c in mode for c in "wax+")
+        self._append = "a" in mode
+        self.mode = mode
+        self.name = desc.name
+
+    # -- state ----------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether the file is closed (or detached)."""
+        return self._file.closed or self._file.detached
+
+    @property
+    def engine(self) -> Engine:
+        """The engine this file's operations go through."""
+        return self._engine
+
+    def fileno(self) -> int:
+        """The descriptor."""
+        self._check_open()
+        return self._file.fd
+
+    def readable(self) -> bool:
+        """Whether the file was opened for reading."""
+        self._check_open()
+        return self._readable
+
+    async def writable(self) -> bool:
+        """Whether the file was opened for writing."""
+        self._check_open()
+        return self._writable
+
+    async def seekable(self) -> bool:
+        """Whether the file supports seeking (a regular file or a device,
+        not a pipe or a socket)."""
+        self._check_open()
+        try:
+            os.lseek(self._file.fd, 0, os.SEEK_CUR)
+        except OSError:
+            return False
+        return True
+
+    async def isatty(self) -> bool:
+        """Whether the descriptor is a terminal."""
+        self._check_open()
+        return os.isatty(self._file.fd)
+
+    def _check_open(self) -> None:
+        if self._file.detached:
+            raise ValueError("raw stream has been detached")
+        if self._file.closed:
+            raise ValueError("I/O operation on closed file.")
+
+    def _check_readable(self) -> None:
+        self._check_open()
+        if not self._readable:
+            raise io.UnsupportedOperation("File not open for reading")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if not self._writable:
+            raise io.UnsupportedOperation("File not open for writing")
+
+    async def _position(self) -> int:
+        """The logical position, looking up the end in append mode."""
+        if self._at_end:
+            await self._flush_writes()
+            self._pos = await self._engine._asize(self._file)
+            self._at_end = False
+        return self._pos
+
+    # -- positioning ----------------------------------------------------------
+
+    async def tell(self) -> int:
+        """The current position."""
+        self._check_open()
+        return await self._position()
+
+    async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``);
+        the new position. Writes still buffered are flushed first."""
+        self._check_open()
+        if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
+            raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
+        await self._flush_writes()
+        if whence == os.SEEK_SET:
+            pos = offset
+        elif whence == os.SEEK_CUR:
+            pos = await self._position() + offset
+        else:
+            pos = await self._engine._asize(self._file) + offset
+        if pos < 0:
+            raise OSError(22, "Invalid argument", self.name)
+        self._pos = pos
+        self._at_end = False
+        self._rbuf = b""
+        return pos
+
+    # -- reading ----------------------------------------------------------------
+
+    async def _pread(self, size: int, at: int) -> bytes:
+        return await self._engine.aread(self._file, offset=at, length=size)
+
+    async def _fill(self) -> bytes:
+        """Reads ahead one buffer's worth if the read buffer is empty; the
+        buffer (empty at end of file)."""
+        if not self._rbuf:
+            await self._flush_writes()
+            pos = await self._position()
+            self._rbuf = await self._pread(max(self._bufsize, 1), pos)
+        return self._rbuf
+
+    def _take(self, n: int) -> bytes:
+        out, self._rbuf = self._rbuf[:n], self._rbuf[n:]
+        self._pos += len(out)
+        return out
+
+    async def read(self, size: Optional[int] = -1) -> bytes:
+        """Reads up to ``size`` bytes (all of the rest when negative or
+        None); ``b""`` at end of file."""
+        self._check_readable()
+        if size is None or size < 0:
+            return await self._read_rest()
+        head = self._take(min(size, len(self._rbuf)))
+        size -= len(head)
+        parts = [head]
+        while size > 0:
+            if self._bufsize > 0 and size < self._bufsize:
+                if not await self._fill():
+                    break
+                part = self._take(size)
+            else:
+                await self._flush_writes()
+                part = await self._pread(size, await self._position())
+                self._pos += len(part)
+                if not part:
+                    break
+            parts.append(part)
+            size -= len(part)
+        return b"".join(parts)
+
+    async def read1(self, size: int = -1) -> bytes:
+        """At most one read from the file: what the read buffer holds, or
+        one read of up to ``size`` bytes (a buffer's worth when negative)."""
+        self._check_readable()
+        if self._rbuf:
+            return self._take(len(self._rbuf) if size < 0 else size)
+        await self._flush_writes()
+        want = (self._bufsize or io.DEFAULT_BUFFER_SIZE) if size < 0 else size
+        data = await self._pread(want, await self._position())
+        self._pos += len(data)
+        return data
+
+    async def readall(self) -> bytes:
+        """Reads to the end of the file."""
+        self._check_readable()
+        return await self._read_rest()
+
+    async def _read_rest(self) -> bytes:
+        head = self._take(len(self._rbuf))
+        await self._flush_writes()
+        pos = await self._position()
+        end = await self._engine._asize(self._file)
+        offsets = list(range(pos, max(end, pos), _READ_ALL_BLOCK))
+        parts = [head]
+        if offsets:
+            for part in await self._engine.aread_batch(self._file, offsets=offsets, length=_READ_ALL_BLOCK):
+                parts.append(part)
+                if len(part) < _READ_ALL_BLOCK:
+                    break  # the file shrank meanwhile: read on from here
+        data = b"".join(parts)
+        # The file may have grown, or not be a regular file: read on to
+        # its real end.
+        while True:
+            more = await self._pread(_READ_ALL_BLOCK, pos + len(data) - len(head))
+            if not more:
+                break
+            data += more
+        self._pos = pos + len(data) - len(head)
+        return data
+
+    async def readinto(self, buf: Any) -> int:
+        """Reads into ``buf`` (any writable buffer) without an extra copy
+        when nothing is buffered; the byte count."""
+        self._check_readable()
+        m = memoryview(_flat(buf))
+        if self._rbuf:
+            n = min(len(m), len(self._rbuf))
+            m[:n] = self._take(n)
+            return n
+        await self._flush_writes()
+        n = await self._engine.areadinto(self._file, m, await self._position())
+        self._pos += n
+        return n
+
+    async def peek(self, size: int = 0) -> bytes:
+        """The buffered bytes at the position, reading ahead if none are
+        buffered, without moving the position (at most one read)."""
+        self._check_readable()
+        return await self._fill()
+
+    async def readline(self, size: Optional[int] = -1) -> bytes:
+        """One line, with its ``\\n`` (``b""`` at end of file); at most
+        ``size`` bytes when ``size`` is given."""
+        limit = -1 if size is None else size
+        if limit == 0:
+            return b""  # as io's readline, which asks the file nothing then
+        self._check_readable()
+        line = bytearray()
+        while limit < 0 or len(line) < limit:
+            chunk = await self._fill_for_line()
+            if not chunk:
+                break
+            want = len(chunk) if limit < 0 else min(len(chunk), limit - len(line))
+            i = chunk.find(b"\n", 0, want)
+            line += self._take(want if i < 0 else i + 1)
+            if i >= 0:
+                break
+        return bytes(line)
+
+    async def _fill_for_line(self) -> bytes:
+        # Unbuffered files read lines ahead too, in small steps: a line
+        # read never leaves the position past the line.
+        if not self._rbuf:
+            await self._flush_writes()
+            pos = await self._position()
+            self._rbuf = await self._pread(max(self._bufsize, 8192), pos)
+        return self._rbuf
+
+    async def readlines(self, hint: int = -1) -> List[bytes]:
+        """The remaining lines (stopping once ``hint`` bytes are read, when
+        positive)."""
+        lines: List[bytes] = []
+        total = 0
+        while True:
+            line = await self.readline()
+            if not line:
+                return lines
+            lines.append(line)
+            total += len(line)
+            if 0 < hint <= total:
+                return lines
+
+    def __aiter__(self) -> "AsyncFile":
+        return self
+
+    async def __anext__(self) -> bytes:
+        line = await self.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line
+
+    # -- writing ----------------------------------------------------------------
+
+    async def write(self, data: Any) -> int:
+        """Writes all of ``data`` (any bytes-like object) at the position,
+        or at the end in append mode; the byte count. Buffered files keep
+        it until the buffer fills, :meth:`flush` or close."""
+        self._check_writable()
+        if isinstance(data, str):
+            raise TypeError("a bytes-like object is required, not 'str'")
+        view = memoryview(data).cast("B")
+        if not view:
+            return 0  # moves nothing, not even to the end in append mode
+        if self._rbuf:
+            self._rbuf = b""
+        if self._bufsize > 0 and len(self._wbuf) + len(view) < self._bufsize:
+            if not self._wbuf and not self._at_end:
+                self._wpos = self._pos
+            self._wbuf += view
+            if not self._at_end:
+                self._pos += len(view)
+            return len(view)
+        await self._flush_writes()
+        await self._write_through(view)
+        return len(view)
+
+    async def _write_through(self, view: memoryview) -> None:
+        pos = 0 if self._append else await self._position()
+        done = 0
+        while done < len(view):
+            n = await self._engine.awrite(self._file, view[done:], pos + done)
+            if n == 0:
+                raise OSError(28, "No space left on device", self.name)
+            done += n
+        if self._append:
+            self._at_end = True
+        else:
+            self._pos = pos + done
+
+    async def _flush_writes(self) -> None:
+        if not self._wbuf:
+            return
+        data, self._wbuf = self._wbuf, bytearray()
+        if not self._append:
+            self._pos = self._wpos
+        await self._write_through(memoryview(data))
+
+    async def writelines(self, lines: Any) -> None:
+        """Writes each item of ``lines`` (no newlines are added)."""
+        for line in lines:
+            await self.write(line)
+
+    async def flush(self) -> None:
+        """Writes what is buffered to the file (the kernel's page cache;
+        :meth:`fsync` makes it durable)."""
+        self._check_open()
+        await self._flush_writes()
+
+    async def truncate(self, size: Optional[int] = None) -> int:
+        """Cuts (or extends) the file to ``size`` bytes, the position by
+        default; the new size. The position does not move."""
+        self._check_writable()
+        await self._flush_writes()
+        pos = await self._position()  # the end, in append mode, is fixed now
+        if size is None:
+            size = pos
+        elif size < 0:
+            raise OSError(22, "Invalid argument", self.name)
+        self._rbuf = b""
+        await self._engine._atruncate(self._file, size)
+        return size
+
+    async def fsync(self) -> None:
+        """Flushes, then makes the file's data and metadata durable."""
+        await self.flush()
+        await self._engine.afsync(self._file)
+
+    # -- closing ----------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Flushes and closes the file (the descriptor, if the file owns
+        it). Idempotent; a flush error is raised after the close."""
+        if self._file.detached:
+            raise ValueError("raw stream has been detached")
+        if self._file.closed:
+            return
+        try:
+            await self._flush_writes()
+        finally:
+            self._file.closed = True
+            if self._file.closefd:
+                await self._engine._aclose(self._file.fd)
+
+    def detach(self) -> io.BufferedIOBase:
+        """Hands the descriptor back as a synchronous buffered file
+        positioned where this one was, after a flush; this object is then
+        unusable. Raises ``ValueError`` if writes are still buffered (they
+        cannot be written without awaiting): ``await flush()`` first."""
+        self._check_open()
+        if self._wbuf:
+            raise ValueError("detach with buffered writes: await flush() first")
+        if not self._at_end:
+            os.lseek(self._file.fd, self._pos, os.SEEK_SET)
+        raw = io.FileIO(self._file.fd, self.mode.replace("x", "w"), closefd=self._file.closefd)
+        self._file.detached = True
+        if self._readable and self._writable:
+            return io.BufferedRandom(raw)
+        if self._readable:
+            return io.BufferedReader(raw)
+        return io.BufferedWriter(raw)
+
+    async def __aenter__(self) -> "AsyncFile":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def __del__(self) -> None:
+        desc = getattr(self, "_file", None)
+        if desc is None or desc.closed or desc.detached:
+            return
+        warnings.warn(f"unclosed blockio file {self.name!r}", ResourceWarning, stacklevel=2)
+        # Not awaitable here: what is buffered is written synchronously,
+        # as the built-in buffered files do when collected.
+        try:
+            if self._wbuf:
+                at = os.fstat(desc.fd).st_size if self._append else self._wpos
+                os.pwrite(desc.fd, bytes(self._wbuf), at)
+        finally:
+            desc.closed = True
+            if desc.closefd:
+                os.close(desc.fd)

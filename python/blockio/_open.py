@@ -1,0 +1,154 @@
+"""``blockio.open``: the built-in ``open``'s arguments and checks, for
+asyncio; see :mod:`blockio._file` for what the files do.
+
+Decisions: a path is opened on the engine's file-system threads; an
+``opener`` (a Python callable) runs on the loop's default executor, never
+on the loop's thread; an ``int`` is used as the descriptor, as the built-in
+``open`` does (closed on close unless ``closefd=False``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+from typing import Any, Callable, Generator, Generic, Literal, Optional, Tuple, TypeVar, Union, overload
+
+from ._engine import Engine, default_engine
+from ._file import AsyncFile, PathOrFd, _Descriptor
+from ._text import AsyncTextFile
+
+F = TypeVar("F")
+
+#: Modes that open a binary file (:class:`AsyncFile`).
+BinaryMode = Literal[
+    "rb", "wb", "ab", "xb", "rb+", "wb+", "ab+", "xb+", "r+b", "w+b", "a+b", "x+b", "br", "bw", "ba", "bx",
+]
+#: Modes that open a text file (:class:`AsyncTextFile`).
+TextMode = Literal[
+    "r", "w", "a", "x", "r+", "w+", "a+", "x+", "rt", "wt", "at", "xt", "rt+", "wt+", "at+", "xt+",
+    "r+t", "w+t", "a+t", "x+t",
+]
+Opener_ = Callable[[Any, int], int]
+
+_MODE_CHARS = set("rwxabt+")
+
+
+def _check_mode(mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
+                newline: Optional[str]) -> None:
+    """Refuses what the built-in ``open`` refuses, with its messages."""
+    if not isinstance(mode, str):
+        raise TypeError(f"open() argument 'mode' must be str, not {type(mode).__name__}")
+    if set(mode) - _MODE_CHARS or len(mode) != len(set(mode)):
+        raise ValueError(f"invalid mode: '{mode}'")
+    if sum(c in mode for c in "rwxa") != 1:
+        raise ValueError("must have exactly one of create/read/write/append mode")
+    if "b" in mode and "t" in mode:
+        raise ValueError("can't have text and binary mode at once")
+    if "b" in mode:
+        for name, value in (("encoding", encoding), ("errors", errors), ("newline", newline)):
+            if value is not None:
+                raise ValueError(f"binary mode doesn't take an {name} argument" if name != "newline"
+                                 else "binary mode doesn't take a newline argument")
+    elif buffering == 0:
+        raise ValueError("can't have unbuffered text I/O")
+    if newline not in (None, "", "\n", "\r", "\r\n"):
+        raise ValueError(f"illegal newline value: {newline}")
+
+
+def _flags(mode: str) -> int:
+    if "+" in mode:
+        flags = os.O_RDWR
+    elif "r" in mode:
+        flags = os.O_RDONLY
+    else:
+        flags = os.O_WRONLY
+    if "w" in mode:
+        flags |= os.O_CREAT | os.O_TRUNC
+    elif "x" in mode:
+        flags |= os.O_CREAT | os.O_EXCL
+    elif "a" in mode:
+        flags |= os.O_CREAT | os.O_APPEND
+    return flags | os.O_CLOEXEC
+
+
+async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
+                newline: Optional[str], closefd: bool, opener: Optional[Callable[[Any, int], int]],
+                engine: Optional[Engine]) -> Any:
+    _check_mode(mode, buffering, encoding, errors, newline)
+    eng = engine or default_engine()
+    if isinstance(file, int):
+        fd, name = file, file
+    else:
+        if not closefd:
+            raise ValueError("Cannot use closefd=False with file name")
+        name = file if isinstance(file, (str, bytes)) else os.fspath(file)
+        if opener is None:
+            fd = await eng._aopen(file, _flags(mode), 0o666)
+        else:
+            # A Python callable: run on the loop's default executor, never
+            # on the loop's own thread.
+            loop = asyncio.get_running_loop()
+            fd = await loop.run_in_executor(None, opener, file, _flags(mode))
+            if not isinstance(fd, int) or fd < 0:
+                raise ValueError(f"opener returned {fd!r}")
+    line_buffering = buffering == 1 and "b" not in mode
+    size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
+    binary_mode = mode.replace("t", "") + ("" if "b" in mode else "b")
+    raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd), binary_mode, eng, size)
+    if "a" in mode:
+        await raw._position()  # at the end, as the built-in open leaves it
+    if "b" in mode:
+        raw.mode = mode
+        return raw
+    return AsyncTextFile(raw, mode, encoding, errors, newline, line_buffering)
+
+
+class Opener(Generic[F]):
+    """What :func:`open` returns: await it for the file, or use it with
+    ``async with`` (which closes the file). ``_obj`` is the file once
+    open, as on aiofiles' context manager."""
+
+    def __init__(self, args: Tuple[Any, ...]) -> None:
+        self._args = args
+        self._obj: Optional[F] = None
+
+    def __await__(self) -> Generator[Any, None, F]:
+        return _open(*self._args).__await__()
+
+    async def __aenter__(self) -> F:
+        self._obj = await _open(*self._args)
+        return self._obj
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._obj is not None:
+            await self._obj.close()
+
+
+@overload
+def open(file: PathOrFd, mode: BinaryMode, buffering: int = -1, encoding: None = None, errors: None = None,
+         newline: None = None, closefd: bool = True, opener: Optional[Opener_] = None, *,
+         engine: Optional[Engine] = None) -> Opener[AsyncFile]: ...
+@overload
+def open(file: PathOrFd, mode: TextMode = "r", buffering: int = -1, encoding: Optional[str] = None,
+         errors: Optional[str] = None, newline: Optional[str] = None, closefd: bool = True,
+         opener: Optional[Opener_] = None, *, engine: Optional[Engine] = None) -> Opener[AsyncTextFile]: ...
+@overload
+def open(file: PathOrFd, mode: str, buffering: int = -1, encoding: Optional[str] = None,
+         errors: Optional[str] = None, newline: Optional[str] = None, closefd: bool = True,
+         opener: Optional[Opener_] = None, *,
+         engine: Optional[Engine] = None) -> Opener[Union[AsyncFile, AsyncTextFile]]: ...
+
+
+def open(file: PathOrFd, mode: str = "r", buffering: int = -1, encoding: Optional[str] = None,
+         errors: Optional[str] = None, newline: Optional[str] = None, closefd: bool = True,
+         opener: Optional[Opener_] = None, *, engine: Optional[Engine] = None) -> Opener[Any]:
+    """Opens a file for asyncio, as ``aiofiles.open`` (and the built-in
+    ``open``, whose arguments it takes): ``async with blockio.open(p, "rb")
+    as f`` or ``f = await blockio.open(p)``. Binary modes give an
+    :class:`AsyncFile`, text modes an :class:`AsyncTextFile`. ``engine``
+    picks the engine (:func:`default_engine` otherwise). A bad ``mode`` or
+    argument combination raises ``ValueError`` here, as the built-in
+    ``open`` does."""
+    _check_mode(mode, buffering, encoding, errors, newline)
+    return Opener((file, mode, buffering, encoding, errors, newline, closefd, opener, engine))

@@ -1,0 +1,323 @@
+"""Text mode for :func:`blockio.open`: an incremental decoder over the
+binary :class:`~blockio.AsyncFile`, with the built-in ``open``'s
+``encoding``, ``errors`` and ``newline`` rules.
+
+* ``read(n)`` counts characters; multi-byte characters split across reads
+  are decoded whole.
+* ``newline=None`` translates ``\\r\\n`` and ``\\r`` to ``\\n`` on input and
+  ``\\n`` to ``os.linesep`` on output; ``""`` splits lines on any of the
+  three without translating; ``"\\n"``, ``"\\r"``, ``"\\r\\n"`` split on that
+  one and write ``\\n`` as it.
+* ``tell()`` is a byte offset (the built-in returns an opaque cookie). It is
+  exact for encodings whose decoder has no state after the first bytes
+  (UTF-8, ASCII, Latin-1, ...); with UTF-16 or UTF-32 seek only to 0 or to
+  a value that ``tell()`` returned at a line start.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import locale
+import os
+from typing import Any, List, Optional, Tuple
+
+from ._file import AsyncFile
+
+_CHUNK = 8192
+
+
+def _default_encoding() -> str:
+    """The built-in ``open``'s default: UTF-8 in UTF-8 mode, else the
+    locale's encoding."""
+    text_encoding = getattr(io, "text_encoding", None)
+    if text_encoding is not None and text_encoding(None) == "utf-8":
+        return "utf-8"
+    return locale.getpreferredencoding(False)
+
+
+class AsyncTextFile:
+    """A text file opened by :func:`blockio.open`: the coroutines of
+    :class:`~blockio.AsyncFile` over ``str`` (``read(n)`` counts
+    characters), over the binary file in :attr:`buffer`."""
+
+    def __init__(self, buffer: AsyncFile, mode: str, encoding: Optional[str], errors: Optional[str],
+                 newline: Optional[str], line_buffering: bool) -> None:
+        self.buffer = buffer
+        self._file = buffer._file
+        self.mode = mode
+        self.name = buffer.name
+        self.encoding = encoding or _default_encoding()
+        codecs.lookup(self.encoding)  # LookupError now, as the built-in open
+        self.errors = errors or "strict"
+        self.line_buffering = line_buffering
+        self._newline = newline
+        self._decoder: Any = None
+        self._encoder: Any = None
+        #: Decoded characters not yet returned start at ``_decoded[_used]``.
+        self._decoded = ""
+        self._used = 0
+        #: To map ``_used`` back to a byte offset: the decoder's state and
+        #: the byte offset before the bytes that made ``_decoded``, and
+        #: those bytes.
+        self._snap: Optional[Tuple[Any, int, bytes]] = None
+        self._eof = False
+
+    # -- state ----------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether the file is closed (or detached)."""
+        return self.buffer.closed
+
+    def fileno(self) -> int:
+        """The descriptor."""
+        return self.buffer.fileno()
+
+    def readable(self) -> bool:
+        """Whether the file was opened for reading."""
+        return self.buffer.readable()
+
+    async def writable(self) -> bool:
+        """Whether the file was opened for writing."""
+        return await self.buffer.writable()
+
+    async def seekable(self) -> bool:
+        """Whether the file supports seeking."""
+        return await self.buffer.seekable()
+
+    async def isatty(self) -> bool:
+        """Whether the descriptor is a terminal."""
+        return await self.buffer.isatty()
+
+    # -- decoding -----------------------------------------------------------------
+
+    def _get_decoder(self) -> Any:
+        if self._decoder is None:
+            d = codecs.getincrementaldecoder(self.encoding)(self.errors)
+            if self._newline in (None, ""):
+                d = io.IncrementalNewlineDecoder(d, translate=self._newline is None)
+            self._decoder = d
+        return self._decoder
+
+    def _pending(self) -> str:
+        return self._decoded[self._used:]
+
+    async def _more(self) -> bool:
+        """Decodes one more chunk onto the pending text; False at the end."""
+        if self._eof:
+            return False
+        self.buffer._check_readable()
+        dec = self._get_decoder()
+        if self._used == len(self._decoded):
+            self._decoded, self._used = "", 0
+            self._snap = (dec.getstate(), await self.buffer._position(), b"")
+        data = await self.buffer.read1(_CHUNK)
+        assert self._snap is not None
+        state, start, fed = self._snap
+        self._snap = (state, start, fed + data)
+        self._eof = not data
+        self._decoded += dec.decode(data, final=self._eof)
+        return bool(data) or self._used < len(self._decoded)
+
+    def _reset_decoding(self) -> None:
+        if self._decoder is not None:
+            self._decoder.reset()
+        self._decoded, self._used, self._snap, self._eof = "", 0, None, False
+
+    def _take(self, n: int) -> str:
+        out = self._decoded[self._used:self._used + n]
+        self._used += len(out)
+        return out
+
+    # -- reading ----------------------------------------------------------------
+
+    async def read(self, size: Optional[int] = -1) -> str:
+        """Up to ``size`` characters (all of the rest when negative or
+        None); ``""`` at end of file."""
+        self.buffer._check_readable()
+        if size is None or size < 0:
+            rest = self._pending()
+            dec = self._get_decoder()
+            data = await self.buffer.read()
+            text = rest + dec.decode(data, final=True)
+            self._reset_decoding()
+            return text
+        while len(self._decoded) - self._used < size and await self._more():
+            pass
+        return self._take(size)
+
+    def _line_end(self, text: str, start: int) -> int:
+        """The index just past the first line ending in ``text`` at or
+        after ``start``, or -1."""
+        nl = self._newline
+        if nl is None or nl == "\n":
+            i = text.find("\n", start)
+            return -1 if i < 0 else i + 1
+        if nl == "":
+            ends = [(i, len(e)) for e in ("\r\n", "\r", "\n") if (i := text.find(e, start)) >= 0]
+            if not ends:
+                return -1
+            i, n = min(ends, key=lambda e: (e[0], -e[1]))
+            if text[i] == "\r" and n == 1 and i + 1 == len(text) and not self._eof:
+                return -1  # a \r at the end: wait for a \n that may follow
+            return i + n
+        i = text.find(nl, start)
+        return -1 if i < 0 else i + len(nl)
+
+    async def readline(self, size: Optional[int] = -1) -> str:
+        """One line with its ending (``""`` at end of file); at most
+        ``size`` characters when ``size`` is given."""
+        self.buffer._check_readable()
+        limit = -1 if size is None else size
+        scanned = 0
+        while True:
+            text = self._pending()
+            end = self._line_end(text, max(scanned - 1, 0))
+            if end >= 0 or (0 <= limit <= len(text)):
+                n = end if end >= 0 else limit
+                return self._take(n if limit < 0 else min(n, limit))
+            scanned = len(text)
+            if not await self._more():
+                return self._take(len(self._pending()))
+
+    async def readlines(self, hint: int = -1) -> List[str]:
+        """The remaining lines (stopping once ``hint`` characters are read,
+        when positive)."""
+        lines: List[str] = []
+        total = 0
+        while True:
+            line = await self.readline()
+            if not line:
+                return lines
+            lines.append(line)
+            total += len(line)
+            if 0 < hint <= total:
+                return lines
+
+    def __aiter__(self) -> "AsyncTextFile":
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line
+
+    # -- writing ----------------------------------------------------------------
+
+    async def write(self, s: str) -> int:
+        """Writes ``s`` (newlines translated, then encoded); the number of
+        characters."""
+        self.buffer._check_writable()
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        if self._decoded or self._snap is not None:
+            # Reads left decoded text ahead: write where the reader is.
+            await self.buffer.seek(self._tell_bytes())
+            self._reset_decoding()
+        text = s
+        nl = self._newline
+        if nl is None and os.linesep != "\n":
+            text = text.replace("\n", os.linesep)
+        elif nl in ("\r", "\r\n"):
+            text = text.replace("\n", nl)
+        if self._encoder is None:
+            self._encoder = codecs.getincrementalencoder(self.encoding)(self.errors)
+        await self.buffer.write(self._encoder.encode(text))
+        if self.line_buffering and ("\n" in s or "\r" in s):
+            await self.buffer.flush()
+        return len(s)
+
+    async def writelines(self, lines: Any) -> None:
+        """Writes each string of ``lines`` (no newlines are added)."""
+        for line in lines:
+            await self.write(line)
+
+    async def flush(self) -> None:
+        """Writes what is buffered to the file."""
+        await self.buffer.flush()
+
+    async def fsync(self) -> None:
+        """Flushes, then makes the file's data and metadata durable."""
+        await self.buffer.fsync()
+
+    # -- positioning ----------------------------------------------------------
+
+    def _tell_bytes(self) -> int:
+        """The byte offset of the next character to return: the decoder is
+        replayed over the bytes read ahead, from the state it had before
+        them, to find how many of them made the characters returned."""
+        if self._snap is None:
+            return self.buffer._pos
+        state, start, fed = self._snap
+        dec = self._get_decoder()
+        saved = dec.getstate()
+
+        def chars(k: int) -> int:
+            dec.setstate(state)
+            return len(dec.decode(fed[:k], final=self._eof and k == len(fed)))
+
+        lo, hi = 0, len(fed)
+        try:
+            while lo < hi:  # the fewest bytes that decode to _used characters
+                mid = (lo + hi) // 2
+                if chars(mid) >= self._used:
+                    hi = mid
+                else:
+                    lo = mid + 1
+        finally:
+            dec.setstate(saved)
+        return start + lo
+
+    async def tell(self) -> int:
+        """The byte offset of the next character (see the module notes)."""
+        self.buffer._check_open()
+        if self._snap is None:
+            return await self.buffer.tell()
+        return self._tell_bytes()
+
+    async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        """Moves to ``offset`` (a value from :meth:`tell`, or 0), or to the
+        end with ``seek(0, os.SEEK_END)``; ``seek(0, os.SEEK_CUR)`` is
+        :meth:`tell`."""
+        self.buffer._check_open()
+        if whence == os.SEEK_CUR:
+            if offset != 0:
+                raise io.UnsupportedOperation("can't do nonzero cur-relative seeks")
+            return await self.tell()
+        if whence == os.SEEK_END and offset != 0:
+            raise io.UnsupportedOperation("can't do nonzero end-relative seeks")
+        if whence == os.SEEK_SET and offset < 0:
+            raise ValueError(f"negative seek position {offset}")
+        self._reset_decoding()
+        self._encoder = None
+        return await self.buffer.seek(offset, whence)
+
+    async def truncate(self, size: Optional[int] = None) -> int:
+        """Cuts the file to ``size`` bytes (the position by default)."""
+        await self.buffer.flush()
+        if size is None:
+            size = await self.tell()
+        return await self.buffer.truncate(size)
+
+    # -- closing ----------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Flushes and closes the file."""
+        await self.buffer.close()
+
+    def detach(self) -> io.BufferedIOBase:
+        """Hands the descriptor back as a synchronous binary buffered file
+        at this file's position; see :meth:`AsyncFile.detach`."""
+        self.buffer._check_open()
+        if self._snap is not None:
+            self.buffer._pos = self._tell_bytes()
+            self.buffer._rbuf = b""
+        return self.buffer.detach()
+
+    async def __aenter__(self) -> "AsyncTextFile":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

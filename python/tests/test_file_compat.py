@@ -1,0 +1,383 @@
+"""``blockio.open`` against the built-in ``open`` on the same input: the
+same sequence of calls on two copies of a file must return the same values
+and leave the same bytes. The built-in file is the reference."""
+
+import asyncio
+import io
+import os
+import threading
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import blockio
+
+from test_asyncio import run
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+# One binary call: (name, argument). Not read1: CPython's BufferedRandom
+# serves read1 after a write from stale data and writes the buffered bytes
+# after it (3.11: write(b"\x01") then read1(1) on b"\x00" leaves
+# b"\x00\x01"), so it cannot be the reference there.
+binary_calls = st.one_of(
+    st.tuples(st.just("read"), st.integers(-1, 70)),
+    st.tuples(st.just("readline"), st.integers(-1, 30)),
+    st.tuples(st.just("readinto"), st.integers(0, 40)),
+    st.tuples(st.just("write"), st.binary(max_size=40)),
+    st.tuples(st.just("seek"), st.tuples(st.integers(0, 120), st.sampled_from([0, 1, 2]))),
+    st.tuples(st.just("tell"), st.none()),
+    st.tuples(st.just("flush"), st.none()),
+    st.tuples(st.just("truncate"), st.one_of(st.none(), st.integers(0, 120))),
+    st.tuples(st.just("readlines"), st.none()),
+)
+
+
+def seek_args(arg):
+    off, whence = arg
+    # Relative seeks stay non-negative on both files.
+    return (off, 0) if whence == 0 else (off % 4, whence)
+
+
+def sync_call(f, name, arg):
+    if name == "seek":
+        return f.seek(*seek_args(arg))
+    if name == "readinto":
+        b = bytearray(arg)
+        n = f.readinto(b)
+        return n, bytes(b[:n])
+    if name == "read1":
+        return f.read1(arg) if hasattr(f, "read1") else f.read(arg)  # FileIO has no read1
+    if arg is None:
+        return getattr(f, name)()
+    return getattr(f, name)(arg)
+
+
+async def async_call(f, name, arg):
+    if name == "seek":
+        return await f.seek(*seek_args(arg))
+    if name == "readinto":
+        b = bytearray(arg)
+        n = await f.readinto(b)
+        return n, bytes(b[:n])
+    if name == "read1":
+        return await f.read1(arg)
+    if arg is None:
+        return await getattr(f, name)()
+    return await getattr(f, name)(arg)
+
+
+def outcome(fn):
+    try:
+        return ("ok", fn())
+    except (OSError, ValueError) as e:
+        return ("error", type(e).__name__)
+
+
+async def aoutcome(coro):
+    try:
+        return ("ok", await coro)
+    except (OSError, ValueError) as e:
+        return ("error", type(e).__name__)
+
+
+@SETTINGS
+@given(
+    content=st.binary(max_size=100).map(lambda b: b.replace(b"\r", b"\n")),
+    mode=st.sampled_from(["rb", "rb+", "wb", "wb+", "ab", "ab+", "xb"]),
+    buffering=st.sampled_from([-1, 0, 7, 64]),
+    calls=st.lists(binary_calls, max_size=12),
+)
+def test_binary_calls_match_the_builtin_file(tmp_path, content, mode, buffering, calls):
+    ours, ref = tmp_path / "ours", tmp_path / "ref"
+    for p in (ours, ref):
+        p.unlink(missing_ok=True)
+        if "x" not in mode:
+            p.write_bytes(content)
+    if buffering == 1:
+        buffering = -1
+    with open(ref, mode, buffering=buffering) as f:
+        expected = [outcome(lambda c=c: sync_call(f, *c)) for c in calls]
+
+    async def main():
+        async with blockio.open(ours, mode, buffering=buffering) as f:
+            return [await aoutcome(async_call(f, *c)) for c in calls]
+
+    got = run(main())
+    for (name, _), e, g in zip(calls, expected, got):
+        assert g == e, (name, calls)
+    assert ours.read_bytes() == ref.read_bytes(), calls
+
+
+text_calls = st.one_of(
+    st.tuples(st.just("read"), st.integers(-1, 30)),
+    st.tuples(st.just("readline"), st.integers(-1, 20)),
+    st.tuples(st.just("readlines"), st.none()),
+)
+
+
+@SETTINGS
+@given(
+    text=st.text(alphabet=st.sampled_from("ab\n\r\u00e9\u20ac\U0001f600 "), max_size=80),
+    encoding=st.sampled_from(["utf-8", "latin-1", "utf-16-le", "cp1252"]),
+    newline=st.sampled_from([None, "", "\n", "\r", "\r\n"]),
+    calls=st.lists(text_calls, max_size=8),
+)
+def test_text_reads_match_the_builtin_file(tmp_path, text, encoding, newline, calls):
+    p = tmp_path / "t.txt"
+    p.write_bytes(text.encode(encoding, errors="replace"))
+    with open(p, "r", encoding=encoding, newline=newline) as f:
+        expected = [outcome(lambda c=c: sync_call(f, *c)) for c in calls] + [outcome(f.read)]
+
+    async def main():
+        async with blockio.open(p, "r", encoding=encoding, newline=newline) as f:
+            got = [await aoutcome(async_call(f, *c)) for c in calls]
+            return got + [await aoutcome(f.read())]
+
+    assert run(main()) == expected
+
+
+@SETTINGS
+@given(data=st.binary(max_size=60), errors=st.sampled_from(["strict", "replace", "ignore", "surrogateescape"]))
+def test_text_errors_match_the_builtin_file(tmp_path, data, errors):
+    p = tmp_path / "bad.txt"
+    p.write_bytes(data)
+    with open(p, encoding="utf-8", errors=errors) as f:
+        expected = outcome(lambda: [f.read(3), f.read()])
+
+    async def main():
+        async with blockio.open(p, encoding="utf-8", errors=errors) as f:
+            return await aoutcome(_reads(f))
+
+    async def _reads(f):
+        return [await f.read(3), await f.read()]
+
+    got = run(main())
+    assert got[0] == expected[0]
+    if got[0] == "ok":
+        assert got == expected
+
+
+@SETTINGS
+@given(
+    parts=st.lists(st.text(alphabet=st.sampled_from("xy\n\r\u00e9"), max_size=10), max_size=6),
+    newline=st.sampled_from([None, "", "\n", "\r", "\r\n"]),
+)
+def test_text_writes_match_the_builtin_file(tmp_path, parts, newline):
+    ours, ref = tmp_path / "ours.txt", tmp_path / "ref.txt"
+    with open(ref, "w", encoding="utf-8", newline=newline) as f:
+        counts = [f.write(s) for s in parts]
+
+    async def main():
+        async with blockio.open(ours, "w", encoding="utf-8", newline=newline) as f:
+            return [await f.write(s) for s in parts]
+
+    assert run(main()) == counts
+    assert ours.read_bytes() == ref.read_bytes()
+
+
+def test_text_tell_and_seek_come_back_to_the_same_character(tmp_path):
+    p = tmp_path / "t.txt"
+    text = "".join(f"l\u00e9ne {i} \u20ac\r\n" for i in range(3000))
+    p.write_bytes(text.encode("utf-8"))
+
+    async def main():
+        async with blockio.open(p, encoding="utf-8") as f:
+            await f.read(7)
+            marks = []
+            for _ in range(50):
+                marks.append((await f.tell(), await f.read(13)))
+                await f.readline()
+            for pos, chunk in reversed(marks):
+                await f.seek(pos)
+                assert await f.read(13) == chunk
+
+    run(main())
+
+
+def test_flush_semantics_match_a_buffered_file(tmp_path):
+    p = tmp_path / "f.bin"
+
+    async def main():
+        async with blockio.open(p, "wb") as f:
+            await f.write(b"0")
+            assert p.read_bytes() == b""  # buffered
+            await f.flush()
+            assert p.read_bytes() == b"0"
+            await f.write(b"x" * (io.DEFAULT_BUFFER_SIZE + 1))  # larger than the buffer: written
+            assert p.stat().st_size == io.DEFAULT_BUFFER_SIZE + 2
+            await f.write(b"tail")
+        assert p.read_bytes().endswith(b"tail")  # flushed on close
+        async with blockio.open(p, "wb", buffering=0) as f:
+            await f.write(b"now")
+            assert p.read_bytes() == b"now"
+
+    run(main())
+
+
+def test_unsupported_operations_raise_io_unsupported(tmp_path):
+    p = tmp_path / "f.txt"
+    p.write_text("abc")
+
+    async def main():
+        async with blockio.open(p, "w") as f:
+            with pytest.raises(io.UnsupportedOperation):
+                await f.read()
+            assert not f.readable() and await f.writable()
+        async with blockio.open(p, "rb") as f:
+            with pytest.raises(io.UnsupportedOperation):
+                await f.write(b"x")
+            with pytest.raises(io.UnsupportedOperation):
+                await f.truncate()
+            assert f.readable() and not await f.writable() and await f.seekable()
+        f = await blockio.open(p, "rb")
+        await f.close()
+        with pytest.raises(ValueError, match="closed file"):
+            await f.read()
+
+    run(main())
+
+
+def test_open_errors_read_as_the_builtin_opens(tmp_path):
+    missing = str(tmp_path / "missing")
+    for mode in ("r", "rb", "w+"):
+        with pytest.raises(OSError) as ref:
+            open(tmp_path if mode == "w+" else missing, mode)
+
+        async def main():
+            await blockio.open(tmp_path if mode == "w+" else missing, mode)
+
+        with pytest.raises(OSError) as ours:
+            run(main())
+        assert type(ours.value) is type(ref.value) and str(ours.value) == str(ref.value)
+    present = tmp_path / "present"
+    present.write_bytes(b"")
+    for bad, kw in (("rw", {}), ("rb", {"encoding": "utf-8"}), ("r", {"buffering": 0}), ("r", {"newline": "x"})):
+        with pytest.raises(ValueError) as ref:
+            open(present, bad, **kw)
+        with pytest.raises(ValueError) as ours:
+            blockio.open(present, bad, **kw)
+        assert str(ours.value) == str(ref.value)
+
+
+def test_open_takes_descriptors_closefd_and_opener(tmp_path):
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"hello")
+
+    async def main():
+        fd = os.open(p, os.O_RDONLY)
+        async with blockio.open(fd, "rb", closefd=False) as f:
+            assert await f.read() == b"hello"
+        os.fstat(fd)  # still open
+        async with blockio.open(fd, "rb") as f:
+            assert await f.read(2) == b"he"
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed with the file
+        seen = []
+
+        def opener(path, flags):
+            seen.append(threading.get_ident())
+            return os.open(path, flags)
+
+        async with blockio.open(p, "rb", opener=opener) as f:
+            assert await f.read() == b"hello"
+        assert seen and seen[0] != threading.get_ident()  # not on the loop's thread
+
+    run(main())
+
+
+def test_open_does_not_block_the_loop(tmp_path):
+    """Opening a FIFO blocks until a writer comes: the loop keeps ticking
+    meanwhile (aiofiles' test_slow_file checks the same with a patched
+    open)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    async def main():
+        ticks = 0
+        stop = False
+
+        async def ticker():
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        t = asyncio.ensure_future(ticker())
+        writer = threading.Timer(0.5, lambda: os.close(os.open(fifo, os.O_WRONLY)))
+        writer.start()
+        start = time.monotonic()
+        async with blockio.open(fifo, "rb") as f:
+            assert time.monotonic() - start >= 0.4
+        stop = True
+        await t
+        writer.join()
+        return ticks
+
+    assert run(main()) >= 20
+
+
+def test_a_cancelled_open_leaks_no_descriptor(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    async def open_fifo():
+        return await blockio.open(fifo, "rb")
+
+    async def main():
+        async with blockio.open(tmp_path / "other", "wb"):
+            pass  # the engine and its threads exist from here on
+        before = sorted(os.listdir("/proc/self/fd"))
+        for _ in range(5):
+            t = asyncio.ensure_future(open_fifo())
+            await asyncio.sleep(0.05)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            # The blocked open now completes, for nobody.
+            os.close(os.open(fifo, os.O_WRONLY))
+        await asyncio.sleep(0.2)
+        async with blockio.open(tmp_path / "other", "wb"):
+            pass  # drains the engine
+        assert sorted(os.listdir("/proc/self/fd")) == before
+
+    run(main())
+
+
+def test_detach_hands_back_a_positioned_file(tmp_path):
+    p = tmp_path / "f.txt"
+    p.write_bytes(b"0123456789")
+
+    async def main():
+        f = await blockio.open(p, "r")
+        assert await f.read(3) == "012"
+        raw = f.detach()
+        with pytest.raises(ValueError):
+            await f.read()
+        with pytest.raises(ValueError):
+            await f.close()
+        assert raw.read() == b"3456789"
+        raw.close()
+
+    run(main())
+
+
+def test_readall_peek_read1_and_writelines(tmp_path):
+    p = tmp_path / "f.bin"
+
+    async def main():
+        async with blockio.open(p, "wb+") as f:
+            await f.writelines([b"a\n", b"b\n", b"c"])
+            await f.seek(0)
+            assert (await f.peek())[:1] == b"a"
+            assert await f.read1(2) == b"a\n"
+            assert await f.readlines() == [b"b\n", b"c"]
+            await f.seek(0)
+            assert await f.readall() == b"a\nb\nc"
+            assert await f.truncate(2) == 2
+            assert await f.tell() == 5  # truncate does not move the position
+        assert p.read_bytes() == b"a\n"
+
+    run(main())
