@@ -1,9 +1,12 @@
 """Type stubs of the Rust core (``blockio._blockio``); use :mod:`blockio`."""
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple, final
 
+__all__ = ["Core", "bench_engine"]
+
+@final
 class Core:
-    def __init__(self, queue_depth: int = 256, backend: Optional[str] = None) -> None: ...
+    def __new__(cls, queue_depth: int = 256, backend: Optional[str] = None) -> "Core": ...
     @property
     def backend(self) -> str: ...
     @property

@@ -46,7 +46,7 @@ def _fd(file: FileLike) -> int:
     return fd
 
 
-def _name(file: FileLike) -> Optional[str]:
+def _name(file: FileLike) -> Union[str, bytes, None]:
     if isinstance(file, int):
         return None
     n = getattr(file, "name", None)
@@ -63,7 +63,7 @@ def _flat(buf: Any) -> Any:
     return m.cast("B")
 
 
-def _finish(results: List[Any], names: Sequence[Optional[str]], return_exceptions: bool) -> List[Any]:
+def _finish(results: List[Any], names: Sequence[Union[str, bytes, None]], return_exceptions: bool) -> List[Any]:
     for i, r in enumerate(results):
         if isinstance(r, OSError):
             if r.filename is None and names[i] is not None:
@@ -222,7 +222,8 @@ class Engine:
             del self._futures[token]
             raise
         try:
-            return await fut
+            results: List[Any] = await fut
+            return results
         except asyncio.CancelledError:
             self._abandon(token)
             raise
@@ -311,14 +312,14 @@ class Engine:
         directory: 'name'``."""
         r = (await self._run(_OPENED, self._core.submit_open, os.fsencode(path), flags, mode))[0]
         if isinstance(r, OSError):
-            raise OSError(r.errno, os.strerror(r.errno), os.fspath(path))
+            raise OSError(r.errno, os.strerror(r.errno or 0), os.fspath(path))
         fd: int = r
         return fd
 
     async def _afs(self, submit: Callable[..., None], file: FileLike, *args: Any) -> int:
         r = (await self._run(file, submit, _fd(file), *args))[0]
         if isinstance(r, OSError):
-            raise OSError(r.errno, os.strerror(r.errno), _name(file))
+            raise OSError(r.errno, os.strerror(r.errno or 0), _name(file))
         n: int = r
         return n
 
@@ -335,7 +336,7 @@ class Engine:
         The close happens even if the awaiting task is cancelled."""
         r = (await self._run(None, self._core.submit_close, fd))[0]
         if isinstance(r, OSError):
-            raise OSError(r.errno, os.strerror(r.errno))
+            raise OSError(r.errno, os.strerror(r.errno or 0))
 
     def bench_engine(self, file: FileLike, file_size: int, block: int, in_flight: int, seconds: float) -> float:
         """The Rust engine's own IOPS on random reads of ``file`` (a

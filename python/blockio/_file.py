@@ -20,9 +20,12 @@ from __future__ import annotations
 import io
 import os
 import warnings
-from typing import Any, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Union
 
-from ._engine import Engine, _flat, default_engine
+from ._engine import Engine, _flat
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 #: What :func:`blockio.open` accepts as ``file``.
 PathOrFd = Union[str, bytes, "os.PathLike[Any]", int]
@@ -249,7 +252,7 @@ class AsyncFile:
         self._pos = pos + len(data) - len(head)
         return data
 
-    async def readinto(self, buf: Any) -> int:
+    async def readinto(self, buf: Buffer) -> int:
         """Reads into ``buf`` (any writable buffer) without an extra copy
         when nothing is buffered; the byte count."""
         self._check_readable()
@@ -322,7 +325,7 @@ class AsyncFile:
 
     # -- writing ----------------------------------------------------------------
 
-    async def write(self, data: Any) -> int:
+    async def write(self, data: Buffer) -> int:
         """Writes all of ``data`` (any bytes-like object) at the position,
         or at the end in append mode; the byte count. Buffered files keep
         it until the buffer fills, :meth:`flush` or close."""
@@ -366,7 +369,7 @@ class AsyncFile:
             self._pos = self._wpos
         await self._write_through(memoryview(data))
 
-    async def writelines(self, lines: Any) -> None:
+    async def writelines(self, lines: Iterable[Buffer]) -> None:
         """Writes each item of ``lines`` (no newlines are added)."""
         for line in lines:
             await self.write(line)

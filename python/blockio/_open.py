@@ -77,6 +77,8 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
                 engine: Optional[Engine]) -> Any:
     _check_mode(mode, buffering, encoding, errors, newline)
     eng = engine or default_engine()
+    fd: int
+    name: Any
     if isinstance(file, int):
         fd, name = file, file
     else:
@@ -89,9 +91,10 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
             # A Python callable: run on the loop's default executor, never
             # on the loop's own thread.
             loop = asyncio.get_running_loop()
-            fd = await loop.run_in_executor(None, opener, file, _flags(mode))
-            if not isinstance(fd, int) or fd < 0:
-                raise ValueError(f"opener returned {fd!r}")
+            got = await loop.run_in_executor(None, opener, file, _flags(mode))
+            if not isinstance(got, int) or got < 0:
+                raise ValueError(f"opener returned {got!r}")
+            fd = got
     line_buffering = buffering == 1 and "b" not in mode
     size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
     binary_mode = mode.replace("t", "") + ("" if "b" in mode else "b")
@@ -121,8 +124,9 @@ class Opener(Generic[F]):
         return self._obj
 
     async def __aexit__(self, *exc: Any) -> None:
-        if self._obj is not None:
-            await self._obj.close()
+        obj: Any = self._obj
+        if obj is not None:
+            await obj.close()
 
 
 @overload

@@ -20,7 +20,7 @@ import codecs
 import io
 import locale
 import os
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Tuple
 
 from ._file import AsyncFile
 
@@ -94,7 +94,7 @@ class AsyncTextFile:
 
     def _get_decoder(self) -> Any:
         if self._decoder is None:
-            d = codecs.getincrementaldecoder(self.encoding)(self.errors)
+            d: Any = codecs.getincrementaldecoder(self.encoding)(self.errors)
             if self._newline in (None, ""):
                 d = io.IncrementalNewlineDecoder(d, translate=self._newline is None)
             self._decoder = d
@@ -140,7 +140,7 @@ class AsyncTextFile:
             rest = self._pending()
             dec = self._get_decoder()
             data = await self.buffer.read()
-            text = rest + dec.decode(data, final=True)
+            text: str = rest + dec.decode(data, final=True)
             self._reset_decoding()
             return text
         while len(self._decoded) - self._used < size and await self._more():
@@ -229,7 +229,7 @@ class AsyncTextFile:
             await self.buffer.flush()
         return len(s)
 
-    async def writelines(self, lines: Any) -> None:
+    async def writelines(self, lines: Iterable[str]) -> None:
         """Writes each string of ``lines`` (no newlines are added)."""
         for line in lines:
             await self.write(line)

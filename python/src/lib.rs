@@ -547,16 +547,22 @@ fn errno_of(e: &io::Error) -> i32 {
     })
 }
 
+/// `e`'s message without Rust's " (os error N)": Python prints the errno
+/// first (`[Errno N] ...`).
+fn message(e: &io::Error, code: i32) -> String {
+    e.to_string().replace(&format!(" (os error {code})"), "")
+}
+
 fn os_error(py: Python<'_>, e: &io::Error) -> PyObject {
     let code = errno_of(e);
-    PyOSError::new_err((code, e.to_string()))
+    PyOSError::new_err((code, message(e, code)))
         .into_value(py)
         .into_any()
 }
 
 fn io_err(e: io::Error) -> PyErr {
     let code = errno_of(&e);
-    PyOSError::new_err((code, e.to_string()))
+    PyOSError::new_err((code, message(&e, code)))
 }
 
 /// A writable, C-contiguous byte buffer from any buffer-protocol object.

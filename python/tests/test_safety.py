@@ -225,3 +225,66 @@ def test_fuzz_engine_arguments(q, backend):
         blockio.Engine(queue_depth=q, backend=backend).close()
     except _ok_errors:
         pass
+
+
+def test_o_direct_einval_names_the_alignment(tmp_path):
+    p = tmp_path / "d.bin"
+    p.write_bytes(os.urandom(1 << 16))
+    fd = os.open(p, os.O_RDWR | os.O_DIRECT)
+    e = blockio.Engine()
+    try:
+        with pytest.raises(OSError) as sync_err:
+            e.read_batch(fd, offsets=[3], length=4096)
+        with pytest.raises(OSError) as buf_err:
+            # One byte past a page boundary: misaligned for any device.
+            e.readinto_batch([(fd, blockio.aligned_buffer(8192)[1:4097], 0)])
+        with pytest.raises(OSError) as async_err:
+            run(e.aread(fd, offset=3, length=4096))
+        for err in (sync_err.value, buf_err.value, async_err.value):
+            assert err.errno == 22
+            assert "O_DIRECT on this file needs offsets and lengths that are multiples of" in str(err)
+            assert "blockio.aligned_buffer" in str(err)
+        # The helper's buffers are what O_DIRECT takes.
+        buf = blockio.aligned_buffer(8192)
+        assert e.readinto_batch([(fd, buf, 4096)]) == [8192]
+        assert bytes(buf) == p.read_bytes()[4096:12288]
+        buf[:4] = b"abcd"
+        assert e.write_batch([(fd, buf[:4096], 0)]) == [4096]
+    finally:
+        os.close(fd)
+        e.close()
+    assert p.read_bytes()[:4] == b"abcd"
+
+
+def test_aligned_buffer_arguments():
+    import ctypes
+
+    for align in (512, 4096, 1 << 16):
+        b = blockio.aligned_buffer(10_000, align)
+        assert len(b) == 10_000 and not b.readonly and bytes(b[:3]) == b"\0\0\0"
+        assert ctypes.addressof(ctypes.c_char.from_buffer(b)) % align == 0
+    assert len(blockio.aligned_buffer(0)) == 0
+    with pytest.raises(ValueError, match="size"):
+        blockio.aligned_buffer(-1)
+    with pytest.raises(ValueError, match="alignment"):
+        blockio.aligned_buffer(10, 3000)
+    with pytest.raises(MemoryError):
+        blockio.aligned_buffer(1 << 60)
+
+
+def test_offset_and_length_are_keyword_only(tmp_path):
+    """The old order (offset, length) and os.pread's (length, offset) are
+    both ints: a positional call fails instead of reading the wrong bytes."""
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"0123456789")
+    e = blockio.Engine()
+    with open(p, "rb") as f:
+        with pytest.raises(TypeError):
+            e.read_batch(f, [0], 4)
+        with pytest.raises(TypeError):
+            run(e.aread(f, 4, 0))
+        with pytest.raises(TypeError):
+            run(e.aread_batch(f, [0], 4))
+        assert e.read_batch(f, length=4, offsets=[2]) == [b"2345"]
+        assert run(e.aread(f, length=2, offset=8)) == b"89"
+    e.close()
