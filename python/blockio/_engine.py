@@ -24,7 +24,7 @@ import asyncio
 import atexit
 import os
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
 
 from ._blockio import Core as _Core
 from ._blockio import bench_engine as _bench_engine
@@ -143,6 +143,15 @@ class Engine:
 
     # -- synchronous batches ------------------------------------------------
 
+    @overload
+    def read_batch(
+        self, file: FileLike, *, offsets: Iterable[int], length: int, return_exceptions: Literal[False] = False
+    ) -> List[bytes]: ...
+    @overload
+    def read_batch(
+        self, file: FileLike, *, offsets: Iterable[int], length: int, return_exceptions: bool
+    ) -> List[Union[bytes, OSError]]: ...
+
     def read_batch(
         self, file: FileLike, *, offsets: Iterable[int], length: int, return_exceptions: bool = False
     ) -> List[Any]:
@@ -157,6 +166,11 @@ class Engine:
             return res
         return _finish(res, [_name(file)] * len(offsets), return_exceptions)
 
+    @overload
+    def readinto_batch(self, ops: Iterable[BufferOp], return_exceptions: Literal[False] = False) -> List[int]: ...
+    @overload
+    def readinto_batch(self, ops: Iterable[BufferOp], return_exceptions: bool) -> List[Union[int, OSError]]: ...
+
     def readinto_batch(self, ops: Iterable[BufferOp], return_exceptions: bool = False) -> List[Any]:
         """Reads into each ``(file, buffer, offset)`` without copying: any
         writable C-contiguous buffer (bytearray, memoryview, mmap, numpy
@@ -166,6 +180,11 @@ class Engine:
         if not failed:
             return res
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
+
+    @overload
+    def write_batch(self, ops: Iterable[BufferOp], return_exceptions: Literal[False] = False) -> List[int]: ...
+    @overload
+    def write_batch(self, ops: Iterable[BufferOp], return_exceptions: bool) -> List[Union[int, OSError]]: ...
 
     def write_batch(self, ops: Iterable[BufferOp], return_exceptions: bool = False) -> List[Any]:
         """Writes each ``(file, data, offset)``; a list of byte counts."""
@@ -206,7 +225,10 @@ class Engine:
             if fut is not None and not fut.done():
                 fut.set_result(results)
             elif keep is _OPENED and isinstance(results[0], int):
-                os.close(results[0])
+                # Opened for a task that was cancelled: closed on the
+                # file-system threads, under a token nobody waits for.
+                self._core.submit_close(self._next, results[0])
+                self._next += 1
 
     async def _run(self, keep: Any, start: Callable[..., None], *args: Any) -> List[Any]:
         loop = self._attach()
@@ -235,6 +257,15 @@ class Engine:
         closing the file now cannot send them to another file."""
         self._futures.pop(token, None)
         self._core.cancel(token)
+
+    @overload
+    async def aread_batch(
+        self, file: FileLike, *, offsets: Iterable[int], length: int, return_exceptions: Literal[False] = False
+    ) -> List[bytes]: ...
+    @overload
+    async def aread_batch(
+        self, file: FileLike, *, offsets: Iterable[int], length: int, return_exceptions: bool
+    ) -> List[Union[bytes, OSError]]: ...
 
     async def aread_batch(
         self, file: FileLike, *, offsets: Iterable[int], length: int, return_exceptions: bool = False
@@ -270,6 +301,13 @@ class Engine:
         out: bytes = _finish([r], [_name(file)], False)[0]
         return out
 
+    @overload
+    async def areadinto_batch(
+        self, ops: Iterable[BufferOp], return_exceptions: Literal[False] = False
+    ) -> List[int]: ...
+    @overload
+    async def areadinto_batch(self, ops: Iterable[BufferOp], return_exceptions: bool) -> List[Union[int, OSError]]: ...
+
     async def areadinto_batch(self, ops: Iterable[BufferOp], return_exceptions: bool = False) -> List[Any]:
         """:meth:`readinto_batch` as a coroutine."""
         return await self._abuffers(ops, self._core.submit_readinto, return_exceptions)
@@ -278,6 +316,11 @@ class Engine:
         """Reads into ``buf`` at ``offset``; the byte count."""
         n: int = (await self.areadinto_batch([(file, buf, offset)]))[0]
         return n
+
+    @overload
+    async def awrite_batch(self, ops: Iterable[BufferOp], return_exceptions: Literal[False] = False) -> List[int]: ...
+    @overload
+    async def awrite_batch(self, ops: Iterable[BufferOp], return_exceptions: bool) -> List[Union[int, OSError]]: ...
 
     async def awrite_batch(self, ops: Iterable[BufferOp], return_exceptions: bool = False) -> List[Any]:
         """:meth:`write_batch` as a coroutine."""

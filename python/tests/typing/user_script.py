@@ -4,7 +4,7 @@ with ``mypy --strict`` by ``test_typing.py`` (and run, so it stays true)."""
 import asyncio
 import os
 import sys
-from typing import List
+from typing import List, Union
 
 import blockio
 
@@ -64,6 +64,9 @@ async def engine_calls(e: blockio.Engine, path: str) -> None:
     with open(path, "rb") as f:
         page: bytes = await e.aread(f, offset=0, length=4)
         pages = await e.aread_batch(f, offsets=[0, 2], length=2)
+        assert_type(pages, List[bytes])
+        maybe = await e.aread_batch(f, offsets=[0], length=2, return_exceptions=True)
+        assert_type(maybe, List[Union[bytes, OSError]])
         n: int = await e.areadinto(f, bytearray(4), 0)
         ns = await e.areadinto_batch([(f, bytearray(4), 0)])
         assert page and pages and n and ns
@@ -84,7 +87,9 @@ def main() -> None:
     asyncio.run(files(path))
     with open(path, "rb") as f:
         pages = e.read_batch(f, offsets=[0], length=4, return_exceptions=True)
+        assert_type(pages, List[Union[bytes, OSError]])
         counts = e.readinto_batch([(f, bytearray(2), 0)])
+        assert_type(counts, List[int])
         assert pages and counts
     with open(path, "r+b") as w:
         assert e.write_batch([(w, b"zz", 0)]) == [2]
