@@ -27,7 +27,6 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
 
 from ._blockio import Core as _Core
-from ._blockio import bench_engine as _bench_engine
 
 #: A descriptor number, or an object with ``fileno()``.
 FileLike = Union[int, Any]
@@ -380,12 +379,6 @@ class Engine:
         r = (await self._run(None, self._core.submit_close, fd))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0))
-
-    def bench_engine(self, file: FileLike, file_size: int, block: int, in_flight: int, seconds: float) -> float:
-        """The Rust engine's own IOPS on random reads of ``file`` (a
-        baseline for benchmarks run from Python)."""
-        iops: float = _bench_engine(_fd(file), file_size, block, in_flight, seconds)
-        return iops
 
 
 _default: Optional[Engine] = None

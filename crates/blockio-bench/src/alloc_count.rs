@@ -1,5 +1,7 @@
 //! A counting global allocator, so benchmarks can report heap allocations
-//! per operation.
+//! per operation. A binary opts in by installing [`Counting`] as its
+//! `#[global_allocator]` (the `blockio` tool does with its
+//! `count-allocations` feature); [`installed`] tells whether it did.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,4 +37,13 @@ unsafe impl GlobalAlloc for Counting {
 /// Allocations (including reallocations) so far in this process.
 pub fn allocations() -> u64 {
     ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+/// Whether [`Counting`] is this process's allocator: an allocation made
+/// here shows in the count.
+pub fn installed() -> bool {
+    let before = allocations();
+    let probe = std::hint::black_box(Box::new(0u64));
+    drop(probe);
+    allocations() != before
 }

@@ -257,7 +257,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut skipped = Vec::new();
     let mut profiles = args.profiles.clone();
     profiles.dedup();
-    if blockio::is_memory_filesystem(&args.dir)? {
+    if crate::data::is_memory_filesystem(&args.dir)? {
         let explicit = args.profiles.len() < Profile::ALL.len();
         for p in [Profile::Direct, Profile::Cold] {
             if profiles.contains(&p) {
@@ -402,7 +402,7 @@ fn run_checksum(args: &BenchArgs) -> Result<()> {
     }
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create the data directory {}", args.dir.display()))?;
-    if blockio::is_memory_filesystem(&args.dir)? {
+    if crate::data::is_memory_filesystem(&args.dir)? {
         bail!(
             "{} is on tmpfs/ramfs: the page cache cannot be evicted there; pass --dir on a disk",
             args.dir.display()

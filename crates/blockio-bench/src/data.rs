@@ -6,8 +6,10 @@
 //! offset is caught), and no block is all zeros (so a filesystem cannot store
 //! it sparsely).
 
+use std::ffi::CString;
 use std::fs::File;
-use std::io::Write;
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -139,6 +141,27 @@ pub fn create(dir: &Path, name: &str, size: u64) -> Result<PathBuf> {
     std::fs::rename(&tmp, &path)
         .with_context(|| format!("rename {} to {}", tmp.display(), path.display()))?;
     Ok(path)
+}
+
+/// Whether the file system holding `path` is tmpfs or ramfs, where
+/// `O_DIRECT` and "cold" reads measure memory, not a device.
+pub fn is_memory_filesystem(path: impl AsRef<Path>) -> io::Result<bool> {
+    let path = path.as_ref();
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: all-zero is a valid `statfs` (plain integers).
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `st` is a live out-parameter.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("statfs {}: {e}", path.display()),
+        ));
+    }
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let magic = st.f_type as i64;
+    Ok(magic == libc::TMPFS_MAGIC || magic == RAMFS_MAGIC)
 }
 
 #[cfg(test)]

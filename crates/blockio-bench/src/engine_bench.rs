@@ -54,7 +54,7 @@ const BS: usize = 4096;
 /// page cache.
 fn prepare_file(dir: &Path, size: u64) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("create directory {}", dir.display()))?;
-    if blockio::is_memory_filesystem(dir)? {
+    if crate::data::is_memory_filesystem(dir)? {
         bail!(
             "{} is on tmpfs/ramfs: O_DIRECT there measures memory, not a device; pass --dir on a disk",
             dir.display()
@@ -407,7 +407,9 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
     );
     let two_one = paired(Contender::Two, Contender::One);
     let many_one = paired(Contender::Many, Contender::One);
-    let allocs_per_op = allocs.iter().cloned().fold(0.0, f64::max);
+    // Counted only in builds with the counting allocator (see alloc_count).
+    let allocs_per_op =
+        alloc_count::installed().then(|| allocs.iter().cloned().fold(0.0, f64::max));
     if !args.keep {
         let _ = std::fs::remove_file(&path);
     }
@@ -505,7 +507,12 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         r(reg),
         both(reg_fio, reg_raw)
     );
-    println!("heap allocations per operation (1 thread, steady state): {allocs_per_op:.4}");
+    match allocs_per_op {
+        Some(a) => println!("heap allocations per operation (1 thread, steady state): {a:.4}"),
+        None => println!(
+            "heap allocations per operation: not counted (build with --features count-allocations, as scripts/engine-bench does)"
+        ),
+    }
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use blockio_bench::cache::{evict, resident_fraction, warm};
 fn eviction_and_warming_are_seen_by_mincore() {
     let mut f = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     assert!(
-        !blockio::is_memory_filesystem(f.path()).unwrap(),
+        !blockio_bench::data::is_memory_filesystem(f.path()).unwrap(),
         "CARGO_TARGET_TMPDIR is on tmpfs: eviction cannot be tested there"
     );
     f.write_all(&vec![0x5a; 8 << 20]).unwrap();

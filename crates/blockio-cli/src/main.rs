@@ -7,13 +7,15 @@ use std::path::PathBuf;
 mod cp;
 mod size;
 
-use blockio_bench::{alloc_count, bench, engine_bench, tree_bench};
+use blockio_bench::{bench, engine_bench, tree_bench};
 use blockio_tools::algo::Algo;
 use blockio_tools::check::CheckOptions;
 use blockio_tools::sum::{ListOptions, SumOptions};
 
+/// Counts allocations for `engine-bench`, in builds that ask for it only.
+#[cfg(feature = "count-allocations")]
 #[global_allocator]
-static GLOBAL: alloc_count::Counting = alloc_count::Counting;
+static GLOBAL: blockio_bench::alloc_count::Counting = blockio_bench::alloc_count::Counting;
 
 /// Batched disk I/O on io_uring: benchmarks and tools.
 #[derive(Parser)]

@@ -240,7 +240,7 @@ fn unwritable_directories_and_too_little_space_fail_before_running() {
 fn tmpfs_skips_direct_and_cold_with_a_warning_and_refuses_them_when_asked() {
     let shm = Path::new("/dev/shm");
     assert!(
-        blockio::is_memory_filesystem(shm).unwrap(),
+        blockio_bench::data::is_memory_filesystem(shm).unwrap(),
         "/dev/shm is not tmpfs here; this test needs a tmpfs"
     );
     let dir = tempfile::tempdir_in(shm).unwrap();

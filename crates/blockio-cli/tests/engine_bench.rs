@@ -35,7 +35,6 @@ fn tiny_run_prints_the_documented_json_fields() {
     for field in [
         "iops",
         "raw_iops",
-        "allocs_per_op",
         "iops_2_threads",
         "iops_64_threads",
         "iops_registered",
@@ -44,6 +43,13 @@ fn tiny_run_prints_the_documented_json_fields() {
             .as_f64()
             .unwrap_or_else(|| panic!("{field} missing in {v}"));
         assert!(x.is_finite() && x >= 0.0, "{field} = {x}");
+    }
+    // Counted only where the counting allocator is built in.
+    if cfg!(feature = "count-allocations") {
+        let a = v["allocs_per_op"].as_f64().expect("allocs_per_op counted");
+        assert!(a.is_finite() && a >= 0.0, "allocs_per_op = {a}");
+    } else {
+        assert!(v["allocs_per_op"].is_null(), "{v}");
     }
     assert!(v["iops"].as_f64().unwrap() > 0.0);
     assert!(v["iops_registered"].as_f64().unwrap() > 0.0);
@@ -74,7 +80,7 @@ fn bad_flags_fail_with_a_clear_message() {
 
 #[test]
 fn tmpfs_directory_is_refused() {
-    if !blockio::is_memory_filesystem("/dev/shm").unwrap_or(false) {
+    if !blockio_bench::data::is_memory_filesystem("/dev/shm").unwrap_or(false) {
         panic!("/dev/shm is expected to be tmpfs on this project's machines");
     }
     let out = blockio()

@@ -7,11 +7,9 @@
 //! checked against it before submission, so a misaligned request fails with
 //! an error that states the alignment instead of an `EINVAL` from the kernel.
 
-use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -255,24 +253,4 @@ impl AsRawFd for DirectFile {
     fn as_raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
-}
-
-/// Whether the filesystem holding `path` is tmpfs/ramfs (where O_DIRECT
-/// measures memory, not a device).
-pub fn is_memory_filesystem(path: impl AsRef<Path>) -> io::Result<bool> {
-    let c = CString::new(path.as_ref().as_os_str().as_bytes())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: all-zero is a valid `statfs`; `c` is NUL-terminated.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: valid path pointer and out pointer.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(PathError::wrap(
-            "statfs",
-            path.as_ref(),
-            io::Error::last_os_error(),
-        ));
-    }
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    let magic = st.f_type as i64;
-    Ok(magic == libc::TMPFS_MAGIC || magic == RAMFS_MAGIC)
 }

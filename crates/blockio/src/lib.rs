@@ -71,9 +71,7 @@ mod uring;
 
 pub use buf::{AlignedBuf, BufferPool, PooledBuf};
 pub use cached::ReadPath;
-pub use direct::{
-    device_supports_polling, is_memory_filesystem, Alignment, AlignmentSource, DirectFile,
-};
+pub use direct::{device_supports_polling, Alignment, AlignmentSource, DirectFile};
 pub use engine::{Backend, BackendChoice, Engine, EngineBuilder, EngineStats, BACKEND_ENV};
 pub use error::{errno, OpError, PathError};
 pub use meta::{Open, PathAt};
