@@ -825,9 +825,9 @@ impl Core {
         Ok(Core {
             engine: Mutex::new(Some(engine)),
             aio: Mutex::new(AioEngines::default()),
-            // SAFETY: a new descriptor, owned here only.
             wakeups: Arc::new(Wakeups {
                 woken: Mutex::new(Vec::new()),
+                // SAFETY: a new descriptor, owned here only.
                 efd: unsafe { OwnedFd::from_raw_fd(efd) },
                 draining: AtomicBool::new(false),
             }),

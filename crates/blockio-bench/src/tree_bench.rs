@@ -131,7 +131,7 @@ pub struct Row {
     pub ours_s: f64,
     /// `baseline_s / ours_s`: above 1, we are faster.
     pub speedup: f64,
-    /// The issue's target for the speedup.
+    /// The target for the speedup.
     pub target: f64,
     /// Durable copies of trees (b) and (c), when fio is installed: the
     /// median seconds fio takes to read the source while writing as many
@@ -338,7 +338,7 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
                 |_| Ok(()),
                 None,
             )?;
-            // The issue sets a target for the big file cold only; warm is
+            // The big file has a target cold only (where the reads reach the disk); warm is
             // reported for context.
             let target = if mode == Mode::Cold { 1.0 } else { 0.0 };
             rows.push(row(

@@ -64,6 +64,7 @@ fn tree(root: &Path) {
     fs::write(t.join("a/ro/inside"), bytes(300, 5)).unwrap();
     fs::set_permissions(t.join("a/ro"), fs::Permissions::from_mode(0o555)).unwrap();
     let fifo = std::ffi::CString::new(t.join("fifo").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path, alive for the call.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
     // Old times, to see that -p keeps them and a plain copy does not.
     let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
@@ -333,6 +334,7 @@ fn an_unreadable_file_is_reported_and_the_rest_copied() {
     for p in ["src", "src/sub"] {
         fs::set_permissions(d.join(p), fs::Permissions::from_mode(0o777)).unwrap();
     }
+    // SAFETY: geteuid has no preconditions and cannot fail.
     let mut c = if unsafe { libc::geteuid() } == 0 {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -367,6 +369,7 @@ fn an_unreadable_file_is_reported_and_the_rest_copied() {
 #[test]
 fn a_full_destination_fails_clearly_and_leaves_no_partial_file() {
     assert_eq!(
+        // SAFETY: geteuid has no preconditions and cannot fail.
         unsafe { libc::geteuid() },
         0,
         "this test mounts a 1 MiB tmpfs and needs root (CI runs as root)"

@@ -204,6 +204,7 @@ fn archive_keeps_hard_links_xattrs_and_acls() {
     set_xattr(&s.join("f"), "user.color", b"blue");
     set_xattr(&s.join("sub"), "user.dir", b"yes");
     // Only root may set trusted.*; cp -a copies them as root, as GNU does.
+    // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     if root {
         set_xattr(&s.join("f"), "trusted.t", b"1");

@@ -145,11 +145,10 @@ fn fill(rng: &mut Rng, dir: &Path, depth: u32, files: &mut Vec<PathBuf>, root: b
             }
             9 if root => {
                 let dev = libc::makedev(1, 3);
-                // SAFETY: a valid NUL-terminated path.
-                assert_eq!(
-                    unsafe { libc::mknod(c(&p).as_ptr(), libc::S_IFCHR | 0o600, dev) },
-                    0
-                );
+                let path = c(&p);
+                // SAFETY: a valid NUL-terminated path, alive for the call.
+                let made = unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o600, dev) };
+                assert_eq!(made, 0);
             }
             10..=11 if depth < 3 => {
                 fs::create_dir(&p).unwrap();
@@ -383,6 +382,7 @@ fn restore(times: &[(PathBuf, [libc::timespec; 2])]) {
 fn random_trees_copy_as_gnu_cp_a_copies_them() {
     let trees: u64 = std::env::var("BLOCKIO_CP_TREES").map_or(100, |v| v.parse().unwrap());
     let first: u64 = std::env::var("BLOCKIO_CP_SEED").map_or(1, |v| v.parse().unwrap());
+    // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let d = tempfile::tempdir().unwrap();
     for seed in first..first + trees {

@@ -15,15 +15,19 @@
 //!
 //! Why this shape:
 //! * no lock is held across a kernel round trip, and threads never share a
-//!   ring at the same time, so many threads submit in parallel (lesson 4);
+//!   ring at the same time, so many threads submit in parallel (a lock
+//!   held across `io_uring_enter` would serialise them on the slowest
+//!   kernel call);
 //! * the thread that submitted an operation is the one waiting in the kernel
 //!   for it, so task work (completion and retry of buffered I/O) always runs
 //!   on a live thread that is in `io_uring_enter` — the submitting thread
-//!   cannot exit or wander off while its requests are in flight (lesson 6),
-//!   and `COOP_TASKRUN` is safe;
+//!   cannot exit or wander off while its requests are in flight (task work
+//!   queued to a thread that left would never run, and its requests would
+//!   never complete), and `COOP_TASKRUN` is safe;
 //! * at most `entries` operations are in flight per ring and the completion
 //!   queue has `2 * entries` slots, so it cannot overflow; the overflow flag
-//!   is still honoured by flushing with `GETEVENTS` (lesson 7);
+//!   is still honoured by flushing with `GETEVENTS` (completions the
+//!   kernel kept aside are otherwise never seen);
 //! * a batch that panics part way (it should not) still waits for its
 //!   in-flight operations before its buffers can be released.
 

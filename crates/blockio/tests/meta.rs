@@ -35,6 +35,7 @@ fn a_batch_of_opens_mixes_successes_and_failures_in_order() {
     for (i, want) in [(2, "bravo"), (0, "alpha")] {
         let fd = res.swap_remove(i).unwrap();
         // O_CLOEXEC is always set.
+        // SAFETY: F_GETFD on an open descriptor only reads its flags.
         let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
         assert_ne!(flags & libc::FD_CLOEXEC, 0);
         let mut s = String::new();
@@ -99,6 +100,7 @@ fn mkdir_and_symlink_batches_and_stat_without_following() {
     // d1, but nope/d3 never can.
     assert!(made[0].is_ok());
     assert_eq!(errno(made[2].as_ref().unwrap_err()), Some(libc::ENOENT));
+    // SAFETY: umask has no preconditions; the old mask is put back at once.
     let umask = unsafe {
         let m = libc::umask(0o022);
         libc::umask(m);

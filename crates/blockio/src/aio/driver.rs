@@ -20,13 +20,15 @@
 //!   to the kernel in one call (the queue is drained whole), and the
 //!   eventfd is written once per sleep, not once per operation;
 //! * one thread strictly owns the ring, so `SINGLE_ISSUER` and
-//!   `DEFER_TASKRUN` are sound here (field-notes lesson 6), and the thread
+//!   `DEFER_TASKRUN` are sound here (both require that only the ring's
+//!   creating thread submits and reaps), and the thread
 //!   that submitted an operation outlives it: the driver exits only after
 //!   its last operation completed;
 //! * the state of an operation (its buffer included) is shared between the
 //!   future and the driver; a dropped future leaves it with the driver,
-//!   which frees it when the completion arrives (lesson 5). Nothing blocks in
-//!   `Drop`.
+//!   which frees it when the completion arrives (the kernel may write into
+//!   the buffer until then, so it cannot be freed with the future). Nothing
+//!   blocks in `Drop`.
 //!
 //! Where io_uring is unavailable the same requests are served by a pool of
 //! threads doing `pread`/`pwrite`, completing the same shared states.
