@@ -20,9 +20,10 @@ from __future__ import annotations
 import io
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
 from ._engine import Engine, _flat
+from ._lines import LineReader
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -51,7 +52,7 @@ class _Descriptor:
         return self.fd
 
 
-class AsyncFile:
+class AsyncFile(LineReader[bytes]):
     """A binary file opened by :func:`blockio.open`, with aiofiles'
     interface: coroutines ``read``, ``read1``, ``readall``, ``readinto``,
     ``peek``, ``readline``, ``readlines``, ``write``, ``writelines``,
@@ -299,29 +300,6 @@ class AsyncFile:
             pos = await self._position()
             self._rbuf = await self._pread(max(self._bufsize, 8192), pos)
         return self._rbuf
-
-    async def readlines(self, hint: int = -1) -> List[bytes]:
-        """The remaining lines (stopping once ``hint`` bytes are read, when
-        positive)."""
-        lines: List[bytes] = []
-        total = 0
-        while True:
-            line = await self.readline()
-            if not line:
-                return lines
-            lines.append(line)
-            total += len(line)
-            if 0 < hint <= total:
-                return lines
-
-    def __aiter__(self) -> "AsyncFile":
-        return self
-
-    async def __anext__(self) -> bytes:
-        line = await self.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line
 
     # -- writing ----------------------------------------------------------------
 

@@ -75,7 +75,6 @@ def _flags(mode: str) -> int:
 async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
                 newline: Optional[str], closefd: bool, opener: Optional[Callable[[Any, int], int]],
                 engine: Optional[Engine]) -> Any:
-    _check_mode(mode, buffering, encoding, errors, newline)
     eng = engine or default_engine()
     fd: int
     name: Any

@@ -20,9 +20,10 @@ import codecs
 import io
 import locale
 import os
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Iterable, Optional, Tuple
 
 from ._file import AsyncFile
+from ._lines import LineReader
 
 _CHUNK = 8192
 
@@ -36,7 +37,7 @@ def _default_encoding() -> str:
     return locale.getpreferredencoding(False)
 
 
-class AsyncTextFile:
+class AsyncTextFile(LineReader[str]):
     """A text file opened by :func:`blockio.open`: the coroutines of
     :class:`~blockio.AsyncFile` over ``str`` (``read(n)`` counts
     characters), over the binary file in :attr:`buffer`."""
@@ -180,29 +181,6 @@ class AsyncTextFile:
             scanned = len(text)
             if not await self._more():
                 return self._take(len(self._pending()))
-
-    async def readlines(self, hint: int = -1) -> List[str]:
-        """The remaining lines (stopping once ``hint`` characters are read,
-        when positive)."""
-        lines: List[str] = []
-        total = 0
-        while True:
-            line = await self.readline()
-            if not line:
-                return lines
-            lines.append(line)
-            total += len(line)
-            if 0 < hint <= total:
-                return lines
-
-    def __aiter__(self) -> "AsyncTextFile":
-        return self
-
-    async def __anext__(self) -> str:
-        line = await self.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line
 
     # -- writing ----------------------------------------------------------------
 

@@ -1,0 +1,37 @@
+"""Line iteration shared by the binary and the text files: both build
+``readlines`` and ``async for`` on their own ``readline``."""
+
+from __future__ import annotations
+
+from typing import AnyStr, Generic, List, Optional
+
+
+class LineReader(Generic[AnyStr]):
+    """``readlines`` and asynchronous iteration over ``readline``."""
+
+    async def readline(self, size: Optional[int] = -1) -> AnyStr:
+        """One line; the empty value at end of file."""
+        raise NotImplementedError
+
+    async def readlines(self, hint: int = -1) -> List[AnyStr]:
+        """The remaining lines (stopping once ``hint`` bytes or characters
+        are read, when positive)."""
+        lines: List[AnyStr] = []
+        total = 0
+        while True:
+            line = await self.readline()
+            if not line:
+                return lines
+            lines.append(line)
+            total += len(line)
+            if 0 < hint <= total:
+                return lines
+
+    def __aiter__(self) -> "LineReader[AnyStr]":
+        return self
+
+    async def __anext__(self) -> AnyStr:
+        line = await self.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line
