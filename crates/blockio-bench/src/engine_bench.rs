@@ -169,7 +169,7 @@ fn engine_run(
                 let mut measured_from: Option<(Instant, u64, u64)> = None;
                 let start = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
-                    let mut ops = blockio::recycle(store);
+                    let mut ops = blockio::clear_ops(store);
                     for b in bufs.iter_mut() {
                         let b: &mut [u8] = match b {
                             Buf::Pooled(p) => &mut p[..BS],
@@ -178,7 +178,7 @@ fn engine_run(
                         ops.push(Op::read(&*file, rng.below(blocks) * BS as u64, b));
                     }
                     engine.submit_into(&mut ops, &mut results)?;
-                    store = blockio::recycle(ops);
+                    store = blockio::clear_ops(ops);
                     for r in &results {
                         match r {
                             Ok(n) if *n == BS => {}

@@ -137,7 +137,7 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
                 .read_path(if plan.strategy == Strategy::Auto {
                     ReadPath::Auto
                 } else {
-                    ReadPath::Backend
+                    ReadPath::AlwaysSubmit
                 })
                 .build()?;
             std::thread::scope(|s| {
@@ -230,13 +230,13 @@ fn engine_loop(
         if t0 >= deadline {
             return Ok(rec);
         }
-        let mut ops = blockio::recycle(store);
+        let mut ops = blockio::clear_ops(store);
         for (b, off) in bufs.iter_mut().zip(offsets.iter_mut()) {
             *off = w.next_offset(&mut rng);
             ops.push(Op::read(&w.file, *off, b));
         }
         engine.submit_into(&mut ops, &mut results)?;
-        store = blockio::recycle(ops);
+        store = blockio::clear_ops(ops);
         let latency = t0.elapsed();
         let mut bytes = 0;
         for ((r, b), &off) in results.iter().zip(&bufs).zip(&offsets) {

@@ -31,7 +31,8 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use crate::op::{Op, OpKind, MAX_RW};
+use crate::op::action::Action;
+use crate::op::Op;
 
 /// How an engine performs reads of buffered (not `O_DIRECT`) files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -43,8 +44,9 @@ pub enum ReadPath {
     /// failed system call per such read on cold data.
     #[default]
     Auto,
-    /// Send every operation to the backend (io_uring or the thread pool).
-    Backend,
+    /// Submit every read to the backend (io_uring or the thread pool),
+    /// never trying the page cache on the calling thread first.
+    AlwaysSubmit,
 }
 
 /// Reads below this size are "small" (see the module docs).
@@ -131,9 +133,9 @@ pub(crate) fn serve_cached(
         if op.settled {
             continue;
         }
-        let readable = matches!(op.kind, OpKind::Read | OpKind::ReadVectored)
+        let readable = matches!(op.action, Action::Read(_) | Action::ReadVectored(_))
             && op.direct.is_none()
-            && op.len > 0
+            && op.byte_len() > 0
             && inline_wins(batch, op.byte_len());
         if readable {
             if verdict.as_ref().map_or(true, |v| v.fd != op.fd) {
@@ -161,26 +163,10 @@ pub(crate) fn serve_cached(
 /// the errno (0 for a short read, which the backend redoes: it may be a
 /// partly cached range or end of file).
 fn try_cached(op: &Op<'_>) -> Result<usize, i32> {
-    let single;
-    let (iov, count, want) = match op.kind {
-        OpKind::Read => {
-            let len = op.len.min(MAX_RW);
-            single = libc::iovec {
-                iov_base: op.ptr.cast(),
-                iov_len: len,
-            };
-            (&single as *const libc::iovec, 1, len)
-        }
-        _ => {
-            let iovs = op.iovecs();
-            let want = iovs.iter().map(|v| v.iov_len).sum::<usize>();
-            (
-                iovs.as_ptr(),
-                iovs.len().min(libc::c_int::MAX as usize),
-                want,
-            )
-        }
-    };
+    let segments = op.action.segments();
+    let iovs = segments.as_slice();
+    let want = iovs.iter().map(|v| v.iov_len).sum::<usize>();
+    let (iov, count) = (iovs.as_ptr(), iovs.len().min(libc::c_int::MAX as usize));
     // SAFETY: the iovecs describe buffers the operation borrows mutably for
     // its lifetime (a read's own buffer, or its `IoSliceMut`s); the call is
     // synchronous, so nothing outlives it.
@@ -189,7 +175,7 @@ fn try_cached(op: &Op<'_>) -> Result<usize, i32> {
             op.fd,
             iov,
             count as libc::c_int,
-            op.offset as libc::off_t,
+            op.offset() as libc::off_t,
             libc::RWF_NOWAIT,
         )
     };

@@ -180,8 +180,8 @@ impl EngineBuilder {
     /// How reads of buffered files are performed (default
     /// [`ReadPath::Auto`]: page-cache hits of reads in small batches are
     /// served on the calling thread, where that measured faster than the
-    /// ring; everything else goes to the backend). [`ReadPath::Backend`] sends every
-    /// read to io_uring (or the pool).
+    /// ring; everything else goes to the backend). [`ReadPath::AlwaysSubmit`]
+    /// sends every read to io_uring (or the pool).
     pub fn read_path(mut self, path: ReadPath) -> Self {
         self.read_path = path;
         self
@@ -428,7 +428,7 @@ impl Engine {
         }
         if let Imp::Uring(u) = &self.inner.imp {
             if !u.report().metadata_ops {
-                pending = crate::threads::settle_metadata_inline(ops, results, pending);
+                pending = settle_metadata_inline(ops, results, pending);
             }
         }
         if pending == 0 {
@@ -461,4 +461,21 @@ impl Engine {
             Imp::Threads(_) => Ok(()),
         }
     }
+}
+
+/// Performs the batch's metadata operations right here, for rings without
+/// the metadata opcodes; returns how many operations are still pending.
+fn settle_metadata_inline(
+    ops: &mut [Op<'_>],
+    results: &mut [io::Result<usize>],
+    mut pending: usize,
+) -> usize {
+    for (op, result) in ops.iter_mut().zip(results.iter_mut()) {
+        if !op.settled && op.kind().is_metadata() {
+            *result = op.run_blocking();
+            op.settled = true;
+            pending -= 1;
+        }
+    }
+    pending
 }

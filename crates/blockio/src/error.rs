@@ -9,72 +9,78 @@
 use std::fmt;
 use std::io;
 
-use crate::op::OpKind;
+use crate::kind::OpKind;
 
-/// What failed: the operation, where, and the kernel's errno.
+/// What failed: the operation, where, and the kernel's errno or blockio's
+/// reason for refusing it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpError {
     /// The kind of operation that failed.
     pub op: OpKind,
-    /// The file descriptor it was issued on.
+    /// The file descriptor it was issued on (the directory, for operations
+    /// on a path).
     pub fd: i32,
-    /// The file offset it was issued at (0 for syncs).
+    /// The file offset it was issued at (0 for syncs and metadata).
     pub offset: u64,
-    /// The number of bytes requested (0 for syncs).
+    /// The number of bytes requested (0 for syncs and metadata).
     pub len: usize,
     /// The errno, when the kernel reported the failure; `None` when blockio
-    /// refused the operation before submission (see [`OpError::detail`]).
+    /// refused the operation before submission (see [`OpError::refusal`]).
     pub errno: Option<i32>,
-    /// Why blockio refused the operation, when it did.
-    pub detail: Option<&'static str>,
-    /// A number that goes with `detail` (for example the required alignment).
-    pub required: u64,
+    /// The rule the operation broke, when blockio refused it before
+    /// submission.
+    pub refusal: Option<Refusal>,
 }
 
-impl OpError {
-    /// Turns a negative kernel result (`-errno`) into an [`io::Error`].
-    pub(crate) fn from_errno(
-        op: OpKind,
-        fd: i32,
-        offset: u64,
-        len: usize,
-        errno: i32,
-    ) -> io::Error {
-        let kind = io::Error::from_raw_os_error(errno).kind();
-        io::Error::new(
-            kind,
-            OpError {
-                op,
-                fd,
-                offset,
-                len,
-                errno: Some(errno),
-                detail: None,
-                required: 0,
-            },
-        )
+/// A rule an operation broke, found before submission: for example
+/// "O_DIRECT: the offset must be a multiple of" 512.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// The rule, worded to be followed by [`Refusal::bound`].
+    pub rule: &'static str,
+    /// The number the rule names (an alignment, a largest offset).
+    pub bound: u64,
+}
+
+/// Where an operation acts: what its errors name. Kept apart from the
+/// operation so that a result can be described after the operation itself
+/// has been handed to a backend.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Site {
+    pub kind: OpKind,
+    pub fd: i32,
+    pub offset: u64,
+    pub len: usize,
+}
+
+impl Site {
+    fn error(self, errno: Option<i32>, refusal: Option<Refusal>) -> OpError {
+        OpError {
+            op: self.kind,
+            fd: self.fd,
+            offset: self.offset,
+            len: self.len,
+            errno,
+            refusal,
+        }
     }
 
-    /// An operation blockio refused before submission.
-    pub(crate) fn refused(
-        op: OpKind,
-        fd: i32,
-        offset: u64,
-        len: usize,
-        detail: &'static str,
-        required: u64,
-    ) -> io::Error {
+    /// Turns a raw kernel result (a count, or `-errno`) into the
+    /// operation's result.
+    pub(crate) fn result(self, raw: i32) -> io::Result<usize> {
+        if raw >= 0 {
+            return Ok(raw as usize);
+        }
+        let errno = -raw;
+        let kind = io::Error::from_raw_os_error(errno).kind();
+        Err(io::Error::new(kind, self.error(Some(errno), None)))
+    }
+
+    /// The error of an operation refused before submission.
+    pub(crate) fn refuse(self, rule: &'static str, bound: u64) -> io::Error {
         io::Error::new(
             io::ErrorKind::InvalidInput,
-            OpError {
-                op,
-                fd,
-                offset,
-                len,
-                errno: None,
-                detail: Some(detail),
-                required,
-            },
+            self.error(None, Some(Refusal { rule, bound })),
         )
     }
 }
@@ -95,8 +101,8 @@ impl fmt::Display for OpError {
         if let Some(errno) = self.errno {
             write!(f, " failed: {}", io::Error::from_raw_os_error(errno))?;
         }
-        if let Some(detail) = self.detail {
-            write!(f, " refused: {detail} {}", self.required)?;
+        if let Some(r) = self.refusal {
+            write!(f, " refused: {} {}", r.rule, r.bound)?;
         }
         Ok(())
     }

@@ -63,6 +63,7 @@ mod cached;
 mod direct;
 mod engine;
 mod error;
+mod kind;
 mod limit;
 mod meta;
 mod op;
@@ -73,9 +74,10 @@ pub use buf::{AlignedBuf, BufferPool, PooledBuf};
 pub use cached::ReadPath;
 pub use direct::{device_supports_polling, Alignment, AlignmentSource, DirectFile};
 pub use engine::{Backend, BackendChoice, Engine, EngineBuilder, EngineStats, BACKEND_ENV};
-pub use error::{errno, OpError, PathError};
-pub use meta::{Open, PathAt};
-pub use op::{recycle, Op, OpKind, RawTarget, Target};
+pub use error::{errno, OpError, PathError, Refusal};
+pub use kind::OpKind;
+pub use meta::{OpenRequest, PathAt};
+pub use op::{clear_ops, Op, RawTarget, Target};
 pub use uring::ProbeReport;
 
 /// The README's examples, compiled as doc tests.

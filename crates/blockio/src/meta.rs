@@ -9,20 +9,20 @@
 //!
 //! ```
 //! # fn main() -> std::io::Result<()> {
-//! use blockio::{Engine, Open, PathAt};
+//! use blockio::{Engine, OpenRequest, PathAt};
 //! let dir = tempfile::tempdir()?;
 //! let engine = Engine::new()?;
 //! let base = std::fs::File::open(dir.path())?;
 //! let made = engine.mkdir_batch(&[(PathAt::in_dir(&base, c"sub"), 0o755)])?;
 //! made.into_iter().collect::<Result<Vec<()>, _>>()?;
 //! let opens = [
-//!     Open::new(PathAt::in_dir(&base, c"sub/a")).flags(libc::O_WRONLY | libc::O_CREAT).mode(0o644),
-//!     Open::new(PathAt::in_dir(&base, c"missing/b")),
+//!     OpenRequest::new(PathAt::in_dir(&base, c"sub/a")).flags(libc::O_WRONLY | libc::O_CREAT).mode(0o644),
+//!     OpenRequest::new(PathAt::in_dir(&base, c"missing/b")),
 //! ];
 //! let mut fds = engine.open_batch(&opens)?;
 //! assert_eq!(fds[1].as_ref().unwrap_err().kind(), std::io::ErrorKind::NotFound);
 //! let a = fds.swap_remove(0)?;
-//! let st = engine.stat_batch(&[PathAt::fd(&a)], 0)?.remove(0)?;
+//! let st = engine.stat_batch(&[PathAt::file(&a)], 0)?.remove(0)?;
 //! assert_eq!(st.stx_mode & 0o777, 0o644);
 //! engine.close_batch([a])?.remove(0)?;
 //! # Ok(()) }
@@ -36,7 +36,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use crate::error::PathError;
-use crate::op::{Op, OpKind, Target};
+use crate::op::action::{Action, Close, MkdirAt, OpenAt, Statx, SymlinkAt};
+use crate::op::{Op, Target};
 use crate::Engine;
 
 /// A path, relative to the working directory or to an open directory
@@ -67,9 +68,9 @@ impl<'a> PathAt<'a> {
         }
     }
 
-    /// The open file itself (an empty path; for [`Engine::stat_batch`],
-    /// which then adds `AT_EMPTY_PATH`).
-    pub fn fd<T: Target + ?Sized>(file: &'a T) -> PathAt<'a> {
+    /// The open file itself rather than a path in it (an empty path; for
+    /// [`Engine::stat_batch`], which then adds `AT_EMPTY_PATH`).
+    pub fn file<T: Target + ?Sized>(file: &'a T) -> PathAt<'a> {
         PathAt::in_dir(file, c"")
     }
 
@@ -80,18 +81,18 @@ impl<'a> PathAt<'a> {
 }
 
 /// A file to open with [`Engine::open_batch`]: read-only unless
-/// [`flags`](Open::flags) say otherwise. `O_CLOEXEC` is always added.
+/// [`flags`](OpenRequest::flags) say otherwise. `O_CLOEXEC` is always added.
 #[derive(Debug, Clone, Copy)]
-pub struct Open<'a> {
+pub struct OpenRequest<'a> {
     at: PathAt<'a>,
     flags: i32,
     mode: u32,
 }
 
-impl<'a> Open<'a> {
+impl<'a> OpenRequest<'a> {
     /// Open `at` read-only.
-    pub fn new(at: PathAt<'a>) -> Open<'a> {
-        Open {
+    pub fn new(at: PathAt<'a>) -> OpenRequest<'a> {
+        OpenRequest {
             at,
             flags: libc::O_RDONLY,
             mode: 0,
@@ -100,57 +101,57 @@ impl<'a> Open<'a> {
 
     /// The `open(2)` flags (`O_WRONLY | O_CREAT | O_TRUNC`, `O_DIRECTORY`,
     /// `O_NOFOLLOW`, ...).
-    pub fn flags(mut self, flags: i32) -> Open<'a> {
+    pub fn flags(mut self, flags: i32) -> OpenRequest<'a> {
         self.flags = flags;
         self
     }
 
     /// The mode of a file that `O_CREAT` creates (before the umask).
-    pub fn mode(mut self, mode: u32) -> Open<'a> {
+    pub fn mode(mut self, mode: u32) -> OpenRequest<'a> {
         self.mode = mode;
         self
     }
 }
 
-/// One path-based metadata operation: its path, its second pointer (a
-/// `statx` buffer or a link target, else null), its flags and its mode or
-/// mask (see [`Op::metadata`]).
-type PathReq<'a> = (PathAt<'a>, *mut u8, usize, u64);
-
 impl Engine {
-    /// Submits one `kind` operation per request in one batch; errors name
-    /// the path and `action`.
+    /// Submits one operation per `(path, action)` in one batch; errors
+    /// name the path and `verb`.
     fn submit_paths(
         &self,
-        kind: OpKind,
-        action: &'static str,
-        reqs: &[PathReq<'_>],
+        verb: &'static str,
+        reqs: &[(PathAt<'_>, Action)],
     ) -> io::Result<Vec<io::Result<usize>>> {
         let mut ops: Vec<Op<'_>> = reqs
             .iter()
-            .map(|(p, ptr2, flags, extra)| {
-                Op::metadata(kind, p.dir, p.path.as_ptr().cast(), *ptr2, *flags, *extra)
-            })
+            // SAFETY: each action points at its request's path (a `&CStr`
+            // borrowed by `reqs`) and at buffers the caller keeps alive and
+            // untouched until this call returns; `submit` returns only once
+            // every operation has completed.
+            .map(|(p, action)| unsafe { Op::from_action(p.dir, *action, None) })
             .collect();
         let results = self.submit(&mut ops)?;
         Ok(results
             .into_iter()
             .zip(reqs)
-            .map(|(r, (p, ..))| r.map_err(|e| PathError::wrap(action, p.path(), e)))
+            .map(|(r, (p, _))| r.map_err(|e| PathError::wrap(verb, p.path(), e)))
             .collect())
     }
 
     /// Opens every file in one batch; one result per request, in order.
     /// Errors name the path.
-    pub fn open_batch(&self, reqs: &[Open<'_>]) -> io::Result<Vec<io::Result<OwnedFd>>> {
-        let reqs: Vec<PathReq<'_>> = reqs
+    pub fn open_batch(&self, reqs: &[OpenRequest<'_>]) -> io::Result<Vec<io::Result<OwnedFd>>> {
+        let reqs: Vec<(PathAt<'_>, Action)> = reqs
             .iter()
             .map(|r| {
-                let flags = (r.flags | libc::O_CLOEXEC) as u32 as usize;
-                (r.at, std::ptr::null_mut(), flags, u64::from(r.mode))
+                let open = OpenAt {
+                    path: r.at.path.as_ptr(),
+                    flags: r.flags | libc::O_CLOEXEC,
+                    mode: r.mode,
+                };
+                (r.at, Action::Open(open))
             })
             .collect();
-        let results = self.submit_paths(OpKind::Open, "open", &reqs)?;
+        let results = self.submit_paths("open", &reqs)?;
         // SAFETY: a successful open's result is a new descriptor that
         // nothing else owns; it is wrapped exactly once, here.
         Ok(results
@@ -161,7 +162,7 @@ impl Engine {
 
     /// `statx` of every path in one batch, with the `AT_*` `flags` (for
     /// example `AT_SYMLINK_NOFOLLOW`) and the basic fields. A
-    /// [`PathAt::fd`] entry stats the open file itself.
+    /// [`PathAt::file`] entry stats the open file itself.
     pub fn stat_batch(
         &self,
         paths: &[PathAt<'_>],
@@ -170,7 +171,7 @@ impl Engine {
         // SAFETY: `statx` is plain old data (integers only); all zeroes is a
         // valid value.
         let mut bufs: Vec<libc::statx> = vec![unsafe { std::mem::zeroed() }; paths.len()];
-        let reqs: Vec<PathReq<'_>> = paths
+        let reqs: Vec<(PathAt<'_>, Action)> = paths
             .iter()
             .zip(bufs.iter_mut())
             .map(|(p, buf)| {
@@ -179,12 +180,16 @@ impl Engine {
                 } else {
                     0
                 };
-                let flags = (flags | empty) as u32 as usize;
-                let mask = u64::from(libc::STATX_BASIC_STATS);
-                (*p, (buf as *mut libc::statx).cast(), flags, mask)
+                let stat = Statx {
+                    path: p.path.as_ptr(),
+                    flags: flags | empty,
+                    mask: libc::STATX_BASIC_STATS,
+                    buf,
+                };
+                (*p, Action::Stat(stat))
             })
             .collect();
-        let results = self.submit_paths(OpKind::Stat, "stat", &reqs)?;
+        let results = self.submit_paths("stat", &reqs)?;
         drop(reqs);
         Ok(results
             .into_iter()
@@ -202,19 +207,9 @@ impl Engine {
     ) -> io::Result<Vec<io::Result<()>>> {
         let mut ops: Vec<Op<'_>> = fds
             .into_iter()
-            .map(|fd| {
-                // The operation now owns the descriptor: it is closed by the
-                // kernel when the batch runs.
-                let raw = fd.into_raw_fd();
-                Op::metadata(
-                    OpKind::Close,
-                    raw,
-                    std::ptr::null(),
-                    std::ptr::null_mut(),
-                    0,
-                    0,
-                )
-            })
+            // SAFETY: a close holds no pointer. The operation now owns the
+            // descriptor: the kernel closes it when the batch runs.
+            .map(|fd| unsafe { Op::from_action(fd.into_raw_fd(), Action::Close(Close), None) })
             .collect();
         let results = self.submit(&mut ops)?;
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
@@ -223,22 +218,31 @@ impl Engine {
     /// Makes every directory (`mkdirat` with its mode, before the umask) in
     /// one batch.
     pub fn mkdir_batch(&self, dirs: &[(PathAt<'_>, u32)]) -> io::Result<Vec<io::Result<()>>> {
-        let reqs: Vec<PathReq<'_>> = dirs
+        let reqs: Vec<(PathAt<'_>, Action)> = dirs
             .iter()
-            .map(|(p, mode)| (*p, std::ptr::null_mut(), 0, u64::from(*mode)))
+            .map(|(p, mode)| {
+                let path = p.path.as_ptr();
+                (*p, Action::Mkdir(MkdirAt { path, mode: *mode }))
+            })
             .collect();
-        let results = self.submit_paths(OpKind::Mkdir, "mkdir", &reqs)?;
+        let results = self.submit_paths("mkdir", &reqs)?;
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 
     /// Makes every symbolic link `(link, target)` in one batch: `link`
     /// will point at `target`.
     pub fn symlink_batch(&self, links: &[(PathAt<'_>, &CStr)]) -> io::Result<Vec<io::Result<()>>> {
-        let reqs: Vec<PathReq<'_>> = links
+        let reqs: Vec<(PathAt<'_>, Action)> = links
             .iter()
-            .map(|(p, target)| (*p, target.as_ptr() as *mut u8, 0, 0))
+            .map(|(p, target)| {
+                let link = SymlinkAt {
+                    target: target.as_ptr(),
+                    link: p.path.as_ptr(),
+                };
+                (*p, Action::Symlink(link))
+            })
             .collect();
-        let results = self.submit_paths(OpKind::Symlink, "symlink", &reqs)?;
+        let results = self.submit_paths("symlink", &reqs)?;
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 }

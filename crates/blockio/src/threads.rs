@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle, Thread};
 
-use crate::op::{Op, OpKind, MAX_RW};
+use crate::op::Op;
 
 struct Shared<'a, 'b> {
     ops: &'a [Op<'b>],
@@ -37,7 +37,7 @@ impl Shared<'_, '_> {
             // every worker's use (the caller waits for `refs` to reach 0).
             let slot = unsafe { &mut *self.results.add(i) };
             if !self.ops[i].settled {
-                *slot = run_one(&self.ops[i]);
+                *slot = self.ops[i].run_blocking();
             }
         }
     }
@@ -149,131 +149,6 @@ impl Drop for ThreadBackend {
         self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
         for w in self.workers.drain(..) {
             let _ = w.join();
-        }
-    }
-}
-
-/// Performs one operation with a plain system call.
-/// Performs the batch's metadata operations right here, for rings without
-/// the metadata opcodes; returns how many operations are still pending.
-pub(crate) fn settle_metadata_inline(
-    ops: &mut [Op<'_>],
-    results: &mut [io::Result<usize>],
-    mut pending: usize,
-) -> usize {
-    for (op, result) in ops.iter_mut().zip(results.iter_mut()) {
-        if !op.settled && op.kind.is_metadata() {
-            *result = run_one(op);
-            op.settled = true;
-            pending -= 1;
-        }
-    }
-    pending
-}
-
-pub(crate) fn run_one(op: &Op<'_>) -> io::Result<usize> {
-    let raw = run_raw(op);
-    op.result_from_raw(raw)
-}
-
-/// Performs one operation with a plain system call; the result as the kernel
-/// reports it to io_uring (bytes, or `-errno`).
-pub(crate) fn run_raw(op: &Op<'_>) -> i32 {
-    loop {
-        // SAFETY: `op` borrows its buffer / iovec array for its lifetime and
-        // we are inside it; the lengths come from the same slices.
-        let rc: isize = unsafe {
-            match op.kind {
-                OpKind::Read => {
-                    libc::pread(op.fd, op.ptr.cast(), op.len.min(MAX_RW), op.offset as i64)
-                }
-                OpKind::Write => {
-                    libc::pwrite(op.fd, op.ptr.cast(), op.len.min(MAX_RW), op.offset as i64)
-                }
-                OpKind::ReadVectored => libc::preadv(
-                    op.fd,
-                    op.ptr as *const libc::iovec,
-                    op.len as i32,
-                    op.offset as i64,
-                ),
-                OpKind::WriteVectored => libc::pwritev(
-                    op.fd,
-                    op.ptr as *const libc::iovec,
-                    op.len as i32,
-                    op.offset as i64,
-                ),
-                OpKind::Fsync => libc::fsync(op.fd) as isize,
-                OpKind::Fdatasync => libc::fdatasync(op.fd) as isize,
-                OpKind::Open => libc::openat(
-                    op.fd,
-                    op.ptr as *const libc::c_char,
-                    op.len as i32,
-                    op.offset as libc::c_uint,
-                ) as isize,
-                OpKind::Stat => libc::statx(
-                    op.fd,
-                    op.ptr as *const libc::c_char,
-                    op.len as i32,
-                    op.offset as u32,
-                    op.ptr2.cast(),
-                ) as isize,
-                // Never retried: after EINTR the descriptor is closed anyway
-                // on Linux, and a retry could close someone else's.
-                OpKind::Close => match libc::close(op.fd) {
-                    -1 if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => 0,
-                    rc => rc as isize,
-                },
-                OpKind::Mkdir => libc::mkdirat(
-                    op.fd,
-                    op.ptr as *const libc::c_char,
-                    op.offset as libc::mode_t,
-                ) as isize,
-                OpKind::Symlink => libc::symlinkat(
-                    op.ptr2 as *const libc::c_char,
-                    op.fd,
-                    op.ptr as *const libc::c_char,
-                ) as isize,
-            }
-        };
-        if rc >= 0 {
-            // At most MAX_RW bytes, which fits in an i32.
-            return rc as i32;
-        }
-        let errno = io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO);
-        if errno == libc::ESPIPE && op.offset == 0 {
-            if let Some(rc) = stream_io(op) {
-                return rc;
-            }
-        }
-        if errno != libc::EINTR {
-            return -errno;
-        }
-    }
-}
-
-/// A read or write at offset 0 of a descriptor that has no offsets (a
-/// pipe, socket or terminal), as io_uring does it: a plain `read` or
-/// `write`. `None` for the other kinds, which keep their `ESPIPE`.
-fn stream_io(op: &Op<'_>) -> Option<i32> {
-    loop {
-        // SAFETY: as in `run_raw`: the op's buffer, valid for `op.len`.
-        let rc = unsafe {
-            match op.kind {
-                OpKind::Read => libc::read(op.fd, op.ptr.cast(), op.len.min(MAX_RW)),
-                OpKind::Write => libc::write(op.fd, op.ptr.cast(), op.len.min(MAX_RW)),
-                _ => return None,
-            }
-        };
-        if rc >= 0 {
-            return Some(rc as i32);
-        }
-        let errno = io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO);
-        if errno != libc::EINTR {
-            return Some(-errno);
         }
     }
 }

@@ -36,11 +36,12 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Condvar, Mutex, RwLock};
 
-use io_uring::{opcode, squeue, types, IoUring, Probe};
+use io_uring::{opcode, squeue, IoUring, Probe};
 
 use crate::buf::{BufferPool, PoolInner};
 use crate::limit::InFlightLimit;
-use crate::op::{Op, OpKind, MAX_RW};
+use crate::op::action::Lower;
+use crate::op::Op;
 
 /// The setup flags a ring is created with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -581,7 +582,7 @@ impl Batch<'_> {
             };
             self.enter(want)?;
             self.reap(|idx, res| {
-                results[idx] = ops[idx].result_from_raw(res);
+                results[idx] = ops[idx].site().result(res);
             });
         }
     }
@@ -709,86 +710,26 @@ pub(crate) fn submit_and_wait_or_abort(ring: &mut IoUring, want: usize) {
     }
 }
 
-macro_rules! rw_entry {
-    ($op:expr, $fd:expr, $bufs:expr, $ud:expr) => {{
-        let op = $op;
-        let len = op.len.min(MAX_RW) as u32;
-        match op.kind {
-            OpKind::Read => match $bufs.and_then(|b: &PoolInner| b.index_of(op.ptr, op.len)) {
-                Some(idx) => opcode::ReadFixed::new($fd, op.ptr, len, idx)
-                    .offset(op.offset)
-                    .build(),
-                None => opcode::Read::new($fd, op.ptr, len)
-                    .offset(op.offset)
-                    .build(),
-            },
-            OpKind::Write => match $bufs.and_then(|b: &PoolInner| b.index_of(op.ptr, op.len)) {
-                Some(idx) => opcode::WriteFixed::new($fd, op.ptr, len, idx)
-                    .offset(op.offset)
-                    .build(),
-                None => opcode::Write::new($fd, op.ptr, len)
-                    .offset(op.offset)
-                    .build(),
-            },
-            OpKind::ReadVectored => {
-                opcode::Readv::new($fd, op.ptr as *const libc::iovec, op.len as u32)
-                    .offset(op.offset)
-                    .build()
-            }
-            OpKind::WriteVectored => {
-                opcode::Writev::new($fd, op.ptr as *const libc::iovec, op.len as u32)
-                    .offset(op.offset)
-                    .build()
-            }
-            OpKind::Fsync => opcode::Fsync::new($fd).build(),
-            OpKind::Fdatasync => opcode::Fsync::new($fd)
-                .flags(types::FsyncFlags::DATASYNC)
-                .build(),
-            _ => metadata_entry(op),
-        }
-        .user_data($ud)
-    }};
-}
-
-/// The entry of a metadata operation; see [`Op::metadata`] for how its
-/// fields are carried. Always on the raw descriptor: these opcodes take no
-/// registered files here.
-fn metadata_entry(op: &Op<'_>) -> squeue::Entry {
-    let dir = types::Fd(op.fd);
-    let path = op.ptr as *const libc::c_char;
-    match op.kind {
-        OpKind::Open => opcode::OpenAt::new(dir, path)
-            .flags(op.len as i32)
-            .mode(op.offset as libc::mode_t)
-            .build(),
-        OpKind::Stat => opcode::Statx::new(dir, path, op.ptr2.cast())
-            .flags(op.len as i32)
-            .mask(op.offset as u32)
-            .build(),
-        OpKind::Close => opcode::Close::new(dir).build(),
-        OpKind::Mkdir => opcode::MkDirAt::new(dir, path)
-            .mode(op.offset as libc::mode_t)
-            .build(),
-        OpKind::Symlink => {
-            opcode::SymlinkAt::new(dir, op.ptr2 as *const libc::c_char, path).build()
-        }
-        kind => unreachable!("{kind} is not a metadata operation"),
-    }
-}
-
+/// The submission entry of `op`, tagged with `ud`: on its registered-file
+/// slot when it has one, with its buffer's registered index when the buffer
+/// comes from `bufs`.
 pub(crate) fn build_entry(
     op: &Op<'_>,
     ud: u64,
     bufs: Option<&PoolInner>,
     files: Option<&FileTable>,
 ) -> squeue::Entry {
-    if op.kind.is_metadata() {
-        return metadata_entry(op).user_data(ud);
+    let slot = files
+        .filter(|_| op.action.takes_registered_file())
+        .and_then(|t| t.slot_of(op.fd));
+    match slot {
+        Some(slot) => op
+            .action
+            .entry(slot as RawFd, bufs)
+            .flags(squeue::Flags::FIXED_FILE),
+        None => op.action.entry(op.fd, bufs),
     }
-    match files.and_then(|t| t.slot_of(op.fd)) {
-        Some(slot) => rw_entry!(op, types::Fixed(slot), bufs, ud),
-        None => rw_entry!(op, types::Fd(op.fd), bufs, ud),
-    }
+    .user_data(ud)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::io::{ErrorKind, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 
-use blockio::{errno, Engine, Open, PathAt};
+use blockio::{errno, Engine, OpenRequest, PathAt};
 
 fn engine() -> Engine {
     Engine::builder().queue_depth(16).build().unwrap()
@@ -21,9 +21,9 @@ fn a_batch_of_opens_mixes_successes_and_failures_in_order() {
     let base = File::open(dir.path()).unwrap();
     let e = engine();
     let names = [c"a", c"missing", c"b", c"a/not-a-dir"];
-    let opens: Vec<Open<'_>> = names
+    let opens: Vec<OpenRequest<'_>> = names
         .iter()
-        .map(|n| Open::new(PathAt::in_dir(&base, n)))
+        .map(|n| OpenRequest::new(PathAt::in_dir(&base, n)))
         .collect();
     let mut res = e.open_batch(&opens).unwrap();
     assert_eq!(res.len(), 4);
@@ -51,10 +51,10 @@ fn created_files_stat_like_std_and_close_in_a_batch() {
     let paths: Vec<CString> = (0..40)
         .map(|i| CString::new(format!("{}/f{i}", dir.path().display())).unwrap())
         .collect();
-    let opens: Vec<Open<'_>> = paths
+    let opens: Vec<OpenRequest<'_>> = paths
         .iter()
         .map(|p| {
-            Open::new(PathAt::cwd(p))
+            OpenRequest::new(PathAt::cwd(p))
                 .flags(libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL)
                 .mode(0o640)
         })
@@ -65,7 +65,7 @@ fn created_files_stat_like_std_and_close_in_a_batch() {
         .into_iter()
         .map(|r| r.unwrap())
         .collect();
-    let by_fd: Vec<PathAt<'_>> = fds.iter().map(PathAt::fd).collect();
+    let by_fd: Vec<PathAt<'_>> = fds.iter().map(PathAt::file).collect();
     let stats = e.stat_batch(&by_fd, 0).unwrap();
     for (st, p) in stats.iter().zip(&paths) {
         let st = st.as_ref().unwrap();

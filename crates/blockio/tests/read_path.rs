@@ -136,7 +136,7 @@ fn backend_read_path_sends_every_read() {
     let file = File::open(f.path()).unwrap();
     warm(&file);
     let e = Engine::builder()
-        .read_path(ReadPath::Backend)
+        .read_path(ReadPath::AlwaysSubmit)
         .build()
         .unwrap();
     let s = read_blocks(&e, &file, 32);

@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use blockio::{AlignedBuf, Engine, Op, Open, PathAt};
+use blockio::{AlignedBuf, Engine, Op, OpenRequest, PathAt};
 use rustix::fs::OFlags;
 
 use super::at;
@@ -278,10 +278,10 @@ fn open_all<'g>(
     files: &'g mut [Entry],
 ) -> Option<(Vec<Job<'g>>, Vec<Entry>)> {
     let (dirs, errors) = (&**pair, ctx.errors);
-    let opens: Vec<Open<'_>> = files
+    let opens: Vec<OpenRequest<'_>> = files
         .iter()
         .map(|e| {
-            Open::new(PathAt::in_dir(&dirs.src, &e.src_name))
+            OpenRequest::new(PathAt::in_dir(&dirs.src, &e.src_name))
                 .flags(libc::O_RDONLY | libc::O_NOFOLLOW)
         })
         .collect();

@@ -43,7 +43,6 @@ use std::sync::{Arc, Mutex};
 use io_uring::{opcode, squeue::SubmissionQueue, types, IoUring};
 
 use crate::op::Op;
-use crate::threads::run_raw;
 use crate::uring::{build_entry, submit_and_wait_or_abort};
 
 /// Receives an operation's result (bytes, or `-errno`).
@@ -300,7 +299,7 @@ impl Driver {
                         Err(_) => return,
                     };
                     if !req.abandoned() {
-                        req.done.complete(run_raw(&req.op));
+                        req.done.complete(req.op.run_blocking_raw());
                     }
                 })?;
         }

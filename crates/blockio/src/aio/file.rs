@@ -16,7 +16,8 @@ use super::AsyncEngine;
 use crate::buf::AlignedBuf;
 use crate::direct::Alignment;
 use crate::error::PathError;
-use crate::op::{Op, OpKind};
+use crate::op::action::{Action, Flush, Read, ReadVectored, Vectored, Write, WriteVectored};
+use crate::op::Op;
 
 /// The open file, shared with every operation in flight on it so that the
 /// descriptor stays open until the last one completes.
@@ -38,25 +39,23 @@ impl Drop for Handle {
 }
 
 impl Handle {
-    /// An operation on this file over `len` bytes (or iovecs) at `ptr`,
-    /// owned by `buf` and `iovecs`, which go into the future with a handle
-    /// that keeps the file open until the operation completes.
+    /// `action` on this file, over memory owned by `buf` and `iovecs`,
+    /// which go into the future with a handle that keeps the file open
+    /// until the operation completes.
     ///
     /// # Safety
-    /// `ptr` must point into memory owned by `buf` or `iovecs` (or be null
-    /// with `len` 0), valid as `Op::from_raw` requires.
+    /// The pointers of `action` must point only into memory owned by `buf`
+    /// or `iovecs`, valid as `Op::from_action` requires.
     unsafe fn op<B: Send + 'static>(
         self: &Arc<Self>,
         engine: &AsyncEngine,
-        kind: OpKind,
-        offset: u64,
-        (ptr, len): (*mut u8, usize),
+        action: Action,
         buf: B,
         iovecs: Vec<libc::iovec>,
     ) -> OpFuture<B> {
         // SAFETY: the caller's promise, passed on.
         unsafe {
-            let op = Op::from_raw(kind, self.file.as_raw_fd(), offset, ptr, len, self.direct);
+            let op = Op::from_action(self.file.as_raw_fd(), action, self.direct);
             OpFuture::new(engine, op, buf, iovecs, self.clone())
         }
     }
@@ -75,7 +74,12 @@ impl Handle {
         // `buf`, which the future owns.
         unsafe {
             let ptr = buf.stable_mut_ptr().add(start);
-            self.op(engine, OpKind::Read, offset, (ptr, len), buf, Vec::new())
+            let read = Read {
+                buf: ptr,
+                len,
+                offset,
+            };
+            self.op(engine, Action::Read(read), buf, Vec::new())
         }
     }
 }
@@ -279,35 +283,40 @@ impl AsyncFile {
         // SAFETY: `start` is within the buffer (the kernel only reads), and
         // the op points into `buf`, which the future owns.
         unsafe {
-            let ptr = buf.stable_ptr().add(start) as *mut u8;
-            let e = &self.engine;
+            let ptr = buf.stable_ptr().add(start);
+            let write = Write {
+                buf: ptr,
+                len,
+                offset,
+            };
             self.handle
-                .op(e, OpKind::Write, offset, (ptr, len), buf, Vec::new())
+                .op(&self.engine, Action::Write(write), buf, Vec::new())
         }
     }
 
     /// A vectored operation over `bufs`, described by `iovecs`.
     fn vectored<B: Send + 'static>(
         &self,
-        kind: OpKind,
+        make: fn(Vectored) -> Action,
         bufs: Vec<B>,
-        mut iovecs: Vec<libc::iovec>,
+        iovecs: Vec<libc::iovec>,
         offset: u64,
     ) -> OpFuture<Vec<B>> {
-        let raw = (iovecs.as_mut_ptr().cast(), iovecs.len());
-        // SAFETY: the iovecs (heap, owned by the future) describe `bufs`
-        // (owned by the future).
-        unsafe {
-            self.handle
-                .op(&self.engine, kind, offset, raw, bufs, iovecs)
-        }
+        let v = Vectored {
+            iovecs: iovecs.as_ptr(),
+            count: iovecs.len(),
+            offset,
+        };
+        // SAFETY: the iovecs (heap, owned by the future; moving the `Vec`
+        // does not move its elements) describe `bufs` (owned by the future).
+        unsafe { self.handle.op(&self.engine, make(v), bufs, iovecs) }
     }
 
-    /// An operation without memory (a sync).
-    fn sync_op(&self, kind: OpKind) -> OpFuture<()> {
-        let raw = (std::ptr::null_mut(), 0);
+    /// A sync: an operation without memory.
+    fn sync_op(&self, data_only: bool) -> OpFuture<()> {
+        let action = Action::Sync(Flush { data_only });
         // SAFETY: no memory is involved.
-        unsafe { self.handle.op(&self.engine, kind, 0, raw, (), Vec::new()) }
+        unsafe { self.handle.op(&self.engine, action, (), Vec::new()) }
     }
 
     /// Reads up to `buf.len()` bytes at `offset`; resolves to the byte count
@@ -330,7 +339,12 @@ impl AsyncFile {
                 iov_len: b.bytes_len(),
             })
             .collect();
-        self.vectored(OpKind::ReadVectored, bufs, iovecs, offset)
+        self.vectored(
+            |v| Action::ReadVectored(ReadVectored(v)),
+            bufs,
+            iovecs,
+            offset,
+        )
     }
 
     /// Writes each buffer in turn, starting at `offset`.
@@ -342,17 +356,22 @@ impl AsyncFile {
                 iov_len: b.bytes_len(),
             })
             .collect();
-        self.vectored(OpKind::WriteVectored, bufs, iovecs, offset)
+        self.vectored(
+            |v| Action::WriteVectored(WriteVectored(v)),
+            bufs,
+            iovecs,
+            offset,
+        )
     }
 
     /// Flushes data and metadata to stable storage.
     pub fn fsync(&self) -> OpFuture<()> {
-        self.sync_op(OpKind::Fsync)
+        self.sync_op(false)
     }
 
     /// Flushes data (and the metadata needed to read it).
     pub fn fdatasync(&self) -> OpFuture<()> {
-        self.sync_op(OpKind::Fdatasync)
+        self.sync_op(true)
     }
 
     /// Fills `buf` from `offset`, reading again after short reads; fails

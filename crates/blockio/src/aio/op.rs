@@ -9,8 +9,8 @@ use std::task::{Context, Poll, Waker};
 
 use super::driver::{Complete, Request};
 use super::AsyncEngine;
-use crate::error::OpError;
-use crate::op::{Op, OpKind};
+use crate::error::Site;
+use crate::op::Op;
 
 /// What an operation's future resolves to: the result and the buffer (or
 /// buffers) it was given, handed back whatever happened.
@@ -61,15 +61,6 @@ impl<B: Send> Complete for Shared<B> {
     }
 }
 
-/// Where an operation acts, for its error messages.
-#[derive(Debug, Clone, Copy)]
-struct Desc {
-    kind: OpKind,
-    fd: i32,
-    offset: u64,
-    len: usize,
-}
-
 /// An async operation. Submitted on its first poll (or by
 /// [`OpFuture::start`]); resolves to its result and its buffer.
 ///
@@ -82,7 +73,9 @@ struct Desc {
 pub struct OpFuture<B: Send + 'static> {
     engine: AsyncEngine,
     shared: Arc<Shared<B>>,
-    desc: Desc,
+    /// Where the operation acts, for its errors once the operation itself
+    /// has gone to the driver.
+    site: Site,
     /// The operation, until it is submitted.
     op: Option<Op<'static>>,
     /// Why the operation was refused before submission.
@@ -103,12 +96,7 @@ impl<B: Send + 'static> OpFuture<B> {
         iovecs: Vec<libc::iovec>,
         keep: Arc<dyn Send + Sync>,
     ) -> OpFuture<B> {
-        let desc = Desc {
-            kind: op.kind(),
-            fd: op.fd(),
-            offset: op.offset(),
-            len: op.byte_len(),
-        };
+        let site = op.site();
         OpFuture {
             engine: engine.clone(),
             shared: Arc::new(Shared {
@@ -120,7 +108,7 @@ impl<B: Send + 'static> OpFuture<B> {
                     _keep: keep,
                 }),
             }),
-            desc,
+            site,
             op: Some(op),
             refused: None,
         }
@@ -176,13 +164,7 @@ impl<B: Send + 'static> Future for OpFuture<B> {
         match g.result {
             Some(res) => {
                 let buf = g.buf.take().expect("OpFuture polled after it resolved");
-                let d = this.desc;
-                let out = if res >= 0 {
-                    Ok(res as usize)
-                } else {
-                    Err(OpError::from_errno(d.kind, d.fd, d.offset, d.len, -res))
-                };
-                Poll::Ready((out, buf))
+                Poll::Ready((this.site.result(res), buf))
             }
             None => {
                 g.store_waker(cx.waker());

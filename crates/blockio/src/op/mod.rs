@@ -1,0 +1,330 @@
+//! Operations: what a batch is made of.
+//!
+//! An [`Op`] borrows its file and its buffer for as long as it exists, and
+//! [`Engine::submit`](crate::Engine::submit) takes the batch by `&mut` and
+//! returns only after every operation in it has completed. So the borrow
+//! checker itself guarantees that no buffer is freed, moved or reused while
+//! the kernel may still write into it.
+
+//!
+//! What each kind of operation is and how it reaches the kernel is defined
+//! once, in [`action`]; `Op` adds the descriptor, the borrow, and what the
+//! engine learns about the file (direct-I/O alignment, polling).
+
+pub(crate) mod action;
+
+use std::fmt;
+use std::fs::File;
+use std::io::{IoSlice, IoSliceMut};
+use std::marker::PhantomData;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use crate::direct::{Alignment, DirectFile};
+use crate::error::Site;
+pub use crate::kind::OpKind;
+use action::{Action, Flush, Lower, Read, ReadVectored, Vectored, Write, WriteVectored};
+
+/// Something an operation can be issued on: an open file descriptor, and
+/// whether it was opened for direct I/O.
+pub trait Target {
+    /// The raw descriptor.
+    fn raw_fd(&self) -> RawFd;
+    /// The alignment direct I/O on this file needs, if it was opened with
+    /// `O_DIRECT` through [`DirectFile`]. Operations on such a target are
+    /// checked before submission.
+    fn direct_alignment(&self) -> Option<Alignment> {
+        None
+    }
+    /// Whether the file's device has poll queues (used by IOPOLL engines).
+    fn supports_polling(&self) -> bool {
+        false
+    }
+}
+
+impl Target for File {
+    fn raw_fd(&self) -> RawFd {
+        self.as_raw_fd()
+    }
+}
+
+impl Target for OwnedFd {
+    fn raw_fd(&self) -> RawFd {
+        self.as_raw_fd()
+    }
+}
+
+impl Target for BorrowedFd<'_> {
+    fn raw_fd(&self) -> RawFd {
+        self.as_raw_fd()
+    }
+}
+
+impl Target for DirectFile {
+    fn raw_fd(&self) -> RawFd {
+        self.as_raw_fd()
+    }
+    fn direct_alignment(&self) -> Option<Alignment> {
+        Some(self.alignment())
+    }
+    fn supports_polling(&self) -> bool {
+        DirectFile::supports_polling(self)
+    }
+}
+
+/// A raw file descriptor number used as a target.
+///
+/// Safe to use: a descriptor that is closed or reused cannot make the kernel
+/// touch memory outside the operation's buffer; the operation simply fails
+/// with `EBADF` or acts on whatever file the number names now. Prefer
+/// borrowing a [`File`] so that the file cannot be closed while in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawTarget(pub RawFd);
+
+impl Target for RawTarget {
+    fn raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// One I/O operation in a batch.
+///
+/// Built with [`Op::read`], [`Op::write`], [`Op::read_vectored`],
+/// [`Op::write_vectored`], [`Op::fsync`] or [`Op::fdatasync`]. It borrows the
+/// file and the buffers for `'a`.
+pub struct Op<'a> {
+    /// The descriptor: the file, or the directory a path is relative to.
+    pub(crate) fd: RawFd,
+    pub(crate) action: Action,
+    pub(crate) direct: Option<Alignment>,
+    pub(crate) polling: bool,
+    /// Has its result already (refused before submission, or served from
+    /// the page cache): the backend skips it.
+    pub(crate) settled: bool,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: an `Op` is semantically a `&'a mut [u8]` (or `&'a [u8]`, or a slice
+// of `IoSliceMut`, or borrowed C strings) plus plain integers; all of those
+// are `Send` and `Sync`.
+unsafe impl Send for Op<'_> {}
+// SAFETY: see above; shared access to an `Op` never writes through its
+// pointers.
+unsafe impl Sync for Op<'_> {}
+
+impl fmt::Debug for Op<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Op")
+            .field("kind", &self.kind())
+            .field("fd", &self.fd)
+            .field("offset", &self.offset())
+            .field("len", &self.byte_len())
+            .finish()
+    }
+}
+
+impl<'a> Op<'a> {
+    fn on<T: Target + ?Sized>(file: &'a T, action: Action) -> Op<'a> {
+        Op {
+            fd: file.raw_fd(),
+            action,
+            direct: file.direct_alignment(),
+            polling: file.supports_polling(),
+            settled: false,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// An operation whose pointers the caller keeps valid by other means
+    /// than a borrow: the async API, which owns its buffers, and the
+    /// metadata batches, which borrow their paths for the whole call.
+    ///
+    /// # Safety
+    /// The pointers in `action` must be valid (buffers for their lengths,
+    /// iovec arrays and the buffers they describe, NUL-terminated paths)
+    /// until the operation completes, and nothing else may access that
+    /// memory meanwhile.
+    pub(crate) unsafe fn from_action(
+        fd: RawFd,
+        action: Action,
+        direct: Option<Alignment>,
+    ) -> Op<'a> {
+        Op {
+            fd,
+            action,
+            direct,
+            polling: false,
+            settled: false,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Read up to `buf.len()` bytes at `offset`. The result is the number of
+    /// bytes read, short at end of file.
+    pub fn read<T: Target + ?Sized>(file: &'a T, offset: u64, buf: &'a mut [u8]) -> Op<'a> {
+        let (buf, len) = (buf.as_mut_ptr(), buf.len());
+        Op::on(file, Action::Read(Read { buf, len, offset }))
+    }
+
+    /// [`Op::read`] into memory that need not be initialised, to skip
+    /// zeroing a buffer the read will overwrite anyway. After a result of
+    /// `Ok(n)`, the first `n` bytes of `buf` are initialised (nothing else
+    /// is written; the kernel and the fallback only ever write through the
+    /// pointer).
+    pub fn read_uninit<T: Target + ?Sized>(
+        file: &'a T,
+        offset: u64,
+        buf: &'a mut [std::mem::MaybeUninit<u8>],
+    ) -> Op<'a> {
+        let (buf, len) = (buf.as_mut_ptr().cast::<u8>(), buf.len());
+        Op::on(file, Action::Read(Read { buf, len, offset }))
+    }
+
+    /// Write `buf` at `offset`. The result is the number of bytes written.
+    pub fn write<T: Target + ?Sized>(file: &'a T, offset: u64, buf: &'a [u8]) -> Op<'a> {
+        let (buf, len) = (buf.as_ptr(), buf.len());
+        Op::on(file, Action::Write(Write { buf, len, offset }))
+    }
+
+    /// Read into several buffers in order, starting at `offset`.
+    pub fn read_vectored<T: Target + ?Sized>(
+        file: &'a T,
+        offset: u64,
+        bufs: &'a mut [IoSliceMut<'a>],
+    ) -> Op<'a> {
+        // `IoSliceMut` is documented to be ABI compatible with `iovec`.
+        let v = Vectored {
+            iovecs: bufs.as_mut_ptr().cast_const().cast(),
+            count: bufs.len(),
+            offset,
+        };
+        Op::on(file, Action::ReadVectored(ReadVectored(v)))
+    }
+
+    /// Write several buffers in order, starting at `offset`.
+    pub fn write_vectored<T: Target + ?Sized>(
+        file: &'a T,
+        offset: u64,
+        bufs: &'a [IoSlice<'a>],
+    ) -> Op<'a> {
+        // `IoSlice` is documented to be ABI compatible with `iovec`.
+        let v = Vectored {
+            iovecs: bufs.as_ptr().cast(),
+            count: bufs.len(),
+            offset,
+        };
+        Op::on(file, Action::WriteVectored(WriteVectored(v)))
+    }
+
+    /// Flush the file's data and metadata to stable storage. The result is 0.
+    pub fn fsync<T: Target + ?Sized>(file: &'a T) -> Op<'a> {
+        Op::on(file, Action::Sync(Flush { data_only: false }))
+    }
+
+    /// Flush the file's data (and only the metadata needed to read it back).
+    pub fn fdatasync<T: Target + ?Sized>(file: &'a T) -> Op<'a> {
+        Op::on(file, Action::Sync(Flush { data_only: true }))
+    }
+
+    /// The kind of this operation.
+    pub fn kind(&self) -> OpKind {
+        self.action.kind()
+    }
+
+    /// The file offset (0 for syncs and metadata operations).
+    pub fn offset(&self) -> u64 {
+        self.action.span().0
+    }
+
+    /// The raw descriptor this operation is issued on.
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    /// Number of bytes this operation asks for.
+    pub fn byte_len(&self) -> usize {
+        self.action.span().1
+    }
+
+    /// Where this operation acts, for its errors.
+    pub(crate) fn site(&self) -> Site {
+        let (offset, len) = self.action.span();
+        Site {
+            kind: self.kind(),
+            fd: self.fd,
+            offset,
+            len,
+        }
+    }
+
+    /// Checks what can be checked before submission: the offset's range and
+    /// the alignment of direct I/O. Returns the error to report in place of
+    /// submitting.
+    pub(crate) fn precheck(&self) -> Option<std::io::Error> {
+        if self.kind().is_metadata() {
+            return None;
+        }
+        let site = self.site();
+        if site.offset > i64::MAX as u64 {
+            return Some(site.refuse("the offset must be at most", i64::MAX as u64));
+        }
+        let align = self.direct?;
+        let (off_align, mem_align) = (u64::from(align.offset), u64::from(align.memory));
+        if site.offset % off_align != 0 {
+            return Some(site.refuse("O_DIRECT: the offset must be a multiple of", off_align));
+        }
+        self.action.segments().as_slice().iter().find_map(|v| {
+            if v.iov_len as u64 % off_align != 0 {
+                Some(site.refuse("O_DIRECT: the length must be a multiple of", off_align))
+            } else if v.iov_base as u64 % mem_align != 0 {
+                Some(site.refuse(
+                    "O_DIRECT: the buffer address must be a multiple of",
+                    mem_align,
+                ))
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Performs the operation with blocking system calls on this thread;
+    /// the result as io_uring reports it (a count, or `-errno`).
+    pub(crate) fn run_blocking_raw(&self) -> i32 {
+        // SAFETY: the op's pointers are valid for its lifetime (its borrow,
+        // or the promise of `from_action`), and we are inside it.
+        unsafe { self.action.call_raw(self.fd) }
+    }
+
+    /// Performs the operation with blocking system calls on this thread.
+    pub(crate) fn run_blocking(&self) -> std::io::Result<usize> {
+        self.site().result(self.run_blocking_raw())
+    }
+}
+
+/// Empties a vector of operations and gives it back with a fresh lifetime,
+/// keeping its capacity, so that a submit loop can reuse one allocation:
+///
+/// ```
+/// # use blockio::{Engine, Op};
+/// # fn main() -> std::io::Result<()> {
+/// # let file = tempfile::tempfile()?;
+/// # let engine = Engine::new()?;
+/// let mut bufs = vec![vec![0u8; 512]; 8];
+/// let mut store: Vec<Op<'static>> = Vec::with_capacity(8);
+/// let mut results = Vec::with_capacity(8);
+/// for round in 0..3u64 {
+///     let mut ops = blockio::clear_ops(store);
+///     ops.extend(bufs.iter_mut().map(|b| Op::read(&file, round * 512, b)));
+///     engine.submit_into(&mut ops, &mut results)?;
+///     store = blockio::clear_ops(ops); // no allocation in steady state
+/// }
+/// # Ok(()) }
+/// ```
+pub fn clear_ops<'b>(mut ops: Vec<Op<'_>>) -> Vec<Op<'b>> {
+    ops.clear();
+    let mut ops = std::mem::ManuallyDrop::new(ops);
+    let (ptr, cap) = (ops.as_mut_ptr(), ops.capacity());
+    // SAFETY: the vector is empty, so no `Op` (and no borrow) is carried
+    // over; `Op<'a>` and `Op<'b>` differ only in a lifetime, so layout and
+    // allocation are the same, and `ManuallyDrop` hands ownership over.
+    unsafe { Vec::from_raw_parts(ptr.cast::<Op<'b>>(), 0, cap) }
+}
