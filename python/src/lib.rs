@@ -641,7 +641,7 @@ impl Core {
             (&mut aio.threaded, false)
         };
         if slot.is_none() {
-            let mut b = AsyncEngine::builder().queue_depth(self.queue_depth);
+            let mut b = AsyncEngine::builder().queue_depth(self.queue_depth as usize);
             if pool {
                 b = b.backend(BackendChoice::ThreadPool);
             } else if inline {

@@ -263,9 +263,7 @@ fn pool(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
         .build()
         .context("start the tokio runtime")?;
     let file = if plan.strategy == Strategy::Async {
-        let engine = AsyncEngine::builder()
-            .queue_depth(plan.threads.next_power_of_two() as u32)
-            .build()?;
+        let engine = AsyncEngine::builder().queue_depth(plan.threads).build()?;
         let opts = AsyncOpenOptions::new().direct(w.profile.direct());
         Some(Arc::new(AsyncFile::open_with(&engine, &w.path, &opts)?))
     } else {

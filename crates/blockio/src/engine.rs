@@ -1,51 +1,16 @@
-//! The engine handle, its builder, and backend selection.
+//! The engine handle and its builder.
 
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::backend::{self, Backend, BackendChoice};
 use crate::buf::BufferPool;
 use crate::cached::{serve_cached, ReadPath};
 use crate::op::{Op, Target};
 use crate::threads::ThreadBackend;
 use crate::uring::{ProbeReport, UringBackend, UringConfig};
-
-/// The environment variable that chooses the backend: `threads` forces the
-/// thread-pool fallback, `uring` requires io_uring (building fails if it is
-/// unavailable), `auto` (or unset) uses io_uring when the kernel allows it.
-pub const BACKEND_ENV: &str = "BLOCKIO_BACKEND";
-
-/// Which backend an engine runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Backend {
-    /// Linux io_uring.
-    IoUring,
-    /// `pread`/`pwrite` on a thread pool.
-    ThreadPool,
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Backend::IoUring => "io_uring",
-            Backend::ThreadPool => "thread pool",
-        })
-    }
-}
-
-/// Which backend to ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum BackendChoice {
-    /// io_uring if the kernel allows it, else the thread pool; overridden by
-    /// [`BACKEND_ENV`].
-    #[default]
-    Auto,
-    /// io_uring or an error.
-    IoUring,
-    /// Always the thread pool.
-    ThreadPool,
-}
 
 /// Builds an [`Engine`]. Every setting has a default.
 #[derive(Debug, Clone)]
@@ -187,7 +152,8 @@ impl EngineBuilder {
         self
     }
 
-    /// Threads of the fallback backend (default: the queue depth, at most 64).
+    /// Threads of the thread-pool backend; 0 (the default) means the queue
+    /// depth, at most 64.
     pub fn fallback_threads(mut self, n: usize) -> Self {
         self.threads = n;
         self
@@ -203,88 +169,32 @@ impl EngineBuilder {
     /// even the thread pool cannot start, or if [`BACKEND_ENV`] holds an
     /// unknown value.
     pub fn build(self) -> io::Result<Engine> {
-        let choice = choice_from_env(self.backend)?;
-        let threads = if self.threads == 0 {
-            self.queue_depth.min(64)
-        } else {
-            self.threads
-        };
-        let fallback = |reason: String| -> io::Result<Engine> {
-            Ok(Engine {
-                inner: Arc::new(Inner {
-                    imp: Imp::Threads(ThreadBackend::new(threads)?),
-                    fallback_reason: Some(reason),
-                    read_path: self.read_path,
-                    served_inline: AtomicU64::new(0),
-                    sent_to_backend: AtomicU64::new(0),
-                }),
+        let threads = fallback_threads(self.threads, self.queue_depth);
+        let uring = || {
+            UringBackend::new(UringConfig {
+                entries: self.max_batch.next_power_of_two(),
+                queue_depth: self.queue_depth,
+                max_rings: self.max_rings,
+                sqpoll: self.sqpoll,
+                sqpoll_idle_ms: self.sqpoll_idle_ms,
+                iopoll: self.iopoll,
+                bufs: self.registered_buffers.clone(),
+                file_slots: self.file_slots,
+                submit_chunk: self.submit_chunk.map(|n| n as usize),
             })
+            .map(|u| (Imp::Uring(Box::new(u)), None))
         };
-        if choice == BackendChoice::ThreadPool {
-            return fallback(format!(
-                "requested ({BACKEND_ENV} or EngineBuilder::backend)"
-            ));
-        }
-        let cfg = UringConfig {
-            entries: self.max_batch.next_power_of_two(),
-            queue_depth: self.queue_depth,
-            max_rings: self.max_rings,
-            sqpoll: self.sqpoll,
-            sqpoll_idle_ms: self.sqpoll_idle_ms,
-            iopoll: self.iopoll,
-            bufs: self.registered_buffers,
-            file_slots: self.file_slots,
-            submit_chunk: self.submit_chunk.map(|n| n as usize),
-        };
-        match UringBackend::new(cfg) {
-            Ok(u) => Ok(Engine {
-                inner: Arc::new(Inner {
-                    imp: Imp::Uring(Box::new(u)),
-                    fallback_reason: None,
-                    read_path: self.read_path,
-                    served_inline: AtomicU64::new(0),
-                    sent_to_backend: AtomicU64::new(0),
-                }),
+        let pool = |reason| Ok((Imp::Threads(ThreadBackend::new(threads)?), Some(reason)));
+        let (imp, fallback_reason) = backend::select(self.backend, uring, pool)?;
+        Ok(Engine {
+            inner: Arc::new(EngineShared {
+                imp,
+                fallback_reason,
+                read_path: self.read_path,
+                served_inline: AtomicU64::new(0),
+                sent_to_backend: AtomicU64::new(0),
             }),
-            Err(e) if choice == BackendChoice::Auto => fallback(format!(
-                "io_uring unavailable: {}",
-                describe_setup_error(&e)
-            )),
-            Err(e) => Err(io::Error::new(
-                e.kind(),
-                format!(
-                    "io_uring was required but is unavailable: {}",
-                    describe_setup_error(&e)
-                ),
-            )),
-        }
-    }
-}
-
-/// The backend asked for: [`BACKEND_ENV`] if set, else `configured`.
-pub(crate) fn choice_from_env(configured: BackendChoice) -> io::Result<BackendChoice> {
-    match std::env::var(BACKEND_ENV) {
-        Ok(v) => match v.trim() {
-            "threads" | "thread-pool" | "threadpool" => Ok(BackendChoice::ThreadPool),
-            "uring" | "io_uring" | "io-uring" => Ok(BackendChoice::IoUring),
-            "auto" | "" => Ok(configured),
-            other => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{BACKEND_ENV}={other:?}: expected \"threads\", \"uring\" or \"auto\""),
-            )),
-        },
-        Err(_) => Ok(configured),
-    }
-}
-
-fn describe_setup_error(e: &io::Error) -> String {
-    match e.raw_os_error() {
-        Some(libc::ENOSYS) => "io_uring_setup is not implemented by this kernel (ENOSYS)".into(),
-        Some(libc::EPERM) => {
-            "io_uring_setup was denied (EPERM): kernel.io_uring_disabled or a seccomp profile"
-                .into()
-        }
-        _ => e.to_string(),
+        })
     }
 }
 
@@ -293,7 +203,8 @@ enum Imp {
     Threads(ThreadBackend),
 }
 
-struct Inner {
+/// What every clone of an [`Engine`] shares.
+struct EngineShared {
     imp: Imp,
     fallback_reason: Option<String>,
     read_path: ReadPath,
@@ -316,7 +227,7 @@ pub struct EngineStats {
 /// See the [crate documentation](crate) for an example.
 #[derive(Clone)]
 pub struct Engine {
-    inner: Arc<Inner>,
+    inner: Arc<EngineShared>,
 }
 
 impl fmt::Debug for Engine {
@@ -478,4 +389,15 @@ fn settle_metadata_inline(
         }
     }
     pending
+}
+
+/// The threads of a thread-pool backend: `configured`, or when that is 0
+/// the queue depth, at most 64. Both engines' builders mean the same by
+/// `fallback_threads`.
+pub(crate) fn fallback_threads(configured: usize, queue_depth: usize) -> usize {
+    if configured == 0 {
+        queue_depth.clamp(1, 64)
+    } else {
+        configured
+    }
 }

@@ -58,6 +58,7 @@
 #![warn(missing_docs)]
 
 pub mod aio;
+mod backend;
 mod buf;
 mod cached;
 mod direct;
@@ -67,13 +68,16 @@ mod kind;
 mod limit;
 mod meta;
 mod op;
+mod pool;
+mod ring;
 mod threads;
 mod uring;
 
+pub use backend::{Backend, BackendChoice, BACKEND_ENV};
 pub use buf::{AlignedBuf, BufferPool, PooledBuf};
 pub use cached::ReadPath;
 pub use direct::{device_supports_polling, Alignment, AlignmentSource, DirectFile};
-pub use engine::{Backend, BackendChoice, Engine, EngineBuilder, EngineStats, BACKEND_ENV};
+pub use engine::{Engine, EngineBuilder, EngineStats};
 pub use error::{errno, OpError, PathError, Refusal};
 pub use kind::OpKind;
 pub use meta::{OpenRequest, PathAt};

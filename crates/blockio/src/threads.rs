@@ -4,17 +4,17 @@
 //! `kernel.io_uring_disabled`) or when `BLOCKIO_BACKEND=threads`. The API and
 //! the results are the same; only speed differs.
 //!
-//! A batch is shared with up to `threads` workers and the calling thread,
+//! A batch is shared with up to `threads` workers (a [`WorkerPool`]) and the
+//! calling thread,
 //! which all take the next operation index from one atomic counter. The
 //! caller returns only once every worker has let go of the batch.
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle, Thread};
+use std::thread::{self, Thread};
 
 use crate::op::Op;
+use crate::pool::WorkerPool;
 
 struct Shared<'a, 'b> {
     ops: &'a [Op<'b>],
@@ -57,35 +57,34 @@ struct Job(*const Shared<'static, 'static>);
 // per index) that outlives the job: the caller waits for every worker.
 unsafe impl Send for Job {}
 
+impl Job {
+    /// A worker's part of the batch.
+    fn run(self) {
+        // SAFETY: the caller keeps the batch alive until `refs` reaches 0,
+        // which happens only after our `leave`.
+        let shared = unsafe { &*self.0 };
+        shared.work();
+        shared.leave();
+    }
+}
+
 pub(crate) struct ThreadBackend {
-    tx: Mutex<Option<Sender<Job>>>,
-    workers: Vec<JoinHandle<()>>,
+    pool: WorkerPool<Job>,
 }
 
 impl ThreadBackend {
     pub(crate) fn new(threads: usize) -> io::Result<ThreadBackend> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        let workers = (0..threads.max(1))
-            .map(|i| {
-                let rx = rx.clone();
-                thread::Builder::new()
-                    .name(format!("blockio-pool-{i}"))
-                    .spawn(move || worker(&rx))
-            })
-            .collect::<io::Result<Vec<_>>>()?;
         Ok(ThreadBackend {
-            tx: Mutex::new(Some(tx)),
-            workers,
+            pool: WorkerPool::new(threads, "blockio-pool", Job::run)?,
         })
     }
 
     pub(crate) fn threads(&self) -> usize {
-        self.workers.len()
+        self.pool.threads()
     }
 
     pub(crate) fn run(&self, ops: &[Op<'_>], results: &mut [io::Result<usize>]) -> io::Result<()> {
-        let helpers = ops.len().saturating_sub(1).min(self.workers.len());
+        let helpers = ops.len().saturating_sub(1).min(self.pool.threads());
         let shared = Shared {
             ops,
             results: results.as_mut_ptr(),
@@ -95,21 +94,11 @@ impl ThreadBackend {
         };
         // Waits for the workers even if this thread unwinds.
         let guard = WaitForWorkers(&shared.refs);
-        if helpers > 0 {
-            let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-            let tx = tx.as_ref().expect("sender lives until drop");
-            // Lifetimes are erased: the caller outlives every use (see `Job`).
-            let ptr = (&shared as *const Shared<'_, '_>).cast::<Shared<'static, 'static>>();
-            for sent in 0..helpers {
-                if tx.send(Job(ptr)).is_err() {
-                    // No worker will take the rest: count them out ourselves.
-                    for _ in sent..helpers {
-                        shared.refs.fetch_sub(1, Ordering::AcqRel);
-                    }
-                    break;
-                }
-            }
-        }
+        // Lifetimes are erased: the caller outlives every use (see `Job`).
+        let ptr = (&shared as *const Shared<'_, '_>).cast::<Shared<'static, 'static>>();
+        let unsent = self.pool.send((0..helpers).map(|_| Job(ptr)));
+        // No worker will take these: count them out ourselves.
+        shared.refs.fetch_sub(unsent.len(), Ordering::AcqRel);
         shared.work();
         shared.leave();
         drop(guard);
@@ -123,32 +112,6 @@ impl Drop for WaitForWorkers<'_> {
     fn drop(&mut self) {
         while self.0.load(Ordering::Acquire) != 0 {
             thread::park();
-        }
-    }
-}
-
-fn worker(rx: &Mutex<Receiver<Job>>) {
-    loop {
-        let job = {
-            let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
-            match rx.recv() {
-                Ok(job) => job,
-                Err(_) => return,
-            }
-        };
-        // SAFETY: the caller keeps the batch alive until `refs` reaches 0,
-        // which happens only after our `leave`.
-        let shared = unsafe { &*job.0 };
-        shared.work();
-        shared.leave();
-    }
-}
-
-impl Drop for ThreadBackend {
-    fn drop(&mut self) {
-        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
-        for w in self.workers.drain(..) {
-            let _ = w.join();
         }
     }
 }

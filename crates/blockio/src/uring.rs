@@ -42,15 +42,7 @@ use crate::buf::{BufferPool, PoolInner};
 use crate::limit::InFlightLimit;
 use crate::op::action::Lower;
 use crate::op::Op;
-
-/// The setup flags a ring is created with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Flags {
-    pub sqpoll: bool,
-    pub iopoll: bool,
-    pub coop_taskrun: bool,
-    pub submit_all: bool,
-}
+use crate::ring::{submit_and_wait_or_abort, RingFlags};
 
 struct Ring {
     io: IoUring,
@@ -68,10 +60,9 @@ struct RingPool {
     returned: Condvar,
     max_rings: usize,
     entries: u32,
-    flags: Flags,
-    sqpoll_idle_ms: u32,
-    /// With SQPOLL, later rings attach to the first ring's poller thread.
-    attach_fd: Option<RawFd>,
+    /// The flags every ring of the pool has (with SQPOLL, later rings
+    /// attach to the first ring's poller thread).
+    flags: RingFlags,
     /// Buffers every ring registers.
     bufs: Option<BufferPool>,
     /// Registered-file slots every ring reserves.
@@ -140,64 +131,9 @@ pub(crate) struct UringConfig {
     pub submit_chunk: Option<usize>,
 }
 
-fn build_io_uring(
-    entries: u32,
-    flags: &mut Flags,
-    sqpoll_idle_ms: u32,
-    attach_fd: Option<RawFd>,
-    refused: &mut Vec<&'static str>,
-) -> io::Result<IoUring> {
-    loop {
-        let mut b = IoUring::builder();
-        b.setup_cqsize(entries * 2);
-        if flags.submit_all {
-            b.setup_submit_all();
-        }
-        if flags.coop_taskrun {
-            b.setup_coop_taskrun();
-        }
-        if flags.sqpoll {
-            b.setup_sqpoll(sqpoll_idle_ms);
-            if let Some(fd) = attach_fd {
-                b.setup_attach_wq(fd);
-            }
-        }
-        if flags.iopoll {
-            b.setup_iopoll();
-        }
-        let err = match b.build(entries) {
-            Ok(ring) => return Ok(ring),
-            Err(e) => e,
-        };
-        let refusal = matches!(err.raw_os_error(), Some(libc::EINVAL) | Some(libc::EPERM));
-        // Drop the least important flag still set and try again.
-        if refusal && flags.coop_taskrun {
-            flags.coop_taskrun = false;
-            refused.push("COOP_TASKRUN");
-        } else if refusal && flags.submit_all {
-            flags.submit_all = false;
-            refused.push("SUBMIT_ALL");
-        } else if refusal && flags.sqpoll {
-            flags.sqpoll = false;
-            refused.push("SQPOLL");
-        } else if refusal && flags.iopoll {
-            flags.iopoll = false;
-            refused.push("IOPOLL");
-        } else {
-            return Err(err);
-        }
-    }
-}
-
 impl RingPool {
     /// A pool whose first ring, `first`, was built (and probed) with `flags`.
-    fn with_first(
-        cfg: &UringConfig,
-        flags: Flags,
-        sqpoll_idle_ms: u32,
-        attach_fd: Option<RawFd>,
-        first: IoUring,
-    ) -> io::Result<RingPool> {
+    fn with_first(cfg: &UringConfig, flags: RingFlags, first: IoUring) -> io::Result<RingPool> {
         let mut ring = Ring {
             io: first,
             files_version: 0,
@@ -212,8 +148,6 @@ impl RingPool {
             max_rings: cfg.max_rings.max(1),
             entries: cfg.entries,
             flags,
-            sqpoll_idle_ms,
-            attach_fd,
             bufs: cfg.bufs.clone(),
             file_slots: cfg.file_slots,
         })
@@ -221,14 +155,7 @@ impl RingPool {
 
     fn new_ring(&self) -> io::Result<Ring> {
         let mut flags = self.flags;
-        let mut refused = Vec::new();
-        let io = build_io_uring(
-            self.entries,
-            &mut flags,
-            self.sqpoll_idle_ms,
-            self.attach_fd,
-            &mut refused,
-        )?;
+        let io = flags.build(self.entries, &mut Vec::new())?;
         if flags != self.flags {
             return Err(io::Error::other(
                 "io_uring setup flags changed after probing",
@@ -307,32 +234,27 @@ impl UringBackend {
     /// unusable here (ENOSYS, EPERM, disabled, too old).
     pub(crate) fn new(cfg: UringConfig) -> io::Result<UringBackend> {
         let mut refused = Vec::new();
-        let mut flags = Flags {
-            sqpoll: cfg.sqpoll,
-            iopoll: false,
+        let mut flags = RingFlags {
             coop_taskrun: true,
             submit_all: true,
+            sqpoll: cfg.sqpoll.then_some(cfg.sqpoll_idle_ms),
+            ..RingFlags::default()
         };
-        let first = build_io_uring(
-            cfg.entries,
-            &mut flags,
-            cfg.sqpoll_idle_ms,
-            None,
-            &mut refused,
-        )?;
+        let first = flags.build(cfg.entries, &mut refused)?;
         let metadata_ops = probe_supported(&first)?;
-        let attach_fd = flags.sqpoll.then(|| first.as_raw_fd());
-        let plain = RingPool::with_first(&cfg, flags, cfg.sqpoll_idle_ms, attach_fd, first)?;
+        if flags.sqpoll.is_some() {
+            flags.attach = Some(first.as_raw_fd());
+        }
+        let plain = RingPool::with_first(&cfg, flags, first)?;
         let polled = if cfg.iopoll {
-            let mut pflags = Flags {
+            let mut pflags = RingFlags {
                 iopoll: true,
-                sqpoll: false,
+                sqpoll: None,
+                attach: None,
                 ..flags
             };
-            match build_io_uring(cfg.entries, &mut pflags, 0, None, &mut refused) {
-                Ok(ring) if pflags.iopoll => {
-                    Some(RingPool::with_first(&cfg, pflags, 0, None, ring)?)
-                }
+            match pflags.build(cfg.entries, &mut refused) {
+                Ok(ring) if pflags.iopoll => Some(RingPool::with_first(&cfg, pflags, ring)?),
                 _ => None,
             }
         } else {
@@ -340,7 +262,7 @@ impl UringBackend {
         };
         let report = ProbeReport {
             entries: cfg.entries,
-            sqpoll: flags.sqpoll,
+            sqpoll: flags.sqpoll.is_some(),
             iopoll: polled.is_some(),
             coop_taskrun: flags.coop_taskrun,
             submit_all: flags.submit_all,
@@ -487,7 +409,7 @@ impl UringBackend {
                     ring.files_version = t.version;
                 }
             }
-            let mut batch = Batch {
+            let mut batch = RingBatch {
                 ring: &mut ring.io,
                 limit: &self.limit,
                 in_flight: 0,
@@ -506,7 +428,7 @@ impl UringBackend {
 }
 
 /// One batch being driven on one checked-out ring.
-struct Batch<'r> {
+struct RingBatch<'r> {
     ring: &'r mut IoUring,
     limit: &'r InFlightLimit,
     in_flight: usize,
@@ -518,7 +440,7 @@ struct Batch<'r> {
     chunk: Option<usize>,
 }
 
-impl Batch<'_> {
+impl RingBatch<'_> {
     /// Drives `ops[*next..]` until all are done (`Ok(true)`) or until the
     /// engine-wide bound leaves this batch nothing in flight and no permit
     /// (`Ok(false)`: the caller returns the ring, waits, and resumes).
@@ -557,7 +479,7 @@ impl Batch<'_> {
                     // SAFETY: the entry points into buffers (and iovec arrays)
                     // borrowed by `ops` for longer than this call, and this
                     // call does not return until every queued entry's
-                    // completion has been reaped (see `Drop for Batch`).
+                    // completion has been reaped (see `Drop for RingBatch`).
                     unsafe { sq.push(&entry) }
                         .expect("in-flight count is bounded by the ring size");
                     self.in_flight += 1;
@@ -679,7 +601,7 @@ fn submit_now(submitter: &io_uring::Submitter<'_>) -> io::Result<()> {
     }
 }
 
-impl Drop for Batch<'_> {
+impl Drop for RingBatch<'_> {
     /// Only reached with operations in flight if `run` failed or panicked:
     /// their buffers must not be released before the kernel is done, so wait.
     fn drop(&mut self) {
@@ -689,24 +611,6 @@ impl Drop for Batch<'_> {
         }
         self.limit.give(self.permits);
         self.permits = 0;
-    }
-}
-
-/// Submits what is queued and waits for `want` completions. Errors that
-/// only mean "not now" (EINTR; EBUSY, the completion queue backed up;
-/// EAGAIN, the kernel short of memory) return so the caller can reap and
-/// try again. Any other error leaves no way to learn when the kernel is done
-/// with the memory of the operations in flight, so the process aborts: that
-/// is the only sound choice left.
-pub(crate) fn submit_and_wait_or_abort(ring: &mut IoUring, want: usize) {
-    match ring.submit_and_wait(want) {
-        Ok(_) => {}
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
-            ) => {}
-        Err(_) => std::process::abort(),
     }
 }
 

@@ -53,6 +53,30 @@ fn backend_follows_environment() {
     }
 }
 
+/// `Engine` and `AsyncEngine` builders mean the same by the same names, and
+/// explain a fallback in the same words.
+#[test]
+fn both_builders_mean_the_same_by_their_settings() {
+    use blockio::{BackendChoice, Engine};
+    for (depth, threads, want) in [(8, 0, 8), (300, 0, 64), (8, 3, 3)] {
+        let e = Engine::builder()
+            .queue_depth(depth)
+            .fallback_threads(threads)
+            .backend(BackendChoice::ThreadPool)
+            .build()
+            .unwrap();
+        let a = AsyncEngine::builder()
+            .queue_depth(depth)
+            .fallback_threads(threads)
+            .backend(BackendChoice::ThreadPool)
+            .build()
+            .unwrap();
+        assert_eq!((e.fallback_threads(), a.fallback_threads()), (want, want));
+        assert_eq!(e.fallback_reason(), a.fallback_reason());
+        assert!(e.fallback_reason().unwrap().contains("requested"));
+    }
+}
+
 #[test]
 fn positional_operations_match_pread_on_every_executor() {
     let (path, data) = data_file(300_000, 3);

@@ -42,8 +42,11 @@ use std::sync::{Arc, Mutex};
 
 use io_uring::{opcode, squeue::SubmissionQueue, types, IoUring};
 
+use crate::pool::WorkerPool;
+use crate::ring::{submit_and_wait_or_abort, RingFlags};
+
 use crate::op::Op;
-use crate::uring::{build_entry, submit_and_wait_or_abort};
+use crate::uring::build_entry;
 
 /// Receives an operation's result (bytes, or `-errno`).
 pub(crate) trait Complete: Send + Sync {
@@ -68,6 +71,14 @@ impl Request {
     /// usual (its memory stays owned by `done` until the completion).
     fn abandoned(&self) -> bool {
         Arc::strong_count(&self.done) == 1
+    }
+
+    /// Performs the request with blocking system calls (a pool worker's
+    /// job), unless it was abandoned.
+    fn run_blocking(self) {
+        if !self.abandoned() {
+            self.done.complete(self.op.run_blocking_raw());
+        }
     }
 }
 
@@ -95,7 +106,7 @@ impl DriverShared {
 pub(crate) enum Driver {
     Uring(Arc<DriverShared>),
     Inline(Box<Mutex<Option<InlineRing>>>),
-    Threads(Mutex<Option<mpsc::Sender<Request>>>),
+    Threads(WorkerPool<Request>),
 }
 
 /// The operations a ring has in flight, and those waiting for room: the
@@ -163,33 +174,33 @@ impl InFlight {
 pub(crate) struct InlineRing {
     ring: IoUring,
     ops: InFlight,
+    /// Most operations in flight.
+    depth: usize,
 }
 
 impl InlineRing {
-    fn new(entries: u32, eventfd: RawFd) -> io::Result<InlineRing> {
+    fn new(depth: usize, eventfd: RawFd) -> io::Result<InlineRing> {
         // No COOP_TASKRUN or DEFER_TASKRUN: completions are posted by task
         // work on the submitting thread, and that thread may be asleep in
         // its event loop's epoll_wait; only a signalled task-work run wakes
         // it to post them (and so signal the eventfd it is waiting on).
-        let mut b = IoUring::builder();
-        b.setup_cqsize(entries * 2);
-        let ring = b.build(entries)?;
+        let ring = RingFlags::default().build(ring_entries(depth), &mut Vec::new())?;
         ring.submitter().register_eventfd(eventfd)?;
         Ok(InlineRing {
             ring,
             ops: InFlight::default(),
+            depth,
         })
     }
 
     /// Moves queued requests onto the ring while it has room, and submits
     /// them without waiting.
     fn push_and_submit(&mut self) {
-        let cap = self.ring.params().sq_entries() as usize;
-        let queued = {
+        let pushed = {
             let mut sq = self.ring.submission();
-            self.ops.fill(&mut sq, cap) | !sq.is_empty()
+            self.ops.fill(&mut sq, self.depth) | !sq.is_empty()
         };
-        if queued {
+        if pushed {
             submit_and_wait_or_abort(&mut self.ring, 0);
         }
     }
@@ -227,8 +238,9 @@ impl Drop for Finish {
 }
 
 impl Driver {
-    /// Starts an io_uring driver with a ring of `entries`.
-    pub(crate) fn uring(entries: u32) -> io::Result<Driver> {
+    /// Starts an io_uring driver thread with at most `depth` operations in
+    /// flight.
+    pub(crate) fn uring(depth: usize) -> io::Result<Driver> {
         // SAFETY: eventfd returns a new descriptor or -1.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -245,7 +257,7 @@ impl Driver {
         let s = shared.clone();
         std::thread::Builder::new()
             .name("blockio-aio".into())
-            .spawn(move || drive(s, entries, ready_tx))?;
+            .spawn(move || drive(s, depth, ready_tx))?;
         ready_rx
             .recv()
             .map_err(|_| io::Error::other("the blockio-aio driver thread died while starting"))??;
@@ -253,10 +265,9 @@ impl Driver {
     }
 
     /// A ring driven by the caller, signalling `eventfd` on completions.
-    pub(crate) fn inline(entries: u32, eventfd: RawFd) -> io::Result<Driver> {
-        Ok(Driver::Inline(Box::new(Mutex::new(Some(InlineRing::new(
-            entries, eventfd,
-        )?)))))
+    pub(crate) fn inline(depth: usize, eventfd: RawFd) -> io::Result<Driver> {
+        let ring = InlineRing::new(depth, eventfd)?;
+        Ok(Driver::Inline(Box::new(Mutex::new(Some(ring)))))
     }
 
     /// Completes the operations the kernel has finished, calling their
@@ -287,23 +298,19 @@ impl Driver {
 
     /// Starts a pool of `threads` threads doing plain system calls.
     pub(crate) fn threads(threads: usize) -> io::Result<Driver> {
-        let (tx, rx) = mpsc::channel::<Request>();
-        let rx = Arc::new(Mutex::new(rx));
-        for i in 0..threads.max(1) {
-            let rx = rx.clone();
-            std::thread::Builder::new()
-                .name(format!("blockio-aio-{i}"))
-                .spawn(move || loop {
-                    let req = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-                        Ok(r) => r,
-                        Err(_) => return,
-                    };
-                    if !req.abandoned() {
-                        req.done.complete(req.op.run_blocking_raw());
-                    }
-                })?;
+        Ok(Driver::Threads(WorkerPool::new(
+            threads,
+            "blockio-aio",
+            Request::run_blocking,
+        )?))
+    }
+
+    /// Threads of the thread-pool driver (0 for the io_uring ones).
+    pub(crate) fn pool_threads(&self) -> usize {
+        match self {
+            Driver::Threads(pool) => pool.threads(),
+            _ => 0,
         }
-        Ok(Driver::Threads(Mutex::new(Some(tx))))
     }
 
     /// Hands requests to the driver.
@@ -327,13 +334,9 @@ impl Driver {
                 r.ops.backlog.extend(reqs);
                 r.push_and_submit();
             }
-            Driver::Threads(tx) => {
-                let tx = tx.lock().unwrap_or_else(|e| e.into_inner());
-                for req in reqs {
-                    let sent = tx.as_ref().map(|t| t.send(req));
-                    if let Some(Err(mpsc::SendError(req))) = sent {
-                        req.done.complete(-libc::ECANCELED);
-                    }
+            Driver::Threads(pool) => {
+                for req in pool.send(reqs) {
+                    req.done.complete(-libc::ECANCELED);
                 }
             }
         }
@@ -362,11 +365,15 @@ impl Drop for Driver {
                         .spawn(move || drop(f));
                 }
             }
-            Driver::Threads(tx) => {
-                tx.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-            }
+            // Dropping the pool closes its queue; its workers finish.
+            Driver::Threads(_) => {}
         }
     }
+}
+
+/// The ring size for `slots` entries: the next power of two, at least 2.
+fn ring_entries(slots: usize) -> u32 {
+    slots.clamp(2, 32768).next_power_of_two() as u32
 }
 
 /// Completes the armed eventfd read by writing to the eventfd, and waits
@@ -381,35 +388,14 @@ fn finish_wake_read(ring: &mut IoUring, shared: &DriverShared) {
     }
 }
 
-fn build_ring(entries: u32) -> io::Result<IoUring> {
-    let attempts: [fn(&mut io_uring::Builder); 3] = [
-        |b| {
-            b.setup_single_issuer()
-                .setup_defer_taskrun()
-                .setup_coop_taskrun();
-        },
-        |b| {
-            b.setup_coop_taskrun();
-        },
-        |_| {},
-    ];
-    let mut last = None;
-    for set in attempts {
-        let mut b = IoUring::builder();
-        b.setup_cqsize(entries * 2);
-        set(&mut b);
-        match b.build(entries) {
-            Ok(r) => return Ok(r),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| io::Error::other("io_uring setup failed")))
-}
-
 /// The driver thread's loop.
-fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result<()>>) {
-    let mut ring = match build_ring(entries) {
+fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result<()>>) {
+    let mut flags = RingFlags {
+        single_thread: true,
+        coop_taskrun: true,
+        ..RingFlags::default()
+    };
+    let mut ring = match flags.build(ring_entries(depth + 1), &mut Vec::new()) {
         Ok(r) => {
             let _ = ready.send(Ok(()));
             r
@@ -423,7 +409,8 @@ fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result
     // armed read (see `finish_wake_read`), so the buffer outlives it.
     let mut wake_buf = Box::new([0u8; 8]);
     let wake_ptr = wake_buf.as_mut_ptr();
-    let cap = ring.params().sq_entries() as usize;
+    // One slot stays free for re-arming the wake read.
+    let limit = depth.min(ring.params().sq_entries() as usize - 1);
     let mut ops = InFlight::default();
     let mut taken: Vec<Request> = Vec::new();
     let mut arm_wake = true;
@@ -445,17 +432,16 @@ fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result
                     arm_wake = false;
                 }
             }
-            // One slot stays free for re-arming the wake read.
-            ops.fill(&mut sq, cap - 1);
+            ops.fill(&mut sq, limit);
         }
         let stopping = shared.stop.load(Ordering::SeqCst);
         if stopping && ops.count == 0 && ops.backlog.is_empty() {
-            let queued = shared
+            let nothing_queued = shared
                 .queue
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .is_empty();
-            if queued {
+            if nothing_queued {
                 if !arm_wake {
                     finish_wake_read(&mut ring, &shared);
                 }
@@ -471,7 +457,7 @@ fn drive(shared: Arc<DriverShared>, entries: u32, ready: mpsc::Sender<io::Result
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_empty()
-            || (!ops.backlog.is_empty() && ops.count + 1 < cap);
+            || (!ops.backlog.is_empty() && ops.count < limit);
         let want = if more { 0 } else { 1 };
         submit_and_wait_or_abort(&mut ring, want);
         shared.sleeping.store(false, Ordering::SeqCst);

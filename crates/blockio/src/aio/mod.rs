@@ -60,7 +60,8 @@ pub use buf::{IoBuf, IoBufMut};
 pub use file::{AsyncFile, AsyncOpenOptions, Batch, BatchOp};
 pub use op::{BufResult, OpFuture};
 
-use crate::engine::{Backend, BackendChoice, BACKEND_ENV};
+use crate::backend::{self, Backend, BackendChoice};
+use crate::engine::fallback_threads;
 use driver::Driver;
 
 /// A handle to an async I/O driver. Cheap to clone; the driver stops when
@@ -68,10 +69,11 @@ use driver::Driver;
 /// the operations in flight.
 #[derive(Clone)]
 pub struct AsyncEngine {
-    inner: Arc<Inner>,
+    inner: Arc<AsyncShared>,
 }
 
-struct Inner {
+/// What every clone of an [`AsyncEngine`] shares.
+struct AsyncShared {
     driver: Driver,
     backend: Backend,
     fallback_reason: Option<String>,
@@ -88,7 +90,7 @@ impl fmt::Debug for AsyncEngine {
 /// Builds an [`AsyncEngine`].
 #[derive(Debug, Clone)]
 pub struct AsyncEngineBuilder {
-    entries: u32,
+    queue_depth: usize,
     threads: usize,
     backend: BackendChoice,
     /// `driven_by_caller`'s eventfd.
@@ -98,8 +100,8 @@ pub struct AsyncEngineBuilder {
 impl Default for AsyncEngineBuilder {
     fn default() -> Self {
         AsyncEngineBuilder {
-            entries: 256,
-            threads: 64,
+            queue_depth: 256,
+            threads: 0,
             backend: BackendChoice::Auto,
             caller_eventfd: None,
         }
@@ -107,16 +109,19 @@ impl Default for AsyncEngineBuilder {
 }
 
 impl AsyncEngineBuilder {
-    /// Ring size: the most operations in flight (default 256; more wait in a
-    /// queue).
-    pub fn queue_depth(mut self, n: u32) -> Self {
-        self.entries = n.clamp(2, 32768).next_power_of_two();
+    /// Most operations in flight at once, over all tasks (default 256, at
+    /// most 32767); more wait in a queue, in order. As for
+    /// [`EngineBuilder::queue_depth`](crate::EngineBuilder::queue_depth).
+    pub fn queue_depth(mut self, n: usize) -> Self {
+        self.queue_depth = n.clamp(1, MAX_QUEUE_DEPTH);
         self
     }
 
-    /// Threads of the fallback backend (default 64).
+    /// Threads of the thread-pool backend; 0 (the default) means the queue
+    /// depth, at most 64. As for
+    /// [`EngineBuilder::fallback_threads`](crate::EngineBuilder::fallback_threads).
     pub fn fallback_threads(mut self, n: usize) -> Self {
-        self.threads = n.max(1);
+        self.threads = n;
         self
     }
 
@@ -152,41 +157,30 @@ impl AsyncEngineBuilder {
 
     /// Starts the driver.
     pub fn build(self) -> io::Result<AsyncEngine> {
-        let choice = crate::engine::choice_from_env(self.backend)?;
-        let fallback = |reason: String| -> io::Result<AsyncEngine> {
-            Ok(AsyncEngine {
-                inner: Arc::new(Inner {
-                    driver: Driver::threads(self.threads)?,
-                    backend: Backend::ThreadPool,
-                    fallback_reason: Some(reason),
-                }),
-            })
-        };
-        if choice == BackendChoice::ThreadPool {
-            return fallback(format!("requested ({BACKEND_ENV} or the builder)"));
-        }
-        let driver = match self.caller_eventfd {
-            Some(fd) => Driver::inline(self.entries, fd),
-            None => Driver::uring(self.entries),
-        };
-        match driver {
-            Ok(d) => Ok(AsyncEngine {
-                inner: Arc::new(Inner {
-                    driver: d,
-                    backend: Backend::IoUring,
-                    fallback_reason: None,
-                }),
-            }),
-            Err(e) if choice == BackendChoice::Auto => {
-                fallback(format!("io_uring unavailable: {e}"))
+        let depth = self.queue_depth;
+        let uring = || {
+            match self.caller_eventfd {
+                Some(fd) => Driver::inline(depth, fd),
+                None => Driver::uring(depth),
             }
-            Err(e) => Err(io::Error::new(
-                e.kind(),
-                format!("io_uring was required but is unavailable: {e}"),
-            )),
-        }
+            .map(|d| (d, Backend::IoUring, None))
+        };
+        let threads = fallback_threads(self.threads, depth);
+        let pool = |reason| Ok((Driver::threads(threads)?, Backend::ThreadPool, Some(reason)));
+        let (driver, backend, fallback_reason) = backend::select(self.backend, uring, pool)?;
+        Ok(AsyncEngine {
+            inner: Arc::new(AsyncShared {
+                driver,
+                backend,
+                fallback_reason,
+            }),
+        })
     }
 }
+
+/// The largest queue depth: one less than the largest ring, which keeps a
+/// slot for the driver's wake-up read.
+const MAX_QUEUE_DEPTH: usize = 32767;
 
 impl AsyncEngine {
     /// An engine with default settings.
@@ -207,6 +201,11 @@ impl AsyncEngine {
     /// Why the thread pool is in use, when it is.
     pub fn fallback_reason(&self) -> Option<&str> {
         self.inner.fallback_reason.as_deref()
+    }
+
+    /// Threads of the thread-pool backend (0 on io_uring).
+    pub fn fallback_threads(&self) -> usize {
+        self.inner.driver.pool_threads()
     }
 
     /// Completes the operations the kernel has finished and wakes their

@@ -21,10 +21,11 @@ pub type BufResult<T, B> = (io::Result<T>, B);
 /// file open — so that memory lives until the completion has been seen,
 /// however early the future is dropped.
 pub(crate) struct Shared<B> {
-    inner: Mutex<Inner<B>>,
+    inner: Mutex<OpState<B>>,
 }
 
-struct Inner<B> {
+/// The result, the waker and the memory of one operation.
+struct OpState<B> {
     result: Option<i32>,
     waker: Option<Waker>,
     /// Taken by the future when it resolves.
@@ -34,7 +35,7 @@ struct Inner<B> {
     _keep: Arc<dyn Send + Sync>,
 }
 
-impl<B> Inner<B> {
+impl<B> OpState<B> {
     /// Keeps `waker` unless the one stored already wakes the same task.
     fn store_waker(&mut self, waker: &Waker) {
         match &self.waker {
@@ -46,7 +47,7 @@ impl<B> Inner<B> {
 
 // SAFETY: the iovecs only describe memory owned by `buf`, which is Send;
 // they are never dereferenced by this type.
-unsafe impl<B: Send> Send for Inner<B> {}
+unsafe impl<B: Send> Send for OpState<B> {}
 
 impl<B: Send> Complete for Shared<B> {
     fn complete(&self, res: i32) {
@@ -100,7 +101,7 @@ impl<B: Send + 'static> OpFuture<B> {
         OpFuture {
             engine: engine.clone(),
             shared: Arc::new(Shared {
-                inner: Mutex::new(Inner {
+                inner: Mutex::new(OpState {
                     result: None,
                     waker: None,
                     buf: Some(buf),

@@ -1,0 +1,101 @@
+//! Backend selection, shared by [`Engine`](crate::Engine) and
+//! [`AsyncEngine`](crate::aio::AsyncEngine): which backend was asked for
+//! ([`BACKEND_ENV`] overrides the builder), whether io_uring is required,
+//! and how a failed ring setup is explained to the user.
+
+use std::fmt;
+use std::io;
+
+/// The environment variable that chooses the backend: `threads` forces the
+/// thread-pool fallback, `uring` requires io_uring (building fails if it is
+/// unavailable), `auto` (or unset) uses io_uring when the kernel allows it.
+pub const BACKEND_ENV: &str = "BLOCKIO_BACKEND";
+
+/// Which backend an engine runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Linux io_uring.
+    IoUring,
+    /// `pread`/`pwrite` on a thread pool.
+    ThreadPool,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::IoUring => "io_uring",
+            Backend::ThreadPool => "thread pool",
+        })
+    }
+}
+
+/// Which backend to ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// io_uring if the kernel allows it, else the thread pool; overridden by
+    /// [`BACKEND_ENV`].
+    #[default]
+    Auto,
+    /// io_uring or an error.
+    IoUring,
+    /// Always the thread pool.
+    ThreadPool,
+}
+
+/// The backend asked for: [`BACKEND_ENV`] if set, else `configured`.
+fn choice_from_env(configured: BackendChoice) -> io::Result<BackendChoice> {
+    match std::env::var(BACKEND_ENV) {
+        Ok(v) => match v.trim() {
+            "threads" | "thread-pool" | "threadpool" => Ok(BackendChoice::ThreadPool),
+            "uring" | "io_uring" | "io-uring" => Ok(BackendChoice::IoUring),
+            "auto" | "" => Ok(configured),
+            other => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{BACKEND_ENV}={other:?}: expected \"threads\", \"uring\" or \"auto\""),
+            )),
+        },
+        Err(_) => Ok(configured),
+    }
+}
+
+/// Why ring setup failed, in words that say what to do about it.
+fn describe_setup_error(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOSYS) => "io_uring_setup is not implemented by this kernel (ENOSYS)".into(),
+        Some(libc::EPERM) => {
+            "io_uring_setup was denied (EPERM): kernel.io_uring_disabled or a seccomp profile"
+                .into()
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// Builds a backend as `configured` (and [`BACKEND_ENV`]) ask: io_uring
+/// with `uring`, or the thread pool with `threads`, which is given the
+/// reason it is in use. With [`BackendChoice::Auto`] a failed io_uring
+/// setup falls back to the pool; with [`BackendChoice::IoUring`] it is an
+/// error that says why.
+pub(crate) fn select<T>(
+    configured: BackendChoice,
+    uring: impl FnOnce() -> io::Result<T>,
+    threads: impl FnOnce(String) -> io::Result<T>,
+) -> io::Result<T> {
+    let choice = choice_from_env(configured)?;
+    if choice == BackendChoice::ThreadPool {
+        return threads(format!("requested ({BACKEND_ENV} or the builder)"));
+    }
+    match uring() {
+        Ok(backend) => Ok(backend),
+        Err(e) if choice == BackendChoice::Auto => threads(format!(
+            "io_uring unavailable: {}",
+            describe_setup_error(&e)
+        )),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!(
+                "io_uring was required but is unavailable: {}",
+                describe_setup_error(&e)
+            ),
+        )),
+    }
+}

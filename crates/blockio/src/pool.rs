@@ -1,0 +1,77 @@
+//! A pool of threads that each take jobs from one queue: the thread-pool
+//! backend of both engines runs on it.
+
+use std::io;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+/// `threads` workers named `{name}-{i}`, each running `handle` on the jobs
+/// it takes.
+///
+/// Dropping the pool closes its queue: the workers finish the jobs already
+/// queued and exit. It does not wait for them, so the last handle may be
+/// dropped on one of the pool's own workers (a completion that wakes a task
+/// which drops its engine) without a deadlock.
+pub(crate) struct WorkerPool<J: Send + 'static> {
+    tx: Mutex<Option<Sender<J>>>,
+    threads: usize,
+}
+
+impl<J: Send + 'static> WorkerPool<J> {
+    /// Starts the workers (at least one).
+    pub(crate) fn new(threads: usize, name: &str, handle: fn(J)) -> io::Result<WorkerPool<J>> {
+        let (tx, rx) = mpsc::channel::<J>();
+        let rx = Arc::new(Mutex::new(rx));
+        let threads = threads.max(1);
+        for i in 0..threads {
+            let rx = rx.clone();
+            thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || work(&rx, handle))?;
+        }
+        Ok(WorkerPool {
+            tx: Mutex::new(Some(tx)),
+            threads,
+        })
+    }
+
+    /// How many workers there are.
+    pub(crate) fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Queues `jobs` in order; gives back, from the first, those that no
+    /// worker will take (the pool is shutting down).
+    pub(crate) fn send(&self, jobs: impl IntoIterator<Item = J>) -> Vec<J> {
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut refused = Vec::new();
+        for job in jobs {
+            match tx.as_ref() {
+                Some(tx) if refused.is_empty() => {
+                    if let Err(mpsc::SendError(job)) = tx.send(job) {
+                        refused.push(job);
+                    }
+                }
+                _ => refused.push(job),
+            }
+        }
+        refused
+    }
+}
+
+fn work<J>(rx: &Mutex<Receiver<J>>, handle: fn(J)) {
+    loop {
+        let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+            Ok(job) => job,
+            Err(_) => return,
+        };
+        handle(job);
+    }
+}
+
+impl<J: Send + 'static> Drop for WorkerPool<J> {
+    fn drop(&mut self) {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
