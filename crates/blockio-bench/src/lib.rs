@@ -9,11 +9,10 @@
 //!   raw io-uring loop on random O_DIRECT reads, with allocations per op;
 //! * [`tree_bench`]: `blockio tree-bench`, `blockio cp` against `cp -r` and
 //!   `blockio sum` against `b3sum` on generated trees, warm and cold; with
-//!   `--after-deletion`, [`after_deletion`]: the copy in the states ext4
+//!   `--after-deletion`, [`tree_bench::after_deletion`]: the copy in the states ext4
 //!   passes through after a mass deletion.
 #![warn(missing_docs)]
 
-pub mod after_deletion;
 pub mod alloc_count;
 pub mod bench;
 pub mod cache;

@@ -99,3 +99,14 @@ pub(crate) fn select<T>(
         )),
     }
 }
+
+/// The threads of a thread-pool backend: `configured`, or when that is 0
+/// the queue depth, at most 64. Both engines' builders mean the same by
+/// `fallback_threads`.
+pub(crate) fn fallback_threads(configured: usize, queue_depth: usize) -> usize {
+    if configured == 0 {
+        queue_depth.clamp(1, 64)
+    } else {
+        configured
+    }
+}

@@ -169,7 +169,7 @@ impl EngineBuilder {
     /// even the thread pool cannot start, or if [`BACKEND_ENV`] holds an
     /// unknown value.
     pub fn build(self) -> io::Result<Engine> {
-        let threads = fallback_threads(self.threads, self.queue_depth);
+        let threads = backend::fallback_threads(self.threads, self.queue_depth);
         let uring = || {
             UringBackend::new(UringConfig {
                 entries: self.max_batch.next_power_of_two(),
@@ -389,15 +389,4 @@ fn settle_metadata_inline(
         }
     }
     pending
-}
-
-/// The threads of a thread-pool backend: `configured`, or when that is 0
-/// the queue depth, at most 64. Both engines' builders mean the same by
-/// `fallback_threads`.
-pub(crate) fn fallback_threads(configured: usize, queue_depth: usize) -> usize {
-    if configured == 0 {
-        queue_depth.clamp(1, 64)
-    } else {
-        configured
-    }
 }

@@ -60,8 +60,7 @@ pub use buf::{IoBuf, IoBufMut};
 pub use file::{AsyncFile, AsyncOpenOptions, Batch, BatchOp};
 pub use op::{BufResult, OpFuture};
 
-use crate::backend::{self, Backend, BackendChoice};
-use crate::engine::fallback_threads;
+use crate::backend::{self, fallback_threads, Backend, BackendChoice};
 use driver::Driver;
 
 /// A handle to an async I/O driver. Cheap to clone; the driver stops when

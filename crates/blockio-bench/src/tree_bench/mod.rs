@@ -30,6 +30,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+pub mod after_deletion;
+
 use crate::cache;
 use crate::data;
 use crate::fio;
@@ -175,28 +177,55 @@ impl TreeKind {
 
 /// Runs the benchmark and prints the table (or JSON).
 pub fn run(args: &TreeBenchArgs) -> Result<()> {
+    check_args(args)?;
+    let me = std::env::current_exe().context("cannot find the blockio binary")?;
+    let root = prepare_dir(args)?;
+    let _cleanup = Cleanup {
+        dir: root.clone(),
+        keep: args.keep,
+    };
+    if args.after_deletion {
+        let rows = after_deletion::run(args, &me, &root)?;
+        return print_rows(args, &rows, after_deletion::table);
+    }
+    let mut rows = Vec::new();
+    if args.jobs.contains(&Job::Cp) {
+        rows.extend(cp_rows(args, &me, &root)?);
+    }
+    if args.jobs.contains(&Job::Sum) {
+        rows.extend(sum_rows(args, &me, &root)?);
+    }
+    print_rows(args, &rows, table)
+}
+
+/// Refuses arguments out of range, and tools that are missing, before
+/// anything is made.
+fn check_args(args: &TreeBenchArgs) -> Result<()> {
     if args.rounds == 0 || args.rounds > 50 {
         bail!("--rounds must be between 1 and 50, got {}", args.rounds);
     }
     if !(args.scale > 0.0 && args.scale <= 1.0) {
         bail!("--scale must be above 0 and at most 1, got {}", args.scale);
     }
-    let me = std::env::current_exe().context("cannot find the blockio binary")?;
     for tool in needed_tools(args) {
         if Command::new(tool).arg("--version").output().is_err() {
             bail!("{tool} is not installed (scripts/install-deps installs it)");
         }
     }
-    let fio_available = fio::available();
-    if !fio_available && args.jobs.contains(&Job::Cp) && args.modes.contains(&Mode::Cold) {
+    if !fio::available() && args.jobs.contains(&Job::Cp) && args.modes.contains(&Mode::Cold) {
         eprintln!("fio is not installed: durable copies are not compared with fio doing the same I/O (scripts/install-deps installs it)");
     }
+    Ok(())
+}
+
+/// Creates `--dir` and checks, all at once before anything is measured,
+/// that it has room for the whole run: a run that fills the disk half-way
+/// (fio's scratch file next to tree (c) and tree (a)'s kept copies) wastes
+/// the rounds already done.
+fn prepare_dir(args: &TreeBenchArgs) -> Result<PathBuf> {
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create {}", args.dir.display()))?;
     let root = args.dir.canonicalize()?;
-    // All at once, before anything is measured: a run that fills the disk
-    // half-way (fio's scratch file next to tree (c) and tree (a)'s kept
-    // copies) wastes the rounds already done.
     let need = space_needed(args, &root);
     let free = data::free_bytes(&root)?;
     if free < need {
@@ -207,183 +236,202 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
             need >> 20
         );
     }
-    let _cleanup = Cleanup {
-        dir: root.clone(),
-        keep: args.keep,
-    };
-    if args.after_deletion {
-        let rows = crate::after_deletion::run(args, &me, &root)?;
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&rows)?);
-        } else {
-            print!("{}", crate::after_deletion::table(&rows));
-        }
-        return Ok(());
-    }
-    let mut rows = Vec::new();
-    let progress = |msg: &str| {
-        if !args.json {
-            eprintln!("{msg}");
-        }
-    };
-    if args.jobs.contains(&Job::Cp) {
-        for &kind in &args.trees {
-            let (n, size) = scaled_shape(kind, args.scale);
-            let src = source_dir(&root, kind);
-            progress(&format!(
-                "cp: the {} tree (made if not already there)",
-                kind.name()
-            ));
-            make_tree(&src, kind, n, size)?;
-            let want = tree_totals(&src)?;
-            for &mode in &args.modes {
-                progress(&format!("cp: {} tree, {mode:?}", kind.name()));
-                let mut k = 0;
-                let mut copy_cmd = |ours: bool| {
-                    k += 1;
-                    let dst = root.join(format!("copy-{}-{mode:?}-{k}", kind.name()));
-                    let mut c = if ours {
-                        let mut c = Command::new(&me);
-                        c.arg("cp");
-                        if mode == Mode::Cold {
-                            c.arg("--fsync");
-                        }
-                        c
-                    } else {
-                        let mut c = Command::new("cp");
-                        c.arg("-r");
-                        c
-                    };
-                    c.arg(&src).arg(&dst);
-                    (c, dst)
-                };
-                let src_files = list_files(&src)?;
-                let cold = mode == Mode::Cold;
-                // fio doing the same I/O, for durable copies whose time is
-                // data (not tree (a)'s 20,000 file creations).
-                let scratch = root.join(format!("copy-fio-{}", kind.name()));
-                let mut fio_io = || {
-                    fio::copy_io(&src, want.1, &scratch).unwrap_or_else(|e| {
-                        eprintln!("fio's reference copy I/O was not measured: {e:#}");
-                        None
-                    })
-                };
-                let with_fio = cold && kind != TreeKind::Small && fio_available;
-                let timing = measure(
-                    args.rounds,
-                    mode,
-                    &src_files,
-                    cold,
-                    &mut copy_cmd,
-                    |dst| {
-                        let got = tree_totals(dst)?;
-                        if got != want {
-                            bail!(
-                                "{}: copied {} files / {} bytes, the source has {} / {}",
-                                dst.display(),
-                                got.0,
-                                got.1,
-                                want.0,
-                                want.1
-                            );
-                        }
-                        Ok(())
-                    },
-                    with_fio.then_some(&mut fio_io as &mut dyn FnMut() -> Option<f64>),
-                )?;
-                rows.push(row(
-                    Job::Cp,
-                    kind.describe(n, size),
-                    mode,
-                    if cold { "cp -r && sync" } else { "cp -r" },
-                    timing,
-                    kind.target(),
-                ));
-            }
-            // Tree (a)'s 240,000 copied files stay until the end (see the
-            // module docs); the others' few hundred go now, to free space.
-            if kind != TreeKind::Small {
-                remove_copies(&root, Some(kind.name()))?;
-            }
-        }
-    }
-    if args.jobs.contains(&Job::Sum) {
-        let small = source_dir(&root, TreeKind::Small);
-        let (n, size) = scaled_shape(TreeKind::Small, args.scale);
-        progress("sum: the small-file tree (made if not already there)");
-        make_tree(&small, TreeKind::Small, n, size)?;
-        let (big_name, big_mib) = sum_file(args);
-        progress("sum: the big file (made if not already there)");
-        let big = data::create(&root, &big_name, big_mib << 20)?;
-        let big_files = [big.clone()];
-        for &mode in &args.modes {
-            progress(&format!("sum: one {big_mib} MiB file, {mode:?}"));
-            let mut cmd = |ours: bool| {
-                let mut c = if ours {
-                    let mut c = Command::new(&me);
-                    c.arg("sum");
-                    c
-                } else {
-                    Command::new("b3sum")
-                };
-                c.arg(&big);
-                (c, PathBuf::new())
-            };
-            let timing = measure(
-                args.rounds,
-                mode,
-                &big_files,
-                false,
-                &mut cmd,
-                |_| Ok(()),
-                None,
-            )?;
-            // The big file has a target cold only (where the reads reach the disk); warm is
-            // reported for context.
-            let target = if mode == Mode::Cold { 1.0 } else { 0.0 };
-            rows.push(row(
-                Job::Sum,
-                format!("one file of {big_mib} MiB"),
-                mode,
-                "b3sum",
-                timing,
-                target,
-            ));
-            progress(&format!("sum: {n} small files, {mode:?}"));
-            let files = list_files(&small)?;
-            let mut cmd = |ours: bool| {
-                let c = if ours {
-                    let mut c = Command::new(&me);
-                    c.arg("sum").arg(&small);
-                    c
-                } else {
-                    let mut c = Command::new("sh");
-                    c.arg("-c")
-                        .arg("find \"$1\" -type f -print0 | xargs -0 b3sum")
-                        .arg("sh")
-                        .arg(&small);
-                    c
-                };
-                (c, PathBuf::new())
-            };
-            let timing = measure(args.rounds, mode, &files, false, &mut cmd, |_| Ok(()), None)?;
-            let target = if mode == Mode::Cold { 2.0 } else { 1.0 };
-            rows.push(row(
-                Job::Sum,
-                format!("{n} files of 4 KiB"),
-                mode,
-                "find | xargs b3sum",
-                timing,
-                target,
-            ));
-        }
-    }
+    Ok(root)
+}
+
+/// Prints `rows` as JSON or as the table `table` makes.
+fn print_rows<R: Serialize>(
+    args: &TreeBenchArgs,
+    rows: &[R],
+    table: fn(&[R]) -> String,
+) -> Result<()> {
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!("{}", serde_json::to_string_pretty(rows)?);
     } else {
-        print!("{}", table(&rows));
+        print!("{}", table(rows));
     }
     Ok(())
+}
+
+/// Says what is being measured, on stderr unless the output is JSON.
+fn progress(args: &TreeBenchArgs, msg: &str) {
+    if !args.json {
+        eprintln!("{msg}");
+    }
+}
+
+/// `blockio cp` against `cp -r` on every tree, in every mode.
+fn cp_rows(args: &TreeBenchArgs, me: &Path, root: &Path) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for &kind in &args.trees {
+        let (n, size) = scaled_shape(kind, args.scale);
+        let src = source_dir(root, kind);
+        let name = kind.name();
+        progress(
+            args,
+            &format!("cp: the {name} tree (made if not already there)"),
+        );
+        make_tree(&src, kind, n, size)?;
+        for &mode in &args.modes {
+            progress(args, &format!("cp: {name} tree, {mode:?}"));
+            let timing = measure_cp(args, me, root, kind, mode)?;
+            let baseline = if mode == Mode::Cold {
+                "cp -r && sync"
+            } else {
+                "cp -r"
+            };
+            let input = kind.describe(n, size);
+            rows.push(row(Job::Cp, input, mode, baseline, timing, kind.target()));
+        }
+        // Tree (a)'s 240,000 copied files stay until the end (see the
+        // module docs); the others' few hundred go now, to free space.
+        if kind != TreeKind::Small {
+            remove_copies(root, Some(name))?;
+        }
+    }
+    Ok(rows)
+}
+
+/// The command that copies `src` into a fresh destination, ours (`blockio
+/// cp`, with `--fsync` when cold) or `cp -r`, and that destination.
+fn copy_command(me: &Path, src: &Path, dst: PathBuf, mode: Mode, ours: bool) -> (Command, PathBuf) {
+    let mut c = if ours {
+        let mut c = Command::new(me);
+        c.arg("cp");
+        if mode == Mode::Cold {
+            c.arg("--fsync");
+        }
+        c
+    } else {
+        let mut c = Command::new("cp");
+        c.arg("-r");
+        c
+    };
+    c.arg(src).arg(&dst);
+    (c, dst)
+}
+
+/// Fails unless the copy at `dst` has the source's `want` (files, bytes).
+fn check_copy(dst: &Path, want: (u64, u64)) -> Result<()> {
+    let got = tree_totals(dst)?;
+    if got != want {
+        bail!(
+            "{}: copied {} files / {} bytes, the source has {} / {}",
+            dst.display(),
+            got.0,
+            got.1,
+            want.0,
+            want.1
+        );
+    }
+    Ok(())
+}
+
+/// Times the copies of one tree in one mode; durable copies of the bigger
+/// trees are also compared with fio doing the same I/O, whose time is data
+/// (not tree (a)'s 20,000 file creations).
+fn measure_cp(
+    args: &TreeBenchArgs,
+    me: &Path,
+    root: &Path,
+    kind: TreeKind,
+    mode: Mode,
+) -> Result<Timing> {
+    let src = source_dir(root, kind);
+    let want = tree_totals(&src)?;
+    let mut k = 0;
+    let mut copy_cmd = |ours: bool| {
+        k += 1;
+        let dst = root.join(format!("copy-{}-{mode:?}-{k}", kind.name()));
+        copy_command(me, &src, dst, mode, ours)
+    };
+    let scratch = root.join(format!("copy-fio-{}", kind.name()));
+    let mut fio_io = || {
+        fio::copy_io(&src, want.1, &scratch).unwrap_or_else(|e| {
+            eprintln!("fio's reference copy I/O was not measured: {e:#}");
+            None
+        })
+    };
+    let cold = mode == Mode::Cold;
+    let with_fio = cold && kind != TreeKind::Small && fio::available();
+    measure(
+        args.rounds,
+        mode,
+        &list_files(&src)?,
+        cold,
+        &mut copy_cmd,
+        |dst| check_copy(dst, want),
+        with_fio.then_some(&mut fio_io as &mut dyn FnMut() -> Option<f64>),
+    )
+}
+
+/// `blockio sum` against `b3sum` on one big file and on the small-file
+/// tree, in every mode.
+fn sum_rows(args: &TreeBenchArgs, me: &Path, root: &Path) -> Result<Vec<Row>> {
+    let small = source_dir(root, TreeKind::Small);
+    let (n, size) = scaled_shape(TreeKind::Small, args.scale);
+    progress(args, "sum: the small-file tree (made if not already there)");
+    make_tree(&small, TreeKind::Small, n, size)?;
+    let (big_name, big_mib) = sum_file(args);
+    progress(args, "sum: the big file (made if not already there)");
+    let big = data::create(root, &big_name, big_mib << 20)?;
+    let small_files = list_files(&small)?;
+    let mut rows = Vec::new();
+    for &mode in &args.modes {
+        progress(args, &format!("sum: one {big_mib} MiB file, {mode:?}"));
+        let mut cmd = |ours: bool| (sum_command(me, &big, ours, false), PathBuf::new());
+        let files = [big.clone()];
+        let timing = measure(args.rounds, mode, &files, false, &mut cmd, |_| Ok(()), None)?;
+        // The big file has a target cold only (where the reads reach the
+        // disk); warm is reported for context.
+        let target = if mode == Mode::Cold { 1.0 } else { 0.0 };
+        let input = format!("one file of {big_mib} MiB");
+        rows.push(row(Job::Sum, input, mode, "b3sum", timing, target));
+
+        progress(args, &format!("sum: {n} small files, {mode:?}"));
+        let mut cmd = |ours: bool| (sum_command(me, &small, ours, true), PathBuf::new());
+        let timing = measure(
+            args.rounds,
+            mode,
+            &small_files,
+            false,
+            &mut cmd,
+            |_| Ok(()),
+            None,
+        )?;
+        let target = if mode == Mode::Cold { 2.0 } else { 1.0 };
+        let input = format!("{n} files of 4 KiB");
+        rows.push(row(
+            Job::Sum,
+            input,
+            mode,
+            "find | xargs b3sum",
+            timing,
+            target,
+        ));
+    }
+    Ok(rows)
+}
+
+/// The command that hashes `path`: `blockio sum`, or `b3sum` (through
+/// `find | xargs` for a tree).
+fn sum_command(me: &Path, path: &Path, ours: bool, tree: bool) -> Command {
+    if ours {
+        let mut c = Command::new(me);
+        c.arg("sum").arg(path);
+        return c;
+    }
+    if !tree {
+        let mut c = Command::new("b3sum");
+        c.arg(path);
+        return c;
+    }
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("find \"$1\" -type f -print0 | xargs -0 b3sum")
+        .arg("sh")
+        .arg(path);
+    c
 }
 
 fn row(job: Job, input: String, mode: Mode, baseline: &str, t: Timing, target: f64) -> Row {

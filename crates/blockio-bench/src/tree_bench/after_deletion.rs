@@ -23,10 +23,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use super::{make_tree, scaled_shape, source_dir, timed, tree_totals, TreeBenchArgs, TreeKind};
 use crate::measure::median;
-use crate::tree_bench::{
-    make_tree, scaled_shape, source_dir, timed, tree_totals, TreeBenchArgs, TreeKind,
-};
 
 /// The ratio `blockio cp` must reach in every state.
 pub const TARGET: f64 = 0.95;
@@ -62,7 +60,7 @@ pub fn run(args: &TreeBenchArgs, me: &Path, root: &Path) -> Result<Vec<StateRow>
     progress("after-deletion: the small tree (made if not already there)".into());
     make_tree(&src, TreeKind::Small, n, size)?;
     let want = tree_totals(&src)?;
-    let deleted = crate::tree_bench::scaled(args.deleted, args.scale).max(1);
+    let deleted = super::scaled(args.deleted, args.scale).max(1);
     progress(format!(
         "after-deletion: creating and deleting {deleted} files"
     ));

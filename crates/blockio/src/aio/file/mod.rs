@@ -1,0 +1,220 @@
+//! `AsyncFile`: positional and streaming file I/O on the async driver.
+//!
+//! * this module: the file and its handle, which keeps the descriptor open
+//!   while operations are in flight;
+//! * `options`: [`AsyncOpenOptions`];
+//! * `positional`: operations at explicit offsets with owned buffers;
+//! * `batch`: [`AsyncFile::submit`]'s future over several operations;
+//! * `stream`: the cursor with read-ahead and write-behind;
+//! * `adapters`: the `futures::io` (and, with the `tokio` feature, tokio)
+//!   traits over the stream.
+
+mod adapters;
+mod batch;
+mod options;
+mod positional;
+mod stream;
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+pub use batch::{Batch, BatchOp};
+pub use options::AsyncOpenOptions;
+
+use super::buf::IoBufMut;
+use super::op::OpFuture;
+use super::AsyncEngine;
+use crate::direct::Alignment;
+use crate::error::PathError;
+use crate::op::action::{Action, Read};
+use crate::op::Op;
+use stream::Stream;
+
+/// The open file, shared with every operation in flight on it so that the
+/// descriptor stays open until the last one completes.
+struct Handle {
+    file: std::mem::ManuallyDrop<File>,
+    direct: Option<Alignment>,
+    /// Whether dropping the handle closes the descriptor (not for
+    /// [`AsyncFile::from_raw_fd`]).
+    owned: bool,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: dropped exactly once, here.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.file) };
+        }
+    }
+}
+
+impl Handle {
+    /// `action` on this file, over memory owned by `buf` and `iovecs`,
+    /// which go into the future with a handle that keeps the file open
+    /// until the operation completes.
+    ///
+    /// # Safety
+    /// The pointers of `action` must point only into memory owned by `buf`
+    /// or `iovecs`, valid as `Op::from_action` requires.
+    unsafe fn op<B: Send + 'static>(
+        self: &Arc<Self>,
+        engine: &AsyncEngine,
+        action: Action,
+        buf: B,
+        iovecs: Vec<libc::iovec>,
+    ) -> OpFuture<B> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe {
+            let op = Op::from_action(self.file.as_raw_fd(), action, self.direct);
+            OpFuture::new(engine, op, buf, iovecs, self.clone())
+        }
+    }
+
+    /// Reads into `buf[start..]` at `offset`.
+    fn read_into<B: IoBufMut>(
+        self: &Arc<Self>,
+        engine: &AsyncEngine,
+        mut buf: B,
+        start: usize,
+        offset: u64,
+    ) -> OpFuture<B> {
+        let start = start.min(buf.bytes_len());
+        let len = buf.bytes_len() - start;
+        // SAFETY: `start` is within the buffer, and the op points into
+        // `buf`, which the future owns.
+        unsafe {
+            let ptr = buf.stable_mut_ptr().add(start);
+            let read = Read {
+                buf: ptr,
+                len,
+                offset,
+            };
+            self.op(engine, Action::Read(read), buf, Vec::new())
+        }
+    }
+}
+
+/// A file for async I/O: positional operations with owned buffers, and
+/// `futures::io::{AsyncRead, AsyncWrite, AsyncSeek}` for streaming (with
+/// read-ahead and write-behind of `depth` blocks).
+///
+/// Opening is a plain `open` system call made on the calling thread (it
+/// does not wait for the device on local filesystems).
+pub struct AsyncFile {
+    engine: AsyncEngine,
+    handle: Arc<Handle>,
+    stream: Stream,
+}
+
+impl std::fmt::Debug for AsyncFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncFile")
+            .field("fd", &self.handle.file.as_raw_fd())
+            .field("direct", &self.handle.direct.is_some())
+            .field("pos", &self.stream.pos)
+            .finish()
+    }
+}
+
+impl AsyncFile {
+    /// Opens `path` read-only (buffered).
+    pub fn open(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<AsyncFile> {
+        Self::open_with(engine, path, &AsyncOpenOptions::new())
+    }
+
+    /// Creates (or truncates) `path` for writing and reading.
+    pub fn create(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<AsyncFile> {
+        let o = AsyncOpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true);
+        Self::open_with(engine, path, &o)
+    }
+
+    /// Wraps a file that is already open (for example a duplicate of a
+    /// descriptor handed over by another language). Streaming uses the
+    /// default block size and depth of [`AsyncOpenOptions`]. No alignment check is made before submission: on an
+    /// `O_DIRECT` descriptor a misaligned operation fails with the kernel's
+    /// `EINVAL`.
+    pub fn from_file(engine: &AsyncEngine, file: File) -> AsyncFile {
+        let o = AsyncOpenOptions::new();
+        AsyncFile {
+            engine: engine.clone(),
+            handle: Arc::new(Handle {
+                file: std::mem::ManuallyDrop::new(file),
+                direct: None,
+                owned: true,
+            }),
+            stream: Stream::new(o.block_size, o.depth, 1),
+        }
+    }
+
+    /// Uses a descriptor owned by someone else (another language's file
+    /// object), without duplicating or closing it.
+    ///
+    /// # Safety
+    /// `fd` must stay open, and name the same file, until every operation
+    /// issued through this `AsyncFile` has completed (I/O safety: otherwise
+    /// an operation may act on whatever file the number names by then). The
+    /// buffers stay safe either way: they are owned by the operations.
+    pub unsafe fn from_raw_fd(engine: &AsyncEngine, fd: std::os::fd::RawFd) -> AsyncFile {
+        let o = AsyncOpenOptions::new();
+        AsyncFile {
+            engine: engine.clone(),
+            handle: Arc::new(Handle {
+                // SAFETY: never closed (owned: false); the caller keeps it open.
+                file: std::mem::ManuallyDrop::new(unsafe {
+                    <File as std::os::fd::FromRawFd>::from_raw_fd(fd)
+                }),
+                direct: None,
+                owned: false,
+            }),
+            stream: Stream::new(o.block_size, o.depth, 1),
+        }
+    }
+
+    /// Opens `path` with `options`.
+    pub fn open_with(
+        engine: &AsyncEngine,
+        path: impl AsRef<Path>,
+        options: &AsyncOpenOptions,
+    ) -> io::Result<AsyncFile> {
+        let path = path.as_ref();
+        let (file, direct) = if options.direct {
+            let d = crate::DirectFile::open_with(path, &options.options)?;
+            let a = d.alignment();
+            (d.into_file(), Some(a))
+        } else {
+            let f = options
+                .options
+                .open(path)
+                .map_err(|e| PathError::wrap("open", path, e))?;
+            (f, None)
+        };
+        let align = direct.map_or(1, |a| a.max());
+        let block = options.block_size.div_ceil(align) * align;
+        Ok(AsyncFile {
+            engine: engine.clone(),
+            handle: Arc::new(Handle {
+                file: std::mem::ManuallyDrop::new(file),
+                direct,
+                owned: true,
+            }),
+            stream: Stream::new(block, options.depth, align),
+        })
+    }
+
+    /// The alignment direct I/O on this file needs (None if buffered).
+    pub fn direct_alignment(&self) -> Option<Alignment> {
+        self.handle.direct
+    }
+
+    /// The underlying file (for metadata and the like).
+    pub fn file(&self) -> &File {
+        &self.handle.file
+    }
+}

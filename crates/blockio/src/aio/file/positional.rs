@@ -1,0 +1,184 @@
+//! Operations at explicit offsets, with owned buffers.
+
+use std::io;
+use std::os::fd::AsRawFd;
+
+use super::batch::{Batch, BatchOp, MaybeBuf};
+use super::AsyncFile;
+use crate::aio::buf::{IoBuf, IoBufMut};
+use crate::aio::op::{BufResult, OpFuture};
+use crate::op::action::{Action, Flush, ReadVectored, Vectored, Write, WriteVectored};
+
+impl AsyncFile {
+    /// Reads into `buf[start..]` at `offset`.
+    fn read_part<B: IoBufMut>(&self, buf: B, start: usize, offset: u64) -> OpFuture<B> {
+        self.handle.read_into(&self.engine, buf, start, offset)
+    }
+
+    /// Writes `buf[start..]` at `offset`.
+    fn write_part<B: IoBuf>(&self, buf: B, start: usize, offset: u64) -> OpFuture<B> {
+        let start = start.min(buf.bytes_len());
+        let len = buf.bytes_len() - start;
+        // SAFETY: `start` is within the buffer (the kernel only reads), and
+        // the op points into `buf`, which the future owns.
+        unsafe {
+            let ptr = buf.stable_ptr().add(start);
+            let write = Write {
+                buf: ptr,
+                len,
+                offset,
+            };
+            self.handle
+                .op(&self.engine, Action::Write(write), buf, Vec::new())
+        }
+    }
+
+    /// A vectored operation over `bufs`, described by `iovecs`.
+    fn vectored<B: Send + 'static>(
+        &self,
+        make: fn(Vectored) -> Action,
+        bufs: Vec<B>,
+        iovecs: Vec<libc::iovec>,
+        offset: u64,
+    ) -> OpFuture<Vec<B>> {
+        let v = Vectored {
+            iovecs: iovecs.as_ptr(),
+            count: iovecs.len(),
+            offset,
+        };
+        // SAFETY: the iovecs (heap, owned by the future; moving the `Vec`
+        // does not move its elements) describe `bufs` (owned by the future).
+        unsafe { self.handle.op(&self.engine, make(v), bufs, iovecs) }
+    }
+
+    /// A sync: an operation without memory.
+    fn sync_op(&self, data_only: bool) -> OpFuture<()> {
+        let action = Action::Sync(Flush { data_only });
+        // SAFETY: no memory is involved.
+        unsafe { self.handle.op(&self.engine, action, (), Vec::new()) }
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; resolves to the byte count
+    /// (short at end of file) and the buffer.
+    pub fn read_at<B: IoBufMut>(&self, buf: B, offset: u64) -> OpFuture<B> {
+        self.read_part(buf, 0, offset)
+    }
+
+    /// Writes `buf` at `offset`; resolves to the byte count and the buffer.
+    pub fn write_at<B: IoBuf>(&self, buf: B, offset: u64) -> OpFuture<B> {
+        self.write_part(buf, 0, offset)
+    }
+
+    /// Reads into each buffer in turn, starting at `offset`.
+    pub fn read_vectored_at<B: IoBufMut>(&self, mut bufs: Vec<B>, offset: u64) -> OpFuture<Vec<B>> {
+        let iovecs = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.stable_mut_ptr().cast(),
+                iov_len: b.bytes_len(),
+            })
+            .collect();
+        self.vectored(
+            |v| Action::ReadVectored(ReadVectored(v)),
+            bufs,
+            iovecs,
+            offset,
+        )
+    }
+
+    /// Writes each buffer in turn, starting at `offset`.
+    pub fn write_vectored_at<B: IoBuf>(&self, bufs: Vec<B>, offset: u64) -> OpFuture<Vec<B>> {
+        let iovecs = bufs
+            .iter()
+            .map(|b| libc::iovec {
+                iov_base: b.stable_ptr() as *mut libc::c_void,
+                iov_len: b.bytes_len(),
+            })
+            .collect();
+        self.vectored(
+            |v| Action::WriteVectored(WriteVectored(v)),
+            bufs,
+            iovecs,
+            offset,
+        )
+    }
+
+    /// Flushes data and metadata to stable storage.
+    pub fn fsync(&self) -> OpFuture<()> {
+        self.sync_op(false)
+    }
+
+    /// Flushes data (and the metadata needed to read it).
+    pub fn fdatasync(&self) -> OpFuture<()> {
+        self.sync_op(true)
+    }
+
+    /// Fills `buf` from `offset`, reading again after short reads; fails
+    /// with `UnexpectedEof` (naming the offset) if the file ends first.
+    pub async fn read_exact_at<B: IoBufMut>(&self, mut buf: B, offset: u64) -> BufResult<(), B> {
+        let mut done = 0;
+        while done < buf.bytes_len() {
+            let (res, b) = self.read_part(buf, done, offset + done as u64).await;
+            buf = b;
+            match res {
+                Ok(0) => {
+                    let err = io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "read_exact_at: end of file at offset {} with {} of {} bytes read (fd {})",
+                            offset + done as u64,
+                            done,
+                            buf.bytes_len(),
+                            self.handle.file.as_raw_fd()
+                        ),
+                    );
+                    return (Err(err), buf);
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (Err(e), buf),
+            }
+        }
+        (Ok(()), buf)
+    }
+
+    /// Writes all of `buf` at `offset`, writing again after short writes.
+    pub async fn write_all_at<B: IoBuf>(&self, mut buf: B, offset: u64) -> BufResult<(), B> {
+        let mut done = 0;
+        while done < buf.bytes_len() {
+            let (res, b) = self.write_part(buf, done, offset + done as u64).await;
+            buf = b;
+            match res {
+                Ok(0) => {
+                    let err = io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!(
+                            "write_all_at: wrote nothing at offset {}",
+                            offset + done as u64
+                        ),
+                    );
+                    return (Err(err), buf);
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (Err(e), buf),
+            }
+        }
+        (Ok(()), buf)
+    }
+
+    /// Submits all of `ops` to the kernel together and resolves when every
+    /// one has completed, with one result per operation, in order.
+    pub fn submit<B: IoBufMut>(&self, ops: Vec<BatchOp<B>>) -> Batch<B> {
+        let futs = ops
+            .into_iter()
+            .map(|op| match op {
+                BatchOp::Read { offset, buf } => MaybeBuf::Buf(self.read_at(buf, offset)),
+                BatchOp::Write { offset, buf } => MaybeBuf::Buf(self.write_at(buf, offset)),
+                BatchOp::Fsync => MaybeBuf::NoBuf(self.fsync()),
+                BatchOp::Fdatasync => MaybeBuf::NoBuf(self.fdatasync()),
+            })
+            .collect();
+        Batch::new(self.engine.clone(), futs)
+    }
+}

@@ -1,0 +1,255 @@
+//! Streaming: a cursor with read-ahead and write-behind.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io::{self, SeekFrom};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use super::AsyncFile;
+use crate::aio::op::OpFuture;
+use crate::buf::AlignedBuf;
+
+/// The streaming state: cursor, read-ahead and write-behind.
+pub(super) struct Stream {
+    /// A seek started by tokio's `AsyncSeek::start_seek`.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(super) pending_seek: Option<SeekFrom>,
+    pub(super) pos: u64,
+    block: usize,
+    depth: usize,
+    align: usize,
+    /// Reads in flight ahead of the cursor, in file order.
+    ahead: VecDeque<(u64, OpFuture<AlignedBuf>)>,
+    /// The next read-ahead offset.
+    next: u64,
+    /// Once a read came back short: the end of the file.
+    eof_at: Option<u64>,
+    /// The block being consumed: buffer, start, end.
+    cur: Option<(AlignedBuf, usize, usize)>,
+    /// The block being filled by writes, and its file offset.
+    wbuf: Option<(AlignedBuf, usize, u64)>,
+    /// Writes in flight: offset, length, future.
+    behind: VecDeque<(u64, usize, OpFuture<AlignedBuf>)>,
+    spare: Vec<AlignedBuf>,
+}
+
+impl Stream {
+    pub(super) fn new(block: usize, depth: usize, align: usize) -> Stream {
+        Stream {
+            pending_seek: None,
+            pos: 0,
+            block,
+            depth,
+            align,
+            ahead: VecDeque::new(),
+            next: 0,
+            eof_at: None,
+            cur: None,
+            wbuf: None,
+            behind: VecDeque::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    fn buffer(&mut self) -> AlignedBuf {
+        self.spare
+            .pop()
+            .unwrap_or_else(|| AlignedBuf::new(self.block, self.align.max(4096)))
+    }
+
+    /// Forgets read-ahead (dropping in-flight reads is safe: their buffers
+    /// stay with the driver until they complete).
+    fn reset_reads(&mut self) {
+        self.ahead.clear();
+        if let Some((b, _, _)) = self.cur.take() {
+            self.spare.push(b);
+        }
+        self.next = self.pos - self.pos % self.align as u64;
+        self.eof_at = None;
+    }
+}
+
+impl AsyncFile {
+    pub(super) fn poll_read_inner(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.stream.wbuf.is_some() || !self.stream.behind.is_empty() {
+            ready!(self.poll_flush_inner(cx))?;
+        }
+        if out.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        loop {
+            let s = &mut self.stream;
+            if let Some((b, start, end)) = &mut s.cur {
+                if *start < *end {
+                    let n = out.len().min(*end - *start);
+                    out[..n].copy_from_slice(&b[*start..*start + n]);
+                    *start += n;
+                    s.pos += n as u64;
+                    return Poll::Ready(Ok(n));
+                }
+                let (b, _, _) = s.cur.take().expect("checked above");
+                s.spare.push(b);
+            }
+            while s.ahead.len() < s.depth && s.eof_at.map_or(true, |e| s.next < e) {
+                let buf = s.buffer();
+                let mut f = self.handle.read_into(&self.engine, buf, 0, s.next);
+                f.set_waker(cx.waker());
+                f.start();
+                s.ahead.push_back((s.next, f));
+                s.next += s.block as u64;
+            }
+            let Some((off, f)) = s.ahead.front_mut() else {
+                return Poll::Ready(Ok(0));
+            };
+            let off = *off;
+            let (res, b) = match Pin::new(f).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => r,
+            };
+            s.ahead.pop_front();
+            let n = match res {
+                Ok(n) => n,
+                Err(e) => {
+                    s.spare.push(b);
+                    s.reset_reads();
+                    return Poll::Ready(Err(e));
+                }
+            };
+            if n < s.block {
+                s.eof_at = Some(off + n as u64);
+            }
+            let skip = s.pos.saturating_sub(off) as usize;
+            if n == 0 || skip >= n {
+                s.spare.push(b);
+                if s.eof_at.is_some_and(|e| s.pos >= e) {
+                    s.ahead.clear();
+                    return Poll::Ready(Ok(0));
+                }
+                continue;
+            }
+            s.cur = Some((b, skip, n));
+        }
+    }
+
+    pub(super) fn poll_write_inner(
+        &mut self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.stream.cur.is_some() || !self.stream.ahead.is_empty() {
+            self.stream.reset_reads();
+        }
+        // Bound the write-behind before accepting more.
+        while self.stream.behind.len() >= self.stream.depth {
+            ready!(self.poll_oldest_write(cx))?;
+        }
+        if data.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let s = &mut self.stream;
+        if s.wbuf.is_none() {
+            let b = s.buffer();
+            s.wbuf = Some((b, 0, s.pos));
+        }
+        let (b, len, _) = s.wbuf.as_mut().expect("set above");
+        let n = data.len().min(s.block - *len);
+        b[*len..*len + n].copy_from_slice(&data[..n]);
+        *len += n;
+        s.pos += n as u64;
+        if *len == s.block {
+            self.issue_write(cx);
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn issue_write(&mut self, cx: &mut Context<'_>) {
+        if let Some((b, len, off)) = self.stream.wbuf.take() {
+            let mut b = b;
+            if len < b.len() {
+                // A partial block: write only what was filled.
+                let mut part = AlignedBuf::new(len, self.stream.align.max(4096));
+                part.copy_from_slice(&b[..len]);
+                self.stream.spare.push(b);
+                b = part;
+            }
+            let mut f = self.write_at(b, off);
+            f.set_waker(cx.waker());
+            f.start();
+            self.stream.behind.push_back((off, len, f));
+        }
+    }
+
+    fn poll_oldest_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some((off, len, f)) = self.stream.behind.front_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let (off, len) = (*off, *len);
+        let (res, b) = match Pin::new(f).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(r) => r,
+        };
+        self.stream.behind.pop_front();
+        if b.len() == self.stream.block {
+            self.stream.spare.push(b);
+        }
+        match res {
+            Ok(n) if n == len => Poll::Ready(Ok(())),
+            Ok(n) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write at offset {off}: {n} of {len} bytes"),
+            ))),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    pub(super) fn poll_flush_inner(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.stream.wbuf.is_some() {
+            self.issue_write(cx);
+        }
+        while !self.stream.behind.is_empty() {
+            match self.poll_oldest_write(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => {
+                    self.stream.behind.clear();
+                    return Poll::Ready(Err(e));
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Flushes pending writes, then moves the cursor.
+    pub(super) fn poll_seek_inner(
+        &mut self,
+        cx: &mut Context<'_>,
+        pos: SeekFrom,
+    ) -> Poll<io::Result<u64>> {
+        ready!(self.poll_flush_inner(cx))?;
+        Poll::Ready(self.seek_inner(pos))
+    }
+
+    fn seek_inner(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        let target = match pos {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::Current(d) => self.stream.pos.checked_add_signed(d),
+            SeekFrom::End(d) => self.handle.file.metadata()?.len().checked_add_signed(d),
+        };
+        let target = target.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("seek to {pos:?} from {} is out of range", self.stream.pos),
+            )
+        })?;
+        if target != self.stream.pos {
+            self.stream.pos = target;
+            self.stream.reset_reads();
+        }
+        Ok(target)
+    }
+}
