@@ -245,51 +245,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.checksum {
         return run_checksum(args);
     }
-    let strategies: Vec<Strategy> = if args.strategies.is_empty() {
-        Strategy::ALL.to_vec()
-    } else {
-        let mut v: Vec<Strategy> = args.strategies.iter().flatten().copied().collect();
-        v.dedup();
-        v
-    };
+    let strategies = chosen_strategies(args);
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create the data directory {}", args.dir.display()))?;
-    let mut skipped = Vec::new();
-    let mut profiles = args.profiles.clone();
-    profiles.dedup();
-    if crate::data::is_memory_filesystem(&args.dir)? {
-        let explicit = args.profiles.len() < Profile::ALL.len();
-        for p in [Profile::Direct, Profile::Cold] {
-            if profiles.contains(&p) {
-                if explicit {
-                    bail!(
-                        "{} is on tmpfs/ramfs: the {p} profile would measure memory, not a device; pass --dir on a disk",
-                        args.dir.display()
-                    );
-                }
-                let why = format!(
-                    "{p}: skipped, {} is on tmpfs/ramfs (O_DIRECT and eviction measure memory there); pass --dir on a disk",
-                    args.dir.display()
-                );
-                eprintln!("warning: {why}");
-                skipped.push(why);
-                profiles.retain(|&x| x != p);
-            }
-        }
-    }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create the results directory {}", args.out.display()))?;
-    let probe = args.out.join(".write-test");
-    std::fs::write(&probe, b"").with_context(|| {
-        format!(
-            "the results directory {} is not writable",
-            args.out.display()
-        )
-    })?;
-    let _ = std::fs::remove_file(&probe);
-
-    let size = args.size_mib << 20;
-    let path = data::create(&args.dir, &format!("bench-{}m.dat", args.size_mib), size)?;
+    let (profiles, skipped) = usable_profiles(args)?;
+    check_writable(&args.out)?;
+    let backend = blockio_backend(&strategies)?;
+    let path = data::create(
+        &args.dir,
+        &format!("bench-{}m.dat", args.size_mib),
+        args.size_mib << 20,
+    )?;
     let _guard = DataFile {
         path: path.clone(),
         keep: args.keep,
@@ -300,7 +266,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "warning: fio is not installed: skipping the fio comparison (apt-get install fio)"
         );
     }
-
     let all_plans: Vec<(Profile, Vec<Plan>)> = profiles
         .iter()
         .map(|&p| (p, plans(args, p, &strategies)))
@@ -309,60 +274,21 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .iter()
         .map(|(_, v)| v.len() * args.rounds + usize::from(use_fio))
         .sum();
-    let bar = if std::io::stderr().is_terminal() && !args.json {
-        indicatif::ProgressBar::new(total as u64)
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{pos}/{len} [{elapsed}] {wide_msg}")
-            .expect("valid template"),
-    );
-
+    let bar = progress_bar(total, args.json);
     let mut rows = Vec::new();
     let mut paired = Vec::new();
     for (profile, plans) in &all_plans {
         let w = Arc::new(Workload::open(*profile, &path, args.verify)?);
-        let mut rounds: Vec<Vec<Row>> = vec![Vec::new(); plans.len()];
-        for round in 1..=args.rounds {
-            // Every other round runs the plans in reverse order, so that no
-            // strategy always follows the same one.
-            let mut order: Vec<(&Plan, &mut Vec<Row>)> =
-                plans.iter().zip(rounds.iter_mut()).collect();
-            if round % 2 == 0 {
-                order.reverse();
-            }
-            for (plan, done) in order {
-                bar.set_message(format!(
-                    "{profile}: {} qd {} (round {round}/{})",
-                    plan.strategy, plan.qd, args.rounds
-                ));
-                let resident = prepare_cache(*profile, &w)?;
-                let m = strategy::run(*plan, &w, args.seconds)
-                    .with_context(|| format!("{profile} / {}", plan.strategy))?;
-                done.push(Row::measured(*profile, *plan, &m, resident));
-                bar.inc(1);
-            }
-        }
+        let rounds = measure_rounds(args, &w, plans, &bar)?;
         paired.push((*profile, report::paired_auto_vs_best(&rounds)));
-        for mut done in rounds {
-            done.sort_by(|a, b| a.iops.total_cmp(&b.iops));
-            rows.push(done.swap_remove(done.len() / 2));
-        }
+        rows.extend(rounds.into_iter().map(median_row));
         if use_fio {
             bar.set_message(format!("{profile}: fio"));
-            let (opts, qd) = fio::profile_options(*profile);
-            if profile.warm() {
-                prepare_cache(*profile, &w)?;
-            }
-            if let Some(iops) = fio::read_iops(&path, &opts, args.seconds)? {
-                rows.push(Row::fio(*profile, qd, iops, args.seconds));
-            }
+            rows.extend(fio_row(args, &w, &path)?);
             bar.inc(1);
         }
     }
     bar.finish_and_clear();
-
     let summary = report::summarise(&mut rows, &profiles, &paired);
     let doc = Document {
         config: serde_json::json!({
@@ -373,16 +299,152 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
             "kernel": kernel_release(),
             "verify": args.verify,
+            "blockio_backend": backend,
         }),
         rows,
         summary,
         skipped,
     };
     write_outputs(&args.out, &doc, &profiles)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+    print_document(args, &doc, &profiles)
+}
+
+/// The strategies asked for (all by default), each once, in order.
+fn chosen_strategies(args: &BenchArgs) -> Vec<Strategy> {
+    if args.strategies.is_empty() {
+        return Strategy::ALL.to_vec();
+    }
+    let mut v: Vec<Strategy> = args.strategies.iter().flatten().copied().collect();
+    v.dedup();
+    v
+}
+
+/// The profiles to run, and why any were skipped: on tmpfs or ramfs the
+/// direct and cold profiles would measure memory, so they are skipped when
+/// run by default and refused when asked for.
+fn usable_profiles(args: &BenchArgs) -> Result<(Vec<Profile>, Vec<String>)> {
+    let mut skipped = Vec::new();
+    let mut profiles = args.profiles.clone();
+    profiles.dedup();
+    if !crate::data::is_memory_filesystem(&args.dir)? {
+        return Ok((profiles, skipped));
+    }
+    let explicit = args.profiles.len() < Profile::ALL.len();
+    for p in [Profile::Direct, Profile::Cold] {
+        if !profiles.contains(&p) {
+            continue;
+        }
+        if explicit {
+            bail!(
+                "{} is on tmpfs/ramfs: the {p} profile would measure memory, not a device; pass --dir on a disk",
+                args.dir.display()
+            );
+        }
+        let why = format!(
+            "{p}: skipped, {} is on tmpfs/ramfs (O_DIRECT and eviction measure memory there); pass --dir on a disk",
+            args.dir.display()
+        );
+        eprintln!("warning: {why}");
+        skipped.push(why);
+        profiles.retain(|&x| x != p);
+    }
+    Ok((profiles, skipped))
+}
+
+/// Creates the results directory and fails now, not after the run, if it
+/// cannot be written.
+fn check_writable(out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("cannot create the results directory {}", out.display()))?;
+    let probe = out.join(".write-test");
+    std::fs::write(&probe, b"")
+        .with_context(|| format!("the results directory {} is not writable", out.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// The backend blockio's strategies will run on. Where io_uring is
+/// unavailable their rows are served by the thread-pool fallback, and say
+/// so; stderr says once why, since the benchmark exists to answer whether
+/// io_uring helps here.
+fn blockio_backend(strategies: &[Strategy]) -> Result<Option<String>> {
+    if !strategies.iter().any(|s| s.uses_blockio()) {
+        return Ok(None);
+    }
+    let engine = blockio::Engine::new()?;
+    if let Some(reason) = engine.fallback_reason() {
+        eprintln!(
+            "warning: blockio runs on its thread-pool fallback ({reason}); the uring, uring-mt, auto and async rows are labelled \"thread pool\" and do not measure io_uring"
+        );
+    }
+    Ok(Some(engine.backend().to_string()))
+}
+
+fn progress_bar(total: usize, json: bool) -> indicatif::ProgressBar {
+    let bar = if std::io::stderr().is_terminal() && !json {
+        indicatif::ProgressBar::new(total as u64)
     } else {
-        print!("{}", report::table(&doc.rows, &doc.summary, &profiles));
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{pos}/{len} [{elapsed}] {wide_msg}")
+            .expect("valid template"),
+    );
+    bar
+}
+
+/// Every plan of one profile, `--rounds` times; `rounds[i]` holds plan
+/// `i`'s rows. Every other round runs the plans in reverse order, so that
+/// no strategy always follows the same one.
+fn measure_rounds(
+    args: &BenchArgs,
+    w: &Arc<Workload>,
+    plans: &[Plan],
+    bar: &indicatif::ProgressBar,
+) -> Result<Vec<Vec<Row>>> {
+    let profile = w.profile;
+    let mut rounds: Vec<Vec<Row>> = vec![Vec::new(); plans.len()];
+    for round in 1..=args.rounds {
+        let mut order: Vec<(&Plan, &mut Vec<Row>)> = plans.iter().zip(rounds.iter_mut()).collect();
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        for (plan, done) in order {
+            bar.set_message(format!(
+                "{profile}: {} qd {} (round {round}/{})",
+                plan.strategy, plan.qd, args.rounds
+            ));
+            let resident = prepare_cache(profile, w)?;
+            let m = strategy::run(*plan, w, args.seconds)
+                .with_context(|| format!("{profile} / {}", plan.strategy))?;
+            done.push(Row::measured(profile, *plan, &m, resident));
+            bar.inc(1);
+        }
+    }
+    Ok(rounds)
+}
+
+/// The round with the median IOPS of one plan.
+fn median_row(mut done: Vec<Row>) -> Row {
+    done.sort_by(|a, b| a.iops.total_cmp(&b.iops));
+    done.swap_remove(done.len() / 2)
+}
+
+/// fio on the same profile, if it printed a figure.
+fn fio_row(args: &BenchArgs, w: &Workload, path: &Path) -> Result<Option<Row>> {
+    let (opts, qd) = fio::profile_options(w.profile);
+    if w.profile.warm() {
+        prepare_cache(w.profile, w)?;
+    }
+    let iops = fio::read_iops(path, &opts, args.seconds)?;
+    Ok(iops.map(|iops| Row::fio(w.profile, qd, iops, args.seconds)))
+}
+
+fn print_document(args: &BenchArgs, doc: &Document, profiles: &[Profile]) -> Result<()> {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(doc)?);
+    } else {
+        print!("{}", report::table(&doc.rows, &doc.summary, profiles));
         println!(
             "\nwrote {0}/results.json, {0}/results.csv and {0}/chart.svg",
             args.out.display()

@@ -275,6 +275,35 @@ impl std::fmt::Display for Ratio {
 
 /// Runs the benchmark and prints the table or JSON.
 pub fn run(args: &EngineBenchArgs) -> Result<()> {
+    check_args(args)?;
+    say(
+        args,
+        &format!(
+            "preparing {} MiB data file in {} ...",
+            args.size_mib,
+            args.dir.display()
+        ),
+    );
+    let path = prepare_file(&args.dir, args.size_mib << 20)?;
+    let engines = Engines::build(args.qd)?;
+    let fio_available = !args.no_fio && fio::available();
+    if !fio_available && !args.no_fio {
+        eprintln!("fio is not installed: skipping the fio comparison (apt-get install fio)");
+    }
+    let rounds = measure_rounds(args, &path, &engines, fio_available)?;
+    if !args.keep {
+        let _ = std::fs::remove_file(&path);
+    }
+    let backend = engines.default.backend();
+    if args.json {
+        println!("{}", json_report(args, &path, backend, &rounds));
+    } else {
+        print_table(args, backend, &rounds);
+    }
+    Ok(())
+}
+
+fn check_args(args: &EngineBenchArgs) -> Result<()> {
     if args.qd == 0 || args.qd > 4096 {
         bail!("--qd must be between 1 and 4096, got {}", args.qd);
     }
@@ -287,45 +316,104 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
     if !args.seconds.is_finite() || args.seconds <= 0.0 {
         bail!("--seconds must be positive, got {}", args.seconds);
     }
-    let size = args.size_mib << 20;
-    let say = |s: &str| {
-        if !args.json {
-            eprintln!("{s}");
-        }
-    };
-    say(&format!(
-        "preparing {} MiB data file in {} ...",
-        args.size_mib,
-        args.dir.display()
-    ));
-    let path = prepare_file(&args.dir, size)?;
-    let engine = Engine::builder()
-        .queue_depth(args.qd)
-        .max_batch(args.qd as u32)
-        .build()?;
-    let fio_available = !args.no_fio && fio::available();
-    if !fio_available && !args.no_fio {
-        eprintln!("fio is not installed: skipping the fio comparison (apt-get install fio)");
+    Ok(())
+}
+
+/// Progress on stderr, unless the output is JSON.
+fn say(args: &EngineBenchArgs, s: &str) {
+    if !args.json {
+        eprintln!("{s}");
     }
-    // The same engine submitting each batch in one kernel call instead of
-    // the default ramp: what the ramp is worth on this device.
-    let one_call = Engine::builder()
-        .queue_depth(args.qd)
-        .max_batch(args.qd as u32)
-        .submit_chunk(0)
-        .build()?;
-    let pool = BufferPool::new(args.qd, BS, 4096);
-    let tuned = Engine::builder()
-        .queue_depth(args.qd)
-        .max_batch(args.qd as u32)
-        .registered_buffers(&pool)
-        .registered_files(1)
-        .build()?;
-    let per_thread_64 = (args.qd / 64).max(1).max(8.min(args.qd));
-    // Every contender once per round, in reverse order every other round so
-    // that a drift of the shared host does not always favour the same one.
-    // Ratios are medians of per-round ratios (paired), IOPS medians of
-    // per-round IOPS.
+}
+
+/// The engines under test, all with `qd` operations in flight.
+struct Engines {
+    /// The default settings.
+    default: Engine,
+    /// The same, submitting each batch in one kernel call instead of the
+    /// default ramp: what the ramp is worth on this device.
+    one_call: Engine,
+    /// With registered buffers (from `pool`) and a registered file.
+    tuned: Engine,
+    pool: BufferPool,
+}
+
+impl Engines {
+    fn build(qd: usize) -> Result<Engines> {
+        let builder = || Engine::builder().queue_depth(qd).max_batch(qd as u32);
+        let pool = BufferPool::new(qd, BS, 4096);
+        Ok(Engines {
+            default: builder().build()?,
+            one_call: builder().submit_chunk(0).build()?,
+            tuned: builder()
+                .registered_buffers(&pool)
+                .registered_files(1)
+                .build()?,
+            pool,
+        })
+    }
+}
+
+/// Batch size per thread of the 64-thread contender.
+fn per_thread_64(qd: usize) -> usize {
+    (qd / 64).max(1).max(8.min(qd))
+}
+
+/// Every contender's IOPS in every round, and the allocations per
+/// operation of the default engine's rounds.
+struct Rounds {
+    iops: [Vec<f64>; Contender::COUNT],
+    allocs: Vec<f64>,
+}
+
+impl Rounds {
+    fn get(&self, c: Contender) -> &[f64] {
+        &self.iops[c as usize]
+    }
+
+    /// Whether fio printed a figure in any round.
+    fn fio_ok(&self) -> bool {
+        self.get(Contender::Fio).iter().any(|v| v.is_finite())
+    }
+
+    /// The median over the rounds where `c` has a figure (fio may print
+    /// none).
+    fn median(&self, c: Contender) -> f64 {
+        let v: Vec<f64> = self
+            .get(c)
+            .iter()
+            .cloned()
+            .filter(|v| v.is_finite())
+            .collect();
+        median(&v)
+    }
+
+    fn ratio(&self, a: Contender, b: Contender) -> Ratio {
+        Ratio::paired(self.get(a), self.get(b))
+    }
+
+    /// `a` against fio, if fio printed any figure.
+    fn vs_fio(&self, a: Contender) -> Option<Ratio> {
+        self.fio_ok().then(|| self.ratio(a, Contender::Fio))
+    }
+
+    /// Allocations per operation; counted only in builds with the counting
+    /// allocator (see `alloc_count`).
+    fn allocs_per_op(&self) -> Option<f64> {
+        alloc_count::installed().then(|| self.allocs.iter().cloned().fold(0.0, f64::max))
+    }
+}
+
+/// Runs every contender once per round, in reverse order every other round
+/// so that a drift of the shared host does not always favour the same one.
+/// Ratios are medians of per-round ratios (paired), IOPS medians of
+/// per-round IOPS.
+fn measure_rounds(
+    args: &EngineBenchArgs,
+    path: &Path,
+    engines: &Engines,
+    fio_available: bool,
+) -> Result<Rounds> {
     let mut contenders = vec![Contender::Raw, Contender::One];
     if fio_available {
         contenders.insert(0, Contender::Fio);
@@ -336,102 +424,78 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
         Contender::OneCall,
         Contender::Registered,
     ]);
-    let mut iops: [Vec<f64>; Contender::COUNT] = Default::default();
-    let mut allocs = vec![];
+    let mut rounds = Rounds {
+        iops: Default::default(),
+        allocs: Vec::new(),
+    };
     for round in 1..=args.rounds {
-        say(&format!("round {round}/{}", args.rounds));
+        say(args, &format!("round {round}/{}", args.rounds));
         let mut order = contenders.clone();
         if round % 2 == 0 {
             order.reverse();
         }
         for c in order {
-            let v = match c {
-                Contender::Fio => fio_iops(&path, args.qd, args.seconds)?.unwrap_or(f64::NAN),
-                Contender::Raw => raw_loop(&path, args.qd, args.seconds)?,
-                Contender::One => {
-                    let (v, a) = engine_run(&engine, &path, 1, args.qd, args.seconds, None)?;
-                    allocs.push(a);
-                    v
-                }
-                Contender::Two => {
-                    let per_thread = args.qd.div_ceil(2);
-                    engine_run(&engine, &path, 2, per_thread, args.seconds, None)?.0
-                }
-                Contender::Many => {
-                    engine_run(&engine, &path, 64, per_thread_64, args.seconds, None)?.0
-                }
-                Contender::OneCall => {
-                    engine_run(&one_call, &path, 1, args.qd, args.seconds, None)?.0
-                }
-                Contender::Registered => {
-                    engine_run(&tuned, &path, 1, args.qd, args.seconds, Some(&pool))?.0
-                }
-            };
-            iops[c as usize].push(v);
+            let v = measure_one(args, path, engines, c, &mut rounds.allocs)?;
+            rounds.iops[c as usize].push(v);
         }
     }
-    let get = |c: Contender| &iops[c as usize];
-    // Rounds where fio printed no figure (NaN) drop out of its median and
-    // of every ratio to it.
-    let fio_rounds = get(Contender::Fio);
-    let fio_ok = fio_rounds.iter().any(|v| v.is_finite());
-    let med = |c: Contender| {
-        median(
-            &get(c)
-                .iter()
-                .cloned()
-                .filter(|v| v.is_finite())
-                .collect::<Vec<_>>(),
-        )
-    };
-    let fio = fio_ok.then(|| med(Contender::Fio));
-    let (raw, one, two, many, whole, reg) = (
-        med(Contender::Raw),
-        med(Contender::One),
-        med(Contender::Two),
-        med(Contender::Many),
-        med(Contender::OneCall),
-        med(Contender::Registered),
-    );
-    let paired = |a: Contender, b: Contender| Ratio::paired(get(a), get(b));
-    let vs_fio = |a: Contender| fio_ok.then(|| paired(a, Contender::Fio));
-    let (one_fio, whole_fio, reg_fio) = (
-        vs_fio(Contender::One),
-        vs_fio(Contender::OneCall),
-        vs_fio(Contender::Registered),
-    );
-    let one_raw = paired(Contender::One, Contender::Raw);
-    let (whole_raw, reg_raw) = (
-        paired(Contender::OneCall, Contender::Raw),
-        paired(Contender::Registered, Contender::Raw),
-    );
-    let two_one = paired(Contender::Two, Contender::One);
-    let many_one = paired(Contender::Many, Contender::One);
-    // Counted only in builds with the counting allocator (see alloc_count).
-    let allocs_per_op =
-        alloc_count::installed().then(|| allocs.iter().cloned().fold(0.0, f64::max));
-    if !args.keep {
-        let _ = std::fs::remove_file(&path);
-    }
-    let json = serde_json::json!({
+    Ok(rounds)
+}
+
+/// One contender's IOPS for one round (NaN when fio printed no figure).
+fn measure_one(
+    args: &EngineBenchArgs,
+    path: &Path,
+    e: &Engines,
+    c: Contender,
+    allocs: &mut Vec<f64>,
+) -> Result<f64> {
+    let (qd, secs) = (args.qd, args.seconds);
+    Ok(match c {
+        Contender::Fio => fio_iops(path, qd, secs)?.unwrap_or(f64::NAN),
+        Contender::Raw => raw_loop(path, qd, secs)?,
+        Contender::One => {
+            let (v, a) = engine_run(&e.default, path, 1, qd, secs, None)?;
+            allocs.push(a);
+            v
+        }
+        Contender::Two => engine_run(&e.default, path, 2, qd.div_ceil(2), secs, None)?.0,
+        Contender::Many => engine_run(&e.default, path, 64, per_thread_64(qd), secs, None)?.0,
+        Contender::OneCall => engine_run(&e.one_call, path, 1, qd, secs, None)?.0,
+        Contender::Registered => engine_run(&e.tuned, path, 1, qd, secs, Some(&e.pool))?.0,
+    })
+}
+
+/// The run as one JSON object.
+fn json_report(
+    args: &EngineBenchArgs,
+    path: &Path,
+    backend: blockio::Backend,
+    r: &Rounds,
+) -> serde_json::Value {
+    use Contender::*;
+    let (one_fio, one_raw) = (r.vs_fio(One), r.ratio(One, Raw));
+    let (two_one, many_one) = (r.ratio(Two, One), r.ratio(Many, One));
+    let median_of = |x: Option<Ratio>| x.map(|x| x.median);
+    serde_json::json!({
         "workload": format!("random {BS}-byte O_DIRECT reads, {} in flight", args.qd),
         "file": path.display().to_string(),
         "file_mib": args.size_mib,
         "seconds": args.seconds,
         "rounds": args.rounds,
-        "backend": engine.backend().to_string(),
-        "iops": one,
-        "fio_iops": fio,
-        "raw_iops": raw,
-        "allocs_per_op": allocs_per_op,
-        "iops_2_threads": two,
-        "iops_64_threads": many,
-        "batch_64_threads": per_thread_64,
-        "iops_one_call_per_batch": whole,
-        "ratio_one_call_per_batch_vs_fio": whole_fio.map(|r| r.median),
-        "iops_registered": reg,
-        "ratio_registered_vs_fio": reg_fio.map(|r| r.median),
-        "ratio_vs_fio": one_fio.map(|r| r.median),
+        "backend": backend.to_string(),
+        "iops": r.median(One),
+        "fio_iops": r.fio_ok().then(|| r.median(Fio)),
+        "raw_iops": r.median(Raw),
+        "allocs_per_op": r.allocs_per_op(),
+        "iops_2_threads": r.median(Two),
+        "iops_64_threads": r.median(Many),
+        "batch_64_threads": per_thread_64(args.qd),
+        "iops_one_call_per_batch": r.median(OneCall),
+        "ratio_one_call_per_batch_vs_fio": median_of(r.vs_fio(OneCall)),
+        "iops_registered": r.median(Registered),
+        "ratio_registered_vs_fio": median_of(r.vs_fio(Registered)),
+        "ratio_vs_fio": median_of(one_fio),
         "ratio_vs_raw": one_raw.median,
         "ratio_2_threads": two_one.median,
         "ratio_64_threads": many_one.median,
@@ -442,78 +506,77 @@ pub fn run(args: &EngineBenchArgs) -> Result<()> {
             "64_threads": [many_one.min, many_one.max],
         },
         "rounds_iops": {
-            "fio": fio_ok.then(|| fio_rounds.clone()),
-            "raw": get(Contender::Raw),
-            "engine": get(Contender::One),
-            "engine_2_threads": get(Contender::Two),
-            "engine_64_threads": get(Contender::Many),
-            "engine_one_call_per_batch": get(Contender::OneCall),
-            "engine_registered": get(Contender::Registered),
+            "fio": r.fio_ok().then(|| r.get(Fio)),
+            "raw": r.get(Raw),
+            "engine": r.get(One),
+            "engine_2_threads": r.get(Two),
+            "engine_64_threads": r.get(Many),
+            "engine_one_call_per_batch": r.get(OneCall),
+            "engine_registered": r.get(Registered),
         },
-    });
-    if args.json {
-        println!("{json}");
-        return Ok(());
-    }
-    let r = |x: f64| format!("{x:>10.0}");
+    })
+}
+
+/// The run as a table.
+fn print_table(args: &EngineBenchArgs, backend: blockio::Backend, r: &Rounds) {
+    use Contender::*;
+    let iops = |c: Contender| format!("{:>10.0}", r.median(c));
+    let both = |c: Contender| {
+        let f = r.vs_fio(c).map_or("-".into(), |f| format!("{f} fio"));
+        format!("{f}  {} raw", r.ratio(c, Raw))
+    };
     println!(
-        "random 4 KiB O_DIRECT reads, {} in flight, {} MiB file, {} rounds x {:.1}s (backend: {})",
-        args.qd,
-        args.size_mib,
-        args.rounds,
-        args.seconds,
-        engine.backend()
+        "random 4 KiB O_DIRECT reads, {} in flight, {} MiB file, {} rounds x {:.1}s (backend: {backend})",
+        args.qd, args.size_mib, args.rounds, args.seconds
     );
     println!("IOPS: median of the rounds; ratio: median of the per-round ratios [lowest-highest]");
     println!("{:<44} {:>10}  ratio", "", "IOPS");
-    match fio {
-        Some(f) => println!("{:<44} {}  1.00", "fio io_uring (baseline)", r(f)),
-        None => println!("{:<44} {:>10}  -", "fio io_uring", "skipped"),
+    if r.fio_ok() {
+        println!("{:<44} {}  1.00", "fio io_uring (baseline)", iops(Fio));
+    } else {
+        println!("{:<44} {:>10}  -", "fio io_uring", "skipped");
     }
     println!(
         "{:<44} {}  1.00",
         "raw io-uring crate loop (baseline)",
-        r(raw)
+        iops(Raw)
     );
-    let both = |f: Option<Ratio>, raw: Ratio| {
-        let f = f.map_or("-".into(), |f| format!("{f} fio"));
-        format!("{f}  {raw} raw")
-    };
     println!(
         "{:<44} {}  {}",
         "engine batch API, 1 thread",
-        r(one),
-        both(one_fio, one_raw)
+        iops(One),
+        both(One)
     );
     println!(
-        "{:<44} {}  {two_one} (vs 1 thread)",
+        "{:<44} {}  {} (vs 1 thread)",
         "engine, 2 threads",
-        r(two)
+        iops(Two),
+        r.ratio(Two, One)
     );
     println!(
-        "{:<44} {}  {many_one} (vs 1 thread)",
-        format!("engine, 64 threads x batch {per_thread_64}"),
-        r(many)
+        "{:<44} {}  {} (vs 1 thread)",
+        format!("engine, 64 threads x batch {}", per_thread_64(args.qd)),
+        iops(Many),
+        r.ratio(Many, One)
     );
     println!(
         "{:<44} {}  {}",
         "engine, 1 thread, submit_chunk(0): 1 call",
-        r(whole),
-        both(whole_fio, whole_raw)
+        iops(OneCall),
+        both(OneCall)
     );
     println!(
         "{:<44} {}  {}",
         "engine, registered buffers + file",
-        r(reg),
-        both(reg_fio, reg_raw)
+        iops(Registered),
+        both(Registered)
     );
-    match allocs_per_op {
+    match r.allocs_per_op() {
         Some(a) => println!("heap allocations per operation (1 thread, steady state): {a:.4}"),
         None => println!(
             "heap allocations per operation: not counted (build with --features count-allocations, as scripts/engine-bench does)"
         ),
     }
-    Ok(())
 }
 
 #[cfg(test)]

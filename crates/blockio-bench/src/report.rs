@@ -20,6 +20,11 @@ pub struct Row {
     pub qd: usize,
     /// Threads (or tasks) issuing them.
     pub threads: usize,
+    /// What really served the reads: `io_uring` or `thread pool` (blockio's
+    /// fallback, where io_uring is blocked) for blockio's strategies,
+    /// `pread` for sync and threads, `tokio blocking pool` for the pool
+    /// strategies, `fio io_uring` for fio.
+    pub backend: String,
     /// Operations per second.
     pub iops: f64,
     /// MiB per second.
@@ -46,12 +51,18 @@ pub struct Row {
 
 impl Row {
     /// A row from a measured run.
-    pub fn measured(profile: Profile, plan: Plan, m: &Measured, resident: f64) -> Row {
+    pub fn measured(
+        profile: Profile,
+        plan: Plan,
+        (m, backend): &(Measured, String),
+        resident: f64,
+    ) -> Row {
         Row {
             profile,
             strategy: plan.strategy,
             qd: plan.qd,
             threads: plan.threads,
+            backend: backend.clone(),
             iops: m.iops(),
             mib_s: m.mib_s(),
             p50_us: Some(m.p50_us),
@@ -73,6 +84,7 @@ impl Row {
             strategy: Strategy::Fio,
             qd,
             threads: 1,
+            backend: "fio io_uring".into(),
             iops,
             mib_s: iops * profile.block_size() as f64 / (1 << 20) as f64,
             p50_us: None,
@@ -250,10 +262,11 @@ pub fn table(rows: &[Row], summary: &[Summary], profiles: &[Profile]) -> String 
         let _ = writeln!(s, "\n{p}: {}", p.describe());
         let _ = writeln!(
             s,
-            "  {:<14} {:>4} {:>4} {:>10} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7}",
+            "  {:<14} {:>4} {:>4} {:<19} {:>10} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7}",
             "strategy",
             "qd",
             "thr",
+            "served by",
             "IOPS",
             "MiB/s",
             "p50 us",
@@ -270,10 +283,11 @@ pub fn table(rows: &[Row], summary: &[Summary], profiles: &[Profile]) -> String 
                 .map(|(c, o)| c as f64 / o.max(1) as f64);
             let _ = writeln!(
                 s,
-                "  {:<14} {:>4} {:>4} {:>10.0} {:>9.1} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7}",
+                "  {:<14} {:>4} {:>4} {:<19} {:>10.0} {:>9.1} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7}",
                 r.strategy.name(),
                 r.qd,
                 r.threads,
+                r.backend,
                 r.iops,
                 r.mib_s,
                 opt(r.p50_us, 1),
@@ -334,17 +348,18 @@ pub(crate) fn truncate3(x: f64) -> f64 {
 /// The rows as CSV, with a header line.
 pub fn csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "profile,strategy,qd,threads,iops,mib_s,p50_us,p99_us,p999_us,cpu_us_per_op,ctx_switches,ops,seconds,resident_before,vs_fio\n",
+        "profile,strategy,qd,threads,backend,iops,mib_s,p50_us,p99_us,p999_us,cpu_us_per_op,ctx_switches,ops,seconds,resident_before,vs_fio\n",
     );
     let o = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.3}"));
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.1},{:.3},{},{},{},{},{},{},{:.3},{},{}",
+            "{},{},{},{},{},{:.1},{:.3},{},{},{},{},{},{},{:.3},{},{}",
             r.profile,
             r.strategy,
             r.qd,
             r.threads,
+            r.backend,
             r.iops,
             r.mib_s,
             o(r.p50_us),

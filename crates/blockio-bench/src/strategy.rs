@@ -78,6 +78,26 @@ impl Strategy {
     }
 }
 
+impl Strategy {
+    /// Whether this strategy runs on blockio (and so on io_uring or on its
+    /// thread-pool fallback, whichever the kernel allows).
+    pub fn uses_blockio(self) -> bool {
+        matches!(
+            self,
+            Strategy::Uring | Strategy::UringMt | Strategy::Auto | Strategy::Async
+        )
+    }
+
+    /// What serves the reads of a strategy that does not use blockio.
+    fn own_backend(self) -> &'static str {
+        match self {
+            Strategy::PoolTokioFs | Strategy::PoolBlocking => "tokio blocking pool",
+            Strategy::Fio => "fio io_uring",
+            _ => "pread",
+        }
+    }
+}
+
 impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -117,8 +137,11 @@ pub struct Plan {
     pub threads: usize,
 }
 
-/// Runs `plan` on `w` for `seconds`.
-pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
+/// Runs `plan` on `w` for `seconds`; returns the measurement and what
+/// really served the reads (for blockio's strategies, the backend the
+/// engine runs on: `io_uring`, or `thread pool` where io_uring is blocked).
+pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, String)> {
+    let own = || plan.strategy.own_backend().to_string();
     match plan.strategy {
         Strategy::Sync | Strategy::Threads => std::thread::scope(|s| {
             timed(seconds, |deadline| {
@@ -127,8 +150,16 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
                     .collect();
                 join_all(handles)
             })
-        }),
-        Strategy::PoolBlocking | Strategy::PoolTokioFs | Strategy::Async => pool(plan, w, seconds),
+        })
+        .map(|m| (m, own())),
+        Strategy::PoolBlocking | Strategy::PoolTokioFs => {
+            pool(plan, w, seconds, None).map(|m| (m, own()))
+        }
+        Strategy::Async => {
+            let engine = AsyncEngine::builder().queue_depth(plan.threads).build()?;
+            let m = pool(plan, w, seconds, Some(&engine))?;
+            Ok((m, engine.backend().to_string()))
+        }
         Strategy::Uring | Strategy::UringMt | Strategy::Auto => {
             let per_thread = (plan.qd / plan.threads).max(1);
             let engine = Engine::builder()
@@ -140,7 +171,7 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
                     ReadPath::AlwaysSubmit
                 })
                 .build()?;
-            std::thread::scope(|s| {
+            let m = std::thread::scope(|s| {
                 timed(seconds, |deadline| {
                     let handles: Vec<_> = (0..plan.threads)
                         .map(|t| {
@@ -150,7 +181,8 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
                         .collect();
                     join_all(handles)
                 })
-            })
+            })?;
+            Ok((m, engine.backend().to_string()))
         }
         Strategy::Fio => bail!("fio is run by the fio module, not as a strategy"),
     }
@@ -252,7 +284,14 @@ fn engine_loop(
 
 /// The async runtime's thread-pool file I/O, or blockio's async API,
 /// `plan.threads` tasks on tokio's multi-thread runtime.
-fn pool(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
+/// The pool strategies and `async`, which reads through `aio` on tokio's
+/// runtime.
+fn pool(
+    plan: Plan,
+    w: &Arc<Workload>,
+    seconds: f64,
+    aio: Option<&AsyncEngine>,
+) -> Result<Measured> {
     if plan.strategy == Strategy::PoolTokioFs && w.profile.direct() {
         bail!("tokio::fs cannot do O_DIRECT reads: its internal buffers are not aligned");
     }
@@ -262,12 +301,12 @@ fn pool(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<Measured> {
         .max_blocking_threads(plan.threads.max(512))
         .build()
         .context("start the tokio runtime")?;
-    let file = if plan.strategy == Strategy::Async {
-        let engine = AsyncEngine::builder().queue_depth(plan.threads).build()?;
-        let opts = AsyncOpenOptions::new().direct(w.profile.direct());
-        Some(Arc::new(AsyncFile::open_with(&engine, &w.path, &opts)?))
-    } else {
-        None
+    let file = match aio {
+        Some(engine) => {
+            let opts = AsyncOpenOptions::new().direct(w.profile.direct());
+            Some(Arc::new(AsyncFile::open_with(engine, &w.path, &opts)?))
+        }
+        None => None,
     };
     timed(seconds, |deadline| {
         rt.block_on(async {

@@ -72,9 +72,16 @@ fn every_strategy_reads_the_right_bytes_on_every_profile() {
     for profile in Profile::ALL {
         let w = Arc::new(Workload::open(profile, &path, true).unwrap());
         for plan in plans(profile) {
-            let m = strategy::run(plan, &w, 0.05)
+            let (m, backend) = strategy::run(plan, &w, 0.05)
                 .unwrap_or_else(|e| panic!("{profile} {plan:?}: {e:#}"));
             assert!(m.ops > 0, "{profile} {plan:?} completed nothing");
+            let engine = blockio::Engine::new().unwrap();
+            let want = match plan.strategy {
+                s if s.uses_blockio() => engine.backend().to_string(),
+                strategy::Strategy::Sync | strategy::Strategy::Threads => "pread".into(),
+                _ => "tokio blocking pool".into(),
+            };
+            assert_eq!(backend, want, "{profile} {plan:?}");
             assert_eq!(m.bytes, m.ops * profile.block_size() as u64);
         }
     }

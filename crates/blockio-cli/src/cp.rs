@@ -104,6 +104,9 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
         Some(inner) if inner.is::<copy::UsageError>() => anyhow::anyhow!("cp: {inner}"),
         _ => anyhow::Error::from(e).context("cp"),
     })?;
+    if let Some(reason) = &report.fallback_reason {
+        crate::fallback_notice("cp", reason);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     }

@@ -109,6 +109,9 @@ fn sum(args: &SumArgs) -> anyhow::Result<bool> {
         anyhow::bail!("--depth must be between 1 and 1024, got {d}");
     }
     let engine = blockio::Engine::new()?;
+    if let Some(reason) = engine.fallback_reason() {
+        fallback_notice("sum", reason);
+    }
     let mut opts = SumOptions {
         algo: args.algo,
         direct: !args.no_direct,
@@ -140,6 +143,16 @@ fn sum(args: &SumArgs) -> anyhow::Result<bool> {
         blockio_tools::sum::print_sums(&engine, &args.paths, &opts, &list, &mut out, &mut err)?
     };
     Ok(ok)
+}
+
+/// Says on stderr, once per run, that the I/O ran on the thread-pool
+/// fallback because io_uring is unavailable, and why: the tool's output is
+/// the same either way, but its speed is not io_uring's. Nothing is said
+/// when the user asked for the thread pool.
+fn fallback_notice(tool: &str, reason: &str) {
+    if reason != blockio::FALLBACK_REQUESTED {
+        eprintln!("blockio {tool}: note: I/O ran on the thread-pool backend: {reason}");
+    }
 }
 
 fn main() {

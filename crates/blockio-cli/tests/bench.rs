@@ -131,7 +131,7 @@ fn tiny_run_covers_every_strategy_and_profile_and_writes_its_files() {
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(file_doc["rows"], doc["rows"]);
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
-    assert!(csv.starts_with("profile,strategy,qd,threads,iops,"));
+    assert!(csv.starts_with("profile,strategy,qd,threads,backend,iops,"));
     assert_eq!(csv.lines().count(), rows.len() + 1);
     let svg = std::fs::read_to_string(out.join("chart.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));

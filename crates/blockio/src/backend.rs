@@ -11,6 +11,11 @@ use std::io;
 /// unavailable), `auto` (or unset) uses io_uring when the kernel allows it.
 pub const BACKEND_ENV: &str = "BLOCKIO_BACKEND";
 
+/// The fallback reason of an engine whose thread pool was asked for (by
+/// [`BACKEND_ENV`] or the builder) rather than forced by an unavailable
+/// io_uring; see [`Engine::fallback_reason`](crate::Engine::fallback_reason).
+pub const FALLBACK_REQUESTED: &str = "requested (BLOCKIO_BACKEND or the builder)";
+
 /// Which backend an engine runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
@@ -82,7 +87,7 @@ pub(crate) fn select<T>(
 ) -> io::Result<T> {
     let choice = choice_from_env(configured)?;
     if choice == BackendChoice::ThreadPool {
-        return threads(format!("requested ({BACKEND_ENV} or the builder)"));
+        return threads(FALLBACK_REQUESTED.to_string());
     }
     match uring() {
         Ok(backend) => Ok(backend),

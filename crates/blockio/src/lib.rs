@@ -73,7 +73,7 @@ mod ring;
 mod threads;
 mod uring;
 
-pub use backend::{Backend, BackendChoice, BACKEND_ENV};
+pub use backend::{Backend, BackendChoice, BACKEND_ENV, FALLBACK_REQUESTED};
 pub use buf::{AlignedBuf, BufferPool, PooledBuf};
 pub use cached::ReadPath;
 pub use direct::{device_supports_polling, Alignment, AlignmentSource, DirectFile};

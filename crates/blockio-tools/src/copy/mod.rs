@@ -174,6 +174,11 @@ pub struct CopyReport {
     pub errors: u64,
     /// Wall-clock seconds.
     pub seconds: f64,
+    /// The backend that did the I/O: `io_uring`, or `thread pool` where
+    /// io_uring is unavailable.
+    pub backend: String,
+    /// Why the thread pool was used, when it was.
+    pub fallback_reason: Option<String>,
 }
 
 /// A problem with the command line as a whole (nothing was copied).
@@ -234,6 +239,8 @@ pub fn copy(
     );
     report.seconds = started.elapsed().as_secs_f64();
     report.errors = progress.errors.load(Ordering::Relaxed);
+    report.backend = engine.backend().to_string();
+    report.fallback_reason = engine.fallback_reason().map(str::to_string);
     Ok(report)
 }
 

@@ -92,6 +92,8 @@ pub(crate) fn run(
         bytes: progress.bytes.load(Ordering::Relaxed),
         errors: 0,
         seconds: 0.0,
+        backend: String::new(),
+        fallback_reason: None,
     }
 }
 

@@ -1,0 +1,141 @@
+//! With io_uring blocked by the kernel (`kernel.io_uring_disabled=2`),
+//! every tool still works and says what served its I/O: `bench` labels
+//! its rows and explains once on stderr, `cp --json` reports the backend,
+//! `sum` prints the same sums as b3sum and a one-line note.
+//!
+//! This test binary holds a single test because it changes a system-wide
+//! setting: cargo runs test binaries one after another, so nothing else of
+//! the suite runs meanwhile, and the setting is restored when the test
+//! ends, even by a panic. It needs root, as `scripts/install-deps` does.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const SYSCTL: &str = "/proc/sys/kernel/io_uring_disabled";
+
+/// Sets `kernel.io_uring_disabled` and puts the old value back on drop.
+struct Disabled(String);
+
+impl Disabled {
+    fn new(value: &str) -> Disabled {
+        let old = std::fs::read_to_string(SYSCTL)
+            .unwrap_or_else(|e| panic!("{SYSCTL}: {e} (Linux 6.6 or later has it)"));
+        std::fs::write(SYSCTL, value).unwrap_or_else(|e| {
+            panic!("cannot write {SYSCTL}: {e}; this test blocks io_uring and must run as root")
+        });
+        Disabled(old.trim().to_string())
+    }
+}
+
+impl Drop for Disabled {
+    fn drop(&mut self) {
+        std::fs::write(SYSCTL, &self.0).expect("restore kernel.io_uring_disabled");
+    }
+}
+
+fn blockio(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_blockio"))
+        .args(args)
+        // The suite also runs with BLOCKIO_BACKEND=threads, which would make
+        // the fallback a request rather than the kernel's refusal.
+        .env_remove("BLOCKIO_BACKEND")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn bench_labels_every_row(dir: &Path) {
+    let (data, out) = (dir.join("data"), dir.join("out"));
+    let o = blockio(&[
+        "bench",
+        "--profiles",
+        "warm",
+        "--strategies",
+        "sync,uring,auto,async",
+        "--qd",
+        "1,4",
+        "--tasks",
+        "4",
+        "--size-mib",
+        "8",
+        "--seconds",
+        "0.05",
+        "--rounds",
+        "1",
+        "--json",
+        "--dir",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("thread-pool fallback").count(), 1, "{err}");
+    assert!(err.contains("EPERM"), "{err}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["config"]["blockio_backend"], "thread pool");
+    let rows = doc["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for r in rows {
+        let want = match r["strategy"].as_str().unwrap() {
+            "sync" => "pread",
+            _ => "thread pool",
+        };
+        assert_eq!(r["backend"], want, "{r}");
+    }
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(csv.starts_with("profile,strategy,qd,threads,backend,"));
+    assert!(csv
+        .lines()
+        .skip(1)
+        .all(|l| l.contains(",thread pool,") || l.contains(",pread,")));
+}
+
+fn cp_reports_its_backend(dir: &Path) {
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("sub/a"), vec![5u8; 300_000]).unwrap();
+    let dst = dir.join("dst");
+    let o = blockio(&[
+        "cp",
+        "-a",
+        "--json",
+        src.to_str().unwrap(),
+        dst.to_str().unwrap(),
+    ]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("thread-pool backend").count(), 1, "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["backend"], "thread pool");
+    assert!(report["fallback_reason"]
+        .as_str()
+        .unwrap()
+        .contains("EPERM"));
+    assert_eq!(
+        std::fs::read(dst.join("sub/a")).unwrap(),
+        std::fs::read(src.join("sub/a")).unwrap()
+    );
+}
+
+fn sum_matches_b3sum(dir: &Path) {
+    let f = dir.join("src/sub/a");
+    let o = blockio(&["sum", f.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("thread-pool backend").count(), 1, "{err}");
+    let reference = Command::new("b3sum").arg(&f).output().unwrap();
+    assert_eq!(text(&o.stdout), text(&reference.stdout));
+}
+
+#[test]
+fn every_tool_says_what_served_it_when_io_uring_is_blocked() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let _blocked = Disabled::new("2");
+    bench_labels_every_row(dir.path());
+    cp_reports_its_backend(dir.path());
+    sum_matches_b3sum(dir.path());
+}
