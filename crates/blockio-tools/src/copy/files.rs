@@ -61,36 +61,42 @@ struct Chunk {
 /// known once the files are open) go back to the queue through `requeue`,
 /// so that large files are copied by several workers at once.
 pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeue: &dyn Fn(Group)) {
-    let (engine, opts, progress, errors) = (ctx.engine, ctx.opts, ctx.progress, ctx.errors);
     let Group {
         dirs: pair,
         mut files,
     } = g;
     let dirs = &*pair;
-    let mut jobs = match open_all(ctx, &pair, &mut files) {
-        Some((jobs, rest)) => {
-            if !rest.is_empty() {
-                requeue(Group {
-                    dirs: Arc::clone(&pair),
-                    files: rest,
-                });
-            }
-            jobs
-        }
-        None => return,
+    let Some((mut jobs, rest)) = open_all(ctx, &pair, &mut files) else {
+        return;
     };
+    if !rest.is_empty() {
+        requeue(Group {
+            dirs: Arc::clone(&pair),
+            files: rest,
+        });
+    }
+    let ranged = choose_paths(ctx.opts, &mut jobs);
+    let chunks = copy_ranges_and_chunk(ctx, dirs, &mut jobs, &ranged);
+    copy_chunks(ctx, dirs, &mut jobs, &chunks, arena);
+    copy_unsized(ctx.progress, dirs, &mut jobs);
+    finish_files(ctx, dirs, &mut jobs);
+    if ctx.opts.fsync {
+        fsync_large(ctx, dirs, &mut jobs);
+    }
+    close_and_report(ctx, dirs, jobs);
+}
 
-    // The data: every file's ranges (only the data extents of a sparse
-    // file) cut into blocks, copied in waves of reads then writes.
-    //
-    // Files of `copy_range_min` bytes or more (not sparse) go through
-    // `copy_file_range` instead: one copy inside the kernel rather than two
-    // through our buffers. Their reads are started for all of the group's
-    // files at once first (`POSIX_FADV_WILLNEED`), so a cold group still
-    // has many reads in flight.
-    //
-    // With `--fsync`, files of `direct_write_min` bytes or more are written
-    // with `O_DIRECT` instead (see [`go_direct`]).
+/// How each file's data is copied; returns which go through
+/// `copy_file_range`.
+///
+/// Files of `copy_range_min` bytes or more (not sparse) go through
+/// `copy_file_range`: one copy inside the kernel rather than two through
+/// our buffers. With `--fsync`, files of `direct_write_min` bytes or more
+/// are written with `O_DIRECT` instead (see [`go_direct`]). The reads of
+/// both are started for all of the group's files at once
+/// (`POSIX_FADV_WILLNEED`), so a cold group still has many reads in
+/// flight. The rest is copied in blocks through the arena.
+fn choose_paths(opts: &CopyOptions, jobs: &mut [Job<'_>]) -> Vec<bool> {
     for j in jobs.iter_mut() {
         j.direct = opts.fsync
             && j.e.st.stx_size >= opts.direct_write_min
@@ -106,10 +112,24 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
         // SAFETY: fadvise on an open descriptor has no memory effects.
         unsafe { libc::posix_fadvise(j.src.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
     }
+    ranged
+}
+
+/// Copies the `ranged` files with `copy_file_range`, and cuts every other
+/// file's data (only the data extents of a sparse file) into blocks of at
+/// most `--block-size` bytes. A ranged file whose filesystems refuse
+/// `copy_file_range` is cut into blocks too.
+fn copy_ranges_and_chunk(
+    ctx: &Ctx<'_>,
+    dirs: &DirPair,
+    jobs: &mut [Job<'_>],
+    ranged: &[bool],
+) -> Vec<Chunk> {
+    let opts = ctx.opts;
     let mut chunks = Vec::new();
     for (i, j) in jobs.iter_mut().enumerate() {
         if ranged[i] {
-            match copy_range(j, fsync_each(opts, j.e), progress) {
+            match copy_range(j, fsync_each(opts, j.e), ctx.progress) {
                 Ok(true) => continue,
                 // Not supported between these files: the buffered path.
                 Ok(false) => {}
@@ -133,37 +153,44 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
             }
         }
     }
-    // Waves of at most `wave` bytes, the chunks packed one after another in
-    // the arena (a 4 KiB file takes 4 KiB of it, not a block). The arena
-    // grows to the largest wave a worker has needed: a group copied
-    // entirely with copy_file_range needs none (zeroing and faulting in an
-    // unused 16 MiB arena per worker was a fifth of the CPU time of
-    // copying 500 files of 1 MiB).
-    //
-    // The arena and its slots start on multiples of `SLOT_ALIGN`, as
-    // `O_DIRECT` needs.
+    chunks
+}
+
+/// Copies `chunks` in waves of reads then writes, of at most `--wave`
+/// bytes each, the chunks packed one after another in the arena (a 4 KiB
+/// file takes 4 KiB of it, not a block). The arena grows to the largest
+/// wave a worker has needed: a group copied entirely with
+/// `copy_file_range` needs none (zeroing and faulting in an unused 16 MiB
+/// arena per worker was a fifth of the CPU time of copying 500 files of
+/// 1 MiB). The arena and its slots start on multiples of `SLOT_ALIGN`, as
+/// `O_DIRECT` needs.
+fn copy_chunks(
+    ctx: &Ctx<'_>,
+    dirs: &DirPair,
+    jobs: &mut [Job<'_>],
+    chunks: &[Chunk],
+    arena: &mut AlignedBuf,
+) {
     let mut start = 0;
     while start < chunks.len() {
         let lens = chunks[start..].iter().map(|c| slot_len(c.len) as u64);
-        let end = start + first_wave(lens, opts.wave as u64);
+        let end = start + first_wave(lens, ctx.opts.wave as u64);
         let bytes: usize = chunks[start..end].iter().map(|c| slot_len(c.len)).sum();
         if arena.len() < bytes {
             *arena = AlignedBuf::new(bytes, SLOT_ALIGN);
         }
-        copy_wave(
-            engine,
-            dirs,
-            &mut jobs,
-            &chunks[start..end],
-            &mut arena[..bytes],
-            opts,
-            progress,
-        );
+        let wave = Wave {
+            chunks: &chunks[start..end],
+            got: vec![0; end - start],
+        };
+        wave.copy(ctx, dirs, jobs, &mut arena[..bytes]);
         start = end;
     }
+}
 
-    // A file that says it is empty (as those of /proc do) is read to its
-    // end: its size tells nothing.
+/// Reads to the end the files that say they are empty (as those of /proc
+/// do): their size tells nothing.
+fn copy_unsized(progress: &Progress, dirs: &DirPair, jobs: &mut [Job<'_>]) {
     for j in jobs
         .iter_mut()
         .filter(|j| j.failed.is_none() && j.e.st.stx_size == 0)
@@ -173,7 +200,11 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
             Err((side, e)) => j.failed = Some((failure(dirs, j.e, side), e)),
         }
     }
+}
 
+/// Gives every complete copy its final length and, with `--preserve`, its
+/// attributes.
+fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
     for j in jobs.iter_mut().filter(|j| j.failed.is_none()) {
         let dst = dirs.dst_of(&j.e.dst_name);
         // A file that ended early ends there in the copy, never padded to
@@ -199,29 +230,36 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
                 continue;
             }
         }
-        if opts.preserve {
+        if ctx.opts.preserve {
             let xattrs = Some((Node::Fd(j.src.as_fd()), dirs.dst_default_acl));
             let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs);
             if let Err(e) = set {
                 // The data is complete: report, keep the file (as cp does).
-                errors.report(format!("preserving attributes of {}", quote(&dst)), Some(e));
+                let what = format!("preserving attributes of {}", quote(&dst));
+                ctx.errors.report(what, Some(e));
             }
         }
     }
-    if opts.fsync {
-        let live: Vec<usize> = (0..jobs.len())
-            .filter(|&i| jobs[i].failed.is_none() && fsync_each(opts, jobs[i].e))
-            .collect();
-        let ops: Vec<Op<'_>> = live.iter().map(|&i| Op::fsync(&jobs[i].dst)).collect();
-        for (i, r) in run_batch(engine, ops, live) {
-            if let Err(e) = r {
-                let dst = dirs.dst_of(&jobs[i].e.dst_name);
-                jobs[i].failed = Some((format!("cannot fsync {}", quote(&dst)), e));
-            }
-        }
-    }
+}
 
-    // Close everything; a destination whose close fails is not complete.
+/// With `--fsync`, fsyncs the files large enough to be made durable one by
+/// one (see [`FSYNC_EACH_MIN`]), in one batch.
+fn fsync_large(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
+    let live: Vec<usize> = (0..jobs.len())
+        .filter(|&i| jobs[i].failed.is_none() && fsync_each(ctx.opts, jobs[i].e))
+        .collect();
+    let ops: Vec<Op<'_>> = live.iter().map(|&i| Op::fsync(&jobs[i].dst)).collect();
+    for (i, r) in run_batch(ctx.engine, ops, live) {
+        if let Err(e) = r {
+            let dst = dirs.dst_of(&jobs[i].e.dst_name);
+            jobs[i].failed = Some((format!("cannot fsync {}", quote(&dst)), e));
+        }
+    }
+}
+
+/// Closes every file (a destination whose close fails is not complete),
+/// counts the complete copies, and reports the others after removing them.
+fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
     let mut srcs = Vec::with_capacity(jobs.len());
     let mut dsts = Vec::with_capacity(jobs.len());
     let mut finished = Vec::with_capacity(jobs.len());
@@ -230,42 +268,32 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
         dsts.push(j.dst);
         finished.push((j.e, j.failed));
     }
-    let _ = engine.close_batch(srcs);
-    match engine.close_batch(dsts) {
-        Ok(rs) => {
-            for ((e, failed), r) in finished.iter_mut().zip(rs) {
-                if let (None, Err(err)) = (&failed, r) {
-                    let dst = dirs.dst_of(&e.dst_name);
-                    *failed = Some((format!("error closing {}", quote(&dst)), err));
-                }
-            }
-        }
-        Err(err) => {
-            for (e, failed) in finished.iter_mut() {
-                if failed.is_none() {
-                    let dst = dirs.dst_of(&e.dst_name);
-                    *failed = Some((format!("error closing {}", quote(&dst)), clone(&err)));
-                }
-            }
+    let _ = ctx.engine.close_batch(srcs);
+    let closed = ctx.engine.close_batch(dsts);
+    for (k, (e, failed)) in finished.iter_mut().enumerate() {
+        let err = match &closed {
+            Ok(rs) => rs[k].as_ref().err().map(clone),
+            Err(err) => Some(clone(err)),
+        };
+        if let (None, Some(err)) = (&failed, err) {
+            let dst = dirs.dst_of(&e.dst_name);
+            *failed = Some((format!("error closing {}", quote(&dst)), err));
         }
     }
     for (e, failed) in finished {
-        match failed {
-            None => {
-                progress.files.fetch_add(1, Ordering::Relaxed);
-            }
-            Some((what, err)) => {
-                let dst = dirs.dst_of(&e.dst_name);
-                let fate = match at::unlink(&dirs.dst, &e.dst_name) {
-                    Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
-                    Err(u) => format!(
-                        "{what} (the incomplete copy {} could not be removed: {u})",
-                        quote(&dst)
-                    ),
-                };
-                errors.report(fate, Some(err));
-            }
-        }
+        let Some((what, err)) = failed else {
+            ctx.progress.files.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let dst = dirs.dst_of(&e.dst_name);
+        let fate = match at::unlink(&dirs.dst, &e.dst_name) {
+            Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
+            Err(u) => format!(
+                "{what} (the incomplete copy {} could not be removed: {u})",
+                quote(&dst)
+            ),
+        };
+        ctx.errors.report(fate, Some(err));
     }
 }
 
@@ -438,57 +466,88 @@ fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
     ctx.errors.report(msg, None);
 }
 
-/// One wave: all its reads in one batch, then all its writes in one.
-fn copy_wave(
-    engine: &Engine,
-    dirs: &DirPair,
-    jobs: &mut [Job<'_>],
-    wave: &[Chunk],
-    arena: &mut [u8],
-    opts: &CopyOptions,
-    progress: &Progress,
-) {
-    let mut got = vec![0usize; wave.len()];
-    let mut slots = slots(arena, wave);
-    {
-        let mut ops: Vec<Op<'_>> = Vec::with_capacity(wave.len());
-        let mut index = Vec::with_capacity(wave.len());
-        for ((k, c), slot) in wave.iter().enumerate().zip(slots.iter_mut()) {
+/// One wave of chunks on its way through the arena: how many bytes each
+/// chunk's read brought in.
+struct Wave<'w> {
+    chunks: &'w [Chunk],
+    got: Vec<usize>,
+}
+
+impl Wave<'_> {
+    /// Reads every chunk of the wave into its slot of `arena`, then writes
+    /// them out.
+    fn copy(mut self, ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>], arena: &mut [u8]) {
+        let mut slots = slots(arena, self.chunks);
+        self.read(ctx.engine, dirs, jobs, &mut slots);
+        self.finish_short_reads(dirs, jobs, &mut slots);
+        if self.chunks.iter().any(|c| jobs[c.job].direct) {
+            self.write_direct(ctx, dirs, jobs, &mut slots);
+        }
+        self.write_buffered(ctx, dirs, jobs, &slots);
+    }
+
+    /// The reads, in one engine batch.
+    fn read(
+        &mut self,
+        engine: &Engine,
+        dirs: &DirPair,
+        jobs: &mut [Job<'_>],
+        slots: &mut [&mut [u8]],
+    ) {
+        let mut ops: Vec<Op<'_>> = Vec::with_capacity(self.chunks.len());
+        let mut index = Vec::with_capacity(self.chunks.len());
+        for ((k, c), slot) in self.chunks.iter().enumerate().zip(slots.iter_mut()) {
             if jobs[c.job].failed.is_none() {
                 ops.push(Op::read(&jobs[c.job].src, c.offset, &mut slot[..c.len]));
                 index.push(k);
             }
         }
         for (k, r) in run_batch(engine, ops, index) {
-            let c = wave[k];
+            let c = self.chunks[k];
             match r {
-                Ok(n) => got[k] = n,
+                Ok(n) => self.got[k] = n,
                 Err(e) => fail(jobs, dirs, c.job, Side::Read, e),
             }
         }
     }
-    // Short reads (a file that shrank, a signal) are finished one by one;
-    // one that meets the end of the file marks where the copy ends.
-    for ((k, c), slot) in wave.iter().enumerate().zip(slots.iter_mut()) {
-        if jobs[c.job].failed.is_none() && got[k] < c.len {
-            match read_full(&jobs[c.job].src, c.offset, &mut slot[..c.len], got[k]) {
-                Ok(n) => got[k] = n,
-                Err(e) => fail(jobs, dirs, c.job, Side::Read, e),
-            }
-            if got[k] < c.len {
-                let j = &mut jobs[c.job];
-                let at = c.offset + got[k] as u64;
-                j.eof = Some(j.eof.map_or(at, |e| e.min(at)));
+
+    /// Short reads (a file that shrank, a signal) are finished one by one;
+    /// one that meets the end of the file marks where the copy ends.
+    fn finish_short_reads(
+        &mut self,
+        dirs: &DirPair,
+        jobs: &mut [Job<'_>],
+        slots: &mut [&mut [u8]],
+    ) {
+        for ((k, c), slot) in self.chunks.iter().enumerate().zip(slots.iter_mut()) {
+            if jobs[c.job].failed.is_none() && self.got[k] < c.len {
+                match read_full(&jobs[c.job].src, c.offset, &mut slot[..c.len], self.got[k]) {
+                    Ok(n) => self.got[k] = n,
+                    Err(e) => fail(jobs, dirs, c.job, Side::Read, e),
+                }
+                if self.got[k] < c.len {
+                    let j = &mut jobs[c.job];
+                    let at = c.offset + self.got[k] as u64;
+                    j.eof = Some(j.eof.map_or(at, |e| e.min(at)));
+                }
             }
         }
     }
-    // Writes to `O_DIRECT` copies go to the device: all of them in one
-    // batch, each slot written whole (zeroed past the data; the copy is cut
-    // back at the end).
-    if wave.iter().any(|c| jobs[c.job].direct) {
+
+    /// Writes to `O_DIRECT` copies go to the device: all of them in one
+    /// batch, each slot written whole (zeroed past the data; the copy is
+    /// cut back at the end).
+    fn write_direct(
+        &self,
+        ctx: &Ctx<'_>,
+        dirs: &DirPair,
+        jobs: &mut [Job<'_>],
+        slots: &mut [&mut [u8]],
+    ) {
+        let got = &self.got;
         let mut ops: Vec<Op<'_>> = Vec::new();
         let mut index = Vec::new();
-        for ((k, c), slot) in wave.iter().enumerate().zip(slots.iter_mut()) {
+        for ((k, c), slot) in self.chunks.iter().enumerate().zip(slots.iter_mut()) {
             let j = &jobs[c.job];
             if j.direct && j.failed.is_none() && got[k] > 0 {
                 let whole = slot_len(got[k]);
@@ -497,8 +556,8 @@ fn copy_wave(
                 index.push(k);
             }
         }
-        for (k, r) in run_batch(engine, ops, index) {
-            let c = wave[k];
+        for (k, r) in run_batch(ctx.engine, ops, index) {
+            let c = self.chunks[k];
             let whole = slot_len(got[k]);
             let done = match r {
                 // A short direct write is finished by pwrite (it fails
@@ -509,7 +568,9 @@ fn copy_wave(
             };
             match done {
                 Ok(()) => {
-                    progress.bytes.fetch_add(got[k] as u64, Ordering::Relaxed);
+                    ctx.progress
+                        .bytes
+                        .fetch_add(got[k] as u64, Ordering::Relaxed);
                     let j = &mut jobs[c.job];
                     j.end = j.end.max(c.offset + got[k] as u64);
                 }
@@ -517,19 +578,31 @@ fn copy_wave(
             }
         }
     }
-    // Buffered writes on ext4 are not done inline by io_uring either (they
-    // go to its worker threads), so the writes are plain pwrites from this
-    // thread: the page cache absorbs them at memory speed.
-    for ((k, c), slot) in wave.iter().enumerate().zip(slots.iter()) {
-        if jobs[c.job].failed.is_none() && !jobs[c.job].direct && got[k] > 0 {
-            match write_full(&jobs[c.job].dst, c.offset, &slot[..got[k]], 0) {
-                Ok(()) => {
-                    progress.bytes.fetch_add(got[k] as u64, Ordering::Relaxed);
-                    if fsync_each(opts, jobs[c.job].e) {
-                        start_writeback(&jobs[c.job].dst, c.offset, got[k]);
+
+    /// Buffered writes on ext4 are not done inline by io_uring either (they
+    /// go to its worker threads), so the writes are plain pwrites from this
+    /// thread: the page cache absorbs them at memory speed.
+    fn write_buffered(
+        &self,
+        ctx: &Ctx<'_>,
+        dirs: &DirPair,
+        jobs: &mut [Job<'_>],
+        slots: &[&mut [u8]],
+    ) {
+        let got = &self.got;
+        for ((k, c), slot) in self.chunks.iter().enumerate().zip(slots.iter()) {
+            if jobs[c.job].failed.is_none() && !jobs[c.job].direct && got[k] > 0 {
+                match write_full(&jobs[c.job].dst, c.offset, &slot[..got[k]], 0) {
+                    Ok(()) => {
+                        ctx.progress
+                            .bytes
+                            .fetch_add(got[k] as u64, Ordering::Relaxed);
+                        if fsync_each(ctx.opts, jobs[c.job].e) {
+                            start_writeback(&jobs[c.job].dst, c.offset, got[k]);
+                        }
                     }
+                    Err(e) => fail(jobs, dirs, c.job, Side::Write, e),
                 }
-                Err(e) => fail(jobs, dirs, c.job, Side::Write, e),
             }
         }
     }
