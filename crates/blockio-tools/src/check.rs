@@ -107,8 +107,35 @@ fn check_list(
         }
     };
     let mut tally = Tally::default();
+    let (entries, lengths) = parse_list(&text, &shown, opts, copts, &mut tally, err)?;
+    if entries.is_empty() {
+        let hint = length_hint(&lengths, opts.algo);
+        let what = format!("no properly formatted checksum lines found{hint}");
+        report(err, &shown, &what)?;
+        return Ok(false);
+    }
+    check_entries(engine, &entries, opts, copts, &mut tally, out, err)?;
+    if !copts.status {
+        out.flush()?;
+        warn_tally(err, &tally)?;
+    }
+    Ok(tally.unreadable == 0 && tally.mismatched == 0 && !(copts.strict && tally.improper > 0))
+}
+
+/// The list's proper lines, and the digest lengths of the improper ones
+/// that parsed (for the hint when none is proper). Blank lines and `#`
+/// comments are skipped; improper lines are counted, and with `--warn`
+/// reported by line number.
+fn parse_list(
+    text: &[u8],
+    shown: &Path,
+    opts: &SumOptions,
+    copts: &CheckOptions,
+    tally: &mut Tally,
+    err: &mut impl io::Write,
+) -> io::Result<(Vec<Listed>, Vec<usize>)> {
     let mut lengths = Vec::new();
-    let mut entries: Vec<Listed> = Vec::new();
+    let mut entries = Vec::new();
     for (n, line) in text.split(|&b| b == b'\n').enumerate() {
         if line.is_empty() || line.starts_with(b"#") {
             continue;
@@ -126,20 +153,26 @@ fn check_list(
                         n + 1,
                         opts.algo.tag()
                     );
-                    report(err, &shown, &what)?;
+                    report(err, shown, &what)?;
                 }
             }
         }
     }
-    if entries.is_empty() {
-        let hint = length_hint(&lengths, opts.algo);
-        report(
-            err,
-            &shown,
-            &format!("no properly formatted checksum lines found{hint}"),
-        )?;
-        return Ok(false);
-    }
+    Ok((entries, lengths))
+}
+
+/// Hashes every listed file and writes its status line (`OK`, `FAILED`,
+/// `FAILED open or read`) as `--quiet` and `--status` allow, counting the
+/// failures.
+fn check_entries(
+    engine: &Engine,
+    entries: &[Listed],
+    opts: &SumOptions,
+    copts: &CheckOptions,
+    tally: &mut Tally,
+    out: &mut impl io::Write,
+    err: &mut impl io::Write,
+) -> io::Result<()> {
     let inputs: Vec<(PathBuf, Algo)> = entries
         .iter()
         .map(|l| (PathBuf::from(&l.name), l.algo.unwrap_or(opts.algo)))
@@ -166,39 +199,27 @@ fn check_list(
                 return Ok(());
             }
             let b3sum_style = inputs[i].1 == Algo::Blake3;
-            out.write_all(&names::status_line(
-                OsStr::new(&entries[i].name),
-                status,
-                b3sum_style,
-            ))
+            let line = names::status_line(OsStr::new(&entries[i].name), status, b3sum_style);
+            out.write_all(&line)
         })();
     });
-    io_result?;
-    if !copts.status {
-        out.flush()?;
-        warn(
-            err,
-            tally.improper,
-            "line is",
-            "lines are",
-            "improperly formatted",
-        )?;
-        warn(
-            err,
-            tally.unreadable,
-            "listed file",
-            "listed files",
-            "could not be read",
-        )?;
-        warn(
-            err,
-            tally.mismatched,
-            "computed checksum",
-            "computed checksums",
-            "did NOT match",
-        )?;
-    }
-    Ok(tally.unreadable == 0 && tally.mismatched == 0 && !(copts.strict && tally.improper > 0))
+    io_result
+}
+
+/// The closing warnings, as sha256sum words them.
+fn warn_tally(err: &mut impl io::Write, tally: &Tally) -> io::Result<()> {
+    let improper = "improperly formatted";
+    warn(err, tally.improper, "line is", "lines are", improper)?;
+    let unread = "could not be read";
+    warn(err, tally.unreadable, "listed file", "listed files", unread)?;
+    let mismatched = "did NOT match";
+    warn(
+        err,
+        tally.mismatched,
+        "computed checksum",
+        "computed checksums",
+        mismatched,
+    )
 }
 
 /// `blockio sum: WARNING: <n> <what> <verb>`, if `n` is not 0.

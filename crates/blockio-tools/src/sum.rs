@@ -165,6 +165,29 @@ impl LargeFileIo<'_> {
     }
 }
 
+/// Where a worker sends each file's result: to `tx`, with its index, and
+/// an error naming the file.
+struct Results<'a> {
+    files: &'a [PathBuf],
+    tx: &'a mpsc::Sender<(usize, Result<String, SumError>)>,
+}
+
+impl Results<'_> {
+    fn send(&self, i: usize, r: io::Result<String>) {
+        let r = r.map_err(|error| SumError {
+            path: self.files[i].clone(),
+            error,
+        });
+        // The receiver is gone only if the caller stopped listening.
+        let _ = self.tx.send((i, r));
+    }
+}
+
+/// A small file, open, with its size: read whole in a batch.
+type Small = (usize, File, usize);
+
+/// Takes groups of `opts.group` files until none is left: large files are
+/// streamed one by one, the small ones of a group read in one batch.
 fn worker(
     io: &LargeFileIo<'_>,
     files: &[PathBuf],
@@ -172,7 +195,7 @@ fn worker(
     next: &AtomicUsize,
     tx: &mpsc::Sender<(usize, Result<String, SumError>)>,
 ) {
-    let engine = io.engine;
+    let out = Results { files, tx };
     let group = opts.group.max(1);
     let mut bufs: Vec<Vec<u8>> = Vec::new();
     loop {
@@ -181,86 +204,84 @@ fn worker(
             return;
         }
         let end = (start + group).min(files.len());
-        let mut small: Vec<(usize, File, usize)> = Vec::new();
-        for (i, path) in files.iter().enumerate().take(end).skip(start) {
-            let opened = File::open(path).and_then(|f| {
-                let m = f.metadata()?;
-                if m.is_dir() {
-                    return Err(io::Error::from_raw_os_error(libc::EISDIR));
-                }
-                Ok((f, m.len()))
-            });
-            match opened {
-                Ok((f, len)) if len as usize <= opts.small => small.push((i, f, len as usize)),
-                Ok((f, len)) => {
-                    let r = io.stream(path, &f, len, opts).map_err(|error| SumError {
-                        path: path.clone(),
-                        error,
-                    });
-                    let _ = tx.send((i, r));
-                }
-                Err(error) => {
-                    let _ = tx.send((
-                        i,
-                        Err(SumError {
-                            path: path.clone(),
-                            error,
-                        }),
-                    ));
-                }
+        let small = open_group(io, files, start..end, opts, &out);
+        if !small.is_empty() {
+            hash_small(io.engine, &small, &mut bufs, opts, &out);
+        }
+    }
+}
+
+/// Opens `files[range]`: streams (and reports) each large one now, reports
+/// those that cannot be opened or are directories, and returns the small
+/// ones.
+fn open_group(
+    io: &LargeFileIo<'_>,
+    files: &[PathBuf],
+    range: std::ops::Range<usize>,
+    opts: &SumOptions,
+    out: &Results<'_>,
+) -> Vec<Small> {
+    let mut small = Vec::new();
+    for i in range {
+        let path = &files[i];
+        let opened = File::open(path).and_then(|f| {
+            let m = f.metadata()?;
+            if m.is_dir() {
+                return Err(io::Error::from_raw_os_error(libc::EISDIR));
             }
+            Ok((f, m.len()))
+        });
+        match opened {
+            Ok((f, len)) if len as usize <= opts.small => small.push((i, f, len as usize)),
+            Ok((f, len)) => out.send(i, io.stream(path, &f, len, opts)),
+            Err(error) => out.send(i, Err(error)),
         }
-        if small.is_empty() {
-            continue;
-        }
-        // One batch reads every small file whole (one byte more than its
-        // size, to notice a file that grew since `fstat`).
-        bufs.resize_with(small.len(), Vec::new);
-        for (b, (_, _, len)) in bufs.iter_mut().zip(&small) {
-            b.resize(len + 1, 0);
-        }
-        let results = {
-            let mut ops: Vec<Op> = small
-                .iter()
-                .zip(bufs.iter_mut())
-                .map(|((_, f, _), b)| Op::read(f, 0, b))
-                .collect();
-            engine.submit(&mut ops)
-        };
-        let results = match results {
-            Ok(r) => r,
-            Err(e) => {
-                for (i, _, _) in &small {
-                    let _ = tx.send((
-                        *i,
-                        Err(SumError {
-                            path: files[*i].clone(),
-                            error: io::Error::new(e.kind(), e.to_string()),
-                        }),
-                    ));
-                }
-                continue;
+    }
+    small
+}
+
+/// Reads every small file whole in one batch (one byte more than its size,
+/// to notice a file that grew since `fstat`; such a file is streamed like
+/// a large one) and hashes it.
+fn hash_small(
+    engine: &Engine,
+    small: &[Small],
+    bufs: &mut Vec<Vec<u8>>,
+    opts: &SumOptions,
+    out: &Results<'_>,
+) {
+    bufs.resize_with(small.len(), Vec::new);
+    for (b, (_, _, len)) in bufs.iter_mut().zip(small) {
+        b.resize(len + 1, 0);
+    }
+    let results = {
+        let mut ops: Vec<Op> = small
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|((_, f, _), b)| Op::read(f, 0, b))
+            .collect();
+        engine.submit(&mut ops)
+    };
+    let results = match results {
+        Ok(r) => r,
+        Err(e) => {
+            for (i, _, _) in small {
+                out.send(*i, Err(io::Error::new(e.kind(), e.to_string())));
             }
-        };
-        for (((i, f, len), b), r) in small.iter().zip(&bufs).zip(results) {
-            let r = match r {
-                Ok(n) if n <= *len => {
-                    let mut h = Hasher::new(opts.algo);
-                    h.update(&b[..n]);
-                    Ok(h.finish_hex())
-                }
-                // It grew: stream it like a large file.
-                Ok(_) => stream(engine, f, *len as u64, opts),
-                Err(e) => Err(e),
-            };
-            let _ = tx.send((
-                *i,
-                r.map_err(|error| SumError {
-                    path: files[*i].clone(),
-                    error,
-                }),
-            ));
+            return;
         }
+    };
+    for (((i, f, len), b), r) in small.iter().zip(bufs.iter()).zip(results) {
+        let r = match r {
+            Ok(n) if n <= *len => {
+                let mut h = Hasher::new(opts.algo);
+                h.update(&b[..n]);
+                Ok(h.finish_hex())
+            }
+            Ok(_) => stream(engine, f, *len as u64, opts),
+            Err(e) => Err(e),
+        };
+        out.send(*i, r);
     }
 }
 
@@ -283,91 +304,163 @@ fn stream(engine: &Engine, file: &File, len: u64, opts: &SumOptions) -> io::Resu
     let depth = opts.depth.max(1);
     let block = opts.block.max(4096);
     // Filled blocks go to the hasher, emptied ones come back.
-    let (full_tx, full_rx) = mpsc::sync_channel::<io::Result<(Vec<u8>, usize)>>(depth);
-    // Up to 2 x depth buffers, made as needed (a file of a few blocks
-    // needs a few).
+    let (full_tx, full_rx) = mpsc::sync_channel::<Filled>(depth);
     let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
-    let mut made = 0;
     std::thread::scope(|s| {
         s.spawn(move || {
-            let mut offset = 0u64;
-            loop {
-                let mut batch: Vec<Vec<u8>> = Vec::with_capacity(depth);
-                for k in 0..depth {
-                    let past_end = offset + (k * block) as u64 > len;
-                    if past_end && k > 0 {
-                        break;
-                    }
-                    let b = match empty_rx.try_recv() {
-                        Ok(b) => b,
-                        Err(_) if made < 2 * depth => {
-                            made += 1;
-                            vec![0u8; block]
-                        }
-                        Err(_) => match empty_rx.recv() {
-                            Ok(b) => b,
-                            Err(_) => return,
-                        },
-                    };
-                    batch.push(b);
-                }
-                let batch_len = batch.len();
-                let results = {
-                    let mut ops: Vec<Op> = batch
-                        .iter_mut()
-                        .enumerate()
-                        .map(|(k, b)| Op::read(file, offset + (k * block) as u64, b))
-                        .collect();
-                    engine.submit(&mut ops)
-                };
-                let results = match results {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = full_tx.send(Err(e));
-                        return;
-                    }
-                };
-                for (b, r) in batch.into_iter().zip(results) {
-                    match r {
-                        Ok(n) => {
-                            if full_tx.send(Ok((b, n))).is_err() {
-                                return;
-                            }
-                            if n < block {
-                                // End of file (a short read): a zero-length
-                                // marker ends the stream.
-                                let _ = full_tx.send(Ok((Vec::new(), 0)));
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            let _ = full_tx.send(Err(e));
-                            return;
-                        }
-                    }
-                }
-                offset += (batch_len * block) as u64;
-            }
+            let reader = Reader {
+                engine,
+                file,
+                len,
+                block,
+                depth,
+                // Up to 2 x depth buffers, made as needed (a file of a few
+                // blocks needs a few).
+                buffers: Buffers {
+                    empty: empty_rx,
+                    made: 0,
+                    most: 2 * depth,
+                    block,
+                },
+                full: full_tx,
+            };
+            reader.run();
         });
-        let mut h = Hasher::new(opts.algo);
+        hash_blocks(opts.algo, full_rx, empty_tx)
+    })
+}
+
+/// A block read, and how many of its bytes are data; a block of length 0
+/// marks the end of the file.
+type Filled = io::Result<(Vec<u8>, usize)>;
+
+/// Hashes blocks in the order they come, handing each buffer back.
+fn hash_blocks(
+    algo: Algo,
+    full: mpsc::Receiver<Filled>,
+    empty: mpsc::Sender<Vec<u8>>,
+) -> io::Result<String> {
+    let mut h = Hasher::new(algo);
+    loop {
+        match full.recv() {
+            Ok(Ok((b, n))) => {
+                if b.is_empty() {
+                    return Ok(h.finish_hex());
+                }
+                h.update(&b[..n]);
+                let _ = empty.send(b);
+            }
+            // Dropping both channels stops the reader.
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(io::Error::other("the reader stopped early")),
+        }
+    }
+}
+
+/// The buffers of one stream: those handed back, and new ones up to
+/// `most`.
+struct Buffers {
+    empty: mpsc::Receiver<Vec<u8>>,
+    made: usize,
+    most: usize,
+    block: usize,
+}
+
+impl Buffers {
+    /// A buffer to read into; `None` once the hasher has stopped.
+    fn take(&mut self) -> Option<Vec<u8>> {
+        match self.empty.try_recv() {
+            Ok(b) => Some(b),
+            Err(_) if self.made < self.most => {
+                self.made += 1;
+                Some(vec![0u8; self.block])
+            }
+            Err(_) => self.empty.recv().ok(),
+        }
+    }
+}
+
+/// The reading side of [`stream`].
+struct Reader<'a> {
+    engine: &'a Engine,
+    file: &'a File,
+    len: u64,
+    block: usize,
+    depth: usize,
+    buffers: Buffers,
+    full: mpsc::SyncSender<Filled>,
+}
+
+impl Reader<'_> {
+    /// Reads batches of blocks and sends them on in order until a short
+    /// read (the end of the file), an error, or the hasher stops.
+    fn run(mut self) {
+        let mut offset = 0u64;
         loop {
-            match full_rx.recv() {
-                Ok(Ok((b, n))) => {
-                    if b.is_empty() {
-                        return Ok(h.finish_hex());
+            let Some(batch) = self.buffers_for(offset) else {
+                return;
+            };
+            let batch_len = batch.len();
+            if !self.read_and_send(offset, batch) {
+                return;
+            }
+            offset += (batch_len * self.block) as u64;
+        }
+    }
+
+    /// Buffers for the next batch at `offset`: `depth` of them, fewer past
+    /// the size the file had when opened (but always one, to find out
+    /// whether it grew).
+    fn buffers_for(&mut self, offset: u64) -> Option<Vec<Vec<u8>>> {
+        let mut batch = Vec::with_capacity(self.depth);
+        for k in 0..self.depth {
+            if k > 0 && offset + (k * self.block) as u64 > self.len {
+                break;
+            }
+            batch.push(self.buffers.take()?);
+        }
+        Some(batch)
+    }
+
+    /// Reads `batch` at `offset` in one engine batch and sends the blocks;
+    /// returns whether to go on.
+    fn read_and_send(&self, offset: u64, mut batch: Vec<Vec<u8>>) -> bool {
+        let results = {
+            let mut ops: Vec<Op> = batch
+                .iter_mut()
+                .enumerate()
+                .map(|(k, b)| Op::read(self.file, offset + (k * self.block) as u64, b))
+                .collect();
+            self.engine.submit(&mut ops)
+        };
+        let results = match results {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = self.full.send(Err(e));
+                return false;
+            }
+        };
+        for (b, r) in batch.into_iter().zip(results) {
+            match r {
+                Ok(n) => {
+                    if self.full.send(Ok((b, n))).is_err() {
+                        return false;
                     }
-                    h.update(&b[..n]);
-                    let _ = empty_tx.send(b);
+                    if n < self.block {
+                        // End of file (a short read): a zero-length marker
+                        // ends the stream.
+                        let _ = self.full.send(Ok((Vec::new(), 0)));
+                        return false;
+                    }
                 }
-                Ok(Err(e)) => {
-                    drop(full_rx);
-                    drop(empty_tx);
-                    return Err(e);
+                Err(e) => {
+                    let _ = self.full.send(Err(e));
+                    return false;
                 }
-                Err(_) => return Err(io::Error::other("the reader stopped early")),
             }
         }
-    })
+        true
+    }
 }
 
 /// Whether at least half of the file's pages are in the page cache, asked
