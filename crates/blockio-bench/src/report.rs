@@ -299,6 +299,13 @@ pub fn table(rows: &[Row], summary: &[Summary], profiles: &[Profile]) -> String 
             );
         }
     }
+    summary_lines(&mut s, summary);
+    s
+}
+
+/// The summary under the table: auto against the best strategy, and the
+/// async API against its alternatives.
+fn summary_lines(s: &mut String, summary: &[Summary]) {
     let _ = writeln!(
         s,
         "\nauto (its best configuration) against the best strategy of this run (target >= 0.95;\nratios truncated, never rounded up), and auto one read at a time against the pread loop:"
@@ -336,7 +343,6 @@ pub fn table(rows: &[Row], summary: &[Summary], profiles: &[Profile]) -> String 
             }
         }
     }
-    s
 }
 
 /// Cuts a ratio to 3 decimals without rounding up, so that a printed

@@ -125,37 +125,39 @@ fn panel(s: &mut String, x0: f64, y0: f64, rows: &[Row], p: Profile) {
         x0 + MARGIN_L + pw / 2.0,
         y0 + MARGIN_T + ph + 30.0
     );
-    // Series: a line through each strategy's points, ordered by depth.
     for st in Strategy::ALL.iter().chain([&Strategy::Fio]) {
         let mut pts: Vec<(f64, f64)> = mine
             .iter()
             .filter(|r| r.strategy == *st)
             .map(|r| (px(r.qd), py(r.iops)))
             .collect();
-        if pts.is_empty() {
-            continue;
-        }
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if pts.len() > 1 {
-            let d: String = pts
-                .iter()
-                .enumerate()
-                .map(|(i, (x, y))| format!("{}{x:.1} {y:.1} ", if i == 0 { "M" } else { "L" }))
-                .collect();
-            let _ = writeln!(
-                s,
-                r#"<path d="{d}" stroke="{}" stroke-width="2" fill="none"/>"#,
-                colour(*st)
-            );
-        }
-        for (x, y) in pts {
-            let _ = writeln!(
-                s,
-                r#"<circle cx="{x:.1}" cy="{y:.1}" r="4" fill="{}"><title>{}</title></circle>"#,
-                colour(*st),
-                st.name()
-            );
-        }
+        series(s, *st, &pts);
+    }
+}
+
+/// One strategy's points, `pts` ordered by depth: a line through them
+/// (when there are two or more) and a dot on each.
+fn series(s: &mut String, st: Strategy, pts: &[(f64, f64)]) {
+    if pts.len() > 1 {
+        let d: String = pts
+            .iter()
+            .enumerate()
+            .map(|(i, (x, y))| format!("{}{x:.1} {y:.1} ", if i == 0 { "M" } else { "L" }))
+            .collect();
+        let _ = writeln!(
+            s,
+            r#"<path d="{d}" stroke="{}" stroke-width="2" fill="none"/>"#,
+            colour(st)
+        );
+    }
+    for (x, y) in pts {
+        let _ = writeln!(
+            s,
+            r#"<circle cx="{x:.1}" cy="{y:.1}" r="4" fill="{}"><title>{}</title></circle>"#,
+            colour(st),
+            st.name()
+        );
     }
 }
 

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::{make_tree, scaled_shape, source_dir, timed, tree_totals, TreeBenchArgs, TreeKind};
+use super::{
+    make_tree, scaled_shape, source_dir, timed, tree_totals, Mode, TreeBenchArgs, TreeKind,
+};
 use crate::measure::median;
 
 /// The ratio `blockio cp` must reach in every state.
@@ -90,23 +92,9 @@ pub fn run(args: &TreeBenchArgs, me: &Path, root: &Path) -> Result<Vec<StateRow>
             for is_ours in order {
                 k += 1;
                 let dst = root.join(format!("copy-after-deletion-{k}"));
-                let mut c = if is_ours {
-                    let mut c = Command::new(me);
-                    c.arg("cp");
-                    c
-                } else {
-                    let mut c = Command::new("cp");
-                    c.arg("-r");
-                    c
-                };
-                c.arg(&src).arg(&dst);
+                let (mut c, dst) = super::copy_command(me, &src, dst, Mode::Warm, is_ours);
                 let t = timed(&mut c, false)?;
-                let got = tree_totals(&dst)?;
-                anyhow::ensure!(
-                    got == want,
-                    "{}: copied {got:?}, the source has {want:?}",
-                    dst.display()
-                );
+                super::check_copy(&dst, want)?;
                 if is_ours { &mut ours } else { &mut base }.push(t);
             }
         }

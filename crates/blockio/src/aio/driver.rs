@@ -461,15 +461,21 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
         let want = if more { 0 } else { 1 };
         submit_and_wait_or_abort(&mut ring, want);
         shared.sleeping.store(false, Ordering::SeqCst);
-        for cqe in ring.completion() {
-            let ud = cqe.user_data();
-            if ud == WAKE {
-                arm_wake = true;
-                continue;
-            }
-            if let Some(done) = ops.finish(ud) {
-                done.complete(cqe.result());
-            }
+        arm_wake |= complete_all(&mut ring, &mut ops);
+    }
+}
+
+/// Completes every operation the ring has finished, waking its task;
+/// returns whether the wake read completed (and must be armed again).
+fn complete_all(ring: &mut IoUring, ops: &mut InFlight) -> bool {
+    let mut woken = false;
+    for cqe in ring.completion() {
+        let ud = cqe.user_data();
+        if ud == WAKE {
+            woken = true;
+        } else if let Some(done) = ops.finish(ud) {
+            done.complete(cqe.result());
         }
     }
+    woken
 }
