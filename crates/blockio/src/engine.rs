@@ -166,7 +166,7 @@ impl EngineBuilder {
     }
 
     /// Builds the engine. With [`BackendChoice::Auto`] this fails only if
-    /// even the thread pool cannot start, or if [`BACKEND_ENV`] holds an
+    /// even the thread pool cannot start, or if [`BACKEND_ENV`](crate::BACKEND_ENV) holds an
     /// unknown value.
     pub fn build(self) -> io::Result<Engine> {
         let threads = backend::fallback_threads(self.threads, self.queue_depth);

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use crate::aio::op::{BufResult, OpFuture};
 use crate::aio::AsyncEngine;
 
-/// One operation of an async batch ([`AsyncFile::submit`]).
+/// One operation of an async batch ([`AsyncFile::submit`](super::AsyncFile::submit)).
 #[derive(Debug)]
 pub enum BatchOp<B> {
     /// Read up to `buf.len()` bytes at `offset`.

@@ -2,7 +2,7 @@
 
 use std::fs::OpenOptions;
 
-/// Options for [`AsyncFile::open_with`].
+/// Options for [`AsyncFile::open_with`](super::AsyncFile::open_with).
 #[derive(Debug, Clone)]
 pub struct AsyncOpenOptions {
     pub(super) options: OpenOptions,
