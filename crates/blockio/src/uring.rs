@@ -504,7 +504,7 @@ impl RingBatch<'_> {
             };
             self.enter(want)?;
             self.reap(|idx, res| {
-                results[idx] = ops[idx].site().result(res);
+                results[idx] = ops[idx].result(res);
             });
         }
     }

@@ -296,7 +296,17 @@ impl<'a> Op<'a> {
 
     /// Performs the operation with blocking system calls on this thread.
     pub(crate) fn run_blocking(&self) -> std::io::Result<usize> {
-        self.site().result(self.run_blocking_raw())
+        self.result(self.run_blocking_raw())
+    }
+
+    /// The operation's result from a raw one (a count, or `-errno`). Where
+    /// the operation acts is worked out only for an error: a success, the
+    /// common case on every completion, costs a comparison.
+    pub(crate) fn result(&self, raw: i32) -> std::io::Result<usize> {
+        match usize::try_from(raw) {
+            Ok(n) => Ok(n),
+            Err(_) => self.site().result(raw),
+        }
     }
 }
 
