@@ -135,8 +135,10 @@ pub(crate) fn serve_cached(
         }
         let readable = matches!(op.action, Action::Read(_) | Action::ReadVectored(_))
             && op.direct.is_none()
-            && op.byte_len() > 0
-            && inline_wins(batch, op.byte_len());
+            && {
+                let bytes = op.byte_len();
+                bytes > 0 && inline_wins(batch, bytes)
+            };
         if readable {
             if verdict.as_ref().map_or(true, |v| v.fd != op.fd) {
                 verdict = Some(FdVerdict::for_fd(op.fd));

@@ -421,6 +421,19 @@ impl Lower for Action {
 }
 
 impl Action {
+    /// The file offset (0 for kinds that move no file data), without the
+    /// byte count that [`Lower::span`] sums over a vectored op's iovecs.
+    pub(crate) fn offset(&self) -> u64 {
+        match self {
+            Action::Read(r) => r.offset,
+            Action::Write(w) => w.offset,
+            Action::ReadVectored(ReadVectored(v)) | Action::WriteVectored(WriteVectored(v)) => {
+                v.offset
+            }
+            _ => 0,
+        }
+    }
+
     /// The memory a read or write moves data through, as iovecs (empty for
     /// the other kinds): what direct-I/O alignment checks and inline reads
     /// look at.

@@ -232,7 +232,7 @@ impl<'a> Op<'a> {
 
     /// The file offset (0 for syncs and metadata operations).
     pub fn offset(&self) -> u64 {
-        self.action.span().0
+        self.action.offset()
     }
 
     /// The raw descriptor this operation is issued on.
@@ -263,23 +263,27 @@ impl<'a> Op<'a> {
         if self.kind().is_metadata() {
             return None;
         }
-        let site = self.site();
-        if site.offset > i64::MAX as u64 {
-            return Some(site.refuse("the offset must be at most", i64::MAX as u64));
+        // Checked on every submission: the description the error needs
+        // (the byte count sums a vectored op's iovecs) is made only for a
+        // refusal.
+        let refuse = |rule, bound| Some(self.site().refuse(rule, bound));
+        let offset = self.offset();
+        if offset > i64::MAX as u64 {
+            return refuse("the offset must be at most", i64::MAX as u64);
         }
         let align = self.direct?;
         let (off_align, mem_align) = (u64::from(align.offset), u64::from(align.memory));
-        if site.offset % off_align != 0 {
-            return Some(site.refuse("O_DIRECT: the offset must be a multiple of", off_align));
+        if offset % off_align != 0 {
+            return refuse("O_DIRECT: the offset must be a multiple of", off_align);
         }
         self.action.segments().as_slice().iter().find_map(|v| {
             if v.iov_len as u64 % off_align != 0 {
-                Some(site.refuse("O_DIRECT: the length must be a multiple of", off_align))
+                refuse("O_DIRECT: the length must be a multiple of", off_align)
             } else if v.iov_base as u64 % mem_align != 0 {
-                Some(site.refuse(
+                refuse(
                     "O_DIRECT: the buffer address must be a multiple of",
                     mem_align,
-                ))
+                )
             } else {
                 None
             }
