@@ -280,7 +280,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     for (profile, plans) in &all_plans {
         let w = Arc::new(Workload::open(*profile, &path, args.verify)?);
         let rounds = measure_rounds(args, &w, plans, &bar)?;
-        paired.push((*profile, report::paired_auto_vs_best(&rounds)));
+        paired.push((*profile, report::paired_ratios(&rounds)));
         rows.extend(rounds.into_iter().map(median_row));
         if use_fio {
             bar.set_message(format!("{profile}: fio"));

@@ -118,8 +118,13 @@ pub struct Summary {
     /// rounds (the target is ≥ 0.95). Pairing within a round keeps slow
     /// drift of a shared machine out of the ratio.
     pub auto_vs_best: Option<f64>,
-    /// `auto` one read at a time from one thread, as a ratio to `sync`.
+    /// The lowest and highest round of `auto_vs_best`.
+    pub auto_vs_best_spread: Option<[f64; 2]>,
+    /// `auto` one read at a time from one thread, as a ratio to `sync`:
+    /// paired per round, median over rounds (the target is ≥ 0.97).
     pub auto_qd1_vs_sync: Option<f64>,
+    /// The lowest and highest round of `auto_qd1_vs_sync`.
+    pub auto_qd1_vs_sync_spread: Option<[f64; 2]>,
     /// fio's IOPS, with `--fio`.
     pub fio_iops: Option<f64>,
     /// The async API against the other ways of reading at the same
@@ -146,39 +151,80 @@ pub struct AsyncComparison {
     pub vs_sync_batch: Option<f64>,
 }
 
+/// A ratio paired within each round: its median over rounds, and the
+/// lowest and highest round.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Paired {
+    /// The median of the per-round ratios.
+    pub median: f64,
+    /// The lowest per-round ratio.
+    pub min: f64,
+    /// The highest per-round ratio.
+    pub max: f64,
+}
+
+impl Paired {
+    /// The median and spread of per-round ratios `a[i] / b[i]`.
+    fn of(a: &[Row], b: &[Row]) -> Option<Paired> {
+        let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| a.iops / b.iops).collect();
+        let median = crate::measure::median(&ratios);
+        (!median.is_nan()).then(|| Paired {
+            median,
+            min: ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            max: ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// What [`paired_ratios`] found in one profile's rounds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PairedRatios {
+    /// `auto` against the best strategy.
+    pub auto_vs_best: Option<Paired>,
+    /// `auto` at queue depth 1 against `sync` at queue depth 1.
+    pub auto_qd1_vs_sync: Option<Paired>,
+}
+
 /// `auto` (its best configuration, as a user would pick it) over the best
-/// strategy, paired per round, median over rounds. `rounds[i]` holds plan `i`'s rows, one per round.
+/// strategy, and `auto` one read at a time over the `pread` loop, each
+/// paired per round. `rounds[i]` holds plan `i`'s rows, one per round.
 ///
 /// The best strategy is the plan with the highest median IOPS (the one the
 /// table names), not the fastest plan of each round: taking a per-round
 /// maximum over a dozen noisy runs would compare auto with the luckiest run
 /// rather than with a strategy a user could pick.
-pub fn paired_auto_vs_best(rounds: &[Vec<Row>]) -> Option<f64> {
+pub fn paired_ratios(rounds: &[Vec<Row>]) -> PairedRatios {
     let median = |v: &[f64]| Some(crate::measure::median(v)).filter(|m| !m.is_nan());
     let iops = |plan: &Vec<Row>| plan.iter().map(|r| r.iops).collect::<Vec<_>>();
     let by_median = |a: &&Vec<Row>, b: &&Vec<Row>| {
         let (a, b) = (median(&iops(a)), median(&iops(b)));
         a.unwrap_or(0.0).total_cmp(&b.unwrap_or(0.0))
     };
+    let is = |v: &Vec<Row>, st: Strategy| v.first().is_some_and(|r| r.strategy == st);
+    let at_qd1 = |st: Strategy| {
+        rounds
+            .iter()
+            .find(|v| is(v, st) && v.first().is_some_and(|r| r.qd == 1))
+    };
     let auto = rounds
         .iter()
-        .filter(|v| v.first().is_some_and(|r| r.strategy == Strategy::Auto))
-        .max_by(by_median)?;
-    let best = rounds.iter().filter(|v| !v.is_empty()).max_by(by_median)?;
-    let ratios: Vec<f64> = auto
-        .iter()
-        .zip(best)
-        .map(|(a, b)| a.iops / b.iops)
-        .collect();
-    median(&ratios)
+        .filter(|v| is(v, Strategy::Auto))
+        .max_by(by_median);
+    let best = rounds.iter().filter(|v| !v.is_empty()).max_by(by_median);
+    PairedRatios {
+        auto_vs_best: auto.zip(best).and_then(|(a, b)| Paired::of(a, b)),
+        auto_qd1_vs_sync: at_qd1(Strategy::Auto)
+            .zip(at_qd1(Strategy::Sync))
+            .and_then(|(a, s)| Paired::of(a, s)),
+    }
 }
 
 /// Fills in `vs_fio` and summarises each profile; `paired` holds each
-/// profile's [`paired_auto_vs_best`].
+/// profile's [`paired_ratios`].
 pub fn summarise(
     rows: &mut [Row],
     profiles: &[Profile],
-    paired: &[(Profile, Option<f64>)],
+    paired: &[(Profile, PairedRatios)],
 ) -> Vec<Summary> {
     let mut out = Vec::new();
     for &p in profiles {
@@ -207,9 +253,16 @@ pub fn summarise(
                 .find(|r| r.strategy == st && r.qd == 1)
                 .map(|r| r.iops)
         };
-        let auto_qd1_vs_sync = at_qd1(Strategy::Auto)
-            .zip(at_qd1(Strategy::Sync))
-            .map(|(a, s)| a / s);
+        let pair = paired
+            .iter()
+            .find(|(q, _)| *q == p)
+            .map(|(_, r)| *r)
+            .unwrap_or_default();
+        let auto_qd1_vs_sync = pair.auto_qd1_vs_sync.map(|x| x.median).or_else(|| {
+            at_qd1(Strategy::Auto)
+                .zip(at_qd1(Strategy::Sync))
+                .map(|(a, s)| a / s)
+        });
         let find = |prof: Profile, st: Strategy, qd: usize| {
             rows.iter()
                 .find(|r| r.profile == prof && r.strategy == st && r.qd == qd)
@@ -238,12 +291,13 @@ pub fn summarise(
             best_strategy: best.strategy,
             best_qd: best.qd,
             best_iops: best.iops,
-            auto_vs_best: paired
-                .iter()
-                .find(|(q, _)| *q == p)
-                .and_then(|(_, r)| *r)
+            auto_vs_best: pair
+                .auto_vs_best
+                .map(|x| x.median)
                 .or(auto.map(|a| a / best.iops)),
+            auto_vs_best_spread: pair.auto_vs_best.map(|x| [x.min, x.max]),
             auto_qd1_vs_sync,
+            auto_qd1_vs_sync_spread: pair.auto_qd1_vs_sync.map(|x| [x.min, x.max]),
             fio_iops: fio,
             async_api,
         });
@@ -303,24 +357,33 @@ pub fn table(rows: &[Row], summary: &[Summary], profiles: &[Profile]) -> String 
     s
 }
 
+/// ` (min-max)` of a paired ratio's rounds, or nothing without rounds.
+fn spread(x: Option<[f64; 2]>) -> String {
+    x.map_or_else(String::new, |[lo, hi]| {
+        format!(" ({:.3}-{:.3})", truncate3(lo), truncate3(hi))
+    })
+}
+
 /// The summary under the table: auto against the best strategy, and the
 /// async API against its alternatives.
 fn summary_lines(s: &mut String, summary: &[Summary]) {
     let _ = writeln!(
         s,
-        "\nauto (its best configuration) against the best strategy of this run (target >= 0.95;\nratios truncated, never rounded up), and auto one read at a time against the pread loop:"
+        "\nauto (its best configuration) against the best strategy of this run (target >= 0.95),\nand auto one read at a time against the pread loop (target >= 0.97); each paired per\nround, median (lowest-highest round), truncated, never rounded up:"
     );
     for x in summary {
         let _ = writeln!(
             s,
-            "  {:<7} auto {:>10} best {:>10.0} ({} qd {}) -> {:>5}    auto qd 1 / sync -> {}",
+            "  {:<7} auto {:>10} best {:>10.0} ({} qd {}) -> {:>5}{:<14} auto qd 1 / sync -> {}{}",
             x.profile.to_string(),
             opt(x.auto_iops, 0),
             x.best_iops,
             x.best_strategy,
             x.best_qd,
             opt(x.auto_vs_best.map(truncate3), 3),
+            spread(x.auto_vs_best_spread),
             opt(x.auto_qd1_vs_sync.map(truncate3), 3),
+            spread(x.auto_qd1_vs_sync_spread),
         );
     }
     if summary.iter().any(|x| !x.async_api.is_empty()) {
@@ -407,8 +470,10 @@ mod tests {
         ];
         // uring-mt has median 120 > 100: it is the best strategy and auto
         // reaches 100/120 of it in the median round.
-        let r = paired_auto_vs_best(&rounds).unwrap();
-        assert!((r - 100.0 / 120.0).abs() < 1e-9, "{r}");
+        let r = paired_ratios(&rounds).auto_vs_best.unwrap();
+        assert!((r.median - 100.0 / 120.0).abs() < 1e-9, "{r:?}");
+        assert!((r.min - 100.0 / 120.0).abs() < 1e-9, "{r:?}");
+        assert!((r.max - 2.0).abs() < 1e-9, "{r:?}");
 
         let rounds = vec![
             plan(Strategy::Auto, 64, &[100.0, 98.0, 100.0]),
@@ -416,13 +481,26 @@ mod tests {
             plan(Strategy::UringMt, 64, &[130.0, 60.0, 60.0]),
         ];
         // uring (median 100) is best; the 130 outlier does not count.
-        let r = paired_auto_vs_best(&rounds).unwrap();
-        assert!((r - 1.0).abs() < 1e-9, "{r}");
+        let r = paired_ratios(&rounds).auto_vs_best.unwrap();
+        assert!((r.median - 1.0).abs() < 1e-9, "{r:?}");
+        assert!((r.min - 0.98).abs() < 1e-9, "{r:?}");
     }
 
     #[test]
     fn no_auto_plan_means_no_ratio() {
         let rounds = vec![plan(Strategy::Uring, 64, &[100.0])];
-        assert_eq!(paired_auto_vs_best(&rounds), None);
+        let r = paired_ratios(&rounds);
+        assert_eq!((r.auto_vs_best, r.auto_qd1_vs_sync), (None, None));
+    }
+
+    #[test]
+    fn auto_one_at_a_time_is_paired_with_sync_one_at_a_time() {
+        let rounds = vec![
+            plan(Strategy::Sync, 1, &[100.0, 50.0, 100.0]),
+            plan(Strategy::Auto, 1, &[97.0, 50.0, 90.0]),
+            plan(Strategy::Auto, 64, &[300.0, 300.0, 300.0]),
+        ];
+        let r = paired_ratios(&rounds).auto_qd1_vs_sync.unwrap();
+        assert_eq!((r.median, r.min, r.max), (0.97, 0.9, 1.0));
     }
 }

@@ -21,7 +21,16 @@
 //! that come back complete are settled; the rest go to the backend
 //! untouched, so results are exactly what the backend would have produced.
 //!
-//! Not tried inline: direct I/O (a `NOWAIT` direct read still waits for the
+//! A batch with a single read left is different: nothing can overlap it,
+//! so the ring's round trip buys nothing and a blocking `preadv` on the
+//! calling thread is what the `pread` loop costs — with no failed `NOWAIT`
+//! try first when the data is cold. Such a read is performed with its
+//! blocking system call whether its file is buffered or `O_DIRECT`
+//! ([`run_lone_read`]), unless the engine was built with `sqpoll` or
+//! `iopoll`, whose users asked for the ring's own submission or polled
+//! completions.
+//!
+//! Not tried inline in bigger batches: direct I/O (a `NOWAIT` direct read still waits for the
 //! device), including files opened with `O_DIRECT` outside [`DirectFile`]
 //! (found with one `fcntl` per run of operations on the same descriptor),
 //! writes and syncs, and descriptors whose filesystem refuses `RWF_NOWAIT`.
@@ -41,7 +50,9 @@ pub enum ReadPath {
     /// (`preadv2` with `RWF_NOWAIT`) when that is faster than the ring —
     /// reads in small batches (under 8 operations for reads under 64 KiB,
     /// under 3 for larger) — and send the rest to the backend. Costs one
-    /// failed system call per such read on cold data.
+    /// failed system call per such read on cold data. A read alone in its
+    /// batch is performed with a blocking system call on the calling
+    /// thread, cached or not, as a `pread` loop would.
     #[default]
     Auto,
     /// Submit every read to the backend (io_uring or the thread pool),
@@ -159,6 +170,26 @@ pub(crate) fn serve_cached(
         pending += 1;
     }
     pending
+}
+
+/// Performs the one unsettled operation of `ops` with its blocking system
+/// call on this thread, if that operation is a read; returns whether it did.
+/// Its result is the one the backend would have given: the same system
+/// call's count, or its error described by the same [`Op::result`].
+pub(crate) fn run_lone_read(ops: &mut [Op<'_>], results: &mut [io::Result<usize>]) -> bool {
+    let Some((op, result)) = ops
+        .iter_mut()
+        .zip(results.iter_mut())
+        .find(|(op, _)| !op.settled)
+    else {
+        return false;
+    };
+    if !matches!(op.action, Action::Read(_) | Action::ReadVectored(_)) {
+        return false;
+    }
+    *result = op.run_blocking();
+    op.settled = true;
+    true
 }
 
 /// The byte count if the whole read was served from the page cache, else

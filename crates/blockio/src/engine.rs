@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::backend::{self, Backend, BackendChoice};
 use crate::buf::BufferPool;
-use crate::cached::{serve_cached, ReadPath};
+use crate::cached::{run_lone_read, serve_cached, ReadPath};
 use crate::op::{Op, Target};
 use crate::threads::ThreadBackend;
 use crate::uring::{ProbeReport, UringBackend, UringConfig};
@@ -191,7 +191,11 @@ impl EngineBuilder {
                 imp,
                 fallback_reason,
                 read_path: self.read_path,
+                lone_read_blocking: self.read_path == ReadPath::Auto
+                    && !self.sqpoll
+                    && !self.iopoll,
                 served_inline: AtomicU64::new(0),
+                lone_reads: AtomicU64::new(0),
                 sent_to_backend: AtomicU64::new(0),
             }),
         })
@@ -208,7 +212,11 @@ struct EngineShared {
     imp: Imp,
     fallback_reason: Option<String>,
     read_path: ReadPath,
+    /// Whether a batch's single remaining read runs with its blocking
+    /// system call on the calling thread (see [`run_lone_read`]).
+    lone_read_blocking: bool,
     served_inline: AtomicU64,
+    lone_reads: AtomicU64,
     sent_to_backend: AtomicU64,
 }
 
@@ -218,6 +226,10 @@ pub struct EngineStats {
     /// Reads served from the page cache on the calling thread
     /// ([`ReadPath::Auto`]).
     pub served_inline: u64,
+    /// Reads that were alone in their batch, performed with a blocking
+    /// system call on the calling thread, cached or not ([`ReadPath::Auto`]
+    /// on an engine without `sqpoll` or `iopoll`).
+    pub lone_reads: u64,
     /// Operations handed to the backend (io_uring or the thread pool).
     pub sent_to_backend: u64,
 }
@@ -280,6 +292,7 @@ impl Engine {
     pub fn stats(&self) -> EngineStats {
         EngineStats {
             served_inline: self.inner.served_inline.load(Ordering::Relaxed),
+            lone_reads: self.inner.lone_reads.load(Ordering::Relaxed),
             sent_to_backend: self.inner.sent_to_backend.load(Ordering::Relaxed),
         }
     }
@@ -327,6 +340,10 @@ impl Engine {
                 None => Ok(0),
             }
         }));
+        if pending == 1 && self.inner.lone_read_blocking && run_lone_read(ops, results) {
+            self.inner.lone_reads.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         if pending > 0 && self.inner.read_path == ReadPath::Auto {
             let before = pending;
             pending = serve_cached(ops, results, pending);

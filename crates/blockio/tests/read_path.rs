@@ -69,6 +69,7 @@ fn read_blocks_in(
     let after = engine.stats();
     blockio::EngineStats {
         served_inline: after.served_inline - before.served_inline,
+        lone_reads: after.lone_reads - before.lone_reads,
         sent_to_backend: after.sent_to_backend - before.sent_to_backend,
     }
 }
@@ -84,11 +85,68 @@ fn warm_reads_in_small_batches_are_served_inline() {
     warm(&file);
     let e = Engine::new().unwrap();
     assert_eq!(e.read_path(), ReadPath::Auto);
-    for per_batch in [1, 3, 7] {
+    for per_batch in [2, 3, 7] {
         let s = read_blocks_in(&e, &file, 63, per_batch, 1);
-        assert_eq!(s.served_inline, 63, "batches of {per_batch}");
+        // 63 = 31 * 2 + 1 leaves one batch of a single read.
+        let lone = u64::from(63 % per_batch == 1);
+        assert_eq!(s.served_inline, 63 - lone, "batches of {per_batch}");
+        assert_eq!(s.lone_reads, lone, "batches of {per_batch}");
         assert_eq!(s.sent_to_backend, 0, "batches of {per_batch}");
     }
+}
+
+#[test]
+fn lone_reads_run_on_the_calling_thread_cached_or_not() {
+    let f = block_file(64);
+    let file = File::open(f.path()).unwrap();
+    let e = Engine::new().unwrap();
+    evict(&file);
+    let s = read_blocks_in(&e, &file, 64, 1, 1);
+    assert_eq!(
+        (s.served_inline, s.lone_reads, s.sent_to_backend),
+        (0, 64, 0)
+    );
+    let s = read_blocks_in(&e, &file, 64, 1, 1);
+    assert_eq!(
+        (s.served_inline, s.lone_reads, s.sent_to_backend),
+        (0, 64, 0)
+    );
+    // Past the end: the same short count and error as the backend gives.
+    let mut buf = [0u8; 100];
+    let mut ops = [Op::read(&file, 64 * 4096 - 10, &mut buf)];
+    assert_eq!(*e.submit(&mut ops).unwrap()[0].as_ref().unwrap(), 10);
+    let w = File::create(f.path().with_extension("w")).unwrap();
+    let mut ops = [Op::read(&w, 0, &mut buf)];
+    let err = e.submit(&mut ops).unwrap().remove(0).unwrap_err();
+    let submitted = Engine::builder()
+        .read_path(ReadPath::AlwaysSubmit)
+        .build()
+        .unwrap();
+    let mut ops = [Op::read(&w, 0, &mut buf)];
+    let want = submitted.submit(&mut ops).unwrap().remove(0).unwrap_err();
+    assert_eq!(err.to_string(), want.to_string());
+    assert!(err.to_string().contains("Bad file descriptor"), "{err}");
+    // A lone write still goes to the backend.
+    let mut ops = [Op::write(&w, 0, b"x")];
+    let before = e.stats();
+    assert_eq!(*e.submit(&mut ops).unwrap()[0].as_ref().unwrap(), 1);
+    assert_eq!(e.stats().sent_to_backend - before.sent_to_backend, 1);
+    std::fs::remove_file(f.path().with_extension("w")).unwrap();
+}
+
+#[test]
+fn lone_reads_are_submitted_when_the_read_path_says_so() {
+    let f = block_file(8);
+    let file = File::open(f.path()).unwrap();
+    let e = Engine::builder()
+        .read_path(ReadPath::AlwaysSubmit)
+        .build()
+        .unwrap();
+    let s = read_blocks_in(&e, &file, 8, 1, 1);
+    assert_eq!(
+        (s.served_inline, s.lone_reads, s.sent_to_backend),
+        (0, 0, 8)
+    );
 }
 
 #[test]
