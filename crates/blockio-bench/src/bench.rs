@@ -374,7 +374,7 @@ fn blockio_backend(strategies: &[Strategy]) -> Result<Option<String>> {
     let engine = blockio::Engine::new()?;
     if let Some(reason) = engine.fallback_reason() {
         eprintln!(
-            "warning: blockio runs on its thread-pool fallback ({reason}); the uring, uring-mt, auto and async rows are labelled \"thread pool\" and do not measure io_uring"
+            "warning: blockio runs on its thread-pool fallback ({reason}); the uring, uring-mt, auto and async rows are labelled \"thread pool\" (auto: \"inline\" for what it read on the calling thread) and do not measure io_uring"
         );
     }
     Ok(Some(engine.backend().to_string()))

@@ -21,7 +21,9 @@ pub struct Row {
     /// Threads (or tasks) issuing them.
     pub threads: usize,
     /// What really served the reads: `io_uring` or `thread pool` (blockio's
-    /// fallback, where io_uring is blocked) for blockio's strategies,
+    /// fallback, where io_uring is blocked) for blockio's strategies, with
+    /// `+ inline` when `auto` served some on the calling thread, or just
+    /// `inline` when it served all there (one read at a time);
     /// `pread` for sync and threads, `tokio blocking pool` for the pool
     /// strategies, `fio io_uring` for fio.
     pub backend: String,

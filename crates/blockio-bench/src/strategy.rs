@@ -182,9 +182,22 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
                     join_all(handles)
                 })
             })?;
-            Ok((m, engine.backend().to_string()))
+            Ok((m, served_by(&engine)))
         }
         Strategy::Fio => bail!("fio is run by the fio module, not as a strategy"),
+    }
+}
+
+/// What served an engine's reads: its backend, the calling thread
+/// ("inline": page-cache hits and reads alone in their batch, see
+/// [`blockio::ReadPath::Auto`]), or both.
+fn served_by(engine: &Engine) -> String {
+    let s = engine.stats();
+    let inline = s.served_inline + s.lone_reads;
+    match (inline > 0, s.sent_to_backend > 0) {
+        (true, false) => "inline".to_string(),
+        (true, true) => format!("{} + inline", engine.backend()),
+        _ => engine.backend().to_string(),
     }
 }
 
