@@ -163,14 +163,20 @@ pub fn plans(args: &BenchArgs, profile: Profile, strategies: &[Strategy]) -> Vec
                 threads: n,
             }),
             // One read at a time from one thread (where the ring loses to
-            // pread on cached data), the deepest batches from one thread and
-            // the many-threads configuration: auto gets the same shapes as
-            // the strategies it is compared with.
+            // pread on cached data) and from every thread, the deepest
+            // batches from one thread and the many-threads configuration:
+            // auto gets the same shapes as the strategies it is compared
+            // with.
             Strategy::Auto => out.extend([
                 Plan {
                     strategy: s,
                     qd: 1,
                     threads: 1,
+                },
+                Plan {
+                    strategy: s,
+                    qd: n,
+                    threads: n,
                 },
                 Plan {
                     strategy: s,
@@ -186,6 +192,8 @@ pub fn plans(args: &BenchArgs, profile: Profile, strategies: &[Strategy]) -> Vec
             Strategy::Fio => {}
         }
     }
+    // One thread makes some shapes the same run twice.
+    out.dedup();
     out
 }
 
