@@ -32,9 +32,28 @@ pub enum OpKind {
     /// Make a symbolic link (`symlinkat`). Issued through
     /// [`Engine::symlink_batch`](crate::Engine::symlink_batch).
     Symlink,
+    /// Accept a connection on a listening socket (`accept4`); the result
+    /// is the new descriptor.
+    Accept,
+    /// Connect a socket (`connect`).
+    Connect,
+    /// Receive from a connected socket (`recv`).
+    Recv,
+    /// Send on a connected socket (`send`, never raising `SIGPIPE`).
+    Send,
 }
 
 impl OpKind {
+    /// Whether this is a socket operation, which may wait indefinitely
+    /// for a peer (and so is cancelled in the kernel when its future is
+    /// dropped).
+    pub fn is_socket(self) -> bool {
+        matches!(
+            self,
+            OpKind::Accept | OpKind::Connect | OpKind::Recv | OpKind::Send
+        )
+    }
+
     /// Whether this is a metadata operation (open, stat, close, mkdir,
     /// symlink) rather than a read, write or sync of a file's data.
     pub fn is_metadata(self) -> bool {
@@ -59,6 +78,10 @@ impl fmt::Display for OpKind {
             OpKind::Close => "close",
             OpKind::Mkdir => "mkdir",
             OpKind::Symlink => "symlink",
+            OpKind::Accept => "accept",
+            OpKind::Connect => "connect",
+            OpKind::Recv => "recv",
+            OpKind::Send => "send",
         })
     }
 }

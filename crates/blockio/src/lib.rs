@@ -67,6 +67,7 @@ mod error;
 mod kind;
 mod limit;
 mod meta;
+pub mod net;
 mod op;
 mod pool;
 mod ring;

@@ -83,10 +83,29 @@ impl Request {
 }
 
 const WAKE: u64 = u64::MAX;
+/// The `user_data` of `IORING_OP_ASYNC_CANCEL` entries, whose own
+/// completions need nothing done.
+const CANCEL: u64 = u64::MAX - 1;
+
+/// An operation to cancel, named by its completion target. A weak handle:
+/// it keeps the target's allocation (so its address cannot name another
+/// operation) but not the target itself, so a request still queued is seen
+/// as abandoned and never submitted.
+pub(crate) struct Cancel(pub std::sync::Weak<dyn Complete>);
+
+impl Cancel {
+    /// Whether `done` is the target this names.
+    fn names(&self, done: &Arc<dyn Complete>) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(done), self.0.as_ptr())
+    }
+}
 
 /// What the submitting side shares with the io_uring driver thread.
 pub(crate) struct DriverShared {
     queue: Mutex<Vec<Request>>,
+    /// Operations whose futures were dropped while in flight, to cancel in
+    /// the kernel (socket operations, which may otherwise wait forever).
+    cancels: Mutex<Vec<Cancel>>,
     /// The driver is (about to be) asleep in `io_uring_enter`.
     sleeping: AtomicBool,
     stop: AtomicBool,
@@ -156,6 +175,28 @@ impl InFlight {
         pushed
     }
 
+    /// Pushes an `ASYNC_CANCEL` for each of `cancels` still in flight;
+    /// returns those that found no room in the queue (to try again).
+    fn push_cancels(&self, sq: &mut SubmissionQueue<'_>, cancels: Vec<Cancel>) -> Vec<Cancel> {
+        let mut left = Vec::new();
+        for c in cancels {
+            let Some(slot) = self
+                .slots
+                .iter()
+                .position(|s| s.as_ref().is_some_and(|d| c.names(d)))
+            else {
+                // Completed already, or never submitted.
+                continue;
+            };
+            let e = opcode::AsyncCancel::new(slot as u64).build().user_data(CANCEL);
+            // SAFETY: a cancel entry points at no memory.
+            if unsafe { sq.push(&e) }.is_err() {
+                left.push(c);
+            }
+        }
+        left
+    }
+
     /// The target of the operation whose completion carries `user_data`,
     /// its slot freed; None for another entry (the wake read).
     fn finish(&mut self, user_data: u64) -> Option<Arc<dyn Complete>> {
@@ -205,6 +246,22 @@ impl InlineRing {
         }
     }
 
+    /// Cancels `cancels` in the kernel, now.
+    fn cancel(&mut self, cancels: Vec<Cancel>) {
+        let left = {
+            let mut sq = self.ring.submission();
+            self.ops.push_cancels(&mut sq, cancels)
+        };
+        submit_and_wait_or_abort(&mut self.ring, 0);
+        if !left.is_empty() {
+            // The queue was full: it has been submitted, so there is room.
+            let mut sq = self.ring.submission();
+            let _ = self.ops.push_cancels(&mut sq, left);
+            drop(sq);
+            submit_and_wait_or_abort(&mut self.ring, 0);
+        }
+    }
+
     /// Takes the finished operations' targets and results off the ring.
     fn take_completions(&mut self, out: &mut Vec<(Arc<dyn Complete>, i32)>) {
         for cqe in self.ring.completion() {
@@ -248,6 +305,7 @@ impl Driver {
         }
         let shared = Arc::new(DriverShared {
             queue: Mutex::new(Vec::new()),
+            cancels: Mutex::new(Vec::new()),
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             // SAFETY: `fd` is a fresh descriptor nobody else owns.
@@ -310,6 +368,34 @@ impl Driver {
         match self {
             Driver::Threads(pool) => pool.threads(),
             _ => 0,
+        }
+    }
+
+    /// Cancels in the kernel the operation whose completion target is
+    /// `target`, if it is in flight; a request not yet submitted is
+    /// dropped as abandoned instead. The completion still arrives (usually
+    /// `-ECANCELED`), and the target keeps the operation's memory until
+    /// then. The thread-pool driver cannot interrupt a system call and
+    /// does nothing.
+    pub(crate) fn cancel(&self, target: Cancel) {
+        match self {
+            Driver::Uring(shared) => {
+                shared
+                    .cancels
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(target);
+                if shared.sleeping.swap(false, Ordering::SeqCst) {
+                    shared.wake();
+                }
+            }
+            Driver::Inline(ring) => {
+                let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(r) = guard.as_mut() {
+                    r.cancel(vec![target]);
+                }
+            }
+            Driver::Threads(_) => {}
         }
     }
 
@@ -413,6 +499,7 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
     let limit = depth.min(ring.params().sq_entries() as usize - 1);
     let mut ops = InFlight::default();
     let mut taken: Vec<Request> = Vec::new();
+    let mut cancels: Vec<Cancel> = Vec::new();
     let mut arm_wake = true;
     loop {
         std::mem::swap(
@@ -420,8 +507,12 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
             &mut taken,
         );
         ops.backlog.extend(taken.drain(..));
+        cancels.append(&mut shared.cancels.lock().unwrap_or_else(|e| e.into_inner()));
         {
             let mut sq = ring.submission();
+            if !cancels.is_empty() {
+                cancels = ops.push_cancels(&mut sq, std::mem::take(&mut cancels));
+            }
             if arm_wake {
                 let e = opcode::Read::new(types::Fd(shared.wake_fd.as_raw_fd()), wake_ptr, 8)
                     .build()
@@ -457,7 +548,13 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_empty()
-            || (!ops.backlog.is_empty() && ops.count < limit);
+            || (!ops.backlog.is_empty() && ops.count < limit)
+            || !cancels.is_empty()
+            || !shared
+                .cancels
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty();
         let want = if more { 0 } else { 1 };
         submit_and_wait_or_abort(&mut ring, want);
         shared.sleeping.store(false, Ordering::SeqCst);

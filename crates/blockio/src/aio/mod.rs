@@ -49,7 +49,7 @@
 mod buf;
 mod driver;
 mod file;
-mod op;
+pub(crate) mod op;
 
 use std::fmt;
 use std::io;

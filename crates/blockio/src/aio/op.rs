@@ -7,7 +7,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use super::driver::{Complete, Request};
+use super::buf::IoBufMut;
+use super::driver::{Cancel, Complete, Request};
 use super::AsyncEngine;
 use crate::error::Site;
 use crate::op::Op;
@@ -59,6 +60,34 @@ impl<B: Send> Complete for Shared<B> {
         if let Some(w) = waker {
             w.wake();
         }
+    }
+}
+
+/// A read whose future was dropped while the kernel still had it: what it
+/// received must not be lost (see `net`'s read side).
+pub(crate) trait Abandoned: Send + Sync {
+    /// Ready with the raw result and a copy of the bytes received once
+    /// the kernel has completed the read; wakes `cx` then.
+    fn poll_settled(&self, cx: &mut Context<'_>) -> Poll<(i32, Vec<u8>)>;
+}
+
+impl<B: IoBufMut> Abandoned for Shared<B> {
+    fn poll_settled(&self, cx: &mut Context<'_>) -> Poll<(i32, Vec<u8>)> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(res) = g.result else {
+            g.store_waker(cx.waker());
+            return Poll::Pending;
+        };
+        let bytes = match (&g.buf, usize::try_from(res)) {
+            (Some(buf), Ok(n)) if n > 0 => {
+                let n = n.min(buf.bytes_len());
+                // SAFETY: the kernel is done with the buffer (its result is
+                // in), which holds `bytes_len` initialised bytes.
+                unsafe { std::slice::from_raw_parts(buf.stable_ptr(), n) }.to_vec()
+            }
+            _ => Vec::new(),
+        };
+        Poll::Ready((res, bytes))
     }
 }
 
@@ -139,6 +168,15 @@ impl<B: Send + 'static> OpFuture<B> {
         })
     }
 
+    /// A handle to this operation's state that outlives the future, to
+    /// collect what a dropped read received.
+    pub(crate) fn abandoned_handle(&self) -> Arc<dyn Abandoned>
+    where
+        B: IoBufMut,
+    {
+        self.shared.clone()
+    }
+
     /// Registers the waker of the task that will await this operation.
     pub(crate) fn set_waker(&self, waker: &Waker) {
         let mut g = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -171,6 +209,28 @@ impl<B: Send + 'static> Future for OpFuture<B> {
                 g.store_waker(cx.waker());
                 Poll::Pending
             }
+        }
+    }
+}
+
+impl<B: Send + 'static> Drop for OpFuture<B> {
+    /// A socket operation still in the kernel is cancelled there: it may
+    /// wait for a peer forever. Its memory stays with the driver until the
+    /// completion. Other operations finish on their own.
+    fn drop(&mut self) {
+        if self.op.is_some() || self.refused.is_some() || !self.site.kind.is_socket() {
+            return;
+        }
+        let pending = self
+            .shared
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .result
+            .is_none();
+        if pending {
+            let weak: std::sync::Weak<Shared<B>> = Arc::downgrade(&self.shared);
+            self.engine.driver().cancel(Cancel(weak));
         }
     }
 }

@@ -371,6 +371,108 @@ impl Lower for SymlinkAt {
     }
 }
 
+/// Accepts a connection: `accept4`, `IORING_OP_ACCEPT`. The new descriptor
+/// is close-on-exec (and blocking: io_uring waits for readiness itself);
+/// the peer's address goes to `addr`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Accept {
+    pub addr: *mut libc::sockaddr_storage,
+    pub addr_len: *mut libc::socklen_t,
+}
+
+/// The new descriptor's flags.
+const ACCEPT_FLAGS: i32 = libc::SOCK_CLOEXEC;
+
+impl Lower for Accept {
+    fn kind(&self) -> OpKind {
+        OpKind::Accept
+    }
+    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+        opcode::Accept::new(types::Fd(fd), self.addr.cast(), self.addr_len)
+            .flags(ACCEPT_FLAGS)
+            .build()
+    }
+    unsafe fn call(&self, fd: RawFd) -> isize {
+        // SAFETY: `addr` and `addr_len` point to live storage of the sizes
+        // the kernel expects (the caller's promise).
+        unsafe { libc::accept4(fd, self.addr.cast(), self.addr_len, ACCEPT_FLAGS) as isize }
+    }
+}
+
+/// Connects a socket: `connect`, `IORING_OP_CONNECT`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Connect {
+    pub addr: *const libc::sockaddr,
+    pub addr_len: libc::socklen_t,
+}
+
+impl Lower for Connect {
+    fn kind(&self) -> OpKind {
+        OpKind::Connect
+    }
+    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+        opcode::Connect::new(types::Fd(fd), self.addr, self.addr_len).build()
+    }
+    unsafe fn call(&self, fd: RawFd) -> isize {
+        // SAFETY: `addr` holds `addr_len` bytes of a socket address (the
+        // caller's promise).
+        unsafe { libc::connect(fd, self.addr, self.addr_len) as isize }
+    }
+}
+
+/// Receives from a connected socket into one buffer: `recv`,
+/// `IORING_OP_RECV`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SocketRecv {
+    pub buf: *mut u8,
+    pub len: usize,
+}
+
+impl Lower for SocketRecv {
+    fn kind(&self) -> OpKind {
+        OpKind::Recv
+    }
+    fn span(&self) -> (u64, usize) {
+        (0, self.len)
+    }
+    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+        let len = self.len.min(MAX_RW) as u32;
+        opcode::Recv::new(types::Fd(fd), self.buf, len).build()
+    }
+    unsafe fn call(&self, fd: RawFd) -> isize {
+        // SAFETY: `buf` is valid for `len` bytes (the caller's promise).
+        unsafe { libc::recv(fd, self.buf.cast(), self.len.min(MAX_RW), 0) }
+    }
+}
+
+/// Sends on a connected socket from one buffer: `send`, `IORING_OP_SEND`,
+/// with `MSG_NOSIGNAL` (a peer that closed is `EPIPE` on this stream, not
+/// a signal that ends the process).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SocketSend {
+    pub buf: *const u8,
+    pub len: usize,
+}
+
+impl Lower for SocketSend {
+    fn kind(&self) -> OpKind {
+        OpKind::Send
+    }
+    fn span(&self) -> (u64, usize) {
+        (0, self.len)
+    }
+    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+        let len = self.len.min(MAX_RW) as u32;
+        opcode::Send::new(types::Fd(fd), self.buf, len)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+    }
+    unsafe fn call(&self, fd: RawFd) -> isize {
+        // SAFETY: `buf` is valid for `len` bytes (the caller's promise).
+        unsafe { libc::send(fd, self.buf.cast(), self.len.min(MAX_RW), libc::MSG_NOSIGNAL) }
+    }
+}
+
 /// One operation of any kind.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Action {
@@ -384,6 +486,10 @@ pub(crate) enum Action {
     Close(Close),
     Mkdir(MkdirAt),
     Symlink(SymlinkAt),
+    Accept(Accept),
+    Connect(Connect),
+    Recv(SocketRecv),
+    Send(SocketSend),
 }
 
 /// Forwards a [`Lower`] method to the kind inside an [`Action`].
@@ -400,6 +506,10 @@ macro_rules! dispatch {
             Action::Close($k) => $body,
             Action::Mkdir($k) => $body,
             Action::Symlink($k) => $body,
+            Action::Accept($k) => $body,
+            Action::Connect($k) => $body,
+            Action::Recv($k) => $body,
+            Action::Send($k) => $body,
         }
     };
 }

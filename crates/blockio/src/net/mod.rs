@@ -1,0 +1,74 @@
+//! Sockets on the async API: TCP listeners and streams whose operations go
+//! through the same [`AsyncEngine`](crate::aio::AsyncEngine) as file I/O.
+//!
+//! ```
+//! use blockio::aio::AsyncEngine;
+//! use blockio::net::{TcpListener, TcpStream};
+//!
+//! # fn main() -> std::io::Result<()> {
+//! let engine = AsyncEngine::new()?;
+//! futures::executor::block_on(async {
+//!     let listener = TcpListener::bind(&engine, "127.0.0.1:0")?;
+//!     let addr = listener.local_addr();
+//!     let client = async {
+//!         let c = TcpStream::connect(&engine, addr).await?;
+//!         c.write_all(b"ping".to_vec()).await.0?;
+//!         let (n, buf) = c.read(vec![0u8; 4]).await;
+//!         assert_eq!(&buf[..n?], b"pong");
+//!         Ok::<_, std::io::Error>(())
+//!     };
+//!     let server = async {
+//!         let (s, _peer) = listener.accept().await?;
+//!         let (n, buf) = s.read(vec![0u8; 4]).await;
+//!         assert_eq!(&buf[..n?], b"ping");
+//!         s.write_all(b"pong".to_vec()).await.0
+//!     };
+//!     let (c, s) = futures::join!(client, server);
+//!     c.and(s)
+//! })
+//! # }
+//! ```
+//!
+//! # Rules every operation keeps
+//!
+//! * **Owned buffers.** A read or write takes its buffer by value and hands
+//!   it back with the result, so a future dropped mid-flight leaves the
+//!   buffer with the driver until the kernel is done with it.
+//! * **The descriptor outlives the operation.** Each operation holds the
+//!   socket; closing a stream with a read in flight closes the descriptor
+//!   only after that read has completed, so an operation can never reach a
+//!   descriptor number that has come to name another file.
+//! * **Dropping cancels.** A dropped future's operation is cancelled in
+//!   the kernel (`IORING_OP_ASYNC_CANCEL`): an idle connection's read does
+//!   not stay armed forever.
+//! * **No bytes are lost.** A read cancelled by a timeout either took no
+//!   bytes, or the next read on the stream returns them first, in order.
+//! * **Errors name the peer**: `recv from 10.0.0.7:5432 failed: Connection
+//!   reset by peer (os error 104)`, with the errno's
+//!   [`io::ErrorKind`](std::io::ErrorKind); [`errno`](crate::errno) reads
+//!   the errno back. Writes use `MSG_NOSIGNAL`: a peer that closed is
+//!   `EPIPE` on that stream, never a `SIGPIPE` for the process. `EMFILE`
+//!   on accept is an error of that accept; the listener goes on.
+//!
+//! # How operations reach the kernel
+//!
+//! Socket operations are requests of the engine's driver like file
+//! operations: the driver thread submits everything queued in one
+//! `io_uring_enter`, so any number of connections' reads and writes cost
+//! one kernel call per driver wake-up, and the futures are `Send` and run
+//! on any executor. The price is a hop: each completion crosses from the
+//! driver thread to the executor's. With
+//! [`AsyncEngineBuilder::driven_by_caller`](crate::aio::AsyncEngineBuilder::driven_by_caller)
+//! an event loop drives the ring itself and there is no hop.
+//!
+//! Where io_uring is blocked the engine's thread pool performs operations
+//! with blocking calls; a socket read waits on a pool thread there, so the
+//! pool bounds how many connections can wait at once.
+
+mod read_side;
+mod socket;
+mod stream;
+mod tcp;
+
+pub use crate::error::NetError;
+pub use tcp::{TcpListener, TcpListenerOptions, TcpStream};

@@ -1,0 +1,106 @@
+//! Reads that lose no bytes when their future is dropped.
+//!
+//! A `recv` cancelled by dropping its future (a timeout, a `select!`) may
+//! still complete with data: the kernel took the bytes off the socket
+//! before the cancellation reached it. Those bytes belong to the stream,
+//! not to the dropped future. So every read registers its operation here
+//! while it runs; a read dropped early leaves it registered, and the next
+//! read first waits for that operation to finish and hands out whatever it
+//! received before receiving anything new. Bytes therefore come out in the
+//! order the socket delivered them, and a read cancelled by a timeout
+//! either took no bytes or its bytes come back from the next read.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use crate::aio::op::Abandoned;
+use crate::aio::{BufResult, IoBufMut};
+
+/// The read state of one stream.
+#[derive(Default)]
+pub(crate) struct ReadSide {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Reads in the kernel, oldest first; those whose futures were dropped
+    /// stay until they are settled.
+    in_flight: VecDeque<Arc<dyn Abandoned>>,
+    /// Bytes that dropped reads received, not yet handed out.
+    leftover: VecDeque<u8>,
+    /// An error a dropped read met, for the next read to report.
+    error: Option<i32>,
+}
+
+/// What a read should do after [`ReadSide::settle`].
+pub(crate) enum Settled {
+    /// Nothing was left over: receive from the socket.
+    Receive,
+    /// Bytes a dropped read received: `n` were copied into the buffer.
+    Copied(usize),
+    /// A dropped read failed with this errno.
+    Failed(i32),
+}
+
+impl ReadSide {
+    /// Waits for the reads that dropped futures left in the kernel, then
+    /// copies leftover bytes into `buf` (up to its length).
+    pub(crate) async fn settle<B: IoBufMut>(&self, buf: &mut B) -> Settled {
+        poll_fn(|cx| self.poll_dropped(cx)).await;
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(errno) = g.error.take() {
+            return Settled::Failed(errno);
+        }
+        if g.leftover.is_empty() {
+            return Settled::Receive;
+        }
+        let n = g.leftover.len().min(buf.bytes_len());
+        // SAFETY: `buf` is valid for writes of `bytes_len` bytes and no
+        // operation uses it (we own it, and it was never submitted).
+        let dst = unsafe { std::slice::from_raw_parts_mut(buf.stable_mut_ptr(), n) };
+        for (d, s) in dst.iter_mut().zip(g.leftover.drain(..n)) {
+            *d = s;
+        }
+        Settled::Copied(n)
+    }
+
+    /// Ready once every registered read has completed, its bytes moved to
+    /// `leftover`.
+    fn poll_dropped(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(op) = g.in_flight.front().cloned() {
+            match op.poll_settled(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready((res, bytes)) => {
+                    g.in_flight.pop_front();
+                    if res < 0 && res != -libc::ECANCELED && g.leftover.is_empty() {
+                        g.error.get_or_insert(-res);
+                    }
+                    g.leftover.extend(bytes);
+                }
+            }
+        }
+        Poll::Ready(())
+    }
+
+    /// Runs one read through the kernel, registered while it runs.
+    pub(crate) async fn receive<B: IoBufMut>(
+        &self,
+        fut: crate::aio::op::OpFuture<B>,
+    ) -> BufResult<usize, B> {
+        let handle = fut.abandoned_handle();
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .in_flight
+            .push_back(handle.clone());
+        let out = fut.await;
+        // Completed normally: its bytes went to the caller.
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.in_flight.retain(|h| !Arc::ptr_eq(h, &handle));
+        out
+    }
+}

@@ -1,0 +1,129 @@
+//! A socket shared by its handle and its operations in flight, and the
+//! futures of the operations every socket type has.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use socket2::{SockAddr, SockAddrStorage, Socket};
+
+use crate::aio::op::OpFuture;
+use crate::aio::{AsyncEngine, BufResult, IoBuf, IoBufMut};
+use crate::error::NetError;
+use crate::kind::OpKind;
+use crate::op::action::{Accept, Action, Connect, SocketRecv, SocketSend};
+use crate::op::Op;
+
+/// A socket and the engine its operations run on. Every operation holds
+/// the `Arc<Socket>` until its completion, so the descriptor number stays
+/// this socket's for as long as the kernel may use it: dropping the handle
+/// while a read is in flight closes the socket only after that read ends.
+#[derive(Clone)]
+pub(crate) struct Sock {
+    pub(crate) socket: Arc<Socket>,
+    pub(crate) engine: AsyncEngine,
+}
+
+/// Where an accepted connection's peer address is written: owned by the
+/// accept operation, so it outlives a dropped future.
+pub(crate) struct AcceptAddr {
+    storage: SockAddrStorage,
+    len: libc::socklen_t,
+}
+
+impl AcceptAddr {
+    /// The address the kernel wrote.
+    pub(crate) fn into_addr(self) -> SockAddr {
+        // SAFETY: the kernel set `len` bytes of `storage` (at most its
+        // size) to a socket address.
+        unsafe { SockAddr::new(self.storage, self.len) }
+    }
+}
+
+impl Sock {
+    pub(crate) fn fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+
+    /// The operation on this socket over memory owned by `buf`.
+    ///
+    /// # Safety
+    /// `action` may point only into memory owned by `buf` (heap memory
+    /// that does not move with it), or into nothing.
+    unsafe fn op<B: Send + 'static>(&self, action: Action, buf: B) -> OpFuture<B> {
+        // SAFETY: the action's pointers are into `buf`, which the future's
+        // shared state owns until the completion (the caller's promise);
+        // the socket is kept open by the `Arc` passed along.
+        unsafe {
+            let op = Op::from_action(self.fd(), action, None);
+            OpFuture::new(&self.engine, op, buf, Vec::new(), self.socket.clone())
+        }
+    }
+
+    /// Receives into `buf`.
+    pub(crate) fn recv<B: IoBufMut>(&self, mut buf: B) -> OpFuture<B> {
+        let recv = SocketRecv {
+            buf: buf.stable_mut_ptr(),
+            len: buf.bytes_len(),
+        };
+        // SAFETY: the pointer is into `buf`'s stable heap bytes.
+        unsafe { self.op(Action::Recv(recv), buf) }
+    }
+
+    /// Sends `buf[from..]`.
+    pub(crate) fn send<B: IoBuf>(&self, buf: B, from: usize) -> OpFuture<B> {
+        let from = from.min(buf.bytes_len());
+        let send = SocketSend {
+            // SAFETY: `from` is within the buffer.
+            buf: unsafe { buf.stable_ptr().add(from) },
+            len: buf.bytes_len() - from,
+        };
+        // SAFETY: the pointer is into `buf`'s stable heap bytes.
+        unsafe { self.op(Action::Send(send), buf) }
+    }
+
+    /// Accepts a connection; the buffer receives the peer's address.
+    pub(crate) fn accept(&self) -> OpFuture<Box<AcceptAddr>> {
+        let storage = SockAddrStorage::zeroed();
+        let len = storage.size_of();
+        let mut addr = Box::new(AcceptAddr { storage, len });
+        let accept = Accept {
+            // SAFETY: SockAddrStorage is a sockaddr_storage (its documented
+            // representation), which `view_as` gives access to.
+            addr: unsafe { addr.storage.view_as::<libc::sockaddr_storage>() },
+            addr_len: &mut addr.len,
+        };
+        // SAFETY: both pointers are into the box, which does not move
+        // with it.
+        unsafe { self.op(Action::Accept(accept), addr) }
+    }
+
+    /// Connects to `addr`.
+    pub(crate) fn connect(&self, addr: SockAddr) -> OpFuture<Box<SockAddr>> {
+        let addr = Box::new(addr);
+        let connect = Connect {
+            addr: addr.as_ptr().cast(),
+            addr_len: addr.len(),
+        };
+        // SAFETY: the address is in the box, which does not move with it.
+        unsafe { self.op(Action::Connect(connect), addr) }
+    }
+
+    /// Sends all of `buf`, one `send` after another until every byte went.
+    pub(crate) async fn send_all<B: IoBuf>(&self, mut buf: B, peer: &str) -> BufResult<(), B> {
+        let mut sent = 0;
+        while sent < buf.bytes_len() {
+            let (res, b) = self.send(buf, sent).await;
+            buf = b;
+            match res {
+                Ok(0) => {
+                    let err = io::Error::from(io::ErrorKind::WriteZero);
+                    return (Err(NetError::wrap(OpKind::Send, peer, err)), buf);
+                }
+                Ok(n) => sent += n,
+                Err(e) => return (Err(NetError::wrap(OpKind::Send, peer, e)), buf),
+            }
+        }
+        (Ok(()), buf)
+    }
+}

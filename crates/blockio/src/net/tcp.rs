@@ -1,0 +1,275 @@
+//! TCP: a listener that accepts, and a stream that reads and writes.
+
+use std::fmt;
+use std::io;
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use super::socket::Sock;
+use super::stream::StreamCore;
+use crate::aio::{AsyncEngine, BufResult, IoBuf, IoBufMut};
+use crate::error::NetError;
+use crate::kind::OpKind;
+
+/// How a [`TcpListener`] is set up.
+#[derive(Debug, Clone)]
+pub struct TcpListenerOptions {
+    reuse_address: bool,
+    reuse_port: bool,
+    backlog: i32,
+}
+
+impl Default for TcpListenerOptions {
+    fn default() -> Self {
+        TcpListenerOptions {
+            reuse_address: true,
+            reuse_port: false,
+            backlog: 1024,
+        }
+    }
+}
+
+impl TcpListenerOptions {
+    /// `SO_REUSEADDR` (default on, as for most servers: a restarted server
+    /// can bind while old connections linger in `TIME_WAIT`).
+    pub fn reuse_address(mut self, on: bool) -> Self {
+        self.reuse_address = on;
+        self
+    }
+
+    /// `SO_REUSEPORT` (default off): several listeners, in this process or
+    /// others, share the port and the kernel spreads connections.
+    pub fn reuse_port(mut self, on: bool) -> Self {
+        self.reuse_port = on;
+        self
+    }
+
+    /// The queue of connections not yet accepted (default 1024; the kernel
+    /// caps it at `net.core.somaxconn`).
+    pub fn backlog(mut self, n: u32) -> Self {
+        self.backlog = n.min(i32::MAX as u32) as i32;
+        self
+    }
+
+    /// Binds a listener to `addr` with these options.
+    ///
+    /// # Errors
+    /// Naming the address: it does not resolve, or `bind` or `listen`
+    /// failed (`EADDRINUSE`, `EACCES` below port 1024, ...).
+    pub fn bind(&self, engine: &AsyncEngine, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+        let addr = first_addr(addr)?;
+        let fail = |e: io::Error| {
+            io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
+        };
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(fail)?;
+        socket.set_reuse_address(self.reuse_address).map_err(fail)?;
+        socket.set_reuse_port(self.reuse_port).map_err(fail)?;
+        socket.bind(&addr.into()).map_err(fail)?;
+        socket.listen(self.backlog).map_err(fail)?;
+        let local = socket.local_addr().map_err(fail)?;
+        Ok(TcpListener {
+            sock: Sock {
+                socket: Arc::new(socket),
+                engine: engine.clone(),
+            },
+            local: local.as_socket().unwrap_or(addr),
+        })
+    }
+}
+
+/// The first address `addr` resolves to.
+fn first_addr(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
+    addr.to_socket_addrs()?.next().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the address resolved to nothing",
+        )
+    })
+}
+
+/// A TCP socket listening for connections.
+///
+/// ```no_run
+/// use blockio::aio::AsyncEngine;
+/// use blockio::net::TcpListener;
+///
+/// # async fn serve() -> std::io::Result<()> {
+/// let engine = AsyncEngine::new()?;
+/// let listener = TcpListener::bind(&engine, "127.0.0.1:8080")?;
+/// loop {
+///     let (stream, peer) = listener.accept().await?;
+///     let (res, buf) = stream.read(vec![0u8; 4096]).await;
+///     let n = res?;
+///     stream.write_all(buf[..n].to_vec()).await.0?; // echo
+///     println!("echoed {n} bytes to {peer}");
+/// }
+/// # }
+/// ```
+pub struct TcpListener {
+    sock: Sock,
+    local: SocketAddr,
+}
+
+impl TcpListener {
+    /// Binds to `addr` with the default [`TcpListenerOptions`].
+    ///
+    /// # Errors
+    /// As for [`TcpListenerOptions::bind`].
+    pub fn bind(engine: &AsyncEngine, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+        TcpListenerOptions::default().bind(engine, addr)
+    }
+
+    /// Accepts a connection: the stream and the peer's address.
+    ///
+    /// # Errors
+    /// The listener's own error, naming its address. `EMFILE` and `ENFILE`
+    /// (no descriptors left) leave the listener usable: accept again once
+    /// descriptors are free; the waiting connection is still queued.
+    pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let (res, addr) = self.sock.accept().await;
+        let local = self.local.to_string();
+        let fd = res.map_err(|e| NetError::wrap(OpKind::Accept, &local, e))?;
+        // SAFETY: a successful accept returns a new descriptor that nobody
+        // else owns.
+        let socket = unsafe { <Socket as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+        let peer = addr.into_addr().as_socket().ok_or_else(|| {
+            io::Error::other(format!("accept on {local}: the peer has no IP address"))
+        })?;
+        let stream = TcpStream::from_socket(&self.sock.engine, socket, peer);
+        Ok((stream, peer))
+    }
+
+    /// The address the listener is bound to (with the port the kernel
+    /// chose, when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+}
+
+impl fmt::Debug for TcpListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpListener")
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+/// A TCP connection.
+///
+/// Reads and writes take owned buffers and give them back with the result
+/// ([`BufResult`]). Every future is `Send` and needs only a waker. Dropping
+/// a future cancels its operation in the kernel; a read so dropped loses
+/// no bytes (the next read returns them, see the `net` module docs).
+/// Errors name the operation and the peer.
+pub struct TcpStream {
+    core: StreamCore,
+    peer: SocketAddr,
+}
+
+impl TcpStream {
+    fn from_socket(engine: &AsyncEngine, socket: Socket, peer: SocketAddr) -> TcpStream {
+        let sock = Sock {
+            socket: Arc::new(socket),
+            engine: engine.clone(),
+        };
+        TcpStream {
+            core: StreamCore::new(sock, peer.to_string()),
+            peer,
+        }
+    }
+
+    /// Connects to `addr`.
+    ///
+    /// For a time limit, wrap the future in the executor's timeout
+    /// (`tokio::time::timeout`): dropping it cancels the connect.
+    ///
+    /// # Errors
+    /// Naming the address: `ECONNREFUSED`, `ENETUNREACH`, `ETIMEDOUT`, ...
+    pub async fn connect(engine: &AsyncEngine, addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+        let addr = first_addr(addr)?;
+        let peer = addr.to_string();
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(|e| NetError::wrap(OpKind::Connect, &peer, e))?;
+        let sock = Sock {
+            socket: Arc::new(socket),
+            engine: engine.clone(),
+        };
+        let (res, _) = sock.connect(SockAddr::from(addr)).await;
+        res.map_err(|e| NetError::wrap(OpKind::Connect, &peer, e))?;
+        Ok(TcpStream {
+            core: StreamCore::new(sock, peer),
+            peer: addr,
+        })
+    }
+
+    /// Reads into `buf`: the byte count (0 at end of stream) and `buf`.
+    pub async fn read<B: IoBufMut>(&self, buf: B) -> BufResult<usize, B> {
+        self.core.read(buf).await
+    }
+
+    /// Writes from `buf`: how many bytes went (maybe fewer than all).
+    pub async fn write<B: IoBuf>(&self, buf: B) -> BufResult<usize, B> {
+        self.core.write(buf).await
+    }
+
+    /// Writes all of `buf`.
+    pub async fn write_all<B: IoBuf>(&self, buf: B) -> BufResult<(), B> {
+        self.core.write_all(buf).await
+    }
+
+    /// Shuts down the reading side, the writing side or both.
+    ///
+    /// # Errors
+    /// `ENOTCONN` when the connection is already gone.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.core.shutdown(how)
+    }
+
+    /// Sets `TCP_NODELAY`: small writes go out at once instead of waiting
+    /// to be coalesced (Nagle's algorithm).
+    ///
+    /// # Errors
+    /// As `setsockopt` reports them.
+    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        self.core.sock.socket.set_tcp_nodelay(on)
+    }
+
+    /// Whether `TCP_NODELAY` is set.
+    ///
+    /// # Errors
+    /// As `getsockopt` reports them.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        self.core.sock.socket.tcp_nodelay()
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// This end's address.
+    ///
+    /// # Errors
+    /// As `getsockname` reports them.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        let addr = self.core.sock.socket.local_addr()?;
+        addr.as_socket()
+            .ok_or_else(|| io::Error::other("the socket has no IP address"))
+    }
+
+    /// The socket, for options this type does not wrap (`socket2`'s API).
+    pub fn socket(&self) -> &Socket {
+        &self.core.sock.socket
+    }
+}
+
+impl fmt::Debug for TcpStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpStream")
+            .field("peer", &self.peer)
+            .finish()
+    }
+}

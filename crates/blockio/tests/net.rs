@@ -1,0 +1,231 @@
+//! `blockio::net` against real peers: std's blocking sockets on the other
+//! end, on tokio's multi-thread runtime, smol and `block_on`.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream as StdStream};
+use std::time::Duration;
+
+use blockio::aio::AsyncEngine;
+use blockio::net::{TcpListener, TcpStream};
+
+fn engine() -> AsyncEngine {
+    AsyncEngine::new().unwrap()
+}
+
+fn assert_send<T: Send>(_: &T) {}
+
+#[test]
+fn futures_are_send() {
+    let e = engine();
+    let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let accept = l.accept();
+    assert_send(&accept);
+    let connect = TcpStream::connect(&e, l.local_addr());
+    assert_send(&connect);
+    let s = futures::executor::block_on(async {
+        let (c, a) = futures::join!(connect, accept);
+        drop(a.unwrap());
+        c.unwrap()
+    });
+    assert_send(&s.read(vec![0u8; 1]));
+    assert_send(&s.write_all(vec![0u8; 1]));
+}
+
+/// 50 clients on std threads, each sending 200 numbered messages and
+/// checking every echo byte; the server runs one task per connection on
+/// tokio's multi-thread runtime.
+#[test]
+fn echo_many_connections_on_tokio_multi_thread() {
+    let e = engine();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let addr = listener.local_addr();
+    rt.spawn(async move {
+        loop {
+            let (s, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 1000];
+                loop {
+                    let (res, b) = s.read(buf).await;
+                    let n = res.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    let (res, b) = s.write_all(b[..n].to_vec()).await;
+                    res.unwrap();
+                    buf = b;
+                    buf.resize(1000, 0);
+                }
+            });
+        }
+    });
+    let clients: Vec<_> = (0..50u32)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let mut s = StdStream::connect(addr).unwrap();
+                for m in 0..200u32 {
+                    let msg: Vec<u8> = (0..(1 + (c * 7 + m) % 300))
+                        .map(|i| (c + m + i) as u8)
+                        .collect();
+                    s.write_all(&msg).unwrap();
+                    let mut back = vec![0u8; msg.len()];
+                    s.read_exact(&mut back).unwrap();
+                    assert_eq!(back, msg, "client {c} message {m}");
+                }
+                s.shutdown(Shutdown::Write).unwrap();
+                let mut rest = Vec::new();
+                s.read_to_end(&mut rest).unwrap();
+                assert!(rest.is_empty());
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+}
+
+fn pair(e: &AsyncEngine) -> (TcpStream, StdStream) {
+    let l = TcpListener::bind(e, "127.0.0.1:0").unwrap();
+    let peer = StdStream::connect(l.local_addr()).unwrap();
+    let (s, addr) = futures::executor::block_on(l.accept()).unwrap();
+    assert_eq!(addr, peer.local_addr().unwrap());
+    assert_eq!(s.peer_addr(), peer.local_addr().unwrap());
+    (s, peer)
+}
+
+#[test]
+fn a_read_dropped_by_a_timeout_loses_no_bytes() {
+    let e = engine();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let (s, mut peer) = pair(&e);
+    // Messages land around the moment each read times out: every byte must
+    // still come out once, in order.
+    let writer = std::thread::spawn(move || {
+        for i in 0..400u32 {
+            peer.write_all(&i.to_le_bytes()).unwrap();
+            std::thread::sleep(Duration::from_micros(u64::from(i % 7) * 150));
+        }
+        peer
+    });
+    let got = rt.block_on(async {
+        let mut got = Vec::new();
+        let mut timeouts = 0;
+        while got.len() < 1600 {
+            let limit = Duration::from_micros(100 + (got.len() as u64 % 5) * 200);
+            match tokio::time::timeout(limit, s.read(vec![0u8; 3])).await {
+                Ok((res, buf)) => got.extend_from_slice(&buf[..res.unwrap()]),
+                Err(_) => timeouts += 1,
+            }
+        }
+        assert!(timeouts > 0, "no read timed out: the test proved nothing");
+        got
+    });
+    let want: Vec<u8> = (0..400u32).flat_map(|i| i.to_le_bytes()).collect();
+    assert_eq!(got, want);
+    drop(writer.join().unwrap());
+}
+
+#[test]
+fn a_dropped_read_is_cancelled_in_the_kernel() {
+    // If the dropped read stayed armed it would hold the socket open, and
+    // the peer would never see the close.
+    let e = engine();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let (s, mut peer) = pair(&e);
+    rt.block_on(async {
+        let r = tokio::time::timeout(Duration::from_millis(20), s.read(vec![0u8; 16])).await;
+        assert!(r.is_err(), "nothing was sent, the read must time out");
+    });
+    drop(s);
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 1];
+    assert_eq!(peer.read(&mut buf).unwrap(), 0, "the peer saw no close");
+}
+
+#[test]
+fn errors_name_the_peer_and_keep_their_kind() {
+    let e = engine();
+    // A port nobody listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let err = futures::executor::block_on(TcpStream::connect(&e, port)).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+    assert_eq!(blockio::errno(&err), Some(libc::ECONNREFUSED));
+    let msg = err.to_string();
+    assert!(msg.contains(&port.to_string()) && msg.contains("connect"), "{msg}");
+
+    // A peer that closed with unread data resets the connection; writing
+    // on fails with EPIPE or ECONNRESET, never SIGPIPE (this process would
+    // die of it).
+    let (s, mut peer) = pair(&e);
+    peer.write_all(b"unread").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    drop(peer);
+    let peer_addr = s.peer_addr().to_string();
+    let err = futures::executor::block_on(async {
+        loop {
+            if let (Err(e), _) = s.write_all(vec![1u8; 65536]).await {
+                return e;
+            }
+        }
+    });
+    let errno = blockio::errno(&err);
+    assert!(
+        errno == Some(libc::EPIPE) || errno == Some(libc::ECONNRESET),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&peer_addr), "{err}");
+    assert!(err.to_string().starts_with("send to"), "{err}");
+}
+
+#[test]
+fn runs_on_smol_and_block_on() {
+    let e = engine();
+    let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let addr = l.local_addr();
+    let server = std::thread::spawn(move || {
+        smol::block_on(async {
+            let (s, _) = l.accept().await.unwrap();
+            let (n, buf) = s.read(vec![0u8; 5]).await;
+            s.write_all(buf[..n.unwrap()].to_ascii_uppercase())
+                .await
+                .0
+                .unwrap();
+        })
+    });
+    futures::executor::block_on(async {
+        let c = TcpStream::connect(&e, addr).await.unwrap();
+        c.set_nodelay(true).unwrap();
+        assert!(c.nodelay().unwrap());
+        assert_eq!(c.local_addr().unwrap().ip(), addr.ip());
+        c.write_all(b"hello".to_vec()).await.0.unwrap();
+        let (n, buf) = c.read(vec![0u8; 5]).await;
+        assert_eq!(&buf[..n.unwrap()], b"HELLO");
+        let (n, _) = c.read(vec![0u8; 5]).await;
+        assert_eq!(n.unwrap(), 0, "end of stream after the server closed");
+    });
+    server.join().unwrap();
+}
+
+#[test]
+fn bind_errors_name_the_address() {
+    let e = engine();
+    let taken = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let err = blockio::net::TcpListenerOptions::default()
+        .reuse_address(false)
+        .bind(&e, taken.local_addr())
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    assert!(err.to_string().contains(&taken.local_addr().to_string()), "{err}");
+}
