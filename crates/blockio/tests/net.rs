@@ -1,6 +1,7 @@
 //! `blockio::net` against real peers: std's blocking sockets on the other
 //! end, on tokio's multi-thread runtime, smol and `block_on`.
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream as StdStream};
 use std::time::Duration;
@@ -132,6 +133,37 @@ fn a_read_dropped_by_a_timeout_loses_no_bytes() {
 }
 
 #[test]
+fn bytes_a_dropped_read_received_come_from_the_next_read() {
+    // The read is submitted, the data arrives and completes it in the
+    // kernel, and only then is its future dropped, never polled again.
+    let e = engine();
+    let (s, mut peer) = pair(&e);
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut read = Box::pin(s.read(vec![0u8; 4]));
+    assert!(read.as_mut().poll(&mut cx).is_pending());
+    peer.write_all(b"abcdefgh").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    drop(read);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let got = rt.block_on(async {
+        let mut got = Vec::new();
+        while got.len() < 8 {
+            let read = s.read(vec![0u8; 3]);
+            match tokio::time::timeout(Duration::from_secs(2), read).await {
+                Ok((n, buf)) => got.extend_from_slice(&buf[..n.unwrap()]),
+                Err(_) => break,
+            }
+        }
+        got
+    });
+    assert_eq!(got, b"abcdefgh", "bytes were lost or reordered");
+}
+
+#[test]
 fn a_dropped_read_is_cancelled_in_the_kernel() {
     // If the dropped read stayed armed it would hold the socket open, and
     // the peer would never see the close.
@@ -163,7 +195,10 @@ fn errors_name_the_peer_and_keep_their_kind() {
     assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
     assert_eq!(blockio::errno(&err), Some(libc::ECONNREFUSED));
     let msg = err.to_string();
-    assert!(msg.contains(&port.to_string()) && msg.contains("connect"), "{msg}");
+    assert!(
+        msg.contains(&port.to_string()) && msg.contains("connect"),
+        "{msg}"
+    );
 
     // A peer that closed with unread data resets the connection; writing
     // on fails with EPIPE or ECONNRESET, never SIGPIPE (this process would
@@ -227,5 +262,45 @@ fn bind_errors_name_the_address() {
         .bind(&e, taken.local_addr())
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
-    assert!(err.to_string().contains(&taken.local_addr().to_string()), "{err}");
+    assert!(
+        err.to_string().contains(&taken.local_addr().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn idle_connections_hold_no_threads() {
+    // 100 reads waiting on idle connections, two fallback threads: a
+    // further connection is still served (on the fallback, waiting reads
+    // sit in an epoll set, not on pool threads).
+    let e = AsyncEngine::builder().fallback_threads(2).build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let peers: Vec<StdStream> = (0..101)
+        .map(|_| StdStream::connect(l.local_addr()).unwrap())
+        .collect();
+    rt.block_on(async {
+        let mut idle = Vec::new();
+        for _ in 0..100 {
+            let (s, _) = l.accept().await.unwrap();
+            idle.push(tokio::spawn(async move { s.read(vec![0u8; 8]).await.0 }));
+        }
+        tokio::task::yield_now().await;
+        let (s, _) = l.accept().await.unwrap();
+        let mut last = &peers[100];
+        last.write_all(b"ping").unwrap();
+        let (n, buf) = tokio::time::timeout(Duration::from_secs(5), s.read(vec![0u8; 4]))
+            .await
+            .expect("the 101st connection was not served");
+        assert_eq!(&buf[..n.unwrap()], b"ping");
+        for (i, mut p) in peers.iter().take(100).enumerate() {
+            p.write_all(&[i as u8]).unwrap();
+        }
+        for (i, t) in idle.into_iter().enumerate() {
+            assert_eq!(t.await.unwrap().unwrap(), 1, "connection {i}");
+        }
+    });
 }

@@ -42,6 +42,7 @@ use std::sync::{Arc, Mutex};
 
 use io_uring::{opcode, squeue::SubmissionQueue, types, IoUring};
 
+use super::readiness::Readiness;
 use crate::pool::WorkerPool;
 use crate::ring::{submit_and_wait_or_abort, RingFlags};
 
@@ -69,7 +70,7 @@ impl Request {
     /// The future and the request share `done`; a future dropped while
     /// this runs leaves two counted, and the request is submitted as
     /// usual (its memory stays owned by `done` until the completion).
-    fn abandoned(&self) -> bool {
+    pub(crate) fn abandoned(&self) -> bool {
         Arc::strong_count(&self.done) == 1
     }
 
@@ -95,7 +96,7 @@ pub(crate) struct Cancel(pub std::sync::Weak<dyn Complete>);
 
 impl Cancel {
     /// Whether `done` is the target this names.
-    fn names(&self, done: &Arc<dyn Complete>) -> bool {
+    pub(crate) fn names(&self, done: &Arc<dyn Complete>) -> bool {
         std::ptr::addr_eq(Arc::as_ptr(done), self.0.as_ptr())
     }
 }
@@ -125,7 +126,12 @@ impl DriverShared {
 pub(crate) enum Driver {
     Uring(Arc<DriverShared>),
     Inline(Box<Mutex<Option<InlineRing>>>),
-    Threads(WorkerPool<Request>),
+    Threads {
+        /// Performs file operations with blocking calls.
+        pool: WorkerPool<Request>,
+        /// Performs socket operations when their sockets are ready.
+        sockets: Readiness,
+    },
 }
 
 /// The operations a ring has in flight, and those waiting for room: the
@@ -188,7 +194,9 @@ impl InFlight {
                 // Completed already, or never submitted.
                 continue;
             };
-            let e = opcode::AsyncCancel::new(slot as u64).build().user_data(CANCEL);
+            let e = opcode::AsyncCancel::new(slot as u64)
+                .build()
+                .user_data(CANCEL);
             // SAFETY: a cancel entry points at no memory.
             if unsafe { sq.push(&e) }.is_err() {
                 left.push(c);
@@ -356,17 +364,16 @@ impl Driver {
 
     /// Starts a pool of `threads` threads doing plain system calls.
     pub(crate) fn threads(threads: usize) -> io::Result<Driver> {
-        Ok(Driver::Threads(WorkerPool::new(
-            threads,
-            "blockio-aio",
-            Request::run_blocking,
-        )?))
+        Ok(Driver::Threads {
+            pool: WorkerPool::new(threads, "blockio-aio", Request::run_blocking)?,
+            sockets: Readiness::new()?,
+        })
     }
 
     /// Threads of the thread-pool driver (0 for the io_uring ones).
     pub(crate) fn pool_threads(&self) -> usize {
         match self {
-            Driver::Threads(pool) => pool.threads(),
+            Driver::Threads { pool, .. } => pool.threads(),
             _ => 0,
         }
     }
@@ -375,8 +382,9 @@ impl Driver {
     /// `target`, if it is in flight; a request not yet submitted is
     /// dropped as abandoned instead. The completion still arrives (usually
     /// `-ECANCELED`), and the target keeps the operation's memory until
-    /// then. The thread-pool driver cannot interrupt a system call and
-    /// does nothing.
+    /// then. On the thread-pool driver a socket operation waiting for
+    /// readiness is completed with `-ECANCELED` at once; a file operation
+    /// on a pool thread cannot be interrupted and finishes.
     pub(crate) fn cancel(&self, target: Cancel) {
         match self {
             Driver::Uring(shared) => {
@@ -395,7 +403,7 @@ impl Driver {
                     r.cancel(vec![target]);
                 }
             }
-            Driver::Threads(_) => {}
+            Driver::Threads { sockets, .. } => sockets.cancel(&target),
         }
     }
 
@@ -420,8 +428,13 @@ impl Driver {
                 r.ops.backlog.extend(reqs);
                 r.push_and_submit();
             }
-            Driver::Threads(pool) => {
-                for req in pool.send(reqs) {
+            Driver::Threads { pool, sockets } => {
+                let (net, files): (Vec<Request>, Vec<Request>) =
+                    reqs.into_iter().partition(|r| r.op.kind().is_socket());
+                for req in net {
+                    sockets.submit(req);
+                }
+                for req in pool.send(files) {
                     req.done.complete(-libc::ECANCELED);
                 }
             }
@@ -452,7 +465,7 @@ impl Drop for Driver {
                 }
             }
             // Dropping the pool closes its queue; its workers finish.
-            Driver::Threads(_) => {}
+            Driver::Threads { .. } => {}
         }
     }
 }

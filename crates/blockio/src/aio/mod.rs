@@ -50,6 +50,7 @@ mod buf;
 mod driver;
 mod file;
 pub(crate) mod op;
+mod readiness;
 
 use std::fmt;
 use std::io;

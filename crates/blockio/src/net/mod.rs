@@ -61,9 +61,10 @@
 //! [`AsyncEngineBuilder::driven_by_caller`](crate::aio::AsyncEngineBuilder::driven_by_caller)
 //! an event loop drives the ring itself and there is no hop.
 //!
-//! Where io_uring is blocked the engine's thread pool performs operations
-//! with blocking calls; a socket read waits on a pool thread there, so the
-//! pool bounds how many connections can wait at once.
+//! Where io_uring is blocked the same API runs on epoll: sockets are made
+//! non-blocking, each operation is tried at once and, if the socket is not
+//! ready, waits in an epoll set (through the `polling` crate) that one
+//! thread watches. Idle connections hold no thread on either backend.
 
 mod read_side;
 mod socket;

@@ -9,6 +9,7 @@ use socket2::{SockAddr, SockAddrStorage, Socket};
 
 use crate::aio::op::OpFuture;
 use crate::aio::{AsyncEngine, BufResult, IoBuf, IoBufMut};
+use crate::backend::Backend;
 use crate::error::NetError;
 use crate::kind::OpKind;
 use crate::op::action::{Accept, Action, Connect, SocketRecv, SocketSend};
@@ -41,6 +42,19 @@ impl AcceptAddr {
 }
 
 impl Sock {
+    /// `socket` on `engine`. Where the engine has no io_uring the socket is
+    /// made non-blocking: its operations then wait for readiness in an
+    /// epoll set instead of blocking a thread (see `aio::readiness`).
+    pub(crate) fn new(socket: Socket, engine: &AsyncEngine) -> io::Result<Sock> {
+        if engine.backend() == Backend::ThreadPool {
+            socket.set_nonblocking(true)?;
+        }
+        Ok(Sock {
+            socket: Arc::new(socket),
+            engine: engine.clone(),
+        })
+    }
+
     pub(crate) fn fd(&self) -> RawFd {
         self.socket.as_raw_fd()
     }

@@ -3,7 +3,6 @@
 use std::fmt;
 use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -60,9 +59,7 @@ impl TcpListenerOptions {
     /// failed (`EADDRINUSE`, `EACCES` below port 1024, ...).
     pub fn bind(&self, engine: &AsyncEngine, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
         let addr = first_addr(addr)?;
-        let fail = |e: io::Error| {
-            io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
-        };
+        let fail = |e: io::Error| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"));
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
             .map_err(fail)?;
         socket.set_reuse_address(self.reuse_address).map_err(fail)?;
@@ -71,10 +68,7 @@ impl TcpListenerOptions {
         socket.listen(self.backlog).map_err(fail)?;
         let local = socket.local_addr().map_err(fail)?;
         Ok(TcpListener {
-            sock: Sock {
-                socket: Arc::new(socket),
-                engine: engine.clone(),
-            },
+            sock: Sock::new(socket, engine).map_err(fail)?,
             local: local.as_socket().unwrap_or(addr),
         })
     }
@@ -138,7 +132,12 @@ impl TcpListener {
         let peer = addr.into_addr().as_socket().ok_or_else(|| {
             io::Error::other(format!("accept on {local}: the peer has no IP address"))
         })?;
-        let stream = TcpStream::from_socket(&self.sock.engine, socket, peer);
+        let sock = Sock::new(socket, &self.sock.engine)
+            .map_err(|e| NetError::wrap(OpKind::Accept, &local, e))?;
+        let stream = TcpStream {
+            core: StreamCore::new(sock, peer.to_string()),
+            peer,
+        };
         Ok((stream, peer))
     }
 
@@ -170,17 +169,6 @@ pub struct TcpStream {
 }
 
 impl TcpStream {
-    fn from_socket(engine: &AsyncEngine, socket: Socket, peer: SocketAddr) -> TcpStream {
-        let sock = Sock {
-            socket: Arc::new(socket),
-            engine: engine.clone(),
-        };
-        TcpStream {
-            core: StreamCore::new(sock, peer.to_string()),
-            peer,
-        }
-    }
-
     /// Connects to `addr`.
     ///
     /// For a time limit, wrap the future in the executor's timeout
@@ -193,10 +181,8 @@ impl TcpStream {
         let peer = addr.to_string();
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
             .map_err(|e| NetError::wrap(OpKind::Connect, &peer, e))?;
-        let sock = Sock {
-            socket: Arc::new(socket),
-            engine: engine.clone(),
-        };
+        let sock =
+            Sock::new(socket, engine).map_err(|e| NetError::wrap(OpKind::Connect, &peer, e))?;
         let (res, _) = sock.connect(SockAddr::from(addr)).await;
         res.map_err(|e| NetError::wrap(OpKind::Connect, &peer, e))?;
         Ok(TcpStream {

@@ -469,7 +469,14 @@ impl Lower for SocketSend {
     }
     unsafe fn call(&self, fd: RawFd) -> isize {
         // SAFETY: `buf` is valid for `len` bytes (the caller's promise).
-        unsafe { libc::send(fd, self.buf.cast(), self.len.min(MAX_RW), libc::MSG_NOSIGNAL) }
+        unsafe {
+            libc::send(
+                fd,
+                self.buf.cast(),
+                self.len.min(MAX_RW),
+                libc::MSG_NOSIGNAL,
+            )
+        }
     }
 }
 
