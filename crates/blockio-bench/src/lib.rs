@@ -10,7 +10,9 @@
 //! * [`tree_bench`]: `blockio tree-bench`, `blockio cp` against `cp -r` and
 //!   `blockio sum` against `b3sum` on generated trees, warm and cold; with
 //!   `--after-deletion`, [`tree_bench::after_deletion`]: the copy in the states ext4
-//!   passes through after a mass deletion.
+//!   passes through after a mass deletion;
+//! * [`net_bench`]: `blockio net-bench`, one HTTP server on tokio's epoll
+//!   reactor and on `blockio::net`, loaded by `wrk`.
 #![warn(missing_docs)]
 
 pub mod alloc_count;
@@ -21,6 +23,7 @@ pub mod data;
 pub mod engine_bench;
 pub mod fio;
 pub mod measure;
+pub mod net_bench;
 pub mod profile;
 pub mod report;
 pub mod strategy;

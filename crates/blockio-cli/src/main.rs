@@ -7,7 +7,7 @@ use std::path::PathBuf;
 mod cp;
 mod size;
 
-use blockio_bench::{bench, engine_bench, tree_bench};
+use blockio_bench::{bench, engine_bench, net_bench, tree_bench};
 use blockio_tools::algo::Algo;
 use blockio_tools::check::CheckOptions;
 use blockio_tools::sum::{ListOptions, SumOptions};
@@ -37,6 +37,9 @@ enum Cmd {
     /// `blockio cp` against GNU `cp -r` and `blockio sum` against `b3sum`,
     /// on trees it generates, warm and cold.
     TreeBench(tree_bench::TreeBenchArgs),
+    /// One HTTP/1.1 server on tokio's epoll reactor and on blockio::net,
+    /// loaded by wrk on another CPU: requests/s and latency, side by side.
+    NetBench(net_bench::NetBenchArgs),
     /// Checksums of files and directory trees (BLAKE3 by default), in the
     /// format of b3sum and sha256sum; -c checks such a list.
     Sum(SumArgs),
@@ -168,6 +171,7 @@ fn main() {
         Cmd::Sum(args) => sum(args),
         Cmd::Cp(args) => cp::run(args),
         Cmd::TreeBench(args) => tree_bench::run(args).map(|()| true),
+        Cmd::NetBench(args) => net_bench::run(args).map(|()| true),
     };
     match result {
         Ok(true) => {}

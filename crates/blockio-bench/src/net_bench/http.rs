@@ -1,0 +1,110 @@
+//! The HTTP/1.1 server every contender runs: keep-alive, a fixed response,
+//! requests parsed with `httparse`. Only the runtime under it differs.
+
+use std::future::Future;
+use std::io;
+
+/// The fixed response body.
+pub const BODY: &[u8] = b"Hello, world!\n";
+
+/// A connection with owned-buffer reads and writes: what each runtime
+/// provides.
+pub trait Conn: Send {
+    /// Reads into `buf` (its whole length): the count and the buffer.
+    fn read(&mut self, buf: Vec<u8>) -> impl Future<Output = (io::Result<usize>, Vec<u8>)> + Send;
+    /// Writes all of `buf`.
+    fn write_all(&mut self, buf: Vec<u8>)
+        -> impl Future<Output = (io::Result<()>, Vec<u8>)> + Send;
+}
+
+/// The response to every request.
+pub fn response() -> Vec<u8> {
+    let mut r = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+        BODY.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(BODY);
+    r
+}
+
+/// Complete requests at the start of `data`: how many, and how many bytes
+/// they take. A malformed request is an error.
+pub fn parse_requests(data: &[u8]) -> io::Result<(usize, usize)> {
+    let (mut count, mut used) = (0, 0);
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&data[used..]) {
+            Ok(httparse::Status::Complete(n)) => {
+                count += 1;
+                used += n;
+            }
+            Ok(httparse::Status::Partial) => return Ok((count, used)),
+            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+        }
+    }
+}
+
+/// Serves one connection until the peer closes it: reads, answers every
+/// complete request (pipelined ones in one write), keeps the rest.
+pub async fn serve<C: Conn>(mut conn: C) -> io::Result<()> {
+    let answer = response();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    let mut out = Vec::new();
+    loop {
+        let (res, b) = conn.read(buf).await;
+        buf = b;
+        let n = res?;
+        if n == 0 {
+            return Ok(());
+        }
+        pending.extend_from_slice(&buf[..n]);
+        let (count, used) = parse_requests(&pending)?;
+        pending.drain(..used);
+        if count == 0 {
+            continue;
+        }
+        out.clear();
+        for _ in 0..count {
+            out.extend_from_slice(&answer);
+        }
+        let (res, o) = conn.write_all(out).await;
+        out = o;
+        res?;
+    }
+}
+
+/// Echoes everything back until the peer closes.
+pub async fn echo<C: Conn>(mut conn: C) -> io::Result<()> {
+    let mut buf = vec![0u8; 16384];
+    loop {
+        let (res, b) = conn.read(buf).await;
+        let n = res?;
+        if n == 0 {
+            return Ok(());
+        }
+        let mut msg = b;
+        msg.truncate(n);
+        let (res, m) = conn.write_all(msg).await;
+        res?;
+        buf = m;
+        buf.resize(16384, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipelined_and_partial_requests() {
+        let one = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        let mut data = one.repeat(3);
+        data.extend_from_slice(b"GET / HT");
+        assert_eq!(parse_requests(&data).unwrap(), (3, one.len() * 3));
+        assert!(parse_requests(b"\x00\x01garbage\r\n\r\n").is_err());
+        assert!(response().ends_with(BODY));
+    }
+}
