@@ -26,7 +26,10 @@ fn every_runtime_serves_wrk_without_errors() {
     assert!(o.status.success(), "{err}");
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = rows.as_array().unwrap();
-    let names: Vec<&str> = rows.iter().map(|r| r["runtime"].as_str().unwrap()).collect();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["runtime"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["tokio", "blockio", "blockio-inline"]);
     for r in rows {
         assert!(r["rps"].as_f64().unwrap() > 100.0, "{r}");

@@ -13,6 +13,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::http::{self, Conn};
 
+/// The engines' queue depth: every connection keeps a read in flight, so
+/// the bound must exceed the connections (the default, 256, sized for file
+/// I/O, would queue reads of connections past it behind idle ones).
+const NET_DEPTH: usize = 16384;
+
 /// A runtime the server runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -156,7 +161,7 @@ fn serve_until(
         match runtime {
             Runtime::Tokio => tokio_server(service, addr_tx, stop).await,
             Runtime::Blockio => {
-                let engine = AsyncEngine::new()?;
+                let engine = AsyncEngine::builder().queue_depth(NET_DEPTH).build()?;
                 blockio_server(&engine, service, addr_tx, stop).await
             }
             Runtime::BlockioInline => inline_server(service, addr_tx, stop).await,
@@ -218,6 +223,7 @@ async fn inline_server(
     // SAFETY: `fd` is fresh and owned by nobody else.
     let efd = unsafe { OwnedFd::from_raw_fd(fd) };
     let engine = AsyncEngine::builder()
+        .queue_depth(NET_DEPTH)
         .driven_by_caller(efd.as_raw_fd())
         .build()?;
     // SAFETY: the AsyncFd owns the OwnedFd, which stays open (and is the

@@ -61,6 +61,12 @@
 //! [`AsyncEngineBuilder::driven_by_caller`](crate::aio::AsyncEngineBuilder::driven_by_caller)
 //! an event loop drives the ring itself and there is no hop.
 //!
+//! Each waiting read is an operation in flight, and the engine bounds those
+//! by its [`queue_depth`](crate::aio::AsyncEngineBuilder::queue_depth)
+//! (default 256, sized for files): build the engine with a depth above
+//! the number of connections it serves, or reads past the bound wait
+//! behind idle connections' reads.
+//!
 //! Where io_uring is blocked the same API runs on epoll: sockets are made
 //! non-blocking, each operation is tried at once and, if the socket is not
 //! ready, waits in an epoll set (through the `polling` crate) that one
