@@ -30,7 +30,10 @@ fn every_runtime_serves_wrk_without_errors() {
         .iter()
         .map(|r| r["runtime"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["tokio", "blockio", "blockio-inline"]);
+    assert_eq!(
+        names,
+        ["tokio", "blockio", "blockio-inline", "blockio-tick"]
+    );
     for r in rows {
         assert!(r["rps"].as_f64().unwrap() > 100.0, "{r}");
         assert!(r["p99_us"].as_f64().unwrap() > 0.0, "{r}");

@@ -304,3 +304,82 @@ fn idle_connections_hold_no_threads() {
         }
     });
 }
+
+/// An engine whose ring the runtime's own thread drives, submitting once
+/// per round of tasks: tokio's reactor watches the eventfd.
+#[test]
+fn a_runtime_driven_engine_serves_connections() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::task::Poll;
+    // SAFETY: eventfd returns a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    assert!(fd >= 0);
+    // SAFETY: fresh, owned by nobody else.
+    let efd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let e = AsyncEngine::builder()
+        .driven_by_caller(efd.as_raw_fd())
+        .submit_when_driven(true)
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let addr = l.local_addr();
+    let clients: Vec<_> = (0..8u8)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let mut s = StdStream::connect(addr).unwrap();
+                for m in 0..50u8 {
+                    s.write_all(&[c, m, c ^ m]).unwrap();
+                    let mut back = [0u8; 3];
+                    s.read_exact(&mut back).unwrap();
+                    assert_eq!(back, [c, m, c ^ m]);
+                }
+            })
+        })
+        .collect();
+    rt.block_on(async {
+        // SAFETY: the AsyncFd owns the eventfd until it is dropped.
+        let watched = unsafe { tokio::io::unix::AsyncFd::register(efd) }.unwrap();
+        let driving = e.clone();
+        let driver = tokio::spawn(std::future::poll_fn(move |cx| loop {
+            let _ = driving.poll_drive(cx);
+            match watched.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut ready)) => {
+                    let mut n = [0u8; 8];
+                    // SAFETY: reads 8 bytes into a live local.
+                    unsafe { libc::read(watched.as_raw_fd(), n.as_mut_ptr().cast(), 8) };
+                    ready.clear_ready();
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(()),
+                Poll::Pending => return Poll::Pending,
+            }
+        }));
+        let mut served = Vec::new();
+        for _ in 0..8 {
+            let (s, _) = l.accept().await.unwrap();
+            served.push(tokio::spawn(async move {
+                loop {
+                    let (n, buf) = s.read(vec![0u8; 64]).await;
+                    let n = n.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    s.write_all(buf[..n].to_vec()).await.0.unwrap();
+                }
+            }));
+        }
+        for t in served {
+            tokio::time::timeout(Duration::from_secs(10), t)
+                .await
+                .expect("a connection stalled")
+                .unwrap();
+        }
+        driver.abort();
+    });
+    for c in clients {
+        c.join().unwrap();
+    }
+}

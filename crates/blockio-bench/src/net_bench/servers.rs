@@ -6,6 +6,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc;
+use std::task::Poll;
 
 use anyhow::{anyhow, Context, Result};
 use blockio::aio::AsyncEngine;
@@ -31,11 +32,20 @@ pub enum Runtime {
     /// driven by the runtime's thread: tokio's reactor watches the ring's
     /// eventfd and a task reaps completions (no driver thread).
     BlockioInline,
+    /// As `blockio-inline`, and operations started in one round of tasks
+    /// reach the kernel together, in one `io_uring_enter` by the driving
+    /// task ([`AsyncEngineBuilder::submit_when_driven`](blockio::aio::AsyncEngineBuilder::submit_when_driven)).
+    BlockioTick,
 }
 
 impl Runtime {
     /// Every runtime, in report order.
-    pub const ALL: [Runtime; 3] = [Runtime::Tokio, Runtime::Blockio, Runtime::BlockioInline];
+    pub const ALL: [Runtime; 4] = [
+        Runtime::Tokio,
+        Runtime::Blockio,
+        Runtime::BlockioInline,
+        Runtime::BlockioTick,
+    ];
 
     /// The name in tables and on the command line.
     pub fn name(self) -> &'static str {
@@ -43,6 +53,7 @@ impl Runtime {
             Runtime::Tokio => "tokio",
             Runtime::Blockio => "blockio",
             Runtime::BlockioInline => "blockio-inline",
+            Runtime::BlockioTick => "blockio-tick",
         }
     }
 }
@@ -164,7 +175,8 @@ fn serve_until(
                 let engine = AsyncEngine::builder().queue_depth(NET_DEPTH).build()?;
                 blockio_server(&engine, service, addr_tx, stop).await
             }
-            Runtime::BlockioInline => inline_server(service, addr_tx, stop).await,
+            Runtime::BlockioInline => inline_server(service, addr_tx, stop, false).await,
+            Runtime::BlockioTick => inline_server(service, addr_tx, stop, true).await,
         }
     })
 }
@@ -209,11 +221,12 @@ async fn blockio_server(
 }
 
 /// The engine driven by this runtime: tokio's reactor watches the eventfd
-/// the ring signals, and a task reaps.
+/// the ring signals, and a task reaps (and, with `per_tick`, submits).
 async fn inline_server(
     service: Service,
     addr_tx: &AddrTx,
     stop: tokio::sync::oneshot::Receiver<()>,
+    per_tick: bool,
 ) -> Result<()> {
     // SAFETY: eventfd returns a new descriptor or -1.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -225,25 +238,27 @@ async fn inline_server(
     let engine = AsyncEngine::builder()
         .queue_depth(NET_DEPTH)
         .driven_by_caller(efd.as_raw_fd())
+        .submit_when_driven(per_tick)
         .build()?;
     // SAFETY: the AsyncFd owns the OwnedFd, which stays open (and is the
     // same eventfd) until the AsyncFd drops it.
     let watched = unsafe { tokio::io::unix::AsyncFd::register(efd) }
         .map_err(|e| anyhow!("cannot watch the ring's eventfd: {e}"))?;
-    let reaper_engine = engine.clone();
-    let reaper = tokio::spawn(async move {
-        loop {
-            let Ok(mut ready) = watched.readable().await else {
-                return;
-            };
-            let mut count = [0u8; 8];
-            // SAFETY: reads 8 bytes into a live local from our eventfd.
-            unsafe { libc::read(watched.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
-            ready.clear_ready();
-            reaper_engine.reap();
+    let driving = engine.clone();
+    let driver = tokio::spawn(std::future::poll_fn(move |cx| loop {
+        let _ = driving.poll_drive(cx);
+        match watched.poll_read_ready(cx) {
+            Poll::Ready(Ok(mut ready)) => {
+                let mut count = [0u8; 8];
+                // SAFETY: reads 8 bytes into a live local from our eventfd.
+                unsafe { libc::read(watched.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+                ready.clear_ready();
+            }
+            Poll::Ready(Err(_)) => return Poll::Ready(()),
+            Poll::Pending => return Poll::Pending,
         }
-    });
+    }));
     let res = blockio_server(&engine, service, addr_tx, stop).await;
-    reaper.abort();
+    driver.abort();
     res
 }

@@ -225,10 +225,14 @@ pub(crate) struct InlineRing {
     ops: InFlight,
     /// Most operations in flight.
     depth: usize,
+    /// Submit only in `drive_inline`, not when an operation starts.
+    deferred: bool,
+    /// The driving task, woken when an operation starts (deferred mode).
+    driver: Option<std::task::Waker>,
 }
 
 impl InlineRing {
-    fn new(depth: usize, eventfd: RawFd) -> io::Result<InlineRing> {
+    fn new(depth: usize, eventfd: RawFd, deferred: bool) -> io::Result<InlineRing> {
         // No COOP_TASKRUN or DEFER_TASKRUN: completions are posted by task
         // work on the submitting thread, and that thread may be asleep in
         // its event loop's epoll_wait; only a signalled task-work run wakes
@@ -239,6 +243,8 @@ impl InlineRing {
             ring,
             ops: InFlight::default(),
             depth,
+            deferred,
+            driver: None,
         })
     }
 
@@ -331,8 +337,8 @@ impl Driver {
     }
 
     /// A ring driven by the caller, signalling `eventfd` on completions.
-    pub(crate) fn inline(depth: usize, eventfd: RawFd) -> io::Result<Driver> {
-        let ring = InlineRing::new(depth, eventfd)?;
+    pub(crate) fn inline(depth: usize, eventfd: RawFd, deferred: bool) -> io::Result<Driver> {
+        let ring = InlineRing::new(depth, eventfd, deferred)?;
         Ok(Driver::Inline(Box::new(Mutex::new(Some(ring)))))
     }
 
@@ -360,6 +366,35 @@ impl Driver {
             target.complete(res);
         }
         n
+    }
+
+    /// The deferred inline driver's turn: submits what was started, reaps
+    /// what finished (waking those tasks with the ring unlocked), and
+    /// keeps `waker` to be woken at the next start.
+    pub(crate) fn drive_inline(&self, waker: &std::task::Waker) {
+        let Driver::Inline(ring) = self else {
+            return;
+        };
+        let mut done = Vec::new();
+        {
+            let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(r) = guard.as_mut() else {
+                return;
+            };
+            if !r.ops.backlog.is_empty() {
+                r.push_and_submit();
+            }
+            r.take_completions(&mut done);
+            if !r.ops.backlog.is_empty() {
+                r.push_and_submit();
+            }
+            if !r.driver.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                r.driver = Some(waker.clone());
+            }
+        }
+        for (target, res) in done {
+            target.complete(res);
+        }
     }
 
     /// Starts a pool of `threads` threads doing plain system calls.
@@ -426,7 +461,12 @@ impl Driver {
                     .as_mut()
                     .expect("the ring lives as long as the driver");
                 r.ops.backlog.extend(reqs);
-                r.push_and_submit();
+                if !r.deferred {
+                    r.push_and_submit();
+                } else if let Some(w) = r.driver.take() {
+                    drop(guard);
+                    w.wake();
+                }
             }
             Driver::Threads { pool, sockets } => {
                 let (net, files): (Vec<Request>, Vec<Request>) =

@@ -95,6 +95,8 @@ pub struct AsyncEngineBuilder {
     backend: BackendChoice,
     /// `driven_by_caller`'s eventfd.
     caller_eventfd: Option<RawFd>,
+    /// `submit_when_driven`.
+    submit_when_driven: bool,
 }
 
 impl Default for AsyncEngineBuilder {
@@ -104,6 +106,7 @@ impl Default for AsyncEngineBuilder {
             threads: 0,
             backend: BackendChoice::Auto,
             caller_eventfd: None,
+            submit_when_driven: false,
         }
     }
 }
@@ -155,12 +158,25 @@ impl AsyncEngineBuilder {
         self
     }
 
+    /// With [`driven_by_caller`](Self::driven_by_caller): operations are
+    /// put on the ring when started but reach the kernel only at the next
+    /// [`AsyncEngine::poll_drive`], all in one `io_uring_enter`, instead of
+    /// one `io_uring_enter` each. The task that calls `poll_drive` is woken
+    /// when an operation is started; on a runtime that runs woken tasks
+    /// after those already queued (tokio's current-thread runtime does),
+    /// every operation started in one round of tasks goes to the kernel in
+    /// one call.
+    pub fn submit_when_driven(mut self, on: bool) -> Self {
+        self.submit_when_driven = on;
+        self
+    }
+
     /// Starts the driver.
     pub fn build(self) -> io::Result<AsyncEngine> {
         let depth = self.queue_depth;
         let uring = || {
             match self.caller_eventfd {
-                Some(fd) => Driver::inline(depth, fd),
+                Some(fd) => Driver::inline(depth, fd, self.submit_when_driven),
                 None => Driver::uring(depth),
             }
             .map(|d| (d, Backend::IoUring, None))
@@ -215,6 +231,18 @@ impl AsyncEngine {
     /// this call signals it again); otherwise it does nothing.
     pub fn reap(&self) -> usize {
         self.inner.driver.reap()
+    }
+
+    /// For engines built with [`AsyncEngineBuilder::driven_by_caller`]:
+    /// submits the operations started since the last call (one
+    /// `io_uring_enter`), completes those the kernel has finished, waking
+    /// their tasks, and registers `cx` to be woken when another operation
+    /// is started. Never ready: a loop's driving task calls it whenever it
+    /// is polled, and also when the eventfd is readable. Does nothing on
+    /// other engines.
+    pub fn poll_drive(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.inner.driver.drive_inline(cx.waker());
+        std::task::Poll::Pending
     }
 
     pub(crate) fn driver(&self) -> &Driver {
