@@ -250,21 +250,11 @@ pub fn summarise(
             .filter(|r| r.strategy == Strategy::Auto)
             .map(|r| r.iops)
             .max_by(f64::total_cmp);
-        let at_qd1 = |st: Strategy| {
-            ours()
-                .find(|r| r.strategy == st && r.qd == 1)
-                .map(|r| r.iops)
-        };
         let pair = paired
             .iter()
             .find(|(q, _)| *q == p)
             .map(|(_, r)| *r)
             .unwrap_or_default();
-        let auto_qd1_vs_sync = pair.auto_qd1_vs_sync.map(|x| x.median).or_else(|| {
-            at_qd1(Strategy::Auto)
-                .zip(at_qd1(Strategy::Sync))
-                .map(|(a, s)| a / s)
-        });
         let find = |prof: Profile, st: Strategy, qd: usize| {
             rows.iter()
                 .find(|r| r.profile == prof && r.strategy == st && r.qd == qd)
@@ -298,7 +288,7 @@ pub fn summarise(
                 .map(|x| x.median)
                 .or(auto.map(|a| a / best.iops)),
             auto_vs_best_spread: pair.auto_vs_best.map(|x| [x.min, x.max]),
-            auto_qd1_vs_sync,
+            auto_qd1_vs_sync: pair.auto_qd1_vs_sync.map(|x| x.median),
             auto_qd1_vs_sync_spread: pair.auto_qd1_vs_sync.map(|x| [x.min, x.max]),
             fio_iops: fio,
             async_api,

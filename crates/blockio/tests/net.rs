@@ -15,6 +15,13 @@ fn engine() -> AsyncEngine {
 
 fn assert_send<T: Send>(_: &T) {}
 
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn futures_are_send() {
     let e = engine();
@@ -100,10 +107,7 @@ fn pair(e: &AsyncEngine) -> (TcpStream, StdStream) {
 #[test]
 fn a_read_dropped_by_a_timeout_loses_no_bytes() {
     let e = engine();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let (s, mut peer) = pair(&e);
     // Messages land around the moment each read times out: every byte must
     // still come out once, in order.
@@ -145,10 +149,7 @@ fn bytes_a_dropped_read_received_come_from_the_next_read() {
     peer.write_all(b"abcdefgh").unwrap();
     std::thread::sleep(Duration::from_millis(50));
     drop(read);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let got = rt.block_on(async {
         let mut got = Vec::new();
         while got.len() < 8 {
@@ -168,10 +169,7 @@ fn a_dropped_read_is_cancelled_in_the_kernel() {
     // If the dropped read stayed armed it would hold the socket open, and
     // the peer would never see the close.
     let e = engine();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let (s, mut peer) = pair(&e);
     rt.block_on(async {
         let r = tokio::time::timeout(Duration::from_millis(20), s.read(vec![0u8; 16])).await;
@@ -274,10 +272,7 @@ fn idle_connections_hold_no_threads() {
     // further connection is still served (on the fallback, waiting reads
     // sit in an epoll set, not on pool threads).
     let e = AsyncEngine::builder().fallback_threads(2).build().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
     let peers: Vec<StdStream> = (0..101)
         .map(|_| StdStream::connect(l.local_addr()).unwrap())
@@ -321,10 +316,7 @@ fn a_runtime_driven_engine_serves_connections() {
         .submit_when_driven(true)
         .build()
         .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
     let addr = l.local_addr();
     let clients: Vec<_> = (0..8u8)

@@ -101,12 +101,25 @@ impl Cancel {
     }
 }
 
-/// What the submitting side shares with the io_uring driver thread.
-pub(crate) struct DriverShared {
-    queue: Mutex<Vec<Request>>,
+/// What waits for the driver thread: one lock for both, so the driver
+/// takes everything, and checks for more before sleeping, with one lock.
+#[derive(Default)]
+struct Queued {
+    requests: Vec<Request>,
     /// Operations whose futures were dropped while in flight, to cancel in
     /// the kernel (socket operations, which may otherwise wait forever).
-    cancels: Mutex<Vec<Cancel>>,
+    cancels: Vec<Cancel>,
+}
+
+impl Queued {
+    fn is_empty(&self) -> bool {
+        self.requests.is_empty() && self.cancels.is_empty()
+    }
+}
+
+/// What the submitting side shares with the io_uring driver thread.
+pub(crate) struct DriverShared {
+    queue: Mutex<Queued>,
     /// The driver is (about to be) asleep in `io_uring_enter`.
     sleeping: AtomicBool,
     stop: AtomicBool,
@@ -181,17 +194,22 @@ impl InFlight {
         pushed
     }
 
-    /// Pushes an `ASYNC_CANCEL` for each of `cancels` still in flight;
-    /// returns those that found no room in the queue (to try again).
-    fn push_cancels(&self, sq: &mut SubmissionQueue<'_>, cancels: Vec<Cancel>) -> Vec<Cancel> {
+    /// Pushes an `ASYNC_CANCEL` for each of `cancels` in flight, and
+    /// completes with `-ECANCELED` those still waiting for room; returns
+    /// those that found no room in the queue (to try again).
+    fn push_cancels(&mut self, sq: &mut SubmissionQueue<'_>, cancels: Vec<Cancel>) -> Vec<Cancel> {
         let mut left = Vec::new();
         for c in cancels {
-            let Some(slot) = self
+            let in_flight = self
                 .slots
                 .iter()
-                .position(|s| s.as_ref().is_some_and(|d| c.names(d)))
-            else {
-                // Completed already, or never submitted.
+                .position(|s| s.as_ref().is_some_and(|d| c.names(d)));
+            let Some(slot) = in_flight else {
+                if let Some(i) = self.backlog.iter().position(|r| c.names(&r.done)) {
+                    let req = self.backlog.remove(i).expect("found above");
+                    req.done.complete(-libc::ECANCELED);
+                }
+                // Otherwise completed already.
                 continue;
             };
             let e = opcode::AsyncCancel::new(slot as u64)
@@ -318,8 +336,7 @@ impl Driver {
             return Err(io::Error::last_os_error());
         }
         let shared = Arc::new(DriverShared {
-            queue: Mutex::new(Vec::new()),
-            cancels: Mutex::new(Vec::new()),
+            queue: Mutex::new(Queued::default()),
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             // SAFETY: `fd` is a fresh descriptor nobody else owns.
@@ -342,10 +359,13 @@ impl Driver {
         Ok(Driver::Inline(Box::new(Mutex::new(Some(ring)))))
     }
 
-    /// Completes the operations the kernel has finished, calling their
-    /// wakers on this thread; returns how many. Only the inline driver has
-    /// anything to reap here.
-    pub(crate) fn reap(&self) -> usize {
+    /// The inline driver's turn: submits what is waiting for the ring,
+    /// completes what the kernel finished (calling the wakers on this
+    /// thread, with the ring unlocked: one may start an operation), and,
+    /// given `driver`, keeps it to be woken when an operation starts
+    /// (deferred mode). Returns how many completed; other drivers have
+    /// nothing to do here.
+    pub(crate) fn turn(&self, driver: Option<&std::task::Waker>) -> usize {
         let Driver::Inline(ring) = self else {
             return 0;
         };
@@ -355,46 +375,24 @@ impl Driver {
             let Some(r) = guard.as_mut() else {
                 return 0;
             };
+            if !r.ops.backlog.is_empty() {
+                r.push_and_submit();
+            }
             r.take_completions(&mut done);
             if !r.ops.backlog.is_empty() {
                 r.push_and_submit();
             }
+            if let Some(w) = driver {
+                if !r.driver.as_ref().is_some_and(|d| d.will_wake(w)) {
+                    r.driver = Some(w.clone());
+                }
+            }
         }
-        // Wakers run with the ring unlocked: one may start an operation.
         let n = done.len();
         for (target, res) in done {
             target.complete(res);
         }
         n
-    }
-
-    /// The deferred inline driver's turn: submits what was started, reaps
-    /// what finished (waking those tasks with the ring unlocked), and
-    /// keeps `waker` to be woken at the next start.
-    pub(crate) fn drive_inline(&self, waker: &std::task::Waker) {
-        let Driver::Inline(ring) = self else {
-            return;
-        };
-        let mut done = Vec::new();
-        {
-            let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(r) = guard.as_mut() else {
-                return;
-            };
-            if !r.ops.backlog.is_empty() {
-                r.push_and_submit();
-            }
-            r.take_completions(&mut done);
-            if !r.ops.backlog.is_empty() {
-                r.push_and_submit();
-            }
-            if !r.driver.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                r.driver = Some(waker.clone());
-            }
-        }
-        for (target, res) in done {
-            target.complete(res);
-        }
     }
 
     /// Starts a pool of `threads` threads doing plain system calls.
@@ -424,9 +422,10 @@ impl Driver {
         match self {
             Driver::Uring(shared) => {
                 shared
-                    .cancels
+                    .queue
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
+                    .cancels
                     .push(target);
                 if shared.sleeping.swap(false, Ordering::SeqCst) {
                     shared.wake();
@@ -450,6 +449,7 @@ impl Driver {
                     .queue
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
+                    .requests
                     .extend(reqs);
                 if shared.sleeping.swap(false, Ordering::SeqCst) {
                     shared.wake();
@@ -551,7 +551,7 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
     // One slot stays free for re-arming the wake read.
     let limit = depth.min(ring.params().sq_entries() as usize - 1);
     let mut ops = InFlight::default();
-    let mut taken: Vec<Request> = Vec::new();
+    let mut taken = Queued::default();
     let mut cancels: Vec<Cancel> = Vec::new();
     let mut arm_wake = true;
     loop {
@@ -559,13 +559,10 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
             &mut *shared.queue.lock().unwrap_or_else(|e| e.into_inner()),
             &mut taken,
         );
-        ops.backlog.extend(taken.drain(..));
-        cancels.append(&mut shared.cancels.lock().unwrap_or_else(|e| e.into_inner()));
+        ops.backlog.extend(taken.requests.drain(..));
+        cancels.append(&mut taken.cancels);
         {
             let mut sq = ring.submission();
-            if !cancels.is_empty() {
-                cancels = ops.push_cancels(&mut sq, std::mem::take(&mut cancels));
-            }
             if arm_wake {
                 let e = opcode::Read::new(types::Fd(shared.wake_fd.as_raw_fd()), wake_ptr, 8)
                     .build()
@@ -577,6 +574,10 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
                 }
             }
             ops.fill(&mut sq, limit);
+            // After `fill`: a cancel then follows the request it names.
+            if !cancels.is_empty() {
+                cancels = ops.push_cancels(&mut sq, std::mem::take(&mut cancels));
+            }
         }
         let stopping = shared.stop.load(Ordering::SeqCst);
         if stopping && ops.count == 0 && ops.backlog.is_empty() {
@@ -602,12 +603,7 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
             .unwrap_or_else(|e| e.into_inner())
             .is_empty()
             || (!ops.backlog.is_empty() && ops.count < limit)
-            || !cancels.is_empty()
-            || !shared
-                .cancels
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty();
+            || !cancels.is_empty();
         let want = if more { 0 } else { 1 };
         submit_and_wait_or_abort(&mut ring, want);
         shared.sleeping.store(false, Ordering::SeqCst);

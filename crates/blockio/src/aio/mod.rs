@@ -230,7 +230,7 @@ impl AsyncEngine {
     /// readable (after reading the eventfd, so that a completion racing
     /// this call signals it again); otherwise it does nothing.
     pub fn reap(&self) -> usize {
-        self.inner.driver.reap()
+        self.inner.driver.turn(None)
     }
 
     /// For engines built with [`AsyncEngineBuilder::driven_by_caller`]:
@@ -241,7 +241,7 @@ impl AsyncEngine {
     /// is polled, and also when the eventfd is readable. Does nothing on
     /// other engines.
     pub fn poll_drive(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        self.inner.driver.drive_inline(cx.waker());
+        self.inner.driver.turn(Some(cx.waker()));
         std::task::Poll::Pending
     }
 

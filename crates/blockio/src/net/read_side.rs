@@ -3,10 +3,10 @@
 //! A `recv` cancelled by dropping its future (a timeout, a `select!`) may
 //! still complete with data: the kernel took the bytes off the socket
 //! before the cancellation reached it. Those bytes belong to the stream,
-//! not to the dropped future. So every read registers its operation here
-//! while it runs; a read dropped early leaves it registered, and the next
-//! read first waits for that operation to finish and hands out whatever it
-//! received before receiving anything new. Bytes therefore come out in the
+//! not to the dropped future. So a read dropped before its result came
+//! registers its operation here (a read that completes touches nothing
+//! here), and the next read first waits for that operation to finish and
+//! hands out whatever it received before receiving anything new. Bytes therefore come out in the
 //! order the socket delivered them, and a read cancelled by a timeout
 //! either took no bytes or its bytes come back from the next read.
 
@@ -26,9 +26,9 @@ pub(crate) struct ReadSide {
 
 #[derive(Default)]
 struct State {
-    /// Reads in the kernel, oldest first; those whose futures were dropped
-    /// stay until they are settled.
-    in_flight: VecDeque<Arc<dyn Abandoned>>,
+    /// Reads whose futures were dropped before their results came, oldest
+    /// first, until they are settled.
+    dropped: VecDeque<Arc<dyn Abandoned>>,
     /// Bytes that dropped reads received, not yet handed out.
     leftover: VecDeque<u8>,
     /// An error a dropped read met, for the next read to report.
@@ -71,11 +71,11 @@ impl ReadSide {
     /// `leftover`.
     fn poll_dropped(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(op) = g.in_flight.front().cloned() {
+        while let Some(op) = g.dropped.front().cloned() {
             match op.poll_settled(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready((res, bytes)) => {
-                    g.in_flight.pop_front();
+                    g.dropped.pop_front();
                     if res < 0 && res != -libc::ECANCELED && g.leftover.is_empty() {
                         g.error.get_or_insert(-res);
                     }
@@ -86,21 +86,37 @@ impl ReadSide {
         Poll::Ready(())
     }
 
-    /// Runs one read through the kernel, registered while it runs.
+    /// Runs one read through the kernel; if this future is dropped before
+    /// the read's result came, the read is registered for the next one.
     pub(crate) async fn receive<B: IoBufMut>(
         &self,
         fut: crate::aio::op::OpFuture<B>,
     ) -> BufResult<usize, B> {
-        let handle = fut.abandoned_handle();
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .in_flight
-            .push_back(handle.clone());
+        let mut guard = DropGuard {
+            side: self,
+            read: Some(fut.abandoned_handle()),
+        };
         let out = fut.await;
-        // Completed normally: its bytes went to the caller.
-        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        g.in_flight.retain(|h| !Arc::ptr_eq(h, &handle));
+        guard.read = None;
         out
+    }
+}
+
+/// Registers a read with its stream if dropped while still armed.
+struct DropGuard<'a> {
+    side: &'a ReadSide,
+    read: Option<Arc<dyn Abandoned>>,
+}
+
+impl Drop for DropGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(read) = self.read.take() {
+            self.side
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .dropped
+                .push_back(read);
+        }
     }
 }
