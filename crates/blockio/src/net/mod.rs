@@ -50,6 +50,19 @@
 //!   `EPIPE` on that stream, never a `SIGPIPE` for the process. `EMFILE`
 //!   on accept is an error of that accept; the listener goes on.
 //!
+//! # Standard traits
+//!
+//! Streams implement `futures::io`'s `AsyncRead` and `AsyncWrite`, and
+//! with the `tokio` feature tokio's, so codecs, `copy` and hyper (through
+//! `hyper-util`'s `TokioIo`; see `examples/hyper_server.rs`) run on them.
+//! The traits lend slices for one poll, so they cost a copy each way:
+//! reads receive into a buffer of the stream's and hand bytes out; writes
+//! copy the slice, start the send and report the bytes written, and the
+//! next write, flush or close waits for it and reports its error. The
+//! owned-buffer methods cost no copy. Both kinds of read share one queue
+//! of bytes: mixed on one stream, and dropped by timeouts, they keep the
+//! stream's order and lose nothing.
+//!
 //! # How operations reach the kernel
 //!
 //! Socket operations are requests of the engine's driver like file
@@ -72,6 +85,8 @@
 //! ready, waits in an epoll set (through the `polling` crate) that one
 //! thread watches. Idle connections hold no thread on either backend.
 
+mod adapters;
+mod poll_io;
 mod read_side;
 mod socket;
 mod stream;

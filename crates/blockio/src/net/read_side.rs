@@ -33,6 +33,9 @@ struct State {
     leftover: VecDeque<u8>,
     /// An error a dropped read met, for the next read to report.
     error: Option<i32>,
+    /// A dropped read met the end of the stream, for the next read to
+    /// report once `leftover` is drained.
+    ended: bool,
 }
 
 /// What a read should do after [`ReadSide::settle`].
@@ -49,22 +52,45 @@ impl ReadSide {
     /// Waits for the reads that dropped futures left in the kernel, then
     /// copies leftover bytes into `buf` (up to its length).
     pub(crate) async fn settle<B: IoBufMut>(&self, buf: &mut B) -> Settled {
-        poll_fn(|cx| self.poll_dropped(cx)).await;
-        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(errno) = g.error.take() {
-            return Settled::Failed(errno);
-        }
-        if g.leftover.is_empty() {
-            return Settled::Receive;
-        }
-        let n = g.leftover.len().min(buf.bytes_len());
         // SAFETY: `buf` is valid for writes of `bytes_len` bytes and no
         // operation uses it (we own it, and it was never submitted).
-        let dst = unsafe { std::slice::from_raw_parts_mut(buf.stable_mut_ptr(), n) };
-        for (d, s) in dst.iter_mut().zip(g.leftover.drain(..n)) {
+        let out = unsafe { std::slice::from_raw_parts_mut(buf.stable_mut_ptr(), buf.bytes_len()) };
+        poll_fn(|cx| self.poll_settle(cx, out)).await
+    }
+
+    /// [`settle`](Self::settle) for a borrowed slice.
+    pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<Settled> {
+        if self.poll_dropped(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if g.leftover.is_empty() {
+            // What ended the dropped reads comes after their bytes.
+            if let Some(errno) = g.error.take() {
+                return Poll::Ready(Settled::Failed(errno));
+            }
+            if std::mem::take(&mut g.ended) {
+                return Poll::Ready(Settled::Copied(0));
+            }
+            return Poll::Ready(Settled::Receive);
+        }
+        let n = g.leftover.len().min(out.len());
+        for (d, s) in out[..n].iter_mut().zip(g.leftover.drain(..n)) {
             *d = s;
         }
-        Settled::Copied(n)
+        Poll::Ready(Settled::Copied(n))
+    }
+
+    /// Keeps `bytes` for the next read.
+    pub(crate) fn keep(&self, bytes: &[u8]) {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.leftover.extend(bytes);
+    }
+
+    /// Registers a read in flight whose result the next read collects.
+    pub(crate) fn detach(&self, read: Arc<dyn Abandoned>) {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.dropped.push_back(read);
     }
 
     /// Ready once every registered read has completed, its bytes moved to
@@ -76,8 +102,11 @@ impl ReadSide {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready((res, bytes)) => {
                     g.dropped.pop_front();
-                    if res < 0 && res != -libc::ECANCELED && g.leftover.is_empty() {
+                    if res < 0 && res != -libc::ECANCELED {
                         g.error.get_or_insert(-res);
+                    }
+                    if res == 0 {
+                        g.ended = true;
                     }
                     g.leftover.extend(bytes);
                 }
@@ -111,12 +140,7 @@ struct DropGuard<'a> {
 impl Drop for DropGuard<'_> {
     fn drop(&mut self) {
         if let Some(read) = self.read.take() {
-            self.side
-                .state
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .dropped
-                .push_back(read);
+            self.side.detach(read);
         }
     }
 }

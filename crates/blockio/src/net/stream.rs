@@ -13,7 +13,7 @@ use crate::kind::OpKind;
 /// A connected stream socket.
 pub(crate) struct StreamCore {
     pub(crate) sock: Sock,
-    reads: ReadSide,
+    pub(crate) reads: ReadSide,
     /// The peer, as errors name it.
     pub(crate) peer: String,
 }

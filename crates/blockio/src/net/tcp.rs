@@ -3,9 +3,11 @@
 use std::fmt;
 use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::sync::Mutex;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use super::poll_io::PollIo;
 use super::socket::Sock;
 use super::stream::StreamCore;
 use crate::aio::{AsyncEngine, BufResult, IoBuf, IoBufMut};
@@ -136,6 +138,7 @@ impl TcpListener {
             .map_err(|e| NetError::wrap(OpKind::Accept, &local, e))?;
         let stream = TcpStream {
             core: StreamCore::new(sock, peer.to_string()),
+            poll: Mutex::default(),
             peer,
         };
         Ok((stream, peer))
@@ -163,10 +166,16 @@ impl fmt::Debug for TcpListener {
 /// a future cancels its operation in the kernel; a read so dropped loses
 /// no bytes (the next read returns them, see the `net` module docs).
 /// Errors name the operation and the peer.
+///
+/// It also implements `futures::io::{AsyncRead, AsyncWrite}`, and tokio's
+/// with the `tokio` feature (one copy per call; see the module docs).
 pub struct TcpStream {
     core: StreamCore,
+    poll: Mutex<PollIo>,
     peer: SocketAddr,
 }
+
+super::adapters::stream_io_traits!(TcpStream);
 
 impl TcpStream {
     /// Connects to `addr`.
@@ -187,6 +196,7 @@ impl TcpStream {
         res.map_err(|e| NetError::wrap(OpKind::Connect, &peer, e))?;
         Ok(TcpStream {
             core: StreamCore::new(sock, peer),
+            poll: Mutex::default(),
             peer: addr,
         })
     }

@@ -1,0 +1,160 @@
+//! The poll-based side of a stream, under the `futures::io` and tokio I/O
+//! traits: reads that go through the stream's [`ReadSide`] like owned
+//! reads, and writes that go behind.
+//!
+//! # Reads
+//!
+//! `poll_read` lends a slice for one poll only, but a receive in the
+//! kernel needs memory that stays put until it completes. So each receive
+//! goes into an owned buffer and is *detached* at once: registered with
+//! the stream's [`ReadSide`] as an abandoned read is, its bytes collected
+//! into the stream's leftover when it completes. `poll_read` then hands
+//! out leftover bytes. One path for all reads keeps the order of bytes
+//! whatever mix of owned reads, trait reads and dropped futures a caller
+//! makes, and a trait read whose future is dropped (a timeout around
+//! `AsyncReadExt::read`) loses nothing: the receive goes on and its bytes
+//! are the next read's.
+//!
+//! # Writes
+//!
+//! `poll_write` copies the bytes into an owned buffer, starts sending them
+//! and reports them written; the next `poll_write`, `poll_flush` or
+//! `poll_close` waits for that send (resending what a short send left) and
+//! reports its error, if any. One write is in flight at a time, so memory
+//! stays bounded by the largest slice written.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use super::read_side::Settled;
+use super::stream::StreamCore;
+use crate::aio::op::OpFuture;
+use crate::error::NetError;
+use crate::kind::OpKind;
+
+/// The smallest buffer a trait read receives into.
+const MIN_RECEIVE: usize = 16 * 1024;
+/// The largest.
+const MAX_RECEIVE: usize = 256 * 1024;
+
+/// The poll-based state of one stream.
+#[derive(Default)]
+pub(crate) struct PollIo {
+    /// The receive in flight, kept only so that it is not cancelled: its
+    /// result reaches the stream's read side.
+    receiving: Option<OpFuture<Vec<u8>>>,
+    /// The send in flight and the bytes it still has to send after it.
+    sending: Option<Sending>,
+}
+
+struct Sending {
+    fut: OpFuture<Vec<u8>>,
+    /// Where in the buffer this send started.
+    from: usize,
+}
+
+impl PollIo {
+    /// Reads into `out`: leftover bytes first, else one receive.
+    pub(crate) fn poll_read(
+        &mut self,
+        core: &StreamCore,
+        cx: &mut Context<'_>,
+        out: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        if out.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        loop {
+            match ready!(core.reads.poll_settle(cx, out)) {
+                Settled::Copied(n) => {
+                    self.receiving = None;
+                    return Poll::Ready(Ok(n));
+                }
+                Settled::Failed(errno) => {
+                    self.receiving = None;
+                    let err = io::Error::from_raw_os_error(errno);
+                    return Poll::Ready(Err(NetError::wrap(OpKind::Recv, &core.peer, err)));
+                }
+                Settled::Receive => self.receiving = None,
+            }
+            let size = out.len().clamp(MIN_RECEIVE, MAX_RECEIVE);
+            let mut fut = core.sock.recv(vec![0u8; size]);
+            fut.set_waker(cx.waker());
+            fut.start();
+            match Pin::new(&mut fut).poll(cx) {
+                // Refused before submission, or already complete.
+                Poll::Ready((res, buf)) => {
+                    let n = res.map_err(|e| NetError::wrap(OpKind::Recv, &core.peer, e))?;
+                    let k = n.min(out.len());
+                    out[..k].copy_from_slice(&buf[..k]);
+                    core.reads.keep(&buf[k..n]);
+                    return Poll::Ready(Ok(k));
+                }
+                Poll::Pending => {
+                    core.reads.detach(fut.abandoned_handle());
+                    self.receiving = Some(fut);
+                }
+            }
+        }
+    }
+
+    /// Waits for the send in flight, then starts sending `data` and
+    /// reports it written.
+    pub(crate) fn poll_write(
+        &mut self,
+        core: &StreamCore,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        ready!(self.poll_flush(core, cx))?;
+        if data.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let mut fut = core.sock.send(data.to_vec(), 0);
+        fut.set_waker(cx.waker());
+        fut.start();
+        self.sending = Some(Sending { fut, from: 0 });
+        Poll::Ready(Ok(data.len()))
+    }
+
+    /// Waits until every byte reported written has been sent.
+    pub(crate) fn poll_flush(
+        &mut self,
+        core: &StreamCore,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        while let Some(s) = &mut self.sending {
+            let (res, buf) = ready!(Pin::new(&mut s.fut).poll(cx));
+            let from = s.from;
+            self.sending = None;
+            let n = res.map_err(|e| NetError::wrap(OpKind::Send, &core.peer, e))?;
+            if n == 0 {
+                let err = io::Error::new(io::ErrorKind::WriteZero, "the peer took no bytes");
+                return Poll::Ready(Err(NetError::wrap(OpKind::Send, &core.peer, err)));
+            }
+            let next = from + n;
+            if next < buf.len() {
+                let mut fut = core.sock.send(buf, next);
+                fut.set_waker(cx.waker());
+                fut.start();
+                self.sending = Some(Sending { fut, from: next });
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Flushes, then shuts the writing side down.
+    pub(crate) fn poll_close(
+        &mut self,
+        core: &StreamCore,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        ready!(self.poll_flush(core, cx))?;
+        match core.shutdown(std::net::Shutdown::Write) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Poll::Ready(Ok(())),
+            r => Poll::Ready(r),
+        }
+    }
+}
