@@ -117,7 +117,9 @@ fn a_read_dropped_by_a_timeout_loses_no_bytes() {
     let writer = std::thread::spawn(move || {
         for i in 0..400u32 {
             peer.write_all(&i.to_le_bytes()).unwrap();
-            std::thread::sleep(Duration::from_micros(u64::from(i % 7) * 150));
+            // Pauses of 0-3 ms around the reads' 1-2 ms limits (tokio's
+            // timer ticks in milliseconds).
+            std::thread::sleep(Duration::from_millis(u64::from(i % 4)));
         }
         peer
     });
@@ -125,7 +127,7 @@ fn a_read_dropped_by_a_timeout_loses_no_bytes() {
         let mut got = Vec::new();
         let mut timeouts = 0;
         while got.len() < 1600 {
-            let limit = Duration::from_micros(100 + (got.len() as u64 % 5) * 200);
+            let limit = Duration::from_millis(1 + got.len() as u64 % 2);
             match tokio::time::timeout(limit, s.read(vec![0u8; 3])).await {
                 Ok((res, buf)) => got.extend_from_slice(&buf[..res.unwrap()]),
                 Err(_) => timeouts += 1,
@@ -445,4 +447,81 @@ fn the_io_traits_carry_every_byte_in_order() {
     let back = writer.join().unwrap();
     assert_eq!(back.len(), data.len());
     assert!(back == data, "the echoed stream differs");
+}
+
+/// Each side's shutdown ends one direction only: the other goes on.
+#[test]
+fn half_close_ends_one_direction() {
+    let e = engine();
+    let (s, mut peer) = pair(&e);
+    futures::executor::block_on(async {
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).unwrap();
+        assert!(got.is_empty(), "the peer reads the end of our stream");
+        peer.write_all(b"still open").unwrap();
+        peer.shutdown(Shutdown::Write).unwrap();
+        let (n, buf) = s.read(vec![0u8; 64]).await;
+        assert_eq!(&buf[..n.unwrap()], b"still open");
+        let (n, _) = s.read(vec![0u8; 64]).await;
+        assert_eq!(n.unwrap(), 0, "then the end of the peer's");
+    });
+}
+
+/// A peer that resets the connection while a read waits fails that read
+/// with `ECONNRESET`, naming the peer.
+#[test]
+fn a_reset_mid_read_fails_the_read() {
+    let e = engine();
+    let (s, peer) = pair(&e);
+    let peer_addr = s.peer_addr().to_string();
+    let resetter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        // Linger 0: close sends a reset instead of a FIN.
+        socket2::SockRef::from(&peer)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(peer);
+    });
+    let (res, _) = futures::executor::block_on(s.read(vec![0u8; 64]));
+    resetter.join().unwrap();
+    let err = res.unwrap_err();
+    assert_eq!(blockio::errno(&err), Some(libc::ECONNRESET), "{err}");
+    assert!(err.to_string().contains(&peer_addr), "{err}");
+    assert!(err.to_string().starts_with("recv from"), "{err}");
+}
+
+/// A peer that never answers (a listener whose queue is full drops the
+/// SYN): `connect_timeout` gives up at its limit with `TimedOut`, naming
+/// the address.
+#[test]
+fn connect_timeout_gives_up_at_its_limit() {
+    let e = engine();
+    let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    l.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    l.listen(0).unwrap();
+    let addr = l.local_addr().unwrap().as_socket().unwrap();
+    // Fill the queue (one connection makes a backlog of 0 full).
+    let _queued = StdStream::connect(addr).unwrap();
+    let start = std::time::Instant::now();
+    let limit = Duration::from_millis(300);
+    let err = futures::executor::block_on(TcpStream::connect_timeout(&e, addr, limit)).unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    assert!(took >= limit && took < Duration::from_secs(3), "{took:?}");
+    // And a peer that answers is reached within the limit.
+    let ok = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let s = futures::executor::block_on(TcpStream::connect_timeout(
+        &e,
+        ok.local_addr().unwrap(),
+        limit,
+    ));
+    assert_eq!(s.unwrap().peer_addr(), ok.local_addr().unwrap());
 }

@@ -34,6 +34,21 @@ struct OpState<B> {
     /// Kept only to stay alive until the completion.
     _iovecs: Vec<libc::iovec>,
     _keep: Arc<dyn Send + Sync>,
+    /// The result is a new descriptor (accept) that nobody has taken yet:
+    /// closed with this state if the future was dropped, so an accept
+    /// cancelled too late leaks nothing.
+    new_fd: bool,
+}
+
+impl<B> Drop for OpState<B> {
+    fn drop(&mut self) {
+        if let (true, Some(fd)) = (self.new_fd, self.result.filter(|&r| r >= 0)) {
+            // SAFETY: the kernel returned `fd` as a new descriptor for this
+            // operation alone, and no future took it (`new_fd` is cleared
+            // when one does), so it is ours to close, once.
+            drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+        }
+    }
 }
 
 impl<B> OpState<B> {
@@ -136,6 +151,7 @@ impl<B: Send + 'static> OpFuture<B> {
                     buf: Some(buf),
                     _iovecs: iovecs,
                     _keep: keep,
+                    new_fd: site.kind == crate::kind::OpKind::Accept,
                 }),
             }),
             site,
@@ -203,6 +219,7 @@ impl<B: Send + 'static> Future for OpFuture<B> {
         match g.result {
             Some(res) => {
                 let buf = g.buf.take().expect("OpFuture polled after it resolved");
+                g.new_fd = false;
                 Poll::Ready((this.site.result(res), buf))
             }
             None => {

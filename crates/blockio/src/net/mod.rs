@@ -86,6 +86,7 @@
 //! thread watches. Idle connections hold no thread on either backend.
 
 mod adapters;
+mod limit;
 mod poll_io;
 mod read_side;
 mod socket;
@@ -93,4 +94,4 @@ mod stream;
 mod tcp;
 
 pub use crate::error::NetError;
-pub use tcp::{TcpListener, TcpListenerOptions, TcpStream};
+pub use tcp::{Incoming, TcpListener, TcpListenerOptions, TcpStream};

@@ -4,9 +4,11 @@ use std::fmt;
 use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use super::limit::with_limit;
 use super::poll_io::PollIo;
 use super::socket::Sock;
 use super::stream::StreamCore;
@@ -144,6 +146,23 @@ impl TcpListener {
         Ok((stream, peer))
     }
 
+    /// The connections as they come, as a [`Stream`](futures_core::Stream)
+    /// (or through [`Incoming::next`]) that never ends by itself.
+    ///
+    /// Each item is one accept's result. `EMFILE`/`ENFILE` (no descriptors
+    /// left) is yielded as an error and the stream goes on: it pauses
+    /// before the next accept (1 ms, doubling up to 100 ms while the error
+    /// lasts), so a server at its descriptor limit neither dies nor spins,
+    /// and accepting resumes once descriptors are closed. Other errors are
+    /// yielded as they come, without a pause.
+    pub fn incoming(&self) -> Incoming<'_> {
+        Incoming {
+            listener: self,
+            backoff: None,
+            next: None,
+        }
+    }
+
     /// The address the listener is bound to (with the port the kernel
     /// chose, when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
@@ -155,6 +174,90 @@ impl fmt::Debug for TcpListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TcpListener")
             .field("local", &self.local)
+            .finish()
+    }
+}
+
+/// The stream of [`TcpListener::incoming`].
+pub struct Incoming<'a> {
+    listener: &'a TcpListener,
+    /// The pause before the next accept while descriptors are short.
+    backoff: Option<Duration>,
+    /// The accept in progress, for `Stream::poll_next`.
+    next: Option<AcceptFuture<'a>>,
+}
+
+type AcceptFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = io::Result<(TcpStream, SocketAddr)>> + Send + 'a>,
+>;
+
+/// The shortest and longest pause after `EMFILE`/`ENFILE`.
+const FD_BACKOFF: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(100));
+
+impl<'a> Incoming<'a> {
+    /// The next connection (or the next accept's error).
+    ///
+    /// # Errors
+    /// As [`TcpListener::accept`]; the stream goes on after any of them.
+    pub async fn next(&mut self) -> io::Result<(TcpStream, SocketAddr)> {
+        let fut = self.start();
+        let r = fut.await;
+        self.settle(&r);
+        r
+    }
+
+    fn start(&mut self) -> AcceptFuture<'a> {
+        let listener = self.listener;
+        let pause = self.backoff;
+        Box::pin(async move {
+            if let Some(d) = pause {
+                super::limit::pause(d).await;
+            }
+            listener.accept().await
+        })
+    }
+
+    /// Sets the pause before the next accept from this one's result.
+    fn settle(&mut self, r: &io::Result<(TcpStream, SocketAddr)>) {
+        let short =
+            matches!(r, Err(e) if matches!(crate::errno(e), Some(libc::EMFILE | libc::ENFILE)));
+        self.backoff = short.then(|| match self.backoff {
+            None => FD_BACKOFF.0,
+            Some(d) => (d * 2).min(FD_BACKOFF.1),
+        });
+    }
+}
+
+impl futures_core::Stream for Incoming<'_> {
+    type Item = io::Result<(TcpStream, SocketAddr)>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let mut fut = match this.next.take() {
+            Some(f) => f,
+            None => this.start(),
+        };
+        match fut.as_mut().poll(cx) {
+            std::task::Poll::Ready(r) => {
+                this.settle(&r);
+                std::task::Poll::Ready(Some(r))
+            }
+            std::task::Poll::Pending => {
+                this.next = Some(fut);
+                std::task::Poll::Pending
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Incoming<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Incoming")
+            .field("local", &self.listener.local)
+            .field("backoff", &self.backoff)
             .finish()
     }
 }
@@ -178,15 +281,41 @@ pub struct TcpStream {
 super::adapters::stream_io_traits!(TcpStream);
 
 impl TcpStream {
-    /// Connects to `addr`.
-    ///
-    /// For a time limit, wrap the future in the executor's timeout
-    /// (`tokio::time::timeout`): dropping it cancels the connect.
+    /// Connects to `addr`, for as long as the kernel tries (about two
+    /// minutes of SYN retries for a peer that never answers; see
+    /// [`connect_timeout`](Self::connect_timeout)).
     ///
     /// # Errors
     /// Naming the address: `ECONNREFUSED`, `ENETUNREACH`, `ETIMEDOUT`, ...
     pub async fn connect(engine: &AsyncEngine, addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+        Self::connect_to(engine, first_addr(addr)?).await
+    }
+
+    /// Connects to `addr`, giving up after `limit`: the connect is then
+    /// cancelled in the kernel and the error is `ETIMEDOUT`
+    /// ([`io::ErrorKind::TimedOut`]) naming the address. The timer needs no
+    /// particular executor.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect), and the timeout.
+    pub async fn connect_timeout(
+        engine: &AsyncEngine,
+        addr: impl ToSocketAddrs,
+        limit: Duration,
+    ) -> io::Result<TcpStream> {
         let addr = first_addr(addr)?;
+        let timed_out = || {
+            let err = io::Error::from_raw_os_error(libc::ETIMEDOUT);
+            let err = NetError::wrap(OpKind::Connect, &addr.to_string(), err);
+            io::Error::new(err.kind(), format!("{err} (after {limit:?})"))
+        };
+        match with_limit(Self::connect_to(engine, addr), limit).await {
+            Some(r) => r,
+            None => Err(timed_out()),
+        }
+    }
+
+    async fn connect_to(engine: &AsyncEngine, addr: SocketAddr) -> io::Result<TcpStream> {
         let peer = addr.to_string();
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
             .map_err(|e| NetError::wrap(OpKind::Connect, &peer, e))?;
