@@ -525,3 +525,70 @@ fn connect_timeout_gives_up_at_its_limit() {
     ));
     assert_eq!(s.unwrap().peer_addr(), ok.local_addr().unwrap());
 }
+
+/// A Python asyncio client (another runtime, another process) exchanges
+/// random payloads with a blockio echo server; the client checks every
+/// byte and its exit status says so.
+#[test]
+fn a_python_asyncio_client_talks_to_a_blockio_server() {
+    let e = engine();
+    let rt = current_thread();
+    let listener = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let port = listener.local_addr().port();
+    let script = format!(
+        r#"
+import asyncio, os
+async def one(i):
+    r, w = await asyncio.open_connection('127.0.0.1', {port})
+    for k in range(20):
+        msg = os.urandom(1 + (i * 7919 + k * 104729) % 20000)
+        w.write(msg)
+        await w.drain()
+        back = await r.readexactly(len(msg))
+        assert back == msg, (i, k)
+    w.write_eof()
+    assert await r.read() == b''
+    w.close()
+    await w.wait_closed()
+async def main():
+    await asyncio.gather(*(one(i) for i in range(30)))
+asyncio.run(main())
+print('ok')
+"#
+    );
+    let client = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    rt.block_on(async {
+        let mut conns = Vec::new();
+        for _ in 0..30 {
+            let (s, _) = listener.accept().await.unwrap();
+            conns.push(tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                loop {
+                    let (res, b) = s.read(buf).await;
+                    let n = res.unwrap();
+                    if n == 0 {
+                        s.shutdown(Shutdown::Write).unwrap();
+                        return;
+                    }
+                    let (res, _) = s.write_all(b[..n].to_vec()).await;
+                    res.unwrap();
+                    buf = b;
+                }
+            }));
+        }
+        for c in conns {
+            c.await.unwrap();
+        }
+    });
+    let out = client.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout == b"ok\n",
+        "the client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
