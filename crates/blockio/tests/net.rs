@@ -592,3 +592,61 @@ print('ok')
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Unix-domain sockets: the same API over a path, every byte echoed both
+/// ways, errors naming the path.
+#[test]
+fn unix_streams_echo_and_name_their_path() {
+    use blockio::net::{UnixListener, UnixStream};
+    use futures::io::{AsyncReadExt, AsyncWriteExt};
+    let e = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sock");
+    let l = UnixListener::bind(&e, &path).unwrap();
+    assert_eq!(l.local_path(), path);
+    let err = UnixListener::bind(&e, &path).unwrap_err();
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+    let missing = dir.path().join("nobody");
+    let err = futures::executor::block_on(UnixStream::connect(&e, &missing)).unwrap_err();
+    assert_eq!(blockio::errno(&err), Some(libc::ENOENT), "{err}");
+    assert!(
+        err.to_string().contains(&missing.display().to_string()),
+        "{err}"
+    );
+
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 31 >> 3) as u8).collect();
+    let rt = current_thread();
+    let back = rt.block_on(async {
+        let server = async {
+            let (s, _) = l.accept().await.unwrap();
+            let mut buf = vec![0u8; 10_000];
+            loop {
+                let (res, b) = s.read(buf).await;
+                let n = res.unwrap();
+                if n == 0 {
+                    s.shutdown(Shutdown::Write).unwrap();
+                    return;
+                }
+                s.write_all(b[..n].to_vec()).await.0.unwrap();
+                buf = b;
+            }
+        };
+        let client = async {
+            let mut c = UnixStream::connect(&e, &path).await.unwrap();
+            let mut back = Vec::new();
+            let (mut r, mut w) = AsyncReadExt::split(&mut c);
+            let write = async {
+                w.write_all(&data).await.unwrap();
+                w.close().await.unwrap();
+            };
+            let read = async { r.read_to_end(&mut back).await.unwrap() };
+            futures::join!(write, read);
+            back
+        };
+        futures::join!(server, client).1
+    });
+    assert!(back == data, "the echo differs");
+}

@@ -12,9 +12,16 @@
 //!
 //! A request waiting here is cancelled by taking it out of the set: the
 //! kernel holds nothing of it, so its memory is free at once.
+//!
+//! epoll takes a descriptor once, but a stream may have a read and a write
+//! waiting at the same time. So each waiting request is registered under
+//! a duplicate of its socket's descriptor, its own: the two are separate
+//! entries of the set for the same socket. The duplicate is deleted from
+//! the set before it is closed (closing a duplicate does not take it out
+//! while the socket's own descriptor is open).
 
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -34,10 +41,11 @@ struct Shared {
     stop: AtomicBool,
 }
 
-/// The requests waiting for readiness, by key.
+/// The requests waiting for readiness, by key, each with the duplicate of
+/// its socket's descriptor that the set watches.
 #[derive(Default)]
 struct Waiting {
-    slots: Vec<Option<Request>>,
+    slots: Vec<Option<(Request, OwnedFd)>>,
     free: Vec<usize>,
 }
 
@@ -49,10 +57,10 @@ fn interest(kind: OpKind, key: usize) -> Event {
     }
 }
 
-/// The request's socket.
-fn source(req: &Request) -> BorrowedFd<'_> {
+/// The request's socket, borrowed.
+fn socket(req: &Request) -> BorrowedFd<'_> {
     // SAFETY: the request keeps its socket open until it is completed or
-    // dropped, and the set forgets the descriptor before either happens.
+    // dropped, and this borrow does not outlive it.
     unsafe { BorrowedFd::borrow_raw(req.op.fd) }
 }
 
@@ -123,10 +131,13 @@ impl Readiness {
             w.slots.len() - 1
         });
         let event = interest(req.op.kind(), key);
-        // SAFETY: the descriptor stays open while it is in the set (see
-        // `source`), and is deleted from the set before the request goes.
-        match unsafe { self.shared.poller.add(req.op.fd, event) } {
-            Ok(()) => w.slots[key] = Some(req),
+        let added = socket(&req).try_clone_to_owned().and_then(|dup| {
+            // SAFETY: `dup` is kept beside the request while it is in the
+            // set, and deleted from the set before it is closed.
+            unsafe { self.shared.poller.add(dup.as_raw_fd(), event) }.map(|()| dup)
+        });
+        match added {
+            Ok(dup) => w.slots[key] = Some((req, dup)),
             Err(e) => {
                 w.free.push(key);
                 drop(w);
@@ -145,12 +156,12 @@ impl Readiness {
         let Some(key) = w
             .slots
             .iter()
-            .position(|s| s.as_ref().is_some_and(|r| c.names(&r.done)))
+            .position(|s| s.as_ref().is_some_and(|(r, _)| c.names(&r.done)))
         else {
             return;
         };
-        let req = w.slots[key].take().expect("found above");
-        let _ = self.shared.poller.delete(source(&req));
+        let (req, dup) = w.slots[key].take().expect("found above");
+        let _ = self.shared.poller.delete(dup.as_fd());
         w.free.push(key);
         drop(w);
         req.done.complete(-libc::ECANCELED);
@@ -178,10 +189,10 @@ fn watch(shared: &Shared) {
     }
     // The engine is gone: nobody will await what still waits.
     let mut w = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
-    let left: Vec<Request> = w.slots.iter_mut().filter_map(Option::take).collect();
+    let left: Vec<(Request, OwnedFd)> = w.slots.iter_mut().filter_map(Option::take).collect();
     drop(w);
-    for req in left {
-        let _ = shared.poller.delete(source(&req));
+    for (req, dup) in left {
+        let _ = shared.poller.delete(dup.as_fd());
         req.done.complete(-libc::ECANCELED);
     }
 }
@@ -190,11 +201,11 @@ fn watch(shared: &Shared) {
 /// system call; completes it, or re-arms it if the socket is not ready
 /// after all (and its future still wants it).
 fn retry(shared: &Shared, key: usize) {
-    let req = {
+    let (req, dup) = {
         let mut w = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
         // The key stays reserved (not in `free`) while the call runs.
         match w.slots.get_mut(key).and_then(Option::take) {
-            Some(req) => req,
+            Some(slot) => slot,
             None => return,
         }
     };
@@ -205,12 +216,12 @@ fn retry(shared: &Shared, key: usize) {
     let mut w = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
     if would_block(res) && !req.abandoned() {
         let event = interest(req.op.kind(), key);
-        if shared.poller.modify(source(&req), event).is_ok() {
-            w.slots[key] = Some(req);
+        if shared.poller.modify(dup.as_fd(), event).is_ok() {
+            w.slots[key] = Some((req, dup));
             return;
         }
     }
-    let _ = shared.poller.delete(source(&req));
+    let _ = shared.poller.delete(dup.as_fd());
     w.free.push(key);
     drop(w);
     req.done.complete(res);

@@ -1,5 +1,6 @@
-//! Sockets on the async API: TCP listeners and streams whose operations go
-//! through the same [`AsyncEngine`](crate::aio::AsyncEngine) as file I/O.
+//! Sockets on the async API: TCP and Unix-domain listeners and streams
+//! whose operations go through the same
+//! [`AsyncEngine`](crate::aio::AsyncEngine) as file I/O.
 //!
 //! ```
 //! use blockio::aio::AsyncEngine;
@@ -92,6 +93,8 @@ mod read_side;
 mod socket;
 mod stream;
 mod tcp;
+mod unix;
 
 pub use crate::error::NetError;
 pub use tcp::{Incoming, TcpListener, TcpListenerOptions, TcpStream};
+pub use unix::{UnixListener, UnixStream};

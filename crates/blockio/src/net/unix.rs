@@ -1,0 +1,185 @@
+//! Unix-domain stream sockets: the TCP API over a path.
+
+use std::fmt;
+use std::io;
+use std::net::Shutdown;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use socket2::{Domain, SockAddr, Socket, Type};
+
+use super::limit::with_limit;
+use super::poll_io::PollIo;
+use super::socket::Sock;
+use super::stream::StreamCore;
+use crate::aio::{AsyncEngine, BufResult, IoBuf, IoBufMut};
+use crate::error::NetError;
+use crate::kind::OpKind;
+
+/// A Unix-domain socket listening for connections at a path.
+///
+/// The path is not removed when the listener is dropped (as with std's
+/// listener): remove it before binding again.
+pub struct UnixListener {
+    sock: Sock,
+    path: PathBuf,
+}
+
+impl UnixListener {
+    /// Binds to `path` (which must not exist) with a backlog of 1024.
+    ///
+    /// # Errors
+    /// Naming the path: `EADDRINUSE` when it exists, `ENOENT`/`EACCES` for
+    /// its directory, a path longer than `sun_path` (108 bytes).
+    pub fn bind(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<UnixListener> {
+        let path = path.as_ref().to_path_buf();
+        let fail = |e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot listen on {}: {e}", path.display()),
+            )
+        };
+        let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(fail)?;
+        socket
+            .bind(&SockAddr::unix(&path).map_err(fail)?)
+            .map_err(fail)?;
+        socket.listen(1024).map_err(fail)?;
+        Ok(UnixListener {
+            sock: Sock::new(socket, engine).map_err(fail)?,
+            path,
+        })
+    }
+
+    /// Accepts a connection: the stream and the peer's address (unnamed,
+    /// unless the peer bound its socket to a path).
+    ///
+    /// # Errors
+    /// The listener's own error, naming its path; `EMFILE`/`ENFILE` leave
+    /// the listener usable.
+    pub async fn accept(&self) -> io::Result<(UnixStream, SockAddr)> {
+        let (res, addr) = self.sock.accept().await;
+        let local = self.path.display().to_string();
+        let fd = res.map_err(|e| NetError::wrap(OpKind::Accept, &local, e))?;
+        // SAFETY: a successful accept returns a new descriptor that nobody
+        // else owns.
+        let socket = unsafe { <Socket as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+        let sock = Sock::new(socket, &self.sock.engine)
+            .map_err(|e| NetError::wrap(OpKind::Accept, &local, e))?;
+        let peer = addr.into_addr();
+        let name = match peer.as_pathname() {
+            Some(p) => p.display().to_string(),
+            None => format!("a peer of {local}"),
+        };
+        Ok((UnixStream::new(StreamCore::new(sock, name)), peer))
+    }
+
+    /// The path the listener is bound to.
+    pub fn local_path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl fmt::Debug for UnixListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UnixListener")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// A Unix-domain stream connection, with [`TcpStream`](super::TcpStream)'s
+/// API: owned-buffer reads and writes, reads that lose no bytes when
+/// dropped, errors naming the peer, and the `futures::io` (and with the
+/// `tokio` feature, tokio's) I/O traits.
+pub struct UnixStream {
+    core: StreamCore,
+    poll: Mutex<PollIo>,
+}
+
+super::adapters::stream_io_traits!(UnixStream);
+
+impl UnixStream {
+    fn new(core: StreamCore) -> UnixStream {
+        UnixStream {
+            core,
+            poll: Mutex::default(),
+        }
+    }
+
+    /// Connects to the listener at `path`.
+    ///
+    /// # Errors
+    /// Naming the path: `ENOENT` (nothing there), `ECONNREFUSED` (nobody
+    /// listening), `EACCES`, ...
+    pub async fn connect(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<UnixStream> {
+        let path = path.as_ref();
+        let peer = path.display().to_string();
+        let fail = |e: io::Error| NetError::wrap(OpKind::Connect, &peer, e);
+        let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(fail)?;
+        let addr = SockAddr::unix(path).map_err(fail)?;
+        let sock = Sock::new(socket, engine).map_err(fail)?;
+        let (res, _) = sock.connect(addr).await;
+        res.map_err(fail)?;
+        Ok(UnixStream::new(StreamCore::new(sock, peer)))
+    }
+
+    /// [`connect`](Self::connect), giving up after `limit` with `ETIMEDOUT`.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect), and the timeout.
+    pub async fn connect_timeout(
+        engine: &AsyncEngine,
+        path: impl AsRef<Path>,
+        limit: Duration,
+    ) -> io::Result<UnixStream> {
+        let path = path.as_ref();
+        match with_limit(Self::connect(engine, path), limit).await {
+            Some(r) => r,
+            None => {
+                let err = io::Error::from_raw_os_error(libc::ETIMEDOUT);
+                Err(NetError::wrap(
+                    OpKind::Connect,
+                    &path.display().to_string(),
+                    err,
+                ))
+            }
+        }
+    }
+
+    /// Reads into `buf`: the byte count (0 at end of stream) and `buf`.
+    pub async fn read<B: IoBufMut>(&self, buf: B) -> BufResult<usize, B> {
+        self.core.read(buf).await
+    }
+
+    /// Writes from `buf`: how many bytes went (maybe fewer than all).
+    pub async fn write<B: IoBuf>(&self, buf: B) -> BufResult<usize, B> {
+        self.core.write(buf).await
+    }
+
+    /// Writes all of `buf`.
+    pub async fn write_all<B: IoBuf>(&self, buf: B) -> BufResult<(), B> {
+        self.core.write_all(buf).await
+    }
+
+    /// Shuts down the reading side, the writing side or both.
+    ///
+    /// # Errors
+    /// `ENOTCONN` when the connection is already gone.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.core.shutdown(how)
+    }
+
+    /// The socket, for options this type does not wrap (`socket2`'s API).
+    pub fn socket(&self) -> &Socket {
+        &self.core.sock.socket
+    }
+}
+
+impl fmt::Debug for UnixStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UnixStream")
+            .field("peer", &self.core.peer)
+            .finish()
+    }
+}
