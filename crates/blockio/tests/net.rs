@@ -617,7 +617,7 @@ fn unix_streams_echo_and_name_their_path() {
         "{err}"
     );
 
-    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 31 >> 3) as u8).collect();
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| ((i * 31) >> 3) as u8).collect();
     let rt = current_thread();
     let back = rt.block_on(async {
         let server = async {
