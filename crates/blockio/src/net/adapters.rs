@@ -1,12 +1,44 @@
-//! The `futures::io` traits, and tokio's with the `tokio` feature, over
-//! every stream type (see [`PollIo`](super::poll_io::PollIo) for what they
-//! do underneath).
+//! What every stream type has: the owned-buffer methods, and the
+//! `futures::io` traits, and tokio's with the `tokio` feature (see
+//! [`PollIo`](super::poll_io::PollIo) for what the traits do underneath).
 
-/// Implements the I/O traits for a stream type with `core: StreamCore` and
-/// `poll: Mutex<PollIo>` fields.
+/// Implements the owned-buffer methods and the I/O traits for a stream
+/// type with `core: StreamCore` and `poll: Mutex<PollIo>` fields.
 macro_rules! stream_io_traits {
     ($t:ty) => {
         impl $t {
+            /// Reads into `buf`: the byte count (0 at end of stream) and `buf`.
+            pub async fn read<B: $crate::aio::IoBufMut>(
+                &self,
+                buf: B,
+            ) -> $crate::aio::BufResult<usize, B> {
+                self.core.read(buf).await
+            }
+
+            /// Writes from `buf`: how many bytes went (maybe fewer than all).
+            pub async fn write<B: $crate::aio::IoBuf>(
+                &self,
+                buf: B,
+            ) -> $crate::aio::BufResult<usize, B> {
+                self.core.write(buf).await
+            }
+
+            /// Writes all of `buf`.
+            pub async fn write_all<B: $crate::aio::IoBuf>(
+                &self,
+                buf: B,
+            ) -> $crate::aio::BufResult<(), B> {
+                self.core.write_all(buf).await
+            }
+
+            /// Shuts down the reading side, the writing side or both.
+            ///
+            /// # Errors
+            /// `ENOTCONN` when the connection is already gone.
+            pub fn shutdown(&self, how: std::net::Shutdown) -> std::io::Result<()> {
+                self.core.shutdown(how)
+            }
+
             fn poll_parts(
                 self: std::pin::Pin<&mut Self>,
             ) -> (

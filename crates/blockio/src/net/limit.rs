@@ -27,3 +27,10 @@ pub(crate) async fn with_limit<F: Future>(fut: F, limit: Duration) -> Option<F::
 pub(crate) async fn pause(d: Duration) {
     Delay::new(d).await
 }
+
+/// A connect to `peer` that `limit` cut short: `ETIMEDOUT`, naming both.
+pub(crate) fn connect_timed_out(peer: &str, limit: Duration) -> std::io::Error {
+    let err = std::io::Error::from_raw_os_error(libc::ETIMEDOUT);
+    let err = crate::error::NetError::wrap(crate::kind::OpKind::Connect, peer, err);
+    std::io::Error::new(err.kind(), format!("{err} (after {limit:?})"))
+}

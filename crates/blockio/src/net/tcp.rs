@@ -2,17 +2,17 @@
 
 use std::fmt;
 use std::io;
-use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::limit::with_limit;
+use super::limit::{connect_timed_out, with_limit};
 use super::poll_io::PollIo;
 use super::socket::Sock;
 use super::stream::StreamCore;
-use crate::aio::{AsyncEngine, BufResult, IoBuf, IoBufMut};
+use crate::aio::AsyncEngine;
 use crate::error::NetError;
 use crate::kind::OpKind;
 
@@ -265,7 +265,7 @@ impl fmt::Debug for Incoming<'_> {
 /// A TCP connection.
 ///
 /// Reads and writes take owned buffers and give them back with the result
-/// ([`BufResult`]). Every future is `Send` and needs only a waker. Dropping
+/// ([`BufResult`](crate::aio::BufResult)). Every future is `Send` and needs only a waker. Dropping
 /// a future cancels its operation in the kernel; a read so dropped loses
 /// no bytes (the next read returns them, see the `net` module docs).
 /// Errors name the operation and the peer.
@@ -304,15 +304,9 @@ impl TcpStream {
         limit: Duration,
     ) -> io::Result<TcpStream> {
         let addr = first_addr(addr)?;
-        let timed_out = || {
-            let err = io::Error::from_raw_os_error(libc::ETIMEDOUT);
-            let err = NetError::wrap(OpKind::Connect, &addr.to_string(), err);
-            io::Error::new(err.kind(), format!("{err} (after {limit:?})"))
-        };
-        match with_limit(Self::connect_to(engine, addr), limit).await {
-            Some(r) => r,
-            None => Err(timed_out()),
-        }
+        with_limit(Self::connect_to(engine, addr), limit)
+            .await
+            .unwrap_or_else(|| Err(connect_timed_out(&addr.to_string(), limit)))
     }
 
     async fn connect_to(engine: &AsyncEngine, addr: SocketAddr) -> io::Result<TcpStream> {
@@ -328,29 +322,6 @@ impl TcpStream {
             poll: Mutex::default(),
             peer: addr,
         })
-    }
-
-    /// Reads into `buf`: the byte count (0 at end of stream) and `buf`.
-    pub async fn read<B: IoBufMut>(&self, buf: B) -> BufResult<usize, B> {
-        self.core.read(buf).await
-    }
-
-    /// Writes from `buf`: how many bytes went (maybe fewer than all).
-    pub async fn write<B: IoBuf>(&self, buf: B) -> BufResult<usize, B> {
-        self.core.write(buf).await
-    }
-
-    /// Writes all of `buf`.
-    pub async fn write_all<B: IoBuf>(&self, buf: B) -> BufResult<(), B> {
-        self.core.write_all(buf).await
-    }
-
-    /// Shuts down the reading side, the writing side or both.
-    ///
-    /// # Errors
-    /// `ENOTCONN` when the connection is already gone.
-    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        self.core.shutdown(how)
     }
 
     /// Sets `TCP_NODELAY`: small writes go out at once instead of waiting

@@ -2,18 +2,17 @@
 
 use std::fmt;
 use std::io;
-use std::net::Shutdown;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::limit::with_limit;
+use super::limit::{connect_timed_out, with_limit};
 use super::poll_io::PollIo;
 use super::socket::Sock;
 use super::stream::StreamCore;
-use crate::aio::{AsyncEngine, BufResult, IoBuf, IoBufMut};
+use crate::aio::AsyncEngine;
 use crate::error::NetError;
 use crate::kind::OpKind;
 
@@ -134,40 +133,9 @@ impl UnixStream {
         limit: Duration,
     ) -> io::Result<UnixStream> {
         let path = path.as_ref();
-        match with_limit(Self::connect(engine, path), limit).await {
-            Some(r) => r,
-            None => {
-                let err = io::Error::from_raw_os_error(libc::ETIMEDOUT);
-                Err(NetError::wrap(
-                    OpKind::Connect,
-                    &path.display().to_string(),
-                    err,
-                ))
-            }
-        }
-    }
-
-    /// Reads into `buf`: the byte count (0 at end of stream) and `buf`.
-    pub async fn read<B: IoBufMut>(&self, buf: B) -> BufResult<usize, B> {
-        self.core.read(buf).await
-    }
-
-    /// Writes from `buf`: how many bytes went (maybe fewer than all).
-    pub async fn write<B: IoBuf>(&self, buf: B) -> BufResult<usize, B> {
-        self.core.write(buf).await
-    }
-
-    /// Writes all of `buf`.
-    pub async fn write_all<B: IoBuf>(&self, buf: B) -> BufResult<(), B> {
-        self.core.write_all(buf).await
-    }
-
-    /// Shuts down the reading side, the writing side or both.
-    ///
-    /// # Errors
-    /// `ENOTCONN` when the connection is already gone.
-    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        self.core.shutdown(how)
+        with_limit(Self::connect(engine, path), limit)
+            .await
+            .unwrap_or_else(|| Err(connect_timed_out(&path.display().to_string(), limit)))
     }
 
     /// The socket, for options this type does not wrap (`socket2`'s API).
