@@ -1,6 +1,7 @@
 //! The future of one async operation, and the state it shares with the
 //! driver.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -81,28 +82,25 @@ impl<B: Send> Complete for Shared<B> {
 /// A read whose future was dropped while the kernel still had it: what it
 /// received must not be lost (see `net`'s read side).
 pub(crate) trait Abandoned: Send + Sync {
-    /// Ready with the raw result and a copy of the bytes received once
-    /// the kernel has completed the read; wakes `cx` then.
-    fn poll_settled(&self, cx: &mut Context<'_>) -> Poll<(i32, Vec<u8>)>;
+    /// Ready with the raw result once the kernel has completed the read,
+    /// the bytes received appended to `into`; wakes `cx` then.
+    fn poll_settled(&self, cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32>;
 }
 
 impl<B: IoBufMut> Abandoned for Shared<B> {
-    fn poll_settled(&self, cx: &mut Context<'_>) -> Poll<(i32, Vec<u8>)> {
+    fn poll_settled(&self, cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(res) = g.result else {
             g.store_waker(cx.waker());
             return Poll::Pending;
         };
-        let bytes = match (&g.buf, usize::try_from(res)) {
-            (Some(buf), Ok(n)) if n > 0 => {
-                let n = n.min(buf.bytes_len());
-                // SAFETY: the kernel is done with the buffer (its result is
-                // in), which holds `bytes_len` initialised bytes.
-                unsafe { std::slice::from_raw_parts(buf.stable_ptr(), n) }.to_vec()
-            }
-            _ => Vec::new(),
-        };
-        Poll::Ready((res, bytes))
+        if let (Some(buf), Ok(n)) = (&g.buf, usize::try_from(res)) {
+            let n = n.min(buf.bytes_len());
+            // SAFETY: the kernel is done with the buffer (its result is
+            // in), which holds `bytes_len` initialised bytes.
+            into.extend(unsafe { std::slice::from_raw_parts(buf.stable_ptr(), n) });
+        }
+        Poll::Ready(res)
     }
 }
 

@@ -45,6 +45,8 @@ pub(crate) struct PollIo {
     /// The receive in flight, kept only so that it is not cancelled: its
     /// result reaches the stream's read side.
     receiving: Option<OpFuture<Vec<u8>>>,
+    /// The last receive's buffer, taken back for the next one.
+    spare: Vec<u8>,
     /// The send in flight and the bytes it still has to send after it.
     sending: Option<Sending>,
 }
@@ -67,20 +69,19 @@ impl PollIo {
             return Poll::Ready(Ok(0));
         }
         loop {
-            match ready!(core.reads.poll_settle(cx, out)) {
-                Settled::Copied(n) => {
-                    self.receiving = None;
-                    return Poll::Ready(Ok(n));
-                }
+            let settled = ready!(core.reads.poll_settle(cx, out));
+            self.reclaim(cx);
+            match settled {
+                Settled::Copied(n) => return Poll::Ready(Ok(n)),
                 Settled::Failed(errno) => {
-                    self.receiving = None;
                     let err = io::Error::from_raw_os_error(errno);
                     return Poll::Ready(Err(NetError::wrap(OpKind::Recv, &core.peer, err)));
                 }
-                Settled::Receive => self.receiving = None,
+                Settled::Receive => {}
             }
-            let size = out.len().clamp(MIN_RECEIVE, MAX_RECEIVE);
-            let mut fut = core.sock.recv(vec![0u8; size]);
+            let mut buf = std::mem::take(&mut self.spare);
+            buf.resize(out.len().clamp(MIN_RECEIVE, MAX_RECEIVE), 0);
+            let mut fut = core.sock.recv(buf);
             fut.set_waker(cx.waker());
             fut.start();
             match Pin::new(&mut fut).poll(cx) {
@@ -96,6 +97,16 @@ impl PollIo {
                     core.reads.detach(fut.abandoned_handle());
                     self.receiving = Some(fut);
                 }
+            }
+        }
+    }
+
+    /// Takes back the buffer of the receive that has settled (its bytes are
+    /// already with the read side).
+    fn reclaim(&mut self, cx: &mut Context<'_>) {
+        if let Some(mut fut) = self.receiving.take() {
+            if let Poll::Ready((_, buf)) = Pin::new(&mut fut).poll(cx) {
+                self.spare = buf;
             }
         }
     }

@@ -97,19 +97,17 @@ impl ReadSide {
     /// `leftover`.
     fn poll_dropped(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(op) = g.dropped.front().cloned() {
-            match op.poll_settled(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready((res, bytes)) => {
-                    g.dropped.pop_front();
-                    if res < 0 && res != -libc::ECANCELED {
-                        g.error.get_or_insert(-res);
-                    }
-                    if res == 0 {
-                        g.ended = true;
-                    }
-                    g.leftover.extend(bytes);
-                }
+        let g = &mut *g;
+        while let Some(op) = g.dropped.front() {
+            let Poll::Ready(res) = op.poll_settled(cx, &mut g.leftover) else {
+                return Poll::Pending;
+            };
+            g.dropped.pop_front();
+            if res < 0 && res != -libc::ECANCELED {
+                g.error.get_or_insert(-res);
+            }
+            if res == 0 {
+                g.ended = true;
             }
         }
         Poll::Ready(())
