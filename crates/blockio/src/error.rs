@@ -93,7 +93,7 @@ impl fmt::Display for OpError {
             }
             k if k.is_metadata() => write!(f, "{}", self.op)?,
             OpKind::Accept | OpKind::Connect => write!(f, "{} on fd {}", self.op, self.fd)?,
-            OpKind::Recv | OpKind::Send => {
+            OpKind::Recv | OpKind::Send | OpKind::SendVectored | OpKind::RecvSelect => {
                 write!(f, "{} of {} bytes on fd {}", self.op, self.len, self.fd)?
             }
             _ => write!(
@@ -152,7 +152,7 @@ impl fmt::Display for NetError {
         let with = match self.op {
             OpKind::Accept => "on",
             OpKind::Connect => "to",
-            OpKind::Recv => "from",
+            OpKind::Recv | OpKind::RecvSelect => "from",
             _ => "to",
         };
         write!(

@@ -41,6 +41,13 @@ pub enum OpKind {
     Recv,
     /// Send on a connected socket (`send`, never raising `SIGPIPE`).
     Send,
+    /// Send several buffers in order on a connected socket (`sendmsg`,
+    /// never raising `SIGPIPE`).
+    SendVectored,
+    /// Receive from a connected socket into a buffer the kernel picks from
+    /// a registered ring (`recv` with buffer select, once or multishot;
+    /// io_uring only).
+    RecvSelect,
 }
 
 impl OpKind {
@@ -50,7 +57,12 @@ impl OpKind {
     pub fn is_socket(self) -> bool {
         matches!(
             self,
-            OpKind::Accept | OpKind::Connect | OpKind::Recv | OpKind::Send
+            OpKind::Accept
+                | OpKind::Connect
+                | OpKind::Recv
+                | OpKind::Send
+                | OpKind::SendVectored
+                | OpKind::RecvSelect
         )
     }
 
@@ -82,6 +94,8 @@ impl fmt::Display for OpKind {
             OpKind::Connect => "connect",
             OpKind::Recv => "recv",
             OpKind::Send => "send",
+            OpKind::SendVectored => "vectored send",
+            OpKind::RecvSelect => "recv into a provided buffer",
         })
     }
 }

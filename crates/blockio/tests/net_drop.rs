@@ -1,5 +1,6 @@
 //! Shutting down with connections live: a runtime dropped while its tasks
-//! wait in reads, writes and an accept, then the engine dropped. Every
+//! wait in reads, multishot receives, writes and an accept, then the
+//! engine dropped. Every
 //! descriptor is closed (counted in `/proc/self/fd`; its own test binary,
 //! so no other test opens descriptors meanwhile).
 
@@ -34,9 +35,13 @@ fn dropping_everything_with_operations_live_leaks_no_descriptor() {
             for i in 0..20 {
                 let (s, _) = listener.accept().await.unwrap();
                 tokio::spawn(async move {
-                    if i % 2 == 0 {
+                    if i % 3 == 0 {
                         // A read that waits forever (the peer sends nothing).
                         let _ = s.read(vec![0u8; 4096]).await;
+                    } else if i % 3 == 1 {
+                        // A multishot receive armed forever.
+                        let mut r = s.recv_stream();
+                        let _ = r.next().await;
                     } else {
                         // Writes until the peer's window is full, then waits.
                         loop {

@@ -53,7 +53,23 @@ use crate::uring::build_entry;
 pub(crate) trait Complete: Send + Sync {
     /// Called once, on the driver (or a pool) thread.
     fn complete(&self, res: i32);
+
+    /// Called for each completion of an io_uring operation, with the
+    /// completion's flags: many times for a multishot operation (all but
+    /// the last with `IORING_CQE_F_MORE`), once for the others. Unless
+    /// overridden, passes the result on to [`complete`](Self::complete).
+    fn complete_flags(&self, res: i32, _flags: u32) {
+        self.complete(res);
+    }
 }
+
+/// Something a ring must keep until it is gone (registered memory).
+pub(crate) type Kept = Arc<dyn Send + Sync>;
+
+/// Work done on the ring's own thread before its next submission: what
+/// `SINGLE_ISSUER` allows only there (registrations). It returns what
+/// the ring must keep.
+pub(crate) type Setup = Box<dyn FnOnce(&IoUring) -> io::Result<Kept> + Send>;
 
 /// An operation to perform, and where its result goes.
 pub(crate) struct Request {
@@ -109,11 +125,13 @@ struct Queued {
     /// Operations whose futures were dropped while in flight, to cancel in
     /// the kernel (socket operations, which may otherwise wait forever).
     cancels: Vec<Cancel>,
+    /// Registrations to make on the driver thread.
+    setups: Vec<Setup>,
 }
 
 impl Queued {
     fn is_empty(&self) -> bool {
-        self.requests.is_empty() && self.cancels.is_empty()
+        self.requests.is_empty() && self.cancels.is_empty() && self.setups.is_empty()
     }
 }
 
@@ -224,9 +242,14 @@ impl InFlight {
     }
 
     /// The target of the operation whose completion carries `user_data`,
-    /// its slot freed; None for another entry (the wake read).
-    fn finish(&mut self, user_data: u64) -> Option<Arc<dyn Complete>> {
+    /// its slot freed unless `flags` say more completions follow (a
+    /// multishot operation still armed); None for another entry (the wake
+    /// read).
+    fn finish(&mut self, user_data: u64, flags: u32) -> Option<Arc<dyn Complete>> {
         let slot = usize::try_from(user_data).ok()?;
+        if io_uring::cqueue::more(flags) {
+            return self.slots.get(slot)?.clone();
+        }
         let done = self.slots.get_mut(slot)?.take()?;
         self.free.push(slot);
         self.count -= 1;
@@ -240,6 +263,8 @@ impl InFlight {
 /// completes what the kernel finished.
 pub(crate) struct InlineRing {
     ring: IoUring,
+    /// Registered memory, dropped after `ring` (field order).
+    kept: Vec<Kept>,
     ops: InFlight,
     /// Most operations in flight.
     depth: usize,
@@ -259,6 +284,7 @@ impl InlineRing {
         ring.submitter().register_eventfd(eventfd)?;
         Ok(InlineRing {
             ring,
+            kept: Vec::new(),
             ops: InFlight::default(),
             depth,
             deferred,
@@ -295,10 +321,10 @@ impl InlineRing {
     }
 
     /// Takes the finished operations' targets and results off the ring.
-    fn take_completions(&mut self, out: &mut Vec<(Arc<dyn Complete>, i32)>) {
+    fn take_completions(&mut self, out: &mut Vec<Completion>) {
         for cqe in self.ring.completion() {
-            if let Some(done) = self.ops.finish(cqe.user_data()) {
-                out.push((done, cqe.result()));
+            if let Some(done) = self.ops.finish(cqe.user_data(), cqe.flags()) {
+                out.push((done, cqe.result(), cqe.flags()));
             }
         }
     }
@@ -319,8 +345,8 @@ impl Drop for Finish {
         while r.ops.count > 0 {
             submit_and_wait_or_abort(&mut r.ring, 1);
             r.take_completions(&mut done);
-            for (target, res) in done.drain(..) {
-                target.complete(res);
+            for (target, res, flags) in done.drain(..) {
+                target.complete_flags(res, flags);
             }
         }
     }
@@ -389,10 +415,47 @@ impl Driver {
             }
         }
         let n = done.len();
-        for (target, res) in done {
-            target.complete(res);
+        for (target, res, flags) in done {
+            target.complete_flags(res, flags);
         }
         n
+    }
+
+    /// Runs `setup` with the ring, on the thread that may register with it,
+    /// and waits for it; the ring keeps what it returns until the ring is
+    /// gone. Fails with `EOPNOTSUPP` on the thread-pool driver, which has
+    /// no ring.
+    pub(crate) fn setup_ring(&self, setup: Setup) -> io::Result<()> {
+        match self {
+            Driver::Uring(shared) => {
+                let (tx, rx) = mpsc::channel();
+                let run: Setup = Box::new(move |ring| {
+                    let kept = setup(ring);
+                    let _ = tx.send(kept.as_ref().map(drop).map_err(clone_error));
+                    kept
+                });
+                shared
+                    .queue
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .setups
+                    .push(run);
+                if shared.sleeping.swap(false, Ordering::SeqCst) {
+                    shared.wake();
+                }
+                rx.recv()
+                    .map_err(|_| io::Error::other("the blockio-aio driver thread is gone"))?
+            }
+            Driver::Inline(ring) => {
+                let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
+                let r = guard
+                    .as_mut()
+                    .expect("the ring lives as long as the driver");
+                r.kept.push(setup(&r.ring)?);
+                Ok(())
+            }
+            Driver::Threads { .. } => Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
+        }
     }
 
     /// Starts a pool of `threads` threads doing plain system calls.
@@ -527,8 +590,21 @@ fn finish_wake_read(ring: &mut IoUring, shared: &DriverShared) {
     }
 }
 
+/// The same error again (an `io::Error` is not `Clone`).
+fn clone_error(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(errno) => io::Error::from_raw_os_error(errno),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+/// A completion taken off a ring: its target, result and flags.
+type Completion = (Arc<dyn Complete>, i32, u32);
+
 /// The driver thread's loop.
 fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result<()>>) {
+    // Declared before the ring, so dropped after it.
+    let mut kept: Vec<Kept> = Vec::new();
     let mut flags = RingFlags {
         single_thread: true,
         coop_taskrun: true,
@@ -559,6 +635,9 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
             &mut *shared.queue.lock().unwrap_or_else(|e| e.into_inner()),
             &mut taken,
         );
+        for setup in taken.setups.drain(..) {
+            kept.extend(setup(&ring).ok());
+        }
         ops.backlog.extend(taken.requests.drain(..));
         cancels.append(&mut taken.cancels);
         {
@@ -619,8 +698,8 @@ fn complete_all(ring: &mut IoUring, ops: &mut InFlight) -> bool {
         let ud = cqe.user_data();
         if ud == WAKE {
             woken = true;
-        } else if let Some(done) = ops.finish(ud) {
-            done.complete(cqe.result());
+        } else if let Some(done) = ops.finish(ud, cqe.flags()) {
+            done.complete_flags(cqe.result(), cqe.flags());
         }
     }
     woken

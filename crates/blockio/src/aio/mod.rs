@@ -39,15 +39,18 @@
 //! documentation. Where io_uring is unavailable (or `BLOCKIO_BACKEND=threads`)
 //! a pool of threads serves the same requests with `pread`/`pwrite`.
 //!
-//! # Sockets, next
+//! # Sockets
 //!
 //! Requests are opaque to the driver (an operation plus a completion
-//! target), so socket operations — accept, connect, recv, send, and their
-//! multishot forms with provided buffers — fit as new request kinds and new
-//! futures (multishot ones as streams) without changing this API.
+//! target), so socket operations ([`crate::net`]) are request kinds like
+//! file operations. A multishot request keeps its slot while the kernel
+//! flags its completions with `IORING_CQE_F_MORE`, and its target sees
+//! every completion with its flags; the engine's ring of provided receive
+//! buffers is registered on the driver's own thread at first use.
 
 mod buf;
-mod driver;
+pub(crate) mod buf_ring;
+pub(crate) mod driver;
 mod file;
 pub(crate) mod op;
 mod readiness;
@@ -55,13 +58,14 @@ mod readiness;
 use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub use buf::{IoBuf, IoBufMut};
 pub use file::{AsyncFile, AsyncOpenOptions, Batch, BatchOp};
 pub use op::{BufResult, OpFuture};
 
 use crate::backend::{self, fallback_threads, Backend, BackendChoice};
+use buf_ring::{BufRing, RingShape};
 use driver::Driver;
 
 /// A handle to an async I/O driver. Cheap to clone; the driver stops when
@@ -77,6 +81,10 @@ struct AsyncShared {
     driver: Driver,
     backend: Backend,
     fallback_reason: Option<String>,
+    recv_shape: RingShape,
+    /// The receive-buffer ring, registered at first use; `None` where
+    /// multishot receive is not available (see [`AsyncEngine::recv_ring`]).
+    recv_ring: OnceLock<Option<Arc<BufRing>>>,
 }
 
 impl fmt::Debug for AsyncEngine {
@@ -97,6 +105,8 @@ pub struct AsyncEngineBuilder {
     caller_eventfd: Option<RawFd>,
     /// `submit_when_driven`.
     submit_when_driven: bool,
+    /// `recv_buffers` and `recv_buffer_share`.
+    recv_shape: RingShape,
 }
 
 impl Default for AsyncEngineBuilder {
@@ -107,6 +117,7 @@ impl Default for AsyncEngineBuilder {
             backend: BackendChoice::Auto,
             caller_eventfd: None,
             submit_when_driven: false,
+            recv_shape: RingShape::default(),
         }
     }
 }
@@ -171,7 +182,31 @@ impl AsyncEngineBuilder {
         self
     }
 
+    /// The buffers that [`recv_stream`](crate::net::TcpStream::recv_stream)s
+    /// receive into, shared by all of the engine's connections: `count`
+    /// buffers (a power of two, at most 32,768) of `size` bytes. Default:
+    /// 512 of 4 KiB (2 MiB), allocated when the first receive stream
+    /// starts. When they run out, receives pause until some are dropped.
+    pub fn recv_buffers(mut self, count: u16, size: u32) -> Self {
+        self.recv_shape.count = count;
+        self.recv_shape.size = size;
+        self
+    }
+
+    /// The most receive buffers one connection holds (received and not yet
+    /// dropped) before its receive pauses, so that one slow reader cannot
+    /// take every buffer from the others. Default 32; at least 1.
+    pub fn recv_buffer_share(mut self, n: usize) -> Self {
+        self.recv_shape.share = n.max(1);
+        self
+    }
+
     /// Starts the driver.
+    ///
+    /// # Errors
+    /// The driver thread or the ring could not be set up (and the thread
+    /// pool could not start either), or the receive-buffer shape is
+    /// invalid.
     pub fn build(self) -> io::Result<AsyncEngine> {
         let depth = self.queue_depth;
         let uring = || {
@@ -183,12 +218,16 @@ impl AsyncEngineBuilder {
         };
         let threads = fallback_threads(self.threads, depth);
         let pool = |reason| Ok((Driver::threads(threads)?, Backend::ThreadPool, Some(reason)));
+        let shape = self.recv_shape;
+        shape.check()?;
         let (driver, backend, fallback_reason) = backend::select(self.backend, uring, pool)?;
         Ok(AsyncEngine {
             inner: Arc::new(AsyncShared {
                 driver,
                 backend,
                 fallback_reason,
+                recv_shape: shape,
+                recv_ring: OnceLock::new(),
             }),
         })
     }
@@ -247,5 +286,29 @@ impl AsyncEngine {
 
     pub(crate) fn driver(&self) -> &Driver {
         &self.inner.driver
+    }
+
+    /// The engine's receive-buffer ring, registered with its io_uring at
+    /// the first call; `None` where there is none to have: the thread-pool
+    /// backend, a kernel before 6.0 (no multishot receive), or a
+    /// registration the kernel refused. Receive streams then fall back to
+    /// one receive at a time.
+    pub(crate) fn recv_ring(&self) -> Option<&Arc<BufRing>> {
+        self.inner
+            .recv_ring
+            .get_or_init(|| {
+                if self.inner.backend != Backend::IoUring || !buf_ring::kernel_at_least(6, 0) {
+                    return None;
+                }
+                let ring = Arc::new(BufRing::new(self.inner.recv_shape).ok()?);
+                let r = ring.clone();
+                let setup: driver::Setup = Box::new(move |uring| {
+                    r.register(uring)?;
+                    Ok(r as driver::Kept)
+                });
+                self.inner.driver.setup_ring(setup).ok()?;
+                Some(ring)
+            })
+            .as_ref()
     }
 }

@@ -52,7 +52,7 @@ struct Waiting {
 /// What a request waits for.
 fn interest(kind: OpKind, key: usize) -> Event {
     match kind {
-        OpKind::Accept | OpKind::Recv => Event::readable(key),
+        OpKind::Accept | OpKind::Recv | OpKind::RecvSelect => Event::readable(key),
         _ => Event::writable(key),
     }
 }

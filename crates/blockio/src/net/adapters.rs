@@ -31,6 +31,24 @@ macro_rules! stream_io_traits {
                 self.core.write_all(buf).await
             }
 
+            /// Writes `bufs` in order with one `sendmsg` (a vectored
+            /// write): how many bytes went (maybe fewer than all; the count
+            /// runs across the buffers) and the buffers.
+            pub async fn writev<B: $crate::aio::IoBuf>(
+                &self,
+                bufs: Vec<B>,
+            ) -> $crate::aio::BufResult<usize, Vec<B>> {
+                self.core.writev(bufs).await
+            }
+
+            /// The bytes this stream receives, as a stream of buffers
+            /// taken from the engine's shared receive ring only when bytes
+            /// arrive: an idle connection holds no buffer (see
+            /// [`RecvStream`]($crate::net::RecvStream)).
+            pub fn recv_stream(&self) -> $crate::net::RecvStream<'_> {
+                $crate::net::RecvStream::new(&self.core)
+            }
+
             /// Shuts down the reading side, the writing side or both.
             ///
             /// # Errors

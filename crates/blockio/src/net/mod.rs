@@ -64,6 +64,20 @@
 //! of bytes: mixed on one stream, and dropped by timeouts, they keep the
 //! stream's order and lose nothing.
 //!
+//! # Receiving without a buffer per connection
+//!
+//! [`TcpStream::recv_stream`] (and [`UnixStream::recv_stream`]) yields
+//! the bytes a connection receives as [`RecvBuf`]s taken from one ring of
+//! buffers the engine shares among its connections
+//! ([`AsyncEngineBuilder::recv_buffers`](crate::aio::AsyncEngineBuilder::recv_buffers)):
+//! the kernel picks a buffer only when bytes arrive, so 10,000 idle
+//! connections hold no memory, and a buffer goes back when its `RecvBuf`
+//! is dropped. When the ring runs out, receives pause until buffers come
+//! back (the connections stay open), and a connection holding its
+//! [share](crate::aio::AsyncEngineBuilder::recv_buffer_share) waits for
+//! its own to come back first. On epoll (and kernels before 6.0) the same
+//! stream receives into a buffer per receive.
+//!
 //! # How operations reach the kernel
 //!
 //! Socket operations are requests of the engine's driver like file
@@ -90,11 +104,13 @@ mod adapters;
 mod limit;
 mod poll_io;
 mod read_side;
+mod recv_stream;
 mod socket;
 mod stream;
 mod tcp;
 mod unix;
 
 pub use crate::error::NetError;
+pub use recv_stream::{RecvBuf, RecvStream};
 pub use tcp::{Incoming, TcpListener, TcpListenerOptions, TcpStream};
 pub use unix::{UnixListener, UnixStream};

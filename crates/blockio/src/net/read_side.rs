@@ -38,6 +38,18 @@ struct State {
     ended: bool,
 }
 
+/// What dropped reads left, from [`ReadSide::poll_take`].
+pub(crate) enum Taken {
+    /// Nothing: receive from the socket.
+    Nothing,
+    /// Bytes they received.
+    Bytes(Vec<u8>),
+    /// One of them failed with this errno.
+    Failed(i32),
+    /// One of them met the end of the stream.
+    Ended,
+}
+
 /// What a read should do after [`ReadSide::settle`].
 pub(crate) enum Settled {
     /// Nothing was left over: receive from the socket.
@@ -60,25 +72,36 @@ impl ReadSide {
 
     /// [`settle`](Self::settle) for a borrowed slice.
     pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<Settled> {
+        Poll::Ready(match std::task::ready!(self.poll_take(cx, out.len())) {
+            Taken::Nothing => Settled::Receive,
+            Taken::Failed(errno) => Settled::Failed(errno),
+            Taken::Ended => Settled::Copied(0),
+            Taken::Bytes(bytes) => {
+                out[..bytes.len()].copy_from_slice(&bytes);
+                Settled::Copied(bytes.len())
+            }
+        })
+    }
+
+    /// Waits for the reads that dropped futures left in the kernel, then
+    /// takes up to `max` leftover bytes; what ended those reads comes after
+    /// their bytes.
+    pub(crate) fn poll_take(&self, cx: &mut Context<'_>, max: usize) -> Poll<Taken> {
         if self.poll_dropped(cx).is_pending() {
             return Poll::Pending;
         }
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if g.leftover.is_empty() {
-            // What ended the dropped reads comes after their bytes.
             if let Some(errno) = g.error.take() {
-                return Poll::Ready(Settled::Failed(errno));
+                return Poll::Ready(Taken::Failed(errno));
             }
             if std::mem::take(&mut g.ended) {
-                return Poll::Ready(Settled::Copied(0));
+                return Poll::Ready(Taken::Ended);
             }
-            return Poll::Ready(Settled::Receive);
+            return Poll::Ready(Taken::Nothing);
         }
-        let n = g.leftover.len().min(out.len());
-        for (d, s) in out[..n].iter_mut().zip(g.leftover.drain(..n)) {
-            *d = s;
-        }
-        Poll::Ready(Settled::Copied(n))
+        let n = g.leftover.len().min(max);
+        Poll::Ready(Taken::Bytes(g.leftover.drain(..n).collect()))
     }
 
     /// Keeps `bytes` for the next read.

@@ -12,7 +12,7 @@ use crate::aio::{AsyncEngine, BufResult, IoBuf, IoBufMut};
 use crate::backend::Backend;
 use crate::error::NetError;
 use crate::kind::OpKind;
-use crate::op::action::{Accept, Action, Connect, SocketRecv, SocketSend};
+use crate::op::action::{Accept, Action, Connect, SocketRecv, SocketSend, SocketSendVectored};
 use crate::op::Op;
 
 /// A socket and the engine its operations run on. Every operation holds
@@ -24,6 +24,16 @@ pub(crate) struct Sock {
     pub(crate) socket: Arc<Socket>,
     pub(crate) engine: AsyncEngine,
 }
+
+/// The buffers of a vectored send and the message header naming them.
+struct Message<B> {
+    bufs: Vec<B>,
+    _msg: Box<libc::msghdr>,
+}
+
+// SAFETY: the header only points into memory the operation owns (the
+// iovec array and the buffers), and is never used through this type.
+unsafe impl<B: Send> Send for Message<B> {}
 
 /// Where an accepted connection's peer address is written: owned by the
 /// accept operation, so it outlives a dropped future.
@@ -94,6 +104,33 @@ impl Sock {
         };
         // SAFETY: the pointer is into `buf`'s stable heap bytes.
         unsafe { self.op(Action::Send(send), buf) }
+    }
+
+    /// Sends `bufs` in order with one `sendmsg`.
+    pub(crate) async fn send_vectored<B: IoBuf>(&self, bufs: Vec<B>) -> BufResult<usize, Vec<B>> {
+        let iovecs: Vec<libc::iovec> = bufs
+            .iter()
+            .map(|b| libc::iovec {
+                iov_base: b.stable_ptr().cast_mut().cast(),
+                iov_len: b.bytes_len(),
+            })
+            .collect();
+        // SAFETY: all-zero is a valid msghdr (no address, no control data).
+        let mut msg: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        msg.msg_iov = iovecs.as_ptr().cast_mut();
+        msg.msg_iovlen = iovecs.len();
+        let send = SocketSendVectored { msg: &*msg };
+        let owned = Message { bufs, _msg: msg };
+        // SAFETY: the header is in its box and the iovec array in its
+        // vector, both heap memory that does not move with them; the
+        // iovecs point into the buffers' stable heap bytes. The future's
+        // state owns all three (`owned` and `iovecs`) until the completion.
+        let fut = unsafe {
+            let op = Op::from_action(self.fd(), Action::SendVectored(send), None);
+            OpFuture::new(&self.engine, op, owned, iovecs, self.socket.clone())
+        };
+        let (res, owned) = fut.await;
+        (res, owned.bufs)
     }
 
     /// Accepts a connection; the buffer receives the peer's address.

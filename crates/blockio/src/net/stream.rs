@@ -54,6 +54,15 @@ impl StreamCore {
         )
     }
 
+    /// Writes `bufs` in order with one `sendmsg`.
+    pub(crate) async fn writev<B: IoBuf>(&self, bufs: Vec<B>) -> BufResult<usize, Vec<B>> {
+        let (res, bufs) = self.sock.send_vectored(bufs).await;
+        (
+            res.map_err(|e| NetError::wrap(OpKind::SendVectored, &self.peer, e)),
+            bufs,
+        )
+    }
+
     /// Writes all of `buf`.
     pub(crate) async fn write_all<B: IoBuf>(&self, buf: B) -> BufResult<(), B> {
         self.sock.send_all(buf, &self.peer).await

@@ -480,6 +480,83 @@ impl Lower for SocketSend {
     }
 }
 
+/// Sends several buffers in order on a connected socket: `sendmsg`,
+/// `IORING_OP_SENDMSG`, with `MSG_NOSIGNAL`. (`writev` would do on the
+/// ring, but the blocking fallback's `pwritev` fails on sockets.)
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SocketSendVectored {
+    /// A message header whose `msg_iov` describes the buffers; no address,
+    /// no control data.
+    pub msg: *const libc::msghdr,
+}
+
+impl SocketSendVectored {
+    /// The buffers the header describes.
+    fn iovecs(&self) -> &[libc::iovec] {
+        // SAFETY: `msg` and the iovec array it points to are valid for the
+        // action's lifetime (the constructor's promise).
+        unsafe {
+            let m = &*self.msg;
+            if m.msg_iovlen == 0 {
+                &[]
+            } else {
+                std::slice::from_raw_parts(m.msg_iov, m.msg_iovlen)
+            }
+        }
+    }
+}
+
+impl Lower for SocketSendVectored {
+    fn kind(&self) -> OpKind {
+        OpKind::SendVectored
+    }
+    fn span(&self) -> (u64, usize) {
+        (0, self.iovecs().iter().map(|v| v.iov_len).sum())
+    }
+    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+        opcode::SendMsg::new(types::Fd(fd), self.msg)
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build()
+    }
+    unsafe fn call(&self, fd: RawFd) -> isize {
+        // SAFETY: `msg` describes live buffers (the caller's promise).
+        unsafe { libc::sendmsg(fd, self.msg, libc::MSG_NOSIGNAL) }
+    }
+}
+
+/// Receives from a connected socket into a buffer the kernel takes from
+/// the registered ring `group`: `IORING_OP_RECV` with buffer select, at
+/// most `len` bytes, once, or (`multishot`) again and again until
+/// cancelled or out of buffers, each completion in its own buffer. There
+/// is no blocking form: it is issued only on a ring where the group is
+/// registered.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SocketRecvSelect {
+    pub group: u16,
+    pub len: u32,
+    pub multishot: bool,
+}
+
+impl Lower for SocketRecvSelect {
+    fn kind(&self) -> OpKind {
+        OpKind::RecvSelect
+    }
+    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+        if self.multishot {
+            return opcode::RecvMulti::new(types::Fd(fd), self.group).build();
+        }
+        opcode::Recv::new(types::Fd(fd), std::ptr::null_mut(), self.len)
+            .buf_group(self.group)
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT)
+    }
+    unsafe fn call(&self, _fd: RawFd) -> isize {
+        // SAFETY: sets this thread's errno, which `call_raw` reads back.
+        unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+        -1
+    }
+}
+
 /// One operation of any kind.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Action {
@@ -497,6 +574,8 @@ pub(crate) enum Action {
     Connect(Connect),
     Recv(SocketRecv),
     Send(SocketSend),
+    SendVectored(SocketSendVectored),
+    RecvSelect(SocketRecvSelect),
 }
 
 /// Forwards a [`Lower`] method to the kind inside an [`Action`].
@@ -517,6 +596,8 @@ macro_rules! dispatch {
             Action::Connect($k) => $body,
             Action::Recv($k) => $body,
             Action::Send($k) => $body,
+            Action::SendVectored($k) => $body,
+            Action::RecvSelect($k) => $body,
         }
     };
 }

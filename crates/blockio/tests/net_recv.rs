@@ -1,0 +1,313 @@
+//! Receive streams (`recv_stream`): multishot receives into the engine's
+//! shared buffer ring on io_uring, one receive at a time on epoll. Every
+//! byte is checked against what the peer sent.
+
+use std::io::Write;
+use std::net::TcpStream as StdStream;
+use std::time::Duration;
+
+use blockio::aio::AsyncEngine;
+use blockio::net::{RecvBuf, RecvStream, TcpListener, TcpStream};
+use blockio::Backend;
+
+/// `n` pseudo-random bytes from `seed` (xorshift), different per stream.
+fn payload(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// `count` accepted server streams and their std peers.
+fn pairs(e: &AsyncEngine, count: usize) -> Vec<(TcpStream, StdStream)> {
+    let l = TcpListener::bind(e, "127.0.0.1:0").unwrap();
+    (0..count)
+        .map(|_| {
+            let peer = StdStream::connect(l.local_addr()).unwrap();
+            let (s, _) = futures::executor::block_on(l.accept()).unwrap();
+            (s, peer)
+        })
+        .collect()
+}
+
+/// Sends `data` from a thread in writes of varied sizes, then shuts the
+/// sending side down (for every clone of the socket).
+fn send_from_thread(mut peer: StdStream, data: Vec<u8>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut at = 0;
+        let mut step = 1;
+        while at < data.len() {
+            let end = (at + step).min(data.len());
+            peer.write_all(&data[at..end]).unwrap();
+            at = end;
+            step = step * 7 % 9001 + 1;
+        }
+        peer.shutdown(std::net::Shutdown::Write).unwrap();
+    })
+}
+
+/// Collects a receive stream to its end.
+async fn collect(mut r: RecvStream<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(b) = r.next().await {
+        out.extend_from_slice(&b.unwrap());
+    }
+    out
+}
+
+fn ring_expected(e: &AsyncEngine) -> bool {
+    e.backend() == Backend::IoUring
+}
+
+#[test]
+fn receive_streams_carry_every_byte_in_order() {
+    let e = AsyncEngine::new().unwrap();
+    let pairs = pairs(&e, 20);
+    let mut senders = Vec::new();
+    let mut want = Vec::new();
+    let mut servers = Vec::new();
+    for (i, (s, peer)) in pairs.into_iter().enumerate() {
+        let data = payload(i as u64, 100_000 + i * 7919);
+        want.push(data.clone());
+        senders.push(send_from_thread(peer, data));
+        servers.push(s);
+    }
+    let got = futures::executor::block_on(futures::future::join_all(servers.iter().map(|s| {
+        let r = s.recv_stream();
+        assert_eq!(r.uses_ring(), ring_expected(&e));
+        collect(r)
+    })));
+    for t in senders {
+        t.join().unwrap();
+    }
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            g == w,
+            "stream {i}: {} bytes received, {} sent",
+            g.len(),
+            w.len()
+        );
+    }
+}
+
+/// Pulls items until none comes within `wait`; returns them.
+async fn pull_until_quiet(r: &mut RecvStream<'_>, wait: Duration) -> Vec<RecvBuf> {
+    let mut held = Vec::new();
+    while let Ok(Some(b)) = tokio::time::timeout(wait, r.next()).await {
+        held.push(b.unwrap());
+    }
+    held
+}
+
+fn bytes_of(bufs: &[RecvBuf]) -> Vec<u8> {
+    bufs.iter().flat_map(|b| b.iter().copied()).collect()
+}
+
+/// Eight 1 KiB buffers, at most four per connection, shared by four
+/// connections whose peers each send 64 KiB at once. Two slow readers, A
+/// and B, keep what they receive: each is held to its share, and C moves
+/// all its bytes while A holds on. With A and B holding the whole ring, D
+/// pauses (`ENOBUFS`) and stays open; it resumes when B drops its
+/// buffers. No connection ends early or loses a byte.
+#[test]
+fn running_out_of_buffers_pauses_and_no_reader_starves_the_others() {
+    let e = AsyncEngine::builder()
+        .recv_buffers(8, 1024)
+        .recv_buffer_share(4)
+        .build()
+        .unwrap();
+    let ring = ring_expected(&e);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pairs = pairs(&e, 4);
+    let data: Vec<Vec<u8>> = (0..4).map(|i| payload(100 + i, 64 << 10)).collect();
+    let senders: Vec<_> = pairs
+        .iter()
+        .zip(&data)
+        .map(|((_, peer), d)| send_from_thread(peer.try_clone().unwrap(), d.clone()))
+        .collect();
+    let [a, b, c, d] = [&pairs[0].0, &pairs[1].0, &pairs[2].0, &pairs[3].0];
+    rt.block_on(async {
+        let quiet = Duration::from_millis(200);
+        let (mut ra, mut rb, mut rd) = (a.recv_stream(), b.recv_stream(), d.recv_stream());
+        assert_eq!(ra.uses_ring(), ring);
+        if !ring {
+            // One receive at a time: nothing is shared, nothing pauses.
+            let got: Vec<Vec<u8>> = vec![
+                collect(ra).await,
+                collect(rb).await,
+                collect(c.recv_stream()).await,
+                collect(rd).await,
+            ];
+            assert!(got == data, "bytes differ");
+            return;
+        }
+        // A slow reader holds everything it gets: its share, no more.
+        let held_a = pull_until_quiet(&mut ra, quiet).await;
+        assert_eq!(held_a.len(), 4, "a reader with a share of 4 holds");
+        assert_eq!(ra.pauses(), 0);
+        // C moves all its bytes while A holds on.
+        let got_c = collect(c.recv_stream()).await;
+        assert!(
+            got_c == data[2],
+            "C: {} of {} bytes",
+            got_c.len(),
+            data[2].len()
+        );
+        // B takes the other half of the ring...
+        let held_b = pull_until_quiet(&mut rb, quiet).await;
+        assert_eq!(held_b.len(), 4);
+        // ...so D finds none: its receive pauses and the stream stays open.
+        let none = pull_until_quiet(&mut rd, quiet).await;
+        assert!(
+            none.is_empty(),
+            "D got {} buffers from an empty ring",
+            none.len()
+        );
+        assert!(rd.pauses() >= 1, "D did not pause with the ring empty");
+        // B's buffers back: D goes on, and every stream finishes whole.
+        let mut got_b = bytes_of(&held_b);
+        drop(held_b);
+        let got_d = collect(rd).await;
+        assert!(
+            got_d == data[3],
+            "D: {} of {} bytes",
+            got_d.len(),
+            data[3].len()
+        );
+        let mut got_a = bytes_of(&held_a);
+        drop(held_a);
+        got_a.extend(collect(ra).await);
+        got_b.extend(collect(rb).await);
+        assert!(
+            got_a == data[0],
+            "A: {} of {} bytes",
+            got_a.len(),
+            data[0].len()
+        );
+        assert!(
+            got_b == data[1],
+            "B: {} of {} bytes",
+            got_b.len(),
+            data[1].len()
+        );
+    });
+    for t in senders {
+        t.join().unwrap();
+    }
+}
+
+/// With a share as large as the ring, the receive is multishot: armed
+/// once, a completion per buffer; every byte still arrives in order.
+#[test]
+fn a_multishot_receive_carries_every_byte() {
+    let e = AsyncEngine::builder()
+        .recv_buffers(16, 2048)
+        .recv_buffer_share(16)
+        .build()
+        .unwrap();
+    let mut p = pairs(&e, 1);
+    let (s, peer) = p.pop().unwrap();
+    let data = payload(3, 1 << 20);
+    let sender = send_from_thread(peer, data.clone());
+    let got = futures::executor::block_on(collect(s.recv_stream()));
+    sender.join().unwrap();
+    assert!(got == data, "{} of {} bytes", got.len(), data.len());
+}
+
+/// Receive streams dropped after a few items, and owned reads between
+/// them, over 2 MiB: what a dropped stream's armed receive took comes out
+/// of the next read or stream, in order. Single-shot and multishot.
+#[test]
+fn a_dropped_receive_stream_loses_no_bytes() {
+    for share in [32, 64] {
+        dropped_streams_lose_no_bytes(share);
+    }
+}
+
+fn dropped_streams_lose_no_bytes(share: usize) {
+    let e = AsyncEngine::builder()
+        .recv_buffers(64, 512)
+        .recv_buffer_share(share)
+        .build()
+        .unwrap();
+    let mut p = pairs(&e, 1);
+    let (s, peer) = p.pop().unwrap();
+    let data = payload(7, 2 << 20);
+    let sender = send_from_thread(peer, data.clone());
+    let got = futures::executor::block_on(async {
+        let mut got = Vec::new();
+        let mut round = 0usize;
+        loop {
+            round += 1;
+            if round % 3 == 0 {
+                let (n, buf) = s.read(vec![0u8; 700]).await;
+                let n = n.unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+                continue;
+            }
+            let mut r = s.recv_stream();
+            let mut ended = false;
+            for _ in 0..(round % 4 + 1) {
+                match r.next().await {
+                    Some(b) => got.extend_from_slice(&b.unwrap()),
+                    None => {
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+            drop(r);
+            if ended {
+                break;
+            }
+        }
+        got
+    });
+    sender.join().unwrap();
+    assert_eq!(got.len(), data.len(), "share {share}");
+    assert!(got == data, "bytes differ with a share of {share}");
+}
+
+/// A vectored write sends its buffers in order, in one call.
+#[test]
+fn writev_sends_buffers_in_order() {
+    let e = AsyncEngine::new().unwrap();
+    let mut p = pairs(&e, 1);
+    let (s, mut peer) = p.pop().unwrap();
+    let bufs = vec![
+        b"one ".to_vec(),
+        Vec::new(),
+        b"two ".to_vec(),
+        b"three".to_vec(),
+    ];
+    let (n, back) = futures::executor::block_on(s.writev(bufs));
+    assert_eq!(n.unwrap(), 13);
+    assert_eq!(back.len(), 4, "the buffers come back");
+    drop(s);
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut peer, &mut got).unwrap();
+    assert_eq!(got, "one two three");
+}
+
+/// A bad buffer shape is refused when the engine is built, naming the
+/// option.
+#[test]
+fn a_bad_buffer_shape_is_refused_by_name() {
+    let err = AsyncEngine::builder()
+        .recv_buffers(100, 4096)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("recv_buffers"), "{err}");
+}
