@@ -63,6 +63,10 @@ pub struct Row {
     pub p99_us: f64,
     /// Median p99.9.
     pub p999_us: f64,
+    /// Median server CPU time per request, microseconds.
+    pub cpu_us_per_req: f64,
+    /// Median server context switches per request.
+    pub switches_per_req: f64,
     /// Requests per second over tokio's in the same round: median, lowest,
     /// highest.
     pub rps_vs_tokio: Option<[f64; 3]>,
@@ -161,6 +165,8 @@ fn summarise(connections: usize, per: &[Vec<Load>]) -> Vec<Row> {
                 p50_us: m(|l| l.p50_us),
                 p99_us: m(|l| l.p99_us),
                 p999_us: m(|l| l.p999_us),
+                cpu_us_per_req: m(|l| l.server_cpu_us_per_req),
+                switches_per_req: m(|l| l.server_switches_per_req),
                 rps_vs_tokio: paired(|l| l.rps),
                 p99_vs_tokio: paired(|l| l.p99_us),
             }
@@ -172,18 +178,20 @@ fn table(args: &NetBenchArgs, rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "HTTP/1.1 keep-alive, fixed response; server on CPU {}, wrk (1 thread) on CPU {};\n{} rounds of {} s, alternating; medians, ratios to tokio paired per round (lowest-highest):\n",
+        "HTTP/1.1 keep-alive, fixed response; server on CPU {}, wrk (1 thread) on CPU {};\n{} rounds of {} s, alternating; medians, ratios to tokio paired per round (lowest-highest);\nCPU us/r and cs/r: the server's CPU time and context switches per request (getrusage):\n",
         args.server_cpu, args.client_cpu, args.rounds, args.seconds
     );
     let _ = writeln!(
         s,
-        "{:>6}  {:<15} {:>10} {:>9} {:>9} {:>9}  {:<22} {:<22}",
+        "{:>6}  {:<15} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7}  {:<22} {:<22}",
         "conns",
         "runtime",
         "req/s",
         "p50 us",
         "p99 us",
         "p99.9 us",
+        "CPU us/r",
+        "cs/r",
         "req/s vs tokio",
         "p99 vs tokio"
     );
@@ -196,13 +204,15 @@ fn table(args: &NetBenchArgs, rows: &[Row]) -> String {
         let errors: u64 = r.rounds.iter().map(|l| l.errors).sum();
         let _ = writeln!(
             s,
-            "{:>6}  {:<15} {:>10.0} {:>9.0} {:>9.0} {:>9.0}  {:<22} {:<22}{}",
+            "{:>6}  {:<15} {:>10.0} {:>9.0} {:>9.0} {:>9.0} {:>8.2} {:>7.3}  {:<22} {:<22}{}",
             r.connections,
             r.runtime.name(),
             r.rps,
             r.p50_us,
             r.p99_us,
             r.p999_us,
+            r.cpu_us_per_req,
+            r.switches_per_req,
             r3(r.rps_vs_tokio),
             r3(r.p99_vs_tokio),
             if errors > 0 {

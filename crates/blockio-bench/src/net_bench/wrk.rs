@@ -20,6 +20,13 @@ pub struct Load {
     pub p999_us: f64,
     /// Socket errors and non-2xx responses.
     pub errors: u64,
+    /// Requests completed.
+    pub requests: u64,
+    /// The server's CPU time (user + system, every thread of this process;
+    /// wrk is a child and not counted) per request, microseconds.
+    pub server_cpu_us_per_req: f64,
+    /// The server's context switches (voluntary and not) per request.
+    pub server_switches_per_req: f64,
 }
 
 /// wrk's Lua hook that prints the figures on one line.
@@ -44,6 +51,7 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, cpu: usize)
     let mut script = tempfile_in_tmp()?;
     script.1.write_all(REPORT.as_bytes())?;
     let secs = duration.as_secs().max(1);
+    let before = Usage::now();
     let out = Command::new("taskset")
         .args(["-c", &cpu.to_string(), "wrk", "-t1"])
         .arg(format!("-c{connections}"))
@@ -53,6 +61,7 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, cpu: usize)
         .arg(format!("http://{addr}/"))
         .output()
         .context("cannot run wrk (apt-get install wrk; scripts/install-deps does)")?;
+    let used = Usage::now().since(&before);
     let _ = std::fs::remove_file(&script.0);
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
@@ -62,7 +71,38 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration, cpu: usize)
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    parse(&text).with_context(|| format!("wrk printed no figures:\n{text}"))
+    let mut load = parse(&text).with_context(|| format!("wrk printed no figures:\n{text}"))?;
+    let per = |x: f64| x / load.requests.max(1) as f64;
+    load.server_cpu_us_per_req = per(used.cpu_us);
+    load.server_switches_per_req = per(used.switches);
+    Ok(load)
+}
+
+/// This process's resource use so far (its threads, not its children).
+struct Usage {
+    cpu_us: f64,
+    switches: f64,
+}
+
+impl Usage {
+    fn now() -> Usage {
+        // SAFETY: all-zero is a valid rusage, which getrusage fills.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: writes into the live `u`.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+        let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+        Usage {
+            cpu_us: us(u.ru_utime) + us(u.ru_stime),
+            switches: (u.ru_nvcsw + u.ru_nivcsw) as f64,
+        }
+    }
+
+    fn since(&self, before: &Usage) -> Usage {
+        Usage {
+            cpu_us: self.cpu_us - before.cpu_us,
+            switches: self.switches - before.switches,
+        }
+    }
 }
 
 fn tempfile_in_tmp() -> Result<(std::path::PathBuf, std::fs::File)> {
@@ -89,6 +129,9 @@ fn parse(text: &str) -> Option<Load> {
         p99_us: p99,
         p999_us: p999,
         errors: errors as u64,
+        requests: requests as u64,
+        server_cpu_us_per_req: 0.0,
+        server_switches_per_req: 0.0,
     })
 }
 
