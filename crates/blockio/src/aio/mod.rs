@@ -288,6 +288,12 @@ impl AsyncEngine {
         &self.inner.driver
     }
 
+    /// The shape of the engine's receive buffers (also the buffer size
+    /// of receive streams where there is no ring).
+    pub(crate) fn recv_shape(&self) -> RingShape {
+        self.inner.recv_shape
+    }
+
     /// The engine's receive-buffer ring, registered with its io_uring at
     /// the first call; `None` where there is none to have: the thread-pool
     /// backend, a kernel before 6.0 (no multishot receive), or a

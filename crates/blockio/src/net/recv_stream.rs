@@ -258,10 +258,7 @@ impl<'a> RecvStream<'a> {
                 cancelling: false,
                 paused: false,
             }),
-            None => How::Single(
-                None,
-                crate::aio::buf_ring::RingShape::default().size as usize,
-            ),
+            None => How::Single(None, core.sock.engine.recv_shape().size as usize),
         };
         RecvStream {
             core,
