@@ -145,6 +145,14 @@ pub(crate) struct DriverShared {
 }
 
 impl DriverShared {
+    /// Adds work to the queue with `add`, and wakes the driver if it sleeps.
+    fn enqueue(&self, add: impl FnOnce(&mut Queued)) {
+        add(&mut self.queue.lock().unwrap_or_else(|e| e.into_inner()));
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
     fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
@@ -434,15 +442,7 @@ impl Driver {
                     let _ = tx.send(kept.as_ref().map(drop).map_err(clone_error));
                     kept
                 });
-                shared
-                    .queue
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .setups
-                    .push(run);
-                if shared.sleeping.swap(false, Ordering::SeqCst) {
-                    shared.wake();
-                }
+                shared.enqueue(|q| q.setups.push(run));
                 rx.recv()
                     .map_err(|_| io::Error::other("the blockio-aio driver thread is gone"))?
             }
@@ -483,17 +483,7 @@ impl Driver {
     /// on a pool thread cannot be interrupted and finishes.
     pub(crate) fn cancel(&self, target: Cancel) {
         match self {
-            Driver::Uring(shared) => {
-                shared
-                    .queue
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .cancels
-                    .push(target);
-                if shared.sleeping.swap(false, Ordering::SeqCst) {
-                    shared.wake();
-                }
-            }
+            Driver::Uring(shared) => shared.enqueue(|q| q.cancels.push(target)),
             Driver::Inline(ring) => {
                 let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(r) = guard.as_mut() {
@@ -507,17 +497,7 @@ impl Driver {
     /// Hands requests to the driver.
     pub(crate) fn submit(&self, reqs: impl IntoIterator<Item = Request>) {
         match self {
-            Driver::Uring(shared) => {
-                shared
-                    .queue
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .requests
-                    .extend(reqs);
-                if shared.sleeping.swap(false, Ordering::SeqCst) {
-                    shared.wake();
-                }
-            }
+            Driver::Uring(shared) => shared.enqueue(|q| q.requests.extend(reqs)),
             Driver::Inline(ring) => {
                 let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
                 let r = guard
