@@ -120,6 +120,22 @@ pub(crate) fn submit_and_wait_or_abort(ring: &mut IoUring, want: usize) {
     }
 }
 
+/// Whether the running kernel is at least `major.minor`: for features the
+/// opcode probe cannot tell apart, because they are flags of an opcode
+/// older kernels also have (multishot receive needs 6.0, multishot accept
+/// 5.19).
+pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return false;
+    };
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (ma, mi) >= (major, minor)
+}
+
 #[cfg(test)]
 mod tests {
     use super::RingFlags;

@@ -1,8 +1,8 @@
 //! Shutting down with connections live: a runtime dropped while its tasks
-//! wait in reads, multishot receives, writes and an accept, then the
-//! engine dropped. Every
-//! descriptor is closed (counted in `/proc/self/fd`; its own test binary,
-//! so no other test opens descriptors meanwhile).
+//! wait in reads, multishot receives and writes, with a multishot accept
+//! armed that has taken connections nobody took yet, then the engine
+//! dropped. Every descriptor is closed (counted in `/proc/self/fd`; its
+//! own test binary, so no other test opens descriptors meanwhile).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -32,8 +32,9 @@ fn dropping_everything_with_operations_live_leaks_no_descriptor() {
         }
         let (tx, rx) = std::sync::mpsc::channel();
         rt.spawn(async move {
+            let mut incoming = listener.incoming();
             for i in 0..20 {
-                let (s, _) = listener.accept().await.unwrap();
+                let (s, _) = incoming.next().await.unwrap();
                 tokio::spawn(async move {
                     if i % 3 == 0 {
                         // A read that waits forever (the peer sends nothing).
@@ -53,10 +54,15 @@ fn dropping_everything_with_operations_live_leaks_no_descriptor() {
                 });
             }
             tx.send(()).unwrap();
-            // An accept that waits forever.
-            let _ = listener.accept().await;
+            // The multishot accept stays armed; this task never takes
+            // the connections it accepts from now on.
+            std::future::pending::<()>().await;
+            drop(incoming);
         });
         rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        for _ in 0..5 {
+            peers.push(std::net::TcpStream::connect(addr).unwrap());
+        }
         std::thread::sleep(Duration::from_millis(100));
         drop(rt);
         drop(engine);

@@ -257,21 +257,6 @@ impl Drop for BufRing {
     }
 }
 
-/// Whether the running kernel is at least `major.minor` (multishot
-/// receive needs 6.0; the opcode probe cannot tell, since the opcode is
-/// the plain receive's).
-pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
-        return false;
-    };
-    let mut parts = release
-        .trim()
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (ma, mi) >= (major, minor)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -303,7 +303,7 @@ impl AsyncEngine {
         self.inner
             .recv_ring
             .get_or_init(|| {
-                if self.inner.backend != Backend::IoUring || !buf_ring::kernel_at_least(6, 0) {
+                if self.inner.backend != Backend::IoUring || !crate::ring::kernel_at_least(6, 0) {
                     return None;
                 }
                 let ring = Arc::new(BufRing::new(self.inner.recv_shape).ok()?);

@@ -100,6 +100,7 @@
 //! ready, waits in an epoll set (through the `polling` crate) that one
 //! thread watches. Idle connections hold no thread on either backend.
 
+mod accepts;
 mod adapters;
 mod limit;
 mod poll_io;

@@ -1,13 +1,18 @@
 //! TCP: a listener that accepts, and a stream that reads and writes.
 
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::OwnedFd;
+use std::pin::Pin;
 use std::sync::Mutex;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use super::accepts::AcceptQueue;
 use super::limit::{connect_timed_out, with_limit};
 use super::poll_io::PollIo;
 use super::socket::Sock;
@@ -71,8 +76,10 @@ impl TcpListenerOptions {
         socket.bind(&addr.into()).map_err(fail)?;
         socket.listen(self.backlog).map_err(fail)?;
         let local = socket.local_addr().map_err(fail)?;
+        let sock = Sock::new(socket, engine).map_err(fail)?;
         Ok(TcpListener {
-            sock: Sock::new(socket, engine).map_err(fail)?,
+            accepts: AcceptQueue::new(&sock),
+            sock,
             local: local.as_socket().unwrap_or(addr),
         })
     }
@@ -109,6 +116,9 @@ fn first_addr(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
 pub struct TcpListener {
     sock: Sock,
     local: SocketAddr,
+    /// The multishot accept of [`incoming`](Self::incoming), and what it
+    /// accepted that nobody took yet.
+    accepts: AcceptQueue,
 }
 
 impl TcpListener {
@@ -122,22 +132,47 @@ impl TcpListener {
 
     /// Accepts a connection: the stream and the peer's address.
     ///
+    /// A connection that [`incoming`](Self::incoming)'s multishot accept
+    /// took and nobody has taken yet comes first.
+    ///
     /// # Errors
     /// The listener's own error, naming its address. `EMFILE` and `ENFILE`
     /// (no descriptors left) leave the listener usable: accept again once
     /// descriptors are free; the waiting connection is still queued.
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        if let Some(r) = self.accepts.take() {
+            return self.accepted(r, None);
+        }
         let (res, addr) = self.sock.accept().await;
+        let fd = res.map(|fd| {
+            // SAFETY: a successful accept returns a new descriptor that
+            // nobody else owns.
+            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
+        });
+        self.accepted(fd, addr.into_addr().as_socket())
+    }
+
+    /// The stream of an accept's result; `peer` when the accept wrote it,
+    /// or else asked of the socket.
+    fn accepted(
+        &self,
+        res: io::Result<OwnedFd>,
+        peer: Option<SocketAddr>,
+    ) -> io::Result<(TcpStream, SocketAddr)> {
         let local = self.local.to_string();
-        let fd = res.map_err(|e| NetError::wrap(OpKind::Accept, &local, e))?;
-        // SAFETY: a successful accept returns a new descriptor that nobody
-        // else owns.
-        let socket = unsafe { <Socket as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
-        let peer = addr.into_addr().as_socket().ok_or_else(|| {
-            io::Error::other(format!("accept on {local}: the peer has no IP address"))
-        })?;
-        let sock = Sock::new(socket, &self.sock.engine)
-            .map_err(|e| NetError::wrap(OpKind::Accept, &local, e))?;
+        let wrap = |e| NetError::wrap(OpKind::Accept, &local, e);
+        let socket = Socket::from(res.map_err(wrap)?);
+        let peer = match peer {
+            Some(p) => p,
+            None => socket
+                .peer_addr()
+                .map_err(wrap)?
+                .as_socket()
+                .ok_or_else(|| {
+                    io::Error::other(format!("accept on {local}: the peer has no IP address"))
+                })?,
+        };
+        let sock = Sock::new(socket, &self.sock.engine).map_err(wrap)?;
         let stream = TcpStream {
             core: StreamCore::new(sock, peer.to_string()),
             poll: Mutex::default(),
@@ -155,10 +190,20 @@ impl TcpListener {
     /// lasts), so a server at its descriptor limit neither dies nor spins,
     /// and accepting resumes once descriptors are closed. Other errors are
     /// yielded as they come, without a pause.
+    ///
+    /// On io_uring with Linux 5.19 or later, one multishot accept is armed
+    /// while the stream waits, and each connection costs a completion and
+    /// no submission ([`Incoming::multishot`]). It is cancelled when the
+    /// stream is dropped, or when 64 connections it accepted wait to be
+    /// taken (the rest then wait in the kernel's backlog); a connection it
+    /// accepted that the stream did not yield goes to the listener's next
+    /// [`accept`](Self::accept) or stream. Elsewhere each connection is one
+    /// accept.
     pub fn incoming(&self) -> Incoming<'_> {
         Incoming {
             listener: self,
             backoff: None,
+            pause: None,
             next: None,
         }
     }
@@ -167,6 +212,14 @@ impl TcpListener {
     /// chose, when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+}
+
+impl Drop for TcpListener {
+    /// Cancels the multishot accept, if armed; connections it still
+    /// accepts are closed once its last completion is in.
+    fn drop(&mut self) {
+        self.accepts.disarm(&self.sock);
     }
 }
 
@@ -183,38 +236,50 @@ pub struct Incoming<'a> {
     listener: &'a TcpListener,
     /// The pause before the next accept while descriptors are short.
     backoff: Option<Duration>,
-    /// The accept in progress, for `Stream::poll_next`.
+    /// That pause, running.
+    pause: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The single accept in progress, where there is no multishot accept.
     next: Option<AcceptFuture<'a>>,
 }
 
-type AcceptFuture<'a> = std::pin::Pin<
-    Box<dyn std::future::Future<Output = io::Result<(TcpStream, SocketAddr)>> + Send + 'a>,
->;
+type AcceptFuture<'a> =
+    Pin<Box<dyn Future<Output = io::Result<(TcpStream, SocketAddr)>> + Send + 'a>>;
 
 /// The shortest and longest pause after `EMFILE`/`ENFILE`.
 const FD_BACKOFF: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(100));
 
-impl<'a> Incoming<'a> {
+impl Incoming<'_> {
     /// The next connection (or the next accept's error).
     ///
     /// # Errors
     /// As [`TcpListener::accept`]; the stream goes on after any of them.
     pub async fn next(&mut self) -> io::Result<(TcpStream, SocketAddr)> {
-        let fut = self.start();
-        let r = fut.await;
-        self.settle(&r);
-        r
+        std::future::poll_fn(|cx| self.poll_accept(cx)).await
     }
 
-    fn start(&mut self) -> AcceptFuture<'a> {
+    /// Whether connections come from one multishot accept (io_uring,
+    /// Linux 5.19 or later) rather than an accept each.
+    pub fn multishot(&self) -> bool {
+        self.listener.accepts.multishot()
+    }
+
+    fn poll_accept(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<(TcpStream, SocketAddr)>> {
+        if let Some(p) = self.pause.as_mut() {
+            std::task::ready!(p.as_mut().poll(cx));
+            self.pause = None;
+        }
         let listener = self.listener;
-        let pause = self.backoff;
-        Box::pin(async move {
-            if let Some(d) = pause {
-                super::limit::pause(d).await;
-            }
-            listener.accept().await
-        })
+        let r = if listener.accepts.multishot() {
+            let fd = std::task::ready!(listener.accepts.poll_next(&listener.sock, cx));
+            listener.accepted(fd, None)
+        } else {
+            let fut = self.next.get_or_insert_with(|| Box::pin(listener.accept()));
+            let r = std::task::ready!(fut.as_mut().poll(cx));
+            self.next = None;
+            r
+        };
+        self.settle(&r);
+        Poll::Ready(r)
     }
 
     /// Sets the pause before the next accept from this one's result.
@@ -225,30 +290,26 @@ impl<'a> Incoming<'a> {
             None => FD_BACKOFF.0,
             Some(d) => (d * 2).min(FD_BACKOFF.1),
         });
+        self.pause = self
+            .backoff
+            .map(|d| Box::pin(super::limit::pause(d)) as Pin<Box<dyn Future<Output = ()> + Send>>);
     }
 }
 
 impl futures_core::Stream for Incoming<'_> {
     type Item = io::Result<(TcpStream, SocketAddr)>;
 
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        let mut fut = match this.next.take() {
-            Some(f) => f,
-            None => this.start(),
-        };
-        match fut.as_mut().poll(cx) {
-            std::task::Poll::Ready(r) => {
-                this.settle(&r);
-                std::task::Poll::Ready(Some(r))
-            }
-            std::task::Poll::Pending => {
-                this.next = Some(fut);
-                std::task::Poll::Pending
-            }
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_accept(cx).map(Some)
+    }
+}
+
+impl Drop for Incoming<'_> {
+    /// Stops the multishot accept; what it still accepts stays queued for
+    /// the listener.
+    fn drop(&mut self) {
+        if self.listener.accepts.multishot() {
+            self.listener.accepts.disarm(&self.listener.sock);
         }
     }
 }
@@ -257,6 +318,7 @@ impl fmt::Debug for Incoming<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Incoming")
             .field("local", &self.listener.local)
+            .field("multishot", &self.multishot())
             .field("backoff", &self.backoff)
             .finish()
     }

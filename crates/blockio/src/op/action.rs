@@ -399,6 +399,32 @@ impl Lower for Accept {
     }
 }
 
+/// Accepts connections again and again: `IORING_OP_ACCEPT` with
+/// `IORING_ACCEPT_MULTISHOT` (5.19+). Each completion carries one new
+/// descriptor (close-on-exec, blocking, like [`Accept`]'s); the request
+/// stays armed while completions carry `IORING_CQE_F_MORE`. No peer
+/// address is written (one buffer would be shared by every completion);
+/// the caller asks the new socket. There is no blocking form: it is
+/// issued only on io_uring.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcceptMulti;
+
+impl Lower for AcceptMulti {
+    fn kind(&self) -> OpKind {
+        OpKind::Accept
+    }
+    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+        opcode::AcceptMulti::new(types::Fd(fd))
+            .flags(ACCEPT_FLAGS)
+            .build()
+    }
+    unsafe fn call(&self, _fd: RawFd) -> isize {
+        // SAFETY: sets this thread's errno, which `call_raw` reads back.
+        unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+        -1
+    }
+}
+
 /// Connects a socket: `connect`, `IORING_OP_CONNECT`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Connect {
@@ -571,6 +597,7 @@ pub(crate) enum Action {
     Mkdir(MkdirAt),
     Symlink(SymlinkAt),
     Accept(Accept),
+    AcceptMulti(AcceptMulti),
     Connect(Connect),
     Recv(SocketRecv),
     Send(SocketSend),
@@ -593,6 +620,7 @@ macro_rules! dispatch {
             Action::Mkdir($k) => $body,
             Action::Symlink($k) => $body,
             Action::Accept($k) => $body,
+            Action::AcceptMulti($k) => $body,
             Action::Connect($k) => $body,
             Action::Recv($k) => $body,
             Action::Send($k) => $body,
