@@ -37,9 +37,13 @@ enum Cmd {
     /// `blockio cp` against GNU `cp -r` and `blockio sum` against `b3sum`,
     /// on trees it generates, warm and cold.
     TreeBench(tree_bench::TreeBenchArgs),
-    /// One HTTP/1.1 server on tokio's epoll reactor and on blockio::net,
-    /// loaded by wrk on another CPU: requests/s and latency, side by side.
+    /// The same servers (HTTP/1.1, echo, a checksum stream) on tokio's
+    /// epoll reactor, on blockio::net and on monoio, loaded from another
+    /// CPU: rates, latency and the server's cost per request, side by side.
     NetBench(net_bench::NetBenchArgs),
+    /// The echo and stream client `net-bench` runs as a child process.
+    #[command(hide = true)]
+    NetLoad(net_bench::load::LoadArgs),
     /// Checksums of files and directory trees (BLAKE3 by default), in the
     /// format of b3sum and sha256sum; -c checks such a list.
     Sum(SumArgs),
@@ -172,6 +176,7 @@ fn main() {
         Cmd::Cp(args) => cp::run(args),
         Cmd::TreeBench(args) => tree_bench::run(args).map(|()| true),
         Cmd::NetBench(args) => net_bench::run(args).map(|()| true),
+        Cmd::NetLoad(args) => net_bench::load::run_child(args).map(|()| true),
     };
     match result {
         Ok(true) => {}

@@ -1,10 +1,13 @@
-//! `blockio net-bench` end to end: every runtime serves wrk's requests
-//! without errors, and the report has every figure.
+//! `blockio net-bench` end to end: every runtime serves every workload
+//! (HTTP from wrk on one and two server threads, echo, the checksum
+//! stream) without errors, the checksum stream's digests match, and the
+//! report has every figure, the targets and the SVG.
 
 use std::process::Command;
 
 #[test]
-fn every_runtime_serves_wrk_without_errors() {
+fn every_runtime_serves_every_workload_without_errors() {
+    let svg = std::env::temp_dir().join(format!("net-bench-{}.svg", std::process::id()));
     let o = Command::new(env!("CARGO_BIN_EXE_blockio"))
         .args([
             "net-bench",
@@ -12,40 +15,78 @@ fn every_runtime_serves_wrk_without_errors() {
             "1",
             "--rounds",
             "1",
+            "--workloads",
+            "http,http2,echo,stream",
             "--connections",
             "8",
+            "--two-thread-connections",
+            "8",
+            "--echo-sizes",
+            "4096",
+            "--echo-connections",
+            "4",
+            "--stream-mib",
+            "64",
             "--server-cpu",
             "0",
             "--client-cpu",
             "0",
             "--json",
+            "--svg",
         ])
+        .arg(&svg)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let rows = rows.as_array().unwrap();
-    let names: Vec<&str> = rows
-        .iter()
-        .map(|r| r["runtime"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        ["tokio", "blockio", "blockio-inline", "blockio-tick"]
-    );
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    let runtimes = [
+        "tokio",
+        "blockio",
+        "blockio-inline",
+        "blockio-tick",
+        "monoio",
+    ];
+    for label in ["http 8c", "http 8c 2t", "echo 4096B 4c", "stream 64 MiB"] {
+        let names: Vec<&str> = rows
+            .iter()
+            .filter(|r| r["label"] == label)
+            .map(|r| r["runtime"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, runtimes, "{label}");
+    }
     for r in rows {
-        assert!(r["rps"].as_f64().unwrap() > 100.0, "{r}");
-        assert!(r["p99_us"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["rate"].as_f64().unwrap() > 10.0, "{r}");
+        assert!(r["cpu_us_per_unit"].as_f64().unwrap() > 0.0, "{r}");
         let errors: u64 = r["rounds"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|l| l["errors"].as_u64().unwrap())
+            .map(|l| l["outcome"]["errors"].as_u64().unwrap())
             .sum();
         assert_eq!(errors, 0, "{r}");
-        if r["runtime"] != "tokio" {
-            assert!(r["rps_vs_tokio"][0].as_f64().unwrap() > 0.0, "{r}");
+        if r["label"] != "stream 64 MiB" {
+            assert!(r["p99_us"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(!r["cdf"].as_array().unwrap().is_empty(), "{r}");
         }
+        if r["runtime"] != "tokio" {
+            assert!(r["rate_vs_tokio"][0].as_f64().unwrap() > 0.0, "{r}");
+        }
+        // perf is installed by scripts/install-deps, and root may read
+        // tracepoints.
+        assert!(r["syscalls_per_unit"].as_f64().unwrap() > 0.0, "{r}");
     }
+    let targets = doc["targets"].as_array().unwrap();
+    assert!(
+        targets.iter().any(|t| t["target"]
+            .as_str()
+            .unwrap()
+            .starts_with("stream 64 MiB: MB/s")),
+        "{targets:?}"
+    );
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    assert!(chart.starts_with("<svg") && chart.trim_end().ends_with("</svg>"));
+    assert_eq!(chart.matches("<polyline").count(), 3 * runtimes.len());
 }

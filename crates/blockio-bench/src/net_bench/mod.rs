@@ -1,97 +1,200 @@
-//! `blockio net-bench`: one HTTP/1.1 keep-alive server, written once
-//! ([`http`]), run on each runtime ([`servers`]), loaded by `wrk` pinned
-//! to another CPU ([`wrk`]), in alternating rounds; the table gives each
-//! runtime's median with the spread, and its ratio to tokio paired per
-//! round.
+//! `blockio net-bench`: the same servers, written once ([`service`]), run
+//! on each runtime ([`servers`]) and loaded by a client on another CPU
+//! (`wrk` for HTTP, [`load`]'s client for echo and the checksum stream),
+//! in alternating rounds. The table gives each runtime's median with the
+//! spread, its ratio to tokio (and to monoio) paired per round, and what
+//! the server spent per unit of work: CPU time, context switches and
+//! system calls ([`usage`]). The targets the benchmark was built for are
+//! checked at the end ([`verdict`]); `--svg` draws requests per second
+//! and the latency CDFs ([`chart`]).
 //!
 //! wrk measures latency from when it sends each request, without
 //! correcting for coordinated omission (wrk2 would; Debian ships wrk).
 
-pub mod http;
+pub mod chart;
+pub mod load;
 pub mod servers;
+pub mod service;
+pub mod usage;
+pub mod verdict;
+pub mod workload;
 pub mod wrk;
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use indicatif::ProgressBar;
 
 use crate::measure::median;
-use servers::{Runtime, Service};
-use wrk::Load;
+use load::Outcome;
+use servers::Runtime;
+use usage::{Syscalls, Usage};
+use workload::{Target, Workload};
 
 /// Options of `blockio net-bench`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct NetBenchArgs {
-    /// Seconds of load per run.
+    /// Seconds of load per run (the checksum stream runs until its bytes
+    /// are through).
     #[arg(long, default_value_t = 5)]
     pub seconds: u64,
     /// Rounds: every runtime runs once per round, in alternating order;
     /// medians are over rounds.
     #[arg(long, default_value_t = 5)]
     pub rounds: usize,
-    /// Connections wrk keeps open, comma separated (each value is one
-    /// workload).
+    /// Workload families to run, comma separated: http (one server
+    /// thread), http2 (two server threads, sharing the CPUs with wrk),
+    /// echo, stream.
+    #[arg(long, value_delimiter = ',', default_values_t = ["http".to_string(), "echo".into(), "stream".into(), "http2".into()])]
+    pub workloads: Vec<String>,
+    /// HTTP: connections wrk keeps open, comma separated (each value is
+    /// one workload).
     #[arg(long, value_delimiter = ',', default_values_t = [50usize, 1000])]
     pub connections: Vec<usize>,
-    /// The CPU the server thread is pinned to.
+    /// HTTP with two server threads: connections.
+    #[arg(long, default_value_t = 1000)]
+    pub two_thread_connections: usize,
+    /// Echo: message sizes in bytes, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [128usize, 4096])]
+    pub echo_sizes: Vec<usize>,
+    /// Echo: connections, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 50, 500])]
+    pub echo_connections: Vec<usize>,
+    /// Checksum stream: MiB sent over loopback.
+    #[arg(long, default_value_t = 2048)]
+    pub stream_mib: u64,
+    /// The CPU a single server thread is pinned to.
     #[arg(long, default_value_t = 0)]
     pub server_cpu: usize,
-    /// The CPU wrk is pinned to.
+    /// The CPU the client is pinned to (with one server thread).
     #[arg(long, default_value_t = 1)]
     pub client_cpu: usize,
+    /// Also write an SVG of requests per second and latency CDFs here.
+    #[arg(long)]
+    pub svg: Option<std::path::PathBuf>,
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
 }
 
+impl NetBenchArgs {
+    /// The workloads the options name, in report order.
+    pub fn workloads(&self) -> Result<Vec<Workload>> {
+        let mut out = Vec::new();
+        for family in &self.workloads {
+            match family.as_str() {
+                "http" => out.extend(self.connections.iter().map(|&c| Workload::Http {
+                    connections: c,
+                    threads: 1,
+                })),
+                "http2" => out.push(Workload::Http {
+                    connections: self.two_thread_connections,
+                    threads: 2,
+                }),
+                "echo" => {
+                    for &size in &self.echo_sizes {
+                        out.extend(
+                            self.echo_connections
+                                .iter()
+                                .map(|&connections| Workload::Echo { size, connections }),
+                        );
+                    }
+                }
+                "stream" => out.push(Workload::Stream {
+                    bytes: self.stream_mib << 20,
+                }),
+                other => bail!("--workloads: unknown family {other:?} (http, http2, echo, stream)"),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One runtime in one round of one workload.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Round {
+    /// What the client measured.
+    pub outcome: Outcome,
+    /// Units per second.
+    pub rate: f64,
+    /// The server's CPU time per unit, microseconds.
+    pub cpu_us_per_unit: f64,
+    /// The server's context switches per unit.
+    pub switches_per_unit: f64,
+    /// The server's system calls per unit (`None` without `perf`).
+    pub syscalls_per_unit: Option<f64>,
+}
+
 /// One runtime in one workload, over the rounds.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Row {
-    /// Connections.
-    pub connections: usize,
+    /// The workload.
+    pub workload: Workload,
+    /// Its short name.
+    pub label: String,
+    /// What a unit is (`req`, `msg`, `MB`).
+    pub unit: &'static str,
     /// The runtime.
     pub runtime: Runtime,
     /// Each round's figures.
-    pub rounds: Vec<Load>,
-    /// Median requests per second.
-    pub rps: f64,
-    /// Median latency percentiles, microseconds.
-    pub p50_us: f64,
+    pub rounds: Vec<Round>,
+    /// Median units per second.
+    pub rate: f64,
+    /// Median latency percentiles, microseconds (workloads with round
+    /// trips).
+    pub p50_us: Option<f64>,
     /// Median p99.
-    pub p99_us: f64,
+    pub p99_us: Option<f64>,
     /// Median p99.9.
-    pub p999_us: f64,
-    /// Median server CPU time per request, microseconds.
-    pub cpu_us_per_req: f64,
-    /// Median server context switches per request.
-    pub switches_per_req: f64,
-    /// Requests per second over tokio's in the same round: median, lowest,
-    /// highest.
-    pub rps_vs_tokio: Option<[f64; 3]>,
+    pub p999_us: Option<f64>,
+    /// The latency CDF: (percentile, median microseconds over rounds).
+    pub cdf: Vec<(f64, f64)>,
+    /// Median server CPU time per unit, microseconds.
+    pub cpu_us_per_unit: f64,
+    /// Median server context switches per unit.
+    pub switches_per_unit: f64,
+    /// Median server system calls per unit.
+    pub syscalls_per_unit: Option<f64>,
+    /// Rate over tokio's in the same round: median, lowest, highest.
+    pub rate_vs_tokio: Option<[f64; 3]>,
     /// p99 over tokio's in the same round: median, lowest, highest.
     pub p99_vs_tokio: Option<[f64; 3]>,
+    /// Rate over monoio's in the same round: median, lowest, highest.
+    pub rate_vs_monoio: Option<[f64; 3]>,
 }
 
 /// Runs the benchmark and prints the table (or JSON).
 pub fn run(args: &NetBenchArgs) -> Result<()> {
-    if !wrk::available() {
+    let workloads = args.workloads()?;
+    if workloads.iter().any(|w| matches!(w, Workload::Http { .. })) && !wrk::available() {
         bail!("wrk is not installed: apt-get install wrk (scripts/install-deps does)");
     }
     if args.rounds == 0 || args.seconds == 0 {
         bail!("--rounds and --seconds must be at least 1");
     }
-    raise_fd_limit(args.connections.iter().copied().max().unwrap_or(0));
-    let total = args.connections.len() * args.rounds * Runtime::ALL.len();
+    raise_fd_limit(
+        workloads
+            .iter()
+            .map(|w| match *w {
+                Workload::Http { connections, .. } | Workload::Echo { connections, .. } => {
+                    connections
+                }
+                Workload::Stream { .. } => 1,
+            })
+            .max()
+            .unwrap_or(0),
+    );
+    let count_calls = Syscalls::available();
+    let total = workloads.len() * args.rounds * Runtime::ALL.len();
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(total as u64)
     };
     let mut rows = Vec::new();
-    for &c in &args.connections {
-        let mut per: Vec<Vec<Load>> = vec![Vec::new(); Runtime::ALL.len()];
+    for w in &workloads {
+        let mut per: Vec<Vec<Round>> = vec![Vec::new(); Runtime::ALL.len()];
         for round in 0..args.rounds {
             let mut order: Vec<usize> = (0..Runtime::ALL.len()).collect();
             if round % 2 == 1 {
@@ -99,31 +202,59 @@ pub fn run(args: &NetBenchArgs) -> Result<()> {
             }
             for i in order {
                 let rt = Runtime::ALL[i];
-                bar.set_message(format!("{c} connections: {}", rt.name()));
-                let server = servers::start(rt, Service::Http, args.server_cpu)?;
-                let load = wrk::run(
-                    server.addr,
-                    c,
-                    Duration::from_secs(args.seconds),
-                    args.client_cpu,
-                )?;
-                drop(server);
-                per[i].push(load);
+                bar.set_message(format!("{}: {}", w.label(), rt.name()));
+                per[i].push(measure(args, w, rt, count_calls)?);
                 bar.inc(1);
             }
         }
-        rows.extend(summarise(c, &per));
+        rows.extend(summarise(w, &per));
     }
     bar.finish_and_clear();
+    if let Some(path) = &args.svg {
+        std::fs::write(path, chart::chart(&rows))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        let doc = serde_json::json!({
+            "rows": rows,
+            "targets": verdict::check(&rows),
+            "syscalls_counted": count_calls,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print!("{}", table(args, &rows));
+        print!("{}", table(args, &rows, count_calls));
+        print!("{}", verdict::report(&verdict::check(&rows)));
     }
     Ok(())
 }
 
-/// Lets wrk and the server hold `connections` sockets each.
+/// One round of `w` on `rt`: the client's figures and the server's costs.
+fn measure(args: &NetBenchArgs, w: &Workload, rt: Runtime, count_calls: bool) -> Result<Round> {
+    let server = servers::start(rt, w.service(), w.threads(args.server_cpu))?;
+    let target = Target {
+        addr: server.addr,
+        duration: Duration::from_secs(args.seconds),
+        client_cpu: args.client_cpu,
+    };
+    let calls = if count_calls { Syscalls::start() } else { None };
+    let before = Usage::now();
+    let outcome = w
+        .load(&target)
+        .with_context(|| format!("{} on {}", w.label(), rt.name()))?;
+    let used = Usage::now().since(&before);
+    let calls = calls.and_then(Syscalls::finish);
+    drop(server);
+    let units = (outcome.units / w.unit_scale()).max(f64::MIN_POSITIVE);
+    Ok(Round {
+        rate: units / outcome.seconds,
+        cpu_us_per_unit: used.cpu_us / units,
+        switches_per_unit: used.switches / units,
+        syscalls_per_unit: calls.map(|c| c / units),
+        outcome,
+    })
+}
+
+/// Lets the client and the server hold `connections` sockets each.
 fn raise_fd_limit(connections: usize) {
     let want = (connections as u64 * 2 + 256).max(1024);
     let mut lim = libc::rlimit {
@@ -146,75 +277,124 @@ fn spread(v: &[f64]) -> [f64; 3] {
     [median(v), lo, hi]
 }
 
-fn summarise(connections: usize, per: &[Vec<Load>]) -> Vec<Row> {
-    let tokio = &per[0];
+fn summarise(w: &Workload, per: &[Vec<Round>]) -> Vec<Row> {
+    let index = |r: Runtime| Runtime::ALL.iter().position(|&x| x == r).expect("listed");
+    let tokio = &per[index(Runtime::Tokio)];
+    let monoio = &per[index(Runtime::Monoio)];
     Runtime::ALL
         .iter()
         .zip(per)
-        .map(|(&runtime, loads)| {
-            let m = |f: fn(&Load) -> f64| median(&loads.iter().map(f).collect::<Vec<_>>());
-            let paired = |f: fn(&Load) -> f64| {
-                let r: Vec<f64> = loads.iter().zip(tokio).map(|(a, b)| f(a) / f(b)).collect();
-                (runtime != Runtime::Tokio).then(|| spread(&r))
+        .map(|(&runtime, rounds)| {
+            let m = |f: &dyn Fn(&Round) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
+            let lat = |f: fn(&load::Latency) -> f64| {
+                let v: Option<Vec<f64>> = rounds
+                    .iter()
+                    .map(|r| r.outcome.latency.as_ref().map(f))
+                    .collect();
+                v.map(|v| median(&v))
             };
+            let paired = |base: &[Round], skip: Runtime, f: &dyn Fn(&Round) -> Option<f64>| {
+                let r: Option<Vec<f64>> = rounds
+                    .iter()
+                    .zip(base)
+                    .map(|(a, b)| Some(f(a)? / f(b)?))
+                    .collect();
+                r.filter(|_| runtime != skip).map(|r| spread(&r))
+            };
+            let rate = |r: &Round| Some(r.rate);
+            let p99 = |r: &Round| r.outcome.latency.as_ref().map(|l| l.p99_us);
+            let calls: Option<Vec<f64>> = rounds.iter().map(|r| r.syscalls_per_unit).collect();
             Row {
-                connections,
+                workload: *w,
+                label: w.label(),
+                unit: w.unit(),
                 runtime,
-                rounds: loads.clone(),
-                rps: m(|l| l.rps),
-                p50_us: m(|l| l.p50_us),
-                p99_us: m(|l| l.p99_us),
-                p999_us: m(|l| l.p999_us),
-                cpu_us_per_req: m(|l| l.server_cpu_us_per_req),
-                switches_per_req: m(|l| l.server_switches_per_req),
-                rps_vs_tokio: paired(|l| l.rps),
-                p99_vs_tokio: paired(|l| l.p99_us),
+                rate: m(&|r| r.rate),
+                p50_us: lat(|l| l.p50_us),
+                p99_us: lat(|l| l.p99_us),
+                p999_us: lat(|l| l.p999_us),
+                cdf: median_cdf(rounds),
+                cpu_us_per_unit: m(&|r| r.cpu_us_per_unit),
+                switches_per_unit: m(&|r| r.switches_per_unit),
+                syscalls_per_unit: calls.map(|c| median(&c)),
+                rate_vs_tokio: paired(tokio, Runtime::Tokio, &rate),
+                p99_vs_tokio: paired(tokio, Runtime::Tokio, &p99),
+                rate_vs_monoio: paired(monoio, Runtime::Monoio, &rate),
+                rounds: rounds.clone(),
             }
         })
         .collect()
 }
 
-fn table(args: &NetBenchArgs, rows: &[Row]) -> String {
+/// Each CDF point's median over the rounds.
+fn median_cdf(rounds: &[Round]) -> Vec<(f64, f64)> {
+    let Some(first) = rounds.first().and_then(|r| r.outcome.latency.as_ref()) else {
+        return Vec::new();
+    };
+    (0..first.cdf.len())
+        .map(|i| {
+            let v: Vec<f64> = rounds
+                .iter()
+                .filter_map(|r| r.outcome.latency.as_ref()?.cdf.get(i).map(|p| p.1))
+                .collect();
+            (first.cdf[i].0, median(&v))
+        })
+        .collect()
+}
+
+fn table(args: &NetBenchArgs, rows: &[Row], count_calls: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "HTTP/1.1 keep-alive, fixed response; server on CPU {}, wrk (1 thread) on CPU {};\n{} rounds of {} s, alternating; medians, ratios to tokio paired per round (lowest-highest);\nCPU us/r and cs/r: the server's CPU time and context switches per request (getrusage):\n",
-        args.server_cpu, args.client_cpu, args.rounds, args.seconds
+        "Servers: one thread on CPU {} (client on CPU {}), or two threads unpinned (http ... 2t, two wrk threads);\n{} rounds of {} s, alternating; medians, ratios paired per round (lowest-highest);\nCPU/u, cs/u, calls/u: the server's CPU us, context switches and system calls per unit (req, msg, MB){}.\n",
+        args.server_cpu,
+        args.client_cpu,
+        args.rounds,
+        args.seconds,
+        if count_calls {
+            ""
+        } else {
+            "; calls not counted: perf is missing or may not read tracepoints"
+        }
     );
     let _ = writeln!(
         s,
-        "{:>6}  {:<15} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7}  {:<22} {:<22}",
-        "conns",
+        "{:<16} {:<15} {:>16} {:>8} {:>8} {:>8} {:>7} {:>7}  {:<21} {:<21} {:<21}",
+        "workload",
         "runtime",
-        "req/s",
+        "rate",
         "p50 us",
         "p99 us",
-        "p99.9 us",
-        "CPU us/r",
-        "cs/r",
-        "req/s vs tokio",
-        "p99 vs tokio"
+        "CPU/u",
+        "cs/u",
+        "calls/u",
+        "rate vs tokio",
+        "p99 vs tokio",
+        "rate vs monoio"
     );
     let r3 = |x: Option<[f64; 3]>| {
         x.map_or("-".to_string(), |[m, lo, hi]| {
-            format!("{m:.3} ({lo:.3}-{hi:.3})")
+            format!("{m:.3} ({lo:.2}-{hi:.2})")
         })
     };
+    let opt =
+        |x: Option<f64>, digits: usize| x.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     for r in rows {
-        let errors: u64 = r.rounds.iter().map(|l| l.errors).sum();
+        let errors: u64 = r.rounds.iter().map(|l| l.outcome.errors).sum();
         let _ = writeln!(
             s,
-            "{:>6}  {:<15} {:>10.0} {:>9.0} {:>9.0} {:>9.0} {:>8.2} {:>7.3}  {:<22} {:<22}{}",
-            r.connections,
+            "{:<16} {:<15} {:>16} {:>8} {:>8} {:>8.2} {:>7.3} {:>7}  {:<21} {:<21} {:<21}{}",
+            r.label,
             r.runtime.name(),
-            r.rps,
-            r.p50_us,
-            r.p99_us,
-            r.p999_us,
-            r.cpu_us_per_req,
-            r.switches_per_req,
-            r3(r.rps_vs_tokio),
+            format!("{:.0} {}/s", r.rate, r.unit),
+            opt(r.p50_us, 0),
+            opt(r.p99_us, 0),
+            r.cpu_us_per_unit,
+            r.switches_per_unit,
+            opt(r.syscalls_per_unit, 2),
+            r3(r.rate_vs_tokio),
             r3(r.p99_vs_tokio),
+            r3(r.rate_vs_monoio),
             if errors > 0 {
                 format!("  ({errors} errors)")
             } else {

@@ -1,18 +1,24 @@
-//! The contenders: the same server code ([`super::http`]) on each runtime,
-//! each on one thread pinned to one CPU.
+//! The contenders: the same server code ([`super::service`]) on each
+//! runtime. With one server thread it is pinned to one CPU; with two, each
+//! runtime runs as its users would on two threads (tokio's work-stealing
+//! pool, or a thread per core each with its own listener on one
+//! `SO_REUSEPORT` port), unpinned.
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::pin;
 use std::sync::mpsc;
 use std::task::Poll;
 
 use anyhow::{anyhow, Context, Result};
 use blockio::aio::AsyncEngine;
+use blockio::net::TcpListenerOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
 
-use super::http::{self, Conn};
+use super::service::{self, Conn};
 
 /// The engines' queue depth: every connection keeps a read in flight, so
 /// the bound must exceed the connections (the default, 256, sized for file
@@ -23,28 +29,34 @@ const NET_DEPTH: usize = 16384;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Runtime {
-    /// tokio's current-thread runtime and its epoll reactor.
+    /// tokio and its epoll reactor (current-thread; the multi-thread pool
+    /// with two server threads).
     Tokio,
-    /// `blockio::net` on tokio's current-thread runtime, completions from
-    /// the engine's driver thread.
+    /// `blockio::net` on tokio (current-thread; the multi-thread pool with
+    /// two), completions from the engine's driver thread.
     Blockio,
     /// `blockio::net` on tokio's current-thread runtime with the ring
     /// driven by the runtime's thread: tokio's reactor watches the ring's
-    /// eventfd and a task reaps completions (no driver thread).
+    /// eventfd and a task reaps completions (no driver thread). With two
+    /// server threads, a ring and a listener per thread.
     BlockioInline,
     /// As `blockio-inline`, and operations started in one round of tasks
     /// reach the kernel together, in one `io_uring_enter` by the driving
     /// task ([`AsyncEngineBuilder::submit_when_driven`](blockio::aio::AsyncEngineBuilder::submit_when_driven)).
     BlockioTick,
+    /// monoio: a ring per thread, thread-per-core, futures not `Send`; a
+    /// listener per thread.
+    Monoio,
 }
 
 impl Runtime {
     /// Every runtime, in report order.
-    pub const ALL: [Runtime; 4] = [
+    pub const ALL: [Runtime; 5] = [
         Runtime::Tokio,
         Runtime::Blockio,
         Runtime::BlockioInline,
         Runtime::BlockioTick,
+        Runtime::Monoio,
     ];
 
     /// The name in tables and on the command line.
@@ -54,7 +66,17 @@ impl Runtime {
             Runtime::Blockio => "blockio",
             Runtime::BlockioInline => "blockio-inline",
             Runtime::BlockioTick => "blockio-tick",
+            Runtime::Monoio => "monoio",
         }
+    }
+
+    /// Whether the runtime serves two threads with one listener per
+    /// thread (rather than one pool of workers sharing one listener).
+    fn listener_per_thread(self) -> bool {
+        matches!(
+            self,
+            Runtime::BlockioInline | Runtime::BlockioTick | Runtime::Monoio
+        )
     }
 }
 
@@ -66,12 +88,15 @@ pub enum Service {
     Http,
     /// Echo.
     Echo,
+    /// A checksum of everything received, answered at the end.
+    Checksum,
 }
 
 async fn run_service<C: Conn>(service: Service, conn: C) {
     let _ = match service {
-        Service::Http => http::serve(conn).await,
-        Service::Echo => http::echo(conn).await,
+        Service::Http => service::serve(conn).await,
+        Service::Echo => service::echo(conn).await,
+        Service::Checksum => service::checksum(conn).await,
     };
 }
 
@@ -91,29 +116,42 @@ impl Conn for TokioConn {
 struct BlockioConn(blockio::net::TcpStream);
 
 impl Conn for BlockioConn {
-    fn read(&mut self, buf: Vec<u8>) -> impl Future<Output = (io::Result<usize>, Vec<u8>)> + Send {
-        self.0.read(buf)
+    async fn read(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        self.0.read(buf).await
     }
-    fn write_all(
-        &mut self,
-        buf: Vec<u8>,
-    ) -> impl Future<Output = (io::Result<()>, Vec<u8>)> + Send {
-        self.0.write_all(buf)
+    async fn write_all(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
+        self.0.write_all(buf).await
     }
 }
 
-/// A server running on its own pinned thread; stops when dropped.
+struct MonoioConn(monoio::net::TcpStream);
+
+impl Conn for MonoioConn {
+    async fn read(&mut self, mut buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        use monoio::io::AsyncReadRent;
+        // monoio reads into the capacity, from the start.
+        buf.clear();
+        self.0.read(buf).await
+    }
+    async fn write_all(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
+        use monoio::io::AsyncWriteRentExt;
+        let (r, buf) = self.0.write_all(buf).await;
+        (r.map(|_| ()), buf)
+    }
+}
+
+/// A server running on its own threads; stops when dropped.
 pub struct Server {
     /// Where it listens.
     pub addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    stops: Vec<oneshot::Sender<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
+        self.stops.clear();
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -133,14 +171,69 @@ pub fn pin_to(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// Starts `service` on `runtime`, on a thread pinned to `cpu`.
-pub fn start(runtime: Runtime, service: Service, cpu: usize) -> Result<Server> {
+/// How a server's threads are placed.
+#[derive(Debug, Clone, Copy)]
+pub enum Threads {
+    /// One thread, pinned to this CPU.
+    One(usize),
+    /// Two threads, not pinned.
+    Two,
+}
+
+/// Starts `service` on `runtime`, on the threads `threads` says.
+pub fn start(runtime: Runtime, service: Service, threads: Threads) -> Result<Server> {
+    let local: SocketAddr = "127.0.0.1:0".parse().expect("a valid address");
+    let (cpu, count) = match threads {
+        Threads::One(cpu) => (Some(cpu), 1),
+        Threads::Two if runtime.listener_per_thread() => (None, 2),
+        Threads::Two => (None, 1),
+    };
+    let pool = matches!(threads, Threads::Two) && !runtime.listener_per_thread();
+    let mut server = Server {
+        addr: local,
+        stops: Vec::new(),
+        threads: Vec::new(),
+    };
+    for i in 0..count {
+        let bind = if i == 0 { local } else { server.addr };
+        let (addr, stop, thread) = spawn(runtime, service, cpu, pool, bind)?;
+        server.addr = addr;
+        server.stops.push(stop);
+        server.threads.push(thread);
+    }
+    Ok(server)
+}
+
+type AddrTx = mpsc::Sender<Result<SocketAddr>>;
+
+/// One server thread listening on `bind` (with `SO_REUSEPORT`, so a
+/// second thread can listen on the first one's port).
+fn spawn(
+    runtime: Runtime,
+    service: Service,
+    cpu: Option<usize>,
+    pool: bool,
+    bind: SocketAddr,
+) -> Result<(SocketAddr, oneshot::Sender<()>, std::thread::JoinHandle<()>)> {
     let (addr_tx, addr_rx) = mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
         .name(format!("net-bench-{}", runtime.name()))
         .spawn(move || {
-            let res = serve_until(runtime, service, cpu, &addr_tx, stop_rx);
+            let res = (|| {
+                if let Some(cpu) = cpu {
+                    pin_to(cpu).with_context(|| format!("cannot pin the server to CPU {cpu}"))?;
+                }
+                let ctx = Ctx {
+                    service,
+                    bind,
+                    addr_tx: &addr_tx,
+                };
+                match runtime {
+                    Runtime::Monoio => monoio_thread(ctx, stop_rx),
+                    _ => tokio_thread(runtime, pool, ctx, stop_rx),
+                }
+            })();
             if let Err(e) = res {
                 let _ = addr_tx.send(Err(e));
             }
@@ -148,86 +241,91 @@ pub fn start(runtime: Runtime, service: Service, cpu: usize) -> Result<Server> {
     let addr = addr_rx
         .recv()
         .map_err(|_| anyhow!("the {} server thread died", runtime.name()))??;
-    Ok(Server {
-        addr,
-        stop: Some(stop_tx),
-        thread: Some(thread),
-    })
+    Ok((addr, stop_tx, thread))
 }
 
-type AddrTx = mpsc::Sender<Result<SocketAddr>>;
-
-fn serve_until(
-    runtime: Runtime,
+/// What every server thread is given.
+struct Ctx<'a> {
     service: Service,
-    cpu: usize,
-    addr_tx: &AddrTx,
-    stop: tokio::sync::oneshot::Receiver<()>,
+    bind: SocketAddr,
+    addr_tx: &'a AddrTx,
+}
+
+/// `fut` until it ends or `stop` fires (its sender dropped).
+async fn until_stopped(
+    fut: impl Future<Output = Result<()>>,
+    stop: oneshot::Receiver<()>,
 ) -> Result<()> {
-    pin_to(cpu).with_context(|| format!("cannot pin the server to CPU {cpu}"))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let mut fut = pin!(fut);
+    let mut stop = pin!(stop);
+    std::future::poll_fn(|cx| {
+        if stop.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Ok(()));
+        }
+        fut.as_mut().poll(cx)
+    })
+    .await
+}
+
+fn tokio_thread(
+    runtime: Runtime,
+    pool: bool,
+    ctx: Ctx<'_>,
+    stop: oneshot::Receiver<()>,
+) -> Result<()> {
+    let rt = if pool {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    };
     rt.block_on(async move {
         match runtime {
-            Runtime::Tokio => tokio_server(service, addr_tx, stop).await,
             Runtime::Blockio => {
                 let engine = AsyncEngine::builder().queue_depth(NET_DEPTH).build()?;
-                blockio_server(&engine, service, addr_tx, stop).await
+                until_stopped(blockio_server(&engine, ctx), stop).await
             }
-            Runtime::BlockioInline => inline_server(service, addr_tx, stop, false).await,
-            Runtime::BlockioTick => inline_server(service, addr_tx, stop, true).await,
+            Runtime::BlockioInline => until_stopped(inline_server(ctx, false), stop).await,
+            Runtime::BlockioTick => until_stopped(inline_server(ctx, true), stop).await,
+            _ => until_stopped(tokio_server(ctx), stop).await,
         }
     })
 }
 
-async fn tokio_server(
-    service: Service,
-    addr_tx: &AddrTx,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
-) -> Result<()> {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    addr_tx.send(Ok(l.local_addr()?)).ok();
+async fn tokio_server(ctx: Ctx<'_>) -> Result<()> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(ctx.bind)?;
+    let l = socket.listen(1024)?;
+    ctx.addr_tx.send(Ok(l.local_addr()?)).ok();
     loop {
-        tokio::select! {
-            r = l.accept() => {
-                let (s, _) = r?;
-                s.set_nodelay(true)?;
-                tokio::spawn(run_service(service, TokioConn(s)));
-            }
-            _ = &mut stop => return Ok(()),
-        }
+        let (s, _) = l.accept().await?;
+        s.set_nodelay(true)?;
+        tokio::spawn(run_service(ctx.service, TokioConn(s)));
     }
 }
 
-async fn blockio_server(
-    engine: &AsyncEngine,
-    service: Service,
-    addr_tx: &AddrTx,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
-) -> Result<()> {
-    let l = blockio::net::TcpListener::bind(engine, "127.0.0.1:0")?;
-    addr_tx.send(Ok(l.local_addr())).ok();
+async fn blockio_server(engine: &AsyncEngine, ctx: Ctx<'_>) -> Result<()> {
+    let l = TcpListenerOptions::default()
+        .reuse_port(true)
+        .bind(engine, ctx.bind)?;
+    ctx.addr_tx.send(Ok(l.local_addr())).ok();
+    let mut incoming = l.incoming();
     loop {
-        tokio::select! {
-            r = l.accept() => {
-                let (s, _) = r?;
-                s.set_nodelay(true)?;
-                tokio::spawn(run_service(service, BlockioConn(s)));
-            }
-            _ = &mut stop => return Ok(()),
-        }
+        let (s, _) = incoming.next().await?;
+        s.set_nodelay(true)?;
+        tokio::spawn(run_service(ctx.service, BlockioConn(s)));
     }
 }
 
 /// The engine driven by this runtime: tokio's reactor watches the eventfd
 /// the ring signals, and a task reaps (and, with `per_tick`, submits).
-async fn inline_server(
-    service: Service,
-    addr_tx: &AddrTx,
-    stop: tokio::sync::oneshot::Receiver<()>,
-    per_tick: bool,
-) -> Result<()> {
+async fn inline_server(ctx: Ctx<'_>, per_tick: bool) -> Result<()> {
     // SAFETY: eventfd returns a new descriptor or -1.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if fd < 0 {
@@ -258,7 +356,26 @@ async fn inline_server(
             Poll::Pending => return Poll::Pending,
         }
     }));
-    let res = blockio_server(&engine, service, addr_tx, stop).await;
+    let res = blockio_server(&engine, ctx).await;
     driver.abort();
     res
+}
+
+fn monoio_thread(ctx: Ctx<'_>, stop: oneshot::Receiver<()>) -> Result<()> {
+    let mut rt = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+        .build()
+        .context("cannot start monoio's io_uring runtime")?;
+    rt.block_on(until_stopped(monoio_server(ctx), stop))
+}
+
+async fn monoio_server(ctx: Ctx<'_>) -> Result<()> {
+    // Reuses the port, as each thread of a monoio server listens.
+    let l =
+        monoio::net::TcpListener::bind_with_config(ctx.bind, &monoio::net::ListenerOpts::new())?;
+    ctx.addr_tx.send(Ok(l.local_addr()?)).ok();
+    loop {
+        let (s, _) = l.accept().await?;
+        s.set_nodelay(true)?;
+        monoio::spawn(run_service(ctx.service, MonoioConn(s)));
+    }
 }

@@ -1,5 +1,7 @@
-//! The HTTP/1.1 server every contender runs: keep-alive, a fixed response,
-//! requests parsed with `httparse`. Only the runtime under it differs.
+//! The servers every contender runs, written once over [`Conn`]: HTTP/1.1
+//! keep-alive with a fixed response (requests parsed with `httparse`),
+//! echo, and a checksum of everything a connection sends. Only the
+//! runtime under them differs.
 
 use std::future::Future;
 use std::io;
@@ -8,13 +10,15 @@ use std::io;
 pub const BODY: &[u8] = b"Hello, world!\n";
 
 /// A connection with owned-buffer reads and writes: what each runtime
-/// provides.
-pub trait Conn: Send {
-    /// Reads into `buf` (its whole length): the count and the buffer.
-    fn read(&mut self, buf: Vec<u8>) -> impl Future<Output = (io::Result<usize>, Vec<u8>)> + Send;
+/// provides. No `Send` bound: monoio's connections are not `Send`; a
+/// runtime that moves tasks between threads gets `Send` futures from its
+/// own implementation.
+pub trait Conn {
+    /// Reads into `buf`'s capacity (from its start): the count, and the
+    /// buffer with the bytes at its start.
+    fn read(&mut self, buf: Vec<u8>) -> impl Future<Output = (io::Result<usize>, Vec<u8>)>;
     /// Writes all of `buf`.
-    fn write_all(&mut self, buf: Vec<u8>)
-        -> impl Future<Output = (io::Result<()>, Vec<u8>)> + Send;
+    fn write_all(&mut self, buf: Vec<u8>) -> impl Future<Output = (io::Result<()>, Vec<u8>)>;
 }
 
 /// The response to every request.
@@ -92,6 +96,29 @@ pub async fn echo<C: Conn>(mut conn: C) -> io::Result<()> {
         buf = m;
         buf.resize(16384, 0);
     }
+}
+
+/// The size of the checksum server's reads.
+pub const SUM_READ: usize = 64 * 1024;
+
+/// Checksums everything the peer sends as it arrives (XXH3-64), and
+/// answers the digest (8 bytes, little-endian) when the peer has shut its
+/// side down.
+pub async fn checksum<C: Conn>(mut conn: C) -> io::Result<()> {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; SUM_READ];
+    loop {
+        let (res, b) = conn.read(buf).await;
+        let n = res?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&b[..n]);
+        buf = b;
+        buf.resize(SUM_READ, 0);
+    }
+    let digest = hasher.digest().to_le_bytes().to_vec();
+    conn.write_all(digest).await.0
 }
 
 #[cfg(test)]

@@ -1,0 +1,112 @@
+//! What the server costs: CPU time and context switches of this process
+//! (`getrusage`), and the system calls its threads make (counted by
+//! `perf stat` attached to this process). The load generator is a child
+//! process, counted in neither.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// This process's resource use so far (its threads, not its children).
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    /// User and system CPU time, microseconds.
+    pub cpu_us: f64,
+    /// Context switches, voluntary and not.
+    pub switches: f64,
+}
+
+impl Usage {
+    /// The use so far.
+    pub fn now() -> Usage {
+        // SAFETY: all-zero is a valid rusage, which getrusage fills.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: writes into the live `u`.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+        let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+        Usage {
+            cpu_us: us(u.ru_utime) + us(u.ru_stime),
+            switches: (u.ru_nvcsw + u.ru_nivcsw) as f64,
+        }
+    }
+
+    /// The use between `before` and this.
+    pub fn since(&self, before: &Usage) -> Usage {
+        Usage {
+            cpu_us: self.cpu_us - before.cpu_us,
+            switches: self.switches - before.switches,
+        }
+    }
+}
+
+/// `perf stat` counting the system calls of this process's threads.
+pub struct Syscalls {
+    perf: Option<Child>,
+}
+
+/// The tracepoint every system call passes.
+const EVENT: &str = "raw_syscalls:sys_enter";
+
+impl Syscalls {
+    /// Whether `perf` can count system calls here (installed, and allowed
+    /// to read tracepoints: root, or `perf_event_paranoid` low enough).
+    pub fn available() -> bool {
+        Command::new("perf")
+            .args(["stat", "-x,", "-e", EVENT, "--", "true"])
+            .stdout(Stdio::null())
+            .output()
+            .map(|o| o.status.success() && parse(&String::from_utf8_lossy(&o.stderr)).is_some())
+            .unwrap_or(false)
+    }
+
+    /// Starts counting the threads this process has now; waits until
+    /// `perf` has had time to attach.
+    pub fn start() -> Option<Syscalls> {
+        let perf = Command::new("perf")
+            .args(["stat", "-x,", "-e", EVENT, "-p"])
+            .arg(std::process::id().to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .ok()?;
+        std::thread::sleep(Duration::from_millis(300));
+        Some(Syscalls { perf: Some(perf) })
+    }
+
+    /// Stops counting: the system calls counted.
+    pub fn finish(mut self) -> Option<f64> {
+        let perf = self.perf.take()?;
+        // SAFETY: signals our own child, which has not been waited for
+        // (so its pid is not reused).
+        unsafe { libc::kill(perf.id() as i32, libc::SIGINT) };
+        let out = perf.wait_with_output().ok()?;
+        parse(&String::from_utf8_lossy(&out.stderr))
+    }
+}
+
+impl Drop for Syscalls {
+    fn drop(&mut self) {
+        if let Some(mut perf) = self.perf.take() {
+            let _ = perf.kill();
+            let _ = perf.wait();
+        }
+    }
+}
+
+/// The count in `perf stat -x,`'s line for the event.
+fn parse(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.contains(EVENT))?;
+    line.split(',').next()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_perfs_csv_line() {
+        let t = "144,,raw_syscalls:sys_enter,2045658,100.00,,\n";
+        assert_eq!(super::parse(t), Some(144.0));
+        assert_eq!(
+            super::parse("<not counted>,,raw_syscalls:sys_enter,0,100.00,,"),
+            None
+        );
+    }
+}

@@ -1,0 +1,150 @@
+//! The targets `net-bench` was built to check, each stated with the
+//! figures of every blockio variant from this run: met where at least one
+//! variant meets it (the figure names which), missed otherwise.
+
+use std::fmt::Write as _;
+
+use super::servers::Runtime;
+use super::workload::Workload;
+use super::Row;
+
+/// One target and what the run measured for it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    /// The target, in words.
+    pub target: String,
+    /// Each blockio variant's figure.
+    pub figures: String,
+    /// Whether some variant met it.
+    pub met: bool,
+}
+
+const VARIANTS: [Runtime; 3] = [
+    Runtime::Blockio,
+    Runtime::BlockioInline,
+    Runtime::BlockioTick,
+];
+
+/// The rows of one workload, by runtime.
+struct Group<'a> {
+    rows: Vec<&'a Row>,
+}
+
+impl<'a> Group<'a> {
+    fn of(&self, rt: Runtime) -> Option<&'a Row> {
+        self.rows.iter().copied().find(|r| r.runtime == rt)
+    }
+
+    /// A check over the variants: `figure` gives each one's text and
+    /// whether it meets the target.
+    fn check(&self, target: String, figure: impl Fn(&Row) -> Option<(String, bool)>) -> Check {
+        let mut met = false;
+        let figures: Vec<String> = VARIANTS
+            .iter()
+            .filter_map(|&v| {
+                let (text, ok) = figure(self.of(v)?)?;
+                met |= ok;
+                Some(format!("{} {text}", v.name()))
+            })
+            .collect();
+        Check {
+            target,
+            figures: figures.join("; "),
+            met,
+        }
+    }
+}
+
+/// The targets that apply to the workloads in `rows`.
+pub fn check(rows: &[Row]) -> Vec<Check> {
+    let mut labels: Vec<&str> = rows.iter().map(|r| r.label.as_str()).collect();
+    labels.dedup();
+    let mut out = Vec::new();
+    for label in labels {
+        let g = Group {
+            rows: rows.iter().filter(|r| r.label == label).collect(),
+        };
+        let Some(tokio) = g.of(Runtime::Tokio) else {
+            continue;
+        };
+        let vs = |r: &Row| r.rate_vs_tokio.map(|x| x[0]);
+        match tokio.workload {
+            Workload::Http {
+                connections: 50,
+                threads: 1,
+            } => out.push(
+                g.check(format!("{label}: req/s >= 1.0x tokio, p99 <= 1.1x"), |r| {
+                    let (a, b) = (vs(r)?, r.p99_vs_tokio?[0]);
+                    Some((format!("{a:.3}x, p99 {b:.3}x"), a >= 1.0 && b <= 1.1))
+                }),
+            ),
+            Workload::Http {
+                connections: 1000,
+                threads: 1,
+            } => {
+                out.push(g.check(
+                    format!("{label}: req/s >= 1.15x tokio, >= 1.0x monoio"),
+                    |r| {
+                        let (a, b) = (vs(r)?, r.rate_vs_monoio?[0]);
+                        Some((
+                            format!("{a:.3}x tokio, {b:.3}x monoio"),
+                            a >= 1.15 && b >= 1.0,
+                        ))
+                    },
+                ));
+                out.push(
+                    g.check(format!("{label}: < 1 system call per request"), |r| {
+                        let c = r.syscalls_per_unit?;
+                        Some((format!("{c:.3}"), c < 1.0))
+                    }),
+                );
+            }
+            Workload::Http { threads: 2.., .. } => out.push(g.check(
+                format!("{label}: req/s >= tokio with 2 workers"),
+                |r| {
+                    let a = vs(r)?;
+                    Some((format!("{a:.3}x"), a >= 1.0))
+                },
+            )),
+            Workload::Echo {
+                connections: 500, ..
+            } => out.push(g.check(format!("{label}: msg/s >= 1.2x tokio"), |r| {
+                let a = vs(r)?;
+                Some((format!("{a:.3}x"), a >= 1.2))
+            })),
+            Workload::Stream { .. } => out.push(g.check(
+                format!("{label}: MB/s >= 1.0x tokio, fewer context switches"),
+                |r| {
+                    let a = vs(r)?;
+                    let (cs, t) = (r.switches_per_unit, tokio.switches_per_unit);
+                    Some((
+                        format!("{a:.3}x, {cs:.2} vs {t:.2} switches/MB"),
+                        a >= 1.0 && cs < t,
+                    ))
+                },
+            )),
+            _ => {}
+        }
+        let unit = tokio.unit;
+        out.push(g.check(format!("{label}: CPU per {unit} <= tokio's"), |r| {
+            let (c, t) = (r.cpu_us_per_unit, tokio.cpu_us_per_unit);
+            Some((format!("{c:.2} vs {t:.2} us"), c <= t))
+        }));
+    }
+    out
+}
+
+/// The checks as text.
+pub fn report(checks: &[Check]) -> String {
+    let mut s = String::from("\nTargets (met where some blockio variant meets it):\n");
+    for c in checks {
+        let _ = writeln!(
+            s,
+            "  [{}] {}: {}",
+            if c.met { "met" } else { "MISSED" },
+            c.target,
+            c.figures
+        );
+    }
+    s
+}

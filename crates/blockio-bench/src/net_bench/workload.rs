@@ -1,0 +1,142 @@
+//! What `net-bench` measures: each workload is a service, a load and a
+//! placement of the server's threads.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::load::{self, Outcome};
+use super::servers::{Service, Threads};
+use super::wrk;
+
+/// One workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Workload {
+    /// HTTP/1.1 keep-alive requests from wrk over `connections`, served by
+    /// `threads` server threads (1: pinned, wrk on the other CPU; 2: both
+    /// share the two CPUs with two wrk threads).
+    Http {
+        /// Connections wrk keeps open.
+        connections: usize,
+        /// Server threads.
+        threads: usize,
+    },
+    /// Messages of `size` bytes echoed over `connections`, one in flight
+    /// per connection.
+    Echo {
+        /// Bytes per message.
+        size: usize,
+        /// Connections.
+        connections: usize,
+    },
+    /// One connection sending `bytes`, checksummed by the server as they
+    /// arrive (Async_uring's TCP checksum stream).
+    Stream {
+        /// Bytes sent.
+        bytes: u64,
+    },
+}
+
+/// Where the load goes and how long it lasts.
+pub struct Target {
+    /// The server.
+    pub addr: SocketAddr,
+    /// Seconds of load (the stream runs until its bytes are through).
+    pub duration: Duration,
+    /// The CPU the single-threaded servers' clients run on.
+    pub client_cpu: usize,
+}
+
+impl Workload {
+    /// A short name for tables: `http 50c`, `echo 4096B 500c`, ...
+    pub fn label(&self) -> String {
+        match *self {
+            Workload::Http {
+                connections,
+                threads: 1,
+            } => format!("http {connections}c"),
+            Workload::Http {
+                connections,
+                threads,
+            } => format!("http {connections}c {threads}t"),
+            Workload::Echo { size, connections } => format!("echo {size}B {connections}c"),
+            Workload::Stream { bytes } => format!("stream {} MiB", bytes >> 20),
+        }
+    }
+
+    /// What one unit of work is: `req`, `msg` or `MB` (10^6 bytes).
+    pub fn unit(&self) -> &'static str {
+        match self {
+            Workload::Http { .. } => "req",
+            Workload::Echo { .. } => "msg",
+            Workload::Stream { .. } => "MB",
+        }
+    }
+
+    /// Bytes per reported unit of the load's count.
+    pub fn unit_scale(&self) -> f64 {
+        match self {
+            Workload::Stream { .. } => 1e6,
+            _ => 1.0,
+        }
+    }
+
+    /// The service the server runs.
+    pub fn service(&self) -> Service {
+        match self {
+            Workload::Http { .. } => Service::Http,
+            Workload::Echo { .. } => Service::Echo,
+            Workload::Stream { .. } => Service::Checksum,
+        }
+    }
+
+    /// How the server's threads are placed, given the server's CPU.
+    pub fn threads(&self, server_cpu: usize) -> Threads {
+        match self {
+            Workload::Http { threads: 2.., .. } => Threads::Two,
+            _ => Threads::One(server_cpu),
+        }
+    }
+
+    /// Runs the load against `target`.
+    pub fn load(&self, target: &Target) -> Result<Outcome> {
+        let addr = target.addr.to_string();
+        let secs = target.duration.as_secs().max(1).to_string();
+        let cpu = Some(target.client_cpu);
+        match *self {
+            Workload::Http {
+                connections,
+                threads,
+            } => {
+                let cpu = (threads == 1).then_some(target.client_cpu);
+                wrk::run(target.addr, connections, target.duration, cpu)
+            }
+            Workload::Echo { size, connections } => load::spawn(
+                &[
+                    "echo".into(),
+                    "--addr".into(),
+                    addr,
+                    "--connections".into(),
+                    connections.to_string(),
+                    "--size".into(),
+                    size.to_string(),
+                    "--seconds".into(),
+                    secs,
+                ],
+                cpu,
+            ),
+            Workload::Stream { bytes } => load::spawn(
+                &[
+                    "stream".into(),
+                    "--addr".into(),
+                    addr,
+                    "--bytes".into(),
+                    bytes.to_string(),
+                ],
+                cpu,
+            ),
+        }
+    }
+}
