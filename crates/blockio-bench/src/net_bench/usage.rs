@@ -58,11 +58,12 @@ impl Syscalls {
             .unwrap_or(false)
     }
 
-    /// Starts counting the threads this process has now; waits until
-    /// `perf` has had time to attach.
+    /// Starts counting the threads this process has now (`--no-inherit`:
+    /// not the load generator, a child started later); waits until `perf`
+    /// has had time to attach.
     pub fn start() -> Option<Syscalls> {
         let perf = Command::new("perf")
-            .args(["stat", "-x,", "-e", EVENT, "-p"])
+            .args(["stat", "--no-inherit", "-x,", "-e", EVENT, "-p"])
             .arg(std::process::id().to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
