@@ -64,6 +64,10 @@ pub struct NetBenchArgs {
     /// Checksum stream: MiB sent over loopback.
     #[arg(long, default_value_t = 2048)]
     pub stream_mib: u64,
+    /// Runtimes to run, comma separated (default: all). Ratios to tokio
+    /// and monoio need those in the list.
+    #[arg(long, value_delimiter = ',', value_parser = servers::parse_runtime)]
+    pub runtimes: Vec<Runtime>,
     /// The CPU a single server thread is pinned to.
     #[arg(long, default_value_t = 0)]
     pub server_cpu: usize,
@@ -186,7 +190,12 @@ pub fn run(args: &NetBenchArgs) -> Result<()> {
             .unwrap_or(0),
     );
     let count_calls = Syscalls::available();
-    let total = workloads.len() * args.rounds * Runtime::ALL.len();
+    let runtimes: Vec<Runtime> = if args.runtimes.is_empty() {
+        Runtime::ALL.to_vec()
+    } else {
+        args.runtimes.clone()
+    };
+    let total = workloads.len() * args.rounds * runtimes.len();
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
@@ -194,20 +203,20 @@ pub fn run(args: &NetBenchArgs) -> Result<()> {
     };
     let mut rows = Vec::new();
     for w in &workloads {
-        let mut per: Vec<Vec<Round>> = vec![Vec::new(); Runtime::ALL.len()];
+        let mut per: Vec<Vec<Round>> = vec![Vec::new(); runtimes.len()];
         for round in 0..args.rounds {
-            let mut order: Vec<usize> = (0..Runtime::ALL.len()).collect();
+            let mut order: Vec<usize> = (0..runtimes.len()).collect();
             if round % 2 == 1 {
                 order.reverse();
             }
             for i in order {
-                let rt = Runtime::ALL[i];
+                let rt = runtimes[i];
                 bar.set_message(format!("{}: {}", w.label(), rt.name()));
                 per[i].push(measure(args, w, rt, count_calls)?);
                 bar.inc(1);
             }
         }
-        rows.extend(summarise(w, &per));
+        rows.extend(summarise(w, &runtimes, &per));
     }
     bar.finish_and_clear();
     if let Some(path) = &args.svg {
@@ -277,11 +286,16 @@ fn spread(v: &[f64]) -> [f64; 3] {
     [median(v), lo, hi]
 }
 
-fn summarise(w: &Workload, per: &[Vec<Round>]) -> Vec<Row> {
-    let index = |r: Runtime| Runtime::ALL.iter().position(|&x| x == r).expect("listed");
-    let tokio = &per[index(Runtime::Tokio)];
-    let monoio = &per[index(Runtime::Monoio)];
-    Runtime::ALL
+fn summarise(w: &Workload, runtimes: &[Runtime], per: &[Vec<Round>]) -> Vec<Row> {
+    let rounds_of = |r: Runtime| {
+        runtimes
+            .iter()
+            .position(|&x| x == r)
+            .map_or(&[][..], |i| &per[i][..])
+    };
+    let tokio = rounds_of(Runtime::Tokio);
+    let monoio = rounds_of(Runtime::Monoio);
+    runtimes
         .iter()
         .zip(per)
         .map(|(&runtime, rounds)| {
@@ -299,7 +313,8 @@ fn summarise(w: &Workload, per: &[Vec<Round>]) -> Vec<Row> {
                     .zip(base)
                     .map(|(a, b)| Some(f(a)? / f(b)?))
                     .collect();
-                r.filter(|_| runtime != skip).map(|r| spread(&r))
+                r.filter(|r| runtime != skip && !r.is_empty())
+                    .map(|r| spread(&r))
             };
             let rate = |r: &Round| Some(r.rate);
             let p99 = |r: &Round| r.outcome.latency.as_ref().map(|l| l.p99_us);

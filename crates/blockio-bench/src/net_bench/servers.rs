@@ -70,6 +70,11 @@ impl Runtime {
         }
     }
 
+    /// The runtime named `name` (as [`name`](Self::name) gives it).
+    pub fn from_name(name: &str) -> Option<Runtime> {
+        Runtime::ALL.into_iter().find(|r| r.name() == name)
+    }
+
     /// Whether the runtime serves two threads with one listener per
     /// thread (rather than one pool of workers sharing one listener).
     fn listener_per_thread(self) -> bool {
@@ -78,6 +83,14 @@ impl Runtime {
             Runtime::BlockioInline | Runtime::BlockioTick | Runtime::Monoio
         )
     }
+}
+
+/// Parses `--runtimes`' values.
+pub fn parse_runtime(name: &str) -> Result<Runtime, String> {
+    Runtime::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = Runtime::ALL.iter().map(|r| r.name()).collect();
+        format!("unknown runtime {name:?}: one of {}", names.join(", "))
+    })
 }
 
 /// What the server does with each connection.
