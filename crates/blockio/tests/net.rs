@@ -745,3 +745,49 @@ fn connections_an_incoming_stream_left_go_to_the_next_accept() {
         assert_eq!(&b, b"!");
     }
 }
+
+/// `UnixListener::incoming` as TCP's: one multishot accept on io_uring,
+/// each stream its client's, and what the stream left for `accept`.
+#[test]
+fn unix_incoming_accepts_with_one_multishot_request() {
+    use blockio::net::UnixListener;
+    use std::os::unix::net::UnixStream as StdUnix;
+    let e = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sock");
+    let listener = UnixListener::bind(&e, &path).unwrap();
+    let mut clients: Vec<StdUnix> = (0..20).map(|_| StdUnix::connect(&path).unwrap()).collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.write_all(&[i as u8]).unwrap();
+    }
+    let mut seen = vec![false; 20];
+    futures::executor::block_on(async {
+        let mut incoming = listener.incoming();
+        assert_eq!(
+            incoming.multishot(),
+            e.backend() == blockio::Backend::IoUring
+        );
+        for _ in 0..10 {
+            let (s, _) = incoming.next().await.unwrap();
+            let (n, b) = s.read(vec![0u8; 1]).await;
+            assert_eq!(n.unwrap(), 1);
+            assert!(!std::mem::replace(&mut seen[b[0] as usize], true));
+            s.write_all(b).await.0.unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        drop(incoming);
+        for _ in 0..10 {
+            let (s, _) = listener.accept().await.unwrap();
+            let (n, b) = s.read(vec![0u8; 1]).await;
+            assert_eq!(n.unwrap(), 1);
+            assert!(!std::mem::replace(&mut seen[b[0] as usize], true));
+            s.write_all(b).await.0.unwrap();
+        }
+    });
+    assert!(seen.iter().all(|&s| s));
+    for (i, c) in clients.iter_mut().enumerate() {
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(b[0], i as u8, "client {i} got another's answer");
+    }
+}

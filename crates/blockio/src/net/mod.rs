@@ -102,6 +102,7 @@
 
 mod accepts;
 mod adapters;
+mod incoming;
 mod limit;
 mod poll_io;
 mod read_side;
@@ -114,4 +115,4 @@ mod unix;
 pub use crate::error::NetError;
 pub use recv_stream::{RecvBuf, RecvStream};
 pub use tcp::{Incoming, TcpListener, TcpListenerOptions, TcpStream};
-pub use unix::{UnixListener, UnixStream};
+pub use unix::{UnixIncoming, UnixListener, UnixStream};

@@ -2,7 +2,7 @@
 //! futures of the operations every socket type has.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use socket2::{SockAddr, SockAddrStorage, Socket};
@@ -49,6 +49,15 @@ impl AcceptAddr {
         // size) to a socket address.
         unsafe { SockAddr::new(self.storage, self.len) }
     }
+}
+
+/// An accept's result as the descriptor it made.
+pub(crate) fn owned(res: io::Result<usize>) -> io::Result<OwnedFd> {
+    res.map(|fd| {
+        // SAFETY: a successful accept returns a new descriptor that nobody
+        // else owns.
+        unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
+    })
 }
 
 impl Sock {

@@ -13,9 +13,10 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::accepts::AcceptQueue;
+use super::incoming::{AcceptLoop, Accepting};
 use super::limit::{connect_timed_out, with_limit};
 use super::poll_io::PollIo;
-use super::socket::Sock;
+use super::socket::{owned, Sock};
 use super::stream::StreamCore;
 use crate::aio::AsyncEngine;
 use crate::error::NetError;
@@ -141,20 +142,15 @@ impl TcpListener {
     /// descriptors are free; the waiting connection is still queued.
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         if let Some(r) = self.accepts.take() {
-            return self.accepted(r, None);
+            return self.stream_of(r, None);
         }
         let (res, addr) = self.sock.accept().await;
-        let fd = res.map(|fd| {
-            // SAFETY: a successful accept returns a new descriptor that
-            // nobody else owns.
-            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
-        });
-        self.accepted(fd, addr.into_addr().as_socket())
+        self.stream_of(owned(res), addr.into_addr().as_socket())
     }
 
     /// The stream of an accept's result; `peer` when the accept wrote it,
     /// or else asked of the socket.
-    fn accepted(
+    fn stream_of(
         &self,
         res: io::Result<OwnedFd>,
         peer: Option<SocketAddr>,
@@ -200,12 +196,7 @@ impl TcpListener {
     /// [`accept`](Self::accept) or stream. Elsewhere each connection is one
     /// accept.
     pub fn incoming(&self) -> Incoming<'_> {
-        Incoming {
-            listener: self,
-            backoff: None,
-            pause: None,
-            next: None,
-        }
+        Incoming(AcceptLoop::new(self))
     }
 
     /// The address the listener is bound to (with the port the kernel
@@ -231,22 +222,28 @@ impl fmt::Debug for TcpListener {
     }
 }
 
-/// The stream of [`TcpListener::incoming`].
-pub struct Incoming<'a> {
-    listener: &'a TcpListener,
-    /// The pause before the next accept while descriptors are short.
-    backoff: Option<Duration>,
-    /// That pause, running.
-    pause: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    /// The single accept in progress, where there is no multishot accept.
-    next: Option<AcceptFuture<'a>>,
+impl Accepting for TcpListener {
+    type Item = (TcpStream, SocketAddr);
+
+    fn sock(&self) -> &Sock {
+        &self.sock
+    }
+
+    fn queue(&self) -> &AcceptQueue {
+        &self.accepts
+    }
+
+    fn accepted(&self, fd: io::Result<OwnedFd>) -> io::Result<Self::Item> {
+        self.stream_of(fd, None)
+    }
+
+    fn accept_one(&self) -> impl Future<Output = io::Result<Self::Item>> + Send + '_ {
+        self.accept()
+    }
 }
 
-type AcceptFuture<'a> =
-    Pin<Box<dyn Future<Output = io::Result<(TcpStream, SocketAddr)>> + Send + 'a>>;
-
-/// The shortest and longest pause after `EMFILE`/`ENFILE`.
-const FD_BACKOFF: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(100));
+/// The stream of [`TcpListener::incoming`].
+pub struct Incoming<'a>(AcceptLoop<'a, TcpListener>);
 
 impl Incoming<'_> {
     /// The next connection (or the next accept's error).
@@ -254,45 +251,13 @@ impl Incoming<'_> {
     /// # Errors
     /// As [`TcpListener::accept`]; the stream goes on after any of them.
     pub async fn next(&mut self) -> io::Result<(TcpStream, SocketAddr)> {
-        std::future::poll_fn(|cx| self.poll_accept(cx)).await
+        std::future::poll_fn(|cx| self.0.poll_accept(cx)).await
     }
 
     /// Whether connections come from one multishot accept (io_uring,
     /// Linux 5.19 or later) rather than an accept each.
     pub fn multishot(&self) -> bool {
-        self.listener.accepts.multishot()
-    }
-
-    fn poll_accept(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<(TcpStream, SocketAddr)>> {
-        if let Some(p) = self.pause.as_mut() {
-            std::task::ready!(p.as_mut().poll(cx));
-            self.pause = None;
-        }
-        let listener = self.listener;
-        let r = if listener.accepts.multishot() {
-            let fd = std::task::ready!(listener.accepts.poll_next(&listener.sock, cx));
-            listener.accepted(fd, None)
-        } else {
-            let fut = self.next.get_or_insert_with(|| Box::pin(listener.accept()));
-            let r = std::task::ready!(fut.as_mut().poll(cx));
-            self.next = None;
-            r
-        };
-        self.settle(&r);
-        Poll::Ready(r)
-    }
-
-    /// Sets the pause before the next accept from this one's result.
-    fn settle(&mut self, r: &io::Result<(TcpStream, SocketAddr)>) {
-        let short =
-            matches!(r, Err(e) if matches!(crate::errno(e), Some(libc::EMFILE | libc::ENFILE)));
-        self.backoff = short.then(|| match self.backoff {
-            None => FD_BACKOFF.0,
-            Some(d) => (d * 2).min(FD_BACKOFF.1),
-        });
-        self.pause = self
-            .backoff
-            .map(|d| Box::pin(super::limit::pause(d)) as Pin<Box<dyn Future<Output = ()> + Send>>);
+        self.0.multishot()
     }
 }
 
@@ -300,26 +265,16 @@ impl futures_core::Stream for Incoming<'_> {
     type Item = io::Result<(TcpStream, SocketAddr)>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut().poll_accept(cx).map(Some)
-    }
-}
-
-impl Drop for Incoming<'_> {
-    /// Stops the multishot accept; what it still accepts stays queued for
-    /// the listener.
-    fn drop(&mut self) {
-        if self.listener.accepts.multishot() {
-            self.listener.accepts.disarm(&self.listener.sock);
-        }
+        self.get_mut().0.poll_accept(cx).map(Some)
     }
 }
 
 impl fmt::Debug for Incoming<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Incoming")
-            .field("local", &self.listener.local)
+            .field("local", &self.0.listener.local)
             .field("multishot", &self.multishot())
-            .field("backoff", &self.backoff)
+            .field("backoff", &self.0.backoff)
             .finish()
     }
 }

@@ -1,16 +1,20 @@
 //! Unix-domain stream sockets: the TCP API over a path.
 
 use std::fmt;
+use std::future::Future;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
+use super::accepts::AcceptQueue;
+use super::incoming::{AcceptLoop, Accepting};
 use super::limit::{connect_timed_out, with_limit};
 use super::poll_io::PollIo;
-use super::socket::Sock;
+use super::socket::{owned, Sock};
 use super::stream::StreamCore;
 use crate::aio::AsyncEngine;
 use crate::error::NetError;
@@ -23,6 +27,9 @@ use crate::kind::OpKind;
 pub struct UnixListener {
     sock: Sock,
     path: PathBuf,
+    /// The multishot accept of [`incoming`](Self::incoming), and what it
+    /// accepted that nobody took yet.
+    accepts: AcceptQueue,
 }
 
 impl UnixListener {
@@ -44,8 +51,10 @@ impl UnixListener {
             .bind(&SockAddr::unix(&path).map_err(fail)?)
             .map_err(fail)?;
         socket.listen(1024).map_err(fail)?;
+        let sock = Sock::new(socket, engine).map_err(fail)?;
         Ok(UnixListener {
-            sock: Sock::new(socket, engine).map_err(fail)?,
+            accepts: AcceptQueue::new(&sock),
+            sock,
             path,
         })
     }
@@ -57,15 +66,36 @@ impl UnixListener {
     /// The listener's own error, naming its path; `EMFILE`/`ENFILE` leave
     /// the listener usable.
     pub async fn accept(&self) -> io::Result<(UnixStream, SockAddr)> {
+        if let Some(r) = self.accepts.take() {
+            return self.stream_of(r, None);
+        }
         let (res, addr) = self.sock.accept().await;
+        self.stream_of(owned(res), Some(addr.into_addr()))
+    }
+
+    /// The connections as they come, as [`TcpListener::incoming`](super::TcpListener::incoming)
+    /// gives them: one multishot accept where the kernel has it, a pause
+    /// while descriptors are short, and connections it took but did not
+    /// yield left for the next accept.
+    pub fn incoming(&self) -> UnixIncoming<'_> {
+        UnixIncoming(AcceptLoop::new(self))
+    }
+
+    /// The stream of an accept's result; `peer` when the accept wrote it,
+    /// or else asked of the socket.
+    fn stream_of(
+        &self,
+        res: io::Result<OwnedFd>,
+        peer: Option<SockAddr>,
+    ) -> io::Result<(UnixStream, SockAddr)> {
         let local = self.path.display().to_string();
-        let fd = res.map_err(|e| NetError::wrap(OpKind::Accept, &local, e))?;
-        // SAFETY: a successful accept returns a new descriptor that nobody
-        // else owns.
-        let socket = unsafe { <Socket as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
-        let sock = Sock::new(socket, &self.sock.engine)
-            .map_err(|e| NetError::wrap(OpKind::Accept, &local, e))?;
-        let peer = addr.into_addr();
+        let wrap = |e| NetError::wrap(OpKind::Accept, &local, e);
+        let socket = Socket::from(res.map_err(wrap)?);
+        let peer = match peer {
+            Some(p) => p,
+            None => socket.peer_addr().map_err(wrap)?,
+        };
+        let sock = Sock::new(socket, &self.sock.engine).map_err(wrap)?;
         let name = match peer.as_pathname() {
             Some(p) => p.display().to_string(),
             None => format!("a peer of {local}"),
@@ -76,6 +106,74 @@ impl UnixListener {
     /// The path the listener is bound to.
     pub fn local_path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl Drop for UnixListener {
+    /// Cancels the multishot accept, if armed; connections it still
+    /// accepts are closed once its last completion is in.
+    fn drop(&mut self) {
+        self.accepts.disarm(&self.sock);
+    }
+}
+
+impl Accepting for UnixListener {
+    type Item = (UnixStream, SockAddr);
+
+    fn sock(&self) -> &Sock {
+        &self.sock
+    }
+
+    fn queue(&self) -> &AcceptQueue {
+        &self.accepts
+    }
+
+    fn accepted(&self, fd: io::Result<OwnedFd>) -> io::Result<Self::Item> {
+        self.stream_of(fd, None)
+    }
+
+    fn accept_one(&self) -> impl Future<Output = io::Result<Self::Item>> + Send + '_ {
+        self.accept()
+    }
+}
+
+/// The stream of [`UnixListener::incoming`].
+pub struct UnixIncoming<'a>(AcceptLoop<'a, UnixListener>);
+
+impl UnixIncoming<'_> {
+    /// The next connection (or the next accept's error).
+    ///
+    /// # Errors
+    /// As [`UnixListener::accept`]; the stream goes on after any of them.
+    pub async fn next(&mut self) -> io::Result<(UnixStream, SockAddr)> {
+        std::future::poll_fn(|cx| self.0.poll_accept(cx)).await
+    }
+
+    /// Whether connections come from one multishot accept (io_uring,
+    /// Linux 5.19 or later) rather than an accept each.
+    pub fn multishot(&self) -> bool {
+        self.0.multishot()
+    }
+}
+
+impl futures_core::Stream for UnixIncoming<'_> {
+    type Item = io::Result<(UnixStream, SockAddr)>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.get_mut().0.poll_accept(cx).map(Some)
+    }
+}
+
+impl fmt::Debug for UnixIncoming<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UnixIncoming")
+            .field("path", &self.0.listener.path)
+            .field("multishot", &self.multishot())
+            .field("backoff", &self.0.backoff)
+            .finish()
     }
 }
 

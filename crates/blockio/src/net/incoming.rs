@@ -1,0 +1,110 @@
+//! The loop behind every listener's `incoming()`: connections from the
+//! listener's multishot accept ([`AcceptQueue`]) or from one accept each,
+//! with a growing pause while descriptors are short (`EMFILE`/`ENFILE`),
+//! so a server at its descriptor limit neither dies nor spins.
+
+use std::future::Future;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use super::accepts::AcceptQueue;
+use super::socket::Sock;
+
+/// A listener, as its accept loop sees it.
+pub(crate) trait Accepting: Sync {
+    /// What one accept yields: the stream and the peer's address.
+    type Item: Send;
+
+    /// The listening socket.
+    fn sock(&self) -> &Sock;
+
+    /// Its multishot accept.
+    fn queue(&self) -> &AcceptQueue;
+
+    /// The item for a descriptor the multishot accept took (the peer's
+    /// address asked of the socket), or its error, named.
+    fn accepted(&self, fd: io::Result<OwnedFd>) -> io::Result<Self::Item>;
+
+    /// One accept (taking a queued connection first).
+    fn accept_one(&self) -> impl Future<Output = io::Result<Self::Item>> + Send + '_;
+}
+
+type Pending<'a, T> = Pin<Box<dyn Future<Output = io::Result<T>> + Send + 'a>>;
+
+/// The shortest and longest pause after `EMFILE`/`ENFILE`.
+const FD_BACKOFF: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(100));
+
+/// The state of one `incoming()` stream.
+pub(crate) struct AcceptLoop<'a, L: Accepting> {
+    pub(crate) listener: &'a L,
+    /// The pause before the next accept while descriptors are short.
+    pub(crate) backoff: Option<Duration>,
+    /// That pause, running.
+    pause: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The single accept in progress, where there is no multishot accept.
+    next: Option<Pending<'a, L::Item>>,
+}
+
+impl<'a, L: Accepting> AcceptLoop<'a, L> {
+    pub(crate) fn new(listener: &'a L) -> Self {
+        AcceptLoop {
+            listener,
+            backoff: None,
+            pause: None,
+            next: None,
+        }
+    }
+
+    /// Whether connections come from one multishot accept.
+    pub(crate) fn multishot(&self) -> bool {
+        self.listener.queue().multishot()
+    }
+
+    /// The next connection, or the next accept's error.
+    pub(crate) fn poll_accept(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<L::Item>> {
+        if let Some(p) = self.pause.as_mut() {
+            std::task::ready!(p.as_mut().poll(cx));
+            self.pause = None;
+        }
+        let listener = self.listener;
+        let r = if self.multishot() {
+            let fd = std::task::ready!(listener.queue().poll_next(listener.sock(), cx));
+            listener.accepted(fd)
+        } else {
+            let fut = self
+                .next
+                .get_or_insert_with(|| Box::pin(listener.accept_one()));
+            let r = std::task::ready!(fut.as_mut().poll(cx));
+            self.next = None;
+            r
+        };
+        self.settle(&r);
+        Poll::Ready(r)
+    }
+
+    /// Sets the pause before the next accept from this one's result.
+    fn settle(&mut self, r: &io::Result<L::Item>) {
+        let short =
+            matches!(r, Err(e) if matches!(crate::errno(e), Some(libc::EMFILE | libc::ENFILE)));
+        self.backoff = short.then(|| match self.backoff {
+            None => FD_BACKOFF.0,
+            Some(d) => (d * 2).min(FD_BACKOFF.1),
+        });
+        self.pause = self
+            .backoff
+            .map(|d| Box::pin(super::limit::pause(d)) as Pin<Box<dyn Future<Output = ()> + Send>>);
+    }
+}
+
+impl<L: Accepting> Drop for AcceptLoop<'_, L> {
+    /// Stops the multishot accept; what it still accepts stays queued for
+    /// the listener.
+    fn drop(&mut self) {
+        if self.multishot() {
+            self.listener.queue().disarm(self.listener.sock());
+        }
+    }
+}
