@@ -760,7 +760,7 @@ fn unix_incoming_accepts_with_one_multishot_request() {
     for (i, c) in clients.iter_mut().enumerate() {
         c.write_all(&[i as u8]).unwrap();
     }
-    let mut seen = vec![false; 20];
+    let mut seen = [false; 20];
     futures::executor::block_on(async {
         let mut incoming = listener.incoming();
         assert_eq!(
