@@ -44,10 +44,14 @@ use crate::op::Op;
 /// cancelled (and armed again once the queue is empty).
 pub(crate) const MAX_QUEUED: usize = 64;
 
-/// The multishot accept of one listener, when the kernel has it.
+/// The multishot accept of one listener, when the kernel has it. Dropping
+/// it (with its listener) cancels the request; connections it still
+/// accepts are closed once its last completion is in.
 pub(crate) struct AcceptQueue {
     shared: Arc<Accepts>,
     multishot: bool,
+    /// The listening socket and its engine.
+    sock: Sock,
 }
 
 /// What the driver completes into.
@@ -105,6 +109,7 @@ impl AcceptQueue {
             }),
             multishot: sock.engine.backend() == Backend::IoUring
                 && crate::ring::kernel_at_least(5, 19),
+            sock: sock.clone(),
         }
     }
 
@@ -128,13 +133,13 @@ impl AcceptQueue {
 
     /// The next connection: a queued one, or one the (re-)armed request
     /// will accept. Call only when [`multishot`](Self::multishot).
-    pub(crate) fn poll_next(&self, sock: &Sock, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
+    pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
         let mut g = self.lock();
         if let Some(r) = g.ready.pop_front() {
             let full = g.ready.len() >= MAX_QUEUED;
             drop(g);
             if full {
-                self.disarm(sock);
+                self.disarm();
             }
             return Poll::Ready(r.map_err(io::Error::from_raw_os_error));
         }
@@ -144,12 +149,13 @@ impl AcceptQueue {
         if !g.armed {
             g.armed = true;
             drop(g);
-            self.arm(sock);
+            self.arm();
         }
         Poll::Pending
     }
 
-    fn arm(&self, sock: &Sock) {
+    fn arm(&self) {
+        let sock = &self.sock;
         // SAFETY: the action points at no memory; the queue, which the
         // driver holds until the last completion, keeps the socket open.
         let op = unsafe { Op::from_action(sock.fd(), Action::AcceptMulti(AcceptMulti), None) };
@@ -159,7 +165,7 @@ impl AcceptQueue {
 
     /// Cancels the armed request, if any: nobody is waiting, or enough
     /// connections are queued. What it still accepts stays queued.
-    pub(crate) fn disarm(&self, sock: &Sock) {
+    pub(crate) fn disarm(&self) {
         let mut g = self.lock();
         if !g.armed || g.cancelling {
             return;
@@ -167,6 +173,12 @@ impl AcceptQueue {
         g.cancelling = true;
         drop(g);
         let weak = Arc::downgrade(&self.shared);
-        sock.engine.driver().cancel(Cancel(weak));
+        self.sock.engine.driver().cancel(Cancel(weak));
+    }
+}
+
+impl Drop for AcceptQueue {
+    fn drop(&mut self) {
+        self.disarm();
     }
 }

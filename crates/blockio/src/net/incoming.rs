@@ -11,15 +11,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::accepts::AcceptQueue;
-use super::socket::Sock;
 
 /// A listener, as its accept loop sees it.
 pub(crate) trait Accepting: Sync {
     /// What one accept yields: the stream and the peer's address.
     type Item: Send;
-
-    /// The listening socket.
-    fn sock(&self) -> &Sock;
 
     /// Its multishot accept.
     fn queue(&self) -> &AcceptQueue;
@@ -71,7 +67,7 @@ impl<'a, L: Accepting> AcceptLoop<'a, L> {
         }
         let listener = self.listener;
         let r = if self.multishot() {
-            let fd = std::task::ready!(listener.queue().poll_next(listener.sock(), cx));
+            let fd = std::task::ready!(listener.queue().poll_next(cx));
             listener.accepted(fd)
         } else {
             let fut = self
@@ -104,7 +100,7 @@ impl<L: Accepting> Drop for AcceptLoop<'_, L> {
     /// the listener.
     fn drop(&mut self) {
         if self.multishot() {
-            self.listener.queue().disarm(self.listener.sock());
+            self.listener.queue().disarm();
         }
     }
 }

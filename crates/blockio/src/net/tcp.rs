@@ -206,14 +206,6 @@ impl TcpListener {
     }
 }
 
-impl Drop for TcpListener {
-    /// Cancels the multishot accept, if armed; connections it still
-    /// accepts are closed once its last completion is in.
-    fn drop(&mut self) {
-        self.accepts.disarm(&self.sock);
-    }
-}
-
 impl fmt::Debug for TcpListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TcpListener")
@@ -224,10 +216,6 @@ impl fmt::Debug for TcpListener {
 
 impl Accepting for TcpListener {
     type Item = (TcpStream, SocketAddr);
-
-    fn sock(&self) -> &Sock {
-        &self.sock
-    }
 
     fn queue(&self) -> &AcceptQueue {
         &self.accepts

@@ -109,20 +109,8 @@ impl UnixListener {
     }
 }
 
-impl Drop for UnixListener {
-    /// Cancels the multishot accept, if armed; connections it still
-    /// accepts are closed once its last completion is in.
-    fn drop(&mut self) {
-        self.accepts.disarm(&self.sock);
-    }
-}
-
 impl Accepting for UnixListener {
     type Item = (UnixStream, SockAddr);
-
-    fn sock(&self) -> &Sock {
-        &self.sock
-    }
 
     fn queue(&self) -> &AcceptQueue {
         &self.accepts
