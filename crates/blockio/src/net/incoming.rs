@@ -104,3 +104,73 @@ impl<L: Accepting> Drop for AcceptLoop<'_, L> {
         }
     }
 }
+
+/// Makes `$listener` an [`Accepting`] listener (its `accepts` field, its
+/// `stream_of` and `accept` methods) and defines `$stream`, the public
+/// stream of its `incoming()`, yielding `$item`.
+macro_rules! incoming_stream {
+    ($listener:ident, $stream:ident, $item:ty) => {
+        impl $crate::net::incoming::Accepting for $listener {
+            type Item = $item;
+
+            fn queue(&self) -> &$crate::net::accepts::AcceptQueue {
+                &self.accepts
+            }
+
+            fn accepted(
+                &self,
+                fd: std::io::Result<std::os::fd::OwnedFd>,
+            ) -> std::io::Result<$item> {
+                self.stream_of(fd, None)
+            }
+
+            fn accept_one(
+                &self,
+            ) -> impl std::future::Future<Output = std::io::Result<$item>> + Send + '_ {
+                self.accept()
+            }
+        }
+
+        #[doc = concat!("The stream of [`", stringify!($listener), "::incoming`].")]
+        pub struct $stream<'a>($crate::net::incoming::AcceptLoop<'a, $listener>);
+
+        impl $stream<'_> {
+            /// The next connection (or the next accept's error).
+            ///
+            /// # Errors
+            #[doc = concat!("As [`", stringify!($listener), "::accept`]; the stream goes on after any of them.")]
+            pub async fn next(&mut self) -> std::io::Result<$item> {
+                std::future::poll_fn(|cx| self.0.poll_accept(cx)).await
+            }
+
+            /// Whether connections come from one multishot accept
+            /// (io_uring, Linux 5.19 or later) rather than an accept each.
+            pub fn multishot(&self) -> bool {
+                self.0.multishot()
+            }
+        }
+
+        impl futures_core::Stream for $stream<'_> {
+            type Item = std::io::Result<$item>;
+
+            fn poll_next(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Self::Item>> {
+                self.get_mut().0.poll_accept(cx).map(Some)
+            }
+        }
+
+        impl std::fmt::Debug for $stream<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($stream))
+                    .field("listener", self.0.listener)
+                    .field("multishot", &self.multishot())
+                    .field("backoff", &self.0.backoff)
+                    .finish()
+            }
+        }
+    };
+}
+
+pub(crate) use incoming_stream;

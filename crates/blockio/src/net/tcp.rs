@@ -1,19 +1,16 @@
 //! TCP: a listener that accepts, and a stream that reads and writes.
 
 use std::fmt;
-use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::OwnedFd;
-use std::pin::Pin;
 use std::sync::Mutex;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::accepts::AcceptQueue;
-use super::incoming::{AcceptLoop, Accepting};
+use super::incoming::AcceptLoop;
 use super::limit::{connect_timed_out, with_limit};
 use super::poll_io::PollIo;
 use super::socket::{owned, Sock};
@@ -214,58 +211,7 @@ impl fmt::Debug for TcpListener {
     }
 }
 
-impl Accepting for TcpListener {
-    type Item = (TcpStream, SocketAddr);
-
-    fn queue(&self) -> &AcceptQueue {
-        &self.accepts
-    }
-
-    fn accepted(&self, fd: io::Result<OwnedFd>) -> io::Result<Self::Item> {
-        self.stream_of(fd, None)
-    }
-
-    fn accept_one(&self) -> impl Future<Output = io::Result<Self::Item>> + Send + '_ {
-        self.accept()
-    }
-}
-
-/// The stream of [`TcpListener::incoming`].
-pub struct Incoming<'a>(AcceptLoop<'a, TcpListener>);
-
-impl Incoming<'_> {
-    /// The next connection (or the next accept's error).
-    ///
-    /// # Errors
-    /// As [`TcpListener::accept`]; the stream goes on after any of them.
-    pub async fn next(&mut self) -> io::Result<(TcpStream, SocketAddr)> {
-        std::future::poll_fn(|cx| self.0.poll_accept(cx)).await
-    }
-
-    /// Whether connections come from one multishot accept (io_uring,
-    /// Linux 5.19 or later) rather than an accept each.
-    pub fn multishot(&self) -> bool {
-        self.0.multishot()
-    }
-}
-
-impl futures_core::Stream for Incoming<'_> {
-    type Item = io::Result<(TcpStream, SocketAddr)>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut().0.poll_accept(cx).map(Some)
-    }
-}
-
-impl fmt::Debug for Incoming<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Incoming")
-            .field("local", &self.0.listener.local)
-            .field("multishot", &self.multishot())
-            .field("backoff", &self.0.backoff)
-            .finish()
-    }
-}
+super::incoming::incoming_stream!(TcpListener, Incoming, (TcpStream, SocketAddr));
 
 /// A TCP connection.
 ///

@@ -1,7 +1,6 @@
 //! Unix-domain stream sockets: the TCP API over a path.
 
 use std::fmt;
-use std::future::Future;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -11,7 +10,7 @@ use std::time::Duration;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use super::accepts::AcceptQueue;
-use super::incoming::{AcceptLoop, Accepting};
+use super::incoming::AcceptLoop;
 use super::limit::{connect_timed_out, with_limit};
 use super::poll_io::PollIo;
 use super::socket::{owned, Sock};
@@ -109,61 +108,7 @@ impl UnixListener {
     }
 }
 
-impl Accepting for UnixListener {
-    type Item = (UnixStream, SockAddr);
-
-    fn queue(&self) -> &AcceptQueue {
-        &self.accepts
-    }
-
-    fn accepted(&self, fd: io::Result<OwnedFd>) -> io::Result<Self::Item> {
-        self.stream_of(fd, None)
-    }
-
-    fn accept_one(&self) -> impl Future<Output = io::Result<Self::Item>> + Send + '_ {
-        self.accept()
-    }
-}
-
-/// The stream of [`UnixListener::incoming`].
-pub struct UnixIncoming<'a>(AcceptLoop<'a, UnixListener>);
-
-impl UnixIncoming<'_> {
-    /// The next connection (or the next accept's error).
-    ///
-    /// # Errors
-    /// As [`UnixListener::accept`]; the stream goes on after any of them.
-    pub async fn next(&mut self) -> io::Result<(UnixStream, SockAddr)> {
-        std::future::poll_fn(|cx| self.0.poll_accept(cx)).await
-    }
-
-    /// Whether connections come from one multishot accept (io_uring,
-    /// Linux 5.19 or later) rather than an accept each.
-    pub fn multishot(&self) -> bool {
-        self.0.multishot()
-    }
-}
-
-impl futures_core::Stream for UnixIncoming<'_> {
-    type Item = io::Result<(UnixStream, SockAddr)>;
-
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        self.get_mut().0.poll_accept(cx).map(Some)
-    }
-}
-
-impl fmt::Debug for UnixIncoming<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UnixIncoming")
-            .field("path", &self.0.listener.path)
-            .field("multishot", &self.multishot())
-            .field("backoff", &self.0.backoff)
-            .finish()
-    }
-}
+super::incoming::incoming_stream!(UnixListener, UnixIncoming, (UnixStream, SockAddr));
 
 impl fmt::Debug for UnixListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
