@@ -284,11 +284,20 @@ pub(crate) struct InlineRing {
 
 impl InlineRing {
     fn new(depth: usize, eventfd: RawFd, deferred: bool) -> io::Result<InlineRing> {
-        // No COOP_TASKRUN or DEFER_TASKRUN: completions are posted by task
-        // work on the submitting thread, and that thread may be asleep in
-        // its event loop's epoll_wait; only a signalled task-work run wakes
-        // it to post them (and so signal the eventfd it is waiting on).
-        let ring = RingFlags::default().build(ring_entries(depth), &mut Vec::new())?;
+        // COOP_TASKRUN: a socket completion's task work is queued to the
+        // thread that submitted the operation without interrupting it
+        // while it runs; it runs at that thread's next kernel entry (its
+        // next `io_uring_enter`, or the event loop's `epoll_wait`, which
+        // it ends early) and posts the completion, which signals the
+        // eventfd. A thread asleep in an interruptible wait is still woken
+        // to run it. No DEFER_TASKRUN: it requires every kernel call on
+        // the ring from one thread, and a caller-driven ring is submitted
+        // to from whichever thread starts or cancels an operation.
+        let mut flags = RingFlags {
+            coop_taskrun: true,
+            ..RingFlags::default()
+        };
+        let ring = flags.build(ring_entries(depth), &mut Vec::new())?;
         ring.submitter().register_eventfd(eventfd)?;
         Ok(InlineRing {
             ring,
