@@ -23,6 +23,7 @@ fn colour(r: Runtime) -> &'static str {
         Runtime::Blockio => "#d62728",
         Runtime::BlockioInline => "#ff7f0e",
         Runtime::BlockioTick => "#2ca02c",
+        Runtime::BlockioRing => "#9467bd",
         Runtime::Monoio => "#1f77b4",
     }
 }

@@ -44,6 +44,12 @@ pub enum Runtime {
     /// reach the kernel together, in one `io_uring_enter` by the driving
     /// task ([`AsyncEngineBuilder::submit_when_driven`](blockio::aio::AsyncEngineBuilder::submit_when_driven)).
     BlockioTick,
+    /// As `blockio-tick`, and each connection reads through its
+    /// [`recv_stream`](blockio::net::TcpStream::recv_stream): one multishot
+    /// receive into the engine's shared buffer ring, armed once, so bytes
+    /// arriving cost a completion and no submission (each read copies them
+    /// out of the ring's buffer, which goes straight back).
+    BlockioRing,
     /// monoio: a ring per thread, thread-per-core, futures not `Send`; a
     /// listener per thread.
     Monoio,
@@ -51,11 +57,12 @@ pub enum Runtime {
 
 impl Runtime {
     /// Every runtime, in report order.
-    pub const ALL: [Runtime; 5] = [
+    pub const ALL: [Runtime; 6] = [
         Runtime::Tokio,
         Runtime::Blockio,
         Runtime::BlockioInline,
         Runtime::BlockioTick,
+        Runtime::BlockioRing,
         Runtime::Monoio,
     ];
 
@@ -66,6 +73,7 @@ impl Runtime {
             Runtime::Blockio => "blockio",
             Runtime::BlockioInline => "blockio-inline",
             Runtime::BlockioTick => "blockio-tick",
+            Runtime::BlockioRing => "blockio-ring",
             Runtime::Monoio => "monoio",
         }
     }
@@ -80,7 +88,7 @@ impl Runtime {
     fn listener_per_thread(self) -> bool {
         matches!(
             self,
-            Runtime::BlockioInline | Runtime::BlockioTick | Runtime::Monoio
+            Runtime::BlockioInline | Runtime::BlockioTick | Runtime::BlockioRing | Runtime::Monoio
         )
     }
 }
@@ -134,6 +142,38 @@ impl Conn for BlockioConn {
     }
     async fn write_all(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
         self.0.write_all(buf).await
+    }
+}
+
+/// A connection read through its receive stream: each read copies from the
+/// next buffer the kernel filled; what does not fit the caller's capacity
+/// waits for the next read.
+struct RingConn<'a> {
+    stream: &'a blockio::net::TcpStream,
+    rx: blockio::net::RecvStream<'a>,
+    left: Option<(blockio::net::RecvBuf, usize)>,
+}
+
+impl Conn for RingConn<'_> {
+    async fn read(&mut self, mut buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        let (bytes, from) = match self.left.take() {
+            Some(left) => left,
+            None => match self.rx.next().await {
+                None => return (Ok(0), buf),
+                Some(Err(e)) => return (Err(e), buf),
+                Some(Ok(b)) => (b, 0),
+            },
+        };
+        let n = buf.capacity().min(bytes.len() - from);
+        buf.clear();
+        buf.extend_from_slice(&bytes[from..from + n]);
+        if from + n < bytes.len() {
+            self.left = Some((bytes, from + n));
+        }
+        (Ok(n), buf)
+    }
+    async fn write_all(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
+        self.stream.write_all(buf).await
     }
 }
 
@@ -300,10 +340,11 @@ fn tokio_thread(
         match runtime {
             Runtime::Blockio => {
                 let engine = AsyncEngine::builder().queue_depth(NET_DEPTH).build()?;
-                until_stopped(blockio_server(&engine, ctx), stop).await
+                until_stopped(blockio_server(&engine, ctx, false), stop).await
             }
-            Runtime::BlockioInline => until_stopped(inline_server(ctx, false), stop).await,
-            Runtime::BlockioTick => until_stopped(inline_server(ctx, true), stop).await,
+            Runtime::BlockioInline | Runtime::BlockioTick | Runtime::BlockioRing => {
+                until_stopped(inline_server(ctx, runtime), stop).await
+            }
             _ => until_stopped(tokio_server(ctx), stop).await,
         }
     })
@@ -323,7 +364,15 @@ async fn tokio_server(ctx: Ctx<'_>) -> Result<()> {
     }
 }
 
-async fn blockio_server(engine: &AsyncEngine, ctx: Ctx<'_>) -> Result<()> {
+/// Receive buffers of `blockio-ring`'s engine: enough that 1,000
+/// connections each holding one leave most of the ring free.
+const RING_BUFFERS: u16 = 4096;
+/// Their size: a request or a 4 KiB echo fits one.
+const RING_BUFFER_SIZE: u32 = 16 * 1024;
+
+/// Accepts and serves connections; with `ring_recv`, each one reads
+/// through its receive stream.
+async fn blockio_server(engine: &AsyncEngine, ctx: Ctx<'_>, ring_recv: bool) -> Result<()> {
     let l = TcpListenerOptions::default()
         .reuse_port(true)
         .bind(engine, ctx.bind)?;
@@ -332,13 +381,28 @@ async fn blockio_server(engine: &AsyncEngine, ctx: Ctx<'_>) -> Result<()> {
     loop {
         let (s, _) = incoming.next().await?;
         s.set_nodelay(true)?;
-        tokio::spawn(run_service(ctx.service, BlockioConn(s)));
+        let service = ctx.service;
+        if ring_recv {
+            tokio::spawn(async move {
+                let conn = RingConn {
+                    stream: &s,
+                    rx: s.recv_stream(),
+                    left: None,
+                };
+                run_service(service, conn).await
+            });
+        } else {
+            tokio::spawn(run_service(service, BlockioConn(s)));
+        }
     }
 }
 
 /// The engine driven by this runtime: tokio's reactor watches the eventfd
-/// the ring signals, and a task reaps (and, with `per_tick`, submits).
-async fn inline_server(ctx: Ctx<'_>, per_tick: bool) -> Result<()> {
+/// the ring signals, and a task reaps (and, but for `blockio-inline`,
+/// submits).
+async fn inline_server(ctx: Ctx<'_>, runtime: Runtime) -> Result<()> {
+    let per_tick = runtime != Runtime::BlockioInline;
+    let ring_recv = runtime == Runtime::BlockioRing;
     // SAFETY: eventfd returns a new descriptor or -1.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if fd < 0 {
@@ -346,11 +410,17 @@ async fn inline_server(ctx: Ctx<'_>, per_tick: bool) -> Result<()> {
     }
     // SAFETY: `fd` is fresh and owned by nobody else.
     let efd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let engine = AsyncEngine::builder()
+    let mut builder = AsyncEngine::builder()
         .queue_depth(NET_DEPTH)
         .driven_by_caller(efd.as_raw_fd())
-        .submit_when_driven(per_tick)
-        .build()?;
+        .submit_when_driven(per_tick);
+    if ring_recv {
+        // A share of the whole ring makes each receive multishot.
+        builder = builder
+            .recv_buffers(RING_BUFFERS, RING_BUFFER_SIZE)
+            .recv_buffer_share(usize::from(RING_BUFFERS));
+    }
+    let engine = builder.build()?;
     // SAFETY: the AsyncFd owns the OwnedFd, which stays open (and is the
     // same eventfd) until the AsyncFd drops it.
     let watched = unsafe { tokio::io::unix::AsyncFd::register(efd) }
@@ -369,7 +439,7 @@ async fn inline_server(ctx: Ctx<'_>, per_tick: bool) -> Result<()> {
             Poll::Pending => return Poll::Pending,
         }
     }));
-    let res = blockio_server(&engine, ctx).await;
+    let res = blockio_server(&engine, ctx, ring_recv).await;
     driver.abort();
     res
 }
