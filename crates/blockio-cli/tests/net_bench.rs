@@ -46,6 +46,7 @@ fn every_runtime_serves_every_workload_without_errors() {
         "blockio",
         "blockio-inline",
         "blockio-tick",
+        "blockio-ring",
         "monoio",
     ];
     for label in ["http 8c", "http 8c 2t", "echo 4096B 4c", "stream 64 MiB"] {
@@ -59,6 +60,8 @@ fn every_runtime_serves_every_workload_without_errors() {
     for r in rows {
         assert!(r["rate"].as_f64().unwrap() > 10.0, "{r}");
         assert!(r["cpu_us_per_unit"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["server_cpus"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["client_cpus"].as_f64().unwrap() > 0.0, "{r}");
         let errors: u64 = r["rounds"]
             .as_array()
             .unwrap()

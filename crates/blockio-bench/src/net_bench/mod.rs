@@ -128,6 +128,10 @@ pub struct Round {
     pub switches_per_unit: f64,
     /// The server's system calls per unit (`None` without `perf`).
     pub syscalls_per_unit: Option<f64>,
+    /// The server's CPU time over the load's wall time (1.0: one CPU busy).
+    pub server_cpus: f64,
+    /// The client's (the load generator's), likewise.
+    pub client_cpus: f64,
 }
 
 /// One runtime in one workload, over the rounds.
@@ -160,6 +164,10 @@ pub struct Row {
     pub switches_per_unit: f64,
     /// Median server system calls per unit.
     pub syscalls_per_unit: Option<f64>,
+    /// Median CPUs the server kept busy.
+    pub server_cpus: f64,
+    /// Median CPUs the client kept busy.
+    pub client_cpus: f64,
     /// Rate over tokio's in the same round: median, lowest, highest.
     pub rate_vs_tokio: Option<[f64; 3]>,
     /// p99 over tokio's in the same round: median, lowest, highest.
@@ -246,11 +254,12 @@ fn measure(args: &NetBenchArgs, w: &Workload, rt: Runtime, count_calls: bool) ->
         client_cpu: args.client_cpu,
     };
     let calls = if count_calls { Syscalls::start() } else { None };
-    let before = Usage::now();
+    let (before, client_before) = (Usage::now(), Usage::children());
     let outcome = w
         .load(&target)
         .with_context(|| format!("{} on {}", w.label(), rt.name()))?;
     let used = Usage::now().since(&before);
+    let client = Usage::children().since(&client_before);
     let calls = calls.and_then(Syscalls::finish);
     drop(server);
     let units = (outcome.units / w.unit_scale()).max(f64::MIN_POSITIVE);
@@ -259,6 +268,8 @@ fn measure(args: &NetBenchArgs, w: &Workload, rt: Runtime, count_calls: bool) ->
         cpu_us_per_unit: used.cpu_us / units,
         switches_per_unit: used.switches / units,
         syscalls_per_unit: calls.map(|c| c / units),
+        server_cpus: used.cpu_us / 1e6 / outcome.seconds,
+        client_cpus: client.cpu_us / 1e6 / outcome.seconds,
         outcome,
     })
 }
@@ -332,6 +343,8 @@ fn summarise(w: &Workload, runtimes: &[Runtime], per: &[Vec<Round>]) -> Vec<Row>
                 cpu_us_per_unit: m(&|r| r.cpu_us_per_unit),
                 switches_per_unit: m(&|r| r.switches_per_unit),
                 syscalls_per_unit: calls.map(|c| median(&c)),
+                server_cpus: m(&|r| r.server_cpus),
+                client_cpus: m(&|r| r.client_cpus),
                 rate_vs_tokio: paired(tokio, Runtime::Tokio, &rate),
                 p99_vs_tokio: paired(tokio, Runtime::Tokio, &p99),
                 rate_vs_monoio: paired(monoio, Runtime::Monoio, &rate),
@@ -361,7 +374,7 @@ fn table(args: &NetBenchArgs, rows: &[Row], count_calls: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "Servers: one thread on CPU {} (client on CPU {}), or two threads unpinned (http ... 2t, two wrk threads);\n{} rounds of {} s, alternating; medians, ratios paired per round (lowest-highest);\nCPU/u, cs/u, calls/u: the server's CPU us, context switches and system calls per unit (req, msg, MB){}.\n",
+        "Servers: one thread on CPU {} (client on CPU {}), or two threads unpinned (http ... 2t, two wrk threads);\n{} rounds of {} s, alternating; medians, ratios paired per round (lowest-highest);\nCPU/u, cs/u, calls/u: the server's CPU us, context switches and system calls per unit (req, msg, MB){};\nsrv, cli: CPUs the server and the client kept busy (1.00: one CPU all the time).\n",
         args.server_cpu,
         args.client_cpu,
         args.rounds,
@@ -374,7 +387,7 @@ fn table(args: &NetBenchArgs, rows: &[Row], count_calls: bool) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<16} {:<15} {:>16} {:>8} {:>8} {:>8} {:>7} {:>7}  {:<21} {:<21} {:<21}",
+        "{:<16} {:<15} {:>16} {:>8} {:>8} {:>8} {:>7} {:>7} {:>5} {:>5}  {:<21} {:<21} {:<21}",
         "workload",
         "runtime",
         "rate",
@@ -383,6 +396,8 @@ fn table(args: &NetBenchArgs, rows: &[Row], count_calls: bool) -> String {
         "CPU/u",
         "cs/u",
         "calls/u",
+        "srv",
+        "cli",
         "rate vs tokio",
         "p99 vs tokio",
         "rate vs monoio"
@@ -398,7 +413,7 @@ fn table(args: &NetBenchArgs, rows: &[Row], count_calls: bool) -> String {
         let errors: u64 = r.rounds.iter().map(|l| l.outcome.errors).sum();
         let _ = writeln!(
             s,
-            "{:<16} {:<15} {:>16} {:>8} {:>8} {:>8.2} {:>7.3} {:>7}  {:<21} {:<21} {:<21}{}",
+            "{:<16} {:<15} {:>16} {:>8} {:>8} {:>8.2} {:>7.3} {:>7} {:>5.2} {:>5.2}  {:<21} {:<21} {:<21}{}",
             r.label,
             r.runtime.name(),
             format!("{:.0} {}/s", r.rate, r.unit),
@@ -407,6 +422,8 @@ fn table(args: &NetBenchArgs, rows: &[Row], count_calls: bool) -> String {
             r.cpu_us_per_unit,
             r.switches_per_unit,
             opt(r.syscalls_per_unit, 2),
+            r.server_cpus,
+            r.client_cpus,
             r3(r.rate_vs_tokio),
             r3(r.p99_vs_tokio),
             r3(r.rate_vs_monoio),

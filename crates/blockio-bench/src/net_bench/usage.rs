@@ -1,7 +1,8 @@
 //! What the server costs: CPU time and context switches of this process
 //! (`getrusage`), and the system calls its threads make (counted by
 //! `perf stat` attached to this process). The load generator is a child
-//! process, counted in neither.
+//! process, counted in neither; its CPU time is counted on its own
+//! (`RUSAGE_CHILDREN`), to show when the client's CPU is the limit.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -18,10 +19,20 @@ pub struct Usage {
 impl Usage {
     /// The use so far.
     pub fn now() -> Usage {
+        Usage::of(libc::RUSAGE_SELF)
+    }
+
+    /// The use so far of this process's children that have ended and been
+    /// waited for (the load generators).
+    pub fn children() -> Usage {
+        Usage::of(libc::RUSAGE_CHILDREN)
+    }
+
+    fn of(who: libc::c_int) -> Usage {
         // SAFETY: all-zero is a valid rusage, which getrusage fills.
         let mut u: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: writes into the live `u`.
-        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+        unsafe { libc::getrusage(who, &mut u) };
         let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
         Usage {
             cpu_us: us(u.ru_utime) + us(u.ru_stime),

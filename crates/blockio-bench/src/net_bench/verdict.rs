@@ -1,6 +1,9 @@
 //! The targets `net-bench` was built to check, each stated with the
 //! figures of every blockio variant from this run: met where at least one
-//! variant meets it (the figure names which), missed otherwise.
+//! variant meets it (the figure names which), missed otherwise. A rate
+//! target also states how busy the server's and the client's CPUs were:
+//! where both are near full, the machine, not the server, bounds the
+//! rate.
 
 use std::fmt::Write as _;
 
@@ -17,12 +20,16 @@ pub struct Check {
     pub figures: String,
     /// Whether some variant met it.
     pub met: bool,
+    /// For a rate target: the CPUs the server and the client kept busy,
+    /// per runtime.
+    pub busy: Option<String>,
 }
 
-const VARIANTS: [Runtime; 3] = [
+const VARIANTS: [Runtime; 4] = [
     Runtime::Blockio,
     Runtime::BlockioInline,
     Runtime::BlockioTick,
+    Runtime::BlockioRing,
 ];
 
 /// The rows of one workload, by runtime.
@@ -51,6 +58,27 @@ impl<'a> Group<'a> {
             target,
             figures: figures.join("; "),
             met,
+            busy: None,
+        }
+    }
+
+    /// `check`, for a rate target: with the CPUs each runtime kept busy.
+    fn rate_check(&self, target: String, figure: impl Fn(&Row) -> Option<(String, bool)>) -> Check {
+        let busy: Vec<String> = self
+            .rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {:.2}+{:.2}",
+                    r.runtime.name(),
+                    r.server_cpus,
+                    r.client_cpus
+                )
+            })
+            .collect();
+        Check {
+            busy: Some(busy.join(", ")),
+            ..self.check(target, figure)
         }
     }
 }
@@ -72,17 +100,18 @@ pub fn check(rows: &[Row]) -> Vec<Check> {
             Workload::Http {
                 connections: 50,
                 threads: 1,
-            } => out.push(
-                g.check(format!("{label}: req/s >= 1.0x tokio, p99 <= 1.1x"), |r| {
+            } => out.push(g.rate_check(
+                format!("{label}: req/s >= 1.0x tokio, p99 <= 1.1x"),
+                |r| {
                     let (a, b) = (vs(r)?, r.p99_vs_tokio?[0]);
                     Some((format!("{a:.3}x, p99 {b:.3}x"), a >= 1.0 && b <= 1.1))
-                }),
-            ),
+                },
+            )),
             Workload::Http {
                 connections: 1000,
                 threads: 1,
             } => {
-                out.push(g.check(
+                out.push(g.rate_check(
                     format!("{label}: req/s >= 1.15x tokio, >= 1.0x monoio"),
                     |r| {
                         let a = vs(r)?;
@@ -102,7 +131,7 @@ pub fn check(rows: &[Row]) -> Vec<Check> {
                     }),
                 );
             }
-            Workload::Http { threads: 2.., .. } => out.push(g.check(
+            Workload::Http { threads: 2.., .. } => out.push(g.rate_check(
                 format!("{label}: req/s >= tokio with 2 workers"),
                 |r| {
                     let a = vs(r)?;
@@ -111,11 +140,11 @@ pub fn check(rows: &[Row]) -> Vec<Check> {
             )),
             Workload::Echo {
                 connections: 500, ..
-            } => out.push(g.check(format!("{label}: msg/s >= 1.2x tokio"), |r| {
+            } => out.push(g.rate_check(format!("{label}: msg/s >= 1.2x tokio"), |r| {
                 let a = vs(r)?;
                 Some((format!("{a:.3}x"), a >= 1.2))
             })),
-            Workload::Stream { .. } => out.push(g.check(
+            Workload::Stream { .. } => out.push(g.rate_check(
                 format!("{label}: MB/s >= 1.0x tokio, fewer context switches"),
                 |r| {
                     let a = vs(r)?;
@@ -148,6 +177,9 @@ pub fn report(checks: &[Check]) -> String {
             c.target,
             c.figures
         );
+        if let Some(busy) = &c.busy {
+            let _ = writeln!(s, "      CPUs busy, server+client: {busy}");
+        }
     }
     s
 }
