@@ -3,11 +3,14 @@
 //! variant meets it (the figure names which), missed otherwise. A rate
 //! target also states how busy the server's and the client's CPUs were:
 //! where both are near full, the machine, not the server, bounds the
-//! rate.
+//! rate. With one server thread the client has one CPU of its own, so
+//! its rate over its CPUs busy is the most it could drive against that
+//! server at a full CPU: stated as a ratio to tokio's rate, it is the
+//! ceiling this machine puts on the rate target.
 
 use std::fmt::Write as _;
 
-use super::servers::Runtime;
+use super::servers::{Runtime, Threads};
 use super::workload::Workload;
 use super::Row;
 
@@ -64,12 +67,19 @@ impl<'a> Group<'a> {
 
     /// `check`, for a rate target: with the CPUs each runtime kept busy.
     fn rate_check(&self, target: String, figure: impl Fn(&Row) -> Option<(String, bool)>) -> Check {
+        let tokio_rate = self.of(Runtime::Tokio).map(|t| t.rate);
         let busy: Vec<String> = self
             .rows
             .iter()
             .map(|r| {
+                let ceiling = match (r.workload.threads(0), tokio_rate) {
+                    (Threads::One(_), Some(t)) if r.client_cpus > 0.0 => {
+                        format!(" (client-bound at {:.2}x)", r.rate / r.client_cpus / t)
+                    }
+                    _ => String::new(),
+                };
                 format!(
-                    "{} {:.2}+{:.2}",
+                    "{} {:.2}+{:.2}{ceiling}",
                     r.runtime.name(),
                     r.server_cpus,
                     r.client_cpus
@@ -168,7 +178,11 @@ pub fn check(rows: &[Row]) -> Vec<Check> {
 
 /// The checks as text.
 pub fn report(checks: &[Check]) -> String {
-    let mut s = String::from("\nTargets (met where some blockio variant meets it):\n");
+    let mut s = String::from(
+        "\nTargets (met where some blockio variant meets it; CPUs busy as server+client, and\n\
+         client-bound at Nx: the client's rate at a full CPU over tokio's rate, the most\n\
+         this machine lets that server reach):\n",
+    );
     for c in checks {
         let _ = writeln!(
             s,

@@ -158,9 +158,13 @@ impl AsyncEngineBuilder {
     /// a sleeping thread is tens of microseconds in a VM).
     ///
     /// Completions are posted by task work on the thread that submitted the
-    /// operation, so that thread should be the loop's, or one that returns
-    /// to user space often (a thread that has exited is fine: the kernel
-    /// posts for it). The eventfd is registered with the ring, which keeps
+    /// operation. The ring is set up with `COOP_TASKRUN`: that work does
+    /// not interrupt the thread while it runs, but waits for its next entry
+    /// into the kernel (any system call; the loop's `epoll_wait` ends early
+    /// to run it), and a thread asleep in an interruptible wait is woken
+    /// for it. So that thread should be the loop's, or one that enters the
+    /// kernel often (a thread that has exited is fine: the kernel posts for
+    /// it). The eventfd is registered with the ring, which keeps
     /// its own reference. On the thread-pool backend (io_uring blocked)
     /// operations complete on pool threads and wake their tasks directly,
     /// `reap` has nothing to do and `eventfd` is never signalled by it.
