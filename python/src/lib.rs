@@ -1,6 +1,6 @@
 //! `blockio._blockio`: the Rust core of the Python package.
 //!
-//! The Python layer (`blockio/__init__.py`) wraps [`Core`]: it turns file
+//! The Python layer (`blockio/__init__.py`) wraps `Core`: it turns file
 //! objects into descriptors, raises errors, and ties the asynchronous calls
 //! to the running asyncio loop. This module does the I/O:
 //!
@@ -9,7 +9,7 @@
 //!   thread submits everything queued in one `io_uring_enter`. Each batch is
 //!   a Rust future whose waker records its token and writes to an eventfd;
 //!   the event loop watches that eventfd (`loop.add_reader`) and calls
-//!   [`Core::drain`], which polls the woken futures and returns every
+//!   `Core::drain`, which polls the woken futures and returns every
 //!   finished batch's results, all in the loop's thread. No thread-pool
 //!   hop, no GIL taken by the driver.
 //!
@@ -18,7 +18,7 @@
 //! unresizable — by the future until its completion arrives, even if the
 //! Python side gave up waiting (a cancelled task). A buffer whose
 //! operation was cancelled is dropped by the driver thread, which never
-//! takes the GIL: [`lent`] parks it until the next call from Python.
+//! takes the GIL: `lent` parks it until the next call from Python.
 
 use std::collections::HashMap;
 use std::io;
