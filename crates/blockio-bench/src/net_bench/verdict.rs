@@ -10,7 +10,7 @@
 
 use std::fmt::Write as _;
 
-use super::servers::{Runtime, Threads};
+use super::servers::Runtime;
 use super::workload::Workload;
 use super::Row;
 
@@ -72,8 +72,8 @@ impl<'a> Group<'a> {
             .rows
             .iter()
             .map(|r| {
-                let ceiling = match (r.workload.threads(0), tokio_rate) {
-                    (Threads::One(_), Some(t)) if r.client_cpus > 0.0 => {
+                let ceiling = match tokio_rate {
+                    Some(t) if r.workload.one_server_thread() && r.client_cpus > 0.0 => {
                         format!(" (client-bound at {:.2}x)", r.rate / r.client_cpus / t)
                     }
                     _ => String::new(),

@@ -92,11 +92,18 @@ impl Workload {
         }
     }
 
+    /// Whether one server thread serves it (pinned, with the client on a
+    /// CPU of its own), rather than two sharing both CPUs with the client.
+    pub fn one_server_thread(&self) -> bool {
+        !matches!(self, Workload::Http { threads: 2.., .. })
+    }
+
     /// How the server's threads are placed, given the server's CPU.
     pub fn threads(&self, server_cpu: usize) -> Threads {
-        match self {
-            Workload::Http { threads: 2.., .. } => Threads::Two,
-            _ => Threads::One(server_cpu),
+        if self.one_server_thread() {
+            Threads::One(server_cpu)
+        } else {
+            Threads::Two
         }
     }
 
