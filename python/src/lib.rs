@@ -645,7 +645,9 @@ impl Core {
             if pool {
                 b = b.backend(BackendChoice::ThreadPool);
             } else if inline {
-                b = b.driven_by_caller(self.wakeups.efd.as_raw_fd());
+                b = b
+                    .driven_by_caller()
+                    .completion_eventfd(self.wakeups.efd.as_raw_fd());
             }
             *slot = Some(b.build().map_err(io_err)?);
         }

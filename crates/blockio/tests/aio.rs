@@ -427,6 +427,19 @@ fn wait_and_clear_eventfd(fd: std::os::fd::RawFd, ms: i32) {
     }
 }
 
+/// Whether `fd` polls readable now.
+fn readable(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, no waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLIN != 0
+}
+
 #[test]
 fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -436,10 +449,16 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
     let efd =
         unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)) };
     let engine = AsyncEngine::builder()
-        .driven_by_caller(efd.as_raw_fd())
+        .driven_by_caller()
+        .completion_eventfd(efd.as_raw_fd())
         .build()
         .unwrap();
     let uring = engine.backend() == blockio::Backend::IoUring;
+    assert_eq!(
+        engine.poll_fd().is_some(),
+        uring,
+        "a ring to watch iff io_uring"
+    );
     let file = AsyncFile::open(&engine, &path).unwrap();
     let counter = Arc::new(CountingWaker(std::sync::atomic::AtomicUsize::new(0)));
     let waker = std::task::Waker::from(counter.clone());
@@ -471,6 +490,11 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
         );
         if uring {
             wait_and_clear_eventfd(efd.as_raw_fd(), 1000);
+            let ring = engine.poll_fd().expect("a caller-driven ring has one");
+            assert!(
+                readable(ring),
+                "completions wait, but the ring is not readable"
+            );
             reaped += engine.reap();
         } else {
             assert_eq!(engine.reap(), 0);
@@ -486,6 +510,11 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
         });
     }
     if uring {
+        // The dropped reads have long completed: once reaped, nothing
+        // waits, and the ring is not readable.
+        std::thread::sleep(Duration::from_millis(100));
+        engine.reap();
+        assert!(!readable(engine.poll_fd().unwrap()), "reaped, yet readable");
         assert!(reaped >= 450, "reap completed {reaped} operations");
         assert!(counter.0.load(std::sync::atomic::Ordering::SeqCst) >= 450);
     }

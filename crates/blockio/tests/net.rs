@@ -305,23 +305,32 @@ fn idle_connections_hold_no_threads() {
     });
 }
 
-/// An engine whose ring the runtime's own thread drives, submitting once
-/// per round of tasks: tokio's reactor watches the eventfd.
-#[test]
-fn a_runtime_driven_engine_serves_connections() {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::task::Poll;
-    // SAFETY: eventfd returns a new descriptor or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    assert!(fd >= 0);
-    // SAFETY: fresh, owned by nobody else.
-    let efd = unsafe { OwnedFd::from_raw_fd(fd) };
+/// The ring's descriptor, for tokio's reactor to watch; the engine clone
+/// keeps it open while it is registered.
+struct RingFd(AsyncEngine);
+
+impl std::os::fd::AsRawFd for RingFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.poll_fd().expect("a caller-driven ring").as_raw_fd()
+    }
+}
+
+/// Serves 8 echo clients of 50 messages each from a caller-driven engine
+/// (submitting once per round of tasks) on `rt`, with the driving task
+/// that `drive` spawns; every message must come back.
+fn serve_driven(
+    rt: &tokio::runtime::Runtime,
+    drive: impl FnOnce(AsyncEngine) -> tokio::task::JoinHandle<()>,
+) {
     let e = AsyncEngine::builder()
-        .driven_by_caller(efd.as_raw_fd())
+        .driven_by_caller()
         .submit_when_driven(true)
         .build()
         .unwrap();
-    let rt = current_thread();
+    // On the thread pool there is no ring: operations complete on its
+    // threads and wake their tasks, with nothing to drive.
+    let uring = e.backend() == blockio::Backend::IoUring;
+    assert_eq!(e.poll_fd().is_some(), uring, "a ring to watch iff io_uring");
     let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
     let addr = l.local_addr();
     let clients: Vec<_> = (0..8u8)
@@ -338,22 +347,7 @@ fn a_runtime_driven_engine_serves_connections() {
         })
         .collect();
     rt.block_on(async {
-        // SAFETY: the AsyncFd owns the eventfd until it is dropped.
-        let watched = unsafe { tokio::io::unix::AsyncFd::register(efd) }.unwrap();
-        let driving = e.clone();
-        let driver = tokio::spawn(std::future::poll_fn(move |cx| loop {
-            let _ = driving.poll_drive(cx);
-            match watched.poll_read_ready(cx) {
-                Poll::Ready(Ok(mut ready)) => {
-                    let mut n = [0u8; 8];
-                    // SAFETY: reads 8 bytes into a live local.
-                    unsafe { libc::read(watched.as_raw_fd(), n.as_mut_ptr().cast(), 8) };
-                    ready.clear_ready();
-                }
-                Poll::Ready(Err(_)) => return Poll::Ready(()),
-                Poll::Pending => return Poll::Pending,
-            }
-        }));
+        let driver = drive(e.clone());
         let mut served = Vec::new();
         for _ in 0..8 {
             let (s, _) = l.accept().await.unwrap();
@@ -379,6 +373,56 @@ fn a_runtime_driven_engine_serves_connections() {
     for c in clients {
         c.join().unwrap();
     }
+}
+
+/// The runtime's own thread drives the ring: tokio's reactor watches the
+/// ring's descriptor (`poll_fd`), and nothing needs reading to clear it.
+#[test]
+fn a_runtime_driven_engine_serves_connections() {
+    use std::task::Poll;
+    serve_driven(&current_thread(), |e| {
+        let watched = e.poll_fd().is_some().then(|| {
+            // SAFETY: the engine in `RingFd` keeps the ring open while the
+            // AsyncFd lives, and `poll_fd` names the same descriptor.
+            unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    RingFd(e.clone()),
+                    tokio::io::Interest::READABLE,
+                )
+            }
+            .expect("tokio watches the ring")
+        });
+        tokio::spawn(std::future::poll_fn(move |cx| loop {
+            let _ = e.poll_drive(cx);
+            let Some(w) = watched.as_ref() else {
+                return Poll::Ready(());
+            };
+            match w.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut ready)) => ready.clear_ready(),
+                Poll::Ready(Err(_)) => return Poll::Ready(()),
+                Poll::Pending => return Poll::Pending,
+            }
+        }))
+    });
+}
+
+/// `drive_on_tokio` drives the ring from tokio's multi-thread runtime,
+/// whose driving task may move between the workers.
+#[cfg(feature = "tokio")]
+#[test]
+fn drive_on_tokio_serves_connections_on_the_multi_thread_runtime() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    serve_driven(&rt, |e| {
+        tokio::spawn(async move {
+            blockio::aio::drive_on_tokio(e)
+                .await
+                .expect("driving the ring");
+        })
+    });
 }
 
 /// The `futures::io` traits carry every byte both ways (a 2 MiB stream

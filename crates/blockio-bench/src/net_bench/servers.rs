@@ -7,13 +7,12 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::pin::pin;
 use std::sync::mpsc;
 use std::task::Poll;
 
 use anyhow::{anyhow, Context, Result};
-use blockio::aio::AsyncEngine;
+use blockio::aio::{drive_on_tokio, AsyncEngine};
 use blockio::net::TcpListenerOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -36,8 +35,9 @@ pub enum Runtime {
     /// two), completions from the engine's driver thread.
     Blockio,
     /// `blockio::net` on tokio's current-thread runtime with the ring
-    /// driven by the runtime's thread: tokio's reactor watches the ring's
-    /// eventfd and a task reaps completions (no driver thread). With two
+    /// driven by the runtime's thread: tokio's reactor watches the ring
+    /// and a task reaps completions ([`blockio::aio::drive_on_tokio`]; no
+    /// driver thread). With two
     /// server threads, a ring and a listener per thread.
     BlockioInline,
     /// As `blockio-inline`, and operations started in one round of tasks
@@ -397,22 +397,14 @@ async fn blockio_server(engine: &AsyncEngine, ctx: Ctx<'_>, ring_recv: bool) -> 
     }
 }
 
-/// The engine driven by this runtime: tokio's reactor watches the eventfd
-/// the ring signals, and a task reaps (and, but for `blockio-inline`,
-/// submits).
+/// The engine driven by this runtime: tokio's reactor watches the ring,
+/// and a task reaps (and, but for `blockio-inline`, submits).
 async fn inline_server(ctx: Ctx<'_>, runtime: Runtime) -> Result<()> {
     let per_tick = runtime != Runtime::BlockioInline;
     let ring_recv = runtime == Runtime::BlockioRing;
-    // SAFETY: eventfd returns a new descriptor or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error().into());
-    }
-    // SAFETY: `fd` is fresh and owned by nobody else.
-    let efd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut builder = AsyncEngine::builder()
         .queue_depth(NET_DEPTH)
-        .driven_by_caller(efd.as_raw_fd())
+        .driven_by_caller()
         .submit_when_driven(per_tick);
     if ring_recv {
         // A share of the whole ring makes each receive multishot.
@@ -421,24 +413,7 @@ async fn inline_server(ctx: Ctx<'_>, runtime: Runtime) -> Result<()> {
             .recv_buffer_share(usize::from(RING_BUFFERS));
     }
     let engine = builder.build()?;
-    // SAFETY: the AsyncFd owns the OwnedFd, which stays open (and is the
-    // same eventfd) until the AsyncFd drops it.
-    let watched = unsafe { tokio::io::unix::AsyncFd::register(efd) }
-        .map_err(|e| anyhow!("cannot watch the ring's eventfd: {e}"))?;
-    let driving = engine.clone();
-    let driver = tokio::spawn(std::future::poll_fn(move |cx| loop {
-        let _ = driving.poll_drive(cx);
-        match watched.poll_read_ready(cx) {
-            Poll::Ready(Ok(mut ready)) => {
-                let mut count = [0u8; 8];
-                // SAFETY: reads 8 bytes into a live local from our eventfd.
-                unsafe { libc::read(watched.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
-                ready.clear_ready();
-            }
-            Poll::Ready(Err(_)) => return Poll::Ready(()),
-            Poll::Pending => return Poll::Pending,
-        }
-    }));
+    let driver = tokio::spawn(drive_on_tokio(engine.clone()));
     let res = blockio_server(&engine, ctx, ring_recv).await;
     driver.abort();
     res

@@ -164,7 +164,12 @@ impl DriverShared {
 /// threads.
 pub(crate) enum Driver {
     Uring(Arc<DriverShared>),
-    Inline(Box<Mutex<Option<InlineRing>>>),
+    Inline {
+        ring: Box<Mutex<Option<InlineRing>>>,
+        /// The ring's descriptor, open while `ring` is (it moves out of
+        /// the mutex only when this driver is dropped).
+        fd: RawFd,
+    },
     Threads {
         /// Performs file operations with blocking calls.
         pool: WorkerPool<Request>,
@@ -283,13 +288,13 @@ pub(crate) struct InlineRing {
 }
 
 impl InlineRing {
-    fn new(depth: usize, eventfd: RawFd, deferred: bool) -> io::Result<InlineRing> {
+    fn new(depth: usize, eventfd: Option<RawFd>, deferred: bool) -> io::Result<InlineRing> {
         // COOP_TASKRUN: a socket completion's task work is queued to the
         // thread that submitted the operation without interrupting it
         // while it runs; it runs at that thread's next kernel entry (its
         // next `io_uring_enter`, or the event loop's `epoll_wait`, which
-        // it ends early) and posts the completion, which signals the
-        // eventfd. A thread asleep in an interruptible wait is still woken
+        // it ends early) and posts the completion, which makes the ring's
+        // descriptor readable (and signals the eventfd, if any). A thread asleep in an interruptible wait is still woken
         // to run it. No DEFER_TASKRUN: it requires every kernel call on
         // the ring from one thread, and a caller-driven ring is submitted
         // to from whichever thread starts or cancels an operation.
@@ -298,7 +303,9 @@ impl InlineRing {
             ..RingFlags::default()
         };
         let ring = flags.build(ring_entries(depth), &mut Vec::new())?;
-        ring.submitter().register_eventfd(eventfd)?;
+        if let Some(fd) = eventfd {
+            ring.submitter().register_eventfd(fd)?;
+        }
         Ok(InlineRing {
             ring,
             kept: Vec::new(),
@@ -337,12 +344,26 @@ impl InlineRing {
         }
     }
 
-    /// Takes the finished operations' targets and results off the ring.
+    /// Takes the finished operations' targets and results off the ring,
+    /// with those that overflowed the completion queue (multishot
+    /// operations can post more than the queue holds between two turns):
+    /// the kernel keeps them, and moves them into the queue only when
+    /// asked to wait for completions, which this does while it reports an
+    /// overflow. Meanwhile the ring stays readable, so a loop would
+    /// otherwise be woken for them forever.
     fn take_completions(&mut self, out: &mut Vec<Completion>) {
-        for cqe in self.ring.completion() {
-            if let Some(done) = self.ops.finish(cqe.user_data(), cqe.flags()) {
-                out.push((done, cqe.result(), cqe.flags()));
+        loop {
+            for cqe in self.ring.completion() {
+                if let Some(done) = self.ops.finish(cqe.user_data(), cqe.flags()) {
+                    out.push((done, cqe.result(), cqe.flags()));
+                }
             }
+            if !self.ring.submission().cq_overflow() {
+                return;
+            }
+            // With the overflow flag set, this enters with GETEVENTS (and
+            // waits for nothing), which flushes the kept completions.
+            submit_and_wait_or_abort(&mut self.ring, 0);
         }
     }
 }
@@ -396,10 +417,29 @@ impl Driver {
         Ok(Driver::Uring(shared))
     }
 
-    /// A ring driven by the caller, signalling `eventfd` on completions.
-    pub(crate) fn inline(depth: usize, eventfd: RawFd, deferred: bool) -> io::Result<Driver> {
+    /// A ring driven by the caller, also signalling `eventfd` (if given) on
+    /// completions.
+    pub(crate) fn inline(
+        depth: usize,
+        eventfd: Option<RawFd>,
+        deferred: bool,
+    ) -> io::Result<Driver> {
         let ring = InlineRing::new(depth, eventfd, deferred)?;
-        Ok(Driver::Inline(Box::new(Mutex::new(Some(ring)))))
+        let fd = ring.ring.as_raw_fd();
+        Ok(Driver::Inline {
+            ring: Box::new(Mutex::new(Some(ring))),
+            fd,
+        })
+    }
+
+    /// The caller-driven ring's descriptor, to watch for completions.
+    pub(crate) fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match self {
+            // SAFETY: the ring stays open while this driver exists (it moves
+            // out of the mutex only in `drop`), and the borrow is tied to it.
+            Driver::Inline { fd, .. } => Some(unsafe { std::os::fd::BorrowedFd::borrow_raw(*fd) }),
+            _ => None,
+        }
     }
 
     /// The inline driver's turn: submits what is waiting for the ring,
@@ -409,7 +449,7 @@ impl Driver {
     /// (deferred mode). Returns how many completed; other drivers have
     /// nothing to do here.
     pub(crate) fn turn(&self, driver: Option<&std::task::Waker>) -> usize {
-        let Driver::Inline(ring) = self else {
+        let Driver::Inline { ring, .. } = self else {
             return 0;
         };
         let mut done = Vec::new();
@@ -455,7 +495,7 @@ impl Driver {
                 rx.recv()
                     .map_err(|_| io::Error::other("the blockio-aio driver thread is gone"))?
             }
-            Driver::Inline(ring) => {
+            Driver::Inline { ring, .. } => {
                 let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
                 let r = guard
                     .as_mut()
@@ -493,7 +533,7 @@ impl Driver {
     pub(crate) fn cancel(&self, target: Cancel) {
         match self {
             Driver::Uring(shared) => shared.enqueue(|q| q.cancels.push(target)),
-            Driver::Inline(ring) => {
+            Driver::Inline { ring, .. } => {
                 let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(r) = guard.as_mut() {
                     r.cancel(vec![target]);
@@ -507,7 +547,7 @@ impl Driver {
     pub(crate) fn submit(&self, reqs: impl IntoIterator<Item = Request>) {
         match self {
             Driver::Uring(shared) => shared.enqueue(|q| q.requests.extend(reqs)),
-            Driver::Inline(ring) => {
+            Driver::Inline { ring, .. } => {
                 let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
                 let r = guard
                     .as_mut()
@@ -543,7 +583,7 @@ impl Drop for Driver {
                 shared.stop.store(true, Ordering::SeqCst);
                 shared.wake();
             }
-            Driver::Inline(ring) => {
+            Driver::Inline { ring, .. } => {
                 let taken = ring.get_mut().unwrap_or_else(|e| e.into_inner()).take();
                 if let Some(r) = taken.filter(|r| r.ops.count > 0 || !r.ops.backlog.is_empty()) {
                     // The kernel may still write into buffers the slots

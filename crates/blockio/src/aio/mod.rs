@@ -54,6 +54,8 @@ pub(crate) mod driver;
 mod file;
 pub(crate) mod op;
 mod readiness;
+#[cfg(feature = "tokio")]
+mod tokio_drive;
 
 use std::fmt;
 use std::io;
@@ -63,6 +65,8 @@ use std::sync::{Arc, OnceLock};
 pub use buf::{IoBuf, IoBufMut};
 pub use file::{AsyncFile, AsyncOpenOptions, Batch, BatchOp};
 pub use op::{BufResult, OpFuture};
+#[cfg(feature = "tokio")]
+pub use tokio_drive::drive_on_tokio;
 
 use crate::backend::{self, fallback_threads, Backend, BackendChoice};
 use buf_ring::{BufRing, RingShape};
@@ -101,8 +105,10 @@ pub struct AsyncEngineBuilder {
     queue_depth: usize,
     threads: usize,
     backend: BackendChoice,
-    /// `driven_by_caller`'s eventfd.
-    caller_eventfd: Option<RawFd>,
+    /// `driven_by_caller`.
+    driven_by_caller: bool,
+    /// `completion_eventfd`.
+    completion_eventfd: Option<RawFd>,
     /// `submit_when_driven`.
     submit_when_driven: bool,
     /// `recv_buffers` and `recv_buffer_share`.
@@ -115,7 +121,8 @@ impl Default for AsyncEngineBuilder {
             queue_depth: 256,
             threads: 0,
             backend: BackendChoice::Auto,
-            caller_eventfd: None,
+            driven_by_caller: false,
+            completion_eventfd: None,
             submit_when_driven: false,
             recv_shape: RingShape::default(),
         }
@@ -146,16 +153,27 @@ impl AsyncEngineBuilder {
         self
     }
 
-    /// No driver thread: for an event loop that watches `eventfd`.
+    /// No driver thread: for an event loop that watches
+    /// [`AsyncEngine::poll_fd`] (or an eventfd, see
+    /// [`completion_eventfd`](Self::completion_eventfd)).
     ///
     /// An operation is submitted by the thread that starts it (one
-    /// `io_uring_enter` each, no thread wake-up), and the kernel signals
-    /// `eventfd` whenever it posts a completion; the loop then calls
-    /// [`AsyncEngine::reap`], which completes the finished operations and
-    /// wakes their tasks on the loop's thread. That saves the two
+    /// `io_uring_enter` each, no thread wake-up; see
+    /// [`submit_when_driven`](Self::submit_when_driven) for one per round
+    /// of tasks), and the ring's descriptor is readable while completions
+    /// wait; the loop then calls [`AsyncEngine::reap`] or
+    /// [`AsyncEngine::poll_drive`], which complete the finished operations
+    /// and wake their tasks on the loop's thread. That saves the two
     /// cross-thread wake-ups per operation of the driver-thread design,
     /// which bound how fast a fixed number of tasks can go (each wake-up of
     /// a sleeping thread is tens of microseconds in a VM).
+    ///
+    /// Why the ring's own descriptor and not an eventfd: its readiness is
+    /// the completion queue's state, not a counter, so nothing needs
+    /// reading to clear it (one system call less per wake-up), and a
+    /// completion already reaped (an operation that completed while it was
+    /// submitted, reaped in the same turn) does not wake the loop again:
+    /// epoll asks the ring whether it is still readable before reporting it.
     ///
     /// Completions are posted by task work on the thread that submitted the
     /// operation. The ring is set up with `COOP_TASKRUN`: that work does
@@ -164,12 +182,24 @@ impl AsyncEngineBuilder {
     /// to run it), and a thread asleep in an interruptible wait is woken
     /// for it. So that thread should be the loop's, or one that enters the
     /// kernel often (a thread that has exited is fine: the kernel posts for
-    /// it). The eventfd is registered with the ring, which keeps
-    /// its own reference. On the thread-pool backend (io_uring blocked)
-    /// operations complete on pool threads and wake their tasks directly,
-    /// `reap` has nothing to do and `eventfd` is never signalled by it.
-    pub fn driven_by_caller(mut self, eventfd: RawFd) -> Self {
-        self.caller_eventfd = Some(eventfd);
+    /// it). On the thread-pool backend (io_uring blocked) operations
+    /// complete on pool threads and wake their tasks directly: `poll_fd` is
+    /// `None` and `reap` has nothing to do.
+    pub fn driven_by_caller(mut self) -> Self {
+        self.driven_by_caller = true;
+        self
+    }
+
+    /// With [`driven_by_caller`](Self::driven_by_caller): the kernel also
+    /// signals `eventfd` whenever it posts a completion, for a loop that
+    /// already watches an eventfd of its own (the Python package's does,
+    /// for the wake-ups of its pool threads). The loop reads the eventfd
+    /// before calling [`AsyncEngine::reap`], so that a completion racing
+    /// the call signals it again. The ring keeps its own reference to the
+    /// eventfd. Watching [`AsyncEngine::poll_fd`] costs one system call
+    /// less per wake-up.
+    pub fn completion_eventfd(mut self, eventfd: RawFd) -> Self {
+        self.completion_eventfd = Some(eventfd);
         self
     }
 
@@ -214,9 +244,10 @@ impl AsyncEngineBuilder {
     pub fn build(self) -> io::Result<AsyncEngine> {
         let depth = self.queue_depth;
         let uring = || {
-            match self.caller_eventfd {
-                Some(fd) => Driver::inline(depth, fd, self.submit_when_driven),
-                None => Driver::uring(depth),
+            if self.driven_by_caller {
+                Driver::inline(depth, self.completion_eventfd, self.submit_when_driven)
+            } else {
+                Driver::uring(depth)
             }
             .map(|d| (d, Backend::IoUring, None))
         };
@@ -269,9 +300,10 @@ impl AsyncEngine {
 
     /// Completes the operations the kernel has finished and wakes their
     /// tasks, on this thread; returns how many. For engines built with
-    /// [`AsyncEngineBuilder::driven_by_caller`], called when its eventfd is
-    /// readable (after reading the eventfd, so that a completion racing
-    /// this call signals it again); otherwise it does nothing.
+    /// [`AsyncEngineBuilder::driven_by_caller`], called when
+    /// [`poll_fd`](Self::poll_fd) is readable (or the
+    /// [`completion_eventfd`](AsyncEngineBuilder::completion_eventfd), after
+    /// reading it); otherwise it does nothing.
     pub fn reap(&self) -> usize {
         self.inner.driver.turn(None)
     }
@@ -281,11 +313,22 @@ impl AsyncEngine {
     /// `io_uring_enter`), completes those the kernel has finished, waking
     /// their tasks, and registers `cx` to be woken when another operation
     /// is started. Never ready: a loop's driving task calls it whenever it
-    /// is polled, and also when the eventfd is readable. Does nothing on
-    /// other engines.
+    /// is polled, and also when [`poll_fd`](Self::poll_fd) is readable.
+    /// Does nothing on other engines.
     pub fn poll_drive(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
         self.inner.driver.turn(Some(cx.waker()));
         std::task::Poll::Pending
+    }
+
+    /// For engines built with [`AsyncEngineBuilder::driven_by_caller`] on
+    /// io_uring: the ring's descriptor, readable while completions wait to
+    /// be reaped (level: reaping them all makes it unreadable), for the
+    /// loop to watch (tokio's `AsyncFd`, asyncio's `add_reader`). `None`
+    /// for the other engines, whose completions need no driving. The
+    /// descriptor stays open as long as the engine (any clone of it)
+    /// lives; it is for watching only.
+    pub fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.inner.driver.poll_fd()
     }
 
     pub(crate) fn driver(&self) -> &Driver {

@@ -87,7 +87,9 @@
 //! on any executor. The price is a hop: each completion crosses from the
 //! driver thread to the executor's. With
 //! [`AsyncEngineBuilder::driven_by_caller`](crate::aio::AsyncEngineBuilder::driven_by_caller)
-//! an event loop drives the ring itself and there is no hop.
+//! an event loop drives the ring itself and there is no hop; on tokio,
+//! [`drive_on_tokio`](crate::aio::drive_on_tokio) (feature `tokio`) is
+//! that loop.
 //!
 //! Each waiting read is an operation in flight, and the engine bounds those
 //! by its [`queue_depth`](crate::aio::AsyncEngineBuilder::queue_depth)
