@@ -39,6 +39,12 @@
 //! documentation. Where io_uring is unavailable (or `BLOCKIO_BACKEND=threads`)
 //! a pool of threads serves the same requests with `pread`/`pwrite`.
 //!
+//! An event loop can drive the ring itself instead, with no driver thread
+//! and no cross-thread wake-up
+//! ([`AsyncEngineBuilder::driven_by_caller`]): it watches the ring's
+//! descriptor ([`AsyncEngine::poll_fd`]) and reaps on its own thread. On
+//! tokio, `drive_on_tokio` (feature `tokio`) is that loop.
+//!
 //! # Sockets
 //!
 //! Requests are opaque to the driver (an operation plus a completion
