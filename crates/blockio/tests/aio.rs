@@ -414,30 +414,16 @@ impl std::task::Wake for CountingWaker {
 
 /// Waits up to `ms` for `fd` to be readable, then empties it.
 fn wait_and_clear_eventfd(fd: std::os::fd::RawFd, ms: i32) {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd; an 8-byte read into a local.
-    unsafe {
-        libc::poll(&mut p, 1, ms);
-        let mut v = 0u64;
-        libc::read(fd, (&mut v as *mut u64).cast(), 8);
-    }
+    common::poll_readable(fd, ms);
+    let mut v = 0u64;
+    // SAFETY: an 8-byte read into a local.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
 /// Whether `fd` polls readable now.
 fn readable(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     use std::os::fd::AsRawFd;
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, no waiting.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n == 1 && p.revents & libc::POLLIN != 0
+    common::poll_readable(fd.as_raw_fd(), 0)
 }
 
 #[test]

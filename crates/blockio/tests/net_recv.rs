@@ -10,17 +10,12 @@ use blockio::aio::AsyncEngine;
 use blockio::net::{RecvBuf, RecvStream, TcpListener, TcpStream};
 use blockio::Backend;
 
+mod common;
+
 /// `n` pseudo-random bytes from `seed` (xorshift), different per stream.
 fn payload(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut rng = common::Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    (0..n).map(|_| rng.next() as u8).collect()
 }
 
 /// `count` accepted server streams and their std peers.
@@ -330,13 +325,7 @@ fn drive_until<F: std::future::Future>(e: &AsyncEngine, fut: F) -> F::Output {
         );
         match e.poll_fd() {
             Some(fd) => {
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one live pollfd.
-                unsafe { libc::poll(&mut p, 1, 10) };
+                common::poll_readable(fd.as_raw_fd(), 10);
                 e.reap();
             }
             None => std::thread::sleep(Duration::from_millis(1)),

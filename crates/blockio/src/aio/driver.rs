@@ -294,10 +294,11 @@ impl InlineRing {
         // while it runs; it runs at that thread's next kernel entry (its
         // next `io_uring_enter`, or the event loop's `epoll_wait`, which
         // it ends early) and posts the completion, which makes the ring's
-        // descriptor readable (and signals the eventfd, if any). A thread asleep in an interruptible wait is still woken
-        // to run it. No DEFER_TASKRUN: it requires every kernel call on
-        // the ring from one thread, and a caller-driven ring is submitted
-        // to from whichever thread starts or cancels an operation.
+        // descriptor readable (and signals the eventfd, if any). A thread
+        // asleep in an interruptible wait is still woken to run it. No
+        // DEFER_TASKRUN: it requires every kernel call on the ring from
+        // one thread, and a caller-driven ring is submitted to from
+        // whichever thread starts or cancels an operation.
         let mut flags = RingFlags {
             coop_taskrun: true,
             ..RingFlags::default()

@@ -1,5 +1,8 @@
 //! Helpers shared by the integration tests.
 
+// Each test crate that includes this module uses a subset of it.
+#![allow(dead_code)]
+
 use std::io::Write;
 
 /// A small fast generator (xorshift64).
@@ -29,4 +32,17 @@ pub fn data_file(len: usize, seed: u64) -> (tempfile::TempPath, Vec<u8>) {
     f.write_all(&data).unwrap();
     f.as_file().sync_all().unwrap();
     (f.into_temp_path(), data)
+}
+
+/// Waits up to `ms` milliseconds (0: not at all) for `fd` to poll
+/// readable; returns whether it does.
+pub fn poll_readable(fd: std::os::fd::RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n == 1 && p.revents & libc::POLLIN != 0
 }
