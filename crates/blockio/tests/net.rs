@@ -113,9 +113,15 @@ fn a_read_dropped_by_a_timeout_loses_no_bytes() {
     let rt = current_thread();
     let (s, mut peer) = pair(&e);
     // Messages land around the moment each read times out: every byte must
-    // still come out once, in order.
+    // still come out once, in order. Every 100 messages the writer waits
+    // for a go signal, so the read at that point finds an idle stream and
+    // must time out however fast or slow the machine is.
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let writer = std::thread::spawn(move || {
         for i in 0..400u32 {
+            if i % 100 == 0 {
+                go_rx.recv().unwrap();
+            }
             peer.write_all(&i.to_le_bytes()).unwrap();
             // Pauses of 0-3 ms around the reads' 1-2 ms limits (tokio's
             // timer ticks in milliseconds).
@@ -125,15 +131,21 @@ fn a_read_dropped_by_a_timeout_loses_no_bytes() {
     });
     let got = rt.block_on(async {
         let mut got = Vec::new();
-        let mut timeouts = 0;
+        let mut idle_timeouts = 0;
         while got.len() < 1600 {
             let limit = Duration::from_millis(1 + got.len() as u64 % 2);
-            match tokio::time::timeout(limit, s.read(vec![0u8; 3])).await {
-                Ok((res, buf)) => got.extend_from_slice(&buf[..res.unwrap()]),
-                Err(_) => timeouts += 1,
+            if got.len() % 400 == 0 && got.len() / 400 == idle_timeouts {
+                let idle = tokio::time::timeout(limit, s.read(vec![0u8; 3])).await;
+                assert!(idle.is_err(), "a read on an idle stream returned {idle:?}");
+                idle_timeouts += 1;
+                go_tx.send(()).unwrap();
+                continue;
+            }
+            if let Ok((res, buf)) = tokio::time::timeout(limit, s.read(vec![0u8; 3])).await {
+                got.extend_from_slice(&buf[..res.unwrap()]);
             }
         }
-        assert!(timeouts > 0, "no read timed out: the test proved nothing");
+        assert_eq!(idle_timeouts, 4);
         got
     });
     let want: Vec<u8> = (0..400u32).flat_map(|i| i.to_le_bytes()).collect();
@@ -429,9 +441,15 @@ fn drive_on_tokio_serves_connections_on_the_multi_thread_runtime() {
 /// echoed through `read`/`write_all` of the traits), and trait reads,
 /// owned reads and reads dropped by timeouts mixed on one stream keep the
 /// bytes in order.
+///
+/// The writer sends 32 KiB chunks and waits for the echo of each and a go
+/// signal before the next, so at every chunk boundary a trait read finds an
+/// idle stream and must be dropped by its timeout; the reads inside a chunk
+/// race the arriving bytes with their own timeouts.
 #[test]
 fn the_io_traits_carry_every_byte_in_order() {
     use futures::io::{AsyncReadExt, AsyncWriteExt};
+    const CHUNK: usize = 32 << 10;
     let e = engine();
     let rt = current_thread();
     let (mut s, mut peer) = pair(&e);
@@ -439,21 +457,25 @@ fn the_io_traits_carry_every_byte_in_order() {
         .map(|i| (i.wrapping_mul(40503) >> 8) as u8)
         .collect();
     let sent = data.clone();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let writer = std::thread::spawn(move || {
-        // In pauses, so that some trait reads find nothing and time out.
-        // (tokio's timer ticks in milliseconds).
-        for chunk in sent.chunks(32 << 10) {
+        let mut back = Vec::with_capacity(sent.len());
+        for chunk in sent.chunks(CHUNK) {
             peer.write_all(chunk).unwrap();
-            std::thread::sleep(Duration::from_millis(3));
+            let start = back.len();
+            back.resize(start + chunk.len(), 0);
+            peer.read_exact(&mut back[start..]).unwrap();
+            go_rx.recv().unwrap();
         }
         peer.shutdown(Shutdown::Write).unwrap();
-        let mut back = Vec::new();
-        peer.read_to_end(&mut back).unwrap();
+        let mut rest = Vec::new();
+        peer.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "{} bytes echoed past the end", rest.len());
         back
     });
     rt.block_on(async {
         let mut buf = vec![0u8; 7000];
-        let (mut turn, mut timeouts) = (0u32, 0u32);
+        let (mut turn, mut total, mut idle_timeouts) = (0u32, 0usize, 0u32);
         loop {
             turn += 1;
             let n = match turn % 3 {
@@ -470,10 +492,7 @@ fn the_io_traits_carry_every_byte_in_order() {
                 .await
                 {
                     Ok(r) => r.unwrap(),
-                    Err(_) => {
-                        timeouts += 1;
-                        continue;
-                    }
+                    Err(_) => continue,
                 },
                 _ => AsyncReadExt::read(&mut s, &mut buf).await.unwrap(),
             };
@@ -481,12 +500,24 @@ fn the_io_traits_carry_every_byte_in_order() {
                 break;
             }
             AsyncWriteExt::write_all(&mut s, &buf[..n]).await.unwrap();
+            total += n;
+            if total % CHUNK == 0 && total < data.len() {
+                // The writer holds the next chunk until `go`: this read
+                // can only time out, and is dropped with nothing read.
+                let idle = tokio::time::timeout(
+                    Duration::from_millis(1),
+                    AsyncReadExt::read(&mut s, &mut buf),
+                )
+                .await;
+                assert!(idle.is_err(), "a read on an idle stream returned {idle:?}");
+                idle_timeouts += 1;
+                go_tx.send(()).unwrap();
+            } else if total == data.len() {
+                go_tx.send(()).unwrap();
+            }
         }
         AsyncWriteExt::close(&mut s).await.unwrap();
-        assert!(
-            timeouts > 0,
-            "no trait read timed out: the test proved less"
-        );
+        assert_eq!(idle_timeouts as usize, data.len() / CHUNK - 1);
     });
     let back = writer.join().unwrap();
     assert_eq!(back.len(), data.len());
