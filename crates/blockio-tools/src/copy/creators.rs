@@ -1,5 +1,5 @@
-//! How many threads create files and directories at once, adapted to the
-//! creation rate the copy measures.
+//! How many threads create files and directories at once, chosen from the
+//! creation rates the copy measures.
 //!
 //! # Why
 //!
@@ -9,28 +9,55 @@
 //! the same free inode and scan again: three creators can then be several
 //! times slower than one (`cp -r`'s single thread), while on a file system
 //! in its usual state three are faster. A fixed choice loses in one state
-//! or the other; a threshold on the cost of a creation was tried and lost
-//! in the severe state.
+//! or the other. Rules that start with every thread and back off when the
+//! rate falls do not recover in that state: the rate is low from the first
+//! window, so it never falls, and once concurrent creators have worked in
+//! a block group a single creator there stays slow for the rest of the
+//! copy (`docs/benchmarks.md`, the 5c8cb85 entry).
 //!
 //! # How
 //!
 //! Creating is done under a [`Turn`] taken from [`Creators`], which lets
-//! at most `limit` threads in at once. Every window of at least
-//! [`WINDOW`] and [`MIN_COUNT`] creations, the rate (creations per second
-//! of wall time) is compared with the previous window's: no worse (within
-//! 5 %), and `limit` grows by one, up to the copy's threads (additive
-//! increase); 25 % worse or more, and `limit` halves, down to one
-//! (multiplicative decrease). So the copy settles near the concurrency at
-//! which creating is fastest, and keeps probing as the state changes; in
-//! the usual state it stays at every thread.
+//! at most `limit` threads in at once. The copy starts with one creator and
+//! measures its rate over a probe window (at least [`PROBE_WINDOW`] and
+//! [`PROBE_COUNT`] creations), then every thread's over the next one:
+//!
+//! * every thread at least [`GAIN`] times as fast as one: concurrency pays,
+//!   and every thread creates until a window (at least [`WINDOW`] and
+//!   [`MIN_COUNT`] creations) is [`FALL`] of the one before or slower;
+//! * otherwise the copy goes on with one creator, and probes every thread
+//!   again after [`RECHECK`] of creating alone, twice as long after each
+//!   probe that loses or each fall.
+//!
+//! A copy never goes back and forth between the two quickly: in the state
+//! after a deletion, the damage concurrent creators do to a block group
+//! outlives them, so every window they spend there costs the windows after
+//! it. Measured (`docs/benchmarks.md`, the 2026-11-22 entry "one creator
+//! until concurrency pays"): three threads with one creator copy tree (a)
+//! in 0.30-1.69 s in that state where three creators take 1.0-2.4 s, and in
+//! the usual state the probe costs one window at one creator.
 
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// The shortest window the rate is measured over.
+/// The shortest window the rate is measured over once concurrency paid.
 pub(crate) const WINDOW: Duration = Duration::from_millis(20);
-/// The fewest creations a window holds before it is judged.
+/// The fewest creations such a window holds before it is judged.
 pub(crate) const MIN_COUNT: u64 = 64;
+/// The shortest window of a probe (one creator, or every thread).
+pub(crate) const PROBE_WINDOW: Duration = Duration::from_millis(40);
+/// The fewest creations a probe window holds.
+pub(crate) const PROBE_COUNT: u64 = 128;
+/// How much faster than one creator every thread must be for the copy to
+/// create concurrently: a tie goes to one creator, which is never slower
+/// than `cp -r`.
+pub(crate) const GAIN: f64 = 1.25;
+/// A window this much slower than the one before, with every thread
+/// creating, sends the copy back to one creator.
+pub(crate) const FALL: f64 = 0.75;
+/// How long a copy that found one creator faster creates alone before it
+/// probes every thread again (doubled after each probe that loses).
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 
 /// The gate every creating thread goes through.
 pub(crate) struct Creators {
@@ -42,22 +69,45 @@ pub(crate) struct Creators {
 struct State {
     limit: usize,
     inside: usize,
-    window_start: Instant,
+    /// When the current window began: at the first creation, not when the
+    /// gate was made, so the walk's start is not counted as slow creating.
+    window_start: Option<Instant>,
     window_count: u64,
-    last_rate: Option<f64>,
+    phase: Phase,
+}
+
+/// Where the choice of `limit` stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Measuring one creator (`limit` 1).
+    ProbeOne,
+    /// Measuring every thread (`limit` max) against one creator's `one`.
+    ProbeAll { one: f64, recheck: Duration },
+    /// Every thread creates; a window whose rate falls by a quarter ends it.
+    All { last_rate: f64, recheck: Duration },
+    /// One creator is faster; every thread is probed again at `until`.
+    Alone { until: Instant, recheck: Duration },
 }
 
 impl Creators {
-    /// A gate for `max` threads, open to all of them at first.
+    /// A gate for `max` threads, starting with a probe of one creator.
     pub(crate) fn new(max: usize) -> Creators {
         let max = max.max(1);
+        let phase = if max == 1 {
+            Phase::All {
+                last_rate: 0.0,
+                recheck: RECHECK,
+            }
+        } else {
+            Phase::ProbeOne
+        };
         Creators {
             state: Mutex::new(State {
-                limit: max,
+                limit: 1,
                 inside: 0,
-                window_start: Instant::now(),
+                window_start: None,
                 window_count: 0,
-                last_rate: None,
+                phase,
             }),
             turn_free: Condvar::new(),
             max,
@@ -72,6 +122,9 @@ impl Creators {
             s = self.turn_free.wait(s).expect("creators lock");
         }
         s.inside += 1;
+        if s.window_start.is_none() {
+            s.window_start = Some(Instant::now());
+        }
         Turn {
             gate: self,
             created: 0,
@@ -88,12 +141,18 @@ impl Creators {
         let mut s = self.state.lock().expect("creators lock");
         s.inside -= 1;
         s.window_count += created;
-        let elapsed = now.duration_since(s.window_start);
-        if elapsed >= WINDOW && s.window_count >= MIN_COUNT {
+        let start = s.window_start.unwrap_or(now);
+        let elapsed = now.duration_since(start);
+        let (least, fewest) = match s.phase {
+            Phase::ProbeOne | Phase::ProbeAll { .. } => (PROBE_WINDOW, PROBE_COUNT),
+            Phase::All { .. } | Phase::Alone { .. } => (WINDOW, MIN_COUNT),
+        };
+        if elapsed >= least && s.window_count >= fewest {
             let rate = s.window_count as f64 / elapsed.as_secs_f64();
-            s.limit = next_limit(s.limit, self.max, s.last_rate, rate);
-            s.last_rate = Some(rate);
-            s.window_start = now;
+            let (phase, limit) = next(s.phase, s.limit, self.max, rate, now);
+            s.phase = phase;
+            s.limit = limit;
+            s.window_start = Some(now);
             s.window_count = 0;
         }
         drop(s);
@@ -101,13 +160,56 @@ impl Creators {
     }
 }
 
-/// The limit after a window whose rate was `rate` (see the module doc).
-fn next_limit(limit: usize, max: usize, last: Option<f64>, rate: f64) -> usize {
-    match last {
-        Some(last) if rate < last * 0.75 => (limit / 2).max(1),
-        Some(last) if rate >= last * 0.95 => (limit + 1).min(max),
-        Some(_) => limit,
-        None => limit,
+/// The phase and limit after a window at `limit` whose rate was `rate`,
+/// ending at `now` (see the module doc).
+fn next(phase: Phase, limit: usize, max: usize, rate: f64, now: Instant) -> (Phase, usize) {
+    let alone = |recheck: Duration| {
+        (
+            Phase::Alone {
+                until: now + recheck,
+                recheck: recheck * 2,
+            },
+            1,
+        )
+    };
+    match phase {
+        Phase::ProbeOne => (
+            Phase::ProbeAll {
+                one: rate,
+                recheck: RECHECK,
+            },
+            max,
+        ),
+        Phase::ProbeAll { one, recheck } => {
+            if rate >= one * GAIN {
+                (
+                    Phase::All {
+                        last_rate: rate,
+                        recheck,
+                    },
+                    limit,
+                )
+            } else {
+                alone(recheck)
+            }
+        }
+        Phase::All { last_rate, recheck } => {
+            if rate < last_rate * FALL {
+                alone(recheck)
+            } else {
+                (
+                    Phase::All {
+                        last_rate: rate,
+                        recheck,
+                    },
+                    limit,
+                )
+            }
+        }
+        Phase::Alone { until, recheck } if now >= until => {
+            (Phase::ProbeAll { one: rate, recheck }, max)
+        }
+        alone @ Phase::Alone { .. } => (alone, 1),
     }
 }
 
@@ -135,15 +237,105 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grows_while_the_rate_holds_and_halves_when_it_falls() {
-        assert_eq!(next_limit(3, 3, None, 100.0), 3);
-        assert_eq!(next_limit(3, 3, Some(100.0), 99.0), 3);
-        assert_eq!(next_limit(3, 3, Some(100.0), 50.0), 1);
-        assert_eq!(next_limit(1, 3, Some(50.0), 60.0), 2);
-        assert_eq!(next_limit(2, 3, Some(60.0), 30.0), 1);
-        assert_eq!(next_limit(1, 3, Some(30.0), 10.0), 1);
-        // Between 75 % and 95 % of the last rate: unchanged.
-        assert_eq!(next_limit(2, 3, Some(100.0), 80.0), 2);
+    fn every_thread_creates_until_the_rate_falls_by_a_quarter() {
+        let t = Instant::now();
+        let all = Phase::All {
+            last_rate: 100.0,
+            recheck: RECHECK,
+        };
+        // Slower, but by less than a quarter: every thread goes on.
+        assert_eq!(
+            next(all, 3, 3, 80.0, t),
+            (
+                Phase::All {
+                    last_rate: 80.0,
+                    recheck: RECHECK
+                },
+                3
+            )
+        );
+        // A quarter slower: one creator until the next probe.
+        assert_eq!(
+            next(all, 3, 3, 70.0, t),
+            (
+                Phase::Alone {
+                    until: t + RECHECK,
+                    recheck: RECHECK * 2
+                },
+                1
+            )
+        );
+    }
+
+    #[test]
+    fn one_creator_is_probed_first_then_every_thread() {
+        let t = Instant::now();
+        let (p, l) = next(Phase::ProbeOne, 1, 3, 1000.0, t);
+        assert_eq!(l, 3);
+        assert_eq!(
+            p,
+            Phase::ProbeAll {
+                one: 1000.0,
+                recheck: RECHECK
+            }
+        );
+        // Every thread at least GAIN times as fast: every thread creates.
+        assert_eq!(
+            next(p, 3, 3, 1500.0, t),
+            (
+                Phase::All {
+                    last_rate: 1500.0,
+                    recheck: RECHECK
+                },
+                3
+            )
+        );
+        // Faster, but by less than GAIN: one creator.
+        assert_eq!(next(p, 3, 3, 1200.0, t).1, 1);
+    }
+
+    #[test]
+    fn a_slower_probe_of_every_thread_keeps_one_creator_and_backs_off() {
+        let t = Instant::now();
+        let probe = Phase::ProbeAll {
+            one: 1000.0,
+            recheck: RECHECK,
+        };
+        let (alone, l) = next(probe, 3, 3, 400.0, t);
+        assert_eq!(l, 1);
+        assert_eq!(
+            alone,
+            Phase::Alone {
+                until: t + RECHECK,
+                recheck: RECHECK * 2
+            }
+        );
+        // Before `until`, windows stay at one creator.
+        assert_eq!(next(alone, 1, 3, 900.0, t + RECHECK / 2), (alone, 1));
+        // At `until`, every thread is probed again against the last rate
+        // alone; losing again waits twice as long.
+        let (again, l) = next(alone, 1, 3, 900.0, t + RECHECK);
+        assert_eq!(l, 3);
+        let later = t + RECHECK;
+        let (alone2, l) = next(again, 3, 3, 500.0, later);
+        assert_eq!(l, 1);
+        assert_eq!(
+            alone2,
+            Phase::Alone {
+                until: later + RECHECK * 2,
+                recheck: RECHECK * 4
+            }
+        );
+    }
+
+    #[test]
+    fn a_gate_for_one_thread_never_probes() {
+        let gate = Creators::new(1);
+        assert_eq!(gate.limit(), 1);
+        assert!(matches!(
+            gate.state.lock().unwrap().phase,
+            Phase::All { .. }
+        ));
     }
 
     #[test]
