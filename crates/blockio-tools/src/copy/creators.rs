@@ -67,7 +67,6 @@ pub(crate) struct Creators {
 }
 
 struct State {
-    limit: usize,
     inside: usize,
     /// When the current window began: at the first creation, not when the
     /// gate was made, so the walk's start is not counted as slow creating.
@@ -76,7 +75,7 @@ struct State {
     phase: Phase,
 }
 
-/// Where the choice of `limit` stands.
+/// Where the choice of how many may create stands; it decides the limit.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
     /// Measuring one creator (`limit` 1).
@@ -103,7 +102,6 @@ impl Creators {
         };
         Creators {
             state: Mutex::new(State {
-                limit: 1,
                 inside: 0,
                 window_start: None,
                 window_count: 0,
@@ -118,7 +116,7 @@ impl Creators {
     /// one in until the turn is dropped.
     pub(crate) fn enter(&self) -> Turn<'_> {
         let mut s = self.state.lock().expect("creators lock");
-        while s.inside >= s.limit {
+        while s.inside >= s.phase.limit(self.max) {
             s = self.turn_free.wait(s).expect("creators lock");
         }
         s.inside += 1;
@@ -134,7 +132,11 @@ impl Creators {
     /// How many threads may create at once now.
     #[cfg(test)]
     fn limit(&self) -> usize {
-        self.state.lock().expect("creators lock").limit
+        self.state
+            .lock()
+            .expect("creators lock")
+            .phase
+            .limit(self.max)
     }
 
     fn leave(&self, created: u64, now: Instant) {
@@ -149,9 +151,7 @@ impl Creators {
         };
         if elapsed >= least && s.window_count >= fewest {
             let rate = s.window_count as f64 / elapsed.as_secs_f64();
-            let (phase, limit) = next(s.phase, s.limit, self.max, rate, now);
-            s.phase = phase;
-            s.limit = limit;
+            s.phase = next(s.phase, rate, now);
             s.window_start = Some(now);
             s.window_count = 0;
         }
@@ -160,56 +160,39 @@ impl Creators {
     }
 }
 
-/// The phase and limit after a window at `limit` whose rate was `rate`,
-/// ending at `now` (see the module doc).
-fn next(phase: Phase, limit: usize, max: usize, rate: f64, now: Instant) -> (Phase, usize) {
-    let alone = |recheck: Duration| {
-        (
-            Phase::Alone {
-                until: now + recheck,
-                recheck: recheck * 2,
-            },
-            1,
-        )
+impl Phase {
+    /// How many of `max` threads may create at once in this phase.
+    fn limit(self, max: usize) -> usize {
+        match self {
+            Phase::ProbeOne | Phase::Alone { .. } => 1,
+            Phase::ProbeAll { .. } | Phase::All { .. } => max,
+        }
+    }
+}
+
+/// The phase after a window whose rate was `rate`, ending at `now` (see
+/// the module doc).
+fn next(phase: Phase, rate: f64, now: Instant) -> Phase {
+    let alone = |recheck: Duration| Phase::Alone {
+        until: now + recheck,
+        recheck: recheck * 2,
     };
     match phase {
-        Phase::ProbeOne => (
-            Phase::ProbeAll {
-                one: rate,
-                recheck: RECHECK,
-            },
-            max,
-        ),
-        Phase::ProbeAll { one, recheck } => {
-            if rate >= one * GAIN {
-                (
-                    Phase::All {
-                        last_rate: rate,
-                        recheck,
-                    },
-                    limit,
-                )
-            } else {
-                alone(recheck)
-            }
-        }
-        Phase::All { last_rate, recheck } => {
-            if rate < last_rate * FALL {
-                alone(recheck)
-            } else {
-                (
-                    Phase::All {
-                        last_rate: rate,
-                        recheck,
-                    },
-                    limit,
-                )
-            }
-        }
-        Phase::Alone { until, recheck } if now >= until => {
-            (Phase::ProbeAll { one: rate, recheck }, max)
-        }
-        alone @ Phase::Alone { .. } => (alone, 1),
+        Phase::ProbeOne => Phase::ProbeAll {
+            one: rate,
+            recheck: RECHECK,
+        },
+        Phase::ProbeAll { one, recheck } if rate >= one * GAIN => Phase::All {
+            last_rate: rate,
+            recheck,
+        },
+        Phase::All { last_rate, recheck } if rate >= last_rate * FALL => Phase::All {
+            last_rate: rate,
+            recheck,
+        },
+        Phase::ProbeAll { recheck, .. } | Phase::All { recheck, .. } => alone(recheck),
+        Phase::Alone { until, recheck } if now >= until => Phase::ProbeAll { one: rate, recheck },
+        alone @ Phase::Alone { .. } => alone,
     }
 }
 
@@ -236,6 +219,12 @@ impl Drop for Turn<'_> {
 mod tests {
     use super::*;
 
+    /// One window of a gate for `max` threads: the next phase and its limit.
+    fn step(phase: Phase, max: usize, rate: f64, now: Instant) -> (Phase, usize) {
+        let p = next(phase, rate, now);
+        (p, p.limit(max))
+    }
+
     #[test]
     fn every_thread_creates_until_the_rate_falls_by_a_quarter() {
         let t = Instant::now();
@@ -245,7 +234,7 @@ mod tests {
         };
         // Slower, but by less than a quarter: every thread goes on.
         assert_eq!(
-            next(all, 3, 3, 80.0, t),
+            step(all, 3, 80.0, t),
             (
                 Phase::All {
                     last_rate: 80.0,
@@ -256,7 +245,7 @@ mod tests {
         );
         // A quarter slower: one creator until the next probe.
         assert_eq!(
-            next(all, 3, 3, 70.0, t),
+            step(all, 3, 70.0, t),
             (
                 Phase::Alone {
                     until: t + RECHECK,
@@ -270,7 +259,7 @@ mod tests {
     #[test]
     fn one_creator_is_probed_first_then_every_thread() {
         let t = Instant::now();
-        let (p, l) = next(Phase::ProbeOne, 1, 3, 1000.0, t);
+        let (p, l) = step(Phase::ProbeOne, 3, 1000.0, t);
         assert_eq!(l, 3);
         assert_eq!(
             p,
@@ -281,7 +270,7 @@ mod tests {
         );
         // Every thread at least GAIN times as fast: every thread creates.
         assert_eq!(
-            next(p, 3, 3, 1500.0, t),
+            step(p, 3, 1500.0, t),
             (
                 Phase::All {
                     last_rate: 1500.0,
@@ -291,7 +280,7 @@ mod tests {
             )
         );
         // Faster, but by less than GAIN: one creator.
-        assert_eq!(next(p, 3, 3, 1200.0, t).1, 1);
+        assert_eq!(step(p, 3, 1200.0, t).1, 1);
     }
 
     #[test]
@@ -301,7 +290,7 @@ mod tests {
             one: 1000.0,
             recheck: RECHECK,
         };
-        let (alone, l) = next(probe, 3, 3, 400.0, t);
+        let (alone, l) = step(probe, 3, 400.0, t);
         assert_eq!(l, 1);
         assert_eq!(
             alone,
@@ -311,13 +300,13 @@ mod tests {
             }
         );
         // Before `until`, windows stay at one creator.
-        assert_eq!(next(alone, 1, 3, 900.0, t + RECHECK / 2), (alone, 1));
+        assert_eq!(step(alone, 3, 900.0, t + RECHECK / 2), (alone, 1));
         // At `until`, every thread is probed again against the last rate
         // alone; losing again waits twice as long.
-        let (again, l) = next(alone, 1, 3, 900.0, t + RECHECK);
+        let (again, l) = step(alone, 3, 900.0, t + RECHECK);
         assert_eq!(l, 3);
         let later = t + RECHECK;
-        let (alone2, l) = next(again, 3, 3, 500.0, later);
+        let (alone2, l) = step(again, 3, 500.0, later);
         assert_eq!(l, 1);
         assert_eq!(
             alone2,
@@ -340,11 +329,11 @@ mod tests {
 
     #[test]
     fn at_most_limit_threads_are_inside() {
-        let gate = Creators::new(4);
-        {
-            let mut s = gate.state.lock().unwrap();
-            s.limit = 2;
-        }
+        let gate = Creators::new(2);
+        gate.state.lock().unwrap().phase = Phase::All {
+            last_rate: 0.0,
+            recheck: RECHECK,
+        };
         let inside = std::sync::atomic::AtomicUsize::new(0);
         let most = std::sync::atomic::AtomicUsize::new(0);
         std::thread::scope(|sc| {
