@@ -18,24 +18,28 @@
 //! # How
 //!
 //! Creating is done under a [`Turn`] taken from [`Creators`], which lets
-//! at most `limit` threads in at once. The copy starts with one creator and
-//! measures its rate over a probe window (at least [`PROBE_WINDOW`] and
-//! [`PROBE_COUNT`] creations), then every thread's over the next one:
+//! at most `limit` threads in at once. The copy starts with one creator,
+//! and only after [`RECHECK`] of creating alone does it probe every thread
+//! for one window (at least [`PROBE_WINDOW`] and [`PROBE_COUNT`]
+//! creations), against one creator's rate over the window before:
 //!
 //! * every thread at least [`GAIN`] times as fast as one: concurrency pays,
 //!   and every thread creates until a window (at least [`WINDOW`] and
 //!   [`MIN_COUNT`] creations) is [`FALL`] of the one before or slower;
 //! * otherwise the copy goes on with one creator, and probes every thread
-//!   again after [`RECHECK`] of creating alone, twice as long after each
-//!   probe that loses or each fall.
+//!   again after twice as long as the last wait, and so after each fall.
 //!
-//! A copy never goes back and forth between the two quickly: in the state
-//! after a deletion, the damage concurrent creators do to a block group
-//! outlives them, so every window they spend there costs the windows after
-//! it. Measured (`docs/benchmarks.md`, the 2026-11-22 entry "one creator
-//! until concurrency pays"): three threads with one creator copy tree (a)
-//! in 0.30-1.69 s in that state where three creators take 1.0-2.4 s, and in
-//! the usual state the probe costs one window at one creator.
+//! The probe waits because it is not free: in the state after a deletion,
+//! the damage concurrent creators do to a block group outlives them, so
+//! even one probe window that finds one creator faster slows every window
+//! after it. A probe at the start of the copy did that on most copies of
+//! tree (a) 300 s after a deletion, while a copy that finishes within its
+//! first second gains little from creating concurrently on any state
+//! measured. Measured (`docs/benchmarks.md`, the 2026-11-22 entries "one
+//! creator until concurrency pays" and "the first probe after a second"):
+//! 300 s after deleting 300,000 files, tree (a) took 0.33-1.26 s this way
+//! against 0.88-2.10 s with a probe at the start; in the usual state the
+//! two tie (0.52 s and 0.54 s, medians).
 
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -44,7 +48,7 @@ use std::time::{Duration, Instant};
 pub(crate) const WINDOW: Duration = Duration::from_millis(20);
 /// The fewest creations such a window holds before it is judged.
 pub(crate) const MIN_COUNT: u64 = 64;
-/// The shortest window of a probe (one creator, or every thread).
+/// The shortest window of a probe of every thread.
 pub(crate) const PROBE_WINDOW: Duration = Duration::from_millis(40);
 /// The fewest creations a probe window holds.
 pub(crate) const PROBE_COUNT: u64 = 128;
@@ -55,8 +59,8 @@ pub(crate) const GAIN: f64 = 1.25;
 /// A window this much slower than the one before, with every thread
 /// creating, sends the copy back to one creator.
 pub(crate) const FALL: f64 = 0.75;
-/// How long a copy that found one creator faster creates alone before it
-/// probes every thread again (doubled after each probe that loses).
+/// How long a copy creates alone before it first probes every thread
+/// (doubled after each probe that loses, and after each fall).
 pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 
 /// The gate every creating thread goes through.
@@ -78,8 +82,6 @@ struct State {
 /// Where the choice of how many may create stands; it decides the limit.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
-    /// Measuring one creator (`limit` 1).
-    ProbeOne,
     /// Measuring every thread (`limit` max) against one creator's `one`.
     ProbeAll { one: f64, recheck: Duration },
     /// Every thread creates; a window whose rate falls by a quarter ends it.
@@ -89,7 +91,8 @@ enum Phase {
 }
 
 impl Creators {
-    /// A gate for `max` threads, starting with a probe of one creator.
+    /// A gate for `max` threads, starting with one creator for
+    /// [`RECHECK`].
     pub(crate) fn new(max: usize) -> Creators {
         let max = max.max(1);
         let phase = if max == 1 {
@@ -98,7 +101,10 @@ impl Creators {
                 recheck: RECHECK,
             }
         } else {
-            Phase::ProbeOne
+            Phase::Alone {
+                until: Instant::now() + RECHECK,
+                recheck: RECHECK * 2,
+            }
         };
         Creators {
             state: Mutex::new(State {
@@ -146,7 +152,7 @@ impl Creators {
         let start = s.window_start.unwrap_or(now);
         let elapsed = now.duration_since(start);
         let (least, fewest) = match s.phase {
-            Phase::ProbeOne | Phase::ProbeAll { .. } => (PROBE_WINDOW, PROBE_COUNT),
+            Phase::ProbeAll { .. } => (PROBE_WINDOW, PROBE_COUNT),
             Phase::All { .. } | Phase::Alone { .. } => (WINDOW, MIN_COUNT),
         };
         if elapsed >= least && s.window_count >= fewest {
@@ -164,7 +170,7 @@ impl Phase {
     /// How many of `max` threads may create at once in this phase.
     fn limit(self, max: usize) -> usize {
         match self {
-            Phase::ProbeOne | Phase::Alone { .. } => 1,
+            Phase::Alone { .. } => 1,
             Phase::ProbeAll { .. } | Phase::All { .. } => max,
         }
     }
@@ -178,10 +184,6 @@ fn next(phase: Phase, rate: f64, now: Instant) -> Phase {
         recheck: recheck * 2,
     };
     match phase {
-        Phase::ProbeOne => Phase::ProbeAll {
-            one: rate,
-            recheck: RECHECK,
-        },
         Phase::ProbeAll { one, recheck } if rate >= one * GAIN => Phase::All {
             last_rate: rate,
             recheck,
@@ -257,30 +259,39 @@ mod tests {
     }
 
     #[test]
-    fn one_creator_is_probed_first_then_every_thread() {
-        let t = Instant::now();
-        let (p, l) = step(Phase::ProbeOne, 3, 1000.0, t);
+    fn a_copy_creates_alone_for_a_recheck_then_probes_every_thread() {
+        let gate = Creators::new(3);
+        assert_eq!(gate.limit(), 1);
+        let Phase::Alone { until, recheck } = gate.state.lock().unwrap().phase else {
+            panic!("a new gate is not alone");
+        };
+        assert_eq!(recheck, RECHECK * 2);
+        // Windows before `until` keep one creator.
+        let alone = Phase::Alone { until, recheck };
+        assert_eq!(step(alone, 3, 1000.0, until - RECHECK / 2), (alone, 1));
+        // At `until`, every thread is probed against the last rate alone.
+        let (p, l) = step(alone, 3, 1000.0, until);
         assert_eq!(l, 3);
         assert_eq!(
             p,
             Phase::ProbeAll {
                 one: 1000.0,
-                recheck: RECHECK
+                recheck
             }
         );
         // Every thread at least GAIN times as fast: every thread creates.
         assert_eq!(
-            step(p, 3, 1500.0, t),
+            step(p, 3, 1500.0, until),
             (
                 Phase::All {
                     last_rate: 1500.0,
-                    recheck: RECHECK
+                    recheck
                 },
                 3
             )
         );
         // Faster, but by less than GAIN: one creator.
-        assert_eq!(step(p, 3, 1200.0, t).1, 1);
+        assert_eq!(step(p, 3, 1200.0, until).1, 1);
     }
 
     #[test]
