@@ -2,10 +2,10 @@
 //! tree (a) in the states a file system passes through after a mass
 //! deletion.
 //!
-//! On ext4 without a journal, an inode freed in the last 5 minutes (when
-//! its inode-table block is still dirty; 30 s once written) is skipped by
-//! a scan on every creation, and concurrent creators in one block group
-//! collide on it. So the same copy costs very different times 10 s, 1, 5
+//! On ext4 without a journal, an inode freed in the last minute (six
+//! while its inode-table block is dirty, as creating a neighbour makes it)
+//! is skipped by a scan on every creation, and concurrent creators in one
+//! block group collide on it. So the same copy costs very different times 10 s, 1, 5
 //! and 15 minutes after deleting a few hundred thousand files. This mode
 //! makes that state on purpose: it creates `--deleted` empty files,
 //! writes them out, deletes them all, and then, at each of `--ages`

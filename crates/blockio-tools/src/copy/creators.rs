@@ -1,47 +1,57 @@
 //! How many threads create files and directories at once, chosen from the
-//! creation rates the copy measures.
+//! creation rates the copy measures and the CPU time a creation costs.
 //!
 //! # Why
 //!
-//! On ext4 without a journal, inodes freed in the last minutes are skipped
-//! by a scan on every creation. In the minutes after a mass deletion,
-//! threads creating files in one block group at once keep colliding on
-//! the same free inode and scan again: three creators can then be several
-//! times slower than one (`cp -r`'s single thread), while on a file system
-//! in its usual state three are faster. A fixed choice loses in one state
-//! or the other. Rules that start with every thread and back off when the
-//! rate falls do not recover in that state: the rate is low from the first
-//! window, so it never falls, and once concurrent creators have worked in
-//! a block group a single creator there stays slow for the rest of the
-//! copy (`docs/benchmarks.md`, the 5c8cb85 entry).
+//! On ext4 without a journal, a free inode whose `dtime` is less than 60 s
+//! old (or 360 s old while its inode-table block is dirty, as creating a
+//! neighbour makes it) is skipped on every creation, by a scan from the
+//! start of the block group that reads the `dtime` of each free inode it
+//! passes; in a group whose free inodes are all recent the scan crosses
+//! the whole group. In the minutes after a mass deletion a creation there
+//! costs 100-500 µs of CPU instead of 7-25 µs, and threads creating in one
+//! block group at once keep colliding on the same free inode and scan
+//! again: three creators can then be several times slower than one (`cp
+//! -r`'s single thread), while on a file system in its usual state three
+//! are faster. A fixed choice loses in one state or the other. Rules that
+//! start with every thread and back off when the rate falls do not recover
+//! in that state: the rate is low from the first window, so it never
+//! falls, and once concurrent creators have worked in a block group a
+//! single creator there stays slow for the rest of the copy
+//! (`docs/benchmarks.md`, the 5c8cb85 entry).
 //!
 //! # How
 //!
 //! Creating is done under a [`Turn`] taken from [`Creators`], which lets
-//! at most `limit` threads in at once. The copy starts with one creator,
-//! and only after [`RECHECK`] of creating alone does it probe every thread
-//! for one window (at least [`PROBE_WINDOW`] and [`PROBE_COUNT`]
-//! creations), against one creator's rate over the window before:
+//! at most `limit` threads in at once and counts the creations and the
+//! creating threads' CPU time. The copy starts with one creator. After
+//! [`RECHECK`] of creating alone it looks at what a creation cost:
 //!
-//! * every thread at least [`GAIN`] times as fast as one: concurrency pays,
-//!   and every thread creates until a window (at least [`WINDOW`] and
-//!   [`MIN_COUNT`] creations) is [`FALL`] of the one before or slower;
-//! * otherwise the copy goes on with one creator, and probes every thread
-//!   again after a wait twice as long as the one before; a fall starts
-//!   such a wait too.
+//! * more than [`SCANNING`] of CPU on average: the file system is scanning
+//!   past recently freed inodes, where concurrent creators do lasting
+//!   harm, so the copy goes on alone and looks again after a wait twice
+//!   as long;
+//! * otherwise it probes every thread for one window (at least
+//!   [`PROBE_WINDOW`] and [`PROBE_COUNT`] creations), against one
+//!   creator's rate over the window before. Every thread at least [`GAIN`]
+//!   times as fast as one: concurrency pays, and every thread creates
+//!   until a window (at least [`WINDOW`] and [`MIN_COUNT`] creations) is
+//!   [`FALL`] of the one before or slower. Otherwise the copy goes on with
+//!   one creator and looks again after a wait twice as long as the one
+//!   before; a fall starts such a wait too.
 //!
-//! The probe waits because it is not free: in the state after a deletion,
-//! the damage concurrent creators do to a block group outlives them, so
-//! even one probe window that finds one creator faster slows every window
-//! after it. A probe at the start of the copy did that on most copies of
-//! tree (a) 300 s after a deletion, while a copy that finishes within its
-//! first second gains little from creating concurrently in any state
-//! measured. Measured (`docs/benchmarks.md`, the 2026-11-22 entries "one
-//! creator until concurrency pays" and "the first probe after a second"):
-//! 300 s after deleting 300,000 files, tree (a) took 0.33-1.26 s this way
-//! against 0.88-2.10 s with a probe at the start; in the usual state
-//! creating alone costs about 5% (0.44 s against 0.41 s, medians of
-//! seven).
+//! Nothing is probed early because a probe is not free: in the state after
+//! a deletion, the damage concurrent creators do to a block group outlives
+//! them, so even one probe window that finds one creator faster slows every
+//! window after it. A probe at the start of the copy did that on most
+//! copies of tree (a) 300 s after a deletion, and a probe after a second
+//! on most copies 60 s after one, which last several seconds; the CPU
+//! cost of a creation tells that state apart from the usual one without
+//! creating concurrently in it. Measured (`docs/benchmarks.md`, the
+//! 2026-11-22 entries "one creator until concurrency pays", "the first
+//! probe after a second" and "no probe while ext4 scans"). In the usual
+//! state creating alone for the first second costs about 5% on tree (a)
+//! (0.44 s against 0.41 s, medians of seven).
 
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -62,8 +72,16 @@ pub(crate) const GAIN: f64 = 1.25;
 /// creating, sends the copy back to one creator.
 pub(crate) const FALL: f64 = 0.75;
 /// How long a copy creates alone before it first probes every thread
-/// (doubled after each probe that loses, and after each fall).
+/// (doubled after each probe that loses, each fall, and each look that
+/// finds the file system scanning).
 pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+/// The CPU time a creation costs its thread, on average over a stretch of
+/// creating alone, above which the file system is taken to be scanning
+/// past recently freed inodes and every thread is not probed. Measured on
+/// ext4: 7-25 µs in the usual state, 100-530 µs in the minutes after
+/// deleting 300,000 files; a creation that waits for a device or a server
+/// costs little CPU, so slow storage is still probed.
+pub(crate) const SCANNING: Duration = Duration::from_micros(100);
 
 /// The gate every creating thread goes through.
 pub(crate) struct Creators {
@@ -78,7 +96,39 @@ struct State {
     /// gate was made, so the walk's start is not counted as slow creating.
     window_start: Option<Instant>,
     window_count: u64,
+    /// The creating threads' CPU time in the current window.
+    window_cpu: Duration,
     phase: Phase,
+}
+
+/// What a stretch of creating cost: creations, and the creating threads'
+/// CPU time.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Cost {
+    created: u64,
+    cpu: Duration,
+}
+
+impl Cost {
+    /// This cost and `more`.
+    fn add(self, more: Cost) -> Cost {
+        Cost {
+            created: self.created + more.created,
+            cpu: self.cpu + more.cpu,
+        }
+    }
+
+    /// Whether a creation cost more than [`SCANNING`] of CPU on average.
+    fn scanning(self) -> bool {
+        self.created > 0 && self.cpu > SCANNING * u32::try_from(self.created).unwrap_or(u32::MAX)
+    }
+}
+
+/// One judged window: creations per second, and what they cost.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    rate: f64,
+    cost: Cost,
 }
 
 /// Where the choice of how many may create stands; it decides the limit.
@@ -88,8 +138,14 @@ enum Phase {
     ProbeAll { one: f64, recheck: Duration },
     /// Every thread creates; a window whose rate falls by a quarter ends it.
     All { last_rate: f64, recheck: Duration },
-    /// One creator is faster; every thread is probed again at `until`.
-    Alone { until: Instant, recheck: Duration },
+    /// One creator is faster, or the file system is scanning; at `until`
+    /// the `cost` of creating alone since this phase began decides whether
+    /// every thread is probed.
+    Alone {
+        until: Instant,
+        recheck: Duration,
+        cost: Cost,
+    },
 }
 
 impl Creators {
@@ -106,6 +162,7 @@ impl Creators {
             Phase::Alone {
                 until: Instant::now() + RECHECK,
                 recheck: RECHECK * 2,
+                cost: Cost::default(),
             }
         };
         Creators {
@@ -113,6 +170,7 @@ impl Creators {
                 inside: 0,
                 window_start: None,
                 window_count: 0,
+                window_cpu: Duration::ZERO,
                 phase,
             }),
             turn_free: Condvar::new(),
@@ -134,6 +192,7 @@ impl Creators {
         Turn {
             gate: self,
             created: 0,
+            cpu_at_entry: thread_cpu(),
         }
     }
 
@@ -147,10 +206,11 @@ impl Creators {
             .limit(self.max)
     }
 
-    fn leave(&self, created: u64, now: Instant) {
+    fn leave(&self, created: u64, cpu: Duration, now: Instant) {
         let mut s = self.state.lock().expect("creators lock");
         s.inside -= 1;
         s.window_count += created;
+        s.window_cpu += cpu;
         let start = s.window_start.unwrap_or(now);
         let elapsed = now.duration_since(start);
         let (least, fewest) = match s.phase {
@@ -158,10 +218,17 @@ impl Creators {
             Phase::All { .. } | Phase::Alone { .. } => (WINDOW, MIN_COUNT),
         };
         if elapsed >= least && s.window_count >= fewest {
-            let rate = s.window_count as f64 / elapsed.as_secs_f64();
-            s.phase = next(s.phase, rate, now);
+            let window = Window {
+                rate: s.window_count as f64 / elapsed.as_secs_f64(),
+                cost: Cost {
+                    created: s.window_count,
+                    cpu: s.window_cpu,
+                },
+            };
+            s.phase = next(s.phase, window, now);
             s.window_start = Some(now);
             s.window_count = 0;
+            s.window_cpu = Duration::ZERO;
         }
         drop(s);
         self.turn_free.notify_all();
@@ -178,13 +245,14 @@ impl Phase {
     }
 }
 
-/// The phase after a window whose rate was `rate`, ending at `now` (see
-/// the module doc).
-fn next(phase: Phase, rate: f64, now: Instant) -> Phase {
+/// The phase after `window`, ending at `now` (see the module doc).
+fn next(phase: Phase, window: Window, now: Instant) -> Phase {
     let alone = |recheck: Duration| Phase::Alone {
         until: now + recheck,
         recheck: recheck * 2,
+        cost: Cost::default(),
     };
+    let rate = window.rate;
     match phase {
         Phase::ProbeAll { one, recheck } if rate >= one * GAIN => Phase::All {
             last_rate: rate,
@@ -195,15 +263,43 @@ fn next(phase: Phase, rate: f64, now: Instant) -> Phase {
             recheck,
         },
         Phase::ProbeAll { recheck, .. } | Phase::All { recheck, .. } => alone(recheck),
-        Phase::Alone { until, recheck } if now >= until => Phase::ProbeAll { one: rate, recheck },
-        alone @ Phase::Alone { .. } => alone,
+        Phase::Alone {
+            until,
+            recheck,
+            cost,
+        } => {
+            let cost = cost.add(window.cost);
+            if now < until {
+                Phase::Alone {
+                    until,
+                    recheck,
+                    cost,
+                }
+            } else if cost.scanning() {
+                alone(recheck)
+            } else {
+                Phase::ProbeAll { one: rate, recheck }
+            }
+        }
     }
 }
 
-/// A thread's permission to create; counts what it created.
+/// The CPU time this thread has used, in the kernel and out of it.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    // A thread's CPU clock is never negative.
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// A thread's permission to create; counts what it created and the CPU
+/// time it spent doing so.
 pub(crate) struct Turn<'a> {
     gate: &'a Creators,
     created: u64,
+    cpu_at_entry: Duration,
 }
 
 impl Turn<'_> {
@@ -215,7 +311,8 @@ impl Turn<'_> {
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        self.gate.leave(self.created, Instant::now());
+        let cpu = thread_cpu().saturating_sub(self.cpu_at_entry);
+        self.gate.leave(self.created, cpu, Instant::now());
     }
 }
 
@@ -223,10 +320,32 @@ impl Drop for Turn<'_> {
 mod tests {
     use super::*;
 
-    /// One window of a gate for `max` threads: the next phase and its limit.
+    /// A window of 100 creations at `rate` per second, each costing 10 µs
+    /// of CPU (the usual state).
+    fn usual(rate: f64) -> Window {
+        Window {
+            rate,
+            cost: Cost {
+                created: 100,
+                cpu: Duration::from_micros(1000),
+            },
+        }
+    }
+
+    /// One usual window of a gate for `max` threads: the next phase and
+    /// its limit.
     fn step(phase: Phase, max: usize, rate: f64, now: Instant) -> (Phase, usize) {
-        let p = next(phase, rate, now);
+        let p = next(phase, usual(rate), now);
         (p, p.limit(max))
+    }
+
+    /// The phase alone until `until`, with nothing counted yet.
+    fn alone(until: Instant, recheck: Duration) -> Phase {
+        Phase::Alone {
+            until,
+            recheck,
+            cost: Cost::default(),
+        }
     }
 
     #[test]
@@ -247,32 +366,40 @@ mod tests {
                 3
             )
         );
-        // A quarter slower: one creator until the next probe.
-        assert_eq!(
-            step(all, 3, 70.0, t),
-            (
-                Phase::Alone {
-                    until: t + RECHECK,
-                    recheck: RECHECK * 2
-                },
-                1
-            )
-        );
+        // A quarter slower: one creator until the next look.
+        assert_eq!(step(all, 3, 70.0, t), (alone(t + RECHECK, RECHECK * 2), 1));
     }
 
     #[test]
     fn a_copy_creates_alone_for_a_recheck_then_probes_every_thread() {
         let gate = Creators::new(3);
         assert_eq!(gate.limit(), 1);
-        let Phase::Alone { until, recheck } = gate.state.lock().unwrap().phase else {
+        let Phase::Alone {
+            until,
+            recheck,
+            cost,
+        } = gate.state.lock().unwrap().phase
+        else {
             panic!("a new gate is not alone");
         };
-        assert_eq!(recheck, RECHECK * 2);
-        // Windows before `until` keep one creator.
-        let alone = Phase::Alone { until, recheck };
-        assert_eq!(step(alone, 3, 1000.0, until - RECHECK / 2), (alone, 1));
+        assert_eq!((recheck, cost), (RECHECK * 2, Cost::default()));
+        // Windows before `until` keep one creator and add up their cost.
+        let (p, l) = step(alone(until, recheck), 3, 1000.0, until - RECHECK / 2);
+        assert_eq!(l, 1);
+        let expect = Cost {
+            created: 100,
+            cpu: Duration::from_micros(1000),
+        };
+        assert_eq!(
+            p,
+            Phase::Alone {
+                until,
+                recheck,
+                cost: expect
+            }
+        );
         // At `until`, every thread is probed against the last rate alone.
-        let (p, l) = step(alone, 3, 1000.0, until);
+        let (p, l) = step(p, 3, 1000.0, until);
         assert_eq!(l, 3);
         assert_eq!(
             p,
@@ -297,36 +424,87 @@ mod tests {
     }
 
     #[test]
+    fn creations_that_cost_more_than_scanning_keep_one_creator_and_back_off() {
+        let t = Instant::now();
+        let until = t + RECHECK;
+        // 100 creations at 150 µs each, then 100 at 10 µs: 80 µs on
+        // average, so every thread is probed.
+        let slow = Window {
+            rate: 1000.0,
+            cost: Cost {
+                created: 100,
+                cpu: Duration::from_micros(15_000),
+            },
+        };
+        let p = next(alone(until, RECHECK * 2), slow, t);
+        assert_eq!(p.limit(3), 1);
+        assert_eq!(step(p, 3, 1000.0, until).1, 3);
+        // Scanning over the whole stretch: alone again, and the wait after
+        // this one is twice as long.
+        let p = next(next(alone(until, RECHECK * 2), slow, t), slow, until);
+        assert_eq!(p.limit(3), 1);
+        assert_eq!(p, alone(until + RECHECK * 2, RECHECK * 4));
+        // A cost of exactly SCANNING per creation is not scanning.
+        let edge = Cost {
+            created: 10,
+            cpu: SCANNING * 10,
+        };
+        assert!(!edge.scanning());
+        assert!(Cost {
+            created: 10,
+            cpu: SCANNING * 10 + Duration::from_nanos(1),
+        }
+        .scanning());
+        assert!(!Cost::default().scanning());
+    }
+
+    #[test]
     fn a_slower_probe_of_every_thread_keeps_one_creator_and_backs_off() {
         let t = Instant::now();
         let probe = Phase::ProbeAll {
             one: 1000.0,
             recheck: RECHECK,
         };
-        let (alone, l) = step(probe, 3, 400.0, t);
+        let (p, l) = step(probe, 3, 400.0, t);
         assert_eq!(l, 1);
-        assert_eq!(
-            alone,
-            Phase::Alone {
-                until: t + RECHECK,
-                recheck: RECHECK * 2
-            }
-        );
+        assert_eq!(p, alone(t + RECHECK, RECHECK * 2));
         // Before `until`, windows stay at one creator.
-        assert_eq!(step(alone, 3, 900.0, t + RECHECK / 2), (alone, 1));
+        let (p, l) = step(p, 3, 900.0, t + RECHECK / 2);
+        assert_eq!(l, 1);
         // At `until`, every thread is probed again against the last rate
         // alone; losing again waits twice as long.
-        let (again, l) = step(alone, 3, 900.0, t + RECHECK);
-        assert_eq!(l, 3);
         let later = t + RECHECK;
-        let (alone2, l) = step(again, 3, 500.0, later);
+        let (again, l) = step(p, 3, 900.0, later);
+        assert_eq!(l, 3);
+        let (p, l) = step(again, 3, 500.0, later);
         assert_eq!(l, 1);
-        assert_eq!(
-            alone2,
-            Phase::Alone {
-                until: later + RECHECK * 2,
-                recheck: RECHECK * 4
+        assert_eq!(p, alone(later + RECHECK * 2, RECHECK * 4));
+    }
+
+    #[test]
+    fn a_turn_counts_the_cpu_time_its_thread_spent() {
+        let gate = Creators::new(2);
+        {
+            let mut turn = gate.enter();
+            turn.created(1);
+            let spin = Instant::now();
+            while spin.elapsed() < Duration::from_millis(5) {
+                std::hint::black_box(spin.elapsed());
             }
+        }
+        let s = gate.state.lock().unwrap();
+        assert_eq!(s.window_count, 1);
+        // A busy thread's CPU clock runs with the wall clock, less what a
+        // scheduler on a shared machine takes away.
+        assert!(
+            s.window_cpu >= Duration::from_millis(1),
+            "{:?}",
+            s.window_cpu
+        );
+        assert!(
+            s.window_cpu <= Duration::from_millis(100),
+            "{:?}",
+            s.window_cpu
         );
     }
 
