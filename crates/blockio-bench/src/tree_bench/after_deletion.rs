@@ -5,9 +5,9 @@
 //! On ext4 without a journal, an inode freed in the last minute (six
 //! while its inode-table block is dirty, as creating a neighbour makes it)
 //! is skipped by a scan on every creation, and concurrent creators in one
-//! block group collide on it. So the same copy costs very different times 10 s, 1, 5
-//! and 15 minutes after deleting a few hundred thousand files. This mode
-//! makes that state on purpose: it creates `--deleted` empty files,
+//! block group collide on it. So the same copy costs very different times
+//! 10 s, 1, 5 and 15 minutes after deleting a few hundred thousand files.
+//! This mode makes that state on purpose: it creates `--deleted` empty files,
 //! writes them out, deletes them all, and then, at each of `--ages`
 //! seconds after the deletion, copies tree (a) with both tools in
 //! alternating rounds (the source in the page cache, nothing deleted in

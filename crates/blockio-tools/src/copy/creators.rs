@@ -79,8 +79,8 @@ pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 /// creating alone, above which the file system is taken to be scanning
 /// past recently freed inodes and every thread is not probed. Measured on
 /// ext4: 11-30 µs while creating 30,000 files/s or more, 200-430 µs in
-/// the minute after deleting 300,000 files; a creation that waits for a device or a server
-/// costs little CPU, so slow storage is still probed.
+/// the minute after deleting 300,000 files; a creation that waits for a
+/// device or a server costs little CPU, so slow storage is still probed.
 pub(crate) const SCANNING: Duration = Duration::from_micros(100);
 
 /// The gate every creating thread goes through.
@@ -95,9 +95,8 @@ struct State {
     /// When the current window began: at the first creation, not when the
     /// gate was made, so the walk's start is not counted as slow creating.
     window_start: Option<Instant>,
-    window_count: u64,
-    /// The creating threads' CPU time in the current window.
-    window_cpu: Duration,
+    /// What the current window's creations cost so far.
+    window: Cost,
     phase: Phase,
 }
 
@@ -120,7 +119,7 @@ impl Cost {
 
     /// Whether a creation cost more than [`SCANNING`] of CPU on average.
     fn scanning(self) -> bool {
-        self.created > 0 && self.cpu > SCANNING * u32::try_from(self.created).unwrap_or(u32::MAX)
+        self.created > 0 && self.cpu.as_nanos() > SCANNING.as_nanos() * u128::from(self.created)
     }
 }
 
@@ -169,8 +168,7 @@ impl Creators {
             state: Mutex::new(State {
                 inside: 0,
                 window_start: None,
-                window_count: 0,
-                window_cpu: Duration::ZERO,
+                window: Cost::default(),
                 phase,
             }),
             turn_free: Condvar::new(),
@@ -209,26 +207,21 @@ impl Creators {
     fn leave(&self, created: u64, cpu: Duration, now: Instant) {
         let mut s = self.state.lock().expect("creators lock");
         s.inside -= 1;
-        s.window_count += created;
-        s.window_cpu += cpu;
+        s.window = s.window.add(Cost { created, cpu });
         let start = s.window_start.unwrap_or(now);
         let elapsed = now.duration_since(start);
         let (least, fewest) = match s.phase {
             Phase::ProbeAll { .. } => (PROBE_WINDOW, PROBE_COUNT),
             Phase::All { .. } | Phase::Alone { .. } => (WINDOW, MIN_COUNT),
         };
-        if elapsed >= least && s.window_count >= fewest {
+        if elapsed >= least && s.window.created >= fewest {
             let window = Window {
-                rate: s.window_count as f64 / elapsed.as_secs_f64(),
-                cost: Cost {
-                    created: s.window_count,
-                    cpu: s.window_cpu,
-                },
+                rate: s.window.created as f64 / elapsed.as_secs_f64(),
+                cost: s.window,
             };
             s.phase = next(s.phase, window, now);
             s.window_start = Some(now);
-            s.window_count = 0;
-            s.window_cpu = Duration::ZERO;
+            s.window = Cost::default();
         }
         drop(s);
         self.turn_free.notify_all();
@@ -287,11 +280,8 @@ fn next(phase: Phase, window: Window, now: Instant) -> Phase {
 /// The CPU time this thread has used, in the kernel and out of it.
 fn thread_cpu() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    // A thread's CPU clock is never negative.
-    Duration::new(
-        u64::try_from(t.tv_sec).unwrap_or(0),
-        u32::try_from(t.tv_nsec).unwrap_or(0),
-    )
+    // A thread's CPU clock is never negative, so the conversion holds.
+    Duration::try_from(t).unwrap_or_default()
 }
 
 /// A thread's permission to create; counts what it created and the CPU
@@ -320,16 +310,21 @@ impl Drop for Turn<'_> {
 mod tests {
     use super::*;
 
-    /// A window of 100 creations at `rate` per second, each costing 10 µs
-    /// of CPU (the usual state).
-    fn usual(rate: f64) -> Window {
+    /// A window of 100 creations at `rate` per second, each costing `us`
+    /// µs of CPU.
+    fn window(rate: f64, us: u64) -> Window {
         Window {
             rate,
             cost: Cost {
                 created: 100,
-                cpu: Duration::from_micros(1000),
+                cpu: Duration::from_micros(100 * us),
             },
         }
+    }
+
+    /// A window as in the usual state: 10 µs a creation.
+    fn usual(rate: f64) -> Window {
+        window(rate, 10)
     }
 
     /// One usual window of a gate for `max` threads: the next phase and
@@ -429,13 +424,7 @@ mod tests {
         let until = t + RECHECK;
         // 100 creations at 150 µs each, then 100 at 10 µs: 80 µs on
         // average, so every thread is probed.
-        let slow = Window {
-            rate: 1000.0,
-            cost: Cost {
-                created: 100,
-                cpu: Duration::from_micros(15_000),
-            },
-        };
+        let slow = window(1000.0, 150);
         let p = next(alone(until, RECHECK * 2), slow, t);
         assert_eq!(p.limit(3), 1);
         assert_eq!(step(p, 3, 1000.0, until).1, 3);
@@ -493,18 +482,18 @@ mod tests {
             }
         }
         let s = gate.state.lock().unwrap();
-        assert_eq!(s.window_count, 1);
+        assert_eq!(s.window.created, 1);
         // A busy thread's CPU clock runs with the wall clock, less what a
         // scheduler on a shared machine takes away.
         assert!(
-            s.window_cpu >= Duration::from_millis(1),
+            s.window.cpu >= Duration::from_millis(1),
             "{:?}",
-            s.window_cpu
+            s.window.cpu
         );
         assert!(
-            s.window_cpu <= Duration::from_millis(100),
+            s.window.cpu <= Duration::from_millis(100),
             "{:?}",
-            s.window_cpu
+            s.window.cpu
         );
     }
 
