@@ -298,7 +298,9 @@ impl InlineRing {
         // asleep in an interruptible wait is still woken to run it. No
         // DEFER_TASKRUN: it requires every kernel call on the ring from
         // one thread, and a caller-driven ring is submitted to from
-        // whichever thread starts or cancels an operation.
+        // whichever thread starts or cancels an operation. Tried on a ring
+        // driven from one thread, it saved no CPU per request (see
+        // docs/benchmarks.md).
         let mut flags = RingFlags {
             coop_taskrun: true,
             ..RingFlags::default()
