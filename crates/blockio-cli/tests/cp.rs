@@ -486,5 +486,40 @@ fn tree_bench_after_deletion_smoke_run() {
         }
         assert!(r["speedup"].as_f64().unwrap() > 0.0, "{r}");
         assert_eq!(r["target"], 0.95);
+        assert_eq!(r["fresh_state"], false, "{r}");
+    }
+}
+
+#[test]
+fn tree_bench_fresh_state_makes_the_state_before_every_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = std::time::Instant::now();
+    let rows = tree_bench(
+        dir.path(),
+        &[
+            "--after-deletion",
+            "--fresh-state",
+            "--scale",
+            "0.01",
+            "--deleted",
+            "100000",
+            "--ages",
+            "2",
+            "--rounds",
+            "2",
+        ],
+    );
+    // Each of the two rounds waited 2 s after its own deletion; one state
+    // for both would have waited once.
+    let took = start.elapsed().as_secs_f64();
+    assert!(took >= 4.0, "took {took} s");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let r = &rows[0];
+    assert_eq!(r["fresh_state"], true, "{r}");
+    assert!(r["age_s"].as_f64().unwrap() >= 2.0, "{r}");
+    for k in ["baseline_s", "ours_s"] {
+        let v = r[k].as_array().unwrap();
+        assert_eq!(v.len(), 2, "{k} in {r}");
+        assert!(v.iter().all(|t| t.as_f64().unwrap() > 0.0), "{k} in {r}");
     }
 }

@@ -13,6 +13,13 @@
 //! alternating rounds (the source in the page cache, nothing deleted in
 //! between: every copy is kept until the end, then removed).
 //!
+//! Within one state the rounds run back to back, and the state improves
+//! by the second as freed inodes age past the kernel's window, so the
+//! tool that runs first in a pair meets a worse state. `--fresh-state`
+//! removes that drift: before every round it makes the state anew
+//! (create, write out, delete, wait the age), so each pair starts at the
+//! same age. Each round then takes the age plus about a minute.
+//!
 //! The target: `blockio cp` at least 0.95 of `cp -r`'s speed in every
 //! state (see `blockio_tools::copy`'s adaptive number of creators).
 
@@ -34,10 +41,14 @@ pub const TARGET: f64 = 0.95;
 /// One state's measurement.
 #[derive(Debug, Clone, Serialize)]
 pub struct StateRow {
-    /// Seconds after the deletion the first copy of this state started.
+    /// Seconds after the deletion the first copy of this state started
+    /// (of the first round, with `fresh_state`).
     pub age_s: f64,
-    /// Inodes deleted.
+    /// Inodes deleted (before every round with `fresh_state`).
     pub deleted: u64,
+    /// Whether the state was made anew before each round (`--fresh-state`)
+    /// rather than once for all the rounds.
+    pub fresh_state: bool,
     /// `cp -r`'s seconds, one per round.
     pub baseline_s: Vec<f64>,
     /// Ours, one per round.
@@ -61,63 +72,128 @@ pub fn run(args: &TreeBenchArgs, me: &Path, root: &Path) -> Result<Vec<StateRow>
     };
     progress("after-deletion: the small tree (made if not already there)".into());
     make_tree(&src, TreeKind::Small, n, size)?;
-    let want = tree_totals(&src)?;
+    let mut copies = Copies {
+        me,
+        root,
+        want: tree_totals(&src)?,
+        src,
+        made: 0,
+    };
     let deleted = super::scaled(args.deleted, args.scale).max(1);
-    progress(format!(
-        "after-deletion: creating and deleting {deleted} files"
-    ));
     let victims = root.join("to-delete");
-    make_victims(&victims, deleted)?;
-    Command::new("sync").status()?;
-    std::fs::remove_dir_all(&victims)
-        .with_context(|| format!("cannot remove {}", victims.display()))?;
-    let deleted_at = Instant::now();
     let mut rows = Vec::new();
-    let mut k = 0;
+    let mut deleted_at = None;
     for &age in &args.ages {
-        let wait = Duration::from_secs(age).saturating_sub(deleted_at.elapsed());
-        progress(format!(
-            "after-deletion: waiting {} s for the state {age} s after the deletion",
-            wait.as_secs()
-        ));
-        std::thread::sleep(wait);
-        let age_s = deleted_at.elapsed().as_secs_f64();
         let (mut base, mut ours) = (Vec::new(), Vec::new());
+        let mut age_s = None;
         for round in 0..args.rounds {
-            let order = if round % 2 == 0 {
-                [false, true]
-            } else {
-                [true, false]
-            };
-            for is_ours in order {
-                k += 1;
-                let dst = root.join(format!("copy-after-deletion-{k}"));
-                let (mut c, dst) = super::copy_command(me, &src, dst, Mode::Warm, is_ours);
-                let t = timed(&mut c, false)?;
-                super::check_copy(&dst, want)?;
-                if is_ours { &mut ours } else { &mut base }.push(t);
+            if args.fresh_state || deleted_at.is_none() {
+                progress(format!(
+                    "after-deletion: creating and deleting {deleted} files{}",
+                    if args.fresh_state {
+                        format!(" (round {} of the {age} s state)", round + 1)
+                    } else {
+                        String::new()
+                    }
+                ));
+                deleted_at = Some(make_state(&victims, deleted)?);
             }
+            let at = deleted_at.expect("made above");
+            if round == 0 || args.fresh_state {
+                let wait = Duration::from_secs(age).saturating_sub(at.elapsed());
+                progress(format!(
+                    "after-deletion: waiting {} s for the state {age} s after the deletion",
+                    wait.as_secs()
+                ));
+                std::thread::sleep(wait);
+            }
+            age_s.get_or_insert(at.elapsed().as_secs_f64());
+            copies.round(round, &mut base, &mut ours)?;
         }
+        rows.push(StateRow::new(
+            age_s.unwrap_or(age as f64),
+            deleted,
+            base,
+            ours,
+            args.fresh_state,
+        ));
+    }
+    progress("after-deletion: removing the copies".into());
+    copies.remove_all()?;
+    Ok(rows)
+}
+
+impl StateRow {
+    fn new(age_s: f64, deleted: u64, base: Vec<f64>, ours: Vec<f64>, fresh_state: bool) -> Self {
         let pairs: Vec<f64> = base.iter().zip(&ours).map(|(b, o)| b / o).collect();
         let lo = pairs.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = pairs.iter().copied().fold(0.0, f64::max);
-        rows.push(StateRow {
+        StateRow {
             age_s,
             deleted,
+            fresh_state,
             speedup: median(&base) / median(&ours),
             speedup_range: (lo, hi),
             baseline_s: base,
             ours_s: ours,
             target: TARGET,
-        });
+        }
     }
-    progress("after-deletion: removing the copies".into());
-    for i in 1..=k {
-        let dst = root.join(format!("copy-after-deletion-{i}"));
-        std::fs::remove_dir_all(&dst)
-            .with_context(|| format!("cannot remove {}", dst.display()))?;
+}
+
+/// The copies of tree (a) this mode makes, each kept until the end so
+/// that no deletion happens between the rounds.
+struct Copies<'a> {
+    me: &'a Path,
+    root: &'a Path,
+    src: PathBuf,
+    /// The source's file count and bytes, which every copy must match.
+    want: (u64, u64),
+    made: usize,
+}
+
+impl Copies<'_> {
+    /// One round: tree (a) copied by both tools, `cp -r` first in even
+    /// rounds and ours first in odd ones.
+    fn round(&mut self, round: usize, base: &mut Vec<f64>, ours: &mut Vec<f64>) -> Result<()> {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for is_ours in order {
+            self.made += 1;
+            let dst = self.path(self.made);
+            let (mut c, dst) = super::copy_command(self.me, &self.src, dst, Mode::Warm, is_ours);
+            let t = timed(&mut c, false)?;
+            super::check_copy(&dst, self.want)?;
+            if is_ours { &mut *ours } else { &mut *base }.push(t);
+        }
+        Ok(())
     }
-    Ok(rows)
+
+    fn path(&self, i: usize) -> PathBuf {
+        self.root.join(format!("copy-after-deletion-{i}"))
+    }
+
+    fn remove_all(&self) -> Result<()> {
+        for i in 1..=self.made {
+            let dst = self.path(i);
+            std::fs::remove_dir_all(&dst)
+                .with_context(|| format!("cannot remove {}", dst.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Creates `count` empty files, writes them out and deletes them all;
+/// returns when the deletion ended.
+fn make_state(victims: &Path, count: u64) -> Result<Instant> {
+    make_victims(victims, count)?;
+    Command::new("sync").status()?;
+    std::fs::remove_dir_all(victims)
+        .with_context(|| format!("cannot remove {}", victims.display()))?;
+    Ok(Instant::now())
 }
 
 /// `count` empty files in directories of 1,000.

@@ -82,6 +82,13 @@ pub struct TreeBenchArgs {
     /// state is measured.
     #[arg(long, value_delimiter = ',', default_value = "10,60,300,900")]
     pub ages: Vec<u64>,
+    /// With --after-deletion: make the state anew before every round
+    /// (create, write out and delete --deleted files, then wait the age),
+    /// so that every pair of copies starts at the same age instead of
+    /// later and later in one state. Each round takes its age plus about a
+    /// minute.
+    #[arg(long, requires = "after_deletion")]
+    pub fresh_state: bool,
 }
 
 /// A job to measure.
@@ -842,6 +849,7 @@ mod tests {
             after_deletion: false,
             deleted: 300_000,
             ages: vec![10, 60, 300, 900],
+            fresh_state: false,
         }
     }
 
