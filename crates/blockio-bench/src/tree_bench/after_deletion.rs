@@ -81,32 +81,43 @@ pub fn run(args: &TreeBenchArgs, me: &Path, root: &Path) -> Result<Vec<StateRow>
     };
     let deleted = super::scaled(args.deleted, args.scale).max(1);
     let victims = root.join("to-delete");
+    let new_state = |what: String| {
+        progress(format!(
+            "after-deletion: creating and deleting {deleted} files{what}"
+        ));
+        make_state(&victims, deleted)
+    };
+    let wait_for = |age: u64, at: Instant| {
+        let wait = Duration::from_secs(age).saturating_sub(at.elapsed());
+        progress(format!(
+            "after-deletion: waiting {} s for the state {age} s after the deletion",
+            wait.as_secs()
+        ));
+        std::thread::sleep(wait);
+    };
+    // One state for every round, unless each round makes its own.
+    let shared = if args.fresh_state {
+        None
+    } else {
+        Some(new_state(String::new())?)
+    };
     let mut rows = Vec::new();
-    let mut deleted_at = None;
     for &age in &args.ages {
         let (mut base, mut ours) = (Vec::new(), Vec::new());
         let mut age_s = None;
         for round in 0..args.rounds {
-            if args.fresh_state || deleted_at.is_none() {
-                progress(format!(
-                    "after-deletion: creating and deleting {deleted} files{}",
-                    if args.fresh_state {
-                        format!(" (round {} of the {age} s state)", round + 1)
-                    } else {
-                        String::new()
-                    }
-                ));
-                deleted_at = Some(make_state(&victims, deleted)?);
-            }
-            let at = deleted_at.expect("made above");
-            if round == 0 || args.fresh_state {
-                let wait = Duration::from_secs(age).saturating_sub(at.elapsed());
-                progress(format!(
-                    "after-deletion: waiting {} s for the state {age} s after the deletion",
-                    wait.as_secs()
-                ));
-                std::thread::sleep(wait);
-            }
+            let at = match shared {
+                Some(at) if round > 0 => at,
+                Some(at) => {
+                    wait_for(age, at);
+                    at
+                }
+                None => {
+                    let at = new_state(format!(" (round {} of the {age} s state)", round + 1))?;
+                    wait_for(age, at);
+                    at
+                }
+            };
             age_s.get_or_insert(at.elapsed().as_secs_f64());
             copies.round(round, &mut base, &mut ours)?;
         }
