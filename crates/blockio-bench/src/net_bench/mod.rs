@@ -4,9 +4,22 @@
 //! in alternating rounds. The table gives each runtime's median with the
 //! spread, its ratio to tokio (and to monoio) paired per round, and what
 //! the server spent per unit of work: CPU time, context switches and
-//! system calls ([`usage`]). The targets the benchmark was built for are
-//! checked at the end ([`verdict`]); `--svg` draws requests per second
-//! and the latency CDFs ([`chart`]).
+//! system calls ([`usage`]).
+//!
+//! System calls are counted in one more run per runtime after the rounds,
+//! whose rate is not used: counting them attaches `perf` to the
+//! `raw_syscalls:sys_enter` tracepoint, and while any program does that
+//! every system call on the machine goes through the tracing path. On
+//! 2026-11-22 (90f9968) that path (`syscall_trace_enter` and what it
+//! calls, in `perf record`) took 2.8–3.4% of tokio's server cycles at echo
+//! 128 B and 4 KiB × 500 connections and HTTP × 1,000, and nearly none of
+//! `blockio-tick`'s, which makes about 0.1 calls per message. Counted
+//! inside the rounds, it tilts every rate ratio toward the runtime making
+//! fewer calls, and slows the load generator too.
+//!
+//! The targets the benchmark was built for are checked at the end
+//! ([`verdict`]); `--svg` draws requests per second and the latency CDFs
+//! ([`chart`]).
 //!
 //! wrk measures latency from when it sends each request, without
 //! correcting for coordinated omission (wrk2 would; Debian ships wrk).
@@ -126,8 +139,6 @@ pub struct Round {
     pub cpu_us_per_unit: f64,
     /// The server's context switches per unit.
     pub switches_per_unit: f64,
-    /// The server's system calls per unit (`None` without `perf`).
-    pub syscalls_per_unit: Option<f64>,
     /// The server's CPU time over the load's wall time (1.0: one CPU busy).
     pub server_cpus: f64,
     /// The client's (the load generator's), likewise.
@@ -162,7 +173,8 @@ pub struct Row {
     pub cpu_us_per_unit: f64,
     /// Median server context switches per unit.
     pub switches_per_unit: f64,
-    /// Median server system calls per unit.
+    /// The server's system calls per unit, from one counting run after
+    /// the rounds (`None` without `perf`).
     pub syscalls_per_unit: Option<f64>,
     /// Median CPUs the server kept busy.
     pub server_cpus: f64,
@@ -203,7 +215,8 @@ pub fn run(args: &NetBenchArgs) -> Result<()> {
     } else {
         args.runtimes.clone()
     };
-    let total = workloads.len() * args.rounds * runtimes.len();
+    let runs_per_runtime = args.rounds + usize::from(count_calls);
+    let total = workloads.len() * runs_per_runtime * runtimes.len();
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
@@ -220,11 +233,23 @@ pub fn run(args: &NetBenchArgs) -> Result<()> {
             for i in order {
                 let rt = runtimes[i];
                 bar.set_message(format!("{}: {}", w.label(), rt.name()));
-                per[i].push(measure(args, w, rt, count_calls)?);
+                per[i].push(measure(args, w, rt)?);
                 bar.inc(1);
             }
         }
-        rows.extend(summarise(w, &runtimes, &per));
+        let mut calls = vec![None; runtimes.len()];
+        if count_calls {
+            for (i, &rt) in runtimes.iter().enumerate() {
+                bar.set_message(format!(
+                    "{}: {}, counting system calls",
+                    w.label(),
+                    rt.name()
+                ));
+                calls[i] = count_syscalls(args, w, rt)?;
+                bar.inc(1);
+            }
+        }
+        rows.extend(summarise(w, &runtimes, &per, &calls));
     }
     bar.finish_and_clear();
     if let Some(path) = &args.svg {
@@ -245,8 +270,25 @@ pub fn run(args: &NetBenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// One round of `w` on `rt`: the client's figures and the server's costs.
-fn measure(args: &NetBenchArgs, w: &Workload, rt: Runtime, count_calls: bool) -> Result<Round> {
+/// One run of a workload on one runtime, as the server and the client saw
+/// it.
+struct Run {
+    /// What the client measured.
+    outcome: Outcome,
+    /// The workload's units the client completed (at least the smallest
+    /// positive number, so that per-unit figures stay finite).
+    units: f64,
+    /// The server's use over the load.
+    server: Usage,
+    /// The client's.
+    client: Usage,
+    /// The server's system calls, when counted.
+    calls: Option<f64>,
+}
+
+/// Starts `rt`'s server for `w`, loads it for `--seconds`, and stops it;
+/// with `count_calls`, `perf` counts the server's system calls meanwhile.
+fn run_once(args: &NetBenchArgs, w: &Workload, rt: Runtime, count_calls: bool) -> Result<Run> {
     let server = servers::start(rt, w.service(), w.threads(args.server_cpu))?;
     let target = Target {
         addr: server.addr,
@@ -258,20 +300,40 @@ fn measure(args: &NetBenchArgs, w: &Workload, rt: Runtime, count_calls: bool) ->
     let outcome = w
         .load(&target)
         .with_context(|| format!("{} on {}", w.label(), rt.name()))?;
-    let used = Usage::now().since(&before);
+    let server_use = Usage::now().since(&before);
     let client = Usage::children().since(&client_before);
     let calls = calls.and_then(Syscalls::finish);
     drop(server);
-    let units = (outcome.units / w.unit_scale()).max(f64::MIN_POSITIVE);
-    Ok(Round {
-        rate: units / outcome.seconds,
-        cpu_us_per_unit: used.cpu_us / units,
-        switches_per_unit: used.switches / units,
-        syscalls_per_unit: calls.map(|c| c / units),
-        server_cpus: used.cpu_us / 1e6 / outcome.seconds,
-        client_cpus: client.cpu_us / 1e6 / outcome.seconds,
+    Ok(Run {
+        units: (outcome.units / w.unit_scale()).max(f64::MIN_POSITIVE),
         outcome,
+        server: server_use,
+        client,
+        calls,
     })
+}
+
+/// One round of `w` on `rt`, with nothing attached to the server: the
+/// client's figures and the server's costs.
+fn measure(args: &NetBenchArgs, w: &Workload, rt: Runtime) -> Result<Round> {
+    let run = run_once(args, w, rt, false)?;
+    let seconds = run.outcome.seconds;
+    Ok(Round {
+        rate: run.units / seconds,
+        cpu_us_per_unit: run.server.cpu_us / run.units,
+        switches_per_unit: run.server.switches / run.units,
+        server_cpus: run.server.cpu_us / 1e6 / seconds,
+        client_cpus: run.client.cpu_us / 1e6 / seconds,
+        outcome: run.outcome,
+    })
+}
+
+/// The server's system calls per unit of `w` on `rt`, from a run of its
+/// own (see the module doc for why not from the rounds); `None` when
+/// `perf` gave no count.
+fn count_syscalls(args: &NetBenchArgs, w: &Workload, rt: Runtime) -> Result<Option<f64>> {
+    let run = run_once(args, w, rt, true)?;
+    Ok(run.calls.map(|c| c / run.units))
 }
 
 /// Lets the client and the server hold `connections` sockets each.
@@ -297,7 +359,12 @@ fn spread(v: &[f64]) -> [f64; 3] {
     [median(v), lo, hi]
 }
 
-fn summarise(w: &Workload, runtimes: &[Runtime], per: &[Vec<Round>]) -> Vec<Row> {
+fn summarise(
+    w: &Workload,
+    runtimes: &[Runtime],
+    per: &[Vec<Round>],
+    calls: &[Option<f64>],
+) -> Vec<Row> {
     let rounds_of = |r: Runtime| {
         runtimes
             .iter()
@@ -309,7 +376,8 @@ fn summarise(w: &Workload, runtimes: &[Runtime], per: &[Vec<Round>]) -> Vec<Row>
     runtimes
         .iter()
         .zip(per)
-        .map(|(&runtime, rounds)| {
+        .zip(calls)
+        .map(|((&runtime, rounds), &syscalls_per_unit)| {
             let m = |f: &dyn Fn(&Round) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
             let lat = |f: fn(&load::Latency) -> f64| {
                 let v: Option<Vec<f64>> = rounds
@@ -329,7 +397,6 @@ fn summarise(w: &Workload, runtimes: &[Runtime], per: &[Vec<Round>]) -> Vec<Row>
             };
             let rate = |r: &Round| Some(r.rate);
             let p99 = |r: &Round| r.outcome.latency.as_ref().map(|l| l.p99_us);
-            let calls: Option<Vec<f64>> = rounds.iter().map(|r| r.syscalls_per_unit).collect();
             Row {
                 workload: *w,
                 label: w.label(),
@@ -342,7 +409,7 @@ fn summarise(w: &Workload, runtimes: &[Runtime], per: &[Vec<Round>]) -> Vec<Row>
                 cdf: median_cdf(rounds),
                 cpu_us_per_unit: m(&|r| r.cpu_us_per_unit),
                 switches_per_unit: m(&|r| r.switches_per_unit),
-                syscalls_per_unit: calls.map(|c| median(&c)),
+                syscalls_per_unit,
                 server_cpus: m(&|r| r.server_cpus),
                 client_cpus: m(&|r| r.client_cpus),
                 rate_vs_tokio: paired(tokio, Runtime::Tokio, &rate),
@@ -374,7 +441,8 @@ fn table(args: &NetBenchArgs, rows: &[Row], count_calls: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "Servers: one thread on CPU {} (client on CPU {}), or two threads unpinned (http ... 2t, two wrk threads);\n{} rounds of {} s, alternating; medians, ratios paired per round (lowest-highest);\nCPU/u, cs/u, calls/u: the server's CPU us, context switches and system calls per unit (req, msg, MB){};\nsrv, cli: CPUs the server and the client kept busy (1.00: one CPU all the time).\n",
+        "Servers: one thread on CPU {} (client on CPU {}), or two threads unpinned (http ... 2t, two wrk threads);\n{} rounds of {} s, alternating; medians, ratios paired per round (lowest-highest);\nCPU/u, cs/u, calls/u: the server's CPU us, context switches and system calls per unit (req, msg, MB){};
+calls/u from one more run per runtime after the rounds, since counting them slows every system call;\nsrv, cli: CPUs the server and the client kept busy (1.00: one CPU all the time).\n",
         args.server_cpu,
         args.client_cpu,
         args.rounds,

@@ -1,6 +1,7 @@
 //! What the server costs: CPU time and context switches of this process
 //! (`getrusage`), and the system calls its threads make (counted by
-//! `perf stat` attached to this process). The load generator is a child
+//! `perf stat` attached to this process, in a run of their own: see the
+//! [`net_bench`](super) module doc). The load generator is a child
 //! process, counted in neither; its CPU time is counted on its own
 //! (`RUSAGE_CHILDREN`), to show when the client's CPU is the limit.
 
