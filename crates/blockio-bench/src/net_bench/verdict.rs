@@ -181,7 +181,7 @@ pub fn report(checks: &[Check]) -> String {
     let mut s = String::from(
         "\nTargets (met where some blockio variant meets it; CPUs busy as server+client, and\n\
          client-bound at Nx: the client's rate at a full CPU over tokio's rate, the most\n\
-         this machine lets that server reach):\n",
+         it could drive that server at the client's cost per unit in that run):\n",
     );
     for c in checks {
         let _ = writeln!(
