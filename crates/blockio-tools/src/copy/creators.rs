@@ -187,6 +187,9 @@ impl Creators {
         if s.window_start.is_none() {
             s.window_start = Some(Instant::now());
         }
+        // The CPU clock is a system call: read it after the lock is let go,
+        // so that no other thread entering or leaving waits for it.
+        drop(s);
         Turn {
             gate: self,
             created: 0,
