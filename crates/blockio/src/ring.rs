@@ -108,7 +108,7 @@ impl RingFlags {
 /// try again. Any other error leaves no way to learn when the kernel is done
 /// with the memory of the operations in flight, so the process aborts: that
 /// is the only sound choice left.
-pub(crate) fn submit_and_wait_or_abort(ring: &mut IoUring, want: usize) {
+pub(crate) fn submit_and_wait_or_abort(ring: &IoUring, want: usize) {
     match ring.submit_and_wait(want) {
         Ok(_) => {}
         Err(e)

@@ -426,6 +426,78 @@ fn readable(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     common::poll_readable(fd.as_raw_fd(), 0)
 }
 
+/// Threads start reads on one caller-driven ring at once, each submitting
+/// its own (the ring's lock is let go before the kernel call), while
+/// another thread reaps: every read completes, with its bytes.
+#[test]
+fn a_caller_driven_ring_takes_operations_from_many_threads_at_once() {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let len = 1 << 20;
+    let (path, data) = data_file(len, 44);
+    let data = Arc::new(data);
+    let engine = AsyncEngine::builder().driven_by_caller().build().unwrap();
+    let file = Arc::new(AsyncFile::open(&engine, &path).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let reaper = {
+        let (engine, stop) = (engine.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut reaped = 0;
+            while !stop.load(Ordering::SeqCst) {
+                if let Some(fd) = engine.poll_fd() {
+                    common::poll_readable(fd.as_raw_fd(), 10);
+                }
+                reaped += engine.reap();
+            }
+            reaped
+        })
+    };
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let readers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (file, data, done) = (file.clone(), data.clone(), done_tx.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(100 + t);
+                futures::executor::block_on(async {
+                    for _ in 0..100 {
+                        let offs: Vec<usize> = (0..16)
+                            .map(|_| rng.below(len as u64 - 4096) as usize)
+                            .collect();
+                        let reads = offs
+                            .iter()
+                            .map(|&o| file.read_at(vec![0u8; 4096], o as u64));
+                        for (o, (n, buf)) in offs.iter().zip(futures::future::join_all(reads).await)
+                        {
+                            assert_eq!(n.unwrap(), 4096, "read at {o}");
+                            assert_eq!(&buf[..], &data[*o..o + 4096], "bytes at {o}");
+                        }
+                    }
+                });
+                done.send(()).unwrap();
+            })
+        })
+        .collect();
+    for _ in 0..readers.len() {
+        // A reader that panicked drops its sender; one that stalls (an
+        // operation never submitted or never reaped) times out.
+        done_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a reader stalled or failed");
+    }
+    for r in readers {
+        r.join().unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let reaped = reaper.join().unwrap();
+    if engine.backend() == blockio::Backend::IoUring {
+        assert_eq!(
+            reaped,
+            4 * 100 * 16,
+            "every read reaped by the reaping thread"
+        );
+    }
+}
+
 #[test]
 fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -38,7 +38,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use io_uring::{opcode, squeue::SubmissionQueue, types, IoUring};
 
@@ -164,12 +164,8 @@ impl DriverShared {
 /// threads.
 pub(crate) enum Driver {
     Uring(Arc<DriverShared>),
-    Inline {
-        ring: Box<Mutex<Option<InlineRing>>>,
-        /// The ring's descriptor, open while `ring` is (it moves out of
-        /// the mutex only when this driver is dropped).
-        fd: RawFd,
-    },
+    /// `None` only once the driver is being dropped.
+    Inline(Option<Box<InlineRing>>),
     Threads {
         /// Performs file operations with blocking calls.
         pool: WorkerPool<Request>,
@@ -272,16 +268,35 @@ impl InFlight {
 
 /// A ring with no thread of its own (see
 /// [`AsyncEngineBuilder::driven_by_caller`](super::AsyncEngineBuilder::driven_by_caller)):
-/// the thread that starts an operation submits it, and [`Driver::reap`]
+/// the thread that starts an operation submits it, and [`Driver::turn`]
 /// completes what the kernel finished.
+///
+/// No lock is held across a kernel call. The ring's queues are shared
+/// memory: `state`'s lock is held to push entries and to take
+/// completions, and `io_uring_enter` is made after letting it go, so a
+/// thread starting an operation never waits for another thread's kernel
+/// call. That is sound because the kernel serialises concurrent enters on
+/// the ring itself, and each enter submits every entry published by then
+/// (the submission queue's length, read atomically): an entry pushed by
+/// one thread is submitted by its own enter or by an earlier one of
+/// another thread, never lost. Registrations (the receive-buffer ring,
+/// once per engine) are made without the lock too.
 pub(crate) struct InlineRing {
+    /// The ring; its queues are touched only with `state` locked (or by
+    /// `Finish`, which owns it), so at most one queue handle exists.
     ring: IoUring,
-    /// Registered memory, dropped after `ring` (field order).
+    /// Dropped after `ring` (field order): it keeps registered memory.
+    state: Mutex<InlineState>,
+}
+
+/// What a caller-driven ring's lock guards.
+struct InlineState {
+    /// Registered memory, kept until the ring is gone.
     kept: Vec<Kept>,
     ops: InFlight,
     /// Most operations in flight.
     depth: usize,
-    /// Submit only in `drive_inline`, not when an operation starts.
+    /// Submit only in `turn`, not when an operation starts.
     deferred: bool,
     /// The driving task, woken when an operation starts (deferred mode).
     driver: Option<std::task::Waker>,
@@ -311,81 +326,103 @@ impl InlineRing {
         }
         Ok(InlineRing {
             ring,
-            kept: Vec::new(),
-            ops: InFlight::default(),
-            depth,
-            deferred,
-            driver: None,
+            state: Mutex::new(InlineState {
+                kept: Vec::new(),
+                ops: InFlight::default(),
+                depth,
+                deferred,
+                driver: None,
+            }),
         })
     }
 
-    /// Moves queued requests onto the ring while it has room, and submits
-    /// them without waiting.
-    fn push_and_submit(&mut self) {
-        let pushed = {
-            let mut sq = self.ring.submission();
-            self.ops.fill(&mut sq, self.depth) | !sq.is_empty()
+    fn lock(&self) -> MutexGuard<'_, InlineState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves queued requests onto the ring while it has room; returns
+    /// whether entries wait to be submitted. `st` must be this ring's
+    /// state, locked (or owned).
+    fn fill(ring: &IoUring, st: &mut InlineState) -> bool {
+        // SAFETY: every queue handle of this ring is made while its state
+        // is locked or owned (which `st` proves), and dropped before that
+        // ends, so no other submission queue exists.
+        let mut sq = unsafe { ring.submission_shared() };
+        st.ops.fill(&mut sq, st.depth) | !sq.is_empty()
+    }
+
+    /// Submits everything the submission queue holds, without waiting.
+    /// Called with the state unlocked.
+    fn submit(&self) {
+        submit_and_wait_or_abort(&self.ring, 0);
+    }
+
+    /// Moves queued requests onto the ring and submits them, taking the
+    /// lock only to push.
+    fn push_and_submit(&self) {
+        let waiting = {
+            let mut st = self.lock();
+            !st.ops.backlog.is_empty() && Self::fill(&self.ring, &mut st)
         };
-        if pushed {
-            submit_and_wait_or_abort(&mut self.ring, 0);
+        if waiting {
+            self.submit();
         }
     }
 
     /// Cancels `cancels` in the kernel, now.
-    fn cancel(&mut self, cancels: Vec<Cancel>) {
-        let left = {
-            let mut sq = self.ring.submission();
-            self.ops.push_cancels(&mut sq, cancels)
+    fn cancel(&self, cancels: Vec<Cancel>) {
+        let push = |cancels| {
+            let mut st = self.lock();
+            // SAFETY: as in `fill`: the state is locked.
+            let mut sq = unsafe { self.ring.submission_shared() };
+            st.ops.push_cancels(&mut sq, cancels)
         };
-        submit_and_wait_or_abort(&mut self.ring, 0);
+        let left = push(cancels);
+        self.submit();
         if !left.is_empty() {
             // The queue was full: it has been submitted, so there is room.
-            let mut sq = self.ring.submission();
-            let _ = self.ops.push_cancels(&mut sq, left);
-            drop(sq);
-            submit_and_wait_or_abort(&mut self.ring, 0);
+            let _ = push(left);
+            self.submit();
         }
     }
 
-    /// Takes the finished operations' targets and results off the ring,
-    /// with those that overflowed the completion queue (multishot
-    /// operations can post more than the queue holds between two turns):
-    /// the kernel keeps them, and moves them into the queue only when
-    /// asked to wait for completions, which this does while it reports an
-    /// overflow. Meanwhile the ring stays readable, so a loop would
-    /// otherwise be woken for them forever.
-    fn take_completions(&mut self, out: &mut Vec<Completion>) {
-        loop {
-            for cqe in self.ring.completion() {
-                if let Some(done) = self.ops.finish(cqe.user_data(), cqe.flags()) {
-                    out.push((done, cqe.result(), cqe.flags()));
-                }
+    /// Takes the finished operations' targets and results off the ring;
+    /// returns whether the kernel holds more that overflowed the
+    /// completion queue (multishot operations can post more than the
+    /// queue holds between two turns). The kernel moves those into the
+    /// queue only on an enter that asks for completions, which `submit`
+    /// makes while the overflow is flagged; until then the ring stays
+    /// readable, so a loop would otherwise be woken for them forever.
+    /// `st` must be this ring's state, locked (or owned).
+    fn take_completions(ring: &IoUring, st: &mut InlineState, out: &mut Vec<Completion>) -> bool {
+        // SAFETY: as in `fill`: no other completion queue exists while
+        // the state is locked or owned.
+        for cqe in unsafe { ring.completion_shared() } {
+            if let Some(done) = st.ops.finish(cqe.user_data(), cqe.flags()) {
+                out.push((done, cqe.result(), cqe.flags()));
             }
-            if !self.ring.submission().cq_overflow() {
-                return;
-            }
-            // With the overflow flag set, this enters with GETEVENTS (and
-            // waits for nothing), which flushes the kept completions.
-            submit_and_wait_or_abort(&mut self.ring, 0);
         }
+        // SAFETY: as in `fill`.
+        unsafe { ring.submission_shared() }.cq_overflow()
     }
 }
 
 /// A caller-driven ring whose engine is gone: dropping it cancels the
 /// requests still queued and waits until the kernel has completed every
 /// operation in flight, whose buffers the slots own.
-struct Finish(InlineRing);
+struct Finish(Box<InlineRing>);
 
 impl Drop for Finish {
     fn drop(&mut self) {
-        let r = &mut self.0;
-        for req in r.ops.backlog.drain(..) {
+        let InlineRing { ring, state } = &mut *self.0;
+        let st = state.get_mut().unwrap_or_else(|e| e.into_inner());
+        for req in st.ops.backlog.drain(..) {
             req.done.complete(-libc::ECANCELED);
         }
         let mut done = Vec::new();
-        while r.ops.count > 0 {
-            submit_and_wait_or_abort(&mut r.ring, 1);
-            r.take_completions(&mut done);
+        while st.ops.count > 0 {
+            submit_and_wait_or_abort(ring, 1);
+            InlineRing::take_completions(ring, st, &mut done);
             for (target, res, flags) in done.drain(..) {
                 target.complete_flags(res, flags);
             }
@@ -428,19 +465,26 @@ impl Driver {
         deferred: bool,
     ) -> io::Result<Driver> {
         let ring = InlineRing::new(depth, eventfd, deferred)?;
-        let fd = ring.ring.as_raw_fd();
-        Ok(Driver::Inline {
-            ring: Box::new(Mutex::new(Some(ring))),
-            fd,
-        })
+        Ok(Driver::Inline(Some(Box::new(ring))))
+    }
+
+    /// The caller-driven ring (None for other drivers).
+    fn inline_ring(&self) -> Option<&InlineRing> {
+        match self {
+            Driver::Inline(ring) => ring.as_deref(),
+            _ => None,
+        }
     }
 
     /// The caller-driven ring's descriptor, to watch for completions.
     pub(crate) fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         match self {
-            // SAFETY: the ring stays open while this driver exists (it moves
-            // out of the mutex only in `drop`), and the borrow is tied to it.
-            Driver::Inline { fd, .. } => Some(unsafe { std::os::fd::BorrowedFd::borrow_raw(*fd) }),
+            Driver::Inline(Some(r)) => {
+                // SAFETY: the ring stays open while this driver exists (it
+                // is taken out only in `drop`), and the borrow is tied to it.
+                let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(r.ring.as_raw_fd()) };
+                Some(fd)
+            }
             _ => None,
         }
     }
@@ -452,26 +496,33 @@ impl Driver {
     /// (deferred mode). Returns how many completed; other drivers have
     /// nothing to do here.
     pub(crate) fn turn(&self, driver: Option<&std::task::Waker>) -> usize {
-        let Driver::Inline { ring, .. } = self else {
+        let Some(r) = self.inline_ring() else {
             return 0;
         };
+        // Submitted first: operations that complete during the call (a
+        // send, a read of bytes already there) are reaped in this turn.
+        r.push_and_submit();
         let mut done = Vec::new();
-        {
-            let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(r) = guard.as_mut() else {
-                return 0;
-            };
-            if !r.ops.backlog.is_empty() {
-                r.push_and_submit();
-            }
-            r.take_completions(&mut done);
-            if !r.ops.backlog.is_empty() {
-                r.push_and_submit();
-            }
-            if let Some(w) = driver {
-                if !r.driver.as_ref().is_some_and(|d| d.will_wake(w)) {
-                    r.driver = Some(w.clone());
+        loop {
+            let (waiting, overflow) = {
+                let mut st = r.lock();
+                let overflow = InlineRing::take_completions(&r.ring, &mut st, &mut done);
+                // Completions freed room for requests still queued.
+                let waiting = !st.ops.backlog.is_empty() && InlineRing::fill(&r.ring, &mut st);
+                if let Some(w) = driver {
+                    if !st.driver.as_ref().is_some_and(|d| d.will_wake(w)) {
+                        st.driver = Some(w.clone());
+                    }
                 }
+                (waiting, overflow)
+            };
+            if waiting || overflow {
+                // With the overflow flagged, this enter asks for
+                // completions (and waits for none), which flushes them.
+                r.submit();
+            }
+            if !overflow {
+                break;
             }
         }
         let n = done.len();
@@ -498,12 +549,12 @@ impl Driver {
                 rx.recv()
                     .map_err(|_| io::Error::other("the blockio-aio driver thread is gone"))?
             }
-            Driver::Inline { ring, .. } => {
-                let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
-                let r = guard
-                    .as_mut()
+            Driver::Inline(ring) => {
+                let r = ring
+                    .as_deref()
                     .expect("the ring lives as long as the driver");
-                r.kept.push(setup(&r.ring)?);
+                let kept = setup(&r.ring)?;
+                r.lock().kept.push(kept);
                 Ok(())
             }
             Driver::Threads { .. } => Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
@@ -536,9 +587,8 @@ impl Driver {
     pub(crate) fn cancel(&self, target: Cancel) {
         match self {
             Driver::Uring(shared) => shared.enqueue(|q| q.cancels.push(target)),
-            Driver::Inline { ring, .. } => {
-                let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(r) = guard.as_mut() {
+            Driver::Inline(ring) => {
+                if let Some(r) = ring.as_deref() {
                     r.cancel(vec![target]);
                 }
             }
@@ -550,16 +600,20 @@ impl Driver {
     pub(crate) fn submit(&self, reqs: impl IntoIterator<Item = Request>) {
         match self {
             Driver::Uring(shared) => shared.enqueue(|q| q.requests.extend(reqs)),
-            Driver::Inline { ring, .. } => {
-                let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
-                let r = guard
-                    .as_mut()
+            Driver::Inline(ring) => {
+                let r = ring
+                    .as_deref()
                     .expect("the ring lives as long as the driver");
-                r.ops.backlog.extend(reqs);
-                if !r.deferred {
-                    r.push_and_submit();
-                } else if let Some(w) = r.driver.take() {
-                    drop(guard);
+                let mut st = r.lock();
+                st.ops.backlog.extend(reqs);
+                if !st.deferred {
+                    let waiting = InlineRing::fill(&r.ring, &mut st);
+                    drop(st);
+                    if waiting {
+                        r.submit();
+                    }
+                } else if let Some(w) = st.driver.take() {
+                    drop(st);
                     w.wake();
                 }
             }
@@ -586,9 +640,12 @@ impl Drop for Driver {
                 shared.stop.store(true, Ordering::SeqCst);
                 shared.wake();
             }
-            Driver::Inline { ring, .. } => {
-                let taken = ring.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(r) = taken.filter(|r| r.ops.count > 0 || !r.ops.backlog.is_empty()) {
+            Driver::Inline(ring) => {
+                let busy = |r: &InlineRing| {
+                    let st = r.lock();
+                    st.ops.count > 0 || !st.ops.backlog.is_empty()
+                };
+                if let Some(r) = ring.take().filter(|r| busy(r)) {
                     // The kernel may still write into buffers the slots
                     // own: a thread waits for the last completion, so that
                     // dropping never blocks. Should the thread not start,
@@ -716,7 +773,7 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
             || (!ops.backlog.is_empty() && ops.count < limit)
             || !cancels.is_empty();
         let want = if more { 0 } else { 1 };
-        submit_and_wait_or_abort(&mut ring, want);
+        submit_and_wait_or_abort(&ring, want);
         shared.sleeping.store(false, Ordering::SeqCst);
         arm_wake |= complete_all(&mut ring, &mut ops);
     }

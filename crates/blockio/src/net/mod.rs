@@ -81,15 +81,40 @@
 //! # How operations reach the kernel
 //!
 //! Socket operations are requests of the engine's driver like file
-//! operations: the driver thread submits everything queued in one
-//! `io_uring_enter`, so any number of connections' reads and writes cost
-//! one kernel call per driver wake-up, and the futures are `Send` and run
-//! on any executor. The price is a hop: each completion crosses from the
-//! driver thread to the executor's. With
-//! [`AsyncEngineBuilder::driven_by_caller`](crate::aio::AsyncEngineBuilder::driven_by_caller)
-//! an event loop drives the ring itself and there is no hop; on tokio,
-//! [`drive_on_tokio`](crate::aio::drive_on_tokio) (feature `tokio`) is
-//! that loop.
+//! operations. The design meets four requirements, and `blockio
+//! net-bench` measures it against tokio's epoll reactor and monoio (see
+//! the README):
+//!
+//! * **One kernel call per round, never one per operation.** The default
+//!   engine's driver thread submits everything queued in one
+//!   `io_uring_enter` per wake-up. A caller-driven engine with
+//!   [`submit_when_driven`](crate::aio::AsyncEngineBuilder::submit_when_driven)
+//!   submits every operation started in one round of tasks in one
+//!   `io_uring_enter` of the driving task.
+//! * **No lock across a kernel call.** The driver thread takes its queue
+//!   and lets the lock go before it enters the kernel. A caller-driven
+//!   ring's lock covers pushing entries and taking completions only; the
+//!   `io_uring_enter` comes after it is let go, so a thread starting an
+//!   operation never waits for another thread's kernel call.
+//! * **No cross-thread hop where the executor allows it.** The default
+//!   engine's completions cross from the driver thread to the executor's
+//!   (about one context switch per request). With
+//!   [`AsyncEngineBuilder::driven_by_caller`](crate::aio::AsyncEngineBuilder::driven_by_caller)
+//!   the runtime's own reactor watches the ring's descriptor and its
+//!   thread reaps the completions and wakes the tasks: on tokio,
+//!   [`drive_on_tokio`](crate::aio::drive_on_tokio) (feature `tokio`). On
+//!   several cores, run a thread per core, each with its own runtime,
+//!   caller-driven engine and `SO_REUSEPORT` listener. A ring per worker
+//!   of tokio's multi-thread runtime is not provided: its tasks move
+//!   between workers, so each operation would have to find the ring of
+//!   the thread polling it.
+//! * **Any executor.** The futures are `Send` and need nothing but a
+//!   waker. The default engine works under any executor; a caller-driven
+//!   one under any loop that calls
+//!   [`AsyncEngine::poll_drive`](crate::aio::AsyncEngine::poll_drive) or
+//!   [`AsyncEngine::reap`](crate::aio::AsyncEngine::reap) when the ring's
+//!   descriptor is readable, and its futures may be polled on other
+//!   threads too.
 //!
 //! Each waiting read is an operation in flight, and the engine bounds those
 //! by its [`queue_depth`](crate::aio::AsyncEngineBuilder::queue_depth)
