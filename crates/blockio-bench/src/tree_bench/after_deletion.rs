@@ -107,17 +107,13 @@ pub fn run(args: &TreeBenchArgs, me: &Path, root: &Path) -> Result<Vec<StateRow>
         let mut age_s = None;
         for round in 0..args.rounds {
             let at = match shared {
-                Some(at) if round > 0 => at,
-                Some(at) => {
-                    wait_for(age, at);
-                    at
-                }
-                None => {
-                    let at = new_state(format!(" (round {} of the {age} s state)", round + 1))?;
-                    wait_for(age, at);
-                    at
-                }
+                Some(at) => at,
+                None => new_state(format!(" (round {} of the {age} s state)", round + 1))?,
             };
+            // A shared state is waited for once per age, a fresh one every round.
+            if shared.is_none() || round == 0 {
+                wait_for(age, at);
+            }
             age_s.get_or_insert(at.elapsed().as_secs_f64());
             copies.round(round, &mut base, &mut ours)?;
         }

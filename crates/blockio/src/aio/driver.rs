@@ -282,9 +282,13 @@ impl InFlight {
 /// another thread, never lost. Registrations (the receive-buffer ring,
 /// once per engine) are made without the lock too.
 pub(crate) struct InlineRing {
-    /// The ring; its queues are touched only with `state` locked (or by
-    /// `Finish`, which owns it), so at most one queue handle exists.
+    /// The ring; its queues are touched only with `state` locked, so at
+    /// most one queue handle exists.
     ring: IoUring,
+    /// Most operations in flight.
+    depth: usize,
+    /// Submit only in `turn`, not when an operation starts.
+    deferred: bool,
     /// Dropped after `ring` (field order): it keeps registered memory.
     state: Mutex<InlineState>,
 }
@@ -294,10 +298,6 @@ struct InlineState {
     /// Registered memory, kept until the ring is gone.
     kept: Vec<Kept>,
     ops: InFlight,
-    /// Most operations in flight.
-    depth: usize,
-    /// Submit only in `turn`, not when an operation starts.
-    deferred: bool,
     /// The driving task, woken when an operation starts (deferred mode).
     driver: Option<std::task::Waker>,
 }
@@ -326,11 +326,11 @@ impl InlineRing {
         }
         Ok(InlineRing {
             ring,
+            depth,
+            deferred,
             state: Mutex::new(InlineState {
                 kept: Vec::new(),
                 ops: InFlight::default(),
-                depth,
-                deferred,
                 driver: None,
             }),
         })
@@ -341,14 +341,14 @@ impl InlineRing {
     }
 
     /// Moves queued requests onto the ring while it has room; returns
-    /// whether entries wait to be submitted. `st` must be this ring's
-    /// state, locked (or owned).
-    fn fill(ring: &IoUring, st: &mut InlineState) -> bool {
+    /// whether entries wait to be submitted. `st` is this ring's state,
+    /// locked.
+    fn fill(&self, st: &mut InlineState) -> bool {
         // SAFETY: every queue handle of this ring is made while its state
-        // is locked or owned (which `st` proves), and dropped before that
-        // ends, so no other submission queue exists.
-        let mut sq = unsafe { ring.submission_shared() };
-        st.ops.fill(&mut sq, st.depth) | !sq.is_empty()
+        // is locked (which `st` proves) and dropped before the lock is, so
+        // no other submission queue exists.
+        let mut sq = unsafe { self.ring.submission_shared() };
+        st.ops.fill(&mut sq, self.depth) | !sq.is_empty()
     }
 
     /// Submits everything the submission queue holds, without waiting.
@@ -357,13 +357,11 @@ impl InlineRing {
         submit_and_wait_or_abort(&self.ring, 0);
     }
 
-    /// Moves queued requests onto the ring and submits them, taking the
-    /// lock only to push.
-    fn push_and_submit(&self) {
-        let waiting = {
-            let mut st = self.lock();
-            !st.ops.backlog.is_empty() && Self::fill(&self.ring, &mut st)
-        };
+    /// Moves the queued requests onto the ring under `st`, then lets the
+    /// lock go and submits them.
+    fn fill_and_submit(&self, mut st: MutexGuard<'_, InlineState>) {
+        let waiting = !st.ops.backlog.is_empty() && self.fill(&mut st);
+        drop(st);
         if waiting {
             self.submit();
         }
@@ -393,17 +391,17 @@ impl InlineRing {
     /// queue only on an enter that asks for completions, which `submit`
     /// makes while the overflow is flagged; until then the ring stays
     /// readable, so a loop would otherwise be woken for them forever.
-    /// `st` must be this ring's state, locked (or owned).
-    fn take_completions(ring: &IoUring, st: &mut InlineState, out: &mut Vec<Completion>) -> bool {
+    /// `st` is this ring's state, locked.
+    fn take_completions(&self, st: &mut InlineState, out: &mut Vec<Completion>) -> bool {
         // SAFETY: as in `fill`: no other completion queue exists while
-        // the state is locked or owned.
-        for cqe in unsafe { ring.completion_shared() } {
+        // the state is locked.
+        for cqe in unsafe { self.ring.completion_shared() } {
             if let Some(done) = st.ops.finish(cqe.user_data(), cqe.flags()) {
                 out.push((done, cqe.result(), cqe.flags()));
             }
         }
         // SAFETY: as in `fill`.
-        unsafe { ring.submission_shared() }.cq_overflow()
+        unsafe { self.ring.submission_shared() }.cq_overflow()
     }
 }
 
@@ -414,15 +412,15 @@ struct Finish(Box<InlineRing>);
 
 impl Drop for Finish {
     fn drop(&mut self) {
-        let InlineRing { ring, state } = &mut *self.0;
-        let st = state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let r = &*self.0;
+        let mut st = r.lock();
         for req in st.ops.backlog.drain(..) {
             req.done.complete(-libc::ECANCELED);
         }
         let mut done = Vec::new();
         while st.ops.count > 0 {
-            submit_and_wait_or_abort(ring, 1);
-            InlineRing::take_completions(ring, st, &mut done);
+            submit_and_wait_or_abort(&r.ring, 1);
+            r.take_completions(&mut st, &mut done);
             for (target, res, flags) in done.drain(..) {
                 target.complete_flags(res, flags);
             }
@@ -501,14 +499,14 @@ impl Driver {
         };
         // Submitted first: operations that complete during the call (a
         // send, a read of bytes already there) are reaped in this turn.
-        r.push_and_submit();
+        r.fill_and_submit(r.lock());
         let mut done = Vec::new();
         loop {
             let (waiting, overflow) = {
                 let mut st = r.lock();
-                let overflow = InlineRing::take_completions(&r.ring, &mut st, &mut done);
+                let overflow = r.take_completions(&mut st, &mut done);
                 // Completions freed room for requests still queued.
-                let waiting = !st.ops.backlog.is_empty() && InlineRing::fill(&r.ring, &mut st);
+                let waiting = !st.ops.backlog.is_empty() && r.fill(&mut st);
                 if let Some(w) = driver {
                     if !st.driver.as_ref().is_some_and(|d| d.will_wake(w)) {
                         st.driver = Some(w.clone());
@@ -606,12 +604,8 @@ impl Driver {
                     .expect("the ring lives as long as the driver");
                 let mut st = r.lock();
                 st.ops.backlog.extend(reqs);
-                if !st.deferred {
-                    let waiting = InlineRing::fill(&r.ring, &mut st);
-                    drop(st);
-                    if waiting {
-                        r.submit();
-                    }
+                if !r.deferred {
+                    r.fill_and_submit(st);
                 } else if let Some(w) = st.driver.take() {
                     drop(st);
                     w.wake();
