@@ -230,10 +230,11 @@ impl OneAtATime {
     }
 
     /// The start time and offset of the next read; `None` once the
-    /// deadline has passed.
+    /// deadline has passed and this worker has done at least one read, so
+    /// a short run on a busy machine still measures every worker.
     fn next(&mut self, w: &Workload, deadline: Instant) -> Option<(Instant, u64)> {
         let t0 = Instant::now();
-        (t0 < deadline).then(|| (t0, w.next_offset(&mut self.rng)))
+        (t0 < deadline || self.rec.ops == 0).then(|| (t0, w.next_offset(&mut self.rng)))
     }
 
     /// Records a read started at `t0` that returned `n` bytes, and checks them.
@@ -272,7 +273,8 @@ fn engine_loop(
     let mut rec = Recorder::new();
     loop {
         let t0 = Instant::now();
-        if t0 >= deadline {
+        // At least one batch, however late this thread started.
+        if t0 >= deadline && rec.ops > 0 {
             return Ok(rec);
         }
         let mut ops = blockio::clear_ops(store);
