@@ -45,6 +45,20 @@
 //! descriptor ([`AsyncEngine::poll_fd`]) and reaps on its own thread. On
 //! tokio, `drive_on_tokio` (feature `tokio`) is that loop.
 //!
+//! # Panics in wakers and buffers
+//!
+//! Wakers and buffers' `Drop`s are user code and may panic. The engine
+//! calls them only with no lock of its own held, after its bookkeeping
+//! is consistent, and catches the panic: every other completion is
+//! delivered and nothing the kernel may still write into is freed. Where
+//! the call happened on the caller's thread ([`AsyncEngine::reap`],
+//! [`AsyncEngine::poll_drive`], starting an operation or dropping a future
+//! on a caller-driven engine), the first panic is resumed there once the
+//! rest is done; on the engine's own threads (the driver thread, the
+//! thread finishing a dropped caller-driven ring, the pool workers) the
+//! panic hook reports it and the thread carries on. Resuming rather than
+//! aborting keeps a panicking task's failure its own, as on any executor.
+//!
 //! # Sockets
 //!
 //! Requests are opaque to the driver (an operation plus a completion

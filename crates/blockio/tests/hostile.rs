@@ -1,0 +1,259 @@
+//! The engine's promises, tried as a hostile user of the public API would:
+//! programs with no `unsafe` that panic in wakers, reuse descriptor numbers,
+//! pass absurd sizes, and call back into the engine from wakers. Each test
+//! makes the kernel's writes visible where memory is concerned: a buffer
+//! handed back too early is taken out of its pool again and filled with a
+//! pattern, which must survive the kernel's completion.
+//!
+//! The tests run on both backends (`BLOCKIO_BACKEND=threads` too) and
+//! under AddressSanitizer (see `scripts/test`). Where a test waits for
+//! something that a bug would make never happen, a generous deadline turns
+//! the hang into a failure; no test asserts how long anything takes.
+
+mod common;
+
+use std::fs::File;
+use std::future::Future;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use blockio::aio::{AsyncEngine, AsyncFile};
+use blockio::BufferPool;
+
+use common::data_file;
+
+/// How long a test waits for what a bug would make never happen.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A waker whose `wake` panics (safe user code may do that).
+struct PanickingWaker(AtomicUsize);
+
+impl Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        panic!("a hostile waker panics");
+    }
+}
+
+fn panicking_waker() -> (Arc<PanickingWaker>, Waker) {
+    let w = Arc::new(PanickingWaker(AtomicUsize::new(0)));
+    (w.clone(), Waker::from(w))
+}
+
+/// Polls `f` once with `waker`.
+fn poll_with<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(f).poll(&mut Context::from_waker(waker))
+}
+
+/// Bytes waiting in a pipe.
+fn pipe_bytes(fd: &impl AsRawFd) -> i32 {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through a live pointer.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+    assert_eq!(rc, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+    n
+}
+
+/// A pipe: the read end, the write end, and a copy of the read end.
+fn pipe() -> (File, File, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into a live array.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors are new and owned by nobody else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let watch = r.try_clone().unwrap();
+    (File::from(r), File::from(w), watch)
+}
+
+fn noop() -> &'static Waker {
+    futures::task::noop_waker_ref()
+}
+
+/// Point 1: a caller-driven engine is dropped with a pipe read in flight
+/// into a pooled buffer while another finished read's waker panics, and a
+/// copy of the ring's descriptor (made with safe code) keeps the ring
+/// alive. The pooled buffer must not go back to the pool before the
+/// kernel has completed the pipe read: a buffer taken out again and filled
+/// with a pattern keeps the pattern.
+#[test]
+fn panicking_waker_while_finishing_never_frees_a_buffer_in_flight() {
+    let pool = BufferPool::new(1, 4096, 4096);
+    let (path, _) = data_file(4096, 1);
+    let engine = AsyncEngine::builder().driven_by_caller().build().unwrap();
+    // Keeps the ring alive in the kernel however the engine drops it.
+    let ring_copy = engine.poll_fd().map(|fd| fd.try_clone_to_owned().unwrap());
+    let (r, mut w, watch) = pipe();
+    let reader = AsyncFile::from_file(&engine, r);
+    let mut in_flight = reader.read_at(pool.get(), 0);
+    assert!(poll_with(&mut in_flight, noop()).is_pending());
+    drop(in_flight);
+    let file = AsyncFile::open(&engine, &path).unwrap();
+    let mut finished = file.read_at(vec![0u8; 64], 0);
+    let (hostile, waker) = panicking_waker();
+    // Pending: its completion is taken only when the engine is finished
+    // (io_uring), or the waker panics on a pool thread (thread pool).
+    let _ = poll_with(&mut finished, &waker);
+    drop((finished, file, reader, engine));
+
+    // Take the buffer out again as soon as the pool has it, and fill it.
+    let (tx, rx) = mpsc::channel();
+    let p = pool.clone();
+    std::thread::spawn(move || {
+        let mut b = p.get();
+        b.fill(0xAA);
+        let _ = tx.send(b);
+    });
+    // A buffer given back early is filled before the kernel's write below.
+    let early = rx.recv_timeout(Duration::from_secs(2)).ok();
+    w.write_all(&[0x55; 512]).unwrap();
+    // On io_uring the read is in the kernel: wait for it to take the
+    // bytes. On the thread pool it may have been dropped before a worker
+    // took it (never performed, its buffer back at once): wait a little.
+    let patience = if ring_copy.is_some() {
+        DEADLINE
+    } else {
+        Duration::from_secs(2)
+    };
+    let start = Instant::now();
+    while pipe_bytes(&watch) > 0 && start.elapsed() < patience {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        ring_copy.is_none() || pipe_bytes(&watch) == 0,
+        "the pipe read never completed"
+    );
+    let buf = match early {
+        Some(b) => b,
+        None => rx
+            .recv_timeout(DEADLINE)
+            .expect("the buffer never went back to its pool"),
+    };
+    assert!(
+        buf.iter().all(|&b| b == 0xAA),
+        "the kernel wrote into a buffer that had gone back to its pool"
+    );
+    if ring_copy.is_some() {
+        assert!(hostile.0.load(Ordering::SeqCst) > 0, "the waker never ran");
+    }
+    drop(ring_copy);
+}
+
+/// Polls every future with `waker` until all are ready, reaping `engine`
+/// between rounds and catching the panics `reap` resumes; returns how many
+/// reaps panicked. Fails after [`DEADLINE`].
+fn settle_all<F: Future + Unpin>(
+    engine: &AsyncEngine,
+    futs: &mut [F],
+    waker: &Waker,
+) -> (usize, Vec<F::Output>) {
+    settle_rest(engine, futs, waker, futs.iter().map(|_| None).collect())
+}
+
+/// [`settle_all`] for futures of which those with a value in `out` are
+/// already ready (and not to be polled again).
+fn settle_rest<F: Future + Unpin>(
+    engine: &AsyncEngine,
+    futs: &mut [F],
+    waker: &Waker,
+    mut out: Vec<Option<F::Output>>,
+) -> (usize, Vec<F::Output>) {
+    let mut panics = 0;
+    let start = Instant::now();
+    loop {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.reap())).is_err() {
+            panics += 1;
+        }
+        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                if let Poll::Ready(v) = poll_with(f, waker) {
+                    *o = Some(v);
+                }
+            }
+        }
+        if out.iter().all(Option::is_some) {
+            return (panics, out.into_iter().map(Option::unwrap).collect());
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{} of {} operations never completed",
+            out.iter().filter(|o| o.is_none()).count(),
+            out.len()
+        );
+        match engine.poll_fd() {
+            Some(fd) => {
+                common::poll_readable(fd.as_raw_fd(), 100);
+            }
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// Point 1: reads whose wakers all panic. Every one of them completes;
+/// a caller-driven engine resumes the first panic from `reap` after
+/// delivering the rest, and the engine keeps working afterwards.
+fn every_completion_survives_panicking_wakers(engine: AsyncEngine) {
+    let (path, data) = data_file(1 << 16, 2);
+    let file = AsyncFile::open(&engine, &path).unwrap();
+    let mut futs: Vec<_> = (0..8u64)
+        .map(|i| file.read_at(vec![0u8; 64], i * 1000))
+        .collect();
+    let (hostile, waker) = panicking_waker();
+    // On the thread pool a read may complete (and its waker panic on a
+    // worker) before its first poll returns.
+    let first: Vec<_> = futs
+        .iter_mut()
+        .map(|f| match poll_with(f, &waker) {
+            Poll::Ready(v) => Some(v),
+            Poll::Pending => None,
+        })
+        .collect();
+    let (panics, results) = settle_rest(&engine, &mut futs, &waker, first);
+    for (i, (res, buf)) in results.into_iter().enumerate() {
+        let o = i * 1000;
+        assert_eq!(res.unwrap(), 64, "read {i}");
+        assert_eq!(&buf[..], &data[o..o + 64], "read {i}");
+    }
+    if engine.poll_fd().is_some() {
+        assert!(panics > 0, "reap resumed no panic");
+    }
+    // The wakers ran (on the backend's threads, or in reap) and panicked.
+    let start = Instant::now();
+    while hostile.0.load(Ordering::SeqCst) < 8 {
+        assert!(start.elapsed() < DEADLINE, "a waker was never called");
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.reap()));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The engine still works.
+    let mut again = [file.read_at(vec![0u8; 10], 5)];
+    let (_, mut res) = settle_all(&engine, &mut again, noop());
+    let (res, buf) = res.pop().unwrap();
+    assert_eq!(res.unwrap(), 10);
+    assert_eq!(&buf[..], &data[5..15]);
+}
+
+#[test]
+fn panicking_wakers_lose_no_completion_caller_driven() {
+    every_completion_survives_panicking_wakers(
+        AsyncEngine::builder()
+            .driven_by_caller()
+            .fallback_threads(2)
+            .build()
+            .unwrap(),
+    );
+}
+
+#[test]
+fn panicking_wakers_lose_no_completion_driver_thread() {
+    every_completion_survives_panicking_wakers(
+        AsyncEngine::builder().fallback_threads(2).build().unwrap(),
+    );
+}
