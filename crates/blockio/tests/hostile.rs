@@ -23,7 +23,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use blockio::aio::{AsyncEngine, AsyncFile};
-use blockio::BufferPool;
+use blockio::{Alignment, BufferPool, Engine, Op, ReadPath, Target};
 
 use common::data_file;
 
@@ -256,4 +256,133 @@ fn panicking_wakers_lose_no_completion_driver_thread() {
     every_completion_survives_panicking_wakers(
         AsyncEngine::builder().fallback_threads(2).build().unwrap(),
     );
+}
+
+/// Point 2: a pool whose size overflows is refused with an error naming
+/// the argument (it used to allocate one byte and hand out 2^62).
+#[test]
+fn buffer_pool_sizes_that_overflow_are_refused() {
+    let err = BufferPool::try_new(4, 1 << 62, 4096).unwrap_err();
+    assert!(err.to_string().contains("`count`"), "{err}");
+    let err = BufferPool::try_new(1, usize::MAX - 10, 4096).unwrap_err();
+    assert!(err.to_string().contains("`buf_size`"), "{err}");
+    let err = BufferPool::try_new(1, 4096, 3).unwrap_err();
+    assert!(err.to_string().contains("`align`"), "{err}");
+    let err = BufferPool::try_new(16385, 1, 1).unwrap_err();
+    assert!(err.to_string().contains("`count`"), "{err}");
+    // `new` is `try_new` that panics with the same message, never a pool
+    // larger than its memory.
+    let panic = std::panic::catch_unwind(|| BufferPool::new(4, 1 << 62, 4096)).unwrap_err();
+    let msg = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("`buf_size`"), "{msg}");
+    let pool = BufferPool::try_new(3, 100, 64).unwrap();
+    assert_eq!((pool.count(), pool.buf_size()), (3, 128));
+}
+
+/// A target whose alignment is invalid: `Target` is a public trait.
+struct BadAlignment(File, Alignment);
+
+impl Target for BadAlignment {
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+    fn direct_alignment(&self) -> Option<Alignment> {
+        Some(self.1)
+    }
+}
+
+/// Point 8: an alignment of 0 (or not a power of two) from a `Target` is
+/// refused with an error naming it, before anything divides by it; the
+/// rounding helpers never divide by zero nor overflow.
+#[test]
+fn invalid_alignments_are_refused_not_divided_by() {
+    let (path, _) = data_file(8192, 4);
+    let engine = Engine::new().unwrap();
+    for bad in [
+        Alignment {
+            memory: 512,
+            offset: 0,
+        },
+        Alignment {
+            memory: 0,
+            offset: 512,
+        },
+        Alignment {
+            memory: 512,
+            offset: 768,
+        },
+    ] {
+        let target = BadAlignment(File::open(&path).unwrap(), bad);
+        let mut buf = vec![0u8; 512];
+        let res = engine
+            .submit(&mut [Op::read(&target, 0, &mut buf)])
+            .unwrap();
+        let err = res.into_iter().next().unwrap().unwrap_err();
+        assert!(err.to_string().contains("power of two"), "{bad:?}: {err}");
+        let err = engine.register_file(&target).map(drop).unwrap_err();
+        assert!(err.to_string().contains("power of two"), "{bad:?}: {err}");
+    }
+    let zero = Alignment {
+        memory: 0,
+        offset: 0,
+    };
+    assert_eq!(zero.round_up(5), Some(5));
+    assert_eq!(zero.round_down(5), 5);
+    let page = Alignment {
+        memory: 4096,
+        offset: 4096,
+    };
+    assert_eq!(page.round_up(u64::MAX), None);
+    assert_eq!(page.round_up(1), Some(4096));
+    assert_eq!(page.round_down(u64::MAX), u64::MAX - 4095);
+}
+
+/// Point 8: a streaming read after seeking to `u64::MAX` is an error, not
+/// an overflow.
+#[test]
+fn streaming_after_seeking_to_the_end_of_u64_is_an_error() {
+    use futures::io::{AsyncReadExt, AsyncSeekExt};
+    let (path, data) = data_file(8192, 5);
+    let engine = AsyncEngine::new().unwrap();
+    futures::executor::block_on(async {
+        let mut file = AsyncFile::open(&engine, &path).unwrap();
+        let err = file
+            .seek(std::io::SeekFrom::Start(u64::MAX))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("out of range"), "{err}");
+        let mut buf = [0u8; 16];
+        // The cursor did not move.
+        assert_eq!(file.read(&mut buf).await.unwrap(), 16);
+        assert_eq!(&buf[..], &data[..16]);
+        // At the largest offset the kernel has, a read ends the stream or
+        // fails (the kernel refuses a range past it); it does not overflow.
+        let end = i64::MAX as u64;
+        assert_eq!(file.seek(std::io::SeekFrom::Start(end)).await.unwrap(), end);
+        match file.read(&mut buf).await {
+            Ok(n) => assert_eq!(n, 0),
+            Err(e) => assert!(e.to_string().contains(&end.to_string()), "{e}"),
+        }
+    });
+}
+
+/// Point 8: a zero-length slice just past the last buffer of a registered
+/// pool reads 0 bytes (it was given buffer index `count`, and failed with
+/// `EFAULT`).
+#[test]
+fn an_empty_slice_at_the_end_of_a_registered_pool_reads_nothing() {
+    let (path, _) = data_file(8192, 6);
+    let file = File::open(&path).unwrap();
+    let pool = BufferPool::new(2, 4096, 4096);
+    let engine = Engine::builder()
+        .registered_buffers(&pool)
+        .read_path(ReadPath::AlwaysSubmit)
+        .build()
+        .unwrap();
+    let mut bufs = [pool.get(), pool.get()];
+    let last = bufs.iter_mut().find(|b| b.index() == 1).unwrap();
+    let res = engine
+        .submit(&mut [Op::read(&file, 0, &mut last[4096..])])
+        .unwrap();
+    assert_eq!(res.into_iter().next().unwrap().unwrap(), 0);
 }

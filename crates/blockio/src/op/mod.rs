@@ -272,6 +272,15 @@ impl<'a> Op<'a> {
             return refuse("the offset must be at most", i64::MAX as u64);
         }
         let align = self.direct?;
+        // A `Target` is user code: its alignment is checked before it is
+        // divided by.
+        if let Err(e) = align.check() {
+            let site = self.site();
+            return Some(std::io::Error::new(
+                e.kind(),
+                format!("{} on fd {}: the target's {e}", site.kind, site.fd),
+            ));
+        }
         let (off_align, mem_align) = (u64::from(align.offset), u64::from(align.memory));
         if offset % off_align != 0 {
             return refuse("O_DIRECT: the offset must be a multiple of", off_align);
