@@ -386,3 +386,91 @@ fn an_empty_slice_at_the_end_of_a_registered_pool_reads_nothing() {
         .unwrap();
     assert_eq!(res.into_iter().next().unwrap().unwrap(), 0);
 }
+
+/// A task that its waker polls in place, on whichever thread wakes it
+/// (safe code may build such an executor).
+struct InPlace {
+    fut: std::sync::Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>,
+    again: std::sync::atomic::AtomicBool,
+}
+
+impl Wake for InPlace {
+    fn wake(self: Arc<Self>) {
+        InPlace::run(&self);
+    }
+}
+
+impl InPlace {
+    fn spawn(fut: impl Future<Output = ()> + Send + 'static) -> Arc<InPlace> {
+        let task = Arc::new(InPlace {
+            fut: std::sync::Mutex::new(Some(Box::pin(fut))),
+            again: std::sync::atomic::AtomicBool::new(false),
+        });
+        InPlace::run(&task);
+        task
+    }
+
+    fn run(this: &Arc<InPlace>) {
+        this.again.store(true, Ordering::SeqCst);
+        loop {
+            // Polled by another thread now: it polls again when done.
+            let Ok(mut slot) = this.fut.try_lock() else {
+                return;
+            };
+            if !this.again.swap(false, Ordering::SeqCst) {
+                drop(slot);
+                if this.again.load(Ordering::SeqCst) {
+                    continue;
+                }
+                return;
+            }
+            let Some(f) = slot.as_mut() else {
+                return;
+            };
+            let waker = Waker::from(this.clone());
+            if f.as_mut().poll(&mut Context::from_waker(&waker)).is_ready() {
+                *slot = None;
+            }
+        }
+    }
+}
+
+/// Point 5: the first `recv_stream()` of an engine made on its driver
+/// thread (the task is polled in place by the wake of a completion) does
+/// not make that thread wait for itself: the stream is made, and
+/// receives.
+#[test]
+fn first_recv_stream_on_the_driver_thread_does_not_wait_for_itself() {
+    use blockio::net::{TcpListener, TcpStream};
+    let engine = AsyncEngine::new().unwrap();
+    let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
+    let mut peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    let (stream, _): (TcpStream, _) = futures::executor::block_on(listener.accept()).unwrap();
+    let (r, mut w, _watch) = pipe();
+    let pipe_reader = AsyncFile::from_file(&engine, r);
+    let (tx, rx) = mpsc::channel();
+    let _task = InPlace::spawn(async move {
+        // Completes on the driver thread (or a pool thread), whose wake
+        // polls this task in place there.
+        let (res, _) = pipe_reader.read_at(vec![0u8; 1], 0).await;
+        res.unwrap();
+        let thread = std::thread::current().name().map(str::to_owned);
+        let mut recv = stream.recv_stream();
+        let _ = tx.send(format!("made on {thread:?}"));
+        let got = match recv.next().await {
+            Some(Ok(buf)) => String::from_utf8_lossy(&buf).into_owned(),
+            other => format!("{other:?}"),
+        };
+        let _ = tx.send(got);
+    });
+    w.write_all(b"x").unwrap();
+    let made = rx
+        .recv_timeout(DEADLINE)
+        .expect("the receive stream was never made: the driver waits for itself");
+    if engine.backend() == blockio::Backend::IoUring {
+        assert_eq!(made, "made on Some(\"blockio-aio\")", "not the path tried");
+    }
+    peer.write_all(b"hello").unwrap();
+    let got = rx.recv_timeout(DEADLINE).expect("nothing was received");
+    assert!("hello".starts_with(&got) && !got.is_empty(), "{got}");
+}

@@ -147,6 +147,8 @@ pub(crate) struct DriverShared {
     sleeping: AtomicBool,
     stop: AtomicBool,
     wake_fd: OwnedFd,
+    /// The driver thread, which must never wait for its own work.
+    thread: std::sync::OnceLock<std::thread::ThreadId>,
 }
 
 impl DriverShared {
@@ -513,12 +515,16 @@ impl Driver {
             stop: AtomicBool::new(false),
             // SAFETY: `fd` is a fresh descriptor nobody else owns.
             wake_fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            thread: std::sync::OnceLock::new(),
         });
         let (ready_tx, ready_rx) = mpsc::channel();
         let s = shared.clone();
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name("blockio-aio".into())
             .spawn(move || drive(s, depth, ready_tx))?;
+        // Before any request can reach the thread (none can before this
+        // returns), so every wake it makes sees the id.
+        let _ = shared.thread.set(handle.thread().id());
         ready_rx
             .recv()
             .map_err(|_| io::Error::other("the blockio-aio driver thread died while starting"))??;
@@ -611,12 +617,26 @@ impl Driver {
         n
     }
 
+    /// Whether a call to [`setup_ring`](Self::setup_ring) from this thread
+    /// would wait for this thread: it is the driver thread (a waker that
+    /// polls its task in place runs the task there).
+    pub(crate) fn setup_would_wait_for_itself(&self) -> bool {
+        match self {
+            Driver::Uring(shared) => shared.thread.get() == Some(&std::thread::current().id()),
+            _ => false,
+        }
+    }
+
     /// Runs `setup` with the ring, on the thread that may register with it,
     /// and waits for it; the ring keeps what it returns until the ring is
     /// gone. Fails with `EOPNOTSUPP` on the thread-pool driver, which has
-    /// no ring.
+    /// no ring, and with `EDEADLK` on the driver thread itself, which
+    /// would wait for its own work.
     pub(crate) fn setup_ring(&self, setup: Setup) -> io::Result<()> {
         match self {
+            Driver::Uring(_) if self.setup_would_wait_for_itself() => {
+                Err(io::Error::from_raw_os_error(libc::EDEADLK))
+            }
             Driver::Uring(shared) => {
                 let (tx, rx) = mpsc::channel();
                 let run: Setup = Box::new(move |ring| {

@@ -366,7 +366,20 @@ impl AsyncEngine {
     /// backend, a kernel before 6.0 (no multishot receive), or a
     /// registration the kernel refused. Receive streams then fall back to
     /// one receive at a time.
+    ///
+    /// On the driver thread itself (a task polled in place by its waker)
+    /// the first registration cannot be made, since it waits for that
+    /// thread: the stream falls back to one receive at a time, and the
+    /// ring is registered by the first call from another thread. Checked
+    /// before the `OnceLock`, whose initialisation by another thread waits
+    /// for the driver thread too.
     pub(crate) fn recv_ring(&self) -> Option<&Arc<BufRing>> {
+        if let Some(ring) = self.inner.recv_ring.get() {
+            return ring.as_ref();
+        }
+        if self.inner.driver.setup_would_wait_for_itself() {
+            return None;
+        }
         self.inner
             .recv_ring
             .get_or_init(|| {
