@@ -474,3 +474,50 @@ fn first_recv_stream_on_the_driver_thread_does_not_wait_for_itself() {
     let got = rx.recv_timeout(DEADLINE).expect("nothing was received");
     assert!("hello".starts_with(&got) && !got.is_empty(), "{got}");
 }
+
+/// A waker that drives its engine when woken.
+struct ReapingWaker(AsyncEngine, AtomicUsize);
+
+impl Wake for ReapingWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        self.0.reap();
+    }
+}
+
+/// Point 6: a waker that calls `reap()` on its own caller-driven engine,
+/// woken by the cancellation of an operation still waiting for room in
+/// the ring (it used to be completed with the ring's lock held, and the
+/// waker's `reap` waited for that lock on the same thread).
+#[test]
+fn a_waker_that_reaps_its_engine_does_not_deadlock() {
+    use blockio::net::TcpListener;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let engine = AsyncEngine::builder()
+            .driven_by_caller()
+            .queue_depth(1)
+            .build()
+            .unwrap();
+        let first = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
+        let second = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
+        // In flight: the ring's one operation.
+        let mut a = Box::pin(first.accept());
+        assert!(poll_with(&mut a, noop()).is_pending());
+        // Waits for room, with a waker that reaps.
+        let reaper = Arc::new(ReapingWaker(engine.clone(), AtomicUsize::new(0)));
+        let waker = Waker::from(reaper.clone());
+        let mut b = Box::pin(second.accept());
+        assert!(poll_with(&mut b, &waker).is_pending());
+        drop(b);
+        drop(a);
+        let _ = tx.send(reaper.1.load(Ordering::SeqCst));
+    });
+    let woken = rx
+        .recv_timeout(DEADLINE)
+        .expect("deadlocked: a waker ran with the ring's lock held");
+    assert!(woken >= 1, "the cancelled operation's waker never ran");
+}

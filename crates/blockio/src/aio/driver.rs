@@ -959,3 +959,107 @@ fn take_all(ring: &mut IoUring, ops: &mut InFlight, out: &mut Vec<Completion>) -
     }
     woken
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::action::{Action, Read};
+
+    /// A completion target that records its result and owns its buffer.
+    struct Recorded {
+        result: Mutex<Option<i32>>,
+        _buf: Box<[u8; 8]>,
+    }
+
+    impl Complete for Recorded {
+        fn complete(&self, res: i32) {
+            *self.result.lock().unwrap() = Some(res);
+        }
+    }
+
+    /// Fills the ring's submission queue with no-ops, not submitted.
+    fn fill_queue(r: &InlineRing) -> usize {
+        let _st = r.lock();
+        // SAFETY: the state is locked, so no other queue handle exists.
+        let mut sq = unsafe { r.ring.submission_shared() };
+        let nop = opcode::Nop::new().build().user_data(CANCEL);
+        let mut n = 0;
+        // SAFETY: a no-op points at no memory.
+        while unsafe { sq.push(&nop) }.is_ok() {
+            n += 1;
+        }
+        n
+    }
+
+    /// Point 7: a cancel that finds the submission queue full, and full
+    /// again when retried, is kept and pushed at a later fill: the
+    /// operation it names (a read of an empty pipe, which would wait
+    /// forever) completes with `ECANCELED`.
+    #[test]
+    fn a_cancel_that_meets_a_full_queue_is_never_dropped() {
+        let r = InlineRing::new(1, None, false).expect("io_uring on the test machine");
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into a live array.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both are new descriptors owned by nobody else.
+        let (rd, _wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let mut buf = Box::new([0u8; 8]);
+        let read = Read {
+            buf: buf.as_mut_ptr(),
+            len: 8,
+            offset: 0,
+        };
+        // SAFETY: the buffer is owned by the target, which the ring keeps
+        // until the completion; the pipe outlives the test's ring.
+        let op = unsafe { Op::from_action(rd.as_raw_fd(), Action::Read(read), None) };
+        let target = Arc::new(Recorded {
+            result: Mutex::new(None),
+            _buf: buf,
+        });
+        let done: Arc<dyn Complete> = target.clone();
+        let weak = Arc::downgrade(&done);
+        let mut st = r.lock();
+        st.ops.backlog.push_back(Request { op, done });
+        assert!(r.fill_and_submit(st).is_none());
+        assert_eq!(r.lock().ops.count, 1, "the read is in flight");
+
+        assert!(fill_queue(&r) > 0);
+        // The cancel meets a full queue: kept, not lost.
+        let mut out = Outcalls::default();
+        {
+            let mut st = r.lock();
+            st.cancels.push(Cancel(weak));
+            r.fill(&mut st, &mut out);
+            assert_eq!(
+                st.cancels.len(),
+                1,
+                "a cancel that found no room was dropped"
+            );
+        }
+        r.submit();
+        // Full again at the retry: still kept.
+        fill_queue(&r);
+        {
+            let mut st = r.lock();
+            r.fill(&mut st, &mut out);
+            assert_eq!(
+                st.cancels.len(),
+                1,
+                "a cancel that found no room was dropped"
+            );
+        }
+        r.submit();
+        // Room at last: turns push it, and the read ends cancelled.
+        let driver = Driver::Inline(Some(Box::new(r)));
+        let start = std::time::Instant::now();
+        while target.result.lock().unwrap().is_none() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "the cancel never reached the kernel"
+            );
+            driver.turn(None);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(*target.result.lock().unwrap(), Some(-libc::ECANCELED));
+    }
+}
