@@ -521,3 +521,18 @@ fn a_waker_that_reaps_its_engine_does_not_deadlock() {
         .expect("deadlocked: a waker ran with the ring's lock held");
     assert!(woken >= 1, "the cancelled operation's waker never ran");
 }
+
+/// Point 2: a streaming block size that overflows when rounded up to the
+/// file's direct-I/O alignment is an error naming it.
+#[test]
+fn a_block_size_that_overflows_its_alignment_is_refused() {
+    use blockio::aio::AsyncOpenOptions;
+    let (path, _) = data_file(8192, 7);
+    let engine = AsyncEngine::new().unwrap();
+    let options = AsyncOpenOptions::new()
+        .read(true)
+        .direct(true)
+        .block_size(usize::MAX);
+    let err = AsyncFile::open_with(&engine, &path, &options).unwrap_err();
+    assert!(err.to_string().contains("block_size"), "{err}");
+}
