@@ -610,10 +610,7 @@ impl Driver {
             panic = panic.or(call_user(move || drop(old)));
         }
         let n = out.done.len();
-        panic = panic.or(out.run());
-        if let Some(p) = panic {
-            std::panic::resume_unwind(p);
-        }
+        resume(panic.or(out.run()));
         n
     }
 
@@ -687,9 +684,7 @@ impl Driver {
         match self {
             Driver::Uring(shared) => shared.enqueue(|q| q.cancels.push(target)),
             Driver::Inline(ring) => {
-                if let Some(p) = ring.as_deref().and_then(|r| r.cancel(vec![target])) {
-                    std::panic::resume_unwind(p);
-                }
+                resume(ring.as_deref().and_then(|r| r.cancel(vec![target])));
             }
             Driver::Threads { sockets, .. } => sockets.cancel(&target),
         }
@@ -713,9 +708,7 @@ impl Driver {
                 } else {
                     None
                 };
-                if let Some(p) = panic {
-                    std::panic::resume_unwind(p);
-                }
+                resume(panic);
             }
             Driver::Threads { pool, sockets } => {
                 let (net, files): (Vec<Request>, Vec<Request>) =
@@ -800,6 +793,17 @@ pub(crate) type Panic = Box<dyn std::any::Any + Send + 'static>;
 /// completions of other operations.
 pub(crate) fn call_user(f: impl FnOnce()) -> Option<Panic> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).err()
+}
+
+/// Resumes a panic caught by [`call_user`] on the caller's thread, unless
+/// that thread is unwinding already (a future dropped during a panic):
+/// a second panic would abort, so the first one goes on alone.
+fn resume(panic: Option<Panic>) {
+    if let Some(p) = panic {
+        if !std::thread::panicking() {
+            std::panic::resume_unwind(p);
+        }
+    }
 }
 
 /// Delivers `done` (completes each target, then lets go of it, which may
