@@ -111,8 +111,8 @@ impl EngineBuilder {
     }
 
     /// Reserve `slots` registered-file slots in every ring; fill them with
-    /// [`Engine::register_file`]. Operations on a registered descriptor use
-    /// its slot, which skips the per-request file lookup.
+    /// [`Engine::register_file`]. Operations on the [`RegisteredFile`] it
+    /// returns use its slot, which skips the per-request file lookup.
     pub fn registered_files(mut self, slots: u32) -> Self {
         self.file_slots = slots;
         self
