@@ -536,3 +536,80 @@ fn a_block_size_that_overflows_its_alignment_is_refused() {
     let err = AsyncFile::open_with(&engine, &path, &options).unwrap_err();
     assert!(err.to_string().contains("block_size"), "{err}");
 }
+
+/// Wakes a parked thread.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// The caller-driven ring from many threads at once (a target for the
+/// sanitizers): threads start reads, drop some in flight, and one thread
+/// reaps; every read kept returns the file's bytes.
+#[test]
+fn caller_driven_ring_under_concurrent_starts_drops_and_reaps() {
+    let (path, data) = data_file(1 << 20, 8);
+    let engine = AsyncEngine::builder()
+        .driven_by_caller()
+        .queue_depth(8)
+        .build()
+        .unwrap();
+    let file = Arc::new(AsyncFile::open(&engine, &path).unwrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reaper = {
+        let (engine, stop) = (engine.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                if let Some(fd) = engine.poll_fd() {
+                    common::poll_readable(fd.as_raw_fd(), 10);
+                } else {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                engine.reap();
+            }
+        })
+    };
+    let workers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (file, data) = (file.clone(), data.clone());
+            std::thread::spawn(move || {
+                let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+                let mut rng = common::Rng(t * 7919 + 1);
+                let start = Instant::now();
+                for i in 0..200u64 {
+                    let off = rng.below((data.len() - 4096) as u64);
+                    let mut f = file.read_at(vec![0u8; 4096], off);
+                    let mut first = true;
+                    let got = loop {
+                        match poll_with(&mut f, &waker) {
+                            Poll::Ready(v) => break Some(v),
+                            // Dropped in flight: the buffer stays with the
+                            // engine until the kernel is done.
+                            Poll::Pending if first && i % 5 == 0 => break None,
+                            Poll::Pending => {
+                                first = false;
+                                assert!(start.elapsed() < DEADLINE, "a read never completed");
+                                std::thread::park_timeout(Duration::from_millis(10));
+                            }
+                        }
+                    };
+                    let Some((res, buf)) = got else {
+                        drop(f);
+                        continue;
+                    };
+                    let o = off as usize;
+                    assert_eq!(res.unwrap(), 4096, "thread {t} read {i}");
+                    assert_eq!(&buf[..], &data[o..o + 4096], "thread {t} read {i}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    reaper.join().unwrap();
+}
