@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use blockio::{AlignedBuf, BufferPool, DirectFile, Engine, Op, PooledBuf};
+use blockio::{AlignedBuf, BufferPool, DirectFile, Engine, Op, PooledBuf, Target};
 use io_uring::{opcode, types, IoUring};
 
 use crate::data::Rng;
@@ -145,15 +145,17 @@ fn engine_run(
     pool: Option<&BufferPool>,
 ) -> Result<(f64, f64)> {
     let file = Arc::new(DirectFile::open(path)?);
-    if pool.is_some() {
-        engine.register_file(&*file)?;
-    }
+    let registered = match pool {
+        Some(_) => Some(Arc::new(engine.register_file(&*file)?)),
+        None => None,
+    };
     let blocks = std::fs::metadata(path)?.len() / BS as u64;
     let stop = Arc::new(AtomicBool::new(false));
     let warmup = Duration::from_millis(300);
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let (engine, file, stop) = (engine.clone(), file.clone(), stop.clone());
+            let registered = registered.clone();
             let pool = pool.cloned();
             std::thread::spawn(move || -> Result<(u64, Duration, u64)> {
                 let mut bufs: Vec<Buf> = (0..batch)
@@ -167,6 +169,10 @@ fn engine_run(
                 let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) << 32));
                 let mut done = 0u64;
                 let mut measured_from: Option<(Instant, u64, u64)> = None;
+                let target: &dyn Target = match &registered {
+                    Some(r) => &**r,
+                    None => &*file,
+                };
                 let start = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
                     let mut ops = blockio::clear_ops(store);
@@ -175,7 +181,7 @@ fn engine_run(
                             Buf::Pooled(p) => &mut p[..BS],
                             Buf::Own(a) => a,
                         };
-                        ops.push(Op::read(&*file, rng.below(blocks) * BS as u64, b));
+                        ops.push(Op::read(target, rng.below(blocks) * BS as u64, b));
                     }
                     engine.submit_into(&mut ops, &mut results)?;
                     store = blockio::clear_ops(ops);
@@ -206,8 +212,10 @@ fn engine_run(
         iops += ops as f64 / el.as_secs_f64();
         allocs_per_op = allocs as f64 / ops.max(1) as f64;
     }
-    if pool.is_some() {
-        engine.unregister_file(&*file)?;
+    if let Some(r) = registered {
+        Arc::into_inner(r)
+            .expect("the bench threads have ended")
+            .unregister()?;
     }
     Ok((iops, allocs_per_op))
 }

@@ -21,6 +21,7 @@
 
 use std::alloc::{self, Layout};
 use std::fmt;
+use std::io;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex};
@@ -218,16 +219,21 @@ impl PoolInner {
         self.count
     }
 
-    /// The index of the pooled buffer that wholly holds `[ptr, ptr + len)`.
+    /// The index of the pooled buffer that wholly holds `[ptr, ptr + len)`
+    /// (a zero-length range just past the last buffer is in none).
     pub(crate) fn index_of(&self, ptr: *const u8, len: usize) -> Option<u16> {
         let base = self.region.ptr.as_ptr() as usize;
         let addr = ptr as usize;
-        if addr < base || addr + len > base + self.region.len || self.buf_size == 0 {
+        if addr < base || self.buf_size == 0 {
             return None;
         }
         let index = (addr - base) / self.buf_size;
+        if index >= self.count {
+            return None;
+        }
+        // Inside the region, so no overflow: the region's end is an address.
         let end = (index + 1) * self.buf_size + base;
-        (addr + len <= end).then_some(index as u16)
+        (addr.checked_add(len)? <= end).then_some(index as u16)
     }
 }
 
@@ -255,23 +261,52 @@ impl BufferPool {
     /// buffers (the kernel's limit for registered buffers).
     ///
     /// # Panics
-    /// If `align` is not a power of two or `count` exceeds 16384.
+    /// Where [`BufferPool::try_new`] fails, with its message (like
+    /// `Vec::with_capacity` on a size that cannot be).
     pub fn new(count: usize, buf_size: usize, align: usize) -> BufferPool {
-        assert!(count <= 16384, "BufferPool: at most 16384 buffers");
-        assert!(
-            align.is_power_of_two(),
-            "BufferPool: alignment must be a power of two"
-        );
-        let buf_size = buf_size.div_ceil(align) * align;
-        BufferPool {
+        BufferPool::try_new(count, buf_size, align).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`BufferPool::new`] for sizes chosen by a caller: an error naming the
+    /// argument when `count` exceeds 16384, `align` is not a power of two,
+    /// the sizes overflow, or the memory cannot be had.
+    pub fn try_new(count: usize, buf_size: usize, align: usize) -> io::Result<BufferPool> {
+        let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
+        if count > 16384 {
+            return Err(invalid(format!(
+                "BufferPool: `count` is {count}; at most 16384 buffers"
+            )));
+        }
+        if !align.is_power_of_two() {
+            return Err(invalid(format!(
+                "BufferPool: `align` must be a power of two (got {align})"
+            )));
+        }
+        let rounded = buf_size.div_ceil(align).checked_mul(align).ok_or_else(|| {
+            invalid(format!(
+                "BufferPool: `buf_size` {buf_size} rounded up to `align` {align} overflows"
+            ))
+        })?;
+        let total = rounded.checked_mul(count).ok_or_else(|| {
+            invalid(format!(
+                "BufferPool: {count} buffers (`count`) of {rounded} bytes (`buf_size`) overflow"
+            ))
+        })?;
+        let region = AlignedBuf::try_new(total, align.max(4096)).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("BufferPool: cannot allocate {count} buffers (`count`) of {rounded} bytes (`buf_size`)"),
+            )
+        })?;
+        Ok(BufferPool {
             inner: Arc::new(PoolInner {
-                region: AlignedBuf::new(buf_size * count, align.max(4096)),
-                buf_size,
+                region,
+                buf_size: rounded,
                 count,
                 free: Mutex::new((0..count as u32).rev().collect()),
                 available: Condvar::new(),
             }),
-        }
+        })
     }
 
     /// A free buffer, or `None` if all are in use.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -110,8 +111,8 @@ impl EngineBuilder {
     }
 
     /// Reserve `slots` registered-file slots in every ring; fill them with
-    /// [`Engine::register_file`]. Operations on a registered descriptor use
-    /// its slot, which skips the per-request file lookup.
+    /// [`Engine::register_file`]. Operations on the [`RegisteredFile`] it
+    /// returns use its slot, which skips the per-request file lookup.
     pub fn registered_files(mut self, slots: u32) -> Self {
         self.file_slots = slots;
         self
@@ -371,23 +372,116 @@ impl Engine {
         }
     }
 
-    /// Puts a file in a registered-file slot of every ring (see
-    /// [`EngineBuilder::registered_files`]); later operations on its
-    /// descriptor use the slot. Unregister before closing the file.
-    /// Does nothing on the thread-pool backend.
-    pub fn register_file<T: Target + ?Sized>(&self, file: &T) -> io::Result<()> {
-        match &self.inner.imp {
-            Imp::Uring(u) => u.register_file(file.raw_fd()).map(|_| ()),
-            Imp::Threads(_) => Ok(()),
+    /// Puts a duplicate of `file`'s descriptor in a registered-file slot
+    /// of every ring (see [`EngineBuilder::registered_files`]). Operations
+    /// on the returned [`RegisteredFile`] use the slot; dropping it empties
+    /// the slot.
+    ///
+    /// The registration owns its duplicate, so closing `file` (and a new
+    /// file getting its descriptor number) never makes an operation reach
+    /// the registered file through the slot: operations on `file` itself
+    /// go to whatever its number names, as always. On the thread-pool
+    /// backend the handle works the same, with no slot.
+    ///
+    /// # Errors
+    /// `file`'s descriptor cannot be duplicated, its direct-I/O alignment
+    /// is invalid, or every slot is in use (or the engine has none).
+    pub fn register_file<T: Target + ?Sized>(&self, file: &T) -> io::Result<RegisteredFile> {
+        let direct = file.direct_alignment();
+        if let Some(a) = direct {
+            a.check()
+                .map_err(|e| io::Error::new(e.kind(), format!("register_file: the file's {e}")))?;
         }
+        let raw = file.raw_fd();
+        // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor (or fails); it
+        // touches no memory.
+        let dup = unsafe { libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("register_file: cannot duplicate descriptor {raw}: {e}"),
+            ));
+        }
+        // SAFETY: `dup` is a new descriptor that nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(dup) };
+        if let Imp::Uring(u) = &self.inner.imp {
+            u.register_file(fd.as_raw_fd())?;
+        }
+        Ok(RegisteredFile {
+            fd: Some(fd),
+            direct,
+            polling: file.supports_polling(),
+            engine: self.clone(),
+        })
+    }
+}
+
+/// A file in a registered-file slot of an [`Engine`]'s rings, made by
+/// [`Engine::register_file`]. Operations on it (it is a [`Target`]) use
+/// the slot, which saves the kernel a file lookup per operation.
+///
+/// It owns a duplicate of the registered descriptor, and empties the slot
+/// before closing it, so the slot always names the file registered.
+pub struct RegisteredFile {
+    /// The duplicate; `None` only while dropping.
+    fd: Option<OwnedFd>,
+    direct: Option<crate::Alignment>,
+    polling: bool,
+    engine: Engine,
+}
+
+impl RegisteredFile {
+    /// Empties the slot (as dropping does) and reports whether every idle
+    /// ring let go of the file; a ring that did not is brought up to date
+    /// before its next use.
+    pub fn unregister(mut self) -> io::Result<()> {
+        self.release()
     }
 
-    /// Empties the slot that holds `file`'s descriptor.
-    pub fn unregister_file<T: Target + ?Sized>(&self, file: &T) -> io::Result<()> {
-        match &self.inner.imp {
-            Imp::Uring(u) => u.unregister_file(file.raw_fd()),
+    fn release(&mut self) -> io::Result<()> {
+        let Some(fd) = self.fd.take() else {
+            return Ok(());
+        };
+        let res = match &self.engine.inner.imp {
+            Imp::Uring(u) => u.unregister_file(fd.as_raw_fd()),
             Imp::Threads(_) => Ok(()),
-        }
+        };
+        // Closed only now that no table holds its number.
+        drop(fd);
+        res
+    }
+}
+
+impl Drop for RegisteredFile {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+impl fmt::Debug for RegisteredFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegisteredFile")
+            .field("fd", &self.raw_fd())
+            .finish()
+    }
+}
+
+impl Target for RegisteredFile {
+    fn raw_fd(&self) -> RawFd {
+        self.fd.as_ref().map_or(-1, AsRawFd::as_raw_fd)
+    }
+    fn direct_alignment(&self) -> Option<crate::Alignment> {
+        self.direct
+    }
+    fn supports_polling(&self) -> bool {
+        self.polling
+    }
+}
+
+impl AsFd for RegisteredFile {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_ref().expect("present until dropped").as_fd()
     }
 }
 

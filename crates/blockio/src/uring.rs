@@ -34,7 +34,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex};
 
 use io_uring::{opcode, squeue, IoUring, Probe};
 
@@ -94,6 +94,15 @@ pub struct ProbeReport {
     pub refused_flags: Vec<&'static str>,
 }
 
+/// The registered files, as one version of the table every ring is
+/// brought to before it is used.
+///
+/// The descriptors are duplicates owned by [`RegisteredFile`](crate::RegisteredFile)s,
+/// each removed from the table before it is closed, so a number in the
+/// table names the registered file for as long as it is there: an
+/// operation on a number that a closed file's successor now has cannot
+/// reach the closed file through its slot.
+#[derive(Clone)]
 pub(crate) struct FileTable {
     version: u64,
     /// Slot -> fd (-1 when empty), as handed to the kernel.
@@ -113,7 +122,9 @@ pub(crate) struct UringBackend {
     polled: Option<RingPool>,
     limit: InFlightLimit,
     bufs: Option<BufferPool>,
-    files: Option<RwLock<FileTable>>,
+    /// The current table; a batch takes a snapshot (the `Arc`) per ring
+    /// check-out, so no lock is held across its kernel calls.
+    files: Option<Mutex<Arc<FileTable>>>,
     report: ProbeReport,
     /// Fixed submit chunk (0: whole batch) or None for the ramp.
     submit_chunk: Option<usize>,
@@ -277,11 +288,11 @@ impl UringBackend {
             limit: InFlightLimit::new(cfg.queue_depth.max(1)),
             bufs: cfg.bufs,
             files: (cfg.file_slots > 0).then(|| {
-                RwLock::new(FileTable {
+                Mutex::new(Arc::new(FileTable {
                     version: 0,
                     slots: vec![-1; cfg.file_slots as usize],
                     by_fd: HashMap::new(),
-                })
+                }))
             }),
             report,
             submit_chunk: cfg.submit_chunk,
@@ -314,7 +325,10 @@ impl UringBackend {
         &self.report
     }
 
-    /// Puts `fd` in a free registered-file slot.
+    /// Puts `fd` (a duplicate the caller owns, and removes with
+    /// [`unregister_file`](Self::unregister_file) before closing) in a free
+    /// registered-file slot. The rings take the new table at their next
+    /// check-out.
     pub(crate) fn register_file(&self, fd: RawFd) -> io::Result<u32> {
         let Some(files) = &self.files else {
             return Err(io::Error::new(
@@ -322,46 +336,53 @@ impl UringBackend {
                 "register_file: the engine was built without registered file slots (EngineBuilder::registered_files)",
             ));
         };
-        let mut t = files.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = t.slot_of(fd) {
-            return Ok(slot);
-        }
-        let Some(slot) = t.slots.iter().position(|&f| f == -1) else {
+        let mut cur = files.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(slot) = cur.slots.iter().position(|&f| f == -1) else {
             return Err(io::Error::new(
                 io::ErrorKind::OutOfMemory,
                 format!(
                     "register_file: all {} registered file slots are in use",
-                    t.slots.len()
+                    cur.slots.len()
                 ),
             ));
         };
+        let t = Arc::make_mut(&mut cur);
         t.slots[slot] = fd;
         t.by_fd.insert(fd, slot as u32);
         t.version += 1;
         Ok(slot as u32)
     }
 
-    /// Empties the slot holding `fd`, in every idle ring at once so that the
-    /// rings drop their reference to the file.
+    /// Empties the slot holding `fd`, and brings every idle ring to the
+    /// new table at once so that they drop their reference to the file.
+    /// No lock of the table is held across those kernel calls.
     pub(crate) fn unregister_file(&self, fd: RawFd) -> io::Result<()> {
         let Some(files) = &self.files else {
             return Ok(());
         };
-        let mut t = files.write().unwrap_or_else(|e| e.into_inner());
-        let Some(slot) = t.slot_of(fd) else {
-            return Ok(());
+        let t = {
+            let mut cur = files.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(slot) = cur.slot_of(fd) else {
+                return Ok(());
+            };
+            let t = Arc::make_mut(&mut cur);
+            t.slots[slot as usize] = -1;
+            t.by_fd.remove(&fd);
+            t.version += 1;
+            cur.clone()
         };
-        t.slots[slot as usize] = -1;
-        t.by_fd.remove(&fd);
-        t.version += 1;
+        let mut result = Ok(());
         for pool in std::iter::once(&self.plain).chain(self.polled.as_ref()) {
             let mut st = pool.state.lock().unwrap_or_else(|e| e.into_inner());
-            for ring in st.idle.iter_mut() {
-                ring.io.submitter().register_files_update(0, &t.slots)?;
-                ring.files_version = t.version;
+            for ring in st.idle.iter_mut().filter(|r| r.files_version < t.version) {
+                match ring.io.submitter().register_files_update(0, &t.slots) {
+                    Ok(_) => ring.files_version = t.version,
+                    // Brought up to date at its next check-out.
+                    Err(e) => result = Err(e),
+                }
             }
         }
-        Ok(())
+        result
     }
 
     /// Runs a batch to completion. `results` has one entry per op; entries
@@ -373,10 +394,6 @@ impl UringBackend {
             (Some(p), true) => p,
             _ => &self.plain,
         };
-        let files = self
-            .files
-            .as_ref()
-            .map(|f| f.read().unwrap_or_else(|e| e.into_inner()));
         // Permits first, ring second: a thread waiting for the device to
         // free capacity holds no ring, so rings go only to threads that can
         // submit, and a finished batch wakes one waiter instead of a chain
@@ -399,6 +416,12 @@ impl UringBackend {
                     return Err(e);
                 }
             };
+            // The table as of this check-out: the ring is brought to it,
+            // and the entries are built from it, so both agree.
+            let files = self
+                .files
+                .as_ref()
+                .map(|f| f.lock().unwrap_or_else(|e| e.into_inner()).clone());
             if let Some(t) = &files {
                 if ring.files_version != t.version {
                     if let Err(e) = ring.io.submitter().register_files_update(0, &t.slots) {

@@ -618,7 +618,7 @@ fn registered_buffers_and_files() {
         .registered_files(4)
         .build()
         .unwrap();
-    e.register_file(&file).unwrap();
+    let reg = e.register_file(&file).unwrap();
     if let Some(p) = e.probe() {
         assert!(p.registered_buffers);
         assert_eq!(p.registered_file_slots, 4);
@@ -629,7 +629,7 @@ fn registered_buffers_and_files() {
         let mut ops: Vec<Op> = bufs
             .iter_mut()
             .enumerate()
-            .map(|(i, b)| Op::read(&file, round * 77 + i as u64 * 9000, &mut b[..5000]))
+            .map(|(i, b)| Op::read(&reg, round * 77 + i as u64 * 9000, &mut b[..5000]))
             .collect();
         let res = e.submit(&mut ops).unwrap();
         drop(ops);
@@ -644,7 +644,7 @@ fn registered_buffers_and_files() {
     // each must have the buffers and the file registered.
     std::thread::scope(|s| {
         for t in 0..6u64 {
-            let (e, pool, file, data) = (&e, &pool, &file, &data);
+            let (e, pool, file, data) = (&e, &pool, &reg, &data);
             s.spawn(move || {
                 for round in 0..50u64 {
                     let mut b = pool.get();
@@ -659,7 +659,7 @@ fn registered_buffers_and_files() {
         }
     });
     let bufs: Vec<_> = (0..8).map(|_| pool.get()).collect();
-    e.unregister_file(&file).unwrap();
+    reg.unregister().unwrap();
     let mut plain = vec![0u8; 100];
     let res = e.submit(&mut [Op::read(&file, 10, &mut plain)]).unwrap();
     assert_eq!(*res[0].as_ref().unwrap(), 100);

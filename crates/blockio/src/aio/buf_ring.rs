@@ -36,6 +36,20 @@ use io_uring::IoUring;
 /// The group id of an engine's receive buffers (an engine has one ring).
 pub(crate) const GROUP: u16 = 0;
 
+/// The kernel's `struct io_uring_buf`, the layout of a [`BufRingEntry`]:
+/// its fields, to write one at a time.
+#[repr(C)]
+struct RawEntry {
+    addr: u64,
+    len: u32,
+    bid: u16,
+    /// In entry 0, the ring's tail.
+    resv: u16,
+}
+
+const _: () = assert!(std::mem::size_of::<RawEntry>() == std::mem::size_of::<BufRingEntry>());
+const _: () = assert!(std::mem::align_of::<RawEntry>() <= std::mem::align_of::<BufRingEntry>());
+
 /// The shape of a ring: how many buffers, how large, and how many one
 /// connection may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,14 +215,23 @@ impl BufRing {
     fn publish(&self, bid: u16) {
         let mut tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
         let mask = self.shape.count - 1;
-        // SAFETY: `tail & mask < count`, inside the entries; the lock makes
-        // this the only writer; the kernel reads an entry only once the
-        // tail below has moved past it.
+        // Written field by field through raw pointers, never through a
+        // `&mut` over the entry: entry 0's `resv` is the ring's tail,
+        // which the kernel reads at any time.
+        // SAFETY: `tail & mask < count`, so the entry is inside the
+        // allocation, whose layout is the kernel's `io_uring_buf`
+        // (`RawEntry`). The lock makes this the only writer of entries;
+        // the kernel reads an entry only once the tail below has moved
+        // past it, and none of these writes touches `resv`.
         unsafe {
-            let e = &mut *self.entries.add(usize::from(*tail & mask));
-            e.set_addr(self.bufs.add(usize::from(bid) * self.shape.size as usize) as u64);
-            e.set_len(self.shape.size);
-            e.set_bid(bid);
+            let e = self
+                .entries
+                .add(usize::from(*tail & mask))
+                .cast::<RawEntry>();
+            let addr = self.bufs.add(usize::from(bid) * self.shape.size as usize) as u64;
+            std::ptr::addr_of_mut!((*e).addr).write(addr);
+            std::ptr::addr_of_mut!((*e).len).write(self.shape.size);
+            std::ptr::addr_of_mut!((*e).bid).write(bid);
         }
         *tail = tail.wrapping_add(1);
         // SAFETY: the tail field lies in the first entry, which lives as

@@ -91,11 +91,16 @@ impl Request {
     }
 
     /// Performs the request with blocking system calls (a pool worker's
-    /// job), unless it was abandoned.
+    /// job), unless it was abandoned. A panic of the waker or of the
+    /// buffer's `Drop` is reported by the panic hook and leaves the worker
+    /// serving the next request.
     fn run_blocking(self) {
-        if !self.abandoned() {
-            self.done.complete(self.op.run_blocking_raw());
-        }
+        let _ = call_user(move || {
+            if !self.abandoned() {
+                self.done.complete(self.op.run_blocking_raw());
+            }
+            drop(self);
+        });
     }
 }
 
@@ -142,6 +147,8 @@ pub(crate) struct DriverShared {
     sleeping: AtomicBool,
     stop: AtomicBool,
     wake_fd: OwnedFd,
+    /// The driver thread, which must never wait for its own work.
+    thread: std::sync::OnceLock<std::thread::ThreadId>,
 }
 
 impl DriverShared {
@@ -190,13 +197,21 @@ struct InFlight {
 impl InFlight {
     /// Pushes backlog requests onto `sq` while fewer than `limit` are in
     /// flight and the queue has room; returns whether it pushed any.
-    fn fill(&mut self, sq: &mut SubmissionQueue<'_>, limit: usize) -> bool {
+    /// Abandoned requests go to `dropped`, for the caller to let go of with
+    /// no lock held (dropping one drops its buffer: user code).
+    fn fill(
+        &mut self,
+        sq: &mut SubmissionQueue<'_>,
+        limit: usize,
+        dropped: &mut Vec<Request>,
+    ) -> bool {
         let mut pushed = false;
         while self.count < limit {
             let Some(req) = self.backlog.pop_front() else {
                 break;
             };
             if req.abandoned() {
+                dropped.push(req);
                 continue;
             }
             let slot = self.free.pop().unwrap_or_else(|| {
@@ -221,12 +236,18 @@ impl InFlight {
         pushed
     }
 
-    /// Pushes an `ASYNC_CANCEL` for each of `cancels` in flight, and
-    /// completes with `-ECANCELED` those still waiting for room; returns
-    /// those that found no room in the queue (to try again).
-    fn push_cancels(&mut self, sq: &mut SubmissionQueue<'_>, cancels: Vec<Cancel>) -> Vec<Cancel> {
+    /// Pushes an `ASYNC_CANCEL` for each of `cancels` in flight, and puts
+    /// in `out` as completed with `-ECANCELED` those still waiting for room
+    /// (for the caller to deliver with no lock held); keeps in `cancels`
+    /// those that found no room in the queue, to try again.
+    fn push_cancels(
+        &mut self,
+        sq: &mut SubmissionQueue<'_>,
+        cancels: &mut Vec<Cancel>,
+        out: &mut Vec<Completion>,
+    ) {
         let mut left = Vec::new();
-        for c in cancels {
+        for c in cancels.drain(..) {
             let in_flight = self
                 .slots
                 .iter()
@@ -234,7 +255,7 @@ impl InFlight {
             let Some(slot) = in_flight else {
                 if let Some(i) = self.backlog.iter().position(|r| c.names(&r.done)) {
                     let req = self.backlog.remove(i).expect("found above");
-                    req.done.complete(-libc::ECANCELED);
+                    out.push((req.done, -libc::ECANCELED, 0));
                 }
                 // Otherwise completed already.
                 continue;
@@ -247,7 +268,7 @@ impl InFlight {
                 left.push(c);
             }
         }
-        left
+        *cancels = left;
     }
 
     /// The target of the operation whose completion carries `user_data`,
@@ -298,8 +319,32 @@ struct InlineState {
     /// Registered memory, kept until the ring is gone.
     kept: Vec<Kept>,
     ops: InFlight,
+    /// Cancels that found the submission queue full, pushed at the next
+    /// fill: a cancel is never dropped, or a multishot operation would
+    /// stay armed after its owner is gone.
+    cancels: Vec<Cancel>,
     /// The driving task, woken when an operation starts (deferred mode).
     driver: Option<std::task::Waker>,
+}
+
+/// What a fill leaves for the caller to do once the lock is let go: user
+/// code (wakers, buffers' `Drop`s) never runs under a lock of the engine.
+#[derive(Default)]
+struct Outcalls {
+    /// Requests whose futures were gone before submission.
+    dropped: Vec<Request>,
+    /// Completions to deliver.
+    done: Vec<Completion>,
+}
+
+impl Outcalls {
+    /// Delivers the completions and lets go of the dropped requests, all of
+    /// them even if some panic; returns the first panic.
+    fn run(&mut self) -> Option<Panic> {
+        let a = deliver(self.done.drain(..));
+        let b = release(self.dropped.drain(..));
+        a.or(b)
+    }
 }
 
 impl InlineRing {
@@ -331,6 +376,7 @@ impl InlineRing {
             state: Mutex::new(InlineState {
                 kept: Vec::new(),
                 ops: InFlight::default(),
+                cancels: Vec::new(),
                 driver: None,
             }),
         })
@@ -340,15 +386,27 @@ impl InlineRing {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Moves queued requests onto the ring while it has room; returns
-    /// whether entries wait to be submitted. `st` is this ring's state,
-    /// locked.
-    fn fill(&self, st: &mut InlineState) -> bool {
+    /// Pushes the waiting cancels, then the queued requests while the ring
+    /// has room; returns whether entries wait to be submitted. `st` is this
+    /// ring's state, locked; what must run without the lock goes to `out`.
+    fn fill(&self, st: &mut InlineState, out: &mut Outcalls) -> bool {
         // SAFETY: every queue handle of this ring is made while its state
         // is locked (which `st` proves) and dropped before the lock is, so
         // no other submission queue exists.
         let mut sq = unsafe { self.ring.submission_shared() };
-        st.ops.fill(&mut sq, self.depth) | !sq.is_empty()
+        let st = &mut *st;
+        if !st.cancels.is_empty() {
+            st.ops.push_cancels(&mut sq, &mut st.cancels, &mut out.done);
+        }
+        if !st.ops.backlog.is_empty() {
+            st.ops.fill(&mut sq, self.depth, &mut out.dropped);
+        }
+        !sq.is_empty()
+    }
+
+    /// Whether a fill has anything to push.
+    fn queued(st: &InlineState) -> bool {
+        !st.ops.backlog.is_empty() || !st.cancels.is_empty()
     }
 
     /// Submits everything the submission queue holds, without waiting.
@@ -358,30 +416,24 @@ impl InlineRing {
     }
 
     /// Moves the queued requests onto the ring under `st`, then lets the
-    /// lock go and submits them.
-    fn fill_and_submit(&self, mut st: MutexGuard<'_, InlineState>) {
-        let waiting = !st.ops.backlog.is_empty() && self.fill(&mut st);
+    /// lock go, submits them and runs what must run unlocked; returns the
+    /// first panic of that user code.
+    fn fill_and_submit(&self, mut st: MutexGuard<'_, InlineState>) -> Option<Panic> {
+        let mut out = Outcalls::default();
+        let waiting = Self::queued(&st) && self.fill(&mut st, &mut out);
         drop(st);
         if waiting {
             self.submit();
         }
+        out.run()
     }
 
-    /// Cancels `cancels` in the kernel, now.
-    fn cancel(&self, cancels: Vec<Cancel>) {
-        let push = |cancels| {
-            let mut st = self.lock();
-            // SAFETY: as in `fill`: the state is locked.
-            let mut sq = unsafe { self.ring.submission_shared() };
-            st.ops.push_cancels(&mut sq, cancels)
-        };
-        let left = push(cancels);
-        self.submit();
-        if !left.is_empty() {
-            // The queue was full: it has been submitted, so there is room.
-            let _ = push(left);
-            self.submit();
-        }
+    /// Cancels `cancels` in the kernel, now; those that find the queue
+    /// full wait in the state for the next fill (never dropped).
+    fn cancel(&self, cancels: Vec<Cancel>) -> Option<Panic> {
+        let mut st = self.lock();
+        st.cancels.extend(cancels);
+        self.fill_and_submit(st)
     }
 
     /// Takes the finished operations' targets and results off the ring;
@@ -408,23 +460,43 @@ impl InlineRing {
 /// A caller-driven ring whose engine is gone: dropping it cancels the
 /// requests still queued and waits until the kernel has completed every
 /// operation in flight, whose buffers the slots own.
+///
+/// It runs on a thread of its own (or, should that not start, on the
+/// thread dropping the engine), calls wakers and buffers' `Drop`s with the
+/// lock let go, and catches their panics: a panic reported by the panic
+/// hook there never stops the wait, so the ring and the buffers outlive
+/// every operation the kernel has.
 struct Finish(Box<InlineRing>);
 
 impl Drop for Finish {
     fn drop(&mut self) {
         let r = &*self.0;
-        let mut st = r.lock();
-        for req in st.ops.backlog.drain(..) {
-            req.done.complete(-libc::ECANCELED);
+        let guard = AbortOnUnwind;
+        let mut out = Outcalls::default();
+        {
+            let mut st = r.lock();
+            for req in st.ops.backlog.drain(..) {
+                out.done.push((req.done, -libc::ECANCELED, 0));
+            }
+            // Cancels of operations whose owners are gone.
+            r.fill(&mut st, &mut out);
         }
-        let mut done = Vec::new();
-        while st.ops.count > 0 {
-            submit_and_wait_or_abort(&r.ring, 1);
-            r.take_completions(&mut st, &mut done);
-            for (target, res, flags) in done.drain(..) {
-                target.complete_flags(res, flags);
+        let _ = out.run();
+        loop {
+            {
+                let mut st = r.lock();
+                r.take_completions(&mut st, &mut out.done);
+                r.fill(&mut st, &mut out);
+                if st.ops.count == 0 && out.done.is_empty() && out.dropped.is_empty() {
+                    break;
+                }
+            }
+            let _ = out.run();
+            if r.lock().ops.count > 0 {
+                submit_and_wait_or_abort(&r.ring, 1);
             }
         }
+        drop(guard);
     }
 }
 
@@ -443,12 +515,16 @@ impl Driver {
             stop: AtomicBool::new(false),
             // SAFETY: `fd` is a fresh descriptor nobody else owns.
             wake_fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            thread: std::sync::OnceLock::new(),
         });
         let (ready_tx, ready_rx) = mpsc::channel();
         let s = shared.clone();
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name("blockio-aio".into())
             .spawn(move || drive(s, depth, ready_tx))?;
+        // Before any request can reach the thread (none can before this
+        // returns), so every wake it makes sees the id.
+        let _ = shared.thread.set(handle.thread().id());
         ready_rx
             .recv()
             .map_err(|_| io::Error::other("the blockio-aio driver thread died while starting"))??;
@@ -493,24 +569,27 @@ impl Driver {
     /// given `driver`, keeps it to be woken when an operation starts
     /// (deferred mode). Returns how many completed; other drivers have
     /// nothing to do here.
+    ///
+    /// A waker (or a buffer's `Drop`) that panics does not stop the turn:
+    /// every completion taken is delivered, and the first panic is then
+    /// resumed on this thread.
     pub(crate) fn turn(&self, driver: Option<&std::task::Waker>) -> usize {
         let Some(r) = self.inline_ring() else {
             return 0;
         };
         // Submitted first: operations that complete during the call (a
         // send, a read of bytes already there) are reaped in this turn.
-        r.fill_and_submit(r.lock());
-        let mut done = Vec::new();
+        let mut panic = r.fill_and_submit(r.lock());
+        let mut out = Outcalls::default();
+        let mut new_driver = false;
         loop {
             let (waiting, overflow) = {
                 let mut st = r.lock();
-                let overflow = r.take_completions(&mut st, &mut done);
+                let overflow = r.take_completions(&mut st, &mut out.done);
                 // Completions freed room for requests still queued.
-                let waiting = !st.ops.backlog.is_empty() && r.fill(&mut st);
+                let waiting = InlineRing::queued(&st) && r.fill(&mut st, &mut out);
                 if let Some(w) = driver {
-                    if !st.driver.as_ref().is_some_and(|d| d.will_wake(w)) {
-                        st.driver = Some(w.clone());
-                    }
+                    new_driver |= !st.driver.as_ref().is_some_and(|d| d.will_wake(w));
                 }
                 (waiting, overflow)
             };
@@ -523,19 +602,38 @@ impl Driver {
                 break;
             }
         }
-        let n = done.len();
-        for (target, res, flags) in done {
-            target.complete_flags(res, flags);
+        if let Some(w) = driver.filter(|_| new_driver) {
+            // Cloned and the old one dropped with the lock let go: both
+            // are the waker's own code.
+            let w = w.clone();
+            let old = r.lock().driver.replace(w);
+            panic = panic.or(call_user(move || drop(old)));
         }
+        let n = out.done.len();
+        resume(panic.or(out.run()));
         n
+    }
+
+    /// Whether a call to [`setup_ring`](Self::setup_ring) from this thread
+    /// would wait for this thread: it is the driver thread (a waker that
+    /// polls its task in place runs the task there).
+    pub(crate) fn setup_would_wait_for_itself(&self) -> bool {
+        match self {
+            Driver::Uring(shared) => shared.thread.get() == Some(&std::thread::current().id()),
+            _ => false,
+        }
     }
 
     /// Runs `setup` with the ring, on the thread that may register with it,
     /// and waits for it; the ring keeps what it returns until the ring is
     /// gone. Fails with `EOPNOTSUPP` on the thread-pool driver, which has
-    /// no ring.
+    /// no ring, and with `EDEADLK` on the driver thread itself, which
+    /// would wait for its own work.
     pub(crate) fn setup_ring(&self, setup: Setup) -> io::Result<()> {
         match self {
+            Driver::Uring(_) if self.setup_would_wait_for_itself() => {
+                Err(io::Error::from_raw_os_error(libc::EDEADLK))
+            }
             Driver::Uring(shared) => {
                 let (tx, rx) = mpsc::channel();
                 let run: Setup = Box::new(move |ring| {
@@ -586,9 +684,7 @@ impl Driver {
         match self {
             Driver::Uring(shared) => shared.enqueue(|q| q.cancels.push(target)),
             Driver::Inline(ring) => {
-                if let Some(r) = ring.as_deref() {
-                    r.cancel(vec![target]);
-                }
+                resume(ring.as_deref().and_then(|r| r.cancel(vec![target])));
             }
             Driver::Threads { sockets, .. } => sockets.cancel(&target),
         }
@@ -604,12 +700,15 @@ impl Driver {
                     .expect("the ring lives as long as the driver");
                 let mut st = r.lock();
                 st.ops.backlog.extend(reqs);
-                if !r.deferred {
-                    r.fill_and_submit(st);
+                let panic = if !r.deferred {
+                    r.fill_and_submit(st)
                 } else if let Some(w) = st.driver.take() {
                     drop(st);
-                    w.wake();
-                }
+                    call_user(move || w.wake())
+                } else {
+                    None
+                };
+                resume(panic);
             }
             Driver::Threads { pool, sockets } => {
                 let (net, files): (Vec<Request>, Vec<Request>) =
@@ -637,7 +736,7 @@ impl Drop for Driver {
             Driver::Inline(ring) => {
                 let busy = |r: &InlineRing| {
                     let st = r.lock();
-                    st.ops.count > 0 || !st.ops.backlog.is_empty()
+                    st.ops.count > 0 || InlineRing::queued(&st)
                 };
                 if let Some(r) = ring.take().filter(|r| busy(r)) {
                     // The kernel may still write into buffers the slots
@@ -684,10 +783,85 @@ fn clone_error(e: &io::Error) -> io::Error {
 /// A completion taken off a ring: its target, result and flags.
 type Completion = (Arc<dyn Complete>, i32, u32);
 
+/// What a caught panic carries, to resume it later.
+pub(crate) type Panic = Box<dyn std::any::Any + Send + 'static>;
+
+/// Runs `f`, which reaches user code (a waker, a buffer's `Drop`), and
+/// catches a panic from it. The engine calls user code only through here,
+/// with no lock of its own held and with its bookkeeping consistent, so a
+/// panic can neither free memory the kernel may still write nor skip the
+/// completions of other operations.
+pub(crate) fn call_user(f: impl FnOnce()) -> Option<Panic> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).err()
+}
+
+/// Resumes a panic caught by [`call_user`] on the caller's thread, unless
+/// that thread is unwinding already (a future dropped during a panic):
+/// a second panic would abort, so the first one goes on alone.
+fn resume(panic: Option<Panic>) {
+    if let Some(p) = panic {
+        if !std::thread::panicking() {
+            std::panic::resume_unwind(p);
+        }
+    }
+}
+
+/// Delivers `done` (completes each target, then lets go of it, which may
+/// drop the operation's buffer), every one of them even if some panic;
+/// returns the first panic.
+fn deliver(done: impl IntoIterator<Item = Completion>) -> Option<Panic> {
+    let mut first = None;
+    for (target, res, flags) in done {
+        let p = call_user(move || {
+            target.complete_flags(res, flags);
+            drop(target);
+        });
+        first = first.or(p);
+    }
+    first
+}
+
+/// Lets go of requests that were never submitted (their futures are gone),
+/// which drops their buffers; returns the first panic of a buffer's `Drop`.
+fn release(dropped: impl IntoIterator<Item = Request>) -> Option<Panic> {
+    let mut first = None;
+    for req in dropped {
+        first = first.or(call_user(move || drop(req)));
+    }
+    first
+}
+
+/// Aborts the process if dropped while its thread unwinds: a panic of the
+/// engine's own code (user code is caught by [`call_user`]) while the
+/// kernel may still write into memory the unwinding would free. The
+/// kernel's writes cannot be stopped from here, so aborting is the only
+/// sound way out, as for a failed `io_uring_enter`.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("blockio: the engine panicked with operations in flight; aborting");
+            std::process::abort();
+        }
+    }
+}
+
 /// The driver thread's loop.
+///
+/// User code (wakers, buffers' `Drop`s) runs through [`call_user`]: a
+/// panic there is reported by the panic hook and the loop carries on, so
+/// no other operation's completion is lost and the engine keeps running.
+/// A panic of the loop's own code aborts the process while operations are
+/// in flight ([`AbortOnUnwind`]); besides, everything the kernel may write
+/// into is declared before the ring, so dropped after it.
 fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result<()>>) {
-    // Declared before the ring, so dropped after it.
     let mut kept: Vec<Kept> = Vec::new();
+    let mut ops = InFlight::default();
+    // The eventfd read's target. Before returning, the driver completes the
+    // armed read (see `finish_wake_read`), so the buffer outlives it.
+    let mut wake_buf = Box::new([0u8; 8]);
+    let wake_ptr = wake_buf.as_mut_ptr();
     let mut flags = RingFlags {
         single_thread: true,
         coop_taskrun: true,
@@ -703,15 +877,12 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
             return;
         }
     };
-    // The eventfd read's target. Before returning, the driver completes the
-    // armed read (see `finish_wake_read`), so the buffer outlives it.
-    let mut wake_buf = Box::new([0u8; 8]);
-    let wake_ptr = wake_buf.as_mut_ptr();
+    let guard = AbortOnUnwind;
     // One slot stays free for re-arming the wake read.
     let limit = depth.min(ring.params().sq_entries() as usize - 1);
-    let mut ops = InFlight::default();
     let mut taken = Queued::default();
     let mut cancels: Vec<Cancel> = Vec::new();
+    let mut out = Outcalls::default();
     let mut arm_wake = true;
     loop {
         std::mem::swap(
@@ -730,17 +901,19 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
                     .build()
                     .user_data(WAKE);
                 // SAFETY: the target lives until this function returns,
-                // and it returns only after the read has completed.
+                // and it returns only after the read has completed (or
+                // aborts the process while unwinding: `guard`).
                 if unsafe { sq.push(&e) }.is_ok() {
                     arm_wake = false;
                 }
             }
-            ops.fill(&mut sq, limit);
+            ops.fill(&mut sq, limit, &mut out.dropped);
             // After `fill`: a cancel then follows the request it names.
             if !cancels.is_empty() {
-                cancels = ops.push_cancels(&mut sq, std::mem::take(&mut cancels));
+                ops.push_cancels(&mut sq, &mut cancels, &mut out.done);
             }
         }
+        let _ = out.run();
         let stopping = shared.stop.load(Ordering::SeqCst);
         if stopping && ops.count == 0 && ops.backlog.is_empty() {
             let nothing_queued = shared
@@ -752,6 +925,8 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
                 if !arm_wake {
                     finish_wake_read(&mut ring, &shared);
                 }
+                drop(guard);
+                drop(ring);
                 drop(wake_buf);
                 return;
             }
@@ -769,21 +944,126 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
         let want = if more { 0 } else { 1 };
         submit_and_wait_or_abort(&ring, want);
         shared.sleeping.store(false, Ordering::SeqCst);
-        arm_wake |= complete_all(&mut ring, &mut ops);
+        arm_wake |= take_all(&mut ring, &mut ops, &mut out.done);
+        let _ = out.run();
     }
 }
 
-/// Completes every operation the ring has finished, waking its task;
+/// Takes every completion the ring has, with its target, into `out`;
 /// returns whether the wake read completed (and must be armed again).
-fn complete_all(ring: &mut IoUring, ops: &mut InFlight) -> bool {
+fn take_all(ring: &mut IoUring, ops: &mut InFlight, out: &mut Vec<Completion>) -> bool {
     let mut woken = false;
     for cqe in ring.completion() {
         let ud = cqe.user_data();
         if ud == WAKE {
             woken = true;
         } else if let Some(done) = ops.finish(ud, cqe.flags()) {
-            done.complete_flags(cqe.result(), cqe.flags());
+            out.push((done, cqe.result(), cqe.flags()));
         }
     }
     woken
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::action::{Action, Read};
+
+    /// A completion target that records its result and owns its buffer.
+    struct Recorded {
+        result: Mutex<Option<i32>>,
+        _buf: Box<[u8; 8]>,
+    }
+
+    impl Complete for Recorded {
+        fn complete(&self, res: i32) {
+            *self.result.lock().unwrap() = Some(res);
+        }
+    }
+
+    /// Fills the ring's submission queue with no-ops, not submitted.
+    fn fill_queue(r: &InlineRing) -> usize {
+        let _st = r.lock();
+        // SAFETY: the state is locked, so no other queue handle exists.
+        let mut sq = unsafe { r.ring.submission_shared() };
+        let nop = opcode::Nop::new().build().user_data(CANCEL);
+        let mut n = 0;
+        // SAFETY: a no-op points at no memory.
+        while unsafe { sq.push(&nop) }.is_ok() {
+            n += 1;
+        }
+        n
+    }
+
+    /// Point 7: a cancel that finds the submission queue full, and full
+    /// again when retried, is kept and pushed at a later fill: the
+    /// operation it names (a read of an empty pipe, which would wait
+    /// forever) completes with `ECANCELED`.
+    #[test]
+    fn a_cancel_that_meets_a_full_queue_is_never_dropped() {
+        let r = InlineRing::new(1, None, false).expect("io_uring on the test machine");
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into a live array.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both are new descriptors owned by nobody else.
+        let (rd, _wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let mut buf = Box::new([0u8; 8]);
+        let read = Read {
+            buf: buf.as_mut_ptr(),
+            len: 8,
+            offset: 0,
+        };
+        // SAFETY: the buffer is owned by the target, which the ring keeps
+        // until the completion; the pipe outlives the test's ring.
+        let op = unsafe { Op::from_action(rd.as_raw_fd(), Action::Read(read), None) };
+        let target = Arc::new(Recorded {
+            result: Mutex::new(None),
+            _buf: buf,
+        });
+        let done: Arc<dyn Complete> = target.clone();
+        let weak = Arc::downgrade(&done);
+        let mut st = r.lock();
+        st.ops.backlog.push_back(Request { op, done });
+        assert!(r.fill_and_submit(st).is_none());
+        assert_eq!(r.lock().ops.count, 1, "the read is in flight");
+
+        assert!(fill_queue(&r) > 0);
+        // The cancel meets a full queue: kept, not lost.
+        let mut out = Outcalls::default();
+        {
+            let mut st = r.lock();
+            st.cancels.push(Cancel(weak));
+            r.fill(&mut st, &mut out);
+            assert_eq!(
+                st.cancels.len(),
+                1,
+                "a cancel that found no room was dropped"
+            );
+        }
+        r.submit();
+        // Full again at the retry: still kept.
+        fill_queue(&r);
+        {
+            let mut st = r.lock();
+            r.fill(&mut st, &mut out);
+            assert_eq!(
+                st.cancels.len(),
+                1,
+                "a cancel that found no room was dropped"
+            );
+        }
+        r.submit();
+        // Room at last: turns push it, and the read ends cancelled.
+        let driver = Driver::Inline(Some(Box::new(r)));
+        let start = std::time::Instant::now();
+        while target.result.lock().unwrap().is_none() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "the cancel never reached the kernel"
+            );
+            driver.turn(None);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(*target.result.lock().unwrap(), Some(-libc::ECANCELED));
+    }
 }

@@ -45,6 +45,20 @@
 //! descriptor ([`AsyncEngine::poll_fd`]) and reaps on its own thread. On
 //! tokio, `drive_on_tokio` (feature `tokio`) is that loop.
 //!
+//! # Panics in wakers and buffers
+//!
+//! Wakers and buffers' `Drop`s are user code and may panic. The engine
+//! calls them only with no lock of its own held, after its bookkeeping
+//! is consistent, and catches the panic: every other completion is
+//! delivered and nothing the kernel may still write into is freed. Where
+//! the call happened on the caller's thread ([`AsyncEngine::reap`],
+//! [`AsyncEngine::poll_drive`], starting an operation or dropping a future
+//! on a caller-driven engine), the first panic is resumed there once the
+//! rest is done; on the engine's own threads (the driver thread, the
+//! thread finishing a dropped caller-driven ring, the pool workers) the
+//! panic hook reports it and the thread carries on. Resuming rather than
+//! aborting keeps a panicking task's failure its own, as on any executor.
+//!
 //! # Sockets
 //!
 //! Requests are opaque to the driver (an operation plus a completion
@@ -352,7 +366,20 @@ impl AsyncEngine {
     /// backend, a kernel before 6.0 (no multishot receive), or a
     /// registration the kernel refused. Receive streams then fall back to
     /// one receive at a time.
+    ///
+    /// On the driver thread itself (a task polled in place by its waker)
+    /// the first registration cannot be made, since it waits for that
+    /// thread: the stream falls back to one receive at a time, and the
+    /// ring is registered by the first call from another thread. Checked
+    /// before the `OnceLock`, whose initialisation by another thread waits
+    /// for the driver thread too.
     pub(crate) fn recv_ring(&self) -> Option<&Arc<BufRing>> {
+        if let Some(ring) = self.inner.recv_ring.get() {
+            return ring.as_ref();
+        }
+        if self.inner.driver.setup_would_wait_for_itself() {
+            return None;
+        }
         self.inner
             .recv_ring
             .get_or_init(|| {

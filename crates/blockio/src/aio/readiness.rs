@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use polling::{Event, Events, Poller};
 
-use super::driver::{Cancel, Request};
+use super::driver::{call_user, Cancel, Request};
 use crate::kind::OpKind;
 
 /// One thread watching the sockets of waiting requests.
@@ -193,7 +193,12 @@ fn watch(shared: &Shared) {
     drop(w);
     for (req, dup) in left {
         let _ = shared.poller.delete(dup.as_fd());
-        req.done.complete(-libc::ECANCELED);
+        // A panicking waker is reported by the panic hook; the others are
+        // still completed.
+        let _ = call_user(move || {
+            req.done.complete(-libc::ECANCELED);
+            drop(req);
+        });
     }
 }
 
@@ -224,5 +229,10 @@ fn retry(shared: &Shared, key: usize) {
     let _ = shared.poller.delete(dup.as_fd());
     w.free.push(key);
     drop(w);
-    req.done.complete(res);
+    // On the watching thread: a panicking waker is reported by the panic
+    // hook and the thread goes on serving the other sockets.
+    let _ = call_user(move || {
+        req.done.complete(res);
+        drop(req);
+    });
 }

@@ -105,10 +105,16 @@ pub struct Op<'a> {
 
 // SAFETY: an `Op` is semantically a `&'a mut [u8]` (or `&'a [u8]`, or a slice
 // of `IoSliceMut`, or borrowed C strings) plus plain integers; all of those
-// are `Send` and `Sync`.
+// are `Send`.
 unsafe impl Send for Op<'_> {}
-// SAFETY: see above; shared access to an `Op` never writes through its
-// pointers.
+// SAFETY: shared access to an `Op` does write through its pointers: the
+// thread-pool backend shares a batch `&[Op]` with its workers, and
+// `run_blocking_raw(&self)` reads into the op's buffer. That is sound
+// because each operation is performed by exactly one thread (each index
+// is taken once from an atomic counter, see `threads.rs`), while the
+// batch's `&mut` borrow keeps everyone else off the buffers; every other
+// shared use (building a submission entry, checks, error descriptions)
+// only reads the op's own fields.
 unsafe impl Sync for Op<'_> {}
 
 impl fmt::Debug for Op<'_> {
@@ -272,6 +278,15 @@ impl<'a> Op<'a> {
             return refuse("the offset must be at most", i64::MAX as u64);
         }
         let align = self.direct?;
+        // A `Target` is user code: its alignment is checked before it is
+        // divided by.
+        if let Err(e) = align.check() {
+            let site = self.site();
+            return Some(std::io::Error::new(
+                e.kind(),
+                format!("{} on fd {}: the target's {e}", site.kind, site.fd),
+            ));
+        }
         let (off_align, mem_align) = (u64::from(align.offset), u64::from(align.memory));
         if offset % off_align != 0 {
             return refuse("O_DIRECT: the offset must be a multiple of", off_align);

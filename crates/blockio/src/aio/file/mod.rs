@@ -196,7 +196,20 @@ impl AsyncFile {
             (f, None)
         };
         let align = direct.map_or(1, |a| a.max());
-        let block = options.block_size.div_ceil(align) * align;
+        let block = options
+            .block_size
+            .div_ceil(align)
+            .checked_mul(align)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{}: block_size {} rounded up to the alignment {align} overflows",
+                        path.display(),
+                        options.block_size
+                    ),
+                )
+            })?;
         Ok(AsyncFile {
             engine: engine.clone(),
             handle: Arc::new(Handle {

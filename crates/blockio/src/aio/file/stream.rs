@@ -101,7 +101,13 @@ impl AsyncFile {
                 f.set_waker(cx.waker());
                 f.start();
                 s.ahead.push_back((s.next, f));
-                s.next += s.block as u64;
+                // Past the largest offset (which the reads are refused at)
+                // nothing is read ahead.
+                let Some(next) = s.next.checked_add(s.block as u64) else {
+                    s.eof_at = Some(s.next);
+                    break;
+                };
+                s.next = next;
             }
             let Some((off, f)) = s.ahead.front_mut() else {
                 return Poll::Ready(Ok(0));
@@ -240,10 +246,16 @@ impl AsyncFile {
             SeekFrom::Current(d) => self.stream.pos.checked_add_signed(d),
             SeekFrom::End(d) => self.handle.file.metadata()?.len().checked_add_signed(d),
         };
-        let target = target.ok_or_else(|| {
+        // The kernel's file offsets are signed: beyond i64::MAX no read
+        // or write can be made (lseek refuses it too).
+        let target = target.filter(|&t| t <= i64::MAX as u64).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("seek to {pos:?} from {} is out of range", self.stream.pos),
+                format!(
+                    "seek to {pos:?} from {} is out of range (file offsets go up to {})",
+                    self.stream.pos,
+                    i64::MAX
+                ),
             )
         })?;
         if target != self.stream.pos {

@@ -1,0 +1,178 @@
+//! The batch engine's registered files, tried as a hostile user would:
+//! descriptor numbers reused behind a registration, and registrations made
+//! while other threads wait in the kernel. The tests here depend on which
+//! descriptor numbers the process hands out, so they run one at a time
+//! (`SERIAL`).
+
+mod common;
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{mpsc, Mutex};
+use std::time::Duration;
+
+use blockio::{Engine, Op, RawTarget, ReadPath, Target};
+
+/// How long a test waits for what a bug would make never happen.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Held by every test of this file: descriptor numbers are process-wide.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn engine(slots: u32) -> Engine {
+    Engine::builder()
+        .registered_files(slots)
+        .read_path(ReadPath::AlwaysSubmit)
+        .build()
+        .unwrap()
+}
+
+/// A pipe: the read end and the write end.
+fn pipe() -> (File, File) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into a live array.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors are new and owned by nobody else.
+    unsafe {
+        (
+            File::from(OwnedFd::from_raw_fd(fds[0])),
+            File::from(OwnedFd::from_raw_fd(fds[1])),
+        )
+    }
+}
+
+/// Opens files in `dir` until one gets descriptor number `fd` (the
+/// others stay open meanwhile); fails if none does.
+fn open_at_number(dir: &std::path::Path, fd: i32) -> (File, std::path::PathBuf) {
+    let mut others = Vec::new();
+    for i in 0..256 {
+        let path = dir.join(format!("reuse-{i}"));
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        if f.as_raw_fd() == fd {
+            return (f, path);
+        }
+        others.push(f);
+    }
+    panic!("descriptor number {fd} was never handed out again");
+}
+
+fn write_one(e: &Engine, op: Op<'_>) {
+    let res = e.submit(&mut [op]).unwrap();
+    res.into_iter().next().unwrap().unwrap();
+}
+
+/// Point 3: register file `a`, write once, drop `a`, open `b` on the same
+/// descriptor number: a write to `b` lands in `b`, not in `a`.
+#[test]
+fn a_reused_descriptor_number_never_reaches_the_registered_file() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(4);
+    let pa = dir.path().join("a");
+    let a = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&pa)
+        .unwrap();
+    let number = a.as_raw_fd();
+    let reg = e.register_file(&a).unwrap();
+    write_one(&e, Op::write(&a, 0, b"first"));
+    drop(a);
+    let (b, pb) = open_at_number(dir.path(), number);
+    write_one(&e, Op::write(&b, 0, b"second"));
+    assert_eq!(std::fs::read(&pb).unwrap(), b"second", "b");
+    assert_eq!(std::fs::read(&pa).unwrap(), b"first", "a");
+    drop(reg);
+}
+
+/// Point 3, through the registration itself: operations on it reach the
+/// registered file through its slot; once it is dropped, its descriptor
+/// number named as a raw target reaches whatever file has the number now.
+#[test]
+fn a_dropped_registration_releases_its_slot_and_its_number() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(1);
+    let pa = dir.path().join("a");
+    let a = File::create(&pa).unwrap();
+    let reg = e.register_file(&a).unwrap();
+    drop(a);
+    // The registration keeps the file open by itself.
+    write_one(&e, Op::write(&reg, 0, b"through the slot"));
+    assert_eq!(std::fs::read(&pa).unwrap(), b"through the slot");
+    let number = reg.raw_fd();
+    // One slot: a second registration waits for the first to go.
+    let other = File::create(dir.path().join("other")).unwrap();
+    let err = e.register_file(&other).map(drop);
+    if e.probe().is_some() {
+        let err = err.expect_err("the only slot is taken");
+        assert!(err.to_string().contains("slots are in use"), "{err}");
+    }
+    drop(reg);
+    let (b, pb) = open_at_number(dir.path(), number);
+    write_one(&e, Op::write(&RawTarget(number), 0, b"raw"));
+    assert_eq!(std::fs::read(&pb).unwrap(), b"raw", "b");
+    assert_eq!(std::fs::read(&pa).unwrap(), b"through the slot", "a");
+    // The slot is free again.
+    let again = e.register_file(&b).unwrap();
+    write_one(&e, Op::write(&again, 3, b"!"));
+    assert_eq!(std::fs::read(&pb).unwrap(), b"raw!", "b");
+}
+
+/// Point 4: a thread waits in the kernel on an empty pipe, a second
+/// registers a file, a third writes what the first waits for. All three
+/// finish: no lock is held across a kernel call that waits on another
+/// thread.
+#[test]
+fn registering_while_a_thread_waits_in_the_kernel_deadlocks_nothing() {
+    let _serial = serial();
+    let (path, _) = common::data_file(4096, 3);
+    let e = engine(4);
+    let (r, w) = pipe();
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        let (e, r, w, path) = (&e, &r, &w, &path);
+        let t = tx.clone();
+        s.spawn(move || {
+            let mut buf = [0u8; 5];
+            write_one(e, Op::read(r, 0, &mut buf));
+            let _ = t.send("reader");
+        });
+        // Not a timing assertion: the pauses only make the order that
+        // deadlocked (reader in the kernel, then a registration waiting,
+        // then the writer) the likely one; any order must finish.
+        std::thread::sleep(Duration::from_millis(300));
+        let t = tx.clone();
+        s.spawn(move || {
+            let f = File::open(path).unwrap();
+            let reg = e.register_file(&f).unwrap();
+            let _ = t.send("registration");
+            drop(reg);
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let t = tx.clone();
+        s.spawn(move || {
+            write_one(e, Op::write(w, 0, b"hello"));
+            let _ = t.send("writer");
+        });
+        for _ in 0..3 {
+            if rx.recv_timeout(DEADLINE).is_err() {
+                eprintln!("deadlocked: the threads never finished");
+                std::process::abort();
+            }
+        }
+    });
+}
