@@ -58,9 +58,18 @@
 //! `hyper-util`'s `TokioIo`; see `examples/hyper_server.rs`) run on them.
 //! The traits lend slices for one poll, so they cost a copy each way:
 //! reads receive into a buffer of the stream's and hand bytes out; writes
-//! copy the slice, start the send and report the bytes written, and the
-//! next write, flush or close waits for it and reports its error. The
-//! owned-buffer methods cost no copy. Both kinds of read share one queue
+//! copy the slice into the stream's queue and report the bytes written.
+//! **Bytes a write accepted keep moving on their own**: each completed
+//! send starts the next (the rest of a short send, then what was queued
+//! meanwhile), so a reply written without a flush reaches a peer that
+//! waits for all of it before answering. **Dropping a stream lingers**
+//! like closing a socket: what was accepted is still sent, and the
+//! descriptor closes after the last byte is in the kernel (or a send
+//! fails, or a peer that does not read has held it for a minute);
+//! nothing blocks in `Drop`. A flush waits for the queue, and a send's
+//! error comes back from the next write or flush. The queue takes up to
+//! 256 KiB beyond the send in flight; a write waits while it is full.
+//! The owned-buffer methods cost no copy, and go after the queue. Both kinds of read share one queue
 //! of bytes: mixed on one stream, and dropped by timeouts, they keep the
 //! stream's order and lose nothing.
 //!
@@ -138,8 +147,10 @@ mod socket;
 mod stream;
 mod tcp;
 mod unix;
+mod write_side;
 
 pub use crate::error::NetError;
 pub use recv_stream::{RecvBuf, RecvStream};
 pub use tcp::{Incoming, TcpListener, TcpListenerOptions, TcpStream};
 pub use unix::{UnixIncoming, UnixListener, UnixStream};
+pub use write_side::WriteDropped;

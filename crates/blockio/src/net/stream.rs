@@ -6,6 +6,7 @@ use std::net::Shutdown;
 
 use super::read_side::{ReadSide, Settled};
 use super::socket::Sock;
+use super::write_side::WriteSide;
 use crate::aio::{BufResult, IoBuf, IoBufMut};
 use crate::error::NetError;
 use crate::kind::OpKind;
@@ -14,6 +15,7 @@ use crate::kind::OpKind;
 pub(crate) struct StreamCore {
     pub(crate) sock: Sock,
     pub(crate) reads: ReadSide,
+    pub(crate) writes: WriteSide,
     /// The peer, as errors name it.
     pub(crate) peer: String,
 }
@@ -21,6 +23,7 @@ pub(crate) struct StreamCore {
 impl StreamCore {
     pub(crate) fn new(sock: Sock, peer: String) -> StreamCore {
         StreamCore {
+            writes: WriteSide::new(sock.clone(), peer.clone()),
             sock,
             reads: ReadSide::default(),
             peer,
@@ -46,8 +49,16 @@ impl StreamCore {
     }
 
     /// Writes from `buf`: how many bytes went (maybe fewer than all).
+    /// Bytes the I/O traits accepted go first; a dropped write that sent
+    /// bytes is reported instead (see `write_side`).
     pub(crate) async fn write<B: IoBuf>(&self, buf: B) -> BufResult<usize, B> {
-        let (res, buf) = self.sock.send(buf, 0).await;
+        if let Err(e) = self.writes.ready_for_owned().await {
+            return (Err(e), buf);
+        }
+        let mut guard = self.writes.guard(buf.bytes_len());
+        let mut fut = self.sock.send(buf, 0);
+        fut.start();
+        let (res, buf) = guard.send(fut).await;
         (
             res.map_err(|e| NetError::wrap(OpKind::Send, &self.peer, e)),
             buf,
@@ -56,16 +67,43 @@ impl StreamCore {
 
     /// Writes `bufs` in order with one `sendmsg`.
     pub(crate) async fn writev<B: IoBuf>(&self, bufs: Vec<B>) -> BufResult<usize, Vec<B>> {
-        let (res, bufs) = self.sock.send_vectored(bufs).await;
+        if let Err(e) = self.writes.ready_for_owned().await {
+            return (Err(e), bufs);
+        }
+        let mut guard = self.writes.guard(bufs.iter().map(IoBuf::bytes_len).sum());
+        let mut fut = self.sock.send_vectored(bufs);
+        fut.start();
+        let (res, msg) = guard.send(fut).await;
         (
             res.map_err(|e| NetError::wrap(OpKind::SendVectored, &self.peer, e)),
-            bufs,
+            msg.bufs,
         )
     }
 
-    /// Writes all of `buf`.
-    pub(crate) async fn write_all<B: IoBuf>(&self, buf: B) -> BufResult<(), B> {
-        self.sock.send_all(buf, &self.peer).await
+    /// Writes all of `buf`, one `send` after another until every byte went.
+    pub(crate) async fn write_all<B: IoBuf>(&self, mut buf: B) -> BufResult<(), B> {
+        if let Err(e) = self.writes.ready_for_owned().await {
+            return (Err(e), buf);
+        }
+        let len = buf.bytes_len();
+        let mut guard = self.writes.guard(len);
+        let mut sent = 0;
+        while sent < len {
+            let mut fut = self.sock.send(buf, sent);
+            fut.start();
+            let (res, b) = guard.send(fut).await;
+            buf = b;
+            let err = match res {
+                Ok(0) => io::Error::from(io::ErrorKind::WriteZero),
+                Ok(n) => {
+                    sent += n;
+                    continue;
+                }
+                Err(e) => e,
+            };
+            return (Err(NetError::wrap(OpKind::Send, &self.peer, err)), buf);
+        }
+        (Ok(()), buf)
     }
 
     /// Shuts down the reading side, the writing side or both.

@@ -1,0 +1,414 @@
+//! The same server programs on `tokio::net` and on `blockio::net`, and what
+//! their peers observe, compared byte for byte.
+//!
+//! Each scenario is written once, over tokio's I/O traits (or, for owned
+//! writes, a small trait both stacks implement), and run on four stacks:
+//! tokio, blockio's default engine, a blockio engine driven by tokio's
+//! reactor (`drive_on_tokio`), and blockio on its epoll fallback. The
+//! peers are plain std sockets on threads, each with a time limit, so a
+//! server that stalls is seen as a peer that timed out, never as a hung
+//! test. Every observation must equal tokio's.
+
+use std::future::Future;
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream as StdUnix;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use blockio::aio::{drive_on_tokio, AsyncEngine};
+use blockio::BackendChoice;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// How long a peer waits for any one read before it reports a stall.
+const PEER_LIMIT: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stack {
+    Tokio,
+    /// The default engine, with its driver thread.
+    Blockio,
+    /// A caller-driven engine on tokio's reactor.
+    BlockioDriven,
+    /// The epoll fallback.
+    BlockioEpoll,
+}
+
+const STACKS: [Stack; 4] = [
+    Stack::Tokio,
+    Stack::Blockio,
+    Stack::BlockioDriven,
+    Stack::BlockioEpoll,
+];
+
+/// A stream of any stack, as the scenarios see it.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+type BoxIo = Box<dyn Io>;
+
+type Handler = Arc<dyn Fn(BoxIo, usize) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// Which socket family a scenario runs over, and the server's send buffer.
+#[derive(Clone, Copy, Debug)]
+enum Family {
+    Tcp { send_buffer: Option<usize> },
+    Unix,
+}
+
+/// Where a peer connects.
+#[derive(Clone, Debug)]
+enum Addr {
+    Tcp(std::net::SocketAddr),
+    Unix(PathBuf),
+}
+
+/// A connected peer: std's blocking sockets, with a time limit per read.
+enum Peer {
+    Tcp(std::net::TcpStream),
+    Unix(StdUnix),
+}
+
+impl Addr {
+    fn connect(&self) -> Peer {
+        let p = match self {
+            Addr::Tcp(a) => Peer::Tcp(std::net::TcpStream::connect(a).unwrap()),
+            Addr::Unix(p) => Peer::Unix(StdUnix::connect(p).unwrap()),
+        };
+        match &p {
+            Peer::Tcp(s) => s.set_read_timeout(Some(PEER_LIMIT)).unwrap(),
+            Peer::Unix(s) => s.set_read_timeout(Some(PEER_LIMIT)).unwrap(),
+        }
+        p
+    }
+}
+
+impl Read for Peer {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Peer::Tcp(s) => s.read(buf),
+            Peer::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Peer {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Peer::Tcp(s) => s.write(buf),
+            Peer::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A server of `stack` running `handler` on every connection (numbered in
+/// the order accepted), on a current-thread runtime of its own thread.
+struct Server {
+    addr: Addr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+fn engine(stack: Stack) -> Option<AsyncEngine> {
+    match stack {
+        Stack::Tokio => None,
+        Stack::Blockio => Some(AsyncEngine::new().unwrap()),
+        Stack::BlockioDriven => Some(
+            AsyncEngine::builder()
+                .driven_by_caller()
+                .submit_when_driven(true)
+                .build()
+                .unwrap(),
+        ),
+        Stack::BlockioEpoll => Some(
+            AsyncEngine::builder()
+                .backend(BackendChoice::ThreadPool)
+                .build()
+                .unwrap(),
+        ),
+    }
+}
+
+fn serve(stack: Stack, family: Family, handler: Handler) -> Server {
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let dir = matches!(family, Family::Unix).then(|| tempfile::tempdir().unwrap());
+    let path = dir.as_ref().map(|d| d.path().join("sock"));
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let engine = engine(stack);
+            if let (Stack::BlockioDriven, Some(e)) = (stack, &engine) {
+                if e.poll_fd().is_some() {
+                    tokio::spawn(drive_on_tokio(e.clone()));
+                }
+            }
+            let accept_loop = accept_loop(family, engine, path, handler, addr_tx);
+            tokio::select! {
+                _ = accept_loop => {}
+                _ = stopped => {}
+            }
+        });
+    });
+    let addr = addr_rx.recv().unwrap();
+    Server {
+        addr,
+        stop: Some(stop),
+        thread: Some(thread),
+        _dir: dir,
+    }
+}
+
+async fn accept_loop(
+    family: Family,
+    engine: Option<AsyncEngine>,
+    path: Option<PathBuf>,
+    handler: Handler,
+    addr_tx: std::sync::mpsc::Sender<Addr>,
+) {
+    let mut n = 0;
+    match (family, engine) {
+        (Family::Tcp { send_buffer }, None) => {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addr_tx.send(Addr::Tcp(l.local_addr().unwrap())).unwrap();
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                if let Some(size) = send_buffer {
+                    socket2::SockRef::from(&s)
+                        .set_send_buffer_size(size)
+                        .unwrap();
+                }
+                tokio::spawn(handler(Box::new(s), n));
+                n += 1;
+            }
+        }
+        (Family::Tcp { send_buffer }, Some(e)) => {
+            let l = blockio::net::TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+            addr_tx.send(Addr::Tcp(l.local_addr())).unwrap();
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                if let Some(size) = send_buffer {
+                    s.socket().set_send_buffer_size(size).unwrap();
+                }
+                tokio::spawn(handler(Box::new(s), n));
+                n += 1;
+            }
+        }
+        (Family::Unix, None) => {
+            let path = path.unwrap();
+            let l = tokio::net::UnixListener::bind(&path).unwrap();
+            addr_tx.send(Addr::Unix(path)).unwrap();
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                tokio::spawn(handler(Box::new(s), n));
+                n += 1;
+            }
+        }
+        (Family::Unix, Some(e)) => {
+            let path = path.unwrap();
+            let l = blockio::net::UnixListener::bind(&e, &path).unwrap();
+            addr_tx.send(Addr::Unix(path)).unwrap();
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                tokio::spawn(handler(Box::new(s), n));
+                n += 1;
+            }
+        }
+    }
+}
+
+/// Runs `peers` on threads against a server of every stack, and checks
+/// that each stack's peers observed what tokio's did.
+fn compare<T, P>(name: &str, family: Family, handler: Handler, conns: usize, peer: P)
+where
+    T: PartialEq + std::fmt::Debug + Send + 'static,
+    P: Fn(Addr, usize) -> T + Send + Sync + Clone + 'static,
+{
+    let mut reference: Option<Vec<T>> = None;
+    for stack in STACKS {
+        let server = serve(stack, family, handler.clone());
+        let threads: Vec<_> = (0..conns)
+            .map(|i| {
+                let (addr, peer) = (server.addr.clone(), peer.clone());
+                std::thread::spawn(move || peer(addr, i))
+            })
+            .collect();
+        let seen: Vec<T> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        drop(server);
+        match &reference {
+            None => reference = Some(seen),
+            Some(want) => {
+                for (i, (got, want)) in seen.iter().zip(want).enumerate() {
+                    assert_eq!(
+                        got, want,
+                        "{name}: connection {i} on {stack:?} saw something else than on tokio"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// What a peer saw of a byte stream: its length and a digest of it, or how
+/// reading it failed.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Bytes { len: usize, sum: u64 },
+    Failed(io::ErrorKind),
+}
+
+fn digest(bytes: &[u8]) -> u64 {
+    // FNV-1a: order-sensitive, so a swapped or repeated chunk shows.
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The `n`th byte of connection `c`'s reply.
+fn pattern(c: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64 * 131 + c as u64 * 7 + i as u64 / 251) as u8)
+        .collect()
+}
+
+fn read_exactly(p: &mut Peer, len: usize) -> Seen {
+    let mut buf = vec![0u8; len];
+    match p.read_exact(&mut buf) {
+        Ok(()) => Seen::Bytes {
+            len,
+            sum: digest(&buf),
+        },
+        Err(e) => Seen::Failed(e.kind()),
+    }
+}
+
+fn read_to_end(p: &mut Peer) -> Seen {
+    let mut buf = Vec::new();
+    match p.read_to_end(&mut buf) {
+        Ok(_) => Seen::Bytes {
+            len: buf.len(),
+            sum: digest(&buf),
+        },
+        Err(e) => Seen::Failed(e.kind()),
+    }
+}
+
+const REPLY: usize = 1 << 20;
+
+/// The number a peer names itself by (connections are accepted in any
+/// order).
+async fn read_id(s: &mut BoxIo) -> usize {
+    let mut id = [0u8; 4];
+    s.read_exact(&mut id).await.unwrap();
+    u32::from_le_bytes(id) as usize
+}
+
+/// A 1 MiB reply written without a flush, then a wait for a 1-byte
+/// acknowledgement: the reply must reach the peer on its own.
+fn reply_then_ack() -> Handler {
+    Arc::new(|mut s: BoxIo, _n: usize| {
+        Box::pin(async move {
+            let c = read_id(&mut s).await;
+            s.write_all(&pattern(c, REPLY)).await.unwrap();
+            let mut ack = [0u8; 1];
+            s.read_exact(&mut ack).await.unwrap();
+            s.write_all(b"bye").await.unwrap();
+            s.shutdown().await.unwrap();
+        })
+    })
+}
+
+fn reply_then_ack_peer(addr: Addr, c: usize) -> (Seen, Seen) {
+    let mut p = addr.connect();
+    p.write_all(&(c as u32).to_le_bytes()).unwrap();
+    let reply = read_exactly(&mut p, REPLY);
+    p.write_all(b"!").unwrap();
+    (reply, read_to_end(&mut p))
+}
+
+#[test]
+fn a_reply_written_without_flush_reaches_the_peer_over_tcp_with_a_small_send_buffer() {
+    let family = Family::Tcp {
+        send_buffer: Some(32 * 1024),
+    };
+    compare(
+        "reply then ack",
+        family,
+        reply_then_ack(),
+        5,
+        reply_then_ack_peer,
+    );
+}
+
+#[test]
+fn a_reply_written_without_flush_reaches_the_peer_over_a_unix_socket() {
+    compare(
+        "reply then ack",
+        Family::Unix,
+        reply_then_ack(),
+        5,
+        reply_then_ack_peer,
+    );
+}
+
+/// The size of connection `c`'s reply in the drop scenario: 16 B to 2 MiB.
+fn drop_reply_len(c: usize) -> usize {
+    (16usize << (c % 18)).min(2 << 20) + c
+}
+
+/// `write_all` (which returns `Ok`), then the stream dropped without a
+/// flush or a shutdown: the peer must get every byte, then the end.
+fn write_all_then_drop() -> Handler {
+    Arc::new(|mut s: BoxIo, _n: usize| {
+        Box::pin(async move {
+            let c = read_id(&mut s).await;
+            s.write_all(&pattern(c, drop_reply_len(c))).await.unwrap();
+            drop(s);
+        })
+    })
+}
+
+fn write_all_then_drop_peer(addr: Addr, c: usize) -> Seen {
+    let mut p = addr.connect();
+    p.write_all(&(c as u32).to_le_bytes()).unwrap();
+    read_to_end(&mut p)
+}
+
+#[test]
+fn bytes_written_before_a_drop_without_flush_all_arrive() {
+    let family = Family::Tcp { send_buffer: None };
+    compare(
+        "write_all then drop",
+        family,
+        write_all_then_drop(),
+        100,
+        write_all_then_drop_peer,
+    );
+}
+
+#[test]
+fn bytes_written_before_a_drop_without_flush_all_arrive_over_unix_sockets() {
+    compare(
+        "write_all then drop",
+        Family::Unix,
+        write_all_then_drop(),
+        100,
+        write_all_then_drop_peer,
+    );
+}
