@@ -47,7 +47,27 @@ trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 type BoxIo = Box<dyn Io>;
 
-type Handler = Arc<dyn Fn(BoxIo, usize) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+/// An accepted connection of any stack, for the scenarios that use more
+/// than the I/O traits.
+enum Conn {
+    TokioTcp(tokio::net::TcpStream),
+    TokioUnix(tokio::net::UnixStream),
+    BlockioTcp(blockio::net::TcpStream),
+    BlockioUnix(blockio::net::UnixStream),
+}
+
+impl Conn {
+    fn io(self) -> BoxIo {
+        match self {
+            Conn::TokioTcp(s) => Box::new(s),
+            Conn::TokioUnix(s) => Box::new(s),
+            Conn::BlockioTcp(s) => Box::new(s),
+            Conn::BlockioUnix(s) => Box::new(s),
+        }
+    }
+}
+
+type Handler = Arc<dyn Fn(Conn) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Which socket family a scenario runs over, and the server's send buffer.
 #[derive(Clone, Copy, Debug)]
@@ -104,8 +124,7 @@ impl Write for Peer {
     }
 }
 
-/// A server of `stack` running `handler` on every connection (numbered in
-/// the order accepted), on a current-thread runtime of its own thread.
+/// A server of `stack` running `handler` on every connection, on a current-thread runtime of its own thread.
 struct Server {
     addr: Addr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -182,7 +201,6 @@ async fn accept_loop(
     handler: Handler,
     addr_tx: std::sync::mpsc::Sender<Addr>,
 ) {
-    let mut n = 0;
     match (family, engine) {
         (Family::Tcp { send_buffer }, None) => {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -194,8 +212,7 @@ async fn accept_loop(
                         .set_send_buffer_size(size)
                         .unwrap();
                 }
-                tokio::spawn(handler(Box::new(s), n));
-                n += 1;
+                tokio::spawn(handler(Conn::TokioTcp(s)));
             }
         }
         (Family::Tcp { send_buffer }, Some(e)) => {
@@ -206,8 +223,7 @@ async fn accept_loop(
                 if let Some(size) = send_buffer {
                     s.socket().set_send_buffer_size(size).unwrap();
                 }
-                tokio::spawn(handler(Box::new(s), n));
-                n += 1;
+                tokio::spawn(handler(Conn::BlockioTcp(s)));
             }
         }
         (Family::Unix, None) => {
@@ -216,8 +232,7 @@ async fn accept_loop(
             addr_tx.send(Addr::Unix(path)).unwrap();
             loop {
                 let (s, _) = l.accept().await.unwrap();
-                tokio::spawn(handler(Box::new(s), n));
-                n += 1;
+                tokio::spawn(handler(Conn::TokioUnix(s)));
             }
         }
         (Family::Unix, Some(e)) => {
@@ -226,8 +241,7 @@ async fn accept_loop(
             addr_tx.send(Addr::Unix(path)).unwrap();
             loop {
                 let (s, _) = l.accept().await.unwrap();
-                tokio::spawn(handler(Box::new(s), n));
-                n += 1;
+                tokio::spawn(handler(Conn::BlockioUnix(s)));
             }
         }
     }
@@ -322,8 +336,9 @@ async fn read_id(s: &mut BoxIo) -> usize {
 /// A 1 MiB reply written without a flush, then a wait for a 1-byte
 /// acknowledgement: the reply must reach the peer on its own.
 fn reply_then_ack() -> Handler {
-    Arc::new(|mut s: BoxIo, _n: usize| {
+    Arc::new(|s: Conn| {
         Box::pin(async move {
+            let mut s = s.io();
             let c = read_id(&mut s).await;
             s.write_all(&pattern(c, REPLY)).await.unwrap();
             let mut ack = [0u8; 1];
@@ -375,8 +390,9 @@ fn drop_reply_len(c: usize) -> usize {
 /// `write_all` (which returns `Ok`), then the stream dropped without a
 /// flush or a shutdown: the peer must get every byte, then the end.
 fn write_all_then_drop() -> Handler {
-    Arc::new(|mut s: BoxIo, _n: usize| {
+    Arc::new(|s: Conn| {
         Box::pin(async move {
+            let mut s = s.io();
             let c = read_id(&mut s).await;
             s.write_all(&pattern(c, drop_reply_len(c))).await.unwrap();
             drop(s);
@@ -411,4 +427,116 @@ fn bytes_written_before_a_drop_without_flush_all_arrive_over_unix_sockets() {
         100,
         write_all_then_drop_peer,
     );
+}
+
+/// A small xorshift generator: the scenarios' random sizes and time
+/// limits, the same on every stack.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// What one write attempt under a time limit came to, as a retrying
+/// writer needs it: how many bytes of what it asked went, or nothing known
+/// yet.
+enum Attempt {
+    /// These many bytes went; write on from there.
+    Sent(usize),
+    /// The limit passed: on tokio the write sent nothing; on blockio the
+    /// next write reports what it sent, if anything.
+    TimedOut,
+}
+
+/// One `write` of `data` within `limit`, on the stream's own API: tokio's
+/// `AsyncWriteExt::write`, blockio's owned `write`. A blockio write that
+/// reports a dropped one ([`blockio::net::WriteDropped`]) counts that
+/// write's bytes and sends nothing itself.
+async fn timed_write(conn: &mut Conn, data: &[u8], limit: Duration) -> io::Result<Attempt> {
+    use tokio::time::timeout;
+    match conn {
+        Conn::TokioTcp(s) => match timeout(limit, s.write(data)).await {
+            Ok(res) => res.map(Attempt::Sent),
+            Err(_) => Ok(Attempt::TimedOut),
+        },
+        Conn::BlockioTcp(s) => {
+            match timeout(limit, blockio::net::TcpStream::write(s, data.to_vec())).await {
+                Ok((Ok(n), _)) => Ok(Attempt::Sent(n)),
+                Ok((Err(e), _)) => match blockio::net::WriteDropped::of(&e) {
+                    Some(d) => Ok(Attempt::Sent(d.sent)),
+                    None => Err(e),
+                },
+                Err(_) => Ok(Attempt::TimedOut),
+            }
+        }
+        _ => unreachable!("a TCP scenario"),
+    }
+}
+
+const TIMED_TOTAL: usize = 2 << 20;
+
+/// 2 MiB written in random pieces, each write under a random limit of
+/// 0.5-3.5 ms, retried from where the writer knows the stream stands, to
+/// a peer that reads slowly: the peer must get every byte once, in order.
+fn timed_writes() -> Handler {
+    Arc::new(|mut conn: Conn| {
+        Box::pin(async move {
+            let mut id = [0u8; 4];
+            match &mut conn {
+                Conn::TokioTcp(s) => s.read_exact(&mut id).await.map(drop).unwrap(),
+                Conn::BlockioTcp(s) => {
+                    let (res, buf) = blockio::net::TcpStream::read(s, vec![0u8; 4]).await;
+                    assert_eq!(res.unwrap(), 4);
+                    id.copy_from_slice(&buf);
+                }
+                _ => unreachable!("a TCP scenario"),
+            }
+            let c = u32::from_le_bytes(id) as usize;
+            let data = pattern(c, TIMED_TOTAL);
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ c as u64);
+            let mut at = 0;
+            while at < data.len() {
+                let len = (1 + rng.below(64 * 1024) as usize).min(data.len() - at);
+                let limit = Duration::from_micros(500 + rng.below(3000));
+                match timed_write(&mut conn, &data[at..at + len], limit).await {
+                    Ok(Attempt::Sent(n)) => at += n,
+                    Ok(Attempt::TimedOut) => {}
+                    Err(e) => panic!("write {at} on connection {c}: {e}"),
+                }
+            }
+            drop(conn.io());
+        })
+    })
+}
+
+fn slow_reader(addr: Addr, c: usize) -> Seen {
+    let mut p = addr.connect();
+    p.write_all(&(c as u32).to_le_bytes()).unwrap();
+    let mut all = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match p.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => all.extend_from_slice(&buf[..n]),
+            Err(e) => return Seen::Failed(e.kind()),
+        }
+        std::thread::sleep(Duration::from_micros(700));
+    }
+    Seen::Bytes {
+        len: all.len(),
+        sum: digest(&all),
+    }
+}
+
+#[test]
+fn writes_dropped_by_timeouts_and_retried_send_every_byte_once() {
+    let family = Family::Tcp {
+        send_buffer: Some(32 * 1024),
+    };
+    compare("timed writes", family, timed_writes(), 3, slow_reader);
 }

@@ -44,6 +44,36 @@
 //!   not stay armed forever.
 //! * **No bytes are lost.** A read cancelled by a timeout either took no
 //!   bytes, or the next read on the stream returns them first, in order.
+//! * **No bytes are sent twice unknowingly.** A write (owned `write`,
+//!   `write_all`, `writev`) cancelled by a timeout either sent no bytes,
+//!   and is forgotten (retry it whole, as on tokio), or the stream's next
+//!   write sends nothing and fails with a [`WriteDropped`] error saying
+//!   how many of the dropped write's bytes went (`WriteDropped::of(&err)`;
+//!   kind [`Other`](std::io::ErrorKind::Other)): resend only the rest, and
+//!   the write after that proceeds. A retry loop that handles it:
+//!
+//! ```no_run
+//! # async fn send(s: &blockio::net::TcpStream, data: &[u8]) -> std::io::Result<()> {
+//! use std::time::Duration;
+//! use blockio::net::WriteDropped;
+//! let mut at = 0;
+//! while at < data.len() {
+//!     let write = s.write(data[at..].to_vec());
+//!     match tokio::time::timeout(Duration::from_millis(5), write).await {
+//!         Ok((Ok(n), _)) => at += n,
+//!         Ok((Err(e), _)) => match WriteDropped::of(&e) {
+//!             Some(dropped) => at += dropped.sent,
+//!             None => return Err(e),
+//!         },
+//!         Err(_elapsed) => {} // nothing known yet: the next write says
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//!   Trait writes are never half-done: `poll_write` either takes bytes
+//!   (and then sends them) or takes none.
 //! * **Errors name the peer**: `recv from 10.0.0.7:5432 failed: Connection
 //!   reset by peer (os error 104)`, with the errno's
 //!   [`io::ErrorKind`](std::io::ErrorKind); [`errno`](crate::errno) reads
