@@ -199,7 +199,7 @@ fn a_dropped_read_is_cancelled_in_the_kernel() {
 }
 
 #[test]
-fn errors_name_the_peer_and_keep_their_kind() {
+fn errors_are_the_kernels_as_on_std_and_tokio() {
     let e = engine();
     // A port nobody listens on: bind one, note it, close it.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -209,11 +209,7 @@ fn errors_name_the_peer_and_keep_their_kind() {
     let err = futures::executor::block_on(TcpStream::connect(&e, port)).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
     assert_eq!(blockio::errno(&err), Some(libc::ECONNREFUSED));
-    let msg = err.to_string();
-    assert!(
-        msg.contains(&port.to_string()) && msg.contains("connect"),
-        "{msg}"
-    );
+    assert_eq!(err.raw_os_error(), Some(libc::ECONNREFUSED), "{err}");
 
     // A peer that closed with unread data resets the connection; writing
     // on fails with EPIPE or ECONNRESET, never SIGPIPE (this process would
@@ -222,7 +218,6 @@ fn errors_name_the_peer_and_keep_their_kind() {
     peer.write_all(b"unread").unwrap();
     std::thread::sleep(Duration::from_millis(20));
     drop(peer);
-    let peer_addr = s.peer_addr().to_string();
     let err = futures::executor::block_on(async {
         loop {
             if let (Err(e), _) = s.write_all(vec![1u8; 65536]).await {
@@ -235,8 +230,7 @@ fn errors_name_the_peer_and_keep_their_kind() {
         errno == Some(libc::EPIPE) || errno == Some(libc::ECONNRESET),
         "{err}"
     );
-    assert!(err.to_string().contains(&peer_addr), "{err}");
-    assert!(err.to_string().starts_with("send to"), "{err}");
+    assert_eq!(err.raw_os_error(), errno, "{err}");
 }
 
 #[test]
@@ -269,7 +263,7 @@ fn runs_on_smol_and_block_on() {
 }
 
 #[test]
-fn bind_errors_name_the_address() {
+fn bind_errors_keep_their_errno() {
     let e = engine();
     let taken = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
     let err = blockio::net::TcpListenerOptions::default()
@@ -277,10 +271,8 @@ fn bind_errors_name_the_address() {
         .bind(&e, taken.local_addr())
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
-    assert!(
-        err.to_string().contains(&taken.local_addr().to_string()),
-        "{err}"
-    );
+    assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE), "{err}");
+    assert_eq!(blockio::errno(&err), Some(libc::EADDRINUSE), "{err}");
 }
 
 #[test]
@@ -544,12 +536,11 @@ fn half_close_ends_one_direction() {
 }
 
 /// A peer that resets the connection while a read waits fails that read
-/// with `ECONNRESET`, naming the peer.
+/// with the kernel's `ECONNRESET`, as a plain OS error.
 #[test]
 fn a_reset_mid_read_fails_the_read() {
     let e = engine();
     let (s, peer) = pair(&e);
-    let peer_addr = s.peer_addr().to_string();
     let resetter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
         // Linger 0: close sends a reset instead of a FIN.
@@ -561,14 +552,14 @@ fn a_reset_mid_read_fails_the_read() {
     let (res, _) = futures::executor::block_on(s.read(vec![0u8; 64]));
     resetter.join().unwrap();
     let err = res.unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ECONNRESET), "{err}");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
     assert_eq!(blockio::errno(&err), Some(libc::ECONNRESET), "{err}");
-    assert!(err.to_string().contains(&peer_addr), "{err}");
-    assert!(err.to_string().starts_with("recv from"), "{err}");
 }
 
 /// A peer that never answers (a listener whose queue is full drops the
-/// SYN): `connect_timeout` gives up at its limit with `TimedOut`, naming
-/// the address.
+/// SYN): `connect_timeout` gives up at its limit with `ETIMEDOUT` (kind
+/// `TimedOut`).
 #[test]
 fn connect_timeout_gives_up_at_its_limit() {
     let e = engine();
@@ -589,7 +580,7 @@ fn connect_timeout_gives_up_at_its_limit() {
     let err = futures::executor::block_on(TcpStream::connect_timeout(&e, addr, limit)).unwrap_err();
     let took = start.elapsed();
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
-    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    assert_eq!(err.raw_os_error(), Some(libc::ETIMEDOUT), "{err}");
     assert!(took >= limit && took < Duration::from_secs(3), "{took:?}");
     // And a peer that answers is reached within the limit.
     let ok = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -669,9 +660,10 @@ print('ok')
 }
 
 /// Unix-domain sockets: the same API over a path, every byte echoed both
-/// ways, errors naming the path.
+/// ways, the kernel's errnos kept, and an error that is not the kernel's
+/// naming the path.
 #[test]
-fn unix_streams_echo_and_name_their_path() {
+fn unix_streams_echo_and_keep_errnos() {
     use blockio::net::{UnixListener, UnixStream};
     use futures::io::{AsyncReadExt, AsyncWriteExt};
     let e = engine();
@@ -680,17 +672,15 @@ fn unix_streams_echo_and_name_their_path() {
     let l = UnixListener::bind(&e, &path).unwrap();
     assert_eq!(l.local_path(), path);
     let err = UnixListener::bind(&e, &path).unwrap_err();
-    assert!(
-        err.to_string().contains(&path.display().to_string()),
-        "{err}"
-    );
+    assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE), "{err}");
     let missing = dir.path().join("nobody");
     let err = futures::executor::block_on(UnixStream::connect(&e, &missing)).unwrap_err();
     assert_eq!(blockio::errno(&err), Some(libc::ENOENT), "{err}");
-    assert!(
-        err.to_string().contains(&missing.display().to_string()),
-        "{err}"
-    );
+    assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+    // An error that is not the kernel's names the path.
+    let long = dir.path().join("x".repeat(200));
+    let err = UnixListener::bind(&e, &long).unwrap_err();
+    assert!(err.to_string().contains("x".repeat(200).as_str()), "{err}");
 
     let data: Vec<u8> = (0..1u32 << 20).map(|i| ((i * 31) >> 3) as u8).collect();
     let rt = current_thread();

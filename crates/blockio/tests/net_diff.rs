@@ -540,3 +540,188 @@ fn writes_dropped_by_timeouts_and_retried_send_every_byte_once() {
     };
     compare("timed writes", family, timed_writes(), 3, slow_reader);
 }
+
+/// An operation's outcome as code ported from tokio inspects it.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Ok,
+    Err {
+        raw: Option<i32>,
+        kind: io::ErrorKind,
+    },
+}
+
+impl<T> From<io::Result<T>> for Outcome {
+    fn from(r: io::Result<T>) -> Outcome {
+        match r {
+            Ok(_) => Outcome::Ok,
+            Err(e) => Outcome::Err {
+                raw: e.raw_os_error(),
+                kind: e.kind(),
+            },
+        }
+    }
+}
+
+/// A port nobody listens on.
+fn closed_port() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// A stream of `stack` connected to a std peer that resets the connection
+/// (linger 0) once the stream waits in a read; what the read got.
+async fn reset_mid_read(stack: Stack, e: Option<&AsyncEngine>) -> Outcome {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let resetter = std::thread::spawn(move || {
+        let (peer, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        socket2::SockRef::from(&peer)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+    });
+    let out = match (stack, e) {
+        (Stack::Tokio, _) => {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.read(&mut [0u8; 64]).await.into()
+        }
+        (_, Some(e)) => {
+            let s = blockio::net::TcpStream::connect(e, addr).await.unwrap();
+            blockio::net::TcpStream::read(&s, vec![0u8; 64])
+                .await
+                .0
+                .into()
+        }
+        _ => unreachable!(),
+    };
+    resetter.join().unwrap();
+    out
+}
+
+/// The socket errors of `stack`, as raw errno and kind: a refused connect,
+/// a list of addresses whose last one listens, a port in use, a missing
+/// Unix socket, a reset mid-read.
+async fn error_cases(stack: Stack, e: Option<AsyncEngine>) -> Vec<(&'static str, Outcome)> {
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let open_addr = open.local_addr().unwrap();
+    let closed = closed_port();
+    let list = [
+        "[::1]:1".to_string(),
+        closed.to_string(),
+        open_addr.to_string(),
+    ];
+    let list: Vec<std::net::SocketAddr> = list.iter().map(|a| a.parse().unwrap()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nobody");
+    let mut out = Vec::new();
+    match &e {
+        None => {
+            use tokio::net::{TcpListener, TcpStream, UnixStream};
+            out.push(("refused", TcpStream::connect(closed).await.into()));
+            let s = TcpStream::connect(&list[..]).await;
+            let peer = s.as_ref().map(|s| s.peer_addr().unwrap()).ok();
+            out.push(("list", s.into()));
+            out.push(("list reaches", Outcome::from(Ok::<_, io::Error>(peer))));
+            out.push(("in use", TcpListener::bind(open_addr).await.into()));
+            out.push(("no unix socket", UnixStream::connect(&missing).await.into()));
+        }
+        Some(e) => {
+            use blockio::net::{TcpListener, TcpStream, UnixStream};
+            out.push(("refused", TcpStream::connect(e, closed).await.into()));
+            let s = TcpStream::connect(e, &list[..]).await;
+            let peer = s.as_ref().map(|s| s.peer_addr()).ok();
+            out.push(("list", s.into()));
+            out.push(("list reaches", Outcome::from(Ok::<_, io::Error>(peer))));
+            let in_use = TcpListener::bind(e, open_addr);
+            if let Err(err) = &in_use {
+                assert_eq!(blockio::errno(err), Some(libc::EADDRINUSE), "{err}");
+            }
+            out.push(("in use", in_use.into()));
+            out.push((
+                "no unix socket",
+                UnixStream::connect(e, &missing).await.into(),
+            ));
+        }
+    }
+    assert!(
+        matches!(out[2].1, Outcome::Ok),
+        "{stack:?}: the list's last address was not reached"
+    );
+    out.push(("reset mid-read", reset_mid_read(stack, e.as_ref()).await));
+    out
+}
+
+#[test]
+fn socket_errors_are_the_kernels_as_on_tokio() {
+    let mut reference = None;
+    for stack in STACKS {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let got = rt.block_on(async {
+            let e = engine(stack);
+            if let (Stack::BlockioDriven, Some(e)) = (stack, &e) {
+                if e.poll_fd().is_some() {
+                    tokio::spawn(drive_on_tokio(e.clone()));
+                }
+            }
+            error_cases(stack, e).await
+        });
+        match &reference {
+            None => reference = Some(got),
+            Some(want) => assert_eq!(&got, want, "{stack:?} against tokio"),
+        }
+    }
+    let want = reference.unwrap();
+    assert_eq!(
+        want[0].1,
+        Outcome::Err {
+            raw: Some(libc::ECONNREFUSED),
+            kind: io::ErrorKind::ConnectionRefused
+        }
+    );
+}
+
+/// `connect_timeout`'s time-out is the kernel's `ETIMEDOUT`: kind
+/// `TimedOut` and `raw_os_error()` set, as a connect the kernel gave up on.
+#[test]
+fn a_connect_timeout_is_etimedout() {
+    for stack in &STACKS[1..] {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        l.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        l.listen(0).unwrap();
+        let addr = l.local_addr().unwrap().as_socket().unwrap();
+        // One connection fills a backlog of 0: the next SYN is dropped.
+        let _queued = std::net::TcpStream::connect(addr).unwrap();
+        let out: Outcome = rt.block_on(async {
+            let e = engine(*stack).unwrap();
+            if e.poll_fd().is_some() {
+                tokio::spawn(drive_on_tokio(e.clone()));
+            }
+            let limit = Duration::from_millis(200);
+            blockio::net::TcpStream::connect_timeout(&e, addr, limit)
+                .await
+                .into()
+        });
+        assert_eq!(
+            out,
+            Outcome::Err {
+                raw: Some(libc::ETIMEDOUT),
+                kind: io::ErrorKind::TimedOut
+            },
+            "{stack:?}"
+        );
+    }
+}

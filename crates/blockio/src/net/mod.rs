@@ -74,10 +74,20 @@
 //!
 //!   Trait writes are never half-done: `poll_write` either takes bytes
 //!   (and then sends them) or takes none.
-//! * **Errors name the peer**: `recv from 10.0.0.7:5432 failed: Connection
-//!   reset by peer (os error 104)`, with the errno's
-//!   [`io::ErrorKind`](std::io::ErrorKind); [`errno`](crate::errno) reads
-//!   the errno back. Writes use `MSG_NOSIGNAL`: a peer that closed is
+//! * **Errors are the kernel's, as std and tokio give them**: a failed
+//!   socket operation (connect, accept, bind, listen, recv, send, and
+//!   `connect_timeout`'s time-out, `ETIMEDOUT`) is a plain OS error, so
+//!   `raw_os_error()` is `Some(errno)`, [`kind`](std::io::Error::kind) is
+//!   the errno's, and [`errno`](crate::errno) reads it too: code ported
+//!   from tokio that matches on either works unchanged. An OS error has
+//!   no room for the peer's address (wrapping it would hide the errno),
+//!   so the message is the kernel's; the peer is at hand where the error
+//!   is met ([`TcpStream::peer_addr`], the address given to `connect` or
+//!   `bind`): name it when you report the error, as with tokio. Errors
+//!   that are not the kernel's (an address that resolves to nothing, a
+//!   Unix path too long for a socket address) name what they are about.
+//!   `connect` tries each address its argument resolves to, in order, and
+//!   reports the last one's error, as std and tokio do. Writes use `MSG_NOSIGNAL`: a peer that closed is
 //!   `EPIPE` on that stream, never a `SIGPIPE` for the process. `EMFILE`
 //!   on accept is an error of that accept; the listener goes on.
 //!
@@ -179,8 +189,30 @@ mod tcp;
 mod unix;
 mod write_side;
 
-pub use crate::error::NetError;
 pub use recv_stream::{RecvBuf, RecvStream};
 pub use tcp::{Incoming, TcpListener, TcpListenerOptions, TcpStream};
 pub use unix::{UnixIncoming, UnixListener, UnixStream};
 pub use write_side::WriteDropped;
+
+/// A socket operation's error as std and tokio give it: the kernel's errno
+/// as a plain OS error, so that `raw_os_error()`, `kind()` and
+/// [`errno`](crate::errno) all read it. Errors that are not the kernel's
+/// pass unchanged.
+pub(crate) fn os_error(err: std::io::Error) -> std::io::Error {
+    match crate::errno(&err) {
+        Some(errno) => std::io::Error::from_raw_os_error(errno),
+        None => err,
+    }
+}
+
+/// [`os_error`], or for an error that is not the kernel's (an address
+/// that does not fit a socket address, say) the error naming `what`.
+pub(crate) fn os_error_or_named(
+    err: std::io::Error,
+    what: &dyn std::fmt::Display,
+) -> std::io::Error {
+    match crate::errno(&err) {
+        Some(errno) => std::io::Error::from_raw_os_error(errno),
+        None => std::io::Error::new(err.kind(), format!("{what}: {err}")),
+    }
+}

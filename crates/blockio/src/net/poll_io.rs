@@ -31,8 +31,6 @@ use std::task::{ready, Context, Poll};
 use super::read_side::Settled;
 use super::stream::StreamCore;
 use crate::aio::op::OpFuture;
-use crate::error::NetError;
-use crate::kind::OpKind;
 
 /// The smallest buffer a trait read receives into.
 const MIN_RECEIVE: usize = 16 * 1024;
@@ -67,7 +65,7 @@ impl PollIo {
                 Settled::Copied(n) => return Poll::Ready(Ok(n)),
                 Settled::Failed(errno) => {
                     let err = io::Error::from_raw_os_error(errno);
-                    return Poll::Ready(Err(NetError::wrap(OpKind::Recv, &core.peer, err)));
+                    return Poll::Ready(Err(super::os_error(err)));
                 }
                 Settled::Receive => {}
             }
@@ -79,7 +77,7 @@ impl PollIo {
             match Pin::new(&mut fut).poll(cx) {
                 // Refused before submission, or already complete.
                 Poll::Ready((res, buf)) => {
-                    let n = res.map_err(|e| NetError::wrap(OpKind::Recv, &core.peer, e))?;
+                    let n = res.map_err(super::os_error)?;
                     let k = n.min(out.len());
                     out[..k].copy_from_slice(&buf[..k]);
                     core.reads.keep(&buf[k..n]);

@@ -58,8 +58,6 @@ use crate::aio::buf_ring::{BufRing, GROUP};
 use crate::aio::driver::{Cancel, Complete, Request};
 use crate::aio::op::Abandoned;
 use crate::aio::BufResult;
-use crate::error::NetError;
-use crate::kind::OpKind;
 use crate::op::action::{Action, SocketRecvSelect};
 use crate::op::Op;
 
@@ -289,11 +287,7 @@ impl<'a> RecvStream<'a> {
     fn fail(&mut self, errno: i32) -> Poll<Option<io::Result<RecvBuf>>> {
         self.done = true;
         let err = io::Error::from_raw_os_error(errno);
-        Poll::Ready(Some(Err(NetError::wrap(
-            OpKind::Recv,
-            &self.core.peer,
-            err,
-        ))))
+        Poll::Ready(Some(Err(super::os_error(err))))
     }
 
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<RecvBuf>>> {

@@ -1,5 +1,5 @@
 //! What TCP and Unix streams share: reads that lose no bytes, writes, and
-//! the peer named in every error.
+//! the peer as `Debug` shows it.
 
 use std::io;
 use std::net::Shutdown;
@@ -8,22 +8,20 @@ use super::read_side::{ReadSide, Settled};
 use super::socket::Sock;
 use super::write_side::WriteSide;
 use crate::aio::{BufResult, IoBuf, IoBufMut};
-use crate::error::NetError;
-use crate::kind::OpKind;
 
 /// A connected stream socket.
 pub(crate) struct StreamCore {
     pub(crate) sock: Sock,
     pub(crate) reads: ReadSide,
     pub(crate) writes: WriteSide,
-    /// The peer, as errors name it.
+    /// The peer, as `Debug` shows it.
     pub(crate) peer: String,
 }
 
 impl StreamCore {
     pub(crate) fn new(sock: Sock, peer: String) -> StreamCore {
         StreamCore {
-            writes: WriteSide::new(sock.clone(), peer.clone()),
+            writes: WriteSide::new(sock.clone()),
             sock,
             reads: ReadSide::default(),
             peer,
@@ -37,15 +35,12 @@ impl StreamCore {
             Settled::Copied(n) => return (Ok(n), buf),
             Settled::Failed(errno) => {
                 let err = io::Error::from_raw_os_error(errno);
-                return (Err(NetError::wrap(OpKind::Recv, &self.peer, err)), buf);
+                return (Err(super::os_error(err)), buf);
             }
             Settled::Receive => {}
         }
         let (res, buf) = self.reads.receive(self.sock.recv(buf)).await;
-        (
-            res.map_err(|e| NetError::wrap(OpKind::Recv, &self.peer, e)),
-            buf,
-        )
+        (res.map_err(super::os_error), buf)
     }
 
     /// Writes from `buf`: how many bytes went (maybe fewer than all).
@@ -59,10 +54,7 @@ impl StreamCore {
         let mut fut = self.sock.send(buf, 0);
         fut.start();
         let (res, buf) = guard.send(fut).await;
-        (
-            res.map_err(|e| NetError::wrap(OpKind::Send, &self.peer, e)),
-            buf,
-        )
+        (res.map_err(super::os_error), buf)
     }
 
     /// Writes `bufs` in order with one `sendmsg`.
@@ -74,10 +66,7 @@ impl StreamCore {
         let mut fut = self.sock.send_vectored(bufs);
         fut.start();
         let (res, msg) = guard.send(fut).await;
-        (
-            res.map_err(|e| NetError::wrap(OpKind::SendVectored, &self.peer, e)),
-            msg.bufs,
-        )
+        (res.map_err(super::os_error), msg.bufs)
     }
 
     /// Writes all of `buf`, one `send` after another until every byte went.
@@ -101,7 +90,7 @@ impl StreamCore {
                 }
                 Err(e) => e,
             };
-            return (Err(NetError::wrap(OpKind::Send, &self.peer, err)), buf);
+            return (Err(super::os_error(err)), buf);
         }
         (Ok(()), buf)
     }

@@ -52,8 +52,6 @@ use std::time::Duration;
 
 use super::socket::Sock;
 use crate::aio::op::{OpFuture, Settles};
-use crate::error::NetError;
-use crate::kind::OpKind;
 
 /// Bytes `poll_write` accepts behind the send in flight before it waits.
 pub(crate) const QUEUE_LIMIT: usize = 256 * 1024;
@@ -128,8 +126,6 @@ enum Failure {
 
 struct State {
     sock: Sock,
-    /// The peer, as errors name it.
-    peer: String,
     /// Bytes accepted and not yet handed to a send.
     queued: Vec<u8>,
     /// The send in flight and where in its buffer it started.
@@ -168,7 +164,7 @@ impl State {
             Failure::Errno(errno) => io::Error::from_raw_os_error(errno),
             Failure::Zero => io::Error::new(io::ErrorKind::WriteZero, "the peer took no bytes"),
         };
-        Some(NetError::wrap(OpKind::Send, &self.peer, err))
+        Some(err)
     }
 
     fn wait(&mut self, cx: &Context<'_>) {
@@ -289,12 +285,11 @@ impl Pump {
 }
 
 impl WriteSide {
-    pub(crate) fn new(sock: Sock, peer: String) -> WriteSide {
+    pub(crate) fn new(sock: Sock) -> WriteSide {
         WriteSide {
             pump: Arc::new(Pump {
                 state: Mutex::new(State {
                     sock,
-                    peer,
                     queued: Vec::new(),
                     sending: None,
                     spare: Vec::new(),
