@@ -175,6 +175,9 @@
 //! non-blocking, each operation is tried at once and, if the socket is not
 //! ready, waits in an epoll set (through the `polling` crate) that one
 //! thread watches. Idle connections hold no thread on either backend.
+//! The set watches each socket once, for whatever its waiting operations
+//! want, so waiting opens no descriptor: a connection costs its own
+//! descriptor and nothing more.
 
 mod accepts;
 mod adapters;
