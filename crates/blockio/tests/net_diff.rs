@@ -725,3 +725,63 @@ fn a_connect_timeout_is_etimedout() {
         );
     }
 }
+
+/// A server on `stack` that has served a connection and waits to accept
+/// more (blockio: a multishot accept armed) is dropped with its runtime,
+/// and a new one binds the same port at once, 20 times over: as on tokio,
+/// the port is free the moment the server is gone.
+#[test]
+fn a_dropped_server_s_port_binds_again_at_once() {
+    for stack in STACKS {
+        let mut port = 0;
+        for round in 0..20 {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let e = engine(stack);
+            let bound = rt.block_on(async {
+                if let (Stack::BlockioDriven, Some(e)) = (stack, &e) {
+                    if e.poll_fd().is_some() {
+                        tokio::spawn(drive_on_tokio(e.clone()));
+                    }
+                }
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                match &e {
+                    None => {
+                        let l = tokio::net::TcpListener::bind(addr).await?;
+                        let _ = tx.send(l.local_addr()?);
+                        tokio::spawn(async move {
+                            loop {
+                                let _ = l.accept().await;
+                            }
+                        });
+                    }
+                    Some(e) => {
+                        let l = blockio::net::TcpListener::bind(e, addr)?;
+                        let _ = tx.send(l.local_addr());
+                        tokio::spawn(async move {
+                            let mut incoming = l.incoming();
+                            loop {
+                                let _ = incoming.next().await;
+                            }
+                        });
+                    }
+                }
+                let local = rx.await.unwrap();
+                let c = tokio::net::TcpStream::connect(local).await?;
+                // The server has taken it (or holds it queued) and waits.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                drop(c);
+                io::Result::Ok(local)
+            });
+            drop(rt);
+            drop(e);
+            match bound {
+                Ok(local) => port = local.port(),
+                Err(err) => panic!("{stack:?} round {round}: binding port {port} again: {err}"),
+            }
+        }
+    }
+}

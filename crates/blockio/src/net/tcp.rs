@@ -208,6 +208,17 @@ impl TcpListener {
     }
 }
 
+impl Drop for TcpListener {
+    /// Stops listening now: the port is free for a new listener at once,
+    /// as when a listener's descriptor is closed, even while the
+    /// multishot accept (which holds the socket until its cancellation
+    /// completes) is still in the kernel. A connection accepted by then is
+    /// closed with the accept queue.
+    fn drop(&mut self) {
+        let _ = self.sock.socket.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 impl fmt::Debug for TcpListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TcpListener")

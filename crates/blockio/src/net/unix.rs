@@ -105,6 +105,15 @@ impl UnixListener {
 
 super::incoming::incoming_stream!(UnixListener, UnixIncoming, (UnixStream, SockAddr));
 
+impl Drop for UnixListener {
+    /// Stops listening now, as [`TcpListener`](super::TcpListener)'s drop
+    /// does: a connect from then on is refused, even while the multishot
+    /// accept is still in the kernel.
+    fn drop(&mut self) {
+        let _ = self.sock.socket.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 impl fmt::Debug for UnixListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UnixListener")
