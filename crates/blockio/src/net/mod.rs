@@ -121,10 +121,11 @@
 //! ([`AsyncEngineBuilder::recv_buffers`](crate::aio::AsyncEngineBuilder::recv_buffers)):
 //! the kernel picks a buffer only when bytes arrive, so 10,000 idle
 //! connections hold no memory, and a buffer goes back when its `RecvBuf`
-//! is dropped. When the ring runs out, receives pause until buffers come
-//! back (the connections stay open), and a connection holding its
-//! [share](crate::aio::AsyncEngineBuilder::recv_buffer_share) waits for
-//! its own to come back first. On epoll (and kernels before 6.0) the same
+//! is dropped. A connection holds at most its
+//! [share](crate::aio::AsyncEngineBuilder::recv_buffer_share) of the
+//! ring; when it holds its share, or the ring runs out, an awaited stream
+//! receives into a buffer of its own until ring buffers come back, so
+//! consumers that keep buffers while awaiting the next never stall. On epoll (and kernels before 6.0) the same
 //! stream receives into a buffer per receive.
 //!
 //! # How operations reach the kernel
