@@ -301,7 +301,7 @@ fn pattern(c: usize, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn read_exactly(p: &mut Peer, len: usize) -> Seen {
+fn read_exactly(p: &mut impl Read, len: usize) -> Seen {
     let mut buf = vec![0u8; len];
     match p.read_exact(&mut buf) {
         Ok(()) => Seen::Bytes {
@@ -783,5 +783,112 @@ fn a_dropped_server_s_port_binds_again_at_once() {
                 Err(err) => panic!("{stack:?} round {round}: binding port {port} again: {err}"),
             }
         }
+    }
+}
+
+/// Idle connections beside a probe: an echo server (one task per
+/// connection, reading through the I/O traits) holds `IDLE` connections
+/// whose peers send nothing, more than the default `queue_depth` of 256,
+/// and slowloris peers that send a byte now and then; probes that connect
+/// afterwards are still accepted and echoed, on every stack, with default
+/// settings.
+#[test]
+fn idle_and_slow_peers_do_not_stall_a_probe() {
+    const IDLE: usize = 1000;
+    const SLOW: usize = 50;
+    for stack in STACKS {
+        let server = serve(stack, Family::Tcp { send_buffer: None }, echo());
+        let Addr::Tcp(addr) = server.addr.clone() else {
+            unreachable!()
+        };
+        let idle: Vec<_> = (0..IDLE)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        let mut slow: Vec<_> = (0..SLOW)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        for round in 0..3 {
+            for s in &mut slow {
+                s.write_all(b"x").unwrap();
+            }
+            for probe in 0..5 {
+                let mut p = Addr::Tcp(addr).connect();
+                let msg = format!("probe {round}.{probe}");
+                p.write_all(msg.as_bytes()).unwrap();
+                let got = read_exactly(&mut p, msg.len());
+                assert_eq!(
+                    got,
+                    read_exactly(&mut std::io::Cursor::new(msg.clone()), msg.len()),
+                    "{stack:?}: probe {round}.{probe} beside {IDLE} idle and {SLOW} slow peers"
+                );
+            }
+        }
+        for s in &mut slow {
+            let mut back = [0u8; 3];
+            s.set_read_timeout(Some(PEER_LIMIT)).unwrap();
+            s.read_exact(&mut back).unwrap();
+            assert_eq!(&back, b"xxx", "{stack:?}: a slow peer's echo");
+        }
+        drop(idle);
+        drop(slow);
+        drop(server);
+    }
+}
+
+/// Echoes through the I/O traits until the peer ends or fails.
+fn echo() -> Handler {
+    Arc::new(|s: Conn| {
+        Box::pin(async move {
+            let mut s = s.io();
+            let mut buf = vec![0u8; 4096];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if s.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+    })
+}
+
+/// 2,000 connections waiting in reads get their bytes at the same moment:
+/// far more completions than the completion queue holds (1,024 with the
+/// default depth), and every one is delivered: each peer gets its echo.
+#[test]
+fn a_burst_of_completions_past_the_queue_s_size_all_arrive() {
+    const CONNS: usize = 2000;
+    for stack in STACKS {
+        let server = serve(stack, Family::Tcp { send_buffer: None }, echo());
+        let Addr::Tcp(addr) = server.addr.clone() else {
+            unreachable!()
+        };
+        let mut peers: Vec<_> = (0..CONNS)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        // Every connection accepted and waiting in its read.
+        for p in &mut peers {
+            p.set_read_timeout(Some(PEER_LIMIT)).unwrap();
+            p.write_all(b"a").unwrap();
+        }
+        for p in &mut peers {
+            let mut b = [0u8; 1];
+            p.read_exact(&mut b).unwrap();
+        }
+        // Now all at once.
+        for (i, p) in peers.iter_mut().enumerate() {
+            p.write_all(&[i as u8]).unwrap();
+        }
+        for (i, p) in peers.iter_mut().enumerate() {
+            let mut b = [0u8; 1];
+            p.read_exact(&mut b)
+                .unwrap_or_else(|e| panic!("{stack:?}: connection {i}: {e}"));
+            assert_eq!(b[0], i as u8, "{stack:?}: connection {i}");
+        }
+        drop(peers);
+        drop(server);
     }
 }

@@ -166,11 +166,23 @@
 //!   descriptor is readable, and its futures may be polled on other
 //!   threads too.
 //!
-//! Each waiting read is an operation in flight, and the engine bounds those
-//! by its [`queue_depth`](crate::aio::AsyncEngineBuilder::queue_depth)
-//! (default 256, sized for files): build the engine with a depth above
-//! the number of connections it serves, or reads past the bound wait
-//! behind idle connections' reads.
+//! # Idle connections cost memory, never a slot
+//!
+//! The engine's [`queue_depth`](crate::aio::AsyncEngineBuilder::queue_depth)
+//! bounds the operations in flight so that a burst of completions cannot
+//! overflow the completion queue. That bound suits file operations,
+//! which complete on their own; a socket operation waits for its peer,
+//! maybe forever, and if it counted, idle connections would take every
+//! slot and new accepts and reads would wait behind them until the idle
+//! peers left. So socket operations do not count against the depth: with
+//! default settings any number of idle or slowloris connections wait
+//! beside the active ones, each holding its small operation state and
+//! nothing that other work waits for. The completion queue is protected
+//! directly instead: completions past its size (many waiting receives
+//! finishing in one burst) are kept by the kernel (`IORING_FEAT_NODROP`,
+//! Linux 5.5) and flushed by the driver's next enter, which asks for
+//! completions while the overflow is flagged. File operations still wait
+//! for room, in order, as the depth says.
 //!
 //! Where io_uring is blocked the same API runs on epoll: sockets are made
 //! non-blocking, each operation is tried at once and, if the socket is not
