@@ -892,3 +892,44 @@ fn a_burst_of_completions_past_the_queue_s_size_all_arrive() {
         drop(server);
     }
 }
+
+/// Random-size echo over 40 connections at once: each peer sends 256 KiB
+/// in random pieces from one thread while another reads the echo; every
+/// byte comes back, in order, over TCP and Unix sockets.
+#[test]
+fn random_size_echo_over_many_connections() {
+    fn peer(addr: Addr, c: usize) -> Seen {
+        const TOTAL: usize = 256 << 10;
+        let p = addr.connect();
+        let data = pattern(c, TOTAL);
+        let mut reader = match &p {
+            Peer::Tcp(s) => Peer::Tcp(s.try_clone().unwrap()),
+            Peer::Unix(s) => Peer::Unix(s.try_clone().unwrap()),
+        };
+        let sent = data.clone();
+        let writer = std::thread::spawn(move || {
+            let mut p = p;
+            let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ c as u64);
+            let mut at = 0;
+            while at < sent.len() {
+                let n = (1 + rng.below(20_000) as usize).min(sent.len() - at);
+                p.write_all(&sent[at..at + n]).unwrap();
+                at += n;
+            }
+            p
+        });
+        let back = read_exactly(&mut reader, TOTAL);
+        drop(writer.join().unwrap());
+        assert_eq!(
+            back,
+            Seen::Bytes {
+                len: TOTAL,
+                sum: digest(&data)
+            },
+            "connection {c}"
+        );
+        back
+    }
+    compare("echo", Family::Tcp { send_buffer: None }, echo(), 40, peer);
+    compare("echo", Family::Unix, echo(), 40, peer);
+}
