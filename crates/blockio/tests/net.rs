@@ -856,3 +856,36 @@ fn unix_incoming_accepts_with_one_multishot_request() {
         assert_eq!(b[0], i as u8, "client {i} got another's answer");
     }
 }
+
+/// An owned sub-slice (`buf.slice(..n)`) writes what a read returned with
+/// no copy, and a read into `buf.slice(k..)` fills only that part; the
+/// buffer comes back whole.
+#[test]
+fn owned_slices_echo_without_a_copy() {
+    use blockio::aio::IoBuf;
+    let e = engine();
+    let (s, mut peer) = pair(&e);
+    futures::executor::block_on(async {
+        peer.write_all(b"hello").unwrap();
+        let (res, buf) = s.read(vec![0u8; 64]).await;
+        let n = res.unwrap();
+        let (res, part) = s.write_all(buf.slice(..n)).await;
+        res.unwrap();
+        assert_eq!(&part[..], b"hello");
+        let buf = part.into_inner();
+        assert_eq!(buf.len(), 64, "the whole buffer comes back");
+        let mut back = [0u8; 5];
+        peer.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"hello");
+
+        peer.write_all(b"world").unwrap();
+        let mut head = buf;
+        head[..3].copy_from_slice(b"-> ");
+        let (res, tail) = s.read(head.slice(3..8)).await;
+        let n = res.unwrap();
+        assert_eq!((tail.begin(), tail.end()), (3, 8));
+        let whole = tail.into_inner();
+        assert_eq!(&whole[..3 + n], &b"-> world"[..3 + n]);
+        assert!(n >= 1);
+    });
+}

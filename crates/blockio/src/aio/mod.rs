@@ -68,7 +68,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::{Arc, OnceLock};
 
-pub use buf::{IoBuf, IoBufMut};
+pub use buf::{IoBuf, IoBufMut, Slice};
 pub use file::{AsyncFile, AsyncOpenOptions, Batch, BatchOp};
 pub use op::{BufResult, OpFuture};
 #[cfg(feature = "tokio")]
