@@ -933,3 +933,50 @@ fn random_size_echo_over_many_connections() {
     compare("echo", Family::Tcp { send_buffer: None }, echo(), 40, peer);
     compare("echo", Family::Unix, echo(), 40, peer);
 }
+
+/// A peer that resets the connection while the server writes a large reply
+/// through the I/O traits: the server's writing fails (broken pipe or
+/// reset) on every stack, rather than going on or hanging.
+#[test]
+fn a_reset_mid_write_fails_the_writer() {
+    for stack in STACKS {
+        let (tx, rx) = std::sync::mpsc::channel::<io::Result<()>>();
+        let tx = Arc::new(std::sync::Mutex::new(tx));
+        let handler: Handler = Arc::new(move |s: Conn| {
+            let tx = tx.clone();
+            Box::pin(async move {
+                let mut s = s.io();
+                let chunk = vec![9u8; 64 << 10];
+                let res = async {
+                    for _ in 0..1024 {
+                        s.write_all(&chunk).await?;
+                    }
+                    s.flush().await
+                }
+                .await;
+                let _ = tx.lock().unwrap().send(res);
+            })
+        });
+        let server = serve(stack, Family::Tcp { send_buffer: None }, handler);
+        let mut p = server.addr.connect();
+        let mut buf = vec![0u8; 64 << 10];
+        p.read_exact(&mut buf).unwrap();
+        let Peer::Tcp(s) = p else { unreachable!() };
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(s);
+        let res = rx
+            .recv_timeout(PEER_LIMIT)
+            .unwrap_or_else(|_| panic!("{stack:?}: the writer neither finished nor failed"));
+        let err = res.expect_err("64 MiB went to a peer that reset after 64 KiB");
+        assert!(
+            matches!(
+                err.raw_os_error(),
+                Some(libc::EPIPE) | Some(libc::ECONNRESET)
+            ),
+            "{stack:?}: {err}"
+        );
+        drop(server);
+    }
+}
