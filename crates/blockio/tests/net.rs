@@ -889,3 +889,43 @@ fn owned_slices_echo_without_a_copy() {
         assert!(n >= 1);
     });
 }
+
+/// A stream dropped with bytes its trait writes accepted lingers only as
+/// long as its drop linger: against a peer that does not read, the rest
+/// is then dropped and the socket closed (the peer sees the end after
+/// what the kernel had), and the dropping thread never waited.
+#[test]
+fn a_dropped_stream_lingers_no_longer_than_its_limit() {
+    use futures::io::AsyncWriteExt;
+    let e = engine();
+    let (mut s, mut peer) = pair(&e);
+    let total = 8 << 20;
+    s.set_drop_linger(Duration::from_millis(200));
+    futures::executor::block_on(async {
+        // Accepted whole into the stream's queue (the trait's `write`,
+        // through a `&mut` binding).
+        let w = &mut s;
+        assert_eq!(w.write(&vec![5u8; total]).await.unwrap(), total);
+    });
+    let start = std::time::Instant::now();
+    drop(s);
+    assert!(start.elapsed() < Duration::from_millis(100), "drop waited");
+    // Well past the limit, the peer starts reading.
+    std::thread::sleep(Duration::from_secs(2));
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = 0;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match peer.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("after {got} bytes: {e}"),
+        }
+    }
+    assert!(
+        got < total,
+        "all {got} bytes went to a peer that did not read"
+    );
+}

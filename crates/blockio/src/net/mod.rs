@@ -105,7 +105,9 @@
 //! waits for all of it before answering. **Dropping a stream lingers**
 //! like closing a socket: what was accepted is still sent, and the
 //! descriptor closes after the last byte is in the kernel (or a send
-//! fails, or a peer that does not read has held it for a minute);
+//! fails, or a peer that does not read has held it past the stream's
+//! [`set_drop_linger`](TcpStream::set_drop_linger) limit, 60 s unless
+//! set);
 //! nothing blocks in `Drop`. A flush waits for the queue, and a send's
 //! error comes back from the next write or flush. The queue takes up to
 //! 256 KiB beyond the send in flight; a write waits while it is full.

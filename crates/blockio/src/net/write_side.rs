@@ -18,7 +18,8 @@
 //! last queued byte is in the kernel (or a send fails), as closing a
 //! socket lets the kernel finish sending what it holds. Nothing waits in
 //! `Drop`. A peer that never reads holds a dropped stream's queue for at
-//! most [`LINGER`]; then its send is cancelled and the socket closed.
+//! most its linger limit ([`LINGER`] unless set); then the send is
+//! cancelled, the rest of the queue dropped and the socket closed.
 //!
 //! Memory is bounded: `poll_write` accepts bytes while fewer than
 //! [`QUEUE_LIMIT`] wait behind the send in flight, and is pending
@@ -57,7 +58,8 @@ use crate::aio::op::{OpFuture, Settles};
 pub(crate) const QUEUE_LIMIT: usize = 256 * 1024;
 
 /// How long a dropped stream's queued bytes may wait for a peer that does
-/// not read, before the send is cancelled and the socket closed.
+/// not read, before the send is cancelled and the socket closed, unless
+/// the stream says otherwise.
 pub(crate) const LINGER: Duration = Duration::from_secs(60);
 
 /// A write whose future was dropped after its send was started, said by
@@ -103,7 +105,13 @@ impl Drop for WriteSide {
     /// The stream is gone: what is queued goes on being sent, for at most
     /// [`LINGER`].
     fn drop(&mut self) {
-        self.pump.lock().linger = Some(futures_timer::Delay::new(LINGER));
+        {
+            let mut st = self.pump.lock();
+            if st.idle() {
+                return;
+            }
+            st.linger = Some(futures_timer::Delay::new(st.linger_limit));
+        }
         self.pump.run();
     }
 }
@@ -140,6 +148,8 @@ struct State {
     dropped: Option<Dropped>,
     /// Set when the stream is dropped: the time the queue has left.
     linger: Option<futures_timer::Delay>,
+    /// How long the queue may linger after the stream is dropped.
+    linger_limit: Duration,
 }
 
 /// An owned write dropped with its send in the kernel.
@@ -297,11 +307,18 @@ impl WriteSide {
                     waiters: Vec::new(),
                     dropped: None,
                     linger: None,
+                    linger_limit: LINGER,
                 }),
                 notified: AtomicBool::new(false),
                 running: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Sets how long the queue may go on sending after the stream is
+    /// dropped.
+    pub(crate) fn set_linger(&self, limit: Duration) {
+        self.pump.lock().linger_limit = limit;
     }
 
     /// Accepts up to all of `data` into the queue, once a dropped write
