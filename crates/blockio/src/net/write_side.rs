@@ -57,6 +57,10 @@ use crate::aio::op::{OpFuture, Settles};
 /// Bytes `poll_write` accepts behind the send in flight before it waits.
 pub(crate) const QUEUE_LIMIT: usize = 256 * 1024;
 
+/// The largest send buffer kept for the next send: larger ones (a big
+/// write's) are freed, so that an idle connection keeps little memory.
+const SPARE_LIMIT: usize = 64 * 1024;
+
 /// How long a dropped stream's queued bytes may wait for a peer that does
 /// not read, before the send is cancelled and the socket closed, unless
 /// the stream says otherwise.
@@ -218,7 +222,8 @@ impl State {
                         self.start(buf, from + n, cx);
                         continue;
                     }
-                    Ok(_) => self.spare = buf,
+                    Ok(_) if buf.capacity() <= SPARE_LIMIT => self.spare = buf,
+                    Ok(_) => {}
                     Err(e) => {
                         let errno = crate::errno(&e).unwrap_or(libc::EIO);
                         self.failed = Some(Failure::Errno(errno));
