@@ -929,3 +929,64 @@ fn a_dropped_stream_lingers_no_longer_than_its_limit() {
         "all {got} bytes went to a peer that did not read"
     );
 }
+
+/// `write_all` under random time limits against a slow reader, retried
+/// from where the stream says it stands: a dropped `write_all` is reported
+/// by the next write (`WriteDropped`) with every byte its sends took, so
+/// the reader gets each byte once, in order. (tokio's `write_all` is not
+/// cancellation-safe at all: what a dropped one sent is unknown.)
+#[test]
+fn a_dropped_write_all_reports_every_byte_it_sent() {
+    use blockio::net::WriteDropped;
+    let e = engine();
+    let rt = current_thread();
+    let (s, mut peer) = pair(&e);
+    s.socket().set_send_buffer_size(32 * 1024).unwrap();
+    let total = 2 << 20;
+    let data: Vec<u8> = (0..total).map(|i| (i * 7 + i / 997) as u8).collect();
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = peer.read(&mut buf).unwrap();
+            if n == 0 {
+                return got;
+            }
+            got.extend_from_slice(&buf[..n]);
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    });
+    let reported = rt.block_on(async {
+        let mut seed = 0x853c_49e6_748f_ea9b_u64;
+        let mut rand = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let (mut at, mut reported) = (0, 0);
+        while at < total {
+            let len = (1 + rand(256 * 1024) as usize).min(total - at);
+            let limit = Duration::from_micros(500 + rand(3000));
+            let write = s.write_all(data[at..at + len].to_vec());
+            match tokio::time::timeout(limit, write).await {
+                Ok((Ok(()), _)) => at += len,
+                Ok((Err(e), _)) => {
+                    let d = WriteDropped::of(&e).unwrap_or_else(|| panic!("{e}"));
+                    at += d.sent;
+                    reported += 1;
+                }
+                Err(_) => {}
+            }
+        }
+        s.shutdown(Shutdown::Write).unwrap();
+        reported
+    });
+    let got = reader.join().unwrap();
+    assert_eq!(got.len(), total);
+    assert!(got == data, "the bytes differ");
+    assert!(
+        reported > 0,
+        "no write_all was dropped mid-way: the test proved nothing"
+    );
+}
