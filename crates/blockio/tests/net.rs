@@ -899,13 +899,20 @@ fn a_dropped_stream_lingers_no_longer_than_its_limit() {
     use futures::io::AsyncWriteExt;
     let e = engine();
     let (mut s, mut peer) = pair(&e);
-    let total = 8 << 20;
+    s.socket().set_send_buffer_size(32 * 1024).unwrap();
     s.set_drop_linger(Duration::from_millis(200));
-    futures::executor::block_on(async {
-        // Accepted whole into the stream's queue (the trait's `write`,
-        // through a `&mut` binding).
-        let w = &mut s;
-        assert_eq!(w.write(&vec![5u8; total]).await.unwrap(), total);
+    let rt = current_thread();
+    // Write until the stream's queue and the kernel's buffers are full
+    // (a write then waits): all of it reported written.
+    let total = rt.block_on(async {
+        let w = &mut s; // the trait's `write`, through a `&mut` binding
+        let chunk = vec![5u8; 64 << 10];
+        let mut total = 0;
+        while let Ok(res) = tokio::time::timeout(Duration::from_millis(300), w.write(&chunk)).await
+        {
+            total += res.unwrap();
+        }
+        total
     });
     let start = std::time::Instant::now();
     drop(s);

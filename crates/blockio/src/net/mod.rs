@@ -110,7 +110,8 @@
 //! set);
 //! nothing blocks in `Drop`. A flush waits for the queue, and a send's
 //! error comes back from the next write or flush. The queue takes up to
-//! 256 KiB beyond the send in flight; a write waits while it is full.
+//! 256 KiB beyond the send in flight (a larger write is taken in part, as
+//! a short write); a write waits while it is full.
 //! The owned-buffer methods cost no copy, and go after the queue. Both kinds of read share one queue
 //! of bytes: mixed on one stream, and dropped by timeouts, they keep the
 //! stream's order and lose nothing.

@@ -21,9 +21,10 @@
 //! most its linger limit ([`LINGER`] unless set); then the send is
 //! cancelled, the rest of the queue dropped and the socket closed.
 //!
-//! Memory is bounded: `poll_write` accepts bytes while fewer than
-//! [`QUEUE_LIMIT`] wait behind the send in flight, and is pending
-//! otherwise (woken as sends complete).
+//! Memory is bounded: `poll_write` accepts bytes up to [`QUEUE_LIMIT`]
+//! waiting behind the send in flight (a larger slice in part, as a short
+//! write), and is pending while the queue is full (woken as sends
+//! complete).
 //!
 //! A failed send's errno is kept; the next write or flush reports it, and
 //! the bytes queued behind it are dropped (the connection is broken).
@@ -329,7 +330,7 @@ impl WriteSide {
     /// Accepts up to all of `data` into the queue, once a dropped write
     /// has been settled and while the queue has room.
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        {
+        let n = {
             let mut st = self.pump.lock();
             if let Some(err) = std::task::ready!(poll_dropped(&mut st, cx)) {
                 return Poll::Ready(Err(err));
@@ -344,10 +345,12 @@ impl WriteSide {
                 st.wait(cx);
                 return Poll::Pending;
             }
-            st.queued.extend_from_slice(data);
-        }
+            let n = data.len().min(QUEUE_LIMIT - st.queued.len());
+            st.queued.extend_from_slice(&data[..n]);
+            n
+        };
         self.pump.run();
-        Poll::Ready(Ok(data.len()))
+        Poll::Ready(Ok(n))
     }
 
     /// Ready once every accepted byte is in the kernel, or with the error
