@@ -101,7 +101,7 @@ fn all_addrs(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>> {
 /// A TCP socket listening for connections.
 ///
 /// ```no_run
-/// use blockio::aio::AsyncEngine;
+/// use blockio::aio::{AsyncEngine, IoBuf};
 /// use blockio::net::TcpListener;
 ///
 /// # async fn serve() -> std::io::Result<()> {
@@ -111,7 +111,7 @@ fn all_addrs(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>> {
 ///     let (stream, peer) = listener.accept().await?;
 ///     let (res, buf) = stream.read(vec![0u8; 4096]).await;
 ///     let n = res?;
-///     stream.write_all(buf[..n].to_vec()).await.0?; // echo
+///     stream.write_all(buf.slice(..n)).await.0?; // echo, no copy
 ///     println!("echoed {n} bytes to {peer}");
 /// }
 /// # }
