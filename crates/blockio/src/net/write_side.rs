@@ -202,6 +202,8 @@ impl State {
         let mut progress = false;
         if let Some(limit) = &mut self.linger {
             if Pin::new(limit).poll(cx).is_ready() && !self.idle() {
+                // The timer holds this pump's waker: let it go now.
+                self.linger = None;
                 // Dropping the future cancels the send in the kernel.
                 self.sending = None;
                 self.queued = Vec::new();
