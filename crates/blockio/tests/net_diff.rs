@@ -801,12 +801,21 @@ fn idle_and_slow_peers_do_not_stall_a_probe() {
         let Addr::Tcp(addr) = server.addr.clone() else {
             unreachable!()
         };
-        let idle: Vec<_> = (0..IDLE)
-            .map(|_| std::net::TcpStream::connect(addr).unwrap())
-            .collect();
-        let mut slow: Vec<_> = (0..SLOW)
-            .map(|_| std::net::TcpStream::connect(addr).unwrap())
-            .collect();
+        // Each peer has one exchange, then goes quiet (a keep-alive
+        // connection between requests); one at a time, so that no connect
+        // waits in a full backlog.
+        let quiet = |i: usize| {
+            let mut p = std::net::TcpStream::connect(addr).unwrap();
+            p.set_read_timeout(Some(PEER_LIMIT)).unwrap();
+            p.write_all(b"i").unwrap();
+            let mut b = [0u8; 1];
+            p.read_exact(&mut b).unwrap_or_else(|e| {
+                panic!("{stack:?}: a connection beside {i} quiet ones was not served: {e}")
+            });
+            p
+        };
+        let idle: Vec<_> = (0..IDLE).map(quiet).collect();
+        let mut slow: Vec<_> = (IDLE..IDLE + SLOW).map(quiet).collect();
         for round in 0..3 {
             for s in &mut slow {
                 s.write_all(b"x").unwrap();
@@ -866,18 +875,17 @@ fn a_burst_of_completions_past_the_queue_s_size_all_arrive() {
         let Addr::Tcp(addr) = server.addr.clone() else {
             unreachable!()
         };
-        let mut peers: Vec<_> = (0..CONNS)
-            .map(|_| std::net::TcpStream::connect(addr).unwrap())
-            .collect();
-        // Every connection accepted and waiting in its read.
-        for p in &mut peers {
+        // Every connection accepted, echoed once and waiting in its read
+        // (one at a time, so that no connect waits in a full backlog).
+        let peers = (0..CONNS).map(|_| {
+            let mut p = std::net::TcpStream::connect(addr).unwrap();
             p.set_read_timeout(Some(PEER_LIMIT)).unwrap();
             p.write_all(b"a").unwrap();
-        }
-        for p in &mut peers {
             let mut b = [0u8; 1];
             p.read_exact(&mut b).unwrap();
-        }
+            p
+        });
+        let mut peers: Vec<_> = peers.collect();
         // Now all at once.
         for (i, p) in peers.iter_mut().enumerate() {
             p.write_all(&[i as u8]).unwrap();
