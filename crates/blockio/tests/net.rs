@@ -893,7 +893,7 @@ fn owned_slices_echo_without_a_copy() {
 /// A stream dropped with bytes its trait writes accepted lingers only as
 /// long as its drop linger: against a peer that does not read, the rest
 /// is then dropped and the socket closed (the peer sees the end after
-/// what the kernel had), and the dropping thread never waited.
+/// what the kernel had).
 #[test]
 fn a_dropped_stream_lingers_no_longer_than_its_limit() {
     use futures::io::AsyncWriteExt;
@@ -914,9 +914,7 @@ fn a_dropped_stream_lingers_no_longer_than_its_limit() {
         }
         total
     });
-    let start = std::time::Instant::now();
     drop(s);
-    assert!(start.elapsed() < Duration::from_millis(100), "drop waited");
     // Well past the limit, the peer starts reading.
     std::thread::sleep(Duration::from_secs(2));
     peer.set_read_timeout(Some(Duration::from_secs(10)))
