@@ -138,7 +138,11 @@ enum Failure {
 }
 
 struct State {
-    sock: Sock,
+    /// The socket and its engine; let go when the linger runs out, so
+    /// that an engine nobody drives any more can finish (its completions
+    /// are then reaped by its own finishing, which wakes this pump once
+    /// more to let go of the rest).
+    sock: Option<Sock>,
     /// Bytes accepted and not yet handed to a send.
     queued: Vec<u8>,
     /// The send in flight and where in its buffer it started.
@@ -190,7 +194,12 @@ impl State {
 
     /// Starts sending `buf[from..]`.
     fn start(&mut self, buf: Vec<u8>, from: usize, cx: &Context<'_>) {
-        let mut fut = self.sock.send(buf, from);
+        let Some(sock) = &self.sock else {
+            self.failed = Some(Failure::Errno(libc::ETIMEDOUT));
+            self.queued = Vec::new();
+            return;
+        };
+        let mut fut = sock.send(buf, from);
         fut.set_waker(cx.waker());
         fut.start();
         self.sending = Some((fut, from));
@@ -206,6 +215,7 @@ impl State {
                 self.linger = None;
                 // Dropping the future cancels the send in the kernel.
                 self.sending = None;
+                self.sock = None;
                 self.queued = Vec::new();
                 self.failed = Some(Failure::Errno(libc::ETIMEDOUT));
                 return true;
@@ -307,7 +317,7 @@ impl WriteSide {
         WriteSide {
             pump: Arc::new(Pump {
                 state: Mutex::new(State {
-                    sock,
+                    sock: Some(sock),
                     queued: Vec::new(),
                     sending: None,
                     spare: Vec::new(),
