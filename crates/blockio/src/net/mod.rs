@@ -107,8 +107,9 @@
 //! descriptor closes after the last byte is in the kernel (or a send
 //! fails, or a peer that does not read has held it past the stream's
 //! [`set_drop_linger`](TcpStream::set_drop_linger) limit, 60 s unless
-//! set);
-//! nothing blocks in `Drop`. A flush waits for the queue, and a send's
+//! set); nothing blocks in `Drop`. Until then the queue keeps its engine
+//! running: a caller-driven engine whose loop is gone finishes once the
+//! linger has run out. A flush waits for the queue, and a send's
 //! error comes back from the next write or flush. The queue takes up to
 //! 256 KiB beyond the send in flight (a larger write is taken in part, as
 //! a short write); a write waits while it is full.
