@@ -187,7 +187,7 @@ struct InFlight {
     count: usize,
     /// Which slots hold socket operations, and how many do: those wait
     /// for peers, maybe forever, so they do not count against the limit
-    /// (see `fill`).
+    /// (see `may_fill`).
     socket_slot: Vec<bool>,
     sockets: usize,
 }
