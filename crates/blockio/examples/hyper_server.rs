@@ -39,14 +39,21 @@ fn main() -> std::io::Result<()> {
     let addr = std::env::args().nth(1).unwrap_or("127.0.0.1:3000".into());
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let engine = AsyncEngine::builder().queue_depth(4096).build()?;
+        // Default settings: idle keep-alive connections hold no slot of the
+        // engine's queue depth.
+        let engine = AsyncEngine::new()?;
         let listener = TcpListener::bind(&engine, addr.as_str())?;
         eprintln!("listening on http://{}", listener.local_addr());
+        // `incoming()` rather than a loop around `accept()`: out of
+        // descriptors (EMFILE), it yields the error and pauses before the
+        // next accept (1 ms, doubling up to 100 ms), so the server neither
+        // dies nor spins, and accepts again once connections close.
+        let mut incoming = listener.incoming();
         loop {
-            let (stream, peer) = match listener.accept().await {
+            let (stream, peer) = match incoming.next().await {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("{e}");
+                    eprintln!("accept: {e}");
                     continue;
                 }
             };

@@ -114,59 +114,6 @@ impl fmt::Display for OpError {
 
 impl std::error::Error for OpError {}
 
-/// A failed socket operation: what was done, with whom, and the errno.
-///
-/// Comes back inside an [`io::Error`] whose [`kind`](io::Error::kind)
-/// matches the errno; [`crate::errno`] reads the errno back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NetError {
-    /// The operation that failed.
-    pub op: OpKind,
-    /// The peer (or, for `accept` and `bind`, the local address), as text:
-    /// an IP address and port, or a Unix socket path.
-    pub peer: String,
-    /// The kernel's errno.
-    pub errno: i32,
-}
-
-impl NetError {
-    /// Wraps an error of `op` with `peer`, keeping its kind and errno.
-    /// Errors without an errno (blockio's own refusals) pass unchanged.
-    pub(crate) fn wrap(op: OpKind, peer: &str, err: io::Error) -> io::Error {
-        match errno(&err) {
-            Some(errno) => io::Error::new(
-                err.kind(),
-                NetError {
-                    op,
-                    peer: peer.to_string(),
-                    errno,
-                },
-            ),
-            None => err,
-        }
-    }
-}
-
-impl fmt::Display for NetError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let with = match self.op {
-            OpKind::Accept => "on",
-            OpKind::Connect => "to",
-            OpKind::Recv | OpKind::RecvSelect => "from",
-            _ => "to",
-        };
-        write!(
-            f,
-            "{} {with} {} failed: {}",
-            self.op,
-            self.peer,
-            io::Error::from_raw_os_error(self.errno)
-        )
-    }
-}
-
-impl std::error::Error for NetError {}
-
 /// An error about a path: what blockio was doing with it, and why it failed.
 #[derive(Debug)]
 pub struct PathError {
@@ -226,9 +173,6 @@ pub fn errno(err: &io::Error) -> Option<i32> {
     let inner = err.get_ref()?;
     if let Some(op) = inner.downcast_ref::<OpError>() {
         return op.errno;
-    }
-    if let Some(net) = inner.downcast_ref::<NetError>() {
-        return Some(net.errno);
     }
     inner
         .downcast_ref::<PathError>()

@@ -199,7 +199,7 @@ fn a_dropped_read_is_cancelled_in_the_kernel() {
 }
 
 #[test]
-fn errors_name_the_peer_and_keep_their_kind() {
+fn errors_are_the_kernels_as_on_std_and_tokio() {
     let e = engine();
     // A port nobody listens on: bind one, note it, close it.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -209,11 +209,7 @@ fn errors_name_the_peer_and_keep_their_kind() {
     let err = futures::executor::block_on(TcpStream::connect(&e, port)).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
     assert_eq!(blockio::errno(&err), Some(libc::ECONNREFUSED));
-    let msg = err.to_string();
-    assert!(
-        msg.contains(&port.to_string()) && msg.contains("connect"),
-        "{msg}"
-    );
+    assert_eq!(err.raw_os_error(), Some(libc::ECONNREFUSED), "{err}");
 
     // A peer that closed with unread data resets the connection; writing
     // on fails with EPIPE or ECONNRESET, never SIGPIPE (this process would
@@ -222,7 +218,6 @@ fn errors_name_the_peer_and_keep_their_kind() {
     peer.write_all(b"unread").unwrap();
     std::thread::sleep(Duration::from_millis(20));
     drop(peer);
-    let peer_addr = s.peer_addr().to_string();
     let err = futures::executor::block_on(async {
         loop {
             if let (Err(e), _) = s.write_all(vec![1u8; 65536]).await {
@@ -235,8 +230,7 @@ fn errors_name_the_peer_and_keep_their_kind() {
         errno == Some(libc::EPIPE) || errno == Some(libc::ECONNRESET),
         "{err}"
     );
-    assert!(err.to_string().contains(&peer_addr), "{err}");
-    assert!(err.to_string().starts_with("send to"), "{err}");
+    assert_eq!(err.raw_os_error(), errno, "{err}");
 }
 
 #[test]
@@ -269,7 +263,7 @@ fn runs_on_smol_and_block_on() {
 }
 
 #[test]
-fn bind_errors_name_the_address() {
+fn bind_errors_keep_their_errno() {
     let e = engine();
     let taken = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
     let err = blockio::net::TcpListenerOptions::default()
@@ -277,10 +271,8 @@ fn bind_errors_name_the_address() {
         .bind(&e, taken.local_addr())
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
-    assert!(
-        err.to_string().contains(&taken.local_addr().to_string()),
-        "{err}"
-    );
+    assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE), "{err}");
+    assert_eq!(blockio::errno(&err), Some(libc::EADDRINUSE), "{err}");
 }
 
 #[test]
@@ -544,12 +536,11 @@ fn half_close_ends_one_direction() {
 }
 
 /// A peer that resets the connection while a read waits fails that read
-/// with `ECONNRESET`, naming the peer.
+/// with the kernel's `ECONNRESET`, as a plain OS error.
 #[test]
 fn a_reset_mid_read_fails_the_read() {
     let e = engine();
     let (s, peer) = pair(&e);
-    let peer_addr = s.peer_addr().to_string();
     let resetter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
         // Linger 0: close sends a reset instead of a FIN.
@@ -561,14 +552,14 @@ fn a_reset_mid_read_fails_the_read() {
     let (res, _) = futures::executor::block_on(s.read(vec![0u8; 64]));
     resetter.join().unwrap();
     let err = res.unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ECONNRESET), "{err}");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
     assert_eq!(blockio::errno(&err), Some(libc::ECONNRESET), "{err}");
-    assert!(err.to_string().contains(&peer_addr), "{err}");
-    assert!(err.to_string().starts_with("recv from"), "{err}");
 }
 
 /// A peer that never answers (a listener whose queue is full drops the
-/// SYN): `connect_timeout` gives up at its limit with `TimedOut`, naming
-/// the address.
+/// SYN): `connect_timeout` gives up at its limit with `ETIMEDOUT` (kind
+/// `TimedOut`).
 #[test]
 fn connect_timeout_gives_up_at_its_limit() {
     let e = engine();
@@ -589,7 +580,7 @@ fn connect_timeout_gives_up_at_its_limit() {
     let err = futures::executor::block_on(TcpStream::connect_timeout(&e, addr, limit)).unwrap_err();
     let took = start.elapsed();
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
-    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    assert_eq!(err.raw_os_error(), Some(libc::ETIMEDOUT), "{err}");
     assert!(took >= limit && took < Duration::from_secs(3), "{took:?}");
     // And a peer that answers is reached within the limit.
     let ok = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -669,9 +660,10 @@ print('ok')
 }
 
 /// Unix-domain sockets: the same API over a path, every byte echoed both
-/// ways, errors naming the path.
+/// ways, the kernel's errnos kept, and an error that is not the kernel's
+/// naming the path.
 #[test]
-fn unix_streams_echo_and_name_their_path() {
+fn unix_streams_echo_and_keep_errnos() {
     use blockio::net::{UnixListener, UnixStream};
     use futures::io::{AsyncReadExt, AsyncWriteExt};
     let e = engine();
@@ -680,17 +672,15 @@ fn unix_streams_echo_and_name_their_path() {
     let l = UnixListener::bind(&e, &path).unwrap();
     assert_eq!(l.local_path(), path);
     let err = UnixListener::bind(&e, &path).unwrap_err();
-    assert!(
-        err.to_string().contains(&path.display().to_string()),
-        "{err}"
-    );
+    assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE), "{err}");
     let missing = dir.path().join("nobody");
     let err = futures::executor::block_on(UnixStream::connect(&e, &missing)).unwrap_err();
     assert_eq!(blockio::errno(&err), Some(libc::ENOENT), "{err}");
-    assert!(
-        err.to_string().contains(&missing.display().to_string()),
-        "{err}"
-    );
+    assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+    // An error that is not the kernel's names the path.
+    let long = dir.path().join("x".repeat(200));
+    let err = UnixListener::bind(&e, &long).unwrap_err();
+    assert!(err.to_string().contains("x".repeat(200).as_str()), "{err}");
 
     let data: Vec<u8> = (0..1u32 << 20).map(|i| ((i * 31) >> 3) as u8).collect();
     let rt = current_thread();
@@ -865,4 +855,143 @@ fn unix_incoming_accepts_with_one_multishot_request() {
         c.read_exact(&mut b).unwrap();
         assert_eq!(b[0], i as u8, "client {i} got another's answer");
     }
+}
+
+/// An owned sub-slice (`buf.slice(..n)`) writes what a read returned with
+/// no copy, and a read into `buf.slice(k..)` fills only that part; the
+/// buffer comes back whole.
+#[test]
+fn owned_slices_echo_without_a_copy() {
+    use blockio::aio::IoBuf;
+    let e = engine();
+    let (s, mut peer) = pair(&e);
+    futures::executor::block_on(async {
+        peer.write_all(b"hello").unwrap();
+        let (res, buf) = s.read(vec![0u8; 64]).await;
+        let n = res.unwrap();
+        let (res, part) = s.write_all(buf.slice(..n)).await;
+        res.unwrap();
+        assert_eq!(&part[..], b"hello");
+        let buf = part.into_inner();
+        assert_eq!(buf.len(), 64, "the whole buffer comes back");
+        let mut back = [0u8; 5];
+        peer.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"hello");
+
+        peer.write_all(b"world").unwrap();
+        let mut head = buf;
+        head[..3].copy_from_slice(b"-> ");
+        let (res, tail) = s.read(head.slice(3..8)).await;
+        let n = res.unwrap();
+        assert_eq!((tail.begin(), tail.end()), (3, 8));
+        let whole = tail.into_inner();
+        assert_eq!(&whole[..3 + n], &b"-> world"[..3 + n]);
+        assert!(n >= 1);
+    });
+}
+
+/// A stream dropped with bytes its trait writes accepted lingers only as
+/// long as its drop linger: against a peer that does not read, the rest
+/// is then dropped and the socket closed (the peer sees the end after
+/// what the kernel had).
+#[test]
+fn a_dropped_stream_lingers_no_longer_than_its_limit() {
+    use futures::io::AsyncWriteExt;
+    let e = engine();
+    let (mut s, mut peer) = pair(&e);
+    s.socket().set_send_buffer_size(32 * 1024).unwrap();
+    s.set_drop_linger(Duration::from_millis(200));
+    let rt = current_thread();
+    // Write until the stream's queue and the kernel's buffers are full
+    // (a write then waits): all of it reported written.
+    let total = rt.block_on(async {
+        let w = &mut s; // the trait's `write`, through a `&mut` binding
+        let chunk = vec![5u8; 64 << 10];
+        let mut total = 0;
+        while let Ok(res) = tokio::time::timeout(Duration::from_millis(300), w.write(&chunk)).await
+        {
+            total += res.unwrap();
+        }
+        total
+    });
+    drop(s);
+    // Well past the limit, the peer starts reading.
+    std::thread::sleep(Duration::from_secs(2));
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = 0;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match peer.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("after {got} bytes: {e}"),
+        }
+    }
+    assert!(
+        got < total,
+        "all {got} bytes went to a peer that did not read"
+    );
+}
+
+/// `write_all` under random time limits against a slow reader, retried
+/// from where the stream says it stands: a dropped `write_all` is reported
+/// by the next write (`WriteDropped`) with every byte its sends took, so
+/// the reader gets each byte once, in order. (tokio's `write_all` is not
+/// cancellation-safe at all: what a dropped one sent is unknown.)
+#[test]
+fn a_dropped_write_all_reports_every_byte_it_sent() {
+    use blockio::net::WriteDropped;
+    let e = engine();
+    let rt = current_thread();
+    let (s, mut peer) = pair(&e);
+    s.socket().set_send_buffer_size(32 * 1024).unwrap();
+    let total = 2 << 20;
+    let data: Vec<u8> = (0..total).map(|i| (i * 7 + i / 997) as u8).collect();
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = peer.read(&mut buf).unwrap();
+            if n == 0 {
+                return got;
+            }
+            got.extend_from_slice(&buf[..n]);
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    });
+    let reported = rt.block_on(async {
+        let mut seed = 0x853c_49e6_748f_ea9b_u64;
+        let mut rand = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let (mut at, mut reported) = (0, 0);
+        while at < total {
+            let len = (1 + rand(256 * 1024) as usize).min(total - at);
+            let limit = Duration::from_micros(500 + rand(3000));
+            let write = s.write_all(data[at..at + len].to_vec());
+            match tokio::time::timeout(limit, write).await {
+                Ok((Ok(()), _)) => at += len,
+                Ok((Err(e), _)) => {
+                    let d = WriteDropped::of(&e).unwrap_or_else(|| panic!("{e}"));
+                    at += d.sent;
+                    reported += 1;
+                }
+                Err(_) => {}
+            }
+        }
+        s.shutdown(Shutdown::Write).unwrap();
+        reported
+    });
+    let got = reader.join().unwrap();
+    assert_eq!(got.len(), total);
+    assert!(got == data, "the bytes differ");
+    assert!(
+        reported > 0,
+        "no write_all was dropped mid-way: the test proved nothing"
+    );
 }

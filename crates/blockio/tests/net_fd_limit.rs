@@ -63,8 +63,8 @@ fn an_accept_storm_past_the_descriptor_limit_recovers() {
                         held.push(stream);
                     }
                     Err(e) => {
+                        assert_eq!(e.raw_os_error(), Some(libc::EMFILE), "{e}");
                         assert_eq!(blockio::errno(&e), Some(libc::EMFILE), "{e}");
-                        assert!(e.to_string().contains(&addr.to_string()), "{e}");
                         emfile += 1;
                         // Free descriptors: the listener must go on.
                         held.clear();

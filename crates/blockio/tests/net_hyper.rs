@@ -31,7 +31,7 @@ fn serve() -> SocketAddr {
     std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let engine = AsyncEngine::builder().queue_depth(1024).build().unwrap();
+            let engine = AsyncEngine::new().unwrap();
             let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
             tx.send(listener.local_addr()).unwrap();
             loop {

@@ -90,25 +90,17 @@ fn receive_streams_carry_every_byte_in_order() {
     }
 }
 
-/// Pulls items until none comes within `wait`; returns them.
-async fn pull_until_quiet(r: &mut RecvStream<'_>, wait: Duration) -> Vec<RecvBuf> {
-    let mut held = Vec::new();
-    while let Ok(Some(b)) = tokio::time::timeout(wait, r.next()).await {
-        held.push(b.unwrap());
-    }
-    held
-}
-
 fn bytes_of(bufs: &[RecvBuf]) -> Vec<u8> {
     bufs.iter().flat_map(|b| b.iter().copied()).collect()
 }
 
 /// Eight 1 KiB buffers, at most four per connection, shared by four
 /// connections whose peers each send 64 KiB at once. Two slow readers, A
-/// and B, keep what they receive: each is held to its share, and C moves
-/// all its bytes while A holds on. With A and B holding the whole ring, D
-/// pauses (`ENOBUFS`) and stays open; it resumes when B drops its
-/// buffers. No connection ends early or loses a byte.
+/// and B, keep everything they receive: each holds at most its share of
+/// the ring (the rest comes in buffers of their own), and C moves all its
+/// bytes while A holds on. With A and B holding the whole ring, D pauses
+/// (`ENOBUFS`) and still receives, into buffers of its own. No connection
+/// ends early or loses a byte.
 #[test]
 fn running_out_of_buffers_pauses_and_no_reader_starves_the_others() {
     let e = AsyncEngine::builder()
@@ -129,71 +121,92 @@ fn running_out_of_buffers_pauses_and_no_reader_starves_the_others() {
         .map(|((_, peer), d)| send_from_thread(peer.try_clone().unwrap(), d.clone()))
         .collect();
     let [a, b, c, d] = [&pairs[0].0, &pairs[1].0, &pairs[2].0, &pairs[3].0];
-    rt.block_on(async {
-        let quiet = Duration::from_millis(200);
+    let from_ring = |bufs: &[RecvBuf]| bufs.iter().filter(|b| b.is_from_ring()).count();
+    let run = async {
         let (mut ra, mut rb, mut rd) = (a.recv_stream(), b.recv_stream(), d.recv_stream());
         assert_eq!(ra.uses_ring(), ring);
-        if !ring {
-            // One receive at a time: nothing is shared, nothing pauses.
-            let got: Vec<Vec<u8>> = vec![
-                collect(ra).await,
-                collect(rb).await,
-                collect(c.recv_stream()).await,
-                collect(rd).await,
-            ];
-            assert!(got == data, "bytes differ");
-            return;
+        // A slow reader holds everything it gets: its share of the ring,
+        // no more, and all its bytes.
+        let held_a = pull_all(&mut ra).await;
+        assert!(bytes_of(&held_a) == data[0], "A's bytes differ");
+        if ring {
+            assert_eq!(from_ring(&held_a), 4, "a reader with a share of 4 holds");
         }
-        // A slow reader holds everything it gets: its share, no more.
-        let held_a = pull_until_quiet(&mut ra, quiet).await;
-        assert_eq!(held_a.len(), 4, "a reader with a share of 4 holds");
-        assert_eq!(ra.pauses(), 0);
         // C moves all its bytes while A holds on.
         let got_c = collect(c.recv_stream()).await;
-        assert!(
-            got_c == data[2],
-            "C: {} of {} bytes",
-            got_c.len(),
-            data[2].len()
-        );
+        assert!(got_c == data[2], "C's bytes differ");
         // B takes the other half of the ring...
-        let held_b = pull_until_quiet(&mut rb, quiet).await;
-        assert_eq!(held_b.len(), 4);
-        // ...so D finds none: its receive pauses and the stream stays open.
-        let none = pull_until_quiet(&mut rd, quiet).await;
-        assert!(
-            none.is_empty(),
-            "D got {} buffers from an empty ring",
-            none.len()
-        );
-        assert!(rd.pauses() >= 1, "D did not pause with the ring empty");
-        // B's buffers back: D goes on, and every stream finishes whole.
-        let mut got_b = bytes_of(&held_b);
-        drop(held_b);
-        let got_d = collect(rd).await;
-        assert!(
-            got_d == data[3],
-            "D: {} of {} bytes",
-            got_d.len(),
-            data[3].len()
-        );
-        let mut got_a = bytes_of(&held_a);
-        drop(held_a);
-        got_a.extend(collect(ra).await);
-        got_b.extend(collect(rb).await);
-        assert!(
-            got_a == data[0],
-            "A: {} of {} bytes",
-            got_a.len(),
-            data[0].len()
-        );
-        assert!(
-            got_b == data[1],
-            "B: {} of {} bytes",
-            got_b.len(),
-            data[1].len()
-        );
+        let held_b = pull_all(&mut rb).await;
+        assert!(bytes_of(&held_b) == data[1], "B's bytes differ");
+        // ...so D finds none: it pauses and receives into its own.
+        let held_d = pull_all(&mut rd).await;
+        assert!(bytes_of(&held_d) == data[3], "D's bytes differ");
+        if ring {
+            assert_eq!(from_ring(&held_b), 4);
+            assert_eq!(from_ring(&held_d), 0, "D got buffers from an empty ring");
+            assert!(rd.pauses() >= 1, "D did not pause with the ring empty");
+        }
+    };
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), run)
+            .await
+            .expect("a reader holding its buffers stalled")
     });
+    for t in senders {
+        t.join().unwrap();
+    }
+}
+
+/// Pulls items to the end of the stream, keeping every one.
+async fn pull_all(r: &mut RecvStream<'_>) -> Vec<RecvBuf> {
+    let mut held = Vec::new();
+    while let Some(b) = r.next().await {
+        held.push(b.unwrap());
+    }
+    held
+}
+
+/// More connections than the ring has buffers, each consumer keeping every
+/// buffer it received while it awaits the next (the pattern that held the
+/// whole ring with every receive waiting for it): every stream finishes,
+/// every byte in order.
+#[test]
+fn consumers_holding_buffers_while_awaiting_the_next_all_finish() {
+    const CONNS: usize = 64;
+    let e = AsyncEngine::builder()
+        .recv_buffers(16, 1024)
+        .recv_buffer_share(4)
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let pairs = pairs(&e, CONNS);
+    let data: Vec<Vec<u8>> = (0..CONNS as u64)
+        .map(|i| payload(7 + i, 16 << 10))
+        .collect();
+    let mut senders = Vec::new();
+    let mut tasks = Vec::new();
+    for ((s, peer), d) in pairs.into_iter().zip(&data) {
+        senders.push(send_from_thread(peer, d.clone()));
+        tasks.push(rt.spawn(async move {
+            let mut r = s.recv_stream();
+            let held = pull_all(&mut r).await;
+            drop(r);
+            bytes_of(&held)
+        }));
+    }
+    let got = rt.block_on(async {
+        let all = futures::future::join_all(tasks);
+        tokio::time::timeout(Duration::from_secs(30), all)
+            .await
+            .expect("receive streams stalled with their consumers holding buffers")
+    });
+    for (i, (g, d)) in got.into_iter().zip(&data).enumerate() {
+        assert!(g.unwrap() == *d, "connection {i}: bytes differ");
+    }
     for t in senders {
         t.join().unwrap();
     }

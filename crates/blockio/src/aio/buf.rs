@@ -5,6 +5,8 @@
 //! the kernel is done with it. That only works for buffers whose bytes do
 //! not move when the buffer value moves: heap buffers. These traits say so.
 
+use std::ops::{Bound, RangeBounds};
+
 use crate::buf::{AlignedBuf, PooledBuf};
 
 /// A buffer the kernel may read from while the value is moved around.
@@ -18,6 +20,104 @@ pub unsafe trait IoBuf: Send + 'static {
     fn stable_ptr(&self) -> *const u8;
     /// How many bytes the kernel may read.
     fn bytes_len(&self) -> usize;
+
+    /// The bytes `range` of this buffer as an owned buffer of its own,
+    /// with no copy: write what a read returned with `buf.slice(..n)`, or
+    /// read into part of a buffer, then take the buffer back with
+    /// [`Slice::into_inner`].
+    ///
+    /// # Panics
+    /// If `range` goes past the buffer's length or ends before it begins,
+    /// as slicing a `[u8]` does.
+    fn slice(self, range: impl RangeBounds<usize>) -> Slice<Self>
+    where
+        Self: Sized,
+    {
+        let len = self.bytes_len();
+        let begin = match range.start_bound() {
+            Bound::Included(&b) => b,
+            Bound::Excluded(&b) => b.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => len,
+        };
+        assert!(
+            begin <= end && end <= len,
+            "slice {begin}..{end} of a buffer of {len} bytes"
+        );
+        Slice {
+            buf: self,
+            begin,
+            end,
+        }
+    }
+}
+
+/// Part of an owned buffer, owned: see [`IoBuf::slice`]. Dereferences to
+/// its bytes.
+#[derive(Debug)]
+pub struct Slice<B> {
+    buf: B,
+    begin: usize,
+    end: usize,
+}
+
+impl<B> Slice<B> {
+    /// Where the part begins in the whole buffer.
+    pub fn begin(&self) -> usize {
+        self.begin
+    }
+
+    /// Where the part ends (exclusive) in the whole buffer.
+    pub fn end(&self) -> usize {
+        self.end
+    }
+
+    /// The whole buffer.
+    pub fn get_ref(&self) -> &B {
+        &self.buf
+    }
+
+    /// The whole buffer back.
+    pub fn into_inner(self) -> B {
+        self.buf
+    }
+}
+
+impl<B: IoBuf> std::ops::Deref for Slice<B> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `begin..end` is within the buffer's `bytes_len`
+        // initialised bytes (checked when the slice was made), which stay
+        // valid while `self.buf` lives and is borrowed shared.
+        unsafe {
+            std::slice::from_raw_parts(self.buf.stable_ptr().add(self.begin), self.end - self.begin)
+        }
+    }
+}
+
+// SAFETY: the part's bytes are `begin..end` of the whole buffer's stable
+// initialised bytes (checked when the slice was made), which do not move
+// with the `Slice`.
+unsafe impl<B: IoBuf> IoBuf for Slice<B> {
+    fn stable_ptr(&self) -> *const u8 {
+        // SAFETY: `begin` is within the buffer (at most its length).
+        unsafe { self.buf.stable_ptr().add(self.begin) }
+    }
+    fn bytes_len(&self) -> usize {
+        self.end - self.begin
+    }
+}
+
+// SAFETY: as above; the whole buffer is writable over its length.
+unsafe impl<B: IoBufMut> IoBufMut for Slice<B> {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        // SAFETY: `begin` is within the buffer (at most its length).
+        unsafe { self.buf.stable_mut_ptr().add(self.begin) }
+    }
 }
 
 /// A buffer the kernel may write into while the value is moved around.

@@ -192,11 +192,34 @@ struct InFlight {
     /// Requests waiting for room in the ring.
     backlog: VecDeque<Request>,
     count: usize,
+    /// Which slots hold socket operations, and how many do: those wait
+    /// for peers, maybe forever, so they do not count against the limit
+    /// (see `may_fill`).
+    socket_slot: Vec<bool>,
+    sockets: usize,
 }
 
 impl InFlight {
-    /// Pushes backlog requests onto `sq` while fewer than `limit` are in
-    /// flight and the queue has room; returns whether it pushed any.
+    /// Whether the first backlog request may go in now: a socket
+    /// operation always, another while fewer than `limit` of them are in
+    /// flight.
+    ///
+    /// The limit bounds operations that complete on their own (file I/O),
+    /// so that a burst of them cannot overflow the completion queue. A
+    /// socket operation may wait for its peer forever; counted, idle
+    /// connections would take every slot and the work behind them would
+    /// wait for their peers. Socket completions past the completion
+    /// queue's size are kept by the kernel (`IORING_FEAT_NODROP`, Linux
+    /// 5.5) and flushed by the next enter that asks for completions, which
+    /// both drivers make while the overflow is flagged.
+    fn may_fill(&self, limit: usize) -> bool {
+        self.backlog
+            .front()
+            .is_some_and(|r| r.op.kind().is_socket() || self.count - self.sockets < limit)
+    }
+
+    /// Pushes backlog requests onto `sq` while [`may_fill`](Self::may_fill)
+    /// lets them and the queue has room; returns whether it pushed any.
     /// Abandoned requests go to `dropped`, for the caller to let go of with
     /// no lock held (dropping one drops its buffer: user code).
     fn fill(
@@ -206,7 +229,7 @@ impl InFlight {
         dropped: &mut Vec<Request>,
     ) -> bool {
         let mut pushed = false;
-        while self.count < limit {
+        while self.may_fill(limit) {
             let Some(req) = self.backlog.pop_front() else {
                 break;
             };
@@ -229,7 +252,13 @@ impl InFlight {
                 self.backlog.push_front(req);
                 break;
             }
+            let socket = req.op.kind().is_socket();
             self.slots[slot] = Some(req.done);
+            if self.socket_slot.len() <= slot {
+                self.socket_slot.resize(slot + 1, false);
+            }
+            self.socket_slot[slot] = socket;
+            self.sockets += usize::from(socket);
             self.count += 1;
             pushed = true;
         }
@@ -283,6 +312,9 @@ impl InFlight {
         let done = self.slots.get_mut(slot)?.take()?;
         self.free.push(slot);
         self.count -= 1;
+        if std::mem::take(&mut self.socket_slot[slot]) {
+            self.sockets -= 1;
+        }
         Some(done)
     }
 }
@@ -939,7 +971,7 @@ fn drive(shared: Arc<DriverShared>, depth: usize, ready: mpsc::Sender<io::Result
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_empty()
-            || (!ops.backlog.is_empty() && ops.count < limit)
+            || ops.may_fill(limit)
             || !cancels.is_empty();
         let want = if more { 0 } else { 1 };
         submit_and_wait_or_abort(&ring, want);

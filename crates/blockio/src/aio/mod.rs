@@ -82,7 +82,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::{Arc, OnceLock};
 
-pub use buf::{IoBuf, IoBufMut};
+pub use buf::{IoBuf, IoBufMut, Slice};
 pub use file::{AsyncFile, AsyncOpenOptions, Batch, BatchOp};
 pub use op::{BufResult, OpFuture};
 #[cfg(feature = "tokio")]
@@ -150,9 +150,11 @@ impl Default for AsyncEngineBuilder {
 }
 
 impl AsyncEngineBuilder {
-    /// Most operations in flight at once, over all tasks (default 256, at
-    /// most 32767); more wait in a queue, in order. As for
+    /// Most file operations in flight at once, over all tasks (default
+    /// 256, at most 32767); more wait in a queue, in order. As for
     /// [`EngineBuilder::queue_depth`](crate::EngineBuilder::queue_depth).
+    /// Socket operations, which wait for peers, do not count (see
+    /// [`crate::net`]).
     pub fn queue_depth(mut self, n: usize) -> Self {
         self.queue_depth = n.clamp(1, MAX_QUEUE_DEPTH);
         self

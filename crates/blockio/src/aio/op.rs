@@ -104,6 +104,27 @@ impl<B: IoBufMut> Abandoned for Shared<B> {
     }
 }
 
+/// An operation whose result is wanted after its future was dropped: a
+/// send, to report how many bytes went (see `net`'s write side).
+pub(crate) trait Settles: Send + Sync {
+    /// Ready with the raw result once the kernel has completed the
+    /// operation; wakes `cx` then.
+    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<i32>;
+}
+
+impl<B: Send> Settles for Shared<B> {
+    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<i32> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        match g.result {
+            Some(res) => Poll::Ready(res),
+            None => {
+                g.store_waker(cx.waker());
+                Poll::Pending
+            }
+        }
+    }
+}
+
 /// An async operation. Submitted on its first poll (or by
 /// [`OpFuture::start`]); resolves to its result and its buffer.
 ///
@@ -189,6 +210,20 @@ impl<B: Send + 'static> OpFuture<B> {
         B: IoBufMut,
     {
         self.shared.clone()
+    }
+
+    /// A handle to this operation's result that outlives the future, once
+    /// it has been handed to the driver (`None` before that, or when it
+    /// was refused): every operation handed over completes, cancelled or
+    /// not.
+    pub(crate) fn settle_handle(&self) -> Option<Arc<dyn Settles>>
+    where
+        B: Send + 'static,
+    {
+        if self.op.is_some() || self.refused.is_some() {
+            return None;
+        }
+        Some(self.shared.clone())
     }
 
     /// Registers the waker of the task that will await this operation.

@@ -13,15 +13,19 @@
 //! A request waiting here is cancelled by taking it out of the set: the
 //! kernel holds nothing of it, so its memory is free at once.
 //!
-//! epoll takes a descriptor once, but a stream may have a read and a write
-//! waiting at the same time. So each waiting request is registered under
-//! a duplicate of its socket's descriptor, its own: the two are separate
-//! entries of the set for the same socket. The duplicate is deleted from
-//! the set before it is closed (closing a duplicate does not take it out
-//! while the socket's own descriptor is open).
+//! epoll takes a descriptor once, and a stream may have a read and a write
+//! waiting at the same time. So the set watches each socket once, keyed by
+//! its descriptor, for the union of what its waiting requests want
+//! (readable for receives and accepts, writable for the rest), and an
+//! event retries the requests it concerns. A waiting request holds its
+//! socket open, so the descriptor names that socket for as long as the
+//! socket has requests here; it is deleted from the set when its last
+//! request leaves, before that request can let the socket close. Waiting
+//! opens no descriptor: a connection costs one whether idle or not.
 
+use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -41,27 +45,42 @@ struct Shared {
     stop: AtomicBool,
 }
 
-/// The requests waiting for readiness, by key, each with the duplicate of
-/// its socket's descriptor that the set watches.
+/// The requests waiting for readiness, by socket (the descriptor is the
+/// set's key for it).
 #[derive(Default)]
 struct Waiting {
-    slots: Vec<Option<(Request, OwnedFd)>>,
-    free: Vec<usize>,
+    sockets: HashMap<RawFd, Watched>,
 }
 
-/// What a request waits for.
-fn interest(kind: OpKind, key: usize) -> Event {
-    match kind {
-        OpKind::Accept | OpKind::Recv | OpKind::RecvSelect => Event::readable(key),
-        _ => Event::writable(key),
-    }
+/// One socket in the set.
+#[derive(Default)]
+struct Watched {
+    reqs: Vec<Request>,
+    /// The watching thread is retrying some of its requests, unlocked:
+    /// the socket stays in the set until it has put them back.
+    retrying: bool,
 }
 
-/// The request's socket, borrowed.
-fn socket(req: &Request) -> BorrowedFd<'_> {
-    // SAFETY: the request keeps its socket open until it is completed or
-    // dropped, and this borrow does not outlive it.
-    unsafe { BorrowedFd::borrow_raw(req.op.fd) }
+/// Whether a request waits for its socket to be readable (else writable).
+fn wants_read(kind: OpKind) -> bool {
+    matches!(kind, OpKind::Accept | OpKind::Recv | OpKind::RecvSelect)
+}
+
+/// What the set watches `fd` for: the union of what `reqs` want.
+fn interest(fd: RawFd, reqs: &[Request]) -> Event {
+    let read = reqs.iter().any(|r| wants_read(r.op.kind()));
+    let write = reqs.iter().any(|r| !wants_read(r.op.kind()));
+    Event::new(fd as usize, read, write)
+}
+
+/// A waiting request's socket, borrowed.
+///
+/// # Safety
+/// A request that holds `fd` open (one of those waiting on it) must live
+/// as long as the borrow.
+unsafe fn socket<'a>(fd: RawFd) -> BorrowedFd<'a> {
+    // SAFETY: the caller's promise.
+    unsafe { BorrowedFd::borrow_raw(fd) }
 }
 
 /// The result of a connect whose socket became writable: its `SO_ERROR`.
@@ -126,23 +145,28 @@ impl Readiness {
             .waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let key = w.free.pop().unwrap_or_else(|| {
-            w.slots.push(None);
-            w.slots.len() - 1
-        });
-        let event = interest(req.op.kind(), key);
-        let added = socket(&req).try_clone_to_owned().and_then(|dup| {
-            // SAFETY: `dup` is kept beside the request while it is in the
-            // set, and deleted from the set before it is closed.
-            unsafe { self.shared.poller.add(dup.as_raw_fd(), event) }.map(|()| dup)
-        });
-        match added {
-            Ok(dup) => w.slots[key] = Some((req, dup)),
-            Err(e) => {
-                w.free.push(key);
-                drop(w);
-                req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO));
+        let fd = req.op.fd;
+        let watched = w.sockets.contains_key(&fd);
+        let reqs = &mut w.sockets.entry(fd).or_default().reqs;
+        reqs.push(req);
+        let event = interest(fd, reqs);
+        let armed = if watched {
+            // SAFETY: the requests of `reqs`, which hold `fd` open, stay
+            // in the set while the lock is held.
+            self.shared.poller.modify(unsafe { socket(fd) }, event)
+        } else {
+            // SAFETY: `fd` is deleted from the set before its last waiting
+            // request leaves it (see `settle`), and that request holds the
+            // socket open until then.
+            unsafe { self.shared.poller.add(fd, event) }
+        };
+        if let Err(e) = armed {
+            let req = reqs.pop().expect("pushed above");
+            if !watched {
+                w.sockets.remove(&fd);
             }
+            drop(w);
+            req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO));
         }
     }
 
@@ -153,18 +177,61 @@ impl Readiness {
             .waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let Some(key) = w
-            .slots
-            .iter()
-            .position(|s| s.as_ref().is_some_and(|(r, _)| c.names(&r.done)))
-        else {
+        let found = w.sockets.iter_mut().find_map(|(&fd, s)| {
+            let i = s.reqs.iter().position(|r| c.names(&r.done))?;
+            Some((fd, s.reqs.remove(i)))
+        });
+        let Some((fd, req)) = found else {
             return;
         };
-        let (req, dup) = w.slots[key].take().expect("found above");
-        let _ = self.shared.poller.delete(dup.as_fd());
-        w.free.push(key);
+        let failed = settle(&self.shared.poller, &mut w, fd);
         drop(w);
         req.done.complete(-libc::ECANCELED);
+        fail_unwatchable(failed);
+    }
+}
+
+/// Brings the set's watch of `fd` in line with the requests waiting on
+/// it: deleted when none is left, else re-armed for what they want (an
+/// event disarms the socket it reports). Called with the set locked,
+/// while a request that holds `fd` open is still alive (waiting, or just
+/// taken out and not yet dropped). Returns the requests that can no
+/// longer wait, for the caller to complete once the lock is let go (their
+/// wakers are user code).
+#[must_use]
+fn settle(poller: &Poller, w: &mut Waiting, fd: RawFd) -> Vec<Request> {
+    let Some(Watched { reqs, retrying }) = w.sockets.get(&fd) else {
+        return Vec::new();
+    };
+    // SAFETY: the caller keeps a request that holds `fd` open alive.
+    let sock = unsafe { socket(fd) };
+    if reqs.is_empty() {
+        if !*retrying {
+            // (A retry settles it once its requests are back.)
+            let _ = poller.delete(sock);
+            w.sockets.remove(&fd);
+        }
+        Vec::new()
+    } else if poller.modify(sock, interest(fd, reqs)).is_err() {
+        // Unreachable while the socket is open; the requests must not
+        // wait for an event that cannot come.
+        let left = w.sockets.remove(&fd).unwrap_or_default();
+        let _ = poller.delete(sock);
+        left.reqs
+    } else {
+        Vec::new()
+    }
+}
+
+/// Completes requests that could not wait with `EIO`, with no lock held; a
+/// panicking waker is reported by the panic hook and the others are still
+/// completed.
+fn fail_unwatchable(reqs: Vec<Request>) {
+    for req in reqs {
+        let _ = call_user(move || {
+            req.done.complete(-libc::EIO);
+            drop(req);
+        });
     }
 }
 
@@ -175,7 +242,7 @@ impl Drop for Readiness {
     }
 }
 
-/// The watching thread: retries each request whose socket became ready.
+/// The watching thread: retries the requests whose socket became ready.
 fn watch(shared: &Shared) {
     let mut events = Events::new();
     while !shared.stop.load(Ordering::SeqCst) {
@@ -184,55 +251,77 @@ fn watch(shared: &Shared) {
             continue;
         }
         for ev in events.iter() {
-            retry(shared, ev.key);
+            retry(shared, ev.key as RawFd, ev.readable, ev.writable);
         }
     }
     // The engine is gone: nobody will await what still waits.
     let mut w = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
-    let left: Vec<(Request, OwnedFd)> = w.slots.iter_mut().filter_map(Option::take).collect();
+    let left: Vec<(RawFd, Watched)> = w.sockets.drain().collect();
     drop(w);
-    for (req, dup) in left {
-        let _ = shared.poller.delete(dup.as_fd());
-        // A panicking waker is reported by the panic hook; the others are
-        // still completed.
-        let _ = call_user(move || {
-            req.done.complete(-libc::ECANCELED);
-            drop(req);
-        });
+    for (fd, s) in left {
+        // SAFETY: `s.reqs`, which hold `fd` open, are alive here.
+        let _ = shared.poller.delete(unsafe { socket(fd) });
+        for req in s.reqs {
+            // A panicking waker is reported by the panic hook; the others
+            // are still completed.
+            let _ = call_user(move || {
+                req.done.complete(-libc::ECANCELED);
+                drop(req);
+            });
+        }
     }
 }
 
-/// Tries the request under `key` again, with the set unlocked during the
-/// system call; completes it, or re-arms it if the socket is not ready
-/// after all (and its future still wants it).
-fn retry(shared: &Shared, key: usize) {
-    let (req, dup) = {
-        let mut w = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        // The key stays reserved (not in `free`) while the call runs.
-        match w.slots.get_mut(key).and_then(Option::take) {
-            Some(slot) => slot,
-            None => return,
+/// Tries again the requests waiting on `fd` that its event concerns, with
+/// the set unlocked during the system calls; completes those that are
+/// done and puts back those still not ready (whose futures still want
+/// them), then re-arms the socket or deletes it from the set.
+fn retry(shared: &Shared, fd: RawFd, readable: bool, writable: bool) {
+    let ready = |r: &Request| {
+        if wants_read(r.op.kind()) {
+            readable
+        } else {
+            writable
         }
     };
-    let res = match req.op.kind() {
-        OpKind::Connect => connect_result(&req),
-        _ => req.op.run_blocking_raw(),
-    };
-    let mut w = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
-    if would_block(res) && !req.abandoned() {
-        let event = interest(req.op.kind(), key);
-        if shared.poller.modify(dup.as_fd(), event).is_ok() {
-            w.slots[key] = Some((req, dup));
+    let taken: Vec<Request> = {
+        let mut w = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(s) = w.sockets.get_mut(&fd) else {
             return;
+        };
+        let (now, later): (Vec<Request>, Vec<Request>) = s.reqs.drain(..).partition(ready);
+        s.reqs = later;
+        // The socket stays in the set (disarmed by this event) while the
+        // calls run, so that a request arriving meanwhile re-arms it.
+        s.retrying = true;
+        now
+    };
+    let mut done = Vec::new();
+    let mut again = Vec::new();
+    for req in taken {
+        let res = match req.op.kind() {
+            OpKind::Connect => connect_result(&req),
+            _ => req.op.run_blocking_raw(),
+        };
+        if would_block(res) && !req.abandoned() {
+            again.push(req);
+        } else {
+            done.push((req, res));
         }
     }
-    let _ = shared.poller.delete(dup.as_fd());
-    w.free.push(key);
+    let mut w = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
+    let s = w.sockets.get_mut(&fd).expect("kept while retrying");
+    s.retrying = false;
+    s.reqs.extend(again);
+    let failed = settle(&shared.poller, &mut w, fd);
     drop(w);
+    fail_unwatchable(failed);
     // On the watching thread: a panicking waker is reported by the panic
     // hook and the thread goes on serving the other sockets.
-    let _ = call_user(move || {
-        req.done.complete(res);
-        drop(req);
-    });
+    for (req, res) in done {
+        let _ = call_user(move || {
+            req.done.complete(res);
+            drop(req);
+        });
+    }
 }

@@ -49,6 +49,15 @@ macro_rules! stream_io_traits {
                 $crate::net::RecvStream::new(&self.core)
             }
 
+            /// How long bytes the I/O traits accepted may go on being sent
+            /// after the stream is dropped, to a peer that does not read
+            /// them (default 60 s). Past it the send is cancelled and the
+            /// socket closed; the rest is lost, as the peer was not taking
+            /// it. The dropping thread never waits either way.
+            pub fn set_drop_linger(&self, limit: std::time::Duration) {
+                self.core.writes.set_linger(limit);
+            }
+
             /// Shuts down the reading side, the writing side or both.
             ///
             /// # Errors

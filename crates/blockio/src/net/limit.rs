@@ -28,9 +28,9 @@ pub(crate) async fn pause(d: Duration) {
     Delay::new(d).await
 }
 
-/// A connect to `peer` that `limit` cut short: `ETIMEDOUT`, naming both.
-pub(crate) fn connect_timed_out(peer: &str, limit: Duration) -> std::io::Error {
-    let err = std::io::Error::from_raw_os_error(libc::ETIMEDOUT);
-    let err = crate::error::NetError::wrap(crate::kind::OpKind::Connect, peer, err);
-    std::io::Error::new(err.kind(), format!("{err} (after {limit:?})"))
+/// A connect that its limit cut short: `ETIMEDOUT`, as the kernel reports
+/// a connect that its own retries gave up on (kind
+/// [`TimedOut`](std::io::ErrorKind::TimedOut), `raw_os_error()` set).
+pub(crate) fn connect_timed_out() -> std::io::Error {
+    std::io::Error::from_raw_os_error(libc::ETIMEDOUT)
 }

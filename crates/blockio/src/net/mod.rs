@@ -44,10 +44,50 @@
 //!   not stay armed forever.
 //! * **No bytes are lost.** A read cancelled by a timeout either took no
 //!   bytes, or the next read on the stream returns them first, in order.
-//! * **Errors name the peer**: `recv from 10.0.0.7:5432 failed: Connection
-//!   reset by peer (os error 104)`, with the errno's
-//!   [`io::ErrorKind`](std::io::ErrorKind); [`errno`](crate::errno) reads
-//!   the errno back. Writes use `MSG_NOSIGNAL`: a peer that closed is
+//! * **No bytes are sent twice unknowingly.** A write (owned `write`,
+//!   `write_all`, `writev`) cancelled by a timeout either sent no bytes,
+//!   and is forgotten (retry it whole, as on tokio), or the stream's next
+//!   write sends nothing and fails with a [`WriteDropped`] error saying
+//!   how many of the dropped write's bytes went (`WriteDropped::of(&err)`;
+//!   kind [`Other`](std::io::ErrorKind::Other)): resend only the rest, and
+//!   the write after that proceeds. A retry loop that handles it:
+//!
+//! ```no_run
+//! # async fn send(s: &blockio::net::TcpStream, data: &[u8]) -> std::io::Result<()> {
+//! use std::time::Duration;
+//! use blockio::net::WriteDropped;
+//! let mut at = 0;
+//! while at < data.len() {
+//!     let write = s.write(data[at..].to_vec());
+//!     match tokio::time::timeout(Duration::from_millis(5), write).await {
+//!         Ok((Ok(n), _)) => at += n,
+//!         Ok((Err(e), _)) => match WriteDropped::of(&e) {
+//!             Some(dropped) => at += dropped.sent,
+//!             None => return Err(e),
+//!         },
+//!         Err(_elapsed) => {} // nothing known yet: the next write says
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//!   Trait writes are never half-done: `poll_write` either takes bytes
+//!   (and then sends them) or takes none.
+//! * **Errors are the kernel's, as std and tokio give them**: a failed
+//!   socket operation (connect, accept, bind, listen, recv, send, and
+//!   `connect_timeout`'s time-out, `ETIMEDOUT`) is a plain OS error, so
+//!   `raw_os_error()` is `Some(errno)`, [`kind`](std::io::Error::kind) is
+//!   the errno's, and [`errno`](crate::errno) reads it too: code ported
+//!   from tokio that matches on either works unchanged. An OS error has
+//!   no room for the peer's address (wrapping it would hide the errno),
+//!   so the message is the kernel's; the peer is at hand where the error
+//!   is met ([`TcpStream::peer_addr`], the address given to `connect` or
+//!   `bind`): name it when you report the error, as with tokio. Errors
+//!   that are not the kernel's (an address that resolves to nothing, a
+//!   Unix path too long for a socket address) name what they are about.
+//!   `connect` tries each address its argument resolves to, in order, and
+//!   reports the last one's error, as std and tokio do. Writes use `MSG_NOSIGNAL`: a peer that closed is
 //!   `EPIPE` on that stream, never a `SIGPIPE` for the process. `EMFILE`
 //!   on accept is an error of that accept; the listener goes on.
 //!
@@ -58,9 +98,22 @@
 //! `hyper-util`'s `TokioIo`; see `examples/hyper_server.rs`) run on them.
 //! The traits lend slices for one poll, so they cost a copy each way:
 //! reads receive into a buffer of the stream's and hand bytes out; writes
-//! copy the slice, start the send and report the bytes written, and the
-//! next write, flush or close waits for it and reports its error. The
-//! owned-buffer methods cost no copy. Both kinds of read share one queue
+//! copy the slice into the stream's queue and report the bytes written.
+//! **Bytes a write accepted keep moving on their own**: each completed
+//! send starts the next (the rest of a short send, then what was queued
+//! meanwhile), so a reply written without a flush reaches a peer that
+//! waits for all of it before answering. **Dropping a stream lingers**
+//! like closing a socket: what was accepted is still sent, and the
+//! descriptor closes after the last byte is in the kernel (or a send
+//! fails, or a peer that does not read has held it past the stream's
+//! [`set_drop_linger`](TcpStream::set_drop_linger) limit, 60 s unless
+//! set); nothing blocks in `Drop`. Until then the queue keeps its engine
+//! running: a caller-driven engine whose loop is gone finishes once the
+//! linger has run out. A flush waits for the queue, and a send's
+//! error comes back from the next write or flush. The queue takes up to
+//! 256 KiB beyond the send in flight (a larger write is taken in part, as
+//! a short write); a write waits while it is full.
+//! The owned-buffer methods cost no copy, and go after the queue. Both kinds of read share one queue
 //! of bytes: mixed on one stream, and dropped by timeouts, they keep the
 //! stream's order and lose nothing.
 //!
@@ -72,10 +125,11 @@
 //! ([`AsyncEngineBuilder::recv_buffers`](crate::aio::AsyncEngineBuilder::recv_buffers)):
 //! the kernel picks a buffer only when bytes arrive, so 10,000 idle
 //! connections hold no memory, and a buffer goes back when its `RecvBuf`
-//! is dropped. When the ring runs out, receives pause until buffers come
-//! back (the connections stay open), and a connection holding its
-//! [share](crate::aio::AsyncEngineBuilder::recv_buffer_share) waits for
-//! its own to come back first. On epoll (and kernels before 6.0) the same
+//! is dropped. A connection holds at most its
+//! [share](crate::aio::AsyncEngineBuilder::recv_buffer_share) of the
+//! ring; when it holds its share, or the ring runs out, an awaited stream
+//! receives into a buffer of its own until ring buffers come back, so
+//! consumers that keep buffers while awaiting the next never stall. On epoll (and kernels before 6.0) the same
 //! stream receives into a buffer per receive.
 //!
 //! # How operations reach the kernel
@@ -116,16 +170,31 @@
 //!   descriptor is readable, and its futures may be polled on other
 //!   threads too.
 //!
-//! Each waiting read is an operation in flight, and the engine bounds those
-//! by its [`queue_depth`](crate::aio::AsyncEngineBuilder::queue_depth)
-//! (default 256, sized for files): build the engine with a depth above
-//! the number of connections it serves, or reads past the bound wait
-//! behind idle connections' reads.
+//! # Idle connections cost memory, never a slot
+//!
+//! The engine's [`queue_depth`](crate::aio::AsyncEngineBuilder::queue_depth)
+//! bounds the operations in flight so that a burst of completions cannot
+//! overflow the completion queue. That bound suits file operations,
+//! which complete on their own; a socket operation waits for its peer,
+//! maybe forever, and if it counted, idle connections would take every
+//! slot and new accepts and reads would wait behind them until the idle
+//! peers left. So socket operations do not count against the depth: with
+//! default settings any number of idle or slowloris connections wait
+//! beside the active ones, each holding its small operation state and
+//! nothing that other work waits for. The completion queue is protected
+//! directly instead: completions past its size (many waiting receives
+//! finishing in one burst) are kept by the kernel (`IORING_FEAT_NODROP`,
+//! Linux 5.5) and flushed by the driver's next enter, which asks for
+//! completions while the overflow is flagged. File operations still wait
+//! for room, in order, as the depth says.
 //!
 //! Where io_uring is blocked the same API runs on epoll: sockets are made
 //! non-blocking, each operation is tried at once and, if the socket is not
 //! ready, waits in an epoll set (through the `polling` crate) that one
 //! thread watches. Idle connections hold no thread on either backend.
+//! The set watches each socket once, for whatever its waiting operations
+//! want, so waiting opens no descriptor: a connection costs its own
+//! descriptor and nothing more.
 
 mod accepts;
 mod adapters;
@@ -138,8 +207,32 @@ mod socket;
 mod stream;
 mod tcp;
 mod unix;
+mod write_side;
 
-pub use crate::error::NetError;
 pub use recv_stream::{RecvBuf, RecvStream};
 pub use tcp::{Incoming, TcpListener, TcpListenerOptions, TcpStream};
 pub use unix::{UnixIncoming, UnixListener, UnixStream};
+pub use write_side::WriteDropped;
+
+/// A socket operation's error as std and tokio give it: the kernel's errno
+/// as a plain OS error, so that `raw_os_error()`, `kind()` and
+/// [`errno`](crate::errno) all read it. Errors that are not the kernel's
+/// pass unchanged.
+pub(crate) fn os_error(err: std::io::Error) -> std::io::Error {
+    match crate::errno(&err) {
+        Some(errno) => std::io::Error::from_raw_os_error(errno),
+        None => err,
+    }
+}
+
+/// [`os_error`], or for an error that is not the kernel's (an address
+/// that does not fit a socket address, say) the error naming `what`.
+pub(crate) fn os_error_or_named(
+    err: std::io::Error,
+    what: &dyn std::fmt::Display,
+) -> std::io::Error {
+    match crate::errno(&err) {
+        Some(errno) => std::io::Error::from_raw_os_error(errno),
+        None => std::io::Error::new(err.kind(), format!("{what}: {err}")),
+    }
+}

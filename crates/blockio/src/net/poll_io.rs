@@ -17,11 +17,11 @@
 //!
 //! # Writes
 //!
-//! `poll_write` copies the bytes into an owned buffer, starts sending them
-//! and reports them written; the next `poll_write`, `poll_flush` or
-//! `poll_close` waits for that send (resending what a short send left) and
-//! reports its error, if any. One write is in flight at a time, so memory
-//! stays bounded by the largest slice written.
+//! `poll_write` hands the bytes to the stream's write side, which copies
+//! them into its queue and sends them on its own, short sends and all, so
+//! that nothing waits for a next write or flush (see `write_side`).
+//! `poll_flush` waits for the queue to reach the kernel and reports a
+//! send's error.
 
 use std::future::Future;
 use std::io;
@@ -31,8 +31,6 @@ use std::task::{ready, Context, Poll};
 use super::read_side::Settled;
 use super::stream::StreamCore;
 use crate::aio::op::OpFuture;
-use crate::error::NetError;
-use crate::kind::OpKind;
 
 /// The smallest buffer a trait read receives into.
 const MIN_RECEIVE: usize = 16 * 1024;
@@ -47,14 +45,6 @@ pub(crate) struct PollIo {
     receiving: Option<OpFuture<Vec<u8>>>,
     /// The last receive's buffer, taken back for the next one.
     spare: Vec<u8>,
-    /// The send in flight and the bytes it still has to send after it.
-    sending: Option<Sending>,
-}
-
-struct Sending {
-    fut: OpFuture<Vec<u8>>,
-    /// Where in the buffer this send started.
-    from: usize,
 }
 
 impl PollIo {
@@ -75,7 +65,7 @@ impl PollIo {
                 Settled::Copied(n) => return Poll::Ready(Ok(n)),
                 Settled::Failed(errno) => {
                     let err = io::Error::from_raw_os_error(errno);
-                    return Poll::Ready(Err(NetError::wrap(OpKind::Recv, &core.peer, err)));
+                    return Poll::Ready(Err(super::os_error(err)));
                 }
                 Settled::Receive => {}
             }
@@ -87,7 +77,7 @@ impl PollIo {
             match Pin::new(&mut fut).poll(cx) {
                 // Refused before submission, or already complete.
                 Poll::Ready((res, buf)) => {
-                    let n = res.map_err(|e| NetError::wrap(OpKind::Recv, &core.peer, e))?;
+                    let n = res.map_err(super::os_error)?;
                     let k = n.min(out.len());
                     out[..k].copy_from_slice(&buf[..k]);
                     core.reads.keep(&buf[k..n]);
@@ -111,49 +101,24 @@ impl PollIo {
         }
     }
 
-    /// Waits for the send in flight, then starts sending `data` and
-    /// reports it written.
+    /// Accepts `data` for the stream's write side to send (see
+    /// `write_side`).
     pub(crate) fn poll_write(
         &mut self,
         core: &StreamCore,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        ready!(self.poll_flush(core, cx))?;
-        if data.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        let mut fut = core.sock.send(data.to_vec(), 0);
-        fut.set_waker(cx.waker());
-        fut.start();
-        self.sending = Some(Sending { fut, from: 0 });
-        Poll::Ready(Ok(data.len()))
+        core.writes.poll_write(cx, data)
     }
 
-    /// Waits until every byte reported written has been sent.
+    /// Waits until every byte reported written is in the kernel.
     pub(crate) fn poll_flush(
         &mut self,
         core: &StreamCore,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
-        while let Some(s) = &mut self.sending {
-            let (res, buf) = ready!(Pin::new(&mut s.fut).poll(cx));
-            let from = s.from;
-            self.sending = None;
-            let n = res.map_err(|e| NetError::wrap(OpKind::Send, &core.peer, e))?;
-            if n == 0 {
-                let err = io::Error::new(io::ErrorKind::WriteZero, "the peer took no bytes");
-                return Poll::Ready(Err(NetError::wrap(OpKind::Send, &core.peer, err)));
-            }
-            let next = from + n;
-            if next < buf.len() {
-                let mut fut = core.sock.send(buf, next);
-                fut.set_waker(cx.waker());
-                fut.start();
-                self.sending = Some(Sending { fut, from: next });
-            }
-        }
-        Poll::Ready(Ok(()))
+        core.writes.poll_flush(cx)
     }
 
     /// Flushes, then shuts the writing side down.

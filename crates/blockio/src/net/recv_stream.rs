@@ -26,13 +26,17 @@
 //!
 //! # Rules
 //!
-//! * **Running out pauses, never ends.** When the ring is empty the kernel
-//!   ends the receive with `ENOBUFS`. The stream counts a pause, waits
-//!   until any buffer comes back, and arms a new receive; the connection
-//!   and its bytes are untouched (they wait in the socket).
-//! * **A bounded share each.** A connection holding its share of buffers
-//!   (received, not yet dropped) is not re-armed until it holds fewer: a
-//!   slow reader cannot take the ring from the others.
+//! * **Running out never stalls.** When the ring is empty the kernel
+//!   ends the receive with `ENOBUFS`. The stream counts a pause and, while
+//!   the ring stays empty, receives into a buffer of its own (the ring's
+//!   buffer size) each time it is polled with nothing queued, so a
+//!   consumer that keeps its buffers while it awaits the next still gets
+//!   its bytes, whatever every other connection holds. Once buffers come
+//!   back it receives from the ring again.
+//! * **A bounded share each.** A connection holding its share of ring
+//!   buffers (received, not yet dropped) is not re-armed on the ring until
+//!   it holds fewer: a slow reader cannot take the ring from the others.
+//!   Awaited meanwhile, it receives into buffers of its own likewise.
 //! * **No bytes lost.** Bytes left by dropped reads come out first; and a
 //!   stream dropped while its receive is armed cancels it and leaves what
 //!   still arrives to the next read on the connection, in order.
@@ -58,8 +62,6 @@ use crate::aio::buf_ring::{BufRing, GROUP};
 use crate::aio::driver::{Cancel, Complete, Request};
 use crate::aio::op::Abandoned;
 use crate::aio::BufResult;
-use crate::error::NetError;
-use crate::kind::OpKind;
 use crate::op::action::{Action, SocketRecvSelect};
 use crate::op::Op;
 
@@ -225,6 +227,9 @@ impl Abandoned for Multi {
 pub struct RecvStream<'a> {
     core: &'a StreamCore,
     how: How<'a>,
+    /// A receive into a buffer of its own, while the ring cannot serve
+    /// this stream (empty, or this connection holds its share).
+    own: Option<Receive<'a>>,
     done: bool,
     pauses: u64,
 }
@@ -263,6 +268,7 @@ impl<'a> RecvStream<'a> {
         RecvStream {
             core,
             how,
+            own: None,
             done: false,
             pauses: 0,
         }
@@ -289,11 +295,7 @@ impl<'a> RecvStream<'a> {
     fn fail(&mut self, errno: i32) -> Poll<Option<io::Result<RecvBuf>>> {
         self.done = true;
         let err = io::Error::from_raw_os_error(errno);
-        Poll::Ready(Some(Err(NetError::wrap(
-            OpKind::Recv,
-            &self.core.peer,
-            err,
-        ))))
+        Poll::Ready(Some(Err(super::os_error(err))))
     }
 
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<RecvBuf>>> {
@@ -302,6 +304,9 @@ impl<'a> RecvStream<'a> {
         }
         if let How::Single(..) = self.how {
             return self.poll_single(cx);
+        }
+        if self.own.is_some() {
+            return self.poll_own(cx);
         }
         match std::task::ready!(self.core.reads.poll_take(cx, usize::MAX)) {
             Taken::Nothing => {}
@@ -363,7 +368,13 @@ impl<'a> RecvStream<'a> {
         }
         let starved = r.paused && ring.exhausted();
         if r.multi.held.load(Ordering::SeqCst) >= shape.share || starved {
-            return Poll::Pending;
+            // Waiting for the ring could wait forever (its buffers may be
+            // held by consumers that are themselves waiting): receive
+            // into a buffer of this stream's own instead. No receive is
+            // armed, so bytes keep their order.
+            let (core, size) = (self.core, shape.size as usize);
+            self.own = Some(Box::pin(core.read(vec![0u8; size])));
+            return self.poll_own(cx);
         }
         r.paused = false;
         self.arm();
@@ -396,6 +407,32 @@ impl<'a> RecvStream<'a> {
             .engine
             .driver()
             .submit([Request { op, done }]);
+    }
+
+    /// Polls the receive into a buffer of the stream's own.
+    fn poll_own(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<RecvBuf>>> {
+        let f = self
+            .own
+            .as_mut()
+            .expect("a receive of its own is in flight");
+        let (res, mut buf) = std::task::ready!(f.as_mut().poll(cx));
+        self.own = None;
+        match res {
+            Ok(0) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Ok(n) => {
+                buf.truncate(n);
+                Poll::Ready(Some(Ok(RecvBuf {
+                    inner: Held::Owned(buf),
+                })))
+            }
+            Err(e) => {
+                self.done = true;
+                Poll::Ready(Some(Err(e)))
+            }
+        }
     }
 
     fn poll_single(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<RecvBuf>>> {

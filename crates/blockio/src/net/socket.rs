@@ -8,10 +8,8 @@ use std::sync::Arc;
 use socket2::{SockAddr, SockAddrStorage, Socket};
 
 use crate::aio::op::OpFuture;
-use crate::aio::{AsyncEngine, BufResult, IoBuf, IoBufMut};
+use crate::aio::{AsyncEngine, IoBuf, IoBufMut};
 use crate::backend::Backend;
-use crate::error::NetError;
-use crate::kind::OpKind;
 use crate::op::action::{Accept, Action, Connect, SocketRecv, SocketSend, SocketSendVectored};
 use crate::op::Op;
 
@@ -26,8 +24,8 @@ pub(crate) struct Sock {
 }
 
 /// The buffers of a vectored send and the message header naming them.
-struct Message<B> {
-    bufs: Vec<B>,
+pub(crate) struct Message<B> {
+    pub(crate) bufs: Vec<B>,
     _msg: Box<libc::msghdr>,
 }
 
@@ -115,8 +113,9 @@ impl Sock {
         unsafe { self.op(Action::Send(send), buf) }
     }
 
-    /// Sends `bufs` in order with one `sendmsg`.
-    pub(crate) async fn send_vectored<B: IoBuf>(&self, bufs: Vec<B>) -> BufResult<usize, Vec<B>> {
+    /// Sends `bufs` in order with one `sendmsg`; the buffers come back in
+    /// the [`Message`].
+    pub(crate) fn send_vectored<B: IoBuf>(&self, bufs: Vec<B>) -> OpFuture<Message<B>> {
         let iovecs: Vec<libc::iovec> = bufs
             .iter()
             .map(|b| libc::iovec {
@@ -134,12 +133,10 @@ impl Sock {
         // vector, both heap memory that does not move with them; the
         // iovecs point into the buffers' stable heap bytes. The future's
         // state owns all three (`owned` and `iovecs`) until the completion.
-        let fut = unsafe {
+        unsafe {
             let op = Op::from_action(self.fd(), Action::SendVectored(send), None);
             OpFuture::new(&self.engine, op, owned, iovecs, self.socket.clone())
-        };
-        let (res, owned) = fut.await;
-        (res, owned.bufs)
+        }
     }
 
     /// Accepts a connection; the buffer receives the peer's address.
@@ -167,23 +164,5 @@ impl Sock {
         };
         // SAFETY: the address is in the box, which does not move with it.
         unsafe { self.op(Action::Connect(connect), addr) }
-    }
-
-    /// Sends all of `buf`, one `send` after another until every byte went.
-    pub(crate) async fn send_all<B: IoBuf>(&self, mut buf: B, peer: &str) -> BufResult<(), B> {
-        let mut sent = 0;
-        while sent < buf.bytes_len() {
-            let (res, b) = self.send(buf, sent).await;
-            buf = b;
-            match res {
-                Ok(0) => {
-                    let err = io::Error::from(io::ErrorKind::WriteZero);
-                    return (Err(NetError::wrap(OpKind::Send, peer, err)), buf);
-                }
-                Ok(n) => sent += n,
-                Err(e) => return (Err(NetError::wrap(OpKind::Send, peer, e)), buf),
-            }
-        }
-        (Ok(()), buf)
     }
 }

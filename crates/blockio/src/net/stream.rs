@@ -1,26 +1,27 @@
 //! What TCP and Unix streams share: reads that lose no bytes, writes, and
-//! the peer named in every error.
+//! the peer as `Debug` shows it.
 
 use std::io;
 use std::net::Shutdown;
 
 use super::read_side::{ReadSide, Settled};
 use super::socket::Sock;
+use super::write_side::WriteSide;
 use crate::aio::{BufResult, IoBuf, IoBufMut};
-use crate::error::NetError;
-use crate::kind::OpKind;
 
 /// A connected stream socket.
 pub(crate) struct StreamCore {
     pub(crate) sock: Sock,
     pub(crate) reads: ReadSide,
-    /// The peer, as errors name it.
+    pub(crate) writes: WriteSide,
+    /// The peer, as `Debug` shows it.
     pub(crate) peer: String,
 }
 
 impl StreamCore {
     pub(crate) fn new(sock: Sock, peer: String) -> StreamCore {
         StreamCore {
+            writes: WriteSide::new(sock.clone()),
             sock,
             reads: ReadSide::default(),
             peer,
@@ -34,38 +35,64 @@ impl StreamCore {
             Settled::Copied(n) => return (Ok(n), buf),
             Settled::Failed(errno) => {
                 let err = io::Error::from_raw_os_error(errno);
-                return (Err(NetError::wrap(OpKind::Recv, &self.peer, err)), buf);
+                return (Err(super::os_error(err)), buf);
             }
             Settled::Receive => {}
         }
         let (res, buf) = self.reads.receive(self.sock.recv(buf)).await;
-        (
-            res.map_err(|e| NetError::wrap(OpKind::Recv, &self.peer, e)),
-            buf,
-        )
+        (res.map_err(super::os_error), buf)
     }
 
     /// Writes from `buf`: how many bytes went (maybe fewer than all).
+    /// Bytes the I/O traits accepted go first; a dropped write that sent
+    /// bytes is reported instead (see `write_side`).
     pub(crate) async fn write<B: IoBuf>(&self, buf: B) -> BufResult<usize, B> {
-        let (res, buf) = self.sock.send(buf, 0).await;
-        (
-            res.map_err(|e| NetError::wrap(OpKind::Send, &self.peer, e)),
-            buf,
-        )
+        if let Err(e) = self.writes.ready_for_owned().await {
+            return (Err(e), buf);
+        }
+        let mut guard = self.writes.guard(buf.bytes_len());
+        let mut fut = self.sock.send(buf, 0);
+        fut.start();
+        let (res, buf) = guard.send(fut).await;
+        (res.map_err(super::os_error), buf)
     }
 
     /// Writes `bufs` in order with one `sendmsg`.
     pub(crate) async fn writev<B: IoBuf>(&self, bufs: Vec<B>) -> BufResult<usize, Vec<B>> {
-        let (res, bufs) = self.sock.send_vectored(bufs).await;
-        (
-            res.map_err(|e| NetError::wrap(OpKind::SendVectored, &self.peer, e)),
-            bufs,
-        )
+        if let Err(e) = self.writes.ready_for_owned().await {
+            return (Err(e), bufs);
+        }
+        let mut guard = self.writes.guard(bufs.iter().map(IoBuf::bytes_len).sum());
+        let mut fut = self.sock.send_vectored(bufs);
+        fut.start();
+        let (res, msg) = guard.send(fut).await;
+        (res.map_err(super::os_error), msg.bufs)
     }
 
-    /// Writes all of `buf`.
-    pub(crate) async fn write_all<B: IoBuf>(&self, buf: B) -> BufResult<(), B> {
-        self.sock.send_all(buf, &self.peer).await
+    /// Writes all of `buf`, one `send` after another until every byte went.
+    pub(crate) async fn write_all<B: IoBuf>(&self, mut buf: B) -> BufResult<(), B> {
+        if let Err(e) = self.writes.ready_for_owned().await {
+            return (Err(e), buf);
+        }
+        let len = buf.bytes_len();
+        let mut guard = self.writes.guard(len);
+        let mut sent = 0;
+        while sent < len {
+            let mut fut = self.sock.send(buf, sent);
+            fut.start();
+            let (res, b) = guard.send(fut).await;
+            buf = b;
+            let err = match res {
+                Ok(0) => io::Error::from(io::ErrorKind::WriteZero),
+                Ok(n) => {
+                    sent += n;
+                    continue;
+                }
+                Err(e) => e,
+            };
+            return (Err(super::os_error(err)), buf);
+        }
+        (Ok(()), buf)
     }
 
     /// Shuts down the reading side, the writing side or both.

@@ -16,8 +16,6 @@ use super::poll_io::PollIo;
 use super::socket::{owned, Sock};
 use super::stream::StreamCore;
 use crate::aio::AsyncEngine;
-use crate::error::NetError;
-use crate::kind::OpKind;
 
 /// How a [`TcpListener`] is set up.
 #[derive(Debug, Clone)]
@@ -62,11 +60,11 @@ impl TcpListenerOptions {
     /// Binds a listener to `addr` with these options.
     ///
     /// # Errors
-    /// Naming the address: it does not resolve, or `bind` or `listen`
-    /// failed (`EADDRINUSE`, `EACCES` below port 1024, ...).
+    /// The address does not resolve, or `bind` or `listen` failed (the
+    /// kernel's error, `raw_os_error()` set) (`EADDRINUSE`, `EACCES` below port 1024, ...).
     pub fn bind(&self, engine: &AsyncEngine, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
         let addr = first_addr(addr)?;
-        let fail = |e: io::Error| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"));
+        let fail = super::os_error;
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
             .map_err(fail)?;
         socket.set_reuse_address(self.reuse_address).map_err(fail)?;
@@ -85,18 +83,25 @@ impl TcpListenerOptions {
 
 /// The first address `addr` resolves to.
 fn first_addr(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
-    addr.to_socket_addrs()?.next().ok_or_else(|| {
-        io::Error::new(
+    Ok(all_addrs(addr)?[0])
+}
+
+/// Every address `addr` resolves to, in order; at least one.
+fn all_addrs(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+    if addrs.is_empty() {
+        return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "the address resolved to nothing",
-        )
-    })
+        ));
+    }
+    Ok(addrs)
 }
 
 /// A TCP socket listening for connections.
 ///
 /// ```no_run
-/// use blockio::aio::AsyncEngine;
+/// use blockio::aio::{AsyncEngine, IoBuf};
 /// use blockio::net::TcpListener;
 ///
 /// # async fn serve() -> std::io::Result<()> {
@@ -106,7 +111,7 @@ fn first_addr(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
 ///     let (stream, peer) = listener.accept().await?;
 ///     let (res, buf) = stream.read(vec![0u8; 4096]).await;
 ///     let n = res?;
-///     stream.write_all(buf[..n].to_vec()).await.0?; // echo
+///     stream.write_all(buf.slice(..n)).await.0?; // echo, no copy
 ///     println!("echoed {n} bytes to {peer}");
 /// }
 /// # }
@@ -134,7 +139,7 @@ impl TcpListener {
     /// took and nobody has taken yet comes first.
     ///
     /// # Errors
-    /// The listener's own error, naming its address. `EMFILE` and `ENFILE`
+    /// The kernel's error (`raw_os_error()` set). `EMFILE` and `ENFILE`
     /// (no descriptors left) leave the listener usable: accept again once
     /// descriptors are free; the waiting connection is still queued.
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
@@ -153,7 +158,7 @@ impl TcpListener {
         peer: Option<SocketAddr>,
     ) -> io::Result<(TcpStream, SocketAddr)> {
         let local = self.local.to_string();
-        let wrap = |e| NetError::wrap(OpKind::Accept, &local, e);
+        let wrap = super::os_error;
         let socket = Socket::from(res.map_err(wrap)?);
         let peer = match peer {
             Some(p) => p,
@@ -203,6 +208,17 @@ impl TcpListener {
     }
 }
 
+impl Drop for TcpListener {
+    /// Stops listening now: the port is free for a new listener at once,
+    /// as when a listener's descriptor is closed, even while the
+    /// multishot accept (which holds the socket until its cancellation
+    /// completes) is still in the kernel. A connection accepted by then is
+    /// closed with the accept queue.
+    fn drop(&mut self) {
+        let _ = self.sock.socket.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 impl fmt::Debug for TcpListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TcpListener")
@@ -219,7 +235,7 @@ super::incoming::incoming_stream!(TcpListener, Incoming, (TcpStream, SocketAddr)
 /// ([`BufResult`](crate::aio::BufResult)). Every future is `Send` and needs only a waker. Dropping
 /// a future cancels its operation in the kernel; a read so dropped loses
 /// no bytes (the next read returns them, see the `net` module docs).
-/// Errors name the operation and the peer.
+/// Errors are the kernel's, as on std and tokio (see the module docs).
 ///
 /// It also implements `futures::io::{AsyncRead, AsyncWrite}`, and tokio's
 /// with the `tokio` feature (one copy per call; see the module docs).
@@ -234,18 +250,30 @@ super::adapters::stream_io_traits!(TcpStream);
 impl TcpStream {
     /// Connects to `addr`, for as long as the kernel tries (about two
     /// minutes of SYN retries for a peer that never answers; see
-    /// [`connect_timeout`](Self::connect_timeout)).
+    /// [`connect_timeout`](Self::connect_timeout)). When `addr` resolves to
+    /// several addresses, each is tried in order until one connects, as
+    /// std and tokio do.
     ///
     /// # Errors
-    /// Naming the address: `ECONNREFUSED`, `ENETUNREACH`, `ETIMEDOUT`, ...
+    /// The last address's error, as the kernel gave it (`ECONNREFUSED`,
+    /// `ENETUNREACH`, `ETIMEDOUT`, ...; see the module docs), or that the
+    /// address resolved to nothing.
     pub async fn connect(engine: &AsyncEngine, addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
-        Self::connect_to(engine, first_addr(addr)?).await
+        let mut last = None;
+        for a in all_addrs(addr)? {
+            match Self::connect_to(engine, a).await {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("all_addrs gives at least one address"))
     }
 
-    /// Connects to `addr`, giving up after `limit`: the connect is then
-    /// cancelled in the kernel and the error is `ETIMEDOUT`
-    /// ([`io::ErrorKind::TimedOut`]) naming the address. The timer needs no
-    /// particular executor.
+    /// [`connect`](Self::connect), giving up after `limit` (over all the
+    /// addresses tried): the connect in flight is then cancelled in the
+    /// kernel and the error is `ETIMEDOUT` (kind
+    /// [`TimedOut`](io::ErrorKind::TimedOut), `raw_os_error()` set). The
+    /// timer needs no particular executor.
     ///
     /// # Errors
     /// As [`connect`](Self::connect), and the timeout.
@@ -254,20 +282,29 @@ impl TcpStream {
         addr: impl ToSocketAddrs,
         limit: Duration,
     ) -> io::Result<TcpStream> {
-        let addr = first_addr(addr)?;
-        with_limit(Self::connect_to(engine, addr), limit)
+        let addrs = all_addrs(addr)?;
+        let each = async {
+            let mut last = None;
+            for a in addrs {
+                match Self::connect_to(engine, a).await {
+                    Ok(s) => return Ok(s),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last.expect("all_addrs gives at least one address"))
+        };
+        with_limit(each, limit)
             .await
-            .unwrap_or_else(|| Err(connect_timed_out(&addr.to_string(), limit)))
+            .unwrap_or_else(|| Err(connect_timed_out()))
     }
 
     async fn connect_to(engine: &AsyncEngine, addr: SocketAddr) -> io::Result<TcpStream> {
         let peer = addr.to_string();
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-            .map_err(|e| NetError::wrap(OpKind::Connect, &peer, e))?;
-        let sock =
-            Sock::new(socket, engine).map_err(|e| NetError::wrap(OpKind::Connect, &peer, e))?;
+            .map_err(super::os_error)?;
+        let sock = Sock::new(socket, engine).map_err(super::os_error)?;
         let (res, _) = sock.connect(SockAddr::from(addr)).await;
-        res.map_err(|e| NetError::wrap(OpKind::Connect, &peer, e))?;
+        res.map_err(super::os_error)?;
         Ok(TcpStream {
             core: StreamCore::new(sock, peer),
             poll: Mutex::default(),

@@ -16,8 +16,6 @@ use super::poll_io::PollIo;
 use super::socket::{owned, Sock};
 use super::stream::StreamCore;
 use crate::aio::AsyncEngine;
-use crate::error::NetError;
-use crate::kind::OpKind;
 
 /// A Unix-domain socket listening for connections at a path.
 ///
@@ -35,16 +33,13 @@ impl UnixListener {
     /// Binds to `path` (which must not exist) with a backlog of 1024.
     ///
     /// # Errors
-    /// Naming the path: `EADDRINUSE` when it exists, `ENOENT`/`EACCES` for
-    /// its directory, a path longer than `sun_path` (108 bytes).
+    /// The kernel's (`raw_os_error()` set): `EADDRINUSE` when it exists,
+    /// `ENOENT`/`EACCES` for its directory; or, naming the path, a path
+    /// longer than `sun_path` (108 bytes).
     pub fn bind(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<UnixListener> {
         let path = path.as_ref().to_path_buf();
-        let fail = |e: io::Error| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot listen on {}: {e}", path.display()),
-            )
-        };
+        let name = format!("cannot listen on {}", path.display());
+        let fail = |e: io::Error| super::os_error_or_named(e, &name);
         let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(fail)?;
         socket
             .bind(&SockAddr::unix(&path).map_err(fail)?)
@@ -62,7 +57,7 @@ impl UnixListener {
     /// unless the peer bound its socket to a path).
     ///
     /// # Errors
-    /// The listener's own error, naming its path; `EMFILE`/`ENFILE` leave
+    /// The kernel's error; `EMFILE`/`ENFILE` leave
     /// the listener usable.
     pub async fn accept(&self) -> io::Result<(UnixStream, SockAddr)> {
         if let Some(r) = self.accepts.take() {
@@ -88,7 +83,7 @@ impl UnixListener {
         peer: Option<SockAddr>,
     ) -> io::Result<(UnixStream, SockAddr)> {
         let local = self.path.display().to_string();
-        let wrap = |e| NetError::wrap(OpKind::Accept, &local, e);
+        let wrap = super::os_error;
         let socket = Socket::from(res.map_err(wrap)?);
         let peer = match peer {
             Some(p) => p,
@@ -110,6 +105,15 @@ impl UnixListener {
 
 super::incoming::incoming_stream!(UnixListener, UnixIncoming, (UnixStream, SockAddr));
 
+impl Drop for UnixListener {
+    /// Stops listening now, as [`TcpListener`](super::TcpListener)'s drop
+    /// does: a connect from then on is refused, even while the multishot
+    /// accept is still in the kernel.
+    fn drop(&mut self) {
+        let _ = self.sock.socket.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 impl fmt::Debug for UnixListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UnixListener")
@@ -120,7 +124,7 @@ impl fmt::Debug for UnixListener {
 
 /// A Unix-domain stream connection, with [`TcpStream`](super::TcpStream)'s
 /// API: owned-buffer reads and writes, reads that lose no bytes when
-/// dropped, errors naming the peer, and the `futures::io` (and with the
+/// dropped, the kernel's errors, and the `futures::io` (and with the
 /// `tokio` feature, tokio's) I/O traits.
 pub struct UnixStream {
     core: StreamCore,
@@ -140,12 +144,13 @@ impl UnixStream {
     /// Connects to the listener at `path`.
     ///
     /// # Errors
-    /// Naming the path: `ENOENT` (nothing there), `ECONNREFUSED` (nobody
+    /// The kernel's: `ENOENT` (nothing there), `ECONNREFUSED` (nobody
     /// listening), `EACCES`, ...
     pub async fn connect(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<UnixStream> {
         let path = path.as_ref();
         let peer = path.display().to_string();
-        let fail = |e: io::Error| NetError::wrap(OpKind::Connect, &peer, e);
+        let name = format!("cannot connect to {peer}");
+        let fail = |e: io::Error| super::os_error_or_named(e, &name);
         let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(fail)?;
         let addr = SockAddr::unix(path).map_err(fail)?;
         let sock = Sock::new(socket, engine).map_err(fail)?;
@@ -166,7 +171,7 @@ impl UnixStream {
         let path = path.as_ref();
         with_limit(Self::connect(engine, path), limit)
             .await
-            .unwrap_or_else(|| Err(connect_timed_out(&path.display().to_string(), limit)))
+            .unwrap_or_else(|| Err(connect_timed_out()))
     }
 
     /// The socket, for options this type does not wrap (`socket2`'s API).

@@ -1,0 +1,457 @@
+//! Writes that lose nothing and send nothing twice.
+//!
+//! # Bytes the I/O traits accept keep moving on their own
+//!
+//! `poll_write` lends a slice for one poll only, so the bytes it accepts
+//! are copied into the stream's queue, and reported written at once. From
+//! then on they belong to the stream's *pump*: a small state machine that
+//! is its own waker. Each time a send completes, the completion wakes the
+//! pump (on whichever thread reaps it: the driver thread, the thread
+//! driving a caller-driven ring, or the epoll thread) and the pump starts
+//! the next send: the rest of a short send, then whatever was queued
+//! meanwhile. So accepted bytes reach the kernel whether or not anybody
+//! writes, flushes or polls the stream again, and a request/response peer
+//! waiting for the whole reply gets it.
+//!
+//! The pump holds the socket through its send in flight, so dropping the
+//! stream does not cut the queue short: the descriptor closes once the
+//! last queued byte is in the kernel (or a send fails), as closing a
+//! socket lets the kernel finish sending what it holds. Nothing waits in
+//! `Drop`. A peer that never reads holds a dropped stream's queue for at
+//! most its linger limit ([`LINGER`] unless set); then the send is
+//! cancelled, the rest of the queue dropped and the socket closed.
+//!
+//! Memory is bounded: `poll_write` accepts bytes up to [`QUEUE_LIMIT`]
+//! waiting behind the send in flight (a larger slice in part, as a short
+//! write), and is pending while the queue is full (woken as sends
+//! complete).
+//!
+//! A failed send's errno is kept; the next write or flush reports it, and
+//! the bytes queued behind it are dropped (the connection is broken).
+//!
+//! # A dropped owned write is reported, never repeated silently
+//!
+//! An owned `write` (or `write_all`, `writev`) whose future is dropped
+//! while its send is in the kernel (a timeout) has its send cancelled; the
+//! kernel may still have sent some or all of its bytes before the
+//! cancellation reached it. Those bytes cannot be taken back, and the
+//! caller cannot know of them, so the stream remembers: its next write
+//! (owned or through the traits) first waits for the dropped send's
+//! result, and if it sent any byte, fails with a [`WriteDropped`] error
+//! that says how many of the dropped write's bytes went, sending nothing.
+//! The write after that proceeds. A dropped write that sent nothing (the
+//! usual outcome of a cancellation) is forgotten silently: retrying it
+//! whole is right, as on tokio.
+
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use super::socket::Sock;
+use crate::aio::op::{OpFuture, Settles};
+
+/// Bytes `poll_write` accepts behind the send in flight before it waits.
+pub(crate) const QUEUE_LIMIT: usize = 256 * 1024;
+
+/// The largest send buffer kept for the next send: larger ones (a big
+/// write's) are freed, so that an idle connection keeps little memory.
+const SPARE_LIMIT: usize = 64 * 1024;
+
+/// How long a dropped stream's queued bytes may wait for a peer that does
+/// not read, before the send is cancelled and the socket closed, unless
+/// the stream says otherwise.
+pub(crate) const LINGER: Duration = Duration::from_secs(60);
+
+/// A write whose future was dropped after its send was started, said by
+/// the stream's next write: `sent` of its `len` bytes went to the peer.
+///
+/// Comes back inside an [`io::Error`] of kind
+/// [`Other`](io::ErrorKind::Other); [`WriteDropped::of`] finds it. The
+/// stream goes on after the `sent` bytes: resend only the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteDropped {
+    /// The bytes of the dropped write the kernel sent.
+    pub sent: usize,
+    /// The bytes the dropped write was given.
+    pub len: usize,
+}
+
+impl WriteDropped {
+    /// The report inside `err`, if `err` is one.
+    pub fn of(err: &io::Error) -> Option<&WriteDropped> {
+        err.get_ref()?.downcast_ref()
+    }
+}
+
+impl fmt::Display for WriteDropped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a write dropped before it completed had sent {} of its {} bytes; \
+             nothing more was sent: resend only the rest",
+            self.sent, self.len
+        )
+    }
+}
+
+impl std::error::Error for WriteDropped {}
+
+/// The write state of one stream.
+pub(crate) struct WriteSide {
+    pump: Arc<Pump>,
+}
+
+impl Drop for WriteSide {
+    /// The stream is gone: what is queued goes on being sent, for at most
+    /// [`LINGER`].
+    fn drop(&mut self) {
+        {
+            let mut st = self.pump.lock();
+            if st.idle() {
+                return;
+            }
+            st.linger = Some(futures_timer::Delay::new(st.linger_limit));
+        }
+        self.pump.run();
+    }
+}
+
+struct Pump {
+    state: Mutex<State>,
+    /// Someone asked for a step since the last one began.
+    notified: AtomicBool,
+    /// A thread is stepping the pump.
+    running: AtomicBool,
+}
+
+/// Why sending stopped.
+#[derive(Clone, Copy)]
+enum Failure {
+    Errno(i32),
+    /// A send took no bytes.
+    Zero,
+}
+
+struct State {
+    /// The socket and its engine; let go when the linger runs out, so
+    /// that an engine nobody drives any more can finish (its completions
+    /// are then reaped by its own finishing, which wakes this pump once
+    /// more to let go of the rest).
+    sock: Option<Sock>,
+    /// Bytes accepted and not yet handed to a send.
+    queued: Vec<u8>,
+    /// The send in flight and where in its buffer it started.
+    sending: Option<(OpFuture<Vec<u8>>, usize)>,
+    /// A finished send's buffer, for the next one.
+    spare: Vec<u8>,
+    /// Why sending stopped, for the next write or flush.
+    failed: Option<Failure>,
+    /// Tasks waiting for room in the queue or for it to empty.
+    waiters: Vec<Waker>,
+    /// An owned write whose future was dropped with its send in flight.
+    dropped: Option<Dropped>,
+    /// Set when the stream is dropped: the time the queue has left.
+    linger: Option<futures_timer::Delay>,
+    /// How long the queue may linger after the stream is dropped.
+    linger_limit: Duration,
+}
+
+/// An owned write dropped with its send in the kernel.
+struct Dropped {
+    /// Its bytes sent by its earlier sends (a `write_all`'s).
+    before: usize,
+    len: usize,
+    /// The send that was in flight.
+    op: Arc<dyn Settles>,
+}
+
+impl State {
+    fn idle(&self) -> bool {
+        self.sending.is_none() && self.queued.is_empty()
+    }
+
+    fn error(&mut self) -> Option<io::Error> {
+        let f = self.failed?;
+        // Reported once; the socket's own state says the rest.
+        self.failed = None;
+        let err = match f {
+            Failure::Errno(errno) => io::Error::from_raw_os_error(errno),
+            Failure::Zero => io::Error::new(io::ErrorKind::WriteZero, "the peer took no bytes"),
+        };
+        Some(err)
+    }
+
+    fn wait(&mut self, cx: &Context<'_>) {
+        if !self.waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            self.waiters.push(cx.waker().clone());
+        }
+    }
+
+    /// Starts sending `buf[from..]`.
+    fn start(&mut self, buf: Vec<u8>, from: usize, cx: &Context<'_>) {
+        let Some(sock) = &self.sock else {
+            self.failed = Some(Failure::Errno(libc::ETIMEDOUT));
+            self.queued = Vec::new();
+            return;
+        };
+        let mut fut = sock.send(buf, from);
+        fut.set_waker(cx.waker());
+        fut.start();
+        self.sending = Some((fut, from));
+    }
+
+    /// Moves the queue along as far as it goes without waiting; returns
+    /// whether a send completed (waiters then have news).
+    fn step(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut progress = false;
+        if let Some(limit) = &mut self.linger {
+            if Pin::new(limit).poll(cx).is_ready() && !self.idle() {
+                // The timer holds this pump's waker: let it go now.
+                self.linger = None;
+                // Dropping the future cancels the send in the kernel.
+                self.sending = None;
+                self.sock = None;
+                self.queued = Vec::new();
+                self.failed = Some(Failure::Errno(libc::ETIMEDOUT));
+                return true;
+            }
+        }
+        loop {
+            if let Some((fut, from)) = &mut self.sending {
+                let from = *from;
+                let Poll::Ready((res, buf)) = Pin::new(fut).poll(cx) else {
+                    return progress;
+                };
+                self.sending = None;
+                progress = true;
+                match res {
+                    Ok(0) => self.failed = Some(Failure::Zero),
+                    Ok(n) if from + n < buf.len() => {
+                        self.start(buf, from + n, cx);
+                        continue;
+                    }
+                    Ok(_) if buf.capacity() <= SPARE_LIMIT => self.spare = buf,
+                    Ok(_) => {}
+                    Err(e) => {
+                        let errno = crate::errno(&e).unwrap_or(libc::EIO);
+                        self.failed = Some(Failure::Errno(errno));
+                    }
+                }
+                if self.failed.is_some() {
+                    self.queued = Vec::new();
+                }
+            }
+            if self.queued.is_empty() || self.failed.is_some() {
+                if self.idle() {
+                    self.linger = None;
+                }
+                return progress;
+            }
+            let mut buf = std::mem::take(&mut self.spare);
+            buf.clear();
+            std::mem::swap(&mut buf, &mut self.queued);
+            self.start(buf, 0, cx);
+        }
+    }
+}
+
+impl Wake for Pump {
+    fn wake(self: Arc<Self>) {
+        self.run();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.run();
+    }
+}
+
+trait Run {
+    fn run(&self);
+}
+
+impl Run for Arc<Pump> {
+    /// Steps the pump, on this thread unless another thread is stepping it
+    /// (that one then steps again). A send that completes while it is
+    /// being started (on epoll, at once) wakes the pump from inside a
+    /// step: the flag makes that wake-up a note for the running loop, not
+    /// a second step under the same lock.
+    fn run(&self) {
+        self.notified.store(true, Ordering::SeqCst);
+        loop {
+            if self.running.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            while self.notified.swap(false, Ordering::SeqCst) {
+                let waker = Waker::from(self.clone());
+                let mut cx = Context::from_waker(&waker);
+                let woken = {
+                    let mut st = self.lock();
+                    if st.step(&mut cx) {
+                        std::mem::take(&mut st.waiters)
+                    } else {
+                        Vec::new()
+                    }
+                };
+                woken.into_iter().for_each(Waker::wake);
+            }
+            self.running.store(false, Ordering::SeqCst);
+            if !self.notified.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+}
+
+impl Pump {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl WriteSide {
+    pub(crate) fn new(sock: Sock) -> WriteSide {
+        WriteSide {
+            pump: Arc::new(Pump {
+                state: Mutex::new(State {
+                    sock: Some(sock),
+                    queued: Vec::new(),
+                    sending: None,
+                    spare: Vec::new(),
+                    failed: None,
+                    waiters: Vec::new(),
+                    dropped: None,
+                    linger: None,
+                    linger_limit: LINGER,
+                }),
+                notified: AtomicBool::new(false),
+                running: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Sets how long the queue may go on sending after the stream is
+    /// dropped.
+    pub(crate) fn set_linger(&self, limit: Duration) {
+        self.pump.lock().linger_limit = limit;
+    }
+
+    /// Accepts up to all of `data` into the queue, once a dropped write
+    /// has been settled and while the queue has room.
+    pub(crate) fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let n = {
+            let mut st = self.pump.lock();
+            if let Some(err) = std::task::ready!(poll_dropped(&mut st, cx)) {
+                return Poll::Ready(Err(err));
+            }
+            if let Some(err) = st.error() {
+                return Poll::Ready(Err(err));
+            }
+            if data.is_empty() {
+                return Poll::Ready(Ok(0));
+            }
+            if st.queued.len() >= QUEUE_LIMIT {
+                st.wait(cx);
+                return Poll::Pending;
+            }
+            let n = data.len().min(QUEUE_LIMIT - st.queued.len());
+            st.queued.extend_from_slice(&data[..n]);
+            n
+        };
+        self.pump.run();
+        Poll::Ready(Ok(n))
+    }
+
+    /// Ready once every accepted byte is in the kernel, or with the error
+    /// that stopped them.
+    pub(crate) fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut st = self.pump.lock();
+        if let Some(err) = st.error() {
+            return Poll::Ready(Err(err));
+        }
+        if st.idle() {
+            return Poll::Ready(Ok(()));
+        }
+        st.wait(cx);
+        Poll::Pending
+    }
+
+    /// Waits until an owned write may go: a dropped write settled (and
+    /// reported, if it sent anything), and the queue empty.
+    pub(crate) async fn ready_for_owned(&self) -> io::Result<()> {
+        poll_fn(|cx| {
+            let mut st = self.pump.lock();
+            if let Some(err) = std::task::ready!(poll_dropped(&mut st, cx)) {
+                return Poll::Ready(Err(err));
+            }
+            drop(st);
+            self.poll_flush(cx)
+        })
+        .await
+    }
+
+    /// A guard for an owned write of `len` bytes: dropped while armed, it
+    /// leaves its send for the next write to report.
+    pub(crate) fn guard(&self, len: usize) -> OwnedWrite<'_> {
+        OwnedWrite {
+            side: self,
+            len,
+            before: 0,
+            op: None,
+        }
+    }
+}
+
+/// Settles a dropped owned write: its report, if it sent anything.
+fn poll_dropped(st: &mut State, cx: &mut Context<'_>) -> Poll<Option<io::Error>> {
+    let Some(d) = &st.dropped else {
+        return Poll::Ready(None);
+    };
+    let res = std::task::ready!(d.op.poll_result(cx));
+    let sent = d.before + usize::try_from(res).unwrap_or(0);
+    let len = d.len;
+    st.dropped = None;
+    Poll::Ready((sent > 0).then(|| io::Error::other(WriteDropped { sent, len })))
+}
+
+/// An owned write in progress, for [`WriteSide`] to hear of if its future
+/// is dropped.
+pub(crate) struct OwnedWrite<'a> {
+    side: &'a WriteSide,
+    len: usize,
+    /// Bytes sent by the write's completed sends.
+    before: usize,
+    /// The send in flight.
+    op: Option<Arc<dyn Settles>>,
+}
+
+impl OwnedWrite<'_> {
+    /// Runs one send of the write: `fut`, started already.
+    pub(crate) async fn send<B: Send + 'static>(
+        &mut self,
+        fut: OpFuture<B>,
+    ) -> crate::aio::BufResult<usize, B> {
+        self.op = fut.settle_handle();
+        let (res, buf) = fut.await;
+        self.op = None;
+        if let Ok(n) = &res {
+            self.before += n;
+        }
+        (res, buf)
+    }
+}
+
+impl Drop for OwnedWrite<'_> {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            self.side.pump.lock().dropped = Some(Dropped {
+                before: self.before,
+                len: self.len,
+                op,
+            });
+        }
+    }
+}

@@ -1,0 +1,990 @@
+//! The same server programs on `tokio::net` and on `blockio::net`, and what
+//! their peers observe, compared byte for byte.
+//!
+//! Each scenario is written once, over tokio's I/O traits (or, for owned
+//! writes, a small trait both stacks implement), and run on four stacks:
+//! tokio, blockio's default engine, a blockio engine driven by tokio's
+//! reactor (`drive_on_tokio`), and blockio on its epoll fallback. The
+//! peers are plain std sockets on threads, each with a time limit, so a
+//! server that stalls is seen as a peer that timed out, never as a hung
+//! test. Every observation must equal tokio's.
+
+use std::future::Future;
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream as StdUnix;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use blockio::aio::{drive_on_tokio, AsyncEngine};
+use blockio::BackendChoice;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// How long a peer waits for any one read before it reports a stall.
+const PEER_LIMIT: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stack {
+    Tokio,
+    /// The default engine, with its driver thread.
+    Blockio,
+    /// A caller-driven engine on tokio's reactor.
+    BlockioDriven,
+    /// The epoll fallback.
+    BlockioEpoll,
+}
+
+const STACKS: [Stack; 4] = [
+    Stack::Tokio,
+    Stack::Blockio,
+    Stack::BlockioDriven,
+    Stack::BlockioEpoll,
+];
+
+/// A stream of any stack, as the scenarios see it.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+type BoxIo = Box<dyn Io>;
+
+/// An accepted connection of any stack, for the scenarios that use more
+/// than the I/O traits.
+enum Conn {
+    TokioTcp(tokio::net::TcpStream),
+    TokioUnix(tokio::net::UnixStream),
+    BlockioTcp(blockio::net::TcpStream),
+    BlockioUnix(blockio::net::UnixStream),
+}
+
+impl Conn {
+    fn io(self) -> BoxIo {
+        match self {
+            Conn::TokioTcp(s) => Box::new(s),
+            Conn::TokioUnix(s) => Box::new(s),
+            Conn::BlockioTcp(s) => Box::new(s),
+            Conn::BlockioUnix(s) => Box::new(s),
+        }
+    }
+}
+
+type Handler = Arc<dyn Fn(Conn) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// Which socket family a scenario runs over, and the server's send buffer.
+#[derive(Clone, Copy, Debug)]
+enum Family {
+    Tcp { send_buffer: Option<usize> },
+    Unix,
+}
+
+/// Where a peer connects.
+#[derive(Clone, Debug)]
+enum Addr {
+    Tcp(std::net::SocketAddr),
+    Unix(PathBuf),
+}
+
+/// A connected peer: std's blocking sockets, with a time limit per read.
+enum Peer {
+    Tcp(std::net::TcpStream),
+    Unix(StdUnix),
+}
+
+impl Addr {
+    fn connect(&self) -> Peer {
+        let p = match self {
+            Addr::Tcp(a) => Peer::Tcp(std::net::TcpStream::connect(a).unwrap()),
+            Addr::Unix(p) => Peer::Unix(StdUnix::connect(p).unwrap()),
+        };
+        match &p {
+            Peer::Tcp(s) => s.set_read_timeout(Some(PEER_LIMIT)).unwrap(),
+            Peer::Unix(s) => s.set_read_timeout(Some(PEER_LIMIT)).unwrap(),
+        }
+        p
+    }
+}
+
+impl Read for Peer {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Peer::Tcp(s) => s.read(buf),
+            Peer::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Peer {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Peer::Tcp(s) => s.write(buf),
+            Peer::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A server of `stack` running `handler` on every connection, on a current-thread runtime of its own thread.
+struct Server {
+    addr: Addr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+fn engine(stack: Stack) -> Option<AsyncEngine> {
+    match stack {
+        Stack::Tokio => None,
+        Stack::Blockio => Some(AsyncEngine::new().unwrap()),
+        Stack::BlockioDriven => Some(
+            AsyncEngine::builder()
+                .driven_by_caller()
+                .submit_when_driven(true)
+                .build()
+                .unwrap(),
+        ),
+        Stack::BlockioEpoll => Some(
+            AsyncEngine::builder()
+                .backend(BackendChoice::ThreadPool)
+                .build()
+                .unwrap(),
+        ),
+    }
+}
+
+fn serve(stack: Stack, family: Family, handler: Handler) -> Server {
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let dir = matches!(family, Family::Unix).then(|| tempfile::tempdir().unwrap());
+    let path = dir.as_ref().map(|d| d.path().join("sock"));
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let engine = engine(stack);
+            if let (Stack::BlockioDriven, Some(e)) = (stack, &engine) {
+                if e.poll_fd().is_some() {
+                    tokio::spawn(drive_on_tokio(e.clone()));
+                }
+            }
+            let accept_loop = accept_loop(family, engine, path, handler, addr_tx);
+            tokio::select! {
+                _ = accept_loop => {}
+                _ = stopped => {}
+            }
+        });
+    });
+    let addr = addr_rx.recv().unwrap();
+    Server {
+        addr,
+        stop: Some(stop),
+        thread: Some(thread),
+        _dir: dir,
+    }
+}
+
+async fn accept_loop(
+    family: Family,
+    engine: Option<AsyncEngine>,
+    path: Option<PathBuf>,
+    handler: Handler,
+    addr_tx: std::sync::mpsc::Sender<Addr>,
+) {
+    match (family, engine) {
+        (Family::Tcp { send_buffer }, None) => {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addr_tx.send(Addr::Tcp(l.local_addr().unwrap())).unwrap();
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                if let Some(size) = send_buffer {
+                    socket2::SockRef::from(&s)
+                        .set_send_buffer_size(size)
+                        .unwrap();
+                }
+                tokio::spawn(handler(Conn::TokioTcp(s)));
+            }
+        }
+        (Family::Tcp { send_buffer }, Some(e)) => {
+            let l = blockio::net::TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+            addr_tx.send(Addr::Tcp(l.local_addr())).unwrap();
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                if let Some(size) = send_buffer {
+                    s.socket().set_send_buffer_size(size).unwrap();
+                }
+                tokio::spawn(handler(Conn::BlockioTcp(s)));
+            }
+        }
+        (Family::Unix, None) => {
+            let path = path.unwrap();
+            let l = tokio::net::UnixListener::bind(&path).unwrap();
+            addr_tx.send(Addr::Unix(path)).unwrap();
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                tokio::spawn(handler(Conn::TokioUnix(s)));
+            }
+        }
+        (Family::Unix, Some(e)) => {
+            let path = path.unwrap();
+            let l = blockio::net::UnixListener::bind(&e, &path).unwrap();
+            addr_tx.send(Addr::Unix(path)).unwrap();
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                tokio::spawn(handler(Conn::BlockioUnix(s)));
+            }
+        }
+    }
+}
+
+/// Runs `peers` on threads against a server of every stack, and checks
+/// that each stack's peers observed what tokio's did.
+fn compare<T, P>(name: &str, family: Family, handler: Handler, conns: usize, peer: P)
+where
+    T: PartialEq + std::fmt::Debug + Send + 'static,
+    P: Fn(Addr, usize) -> T + Send + Sync + Clone + 'static,
+{
+    let mut reference: Option<Vec<T>> = None;
+    for stack in STACKS {
+        let server = serve(stack, family, handler.clone());
+        let threads: Vec<_> = (0..conns)
+            .map(|i| {
+                let (addr, peer) = (server.addr.clone(), peer.clone());
+                std::thread::spawn(move || peer(addr, i))
+            })
+            .collect();
+        let seen: Vec<T> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        drop(server);
+        match &reference {
+            None => reference = Some(seen),
+            Some(want) => {
+                for (i, (got, want)) in seen.iter().zip(want).enumerate() {
+                    assert_eq!(
+                        got, want,
+                        "{name}: connection {i} on {stack:?} saw something else than on tokio"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// What a peer saw of a byte stream: its length and a digest of it, or how
+/// reading it failed.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Bytes { len: usize, sum: u64 },
+    Failed(io::ErrorKind),
+}
+
+fn digest(bytes: &[u8]) -> u64 {
+    // FNV-1a: order-sensitive, so a swapped or repeated chunk shows.
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The `n`th byte of connection `c`'s reply.
+fn pattern(c: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64 * 131 + c as u64 * 7 + i as u64 / 251) as u8)
+        .collect()
+}
+
+fn read_exactly(p: &mut impl Read, len: usize) -> Seen {
+    let mut buf = vec![0u8; len];
+    match p.read_exact(&mut buf) {
+        Ok(()) => Seen::Bytes {
+            len,
+            sum: digest(&buf),
+        },
+        Err(e) => Seen::Failed(e.kind()),
+    }
+}
+
+fn read_to_end(p: &mut Peer) -> Seen {
+    let mut buf = Vec::new();
+    match p.read_to_end(&mut buf) {
+        Ok(_) => Seen::Bytes {
+            len: buf.len(),
+            sum: digest(&buf),
+        },
+        Err(e) => Seen::Failed(e.kind()),
+    }
+}
+
+const REPLY: usize = 1 << 20;
+
+/// The number a peer names itself by (connections are accepted in any
+/// order).
+async fn read_id(s: &mut BoxIo) -> usize {
+    let mut id = [0u8; 4];
+    s.read_exact(&mut id).await.unwrap();
+    u32::from_le_bytes(id) as usize
+}
+
+/// A 1 MiB reply written without a flush, then a wait for a 1-byte
+/// acknowledgement: the reply must reach the peer on its own.
+fn reply_then_ack() -> Handler {
+    Arc::new(|s: Conn| {
+        Box::pin(async move {
+            let mut s = s.io();
+            let c = read_id(&mut s).await;
+            s.write_all(&pattern(c, REPLY)).await.unwrap();
+            let mut ack = [0u8; 1];
+            s.read_exact(&mut ack).await.unwrap();
+            s.write_all(b"bye").await.unwrap();
+            s.shutdown().await.unwrap();
+        })
+    })
+}
+
+fn reply_then_ack_peer(addr: Addr, c: usize) -> (Seen, Seen) {
+    let mut p = addr.connect();
+    p.write_all(&(c as u32).to_le_bytes()).unwrap();
+    let reply = read_exactly(&mut p, REPLY);
+    p.write_all(b"!").unwrap();
+    (reply, read_to_end(&mut p))
+}
+
+#[test]
+fn a_reply_written_without_flush_reaches_the_peer_over_tcp_with_a_small_send_buffer() {
+    let family = Family::Tcp {
+        send_buffer: Some(32 * 1024),
+    };
+    compare(
+        "reply then ack",
+        family,
+        reply_then_ack(),
+        5,
+        reply_then_ack_peer,
+    );
+}
+
+#[test]
+fn a_reply_written_without_flush_reaches_the_peer_over_a_unix_socket() {
+    compare(
+        "reply then ack",
+        Family::Unix,
+        reply_then_ack(),
+        5,
+        reply_then_ack_peer,
+    );
+}
+
+/// The size of connection `c`'s reply in the drop scenario: 16 B to 2 MiB.
+fn drop_reply_len(c: usize) -> usize {
+    (16usize << (c % 18)).min(2 << 20) + c
+}
+
+/// `write_all` (which returns `Ok`), then the stream dropped without a
+/// flush or a shutdown: the peer must get every byte, then the end.
+fn write_all_then_drop() -> Handler {
+    Arc::new(|s: Conn| {
+        Box::pin(async move {
+            let mut s = s.io();
+            let c = read_id(&mut s).await;
+            s.write_all(&pattern(c, drop_reply_len(c))).await.unwrap();
+            drop(s);
+        })
+    })
+}
+
+fn write_all_then_drop_peer(addr: Addr, c: usize) -> Seen {
+    let mut p = addr.connect();
+    p.write_all(&(c as u32).to_le_bytes()).unwrap();
+    read_to_end(&mut p)
+}
+
+#[test]
+fn bytes_written_before_a_drop_without_flush_all_arrive() {
+    let family = Family::Tcp { send_buffer: None };
+    compare(
+        "write_all then drop",
+        family,
+        write_all_then_drop(),
+        100,
+        write_all_then_drop_peer,
+    );
+}
+
+#[test]
+fn bytes_written_before_a_drop_without_flush_all_arrive_over_unix_sockets() {
+    compare(
+        "write_all then drop",
+        Family::Unix,
+        write_all_then_drop(),
+        100,
+        write_all_then_drop_peer,
+    );
+}
+
+/// A small xorshift generator: the scenarios' random sizes and time
+/// limits, the same on every stack.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// What one write attempt under a time limit came to, as a retrying
+/// writer needs it: how many bytes of what it asked went, or nothing known
+/// yet.
+enum Attempt {
+    /// These many bytes went; write on from there.
+    Sent(usize),
+    /// The limit passed: on tokio the write sent nothing; on blockio the
+    /// next write reports what it sent, if anything.
+    TimedOut,
+}
+
+/// One `write` of `data` within `limit`, on the stream's own API: tokio's
+/// `AsyncWriteExt::write`, blockio's owned `write`. A blockio write that
+/// reports a dropped one ([`blockio::net::WriteDropped`]) counts that
+/// write's bytes and sends nothing itself.
+async fn timed_write(conn: &mut Conn, data: &[u8], limit: Duration) -> io::Result<Attempt> {
+    use tokio::time::timeout;
+    match conn {
+        Conn::TokioTcp(s) => match timeout(limit, s.write(data)).await {
+            Ok(res) => res.map(Attempt::Sent),
+            Err(_) => Ok(Attempt::TimedOut),
+        },
+        Conn::BlockioTcp(s) => {
+            match timeout(limit, blockio::net::TcpStream::write(s, data.to_vec())).await {
+                Ok((Ok(n), _)) => Ok(Attempt::Sent(n)),
+                Ok((Err(e), _)) => match blockio::net::WriteDropped::of(&e) {
+                    Some(d) => Ok(Attempt::Sent(d.sent)),
+                    None => Err(e),
+                },
+                Err(_) => Ok(Attempt::TimedOut),
+            }
+        }
+        _ => unreachable!("a TCP scenario"),
+    }
+}
+
+const TIMED_TOTAL: usize = 2 << 20;
+
+/// 2 MiB written in random pieces, each write under a random limit of
+/// 0.5-3.5 ms, retried from where the writer knows the stream stands, to
+/// a peer that reads slowly: the peer must get every byte once, in order.
+fn timed_writes() -> Handler {
+    Arc::new(|mut conn: Conn| {
+        Box::pin(async move {
+            let mut id = [0u8; 4];
+            match &mut conn {
+                Conn::TokioTcp(s) => s.read_exact(&mut id).await.map(drop).unwrap(),
+                Conn::BlockioTcp(s) => {
+                    let (res, buf) = blockio::net::TcpStream::read(s, vec![0u8; 4]).await;
+                    assert_eq!(res.unwrap(), 4);
+                    id.copy_from_slice(&buf);
+                }
+                _ => unreachable!("a TCP scenario"),
+            }
+            let c = u32::from_le_bytes(id) as usize;
+            let data = pattern(c, TIMED_TOTAL);
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ c as u64);
+            let mut at = 0;
+            while at < data.len() {
+                let len = (1 + rng.below(64 * 1024) as usize).min(data.len() - at);
+                let limit = Duration::from_micros(500 + rng.below(3000));
+                match timed_write(&mut conn, &data[at..at + len], limit).await {
+                    Ok(Attempt::Sent(n)) => at += n,
+                    Ok(Attempt::TimedOut) => {}
+                    Err(e) => panic!("write {at} on connection {c}: {e}"),
+                }
+            }
+            drop(conn.io());
+        })
+    })
+}
+
+fn slow_reader(addr: Addr, c: usize) -> Seen {
+    let mut p = addr.connect();
+    p.write_all(&(c as u32).to_le_bytes()).unwrap();
+    let mut all = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match p.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => all.extend_from_slice(&buf[..n]),
+            Err(e) => return Seen::Failed(e.kind()),
+        }
+        std::thread::sleep(Duration::from_micros(700));
+    }
+    Seen::Bytes {
+        len: all.len(),
+        sum: digest(&all),
+    }
+}
+
+#[test]
+fn writes_dropped_by_timeouts_and_retried_send_every_byte_once() {
+    let family = Family::Tcp {
+        send_buffer: Some(32 * 1024),
+    };
+    compare("timed writes", family, timed_writes(), 3, slow_reader);
+}
+
+/// An operation's outcome as code ported from tokio inspects it.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Ok,
+    Err {
+        raw: Option<i32>,
+        kind: io::ErrorKind,
+    },
+}
+
+impl<T> From<io::Result<T>> for Outcome {
+    fn from(r: io::Result<T>) -> Outcome {
+        match r {
+            Ok(_) => Outcome::Ok,
+            Err(e) => Outcome::Err {
+                raw: e.raw_os_error(),
+                kind: e.kind(),
+            },
+        }
+    }
+}
+
+/// A port nobody listens on.
+fn closed_port() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// A stream of `stack` connected to a std peer that resets the connection
+/// (linger 0) once the stream waits in a read; what the read got.
+async fn reset_mid_read(stack: Stack, e: Option<&AsyncEngine>) -> Outcome {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let resetter = std::thread::spawn(move || {
+        let (peer, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        socket2::SockRef::from(&peer)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+    });
+    let out = match (stack, e) {
+        (Stack::Tokio, _) => {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.read(&mut [0u8; 64]).await.into()
+        }
+        (_, Some(e)) => {
+            let s = blockio::net::TcpStream::connect(e, addr).await.unwrap();
+            blockio::net::TcpStream::read(&s, vec![0u8; 64])
+                .await
+                .0
+                .into()
+        }
+        _ => unreachable!(),
+    };
+    resetter.join().unwrap();
+    out
+}
+
+/// The socket errors of `stack`, as raw errno and kind: a refused connect,
+/// a list of addresses whose last one listens, a port in use, a missing
+/// Unix socket, a reset mid-read.
+async fn error_cases(stack: Stack, e: Option<AsyncEngine>) -> Vec<(&'static str, Outcome)> {
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let open_addr = open.local_addr().unwrap();
+    let closed = closed_port();
+    let list = [
+        "[::1]:1".to_string(),
+        closed.to_string(),
+        open_addr.to_string(),
+    ];
+    let list: Vec<std::net::SocketAddr> = list.iter().map(|a| a.parse().unwrap()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nobody");
+    let mut out = Vec::new();
+    match &e {
+        None => {
+            use tokio::net::{TcpListener, TcpStream, UnixStream};
+            out.push(("refused", TcpStream::connect(closed).await.into()));
+            let s = TcpStream::connect(&list[..]).await;
+            let peer = s.as_ref().map(|s| s.peer_addr().unwrap()).ok();
+            out.push(("list", s.into()));
+            out.push(("list reaches", Outcome::from(Ok::<_, io::Error>(peer))));
+            out.push(("in use", TcpListener::bind(open_addr).await.into()));
+            out.push(("no unix socket", UnixStream::connect(&missing).await.into()));
+        }
+        Some(e) => {
+            use blockio::net::{TcpListener, TcpStream, UnixStream};
+            out.push(("refused", TcpStream::connect(e, closed).await.into()));
+            let s = TcpStream::connect(e, &list[..]).await;
+            let peer = s.as_ref().map(|s| s.peer_addr()).ok();
+            out.push(("list", s.into()));
+            out.push(("list reaches", Outcome::from(Ok::<_, io::Error>(peer))));
+            let in_use = TcpListener::bind(e, open_addr);
+            if let Err(err) = &in_use {
+                assert_eq!(blockio::errno(err), Some(libc::EADDRINUSE), "{err}");
+            }
+            out.push(("in use", in_use.into()));
+            out.push((
+                "no unix socket",
+                UnixStream::connect(e, &missing).await.into(),
+            ));
+        }
+    }
+    assert!(
+        matches!(out[2].1, Outcome::Ok),
+        "{stack:?}: the list's last address was not reached"
+    );
+    out.push(("reset mid-read", reset_mid_read(stack, e.as_ref()).await));
+    out
+}
+
+#[test]
+fn socket_errors_are_the_kernels_as_on_tokio() {
+    let mut reference = None;
+    for stack in STACKS {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let got = rt.block_on(async {
+            let e = engine(stack);
+            if let (Stack::BlockioDriven, Some(e)) = (stack, &e) {
+                if e.poll_fd().is_some() {
+                    tokio::spawn(drive_on_tokio(e.clone()));
+                }
+            }
+            error_cases(stack, e).await
+        });
+        match &reference {
+            None => reference = Some(got),
+            Some(want) => assert_eq!(&got, want, "{stack:?} against tokio"),
+        }
+    }
+    let want = reference.unwrap();
+    assert_eq!(
+        want[0].1,
+        Outcome::Err {
+            raw: Some(libc::ECONNREFUSED),
+            kind: io::ErrorKind::ConnectionRefused
+        }
+    );
+}
+
+/// `connect_timeout`'s time-out is the kernel's `ETIMEDOUT`: kind
+/// `TimedOut` and `raw_os_error()` set, as a connect the kernel gave up on.
+#[test]
+fn a_connect_timeout_is_etimedout() {
+    for stack in &STACKS[1..] {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        l.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        l.listen(0).unwrap();
+        let addr = l.local_addr().unwrap().as_socket().unwrap();
+        // One connection fills a backlog of 0: the next SYN is dropped.
+        let _queued = std::net::TcpStream::connect(addr).unwrap();
+        let out: Outcome = rt.block_on(async {
+            let e = engine(*stack).unwrap();
+            if e.poll_fd().is_some() {
+                tokio::spawn(drive_on_tokio(e.clone()));
+            }
+            let limit = Duration::from_millis(200);
+            blockio::net::TcpStream::connect_timeout(&e, addr, limit)
+                .await
+                .into()
+        });
+        assert_eq!(
+            out,
+            Outcome::Err {
+                raw: Some(libc::ETIMEDOUT),
+                kind: io::ErrorKind::TimedOut
+            },
+            "{stack:?}"
+        );
+    }
+}
+
+/// A server on `stack` that has served a connection and waits to accept
+/// more (blockio: a multishot accept armed) is dropped with its runtime,
+/// and a new one binds the same port at once, 20 times over: as on tokio,
+/// the port is free the moment the server is gone.
+#[test]
+fn a_dropped_server_s_port_binds_again_at_once() {
+    for stack in STACKS {
+        let mut port = 0;
+        for round in 0..20 {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let e = engine(stack);
+            let bound = rt.block_on(async {
+                if let (Stack::BlockioDriven, Some(e)) = (stack, &e) {
+                    if e.poll_fd().is_some() {
+                        tokio::spawn(drive_on_tokio(e.clone()));
+                    }
+                }
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                match &e {
+                    None => {
+                        let l = tokio::net::TcpListener::bind(addr).await?;
+                        let _ = tx.send(l.local_addr()?);
+                        tokio::spawn(async move {
+                            loop {
+                                let _ = l.accept().await;
+                            }
+                        });
+                    }
+                    Some(e) => {
+                        let l = blockio::net::TcpListener::bind(e, addr)?;
+                        let _ = tx.send(l.local_addr());
+                        tokio::spawn(async move {
+                            let mut incoming = l.incoming();
+                            loop {
+                                let _ = incoming.next().await;
+                            }
+                        });
+                    }
+                }
+                let local = rx.await.unwrap();
+                let c = tokio::net::TcpStream::connect(local).await?;
+                // The server has taken it (or holds it queued) and waits.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                drop(c);
+                io::Result::Ok(local)
+            });
+            drop(rt);
+            drop(e);
+            match bound {
+                Ok(local) => port = local.port(),
+                Err(err) => panic!("{stack:?} round {round}: binding port {port} again: {err}"),
+            }
+        }
+    }
+}
+
+/// Idle connections beside a probe: an echo server (one task per
+/// connection, reading through the I/O traits) holds `IDLE` connections
+/// whose peers send nothing, more than the default `queue_depth` of 256,
+/// and slowloris peers that send a byte now and then; probes that connect
+/// afterwards are still accepted and echoed, on every stack, with default
+/// settings.
+#[test]
+fn idle_and_slow_peers_do_not_stall_a_probe() {
+    const IDLE: usize = 1000;
+    const SLOW: usize = 50;
+    for stack in STACKS {
+        let server = serve(stack, Family::Tcp { send_buffer: None }, echo());
+        let Addr::Tcp(addr) = server.addr.clone() else {
+            unreachable!()
+        };
+        // Each peer has one exchange, then goes quiet (a keep-alive
+        // connection between requests); one at a time, so that no connect
+        // waits in a full backlog.
+        let quiet = |i: usize| {
+            let mut p = std::net::TcpStream::connect(addr).unwrap();
+            p.set_read_timeout(Some(PEER_LIMIT)).unwrap();
+            p.write_all(b"i").unwrap();
+            let mut b = [0u8; 1];
+            p.read_exact(&mut b).unwrap_or_else(|e| {
+                panic!("{stack:?}: a connection beside {i} quiet ones was not served: {e}")
+            });
+            p
+        };
+        let idle: Vec<_> = (0..IDLE).map(quiet).collect();
+        let mut slow: Vec<_> = (IDLE..IDLE + SLOW).map(quiet).collect();
+        for round in 0..3 {
+            for s in &mut slow {
+                s.write_all(b"x").unwrap();
+            }
+            for probe in 0..5 {
+                let mut p = Addr::Tcp(addr).connect();
+                let msg = format!("probe {round}.{probe}");
+                p.write_all(msg.as_bytes()).unwrap();
+                let got = read_exactly(&mut p, msg.len());
+                assert_eq!(
+                    got,
+                    read_exactly(&mut std::io::Cursor::new(msg.clone()), msg.len()),
+                    "{stack:?}: probe {round}.{probe} beside {IDLE} idle and {SLOW} slow peers"
+                );
+            }
+        }
+        for s in &mut slow {
+            let mut back = [0u8; 3];
+            s.set_read_timeout(Some(PEER_LIMIT)).unwrap();
+            s.read_exact(&mut back).unwrap();
+            assert_eq!(&back, b"xxx", "{stack:?}: a slow peer's echo");
+        }
+        drop(idle);
+        drop(slow);
+        drop(server);
+    }
+}
+
+/// Echoes through the I/O traits until the peer ends or fails.
+fn echo() -> Handler {
+    Arc::new(|s: Conn| {
+        Box::pin(async move {
+            let mut s = s.io();
+            let mut buf = vec![0u8; 4096];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if s.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+    })
+}
+
+/// 2,000 connections waiting in reads get their bytes at the same moment:
+/// far more completions than the completion queue holds (1,024 with the
+/// default depth), and every one is delivered: each peer gets its echo.
+#[test]
+fn a_burst_of_completions_past_the_queue_s_size_all_arrive() {
+    const CONNS: usize = 2000;
+    for stack in STACKS {
+        let server = serve(stack, Family::Tcp { send_buffer: None }, echo());
+        let Addr::Tcp(addr) = server.addr.clone() else {
+            unreachable!()
+        };
+        // Every connection accepted, echoed once and waiting in its read
+        // (one at a time, so that no connect waits in a full backlog).
+        let peers = (0..CONNS).map(|_| {
+            let mut p = std::net::TcpStream::connect(addr).unwrap();
+            p.set_read_timeout(Some(PEER_LIMIT)).unwrap();
+            p.write_all(b"a").unwrap();
+            let mut b = [0u8; 1];
+            p.read_exact(&mut b).unwrap();
+            p
+        });
+        let mut peers: Vec<_> = peers.collect();
+        // Now all at once.
+        for (i, p) in peers.iter_mut().enumerate() {
+            p.write_all(&[i as u8]).unwrap();
+        }
+        for (i, p) in peers.iter_mut().enumerate() {
+            let mut b = [0u8; 1];
+            p.read_exact(&mut b)
+                .unwrap_or_else(|e| panic!("{stack:?}: connection {i}: {e}"));
+            assert_eq!(b[0], i as u8, "{stack:?}: connection {i}");
+        }
+        drop(peers);
+        drop(server);
+    }
+}
+
+/// Random-size echo over 40 connections at once: each peer sends 256 KiB
+/// in random pieces from one thread while another reads the echo; every
+/// byte comes back, in order, over TCP and Unix sockets.
+#[test]
+fn random_size_echo_over_many_connections() {
+    fn peer(addr: Addr, c: usize) -> Seen {
+        const TOTAL: usize = 256 << 10;
+        let p = addr.connect();
+        let data = pattern(c, TOTAL);
+        let mut reader = match &p {
+            Peer::Tcp(s) => Peer::Tcp(s.try_clone().unwrap()),
+            Peer::Unix(s) => Peer::Unix(s.try_clone().unwrap()),
+        };
+        let sent = data.clone();
+        let writer = std::thread::spawn(move || {
+            let mut p = p;
+            let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ c as u64);
+            let mut at = 0;
+            while at < sent.len() {
+                let n = (1 + rng.below(20_000) as usize).min(sent.len() - at);
+                p.write_all(&sent[at..at + n]).unwrap();
+                at += n;
+            }
+            p
+        });
+        let back = read_exactly(&mut reader, TOTAL);
+        drop(writer.join().unwrap());
+        assert_eq!(
+            back,
+            Seen::Bytes {
+                len: TOTAL,
+                sum: digest(&data)
+            },
+            "connection {c}"
+        );
+        back
+    }
+    compare("echo", Family::Tcp { send_buffer: None }, echo(), 40, peer);
+    compare("echo", Family::Unix, echo(), 40, peer);
+}
+
+/// A peer that resets the connection while the server writes a large reply
+/// through the I/O traits: the server's writing fails (broken pipe or
+/// reset) on every stack, rather than going on or hanging.
+#[test]
+fn a_reset_mid_write_fails_the_writer() {
+    for stack in STACKS {
+        let (tx, rx) = std::sync::mpsc::channel::<io::Result<()>>();
+        let tx = Arc::new(std::sync::Mutex::new(tx));
+        let handler: Handler = Arc::new(move |s: Conn| {
+            let tx = tx.clone();
+            Box::pin(async move {
+                let mut s = s.io();
+                let chunk = vec![9u8; 64 << 10];
+                let res = async {
+                    for _ in 0..1024 {
+                        s.write_all(&chunk).await?;
+                    }
+                    s.flush().await
+                }
+                .await;
+                let _ = tx.lock().unwrap().send(res);
+            })
+        });
+        let server = serve(stack, Family::Tcp { send_buffer: None }, handler);
+        let mut p = server.addr.connect();
+        let mut buf = vec![0u8; 64 << 10];
+        p.read_exact(&mut buf).unwrap();
+        let Peer::Tcp(s) = p else { unreachable!() };
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(s);
+        let res = rx
+            .recv_timeout(PEER_LIMIT)
+            .unwrap_or_else(|_| panic!("{stack:?}: the writer neither finished nor failed"));
+        let err = res.expect_err("64 MiB went to a peer that reset after 64 KiB");
+        assert!(
+            matches!(
+                err.raw_os_error(),
+                Some(libc::EPIPE) | Some(libc::ECONNRESET)
+            ),
+            "{stack:?}: {err}"
+        );
+        drop(server);
+    }
+}

@@ -1,0 +1,70 @@
+//! Shutting down a caller-driven engine whose dropped streams still have
+//! bytes queued for peers that do not read: once their linger runs out
+//! they let the engine go, so it finishes and every descriptor closes,
+//! though nothing drives the ring any more. (Its own test binary: it
+//! counts `/proc/self/fd`.)
+
+use std::time::{Duration, Instant};
+
+use blockio::aio::{drive_on_tokio, AsyncEngine};
+use blockio::net::TcpListener;
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+#[test]
+fn a_driven_engine_with_lingering_streams_finishes_once_they_give_up() {
+    let before = open_fds();
+    let peers = {
+        let engine = AsyncEngine::builder()
+            .driven_by_caller()
+            .submit_when_driven(true)
+            .build()
+            .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
+        let addr = listener.local_addr();
+        let peers: Vec<_> = (0..4)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        if engine.poll_fd().is_some() {
+            rt.spawn(drive_on_tokio(engine.clone()));
+        }
+        rt.block_on(async {
+            for _ in 0..4 {
+                let (mut s, _) = listener.accept().await.unwrap();
+                s.socket().set_send_buffer_size(16 * 1024).unwrap();
+                s.set_drop_linger(Duration::from_millis(200));
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    let w = &mut s;
+                    let chunk = vec![3u8; 64 << 10];
+                    // Until the queue is full: the task then waits.
+                    loop {
+                        w.write_all(&chunk).await.unwrap();
+                    }
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        });
+        // The tasks (and their streams) and the driving task go with the
+        // runtime; the streams' queues still hold bytes.
+        drop(rt);
+        drop(listener);
+        drop(engine);
+        peers
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while open_fds() > before + peers.len() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        open_fds(),
+        before + peers.len(),
+        "the engine or a stream's socket was left open"
+    );
+}

@@ -1,0 +1,110 @@
+//! The epoll fallback watches each socket once: a waiting operation opens
+//! no descriptor, so idle connections cost one descriptor each, and a
+//! process at its descriptor limit keeps serving the connections it has.
+//! (Its own test binary: it counts `/proc/self/fd` and lowers
+//! `RLIMIT_NOFILE`, which no other test may see.)
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use blockio::aio::AsyncEngine;
+use blockio::net::{TcpListener, TcpStream};
+use blockio::BackendChoice;
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn set_fd_limit(n: u64) {
+    // SAFETY: zeroed is a valid rlimit; getrlimit and setrlimit read and
+    // write only the struct passed.
+    unsafe {
+        let mut lim = std::mem::zeroed::<libc::rlimit>();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = n.min(lim.rlim_max);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+}
+
+const CONNS: usize = 100;
+
+#[test]
+fn waiting_operations_open_no_descriptors_and_survive_the_limit() {
+    let e = AsyncEngine::builder()
+        .backend(BackendChoice::ThreadPool)
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let addr = listener.local_addr();
+    let mut peers = Vec::new();
+    let mut streams: Vec<TcpStream> = Vec::new();
+    for _ in 0..CONNS {
+        peers.push(std::net::TcpStream::connect(addr).unwrap());
+        streams.push(rt.block_on(listener.accept()).unwrap().0);
+    }
+    // Each stream waits in a read, and in a write its peer does not take.
+    let armed = open_fds();
+    set_fd_limit(armed as u64 + 2);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (i, s) in streams.into_iter().enumerate() {
+        let tx = tx.clone();
+        rt.spawn(async move {
+            let s = std::sync::Arc::new(s);
+            let writer = {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    // Fills the peer's window, then waits for room.
+                    let (res, _) = s.write_all(vec![i as u8; 8 << 20]).await;
+                    res
+                })
+            };
+            let (res, buf) = s.read(vec![0u8; 16]).await;
+            let got = res.map(|n| buf[..n].to_vec());
+            let wrote = writer.await.unwrap();
+            tx.send((i, got, wrote)).unwrap();
+        });
+    }
+    drop(tx);
+    // Give every task time to reach its waits (a wait that opened a
+    // descriptor would be seen, or fail, now).
+    std::thread::sleep(Duration::from_millis(300));
+    set_fd_limit(4096);
+    let waiting = open_fds();
+    assert!(
+        waiting <= armed + 2,
+        "{CONNS} connections waiting opened {} descriptors",
+        waiting - armed
+    );
+    // Every peer then sends, and drains what was written to it.
+    let drains: Vec<_> = peers
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut p)| {
+            std::thread::spawn(move || {
+                p.write_all(format!("hello {i}").as_bytes()).unwrap();
+                let mut buf = vec![0u8; 1 << 16];
+                let mut total = 0;
+                while total < 8 << 20 {
+                    let n = p.read(&mut buf).unwrap();
+                    assert!(n > 0);
+                    assert!(buf[..n].iter().all(|&b| b == i as u8));
+                    total += n;
+                }
+                total
+            })
+        })
+        .collect();
+    for _ in 0..CONNS {
+        let (i, got, wrote) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(got.unwrap(), format!("hello {i}").as_bytes(), "stream {i}");
+        wrote.unwrap_or_else(|e| panic!("stream {i}: {e}"));
+    }
+    for d in drains {
+        assert_eq!(d.join().unwrap(), 8 << 20);
+    }
+}
