@@ -497,17 +497,18 @@ fn a_waker_that_reaps_its_engine_does_not_deadlock() {
     use blockio::net::TcpListener;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
+        // Submitting when driven, and never driven: started operations
+        // wait in the ring's backlog, where a cancel completes them.
         let engine = AsyncEngine::builder()
             .driven_by_caller()
-            .queue_depth(1)
+            .submit_when_driven(true)
             .build()
             .unwrap();
         let first = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
         let second = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-        // In flight: the ring's one operation.
         let mut a = Box::pin(first.accept());
         assert!(poll_with(&mut a, noop()).is_pending());
-        // Waits for room, with a waker that reaps.
+        // Waits in the backlog, with a waker that reaps.
         let reaper = Arc::new(ReapingWaker(engine.clone(), AtomicUsize::new(0)));
         let waker = Waker::from(reaper.clone());
         let mut b = Box::pin(second.accept());
