@@ -243,7 +243,7 @@ mod tests {
             );
         }
         for bad in [
-            &b"MD5 (f) = ab12"[..],
+            &b"XYZ (f) = ab12"[..],
             b"ab12",
             b"ab12  ",
             b"zz  f",

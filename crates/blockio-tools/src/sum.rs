@@ -705,7 +705,7 @@ pub fn print_sums(
         let name = inputs[i].0.as_os_str();
         io_result = match r {
             Ok(hex) if list.tag => {
-                out.write_all(&crate::names::tag_line(opts.algo.tag(), &hex, name))
+                out.write_all(&crate::names::tag_line(&opts.algo.tag(), &hex, name))
             }
             Ok(hex) => out.write_all(&crate::names::line(&hex, name)),
             Err(e) => {
