@@ -1,11 +1,20 @@
 //! The `blockio` command-line tool. Thin: the work is in the library crates.
+//! Run through a link named after a tool (`sha256sum`, `b3sum`, `cp`, …) it
+//! is that tool (see [`multicall`]).
 
 use clap::{Parser, Subcommand};
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
+mod b3sum_cli;
 mod cp;
+mod digest_cli;
+mod getopt;
+mod multicall;
 mod size;
+
+use multicall::Personality;
 
 use blockio_bench::{bench, engine_bench, net_bench, tree_bench};
 use blockio_tools::algo::Algo;
@@ -168,7 +177,65 @@ fn main() {
     // SAFETY: restores the default action of one signal before any thread
     // starts; no handler is installed.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let argv0 = args.first().cloned().unwrap_or_default();
+    let code = match multicall::personality(&argv0) {
+        Personality::Blockio => blockio(Cli::parse_from(&args)),
+        Personality::Cp => cp_tool(&args),
+        Personality::B3sum => b3sum_cli::main(&args),
+        Personality::Digest(tool) => digest_cli::main(
+            &multicall::program("sum"),
+            tool,
+            args.get(1..).unwrap_or_default(),
+        ),
+    };
+    std::process::exit(code);
+}
+
+/// `cp`'s command line, as the `cp` the binary is when run under that name.
+#[derive(Parser)]
+#[command(
+    name = "cp",
+    version,
+    about = "Copy files and directory trees (blockio cp)."
+)]
+struct CpCli {
+    #[command(flatten)]
+    args: cp::CpArgs,
+}
+
+/// Runs as `cp`: `blockio cp`'s options and work, `cp` in messages, and
+/// status 1 for a usage error (as GNU `cp`).
+fn cp_tool(args: &[OsString]) -> i32 {
+    match CpCli::try_parse_from(args) {
+        Ok(cli) => exit_status(cp::run(&cli.args), "cp"),
+        Err(e) => {
+            let _ = e.print();
+            if e.use_stderr() {
+                1
+            } else {
+                0
+            }
+        }
+    }
+}
+
+/// The exit status of a finished run: 0 if all went well; 1 if something
+/// failed (reported where it happened) or an error stopped it, which is
+/// reported here as `<prog>: <error>`.
+fn exit_status(result: anyhow::Result<bool>, prog: &str) -> i32 {
+    match result {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("{prog}: {e:#}");
+            1
+        }
+    }
+}
+
+/// `blockio` under its own name: the subcommand's exit status.
+fn blockio(cli: Cli) -> i32 {
     let result = match &cli.command {
         Cmd::Bench(args) => bench::run(args).map(|()| true),
         Cmd::EngineBench(args) => engine_bench::run(args).map(|()| true),
@@ -178,13 +245,5 @@ fn main() {
         Cmd::NetBench(args) => net_bench::run(args).map(|()| true),
         Cmd::NetLoad(args) => net_bench::load::run_child(args).map(|()| true),
     };
-    match result {
-        Ok(true) => {}
-        // Each failure was reported where it happened.
-        Ok(false) => std::process::exit(1),
-        Err(e) => {
-            eprintln!("blockio: error: {e:#}");
-            std::process::exit(1);
-        }
-    }
+    exit_status(result, "blockio: error")
 }
