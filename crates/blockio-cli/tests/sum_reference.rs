@@ -252,7 +252,7 @@ fn blake3_sums_and_checks_like_b3sum() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("as --algo blake3 or --algo sha256 writes them"),
+        err.contains("as --algo blake3 or --algo sha256 or --algo sm3 writes them"),
         "{err}"
     );
 }
