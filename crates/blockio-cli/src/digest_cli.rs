@@ -94,7 +94,7 @@ pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
             let mut out = std::io::stdout().lock();
             return match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
                 Ok(()) => 0,
-                Err(e) => write_error(prog, &e),
+                Err(_) => write_error(prog),
             };
         }
         Err(Stop::Usage(Usage(message))) => {
@@ -147,13 +147,15 @@ pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
     match r {
         Ok(true) => 0,
         Ok(false) => 1,
-        Err(e) => write_error(prog, &e),
+        Err(_) => write_error(prog),
     }
 }
 
-/// Standard output could not be written: `prog: write error: <reason>`.
-fn write_error(prog: &str, e: &std::io::Error) -> i32 {
-    eprintln!("{prog}: write error: {}", blockio_tools::reason::reason(e));
+/// Standard output could not be written: `prog: write error`, without a
+/// reason, as GNU's tools say it (they find the error when standard
+/// output is closed, its errno long gone).
+fn write_error(prog: &str) -> i32 {
+    eprintln!("{prog}: write error");
     1
 }
 

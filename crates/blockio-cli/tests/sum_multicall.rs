@@ -374,3 +374,30 @@ fn cp_through_a_link_is_blockio_cp() {
     let o = run(d.path(), &cp, &[b"--version"], b"");
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("cp "));
 }
+
+#[test]
+fn a_full_standard_output_is_a_write_error_as_gnu_says() {
+    let links = links();
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::write(d.path().join("f"), b"f\n").unwrap();
+    for args in [&["f"][..], &["--help"]] {
+        let full = |prog: &Path| {
+            Command::new(prog)
+                .arg0("sha256sum")
+                .args(args)
+                .current_dir(d.path())
+                .env("LC_ALL", "C")
+                .stdout(std::fs::File::create("/dev/full").unwrap())
+                .output()
+                .unwrap()
+        };
+        let ours = full(&links.path().join("sha256sum"));
+        let theirs = full(&gnu("sha256sum"));
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stderr),
+            String::from_utf8_lossy(&theirs.stderr),
+            "{args:?}"
+        );
+        assert_eq!(ours.status.code(), theirs.status.code());
+    }
+}
