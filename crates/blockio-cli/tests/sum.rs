@@ -310,3 +310,34 @@ fn uncached_large_files_are_read_with_o_direct_and_hash_the_same() {
         );
     }
 }
+
+/// A pipe named as a file is read from start to end: a read at offset 0
+/// of a pipe would take its next bytes, and lose the first.
+#[test]
+fn a_pipe_named_as_a_file_is_hashed_whole() {
+    use std::io::Write;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data: Vec<u8> = (0..600_000u32).map(|i| (i % 241) as u8).collect();
+    std::fs::write(dir.path().join("same"), &data).unwrap();
+    for algo in ["blake3", "sha512"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_blockio"))
+            .current_dir(dir.path())
+            .args(["sum", "--algo", algo, "/dev/stdin", "same"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(&data).unwrap();
+        drop(input);
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success());
+        let out = String::from_utf8(o.stdout).unwrap();
+        let hexes: Vec<&str> = out.lines().map(|l| l.split(' ').next().unwrap()).collect();
+        assert_eq!(hexes.len(), 2, "{out}");
+        assert_eq!(
+            hexes[0], hexes[1],
+            "the pipe's digest is the file's ({algo})"
+        );
+    }
+}

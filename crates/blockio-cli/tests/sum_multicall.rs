@@ -164,6 +164,10 @@ fn sums_match_gnu_for_every_tool_and_format() {
                 continue;
             }
             same(dir, links.path(), tool, &args, b"stdin again");
+            // A pipe named as a file.
+            let mut args = f.clone();
+            args.extend([&b"/dev/stdin"[..], b"plain"]);
+            same(dir, links.path(), tool, &args, b"through a pipe\n");
         }
     }
 }
