@@ -290,6 +290,8 @@ fn usage_errors_match_gnu() {
         vec![b"--stat", b"-c", b"f"],
         vec![b"--check=yes", b"f"],
         vec![b"--", b"-c"],
+        // Missing files whose names need quoting in messages.
+        vec![b"", b"it's", b"bad\xff", b"a b", b"new\nline", b"f"],
         vec![b"f", b"--tag"],
     ];
     for tool in TOOLS {
