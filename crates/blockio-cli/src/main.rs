@@ -181,7 +181,7 @@ fn main() {
     let argv0 = args.first().cloned().unwrap_or_default();
     let code = match multicall::personality(&argv0) {
         Personality::Blockio => blockio(Cli::parse_from(&args)),
-        Personality::Cp => cp_tool(&args),
+        Personality::Cp => multicall::cp(&args),
         Personality::B3sum => b3sum_cli::main(&args),
         Personality::Digest(tool) => digest_cli::main(
             &multicall::program("sum"),
@@ -192,38 +192,10 @@ fn main() {
     std::process::exit(code);
 }
 
-/// `cp`'s command line, as the `cp` the binary is when run under that name.
-#[derive(Parser)]
-#[command(
-    name = "cp",
-    version,
-    about = "Copy files and directory trees (blockio cp)."
-)]
-struct CpCli {
-    #[command(flatten)]
-    args: cp::CpArgs,
-}
-
-/// Runs as `cp`: `blockio cp`'s options and work, `cp` in messages, and
-/// status 1 for a usage error (as GNU `cp`).
-fn cp_tool(args: &[OsString]) -> i32 {
-    match CpCli::try_parse_from(args) {
-        Ok(cli) => exit_status(cp::run(&cli.args), "cp"),
-        Err(e) => {
-            let _ = e.print();
-            if e.use_stderr() {
-                1
-            } else {
-                0
-            }
-        }
-    }
-}
-
 /// The exit status of a finished run: 0 if all went well; 1 if something
 /// failed (reported where it happened) or an error stopped it, which is
 /// reported here as `<prog>: <error>`.
-fn exit_status(result: anyhow::Result<bool>, prog: &str) -> i32 {
+pub(crate) fn exit_status(result: anyhow::Result<bool>, prog: &str) -> i32 {
     match result {
         Ok(true) => 0,
         Ok(false) => 1,

@@ -3,9 +3,11 @@
 //! that tool, with its name in every message, its `--help`, `--version`
 //! and exit statuses. Under its own name it is `blockio` with subcommands.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::OnceLock;
+
+use clap::Parser;
 
 use blockio_tools::algo::{Algo, BLAKE2B_MAX_BYTES};
 
@@ -100,6 +102,35 @@ pub fn program(subcommand: &str) -> String {
     match TOOL_NAME.get() {
         Some(name) => name.to_string(),
         None => format!("blockio {subcommand}"),
+    }
+}
+
+/// `cp`'s command line: `blockio cp`'s.
+#[derive(Parser)]
+#[command(
+    name = "cp",
+    version,
+    about = "Copy files and directory trees (blockio cp)."
+)]
+struct CpCli {
+    #[command(flatten)]
+    args: crate::cp::CpArgs,
+}
+
+/// Runs as `cp` with `args` (the program name first): `blockio cp`'s
+/// options and work, and status 1 for a usage error, as GNU `cp`. Returns
+/// the exit status.
+pub fn cp(args: &[OsString]) -> i32 {
+    match CpCli::try_parse_from(args) {
+        Ok(cli) => crate::exit_status(crate::cp::run(&cli.args), &program("cp")),
+        Err(e) => {
+            let _ = e.print();
+            if e.use_stderr() {
+                1
+            } else {
+                0
+            }
+        }
     }
 }
 
