@@ -16,6 +16,10 @@ use clap::Parser;
 use blockio_tools::algo::{Algo, Blake3Mode, Blake3Params};
 use blockio_tools::sum::{hash_inputs, SumOptions, STDIN};
 
+/// The longest output `-l` asks for that we write: a digest is made whole
+/// in memory (b3sum streams any length).
+const MAX_LENGTH: u64 = 1 << 20;
+
 /// Print or check BLAKE3 checksums.
 #[derive(Parser, Debug)]
 #[command(name = "b3sum", version, disable_help_subcommand = true)]
@@ -99,6 +103,12 @@ fn run(args: &B3Args) -> io::Result<bool> {
             "Only one filename can be provided when using --raw",
         ));
     }
+    if args.length > MAX_LENGTH {
+        return Err(io::Error::other(format!(
+            "--length {} is more than blockio writes: at most {MAX_LENGTH} bytes",
+            args.length
+        )));
+    }
     let mode = if args.keyed {
         Blake3Mode::Keyed(read_key()?)
     } else if let Some(context) = &args.derive_key {
@@ -106,7 +116,7 @@ fn run(args: &B3Args) -> io::Result<bool> {
     } else {
         Blake3Mode::Hash
     };
-    let len = usize::try_from(args.length).map_err(io::Error::other)?;
+    let len = args.length as usize;
     let algo = Algo::Blake3With(Box::leak(Box::new(Blake3Params { mode, len })));
     let inputs: Vec<(PathBuf, Algo)> = files.iter().map(|p| (p.clone(), algo)).collect();
     let mut ok = true;

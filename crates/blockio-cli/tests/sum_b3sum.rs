@@ -190,6 +190,20 @@ fn command_line_mistakes_fail_as_b3sum() {
     ] {
         p.same_status(args);
     }
+    // A length b3sum streams and we would have to hold whole: refused,
+    // with the reason, before anything is read.
+    let ours = run(
+        p.dir.path(),
+        &p.ours.path().join("b3sum"),
+        &[b"-l", b"18446744073709551615", b"plain"],
+        b"",
+    );
+    assert_eq!(ours.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stderr),
+        "Error: --length 18446744073709551615 is more than blockio writes: at most 1048576 bytes\n"
+    );
+    p.same(&["-l", "1048576", "--no-names", "empty"], b"");
     let (ours, theirs) = p.both(&[b"--version"], b"");
     assert_eq!(ours.status.code(), theirs.status.code());
     assert!(String::from_utf8_lossy(&ours.stdout).starts_with("b3sum "));
