@@ -68,13 +68,15 @@ struct SumArgs {
     /// none: standard input); with -c, checksum lists to check (`-` or
     /// none: standard input).
     paths: Vec<PathBuf>,
-    /// The algorithm: blake3, sha256, xxh3 or crc32c.
+    /// The algorithm: blake3, sha256, sha512, sha384, sha224, sha1, md5,
+    /// blake2b (512 bits), sm3, xxh3 or crc32c.
     #[arg(long, default_value = "blake3")]
     algo: Algo,
     /// Read checksums from the files and check them. Every format
-    /// sha256sum and b3sum write is read (`hash  name`, `hash *name`,
-    /// `--tag` lines, CRLF line ends, escaped names); a `--tag` line names
-    /// its own algorithm.
+    /// sha256sum and b3sum write, and sha256sum -c reads, is read (`hash
+    /// name`, `hash *name`, `--tag` and OpenSSL lines, BSD single-space
+    /// lists, leading blanks, CRLF line ends, escaped names); a tagged
+    /// line names its own algorithm.
     #[arg(short = 'c', long)]
     check: bool,
     /// Write `BLAKE3 (name) = hash` lines (BSD style, as `sha256sum --tag`).
