@@ -117,6 +117,8 @@ fn run(args: &B3Args) -> io::Result<bool> {
         Blake3Mode::Hash
     };
     let len = args.length as usize;
+    // One small allocation that lives as long as the process: `Algo` is
+    // `Copy` and carries its parameters by reference.
     let algo = Algo::Blake3With(Box::leak(Box::new(Blake3Params { mode, len })));
     let inputs: Vec<(PathBuf, Algo)> = files.iter().map(|p| (p.clone(), algo)).collect();
     let mut ok = true;
