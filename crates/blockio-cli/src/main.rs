@@ -1,11 +1,20 @@
 //! The `blockio` command-line tool. Thin: the work is in the library crates.
+//! Run through a link named after a tool (`sha256sum`, `b3sum`, `cp`, …) it
+//! is that tool (see [`multicall`]).
 
 use clap::{Parser, Subcommand};
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
+mod b3sum_cli;
 mod cp;
+mod digest_cli;
+mod getopt;
+mod multicall;
 mod size;
+
+use multicall::Personality;
 
 use blockio_bench::{bench, engine_bench, net_bench, tree_bench};
 use blockio_tools::algo::Algo;
@@ -59,13 +68,15 @@ struct SumArgs {
     /// none: standard input); with -c, checksum lists to check (`-` or
     /// none: standard input).
     paths: Vec<PathBuf>,
-    /// The algorithm: blake3, sha256, xxh3 or crc32c.
+    /// The algorithm: blake3, sha256, sha512, sha384, sha224, sha1, md5,
+    /// blake2b (512 bits), sm3, xxh3 or crc32c.
     #[arg(long, default_value = "blake3")]
     algo: Algo,
     /// Read checksums from the files and check them. Every format
-    /// sha256sum and b3sum write is read (`hash  name`, `hash *name`,
-    /// `--tag` lines, CRLF line ends, escaped names); a `--tag` line names
-    /// its own algorithm.
+    /// sha256sum and b3sum write, and sha256sum -c reads, is read (`hash
+    /// name`, `hash *name`, `--tag` and OpenSSL lines, BSD single-space
+    /// lists, leading blanks, CRLF line ends, escaped names); a tagged
+    /// line names its own algorithm.
     #[arg(short = 'c', long)]
     check: bool,
     /// Write `BLAKE3 (name) = hash` lines (BSD style, as `sha256sum --tag`).
@@ -168,7 +179,37 @@ fn main() {
     // SAFETY: restores the default action of one signal before any thread
     // starts; no handler is installed.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let argv0 = args.first().cloned().unwrap_or_default();
+    let code = match multicall::personality(&argv0) {
+        Personality::Blockio => blockio(Cli::parse_from(&args)),
+        Personality::Cp => multicall::cp(&args),
+        Personality::B3sum => b3sum_cli::main(&args),
+        Personality::Digest(tool) => digest_cli::main(
+            &multicall::program("sum"),
+            tool,
+            args.get(1..).unwrap_or_default(),
+        ),
+    };
+    std::process::exit(code);
+}
+
+/// The exit status of a finished run: 0 if all went well; 1 if something
+/// failed (reported where it happened) or an error stopped it, which is
+/// reported here as `<prog>: <error>`.
+pub(crate) fn exit_status(result: anyhow::Result<bool>, prog: &str) -> i32 {
+    match result {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("{prog}: {e:#}");
+            1
+        }
+    }
+}
+
+/// `blockio` under its own name: the subcommand's exit status.
+fn blockio(cli: Cli) -> i32 {
     let result = match &cli.command {
         Cmd::Bench(args) => bench::run(args).map(|()| true),
         Cmd::EngineBench(args) => engine_bench::run(args).map(|()| true),
@@ -178,13 +219,5 @@ fn main() {
         Cmd::NetBench(args) => net_bench::run(args).map(|()| true),
         Cmd::NetLoad(args) => net_bench::load::run_child(args).map(|()| true),
     };
-    match result {
-        Ok(true) => {}
-        // Each failure was reported where it happened.
-        Ok(false) => std::process::exit(1),
-        Err(e) => {
-            eprintln!("blockio: error: {e:#}");
-            std::process::exit(1);
-        }
-    }
+    exit_status(result, "blockio: error")
 }

@@ -180,7 +180,12 @@ fn unreadable_and_missing_files_are_reported_and_the_rest_hashed() {
 fn other_algorithms_and_bad_flags() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     std::fs::write(dir.path().join("abc"), b"abc").unwrap();
-    for (algo, hex) in [("xxh3", "78af5f94892f3950"), ("crc32c", "364b3fb7")] {
+    for (algo, hex) in [
+        ("xxh3", "78af5f94892f3950"),
+        ("crc32c", "364b3fb7"),
+        ("md5", "900150983cd24fb0d6963f7d28e17f72"),
+        ("sha1", "a9993e364706816aba3e25717850c26c9cd0d89d"),
+    ] {
         let o = blockio(
             dir.path(),
             &[OsStr::new("--algo"), OsStr::new(algo), OsStr::new("abc")],
@@ -190,10 +195,10 @@ fn other_algorithms_and_bad_flags() {
     }
     let o = blockio(
         dir.path(),
-        &[OsStr::new("--algo"), OsStr::new("md5"), OsStr::new("abc")],
+        &[OsStr::new("--algo"), OsStr::new("md4"), OsStr::new("abc")],
     );
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown algorithm \"md5\""));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown algorithm \"md4\""));
     for (flag, value, says) in [
         ("--depth", "0", "--depth must be between 1 and 1024, got 0"),
         ("--block-size", "100", "--block-size must be between 4096"),
@@ -302,6 +307,37 @@ fn uncached_large_files_are_read_with_o_direct_and_hash_the_same() {
             cached_at(&big, 3 << 20),
             no_direct,
             "--no-direct: {no_direct}"
+        );
+    }
+}
+
+/// A pipe named as a file is read from start to end: a read at offset 0
+/// of a pipe would take its next bytes, and lose the first.
+#[test]
+fn a_pipe_named_as_a_file_is_hashed_whole() {
+    use std::io::Write;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data: Vec<u8> = (0..600_000u32).map(|i| (i % 241) as u8).collect();
+    std::fs::write(dir.path().join("same"), &data).unwrap();
+    for algo in ["blake3", "sha512"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_blockio"))
+            .current_dir(dir.path())
+            .args(["sum", "--algo", algo, "/dev/stdin", "same"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(&data).unwrap();
+        drop(input);
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success());
+        let out = String::from_utf8(o.stdout).unwrap();
+        let hexes: Vec<&str> = out.lines().map(|l| l.split(' ').next().unwrap()).collect();
+        assert_eq!(hexes.len(), 2, "{out}");
+        assert_eq!(
+            hexes[0], hexes[1],
+            "the pipe's digest is the file's ({algo})"
         );
     }
 }

@@ -144,8 +144,17 @@ fn sha256_lists_in_every_format_check_like_sha256sum() {
         v.extend_from_slice(b"not a line\n\n# a comment\n   \n");
         v
     };
-    let lists: [(&str, Vec<u8>); 6] = [
+    let lists: [(&str, Vec<u8>); 9] = [
         ("plain", list.clone()),
+        // OpenSSL's format, leading blanks, BSD `md5 -r`'s single space.
+        (
+            "openssl",
+            map_lines(&tagged, |l| {
+                l.replacen(" (", "(", 1).replacen(") = ", ")= ", 1)
+            }),
+        ),
+        ("blanks", map_lines(&list, |l| format!(" \t {l}"))),
+        ("single", map_lines(&list, |l| l.replacen("  ", " ", 1))),
         ("star", map_lines(&list, |l| l.replacen("  ", " *", 1))),
         ("tagged", tagged.clone()),
         ("crlf", map_lines(&list, |l| format!("{l}\r"))),
@@ -252,7 +261,7 @@ fn blake3_sums_and_checks_like_b3sum() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("as --algo blake3 or --algo sha256 writes them"),
+        err.contains("as --algo blake3 or --algo sha256 or --algo sm3 writes them"),
         "{err}"
     );
 }

@@ -1,8 +1,9 @@
 //! `blockio sum -c`: checking lists of checksums, with the output, the
 //! warnings and the exit status of `sha256sum -c`.
 //!
-//! A list may hold lines in every format `sha256sum` and `b3sum` write
-//! (see [`crate::names::parse`]); a `--tag` line names its own algorithm,
+//! A list may hold lines in every format `sha256sum` and `b3sum` write,
+//! and that `sha256sum -c` reads (see [`crate::names::parse`]); a tagged
+//! line names its own algorithm,
 //! a plain line is checked with `--algo`. Empty lines and lines starting
 //! with `#` are skipped, as coreutils does. Per list, after its files:
 //!
@@ -136,11 +137,15 @@ fn parse_list(
 ) -> io::Result<(Vec<Listed>, Vec<usize>)> {
     let mut lengths = Vec::new();
     let mut entries = Vec::new();
+    let mut state = names::ListState::default();
     for (n, line) in text.split(|&b| b == b'\n').enumerate() {
         if line.is_empty() || line.starts_with(b"#") {
             continue;
         }
-        match names::parse(line).filter(|l| l.hex.len() == l.algo.unwrap_or(opts.algo).hex_len()) {
+        match state
+            .parse(line)
+            .filter(|l| l.hex.len() == l.algo.unwrap_or(opts.algo).hex_len())
+        {
             Some(l) => entries.push(l),
             None => {
                 tally.improper += 1;

@@ -8,6 +8,7 @@
 pub mod algo;
 pub mod check;
 pub mod copy;
+pub mod digest_tool;
 pub mod names;
 pub mod quote;
 pub mod reason;

@@ -90,67 +90,107 @@ pub struct Listed {
 
 /// Parses one line of a checksum list (without its newline) in any format
 /// `sha256sum` and `b3sum` write: `<hex>  <name>`, `<hex> *<name>`
-/// (binary-mode marker), `<TAG> (<name>) = <hex>` (`--tag`), each maybe
-/// escaped (a leading backslash) and maybe ending in a carriage return.
-/// `None` if it is none of these, or a `--tag` line for an algorithm we
-/// do not have.
+/// (binary-mode marker), `<hex> <name>` (BSD `md5 -r`), `<TAG> (<name>) =
+/// <hex>` (`--tag`) and OpenSSL's `<TAG>(<name>)= <hex>`, each maybe after
+/// blanks, maybe escaped (a leading backslash) and maybe ending in a
+/// carriage return. `None` if it is none of these, or a tagged line for an
+/// algorithm we do not have. A list is read with [`ListState`], which
+/// tells a BSD single-space line from the others as `sha256sum -c` does.
 pub fn parse(line: &[u8]) -> Option<Listed> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let (escaped, line) = match line.strip_prefix(b"\\") {
-        Some(rest) => (true, rest),
-        None => (false, line),
-    };
-    let (hex, raw, algo) = match parse_tag(line) {
-        Some(t) => t,
-        None => {
-            let (hex, raw) = parse_plain(line)?;
-            (hex, raw, None)
+    ListState::default().parse(line)
+}
+
+/// What the plain lines of a list read so far decided: whether a single
+/// space separates digest and name (BSD `md5 -r` lists), so that a name
+/// may begin with a space or a `*`, or a mode character follows the
+/// space. As `sha256sum -c`, the first plain line decides for the list,
+/// and a line of the other kind is improper.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListState {
+    single_space: Option<bool>,
+}
+
+impl ListState {
+    /// Parses one line (see [`parse`]).
+    pub fn parse(&mut self, line: &[u8]) -> Option<Listed> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let blanks = line
+            .iter()
+            .take_while(|&&b| b == b' ' || b == b'\t')
+            .count();
+        let line = &line[blanks..];
+        let (escaped, line) = match line.strip_prefix(b"\\") {
+            Some(rest) => (true, rest),
+            None => (false, line),
+        };
+        let (hex, raw, algo) = match parse_tag(line) {
+            Some(t) => t,
+            None => {
+                let (hex, raw) = self.parse_plain(line)?;
+                (hex, raw, None)
+            }
+        };
+        if hex.is_empty() || !hex.iter().all(|b| b.is_ascii_hexdigit()) {
+            return None;
         }
-    };
-    if hex.is_empty() || !hex.iter().all(|b| b.is_ascii_hexdigit()) {
-        return None;
+        let name = if escaped {
+            unescape(raw)?
+        } else {
+            raw.to_vec()
+        };
+        if name.is_empty() {
+            return None;
+        }
+        Some(Listed {
+            hex: String::from_utf8(hex.to_ascii_lowercase()).ok()?,
+            name: OsString::from_vec(name),
+            algo,
+        })
     }
-    let name = if escaped {
-        unescape(raw)?
-    } else {
-        raw.to_vec()
-    };
-    if name.is_empty() {
-        return None;
+
+    /// `<hex> <name>`, `<hex>  <name>` or `<hex> *<name>`.
+    fn parse_plain<'l>(&mut self, line: &'l [u8]) -> Option<(&'l [u8], &'l [u8])> {
+        let end = line.iter().position(|b| !b.is_ascii_hexdigit())?;
+        let (hex, rest) = line.split_at(end);
+        let rest = rest.strip_prefix(b" ")?;
+        let marked = rest.len() > 1 && matches!(rest.first(), Some(b' ' | b'*'));
+        if !marked || self.single_space == Some(true) {
+            if self.single_space == Some(false) {
+                return None;
+            }
+            self.single_space = Some(true);
+            return Some((hex, rest));
+        }
+        self.single_space = Some(false);
+        Some((hex, &rest[1..]))
     }
-    Some(Listed {
-        hex: String::from_utf8(hex.to_ascii_lowercase()).ok()?,
-        name: OsString::from_vec(name),
-        algo,
-    })
 }
 
-/// `<hex> <name>`, `<hex>  <name>` or `<hex> *<name>`.
-fn parse_plain(line: &[u8]) -> Option<(&[u8], &[u8])> {
-    let end = line.iter().position(|b| !b.is_ascii_hexdigit())?;
-    let (hex, rest) = line.split_at(end);
-    let rest = rest.strip_prefix(b" ")?;
-    let name = match rest.first() {
-        Some(b' ' | b'*') => &rest[1..],
-        _ => rest,
-    };
-    Some((hex, name))
-}
-
-/// `<TAG> (<name>) = <hex>`: the name is everything between the first
-/// `(` and the last `) = `.
+/// `<TAG> (<name>) = <hex>` or `<TAG>(<name>)= <hex>`: the name is
+/// everything between the `(` after the tag and the last `)`, which is
+/// followed by `=` between blanks.
 fn parse_tag(line: &[u8]) -> Option<(&[u8], &[u8], Option<Algo>)> {
-    let open = line.windows(2).position(|w| w == b" (")?;
-    let tag = &line[..open];
-    if tag.is_empty() || !tag.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-') {
+    let tag_len = line
+        .iter()
+        .take_while(|b| b.is_ascii_alphanumeric() || **b == b'-')
+        .count();
+    let tag = &line[..tag_len];
+    if tag.is_empty() {
         return None;
     }
-    let close = line.windows(4).rposition(|w| w == b") = ")?;
-    if close < open + 2 {
-        return None;
-    }
+    let rest = &line[tag_len..];
+    let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+    let rest = rest.strip_prefix(b"(")?;
+    let close = rest.iter().rposition(|&b| b == b')')?;
+    let after = trim_blanks(&rest[close + 1..]);
+    let hex = trim_blanks(after.strip_prefix(b"=")?);
     let algo = Algo::from_tag(tag)?;
-    Some((&line[close + 4..], &line[open + 2..close], Some(algo)))
+    Some((hex, &rest[..close], Some(algo)))
+}
+
+fn trim_blanks(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+    &s[n..]
 }
 
 fn unescape(raw: &[u8]) -> Option<Vec<u8>> {
@@ -227,6 +267,11 @@ mod tests {
             (b"ab12 *f", want("f", None)),
             (b"ab12 f", want("f", None)),
             (b"ab12   f", want(" f", None)),
+            (b" \tab12  f", want("f", None)),
+            // As sha256sum -c: one space, then the name " ".
+            (b"ab12  ", want(" ", None)),
+            (b"SHA256(f)= ab12", want("f", Some(Algo::Sha256))),
+            (b"MD5 (f)=ab12", want("f", Some(Algo::Md5))),
             (b"ab12  f\r", want("f", None)),
             (b"SHA256 (f) = ab12", want("f", Some(Algo::Sha256))),
             (
@@ -242,14 +287,24 @@ mod tests {
                 String::from_utf8_lossy(line)
             );
         }
-        for bad in [
-            &b"MD5 (f) = ab12"[..],
-            b"ab12",
-            b"ab12  ",
-            b"zz  f",
-            b"\\ab12  a\\qb",
-        ] {
+        for bad in [&b"XYZ (f) = ab12"[..], b"ab12", b"zz  f", b"\\ab12  a\\qb"] {
             assert_eq!(parse(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn the_first_plain_line_decides_single_space_lists() {
+        // BSD `md5 -r` lists: one space, then a name that may start with
+        // a space or a star.
+        let mut bsd = ListState::default();
+        let name = |l: Option<Listed>| l.map(|l| l.name.into_string().unwrap());
+        assert_eq!(name(bsd.parse(b"ab12 a")), Some("a".into()));
+        assert_eq!(name(bsd.parse(b"ab12  b")), Some(" b".into()));
+        assert_eq!(name(bsd.parse(b"ab12 *c")), Some("*c".into()));
+        // A list in the usual format cannot switch to single spaces.
+        let mut gnu = ListState::default();
+        assert_eq!(name(gnu.parse(b"ab12  b")), Some("b".into()));
+        assert_eq!(name(gnu.parse(b"ab12 *c")), Some("c".into()));
+        assert_eq!(gnu.parse(b"ab12 a"), None);
     }
 }

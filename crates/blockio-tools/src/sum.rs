@@ -229,11 +229,15 @@ fn open_group(
             if m.is_dir() {
                 return Err(io::Error::from_raw_os_error(libc::EISDIR));
             }
-            Ok((f, m.len()))
+            Ok((f, m.is_file(), m.len()))
         });
         match opened {
-            Ok((f, len)) if len as usize <= opts.small => small.push((i, f, len as usize)),
-            Ok((f, len)) => out.send(i, io.stream(path, &f, len, opts)),
+            // A pipe, a socket or a device has no size to read up to and
+            // may not be read at offsets (a read at offset 0 of a pipe
+            // takes its next bytes): read from start to end, in order.
+            Ok((f, false, _)) => out.send(i, hash_reader(opts.algo, f)),
+            Ok((f, true, len)) if len as usize <= opts.small => small.push((i, f, len as usize)),
+            Ok((f, true, len)) => out.send(i, io.stream(path, &f, len, opts)),
             Err(error) => out.send(i, Err(error)),
         }
     }
@@ -705,7 +709,7 @@ pub fn print_sums(
         let name = inputs[i].0.as_os_str();
         io_result = match r {
             Ok(hex) if list.tag => {
-                out.write_all(&crate::names::tag_line(opts.algo.tag(), &hex, name))
+                out.write_all(&crate::names::tag_line(&opts.algo.tag(), &hex, name))
             }
             Ok(hex) => out.write_all(&crate::names::line(&hex, name)),
             Err(e) => {

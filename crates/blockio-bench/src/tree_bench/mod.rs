@@ -64,6 +64,10 @@ pub struct TreeBenchArgs {
     /// Size of the single big file that sum hashes, in MiB.
     #[arg(long, default_value_t = 2048)]
     pub sum_file_mib: u64,
+    /// Which algorithms sum compares, each against its own tool: blake3
+    /// (b3sum), sha512 (sha512sum), md5 (md5sum).
+    #[arg(long, value_delimiter = ',', default_value = "blake3")]
+    pub sum_algos: Vec<SumAlgo>,
     /// Print the results as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -99,6 +103,38 @@ pub enum Job {
     Cp,
     /// `blockio sum` against `b3sum`.
     Sum,
+}
+
+/// An algorithm `sum` is measured with, against the tool that has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SumAlgo {
+    /// BLAKE3, against `b3sum`.
+    Blake3,
+    /// SHA-512, against coreutils' `sha512sum`.
+    Sha512,
+    /// MD5, against coreutils' `md5sum`.
+    Md5,
+}
+
+impl SumAlgo {
+    /// `blockio sum --algo`'s name for it.
+    fn name(self) -> &'static str {
+        match self {
+            SumAlgo::Blake3 => "blake3",
+            SumAlgo::Sha512 => "sha512",
+            SumAlgo::Md5 => "md5",
+        }
+    }
+
+    /// The tool it is measured against.
+    fn tool(self) -> &'static str {
+        match self {
+            SumAlgo::Blake3 => "b3sum",
+            SumAlgo::Sha512 => "sha512sum",
+            SumAlgo::Md5 => "md5sum",
+        }
+    }
 }
 
 /// A generated tree.
@@ -372,8 +408,8 @@ fn measure_cp(
     )
 }
 
-/// `blockio sum` against `b3sum` on one big file and on the small-file
-/// tree, in every mode.
+/// `blockio sum` against `b3sum` (and, with `--sum-algos`, `sha512sum` and
+/// `md5sum`) on one big file and on the small-file tree, in every mode.
 fn sum_rows(args: &TreeBenchArgs, me: &Path, root: &Path) -> Result<Vec<Row>> {
     let small = source_dir(root, TreeKind::Small);
     let (n, size) = scaled_shape(TreeKind::Small, args.scale);
@@ -385,57 +421,60 @@ fn sum_rows(args: &TreeBenchArgs, me: &Path, root: &Path) -> Result<Vec<Row>> {
     let small_files = list_files(&small)?;
     let mut rows = Vec::new();
     for &mode in &args.modes {
-        progress(args, &format!("sum: one {big_mib} MiB file, {mode:?}"));
-        let mut cmd = |ours: bool| (sum_command(me, &big, ours, false), PathBuf::new());
-        let files = [big.clone()];
-        let timing = measure(args.rounds, mode, &files, false, &mut cmd, |_| Ok(()), None)?;
-        // The big file has a target cold only (where the reads reach the
-        // disk); warm is reported for context.
-        let target = if mode == Mode::Cold { 1.0 } else { 0.0 };
-        let input = format!("one file of {big_mib} MiB");
-        rows.push(row(Job::Sum, input, mode, "b3sum", timing, target));
+        for &algo in &args.sum_algos {
+            let tool = algo.tool();
+            progress(
+                args,
+                &format!("sum: one {big_mib} MiB file, {mode:?}, {tool}"),
+            );
+            let mut cmd = |ours: bool| (sum_command(me, &big, algo, ours, false), PathBuf::new());
+            let files = [big.clone()];
+            let timing = measure(args.rounds, mode, &files, false, &mut cmd, |_| Ok(()), None)?;
+            // The big file has a target cold only (where the reads reach
+            // the disk); warm is reported for context.
+            let target = if mode == Mode::Cold { 1.0 } else { 0.0 };
+            let input = format!("one file of {big_mib} MiB");
+            rows.push(row(Job::Sum, input, mode, tool, timing, target));
 
-        progress(args, &format!("sum: {n} small files, {mode:?}"));
-        let mut cmd = |ours: bool| (sum_command(me, &small, ours, true), PathBuf::new());
-        let timing = measure(
-            args.rounds,
-            mode,
-            &small_files,
-            false,
-            &mut cmd,
-            |_| Ok(()),
-            None,
-        )?;
-        let target = if mode == Mode::Cold { 2.0 } else { 1.0 };
-        let input = format!("{n} files of 4 KiB");
-        rows.push(row(
-            Job::Sum,
-            input,
-            mode,
-            "find | xargs b3sum",
-            timing,
-            target,
-        ));
+            progress(args, &format!("sum: {n} small files, {mode:?}, {tool}"));
+            let mut cmd = |ours: bool| (sum_command(me, &small, algo, ours, true), PathBuf::new());
+            let timing = measure(
+                args.rounds,
+                mode,
+                &small_files,
+                false,
+                &mut cmd,
+                |_| Ok(()),
+                None,
+            )?;
+            let target = if mode == Mode::Cold { 2.0 } else { 1.0 };
+            let input = format!("{n} files of 4 KiB");
+            let baseline = format!("find | xargs {tool}");
+            rows.push(row(Job::Sum, input, mode, &baseline, timing, target));
+        }
     }
     Ok(rows)
 }
 
-/// The command that hashes `path`: `blockio sum`, or `b3sum` (through
-/// `find | xargs` for a tree).
-fn sum_command(me: &Path, path: &Path, ours: bool, tree: bool) -> Command {
+/// The command that hashes `path` with `algo`: `blockio sum`, or the
+/// algorithm's tool (through `find | xargs` for a tree).
+fn sum_command(me: &Path, path: &Path, algo: SumAlgo, ours: bool, tree: bool) -> Command {
     if ours {
         let mut c = Command::new(me);
-        c.arg("sum").arg(path);
+        c.arg("sum").arg("--algo").arg(algo.name()).arg(path);
         return c;
     }
     if !tree {
-        let mut c = Command::new("b3sum");
+        let mut c = Command::new(algo.tool());
         c.arg(path);
         return c;
     }
     let mut c = Command::new("sh");
     c.arg("-c")
-        .arg("find \"$1\" -type f -print0 | xargs -0 b3sum")
+        .arg(format!(
+            "find \"$1\" -type f -print0 | xargs -0 {}",
+            algo.tool()
+        ))
         .arg("sh")
         .arg(path);
     c
@@ -463,7 +502,7 @@ fn needed_tools(args: &TreeBenchArgs) -> Vec<&'static str> {
         t.push("cp");
     }
     if args.jobs.contains(&Job::Sum) {
-        t.push("b3sum");
+        t.extend(args.sum_algos.iter().map(|a| a.tool()));
     }
     t
 }
@@ -844,6 +883,7 @@ mod tests {
             rounds,
             scale: 1.0,
             sum_file_mib: 2048,
+            sum_algos: vec![SumAlgo::Blake3],
             json: false,
             keep: false,
             after_deletion: false,

@@ -1,0 +1,430 @@
+//! The command line of the coreutils checksum tools (`md5sum`, `sha1sum`,
+//! `sha224sum`, `sha256sum`, `sha384sum`, `sha512sum`, `b2sum`, `cksum`),
+//! as coreutils 9.1 reads it: the same options, the same checks between
+//! them, the same messages (C locale) and exit statuses (1 for a usage
+//! error, after `Try '<prog> --help' for more information.`). The work is
+//! [`blockio_tools::digest_tool`]'s.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+use blockio_tools::algo::{Algo, BLAKE2B_MAX_BYTES};
+use blockio_tools::digest_tool::{self, Checking, Family, Format, Tool};
+use blockio_tools::sum::SumOptions;
+
+use crate::getopt::{self, Opt};
+use crate::multicall::DigestTool;
+
+/// The algorithms `cksum -a` takes, in the order its messages list them.
+const CKSUM_ALGOS: [(&str, Algo); 11] = [
+    ("bsd", Algo::Bsd),
+    ("sysv", Algo::Sysv),
+    ("crc", Algo::Crc),
+    ("md5", Algo::Md5),
+    ("sha1", Algo::Sha1),
+    ("sha224", Algo::Sha224),
+    ("sha256", Algo::Sha256),
+    ("sha384", Algo::Sha384),
+    ("sha512", Algo::Sha512),
+    ("blake2b", Algo::Blake2b(BLAKE2B_MAX_BYTES)),
+    ("sm3", Algo::Sm3),
+];
+
+/// The options of `tool`.
+fn options(tool: DigestTool) -> Vec<Opt> {
+    let mut v = vec![
+        Opt::flag("check", Some('c'), Some("check")),
+        Opt::flag("ignore-missing", None, Some("ignore-missing")),
+        Opt::flag("quiet", None, Some("quiet")),
+        Opt::flag("status", None, Some("status")),
+        Opt::flag("warn", Some('w'), Some("warn")),
+        Opt::flag("strict", None, Some("strict")),
+        Opt::flag("tag", None, Some("tag")),
+        Opt::flag("zero", Some('z'), Some("zero")),
+        Opt::flag("help", None, Some("help")),
+        Opt::flag("version", None, Some("version")),
+    ];
+    if !matches!(tool, DigestTool::Fixed(_)) {
+        v.push(Opt::arg("length", Some('l'), Some("length")));
+    }
+    if tool == DigestTool::Cksum {
+        v.push(Opt::arg("algorithm", Some('a'), Some("algorithm")));
+        v.push(Opt::flag("debug", None, Some("debug")));
+        v.push(Opt::flag("untagged", None, Some("untagged")));
+        // cksum takes -b and -t as letters but has no such mode: they are
+        // usage errors without a message.
+        v.push(Opt::flag("no-mode", Some('b'), None));
+        v.push(Opt::flag("no-mode", Some('t'), None));
+    } else {
+        v.push(Opt::flag("binary", Some('b'), Some("binary")));
+        v.push(Opt::flag("text", Some('t'), Some("text")));
+    }
+    v
+}
+
+/// A usage error: `prog: <message>` (if any), the hint, status 1.
+struct Usage(Option<String>);
+
+/// Another fatal error: `prog: <line>` for each line, status 1.
+struct Fatal(Vec<String>);
+
+enum Stop {
+    Usage(Usage),
+    Fatal(Fatal),
+    /// `--help` or `--version` printed this.
+    Exit0(String),
+}
+
+/// What the command line asks for.
+struct Request {
+    tool: Tool,
+    check: bool,
+    format: Format,
+    checking: Checking,
+    operands: Vec<PathBuf>,
+}
+
+/// Runs `tool` as `prog` on `args` (without the program name); returns
+/// the exit status.
+pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
+    let request = match read_args(prog, tool, args) {
+        Ok(r) => r,
+        Err(Stop::Exit0(text)) => {
+            let mut out = std::io::stdout().lock();
+            return match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => 0,
+                Err(_) => write_error(prog),
+            };
+        }
+        Err(Stop::Usage(Usage(message))) => {
+            if let Some(m) = message {
+                eprintln!("{prog}: {m}");
+            }
+            eprintln!("Try '{prog} --help' for more information.");
+            return 1;
+        }
+        Err(Stop::Fatal(Fatal(lines))) => {
+            for l in lines {
+                eprintln!("{prog}: {l}");
+            }
+            return 1;
+        }
+    };
+    let engine = match blockio::Engine::new() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("{prog}: {e}");
+            return 1;
+        }
+    };
+    let opts = SumOptions {
+        algo: request.tool.algo,
+        ..SumOptions::default()
+    };
+    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+    let r = if request.check {
+        digest_tool::check(
+            &engine,
+            &request.tool,
+            &request.operands,
+            request.checking,
+            &opts,
+            &mut out,
+            &mut err,
+        )
+    } else {
+        digest_tool::print_sums(
+            &engine,
+            &request.tool,
+            &request.operands,
+            request.format,
+            &opts,
+            &mut out,
+            &mut err,
+        )
+    };
+    match r {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(_) => write_error(prog),
+    }
+}
+
+/// Standard output could not be written: `prog: write error`, without a
+/// reason, as GNU's tools say it (they find the error when standard
+/// output is closed, its errno long gone).
+fn write_error(prog: &str) -> i32 {
+    eprintln!("{prog}: write error");
+    1
+}
+
+/// `s` quoted as the coreutils quote an argument in a message (`'x'`).
+fn quote(s: &OsString) -> String {
+    blockio_tools::quote::quote(std::path::Path::new(s))
+}
+
+fn read_args(prog: &str, kind: DigestTool, args: &[OsString]) -> Result<Request, Stop> {
+    let parsed = getopt::parse(args, &options(kind)).map_err(|m| Stop::Usage(Usage(Some(m))))?;
+    let cksum = kind == DigestTool::Cksum;
+    let mut algo = kind.default_algo();
+    let mut specified = false;
+    let mut length: Option<(u64, OsString)> = None;
+    let mut check = false;
+    let mut checking = Checking::default();
+    // None: neither -b nor -t (nor --tag) was given.
+    let mut binary: Option<bool> = cksum.then_some(true);
+    let mut tag = cksum;
+    let mut zero = false;
+    for (id, value) in parsed.opts {
+        let value = value.unwrap_or_default();
+        match id {
+            "algorithm" => {
+                let name = value.to_string_lossy();
+                algo = match CKSUM_ALGOS.iter().find(|(n, _)| *n == name) {
+                    Some(&(_, a)) => a,
+                    None => {
+                        let mut m = format!(
+                            "invalid argument {} for '--algorithm'\nValid arguments are:",
+                            quote(&value)
+                        );
+                        for (n, _) in CKSUM_ALGOS {
+                            m.push_str(&format!("\n  - '{n}'"));
+                        }
+                        return Err(Stop::Usage(Usage(Some(m))));
+                    }
+                };
+                specified = true;
+            }
+            "length" => {
+                let text = value.to_string_lossy();
+                let n: u64 = match text.parse() {
+                    Ok(n) if text.bytes().all(|b| b.is_ascii_digit()) => n,
+                    _ => {
+                        let m = format!("invalid length: {}", quote(&value));
+                        return Err(Stop::Fatal(Fatal(vec![m])));
+                    }
+                };
+                if n % 8 != 0 {
+                    return Err(Stop::Fatal(Fatal(vec![
+                        format!("invalid length: {}", quote(&value)),
+                        "length is not a multiple of 8".into(),
+                    ])));
+                }
+                length = Some((n, value));
+            }
+            "check" => check = true,
+            "status" => (checking.status, checking.warn, checking.quiet) = (true, false, false),
+            "warn" => (checking.status, checking.warn, checking.quiet) = (false, true, false),
+            "quiet" => (checking.status, checking.warn, checking.quiet) = (false, false, true),
+            "ignore-missing" => checking.ignore_missing = true,
+            "strict" => checking.strict = true,
+            "binary" => binary = Some(true),
+            "text" => binary = Some(false),
+            "tag" => (tag, binary) = (true, Some(true)),
+            "untagged" => tag = false,
+            "zero" => zero = true,
+            "debug" => {}
+            "no-mode" => return Err(Stop::Usage(Usage(None))),
+            "help" => return Err(Stop::Exit0(help(prog, kind))),
+            "version" => return Err(Stop::Exit0(version(prog))),
+            _ => unreachable!("an option without a meaning: {id}"),
+        }
+    }
+    if let Some((bits, text)) = length.filter(|(n, _)| *n != 0) {
+        if !matches!(algo, Algo::Blake2b(_)) {
+            let m = "--length is only supported with --algorithm=blake2b";
+            return Err(Stop::Fatal(Fatal(vec![m.into()])));
+        }
+        if bits > 8 * BLAKE2B_MAX_BYTES as u64 {
+            return Err(Stop::Fatal(Fatal(vec![
+                format!("invalid length: {}", quote(&text)),
+                "maximum digest length for 'BLAKE2b' is 512 bits".into(),
+            ])));
+        }
+        algo = Algo::Blake2b((bits / 8) as u8);
+    }
+    if cksum && check && specified && algo.hex_len() == 0 {
+        let m = "--check is not supported with --algorithm={bsd,sysv,crc}";
+        return Err(Stop::Fatal(Fatal(vec![m.into()])));
+    }
+    let usage = |m: &str| Err(Stop::Usage(Usage(Some(m.to_string()))));
+    if tag && binary == Some(false) {
+        return usage("--tag does not support --text mode");
+    }
+    if zero && check {
+        return usage("the --zero option is not supported when verifying checksums");
+    }
+    if !cksum && tag && check {
+        return usage("the --tag option is meaningless when verifying checksums");
+    }
+    if !cksum && binary.is_some() && check {
+        return usage("the --binary and --text options are meaningless when verifying checksums");
+    }
+    let only =
+        |what: &str| format!("the --{what} option is meaningful only when verifying checksums");
+    for (set, what) in [
+        (checking.ignore_missing, "ignore-missing"),
+        (checking.status, "status"),
+        (checking.warn, "warn"),
+        (checking.quiet, "quiet"),
+        (checking.strict, "strict"),
+    ] {
+        if set && !check {
+            return usage(&only(what));
+        }
+    }
+    let family = match kind {
+        DigestTool::Fixed(_) => Family::Fixed,
+        DigestTool::B2sum => Family::B2sum,
+        DigestTool::Cksum => Family::Cksum { specified },
+    };
+    Ok(Request {
+        tool: Tool {
+            prog: prog.to_string(),
+            family,
+            algo,
+        },
+        check,
+        format: Format {
+            tag,
+            binary: binary == Some(true),
+            zero,
+        },
+        checking,
+        operands: parsed.operands.into_iter().map(PathBuf::from).collect(),
+    })
+}
+
+/// `--version`.
+fn version(prog: &str) -> String {
+    format!(
+        "{prog} (blockio) {}\nblockio's implementation of {prog}, following GNU coreutils 9.1.\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// `--help`.
+fn help(prog: &str, kind: DigestTool) -> String {
+    let mut h = format!("Usage: {prog} [OPTION]... [FILE]...\n");
+    match kind {
+        DigestTool::Cksum => {
+            h.push_str("Print or verify checksums.\nBy default use the 32 bit CRC algorithm.\n")
+        }
+        _ => {
+            let algo = kind.default_algo();
+            let bits = if algo.hex_len() > 0 {
+                algo.hex_len() * 4
+            } else {
+                32
+            };
+            h.push_str(&format!(
+                "Print or check {} ({bits}-bit) checksums.\n",
+                algo.type_name()
+            ));
+        }
+    }
+    h.push_str(
+        "\nWith no FILE, or when FILE is -, read standard input.\n\
+         \nMandatory arguments to long options are mandatory for short options too.\n",
+    );
+    if kind == DigestTool::Cksum {
+        h.push_str("  -a, --algorithm=TYPE  the digest algorithm (see DIGEST below)\n");
+    } else {
+        h.push_str("  -b, --binary          read in binary mode ('*' before the name)\n");
+    }
+    h.push_str("  -c, --check           read checksums from the FILEs and check them\n");
+    if !matches!(kind, DigestTool::Fixed(_)) {
+        h.push_str(
+            "  -l, --length=BITS     digest length in bits; at most 512 for blake2b,\n\
+             \x20                         a multiple of 8\n",
+        );
+    }
+    if kind == DigestTool::Cksum {
+        h.push_str(
+            "      --tag             write BSD-style checksums (the default)\n\
+             \x20     --untagged        write checksum, two spaces, name\n",
+        );
+    } else {
+        h.push_str(
+            "      --tag             write BSD-style checksums\n\
+             \x20 -t, --text            read in text mode (the default)\n",
+        );
+    }
+    h.push_str(
+        "  -z, --zero            end each output line with NUL, not newline,\n\
+         \x20                         and do not escape file names\n\
+         \nThe following five options are useful only when verifying checksums:\n\
+         \x20     --ignore-missing  do not fail or report status for missing files\n\
+         \x20     --quiet           do not print OK for each successfully verified file\n\
+         \x20     --status          print nothing; the exit status shows success\n\
+         \x20     --strict          exit non-zero for improperly formatted checksum lines\n\
+         \x20 -w, --warn            warn about improperly formatted checksum lines\n\n",
+    );
+    if kind == DigestTool::Cksum {
+        h.push_str("      --debug           accepted; does nothing\n");
+    }
+    h.push_str(
+        "      --help        display this help and exit\n\
+         \x20     --version     output version information and exit\n",
+    );
+    if kind == DigestTool::Cksum {
+        h.push_str("\nDIGEST is one of: ");
+        let names: Vec<&str> = CKSUM_ALGOS.iter().map(|(n, _)| *n).collect();
+        h.push_str(&names.join(", "));
+        h.push_str(".\n");
+    }
+    h.push_str(&format!(
+        "\nThis {prog} is blockio: files are read in batches on io_uring; the output,\n\
+         messages and exit statuses are those of GNU coreutils' {prog}.\n"
+    ));
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<OsString> {
+        a.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn option_conflicts_as_coreutils_has_them() {
+        let md5 = DigestTool::Fixed(Algo::Md5);
+        let usage = |kind, a: &[&str]| match read_args("p", kind, &args(a)) {
+            Err(Stop::Usage(Usage(m))) => m,
+            _ => Some("not a usage error".into()),
+        };
+        assert_eq!(
+            usage(md5, &["--tag", "--check"]).unwrap(),
+            "the --tag option is meaningless when verifying checksums"
+        );
+        assert_eq!(
+            usage(md5, &["--tag", "--text"]).unwrap(),
+            "--tag does not support --text mode"
+        );
+        assert!(read_args("p", md5, &args(&["--text", "--tag"])).is_ok());
+        assert_eq!(
+            usage(md5, &["--ignore-missing"]).unwrap(),
+            "the --ignore-missing option is meaningful only when verifying checksums"
+        );
+        assert_eq!(usage(DigestTool::Cksum, &["-b"]), None);
+        let r = read_args("p", DigestTool::B2sum, &args(&["-l", "128"]))
+            .ok()
+            .unwrap();
+        assert_eq!(r.tool.algo, Algo::Blake2b(16));
+        let r = read_args("p", DigestTool::Cksum, &args(&["-a", "sha512", "-c"]))
+            .ok()
+            .unwrap();
+        assert_eq!(r.tool.family, Family::Cksum { specified: true });
+        assert!(matches!(
+            read_args("p", DigestTool::Cksum, &args(&["-a", "crc", "-c"])),
+            Err(Stop::Fatal(_))
+        ));
+        assert!(matches!(
+            read_args("p", DigestTool::Cksum, &args(&["-l", "128"])),
+            Err(Stop::Fatal(_))
+        ));
+    }
+}

@@ -1,0 +1,713 @@
+//! The coreutils checksum tools (`md5sum`, `sha1sum`, `sha224sum`,
+//! `sha256sum`, `sha384sum`, `sha512sum`, `b2sum`, `cksum`) on the
+//! engine: their output lines, their `-c`, their messages and exit
+//! statuses, as coreutils 9.1 has them. The files are hashed as `blockio
+//! sum` hashes them (small files a batch at a time, large ones streamed);
+//! what is printed, and in which order, is the tool's.
+//!
+//! Unlike `blockio sum`, a directory operand is not recursed: it is
+//! reported (`md5sum: d: Is a directory`), as the tools do.
+//!
+//! # Checksum lists
+//!
+//! A list line is read as the tool reads it ([`ListParser`]):
+//! * `<hex> <name>`, `<hex>  <name>`, `<hex> *<name>`: the hex digits are
+//!   exactly the algorithm's (for BLAKE2b, any even number up to 128: the
+//!   length is the line's). The first plain line decides, for the rest of
+//!   the run, whether a name follows one space (BSD `md5 -r` lists) or a
+//!   mode character: a list cannot mix them.
+//! * `<TYPE> (<name>) = <hex>` (`--tag`), and OpenSSL's `<TYPE>(<name>)=
+//!   <hex>`; `BLAKE2b-128 (…)` names its length. `cksum` without `-a`
+//!   reads only such lines, each with the algorithm it names.
+//! * Leading blanks are skipped; a backslash before the line means its name
+//!   is escaped (`\\`, `\n`, `\r`); a line starting with `#`, and an empty
+//!   one, are skipped; one trailing carriage return is dropped.
+
+use std::ffi::OsStr;
+use std::io::{self, Read};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use blockio::Engine;
+
+use crate::algo::{Algo, BLAKE2B_MAX_BYTES};
+use crate::sum::{hash_inputs, SumOptions, STDIN};
+
+/// Which tool this is, for what its lists hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `md5sum`, `sha1sum`, `sha224sum`, `sha256sum`, `sha384sum`,
+    /// `sha512sum`: one algorithm of fixed length.
+    Fixed,
+    /// `b2sum`: BLAKE2b, the length of a plain line's digest is its own.
+    B2sum,
+    /// `cksum`; `specified` when `-a` chose the algorithm (without it,
+    /// lists hold only tagged lines, each naming its algorithm).
+    Cksum {
+        /// `-a`/`--algorithm` was given.
+        specified: bool,
+    },
+}
+
+/// A coreutils checksum tool: its name, as messages carry it, and its
+/// algorithm.
+#[derive(Debug, Clone)]
+pub struct Tool {
+    /// The program name messages start with (`md5sum`).
+    pub prog: String,
+    /// The kind of tool.
+    pub family: Family,
+    /// The algorithm (and for BLAKE2b its length) of the sums it writes.
+    pub algo: Algo,
+}
+
+/// How sums are written.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Format {
+    /// `--tag`: `<TYPE> (<name>) = <hex>` lines (the default of `cksum`).
+    pub tag: bool,
+    /// `-b`: a `*` before the name in plain lines.
+    pub binary: bool,
+    /// `-z`: lines end with NUL, and names are not escaped.
+    pub zero: bool,
+}
+
+/// How `-c` reports.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Checking {
+    /// `--quiet`: no `OK` lines.
+    pub quiet: bool,
+    /// `--status`: nothing on standard output, no warnings.
+    pub status: bool,
+    /// `--strict`: improperly formatted lines make the check fail.
+    pub strict: bool,
+    /// `-w`: name each improperly formatted line.
+    pub warn: bool,
+    /// `--ignore-missing`: a listed file that does not exist is skipped.
+    pub ignore_missing: bool,
+}
+
+impl Tool {
+    /// `prog: <message>` on `err`.
+    fn say(&self, err: &mut (impl io::Write + ?Sized), message: &str) -> io::Result<()> {
+        writeln!(err, "{}: {message}", self.prog)
+    }
+
+    /// `prog: <name>: <message>` on `err`, the name quoted as the
+    /// coreutils quote file names in messages.
+    fn say_about(
+        &self,
+        err: &mut (impl io::Write + ?Sized),
+        name: &Path,
+        message: &str,
+    ) -> io::Result<()> {
+        let name = crate::quote::quote_if_needed(name);
+        writeln!(err, "{}: {name}: {message}", self.prog)
+    }
+}
+
+/// Hashes `files` (standard input for `-`, or when there are none) and
+/// writes one line per file as the tool writes it; problems go to `err`
+/// as `prog: <name>: <reason>`. Returns whether every file was hashed.
+pub fn print_sums(
+    engine: &Engine,
+    tool: &Tool,
+    files: &[PathBuf],
+    format: Format,
+    opts: &SumOptions,
+    out: &mut impl io::Write,
+    err: &mut impl io::Write,
+) -> io::Result<bool> {
+    let named = !files.is_empty();
+    let files = crate::sum::or_stdin(files);
+    let inputs: Vec<(PathBuf, Algo)> = files.iter().map(|p| (p.clone(), tool.algo)).collect();
+    let mut ok = true;
+    let mut result = Ok(());
+    hash_inputs(engine, &inputs, opts, |i, r| {
+        if result.is_err() {
+            return;
+        }
+        result = match r {
+            Ok(digest) => {
+                let line = sum_line(tool, format, named, &digest, inputs[i].0.as_os_str());
+                out.write_all(&line)
+            }
+            Err(e) => {
+                ok = false;
+                tool.say_about(err, &e.path, &crate::reason::reason(&e.error))
+            }
+        };
+    });
+    result?;
+    out.flush()?;
+    Ok(ok)
+}
+
+/// One output line, as the tool writes it for `name` (`named`: files were
+/// given on the command line, which `cksum -a crc|bsd|sysv` print).
+pub fn sum_line(tool: &Tool, format: Format, named: bool, digest: &str, name: &OsStr) -> Vec<u8> {
+    let delim = if format.zero { 0 } else { b'\n' };
+    let raw = name.as_bytes();
+    let mut out = Vec::with_capacity(digest.len() + raw.len() + 24);
+    if tool.algo.hex_len() == 0 {
+        // cksum's own formats: `<sum> <size>[ <name>]`, never escaped.
+        out.extend_from_slice(digest.as_bytes());
+        if named {
+            out.push(b' ');
+            out.extend_from_slice(raw);
+        }
+        out.push(delim);
+        return out;
+    }
+    let escape = !format.zero && raw.iter().any(|b| matches!(b, b'\\' | b'\n' | b'\r'));
+    if escape {
+        out.push(b'\\');
+    }
+    if format.tag {
+        out.extend_from_slice(tool.algo.tag().as_bytes());
+        out.extend_from_slice(b" (");
+        put_name(&mut out, raw, escape);
+        out.extend_from_slice(b") = ");
+        out.extend_from_slice(digest.as_bytes());
+    } else {
+        out.extend_from_slice(digest.as_bytes());
+        out.push(b' ');
+        // cksum --untagged writes binary mode's line without its marker.
+        let binary = format.binary && !matches!(tool.family, Family::Cksum { .. });
+        out.push(if binary { b'*' } else { b' ' });
+        put_name(&mut out, raw, escape);
+    }
+    out.push(delim);
+    out
+}
+
+/// `raw`, with `\\`, `\n` and `\r` for a backslash, a newline and a
+/// carriage return when `escape`.
+fn put_name(out: &mut Vec<u8>, raw: &[u8], escape: bool) {
+    for &b in raw {
+        match (escape, b) {
+            (true, b'\\') => out.extend_from_slice(b"\\\\"),
+            (true, b'\n') => out.extend_from_slice(b"\\n"),
+            (true, b'\r') => out.extend_from_slice(b"\\r"),
+            _ => out.push(b),
+        }
+    }
+}
+
+/// One proper line of a list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The digest, as written (hex digits of either case).
+    pub hex: Vec<u8>,
+    /// The file.
+    pub name: Vec<u8>,
+    /// The algorithm (and length) to check it with.
+    pub algo: Algo,
+}
+
+/// Reads list lines as the tool does. The parser keeps what the first
+/// lines decided (plain lines with or without a mode character; for
+/// `cksum`, the algorithm warnings name) for the rest of the run, across
+/// lists, as the tools do.
+#[derive(Debug, Clone)]
+pub struct ListParser {
+    family: Family,
+    /// The algorithm of the last line (`cksum`) or the tool's.
+    algo: Algo,
+    /// `Some(true)` once a plain line had one space before its name,
+    /// `Some(false)` once one had a mode character.
+    bsd_reversed: Option<bool>,
+}
+
+impl ListParser {
+    /// A parser for `tool`'s lists.
+    pub fn new(tool: &Tool) -> ListParser {
+        ListParser {
+            family: tool.family,
+            algo: tool.algo,
+            bsd_reversed: None,
+        }
+    }
+
+    /// The type name warnings about improper lines use (`MD5`; for
+    /// `cksum`, the last algorithm a line named).
+    pub fn type_name(&self) -> &'static str {
+        self.algo.type_name()
+    }
+
+    /// Parses one line, without its line end; `None` if it is not a
+    /// proper line.
+    pub fn parse(&mut self, line: &[u8]) -> Option<Entry> {
+        let blanks = line
+            .iter()
+            .take_while(|&&b| b == b' ' || b == b'\t')
+            .count();
+        let mut s = &line[blanks..];
+        let escaped = s.first() == Some(&b'\\');
+        if escaped {
+            s = &s[1..];
+        }
+        if self.family == (Family::Cksum { specified: false }) {
+            // Only tagged lines, of an algorithm with a hex digest.
+            let end = s
+                .iter()
+                .position(|&b| matches!(b, b' ' | b'\t' | b'-' | b'(' | 0))
+                .unwrap_or(s.len());
+            let algo = Algo::ALL
+                .into_iter()
+                .find(|a| a.type_name().as_bytes() == &s[..end] && is_coreutils(*a))?;
+            if algo.hex_len() == 0 {
+                return None;
+            }
+            self.algo = algo;
+        }
+        let type_name = self.algo.type_name().as_bytes();
+        if let Some(rest) = s.strip_prefix(type_name) {
+            return self.parse_tagged(rest, escaped);
+        }
+        self.parse_plain(line.len() - blanks, s, escaped)
+    }
+
+    /// The rest of `<TYPE>[-bits] (<name>) = <hex>` after the type name.
+    fn parse_tagged(&mut self, rest: &[u8], escaped: bool) -> Option<Entry> {
+        let mut algo = self.algo;
+        let mut rest = rest;
+        if matches!(algo, Algo::Blake2b(_)) || matches!(self.family, Family::Cksum { .. }) {
+            // These tools take the character after the type name as the
+            // end of the name, whatever it is, unless it is `(`.
+            let first = *rest.first()?;
+            if first != b'(' {
+                rest = &rest[1..];
+            }
+            if let Algo::Blake2b(_) = algo {
+                algo = Algo::Blake2b(BLAKE2B_MAX_BYTES);
+                if first == b'-' {
+                    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+                    let bits: u64 = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+                    if bits == 0 || bits > 512 || bits % 8 != 0 {
+                        return None;
+                    }
+                    algo = Algo::Blake2b((bits / 8) as u8);
+                    rest = &rest[digits..];
+                }
+            }
+        }
+        if rest.first() == Some(&b' ') {
+            rest = &rest[1..];
+        }
+        let rest = rest.strip_prefix(b"(")?;
+        // The name ends at the last `)`.
+        let close = rest.iter().rposition(|&b| b == b')')?;
+        let name = &rest[..close];
+        let name = if escaped {
+            unescape(name)?
+        } else {
+            name.to_vec()
+        };
+        let mut after = &rest[close + 1..];
+        after = trim_blanks(after);
+        after = trim_blanks(after.strip_prefix(b"=")?);
+        if !is_hex_of_len(after, algo.hex_len()) || name.contains(&0) {
+            return None;
+        }
+        self.algo = algo;
+        Some(Entry {
+            hex: after.to_vec(),
+            name,
+            algo,
+        })
+    }
+
+    /// `<hex> <name>` in its forms; `len` is the line's length after its
+    /// leading blanks.
+    fn parse_plain(&mut self, len: usize, s: &[u8], escaped: bool) -> Option<Entry> {
+        let min = match self.family {
+            Family::Fixed => self.algo.hex_len() + 2,
+            _ => 3,
+        };
+        if len < min + usize::from(escaped) {
+            return None;
+        }
+        let mut algo = self.algo;
+        if let Algo::Blake2b(_) = algo {
+            let digits = s.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+            if digits < 2 || digits % 2 != 0 || digits > 2 * BLAKE2B_MAX_BYTES as usize {
+                return None;
+            }
+            algo = Algo::Blake2b((digits / 2) as u8);
+        }
+        let hex_len = algo.hex_len();
+        if s.len() <= hex_len || !matches!(s[hex_len], b' ' | b'\t') {
+            return None;
+        }
+        let hex = &s[..hex_len];
+        if !hex.iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        let mut name = &s[hex_len + 1..];
+        if name.len() == 1 || !matches!(name.first(), Some(b' ' | b'*')) {
+            // One space, then the name: BSD's reversed format.
+            if self.bsd_reversed == Some(false) {
+                return None;
+            }
+            self.bsd_reversed = Some(true);
+        } else if self.bsd_reversed != Some(true) {
+            self.bsd_reversed = Some(false);
+            name = &name[1..];
+        }
+        let name = if escaped {
+            unescape(name)?
+        } else {
+            name.to_vec()
+        };
+        if name.contains(&0) {
+            return None;
+        }
+        self.algo = algo;
+        Some(Entry {
+            hex: hex.to_vec(),
+            name,
+            algo,
+        })
+    }
+}
+
+/// Whether the coreutils' `cksum -a` has this algorithm.
+fn is_coreutils(a: Algo) -> bool {
+    !matches!(a, Algo::Blake3 | Algo::Xxh3 | Algo::Crc32c)
+}
+
+fn trim_blanks(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+    &s[n..]
+}
+
+fn is_hex_of_len(s: &[u8], len: usize) -> bool {
+    s.len() == len && s.iter().all(u8::is_ascii_hexdigit)
+}
+
+/// Undoes the escaping of a name (`\\`, `\n`, `\r`); `None` for any
+/// other escape or a trailing backslash.
+fn unescape(raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut it = raw.iter();
+    while let Some(&b) = it.next() {
+        if b == b'\\' {
+            out.push(match it.next()? {
+                b'\\' => b'\\',
+                b'n' => b'\n',
+                b'r' => b'\r',
+                _ => return None,
+            });
+        } else {
+            out.push(b);
+        }
+    }
+    Some(out)
+}
+
+/// What one list holds, in order: proper lines, and improper ones by
+/// line number (with the type name a warning names).
+enum Line {
+    Proper,
+    Improper(usize, &'static str),
+}
+
+/// What a list's check found.
+#[derive(Default)]
+struct Tally {
+    improper: usize,
+    unreadable: usize,
+    mismatched: usize,
+    matched: bool,
+}
+
+/// Checks every list in `lists` (`-`, or none: standard input) as the
+/// tool's `-c` does; returns whether all passed.
+pub fn check(
+    engine: &Engine,
+    tool: &Tool,
+    lists: &[PathBuf],
+    checking: Checking,
+    opts: &SumOptions,
+    out: &mut impl io::Write,
+    err: &mut impl io::Write,
+) -> io::Result<bool> {
+    let mut parser = ListParser::new(tool);
+    let mut ok = true;
+    for list in crate::sum::or_stdin(lists).iter() {
+        ok &= check_list(engine, tool, &mut parser, list, checking, opts, out, err)?;
+    }
+    out.flush()?;
+    Ok(ok)
+}
+
+/// Reads a list whole; `Err(Some(reason))` if it cannot be opened,
+/// `Err(None)` if it cannot be read (a directory).
+fn read_list(list: &Path) -> Result<Vec<u8>, Option<io::Error>> {
+    let mut text = Vec::new();
+    if list.as_os_str() == STDIN {
+        io::stdin()
+            .lock()
+            .read_to_end(&mut text)
+            .map_err(|_| None)?;
+    } else {
+        let mut f = std::fs::File::open(list).map_err(Some)?;
+        f.read_to_end(&mut text).map_err(|_| None)?;
+    }
+    Ok(text)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_list(
+    engine: &Engine,
+    tool: &Tool,
+    parser: &mut ListParser,
+    list: &Path,
+    checking: Checking,
+    opts: &SumOptions,
+    out: &mut impl io::Write,
+    err: &mut impl io::Write,
+) -> io::Result<bool> {
+    let is_stdin = list.as_os_str() == STDIN;
+    let shown = if is_stdin {
+        PathBuf::from("standard input")
+    } else {
+        list.to_path_buf()
+    };
+    let text = match read_list(list) {
+        Ok(t) => t,
+        Err(Some(e)) => {
+            tool.say_about(err, &shown, &crate::reason::reason(&e))?;
+            return Ok(false);
+        }
+        Err(None) => {
+            tool.say_about(err, &shown, "read error")?;
+            return Ok(false);
+        }
+    };
+    let mut lines = Vec::new();
+    let mut entries = Vec::new();
+    let mut pieces: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
+    if text.last() == Some(&b'\n') || text.is_empty() {
+        pieces.pop();
+    }
+    for (n, line) in pieces.into_iter().enumerate() {
+        if line.first() == Some(&b'#') {
+            continue;
+        }
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        match parser.parse(line) {
+            Some(e) if !(is_stdin && e.name == STDIN.as_bytes()) => {
+                lines.push(Line::Proper);
+                entries.push(e);
+            }
+            _ => lines.push(Line::Improper(n + 1, parser.type_name())),
+        }
+    }
+    let mut tally = Tally::default();
+    let inputs: Vec<(PathBuf, Algo)> = entries
+        .iter()
+        .map(|e| {
+            (
+                PathBuf::from(std::ffi::OsString::from_vec(e.name.clone())),
+                e.algo,
+            )
+        })
+        .collect();
+    let mut next_line = 0;
+    let mut result = Ok(());
+    // Warnings about improper lines go out in line order with the
+    // reasons files could not be read.
+    let improper = |err: &mut dyn io::Write, tally: &mut Tally, next: &mut usize| {
+        while let Some(Line::Improper(n, type_name)) = lines.get(*next) {
+            *next += 1;
+            tally.improper += 1;
+            if checking.warn {
+                let what = format!("{n}: improperly formatted {type_name} checksum line");
+                tool.say_about(err, &shown, &what)?;
+            }
+        }
+        Ok::<(), io::Error>(())
+    };
+    hash_inputs(engine, &inputs, opts, |i, r| {
+        if result.is_err() {
+            return;
+        }
+        result = (|| {
+            improper(err, &mut tally, &mut next_line)?;
+            // The line of entry i.
+            next_line += 1;
+            let entry = &entries[i];
+            let escape = !checking.status && entry.name.contains(&b'\n');
+            let status = match r {
+                Err(e) if checking.ignore_missing && e.error.kind() == io::ErrorKind::NotFound => {
+                    return Ok(());
+                }
+                Err(e) => {
+                    tally.unreadable += 1;
+                    tool.say_about(err, &e.path, &crate::reason::reason(&e.error))?;
+                    "FAILED open or read"
+                }
+                Ok(digest) if digest.as_bytes().eq_ignore_ascii_case(&entry.hex) => {
+                    tally.matched = true;
+                    if checking.quiet {
+                        return Ok(());
+                    }
+                    "OK"
+                }
+                Ok(_) => {
+                    tally.mismatched += 1;
+                    "FAILED"
+                }
+            };
+            if checking.status {
+                return Ok(());
+            }
+            let mut line = Vec::with_capacity(entry.name.len() + 24);
+            if escape {
+                line.push(b'\\');
+            }
+            put_name(&mut line, &entry.name, escape);
+            line.extend_from_slice(b": ");
+            line.extend_from_slice(status.as_bytes());
+            line.push(b'\n');
+            out.write_all(&line)
+        })();
+    });
+    result?;
+    improper(err, &mut tally, &mut next_line)?;
+    out.flush()?;
+    if entries.is_empty() {
+        tool.say_about(err, &shown, "no properly formatted checksum lines found")?;
+        return Ok(false);
+    }
+    if !checking.status {
+        let plural = |n: usize, one: &str, many: &str| {
+            let what = if n == 1 { one } else { many };
+            format!("WARNING: {n} {what}")
+        };
+        if tally.improper > 0 {
+            let w = plural(tally.improper, "line is", "lines are");
+            tool.say(err, &format!("{w} improperly formatted"))?;
+        }
+        if tally.unreadable > 0 {
+            let w = plural(tally.unreadable, "listed file", "listed files");
+            tool.say(err, &format!("{w} could not be read"))?;
+        }
+        if tally.mismatched > 0 {
+            let w = plural(tally.mismatched, "computed checksum", "computed checksums");
+            tool.say(err, &format!("{w} did NOT match"))?;
+        }
+        if checking.ignore_missing && !tally.matched {
+            tool.say_about(err, &shown, "no file was verified")?;
+        }
+    }
+    Ok(tally.matched
+        && tally.mismatched == 0
+        && tally.unreadable == 0
+        && !(checking.strict && tally.improper > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(family: Family, algo: Algo) -> Tool {
+        Tool {
+            prog: "t".into(),
+            family,
+            algo,
+        }
+    }
+
+    const MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
+
+    #[test]
+    fn plain_tagged_and_openssl_lines() {
+        let md5 = tool(Family::Fixed, Algo::Md5);
+        let mut p = ListParser::new(&md5);
+        let want = |name: &str| {
+            Some(Entry {
+                hex: MD5.into(),
+                name: name.into(),
+                algo: Algo::Md5,
+            })
+        };
+        assert_eq!(p.parse(format!("{MD5}  f").as_bytes()), want("f"));
+        assert_eq!(p.parse(format!("  \t{MD5} *f").as_bytes()), want("f"));
+        assert_eq!(p.parse(format!("MD5 (f) = {MD5}").as_bytes()), want("f"));
+        assert_eq!(p.parse(format!("MD5(f)= {MD5}").as_bytes()), want("f"));
+        assert_eq!(
+            p.parse(format!("\\MD5 (a\\nb) = {MD5}").as_bytes()),
+            want("a\nb")
+        );
+        assert_eq!(p.parse(format!("SHA1 (f) = {MD5}").as_bytes()), None);
+        assert_eq!(p.parse(b"MD5 ("), None);
+        // Once a line had a mode character, one space is not a separator.
+        assert_eq!(p.parse(format!("{MD5} f").as_bytes()), None);
+        let mut bsd = ListParser::new(&md5);
+        assert_eq!(bsd.parse(format!("{MD5} *c").as_bytes()), want("c"));
+        let mut bsd = ListParser::new(&md5);
+        assert_eq!(bsd.parse(format!("{MD5} a").as_bytes()), want("a"));
+        assert_eq!(bsd.parse(format!("{MD5}  b").as_bytes()), want(" b"));
+    }
+
+    #[test]
+    fn blake2b_and_cksum_lengths() {
+        let b2 = tool(Family::B2sum, Algo::Blake2b(64));
+        let mut p = ListParser::new(&b2);
+        let e = p.parse(b"BLAKE2b-16 (f) = abcd").unwrap();
+        assert_eq!(e.algo, Algo::Blake2b(2));
+        assert_eq!(p.parse(b"abcdef  f").unwrap().algo, Algo::Blake2b(3));
+        assert_eq!(p.parse(b"BLAKE2b-12 (f) = abcd"), None);
+        let ck = tool(Family::Cksum { specified: false }, Algo::Crc);
+        let mut p = ListParser::new(&ck);
+        assert_eq!(p.parse(format!("{MD5}  f").as_bytes()), None);
+        assert_eq!(
+            p.parse(format!("MD5 (f) = {MD5}").as_bytes()).unwrap().algo,
+            Algo::Md5
+        );
+        assert_eq!(p.parse(b"CRC (f) = 1234"), None);
+    }
+
+    #[test]
+    fn output_lines() {
+        let md5 = tool(Family::Fixed, Algo::Md5);
+        let f = |format, name: &str| sum_line(&md5, format, true, MD5, OsStr::new(name));
+        assert_eq!(
+            f(Format::default(), "a"),
+            format!("{MD5}  a\n").into_bytes()
+        );
+        let b = Format {
+            binary: true,
+            ..Format::default()
+        };
+        assert_eq!(f(b, "a"), format!("{MD5} *a\n").into_bytes());
+        let tag = Format {
+            tag: true,
+            ..Format::default()
+        };
+        assert_eq!(
+            f(tag, "a\\b"),
+            format!("\\MD5 (a\\\\b) = {MD5}\n").into_bytes()
+        );
+        let z = Format {
+            zero: true,
+            ..Format::default()
+        };
+        assert_eq!(f(z, "a\nb"), format!("{MD5}  a\nb\0").into_bytes());
+        let crc = tool(Family::Cksum { specified: false }, Algo::Crc);
+        let l = sum_line(
+            &crc,
+            Format::default(),
+            false,
+            "4294967295 0",
+            OsStr::new("-"),
+        );
+        assert_eq!(l, b"4294967295 0\n");
+    }
+}
