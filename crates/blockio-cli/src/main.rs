@@ -10,14 +10,13 @@ use std::path::PathBuf;
 mod b3sum_cli;
 mod cp;
 mod digest_cli;
-mod getopt;
 mod multicall;
-mod size;
 
 use multicall::Personality;
 
 use blockio_bench::{bench, engine_bench, net_bench, tree_bench};
 use blockio_tools::algo::Algo;
+use blockio_tools::{getopt, size};
 use blockio_tools::check::CheckOptions;
 use blockio_tools::sum::{ListOptions, SumOptions};
 
