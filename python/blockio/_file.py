@@ -23,6 +23,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
 from ._engine import Engine, _flat
+from ._calls import CallQueue, one_at_a_time
 from ._lines import LineReader
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ class AsyncFile(LineReader[bytes]):
     def __init__(self, desc: _Descriptor, mode: str, engine: Engine, buffer_size: int) -> None:
         self._file = desc
         self._engine = engine
+        #: Calls on this file run one at a time, in the order made (see
+        #: :mod:`blockio._calls`); a text file over it shares the queue.
+        self._calls = CallQueue()
         #: The logical position: where the next read or write happens.
         self._pos = 0
         #: In append mode after a write (and on open), the position is the
@@ -145,11 +149,13 @@ class AsyncFile(LineReader[bytes]):
 
     # -- positioning ----------------------------------------------------------
 
+    @one_at_a_time
     async def tell(self) -> int:
         """The current position."""
         self._check_open()
         return await self._position()
 
+    @one_at_a_time
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``);
         the new position. Writes still buffered are flushed first."""
@@ -189,6 +195,7 @@ class AsyncFile(LineReader[bytes]):
         self._pos += len(out)
         return out
 
+    @one_at_a_time
     async def read(self, size: Optional[int] = -1) -> bytes:
         """Reads up to ``size`` bytes (all of the rest when negative or
         None); ``b""`` at end of file."""
@@ -213,6 +220,7 @@ class AsyncFile(LineReader[bytes]):
             size -= len(part)
         return b"".join(parts)
 
+    @one_at_a_time
     async def read1(self, size: int = -1) -> bytes:
         """At most one read from the file: what the read buffer holds, or
         one read of up to ``size`` bytes (a buffer's worth when negative)."""
@@ -225,6 +233,7 @@ class AsyncFile(LineReader[bytes]):
         self._pos += len(data)
         return data
 
+    @one_at_a_time
     async def readall(self) -> bytes:
         """Reads to the end of the file."""
         self._check_readable()
@@ -253,6 +262,7 @@ class AsyncFile(LineReader[bytes]):
         self._pos = pos + len(data) - len(head)
         return data
 
+    @one_at_a_time
     async def readinto(self, buf: Buffer) -> int:
         """Reads into ``buf`` (any writable buffer) without an extra copy
         when nothing is buffered; the byte count."""
@@ -267,12 +277,14 @@ class AsyncFile(LineReader[bytes]):
         self._pos += n
         return n
 
+    @one_at_a_time
     async def peek(self, size: int = 0) -> bytes:
         """The buffered bytes at the position, reading ahead if none are
         buffered, without moving the position (at most one read)."""
         self._check_readable()
         return await self._fill()
 
+    @one_at_a_time
     async def readline(self, size: Optional[int] = -1) -> bytes:
         """One line, with its ``\\n`` (``b""`` at end of file); at most
         ``size`` bytes when ``size`` is given."""
@@ -303,6 +315,7 @@ class AsyncFile(LineReader[bytes]):
 
     # -- writing ----------------------------------------------------------------
 
+    @one_at_a_time
     async def write(self, data: Buffer) -> int:
         """Writes all of ``data`` (any bytes-like object) at the position,
         or at the end in append mode; the byte count. Buffered files keep
@@ -347,17 +360,20 @@ class AsyncFile(LineReader[bytes]):
             self._pos = self._wpos
         await self._write_through(memoryview(data))
 
+    @one_at_a_time
     async def writelines(self, lines: Iterable[Buffer]) -> None:
         """Writes each item of ``lines`` (no newlines are added)."""
         for line in lines:
             await self.write(line)
 
+    @one_at_a_time
     async def flush(self) -> None:
         """Writes what is buffered to the file (the kernel's page cache;
         :meth:`fsync` makes it durable)."""
         self._check_open()
         await self._flush_writes()
 
+    @one_at_a_time
     async def truncate(self, size: Optional[int] = None) -> int:
         """Cuts (or extends) the file to ``size`` bytes, the position by
         default; the new size. The position does not move."""
@@ -372,6 +388,7 @@ class AsyncFile(LineReader[bytes]):
         await self._engine._atruncate(self._file, size)
         return size
 
+    @one_at_a_time
     async def fsync(self) -> None:
         """Flushes, then makes the file's data and metadata durable."""
         await self.flush()
@@ -379,6 +396,7 @@ class AsyncFile(LineReader[bytes]):
 
     # -- closing ----------------------------------------------------------------
 
+    @one_at_a_time
     async def close(self) -> None:
         """Flushes and closes the file (the descriptor, if the file owns
         it). Idempotent; a flush error is raised after the close."""

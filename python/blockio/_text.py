@@ -23,6 +23,7 @@ import os
 from typing import Any, Iterable, Optional, Tuple
 
 from ._file import AsyncFile
+from ._calls import one_at_a_time
 from ._lines import LineReader
 
 _CHUNK = 8192
@@ -46,6 +47,7 @@ class AsyncTextFile(LineReader[str]):
                  newline: Optional[str], line_buffering: bool) -> None:
         self.buffer = buffer
         self._file = buffer._file
+        self._calls = buffer._calls
         self.mode = mode
         self.name = buffer.name
         self.encoding = encoding or _default_encoding()
@@ -133,6 +135,7 @@ class AsyncTextFile(LineReader[str]):
 
     # -- reading ----------------------------------------------------------------
 
+    @one_at_a_time
     async def read(self, size: Optional[int] = -1) -> str:
         """Up to ``size`` characters (all of the rest when negative or
         None); ``""`` at end of file."""
@@ -166,6 +169,7 @@ class AsyncTextFile(LineReader[str]):
         i = text.find(nl, start)
         return -1 if i < 0 else i + len(nl)
 
+    @one_at_a_time
     async def readline(self, size: Optional[int] = -1) -> str:
         """One line with its ending (``""`` at end of file); at most
         ``size`` characters when ``size`` is given."""
@@ -184,6 +188,7 @@ class AsyncTextFile(LineReader[str]):
 
     # -- writing ----------------------------------------------------------------
 
+    @one_at_a_time
     async def write(self, s: str) -> int:
         """Writes ``s`` (newlines translated, then encoded); the number of
         characters."""
@@ -191,8 +196,10 @@ class AsyncTextFile(LineReader[str]):
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
         if self._decoded or self._snap is not None:
-            # Reads left decoded text ahead: write where the reader is.
-            await self.buffer.seek(self._tell_bytes())
+            # As the built-in text file does, decoded text read ahead is
+            # dropped and the write lands at the binary file's position,
+            # which is past that read-ahead (seek(tell()) first to write
+            # where the reader is).
             self._reset_decoding()
         text = s
         nl = self._newline
@@ -207,15 +214,18 @@ class AsyncTextFile(LineReader[str]):
             await self.buffer.flush()
         return len(s)
 
+    @one_at_a_time
     async def writelines(self, lines: Iterable[str]) -> None:
         """Writes each string of ``lines`` (no newlines are added)."""
         for line in lines:
             await self.write(line)
 
+    @one_at_a_time
     async def flush(self) -> None:
         """Writes what is buffered to the file."""
         await self.buffer.flush()
 
+    @one_at_a_time
     async def fsync(self) -> None:
         """Flushes, then makes the file's data and metadata durable."""
         await self.buffer.fsync()
@@ -248,13 +258,18 @@ class AsyncTextFile(LineReader[str]):
             dec.setstate(saved)
         return start + lo
 
+    @one_at_a_time
     async def tell(self) -> int:
         """The byte offset of the next character (see the module notes)."""
         self.buffer._check_open()
+        # Flushed first, as the built-in text file's tell: in append mode
+        # the written text then ends at the file's end, where tell is.
+        await self.buffer._flush_writes()
         if self._snap is None:
             return await self.buffer.tell()
         return self._tell_bytes()
 
+    @one_at_a_time
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         """Moves to ``offset`` (a value from :meth:`tell`, or 0), or to the
         end with ``seek(0, os.SEEK_END)``; ``seek(0, os.SEEK_CUR)`` is
@@ -272,6 +287,7 @@ class AsyncTextFile(LineReader[str]):
         self._encoder = None
         return await self.buffer.seek(offset, whence)
 
+    @one_at_a_time
     async def truncate(self, size: Optional[int] = None) -> int:
         """Cuts the file to ``size`` bytes (the position by default)."""
         await self.buffer.flush()
@@ -281,6 +297,7 @@ class AsyncTextFile(LineReader[str]):
 
     # -- closing ----------------------------------------------------------------
 
+    @one_at_a_time
     async def close(self) -> None:
         """Flushes and closes the file."""
         await self.buffer.close()
