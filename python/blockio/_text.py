@@ -107,21 +107,23 @@ class AsyncTextFile(LineReader[str]):
         return self._decoded[self._used:]
 
     async def _more(self) -> bool:
-        """Decodes one more chunk onto the pending text; False at the end."""
-        if self._eof:
-            return False
+        """Decodes one more chunk onto the pending text; False when that
+        added nothing (the end of the file). The end is never remembered:
+        a file another writer appends to has more to read on the next
+        call, as the built-in text file does."""
         self.buffer._check_readable()
         dec = self._get_decoder()
         if self._used == len(self._decoded):
             self._decoded, self._used = "", 0
             self._snap = (dec.getstate(), await self.buffer._position(), b"")
+        before = len(self._decoded)
         data = await self.buffer.read1(_CHUNK)
         assert self._snap is not None
         state, start, fed = self._snap
         self._snap = (state, start, fed + data)
         self._eof = not data
         self._decoded += dec.decode(data, final=self._eof)
-        return bool(data) or self._used < len(self._decoded)
+        return bool(data) or len(self._decoded) > before
 
     def _reset_decoding(self) -> None:
         if self._decoder is not None:

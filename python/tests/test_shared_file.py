@@ -187,3 +187,34 @@ def test_text_write_after_readline_lands_where_the_builtins_does(tmp_path, buffe
 
     asyncio.run(main())
     assert (tmp_path / "blockio.txt").read_bytes() == (tmp_path / "builtin.txt").read_bytes()
+
+
+@LOOPS
+@pytest.mark.parametrize("mode", ["r", "rb"])
+def test_a_tailer_reads_lines_appended_after_end_of_file(tmp_path, loop_factory, mode):
+    """A log tailer: at end of file readline returns the empty value; once
+    another writer appends, it returns the new lines (as the built-in's and
+    aiofiles' do)."""
+    p = tmp_path / "tail.log"
+    p.write_text("first\n")
+    empty = b"" if "b" in mode else ""
+
+    async def main():
+        seen = []
+        async with blockio.open(p, mode) as f:
+            seen += [line async for line in f]
+            assert await f.readline() == empty
+            for i in range(11):
+                with open(p, "a") as w:
+                    w.write(f"line {i}\n")
+                seen.append(await f.readline())
+                assert await f.readline() == empty
+                assert await f.read() == empty
+            with open(p, "a") as w:
+                w.write("tail\n")
+            seen.append(await f.read())
+        return seen
+
+    seen = run(main(), loop_factory)
+    expect = ["first\n"] + [f"line {i}\n" for i in range(11)] + ["tail\n"]
+    assert seen == [s.encode() for s in expect] if "b" in mode else seen == expect
