@@ -20,9 +20,9 @@ import codecs
 import io
 import locale
 import os
-from typing import Any, Iterable, Optional, Tuple
+from typing import Any, Iterable, Optional, Tuple, Union
 
-from ._file import AsyncFile
+from ._file import AsyncFile, _int_arg, _size_arg
 from ._calls import one_at_a_time
 from ._lines import LineReader
 
@@ -65,6 +65,9 @@ class AsyncTextFile(LineReader[str]):
         #: those bytes.
         self._snap: Optional[Tuple[Any, int, bytes]] = None
         self._eof = False
+        #: The decoder's state flags once past the file's start (its BOM),
+        #: learnt on the first seek past it.
+        self._start_flags: Optional[int] = None
 
     # -- state ----------------------------------------------------------------
 
@@ -76,6 +79,14 @@ class AsyncTextFile(LineReader[str]):
     def fileno(self) -> int:
         """The descriptor."""
         return self.buffer.fileno()
+
+    @property
+    def newlines(self) -> Union[str, Tuple[str, ...], None]:
+        """The line endings read so far with ``newline=None`` or ``""``
+        (``"\\n"``, ``"\\r\\n"``, a tuple of several, or None), as the
+        built-in text file's attribute."""
+        nl: Union[str, Tuple[str, ...], None] = getattr(self._decoder, "newlines", None)
+        return nl
 
     def readable(self) -> bool:
         """Whether the file was opened for reading."""
@@ -141,13 +152,16 @@ class AsyncTextFile(LineReader[str]):
     async def read(self, size: Optional[int] = -1) -> str:
         """Up to ``size`` characters (all of the rest when negative or
         None); ``""`` at end of file."""
+        size = _size_arg(size)
         self.buffer._check_readable()
-        if size is None or size < 0:
+        if size < 0:
             rest = self._pending()
             dec = self._get_decoder()
             data = await self.buffer.read()
             text: str = rest + dec.decode(data, final=True)
-            self._reset_decoding()
+            # Decoded to the end: the decoder has no state left, but keeps
+            # the line endings it saw (`newlines`).
+            self._decoded, self._used, self._snap, self._eof = "", 0, None, False
             return text
         while len(self._decoded) - self._used < size and await self._more():
             pass
@@ -175,8 +189,8 @@ class AsyncTextFile(LineReader[str]):
     async def readline(self, size: Optional[int] = -1) -> str:
         """One line with its ending (``""`` at end of file); at most
         ``size`` characters when ``size`` is given."""
+        limit = _size_arg(size)
         self.buffer._check_readable()
-        limit = -1 if size is None else size
         scanned = 0
         while True:
             text = self._pending()
@@ -276,6 +290,7 @@ class AsyncTextFile(LineReader[str]):
         """Moves to ``offset`` (a value from :meth:`tell`, or 0), or to the
         end with ``seek(0, os.SEEK_END)``; ``seek(0, os.SEEK_CUR)`` is
         :meth:`tell`."""
+        offset, whence = _int_arg(offset, "offset"), _int_arg(whence, "whence")
         self.buffer._check_open()
         if whence == os.SEEK_CUR:
             if offset != 0:
@@ -287,7 +302,34 @@ class AsyncTextFile(LineReader[str]):
             raise ValueError(f"negative seek position {offset}")
         self._reset_decoding()
         self._encoder = None
-        return await self.buffer.seek(offset, whence)
+        pos = await self.buffer.seek(offset, whence)
+        if pos > 0:
+            await self._past_the_start()
+        return pos
+
+    async def _past_the_start(self) -> None:
+        """Sets the codec as it is past the file's first bytes, as the
+        built-in text file's seek does: a UTF-16 or UTF-32 decoder then
+        knows the byte order its BOM gave (it would otherwise ask for a BOM
+        in the middle of the file), and the encoder writes no new BOM."""
+        self._encoder = codecs.getincrementalencoder(self.encoding)(self.errors)
+        self._encoder.setstate(0)
+        if not self.buffer._readable:
+            return
+        dec = self._get_decoder()
+        if self._start_flags is None:
+            head = await self.buffer._pread(4, 0)  # the BOM, if any
+            dec.reset()
+            try:
+                dec.decode(head)
+                self._start_flags = dec.getstate()[1]
+            except (UnicodeError, ValueError):
+                self._start_flags = dec.getstate()[1]
+            dec.reset()
+        flags = self._start_flags
+        if isinstance(dec, io.IncrementalNewlineDecoder):
+            flags &= ~1  # no \r pending
+        dec.setstate((b"", flags))
 
     @one_at_a_time
     async def truncate(self, size: Optional[int] = None) -> int:
