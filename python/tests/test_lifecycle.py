@@ -103,12 +103,13 @@ def test_a_loop_closed_with_a_read_in_flight_does_not_break_the_next(data_file):
 
         async def main():
             with open(path, "rb") as f:
+                os.write(w, b"hello")  # the old loop's read completes
+                time.sleep(0.2)  # (its completion waits in the eventfd)
                 task = asyncio.ensure_future(e.aread(f, offset=4096, length=4096))
-                await asyncio.sleep(0)  # submitted
-                os.write(w, b"hello")  # the old loop's read completes too
-                completed = threading.Event()
-                threading.Timer(0.2, completed.set).start()
-                completed.wait()  # both completions arrive before the loop looks
+                # After the task's first step (which submits the read) and
+                # before the loop looks at the eventfd: the new read
+                # completes too, so one wake-up brings both.
+                asyncio.get_running_loop().call_soon(time.sleep, 0.2)
                 return await asyncio.wait_for(task, WATCHDOG)
 
         assert asyncio.run(main()) == data[4096:8192]
