@@ -537,7 +537,7 @@ class AsyncFile(LineReader[bytes]):
         self._check_open()
         if self._wbuf:
             raise ValueError("detach with buffered writes: await flush() first")
-        if not self._at_end:
+        if not self._at_end and not self._stream:  # (a pipe has no position)
             os.lseek(self._file.fd, self._pos, os.SEEK_SET)
         raw = io.FileIO(self._file.fd, self.mode.replace("x", "w"), closefd=self._file.closefd)
         self._file.detached = True

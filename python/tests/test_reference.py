@@ -195,3 +195,22 @@ def test_a_cancelled_areadinto_on_a_pipe_releases_the_bytearray(engine):
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_detach_on_a_pipe_hands_back_the_unread_stream(engine):
+    """detach() of a pipe's file hands back a synchronous file that reads
+    on from where the pipe is (a pipe has no position to set)."""
+    r, w = os.pipe()
+    os.write(w, b"abc")
+    os.close(w)
+
+    async def main():
+        f = await blockio.open(r, "rb", buffering=0, engine=engine)
+        assert await f.read(1) == b"a"
+        return f.detach()
+
+    sync = asyncio.run(main())
+    try:
+        assert sync.read() == b"bc"
+    finally:
+        sync.close()
