@@ -233,6 +233,11 @@ fn read_into_new_bytes<'py>(
 fn out_or_error(py: Python<'_>, r: io::Result<Out>) -> PyObject {
     match r {
         Ok(Out::Count(n)) => n.into_pyobject(py).expect("int").into_any().unbind(),
+        Ok(Out::Stat(st)) => stat_tuple(&st)
+            .into_pyobject(py)
+            .expect("tuple")
+            .into_any()
+            .unbind(),
         Ok(Out::Fd(fd)) => std::os::fd::IntoRawFd::into_raw_fd(fd)
             .into_pyobject(py)
             .expect("int")
@@ -240,6 +245,33 @@ fn out_or_error(py: Python<'_>, r: io::Result<Out>) -> PyObject {
             .unbind(),
         Err(e) => os_error(py, &e),
     }
+}
+
+/// A `statx` result as the Python layer builds `os.stat_result` from it:
+/// `(mode, ino, dev_major, dev_minor, nlink, uid, gid, size, atime,
+/// atime_nsec, mtime, mtime_nsec, ctime, ctime_nsec, blksize, blocks,
+/// rdev_major, rdev_minor)`.
+fn stat_tuple(st: &libc::statx) -> [i64; 18] {
+    [
+        i64::from(st.stx_mode),
+        st.stx_ino as i64,
+        i64::from(st.stx_dev_major),
+        i64::from(st.stx_dev_minor),
+        i64::from(st.stx_nlink),
+        i64::from(st.stx_uid),
+        i64::from(st.stx_gid),
+        st.stx_size as i64,
+        st.stx_atime.tv_sec,
+        i64::from(st.stx_atime.tv_nsec),
+        st.stx_mtime.tv_sec,
+        i64::from(st.stx_mtime.tv_nsec),
+        st.stx_ctime.tv_sec,
+        i64::from(st.stx_ctime.tv_nsec),
+        i64::from(st.stx_blksize),
+        st.stx_blocks as i64,
+        i64::from(st.stx_rdev_major),
+        i64::from(st.stx_rdev_minor),
+    ]
 }
 
 /// A byte count as an int, or the OSError.
@@ -1255,6 +1287,24 @@ impl Core {
         let path = std::ffi::CString::new(path)
             .map_err(|_| PyValueError::new_err("embedded null byte"))?;
         self.start_job(token, Ok(Job::Open { path, flags, mode }))
+    }
+
+    /// Starts a `statx` of `path` (of a final symbolic link itself unless
+    /// `follow`) on the core's file-system threads, through the engine's
+    /// ring where io_uring has `STATX`; the result is the tuple of
+    /// [`stat_tuple`].
+    fn submit_stat(&self, token: u64, path: Vec<u8>, follow: bool) -> PyResult<()> {
+        let engine = self.check()?;
+        let path = std::ffi::CString::new(path)
+            .map_err(|_| PyValueError::new_err("embedded null byte"))?;
+        self.start_job(
+            token,
+            Ok(Job::Stat {
+                engine,
+                path,
+                follow,
+            }),
+        )
     }
 
     /// Starts an `fstat` of `fd` (through a duplicate); the result is the
