@@ -22,14 +22,26 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import errno
+import fcntl
+import itertools
 import os
+import stat
+import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Tuple, Union, overload
 
 from ._blockio import Core as _Core
 
-#: A descriptor number, or an object with ``fileno()``.
-FileLike = Union[int, Any]
+class HasFileno(Protocol):
+    """An object with ``fileno()``: a built-in file, a socket, an mmap's
+    source, a :func:`blockio.open` file."""
+
+    def fileno(self) -> int: ...
+
+
+#: A descriptor number, or an object with ``fileno()`` (a path is not one).
+FileLike = Union[int, HasFileno]
 
 #: One ``(file, buffer, offset)`` operation of a buffer batch.
 BufferOp = Tuple[FileLike, Any, int]
@@ -43,6 +55,23 @@ def _fd(file: FileLike) -> int:
         raise TypeError(f"expected an int file descriptor or a file object, got {type(file).__name__}")
     fd: int = fileno()
     return fd
+
+
+#: ``O_LARGEFILE`` as ``F_GETFL`` reports it on 64-bit Linux: set on every
+#: descriptor made by ``open``, never on a pipe or socket.
+_KERNEL_O_LARGEFILE = 0o100000
+
+
+def _is_stream(fd: int) -> bool:
+    """Whether ``fd`` is a pipe, socket or character device (one system
+    call for a descriptor made by ``open``, two otherwise)."""
+    try:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & _KERNEL_O_LARGEFILE:
+            return False
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError, TypeError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
 
 
 def _name(file: FileLike) -> Union[str, bytes, None]:
@@ -62,6 +91,13 @@ def _flat(buf: Any) -> Any:
     return m.cast("B")
 
 
+def _copy_into(buf: Any, data: bytes) -> None:
+    """Copies ``data`` to the start of ``buf`` (any writable C-contiguous
+    buffer), releasing the views it makes at once."""
+    with memoryview(buf) as m, m.cast("B") as flat:
+        flat[:len(data)] = data
+
+
 def _finish(results: List[Any], names: Sequence[Union[str, bytes, None]], return_exceptions: bool) -> List[Any]:
     for i, r in enumerate(results):
         if isinstance(r, OSError):
@@ -70,6 +106,25 @@ def _finish(results: List[Any], names: Sequence[Union[str, bytes, None]], return
             if not return_exceptions:
                 raise r
     return results
+
+
+_I64 = range(-(1 << 63), 1 << 63)
+
+
+def _out_of_range(length: Any, offsets: Iterable[Any], what: str = "offsets") -> Exception:
+    """The ``ValueError`` for an int argument too large (or too negative)
+    for the core to take, naming the argument; raised where the core's
+    conversion said ``OverflowError``."""
+    if isinstance(length, int) and length not in _I64:
+        if length < 0:
+            return ValueError(f"length must be at least 0, got {length}")
+        return ValueError(f"length {length} is more than one read returns on Linux (2147479552 bytes): read it in parts")
+    for i, o in enumerate(offsets):
+        if isinstance(o, int) and o not in _I64:
+            if o < 0:
+                return ValueError(f"{what}: offset must be at least 0, got {o} (item {i})")
+            return ValueError(f"{what}: offset {o} (item {i}) is past the largest file offset ({(1 << 63) - 1})")
+    return ValueError(f"an argument is out of range for {what}")
 
 
 _engines: "weakref.WeakSet[Engine]" = weakref.WeakSet()
@@ -104,8 +159,14 @@ class Engine:
     def __init__(self, queue_depth: int = 256, backend: Optional[str] = None) -> None:
         self._core = _Core(queue_depth, backend)
         self._futures: Dict[int, Tuple["asyncio.Future[List[Any]]", Any]] = {}
-        self._next = 0
+        #: Batch tokens; ``next`` on it is atomic, so loops in several
+        #: threads never draw the same one.
+        self._tokens = itertools.count()
+        #: The loop that used the engine last (the fast path's check).
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        #: Every loop watching the eventfd, by id.
+        self._loops: Dict[int, asyncio.AbstractEventLoop] = {}
+        self._loops_lock = threading.Lock()
         _engines.add(self)
 
     @property
@@ -124,15 +185,50 @@ class Engine:
         return self._core.closed
 
     def close(self) -> None:
-        """Waits for every asynchronous operation in flight, then releases
-        the rings. Idempotent."""
-        if self._loop is not None and not self._loop.is_closed():
-            try:
-                self._loop.remove_reader(self._core.eventfd())
-            except Exception:
-                pass
-        self._loop = None
-        self._core.close()
+        """Releases the rings. Idempotent.
+
+        Operations in flight are waited for while they keep completing; any
+        still pending once a second passes without a completion (a read of
+        an empty pipe) or when a signal handler raises (Ctrl-C) are
+        cancelled. Every task awaiting this engine is then resolved: with
+        its result if its operation completed, else with ``OSError``
+        (``ECANCELED``) saying that close cut it short."""
+        with self._loops_lock:
+            loops, self._loops, self._loop = list(self._loops.values()), {}, None
+        if not self._core.closed:
+            efd = self._core.eventfd()
+            for loop in loops:
+                self._unwatch(loop, efd)
+        try:
+            finished, cancelled = self._core.close()
+            for token, results in finished:
+                fut, _ = self._futures.pop(token, (None, None))
+                if fut is not None:
+                    _deliver(fut, results, None)
+        finally:
+            # Cancelled, or cut short by a signal: each gets the error.
+            for token in list(self._futures):
+                fut, _ = self._futures.pop(token, (None, None))
+                if fut is not None:
+                    err = OSError(errno.ECANCELED, "blockio.Engine.close() cancelled this operation before it completed")
+                    _deliver(fut, None, None, err)
+
+    @staticmethod
+    def _unwatch(loop: asyncio.AbstractEventLoop, efd: int) -> None:
+        """Stops ``loop`` watching the eventfd, from any thread."""
+        if loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        try:
+            if running is loop or not loop.is_running():
+                loop.remove_reader(efd)
+            else:
+                loop.call_soon_threadsafe(loop.remove_reader, efd)
+        except Exception:
+            pass  # closed meanwhile
 
     def __enter__(self) -> "Engine":
         return self
@@ -160,7 +256,10 @@ class Engine:
         returned in its place with ``return_exceptions=True``. On an
         ``O_DIRECT`` descriptor the buffers are aligned for it."""
         offsets = list(offsets)
-        res, failed = self._core.read_batch(_fd(file), offsets, length)
+        try:
+            res, failed = self._core.read_batch(_fd(file), offsets, length)
+        except OverflowError:
+            raise _out_of_range(length, offsets) from None
         if not failed:
             return res
         return _finish(res, [_name(file)] * len(offsets), return_exceptions)
@@ -175,7 +274,10 @@ class Engine:
         writable C-contiguous buffer (bytearray, memoryview, mmap, numpy
         array); a list of byte counts."""
         ops = list(ops)
-        res, failed = self._core.readinto_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+        try:
+            res, failed = self._core.readinto_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+        except OverflowError:
+            raise _out_of_range(None, [off for _, _, off in ops], "ops") from None
         if not failed:
             return res
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
@@ -188,7 +290,10 @@ class Engine:
     def write_batch(self, ops: Iterable[BufferOp], return_exceptions: bool = False) -> List[Any]:
         """Writes each ``(file, data, offset)``; a list of byte counts."""
         ops = list(ops)
-        res, failed = self._core.write_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+        try:
+            res, failed = self._core.write_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+        except OverflowError:
+            raise _out_of_range(None, [off for _, _, off in ops], "ops") from None
         if not failed:
             return res
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
@@ -203,36 +308,42 @@ class Engine:
 
     # -- asyncio ------------------------------------------------------------
 
-    def _attach(self) -> asyncio.AbstractEventLoop:
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
+    def _attach(self, loop: Optional[asyncio.AbstractEventLoop] = None) -> asyncio.AbstractEventLoop:
+        """Makes the running loop watch the engine's eventfd (once per
+        loop). One engine serves every loop that uses it, in any thread:
+        each watches the eventfd, and whichever wakes first hands every
+        finished batch to the loop its task awaits on."""
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        if self._loops.get(id(loop)) is not loop:
             efd = self._core.eventfd()
-            if self._loop is not None and not self._loop.is_closed():
-                try:
-                    self._loop.remove_reader(efd)
-                except Exception:
-                    pass
-            loop.add_reader(efd, self._on_ready)
-            self._loop = loop
+            with self._loops_lock:
+                for k, old in list(self._loops.items()):
+                    if old.is_closed():
+                        del self._loops[k]
+                if self._loops.get(id(loop)) is not loop:
+                    loop.add_reader(efd, self._on_ready, loop)
+                    self._loops[id(loop)] = loop
+        self._loop = loop
         return loop
 
-    def _on_ready(self) -> None:
+    def _on_ready(self, loop: asyncio.AbstractEventLoop) -> None:
         for token, results in self._core.drain():
             fut, keep = self._futures.pop(token, (None, None))
             # A cancelled future gets nothing; its buffers (held by the core)
             # and its file objects (held here) were kept until now.
             if fut is not None and not fut.done():
-                fut.set_result(results)
+                _deliver(fut, results, loop)
             elif keep is _OPENED and isinstance(results[0], int):
                 # Opened for a task that was cancelled: closed on the
                 # file-system threads, under a token nobody waits for.
-                self._core.submit_close(self._next, results[0])
-                self._next += 1
+                self._core.submit_close(next(self._tokens), results[0])
 
     async def _run(self, keep: Any, start: Callable[..., None], *args: Any) -> List[Any]:
-        loop = self._attach()
-        token = self._next
-        self._next += 1
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._attach(loop)
+        token = next(self._tokens)
         fut = loop.create_future()
         # `keep`: the file objects whose descriptors the operations use, kept
         # open until the completions arrive, even if the task is cancelled.
@@ -271,7 +382,10 @@ class Engine:
     ) -> List[Any]:
         """:meth:`read_batch` as a coroutine."""
         offsets = list(offsets)
-        res = await self._run(file, self._core.submit_read, _fd(file), offsets, length)
+        try:
+            res = await self._run(file, self._core.submit_read, _fd(file), offsets, length)
+        except OverflowError:
+            raise _out_of_range(length, offsets) from None
         return _finish(res, [_name(file)] * len(offsets), return_exceptions)
 
     async def aread(self, file: FileLike, *, offset: int, length: int) -> bytes:
@@ -280,15 +394,16 @@ class Engine:
         # asyncio code, where every Python frame shows in the IOPS.
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            self._attach()
-        token = self._next
-        self._next = token + 1
+            self._attach(loop)
+        token = next(self._tokens)
         fut = loop.create_future()
         self._futures[token] = (fut, file)
         try:
             self._core.submit_read(token, file if type(file) is int else _fd(file), [offset], length)
-        except BaseException:
+        except BaseException as e:
             del self._futures[token]
+            if isinstance(e, OverflowError):
+                raise _out_of_range(length, [offset], "offset") from None
             raise
         try:
             r = (await fut)[0]
@@ -312,7 +427,21 @@ class Engine:
         return await self._abuffers(ops, self._core.submit_readinto, return_exceptions)
 
     async def areadinto(self, file: FileLike, buf: Any, offset: int) -> int:
-        """Reads into ``buf`` at ``offset``; the byte count."""
+        """Reads into ``buf`` at ``offset``; the byte count. On a pipe,
+        socket or terminal the read goes into a buffer of the engine's and
+        is copied into ``buf`` when it completes: a read there may wait
+        indefinitely, and if its task is cancelled meanwhile, ``buf`` (a
+        ``bytearray`` say) is not left exported, and so unresizable, until
+        data arrives."""
+        if _is_stream(_fd(file)):
+            # No view of `buf` is held across the await: a cancelled task's
+            # traceback keeps its frame, and a view there would keep `buf`
+            # exported.
+            with memoryview(buf) as m:
+                size = m.nbytes
+            data = await self.aread(file, offset=offset, length=size)
+            _copy_into(buf, data)
+            return len(data)
         n: int = (await self.areadinto_batch([(file, buf, offset)]))[0]
         return n
 
@@ -330,7 +459,10 @@ class Engine:
     ) -> List[Any]:
         """One batch of ``(file, buffer, offset)`` operations through ``submit``."""
         ops = list(ops)
-        res = await self._run(ops, submit, [(_fd(f), _flat(b), off) for f, b, off in ops])
+        try:
+            res = await self._run(ops, submit, [(_fd(f), _flat(b), off) for f, b, off in ops])
+        except OverflowError:
+            raise _out_of_range(None, [off for _, _, off in ops], "ops") from None
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
 
     async def awrite(self, file: FileLike, data: Any, offset: int) -> int:
@@ -358,6 +490,24 @@ class Engine:
         fd: int = r
         return fd
 
+    async def _astat(self, path: Union[str, bytes, "os.PathLike[Any]"], follow: bool) -> os.stat_result:
+        """``os.stat(path)`` (``os.lstat`` unless ``follow``) as a
+        ``statx`` on the file-system threads, through the ring where
+        io_uring has it; errors read as ``os.stat``'s."""
+        r = (await self._run(None, self._core.submit_stat, os.fsencode(path), follow))[0]
+        if isinstance(r, OSError):
+            raise OSError(r.errno, os.strerror(r.errno or 0), os.fspath(path))
+        (mode, ino, dev_major, dev_minor, nlink, uid, gid, size, atime, atime_ns, mtime, mtime_ns, ctime,
+         ctime_ns, blksize, blocks, rdev_major, rdev_minor) = r
+        # The order of os.stat_result's fields: the ten of the tuple, then
+        # the float times, the times in ns, st_blksize, st_blocks, st_rdev.
+        return os.stat_result((
+            mode, ino, os.makedev(dev_major, dev_minor), nlink, uid, gid, size, atime, mtime, ctime,
+            atime + atime_ns * 1e-9, mtime + mtime_ns * 1e-9, ctime + ctime_ns * 1e-9,
+            atime * 10**9 + atime_ns, mtime * 10**9 + mtime_ns, ctime * 10**9 + ctime_ns,
+            blksize, blocks, os.makedev(rdev_major, rdev_minor),
+        ))
+
     async def _afs(self, submit: Callable[..., None], file: FileLike, *args: Any) -> int:
         r = (await self._run(file, submit, _fd(file), *args))[0]
         if isinstance(r, OSError):
@@ -381,7 +531,50 @@ class Engine:
             raise OSError(r.errno, os.strerror(r.errno or 0))
 
 
+def _deliver(fut: "asyncio.Future[List[Any]]", results: Optional[List[Any]], on: Optional[asyncio.AbstractEventLoop],
+             error: Optional[BaseException] = None) -> None:
+    """Resolves ``fut`` with ``results`` (or ``error``), from ``on``, the
+    loop running in this thread (None: not known). A future of another
+    thread's loop is resolved in that loop's thread; one whose loop is
+    closed is dropped, as nothing can await it any more, and never stops
+    the others being resolved."""
+    loop = fut.get_loop()
+    if loop.is_closed():
+        return
+    if on is None:
+        try:
+            on = asyncio.get_running_loop()
+        except RuntimeError:
+            on = None
+    if loop is on or (on is None and not loop.is_running()):
+        _resolve(fut, results, error)
+        return
+    try:
+        loop.call_soon_threadsafe(_resolve, fut, results, error)
+    except RuntimeError:
+        pass  # closed meanwhile
+
+
+def _resolve(fut: "asyncio.Future[List[Any]]", results: Optional[List[Any]], error: Optional[BaseException]) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(results)  # type: ignore[arg-type]
+
+
 _default: Optional[Engine] = None
+
+
+def _forget_default_after_fork() -> None:
+    """In a forked child the parent's default engine (its rings and
+    threads) is unusable: the next :func:`default_engine` makes a new one."""
+    global _default
+    _default = None
+
+
+os.register_at_fork(after_in_child=_forget_default_after_fork)
 
 
 def default_engine() -> Engine:

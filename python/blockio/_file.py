@@ -17,12 +17,17 @@ Buffering follows the built-in ``open``: ``buffering=-1`` (the default) or
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import io
+import operator
 import os
+import threading
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
-from ._engine import Engine, _flat
+from ._engine import Engine, _copy_into, _flat
+from ._calls import CallQueue, one_at_a_time
 from ._lines import LineReader
 
 if TYPE_CHECKING:
@@ -32,6 +37,80 @@ if TYPE_CHECKING:
 PathOrFd = Union[str, bytes, "os.PathLike[Any]", int]
 
 _READ_ALL_BLOCK = 1 << 20
+
+T = TypeVar("T")
+
+
+def _size_arg(size: Any, default: int = -1) -> int:
+    """A ``size`` argument as the built-in files take it: an int (or an
+    object with ``__index__``), or None for ``default``; anything else
+    raises ``TypeError`` at the call, with the built-in's message."""
+    if size is None:
+        return default
+    try:
+        return operator.index(size)
+    except TypeError:
+        raise TypeError(f"argument should be integer or None, not '{type(size).__name__}'") from None
+
+
+def _int_arg(value: Any, name: str) -> int:
+    """An int argument (``seek``'s offset and whence), refused at the call
+    with ``TypeError`` naming it."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not '{type(value).__name__}'") from None
+
+
+def _read_and_close(fd: int, size: int) -> bytes:
+    try:
+        return os.read(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _write_and_close(fd: int, data: bytes) -> int:
+    try:
+        done = 0
+        while done < len(data):
+            done += os.write(fd, data[done:])
+        return done
+    finally:
+        os.close(fd)
+
+
+async def _on_a_thread(call: Callable[..., T], fd: int, arg: Any) -> T:
+    """``call(dup, arg)`` on a new daemon thread, where ``dup`` is a
+    duplicate of ``fd`` that ``call`` closes: how a file that is not
+    seekable (a pipe, a socket, a terminal) is read and written, on both
+    backends alike. The duplicate is made here, before the task can be
+    cancelled and the file closed, so a read that is still blocked then can
+    never read from a file opened later under the same number; and a
+    daemon thread never holds up interpreter exit, as a pool's would."""
+    loop = asyncio.get_running_loop()
+    fut: "asyncio.Future[T]" = loop.create_future()
+    dup = os.dup(fd)
+
+    def settle(ok: bool, value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value) if ok else fut.set_exception(value)
+
+    def work() -> None:
+        try:
+            out: Tuple[bool, Any] = (True, call(dup, arg))
+        except BaseException as e:
+            out = (False, e)
+        try:
+            loop.call_soon_threadsafe(settle, *out)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits
+
+    try:
+        threading.Thread(target=work, name="blockio-stream", daemon=True).start()
+    except BaseException:
+        os.close(dup)
+        raise
+    return await fut
 
 
 class _Descriptor:
@@ -63,6 +142,9 @@ class AsyncFile(LineReader[bytes]):
     def __init__(self, desc: _Descriptor, mode: str, engine: Engine, buffer_size: int) -> None:
         self._file = desc
         self._engine = engine
+        #: Calls on this file run one at a time, in the order made (see
+        #: :mod:`blockio._calls`); a text file over it shares the queue.
+        self._calls = CallQueue()
         #: The logical position: where the next read or write happens.
         self._pos = 0
         #: In append mode after a write (and on open), the position is the
@@ -76,6 +158,13 @@ class AsyncFile(LineReader[bytes]):
         self._append = "a" in mode
         self.mode = mode
         self.name = desc.name
+        #: Not seekable (a pipe, socket or terminal): read and written in
+        #: order, on a thread (see `_on_a_thread`), with no position.
+        self._stream = False
+        try:
+            os.lseek(desc.fd, 0, os.SEEK_CUR)
+        except OSError as e:
+            self._stream = e.errno == errno.ESPIPE
 
     # -- state ----------------------------------------------------------------
 
@@ -83,6 +172,13 @@ class AsyncFile(LineReader[bytes]):
     def closed(self) -> bool:
         """Whether the file is closed (or detached)."""
         return self._file.closed or self._file.detached
+
+    @property
+    def raw(self) -> _Descriptor:
+        """The descriptor under this file (what the built-in buffered
+        file's ``raw`` is): ``fileno()``, ``name``, ``mode``, ``closed``,
+        ``closefd``. Reads and writes go through this file, not through it."""
+        return self._file
 
     @property
     def engine(self) -> Engine:
@@ -125,6 +221,10 @@ class AsyncFile(LineReader[bytes]):
         if self._file.closed:
             raise ValueError("I/O operation on closed file.")
 
+    def _check_seekable(self) -> None:
+        if self._stream:
+            raise OSError(errno.ESPIPE, os.strerror(errno.ESPIPE), self.name)
+
     def _check_readable(self) -> None:
         self._check_open()
         if not self._readable:
@@ -145,15 +245,20 @@ class AsyncFile(LineReader[bytes]):
 
     # -- positioning ----------------------------------------------------------
 
+    @one_at_a_time
     async def tell(self) -> int:
         """The current position."""
         self._check_open()
+        self._check_seekable()
         return await self._position()
 
+    @one_at_a_time
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``);
         the new position. Writes still buffered are flushed first."""
+        offset, whence = _int_arg(offset, "offset"), _int_arg(whence, "whence")
         self._check_open()
+        self._check_seekable()
         if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
             raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
         await self._flush_writes()
@@ -173,6 +278,8 @@ class AsyncFile(LineReader[bytes]):
     # -- reading ----------------------------------------------------------------
 
     async def _pread(self, size: int, at: int) -> bytes:
+        if self._stream:
+            return await _on_a_thread(_read_and_close, self._file.fileno(), size)
         return await self._engine.aread(self._file, offset=at, length=size)
 
     async def _fill(self) -> bytes:
@@ -189,11 +296,13 @@ class AsyncFile(LineReader[bytes]):
         self._pos += len(out)
         return out
 
+    @one_at_a_time
     async def read(self, size: Optional[int] = -1) -> bytes:
         """Reads up to ``size`` bytes (all of the rest when negative or
         None); ``b""`` at end of file."""
+        size = _size_arg(size)
         self._check_readable()
-        if size is None or size < 0:
+        if size < 0:
             return await self._read_rest()
         head = self._take(min(size, len(self._rbuf)))
         size -= len(head)
@@ -213,9 +322,11 @@ class AsyncFile(LineReader[bytes]):
             size -= len(part)
         return b"".join(parts)
 
+    @one_at_a_time
     async def read1(self, size: int = -1) -> bytes:
         """At most one read from the file: what the read buffer holds, or
         one read of up to ``size`` bytes (a buffer's worth when negative)."""
+        size = _size_arg(size)
         self._check_readable()
         if self._rbuf:
             return self._take(len(self._rbuf) if size < 0 else size)
@@ -225,6 +336,7 @@ class AsyncFile(LineReader[bytes]):
         self._pos += len(data)
         return data
 
+    @one_at_a_time
     async def readall(self) -> bytes:
         """Reads to the end of the file."""
         self._check_readable()
@@ -253,30 +365,43 @@ class AsyncFile(LineReader[bytes]):
         self._pos = pos + len(data) - len(head)
         return data
 
+    @one_at_a_time
     async def readinto(self, buf: Buffer) -> int:
         """Reads into ``buf`` (any writable buffer) without an extra copy
         when nothing is buffered; the byte count."""
         self._check_readable()
-        m = memoryview(_flat(buf))
+        with memoryview(buf) as view:
+            size = view.nbytes
         if self._rbuf:
-            n = min(len(m), len(self._rbuf))
-            m[:n] = self._take(n)
+            n = min(size, len(self._rbuf))
+            _copy_into(buf, self._take(n))
             return n
         await self._flush_writes()
-        n = await self._engine.areadinto(self._file, m, await self._position())
+        if self._stream:
+            # Into a buffer of its own, copied on completion, and no view of
+            # `buf` held across the await: a cancelled read never leaves
+            # the caller's buffer exported.
+            data = await self._pread(size, 0)
+            n = len(data)
+            _copy_into(buf, data)
+        else:
+            m = memoryview(_flat(buf))
+            n = await self._engine.areadinto(self._file, m, await self._position())
         self._pos += n
         return n
 
+    @one_at_a_time
     async def peek(self, size: int = 0) -> bytes:
         """The buffered bytes at the position, reading ahead if none are
         buffered, without moving the position (at most one read)."""
         self._check_readable()
         return await self._fill()
 
+    @one_at_a_time
     async def readline(self, size: Optional[int] = -1) -> bytes:
         """One line, with its ``\\n`` (``b""`` at end of file); at most
         ``size`` bytes when ``size`` is given."""
-        limit = -1 if size is None else size
+        limit = _size_arg(size)
         if limit == 0:
             return b""  # as io's readline, which asks the file nothing then
         self._check_readable()
@@ -303,6 +428,7 @@ class AsyncFile(LineReader[bytes]):
 
     # -- writing ----------------------------------------------------------------
 
+    @one_at_a_time
     async def write(self, data: Buffer) -> int:
         """Writes all of ``data`` (any bytes-like object) at the position,
         or at the end in append mode; the byte count. Buffered files keep
@@ -327,6 +453,9 @@ class AsyncFile(LineReader[bytes]):
         return len(view)
 
     async def _write_through(self, view: memoryview) -> None:
+        if self._stream:
+            self._pos += await _on_a_thread(_write_and_close, self._file.fileno(), bytes(view))
+            return
         pos = 0 if self._append else await self._position()
         done = 0
         while done < len(view):
@@ -347,20 +476,25 @@ class AsyncFile(LineReader[bytes]):
             self._pos = self._wpos
         await self._write_through(memoryview(data))
 
+    @one_at_a_time
     async def writelines(self, lines: Iterable[Buffer]) -> None:
         """Writes each item of ``lines`` (no newlines are added)."""
         for line in lines:
             await self.write(line)
 
+    @one_at_a_time
     async def flush(self) -> None:
         """Writes what is buffered to the file (the kernel's page cache;
         :meth:`fsync` makes it durable)."""
         self._check_open()
         await self._flush_writes()
 
+    @one_at_a_time
     async def truncate(self, size: Optional[int] = None) -> int:
         """Cuts (or extends) the file to ``size`` bytes, the position by
         default; the new size. The position does not move."""
+        if size is not None:
+            size = _size_arg(size)
         self._check_writable()
         await self._flush_writes()
         pos = await self._position()  # the end, in append mode, is fixed now
@@ -372,6 +506,7 @@ class AsyncFile(LineReader[bytes]):
         await self._engine._atruncate(self._file, size)
         return size
 
+    @one_at_a_time
     async def fsync(self) -> None:
         """Flushes, then makes the file's data and metadata durable."""
         await self.flush()
@@ -379,6 +514,7 @@ class AsyncFile(LineReader[bytes]):
 
     # -- closing ----------------------------------------------------------------
 
+    @one_at_a_time
     async def close(self) -> None:
         """Flushes and closes the file (the descriptor, if the file owns
         it). Idempotent; a flush error is raised after the close."""
@@ -401,7 +537,7 @@ class AsyncFile(LineReader[bytes]):
         self._check_open()
         if self._wbuf:
             raise ValueError("detach with buffered writes: await flush() first")
-        if not self._at_end:
+        if not self._at_end and not self._stream:  # (a pipe has no position)
             os.lseek(self._file.fd, self._pos, os.SEEK_SET)
         raw = io.FileIO(self._file.fd, self.mode.replace("x", "w"), closefd=self._file.closefd)
         self._file.detached = True

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from typing import AnyStr, Generic, List, Optional
 
+from ._calls import one_at_a_time
+
 
 class LineReader(Generic[AnyStr]):
-    """``readlines`` and asynchronous iteration over ``readline``."""
+    """``readlines`` and asynchronous iteration over ``readline``; the
+    subclass has a ``_calls`` queue (``readlines`` is one call)."""
 
     async def readline(self, size: Optional[int] = -1) -> AnyStr:
         """One line; the empty value at end of file."""
         raise NotImplementedError
 
+    @one_at_a_time
     async def readlines(self, hint: int = -1) -> List[AnyStr]:
         """The remaining lines (stopping once ``hint`` bytes or characters
         are read, when positive)."""

@@ -20,9 +20,10 @@ import codecs
 import io
 import locale
 import os
-from typing import Any, Iterable, Optional, Tuple
+from typing import Any, Iterable, Optional, Tuple, Union
 
-from ._file import AsyncFile
+from ._file import AsyncFile, _int_arg, _size_arg
+from ._calls import one_at_a_time
 from ._lines import LineReader
 
 _CHUNK = 8192
@@ -46,6 +47,7 @@ class AsyncTextFile(LineReader[str]):
                  newline: Optional[str], line_buffering: bool) -> None:
         self.buffer = buffer
         self._file = buffer._file
+        self._calls = buffer._calls
         self.mode = mode
         self.name = buffer.name
         self.encoding = encoding or _default_encoding()
@@ -63,6 +65,9 @@ class AsyncTextFile(LineReader[str]):
         #: those bytes.
         self._snap: Optional[Tuple[Any, int, bytes]] = None
         self._eof = False
+        #: The decoder's state flags once past the file's start (its BOM),
+        #: learnt on the first seek past it.
+        self._start_flags: Optional[int] = None
 
     # -- state ----------------------------------------------------------------
 
@@ -74,6 +79,14 @@ class AsyncTextFile(LineReader[str]):
     def fileno(self) -> int:
         """The descriptor."""
         return self.buffer.fileno()
+
+    @property
+    def newlines(self) -> Union[str, Tuple[str, ...], None]:
+        """The line endings read so far with ``newline=None`` or ``""``
+        (``"\\n"``, ``"\\r\\n"``, a tuple of several, or None), as the
+        built-in text file's attribute."""
+        nl: Union[str, Tuple[str, ...], None] = getattr(self._decoder, "newlines", None)
+        return nl
 
     def readable(self) -> bool:
         """Whether the file was opened for reading."""
@@ -105,21 +118,23 @@ class AsyncTextFile(LineReader[str]):
         return self._decoded[self._used:]
 
     async def _more(self) -> bool:
-        """Decodes one more chunk onto the pending text; False at the end."""
-        if self._eof:
-            return False
+        """Decodes one more chunk onto the pending text; False when that
+        added nothing (the end of the file). The end is never remembered:
+        a file another writer appends to has more to read on the next
+        call, as the built-in text file does."""
         self.buffer._check_readable()
         dec = self._get_decoder()
         if self._used == len(self._decoded):
             self._decoded, self._used = "", 0
             self._snap = (dec.getstate(), await self.buffer._position(), b"")
+        before = len(self._decoded)
         data = await self.buffer.read1(_CHUNK)
         assert self._snap is not None
         state, start, fed = self._snap
         self._snap = (state, start, fed + data)
         self._eof = not data
         self._decoded += dec.decode(data, final=self._eof)
-        return bool(data) or self._used < len(self._decoded)
+        return bool(data) or len(self._decoded) > before
 
     def _reset_decoding(self) -> None:
         if self._decoder is not None:
@@ -133,16 +148,20 @@ class AsyncTextFile(LineReader[str]):
 
     # -- reading ----------------------------------------------------------------
 
+    @one_at_a_time
     async def read(self, size: Optional[int] = -1) -> str:
         """Up to ``size`` characters (all of the rest when negative or
         None); ``""`` at end of file."""
+        size = _size_arg(size)
         self.buffer._check_readable()
-        if size is None or size < 0:
+        if size < 0:
             rest = self._pending()
             dec = self._get_decoder()
             data = await self.buffer.read()
             text: str = rest + dec.decode(data, final=True)
-            self._reset_decoding()
+            # Decoded to the end: the decoder has no state left, but keeps
+            # the line endings it saw (`newlines`).
+            self._decoded, self._used, self._snap, self._eof = "", 0, None, False
             return text
         while len(self._decoded) - self._used < size and await self._more():
             pass
@@ -166,11 +185,12 @@ class AsyncTextFile(LineReader[str]):
         i = text.find(nl, start)
         return -1 if i < 0 else i + len(nl)
 
+    @one_at_a_time
     async def readline(self, size: Optional[int] = -1) -> str:
         """One line with its ending (``""`` at end of file); at most
         ``size`` characters when ``size`` is given."""
+        limit = _size_arg(size)
         self.buffer._check_readable()
-        limit = -1 if size is None else size
         scanned = 0
         while True:
             text = self._pending()
@@ -184,6 +204,7 @@ class AsyncTextFile(LineReader[str]):
 
     # -- writing ----------------------------------------------------------------
 
+    @one_at_a_time
     async def write(self, s: str) -> int:
         """Writes ``s`` (newlines translated, then encoded); the number of
         characters."""
@@ -191,8 +212,10 @@ class AsyncTextFile(LineReader[str]):
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
         if self._decoded or self._snap is not None:
-            # Reads left decoded text ahead: write where the reader is.
-            await self.buffer.seek(self._tell_bytes())
+            # As the built-in text file does, decoded text read ahead is
+            # dropped and the write lands at the binary file's position,
+            # which is past that read-ahead (seek(tell()) first to write
+            # where the reader is).
             self._reset_decoding()
         text = s
         nl = self._newline
@@ -207,15 +230,18 @@ class AsyncTextFile(LineReader[str]):
             await self.buffer.flush()
         return len(s)
 
+    @one_at_a_time
     async def writelines(self, lines: Iterable[str]) -> None:
         """Writes each string of ``lines`` (no newlines are added)."""
         for line in lines:
             await self.write(line)
 
+    @one_at_a_time
     async def flush(self) -> None:
         """Writes what is buffered to the file."""
         await self.buffer.flush()
 
+    @one_at_a_time
     async def fsync(self) -> None:
         """Flushes, then makes the file's data and metadata durable."""
         await self.buffer.fsync()
@@ -248,17 +274,23 @@ class AsyncTextFile(LineReader[str]):
             dec.setstate(saved)
         return start + lo
 
+    @one_at_a_time
     async def tell(self) -> int:
         """The byte offset of the next character (see the module notes)."""
         self.buffer._check_open()
+        # Flushed first, as the built-in text file's tell: in append mode
+        # the written text then ends at the file's end, where tell is.
+        await self.buffer._flush_writes()
         if self._snap is None:
             return await self.buffer.tell()
         return self._tell_bytes()
 
+    @one_at_a_time
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         """Moves to ``offset`` (a value from :meth:`tell`, or 0), or to the
         end with ``seek(0, os.SEEK_END)``; ``seek(0, os.SEEK_CUR)`` is
         :meth:`tell`."""
+        offset, whence = _int_arg(offset, "offset"), _int_arg(whence, "whence")
         self.buffer._check_open()
         if whence == os.SEEK_CUR:
             if offset != 0:
@@ -270,8 +302,36 @@ class AsyncTextFile(LineReader[str]):
             raise ValueError(f"negative seek position {offset}")
         self._reset_decoding()
         self._encoder = None
-        return await self.buffer.seek(offset, whence)
+        pos = await self.buffer.seek(offset, whence)
+        if pos > 0:
+            await self._past_the_start()
+        return pos
 
+    async def _past_the_start(self) -> None:
+        """Sets the codec as it is past the file's first bytes, as the
+        built-in text file's seek does: a UTF-16 or UTF-32 decoder then
+        knows the byte order its BOM gave (it would otherwise ask for a BOM
+        in the middle of the file), and the encoder writes no new BOM."""
+        self._encoder = codecs.getincrementalencoder(self.encoding)(self.errors)
+        self._encoder.setstate(0)
+        if not self.buffer._readable:
+            return
+        dec = self._get_decoder()
+        if self._start_flags is None:
+            head = await self.buffer._pread(4, 0)  # the BOM, if any
+            dec.reset()
+            try:
+                dec.decode(head)
+                self._start_flags = dec.getstate()[1]
+            except (UnicodeError, ValueError):
+                self._start_flags = dec.getstate()[1]
+            dec.reset()
+        flags = self._start_flags
+        if isinstance(dec, io.IncrementalNewlineDecoder):
+            flags &= ~1  # no \r pending
+        dec.setstate((b"", flags))
+
+    @one_at_a_time
     async def truncate(self, size: Optional[int] = None) -> int:
         """Cuts the file to ``size`` bytes (the position by default)."""
         await self.buffer.flush()
@@ -281,6 +341,7 @@ class AsyncTextFile(LineReader[str]):
 
     # -- closing ----------------------------------------------------------------
 
+    @one_at_a_time
     async def close(self) -> None:
         """Flushes and closes the file."""
         await self.buffer.close()

@@ -1,4 +1,4 @@
-//! File-system calls that may block (open, fstat, ftruncate, close), run on
+//! File-system calls that may block (open, fstat, ftruncate, close, stat), run on
 //! a few threads of the core's own so that the event loop's thread never
 //! waits on the file system.
 //!
@@ -47,6 +47,14 @@ pub(crate) enum Job {
     Truncate(OwnedFd, u64),
     /// `close`; the result is 0.
     Close(OwnedFd),
+    /// `statx` of a path through `engine`'s batch call: on its ring where
+    /// io_uring has `STATX`, else a plain system call. `follow`: of the
+    /// file a final symbolic link names, else of the link.
+    Stat {
+        engine: blockio::Engine,
+        path: CString,
+        follow: bool,
+    },
 }
 
 /// What a job gives back.
@@ -55,6 +63,8 @@ pub(crate) enum Out {
     Count(usize),
     /// A descriptor just opened.
     Fd(OwnedFd),
+    /// A file's status.
+    Stat(Box<libc::statx>),
 }
 
 impl Job {
@@ -68,6 +78,16 @@ impl Job {
                     .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
                 // SAFETY: ftruncate on a descriptor we own; no memory is passed.
                 cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }).map(Out::Count)
+            }
+            Job::Stat {
+                engine,
+                path,
+                follow,
+            } => {
+                let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+                let at = blockio::PathAt::cwd(&path);
+                let st = engine.stat_batch(&[at], flags)?.remove(0)?;
+                Ok(Out::Stat(Box::new(st)))
             }
             Job::Close(fd) => {
                 let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);

@@ -121,7 +121,7 @@ fn alloc_for(len: usize, what: &str) -> PyResult<AlignedBuf> {
 /// only when that happens).
 fn explain_direct(r: io::Result<usize>, fd: RawFd) -> io::Result<usize> {
     let e = match r {
-        Err(e) if blockio::errno(&e) == Some(libc::EINVAL) && is_direct(fd) => e,
+        Err(e) if errno_of(&e) == libc::EINVAL && is_direct(fd) => e,
         other => return other,
     };
     // SAFETY: borrowed for one statx; if another thread closed the number
@@ -144,10 +144,15 @@ fn explain_direct(r: io::Result<usize>, fd: RawFd) -> io::Result<usize> {
 /// Whether `fd` was opened with `O_DIRECT` (false if `fcntl` fails: the
 /// read itself will then report the bad descriptor).
 fn is_direct(fd: RawFd) -> bool {
+    let flags = fd_flags(fd);
+    flags != -1 && flags & libc::O_DIRECT != 0
+}
+
+/// `fd`'s `F_GETFL` flags, or -1 (an invalid descriptor).
+fn fd_flags(fd: RawFd) -> i32 {
     // SAFETY: F_GETFL only reads the descriptor's flags; any fd value is
     // acceptable (an invalid one gives -1).
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    flags != -1 && flags & libc::O_DIRECT != 0
+    unsafe { libc::fcntl(fd, libc::F_GETFL) }
 }
 
 /// `read_batch` on a buffered descriptor: each read goes straight into a new
@@ -228,6 +233,11 @@ fn read_into_new_bytes<'py>(
 fn out_or_error(py: Python<'_>, r: io::Result<Out>) -> PyObject {
     match r {
         Ok(Out::Count(n)) => n.into_pyobject(py).expect("int").into_any().unbind(),
+        Ok(Out::Stat(st)) => stat_tuple(&st)
+            .into_pyobject(py)
+            .expect("tuple")
+            .into_any()
+            .unbind(),
         Ok(Out::Fd(fd)) => std::os::fd::IntoRawFd::into_raw_fd(fd)
             .into_pyobject(py)
             .expect("int")
@@ -235,6 +245,33 @@ fn out_or_error(py: Python<'_>, r: io::Result<Out>) -> PyObject {
             .unbind(),
         Err(e) => os_error(py, &e),
     }
+}
+
+/// A `statx` result as the Python layer builds `os.stat_result` from it:
+/// `(mode, ino, dev_major, dev_minor, nlink, uid, gid, size, atime,
+/// atime_nsec, mtime, mtime_nsec, ctime, ctime_nsec, blksize, blocks,
+/// rdev_major, rdev_minor)`.
+fn stat_tuple(st: &libc::statx) -> [i64; 18] {
+    [
+        i64::from(st.stx_mode),
+        st.stx_ino as i64,
+        i64::from(st.stx_dev_major),
+        i64::from(st.stx_dev_minor),
+        i64::from(st.stx_nlink),
+        i64::from(st.stx_uid),
+        i64::from(st.stx_gid),
+        st.stx_size as i64,
+        st.stx_atime.tv_sec,
+        i64::from(st.stx_atime.tv_nsec),
+        st.stx_mtime.tv_sec,
+        i64::from(st.stx_mtime.tv_nsec),
+        st.stx_ctime.tv_sec,
+        i64::from(st.stx_ctime.tv_nsec),
+        i64::from(st.stx_blksize),
+        st.stx_blocks as i64,
+        i64::from(st.stx_rdev_major),
+        i64::from(st.stx_rdev_minor),
+    ]
 }
 
 /// A byte count as an int, or the OSError.
@@ -300,6 +337,92 @@ fn with_failures<'py>(
     let failed = results.iter().filter(|r| r.is_err()).count();
     Ok((PyList::new(py, items)?, failed))
 }
+
+/// Refuses a batch whose read buffers share memory (the same buffer
+/// twice, or two views of one): two reads would write the same bytes at
+/// once, and the core would hold two mutable slices over them. The error
+/// names the items of `ops`.
+fn refuse_overlaps<'a>(bufs: impl Iterator<Item = &'a PyBuffer<u8>>) -> PyResult<()> {
+    let mut spans: Vec<(usize, usize, usize)> = bufs
+        .enumerate()
+        .filter(|(_, b)| b.len_bytes() > 0)
+        .map(|(i, b)| {
+            (
+                b.buf_ptr() as usize,
+                b.buf_ptr() as usize + b.len_bytes(),
+                i,
+            )
+        })
+        .collect();
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        let ((_, end, i), (start, _, j)) = (w[0], w[1]);
+        if start < end {
+            let (i, j) = (i.min(j), i.max(j));
+            return Err(PyValueError::new_err(format!(
+                "ops: items {i} and {j} read into the same memory (one buffer twice, or overlapping views of one); \
+                 give each read its own buffer"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// [`refuse_overlaps`] on the `(fd, buffer, offset)` items of an
+/// asynchronous read batch, before any of it is submitted.
+fn distinct_read_buffers(ops: &[(RawFd, Bound<'_, PyAny>, u64)]) -> PyResult<()> {
+    if ops.len() < 2 {
+        return Ok(());
+    }
+    let bufs = ops
+        .iter()
+        .map(|(_, b, _)| writable(b))
+        .collect::<PyResult<Vec<_>>>()?;
+    refuse_overlaps(bufs.iter())
+}
+
+/// Each descriptor of `fds` once, in order of first appearance.
+fn distinct_fds(fds: impl Iterator<Item = RawFd>) -> Vec<RawFd> {
+    let mut out: Vec<RawFd> = Vec::new();
+    for fd in fds {
+        if !out.contains(&fd) {
+            out.push(fd);
+        }
+    }
+    out
+}
+
+/// Waits until `fd` is ready for `events` (`POLLIN` or `POLLOUT`), so that
+/// a blocking batch on a pipe, socket or terminal can be interrupted: the
+/// wait is in slices of 100 ms with the GIL released, and Python's signal
+/// handlers run between them (Ctrl-C raises `KeyboardInterrupt`). A
+/// regular file or block device is always ready, which costs one `poll`
+/// call; so is a descriptor `poll` refuses, whose operation then reports
+/// the error.
+fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> PyResult<()> {
+    let poll = |timeout: libc::c_int| {
+        let mut p = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd on the stack.
+        let n = unsafe { libc::poll(&mut p, 1, timeout) };
+        n != 0 && !(n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR))
+    };
+    if fd < 0 || poll(0) {
+        return Ok(());
+    }
+    loop {
+        py.check_signals()?;
+        if py.allow_threads(|| poll(100)) {
+            return Ok(());
+        }
+    }
+}
+
+/// Finished asynchronous batches as Python sees them: `(token, results)`.
+type Finished<'py> = Vec<(u64, Bound<'py, PyList>)>;
 
 /// Memory an asynchronous operation reads into or writes from.
 enum Buf {
@@ -537,13 +660,55 @@ fn forks() -> u64 {
     FORKS.load(Ordering::SeqCst)
 }
 
-/// The errno to give Python for `e`: its own, else `EINVAL` for input
-/// blockio refused before the kernel saw it, else `EIO`.
+/// The errno to give Python for `e`: its own; else the one its kind
+/// stands for, so that an error the engine rewords keeps its cause (a
+/// required io_uring that the kernel or a seccomp profile denies is
+/// `EPERM`, not `EIO`); else `EIO`.
 fn errno_of(e: &io::Error) -> i32 {
-    blockio::errno(e).unwrap_or(if e.kind() == io::ErrorKind::InvalidInput {
-        libc::EINVAL
-    } else {
-        libc::EIO
+    if let Some(r) = e.get_ref().and_then(|r| r.downcast_ref::<Renamed>()) {
+        return r.errno;
+    }
+    blockio::errno(e).unwrap_or(match e.kind() {
+        io::ErrorKind::InvalidInput => libc::EINVAL,
+        io::ErrorKind::PermissionDenied => libc::EPERM,
+        io::ErrorKind::NotFound => libc::ENOENT,
+        io::ErrorKind::Unsupported => libc::ENOSYS,
+        io::ErrorKind::OutOfMemory => libc::ENOMEM,
+        io::ErrorKind::AlreadyExists => libc::EEXIST,
+        io::ErrorKind::WouldBlock => libc::EAGAIN,
+        io::ErrorKind::Interrupted => libc::EINTR,
+        _ => libc::EIO,
+    })
+}
+
+/// An operation's error reworded to name the caller's descriptor instead
+/// of the duplicate the operation ran on (see [`hold_file`]), with its
+/// errno kept.
+#[derive(Debug)]
+struct Renamed {
+    errno: i32,
+    text: String,
+}
+
+impl std::fmt::Display for Renamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Renamed {}
+
+/// `r` with the duplicate `dup` named as the caller's `fd` in its message.
+fn name_caller_fd<T>(r: io::Result<T>, dup: RawFd, fd: RawFd) -> io::Result<T> {
+    r.map_err(|e| {
+        let errno = errno_of(&e);
+        let text = message(&e, errno);
+        let dup_name = format!("fd {dup}");
+        if dup == fd || !text.contains(&dup_name) {
+            return e;
+        }
+        let text = text.replace(&dup_name, &format!("fd {fd}"));
+        io::Error::new(e.kind(), Renamed { errno, text })
     })
 }
 
@@ -589,18 +754,49 @@ fn readable(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
     Ok(b)
 }
 
+/// `O_LARGEFILE` as `F_GETFL` reports it on 64-bit Linux (the C headers
+/// define it as 0 there, as it is implied): set on every descriptor made
+/// by `open`, never on a pipe, socket or anonymous inode.
+const KERNEL_O_LARGEFILE: i32 = 0o100000;
+
+/// Whether `fd` is an epoll instance, which an io_uring read or write
+/// never completes on (the kernel's own read of one fails at once with
+/// `EINVAL`). Costs nothing for a descriptor made by `open`: only one
+/// that lacks `O_LARGEFILE` (a pipe, socket, or anonymous inode) is
+/// looked at further, with `fstat` and, for an anonymous inode, its name
+/// in `/proc/self/fd`.
+/// `flags` are the descriptor's `F_GETFL` flags ([`fd_flags`]).
+fn is_epoll(fd: RawFd, flags: i32) -> bool {
+    if flags == -1 || flags & KERNEL_O_LARGEFILE != 0 {
+        return false;
+    }
+    // SAFETY: fstat writes into the zeroed struct on the stack.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `st` is valid for writes.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != 0 {
+        return false;
+    }
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .is_ok_and(|p| p.as_os_str() == "anon_inode:[eventpoll]")
+}
+
 /// An async file over a duplicate of the caller's descriptor, or the
 /// errno that made the duplicate fail (`EBADF` for a number that is not
 /// open). Every operation of the batch holds the duplicate until the
 /// kernel has completed it, even when the awaiting task was cancelled and
 /// the caller's file object closed: the number an operation was issued on
 /// cannot be closed and reused for another file while it runs (a
-/// cancelled write cannot land in a file opened later). Two system calls
+/// cancelled write cannot land in a file opened later). An epoll
+/// descriptor fails with `EINVAL`, as the thread pool and the synchronous
+/// calls report it (see [`is_epoll`]). Two system calls
 /// per batch: `fcntl(F_DUPFD_CLOEXEC)` here, `close` after the last
 /// completion.
-fn hold_file(aio: &AsyncEngine, fd: RawFd) -> Result<AsyncFile, i32> {
+fn hold_file(aio: &AsyncEngine, fd: RawFd, flags: i32) -> Result<(AsyncFile, RawFd), i32> {
     if fd < 0 {
         return Err(libc::EBADF);
+    }
+    if is_epoll(fd, flags) {
+        return Err(libc::EINVAL);
     }
     // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor or fails; no memory
     // is passed.
@@ -612,7 +808,7 @@ fn hold_file(aio: &AsyncEngine, fd: RawFd) -> Result<AsyncFile, i32> {
     }
     // SAFETY: `dup` is a new descriptor that nothing else owns.
     let file = unsafe { std::fs::File::from_raw_fd(dup) };
-    Ok(AsyncFile::from_file(aio, file))
+    Ok((AsyncFile::from_file(aio, file), dup))
 }
 
 impl Core {
@@ -714,18 +910,20 @@ impl Core {
         token: u64,
         ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
         prepare: impl Fn(&Bound<'py, PyAny>) -> PyResult<B>,
-        issue: impl Fn(&AsyncFile, B, u64, RawFd) -> Boxed<OneDone>,
+        issue: impl Fn(&AsyncFile, B, u64, RawFd, RawFd) -> Boxed<OneDone>,
     ) -> PyResult<()> {
-        let mut files: HashMap<RawFd, Result<AsyncFile, i32>> = HashMap::new();
+        let mut files: HashMap<RawFd, Result<(AsyncFile, RawFd), i32>> = HashMap::new();
         let mut futs = Vec::with_capacity(ops.len());
         for (fd, obj, off) in &ops {
             let buf = prepare(obj)?;
             if !files.contains_key(fd) {
-                let file = hold_file(&self.aio(is_direct(*fd))?, *fd);
+                let flags = fd_flags(*fd);
+                let direct = flags != -1 && flags & libc::O_DIRECT != 0;
+                let file = hold_file(&self.aio(direct)?, *fd, flags);
                 files.insert(*fd, file);
             }
             futs.push(match &files[fd] {
-                Ok(f) => issue(f, buf, *off, *fd),
+                Ok((f, dup)) => issue(f, buf, *off, *fd, *dup),
                 Err(errno) => failed(Kind::Count, *errno),
             });
         }
@@ -873,6 +1071,7 @@ impl Core {
             let empty = PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])))?;
             return Ok((empty, 0));
         }
+        wait_ready(py, fd, libc::POLLIN)?;
         if !is_direct(fd) {
             return read_into_new_bytes(py, engine, fd, &offsets, length);
         }
@@ -933,10 +1132,14 @@ impl Core {
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let ops = buffer_ops(ops)?;
         let engine = &self.check()?;
-        let bufs = ops
+        let bufs: Vec<BufferOp> = ops
             .iter()
             .map(|(fd, b, off)| Ok((RawTarget(*fd), writable(b)?, *off)))
             .collect::<PyResult<_>>()?;
+        refuse_overlaps(bufs.iter().map(|(_, b, _)| b))?;
+        for fd in distinct_fds(bufs.iter().map(|(t, ..)| t.0)) {
+            wait_ready(py, fd, libc::POLLIN)?;
+        }
         buffer_batch(py, engine, bufs, read_into_buffer)
     }
 
@@ -949,10 +1152,13 @@ impl Core {
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let ops = buffer_ops(ops)?;
         let engine = &self.check()?;
-        let bufs = ops
+        let bufs: Vec<BufferOp> = ops
             .iter()
             .map(|(fd, b, off)| Ok((RawTarget(*fd), readable(b)?, *off)))
             .collect::<PyResult<_>>()?;
+        for fd in distinct_fds(bufs.iter().map(|(t, ..)| t.0)) {
+            wait_ready(py, fd, libc::POLLOUT)?;
+        }
         buffer_batch(py, engine, bufs, write_from_buffer)
     }
 
@@ -986,14 +1192,16 @@ impl Core {
     fn submit_read(&self, token: u64, fd: RawFd, offsets: Vec<i64>, length: i64) -> PyResult<()> {
         let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
         total_arg(offsets.len(), length)?;
-        let aio = self.aio(is_direct(fd))?;
-        let file = hold_file(&aio, fd);
+        let flags = fd_flags(fd);
+        let aio = self.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
+        let file = hold_file(&aio, fd, flags);
         let mut spare = self.spare.lock().expect("spare lock");
         let futs = offsets
             .iter()
             .map(|&off| {
                 Ok(match &file {
-                    Ok(file) => {
+                    Ok((file, dup)) => {
+                        let dup = *dup;
                         let buf = match spare.pop() {
                             Some(b) if b.len() == length => b,
                             _ => alloc_for(length, "a read")?,
@@ -1001,7 +1209,7 @@ impl Core {
                         let f = file.read_at(Buf::Owned(buf), off);
                         let b: Boxed<OneDone> = Box::pin(async move {
                             let (r, buf) = f.await;
-                            OneDone::Read((explain_direct(r, fd), buf))
+                            OneDone::Read((explain_direct(name_caller_fd(r, dup, fd), fd), buf))
                         });
                         b
                     }
@@ -1020,33 +1228,48 @@ impl Core {
         token: u64,
         ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>,
     ) -> PyResult<()> {
-        self.submit_each(token, buffer_ops(ops)?, writable, |file, buf, off, fd| {
+        let ops = buffer_ops(ops)?;
+        distinct_read_buffers(&ops)?;
+        self.submit_each(token, ops, writable, |file, buf, off, fd, dup| {
             let f = file.read_at(Buf::Exported(Lent::new(buf)), off);
-            Box::pin(async move { OneDone::Count(explain_direct(f.await.0, fd).map(Out::Count)) })
+            Box::pin(async move {
+                let r = name_caller_fd(f.await.0, dup, fd);
+                OneDone::Count(explain_direct(r, fd).map(Out::Count))
+            })
         })
     }
 
     /// Starts writing each `(fd, data, offset)`.
     fn submit_write(&self, token: u64, ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>) -> PyResult<()> {
-        self.submit_each(token, buffer_ops(ops)?, readable, |file, buf, off, fd| {
-            let f = file.write_at(RoBuf(Lent::new(buf)), off);
-            Box::pin(async move { OneDone::Count(explain_direct(f.await.0, fd).map(Out::Count)) })
-        })
+        self.submit_each(
+            token,
+            buffer_ops(ops)?,
+            readable,
+            |file, buf, off, fd, dup| {
+                let f = file.write_at(RoBuf(Lent::new(buf)), off);
+                Box::pin(async move {
+                    let r = name_caller_fd(f.await.0, dup, fd);
+                    OneDone::Count(explain_direct(r, fd).map(Out::Count))
+                })
+            },
+        )
     }
 
     /// Starts an fsync (or fdatasync) of `fd`.
     #[pyo3(signature = (token, fd, data_only = false))]
     fn submit_sync(&self, token: u64, fd: RawFd, data_only: bool) -> PyResult<()> {
         let aio = self.aio(false)?;
-        let fut = match hold_file(&aio, fd) {
-            Ok(file) => {
+        let fut = match hold_file(&aio, fd, fd_flags(fd)) {
+            Ok((file, dup)) => {
                 let f = if data_only {
                     file.fdatasync()
                 } else {
                     file.fsync()
                 };
-                let b: Boxed<OneDone> =
-                    Box::pin(async move { OneDone::Count(f.await.0.map(|_| Out::Count(0))) });
+                let b: Boxed<OneDone> = Box::pin(async move {
+                    let r = name_caller_fd(f.await.0, dup, fd);
+                    OneDone::Count(r.map(|_| Out::Count(0)))
+                });
                 b
             }
             Err(errno) => failed(Kind::Count, errno),
@@ -1064,6 +1287,24 @@ impl Core {
         let path = std::ffi::CString::new(path)
             .map_err(|_| PyValueError::new_err("embedded null byte"))?;
         self.start_job(token, Ok(Job::Open { path, flags, mode }))
+    }
+
+    /// Starts a `statx` of `path` (of a final symbolic link itself unless
+    /// `follow`) on the core's file-system threads, through the engine's
+    /// ring where io_uring has `STATX`; the result is the tuple of
+    /// [`stat_tuple`].
+    fn submit_stat(&self, token: u64, path: Vec<u8>, follow: bool) -> PyResult<()> {
+        let engine = self.check()?;
+        let path = std::ffi::CString::new(path)
+            .map_err(|_| PyValueError::new_err("embedded null byte"))?;
+        self.start_job(
+            token,
+            Ok(Job::Stat {
+                engine,
+                path,
+                follow,
+            }),
+        )
     }
 
     /// Starts an `fstat` of `fd` (through a duplicate); the result is the
@@ -1129,10 +1370,17 @@ impl Core {
         self.pending.lock().expect("pending lock").len()
     }
 
-    /// Waits (GIL released) until every asynchronous operation in flight
-    /// has completed, then shuts the engine down. Results not drained are
-    /// dropped. Idempotent.
-    fn close(&self, py: Python<'_>) {
+    /// Shuts the engine down and hands back what became of the
+    /// asynchronous batches still pending: `(finished, cancelled)`, the
+    /// `(token, results)` of those that completed while it waited, and the
+    /// tokens of those it cancelled. It waits (GIL released, signals
+    /// checked every 100 ms) while operations keep completing; once a whole
+    /// second passes without one (a read of an empty pipe, a write to a
+    /// full one), or a signal handler raises, it cancels the rest: those
+    /// not yet in the kernel are never submitted, those in flight are
+    /// cancelled there and keep their buffers until the kernel lets go of
+    /// them. Idempotent.
+    fn close<'py>(&self, py: Python<'py>) -> PyResult<(Finished<'py>, Vec<u64>)> {
         if self.born != forks() {
             // A forked child never touches the parent's rings; forget them.
             std::mem::forget(std::mem::take(&mut *self.aio.lock().expect("aio lock")));
@@ -1140,9 +1388,25 @@ impl Core {
             std::mem::forget(std::mem::take(
                 &mut *self.pending.lock().expect("pending lock"),
             ));
-            return;
+            return Ok((Vec::new(), Vec::new()));
         }
-        while self.pending() > 0 {
+        let mut finished = Vec::new();
+        let mut interrupted = None;
+        let mut idle = 0;
+        loop {
+            self.clear_eventfd();
+            let done = self.finished();
+            idle = if done.is_empty() { idle + 1 } else { 0 };
+            for (t, d) in done {
+                finished.push((t, results_to_py(py, d, &self.spare)?));
+            }
+            if self.pending() == 0 || idle > 10 {
+                break;
+            }
+            if let Err(e) = py.check_signals() {
+                interrupted = Some(e);
+                break;
+            }
             let efd = self.wakeups.efd.as_raw_fd();
             py.allow_threads(|| {
                 let mut p = libc::pollfd {
@@ -1153,12 +1417,20 @@ impl Core {
                 // SAFETY: one valid pollfd on the stack.
                 unsafe { libc::poll(&mut p, 1, 100) };
             });
-            self.clear_eventfd();
-            drop(self.finished());
         }
+        let cut: HashMap<u64, Pending> =
+            std::mem::take(&mut *self.pending.lock().expect("pending lock"));
+        let mut cancelled: Vec<u64> = cut.keys().copied().collect();
+        cancelled.sort_unstable();
+        // Dropping the futures cancels their operations (outside the lock).
+        drop(cut);
         *self.aio.lock().expect("aio lock") = AioEngines::default();
         *self.engine.lock().expect("engine lock") = None;
         release_parked(py);
+        match interrupted {
+            Some(e) => Err(e),
+            None => Ok((finished, cancelled)),
+        }
     }
 
     /// Whether `close` has run.

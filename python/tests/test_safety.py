@@ -79,9 +79,10 @@ def test_a_cancelled_write_in_flight_stays_with_its_file(tmp_path, backend):
 
 @pytest.mark.parametrize("backend", ["io_uring", "threads"])
 def test_a_cancelled_reads_buffer_is_released(backend):
-    """The buffer of a read cancelled in flight is dropped by the engine's
-    thread when the kernel completes it; the export is released on the
-    next call from Python, after which the bytearray can be resized."""
+    """A read into a bytearray from a pipe, cancelled while it waits for
+    data, leaves the bytearray free at once (the read goes into the
+    engine's own buffer, kept until the kernel completes it), and data
+    that arrives later never lands in it."""
 
     async def main():
         engine = blockio.Engine(backend=backend)
@@ -91,22 +92,13 @@ def test_a_cancelled_reads_buffer_is_released(backend):
             t = asyncio.ensure_future(engine.areadinto(r, buf, 0))
             await asyncio.sleep(0.05)
             t.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await t
-            with pytest.raises(BufferError):
-                buf.extend(b"x")  # still lent to the pending read
+            (outcome,) = await asyncio.gather(t, return_exceptions=True)
+            # (the thread pool's pread on a pipe fails at once instead)
+            assert isinstance(outcome, (asyncio.CancelledError, OSError)), outcome
+            buf.extend(b"x")  # not lent to anything
             os.write(w, b"data")
-            for _ in range(100):
-                # Any completion drains; the parked export goes with it.
-                await engine.aread(r, offset=0, length=0)
-                try:
-                    buf.extend(b"x")
-                    break
-                except BufferError:
-                    await asyncio.sleep(0.01)
-            else:
-                pytest.fail("the cancelled read's buffer was never released")
-            assert bytes(buf[:4]) == b"data"
+            await asyncio.sleep(0.05)
+            assert bytes(buf) == bytes(16) + b"x"
         finally:
             os.close(r)
             os.close(w)

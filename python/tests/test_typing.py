@@ -43,3 +43,19 @@ def test_a_type_error_is_caught(tmp_path):
 def test_the_core_stubs_match_the_extension(tmp_path):
     out = run(["mypy.stubtest", "blockio._blockio"], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_path_where_a_file_is_needed_is_a_type_error(tmp_path):
+    """``FileLike`` is an int or an object with ``fileno()``: mypy refuses a
+    path (a str), which would fail at run time."""
+    bad = tmp_path / "bad_file.py"
+    bad.write_text(
+        "import blockio\n"
+        "e = blockio.Engine()\n"
+        "with open('x', 'rb') as f:\n"
+        "    ok = e.read_batch(f, offsets=[0], length=1)\n"
+        "    ok2 = e.read_batch(3, offsets=[0], length=1)\n"
+        "bad = e.read_batch('x', offsets=[0], length=1)\n"
+    )
+    out = run(["mypy", "--strict", "--no-incremental", str(bad)], tmp_path)
+    assert out.returncode == 1 and "bad_file.py:6" in out.stdout and "bad_file.py:4" not in out.stdout, out.stdout

@@ -1,0 +1,351 @@
+"""Engines across loops, threads, forks, signals and close: every
+operation completes or raises, and nothing hangs. Calls that would hang
+run in a child process or thread under a generous watchdog; no test
+asserts how long anything takes."""
+
+import asyncio
+import errno
+import multiprocessing
+import os
+import select
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import blockio
+
+WATCHDOG = 120  # seconds: far beyond any run that works
+
+
+def loops():
+    import uvloop
+
+    return [asyncio.new_event_loop, uvloop.new_event_loop]
+
+
+LOOPS = pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
+
+
+def run_child(code, cwd, env=None):
+    """Runs ``code`` in a new interpreter; its exit status and output."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                         timeout=WATCHDOG, cwd=cwd, env={**os.environ, **(env or {})})
+    return out.returncode, out.stdout + out.stderr
+
+
+@LOOPS
+@pytest.mark.parametrize("backend", ["auto", "threads"])
+def test_one_engine_serves_loops_in_several_threads(data_file, loop_factory, backend, tmp_path):
+    """Point 4: loops in four threads share one engine (and the default
+    engine through blockio.open); every read and write completes."""
+    path, data = data_file
+    engine = blockio.Engine(backend=backend)
+    failures = []
+
+    def worker(k):
+        async def main():
+            for i in range(30):
+                off = (k * 7919 + i * 4093) % (len(data) - 4096)
+                assert await engine.aread(path_fd, offset=off, length=4096) == data[off:off + 4096]
+                async with blockio.open(path, "rb") as f:
+                    await f.seek(off)
+                    assert await f.read(100) == data[off:off + 100]
+                async with blockio.open(tmp_path / f"out{k}", "ab", engine=engine) as f:
+                    await f.write(b"x")
+
+        loop = loop_factory()
+        try:
+            loop.run_until_complete(main())
+        except BaseException as e:  # reported by the main thread
+            failures.append(repr(e))
+        finally:
+            loop.close()
+
+    path_fd = os.open(path, os.O_RDONLY)
+    try:
+        for _round in range(3):
+            threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(4)]
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + WATCHDOG
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+            assert not any(t.is_alive() for t in threads), "a loop sharing the engine hung"
+            assert not failures, failures
+        for k in range(4):
+            assert (tmp_path / f"out{k}").read_bytes() == b"x" * 90
+    finally:
+        os.close(path_fd)
+        engine.close()
+
+
+def test_a_loop_closed_with_a_read_in_flight_does_not_break_the_next(data_file):
+    """Point 5: a loop is closed while its task awaits a pipe read; the read
+    completes in the same wake-up as a read of the next loop, which gets
+    its result."""
+    path, data = data_file
+    e = blockio.Engine()
+    r, w = os.pipe()
+    try:
+        first = asyncio.new_event_loop()
+
+        async def leave_a_read_in_flight():
+            first.create_task(e.aread(r, offset=0, length=5))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+        first.run_until_complete(leave_a_read_in_flight())
+        first.close()
+
+        async def main():
+            with open(path, "rb") as f:
+                os.write(w, b"hello")  # the old loop's read completes
+                time.sleep(0.2)  # (its completion waits in the eventfd)
+                task = asyncio.ensure_future(e.aread(f, offset=4096, length=4096))
+                # After the task's first step (which submits the read) and
+                # before the loop looks at the eventfd: the new read
+                # completes too, so one wake-up brings both.
+                asyncio.get_running_loop().call_soon(time.sleep, 0.2)
+                return await asyncio.wait_for(task, WATCHDOG)
+
+        assert asyncio.run(main()) == data[4096:8192]
+    finally:
+        e.close()
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_close_resolves_every_pending_future(data_file, backend):
+    """Point 6 (and 8: close does not hang on reads that never complete):
+    tasks awaiting pipe reads and file reads when close() is called all
+    resolve: the file reads with their data (or the cancellation error),
+    the pipe reads with OSError(ECANCELED) naming close."""
+    path, _ = data_file
+    code, out = run_child(f"""
+        import asyncio, errno, os, blockio
+        e = blockio.Engine(backend={backend!r})
+        r, w = os.pipe()
+        f = open({str(path)!r}, "rb")
+        data = f.read()
+
+        async def main():
+            pipe = [asyncio.ensure_future(e.aread(r, offset=0, length=10)) for _ in range(16)]
+            files = [asyncio.ensure_future(e.aread(f, offset=i * 4096, length=4096)) for i in range(16)]
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            e.close()
+            res = await asyncio.wait_for(asyncio.gather(*pipe, *files, return_exceptions=True), 60)
+            for x in res[:16]:
+                if {backend!r} == "threads":  # pread on a pipe: ESPIPE at once
+                    assert isinstance(x, OSError) and x.errno in (errno.ECANCELED, errno.ESPIPE), repr(x)
+                else:
+                    assert isinstance(x, OSError) and x.errno == errno.ECANCELED, repr(x)
+                    assert "close" in str(x), str(x)
+            for i, x in enumerate(res[16:]):
+                assert x == data[i * 4096:(i + 1) * 4096] or (isinstance(x, OSError) and x.errno == errno.ECANCELED)
+            print("resolved", len(res))
+
+        asyncio.run(main())
+    """, cwd=path.parent)
+    assert code == 0 and "resolved 32" in out, out
+
+
+def test_close_and_exit_do_not_hang_on_a_pipe_read_in_flight(tmp_path):
+    """Point 8: interpreter exit (which closes every engine) with a pipe
+    read in flight that nothing will ever complete."""
+    code, out = run_child("""
+        import asyncio, os, blockio
+        r, w = os.pipe()
+        e = blockio.Engine()
+
+        async def main():
+            asyncio.get_running_loop().create_task(e.aread(r, offset=0, length=10))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(main())
+        print("exiting")
+    """, cwd=tmp_path)
+    assert code == 0 and "exiting" in out, out
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("call", ["read_batch", "readinto_batch"])
+def test_sigint_interrupts_a_batch_blocked_on_an_empty_pipe(tmp_path, backend, call):
+    """Point 8: Ctrl-C stops a synchronous batch waiting on an empty pipe
+    with KeyboardInterrupt, as it stops os.read."""
+    code, out = run_child(f"""
+        import os, signal, threading, blockio
+        e = blockio.Engine(backend={backend!r})
+        r, w = os.pipe()
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            if {call!r} == "read_batch":
+                e.read_batch(r, offsets=[0], length=10)
+            else:
+                e.readinto_batch([(r, bytearray(10), 0)])
+        except KeyboardInterrupt:
+            print("interrupted")
+        else:
+            print("not interrupted")
+    """, cwd=tmp_path)
+    assert code == 0 and "interrupted" in out and "not interrupted" not in out, out
+
+
+def test_a_forked_child_gets_a_new_default_engine(data_file):
+    """Point 9: blockio.open works in a child forked after the parent used
+    the default engine."""
+    path, data = data_file
+
+    async def head():
+        async with blockio.open(path, "rb") as f:
+            return await f.read(1000)
+
+    assert asyncio.run(head()) == data[:1000]
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            code = 0 if asyncio.run(head()) == data[:1000] else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _pool_head(path):
+    async def head():
+        async with blockio.open(path, "rb") as f:
+            return await f.read(10)
+
+    return asyncio.run(head())
+
+
+def test_multiprocessing_fork_pool_workers_use_blockio_open(data_file):
+    path, data = data_file
+    assert _pool_head(path) == data[:10]  # the parent's default engine exists
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        res = pool.map_async(_pool_head, [path] * 4)
+        assert res.get(WATCHDOG) == [data[:10]] * 4
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_errors_name_the_callers_descriptor(tmp_path, backend):
+    """Point 12: an asynchronous operation's error names the caller's
+    descriptor, not the duplicate it ran on."""
+    e = blockio.Engine(backend=backend)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+
+    async def main():
+        with pytest.raises(OSError) as ei:
+            await e.aread(fd, offset=0, length=10)
+        assert ei.value.errno == errno.EISDIR
+        assert f"fd {fd} " in str(ei.value), str(ei.value)
+
+    try:
+        asyncio.run(main())
+    finally:
+        os.close(fd)
+        e.close()
+
+
+#: A seccomp filter (x86-64) that makes io_uring_setup fail with EPERM, as
+#: kernel.io_uring_disabled=2 or a container's profile does.
+DENY_IO_URING = """
+import ctypes, platform
+assert platform.machine() == "x86_64"
+class Filter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+EPERM, IO_URING_SETUP, AUDIT_ARCH_X86_64 = 1, 425, 0xC000003E
+prog = (Filter * 6)(
+    Filter(0x20, 0, 0, 4),                      # ld arch
+    Filter(0x15, 1, 0, AUDIT_ARCH_X86_64),      # jeq x86-64: go on
+    Filter(0x06, 0, 0, 0x7FFF0000),             # ret allow
+    Filter(0x20, 0, 0, 0),                      # ld nr
+    Filter(0x15, 0, 1, IO_URING_SETUP),         # jeq io_uring_setup
+    Filter(0x06, 0, 0, 0x00050000 | EPERM),     # ret errno(EPERM)
+)
+prog = (Filter * 7)(*prog, Filter(0x06, 0, 0, 0x7FFF0000))
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+fprog = Prog(len(prog), prog)
+assert libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0, ctypes.get_errno()  # PR_SET_SECCOMP, FILTER
+"""
+
+
+def test_io_uring_denied_reports_eperm(tmp_path):
+    """Point 13: where io_uring_setup is denied (EPERM), a required
+    io_uring raises OSError with errno EPERM, and auto falls back saying
+    why."""
+    code, out = run_child(DENY_IO_URING + """
+import errno, blockio
+try:
+    blockio.Engine(backend="io_uring")
+except OSError as e:
+    assert e.errno == errno.EPERM, (e.errno, str(e))
+    assert "EPERM" in str(e), str(e)
+else:
+    raise AssertionError("io_uring was denied, yet the engine was made")
+e = blockio.Engine()
+assert e.backend == "threads" and "EPERM" in e.fallback_reason, e.fallback_reason
+print("eperm reported")
+""", cwd=tmp_path, env={"BLOCKIO_BACKEND": ""})
+    assert code == 0 and "eperm reported" in out, out
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_aread_on_an_epoll_descriptor_completes_or_raises(backend, tmp_path):
+    """Point 7: a descriptor the ring cannot read (an epoll instance, what a
+    stale number becomes under asyncio) gives an error on both backends."""
+    code, out = run_child(f"""
+        import asyncio, select, blockio
+        e = blockio.Engine(backend={backend!r})
+        ep = select.epoll()
+
+        async def main():
+            try:
+                await asyncio.wait_for(e.aread(ep.fileno(), offset=0, length=10), 60)
+            except asyncio.TimeoutError:  # (an OSError too: caught first)
+                print("never completed")
+            except OSError as x:
+                print("raised", x.errno)
+            else:
+                print("completed")
+
+        asyncio.run(main())
+        e.close()
+    """, cwd=tmp_path)
+    assert code == 0 and ("raised" in out or "completed" in out) and "never" not in out, out
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_one_buffer_twice_in_a_read_batch_is_refused(data_file, backend):
+    """Two reads into the same memory in one batch are refused before any
+    is submitted, naming the items; distinct slices of one buffer are
+    fine."""
+    path, data = data_file
+    e = blockio.Engine(backend=backend)
+    buf = bytearray(8192)
+    view = memoryview(buf)
+    with open(path, "rb") as f:
+        for ops in ([(f, buf, 0), (f, buf, 100)], [(f, view[:5000], 0), (f, view[4000:], 100)],
+                    [(f, bytearray(1), 0), (f, view, 0), (f, view[10:20], 0)]):
+            with pytest.raises(ValueError, match=r"ops: items \d and \d read into the same memory"):
+                e.readinto_batch(ops)
+
+            async def main():
+                with pytest.raises(ValueError, match=r"ops: items \d and \d read into the same memory"):
+                    await e.areadinto_batch(ops)
+
+            asyncio.run(main())
+        assert e.readinto_batch([(f, view[:4096], 0), (f, view[4096:], 4096)]) == [4096, 4096]
+        assert bytes(buf) == data[:8192]
+    e.close()
