@@ -85,39 +85,62 @@ pub(crate) fn list(dir: &File) -> io::Result<Vec<(CString, bool)>> {
     Ok(names)
 }
 
-/// Creates (or opens, to overwrite) the file `name` in `dir` for writing;
-/// a symbolic link there is an error (`ELOOP`), never written through.
-pub(crate) fn create(dir: &File, name: &CStr, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
-    let flags = flags | OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    Ok(rustix::fs::openat(
-        dir,
-        name,
-        flags,
-        Mode::from_raw_mode(mode),
-    )?)
+/// A destination file opened for writing, and whether this copy created
+/// it: only a file the copy created may be removed when the copy fails.
+pub(crate) struct Dest {
+    pub fd: OwnedFd,
+    pub created: bool,
 }
 
-/// Creates the file `name` in `dir` following a symbolic link there: only
-/// for a destination named on the command line, as GNU `cp` does. A link
-/// to nothing is refused.
-pub(crate) fn create_following(
-    dir: &File,
-    name: &CStr,
-    flags: OFlags,
-    mode: u32,
-) -> io::Result<OwnedFd> {
+/// Creates the file `name` in `dir` for writing, or with `excl` false
+/// opens the one already there, as it is: not truncated (it may be the
+/// source itself under another name, which the caller checks), and
+/// possibly not a regular file (a FIFO or a device is written into, never
+/// replaced). A symbolic link there is an error (`ELOOP`), never written
+/// through.
+///
+/// A new file costs one `openat` (`O_CREAT | O_EXCL`); an existing one a
+/// second, which tells the two apart without a `stat`.
+pub(crate) fn create(dir: &File, name: &CStr, excl: bool, mode: u32) -> io::Result<Dest> {
+    let base = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    // A name removed between the two calls is created on the next round;
+    // one that keeps coming and going is reported.
+    for _ in 0..4 {
+        match rustix::fs::openat(
+            dir,
+            name,
+            base | OFlags::CREATE | OFlags::EXCL,
+            Mode::from_raw_mode(mode),
+        ) {
+            Ok(fd) => return Ok(Dest { fd, created: true }),
+            Err(rustix::io::Errno::EXIST) if !excl => {}
+            Err(e) => return Err(e.into()),
+        }
+        match rustix::fs::openat(dir, name, base, Mode::empty()) {
+            Ok(fd) => return Ok(Dest { fd, created: false }),
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::ENOENT))
+}
+
+/// Creates or opens the file `name` in `dir` following a symbolic link
+/// there: only for a destination named on the command line, as GNU `cp`
+/// does. A link to nothing is refused.
+pub(crate) fn create_following(dir: &File, name: &CStr, excl: bool, mode: u32) -> io::Result<Dest> {
     // `O_EXCL` (`-n`): whatever is there, link or not, is left alone.
-    if !flags.contains(OFlags::EXCL) {
-        let open = flags | OFlags::WRONLY | OFlags::CLOEXEC;
+    if !excl {
+        let open = OFlags::WRONLY | OFlags::CLOEXEC;
         match rustix::fs::openat(dir, name, open, Mode::empty()) {
-            Ok(fd) => return Ok(fd),
+            Ok(fd) => return Ok(Dest { fd, created: false }),
             Err(rustix::io::Errno::NOENT) => {}
             Err(e) => return Err(e.into()),
         }
     }
     // Nothing there that can be opened: create it, but not through a
     // link that points nowhere.
-    create(dir, name, flags, mode)
+    create(dir, name, excl, mode)
 }
 
 /// Whether `name` in `dir` is a symbolic link.

@@ -8,7 +8,11 @@
 //! while it is filled. At the end its attributes are set in this order:
 //!
 //! 1. ownership: only root can give a file away; `EPERM` is ignored, as
-//!    cp does. A `chown` clears set-user-ID bits and file capabilities
+//!    cp does, and then the group alone is set (a user may give a file to
+//!    a group they belong to), and the set-user-ID, set-group-ID and
+//!    sticky bits of a file (the first two of a directory) are left out of
+//!    the mode: they would otherwise apply to a copy owned by the copier,
+//!    not by the source's owner (GNU `cp` does the same). A `chown` clears set-user-ID bits and file capabilities
 //!    (`security.capability`), so everything else comes after it;
 //! 2. extended attributes, ACLs included (`system.posix_acl_access` and
 //!    `system.posix_acl_default` are the ACLs' xattr form), so that an ACL
@@ -53,12 +57,26 @@ pub(crate) fn set_attrs_at(
         libc::AT_SYMLINK_NOFOLLOW
     };
     let fd = dir.as_fd().as_raw_fd();
+    let mut special_bits = 0o7777;
     // SAFETY: a valid fd and a NUL-terminated name; no memory is written.
     if unsafe { libc::fchownat(fd, name.as_ptr(), st.stx_uid, st.stx_gid, flags) } != 0 {
         let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EPERM) {
+        if !matches!(e.raw_os_error(), Some(libc::EPERM | libc::EINVAL)) {
             return Err(e);
         }
+        // The owner cannot be kept: the group may be (a failure here
+        // leaves the copier's group, as cp does), and the copy, owned by
+        // the copier, must not be set-user-ID, set-group-ID or sticky.
+        // SAFETY: as above; `u32::MAX` (-1) leaves the owner as it is.
+        unsafe { libc::fchownat(fd, name.as_ptr(), u32::MAX, st.stx_gid, flags) };
+        // As GNU `cp`: a directory keeps its sticky bit (it restricts who
+        // may remove names in it, whoever owns it), and a FIFO or device,
+        // which nothing executes, keeps its bits.
+        special_bits = match u32::from(st.stx_mode) & libc::S_IFMT {
+            libc::S_IFREG => 0o777,
+            libc::S_IFDIR => 0o1777,
+            _ => 0o7777,
+        };
     }
     if let Some((src, inherits)) = xattrs_from {
         copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits)?;
@@ -68,9 +86,9 @@ pub(crate) fn set_attrs_at(
         // SAFETY: as above.
         let rc = unsafe {
             if name.is_empty() {
-                libc::fchmod(fd, mode & 0o7777)
+                libc::fchmod(fd, mode & special_bits)
             } else {
-                libc::fchmodat(fd, name.as_ptr(), mode & 0o7777, 0)
+                libc::fchmodat(fd, name.as_ptr(), mode & special_bits, 0)
             }
         };
         if rc != 0 {

@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use blockio::{AlignedBuf, Engine, Op, OpenRequest, PathAt};
-use rustix::fs::OFlags;
 
 use super::at;
 use super::attrs::{set_attrs_at, Node};
@@ -38,6 +37,12 @@ struct Job<'g> {
     dst: OwnedFd,
     /// `dst` was switched to `O_DIRECT` (see [`go_direct`]).
     direct: bool,
+    /// This copy created `dst`: only then is it removed if the copy fails.
+    created: bool,
+    /// `src` or `dst` is not a regular file (a FIFO or device written
+    /// into, a FIFO read with `--copy-contents`): copied with plain reads
+    /// and writes to the end, never resized, ranged or removed.
+    stream: bool,
     /// The end of the data written so far (a direct copy's last block is
     /// written whole, then the file is cut back to this).
     end: u64,
@@ -99,6 +104,7 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
 fn choose_paths(opts: &CopyOptions, jobs: &mut [Job<'_>]) -> Vec<bool> {
     for j in jobs.iter_mut() {
         j.direct = opts.fsync
+            && !j.stream
             && j.e.st.stx_size >= opts.direct_write_min
             && opts.block % SLOT_ALIGN == 0
             && !is_sparse(j.e)
@@ -106,7 +112,9 @@ fn choose_paths(opts: &CopyOptions, jobs: &mut [Job<'_>]) -> Vec<bool> {
     }
     let ranged: Vec<bool> = jobs
         .iter()
-        .map(|j| j.e.st.stx_size >= opts.copy_range_min && !is_sparse(j.e) && !j.direct)
+        .map(|j| {
+            j.e.st.stx_size >= opts.copy_range_min && !is_sparse(j.e) && !j.direct && !j.stream
+        })
         .collect();
     for (j, _) in jobs.iter().zip(&ranged).filter(|(j, &r)| r || j.direct) {
         // SAFETY: fadvise on an open descriptor has no memory effects.
@@ -139,6 +147,9 @@ fn copy_ranges_and_chunk(
                     continue;
                 }
             }
+        }
+        if j.stream {
+            continue; // copied to the end by `copy_unsized`
         }
         for (start, end) in extents(&j.src, j.e) {
             let mut off = start;
@@ -189,11 +200,12 @@ fn copy_chunks(
 }
 
 /// Reads to the end the files that say they are empty (as those of /proc
-/// do): their size tells nothing.
+/// do): their size tells nothing; and copies those from or to a file that
+/// is not a regular one.
 fn copy_unsized(progress: &Progress, dirs: &DirPair, jobs: &mut [Job<'_>]) {
     for j in jobs
         .iter_mut()
-        .filter(|j| j.failed.is_none() && j.e.st.stx_size == 0)
+        .filter(|j| j.failed.is_none() && (j.e.st.stx_size == 0 || j.stream))
     {
         match copy_to_eof(j, progress) {
             Ok(n) => j.end = n,
@@ -211,7 +223,9 @@ fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
         // its stated size. A direct copy's last block was written whole:
         // cut the copy back. A sparse copy may end in a hole: extend it.
         // (Direct copies are never sparse.)
-        let resize = if let Some(eof) = j.eof {
+        let resize = if j.stream {
+            None
+        } else if let Some(eof) = j.eof {
             Some((eof, "truncate"))
         } else if j.direct && j.end % SLOT_ALIGN as u64 != 0 {
             Some((j.end, "truncate"))
@@ -246,7 +260,7 @@ fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
 /// one (see [`FSYNC_EACH_MIN`]), in one batch.
 fn fsync_large(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
     let live: Vec<usize> = (0..jobs.len())
-        .filter(|&i| jobs[i].failed.is_none() && fsync_each(ctx.opts, jobs[i].e))
+        .filter(|&i| jobs[i].failed.is_none() && !jobs[i].stream && fsync_each(ctx.opts, jobs[i].e))
         .collect();
     let ops: Vec<Op<'_>> = live.iter().map(|&i| Op::fsync(&jobs[i].dst)).collect();
     for (i, r) in run_batch(ctx.engine, ops, live) {
@@ -266,11 +280,11 @@ fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
     for j in jobs {
         srcs.push(j.src);
         dsts.push(j.dst);
-        finished.push((j.e, j.failed));
+        finished.push((j.e, j.failed, j.created, j.stream));
     }
     let _ = ctx.engine.close_batch(srcs);
     let closed = ctx.engine.close_batch(dsts);
-    for (k, (e, failed)) in finished.iter_mut().enumerate() {
+    for (k, (e, failed, _, _)) in finished.iter_mut().enumerate() {
         let err = match &closed {
             Ok(rs) => rs[k].as_ref().err().map(clone),
             Err(err) => Some(clone(err)),
@@ -280,18 +294,29 @@ fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
             *failed = Some((format!("error closing {}", quote(&dst)), err));
         }
     }
-    for (e, failed) in finished {
+    for (e, failed, created, stream) in finished {
         let Some((what, err)) = failed else {
             ctx.progress.files.fetch_add(1, Ordering::Relaxed);
             continue;
         };
         let dst = dirs.dst_of(&e.dst_name);
-        let fate = match at::unlink(&dirs.dst, &e.dst_name) {
-            Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
-            Err(u) => format!(
-                "{what} (the incomplete copy {} could not be removed: {u})",
+        // Only a file this copy created is removed: a name that was there
+        // before may be another link to a file someone needs.
+        let fate = if stream {
+            what
+        } else if !created {
+            format!(
+                "{what} (the copy {} is incomplete; it existed before the copy and was not removed)",
                 quote(&dst)
-            ),
+            )
+        } else {
+            match at::unlink(&dirs.dst, &e.dst_name) {
+                Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
+                Err(u) => format!(
+                    "{what} (the incomplete copy {} could not be removed: {u})",
+                    quote(&dst)
+                ),
+            }
         };
         ctx.errors.report(fate, Some(err));
     }
@@ -389,20 +414,72 @@ fn create_all<'g>(
     turn.created(opened.len() as u64);
     for (e, src) in opened {
         match create_dst(ctx, pair, e) {
-            Ok(Some(fd)) => jobs.push(Job {
-                e,
-                src,
-                dst: fd,
-                direct: false,
-                end: 0,
-                eof: None,
-                failed: None,
-            }),
+            Ok(Some(dst)) => {
+                let stream = match existing(ctx, pair, e, &dst) {
+                    Some(stream) => stream,
+                    None => continue,
+                };
+                jobs.push(Job {
+                    e,
+                    stream: stream || e.kind() != libc::S_IFREG,
+                    src,
+                    dst: dst.fd,
+                    direct: false,
+                    created: dst.created,
+                    end: 0,
+                    eof: None,
+                    failed: None,
+                })
+            }
             Ok(None) => {}
             Err(err) => created_failed(ctx, pair, e, err),
         }
     }
     jobs
+}
+
+/// An existing destination, opened as it is: refused (`None`, reported)
+/// when it is the source itself (a hard link to it, or the file a link
+/// named on the command line leads to), emptied when it is a regular file
+/// (`Some(false)`); any other kind (a FIFO, a device) is written into as
+/// it is (`Some(true)`), as `cp` does, never replaced.
+fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &at::Dest) -> Option<bool> {
+    if dst.created {
+        return Some(false);
+    }
+    let path = || dirs.dst_of(&e.dst_name);
+    let st = match fstat(&dst.fd) {
+        Ok(st) => st,
+        Err(err) => {
+            ctx.errors
+                .report(format!("cannot stat {}", quote(&path())), Some(err));
+            return None;
+        }
+    };
+    if (
+        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+        st.stx_ino,
+    ) == e.id()
+    {
+        let what = format!(
+            "{} and {} are the same file",
+            quote(&dirs.src_of(&e.src_name)),
+            quote(&path())
+        );
+        ctx.errors.report(what, None);
+        return None;
+    }
+    if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+        return Some(true);
+    }
+    // SAFETY: a valid fd; no memory is passed.
+    if unsafe { libc::ftruncate(dst.fd.as_raw_fd(), 0) } != 0 {
+        let err = io::Error::last_os_error();
+        ctx.errors
+            .report(format!("cannot truncate {}", quote(&path())), Some(err));
+        return None;
+    }
+    Some(false)
 }
 
 /// The permission bits a copy is created with. With `-p` the owner's bits
@@ -417,21 +494,16 @@ fn create_mode(opts: &CopyOptions, e: &Entry) -> u32 {
     }
 }
 
-/// Creates (or truncates) the copy of `e`; `None` when it was made a hard
+/// Creates (or opens, to overwrite) the copy of `e`; `None` when it was made a hard
 /// link to an earlier copy of the same file (`-a`), which needs no data.
-fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Option<OwnedFd>> {
-    let flags = OFlags::TRUNC
-        | if ctx.opts.no_clobber {
-            OFlags::EXCL
-        } else {
-            OFlags::empty()
-        };
+fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Option<at::Dest>> {
+    let excl = ctx.opts.no_clobber;
     let mode = create_mode(ctx.opts, e);
     let create = || {
         if e.follow_dst {
-            at::create_following(&pair.dst, &e.dst_name, flags, mode)
+            at::create_following(&pair.dst, &e.dst_name, excl, mode)
         } else {
-            at::create(&pair.dst, &e.dst_name, flags, mode)
+            at::create(&pair.dst, &e.dst_name, excl, mode)
         }
     };
     if !(ctx.opts.preserve && e.st.stx_nlink > 1) {
@@ -453,9 +525,9 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
         ctx.progress.files.fetch_add(1, Ordering::Relaxed);
         return Ok(None);
     }
-    let fd = create()?;
+    let dst = create()?;
     links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
-    Ok(Some(fd))
+    Ok(Some(dst))
 }
 
 /// Reports a copy that could not be created (or skips it, with `-n`).
@@ -711,19 +783,65 @@ fn failure(dirs: &DirPair, e: &Entry, side: Side) -> String {
 }
 
 /// Copies a file by reading it until a read returns nothing; the bytes
-/// copied. For files whose stated size is no guide (0 for most of /proc).
+/// copied. For files whose stated size is no guide (0 for most of /proc),
+/// and with plain reads and writes (no offsets) for a stream: a FIFO or
+/// device at either end.
 fn copy_to_eof(j: &Job<'_>, progress: &Progress) -> Result<u64, (Side, io::Error)> {
-    let mut buf = [0u8; 16 << 10];
+    let mut buf = vec![0u8; if j.stream { 128 << 10 } else { 16 << 10 }];
     let mut off = 0u64;
     loop {
-        let n = read_full(&j.src, off, &mut buf, 0).map_err(|e| (Side::Read, e))?;
+        let n = if j.stream {
+            read_some(&j.src, &mut buf)
+        } else {
+            read_full(&j.src, off, &mut buf, 0)
+        };
+        let n = n.map_err(|e| (Side::Read, e))?;
         if n == 0 {
             return Ok(off);
         }
-        write_full(&j.dst, off, &buf[..n], 0).map_err(|e| (Side::Write, e))?;
+        if j.stream {
+            write_all(&j.dst, &buf[..n])
+        } else {
+            write_full(&j.dst, off, &buf[..n], 0)
+        }
+        .map_err(|e| (Side::Write, e))?;
         progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
         off += n as u64;
     }
+}
+
+/// One `read` at the file's position, retried when interrupted.
+fn read_some(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: the pointer and length come from the live slice `buf`.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Writes all of `buf` at the file's position.
+fn write_all(fd: &OwnedFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: the pointer and length come from the live slice `buf`.
+        let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+        match n {
+            0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            n if n > 0 => buf = &buf[n as usize..],
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Finishes a short read; the bytes read in all (fewer at end of file).

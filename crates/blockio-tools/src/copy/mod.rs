@@ -46,9 +46,14 @@
 //! mode kept), an existing directory is merged into. `preserve` (`-p`, `-a`)
 //! also copies the exact mode, ownership (when permitted, as root) and
 //! access and modification times. `no_clobber` (`-n`) skips existing
-//! destinations silently. A directory is never copied into itself. An error
-//! on one file is reported with its path and the copy goes on; a file that
-//! failed part-way is removed, and the error says so.
+//! destinations silently. A directory is never copied into itself, and a
+//! file never onto itself (through links or hard links: GNU's
+//! `same_file_ok` rule on the command line, the opened destination's inode
+//! inside a tree). An existing FIFO or device at the destination is
+//! written into, never replaced. An error on one file is reported with
+//! its path and the copy goes on; a file the copy created that failed
+//! part-way is removed, and the error says so (a file that existed before
+//! is never removed).
 
 mod at;
 mod attrs;

@@ -68,6 +68,7 @@ pub(crate) fn run(
         work: Work::default(),
         fixups: Mutex::new(Vec::new()),
         filesystems: Mutex::new(Vec::new()),
+        operands_seen: Mutex::default(),
     };
     for src in sources {
         walker.operand(src, dest, dest_is_dir);
@@ -212,6 +213,8 @@ struct Walker<'a> {
     /// before anything was written there (`syncfs` reports the write-back
     /// errors that happened since its file was opened).
     filesystems: Mutex<Vec<(u64, PathBuf, File)>>,
+    /// The operands copied so far, as written, with their (device, inode).
+    operands_seen: Mutex<std::collections::HashSet<(std::ffi::OsString, (u64, u64))>>,
 }
 
 fn parent(p: &Path) -> &Path {
@@ -234,6 +237,11 @@ fn final_name(p: &Path) -> Option<std::ffi::CString> {
 impl Walker<'_> {
     fn report(&self, what: String, e: Option<io::Error>) {
         self.ctx.errors.report(what, e)
+    }
+
+    /// A message that is not an error (the exit status stays 0).
+    fn warn(&self, what: String) {
+        (self.ctx.errors.sink)(&super::CopyError { what, error: None })
     }
 
     fn work_loop(&self) {
@@ -281,20 +289,36 @@ impl Walker<'_> {
                 None,
             );
         };
-        if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR {
+        let is_dir = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
+        // One source named twice (`cp a a t/`) is copied once, with a
+        // warning, as cp does.
+        let id = (
+            libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+            st.stx_ino,
+        );
+        let first = self
+            .operands_seen
+            .lock()
+            .expect("lock")
+            .insert((src.as_os_str().to_owned(), id));
+        if !first {
+            let kind = if is_dir { "directory" } else { "file" };
+            return self.warn(format!(
+                "warning: source {kind} {} specified more than once",
+                quote(src)
+            ));
+        }
+        if is_dir {
             // `cp -r s t` with `t` a directory copies to `t/s`, a name the
             // user did not write: a link there is not followed.
             let follow = !dest_is_dir || at::last_component(src) == ".";
             return self.operand_dir(src, &target, &st, follow);
         }
-        if let Ok(m) = std::fs::symlink_metadata(&target) {
-            if m.dev() == libc::makedev(st.stx_dev_major, st.stx_dev_minor) && m.ino() == st.stx_ino
-            {
-                return self.report(
-                    format!("{} and {} are the same file", quote(src), quote(&target)),
-                    None,
-                );
-            }
+        if !same_file_ok(src, &st, &target) {
+            return self.report(
+                format!("{} and {} are the same file", quote(src), quote(&target)),
+                None,
+            );
         }
         let Some(pair) = self.operand_parents(src, &target) else {
             return;
@@ -884,6 +908,72 @@ enum Replace {
     Skip,
     Removed,
     Failed,
+}
+
+/// A (device, inode) pair of a `stat`.
+fn id_of(m: &std::fs::Metadata) -> (u64, u64) {
+    (m.dev(), m.ino())
+}
+
+/// Whether a non-directory operand `src` (`st`: its `statx`, of the link
+/// itself when the source is copied as a link) may be copied to `dst`,
+/// by GNU `cp`'s rule (`same_file_ok`, without backups): never onto the
+/// file itself, reached through a link on either side or by another hard
+/// link, since opening it to write would empty the source. Two distinct
+/// links are fine when the source is copied as a link: the destination
+/// link is replaced. A destination that does not exist is fine.
+fn same_file_ok(src: &Path, st: &libc::statx, dst: &Path) -> bool {
+    let src_kind = u32::from(st.stx_mode) & libc::S_IFMT;
+    let src_id = (
+        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+        st.stx_ino,
+    );
+    // A regular file is written through a link at the destination, so the
+    // file it leads to is what counts; anything else replaces the link.
+    let dst_st = if src_kind == libc::S_IFREG {
+        std::fs::metadata(dst)
+    } else {
+        std::fs::symlink_metadata(dst)
+    };
+    let Ok(dst_st) = dst_st else {
+        return true;
+    };
+    let dst_is_link = dst_st.file_type().is_symlink();
+    if src_kind == libc::S_IFLNK && dst_is_link {
+        // Two links: fine unless they are one name.
+        return !same_name(src, dst);
+    }
+    if src_kind != libc::S_IFLNK && !dst_is_link && src_id != id_of(&dst_st) {
+        return true;
+    }
+    // One side is a link (or both are one file): compare what they lead to.
+    let src_target = if src_kind == libc::S_IFLNK {
+        match std::fs::metadata(src) {
+            Ok(m) => id_of(&m),
+            Err(_) => return true,
+        }
+    } else {
+        src_id
+    };
+    let dst_target = if dst_is_link {
+        match std::fs::metadata(dst) {
+            Ok(m) => id_of(&m),
+            Err(_) => return true,
+        }
+    } else {
+        id_of(&dst_st)
+    };
+    src_target != dst_target
+}
+
+/// Whether two paths name the same directory entry: the same name in the
+/// same directory (`a` and `./a`).
+fn same_name(a: &Path, b: &Path) -> bool {
+    at::last_component(a) == at::last_component(b)
+        && match (std::fs::metadata(parent(a)), std::fs::metadata(parent(b))) {
+            (Ok(x), Ok(y)) => id_of(&x) == id_of(&y),
+            _ => false,
+        }
 }
 
 /// The copy of a directory operand: following a link at its last

@@ -1,0 +1,352 @@
+//! `blockio cp` against GNU `cp` (`/usr/bin/cp`) on the same input: each
+//! case is set up twice by the same shell script, each tool runs with the
+//! same arguments in its own copy, and the exit status, the messages (the
+//! program name aside) and everything left on disk must be the same.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::process::Command;
+
+/// GNU `cp`, found in `/usr/bin` (the only directory on the `PATH` the
+/// runs get), so that it names itself `cp` in its messages.
+const GNU_CP: &str = "cp";
+
+/// What one run did: exit status, messages, and the directory afterwards.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    tree: BTreeMap<OsString, String>,
+}
+
+/// Every entry below `root`: kind, permission bits, owner, and the
+/// contents of files, targets of links, numbers of devices, and which
+/// names are one file.
+fn snapshot(root: &Path) -> BTreeMap<OsString, String> {
+    let mut out = BTreeMap::new();
+    let mut inodes: BTreeMap<u64, OsString> = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let mut names: Vec<_> = fs::read_dir(&d).unwrap().map(|e| e.unwrap()).collect();
+        names.sort_by_key(|e| e.file_name());
+        for e in names {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().as_os_str().to_owned();
+            let m = fs::symlink_metadata(&p).unwrap();
+            let t = m.file_type();
+            let what = if t.is_symlink() {
+                // An absolute target inside the run's directory is the
+                // same in both runs.
+                let t = fs::read_link(&p).unwrap().display().to_string();
+                format!("link -> {}", t.replace(&*root.to_string_lossy(), "<w>"))
+            } else if t.is_dir() {
+                stack.push(p.clone());
+                "dir".to_string()
+            } else if t.is_file() {
+                let first = inodes.entry(m.ino()).or_insert_with(|| rel.clone());
+                let same = if *first != rel {
+                    format!(" (= {})", first.to_string_lossy())
+                } else {
+                    String::new()
+                };
+                format!(
+                    "file {:?}{same}",
+                    String::from_utf8_lossy(&fs::read(&p).unwrap())
+                )
+            } else if t.is_fifo() {
+                "fifo".to_string()
+            } else if t.is_char_device() || t.is_block_device() {
+                format!("device {:x}", m.rdev())
+            } else {
+                "other".to_string()
+            };
+            let perms = if t.is_symlink() { 0 } else { m.mode() & 0o7777 };
+            out.insert(
+                rel,
+                format!("{what} mode {perms:o} owner {}:{}", m.uid(), m.gid()),
+            );
+        }
+    }
+    out
+}
+
+/// GNU's messages start `cp: `; ours `blockio cp: ` (or `cp: ` when run
+/// through a link named `cp`): compared without the program name.
+fn messages(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .map(|l| l.strip_prefix("blockio ").unwrap_or(l))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// Runs `setup` with `sh` in a new directory `w` under `dir`, then `cmd`
+/// there (`prefix` first, such as `setpriv ...`) with `args`.
+fn run_in(dir: &Path, setup: &str, prefix: &[&str], cmd: &[&str], args: &[&str]) -> Outcome {
+    let w = dir.join("w");
+    fs::create_dir(&w).unwrap();
+    let s = Command::new("sh")
+        .args(["-ec", setup])
+        .current_dir(&w)
+        .output()
+        .unwrap();
+    assert!(
+        s.status.success(),
+        "setup `{setup}`: {}",
+        messages(&s.stderr)
+    );
+    let argv: Vec<&str> = prefix.iter().chain(cmd).chain(args).copied().collect();
+    let o = Command::new(argv[0])
+        .args(&argv[1..])
+        .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
+        .current_dir(&w)
+        .output()
+        .unwrap();
+    Outcome {
+        code: o.status.code(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: messages(&o.stderr),
+        tree: snapshot(&w),
+    }
+}
+
+/// GNU `cp` and `blockio cp` on the same input: (GNU, ours).
+fn both(setup: &str, prefix: &[&str], args: &[&str]) -> (Outcome, Outcome) {
+    let (g, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for d in [&g, &b] {
+        // Reachable by an unprivileged user running the copy.
+        fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let gnu = run_in(g.path(), setup, prefix, &[GNU_CP], args);
+    let ours = run_in(
+        b.path(),
+        setup,
+        prefix,
+        &[env!("CARGO_BIN_EXE_blockio"), "cp"],
+        args,
+    );
+    (gnu, ours)
+}
+
+use std::os::unix::fs::PermissionsExt;
+
+/// Asserts that `blockio cp args` does what GNU `cp args` does after
+/// `setup`; returns GNU's outcome for further checks.
+#[track_caller]
+fn like_gnu(setup: &str, args: &[&str]) -> Outcome {
+    like_gnu_as(&[], setup, args)
+}
+
+#[track_caller]
+fn like_gnu_as(prefix: &[&str], setup: &str, args: &[&str]) -> Outcome {
+    let (gnu, ours) = both(setup, prefix, args);
+    assert_eq!(
+        ours,
+        gnu,
+        "`cp {}` after `{setup}`: ours (left) differs from GNU's (right)",
+        args.join(" ")
+    );
+    gnu
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Every way of naming the source as the destination is refused before
+/// anything is opened for writing: through a link at either end (relative
+/// or absolute), two links to one file, a hard link, a `./` path; with
+/// and without `-a`/`-p`. Before, `cp f sl` emptied `f`, and `cp -a sl f`
+/// replaced `f` by a link to itself.
+#[test]
+fn the_same_file_under_another_name_is_refused_as_gnu_refuses_it() {
+    let cases: &[(&str, &[&str])] = &[
+        ("echo data > f; ln -s f sl", &["f", "sl"]),
+        ("echo data > f; ln -s f sl", &["-a", "f", "sl"]),
+        ("echo data > f; ln -s f sl", &["-p", "f", "sl"]),
+        ("echo data > f; ln -s \"$PWD/f\" sl", &["-p", "f", "sl"]),
+        ("echo data > f; ln -s f sl", &["sl", "f"]),
+        ("echo data > f; ln -s f sl", &["-a", "sl", "f"]),
+        (
+            "echo data > f; ln -s f sl; ln -s f sl2",
+            &["-a", "sl", "sl2"],
+        ),
+        ("echo data > f; ln f h", &["f", "h"]),
+        ("echo data > f; ln f h", &["-a", "f", "h"]),
+        ("echo data > f", &["f", "./f"]),
+        ("echo data > f; mkdir d; ln -s ../f d/f", &["f", "d"]),
+    ];
+    for (setup, args) in cases {
+        let gnu = like_gnu(setup, args);
+        assert_eq!(
+            gnu.tree[&OsString::from("f")],
+            "file \"data\\n\" mode 644 owner 0:0".replace("0:0", &owner()),
+            "{args:?}: the source is intact"
+        );
+    }
+}
+
+fn owner() -> String {
+    // SAFETY: no preconditions, cannot fail.
+    unsafe { format!("{}:{}", libc::geteuid(), libc::getegid()) }
+}
+
+/// A source named twice is copied once, with GNU's warning, exit 0 (it
+/// was "No such file or directory" for a directory given twice).
+#[test]
+fn a_source_named_twice_is_copied_once_with_a_warning() {
+    let setup = "echo data > f; mkdir a d; echo x > a/x";
+    like_gnu(setup, &["-a", "a", "a", "d/"]);
+    like_gnu(setup, &["-a", "f", "f", "d/"]);
+    let o = like_gnu(setup, &["-r", "a", "f", "a", "f", "d"]);
+    assert_eq!(o.code, Some(0));
+    assert!(
+        o.stderr.contains("specified more than once"),
+        "{}",
+        o.stderr
+    );
+}
+
+/// An existing FIFO at the destination is opened and written into, as GNU
+/// does: the reader waiting on it gets the data and the FIFO stays. It
+/// was deleted (its positioned writes failed, and the failed copy was
+/// removed).
+#[test]
+fn an_existing_fifo_is_written_into_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(d.join("small"), b"small data\n").unwrap();
+    let fifo = std::ffi::CString::new(d.join("pipe").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path, alive for the call.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let pipe = d.join("pipe");
+    let reader = std::thread::spawn(move || fs::read(pipe).unwrap());
+    let o = Command::new(env!("CARGO_BIN_EXE_blockio"))
+        .current_dir(d)
+        .args(["cp", "small", "pipe"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", messages(&o.stderr));
+    assert_eq!(reader.join().unwrap(), b"small data\n");
+    assert!(fs::symlink_metadata(d.join("pipe"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+}
+
+/// An existing device node at the destination is written into and kept
+/// (`cp sparse /dev/null` as root removed `/dev/null`: extending the copy
+/// to the source's size failed, and the failed copy was removed); here a
+/// null device made for the test, as a file and inside a tree, with and
+/// without `-a`.
+#[test]
+fn an_existing_device_is_written_into_not_replaced() {
+    assert!(
+        root(),
+        "this test makes device nodes and needs root (CI runs as root)"
+    );
+    let setup = "echo data > f; truncate -s 1M sparse; mknod n c 1 3; chmod 666 n; \
+                 mkdir -p s t/s; echo x > s/n; mknod t/s/n c 1 3";
+    for args in [
+        &["f", "n"][..],
+        &["sparse", "n"],
+        &["-p", "f", "n"],
+        &["-a", "f", "n"],
+        &["-r", "s", "t"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert!(
+            o.tree[&OsString::from("n")].starts_with("device 103"),
+            "{o:?}"
+        );
+        assert!(
+            o.tree[&OsString::from("t/s/n")].starts_with("device 103"),
+            "{o:?}"
+        );
+    }
+}
+
+/// `-p`/`-a` by a user who cannot keep the owner (here `nobody`, with
+/// group `users` as a supplementary group): the copy is owned by the
+/// copier, so its set-user-ID, set-group-ID and sticky bits are cleared,
+/// as GNU clears them; its group is kept when the copier belongs to it.
+/// Before, a 4755 file of root's became a 4755 file of the copier's.
+#[test]
+fn preserving_without_the_owner_clears_the_special_bits_and_keeps_the_group() {
+    assert!(
+        root(),
+        "this test makes root's files and copies them as nobody"
+    );
+    let setup = "for m in 4755 2755 6755 1755 755; do echo $m > f$m; chmod $m f$m; done; \
+                 mkdir -m 1777 sticky; chgrp users f755 f4755; \
+                 mkdir -m 777 out";
+    for (groups, flag) in [("", "-p"), ("", "-a"), ("100", "-p"), ("100", "-a")] {
+        let mut prefix = vec!["setpriv", "--reuid=65534", "--regid=65534"];
+        let g = format!("--groups={groups}");
+        prefix.push(if groups.is_empty() {
+            "--clear-groups"
+        } else {
+            &g
+        });
+        let args = [
+            flag, "-r", "f4755", "f2755", "f6755", "f1755", "f755", "sticky", "out",
+        ];
+        let o = like_gnu_as(&prefix, setup, &args);
+        assert_eq!(o.code, Some(0), "{}", o.stderr);
+        for name in ["out/f4755", "out/f2755", "out/f6755", "out/f1755"] {
+            assert!(o.tree[&OsString::from(name)].contains("mode 755"), "{o:?}");
+        }
+        // A directory keeps its sticky bit, as with GNU.
+        assert!(
+            o.tree[&OsString::from("out/sticky")].contains("mode 1777"),
+            "{o:?}"
+        );
+    }
+}
+
+/// A copy that fails part-way onto an existing file (a full disk) leaves
+/// that name in place: it may be another link to a file someone needs,
+/// and only files the copy created are ever removed. Before, the name was
+/// removed and the other link kept the partial data.
+#[test]
+fn a_failed_overwrite_never_removes_a_name_the_copy_did_not_create() {
+    assert!(
+        root(),
+        "this test mounts a 1 MiB tmpfs and needs root (CI runs as root)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(d.join("big"), vec![7u8; 3 << 20]).unwrap();
+    fs::create_dir(d.join("small")).unwrap();
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs small && cd small && echo old > file && ln file other && \
+         '{0}' cp ../big file; rc=$?; ls -i file other >&2 || true; '{0}' cp ../big new; \
+         test ! -e new && exit $rc",
+        env!("CARGO_BIN_EXE_blockio"),
+    );
+    let o = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .current_dir(d)
+        .output()
+        .expect("unshare (util-linux)");
+    let err = messages(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(
+        err.contains("existed before the copy and was not removed"),
+        "{err}"
+    );
+    let inodes: Vec<&str> = err
+        .lines()
+        .filter(|l| l.ends_with(" file") || l.ends_with(" other"))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(inodes.len(), 2, "both names are still there: {err}");
+    assert_eq!(inodes[0], inodes[1], "and still one file: {err}");
+}
