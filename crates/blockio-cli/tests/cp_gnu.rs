@@ -81,6 +81,7 @@ fn messages(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes)
         .lines()
         .map(|l| l.strip_prefix("blockio ").unwrap_or(l))
+        .map(|l| l.replace("'blockio cp --help'", "'cp --help'"))
         .map(|l| format!("{l}\n"))
         .collect()
 }
@@ -104,6 +105,7 @@ fn run_in(dir: &Path, setup: &str, prefix: &[&str], cmd: &[&str], args: &[&str])
     let o = Command::new(argv[0])
         .args(&argv[1..])
         .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
+        .env("LC_ALL", "C")
         .current_dir(&w)
         .output()
         .unwrap();
@@ -349,4 +351,110 @@ fn a_failed_overwrite_never_removes_a_name_the_copy_did_not_create() {
         .collect();
     assert_eq!(inodes.len(), 2, "both names are still there: {err}");
     assert_eq!(inodes[0], inodes[1], "and still one file: {err}");
+}
+
+/// Without `-r`, as GNU: links on the command line are followed (with
+/// `-r` copied as links, unless `-H` or `-L`); a FIFO is read; a device
+/// is read (`cp /dev/null log` empties `log`); a directory is left out
+/// ("omitting directory", exit 1); `cp f nodir/` is "Not a directory";
+/// dangling and looping links are "cannot stat". Before, all of these
+/// copied recursively, links as links.
+#[test]
+fn without_r_links_are_followed_and_specials_read_as_gnu_does() {
+    let setup = "echo data > f; mkdir d; echo in > d/x; ln -s f sl; ln -s f sl2; ln -s d dl; \
+                 ln -s nowhere dangling; ln -s loop loop; echo log > log; mkfifo p; \
+                 (echo from-fifo > p) >/dev/null 2>&1 &";
+    let cases: &[&[&str]] = &[
+        &["sl", "x"],
+        &["-r", "sl", "x"],
+        &["-rH", "sl", "x"],
+        &["-rL", "sl", "x"],
+        &["-P", "sl", "x"],
+        &["-d", "sl", "x"],
+        &["-r", "dl", "x"],
+        &["-rH", "dl", "x"],
+        &["dl", "x"],
+        &["p", "x"],
+        &["/dev/null", "log"],
+        &["d", "x"],
+        &["d", "f", "sl", "x"],
+        &["f", "nodir/"],
+        &["dangling", "x"],
+        &["loop", "x"],
+        &["sl", "sl2"],
+        &["-r", "d", "f", "nodir"],
+        &["-r", "d/", "x"],
+        &["-r", "--strip-trailing-slashes", "dl/", "x"],
+        &["-r", "--strip-trailing-slashes", "dl/", "d"],
+    ];
+    for args in cases {
+        // The FIFO's writer waits for a reader: only the cases that read
+        // it are run with it.
+        let setup = if args.contains(&"p") {
+            setup.to_string()
+        } else {
+            setup.replace("(echo from-fifo > p) >/dev/null 2>&1 &", "true")
+        };
+        like_gnu(&setup, args);
+    }
+}
+
+/// With `-r --copy-contents`, a FIFO is read like a file, as GNU does;
+/// with `-r` alone it is made anew.
+#[test]
+fn copy_contents_reads_fifos_when_recursive() {
+    let setup = "mkfifo p; (echo from-fifo > p) >/dev/null 2>&1 &";
+    like_gnu(setup, &["-r", "--copy-contents", "p", "x"]);
+    like_gnu("mkfifo p", &["-r", "p", "x"]);
+}
+
+/// `-t DIR` and `-T`, as GNU.
+#[test]
+fn target_directory_options_work_as_gnu_does() {
+    let setup = "echo data > f; mkdir d e; echo in > d/x; echo old > e/x";
+    for args in [
+        &["-t", "e", "f"][..],
+        &["-rt", "e", "d", "f"],
+        &["--target-directory=e", "f"],
+        &["--target=e", "f"],
+        &["-rT", "d", "new"],
+        &["-rT", "d", "e"],
+        &["-T", "f", "d"],
+        &["-T", "f", "g"],
+        &["-t", "f", "d"],
+        &["-t", "nowhere", "f"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
+/// Usage errors print GNU's message (and its pointer to `--help`) and
+/// exit with 1; long options may be abbreviated; options and operands
+/// mix; `--` ends the options.
+#[test]
+fn usage_errors_and_option_syntax_as_gnu() {
+    let setup = "echo data > f; mkdir d; echo in > d/x";
+    for args in [
+        &[][..],
+        &["f"],
+        &["--bogus", "f", "g"],
+        &["--bogus=1", "f", "g"],
+        &["--re", "f", "g"],
+        &["-q", "f", "g"],
+        &["-t"],
+        &["--target-directory"],
+        &["--recursive=yes", "d", "g"],
+        &["-T", "f", "g", "h"],
+        &["-t", ".", "-T", "f"],
+        &["-t", "d", "-t", "d", "f"],
+        &["--rec", "d", "g"],
+        &["d", "g", "--recursive"],
+        &["--", "-x", "f"],
+        &["-rP"],
+        &["--no-target", "f", "g"],
+        &["--arch", "d", "g"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_ne!(o.code, Some(2), "{args:?}");
+    }
 }

@@ -76,6 +76,9 @@ pub(crate) struct Entry {
     /// there is followed (to an existing file only), as GNU `cp` does.
     /// Everywhere else a link in the way is refused.
     pub follow_dst: bool,
+    /// The source was named on the command line and is to be followed if
+    /// it is a link (`-L`, `-H`, or no `-r`): it is opened following it.
+    pub follow_src: bool,
 }
 
 impl Entry {
@@ -86,6 +89,7 @@ impl Entry {
             dst_name: name,
             st,
             follow_dst: false,
+            follow_src: false,
         }
     }
     /// The `statx` of a regular file known from its directory entry only.

@@ -25,6 +25,12 @@ use super::{quote, CopyOptions, Progress};
 /// cache; the syncfs writes them all merged, with one flush.
 pub(crate) const FSYNC_EACH_MIN: u64 = 1 << 20;
 
+/// Whether FIFOs and devices are read like files (see
+/// `CopyOptions::copy_contents`).
+fn as_regular(opts: &CopyOptions) -> bool {
+    !opts.recursive || opts.copy_contents
+}
+
 /// Whether `e` is made durable by an fsync of its own (with `--fsync`).
 fn fsync_each(opts: &CopyOptions, e: &Entry) -> bool {
     opts.fsync && e.st.stx_size >= FSYNC_EACH_MIN
@@ -350,8 +356,10 @@ fn open_sources<'g>(
     let opens: Vec<OpenRequest<'_>> = files
         .iter()
         .map(|e| {
+            // Only an operand to be followed is opened through a link.
+            let nofollow = if e.follow_src { 0 } else { libc::O_NOFOLLOW };
             OpenRequest::new(PathAt::in_dir(&dirs.src, &e.src_name))
-                .flags(libc::O_RDONLY | libc::O_NOFOLLOW)
+                .flags(libc::O_RDONLY | nofollow)
         })
         .collect();
     let srcs = match ctx.engine.open_batch(&opens) {
@@ -387,7 +395,10 @@ fn open_sources<'g>(
                 }
             }
         }
-        if e.st.stx_mode as u32 & libc::S_IFMT != libc::S_IFREG {
+        let kind = e.st.stx_mode as u32 & libc::S_IFMT;
+        let readable = kind == libc::S_IFREG
+            || (kind != libc::S_IFDIR && kind != libc::S_IFLNK && as_regular(ctx.opts));
+        if !readable {
             let what = format!("{} is no longer a regular file: not copied", quote(&src));
             errors.report(what, None);
             continue;

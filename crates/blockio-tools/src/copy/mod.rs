@@ -69,9 +69,35 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Which symbolic links among the sources are followed (copied as the
+/// file they lead to) rather than copied as links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dereference {
+    /// None (`-P`, and the default with `-r`).
+    Never,
+    /// Those named on the command line (`-H`).
+    CommandLine,
+    /// All of them, on the command line and, with `recursive`, inside the
+    /// trees (`-L`, and the default without `-r`).
+    Always,
+}
+
 /// How `copy` works.
 #[derive(Debug, Clone)]
 pub struct CopyOptions {
+    /// Copy directories and what they hold (`-r`); without it a directory
+    /// operand is reported ("omitting directory") and left out.
+    pub recursive: bool,
+    /// Which symbolic links are followed (default: `Never`, as `cp -r`).
+    pub dereference: Dereference,
+    /// Read FIFOs and devices and copy what they give into regular files,
+    /// instead of making new FIFOs and device nodes: always without
+    /// `recursive`, as cp does, and with it for `--copy-contents`.
+    pub copy_contents: bool,
+    /// The destination is the copy's name even when it is a directory
+    /// (`-T`): `cp -rT s d` merges `s` into `d`, and a file is never
+    /// copied into `d`.
+    pub no_target_directory: bool,
     /// Keep mode, ownership (when permitted) and times (`-p`, `-a`).
     pub preserve: bool,
     /// Do not overwrite existing files (`-n`).
@@ -110,6 +136,10 @@ pub struct CopyOptions {
 impl Default for CopyOptions {
     fn default() -> Self {
         CopyOptions {
+            recursive: true,
+            dereference: Dereference::Never,
+            copy_contents: false,
+            no_target_directory: false,
             preserve: false,
             no_clobber: false,
             fsync: false,
@@ -223,12 +253,13 @@ pub fn copy(
             opts.block, opts.wave, opts.group, opts.threads
         )));
     }
-    let dest_is_dir = std::fs::metadata(dest).is_ok_and(|m| m.is_dir());
+    let dest_meta = std::fs::metadata(dest);
+    let dest_is_dir = !opts.no_target_directory && dest_meta.as_ref().is_ok_and(|m| m.is_dir());
     if sources.len() > 1 && !dest_is_dir {
-        return Err(usage(format!(
-            "target '{}' is not a directory",
-            dest.display()
-        )));
+        return Err(usage(match dest_meta {
+            Err(e) => format!("target {}: {}", quote(dest), os_message(&e)),
+            Ok(_) => format!("target {} is not a directory", quote(dest)),
+        }));
     }
     raise_fd_limit();
     let started = std::time::Instant::now();

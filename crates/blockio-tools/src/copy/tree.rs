@@ -239,6 +239,12 @@ impl Walker<'_> {
         self.ctx.errors.report(what, e)
     }
 
+    /// Whether FIFOs and devices are read like files (see
+    /// `CopyOptions::copy_contents`).
+    fn as_regular(&self) -> bool {
+        !self.ctx.opts.recursive || self.ctx.opts.copy_contents
+    }
+
     /// A message that is not an error (the exit status stays 0).
     fn warn(&self, what: String) {
         (self.ctx.errors.sink)(&super::CopyError { what, error: None })
@@ -257,24 +263,33 @@ impl Walker<'_> {
         }
     }
 
-    fn stat_one(&self, at: PathAt<'_>) -> io::Result<libc::statx> {
-        self.ctx
-            .engine
-            .stat_batch(&[at], libc::AT_SYMLINK_NOFOLLOW)?
-            .remove(0)
+    fn stat_one(&self, at: PathAt<'_>, follow: bool) -> io::Result<libc::statx> {
+        let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+        self.ctx.engine.stat_batch(&[at], flags)?.remove(0)
     }
 
     /// One command-line source, by GNU `cp`'s rules for arguments: links
     /// on the way to it (and to the destination) are followed; the source
-    /// itself is copied as a link unless written with a trailing `/` (or
-    /// `/.`); a source ending in `/.` has its contents merged into an
-    /// existing destination directory.
+    /// itself is followed when written with a trailing `/` (or `/.`) or
+    /// by `dereference` (the default without `-r`), else copied as a link;
+    /// a source ending in `/.` has its contents merged into an existing
+    /// destination directory.
     fn operand(&self, src: &Path, dest: &Path, dest_is_dir: bool) {
+        let opts = self.ctx.opts;
         let csrc = cname(src.as_os_str());
-        let st = match self.stat_one(PathAt::cwd(&csrc)) {
+        let follow_src = opts.dereference != super::Dereference::Never
+            || src.as_os_str().as_bytes().ends_with(b"/");
+        let st = match self.stat_one(PathAt::cwd(&csrc), follow_src) {
             Ok(st) => st,
             Err(e) => return self.report(format!("cannot stat {}", quote(src)), Some(e)),
         };
+        let kind = u32::from(st.stx_mode) & libc::S_IFMT;
+        if kind == libc::S_IFDIR && !opts.recursive {
+            return self.report(
+                format!("-r not specified; omitting directory {}", quote(src)),
+                None,
+            );
+        }
         let Some(src_name) = final_name(src) else {
             return self.report(format!("cannot copy {}: it has no name", quote(src)), None);
         };
@@ -314,7 +329,23 @@ impl Walker<'_> {
             let follow = !dest_is_dir || at::last_component(src) == ".";
             return self.operand_dir(src, &target, &st, follow);
         }
-        if !same_file_ok(src, &st, &target) {
+        if !dest_is_dir
+            && dest.as_os_str().as_bytes().ends_with(b"/")
+            && !std::fs::metadata(dest).is_ok_and(|m| m.is_dir())
+        {
+            // `cp f nodir/`: the slash says a directory is meant.
+            let what = match kind {
+                libc::S_IFLNK => "symbolic link",
+                libc::S_IFREG => "regular file",
+                _ if self.as_regular() => "regular file",
+                _ => "special file",
+            };
+            return self.report(
+                format!("cannot create {what} {}", quote(dest)),
+                Some(io::Error::from_raw_os_error(libc::ENOTDIR)),
+            );
+        }
+        if !same_file_ok(src, &st, &target, self.as_regular()) {
             return self.report(
                 format!("{} and {} are the same file", quote(src), quote(&target)),
                 None,
@@ -329,6 +360,7 @@ impl Walker<'_> {
             st,
             // Only a destination the user named is followed: `cp f link`.
             follow_dst: !dest_is_dir,
+            follow_src,
         };
         self.entries(&Arc::new(pair), vec![entry]);
     }
@@ -592,7 +624,9 @@ impl Walker<'_> {
             match e.kind() {
                 libc::S_IFDIR => dirs.push(e),
                 libc::S_IFLNK => links.push(e),
-                libc::S_IFREG => {
+                libc::S_IFREG | libc::S_IFIFO | libc::S_IFCHR | libc::S_IFBLK | libc::S_IFSOCK
+                    if e.kind() == libc::S_IFREG || self.as_regular() =>
+                {
                     if group.len() >= self.ctx.opts.group.max(1) {
                         self.send(pair, std::mem::take(&mut group));
                     }
@@ -922,15 +956,17 @@ fn id_of(m: &std::fs::Metadata) -> (u64, u64) {
 /// link, since opening it to write would empty the source. Two distinct
 /// links are fine when the source is copied as a link: the destination
 /// link is replaced. A destination that does not exist is fine.
-fn same_file_ok(src: &Path, st: &libc::statx, dst: &Path) -> bool {
+fn same_file_ok(src: &Path, st: &libc::statx, dst: &Path, as_regular: bool) -> bool {
     let src_kind = u32::from(st.stx_mode) & libc::S_IFMT;
+    let written_into = src_kind == libc::S_IFREG
+        || (as_regular && src_kind != libc::S_IFDIR && src_kind != libc::S_IFLNK);
     let src_id = (
         libc::makedev(st.stx_dev_major, st.stx_dev_minor),
         st.stx_ino,
     );
     // A regular file is written through a link at the destination, so the
     // file it leads to is what counts; anything else replaces the link.
-    let dst_st = if src_kind == libc::S_IFREG {
+    let dst_st = if written_into {
         std::fs::metadata(dst)
     } else {
         std::fs::symlink_metadata(dst)
