@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use blockio_tools::copy::{self, CopyError, CopyOptions, Dereference, Progress};
+use blockio_tools::copy::{self, CopyError, CopyOptions, Dereference, Progress, Update};
 
 /// Options and operands of `blockio cp`, as GNU `cp` takes them (see
 /// `blockio cp --help`).
@@ -130,7 +130,6 @@ const NOT_YET: &[&str] = &[
     "attributes-only",
     "b",
     "S",
-    "i",
     "l",
     "s",
     "x",
@@ -138,10 +137,6 @@ const NOT_YET: &[&str] = &[
     "no-preserve",
     "sparse",
     "reflink",
-    "u",
-    "v",
-    "f",
-    "remove-destination",
     "Z",
 ];
 
@@ -336,7 +331,28 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
                 }
             },
             "R" => opts.recursive = true,
-            "n" => opts.no_clobber = true,
+            // The last of -i and -n counts, as with GNU cp 9.1.
+            "n" => {
+                opts.no_clobber = true;
+                opts.ask = None;
+            }
+            "i" => {
+                opts.ask = Some(ask);
+                opts.no_clobber = false;
+            }
+            "f" => opts.force = true,
+            "remove-destination" => opts.remove_destination = true,
+            "v" => opts.verbose = true,
+            "u" => {
+                opts.update = match value.as_deref().map(OsStr::to_string_lossy).as_deref() {
+                    None | Some("older") => Update::Older,
+                    Some("all") => Update::All,
+                    Some("none") => Update::None,
+                    Some(other) => {
+                        return Err(invalid(other, "--update", &["all", "none", "older"]))
+                    }
+                }
+            }
             "copy-contents" => opts.copy_contents = true,
             "strip-trailing-slashes" => strip = true,
             "t" => {
@@ -448,6 +464,29 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
     }))
 }
 
+/// GNU's message for an argument an option does not take.
+fn invalid(arg: &str, option: &str, valid: &[&str]) -> Usage {
+    let mut msg = format!("invalid argument '{arg}' for '{option}'\nValid arguments are:");
+    for v in valid {
+        msg.push_str(&format!("\n  - '{v}'"));
+    }
+    Usage(msg)
+}
+
+/// `-i`: asks on standard error, one question at a time, and reads the
+/// answer from standard input: yes when it starts with `y` or `Y`.
+fn ask(question: &str) -> bool {
+    use std::io::Write;
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "{}: {question}", program());
+    let _ = err.flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    matches!(line.trim_start().chars().next(), Some('y' | 'Y'))
+}
+
 /// A block size for `cp`: 4 KiB to 64 MiB.
 fn parse_block(s: &str) -> Result<usize, String> {
     let n = crate::size::parse(s)?;
@@ -471,18 +510,30 @@ Mandatory arguments to long options are mandatory for short options too.
   -a, --archive                same as -dR --preserve=all
       --copy-contents          copy contents of special files when recursive
   -d                           same as --no-dereference
+  -f, --force                  if an existing destination file cannot be
+                                 opened, remove it and try again
   -H                           follow command-line symbolic links in SOURCE
   -L, --dereference            always follow symbolic links in SOURCE
-  -n, --no-clobber             do not overwrite an existing file
+  -i, --interactive            prompt before overwrite (overrides a previous -n
+                                 option)
+  -n, --no-clobber             do not overwrite an existing file (overrides
+                                 a previous -i option)
   -P, --no-dereference         never follow symbolic links in SOURCE
   -p                           same as --preserve
       --preserve[=all]         keep mode, ownership (when permitted),
                                  timestamps, hard links and extended
                                  attributes (ACLs among them)
   -R, -r, --recursive          copy directories recursively
+      --remove-destination     remove each existing destination file before
+                                 attempting to open it
       --strip-trailing-slashes  remove any trailing slashes from each SOURCE
   -t, --target-directory=DIRECTORY  copy all SOURCE arguments into DIRECTORY
   -T, --no-target-directory    treat DEST as a normal file
+  -u, --update[=UPDATE]        copy only when the SOURCE file is newer than
+                                 the destination file or when the destination
+                                 file is missing (UPDATE: all, none, older;
+                                 -u is older)
+  -v, --verbose                explain what is being done
       --help        display this help and exit
       --version     output version information and exit
 

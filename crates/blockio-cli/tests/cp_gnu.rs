@@ -16,6 +16,8 @@ use std::process::Command;
 const GNU_CP: &str = "cp";
 
 /// What one run did: exit status, messages, and the directory afterwards.
+/// The lines on standard output (`-v`) are sorted: a parallel copy says
+/// what it did in the order it did it.
 #[derive(Debug, PartialEq)]
 struct Outcome {
     code: Option<i32>,
@@ -88,7 +90,14 @@ fn messages(bytes: &[u8]) -> String {
 
 /// Runs `setup` with `sh` in a new directory `w` under `dir`, then `cmd`
 /// there (`prefix` first, such as `setpriv ...`) with `args`.
-fn run_in(dir: &Path, setup: &str, prefix: &[&str], cmd: &[&str], args: &[&str]) -> Outcome {
+fn run_in(
+    dir: &Path,
+    setup: &str,
+    prefix: &[&str],
+    cmd: &[&str],
+    args: &[&str],
+    input: &str,
+) -> Outcome {
     let w = dir.join("w");
     fs::create_dir(&w).unwrap();
     let s = Command::new("sh")
@@ -102,35 +111,47 @@ fn run_in(dir: &Path, setup: &str, prefix: &[&str], cmd: &[&str], args: &[&str])
         messages(&s.stderr)
     );
     let argv: Vec<&str> = prefix.iter().chain(cmd).chain(args).copied().collect();
-    let o = Command::new(argv[0])
+    let mut child = Command::new(argv[0])
         .args(&argv[1..])
         .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
         .env("LC_ALL", "C")
         .current_dir(&w)
-        .output()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    let o = child.wait_with_output().unwrap();
+    let mut lines: Vec<&str> = std::str::from_utf8(&o.stdout).unwrap().lines().collect();
+    lines.sort();
     Outcome {
         code: o.status.code(),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stdout: lines.iter().map(|l| format!("{l}\n")).collect(),
         stderr: messages(&o.stderr),
         tree: snapshot(&w),
     }
 }
 
 /// GNU `cp` and `blockio cp` on the same input: (GNU, ours).
-fn both(setup: &str, prefix: &[&str], args: &[&str]) -> (Outcome, Outcome) {
+fn both(setup: &str, prefix: &[&str], args: &[&str], input: &str) -> (Outcome, Outcome) {
     let (g, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     for d in [&g, &b] {
         // Reachable by an unprivileged user running the copy.
         fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let gnu = run_in(g.path(), setup, prefix, &[GNU_CP], args);
+    let gnu = run_in(g.path(), setup, prefix, &[GNU_CP], args, input);
     let ours = run_in(
         b.path(),
         setup,
         prefix,
         &[env!("CARGO_BIN_EXE_blockio"), "cp"],
         args,
+        input,
     );
     (gnu, ours)
 }
@@ -146,7 +167,13 @@ fn like_gnu(setup: &str, args: &[&str]) -> Outcome {
 
 #[track_caller]
 fn like_gnu_as(prefix: &[&str], setup: &str, args: &[&str]) -> Outcome {
-    let (gnu, ours) = both(setup, prefix, args);
+    like_gnu_with(prefix, setup, args, "")
+}
+
+/// As [`like_gnu`], run by `prefix` and with `input` on standard input.
+#[track_caller]
+fn like_gnu_with(prefix: &[&str], setup: &str, args: &[&str], input: &str) -> Outcome {
+    let (gnu, ours) = both(setup, prefix, args, input);
     assert_eq!(
         ours,
         gnu,
@@ -456,5 +483,84 @@ fn usage_errors_and_option_syntax_as_gnu() {
     ] {
         let o = like_gnu(setup, args);
         assert_ne!(o.code, Some(2), "{args:?}");
+    }
+}
+
+/// What happens to existing destinations: `-v`, `-u`, `-n`, `-i`,
+/// `--remove-destination`, as GNU, on files, trees, links and FIFOs.
+#[test]
+fn overwrite_options_work_as_gnu_does() {
+    let setup = "echo new > f; touch -d 2010-01-01 f; mkdir d; echo old > d/f; \
+                 touch -d 2000-01-01 d/f; echo newer > d/g; touch -d 2030-01-01 d/g; \
+                 ln -s f l; ln f hard; mkdir -p s/sub t/s; echo a > s/x; echo c > s/sub/y; \
+                 ln -s x s/lx; echo b > t/s/x; ln -s nowhere t/s/lx; mkfifo s/p; \
+                 touch -d 2000-01-01 s/x t/s/x";
+    for args in [
+        &["-v", "f", "d/f"][..],
+        &["-v", "f", "d"],
+        &["-u", "f", "d/f"],
+        &["-u", "f", "d/g"],
+        &["-uv", "f", "d/g"],
+        &["--update", "f", "d/g"],
+        &["-nv", "f", "d/f"],
+        &["-rv", "s", "t"],
+        &["-av", "s", "t"],
+        &["-av", "s", "new"],
+        &["-ru", "s", "t"],
+        &["-rn", "s", "t"],
+        &["-v", "--remove-destination", "f", "d/f"],
+        &["-v", "--remove-destination", "l", "d/f"],
+        &["-av", "--remove-destination", "l", "d"],
+        &["--remove-destination", "f", "hard"],
+        &["--remove-destination", "-P", "l", "f"],
+        &["-av", "l", "d"],
+        &["-f", "f", "d/f"],
+        &["-if", "f", "new-file"],
+        &["-in", "f", "d/f"],
+        &["-ni", "f", "new-file"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
+/// `-i` asks before overwriting (GNU's question, on standard error) and
+/// goes on only on a yes.
+#[test]
+fn interactive_asks_as_gnu_does() {
+    let setup = "echo new > f; echo old > g; mkdir d; ln -s x d/g";
+    for (args, input) in [
+        (&["-i", "f", "g"][..], "n\n"),
+        (&["-i", "f", "g"], "y\n"),
+        (&["-i", "f", "g"], "yes\n"),
+        (&["-i", "f", "g"], ""),
+        (&["-iv", "f", "g"], "Y\n"),
+        (&["-ia", "f", "d"], "n\n"),
+        (&["-ia", "f", "d"], "y\n"),
+    ] {
+        like_gnu_with(&[], setup, args, input);
+    }
+}
+
+/// `-f`: an existing file the copier cannot open for writing is removed
+/// and made anew (as `nobody`, since root may write any file).
+#[test]
+fn force_replaces_a_file_that_cannot_be_opened() {
+    assert!(root(), "this test makes files for nobody and needs root");
+    let setup = "echo new > f; echo old > ro; chmod 444 ro; ln -s nowhere dangling; \
+                 chown -R 65534:65534 .";
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    for args in [
+        &["f", "ro"][..],
+        &["-f", "f", "ro"],
+        &["-fv", "f", "ro"],
+        &["f", "dangling"],
+        &["-f", "f", "dangling"],
+    ] {
+        like_gnu_as(&nobody, setup, args);
     }
 }

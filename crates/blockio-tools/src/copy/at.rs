@@ -90,6 +90,8 @@ pub(crate) fn list(dir: &File) -> io::Result<Vec<(CString, bool)>> {
 pub(crate) struct Dest {
     pub fd: OwnedFd,
     pub created: bool,
+    /// A file in the way was removed first (`-f`).
+    pub removed: bool,
 }
 
 /// Creates the file `name` in `dir` for writing, or with `excl` false
@@ -97,12 +99,20 @@ pub(crate) struct Dest {
 /// source itself under another name, which the caller checks), and
 /// possibly not a regular file (a FIFO or a device is written into, never
 /// replaced). A symbolic link there is an error (`ELOOP`), never written
-/// through.
+/// through; with `force` (`-f`) an existing file that cannot be opened
+/// (no write permission, or a link) is removed and the copy created anew.
 ///
 /// A new file costs one `openat` (`O_CREAT | O_EXCL`); an existing one a
 /// second, which tells the two apart without a `stat`.
-pub(crate) fn create(dir: &File, name: &CStr, excl: bool, mode: u32) -> io::Result<Dest> {
+pub(crate) fn create(
+    dir: &File,
+    name: &CStr,
+    excl: bool,
+    mode: u32,
+    force: bool,
+) -> io::Result<Dest> {
     let base = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut removed = false;
     // A name removed between the two calls is created on the next round;
     // one that keeps coming and going is reported.
     for _ in 0..4 {
@@ -112,13 +122,32 @@ pub(crate) fn create(dir: &File, name: &CStr, excl: bool, mode: u32) -> io::Resu
             base | OFlags::CREATE | OFlags::EXCL,
             Mode::from_raw_mode(mode),
         ) {
-            Ok(fd) => return Ok(Dest { fd, created: true }),
+            Ok(fd) => {
+                return Ok(Dest {
+                    fd,
+                    created: true,
+                    removed,
+                })
+            }
             Err(rustix::io::Errno::EXIST) if !excl => {}
             Err(e) => return Err(e.into()),
         }
         match rustix::fs::openat(dir, name, base, Mode::empty()) {
-            Ok(fd) => return Ok(Dest { fd, created: false }),
+            Ok(fd) => {
+                return Ok(Dest {
+                    fd,
+                    created: false,
+                    removed,
+                })
+            }
             Err(rustix::io::Errno::NOENT) => continue,
+            Err(rustix::io::Errno::ISDIR) => return Err(rustix::io::Errno::ISDIR.into()),
+            // A link in the way stays refused, as GNU refuses to write
+            // through a dangling one even with `-f`.
+            Err(e) if force && e != rustix::io::Errno::LOOP => match unlink(dir, name) {
+                Ok(()) => removed = true,
+                Err(_) => return Err(e.into()),
+            },
             Err(e) => return Err(e.into()),
         }
     }
@@ -128,19 +157,42 @@ pub(crate) fn create(dir: &File, name: &CStr, excl: bool, mode: u32) -> io::Resu
 /// Creates or opens the file `name` in `dir` following a symbolic link
 /// there: only for a destination named on the command line, as GNU `cp`
 /// does. A link to nothing is refused.
-pub(crate) fn create_following(dir: &File, name: &CStr, excl: bool, mode: u32) -> io::Result<Dest> {
+pub(crate) fn create_following(
+    dir: &File,
+    name: &CStr,
+    excl: bool,
+    mode: u32,
+    force: bool,
+) -> io::Result<Dest> {
     // `O_EXCL` (`-n`): whatever is there, link or not, is left alone.
     if !excl {
         let open = OFlags::WRONLY | OFlags::CLOEXEC;
         match rustix::fs::openat(dir, name, open, Mode::empty()) {
-            Ok(fd) => return Ok(Dest { fd, created: false }),
+            Ok(fd) => {
+                return Ok(Dest {
+                    fd,
+                    created: false,
+                    removed: false,
+                })
+            }
             Err(rustix::io::Errno::NOENT) => {}
+            Err(rustix::io::Errno::ISDIR) => return Err(rustix::io::Errno::ISDIR.into()),
+            // `-f`: the name itself is removed (a link, not what it
+            // leads to), as cp does.
+            Err(e) if force => {
+                if unlink(dir, name).is_err() {
+                    return Err(e.into());
+                }
+                let mut d = create(dir, name, excl, mode, force)?;
+                d.removed = true;
+                return Ok(d);
+            }
             Err(e) => return Err(e.into()),
         }
     }
     // Nothing there that can be opened: create it, but not through a
     // link that points nowhere.
-    create(dir, name, excl, mode)
+    create(dir, name, excl, mode, force)
 }
 
 /// Whether `name` in `dir` is a symbolic link.

@@ -430,6 +430,11 @@ fn create_all<'g>(
                     Some(stream) => stream,
                     None => continue,
                 };
+                let dst_path = pair.dst_of(&e.dst_name);
+                if dst.removed {
+                    super::say(ctx.opts, format_args!("removed {}", quote(&dst_path)));
+                }
+                super::say_copied(ctx.opts, &pair.src_of(&e.src_name), &dst_path);
                 jobs.push(Job {
                     e,
                     stream: stream || e.kind() != libc::S_IFREG,
@@ -453,7 +458,8 @@ fn create_all<'g>(
 /// when it is the source itself (a hard link to it, or the file a link
 /// named on the command line leads to), emptied when it is a regular file
 /// (`Some(false)`); any other kind (a FIFO, a device) is written into as
-/// it is (`Some(true)`), as `cp` does, never replaced.
+/// it is (`Some(true)`), as `cp` does, never replaced. Kept as it is
+/// (`None`, counted as skipped) when `-u` finds it newer or `-i` is told no.
 fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &at::Dest) -> Option<bool> {
     if dst.created {
         return Some(false);
@@ -478,6 +484,10 @@ fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &at::Dest) -> Option<
             quote(&path())
         );
         ctx.errors.report(what, None);
+        return None;
+    }
+    if super::keep_existing(ctx.opts, super::mtime(&e.st), super::mtime(&st), &path()) {
+        ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
         return None;
     }
     if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
@@ -508,13 +518,17 @@ fn create_mode(opts: &CopyOptions, e: &Entry) -> u32 {
 /// Creates (or opens, to overwrite) the copy of `e`; `None` when it was made a hard
 /// link to an earlier copy of the same file (`-a`), which needs no data.
 fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Option<at::Dest>> {
-    let excl = ctx.opts.no_clobber;
-    let mode = create_mode(ctx.opts, e);
+    let opts = ctx.opts;
+    let excl = opts.no_clobber || opts.update == super::Update::None;
+    let mode = create_mode(opts, e);
+    if opts.remove_destination && !excl {
+        remove_destination(ctx, pair, e)?;
+    }
     let create = || {
         if e.follow_dst {
-            at::create_following(&pair.dst, &e.dst_name, excl, mode)
+            at::create_following(&pair.dst, &e.dst_name, excl, mode, opts.force)
         } else {
-            at::create(&pair.dst, &e.dst_name, excl, mode)
+            at::create(&pair.dst, &e.dst_name, excl, mode, opts.force)
         }
     };
     if !(ctx.opts.preserve && e.st.stx_nlink > 1) {
@@ -533,6 +547,7 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
         };
         drop(links);
         r?;
+        super::say_copied(opts, &pair.src_of(&e.src_name), &pair.dst_of(&e.dst_name));
         ctx.progress.files.fetch_add(1, Ordering::Relaxed);
         return Ok(None);
     }
@@ -541,11 +556,46 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
     Ok(Some(dst))
 }
 
+/// `--remove-destination`: the file in the way goes before the copy is
+/// made (not a directory: creating the copy then reports it). With `-u`
+/// or `-i` the check comes first, on the name's own attributes.
+fn remove_destination(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<()> {
+    let dst = pair.dst_of(&e.dst_name);
+    let st = match rustix::fs::statat(
+        &pair.dst,
+        e.dst_name.as_c_str(),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    ) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(err) => return Err(err.into()),
+    };
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+        return Ok(());
+    }
+    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+    if super::keep_existing(ctx.opts, super::mtime(&e.st), mtime, &dst) {
+        return Err(io::Error::from_raw_os_error(libc::EEXIST));
+    }
+    match at::unlink(&pair.dst, &e.dst_name) {
+        Ok(()) => {
+            super::say(ctx.opts, format_args!("removed {}", quote(&dst)));
+            Ok(())
+        }
+        Err(err) if err.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
 /// Reports a copy that could not be created (or skips it, with `-n`).
 fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
     let dst = dirs.dst_of(&e.dst_name);
     let msg = match err.raw_os_error() {
-        Some(libc::EEXIST) if ctx.opts.no_clobber => {
+        Some(libc::EEXIST)
+            if ctx.opts.no_clobber
+                || ctx.opts.update != super::Update::All
+                || ctx.opts.ask.is_some() =>
+        {
             ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return;
         }

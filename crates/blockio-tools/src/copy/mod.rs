@@ -82,6 +82,17 @@ pub enum Dereference {
     Always,
 }
 
+/// Which existing destinations are replaced (`--update`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// Every one (the default).
+    All,
+    /// None: they are skipped (`--update=none`, like `-n`).
+    None,
+    /// Those older than their source (`-u`, `--update=older`).
+    Older,
+}
+
 /// How `copy` works.
 #[derive(Debug, Clone)]
 pub struct CopyOptions {
@@ -102,6 +113,21 @@ pub struct CopyOptions {
     pub preserve: bool,
     /// Do not overwrite existing files (`-n`).
     pub no_clobber: bool,
+    /// Which existing destinations are replaced (`-u`).
+    pub update: Update,
+    /// Asks before replacing an existing destination (`-i`): called with
+    /// the question (`overwrite 'x'? `), it answers whether to go on.
+    /// Calls from several threads are the callee's to serialize.
+    pub ask: Option<fn(&str) -> bool>,
+    /// An existing destination file that cannot be opened for writing is
+    /// removed and created anew (`-f`).
+    pub force: bool,
+    /// An existing destination file is removed before the copy is made
+    /// (`--remove-destination`), rather than written into.
+    pub remove_destination: bool,
+    /// Print `'src' -> 'dst'` on standard output for each entry copied,
+    /// and `removed 'dst'` for each destination removed (`-v`).
+    pub verbose: bool,
     /// Make the copy durable: files of 1 MiB or more are fsynced each (a
     /// failure names the file), then one `syncfs` per destination file
     /// system makes the rest durable (a failure there names the file
@@ -142,6 +168,11 @@ impl Default for CopyOptions {
             no_target_directory: false,
             preserve: false,
             no_clobber: false,
+            update: Update::All,
+            ask: None,
+            force: false,
+            remove_destination: false,
+            verbose: false,
             fsync: false,
             block: 1 << 20,
             wave: 16 << 20,
@@ -299,6 +330,44 @@ fn raise_fd_limit() {
 }
 
 pub(crate) use crate::quote::quote;
+
+/// With `verbose`, one line on standard output (whole, under the lock, so
+/// that lines from several threads never mix).
+pub(crate) fn say(opts: &CopyOptions, line: std::fmt::Arguments<'_>) {
+    if opts.verbose {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+/// With `verbose`: `'src' -> 'dst'`, as `cp -v` says it.
+pub(crate) fn say_copied(opts: &CopyOptions, src: &Path, dst: &Path) {
+    say(opts, format_args!("{} -> {}", quote(src), quote(dst)));
+}
+
+/// A modification time: seconds and nanoseconds.
+pub(crate) fn mtime(st: &libc::statx) -> (i64, u32) {
+    (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec)
+}
+
+/// Whether an existing destination whose modification time is `dst` is
+/// kept by `update` (`-u`: not older than the source's, `src`), or by the
+/// user's answer (`-i`).
+pub(crate) fn keep_existing(
+    opts: &CopyOptions,
+    src: (i64, u32),
+    dst: (i64, u32),
+    path: &Path,
+) -> bool {
+    match opts.update {
+        Update::None => return true,
+        Update::Older if dst >= src => return true,
+        _ => {}
+    }
+    opts.ask
+        .is_some_and(|ask| !ask(&format!("overwrite {}? ", quote(path))))
+}
 
 /// A name for the `*at` calls.
 pub(crate) fn cname(name: &std::ffi::OsStr) -> CString {

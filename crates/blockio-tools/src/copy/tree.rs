@@ -345,7 +345,7 @@ impl Walker<'_> {
                 Some(io::Error::from_raw_os_error(libc::ENOTDIR)),
             );
         }
-        if !same_file_ok(src, &st, &target, self.as_regular()) {
+        if !same_file_ok(src, &st, follow_src, &target, opts, self.as_regular()) {
             return self.report(
                 format!("{} and {} are the same file", quote(src), quote(&target)),
                 None,
@@ -411,6 +411,9 @@ impl Walker<'_> {
                 )
             }
         };
+        if fresh {
+            super::say_copied(self.ctx.opts, src, target);
+        }
         let task = DirTask {
             src: src.to_path_buf(),
             dst: target.to_path_buf(),
@@ -740,6 +743,9 @@ impl Walker<'_> {
                     continue;
                 }
             };
+            if fresh {
+                super::say_copied(self.ctx.opts, &src, &dst);
+            }
             let at_ = DirAt::Beneath {
                 root: Arc::clone(root),
                 rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
@@ -791,7 +797,7 @@ impl Walker<'_> {
             let dst = pair.dst_of(&e.dst_name);
             let r = match r {
                 Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
-                    match self.replace(pair, &e.dst_name) {
+                    match self.replace(pair, e) {
                         Replace::Skip => continue,
                         Replace::Removed => at::symlink(t, &pair.dst, &e.dst_name),
                         Replace::Failed => continue,
@@ -801,6 +807,7 @@ impl Walker<'_> {
             };
             match r {
                 Ok(()) => {
+                    super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst);
                     self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
                     if self.ctx.opts.preserve {
                         if let Err(err) = set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None) {
@@ -836,13 +843,14 @@ impl Walker<'_> {
         };
         let mut r = make();
         if r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EEXIST) {
-            match self.replace(pair, &e.dst_name) {
+            match self.replace(pair, e) {
                 Replace::Removed => r = make(),
                 Replace::Skip | Replace::Failed => return,
             }
         }
         match r {
             Ok(()) => {
+                super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst);
                 self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
                 if self.ctx.opts.preserve {
                     let from = Node::at(pair.src.as_fd(), &e.src_name);
@@ -862,12 +870,20 @@ impl Walker<'_> {
 
     /// An existing destination in the way of a link or special file: kept
     /// with `-n`, an error if it is a directory, else removed.
-    fn replace(&self, pair: &DirPair, name: &CStr) -> Replace {
-        if self.ctx.opts.no_clobber {
+    fn replace(&self, pair: &DirPair, e: &Entry) -> Replace {
+        let opts = self.ctx.opts;
+        let name = e.dst_name.as_c_str();
+        let dst = pair.dst_of(name);
+        let skip = opts.no_clobber
+            || rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| {
+                    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                    super::keep_existing(opts, super::mtime(&e.st), mtime, &dst)
+                });
+        if skip {
             self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return Replace::Skip;
         }
-        let dst = pair.dst_of(name);
         if at::is_dir(&pair.dst, name) {
             self.report(
                 format!(
@@ -882,6 +898,7 @@ impl Walker<'_> {
             self.report(format!("cannot remove {}", quote(&dst)), Some(e));
             return Replace::Failed;
         }
+        super::say(opts, format_args!("removed {}", quote(&dst)));
         Replace::Removed
     }
 
@@ -949,24 +966,33 @@ fn id_of(m: &std::fs::Metadata) -> (u64, u64) {
     (m.dev(), m.ino())
 }
 
-/// Whether a non-directory operand `src` (`st`: its `statx`, of the link
-/// itself when the source is copied as a link) may be copied to `dst`,
-/// by GNU `cp`'s rule (`same_file_ok`, without backups): never onto the
-/// file itself, reached through a link on either side or by another hard
-/// link, since opening it to write would empty the source. Two distinct
-/// links are fine when the source is copied as a link: the destination
-/// link is replaced. A destination that does not exist is fine.
-fn same_file_ok(src: &Path, st: &libc::statx, dst: &Path, as_regular: bool) -> bool {
+/// Whether a non-directory operand `src` (`st`: its `statx`, following a
+/// link when `followed`) may be copied to `dst`, by GNU `cp`'s rule
+/// (`same_file_ok` in its copy.c, without backups): never onto the file
+/// itself, reached through a link on either side or by another hard link,
+/// since opening it to write would empty the source. Two distinct links
+/// are fine when the destination link is replaced rather than written
+/// through. A destination that does not exist is fine.
+fn same_file_ok(
+    src: &Path,
+    st: &libc::statx,
+    followed: bool,
+    dst: &Path,
+    opts: &CopyOptions,
+    as_regular: bool,
+) -> bool {
     let src_kind = u32::from(st.stx_mode) & libc::S_IFMT;
-    let written_into = src_kind == libc::S_IFREG
-        || (as_regular && src_kind != libc::S_IFDIR && src_kind != libc::S_IFLNK);
     let src_id = (
         libc::makedev(st.stx_dev_major, st.stx_dev_minor),
         st.stx_ino,
     );
+    let src_is_link = src_kind == libc::S_IFLNK;
     // A regular file is written through a link at the destination, so the
-    // file it leads to is what counts; anything else replaces the link.
-    let dst_st = if written_into {
+    // file it leads to is what counts; anything else, or a destination
+    // removed first, replaces the link.
+    let written_into =
+        src_kind == libc::S_IFREG || (as_regular && src_kind != libc::S_IFDIR && !src_is_link);
+    let dst_st = if written_into && !opts.remove_destination {
         std::fs::metadata(dst)
     } else {
         std::fs::symlink_metadata(dst)
@@ -974,32 +1000,61 @@ fn same_file_ok(src: &Path, st: &libc::statx, dst: &Path, as_regular: bool) -> b
     let Ok(dst_st) = dst_st else {
         return true;
     };
-    let dst_is_link = dst_st.file_type().is_symlink();
-    if src_kind == libc::S_IFLNK && dst_is_link {
-        // Two links: fine unless they are one name.
-        return !same_name(src, dst);
+    let same = src_id == id_of(&dst_st);
+    // The two sides as names (links not followed).
+    let (src_link_id, src_link_is_link, dst_link_id, dst_link) = if !followed {
+        if src_is_link && dst_st.file_type().is_symlink() {
+            // Two links: fine unless they are one name.
+            return !same_name(src, dst);
+        }
+        (src_id, src_is_link, id_of(&dst_st), dst_st.clone())
+    } else {
+        if !same {
+            return true;
+        }
+        let (Ok(d), Ok(s)) = (
+            std::fs::symlink_metadata(dst),
+            std::fs::symlink_metadata(src),
+        ) else {
+            return true;
+        };
+        if s.file_type().is_symlink() && d.file_type().is_symlink() && opts.remove_destination {
+            return true;
+        }
+        (id_of(&s), s.file_type().is_symlink(), id_of(&d), d)
+    };
+    let same_link = src_link_id == dst_link_id;
+    let dst_link_is_link = dst_link.file_type().is_symlink();
+    if opts.remove_destination {
+        if dst_link_is_link {
+            return true;
+        }
+        // Another hard link of the source: removing it loses nothing.
+        if same_link && dst_link.nlink() > 1 && !same_name(src, dst) {
+            return true;
+        }
     }
-    if src_kind != libc::S_IFLNK && !dst_is_link && src_id != id_of(&dst_st) {
+    if !src_link_is_link && !dst_link_is_link && src_link_id != dst_link_id {
         return true;
     }
-    // One side is a link (or both are one file): compare what they lead to.
-    let src_target = if src_kind == libc::S_IFLNK {
-        match std::fs::metadata(src) {
-            Ok(m) => id_of(&m),
-            Err(_) => return true,
+    if !followed {
+        // What the two lead to.
+        let target = |p: &Path, is_link: bool, id| {
+            if is_link {
+                std::fs::metadata(p).ok().map(|m| id_of(&m))
+            } else {
+                Some(id)
+            }
+        };
+        match (
+            target(src, src_link_is_link, src_link_id),
+            target(dst, dst_link_is_link, dst_link_id),
+        ) {
+            (Some(a), Some(b)) if a == b => {}
+            _ => return true,
         }
-    } else {
-        src_id
-    };
-    let dst_target = if dst_is_link {
-        match std::fs::metadata(dst) {
-            Ok(m) => id_of(&m),
-            Err(_) => return true,
-        }
-    } else {
-        id_of(&dst_st)
-    };
-    src_target != dst_target
+    }
+    false
 }
 
 /// Whether two paths name the same directory entry: the same name in the
