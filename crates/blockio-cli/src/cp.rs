@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use blockio_tools::copy::{self, CopyError, CopyOptions, Dereference, Progress, Update};
+use blockio_tools::copy::{self, CopyError, CopyOptions, Dereference, Preserve, Progress, Update};
 
 /// Options and operands of `blockio cp`, as GNU `cp` takes them (see
 /// `blockio cp --help`).
@@ -134,10 +134,8 @@ const NOT_YET: &[&str] = &[
     "s",
     "x",
     "parents",
-    "no-preserve",
     "sparse",
     "reflink",
-    "Z",
 ];
 
 /// A usage error: GNU's message, then (`hint`) the pointer to `--help`.
@@ -314,22 +312,31 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
             }
             "a" => {
                 dereference = Some(Dereference::Never);
-                opts.preserve = true;
+                opts.preserve = Preserve::ALL;
                 opts.recursive = true;
             }
-            "d" => dereference = Some(Dereference::Never),
+            "d" => {
+                dereference = Some(Dereference::Never);
+                opts.preserve.links = true;
+            }
             "P" => dereference = Some(Dereference::Never),
             "H" => dereference = Some(Dereference::CommandLine),
             "L" => dereference = Some(Dereference::Always),
-            "p" => opts.preserve = true,
-            "preserve" => match value.as_deref().map(OsStr::to_string_lossy).as_deref() {
-                None | Some("all") => opts.preserve = true,
-                Some(list) => {
-                    return Err(Usage(format!(
-                        "--preserve={list}: only --preserve and --preserve=all are supported"
-                    )))
+            "p" => preserve_list(&mut opts, "mode,ownership,timestamps", true)?,
+            "preserve" => {
+                let list = value.as_deref().map(OsStr::to_string_lossy);
+                let list = list.as_deref().unwrap_or("mode,ownership,timestamps");
+                preserve_list(&mut opts, list, true)?
+            }
+            "no-preserve" => preserve_list(&mut opts, &value_str(), false)?,
+            "Z" => {
+                if value.is_some() {
+                    eprintln!(
+                        "{}: warning: ignoring --context; it requires an SELinux-enabled kernel",
+                        program()
+                    );
                 }
-            },
+            }
             "R" => opts.recursive = true,
             // The last of -i and -n counts, as with GNU cp 9.1.
             "n" => {
@@ -464,6 +471,57 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
     }))
 }
 
+/// `--preserve=LIST` (`keep`) or `--no-preserve=LIST`: GNU's attribute
+/// names, comma-separated. `context` (SELinux) is not kept: asked for
+/// explicitly it is an error, as with GNU on a kernel without SELinux.
+fn preserve_list(opts: &mut CopyOptions, list: &str, keep: bool) -> Result<(), Usage> {
+    const NAMES: &[&str] = &[
+        "mode",
+        "timestamps",
+        "ownership",
+        "links",
+        "context",
+        "xattr",
+        "all",
+    ];
+    let option = if keep { "--preserve" } else { "--no-preserve" };
+    for name in list.split(',') {
+        // GNU takes unambiguous abbreviations here too.
+        let found: Vec<&&str> = NAMES.iter().filter(|n| n.starts_with(name)).collect();
+        let name = match (NAMES.contains(&name), found.as_slice()) {
+            (true, _) => name,
+            (false, [one]) if !name.is_empty() => **one,
+            _ => return Err(invalid(name, option, NAMES)),
+        };
+        let p = &mut opts.preserve;
+        match name {
+            "mode" => {
+                p.mode = keep;
+                opts.default_mode = !keep;
+            }
+            "timestamps" => p.timestamps = keep,
+            "ownership" => p.ownership = keep,
+            "links" => p.links = keep,
+            "xattr" => p.xattr = keep,
+            "context" if keep => {
+                return Err(fatal(
+                    "cannot preserve security context without an SELinux-enabled kernel".into(),
+                ))
+            }
+            "context" => {}
+            _ => {
+                *p = if keep {
+                    Preserve::ALL
+                } else {
+                    Preserve::default()
+                };
+                opts.default_mode = !keep;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// GNU's message for an argument an option does not take.
 fn invalid(arg: &str, option: &str, valid: &[&str]) -> Usage {
     let mut msg = format!("invalid argument '{arg}' for '{option}'\nValid arguments are:");
@@ -519,10 +577,12 @@ Mandatory arguments to long options are mandatory for short options too.
   -n, --no-clobber             do not overwrite an existing file (overrides
                                  a previous -i option)
   -P, --no-dereference         never follow symbolic links in SOURCE
-  -p                           same as --preserve
-      --preserve[=all]         keep mode, ownership (when permitted),
-                                 timestamps, hard links and extended
-                                 attributes (ACLs among them)
+  -p                           same as --preserve=mode,ownership,timestamps
+      --preserve[=ATTR_LIST]   preserve the specified attributes (default:
+                                 mode,ownership,timestamps), if possible
+                                 additional attributes: links, xattr, all
+                                 (context, SELinux's, is not supported)
+      --no-preserve=ATTR_LIST  don't preserve the specified attributes
   -R, -r, --recursive          copy directories recursively
       --remove-destination     remove each existing destination file before
                                  attempting to open it

@@ -50,6 +50,7 @@ pub(crate) fn set_attrs_at(
     st: &libc::statx,
     chmod: Option<u32>,
     xattrs_from: Option<(Node, bool)>,
+    keep: &super::Preserve,
 ) -> io::Result<()> {
     let flags = if name.is_empty() {
         libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW
@@ -58,8 +59,12 @@ pub(crate) fn set_attrs_at(
     };
     let fd = dir.as_fd().as_raw_fd();
     let mut special_bits = 0o7777;
-    // SAFETY: a valid fd and a NUL-terminated name; no memory is written.
-    if unsafe { libc::fchownat(fd, name.as_ptr(), st.stx_uid, st.stx_gid, flags) } != 0 {
+    let chown = || {
+        // SAFETY: a valid fd and a NUL-terminated name; no memory is
+        // written.
+        unsafe { libc::fchownat(fd, name.as_ptr(), st.stx_uid, st.stx_gid, flags) }
+    };
+    if keep.ownership && chown() != 0 {
         let e = io::Error::last_os_error();
         if !matches!(e.raw_os_error(), Some(libc::EPERM | libc::EINVAL)) {
             return Err(e);
@@ -78,11 +83,11 @@ pub(crate) fn set_attrs_at(
             _ => 0o7777,
         };
     }
-    if let Some((src, inherits)) = xattrs_from {
-        copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits)?;
+    if let Some((src, inherits)) = xattrs_from.filter(|_| keep.xattr || keep.mode) {
+        copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits, !keep.xattr)?;
     }
     let is_link = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
-    if let Some(mode) = chmod.filter(|_| !is_link) {
+    if let Some(mode) = chmod.filter(|_| !is_link && keep.mode) {
         // SAFETY: as above.
         let rc = unsafe {
             if name.is_empty() {
@@ -94,6 +99,9 @@ pub(crate) fn set_attrs_at(
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
+    }
+    if !keep.timestamps {
+        return Ok(());
     }
     let times = [ts(&st.stx_atime), ts(&st.stx_mtime)];
     // SAFETY: as above; `times` lives on the stack across the call.
@@ -195,8 +203,17 @@ impl<'a> Node<'a> {
 /// for what is left out and why). `inherits`: `dst` was made in a
 /// directory with a default ACL, so it may hold ACLs the source lacks
 /// (without one, looking for them would cost two system calls a file).
-pub(crate) fn copy_xattrs(src: &Node<'_>, dst: &Node<'_>, inherits: bool) -> io::Result<()> {
-    let names = names(src)?;
+/// With `acls_only` (`--preserve=mode` without `xattr`), the ACLs alone.
+pub(crate) fn copy_xattrs(
+    src: &Node<'_>,
+    dst: &Node<'_>,
+    inherits: bool,
+    acls_only: bool,
+) -> io::Result<()> {
+    let mut names = names(src)?;
+    if acls_only {
+        names.retain(|n| ACLS.contains(&n.as_c_str()));
+    }
     // Inherited ACLs first: removed, they leave room in the inode for the
     // attributes set next (ext4 keeps small ones there).
     for acl in ACLS.iter().filter(|_| inherits) {

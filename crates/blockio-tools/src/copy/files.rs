@@ -250,9 +250,10 @@ fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
                 continue;
             }
         }
-        if ctx.opts.preserve {
+        if ctx.opts.preserve.attrs() {
             let xattrs = Some((Node::Fd(j.src.as_fd()), dirs.dst_default_acl));
-            let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs);
+            let keep = &ctx.opts.preserve;
+            let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs, keep);
             if let Err(e) = set {
                 // The data is complete: report, keep the file (as cp does).
                 let what = format!("preserving attributes of {}", quote(&dst));
@@ -508,7 +509,9 @@ fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &at::Dest) -> Option<
 /// may open it (a set-user-ID or group-writable source must not be so,
 /// owned by the copier, even for a moment).
 fn create_mode(opts: &CopyOptions, e: &Entry) -> u32 {
-    if opts.preserve {
+    if opts.default_mode {
+        0o666
+    } else if opts.preserve.mode {
         e.mode() & 0o700
     } else {
         e.mode() & 0o777
@@ -531,7 +534,7 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
             at::create(&pair.dst, &e.dst_name, excl, mode, opts.force)
         }
     };
-    if !(ctx.opts.preserve && e.st.stx_nlink > 1) {
+    if !(ctx.opts.preserve.links && e.st.stx_nlink > 1) {
         return create().map(Some);
     }
     // Held while the first copy is created, so a second name of the file

@@ -82,6 +82,46 @@ pub enum Dereference {
     Always,
 }
 
+/// What of the source a copy keeps besides its data (`--preserve=LIST`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Preserve {
+    /// The permission bits (with set-user-ID, set-group-ID and sticky) and
+    /// the POSIX ACLs.
+    pub mode: bool,
+    /// Owner and group (as root; otherwise the group when the copier
+    /// belongs to it, and the special bits are then dropped).
+    pub ownership: bool,
+    /// Access and modification times.
+    pub timestamps: bool,
+    /// Which names in the copy are one file (hard links).
+    pub links: bool,
+    /// Extended attributes (ACLs among them).
+    pub xattr: bool,
+}
+
+impl Preserve {
+    /// `-p`, `--preserve`: mode, ownership and timestamps.
+    pub const P: Preserve = Preserve {
+        mode: true,
+        ownership: true,
+        timestamps: true,
+        links: false,
+        xattr: false,
+    };
+    /// `-a`, `--preserve=all`.
+    pub const ALL: Preserve = Preserve {
+        mode: true,
+        ownership: true,
+        timestamps: true,
+        links: true,
+        xattr: true,
+    };
+    /// Whether any attribute is set on the copy after its data.
+    pub fn attrs(&self) -> bool {
+        self.mode || self.ownership || self.timestamps || self.xattr
+    }
+}
+
 /// Which existing destinations are replaced (`--update`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Update {
@@ -109,8 +149,11 @@ pub struct CopyOptions {
     /// (`-T`): `cp -rT s d` merges `s` into `d`, and a file is never
     /// copied into `d`.
     pub no_target_directory: bool,
-    /// Keep mode, ownership (when permitted) and times (`-p`, `-a`).
-    pub preserve: bool,
+    /// What the copy keeps besides the data (`-p`, `-a`, `--preserve`).
+    pub preserve: Preserve,
+    /// New files and directories get the default permission bits (0666
+    /// and 0777) minus the umask, not the source's (`--no-preserve=mode`).
+    pub default_mode: bool,
     /// Do not overwrite existing files (`-n`).
     pub no_clobber: bool,
     /// Which existing destinations are replaced (`-u`).
@@ -166,7 +209,8 @@ impl Default for CopyOptions {
             dereference: Dereference::Never,
             copy_contents: false,
             no_target_directory: false,
-            preserve: false,
+            preserve: Preserve::default(),
+            default_mode: false,
             no_clobber: false,
             update: Update::All,
             ask: None,

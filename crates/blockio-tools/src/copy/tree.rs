@@ -23,7 +23,7 @@ use super::at;
 use super::attrs::{set_attrs_at, Node};
 use super::entry::{parent_as_written, Counts, Ctx, DirAt, DirPair, Entry, Group, Root};
 use super::files;
-use super::{cname, quote, CopyOptions, CopyReport, Errors, Progress};
+use super::{cname, quote, CopyOptions, CopyReport, Errors, Preserve, Progress};
 
 /// A directory whose path below its root reaches this many bytes is opened
 /// as a root of its own: `openat2` takes at most `PATH_MAX` (4096) bytes,
@@ -440,7 +440,8 @@ impl Walker<'_> {
         if self.ctx.opts.fsync {
             self.note_filesystem(&d, parent(dst));
         }
-        let dst_default_acl = self.ctx.opts.preserve && super::attrs::has_default_acl(d.as_fd());
+        let keep = &self.ctx.opts.preserve;
+        let dst_default_acl = (keep.mode || keep.xattr) && super::attrs::has_default_acl(d.as_fd());
         Some(DirPair {
             src: s,
             dst: d,
@@ -532,14 +533,15 @@ impl Walker<'_> {
         let Some((s, d, root, rel)) = self.open_task(&t) else {
             return;
         };
-        let preserve = self.ctx.opts.preserve;
+        let keep = self.ctx.opts.preserve;
+        let preserve = keep.mode || keep.xattr;
         if preserve {
             // Before anything is made in it: its default ACL is the
             // source's, so what the copy creates inherits what the
             // source's files did. (A directory may have inherited ACLs
             // from its parent: always looked for.)
             let (from, to) = (Node::Fd(s.as_fd()), Node::Fd(d.as_fd()));
-            if let Err(e) = super::attrs::copy_xattrs(&from, &to, true) {
+            if let Err(e) = super::attrs::copy_xattrs(&from, &to, true, !keep.xattr) {
                 self.report(
                     format!("preserving extended attributes of {}", quote(&t.dst)),
                     Some(e),
@@ -656,7 +658,9 @@ impl Walker<'_> {
     /// fills it; with `-p` by us alone (its own mode, which may let others
     /// in, is set at the end, after its ACL).
     fn dir_create_mode(&self, st: &libc::statx) -> u32 {
-        if self.ctx.opts.preserve {
+        if self.ctx.opts.default_mode {
+            0o777
+        } else if self.ctx.opts.preserve.mode {
             0o700
         } else {
             (u32::from(st.stx_mode) & 0o7777) | 0o700
@@ -667,7 +671,9 @@ impl Walker<'_> {
     /// and times are noted for the end, and it is queued to be listed.
     fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool) {
         let mode = u32::from(st.stx_mode);
-        let want = if self.ctx.opts.preserve {
+        let want = if self.ctx.opts.default_mode {
+            0o777 & !self.ctx.umask
+        } else if self.ctx.opts.preserve.mode {
             mode & 0o7777
         } else {
             mode & 0o777 & !self.ctx.umask
@@ -677,7 +683,7 @@ impl Walker<'_> {
         // tail after the copy). Merging into an existing directory: with
         // -p its attributes become the source's, as with cp.
         let made = self.dir_create_mode(st) & !self.ctx.umask;
-        if self.ctx.opts.preserve || (fresh && want != made) {
+        if self.ctx.opts.preserve.attrs() || (fresh && want != made) {
             self.fixups.lock().expect("lock").push(Fixup {
                 at: task.at.clone(),
                 path: task.dst.clone(),
@@ -809,8 +815,10 @@ impl Walker<'_> {
                 Ok(()) => {
                     super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst);
                     self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
-                    if self.ctx.opts.preserve {
-                        if let Err(err) = set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None) {
+                    let keep = &self.ctx.opts.preserve;
+                    if keep.ownership || keep.timestamps {
+                        let set = set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep);
+                        if let Err(err) = set {
                             self.report(format!("preserving times for {}", quote(&dst)), Some(err));
                         }
                     }
@@ -828,7 +836,9 @@ impl Walker<'_> {
     fn special(&self, pair: &Arc<DirPair>, e: &Entry) {
         let dst = pair.dst_of(&e.dst_name);
         let rdev = libc::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
-        let perms = if self.ctx.opts.preserve {
+        let perms = if self.ctx.opts.default_mode {
+            0o666
+        } else if self.ctx.opts.preserve.mode {
             0o600
         } else {
             0o7777
@@ -852,10 +862,12 @@ impl Walker<'_> {
             Ok(()) => {
                 super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst);
                 self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
-                if self.ctx.opts.preserve {
+                let keep = &self.ctx.opts.preserve;
+                if keep.attrs() {
                     let from = Node::at(pair.src.as_fd(), &e.src_name);
                     let xattrs = Some((from, pair.dst_default_acl));
-                    let set = set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), xattrs);
+                    let set =
+                        set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), xattrs, keep);
                     if let Err(err) = set {
                         self.report(format!("preserving times for {}", quote(&dst)), Some(err));
                     }
@@ -921,8 +933,13 @@ impl Walker<'_> {
                     continue;
                 }
             };
-            let r = if self.ctx.opts.preserve {
-                set_attrs_at(&dir, c"", &f.st, Some(f.chmod), None)
+            let keep = &self.ctx.opts.preserve;
+            let r = if keep.attrs() {
+                let keep = Preserve {
+                    mode: true,
+                    ..*keep
+                };
+                set_attrs_at(&dir, c"", &f.st, Some(f.chmod), None, &keep)
             } else {
                 at::chmod(&dir, f.chmod)
             };
