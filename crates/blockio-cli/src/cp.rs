@@ -15,7 +15,9 @@ use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use blockio_tools::copy::{self, CopyError, CopyOptions, Dereference, Preserve, Progress, Update};
+use blockio_tools::copy::{
+    self, Backup, CopyError, CopyOptions, Dereference, LinkMode, Preserve, Progress, Update,
+};
 
 /// Options and operands of `blockio cp`, as GNU `cp` takes them (see
 /// `blockio cp --help`).
@@ -126,17 +128,7 @@ const SHORT: &[(u8, Has, &str)] = &[
 
 /// Options this build does not do yet: refused with a clear message
 /// rather than ignored.
-const NOT_YET: &[&str] = &[
-    "attributes-only",
-    "b",
-    "S",
-    "l",
-    "s",
-    "x",
-    "parents",
-    "sparse",
-    "reflink",
-];
+const NOT_YET: &[&str] = &["attributes-only", "parents", "sparse", "reflink"];
 
 /// A usage error: GNU's message, then (`hint`) the pointer to `--help`.
 #[derive(Debug)]
@@ -285,6 +277,7 @@ struct Command {
 /// answered.
 fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
     let (given, mut operands) = getopt(args)?;
+    let given_ids: Vec<&str> = given.iter().map(|(id, _)| *id).collect();
     let mut opts = CopyOptions {
         recursive: false,
         ..CopyOptions::default()
@@ -295,6 +288,8 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
     let mut strip = false;
     let mut json = false;
     let mut threads = None;
+    let mut backup: Option<Option<String>> = None;
+    let mut suffix: Option<OsString> = None;
     for (id, value) in given {
         let value_str = || value.as_deref().unwrap_or_default().to_string_lossy();
         match id {
@@ -348,6 +343,17 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
                 opts.no_clobber = false;
             }
             "f" => opts.force = true,
+            "x" => opts.one_file_system = true,
+            "b" => {
+                let control = value.as_deref().map(|v| v.to_string_lossy().into_owned());
+                backup = Some(control.or(backup.flatten()));
+            }
+            "S" => {
+                suffix = value;
+                backup = Some(backup.flatten());
+            }
+            "l" => opts.link = LinkMode::Hard,
+            "s" => opts.link = LinkMode::Symbolic,
             "remove-destination" => opts.remove_destination = true,
             "v" => opts.verbose = true,
             "u" => {
@@ -395,7 +401,32 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
             }
         }
     }
-    opts.dereference = dereference.unwrap_or(if opts.recursive {
+    if given_ids.contains(&"l") && given_ids.contains(&"s") {
+        return Err(Usage("cannot make both hard and symbolic links".into()));
+    }
+    if let Some(control) = backup {
+        if opts.no_clobber {
+            return Err(Usage(
+                "options --backup and --no-clobber are mutually exclusive".into(),
+            ));
+        }
+        let (control, from) = match control {
+            Some(c) => (c, "backup type"),
+            None => match std::env::var("VERSION_CONTROL") {
+                Ok(c) if !c.is_empty() => (c, "$VERSION_CONTROL"),
+                _ => ("existing".to_string(), "backup type"),
+            },
+        };
+        opts.backup = backup_type(&control, from)?;
+        let suffix = suffix.or_else(|| std::env::var_os("SIMPLE_BACKUP_SUFFIX"));
+        // A suffix with a slash would put the backup elsewhere: GNU's
+        // default then.
+        opts.suffix = match suffix {
+            Some(s) if !s.is_empty() && !s.as_bytes().contains(&b'/') => s,
+            _ => "~".into(),
+        };
+    }
+    opts.dereference = dereference.unwrap_or(if opts.recursive && opts.link != LinkMode::Hard {
         Dereference::Never
     } else {
         Dereference::Always
@@ -522,6 +553,39 @@ fn preserve_list(opts: &mut CopyOptions, list: &str, keep: bool) -> Result<(), U
     Ok(())
 }
 
+/// A backup CONTROL word (or an unambiguous abbreviation of one).
+fn backup_type(control: &str, from: &str) -> Result<Backup, Usage> {
+    const WORDS: &[(&str, Backup)] = &[
+        ("none", Backup::None),
+        ("off", Backup::None),
+        ("simple", Backup::Simple),
+        ("never", Backup::Simple),
+        ("existing", Backup::Existing),
+        ("nil", Backup::Existing),
+        ("numbered", Backup::Numbered),
+        ("t", Backup::Numbered),
+    ];
+    if let Some((_, b)) = WORDS.iter().find(|(w, _)| *w == control) {
+        return Ok(*b);
+    }
+    let found: Vec<Backup> = WORDS
+        .iter()
+        .filter(|(w, _)| !control.is_empty() && w.starts_with(control))
+        .map(|(_, b)| *b)
+        .collect();
+    match found.as_slice() {
+        [first, rest @ ..] if rest.iter().all(|b| b == first) => Ok(*first),
+        _ => {
+            let mut msg =
+                format!("invalid argument '{control}' for '{from}'\nValid arguments are:");
+            for pair in WORDS.chunks(2) {
+                msg.push_str(&format!("\n  - '{}', '{}'", pair[0].0, pair[1].0));
+            }
+            Err(Usage(msg))
+        }
+    }
+}
+
 /// GNU's message for an argument an option does not take.
 fn invalid(arg: &str, option: &str, valid: &[&str]) -> Usage {
     let mut msg = format!("invalid argument '{arg}' for '{option}'\nValid arguments are:");
@@ -566,11 +630,14 @@ on io_uring.
 
 Mandatory arguments to long options are mandatory for short options too.
   -a, --archive                same as -dR --preserve=all
+  -b                           like --backup but does not accept an argument
+      --backup[=CONTROL]       make a backup of each existing destination file
       --copy-contents          copy contents of special files when recursive
   -d                           same as --no-dereference
   -f, --force                  if an existing destination file cannot be
                                  opened, remove it and try again
   -H                           follow command-line symbolic links in SOURCE
+  -l, --link                   hard link files instead of copying
   -L, --dereference            always follow symbolic links in SOURCE
   -i, --interactive            prompt before overwrite (overrides a previous -n
                                  option)
@@ -584,6 +651,8 @@ Mandatory arguments to long options are mandatory for short options too.
                                  (context, SELinux's, is not supported)
       --no-preserve=ATTR_LIST  don't preserve the specified attributes
   -R, -r, --recursive          copy directories recursively
+  -s, --symbolic-link          make symbolic links instead of copying
+  -S, --suffix=SUFFIX          override the usual backup suffix
       --remove-destination     remove each existing destination file before
                                  attempting to open it
       --strip-trailing-slashes  remove any trailing slashes from each SOURCE
@@ -594,6 +663,7 @@ Mandatory arguments to long options are mandatory for short options too.
                                  file is missing (UPDATE: all, none, older;
                                  -u is older)
   -v, --verbose                explain what is being done
+  -x, --one-file-system        stay on this file system
       --help        display this help and exit
       --version     output version information and exit
 
@@ -602,6 +672,12 @@ blockio's own options:
       --json               print a JSON summary on stdout at the end
       --block-size=SIZE    bytes per read and write (4K to 64M; default 1M)
       --threads=N          worker threads (default: the CPUs plus one)
+
+The backup suffix is '~', unless set with --suffix or SIMPLE_BACKUP_SUFFIX.
+The version control method may be selected via the --backup option or
+through the VERSION_CONTROL environment variable: none/off, numbered/t,
+existing/nil (numbered if numbered backups exist, simple otherwise),
+simple/never.
 
 By default, sparse SOURCE files are copied with their holes. Symbolic links
 on the command line are followed unless -R (then -H and -L choose).

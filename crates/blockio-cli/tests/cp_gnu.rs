@@ -16,8 +16,8 @@ use std::process::Command;
 const GNU_CP: &str = "cp";
 
 /// What one run did: exit status, messages, and the directory afterwards.
-/// The lines on standard output (`-v`) are sorted: a parallel copy says
-/// what it did in the order it did it.
+/// The lines of standard output (`-v`) and of the messages are sorted: a
+/// parallel copy says what it did in the order it did it.
 #[derive(Debug, PartialEq)]
 struct Outcome {
     code: Option<i32>,
@@ -87,6 +87,13 @@ fn snapshot(root: &Path) -> BTreeMap<OsString, String> {
         }
     }
     out
+}
+
+/// The lines of `text`, sorted.
+fn sorted(text: &str) -> String {
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// The `user.*` extended attributes of `p` (not following a link), as
@@ -169,12 +176,10 @@ fn run_in(
         let _ = stdin.write_all(input.as_bytes());
     }
     let o = child.wait_with_output().unwrap();
-    let mut lines: Vec<&str> = std::str::from_utf8(&o.stdout).unwrap().lines().collect();
-    lines.sort();
     Outcome {
         code: o.status.code(),
-        stdout: lines.iter().map(|l| format!("{l}\n")).collect(),
-        stderr: messages(&o.stderr),
+        stdout: sorted(&String::from_utf8_lossy(&o.stdout)),
+        stderr: sorted(&messages(&o.stderr)),
         tree: snapshot(&w),
     }
 }
@@ -609,12 +614,16 @@ fn force_replaces_a_file_that_cannot_be_opened() {
 
 /// `-p`, `-a`, `--preserve=LIST` and `--no-preserve=LIST` keep what GNU
 /// keeps: `-p` mode, owner and times but not extended attributes or hard
-/// links; `--no-preserve=mode` gives new files the default mode.
+/// links; `--no-preserve=mode` gives new files the default mode; plain
+/// `-r` keeps a directory's sticky bit and a FIFO's special bits, not a
+/// directory's set-user-ID and set-group-ID bits (before, the sticky bit
+/// was dropped too).
 #[test]
 fn preserve_lists_keep_what_gnu_keeps() {
     let setup = "mkdir s; echo a > s/f; ln s/f s/h; chmod 640 s/f; chmod 2750 s; \
                  python3 -c \"import os; os.setxattr('s/f', 'user.x', b'1')\"; \
-                 chown 65534:100 s/f; touch -d 2001-02-03 s/f s";
+                 chown 65534:100 s/f; mkdir s/sticky s/setid; chmod 1777 s/sticky; \
+                 chmod 6755 s/setid; mkfifo s/p; chmod 4755 s/p; touch -d 2001-02-03 s/f s";
     for args in [
         &["-rp", "s", "t"][..],
         &["-a", "s", "t"],
@@ -636,6 +645,134 @@ fn preserve_lists_keep_what_gnu_keeps() {
         &["-r", "--no-preserve", "s", "t"],
         &["-rZ", "s", "t"],
         &["-r", "--context=x", "s", "t"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
+/// `-l` and `-s` make hard and symbolic links instead of copies, as GNU:
+/// directories made, `-rl` following links in the tree (GNU's default for
+/// `-l`), relative symbolic links only in the current directory, an
+/// existing destination an error unless `-f`.
+#[test]
+fn link_options_work_as_gnu_does() {
+    let setup = "echo a > f; echo o > g; mkdir -p d s/sub; echo x > s/x; ln -s x s/lx; \
+                 echo y > s/sub/y; ln -s /nonexistent s/dang; ln f hard";
+    for args in [
+        &["-l", "f", "h"][..],
+        &["-l", "f", "g"],
+        &["-lf", "f", "g"],
+        &["-lv", "f", "d"],
+        &["-l", "f", "hard"],
+        &["-l", "f", "f"],
+        &["-rl", "s", "t"],
+        &["-rlP", "s", "t"],
+        &["-al", "s", "t"],
+        &["-s", "f", "k"],
+        &["-s", "f", "d"],
+        &["-s", "f", "g"],
+        &["-sf", "f", "g"],
+        &["-sv", "f", "k"],
+        &["-rs", "s", "t"],
+        &["-ls", "f", "k"],
+        &["-ln", "f", "g"],
+    ] {
+        like_gnu(setup, args);
+    }
+    // Absolute sources make links anywhere: run in a directory whose path
+    // is the same for both tools.
+    let d = tempfile::tempdir().unwrap();
+    let abs = d.path().join("f");
+    fs::write(&abs, b"a").unwrap();
+    let setup = "mkdir -p d s/sub; echo x > s/x";
+    let abs = abs.to_str().unwrap();
+    like_gnu(setup, &["-s", abs, "d"]);
+    like_gnu(setup, &["-sv", abs, "d/k"]);
+}
+
+/// `-b`, `--backup=CONTROL`, `-S`: the replaced destination is kept aside
+/// under GNU's names (`g~`, `g.~1~`), for files, links and whole trees.
+#[test]
+fn backup_options_work_as_gnu_does() {
+    let setup = "echo a > f; echo o > g; echo old1 > n.~1~; echo n > n; ln -s f l; \
+                 mkdir -p s t/s; echo x > s/x; ln -s x s/lx; echo old > t/s/x; ln -s old t/s/lx";
+    for args in [
+        &["-b", "f", "g"][..],
+        &["-bv", "f", "g"],
+        &["--backup", "f", "n"],
+        &["--backup=numbered", "f", "g"],
+        &["--backup=t", "f", "n"],
+        &["--backup=existing", "f", "n"],
+        &["--backup=nil", "f", "g"],
+        &["--backup=simple", "f", "n"],
+        &["--backup=never", "f", "n"],
+        &["--backup=none", "f", "g"],
+        &["--backup=off", "f", "g"],
+        &["--backup=nu", "f", "g"],
+        &["--backup=bogus", "f", "g"],
+        &["-S", ".bak", "f", "g"],
+        &["--suffix=.x", "-v", "f", "g"],
+        &["-b", "f", "new"],
+        &["-bn", "f", "g"],
+        &["-ab", "s", "t"],
+        &["-rb", "s", "t"],
+        &["-abv", "l", "g"],
+        &["-b", "f", "f"],
+        &["-b", "f", "l"],
+        &["-b", "l", "f"],
+        &["-lb", "f", "g"],
+        &["-sb", "f", "g"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
+/// `-x`: a directory on another file system is made, not walked; here a
+/// tmpfs mounted in a private mount namespace for the copy only.
+#[test]
+fn one_file_system_stops_at_mount_points() {
+    assert!(
+        root(),
+        "this test mounts a tmpfs and needs root (CI runs as root)"
+    );
+    let setup = "mkdir -p s/m s/d; echo x > s/x; echo y > s/d/y";
+    let prefix = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount -t tmpfs cp-x s/m && echo hidden > s/m/f && exec \"$0\" \"$@\"",
+    ];
+    for args in [
+        &["-rx", "s", "t"][..],
+        &["-ax", "s", "t"],
+        &["-r", "s", "t"],
+    ] {
+        let o = like_gnu_as(&prefix, setup, args);
+        assert_eq!(
+            o.tree.contains_key(&OsString::from("t/m/f")),
+            !args.contains(&"-rx") && !args.contains(&"-ax"),
+            "{args:?}: {o:?}"
+        );
+    }
+}
+
+/// `-L` in a tree: links are copied as what they lead to, a link to a
+/// directory walked, a link back up is GNU's "cyclic" error; `-H` follows
+/// only the command line's.
+#[test]
+fn dereference_follows_links_inside_trees_as_gnu_does() {
+    let setup = "mkdir -p s/sub o; echo x > s/x; ln -s x s/lx; ln -s .. s/sub/up; \
+                 ln -s /nonexistent s/dang; ln -s sub s/lsub; echo other > o/f; \
+                 ln -s ../o s/lo; ln -s s ls";
+    for args in [
+        &["-rL", "s", "t"][..],
+        &["-aL", "s", "t"],
+        &["-rH", "ls", "t"],
+        &["-rL", "ls", "t"],
+        &["-r", "ls", "t"],
     ] {
         like_gnu(setup, args);
     }

@@ -68,6 +68,23 @@ pub(crate) fn open_dir_beneath(root: &File, rel: &Path) -> io::Result<File> {
     }
 }
 
+/// The directory at `rel` below `root`, following symbolic links on the
+/// way: only for sources with `-L`, which asks for them to be followed.
+pub(crate) fn open_dir_following(root: &File, rel: &Path) -> io::Result<File> {
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    Ok(File::from(rustix::fs::openat(
+        root,
+        rel,
+        flags,
+        Mode::empty(),
+    )?))
+}
+
 /// The names in an open directory with whether each is a regular file
 /// (from `d_type`; `false` where the file system does not say), without
 /// `.` and `..`. The listing reads its own descriptor of `dir`.
@@ -92,6 +109,8 @@ pub(crate) struct Dest {
     pub created: bool,
     /// A file in the way was removed first (`-f`).
     pub removed: bool,
+    /// A file in the way was kept aside under this name first (`-b`).
+    pub backup: Option<std::path::PathBuf>,
 }
 
 /// Creates the file `name` in `dir` for writing, or with `excl` false
@@ -127,6 +146,7 @@ pub(crate) fn create(
                     fd,
                     created: true,
                     removed,
+                    backup: None,
                 })
             }
             Err(rustix::io::Errno::EXIST) if !excl => {}
@@ -138,6 +158,7 @@ pub(crate) fn create(
                     fd,
                     created: false,
                     removed,
+                    backup: None,
                 })
             }
             Err(rustix::io::Errno::NOENT) => continue,
@@ -173,6 +194,7 @@ pub(crate) fn create_following(
                     fd,
                     created: false,
                     removed: false,
+                    backup: None,
                 })
             }
             Err(rustix::io::Errno::NOENT) => {}

@@ -38,6 +38,27 @@ pub(crate) enum DirAt {
     Beneath { root: Arc<Root>, rel: PathBuf },
 }
 
+/// The source directories from an operand down to one directory, by
+/// (device, inode): with `-L` a link to one of them would be copied for
+/// ever.
+pub(crate) struct Chain {
+    pub id: (u64, u64),
+    pub up: Option<Arc<Chain>>,
+}
+
+impl Chain {
+    pub fn contains(&self, id: (u64, u64)) -> bool {
+        let mut c = Some(self);
+        while let Some(x) = c {
+            if x.id == id {
+                return true;
+            }
+            c = x.up.as_deref();
+        }
+        false
+    }
+}
+
 /// A source directory and its copy, both open, with their paths for
 /// messages. Shared by every group of files from that directory.
 pub(crate) struct DirPair {
@@ -51,6 +72,8 @@ pub(crate) struct DirPair {
     /// With `-p`: `dst` has a default ACL, so what is made in it may
     /// inherit ACLs that must be removed when the source has none.
     pub dst_default_acl: bool,
+    /// With `-L`: this source directory and those above it.
+    pub chain: Option<Arc<Chain>>,
 }
 
 impl DirPair {

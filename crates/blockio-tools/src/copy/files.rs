@@ -435,7 +435,8 @@ fn create_all<'g>(
                 if dst.removed {
                     super::say(ctx.opts, format_args!("removed {}", quote(&dst_path)));
                 }
-                super::say_copied(ctx.opts, &pair.src_of(&e.src_name), &dst_path);
+                let backup = dst.backup.as_deref();
+                super::say_copied(ctx.opts, &pair.src_of(&e.src_name), &dst_path, backup);
                 jobs.push(Job {
                     e,
                     stream: stream || e.kind() != libc::S_IFREG,
@@ -524,7 +525,13 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
     let opts = ctx.opts;
     let excl = opts.no_clobber || opts.update == super::Update::None;
     let mode = create_mode(opts, e);
-    if opts.remove_destination && !excl {
+    let mut backup = None;
+    if opts.backup != super::Backup::None && !excl {
+        if kept(ctx, pair, e)? {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        backup = super::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name)?;
+    } else if opts.remove_destination && !excl {
         remove_destination(ctx, pair, e)?;
     }
     let create = || {
@@ -534,7 +541,15 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
             at::create(&pair.dst, &e.dst_name, excl, mode, opts.force)
         }
     };
-    if !(ctx.opts.preserve.links && e.st.stx_nlink > 1) {
+    let create = || {
+        create().map(|mut d| {
+            d.backup = backup.clone();
+            d
+        })
+    };
+    // With `-L` two links to one file are two names of it too, as GNU
+    // sees them.
+    if !(ctx.opts.preserve.links && (e.st.stx_nlink > 1 || e.follow_src)) {
         return create().map(Some);
     }
     // Held while the first copy is created, so a second name of the file
@@ -550,7 +565,12 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
         };
         drop(links);
         r?;
-        super::say_copied(opts, &pair.src_of(&e.src_name), &pair.dst_of(&e.dst_name));
+        super::say_copied(
+            opts,
+            &pair.src_of(&e.src_name),
+            &pair.dst_of(&e.dst_name),
+            None,
+        );
         ctx.progress.files.fetch_add(1, Ordering::Relaxed);
         return Ok(None);
     }
@@ -559,25 +579,38 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
     Ok(Some(dst))
 }
 
-/// `--remove-destination`: the file in the way goes before the copy is
-/// made (not a directory: creating the copy then reports it). With `-u`
-/// or `-i` the check comes first, on the name's own attributes.
-fn remove_destination(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<()> {
-    let dst = pair.dst_of(&e.dst_name);
+/// Whether an existing destination (not a directory) that is about to be
+/// removed or kept aside is kept instead, by `-u` or `-i`, judged on the
+/// name's own attributes.
+fn kept(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<bool> {
     let st = match rustix::fs::statat(
         &pair.dst,
         e.dst_name.as_c_str(),
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
     ) {
         Ok(st) => st,
-        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(rustix::io::Errno::NOENT) => return Ok(false),
         Err(err) => return Err(err.into()),
     };
     if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
-        return Ok(());
+        return Ok(false);
     }
     let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-    if super::keep_existing(ctx.opts, super::mtime(&e.st), mtime, &dst) {
+    let dst = pair.dst_of(&e.dst_name);
+    Ok(super::keep_existing(
+        ctx.opts,
+        super::mtime(&e.st),
+        mtime,
+        &dst,
+    ))
+}
+
+/// `--remove-destination`: the file in the way goes before the copy is
+/// made (not a directory: creating the copy then reports it). With `-u`
+/// or `-i` the check comes first, on the name's own attributes.
+fn remove_destination(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<()> {
+    let dst = pair.dst_of(&e.dst_name);
+    if kept(ctx, pair, e)? {
         return Err(io::Error::from_raw_os_error(libc::EEXIST));
     }
     match at::unlink(&pair.dst, &e.dst_name) {

@@ -122,6 +122,33 @@ impl Preserve {
     }
 }
 
+/// Whether and how an existing destination is kept aside before it is
+/// replaced (`-b`, `--backup=CONTROL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backup {
+    /// No backups (the default).
+    None,
+    /// `name` + the suffix (`simple`, `never`).
+    Simple,
+    /// `name.~N~`, one more than the highest there (`numbered`, `t`).
+    Numbered,
+    /// Numbered if numbered backups of the name exist, else simple
+    /// (`existing`, `nil`; `-b`).
+    Existing,
+}
+
+/// What is made at the destination for each file that is not a
+/// directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkMode {
+    /// A copy (the default).
+    Copy,
+    /// A hard link to the source (`-l`).
+    Hard,
+    /// A symbolic link to the source, named as given (`-s`).
+    Symbolic,
+}
+
 /// Which existing destinations are replaced (`--update`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Update {
@@ -149,6 +176,16 @@ pub struct CopyOptions {
     /// (`-T`): `cp -rT s d` merges `s` into `d`, and a file is never
     /// copied into `d`.
     pub no_target_directory: bool,
+    /// Directories on other file systems than their operand's (mount
+    /// points) are made but not walked (`-x`).
+    pub one_file_system: bool,
+    /// Copies, or hard or symbolic links to the sources (`-l`, `-s`);
+    /// directories are made either way.
+    pub link: LinkMode,
+    /// Backups of replaced destinations (`-b`).
+    pub backup: Backup,
+    /// The suffix of simple backups (`-S`; default `~`).
+    pub suffix: std::ffi::OsString,
     /// What the copy keeps besides the data (`-p`, `-a`, `--preserve`).
     pub preserve: Preserve,
     /// New files and directories get the default permission bits (0666
@@ -209,6 +246,10 @@ impl Default for CopyOptions {
             dereference: Dereference::Never,
             copy_contents: false,
             no_target_directory: false,
+            one_file_system: false,
+            link: LinkMode::Copy,
+            backup: Backup::None,
+            suffix: "~".into(),
             preserve: Preserve::default(),
             default_mode: false,
             no_clobber: false,
@@ -386,8 +427,69 @@ pub(crate) fn say(opts: &CopyOptions, line: std::fmt::Arguments<'_>) {
 }
 
 /// With `verbose`: `'src' -> 'dst'`, as `cp -v` says it.
-pub(crate) fn say_copied(opts: &CopyOptions, src: &Path, dst: &Path) {
-    say(opts, format_args!("{} -> {}", quote(src), quote(dst)));
+pub(crate) fn say_copied(opts: &CopyOptions, src: &Path, dst: &Path, backup: Option<&Path>) {
+    match backup {
+        Some(b) => say(
+            opts,
+            format_args!("{} -> {} (backup: {})", quote(src), quote(dst), quote(b)),
+        ),
+        None => say(opts, format_args!("{} -> {}", quote(src), quote(dst))),
+    }
+}
+
+/// `-b`: moves `name` in `dir` aside under its backup name, which is
+/// returned (`None`: nothing there to keep, or a directory).
+pub(crate) fn make_backup(
+    opts: &CopyOptions,
+    dir: &std::fs::File,
+    dir_path: &Path,
+    name: &std::ffi::CStr,
+) -> io::Result<Option<PathBuf>> {
+    use std::os::unix::ffi::OsStringExt;
+    let st = match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+        return Ok(None);
+    }
+    let base = name.to_bytes();
+    let highest = || -> io::Result<Option<u64>> {
+        let mut prefix = base.to_vec();
+        prefix.extend_from_slice(b".~");
+        let mut best = None;
+        for (n, _) in at::list(dir)? {
+            let n = n.to_bytes();
+            let Some(num) = n
+                .strip_prefix(&prefix[..])
+                .and_then(|r| r.strip_suffix(b"~"))
+            else {
+                continue;
+            };
+            if let Some(v) = std::str::from_utf8(num)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+            {
+                best = best.max(Some(v));
+            }
+        }
+        Ok(best)
+    };
+    let numbered = match opts.backup {
+        Backup::None => return Ok(None),
+        Backup::Simple => None,
+        Backup::Numbered => Some(highest()?.unwrap_or(0) + 1),
+        Backup::Existing => highest()?.map(|h| h + 1),
+    };
+    let mut backup = base.to_vec();
+    match numbered {
+        Some(n) => backup.extend_from_slice(format!(".~{n}~").as_bytes()),
+        None => backup.extend_from_slice(opts.suffix.as_bytes()),
+    }
+    let backup = std::ffi::OsString::from_vec(backup);
+    rustix::fs::renameat(dir, name, dir, cname(&backup))?;
+    Ok(Some(dir_path.join(backup)))
 }
 
 /// A modification time: seconds and nanoseconds.

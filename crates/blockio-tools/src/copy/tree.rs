@@ -21,8 +21,9 @@ use blockio::{Engine, PathAt};
 
 use super::at;
 use super::attrs::{set_attrs_at, Node};
-use super::entry::{parent_as_written, Counts, Ctx, DirAt, DirPair, Entry, Group, Root};
+use super::entry::{parent_as_written, Chain, Counts, Ctx, DirAt, DirPair, Entry, Group, Root};
 use super::files;
+use super::Dereference;
 use super::{cname, quote, CopyOptions, CopyReport, Errors, Preserve, Progress};
 
 /// A directory whose path below its root reaches this many bytes is opened
@@ -127,6 +128,8 @@ struct DirTask {
     src: PathBuf,
     dst: PathBuf,
     at: DirAt,
+    /// With `-L`: the source directories above this one.
+    chain: Option<Arc<Chain>>,
 }
 
 impl Work {
@@ -345,11 +348,15 @@ impl Walker<'_> {
                 Some(io::Error::from_raw_os_error(libc::ENOTDIR)),
             );
         }
-        if !same_file_ok(src, &st, follow_src, &target, opts, self.as_regular()) {
-            return self.report(
-                format!("{} and {} are the same file", quote(src), quote(&target)),
-                None,
-            );
+        match same_file_ok(src, &st, follow_src, &target, opts, self.as_regular()) {
+            Same::Go => {}
+            Same::Done => return,
+            Same::Refuse => {
+                return self.report(
+                    format!("{} and {} are the same file", quote(src), quote(&target)),
+                    None,
+                )
+            }
         }
         let Some(pair) = self.operand_parents(src, &target) else {
             return;
@@ -412,7 +419,7 @@ impl Walker<'_> {
             }
         };
         if fresh {
-            super::say_copied(self.ctx.opts, src, target);
+            super::say_copied(self.ctx.opts, src, target, None);
         }
         let task = DirTask {
             src: src.to_path_buf(),
@@ -422,8 +429,9 @@ impl Walker<'_> {
                 dst: target.to_path_buf(),
                 follow_dst: follow,
             },
+            chain: None,
         };
-        self.dir_made(task, st, fresh);
+        self.dir_made(task, st, fresh, true);
     }
 
     /// The directories that hold a non-directory operand and its copy,
@@ -450,6 +458,7 @@ impl Walker<'_> {
             // Never used: an operand's parent gets no subdirectories.
             below: None,
             dst_default_acl,
+            chain: None,
         })
     }
 
@@ -488,14 +497,18 @@ impl Walker<'_> {
                 PathBuf::new(),
             ),
             DirAt::Beneath { root, rel } => (
-                at::open_dir_beneath(&root.src, rel)
-                    .map_err(|e| (&t.src, e))
-                    .and_then(|s| {
-                        Ok((
-                            s,
-                            at::open_dir_beneath(&root.dst, rel).map_err(|e| (&t.dst, e))?,
-                        ))
-                    }),
+                if self.ctx.opts.dereference == Dereference::Always {
+                    at::open_dir_following(&root.src, rel)
+                } else {
+                    at::open_dir_beneath(&root.src, rel)
+                }
+                .map_err(|e| (&t.src, e))
+                .and_then(|s| {
+                    Ok((
+                        s,
+                        at::open_dir_beneath(&root.dst, rel).map_err(|e| (&t.dst, e))?,
+                    ))
+                }),
                 // Deep enough: this directory becomes a root of its own.
                 (rel.as_os_str().len() < REROOT).then(|| Arc::clone(root)),
                 if rel.as_os_str().len() < REROOT {
@@ -558,6 +571,18 @@ impl Walker<'_> {
         // file system lists names in.
         names.sort();
         let dst_default_acl = preserve && super::attrs::has_default_acl(d.as_fd());
+        let follow = self.ctx.opts.dereference == Dereference::Always;
+        let chain = if follow {
+            match s.metadata() {
+                Ok(m) => Some(Arc::new(Chain {
+                    id: (m.dev(), m.ino()),
+                    up: t.chain.clone(),
+                })),
+                Err(e) => return self.report(format!("cannot stat {}", quote(&t.src)), Some(e)),
+            }
+        } else {
+            None
+        };
         let pair = Arc::new(DirPair {
             src: s,
             dst: d,
@@ -565,12 +590,17 @@ impl Walker<'_> {
             dst_path: t.dst,
             below: Some((root, rel)),
             dst_default_acl,
+            chain,
         });
         let stats = self.stat_all(&pair, &names);
         let entries = names
             .into_iter()
             .zip(stats)
-            .filter_map(|((name, _), st)| Some(Entry::listed(name, st?)))
+            .filter_map(|((name, _), st)| {
+                let mut e = Entry::listed(name, st?);
+                e.follow_src = follow;
+                Some(e)
+            })
             .collect();
         self.entries(&pair, entries);
     }
@@ -598,7 +628,13 @@ impl Walker<'_> {
                 .iter()
                 .map(|&i| PathAt::in_dir(&pair.src, &names[i].0))
                 .collect();
-            let got = match self.ctx.engine.stat_batch(&at, libc::AT_SYMLINK_NOFOLLOW) {
+            // `-L`: a link is what it leads to.
+            let flags = if self.ctx.opts.dereference == Dereference::Always {
+                0
+            } else {
+                libc::AT_SYMLINK_NOFOLLOW
+            };
+            let got = match self.ctx.engine.stat_batch(&at, flags) {
                 Ok(s) => s,
                 Err(e) => {
                     self.report(format!("cannot stat in {}", quote(&pair.src_path)), Some(e));
@@ -626,6 +662,10 @@ impl Walker<'_> {
         let mut links = Vec::new();
         let mut group: Vec<Entry> = Vec::new();
         for e in entries {
+            if self.ctx.opts.link != super::LinkMode::Copy && e.kind() != libc::S_IFDIR {
+                self.link_entry(pair, &e);
+                continue;
+            }
             match e.kind() {
                 libc::S_IFDIR => dirs.push(e),
                 libc::S_IFLNK => links.push(e),
@@ -645,6 +685,72 @@ impl Walker<'_> {
         }
         self.make_dirs(pair, dirs);
         self.make_links(pair, links);
+    }
+
+    /// `-l`, `-s`: a hard or symbolic link to the source instead of a
+    /// copy. An existing destination is an error unless `-f`,
+    /// `--remove-destination` or `-b` lets it be replaced (`-n`: kept).
+    fn link_entry(&self, pair: &DirPair, e: &Entry) {
+        let opts = self.ctx.opts;
+        let src = pair.src_of(&e.src_name);
+        let dst = pair.dst_of(&e.dst_name);
+        let hard = opts.link == super::LinkMode::Hard;
+        let target = cname(src.as_os_str());
+        if !hard && !src.is_absolute() && !in_cwd(pair) {
+            return self.report(
+                format!(
+                    "{}: can make relative symbolic links only in current directory",
+                    crate::quote::quote_if_needed(&dst)
+                ),
+                None,
+            );
+        }
+        let make = || {
+            if hard {
+                let flags = if e.follow_src {
+                    rustix::fs::AtFlags::SYMLINK_FOLLOW
+                } else {
+                    rustix::fs::AtFlags::empty()
+                };
+                rustix::fs::linkat(&pair.src, &e.src_name, &pair.dst, &e.dst_name, flags)
+            } else {
+                rustix::fs::symlinkat(&target, &pair.dst, &e.dst_name)
+            }
+        };
+        let mut r = make();
+        let mut backup = None;
+        if r == Err(rustix::io::Errno::EXIST) {
+            if opts.no_clobber || opts.update == super::Update::None {
+                self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            if opts.force || opts.remove_destination || opts.backup != super::Backup::None {
+                match self.replace(pair, e) {
+                    Replace::Removed(b) => {
+                        backup = b;
+                        r = make();
+                    }
+                    Replace::Skip | Replace::Failed => return,
+                }
+            }
+        }
+        match r {
+            Ok(()) => {
+                super::say_copied(opts, &src, &dst, backup.as_deref());
+                self.ctx.progress.files.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(err) => {
+                let kind = if hard { "hard" } else { "symbolic" };
+                self.report(
+                    format!(
+                        "cannot create {kind} link {} to {}",
+                        quote(&dst),
+                        quote(&src)
+                    ),
+                    Some(err.into()),
+                )
+            }
+        }
     }
 
     fn send(&self, pair: &Arc<DirPair>, files: Vec<Entry>) {
@@ -668,15 +774,17 @@ impl Walker<'_> {
     }
 
     /// A directory was made (`fresh`) or is merged into: its final mode
-    /// and times are noted for the end, and it is queued to be listed.
-    fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool) {
+    /// and times are noted for the end, and (`walk`) it is queued to be listed.
+    fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool, walk: bool) {
         let mode = u32::from(st.stx_mode);
         let want = if self.ctx.opts.default_mode {
-            0o777 & !self.ctx.umask
+            (0o777 | (mode & 0o1000)) & !self.ctx.umask
         } else if self.ctx.opts.preserve.mode {
             mode & 0o7777
         } else {
-            mode & 0o777 & !self.ctx.umask
+            // As GNU's: a directory keeps its sticky bit, not its
+            // set-user-ID and set-group-ID bits.
+            mode & 0o1777 & !self.ctx.umask
         };
         // Nothing to set at the end when mkdir made it right, the usual
         // case (opening every directory again for nothing made a serial
@@ -692,13 +800,35 @@ impl Walker<'_> {
             });
         }
         self.ctx.progress.dirs.fetch_add(1, Ordering::Relaxed);
-        self.work.push(Task::Dir(task));
+        if walk {
+            self.work.push(Task::Dir(task));
+        }
     }
 
-    fn make_dirs(&self, pair: &Arc<DirPair>, dirs: Vec<Entry>) {
+    fn make_dirs(&self, pair: &Arc<DirPair>, mut dirs: Vec<Entry>) {
+        if let Some(chain) = &pair.chain {
+            dirs.retain(|e| {
+                let cyclic = chain.contains(e.id());
+                if cyclic {
+                    let src = pair.src_of(&e.src_name);
+                    self.report(
+                        format!("cannot copy cyclic symbolic link {}", quote(&src)),
+                        None,
+                    );
+                }
+                !cyclic
+            });
+        }
         if dirs.is_empty() {
             return;
         }
+        // `-x`: a directory on another file system (a mount point) is made
+        // but not walked.
+        let this_fs = if self.ctx.opts.one_file_system {
+            pair.src.metadata().ok().map(|m| m.dev())
+        } else {
+            None
+        };
         let (root, rel) = pair.below.as_ref().expect("a listed directory has a root");
         let reqs: Vec<(PathAt<'_>, u32)> = dirs
             .iter()
@@ -750,13 +880,20 @@ impl Walker<'_> {
                 }
             };
             if fresh {
-                super::say_copied(self.ctx.opts, &src, &dst);
+                super::say_copied(self.ctx.opts, &src, &dst, None);
             }
             let at_ = DirAt::Beneath {
                 root: Arc::clone(root),
                 rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
             };
-            self.dir_made(DirTask { src, dst, at: at_ }, &e.st, fresh);
+            let task = DirTask {
+                src,
+                dst,
+                at: at_,
+                chain: pair.chain.clone(),
+            };
+            let walk = this_fs.map_or(true, |dev| dev == e.id().0);
+            self.dir_made(task, &e.st, fresh, walk);
         }
     }
 
@@ -801,11 +938,15 @@ impl Walker<'_> {
         };
         for ((e, t), r) in ok.iter().zip(&targets).zip(made) {
             let dst = pair.dst_of(&e.dst_name);
+            let mut backup = None;
             let r = match r {
                 Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
                     match self.replace(pair, e) {
                         Replace::Skip => continue,
-                        Replace::Removed => at::symlink(t, &pair.dst, &e.dst_name),
+                        Replace::Removed(b) => {
+                            backup = b;
+                            at::symlink(t, &pair.dst, &e.dst_name)
+                        }
                         Replace::Failed => continue,
                     }
                 }
@@ -813,7 +954,8 @@ impl Walker<'_> {
             };
             match r {
                 Ok(()) => {
-                    super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst);
+                    let b = backup.as_deref();
+                    super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
                     self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
                     let keep = &self.ctx.opts.preserve;
                     if keep.ownership || keep.timestamps {
@@ -837,7 +979,8 @@ impl Walker<'_> {
         let dst = pair.dst_of(&e.dst_name);
         let rdev = libc::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
         let perms = if self.ctx.opts.default_mode {
-            0o666
+            // As GNU's: the default bits, and the source's special ones.
+            0o666 | (e.mode() & 0o7000)
         } else if self.ctx.opts.preserve.mode {
             0o600
         } else {
@@ -852,15 +995,20 @@ impl Walker<'_> {
             )
         };
         let mut r = make();
+        let mut backup = None;
         if r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EEXIST) {
             match self.replace(pair, e) {
-                Replace::Removed => r = make(),
+                Replace::Removed(b) => {
+                    backup = b;
+                    r = make();
+                }
                 Replace::Skip | Replace::Failed => return,
             }
         }
         match r {
             Ok(()) => {
-                super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst);
+                let b = backup.as_deref();
+                super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
                 self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
                 let keep = &self.ctx.opts.preserve;
                 if keep.attrs() {
@@ -906,12 +1054,22 @@ impl Walker<'_> {
             );
             return Replace::Failed;
         }
+        if opts.backup != super::Backup::None {
+            return match super::make_backup(opts, &pair.dst, &pair.dst_path, name) {
+                Ok(b) => Replace::Removed(b),
+                Err(e) => {
+                    let what = format!("cannot backup {}", quote(&dst));
+                    self.report(what, Some(e));
+                    Replace::Failed
+                }
+            };
+        }
         if let Err(e) = at::unlink(&pair.dst, name) {
             self.report(format!("cannot remove {}", quote(&dst)), Some(e));
             return Replace::Failed;
         }
         super::say(opts, format_args!("removed {}", quote(&dst)));
-        Replace::Removed
+        Replace::Removed(None)
     }
 
     /// Final modes and times of the directories made (deepest first, after
@@ -974,8 +1132,18 @@ impl Walker<'_> {
 
 enum Replace {
     Skip,
-    Removed,
+    /// Removed, or kept aside under the backup name given (`-b`).
+    Removed(Option<PathBuf>),
     Failed,
+}
+
+/// Whether the destination directory of `pair` is the current one (`-s`
+/// makes relative links only there, where they lead to their source).
+fn in_cwd(pair: &DirPair) -> bool {
+    match (pair.dst.metadata(), std::fs::metadata(".")) {
+        (Ok(a), Ok(b)) => id_of(&a) == id_of(&b),
+        _ => false,
+    }
 }
 
 /// A (device, inode) pair of a `stat`.
@@ -983,13 +1151,24 @@ fn id_of(m: &std::fs::Metadata) -> (u64, u64) {
     (m.dev(), m.ino())
 }
 
+/// What [`same_file_ok`] says of an operand and its destination.
+#[derive(Debug, PartialEq, Eq)]
+enum Same {
+    /// Copy it.
+    Go,
+    /// Nothing to do (`-l` onto a hard link of the source): done.
+    Done,
+    /// The destination is the source: refused.
+    Refuse,
+}
+
 /// Whether a non-directory operand `src` (`st`: its `statx`, following a
 /// link when `followed`) may be copied to `dst`, by GNU `cp`'s rule
-/// (`same_file_ok` in its copy.c, without backups): never onto the file
-/// itself, reached through a link on either side or by another hard link,
-/// since opening it to write would empty the source. Two distinct links
-/// are fine when the destination link is replaced rather than written
-/// through. A destination that does not exist is fine.
+/// (`same_file_ok` in its copy.c): never onto the file itself, reached
+/// through a link on either side or by another hard link, since opening
+/// it to write would empty the source. Two distinct links are fine when
+/// the destination link is replaced rather than written through. A
+/// destination that does not exist is fine.
 fn same_file_ok(
     src: &Path,
     st: &libc::statx,
@@ -997,7 +1176,11 @@ fn same_file_ok(
     dst: &Path,
     opts: &CopyOptions,
     as_regular: bool,
-) -> bool {
+) -> Same {
+    let hard_link = opts.link == super::LinkMode::Hard;
+    let symbolic_link = opts.link == super::LinkMode::Symbolic;
+    let backup = opts.backup != super::Backup::None;
+    let go = |ok: bool| if ok { Same::Go } else { Same::Refuse };
     let src_kind = u32::from(st.stx_mode) & libc::S_IFMT;
     let src_id = (
         libc::makedev(st.stx_dev_major, st.stx_dev_minor),
@@ -1009,50 +1192,78 @@ fn same_file_ok(
     // removed first, replaces the link.
     let written_into =
         src_kind == libc::S_IFREG || (as_regular && src_kind != libc::S_IFDIR && !src_is_link);
-    let dst_st = if written_into && !opts.remove_destination {
-        std::fs::metadata(dst)
-    } else {
+    let lstat_dst =
+        !written_into || opts.remove_destination || hard_link || symbolic_link || backup;
+    let dst_st = if lstat_dst {
         std::fs::symlink_metadata(dst)
+    } else {
+        std::fs::metadata(dst)
     };
     let Ok(dst_st) = dst_st else {
-        return true;
+        return Same::Go;
     };
     let same = src_id == id_of(&dst_st);
+    if same && hard_link {
+        return Same::Done;
+    }
     // The two sides as names (links not followed).
     let (src_link_id, src_link_is_link, dst_link_id, dst_link) = if !followed {
         if src_is_link && dst_st.file_type().is_symlink() {
             // Two links: fine unless they are one name.
-            return !same_name(src, dst);
+            let sn = same_name(src, dst);
+            if !sn && backup {
+                return Same::Go;
+            }
+            if !sn && same {
+                return Same::Done;
+            }
+            return go(!sn);
         }
         (src_id, src_is_link, id_of(&dst_st), dst_st.clone())
     } else {
         if !same {
-            return true;
+            return Same::Go;
         }
         let (Ok(d), Ok(s)) = (
             std::fs::symlink_metadata(dst),
             std::fs::symlink_metadata(src),
         ) else {
-            return true;
+            return Same::Go;
         };
         if s.file_type().is_symlink() && d.file_type().is_symlink() && opts.remove_destination {
-            return true;
+            return Same::Go;
         }
         (id_of(&s), s.file_type().is_symlink(), id_of(&d), d)
     };
     let same_link = src_link_id == dst_link_id;
     let dst_link_is_link = dst_link.file_type().is_symlink();
+    if backup {
+        if !same_link {
+            // Backing up a file a followed link leads to would leave the
+            // link dangling.
+            return go(!(followed && src_link_is_link && !dst_link_is_link));
+        }
+        return go(!same_name(src, dst));
+    }
     if opts.remove_destination {
         if dst_link_is_link {
-            return true;
+            return Same::Go;
         }
         // Another hard link of the source: removing it loses nothing.
         if same_link && dst_link.nlink() > 1 && !same_name(src, dst) {
-            return true;
+            return Same::Go;
         }
     }
-    if !src_link_is_link && !dst_link_is_link && src_link_id != dst_link_id {
-        return true;
+    if !src_link_is_link && !dst_link_is_link {
+        if src_link_id != dst_link_id {
+            return Same::Go;
+        }
+        if hard_link {
+            return Same::Done;
+        }
+    }
+    if symbolic_link && dst_link_is_link {
+        return Same::Go;
     }
     if !followed {
         // What the two lead to.
@@ -1067,11 +1278,19 @@ fn same_file_ok(
             target(src, src_link_is_link, src_link_id),
             target(dst, dst_link_is_link, dst_link_id),
         ) {
-            (Some(a), Some(b)) if a == b => {}
-            _ => return true,
+            (Some(a), Some(b)) if a == b => {
+                if hard_link {
+                    return if dst_link_is_link {
+                        Same::Go
+                    } else {
+                        Same::Done
+                    };
+                }
+            }
+            _ => return Same::Go,
         }
     }
-    false
+    Same::Refuse
 }
 
 /// Whether two paths name the same directory entry: the same name in the
