@@ -16,7 +16,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use blockio_tools::copy::{
-    self, Backup, CopyError, CopyOptions, Dereference, LinkMode, Preserve, Progress, Update,
+    self, Backup, CopyError, CopyOptions, Dereference, LinkMode, Preserve, Progress, Reflink,
+    Sparse, Update,
 };
 
 /// Options and operands of `blockio cp`, as GNU `cp` takes them (see
@@ -125,10 +126,6 @@ const SHORT: &[(u8, Has, &str)] = &[
     (b'T', Has::No, "T"),
     (b'Z', Has::No, "Z"),
 ];
-
-/// Options this build does not do yet: refused with a clear message
-/// rather than ignored.
-const NOT_YET: &[&str] = &["attributes-only", "parents", "sparse", "reflink"];
 
 /// A usage error: GNU's message, then (`hint`) the pointer to `--help`.
 #[derive(Debug)]
@@ -344,6 +341,27 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
             }
             "f" => opts.force = true,
             "x" => opts.one_file_system = true,
+            "attributes-only" => opts.attributes_only = true,
+            "parents" => opts.parents = true,
+            "sparse" => {
+                let words = [
+                    ("never", Sparse::Never),
+                    ("auto", Sparse::Auto),
+                    ("always", Sparse::Always),
+                ];
+                opts.sparse = argmatch(&value_str(), "--sparse", &words)?;
+            }
+            "reflink" => {
+                let words = [
+                    ("auto", Reflink::Auto),
+                    ("always", Reflink::Always),
+                    ("never", Reflink::Never),
+                ];
+                opts.reflink = match &value {
+                    None => Reflink::Always,
+                    Some(_) => argmatch(&value_str(), "--reflink", &words)?,
+                };
+            }
             "b" => {
                 let control = value.as_deref().map(|v| v.to_string_lossy().into_owned());
                 backup = Some(control.or(backup.flatten()));
@@ -357,14 +375,15 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
             "remove-destination" => opts.remove_destination = true,
             "v" => opts.verbose = true,
             "u" => {
-                opts.update = match value.as_deref().map(OsStr::to_string_lossy).as_deref() {
-                    None | Some("older") => Update::Older,
-                    Some("all") => Update::All,
-                    Some("none") => Update::None,
-                    Some(other) => {
-                        return Err(invalid(other, "--update", &["all", "none", "older"]))
-                    }
-                }
+                let words = [
+                    ("all", Update::All),
+                    ("none", Update::None),
+                    ("older", Update::Older),
+                ];
+                opts.update = match &value {
+                    None => Update::Older,
+                    Some(_) => argmatch(&value_str(), "--update", &words)?,
+                };
             }
             "copy-contents" => opts.copy_contents = true,
             "strip-trailing-slashes" => strip = true,
@@ -390,15 +409,8 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
                     )))
                 }
             },
-            other => {
-                debug_assert!(NOT_YET.contains(&other), "{other}");
-                let name = LONG
-                    .iter()
-                    .find(|(_, _, i)| *i == other)
-                    .map(|(n, _, _)| format!("--{n}"))
-                    .unwrap_or_else(|| format!("-{other}"));
-                return Err(Usage(format!("{name} is not supported by blockio cp")));
-            }
+            // Every option of the tables is handled above.
+            other => return Err(Usage(format!("unrecognized option '{other}'"))),
         }
     }
     if given_ids.contains(&"l") && given_ids.contains(&"s") {
@@ -481,6 +493,11 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
             operands.pop().expect("two operands at least")
         }
     };
+    if opts.parents && !std::fs::metadata(&dest).is_ok_and(|m| m.is_dir()) {
+        return Err(Usage(
+            "with --parents, the destination must be a directory".into(),
+        ));
+    }
     // As GNU, only for sources copied into a directory (`cp --strip...
     // dl/ x`, with `x` new, still follows the link `dl`).
     let into_dir = !no_target && std::fs::metadata(&dest).is_ok_and(|m| m.is_dir());
@@ -518,12 +535,8 @@ fn preserve_list(opts: &mut CopyOptions, list: &str, keep: bool) -> Result<(), U
     let option = if keep { "--preserve" } else { "--no-preserve" };
     for name in list.split(',') {
         // GNU takes unambiguous abbreviations here too.
-        let found: Vec<&&str> = NAMES.iter().filter(|n| n.starts_with(name)).collect();
-        let name = match (NAMES.contains(&name), found.as_slice()) {
-            (true, _) => name,
-            (false, [one]) if !name.is_empty() => **one,
-            _ => return Err(invalid(name, option, NAMES)),
-        };
+        let words: Vec<(&str, &str)> = NAMES.iter().map(|n| (*n, *n)).collect();
+        let name = argmatch(name, option, &words)?;
         let p = &mut opts.preserve;
         match name {
             "mode" => {
@@ -555,7 +568,7 @@ fn preserve_list(opts: &mut CopyOptions, list: &str, keep: bool) -> Result<(), U
 
 /// A backup CONTROL word (or an unambiguous abbreviation of one).
 fn backup_type(control: &str, from: &str) -> Result<Backup, Usage> {
-    const WORDS: &[(&str, Backup)] = &[
+    let words = [
         ("none", Backup::None),
         ("off", Backup::None),
         ("simple", Backup::Simple),
@@ -565,34 +578,39 @@ fn backup_type(control: &str, from: &str) -> Result<Backup, Usage> {
         ("numbered", Backup::Numbered),
         ("t", Backup::Numbered),
     ];
-    if let Some((_, b)) = WORDS.iter().find(|(w, _)| *w == control) {
-        return Ok(*b);
-    }
-    let found: Vec<Backup> = WORDS
-        .iter()
-        .filter(|(w, _)| !control.is_empty() && w.starts_with(control))
-        .map(|(_, b)| *b)
-        .collect();
-    match found.as_slice() {
-        [first, rest @ ..] if rest.iter().all(|b| b == first) => Ok(*first),
-        _ => {
-            let mut msg =
-                format!("invalid argument '{control}' for '{from}'\nValid arguments are:");
-            for pair in WORDS.chunks(2) {
-                msg.push_str(&format!("\n  - '{}', '{}'", pair[0].0, pair[1].0));
-            }
-            Err(Usage(msg))
-        }
-    }
+    argmatch(control, from, &words)
 }
 
-/// GNU's message for an argument an option does not take.
-fn invalid(arg: &str, option: &str, valid: &[&str]) -> Usage {
-    let mut msg = format!("invalid argument '{arg}' for '{option}'\nValid arguments are:");
-    for v in valid {
-        msg.push_str(&format!("\n  - '{v}'"));
+/// The value of `arg` among `words`, as GNU's `argmatch` finds it: the
+/// word itself, or the only value the words it begins stand for; else
+/// GNU's message ("invalid" or "ambiguous" argument) with the valid words,
+/// those of one value on one line.
+fn argmatch<T: Copy + PartialEq>(arg: &str, option: &str, words: &[(&str, T)]) -> Result<T, Usage> {
+    if let Some((_, v)) = words.iter().find(|(w, _)| *w == arg) {
+        return Ok(*v);
     }
-    Usage(msg)
+    let found: Vec<T> = words
+        .iter()
+        .filter(|(w, _)| !arg.is_empty() && w.starts_with(arg))
+        .map(|(_, v)| *v)
+        .collect();
+    let problem = match found.as_slice() {
+        [first, rest @ ..] if rest.iter().all(|v| v == first) => return Ok(*first),
+        [] => "invalid",
+        _ => "ambiguous",
+    };
+    let mut msg = format!("{problem} argument '{arg}' for '{option}'\nValid arguments are:");
+    let mut k = 0;
+    while k < words.len() {
+        let same: Vec<String> = words[k..]
+            .iter()
+            .take_while(|(_, v)| *v == words[k].1)
+            .map(|(w, _)| format!("'{w}'"))
+            .collect();
+        msg.push_str(&format!("\n  - {}", same.join(", ")));
+        k += same.len();
+    }
+    Err(Usage(msg))
 }
 
 /// `-i`: asks on standard error, one question at a time, and reads the
@@ -630,6 +648,7 @@ on io_uring.
 
 Mandatory arguments to long options are mandatory for short options too.
   -a, --archive                same as -dR --preserve=all
+      --attributes-only        don't copy the file data, just the attributes
   -b                           like --backup but does not accept an argument
       --backup[=CONTROL]       make a backup of each existing destination file
       --copy-contents          copy contents of special files when recursive
@@ -650,9 +669,16 @@ Mandatory arguments to long options are mandatory for short options too.
                                  additional attributes: links, xattr, all
                                  (context, SELinux's, is not supported)
       --no-preserve=ATTR_LIST  don't preserve the specified attributes
+      --parents                use full source file name under DIRECTORY
   -R, -r, --recursive          copy directories recursively
+      --reflink[=WHEN]         control clone/CoW copies: auto (the file system
+                                 decides, through copy_file_range), always
+                                 (FICLONE, or fail), never
   -s, --symbolic-link          make symbolic links instead of copying
   -S, --suffix=SUFFIX          override the usual backup suffix
+      --sparse=WHEN            control creation of sparse files: auto (holes
+                                 where the source has them), always (also
+                                 for blocks of zeros), never
       --remove-destination     remove each existing destination file before
                                  attempting to open it
       --strip-trailing-slashes  remove any trailing slashes from each SOURCE

@@ -280,6 +280,9 @@ fn a_source_named_twice_is_copied_once_with_a_warning() {
     let setup = "echo data > f; mkdir a d; echo x > a/x";
     like_gnu(setup, &["-a", "a", "a", "d/"]);
     like_gnu(setup, &["-a", "f", "f", "d/"]);
+    like_gnu(setup, &["f", "./f", "d/"]);
+    like_gnu(setup, &["-r", "a", "./a/", "d/"]);
+    like_gnu(&format!("{setup}; ln f h"), &["f", "h", "d/"]);
     let o = like_gnu(setup, &["-r", "a", "f", "a", "f", "d"]);
     assert_eq!(o.code, Some(0));
     assert!(
@@ -775,5 +778,140 @@ fn dereference_follows_links_inside_trees_as_gnu_does() {
         &["-r", "ls", "t"],
     ] {
         like_gnu(setup, args);
+    }
+}
+
+/// `--parents` copies each source by its whole path under the directory,
+/// making the directories on the way with their sources' modes (and with
+/// `-p` times), as GNU, which says them with `-v` without quotes.
+#[test]
+fn parents_copies_whole_paths_as_gnu_does() {
+    let setup = "mkdir -p a/b d; echo x > a/b/f; echo y > a/g; chmod 750 a; \
+                 touch -d 2001-01-01 a a/b";
+    for args in [
+        &["--parents", "a/b/f", "d"][..],
+        &["--parents", "-v", "a/b/f", "a/g", "d"],
+        &["--parents", "-p", "a/b/f", "d"],
+        &["--parents", "-r", "a/b", "d"],
+        &["--parents", "./a/b/f", "d"],
+        &["--parents", "a/b/f", "nodir"],
+        &["--parents", "a/b/f", "a/g"],
+        &["--par", "-a", "a/b", "d"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
+/// `--attributes-only`: a new file is empty, an existing one keeps its
+/// data and takes the attributes asked for.
+#[test]
+fn attributes_only_copies_no_data_as_gnu_does() {
+    let setup = "echo data > f; chmod 640 f; touch -d 2001-01-01 f; echo old > g; \
+                 mkdir -p s; echo x > s/x";
+    for args in [
+        &["--attributes-only", "f", "new"][..],
+        &["--attributes-only", "f", "g"],
+        &["--attributes-only", "-p", "f", "g"],
+        &["--attributes-only", "-a", "s", "t"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
+/// The blocks a file takes on disk.
+fn blocks(p: &Path) -> u64 {
+    fs::metadata(p).unwrap().blocks()
+}
+
+/// `--sparse=never` fills holes; `--sparse=always` makes holes of blocks
+/// of zeros, as GNU's copies (same contents and allocation, compared in
+/// one directory); bad WHENs are GNU's usage errors.
+#[test]
+fn sparse_modes_allocate_as_gnu_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A hole, then data, then 1 MiB of written zeros, then data.
+    let mut data = vec![0u8; 3 << 20];
+    data[(1 << 20)..(1 << 20) + 5].copy_from_slice(b"hello");
+    data[(3 << 20) - 5..].copy_from_slice(b"world");
+    fs::write(d.join("zeros"), &data).unwrap();
+    let s = Command::new("sh")
+        .current_dir(d)
+        .args(["-ec", "truncate -s 2M holes; printf data >> holes"])
+        .status()
+        .unwrap();
+    assert!(s.success());
+    for (when, src) in [
+        ("never", "holes"),
+        ("always", "zeros"),
+        ("auto", "holes"),
+        ("always", "holes"),
+    ] {
+        let flag = format!("--sparse={when}");
+        let gnu = Command::new("/usr/bin/cp")
+            .current_dir(d)
+            .args([&flag, src, "gnu"])
+            .status()
+            .unwrap();
+        let ours = Command::new(env!("CARGO_BIN_EXE_blockio"))
+            .current_dir(d)
+            .args(["cp", &flag, src, "ours"])
+            .output()
+            .unwrap();
+        assert!(
+            gnu.success() && ours.status.success(),
+            "{}",
+            messages(&ours.stderr)
+        );
+        assert_eq!(
+            fs::read(d.join("ours")).unwrap(),
+            fs::read(d.join(src)).unwrap()
+        );
+        assert_eq!(
+            blocks(&d.join("ours")),
+            blocks(&d.join("gnu")),
+            "{flag} {src}: allocation"
+        );
+        fs::remove_file(d.join("ours")).unwrap();
+        fs::remove_file(d.join("gnu")).unwrap();
+    }
+    for args in [
+        &["--sparse=bogus", "f", "g"][..],
+        &["--sparse=a", "f", "g"],
+        &["--sparse", "f", "g"],
+    ] {
+        like_gnu("echo data > f", args);
+    }
+}
+
+/// `--reflink=always` clones or fails with GNU's message (on a file system
+/// without clones, such as ext4 or tmpfs); `auto` and `never` copy.
+#[test]
+fn reflink_modes_as_gnu() {
+    let setup = "echo data > f";
+    for args in [
+        &["--reflink=auto", "f", "g"][..],
+        &["--reflink=never", "f", "g"],
+        &["--reflink=bogus", "f", "g"],
+        &["--reflink=a", "f", "g"],
+    ] {
+        like_gnu(setup, args);
+    }
+    let (gnu, ours) = both(setup, &[], &["--reflink", "f", "g"], "");
+    assert_eq!(ours.code, gnu.code);
+    if gnu.code == Some(1) {
+        // No clones here: the same message; the empty copy GNU leaves
+        // behind is removed (nothing incomplete is left).
+        assert!(
+            gnu.stderr.starts_with("cp: failed to clone 'g' from 'f'"),
+            "{gnu:?}"
+        );
+        let said = ours
+            .stderr
+            .replace(" (the incomplete copy 'g' was removed)", "");
+        assert_eq!(said, gnu.stderr);
+        assert!(!ours.tree.contains_key(&OsString::from("g")), "{ours:?}");
+    } else {
+        assert_eq!(ours, gnu);
     }
 }

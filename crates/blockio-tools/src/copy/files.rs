@@ -86,10 +86,12 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
             files: rest,
         });
     }
-    let ranged = choose_paths(ctx.opts, &mut jobs);
-    let chunks = copy_ranges_and_chunk(ctx, dirs, &mut jobs, &ranged);
-    copy_chunks(ctx, dirs, &mut jobs, &chunks, arena);
-    copy_unsized(ctx.progress, dirs, &mut jobs);
+    if !ctx.opts.attributes_only {
+        let ranged = choose_paths(ctx.opts, &mut jobs);
+        let chunks = copy_ranges_and_chunk(ctx, dirs, &mut jobs, &ranged);
+        copy_chunks(ctx, dirs, &mut jobs, &chunks, arena);
+        copy_unsized(ctx.progress, dirs, &mut jobs);
+    }
     finish_files(ctx, dirs, &mut jobs);
     if ctx.opts.fsync {
         fsync_large(ctx, dirs, &mut jobs);
@@ -113,13 +115,19 @@ fn choose_paths(opts: &CopyOptions, jobs: &mut [Job<'_>]) -> Vec<bool> {
             && !j.stream
             && j.e.st.stx_size >= opts.direct_write_min
             && opts.block % SLOT_ALIGN == 0
-            && !is_sparse(j.e)
+            && !is_sparse(opts, j.e)
+            && opts.sparse != super::Sparse::Always
             && go_direct(&j.dst);
     }
     let ranged: Vec<bool> = jobs
         .iter()
         .map(|j| {
-            j.e.st.stx_size >= opts.copy_range_min && !is_sparse(j.e) && !j.direct && !j.stream
+            j.e.st.stx_size >= opts.copy_range_min
+                && !is_sparse(opts, j.e)
+                && !j.direct
+                && !j.stream
+                && opts.sparse != super::Sparse::Always
+                && opts.reflink == super::Reflink::Auto
         })
         .collect();
     for (j, _) in jobs.iter().zip(&ranged).filter(|(j, &r)| r || j.direct) {
@@ -142,6 +150,22 @@ fn copy_ranges_and_chunk(
     let opts = ctx.opts;
     let mut chunks = Vec::new();
     for (i, j) in jobs.iter_mut().enumerate() {
+        if opts.reflink == super::Reflink::Always && !j.stream {
+            // `--reflink=always`: the whole file shares the source's blocks.
+            if let Err(e) = rustix::fs::ioctl_ficlone(&j.dst, &j.src) {
+                let what = format!(
+                    "failed to clone {} from {}",
+                    quote(&dirs.dst_of(&j.e.dst_name)),
+                    quote(&dirs.src_of(&j.e.src_name))
+                );
+                j.failed = Some((what, e.into()));
+            } else {
+                ctx.progress
+                    .bytes
+                    .fetch_add(j.e.st.stx_size, Ordering::Relaxed);
+            }
+            continue;
+        }
         if ranged[i] {
             match copy_range(j, fsync_each(opts, j.e), ctx.progress) {
                 Ok(true) => continue,
@@ -157,7 +181,7 @@ fn copy_ranges_and_chunk(
         if j.stream {
             continue; // copied to the end by `copy_unsized`
         }
-        for (start, end) in extents(&j.src, j.e) {
+        for (start, end) in extents(&j.src, opts, j.e) {
             let mut off = start;
             while off < end {
                 let len = (end - off).min(opts.block as u64) as usize;
@@ -229,13 +253,13 @@ fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
         // its stated size. A direct copy's last block was written whole:
         // cut the copy back. A sparse copy may end in a hole: extend it.
         // (Direct copies are never sparse.)
-        let resize = if j.stream {
+        let resize = if j.stream || ctx.opts.attributes_only {
             None
         } else if let Some(eof) = j.eof {
             Some((eof, "truncate"))
         } else if j.direct && j.end % SLOT_ALIGN as u64 != 0 {
             Some((j.end, "truncate"))
-        } else if is_sparse(j.e) {
+        } else if is_sparse(ctx.opts, j.e) || ctx.opts.sparse == super::Sparse::Always {
             Some((j.e.st.stx_size, "extend"))
         } else {
             None
@@ -494,6 +518,9 @@ fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &at::Dest) -> Option<
     }
     if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
         return Some(true);
+    }
+    if ctx.opts.attributes_only {
+        return Some(false);
     }
     // SAFETY: a valid fd; no memory is passed.
     if unsafe { libc::ftruncate(dst.fd.as_raw_fd(), 0) } != 0 {
@@ -777,9 +804,16 @@ impl Wave<'_> {
         slots: &[&mut [u8]],
     ) {
         let got = &self.got;
+        let holes = ctx.opts.sparse == super::Sparse::Always;
         for ((k, c), slot) in self.chunks.iter().enumerate().zip(slots.iter()) {
             if jobs[c.job].failed.is_none() && !jobs[c.job].direct && got[k] > 0 {
-                match write_full(&jobs[c.job].dst, c.offset, &slot[..got[k]], 0) {
+                let data = &slot[..got[k]];
+                let written = if holes {
+                    write_skipping_zeros(&jobs[c.job].dst, c.offset, data)
+                } else {
+                    write_full(&jobs[c.job].dst, c.offset, data, 0)
+                };
+                match written {
                     Ok(()) => {
                         ctx.progress
                             .bytes
@@ -967,6 +1001,29 @@ fn read_full(fd: &OwnedFd, offset: u64, buf: &mut [u8], mut done: usize) -> io::
     Ok(done)
 }
 
+/// `--sparse=always`: writes the blocks of `buf` (4 KiB each) that are not
+/// all zeros; the others stay holes (the file's length is set at the end).
+fn write_skipping_zeros(fd: &OwnedFd, offset: u64, buf: &[u8]) -> io::Result<()> {
+    const HOLE: usize = 4096;
+    let mut start = 0;
+    while start < buf.len() {
+        // The next run of blocks holding data, written at once.
+        let zero = |k: usize| buf[k..(k + HOLE).min(buf.len())].iter().all(|&b| b == 0);
+        if zero(start) {
+            start += HOLE;
+            continue;
+        }
+        let mut end = start;
+        while end < buf.len() && !zero(end) {
+            end += HOLE;
+        }
+        let end = end.min(buf.len());
+        write_full(fd, offset + start as u64, &buf[start..end], 0)?;
+        start = end;
+    }
+    Ok(())
+}
+
 /// Finishes a short write.
 fn write_full(fd: &OwnedFd, offset: u64, buf: &[u8], mut done: usize) -> io::Result<()> {
     while done < buf.len() {
@@ -993,16 +1050,17 @@ fn write_full(fd: &OwnedFd, offset: u64, buf: &[u8], mut done: usize) -> io::Res
     Ok(())
 }
 
-/// Fewer blocks allocated than the size needs: the file has holes.
-fn is_sparse(e: &Entry) -> bool {
-    e.st.stx_blocks.saturating_mul(512) < e.st.stx_size
+/// Fewer blocks allocated than the size needs: the file has holes (which
+/// the copy keeps, unless `--sparse=never`).
+fn is_sparse(opts: &CopyOptions, e: &Entry) -> bool {
+    opts.sparse != super::Sparse::Never && e.st.stx_blocks.saturating_mul(512) < e.st.stx_size
 }
 
 /// The ranges of the file that hold data: the whole file, or for a sparse
 /// file its data extents (`SEEK_DATA`/`SEEK_HOLE`).
-fn extents(fd: &OwnedFd, e: &Entry) -> Vec<(u64, u64)> {
+fn extents(fd: &OwnedFd, opts: &CopyOptions, e: &Entry) -> Vec<(u64, u64)> {
     let size = e.st.stx_size;
-    if !is_sparse(e) {
+    if !is_sparse(opts, e) {
         return vec![(0, size)];
     }
     let mut out = Vec::new();

@@ -137,6 +137,30 @@ pub enum Backup {
     Existing,
 }
 
+/// Where a copy has holes (`--sparse=WHEN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sparse {
+    /// Where the source has holes (the default): its data extents alone
+    /// are copied.
+    Auto,
+    /// Nowhere: every byte is written.
+    Never,
+    /// Also wherever the source holds a block of zeros (4 KiB).
+    Always,
+}
+
+/// Whether copies share the source's blocks (`--reflink[=WHEN]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reflink {
+    /// Where the file systems do it on their own (`copy_file_range`
+    /// clones on Btrfs and XFS); the default.
+    Auto,
+    /// Always, with `FICLONE`; a file that cannot be cloned is an error.
+    Always,
+    /// Never: the data is read and written (no `copy_file_range`).
+    Never,
+}
+
 /// What is made at the destination for each file that is not a
 /// directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,6 +206,16 @@ pub struct CopyOptions {
     /// Copies, or hard or symbolic links to the sources (`-l`, `-s`);
     /// directories are made either way.
     pub link: LinkMode,
+    /// Only the attributes are copied (`--attributes-only`): a new file is
+    /// empty, an existing one keeps its data.
+    pub attributes_only: bool,
+    /// Where copies have holes (`--sparse`).
+    pub sparse: Sparse,
+    /// Whether copies share blocks with their sources (`--reflink`).
+    pub reflink: Reflink,
+    /// Each source is copied under the destination directory by its whole
+    /// path as given, the directories on the way made (`--parents`).
+    pub parents: bool,
     /// Backups of replaced destinations (`-b`).
     pub backup: Backup,
     /// The suffix of simple backups (`-S`; default `~`).
@@ -248,6 +282,10 @@ impl Default for CopyOptions {
             no_target_directory: false,
             one_file_system: false,
             link: LinkMode::Copy,
+            attributes_only: false,
+            sparse: Sparse::Auto,
+            reflink: Reflink::Auto,
+            parents: false,
             backup: Backup::None,
             suffix: "~".into(),
             preserve: Preserve::default(),

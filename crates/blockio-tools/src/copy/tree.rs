@@ -216,9 +216,14 @@ struct Walker<'a> {
     /// before anything was written there (`syncfs` reports the write-back
     /// errors that happened since its file was opened).
     filesystems: Mutex<Vec<(u64, PathBuf, File)>>,
-    /// The operands copied so far, as written, with their (device, inode).
-    operands_seen: Mutex<std::collections::HashSet<(std::ffi::OsString, (u64, u64))>>,
+    /// The operands copied so far, as directory entries: the (device,
+    /// inode) of the file, of its directory, and its name there (`f` and
+    /// `./f` are one entry, a hard link `h` of `f` another).
+    operands_seen: Mutex<std::collections::HashSet<OperandKey>>,
 }
+
+/// An operand as a directory entry: see `Walker::operands_seen`.
+type OperandKey = ((u64, u64), (u64, u64), std::ffi::OsString);
 
 fn parent(p: &Path) -> &Path {
     match p.parent() {
@@ -240,6 +245,59 @@ fn final_name(p: &Path) -> Option<std::ffi::CString> {
 impl Walker<'_> {
     fn report(&self, what: String, e: Option<io::Error>) {
         self.ctx.errors.report(what, e)
+    }
+
+    /// `--parents`: makes the directories of `rel` (a source's path, from
+    /// `/` when `absolute`) below `dest`, as GNU does: each with its
+    /// source's mode (and with `-p` its owner and times, set at the end),
+    /// an existing one left as it is. False after reporting a failure.
+    fn make_parents(&self, rel: &Path, absolute: bool, dest: &Path) -> bool {
+        let mut src = PathBuf::from(if absolute { "/" } else { "" });
+        let mut dst = dest.to_path_buf();
+        let comps: Vec<_> = rel.components().collect();
+        for c in comps.iter().take(comps.len().saturating_sub(1)) {
+            src.push(c);
+            dst.push(c);
+            if matches!(c, std::path::Component::CurDir) {
+                continue;
+            }
+            let csrc = cname(src.as_os_str());
+            let st = match self.stat_one(PathAt::cwd(&csrc), true) {
+                Ok(st) => st,
+                Err(e) => {
+                    self.report(format!("cannot stat {}", quote(&src)), Some(e));
+                    return false;
+                }
+            };
+            match std::fs::DirBuilder::new()
+                .mode(self.dir_create_mode(&st))
+                .create(&dst)
+            {
+                Ok(()) => {
+                    super::say(
+                        self.ctx.opts,
+                        format_args!("{} -> {}", src.display(), dst.display()),
+                    );
+                    let task = DirTask {
+                        src: src.clone(),
+                        dst: dst.clone(),
+                        at: DirAt::Operand {
+                            src: src.clone(),
+                            dst: dst.clone(),
+                            follow_dst: true,
+                        },
+                        chain: None,
+                    };
+                    self.dir_made(task, &st, true, false);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {}
+                Err(e) => {
+                    self.report(format!("cannot make directory {}", quote(&dst)), Some(e));
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     /// Whether FIFOs and devices are read like files (see
@@ -297,6 +355,14 @@ impl Walker<'_> {
             return self.report(format!("cannot copy {}: it has no name", quote(src)), None);
         };
         let target = match (dest_is_dir, at::last_component(src).as_bytes()) {
+            // `--parents`: the whole path as given, below the destination.
+            (true, _) if opts.parents => {
+                let rel = src.strip_prefix("/").unwrap_or(src);
+                if !self.make_parents(rel, src.has_root(), dest) {
+                    return;
+                }
+                dest.join(rel)
+            }
             (true, b".") => dest.to_path_buf(),
             (true, _) => dest.join(OsStr::from_bytes(src_name.to_bytes())),
             (false, _) => dest.to_path_buf(),
@@ -314,11 +380,9 @@ impl Walker<'_> {
             libc::makedev(st.stx_dev_major, st.stx_dev_minor),
             st.stx_ino,
         );
-        let first = self
-            .operands_seen
-            .lock()
-            .expect("lock")
-            .insert((src.as_os_str().to_owned(), id));
+        let dir = std::fs::metadata(parent(src)).map_or((0, 0), |m| id_of(&m));
+        let key = (id, dir, at::last_component(src).to_owned());
+        let first = self.operands_seen.lock().expect("lock").insert(key);
         if !first {
             let kind = if is_dir { "directory" } else { "file" };
             return self.warn(format!(
