@@ -84,7 +84,7 @@ pub(crate) fn set_attrs_at(
         };
     }
     if let Some((src, inherits)) = xattrs_from.filter(|_| keep.xattr || keep.mode) {
-        copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits, !keep.xattr)?;
+        copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits, keep)?;
     }
     let is_link = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
     if let Some(mode) = chmod.filter(|_| !is_link && keep.mode) {
@@ -203,20 +203,25 @@ impl<'a> Node<'a> {
 /// for what is left out and why). `inherits`: `dst` was made in a
 /// directory with a default ACL, so it may hold ACLs the source lacks
 /// (without one, looking for them would cost two system calls a file).
-/// With `acls_only` (`--preserve=mode` without `xattr`), the ACLs alone.
+/// As GNU `cp`, the ACLs go with the mode (`keep.mode`) and the other
+/// attributes with `keep.xattr`: either may be copied alone.
 pub(crate) fn copy_xattrs(
     src: &Node<'_>,
     dst: &Node<'_>,
     inherits: bool,
-    acls_only: bool,
+    keep: &super::Preserve,
 ) -> io::Result<()> {
     let mut names = names(src)?;
-    if acls_only {
-        names.retain(|n| ACLS.contains(&n.as_c_str()));
-    }
+    names.retain(|n| {
+        if ACLS.contains(&n.as_c_str()) {
+            keep.mode
+        } else {
+            keep.xattr
+        }
+    });
     // Inherited ACLs first: removed, they leave room in the inode for the
     // attributes set next (ext4 keeps small ones there).
-    for acl in ACLS.iter().filter(|_| inherits) {
+    for acl in ACLS.iter().filter(|_| inherits && keep.mode) {
         if !names.iter().any(|n| n.as_c_str() == *acl) {
             match dst.remove(acl) {
                 Ok(()) | Err(Errno::NODATA | Errno::NOTSUP) => {}

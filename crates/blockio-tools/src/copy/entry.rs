@@ -102,6 +102,8 @@ pub(crate) struct Entry {
     /// The source was named on the command line and is to be followed if
     /// it is a link (`-L`, `-H`, or no `-r`): it is opened following it.
     pub follow_src: bool,
+    /// Named on the command line (`-H` follows links there only).
+    pub operand: bool,
 }
 
 impl Entry {
@@ -113,6 +115,7 @@ impl Entry {
             st,
             follow_dst: false,
             follow_src: false,
+            operand: false,
         }
     }
     /// The `statx` of a regular file known from its directory entry only.
@@ -129,6 +132,12 @@ impl Entry {
     }
     pub fn mode(&self) -> u32 {
         u32::from(self.st.stx_mode)
+    }
+    /// Whether links are copied as links for this entry: `-P`, or `-H`
+    /// below the command line (GNU's `copy_dir` turns `-H` into `-P`).
+    pub fn never_follows(&self, deref: super::Dereference) -> bool {
+        deref == super::Dereference::Never
+            || (deref == super::Dereference::CommandLine && !self.operand)
     }
     pub fn kind(&self) -> u32 {
         self.mode() & libc::S_IFMT

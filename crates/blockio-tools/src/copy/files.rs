@@ -450,8 +450,8 @@ fn create_all<'g>(
     turn.created(opened.len() as u64);
     for (e, src) in opened {
         match create_dst(ctx, pair, e) {
-            Ok(Some(dst)) => {
-                let stream = match existing(ctx, pair, e, &dst) {
+            Ok(Some(mut dst)) => {
+                let stream = match existing(ctx, pair, e, &mut dst) {
                     Some(stream) => stream,
                     None => continue,
                 };
@@ -486,7 +486,12 @@ fn create_all<'g>(
 /// (`Some(false)`); any other kind (a FIFO, a device) is written into as
 /// it is (`Some(true)`), as `cp` does, never replaced. Kept as it is
 /// (`None`, counted as skipped) when `-u` finds it newer or `-i` is told no.
-fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &at::Dest) -> Option<bool> {
+///
+/// With `--preserve=links` (`-a`) an existing file with other names is
+/// replaced by a new one rather than written into, as GNU does: its other
+/// names keep what they held, and two sources copied onto two names of one
+/// file stay two files.
+fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &mut at::Dest) -> Option<bool> {
     if dst.created {
         return Some(false);
     }
@@ -515,6 +520,31 @@ fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &at::Dest) -> Option<
     if super::keep_existing(ctx.opts, super::mtime(&e.st), super::mtime(&st), &path()) {
         ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
         return None;
+    }
+    let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
+    if regular && ctx.opts.preserve.links && st.stx_nlink > 1 {
+        let made = at::unlink(&dirs.dst, &e.dst_name).and_then(|()| {
+            at::create(
+                &dirs.dst,
+                &e.dst_name,
+                true,
+                create_mode(ctx.opts, e),
+                false,
+            )
+        });
+        match made {
+            Ok(fresh) => {
+                dst.fd = fresh.fd;
+                dst.created = true;
+                dst.removed = true;
+                return Some(false);
+            }
+            Err(err) => {
+                let what = format!("cannot replace {}", quote(&path()));
+                ctx.errors.report(what, Some(err));
+                return None;
+            }
+        }
     }
     if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
         return Some(true);
@@ -585,6 +615,24 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
     if let Some((first, name)) = links.get(&e.id()) {
         let r = match at::link(&first.dst, name, &pair.dst, &e.dst_name) {
             Err(err) if err.raw_os_error() == Some(libc::EEXIST) && !ctx.opts.no_clobber => {
+                // The name in the way may be the source itself (another
+                // of its hard links): never removed.
+                let same = rustix::fs::statat(
+                    &pair.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::empty(),
+                )
+                .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+                if same {
+                    drop(links);
+                    let what = format!(
+                        "{} and {} are the same file",
+                        quote(&pair.src_of(&e.src_name)),
+                        quote(&pair.dst_of(&e.dst_name))
+                    );
+                    ctx.errors.report(what, None);
+                    return Ok(None);
+                }
                 at::unlink(&pair.dst, &e.dst_name)
                     .and_then(|()| at::link(&first.dst, name, &pair.dst, &e.dst_name))
             }
@@ -596,7 +644,7 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
             opts,
             &pair.src_of(&e.src_name),
             &pair.dst_of(&e.dst_name),
-            None,
+            backup.as_deref(),
         );
         ctx.progress.files.fetch_add(1, Ordering::Relaxed);
         return Ok(None);
@@ -662,19 +710,55 @@ fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
             ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        Some(libc::EISDIR) => format!(
-            "cannot overwrite directory {} with non-directory",
-            quote(&dst)
-        ),
+        Some(libc::EISDIR) => {
+            // `-u` looks at the times first, as GNU's does.
+            let kept = ctx.opts.update == super::Update::Older
+                && rustix::fs::statat(
+                    &dirs.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::empty(),
+                )
+                .is_ok_and(|st| {
+                    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                    super::keep_existing(ctx.opts, super::mtime(&e.st), mtime, &dst)
+                });
+            if kept {
+                ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            format!(
+                "cannot overwrite directory {} with non-directory",
+                quote(&dst)
+            )
+        }
         Some(libc::ELOOP) if at::is_symlink(&dirs.dst, &e.dst_name) => {
-            let dangling = if e.follow_dst { "dangling " } else { "" };
-            format!("not writing through {dangling}symlink {}", quote(&dst))
+            // A link to the source itself: what GNU says of it.
+            let to_source = rustix::fs::statat(
+                &dirs.dst,
+                e.dst_name.as_c_str(),
+                rustix::fs::AtFlags::empty(),
+            )
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+            if to_source {
+                // Found before GNU says what it copies, as here.
+                format!(
+                    "{} and {} are the same file",
+                    quote(&dirs.src_of(&e.src_name)),
+                    quote(&dst)
+                )
+            } else {
+                super::say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
+                let dangling = if e.follow_dst { "dangling " } else { "" };
+                format!("not writing through {dangling}symlink {}", quote(&dst))
+            }
         }
         _ => {
+            // GNU says what it copies before it opens the copy.
+            super::say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
             return ctx.errors.report(
                 format!("cannot create regular file {}", quote(&dst)),
                 Some(err),
-            )
+            );
         }
     };
     ctx.errors.report(msg, None);

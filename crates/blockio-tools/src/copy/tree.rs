@@ -38,8 +38,9 @@ struct Fixup {
     /// The copy's path, for messages.
     path: PathBuf,
     st: libc::statx,
-    /// The mode to set.
-    chmod: u32,
+    /// The mode to set (`None`: a directory merged into keeps its own,
+    /// unless the mode is preserved).
+    chmod: Option<u32>,
 }
 
 pub(crate) fn run(
@@ -263,6 +264,12 @@ impl Walker<'_> {
             }
             let csrc = cname(src.as_os_str());
             let st = match self.stat_one(PathAt::cwd(&csrc), true) {
+                // `--no-preserve=mode`: GNU gives these the default mode,
+                // without even the sticky bit other directories keep.
+                Ok(mut st) if self.ctx.opts.default_mode => {
+                    st.stx_mode &= !0o7000;
+                    st
+                }
                 Ok(st) => st,
                 Err(e) => {
                     self.report(format!("cannot stat {}", quote(&src)), Some(e));
@@ -432,6 +439,7 @@ impl Walker<'_> {
             // Only a destination the user named is followed: `cp f link`.
             follow_dst: !dest_is_dir,
             follow_src,
+            operand: true,
         };
         self.entries(&Arc::new(pair), vec![entry]);
     }
@@ -618,7 +626,7 @@ impl Walker<'_> {
             // source's files did. (A directory may have inherited ACLs
             // from its parent: always looked for.)
             let (from, to) = (Node::Fd(s.as_fd()), Node::Fd(d.as_fd()));
-            if let Err(e) = super::attrs::copy_xattrs(&from, &to, true, !keep.xattr) {
+            if let Err(e) = super::attrs::copy_xattrs(&from, &to, true, &keep) {
                 self.report(
                     format!("preserving extended attributes of {}", quote(&t.dst)),
                     Some(e),
@@ -756,6 +764,39 @@ impl Walker<'_> {
     /// `--remove-destination` or `-b` lets it be replaced (`-n`: kept).
     fn link_entry(&self, pair: &DirPair, e: &Entry) {
         let opts = self.ctx.opts;
+        // `-u` compares with the source's time, which a file known from
+        // its directory entry alone does not carry yet.
+        let mut stated;
+        let e = if !e.stated() && opts.update == super::Update::Older {
+            let flags = if e.follow_src {
+                0
+            } else {
+                libc::AT_SYMLINK_NOFOLLOW
+            };
+            match self
+                .ctx
+                .engine
+                .stat_batch(&[PathAt::in_dir(&pair.src, &e.src_name)], flags)
+            {
+                Ok(mut v) => match v.remove(0) {
+                    Ok(st) => {
+                        stated = e.clone();
+                        stated.st = st;
+                        &stated
+                    }
+                    Err(err) => {
+                        let src = pair.src_of(&e.src_name);
+                        return self.report(format!("cannot stat {}", quote(&src)), Some(err));
+                    }
+                },
+                Err(err) => {
+                    let src = pair.src_of(&e.src_name);
+                    return self.report(format!("cannot stat {}", quote(&src)), Some(err));
+                }
+            }
+        } else {
+            e
+        };
         let src = pair.src_of(&e.src_name);
         let dst = pair.dst_of(&e.dst_name);
         let hard = opts.link == super::LinkMode::Hard;
@@ -783,13 +824,32 @@ impl Walker<'_> {
         };
         let mut r = make();
         let mut backup = None;
+        if r == Err(rustix::io::Errno::EXIST) && hard {
+            // Already a hard link of the source: nothing to do, as GNU.
+            let follow = |yes: bool| {
+                if yes {
+                    rustix::fs::AtFlags::empty()
+                } else {
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+                }
+            };
+            let id = |dir: &File, name: &CStr, f| {
+                rustix::fs::statat(dir, name, follow(f))
+                    .ok()
+                    .map(|st| (st.st_dev, st.st_ino))
+            };
+            let src_id = id(&pair.src, &e.src_name, e.follow_src);
+            if src_id.is_some() && src_id == id(&pair.dst, &e.dst_name, false) {
+                return;
+            }
+        }
         if r == Err(rustix::io::Errno::EXIST) {
             if opts.no_clobber || opts.update == super::Update::None {
                 self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
                 return;
             }
             if opts.force || opts.remove_destination || opts.backup != super::Backup::None {
-                match self.replace(pair, e) {
+                match self.replace(pair, e, true) {
                     Replace::Removed(b) => {
                         backup = b;
                         r = make();
@@ -804,6 +864,8 @@ impl Walker<'_> {
                 self.ctx.progress.files.fetch_add(1, Ordering::Relaxed);
             }
             Err(err) => {
+                // GNU says what it is about to do before it fails.
+                super::say_copied(opts, &src, &dst, backup.as_deref());
                 let kind = if hard { "hard" } else { "symbolic" };
                 self.report(
                     format!(
@@ -860,7 +922,7 @@ impl Walker<'_> {
                 at: task.at.clone(),
                 path: task.dst.clone(),
                 st: *st,
-                chmod: want,
+                chmod: (fresh || self.ctx.opts.preserve.mode).then_some(want),
             });
         }
         self.ctx.progress.dirs.fetch_add(1, Ordering::Relaxed);
@@ -923,14 +985,29 @@ impl Walker<'_> {
                 // Never merged into through a link: it is not a directory.
                 Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
                     if !at::is_dir(&pair.dst, &e.dst_name) {
-                        self.report(
+                        // A link to the source directory itself: GNU's
+                        // same-file message.
+                        let opts = self.ctx.opts;
+                        let to_source = e.never_follows(opts.dereference)
+                            && !opts.remove_destination
+                            && !opts.no_clobber
+                            && opts.backup == super::Backup::None
+                            && rustix::fs::statat(
+                                &pair.dst,
+                                e.dst_name.as_c_str(),
+                                rustix::fs::AtFlags::empty(),
+                            )
+                            .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+                        let what = if to_source {
+                            format!("{} and {} are the same file", quote(&src), quote(&dst))
+                        } else {
                             format!(
                                 "cannot overwrite non-directory {} with directory {}",
                                 quote(&dst),
                                 quote(&src)
-                            ),
-                            None,
-                        );
+                            )
+                        };
+                        self.report(what, None);
                         continue;
                     }
                     false
@@ -1005,7 +1082,7 @@ impl Walker<'_> {
             let mut backup = None;
             let r = match r {
                 Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
-                    match self.replace(pair, e) {
+                    match self.replace(pair, e, false) {
                         Replace::Skip => continue,
                         Replace::Removed(b) => {
                             backup = b;
@@ -1029,10 +1106,14 @@ impl Walker<'_> {
                         }
                     }
                 }
-                Err(err) => self.report(
-                    format!("cannot create symbolic link {}", quote(&dst)),
-                    Some(err),
-                ),
+                Err(err) => {
+                    let b = backup.as_deref();
+                    super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
+                    self.report(
+                        format!("cannot create symbolic link {}", quote(&dst)),
+                        Some(err),
+                    )
+                }
             }
         }
     }
@@ -1046,22 +1127,15 @@ impl Walker<'_> {
             // As GNU's: the default bits, and the source's special ones.
             0o666 | (e.mode() & 0o7000)
         } else if self.ctx.opts.preserve.mode {
-            0o600
+            e.mode() & 0o600
         } else {
-            0o7777
+            e.mode() & 0o7777
         };
-        let make = || {
-            at::mknod(
-                &pair.dst,
-                &e.dst_name,
-                e.mode() & (libc::S_IFMT | perms),
-                rdev,
-            )
-        };
+        let make = || at::mknod(&pair.dst, &e.dst_name, e.kind() | perms, rdev);
         let mut r = make();
         let mut backup = None;
         if r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EEXIST) {
-            match self.replace(pair, e) {
+            match self.replace(pair, e, false) {
                 Replace::Removed(b) => {
                     backup = b;
                     r = make();
@@ -1085,19 +1159,48 @@ impl Walker<'_> {
                     }
                 }
             }
-            Err(err) => self.report(
-                format!("cannot create special file {}", quote(&dst)),
-                Some(err),
-            ),
+            Err(err) => {
+                let b = backup.as_deref();
+                super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
+                self.report(
+                    format!(
+                        "cannot create {} {}",
+                        if e.kind() == libc::S_IFIFO {
+                            "fifo"
+                        } else {
+                            "special file"
+                        },
+                        quote(&dst)
+                    ),
+                    Some(err),
+                )
+            }
         }
     }
 
     /// An existing destination in the way of a link or special file: kept
     /// with `-n`, an error if it is a directory, else removed.
-    fn replace(&self, pair: &DirPair, e: &Entry) -> Replace {
+    ///
+    /// As GNU: a link or special file copied as such replaces what is in
+    /// its way only when links are not followed (`-P`, `-r`, `-a`), or
+    /// with `--remove-destination`, `-b`, or (`-a`) a file of several
+    /// names; a link also with `-f`. Otherwise making it fails ("File
+    /// exists"). `forced`: the caller (`-l`, `-s`) checked that already.
+    fn replace(&self, pair: &DirPair, e: &Entry, forced: bool) -> Replace {
         let opts = self.ctx.opts;
         let name = e.dst_name.as_c_str();
         let dst = pair.dst_of(name);
+        if !forced && !opts.no_clobber && self.leads_to_source(pair, e) {
+            self.report(
+                format!(
+                    "{} and {} are the same file",
+                    quote(&pair.src_of(&e.src_name)),
+                    quote(&dst)
+                ),
+                None,
+            );
+            return Replace::Failed;
+        }
         let skip = opts.no_clobber
             || rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
                 .is_ok_and(|st| {
@@ -1118,6 +1221,29 @@ impl Walker<'_> {
             );
             return Replace::Failed;
         }
+        let several_names = || {
+            rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| st.st_nlink > 1)
+        };
+        let may_replace = forced
+            || e.never_follows(opts.dereference)
+            || opts.remove_destination
+            || opts.backup != super::Backup::None
+            || (e.kind() == libc::S_IFLNK && opts.force)
+            || (opts.preserve.links && several_names());
+        if !may_replace {
+            super::say_copied(opts, &pair.src_of(&e.src_name), &dst, None);
+            let what = match e.kind() {
+                libc::S_IFLNK => "symbolic link",
+                libc::S_IFIFO => "fifo",
+                _ => "special file",
+            };
+            self.report(
+                format!("cannot create {what} {}", quote(&dst)),
+                Some(io::Error::from_raw_os_error(libc::EEXIST)),
+            );
+            return Replace::Failed;
+        }
         if opts.backup != super::Backup::None {
             return match super::make_backup(opts, &pair.dst, &pair.dst_path, name) {
                 Ok(b) => Replace::Removed(b),
@@ -1134,6 +1260,48 @@ impl Walker<'_> {
         }
         super::say(opts, format_args!("removed {}", quote(&dst)));
         Replace::Removed(None)
+    }
+
+    /// GNU's same-file rule for a link or special file whose copy would
+    /// replace `e`'s destination: refused when the destination leads to
+    /// the source (a link to it, or, for a link, the file the link names);
+    /// two links are fine. Not asked when the destination goes first
+    /// (`--remove-destination`, `-b`).
+    fn leads_to_source(&self, pair: &DirPair, e: &Entry) -> bool {
+        let opts = self.ctx.opts;
+        // Following links (`-L`, `-H`), GNU compares the names themselves
+        // here, which differ.
+        if opts.remove_destination
+            || opts.backup != super::Backup::None
+            || !e.never_follows(opts.dereference)
+        {
+            return false;
+        }
+        let at = |dir: &File, name: &CStr, follow: bool| {
+            let flags = if follow {
+                rustix::fs::AtFlags::empty()
+            } else {
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+            };
+            rustix::fs::statat(dir, name, flags).ok().map(|st| {
+                let link = rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    == rustix::fs::FileType::Symlink;
+                ((st.st_dev, st.st_ino), link)
+            })
+        };
+        let Some((_, dst_is_link)) = at(&pair.dst, &e.dst_name, false) else {
+            return false;
+        };
+        if e.kind() == libc::S_IFLNK && dst_is_link {
+            return false;
+        }
+        let src = if e.kind() == libc::S_IFLNK {
+            at(&pair.src, &e.src_name, true).map(|(id, _)| id)
+        } else {
+            Some(e.id())
+        };
+        let dst = at(&pair.dst, &e.dst_name, true).map(|(id, _)| id);
+        src.is_some() && src == dst
     }
 
     /// Final modes and times of the directories made (deepest first, after
@@ -1158,12 +1326,14 @@ impl Walker<'_> {
             let keep = &self.ctx.opts.preserve;
             let r = if keep.attrs() {
                 let keep = Preserve {
-                    mode: true,
+                    mode: f.chmod.is_some(),
                     ..*keep
                 };
-                set_attrs_at(&dir, c"", &f.st, Some(f.chmod), None, &keep)
+                set_attrs_at(&dir, c"", &f.st, f.chmod, None, &keep)
+            } else if let Some(mode) = f.chmod {
+                at::chmod(&dir, mode)
             } else {
-                at::chmod(&dir, f.chmod)
+                Ok(())
             };
             if let Err(e) = r {
                 self.report(
