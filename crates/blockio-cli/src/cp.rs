@@ -656,10 +656,10 @@ Mandatory arguments to long options are mandatory for short options too.
   -f, --force                  if an existing destination file cannot be
                                  opened, remove it and try again
   -H                           follow command-line symbolic links in SOURCE
-  -l, --link                   hard link files instead of copying
-  -L, --dereference            always follow symbolic links in SOURCE
   -i, --interactive            prompt before overwrite (overrides a previous -n
                                  option)
+  -l, --link                   hard link files instead of copying
+  -L, --dereference            always follow symbolic links in SOURCE
   -n, --no-clobber             do not overwrite an existing file (overrides
                                  a previous -i option)
   -P, --no-dereference         never follow symbolic links in SOURCE
@@ -671,6 +671,8 @@ Mandatory arguments to long options are mandatory for short options too.
       --no-preserve=ATTR_LIST  don't preserve the specified attributes
       --parents                use full source file name under DIRECTORY
   -R, -r, --recursive          copy directories recursively
+      --remove-destination     remove each existing destination file before
+                                 attempting to open it
       --reflink[=WHEN]         control clone/CoW copies: auto (the file system
                                  decides, through copy_file_range), always
                                  (FICLONE, or fail), never
@@ -679,8 +681,6 @@ Mandatory arguments to long options are mandatory for short options too.
       --sparse=WHEN            control creation of sparse files: auto (holes
                                  where the source has them), always (also
                                  for blocks of zeros), never
-      --remove-destination     remove each existing destination file before
-                                 attempting to open it
       --strip-trailing-slashes  remove any trailing slashes from each SOURCE
   -t, --target-directory=DIRECTORY  copy all SOURCE arguments into DIRECTORY
   -T, --no-target-directory    treat DEST as a normal file
@@ -690,6 +690,7 @@ Mandatory arguments to long options are mandatory for short options too.
                                  -u is older)
   -v, --verbose                explain what is being done
   -x, --one-file-system        stay on this file system
+  -Z, --context[=CTX]          accepted; SELinux contexts are not supported
       --help        display this help and exit
       --version     output version information and exit
 
