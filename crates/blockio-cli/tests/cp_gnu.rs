@@ -915,3 +915,46 @@ fn reflink_modes_as_gnu() {
         assert_eq!(ours, gnu);
     }
 }
+
+/// What is already in a destination tree, as GNU treats it (cases the
+/// random comparison in `cp_random.rs` found): links to the source's own
+/// entries, hard links, directories where files go, FIFOs, with the
+/// options that change what happens to them.
+#[test]
+fn existing_entries_in_trees_as_gnu_treats_them() {
+    let setup = "mkdir -p s/d t/s; echo a > s/f; ln s/f s/f2; mkfifo s/p; ln -s f s/l; \
+                 chmod 700 s/d; touch -d 2005-01-01 s/f; \
+                 mkdir -m 755 t/s/d; ln -s \"$PWD/s/p\" t/s/p; echo x > t/s/f; ln t/s/f t/s/f2; \
+                 echo y > t/s/l; touch -d 2001-01-01 t/s/l";
+    for args in [
+        // Two names of one file: -a replaces them (two new names of one
+        // copy); without -a they are written into.
+        &["-a", "s", "t"][..],
+        &["-r", "s", "t"],
+        // A link to the source FIFO: the same file, under -P only.
+        &["-rp", "s", "t"],
+        &["-rL", "s", "t"],
+        &["-rH", "s", "t"],
+        &["-rn", "s", "t"],
+        &["-r", "--remove-destination", "s", "t"],
+        // A merged directory keeps its mode unless the mode is kept.
+        &["-r", "--preserve=timestamps", "s", "t"],
+        &["-ru", "s", "t"],
+        &["-rb", "s", "t"],
+    ] {
+        like_gnu(setup, args);
+    }
+    // A link to a source directory, and a newer directory where a file
+    // goes (-u looks at the times first).
+    let setup = "mkdir -p s/d t/s/f; echo a > s/f; touch -d 2000-01-01 s/f; \
+                 ln -s \"$PWD/s/d\" t/s/d";
+    for args in [
+        &["-r", "s", "t"][..],
+        &["-rn", "s", "t"],
+        &["-rL", "s", "t"],
+        &["-r", "--remove-destination", "s", "t"],
+        &["-ru", "s", "t"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
