@@ -39,21 +39,21 @@
 //!
 //! # Semantics
 //!
-//! As GNU `cp -r` (`-P`: symbolic links are copied as links, also on the
+//! As GNU `cp`, option for option ([`CopyOptions`]; the defaults are
+//! `cp -r`'s, `-P`: symbolic links are copied as links, also on the
 //! command line): regular files, directories, symbolic links and special
 //! files; new files and directories get the source's permission bits minus
 //! the umask; an existing destination file is overwritten in place (its
-//! mode kept), an existing directory is merged into. `preserve` (`-p`, `-a`)
-//! also copies the exact mode, ownership (when permitted, as root) and
-//! access and modification times. `no_clobber` (`-n`) skips existing
-//! destinations silently. A directory is never copied into itself, and a
-//! file never onto itself (through links or hard links: GNU's
-//! `same_file_ok` rule on the command line, the opened destination's inode
-//! inside a tree). An existing FIFO or device at the destination is
-//! written into, never replaced. An error on one file is reported with
-//! its path and the copy goes on; a file the copy created that failed
-//! part-way is removed, and the error says so (a file that existed before
-//! is never removed).
+//! mode kept), an existing directory is merged into. `preserve` (`-p`,
+//! `-a`, `--preserve=LIST`) also copies the exact mode, ownership (when
+//! permitted), times, hard links and extended attributes. A directory is
+//! never copied into itself, and a file never onto itself (through links
+//! or hard links: GNU's `same_file_ok` rule on the command line, the
+//! opened destination's inode inside a tree). An existing FIFO or device
+//! at the destination is written into, never replaced. An error on one
+//! file is reported with its path and the copy goes on; a file the copy
+//! created that failed part-way is removed, and the error says so (a file
+//! that existed before is never removed).
 
 mod at;
 mod attrs;
