@@ -455,12 +455,14 @@ fn create_all<'g>(
                     Some(stream) => stream,
                     None => continue,
                 };
-                let dst_path = pair.dst_of(&e.dst_name);
-                if dst.removed {
-                    super::say(ctx.opts, format_args!("removed {}", quote(&dst_path)));
+                if ctx.opts.verbose {
+                    let dst_path = pair.dst_of(&e.dst_name);
+                    if dst.removed {
+                        super::say(ctx.opts, format_args!("removed {}", quote(&dst_path)));
+                    }
+                    let backup = dst.backup.as_deref();
+                    super::say_copied(ctx.opts, &pair.src_of(&e.src_name), &dst_path, backup);
                 }
-                let backup = dst.backup.as_deref();
-                super::say_copied(ctx.opts, &pair.src_of(&e.src_name), &dst_path, backup);
                 jobs.push(Job {
                     e,
                     stream: stream || e.kind() != libc::S_IFREG,
