@@ -764,10 +764,38 @@ impl Walker<'_> {
     /// `--remove-destination` or `-b` lets it be replaced (`-n`: kept).
     fn link_entry(&self, pair: &DirPair, e: &Entry) {
         let opts = self.ctx.opts;
-        // `-u` compares with the source's time, which a file known from
-        // its directory entry alone does not carry yet.
+
+        let src = pair.src_of(&e.src_name);
+        let dst = pair.dst_of(&e.dst_name);
+        let hard = opts.link == super::LinkMode::Hard;
+        let target = cname(src.as_os_str());
+        if !hard && !src.is_absolute() && !in_cwd(pair) {
+            return self.report(
+                format!(
+                    "{}: can make relative symbolic links only in current directory",
+                    crate::quote::quote_if_needed(&dst)
+                ),
+                None,
+            );
+        }
+        let make = || {
+            if hard {
+                let flags = if e.follow_src {
+                    rustix::fs::AtFlags::SYMLINK_FOLLOW
+                } else {
+                    rustix::fs::AtFlags::empty()
+                };
+                rustix::fs::linkat(&pair.src, &e.src_name, &pair.dst, &e.dst_name, flags)
+            } else {
+                rustix::fs::symlinkat(&target, &pair.dst, &e.dst_name)
+            }
+        };
+        let mut r = make();
+        // Something is in the way: `-u` and the same-file rule need the
+        // source's attributes, which a file known from its directory entry
+        // alone does not carry yet.
         let mut stated;
-        let e = if !e.stated() && opts.update == super::Update::Older {
+        let e = if !e.stated() && r == Err(rustix::io::Errno::EXIST) {
             let flags = if e.follow_src {
                 0
             } else {
@@ -797,32 +825,6 @@ impl Walker<'_> {
         } else {
             e
         };
-        let src = pair.src_of(&e.src_name);
-        let dst = pair.dst_of(&e.dst_name);
-        let hard = opts.link == super::LinkMode::Hard;
-        let target = cname(src.as_os_str());
-        if !hard && !src.is_absolute() && !in_cwd(pair) {
-            return self.report(
-                format!(
-                    "{}: can make relative symbolic links only in current directory",
-                    crate::quote::quote_if_needed(&dst)
-                ),
-                None,
-            );
-        }
-        let make = || {
-            if hard {
-                let flags = if e.follow_src {
-                    rustix::fs::AtFlags::SYMLINK_FOLLOW
-                } else {
-                    rustix::fs::AtFlags::empty()
-                };
-                rustix::fs::linkat(&pair.src, &e.src_name, &pair.dst, &e.dst_name, flags)
-            } else {
-                rustix::fs::symlinkat(&target, &pair.dst, &e.dst_name)
-            }
-        };
-        let mut r = make();
         let mut backup = None;
         if r == Err(rustix::io::Errno::EXIST) && hard {
             // Already a hard link of the source: nothing to do, as GNU.
@@ -844,9 +846,40 @@ impl Walker<'_> {
             }
         }
         if r == Err(rustix::io::Errno::EXIST) {
-            if opts.no_clobber || opts.update == super::Update::None {
+            // GNU's order: -n, -u, then a directory in the way.
+            let there = rustix::fs::statat(
+                &pair.dst,
+                e.dst_name.as_c_str(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            );
+            let kept = there.as_ref().is_ok_and(|st| {
+                let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                super::keep_existing(opts, super::mtime(&e.st), mtime, &dst)
+            });
+            if opts.no_clobber || kept {
                 self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
                 return;
+            }
+            let is_dir = there.is_ok_and(|st| {
+                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+            });
+            if is_dir {
+                return self.report(
+                    format!(
+                        "cannot overwrite directory {} with non-directory",
+                        quote(&dst)
+                    ),
+                    None,
+                );
+            }
+            // As GNU 9.1: with -s the same-file rule is asked only when the
+            // destination would be removed (-f); otherwise making the link
+            // fails ("File exists").
+            if !hard && opts.force && self.leads_to_source(pair, e) {
+                return self.report(
+                    format!("{} and {} are the same file", quote(&src), quote(&dst)),
+                    None,
+                );
             }
             if opts.force || opts.remove_destination || opts.backup != super::Backup::None {
                 match self.replace(pair, e, true) {
