@@ -1,45 +1,630 @@
-//! `blockio cp`: the command line around [`blockio_tools::copy`].
+//! `blockio cp`: GNU `cp`'s command line around [`blockio_tools::copy`].
+//!
+//! The arguments are read here, not by clap, the way GNU `getopt_long`
+//! reads them, so that `blockio cp` can stand in for `cp`: options and
+//! operands in any order (`POSIXLY_CORRECT` stops at the first operand),
+//! `--` ends the options, short options bundle (`-av`, `-tDIR`), long
+//! options may be abbreviated to any unambiguous prefix (`--rem`), and a
+//! usage error prints GNU's message and exits with status 1.
 
+use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use blockio_tools::copy::{self, CopyError, CopyOptions, Progress};
+use blockio_tools::copy::{
+    self, Backup, CopyError, CopyOptions, Dereference, LinkMode, Preserve, Progress, Reflink,
+    Sparse, Update,
+};
 
-/// Options of `blockio cp` (GNU `cp -r` semantics; see the `copy` module).
+/// Options and operands of `blockio cp`, as GNU `cp` takes them (see
+/// `blockio cp --help`).
 #[derive(clap::Args)]
+#[command(disable_help_flag = true)]
 pub struct CpArgs {
-    /// Sources, then the destination (a directory when there are several
-    /// sources).
-    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
-    paths: Vec<PathBuf>,
-    /// Accepted for compatibility: the copy is always recursive.
-    #[arg(short = 'r', short_alias = 'R', long = "recursive")]
-    _recursive: bool,
-    /// Keep mode, ownership (when permitted) and timestamps.
-    #[arg(short = 'p', long)]
-    preserve: bool,
-    /// Archive: recursive, symbolic links as links, and --preserve.
-    #[arg(short = 'a', long)]
-    archive: bool,
-    /// Do not overwrite existing files.
-    #[arg(short = 'n', long)]
-    no_clobber: bool,
-    /// Make the copy durable before exiting: files of 1 MiB or more are
-    /// fsynced each, then one syncfs per destination file system covers the
-    /// rest (small files, directories, links, attributes).
-    #[arg(long)]
-    fsync: bool,
-    /// Print a JSON summary on stdout at the end.
-    #[arg(long)]
+    /// GNU cp's options and operands, read as `cp` reads them.
+    #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
+    args: Vec<OsString>,
+}
+
+/// The name messages, `--help` and `--version` use, chosen in this one
+/// place: `blockio cp`, or when the binary runs under another name (a link
+/// named `cp`), that name as invoked, as GNU `cp` names itself by its
+/// `argv[0]`.
+fn program() -> &'static str {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| {
+        let argv0 = std::env::args_os().next().unwrap_or_default();
+        let base = std::path::Path::new(&argv0)
+            .file_name()
+            .map(|b| b.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if base.is_empty() || base.starts_with("blockio") {
+            "blockio cp".to_string()
+        } else {
+            argv0.to_string_lossy().into_owned()
+        }
+    })
+}
+
+/// Whether an option takes an argument.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Has {
+    No,
+    Required,
+    Optional,
+}
+
+/// GNU `cp`'s long options, in GNU's order (which its messages about
+/// ambiguous abbreviations list them in), then blockio's own, which are
+/// never abbreviated. Each names the option it stands for.
+const LONG: &[(&str, Has, &str)] = &[
+    ("archive", Has::No, "a"),
+    ("attributes-only", Has::No, "attributes-only"),
+    ("backup", Has::Optional, "b"),
+    ("copy-contents", Has::No, "copy-contents"),
+    ("dereference", Has::No, "L"),
+    ("force", Has::No, "f"),
+    ("interactive", Has::No, "i"),
+    ("link", Has::No, "l"),
+    ("no-clobber", Has::No, "n"),
+    ("no-dereference", Has::No, "P"),
+    ("no-preserve", Has::Required, "no-preserve"),
+    ("no-target-directory", Has::No, "T"),
+    ("one-file-system", Has::No, "x"),
+    ("parents", Has::No, "parents"),
+    ("path", Has::No, "parents"),
+    ("preserve", Has::Optional, "preserve"),
+    ("recursive", Has::No, "R"),
+    ("remove-destination", Has::No, "remove-destination"),
+    ("sparse", Has::Required, "sparse"),
+    ("reflink", Has::Optional, "reflink"),
+    ("strip-trailing-slashes", Has::No, "strip-trailing-slashes"),
+    ("suffix", Has::Required, "S"),
+    ("symbolic-link", Has::No, "s"),
+    ("target-directory", Has::Required, "t"),
+    ("update", Has::Optional, "u"),
+    ("verbose", Has::No, "v"),
+    ("context", Has::Optional, "Z"),
+    ("help", Has::No, "help"),
+    ("version", Has::No, "version"),
+];
+
+/// blockio's own long options: matched whole only, so that they never
+/// make a GNU abbreviation ambiguous.
+const OURS: &[(&str, Has, &str)] = &[
+    ("fsync", Has::No, "fsync"),
+    ("json", Has::No, "json"),
+    ("block-size", Has::Required, "block-size"),
+    ("threads", Has::Required, "threads"),
+];
+
+/// GNU `cp`'s short options (`abdfHilLnprst:uvxPRS:TZ`).
+const SHORT: &[(u8, Has, &str)] = &[
+    (b'a', Has::No, "a"),
+    (b'b', Has::No, "b"),
+    (b'd', Has::No, "d"),
+    (b'f', Has::No, "f"),
+    (b'H', Has::No, "H"),
+    (b'i', Has::No, "i"),
+    (b'l', Has::No, "l"),
+    (b'L', Has::No, "L"),
+    (b'n', Has::No, "n"),
+    (b'p', Has::No, "p"),
+    (b'r', Has::No, "R"),
+    (b's', Has::No, "s"),
+    (b't', Has::Required, "t"),
+    (b'u', Has::No, "u"),
+    (b'v', Has::No, "v"),
+    (b'x', Has::No, "x"),
+    (b'P', Has::No, "P"),
+    (b'R', Has::No, "R"),
+    (b'S', Has::Required, "S"),
+    (b'T', Has::No, "T"),
+    (b'Z', Has::No, "Z"),
+];
+
+/// A usage error: GNU's message, then (`hint`) the pointer to `--help`.
+#[derive(Debug)]
+struct Usage {
+    msg: String,
+    hint: bool,
+}
+
+/// A usage error followed by the pointer to `--help`.
+#[allow(non_snake_case)]
+fn Usage(msg: String) -> Usage {
+    Usage { msg, hint: true }
+}
+
+/// A usage error that GNU reports alone.
+fn fatal(msg: String) -> Usage {
+    Usage { msg, hint: false }
+}
+
+/// An option given: the name of the option it stands for, and its
+/// argument.
+type Given = (&'static str, Option<OsString>);
+
+/// The options given, each by the name of the option it stands for, with
+/// its argument; and the operands, in order.
+fn getopt(args: &[OsString]) -> Result<(Vec<Given>, Vec<OsString>), Usage> {
+    let posix = std::env::var_os("POSIXLY_CORRECT").is_some();
+    let mut opts = Vec::new();
+    let mut operands = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_bytes();
+        i += 1;
+        if a == b"--" {
+            operands.extend(args[i..].iter().cloned());
+            break;
+        }
+        if let Some(long) = a.strip_prefix(b"--") {
+            let (name, value) = match long.iter().position(|&c| c == b'=') {
+                Some(k) => (
+                    &long[..k],
+                    Some(OsStr::from_bytes(&long[k + 1..]).to_owned()),
+                ),
+                None => (long, None),
+            };
+            let (full, has, id) = find_long(name, a)?;
+            let value = match (has, value) {
+                (Has::No, Some(_)) => {
+                    return Err(Usage(format!(
+                        "option '--{full}' doesn't allow an argument"
+                    )))
+                }
+                (Has::Required, None) => match args.get(i) {
+                    Some(v) => {
+                        i += 1;
+                        Some(v.clone())
+                    }
+                    None => return Err(Usage(format!("option '--{full}' requires an argument"))),
+                },
+                (_, v) => v,
+            };
+            opts.push((id, value));
+        } else if a.len() > 1 && a[0] == b'-' {
+            let mut k = 1;
+            while k < a.len() {
+                let c = a[k];
+                k += 1;
+                let Some(&(_, has, id)) = SHORT.iter().find(|(s, _, _)| *s == c) else {
+                    return Err(Usage(format!(
+                        "invalid option -- '{}'",
+                        String::from_utf8_lossy(&[c])
+                    )));
+                };
+                if has == Has::Required {
+                    let value = if k < a.len() {
+                        OsStr::from_bytes(&a[k..]).to_owned()
+                    } else if let Some(v) = args.get(i) {
+                        i += 1;
+                        v.clone()
+                    } else {
+                        return Err(Usage(format!(
+                            "option requires an argument -- '{}'",
+                            c as char
+                        )));
+                    };
+                    opts.push((id, Some(value)));
+                    break;
+                }
+                opts.push((id, None));
+            }
+        } else {
+            operands.push(args[i - 1].clone());
+            if posix {
+                operands.extend(args[i..].iter().cloned());
+                break;
+            }
+        }
+    }
+    Ok((opts, operands))
+}
+
+/// The long option `name` stands for: itself, or the only one it is a
+/// prefix of (or several that are one option, as `--parents` and its old
+/// name `--path`).
+fn find_long(name: &[u8], arg: &[u8]) -> Result<(&'static str, Has, &'static str), Usage> {
+    if let Some(&o) = LONG
+        .iter()
+        .chain(OURS)
+        .find(|(n, _, _)| n.as_bytes() == name)
+    {
+        return Ok(o);
+    }
+    let matches: Vec<_> = if name.is_empty() {
+        Vec::new()
+    } else {
+        LONG.iter()
+            .filter(|(n, _, _)| n.as_bytes().starts_with(name))
+            .collect()
+    };
+    match matches.as_slice() {
+        [] => Err(Usage(format!(
+            "unrecognized option '{}'",
+            String::from_utf8_lossy(arg)
+        ))),
+        [first, rest @ ..] if rest.iter().all(|o| o.2 == first.2 && o.1 == first.1) => Ok(**first),
+        all => {
+            let names: Vec<String> = all.iter().map(|(n, _, _)| format!("'--{n}'")).collect();
+            Err(Usage(format!(
+                "option '--{}' is ambiguous; possibilities: {}",
+                String::from_utf8_lossy(name),
+                names.join(" ")
+            )))
+        }
+    }
+}
+
+/// What the command line asks for.
+struct Command {
+    opts: CopyOptions,
+    sources: Vec<PathBuf>,
+    dest: PathBuf,
     json: bool,
-    /// Bytes per read and write (K, M and G suffixes allowed).
-    #[arg(long, default_value = "1M", value_parser = parse_block)]
-    block_size: usize,
-    /// Worker threads (default: one more than the CPUs).
-    #[arg(long)]
-    threads: Option<usize>,
+}
+
+/// Reads the command line; `Ok(None)` when `--help` or `--version` was
+/// answered.
+fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
+    let (given, mut operands) = getopt(args)?;
+    let given_ids: Vec<&str> = given.iter().map(|(id, _)| *id).collect();
+    let mut opts = CopyOptions {
+        recursive: false,
+        ..CopyOptions::default()
+    };
+    let mut dereference = None;
+    let mut target: Option<OsString> = None;
+    let mut no_target = false;
+    let mut strip = false;
+    let mut json = false;
+    let mut threads = None;
+    let mut backup: Option<Option<String>> = None;
+    let mut suffix: Option<OsString> = None;
+    for (id, value) in given {
+        let value_str = || value.as_deref().unwrap_or_default().to_string_lossy();
+        match id {
+            "help" => {
+                print!("{}", help());
+                return Ok(None);
+            }
+            "version" => {
+                println!(
+                    "{} (blockio) {}",
+                    program().rsplit(['/', ' ']).next().unwrap_or("cp"),
+                    env!("CARGO_PKG_VERSION")
+                );
+                return Ok(None);
+            }
+            "a" => {
+                dereference = Some(Dereference::Never);
+                opts.preserve = Preserve::ALL;
+                opts.recursive = true;
+            }
+            "d" => {
+                dereference = Some(Dereference::Never);
+                opts.preserve.links = true;
+            }
+            "P" => dereference = Some(Dereference::Never),
+            "H" => dereference = Some(Dereference::CommandLine),
+            "L" => dereference = Some(Dereference::Always),
+            "p" => preserve_list(&mut opts, "mode,ownership,timestamps", true)?,
+            "preserve" => {
+                let list = value.as_deref().map(OsStr::to_string_lossy);
+                let list = list.as_deref().unwrap_or("mode,ownership,timestamps");
+                preserve_list(&mut opts, list, true)?
+            }
+            "no-preserve" => preserve_list(&mut opts, &value_str(), false)?,
+            "Z" => {
+                if value.is_some() {
+                    eprintln!(
+                        "{}: warning: ignoring --context; it requires an SELinux-enabled kernel",
+                        program()
+                    );
+                }
+            }
+            "R" => opts.recursive = true,
+            // The last of -i and -n counts, as with GNU cp 9.1.
+            "n" => {
+                opts.no_clobber = true;
+                opts.ask = None;
+            }
+            "i" => {
+                opts.ask = Some(ask);
+                opts.no_clobber = false;
+            }
+            "f" => opts.force = true,
+            "x" => opts.one_file_system = true,
+            "attributes-only" => opts.attributes_only = true,
+            "parents" => opts.parents = true,
+            "sparse" => {
+                let words = [
+                    ("never", Sparse::Never),
+                    ("auto", Sparse::Auto),
+                    ("always", Sparse::Always),
+                ];
+                opts.sparse = argmatch(&value_str(), "--sparse", &words)?;
+            }
+            "reflink" => {
+                let words = [
+                    ("auto", Reflink::Auto),
+                    ("always", Reflink::Always),
+                    ("never", Reflink::Never),
+                ];
+                opts.reflink = match &value {
+                    None => Reflink::Always,
+                    Some(_) => argmatch(&value_str(), "--reflink", &words)?,
+                };
+            }
+            "b" => {
+                let control = value.as_deref().map(|v| v.to_string_lossy().into_owned());
+                backup = Some(control.or(backup.flatten()));
+            }
+            "S" => {
+                suffix = value;
+                backup = Some(backup.flatten());
+            }
+            "l" => opts.link = LinkMode::Hard,
+            "s" => opts.link = LinkMode::Symbolic,
+            "remove-destination" => opts.remove_destination = true,
+            "v" => opts.verbose = true,
+            "u" => {
+                let words = [
+                    ("all", Update::All),
+                    ("none", Update::None),
+                    ("older", Update::Older),
+                ];
+                opts.update = match &value {
+                    None => Update::Older,
+                    Some(_) => argmatch(&value_str(), "--update", &words)?,
+                };
+            }
+            "copy-contents" => opts.copy_contents = true,
+            "strip-trailing-slashes" => strip = true,
+            "t" => {
+                if target.is_some() {
+                    return Err(fatal("multiple target directories specified".into()));
+                }
+                target = value;
+            }
+            "T" => no_target = true,
+            "fsync" => opts.fsync = true,
+            "json" => json = true,
+            "block-size" => {
+                opts.block = parse_block(&value_str())
+                    .map_err(|e| Usage(format!("invalid --block-size '{}': {e}", value_str())))?
+            }
+            "threads" => match value_str().parse::<usize>() {
+                Ok(n) if n > 0 => threads = Some(n),
+                _ => {
+                    return Err(Usage(format!(
+                        "invalid --threads '{}': a number of at least 1",
+                        value_str()
+                    )))
+                }
+            },
+            // Every option of the tables is handled above.
+            other => return Err(Usage(format!("unrecognized option '{other}'"))),
+        }
+    }
+    if given_ids.contains(&"l") && given_ids.contains(&"s") {
+        return Err(Usage("cannot make both hard and symbolic links".into()));
+    }
+    if let Some(control) = backup {
+        if opts.no_clobber {
+            return Err(Usage(
+                "options --backup and --no-clobber are mutually exclusive".into(),
+            ));
+        }
+        let (control, from) = match control {
+            Some(c) => (c, "backup type"),
+            None => match std::env::var("VERSION_CONTROL") {
+                Ok(c) if !c.is_empty() => (c, "$VERSION_CONTROL"),
+                _ => ("existing".to_string(), "backup type"),
+            },
+        };
+        opts.backup = backup_type(&control, from)?;
+        let suffix = suffix.or_else(|| std::env::var_os("SIMPLE_BACKUP_SUFFIX"));
+        // A suffix with a slash would put the backup elsewhere: GNU's
+        // default then.
+        opts.suffix = match suffix {
+            Some(s) if !s.is_empty() && !s.as_bytes().contains(&b'/') => s,
+            _ => "~".into(),
+        };
+    }
+    opts.dereference = dereference.unwrap_or(if opts.recursive && opts.link != LinkMode::Hard {
+        Dereference::Never
+    } else {
+        Dereference::Always
+    });
+    opts.wave = opts.wave.max(opts.block);
+    if let Some(t) = threads {
+        opts.threads = t;
+    }
+    if target.is_some() && no_target {
+        return Err(fatal(
+            "cannot combine --target-directory (-t) and --no-target-directory (-T)".into(),
+        ));
+    }
+    let quote = |s: &OsStr| blockio_tools::quote::quote(std::path::Path::new(s));
+    let dest = match target {
+        Some(t) => {
+            if operands.is_empty() {
+                return Err(Usage("missing file operand".into()));
+            }
+            match std::fs::metadata(&t) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(fatal(format!(
+                        "target directory {}: Not a directory",
+                        quote(&t)
+                    )))
+                }
+                Err(e) => {
+                    return Err(fatal(format!(
+                        "target directory {}: {}",
+                        quote(&t),
+                        blockio_tools::reason::reason(&e)
+                    )))
+                }
+            }
+            t
+        }
+        None => {
+            match operands.len() {
+                0 => return Err(Usage("missing file operand".into())),
+                1 => {
+                    return Err(Usage(format!(
+                        "missing destination file operand after {}",
+                        quote(&operands[0])
+                    )))
+                }
+                n if no_target && n > 2 => {
+                    return Err(Usage(format!("extra operand {}", quote(&operands[2]))))
+                }
+                _ => {}
+            }
+            operands.pop().expect("two operands at least")
+        }
+    };
+    if opts.parents && !std::fs::metadata(&dest).is_ok_and(|m| m.is_dir()) {
+        return Err(Usage(
+            "with --parents, the destination must be a directory".into(),
+        ));
+    }
+    // As GNU, only for sources copied into a directory (`cp --strip...
+    // dl/ x`, with `x` new, still follows the link `dl`).
+    let into_dir = !no_target && std::fs::metadata(&dest).is_ok_and(|m| m.is_dir());
+    if strip && into_dir {
+        for s in &mut operands {
+            let b = s.as_bytes();
+            let end = b.len() - b.iter().rev().take_while(|&&c| c == b'/').count();
+            if end > 0 && end < b.len() {
+                *s = OsStr::from_bytes(&b[..end]).to_owned();
+            }
+        }
+    }
+    opts.no_target_directory = no_target;
+    Ok(Some(Command {
+        opts,
+        sources: operands.into_iter().map(PathBuf::from).collect(),
+        dest: PathBuf::from(dest),
+        json,
+    }))
+}
+
+/// `--preserve=LIST` (`keep`) or `--no-preserve=LIST`: GNU's attribute
+/// names, comma-separated. `context` (SELinux) is not kept: asked for
+/// explicitly it is an error, as with GNU on a kernel without SELinux.
+fn preserve_list(opts: &mut CopyOptions, list: &str, keep: bool) -> Result<(), Usage> {
+    const NAMES: &[&str] = &[
+        "mode",
+        "timestamps",
+        "ownership",
+        "links",
+        "context",
+        "xattr",
+        "all",
+    ];
+    let option = if keep { "--preserve" } else { "--no-preserve" };
+    for name in list.split(',') {
+        // GNU takes unambiguous abbreviations here too.
+        let words: Vec<(&str, &str)> = NAMES.iter().map(|n| (*n, *n)).collect();
+        let name = argmatch(name, option, &words)?;
+        let p = &mut opts.preserve;
+        match name {
+            "mode" => {
+                p.mode = keep;
+                opts.default_mode = !keep;
+            }
+            "timestamps" => p.timestamps = keep,
+            "ownership" => p.ownership = keep,
+            "links" => p.links = keep,
+            "xattr" => p.xattr = keep,
+            "context" if keep => {
+                return Err(fatal(
+                    "cannot preserve security context without an SELinux-enabled kernel".into(),
+                ))
+            }
+            "context" => {}
+            _ => {
+                *p = if keep {
+                    Preserve::ALL
+                } else {
+                    Preserve::default()
+                };
+                opts.default_mode = !keep;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A backup CONTROL word (or an unambiguous abbreviation of one).
+fn backup_type(control: &str, from: &str) -> Result<Backup, Usage> {
+    let words = [
+        ("none", Backup::None),
+        ("off", Backup::None),
+        ("simple", Backup::Simple),
+        ("never", Backup::Simple),
+        ("existing", Backup::Existing),
+        ("nil", Backup::Existing),
+        ("numbered", Backup::Numbered),
+        ("t", Backup::Numbered),
+    ];
+    argmatch(control, from, &words)
+}
+
+/// The value of `arg` among `words`, as GNU's `argmatch` finds it: the
+/// word itself, or the only value the words it begins stand for; else
+/// GNU's message ("invalid" or "ambiguous" argument) with the valid words,
+/// those of one value on one line.
+fn argmatch<T: Copy + PartialEq>(arg: &str, option: &str, words: &[(&str, T)]) -> Result<T, Usage> {
+    if let Some((_, v)) = words.iter().find(|(w, _)| *w == arg) {
+        return Ok(*v);
+    }
+    let found: Vec<T> = words
+        .iter()
+        .filter(|(w, _)| !arg.is_empty() && w.starts_with(arg))
+        .map(|(_, v)| *v)
+        .collect();
+    let problem = match found.as_slice() {
+        [first, rest @ ..] if rest.iter().all(|v| v == first) => return Ok(*first),
+        [] => "invalid",
+        _ => "ambiguous",
+    };
+    let mut msg = format!("{problem} argument '{arg}' for '{option}'\nValid arguments are:");
+    let mut k = 0;
+    while k < words.len() {
+        let same: Vec<String> = words[k..]
+            .iter()
+            .take_while(|(_, v)| *v == words[k].1)
+            .map(|(w, _)| format!("'{w}'"))
+            .collect();
+        msg.push_str(&format!("\n  - {}", same.join(", ")));
+        k += same.len();
+    }
+    Err(Usage(msg))
+}
+
+/// `-i`: asks on standard error, one question at a time, and reads the
+/// answer from standard input: yes when it starts with `y` or `Y`.
+fn ask(question: &str) -> bool {
+    use std::io::Write;
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "{}: {question}", program());
+    let _ = err.flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    matches!(line.trim_start().chars().next(), Some('y' | 'Y'))
 }
 
 /// A block size for `cp`: 4 KiB to 64 MiB.
@@ -51,32 +636,122 @@ fn parse_block(s: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-/// Runs the copy; `Ok(false)` when any path failed (each one reported).
+/// `--help`.
+fn help() -> String {
+    let p = program();
+    format!(
+        "Usage: {p} [OPTION]... [-T] SOURCE DEST
+  or:  {p} [OPTION]... SOURCE... DIRECTORY
+  or:  {p} [OPTION]... -t DIRECTORY SOURCE...
+Copy SOURCE to DEST, or multiple SOURCE(s) to DIRECTORY, as GNU cp does,
+on io_uring.
+
+Mandatory arguments to long options are mandatory for short options too.
+  -a, --archive                same as -dR --preserve=all
+      --attributes-only        don't copy the file data, just the attributes
+  -b                           like --backup but does not accept an argument
+      --backup[=CONTROL]       make a backup of each existing destination file
+      --copy-contents          copy contents of special files when recursive
+  -d                           same as --no-dereference
+  -f, --force                  if an existing destination file cannot be
+                                 opened, remove it and try again
+  -H                           follow command-line symbolic links in SOURCE
+  -i, --interactive            prompt before overwrite (overrides a previous -n
+                                 option)
+  -l, --link                   hard link files instead of copying
+  -L, --dereference            always follow symbolic links in SOURCE
+  -n, --no-clobber             do not overwrite an existing file (overrides
+                                 a previous -i option)
+  -P, --no-dereference         never follow symbolic links in SOURCE
+  -p                           same as --preserve=mode,ownership,timestamps
+      --preserve[=ATTR_LIST]   preserve the specified attributes (default:
+                                 mode,ownership,timestamps), if possible
+                                 additional attributes: links, xattr, all
+                                 (context, SELinux's, is not supported)
+      --no-preserve=ATTR_LIST  don't preserve the specified attributes
+      --parents                use full source file name under DIRECTORY
+  -R, -r, --recursive          copy directories recursively
+      --remove-destination     remove each existing destination file before
+                                 attempting to open it
+      --reflink[=WHEN]         control clone/CoW copies: auto (the file system
+                                 decides, through copy_file_range), always
+                                 (FICLONE, or fail), never
+  -s, --symbolic-link          make symbolic links instead of copying
+  -S, --suffix=SUFFIX          override the usual backup suffix
+      --sparse=WHEN            control creation of sparse files: auto (holes
+                                 where the source has them), always (also
+                                 for blocks of zeros), never
+      --strip-trailing-slashes  remove any trailing slashes from each SOURCE
+  -t, --target-directory=DIRECTORY  copy all SOURCE arguments into DIRECTORY
+  -T, --no-target-directory    treat DEST as a normal file
+  -u, --update[=UPDATE]        copy only when the SOURCE file is newer than
+                                 the destination file or when the destination
+                                 file is missing (UPDATE: all, none, older;
+                                 -u is older)
+  -v, --verbose                explain what is being done
+  -x, --one-file-system        stay on this file system
+  -Z, --context[=CTX]          accepted; SELinux contexts are not supported
+      --help        display this help and exit
+      --version     output version information and exit
+
+blockio's own options:
+      --fsync              make the copy durable before exiting
+      --json               print a JSON summary on stdout at the end
+      --block-size=SIZE    bytes per read and write (4K to 64M; default 1M)
+      --threads=N          worker threads (default: the CPUs plus one)
+
+The backup suffix is '~', unless set with --suffix or SIMPLE_BACKUP_SUFFIX.
+The version control method may be selected via the --backup option or
+through the VERSION_CONTROL environment variable: none/off, numbered/t,
+existing/nil (numbered if numbered backups exist, simple otherwise),
+simple/never.
+
+By default, sparse SOURCE files are copied with their holes. Symbolic links
+on the command line are followed unless -R (then -H and -L choose).
+"
+    )
+}
+
+/// The arguments with the `--` clap drops when it comes first (`cp -- -x
+/// f`: `-x` is a file), found by looking at the process's own arguments:
+/// clap hands on the ones after it unchanged.
+fn with_leading_dashes(args: &[OsString]) -> Vec<OsString> {
+    let all: Vec<OsString> = std::env::args_os().collect();
+    let n = args.len();
+    // A `--` among the arguments clap hands on is one it kept; the one
+    // right before them is one it dropped.
+    if all.len() > n && all[all.len() - n..] == *args && all[all.len() - n - 1] == "--" {
+        let mut v = vec![OsString::from("--")];
+        v.extend_from_slice(args);
+        return v;
+    }
+    args.to_vec()
+}
+
+/// Runs `cp`; `Ok(false)` when anything failed (each failure reported),
+/// including a usage error (exit status 1, as GNU's).
 pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
-    let (dest, sources) = args.paths.split_last().expect("clap requires two paths");
-    if args.threads == Some(0) {
-        anyhow::bail!("--threads must be at least 1");
-    }
-    let mut opts = CopyOptions {
-        preserve: args.preserve || args.archive,
-        no_clobber: args.no_clobber,
-        fsync: args.fsync,
-        block: args.block_size,
-        ..CopyOptions::default()
+    let cmd = match parse(&with_leading_dashes(&args.args)) {
+        Ok(Some(cmd)) => cmd,
+        Ok(None) => return Ok(true),
+        Err(Usage { msg, hint }) => {
+            let p = program();
+            eprintln!("{p}: {msg}");
+            if hint {
+                eprintln!("Try '{p} --help' for more information.");
+            }
+            return Ok(false);
+        }
     };
-    opts.wave = opts.wave.max(opts.block);
-    if let Some(t) = args.threads {
-        opts.threads = t;
-    }
     let progress = Progress::default();
-    let bar = if std::io::stderr().is_terminal() && !args.json {
+    let bar = if std::io::stderr().is_terminal() && !cmd.json {
         let b = indicatif::ProgressBar::new_spinner();
         b.enable_steady_tick(Duration::from_millis(100));
         b
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let on_error = |e: &CopyError| bar.suspend(|| eprintln!("blockio cp: {e}"));
+    let on_error = |e: &CopyError| bar.suspend(|| eprintln!("{}: {e}", program()));
     let done = std::sync::atomic::AtomicBool::new(false);
     let report = std::thread::scope(|s| {
         let (progress, bar, done) = (&progress, &bar, &done);
@@ -95,19 +770,25 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
                 std::thread::sleep(Duration::from_millis(100));
             }
         });
-        let r = copy::copy(sources, dest, &opts, progress, &on_error);
+        let r = copy::copy(&cmd.sources, &cmd.dest, &cmd.opts, progress, &on_error);
         done.store(true, Ordering::Relaxed);
         r
     });
     bar.finish_and_clear();
-    let report = report.map_err(|e| match e.get_ref() {
-        Some(inner) if inner.is::<copy::UsageError>() => anyhow::anyhow!("cp: {inner}"),
-        _ => anyhow::Error::from(e).context("cp"),
-    })?;
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => match e.get_ref() {
+            Some(inner) if inner.is::<copy::UsageError>() => {
+                eprintln!("{}: {inner}", program());
+                return Ok(false);
+            }
+            _ => return Err(anyhow::Error::from(e).context("cp")),
+        },
+    };
     if let Some(reason) = &report.fallback_reason {
         crate::fallback_notice("cp", reason);
     }
-    if args.json {
+    if cmd.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(report.errors == 0)

@@ -443,3 +443,269 @@ fn random_trees_copy_as_gnu_cp_a_copies_them() {
         let _ = fs::remove_dir_all(&base);
     }
 }
+
+/// Options for one random run: a base and some extras, as GNU takes them,
+/// and whether times are kept (else the survey leaves them out).
+fn random_options(rng: &mut Rng) -> (Vec<&'static str>, bool) {
+    let bases: &[(&[&str], bool)] = &[
+        (&["-a"], true),
+        (&["-r"], false),
+        (&["-rp"], true),
+        (&["-R", "--preserve=mode,links"], false),
+        (&["-rP"], false),
+        (&["-rL"], false),
+        (&["-rH"], false),
+        (&["-aL"], true),
+        (&["-rl"], false),
+        (&["-rs"], false),
+        (&["-a", "--no-preserve=mode"], true),
+        (&["-r", "--preserve=timestamps,xattr"], true),
+    ];
+    let (base, times) = bases[rng.below(bases.len() as u64) as usize];
+    let mut args = base.to_vec();
+    // Not -s (tests/cp_gnu.rs compares it case by case): onto what is
+    // already there, GNU 9.1 decides between the same-file rule and "File
+    // exists" in ways blockio does not follow yet. (Replaced, not left
+    // out, so that the draws of every other seed stay as they were.)
+    if args == ["-rs"] {
+        args = vec!["-rP"];
+    }
+    let extras: &[&[&str]] = &[
+        &["-u"],
+        &["-n"],
+        &["--remove-destination"],
+        &["-f"],
+        &["--sparse=always"],
+        &["--sparse=never"],
+        &["-b"],
+        &["--backup=numbered"],
+        &["-v"],
+    ];
+    for extra in extras {
+        if rng.chance(20) {
+            args.extend_from_slice(extra);
+        }
+    }
+    // Not -u where hard links are kept: GNU links a second name of a file
+    // to the first one's copy even where -u would keep what is there, so
+    // the result hangs on which name its directory listing gives first
+    // (blockio goes by sorted names).
+    // Nor -u with -l, for the same reason as -s above.
+    let links = |a: &&str| *a == "-a" || a.starts_with("-aL") || a.contains("links");
+    if args.iter().any(|a| links(a) || *a == "-rl") {
+        args.retain(|a| *a != "-u");
+    }
+    // Not `--parents` (tests/cp_gnu.rs compares it on its own): GNU 9.1
+    // with it and an absolute source, when it sets the attributes of the
+    // parent directories (-p, -b, -L), also says "'tmp/...': No such file
+    // or directory" of a parent it reaches by a wrong relative name, a
+    // quirk not copied.
+    (args, times)
+}
+
+/// Puts things in the way of the copy of `src` at `dst` (the same for the
+/// same `rng`): older and newer files, read-only files, directories where
+/// files go and files where directories go, links to the source's own
+/// entries, hard links of its files, and FIFOs where the source has no
+/// regular file (writing into a FIFO waits for a reader, with either
+/// tool).
+fn existing_destination(
+    rng: &mut Rng,
+    src: &Path,
+    entries: &[(PathBuf, fs::Metadata)],
+    dst: &Path,
+    deref: bool,
+) {
+    fs::create_dir_all(dst).unwrap();
+    let mut made = Vec::new();
+    for (rel, m) in entries {
+        if !rng.chance(35) {
+            continue;
+        }
+        let p = dst.join(rel);
+        if !fs::symlink_metadata(p.parent().unwrap()).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        if fs::symlink_metadata(&p).is_ok() {
+            continue;
+        }
+        let ft = m.file_type();
+        // A link in the source may become a file with -L.
+        let may_be_file = ft.is_file() || (ft.is_symlink() && deref);
+        let mut hard = false;
+        match rng.below(7) {
+            0 => fs::write(&p, b"older").unwrap(),
+            1 => {
+                fs::write(&p, b"read-only").unwrap();
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o444)).unwrap();
+            }
+            2 => fs::create_dir(&p).unwrap(),
+            3 => std::os::unix::fs::symlink(src.join(rel), &p).unwrap(),
+            4 if ft.is_file() => {
+                fs::hard_link(src.join(rel), &p).unwrap();
+                hard = true;
+            }
+            5 if !may_be_file => {
+                // SAFETY: a valid NUL-terminated path.
+                assert_eq!(unsafe { libc::mkfifo(c(&p).as_ptr(), 0o644) }, 0);
+            }
+            _ => fs::write(&p, b"newer and longer than before").unwrap(),
+        }
+        // Older or newer than the source, for -u (a hard link of a source
+        // file keeps the source's times).
+        let t = libc::timespec {
+            tv_sec: 1_000_000_000 + rng.below(700_000_000) as i64,
+            tv_nsec: 0,
+        };
+        if !hard {
+            made.push((p, [t, t]));
+        }
+    }
+    made.push((
+        dst.to_path_buf(),
+        [libc::timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        }; 2],
+    ));
+    restore(&made);
+}
+
+/// Every entry below `src`, parents before children, by relative path.
+fn entries_of(src: &Path) -> Vec<(PathBuf, fs::Metadata)> {
+    let mut stack = vec![PathBuf::new()];
+    let mut entries = Vec::new();
+    while let Some(rel) = stack.pop() {
+        let m = fs::symlink_metadata(src.join(&rel)).unwrap();
+        if m.is_dir() {
+            let mut names: Vec<_> = fs::read_dir(src.join(&rel))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort();
+            for n in names.into_iter().rev() {
+                stack.push(rel.join(n));
+            }
+        }
+        if !rel.as_os_str().is_empty() {
+            entries.push((rel, m));
+        }
+    }
+    entries
+}
+
+/// The messages of one run, sorted, without the program name.
+fn said(bytes: &[u8]) -> Vec<String> {
+    let mut lines: Vec<String> = String::from_utf8_lossy(bytes)
+        .lines()
+        // The machine's io_uring setting, not the copy's doing.
+        .filter(|l| !l.contains("note: I/O ran on the thread-pool backend"))
+        .map(|l| l.strip_prefix("blockio ").unwrap_or(l))
+        .map(|l| l.replace("'blockio cp --help'", "'cp --help'"))
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// GNU `cp` and `blockio cp` with a random choice of options (`-P`/`-L`/
+/// `-H`, `-u`, `-n`, `--remove-destination`, `--sparse`, `--preserve`,
+/// `-l`, `-s`, backups, ...) onto destinations that already
+/// hold things (see [`existing_destination`]): the same exit status, the
+/// same messages and output (sorted: a parallel copy says what it did in
+/// the order it did it), and the same copies (times compared only when
+/// kept).
+#[test]
+fn random_options_onto_existing_destinations_as_gnu_cp() {
+    let trees: u64 = std::env::var("BLOCKIO_CP_TREES").map_or(100, |v| v.parse().unwrap());
+    let first: u64 = std::env::var("BLOCKIO_CP_SEED").map_or(1, |v| v.parse().unwrap());
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let d = tempfile::tempdir().unwrap();
+    for seed in first..first + trees {
+        let base = d.path().join(format!("t{seed}"));
+        let src = base.join("src");
+        fs::create_dir_all(&src).unwrap();
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        fill(&mut rng, &src, 0, &mut Vec::new(), root);
+        let (args, keeps_times) = random_options(&mut rng);
+        let deref = args
+            .iter()
+            .any(|a| a.contains('L') || a.contains('H') || *a == "-rl");
+        let state = rng.next();
+        let entries = entries_of(&src);
+        for side in ["gnu", "ours"] {
+            let mut r = Rng(state | 1);
+            let dst = base.join(side).join("dst/src");
+            existing_destination(&mut r, &src, &entries, &dst, deref);
+        }
+        let before = times(&src);
+        let run = |side: &str, cmd: &mut Command| {
+            restore(&before);
+            cmd.args(&args)
+                .arg(&src)
+                .arg("dst")
+                .current_dir(base.join(side))
+                // Names are quoted as GNU quotes them in a UTF-8 locale.
+                .env("LC_ALL", "C.UTF-8")
+                .output()
+                .unwrap()
+        };
+        let gnu = run("gnu", &mut Command::new("cp"));
+        let mut ours_cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
+        ours_cmd.arg("cp");
+        let ours = run("ours", &mut ours_cmd);
+        let again = format!(
+            "BLOCKIO_CP_SEED={seed} BLOCKIO_CP_TREES=1, cp {}",
+            args.join(" ")
+        );
+        for (what, o, g) in [
+            ("messages", said(&ours.stderr), said(&gnu.stderr)),
+            ("output", said(&ours.stdout), said(&gnu.stdout)),
+        ] {
+            let only_ours: Vec<&String> = o.iter().filter(|l| !g.contains(l)).collect();
+            let only_gnu: Vec<&String> = g.iter().filter(|l| !o.contains(l)).collect();
+            assert_eq!(
+                o, g,
+                "{again}: the {what} differ; ours alone: {only_ours:?}; GNU's alone: {only_gnu:?}"
+            );
+        }
+        assert_eq!(
+            ours.status.code(),
+            gnu.status.code(),
+            "{again}: exit status (left: ours, right: GNU's)"
+        );
+        let strip = |mut m: BTreeMap<PathBuf, Seen>| {
+            if !keeps_times {
+                for s in m.values_mut() {
+                    s.mtime = (0, 0);
+                    s.atime = (0, 0);
+                }
+            }
+            // Access times move whenever a file is read: not compared;
+            // nor the times of `dst` itself, which the copy writes into.
+            for s in m.values_mut() {
+                s.atime = (0, 0);
+            }
+            if let Some(s) = m.get_mut(Path::new("")) {
+                s.mtime = (0, 0);
+            }
+            m
+        };
+        let want = strip(survey(&base.join("gnu/dst")));
+        let got = strip(survey(&base.join("ours/dst")));
+        assert_eq!(
+            want.keys().collect::<Vec<_>>(),
+            got.keys().collect::<Vec<_>>(),
+            "{again}: the copies hold different names"
+        );
+        for (rel, w) in &want {
+            assert_eq!(
+                w,
+                &got[rel],
+                "{again}: {} differs (left: GNU's, right: ours)",
+                rel.display()
+            );
+        }
+        let _ = fs::remove_dir_all(&base);
+    }
+}

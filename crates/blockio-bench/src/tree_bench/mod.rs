@@ -336,11 +336,11 @@ fn cp_rows(args: &TreeBenchArgs, me: &Path, root: &Path) -> Result<Vec<Row>> {
 }
 
 /// The command that copies `src` into a fresh destination, ours (`blockio
-/// cp`, with `--fsync` when cold) or `cp -r`, and that destination.
+/// cp -r`, with `--fsync` when cold) or `cp -r`, and that destination.
 fn copy_command(me: &Path, src: &Path, dst: PathBuf, mode: Mode, ours: bool) -> (Command, PathBuf) {
     let mut c = if ours {
         let mut c = Command::new(me);
-        c.arg("cp");
+        c.args(["cp", "-r"]);
         if mode == Mode::Cold {
             c.arg("--fsync");
         }

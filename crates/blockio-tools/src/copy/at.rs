@@ -68,6 +68,23 @@ pub(crate) fn open_dir_beneath(root: &File, rel: &Path) -> io::Result<File> {
     }
 }
 
+/// The directory at `rel` below `root`, following symbolic links on the
+/// way: only for sources with `-L`, which asks for them to be followed.
+pub(crate) fn open_dir_following(root: &File, rel: &Path) -> io::Result<File> {
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    Ok(File::from(rustix::fs::openat(
+        root,
+        rel,
+        flags,
+        Mode::empty(),
+    )?))
+}
+
 /// The names in an open directory with whether each is a regular file
 /// (from `d_type`; `false` where the file system does not say), without
 /// `.` and `..`. The listing reads its own descriptor of `dir`.
@@ -85,39 +102,119 @@ pub(crate) fn list(dir: &File) -> io::Result<Vec<(CString, bool)>> {
     Ok(names)
 }
 
-/// Creates (or opens, to overwrite) the file `name` in `dir` for writing;
-/// a symbolic link there is an error (`ELOOP`), never written through.
-pub(crate) fn create(dir: &File, name: &CStr, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
-    let flags = flags | OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    Ok(rustix::fs::openat(
-        dir,
-        name,
-        flags,
-        Mode::from_raw_mode(mode),
-    )?)
+/// A destination file opened for writing, and whether this copy created
+/// it: only a file the copy created may be removed when the copy fails.
+pub(crate) struct Dest {
+    pub fd: OwnedFd,
+    pub created: bool,
+    /// A file in the way was removed first (`-f`).
+    pub removed: bool,
+    /// A file in the way was kept aside under this name first (`-b`).
+    pub backup: Option<std::path::PathBuf>,
 }
 
-/// Creates the file `name` in `dir` following a symbolic link there: only
-/// for a destination named on the command line, as GNU `cp` does. A link
-/// to nothing is refused.
+/// Creates the file `name` in `dir` for writing, or with `excl` false
+/// opens the one already there, as it is: not truncated (it may be the
+/// source itself under another name, which the caller checks), and
+/// possibly not a regular file (a FIFO or a device is written into, never
+/// replaced). A symbolic link there is an error (`ELOOP`), never written
+/// through; with `force` (`-f`) an existing file that cannot be opened
+/// (no write permission, or a link) is removed and the copy created anew.
+///
+/// A new file costs one `openat` (`O_CREAT | O_EXCL`); an existing one a
+/// second, which tells the two apart without a `stat`.
+pub(crate) fn create(
+    dir: &File,
+    name: &CStr,
+    excl: bool,
+    mode: u32,
+    force: bool,
+) -> io::Result<Dest> {
+    let base = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut removed = false;
+    // A name removed between the two calls is created on the next round;
+    // one that keeps coming and going is reported.
+    for _ in 0..4 {
+        match rustix::fs::openat(
+            dir,
+            name,
+            base | OFlags::CREATE | OFlags::EXCL,
+            Mode::from_raw_mode(mode),
+        ) {
+            Ok(fd) => {
+                return Ok(Dest {
+                    fd,
+                    created: true,
+                    removed,
+                    backup: None,
+                })
+            }
+            Err(rustix::io::Errno::EXIST) if !excl => {}
+            Err(e) => return Err(e.into()),
+        }
+        match rustix::fs::openat(dir, name, base, Mode::empty()) {
+            Ok(fd) => {
+                return Ok(Dest {
+                    fd,
+                    created: false,
+                    removed,
+                    backup: None,
+                })
+            }
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(rustix::io::Errno::ISDIR) => return Err(rustix::io::Errno::ISDIR.into()),
+            // A link in the way stays refused, as GNU refuses to write
+            // through a dangling one even with `-f`.
+            Err(e) if force && e != rustix::io::Errno::LOOP => match unlink(dir, name) {
+                Ok(()) => removed = true,
+                Err(_) => return Err(e.into()),
+            },
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::ENOENT))
+}
+
+/// Creates or opens the file `name` in `dir` following a symbolic link
+/// there: only for a destination named on the command line, as GNU `cp`
+/// does. A link to nothing is refused.
 pub(crate) fn create_following(
     dir: &File,
     name: &CStr,
-    flags: OFlags,
+    excl: bool,
     mode: u32,
-) -> io::Result<OwnedFd> {
+    force: bool,
+) -> io::Result<Dest> {
     // `O_EXCL` (`-n`): whatever is there, link or not, is left alone.
-    if !flags.contains(OFlags::EXCL) {
-        let open = flags | OFlags::WRONLY | OFlags::CLOEXEC;
+    if !excl {
+        let open = OFlags::WRONLY | OFlags::CLOEXEC;
         match rustix::fs::openat(dir, name, open, Mode::empty()) {
-            Ok(fd) => return Ok(fd),
+            Ok(fd) => {
+                return Ok(Dest {
+                    fd,
+                    created: false,
+                    removed: false,
+                    backup: None,
+                })
+            }
             Err(rustix::io::Errno::NOENT) => {}
+            Err(rustix::io::Errno::ISDIR) => return Err(rustix::io::Errno::ISDIR.into()),
+            // `-f`: the name itself is removed (a link, not what it
+            // leads to), as cp does.
+            Err(e) if force => {
+                if unlink(dir, name).is_err() {
+                    return Err(e.into());
+                }
+                let mut d = create(dir, name, excl, mode, force)?;
+                d.removed = true;
+                return Ok(d);
+            }
             Err(e) => return Err(e.into()),
         }
     }
     // Nothing there that can be opened: create it, but not through a
     // link that points nowhere.
-    create(dir, name, flags, mode)
+    create(dir, name, excl, mode, force)
 }
 
 /// Whether `name` in `dir` is a symbolic link.

@@ -8,7 +8,11 @@
 //! while it is filled. At the end its attributes are set in this order:
 //!
 //! 1. ownership: only root can give a file away; `EPERM` is ignored, as
-//!    cp does. A `chown` clears set-user-ID bits and file capabilities
+//!    cp does, and then the group alone is set (a user may give a file to
+//!    a group they belong to), and the set-user-ID, set-group-ID and
+//!    sticky bits of a file (the first two of a directory) are left out of
+//!    the mode: they would otherwise apply to a copy owned by the copier,
+//!    not by the source's owner (GNU `cp` does the same). A `chown` clears set-user-ID bits and file capabilities
 //!    (`security.capability`), so everything else comes after it;
 //! 2. extended attributes, ACLs included (`system.posix_acl_access` and
 //!    `system.posix_acl_default` are the ACLs' xattr form), so that an ACL
@@ -46,6 +50,7 @@ pub(crate) fn set_attrs_at(
     st: &libc::statx,
     chmod: Option<u32>,
     xattrs_from: Option<(Node, bool)>,
+    keep: &super::Preserve,
 ) -> io::Result<()> {
     let flags = if name.is_empty() {
         libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW
@@ -53,29 +58,50 @@ pub(crate) fn set_attrs_at(
         libc::AT_SYMLINK_NOFOLLOW
     };
     let fd = dir.as_fd().as_raw_fd();
-    // SAFETY: a valid fd and a NUL-terminated name; no memory is written.
-    if unsafe { libc::fchownat(fd, name.as_ptr(), st.stx_uid, st.stx_gid, flags) } != 0 {
+    let mut special_bits = 0o7777;
+    let chown = || {
+        // SAFETY: a valid fd and a NUL-terminated name; no memory is
+        // written.
+        unsafe { libc::fchownat(fd, name.as_ptr(), st.stx_uid, st.stx_gid, flags) }
+    };
+    if keep.ownership && chown() != 0 {
         let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EPERM) {
+        if !matches!(e.raw_os_error(), Some(libc::EPERM | libc::EINVAL)) {
             return Err(e);
         }
+        // The owner cannot be kept: the group may be (a failure here
+        // leaves the copier's group, as cp does), and the copy, owned by
+        // the copier, must not be set-user-ID, set-group-ID or sticky.
+        // SAFETY: as above; `u32::MAX` (-1) leaves the owner as it is.
+        unsafe { libc::fchownat(fd, name.as_ptr(), u32::MAX, st.stx_gid, flags) };
+        // As GNU `cp`: a directory keeps its sticky bit (it restricts who
+        // may remove names in it, whoever owns it), and a FIFO or device,
+        // which nothing executes, keeps its bits.
+        special_bits = match u32::from(st.stx_mode) & libc::S_IFMT {
+            libc::S_IFREG => 0o777,
+            libc::S_IFDIR => 0o1777,
+            _ => 0o7777,
+        };
     }
-    if let Some((src, inherits)) = xattrs_from {
-        copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits)?;
+    if let Some((src, inherits)) = xattrs_from.filter(|_| keep.xattr || keep.mode) {
+        copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits, keep)?;
     }
     let is_link = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
-    if let Some(mode) = chmod.filter(|_| !is_link) {
+    if let Some(mode) = chmod.filter(|_| !is_link && keep.mode) {
         // SAFETY: as above.
         let rc = unsafe {
             if name.is_empty() {
-                libc::fchmod(fd, mode & 0o7777)
+                libc::fchmod(fd, mode & special_bits)
             } else {
-                libc::fchmodat(fd, name.as_ptr(), mode & 0o7777, 0)
+                libc::fchmodat(fd, name.as_ptr(), mode & special_bits, 0)
             }
         };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
+    }
+    if !keep.timestamps {
+        return Ok(());
     }
     let times = [ts(&st.stx_atime), ts(&st.stx_mtime)];
     // SAFETY: as above; `times` lives on the stack across the call.
@@ -177,11 +203,25 @@ impl<'a> Node<'a> {
 /// for what is left out and why). `inherits`: `dst` was made in a
 /// directory with a default ACL, so it may hold ACLs the source lacks
 /// (without one, looking for them would cost two system calls a file).
-pub(crate) fn copy_xattrs(src: &Node<'_>, dst: &Node<'_>, inherits: bool) -> io::Result<()> {
-    let names = names(src)?;
+/// As GNU `cp`, the ACLs go with the mode (`keep.mode`) and the other
+/// attributes with `keep.xattr`: either may be copied alone.
+pub(crate) fn copy_xattrs(
+    src: &Node<'_>,
+    dst: &Node<'_>,
+    inherits: bool,
+    keep: &super::Preserve,
+) -> io::Result<()> {
+    let mut names = names(src)?;
+    names.retain(|n| {
+        if ACLS.contains(&n.as_c_str()) {
+            keep.mode
+        } else {
+            keep.xattr
+        }
+    });
     // Inherited ACLs first: removed, they leave room in the inode for the
     // attributes set next (ext4 keeps small ones there).
-    for acl in ACLS.iter().filter(|_| inherits) {
+    for acl in ACLS.iter().filter(|_| inherits && keep.mode) {
         if !names.iter().any(|n| n.as_c_str() == *acl) {
             match dst.remove(acl) {
                 Ok(()) | Err(Errno::NODATA | Errno::NOTSUP) => {}

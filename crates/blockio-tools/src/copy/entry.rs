@@ -38,6 +38,27 @@ pub(crate) enum DirAt {
     Beneath { root: Arc<Root>, rel: PathBuf },
 }
 
+/// The source directories from an operand down to one directory, by
+/// (device, inode): with `-L` a link to one of them would be copied for
+/// ever.
+pub(crate) struct Chain {
+    pub id: (u64, u64),
+    pub up: Option<Arc<Chain>>,
+}
+
+impl Chain {
+    pub fn contains(&self, id: (u64, u64)) -> bool {
+        let mut c = Some(self);
+        while let Some(x) = c {
+            if x.id == id {
+                return true;
+            }
+            c = x.up.as_deref();
+        }
+        false
+    }
+}
+
 /// A source directory and its copy, both open, with their paths for
 /// messages. Shared by every group of files from that directory.
 pub(crate) struct DirPair {
@@ -51,6 +72,8 @@ pub(crate) struct DirPair {
     /// With `-p`: `dst` has a default ACL, so what is made in it may
     /// inherit ACLs that must be removed when the source has none.
     pub dst_default_acl: bool,
+    /// With `-L`: this source directory and those above it.
+    pub chain: Option<Arc<Chain>>,
 }
 
 impl DirPair {
@@ -76,6 +99,11 @@ pub(crate) struct Entry {
     /// there is followed (to an existing file only), as GNU `cp` does.
     /// Everywhere else a link in the way is refused.
     pub follow_dst: bool,
+    /// The source was named on the command line and is to be followed if
+    /// it is a link (`-L`, `-H`, or no `-r`): it is opened following it.
+    pub follow_src: bool,
+    /// Named on the command line (`-H` follows links there only).
+    pub operand: bool,
 }
 
 impl Entry {
@@ -86,6 +114,8 @@ impl Entry {
             dst_name: name,
             st,
             follow_dst: false,
+            follow_src: false,
+            operand: false,
         }
     }
     /// The `statx` of a regular file known from its directory entry only.
@@ -102,6 +132,12 @@ impl Entry {
     }
     pub fn mode(&self) -> u32 {
         u32::from(self.st.stx_mode)
+    }
+    /// Whether links are copied as links for this entry: `-P`, or `-H`
+    /// below the command line (GNU's `copy_dir` turns `-H` into `-P`).
+    pub fn never_follows(&self, deref: super::Dereference) -> bool {
+        deref == super::Dereference::Never
+            || (deref == super::Dereference::CommandLine && !self.operand)
     }
     pub fn kind(&self) -> u32 {
         self.mode() & libc::S_IFMT

@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use blockio::{AlignedBuf, Engine, Op, OpenRequest, PathAt};
-use rustix::fs::OFlags;
 
 use super::at;
 use super::attrs::{set_attrs_at, Node};
@@ -26,6 +25,12 @@ use super::{quote, CopyOptions, Progress};
 /// cache; the syncfs writes them all merged, with one flush.
 pub(crate) const FSYNC_EACH_MIN: u64 = 1 << 20;
 
+/// Whether FIFOs and devices are read like files (see
+/// `CopyOptions::copy_contents`).
+fn as_regular(opts: &CopyOptions) -> bool {
+    !opts.recursive || opts.copy_contents
+}
+
 /// Whether `e` is made durable by an fsync of its own (with `--fsync`).
 fn fsync_each(opts: &CopyOptions, e: &Entry) -> bool {
     opts.fsync && e.st.stx_size >= FSYNC_EACH_MIN
@@ -38,6 +43,12 @@ struct Job<'g> {
     dst: OwnedFd,
     /// `dst` was switched to `O_DIRECT` (see [`go_direct`]).
     direct: bool,
+    /// This copy created `dst`: only then is it removed if the copy fails.
+    created: bool,
+    /// `src` or `dst` is not a regular file (a FIFO or device written
+    /// into, a FIFO read with `--copy-contents`): copied with plain reads
+    /// and writes to the end, never resized, ranged or removed.
+    stream: bool,
     /// The end of the data written so far (a direct copy's last block is
     /// written whole, then the file is cut back to this).
     end: u64,
@@ -75,10 +86,12 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
             files: rest,
         });
     }
-    let ranged = choose_paths(ctx.opts, &mut jobs);
-    let chunks = copy_ranges_and_chunk(ctx, dirs, &mut jobs, &ranged);
-    copy_chunks(ctx, dirs, &mut jobs, &chunks, arena);
-    copy_unsized(ctx.progress, dirs, &mut jobs);
+    if !ctx.opts.attributes_only {
+        let ranged = choose_paths(ctx.opts, &mut jobs);
+        let chunks = copy_ranges_and_chunk(ctx, dirs, &mut jobs, &ranged);
+        copy_chunks(ctx, dirs, &mut jobs, &chunks, arena);
+        copy_unsized(ctx.progress, dirs, &mut jobs);
+    }
     finish_files(ctx, dirs, &mut jobs);
     if ctx.opts.fsync {
         fsync_large(ctx, dirs, &mut jobs);
@@ -99,14 +112,23 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
 fn choose_paths(opts: &CopyOptions, jobs: &mut [Job<'_>]) -> Vec<bool> {
     for j in jobs.iter_mut() {
         j.direct = opts.fsync
+            && !j.stream
             && j.e.st.stx_size >= opts.direct_write_min
             && opts.block % SLOT_ALIGN == 0
-            && !is_sparse(j.e)
+            && !is_sparse(opts, j.e)
+            && opts.sparse != super::Sparse::Always
             && go_direct(&j.dst);
     }
     let ranged: Vec<bool> = jobs
         .iter()
-        .map(|j| j.e.st.stx_size >= opts.copy_range_min && !is_sparse(j.e) && !j.direct)
+        .map(|j| {
+            j.e.st.stx_size >= opts.copy_range_min
+                && !is_sparse(opts, j.e)
+                && !j.direct
+                && !j.stream
+                && opts.sparse != super::Sparse::Always
+                && opts.reflink == super::Reflink::Auto
+        })
         .collect();
     for (j, _) in jobs.iter().zip(&ranged).filter(|(j, &r)| r || j.direct) {
         // SAFETY: fadvise on an open descriptor has no memory effects.
@@ -128,6 +150,22 @@ fn copy_ranges_and_chunk(
     let opts = ctx.opts;
     let mut chunks = Vec::new();
     for (i, j) in jobs.iter_mut().enumerate() {
+        if opts.reflink == super::Reflink::Always && !j.stream {
+            // `--reflink=always`: the whole file shares the source's blocks.
+            if let Err(e) = rustix::fs::ioctl_ficlone(&j.dst, &j.src) {
+                let what = format!(
+                    "failed to clone {} from {}",
+                    quote(&dirs.dst_of(&j.e.dst_name)),
+                    quote(&dirs.src_of(&j.e.src_name))
+                );
+                j.failed = Some((what, e.into()));
+            } else {
+                ctx.progress
+                    .bytes
+                    .fetch_add(j.e.st.stx_size, Ordering::Relaxed);
+            }
+            continue;
+        }
         if ranged[i] {
             match copy_range(j, fsync_each(opts, j.e), ctx.progress) {
                 Ok(true) => continue,
@@ -140,7 +178,10 @@ fn copy_ranges_and_chunk(
                 }
             }
         }
-        for (start, end) in extents(&j.src, j.e) {
+        if j.stream {
+            continue; // copied to the end by `copy_unsized`
+        }
+        for (start, end) in extents(&j.src, opts, j.e) {
             let mut off = start;
             while off < end {
                 let len = (end - off).min(opts.block as u64) as usize;
@@ -189,11 +230,12 @@ fn copy_chunks(
 }
 
 /// Reads to the end the files that say they are empty (as those of /proc
-/// do): their size tells nothing.
+/// do): their size tells nothing; and copies those from or to a file that
+/// is not a regular one.
 fn copy_unsized(progress: &Progress, dirs: &DirPair, jobs: &mut [Job<'_>]) {
     for j in jobs
         .iter_mut()
-        .filter(|j| j.failed.is_none() && j.e.st.stx_size == 0)
+        .filter(|j| j.failed.is_none() && (j.e.st.stx_size == 0 || j.stream))
     {
         match copy_to_eof(j, progress) {
             Ok(n) => j.end = n,
@@ -211,11 +253,13 @@ fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
         // its stated size. A direct copy's last block was written whole:
         // cut the copy back. A sparse copy may end in a hole: extend it.
         // (Direct copies are never sparse.)
-        let resize = if let Some(eof) = j.eof {
+        let resize = if j.stream || ctx.opts.attributes_only {
+            None
+        } else if let Some(eof) = j.eof {
             Some((eof, "truncate"))
         } else if j.direct && j.end % SLOT_ALIGN as u64 != 0 {
             Some((j.end, "truncate"))
-        } else if is_sparse(j.e) {
+        } else if is_sparse(ctx.opts, j.e) || ctx.opts.sparse == super::Sparse::Always {
             Some((j.e.st.stx_size, "extend"))
         } else {
             None
@@ -230,9 +274,10 @@ fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
                 continue;
             }
         }
-        if ctx.opts.preserve {
+        if ctx.opts.preserve.attrs() {
             let xattrs = Some((Node::Fd(j.src.as_fd()), dirs.dst_default_acl));
-            let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs);
+            let keep = &ctx.opts.preserve;
+            let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs, keep);
             if let Err(e) = set {
                 // The data is complete: report, keep the file (as cp does).
                 let what = format!("preserving attributes of {}", quote(&dst));
@@ -246,7 +291,7 @@ fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
 /// one (see [`FSYNC_EACH_MIN`]), in one batch.
 fn fsync_large(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
     let live: Vec<usize> = (0..jobs.len())
-        .filter(|&i| jobs[i].failed.is_none() && fsync_each(ctx.opts, jobs[i].e))
+        .filter(|&i| jobs[i].failed.is_none() && !jobs[i].stream && fsync_each(ctx.opts, jobs[i].e))
         .collect();
     let ops: Vec<Op<'_>> = live.iter().map(|&i| Op::fsync(&jobs[i].dst)).collect();
     for (i, r) in run_batch(ctx.engine, ops, live) {
@@ -266,11 +311,11 @@ fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
     for j in jobs {
         srcs.push(j.src);
         dsts.push(j.dst);
-        finished.push((j.e, j.failed));
+        finished.push((j.e, j.failed, j.created, j.stream));
     }
     let _ = ctx.engine.close_batch(srcs);
     let closed = ctx.engine.close_batch(dsts);
-    for (k, (e, failed)) in finished.iter_mut().enumerate() {
+    for (k, (e, failed, _, _)) in finished.iter_mut().enumerate() {
         let err = match &closed {
             Ok(rs) => rs[k].as_ref().err().map(clone),
             Err(err) => Some(clone(err)),
@@ -280,18 +325,29 @@ fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
             *failed = Some((format!("error closing {}", quote(&dst)), err));
         }
     }
-    for (e, failed) in finished {
+    for (e, failed, created, stream) in finished {
         let Some((what, err)) = failed else {
             ctx.progress.files.fetch_add(1, Ordering::Relaxed);
             continue;
         };
         let dst = dirs.dst_of(&e.dst_name);
-        let fate = match at::unlink(&dirs.dst, &e.dst_name) {
-            Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
-            Err(u) => format!(
-                "{what} (the incomplete copy {} could not be removed: {u})",
+        // Only a file this copy created is removed: a name that was there
+        // before may be another link to a file someone needs.
+        let fate = if stream {
+            what
+        } else if !created {
+            format!(
+                "{what} (the copy {} is incomplete; it existed before the copy and was not removed)",
                 quote(&dst)
-            ),
+            )
+        } else {
+            match at::unlink(&dirs.dst, &e.dst_name) {
+                Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
+                Err(u) => format!(
+                    "{what} (the incomplete copy {} could not be removed: {u})",
+                    quote(&dst)
+                ),
+            }
         };
         ctx.errors.report(fate, Some(err));
     }
@@ -325,8 +381,10 @@ fn open_sources<'g>(
     let opens: Vec<OpenRequest<'_>> = files
         .iter()
         .map(|e| {
+            // Only an operand to be followed is opened through a link.
+            let nofollow = if e.follow_src { 0 } else { libc::O_NOFOLLOW };
             OpenRequest::new(PathAt::in_dir(&dirs.src, &e.src_name))
-                .flags(libc::O_RDONLY | libc::O_NOFOLLOW)
+                .flags(libc::O_RDONLY | nofollow)
         })
         .collect();
     let srcs = match ctx.engine.open_batch(&opens) {
@@ -362,7 +420,10 @@ fn open_sources<'g>(
                 }
             }
         }
-        if e.st.stx_mode as u32 & libc::S_IFMT != libc::S_IFREG {
+        let kind = e.st.stx_mode as u32 & libc::S_IFMT;
+        let readable = kind == libc::S_IFREG
+            || (kind != libc::S_IFDIR && kind != libc::S_IFLNK && as_regular(ctx.opts));
+        if !readable {
             let what = format!("{} is no longer a regular file: not copied", quote(&src));
             errors.report(what, None);
             continue;
@@ -389,15 +450,31 @@ fn create_all<'g>(
     turn.created(opened.len() as u64);
     for (e, src) in opened {
         match create_dst(ctx, pair, e) {
-            Ok(Some(fd)) => jobs.push(Job {
-                e,
-                src,
-                dst: fd,
-                direct: false,
-                end: 0,
-                eof: None,
-                failed: None,
-            }),
+            Ok(Some(mut dst)) => {
+                let stream = match existing(ctx, pair, e, &mut dst) {
+                    Some(stream) => stream,
+                    None => continue,
+                };
+                if ctx.opts.verbose {
+                    let dst_path = pair.dst_of(&e.dst_name);
+                    if dst.removed {
+                        super::say(ctx.opts, format_args!("removed {}", quote(&dst_path)));
+                    }
+                    let backup = dst.backup.as_deref();
+                    super::say_copied(ctx.opts, &pair.src_of(&e.src_name), &dst_path, backup);
+                }
+                jobs.push(Job {
+                    e,
+                    stream: stream || e.kind() != libc::S_IFREG,
+                    src,
+                    dst: dst.fd,
+                    direct: false,
+                    created: dst.created,
+                    end: 0,
+                    eof: None,
+                    failed: None,
+                })
+            }
             Ok(None) => {}
             Err(err) => created_failed(ctx, pair, e, err),
         }
@@ -405,36 +482,133 @@ fn create_all<'g>(
     jobs
 }
 
+/// An existing destination, opened as it is: refused (`None`, reported)
+/// when it is the source itself (a hard link to it, or the file a link
+/// named on the command line leads to), emptied when it is a regular file
+/// (`Some(false)`); any other kind (a FIFO, a device) is written into as
+/// it is (`Some(true)`), as `cp` does, never replaced. Kept as it is
+/// (`None`, counted as skipped) when `-u` finds it newer or `-i` is told no.
+///
+/// With `--preserve=links` (`-a`) an existing file with other names is
+/// replaced by a new one rather than written into, as GNU does: its other
+/// names keep what they held, and two sources copied onto two names of one
+/// file stay two files.
+fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &mut at::Dest) -> Option<bool> {
+    if dst.created {
+        return Some(false);
+    }
+    let path = || dirs.dst_of(&e.dst_name);
+    let st = match fstat(&dst.fd) {
+        Ok(st) => st,
+        Err(err) => {
+            ctx.errors
+                .report(format!("cannot stat {}", quote(&path())), Some(err));
+            return None;
+        }
+    };
+    if (
+        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+        st.stx_ino,
+    ) == e.id()
+    {
+        let what = format!(
+            "{} and {} are the same file",
+            quote(&dirs.src_of(&e.src_name)),
+            quote(&path())
+        );
+        ctx.errors.report(what, None);
+        return None;
+    }
+    if super::keep_existing(ctx.opts, super::mtime(&e.st), super::mtime(&st), &path()) {
+        ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
+    if regular && ctx.opts.preserve.links && st.stx_nlink > 1 {
+        let made = at::unlink(&dirs.dst, &e.dst_name).and_then(|()| {
+            at::create(
+                &dirs.dst,
+                &e.dst_name,
+                true,
+                create_mode(ctx.opts, e),
+                false,
+            )
+        });
+        match made {
+            Ok(fresh) => {
+                dst.fd = fresh.fd;
+                dst.created = true;
+                dst.removed = true;
+                return Some(false);
+            }
+            Err(err) => {
+                let what = format!("cannot replace {}", quote(&path()));
+                ctx.errors.report(what, Some(err));
+                return None;
+            }
+        }
+    }
+    if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+        return Some(true);
+    }
+    if ctx.opts.attributes_only {
+        return Some(false);
+    }
+    // SAFETY: a valid fd; no memory is passed.
+    if unsafe { libc::ftruncate(dst.fd.as_raw_fd(), 0) } != 0 {
+        let err = io::Error::last_os_error();
+        ctx.errors
+            .report(format!("cannot truncate {}", quote(&path())), Some(err));
+        return None;
+    }
+    Some(false)
+}
+
 /// The permission bits a copy is created with. With `-p` the owner's bits
 /// alone: until its owner, ACL and mode are set at the end, nobody else
 /// may open it (a set-user-ID or group-writable source must not be so,
 /// owned by the copier, even for a moment).
 fn create_mode(opts: &CopyOptions, e: &Entry) -> u32 {
-    if opts.preserve {
+    if opts.default_mode {
+        0o666
+    } else if opts.preserve.mode {
         e.mode() & 0o700
     } else {
         e.mode() & 0o777
     }
 }
 
-/// Creates (or truncates) the copy of `e`; `None` when it was made a hard
+/// Creates (or opens, to overwrite) the copy of `e`; `None` when it was made a hard
 /// link to an earlier copy of the same file (`-a`), which needs no data.
-fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Option<OwnedFd>> {
-    let flags = OFlags::TRUNC
-        | if ctx.opts.no_clobber {
-            OFlags::EXCL
-        } else {
-            OFlags::empty()
-        };
-    let mode = create_mode(ctx.opts, e);
+fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Option<at::Dest>> {
+    let opts = ctx.opts;
+    let excl = opts.no_clobber || opts.update == super::Update::None;
+    let mode = create_mode(opts, e);
+    let mut backup = None;
+    if opts.backup != super::Backup::None && !excl {
+        if kept(ctx, pair, e)? {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        backup = super::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name)?;
+    } else if opts.remove_destination && !excl {
+        remove_destination(ctx, pair, e)?;
+    }
     let create = || {
         if e.follow_dst {
-            at::create_following(&pair.dst, &e.dst_name, flags, mode)
+            at::create_following(&pair.dst, &e.dst_name, excl, mode, opts.force)
         } else {
-            at::create(&pair.dst, &e.dst_name, flags, mode)
+            at::create(&pair.dst, &e.dst_name, excl, mode, opts.force)
         }
     };
-    if !(ctx.opts.preserve && e.st.stx_nlink > 1) {
+    let create = || {
+        create().map(|mut d| {
+            d.backup = backup.clone();
+            d
+        })
+    };
+    // With `-L` two links to one file are two names of it too, as GNU
+    // sees them.
+    if !(ctx.opts.preserve.links && (e.st.stx_nlink > 1 || e.follow_src)) {
         return create().map(Some);
     }
     // Held while the first copy is created, so a second name of the file
@@ -443,6 +617,24 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
     if let Some((first, name)) = links.get(&e.id()) {
         let r = match at::link(&first.dst, name, &pair.dst, &e.dst_name) {
             Err(err) if err.raw_os_error() == Some(libc::EEXIST) && !ctx.opts.no_clobber => {
+                // The name in the way may be the source itself (another
+                // of its hard links): never removed.
+                let same = rustix::fs::statat(
+                    &pair.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::empty(),
+                )
+                .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+                if same {
+                    drop(links);
+                    let what = format!(
+                        "{} and {} are the same file",
+                        quote(&pair.src_of(&e.src_name)),
+                        quote(&pair.dst_of(&e.dst_name))
+                    );
+                    ctx.errors.report(what, None);
+                    return Ok(None);
+                }
                 at::unlink(&pair.dst, &e.dst_name)
                     .and_then(|()| at::link(&first.dst, name, &pair.dst, &e.dst_name))
             }
@@ -450,35 +642,125 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
         };
         drop(links);
         r?;
+        super::say_copied(
+            opts,
+            &pair.src_of(&e.src_name),
+            &pair.dst_of(&e.dst_name),
+            backup.as_deref(),
+        );
         ctx.progress.files.fetch_add(1, Ordering::Relaxed);
         return Ok(None);
     }
-    let fd = create()?;
+    let dst = create()?;
     links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
-    Ok(Some(fd))
+    Ok(Some(dst))
+}
+
+/// Whether an existing destination (not a directory) that is about to be
+/// removed or kept aside is kept instead, by `-u` or `-i`, judged on the
+/// name's own attributes.
+fn kept(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<bool> {
+    let st = match rustix::fs::statat(
+        &pair.dst,
+        e.dst_name.as_c_str(),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    ) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(false),
+        Err(err) => return Err(err.into()),
+    };
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+        return Ok(false);
+    }
+    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+    let dst = pair.dst_of(&e.dst_name);
+    Ok(super::keep_existing(
+        ctx.opts,
+        super::mtime(&e.st),
+        mtime,
+        &dst,
+    ))
+}
+
+/// `--remove-destination`: the file in the way goes before the copy is
+/// made (not a directory: creating the copy then reports it). With `-u`
+/// or `-i` the check comes first, on the name's own attributes.
+fn remove_destination(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<()> {
+    let dst = pair.dst_of(&e.dst_name);
+    if kept(ctx, pair, e)? {
+        return Err(io::Error::from_raw_os_error(libc::EEXIST));
+    }
+    match at::unlink(&pair.dst, &e.dst_name) {
+        Ok(()) => {
+            super::say(ctx.opts, format_args!("removed {}", quote(&dst)));
+            Ok(())
+        }
+        Err(err) if err.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(err) => Err(err),
+    }
 }
 
 /// Reports a copy that could not be created (or skips it, with `-n`).
 fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
     let dst = dirs.dst_of(&e.dst_name);
     let msg = match err.raw_os_error() {
-        Some(libc::EEXIST) if ctx.opts.no_clobber => {
+        Some(libc::EEXIST)
+            if ctx.opts.no_clobber
+                || ctx.opts.update != super::Update::All
+                || ctx.opts.ask.is_some() =>
+        {
             ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        Some(libc::EISDIR) => format!(
-            "cannot overwrite directory {} with non-directory",
-            quote(&dst)
-        ),
+        Some(libc::EISDIR) => {
+            // `-u` looks at the times first, as GNU's does.
+            let kept = ctx.opts.update == super::Update::Older
+                && rustix::fs::statat(
+                    &dirs.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::empty(),
+                )
+                .is_ok_and(|st| {
+                    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                    super::keep_existing(ctx.opts, super::mtime(&e.st), mtime, &dst)
+                });
+            if kept {
+                ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            format!(
+                "cannot overwrite directory {} with non-directory",
+                quote(&dst)
+            )
+        }
         Some(libc::ELOOP) if at::is_symlink(&dirs.dst, &e.dst_name) => {
-            let dangling = if e.follow_dst { "dangling " } else { "" };
-            format!("not writing through {dangling}symlink {}", quote(&dst))
+            // A link to the source itself: what GNU says of it.
+            let to_source = rustix::fs::statat(
+                &dirs.dst,
+                e.dst_name.as_c_str(),
+                rustix::fs::AtFlags::empty(),
+            )
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+            if to_source {
+                // Found before GNU says what it copies, as here.
+                format!(
+                    "{} and {} are the same file",
+                    quote(&dirs.src_of(&e.src_name)),
+                    quote(&dst)
+                )
+            } else {
+                super::say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
+                let dangling = if e.follow_dst { "dangling " } else { "" };
+                format!("not writing through {dangling}symlink {}", quote(&dst))
+            }
         }
         _ => {
+            // GNU says what it copies before it opens the copy.
+            super::say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
             return ctx.errors.report(
                 format!("cannot create regular file {}", quote(&dst)),
                 Some(err),
-            )
+            );
         }
     };
     ctx.errors.report(msg, None);
@@ -608,9 +890,16 @@ impl Wave<'_> {
         slots: &[&mut [u8]],
     ) {
         let got = &self.got;
+        let holes = ctx.opts.sparse == super::Sparse::Always;
         for ((k, c), slot) in self.chunks.iter().enumerate().zip(slots.iter()) {
             if jobs[c.job].failed.is_none() && !jobs[c.job].direct && got[k] > 0 {
-                match write_full(&jobs[c.job].dst, c.offset, &slot[..got[k]], 0) {
+                let data = &slot[..got[k]];
+                let written = if holes {
+                    write_skipping_zeros(&jobs[c.job].dst, c.offset, data)
+                } else {
+                    write_full(&jobs[c.job].dst, c.offset, data, 0)
+                };
+                match written {
                     Ok(()) => {
                         ctx.progress
                             .bytes
@@ -711,19 +1000,65 @@ fn failure(dirs: &DirPair, e: &Entry, side: Side) -> String {
 }
 
 /// Copies a file by reading it until a read returns nothing; the bytes
-/// copied. For files whose stated size is no guide (0 for most of /proc).
+/// copied. For files whose stated size is no guide (0 for most of /proc),
+/// and with plain reads and writes (no offsets) for a stream: a FIFO or
+/// device at either end.
 fn copy_to_eof(j: &Job<'_>, progress: &Progress) -> Result<u64, (Side, io::Error)> {
-    let mut buf = [0u8; 16 << 10];
+    let mut buf = vec![0u8; if j.stream { 128 << 10 } else { 16 << 10 }];
     let mut off = 0u64;
     loop {
-        let n = read_full(&j.src, off, &mut buf, 0).map_err(|e| (Side::Read, e))?;
+        let n = if j.stream {
+            read_some(&j.src, &mut buf)
+        } else {
+            read_full(&j.src, off, &mut buf, 0)
+        };
+        let n = n.map_err(|e| (Side::Read, e))?;
         if n == 0 {
             return Ok(off);
         }
-        write_full(&j.dst, off, &buf[..n], 0).map_err(|e| (Side::Write, e))?;
+        if j.stream {
+            write_all(&j.dst, &buf[..n])
+        } else {
+            write_full(&j.dst, off, &buf[..n], 0)
+        }
+        .map_err(|e| (Side::Write, e))?;
         progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
         off += n as u64;
     }
+}
+
+/// One `read` at the file's position, retried when interrupted.
+fn read_some(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: the pointer and length come from the live slice `buf`.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Writes all of `buf` at the file's position.
+fn write_all(fd: &OwnedFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: the pointer and length come from the live slice `buf`.
+        let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+        match n {
+            0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            n if n > 0 => buf = &buf[n as usize..],
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Finishes a short read; the bytes read in all (fewer at end of file).
@@ -752,6 +1087,29 @@ fn read_full(fd: &OwnedFd, offset: u64, buf: &mut [u8], mut done: usize) -> io::
     Ok(done)
 }
 
+/// `--sparse=always`: writes the blocks of `buf` (4 KiB each) that are not
+/// all zeros; the others stay holes (the file's length is set at the end).
+fn write_skipping_zeros(fd: &OwnedFd, offset: u64, buf: &[u8]) -> io::Result<()> {
+    const HOLE: usize = 4096;
+    let mut start = 0;
+    while start < buf.len() {
+        // The next run of blocks holding data, written at once.
+        let zero = |k: usize| buf[k..(k + HOLE).min(buf.len())].iter().all(|&b| b == 0);
+        if zero(start) {
+            start += HOLE;
+            continue;
+        }
+        let mut end = start;
+        while end < buf.len() && !zero(end) {
+            end += HOLE;
+        }
+        let end = end.min(buf.len());
+        write_full(fd, offset + start as u64, &buf[start..end], 0)?;
+        start = end;
+    }
+    Ok(())
+}
+
 /// Finishes a short write.
 fn write_full(fd: &OwnedFd, offset: u64, buf: &[u8], mut done: usize) -> io::Result<()> {
     while done < buf.len() {
@@ -778,16 +1136,17 @@ fn write_full(fd: &OwnedFd, offset: u64, buf: &[u8], mut done: usize) -> io::Res
     Ok(())
 }
 
-/// Fewer blocks allocated than the size needs: the file has holes.
-fn is_sparse(e: &Entry) -> bool {
-    e.st.stx_blocks.saturating_mul(512) < e.st.stx_size
+/// Fewer blocks allocated than the size needs: the file has holes (which
+/// the copy keeps, unless `--sparse=never`).
+fn is_sparse(opts: &CopyOptions, e: &Entry) -> bool {
+    opts.sparse != super::Sparse::Never && e.st.stx_blocks.saturating_mul(512) < e.st.stx_size
 }
 
 /// The ranges of the file that hold data: the whole file, or for a sparse
 /// file its data extents (`SEEK_DATA`/`SEEK_HOLE`).
-fn extents(fd: &OwnedFd, e: &Entry) -> Vec<(u64, u64)> {
+fn extents(fd: &OwnedFd, opts: &CopyOptions, e: &Entry) -> Vec<(u64, u64)> {
     let size = e.st.stx_size;
-    if !is_sparse(e) {
+    if !is_sparse(opts, e) {
         return vec![(0, size)];
     }
     let mut out = Vec::new();

@@ -39,16 +39,21 @@
 //!
 //! # Semantics
 //!
-//! As GNU `cp -r` (`-P`: symbolic links are copied as links, also on the
+//! As GNU `cp`, option for option ([`CopyOptions`]; the defaults are
+//! `cp -r`'s, `-P`: symbolic links are copied as links, also on the
 //! command line): regular files, directories, symbolic links and special
 //! files; new files and directories get the source's permission bits minus
 //! the umask; an existing destination file is overwritten in place (its
-//! mode kept), an existing directory is merged into. `preserve` (`-p`, `-a`)
-//! also copies the exact mode, ownership (when permitted, as root) and
-//! access and modification times. `no_clobber` (`-n`) skips existing
-//! destinations silently. A directory is never copied into itself. An error
-//! on one file is reported with its path and the copy goes on; a file that
-//! failed part-way is removed, and the error says so.
+//! mode kept), an existing directory is merged into. `preserve` (`-p`,
+//! `-a`, `--preserve=LIST`) also copies the exact mode, ownership (when
+//! permitted), times, hard links and extended attributes. A directory is
+//! never copied into itself, and a file never onto itself (through links
+//! or hard links: GNU's `same_file_ok` rule on the command line, the
+//! opened destination's inode inside a tree). An existing FIFO or device
+//! at the destination is written into, never replaced. An error on one
+//! file is reported with its path and the copy goes on; a file the copy
+//! created that failed part-way is removed, and the error says so (a file
+//! that existed before is never removed).
 
 mod at;
 mod attrs;
@@ -64,13 +69,179 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Which symbolic links among the sources are followed (copied as the
+/// file they lead to) rather than copied as links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dereference {
+    /// None (`-P`, and the default with `-r`).
+    Never,
+    /// Those named on the command line (`-H`).
+    CommandLine,
+    /// All of them, on the command line and, with `recursive`, inside the
+    /// trees (`-L`, and the default without `-r`).
+    Always,
+}
+
+/// What of the source a copy keeps besides its data (`--preserve=LIST`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Preserve {
+    /// The permission bits (with set-user-ID, set-group-ID and sticky) and
+    /// the POSIX ACLs.
+    pub mode: bool,
+    /// Owner and group (as root; otherwise the group when the copier
+    /// belongs to it, and the special bits are then dropped).
+    pub ownership: bool,
+    /// Access and modification times.
+    pub timestamps: bool,
+    /// Which names in the copy are one file (hard links).
+    pub links: bool,
+    /// Extended attributes (ACLs among them).
+    pub xattr: bool,
+}
+
+impl Preserve {
+    /// `-p`, `--preserve`: mode, ownership and timestamps.
+    pub const P: Preserve = Preserve {
+        mode: true,
+        ownership: true,
+        timestamps: true,
+        links: false,
+        xattr: false,
+    };
+    /// `-a`, `--preserve=all`.
+    pub const ALL: Preserve = Preserve {
+        mode: true,
+        ownership: true,
+        timestamps: true,
+        links: true,
+        xattr: true,
+    };
+    /// Whether any attribute is set on the copy after its data.
+    pub fn attrs(&self) -> bool {
+        self.mode || self.ownership || self.timestamps || self.xattr
+    }
+}
+
+/// Whether and how an existing destination is kept aside before it is
+/// replaced (`-b`, `--backup=CONTROL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backup {
+    /// No backups (the default).
+    None,
+    /// `name` + the suffix (`simple`, `never`).
+    Simple,
+    /// `name.~N~`, one more than the highest there (`numbered`, `t`).
+    Numbered,
+    /// Numbered if numbered backups of the name exist, else simple
+    /// (`existing`, `nil`; `-b`).
+    Existing,
+}
+
+/// Where a copy has holes (`--sparse=WHEN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sparse {
+    /// Where the source has holes (the default): its data extents alone
+    /// are copied.
+    Auto,
+    /// Nowhere: every byte is written.
+    Never,
+    /// Also wherever the source holds a block of zeros (4 KiB).
+    Always,
+}
+
+/// Whether copies share the source's blocks (`--reflink[=WHEN]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reflink {
+    /// Where the file systems do it on their own (`copy_file_range`
+    /// clones on Btrfs and XFS); the default.
+    Auto,
+    /// Always, with `FICLONE`; a file that cannot be cloned is an error.
+    Always,
+    /// Never: the data is read and written (no `copy_file_range`).
+    Never,
+}
+
+/// What is made at the destination for each file that is not a
+/// directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkMode {
+    /// A copy (the default).
+    Copy,
+    /// A hard link to the source (`-l`).
+    Hard,
+    /// A symbolic link to the source, named as given (`-s`).
+    Symbolic,
+}
+
+/// Which existing destinations are replaced (`--update`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// Every one (the default).
+    All,
+    /// None: they are skipped (`--update=none`, like `-n`).
+    None,
+    /// Those older than their source (`-u`, `--update=older`).
+    Older,
+}
+
 /// How `copy` works.
 #[derive(Debug, Clone)]
 pub struct CopyOptions {
-    /// Keep mode, ownership (when permitted) and times (`-p`, `-a`).
-    pub preserve: bool,
+    /// Copy directories and what they hold (`-r`); without it a directory
+    /// operand is reported ("omitting directory") and left out.
+    pub recursive: bool,
+    /// Which symbolic links are followed (default: `Never`, as `cp -r`).
+    pub dereference: Dereference,
+    /// Read FIFOs and devices and copy what they give into regular files,
+    /// instead of making new FIFOs and device nodes: always without
+    /// `recursive`, as cp does, and with it for `--copy-contents`.
+    pub copy_contents: bool,
+    /// The destination is the copy's name even when it is a directory
+    /// (`-T`): `cp -rT s d` merges `s` into `d`, and a file is never
+    /// copied into `d`.
+    pub no_target_directory: bool,
+    /// Directories on other file systems than their operand's (mount
+    /// points) are made but not walked (`-x`).
+    pub one_file_system: bool,
+    /// Copies, or hard or symbolic links to the sources (`-l`, `-s`);
+    /// directories are made either way.
+    pub link: LinkMode,
+    /// Only the attributes are copied (`--attributes-only`): a new file is
+    /// empty, an existing one keeps its data.
+    pub attributes_only: bool,
+    /// Where copies have holes (`--sparse`).
+    pub sparse: Sparse,
+    /// Whether copies share blocks with their sources (`--reflink`).
+    pub reflink: Reflink,
+    /// Each source is copied under the destination directory by its whole
+    /// path as given, the directories on the way made (`--parents`).
+    pub parents: bool,
+    /// Backups of replaced destinations (`-b`).
+    pub backup: Backup,
+    /// The suffix of simple backups (`-S`; default `~`).
+    pub suffix: std::ffi::OsString,
+    /// What the copy keeps besides the data (`-p`, `-a`, `--preserve`).
+    pub preserve: Preserve,
+    /// New files and directories get the default permission bits (0666
+    /// and 0777) minus the umask, not the source's (`--no-preserve=mode`).
+    pub default_mode: bool,
     /// Do not overwrite existing files (`-n`).
     pub no_clobber: bool,
+    /// Which existing destinations are replaced (`-u`).
+    pub update: Update,
+    /// Asks before replacing an existing destination (`-i`): called with
+    /// the question (`overwrite 'x'? `), it answers whether to go on.
+    /// Calls from several threads are the callee's to serialize.
+    pub ask: Option<fn(&str) -> bool>,
+    /// An existing destination file that cannot be opened for writing is
+    /// removed and created anew (`-f`).
+    pub force: bool,
+    /// An existing destination file is removed before the copy is made
+    /// (`--remove-destination`), rather than written into.
+    pub remove_destination: bool,
+    /// Print `'src' -> 'dst'` on standard output for each entry copied,
+    /// and `removed 'dst'` for each destination removed (`-v`).
+    pub verbose: bool,
     /// Make the copy durable: files of 1 MiB or more are fsynced each (a
     /// failure names the file), then one `syncfs` per destination file
     /// system makes the rest durable (a failure there names the file
@@ -105,8 +276,26 @@ pub struct CopyOptions {
 impl Default for CopyOptions {
     fn default() -> Self {
         CopyOptions {
-            preserve: false,
+            recursive: true,
+            dereference: Dereference::Never,
+            copy_contents: false,
+            no_target_directory: false,
+            one_file_system: false,
+            link: LinkMode::Copy,
+            attributes_only: false,
+            sparse: Sparse::Auto,
+            reflink: Reflink::Auto,
+            parents: false,
+            backup: Backup::None,
+            suffix: "~".into(),
+            preserve: Preserve::default(),
+            default_mode: false,
             no_clobber: false,
+            update: Update::All,
+            ask: None,
+            force: false,
+            remove_destination: false,
+            verbose: false,
             fsync: false,
             block: 1 << 20,
             wave: 16 << 20,
@@ -218,12 +407,13 @@ pub fn copy(
             opts.block, opts.wave, opts.group, opts.threads
         )));
     }
-    let dest_is_dir = std::fs::metadata(dest).is_ok_and(|m| m.is_dir());
+    let dest_meta = std::fs::metadata(dest);
+    let dest_is_dir = !opts.no_target_directory && dest_meta.as_ref().is_ok_and(|m| m.is_dir());
     if sources.len() > 1 && !dest_is_dir {
-        return Err(usage(format!(
-            "target '{}' is not a directory",
-            dest.display()
-        )));
+        return Err(usage(match dest_meta {
+            Err(e) => format!("target {}: {}", quote(dest), os_message(&e)),
+            Ok(_) => format!("target {} is not a directory", quote(dest)),
+        }));
     }
     raise_fd_limit();
     let started = std::time::Instant::now();
@@ -263,6 +453,105 @@ fn raise_fd_limit() {
 }
 
 pub(crate) use crate::quote::quote;
+
+/// With `verbose`, one line on standard output (whole, under the lock, so
+/// that lines from several threads never mix).
+pub(crate) fn say(opts: &CopyOptions, line: std::fmt::Arguments<'_>) {
+    if opts.verbose {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+/// With `verbose`: `'src' -> 'dst'`, as `cp -v` says it.
+pub(crate) fn say_copied(opts: &CopyOptions, src: &Path, dst: &Path, backup: Option<&Path>) {
+    match backup {
+        Some(b) => say(
+            opts,
+            format_args!("{} -> {} (backup: {})", quote(src), quote(dst), quote(b)),
+        ),
+        None => say(opts, format_args!("{} -> {}", quote(src), quote(dst))),
+    }
+}
+
+/// `-b`: moves `name` in `dir` aside under its backup name, which is
+/// returned (`None`: nothing there to keep, or a directory).
+pub(crate) fn make_backup(
+    opts: &CopyOptions,
+    dir: &std::fs::File,
+    dir_path: &Path,
+    name: &std::ffi::CStr,
+) -> io::Result<Option<PathBuf>> {
+    use std::os::unix::ffi::OsStringExt;
+    let st = match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+        return Ok(None);
+    }
+    let base = name.to_bytes();
+    let highest = || -> io::Result<Option<u64>> {
+        let mut prefix = base.to_vec();
+        prefix.extend_from_slice(b".~");
+        let mut best = None;
+        for (n, _) in at::list(dir)? {
+            let n = n.to_bytes();
+            let Some(num) = n
+                .strip_prefix(&prefix[..])
+                .and_then(|r| r.strip_suffix(b"~"))
+            else {
+                continue;
+            };
+            if let Some(v) = std::str::from_utf8(num)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+            {
+                best = best.max(Some(v));
+            }
+        }
+        Ok(best)
+    };
+    let numbered = match opts.backup {
+        Backup::None => return Ok(None),
+        Backup::Simple => None,
+        Backup::Numbered => Some(highest()?.unwrap_or(0) + 1),
+        Backup::Existing => highest()?.map(|h| h + 1),
+    };
+    let mut backup = base.to_vec();
+    match numbered {
+        Some(n) => backup.extend_from_slice(format!(".~{n}~").as_bytes()),
+        None => backup.extend_from_slice(opts.suffix.as_bytes()),
+    }
+    let backup = std::ffi::OsString::from_vec(backup);
+    rustix::fs::renameat(dir, name, dir, cname(&backup))?;
+    Ok(Some(dir_path.join(backup)))
+}
+
+/// A modification time: seconds and nanoseconds.
+pub(crate) fn mtime(st: &libc::statx) -> (i64, u32) {
+    (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec)
+}
+
+/// Whether an existing destination whose modification time is `dst` is
+/// kept by `update` (`-u`: not older than the source's, `src`), or by the
+/// user's answer (`-i`).
+pub(crate) fn keep_existing(
+    opts: &CopyOptions,
+    src: (i64, u32),
+    dst: (i64, u32),
+    path: &Path,
+) -> bool {
+    match opts.update {
+        Update::None => return true,
+        Update::Older if dst >= src => return true,
+        _ => {}
+    }
+    opts.ask
+        .is_some_and(|ask| !ask(&format!("overwrite {}? ", quote(path))))
+}
 
 /// A name for the `*at` calls.
 pub(crate) fn cname(name: &std::ffi::OsStr) -> CString {

@@ -21,9 +21,10 @@ use blockio::{Engine, PathAt};
 
 use super::at;
 use super::attrs::{set_attrs_at, Node};
-use super::entry::{parent_as_written, Counts, Ctx, DirAt, DirPair, Entry, Group, Root};
+use super::entry::{parent_as_written, Chain, Counts, Ctx, DirAt, DirPair, Entry, Group, Root};
 use super::files;
-use super::{cname, quote, CopyOptions, CopyReport, Errors, Progress};
+use super::Dereference;
+use super::{cname, quote, CopyOptions, CopyReport, Errors, Preserve, Progress};
 
 /// A directory whose path below its root reaches this many bytes is opened
 /// as a root of its own: `openat2` takes at most `PATH_MAX` (4096) bytes,
@@ -37,8 +38,9 @@ struct Fixup {
     /// The copy's path, for messages.
     path: PathBuf,
     st: libc::statx,
-    /// The mode to set.
-    chmod: u32,
+    /// The mode to set (`None`: a directory merged into keeps its own,
+    /// unless the mode is preserved).
+    chmod: Option<u32>,
 }
 
 pub(crate) fn run(
@@ -68,6 +70,7 @@ pub(crate) fn run(
         work: Work::default(),
         fixups: Mutex::new(Vec::new()),
         filesystems: Mutex::new(Vec::new()),
+        operands_seen: Mutex::default(),
     };
     for src in sources {
         walker.operand(src, dest, dest_is_dir);
@@ -126,6 +129,8 @@ struct DirTask {
     src: PathBuf,
     dst: PathBuf,
     at: DirAt,
+    /// With `-L`: the source directories above this one.
+    chain: Option<Arc<Chain>>,
 }
 
 impl Work {
@@ -212,7 +217,14 @@ struct Walker<'a> {
     /// before anything was written there (`syncfs` reports the write-back
     /// errors that happened since its file was opened).
     filesystems: Mutex<Vec<(u64, PathBuf, File)>>,
+    /// The operands copied so far, as directory entries: the (device,
+    /// inode) of the file, of its directory, and its name there (`f` and
+    /// `./f` are one entry, a hard link `h` of `f` another).
+    operands_seen: Mutex<std::collections::HashSet<OperandKey>>,
 }
+
+/// An operand as a directory entry: see `Walker::operands_seen`.
+type OperandKey = ((u64, u64), (u64, u64), std::ffi::OsString);
 
 fn parent(p: &Path) -> &Path {
     match p.parent() {
@@ -236,6 +248,76 @@ impl Walker<'_> {
         self.ctx.errors.report(what, e)
     }
 
+    /// `--parents`: makes the directories of `rel` (a source's path, from
+    /// `/` when `absolute`) below `dest`, as GNU does: each with its
+    /// source's mode (and with `-p` its owner and times, set at the end),
+    /// an existing one left as it is. False after reporting a failure.
+    fn make_parents(&self, rel: &Path, absolute: bool, dest: &Path) -> bool {
+        let mut src = PathBuf::from(if absolute { "/" } else { "" });
+        let mut dst = dest.to_path_buf();
+        let comps: Vec<_> = rel.components().collect();
+        for c in comps.iter().take(comps.len().saturating_sub(1)) {
+            src.push(c);
+            dst.push(c);
+            if matches!(c, std::path::Component::CurDir) {
+                continue;
+            }
+            let csrc = cname(src.as_os_str());
+            let st = match self.stat_one(PathAt::cwd(&csrc), true) {
+                // `--no-preserve=mode`: GNU gives these the default mode,
+                // without even the sticky bit other directories keep.
+                Ok(mut st) if self.ctx.opts.default_mode => {
+                    st.stx_mode &= !0o7000;
+                    st
+                }
+                Ok(st) => st,
+                Err(e) => {
+                    self.report(format!("cannot stat {}", quote(&src)), Some(e));
+                    return false;
+                }
+            };
+            match std::fs::DirBuilder::new()
+                .mode(self.dir_create_mode(&st))
+                .create(&dst)
+            {
+                Ok(()) => {
+                    super::say(
+                        self.ctx.opts,
+                        format_args!("{} -> {}", src.display(), dst.display()),
+                    );
+                    let task = DirTask {
+                        src: src.clone(),
+                        dst: dst.clone(),
+                        at: DirAt::Operand {
+                            src: src.clone(),
+                            dst: dst.clone(),
+                            follow_dst: true,
+                        },
+                        chain: None,
+                    };
+                    self.dir_made(task, &st, true, false);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {}
+                Err(e) => {
+                    self.report(format!("cannot make directory {}", quote(&dst)), Some(e));
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether FIFOs and devices are read like files (see
+    /// `CopyOptions::copy_contents`).
+    fn as_regular(&self) -> bool {
+        !self.ctx.opts.recursive || self.ctx.opts.copy_contents
+    }
+
+    /// A message that is not an error (the exit status stays 0).
+    fn warn(&self, what: String) {
+        (self.ctx.errors.sink)(&super::CopyError { what, error: None })
+    }
+
     fn work_loop(&self) {
         let mut arena = blockio::AlignedBuf::new(0, files::SLOT_ALIGN);
         while let Some(task) = self.work.next() {
@@ -249,28 +331,45 @@ impl Walker<'_> {
         }
     }
 
-    fn stat_one(&self, at: PathAt<'_>) -> io::Result<libc::statx> {
-        self.ctx
-            .engine
-            .stat_batch(&[at], libc::AT_SYMLINK_NOFOLLOW)?
-            .remove(0)
+    fn stat_one(&self, at: PathAt<'_>, follow: bool) -> io::Result<libc::statx> {
+        let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+        self.ctx.engine.stat_batch(&[at], flags)?.remove(0)
     }
 
     /// One command-line source, by GNU `cp`'s rules for arguments: links
     /// on the way to it (and to the destination) are followed; the source
-    /// itself is copied as a link unless written with a trailing `/` (or
-    /// `/.`); a source ending in `/.` has its contents merged into an
-    /// existing destination directory.
+    /// itself is followed when written with a trailing `/` (or `/.`) or
+    /// by `dereference` (the default without `-r`), else copied as a link;
+    /// a source ending in `/.` has its contents merged into an existing
+    /// destination directory.
     fn operand(&self, src: &Path, dest: &Path, dest_is_dir: bool) {
+        let opts = self.ctx.opts;
         let csrc = cname(src.as_os_str());
-        let st = match self.stat_one(PathAt::cwd(&csrc)) {
+        let follow_src = opts.dereference != super::Dereference::Never
+            || src.as_os_str().as_bytes().ends_with(b"/");
+        let st = match self.stat_one(PathAt::cwd(&csrc), follow_src) {
             Ok(st) => st,
             Err(e) => return self.report(format!("cannot stat {}", quote(src)), Some(e)),
         };
+        let kind = u32::from(st.stx_mode) & libc::S_IFMT;
+        if kind == libc::S_IFDIR && !opts.recursive {
+            return self.report(
+                format!("-r not specified; omitting directory {}", quote(src)),
+                None,
+            );
+        }
         let Some(src_name) = final_name(src) else {
             return self.report(format!("cannot copy {}: it has no name", quote(src)), None);
         };
         let target = match (dest_is_dir, at::last_component(src).as_bytes()) {
+            // `--parents`: the whole path as given, below the destination.
+            (true, _) if opts.parents => {
+                let rel = src.strip_prefix("/").unwrap_or(src);
+                if !self.make_parents(rel, src.has_root(), dest) {
+                    return;
+                }
+                dest.join(rel)
+            }
             (true, b".") => dest.to_path_buf(),
             (true, _) => dest.join(OsStr::from_bytes(src_name.to_bytes())),
             (false, _) => dest.to_path_buf(),
@@ -281,19 +380,53 @@ impl Walker<'_> {
                 None,
             );
         };
-        if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR {
+        let is_dir = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
+        // One source named twice (`cp a a t/`) is copied once, with a
+        // warning, as cp does.
+        let id = (
+            libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+            st.stx_ino,
+        );
+        let dir = std::fs::metadata(parent(src)).map_or((0, 0), |m| id_of(&m));
+        let key = (id, dir, at::last_component(src).to_owned());
+        let first = self.operands_seen.lock().expect("lock").insert(key);
+        if !first {
+            let kind = if is_dir { "directory" } else { "file" };
+            return self.warn(format!(
+                "warning: source {kind} {} specified more than once",
+                quote(src)
+            ));
+        }
+        if is_dir {
             // `cp -r s t` with `t` a directory copies to `t/s`, a name the
             // user did not write: a link there is not followed.
             let follow = !dest_is_dir || at::last_component(src) == ".";
             return self.operand_dir(src, &target, &st, follow);
         }
-        if let Ok(m) = std::fs::symlink_metadata(&target) {
-            if m.dev() == libc::makedev(st.stx_dev_major, st.stx_dev_minor) && m.ino() == st.stx_ino
-            {
+        if !dest_is_dir
+            && dest.as_os_str().as_bytes().ends_with(b"/")
+            && !std::fs::metadata(dest).is_ok_and(|m| m.is_dir())
+        {
+            // `cp f nodir/`: the slash says a directory is meant.
+            let what = match kind {
+                libc::S_IFLNK => "symbolic link",
+                libc::S_IFREG => "regular file",
+                _ if self.as_regular() => "regular file",
+                _ => "special file",
+            };
+            return self.report(
+                format!("cannot create {what} {}", quote(dest)),
+                Some(io::Error::from_raw_os_error(libc::ENOTDIR)),
+            );
+        }
+        match same_file_ok(src, &st, follow_src, &target, opts, self.as_regular()) {
+            Same::Go => {}
+            Same::Done => return,
+            Same::Refuse => {
                 return self.report(
                     format!("{} and {} are the same file", quote(src), quote(&target)),
                     None,
-                );
+                )
             }
         }
         let Some(pair) = self.operand_parents(src, &target) else {
@@ -305,6 +438,8 @@ impl Walker<'_> {
             st,
             // Only a destination the user named is followed: `cp f link`.
             follow_dst: !dest_is_dir,
+            follow_src,
+            operand: true,
         };
         self.entries(&Arc::new(pair), vec![entry]);
     }
@@ -355,6 +490,9 @@ impl Walker<'_> {
                 )
             }
         };
+        if fresh {
+            super::say_copied(self.ctx.opts, src, target, None);
+        }
         let task = DirTask {
             src: src.to_path_buf(),
             dst: target.to_path_buf(),
@@ -363,8 +501,9 @@ impl Walker<'_> {
                 dst: target.to_path_buf(),
                 follow_dst: follow,
             },
+            chain: None,
         };
-        self.dir_made(task, st, fresh);
+        self.dir_made(task, st, fresh, true);
     }
 
     /// The directories that hold a non-directory operand and its copy,
@@ -381,7 +520,8 @@ impl Walker<'_> {
         if self.ctx.opts.fsync {
             self.note_filesystem(&d, parent(dst));
         }
-        let dst_default_acl = self.ctx.opts.preserve && super::attrs::has_default_acl(d.as_fd());
+        let keep = &self.ctx.opts.preserve;
+        let dst_default_acl = (keep.mode || keep.xattr) && super::attrs::has_default_acl(d.as_fd());
         Some(DirPair {
             src: s,
             dst: d,
@@ -390,6 +530,7 @@ impl Walker<'_> {
             // Never used: an operand's parent gets no subdirectories.
             below: None,
             dst_default_acl,
+            chain: None,
         })
     }
 
@@ -428,14 +569,18 @@ impl Walker<'_> {
                 PathBuf::new(),
             ),
             DirAt::Beneath { root, rel } => (
-                at::open_dir_beneath(&root.src, rel)
-                    .map_err(|e| (&t.src, e))
-                    .and_then(|s| {
-                        Ok((
-                            s,
-                            at::open_dir_beneath(&root.dst, rel).map_err(|e| (&t.dst, e))?,
-                        ))
-                    }),
+                if self.ctx.opts.dereference == Dereference::Always {
+                    at::open_dir_following(&root.src, rel)
+                } else {
+                    at::open_dir_beneath(&root.src, rel)
+                }
+                .map_err(|e| (&t.src, e))
+                .and_then(|s| {
+                    Ok((
+                        s,
+                        at::open_dir_beneath(&root.dst, rel).map_err(|e| (&t.dst, e))?,
+                    ))
+                }),
                 // Deep enough: this directory becomes a root of its own.
                 (rel.as_os_str().len() < REROOT).then(|| Arc::clone(root)),
                 if rel.as_os_str().len() < REROOT {
@@ -473,14 +618,15 @@ impl Walker<'_> {
         let Some((s, d, root, rel)) = self.open_task(&t) else {
             return;
         };
-        let preserve = self.ctx.opts.preserve;
+        let keep = self.ctx.opts.preserve;
+        let preserve = keep.mode || keep.xattr;
         if preserve {
             // Before anything is made in it: its default ACL is the
             // source's, so what the copy creates inherits what the
             // source's files did. (A directory may have inherited ACLs
             // from its parent: always looked for.)
             let (from, to) = (Node::Fd(s.as_fd()), Node::Fd(d.as_fd()));
-            if let Err(e) = super::attrs::copy_xattrs(&from, &to, true) {
+            if let Err(e) = super::attrs::copy_xattrs(&from, &to, true, &keep) {
                 self.report(
                     format!("preserving extended attributes of {}", quote(&t.dst)),
                     Some(e),
@@ -497,6 +643,18 @@ impl Walker<'_> {
         // file system lists names in.
         names.sort();
         let dst_default_acl = preserve && super::attrs::has_default_acl(d.as_fd());
+        let follow = self.ctx.opts.dereference == Dereference::Always;
+        let chain = if follow {
+            match s.metadata() {
+                Ok(m) => Some(Arc::new(Chain {
+                    id: (m.dev(), m.ino()),
+                    up: t.chain.clone(),
+                })),
+                Err(e) => return self.report(format!("cannot stat {}", quote(&t.src)), Some(e)),
+            }
+        } else {
+            None
+        };
         let pair = Arc::new(DirPair {
             src: s,
             dst: d,
@@ -504,12 +662,17 @@ impl Walker<'_> {
             dst_path: t.dst,
             below: Some((root, rel)),
             dst_default_acl,
+            chain,
         });
         let stats = self.stat_all(&pair, &names);
         let entries = names
             .into_iter()
             .zip(stats)
-            .filter_map(|((name, _), st)| Some(Entry::listed(name, st?)))
+            .filter_map(|((name, _), st)| {
+                let mut e = Entry::listed(name, st?);
+                e.follow_src = follow;
+                Some(e)
+            })
             .collect();
         self.entries(&pair, entries);
     }
@@ -537,7 +700,13 @@ impl Walker<'_> {
                 .iter()
                 .map(|&i| PathAt::in_dir(&pair.src, &names[i].0))
                 .collect();
-            let got = match self.ctx.engine.stat_batch(&at, libc::AT_SYMLINK_NOFOLLOW) {
+            // `-L`: a link is what it leads to.
+            let flags = if self.ctx.opts.dereference == Dereference::Always {
+                0
+            } else {
+                libc::AT_SYMLINK_NOFOLLOW
+            };
+            let got = match self.ctx.engine.stat_batch(&at, flags) {
                 Ok(s) => s,
                 Err(e) => {
                     self.report(format!("cannot stat in {}", quote(&pair.src_path)), Some(e));
@@ -565,10 +734,16 @@ impl Walker<'_> {
         let mut links = Vec::new();
         let mut group: Vec<Entry> = Vec::new();
         for e in entries {
+            if self.ctx.opts.link != super::LinkMode::Copy && e.kind() != libc::S_IFDIR {
+                self.link_entry(pair, &e);
+                continue;
+            }
             match e.kind() {
                 libc::S_IFDIR => dirs.push(e),
                 libc::S_IFLNK => links.push(e),
-                libc::S_IFREG => {
+                libc::S_IFREG | libc::S_IFIFO | libc::S_IFCHR | libc::S_IFBLK | libc::S_IFSOCK
+                    if e.kind() == libc::S_IFREG || self.as_regular() =>
+                {
                     if group.len() >= self.ctx.opts.group.max(1) {
                         self.send(pair, std::mem::take(&mut group));
                     }
@@ -584,6 +759,159 @@ impl Walker<'_> {
         self.make_links(pair, links);
     }
 
+    /// `-l`, `-s`: a hard or symbolic link to the source instead of a
+    /// copy. An existing destination is an error unless `-f`,
+    /// `--remove-destination` or `-b` lets it be replaced (`-n`: kept).
+    fn link_entry(&self, pair: &DirPair, e: &Entry) {
+        let opts = self.ctx.opts;
+
+        let src = pair.src_of(&e.src_name);
+        let dst = pair.dst_of(&e.dst_name);
+        let hard = opts.link == super::LinkMode::Hard;
+        let target = cname(src.as_os_str());
+        if !hard && !src.is_absolute() && !in_cwd(pair) {
+            return self.report(
+                format!(
+                    "{}: can make relative symbolic links only in current directory",
+                    crate::quote::quote_if_needed(&dst)
+                ),
+                None,
+            );
+        }
+        let make = || {
+            if hard {
+                let flags = if e.follow_src {
+                    rustix::fs::AtFlags::SYMLINK_FOLLOW
+                } else {
+                    rustix::fs::AtFlags::empty()
+                };
+                rustix::fs::linkat(&pair.src, &e.src_name, &pair.dst, &e.dst_name, flags)
+            } else {
+                rustix::fs::symlinkat(&target, &pair.dst, &e.dst_name)
+            }
+        };
+        let mut r = make();
+        // Something is in the way: `-u` and the same-file rule need the
+        // source's attributes, which a file known from its directory entry
+        // alone does not carry yet.
+        let mut stated;
+        let e = if !e.stated() && r == Err(rustix::io::Errno::EXIST) {
+            let flags = if e.follow_src {
+                0
+            } else {
+                libc::AT_SYMLINK_NOFOLLOW
+            };
+            match self
+                .ctx
+                .engine
+                .stat_batch(&[PathAt::in_dir(&pair.src, &e.src_name)], flags)
+            {
+                Ok(mut v) => match v.remove(0) {
+                    Ok(st) => {
+                        stated = e.clone();
+                        stated.st = st;
+                        &stated
+                    }
+                    Err(err) => {
+                        let src = pair.src_of(&e.src_name);
+                        return self.report(format!("cannot stat {}", quote(&src)), Some(err));
+                    }
+                },
+                Err(err) => {
+                    let src = pair.src_of(&e.src_name);
+                    return self.report(format!("cannot stat {}", quote(&src)), Some(err));
+                }
+            }
+        } else {
+            e
+        };
+        let mut backup = None;
+        if r == Err(rustix::io::Errno::EXIST) && hard {
+            // Already a hard link of the source: nothing to do, as GNU.
+            let follow = |yes: bool| {
+                if yes {
+                    rustix::fs::AtFlags::empty()
+                } else {
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+                }
+            };
+            let id = |dir: &File, name: &CStr, f| {
+                rustix::fs::statat(dir, name, follow(f))
+                    .ok()
+                    .map(|st| (st.st_dev, st.st_ino))
+            };
+            let src_id = id(&pair.src, &e.src_name, e.follow_src);
+            if src_id.is_some() && src_id == id(&pair.dst, &e.dst_name, false) {
+                return;
+            }
+        }
+        if r == Err(rustix::io::Errno::EXIST) {
+            // GNU's order: -n, -u, then a directory in the way.
+            let there = rustix::fs::statat(
+                &pair.dst,
+                e.dst_name.as_c_str(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            );
+            let kept = there.as_ref().is_ok_and(|st| {
+                let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                super::keep_existing(opts, super::mtime(&e.st), mtime, &dst)
+            });
+            if opts.no_clobber || kept {
+                self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            let is_dir = there.is_ok_and(|st| {
+                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+            });
+            if is_dir {
+                return self.report(
+                    format!(
+                        "cannot overwrite directory {} with non-directory",
+                        quote(&dst)
+                    ),
+                    None,
+                );
+            }
+            // As GNU 9.1: with -s the same-file rule is asked only when the
+            // destination would be removed (-f); otherwise making the link
+            // fails ("File exists").
+            if !hard && opts.force && self.leads_to_source(pair, e) {
+                return self.report(
+                    format!("{} and {} are the same file", quote(&src), quote(&dst)),
+                    None,
+                );
+            }
+            if opts.force || opts.remove_destination || opts.backup != super::Backup::None {
+                match self.replace(pair, e, true) {
+                    Replace::Removed(b) => {
+                        backup = b;
+                        r = make();
+                    }
+                    Replace::Skip | Replace::Failed => return,
+                }
+            }
+        }
+        match r {
+            Ok(()) => {
+                super::say_copied(opts, &src, &dst, backup.as_deref());
+                self.ctx.progress.files.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(err) => {
+                // GNU says what it is about to do before it fails.
+                super::say_copied(opts, &src, &dst, backup.as_deref());
+                let kind = if hard { "hard" } else { "symbolic" };
+                self.report(
+                    format!(
+                        "cannot create {kind} link {} to {}",
+                        quote(&dst),
+                        quote(&src)
+                    ),
+                    Some(err.into()),
+                )
+            }
+        }
+    }
+
     fn send(&self, pair: &Arc<DirPair>, files: Vec<Entry>) {
         self.work.push(Task::Files(Group {
             dirs: Arc::clone(pair),
@@ -595,7 +923,9 @@ impl Walker<'_> {
     /// fills it; with `-p` by us alone (its own mode, which may let others
     /// in, is set at the end, after its ACL).
     fn dir_create_mode(&self, st: &libc::statx) -> u32 {
-        if self.ctx.opts.preserve {
+        if self.ctx.opts.default_mode {
+            0o777
+        } else if self.ctx.opts.preserve.mode {
             0o700
         } else {
             (u32::from(st.stx_mode) & 0o7777) | 0o700
@@ -603,35 +933,61 @@ impl Walker<'_> {
     }
 
     /// A directory was made (`fresh`) or is merged into: its final mode
-    /// and times are noted for the end, and it is queued to be listed.
-    fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool) {
+    /// and times are noted for the end, and (`walk`) it is queued to be listed.
+    fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool, walk: bool) {
         let mode = u32::from(st.stx_mode);
-        let want = if self.ctx.opts.preserve {
+        let want = if self.ctx.opts.default_mode {
+            (0o777 | (mode & 0o1000)) & !self.ctx.umask
+        } else if self.ctx.opts.preserve.mode {
             mode & 0o7777
         } else {
-            mode & 0o777 & !self.ctx.umask
+            // As GNU's: a directory keeps its sticky bit, not its
+            // set-user-ID and set-group-ID bits.
+            mode & 0o1777 & !self.ctx.umask
         };
         // Nothing to set at the end when mkdir made it right, the usual
         // case (opening every directory again for nothing made a serial
         // tail after the copy). Merging into an existing directory: with
         // -p its attributes become the source's, as with cp.
         let made = self.dir_create_mode(st) & !self.ctx.umask;
-        if self.ctx.opts.preserve || (fresh && want != made) {
+        if self.ctx.opts.preserve.attrs() || (fresh && want != made) {
             self.fixups.lock().expect("lock").push(Fixup {
                 at: task.at.clone(),
                 path: task.dst.clone(),
                 st: *st,
-                chmod: want,
+                chmod: (fresh || self.ctx.opts.preserve.mode).then_some(want),
             });
         }
         self.ctx.progress.dirs.fetch_add(1, Ordering::Relaxed);
-        self.work.push(Task::Dir(task));
+        if walk {
+            self.work.push(Task::Dir(task));
+        }
     }
 
-    fn make_dirs(&self, pair: &Arc<DirPair>, dirs: Vec<Entry>) {
+    fn make_dirs(&self, pair: &Arc<DirPair>, mut dirs: Vec<Entry>) {
+        if let Some(chain) = &pair.chain {
+            dirs.retain(|e| {
+                let cyclic = chain.contains(e.id());
+                if cyclic {
+                    let src = pair.src_of(&e.src_name);
+                    self.report(
+                        format!("cannot copy cyclic symbolic link {}", quote(&src)),
+                        None,
+                    );
+                }
+                !cyclic
+            });
+        }
         if dirs.is_empty() {
             return;
         }
+        // `-x`: a directory on another file system (a mount point) is made
+        // but not walked.
+        let this_fs = if self.ctx.opts.one_file_system {
+            pair.src.metadata().ok().map(|m| m.dev())
+        } else {
+            None
+        };
         let (root, rel) = pair.below.as_ref().expect("a listed directory has a root");
         let reqs: Vec<(PathAt<'_>, u32)> = dirs
             .iter()
@@ -662,14 +1018,29 @@ impl Walker<'_> {
                 // Never merged into through a link: it is not a directory.
                 Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
                     if !at::is_dir(&pair.dst, &e.dst_name) {
-                        self.report(
+                        // A link to the source directory itself: GNU's
+                        // same-file message.
+                        let opts = self.ctx.opts;
+                        let to_source = e.never_follows(opts.dereference)
+                            && !opts.remove_destination
+                            && !opts.no_clobber
+                            && opts.backup == super::Backup::None
+                            && rustix::fs::statat(
+                                &pair.dst,
+                                e.dst_name.as_c_str(),
+                                rustix::fs::AtFlags::empty(),
+                            )
+                            .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+                        let what = if to_source {
+                            format!("{} and {} are the same file", quote(&src), quote(&dst))
+                        } else {
                             format!(
                                 "cannot overwrite non-directory {} with directory {}",
                                 quote(&dst),
                                 quote(&src)
-                            ),
-                            None,
-                        );
+                            )
+                        };
+                        self.report(what, None);
                         continue;
                     }
                     false
@@ -682,11 +1053,21 @@ impl Walker<'_> {
                     continue;
                 }
             };
+            if fresh {
+                super::say_copied(self.ctx.opts, &src, &dst, None);
+            }
             let at_ = DirAt::Beneath {
                 root: Arc::clone(root),
                 rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
             };
-            self.dir_made(DirTask { src, dst, at: at_ }, &e.st, fresh);
+            let task = DirTask {
+                src,
+                dst,
+                at: at_,
+                chain: pair.chain.clone(),
+            };
+            let walk = this_fs.map_or(true, |dev| dev == e.id().0);
+            self.dir_made(task, &e.st, fresh, walk);
         }
     }
 
@@ -731,11 +1112,15 @@ impl Walker<'_> {
         };
         for ((e, t), r) in ok.iter().zip(&targets).zip(made) {
             let dst = pair.dst_of(&e.dst_name);
+            let mut backup = None;
             let r = match r {
                 Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
-                    match self.replace(pair, &e.dst_name) {
+                    match self.replace(pair, e, false) {
                         Replace::Skip => continue,
-                        Replace::Removed => at::symlink(t, &pair.dst, &e.dst_name),
+                        Replace::Removed(b) => {
+                            backup = b;
+                            at::symlink(t, &pair.dst, &e.dst_name)
+                        }
                         Replace::Failed => continue,
                     }
                 }
@@ -743,17 +1128,25 @@ impl Walker<'_> {
             };
             match r {
                 Ok(()) => {
+                    let b = backup.as_deref();
+                    super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
                     self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
-                    if self.ctx.opts.preserve {
-                        if let Err(err) = set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None) {
+                    let keep = &self.ctx.opts.preserve;
+                    if keep.ownership || keep.timestamps {
+                        let set = set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep);
+                        if let Err(err) = set {
                             self.report(format!("preserving times for {}", quote(&dst)), Some(err));
                         }
                     }
                 }
-                Err(err) => self.report(
-                    format!("cannot create symbolic link {}", quote(&dst)),
-                    Some(err),
-                ),
+                Err(err) => {
+                    let b = backup.as_deref();
+                    super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
+                    self.report(
+                        format!("cannot create symbolic link {}", quote(&dst)),
+                        Some(err),
+                    )
+                }
             }
         }
     }
@@ -763,53 +1156,94 @@ impl Walker<'_> {
     fn special(&self, pair: &Arc<DirPair>, e: &Entry) {
         let dst = pair.dst_of(&e.dst_name);
         let rdev = libc::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
-        let perms = if self.ctx.opts.preserve {
-            0o600
+        let perms = if self.ctx.opts.default_mode {
+            // As GNU's: the default bits, and the source's special ones.
+            0o666 | (e.mode() & 0o7000)
+        } else if self.ctx.opts.preserve.mode {
+            e.mode() & 0o600
         } else {
-            0o7777
+            e.mode() & 0o7777
         };
-        let make = || {
-            at::mknod(
-                &pair.dst,
-                &e.dst_name,
-                e.mode() & (libc::S_IFMT | perms),
-                rdev,
-            )
-        };
+        let make = || at::mknod(&pair.dst, &e.dst_name, e.kind() | perms, rdev);
         let mut r = make();
+        let mut backup = None;
         if r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EEXIST) {
-            match self.replace(pair, &e.dst_name) {
-                Replace::Removed => r = make(),
+            match self.replace(pair, e, false) {
+                Replace::Removed(b) => {
+                    backup = b;
+                    r = make();
+                }
                 Replace::Skip | Replace::Failed => return,
             }
         }
         match r {
             Ok(()) => {
+                let b = backup.as_deref();
+                super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
                 self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
-                if self.ctx.opts.preserve {
+                let keep = &self.ctx.opts.preserve;
+                if keep.attrs() {
                     let from = Node::at(pair.src.as_fd(), &e.src_name);
                     let xattrs = Some((from, pair.dst_default_acl));
-                    let set = set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), xattrs);
+                    let set =
+                        set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), xattrs, keep);
                     if let Err(err) = set {
                         self.report(format!("preserving times for {}", quote(&dst)), Some(err));
                     }
                 }
             }
-            Err(err) => self.report(
-                format!("cannot create special file {}", quote(&dst)),
-                Some(err),
-            ),
+            Err(err) => {
+                let b = backup.as_deref();
+                super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
+                self.report(
+                    format!(
+                        "cannot create {} {}",
+                        if e.kind() == libc::S_IFIFO {
+                            "fifo"
+                        } else {
+                            "special file"
+                        },
+                        quote(&dst)
+                    ),
+                    Some(err),
+                )
+            }
         }
     }
 
     /// An existing destination in the way of a link or special file: kept
     /// with `-n`, an error if it is a directory, else removed.
-    fn replace(&self, pair: &DirPair, name: &CStr) -> Replace {
-        if self.ctx.opts.no_clobber {
+    ///
+    /// As GNU: a link or special file copied as such replaces what is in
+    /// its way only when links are not followed (`-P`, `-r`, `-a`), or
+    /// with `--remove-destination`, `-b`, or (`-a`) a file of several
+    /// names; a link also with `-f`. Otherwise making it fails ("File
+    /// exists"). `forced`: the caller (`-l`, `-s`) checked that already.
+    fn replace(&self, pair: &DirPair, e: &Entry, forced: bool) -> Replace {
+        let opts = self.ctx.opts;
+        let name = e.dst_name.as_c_str();
+        let dst = pair.dst_of(name);
+        if !forced && !opts.no_clobber && self.leads_to_source(pair, e) {
+            self.report(
+                format!(
+                    "{} and {} are the same file",
+                    quote(&pair.src_of(&e.src_name)),
+                    quote(&dst)
+                ),
+                None,
+            );
+            return Replace::Failed;
+        }
+        let skip = opts.no_clobber
+            || rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| {
+                    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                    super::keep_existing(opts, super::mtime(&e.st), mtime, &dst)
+                });
+        if skip {
             self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return Replace::Skip;
         }
-        let dst = pair.dst_of(name);
         if at::is_dir(&pair.dst, name) {
             self.report(
                 format!(
@@ -820,11 +1254,87 @@ impl Walker<'_> {
             );
             return Replace::Failed;
         }
+        let several_names = || {
+            rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| st.st_nlink > 1)
+        };
+        let may_replace = forced
+            || e.never_follows(opts.dereference)
+            || opts.remove_destination
+            || opts.backup != super::Backup::None
+            || (e.kind() == libc::S_IFLNK && opts.force)
+            || (opts.preserve.links && several_names());
+        if !may_replace {
+            super::say_copied(opts, &pair.src_of(&e.src_name), &dst, None);
+            let what = match e.kind() {
+                libc::S_IFLNK => "symbolic link",
+                libc::S_IFIFO => "fifo",
+                _ => "special file",
+            };
+            self.report(
+                format!("cannot create {what} {}", quote(&dst)),
+                Some(io::Error::from_raw_os_error(libc::EEXIST)),
+            );
+            return Replace::Failed;
+        }
+        if opts.backup != super::Backup::None {
+            return match super::make_backup(opts, &pair.dst, &pair.dst_path, name) {
+                Ok(b) => Replace::Removed(b),
+                Err(e) => {
+                    let what = format!("cannot backup {}", quote(&dst));
+                    self.report(what, Some(e));
+                    Replace::Failed
+                }
+            };
+        }
         if let Err(e) = at::unlink(&pair.dst, name) {
             self.report(format!("cannot remove {}", quote(&dst)), Some(e));
             return Replace::Failed;
         }
-        Replace::Removed
+        super::say(opts, format_args!("removed {}", quote(&dst)));
+        Replace::Removed(None)
+    }
+
+    /// GNU's same-file rule for a link or special file whose copy would
+    /// replace `e`'s destination: refused when the destination leads to
+    /// the source (a link to it, or, for a link, the file the link names);
+    /// two links are fine. Not asked when the destination goes first
+    /// (`--remove-destination`, `-b`).
+    fn leads_to_source(&self, pair: &DirPair, e: &Entry) -> bool {
+        let opts = self.ctx.opts;
+        // Following links (`-L`, `-H`), GNU compares the names themselves
+        // here, which differ.
+        if opts.remove_destination
+            || opts.backup != super::Backup::None
+            || !e.never_follows(opts.dereference)
+        {
+            return false;
+        }
+        let at = |dir: &File, name: &CStr, follow: bool| {
+            let flags = if follow {
+                rustix::fs::AtFlags::empty()
+            } else {
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+            };
+            rustix::fs::statat(dir, name, flags).ok().map(|st| {
+                let link = rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    == rustix::fs::FileType::Symlink;
+                ((st.st_dev, st.st_ino), link)
+            })
+        };
+        let Some((_, dst_is_link)) = at(&pair.dst, &e.dst_name, false) else {
+            return false;
+        };
+        if e.kind() == libc::S_IFLNK && dst_is_link {
+            return false;
+        }
+        let src = if e.kind() == libc::S_IFLNK {
+            at(&pair.src, &e.src_name, true).map(|(id, _)| id)
+        } else {
+            Some(e.id())
+        };
+        let dst = at(&pair.dst, &e.dst_name, true).map(|(id, _)| id);
+        src.is_some() && src == dst
     }
 
     /// Final modes and times of the directories made (deepest first, after
@@ -846,10 +1356,17 @@ impl Walker<'_> {
                     continue;
                 }
             };
-            let r = if self.ctx.opts.preserve {
-                set_attrs_at(&dir, c"", &f.st, Some(f.chmod), None)
+            let keep = &self.ctx.opts.preserve;
+            let r = if keep.attrs() {
+                let keep = Preserve {
+                    mode: f.chmod.is_some(),
+                    ..*keep
+                };
+                set_attrs_at(&dir, c"", &f.st, f.chmod, None, &keep)
+            } else if let Some(mode) = f.chmod {
+                at::chmod(&dir, mode)
             } else {
-                at::chmod(&dir, f.chmod)
+                Ok(())
             };
             if let Err(e) = r {
                 self.report(
@@ -882,8 +1399,175 @@ impl Walker<'_> {
 
 enum Replace {
     Skip,
-    Removed,
+    /// Removed, or kept aside under the backup name given (`-b`).
+    Removed(Option<PathBuf>),
     Failed,
+}
+
+/// Whether the destination directory of `pair` is the current one (`-s`
+/// makes relative links only there, where they lead to their source).
+fn in_cwd(pair: &DirPair) -> bool {
+    match (pair.dst.metadata(), std::fs::metadata(".")) {
+        (Ok(a), Ok(b)) => id_of(&a) == id_of(&b),
+        _ => false,
+    }
+}
+
+/// A (device, inode) pair of a `stat`.
+fn id_of(m: &std::fs::Metadata) -> (u64, u64) {
+    (m.dev(), m.ino())
+}
+
+/// What [`same_file_ok`] says of an operand and its destination.
+#[derive(Debug, PartialEq, Eq)]
+enum Same {
+    /// Copy it.
+    Go,
+    /// Nothing to do (`-l` onto a hard link of the source): done.
+    Done,
+    /// The destination is the source: refused.
+    Refuse,
+}
+
+/// Whether a non-directory operand `src` (`st`: its `statx`, following a
+/// link when `followed`) may be copied to `dst`, by GNU `cp`'s rule
+/// (`same_file_ok` in its copy.c): never onto the file itself, reached
+/// through a link on either side or by another hard link, since opening
+/// it to write would empty the source. Two distinct links are fine when
+/// the destination link is replaced rather than written through. A
+/// destination that does not exist is fine.
+fn same_file_ok(
+    src: &Path,
+    st: &libc::statx,
+    followed: bool,
+    dst: &Path,
+    opts: &CopyOptions,
+    as_regular: bool,
+) -> Same {
+    let hard_link = opts.link == super::LinkMode::Hard;
+    let symbolic_link = opts.link == super::LinkMode::Symbolic;
+    let backup = opts.backup != super::Backup::None;
+    let go = |ok: bool| if ok { Same::Go } else { Same::Refuse };
+    let src_kind = u32::from(st.stx_mode) & libc::S_IFMT;
+    let src_id = (
+        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+        st.stx_ino,
+    );
+    let src_is_link = src_kind == libc::S_IFLNK;
+    // A regular file is written through a link at the destination, so the
+    // file it leads to is what counts; anything else, or a destination
+    // removed first, replaces the link.
+    let written_into =
+        src_kind == libc::S_IFREG || (as_regular && src_kind != libc::S_IFDIR && !src_is_link);
+    let lstat_dst =
+        !written_into || opts.remove_destination || hard_link || symbolic_link || backup;
+    let dst_st = if lstat_dst {
+        std::fs::symlink_metadata(dst)
+    } else {
+        std::fs::metadata(dst)
+    };
+    let Ok(dst_st) = dst_st else {
+        return Same::Go;
+    };
+    let same = src_id == id_of(&dst_st);
+    if same && hard_link {
+        return Same::Done;
+    }
+    // The two sides as names (links not followed).
+    let (src_link_id, src_link_is_link, dst_link_id, dst_link) = if !followed {
+        if src_is_link && dst_st.file_type().is_symlink() {
+            // Two links: fine unless they are one name.
+            let sn = same_name(src, dst);
+            if !sn && backup {
+                return Same::Go;
+            }
+            if !sn && same {
+                return Same::Done;
+            }
+            return go(!sn);
+        }
+        (src_id, src_is_link, id_of(&dst_st), dst_st.clone())
+    } else {
+        if !same {
+            return Same::Go;
+        }
+        let (Ok(d), Ok(s)) = (
+            std::fs::symlink_metadata(dst),
+            std::fs::symlink_metadata(src),
+        ) else {
+            return Same::Go;
+        };
+        if s.file_type().is_symlink() && d.file_type().is_symlink() && opts.remove_destination {
+            return Same::Go;
+        }
+        (id_of(&s), s.file_type().is_symlink(), id_of(&d), d)
+    };
+    let same_link = src_link_id == dst_link_id;
+    let dst_link_is_link = dst_link.file_type().is_symlink();
+    if backup {
+        if !same_link {
+            // Backing up a file a followed link leads to would leave the
+            // link dangling.
+            return go(!(followed && src_link_is_link && !dst_link_is_link));
+        }
+        return go(!same_name(src, dst));
+    }
+    if opts.remove_destination {
+        if dst_link_is_link {
+            return Same::Go;
+        }
+        // Another hard link of the source: removing it loses nothing.
+        if same_link && dst_link.nlink() > 1 && !same_name(src, dst) {
+            return Same::Go;
+        }
+    }
+    if !src_link_is_link && !dst_link_is_link {
+        if src_link_id != dst_link_id {
+            return Same::Go;
+        }
+        if hard_link {
+            return Same::Done;
+        }
+    }
+    if symbolic_link && dst_link_is_link {
+        return Same::Go;
+    }
+    if !followed {
+        // What the two lead to.
+        let target = |p: &Path, is_link: bool, id| {
+            if is_link {
+                std::fs::metadata(p).ok().map(|m| id_of(&m))
+            } else {
+                Some(id)
+            }
+        };
+        match (
+            target(src, src_link_is_link, src_link_id),
+            target(dst, dst_link_is_link, dst_link_id),
+        ) {
+            (Some(a), Some(b)) if a == b => {
+                if hard_link {
+                    return if dst_link_is_link {
+                        Same::Go
+                    } else {
+                        Same::Done
+                    };
+                }
+            }
+            _ => return Same::Go,
+        }
+    }
+    Same::Refuse
+}
+
+/// Whether two paths name the same directory entry: the same name in the
+/// same directory (`a` and `./a`).
+fn same_name(a: &Path, b: &Path) -> bool {
+    at::last_component(a) == at::last_component(b)
+        && match (std::fs::metadata(parent(a)), std::fs::metadata(parent(b))) {
+            (Ok(x), Ok(y)) => id_of(&x) == id_of(&y),
+            _ => false,
+        }
 }
 
 /// The copy of a directory operand: following a link at its last
