@@ -16,9 +16,9 @@ use multicall::Personality;
 
 use blockio_bench::{bench, engine_bench, net_bench, tree_bench};
 use blockio_tools::algo::Algo;
-use blockio_tools::{getopt, size};
 use blockio_tools::check::CheckOptions;
 use blockio_tools::sum::{ListOptions, SumOptions};
+use blockio_tools::{getopt, size};
 
 /// Counts allocations for `engine-bench`, in builds that ask for it only.
 #[cfg(feature = "count-allocations")]
