@@ -11,10 +11,11 @@ use std::path::PathBuf;
 
 use blockio_tools::algo::{Algo, BLAKE2B_MAX_BYTES};
 use blockio_tools::digest_tool::{self, Checking, Family, Format, Tool};
-use blockio_tools::sum::SumOptions;
+use blockio_tools::sum::{SumOptions, STDIN};
 
 use crate::getopt::{self, Opt};
 use crate::multicall::DigestTool;
+use crate::stdio::{self, say, Stderr, Stdout};
 
 /// The algorithms `cksum -a` takes, in the order its messages list them.
 const CKSUM_ALGOS: [(&str, Algo); 11] = [
@@ -88,25 +89,37 @@ struct Request {
 /// Runs `tool` as `prog` on `args` (without the program name); returns
 /// the exit status.
 pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
+    let mut out = Stdout::lock();
+    let status = run(prog, tool, args, &mut out);
+    // GNU's tools find a failed standard output when they close it, after
+    // everything else was done and reported.
+    match out.finish() {
+        Some(e) => {
+            write_error(prog, &e);
+            1
+        }
+        None => status,
+    }
+}
+
+/// The work of [`main`], writing to `out`.
+fn run(prog: &str, tool: DigestTool, args: &[OsString], out: &mut Stdout) -> i32 {
     let request = match read_args(prog, tool, args) {
         Ok(r) => r,
         Err(Stop::Exit0(text)) => {
-            let mut out = std::io::stdout().lock();
-            return match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                Ok(()) => 0,
-                Err(_) => write_error(prog),
-            };
+            let _ = out.write_all(text.as_bytes());
+            return 0;
         }
         Err(Stop::Usage(Usage(message))) => {
             if let Some(m) = message {
-                eprintln!("{prog}: {m}");
+                say(&format!("{prog}: {m}"));
             }
-            eprintln!("Try '{prog} --help' for more information.");
+            say(&format!("Try '{prog} --help' for more information."));
             return 1;
         }
         Err(Stop::Fatal(Fatal(lines))) => {
             for l in lines {
-                eprintln!("{prog}: {l}");
+                say(&format!("{prog}: {l}"));
             }
             return 1;
         }
@@ -114,7 +127,7 @@ pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
     let engine = match blockio::Engine::new() {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("{prog}: {e}");
+            say(&format!("{prog}: {e}"));
             return 1;
         }
     };
@@ -122,7 +135,6 @@ pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
         algo: request.tool.algo,
         ..SumOptions::default()
     };
-    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
     let r = if request.check {
         digest_tool::check(
             &engine,
@@ -130,8 +142,8 @@ pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
             &request.operands,
             request.checking,
             &opts,
-            &mut out,
-            &mut err,
+            out,
+            &mut Stderr,
         )
     } else {
         digest_tool::print_sums(
@@ -140,23 +152,36 @@ pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
             &request.operands,
             request.format,
             &opts,
-            &mut out,
-            &mut err,
+            out,
+            &mut Stderr,
         )
     };
-    match r {
-        Ok(true) => 0,
-        Ok(false) => 1,
-        Err(_) => write_error(prog),
+    // Neither writer fails: their failures are kept or ignored.
+    let ok = r.unwrap_or(false);
+    let read_stdin =
+        request.operands.is_empty() || request.operands.iter().any(|p| p.as_os_str() == STDIN);
+    if read_stdin && stdio::stdin_was_closed() {
+        // What GNU's tools say when closing the standard input they read
+        // fails, which it does when it was closed to begin with.
+        say(&format!("{prog}: standard input: Bad file descriptor"));
+        return 1;
     }
+    i32::from(!ok)
 }
 
-/// Standard output could not be written: `prog: write error`, without a
-/// reason, as GNU's tools say it (they find the error when standard
-/// output is closed, its errno long gone).
-fn write_error(prog: &str) -> i32 {
-    eprintln!("{prog}: write error");
-    1
+/// Standard output could not be written: `prog: write error`, as GNU's
+/// tools say it when they close it. They add the reason only when the
+/// close itself fails, which it does when standard output was closed to
+/// begin with (then the reason is `Bad file descriptor`).
+fn write_error(prog: &str, e: &std::io::Error) {
+    if stdio::stdout_was_closed() {
+        say(&format!(
+            "{prog}: write error: {}",
+            blockio_tools::reason::reason(e)
+        ));
+    } else {
+        say(&format!("{prog}: write error"));
+    }
 }
 
 /// `s` quoted as the coreutils quote an argument in a message (`'x'`).

@@ -1,6 +1,16 @@
 //! The `blockio` command-line tool. Thin: the work is in the library crates.
 //! Run through a link named after a tool (`sha256sum`, `b3sum`, `cp`, …) it
 //! is that tool (see [`multicall`]).
+//!
+//! `main` is the C entry point, not Rust's: Rust's runtime setup would
+//! ignore SIGPIPE and fill closed standard descriptors with `/dev/null`
+//! before any of our code runs, and the checksum tools must see both as
+//! their parent left them (GNU's report a closed standard input, and an
+//! ignored SIGPIPE makes a closed pipe a write error). Arguments are still
+//! read with `std::env::args_os` (glibc hands them to the standard library
+//! before `main`).
+
+#![no_main]
 
 use clap::{Parser, Subcommand};
 
@@ -11,6 +21,7 @@ mod b3sum_cli;
 mod cp;
 mod digest_cli;
 mod multicall;
+mod stdio;
 
 use multicall::Personality;
 
@@ -172,15 +183,29 @@ fn fallback_notice(tool: &str, reason: &str) {
     }
 }
 
-fn main() {
-    // A closed pipe (`blockio sum | head`) ends the process quietly, as it
-    // ends the coreutils, instead of each write failing with EPIPE.
-    // SAFETY: restores the default action of one signal before any thread
-    // starts; no handler is installed.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+/// The program: what `argv[0]` makes it, run; never returns.
+#[unsafe(no_mangle)]
+extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     let args: Vec<OsString> = std::env::args_os().collect();
     let argv0 = args.first().cloned().unwrap_or_default();
-    let code = match multicall::personality(&argv0) {
+    let personality = multicall::personality(&argv0);
+    match personality {
+        // GNU's tools leave SIGPIPE as their parent set it and see closed
+        // descriptors as closed.
+        Personality::Digest(_) => stdio::init(stdio::Fill::Failing),
+        // b3sum is a Rust program: closed descriptors are /dev/null to it.
+        Personality::B3sum => stdio::init(stdio::Fill::Usable),
+        Personality::Blockio | Personality::Cp => {
+            stdio::init(stdio::Fill::Usable);
+            // A closed pipe (`blockio sum | head`) ends the process
+            // quietly, as it ends the coreutils, instead of each write
+            // failing with EPIPE.
+            // SAFETY: sets the default action of one signal before any
+            // thread starts; no handler is installed.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        }
+    }
+    let code = match personality {
         Personality::Blockio => blockio(Cli::parse_from(&args)),
         Personality::Cp => multicall::cp(&args),
         Personality::B3sum => b3sum_cli::main(&args),

@@ -89,3 +89,100 @@ fn files_that_report_no_size_are_read_to_their_end() {
     same(d.path(), links.path(), "sha256sum -c list");
     same(d.path(), links.path(), "md5sum /proc/kallsyms a");
 }
+
+/// Every tool but `cksum` with its own CRC, which GNU computes over
+/// whatever it could read, errors or not (see the README's exceptions).
+const GNU_READERS: [&str; 8] = [
+    "md5sum",
+    "sha1sum",
+    "sha224sum",
+    "sha256sum",
+    "sha384sum",
+    "sha512sum",
+    "b2sum",
+    "cksum -a sha256",
+];
+
+#[test]
+fn a_closed_or_write_only_standard_input_is_an_error() {
+    let (links, d) = (links(), work());
+    for tool in GNU_READERS {
+        for script in [
+            format!("{tool} <&-"),
+            format!("{tool} - <&-"),
+            format!("{tool} a - a <&-"),
+            format!("{tool} 0>x"),
+            format!("{tool} -c <&-"),
+            format!("{tool} -c - 0>x"),
+        ] {
+            same(d.path(), links.path(), &script);
+        }
+    }
+    // b3sum, a Rust program, reads a closed standard input as empty.
+    same(d.path(), links.path(), "b3sum <&-");
+    same(d.path(), links.path(), "b3sum - a <&-");
+}
+
+#[test]
+fn an_unwritable_standard_error_changes_nothing_else() {
+    let (links, d) = (links(), work());
+    let list = "$(sha256sum <a | cut -c1-64)";
+    for script in [
+        "sha256sum nosuch 2>/dev/full".to_string(),
+        "sha256sum a nosuch a 2>/dev/full".to_string(),
+        "sha256sum --bogus 2>/dev/full".to_string(),
+        "sha256sum a nosuch 2>&-".to_string(),
+        format!("sha256sum -c <(echo '{list}  nosuch'; echo '{list}  a') 2>/dev/full"),
+        "md5sum -c nolist 2>/dev/full".to_string(),
+        "b2sum -l 7 a 2>/dev/full".to_string(),
+    ] {
+        same(d.path(), links.path(), &script);
+    }
+}
+
+#[test]
+fn a_closed_or_unwritable_standard_output_is_a_write_error() {
+    let (links, d) = (links(), work());
+    for tool in ["sha256sum", "md5sum", "cksum", "b2sum"] {
+        for script in [
+            format!("{tool} a >&-"),
+            format!("{tool} --version >&-"),
+            format!("{tool} --help >&-"),
+            format!("{tool} nosuch >&-"),
+            format!("{tool} a 1<a"),
+            format!("{tool} a >/dev/full"),
+            format!("{tool} -c <({tool} a) >&-"),
+            format!("{tool} -c <({tool} a) 1<a"),
+            // The failed output is reported after what went wrong later.
+            format!("{tool} a nosuch 2>&1 >/dev/full"),
+            format!("{tool} a nosuch a 2>&1 >&-"),
+            // Standard output and error in the order they were made.
+            format!("{tool} a nosuch a 2>&1 | cat"),
+        ] {
+            same(d.path(), links.path(), &script);
+        }
+    }
+}
+
+#[test]
+fn an_ignored_sigpipe_makes_a_closed_pipe_a_write_error() {
+    let (links, d) = (links(), work());
+    let many = "$(printf 'a %.0s' {1..3000})";
+    for tool in ["sha256sum", "md5sum", "cksum"] {
+        // The parent ignores SIGPIPE: the tool inherits that and gets
+        // EPIPE, which GNU's report as a write error.
+        same(
+            d.path(),
+            links.path(),
+            &format!(
+                "trap '' PIPE; {tool} {many} | head -c1 >/dev/null; echo \" ${{PIPESTATUS[@]}}\""
+            ),
+        );
+        // By default it is killed by the signal.
+        same(
+            d.path(),
+            links.path(),
+            &format!("{tool} {many} | head -c1 >/dev/null; echo \" ${{PIPESTATUS[@]}}\""),
+        );
+    }
+}

@@ -447,9 +447,8 @@ pub fn check(
 fn read_list(list: &Path) -> Result<Vec<u8>, Option<io::Error>> {
     let mut text = Vec::new();
     if list.as_os_str() == STDIN {
-        io::stdin()
-            .lock()
-            .read_to_end(&mut text)
+        crate::sum::stdin()
+            .and_then(|mut f| f.read_to_end(&mut text))
             .map_err(|_| None)?;
     } else {
         let mut f = std::fs::File::open(list).map_err(Some)?;

@@ -696,10 +696,12 @@ pub fn hash_inputs(
     while start < inputs.len() {
         let (first, algo) = &inputs[start];
         if first.as_os_str() == STDIN {
-            let r = hash_reader(*algo, io::stdin().lock()).map_err(|error| SumError {
-                path: first.clone(),
-                error,
-            });
+            let r = stdin()
+                .and_then(|f| hash_reader(*algo, f))
+                .map_err(|error| SumError {
+                    path: first.clone(),
+                    error,
+                });
             emit(start, r);
             start += 1;
             continue;
@@ -717,6 +719,14 @@ pub fn hash_inputs(
         hash_files(engine, &paths, &run, |i, r| emit(start + i, r));
         start = end;
     }
+}
+
+/// Standard input, to read from: a duplicate of descriptor 0, not
+/// `std::io::stdin`, which reads a descriptor that is closed or open only
+/// for writing (`EBADF`) as empty; the tools report it as GNU's do.
+pub fn stdin() -> io::Result<File> {
+    use std::os::fd::AsFd;
+    Ok(File::from(io::stdin().as_fd().try_clone_to_owned()?))
 }
 
 /// The digest of everything `r` yields, read in 1 MiB pieces.
