@@ -23,7 +23,7 @@ const TOOLS: [&str; 9] = [
 /// A directory of links named after the tools, to the blockio binary.
 fn links() -> tempfile::TempDir {
     let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    for t in TOOLS {
+    for t in TOOLS.iter().chain(&["blockio"]) {
         std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_blockio"), d.path().join(t)).unwrap();
     }
     d
@@ -62,6 +62,24 @@ fn same(dir: &Path, links: &Path, script: &str) {
         ours.status.code(),
         theirs.status.code(),
         "status of {script}"
+    );
+}
+
+/// Runs `ours` (which names `blockio`) and `theirs` (a reference tool),
+/// and asserts that both print the same on standard output and end the
+/// same (their messages differ by the program's name).
+fn same_output(dir: &Path, links: &Path, ours: &str, theirs: &str) {
+    let o = bash(dir, &format!("{}:/usr/bin:/bin", links.display()), ours);
+    let t = bash(dir, "/usr/bin:/bin", theirs);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&t.stdout),
+        "stdout of {ours} against {theirs}"
+    );
+    assert_eq!(
+        o.status.code(),
+        t.status.code(),
+        "status of {ours} against {theirs}"
     );
 }
 
@@ -183,6 +201,80 @@ fn an_ignored_sigpipe_makes_a_closed_pipe_a_write_error() {
             d.path(),
             links.path(),
             &format!("{tool} {many} | head -c1 >/dev/null; echo \" ${{PIPESTATUS[@]}}\""),
+        );
+    }
+}
+
+#[test]
+fn a_nul_byte_ends_a_list_lines_digest_and_name() {
+    let (links, d) = (links(), work());
+    // The checking tool, the tool that writes its lists, their tag.
+    for (tool, plain, tag) in [
+        ("sha256sum", "sha256sum", "SHA256"),
+        ("md5sum", "md5sum", "MD5"),
+        ("b2sum", "b2sum", "BLAKE2b"),
+        ("cksum -a sha1", "cksum -a sha1", "SHA1"),
+        ("cksum", "cksum -a sha1", "SHA1"),
+    ] {
+        let hex = format!("$({plain} <a | cut -d' ' -f1)");
+        for script in [
+            format!("printf '%s  a\\0\\n' {hex} | {tool} -c"),
+            format!("printf '%s  a\\0junk\\n%s  a\\n' {hex} {hex} | {tool} -c"),
+            format!("printf '%s  a\\0' {hex} | {tool} -c"),
+            format!("printf '%s\\0 a\\n' {hex} | {tool} -c -w"),
+            format!("printf '{tag} (a\\0) = %s\\n' {hex} | {tool} -c"),
+            format!("printf '{tag} (a) = %s\\0junk\\n' {hex} | {tool} -c"),
+            format!("printf '\\\\%s  a\\0b\\n' {hex} | {tool} -c -w"),
+            format!("{plain} -z a | {tool} -c"),
+            format!("{plain} -z --tag a | {tool} -c"),
+            format!("{plain} -z --tag a a | {tool} -c"),
+        ] {
+            same(d.path(), links.path(), &script);
+        }
+    }
+}
+
+#[test]
+fn blockio_sum_writes_names_as_the_algorithms_tool_does() {
+    let (links, d) = (links(), work());
+    for name in ["cr\rname", "back\\slash", "new\nline", "all\r\n\\"] {
+        std::fs::write(d.path().join(name), name).unwrap();
+    }
+    let names = "$'cr\\rname' $'back\\\\slash' $'new\\nline' $'all\\r\\n\\\\'";
+    same_output(
+        d.path(),
+        links.path(),
+        &format!("blockio sum {names}"),
+        &format!("b3sum {names}"),
+    );
+    same_output(
+        d.path(),
+        links.path(),
+        &format!("blockio sum --algo sha256 {names}"),
+        &format!("sha256sum {names}"),
+    );
+    // Their lists check, and NUL bytes end names as GNU reads them.
+    for (list, check) in [
+        ("sha256sum -z --tag a", "-c --algo sha256"),
+        ("sha256sum -z a", "-c --algo sha256"),
+        (
+            "printf '%s  a\\0junk\\n' $(sha256sum <a | cut -c1-64)",
+            "-c --algo sha256",
+        ),
+        (&format!("b3sum {names}"), "-c"),
+    ] {
+        same_output(
+            d.path(),
+            links.path(),
+            &format!("{list} | blockio sum {check}"),
+            &format!(
+                "{list} | {}",
+                if check == "-c" {
+                    "b3sum -c"
+                } else {
+                    "sha256sum -c"
+                }
+            ),
         );
     }
 }

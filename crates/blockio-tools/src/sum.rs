@@ -786,6 +786,11 @@ pub fn print_sums(
             Ok(hex) if list.tag => {
                 out.write_all(&crate::names::tag_line(&opts.algo.tag(), &hex, name))
             }
+            // BLAKE3 lines are b3sum's, the others sha256sum's: they
+            // differ in whether a carriage return is escaped.
+            Ok(hex) if opts.algo == Algo::Blake3 => {
+                out.write_all(&crate::names::b3sum_line(&hex, name))
+            }
             Ok(hex) => out.write_all(&crate::names::line(&hex, name)),
             Err(e) => {
                 ok = false;
