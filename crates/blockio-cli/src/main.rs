@@ -210,6 +210,7 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
         Personality::Cp => multicall::cp(&args),
         Personality::B3sum => b3sum_cli::main(&args),
         Personality::Digest(tool) => digest_cli::main(
+            &argv0.to_string_lossy(),
             &multicall::program("sum"),
             tool,
             args.get(1..).unwrap_or_default(),

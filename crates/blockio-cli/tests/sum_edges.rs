@@ -278,3 +278,88 @@ fn blockio_sum_writes_names_as_the_algorithms_tool_does() {
         );
     }
 }
+
+#[test]
+fn options_take_effect_in_order_as_getopt_hands_them_over() {
+    let (links, d) = (links(), work());
+    for script in [
+        "md5sum --help --bogus a",
+        "sha256sum --help -x",
+        "b2sum --help -l 7",
+        "cksum --help -a foo",
+        "sha256sum --help --check=",
+        "sha256sum --bogus --help",
+        "sha256sum -x --help",
+        "b2sum -l 7 --help",
+        "cksum -a foo --help",
+        "sha256sum --version --bogus",
+        "sha256sum --version --help",
+        "sha256sum --bogus --version",
+    ] {
+        // The texts of --help and --version are blockio's own: the first
+        // word of each is compared, and the status.
+        same(
+            d.path(),
+            links.path(),
+            &format!("{script} >o; echo \" $?\"; head -1 o | cut -d' ' -f1"),
+        );
+    }
+}
+
+#[test]
+fn lengths_are_read_as_coreutils_reads_numbers() {
+    let (links, d) = (links(), work());
+    for length in [
+        "' 8'",
+        "+8",
+        "$'\\t16'",
+        "$'\\v8'",
+        "00008",
+        "0",
+        "99999999999999999999",
+        "18446744073709551616",
+        "18446744073709551615",
+        "99999999999999999999x",
+        "'+ 8'",
+        "' -8'",
+        "-8",
+        "'8 '",
+        "''",
+        "+",
+        "+-8",
+        "1000",
+    ] {
+        same(d.path(), links.path(), &format!("b2sum -l {length} a"));
+        same(
+            d.path(),
+            links.path(),
+            &format!("cksum -a blake2b -l {length} a"),
+        );
+    }
+}
+
+#[test]
+fn messages_begin_with_the_program_as_it_was_run() {
+    let (links, d) = (links(), work());
+    for argv0 in ["./sha256sum", "/some/where/sha256sum"] {
+        for args in [
+            "nosuch",
+            "--bogus",
+            "-c nosuch",
+            "--help >o; head -2 o",
+            "a >&-",
+        ] {
+            same(
+                d.path(),
+                links.path(),
+                &format!("(exec -a {argv0} sha256sum {args})"),
+            );
+        }
+        // --version names the tool, whatever the path.
+        same(
+            d.path(),
+            links.path(),
+            &format!("(exec -a {argv0} sha256sum --version) >o; head -c10 o"),
+        );
+    }
+}
