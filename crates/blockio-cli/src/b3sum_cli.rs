@@ -93,7 +93,7 @@ pub fn main(args: &[OsString]) -> i32 {
         Ok(true) => 0,
         Ok(false) => 1,
         Err(e) => {
-            eprintln!("Error: {e}");
+            crate::stdio::say(&format!("Error: {e}"));
             1
         }
     }
@@ -109,7 +109,8 @@ fn run(args: &B3Args) -> io::Result<bool> {
     if files.is_empty() {
         files.push(PathBuf::from(STDIN));
     }
-    let (mut out, mut err) = (io::stdout().lock(), io::stderr().lock());
+    // A message that cannot be written stops nothing.
+    let (mut out, mut err) = (io::stdout().lock(), crate::stdio::Stderr);
     if args.check {
         let mut ok = true;
         for list in &files {

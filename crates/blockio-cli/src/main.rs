@@ -154,7 +154,8 @@ fn sum(args: &SumArgs) -> anyhow::Result<bool> {
     if let Some(t) = args.threads {
         opts.threads = t;
     }
-    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+    // A message that cannot be written stops nothing.
+    let (mut out, mut err) = (std::io::stdout().lock(), stdio::Stderr);
     let ok = if args.check {
         let copts = CheckOptions {
             quiet: args.quiet,
@@ -179,7 +180,9 @@ fn sum(args: &SumArgs) -> anyhow::Result<bool> {
 /// when the user asked for the thread pool.
 fn fallback_notice(tool: &str, reason: &str) {
     if reason != blockio::FALLBACK_REQUESTED {
-        eprintln!("blockio {tool}: note: I/O ran on the thread-pool backend: {reason}");
+        stdio::say(&format!(
+            "blockio {tool}: note: I/O ran on the thread-pool backend: {reason}"
+        ));
     }
 }
 
@@ -227,7 +230,7 @@ pub(crate) fn exit_status(result: anyhow::Result<bool>, prog: &str) -> i32 {
         Ok(true) => 0,
         Ok(false) => 1,
         Err(e) => {
-            eprintln!("{prog}: {e:#}");
+            stdio::say(&format!("{prog}: {e:#}"));
             1
         }
     }

@@ -408,3 +408,19 @@ fn b3sum_refuses_what_b3sum_refuses() {
     let v = String::from_utf8(v.stdout).unwrap();
     assert!(v.starts_with("b3sum 1.2.0 (blockio "), "{v}");
 }
+
+#[test]
+fn b3sum_and_blockio_sum_go_on_when_standard_error_is_full() {
+    let (links, d) = (links(), work());
+    let path = format!("{}:/usr/bin:/bin", links.path().display());
+    for script in [
+        "b3sum nosuch a 2>/dev/full",
+        "blockio sum nosuch a 2>/dev/full",
+        "blockio sum --algo sha256 -c <(echo \"$(sha256sum <a | cut -c1-64)  nosuch\"; sha256sum a) 2>/dev/full",
+    ] {
+        let o = bash(d.path(), &path, script);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.lines().any(|l| l.ends_with(" a") || l == "a: OK"), "{script}: {out}");
+        assert_eq!(o.status.code(), Some(1), "{script}");
+    }
+}
