@@ -10,7 +10,8 @@
 //! read with `std::env::args_os` (glibc hands them to the standard library
 //! before `main`).
 
-#![no_main]
+// Tests run under the test harness's own `main`.
+#![cfg_attr(not(test), no_main)]
 
 use clap::{Parser, Subcommand};
 
@@ -187,7 +188,8 @@ fn fallback_notice(tool: &str, reason: &str) {
 }
 
 /// The program: what `argv[0]` makes it, run; never returns.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
+#[cfg_attr(test, allow(dead_code))]
 extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     let args: Vec<OsString> = std::env::args_os().collect();
     let argv0 = args.first().cloned().unwrap_or_default();
