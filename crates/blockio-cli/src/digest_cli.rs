@@ -187,7 +187,7 @@ fn write_error(prog: &str, e: &std::io::Error) {
 
 /// `s` quoted as the coreutils quote an argument in a message (`'x'`).
 fn quote(s: &OsString) -> String {
-    blockio_tools::quote::quote(std::path::Path::new(s))
+    blockio_tools::quote::quote_c_locale(s.as_encoded_bytes())
 }
 
 fn read_args(prog: &str, name: &str, kind: DigestTool, args: &[OsString]) -> Result<Request, Stop> {

@@ -424,3 +424,53 @@ fn b3sum_and_blockio_sum_go_on_when_standard_error_is_full() {
         assert_eq!(o.status.code(), Some(1), "{script}");
     }
 }
+
+#[test]
+fn names_and_arguments_are_quoted_as_in_the_c_locale() {
+    let (links, d) = (links(), work());
+    // Every printable ASCII character in the middle, first and alone; then
+    // bytes outside it.
+    let mut names: Vec<String> = (0x21u8..0x7f)
+        .filter(|&c| c != b'-' && c != b'/')
+        .flat_map(|c| {
+            let c = format!("\\x{c:02x}");
+            [format!("q{c}y"), format!("{c}y"), c]
+        })
+        .collect();
+    names.extend(
+        [
+            "caf\\xc3\\xa9",
+            "\\x7f",
+            "\\nx",
+            "x\\n",
+            "\\x01\\x02",
+            "a b",
+            "\\t",
+            "it'\\''s",
+        ]
+        .map(String::from),
+    );
+    let names: Vec<String> = names
+        .iter()
+        .map(|n| format!("\"$(printf '{n}')\""))
+        .collect();
+    same(
+        d.path(),
+        links.path(),
+        &format!("sha256sum -- {}", names.join(" ")),
+    );
+    same(
+        d.path(),
+        links.path(),
+        &format!("md5sum -c -- {}", names.join(" ")),
+    );
+    for arg in [
+        "$'\\t1x'",
+        "$'caf\\xc3\\xa9'",
+        "\"a'b\\\\c\"",
+        "$'\\x01\\x7f'",
+    ] {
+        same(d.path(), links.path(), &format!("b2sum -l {arg} a"));
+        same(d.path(), links.path(), &format!("cksum -a {arg} a"));
+    }
+}

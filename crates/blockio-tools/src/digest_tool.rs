@@ -104,7 +104,7 @@ impl Tool {
         name: &Path,
         message: &str,
     ) -> io::Result<()> {
-        let name = crate::quote::quote_if_needed(name);
+        let name = crate::quote::quotef_c_locale(name);
         writeln!(err, "{}: {name}: {message}", self.prog)
     }
 }
