@@ -300,8 +300,8 @@ fn hash_small(
 
 /// Streams one file read through the page cache: a reader thread keeps
 /// `depth` blocks in flight (batches up to the `len` the file had when
-/// opened, then one block at a time until a short read), this thread hashes
-/// them in order.
+/// opened; past it, or after a short read, one block at a time until a
+/// read returns nothing), this thread hashes them in order.
 fn stream(engine: &Engine, file: &File, len: u64, opts: &SumOptions) -> io::Result<String> {
     // A sequential read: let the kernel read further ahead (advisory; a
     // failure changes nothing but speed).
