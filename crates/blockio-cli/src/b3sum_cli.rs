@@ -22,10 +22,15 @@ const MAX_LENGTH: u64 = 1 << 20;
 
 /// Print or check BLAKE3 checksums.
 #[derive(Parser, Debug)]
-#[command(name = "b3sum", version, disable_help_subcommand = true)]
+#[command(
+    name = "b3sum",
+    version = concat!("1.2.0 (blockio ", env!("CARGO_PKG_VERSION"), ")"),
+    disable_help_subcommand = true
+)]
 struct B3Args {
     /// Files to hash, or checkfiles to check. When no file is given, or
     /// when - is given, read standard input.
+    #[arg(required_if_eq("keyed", "true"))]
     files: Vec<PathBuf>,
     /// Uses the keyed mode. The secret key is read from standard input, and
     /// it must be exactly 32 raw bytes.
@@ -51,7 +56,11 @@ struct B3Args {
     #[arg(long)]
     raw: bool,
     /// Reads BLAKE3 sums from the files and checks them.
-    #[arg(short = 'c', long, conflicts_with_all = ["keyed", "derive_key", "raw", "no_names"])]
+    #[arg(
+        short = 'c',
+        long,
+        conflicts_with_all = ["keyed", "derive_key", "raw", "no_names", "length"]
+    )]
     check: bool,
     /// Skips printing OK for each successfully verified file. Must be used
     /// with --check.
@@ -64,6 +73,17 @@ struct B3Args {
 pub fn main(args: &[OsString]) -> i32 {
     let args = match B3Args::try_parse_from(args) {
         Ok(a) => a,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => {
+            // b3sum reports a version it cannot write, in clap's words.
+            let mut out = io::stdout();
+            return match write!(out, "{}", e.render()).and_then(|()| out.flush()) {
+                Ok(()) => 0,
+                Err(w) => {
+                    let _ = writeln!(io::stderr(), "error: {}", w.kind());
+                    1
+                }
+            };
+        }
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() { 1 } else { 0 };
@@ -73,7 +93,7 @@ pub fn main(args: &[OsString]) -> i32 {
         Ok(true) => 0,
         Ok(false) => 1,
         Err(e) => {
-            eprintln!("Error: {e}");
+            crate::stdio::say(&format!("Error: {e}"));
             1
         }
     }
@@ -89,7 +109,8 @@ fn run(args: &B3Args) -> io::Result<bool> {
     if files.is_empty() {
         files.push(PathBuf::from(STDIN));
     }
-    let (mut out, mut err) = (io::stdout().lock(), io::stderr().lock());
+    // A message that cannot be written stops nothing.
+    let (mut out, mut err) = (io::stdout().lock(), crate::stdio::Stderr);
     if args.check {
         let mut ok = true;
         for list in &files {
@@ -120,24 +141,38 @@ fn run(args: &B3Args) -> io::Result<bool> {
     // One small allocation that lives as long as the process: `Algo` is
     // `Copy` and carries its parameters by reference.
     let algo = Algo::Blake3With(Box::leak(Box::new(Blake3Params { mode, len })));
-    let inputs: Vec<(PathBuf, Algo)> = files.iter().map(|p| (p.clone(), algo)).collect();
     let mut ok = true;
-    let mut result = Ok(());
-    hash_inputs(&engine, &inputs, &opts, |i, r| {
-        if result.is_err() {
-            return;
-        }
-        result = match r {
-            Ok(hex) if args.raw => out.write_all(&decode_hex(&hex)),
-            Ok(hex) if args.no_names => writeln!(out, "{hex}"),
-            Ok(hex) => out.write_all(&line(&hex, inputs[i].0.as_os_str())),
-            Err(e) => {
-                ok = false;
-                writeln!(err, "b3sum: {}: {}", e.path.display(), e.error)
-            }
+    // In keyed mode standard input held the key: `-` is refused, in its
+    // place among the files, as b3sum refuses it.
+    let keyed = args.keyed;
+    for run in files.split_inclusive(|p| keyed && p.as_os_str() == STDIN) {
+        let (run, refused) = match run.split_last() {
+            Some((last, rest)) if keyed && last.as_os_str() == STDIN => (rest, true),
+            _ => (run, false),
         };
-    });
-    result?;
+        let inputs: Vec<(PathBuf, Algo)> = run.iter().map(|p| (p.clone(), algo)).collect();
+        let mut result = Ok(());
+        hash_inputs(&engine, &inputs, &opts, |i, r| {
+            if result.is_err() {
+                return;
+            }
+            result = match r {
+                Ok(hex) if args.raw => out.write_all(&decode_hex(&hex)),
+                Ok(hex) if args.no_names => writeln!(out, "{hex}"),
+                Ok(hex) => out.write_all(&line(&hex, inputs[i].0.as_os_str())),
+                Err(e) => {
+                    ok = false;
+                    writeln!(err, "b3sum: {}: {}", e.path.display(), e.error)
+                }
+            };
+        });
+        result?;
+        if refused {
+            ok = false;
+            out.flush()?;
+            writeln!(err, "b3sum: -: Cannot open `-` in keyed mode")?;
+        }
+    }
     out.flush()?;
     Ok(ok)
 }

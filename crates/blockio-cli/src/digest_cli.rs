@@ -11,10 +11,11 @@ use std::path::PathBuf;
 
 use blockio_tools::algo::{Algo, BLAKE2B_MAX_BYTES};
 use blockio_tools::digest_tool::{self, Checking, Family, Format, Tool};
-use blockio_tools::sum::SumOptions;
+use blockio_tools::sum::{SumOptions, STDIN};
 
 use crate::getopt::{self, Opt};
 use crate::multicall::DigestTool;
+use crate::stdio::{self, say, Stderr, Stdout};
 
 /// The algorithms `cksum -a` takes, in the order its messages list them.
 const CKSUM_ALGOS: [(&str, Algo); 11] = [
@@ -85,28 +86,41 @@ struct Request {
     operands: Vec<PathBuf>,
 }
 
-/// Runs `tool` as `prog` on `args` (without the program name); returns
-/// the exit status.
-pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
-    let request = match read_args(prog, tool, args) {
+/// Runs `tool` (named `name`) as `prog` (`argv[0]` as it was run, which
+/// messages and `--help` begin with, as GNU's do) on `args` (without the
+/// program name); returns the exit status.
+pub fn main(prog: &str, name: &str, tool: DigestTool, args: &[OsString]) -> i32 {
+    let mut out = Stdout::lock();
+    let status = run(prog, name, tool, args, &mut out);
+    // GNU's tools find a failed standard output when they close it, after
+    // everything else was done and reported.
+    match out.finish() {
+        Some(e) => {
+            write_error(prog, &e);
+            1
+        }
+        None => status,
+    }
+}
+
+/// The work of [`main`], writing to `out`.
+fn run(prog: &str, name: &str, tool: DigestTool, args: &[OsString], out: &mut Stdout) -> i32 {
+    let request = match read_args(prog, name, tool, args) {
         Ok(r) => r,
         Err(Stop::Exit0(text)) => {
-            let mut out = std::io::stdout().lock();
-            return match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                Ok(()) => 0,
-                Err(_) => write_error(prog),
-            };
+            let _ = out.write_all(text.as_bytes());
+            return 0;
         }
         Err(Stop::Usage(Usage(message))) => {
             if let Some(m) = message {
-                eprintln!("{prog}: {m}");
+                say(&format!("{prog}: {m}"));
             }
-            eprintln!("Try '{prog} --help' for more information.");
+            say(&format!("Try '{prog} --help' for more information."));
             return 1;
         }
         Err(Stop::Fatal(Fatal(lines))) => {
             for l in lines {
-                eprintln!("{prog}: {l}");
+                say(&format!("{prog}: {l}"));
             }
             return 1;
         }
@@ -114,7 +128,7 @@ pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
     let engine = match blockio::Engine::new() {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("{prog}: {e}");
+            say(&format!("{prog}: {e}"));
             return 1;
         }
     };
@@ -122,7 +136,6 @@ pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
         algo: request.tool.algo,
         ..SumOptions::default()
     };
-    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
     let r = if request.check {
         digest_tool::check(
             &engine,
@@ -130,8 +143,8 @@ pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
             &request.operands,
             request.checking,
             &opts,
-            &mut out,
-            &mut err,
+            out,
+            &mut Stderr,
         )
     } else {
         digest_tool::print_sums(
@@ -140,32 +153,45 @@ pub fn main(prog: &str, tool: DigestTool, args: &[OsString]) -> i32 {
             &request.operands,
             request.format,
             &opts,
-            &mut out,
-            &mut err,
+            out,
+            &mut Stderr,
         )
     };
-    match r {
-        Ok(true) => 0,
-        Ok(false) => 1,
-        Err(_) => write_error(prog),
+    // Neither writer fails: their failures are kept or ignored.
+    let ok = r.unwrap_or(false);
+    let read_stdin =
+        request.operands.is_empty() || request.operands.iter().any(|p| p.as_os_str() == STDIN);
+    if read_stdin && stdio::stdin_was_closed() {
+        // What GNU's tools say when closing the standard input they read
+        // fails, which it does when it was closed to begin with.
+        say(&format!("{prog}: standard input: Bad file descriptor"));
+        return 1;
     }
+    i32::from(!ok)
 }
 
-/// Standard output could not be written: `prog: write error`, without a
-/// reason, as GNU's tools say it (they find the error when standard
-/// output is closed, its errno long gone).
-fn write_error(prog: &str) -> i32 {
-    eprintln!("{prog}: write error");
-    1
+/// Standard output could not be written: `prog: write error`, as GNU's
+/// tools say it when they close it. They add the reason only when the
+/// close itself fails, which it does when standard output was closed to
+/// begin with (then the reason is `Bad file descriptor`).
+fn write_error(prog: &str, e: &std::io::Error) {
+    if stdio::stdout_was_closed() {
+        say(&format!(
+            "{prog}: write error: {}",
+            blockio_tools::reason::reason(e)
+        ));
+    } else {
+        say(&format!("{prog}: write error"));
+    }
 }
 
 /// `s` quoted as the coreutils quote an argument in a message (`'x'`).
 fn quote(s: &OsString) -> String {
-    blockio_tools::quote::quote(std::path::Path::new(s))
+    blockio_tools::quote::quote_c_locale(s.as_encoded_bytes())
 }
 
-fn read_args(prog: &str, kind: DigestTool, args: &[OsString]) -> Result<Request, Stop> {
-    let parsed = getopt::parse(args, &options(kind)).map_err(|m| Stop::Usage(Usage(Some(m))))?;
+fn read_args(prog: &str, name: &str, kind: DigestTool, args: &[OsString]) -> Result<Request, Stop> {
+    let (parsed, mistake) = getopt::parse_in_order(args, &options(kind));
     let cksum = kind == DigestTool::Cksum;
     let mut algo = kind.default_algo();
     let mut specified = false;
@@ -197,14 +223,7 @@ fn read_args(prog: &str, kind: DigestTool, args: &[OsString]) -> Result<Request,
                 specified = true;
             }
             "length" => {
-                let text = value.to_string_lossy();
-                let n: u64 = match text.parse() {
-                    Ok(n) if text.bytes().all(|b| b.is_ascii_digit()) => n,
-                    _ => {
-                        let m = format!("invalid length: {}", quote(&value));
-                        return Err(Stop::Fatal(Fatal(vec![m])));
-                    }
-                };
+                let n = parse_length(&value)?;
                 if n % 8 != 0 {
                     return Err(Stop::Fatal(Fatal(vec![
                         format!("invalid length: {}", quote(&value)),
@@ -226,10 +245,15 @@ fn read_args(prog: &str, kind: DigestTool, args: &[OsString]) -> Result<Request,
             "zero" => zero = true,
             "debug" => {}
             "no-mode" => return Err(Stop::Usage(Usage(None))),
-            "help" => return Err(Stop::Exit0(help(prog, kind))),
-            "version" => return Err(Stop::Exit0(version(prog))),
+            "help" => return Err(Stop::Exit0(help(prog, name, kind))),
+            "version" => return Err(Stop::Exit0(version(name))),
             _ => unreachable!("an option without a meaning: {id}"),
         }
+    }
+    // getopt_long reports a mistake when it reaches it, after the options
+    // before it took effect (`--help --bogus` prints the help).
+    if let Some(m) = mistake {
+        return Err(Stop::Usage(Usage(Some(m))));
     }
     if let Some((bits, text)) = length.filter(|(n, _)| *n != 0) {
         if !matches!(algo, Algo::Blake2b(_)) {
@@ -296,16 +320,43 @@ fn read_args(prog: &str, kind: DigestTool, args: &[OsString]) -> Result<Request,
     })
 }
 
-/// `--version`.
-fn version(prog: &str) -> String {
+/// The argument of `-l`, read as coreutils reads it (`xdectoumax`, with
+/// `strtoumax` under it): blanks first and a `+` are allowed, a `-` is not,
+/// nothing may follow the digits; a number beyond 64 bits is "too large".
+fn parse_length(value: &OsString) -> Result<u64, Stop> {
+    let invalid = |suffix: &str| {
+        let m = format!("invalid length: {}{suffix}", quote(value));
+        Stop::Fatal(Fatal(vec![m]))
+    };
+    let bytes = value.as_encoded_bytes();
+    // C's isspace in the C locale.
+    let blanks = bytes
+        .iter()
+        .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
+        .count();
+    let rest = &bytes[blanks..];
+    let digits = rest.strip_prefix(b"+").unwrap_or(rest);
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(invalid(""));
+    }
+    digits
+        .iter()
+        .try_fold(0u64, |n, &d| {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })
+        .ok_or_else(|| invalid(": Value too large for defined data type"))
+}
+
+/// `--version`: it names the tool, not the path it was run by, as GNU's.
+fn version(name: &str) -> String {
     format!(
-        "{prog} (blockio) {}\nblockio's implementation of {prog}, following GNU coreutils 9.1.\n",
+        "{name} (blockio) {}\nblockio's implementation of {name}, following GNU coreutils 9.1.\n",
         env!("CARGO_PKG_VERSION")
     )
 }
 
 /// `--help`.
-fn help(prog: &str, kind: DigestTool) -> String {
+fn help(prog: &str, name: &str, kind: DigestTool) -> String {
     let mut h = format!("Usage: {prog} [OPTION]... [FILE]...\n");
     match kind {
         DigestTool::Cksum => {
@@ -375,8 +426,8 @@ fn help(prog: &str, kind: DigestTool) -> String {
         h.push_str(".\n");
     }
     h.push_str(&format!(
-        "\nThis {prog} is blockio: files are read in batches on io_uring; the output,\n\
-         messages and exit statuses are those of GNU coreutils' {prog}.\n"
+        "\nThis {name} is blockio: files are read in batches on io_uring; the output,\n\
+         messages and exit statuses are those of GNU coreutils' {name}.\n"
     ));
     h
 }
@@ -392,7 +443,7 @@ mod tests {
     #[test]
     fn option_conflicts_as_coreutils_has_them() {
         let md5 = DigestTool::Fixed(Algo::Md5);
-        let usage = |kind, a: &[&str]| match read_args("p", kind, &args(a)) {
+        let usage = |kind, a: &[&str]| match read_args("p", "p", kind, &args(a)) {
             Err(Stop::Usage(Usage(m))) => m,
             _ => Some("not a usage error".into()),
         };
@@ -404,26 +455,26 @@ mod tests {
             usage(md5, &["--tag", "--text"]).unwrap(),
             "--tag does not support --text mode"
         );
-        assert!(read_args("p", md5, &args(&["--text", "--tag"])).is_ok());
+        assert!(read_args("p", "p", md5, &args(&["--text", "--tag"])).is_ok());
         assert_eq!(
             usage(md5, &["--ignore-missing"]).unwrap(),
             "the --ignore-missing option is meaningful only when verifying checksums"
         );
         assert_eq!(usage(DigestTool::Cksum, &["-b"]), None);
-        let r = read_args("p", DigestTool::B2sum, &args(&["-l", "128"]))
+        let r = read_args("p", "p", DigestTool::B2sum, &args(&["-l", "128"]))
             .ok()
             .unwrap();
         assert_eq!(r.tool.algo, Algo::Blake2b(16));
-        let r = read_args("p", DigestTool::Cksum, &args(&["-a", "sha512", "-c"]))
+        let r = read_args("p", "p", DigestTool::Cksum, &args(&["-a", "sha512", "-c"]))
             .ok()
             .unwrap();
         assert_eq!(r.tool.family, Family::Cksum { specified: true });
         assert!(matches!(
-            read_args("p", DigestTool::Cksum, &args(&["-a", "crc", "-c"])),
+            read_args("p", "p", DigestTool::Cksum, &args(&["-a", "crc", "-c"])),
             Err(Stop::Fatal(_))
         ));
         assert!(matches!(
-            read_args("p", DigestTool::Cksum, &args(&["-l", "128"])),
+            read_args("p", "p", DigestTool::Cksum, &args(&["-l", "128"])),
             Err(Stop::Fatal(_))
         ));
     }

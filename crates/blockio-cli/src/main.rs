@@ -1,6 +1,17 @@
 //! The `blockio` command-line tool. Thin: the work is in the library crates.
 //! Run through a link named after a tool (`sha256sum`, `b3sum`, `cp`, …) it
 //! is that tool (see [`multicall`]).
+//!
+//! `main` is the C entry point, not Rust's: Rust's runtime setup would
+//! ignore SIGPIPE and fill closed standard descriptors with `/dev/null`
+//! before any of our code runs, and the checksum tools must see both as
+//! their parent left them (GNU's report a closed standard input, and an
+//! ignored SIGPIPE makes a closed pipe a write error). Arguments are still
+//! read with `std::env::args_os` (glibc hands them to the standard library
+//! before `main`).
+
+// Tests run under the test harness's own `main`.
+#![cfg_attr(not(test), no_main)]
 
 use clap::{Parser, Subcommand};
 
@@ -11,6 +22,7 @@ mod b3sum_cli;
 mod cp;
 mod digest_cli;
 mod multicall;
+mod stdio;
 
 use multicall::Personality;
 
@@ -143,7 +155,8 @@ fn sum(args: &SumArgs) -> anyhow::Result<bool> {
     if let Some(t) = args.threads {
         opts.threads = t;
     }
-    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+    // A message that cannot be written stops nothing.
+    let (mut out, mut err) = (std::io::stdout().lock(), stdio::Stderr);
     let ok = if args.check {
         let copts = CheckOptions {
             quiet: args.quiet,
@@ -168,23 +181,41 @@ fn sum(args: &SumArgs) -> anyhow::Result<bool> {
 /// when the user asked for the thread pool.
 fn fallback_notice(tool: &str, reason: &str) {
     if reason != blockio::FALLBACK_REQUESTED {
-        eprintln!("blockio {tool}: note: I/O ran on the thread-pool backend: {reason}");
+        stdio::say(&format!(
+            "blockio {tool}: note: I/O ran on the thread-pool backend: {reason}"
+        ));
     }
 }
 
-fn main() {
-    // A closed pipe (`blockio sum | head`) ends the process quietly, as it
-    // ends the coreutils, instead of each write failing with EPIPE.
-    // SAFETY: restores the default action of one signal before any thread
-    // starts; no handler is installed.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+/// The program: what `argv[0]` makes it, run; never returns.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+#[cfg_attr(test, allow(dead_code))]
+extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     let args: Vec<OsString> = std::env::args_os().collect();
     let argv0 = args.first().cloned().unwrap_or_default();
-    let code = match multicall::personality(&argv0) {
+    let personality = multicall::personality(&argv0);
+    match personality {
+        // GNU's tools leave SIGPIPE as their parent set it and see closed
+        // descriptors as closed.
+        Personality::Digest(_) => stdio::init(stdio::Fill::Failing),
+        // b3sum is a Rust program: closed descriptors are /dev/null to it.
+        Personality::B3sum => stdio::init(stdio::Fill::Usable),
+        Personality::Blockio | Personality::Cp => {
+            stdio::init(stdio::Fill::Usable);
+            // A closed pipe (`blockio sum | head`) ends the process
+            // quietly, as it ends the coreutils, instead of each write
+            // failing with EPIPE.
+            // SAFETY: sets the default action of one signal before any
+            // thread starts; no handler is installed.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        }
+    }
+    let code = match personality {
         Personality::Blockio => blockio(Cli::parse_from(&args)),
         Personality::Cp => multicall::cp(&args),
         Personality::B3sum => b3sum_cli::main(&args),
         Personality::Digest(tool) => digest_cli::main(
+            &argv0.to_string_lossy(),
             &multicall::program("sum"),
             tool,
             args.get(1..).unwrap_or_default(),
@@ -201,7 +232,7 @@ pub(crate) fn exit_status(result: anyhow::Result<bool>, prog: &str) -> i32 {
         Ok(true) => 0,
         Ok(false) => 1,
         Err(e) => {
-            eprintln!("{prog}: {e:#}");
+            stdio::say(&format!("{prog}: {e:#}"));
             1
         }
     }

@@ -84,7 +84,7 @@ fn list_name(list: &Path) -> PathBuf {
 fn read_list(list: &Path) -> io::Result<Vec<u8>> {
     if list.as_os_str() == STDIN {
         let mut v = Vec::new();
-        io::stdin().lock().read_to_end(&mut v)?;
+        crate::sum::stdin()?.read_to_end(&mut v)?;
         Ok(v)
     } else {
         std::fs::read(list)

@@ -19,6 +19,9 @@
 //! * `<TYPE> (<name>) = <hex>` (`--tag`), and OpenSSL's `<TYPE>(<name>)=
 //!   <hex>`; `BLAKE2b-128 (…)` names its length. `cksum` without `-a`
 //!   reads only such lines, each with the algorithm it names.
+//! * The digest and the name end at a NUL byte, if they hold one (the
+//!   tools read them as C strings): `-z` output checks, and `<hex>
+//!   a\0junk` names `a`. An escaped name with a NUL is improper.
 //! * Leading blanks are skipped; a backslash before the line means its name
 //!   is escaped (`\\`, `\n`, `\r`); a line starting with `#`, and an empty
 //!   one, are skipped; one trailing carriage return is dropped.
@@ -101,7 +104,7 @@ impl Tool {
         name: &Path,
         message: &str,
     ) -> io::Result<()> {
-        let name = crate::quote::quote_if_needed(name);
+        let name = crate::quote::quotef_c_locale(name);
         writeln!(err, "{}: {name}: {message}", self.prog)
     }
 }
@@ -302,12 +305,12 @@ impl ListParser {
         let name = if escaped {
             unescape(name)?
         } else {
-            name.to_vec()
+            up_to_nul(name).to_vec()
         };
         let mut after = &rest[close + 1..];
         after = trim_blanks(after);
-        after = trim_blanks(after.strip_prefix(b"=")?);
-        if !is_hex_of_len(after, algo.hex_len()) || name.contains(&0) {
+        after = up_to_nul(trim_blanks(after.strip_prefix(b"=")?));
+        if !is_hex_of_len(after, algo.hex_len()) {
             return None;
         }
         self.algo = algo;
@@ -358,11 +361,8 @@ impl ListParser {
         let name = if escaped {
             unescape(name)?
         } else {
-            name.to_vec()
+            up_to_nul(name).to_vec()
         };
-        if name.contains(&0) {
-            return None;
-        }
         self.algo = algo;
         Some(Entry {
             hex: hex.to_vec(),
@@ -386,12 +386,23 @@ fn is_hex_of_len(s: &[u8], len: usize) -> bool {
     s.len() == len && s.iter().all(u8::is_ascii_hexdigit)
 }
 
+/// `s` up to its first NUL byte: the tools read the digest and the name of
+/// a list line as C strings, which end there (so `-z` output, whose lines
+/// end with NUL, checks, and `name\0junk` names `name`).
+fn up_to_nul(s: &[u8]) -> &[u8] {
+    s.iter().position(|&b| b == 0).map_or(s, |n| &s[..n])
+}
+
 /// Undoes the escaping of a name (`\\`, `\n`, `\r`); `None` for any
-/// other escape or a trailing backslash.
+/// other escape, a trailing backslash or a NUL byte (the tools refuse an
+/// escaped name with one).
 fn unescape(raw: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(raw.len());
     let mut it = raw.iter();
     while let Some(&b) = it.next() {
+        if b == 0 {
+            return None;
+        }
         if b == b'\\' {
             out.push(match it.next()? {
                 b'\\' => b'\\',
@@ -447,9 +458,8 @@ pub fn check(
 fn read_list(list: &Path) -> Result<Vec<u8>, Option<io::Error>> {
     let mut text = Vec::new();
     if list.as_os_str() == STDIN {
-        io::stdin()
-            .lock()
-            .read_to_end(&mut text)
+        crate::sum::stdin()
+            .and_then(|mut f| f.read_to_end(&mut text))
             .map_err(|_| None)?;
     } else {
         let mut f = std::fs::File::open(list).map_err(Some)?;

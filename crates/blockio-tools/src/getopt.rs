@@ -55,8 +55,24 @@ pub struct Parsed {
 /// Reads `args` (without the program name) against `opts`; on a mistake,
 /// the message glibc's `getopt_long` prints (without the program name).
 pub fn parse(args: &[OsString], opts: &[Opt]) -> Result<Parsed, String> {
-    let posix = std::env::var_os("POSIXLY_CORRECT").is_some();
+    match parse_in_order(args, opts) {
+        (parsed, None) => Ok(parsed),
+        (_, Some(message)) => Err(message),
+    }
+}
+
+/// Reads `args` as [`parse`] does, but returns the options read before a
+/// mistake along with its message: a tool acts on its options in order,
+/// as `getopt_long` hands them over, so `--help --bogus` prints the help
+/// and `--bogus --help` is a usage error.
+pub fn parse_in_order(args: &[OsString], opts: &[Opt]) -> (Parsed, Option<String>) {
     let mut parsed = Parsed::default();
+    let error = read_into(args, opts, &mut parsed).err();
+    (parsed, error)
+}
+
+fn read_into(args: &[OsString], opts: &[Opt], parsed: &mut Parsed) -> Result<(), String> {
+    let posix = std::env::var_os("POSIXLY_CORRECT").is_some();
     let mut i = 0;
     while i < args.len() {
         let arg = args[i].as_bytes();
@@ -118,7 +134,7 @@ pub fn parse(args: &[OsString], opts: &[Opt]) -> Result<Parsed, String> {
             }
         }
     }
-    Ok(parsed)
+    Ok(())
 }
 
 /// The long option `name` abbreviates: an exact name, else the only one it

@@ -3,7 +3,10 @@
 //!
 //! A name holding a backslash, a newline or a carriage return is written
 //! with those escaped (`\\`, `\n`, `\r`) and the whole line starts with a
-//! backslash. Other bytes, including invalid UTF-8, are written as they are.
+//! backslash; `b3sum` leaves a carriage return as it is ([`b3sum_line`]).
+//! Other bytes, including invalid UTF-8, are written as they are. In a
+//! list, the digest and the name end at a NUL byte (the coreutils read them
+//! as C strings).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -17,6 +20,29 @@ pub fn line(hex: &str, name: &OsStr) -> Vec<u8> {
         out.extend_from_slice(b"  ");
         out.extend_from_slice(name);
     })
+}
+
+/// The checksum line for `name` as `b3sum` writes it: `<hex>  <name>\n`,
+/// a backslash and a newline escaped (and the line started with a
+/// backslash), a carriage return written as it is.
+pub fn b3sum_line(hex: &str, name: &OsStr) -> Vec<u8> {
+    let raw = name.as_bytes();
+    let needs = raw.iter().any(|&b| matches!(b, b'\\' | b'\n'));
+    let mut out = Vec::with_capacity(raw.len() + hex.len() + 4);
+    if needs {
+        out.push(b'\\');
+    }
+    out.extend_from_slice(hex.as_bytes());
+    out.extend_from_slice(b"  ");
+    for &b in raw {
+        match (needs, b) {
+            (true, b'\\') => out.extend_from_slice(b"\\\\"),
+            (true, b'\n') => out.extend_from_slice(b"\\n"),
+            _ => out.push(b),
+        }
+    }
+    out.push(b'\n');
+    out
 }
 
 /// The `--tag` line for `name`: `<TAG> (<name>) = <hex>\n`, escaped as in
@@ -50,8 +76,9 @@ fn escaped_line(name: &OsStr, body: impl FnOnce(&mut Vec<u8>, &[u8])) -> Vec<u8>
 
 /// A check result line, `<name>: <status>\n`, the name escaped (and the
 /// line started with a backslash) as the reference tool escapes it: `b3sum
-/// -c` when a name holds a backslash or a newline (`b3sum_style`),
-/// `sha256sum -c` only when it holds a newline.
+/// -c` when a name holds a backslash or a newline, leaving a carriage
+/// return as it is (`b3sum_style`), `sha256sum -c` only when it holds a
+/// newline.
 pub fn status_line(name: &OsStr, status: &str, b3sum_style: bool) -> Vec<u8> {
     let raw = name.as_bytes();
     let needs = raw.contains(&b'\n') || (b3sum_style && raw.contains(&b'\\'));
@@ -59,7 +86,15 @@ pub fn status_line(name: &OsStr, status: &str, b3sum_style: bool) -> Vec<u8> {
     if needs {
         out.push(b'\\');
     }
-    escape_into(&mut out, raw, needs);
+    for &b in raw {
+        match (needs, b) {
+            (true, b'\\') => out.extend_from_slice(b"\\\\"),
+            (true, b'\n') => out.extend_from_slice(b"\\n"),
+            // sha256sum -c escapes a carriage return, b3sum -c does not.
+            (true, b'\r') if !b3sum_style => out.extend_from_slice(b"\\r"),
+            _ => out.push(b),
+        }
+    }
     out.extend_from_slice(b": ");
     out.extend_from_slice(status.as_bytes());
     out.push(b'\n');
@@ -130,13 +165,16 @@ impl ListState {
                 (hex, raw, None)
             }
         };
+        // The digest and the name end at a NUL byte, as the coreutils
+        // read them (as C strings); an escaped name may not hold one.
+        let hex = up_to_nul(hex);
         if hex.is_empty() || !hex.iter().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
         let name = if escaped {
             unescape(raw)?
         } else {
-            raw.to_vec()
+            up_to_nul(raw).to_vec()
         };
         if name.is_empty() {
             return None;
@@ -193,10 +231,17 @@ fn trim_blanks(s: &[u8]) -> &[u8] {
     &s[n..]
 }
 
+fn up_to_nul(s: &[u8]) -> &[u8] {
+    s.iter().position(|&b| b == 0).map_or(s, |n| &s[..n])
+}
+
 fn unescape(raw: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(raw.len());
     let mut it = raw.iter();
     while let Some(&b) = it.next() {
+        if b == 0 {
+            return None;
+        }
         if b == b'\\' {
             match it.next()? {
                 b'\\' => out.push(b'\\'),

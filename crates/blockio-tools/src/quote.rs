@@ -35,7 +35,11 @@ pub fn quote_if_needed(p: &Path) -> String {
 
 /// `b` quoted for a message (see the module doc).
 pub fn quote_bytes(b: &[u8]) -> String {
-    let pieces = pieces(b);
+    render(pieces(b))
+}
+
+/// Quoted text and `$'…'` escapes for `pieces`.
+fn render(pieces: Vec<Piece>) -> String {
     if let [Piece::Text(t)] = pieces.as_slice() {
         if t.contains('\'') && !t.contains(['"', '$', '`', '\\', '!']) {
             return format!("\"{t}\"");
@@ -117,6 +121,76 @@ fn escaped(out: &mut Vec<Piece>, bytes: &[u8]) {
         Some(Piece::Escaped(e)) => e.extend_from_slice(bytes),
         _ => out.push(Piece::Escaped(bytes.to_vec())),
     }
+}
+
+/// `p` as the coreutils name a file in a message in the C locale
+/// (`quotef`: the `shell-escape` style, with `:` quoted too): as it is when
+/// no byte of it is special to a shell, else quoted as [`quote_bytes`]
+/// quotes, with every byte outside printable ASCII escaped (in the C
+/// locale no such byte is printable: `'caf'$'\303\251'`).
+pub fn quotef_c_locale(p: &Path) -> String {
+    let b = p.as_os_str().as_bytes();
+    let special = |(i, &c): (usize, &u8)| match c {
+        b'#' | b'~' => i == 0,
+        b'{' | b'}' => b.len() == 1,
+        b'!' | b'"' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b':' | b';' | b'<' | b'='
+        | b'>' | b'?' | b'[' | b'\\' | b'^' | b'`' | b'|' | b' ' => true,
+        c => !(0x21..0x7f).contains(&c),
+    };
+    if !b.is_empty() && !b.iter().enumerate().any(special) {
+        return String::from_utf8_lossy(b).into_owned();
+    }
+    let pieces = ascii_pieces(b);
+    let mut out = String::new();
+    // The quoting opens before the first byte: a name that starts with an
+    // escape starts with an empty quoted run, as the coreutils write it.
+    if matches!(pieces.first(), Some(Piece::Escaped(_))) {
+        out.push_str("''");
+    }
+    out.push_str(&render(pieces));
+    out
+}
+
+/// `b` as the coreutils quote an argument in a message in the C locale
+/// (`quote`: the `locale` style): between single quotes, a single quote
+/// and a backslash escaped with a backslash, control characters as C
+/// escapes (`\t`), every other byte outside printable ASCII in octal
+/// (`'\303\251'`).
+pub fn quote_c_locale(b: &[u8]) -> String {
+    let mut out = String::from("'");
+    for &c in b {
+        match c {
+            b'\'' => out.push_str("\\'"),
+            b'\\' => out.push_str("\\\\"),
+            0x07 => out.push_str("\\a"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x0b => out.push_str("\\v"),
+            0x20..=0x7e => out.push(c as char),
+            c => out.push_str(&format!("\\{c:03o}")),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// Runs of printable ASCII and runs of every other byte.
+fn ascii_pieces(b: &[u8]) -> Vec<Piece> {
+    let mut out: Vec<Piece> = Vec::new();
+    for &c in b {
+        if (0x20..0x7f).contains(&c) {
+            match out.last_mut() {
+                Some(Piece::Text(t)) => t.push(c as char),
+                _ => out.push(Piece::Text((c as char).to_string())),
+            }
+        } else {
+            escaped(&mut out, &[c]);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

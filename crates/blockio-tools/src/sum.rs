@@ -156,7 +156,8 @@ impl LargeFileIo<'_> {
                     // A filesystem that opens with O_DIRECT but refuses the
                     // reads: start again through the page cache.
                     Some(Err(e)) if blockio::errno(&e) == Some(libc::EINVAL) => {}
-                    Some(r) => return r,
+                    Some(Ok((h, end))) => return read_to_end_at(file, end, h),
+                    Some(Err(e)) => return Err(e),
                     None => {}
                 }
             }
@@ -245,8 +246,11 @@ fn open_group(
 }
 
 /// Reads every small file whole in one batch (one byte more than its size,
-/// to notice a file that grew since `fstat`; such a file is streamed like
-/// a large one) and hashes it.
+/// to notice a file that grew since `fstat`) and hashes it. A read that
+/// returns exactly the size ends the file; any other count (a file that
+/// grew, one that reports size 0 but has data, a read that came back short
+/// before the size) streams the file like a large one, to a read that
+/// returns nothing.
 fn hash_small(
     engine: &Engine,
     small: &[Small],
@@ -277,11 +281,16 @@ fn hash_small(
     };
     for (((i, f, len), b), r) in small.iter().zip(bufs.iter()).zip(results) {
         let r = match r {
-            Ok(n) if n <= *len => {
+            // The read stopped where the size said, one byte short of
+            // what was asked: the file ends there.
+            Ok(n) if n == *len => {
                 let mut h = Hasher::new(opts.algo);
                 h.update(&b[..n]);
                 Ok(h.finish_hex())
             }
+            // Short before the size (or a file reporting size 0 that has
+            // data, as /proc's do), or grown: streamed to a read that
+            // returns nothing.
             Ok(_) => stream(engine, f, *len as u64, opts),
             Err(e) => Err(e),
         };
@@ -291,8 +300,8 @@ fn hash_small(
 
 /// Streams one file read through the page cache: a reader thread keeps
 /// `depth` blocks in flight (batches up to the `len` the file had when
-/// opened, then one block at a time until a short read), this thread hashes
-/// them in order.
+/// opened; past it, or after a short read, one block at a time until a
+/// read returns nothing), this thread hashes them in order.
 fn stream(engine: &Engine, file: &File, len: u64, opts: &SumOptions) -> io::Result<String> {
     // A sequential read: let the kernel read further ahead (advisory; a
     // failure changes nothing but speed).
@@ -322,6 +331,7 @@ fn stream(engine: &Engine, file: &File, len: u64, opts: &SumOptions) -> io::Resu
                 // blocks needs a few).
                 buffers: Buffers {
                     empty: empty_rx,
+                    spare: Vec::new(),
                     made: 0,
                     most: 2 * depth,
                     block,
@@ -365,6 +375,8 @@ fn hash_blocks(
 /// `most`.
 struct Buffers {
     empty: mpsc::Receiver<Vec<u8>>,
+    /// Buffers the reader kept itself (read past a short read).
+    spare: Vec<Vec<u8>>,
     made: usize,
     most: usize,
     block: usize,
@@ -373,6 +385,9 @@ struct Buffers {
 impl Buffers {
     /// A buffer to read into; `None` once the hasher has stopped.
     fn take(&mut self) -> Option<Vec<u8>> {
+        if let Some(b) = self.spare.pop() {
+            return Some(b);
+        }
         match self.empty.try_recv() {
             Ok(b) => Some(b),
             Err(_) if self.made < self.most => {
@@ -396,29 +411,37 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    /// Reads batches of blocks and sends them on in order until a short
-    /// read (the end of the file), an error, or the hasher stops.
+    /// Reads batches of blocks and sends them on in order until a read
+    /// returns nothing (the end of the file), an error, or the hasher
+    /// stops. After a short read the blocks behind it in its batch were
+    /// read at the wrong offsets: they are dropped, and reading goes on one
+    /// block at a time from where the data stopped (a file in /proc returns
+    /// a page or so per read, whatever its size says).
     fn run(mut self) {
         let mut offset = 0u64;
+        let mut one_at_a_time = false;
         loop {
-            let Some(batch) = self.buffers_for(offset) else {
+            let Some(batch) = self.buffers_for(offset, one_at_a_time) else {
                 return;
             };
-            let batch_len = batch.len();
-            if !self.read_and_send(offset, batch) {
-                return;
+            match self.read_and_send(offset, batch) {
+                Step::Full(n) => offset += n,
+                Step::Short(n) => {
+                    offset += n;
+                    one_at_a_time = true;
+                }
+                Step::Stop => return,
             }
-            offset += (batch_len * self.block) as u64;
         }
     }
 
-    /// Buffers for the next batch at `offset`: `depth` of them, fewer past
-    /// the size the file had when opened (but always one, to find out
-    /// whether it grew).
-    fn buffers_for(&mut self, offset: u64) -> Option<Vec<Vec<u8>>> {
+    /// Buffers for the next batch at `offset`: one if `one`, else `depth`
+    /// of them, fewer past the size the file had when opened (but always
+    /// one, to find out whether it grew).
+    fn buffers_for(&mut self, offset: u64, one: bool) -> Option<Vec<Vec<u8>>> {
         let mut batch = Vec::with_capacity(self.depth);
         for k in 0..self.depth {
-            if k > 0 && offset + (k * self.block) as u64 > self.len {
+            if k > 0 && (one || offset + (k * self.block) as u64 > self.len) {
                 break;
             }
             batch.push(self.buffers.take()?);
@@ -426,9 +449,9 @@ impl Reader<'_> {
         Some(batch)
     }
 
-    /// Reads `batch` at `offset` in one engine batch and sends the blocks;
-    /// returns whether to go on.
-    fn read_and_send(&self, offset: u64, mut batch: Vec<Vec<u8>>) -> bool {
+    /// Reads `batch` at `offset` in one engine batch and sends the blocks
+    /// up to the first short one; says how far the data went.
+    fn read_and_send(&mut self, offset: u64, mut batch: Vec<Vec<u8>>) -> Step {
         let results = {
             let mut ops: Vec<Op> = batch
                 .iter_mut()
@@ -441,30 +464,48 @@ impl Reader<'_> {
             Ok(r) => r,
             Err(e) => {
                 let _ = self.full.send(Err(e));
-                return false;
+                return Step::Stop;
             }
         };
-        for (b, r) in batch.into_iter().zip(results) {
+        let mut done = 0u64;
+        let mut blocks = batch.into_iter().zip(results);
+        while let Some((b, r)) = blocks.next() {
             match r {
+                Ok(0) => {
+                    // End of file: a zero-length marker ends the stream.
+                    let _ = self.full.send(Ok((Vec::new(), 0)));
+                    return Step::Stop;
+                }
                 Ok(n) => {
                     if self.full.send(Ok((b, n))).is_err() {
-                        return false;
+                        return Step::Stop;
                     }
+                    done += n as u64;
                     if n < self.block {
-                        // End of file (a short read): a zero-length marker
-                        // ends the stream.
-                        let _ = self.full.send(Ok((Vec::new(), 0)));
-                        return false;
+                        // The rest of the batch lies past a gap: its
+                        // buffers are kept for the next reads.
+                        self.buffers.spare.extend(blocks.map(|(b, _)| b));
+                        return Step::Short(done);
                     }
                 }
                 Err(e) => {
                     let _ = self.full.send(Err(e));
-                    return false;
+                    return Step::Stop;
                 }
             }
         }
-        true
+        Step::Full(done)
     }
+}
+
+/// How a batch of [`Reader`] went.
+enum Step {
+    /// Every block came back full: this many bytes.
+    Full(u64),
+    /// A block came back short (not empty): this many bytes up to its end.
+    Short(u64),
+    /// The end of the file, an error, or the hasher stopped.
+    Stop,
 }
 
 /// Whether at least half of the file's pages are in the page cache, asked
@@ -520,7 +561,7 @@ fn stream_direct(
     path: &Path,
     len: u64,
     opts: &SumOptions,
-) -> Option<io::Result<String>> {
+) -> Option<io::Result<(Hasher, u64)>> {
     let options = AsyncOpenOptions::new().read(true).direct(true);
     let file = AsyncFile::open_with(aio, path, &options).ok()?;
     let align = file.direct_alignment()?.max().max(4096);
@@ -536,19 +577,24 @@ fn stream_direct(
 
 /// Keeps up to `depth` reads of `block` bytes (in buffers aligned to
 /// `align`) in flight and feeds completed blocks, in file order, to `h` until
-/// a short read (end of file). Reads go up to the `len` the file had when it
-/// was opened, and on, one at a time, if it has grown since.
+/// a short read. Reads go up to the `len` the file had when it was opened,
+/// and on, one at a time, if it has grown since. Returns the hasher and the
+/// offset the data stopped at: a short read is not proof of the end of the
+/// file (reads after it must be aligned, which its end need not be), so the
+/// caller reads on from there to a read that returns nothing.
 fn hash_in_order(
     file: &AsyncFile,
     len: u64,
     (block, align, depth): (usize, usize, usize),
     mut h: Hasher,
-) -> io::Result<String> {
+) -> io::Result<(Hasher, u64)> {
     let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
     let mut in_flight: VecDeque<OpFuture<AlignedBuf>> = VecDeque::with_capacity(depth);
     let mut spare: Vec<AlignedBuf> = Vec::with_capacity(depth);
     let mut offset = 0u64;
+    // The bytes hashed: the offset of the oldest read in flight.
+    let mut done = 0u64;
     loop {
         // Top up: `start` submits a read without waiting for it.
         while in_flight.len() < depth && (offset <= len || in_flight.is_empty()) {
@@ -567,12 +613,31 @@ fn hash_in_order(
         };
         let n = r?;
         h.update(&buf[..n]);
+        done += n as u64;
         if n < block {
-            // End of file. A read still in flight (past the end) is
-            // dropped: the driver keeps its buffer until it completes.
-            return Ok(h.finish_hex());
+            // A read still in flight (past the gap) is dropped: the
+            // driver keeps its buffer until it completes.
+            return Ok((h, done));
         }
         spare.push(buf);
+    }
+}
+
+/// Feeds `file` from `offset` to `h` with plain reads until one returns
+/// nothing, and returns the digest.
+fn read_to_end_at(file: &File, mut offset: u64, mut h: Hasher) -> io::Result<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match file.read_at(&mut buf, offset) {
+            Ok(0) => return Ok(h.finish_hex()),
+            Ok(n) => {
+                h.update(&buf[..n]);
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -631,10 +696,12 @@ pub fn hash_inputs(
     while start < inputs.len() {
         let (first, algo) = &inputs[start];
         if first.as_os_str() == STDIN {
-            let r = hash_reader(*algo, io::stdin().lock()).map_err(|error| SumError {
-                path: first.clone(),
-                error,
-            });
+            let r = stdin()
+                .and_then(|f| hash_reader(*algo, f))
+                .map_err(|error| SumError {
+                    path: first.clone(),
+                    error,
+                });
             emit(start, r);
             start += 1;
             continue;
@@ -652,6 +719,14 @@ pub fn hash_inputs(
         hash_files(engine, &paths, &run, |i, r| emit(start + i, r));
         start = end;
     }
+}
+
+/// Standard input, to read from: a duplicate of descriptor 0, not
+/// `std::io::stdin`, which reads a descriptor that is closed or open only
+/// for writing (`EBADF`) as empty; the tools report it as GNU's do.
+pub fn stdin() -> io::Result<File> {
+    use std::os::fd::AsFd;
+    Ok(File::from(io::stdin().as_fd().try_clone_to_owned()?))
 }
 
 /// The digest of everything `r` yields, read in 1 MiB pieces.
@@ -710,6 +785,11 @@ pub fn print_sums(
         io_result = match r {
             Ok(hex) if list.tag => {
                 out.write_all(&crate::names::tag_line(&opts.algo.tag(), &hex, name))
+            }
+            // BLAKE3 lines are b3sum's, the others sha256sum's: they
+            // differ in whether a carriage return is escaped.
+            Ok(hex) if opts.algo == Algo::Blake3 => {
+                out.write_all(&crate::names::b3sum_line(&hex, name))
             }
             Ok(hex) => out.write_all(&crate::names::line(&hex, name)),
             Err(e) => {
