@@ -387,12 +387,16 @@ impl Engine {
     /// `file`'s descriptor cannot be duplicated, its direct-I/O alignment
     /// is invalid, or every slot is in use (or the engine has none).
     pub fn register_file<T: Target + ?Sized>(&self, file: &T) -> io::Result<RegisteredFile> {
+        // Everything the target (user code, which may panic) has to say is
+        // asked before anything is allocated, so a panic leaves no
+        // duplicate and no slot behind.
         let direct = file.direct_alignment();
+        let polling = file.supports_polling();
+        let raw = file.raw_fd();
         if let Some(a) = direct {
             a.check()
                 .map_err(|e| io::Error::new(e.kind(), format!("register_file: the file's {e}")))?;
         }
-        let raw = file.raw_fd();
         // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor (or fails); it
         // touches no memory.
         let dup = unsafe { libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, 0) };
@@ -405,13 +409,15 @@ impl Engine {
         }
         // SAFETY: `dup` is a new descriptor that nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(dup) };
-        if let Imp::Uring(u) = &self.inner.imp {
-            u.register_file(fd.as_raw_fd())?;
-        }
+        let fixed = match &self.inner.imp {
+            Imp::Uring(u) => Some(u.register_file(fd.as_raw_fd())?),
+            Imp::Threads(_) => None,
+        };
         Ok(RegisteredFile {
-            fd: Some(fd),
+            fd,
+            fixed,
             direct,
-            polling: file.supports_polling(),
+            polling,
             engine: self.clone(),
         })
     }
@@ -421,11 +427,16 @@ impl Engine {
 /// [`Engine::register_file`]. Operations on it (it is a [`Target`]) use
 /// the slot, which saves the kernel a file lookup per operation.
 ///
-/// It owns a duplicate of the registered descriptor, and empties the slot
-/// before closing it, so the slot always names the file registered.
+/// It owns a duplicate of the registered descriptor. Only operations built
+/// from the `RegisteredFile` itself use the slot; an operation on any other
+/// target, [`RawTarget`](crate::RawTarget) of the same number included, is
+/// issued on its own descriptor. An operation borrows the `RegisteredFile`,
+/// so the registration outlives every batch that uses its slot.
 pub struct RegisteredFile {
-    /// The duplicate; `None` only while dropping.
-    fd: Option<OwnedFd>,
+    /// The duplicate, closed only after its slot was emptied.
+    fd: OwnedFd,
+    /// The slot (io_uring backend only); `None` once released.
+    fixed: Option<crate::op::sealed::FixedSlot>,
     direct: Option<crate::Alignment>,
     polling: bool,
     engine: Engine,
@@ -440,16 +451,13 @@ impl RegisteredFile {
     }
 
     fn release(&mut self) -> io::Result<()> {
-        let Some(fd) = self.fd.take() else {
+        let Some(fixed) = self.fixed.take() else {
             return Ok(());
         };
-        let res = match &self.engine.inner.imp {
-            Imp::Uring(u) => u.unregister_file(fd.as_raw_fd()),
+        match &self.engine.inner.imp {
+            Imp::Uring(u) => u.unregister_file(fixed.slot),
             Imp::Threads(_) => Ok(()),
-        };
-        // Closed only now that no table holds its number.
-        drop(fd);
-        res
+        }
     }
 }
 
@@ -463,13 +471,14 @@ impl fmt::Debug for RegisteredFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RegisteredFile")
             .field("fd", &self.raw_fd())
+            .field("slot", &self.fixed.map(|f| f.slot))
             .finish()
     }
 }
 
 impl Target for RegisteredFile {
     fn raw_fd(&self) -> RawFd {
-        self.fd.as_ref().map_or(-1, AsRawFd::as_raw_fd)
+        self.fd.as_raw_fd()
     }
     fn direct_alignment(&self) -> Option<crate::Alignment> {
         self.direct
@@ -477,11 +486,14 @@ impl Target for RegisteredFile {
     fn supports_polling(&self) -> bool {
         self.polling
     }
+    fn registered_slot(&self, _: crate::op::sealed::Token) -> Option<crate::op::sealed::FixedSlot> {
+        self.fixed
+    }
 }
 
 impl AsFd for RegisteredFile {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_ref().expect("present until dropped").as_fd()
+        self.fd.as_fd()
     }
 }
 
