@@ -614,3 +614,54 @@ fn caller_driven_ring_under_concurrent_starts_drops_and_reaps() {
     stop.store(true, Ordering::SeqCst);
     reaper.join().unwrap();
 }
+
+/// A waker whose `Drop` reaps the engine that holds it.
+struct ReapsWhenDropped(AsyncEngine, Arc<AtomicUsize>);
+
+impl Wake for ReapsWhenDropped {
+    fn wake(self: Arc<Self>) {}
+}
+
+impl Drop for ReapsWhenDropped {
+    fn drop(&mut self) {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        self.0.reap();
+    }
+}
+
+/// A waker's `Drop` is user code too: when a second poll replaces the
+/// stored waker, the old one is dropped with no lock held, so its `Drop`
+/// may reap the engine, which completes that very operation.
+#[test]
+fn a_replaced_waker_whose_drop_reaps_does_not_deadlock() {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let engine = AsyncEngine::builder().driven_by_caller().build().unwrap();
+        let (r, mut w, _) = pipe();
+        // Data already there: the read completes at submission, and its
+        // completion waits in the ring for a reap.
+        w.write_all(b"12345678").unwrap();
+        let file = AsyncFile::from_file(&engine, r);
+        let mut read = file.read_at(vec![0u8; 8], 0);
+        let drops = Arc::new(AtomicUsize::new(0));
+        let first = Waker::from(Arc::new(ReapsWhenDropped(engine.clone(), drops.clone())));
+        let mut res = poll_with(&mut read, &first);
+        drop(first); // the operation holds the last handle
+        let deadline = Instant::now() + DEADLINE;
+        while res.is_pending() && Instant::now() < deadline {
+            // Replaces the first waker, whose `Drop` reaps.
+            res = poll_with(&mut read, noop());
+            engine.reap();
+        }
+        let (n, buf) = match res {
+            Poll::Ready((n, buf)) => (n.unwrap(), buf),
+            Poll::Pending => panic!("the read never completed"),
+        };
+        let _ = tx.send((n, buf, drops.load(Ordering::SeqCst)));
+    });
+    let (n, buf, drops) = rx
+        .recv_timeout(DEADLINE)
+        .expect("deadlocked: a replaced waker was dropped under the operation's lock");
+    assert_eq!((n, &buf[..]), (8, &b"12345678"[..]));
+    assert_eq!(drops, 1, "the replaced waker was dropped once");
+}

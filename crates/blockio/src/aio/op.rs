@@ -53,11 +53,15 @@ impl<B> Drop for OpState<B> {
 }
 
 impl<B> OpState<B> {
-    /// Keeps `waker` unless the one stored already wakes the same task.
-    fn store_waker(&mut self, waker: &Waker) {
+    /// Keeps `waker` unless the one stored already wakes the same task;
+    /// returns the waker it replaced, for the caller to drop once the lock
+    /// is let go (a waker's `Drop` is user code, which may call back into
+    /// the engine or panic).
+    #[must_use = "drop the replaced waker after the lock"]
+    fn store_waker(&mut self, waker: &Waker) -> Option<Waker> {
         match &self.waker {
-            Some(w) if w.will_wake(waker) => {}
-            _ => self.waker = Some(waker.clone()),
+            Some(w) if w.will_wake(waker) => None,
+            _ => self.waker.replace(waker.clone()),
         }
     }
 }
@@ -91,7 +95,9 @@ impl<B: IoBufMut> Abandoned for Shared<B> {
     fn poll_settled(&self, cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(res) = g.result else {
-            g.store_waker(cx.waker());
+            let replaced = g.store_waker(cx.waker());
+            drop(g);
+            drop(replaced);
             return Poll::Pending;
         };
         if let (Some(buf), Ok(n)) = (&g.buf, usize::try_from(res)) {
@@ -118,7 +124,9 @@ impl<B: Send> Settles for Shared<B> {
         match g.result {
             Some(res) => Poll::Ready(res),
             None => {
-                g.store_waker(cx.waker());
+                let replaced = g.store_waker(cx.waker());
+                drop(g);
+                drop(replaced);
                 Poll::Pending
             }
         }
@@ -229,7 +237,9 @@ impl<B: Send + 'static> OpFuture<B> {
     /// Registers the waker of the task that will await this operation.
     pub(crate) fn set_waker(&self, waker: &Waker) {
         let mut g = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.store_waker(waker);
+        let replaced = g.store_waker(waker);
+        drop(g);
+        drop(replaced);
     }
 }
 
@@ -256,7 +266,9 @@ impl<B: Send + 'static> Future for OpFuture<B> {
                 Poll::Ready((this.site.result(res), buf))
             }
             None => {
-                g.store_waker(cx.waker());
+                let replaced = g.store_waker(cx.waker());
+                drop(g);
+                drop(replaced);
                 Poll::Pending
             }
         }
