@@ -275,3 +275,35 @@ fn registering_and_dropping_from_many_threads_fails_no_batch() {
         }
     });
 }
+
+/// A `Target` whose `supports_polling` panics (safe user code may).
+struct PanicsWhenAsked(File);
+
+impl Target for PanicsWhenAsked {
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+    fn supports_polling(&self) -> bool {
+        panic!("a hostile Target panics")
+    }
+}
+
+/// `register_file` asks the `Target` everything before it fills a slot,
+/// so a panicking `Target` leaves no slot (and no duplicate) behind.
+#[test]
+fn a_panicking_target_leaves_no_registered_slot_behind() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(1);
+    let hostile = PanicsWhenAsked(File::create(dir.path().join("a")).unwrap());
+    let panicked =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.register_file(&hostile)));
+    assert!(panicked.is_err(), "the Target's panic reaches the caller");
+    // The only slot is still free.
+    let pb = dir.path().join("b");
+    let b = File::create(&pb).unwrap();
+    let reg = e.register_file(&b).unwrap();
+    write_one(&e, Op::write(&reg, 0, b"b"));
+    assert_eq!(std::fs::read(&pb).unwrap(), b"b");
+    assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), b"");
+}
