@@ -110,7 +110,10 @@ impl EngineBuilder {
         self
     }
 
-    /// Reserve `slots` registered-file slots in every ring; fill them with
+    /// Reserve `slots` registered-file slots in every ring (at most
+    /// [`MAX_REGISTERED_FILES`] and the process's open-file limit,
+    /// `RLIMIT_NOFILE`, which the kernel enforces; more makes
+    /// [`build`](Self::build) fail); fill them with
     /// [`Engine::register_file`]. Operations on the [`RegisteredFile`] it
     /// returns use its slot, which skips the per-request file lookup.
     pub fn registered_files(mut self, slots: u32) -> Self {
@@ -167,9 +170,16 @@ impl EngineBuilder {
     }
 
     /// Builds the engine. With [`BackendChoice::Auto`] this fails only if
-    /// even the thread pool cannot start, or if [`BACKEND_ENV`](crate::BACKEND_ENV) holds an
-    /// unknown value.
+    /// even the thread pool cannot start, if [`BACKEND_ENV`](crate::BACKEND_ENV) holds an
+    /// unknown value, or if an argument is invalid (an error naming it:
+    /// more [`registered_files`](Self::registered_files) than
+    /// [`MAX_REGISTERED_FILES`] or the process's open-file limit, a
+    /// [`registered_buffers`](Self::registered_buffers) pool with no
+    /// buffer). Only the kernel refusing io_uring falls back to the pool.
     pub fn build(self) -> io::Result<Engine> {
+        // The caller's mistakes are errors; only the kernel refusing
+        // io_uring itself makes `Auto` fall back to the thread pool.
+        self.check()?;
         let threads = backend::fallback_threads(self.threads, self.queue_depth);
         let uring = || {
             UringBackend::new(UringConfig {
@@ -200,6 +210,47 @@ impl EngineBuilder {
                 sent_to_backend: AtomicU64::new(0),
             }),
         })
+    }
+}
+
+/// The most registered-file slots an engine may reserve: the kernel's
+/// limit before Linux 5.15 (later kernels allow more, but every slot costs
+/// memory in every ring).
+pub const MAX_REGISTERED_FILES: u32 = 1 << 15;
+
+impl EngineBuilder {
+    /// Refuses arguments no kernel can accept, naming them.
+    fn check(&self) -> io::Result<()> {
+        let invalid = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
+        let slots = self.file_slots;
+        if slots > MAX_REGISTERED_FILES {
+            return invalid(format!(
+                "EngineBuilder::registered_files: {slots} slots; at most {MAX_REGISTERED_FILES}"
+            ));
+        }
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one rlimit through a live pointer.
+        if slots > 0 && unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+            if u64::from(slots) > lim.rlim_cur as u64 {
+                return invalid(format!(
+                    "EngineBuilder::registered_files: {slots} slots exceed the open-file limit \
+                     (RLIMIT_NOFILE) of {}",
+                    lim.rlim_cur
+                ));
+            }
+        }
+        if let Some(pool) = &self.registered_buffers {
+            if pool.inner().count() == 0 || pool.inner().buf_size() == 0 {
+                return invalid(
+                    "EngineBuilder::registered_buffers: the pool has no buffer to register"
+                        .to_string(),
+                );
+            }
+        }
+        Ok(())
     }
 }
 

@@ -665,3 +665,55 @@ fn a_replaced_waker_whose_drop_reaps_does_not_deadlock() {
     assert_eq!((n, &buf[..]), (8, &b"12345678"[..]));
     assert_eq!(drops, 1, "the replaced waker was dropped once");
 }
+
+/// A builder argument no kernel can accept is the caller's mistake: an
+/// error naming it, never a silent fall back to the thread pool.
+#[test]
+fn invalid_builder_arguments_are_errors_not_a_fall_back() {
+    use blockio::aio::AsyncEngineBuilder;
+    let err = Engine::builder()
+        .registered_files(u32::MAX)
+        .build()
+        .expect_err("u32::MAX registered files");
+    assert!(err.to_string().contains("registered_files"), "{err}");
+    assert!(err.to_string().contains("at most"), "{err}");
+    let err = AsyncEngineBuilder::default()
+        .driven_by_caller()
+        .completion_eventfd(-1)
+        .build()
+        .expect_err("completion_eventfd(-1)");
+    assert!(err.to_string().contains("completion_eventfd"), "{err}");
+    let not_an_eventfd = tempfile::tempfile().unwrap();
+    let err = AsyncEngineBuilder::default()
+        .driven_by_caller()
+        .completion_eventfd(not_an_eventfd.as_raw_fd())
+        .build()
+        .expect_err("a regular file as the completion eventfd");
+    assert!(err.to_string().contains("not an eventfd"), "{err}");
+    // SAFETY: eventfd returns a new descriptor or -1.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    assert!(efd >= 0);
+    // SAFETY: `efd` is new and owned by nobody else.
+    let efd = unsafe { OwnedFd::from_raw_fd(efd) };
+    AsyncEngineBuilder::default()
+        .driven_by_caller()
+        .completion_eventfd(efd.as_raw_fd())
+        .build()
+        .expect("a real eventfd");
+    Engine::builder()
+        .registered_files(4)
+        .build()
+        .expect("4 slots");
+}
+
+/// A pool with no buffers, or with empty ones, is refused with an error
+/// naming the argument (its `get` would otherwise wait forever).
+#[test]
+fn empty_buffer_pools_are_refused() {
+    let err = BufferPool::try_new(0, 4096, 4096).expect_err("count 0");
+    assert!(err.to_string().contains("`count` is 0"), "{err}");
+    let err = BufferPool::try_new(4, 0, 4096).expect_err("buf_size 0");
+    assert!(err.to_string().contains("`buf_size` is 0"), "{err}");
+    let pool = BufferPool::try_new(1, 1, 1).expect("one buffer of one byte");
+    assert_eq!(pool.get().len(), 1);
+}
