@@ -232,15 +232,16 @@ impl EngineBuilder {
             rlim_cur: 0,
             rlim_max: 0,
         };
-        // SAFETY: getrlimit writes one rlimit through a live pointer.
-        if slots > 0 && unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-            if u64::from(slots) > lim.rlim_cur as u64 {
-                return invalid(format!(
-                    "EngineBuilder::registered_files: {slots} slots exceed the open-file limit \
-                     (RLIMIT_NOFILE) of {}",
-                    lim.rlim_cur
-                ));
-            }
+        if slots > 0
+            // SAFETY: getrlimit writes one rlimit through a live pointer.
+            && unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0
+            && u64::from(slots) > lim.rlim_cur
+        {
+            return invalid(format!(
+                "EngineBuilder::registered_files: {slots} slots exceed the open-file limit \
+                 (RLIMIT_NOFILE) of {}",
+                lim.rlim_cur
+            ));
         }
         if let Some(pool) = &self.registered_buffers {
             if pool.inner().count() == 0 || pool.inner().buf_size() == 0 {
