@@ -717,3 +717,65 @@ fn empty_buffer_pools_are_refused() {
     let pool = BufferPool::try_new(1, 1, 1).expect("one buffer of one byte");
     assert_eq!(pool.get().len(), 1);
 }
+
+/// Streaming block sizes and depths past the limits are refused when the
+/// file is opened, with an error naming the argument and the limit (they
+/// used to panic, abort on allocation or hang on the first read); refused
+/// options create no file.
+#[test]
+fn streaming_block_sizes_and_depths_past_the_limits_are_refused() {
+    use blockio::aio::{AsyncOpenOptions, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_DEPTH};
+    use futures::{AsyncReadExt, AsyncWriteExt};
+    let engine = AsyncEngine::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let cases = [
+        (usize::MAX, 1, "block_size"),
+        (MAX_STREAM_BLOCK_SIZE + 1, 1, "block_size"),
+        (1 << 40, 4, "block_size"),
+        (4096, usize::MAX, "depth"),
+        (4096, MAX_STREAM_DEPTH + 1, "depth"),
+        (
+            MAX_STREAM_BLOCK_SIZE,
+            MAX_STREAM_DEPTH,
+            "block_size * depth",
+        ),
+    ];
+    for (block, depth, named) in cases {
+        let options = AsyncOpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .block_size(block)
+            .depth(depth);
+        let err = AsyncFile::open_with(&engine, &path, &options).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("AsyncOpenOptions::{named}:")),
+            "{msg}"
+        );
+        assert!(msg.contains("at most"), "{msg}");
+        assert!(!path.exists(), "refused options created the file");
+    }
+    // At the limits (and at the smallest values) streaming works.
+    std::fs::write(&path, vec![4u8; 5000]).unwrap();
+    for (round, (block, depth)) in [(0, 0), (1, 1), (1 << 20, MAX_STREAM_DEPTH)]
+        .into_iter()
+        .enumerate()
+    {
+        let options = AsyncOpenOptions::new()
+            .read(true)
+            .write(true)
+            .block_size(block)
+            .depth(depth);
+        let mut f = AsyncFile::open_with(&engine, &path, &options).unwrap();
+        futures::executor::block_on(async {
+            let mut v = Vec::new();
+            f.read_to_end(&mut v).await.unwrap();
+            assert_eq!(v.len(), 5000 + 4 * round);
+            f.write_all(b"tail").await.unwrap();
+            f.flush().await.unwrap();
+        });
+    }
+    assert_eq!(std::fs::read(&path).unwrap().len(), 5000 + 3 * 4);
+}

@@ -83,7 +83,10 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, OnceLock};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
-pub use file::{AsyncFile, AsyncOpenOptions, Batch, BatchOp};
+pub use file::{
+    AsyncFile, AsyncOpenOptions, Batch, BatchOp, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES,
+    MAX_STREAM_DEPTH,
+};
 pub use op::{BufResult, OpFuture};
 #[cfg(feature = "tokio")]
 pub use tokio_drive::drive_on_tokio;
