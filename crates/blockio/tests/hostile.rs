@@ -779,3 +779,49 @@ fn streaming_block_sizes_and_depths_past_the_limits_are_refused() {
     }
     assert_eq!(std::fs::read(&path).unwrap().len(), 5000 + 3 * 4);
 }
+
+/// Dropped reads of an empty pipe (nobody can make them complete any more)
+/// are cancelled, so they do not hold the engine's in-flight places for
+/// good: with a queue depth of 2 and both places taken by such reads, a
+/// read of a regular file still completes. On the thread pool a read a
+/// pool thread has started cannot be interrupted and holds that thread
+/// until data arrives, so the pool gets threads beyond the stuck reads.
+#[test]
+fn dropped_reads_stuck_on_a_pipe_do_not_starve_the_engine() {
+    use std::io::Write as _;
+    for caller_driven in [true, false] {
+        let (tx, rx) = mpsc::channel();
+        let (r, w, _) = pipe();
+        std::thread::spawn(move || {
+            let b = AsyncEngine::builder().queue_depth(2).fallback_threads(4);
+            let engine = if caller_driven {
+                b.driven_by_caller().build().unwrap()
+            } else {
+                b.build().unwrap()
+            };
+            let pipe = AsyncFile::from_file(&engine, r);
+            for _ in 0..2 {
+                let mut stuck = pipe.read_at(vec![0u8; 16], 0);
+                assert!(poll_with(&mut stuck, noop()).is_pending());
+                drop(stuck);
+            }
+            let mut f = tempfile::tempfile().unwrap();
+            f.write_all(&[3u8; 100]).unwrap();
+            let file = AsyncFile::from_file(&engine, f);
+            let mut read = file.read_at(vec![0u8; 16], 0);
+            let (n, buf) = loop {
+                if let Poll::Ready((n, buf)) = poll_with(&mut read, noop()) {
+                    break (n.unwrap(), buf);
+                }
+                engine.reap();
+                std::thread::yield_now();
+            };
+            let _ = tx.send((n, buf));
+        });
+        let (n, buf) = rx
+            .recv_timeout(DEADLINE)
+            .expect("starved: dropped pipe reads kept the engine's in-flight places");
+        assert_eq!((n, &buf[..]), (16, &[3u8; 16][..]));
+        drop(w);
+    }
+}

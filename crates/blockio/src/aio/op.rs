@@ -276,11 +276,15 @@ impl<B: Send + 'static> Future for OpFuture<B> {
 }
 
 impl<B: Send + 'static> Drop for OpFuture<B> {
-    /// A socket operation still in the kernel is cancelled there: it may
-    /// wait for a peer forever. Its memory stays with the driver until the
-    /// completion. Other operations finish on their own.
+    /// An operation still in the kernel whose target may wait forever (a
+    /// socket, pipe, FIFO, terminal or other character device) is
+    /// cancelled there: nobody is left to make it complete, and it would
+    /// hold its place in the engine's in-flight limit for good. Its memory
+    /// stays with the driver until the completion. An operation on a
+    /// regular file or a block device finishes on its own (a dropped write
+    /// still lands).
     fn drop(&mut self) {
-        if self.op.is_some() || self.refused.is_some() || !self.site.kind.is_socket() {
+        if self.op.is_some() || self.refused.is_some() {
             return;
         }
         let pending = self
@@ -290,9 +294,26 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
             .unwrap_or_else(|e| e.into_inner())
             .result
             .is_none();
-        if pending {
+        if pending && (self.site.kind.is_socket() || may_wait_forever(self.site.fd)) {
             let weak: std::sync::Weak<Shared<B>> = Arc::downgrade(&self.shared);
             self.engine.driver().cancel(Cancel(weak));
         }
     }
+}
+
+/// Whether an operation on `fd` may wait forever: anything but a regular
+/// file, a directory or a block device (or a number `fstat` refuses, such
+/// as the current directory's `AT_FDCWD` of a path operation: opening a
+/// FIFO waits for its writer). Cancelling costs one submission entry, so
+/// the doubtful cases are cancelled.
+fn may_wait_forever(fd: std::os::fd::RawFd) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one `stat` through a live pointer; any number
+    // is allowed (a closed one fails with EBADF).
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return true;
+    }
+    // SAFETY: fstat succeeded, so it filled the struct.
+    let mode = unsafe { st.assume_init() }.st_mode & libc::S_IFMT;
+    !matches!(mode, libc::S_IFREG | libc::S_IFDIR | libc::S_IFBLK)
 }
