@@ -825,3 +825,52 @@ fn dropped_reads_stuck_on_a_pipe_do_not_starve_the_engine() {
         drop(w);
     }
 }
+
+/// Bytes that `AsyncWrite` accepted reach the file even when the file is
+/// dropped without a flush (the last partial block included), on a
+/// caller-driven engine and on the driver thread, without the drop
+/// waiting for them.
+#[test]
+fn bytes_written_reach_the_file_when_it_is_dropped_without_flush() {
+    use blockio::aio::AsyncOpenOptions;
+    use futures::AsyncWriteExt;
+    let big: Vec<u8> = (0..(1 << 20) + 1000).map(|i| (i % 251) as u8).collect();
+    for caller_driven in [true, false] {
+        for data in [&b"hello world"[..], &big[..]] {
+            let b = AsyncEngine::builder();
+            let engine = if caller_driven {
+                b.driven_by_caller().build().unwrap()
+            } else {
+                b.build().unwrap()
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("f");
+            let options = AsyncOpenOptions::new().write(true).create(true);
+            let mut f = AsyncFile::open_with(&engine, &path, &options).unwrap();
+            // Polled by hand and reaped in between: a caller-driven engine
+            // completes the writes that make room only when reaped.
+            let mut write = f.write_all(data);
+            let deadline = Instant::now() + DEADLINE;
+            loop {
+                if let Poll::Ready(res) = poll_with(&mut write, noop()) {
+                    break res.unwrap();
+                }
+                assert!(Instant::now() < deadline, "write_all never finished");
+                engine.reap();
+                std::thread::yield_now();
+            }
+            drop(f);
+            let deadline = Instant::now() + DEADLINE;
+            while std::fs::read(&path).unwrap() != data {
+                assert!(
+                    Instant::now() < deadline,
+                    "caller_driven {caller_driven}: {} of {} bytes reached the file",
+                    std::fs::read(&path).unwrap().len(),
+                    data.len()
+                );
+                engine.reap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}

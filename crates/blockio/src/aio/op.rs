@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -24,6 +25,8 @@ pub type BufResult<T, B> = (io::Result<T>, B);
 /// however early the future is dropped.
 pub(crate) struct Shared<B> {
     inner: Mutex<OpState<B>>,
+    /// Set by [`OpFuture::detach`]: performed even with the future gone.
+    detached: AtomicBool,
 }
 
 /// The result, the waker and the memory of one operation.
@@ -71,6 +74,10 @@ impl<B> OpState<B> {
 unsafe impl<B: Send> Send for OpState<B> {}
 
 impl<B: Send> Complete for Shared<B> {
+    fn detached(&self) -> bool {
+        self.detached.load(Ordering::Acquire)
+    }
+
     fn complete(&self, res: i32) {
         let waker = {
             let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -180,6 +187,7 @@ impl<B: Send + 'static> OpFuture<B> {
                     _keep: keep,
                     new_fd: site.kind == crate::kind::OpKind::Accept,
                 }),
+                detached: AtomicBool::new(false),
             }),
             site,
             op: Some(op),
@@ -232,6 +240,15 @@ impl<B: Send + 'static> OpFuture<B> {
             return None;
         }
         Some(self.shared.clone())
+    }
+
+    /// Drops the future but has the operation performed all the same,
+    /// even if it is still waiting for room in the ring or for a pool
+    /// thread (a dropped future's operation is otherwise skipped there).
+    /// For operations that complete on their own (file I/O): one whose
+    /// target may wait forever is still cancelled, as by dropping.
+    pub(crate) fn detach(self) {
+        self.shared.detached.store(true, Ordering::Release);
     }
 
     /// Registers the waker of the task that will await this operation.
@@ -306,7 +323,7 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
 /// as the current directory's `AT_FDCWD` of a path operation: opening a
 /// FIFO waits for its writer). Cancelling costs one submission entry, so
 /// the doubtful cases are cancelled.
-fn may_wait_forever(fd: std::os::fd::RawFd) -> bool {
+pub(crate) fn may_wait_forever(fd: std::os::fd::RawFd) -> bool {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes one `stat` through a live pointer; any number
     // is allowed (a closed one fails with EBADF).
