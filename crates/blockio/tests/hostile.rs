@@ -874,3 +874,74 @@ fn bytes_written_reach_the_file_when_it_is_dropped_without_flush() {
         }
     }
 }
+
+/// Four connections each hold 4 of the engine's 16 receive-ring buffers
+/// (the whole ring, none given back), and their peers send more: every
+/// stream still receives it, into a buffer of its own, so buffers held by
+/// the application never pause receives for good.
+#[test]
+fn connections_holding_the_whole_receive_ring_still_receive() {
+    use blockio::net::TcpListener;
+    use std::net::TcpStream as StdStream;
+    const CONNS: usize = 4;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let e = AsyncEngine::builder()
+            .recv_buffers(16, 1024)
+            .recv_buffer_share(4)
+            .build()
+            .unwrap();
+        let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+        let mut pairs = Vec::new();
+        for _ in 0..CONNS {
+            let peer = StdStream::connect(l.local_addr()).unwrap();
+            let (s, _) = futures::executor::block_on(l.accept()).unwrap();
+            pairs.push((s, peer));
+        }
+        let mut streams: Vec<_> = pairs.iter().map(|(s, _)| s.recv_stream()).collect();
+        let mut held = Vec::new();
+        let mut from_ring = 0;
+        // 4 KiB each: at least four receives of at most 1 KiB, the first
+        // four into ring buffers (the share); all of them kept.
+        for (i, ((_, peer), r)) in pairs.iter().zip(&mut streams).enumerate() {
+            let mut peer = peer;
+            peer.write_all(&[i as u8; 4096]).unwrap();
+            let mut got = 0;
+            while got < 4096 {
+                let b = futures::executor::block_on(r.next()).unwrap().unwrap();
+                assert!(b.iter().all(|&x| x == i as u8));
+                got += b.len();
+                from_ring += usize::from(b.is_from_ring());
+                held.push(b);
+            }
+        }
+        // Every ring buffer is held now (on io_uring); more bytes arrive.
+        let mut more = Vec::new();
+        for (i, ((_, peer), r)) in pairs.iter().zip(&mut streams).enumerate() {
+            let mut peer = peer;
+            peer.write_all(&[0x80 | i as u8; 100]).unwrap();
+            let mut got = Vec::new();
+            while got.len() < 100 {
+                let b = futures::executor::block_on(r.next()).unwrap().unwrap();
+                got.extend_from_slice(&b);
+                more.push(b.is_from_ring());
+            }
+            assert_eq!(got, [0x80 | i as u8; 100]);
+        }
+        let _ = tx.send((from_ring, more, e.backend()));
+        drop(held);
+    });
+    let (from_ring, more, backend) = rx
+        .recv_timeout(DEADLINE)
+        .expect("receives paused for good with every ring buffer held");
+    if backend == blockio::Backend::IoUring {
+        assert_eq!(from_ring, 16, "the connections held the whole ring");
+        assert!(
+            more.iter().all(|&ring| !ring),
+            "received into the streams' own buffers"
+        );
+    } else {
+        // epoll receives into a buffer per receive: no ring to run out of.
+        assert_eq!(from_ring, 0);
+    }
+}

@@ -246,7 +246,10 @@ impl AsyncEngineBuilder {
     /// receive into, shared by all of the engine's connections: `count`
     /// buffers (a power of two, at most 32,768) of `size` bytes. Default:
     /// 512 of 4 KiB (2 MiB), allocated when the first receive stream
-    /// starts. When they run out, receives pause until some are dropped.
+    /// starts. When they run out (or a connection holds its
+    /// [share](Self::recv_buffer_share)), an awaited stream receives into a
+    /// buffer of its own until ring buffers are dropped, so buffers the
+    /// application holds never stall a connection.
     pub fn recv_buffers(mut self, count: u16, size: u32) -> Self {
         self.recv_shape.count = count;
         self.recv_shape.size = size;
@@ -254,8 +257,9 @@ impl AsyncEngineBuilder {
     }
 
     /// The most receive buffers one connection holds (received and not yet
-    /// dropped) before its receive pauses, so that one slow reader cannot
-    /// take every buffer from the others. Default 32; at least 1.
+    /// dropped) before it receives into buffers of its own instead, so
+    /// that one slow reader cannot take every buffer from the others.
+    /// Default 32; at least 1.
     pub fn recv_buffer_share(mut self, n: usize) -> Self {
         self.recv_shape.share = n.max(1);
         self
