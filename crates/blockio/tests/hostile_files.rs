@@ -307,3 +307,22 @@ fn a_panicking_target_leaves_no_registered_slot_behind() {
     assert_eq!(std::fs::read(&pb).unwrap(), b"b");
     assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), b"");
 }
+
+/// A registration is one engine's: an operation on it submitted to
+/// another engine uses its descriptor, never that engine's slot of the
+/// same index (which names another file there).
+#[test]
+fn a_registration_used_on_another_engine_reaches_its_own_file() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (engine(1), engine(1));
+    let (px, py) = (dir.path().join("x"), dir.path().join("y"));
+    let x = File::create(&px).unwrap();
+    let y = File::create(&py).unwrap();
+    let on_b = b.register_file(&x).unwrap();
+    let on_a = a.register_file(&y).unwrap();
+    write_one(&b, Op::write(&on_a, 0, b"y, through b"));
+    write_one(&b, Op::write(&on_b, 0, b"x"));
+    assert_eq!(std::fs::read(&py).unwrap(), b"y, through b");
+    assert_eq!(std::fs::read(&px).unwrap(), b"x");
+}
