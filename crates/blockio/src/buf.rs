@@ -257,8 +257,9 @@ impl fmt::Debug for BufferPool {
 impl BufferPool {
     /// `count` buffers of `buf_size` bytes, each aligned to `align`.
     ///
-    /// `buf_size` is rounded up to a multiple of `align`. At most 16384
-    /// buffers (the kernel's limit for registered buffers).
+    /// `buf_size` is rounded up to a multiple of `align`. At least 1 and at
+    /// most 16384 buffers (the kernel's limit for registered buffers), of at
+    /// least 1 byte.
     ///
     /// # Panics
     /// Where [`BufferPool::try_new`] fails, with its message (like
@@ -268,10 +269,22 @@ impl BufferPool {
     }
 
     /// [`BufferPool::new`] for sizes chosen by a caller: an error naming the
-    /// argument when `count` exceeds 16384, `align` is not a power of two,
+    /// argument when `count` is 0 or exceeds 16384, `buf_size` is 0, `align` is not a power of two,
     /// the sizes overflow, or the memory cannot be had.
     pub fn try_new(count: usize, buf_size: usize, align: usize) -> io::Result<BufferPool> {
         let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
+        // An empty pool, or one of empty buffers, would make `get` wait
+        // forever (there is nothing to hand out) and registering it fail.
+        if count == 0 {
+            return Err(invalid(
+                "BufferPool: `count` is 0; a pool needs at least 1 buffer".to_string(),
+            ));
+        }
+        if buf_size == 0 {
+            return Err(invalid(
+                "BufferPool: `buf_size` is 0; buffers need at least 1 byte".to_string(),
+            ));
+        }
         if count > 16384 {
             return Err(invalid(format!(
                 "BufferPool: `count` is {count}; at most 16384 buffers"

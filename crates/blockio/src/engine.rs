@@ -110,7 +110,10 @@ impl EngineBuilder {
         self
     }
 
-    /// Reserve `slots` registered-file slots in every ring; fill them with
+    /// Reserve `slots` registered-file slots in every ring (at most
+    /// [`MAX_REGISTERED_FILES`] and the process's open-file limit,
+    /// `RLIMIT_NOFILE`, which the kernel enforces; more makes
+    /// [`build`](Self::build) fail); fill them with
     /// [`Engine::register_file`]. Operations on the [`RegisteredFile`] it
     /// returns use its slot, which skips the per-request file lookup.
     pub fn registered_files(mut self, slots: u32) -> Self {
@@ -167,9 +170,16 @@ impl EngineBuilder {
     }
 
     /// Builds the engine. With [`BackendChoice::Auto`] this fails only if
-    /// even the thread pool cannot start, or if [`BACKEND_ENV`](crate::BACKEND_ENV) holds an
-    /// unknown value.
+    /// even the thread pool cannot start, if [`BACKEND_ENV`](crate::BACKEND_ENV) holds an
+    /// unknown value, or if an argument is invalid (an error naming it:
+    /// more [`registered_files`](Self::registered_files) than
+    /// [`MAX_REGISTERED_FILES`] or the process's open-file limit, a
+    /// [`registered_buffers`](Self::registered_buffers) pool with no
+    /// buffer). Only the kernel refusing io_uring falls back to the pool.
     pub fn build(self) -> io::Result<Engine> {
+        // The caller's mistakes are errors; only the kernel refusing
+        // io_uring itself makes `Auto` fall back to the thread pool.
+        self.check()?;
         let threads = backend::fallback_threads(self.threads, self.queue_depth);
         let uring = || {
             UringBackend::new(UringConfig {
@@ -200,6 +210,48 @@ impl EngineBuilder {
                 sent_to_backend: AtomicU64::new(0),
             }),
         })
+    }
+}
+
+/// The most registered-file slots an engine may reserve: the kernel's
+/// limit before Linux 5.15 (later kernels allow more, but every slot costs
+/// memory in every ring).
+pub const MAX_REGISTERED_FILES: u32 = 1 << 15;
+
+impl EngineBuilder {
+    /// Refuses arguments no kernel can accept, naming them.
+    fn check(&self) -> io::Result<()> {
+        let invalid = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
+        let slots = self.file_slots;
+        if slots > MAX_REGISTERED_FILES {
+            return invalid(format!(
+                "EngineBuilder::registered_files: {slots} slots; at most {MAX_REGISTERED_FILES}"
+            ));
+        }
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if slots > 0
+            // SAFETY: getrlimit writes one rlimit through a live pointer.
+            && unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0
+            && u64::from(slots) > lim.rlim_cur
+        {
+            return invalid(format!(
+                "EngineBuilder::registered_files: {slots} slots exceed the open-file limit \
+                 (RLIMIT_NOFILE) of {}",
+                lim.rlim_cur
+            ));
+        }
+        if let Some(pool) = &self.registered_buffers {
+            if pool.inner().count() == 0 || pool.inner().buf_size() == 0 {
+                return invalid(
+                    "EngineBuilder::registered_buffers: the pool has no buffer to register"
+                        .to_string(),
+                );
+            }
+        }
+        Ok(())
     }
 }
 
@@ -387,12 +439,16 @@ impl Engine {
     /// `file`'s descriptor cannot be duplicated, its direct-I/O alignment
     /// is invalid, or every slot is in use (or the engine has none).
     pub fn register_file<T: Target + ?Sized>(&self, file: &T) -> io::Result<RegisteredFile> {
+        // Everything the target (user code, which may panic) has to say is
+        // asked before anything is allocated, so a panic leaves no
+        // duplicate and no slot behind.
         let direct = file.direct_alignment();
+        let polling = file.supports_polling();
+        let raw = file.raw_fd();
         if let Some(a) = direct {
             a.check()
                 .map_err(|e| io::Error::new(e.kind(), format!("register_file: the file's {e}")))?;
         }
-        let raw = file.raw_fd();
         // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor (or fails); it
         // touches no memory.
         let dup = unsafe { libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, 0) };
@@ -405,13 +461,15 @@ impl Engine {
         }
         // SAFETY: `dup` is a new descriptor that nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(dup) };
-        if let Imp::Uring(u) = &self.inner.imp {
-            u.register_file(fd.as_raw_fd())?;
-        }
+        let fixed = match &self.inner.imp {
+            Imp::Uring(u) => Some(u.register_file(fd.as_raw_fd())?),
+            Imp::Threads(_) => None,
+        };
         Ok(RegisteredFile {
-            fd: Some(fd),
+            fd,
+            fixed,
             direct,
-            polling: file.supports_polling(),
+            polling,
             engine: self.clone(),
         })
     }
@@ -421,11 +479,16 @@ impl Engine {
 /// [`Engine::register_file`]. Operations on it (it is a [`Target`]) use
 /// the slot, which saves the kernel a file lookup per operation.
 ///
-/// It owns a duplicate of the registered descriptor, and empties the slot
-/// before closing it, so the slot always names the file registered.
+/// It owns a duplicate of the registered descriptor. Only operations built
+/// from the `RegisteredFile` itself use the slot; an operation on any other
+/// target, [`RawTarget`](crate::RawTarget) of the same number included, is
+/// issued on its own descriptor. An operation borrows the `RegisteredFile`,
+/// so the registration outlives every batch that uses its slot.
 pub struct RegisteredFile {
-    /// The duplicate; `None` only while dropping.
-    fd: Option<OwnedFd>,
+    /// The duplicate, closed only after its slot was emptied.
+    fd: OwnedFd,
+    /// The slot (io_uring backend only); `None` once released.
+    fixed: Option<crate::op::sealed::FixedSlot>,
     direct: Option<crate::Alignment>,
     polling: bool,
     engine: Engine,
@@ -440,16 +503,13 @@ impl RegisteredFile {
     }
 
     fn release(&mut self) -> io::Result<()> {
-        let Some(fd) = self.fd.take() else {
+        let Some(fixed) = self.fixed.take() else {
             return Ok(());
         };
-        let res = match &self.engine.inner.imp {
-            Imp::Uring(u) => u.unregister_file(fd.as_raw_fd()),
+        match &self.engine.inner.imp {
+            Imp::Uring(u) => u.unregister_file(fixed.slot),
             Imp::Threads(_) => Ok(()),
-        };
-        // Closed only now that no table holds its number.
-        drop(fd);
-        res
+        }
     }
 }
 
@@ -463,13 +523,14 @@ impl fmt::Debug for RegisteredFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RegisteredFile")
             .field("fd", &self.raw_fd())
+            .field("slot", &self.fixed.map(|f| f.slot))
             .finish()
     }
 }
 
 impl Target for RegisteredFile {
     fn raw_fd(&self) -> RawFd {
-        self.fd.as_ref().map_or(-1, AsRawFd::as_raw_fd)
+        self.fd.as_raw_fd()
     }
     fn direct_alignment(&self) -> Option<crate::Alignment> {
         self.direct
@@ -477,11 +538,14 @@ impl Target for RegisteredFile {
     fn supports_polling(&self) -> bool {
         self.polling
     }
+    fn registered_slot(&self, _: crate::op::sealed::Token) -> Option<crate::op::sealed::FixedSlot> {
+        self.fixed
+    }
 }
 
 impl AsFd for RegisteredFile {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_ref().expect("present until dropped").as_fd()
+        self.fd.as_fd()
     }
 }
 

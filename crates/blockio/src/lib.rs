@@ -78,7 +78,7 @@ pub use backend::{Backend, BackendChoice, BACKEND_ENV, FALLBACK_REQUESTED};
 pub use buf::{AlignedBuf, BufferPool, PooledBuf};
 pub use cached::ReadPath;
 pub use direct::{device_supports_polling, Alignment, AlignmentSource, DirectFile};
-pub use engine::{Engine, EngineBuilder, EngineStats, RegisteredFile};
+pub use engine::{Engine, EngineBuilder, EngineStats, RegisteredFile, MAX_REGISTERED_FILES};
 pub use error::{errno, OpError, PathError, Refusal};
 pub use kind::OpKind;
 pub use meta::{OpenRequest, PathAt};

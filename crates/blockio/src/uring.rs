@@ -31,9 +31,9 @@
 //! * a batch that panics part way (it should not) still waits for its
 //!   in-flight operations before its buffers can be released.
 
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use io_uring::{opcode, squeue, IoUring, Probe};
@@ -41,6 +41,7 @@ use io_uring::{opcode, squeue, IoUring, Probe};
 use crate::buf::{BufferPool, PoolInner};
 use crate::limit::InFlightLimit;
 use crate::op::action::Lower;
+use crate::op::sealed::FixedSlot;
 use crate::op::Op;
 use crate::ring::{submit_and_wait_or_abort, RingFlags};
 
@@ -97,25 +98,34 @@ pub struct ProbeReport {
 /// The registered files, as one version of the table every ring is
 /// brought to before it is used.
 ///
-/// The descriptors are duplicates owned by [`RegisteredFile`](crate::RegisteredFile)s,
-/// each removed from the table before it is closed, so a number in the
-/// table names the registered file for as long as it is there: an
-/// operation on a number that a closed file's successor now has cannot
-/// reach the closed file through its slot.
+/// Each descriptor is a duplicate owned by a [`RegisteredFile`](crate::RegisteredFile),
+/// removed from the table before it is closed. A ring is brought to the
+/// table only while the table's lock is held (a short `io_uring_register`
+/// on a ring nobody else uses, never an `io_uring_enter`), so it never
+/// meets a number that was closed (`EBADF`) or that another file took
+/// meanwhile. Only operations built from a `RegisteredFile` (which they
+/// borrow for the whole batch) use its slot, so a slot a batch uses names
+/// that file in the ring for as long as the batch runs.
 #[derive(Clone)]
 pub(crate) struct FileTable {
+    /// The backend the table belongs to (slots of another engine's rings
+    /// are never used).
+    owner: u64,
     version: u64,
     /// Slot -> fd (-1 when empty), as handed to the kernel.
     slots: Vec<RawFd>,
-    /// Fd -> slot, so that building each operation's entry is one lookup.
-    by_fd: HashMap<RawFd, u32>,
 }
 
 impl FileTable {
-    fn slot_of(&self, fd: RawFd) -> Option<u32> {
-        self.by_fd.get(&fd).copied()
+    /// The slot `fixed` names in this table, if it is one of its slots.
+    fn slot_of(&self, fixed: FixedSlot) -> Option<u32> {
+        (fixed.owner == self.owner && (fixed.slot as usize) < self.slots.len())
+            .then_some(fixed.slot)
     }
 }
+
+/// Tells the backends apart, for [`FixedSlot::owner`].
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) struct UringBackend {
     plain: RingPool,
@@ -289,9 +299,9 @@ impl UringBackend {
             bufs: cfg.bufs,
             files: (cfg.file_slots > 0).then(|| {
                 Mutex::new(Arc::new(FileTable {
+                    owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
                     version: 0,
                     slots: vec![-1; cfg.file_slots as usize],
-                    by_fd: HashMap::new(),
                 }))
             }),
             report,
@@ -329,7 +339,7 @@ impl UringBackend {
     /// [`unregister_file`](Self::unregister_file) before closing) in a free
     /// registered-file slot. The rings take the new table at their next
     /// check-out.
-    pub(crate) fn register_file(&self, fd: RawFd) -> io::Result<u32> {
+    pub(crate) fn register_file(&self, fd: RawFd) -> io::Result<FixedSlot> {
         let Some(files) = &self.files else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -348,35 +358,35 @@ impl UringBackend {
         };
         let t = Arc::make_mut(&mut cur);
         t.slots[slot] = fd;
-        t.by_fd.insert(fd, slot as u32);
         t.version += 1;
-        Ok(slot as u32)
+        Ok(FixedSlot {
+            owner: t.owner,
+            slot: slot as u32,
+        })
     }
 
-    /// Empties the slot holding `fd`, and brings every idle ring to the
-    /// new table at once so that they drop their reference to the file.
-    /// No lock of the table is held across those kernel calls.
-    pub(crate) fn unregister_file(&self, fd: RawFd) -> io::Result<()> {
+    /// Empties `slot`, and brings every idle ring to the new table at
+    /// once so that they drop their reference to the file. The table's lock
+    /// is held throughout, so every number handed to the kernel is open and
+    /// names its registered file; the calls are `io_uring_register` on idle
+    /// rings, which wait for no other thread.
+    pub(crate) fn unregister_file(&self, slot: u32) -> io::Result<()> {
         let Some(files) = &self.files else {
             return Ok(());
         };
-        let t = {
-            let mut cur = files.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(slot) = cur.slot_of(fd) else {
-                return Ok(());
-            };
-            let t = Arc::make_mut(&mut cur);
-            t.slots[slot as usize] = -1;
-            t.by_fd.remove(&fd);
-            t.version += 1;
-            cur.clone()
+        let mut cur = files.lock().unwrap_or_else(|e| e.into_inner());
+        let t = Arc::make_mut(&mut cur);
+        let Some(fd) = t.slots.get_mut(slot as usize) else {
+            return Ok(());
         };
+        *fd = -1;
+        t.version += 1;
         let mut result = Ok(());
         for pool in std::iter::once(&self.plain).chain(self.polled.as_ref()) {
             let mut st = pool.state.lock().unwrap_or_else(|e| e.into_inner());
-            for ring in st.idle.iter_mut().filter(|r| r.files_version < t.version) {
-                match ring.io.submitter().register_files_update(0, &t.slots) {
-                    Ok(_) => ring.files_version = t.version,
+            for ring in st.idle.iter_mut().filter(|r| r.files_version < cur.version) {
+                match ring.io.submitter().register_files_update(0, &cur.slots) {
+                    Ok(_) => ring.files_version = cur.version,
                     // Brought up to date at its next check-out.
                     Err(e) => result = Err(e),
                 }
@@ -416,22 +426,25 @@ impl UringBackend {
                     return Err(e);
                 }
             };
-            // The table as of this check-out: the ring is brought to it,
-            // and the entries are built from it, so both agree.
-            let files = self
-                .files
-                .as_ref()
-                .map(|f| f.lock().unwrap_or_else(|e| e.into_inner()).clone());
-            if let Some(t) = &files {
-                if ring.files_version != t.version {
-                    if let Err(e) = ring.io.submitter().register_files_update(0, &t.slots) {
-                        pool.give_back(ring);
-                        self.limit.give(permits);
-                        return Err(e);
+            // The table as of this check-out: the ring is brought to it
+            // under the table's lock (so that no number in it can be closed
+            // meanwhile), and the entries are built from it.
+            let files = match &self.files {
+                None => None,
+                Some(f) => {
+                    let t = f.lock().unwrap_or_else(|e| e.into_inner());
+                    if ring.files_version != t.version {
+                        if let Err(e) = ring.io.submitter().register_files_update(0, &t.slots) {
+                            drop(t);
+                            pool.give_back(ring);
+                            self.limit.give(permits);
+                            return Err(e);
+                        }
+                        ring.files_version = t.version;
                     }
-                    ring.files_version = t.version;
+                    Some(Arc::clone(&t))
                 }
-            }
+            };
             let mut batch = RingBatch {
                 ring: &mut ring.io,
                 limit: &self.limit,
@@ -638,7 +651,8 @@ impl Drop for RingBatch<'_> {
 }
 
 /// The submission entry of `op`, tagged with `ud`: on its registered-file
-/// slot when it has one, with its buffer's registered index when the buffer
+/// slot when it was built from a [`RegisteredFile`](crate::RegisteredFile)
+/// of this engine (any other operation uses its own descriptor), with its buffer's registered index when the buffer
 /// comes from `bufs`.
 pub(crate) fn build_entry(
     op: &Op<'_>,
@@ -646,9 +660,10 @@ pub(crate) fn build_entry(
     bufs: Option<&PoolInner>,
     files: Option<&FileTable>,
 ) -> squeue::Entry {
-    let slot = files
-        .filter(|_| op.action.takes_registered_file())
-        .and_then(|t| t.slot_of(op.fd));
+    let slot = match (files, op.fixed) {
+        (Some(t), Some(fixed)) if op.action.takes_registered_file() => t.slot_of(fixed),
+        _ => None,
+    };
     match slot {
         Some(slot) => op
             .action

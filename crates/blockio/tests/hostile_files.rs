@@ -176,3 +176,153 @@ fn registering_while_a_thread_waits_in_the_kernel_deadlocks_nothing() {
         }
     });
 }
+
+/// A batch keeps the table of registered files it took when it checked
+/// out a ring. Meanwhile another thread drops the registration and a new
+/// file gets its descriptor number: the batch's later write on that number
+/// (a raw target, not the registration) reaches the new file, never the
+/// closed one through the slot.
+#[test]
+fn a_batch_in_flight_never_reaches_a_dropped_registration_by_number() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::builder()
+        .registered_files(4)
+        .queue_depth(1)
+        .rings(1)
+        .read_path(ReadPath::AlwaysSubmit)
+        .build()
+        .unwrap();
+    let pa = dir.path().join("a");
+    let a = File::create(&pa).unwrap();
+    let reg = e.register_file(&a).unwrap();
+    drop(a);
+    let number = reg.raw_fd();
+    let (r, mut w) = pipe();
+    std::thread::scope(|s| {
+        let (e, r) = (&e, &r);
+        let batch = s.spawn(move || {
+            let (mut one, mut two) = ([0u8; 4], [0u8; 4]);
+            let by_number = RawTarget(number);
+            let mut ops = [
+                Op::read(r, 0, &mut one),
+                Op::read(r, 0, &mut two),
+                Op::write(&by_number, 0, b"batch"),
+            ];
+            let res = e.submit(&mut ops).unwrap();
+            res.into_iter().map(|r| r.unwrap()).collect::<Vec<_>>()
+        });
+        // Not a timing assertion: the pause only makes the order that broke
+        // the promise (the batch holding its table, waiting on the pipe,
+        // while the registration goes) the likely one; any order must end
+        // with the write in the file that has the number.
+        std::thread::sleep(Duration::from_millis(300));
+        drop(reg);
+        let (c, pc) = open_at_number(dir.path(), number);
+        std::io::Write::write_all(&mut w, b"12345678").unwrap();
+        assert_eq!(batch.join().unwrap(), [4, 4, 5]);
+        assert_eq!(
+            std::fs::read(&pc).unwrap(),
+            b"batch",
+            "the file with the number"
+        );
+        assert_eq!(
+            std::fs::read(&pa).unwrap(),
+            b"",
+            "the dropped registration's file"
+        );
+        drop(c);
+    });
+}
+
+/// Threads register files, write through the registrations and drop them,
+/// all at once: a ring brought to a table that another thread changed
+/// meanwhile never fails a whole batch (EBADF) nor sends a write elsewhere.
+#[test]
+fn registering_and_dropping_from_many_threads_fails_no_batch() {
+    let _serial = serial();
+    let e = Engine::builder()
+        .registered_files(2)
+        .rings(2)
+        .read_path(ReadPath::AlwaysSubmit)
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let (e, dir) = (&e, dir.path());
+            s.spawn(move || {
+                let path = dir.join(format!("f{t}"));
+                for round in 0..3000u32 {
+                    let f = File::create(&path).unwrap();
+                    let reg = match e.register_file(&f) {
+                        Ok(reg) => reg,
+                        // Both slots taken by the other threads.
+                        Err(err) if err.to_string().contains("slots are in use") => continue,
+                        Err(err) => panic!("register_file: {err}"),
+                    };
+                    let tag = format!("{t}:{round:08}");
+                    let res = e
+                        .submit(&mut [Op::write(&reg, 0, tag.as_bytes()), Op::fsync(&reg)])
+                        .unwrap_or_else(|err| panic!("thread {t} round {round}: {err}"));
+                    for r in res {
+                        r.unwrap();
+                    }
+                    drop(reg);
+                    assert_eq!(std::fs::read(&path).unwrap(), tag.as_bytes());
+                }
+            });
+        }
+    });
+}
+
+/// A `Target` whose `supports_polling` panics (safe user code may).
+struct PanicsWhenAsked(File);
+
+impl Target for PanicsWhenAsked {
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+    fn supports_polling(&self) -> bool {
+        panic!("a hostile Target panics")
+    }
+}
+
+/// `register_file` asks the `Target` everything before it fills a slot,
+/// so a panicking `Target` leaves no slot (and no duplicate) behind.
+#[test]
+fn a_panicking_target_leaves_no_registered_slot_behind() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(1);
+    let hostile = PanicsWhenAsked(File::create(dir.path().join("a")).unwrap());
+    let panicked =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.register_file(&hostile)));
+    assert!(panicked.is_err(), "the Target's panic reaches the caller");
+    // The only slot is still free.
+    let pb = dir.path().join("b");
+    let b = File::create(&pb).unwrap();
+    let reg = e.register_file(&b).unwrap();
+    write_one(&e, Op::write(&reg, 0, b"b"));
+    assert_eq!(std::fs::read(&pb).unwrap(), b"b");
+    assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), b"");
+}
+
+/// A registration is one engine's: an operation on it submitted to
+/// another engine uses its descriptor, never that engine's slot of the
+/// same index (which names another file there).
+#[test]
+fn a_registration_used_on_another_engine_reaches_its_own_file() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (engine(1), engine(1));
+    let (px, py) = (dir.path().join("x"), dir.path().join("y"));
+    let x = File::create(&px).unwrap();
+    let y = File::create(&py).unwrap();
+    let on_b = b.register_file(&x).unwrap();
+    let on_a = a.register_file(&y).unwrap();
+    write_one(&b, Op::write(&on_a, 0, b"y, through b"));
+    write_one(&b, Op::write(&on_b, 0, b"x"));
+    assert_eq!(std::fs::read(&py).unwrap(), b"y, through b");
+    assert_eq!(std::fs::read(&px).unwrap(), b"x");
+}

@@ -54,6 +54,13 @@ pub(crate) trait Complete: Send + Sync {
     /// Called once, on the driver (or a pool) thread.
     fn complete(&self, res: i32);
 
+    /// Whether the operation is to be performed even with no future left
+    /// to take its result (a dropped file's write-behind), instead of
+    /// being skipped as abandoned.
+    fn detached(&self) -> bool {
+        false
+    }
+
     /// Called for each completion of an io_uring operation, with the
     /// completion's flags: many times for a multishot operation (all but
     /// the last with `IORING_CQE_F_MORE`), once for the others. Unless
@@ -87,7 +94,7 @@ impl Request {
     /// this runs leaves two counted, and the request is submitted as
     /// usual (its memory stays owned by `done` until the completion).
     pub(crate) fn abandoned(&self) -> bool {
-        Arc::strong_count(&self.done) == 1
+        Arc::strong_count(&self.done) == 1 && !self.done.detached()
     }
 
     /// Performs the request with blocking system calls (a pool worker's

@@ -83,7 +83,10 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, OnceLock};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
-pub use file::{AsyncFile, AsyncOpenOptions, Batch, BatchOp};
+pub use file::{
+    AsyncFile, AsyncOpenOptions, Batch, BatchOp, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES,
+    MAX_STREAM_DEPTH,
+};
 pub use op::{BufResult, OpFuture};
 #[cfg(feature = "tokio")]
 pub use tokio_drive::drive_on_tokio;
@@ -219,7 +222,8 @@ impl AsyncEngineBuilder {
     /// before calling [`AsyncEngine::reap`], so that a completion racing
     /// the call signals it again. The ring keeps its own reference to the
     /// eventfd. Watching [`AsyncEngine::poll_fd`] costs one system call
-    /// less per wake-up.
+    /// less per wake-up. A descriptor that is not an open eventfd makes
+    /// [`build`](Self::build) fail with an error naming it.
     pub fn completion_eventfd(mut self, eventfd: RawFd) -> Self {
         self.completion_eventfd = Some(eventfd);
         self
@@ -242,7 +246,10 @@ impl AsyncEngineBuilder {
     /// receive into, shared by all of the engine's connections: `count`
     /// buffers (a power of two, at most 32,768) of `size` bytes. Default:
     /// 512 of 4 KiB (2 MiB), allocated when the first receive stream
-    /// starts. When they run out, receives pause until some are dropped.
+    /// starts. When they run out (or a connection holds its
+    /// [share](Self::recv_buffer_share)), an awaited stream receives into a
+    /// buffer of its own until ring buffers are dropped, so buffers the
+    /// application holds never stall a connection.
     pub fn recv_buffers(mut self, count: u16, size: u32) -> Self {
         self.recv_shape.count = count;
         self.recv_shape.size = size;
@@ -250,8 +257,9 @@ impl AsyncEngineBuilder {
     }
 
     /// The most receive buffers one connection holds (received and not yet
-    /// dropped) before its receive pauses, so that one slow reader cannot
-    /// take every buffer from the others. Default 32; at least 1.
+    /// dropped) before it receives into buffers of its own instead, so
+    /// that one slow reader cannot take every buffer from the others.
+    /// Default 32; at least 1.
     pub fn recv_buffer_share(mut self, n: usize) -> Self {
         self.recv_shape.share = n.max(1);
         self
@@ -261,8 +269,10 @@ impl AsyncEngineBuilder {
     ///
     /// # Errors
     /// The driver thread or the ring could not be set up (and the thread
-    /// pool could not start either), or the receive-buffer shape is
-    /// invalid.
+    /// pool could not start either), the receive-buffer shape is invalid,
+    /// or the [`completion_eventfd`](Self::completion_eventfd) is not an
+    /// open eventfd. Only the kernel refusing io_uring falls back to the
+    /// thread pool; the caller's mistakes are errors.
     pub fn build(self) -> io::Result<AsyncEngine> {
         let depth = self.queue_depth;
         let uring = || {
@@ -277,6 +287,9 @@ impl AsyncEngineBuilder {
         let pool = |reason| Ok((Driver::threads(threads)?, Backend::ThreadPool, Some(reason)));
         let shape = self.recv_shape;
         shape.check()?;
+        if let Some(fd) = self.completion_eventfd {
+            check_eventfd(fd)?;
+        }
         let (driver, backend, fallback_reason) = backend::select(self.backend, uring, pool)?;
         Ok(AsyncEngine {
             inner: Arc::new(AsyncShared {
@@ -398,5 +411,29 @@ impl AsyncEngine {
                 Some(ring)
             })
             .as_ref()
+    }
+}
+
+/// Refuses a [`completion_eventfd`](AsyncEngineBuilder::completion_eventfd)
+/// that is not an open eventfd, naming it.
+fn check_eventfd(fd: RawFd) -> io::Result<()> {
+    let invalid = |what: String| {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("AsyncEngineBuilder::completion_eventfd: descriptor {fd} {what}"),
+        ))
+    };
+    // SAFETY: F_GETFD only reads the descriptor's flags; any number is
+    // allowed (an unused one fails with EBADF).
+    if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return invalid("is not an open descriptor".to_string());
+    }
+    match std::fs::read_link(format!("/proc/self/fd/{fd}")) {
+        Ok(target) if target.as_os_str() != "anon_inode:[eventfd]" => {
+            invalid(format!("is not an eventfd (it is {})", target.display()))
+        }
+        // Where /proc is not mounted the kernel's check at registration
+        // is all there is.
+        _ => Ok(()),
     }
 }

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -24,6 +25,8 @@ pub type BufResult<T, B> = (io::Result<T>, B);
 /// however early the future is dropped.
 pub(crate) struct Shared<B> {
     inner: Mutex<OpState<B>>,
+    /// Set by [`OpFuture::detach`]: performed even with the future gone.
+    detached: AtomicBool,
 }
 
 /// The result, the waker and the memory of one operation.
@@ -53,11 +56,15 @@ impl<B> Drop for OpState<B> {
 }
 
 impl<B> OpState<B> {
-    /// Keeps `waker` unless the one stored already wakes the same task.
-    fn store_waker(&mut self, waker: &Waker) {
+    /// Keeps `waker` unless the one stored already wakes the same task;
+    /// returns the waker it replaced, for the caller to drop once the lock
+    /// is let go (a waker's `Drop` is user code, which may call back into
+    /// the engine or panic).
+    #[must_use = "drop the replaced waker after the lock"]
+    fn store_waker(&mut self, waker: &Waker) -> Option<Waker> {
         match &self.waker {
-            Some(w) if w.will_wake(waker) => {}
-            _ => self.waker = Some(waker.clone()),
+            Some(w) if w.will_wake(waker) => None,
+            _ => self.waker.replace(waker.clone()),
         }
     }
 }
@@ -67,6 +74,10 @@ impl<B> OpState<B> {
 unsafe impl<B: Send> Send for OpState<B> {}
 
 impl<B: Send> Complete for Shared<B> {
+    fn detached(&self) -> bool {
+        self.detached.load(Ordering::Acquire)
+    }
+
     fn complete(&self, res: i32) {
         let waker = {
             let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -91,7 +102,9 @@ impl<B: IoBufMut> Abandoned for Shared<B> {
     fn poll_settled(&self, cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(res) = g.result else {
-            g.store_waker(cx.waker());
+            let replaced = g.store_waker(cx.waker());
+            drop(g);
+            drop(replaced);
             return Poll::Pending;
         };
         if let (Some(buf), Ok(n)) = (&g.buf, usize::try_from(res)) {
@@ -118,7 +131,9 @@ impl<B: Send> Settles for Shared<B> {
         match g.result {
             Some(res) => Poll::Ready(res),
             None => {
-                g.store_waker(cx.waker());
+                let replaced = g.store_waker(cx.waker());
+                drop(g);
+                drop(replaced);
                 Poll::Pending
             }
         }
@@ -172,6 +187,7 @@ impl<B: Send + 'static> OpFuture<B> {
                     _keep: keep,
                     new_fd: site.kind == crate::kind::OpKind::Accept,
                 }),
+                detached: AtomicBool::new(false),
             }),
             site,
             op: Some(op),
@@ -226,10 +242,21 @@ impl<B: Send + 'static> OpFuture<B> {
         Some(self.shared.clone())
     }
 
+    /// Drops the future but has the operation performed all the same,
+    /// even if it is still waiting for room in the ring or for a pool
+    /// thread (a dropped future's operation is otherwise skipped there).
+    /// For operations that complete on their own (file I/O): one whose
+    /// target may wait forever is still cancelled, as by dropping.
+    pub(crate) fn detach(self) {
+        self.shared.detached.store(true, Ordering::Release);
+    }
+
     /// Registers the waker of the task that will await this operation.
     pub(crate) fn set_waker(&self, waker: &Waker) {
         let mut g = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.store_waker(waker);
+        let replaced = g.store_waker(waker);
+        drop(g);
+        drop(replaced);
     }
 }
 
@@ -256,7 +283,9 @@ impl<B: Send + 'static> Future for OpFuture<B> {
                 Poll::Ready((this.site.result(res), buf))
             }
             None => {
-                g.store_waker(cx.waker());
+                let replaced = g.store_waker(cx.waker());
+                drop(g);
+                drop(replaced);
                 Poll::Pending
             }
         }
@@ -264,11 +293,15 @@ impl<B: Send + 'static> Future for OpFuture<B> {
 }
 
 impl<B: Send + 'static> Drop for OpFuture<B> {
-    /// A socket operation still in the kernel is cancelled there: it may
-    /// wait for a peer forever. Its memory stays with the driver until the
-    /// completion. Other operations finish on their own.
+    /// An operation still in the kernel whose target may wait forever (a
+    /// socket, pipe, FIFO, terminal or other character device) is
+    /// cancelled there: nobody is left to make it complete, and it would
+    /// hold its place in the engine's in-flight limit for good. Its memory
+    /// stays with the driver until the completion. An operation on a
+    /// regular file or a block device finishes on its own (a dropped write
+    /// still lands).
     fn drop(&mut self) {
-        if self.op.is_some() || self.refused.is_some() || !self.site.kind.is_socket() {
+        if self.op.is_some() || self.refused.is_some() {
             return;
         }
         let pending = self
@@ -278,9 +311,26 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
             .unwrap_or_else(|e| e.into_inner())
             .result
             .is_none();
-        if pending {
+        if pending && (self.site.kind.is_socket() || may_wait_forever(self.site.fd)) {
             let weak: std::sync::Weak<Shared<B>> = Arc::downgrade(&self.shared);
             self.engine.driver().cancel(Cancel(weak));
         }
     }
+}
+
+/// Whether an operation on `fd` may wait forever: anything but a regular
+/// file, a directory or a block device (or a number `fstat` refuses, such
+/// as the current directory's `AT_FDCWD` of a path operation: opening a
+/// FIFO waits for its writer). Cancelling costs one submission entry, so
+/// the doubtful cases are cancelled.
+pub(crate) fn may_wait_forever(fd: std::os::fd::RawFd) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one `stat` through a live pointer; any number
+    // is allowed (a closed one fails with EBADF).
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return true;
+    }
+    // SAFETY: fstat succeeded, so it filled the struct.
+    let mode = unsafe { st.assume_init() }.st_mode & libc::S_IFMT;
+    !matches!(mode, libc::S_IFREG | libc::S_IFDIR | libc::S_IFBLK)
 }

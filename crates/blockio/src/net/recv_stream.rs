@@ -200,17 +200,25 @@ impl Complete for Multi {
 impl Abandoned for Multi {
     /// The bytes of a dropped stream's receive, once it has ended.
     fn poll_settled(&self, cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32> {
+        // Declared before the guard, so dropped after it: giving a buffer
+        // back to the ring wakes tasks, and a waker's `Drop` is user code;
+        // neither runs under the lock.
+        let mut released = Vec::new();
+        let _replaced: Option<std::task::Waker>;
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let mut end = -libc::ECANCELED;
         while let Some(item) = g.items.pop_front() {
             match item {
-                Item::Bytes(b) => into.extend(&b[..]),
+                Item::Bytes(b) => {
+                    into.extend(&b[..]);
+                    released.push(b);
+                }
                 Item::End => end = 0,
                 Item::Failed(errno) => end = -errno,
             }
         }
         if g.armed {
-            g.waker = Some(cx.waker().clone());
+            _replaced = g.waker.replace(cx.waker().clone());
             return Poll::Pending;
         }
         Poll::Ready(end)
@@ -329,6 +337,9 @@ impl<'a> RecvStream<'a> {
             unreachable!("poll_ring on a ring stream only")
         };
         let shape = r.multi.ring.shape();
+        // Declared before the guard, so dropped after it: a waker's `Drop`
+        // is user code and never runs under the lock.
+        let _replaced: Option<std::task::Waker>;
         let mut g = r.multi.state.lock().unwrap_or_else(|e| e.into_inner());
         match g.items.pop_front() {
             Some(Item::Bytes(b)) => return Poll::Ready(Some(Ok(b))),
@@ -343,7 +354,7 @@ impl<'a> RecvStream<'a> {
             }
             None => {}
         }
-        g.waker = Some(cx.waker().clone());
+        _replaced = g.waker.replace(cx.waker().clone());
         let over_share = r.multi.held.load(Ordering::SeqCst) >= shape.share;
         if g.armed {
             if over_share && !r.cancelling {

@@ -39,6 +39,32 @@ pub trait Target {
     fn supports_polling(&self) -> bool {
         false
     }
+    /// The registered-file slot operations on this target use: only a
+    /// [`RegisteredFile`](crate::RegisteredFile) has one. Code outside the
+    /// crate can neither call nor override this (it cannot name
+    /// [`sealed::Token`]), so an operation built from any other target,
+    /// [`RawTarget`] included, is issued on its own descriptor and never
+    /// through a slot.
+    #[doc(hidden)]
+    fn registered_slot(&self, _: sealed::Token) -> Option<sealed::FixedSlot> {
+        None
+    }
+}
+
+/// Types only the crate can name (see [`Target::registered_slot`]).
+pub(crate) mod sealed {
+    /// Proof that a call comes from inside the crate.
+    #[derive(Debug)]
+    pub struct Token(pub(crate) ());
+
+    /// A registered-file slot of one engine's rings.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct FixedSlot {
+        /// The backend whose rings have the slot.
+        pub(crate) owner: u64,
+        /// The slot's index.
+        pub(crate) slot: u32,
+    }
 }
 
 impl Target for File {
@@ -97,6 +123,10 @@ pub struct Op<'a> {
     pub(crate) action: Action,
     pub(crate) direct: Option<Alignment>,
     pub(crate) polling: bool,
+    /// The registered-file slot of the target, when the target is a
+    /// [`RegisteredFile`](crate::RegisteredFile): borrowed for `'a` like
+    /// the target, so the slot names that file for the operation's life.
+    pub(crate) fixed: Option<sealed::FixedSlot>,
     /// Has its result already (refused before submission, or served from
     /// the page cache): the backend skips it.
     pub(crate) settled: bool,
@@ -135,6 +165,7 @@ impl<'a> Op<'a> {
             action,
             direct: file.direct_alignment(),
             polling: file.supports_polling(),
+            fixed: file.registered_slot(sealed::Token(())),
             settled: false,
             _borrow: PhantomData,
         }
@@ -159,6 +190,7 @@ impl<'a> Op<'a> {
             action,
             direct,
             polling: false,
+            fixed: None,
             settled: false,
             _borrow: PhantomData,
         }

@@ -22,7 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use batch::{Batch, BatchOp};
-pub use options::AsyncOpenOptions;
+pub use options::{AsyncOpenOptions, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES, MAX_STREAM_DEPTH};
 
 use super::buf::IoBufMut;
 use super::op::OpFuture;
@@ -184,6 +184,10 @@ impl AsyncFile {
         options: &AsyncOpenOptions,
     ) -> io::Result<AsyncFile> {
         let path = path.as_ref();
+        // Before opening, so that refused options create nothing.
+        options
+            .check_stream(None)
+            .map_err(|e| PathError::wrap("open", path, e))?;
         let (file, direct) = if options.direct {
             let d = crate::DirectFile::open_with(path, &options.options)?;
             let a = d.alignment();
@@ -210,6 +214,9 @@ impl AsyncFile {
                     ),
                 )
             })?;
+        options
+            .check_stream(Some(block))
+            .map_err(|e| PathError::wrap("open", path, e))?;
         Ok(AsyncFile {
             engine: engine.clone(),
             handle: Arc::new(Handle {

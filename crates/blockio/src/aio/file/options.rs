@@ -2,6 +2,14 @@
 
 use std::fs::OpenOptions;
 
+/// The largest [`AsyncOpenOptions::block_size`]: 1 GiB.
+pub const MAX_STREAM_BLOCK_SIZE: usize = 1 << 30;
+/// The largest [`AsyncOpenOptions::depth`].
+pub const MAX_STREAM_DEPTH: usize = 1024;
+/// The most memory streaming may hold in flight, `block_size * depth`
+/// (after rounding the block up to a direct file's alignment): 4 GiB.
+pub const MAX_STREAM_BYTES: usize = 4 << 30;
+
 /// Options for [`AsyncFile::open_with`](super::AsyncFile::open_with).
 #[derive(Debug, Clone)]
 pub struct AsyncOpenOptions {
@@ -56,15 +64,50 @@ impl AsyncOpenOptions {
         self
     }
     /// Bytes per streaming read or write (default 128 KiB; rounded up to
-    /// the alignment for direct files).
+    /// the alignment for direct files). At most [`MAX_STREAM_BLOCK_SIZE`],
+    /// and `block_size * depth` at most [`MAX_STREAM_BYTES`]: opening with
+    /// more fails with an error naming the argument.
     pub fn block_size(mut self, n: usize) -> Self {
         self.block_size = n.max(1);
         self
     }
     /// Streaming reads (or writes) kept in flight ahead of (or behind) the
-    /// cursor (default 4).
+    /// cursor (default 4). At most [`MAX_STREAM_DEPTH`]; see also
+    /// [`block_size`](Self::block_size).
     pub fn depth(mut self, n: usize) -> Self {
         self.depth = n.max(1);
         self
+    }
+}
+
+impl AsyncOpenOptions {
+    /// Refuses a block size or depth past the limits (with `block`, the
+    /// block size after rounding to the file's alignment), naming the
+    /// argument.
+    pub(super) fn check_stream(&self, block: Option<usize>) -> std::io::Result<()> {
+        let invalid = |msg: String| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("AsyncOpenOptions::{msg}"),
+            ))
+        };
+        let (depth, block) = (self.depth, block.unwrap_or(self.block_size));
+        if block > MAX_STREAM_BLOCK_SIZE {
+            return invalid(format!(
+                "block_size: {block} bytes; at most {MAX_STREAM_BLOCK_SIZE}"
+            ));
+        }
+        if depth > MAX_STREAM_DEPTH {
+            return invalid(format!("depth: {depth}; at most {MAX_STREAM_DEPTH}"));
+        }
+        if block
+            .checked_mul(depth)
+            .map_or(true, |n| n > MAX_STREAM_BYTES)
+        {
+            return invalid(format!(
+                "block_size * depth: {block} * {depth} bytes in flight; at most {MAX_STREAM_BYTES}"
+            ));
+        }
+        Ok(())
     }
 }

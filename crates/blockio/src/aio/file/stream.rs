@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, SeekFrom};
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -168,12 +169,14 @@ impl AsyncFile {
         *len += n;
         s.pos += n as u64;
         if *len == s.block {
-            self.issue_write(cx);
+            self.issue_write(Some(cx.waker()));
         }
         Poll::Ready(Ok(n))
     }
 
-    fn issue_write(&mut self, cx: &mut Context<'_>) {
+    /// Sends the block being filled to the kernel; `waker` (if any) is
+    /// woken when it completes.
+    fn issue_write(&mut self, waker: Option<&std::task::Waker>) {
         if let Some((b, len, off)) = self.stream.wbuf.take() {
             let mut b = b;
             if len < b.len() {
@@ -184,7 +187,9 @@ impl AsyncFile {
                 b = part;
             }
             let mut f = self.write_at(b, off);
-            f.set_waker(cx.waker());
+            if let Some(w) = waker {
+                f.set_waker(w);
+            }
             f.start();
             self.stream.behind.push_back((off, len, f));
         }
@@ -215,7 +220,7 @@ impl AsyncFile {
 
     pub(super) fn poll_flush_inner(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.stream.wbuf.is_some() {
-            self.issue_write(cx);
+            self.issue_write(Some(cx.waker()));
         }
         while !self.stream.behind.is_empty() {
             match self.poll_oldest_write(cx) {
@@ -263,5 +268,28 @@ impl AsyncFile {
             self.stream.reset_reads();
         }
         Ok(target)
+    }
+}
+
+impl Drop for AsyncFile {
+    /// Finishes what `poll_write` accepted, without blocking: the block
+    /// being filled goes to the driver now, and every write not yet
+    /// complete (this one included) is performed and left to complete
+    /// with its future gone; each keeps its buffer and the file open until
+    /// then. Their errors have nobody to go to: flush (or close) first to
+    /// see them.
+    fn drop(&mut self) {
+        if self.stream.wbuf.is_some() {
+            self.issue_write(None);
+        }
+        // Writes still waiting for room in the ring or for a pool thread
+        // would be skipped with their futures gone: detached, they run.
+        // On a pipe or FIFO (which may wait for a reader forever) they are
+        // cancelled instead, as any dropped operation there is.
+        if !crate::aio::op::may_wait_forever(self.handle.file.as_raw_fd()) {
+            for (_, _, f) in self.stream.behind.drain(..) {
+                f.detach();
+            }
+        }
     }
 }
