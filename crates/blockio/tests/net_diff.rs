@@ -429,6 +429,60 @@ fn bytes_written_before_a_drop_without_flush_all_arrive_over_unix_sockets() {
     );
 }
 
+/// A reply written through the traits (`write_all`, which returns `Ok`),
+/// then the socket's own `shutdown(how)` (tokio: `SockRef::shutdown`;
+/// blockio: the stream's `shutdown`) and a drop, without a flush: the
+/// shutdown comes after every accepted byte, so the peer gets them all,
+/// then the end.
+fn write_all_then_shutdown(how: std::net::Shutdown) -> Handler {
+    Arc::new(move |conn: Conn| {
+        Box::pin(async move {
+            async fn reply<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) {
+                let mut id = [0u8; 4];
+                s.read_exact(&mut id).await.unwrap();
+                let c = u32::from_le_bytes(id) as usize;
+                s.write_all(&pattern(c, drop_reply_len(c))).await.unwrap();
+            }
+            match conn {
+                Conn::TokioTcp(mut s) => {
+                    reply(&mut s).await;
+                    socket2::SockRef::from(&s).shutdown(how).unwrap();
+                }
+                Conn::TokioUnix(mut s) => {
+                    reply(&mut s).await;
+                    socket2::SockRef::from(&s).shutdown(how).unwrap();
+                }
+                Conn::BlockioTcp(mut s) => {
+                    reply(&mut s).await;
+                    s.shutdown(how).unwrap();
+                }
+                Conn::BlockioUnix(mut s) => {
+                    reply(&mut s).await;
+                    s.shutdown(how).unwrap();
+                }
+            }
+        })
+    })
+}
+
+#[test]
+fn a_shutdown_after_trait_writes_sends_every_accepted_byte_first() {
+    for how in [std::net::Shutdown::Write, std::net::Shutdown::Both] {
+        let small = Family::Tcp {
+            send_buffer: Some(32 << 10),
+        };
+        for family in [small, Family::Unix] {
+            compare(
+                "write_all then shutdown",
+                family,
+                write_all_then_shutdown(how),
+                36,
+                write_all_then_drop_peer,
+            );
+        }
+    }
+}
+
 /// A small xorshift generator: the scenarios' random sizes and time
 /// limits, the same on every stack.
 struct Rng(u64);
@@ -682,6 +736,150 @@ fn socket_errors_are_the_kernels_as_on_tokio() {
             kind: io::ErrorKind::ConnectionRefused
         }
     );
+}
+
+/// What trait writes give on a connection whose peer reset it: the read
+/// waiting on it, then 20 rounds of `write_all` and `flush`.
+async fn writes_after_reset<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+) -> (Outcome, Vec<Outcome>, Vec<Outcome>) {
+    // The peer resets once it has this byte (the connection is then
+    // established on both ends).
+    s.write_all(b"!").await.unwrap();
+    s.flush().await.unwrap();
+    // Ends with the peer's reset: from here on the connection is broken.
+    let read = s.read(&mut [0u8; 64]).await.into();
+    let (mut writes, mut flushes) = (Vec::new(), Vec::new());
+    for _ in 0..20 {
+        writes.push(s.write_all(&[7u8; 1024]).await.into());
+        flushes.push(s.flush().await.into());
+    }
+    (read, writes, flushes)
+}
+
+/// What trait writes give around the socket's own `shutdown(Write)`, made
+/// with the first write's bytes still queued.
+async fn writes_around_shutdown<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    shut: impl FnOnce(&S) -> io::Result<()>,
+) -> Vec<Outcome> {
+    let hello = s.write_all(b"hello").await.into();
+    let shut = shut(s).into();
+    vec![
+        hello,
+        shut,
+        s.write_all(b"after").await.into(),
+        s.flush().await.into(),
+    ]
+}
+
+/// A std peer on a port of its own: `peer` gets the accepted connection.
+fn std_peer<T: Send + 'static>(
+    peer: impl FnOnce(std::net::TcpStream) -> T + Send + 'static,
+) -> (std::net::SocketAddr, std::thread::JoinHandle<T>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    (
+        addr,
+        std::thread::spawn(move || peer(l.accept().unwrap().0)),
+    )
+}
+
+/// Once a send has failed, or the writing side is shut down, every later
+/// write fails (`EPIPE`, as tokio's do: the kernel's answer for a broken
+/// connection), and so does every flush of a broken one: no write is
+/// `Ok` for bytes that would be thrown away. A blockio trait write may be
+/// taken before the failure is known (it is queued, not sent); the
+/// failure is then the next call's.
+#[test]
+fn writes_after_a_failure_or_a_shutdown_fail_as_on_tokio() {
+    let mut reference = None;
+    for stack in STACKS {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let got = rt.block_on(async {
+            let e = engine(stack);
+            if let (Stack::BlockioDriven, Some(e)) = (stack, &e) {
+                if e.poll_fd().is_some() {
+                    tokio::spawn(drive_on_tokio(e.clone()));
+                }
+            }
+            let resetter = |mut p: std::net::TcpStream| {
+                p.read_exact(&mut [0u8; 1]).unwrap();
+                socket2::SockRef::from(&p)
+                    .set_linger(Some(Duration::ZERO))
+                    .unwrap();
+            };
+            let reader = |mut p: std::net::TcpStream| {
+                p.set_read_timeout(Some(PEER_LIMIT)).unwrap();
+                let mut got = Vec::new();
+                p.read_to_end(&mut got).map(|_| got).map_err(|e| e.kind())
+            };
+            let (a, reset_peer) = std_peer(resetter);
+            let (b, read_peer) = std_peer(reader);
+            let out = match &e {
+                None => {
+                    let mut s = tokio::net::TcpStream::connect(a).await.unwrap();
+                    let reset = writes_after_reset(&mut s).await;
+                    let mut s = tokio::net::TcpStream::connect(b).await.unwrap();
+                    let shut = writes_around_shutdown(&mut s, |s| {
+                        socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write)
+                    })
+                    .await;
+                    (reset, shut)
+                }
+                Some(e) => {
+                    let mut s = blockio::net::TcpStream::connect(e, a).await.unwrap();
+                    let reset = writes_after_reset(&mut s).await;
+                    let owned = s.write(b"x".to_vec()).await.0;
+                    assert!(
+                        owned.is_err(),
+                        "{stack:?}: an owned write went after a reset"
+                    );
+                    let mut s = blockio::net::TcpStream::connect(e, b).await.unwrap();
+                    let shut =
+                        writes_around_shutdown(&mut s, |s| s.shutdown(std::net::Shutdown::Write))
+                            .await;
+                    let owned = s.write(b"x".to_vec()).await.0;
+                    assert_eq!(
+                        owned.map_err(|e| e.raw_os_error()).err(),
+                        Some(Some(libc::EPIPE)),
+                        "{stack:?}: an owned write after shutdown(Write)"
+                    );
+                    (reset, shut)
+                }
+            };
+            reset_peer.join().unwrap();
+            (out, read_peer.join().unwrap())
+        });
+        let (((read, writes, flushes), shut), peer) = got;
+        assert_eq!(peer, Ok(b"hello".to_vec()), "{stack:?}: what the peer read");
+        let epipe = Outcome::Err {
+            raw: Some(libc::EPIPE),
+            kind: io::ErrorKind::BrokenPipe,
+        };
+        if stack != Stack::Tokio {
+            // A broken connection's flush fails too (tokio's flush has
+            // nothing to do and is always `Ok`).
+            assert!(
+                flushes.iter().all(|f| *f != Outcome::Ok),
+                "{stack:?}: a flush of a broken connection went Ok: {flushes:?}"
+            );
+        }
+        // The first write may be taken before the failure is known.
+        let first = usize::from(stack != Stack::Tokio && writes[0] == Outcome::Ok);
+        let later = &writes[first..];
+        assert!(
+            later.iter().all(|w| *w == epipe),
+            "{stack:?}: writes after the reset: {writes:?}"
+        );
+        match &reference {
+            None => reference = Some((read, shut)),
+            Some(want) => assert_eq!(&(read, shut), want, "{stack:?} against tokio"),
+        }
+    }
 }
 
 /// `connect_timeout`'s time-out is the kernel's `ETIMEDOUT`: kind

@@ -52,16 +52,26 @@ macro_rules! stream_io_traits {
             /// How long bytes the I/O traits accepted may go on being sent
             /// after the stream is dropped, to a peer that does not read
             /// them (default 60 s). Past it the send is cancelled and the
-            /// socket closed; the rest is lost, as the peer was not taking
-            /// it. The dropping thread never waits either way.
+            /// connection reset (`SO_LINGER` 0), so the peer reads
+            /// `ECONNRESET` rather than a clean end; the rest is lost, as
+            /// the peer was not taking it. The dropping thread never waits
+            /// either way.
             pub fn set_drop_linger(&self, limit: std::time::Duration) {
                 self.core.writes.set_linger(limit);
             }
 
             /// Shuts down the reading side, the writing side or both.
             ///
+            /// The writing side shuts after every byte the I/O traits
+            /// accepted: at once if they are all in the kernel, else once
+            /// the stream has sent them (this call does not wait; the
+            /// peer sees them all, then the end). From then on writes
+            /// fail with `EPIPE`, as on tokio. To wait for the bytes, use
+            /// the traits' `close`/`shutdown`, which flush first.
+            ///
             /// # Errors
-            /// `ENOTCONN` when the connection is already gone.
+            /// `ENOTCONN` when the connection is already gone (reported
+            /// at once only when nothing is queued).
             pub fn shutdown(&self, how: std::net::Shutdown) -> std::io::Result<()> {
                 self.core.shutdown(how)
             }

@@ -109,8 +109,12 @@
 //! [`set_drop_linger`](TcpStream::set_drop_linger) limit, 60 s unless
 //! set); nothing blocks in `Drop`. Until then the queue keeps its engine
 //! running: a caller-driven engine whose loop is gone finishes once the
-//! linger has run out. A flush waits for the queue, and a send's
-//! error comes back from the next write or flush. The queue takes up to
+//! linger has run out; a stream whose linger ran out with bytes unsent
+//! is closed with a reset, so its peer sees `ECONNRESET`, not a clean
+//! end. A flush waits for the queue, and a send's error comes back from
+//! the next write or flush; every write and flush after it fails too.
+//! The stream's own `shutdown(Write)` waits behind the queue (without
+//! blocking the caller), and after it writes fail with `EPIPE`. The queue takes up to
 //! 256 KiB beyond the send in flight (a larger write is taken in part, as
 //! a short write); a write waits while it is full.
 //! The owned-buffer methods cost no copy, and go after the queue. Both kinds of read share one queue

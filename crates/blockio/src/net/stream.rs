@@ -95,8 +95,17 @@ impl StreamCore {
         (Ok(()), buf)
     }
 
-    /// Shuts down the reading side, the writing side or both.
+    /// Shuts down the reading side, the writing side or both. The writing
+    /// side shuts after every byte the I/O traits accepted (see
+    /// `WriteSide::shutdown_write`), so a shutdown never cuts them off.
     pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        self.sock.socket.shutdown(how)
+        match how {
+            Shutdown::Read => self.sock.socket.shutdown(how),
+            Shutdown::Write => self.writes.shutdown_write(),
+            Shutdown::Both => {
+                self.sock.socket.shutdown(Shutdown::Read)?;
+                self.writes.shutdown_write()
+            }
+        }
     }
 }

@@ -19,7 +19,15 @@
 //! socket lets the kernel finish sending what it holds. Nothing waits in
 //! `Drop`. A peer that never reads holds a dropped stream's queue for at
 //! most its linger limit ([`LINGER`] unless set); then the send is
-//! cancelled, the rest of the queue dropped and the socket closed.
+//! cancelled, the rest of the queue dropped and the socket closed with a
+//! reset (`SO_LINGER` 0), so the peer reads `ECONNRESET` and cannot take
+//! the cut-off stream for a complete one.
+//!
+//! The stream's own `shutdown(Write)` goes behind the queue: with bytes
+//! queued it is noted, and the pump shuts the writing side once the last
+//! of them is in the kernel (or sending failed), so a shutdown never cuts
+//! off bytes a write reported written. From the shutdown on, writes fail
+//! with `EPIPE`, as the kernel's do.
 //!
 //! Memory is bounded: `poll_write` accepts bytes up to [`QUEUE_LIMIT`]
 //! waiting behind the send in flight (a larger slice in part, as a short
@@ -28,6 +36,9 @@
 //!
 //! A failed send's errno is kept; the next write or flush reports it, and
 //! the bytes queued behind it are dropped (the connection is broken).
+//! Every write and flush after that fails too (`EPIPE`, as the kernel
+//! answers sends on a broken connection): none is `Ok` for bytes that
+//! would be thrown away.
 //!
 //! # A dropped owned write is reported, never repeated silently
 //!
@@ -149,8 +160,15 @@ struct State {
     sending: Option<(OpFuture<Vec<u8>>, usize)>,
     /// A finished send's buffer, for the next one.
     spare: Vec<u8>,
-    /// Why sending stopped, for the next write or flush.
+    /// Why sending stopped: every later write and flush fails (the first
+    /// with this, the rest with `EPIPE`, as the kernel reports a broken
+    /// connection).
     failed: Option<Failure>,
+    /// The writing side is shut down (or asked to be): writes fail with
+    /// `EPIPE`.
+    shut: bool,
+    /// A `shutdown(Write)` that waits for the queue to reach the kernel.
+    shutdown_queued: bool,
     /// Tasks waiting for room in the queue or for it to empty.
     waiters: Vec<Waker>,
     /// An owned write whose future was dropped with its send in flight.
@@ -177,8 +195,8 @@ impl State {
 
     fn error(&mut self) -> Option<io::Error> {
         let f = self.failed?;
-        // Reported once; the socket's own state says the rest.
-        self.failed = None;
+        // Reported once; later calls say the connection is broken.
+        self.failed = Some(Failure::Errno(libc::EPIPE));
         let err = match f {
             Failure::Errno(errno) => io::Error::from_raw_os_error(errno),
             Failure::Zero => io::Error::new(io::ErrorKind::WriteZero, "the peer took no bytes"),
@@ -205,6 +223,18 @@ impl State {
         self.sending = Some((fut, from));
     }
 
+    /// Shuts the writing side down if a shutdown waits for the queue
+    /// (which is empty).
+    fn shut_queued(&mut self) {
+        if std::mem::take(&mut self.shutdown_queued) {
+            if let Some(sock) = &self.sock {
+                // Its error (the connection is gone already) has nobody
+                // to go to; the peer sees the end either way.
+                let _ = sock.socket.shutdown(std::net::Shutdown::Write);
+            }
+        }
+    }
+
     /// Moves the queue along as far as it goes without waiting; returns
     /// whether a send completed (waiters then have news).
     fn step(&mut self, cx: &mut Context<'_>) -> bool {
@@ -215,7 +245,13 @@ impl State {
                 self.linger = None;
                 // Dropping the future cancels the send in the kernel.
                 self.sending = None;
-                self.sock = None;
+                // The peer is told the stream was cut short: the close
+                // (once the cancelled send lets the socket go) resets the
+                // connection instead of ending it cleanly.
+                if let Some(sock) = self.sock.take() {
+                    let _ = sock.socket.set_linger(Some(Duration::ZERO));
+                }
+                self.shutdown_queued = false;
                 self.queued = Vec::new();
                 self.failed = Some(Failure::Errno(libc::ETIMEDOUT));
                 return true;
@@ -249,6 +285,7 @@ impl State {
             if self.queued.is_empty() || self.failed.is_some() {
                 if self.idle() {
                     self.linger = None;
+                    self.shut_queued();
                 }
                 return progress;
             }
@@ -322,6 +359,8 @@ impl WriteSide {
                     sending: None,
                     spare: Vec::new(),
                     failed: None,
+                    shut: false,
+                    shutdown_queued: false,
                     waiters: Vec::new(),
                     dropped: None,
                     linger: None,
@@ -349,6 +388,9 @@ impl WriteSide {
             }
             if let Some(err) = st.error() {
                 return Poll::Ready(Err(err));
+            }
+            if st.shut {
+                return Poll::Ready(Err(io::Error::from_raw_os_error(libc::EPIPE)));
             }
             if data.is_empty() {
                 return Poll::Ready(Ok(0));
@@ -379,6 +421,24 @@ impl WriteSide {
         Poll::Pending
     }
 
+    /// Shuts the writing side down after every accepted byte: at once
+    /// when the queue is empty, else once the pump has handed its last
+    /// byte to the kernel (or sending failed). From now on writes fail
+    /// with `EPIPE`.
+    pub(crate) fn shutdown_write(&self) -> io::Result<()> {
+        let mut st = self.pump.lock();
+        st.shut = true;
+        if st.idle() {
+            st.shutdown_queued = false;
+            return match &st.sock {
+                Some(sock) => sock.socket.shutdown(std::net::Shutdown::Write),
+                None => Ok(()),
+            };
+        }
+        st.shutdown_queued = true;
+        Ok(())
+    }
+
     /// Waits until an owned write may go: a dropped write settled (and
     /// reported, if it sent anything), and the queue empty.
     pub(crate) async fn ready_for_owned(&self) -> io::Result<()> {
@@ -387,8 +447,13 @@ impl WriteSide {
             if let Some(err) = std::task::ready!(poll_dropped(&mut st, cx)) {
                 return Poll::Ready(Err(err));
             }
+            let shut = st.shut;
             drop(st);
-            self.poll_flush(cx)
+            std::task::ready!(self.poll_flush(cx))?;
+            if shut {
+                return Poll::Ready(Err(io::Error::from_raw_os_error(libc::EPIPE)));
+            }
+            Poll::Ready(Ok(()))
         })
         .await
     }
