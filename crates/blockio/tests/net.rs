@@ -592,6 +592,31 @@ fn connect_timeout_gives_up_at_its_limit() {
     assert_eq!(s.unwrap().peer_addr(), ok.local_addr().unwrap());
 }
 
+/// A zero limit is the caller's mistake, refused before anything is
+/// tried, as std's `connect_timeout` refuses it (kind `InvalidInput`), on
+/// TCP and Unix sockets alike.
+#[test]
+fn connect_timeout_refuses_a_zero_limit_as_std_does() {
+    let e = engine();
+    let ok = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = ok.local_addr().unwrap();
+    let std_err = StdStream::connect_timeout(&addr, Duration::ZERO).unwrap_err();
+    let err = futures::executor::block_on(TcpStream::connect_timeout(&e, addr, Duration::ZERO))
+        .unwrap_err();
+    assert_eq!(err.kind(), std_err.kind(), "{err}");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sock");
+    let _l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let err = futures::executor::block_on(blockio::net::UnixStream::connect_timeout(
+        &e,
+        &path,
+        Duration::ZERO,
+    ))
+    .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+}
+
 /// A Python asyncio client (another runtime, another process) exchanges
 /// random payloads with a blockio echo server; the client checks every
 /// byte and its exit status says so.

@@ -28,6 +28,19 @@ pub(crate) async fn pause(d: Duration) {
     Delay::new(d).await
 }
 
+/// Refuses a zero time limit, as std's `connect_timeout` does: a connect
+/// that may take no time at all cannot succeed, and is a caller's mistake
+/// (kind [`InvalidInput`](std::io::ErrorKind::InvalidInput)).
+pub(crate) fn check_limit(limit: Duration) -> std::io::Result<()> {
+    if limit.is_zero() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "connect_timeout: cannot set a 0 duration timeout",
+        ));
+    }
+    Ok(())
+}
+
 /// A connect that its limit cut short: `ETIMEDOUT`, as the kernel reports
 /// a connect that its own retries gave up on (kind
 /// [`TimedOut`](std::io::ErrorKind::TimedOut), `raw_os_error()` set).

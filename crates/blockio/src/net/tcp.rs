@@ -11,7 +11,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::accepts::AcceptQueue;
 use super::incoming::AcceptLoop;
-use super::limit::{connect_timed_out, with_limit};
+use super::limit::{check_limit, connect_timed_out, with_limit};
 use super::poll_io::PollIo;
 use super::socket::{owned, Sock};
 use super::stream::StreamCore;
@@ -276,12 +276,15 @@ impl TcpStream {
     /// timer needs no particular executor.
     ///
     /// # Errors
-    /// As [`connect`](Self::connect), and the timeout.
+    /// As [`connect`](Self::connect), and the timeout. A zero `limit` is
+    /// refused with kind [`InvalidInput`](io::ErrorKind::InvalidInput),
+    /// as by std, before anything is tried.
     pub async fn connect_timeout(
         engine: &AsyncEngine,
         addr: impl ToSocketAddrs,
         limit: Duration,
     ) -> io::Result<TcpStream> {
+        check_limit(limit)?;
         let addrs = all_addrs(addr)?;
         let each = async {
             let mut last = None;

@@ -11,7 +11,7 @@ use socket2::{Domain, SockAddr, Socket, Type};
 
 use super::accepts::AcceptQueue;
 use super::incoming::AcceptLoop;
-use super::limit::{connect_timed_out, with_limit};
+use super::limit::{check_limit, connect_timed_out, with_limit};
 use super::poll_io::PollIo;
 use super::socket::{owned, Sock};
 use super::stream::StreamCore;
@@ -162,12 +162,15 @@ impl UnixStream {
     /// [`connect`](Self::connect), giving up after `limit` with `ETIMEDOUT`.
     ///
     /// # Errors
-    /// As [`connect`](Self::connect), and the timeout.
+    /// As [`connect`](Self::connect), and the timeout. A zero `limit` is
+    /// refused with kind [`InvalidInput`](io::ErrorKind::InvalidInput),
+    /// as by std.
     pub async fn connect_timeout(
         engine: &AsyncEngine,
         path: impl AsRef<Path>,
         limit: Duration,
     ) -> io::Result<UnixStream> {
+        check_limit(limit)?;
         let path = path.as_ref();
         with_limit(Self::connect(engine, path), limit)
             .await
