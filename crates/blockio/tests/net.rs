@@ -410,6 +410,56 @@ fn a_runtime_driven_engine_serves_connections() {
     });
 }
 
+/// A caller-driven engine needs a driver for as long as its streams are
+/// used: a stream kept after the runtime that drove its engine is gone
+/// works on a new runtime that drives the engine in turn.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_stream_moves_to_a_new_runtime_that_drives_its_engine() {
+    use blockio::aio::drive_on_tokio;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let e = AsyncEngine::builder()
+        .driven_by_caller()
+        .submit_when_driven(true)
+        .build()
+        .unwrap();
+    let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let mut peer = StdStream::connect(l.local_addr()).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let first = current_thread();
+    let s = first.block_on(async {
+        if e.poll_fd().is_some() {
+            tokio::spawn(drive_on_tokio(e.clone()));
+        }
+        l.accept().await.unwrap().0
+    });
+    drop(first);
+    let second = current_thread();
+    second.block_on(async {
+        if e.poll_fd().is_some() {
+            tokio::spawn(drive_on_tokio(e.clone()));
+        }
+        let mut s = s;
+        let s = &mut s; // the traits' methods, through a `&mut` binding
+        peer.write_all(b"ping").unwrap();
+        let mut got = [0u8; 4];
+        let exchange = async {
+            s.read_exact(&mut got).await?;
+            s.write_all(b"pong").await?;
+            s.flush().await
+        };
+        tokio::time::timeout(Duration::from_secs(10), exchange)
+            .await
+            .expect("the stream stalled on the new runtime")
+            .unwrap();
+        assert_eq!(&got, b"ping");
+    });
+    let mut back = [0u8; 4];
+    peer.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"pong");
+}
+
 /// `drive_on_tokio` drives the ring from tokio's multi-thread runtime,
 /// whose driving task may move between the workers.
 #[cfg(feature = "tokio")]
