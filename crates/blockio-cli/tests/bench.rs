@@ -13,13 +13,18 @@ fn blockio(args: &[&str]) -> Output {
 }
 
 fn tiny(dir: &Path, extra: &[&str]) -> Output {
+    tiny_window(dir, "0.05", extra)
+}
+
+/// A tiny run whose measuring windows last `seconds`.
+fn tiny_window(dir: &Path, seconds: &str, extra: &[&str]) -> Output {
     let data = dir.join("data");
     let out = dir.join("out");
     let mut args = vec![
         "--size-mib",
         "8",
         "--seconds",
-        "0.05",
+        seconds,
         "--rounds",
         "1",
         "--qd",
@@ -46,26 +51,7 @@ fn stderr(o: &Output) -> String {
 #[test]
 fn a_window_shorter_than_one_read_still_measures_every_strategy() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let data = dir.path().join("data");
-    let out = dir.path().join("out");
-    let o = blockio(&[
-        "--size-mib",
-        "8",
-        "--seconds",
-        "0.000001",
-        "--rounds",
-        "1",
-        "--qd",
-        "1,4",
-        "--tasks",
-        "4",
-        "--verify",
-        "--json",
-        "--dir",
-        data.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = tiny_window(dir.path(), "0.000001", &["--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = doc["rows"].as_array().unwrap();
