@@ -169,7 +169,7 @@ pub fn sum_line(tool: &Tool, format: Format, named: bool, digest: &str, name: &O
     if format.tag {
         out.extend_from_slice(tool.algo.tag().as_bytes());
         out.extend_from_slice(b" (");
-        put_name(&mut out, raw, escape);
+        crate::names::escape_into(&mut out, raw, escape);
         out.extend_from_slice(b") = ");
         out.extend_from_slice(digest.as_bytes());
     } else {
@@ -178,23 +178,10 @@ pub fn sum_line(tool: &Tool, format: Format, named: bool, digest: &str, name: &O
         // cksum --untagged writes binary mode's line without its marker.
         let binary = format.binary && !matches!(tool.family, Family::Cksum { .. });
         out.push(if binary { b'*' } else { b' ' });
-        put_name(&mut out, raw, escape);
+        crate::names::escape_into(&mut out, raw, escape);
     }
     out.push(delim);
     out
-}
-
-/// `raw`, with `\\`, `\n` and `\r` for a backslash, a newline and a
-/// carriage return when `escape`.
-fn put_name(out: &mut Vec<u8>, raw: &[u8], escape: bool) {
-    for &b in raw {
-        match (escape, b) {
-            (true, b'\\') => out.extend_from_slice(b"\\\\"),
-            (true, b'\n') => out.extend_from_slice(b"\\n"),
-            (true, b'\r') => out.extend_from_slice(b"\\r"),
-            _ => out.push(b),
-        }
-    }
 }
 
 /// One proper line of a list.
@@ -581,7 +568,7 @@ fn check_list(
             if escape {
                 line.push(b'\\');
             }
-            put_name(&mut line, &entry.name, escape);
+            crate::names::escape_into(&mut line, &entry.name, escape);
             line.extend_from_slice(b": ");
             line.extend_from_slice(status.as_bytes());
             line.push(b'\n');

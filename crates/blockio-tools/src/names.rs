@@ -101,7 +101,10 @@ pub fn status_line(name: &OsStr, status: &str, b3sum_style: bool) -> Vec<u8> {
     out
 }
 
-fn escape_into(out: &mut Vec<u8>, raw: &[u8], needs: bool) {
+/// Appends `raw` to `out`, with `\\`, `\n` and `\r` for a backslash, a
+/// newline and a carriage return when `needs` (coreutils' escaping of a
+/// name in a checksum line).
+pub(crate) fn escape_into(out: &mut Vec<u8>, raw: &[u8], needs: bool) {
     for &b in raw {
         match (needs, b) {
             (true, b'\\') => out.extend_from_slice(b"\\\\"),
