@@ -297,13 +297,34 @@ impl<'a> Op<'a> {
     /// Checks what can be checked before submission: the offset's range and
     /// the alignment of direct I/O. Returns the error to report in place of
     /// submitting.
+    ///
+    /// Runs for every operation of every batch, so the rules are folded
+    /// into one test of plain bit operations (no division, no branch per
+    /// rule); which rule failed, and the message naming it, is worked out
+    /// only for a refusal.
+    #[inline]
     pub(crate) fn precheck(&self) -> Option<std::io::Error> {
+        let offset = self.action.offset();
+        let fits = offset <= i64::MAX as u64
+            && match self.direct {
+                None => true,
+                Some(align) => self.kind().is_metadata() || align.admits(offset, &self.action),
+            };
+        if fits {
+            None
+        } else {
+            self.refusal()
+        }
+    }
+
+    /// The error [`precheck`](Self::precheck) reports: the first rule the
+    /// operation breaks, named.
+    #[cold]
+    #[inline(never)]
+    fn refusal(&self) -> Option<std::io::Error> {
         if self.kind().is_metadata() {
             return None;
         }
-        // Checked on every submission: the description the error needs
-        // (the byte count sums a vectored op's iovecs) is made only for a
-        // refusal.
         let refuse = |rule, bound| Some(self.site().refuse(rule, bound));
         let offset = self.offset();
         if offset > i64::MAX as u64 {
