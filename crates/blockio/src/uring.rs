@@ -53,6 +53,7 @@ struct Ring {
 struct PoolState {
     /// Boxed: a ring is a few hundred bytes, and every batch checks one
     /// out and gives it back, so the pool moves a pointer instead.
+    #[allow(clippy::vec_box)]
     idle: Vec<Box<Ring>>,
     created: usize,
 }

@@ -410,3 +410,79 @@ pub fn clear_ops<'b>(mut ops: Vec<Op<'_>>) -> Vec<Op<'b>> {
     // allocation are the same, and `ManuallyDrop` hands ownership over.
     unsafe { Vec::from_raw_parts(ptr.cast::<Op<'b>>(), 0, cap) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An operation that is only checked, never performed.
+    fn unperformed(action: Action, direct: Option<Alignment>) -> Op<'static> {
+        // SAFETY: the op is only checked (`precheck` and `refusal` read
+        // its fields and never dereference its pointers); it is never
+        // submitted.
+        unsafe { Op::from_action(3, action, direct) }
+    }
+
+    /// The one-test check before submission refuses exactly what the
+    /// rule-by-rule description finds broken, for valid and invalid
+    /// alignments, single and vectored buffers.
+    #[test]
+    fn the_folded_check_refuses_exactly_what_a_rule_breaks() {
+        let sizes = [0u32, 1, 3, 512, 768, 4096];
+        let places = [0u64, 1, 511, 512, 4096, 4097, i64::MAX as u64, u64::MAX];
+        let mut iovecs = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 2];
+        let mut checked = 0;
+        for (&memory, &offset_align) in sizes.iter().flat_map(|m| sizes.iter().map(move |o| (m, o)))
+        {
+            let align = Alignment {
+                memory,
+                offset: offset_align,
+            };
+            for &offset in &places {
+                for &addr in &places[..6] {
+                    for &len in &places[..6] {
+                        let len = len as usize;
+                        let buf = addr as *mut u8;
+                        iovecs[0] = libc::iovec {
+                            iov_base: 4096 as *mut libc::c_void,
+                            iov_len: 4096,
+                        };
+                        iovecs[1] = libc::iovec {
+                            iov_base: buf.cast(),
+                            iov_len: len,
+                        };
+                        let vectored = action::Vectored {
+                            iovecs: iovecs.as_ptr(),
+                            count: 2,
+                            offset,
+                        };
+                        for action in [
+                            Action::Read(Read { buf, len, offset }),
+                            Action::Write(Write {
+                                buf: buf.cast_const(),
+                                len,
+                                offset,
+                            }),
+                            Action::ReadVectored(ReadVectored(vectored)),
+                        ] {
+                            for direct in [None, Some(align)] {
+                                let op = unperformed(action, direct);
+                                let refused = op.refusal().is_some();
+                                assert_eq!(
+                                    op.precheck().is_some(),
+                                    refused,
+                                    "{align:?} offset {offset} buffer {addr:#x} length {len}"
+                                );
+                                checked += usize::from(refused);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 0);
+    }
+}
