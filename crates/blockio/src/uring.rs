@@ -40,7 +40,6 @@ use io_uring::{opcode, squeue, IoUring, Probe};
 
 use crate::buf::{BufferPool, PoolInner};
 use crate::limit::InFlightLimit;
-use crate::op::action::Lower;
 use crate::op::sealed::FixedSlot;
 use crate::op::Op;
 use crate::ring::{submit_and_wait_or_abort, RingFlags};

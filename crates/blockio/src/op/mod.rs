@@ -21,8 +21,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use crate::direct::{Alignment, DirectFile};
 use crate::error::Site;
+use crate::kind::OpClass;
 pub use crate::kind::OpKind;
-use action::{Action, Flush, Lower, Read, ReadVectored, Vectored, Write, WriteVectored};
+use action::{Action, ReadArgs, ReadVectoredArgs, Vectored, WriteArgs, WriteVectoredArgs};
 
 /// Something an operation can be issued on: an open file descriptor, and
 /// whether it was opened for direct I/O.
@@ -200,7 +201,7 @@ impl<'a> Op<'a> {
     /// bytes read, short at end of file.
     pub fn read<T: Target + ?Sized>(file: &'a T, offset: u64, buf: &'a mut [u8]) -> Op<'a> {
         let (buf, len) = (buf.as_mut_ptr(), buf.len());
-        Op::on(file, Action::Read(Read { buf, len, offset }))
+        Op::on(file, Action::Read(ReadArgs { buf, len, offset }))
     }
 
     /// [`Op::read`] into memory that need not be initialised, to skip
@@ -214,13 +215,13 @@ impl<'a> Op<'a> {
         buf: &'a mut [std::mem::MaybeUninit<u8>],
     ) -> Op<'a> {
         let (buf, len) = (buf.as_mut_ptr().cast::<u8>(), buf.len());
-        Op::on(file, Action::Read(Read { buf, len, offset }))
+        Op::on(file, Action::Read(ReadArgs { buf, len, offset }))
     }
 
     /// Write `buf` at `offset`. The result is the number of bytes written.
     pub fn write<T: Target + ?Sized>(file: &'a T, offset: u64, buf: &'a [u8]) -> Op<'a> {
         let (buf, len) = (buf.as_ptr(), buf.len());
-        Op::on(file, Action::Write(Write { buf, len, offset }))
+        Op::on(file, Action::Write(WriteArgs { buf, len, offset }))
     }
 
     /// Read into several buffers in order, starting at `offset`.
@@ -235,7 +236,7 @@ impl<'a> Op<'a> {
             count: bufs.len(),
             offset,
         };
-        Op::on(file, Action::ReadVectored(ReadVectored(v)))
+        Op::on(file, Action::ReadVectored(ReadVectoredArgs(v)))
     }
 
     /// Write several buffers in order, starting at `offset`.
@@ -250,17 +251,17 @@ impl<'a> Op<'a> {
             count: bufs.len(),
             offset,
         };
-        Op::on(file, Action::WriteVectored(WriteVectored(v)))
+        Op::on(file, Action::WriteVectored(WriteVectoredArgs(v)))
     }
 
     /// Flush the file's data and metadata to stable storage. The result is 0.
     pub fn fsync<T: Target + ?Sized>(file: &'a T) -> Op<'a> {
-        Op::on(file, Action::Sync(Flush { data_only: false }))
+        Op::on(file, Action::flush(false))
     }
 
     /// Flush the file's data (and only the metadata needed to read it back).
     pub fn fdatasync<T: Target + ?Sized>(file: &'a T) -> Op<'a> {
-        Op::on(file, Action::Sync(Flush { data_only: true }))
+        Op::on(file, Action::flush(true))
     }
 
     /// The kind of this operation.
@@ -308,7 +309,12 @@ impl<'a> Op<'a> {
         let fits = offset <= i64::MAX as u64
             && match self.direct {
                 None => true,
-                Some(align) => self.kind().is_metadata() || align.admits(offset, &self.action),
+                Some(align) => match self.kind().class() {
+                    OpClass::FileData | OpClass::SocketIn | OpClass::SocketOut => {
+                        align.admits(offset, &self.action)
+                    }
+                    OpClass::Metadata => true,
+                },
             };
         if fits {
             None
@@ -322,8 +328,9 @@ impl<'a> Op<'a> {
     #[cold]
     #[inline(never)]
     fn refusal(&self) -> Option<std::io::Error> {
-        if self.kind().is_metadata() {
-            return None;
+        match self.kind().class() {
+            OpClass::FileData | OpClass::SocketIn | OpClass::SocketOut => {}
+            OpClass::Metadata => return None,
         }
         let refuse = |rule, bound| Some(self.site().refuse(rule, bound));
         let offset = self.offset();
@@ -460,13 +467,13 @@ mod tests {
                             offset,
                         };
                         for action in [
-                            Action::Read(Read { buf, len, offset }),
-                            Action::Write(Write {
+                            Action::Read(ReadArgs { buf, len, offset }),
+                            Action::Write(WriteArgs {
                                 buf: buf.cast_const(),
                                 len,
                                 offset,
                             }),
-                            Action::ReadVectored(ReadVectored(vectored)),
+                            Action::ReadVectored(ReadVectoredArgs(vectored)),
                         ] {
                             for direct in [None, Some(align)] {
                                 let op = unperformed(action, direct);
