@@ -1,4 +1,4 @@
-//! `blockio engine-bench`: random 4 KiB O_DIRECT reads, 64 in flight, the
+//! `blockio-bench engine`: random 4 KiB O_DIRECT reads, 64 in flight, the
 //! engine against fio and against a minimal loop on the `io-uring` crate,
 //! all measured in the same run.
 
@@ -18,7 +18,7 @@ use crate::measure::median;
 use crate::report::truncate3;
 use crate::{alloc_count, cache, data, fio};
 
-/// Options of `blockio engine-bench`.
+/// Options of `blockio-bench engine`.
 #[derive(Debug, clap::Args)]
 pub struct EngineBenchArgs {
     /// Directory for the data file (created if missing; not tmpfs).
