@@ -568,10 +568,18 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
         });
     }
     if uring {
-        // The dropped reads have long completed: once reaped, nothing
-        // waits, and the ring is not readable.
-        std::thread::sleep(Duration::from_millis(100));
-        engine.reap();
+        // The dropped reads complete too (their buffers stay with the
+        // ring until then): once all 600 are reaped, nothing waits, and
+        // the ring is not readable.
+        while reaped < 600 {
+            assert!(
+                Instant::now() < deadline,
+                "{reaped} of 600 reads reaped"
+            );
+            wait_and_clear_eventfd(efd.as_raw_fd(), 1000);
+            reaped += engine.reap();
+        }
+        assert_eq!(reaped, 600, "each read reaped once");
         assert!(!readable(engine.poll_fd().unwrap()), "reaped, yet readable");
         assert!(reaped >= 450, "reap completed {reaped} operations");
         assert!(counter.0.load(std::sync::atomic::Ordering::SeqCst) >= 450);
