@@ -1,5 +1,5 @@
 //! Smoke test of `blockio-bench engine`: a tiny run must print every field
-//! the README documents, with plausible values; bad flags must fail clearly.
+//! its `--help` and docs/benchmarks.md document, with plausible values; bad flags must fail clearly.
 
 use std::process::Command;
 
