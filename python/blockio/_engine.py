@@ -331,7 +331,10 @@ class Engine:
         the other per file. A file that cannot be read raises ``OSError``
         (errno and filename set, as the built-in ``open``'s), or is
         returned in its place with ``return_exceptions=True``; a directory
-        is ``IsADirectoryError``."""
+        is ``IsADirectoryError``. Made for regular files: a file whose
+        reads come back short (``/proc``) is read on to its end, but a
+        FIFO is opened without waiting for a writer (io_uring's open does
+        not wait) and so reads as empty when none is there."""
         paths = list(paths)
         res, failed = self._core.read_files([os.fsencode(p) for p in paths])
         if failed:

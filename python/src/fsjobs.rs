@@ -2,11 +2,11 @@
 //! mkdir, symlink, whole-file reads), run on a few threads of the core's
 //! own so that the event loop's thread never waits on the file system.
 //!
-//! Every call the engine has an operation kind for (open, statx, close,
-//! mkdir, symlink, read) is made through the sync [`blockio::Engine`]'s
-//! batch calls: on its ring where io_uring has the opcode, else a plain
-//! system call. `ftruncate` has no operation kind and is a plain system
-//! call. The pool thread is what makes the call asynchronous for the event
+//! The calls the engine has an operation kind for (statx, close, mkdir,
+//! symlink, read, and open for [`read_files`]) are made through the sync
+//! [`blockio::Engine`]'s batch calls: on its ring where io_uring has the
+//! opcode, else a plain system call. `ftruncate` has no operation kind and
+//! is a plain system call; so is the open of [`Job::Open`] (see [`open`]). The pool thread is what makes the call asynchronous for the event
 //! loop: the sync engine's batch call waits for its completions.
 //!
 //! Each call is a [`JobFuture`], completed by a pool thread and woken like
@@ -151,14 +151,20 @@ fn cvt(r: libc::c_int) -> io::Result<usize> {
     }
 }
 
-/// Opens `path` through the engine; a directory without `O_DIRECTORY`
-/// in `flags` is refused with `EISDIR` (and closed), as Python's `open`
-/// refuses it.
+/// Opens `path` with `open(2)`, not the engine's `OPENAT`: io_uring first
+/// tries an open without blocking, which for a FIFO succeeds at once
+/// without waiting for the other end, where `open(2)` (and Python's
+/// `open`) waits for it. A directory without `O_DIRECTORY` in `flags` is
+/// refused with `EISDIR` (and closed), as Python's `open` refuses it.
 fn open(engine: &blockio::Engine, path: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
-    let req = OpenRequest::new(PathAt::cwd(path)).flags(flags).mode(mode);
-    let fd = engine.open_batch(&[req])?.remove(0)?;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     if flags & libc::O_DIRECTORY == 0 && is_dir(&fstat(engine, &fd)?) {
-        engine.close_batch([fd])?;
         return Err(io::Error::from_raw_os_error(libc::EISDIR));
     }
     Ok(fd)
