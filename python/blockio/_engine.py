@@ -32,9 +32,15 @@ import os
 import stat
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Tuple, Union, overload
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Tuple,
+                    Union, overload)
 
 from ._aio import TrioFuture, running_trio
+
+if TYPE_CHECKING:
+    # Any object with the buffer protocol (bytes, bytearray, memoryview,
+    # mmap, numpy arrays): collections.abc.Buffer from Python 3.12 on.
+    from typing_extensions import Buffer
 from ._blockio import Core as _Core
 
 class HasFileno(Protocol):
@@ -48,7 +54,7 @@ class HasFileno(Protocol):
 FileLike = Union[int, HasFileno]
 
 #: One ``(file, buffer, offset)`` operation of a buffer batch.
-BufferOp = Tuple[FileLike, Any, int]
+BufferOp = Tuple[FileLike, "Buffer", int]
 
 
 def _fd(file: FileLike) -> int:
@@ -524,7 +530,10 @@ class Engine:
         fd = file if type(file) is int else _fd(file)
         if type(offset) is int and type(length) is int:
             # Cached: copied on this thread, no ring round trip or wake-up.
-            cached = self._core.read_cached(fd, offset, length)
+            try:
+                cached = self._core.read_cached(fd, offset, length)
+            except OverflowError:  # beyond 64 bits: the error comes below
+                cached = None
             if cached is not None:
                 # Done without suspending; one such read in 64 yields to
                 # the loop, so a task reading cached data in a loop never
@@ -567,7 +576,7 @@ class Engine:
         """:meth:`readinto_batch` as a coroutine."""
         return await self._abuffers(ops, self._core.submit_readinto, return_exceptions)
 
-    async def areadinto(self, file: FileLike, buf: Any, offset: int) -> int:
+    async def areadinto(self, file: FileLike, buf: "Buffer", offset: int) -> int:
         """Reads into ``buf`` at ``offset``; the byte count. On a pipe,
         socket or terminal the read goes into a buffer of the engine's and
         is copied into ``buf`` when it completes: a read there may wait
@@ -606,7 +615,7 @@ class Engine:
             raise _out_of_range(None, [off for _, _, off in ops], "ops") from None
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)
 
-    async def awrite(self, file: FileLike, data: Any, offset: int) -> int:
+    async def awrite(self, file: FileLike, data: "Buffer", offset: int) -> int:
         """Writes ``data`` at ``offset``; the byte count."""
         n: int = (await self.awrite_batch([(file, data, offset)]))[0]
         return n
