@@ -1001,7 +1001,7 @@ fn a_directory_is_never_copied_into_itself_through_a_bind_mount() {
             &["-r", "s", "m/sub/deep/"],
         ),
         (
-            "mkdir a m; echo hi > a/f",
+            "mkdir a m",
             "mount --bind a m",
             &["-r", "--parents", "a", "m"],
         ),
