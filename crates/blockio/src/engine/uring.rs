@@ -36,14 +36,13 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use io_uring::{opcode, squeue, IoUring, Probe};
+use io_uring::{opcode, IoUring, Probe};
 
+use super::limit::InFlightLimit;
 use crate::buf::{BufferPool, PoolInner};
-use crate::limit::InFlightLimit;
-use crate::op::action::Lower;
 use crate::op::sealed::FixedSlot;
 use crate::op::Op;
-use crate::ring::{submit_and_wait_or_abort, RingFlags};
+use crate::ring::{build_entry, submit_and_wait_or_abort, RingFlags};
 
 struct Ring {
     io: IoUring,
@@ -51,7 +50,10 @@ struct Ring {
 }
 
 struct PoolState {
-    idle: Vec<Ring>,
+    /// Boxed: a ring is a few hundred bytes, and every batch checks one
+    /// out and gives it back, so the pool moves a pointer instead.
+    #[allow(clippy::vec_box)]
+    idle: Vec<Box<Ring>>,
     created: usize,
 }
 
@@ -117,10 +119,16 @@ pub(crate) struct FileTable {
 }
 
 impl FileTable {
-    /// The slot `fixed` names in this table, if it is one of its slots.
-    fn slot_of(&self, fixed: FixedSlot) -> Option<u32> {
-        (fixed.owner == self.owner && (fixed.slot as usize) < self.slots.len())
-            .then_some(fixed.slot)
+    /// The slot of this table `op` is issued on: only when it was built
+    /// from a [`RegisteredFile`](crate::RegisteredFile) of this engine
+    /// (any other operation uses its own descriptor) and its kind may use
+    /// a registered file.
+    fn slot_for(&self, op: &Op<'_>) -> Option<u32> {
+        let fixed: FixedSlot = op.fixed?;
+        (fixed.owner == self.owner
+            && (fixed.slot as usize) < self.slots.len()
+            && op.action.takes_registered_file())
+        .then_some(fixed.slot)
     }
 }
 
@@ -155,10 +163,10 @@ pub(crate) struct UringConfig {
 impl RingPool {
     /// A pool whose first ring, `first`, was built (and probed) with `flags`.
     fn with_first(cfg: &UringConfig, flags: RingFlags, first: IoUring) -> io::Result<RingPool> {
-        let mut ring = Ring {
+        let mut ring = Box::new(Ring {
             io: first,
             files_version: 0,
-        };
+        });
         UringBackend::setup_ring(&mut ring, cfg.bufs.as_ref(), cfg.file_slots)?;
         Ok(RingPool {
             state: Mutex::new(PoolState {
@@ -174,7 +182,7 @@ impl RingPool {
         })
     }
 
-    fn new_ring(&self) -> io::Result<Ring> {
+    fn new_ring(&self) -> io::Result<Box<Ring>> {
         let mut flags = self.flags;
         let io = flags.build(self.entries, &mut Vec::new())?;
         if flags != self.flags {
@@ -182,15 +190,15 @@ impl RingPool {
                 "io_uring setup flags changed after probing",
             ));
         }
-        let mut ring = Ring {
+        let mut ring = Box::new(Ring {
             io,
             files_version: 0,
-        };
+        });
         UringBackend::setup_ring(&mut ring, self.bufs.as_ref(), self.file_slots)?;
         Ok(ring)
     }
 
-    fn checkout(&self) -> io::Result<Ring> {
+    fn checkout(&self) -> io::Result<Box<Ring>> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(ring) = st.idle.pop() {
@@ -208,7 +216,7 @@ impl RingPool {
         }
     }
 
-    fn give_back(&self, ring: Ring) {
+    fn give_back(&self, ring: Box<Ring>) {
         self.state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -511,7 +519,9 @@ impl RingBatch<'_> {
                         }
                         self.permits += got;
                     }
-                    let entry = build_entry(&ops[*next], *next as u64, bufs, files);
+                    let op = &ops[*next];
+                    let slot = files.and_then(|t| t.slot_for(op));
+                    let entry = build_entry(op, *next as u64, bufs, slot);
                     // SAFETY: the entry points into buffers (and iovec arrays)
                     // borrowed by `ops` for longer than this call, and this
                     // call does not return until every queued entry's
@@ -648,30 +658,6 @@ impl Drop for RingBatch<'_> {
         self.limit.give(self.permits);
         self.permits = 0;
     }
-}
-
-/// The submission entry of `op`, tagged with `ud`: on its registered-file
-/// slot when it was built from a [`RegisteredFile`](crate::RegisteredFile)
-/// of this engine (any other operation uses its own descriptor), with its buffer's registered index when the buffer
-/// comes from `bufs`.
-pub(crate) fn build_entry(
-    op: &Op<'_>,
-    ud: u64,
-    bufs: Option<&PoolInner>,
-    files: Option<&FileTable>,
-) -> squeue::Entry {
-    let slot = match (files, op.fixed) {
-        (Some(t), Some(fixed)) if op.action.takes_registered_file() => t.slot_of(fixed),
-        _ => None,
-    };
-    match slot {
-        Some(slot) => op
-            .action
-            .entry(slot as RawFd, bufs)
-            .flags(squeue::Flags::FIXED_FILE),
-        None => op.action.entry(op.fd, bufs),
-    }
-    .user_data(ud)
 }
 
 #[cfg(test)]
