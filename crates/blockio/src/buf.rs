@@ -4,11 +4,9 @@
 //! transparent huge pages (`MADV_HUGEPAGE`). An `O_DIRECT` request can carry
 //! only so many separate memory segments (254 on the project machine's
 //! virtio disk), so a 2 MiB read into scattered 4 KiB pages went to the
-//! device as 2 to 4 requests; from one huge page it is one. Measured with
-//! `blockio sum --algo xxh3` on a 2 GiB file, cold (2 MiB reads, 16 in
-//! flight, six alternating pairs): 1,030-1,054 requests and 0.89-0.98 s,
-//! against 1,377-2,463 requests and 1.50-1.88 s from ordinary pages; with
-//! BLAKE3, six shuffled rounds, median 0.94 s against 1.92 s. Where the
+//! device as 2 to 4 requests; from one huge page it is one, which made a
+//! cold read of a large file markedly faster (figures in
+//! `docs/benchmarks.md`, "Figures behind the code's choices"). Where the
 //! kernel has no huge page to give (or THP is off) the mapping is simply
 //! made of small pages, as before. Such a buffer takes whole huge pages:
 //! its length is rounded up to 2 MiB.

@@ -147,15 +147,14 @@ impl EngineBuilder {
     /// Why the default is a ramp: the kernel plugs the block layer for a
     /// call that submits more than two requests and dispatches them together
     /// when the call ends, so with one call per batch the device starts on
-    /// the first request only after the last one was prepared. On a virtual
-    /// disk whose host serves requests one at a time that idle gap cost 9 %
-    /// of IOPS against fio (which submits as it goes). So a batch that finds
-    /// its ring idle submits its first 2 operations at once (below the plug
-    /// threshold: the device starts at once), then chunks of 4, 8, 16, ...
-    /// while the device works on the earlier ones: about log2(batch) calls
-    /// per batch, 6 for 64 operations. Measured with `blockio engine-bench`
-    /// (random 4 KiB O_DIRECT, 64 in flight, virtio disk): one call 0.91 of
-    /// fio, ramp 1.00, `submit_chunk(2)` 0.99–1.00 at 32 calls per batch.
+    /// the first request only after the last one was prepared; on a
+    /// virtual disk whose host serves requests one at a time that idle gap
+    /// costs IOPS (figures in `docs/benchmarks.md`, "Figures behind the
+    /// code's choices"). So a batch that finds its ring idle submits its
+    /// first 2 operations at once (below the plug threshold: the device
+    /// starts at once), then chunks of 4, 8, 16, ... while the device works
+    /// on the earlier ones: about log2(batch) calls per batch, 6 for 64
+    /// operations.
     ///
     /// `submit_chunk(0)` saves those calls where dispatch does not idle the
     /// device, for example page-cache hits; `submit_chunk(2)` keeps the
