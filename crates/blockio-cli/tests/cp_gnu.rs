@@ -1099,3 +1099,21 @@ fn hard_links_are_never_made_to_a_destination_that_is_not_a_copy() {
         like_gnu_with(&[], setup, args, input);
     }
 }
+
+/// `-u` and `-i` judge an existing FIFO before opening it: the open waits
+/// for a reader, and before, with none, the copy never ended (`timeout`
+/// bounds that here).
+#[test]
+fn update_and_interactive_decide_before_opening_a_fifo() {
+    let setup = "echo new > f; mkfifo p; touch -d 2000-01-01 f; \
+                 mkdir s d; echo x > s/f; touch -d 2000-01-01 s/f; mkfifo d/f";
+    for (args, input) in [
+        (&["-u", "f", "p"][..], ""),
+        (&["-i", "f", "p"], "n\n"),
+        (&["-ru", "s/f", "d/"], ""),
+        (&["-ri", "s/.", "d/"], "n\n"),
+    ] {
+        let o = like_gnu_with(&["timeout", "20"], setup, args, input);
+        assert_eq!(o.code, Some(0), "{args:?}: {o:?}");
+    }
+}

@@ -488,7 +488,16 @@ fn create_all<'g>(
 /// replaced by a new one rather than written into, as GNU does: its other
 /// names keep what they held, and two sources copied onto two names of one
 /// file stay two files.
-fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &mut at::Dest) -> Option<bool> {
+///
+/// `decided`: `-u`/`-i` already chose to overwrite it (see
+/// [`fifo_kept`]), so they are not asked again.
+fn existing(
+    ctx: &Ctx<'_>,
+    dirs: &DirPair,
+    e: &Entry,
+    dst: &mut at::Dest,
+    decided: bool,
+) -> Option<bool> {
     if dst.created {
         return Some(false);
     }
@@ -514,7 +523,7 @@ fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &mut at::Dest) -> Opt
         ctx.errors.report(what, None);
         return None;
     }
-    if super::keep_existing(ctx.opts, super::mtime(&e.st), super::mtime(&st), &path()) {
+    if !decided && super::keep_existing(ctx.opts, super::mtime(&e.st), super::mtime(&st), &path()) {
         ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
         return None;
     }
@@ -594,6 +603,16 @@ fn create_dst(
     } else if opts.remove_destination && !excl {
         remove_destination(ctx, pair, e)?;
     }
+    // An existing FIFO is judged by `-u`/`-i` before it is opened: the
+    // open waits for a reader, possibly for ever.
+    let decided = match fifo_kept(ctx, pair, e, excl) {
+        Some(true) => {
+            ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        Some(false) => true,
+        None => false,
+    };
     let create = || {
         if e.follow_dst {
             at::create_following(&pair.dst, &e.dst_name, excl, mode, opts.force)
@@ -611,7 +630,7 @@ fn create_dst(
     // sees them.
     if !(ctx.opts.preserve.links && (e.st.stx_nlink > 1 || e.follow_src)) {
         let mut dst = create()?;
-        return Ok(existing(ctx, pair, e, &mut dst).map(|stream| (dst, stream)));
+        return Ok(existing(ctx, pair, e, &mut dst, decided).map(|stream| (dst, stream)));
     }
     // Held while the first copy is created, so a second name of the file
     // never links to a copy that does not exist yet.
@@ -657,11 +676,33 @@ fn create_dst(
     // Only a copy is linked to: an existing destination that is the
     // source itself, or that `-i`/`-u` keep, is not one, and the next
     // name of the file is copied anew.
-    let Some(stream) = existing(ctx, pair, e, &mut dst) else {
+    let Some(stream) = existing(ctx, pair, e, &mut dst, decided) else {
         return Ok(None);
     };
     links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
     Ok(Some((dst, stream)))
+}
+
+/// With `-u` or `-i`, when the destination is an existing FIFO: whether
+/// it is kept (`Some(true)`), or to be overwritten (`Some(false)`, asked
+/// already); `None` when there is no FIFO to judge, or nothing to ask.
+fn fifo_kept(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> Option<bool> {
+    let opts = ctx.opts;
+    if excl || (opts.update == super::Update::All && opts.ask.is_none()) {
+        return None;
+    }
+    let flags = if e.follow_dst {
+        rustix::fs::AtFlags::empty()
+    } else {
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+    };
+    let st = rustix::fs::statat(&pair.dst, e.dst_name.as_c_str(), flags).ok()?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Fifo {
+        return None;
+    }
+    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+    let dst = pair.dst_of(&e.dst_name);
+    Some(super::keep_existing(opts, super::mtime(&e.st), mtime, &dst))
 }
 
 /// Whether an existing destination (not a directory) that is about to be
