@@ -135,6 +135,8 @@ fn messages(bytes: &[u8]) -> String {
         .lines()
         .filter(|l| !l.contains("note: I/O ran on the thread-pool backend"))
         .map(|l| l.strip_prefix("blockio ").unwrap_or(l))
+        // A message after a question (`-i`) shares the question's line.
+        .map(|l| l.replace("? blockio cp: ", "? cp: "))
         .map(|l| l.replace("'blockio cp --help'", "'cp --help'"))
         .map(|l| format!("{l}\n"))
         .collect()
@@ -592,6 +594,12 @@ fn interactive_asks_as_gnu_does() {
     ] {
         like_gnu_with(&[], setup, args, input);
     }
+    // A directory in the way of a file: asked first (coreutils'
+    // tests/cp/cp-i.sh), then "cannot overwrite directory" on a yes.
+    let setup = "mkdir -p a b/a/c; touch a/c";
+    for input in ["n\n", "y\n"] {
+        like_gnu_with(&[], setup, &["-iR", "a", "b"], input);
+    }
 }
 
 /// `-f`: an existing file the copier cannot open for writing is removed
@@ -688,9 +696,11 @@ fn link_options_work_as_gnu_does() {
     ] {
         like_gnu(setup, args);
     }
-    // A directory where a link goes, and -u with links.
+    // A directory where a link goes, and -u with links. Every time that
+    // -u compares is set: a file and a directory made within one clock
+    // tick of each other have the same time, and -u then keeps either.
     let setup = "mkdir -p s t/s/x; echo x > s/x; echo y > s/y; echo old > t/s/y; \
-                 touch -d 2000-01-01 s/y";
+                 touch -d 2000-01-01 s/y s/x";
     for args in [
         &["-rl", "s", "t"][..],
         &["-rlf", "s", "t"],
@@ -742,6 +752,24 @@ fn backup_options_work_as_gnu_does() {
         &["-b", "l", "f"],
         &["-lb", "f", "g"],
         &["-sb", "f", "g"],
+    ] {
+        like_gnu(setup, args);
+    }
+    // `cp --force --backup F F` copies F to its backup name (coreutils'
+    // tests/cp/backup-1.sh); `cp -b a~ a` would back `a` up onto its own
+    // source, and is refused (tests/cp/backup-is-src.sh).
+    let setup = "echo F > F; echo a > a; echo a-tilde > a~; mkdir d; echo d > d/F";
+    for args in [
+        &["--force", "--backup=simple", "--suffix=.b", "F", "F"][..],
+        &["-T", "--force", "--backup=simple", "--suffix=.b", "F", "F"],
+        &["-f", "--backup=numbered", "F", "F"],
+        &["-fbv", "d/F", "d/F"],
+        &["-b", "F", "F"],
+        &["-fb", "./F", "F"],
+        &["--b=simple", "a~", "a"],
+        &["-fb", "a~", "a"],
+        &["-b", "--suffix=.x", "a~", "a"],
+        &["--backup=numbered", "a~", "a"],
     ] {
         like_gnu(setup, args);
     }

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::ffi::{CStr, OsStr};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -43,15 +43,33 @@ struct Fixup {
     chmod: Option<u32>,
 }
 
-pub(crate) fn run(
-    engine: &Engine,
-    sources: &[PathBuf],
-    dest: &Path,
-    dest_is_dir: bool,
-    opts: &CopyOptions,
-    progress: &Progress,
-    on_error: &(dyn Fn(&super::CopyError) + Sync),
-) -> CopyReport {
+/// One copy to run: what goes where, how, and where progress and errors
+/// go.
+pub(crate) struct Request<'a> {
+    /// The source operands, in order.
+    pub sources: &'a [PathBuf],
+    /// The destination operand.
+    pub dest: &'a Path,
+    /// Whether `dest` is a directory the sources are copied into (else the
+    /// one source is copied to `dest` itself).
+    pub dest_is_dir: bool,
+    /// How to copy.
+    pub opts: &'a CopyOptions,
+    /// The counters the copy advances as it goes.
+    pub progress: &'a Progress,
+    /// Called for each path that fails, from any thread.
+    pub on_error: &'a (dyn Fn(&super::CopyError) + Sync),
+}
+
+pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
+    let &Request {
+        sources,
+        dest,
+        dest_is_dir,
+        opts,
+        progress,
+        on_error,
+    } = req;
     let errors = Errors {
         progress,
         sink: on_error,
@@ -199,13 +217,11 @@ impl Drop for Running<'_> {
 }
 
 fn current_umask() -> u32 {
-    // SAFETY: umask cannot fail; it is set back at once (before any worker
-    // creates a file).
-    unsafe {
-        let m = libc::umask(0o022);
-        libc::umask(m);
-        m
-    }
+    use rustix::fs::Mode;
+    // Set back at once, before any worker creates a file.
+    let m = rustix::process::umask(Mode::from_raw_mode(0o022));
+    rustix::process::umask(m);
+    m.bits()
 }
 
 struct Walker<'a> {
@@ -1111,50 +1127,15 @@ impl Walker<'_> {
             }
         };
         for ((e, t), r) in ok.iter().zip(&targets).zip(made) {
-            let dst = pair.dst_of(&e.dst_name);
-            let mut backup = None;
-            let r = match r {
-                Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
-                    match self.replace(pair, e, false) {
-                        Replace::Skip => continue,
-                        Replace::Removed(b) => {
-                            backup = b;
-                            at::symlink(t, &pair.dst, &e.dst_name)
-                        }
-                        Replace::Failed => continue,
-                    }
-                }
-                r => r,
-            };
-            match r {
-                Ok(()) => {
-                    let b = backup.as_deref();
-                    super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
-                    self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
-                    let keep = &self.ctx.opts.preserve;
-                    if keep.ownership || keep.timestamps {
-                        let set = set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep);
-                        if let Err(err) = set {
-                            self.report(format!("preserving times for {}", quote(&dst)), Some(err));
-                        }
-                    }
-                }
-                Err(err) => {
-                    let b = backup.as_deref();
-                    super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
-                    self.report(
-                        format!("cannot create symbolic link {}", quote(&dst)),
-                        Some(err),
-                    )
-                }
-            }
+            self.finish_made(pair, e, Made::Link, r, || {
+                at::symlink(t, &pair.dst, &e.dst_name)
+            });
         }
     }
 
     /// FIFOs, sockets and device nodes are made anew, as `cp -r` does;
     /// with `-p` accessible to us alone until their owner and mode are set.
     fn special(&self, pair: &Arc<DirPair>, e: &Entry) {
-        let dst = pair.dst_of(&e.dst_name);
         let rdev = libc::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
         let perms = if self.ctx.opts.default_mode {
             // As GNU's: the default bits, and the source's special ones.
@@ -1165,49 +1146,65 @@ impl Walker<'_> {
             e.mode() & 0o7777
         };
         let make = || at::mknod(&pair.dst, &e.dst_name, e.kind() | perms, rdev);
-        let mut r = make();
+        self.finish_made(pair, e, Made::Special, make(), make);
+    }
+
+    /// Finishes making the link or special file `e` whose first try gave
+    /// `made`: where its name is taken, replaces what is there (see
+    /// [`Walker::replace`]) and makes it `again`; then says so (`-v`),
+    /// counts it and sets the attributes kept for its kind, or reports why
+    /// it could not be made.
+    fn finish_made(
+        &self,
+        pair: &DirPair,
+        e: &Entry,
+        kind: Made,
+        mut made: io::Result<()>,
+        again: impl FnOnce() -> io::Result<()>,
+    ) {
+        let dst = pair.dst_of(&e.dst_name);
         let mut backup = None;
-        if r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EEXIST) {
+        if made.as_ref().err().and_then(blockio::errno) == Some(libc::EEXIST) {
             match self.replace(pair, e, false) {
                 Replace::Removed(b) => {
                     backup = b;
-                    r = make();
+                    made = again();
                 }
                 Replace::Skip | Replace::Failed => return,
             }
         }
-        match r {
-            Ok(()) => {
-                let b = backup.as_deref();
-                super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
+        super::say_copied(
+            self.ctx.opts,
+            &pair.src_of(&e.src_name),
+            &dst,
+            backup.as_deref(),
+        );
+        if let Err(err) = made {
+            let what = match kind {
+                Made::Link => "symbolic link",
+                Made::Special if e.kind() == libc::S_IFIFO => "fifo",
+                Made::Special => "special file",
+            };
+            return self.report(format!("cannot create {what} {}", quote(&dst)), Some(err));
+        }
+        let keep = &self.ctx.opts.preserve;
+        let set = match kind {
+            Made::Link => {
+                self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
+                (keep.ownership || keep.timestamps)
+                    .then(|| set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep))
+            }
+            Made::Special => {
                 self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
-                let keep = &self.ctx.opts.preserve;
-                if keep.attrs() {
+                keep.attrs().then(|| {
                     let from = Node::at(pair.src.as_fd(), &e.src_name);
                     let xattrs = Some((from, pair.dst_default_acl));
-                    let set =
-                        set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), xattrs, keep);
-                    if let Err(err) = set {
-                        self.report(format!("preserving times for {}", quote(&dst)), Some(err));
-                    }
-                }
+                    set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), xattrs, keep)
+                })
             }
-            Err(err) => {
-                let b = backup.as_deref();
-                super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
-                self.report(
-                    format!(
-                        "cannot create {} {}",
-                        if e.kind() == libc::S_IFIFO {
-                            "fifo"
-                        } else {
-                            "special file"
-                        },
-                        quote(&dst)
-                    ),
-                    Some(err),
-                )
-            }
+        };
+        if let Some(Err(err)) = set {
+            self.report(format!("preserving times for {}", quote(&dst)), Some(err));
         }
     }
 
@@ -1383,18 +1380,25 @@ impl Walker<'_> {
         // `files::FSYNC_EACH_MIN`), the directories, links and attributes.
         let filesystems = std::mem::take(&mut *self.filesystems.lock().expect("lock"));
         for (_, path, dir) in filesystems {
-            // SAFETY: a valid descriptor; no memory is passed.
-            if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+            if let Err(e) = rustix::fs::syncfs(&dir) {
                 self.report(
                     format!(
                         "cannot make the copy durable: syncfs on the file system of {} failed, so files written there may be incomplete",
                         quote(&path)
                     ),
-                    Some(io::Error::last_os_error()),
+                    Some(e.into()),
                 );
             }
         }
     }
+}
+
+/// What [`Walker::finish_made`] made: a symbolic link, or a FIFO, socket
+/// or device node.
+#[derive(Clone, Copy)]
+enum Made {
+    Link,
+    Special,
 }
 
 enum Replace {
