@@ -671,7 +671,7 @@ fn preserve_lists_keep_what_gnu_keeps() {
 #[test]
 fn link_options_work_as_gnu_does() {
     let setup = "echo a > f; echo o > g; mkdir -p d s/sub; echo x > s/x; ln -s x s/lx; \
-                 echo y > s/sub/y; ln -s /nonexistent s/dang; ln f hard";
+                 echo y > s/sub/y; ln -s /nonexistent s/dang; ln f hard; ln -s f lf";
     for args in [
         &["-l", "f", "h"][..],
         &["-l", "f", "g"],
@@ -693,6 +693,11 @@ fn link_options_work_as_gnu_does() {
         // A hard link of the source in the way: the same file with -f.
         &["-sf", "f", "hard"],
         &["-s", "f", "hard"],
+        // A link to the source in the way: made anew with -f (coreutils'
+        // tests/cp/cross-dev-symlink.sh), "File exists" without.
+        &["-dsf", "f", "lf"],
+        &["-sf", "f", "lf"],
+        &["-s", "f", "lf"],
     ] {
         like_gnu(setup, args);
     }

@@ -876,10 +876,8 @@ impl Walker<'_> {
                 self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            let is_dir = there.is_ok_and(|st| {
-                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
-            });
-            if is_dir {
+            let kind = there.map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
+            if kind == Ok(rustix::fs::FileType::Directory) {
                 return self.report(
                     format!(
                         "cannot overwrite directory {} with non-directory",
@@ -890,8 +888,10 @@ impl Walker<'_> {
             }
             // As GNU 9.1: with -s the same-file rule is asked only when the
             // destination would be removed (-f); otherwise making the link
-            // fails ("File exists").
-            if !hard && opts.force && self.leads_to_source(pair, e) {
+            // fails ("File exists"). A link in the way is made anew, even
+            // one that leads to the source.
+            let dst_is_link = kind == Ok(rustix::fs::FileType::Symlink);
+            if !hard && opts.force && !dst_is_link && self.leads_to_source(pair, e) {
                 return self.report(
                     format!("{} and {} are the same file", quote(&src), quote(&dst)),
                     None,
