@@ -866,6 +866,18 @@ fn attributes_only_copies_no_data_as_gnu_does() {
     ] {
         like_gnu(setup, args);
     }
+    // Onto a file with two names, with -a: written into, not replaced, and
+    // a link is not put in its place unless asked (coreutils'
+    // tests/cp/attr-existing.sh).
+    let setup = "printf 1 > f; printf 2 > g; ln g g2; ln -s f l";
+    for args in [
+        &["-a", "--attributes-only", "f", "g"][..],
+        &["-a", "--attributes-only", "l", "g"],
+        &["-a", "--remove-destination", "--attributes-only", "l", "g"],
+        &["-af", "--attributes-only", "l", "g"],
+    ] {
+        like_gnu(setup, args);
+    }
 }
 
 /// The blocks a file takes on disk.

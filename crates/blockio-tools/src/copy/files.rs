@@ -519,7 +519,8 @@ fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &mut at::Dest) -> Opt
         return None;
     }
     let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
-    if regular && ctx.opts.preserve.links && st.stx_nlink > 1 {
+    // Not with `--attributes-only`, which writes no data, as GNU's.
+    if regular && ctx.opts.preserve.links && st.stx_nlink > 1 && !ctx.opts.attributes_only {
         let made = at::unlink(&dirs.dst, &e.dst_name).and_then(|()| {
             at::create(
                 &dirs.dst,

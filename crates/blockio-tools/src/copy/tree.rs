@@ -1255,12 +1255,16 @@ impl Walker<'_> {
             rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
                 .is_ok_and(|st| st.st_nlink > 1)
         };
+        // `--attributes-only` copies no data, so, as GNU's, it replaces
+        // only what it is told to (`--remove-destination`, `-b`, `-f` for
+        // a link).
+        let data = !opts.attributes_only;
         let may_replace = forced
-            || e.never_follows(opts.dereference)
+            || (data && e.never_follows(opts.dereference))
             || opts.remove_destination
             || opts.backup != super::Backup::None
             || (e.kind() == libc::S_IFLNK && opts.force)
-            || (opts.preserve.links && several_names());
+            || (data && opts.preserve.links && several_names());
         if !may_replace {
             super::say_copied(opts, &pair.src_of(&e.src_name), &dst, None);
             let what = match e.kind() {
