@@ -626,6 +626,29 @@ fn force_replaces_a_file_that_cannot_be_opened() {
     }
 }
 
+/// A destination behind a directory the copier may not search is "cannot
+/// stat", and nothing is copied (coreutils' tests/cp/fail-perm.sh, as
+/// `nobody`, since root may search any directory).
+#[test]
+fn a_destination_that_cannot_be_looked_at_is_cannot_stat() {
+    assert!(root(), "this test makes files for nobody and needs root");
+    let setup = "mkdir -p D/D; touch F; ln -s D/D symlink; chown -R 65534:65534 .; chmod 0 D";
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    for args in [
+        &["F", "symlink"][..],
+        &["--no-target-directory", "F", "symlink"],
+        &["--target-directory=symlink", "F"],
+    ] {
+        let o = like_gnu_as(&nobody, setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
+    }
+}
+
 /// `-p`, `-a`, `--preserve=LIST` and `--no-preserve=LIST` keep what GNU
 /// keeps: `-p` mode, owner and times but not extended attributes or hard
 /// links; `--no-preserve=mode` gives new files the default mode; plain

@@ -419,6 +419,22 @@ pub fn copy(
             Ok(_) => format!("target {} is not a directory", quote(dest)),
         }));
     }
+    // A destination the copier may not look at (a link into a directory it
+    // may not search): GNU's "cannot stat", and nothing is copied.
+    if let Err(e) = &dest_meta {
+        if e.raw_os_error() == Some(libc::EACCES) {
+            let what = format!("cannot stat {}", quote(dest));
+            Errors {
+                progress,
+                sink: on_error,
+            }
+            .report(what, Some(io::Error::from_raw_os_error(libc::EACCES)));
+            return Ok(CopyReport {
+                errors: progress.errors.load(Ordering::Relaxed),
+                ..CopyReport::default()
+            });
+        }
+    }
     raise_fd_limit();
     let started = std::time::Instant::now();
     let engine = blockio::Engine::builder().queue_depth(256).build()?;
