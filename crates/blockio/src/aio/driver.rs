@@ -1006,7 +1006,7 @@ fn take_all(ring: &mut IoUring, ops: &mut InFlight, out: &mut Vec<Completion>) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::action::{Action, Read};
+    use crate::op::action::{Action, ReadArgs};
 
     /// A completion target that records its result and owns its buffer.
     struct Recorded {
@@ -1047,7 +1047,7 @@ mod tests {
         // SAFETY: both are new descriptors owned by nobody else.
         let (rd, _wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let mut buf = Box::new([0u8; 8]);
-        let read = Read {
+        let read = ReadArgs {
             buf: buf.as_mut_ptr(),
             len: 8,
             offset: 0,
