@@ -626,6 +626,21 @@ fn force_replaces_a_file_that_cannot_be_opened() {
     }
 }
 
+/// A file copied onto a link the same copy just made (two sources of one
+/// name) is refused in GNU's words, whether the link leads to a file or
+/// nowhere, and nothing is written through it (coreutils'
+/// tests/cp/abuse.sh).
+#[test]
+fn a_link_the_copy_just_made_is_not_written_through() {
+    for setup in [
+        "mkdir a b c; ln -s ../t a/1; echo payload > b/1",
+        "mkdir a b c; ln -s ../t a/1; echo payload > b/1; echo i > t",
+    ] {
+        let o = like_gnu(setup, &["-dR", "a/1", "b/1", "c"]);
+        assert!(o.stderr.contains("just-created symlink"), "{}", o.stderr);
+    }
+}
+
 /// A destination behind a directory the copier may not search is "cannot
 /// stat", and nothing is copied (coreutils' tests/cp/fail-perm.sh, as
 /// `nobody`, since root may search any directory).

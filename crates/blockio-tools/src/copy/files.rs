@@ -753,6 +753,14 @@ fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
                     quote(&dirs.src_of(&e.src_name)),
                     quote(&dst)
                 )
+            } else if ctx.made_links.lock().expect("made links lock").contains(&dst) {
+                // A link this copy made (`cp -dR a/1 b/1 c`, both named
+                // `1`): GNU's words.
+                format!(
+                    "will not copy {} through just-created symlink {}",
+                    quote(&dirs.src_of(&e.src_name)),
+                    quote(&dst)
+                )
             } else {
                 super::say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
                 let dangling = if e.follow_dst { "dangling " } else { "" };
