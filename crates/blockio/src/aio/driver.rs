@@ -47,7 +47,7 @@ use crate::pool::WorkerPool;
 use crate::ring::{submit_and_wait_or_abort, RingFlags};
 
 use crate::op::Op;
-use crate::uring::build_entry;
+use crate::ring::build_entry;
 
 /// Receives an operation's result (bytes, or `-errno`).
 pub(crate) trait Complete: Send + Sync {

@@ -1,4 +1,23 @@
-//! The engine handle and its builder.
+//! The sync engine: the handle and its builder, and its backends.
+//!
+//! [`Engine`] takes batches of [`Op`]s and blocks the calling thread until
+//! they complete. It runs them on io_uring ([`uring`]: a pool of rings,
+//! each used by one thread at a time) or on a thread pool ([`threads`]),
+//! serves page-cache hits on the calling thread where that is faster
+//! ([`cached`]), bounds the operations in flight ([`limit`]) and batches
+//! metadata operations ([`meta`]). What it shares with the async engine
+//! (operation kinds, buffers, ring setup, the worker pool) is in the crate
+//! root's shared modules.
+
+mod cached;
+mod limit;
+mod meta;
+mod threads;
+mod uring;
+
+pub use cached::ReadPath;
+pub use meta::{OpenRequest, PathAt};
+pub use uring::ProbeReport;
 
 use std::fmt;
 use std::io;
@@ -8,10 +27,10 @@ use std::sync::Arc;
 
 use crate::backend::{self, Backend, BackendChoice};
 use crate::buf::BufferPool;
-use crate::cached::{run_lone_read, serve_cached, ReadPath};
 use crate::op::{Op, Target};
-use crate::threads::ThreadBackend;
-use crate::uring::{ProbeReport, UringBackend, UringConfig};
+use cached::{run_lone_read, serve_cached};
+use threads::ThreadBackend;
+use uring::{UringBackend, UringConfig};
 
 /// Builds an [`Engine`]. Every setting has a default.
 #[derive(Debug, Clone)]

@@ -36,13 +36,13 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use io_uring::{opcode, squeue, IoUring, Probe};
+use io_uring::{opcode, IoUring, Probe};
 
+use super::limit::InFlightLimit;
 use crate::buf::{BufferPool, PoolInner};
-use crate::limit::InFlightLimit;
 use crate::op::sealed::FixedSlot;
 use crate::op::Op;
-use crate::ring::{submit_and_wait_or_abort, RingFlags};
+use crate::ring::{build_entry, submit_and_wait_or_abort, RingFlags};
 
 struct Ring {
     io: IoUring,
@@ -119,10 +119,16 @@ pub(crate) struct FileTable {
 }
 
 impl FileTable {
-    /// The slot `fixed` names in this table, if it is one of its slots.
-    fn slot_of(&self, fixed: FixedSlot) -> Option<u32> {
-        (fixed.owner == self.owner && (fixed.slot as usize) < self.slots.len())
-            .then_some(fixed.slot)
+    /// The slot of this table `op` is issued on: only when it was built
+    /// from a [`RegisteredFile`](crate::RegisteredFile) of this engine
+    /// (any other operation uses its own descriptor) and its kind may use
+    /// a registered file.
+    fn slot_for(&self, op: &Op<'_>) -> Option<u32> {
+        let fixed: FixedSlot = op.fixed?;
+        (fixed.owner == self.owner
+            && (fixed.slot as usize) < self.slots.len()
+            && op.action.takes_registered_file())
+        .then_some(fixed.slot)
     }
 }
 
@@ -513,7 +519,9 @@ impl RingBatch<'_> {
                         }
                         self.permits += got;
                     }
-                    let entry = build_entry(&ops[*next], *next as u64, bufs, files);
+                    let op = &ops[*next];
+                    let slot = files.and_then(|t| t.slot_for(op));
+                    let entry = build_entry(op, *next as u64, bufs, slot);
                     // SAFETY: the entry points into buffers (and iovec arrays)
                     // borrowed by `ops` for longer than this call, and this
                     // call does not return until every queued entry's
@@ -650,30 +658,6 @@ impl Drop for RingBatch<'_> {
         self.limit.give(self.permits);
         self.permits = 0;
     }
-}
-
-/// The submission entry of `op`, tagged with `ud`: on its registered-file
-/// slot when it was built from a [`RegisteredFile`](crate::RegisteredFile)
-/// of this engine (any other operation uses its own descriptor), with its buffer's registered index when the buffer
-/// comes from `bufs`.
-pub(crate) fn build_entry(
-    op: &Op<'_>,
-    ud: u64,
-    bufs: Option<&PoolInner>,
-    files: Option<&FileTable>,
-) -> squeue::Entry {
-    let slot = match (files, op.fixed) {
-        (Some(t), Some(fixed)) if op.action.takes_registered_file() => t.slot_of(fixed),
-        _ => None,
-    };
-    match slot {
-        Some(slot) => op
-            .action
-            .entry(slot as RawFd, bufs)
-            .flags(squeue::Flags::FIXED_FILE),
-        None => op.action.entry(op.fd, bufs),
-    }
-    .user_data(ud)
 }
 
 #[cfg(test)]
