@@ -753,7 +753,12 @@ fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
                     quote(&dirs.src_of(&e.src_name)),
                     quote(&dst)
                 )
-            } else if ctx.made_links.lock().expect("made links lock").contains(&dst) {
+            } else if ctx
+                .made_links
+                .lock()
+                .expect("made links lock")
+                .contains(&dst)
+            {
                 // A link this copy made (`cp -dR a/1 b/1 c`, both named
                 // `1`): GNU's words.
                 format!(
