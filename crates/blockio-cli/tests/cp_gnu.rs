@@ -1058,3 +1058,97 @@ fn existing_entries_in_trees_as_gnu_treats_them() {
         like_gnu(setup, args);
     }
 }
+
+/// A directory reached again by (device, inode) is never entered: the
+/// source bind-mounted below the destination (the copy would otherwise
+/// nest `s/s/s/...` until the disk is full), also with `--parents`, and a
+/// source that holds itself through a bind mount. Each mount is made in a
+/// private mount namespace for the copy only; `timeout` bounds a runaway.
+#[test]
+fn a_directory_is_never_copied_into_itself_through_a_bind_mount() {
+    assert!(
+        root(),
+        "this test bind-mounts directories and needs root (CI runs as root)"
+    );
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "mkdir s m; echo hi > s/f",
+            "mount --bind s m",
+            &["-r", "s", "m/"],
+        ),
+        (
+            // No file beside `sub`: GNU stops the whole operand at the
+            // error, so what else it copied depends on the listing order.
+            "mkdir -p s/sub/deep m",
+            "mount --bind s m",
+            &["-r", "s", "m/sub/deep/"],
+        ),
+        (
+            "mkdir a m",
+            "mount --bind a m",
+            &["-r", "--parents", "a", "m"],
+        ),
+        (
+            "mkdir -p s/sub o; echo y > s/f",
+            "mount --bind s s/sub",
+            &["-r", "s", "o/"],
+        ),
+        (
+            "mkdir -p s/sub o; echo y > s/f",
+            "mount --bind s s/sub",
+            &["-a", "s", "o/a"],
+        ),
+        (
+            "mkdir -p s/sub o; echo y > s/f",
+            "mount --bind s s/sub",
+            &["-rx", "s", "o/"],
+        ),
+    ];
+    for (setup, mount, args) in cases {
+        let script = format!("{mount} && exec timeout 60 \"$0\" \"$@\"");
+        let prefix = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+        ];
+        let o = like_gnu_as(&prefix, setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}
+
+/// `-rL` with a link to a directory above the destination: the walk
+/// reaches the growing copy through it. GNU copies until the path is
+/// longer than `PATH_MAX`; blockio, which copies trees of any depth,
+/// refuses to enter its own copy instead (a bounded copy, and an error).
+#[test]
+fn dereferencing_a_link_to_an_ancestor_of_the_destination_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path();
+    fs::create_dir_all(w.join("x/s/a")).unwrap();
+    std::os::unix::fs::symlink("../..", w.join("x/s/a/up")).unwrap();
+    fs::write(w.join("x/s/f"), "hi\n").unwrap();
+    fs::write(w.join("x/other"), "o\n").unwrap();
+    let o = Command::new("timeout")
+        .args(["60", env!("CARGO_BIN_EXE_blockio"), "cp", "-rL", "s", "d"])
+        .current_dir(w.join("x"))
+        .output()
+        .unwrap();
+    let err = messages(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot copy a directory, 's', into itself, 'd'"),
+        "{err}"
+    );
+    assert!(
+        err.contains("cannot copy cyclic symbolic link 's/a/up/s'"),
+        "{err}"
+    );
+    let d = w.join("x/d");
+    assert_eq!(fs::read_to_string(d.join("a/up/other")).unwrap(), "o\n");
+    assert!(!d.join("a/up/d").exists(), "the copy was entered: {err}");
+    assert!(!d.join("a/up/s").exists(), "the cycle was entered: {err}");
+}

@@ -9,7 +9,7 @@ use std::os::fd::RawFd;
 
 use io_uring::{squeue, IoUring};
 
-use crate::buf::PoolInner;
+use crate::buf::PoolBuffers;
 use crate::op::Op;
 
 /// The setup flags a ring asks for. The completion queue always has
@@ -147,7 +147,7 @@ pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
 pub(crate) fn build_entry(
     op: &Op<'_>,
     ud: u64,
-    bufs: Option<&PoolInner>,
+    bufs: Option<&PoolBuffers>,
     slot: Option<u32>,
 ) -> squeue::Entry {
     match slot {

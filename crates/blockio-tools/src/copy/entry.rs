@@ -74,6 +74,9 @@ pub(crate) struct DirPair {
     pub dst_default_acl: bool,
     /// With `-L`: this source directory and those above it.
     pub chain: Option<Arc<Chain>>,
+    /// The operand this pair is below and its copy, for messages that
+    /// name them (as GNU's "into itself").
+    pub top: Arc<(PathBuf, PathBuf)>,
 }
 
 impl DirPair {

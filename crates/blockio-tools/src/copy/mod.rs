@@ -48,7 +48,20 @@
 //! permitted), times, hard links and extended attributes. A directory is
 //! never copied into itself, and a file never onto itself (through links
 //! or hard links: GNU's `same_file_ok` rule on the command line, the
-//! opened destination's inode inside a tree). An existing FIFO or device
+//! opened destination's inode inside a tree).
+//!
+//! Directories are recognised by (device, inode), not by path: a source
+//! directory that is one of the copy's own destination directories (the
+//! source bind-mounted below the destination, or with `-L` a link to an
+//! ancestor of the destination) is "cannot copy a directory, S, into
+//! itself, D" and is not entered, and without `-L` a directory met twice
+//! (a bind mount of a directory inside itself) is GNU's "will not create
+//! hard link ... to directory". Two differences from GNU, both because
+//! the copy has no depth limit (GNU's ends at `PATH_MAX`): with `-L`, GNU
+//! copies its own copy again until the path is too long, and blockio
+//! refuses at once; after "into itself", GNU abandons the rest of that
+//! operand (what it had copied by then depends on the order it read the
+//! directories in), and blockio skips only that directory. An existing FIFO or device
 //! at the destination is written into, never replaced. An error on one
 //! file is reported with its path and the copy goes on; a file the copy
 //! created that failed part-way is removed, and the error says so (a file

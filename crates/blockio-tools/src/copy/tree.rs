@@ -90,6 +90,8 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         fixups: Mutex::new(Vec::new()),
         filesystems: Mutex::new(Vec::new()),
         operands_seen: Mutex::default(),
+        dest_dirs: Mutex::default(),
+        src_dirs: Mutex::default(),
     };
     for src in sources {
         walker.operand(src, dest, dest_is_dir);
@@ -150,6 +152,8 @@ struct DirTask {
     at: DirAt,
     /// With `-L`: the source directories above this one.
     chain: Option<Arc<Chain>>,
+    /// The operand and its copy (see `DirPair::top`).
+    top: Arc<(PathBuf, PathBuf)>,
 }
 
 impl Work {
@@ -238,6 +242,15 @@ struct Walker<'a> {
     /// inode) of the file, of its directory, and its name there (`f` and
     /// `./f` are one entry, a hard link `h` of `f` another).
     operands_seen: Mutex<std::collections::HashSet<OperandKey>>,
+    /// The (device, inode) of every destination directory walked so far
+    /// (made by the copy or merged into). A source directory among them
+    /// is the copy itself, reached through a bind mount or, with `-L`, a
+    /// link: entering it would copy the copy for ever.
+    dest_dirs: Mutex<std::collections::HashSet<(u64, u64)>>,
+    /// The source directories entered so far, by (device, inode), with
+    /// the path of their copy: met again without `-L` (a bind mount of a
+    /// directory inside itself), one is not copied twice.
+    src_dirs: Mutex<std::collections::HashMap<(u64, u64), PathBuf>>,
 }
 
 /// An operand as a directory entry: see `Walker::operands_seen`.
@@ -311,6 +324,7 @@ impl Walker<'_> {
                             follow_dst: true,
                         },
                         chain: None,
+                        top: Arc::new((src.clone(), dst.clone())),
                     };
                     self.dir_made(task, &st, true, false);
                 }
@@ -510,6 +524,15 @@ impl Walker<'_> {
         if fresh {
             super::say_copied(self.ctx.opts, src, target, None);
         }
+        let id = (
+            libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+            st.stx_ino,
+        );
+        self.src_dirs
+            .lock()
+            .expect("lock")
+            .entry(id)
+            .or_insert_with(|| target.to_path_buf());
         let task = DirTask {
             src: src.to_path_buf(),
             dst: target.to_path_buf(),
@@ -519,6 +542,7 @@ impl Walker<'_> {
                 follow_dst: follow,
             },
             chain: None,
+            top: Arc::new((src.to_path_buf(), target.to_path_buf())),
         };
         self.dir_made(task, st, fresh, true);
     }
@@ -548,6 +572,7 @@ impl Walker<'_> {
             below: None,
             dst_default_acl,
             chain: None,
+            top: Arc::new((src.to_path_buf(), dst.to_path_buf())),
         })
     }
 
@@ -635,6 +660,14 @@ impl Walker<'_> {
         let Some((s, d, root, rel)) = self.open_task(&t) else {
             return;
         };
+        // Before its source is listed: the copy's own directories are
+        // known when the walk meets them (see `dest_dirs`).
+        match d.metadata() {
+            Ok(m) => {
+                self.dest_dirs.lock().expect("lock").insert(id_of(&m));
+            }
+            Err(e) => return self.report(format!("cannot stat {}", quote(&t.dst)), Some(e)),
+        }
         let keep = self.ctx.opts.preserve;
         let preserve = keep.mode || keep.xattr;
         if preserve {
@@ -680,6 +713,7 @@ impl Walker<'_> {
             below: Some((root, rel)),
             dst_default_acl,
             chain,
+            top: t.top,
         });
         let stats = self.stat_all(&pair, &names);
         let entries = names
@@ -995,6 +1029,7 @@ impl Walker<'_> {
                 !cyclic
             });
         }
+        self.not_into_itself(pair, &mut dirs);
         if dirs.is_empty() {
             return;
         }
@@ -1082,10 +1117,56 @@ impl Walker<'_> {
                 dst,
                 at: at_,
                 chain: pair.chain.clone(),
+                top: Arc::clone(&pair.top),
             };
             let walk = this_fs.map_or(true, |dev| dev == e.id().0);
             self.dir_made(task, &e.st, fresh, walk);
         }
+    }
+
+    /// Drops (reporting each, as GNU does) the source directories that
+    /// are the copy's own directories, or (without `-L`) were copied
+    /// already. Compared by (device, inode), not by path: a bind mount of
+    /// the source below the destination has another path.
+    fn not_into_itself(&self, pair: &DirPair, dirs: &mut Vec<Entry>) {
+        let follow = self.ctx.opts.dereference == Dereference::Always;
+        let dest_dirs = self.dest_dirs.lock().expect("lock");
+        let mut src_dirs = self.src_dirs.lock().expect("lock");
+        dirs.retain(|e| {
+            if dest_dirs.contains(&e.id()) {
+                self.report(
+                    format!(
+                        "cannot copy a directory, {}, into itself, {}",
+                        quote(&pair.top.0),
+                        quote(&pair.top.1)
+                    ),
+                    None,
+                );
+                return false;
+            }
+            if follow {
+                // Met again through another link: copied again, as GNU
+                // does (the chain stops cycles).
+                return true;
+            }
+            match src_dirs.entry(e.id()) {
+                std::collections::hash_map::Entry::Occupied(earlier) => {
+                    self.report(
+                        format!(
+                            "will not create hard link {} to directory {}",
+                            quote(&pair.dst_of(&e.dst_name)),
+                            quote(earlier.get())
+                        ),
+                        None,
+                    );
+                    false
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(pair.dst_of(&e.dst_name));
+                    true
+                }
+            }
+        });
     }
 
     fn make_links(&self, pair: &Arc<DirPair>, links: Vec<Entry>) {

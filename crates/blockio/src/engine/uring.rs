@@ -39,7 +39,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use io_uring::{opcode, IoUring, Probe};
 
 use super::limit::InFlightLimit;
-use crate::buf::{BufferPool, PoolInner};
+use crate::buf::{BufferPool, PoolBuffers};
 use crate::op::sealed::FixedSlot;
 use crate::op::Op;
 use crate::ring::{build_entry, submit_and_wait_or_abort, RingFlags};
@@ -49,7 +49,8 @@ struct Ring {
     files_version: u64,
 }
 
-struct PoolState {
+/// The rings of a pool not checked out, and how many the pool made.
+struct IdleRings {
     /// Boxed: a ring is a few hundred bytes, and every batch checks one
     /// out and gives it back, so the pool moves a pointer instead.
     #[allow(clippy::vec_box)]
@@ -59,7 +60,7 @@ struct PoolState {
 
 /// Rings created with the same flags.
 struct RingPool {
-    state: Mutex<PoolState>,
+    state: Mutex<IdleRings>,
     returned: Condvar,
     max_rings: usize,
     entries: u32,
@@ -169,7 +170,7 @@ impl RingPool {
         });
         UringBackend::setup_ring(&mut ring, cfg.bufs.as_ref(), cfg.file_slots)?;
         Ok(RingPool {
-            state: Mutex::new(PoolState {
+            state: Mutex::new(IdleRings {
                 idle: vec![ring],
                 created: 1,
             }),
@@ -319,13 +320,13 @@ impl UringBackend {
 
     fn setup_ring(ring: &mut Ring, bufs: Option<&BufferPool>, file_slots: u32) -> io::Result<()> {
         if let Some(pool) = bufs {
-            let inner = pool.inner();
-            let (base, _) = inner.region();
-            let iovecs: Vec<libc::iovec> = (0..inner.count())
+            let buffers = pool.buffers();
+            let (base, _) = buffers.region();
+            let iovecs: Vec<libc::iovec> = (0..buffers.count())
                 .map(|i| libc::iovec {
                     // SAFETY: i < count, so the address stays inside the region.
-                    iov_base: unsafe { base.add(i * inner.buf_size()) }.cast(),
-                    iov_len: inner.buf_size(),
+                    iov_base: unsafe { base.add(i * buffers.buf_size()) }.cast(),
+                    iov_len: buffers.buf_size(),
                 })
                 .collect();
             // SAFETY: the iovecs describe the pool's region, which the backend
@@ -419,7 +420,7 @@ impl UringBackend {
         // nothing in flight hands its ring back before it waits again, so
         // no thread ever waits for permits while holding a ring (or the
         // reverse with permits it cannot use): no deadlock.
-        let bufs = self.bufs.as_ref().map(|b| &**b.inner());
+        let bufs = self.bufs.as_ref().map(|b| &**b.buffers());
         let mut next = 0;
         loop {
             let pending = ops[next..].iter().filter(|op| !op.settled).count();
@@ -493,7 +494,7 @@ impl RingBatch<'_> {
         ops: &[Op<'_>],
         results: &mut [io::Result<usize>],
         next: &mut usize,
-        bufs: Option<&PoolInner>,
+        bufs: Option<&PoolBuffers>,
         files: Option<&FileTable>,
     ) -> io::Result<bool> {
         let cap = self.ring.params().sq_entries() as usize;
