@@ -1152,3 +1152,33 @@ fn dereferencing_a_link_to_an_ancestor_of_the_destination_ends() {
     assert!(!d.join("a/up/d").exists(), "the copy was entered: {err}");
     assert!(!d.join("a/up/s").exists(), "the cycle was entered: {err}");
 }
+
+/// `--preserve=links`: a destination refused as the source itself, or
+/// kept by `-i`, is not a copy, so the next name of the same file is
+/// copied anew rather than linked to it (before, `d/s/g` became a link of
+/// the source: writing to the copy wrote into the source).
+#[test]
+fn hard_links_are_never_made_to_a_destination_that_is_not_a_copy() {
+    let same = "mkdir -p s d/s; echo hi > s/f; ln s/f s/g; ln s/f d/s/f";
+    for (setup, args, input) in [
+        (same, &["-a", "s", "d"][..], ""),
+        (same, &["-r", "--preserve=links", "s", "d"], ""),
+        (
+            "mkdir -p s d/s; echo hi > s/f; ln s/f s/g; ln s/f d/s/f; echo other > d/s/g",
+            &["-a", "s", "d"],
+            "",
+        ),
+        (
+            "mkdir -p s d; echo hi > s/f; ln s/f s/g; ln s/f d/f",
+            &["-a", "s/.", "d/"],
+            "",
+        ),
+        (
+            "mkdir -p s d/s; echo F > s/f; ln s/f s/g; echo old > d/s/f",
+            &["-a", "-i", "s", "d"],
+            "n\n",
+        ),
+    ] {
+        like_gnu_with(&[], setup, args, input);
+    }
+}

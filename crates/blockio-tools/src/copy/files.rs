@@ -445,11 +445,7 @@ fn create_all<'g>(
     turn.created(opened.len() as u64);
     for (e, src) in opened {
         match create_dst(ctx, pair, e) {
-            Ok(Some(mut dst)) => {
-                let stream = match existing(ctx, pair, e, &mut dst) {
-                    Some(stream) => stream,
-                    None => continue,
-                };
+            Ok(Some((dst, stream))) => {
                 if ctx.opts.verbose {
                     let dst_path = pair.dst_of(&e.dst_name);
                     if dst.removed {
@@ -573,9 +569,15 @@ fn create_mode(opts: &CopyOptions, e: &Entry) -> u32 {
     }
 }
 
-/// Creates (or opens, to overwrite) the copy of `e`; `None` when it was made a hard
-/// link to an earlier copy of the same file (`-a`), which needs no data.
-fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Option<at::Dest>> {
+/// Creates (or opens, to overwrite: see [`existing`]) the copy of `e`,
+/// with whether it is written as a stream; `None` when there is nothing
+/// to write: it was made a hard link to an earlier copy of the same file
+/// (`-a`), or the existing destination is refused or kept (reported).
+fn create_dst(
+    ctx: &Ctx<'_>,
+    pair: &Arc<DirPair>,
+    e: &Entry,
+) -> io::Result<Option<(at::Dest, bool)>> {
     let opts = ctx.opts;
     let excl = opts.no_clobber || opts.update == super::Update::None;
     let mode = create_mode(opts, e);
@@ -613,7 +615,8 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
     // With `-L` two links to one file are two names of it too, as GNU
     // sees them.
     if !(ctx.opts.preserve.links && (e.st.stx_nlink > 1 || e.follow_src)) {
-        return create().map(Some);
+        let mut dst = create()?;
+        return Ok(existing(ctx, pair, e, &mut dst).map(|stream| (dst, stream)));
     }
     // Held while the first copy is created, so a second name of the file
     // never links to a copy that does not exist yet.
@@ -655,9 +658,15 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
         ctx.progress.files.fetch_add(1, Ordering::Relaxed);
         return Ok(None);
     }
-    let dst = create()?;
+    let mut dst = create()?;
+    // Only a copy is linked to: an existing destination that is the
+    // source itself, or that `-i`/`-u` keep, is not one, and the next
+    // name of the file is copied anew.
+    let Some(stream) = existing(ctx, pair, e, &mut dst) else {
+        return Ok(None);
+    };
     links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
-    Ok(Some(dst))
+    Ok(Some((dst, stream)))
 }
 
 /// Whether an existing destination (not a directory) that is about to be

@@ -401,7 +401,8 @@ impl Walker<'_> {
                 }
                 dest.join(rel)
             }
-            (true, b".") => dest.to_path_buf(),
+            // `cp -r s/. d` names what it copies `d/./...`, as GNU does.
+            (true, b".") => dest.join("."),
             (true, _) => dest.join(OsStr::from_bytes(src_name.to_bytes())),
             (false, _) => dest.to_path_buf(),
         };
