@@ -1200,3 +1200,22 @@ fn update_and_interactive_decide_before_opening_a_fifo() {
         assert_eq!(o.code, Some(0), "{args:?}: {o:?}");
     }
 }
+
+/// `-b` never keeps the destination aside under the source's own name:
+/// with `-l` or `-s` the link was then made to the old destination and
+/// the source's data was gone. GNU's "might destroy source" refusal.
+#[test]
+fn a_backup_never_takes_the_name_of_the_source_of_a_link() {
+    let setup = "echo new > f; echo precious > 'f~'; ln 'f~' keep";
+    for args in [
+        &["-bl", "f~", "f"][..],
+        &["-bs", "f~", "f"],
+        &["--backup=existing", "-l", "f~", "f"],
+        &["-b", "--attributes-only", "f~", "f"],
+        &["-b", "f~", "f"],
+        &["--suffix=~", "-bsf", "f~", "f"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}

@@ -1365,6 +1365,20 @@ impl Walker<'_> {
             return Replace::Failed;
         }
         if opts.backup != super::Backup::None {
+            // `cp -bl a~ a`: the backup of `a` would take the source's
+            // name, and the link (or `-s` link) would then be made to the
+            // old `a`, the source's data gone.
+            if super::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
+                self.report(
+                    format!(
+                        "backing up {} might destroy source;  {} not copied",
+                        quote(&dst),
+                        quote(&pair.src_of(&e.src_name))
+                    ),
+                    None,
+                );
+                return Replace::Failed;
+            }
             return match super::make_backup(opts, &pair.dst, &pair.dst_path, name) {
                 Ok(b) => Replace::Removed(b),
                 Err(e) => {
