@@ -1219,3 +1219,32 @@ fn a_backup_never_takes_the_name_of_the_source_of_a_link() {
         assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
     }
 }
+
+/// `-i` on a destination the copier may not write asks GNU's question,
+/// naming its mode, before anything is opened or removed: before, `-if`
+/// removed the file without asking, and `-i` alone failed without asking.
+#[test]
+fn interactive_asks_before_replacing_an_unwritable_file() {
+    assert!(
+        root(),
+        "this test makes root's files and copies them as nobody"
+    );
+    let setup = "echo a > f; echo o > g; chmod 444 g; mkdir -p s d/s; echo a > s/f; \
+                 echo o > d/s/f; chmod 444 d/s/f; chmod 777 . d/s";
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    for (args, input) in [
+        (&["-if", "f", "g"][..], "n\n"),
+        (&["-if", "f", "g"], "y\n"),
+        (&["-i", "f", "g"], "n\n"),
+        (&["-i", "f", "g"], "y\n"),
+        (&["-rif", "s", "d"], "n\n"),
+        (&["-rif", "s", "d"], "y\n"),
+    ] {
+        like_gnu_with(&nobody, setup, args, input);
+    }
+}

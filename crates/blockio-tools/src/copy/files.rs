@@ -486,7 +486,7 @@ fn create_all<'g>(
 /// file stay two files.
 ///
 /// `decided`: `-u`/`-i` already chose to overwrite it (see
-/// [`fifo_kept`]), so they are not asked again.
+/// [`judged_before_open`]), so they are not asked again.
 fn existing(
     ctx: &Ctx<'_>,
     dirs: &DirPair,
@@ -608,9 +608,7 @@ fn create_dst(
     } else if opts.remove_destination && !excl {
         remove_destination(ctx, pair, e)?;
     }
-    // An existing FIFO is judged by `-u`/`-i` before it is opened: the
-    // open waits for a reader, possibly for ever.
-    let decided = match fifo_kept(ctx, pair, e, excl) {
+    let decided = match judged_before_open(ctx, pair, e, excl) {
         Some(true) => {
             ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
@@ -688,10 +686,13 @@ fn create_dst(
     Ok(Some((dst, stream)))
 }
 
-/// With `-u` or `-i`, when the destination is an existing FIFO: whether
-/// it is kept (`Some(true)`), or to be overwritten (`Some(false)`, asked
-/// already); `None` when there is no FIFO to judge, or nothing to ask.
-fn fifo_kept(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> Option<bool> {
+/// `-u`/`-i` on an existing destination that must be judged before it is
+/// opened: a FIFO (the open waits for a reader, possibly for ever), and
+/// with `-i` a file the copier may not write (`-f` would remove it
+/// without the question; without `-f` the open fails): whether it is
+/// kept (`Some(true)`) or to be overwritten (`Some(false)`, asked
+/// already); `None` when there is nothing to judge here.
+fn judged_before_open(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> Option<bool> {
     let opts = ctx.opts;
     if excl || (opts.update == super::Update::All && opts.ask.is_none()) {
         return None;
@@ -702,12 +703,34 @@ fn fifo_kept(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> Option<boo
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW
     };
     let st = rustix::fs::statat(&pair.dst, e.dst_name.as_c_str(), flags).ok()?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Fifo {
-        return None;
-    }
     let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
     let dst = pair.dst_of(&e.dst_name);
-    Some(super::keep_existing(opts, super::mtime(&e.st), mtime, &dst))
+    match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+        rustix::fs::FileType::Fifo => {
+            Some(super::keep_existing(opts, super::mtime(&e.st), mtime, &dst))
+        }
+        rustix::fs::FileType::Directory | rustix::fs::FileType::Symlink => None,
+        _ if opts.ask.is_some() => {
+            let writable = rustix::fs::accessat(
+                &pair.dst,
+                e.dst_name.as_c_str(),
+                rustix::fs::Access::WRITE_OK,
+                rustix::fs::AtFlags::EACCESS,
+            )
+            .is_ok();
+            if writable {
+                return None;
+            }
+            Some(super::keep_unwritable(
+                opts,
+                super::mtime(&e.st),
+                mtime,
+                st.st_mode,
+                &dst,
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// Whether an existing destination (not a directory) that is about to be

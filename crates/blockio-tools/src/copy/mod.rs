@@ -666,6 +666,57 @@ pub(crate) fn keep_existing(
         .is_some_and(|ask| !ask(&format!("overwrite {}? ", quote(path))))
 }
 
+/// `-i` on a destination the copier may not write: as [`keep_existing`],
+/// with GNU's question that names its mode (`-f` will replace it, without
+/// `-f` the copy tries to write it anyway).
+pub(crate) fn keep_unwritable(
+    opts: &CopyOptions,
+    src: (i64, u32),
+    dst: (i64, u32),
+    mode: u32,
+    path: &Path,
+) -> bool {
+    match opts.update {
+        Update::None => return true,
+        Update::Older if dst >= src => return true,
+        _ => {}
+    }
+    let Some(ask) = opts.ask else {
+        return false;
+    };
+    let (mode, perms) = (mode & 0o7777, perms_string(mode));
+    let question = if opts.force {
+        format!(
+            "replace {}, overriding mode {mode:04o} ({perms})? ",
+            quote(path)
+        )
+    } else {
+        format!(
+            "unwritable {} (mode {mode:04o}, {perms}); try anyway? ",
+            quote(path)
+        )
+    };
+    !ask(&question)
+}
+
+/// The nine permission letters of `ls -l` for `mode` (`rwxr-xr-x`), with
+/// the set-ID and sticky bits as `s`/`S` and `t`/`T`.
+fn perms_string(mode: u32) -> String {
+    let mut out = String::with_capacity(9);
+    for (shift, special, letter) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
+        let bits = (mode >> shift) & 7;
+        out.push(if bits & 4 != 0 { 'r' } else { '-' });
+        out.push(if bits & 2 != 0 { 'w' } else { '-' });
+        out.push(match (bits & 1 != 0, mode & special != 0) {
+            (true, true) => letter,
+            (false, true) => letter.to_ascii_uppercase(),
+            (true, false) => 'x',
+            (false, false) => '-',
+        });
+    }
+    out
+}
+
 /// A name for the `*at` calls.
 pub(crate) fn cname(name: &std::ffi::OsStr) -> CString {
     // Names from the file system or from argv never hold a NUL byte.
