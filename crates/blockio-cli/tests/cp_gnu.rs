@@ -1248,3 +1248,28 @@ fn interactive_asks_before_replacing_an_unwritable_file() {
         like_gnu_with(&nobody, setup, args, input);
     }
 }
+
+/// `-b` and a copy that fails (here a read error): the incomplete copy is
+/// removed and the file kept aside goes back to its name, as GNU puts it
+/// back. Before, the name was left empty, the original only under `d~`.
+#[test]
+fn a_failed_copy_puts_the_backup_back() {
+    let setup = "echo precious > d; mkdir -p s t; ln -s /proc/self/mem s/m; echo old > t/m";
+    for args in [
+        &["-b", "/proc/self/mem", "d"][..],
+        &["--backup=numbered", "/proc/self/mem", "d"],
+        &["-rbL", "s/.", "t/"],
+    ] {
+        let (gnu, ours) = both(setup, &[], args, "");
+        assert_eq!(
+            (ours.code, &ours.tree),
+            (gnu.code, &gnu.tree),
+            "{args:?}: ours {ours:?}, GNU {gnu:?}"
+        );
+        assert_eq!(gnu.code, Some(1), "{args:?}: {gnu:?}");
+        assert!(
+            ours.stderr.contains("the file it replaced put back"),
+            "{args:?}: {ours:?}"
+        );
+    }
+}

@@ -44,6 +44,9 @@ struct Job<'g> {
     direct: bool,
     /// This copy created `dst`: only then is it removed if the copy fails.
     created: bool,
+    /// `-b`: the name the file that was there is kept under, in the same
+    /// directory; put back in place if the copy fails.
+    backup: Option<std::ffi::CString>,
     /// `src` or `dst` is not a regular file (a FIFO or device written
     /// into, a FIFO read with `--copy-contents`): copied with plain reads
     /// and writes to the end, never resized, ranged or removed.
@@ -306,11 +309,11 @@ fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
     for j in jobs {
         srcs.push(j.src);
         dsts.push(j.dst);
-        finished.push((j.e, j.failed, j.created, j.stream));
+        finished.push((j.e, j.failed, j.created, j.stream, j.backup));
     }
     let _ = ctx.engine.close_batch(srcs);
     let closed = ctx.engine.close_batch(dsts);
-    for (k, (e, failed, _, _)) in finished.iter_mut().enumerate() {
+    for (k, (e, failed, _, _, _)) in finished.iter_mut().enumerate() {
         let err = match &closed {
             Ok(rs) => rs[k].as_ref().err().map(clone),
             Err(err) => Some(clone(err)),
@@ -320,7 +323,7 @@ fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
             *failed = Some((format!("error closing {}", quote(&dst)), err));
         }
     }
-    for (e, failed, created, stream) in finished {
+    for (e, failed, created, stream, backup) in finished {
         let Some((what, err)) = failed else {
             ctx.progress.files.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -337,6 +340,23 @@ fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
             )
         } else {
             match at::unlink(&dirs.dst, &e.dst_name) {
+                // `-b`: the file kept aside goes back to its name, as
+                // GNU puts it back: a failed copy leaves things as they were.
+                Ok(()) if backup.is_some() => {
+                    let kept = backup.as_deref().expect("checked");
+                    match rustix::fs::renameat(&dirs.dst, kept, &dirs.dst, e.dst_name.as_c_str()) {
+                        Ok(()) => format!(
+                            "{what} (the incomplete copy {} was removed and the file it replaced put back)",
+                            quote(&dst)
+                        ),
+                        Err(r) => format!(
+                            "{what} (the incomplete copy {} was removed; the file it replaced could not be put back from {}: {})",
+                            quote(&dst),
+                            quote(&dirs.dst_of(kept)),
+                            io::Error::from(r)
+                        ),
+                    }
+                }
                 Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
                 Err(u) => format!(
                     "{what} (the incomplete copy {} could not be removed: {u})",
@@ -461,6 +481,11 @@ fn create_all<'g>(
                     dst: dst.fd,
                     direct: false,
                     created: dst.created,
+                    backup: dst
+                        .backup
+                        .as_deref()
+                        .and_then(|b| b.file_name())
+                        .map(super::cname),
                     end: 0,
                     eof: None,
                     failed: None,

@@ -65,7 +65,8 @@
 //! at the destination is written into, never replaced. An error on one
 //! file is reported with its path and the copy goes on; a file the copy
 //! created that failed part-way is removed, and the error says so (a file
-//! that existed before is never removed).
+//! that existed before is never removed); with `-b`, the file it replaced
+//! is then put back under its name, as GNU does.
 
 mod at;
 mod attrs;
