@@ -1273,3 +1273,26 @@ fn a_failed_copy_puts_the_backup_back() {
         );
     }
 }
+
+/// `-T` takes the destination as the name itself: a link there to a
+/// directory is not a directory, and nothing is written where it leads
+/// (before, the copy was merged into the link's target).
+#[test]
+fn no_target_directory_never_merges_through_a_link() {
+    let setup = "mkdir s t; echo a > s/f; ln -s t ld; touch file; ln -s file lf; \
+                 ln -s nowhere dang";
+    for args in [
+        &["-rT", "s", "ld"][..],
+        &["-aT", "s", "ld"],
+        &["-rT", "--remove-destination", "s", "ld"],
+        &["-rT", "s/.", "ld"],
+        &["-rT", "s", "ld/"],
+        &["-r", "s", "ld"],
+        &["-r", "s/.", "ld"],
+        &["-rT", "s", "t"],
+        &["-r", "s", "lf"],
+        &["-r", "s", "dang"],
+    ] {
+        like_gnu(setup, args);
+    }
+}

@@ -431,8 +431,16 @@ impl Walker<'_> {
         }
         if is_dir {
             // `cp -r s t` with `t` a directory copies to `t/s`, a name the
-            // user did not write: a link there is not followed.
-            let follow = !dest_is_dir || at::last_component(src) == ".";
+            // user did not write: a link there is not followed. Nor is a
+            // link named as the destination itself (`-T`, or a name that
+            // is no directory): it is not a directory, as GNU says, and
+            // merging into what it leads to would write outside the
+            // destination named. A trailing slash asks for the directory.
+            let follow = if dest_is_dir {
+                at::last_component(src) == "."
+            } else {
+                dest.as_os_str().as_bytes().ends_with(b"/")
+            };
             return self.operand_dir(src, &target, &st, follow);
         }
         if !dest_is_dir
