@@ -1296,3 +1296,34 @@ fn no_target_directory_never_merges_through_a_link() {
         like_gnu(setup, args);
     }
 }
+
+/// Standard output that cannot be written (`> /dev/full`): GNU's "write
+/// error" and status 1 for `--help`, `--version` and `-v`, whose copy is
+/// still made. Before, `--help` panicked and the others exited 0.
+#[test]
+fn output_write_errors_fail_as_gnu_does() {
+    for args in [&["--help"][..], &["--version"], &["-v", "f", "g"]] {
+        let run = |cmd: &[&str]| {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join("f"), "a\n").unwrap();
+            let o = Command::new(cmd[0])
+                .args(&cmd[1..])
+                .args(args)
+                .env("PATH", "/usr/bin:/bin")
+                .env("LC_ALL", "C")
+                .current_dir(dir.path())
+                .stdout(fs::File::create("/dev/full").unwrap())
+                .output()
+                .unwrap();
+            (
+                o.status.code(),
+                messages(&o.stderr),
+                fs::read(dir.path().join("g")).ok(),
+            )
+        };
+        let gnu = run(&[GNU_CP]);
+        let ours = run(&[env!("CARGO_BIN_EXE_blockio"), "cp"]);
+        assert_eq!(ours, gnu, "{args:?}");
+        assert_eq!(gnu.0, Some(1), "{args:?}");
+    }
+}

@@ -497,7 +497,25 @@ pub(crate) fn say(opts: &CopyOptions, line: std::fmt::Arguments<'_>) {
     if opts.verbose {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
+        if let Err(e) = writeln!(out, "{line}") {
+            // The copy goes on; the caller reports it at the end (see
+            // `output_error`), as GNU's "write error".
+            let code = blockio::errno(&e).unwrap_or(libc::EIO);
+            let _ = OUTPUT_ERROR.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The first error of writing `-v`'s lines to standard output, as an errno.
+static OUTPUT_ERROR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The first failure to write a `-v` line to standard output in this
+/// process, if any: the copies go on, and the command reports it (and
+/// fails) at the end, as GNU `cp` does.
+pub fn output_error() -> Option<io::Error> {
+    match OUTPUT_ERROR.load(Ordering::Relaxed) {
+        0 => None,
+        code => Some(io::Error::from_raw_os_error(code)),
     }
 }
 
