@@ -1327,3 +1327,25 @@ fn output_write_errors_fail_as_gnu_does() {
         assert_eq!(gnu.0, Some(1), "{args:?}");
     }
 }
+
+/// Two sources copied to one name (`cp a/f b/f d/`): the first is
+/// copied, the second refused as GNU refuses it ("will not overwrite
+/// just-created"), whatever the overwrite options. Before, one of the two
+/// copies was silently lost, which one depending on thread timing.
+#[test]
+fn a_copy_just_made_is_never_overwritten_by_a_later_operand() {
+    let setup = "mkdir a b c d; echo A > a/f; echo B > b/f; ln -s ../a/f c/f";
+    for args in [
+        &["a/f", "b/f", "d/"][..],
+        &["-f", "a/f", "b/f", "d/"],
+        &["--remove-destination", "a/f", "b/f", "d/"],
+        &["-b", "a/f", "b/f", "d/"],
+        &["-l", "a/f", "b/f", "d/"],
+        &["-d", "a/f", "c/f", "d/"],
+        &["-r", "a/f", "b/f", "d"],
+        &["-a", "a/f", "b/f", "a/f", "d"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}
