@@ -431,8 +431,16 @@ impl Walker<'_> {
         }
         if is_dir {
             // `cp -r s t` with `t` a directory copies to `t/s`, a name the
-            // user did not write: a link there is not followed.
-            let follow = !dest_is_dir || at::last_component(src) == ".";
+            // user did not write: a link there is not followed. Nor is a
+            // link named as the destination itself (`-T`, or a name that
+            // is no directory): it is not a directory, as GNU says, and
+            // merging into what it leads to would write outside the
+            // destination named. A trailing slash asks for the directory.
+            let follow = if dest_is_dir {
+                at::last_component(src) == "."
+            } else {
+                dest.as_os_str().as_bytes().ends_with(b"/")
+            };
             return self.operand_dir(src, &target, &st, follow);
         }
         if !dest_is_dir
@@ -1365,6 +1373,20 @@ impl Walker<'_> {
             return Replace::Failed;
         }
         if opts.backup != super::Backup::None {
+            // `cp -bl a~ a`: the backup of `a` would take the source's
+            // name, and the link (or `-s` link) would then be made to the
+            // old `a`, the source's data gone.
+            if super::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
+                self.report(
+                    format!(
+                        "backing up {} might destroy source;  {} not copied",
+                        quote(&dst),
+                        quote(&pair.src_of(&e.src_name))
+                    ),
+                    None,
+                );
+                return Replace::Failed;
+            }
             return match super::make_backup(opts, &pair.dst, &pair.dst_path, name) {
                 Ok(b) => Replace::Removed(b),
                 Err(e) => {
