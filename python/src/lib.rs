@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::task::{Context, Poll, Wake, Waker};
 
-use blockio::aio::{AsyncEngine, AsyncFile, BufResult, IoBuf, IoBufMut};
+use blockio::aio::{AsyncEngine, AsyncFile, BufResult, CallerDriving, Driving, IoBuf, IoBufMut};
 use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
@@ -831,7 +831,7 @@ impl Core {
         let engine = self.check()?;
         let mut aio = self.aio.lock().expect("aio lock");
         let pool = engine.backend() == Backend::ThreadPool;
-        let (slot, inline) = if direct && !pool {
+        let (slot, caller_driven) = if direct && !pool {
             (&mut aio.direct, true)
         } else {
             (&mut aio.threaded, false)
@@ -840,10 +840,10 @@ impl Core {
             let mut b = AsyncEngine::builder().queue_depth(self.queue_depth as usize);
             if pool {
                 b = b.backend(BackendChoice::ThreadPool);
-            } else if inline {
-                b = b
-                    .driven_by_caller()
-                    .completion_eventfd(self.wakeups.efd.as_raw_fd());
+            } else if caller_driven {
+                b = b.driving(Driving::Caller(
+                    CallerDriving::new().completion_eventfd(self.wakeups.efd.as_raw_fd()),
+                ));
             }
             *slot = Some(b.build().map_err(io_err)?);
         }

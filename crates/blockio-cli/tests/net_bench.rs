@@ -44,9 +44,9 @@ fn every_runtime_serves_every_workload_without_errors() {
     let runtimes = [
         "tokio",
         "blockio",
-        "blockio-inline",
-        "blockio-tick",
-        "blockio-ring",
+        "blockio-caller",
+        "blockio-round",
+        "blockio-round-stream",
         "monoio",
     ];
     for label in ["http 8c", "http 8c 2t", "echo 4096B 4c", "stream 64 MiB"] {

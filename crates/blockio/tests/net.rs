@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream as StdStream};
 use std::time::Duration;
 
-use blockio::aio::AsyncEngine;
+use blockio::aio::{AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::net::{TcpListener, TcpStream};
 
 fn engine() -> AsyncEngine {
@@ -327,8 +327,9 @@ fn serve_driven(
     drive: impl FnOnce(AsyncEngine) -> tokio::task::JoinHandle<()>,
 ) {
     let e = AsyncEngine::builder()
-        .driven_by_caller()
-        .submit_when_driven(true)
+        .driving(Driving::Caller(
+            CallerDriving::new().submit(Submit::PerRound),
+        ))
         .build()
         .unwrap();
     // On the thread pool there is no ring: operations complete on its
@@ -419,8 +420,9 @@ fn a_stream_moves_to_a_new_runtime_that_drives_its_engine() {
     use blockio::aio::drive_on_tokio;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let e = AsyncEngine::builder()
-        .driven_by_caller()
-        .submit_when_driven(true)
+        .driving(Driving::Caller(
+            CallerDriving::new().submit(Submit::PerRound),
+        ))
         .build()
         .unwrap();
     let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();

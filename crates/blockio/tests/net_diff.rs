@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockio::aio::{drive_on_tokio, AsyncEngine};
+use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::BackendChoice;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -147,8 +147,9 @@ fn engine(stack: Stack) -> Option<AsyncEngine> {
         Stack::Blockio => Some(AsyncEngine::new().unwrap()),
         Stack::BlockioDriven => Some(
             AsyncEngine::builder()
-                .driven_by_caller()
-                .submit_when_driven(true)
+                .driving(Driving::Caller(
+                    CallerDriving::new().submit(Submit::PerRound),
+                ))
                 .build()
                 .unwrap(),
         ),

@@ -13,7 +13,7 @@
 //! 2026-11-22 (90f9968) that path (`syscall_trace_enter` and what it
 //! calls, in `perf record`) took 2.8–3.4% of tokio's server cycles at echo
 //! 128 B and 4 KiB × 500 connections and HTTP × 1,000, and nearly none of
-//! `blockio-tick`'s, which makes about 0.1 calls per message. Counted
+//! `blockio-round`'s, which makes about 0.1 calls per message. Counted
 //! inside the rounds, it tilts every rate ratio toward the runtime making
 //! fewer calls, and slows the load generator too.
 //!

@@ -30,9 +30,9 @@ pub struct Check {
 
 const VARIANTS: [Runtime; 4] = [
     Runtime::Blockio,
-    Runtime::BlockioInline,
-    Runtime::BlockioTick,
-    Runtime::BlockioRing,
+    Runtime::BlockioCaller,
+    Runtime::BlockioRound,
+    Runtime::BlockioRoundStream,
 ];
 
 /// The rows of one workload, by runtime.

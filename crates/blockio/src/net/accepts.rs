@@ -35,7 +35,7 @@ use std::task::{Context, Poll, Waker};
 use socket2::Socket;
 
 use super::socket::Sock;
-use crate::aio::driver::{Cancel, Complete, Request};
+use crate::aio::request::{Cancel, Complete, Request};
 use crate::backend::Backend;
 use crate::op::action::{AcceptMulti, Action};
 use crate::op::Op;
@@ -56,13 +56,14 @@ pub(crate) struct AcceptQueue {
 
 /// What the driver completes into.
 struct Accepts {
-    state: Mutex<State>,
+    state: Mutex<AcceptBook>,
     /// The listening socket, open until the last completion.
     _socket: Arc<Socket>,
 }
 
+/// The accept request's results and waiters.
 #[derive(Default)]
-struct State {
+struct AcceptBook {
     /// Accepted descriptors, or the errno that ended the request.
     ready: VecDeque<Result<OwnedFd, i32>>,
     /// The request is in the kernel (its last completion not yet seen).
@@ -118,7 +119,7 @@ impl AcceptQueue {
         self.multishot
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AcceptBook> {
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
