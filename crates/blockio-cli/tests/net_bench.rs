@@ -1,6 +1,7 @@
 //! `blockio net-bench` end to end: every runtime serves every workload
-//! (HTTP from wrk on one and two server threads, echo, the checksum
-//! stream) without errors, the checksum stream's digests match, and the
+//! (HTTP from wrk on one and two server threads, HTTP beside idle
+//! keep-alive connections, echo, the checksum stream) without errors
+//! (an idle connection the server dropped is one), the checksum stream's digests match, and the
 //! report has every figure, the targets and the SVG.
 
 use std::process::Command;
@@ -16,7 +17,11 @@ fn every_runtime_serves_every_workload_without_errors() {
             "--rounds",
             "1",
             "--workloads",
-            "http,http2,echo,stream",
+            "http,http2,echo,stream,idle",
+            "--idle",
+            "300",
+            "--idle-active",
+            "8",
             "--connections",
             "8",
             "--two-thread-connections",
@@ -49,7 +54,13 @@ fn every_runtime_serves_every_workload_without_errors() {
         "blockio-round-stream",
         "monoio",
     ];
-    for label in ["http 8c", "http 8c 2t", "echo 4096B 4c", "stream 64 MiB"] {
+    for label in [
+        "http 8c",
+        "http 8c 2t",
+        "echo 4096B 4c",
+        "stream 64 MiB",
+        "http 8c +300i",
+    ] {
         let names: Vec<&str> = rows
             .iter()
             .filter(|r| r["label"] == label)
@@ -93,8 +104,15 @@ fn every_runtime_serves_every_workload_without_errors() {
             .starts_with("stream 64 MiB: MB/s")),
         "{targets:?}"
     );
+    assert!(
+        targets.iter().any(|t| t["target"]
+            .as_str()
+            .unwrap()
+            .starts_with("http 8c +300i: idle peers delay no one")),
+        "{targets:?}"
+    );
     let chart = std::fs::read_to_string(&svg).unwrap();
     let _ = std::fs::remove_file(&svg);
     assert!(chart.starts_with("<svg") && chart.trim_end().ends_with("</svg>"));
-    assert_eq!(chart.matches("<polyline").count(), 3 * runtimes.len());
+    assert_eq!(chart.matches("<polyline").count(), 4 * runtimes.len());
 }
