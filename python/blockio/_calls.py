@@ -13,10 +13,11 @@ which have no position to share.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections import deque
 from typing import Any, Callable, Deque, Optional, Tuple, TypeVar, cast
+
+from ._aio import current_task, new_future
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,10 +33,10 @@ class CallQueue:
     def __init__(self) -> None:
         #: The task whose call is running, or None.
         self._owner: Optional[Any] = None
-        self._waiting: Deque[Tuple["asyncio.Future[None]", Any]] = deque()
+        self._waiting: Deque[Tuple[Any, Any]] = deque()
 
     async def _wait(self, task: Any) -> None:
-        fut: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+        fut = new_future()
         item = (fut, task)
         self._waiting.append(item)
         try:
@@ -67,7 +68,7 @@ def one_at_a_time(method: F) -> F:
     @functools.wraps(method)
     async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         q: CallQueue = self._calls
-        task = asyncio.current_task()
+        task = current_task()
         if q._owner is None and not q._waiting:
             q._owner = task
         elif q._owner is task:

@@ -17,7 +17,6 @@ Buffering follows the built-in ``open``: ``buffering=-1`` (the default) or
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import io
 import operator
@@ -26,6 +25,7 @@ import threading
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
+from ._aio import new_future, threadsafe_caller
 from ._engine import Engine, _copy_into, _flat
 from ._calls import CallQueue, one_at_a_time
 from ._lines import LineReader
@@ -87,8 +87,8 @@ async def _on_a_thread(call: Callable[..., T], fd: int, arg: Any) -> T:
     cancelled and the file closed, so a read that is still blocked then can
     never read from a file opened later under the same number; and a
     daemon thread never holds up interpreter exit, as a pool's would."""
-    loop = asyncio.get_running_loop()
-    fut: "asyncio.Future[T]" = loop.create_future()
+    fut = new_future()
+    call_soon = threadsafe_caller()
     dup = os.dup(fd)
 
     def settle(ok: bool, value: Any) -> None:
@@ -101,7 +101,7 @@ async def _on_a_thread(call: Callable[..., T], fd: int, arg: Any) -> T:
         except BaseException as e:
             out = (False, e)
         try:
-            loop.call_soon_threadsafe(settle, *out)
+            call_soon(settle, *out)
         except RuntimeError:
             pass  # the loop is closed: nobody waits
 
@@ -110,7 +110,8 @@ async def _on_a_thread(call: Callable[..., T], fd: int, arg: Any) -> T:
     except BaseException:
         os.close(dup)
         raise
-    return await fut
+    result: T = await fut
+    return result
 
 
 class _Descriptor:

@@ -9,11 +9,11 @@ on the loop's thread; an ``int`` is used as the descriptor, as the built-in
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
 from typing import Any, Callable, Generator, Generic, Literal, Optional, Tuple, TypeVar, Union, overload
 
+from ._aio import run_in_thread
 from ._engine import Engine, default_engine
 from ._file import AsyncFile, PathOrFd, _Descriptor
 from ._text import AsyncTextFile
@@ -89,8 +89,7 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
         else:
             # A Python callable: run on the loop's default executor, never
             # on the loop's own thread.
-            loop = asyncio.get_running_loop()
-            got = await loop.run_in_executor(None, opener, file, _flags(mode))
+            got = await run_in_thread(opener, file, _flags(mode))
             if not isinstance(got, int) or got < 0:
                 raise ValueError(f"opener returned {got!r}")
             fd = got

@@ -6,6 +6,8 @@ import asyncio
 import functools
 from typing import Any, Callable, Optional, TypeVar
 
+from ._aio import run_in_thread
+
 T = TypeVar("T")
 
 
@@ -13,6 +15,8 @@ async def _run(func: Callable[..., T], args: Any, kwargs: Any, loop: Optional[as
                executor: Any) -> T:
     """``func(*args, **kwargs)`` on ``executor`` (the loop's default when
     None), awaited on ``loop`` (the running one when None)."""
+    if loop is None and executor is None:
+        return await run_in_thread(functools.partial(func, *args, **kwargs))
     if loop is None:
         loop = asyncio.get_running_loop()
     return await loop.run_in_executor(executor, functools.partial(func, *args, **kwargs))

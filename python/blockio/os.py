@@ -6,8 +6,17 @@ aiofiles.os`` for ``import blockio.os`` as it drops ``aiofiles.open`` for
 Each call runs on a thread, never on the event loop's own: the loop's
 default executor, or ``executor=`` when given (``loop=`` picks the loop),
 exactly as aiofiles' calls do, so that they behave the same, errors
-included. ``stat`` of a path is a ``statx`` through the default engine's
-ring instead (see :func:`stat`). ``blockio.os.path`` is :mod:`blockio.ospath`.
+included; except the calls the engine has an operation kind for, which go
+through the default engine (on its ring where io_uring has the opcode, on
+its file-system threads otherwise) when called with a path and without
+``dir_fd``, ``loop=`` or ``executor=``: :func:`stat` (``statx``),
+:func:`mkdir` (``mkdirat``) and :func:`symlink` (``symlinkat``). Their
+results and errors are ``os``'s. ``blockio.os.path`` is
+:mod:`blockio.ospath`.
+
+Under trio (or anyio's trio backend) the thread calls run on trio's
+threads; ``loop=`` and ``executor=`` are asyncio's and need an asyncio
+loop.
 """
 
 from __future__ import annotations
@@ -41,17 +50,44 @@ async def stat(path: Any, *, dir_fd: Optional[int] = None, follow_symlinks: bool
                                                      loop=loop, executor=executor)
         return result
     return await default_engine()._astat(path, bool(follow_symlinks))
+
+
+_thread_mkdir = wrap(_os.mkdir)
+_thread_symlink = wrap(_os.symlink)
+
+async def mkdir(path: Any, mode: int = 0o777, *, dir_fd: Optional[int] = None,
+                loop: Optional[asyncio.AbstractEventLoop] = None, executor: Any = None) -> None:
+    """``os.mkdir``: a ``mkdirat`` through the default engine's ring where
+    io_uring has it, on its file-system threads otherwise; with
+    ``dir_fd``, ``loop=`` or ``executor=``, ``os.mkdir`` on a thread."""
+    if dir_fd is not None or loop is not None or executor is not None:
+        await _thread_mkdir(path, mode, dir_fd=dir_fd, loop=loop, executor=executor)
+        return
+    await default_engine()._amkdir(path, mode)
+
+
+async def symlink(src: Any, dst: Any, target_is_directory: bool = False, *, dir_fd: Optional[int] = None,
+                  loop: Optional[asyncio.AbstractEventLoop] = None, executor: Any = None) -> None:
+    """``os.symlink``: ``dst`` will point at ``src``; a ``symlinkat``
+    through the default engine's ring where io_uring has it, on its
+    file-system threads otherwise (``target_is_directory`` matters on
+    Windows only); with ``dir_fd``, ``loop=`` or ``executor=``,
+    ``os.symlink`` on a thread."""
+    if dir_fd is not None or loop is not None or executor is not None:
+        await _thread_symlink(src, dst, target_is_directory, dir_fd=dir_fd, loop=loop, executor=executor)
+        return
+    await default_engine()._asymlink(src, dst)
+
+
 statvfs = wrap(_os.statvfs)
 rename = wrap(_os.rename)
 renames = wrap(_os.renames)
 replace = wrap(_os.replace)
 remove = wrap(_os.remove)
 unlink = wrap(_os.unlink)
-mkdir = wrap(_os.mkdir)
 makedirs = wrap(_os.makedirs)
 rmdir = wrap(_os.rmdir)
 removedirs = wrap(_os.removedirs)
-symlink = wrap(_os.symlink)
 readlink = wrap(_os.readlink)
 link = wrap(_os.link)
 listdir = wrap(_os.listdir)

@@ -1,12 +1,13 @@
-//! File-system calls that may block (open, fstat, ftruncate, close, stat), run on
-//! a few threads of the core's own so that the event loop's thread never
-//! waits on the file system.
+//! File-system calls that may block (open, fstat, ftruncate, close, stat,
+//! mkdir, symlink, whole-file reads), run on a few threads of the core's
+//! own so that the event loop's thread never waits on the file system.
 //!
-//! The io_uring ring could carry them too (`IORING_OP_OPENAT`, `STATX`,
-//! `CLOSE`), but the kernel punts a blocking open to its own worker threads
-//! anyway, and these calls are rare next to reads and writes: plain system
-//! calls on a small pool keep them out of the ring's accounting and need
-//! no new operation kinds.
+//! The calls the engine has an operation kind for (statx, close, mkdir,
+//! symlink, read, and open for [`read_files`]) are made through the sync
+//! [`blockio::Engine`]'s batch calls: on its ring where io_uring has the
+//! opcode, else a plain system call. `ftruncate` has no operation kind and
+//! is a plain system call; so is the open of [`Job::Open`] (see [`open`]). The pool thread is what makes the call asynchronous for the event
+//! loop: the sync engine's batch call waits for its completions.
 //!
 //! Each call is a [`JobFuture`], completed by a pool thread and woken like
 //! any operation of a batch. Rules that make cancellation safe:
@@ -19,13 +20,15 @@
 //!   or reusing the caller's number meanwhile cannot redirect it.
 
 use std::collections::VecDeque;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
+
+use blockio::{OpenRequest, PathAt};
 
 /// Threads a pool starts at most: enough that one open blocked on a FIFO
 /// or a slow mount does not hold up the others.
@@ -37,16 +40,35 @@ pub(crate) enum Job {
     /// directory opened without `O_DIRECTORY` fails with `EISDIR`, as
     /// Python's `open` does.
     Open {
+        engine: blockio::Engine,
         path: CString,
         flags: i32,
         mode: u32,
     },
-    /// The size of the file (`fstat`).
-    Size(OwnedFd),
+    /// The size of the file (`statx` of the descriptor).
+    Size(blockio::Engine, OwnedFd),
     /// `ftruncate` to the length.
     Truncate(OwnedFd, u64),
     /// `close`; the result is 0.
-    Close(OwnedFd),
+    Close(blockio::Engine, OwnedFd),
+    /// `mkdir(path, mode)`; the result is 0.
+    Mkdir {
+        engine: blockio::Engine,
+        path: CString,
+        mode: u32,
+    },
+    /// `symlink(target, link)`: `link` will point at `target`; the result
+    /// is 0.
+    Symlink {
+        engine: blockio::Engine,
+        target: CString,
+        link: CString,
+    },
+    /// Every file's whole content ([`read_files`]).
+    ReadFiles {
+        engine: blockio::Engine,
+        paths: Vec<CString>,
+    },
     /// `statx` of a path through `engine`'s batch call: on its ring where
     /// io_uring has `STATX`, else a plain system call. `follow`: of the
     /// file a final symbolic link names, else of the link.
@@ -65,14 +87,21 @@ pub(crate) enum Out {
     Fd(OwnedFd),
     /// A file's status.
     Stat(Box<libc::statx>),
+    /// Each file's bytes, or why they could not be read.
+    Files(Vec<io::Result<Vec<u8>>>),
 }
 
 impl Job {
     /// Runs the call.
     fn run(self) -> io::Result<Out> {
         match self {
-            Job::Open { path, flags, mode } => open(&path, flags, mode).map(Out::Fd),
-            Job::Size(fd) => size(&fd).map(Out::Count),
+            Job::Open {
+                engine,
+                path,
+                flags,
+                mode,
+            } => open(&engine, &path, flags, mode).map(Out::Fd),
+            Job::Size(engine, fd) => Ok(Out::Count(fstat(&engine, &fd)?.stx_size as usize)),
             Job::Truncate(fd, len) => {
                 let len = libc::off_t::try_from(len)
                     .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
@@ -89,12 +118,27 @@ impl Job {
                 let st = engine.stat_batch(&[at], flags)?.remove(0)?;
                 Ok(Out::Stat(Box::new(st)))
             }
-            Job::Close(fd) => {
-                let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
-                // SAFETY: `raw` came from an OwnedFd given up just above, so
-                // this is its only close.
-                cvt(unsafe { libc::close(raw) }).map(Out::Count)
+            Job::Close(engine, fd) => {
+                engine.close_batch([fd])?.remove(0)?;
+                Ok(Out::Count(0))
             }
+            Job::Mkdir { engine, path, mode } => {
+                engine
+                    .mkdir_batch(&[(PathAt::cwd(&path), mode)])?
+                    .remove(0)?;
+                Ok(Out::Count(0))
+            }
+            Job::Symlink {
+                engine,
+                target,
+                link,
+            } => {
+                engine
+                    .symlink_batch(&[(PathAt::cwd(&link), &target)])?
+                    .remove(0)?;
+                Ok(Out::Count(0))
+            }
+            Job::ReadFiles { engine, paths } => Ok(Out::Files(read_files(&engine, &paths)?)),
         }
     }
 }
@@ -107,34 +151,168 @@ fn cvt(r: libc::c_int) -> io::Result<usize> {
     }
 }
 
-fn open(path: &CString, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+/// Opens `path` with `open(2)`, not the engine's `OPENAT`: io_uring first
+/// tries an open without blocking, which for a FIFO succeeds at once
+/// without waiting for the other end, where `open(2)` (and Python's
+/// `open`) waits for it. A directory without `O_DIRECTORY` in `flags` is
+/// refused with `EISDIR` (and closed), as Python's `open` refuses it.
+fn open(engine: &blockio::Engine, path: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
     // SAFETY: `path` is a NUL-terminated string that outlives the call.
     let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: a new descriptor that nothing else owns.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    if flags & libc::O_DIRECTORY == 0 && is_dir(&owned)? {
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if flags & libc::O_DIRECTORY == 0 && is_dir(&fstat(engine, &fd)?) {
         return Err(io::Error::from_raw_os_error(libc::EISDIR));
     }
-    Ok(owned)
+    Ok(fd)
 }
 
-fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
-    // SAFETY: `stat` is plain integers; all zeroes is a valid value.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes one `stat` into `st`, which lives on this stack.
-    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-    Ok(st)
+/// `statx` of an open descriptor, through the engine.
+fn fstat(engine: &blockio::Engine, fd: &OwnedFd) -> io::Result<libc::statx> {
+    engine.stat_batch(&[PathAt::file(fd)], 0)?.remove(0)
 }
 
-fn is_dir(fd: &OwnedFd) -> io::Result<bool> {
-    Ok(fstat(fd)?.st_mode & libc::S_IFMT == libc::S_IFDIR)
+fn is_dir(st: &libc::statx) -> bool {
+    u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR
 }
 
-fn size(fd: &OwnedFd) -> io::Result<usize> {
-    Ok(fstat(fd)?.st_size as usize)
+/// Files [`read_files`] has open at once at most: with the reads' buffers,
+/// what one round holds, kept well under the usual limit of 1,024
+/// descriptors per process.
+const FILES_PER_ROUND: usize = 256;
+
+/// One file's content as [`read_files`] reads it.
+struct Whole {
+    buf: Vec<u8>,
+    /// Bytes read into `buf` so far.
+    got: usize,
+    /// The size a regular file had at its `statx`; `None` for any other.
+    regular: Option<usize>,
+    done: bool,
+}
+
+/// Each file's whole content, in order, or the error that stopped it (which
+/// names neither the verb nor the path: the caller knows the path). A
+/// round of up to [`FILES_PER_ROUND`] files costs four batches through the
+/// engine, each with every file's operation in flight at once: the opens,
+/// the `statx`es of the open descriptors (for the size and to refuse a
+/// directory with `EISDIR`), the reads, and the closes. Each read asks for
+/// the size plus one byte, so that a regular file whose read stops at the
+/// size it had is known whole at once; any other (a file grown or shrunk
+/// since its `statx`, a file in `/proc`, whose reads come back short
+/// before its end) is read on, into more room when full, until a read
+/// returns nothing.
+pub(crate) fn read_files(
+    engine: &blockio::Engine,
+    paths: &[CString],
+) -> io::Result<Vec<io::Result<Vec<u8>>>> {
+    let mut out = Vec::with_capacity(paths.len());
+    for round in paths.chunks(FILES_PER_ROUND) {
+        let reqs: Vec<OpenRequest<'_>> = round
+            .iter()
+            .map(|p| OpenRequest::new(PathAt::cwd(p)))
+            .collect();
+        let opened = engine.open_batch(&reqs)?;
+        let files: Vec<Result<OwnedFd, io::Error>> =
+            opened.into_iter().map(|r| r.map_err(unwrapped)).collect();
+        let ats: Vec<(usize, PathAt<'_>)> = files
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.as_ref().ok().map(|fd| (i, PathAt::file(fd))))
+            .collect();
+        let stats = engine.stat_batch(&ats.iter().map(|(_, a)| *a).collect::<Vec<_>>(), 0)?;
+        let mut wholes: Vec<Option<io::Result<Whole>>> = (0..round.len()).map(|_| None).collect();
+        for ((i, _), st) in ats.iter().zip(stats) {
+            wholes[*i] = Some(match st {
+                Ok(st) if is_dir(&st) => Err(io::Error::from_raw_os_error(libc::EISDIR)),
+                Ok(st) => {
+                    let size = usize::try_from(st.stx_size).unwrap_or(usize::MAX - 1);
+                    let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
+                    Ok(Whole {
+                        buf: vec![0; size.saturating_add(1)],
+                        got: 0,
+                        regular: regular.then_some(size),
+                        done: false,
+                    })
+                }
+                Err(e) => Err(unwrapped(e)),
+            });
+        }
+        let targets: Vec<Option<blockio::RawTarget>> = files
+            .iter()
+            .map(|f| f.as_ref().ok().map(|fd| blockio::RawTarget(fd.as_raw_fd())))
+            .collect();
+        loop {
+            let mut ops = Vec::new();
+            let mut who = Vec::new();
+            for (i, (w, t)) in wholes.iter_mut().zip(&targets).enumerate() {
+                if let (Some(Ok(w)), Some(t)) = (w.as_mut(), t) {
+                    if !w.done {
+                        ops.push(blockio::Op::read(t, w.got as u64, &mut w.buf[w.got..]));
+                        who.push(i);
+                    }
+                }
+            }
+            if ops.is_empty() {
+                break;
+            }
+            let results = engine.submit(&mut ops)?;
+            drop(ops);
+            for (i, r) in who.into_iter().zip(results) {
+                let Some(Ok(w)) = wholes[i].as_mut() else {
+                    continue;
+                };
+                match r {
+                    Ok(0) => w.done = true,
+                    Ok(n) => {
+                        let asked = w.buf.len() - w.got;
+                        w.got += n;
+                        if n < asked && w.regular == Some(w.got) {
+                            w.done = true;
+                        } else if w.got == w.buf.len() {
+                            let more = w.buf.len().max(4096);
+                            w.buf.resize(w.buf.len() + more, 0);
+                        }
+                    }
+                    Err(e) => wholes[i] = Some(Err(unwrapped(e))),
+                }
+            }
+        }
+        let mut open = Vec::new();
+        for (f, w) in files.into_iter().zip(wholes) {
+            out.push(match f {
+                Err(e) => Err(e),
+                Ok(fd) => {
+                    open.push(fd);
+                    match w {
+                        Some(Ok(mut w)) => {
+                            w.buf.truncate(w.got);
+                            Ok(w.buf)
+                        }
+                        Some(Err(e)) => Err(e),
+                        // Every open file has had its statx.
+                        None => Err(io::Error::from_raw_os_error(libc::EIO)),
+                    }
+                }
+            });
+        }
+        // A file only read has no write-back whose failure a close could
+        // report: the results stand whatever the closes say.
+        engine.close_batch(open)?;
+    }
+    Ok(out)
+}
+
+/// The OS error inside one of the engine's path errors (which name the
+/// verb and path), so the caller can name the path its own way.
+fn unwrapped(e: io::Error) -> io::Error {
+    match blockio::errno(&e) {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => e,
+    }
 }
 
 /// A duplicate of the caller's descriptor for a job to own, or the errno
@@ -259,7 +437,7 @@ fn serve(shared: &(Mutex<Queue>, Condvar)) {
 /// Runs one job for `slot`, unless its future is gone (then dropping the
 /// job closes the duplicate it owns); a close always runs.
 fn finish(job: Job, slot: &Arc<Mutex<Slot>>) {
-    if Arc::strong_count(slot) == 1 && !matches!(job, Job::Close(_)) {
+    if Arc::strong_count(slot) == 1 && !matches!(job, Job::Close(..)) {
         return;
     }
     let res = job.run();

@@ -243,8 +243,20 @@ fn out_or_error(py: Python<'_>, r: io::Result<Out>) -> PyObject {
             .expect("int")
             .into_any()
             .unbind(),
+        Ok(Out::Files(files)) => {
+            let items = files.into_iter().map(|r| match r {
+                Ok(b) => PyBytes::new(py, &b).into_any().unbind(),
+                Err(e) => os_error(py, &e),
+            });
+            PyList::new(py, items).expect("list").into_any().unbind()
+        }
         Err(e) => os_error(py, &e),
     }
+}
+
+/// A path for the kernel, refusing an embedded NUL as `os` functions do.
+fn c_path(path: Vec<u8>) -> PyResult<std::ffi::CString> {
+    std::ffi::CString::new(path).map_err(|_| PyValueError::new_err("embedded null byte"))
 }
 
 /// A `statx` result as the Python layer builds `os.stat_result` from it:
@@ -1283,10 +1295,17 @@ impl Core {
     /// then owns. A directory fails with `EISDIR` unless `O_DIRECTORY` is
     /// in `flags`.
     fn submit_open(&self, token: u64, path: Vec<u8>, flags: i32, mode: u32) -> PyResult<()> {
-        self.check()?;
-        let path = std::ffi::CString::new(path)
-            .map_err(|_| PyValueError::new_err("embedded null byte"))?;
-        self.start_job(token, Ok(Job::Open { path, flags, mode }))
+        let engine = self.check()?;
+        let path = c_path(path)?;
+        self.start_job(
+            token,
+            Ok(Job::Open {
+                engine,
+                path,
+                flags,
+                mode,
+            }),
+        )
     }
 
     /// Starts a `statx` of `path` (of a final symbolic link itself unless
@@ -1295,8 +1314,7 @@ impl Core {
     /// [`stat_tuple`].
     fn submit_stat(&self, token: u64, path: Vec<u8>, follow: bool) -> PyResult<()> {
         let engine = self.check()?;
-        let path = std::ffi::CString::new(path)
-            .map_err(|_| PyValueError::new_err("embedded null byte"))?;
+        let path = c_path(path)?;
         self.start_job(
             token,
             Ok(Job::Stat {
@@ -1310,8 +1328,8 @@ impl Core {
     /// Starts an `fstat` of `fd` (through a duplicate); the result is the
     /// file's size.
     fn submit_size(&self, token: u64, fd: RawFd) -> PyResult<()> {
-        self.check()?;
-        self.start_job(token, fsjobs::dup(fd).map(Job::Size))
+        let engine = self.check()?;
+        self.start_job(token, fsjobs::dup(fd).map(|d| Job::Size(engine, d)))
     }
 
     /// Starts an `ftruncate` of `fd` (through a duplicate) to `length`.
@@ -1327,7 +1345,7 @@ impl Core {
     /// number must not be used or closed by anyone else afterwards. The
     /// close runs even if the batch is cancelled.
     fn submit_close(&self, token: u64, fd: RawFd) -> PyResult<()> {
-        self.check()?;
+        let engine = self.check()?;
         if fd < 0 {
             return self.start_job(token, Err(libc::EBADF));
         }
@@ -1335,7 +1353,60 @@ impl Core {
         // Python layer passes the descriptor of a file object it is
         // closing and never uses the number again).
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        self.start_job(token, Ok(Job::Close(owned)))
+        self.start_job(token, Ok(Job::Close(engine, owned)))
+    }
+
+    /// Starts a `mkdir` of `path` with `mode` (before the umask), through
+    /// the engine's `MKDIRAT` where io_uring has it; the result is 0.
+    fn submit_mkdir(&self, token: u64, path: Vec<u8>, mode: u32) -> PyResult<()> {
+        let engine = self.check()?;
+        let path = c_path(path)?;
+        self.start_job(token, Ok(Job::Mkdir { engine, path, mode }))
+    }
+
+    /// Starts making the symbolic link `link` pointing at `target`, through
+    /// the engine's `SYMLINKAT` where io_uring has it; the result is 0.
+    fn submit_symlink(&self, token: u64, target: Vec<u8>, link: Vec<u8>) -> PyResult<()> {
+        let engine = self.check()?;
+        let (target, link) = (c_path(target)?, c_path(link)?);
+        self.start_job(
+            token,
+            Ok(Job::Symlink {
+                engine,
+                target,
+                link,
+            }),
+        )
+    }
+
+    /// Starts reading every file of `paths` whole (see
+    /// [`fsjobs::read_files`]); the result is a list of bytes or OSError,
+    /// one per path, in order.
+    fn submit_read_files(&self, token: u64, paths: Vec<Vec<u8>>) -> PyResult<()> {
+        let engine = self.check()?;
+        let paths = paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
+        self.start_job(token, Ok(Job::ReadFiles { engine, paths }))
+    }
+
+    /// Reads every file of `paths` whole, the GIL released; a list of
+    /// bytes or OSError, one per path, in order, and how many failed.
+    fn read_files<'py>(
+        &self,
+        py: Python<'py>,
+        paths: Vec<Vec<u8>>,
+    ) -> PyResult<(Bound<'py, PyList>, usize)> {
+        let engine = self.check()?;
+        let paths: Vec<std::ffi::CString> =
+            paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
+        let results = py
+            .allow_threads(|| fsjobs::read_files(&engine, &paths))
+            .map_err(io_err)?;
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        let items = results.iter().map(|r| match r {
+            Ok(b) => PyBytes::new(py, b).into_any().unbind(),
+            Err(e) => os_error(py, e),
+        });
+        Ok((PyList::new(py, items)?, failed))
     }
 
     /// The finished batches since the last call: `(token, results)` pairs,

@@ -6,7 +6,7 @@ sha256), its ``tests/threadpool``, ``tests/test_simple.py`` and
 ``tests/test_os.py`` run with our ``aiofiles_suite/blockio_conftest.py``
 beside them as their ``conftest.py``. Every test must pass but those in
 ``INTERNALS``, which test aiofiles' own machinery rather than the file
-interface, and those in ``AS_ROOT`` when the suite runs as root; the README
+interface, and those in ``AS_ROOT`` when the suite runs as root; python/README.md
 lists them too. aiofiles' ``tempfile`` and stdio tests are not run:
 blockio does not provide those modules.
 """

@@ -93,7 +93,7 @@ async def aoutcome(coro):
 def test_binary_calls_match_the_builtin_file(tmp_path, content, mode, buffering, calls):
     # Buffered append mode: the built-in's position after a write counts on
     # from its last seek, though O_APPEND put the bytes at the end; ours is
-    # the true end of the file (README, and the test below).
+    # the true end of the file (python/README.md, and the test below).
     assume("a" not in mode or buffering == 0)
     ours, ref = tmp_path / "ours", tmp_path / "ref"
     for p in (ours, ref):
@@ -308,32 +308,46 @@ def test_open_takes_descriptors_closefd_and_opener(tmp_path):
 def test_open_does_not_block_the_loop(tmp_path):
     """Opening a FIFO blocks until a writer comes: the loop keeps ticking
     meanwhile (aiofiles' test_slow_file checks the same with a patched
-    open)."""
+    open). The writer comes only after the loop has ticked 20 times during
+    the open, so the test depends on what ran, not on how fast: a blocked
+    loop never ticks, and a watchdog writer then ends the open with too
+    few ticks."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
+    WANT = 20
+
+    def let_the_open_finish():
+        os.close(os.open(fifo, os.O_WRONLY))
 
     async def main():
         ticks = 0
-        stop = False
+        writer = None
 
         async def ticker():
-            nonlocal ticks
-            while not stop:
+            nonlocal ticks, writer
+            while ticks < WANT:
                 ticks += 1
                 await asyncio.sleep(0.005)
+            writer = threading.Thread(target=let_the_open_finish)
+            writer.start()
 
+        watchdog = threading.Timer(60, let_the_open_finish)
+        watchdog.start()
         t = asyncio.ensure_future(ticker())
-        writer = threading.Timer(0.5, lambda: os.close(os.open(fifo, os.O_WRONLY)))
-        writer.start()
-        start = time.monotonic()
-        async with blockio.open(fifo, "rb") as f:
-            assert time.monotonic() - start >= 0.4
-        stop = True
-        await t
-        writer.join()
-        return ticks
+        try:
+            async with blockio.open(fifo, "rb"):
+                ticked_during_open = ticks
+        finally:
+            watchdog.cancel()
+        # The writer let the open finish, so the ticker has ended; after a
+        # watchdog's rescue it has not, and must not open the FIFO again.
+        t.cancel()
+        await asyncio.gather(t, return_exceptions=True)
+        if writer is not None:
+            writer.join()
+        return ticked_during_open
 
-    assert run(main()) >= 20
+    assert run(main()) == WANT
 
 
 def test_a_cancelled_open_leaks_no_descriptor(tmp_path):
@@ -353,11 +367,18 @@ def test_a_cancelled_open_leaks_no_descriptor(tmp_path):
             t.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await t
-            # The blocked open now completes, for nobody.
-            os.close(os.open(fifo, os.O_WRONLY))
-        await asyncio.sleep(0.2)
+            # A blocked open now completes, for nobody. O_RDWR never
+            # blocks, so an open that was cancelled before it started
+            # (it then never starts) cannot hang the test here.
+            os.close(os.open(fifo, os.O_RDWR))
         async with blockio.open(tmp_path / "other", "wb"):
-            pass  # drains the engine
+            pass
+        # Each open completed for nobody is closed once its completion is
+        # seen; a watchdog of about a minute, not a timing window.
+        for _ in range(6000):
+            if sorted(os.listdir("/proc/self/fd")) == before:
+                break
+            await asyncio.sleep(0.01)
         assert sorted(os.listdir("/proc/self/fd")) == before
 
     run(main())

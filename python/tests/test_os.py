@@ -66,3 +66,68 @@ def test_stat_matches_os_stat_field_by_field(tmp_path, monkeypatch, loop_factory
     finally:
         loop.close()
         blockio._engine._default.close()
+
+
+@pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_mkdir_and_symlink_go_through_the_engine_as_os_does(tmp_path, monkeypatch, loop_factory, backend):
+    """``mkdir`` and ``symlink`` of a path go through the engine's
+    ``mkdirat`` and ``symlinkat`` kinds (``Core.submit_mkdir`` and
+    ``submit_symlink``), with ``os``'s results (the mode, before the umask;
+    the link's target) and ``os``'s errors, message included."""
+    monkeypatch.setattr(blockio._engine, "_default", blockio.Engine(backend=backend))
+    calls = []
+    core = blockio._engine._default._core
+
+    class Counting:
+        def __getattr__(self, name):
+            attr = getattr(core, name)
+            if name in ("submit_mkdir", "submit_symlink"):
+                return lambda *a: (calls.append(name), attr(*a))[1]
+            return attr
+
+    monkeypatch.setattr(blockio._engine._default, "_core", Counting())
+    old = os.umask(0o022)
+
+    async def main():
+        await blockio.os.mkdir(tmp_path / "a")
+        await blockio.os.mkdir(bytes(tmp_path / "b"), 0o700)
+        await blockio.os.mkdir(str(tmp_path / "c"), mode=0o777)
+        await blockio.os.symlink("a", tmp_path / "l1")
+        await blockio.os.symlink(bytes(tmp_path / "missing"), str(tmp_path / "l2"))
+        assert calls == ["submit_mkdir"] * 3 + ["submit_symlink"] * 2
+        for name, want in [("a", 0o755), ("b", 0o700), ("c", 0o755)]:
+            st = os.lstat(tmp_path / name)
+            assert st.st_mode & 0o7777 == want and os.path.isdir(tmp_path / name)
+        assert os.readlink(tmp_path / "l1") == "a" and os.path.isdir(tmp_path / "l1")
+        assert os.readlink(tmp_path / "l2") == str(tmp_path / "missing")
+        for ours, theirs in [
+            (blockio.os.mkdir(tmp_path / "a"), lambda: os.mkdir(tmp_path / "a")),
+            (blockio.os.mkdir(tmp_path / "no" / "x"), lambda: os.mkdir(tmp_path / "no" / "x")),
+            (blockio.os.symlink("a", tmp_path / "l1"), lambda: os.symlink("a", tmp_path / "l1")),
+            (blockio.os.symlink("a", tmp_path / "no" / "l"), lambda: os.symlink("a", tmp_path / "no" / "l")),
+        ]:
+            with pytest.raises(OSError) as ref:
+                theirs()
+            with pytest.raises(OSError) as got:
+                await ours
+            assert type(got.value) is type(ref.value) and str(got.value) == str(ref.value)
+        with pytest.raises(ValueError, match="null"):
+            await blockio.os.mkdir("a\0b")
+        # With dir_fd: os.mkdir on a thread, not through the engine.
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            await blockio.os.mkdir("d", dir_fd=fd)
+            await blockio.os.symlink("d", "l3", dir_fd=fd)
+        finally:
+            os.close(fd)
+        assert os.path.isdir(tmp_path / "d") and os.readlink(tmp_path / "l3") == "d"
+        assert len(calls) == 10  # the five above, the four errors and the null byte
+
+    loop = loop_factory()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        os.umask(old)
+        loop.close()
+        core.close()

@@ -1,6 +1,6 @@
 //! A counting global allocator, so benchmarks can report heap allocations
 //! per operation. A binary opts in by installing [`Counting`] as its
-//! `#[global_allocator]` (the `blockio` tool does with its
+//! `#[global_allocator]` (the `blockio-bench` binary does with its
 //! `count-allocations` feature); [`installed`] tells whether it did.
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -1,4 +1,4 @@
-//! `blockio bench`: every strategy on every profile, in one run.
+//! `blockio-bench read`: every strategy on every profile, in one run.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use crate::profile::{Profile, Workload};
 use crate::report::{self, Row};
 use crate::strategy::{self, Plan, Strategy};
 
-/// Options of `blockio bench`.
+/// Options of `blockio-bench read`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// Directory for the data file (created if missing).
@@ -77,9 +77,8 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [32 << 10, 128 << 10, 1 << 20])]
     pub checksum_blocks: Vec<usize>,
     /// Reads the async API keeps in flight in the checksum workload
-    /// (default: 64 MiB worth, at least 16 and at most 256; measured here,
-    /// 16 reads of 1 MiB gave 0.91-1.43x tokio::fs over single rounds, 64
-    /// gave 1.52-2.00x).
+    /// (default: 64 MiB worth, at least 16 and at most 256: fewer left the
+    /// disk idle between reads; see docs/benchmarks.md).
     #[arg(long)]
     pub checksum_depth: Option<usize>,
     /// The async API reads the checksum file through the page cache, like

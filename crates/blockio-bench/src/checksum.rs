@@ -1,4 +1,4 @@
-//! `blockio bench --checksum`: the checksum workload of the OCaml Async
+//! `blockio-bench read --checksum`: the checksum workload of the OCaml Async
 //! study. Stream a large file in blocks, hashing (BLAKE3) as it goes, page
 //! cache evicted first; the async API against tokio::fs.
 

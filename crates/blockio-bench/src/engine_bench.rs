@@ -1,4 +1,4 @@
-//! `blockio engine-bench`: random 4 KiB O_DIRECT reads, 64 in flight, the
+//! `blockio-bench engine`: random 4 KiB O_DIRECT reads, 64 in flight, the
 //! engine against fio and against a minimal loop on the `io-uring` crate,
 //! all measured in the same run.
 
@@ -18,7 +18,7 @@ use crate::measure::median;
 use crate::report::truncate3;
 use crate::{alloc_count, cache, data, fio};
 
-/// Options of `blockio engine-bench`.
+/// Options of `blockio-bench engine`.
 #[derive(Debug, clap::Args)]
 pub struct EngineBenchArgs {
     /// Directory for the data file (created if missing; not tmpfs).
@@ -174,7 +174,11 @@ fn engine_run(
                     None => &*file,
                 };
                 let start = Instant::now();
-                while !stop.load(Ordering::Relaxed) {
+                // Every thread measures at least one batch, however late
+                // it starts or however long a batch takes: the window
+                // opens after the warm-up (or at the stop, if that comes
+                // first) and closes at the stop after a batch done in it.
+                loop {
                     let mut ops = blockio::clear_ops(store);
                     for b in bufs.iter_mut() {
                         let b: &mut [u8] = match b {
@@ -193,11 +197,17 @@ fn engine_run(
                         }
                     }
                     done += batch as u64;
-                    if measured_from.is_none() && start.elapsed() >= warmup {
-                        measured_from = Some((Instant::now(), done, alloc_count::allocations()));
+                    match measured_from {
+                        Some((_, d0, _)) if done > d0 && stop.load(Ordering::Relaxed) => break,
+                        Some(_) => {}
+                        None if start.elapsed() >= warmup || stop.load(Ordering::Relaxed) => {
+                            measured_from =
+                                Some((Instant::now(), done, alloc_count::allocations()));
+                        }
+                        None => {}
                     }
                 }
-                let (t0, d0, a0) = measured_from.unwrap_or((start, 0, alloc_count::allocations()));
+                let (t0, d0, a0) = measured_from.expect("the loop ends only once measuring");
                 let allocs = alloc_count::allocations() - a0;
                 Ok((done - d0, t0.elapsed(), allocs))
             })

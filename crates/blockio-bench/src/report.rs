@@ -1,4 +1,4 @@
-//! Results of `blockio bench`: rows, the auto/best summary, and the table,
+//! Results of `blockio-bench read`: rows, the auto/best summary, and the table,
 //! JSON and CSV forms.
 
 use std::fmt::Write as _;

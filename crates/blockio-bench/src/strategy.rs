@@ -1,4 +1,4 @@
-//! The ways of reading that `blockio bench` compares.
+//! The ways of reading that `blockio-bench read` compares.
 
 use std::fmt;
 use std::io::SeekFrom;
@@ -50,7 +50,7 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    /// The strategies `blockio bench` runs by default, in report order.
+    /// The strategies `blockio-bench read` runs by default, in report order.
     pub const ALL: [Strategy; 8] = [
         Strategy::Sync,
         Strategy::Threads,

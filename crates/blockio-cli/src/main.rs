@@ -2,6 +2,14 @@
 //! Run through a link named after a tool (`sha256sum`, `b3sum`, `cp`, …) it
 //! is that tool (see [`multicall`]).
 //!
+//! It holds the tools a user runs on their files, `cp` and `sum`, and
+//! nothing else. The benchmarks, `bench` included, are the separate
+//! `blockio-bench` binary (crate `blockio-bench`): even the read benchmark,
+//! which answers "does io_uring help on my machine?", is a measurement
+//! against other runtimes (tokio's thread pool, monoio, fio), and keeping it
+//! here would make every user's binary link those runtimes and the load
+//! generators for the sake of a question asked once per machine.
+//!
 //! `main` is the C entry point, not Rust's: Rust's runtime setup would
 //! ignore SIGPIPE and fill closed standard descriptors with `/dev/null`
 //! before any of our code runs, and the checksum tools must see both as
@@ -26,18 +34,12 @@ mod stdio;
 
 use multicall::Personality;
 
-use blockio_bench::{bench, engine_bench, net_bench, tree_bench};
 use blockio_tools::algo::Algo;
 use blockio_tools::check::CheckOptions;
 use blockio_tools::sum::{ListOptions, SumOptions};
 use blockio_tools::{getopt, size};
 
-/// Counts allocations for `engine-bench`, in builds that ask for it only.
-#[cfg(feature = "count-allocations")]
-#[global_allocator]
-static GLOBAL: blockio_bench::alloc_count::Counting = blockio_bench::alloc_count::Counting;
-
-/// Batched disk I/O on io_uring: benchmarks and tools.
+/// Batched disk I/O on io_uring: copies and checksums of files and trees.
 #[derive(Parser)]
 #[command(name = "blockio", version, about)]
 struct Cli {
@@ -47,23 +49,6 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// When does io_uring make file reads faster, and by how much: every
-    /// strategy (pread, threads, thread pools, io_uring, auto) on every
-    /// profile (O_DIRECT, cold, warm, sequential), on a file it creates.
-    Bench(bench::BenchArgs),
-    /// Random 4 KiB O_DIRECT reads: the engine against fio and a raw io_uring
-    /// loop, from 1, 2 and 64 threads, with heap allocations per operation.
-    EngineBench(engine_bench::EngineBenchArgs),
-    /// `blockio cp` against GNU `cp -r` and `blockio sum` against `b3sum`,
-    /// on trees it generates, warm and cold.
-    TreeBench(tree_bench::TreeBenchArgs),
-    /// The same servers (HTTP/1.1, echo, a checksum stream) on tokio's
-    /// epoll reactor, on blockio::net and on monoio, loaded from another
-    /// CPU: rates, latency and the server's cost per request, side by side.
-    NetBench(net_bench::NetBenchArgs),
-    /// The echo and stream client `net-bench` runs as a child process.
-    #[command(hide = true)]
-    NetLoad(net_bench::load::LoadArgs),
     /// Checksums of files and directory trees (BLAKE3 by default), in the
     /// format of b3sum and sha256sum; -c checks such a list.
     Sum(SumArgs),
@@ -241,13 +226,8 @@ pub(crate) fn exit_status(result: anyhow::Result<bool>, prog: &str) -> i32 {
 /// `blockio` under its own name: the subcommand's exit status.
 fn blockio(cli: Cli) -> i32 {
     let result = match &cli.command {
-        Cmd::Bench(args) => bench::run(args).map(|()| true),
-        Cmd::EngineBench(args) => engine_bench::run(args).map(|()| true),
         Cmd::Sum(args) => sum(args),
         Cmd::Cp(args) => cp::run(args),
-        Cmd::TreeBench(args) => tree_bench::run(args).map(|()| true),
-        Cmd::NetBench(args) => net_bench::run(args).map(|()| true),
-        Cmd::NetLoad(args) => net_bench::load::run_child(args).map(|()| true),
     };
     exit_status(result, "blockio: error")
 }

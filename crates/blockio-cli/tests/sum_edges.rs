@@ -109,7 +109,7 @@ fn files_that_report_no_size_are_read_to_their_end() {
 }
 
 /// Every tool but `cksum` with its own CRC, which GNU computes over
-/// whatever it could read, errors or not (see the README's exceptions).
+/// whatever it could read, errors or not (see docs/tools.md, where we differ).
 const GNU_READERS: [&str; 8] = [
     "md5sum",
     "sha1sum",
@@ -384,7 +384,7 @@ fn b3sum_refuses_what_b3sum_refuses() {
     ] {
         same(d.path(), links.path(), script);
     }
-    // Usage errors: b3sum's clap 2 words them otherwise (see the README);
+    // Usage errors: b3sum's clap 2 words them otherwise (see docs/tools.md);
     // the status and the first word are b3sum's.
     for script in [
         "b3sum --keyed <key",

@@ -2,7 +2,7 @@
 //! standard output byte for byte, standard error line for line (the tool's
 //! name aside) and the exit status, for `sha256sum` with every list format
 //! and flag it has, and for `b3sum` where its formats and wording are the
-//! ones `blockio sum` follows (see the README for where they differ).
+//! ones `blockio sum` follows (see docs/tools.md for where they differ).
 
 use std::ffi::OsStr;
 use std::io::Write;

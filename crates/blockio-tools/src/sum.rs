@@ -14,10 +14,9 @@
 //! * if not, it is read with `O_DIRECT` through the async engine, which
 //!   keeps [`SumOptions::direct_depth`] reads in flight at all times while
 //!   the worker hashes each block as its turn comes. The page cache is left
-//!   alone. A cold 2 GiB file read buffered in batches of 4 x 1 MiB took
-//!   0.93-2.6 s on the project machine (readahead stalled now and then, and
-//!   the queue drained at every batch); `O_DIRECT` with 16 x 2 MiB in
-//!   flight took 1.07-1.19 s, next to fio's 1.02-1.09 s.
+//!   alone. Buffered batches were slower and far less steady on a cold file
+//!   (readahead stalls now and then, and the queue drains at every batch);
+//!   this keeps pace with fio (`docs/benchmarks.md`).
 //!
 //! Results are printed in the input order as soon as all earlier files are
 //! done.
@@ -71,14 +70,13 @@ impl Default for SumOptions {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             small: 256 << 10,
             group: 32,
-            // Measured on the project machine (2 GiB file, alternating
-            // runs). From the cache, 4 x 1 MiB: 0.33 s, 16 x 2 MiB: 0.46 s.
+            // From the cache, 4 x 1 MiB was the faster of the two
+            // measured (docs/benchmarks.md).
             block: 1 << 20,
             depth: 4,
             direct: true,
-            // From the virtio disk, 32 MiB in flight: 16 x 2 MiB took
-            // 1.07-1.19 s, 4 x 1 MiB 1.15-1.78 s (fio's own sequential
-            // read: 1.02-1.09 s).
+            // From the disk, 32 MiB in flight as 16 x 2 MiB kept pace
+            // with fio's sequential read (docs/benchmarks.md).
             direct_block: 2 << 20,
             direct_depth: 16,
         }

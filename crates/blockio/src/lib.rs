@@ -89,3 +89,8 @@ pub use uring::ProbeReport;
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
+
+/// The examples of `docs/sockets.md`, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/sockets.md")]
+struct SocketsDoctests;

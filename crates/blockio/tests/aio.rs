@@ -527,18 +527,31 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
     let mut cx = Context::from_waker(&waker);
     let mut rng = Rng(7);
     // More reads than the ring holds (the rest wait in its backlog); every
-    // fourth is dropped while in flight, its buffer left with the ring.
+    // fourth is dropped while in flight, its buffer (from `dropped`) left
+    // with the ring until the kernel is done with it.
+    let dropped = BufferPool::new(150, 4096, 4096);
     let mut reads = Vec::new();
     for i in 0..600 {
         let off = rng.below(len as u64 - 4096);
+        let expect = &data[off as usize..off as usize + 4096];
+        if i % 4 == 0 {
+            let mut r = file.read_at(dropped.get(), off);
+            match Pin::new(&mut r).poll(&mut cx) {
+                Poll::Pending => drop(r),
+                Poll::Ready((n, buf)) => {
+                    assert!(!uring, "a read completed before it was reaped");
+                    assert_eq!(&buf[..n.unwrap()], expect);
+                }
+            }
+            continue;
+        }
         let mut r = file.read_at(vec![0u8; 4096], off);
         match Pin::new(&mut r).poll(&mut cx) {
-            Poll::Pending if i % 4 != 0 => reads.push((off as usize, r)),
-            Poll::Pending => drop(r),
+            Poll::Pending => reads.push((off as usize, r)),
             // Only a pool thread can be that quick.
             Poll::Ready((n, buf)) => {
                 assert!(!uring, "a read completed before it was reaped");
-                assert_eq!(&buf[..n.unwrap()], &data[off as usize..off as usize + 4096]);
+                assert_eq!(&buf[..n.unwrap()], expect);
             }
         }
     }
@@ -572,10 +585,18 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
         });
     }
     if uring {
-        // The dropped reads have long completed: once reaped, nothing
-        // waits, and the ring is not readable.
-        std::thread::sleep(Duration::from_millis(100));
-        engine.reap();
+        // A dropped read's buffer comes back once its completion is
+        // reaped (or at once, if it never left the backlog): with every
+        // buffer back, nothing waits, and the ring is not readable.
+        while dropped.available() != dropped.count() {
+            assert!(
+                Instant::now() < deadline,
+                "{} dropped reads never completed",
+                dropped.count() - dropped.available()
+            );
+            wait_and_clear_eventfd(efd.as_raw_fd(), 1000);
+            reaped += engine.reap();
+        }
         assert!(!readable(engine.poll_fd().unwrap()), "reaped, yet readable");
         assert!(reaped >= 450, "reap completed {reaped} operations");
         assert!(counter.0.load(std::sync::atomic::Ordering::SeqCst) >= 450);

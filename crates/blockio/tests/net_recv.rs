@@ -327,7 +327,7 @@ fn drive_until<F: std::future::Future>(e: &AsyncEngine, fut: F) -> F::Output {
     use std::os::fd::AsRawFd;
     let mut fut = std::pin::pin!(fut);
     let mut cx = std::task::Context::from_waker(futures::task::noop_waker_ref());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         if let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
             return out;

@@ -36,17 +36,20 @@ aiofiles.open = _open
 aiofiles.threadpool.open = _open
 
 # aiofiles.os and aiofiles.os.path are blockio.os and blockio.os.path; every
-# call of theirs goes through blockio._oswrap._run, counted here.
-_run = blockio._oswrap._run
+# call of theirs goes through blockio._oswrap._run, or through the engine's
+# stat, mkdir and symlink, all counted here.
+def _counting(call):
+    async def counted(*args, **kwargs):
+        global _os_calls
+        _os_calls += 1
+        return await call(*args, **kwargs)
+
+    return counted
 
 
-async def _counted_run(*args, **kwargs):
-    global _os_calls
-    _os_calls += 1
-    return await _run(*args, **kwargs)
-
-
-blockio._oswrap._run = _counted_run
+blockio._oswrap._run = _counting(blockio._oswrap._run)
+for _name in ("_astat", "_amkdir", "_asymlink"):
+    setattr(blockio.Engine, _name, _counting(getattr(blockio.Engine, _name)))
 aiofiles.os = blockio.os
 aiofiles.ospath = blockio.ospath
 sys.modules["aiofiles.os"] = blockio.os

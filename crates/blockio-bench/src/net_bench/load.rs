@@ -1,8 +1,8 @@
 //! Load for the echo and checksum-stream workloads, which no packaged
 //! load generator offers (wrk speaks HTTP only; tcpkali is not in
-//! Debian). The client runs as a child process, `blockio net-load`,
+//! Debian). The client runs as a child process, `blockio-bench net-load`,
 //! pinned to the client CPU like wrk, so the server's CPU time and
-//! context switches (counted over the `blockio net-bench` process) stay
+//! context switches (counted over the `blockio-bench net` process) stay
 //! the server's alone. It is written on tokio's epoll reactor and std's
 //! blocking sockets, the same for every contender.
 
@@ -47,7 +47,7 @@ pub const CDF_POINTS: [f64; 17] = [
     99.99,
 ];
 
-/// Options of the hidden `blockio net-load` command that `net-bench`
+/// Options of the hidden `blockio-bench net-load` command that `blockio-bench net`
 /// runs as its client.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LoadArgs {
@@ -84,14 +84,14 @@ pub fn run_child(args: &LoadArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs `blockio net-load` with `args` on CPU `cpu` (`None`: any), and
+/// Runs `blockio-bench net-load` with `args` on CPU `cpu` (`None`: any), and
 /// reads its outcome.
 pub fn spawn(args: &[String], cpu: Option<usize>) -> Result<Outcome> {
     let out = client_command(cpu)?
         .arg("net-load")
         .args(args)
         .output()
-        .context("cannot start the load client (blockio net-load)")?;
+        .context("cannot start the load client (blockio-bench net-load)")?;
     if !out.status.success() {
         bail!(
             "the load client failed: {}",
@@ -154,7 +154,7 @@ pub struct IdleHolder {
 }
 
 impl IdleHolder {
-    /// Starts `blockio net-load idle` against `addr` on CPU `cpu` and
+    /// Starts `blockio-bench net-load idle` against `addr` on CPU `cpu` and
     /// waits until its `connections` connections are open and idle.
     pub fn start(addr: SocketAddr, connections: usize, cpu: Option<usize>) -> Result<IdleHolder> {
         use std::io::BufRead;
@@ -167,7 +167,7 @@ impl IdleHolder {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
-            .context("cannot start the idle holder (blockio net-load idle)")?;
+            .context("cannot start the idle holder (blockio-bench net-load idle)")?;
         let mut line = String::new();
         let stdout = child.stdout.as_mut().context("no stdout")?;
         std::io::BufReader::new(stdout).read_line(&mut line)?;
@@ -195,9 +195,9 @@ impl IdleHolder {
     }
 }
 
-/// `blockio` itself, run on CPU `cpu` (`None`: any).
+/// `blockio-bench` itself, run on CPU `cpu` (`None`: any).
 fn client_command(cpu: Option<usize>) -> Result<Command> {
-    let exe = std::env::current_exe().context("cannot find the blockio binary")?;
+    let exe = std::env::current_exe().context("cannot find the blockio-bench binary")?;
     Ok(match cpu {
         Some(cpu) => {
             let mut c = Command::new("taskset");

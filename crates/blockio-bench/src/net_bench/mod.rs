@@ -1,4 +1,4 @@
-//! `blockio net-bench`: the same servers, written once ([`service`]), run
+//! `blockio-bench net`: the same servers, written once ([`service`]), run
 //! on each runtime ([`servers`]) and loaded by a client on another CPU
 //! (`wrk` for HTTP, [`load`]'s client for echo and the checksum stream),
 //! in alternating rounds. The table gives each runtime's median with the
@@ -9,13 +9,11 @@
 //! System calls are counted in one more run per runtime after the rounds,
 //! whose rate is not used: counting them attaches `perf` to the
 //! `raw_syscalls:sys_enter` tracepoint, and while any program does that
-//! every system call on the machine goes through the tracing path. On
-//! 2026-11-22 (90f9968) that path (`syscall_trace_enter` and what it
-//! calls, in `perf record`) took 2.8–3.4% of tokio's server cycles at echo
-//! 128 B and 4 KiB × 500 connections and HTTP × 1,000, and nearly none of
-//! `blockio-round`'s, which makes about 0.1 calls per message. Counted
-//! inside the rounds, it tilts every rate ratio toward the runtime making
-//! fewer calls, and slows the load generator too.
+//! every system call on the machine goes through the tracing path, which
+//! costs a runtime in proportion to the calls it makes (figures in
+//! `docs/benchmarks.md`). Counted inside the rounds, it tilts every rate
+//! ratio toward the runtime making fewer calls, and slows the load
+//! generator too.
 //!
 //! The targets the benchmark was built for are checked at the end
 //! ([`verdict`]); `--svg` draws requests per second and the latency CDFs
@@ -48,7 +46,7 @@ use workload::{Target, Workload};
 /// Idle connections of the `idle` family when `--idle` is not given.
 const DEFAULT_IDLE: usize = 10_000;
 
-/// Options of `blockio net-bench`.
+/// Options of `blockio-bench net`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct NetBenchArgs {
     /// Seconds of load per run (the checksum stream runs until its bytes

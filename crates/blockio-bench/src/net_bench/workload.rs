@@ -18,7 +18,7 @@ pub enum Workload {
     /// `threads` server threads (1: pinned, wrk on the other CPU; 2: both
     /// share the two CPUs with two wrk threads), while `idle` more
     /// keep-alive connections, each after one request, stay open and
-    /// silent (held by `blockio net-load idle` on the client's CPU): idle
+    /// silent (held by `blockio-bench net-load idle` on the client's CPU): idle
     /// peers must not delay anyone else.
     Http {
         /// Connections wrk keeps open.

@@ -1,4 +1,4 @@
-//! `blockio tree-bench --after-deletion`: `blockio cp` against `cp -r` on
+//! `blockio-bench tree --after-deletion`: `blockio cp` against `cp -r` on
 //! tree (a) in the states a file system passes through after a mass
 //! deletion.
 //!

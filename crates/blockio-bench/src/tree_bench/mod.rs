@@ -1,5 +1,7 @@
-//! `blockio tree-bench`: `blockio cp` against GNU `cp -r`, and `blockio sum`
-//! against `b3sum`, on trees it generates, in the same run.
+//! `blockio-bench tree`: `blockio cp` against GNU `cp -r`, and `blockio sum`
+//! against `b3sum`, on trees it generates, in the same run. The `blockio`
+//! measured is the shipped binary, run as a child process (`--blockio`; by
+//! default the one beside `blockio-bench`, where cargo builds both).
 //!
 //! Every measurement runs both tools as child processes, in alternating
 //! order over `--rounds` rounds, and reports the median wall time and the
@@ -37,7 +39,7 @@ use crate::data;
 use crate::fio;
 use crate::measure::median;
 
-/// Options of `blockio tree-bench`.
+/// Options of `blockio-bench tree`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TreeBenchArgs {
     /// Where the trees and copies go (created; removed afterwards unless
@@ -93,6 +95,11 @@ pub struct TreeBenchArgs {
     /// minute.
     #[arg(long, requires = "after_deletion")]
     pub fresh_state: bool,
+    /// The `blockio` binary to measure (default: `blockio` in the directory
+    /// of this program, where `cargo build -p blockio-cli -p blockio-bench`
+    /// puts both).
+    #[arg(long)]
+    pub blockio: Option<PathBuf>,
 }
 
 /// A job to measure.
@@ -221,7 +228,7 @@ impl TreeKind {
 /// Runs the benchmark and prints the table (or JSON).
 pub fn run(args: &TreeBenchArgs) -> Result<()> {
     check_args(args)?;
-    let me = std::env::current_exe().context("cannot find the blockio binary")?;
+    let me = blockio_binary(args)?;
     let root = prepare_dir(args)?;
     let _cleanup = Cleanup {
         dir: root.clone(),
@@ -239,6 +246,24 @@ pub fn run(args: &TreeBenchArgs) -> Result<()> {
         rows.extend(sum_rows(args, &me, &root)?);
     }
     print_rows(args, &rows, table)
+}
+
+/// The `blockio` binary to measure: `--blockio`, else the one beside this
+/// program; an error naming the path if it is not there.
+fn blockio_binary(args: &TreeBenchArgs) -> Result<PathBuf> {
+    let path = match &args.blockio {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .context("cannot find this program's path to look for blockio beside it")?
+            .with_file_name("blockio"),
+    };
+    if !path.is_file() {
+        bail!(
+            "{}: no blockio binary there (build it with `cargo build -p blockio-cli`, or name it with --blockio)",
+            path.display()
+        );
+    }
+    Ok(path)
 }
 
 /// Refuses arguments out of range, and tools that are missing, before
@@ -890,6 +915,7 @@ mod tests {
             deleted: 300_000,
             ages: vec![10, 60, 300, 900],
             fresh_state: false,
+            blockio: None,
         }
     }
 

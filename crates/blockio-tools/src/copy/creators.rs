@@ -9,7 +9,7 @@
 //! start of the block group that reads the `dtime` of each free inode it
 //! passes; in a group whose free inodes are all recent the scan crosses
 //! the whole group. In the minutes after a mass deletion a creation there
-//! costs 200-430 µs of CPU instead of 11-30 µs, and threads creating in one
+//! costs ten times the CPU or more, and threads creating in one
 //! block group at once keep colliding on the same free inode and scan
 //! again: three creators can then be several times slower than one (`cp
 //! -r`'s single thread), while on a file system in its usual state three
@@ -47,11 +47,10 @@
 //! copies of tree (a) 300 s after a deletion, and a probe after a second
 //! on most copies 60 s after one, which last several seconds; the CPU
 //! cost of a creation tells that state apart from the usual one without
-//! creating concurrently in it. Measured (`docs/benchmarks.md`, the
-//! 2026-11-22 entries "one creator until concurrency pays", "the first
-//! probe after a second" and "no probe while ext4 scans"). In the usual
-//! state creating alone for the first second costs about 5% on tree (a)
-//! (0.44 s against 0.41 s, medians of seven).
+//! creating concurrently in it. In the usual state creating alone for the
+//! first second costs a few percent on tree (a). The measurements are in
+//! `docs/benchmarks.md` ("Figures behind the code's choices", and the
+//! entries it names).
 
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -77,10 +76,10 @@ pub(crate) const FALL: f64 = 0.75;
 pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 /// The CPU time a creation costs its thread, on average over a stretch of
 /// creating alone, above which the file system is taken to be scanning
-/// past recently freed inodes and every thread is not probed. Measured on
-/// ext4: 11-30 µs while creating 30,000 files/s or more, 200-430 µs in
-/// the minute after deleting 300,000 files; a creation that waits for a
-/// device or a server costs little CPU, so slow storage is still probed.
+/// past recently freed inodes and every thread is not probed: it lies
+/// between the two states' costs measured on ext4 (`docs/benchmarks.md`);
+/// a creation that waits for a device or a server costs little CPU, so
+/// slow storage is still probed.
 pub(crate) const SCANNING: Duration = Duration::from_micros(100);
 
 /// The gate every creating thread goes through.

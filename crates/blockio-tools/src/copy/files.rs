@@ -17,9 +17,8 @@ use super::{quote, CopyOptions, Progress};
 /// started as their blocks are written and are fsynced each: a large copy
 /// streams to the disk, and a failure names its file. Smaller files, like
 /// the directories, are made durable by one `syncfs` per destination file
-/// system at the end (`Walker::finish_dirs`): on tree (a), 20,000 files of
-/// 4 KiB, cold, 0.62-0.78 s against 1.07-1.21 s with an fsync per file, in
-/// alternating runs (`cp -r && sync`: 2.07-2.63 s). On
+/// system at the end (`Walker::finish_dirs`), much faster on many small
+/// files than an fsync per file (`docs/benchmarks.md`). On
 /// ext4 without a journal each such fsync writes the file's data, its
 /// inode's table block and its parent directory, then flushes the disk's
 /// cache; the syncfs writes them all merged, with one flush.
@@ -437,9 +436,9 @@ fn open_sources<'g>(
 /// fail.
 ///
 /// Creating a file always goes to io_uring's worker threads (O_CREAT never
-/// completes inline), which cost more in wake-ups than the batch saves:
-/// measured on 20,000 small files, 0.44 s against 0.47-0.66 s through the
-/// ring. So destinations are created here, in this thread.
+/// completes inline), which cost more in wake-ups than the batch saves
+/// (`docs/benchmarks.md`). So destinations are created here, in this
+/// thread.
 fn create_all<'g>(
     ctx: &Ctx<'_>,
     pair: &Arc<DirPair>,

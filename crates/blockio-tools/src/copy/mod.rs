@@ -22,8 +22,7 @@
 //! files of 1 MiB or more) and close all, again one batch each. With
 //! `--fsync` the rest (small files, directories, links) is made durable by
 //! one `syncfs` per destination file system at the end, which measured
-//! much faster than an fsync per small file (figures at `FSYNC_EACH_MIN`
-//! in `files.rs`). Two things are plain system calls from
+//! much faster than an fsync per small file (`docs/benchmarks.md`). Two things are plain system calls from
 //! the copying thread, because the ring measured slower for them on ext4:
 //! creating a file (`O_CREAT` always goes to io_uring's worker threads) and
 //! buffered writes (also punted; the page cache takes them at memory speed).
@@ -303,8 +302,8 @@ impl Default for CopyOptions {
             copy_range_min: 256 << 10,
             direct_write_min: 256 << 20,
             // One more than the CPUs: a thread waiting on a lock or the
-            // disk leaves its core to another (20,000 small files on 2
-            // CPUs: 0.36-0.42 s with 3 threads, 0.44-0.48 s with 2).
+            // disk leaves its core to another (measured faster on many
+            // small files; docs/benchmarks.md).
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()) + 1,
         }
     }

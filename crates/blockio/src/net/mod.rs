@@ -139,9 +139,9 @@
 //! # How operations reach the kernel
 //!
 //! Socket operations are requests of the engine's driver like file
-//! operations. The design meets four requirements, and `blockio
-//! net-bench` measures it against tokio's epoll reactor and monoio (see
-//! the README):
+//! operations. The design meets four requirements, and `blockio-bench
+//! net` measures it against tokio's epoll reactor and monoio (see
+//! `docs/benchmarks.md`):
 //!
 //! * **One kernel call per round, never one per operation.** The default
 //!   engine's driver thread submits everything queued in one

@@ -1,4 +1,4 @@
-//! `blockio net-bench` end to end: every runtime serves every workload
+//! `blockio-bench net` end to end: every runtime serves every workload
 //! (HTTP from wrk on one and two server threads, HTTP beside idle
 //! keep-alive connections, echo, the checksum stream) without errors
 //! (an idle connection the server dropped is one), the checksum stream's digests match, and the
@@ -9,9 +9,9 @@ use std::process::Command;
 #[test]
 fn every_runtime_serves_every_workload_without_errors() {
     let svg = std::env::temp_dir().join(format!("net-bench-{}.svg", std::process::id()));
-    let o = Command::new(env!("CARGO_BIN_EXE_blockio"))
+    let o = Command::new(env!("CARGO_BIN_EXE_blockio-bench"))
         .args([
-            "net-bench",
+            "net",
             "--seconds",
             "1",
             "--rounds",

@@ -1,10 +1,10 @@
-//! Smoke test of `blockio engine-bench`: a tiny run must print every field
-//! the README documents, with plausible values; bad flags must fail clearly.
+//! Smoke test of `blockio-bench engine`: a tiny run must print every field
+//! its `--help` and docs/benchmarks.md document, with plausible values; bad flags must fail clearly.
 
 use std::process::Command;
 
 fn blockio() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_blockio"))
+    Command::new(env!("CARGO_BIN_EXE_blockio-bench"))
 }
 
 #[test]
@@ -12,7 +12,7 @@ fn tiny_run_prints_the_documented_json_fields() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let out = blockio()
         .args([
-            "engine-bench",
+            "engine",
             "--size-mib",
             "64",
             "--seconds",
@@ -64,14 +64,11 @@ fn tiny_run_prints_the_documented_json_fields() {
 
 #[test]
 fn bad_flags_fail_with_a_clear_message() {
-    let out = blockio()
-        .args(["engine-bench", "--qd", "0"])
-        .output()
-        .unwrap();
+    let out = blockio().args(["engine", "--qd", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--qd must be between 1 and 4096"));
     let out = blockio()
-        .args(["engine-bench", "--seconds", "soon"])
+        .args(["engine", "--seconds", "soon"])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -85,7 +82,7 @@ fn tmpfs_directory_is_refused() {
     }
     let out = blockio()
         .args([
-            "engine-bench",
+            "engine",
             "--size-mib",
             "64",
             "--no-fio",

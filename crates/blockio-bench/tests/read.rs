@@ -1,12 +1,12 @@
-//! `blockio bench`: a tiny run of every strategy on every profile, its
+//! `blockio-bench read`: a tiny run of every strategy on every profile, its
 //! outputs, and its errors.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 fn blockio(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_blockio"))
-        .arg("bench")
+    Command::new(env!("CARGO_BIN_EXE_blockio-bench"))
+        .arg("read")
         .args(args)
         .output()
         .unwrap()

@@ -1,0 +1,139 @@
+"""The event loops the asynchronous calls run under: asyncio (uvloop, and
+anyio's asyncio backend), and trio (and anyio's trio backend).
+
+The engine's completions arrive on one eventfd, which any event loop can
+watch: asyncio with ``loop.add_reader``, trio with
+``trio.lowlevel.wait_readable`` in a system task of each ``trio.run`` that
+uses the engine. What else differs between the two is kept here: a
+one-shot result to await (:func:`new_future`), the task awaiting it
+(:func:`current_task`), a way to settle it from another thread
+(:func:`threadsafe_caller`), and a call run on a thread
+(:func:`run_in_thread`). trio is imported only by a program that uses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from typing import Any, Callable, Optional, TypeVar
+
+T = TypeVar("T")
+
+
+def running_trio() -> Any:
+    """The ``trio`` module when called from inside ``trio.run``, else
+    raises ``RuntimeError`` saying that no supported event loop runs."""
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            trio.lowlevel.current_trio_token()
+            return trio
+        except RuntimeError:
+            pass
+    raise RuntimeError("no running event loop: blockio's coroutines run under asyncio (or uvloop) or trio (or anyio on either)")
+
+
+class TrioFuture:
+    """The part of ``asyncio.Future`` the package uses, for trio: set once
+    (from trio's thread, or from any thread through :meth:`settle`),
+    awaited once."""
+
+    __slots__ = ("_trio", "_token", "_event", "_result", "_error")
+
+    def __init__(self, trio: Any) -> None:
+        self._trio = trio
+        self._token = trio.lowlevel.current_trio_token()
+        self._event = trio.Event()
+        self._result: Any = None
+        self._error: Optional[BaseException] = None
+
+    def done(self) -> bool:
+        return bool(self._event.is_set())
+
+    def cancelled(self) -> bool:
+        """Always False: a trio task is cancelled, never its future."""
+        return False
+
+    def set_result(self, result: Any) -> None:
+        if not self._event.is_set():
+            self._result = result
+            self._event.set()
+
+    def set_exception(self, error: BaseException) -> None:
+        if not self._event.is_set():
+            self._error = error
+            self._event.set()
+
+    def settle(self, result: Any, error: Optional[BaseException]) -> None:
+        """Sets the result (or ``error``) from any thread: at once in the
+        thread of the ``trio.run`` that made this future, else through
+        its token. A run that has finished has nobody left to wake."""
+        try:
+            here = self._trio.lowlevel.current_trio_token() is self._token
+        except RuntimeError:
+            here = False
+        if here:
+            self._settle(result, error)
+            return
+        try:
+            self._token.run_sync_soon(self._settle, result, error)
+        except self._trio.RunFinishedError:
+            pass
+
+    def _settle(self, result: Any, error: Optional[BaseException]) -> None:
+        if error is not None:
+            self.set_exception(error)
+        else:
+            self.set_result(result)
+
+    async def _wait(self) -> Any:
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def __await__(self) -> Any:
+        return self._wait().__await__()
+
+
+def new_future() -> Any:
+    """A future of the running asyncio loop, or a :class:`TrioFuture`."""
+    try:
+        return asyncio.get_running_loop().create_future()
+    except RuntimeError:
+        return TrioFuture(running_trio())
+
+
+def current_task() -> Any:
+    """The running asyncio task, or the running trio task."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return running_trio().lowlevel.current_task()
+    return asyncio.current_task()
+
+
+def threadsafe_caller() -> Callable[..., Any]:
+    """A function that runs ``f(*args)`` soon in the running loop's thread,
+    callable from any thread; it raises ``RuntimeError`` once the loop
+    (or the ``trio.run``) is over."""
+    try:
+        return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:
+        trio = running_trio()
+        run_sync_soon: Callable[..., Any] = trio.lowlevel.current_trio_token().run_sync_soon
+        return run_sync_soon
+
+
+async def run_in_thread(func: Callable[..., T], *args: Any) -> T:
+    """``func(*args)`` on a thread: the asyncio loop's default executor, or
+    trio's thread cache (abandoned, not waited for, if the task is
+    cancelled, as an executor's future is)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        trio = running_trio()
+        out: T = await trio.to_thread.run_sync(functools.partial(func, *args), abandon_on_cancel=True)
+        return out
+    return await loop.run_in_executor(None, functools.partial(func, *args))
