@@ -804,7 +804,10 @@ fn unix_streams_echo_and_keep_errnos() {
 fn incoming_accepts_a_storm_with_one_multishot_request() {
     const CONNS: usize = 200;
     let e = engine();
-    let listener = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let listener = blockio::net::TcpListenerOptions::default()
+        .multishot_accept(true)
+        .bind(&e, "127.0.0.1:0")
+        .unwrap();
     let addr = listener.local_addr();
     let clients = std::thread::spawn(move || {
         let conns: Vec<StdStream> = (0..CONNS)
@@ -823,7 +826,7 @@ fn incoming_accepts_a_storm_with_one_multishot_request() {
     assert_eq!(
         incoming.multishot(),
         e.backend() == blockio::Backend::IoUring,
-        "multishot exactly where io_uring is"
+        "multishot exactly where io_uring is, when asked for"
     );
     futures::executor::block_on(async {
         let mut seen = std::collections::HashSet::new();
@@ -853,7 +856,10 @@ fn incoming_accepts_a_storm_with_one_multishot_request() {
 #[test]
 fn connections_an_incoming_stream_left_go_to_the_next_accept() {
     let e = engine();
-    let listener = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let listener = blockio::net::TcpListenerOptions::default()
+        .multishot_accept(true)
+        .bind(&e, "127.0.0.1:0")
+        .unwrap();
     let addr = listener.local_addr();
     let mut clients: Vec<StdStream> = (0..10).map(|_| StdStream::connect(addr).unwrap()).collect();
     let mut want: std::collections::HashSet<_> =

@@ -926,7 +926,7 @@ fn a_connect_timeout_is_etimedout() {
 }
 
 /// A server on `stack` that has served a connection and waits to accept
-/// more (blockio: a multishot accept armed) is dropped with its runtime,
+/// more (blockio: an accept waiting) is dropped with its runtime,
 /// and a new one binds the same port at once, 20 times over: as on tokio,
 /// the port is free the moment the server is gone.
 #[test]

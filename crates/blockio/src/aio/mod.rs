@@ -105,6 +105,8 @@ use driver::Driver;
 use driver_thread::DriverThread;
 use in_flight::{Kept, Setup};
 use pool::PoolDriver;
+use readiness::Readiness;
+use request::{Cancel, Request};
 
 /// A handle to an async I/O driver. Cheap to clone; the driver stops when
 /// the last handle (and the last future using it) is gone, after finishing
@@ -123,6 +125,10 @@ struct EngineCore {
     /// The receive-buffer ring, registered at first use; `None` where
     /// multishot receive is not available (see [`AsyncEngine::recv_ring`]).
     recv_ring: OnceLock<Option<Arc<BufRing>>>,
+    /// The epoll set of operations performed by readiness on an io_uring
+    /// engine (see [`AsyncEngine::submit_by_readiness`]), started at first
+    /// use; the errno if it could not start.
+    readiness: OnceLock<Result<Readiness, i32>>,
 }
 
 impl fmt::Debug for AsyncEngine {
@@ -267,6 +273,7 @@ impl AsyncEngineBuilder {
                 fallback_reason,
                 recv_shape: shape,
                 recv_ring: OnceLock::new(),
+                readiness: OnceLock::new(),
             }),
         })
     }
@@ -337,6 +344,37 @@ impl AsyncEngine {
 
     pub(crate) fn driver(&self) -> &Driver {
         &self.core.driver
+    }
+
+    /// Performs `req`, a socket operation on a non-blocking socket, when
+    /// its socket is ready: at once if it is, else from an epoll set
+    /// watched by a thread of the engine's (on the thread-pool backend, the
+    /// pool's own set). Unlike an operation in an io_uring, one waiting
+    /// there holds no kernel reference to its socket: a listener's accept
+    /// goes this way so that a killed server's port is free the moment its
+    /// process is gone, not only once the kernel has torn its ring down.
+    pub(crate) fn submit_by_readiness(&self, req: Request) {
+        if let Driver::Pool(_) = self.core.driver {
+            return self.core.driver.submit([req]);
+        }
+        let set = self
+            .core
+            .readiness
+            .get_or_init(|| Readiness::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO)));
+        match set {
+            Ok(set) => set.submit(req),
+            Err(errno) => req.done.complete(-errno),
+        }
+    }
+
+    /// Cancels an operation handed to
+    /// [`submit_by_readiness`](Self::submit_by_readiness), if it waits.
+    pub(crate) fn cancel_by_readiness(&self, target: Cancel) {
+        match (&self.core.driver, self.core.readiness.get()) {
+            (Driver::Pool(_), _) => self.core.driver.cancel(target),
+            (_, Some(Ok(set))) => set.cancel(&target),
+            _ => {}
+        }
     }
 
     /// The shape of the engine's receive buffers (also the buffer size

@@ -100,15 +100,17 @@ impl Complete for Accepts {
 }
 
 impl AcceptQueue {
-    /// The queue of `sock`, a listening socket; multishot where the engine
-    /// runs on io_uring and the kernel is 5.19 or later.
-    pub(crate) fn new(sock: &Sock) -> AcceptQueue {
+    /// The queue of `sock`, a listening socket; multishot if `multishot`
+    /// asks for it, the engine runs on io_uring and the kernel is 5.19 or
+    /// later.
+    pub(crate) fn new(sock: &Sock, multishot: bool) -> AcceptQueue {
         AcceptQueue {
             shared: Arc::new(Accepts {
                 state: Mutex::default(),
                 _socket: sock.socket.clone(),
             }),
-            multishot: sock.engine.backend() == Backend::IoUring
+            multishot: multishot
+                && sock.engine.backend() == Backend::IoUring
                 && crate::ring::kernel_at_least(5, 19),
             sock: sock.clone(),
         }
