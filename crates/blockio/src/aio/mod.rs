@@ -127,8 +127,8 @@ struct EngineCore {
     recv_ring: OnceLock<Option<Arc<BufRing>>>,
     /// The epoll set of operations performed by readiness on an io_uring
     /// engine (see [`AsyncEngine::submit_by_readiness`]), started at first
-    /// use; the errno if it could not start.
-    readiness: OnceLock<Result<Readiness, i32>>,
+    /// use.
+    readiness: OnceLock<Readiness>,
 }
 
 impl fmt::Debug for AsyncEngine {
@@ -357,13 +357,21 @@ impl AsyncEngine {
         if let Driver::Pool(_) = self.core.driver {
             return self.core.driver.submit([req]);
         }
-        let set = self
-            .core
-            .readiness
-            .get_or_init(|| Readiness::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO)));
-        match set {
-            Ok(set) => set.submit(req),
-            Err(errno) => req.done.complete(-errno),
+        if let Some(set) = self.core.readiness.get() {
+            return set.submit(req);
+        }
+        // Not kept when it fails (no descriptor for the epoll set, no
+        // thread): the next request tries again.
+        match Readiness::new() {
+            Ok(set) => {
+                // A set started meanwhile by another thread wins; this one
+                // is dropped unused.
+                let _ = self.core.readiness.set(set);
+                if let Some(set) = self.core.readiness.get() {
+                    set.submit(req);
+                }
+            }
+            Err(e) => req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO)),
         }
     }
 
@@ -372,7 +380,7 @@ impl AsyncEngine {
     pub(crate) fn cancel_by_readiness(&self, target: Cancel) {
         match (&self.core.driver, self.core.readiness.get()) {
             (Driver::Pool(_), _) => self.core.driver.cancel(target),
-            (_, Some(Ok(set))) => set.cancel(&target),
+            (_, Some(set)) => set.cancel(&target),
             _ => {}
         }
     }
