@@ -222,18 +222,15 @@ impl PoolInner {
     /// The index of the pooled buffer that wholly holds `[ptr, ptr + len)`
     /// (a zero-length range just past the last buffer is in none).
     pub(crate) fn index_of(&self, ptr: *const u8, len: usize) -> Option<u16> {
-        let base = self.region.ptr.as_ptr() as usize;
-        let addr = ptr as usize;
-        if addr < base || self.buf_size == 0 {
+        if self.buf_size == 0 {
             return None;
         }
-        let index = (addr - base) / self.buf_size;
-        if index >= self.count {
-            return None;
-        }
-        // Inside the region, so no overflow: the region's end is an address.
-        let end = (index + 1) * self.buf_size + base;
-        (addr.checked_add(len)? <= end).then_some(index as u16)
+        // An address below the region wraps to an offset beyond its end
+        // (the region, at most `isize::MAX` bytes, ends below 2^63).
+        let offset = (ptr as usize).wrapping_sub(self.region.ptr.as_ptr() as usize);
+        let (index, within) = (offset / self.buf_size, offset % self.buf_size);
+        // `count` is at most 16384 (`BufferPool::new`), so the index fits.
+        (index < self.count && len <= self.buf_size - within).then_some(index as u16)
     }
 }
 
@@ -460,5 +457,25 @@ mod tests {
         let wide = AlignedBuf::new(HUGE_PAGE, 2 * HUGE_PAGE);
         assert!(!wide.mapped && wide.as_ptr() as usize % (2 * HUGE_PAGE) == 0);
         assert!(wide.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn a_range_has_a_buffer_index_only_when_one_buffer_wholly_holds_it() {
+        let pool = BufferPool::new(3, 4096, 4096);
+        let inner = pool.inner();
+        let base = inner.region().0.cast_const();
+        let at = |off: usize| base.wrapping_add(off);
+        assert_eq!(inner.index_of(at(0), 4096), Some(0));
+        assert_eq!(inner.index_of(at(4096 + 100), 3996), Some(1));
+        assert_eq!(inner.index_of(at(2 * 4096), 0), Some(2));
+        // Straddling two buffers, or running past the last one.
+        assert_eq!(inner.index_of(at(4096 + 100), 3997), None);
+        assert_eq!(inner.index_of(at(2 * 4096 + 1), 4096), None);
+        assert_eq!(inner.index_of(at(0), usize::MAX), None);
+        // Outside the pool: below it, and (even empty) just past its end.
+        assert_eq!(inner.index_of(base.wrapping_sub(1), 1), None);
+        assert_eq!(inner.index_of(base.wrapping_sub(4096), 4096), None);
+        assert_eq!(inner.index_of(at(3 * 4096), 0), None);
+        assert_eq!(inner.index_of(at(5 * 4096), 16), None);
     }
 }

@@ -14,6 +14,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::PathError;
+use crate::op::action::Action;
 
 /// Page size assumed for buffer alignment (x86-64, arm64 with 4K pages).
 const PAGE_SIZE: usize = 4096;
@@ -63,6 +64,24 @@ impl Alignment {
             }
         }
         Ok(())
+    }
+
+    /// Whether `action` (a read or write at `offset`) meets this alignment,
+    /// the alignment itself being valid (both powers of two): every rule
+    /// of [`check`](Self::check) and of direct I/O in one test. A power of
+    /// two `p` is the nonzero number with `p & (p - 1) == 0`, and with it
+    /// `x % p == x & (p - 1)`, so each rule is a mask and a broken one
+    /// leaves a bit set.
+    #[inline]
+    pub(crate) fn admits(&self, offset: u64, action: &Action) -> bool {
+        let (off, mem) = (u64::from(self.offset), u64::from(self.memory));
+        let (off_mask, mem_mask) = (off.wrapping_sub(1), mem.wrapping_sub(1));
+        let mut stray = (off & off_mask) | (mem & mem_mask) | (offset & off_mask);
+        let zero = (off == 0) | (mem == 0);
+        for v in action.segments().as_slice() {
+            stray |= (v.iov_len as u64 & off_mask) | (v.iov_base as u64 & mem_mask);
+        }
+        stray == 0 && !zero
     }
 
     /// The offset alignment, with an invalid 0 taken as 1 (no constraint)

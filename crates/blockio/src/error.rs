@@ -87,20 +87,24 @@ impl Site {
 
 impl fmt::Display for OpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Every kind is listed: a new one states how its errors read.
         match self.op {
-            OpKind::Fsync | OpKind::Fdatasync | OpKind::Close => {
-                write!(f, "{} of fd {}", self.op, self.fd)?
-            }
-            k if k.is_metadata() => write!(f, "{}", self.op)?,
-            OpKind::Accept | OpKind::Connect => write!(f, "{} on fd {}", self.op, self.fd)?,
-            OpKind::Recv | OpKind::Send | OpKind::SendVectored | OpKind::RecvSelect => {
-                write!(f, "{} of {} bytes on fd {}", self.op, self.len, self.fd)?
-            }
-            _ => write!(
+            OpKind::Read | OpKind::Write | OpKind::ReadVectored | OpKind::WriteVectored => write!(
                 f,
                 "{} of {} bytes at offset {} on fd {}",
                 self.op, self.len, self.offset, self.fd
             )?,
+            OpKind::Fsync | OpKind::Fdatasync | OpKind::Close => {
+                write!(f, "{} of fd {}", self.op, self.fd)?
+            }
+            // The metadata batches wrap this in a `PathError` naming the path.
+            OpKind::Open | OpKind::Stat | OpKind::Mkdir | OpKind::Symlink => {
+                write!(f, "{}", self.op)?
+            }
+            OpKind::Accept | OpKind::Connect => write!(f, "{} on fd {}", self.op, self.fd)?,
+            OpKind::Recv | OpKind::Send | OpKind::SendVectored | OpKind::RecvSelect => {
+                write!(f, "{} of {} bytes on fd {}", self.op, self.len, self.fd)?
+            }
         }
         if let Some(errno) = self.errno {
             write!(f, " failed: {}", io::Error::from_raw_os_error(errno))?;

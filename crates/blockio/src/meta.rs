@@ -36,7 +36,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use crate::error::PathError;
-use crate::op::action::{Action, Close, MkdirAt, OpenAt, Statx, SymlinkAt};
+use crate::op::action::{Action, CloseArgs, MkdirArgs, OpenArgs, StatArgs, SymlinkArgs};
 use crate::op::{Op, Target};
 use crate::Engine;
 
@@ -143,7 +143,7 @@ impl Engine {
         let reqs: Vec<(PathAt<'_>, Action)> = reqs
             .iter()
             .map(|r| {
-                let open = OpenAt {
+                let open = OpenArgs {
                     path: r.at.path.as_ptr(),
                     flags: r.flags | libc::O_CLOEXEC,
                     mode: r.mode,
@@ -180,7 +180,7 @@ impl Engine {
                 } else {
                     0
                 };
-                let stat = Statx {
+                let stat = StatArgs {
                     path: p.path.as_ptr(),
                     flags: flags | empty,
                     mask: libc::STATX_BASIC_STATS,
@@ -209,7 +209,7 @@ impl Engine {
             .into_iter()
             // SAFETY: a close holds no pointer. The operation now owns the
             // descriptor: the kernel closes it when the batch runs.
-            .map(|fd| unsafe { Op::from_action(fd.into_raw_fd(), Action::Close(Close), None) })
+            .map(|fd| unsafe { Op::from_action(fd.into_raw_fd(), Action::Close(CloseArgs), None) })
             .collect();
         let results = self.submit(&mut ops)?;
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
@@ -222,7 +222,7 @@ impl Engine {
             .iter()
             .map(|(p, mode)| {
                 let path = p.path.as_ptr();
-                (*p, Action::Mkdir(MkdirAt { path, mode: *mode }))
+                (*p, Action::Mkdir(MkdirArgs { path, mode: *mode }))
             })
             .collect();
         let results = self.submit_paths("mkdir", &reqs)?;
@@ -235,7 +235,7 @@ impl Engine {
         let reqs: Vec<(PathAt<'_>, Action)> = links
             .iter()
             .map(|(p, target)| {
-                let link = SymlinkAt {
+                let link = SymlinkArgs {
                     target: target.as_ptr(),
                     link: p.path.as_ptr(),
                 };

@@ -40,7 +40,6 @@ use io_uring::{opcode, squeue, IoUring, Probe};
 
 use crate::buf::{BufferPool, PoolInner};
 use crate::limit::InFlightLimit;
-use crate::op::action::Lower;
 use crate::op::sealed::FixedSlot;
 use crate::op::Op;
 use crate::ring::{submit_and_wait_or_abort, RingFlags};
@@ -51,7 +50,10 @@ struct Ring {
 }
 
 struct PoolState {
-    idle: Vec<Ring>,
+    /// Boxed: a ring is a few hundred bytes, and every batch checks one
+    /// out and gives it back, so the pool moves a pointer instead.
+    #[allow(clippy::vec_box)]
+    idle: Vec<Box<Ring>>,
     created: usize,
 }
 
@@ -155,10 +157,10 @@ pub(crate) struct UringConfig {
 impl RingPool {
     /// A pool whose first ring, `first`, was built (and probed) with `flags`.
     fn with_first(cfg: &UringConfig, flags: RingFlags, first: IoUring) -> io::Result<RingPool> {
-        let mut ring = Ring {
+        let mut ring = Box::new(Ring {
             io: first,
             files_version: 0,
-        };
+        });
         UringBackend::setup_ring(&mut ring, cfg.bufs.as_ref(), cfg.file_slots)?;
         Ok(RingPool {
             state: Mutex::new(PoolState {
@@ -174,7 +176,7 @@ impl RingPool {
         })
     }
 
-    fn new_ring(&self) -> io::Result<Ring> {
+    fn new_ring(&self) -> io::Result<Box<Ring>> {
         let mut flags = self.flags;
         let io = flags.build(self.entries, &mut Vec::new())?;
         if flags != self.flags {
@@ -182,15 +184,15 @@ impl RingPool {
                 "io_uring setup flags changed after probing",
             ));
         }
-        let mut ring = Ring {
+        let mut ring = Box::new(Ring {
             io,
             files_version: 0,
-        };
+        });
         UringBackend::setup_ring(&mut ring, self.bufs.as_ref(), self.file_slots)?;
         Ok(ring)
     }
 
-    fn checkout(&self) -> io::Result<Ring> {
+    fn checkout(&self) -> io::Result<Box<Ring>> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(ring) = st.idle.pop() {
@@ -208,7 +210,7 @@ impl RingPool {
         }
     }
 
-    fn give_back(&self, ring: Ring) {
+    fn give_back(&self, ring: Box<Ring>) {
         self.state
             .lock()
             .unwrap_or_else(|e| e.into_inner())

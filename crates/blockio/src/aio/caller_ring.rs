@@ -367,7 +367,7 @@ mod tests {
     use super::*;
     use crate::aio::in_flight::CANCEL;
     use crate::aio::request::Complete;
-    use crate::op::action::{Action, Read};
+    use crate::op::action::{Action, ReadArgs};
     use crate::op::Op;
 
     /// A completion target that records its result and owns its buffer.
@@ -409,7 +409,7 @@ mod tests {
         // SAFETY: both are new descriptors owned by nobody else.
         let (rd, _wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let mut buf = Box::new([0u8; 8]);
-        let read = Read {
+        let read = ReadArgs {
             buf: buf.as_mut_ptr(),
             len: 8,
             offset: 0,

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use polling::{Event, Events, Poller};
 
 use super::request::{call_user, Cancel, Request};
-use crate::kind::OpKind;
+use crate::kind::{OpClass, OpKind};
 
 /// One thread watching the sockets of waiting requests.
 pub(crate) struct Readiness {
@@ -63,9 +63,14 @@ struct Watched {
     retrying: bool,
 }
 
-/// Whether a request waits for its socket to be readable (else writable).
+/// Whether a request waits for its socket to be readable (else writable),
+/// as its kind's class says.
 fn wants_read(kind: OpKind) -> bool {
-    matches!(kind, OpKind::Accept | OpKind::Recv | OpKind::RecvSelect)
+    match kind.class() {
+        OpClass::SocketIn => true,
+        // Only socket operations are watched.
+        OpClass::SocketOut | OpClass::FileData | OpClass::Metadata => false,
+    }
 }
 
 /// What the set watches `fd` for: the union of what `reqs` want.
@@ -99,11 +104,36 @@ fn connect_result(req: &Request) -> i32 {
             &mut len,
         )
     };
-    match rc {
-        0 => -err,
-        _ => -io::Error::last_os_error()
+    if rc == 0 {
+        -err
+    } else {
+        -io::Error::last_os_error()
             .raw_os_error()
-            .unwrap_or(libc::EIO),
+            .unwrap_or(libc::EIO)
+    }
+}
+
+/// Whether the kind is a connect, which is not retried once in progress:
+/// its outcome is the socket's `SO_ERROR` when it becomes writable.
+fn is_connect(kind: OpKind) -> bool {
+    match kind {
+        OpKind::Connect => true,
+        OpKind::Accept
+        | OpKind::Recv
+        | OpKind::RecvSelect
+        | OpKind::Send
+        | OpKind::SendVectored
+        | OpKind::Read
+        | OpKind::Write
+        | OpKind::ReadVectored
+        | OpKind::WriteVectored
+        | OpKind::Fsync
+        | OpKind::Fdatasync
+        | OpKind::Open
+        | OpKind::Stat
+        | OpKind::Close
+        | OpKind::Mkdir
+        | OpKind::Symlink => false,
     }
 }
 
@@ -133,10 +163,10 @@ impl Readiness {
             return;
         }
         let res = req.op.run_blocking_raw();
-        match (req.op.kind(), res) {
-            (OpKind::Connect, r) if r == -libc::EINPROGRESS => self.wait(req),
-            (_, r) if would_block(r) => self.wait(req),
-            (_, r) => req.done.complete(r),
+        if would_block(res) || (res == -libc::EINPROGRESS && is_connect(req.op.kind())) {
+            self.wait(req)
+        } else {
+            req.done.complete(res)
         }
     }
 
@@ -301,9 +331,10 @@ fn retry(watcher: &Watcher, fd: RawFd, readable: bool, writable: bool) {
     let mut done = Vec::new();
     let mut again = Vec::new();
     for req in taken {
-        let res = match req.op.kind() {
-            OpKind::Connect => connect_result(&req),
-            _ => req.op.run_blocking_raw(),
+        let res = if is_connect(req.op.kind()) {
+            connect_result(&req)
+        } else {
+            req.op.run_blocking_raw()
         };
         if would_block(res) && !req.abandoned() {
             again.push(req);

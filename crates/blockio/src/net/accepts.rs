@@ -37,7 +37,7 @@ use socket2::Socket;
 use super::socket::Sock;
 use crate::aio::request::{Cancel, Complete, Request};
 use crate::backend::Backend;
-use crate::op::action::{AcceptMulti, Action};
+use crate::op::action::{AcceptArgs, Action};
 use crate::op::Op;
 
 /// Connections accepted but not taken past which the multishot accept is
@@ -161,7 +161,7 @@ impl AcceptQueue {
         let sock = &self.sock;
         // SAFETY: the action points at no memory; the queue, which the
         // driver holds until the last completion, keeps the socket open.
-        let op = unsafe { Op::from_action(sock.fd(), Action::AcceptMulti(AcceptMulti), None) };
+        let op = unsafe { Op::from_action(sock.fd(), Action::Accept(AcceptArgs::Multishot), None) };
         let done: Arc<dyn Complete> = self.shared.clone();
         sock.engine.driver().submit([Request { op, done }]);
     }

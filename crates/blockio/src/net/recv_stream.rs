@@ -62,7 +62,7 @@ use crate::aio::buf_ring::{BufRing, GROUP};
 use crate::aio::op::Abandoned;
 use crate::aio::request::{Cancel, Complete, Request};
 use crate::aio::BufResult;
-use crate::op::action::{Action, SocketRecvSelect};
+use crate::op::action::{Action, RecvSelectArgs};
 use crate::op::Op;
 
 /// Bytes received by a [`RecvStream`]. Dereferences to the bytes; a buffer
@@ -403,7 +403,7 @@ impl<'a> RecvStream<'a> {
             .unwrap_or_else(|e| e.into_inner())
             .armed = true;
         let shape = r.multi.ring.shape();
-        let action = Action::RecvSelect(SocketRecvSelect {
+        let action = Action::RecvSelect(RecvSelectArgs {
             group: GROUP,
             len: shape.size,
             multishot: shape.share >= usize::from(shape.count),

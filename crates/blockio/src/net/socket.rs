@@ -10,7 +10,7 @@ use socket2::{SockAddr, SockAddrStorage, Socket};
 use crate::aio::op::OpFuture;
 use crate::aio::{AsyncEngine, IoBuf, IoBufMut};
 use crate::backend::Backend;
-use crate::op::action::{Accept, Action, Connect, SocketRecv, SocketSend, SocketSendVectored};
+use crate::op::action::{AcceptArgs, Action, ConnectArgs, RecvArgs, SendArgs, SendVectoredArgs};
 use crate::op::Op;
 
 /// A socket and the engine its operations run on. Every operation holds
@@ -93,7 +93,7 @@ impl Sock {
 
     /// Receives into `buf`.
     pub(crate) fn recv<B: IoBufMut>(&self, mut buf: B) -> OpFuture<B> {
-        let recv = SocketRecv {
+        let recv = RecvArgs {
             buf: buf.stable_mut_ptr(),
             len: buf.bytes_len(),
         };
@@ -104,7 +104,7 @@ impl Sock {
     /// Sends `buf[from..]`.
     pub(crate) fn send<B: IoBuf>(&self, buf: B, from: usize) -> OpFuture<B> {
         let from = from.min(buf.bytes_len());
-        let send = SocketSend {
+        let send = SendArgs {
             // SAFETY: `from` is within the buffer.
             buf: unsafe { buf.stable_ptr().add(from) },
             len: buf.bytes_len() - from,
@@ -127,7 +127,7 @@ impl Sock {
         let mut msg: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
         msg.msg_iov = iovecs.as_ptr().cast_mut();
         msg.msg_iovlen = iovecs.len();
-        let send = SocketSendVectored { msg: &*msg };
+        let send = SendVectoredArgs { msg: &*msg };
         let owned = Message { bufs, _msg: msg };
         // SAFETY: the header is in its box and the iovec array in its
         // vector, both heap memory that does not move with them; the
@@ -144,7 +144,7 @@ impl Sock {
         let storage = SockAddrStorage::zeroed();
         let len = storage.size_of();
         let mut addr = Box::new(AcceptAddr { storage, len });
-        let accept = Accept {
+        let accept = AcceptArgs::Once {
             // SAFETY: SockAddrStorage is a sockaddr_storage (its documented
             // representation), which `view_as` gives access to.
             addr: unsafe { addr.storage.view_as::<libc::sockaddr_storage>() },
@@ -158,7 +158,7 @@ impl Sock {
     /// Connects to `addr`.
     pub(crate) fn connect(&self, addr: SockAddr) -> OpFuture<Box<SockAddr>> {
         let addr = Box::new(addr);
-        let connect = Connect {
+        let connect = ConnectArgs {
             addr: addr.as_ptr().cast(),
             addr_len: addr.len(),
         };

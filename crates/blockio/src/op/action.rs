@@ -1,19 +1,24 @@
 //! What each kind of operation does, defined once.
 //!
-//! Every kind is a struct with its own named fields (a read has a buffer, a
-//! length and an offset; a `statx` has a path, flags, a mask and a result
-//! buffer) and one [`Lower`] implementation beside it that derives from
+//! Every kind has one struct, named after its [`OpKind`] (`ReadArgs` for
+//! [`OpKind::Read`]), with its own named fields (a read has a buffer, a
+//! length and an offset; a stat has a path, flags, a mask and a result
+//! buffer), and one [`Lower`] implementation beside it that derives from
 //! those fields everything a backend needs:
 //!
+//! * its kind ([`Lower::KIND`], whose class decides the engine's checks);
 //! * its io_uring submission entry ([`Lower::entry`]);
 //! * the same operation as a blocking system call, for the thread-pool
 //!   backend and for rings without the opcode ([`Lower::call`]);
 //! * where it acts, for error messages and pre-submission checks
-//!   ([`Lower::span`], [`Lower::kind`]).
+//!   ([`Lower::span`]).
 //!
-//! [`Action`] is the closed set of kinds a batch may hold. Adding a kind
-//! means writing its struct and its `Lower` here and naming it in
-//! [`Action`] and `dispatch!`; the backends need no change.
+//! [`Action`] is the closed set of kinds a batch may hold, one variant per
+//! [`OpKind`] and of the same name. Adding a kind means adding it to the
+//! `OpKind` table (with its class), writing its struct and its `Lower`
+//! here, and naming it in [`Action`] and `dispatch!`; no trait method has
+//! a default and no match a wildcard, so the compiler lists every other
+//! place that must decide something about it.
 //!
 //! The structs hold raw pointers: the lifetime that makes them valid is
 //! carried by the [`Op`](super::Op) that owns the action (its `'a`), or, for
@@ -25,7 +30,7 @@ use std::os::fd::RawFd;
 use io_uring::{opcode, squeue, types};
 
 use crate::buf::PoolInner;
-use crate::kind::OpKind;
+use crate::kind::{OpClass, OpKind};
 
 /// The most bytes one read or write may ask for (the kernel's MAX_RW_COUNT);
 /// larger requests are clamped and come back short, as with `pread`.
@@ -34,13 +39,11 @@ pub(crate) const MAX_RW: usize = 0x7fff_f000;
 /// How one kind of operation reaches the kernel.
 pub(crate) trait Lower {
     /// The kind, as errors name it.
-    fn kind(&self) -> OpKind;
+    const KIND: OpKind;
 
     /// The file offset and the number of bytes asked for (both 0 for
     /// operations that move no file data).
-    fn span(&self) -> (u64, usize) {
-        (0, 0)
-    }
+    fn span(&self) -> (u64, usize);
 
     /// The submission entry on `fd`, which is a descriptor or, when the
     /// caller adds `FIXED_FILE`, a registered-file slot. `bufs` is the
@@ -59,16 +62,14 @@ pub(crate) trait Lower {
 /// Positional read into one buffer: `pread`, `IORING_OP_READ` (or
 /// `READ_FIXED` on a registered buffer).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Read {
+pub(crate) struct ReadArgs {
     pub buf: *mut u8,
     pub len: usize,
     pub offset: u64,
 }
 
-impl Lower for Read {
-    fn kind(&self) -> OpKind {
-        OpKind::Read
-    }
+impl Lower for ReadArgs {
+    const KIND: OpKind = OpKind::Read;
     fn span(&self) -> (u64, usize) {
         (self.offset, self.len)
     }
@@ -101,16 +102,14 @@ impl Lower for Read {
 /// Positional write from one buffer: `pwrite`, `IORING_OP_WRITE` (or
 /// `WRITE_FIXED`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Write {
+pub(crate) struct WriteArgs {
     pub buf: *const u8,
     pub len: usize,
     pub offset: u64,
 }
 
-impl Lower for Write {
-    fn kind(&self) -> OpKind {
-        OpKind::Write
-    }
+impl Lower for WriteArgs {
+    const KIND: OpKind = OpKind::Write;
     fn span(&self) -> (u64, usize) {
         (self.offset, self.len)
     }
@@ -169,12 +168,10 @@ impl Vectored {
 
 /// Positional read into several buffers: `preadv`, `IORING_OP_READV`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ReadVectored(pub Vectored);
+pub(crate) struct ReadVectoredArgs(pub Vectored);
 
-impl Lower for ReadVectored {
-    fn kind(&self) -> OpKind {
-        OpKind::ReadVectored
-    }
+impl Lower for ReadVectoredArgs {
+    const KIND: OpKind = OpKind::ReadVectored;
     fn span(&self) -> (u64, usize) {
         self.0.span()
     }
@@ -194,12 +191,10 @@ impl Lower for ReadVectored {
 
 /// Positional write from several buffers: `pwritev`, `IORING_OP_WRITEV`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct WriteVectored(pub Vectored);
+pub(crate) struct WriteVectoredArgs(pub Vectored);
 
-impl Lower for WriteVectored {
-    fn kind(&self) -> OpKind {
-        OpKind::WriteVectored
-    }
+impl Lower for WriteVectoredArgs {
+    const KIND: OpKind = OpKind::WriteVectored;
     fn span(&self) -> (u64, usize) {
         self.0.span()
     }
@@ -217,51 +212,57 @@ impl Lower for WriteVectored {
     }
 }
 
-/// Flush to stable storage: `fsync`, or `fdatasync` when `data_only`.
+/// Flush data and metadata to stable storage: `fsync`, `IORING_OP_FSYNC`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Flush {
-    pub data_only: bool,
-}
+pub(crate) struct FsyncArgs;
 
-impl Lower for Flush {
-    fn kind(&self) -> OpKind {
-        if self.data_only {
-            OpKind::Fdatasync
-        } else {
-            OpKind::Fsync
-        }
+impl Lower for FsyncArgs {
+    const KIND: OpKind = OpKind::Fsync;
+    fn span(&self) -> (u64, usize) {
+        (0, 0)
     }
     fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
-        let flags = if self.data_only {
-            types::FsyncFlags::DATASYNC
-        } else {
-            types::FsyncFlags::empty()
-        };
-        opcode::Fsync::new(types::Fd(fd)).flags(flags).build()
+        opcode::Fsync::new(types::Fd(fd)).build()
     }
     unsafe fn call(&self, fd: RawFd) -> isize {
-        // SAFETY: plain system calls on a descriptor; no memory involved.
-        (unsafe {
-            if self.data_only {
-                libc::fdatasync(fd)
-            } else {
-                libc::fsync(fd)
-            }
-        }) as isize
+        // SAFETY: a plain system call on a descriptor; no memory involved.
+        (unsafe { libc::fsync(fd) }) as isize
+    }
+}
+
+/// Flush data and the metadata needed to read it back: `fdatasync`,
+/// `IORING_OP_FSYNC` with `IORING_FSYNC_DATASYNC`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FdatasyncArgs;
+
+impl Lower for FdatasyncArgs {
+    const KIND: OpKind = OpKind::Fdatasync;
+    fn span(&self) -> (u64, usize) {
+        (0, 0)
+    }
+    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+        opcode::Fsync::new(types::Fd(fd))
+            .flags(types::FsyncFlags::DATASYNC)
+            .build()
+    }
+    unsafe fn call(&self, fd: RawFd) -> isize {
+        // SAFETY: a plain system call on a descriptor; no memory involved.
+        (unsafe { libc::fdatasync(fd) }) as isize
     }
 }
 
 /// Open `path` relative to the directory descriptor: `openat`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct OpenAt {
+pub(crate) struct OpenArgs {
     pub path: *const libc::c_char,
     pub flags: i32,
     pub mode: libc::mode_t,
 }
 
-impl Lower for OpenAt {
-    fn kind(&self) -> OpKind {
-        OpKind::Open
+impl Lower for OpenArgs {
+    const KIND: OpKind = OpKind::Open;
+    fn span(&self) -> (u64, usize) {
+        (0, 0)
     }
     fn entry(&self, dir: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
         opcode::OpenAt::new(types::Fd(dir), self.path)
@@ -279,16 +280,17 @@ impl Lower for OpenAt {
 /// Read the metadata of `path` relative to the directory descriptor into
 /// `buf`: `statx`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Statx {
+pub(crate) struct StatArgs {
     pub path: *const libc::c_char,
     pub flags: i32,
     pub mask: u32,
     pub buf: *mut libc::statx,
 }
 
-impl Lower for Statx {
-    fn kind(&self) -> OpKind {
-        OpKind::Stat
+impl Lower for StatArgs {
+    const KIND: OpKind = OpKind::Stat;
+    fn span(&self) -> (u64, usize) {
+        (0, 0)
     }
     fn entry(&self, dir: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
         opcode::Statx::new(types::Fd(dir), self.path, self.buf.cast())
@@ -305,11 +307,12 @@ impl Lower for Statx {
 
 /// Close the descriptor: `close`. The action owns the descriptor.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Close;
+pub(crate) struct CloseArgs;
 
-impl Lower for Close {
-    fn kind(&self) -> OpKind {
-        OpKind::Close
+impl Lower for CloseArgs {
+    const KIND: OpKind = OpKind::Close;
+    fn span(&self) -> (u64, usize) {
+        (0, 0)
     }
     fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
         opcode::Close::new(types::Fd(fd)).build()
@@ -328,14 +331,15 @@ impl Lower for Close {
 /// Make the directory `path` relative to the directory descriptor:
 /// `mkdirat`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct MkdirAt {
+pub(crate) struct MkdirArgs {
     pub path: *const libc::c_char,
     pub mode: libc::mode_t,
 }
 
-impl Lower for MkdirAt {
-    fn kind(&self) -> OpKind {
-        OpKind::Mkdir
+impl Lower for MkdirArgs {
+    const KIND: OpKind = OpKind::Mkdir;
+    fn span(&self) -> (u64, usize) {
+        (0, 0)
     }
     fn entry(&self, dir: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
         opcode::MkDirAt::new(types::Fd(dir), self.path)
@@ -352,14 +356,15 @@ impl Lower for MkdirAt {
 /// Make `link`, relative to the directory descriptor, a symbolic link to
 /// `target`: `symlinkat`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SymlinkAt {
+pub(crate) struct SymlinkArgs {
     pub target: *const libc::c_char,
     pub link: *const libc::c_char,
 }
 
-impl Lower for SymlinkAt {
-    fn kind(&self) -> OpKind {
-        OpKind::Symlink
+impl Lower for SymlinkArgs {
+    const KIND: OpKind = OpKind::Symlink;
+    fn span(&self) -> (u64, usize) {
+        (0, 0)
     }
     fn entry(&self, dir: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
         opcode::SymlinkAt::new(types::Fd(dir), self.target, self.link).build()
@@ -372,69 +377,66 @@ impl Lower for SymlinkAt {
 }
 
 /// Accepts a connection: `accept4`, `IORING_OP_ACCEPT`. The new descriptor
-/// is close-on-exec (and blocking: io_uring waits for readiness itself);
-/// the peer's address goes to `addr`.
+/// is close-on-exec (and blocking: io_uring waits for readiness itself).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Accept {
-    pub addr: *mut libc::sockaddr_storage,
-    pub addr_len: *mut libc::socklen_t,
+pub(crate) enum AcceptArgs {
+    /// One connection; the peer's address goes to `addr`.
+    Once {
+        addr: *mut libc::sockaddr_storage,
+        addr_len: *mut libc::socklen_t,
+    },
+    /// Connections again and again: `IORING_ACCEPT_MULTISHOT` (5.19+).
+    /// Each completion carries one new descriptor; the request stays
+    /// armed while completions carry `IORING_CQE_F_MORE`. No peer address
+    /// is written (one buffer would be shared by every completion); the
+    /// caller asks the new socket. There is no blocking form: it is issued
+    /// only on io_uring.
+    Multishot,
 }
 
 /// The new descriptor's flags.
 const ACCEPT_FLAGS: i32 = libc::SOCK_CLOEXEC;
 
-impl Lower for Accept {
-    fn kind(&self) -> OpKind {
-        OpKind::Accept
+impl Lower for AcceptArgs {
+    const KIND: OpKind = OpKind::Accept;
+    fn span(&self) -> (u64, usize) {
+        (0, 0)
     }
     fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
-        opcode::Accept::new(types::Fd(fd), self.addr.cast(), self.addr_len)
-            .flags(ACCEPT_FLAGS)
-            .build()
+        match *self {
+            AcceptArgs::Once { addr, addr_len } => {
+                opcode::Accept::new(types::Fd(fd), addr.cast(), addr_len)
+                    .flags(ACCEPT_FLAGS)
+                    .build()
+            }
+            AcceptArgs::Multishot => opcode::AcceptMulti::new(types::Fd(fd))
+                .flags(ACCEPT_FLAGS)
+                .build(),
+        }
     }
     unsafe fn call(&self, fd: RawFd) -> isize {
-        // SAFETY: `addr` and `addr_len` point to live storage of the sizes
-        // the kernel expects (the caller's promise).
-        unsafe { libc::accept4(fd, self.addr.cast(), self.addr_len, ACCEPT_FLAGS) as isize }
-    }
-}
-
-/// Accepts connections again and again: `IORING_OP_ACCEPT` with
-/// `IORING_ACCEPT_MULTISHOT` (5.19+). Each completion carries one new
-/// descriptor (close-on-exec, blocking, like [`Accept`]'s); the request
-/// stays armed while completions carry `IORING_CQE_F_MORE`. No peer
-/// address is written (one buffer would be shared by every completion);
-/// the caller asks the new socket. There is no blocking form: it is
-/// issued only on io_uring.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AcceptMulti;
-
-impl Lower for AcceptMulti {
-    fn kind(&self) -> OpKind {
-        OpKind::Accept
-    }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
-        opcode::AcceptMulti::new(types::Fd(fd))
-            .flags(ACCEPT_FLAGS)
-            .build()
-    }
-    unsafe fn call(&self, _fd: RawFd) -> isize {
-        // SAFETY: sets this thread's errno, which `call_raw` reads back.
-        unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
-        -1
+        match *self {
+            // SAFETY: `addr` and `addr_len` point to live storage of the
+            // sizes the kernel expects (the caller's promise).
+            AcceptArgs::Once { addr, addr_len } => unsafe {
+                libc::accept4(fd, addr.cast(), addr_len, ACCEPT_FLAGS) as isize
+            },
+            AcceptArgs::Multishot => unsupported(),
+        }
     }
 }
 
 /// Connects a socket: `connect`, `IORING_OP_CONNECT`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Connect {
+pub(crate) struct ConnectArgs {
     pub addr: *const libc::sockaddr,
     pub addr_len: libc::socklen_t,
 }
 
-impl Lower for Connect {
-    fn kind(&self) -> OpKind {
-        OpKind::Connect
+impl Lower for ConnectArgs {
+    const KIND: OpKind = OpKind::Connect;
+    fn span(&self) -> (u64, usize) {
+        (0, 0)
     }
     fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
         opcode::Connect::new(types::Fd(fd), self.addr, self.addr_len).build()
@@ -449,15 +451,13 @@ impl Lower for Connect {
 /// Receives from a connected socket into one buffer: `recv`,
 /// `IORING_OP_RECV`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SocketRecv {
+pub(crate) struct RecvArgs {
     pub buf: *mut u8,
     pub len: usize,
 }
 
-impl Lower for SocketRecv {
-    fn kind(&self) -> OpKind {
-        OpKind::Recv
-    }
+impl Lower for RecvArgs {
+    const KIND: OpKind = OpKind::Recv;
     fn span(&self) -> (u64, usize) {
         (0, self.len)
     }
@@ -475,15 +475,13 @@ impl Lower for SocketRecv {
 /// with `MSG_NOSIGNAL` (a peer that closed is `EPIPE` on this stream, not
 /// a signal that ends the process).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SocketSend {
+pub(crate) struct SendArgs {
     pub buf: *const u8,
     pub len: usize,
 }
 
-impl Lower for SocketSend {
-    fn kind(&self) -> OpKind {
-        OpKind::Send
-    }
+impl Lower for SendArgs {
+    const KIND: OpKind = OpKind::Send;
     fn span(&self) -> (u64, usize) {
         (0, self.len)
     }
@@ -510,13 +508,13 @@ impl Lower for SocketSend {
 /// `IORING_OP_SENDMSG`, with `MSG_NOSIGNAL`. (`writev` would do on the
 /// ring, but the blocking fallback's `pwritev` fails on sockets.)
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SocketSendVectored {
+pub(crate) struct SendVectoredArgs {
     /// A message header whose `msg_iov` describes the buffers; no address,
     /// no control data.
     pub msg: *const libc::msghdr,
 }
 
-impl SocketSendVectored {
+impl SendVectoredArgs {
     /// The buffers the header describes.
     fn iovecs(&self) -> &[libc::iovec] {
         // SAFETY: `msg` and the iovec array it points to are valid for the
@@ -532,10 +530,8 @@ impl SocketSendVectored {
     }
 }
 
-impl Lower for SocketSendVectored {
-    fn kind(&self) -> OpKind {
-        OpKind::SendVectored
-    }
+impl Lower for SendVectoredArgs {
+    const KIND: OpKind = OpKind::SendVectored;
     fn span(&self) -> (u64, usize) {
         (0, self.iovecs().iter().map(|v| v.iov_len).sum())
     }
@@ -557,15 +553,16 @@ impl Lower for SocketSendVectored {
 /// is no blocking form: it is issued only on a ring where the group is
 /// registered.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SocketRecvSelect {
+pub(crate) struct RecvSelectArgs {
     pub group: u16,
     pub len: u32,
     pub multishot: bool,
 }
 
-impl Lower for SocketRecvSelect {
-    fn kind(&self) -> OpKind {
-        OpKind::RecvSelect
+impl Lower for RecvSelectArgs {
+    const KIND: OpKind = OpKind::RecvSelect;
+    fn span(&self) -> (u64, usize) {
+        (0, 0)
     }
     fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
         if self.multishot {
@@ -577,35 +574,41 @@ impl Lower for SocketRecvSelect {
             .flags(squeue::Flags::BUFFER_SELECT)
     }
     unsafe fn call(&self, _fd: RawFd) -> isize {
-        // SAFETY: sets this thread's errno, which `call_raw` reads back.
-        unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
-        -1
+        unsupported()
     }
 }
 
-/// One operation of any kind.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Action {
-    Read(Read),
-    Write(Write),
-    ReadVectored(ReadVectored),
-    WriteVectored(WriteVectored),
-    Sync(Flush),
-    Open(OpenAt),
-    Stat(Statx),
-    Close(Close),
-    Mkdir(MkdirAt),
-    Symlink(SymlinkAt),
-    Accept(Accept),
-    AcceptMulti(AcceptMulti),
-    Connect(Connect),
-    Recv(SocketRecv),
-    Send(SocketSend),
-    SendVectored(SocketSendVectored),
-    RecvSelect(SocketRecvSelect),
+/// The blocking call of a kind that has none: fails with `EOPNOTSUPP`.
+fn unsupported() -> isize {
+    // SAFETY: sets this thread's errno, which `call_raw` reads back.
+    unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+    -1
 }
 
-/// Forwards a [`Lower`] method to the kind inside an [`Action`].
+/// One operation of any kind: one variant per [`OpKind`], of the same
+/// name.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Action {
+    Read(ReadArgs),
+    Write(WriteArgs),
+    ReadVectored(ReadVectoredArgs),
+    WriteVectored(WriteVectoredArgs),
+    Fsync(FsyncArgs),
+    Fdatasync(FdatasyncArgs),
+    Open(OpenArgs),
+    Stat(StatArgs),
+    Close(CloseArgs),
+    Mkdir(MkdirArgs),
+    Symlink(SymlinkArgs),
+    Accept(AcceptArgs),
+    Connect(ConnectArgs),
+    Recv(RecvArgs),
+    Send(SendArgs),
+    SendVectored(SendVectoredArgs),
+    RecvSelect(RecvSelectArgs),
+}
+
+/// Forwards to the kind inside an [`Action`].
 macro_rules! dispatch {
     ($action:expr, $k:ident => $body:expr) => {
         match $action {
@@ -613,14 +616,14 @@ macro_rules! dispatch {
             Action::Write($k) => $body,
             Action::ReadVectored($k) => $body,
             Action::WriteVectored($k) => $body,
-            Action::Sync($k) => $body,
+            Action::Fsync($k) => $body,
+            Action::Fdatasync($k) => $body,
             Action::Open($k) => $body,
             Action::Stat($k) => $body,
             Action::Close($k) => $body,
             Action::Mkdir($k) => $body,
             Action::Symlink($k) => $body,
             Action::Accept($k) => $body,
-            Action::AcceptMulti($k) => $body,
             Action::Connect($k) => $body,
             Action::Recv($k) => $body,
             Action::Send($k) => $body,
@@ -630,55 +633,104 @@ macro_rules! dispatch {
     };
 }
 
-impl Lower for Action {
-    fn kind(&self) -> OpKind {
-        dispatch!(self, k => k.kind())
+/// The kind of `args`, which their type states.
+fn kind_of<L: Lower>(_: &L) -> OpKind {
+    L::KIND
+}
+
+impl Action {
+    /// A flush of the file's data and metadata, or (`data_only`) of its
+    /// data and only the metadata needed to read it back.
+    pub(crate) fn flush(data_only: bool) -> Action {
+        if data_only {
+            Action::Fdatasync(FdatasyncArgs)
+        } else {
+            Action::Fsync(FsyncArgs)
+        }
     }
-    fn span(&self) -> (u64, usize) {
+
+    /// The kind, as errors name it.
+    pub(crate) fn kind(&self) -> OpKind {
+        dispatch!(self, k => kind_of(k))
+    }
+
+    /// The file offset and the number of bytes asked for (see
+    /// [`Lower::span`]).
+    pub(crate) fn span(&self) -> (u64, usize) {
         dispatch!(self, k => k.span())
     }
-    fn entry(&self, fd: RawFd, bufs: Option<&PoolInner>) -> squeue::Entry {
+
+    /// The submission entry on `fd` (see [`Lower::entry`]).
+    pub(crate) fn entry(&self, fd: RawFd, bufs: Option<&PoolInner>) -> squeue::Entry {
         dispatch!(self, k => k.entry(fd, bufs))
     }
+
+    /// The operation as one blocking system call (see [`Lower::call`]).
+    ///
+    /// # Safety
+    /// As [`Lower::call`].
     unsafe fn call(&self, fd: RawFd) -> isize {
         // SAFETY: the caller's promise, passed on.
         dispatch!(self, k => unsafe { k.call(fd) })
     }
-}
 
-impl Action {
     /// The file offset (0 for kinds that move no file data), without the
     /// byte count that [`Lower::span`] sums over a vectored op's iovecs.
     pub(crate) fn offset(&self) -> u64 {
         match self {
             Action::Read(r) => r.offset,
             Action::Write(w) => w.offset,
-            Action::ReadVectored(ReadVectored(v)) | Action::WriteVectored(WriteVectored(v)) => {
-                v.offset
-            }
-            _ => 0,
+            Action::ReadVectored(ReadVectoredArgs(v))
+            | Action::WriteVectored(WriteVectoredArgs(v)) => v.offset,
+            Action::Fsync(_)
+            | Action::Fdatasync(_)
+            | Action::Open(_)
+            | Action::Stat(_)
+            | Action::Close(_)
+            | Action::Mkdir(_)
+            | Action::Symlink(_)
+            | Action::Accept(_)
+            | Action::Connect(_)
+            | Action::Recv(_)
+            | Action::Send(_)
+            | Action::SendVectored(_)
+            | Action::RecvSelect(_) => 0,
         }
     }
 
-    /// The memory a read or write moves data through, as iovecs (empty for
-    /// the other kinds): what direct-I/O alignment checks and inline reads
-    /// look at.
+    /// The memory a file read or write moves data through, as iovecs
+    /// (empty for the other kinds, socket transfers included): what
+    /// direct-I/O alignment checks and inline reads look at.
     pub(crate) fn segments(&self) -> Segments<'_> {
         match self {
             Action::Read(r) => Segments::One(iovec(r.buf, r.len)),
             Action::Write(w) => Segments::One(iovec(w.buf.cast_mut(), w.len)),
-            Action::ReadVectored(ReadVectored(v)) | Action::WriteVectored(WriteVectored(v)) => {
-                Segments::Many(v.iovecs())
-            }
-            _ => Segments::Many(&[]),
+            Action::ReadVectored(ReadVectoredArgs(v))
+            | Action::WriteVectored(WriteVectoredArgs(v)) => Segments::Many(v.iovecs()),
+            Action::Fsync(_)
+            | Action::Fdatasync(_)
+            | Action::Open(_)
+            | Action::Stat(_)
+            | Action::Close(_)
+            | Action::Mkdir(_)
+            | Action::Symlink(_)
+            | Action::Accept(_)
+            | Action::Connect(_)
+            | Action::Recv(_)
+            | Action::Send(_)
+            | Action::SendVectored(_)
+            | Action::RecvSelect(_) => Segments::Many(&[]),
         }
     }
 
     /// Whether the kernel may look the descriptor up in the registered
-    /// files: data operations only (the metadata opcodes are issued on the
-    /// raw descriptor, which for most of them is a directory).
+    /// files: not for metadata, which is issued on the raw descriptor (for
+    /// most of it a directory).
     pub(crate) fn takes_registered_file(&self) -> bool {
-        !self.kind().is_metadata()
+        match self.kind().class() {
+            OpClass::FileData | OpClass::SocketIn | OpClass::SocketOut => true,
+            OpClass::Metadata => false,
+        }
     }
 
     /// Performs the action with blocking system calls, retrying on EINTR;
@@ -730,4 +782,96 @@ fn last_errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One action of every kind (pointers null: they are only named, never
+    /// performed).
+    fn one_of_each() -> Vec<Action> {
+        let null = std::ptr::null_mut::<u8>();
+        let path = std::ptr::null::<libc::c_char>();
+        let v = Vectored {
+            iovecs: std::ptr::null(),
+            count: 0,
+            offset: 0,
+        };
+        vec![
+            Action::Read(ReadArgs {
+                buf: null,
+                len: 0,
+                offset: 0,
+            }),
+            Action::Write(WriteArgs {
+                buf: null,
+                len: 0,
+                offset: 0,
+            }),
+            Action::ReadVectored(ReadVectoredArgs(v)),
+            Action::WriteVectored(WriteVectoredArgs(v)),
+            Action::Fsync(FsyncArgs),
+            Action::Fdatasync(FdatasyncArgs),
+            Action::Open(OpenArgs {
+                path,
+                flags: 0,
+                mode: 0,
+            }),
+            Action::Stat(StatArgs {
+                path,
+                flags: 0,
+                mask: 0,
+                buf: std::ptr::null_mut(),
+            }),
+            Action::Close(CloseArgs),
+            Action::Mkdir(MkdirArgs { path, mode: 0 }),
+            Action::Symlink(SymlinkArgs {
+                target: path,
+                link: path,
+            }),
+            Action::Accept(AcceptArgs::Multishot),
+            Action::Connect(ConnectArgs {
+                addr: std::ptr::null(),
+                addr_len: 0,
+            }),
+            Action::Recv(RecvArgs { buf: null, len: 0 }),
+            Action::Send(SendArgs { buf: null, len: 0 }),
+            Action::SendVectored(SendVectoredArgs {
+                msg: std::ptr::null(),
+            }),
+            Action::RecvSelect(RecvSelectArgs {
+                group: 0,
+                len: 0,
+                multishot: false,
+            }),
+        ]
+    }
+
+    /// One name per kind: each action's variant is named as its kind, and
+    /// its arguments' type as the kind with `Args`.
+    #[test]
+    fn every_action_is_named_as_its_kind() {
+        let actions = one_of_each();
+        let mut kinds: Vec<OpKind> = actions.iter().map(Action::kind).collect();
+        for a in &actions {
+            let (debug, kind) = (format!("{a:?}"), format!("{:?}", a.kind()));
+            let args = dispatch!(a, k => std::any::type_name_of_val(k));
+            assert!(
+                debug.starts_with(&format!("{kind}(")),
+                "{debug} is not named {kind}"
+            );
+            assert!(
+                args.ends_with(&format!("::{kind}Args")),
+                "{args} is not named {kind}"
+            );
+        }
+        kinds.dedup();
+        assert_eq!(kinds.len(), 17, "one action per kind");
+        let (flush, datasync) = (Action::flush(false), Action::flush(true));
+        assert_eq!(
+            (flush.kind(), datasync.kind()),
+            (OpKind::Fsync, OpKind::Fdatasync)
+        );
+    }
 }

@@ -29,7 +29,7 @@ use super::op::OpFuture;
 use super::AsyncEngine;
 use crate::direct::Alignment;
 use crate::error::PathError;
-use crate::op::action::{Action, Read};
+use crate::op::action::{Action, ReadArgs};
 use crate::op::Op;
 use stream::Stream;
 
@@ -88,7 +88,7 @@ impl Handle {
         // `buf`, which the future owns.
         unsafe {
             let ptr = buf.stable_mut_ptr().add(start);
-            let read = Read {
+            let read = ReadArgs {
                 buf: ptr,
                 len,
                 offset,

@@ -7,7 +7,7 @@ use super::batch::{BatchFuture, BatchOp, MaybeBuf};
 use super::AsyncFile;
 use crate::aio::buf::{IoBuf, IoBufMut};
 use crate::aio::op::{BufResult, OpFuture};
-use crate::op::action::{Action, Flush, ReadVectored, Vectored, Write, WriteVectored};
+use crate::op::action::{Action, ReadVectoredArgs, Vectored, WriteArgs, WriteVectoredArgs};
 
 impl AsyncFile {
     /// Reads into `buf[start..]` at `offset`.
@@ -23,7 +23,7 @@ impl AsyncFile {
         // the op points into `buf`, which the future owns.
         unsafe {
             let ptr = buf.stable_ptr().add(start);
-            let write = Write {
+            let write = WriteArgs {
                 buf: ptr,
                 len,
                 offset,
@@ -53,7 +53,7 @@ impl AsyncFile {
 
     /// A sync: an operation without memory.
     fn sync_op(&self, data_only: bool) -> OpFuture<()> {
-        let action = Action::Sync(Flush { data_only });
+        let action = Action::flush(data_only);
         // SAFETY: no memory is involved.
         unsafe { self.handle.op(&self.engine, action, (), Vec::new()) }
     }
@@ -79,7 +79,7 @@ impl AsyncFile {
             })
             .collect();
         self.vectored(
-            |v| Action::ReadVectored(ReadVectored(v)),
+            |v| Action::ReadVectored(ReadVectoredArgs(v)),
             bufs,
             iovecs,
             offset,
@@ -96,7 +96,7 @@ impl AsyncFile {
             })
             .collect();
         self.vectored(
-            |v| Action::WriteVectored(WriteVectored(v)),
+            |v| Action::WriteVectored(WriteVectoredArgs(v)),
             bufs,
             iovecs,
             offset,

@@ -1,0 +1,142 @@
+//! The synchronous batches: reads into new `bytes` or into exported
+//! buffers, and writes, on the sync engine with the GIL released.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use blockio::{Engine, Op, RawTarget};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use crate::*;
+
+/// `read_batch` on a buffered descriptor: each read goes straight into a new
+/// `bytes` object, as `os.pread` does, so the data is copied once (by the
+/// kernel), not twice through an arena (docs/benchmarks.md has the cost
+/// that copy measured).
+pub(crate) fn read_into_new_bytes<'py>(
+    py: Python<'py>,
+    engine: &Engine,
+    fd: RawFd,
+    offsets: &[u64],
+    length: usize,
+) -> PyResult<(Bound<'py, PyList>, usize)> {
+    let size = pyo3::ffi::Py_ssize_t::try_from(length)
+        .map_err(|_| PyValueError::new_err(format!("length {length} is too large")))?;
+    let mut objs: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(offsets.len());
+    for _ in offsets {
+        // SAFETY: with a null source, PyBytes_FromStringAndSize returns a new
+        // reference to a bytes object of `size` uninitialised bytes, or NULL
+        // with an exception set (turned into Err here).
+        let obj = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size),
+            )?
+        };
+        // SAFETY: PyBytes_FromStringAndSize returned a bytes object.
+        objs.push(unsafe { obj.downcast_into_unchecked() });
+    }
+    // The objects are new and referenced only by `objs`, so nothing else can
+    // read them while the kernel fills them, and they outlive `submit`.
+    let slots: Vec<usize> = objs
+        .iter()
+        // SAFETY: PyBytes_AsString on a bytes object returns its data
+        // pointer, valid for `length` bytes while the object lives.
+        .map(|b| unsafe { pyo3::ffi::PyBytes_AsString(b.as_ptr()) } as usize)
+        .collect();
+    let target = RawTarget(fd);
+    let results = py.allow_threads(|| {
+        let mut ops: Vec<Op<'_>> = slots
+            .iter()
+            .zip(offsets)
+            .map(|(&p, &off)| {
+                // SAFETY: `p` points at `length` bytes owned by a bytes
+                // object in `objs`, which lives past this closure; no one
+                // else has a reference to it (see above). MaybeUninit: the
+                // bytes are not initialised until the read writes them.
+                let buf = unsafe {
+                    std::slice::from_raw_parts_mut(p as *mut std::mem::MaybeUninit<u8>, length)
+                };
+                Op::read_uninit(&target, off, buf)
+            })
+            .collect();
+        engine.submit(&mut ops)
+    });
+    let results = results.map_err(io_err)?;
+    let items: Vec<PyObject> = results
+        .iter()
+        .zip(objs)
+        .zip(&slots)
+        .map(|((r, obj), &p)| match r {
+            Ok(n) if *n == length => obj.into_any().unbind(),
+            Ok(n) => {
+                // Short (end of file): copy out the first n bytes.
+                // SAFETY: the read wrote (initialised) exactly these n
+                // bytes of `obj`, which is alive here.
+                let got = unsafe { std::slice::from_raw_parts(p as *const u8, *n) };
+                PyBytes::new(py, got).into_any().unbind()
+            }
+            Err(e) => os_error(py, e),
+        })
+        .collect();
+    with_failures(py, items, &results)
+}
+
+/// An exported buffer, its descriptor and the offset, for [`buffer_batch`].
+pub(crate) type BufferOp = (RawTarget, PyBuffer<u8>, u64);
+
+/// A read into all of an exported, writable buffer.
+pub(crate) fn read_into_buffer<'a>(t: &'a RawTarget, b: &'a PyBuffer<u8>, off: u64) -> Op<'a> {
+    // SAFETY: the buffer is exported (held by the caller of
+    // `buffer_batch` for longer than the batch) and writable for
+    // `len_bytes` bytes; the engine returns only when the operation
+    // completed.
+    let s = unsafe { std::slice::from_raw_parts_mut(b.buf_ptr() as *mut u8, b.len_bytes()) };
+    Op::read(t, off, s)
+}
+
+/// A write of all of an exported buffer.
+pub(crate) fn write_from_buffer<'a>(t: &'a RawTarget, b: &'a PyBuffer<u8>, off: u64) -> Op<'a> {
+    // SAFETY: exported and readable for `len_bytes` bytes for longer than
+    // the batch (see `read_into_buffer`).
+    let s = unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes()) };
+    Op::write(t, off, s)
+}
+
+/// Runs one engine batch, the GIL released, of the operations `make`
+/// builds over exported Python buffers; the byte counts or OSErrors, and
+/// how many failed. The buffers stay exported until the batch is over.
+pub(crate) fn buffer_batch<'py>(
+    py: Python<'py>,
+    engine: &Engine,
+    bufs: Vec<BufferOp>,
+    make: for<'a> fn(&'a RawTarget, &'a PyBuffer<u8>, u64) -> Op<'a>,
+) -> PyResult<(Bound<'py, PyList>, usize)> {
+    let results = py.allow_threads(|| {
+        let mut ops: Vec<Op<'_>> = bufs.iter().map(|(t, b, off)| make(t, b, *off)).collect();
+        engine.submit(&mut ops)
+    });
+    let results: Vec<io::Result<usize>> = results
+        .map_err(io_err)?
+        .into_iter()
+        .zip(&bufs)
+        .map(|(r, (t, ..))| explain_direct(r, t.0))
+        .collect();
+    let items: Vec<PyObject> = results.iter().map(|r| count_or_error(py, r)).collect();
+    drop(bufs);
+    with_failures(py, items, &results)
+}
+
+/// The list of a synchronous batch's results and how many of them failed,
+/// so that the Python layer walks the list only when something did.
+pub(crate) fn with_failures<'py>(
+    py: Python<'py>,
+    items: Vec<PyObject>,
+    results: &[io::Result<usize>],
+) -> PyResult<(Bound<'py, PyList>, usize)> {
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    Ok((PyList::new(py, items)?, failed))
+}

@@ -1,0 +1,802 @@
+//! `Core`, the engine as the Python layer sees it: the sync engine, the
+//! two async engines, the pending batches and the file-system threads.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Waker};
+
+use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving};
+use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use crate::fsjobs::{Job, Out};
+use crate::lent::{release_parked, Lent};
+use crate::*;
+
+/// The engine as the Python layer sees it.
+#[pyclass(module = "blockio._blockio")]
+pub(crate) struct Core {
+    /// `None` once closed. Cloned out (an `Arc` inside) for each call, so
+    /// no lock is held across I/O.
+    pub(crate) engine: Mutex<Option<Engine>>,
+    /// The async engines, made on first use.
+    pub(crate) aio: Mutex<AioEngines>,
+    pub(crate) wakeups: Arc<Wakeups>,
+    pub(crate) pending: Mutex<HashMap<u64, Pending>>,
+    /// Batches that finished when started, until the next drain.
+    pub(crate) ready: Mutex<Vec<(u64, Done)>>,
+    /// [`forks`] when this core was made: another value means this is a
+    /// forked child.
+    pub(crate) born: u64,
+    pub(crate) queue_depth: u32,
+    /// Read buffers of finished asynchronous reads, for the next ones.
+    pub(crate) spare: Mutex<Vec<AlignedBuf>>,
+    /// Threads for open, fstat, ftruncate and close (see [`fsjobs`]).
+    pub(crate) fs: fsjobs::Pool,
+    /// Consecutive misses of [`Core::read_cached`] (counting on past
+    /// [`MISSES_BEFORE_SKIPPING`] as the reads it skips).
+    pub(crate) cache_misses: AtomicU64,
+}
+
+/// The longest read [`Core::read_cached`] tries: past it a copy holding
+/// the GIL would stall the event loop's other tasks.
+pub(crate) const CACHED_MAX: usize = 256 << 10;
+
+/// Misses in a row after which [`Core::read_cached`] tries only one read
+/// in [`SKIP`].
+pub(crate) const MISSES_BEFORE_SKIPPING: u64 = 16;
+
+/// See [`MISSES_BEFORE_SKIPPING`].
+pub(crate) const SKIP: u64 = 32;
+
+/// The two async engines behind the asyncio API: on `O_DIRECT` descriptors
+/// a ring the event loop drives itself is faster (a driver thread costs two
+/// cross-thread wake-ups per read, which bound a fixed number of tasks); on
+/// buffered ones the driver thread is faster cold, because submitting a
+/// page-cache miss is costly kernel work that the driver thread does on the
+/// other core. The figures are in docs/benchmarks.md.
+#[derive(Default)]
+pub(crate) struct AioEngines {
+    /// Driver-thread engine: buffered descriptors, syncs, and everything on
+    /// the thread-pool backend.
+    pub(crate) threaded: Option<AsyncEngine>,
+    /// Caller-driven ring for `O_DIRECT` descriptors: submitted on the
+    /// loop's thread, reaped by `drain` when the eventfd fires.
+    pub(crate) direct: Option<AsyncEngine>,
+}
+
+impl Core {
+    pub(crate) fn check(&self) -> PyResult<Engine> {
+        if self.born != forks() {
+            return Err(PyRuntimeError::new_err(
+                "this blockio.Engine was created before fork(): its rings belong to the parent; create a new Engine in the child",
+            ));
+        }
+        self.engine
+            .lock()
+            .expect("engine lock")
+            .clone()
+            .ok_or_else(|| PyRuntimeError::new_err("the engine is closed"))
+    }
+
+    /// The async engine for a descriptor opened with (`direct`) or without
+    /// `O_DIRECT` (see [`AioEngines`]).
+    pub(crate) fn aio(&self, direct: bool) -> PyResult<AsyncEngine> {
+        let engine = self.check()?;
+        let mut aio = self.aio.lock().expect("aio lock");
+        let pool = engine.backend() == Backend::ThreadPool;
+        let (slot, caller_driven) = if direct && !pool {
+            (&mut aio.direct, true)
+        } else {
+            (&mut aio.threaded, false)
+        };
+        if slot.is_none() {
+            let mut b = AsyncEngine::builder().queue_depth(self.queue_depth as usize);
+            if pool {
+                b = b.backend(BackendChoice::ThreadPool);
+            } else if caller_driven {
+                let eventfd = self.wakeups.efd.as_raw_fd();
+                b = b.driving(Driving::Caller(
+                    CallerDriving::new().completion_eventfd(eventfd),
+                ));
+            }
+            *slot = Some(b.build().map_err(io_err)?);
+        }
+        Ok(slot.clone().expect("built above"))
+    }
+
+    /// Starts a batch: polls it once (which hands its operations to the
+    /// driver) and keeps it under `token` until it is finished.
+    pub(crate) fn start(&self, token: u64, mut p: Pending) {
+        let waker = self.waker(token);
+        p.waker = Some(waker.clone());
+        match p.poll(&mut Context::from_waker(&waker)) {
+            // Finished at once (every descriptor unusable): reported at the
+            // next drain like any other.
+            Some(done) => {
+                self.ready.lock().expect("ready lock").push((token, done));
+                waker.wake();
+            }
+            None => {
+                self.pending.lock().expect("pending lock").insert(token, p);
+            }
+        }
+    }
+
+    pub(crate) fn waker(&self, token: u64) -> Waker {
+        Waker::from(Arc::new(TokenWaker {
+            token,
+            wakeups: Arc::clone(&self.wakeups),
+        }))
+    }
+
+    /// The batches finished since the last call, removed. Reaps the
+    /// caller-driven ring first (after the eventfd was cleared).
+    pub(crate) fn finished(&self) -> Vec<(u64, Done)> {
+        let direct = self.aio.lock().expect("aio lock").direct.clone();
+        if let Some(aio) = direct {
+            self.wakeups.draining.store(true, Ordering::SeqCst);
+            aio.reap();
+            self.wakeups.draining.store(false, Ordering::SeqCst);
+        }
+        let mut tokens = std::mem::take(&mut *self.wakeups.woken.lock().expect("wakeups lock"));
+        // Every operation of a batch wakes its token: poll each batch once.
+        tokens.sort_unstable();
+        tokens.dedup();
+        let mut out = std::mem::take(&mut *self.ready.lock().expect("ready lock"));
+        let mut pending = self.pending.lock().expect("pending lock");
+        for token in tokens {
+            let Some(p) = pending.get_mut(&token) else {
+                continue;
+            };
+            let waker = p.waker.clone().expect("set by start");
+            if let Some(done) = p.poll(&mut Context::from_waker(&waker)) {
+                pending.remove(&token);
+                out.push((token, done));
+            }
+        }
+        out
+    }
+
+    /// Starts one operation per `(fd, buffer, offset)`: `prepare` checks the
+    /// buffer, `issue` makes the operation.
+    pub(crate) fn submit_each<'py, B>(
+        &self,
+        token: u64,
+        ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
+        prepare: impl Fn(&Bound<'py, PyAny>) -> PyResult<B>,
+        issue: impl Fn(&AsyncFile, B, u64, RawFd, RawFd) -> Boxed<OneDone>,
+    ) -> PyResult<()> {
+        let mut files: HashMap<RawFd, Result<(AsyncFile, RawFd), i32>> = HashMap::new();
+        let mut futs = Vec::with_capacity(ops.len());
+        for (fd, obj, off) in &ops {
+            let buf = prepare(obj)?;
+            if !files.contains_key(fd) {
+                let flags = fd_flags(*fd);
+                let direct = flags != -1 && flags & libc::O_DIRECT != 0;
+                let file = hold_file(&self.aio(direct)?, *fd, flags);
+                files.insert(*fd, file);
+            }
+            futs.push(match &files[fd] {
+                Ok((f, dup)) => issue(f, buf, *off, *fd, *dup),
+                Err(errno) => failed(Kind::Count, *errno),
+            });
+        }
+        self.start(token, Pending::new(futs, Kind::Count));
+        Ok(())
+    }
+
+    /// Starts one file-system job as the batch `token` (or reports the
+    /// errno that made preparing it fail).
+    pub(crate) fn start_job(&self, token: u64, job: Result<Job, i32>) -> PyResult<()> {
+        let fut: Boxed<OneDone> = match job {
+            Ok(job) => {
+                let f = self.fs.submit(job).map_err(io_err)?;
+                Box::pin(async move { OneDone::Count(f.await) })
+            }
+            Err(errno) => failed(Kind::Count, errno),
+        };
+        self.start(token, Pending::new(vec![fut], Kind::Count));
+        Ok(())
+    }
+
+    pub(crate) fn clear_eventfd(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: an 8-byte read into a local from our non-blocking eventfd.
+        unsafe { libc::read(self.wakeups.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+#[pymethods]
+impl Core {
+    #[new]
+    #[pyo3(signature = (queue_depth = 256, backend = None))]
+    pub(crate) fn new(queue_depth: i64, backend: Option<&str>) -> PyResult<Core> {
+        let choice = match backend {
+            None | Some("auto") => BackendChoice::Auto,
+            Some("io_uring") => BackendChoice::IoUring,
+            Some("threads") => BackendChoice::ThreadPool,
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "backend must be 'auto', 'io_uring' or 'threads', got {other:?}"
+                )))
+            }
+        };
+        let queue_depth = match u32::try_from(queue_depth) {
+            Ok(q @ 1..=32768) => q,
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "queue_depth must be between 1 and 32768, got {queue_depth}"
+                )))
+            }
+        };
+        let engine = Engine::builder()
+            .queue_depth(queue_depth as usize)
+            .backend(choice)
+            .build()
+            .map_err(io_err)?;
+        // SAFETY: eventfd has no memory effects; the result is checked.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(io_err(io::Error::last_os_error()));
+        }
+        Ok(Core {
+            engine: Mutex::new(Some(engine)),
+            aio: Mutex::new(AioEngines::default()),
+            wakeups: Arc::new(Wakeups {
+                woken: Mutex::new(Vec::new()),
+                // SAFETY: a new descriptor, owned here only.
+                efd: unsafe { OwnedFd::from_raw_fd(efd) },
+                draining: AtomicBool::new(false),
+            }),
+            pending: Mutex::new(HashMap::new()),
+            ready: Mutex::new(Vec::new()),
+            born: forks(),
+            queue_depth,
+            spare: Mutex::new(Vec::new()),
+            fs: fsjobs::Pool::default(),
+            cache_misses: AtomicU64::new(0),
+        })
+    }
+
+    /// "io_uring" or "threads".
+    #[getter]
+    pub(crate) fn backend(&self) -> PyResult<&'static str> {
+        Ok(match self.check()?.backend() {
+            Backend::IoUring => "io_uring",
+            Backend::ThreadPool => "threads",
+        })
+    }
+
+    /// Why the thread pool is in use, if it is.
+    #[getter]
+    pub(crate) fn fallback_reason(&self) -> PyResult<Option<String>> {
+        Ok(self.check()?.fallback_reason().map(str::to_string))
+    }
+
+    /// Reads `length` bytes at each offset of `fd`; a list of bytes or
+    /// OSError, in order, and how many failed.
+    pub(crate) fn read_batch<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        offsets: Vec<i64>,
+        length: i64,
+    ) -> PyResult<(Bound<'py, PyList>, usize)> {
+        let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
+        total_arg(offsets.len(), length)?;
+        let engine = &self.check()?;
+        if length == 0 {
+            let empty = PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])))?;
+            return Ok((empty, 0));
+        }
+        wait_ready(py, fd, libc::POLLIN)?;
+        if !is_direct(fd) {
+            return read_into_new_bytes(py, engine, fd, &offsets, length);
+        }
+        // O_DIRECT needs aligned memory, which `bytes` are not: read into
+        // one page-aligned arena per thread, reused (no allocation and no
+        // zeroing per read), and copy out.
+        thread_local! {
+            static ARENA: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new(0, 4096));
+        }
+        ARENA.with(|arena| {
+            let mut arena = arena.borrow_mut();
+            let need = offsets.len().checked_mul(length).ok_or_else(|| {
+                PyMemoryError::new_err(format!(
+                    "{} reads of {length} bytes do not fit in memory",
+                    offsets.len()
+                ))
+            })?;
+            if arena.len() < need {
+                let size = need.checked_next_power_of_two().unwrap_or(need);
+                *arena = alloc_for(size, "the O_DIRECT read buffers")?;
+            }
+            let target = RawTarget(fd);
+            let results = {
+                let slots = arena[..need].chunks_mut(length.max(1));
+                py.allow_threads(|| {
+                    let mut ops: Vec<Op<'_>> = slots
+                        .zip(&offsets)
+                        .map(|(b, &off)| Op::read(&target, off, b))
+                        .collect();
+                    engine.submit(&mut ops)
+                })
+            };
+            let results: Vec<io::Result<usize>> = results
+                .map_err(io_err)?
+                .into_iter()
+                .map(|r| explain_direct(r, fd))
+                .collect();
+            let items: Vec<PyObject> = results
+                .iter()
+                .enumerate()
+                .map(|(k, r)| match r {
+                    Ok(n) => PyBytes::new(py, &arena[k * length..k * length + *n])
+                        .into_any()
+                        .unbind(),
+                    Err(e) => os_error(py, e),
+                })
+                .collect();
+            with_failures(py, items, &results)
+        })
+    }
+
+    /// Reads into each `(fd, buffer, offset)`; a list of byte counts or
+    /// OSError, in order, and how many failed.
+    pub(crate) fn readinto_batch<'py>(
+        &self,
+        py: Python<'py>,
+        ops: Vec<(RawFd, Bound<'py, PyAny>, i64)>,
+    ) -> PyResult<(Bound<'py, PyList>, usize)> {
+        let ops = buffer_ops(ops)?;
+        let engine = &self.check()?;
+        let bufs: Vec<BufferOp> = ops
+            .iter()
+            .map(|(fd, b, off)| Ok((RawTarget(*fd), writable(b)?, *off)))
+            .collect::<PyResult<_>>()?;
+        refuse_overlaps(bufs.iter().map(|(_, b, _)| b))?;
+        for fd in distinct_fds(bufs.iter().map(|(t, ..)| t.0)) {
+            wait_ready(py, fd, libc::POLLIN)?;
+        }
+        buffer_batch(py, engine, bufs, read_into_buffer)
+    }
+
+    /// Writes each `(fd, data, offset)`; a list of byte counts or OSError,
+    /// and how many failed.
+    pub(crate) fn write_batch<'py>(
+        &self,
+        py: Python<'py>,
+        ops: Vec<(RawFd, Bound<'py, PyAny>, i64)>,
+    ) -> PyResult<(Bound<'py, PyList>, usize)> {
+        let ops = buffer_ops(ops)?;
+        let engine = &self.check()?;
+        let bufs: Vec<BufferOp> = ops
+            .iter()
+            .map(|(fd, b, off)| Ok((RawTarget(*fd), readable(b)?, *off)))
+            .collect::<PyResult<_>>()?;
+        for fd in distinct_fds(bufs.iter().map(|(t, ..)| t.0)) {
+            wait_ready(py, fd, libc::POLLOUT)?;
+        }
+        buffer_batch(py, engine, bufs, write_from_buffer)
+    }
+
+    /// fsync (or fdatasync) of `fd`.
+    #[pyo3(signature = (fd, data_only = false))]
+    pub(crate) fn sync(&self, py: Python<'_>, fd: RawFd, data_only: bool) -> PyResult<()> {
+        let engine = &self.check()?;
+        let target = RawTarget(fd);
+        let r = py.allow_threads(|| {
+            let mut ops = [if data_only {
+                Op::fdatasync(&target)
+            } else {
+                Op::fsync(&target)
+            }];
+            engine.submit(&mut ops)
+        });
+        match r.map_err(io_err)?.remove(0) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(io_err(e)),
+        }
+    }
+
+    /// `length` bytes at `offset` of `fd` if all of them are in the page
+    /// cache, copied on the calling thread with `preadv2(RWF_NOWAIT)` (no
+    /// ring round trip, no event-loop wake-up); else `None`, and the caller
+    /// reads through the engine, which then gives exactly what it would
+    /// have: a read that is short (a partly cached range, the end of the
+    /// file), refused (`EAGAIN`; `ESPIPE` on a pipe; `EINVAL` on an
+    /// `O_DIRECT` descriptor, whose alignment a `bytes` never has) or
+    /// failed is never the answer here. After [`MISSES_BEFORE_SKIPPING`]
+    /// misses in a row only one read in [`SKIP`] is tried, until one hits,
+    /// so that a cold workload pays for few failed tries.
+    pub(crate) fn read_cached<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        offset: i64,
+        length: i64,
+    ) -> Option<Bound<'py, PyBytes>> {
+        let (Ok(off), Ok(len)) = (u64::try_from(offset), usize::try_from(length)) else {
+            return None;
+        };
+        if len == 0 || len > CACHED_MAX || self.born != forks() || self.closed() {
+            return None;
+        }
+        let misses = self.cache_misses.load(Ordering::Relaxed);
+        if misses >= MISSES_BEFORE_SKIPPING {
+            self.cache_misses
+                .store(misses.wrapping_add(1), Ordering::Relaxed);
+            if misses % SKIP != 0 {
+                return None;
+            }
+        }
+        let off = libc::off_t::try_from(off).ok()?;
+        let mut full = false;
+        let bytes = PyBytes::new_with(py, len, |buf| {
+            let iov = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
+            };
+            // SAFETY: one iovec over `buf`, which PyBytes::new_with hands
+            // us writable for `len` bytes for the duration of this closure;
+            // preadv2 writes at most `iov_len` bytes into it.
+            let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
+            full = usize::try_from(n) == Ok(len);
+            Ok(())
+        })
+        .ok()?;
+        if full {
+            self.cache_misses.store(0, Ordering::Relaxed);
+            Some(bytes)
+        } else {
+            if misses < MISSES_BEFORE_SKIPPING {
+                self.cache_misses.store(misses + 1, Ordering::Relaxed);
+            }
+            None
+        }
+    }
+
+    /// The eventfd the event loop watches for finished asynchronous batches.
+    pub(crate) fn eventfd(&self) -> PyResult<RawFd> {
+        self.check()?;
+        Ok(self.wakeups.efd.as_raw_fd())
+    }
+
+    /// Starts reading `length` bytes at each offset; finished under `token`.
+    /// The buffers are page-aligned, so an `O_DIRECT` descriptor takes them.
+    pub(crate) fn submit_read(
+        &self,
+        token: u64,
+        fd: RawFd,
+        offsets: Vec<i64>,
+        length: i64,
+    ) -> PyResult<()> {
+        let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
+        total_arg(offsets.len(), length)?;
+        let flags = fd_flags(fd);
+        let aio = self.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
+        let file = hold_file(&aio, fd, flags);
+        let mut spare = self.spare.lock().expect("spare lock");
+        let futs = offsets
+            .iter()
+            .map(|&off| {
+                Ok(match &file {
+                    Ok((file, dup)) => {
+                        let dup = *dup;
+                        let buf = match spare.pop() {
+                            Some(b) if b.len() == length => b,
+                            _ => alloc_for(length, "a read")?,
+                        };
+                        let f = file.read_at(Buf::Owned(buf), off);
+                        let b: Boxed<OneDone> = Box::pin(async move {
+                            let (r, buf) = f.await;
+                            OneDone::Read((explain_direct(name_caller_fd(r, dup, fd), fd), buf))
+                        });
+                        b
+                    }
+                    Err(errno) => failed(Kind::Read, *errno),
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        drop(spare);
+        self.start(token, Pending::new(futs, Kind::Read));
+        Ok(())
+    }
+
+    /// Starts reading into each `(fd, buffer, offset)`.
+    pub(crate) fn submit_readinto(
+        &self,
+        token: u64,
+        ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>,
+    ) -> PyResult<()> {
+        let ops = buffer_ops(ops)?;
+        distinct_read_buffers(&ops)?;
+        self.submit_each(token, ops, writable, |file, buf, off, fd, dup| {
+            let f = file.read_at(Buf::Exported(Lent::new(buf)), off);
+            Box::pin(async move {
+                let r = name_caller_fd(f.await.0, dup, fd);
+                OneDone::Count(explain_direct(r, fd).map(Out::Count))
+            })
+        })
+    }
+
+    /// Starts writing each `(fd, data, offset)`.
+    pub(crate) fn submit_write(
+        &self,
+        token: u64,
+        ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>,
+    ) -> PyResult<()> {
+        self.submit_each(
+            token,
+            buffer_ops(ops)?,
+            readable,
+            |file, buf, off, fd, dup| {
+                let f = file.write_at(RoBuf(Lent::new(buf)), off);
+                Box::pin(async move {
+                    let r = name_caller_fd(f.await.0, dup, fd);
+                    OneDone::Count(explain_direct(r, fd).map(Out::Count))
+                })
+            },
+        )
+    }
+
+    /// Starts an fsync (or fdatasync) of `fd`.
+    #[pyo3(signature = (token, fd, data_only = false))]
+    pub(crate) fn submit_sync(&self, token: u64, fd: RawFd, data_only: bool) -> PyResult<()> {
+        let aio = self.aio(false)?;
+        let fut = match hold_file(&aio, fd, fd_flags(fd)) {
+            Ok((file, dup)) => {
+                let f = if data_only {
+                    file.fdatasync()
+                } else {
+                    file.fsync()
+                };
+                let b: Boxed<OneDone> = Box::pin(async move {
+                    let r = name_caller_fd(f.await.0, dup, fd);
+                    OneDone::Count(r.map(|_| Out::Count(0)))
+                });
+                b
+            }
+            Err(errno) => failed(Kind::Count, errno),
+        };
+        self.start(token, Pending::new(vec![fut], Kind::Count));
+        Ok(())
+    }
+
+    /// Starts `open(path, flags, mode)` on the core's file-system threads;
+    /// the result is the new descriptor (close-on-exec), which the caller
+    /// then owns. A directory fails with `EISDIR` unless `O_DIRECTORY` is
+    /// in `flags`.
+    pub(crate) fn submit_open(
+        &self,
+        token: u64,
+        path: Vec<u8>,
+        flags: i32,
+        mode: u32,
+    ) -> PyResult<()> {
+        let engine = self.check()?;
+        let path = c_path(path)?;
+        self.start_job(
+            token,
+            Ok(Job::Open {
+                engine,
+                path,
+                flags,
+                mode,
+            }),
+        )
+    }
+
+    /// Starts a `statx` of `path` (of a final symbolic link itself unless
+    /// `follow`) on the core's file-system threads, through the engine's
+    /// ring where io_uring has `STATX`; the result is the tuple of
+    /// [`stat_tuple`].
+    pub(crate) fn submit_stat(&self, token: u64, path: Vec<u8>, follow: bool) -> PyResult<()> {
+        let engine = self.check()?;
+        let path = c_path(path)?;
+        self.start_job(
+            token,
+            Ok(Job::Stat {
+                engine,
+                path,
+                follow,
+            }),
+        )
+    }
+
+    /// Starts an `fstat` of `fd` (through a duplicate); the result is the
+    /// file's size.
+    pub(crate) fn submit_size(&self, token: u64, fd: RawFd) -> PyResult<()> {
+        let engine = self.check()?;
+        self.start_job(token, fsjobs::dup(fd).map(|d| Job::Size(engine, d)))
+    }
+
+    /// Starts an `ftruncate` of `fd` (through a duplicate) to `length`.
+    pub(crate) fn submit_truncate(&self, token: u64, fd: RawFd, length: i64) -> PyResult<()> {
+        self.check()?;
+        let length = u64::try_from(length).map_err(|_| {
+            PyValueError::new_err(format!("length must not be negative, got {length}"))
+        })?;
+        self.start_job(token, fsjobs::dup(fd).map(|d| Job::Truncate(d, length)))
+    }
+
+    /// Starts closing `fd`, whose ownership the caller hands over: the
+    /// number must not be used or closed by anyone else afterwards. The
+    /// close runs even if the batch is cancelled.
+    pub(crate) fn submit_close(&self, token: u64, fd: RawFd) -> PyResult<()> {
+        let engine = self.check()?;
+        if fd < 0 {
+            return self.start_job(token, Err(libc::EBADF));
+        }
+        // SAFETY: the caller hands over its only ownership of `fd` (the
+        // Python layer passes the descriptor of a file object it is
+        // closing and never uses the number again).
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        self.start_job(token, Ok(Job::Close(engine, owned)))
+    }
+
+    /// Starts a `mkdir` of `path` with `mode` (before the umask), through
+    /// the engine's `MKDIRAT` where io_uring has it; the result is 0.
+    pub(crate) fn submit_mkdir(&self, token: u64, path: Vec<u8>, mode: u32) -> PyResult<()> {
+        let engine = self.check()?;
+        let path = c_path(path)?;
+        self.start_job(token, Ok(Job::Mkdir { engine, path, mode }))
+    }
+
+    /// Starts making the symbolic link `link` pointing at `target`, through
+    /// the engine's `SYMLINKAT` where io_uring has it; the result is 0.
+    pub(crate) fn submit_symlink(
+        &self,
+        token: u64,
+        target: Vec<u8>,
+        link: Vec<u8>,
+    ) -> PyResult<()> {
+        let engine = self.check()?;
+        let (target, link) = (c_path(target)?, c_path(link)?);
+        self.start_job(
+            token,
+            Ok(Job::Symlink {
+                engine,
+                target,
+                link,
+            }),
+        )
+    }
+
+    /// Starts reading every file of `paths` whole (see
+    /// [`fsjobs::read_files`]); the result is a list of bytes or OSError,
+    /// one per path, in order.
+    pub(crate) fn submit_read_files(&self, token: u64, paths: Vec<Vec<u8>>) -> PyResult<()> {
+        let engine = self.check()?;
+        let paths = paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
+        self.start_job(token, Ok(Job::ReadFiles { engine, paths }))
+    }
+
+    /// Reads every file of `paths` whole, the GIL released; a list of
+    /// bytes or OSError, one per path, in order, and how many failed.
+    pub(crate) fn read_files<'py>(
+        &self,
+        py: Python<'py>,
+        paths: Vec<Vec<u8>>,
+    ) -> PyResult<(Bound<'py, PyList>, usize)> {
+        let engine = self.check()?;
+        let paths: Vec<std::ffi::CString> =
+            paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
+        let results = py
+            .allow_threads(|| fsjobs::read_files(&engine, &paths))
+            .map_err(io_err)?;
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        let items = results.iter().map(|r| match r {
+            Ok(b) => PyBytes::new(py, b).into_any().unbind(),
+            Err(e) => os_error(py, e),
+        });
+        Ok((PyList::new(py, items)?, failed))
+    }
+
+    /// The finished batches since the last call: `(token, results)` pairs,
+    /// results as the synchronous calls return them. Called by the event
+    /// loop when the eventfd is readable.
+    pub(crate) fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<(u64, Bound<'py, PyList>)>> {
+        self.clear_eventfd();
+        release_parked(py);
+        self.finished()
+            .into_iter()
+            .map(|(t, d)| Ok((t, results_to_py(py, d, &self.spare)?)))
+            .collect()
+    }
+
+    /// Gives up on the batch `token` whose awaiting task was cancelled: its
+    /// operations not yet handed to the kernel are never submitted; those
+    /// in flight keep their buffers and their duplicate descriptor until
+    /// they complete. Its results are never reported. A token already
+    /// finished or unknown is ignored.
+    pub(crate) fn cancel(&self, token: u64) {
+        let batch = self.pending.lock().expect("pending lock").remove(&token);
+        // Dropped outside the lock: dropping the futures may free buffers.
+        drop(batch);
+        self.ready
+            .lock()
+            .expect("ready lock")
+            .retain(|(t, _)| *t != token);
+    }
+
+    /// Asynchronous batches not finished yet.
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.lock().expect("pending lock").len()
+    }
+
+    /// Shuts the engine down and hands back what became of the
+    /// asynchronous batches still pending: `(finished, cancelled)`, the
+    /// `(token, results)` of those that completed while it waited, and the
+    /// tokens of those it cancelled. It waits (GIL released, signals
+    /// checked every 100 ms) while operations keep completing; once a whole
+    /// second passes without one (a read of an empty pipe, a write to a
+    /// full one), or a signal handler raises, it cancels the rest: those
+    /// not yet in the kernel are never submitted, those in flight are
+    /// cancelled there and keep their buffers until the kernel lets go of
+    /// them. Idempotent.
+    pub(crate) fn close<'py>(&self, py: Python<'py>) -> PyResult<(Finished<'py>, Vec<u64>)> {
+        if self.born != forks() {
+            // A forked child never touches the parent's rings; forget them.
+            std::mem::forget(std::mem::take(&mut *self.aio.lock().expect("aio lock")));
+            std::mem::forget(self.engine.lock().expect("engine lock").take());
+            std::mem::forget(std::mem::take(
+                &mut *self.pending.lock().expect("pending lock"),
+            ));
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let mut finished = Vec::new();
+        let mut interrupted = None;
+        let mut idle = 0;
+        loop {
+            self.clear_eventfd();
+            let done = self.finished();
+            idle = if done.is_empty() { idle + 1 } else { 0 };
+            for (t, d) in done {
+                finished.push((t, results_to_py(py, d, &self.spare)?));
+            }
+            if self.pending() == 0 || idle > 10 {
+                break;
+            }
+            if let Err(e) = py.check_signals() {
+                interrupted = Some(e);
+                break;
+            }
+            let efd = self.wakeups.efd.as_raw_fd();
+            py.allow_threads(|| {
+                let mut p = libc::pollfd {
+                    fd: efd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd on the stack.
+                unsafe { libc::poll(&mut p, 1, 100) };
+            });
+        }
+        let cut: HashMap<u64, Pending> =
+            std::mem::take(&mut *self.pending.lock().expect("pending lock"));
+        let mut cancelled: Vec<u64> = cut.keys().copied().collect();
+        cancelled.sort_unstable();
+        // Dropping the futures cancels their operations (outside the lock).
+        drop(cut);
+        *self.aio.lock().expect("aio lock") = AioEngines::default();
+        *self.engine.lock().expect("engine lock") = None;
+        release_parked(py);
+        match interrupted {
+            Some(e) => Err(e),
+            None => Ok((finished, cancelled)),
+        }
+    }
+
+    /// Whether `close` has run.
+    #[getter]
+    pub(crate) fn closed(&self) -> bool {
+        self.engine.lock().expect("engine lock").is_none()
+    }
+}

@@ -1,0 +1,169 @@
+//! Errors as Python sees them: `OSError` with the errno (kept through the
+//! engine's rewording) and a message naming the caller's descriptor.
+
+use std::io;
+use std::os::fd::{BorrowedFd, RawFd};
+
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use crate::fsjobs::Out;
+use crate::*;
+
+/// The result of an operation on the caller's `fd`, with an `EINVAL` on
+/// an `O_DIRECT` descriptor explained: the kernel only says "Invalid
+/// argument", so the error names the alignment this file needs (looked up
+/// only when that happens).
+pub(crate) fn explain_direct(r: io::Result<usize>, fd: RawFd) -> io::Result<usize> {
+    let e = match r {
+        Err(e) if errno_of(&e) == libc::EINVAL && is_direct(fd) => e,
+        other => return other,
+    };
+    // SAFETY: borrowed for one statx; if another thread closed the number
+    // meanwhile, statx fails (or describes the file now open there) and
+    // only this message is affected.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    match blockio::Alignment::of(&borrowed) {
+        Ok((a, _)) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{e}: O_DIRECT on this file needs offsets and lengths that are multiples of {} bytes \
+                 and buffer addresses that are multiples of {} bytes (blockio.aligned_buffer(n) allocates such a buffer)",
+                a.offset, a.memory
+            ),
+        )),
+        Err(_) => Err(e),
+    }
+}
+
+/// A job's count, or its descriptor (whose ownership passes to Python),
+/// as an int; or the OSError.
+pub(crate) fn out_or_error(py: Python<'_>, r: io::Result<Out>) -> PyObject {
+    match r {
+        Ok(Out::Count(n)) => n.into_pyobject(py).expect("int").into_any().unbind(),
+        Ok(Out::Stat(st)) => stat_tuple(&st)
+            .into_pyobject(py)
+            .expect("tuple")
+            .into_any()
+            .unbind(),
+        Ok(Out::Fd(fd)) => std::os::fd::IntoRawFd::into_raw_fd(fd)
+            .into_pyobject(py)
+            .expect("int")
+            .into_any()
+            .unbind(),
+        Ok(Out::Files(files)) => {
+            let items = files.into_iter().map(|r| match r {
+                Ok(b) => PyBytes::new(py, &b).into_any().unbind(),
+                Err(e) => os_error(py, &e),
+            });
+            PyList::new(py, items).expect("list").into_any().unbind()
+        }
+        Err(e) => os_error(py, &e),
+    }
+}
+
+/// A `statx` result as the Python layer builds `os.stat_result` from it:
+/// `(mode, ino, dev_major, dev_minor, nlink, uid, gid, size, atime,
+/// atime_nsec, mtime, mtime_nsec, ctime, ctime_nsec, blksize, blocks,
+/// rdev_major, rdev_minor)`.
+pub(crate) fn stat_tuple(st: &libc::statx) -> [i64; 18] {
+    [
+        i64::from(st.stx_mode),
+        st.stx_ino as i64,
+        i64::from(st.stx_dev_major),
+        i64::from(st.stx_dev_minor),
+        i64::from(st.stx_nlink),
+        i64::from(st.stx_uid),
+        i64::from(st.stx_gid),
+        st.stx_size as i64,
+        st.stx_atime.tv_sec,
+        i64::from(st.stx_atime.tv_nsec),
+        st.stx_mtime.tv_sec,
+        i64::from(st.stx_mtime.tv_nsec),
+        st.stx_ctime.tv_sec,
+        i64::from(st.stx_ctime.tv_nsec),
+        i64::from(st.stx_blksize),
+        st.stx_blocks as i64,
+        i64::from(st.stx_rdev_major),
+        i64::from(st.stx_rdev_minor),
+    ]
+}
+
+/// A byte count as an int, or the OSError.
+pub(crate) fn count_or_error(py: Python<'_>, r: &io::Result<usize>) -> PyObject {
+    match r {
+        Ok(n) => n.into_pyobject(py).expect("int").into_any().unbind(),
+        Err(e) => os_error(py, e),
+    }
+}
+
+/// The errno to give Python for `e`: its own; else the one its kind
+/// stands for, so that an error the engine rewords keeps its cause (a
+/// required io_uring that the kernel or a seccomp profile denies is
+/// `EPERM`, not `EIO`); else `EIO`.
+pub(crate) fn errno_of(e: &io::Error) -> i32 {
+    if let Some(r) = e.get_ref().and_then(|r| r.downcast_ref::<Renamed>()) {
+        return r.errno;
+    }
+    blockio::errno(e).unwrap_or(match e.kind() {
+        io::ErrorKind::InvalidInput => libc::EINVAL,
+        io::ErrorKind::PermissionDenied => libc::EPERM,
+        io::ErrorKind::NotFound => libc::ENOENT,
+        io::ErrorKind::Unsupported => libc::ENOSYS,
+        io::ErrorKind::OutOfMemory => libc::ENOMEM,
+        io::ErrorKind::AlreadyExists => libc::EEXIST,
+        io::ErrorKind::WouldBlock => libc::EAGAIN,
+        io::ErrorKind::Interrupted => libc::EINTR,
+        _ => libc::EIO,
+    })
+}
+
+/// An operation's error reworded to name the caller's descriptor instead
+/// of the duplicate the operation ran on (see [`hold_file`]), with its
+/// errno kept.
+#[derive(Debug)]
+pub(crate) struct Renamed {
+    pub(crate) errno: i32,
+    pub(crate) text: String,
+}
+
+impl std::fmt::Display for Renamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Renamed {}
+
+/// `r` with the duplicate `dup` named as the caller's `fd` in its message.
+pub(crate) fn name_caller_fd<T>(r: io::Result<T>, dup: RawFd, fd: RawFd) -> io::Result<T> {
+    r.map_err(|e| {
+        let errno = errno_of(&e);
+        let text = message(&e, errno);
+        let dup_name = format!("fd {dup}");
+        if dup == fd || !text.contains(&dup_name) {
+            return e;
+        }
+        let text = text.replace(&dup_name, &format!("fd {fd}"));
+        io::Error::new(e.kind(), Renamed { errno, text })
+    })
+}
+
+/// `e`'s message without Rust's " (os error N)": Python prints the errno
+/// first (`[Errno N] ...`).
+pub(crate) fn message(e: &io::Error, code: i32) -> String {
+    e.to_string().replace(&format!(" (os error {code})"), "")
+}
+
+pub(crate) fn os_error(py: Python<'_>, e: &io::Error) -> PyObject {
+    let code = errno_of(e);
+    PyOSError::new_err((code, message(e, code)))
+        .into_value(py)
+        .into_any()
+}
+
+pub(crate) fn io_err(e: io::Error) -> PyErr {
+    let code = errno_of(&e);
+    PyOSError::new_err((code, message(&e, code)))
+}

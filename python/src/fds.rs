@@ -1,0 +1,134 @@
+//! What a descriptor is (`O_DIRECT`, a stream, an epoll instance), the
+//! duplicate an asynchronous operation works on, and the fork count that
+//! tells a forked child.
+
+use std::io;
+use std::os::fd::{FromRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
+
+use blockio::aio::{AsyncEngine, AsyncFile};
+use pyo3::prelude::*;
+
+/// Whether `fd` was opened with `O_DIRECT` (false if `fcntl` fails: the
+/// read itself will then report the bad descriptor).
+pub(crate) fn is_direct(fd: RawFd) -> bool {
+    let flags = fd_flags(fd);
+    flags != -1 && flags & libc::O_DIRECT != 0
+}
+
+/// `fd`'s `F_GETFL` flags, or -1 (an invalid descriptor).
+pub(crate) fn fd_flags(fd: RawFd) -> i32 {
+    // SAFETY: F_GETFL only reads the descriptor's flags; any fd value is
+    // acceptable (an invalid one gives -1).
+    unsafe { libc::fcntl(fd, libc::F_GETFL) }
+}
+
+/// Waits until `fd` is ready for `events` (`POLLIN` or `POLLOUT`), so that
+/// a blocking batch on a pipe, socket or terminal can be interrupted: the
+/// wait is in slices of 100 ms with the GIL released, and Python's signal
+/// handlers run between them (Ctrl-C raises `KeyboardInterrupt`). A
+/// regular file or block device is always ready, which costs one `poll`
+/// call; so is a descriptor `poll` refuses, whose operation then reports
+/// the error.
+pub(crate) fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> PyResult<()> {
+    let poll = |timeout: libc::c_int| {
+        let mut p = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd on the stack.
+        let n = unsafe { libc::poll(&mut p, 1, timeout) };
+        n != 0 && !(n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR))
+    };
+    if fd < 0 || poll(0) {
+        return Ok(());
+    }
+    loop {
+        py.check_signals()?;
+        if py.allow_threads(|| poll(100)) {
+            return Ok(());
+        }
+    }
+}
+
+pub(crate) static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn count_fork() {
+    FORKS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// How many times this process is a fork away from the one that loaded
+/// the module (a child's count is its parent's plus one). Cheaper than
+/// `getpid`, which is a system call on every check.
+pub(crate) fn forks() -> u64 {
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| {
+        // SAFETY: registers a handler that only bumps an atomic counter,
+        // which is async-signal-safe as fork's child handlers must be.
+        unsafe { libc::pthread_atfork(None, None, Some(count_fork)) };
+    });
+    FORKS.load(Ordering::SeqCst)
+}
+
+/// `O_LARGEFILE` as `F_GETFL` reports it on 64-bit Linux (the C headers
+/// define it as 0 there, as it is implied): set on every descriptor made
+/// by `open`, never on a pipe, socket or anonymous inode.
+pub(crate) const KERNEL_O_LARGEFILE: i32 = 0o100000;
+
+/// Whether `fd` is an epoll instance, which an io_uring read or write
+/// never completes on (the kernel's own read of one fails at once with
+/// `EINVAL`). Costs nothing for a descriptor made by `open`: only one
+/// that lacks `O_LARGEFILE` (a pipe, socket, or anonymous inode) is
+/// looked at further, with `fstat` and, for an anonymous inode, its name
+/// in `/proc/self/fd`.
+/// `flags` are the descriptor's `F_GETFL` flags ([`fd_flags`]).
+pub(crate) fn is_epoll(fd: RawFd, flags: i32) -> bool {
+    if flags == -1 || flags & KERNEL_O_LARGEFILE != 0 {
+        return false;
+    }
+    // SAFETY: fstat writes into the zeroed struct on the stack.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `st` is valid for writes.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != 0 {
+        return false;
+    }
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .is_ok_and(|p| p.as_os_str() == "anon_inode:[eventpoll]")
+}
+
+/// An async file over a duplicate of the caller's descriptor, or the
+/// errno that made the duplicate fail (`EBADF` for a number that is not
+/// open). Every operation of the batch holds the duplicate until the
+/// kernel has completed it, even when the awaiting task was cancelled and
+/// the caller's file object closed: the number an operation was issued on
+/// cannot be closed and reused for another file while it runs (a
+/// cancelled write cannot land in a file opened later). An epoll
+/// descriptor fails with `EINVAL`, as the thread pool and the synchronous
+/// calls report it (see [`is_epoll`]). Two system calls
+/// per batch: `fcntl(F_DUPFD_CLOEXEC)` here, `close` after the last
+/// completion.
+pub(crate) fn hold_file(
+    aio: &AsyncEngine,
+    fd: RawFd,
+    flags: i32,
+) -> Result<(AsyncFile, RawFd), i32> {
+    if fd < 0 {
+        return Err(libc::EBADF);
+    }
+    if is_epoll(fd, flags) {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor or fails; no memory
+    // is passed.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EBADF));
+    }
+    // SAFETY: `dup` is a new descriptor that nothing else owns.
+    let file = unsafe { std::fs::File::from_raw_fd(dup) };
+    Ok((AsyncFile::from_file(aio, file), dup))
+}

@@ -1,0 +1,242 @@
+//! The asynchronous batches in flight, by token: each a Rust future whose
+//! operations' waker records its token and writes to the eventfd the event
+//! loop watches; `Core::drain` polls the woken ones in the loop's thread and
+//! turns their results into Python objects. The token state lives here
+//! only; the Python layer keeps the future each token resolves.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use blockio::aio::{BufResult, IoBuf, IoBufMut};
+use blockio::AlignedBuf;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use crate::fsjobs::Out;
+use crate::lent::Lent;
+use crate::*;
+
+/// Finished asynchronous batches as Python sees them: `(token, results)`.
+pub(crate) type Finished<'py> = Vec<(u64, Bound<'py, PyList>)>;
+
+/// Memory an asynchronous operation reads into or writes from.
+pub(crate) enum Buf {
+    /// Ours, for reads that come back as new `bytes` (aligned, so that an
+    /// `O_DIRECT` descriptor accepts it).
+    Owned(AlignedBuf),
+    /// A writable Python buffer (`readinto`).
+    Exported(Lent),
+}
+
+// SAFETY: the pointer stays valid and unmoved while the value lives: an
+// `AlignedBuf` owns its heap block; a `PyBuffer` keeps the buffer exported
+// (the exporter alive, and a bytearray unresizable) until it is dropped.
+
+unsafe impl IoBuf for Buf {
+    fn stable_ptr(&self) -> *const u8 {
+        match self {
+            Buf::Owned(b) => b.as_ptr(),
+            Buf::Exported(b) => b.buf_ptr() as *const u8,
+        }
+    }
+    fn bytes_len(&self) -> usize {
+        match self {
+            Buf::Owned(b) => b.len(),
+            Buf::Exported(b) => b.len_bytes(),
+        }
+    }
+}
+
+// SAFETY: as above; exported buffers are checked writable before they are
+// wrapped (see `writable`).
+
+unsafe impl IoBufMut for Buf {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        match self {
+            Buf::Owned(b) => b.as_mut_ptr(),
+            Buf::Exported(b) => b.buf_ptr() as *mut u8,
+        }
+    }
+}
+
+/// A read-only Python buffer for writes.
+pub(crate) struct RoBuf(pub(crate) Lent);
+
+// SAFETY: see `Buf`; the kernel only reads through this pointer.
+
+unsafe impl IoBuf for RoBuf {
+    fn stable_ptr(&self) -> *const u8 {
+        self.0.buf_ptr() as *const u8
+    }
+    fn bytes_len(&self) -> usize {
+        self.0.len_bytes()
+    }
+}
+
+pub(crate) type Boxed<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// What a finished asynchronous batch hands back, per operation.
+pub(crate) enum Done {
+    /// Reads into our buffers: bytes.
+    Read(Vec<BufResult<usize, Buf>>),
+    /// Reads into Python buffers, writes, syncs and file-system calls:
+    /// counts (or a descriptor, owned until it is handed to Python).
+    Count(Vec<io::Result<Out>>),
+}
+
+/// An asynchronous batch in flight.
+pub(crate) struct Pending {
+    pub(crate) futs: Vec<Option<Boxed<OneDone>>>,
+    pub(crate) outs: Vec<Option<OneDone>>,
+    pub(crate) kind: Kind,
+    /// Wakes this batch's token; made once, by `Core::start`.
+    pub(crate) waker: Option<Waker>,
+}
+
+/// An operation that fails at once with `errno` (a descriptor that cannot
+/// be used), reported in its place like the synchronous calls do.
+pub(crate) fn failed(kind: Kind, errno: i32) -> Boxed<OneDone> {
+    Box::pin(async move {
+        let err = io::Error::from_raw_os_error(errno);
+        match kind {
+            Kind::Read => OneDone::Read((Err(err), Buf::Owned(AlignedBuf::new(0, 4096)))),
+            Kind::Count => OneDone::Count(Err(err)),
+        }
+    })
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum Kind {
+    Read,
+    Count,
+}
+
+pub(crate) enum OneDone {
+    Read(BufResult<usize, Buf>),
+    Count(io::Result<Out>),
+}
+
+impl Pending {
+    pub(crate) fn new(futs: Vec<Boxed<OneDone>>, kind: Kind) -> Pending {
+        Pending {
+            outs: futs.iter().map(|_| None).collect(),
+            futs: futs.into_iter().map(Some).collect(),
+            kind,
+            waker: None,
+        }
+    }
+
+    /// Polls every unfinished operation; `Some` when all are done.
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Option<Done> {
+        let mut all = true;
+        for (f, out) in self.futs.iter_mut().zip(self.outs.iter_mut()) {
+            if let Some(fut) = f {
+                match fut.as_mut().poll(cx) {
+                    Poll::Ready(v) => {
+                        *out = Some(v);
+                        *f = None;
+                    }
+                    Poll::Pending => all = false,
+                }
+            }
+        }
+        if !all {
+            return None;
+        }
+        let outs = self
+            .outs
+            .drain(..)
+            .map(|o| o.expect("every operation finished"));
+        Some(match self.kind {
+            Kind::Read => Done::Read(
+                outs.map(|o| match o {
+                    OneDone::Read(r) => r,
+                    OneDone::Count(_) => unreachable!("a read batch holds reads"),
+                })
+                .collect(),
+            ),
+            Kind::Count => Done::Count(
+                outs.map(|o| match o {
+                    OneDone::Count(r) => r,
+                    OneDone::Read((r, _)) => r.map(Out::Count),
+                })
+                .collect(),
+            ),
+        })
+    }
+}
+
+/// Tokens of woken batches, and the eventfd that tells the loop.
+pub(crate) struct Wakeups {
+    pub(crate) woken: Mutex<Vec<u64>>,
+    pub(crate) efd: OwnedFd,
+    /// Set while `drain` reaps: wake-ups then come from the loop's own
+    /// thread, which reads `woken` next, so they need no eventfd write.
+    pub(crate) draining: AtomicBool,
+}
+
+pub(crate) struct TokenWaker {
+    pub(crate) token: u64,
+    pub(crate) wakeups: Arc<Wakeups>,
+}
+
+impl Wake for TokenWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut w = self.wakeups.woken.lock().expect("wakeups lock");
+        let first = w.is_empty();
+        w.push(self.token);
+        drop(w);
+        if first && !self.wakeups.draining.load(Ordering::SeqCst) {
+            let one: u64 = 1;
+            // SAFETY: an 8-byte write from a local to our eventfd.
+            unsafe { libc::write(self.wakeups.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+}
+
+/// Bytes of spare read buffers a core keeps at most.
+pub(crate) const SPARE_BYTES: usize = 16 << 20;
+
+pub(crate) fn results_to_py<'py>(
+    py: Python<'py>,
+    done: Done,
+    spare: &Mutex<Vec<AlignedBuf>>,
+) -> PyResult<Bound<'py, PyList>> {
+    match done {
+        Done::Read(v) => {
+            let mut back = Vec::new();
+            let items: Vec<PyObject> = v
+                .into_iter()
+                .map(|(r, buf)| {
+                    let item = match (&r, &buf) {
+                        (Ok(n), Buf::Owned(b)) => PyBytes::new(py, &b[..*n]).into_any().unbind(),
+                        (Ok(_), Buf::Exported(_)) => PyBytes::new(py, &[]).into_any().unbind(),
+                        (Err(e), _) => os_error(py, e),
+                    };
+                    if let Buf::Owned(b) = buf {
+                        back.push(b);
+                    }
+                    item
+                })
+                .collect();
+            // Kept while the pool, counted in buffers of this size, stays
+            // under SPARE_BYTES (a reader of mixed sizes drops mismatches).
+            let mut spare = spare.lock().expect("spare lock");
+            for b in back {
+                if !b.is_empty() && (spare.len() + 1) * b.len() <= SPARE_BYTES {
+                    spare.push(b);
+                }
+            }
+            drop(spare);
+            PyList::new(py, items)
+        }
+        Done::Count(v) => PyList::new(py, v.into_iter().map(|r| out_or_error(py, r))),
+    }
+}

@@ -1,0 +1,145 @@
+"""``aread`` of bytes in the page cache: copied on the calling thread
+(``Core.read_cached``, ``preadv2`` with ``RWF_NOWAIT``) without a ring
+round trip or a loop wake-up, with the same results as the engine's reads;
+anything else (evicted pages, end of file, pipes, ``O_DIRECT``, a closed
+engine) goes through the engine. Both backends, asyncio and uvloop."""
+
+import asyncio
+import os
+
+import pytest
+
+import blockio
+
+BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+
+
+def loops():
+    import uvloop
+
+    return [asyncio.new_event_loop, uvloop.new_event_loop]
+
+
+LOOPS = pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
+
+
+def run(coro, loop_factory):
+    loop = loop_factory()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+@BACKENDS
+def test_read_cached_serves_only_whole_cached_reads(data_file, backend):
+    path, data = data_file
+    with blockio.Engine(backend=backend) as e, open(path, "rb") as f:
+        fd = f.fileno()
+        f.read()  # in the page cache
+        assert e._core.read_cached(fd, 4096, 4096) == data[4096:8192]
+        assert e._core.read_cached(fd, 1, 100_000) == data[1:100_001]
+        # The end of the file (a short read) and past it: for the engine.
+        assert e._core.read_cached(fd, len(data) - 10, 4096) is None
+        assert e._core.read_cached(fd, len(data) + 10, 4096) is None
+        assert e._core.read_cached(fd, -1, 10) is None and e._core.read_cached(fd, 0, 0) is None
+        r, w = os.pipe()
+        try:
+            os.write(w, b"abc")
+            assert e._core.read_cached(r, 0, 3) is None  # ESPIPE: for the engine
+            assert os.read(r, 3) == b"abc"  # and nothing was taken from the pipe
+        finally:
+            os.close(r)
+            os.close(w)
+        d = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            assert e._core.read_cached(d, 0, 4096) is None
+        finally:
+            os.close(d)
+        e.close()
+        assert e._core.read_cached(fd, 0, 4096) is None
+
+
+def test_evicted_pages_are_not_served_inline(tmp_path):
+    p = tmp_path / "cold.bin"
+    data = os.urandom(1 << 20)
+    p.write_bytes(data)
+    with blockio.Engine() as e, open(p, "rb") as f:
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        got = e._core.read_cached(f.fileno(), 512 << 10, 4096)
+        if fs_type(p) in ("tmpfs", "ramfs"):
+            assert got == data[512 << 10:(512 << 10) + 4096]  # its pages are the file: never evicted
+        else:
+            assert got is None
+
+
+def fs_type(path):
+    """The type of the file system ``path`` is on, from /proc/self/mounts."""
+    best, kind = "", ""
+    for line in open("/proc/self/mounts"):
+        mnt, typ = line.split()[1], line.split()[2]
+        if (str(path).startswith(mnt.rstrip("/") + "/") or str(path) == mnt) and len(mnt) >= len(best):
+            best, kind = mnt, typ
+    return kind
+
+
+@LOOPS
+@BACKENDS
+def test_cached_areads_need_no_wakeup_and_match_the_file(data_file, loop_factory, backend):
+    path, data = data_file
+    e = blockio.Engine(backend=backend)
+    wakeups = []
+    on_ready = e._on_ready
+
+    def counted(loop):
+        wakeups.append(1)
+        on_ready(loop)
+
+    e._on_ready = counted
+
+    async def main():
+        with open(path, "rb") as f:
+            f.read()
+            for i in range(500):
+                off = (i * 7919) % (len(data) - 4096)
+                assert await e.aread(f, offset=off, length=4096) == data[off:off + 4096]
+            assert wakeups == []  # every read served on the calling thread
+            tail = await e.aread(f, offset=len(data) - 10, length=4096)  # short: through the engine
+            assert tail == data[-10:]
+            assert await e.aread(f, offset=len(data) + 5, length=10) == b""
+
+    try:
+        run(main(), loop_factory)
+    finally:
+        e.close()
+
+
+@LOOPS
+def test_a_task_reading_cached_data_lets_the_others_run(data_file, loop_factory):
+    path, data = data_file
+    e = blockio.Engine()
+
+    async def main():
+        ticks = 0
+        stop = False
+
+        async def ticker():
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.ensure_future(ticker())
+        with open(path, "rb") as f:
+            f.read()
+            for i in range(1000):
+                await e.aread(f, offset=i * 4096, length=4096)
+        stop = True
+        await t
+        return ticks
+
+    try:
+        assert run(main(), loop_factory) >= 10
+    finally:
+        e.close()
