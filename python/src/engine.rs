@@ -24,6 +24,12 @@ pub(crate) struct Core {
     /// `None` once closed. Cloned out (an `Arc` inside) for each call, so
     /// no lock is held across I/O.
     pub(crate) engine: Mutex<Option<Engine>>,
+    /// The engine of the file-system jobs (`fsjobs`), apart from `engine`
+    /// and with one ring: the jobs run on the pool's threads, and through
+    /// `engine` each of them would check out (and the first time create) a
+    /// ring of its own, so the descriptors the core holds would keep
+    /// changing with the jobs' concurrency. `None` once closed.
+    pub(crate) fs_engine: Mutex<Option<Engine>>,
     /// The async engines, made on first use.
     pub(crate) aio: Mutex<AioEngines>,
     pub(crate) wakeups: Arc<Wakeups>,
@@ -42,6 +48,10 @@ pub(crate) struct Core {
     /// [`MISSES_BEFORE_SKIPPING`] as the reads it skips).
     pub(crate) cache_misses: AtomicU64,
 }
+
+/// Operations in flight at once on the file-system jobs' engine: enough
+/// for a round of [`crate::fsjobs::read_files`].
+const FS_QUEUE_DEPTH: usize = 256;
 
 /// The longest read [`Core::read_cached`] tries: past it a copy holding
 /// the GIL would stall the event loop's other tasks.
@@ -80,6 +90,16 @@ impl Core {
         self.engine
             .lock()
             .expect("engine lock")
+            .clone()
+            .ok_or_else(|| PyRuntimeError::new_err("the engine is closed"))
+    }
+
+    /// The engine of the file-system jobs (the `fs_engine` field says why).
+    pub(crate) fn fs_engine(&self) -> PyResult<Engine> {
+        self.check()?;
+        self.fs_engine
+            .lock()
+            .expect("fs engine lock")
             .clone()
             .ok_or_else(|| PyRuntimeError::new_err("the engine is closed"))
     }
@@ -240,6 +260,15 @@ impl Core {
             .backend(choice)
             .build()
             .map_err(io_err)?;
+        let fs_engine = Engine::builder()
+            .queue_depth(FS_QUEUE_DEPTH)
+            .rings(1)
+            .backend(match engine.backend() {
+                Backend::IoUring => BackendChoice::IoUring,
+                Backend::ThreadPool => BackendChoice::ThreadPool,
+            })
+            .build()
+            .map_err(io_err)?;
         // SAFETY: eventfd has no memory effects; the result is checked.
         let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if efd < 0 {
@@ -247,6 +276,7 @@ impl Core {
         }
         Ok(Core {
             engine: Mutex::new(Some(engine)),
+            fs_engine: Mutex::new(Some(fs_engine)),
             aio: Mutex::new(AioEngines::default()),
             wakeups: Arc::new(Wakeups {
                 woken: Mutex::new(Vec::new()),
@@ -580,7 +610,7 @@ impl Core {
         flags: i32,
         mode: u32,
     ) -> PyResult<()> {
-        let engine = self.check()?;
+        let engine = self.fs_engine()?;
         let path = c_path(path)?;
         self.start_job(
             token,
@@ -598,7 +628,7 @@ impl Core {
     /// ring where io_uring has `STATX`; the result is the tuple of
     /// [`stat_tuple`].
     pub(crate) fn submit_stat(&self, token: u64, path: Vec<u8>, follow: bool) -> PyResult<()> {
-        let engine = self.check()?;
+        let engine = self.fs_engine()?;
         let path = c_path(path)?;
         self.start_job(
             token,
@@ -613,7 +643,7 @@ impl Core {
     /// Starts an `fstat` of `fd` (through a duplicate); the result is the
     /// file's size.
     pub(crate) fn submit_size(&self, token: u64, fd: RawFd) -> PyResult<()> {
-        let engine = self.check()?;
+        let engine = self.fs_engine()?;
         self.start_job(token, fsjobs::dup(fd).map(|d| Job::Size(engine, d)))
     }
 
@@ -630,7 +660,7 @@ impl Core {
     /// number must not be used or closed by anyone else afterwards. The
     /// close runs even if the batch is cancelled.
     pub(crate) fn submit_close(&self, token: u64, fd: RawFd) -> PyResult<()> {
-        let engine = self.check()?;
+        let engine = self.fs_engine()?;
         if fd < 0 {
             return self.start_job(token, Err(libc::EBADF));
         }
@@ -644,7 +674,7 @@ impl Core {
     /// Starts a `mkdir` of `path` with `mode` (before the umask), through
     /// the engine's `MKDIRAT` where io_uring has it; the result is 0.
     pub(crate) fn submit_mkdir(&self, token: u64, path: Vec<u8>, mode: u32) -> PyResult<()> {
-        let engine = self.check()?;
+        let engine = self.fs_engine()?;
         let path = c_path(path)?;
         self.start_job(token, Ok(Job::Mkdir { engine, path, mode }))
     }
@@ -657,7 +687,7 @@ impl Core {
         target: Vec<u8>,
         link: Vec<u8>,
     ) -> PyResult<()> {
-        let engine = self.check()?;
+        let engine = self.fs_engine()?;
         let (target, link) = (c_path(target)?, c_path(link)?);
         self.start_job(
             token,
@@ -673,7 +703,7 @@ impl Core {
     /// [`fsjobs::read_files`]); the result is a list of bytes or OSError,
     /// one per path, in order.
     pub(crate) fn submit_read_files(&self, token: u64, paths: Vec<Vec<u8>>) -> PyResult<()> {
-        let engine = self.check()?;
+        let engine = self.fs_engine()?;
         let paths = paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
         self.start_job(token, Ok(Job::ReadFiles { engine, paths }))
     }
@@ -746,6 +776,7 @@ impl Core {
             // A forked child never touches the parent's rings; forget them.
             std::mem::forget(std::mem::take(&mut *self.aio.lock().expect("aio lock")));
             std::mem::forget(self.engine.lock().expect("engine lock").take());
+            std::mem::forget(self.fs_engine.lock().expect("fs engine lock").take());
             std::mem::forget(std::mem::take(
                 &mut *self.pending.lock().expect("pending lock"),
             ));
@@ -787,6 +818,7 @@ impl Core {
         drop(cut);
         *self.aio.lock().expect("aio lock") = AioEngines::default();
         *self.engine.lock().expect("engine lock") = None;
+        *self.fs_engine.lock().expect("fs engine lock") = None;
         release_parked(py);
         match interrupted {
             Some(e) => Err(e),

@@ -19,6 +19,7 @@ use blockio_tools::copy::{
     self, Backup, CopyError, CopyOptions, Dereference, LinkMode, Preserve, Progress, Reflink,
     Sparse, Update,
 };
+use blockio_tools::getopt::{self, Opt};
 
 /// Options and operands of `blockio cp`, as GNU `cp` takes them (see
 /// `blockio cp --help`).
@@ -50,81 +51,59 @@ fn program() -> &'static str {
     })
 }
 
-/// Whether an option takes an argument.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Has {
-    No,
-    Required,
-    Optional,
-}
-
-/// GNU `cp`'s long options, in GNU's order (which its messages about
-/// ambiguous abbreviations list them in), then blockio's own, which are
-/// never abbreviated. Each names the option it stands for.
-const LONG: &[(&str, Has, &str)] = &[
-    ("archive", Has::No, "a"),
-    ("attributes-only", Has::No, "attributes-only"),
-    ("backup", Has::Optional, "b"),
-    ("copy-contents", Has::No, "copy-contents"),
-    ("dereference", Has::No, "L"),
-    ("force", Has::No, "f"),
-    ("interactive", Has::No, "i"),
-    ("link", Has::No, "l"),
-    ("no-clobber", Has::No, "n"),
-    ("no-dereference", Has::No, "P"),
-    ("no-preserve", Has::Required, "no-preserve"),
-    ("no-target-directory", Has::No, "T"),
-    ("one-file-system", Has::No, "x"),
-    ("parents", Has::No, "parents"),
-    ("path", Has::No, "parents"),
-    ("preserve", Has::Optional, "preserve"),
-    ("recursive", Has::No, "R"),
-    ("remove-destination", Has::No, "remove-destination"),
-    ("sparse", Has::Required, "sparse"),
-    ("reflink", Has::Optional, "reflink"),
-    ("strip-trailing-slashes", Has::No, "strip-trailing-slashes"),
-    ("suffix", Has::Required, "S"),
-    ("symbolic-link", Has::No, "s"),
-    ("target-directory", Has::Required, "t"),
-    ("update", Has::Optional, "u"),
-    ("verbose", Has::No, "v"),
-    ("context", Has::Optional, "Z"),
-    ("help", Has::No, "help"),
-    ("version", Has::No, "version"),
-];
-
-/// blockio's own long options: matched whole only, so that they never
-/// make a GNU abbreviation ambiguous.
-const OURS: &[(&str, Has, &str)] = &[
-    ("fsync", Has::No, "fsync"),
-    ("json", Has::No, "json"),
-    ("block-size", Has::Required, "block-size"),
-    ("threads", Has::Required, "threads"),
-];
-
-/// GNU `cp`'s short options (`abdfHilLnprst:uvxPRS:TZ`).
-const SHORT: &[(u8, Has, &str)] = &[
-    (b'a', Has::No, "a"),
-    (b'b', Has::No, "b"),
-    (b'd', Has::No, "d"),
-    (b'f', Has::No, "f"),
-    (b'H', Has::No, "H"),
-    (b'i', Has::No, "i"),
-    (b'l', Has::No, "l"),
-    (b'L', Has::No, "L"),
-    (b'n', Has::No, "n"),
-    (b'p', Has::No, "p"),
-    (b'r', Has::No, "R"),
-    (b's', Has::No, "s"),
-    (b't', Has::Required, "t"),
-    (b'u', Has::No, "u"),
-    (b'v', Has::No, "v"),
-    (b'x', Has::No, "x"),
-    (b'P', Has::No, "P"),
-    (b'R', Has::No, "R"),
-    (b'S', Has::Required, "S"),
-    (b'T', Has::No, "T"),
-    (b'Z', Has::No, "Z"),
+/// GNU `cp`'s options: the long ones in GNU's order (which its messages
+/// about ambiguous abbreviations list them in), then the short ones that
+/// differ from their long form (`-b` takes no argument, `--backup` an
+/// optional one) or have none, then blockio's own, which are matched
+/// whole only, so that they never make a GNU abbreviation ambiguous. Each
+/// id names the option it stands for.
+const OPTS: &[Opt] = &[
+    Opt::flag("a", Some('a'), Some("archive")),
+    Opt::flag("attributes-only", None, Some("attributes-only")),
+    Opt::optional_arg("b", "backup"),
+    Opt::flag("copy-contents", None, Some("copy-contents")),
+    Opt::flag("L", Some('L'), Some("dereference")),
+    Opt::flag("f", Some('f'), Some("force")),
+    Opt::flag("i", Some('i'), Some("interactive")),
+    Opt::flag("l", Some('l'), Some("link")),
+    Opt::flag("n", Some('n'), Some("no-clobber")),
+    Opt::flag("P", Some('P'), Some("no-dereference")),
+    Opt::arg("no-preserve", None, Some("no-preserve")),
+    Opt::flag("T", Some('T'), Some("no-target-directory")),
+    Opt::flag("x", Some('x'), Some("one-file-system")),
+    Opt::flag("parents", None, Some("parents")),
+    Opt::flag("parents", None, Some("path")),
+    Opt::optional_arg("preserve", "preserve"),
+    Opt::flag("R", Some('R'), Some("recursive")),
+    Opt::flag("remove-destination", None, Some("remove-destination")),
+    Opt::arg("sparse", None, Some("sparse")),
+    Opt::optional_arg("reflink", "reflink"),
+    Opt::flag(
+        "strip-trailing-slashes",
+        None,
+        Some("strip-trailing-slashes"),
+    ),
+    Opt::arg("S", Some('S'), Some("suffix")),
+    Opt::flag("s", Some('s'), Some("symbolic-link")),
+    Opt::arg("t", Some('t'), Some("target-directory")),
+    Opt::optional_arg("u", "update"),
+    Opt::flag("v", Some('v'), Some("verbose")),
+    Opt::optional_arg("Z", "context"),
+    Opt::flag("help", None, Some("help")),
+    Opt::flag("version", None, Some("version")),
+    // GNU's short options (`abdfHilLnprst:uvxPRS:TZ`) not given above.
+    Opt::flag("b", Some('b'), None),
+    Opt::flag("d", Some('d'), None),
+    Opt::flag("H", Some('H'), None),
+    Opt::flag("p", Some('p'), None),
+    Opt::flag("R", Some('r'), None),
+    Opt::flag("u", Some('u'), None),
+    Opt::flag("Z", Some('Z'), None),
+    // blockio's own.
+    Opt::flag("fsync", None, Some("fsync")).whole_only(),
+    Opt::flag("json", None, Some("json")).whole_only(),
+    Opt::arg("block-size", None, Some("block-size")).whole_only(),
+    Opt::arg("threads", None, Some("threads")).whole_only(),
 ];
 
 /// A usage error: GNU's message, then (`hint`) the pointer to `--help`.
@@ -150,116 +129,11 @@ fn fatal(msg: String) -> Usage {
 type Given = (&'static str, Option<OsString>);
 
 /// The options given, each by the name of the option it stands for, with
-/// its argument; and the operands, in order.
+/// its argument; and the operands, in order (read as GNU `getopt_long`
+/// reads them, by [`getopt::parse`]).
 fn getopt(args: &[OsString]) -> Result<(Vec<Given>, Vec<OsString>), Usage> {
-    let posix = std::env::var_os("POSIXLY_CORRECT").is_some();
-    let mut opts = Vec::new();
-    let mut operands = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i].as_bytes();
-        i += 1;
-        if a == b"--" {
-            operands.extend(args[i..].iter().cloned());
-            break;
-        }
-        if let Some(long) = a.strip_prefix(b"--") {
-            let (name, value) = match long.iter().position(|&c| c == b'=') {
-                Some(k) => (
-                    &long[..k],
-                    Some(OsStr::from_bytes(&long[k + 1..]).to_owned()),
-                ),
-                None => (long, None),
-            };
-            let (full, has, id) = find_long(name, a)?;
-            let value = match (has, value) {
-                (Has::No, Some(_)) => {
-                    return Err(Usage(format!(
-                        "option '--{full}' doesn't allow an argument"
-                    )))
-                }
-                (Has::Required, None) => match args.get(i) {
-                    Some(v) => {
-                        i += 1;
-                        Some(v.clone())
-                    }
-                    None => return Err(Usage(format!("option '--{full}' requires an argument"))),
-                },
-                (_, v) => v,
-            };
-            opts.push((id, value));
-        } else if a.len() > 1 && a[0] == b'-' {
-            let mut k = 1;
-            while k < a.len() {
-                let c = a[k];
-                k += 1;
-                let Some(&(_, has, id)) = SHORT.iter().find(|(s, _, _)| *s == c) else {
-                    return Err(Usage(format!(
-                        "invalid option -- '{}'",
-                        String::from_utf8_lossy(&[c])
-                    )));
-                };
-                if has == Has::Required {
-                    let value = if k < a.len() {
-                        OsStr::from_bytes(&a[k..]).to_owned()
-                    } else if let Some(v) = args.get(i) {
-                        i += 1;
-                        v.clone()
-                    } else {
-                        return Err(Usage(format!(
-                            "option requires an argument -- '{}'",
-                            c as char
-                        )));
-                    };
-                    opts.push((id, Some(value)));
-                    break;
-                }
-                opts.push((id, None));
-            }
-        } else {
-            operands.push(args[i - 1].clone());
-            if posix {
-                operands.extend(args[i..].iter().cloned());
-                break;
-            }
-        }
-    }
-    Ok((opts, operands))
-}
-
-/// The long option `name` stands for: itself, or the only one it is a
-/// prefix of (or several that are one option, as `--parents` and its old
-/// name `--path`).
-fn find_long(name: &[u8], arg: &[u8]) -> Result<(&'static str, Has, &'static str), Usage> {
-    if let Some(&o) = LONG
-        .iter()
-        .chain(OURS)
-        .find(|(n, _, _)| n.as_bytes() == name)
-    {
-        return Ok(o);
-    }
-    let matches: Vec<_> = if name.is_empty() {
-        Vec::new()
-    } else {
-        LONG.iter()
-            .filter(|(n, _, _)| n.as_bytes().starts_with(name))
-            .collect()
-    };
-    match matches.as_slice() {
-        [] => Err(Usage(format!(
-            "unrecognized option '{}'",
-            String::from_utf8_lossy(arg)
-        ))),
-        [first, rest @ ..] if rest.iter().all(|o| o.2 == first.2 && o.1 == first.1) => Ok(**first),
-        all => {
-            let names: Vec<String> = all.iter().map(|(n, _, _)| format!("'--{n}'")).collect();
-            Err(Usage(format!(
-                "option '--{}' is ambiguous; possibilities: {}",
-                String::from_utf8_lossy(name),
-                names.join(" ")
-            )))
-        }
-    }
+    let parsed = getopt::parse(args, OPTS).map_err(Usage)?;
+    Ok((parsed.opts, parsed.operands))
 }
 
 /// What the command line asks for.

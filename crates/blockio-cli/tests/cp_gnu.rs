@@ -135,6 +135,8 @@ fn messages(bytes: &[u8]) -> String {
         .lines()
         .filter(|l| !l.contains("note: I/O ran on the thread-pool backend"))
         .map(|l| l.strip_prefix("blockio ").unwrap_or(l))
+        // A message after a question (`-i`) shares the question's line.
+        .map(|l| l.replace("? blockio cp: ", "? cp: "))
         .map(|l| l.replace("'blockio cp --help'", "'cp --help'"))
         .map(|l| format!("{l}\n"))
         .collect()
@@ -592,6 +594,12 @@ fn interactive_asks_as_gnu_does() {
     ] {
         like_gnu_with(&[], setup, args, input);
     }
+    // A directory in the way of a file: asked first (coreutils'
+    // tests/cp/cp-i.sh), then "cannot overwrite directory" on a yes.
+    let setup = "mkdir -p a b/a/c; touch a/c";
+    for input in ["n\n", "y\n"] {
+        like_gnu_with(&[], setup, &["-iR", "a", "b"], input);
+    }
 }
 
 /// `-f`: an existing file the copier cannot open for writing is removed
@@ -615,6 +623,44 @@ fn force_replaces_a_file_that_cannot_be_opened() {
         &["-f", "f", "dangling"],
     ] {
         like_gnu_as(&nobody, setup, args);
+    }
+}
+
+/// A file copied onto a link the same copy just made (two sources of one
+/// name) is refused in GNU's words, whether the link leads to a file or
+/// nowhere, and nothing is written through it (coreutils'
+/// tests/cp/abuse.sh).
+#[test]
+fn a_link_the_copy_just_made_is_not_written_through() {
+    for setup in [
+        "mkdir a b c; ln -s ../t a/1; echo payload > b/1",
+        "mkdir a b c; ln -s ../t a/1; echo payload > b/1; echo i > t",
+    ] {
+        let o = like_gnu(setup, &["-dR", "a/1", "b/1", "c"]);
+        assert!(o.stderr.contains("just-created symlink"), "{}", o.stderr);
+    }
+}
+
+/// A destination behind a directory the copier may not search is "cannot
+/// stat", and nothing is copied (coreutils' tests/cp/fail-perm.sh, as
+/// `nobody`, since root may search any directory).
+#[test]
+fn a_destination_that_cannot_be_looked_at_is_cannot_stat() {
+    assert!(root(), "this test makes files for nobody and needs root");
+    let setup = "mkdir -p D/D; touch F; ln -s D/D symlink; chown -R 65534:65534 .; chmod 0 D";
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    for args in [
+        &["F", "symlink"][..],
+        &["--no-target-directory", "F", "symlink"],
+        &["--target-directory=symlink", "F"],
+    ] {
+        let o = like_gnu_as(&nobody, setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
     }
 }
 
@@ -663,7 +709,7 @@ fn preserve_lists_keep_what_gnu_keeps() {
 #[test]
 fn link_options_work_as_gnu_does() {
     let setup = "echo a > f; echo o > g; mkdir -p d s/sub; echo x > s/x; ln -s x s/lx; \
-                 echo y > s/sub/y; ln -s /nonexistent s/dang; ln f hard";
+                 echo y > s/sub/y; ln -s /nonexistent s/dang; ln f hard; ln -s f lf";
     for args in [
         &["-l", "f", "h"][..],
         &["-l", "f", "g"],
@@ -685,12 +731,19 @@ fn link_options_work_as_gnu_does() {
         // A hard link of the source in the way: the same file with -f.
         &["-sf", "f", "hard"],
         &["-s", "f", "hard"],
+        // A link to the source in the way: made anew with -f (coreutils'
+        // tests/cp/cross-dev-symlink.sh), "File exists" without.
+        &["-dsf", "f", "lf"],
+        &["-sf", "f", "lf"],
+        &["-s", "f", "lf"],
     ] {
         like_gnu(setup, args);
     }
-    // A directory where a link goes, and -u with links.
+    // A directory where a link goes, and -u with links. Every time that
+    // -u compares is set: a file and a directory made within one clock
+    // tick of each other have the same time, and -u then keeps either.
     let setup = "mkdir -p s t/s/x; echo x > s/x; echo y > s/y; echo old > t/s/y; \
-                 touch -d 2000-01-01 s/y";
+                 touch -d 2000-01-01 s/y s/x";
     for args in [
         &["-rl", "s", "t"][..],
         &["-rlf", "s", "t"],
@@ -742,6 +795,24 @@ fn backup_options_work_as_gnu_does() {
         &["-b", "l", "f"],
         &["-lb", "f", "g"],
         &["-sb", "f", "g"],
+    ] {
+        like_gnu(setup, args);
+    }
+    // `cp --force --backup F F` copies F to its backup name (coreutils'
+    // tests/cp/backup-1.sh); `cp -b a~ a` would back `a` up onto its own
+    // source, and is refused (tests/cp/backup-is-src.sh).
+    let setup = "echo F > F; echo a > a; echo a-tilde > a~; mkdir d; echo d > d/F";
+    for args in [
+        &["--force", "--backup=simple", "--suffix=.b", "F", "F"][..],
+        &["-T", "--force", "--backup=simple", "--suffix=.b", "F", "F"],
+        &["-f", "--backup=numbered", "F", "F"],
+        &["-fbv", "d/F", "d/F"],
+        &["-b", "F", "F"],
+        &["-fb", "./F", "F"],
+        &["--b=simple", "a~", "a"],
+        &["-fb", "a~", "a"],
+        &["-b", "--suffix=.x", "a~", "a"],
+        &["--backup=numbered", "a~", "a"],
     ] {
         like_gnu(setup, args);
     }
@@ -830,6 +901,18 @@ fn attributes_only_copies_no_data_as_gnu_does() {
         &["--attributes-only", "f", "g"],
         &["--attributes-only", "-p", "f", "g"],
         &["--attributes-only", "-a", "s", "t"],
+    ] {
+        like_gnu(setup, args);
+    }
+    // Onto a file with two names, with -a: written into, not replaced, and
+    // a link is not put in its place unless asked (coreutils'
+    // tests/cp/attr-existing.sh).
+    let setup = "printf 1 > f; printf 2 > g; ln g g2; ln -s f l";
+    for args in [
+        &["-a", "--attributes-only", "f", "g"][..],
+        &["-a", "--attributes-only", "l", "g"],
+        &["-a", "--remove-destination", "--attributes-only", "l", "g"],
+        &["-af", "--attributes-only", "l", "g"],
     ] {
         like_gnu(setup, args);
     }
@@ -973,5 +1056,147 @@ fn existing_entries_in_trees_as_gnu_treats_them() {
         &["-ru", "s", "t"],
     ] {
         like_gnu(setup, args);
+    }
+}
+
+/// A directory reached again by (device, inode) is never entered: the
+/// source bind-mounted below the destination (the copy would otherwise
+/// nest `s/s/s/...` until the disk is full), also with `--parents`, and a
+/// source that holds itself through a bind mount. Each mount is made in a
+/// private mount namespace for the copy only; `timeout` bounds a runaway.
+#[test]
+fn a_directory_is_never_copied_into_itself_through_a_bind_mount() {
+    assert!(
+        root(),
+        "this test bind-mounts directories and needs root (CI runs as root)"
+    );
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "mkdir s m; echo hi > s/f",
+            "mount --bind s m",
+            &["-r", "s", "m/"],
+        ),
+        (
+            // No file beside `sub`: GNU stops the whole operand at the
+            // error, so what else it copied depends on the listing order.
+            "mkdir -p s/sub/deep m",
+            "mount --bind s m",
+            &["-r", "s", "m/sub/deep/"],
+        ),
+        (
+            "mkdir a m",
+            "mount --bind a m",
+            &["-r", "--parents", "a", "m"],
+        ),
+        (
+            "mkdir -p s/sub o; echo y > s/f",
+            "mount --bind s s/sub",
+            &["-r", "s", "o/"],
+        ),
+        (
+            "mkdir -p s/sub o; echo y > s/f",
+            "mount --bind s s/sub",
+            &["-a", "s", "o/a"],
+        ),
+        (
+            "mkdir -p s/sub o; echo y > s/f",
+            "mount --bind s s/sub",
+            &["-rx", "s", "o/"],
+        ),
+    ];
+    for (setup, mount, args) in cases {
+        let script = format!("{mount} && exec timeout 60 \"$0\" \"$@\"");
+        let prefix = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+        ];
+        let o = like_gnu_as(&prefix, setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}
+
+/// `-rL` with a link to a directory above the destination: the walk
+/// reaches the growing copy through it. GNU copies until the path is
+/// longer than `PATH_MAX`; blockio, which copies trees of any depth,
+/// refuses to enter its own copy instead (a bounded copy, and an error).
+#[test]
+fn dereferencing_a_link_to_an_ancestor_of_the_destination_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path();
+    fs::create_dir_all(w.join("x/s/a")).unwrap();
+    std::os::unix::fs::symlink("../..", w.join("x/s/a/up")).unwrap();
+    fs::write(w.join("x/s/f"), "hi\n").unwrap();
+    fs::write(w.join("x/other"), "o\n").unwrap();
+    let o = Command::new("timeout")
+        .args(["60", env!("CARGO_BIN_EXE_blockio"), "cp", "-rL", "s", "d"])
+        .current_dir(w.join("x"))
+        .output()
+        .unwrap();
+    let err = messages(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot copy a directory, 's', into itself, 'd'"),
+        "{err}"
+    );
+    assert!(
+        err.contains("cannot copy cyclic symbolic link 's/a/up/s'"),
+        "{err}"
+    );
+    let d = w.join("x/d");
+    assert_eq!(fs::read_to_string(d.join("a/up/other")).unwrap(), "o\n");
+    assert!(!d.join("a/up/d").exists(), "the copy was entered: {err}");
+    assert!(!d.join("a/up/s").exists(), "the cycle was entered: {err}");
+}
+
+/// `--preserve=links`: a destination refused as the source itself, or
+/// kept by `-i`, is not a copy, so the next name of the same file is
+/// copied anew rather than linked to it (before, `d/s/g` became a link of
+/// the source: writing to the copy wrote into the source).
+#[test]
+fn hard_links_are_never_made_to_a_destination_that_is_not_a_copy() {
+    let same = "mkdir -p s d/s; echo hi > s/f; ln s/f s/g; ln s/f d/s/f";
+    for (setup, args, input) in [
+        (same, &["-a", "s", "d"][..], ""),
+        (same, &["-r", "--preserve=links", "s", "d"], ""),
+        (
+            "mkdir -p s d/s; echo hi > s/f; ln s/f s/g; ln s/f d/s/f; echo other > d/s/g",
+            &["-a", "s", "d"],
+            "",
+        ),
+        (
+            "mkdir -p s d; echo hi > s/f; ln s/f s/g; ln s/f d/f",
+            &["-a", "s/.", "d/"],
+            "",
+        ),
+        (
+            "mkdir -p s d/s; echo F > s/f; ln s/f s/g; echo old > d/s/f",
+            &["-a", "-i", "s", "d"],
+            "n\n",
+        ),
+    ] {
+        like_gnu_with(&[], setup, args, input);
+    }
+}
+
+/// `-u` and `-i` judge an existing FIFO before opening it: the open waits
+/// for a reader, and before, with none, the copy never ended (`timeout`
+/// bounds that here).
+#[test]
+fn update_and_interactive_decide_before_opening_a_fifo() {
+    let setup = "echo new > f; mkfifo p; touch -d 2000-01-01 f; \
+                 mkdir s d; echo x > s/f; touch -d 2000-01-01 s/f; mkfifo d/f";
+    for (args, input) in [
+        (&["-u", "f", "p"][..], ""),
+        (&["-i", "f", "p"], "n\n"),
+        (&["-ru", "s/f", "d/"], ""),
+        (&["-ri", "s/.", "d/"], "n\n"),
+    ] {
+        let o = like_gnu_with(&["timeout", "20"], setup, args, input);
+        assert_eq!(o.code, Some(0), "{args:?}: {o:?}");
     }
 }

@@ -1,5 +1,5 @@
 //! Command lines read as GNU `getopt_long` reads them, for the tools
-//! `blockio` stands in for (`md5sum`, `cksum`, …): short options grouped
+//! `blockio` stands in for (`md5sum`, `cksum`, `cp`, …): short options grouped
 //! (`-bz`) with their argument attached or next (`-l128`, `-l 128`), long
 //! options abbreviated to any unambiguous prefix (`--stat`), `--opt=value`
 //! or `--opt value`, operands anywhere (unless `POSIXLY_CORRECT` is set),
@@ -19,6 +19,14 @@ pub struct Opt {
     pub long: Option<&'static str>,
     /// Whether it takes an argument.
     pub takes_arg: bool,
+    /// Whether that argument may be left out: then only `--opt=value`
+    /// gives one (`--backup[=CONTROL]`), as `getopt_long`'s
+    /// `optional_argument`.
+    pub arg_optional: bool,
+    /// Whether the long form is matched whole only, never as the
+    /// abbreviation of a prefix: a tool's own options beside a standard
+    /// set, which must not make a standard abbreviation ambiguous.
+    pub whole_only: bool,
 }
 
 impl Opt {
@@ -29,6 +37,8 @@ impl Opt {
             short,
             long,
             takes_arg: false,
+            arg_optional: false,
+            whole_only: false,
         }
     }
 
@@ -39,6 +49,28 @@ impl Opt {
             short,
             long,
             takes_arg: true,
+            arg_optional: false,
+            whole_only: false,
+        }
+    }
+
+    /// A long option whose argument may be left out (`--backup[=CONTROL]`).
+    pub const fn optional_arg(id: &'static str, long: &'static str) -> Opt {
+        Opt {
+            id,
+            short: None,
+            long: Some(long),
+            takes_arg: true,
+            arg_optional: true,
+            whole_only: false,
+        }
+    }
+
+    /// The same option, its long form matched whole only.
+    pub const fn whole_only(self) -> Opt {
+        Opt {
+            whole_only: true,
+            ..self
         }
     }
 }
@@ -90,6 +122,7 @@ fn read_into(args: &[OsString], opts: &[Opt], parsed: &mut Parsed) -> Result<(),
             let full = opt.long.unwrap_or_default();
             let value = match (opt.takes_arg, value) {
                 (true, Some(v)) => Some(OsStr::from_bytes(v).to_owned()),
+                (true, None) if opt.arg_optional => None,
                 (true, None) => match args.get(i) {
                     Some(v) => {
                         i += 1;
@@ -111,7 +144,7 @@ fn read_into(args: &[OsString], opts: &[Opt], parsed: &mut Parsed) -> Result<(),
                 let Some(opt) = opts.iter().find(|o| o.short == Some(c)) else {
                     return Err(format!("invalid option -- '{}'", escape_char(arg[k - 1])));
                 };
-                if !opt.takes_arg {
+                if !opt.takes_arg || (opt.arg_optional && k == arg.len()) {
                     parsed.opts.push((opt.id, None));
                     continue;
                 }
@@ -150,7 +183,11 @@ fn find_long<'o>(opts: &'o [Opt], name: &[u8], arg: &[u8]) -> Result<&'o Opt, St
     }
     let candidates: Vec<&Opt> = opts
         .iter()
-        .filter(|o| !name.is_empty() && o.long.is_some_and(|l| l.as_bytes().starts_with(name)))
+        .filter(|o| {
+            !name.is_empty()
+                && !o.whole_only
+                && o.long.is_some_and(|l| l.as_bytes().starts_with(name))
+        })
         .collect();
     match candidates.as_slice() {
         [] => Err(format!(
@@ -215,6 +252,34 @@ mod tests {
         let p = run(&["-l", "24", "-", "--length", "32"]).unwrap();
         assert_eq!(p.operands, vec![OsString::from("-")]);
         assert_eq!(p.opts.len(), 2);
+    }
+
+    #[test]
+    fn optional_arguments_and_whole_only_names() {
+        const OPTS: &[Opt] = &[
+            Opt::optional_arg("backup", "backup"),
+            Opt::flag("backup", Some('b'), None),
+            Opt::flag("bogus-free", None, Some("bold")).whole_only(),
+        ];
+        let args: Vec<OsString> = ["--backup", "x", "--backup=t", "--ba", "-b", "--bold"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let p = parse(&args, OPTS).unwrap();
+        assert_eq!(
+            p.opts,
+            vec![
+                ("backup", None),
+                ("backup", Some("t".into())),
+                ("backup", None),
+                ("backup", None),
+                ("bogus-free", None),
+            ]
+        );
+        assert_eq!(p.operands, vec![OsString::from("x")]);
+        // A whole-only name is no candidate for an abbreviation.
+        let bo: Vec<OsString> = vec!["--bo".into()];
+        assert_eq!(parse(&bo, OPTS).unwrap_err(), "unrecognized option '--bo'");
     }
 
     #[test]

@@ -303,15 +303,7 @@ fn hash_small(
 fn stream(engine: &Engine, file: &File, len: u64, opts: &SumOptions) -> io::Result<String> {
     // A sequential read: let the kernel read further ahead (advisory; a
     // failure changes nothing but speed).
-    // SAFETY: fadvise on an open descriptor has no memory effects.
-    unsafe {
-        libc::posix_fadvise(
-            std::os::fd::AsRawFd::as_raw_fd(file),
-            0,
-            0,
-            libc::POSIX_FADV_SEQUENTIAL,
-        );
-    }
+    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::Sequential);
     let depth = opts.depth.max(1);
     let block = opts.block.max(4096);
     // Filled blocks go to the hasher, emptied ones come back.
@@ -534,7 +526,8 @@ fn looks_cached(file: &File, len: u64) -> bool {
     let fd = std::os::fd::AsRawFd::as_raw_fd(file);
     // SAFETY: cachestat reads `range` and writes one `struct cachestat`
     // into `stat`; both are live, correctly laid out (repr(C), five u64)
-    // and outlive the synchronous call.
+    // and outlive the synchronous call. (A raw syscall: neither rustix nor
+    // libc wraps cachestat.)
     let rc = unsafe {
         libc::syscall(
             SYS_CACHESTAT,

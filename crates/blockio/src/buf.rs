@@ -4,11 +4,9 @@
 //! transparent huge pages (`MADV_HUGEPAGE`). An `O_DIRECT` request can carry
 //! only so many separate memory segments (254 on the project machine's
 //! virtio disk), so a 2 MiB read into scattered 4 KiB pages went to the
-//! device as 2 to 4 requests; from one huge page it is one. Measured with
-//! `blockio sum --algo xxh3` on a 2 GiB file, cold (2 MiB reads, 16 in
-//! flight, six alternating pairs): 1,030-1,054 requests and 0.89-0.98 s,
-//! against 1,377-2,463 requests and 1.50-1.88 s from ordinary pages; with
-//! BLAKE3, six shuffled rounds, median 0.94 s against 1.92 s. Where the
+//! device as 2 to 4 requests; from one huge page it is one, which made a
+//! cold read of a large file markedly faster (figures in
+//! `docs/benchmarks.md`, "Figures behind the code's choices"). Where the
 //! kernel has no huge page to give (or THP is off) the mapping is simply
 //! made of small pages, as before. Such a buffer takes whole huge pages:
 //! its length is rounded up to 2 MiB.
@@ -197,7 +195,10 @@ impl fmt::Debug for AlignedBuf {
     }
 }
 
-pub(crate) struct PoolInner {
+/// The pool's buffers, shared by every handle of one [`BufferPool`] and
+/// every [`PooledBuf`] taken from it: the region, its shape, and which
+/// buffers are free.
+pub(crate) struct PoolBuffers {
     region: AlignedBuf,
     buf_size: usize,
     count: usize,
@@ -205,7 +206,7 @@ pub(crate) struct PoolInner {
     available: Condvar,
 }
 
-impl PoolInner {
+impl PoolBuffers {
     /// Start address and length of the whole region.
     pub(crate) fn region(&self) -> (*mut u8, usize) {
         (self.region.ptr.as_ptr(), self.region.len)
@@ -239,14 +240,14 @@ impl PoolInner {
 /// Cloning the pool clones a handle to the same buffers.
 #[derive(Clone)]
 pub struct BufferPool {
-    inner: Arc<PoolInner>,
+    buffers: Arc<PoolBuffers>,
 }
 
 impl fmt::Debug for BufferPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BufferPool")
-            .field("count", &self.inner.count)
-            .field("buf_size", &self.inner.buf_size)
+            .field("count", &self.buffers.count)
+            .field("buf_size", &self.buffers.buf_size)
             .finish()
     }
 }
@@ -309,7 +310,7 @@ impl BufferPool {
             )
         })?;
         Ok(BufferPool {
-            inner: Arc::new(PoolInner {
+            buffers: Arc::new(PoolBuffers {
                 region,
                 buf_size: rounded,
                 count,
@@ -322,29 +323,29 @@ impl BufferPool {
     /// A free buffer, or `None` if all are in use.
     pub fn try_get(&self) -> Option<PooledBuf> {
         let index = self
-            .inner
+            .buffers
             .free
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pop()?;
         Some(PooledBuf {
-            pool: self.inner.clone(),
+            pool: self.buffers.clone(),
             index,
         })
     }
 
     /// A free buffer, waiting for one to be returned if all are in use.
     pub fn get(&self) -> PooledBuf {
-        let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = self.buffers.free.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(index) = free.pop() {
                 return PooledBuf {
-                    pool: self.inner.clone(),
+                    pool: self.buffers.clone(),
                     index,
                 };
             }
             free = self
-                .inner
+                .buffers
                 .available
                 .wait(free)
                 .unwrap_or_else(|e| e.into_inner());
@@ -353,13 +354,13 @@ impl BufferPool {
 
     /// Size of each buffer in bytes.
     pub fn buf_size(&self) -> usize {
-        self.inner.buf_size
+        self.buffers.buf_size
     }
 
     /// Buffers free right now (not handed out, and not held by an operation
     /// the kernel has yet to complete).
     pub fn available(&self) -> usize {
-        self.inner
+        self.buffers
             .free
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -368,17 +369,17 @@ impl BufferPool {
 
     /// Number of buffers.
     pub fn count(&self) -> usize {
-        self.inner.count
+        self.buffers.count
     }
 
-    pub(crate) fn inner(&self) -> &Arc<PoolInner> {
-        &self.inner
+    pub(crate) fn buffers(&self) -> &Arc<PoolBuffers> {
+        &self.buffers
     }
 }
 
 /// A buffer borrowed from a [`BufferPool`]; it goes back to the pool on drop.
 pub struct PooledBuf {
-    pool: Arc<PoolInner>,
+    pool: Arc<PoolBuffers>,
     index: u32,
 }
 
@@ -462,20 +463,20 @@ mod tests {
     #[test]
     fn a_range_has_a_buffer_index_only_when_one_buffer_wholly_holds_it() {
         let pool = BufferPool::new(3, 4096, 4096);
-        let inner = pool.inner();
-        let base = inner.region().0.cast_const();
+        let buffers = pool.buffers();
+        let base = buffers.region().0.cast_const();
         let at = |off: usize| base.wrapping_add(off);
-        assert_eq!(inner.index_of(at(0), 4096), Some(0));
-        assert_eq!(inner.index_of(at(4096 + 100), 3996), Some(1));
-        assert_eq!(inner.index_of(at(2 * 4096), 0), Some(2));
+        assert_eq!(buffers.index_of(at(0), 4096), Some(0));
+        assert_eq!(buffers.index_of(at(4096 + 100), 3996), Some(1));
+        assert_eq!(buffers.index_of(at(2 * 4096), 0), Some(2));
         // Straddling two buffers, or running past the last one.
-        assert_eq!(inner.index_of(at(4096 + 100), 3997), None);
-        assert_eq!(inner.index_of(at(2 * 4096 + 1), 4096), None);
-        assert_eq!(inner.index_of(at(0), usize::MAX), None);
+        assert_eq!(buffers.index_of(at(4096 + 100), 3997), None);
+        assert_eq!(buffers.index_of(at(2 * 4096 + 1), 4096), None);
+        assert_eq!(buffers.index_of(at(0), usize::MAX), None);
         // Outside the pool: below it, and (even empty) just past its end.
-        assert_eq!(inner.index_of(base.wrapping_sub(1), 1), None);
-        assert_eq!(inner.index_of(base.wrapping_sub(4096), 4096), None);
-        assert_eq!(inner.index_of(at(3 * 4096), 0), None);
-        assert_eq!(inner.index_of(at(5 * 4096), 16), None);
+        assert_eq!(buffers.index_of(base.wrapping_sub(1), 1), None);
+        assert_eq!(buffers.index_of(base.wrapping_sub(4096), 4096), None);
+        assert_eq!(buffers.index_of(at(3 * 4096), 0), None);
+        assert_eq!(buffers.index_of(at(5 * 4096), 16), None);
     }
 }

@@ -60,30 +60,25 @@
 pub mod aio;
 mod backend;
 mod buf;
-mod cached;
 mod direct;
 mod engine;
 mod error;
 mod kind;
-mod limit;
-mod meta;
 pub mod net;
 mod op;
 mod pool;
 mod ring;
-mod threads;
-mod uring;
 
 pub use backend::{Backend, BackendChoice, BACKEND_ENV, FALLBACK_REQUESTED};
 pub use buf::{AlignedBuf, BufferPool, PooledBuf};
-pub use cached::ReadPath;
 pub use direct::{device_supports_polling, Alignment, AlignmentSource, DirectFile};
-pub use engine::{Engine, EngineBuilder, EngineStats, RegisteredFile, MAX_REGISTERED_FILES};
+pub use engine::{
+    Engine, EngineBuilder, EngineStats, OpenRequest, PathAt, ProbeReport, ReadPath, RegisteredFile,
+    MAX_REGISTERED_FILES,
+};
 pub use error::{errno, OpError, PathError, Refusal};
 pub use kind::OpKind;
-pub use meta::{OpenRequest, PathAt};
 pub use op::{clear_ops, Op, RawTarget, Target};
-pub use uring::ProbeReport;
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]

@@ -1,12 +1,16 @@
-//! Ring setup, shared by every ring blockio creates: the flags a ring asks
-//! for, and the ladder that drops flags the kernel refuses until setup
-//! succeeds, so that an older or restricted kernel still gets a ring (and
-//! the caller learns which flags were dropped).
+//! What every ring blockio creates shares, in both engines: the flags a
+//! ring asks for, and the ladder that drops flags the kernel refuses until
+//! setup succeeds, so that an older or restricted kernel still gets a ring
+//! (and the caller learns which flags were dropped); an operation's
+//! submission entry; and the wait that aborts rather than unwinds.
 
 use std::io;
 use std::os::fd::RawFd;
 
-use io_uring::IoUring;
+use io_uring::{squeue, IoUring};
+
+use crate::buf::PoolBuffers;
+use crate::op::Op;
 
 /// The setup flags a ring asks for. The completion queue always has
 /// `2 * entries` slots.
@@ -134,6 +138,26 @@ pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
         .map(|p| p.parse::<u32>().unwrap_or(0));
     let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     (ma, mi) >= (major, minor)
+}
+
+/// The submission entry of `op`, tagged with `ud`: on the registered-file
+/// `slot` when the caller found one for it (the sync engine's file table
+/// decides; the async engine has none), else on its own descriptor, with
+/// its buffer's registered index when the buffer comes from `bufs`.
+pub(crate) fn build_entry(
+    op: &Op<'_>,
+    ud: u64,
+    bufs: Option<&PoolBuffers>,
+    slot: Option<u32>,
+) -> squeue::Entry {
+    match slot {
+        Some(slot) => op
+            .action
+            .entry(slot as RawFd, bufs)
+            .flags(squeue::Flags::FIXED_FILE),
+        None => op.action.entry(op.fd, bufs),
+    }
+    .user_data(ud)
 }
 
 #[cfg(test)]

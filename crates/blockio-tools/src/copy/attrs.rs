@@ -52,74 +52,63 @@ pub(crate) fn set_attrs_at(
     xattrs_from: Option<(Node, bool)>,
     keep: &super::Preserve,
 ) -> io::Result<()> {
+    use rustix::fs::{chmodat, chownat, fchmod, futimens, utimensat, AtFlags, Mode, Timestamps};
+    use rustix::process::{Gid, Uid};
     let flags = if name.is_empty() {
-        libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW
     } else {
-        libc::AT_SYMLINK_NOFOLLOW
+        AtFlags::SYMLINK_NOFOLLOW
     };
-    let fd = dir.as_fd().as_raw_fd();
+    let gid = Some(Gid::from_raw(st.stx_gid));
     let mut special_bits = 0o7777;
-    let chown = || {
-        // SAFETY: a valid fd and a NUL-terminated name; no memory is
-        // written.
-        unsafe { libc::fchownat(fd, name.as_ptr(), st.stx_uid, st.stx_gid, flags) }
-    };
-    if keep.ownership && chown() != 0 {
-        let e = io::Error::last_os_error();
-        if !matches!(e.raw_os_error(), Some(libc::EPERM | libc::EINVAL)) {
-            return Err(e);
+    if keep.ownership {
+        if let Err(e) = chownat(dir, name, Some(Uid::from_raw(st.stx_uid)), gid, flags) {
+            if !matches!(e, Errno::PERM | Errno::INVAL) {
+                return Err(e.into());
+            }
+            // The owner cannot be kept: the group may be (a failure here
+            // leaves the copier's group, as cp does), and the copy, owned by
+            // the copier, must not be set-user-ID, set-group-ID or sticky.
+            let _ = chownat(dir, name, None, gid, flags);
+            // As GNU `cp`: a directory keeps its sticky bit (it restricts who
+            // may remove names in it, whoever owns it), and a FIFO or device,
+            // which nothing executes, keeps its bits.
+            special_bits = match u32::from(st.stx_mode) & libc::S_IFMT {
+                libc::S_IFREG => 0o777,
+                libc::S_IFDIR => 0o1777,
+                _ => 0o7777,
+            };
         }
-        // The owner cannot be kept: the group may be (a failure here
-        // leaves the copier's group, as cp does), and the copy, owned by
-        // the copier, must not be set-user-ID, set-group-ID or sticky.
-        // SAFETY: as above; `u32::MAX` (-1) leaves the owner as it is.
-        unsafe { libc::fchownat(fd, name.as_ptr(), u32::MAX, st.stx_gid, flags) };
-        // As GNU `cp`: a directory keeps its sticky bit (it restricts who
-        // may remove names in it, whoever owns it), and a FIFO or device,
-        // which nothing executes, keeps its bits.
-        special_bits = match u32::from(st.stx_mode) & libc::S_IFMT {
-            libc::S_IFREG => 0o777,
-            libc::S_IFDIR => 0o1777,
-            _ => 0o7777,
-        };
     }
     if let Some((src, inherits)) = xattrs_from.filter(|_| keep.xattr || keep.mode) {
         copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits, keep)?;
     }
     let is_link = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
     if let Some(mode) = chmod.filter(|_| !is_link && keep.mode) {
-        // SAFETY: as above.
-        let rc = unsafe {
-            if name.is_empty() {
-                libc::fchmod(fd, mode & special_bits)
-            } else {
-                libc::fchmodat(fd, name.as_ptr(), mode & special_bits, 0)
-            }
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
+        let mode = Mode::from_raw_mode(mode & special_bits);
+        if name.is_empty() {
+            fchmod(dir, mode)?;
+        } else {
+            chmodat(dir, name, mode, AtFlags::empty())?;
         }
     }
     if !keep.timestamps {
         return Ok(());
     }
-    let times = [ts(&st.stx_atime), ts(&st.stx_mtime)];
-    // SAFETY: as above; `times` lives on the stack across the call.
-    let rc = unsafe {
-        if name.is_empty() {
-            libc::futimens(fd, times.as_ptr())
-        } else {
-            libc::utimensat(fd, name.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
-        }
+    let times = Timestamps {
+        last_access: ts(&st.stx_atime),
+        last_modification: ts(&st.stx_mtime),
     };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    if name.is_empty() {
+        futimens(dir, &times)?;
+    } else {
+        utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW)?;
     }
     Ok(())
 }
 
-fn ts(t: &libc::statx_timestamp) -> libc::timespec {
-    libc::timespec {
+fn ts(t: &libc::statx_timestamp) -> rustix::fs::Timespec {
+    rustix::fs::Timespec {
         tv_sec: t.tv_sec,
         tv_nsec: i64::from(t.tv_nsec),
     }

@@ -130,8 +130,8 @@ fn choose_paths(opts: &CopyOptions, jobs: &mut [Job<'_>]) -> Vec<bool> {
         })
         .collect();
     for (j, _) in jobs.iter().zip(&ranged).filter(|(j, &r)| r || j.direct) {
-        // SAFETY: fadvise on an open descriptor has no memory effects.
-        unsafe { libc::posix_fadvise(j.src.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
+        // Advisory: a failure changes nothing but speed.
+        let _ = rustix::fs::fadvise(&j.src, 0, None, rustix::fs::Advice::WillNeed);
     }
     ranged
 }
@@ -264,12 +264,8 @@ fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
             None
         };
         if let Some((len, what)) = resize {
-            // SAFETY: a valid fd.
-            if unsafe { libc::ftruncate(j.dst.as_raw_fd(), len as i64) } != 0 {
-                j.failed = Some((
-                    format!("cannot {what} {}", quote(&dst)),
-                    io::Error::last_os_error(),
-                ));
+            if let Err(e) = rustix::fs::ftruncate(&j.dst, len) {
+                j.failed = Some((format!("cannot {what} {}", quote(&dst)), e.into()));
                 continue;
             }
         }
@@ -449,11 +445,7 @@ fn create_all<'g>(
     turn.created(opened.len() as u64);
     for (e, src) in opened {
         match create_dst(ctx, pair, e) {
-            Ok(Some(mut dst)) => {
-                let stream = match existing(ctx, pair, e, &mut dst) {
-                    Some(stream) => stream,
-                    None => continue,
-                };
+            Ok(Some((dst, stream))) => {
                 if ctx.opts.verbose {
                     let dst_path = pair.dst_of(&e.dst_name);
                     if dst.removed {
@@ -492,7 +484,16 @@ fn create_all<'g>(
 /// replaced by a new one rather than written into, as GNU does: its other
 /// names keep what they held, and two sources copied onto two names of one
 /// file stay two files.
-fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &mut at::Dest) -> Option<bool> {
+///
+/// `decided`: `-u`/`-i` already chose to overwrite it (see
+/// [`fifo_kept`]), so they are not asked again.
+fn existing(
+    ctx: &Ctx<'_>,
+    dirs: &DirPair,
+    e: &Entry,
+    dst: &mut at::Dest,
+    decided: bool,
+) -> Option<bool> {
     if dst.created {
         return Some(false);
     }
@@ -518,12 +519,13 @@ fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &mut at::Dest) -> Opt
         ctx.errors.report(what, None);
         return None;
     }
-    if super::keep_existing(ctx.opts, super::mtime(&e.st), super::mtime(&st), &path()) {
+    if !decided && super::keep_existing(ctx.opts, super::mtime(&e.st), super::mtime(&st), &path()) {
         ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
         return None;
     }
     let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
-    if regular && ctx.opts.preserve.links && st.stx_nlink > 1 {
+    // Not with `--attributes-only`, which writes no data, as GNU's.
+    if regular && ctx.opts.preserve.links && st.stx_nlink > 1 && !ctx.opts.attributes_only {
         let made = at::unlink(&dirs.dst, &e.dst_name).and_then(|()| {
             at::create(
                 &dirs.dst,
@@ -553,9 +555,8 @@ fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &mut at::Dest) -> Opt
     if ctx.opts.attributes_only {
         return Some(false);
     }
-    // SAFETY: a valid fd; no memory is passed.
-    if unsafe { libc::ftruncate(dst.fd.as_raw_fd(), 0) } != 0 {
-        let err = io::Error::last_os_error();
+    if let Err(err) = rustix::fs::ftruncate(&dst.fd, 0) {
+        let err = io::Error::from(err);
         ctx.errors
             .report(format!("cannot truncate {}", quote(&path())), Some(err));
         return None;
@@ -577,9 +578,15 @@ fn create_mode(opts: &CopyOptions, e: &Entry) -> u32 {
     }
 }
 
-/// Creates (or opens, to overwrite) the copy of `e`; `None` when it was made a hard
-/// link to an earlier copy of the same file (`-a`), which needs no data.
-fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Option<at::Dest>> {
+/// Creates (or opens, to overwrite: see [`existing`]) the copy of `e`,
+/// with whether it is written as a stream; `None` when there is nothing
+/// to write: it was made a hard link to an earlier copy of the same file
+/// (`-a`), or the existing destination is refused or kept (reported).
+fn create_dst(
+    ctx: &Ctx<'_>,
+    pair: &Arc<DirPair>,
+    e: &Entry,
+) -> io::Result<Option<(at::Dest, bool)>> {
     let opts = ctx.opts;
     let excl = opts.no_clobber || opts.update == super::Update::None;
     let mode = create_mode(opts, e);
@@ -588,10 +595,29 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
         if kept(ctx, pair, e)? {
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
         }
+        if super::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, &e.dst_name) {
+            let what = format!(
+                "backing up {} might destroy source;  {} not copied",
+                quote(&pair.dst_of(&e.dst_name)),
+                quote(&pair.src_of(&e.src_name))
+            );
+            ctx.errors.report(what, None);
+            return Ok(None);
+        }
         backup = super::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name)?;
     } else if opts.remove_destination && !excl {
         remove_destination(ctx, pair, e)?;
     }
+    // An existing FIFO is judged by `-u`/`-i` before it is opened: the
+    // open waits for a reader, possibly for ever.
+    let decided = match fifo_kept(ctx, pair, e, excl) {
+        Some(true) => {
+            ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        Some(false) => true,
+        None => false,
+    };
     let create = || {
         if e.follow_dst {
             at::create_following(&pair.dst, &e.dst_name, excl, mode, opts.force)
@@ -608,7 +634,8 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
     // With `-L` two links to one file are two names of it too, as GNU
     // sees them.
     if !(ctx.opts.preserve.links && (e.st.stx_nlink > 1 || e.follow_src)) {
-        return create().map(Some);
+        let mut dst = create()?;
+        return Ok(existing(ctx, pair, e, &mut dst, decided).map(|stream| (dst, stream)));
     }
     // Held while the first copy is created, so a second name of the file
     // never links to a copy that does not exist yet.
@@ -650,9 +677,37 @@ fn create_dst(ctx: &Ctx<'_>, pair: &Arc<DirPair>, e: &Entry) -> io::Result<Optio
         ctx.progress.files.fetch_add(1, Ordering::Relaxed);
         return Ok(None);
     }
-    let dst = create()?;
+    let mut dst = create()?;
+    // Only a copy is linked to: an existing destination that is the
+    // source itself, or that `-i`/`-u` keep, is not one, and the next
+    // name of the file is copied anew.
+    let Some(stream) = existing(ctx, pair, e, &mut dst, decided) else {
+        return Ok(None);
+    };
     links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
-    Ok(Some(dst))
+    Ok(Some((dst, stream)))
+}
+
+/// With `-u` or `-i`, when the destination is an existing FIFO: whether
+/// it is kept (`Some(true)`), or to be overwritten (`Some(false)`, asked
+/// already); `None` when there is no FIFO to judge, or nothing to ask.
+fn fifo_kept(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> Option<bool> {
+    let opts = ctx.opts;
+    if excl || (opts.update == super::Update::All && opts.ask.is_none()) {
+        return None;
+    }
+    let flags = if e.follow_dst {
+        rustix::fs::AtFlags::empty()
+    } else {
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+    };
+    let st = rustix::fs::statat(&pair.dst, e.dst_name.as_c_str(), flags).ok()?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Fifo {
+        return None;
+    }
+    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+    let dst = pair.dst_of(&e.dst_name);
+    Some(super::keep_existing(opts, super::mtime(&e.st), mtime, &dst))
 }
 
 /// Whether an existing destination (not a directory) that is about to be
@@ -712,8 +767,9 @@ fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
             return;
         }
         Some(libc::EISDIR) => {
-            // `-u` looks at the times first, as GNU's does.
-            let kept = ctx.opts.update == super::Update::Older
+            // `-u` looks at the times first, and `-i` asks, as GNU's do,
+            // before saying a directory is in the way.
+            let kept = (ctx.opts.update == super::Update::Older || ctx.opts.ask.is_some())
                 && rustix::fs::statat(
                     &dirs.dst,
                     e.dst_name.as_c_str(),
@@ -744,6 +800,19 @@ fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
                 // Found before GNU says what it copies, as here.
                 format!(
                     "{} and {} are the same file",
+                    quote(&dirs.src_of(&e.src_name)),
+                    quote(&dst)
+                )
+            } else if ctx
+                .made_links
+                .lock()
+                .expect("made links lock")
+                .contains(&dst)
+            {
+                // A link this copy made (`cp -dR a/1 b/1 c`, both named
+                // `1`): GNU's words.
+                format!(
+                    "will not copy {} through just-created symlink {}",
                     quote(&dirs.src_of(&e.src_name)),
                     quote(&dst)
                 )
@@ -959,20 +1028,19 @@ fn slot_len(len: usize) -> usize {
 /// once. Returns false (the copy stays buffered) where the file system
 /// refuses `O_DIRECT` or needs a coarser alignment than `SLOT_ALIGN`.
 fn go_direct(fd: &OwnedFd) -> bool {
-    // SAFETY: F_GETFL/F_SETFL on a valid fd have no memory effects.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+    let Ok(flags) = fcntl_getfl(fd) else {
         return false;
-    }
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_DIRECT) } != 0 {
+    };
+    if fcntl_setfl(fd, flags | OFlags::DIRECT).is_err() {
         return false;
     }
     match blockio::Alignment::of(fd) {
         Ok((a, _)) if a.max() <= SLOT_ALIGN && SLOT_ALIGN % a.max() == 0 => true,
         _ => {
-            // SAFETY: as above.
-            unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags) };
+            // Back to buffered writes; if even that fails, the writes
+            // report it.
+            let _ = fcntl_setfl(fd, flags);
             false
         }
     }
@@ -1029,14 +1097,10 @@ fn copy_to_eof(j: &Job<'_>, progress: &Progress) -> Result<u64, (Side, io::Error
 /// One `read` at the file's position, retried when interrupted.
 fn read_some(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
     loop {
-        // SAFETY: the pointer and length come from the live slice `buf`.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match rustix::io::read(fd, &mut *buf) {
+            Ok(n) => return Ok(n),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -1044,17 +1108,11 @@ fn read_some(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
 /// Writes all of `buf` at the file's position.
 fn write_all(fd: &OwnedFd, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
-        // SAFETY: the pointer and length come from the live slice `buf`.
-        let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
-        match n {
-            0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-            n if n > 0 => buf = &buf[n as usize..],
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
+        match rustix::io::write(fd, buf) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => buf = &buf[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
@@ -1063,24 +1121,11 @@ fn write_all(fd: &OwnedFd, mut buf: &[u8]) -> io::Result<()> {
 /// Finishes a short read; the bytes read in all (fewer at end of file).
 fn read_full(fd: &OwnedFd, offset: u64, buf: &mut [u8], mut done: usize) -> io::Result<usize> {
     while done < buf.len() {
-        // SAFETY: the pointer and length come from the live slice `buf`.
-        let n = unsafe {
-            libc::pread(
-                fd.as_raw_fd(),
-                buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
-                (offset + done as u64) as i64,
-            )
-        };
-        match n {
-            0 => break,
-            n if n > 0 => done += n as usize,
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
+        match rustix::io::pread(fd, &mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(done)
@@ -1112,24 +1157,11 @@ fn write_skipping_zeros(fd: &OwnedFd, offset: u64, buf: &[u8]) -> io::Result<()>
 /// Finishes a short write.
 fn write_full(fd: &OwnedFd, offset: u64, buf: &[u8], mut done: usize) -> io::Result<()> {
     while done < buf.len() {
-        // SAFETY: the pointer and length come from the live slice `buf`.
-        let n = unsafe {
-            libc::pwrite(
-                fd.as_raw_fd(),
-                buf[done..].as_ptr().cast(),
-                buf.len() - done,
-                (offset + done as u64) as i64,
-            )
-        };
-        match n {
-            0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-            n if n > 0 => done += n as usize,
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
+        match rustix::io::pwrite(fd, &buf[done..], offset + done as u64) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => done += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
@@ -1150,27 +1182,20 @@ fn extents(fd: &OwnedFd, opts: &CopyOptions, e: &Entry) -> Vec<(u64, u64)> {
     }
     let mut out = Vec::new();
     let mut pos = 0u64;
+    // The seeks move the file position, which the copy (by pread) never
+    // uses.
+    use rustix::fs::{seek, SeekFrom};
     while pos < size {
-        // SAFETY: lseek on a valid fd; the copy reads with pread, so the
-        // file position it moves is not used.
-        let data = unsafe { libc::lseek(fd.as_raw_fd(), pos as i64, libc::SEEK_DATA) };
-        if data < 0 {
-            if io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
-                break; // only a hole is left
-            }
-            return vec![(0, size)]; // no SEEK_DATA here: copy it all
-        }
-        // SAFETY: as above.
-        let hole = unsafe { libc::lseek(fd.as_raw_fd(), data, libc::SEEK_HOLE) };
-        let end = if hole < 0 {
-            size
-        } else {
-            (hole as u64).min(size)
+        let data = match seek(fd, SeekFrom::Data(pos)) {
+            Ok(data) => data,
+            Err(rustix::io::Errno::NXIO) => break, // only a hole is left
+            Err(_) => return vec![(0, size)],      // no SEEK_DATA here: copy it all
         };
-        if end <= data as u64 {
+        let end = seek(fd, SeekFrom::Hole(data)).map_or(size, |hole| hole.min(size));
+        if end <= data {
             break;
         }
-        out.push((data as u64, end));
+        out.push((data, end));
         pos = end;
     }
     out
@@ -1184,29 +1209,23 @@ fn copy_range(j: &Job<'_>, durable: bool, progress: &Progress) -> io::Result<boo
     let size = j.e.st.stx_size;
     let mut off = 0u64;
     while off < size {
-        let (mut off_in, mut off_out) = (off as i64, off as i64);
+        let (mut off_in, mut off_out) = (off, off);
         let want = ((size - off) as usize).min(STEP);
-        // SAFETY: valid fds and pointers to two local offsets.
-        let n = unsafe {
-            libc::copy_file_range(
-                j.src.as_raw_fd(),
-                &mut off_in,
-                j.dst.as_raw_fd(),
-                &mut off_out,
-                want,
-                0,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EXDEV | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS) if off == 0 => {
-                    return Ok(false)
-                }
-                _ => return Err(e),
+        use rustix::io::Errno;
+        let n = match rustix::fs::copy_file_range(
+            &j.src,
+            Some(&mut off_in),
+            &j.dst,
+            Some(&mut off_out),
+            want,
+        ) {
+            Ok(n) => n,
+            Err(Errno::INTR) => continue,
+            Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS) if off == 0 => {
+                return Ok(false)
             }
-        }
+            Err(e) => return Err(e.into()),
+        };
         if n == 0 {
             break; // the file shrank: copy what there was, like cp
         }
@@ -1224,7 +1243,8 @@ fn copy_range(j: &Job<'_>, durable: bool, progress: &Progress) -> io::Result<boo
 /// write-back overlaps the reads of the next wave and the final fsync has
 /// little left to do. Advisory: a failure here shows up at the fsync.
 fn start_writeback(fd: &OwnedFd, offset: u64, len: usize) {
-    // SAFETY: a valid fd; no memory is passed.
+    // SAFETY: a valid fd; no memory is passed. (libc: rustix has no
+    // sync_file_range.)
     unsafe {
         libc::sync_file_range(
             fd.as_raw_fd(),
@@ -1253,24 +1273,9 @@ fn first_wave(sizes: impl Iterator<Item = u64>, wave: u64) -> usize {
 
 /// The attributes of an open file.
 fn fstat(fd: &OwnedFd) -> io::Result<libc::statx> {
-    // SAFETY: `statx` is plain old data; all zeroes is a valid value.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid fd, an empty NUL-terminated path with AT_EMPTY_PATH,
-    // and a pointer to a local statx the kernel fills in.
-    let r = unsafe {
-        libc::statx(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_BASIC_STATS,
-            &mut st,
-        )
-    };
-    if r == 0 {
-        Ok(st)
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    use rustix::fs::{statx, AtFlags, StatxFlags};
+    let st = statx(fd, c"", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)?;
+    Ok(Entry::statx_of(&st))
 }
 
 /// An error for every file of a batch that failed as a whole.

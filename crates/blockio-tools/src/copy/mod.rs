@@ -48,7 +48,20 @@
 //! permitted), times, hard links and extended attributes. A directory is
 //! never copied into itself, and a file never onto itself (through links
 //! or hard links: GNU's `same_file_ok` rule on the command line, the
-//! opened destination's inode inside a tree). An existing FIFO or device
+//! opened destination's inode inside a tree).
+//!
+//! Directories are recognised by (device, inode), not by path: a source
+//! directory that is one of the copy's own destination directories (the
+//! source bind-mounted below the destination, or with `-L` a link to an
+//! ancestor of the destination) is "cannot copy a directory, S, into
+//! itself, D" and is not entered, and without `-L` a directory met twice
+//! (a bind mount of a directory inside itself) is GNU's "will not create
+//! hard link ... to directory". Two differences from GNU, both because
+//! the copy has no depth limit (GNU's ends at `PATH_MAX`): with `-L`, GNU
+//! copies its own copy again until the path is too long, and blockio
+//! refuses at once; after "into itself", GNU abandons the rest of that
+//! operand (what it had copied by then depends on the order it read the
+//! directories in), and blockio skips only that directory. An existing FIFO or device
 //! at the destination is written into, never replaced. An error on one
 //! file is reported with its path and the copy goes on; a file the copy
 //! created that failed part-way is removed, and the error says so (a file
@@ -406,6 +419,11 @@ pub fn copy(
             opts.block, opts.wave, opts.group, opts.threads
         )));
     }
+    let itself = backup_of_itself(sources, dest, opts);
+    let (dest, opts) = match &itself {
+        Some((backup, opts)) => (backup.as_path(), opts),
+        None => (dest, opts),
+    };
     let dest_meta = std::fs::metadata(dest);
     let dest_is_dir = !opts.no_target_directory && dest_meta.as_ref().is_ok_and(|m| m.is_dir());
     if sources.len() > 1 && !dest_is_dir {
@@ -414,17 +432,35 @@ pub fn copy(
             Ok(_) => format!("target {} is not a directory", quote(dest)),
         }));
     }
+    // A destination the copier may not look at (a link into a directory it
+    // may not search): GNU's "cannot stat", and nothing is copied.
+    if let Err(e) = &dest_meta {
+        if e.raw_os_error() == Some(libc::EACCES) {
+            let what = format!("cannot stat {}", quote(dest));
+            Errors {
+                progress,
+                sink: on_error,
+            }
+            .report(what, Some(io::Error::from_raw_os_error(libc::EACCES)));
+            return Ok(CopyReport {
+                errors: progress.errors.load(Ordering::Relaxed),
+                ..CopyReport::default()
+            });
+        }
+    }
     raise_fd_limit();
     let started = std::time::Instant::now();
     let engine = blockio::Engine::builder().queue_depth(256).build()?;
     let mut report = tree::run(
         &engine,
-        sources,
-        dest,
-        dest_is_dir,
-        opts,
-        progress,
-        on_error,
+        &tree::Request {
+            sources,
+            dest,
+            dest_is_dir,
+            opts,
+            progress,
+            on_error,
+        },
     );
     report.seconds = started.elapsed().as_secs_f64();
     report.errors = progress.errors.load(Ordering::Relaxed);
@@ -441,13 +477,14 @@ fn usage(msg: String) -> io::Error {
 /// of files in flight is well under it either way, but a tree with long
 /// chains of directories keeps a few open per level.
 fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
-    unsafe {
-        let mut lim: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max.min(1 << 20);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    // `None` is unlimited; the soft limit goes up to 2^20 at most.
+    let want = lim.maximum.unwrap_or(u64::MAX).min(1 << 20);
+    if lim.current.is_some_and(|cur| cur < want) {
+        lim.current = Some(want);
+        // Best effort: the copy runs within the old limit too.
+        let _ = setrlimit(Resource::Nofile, lim);
     }
 }
 
@@ -482,6 +519,55 @@ pub(crate) fn make_backup(
     dir_path: &Path,
     name: &std::ffi::CStr,
 ) -> io::Result<Option<PathBuf>> {
+    let Some(backup) = backup_name(opts, dir, name)? else {
+        return Ok(None);
+    };
+    rustix::fs::renameat(dir, name, dir, cname(&backup))?;
+    Ok(Some(dir_path.join(backup)))
+}
+
+/// Whether keeping `dst_name` in `dst_dir` aside (`-b`) would replace the
+/// source, whose name is `src_name` and whose (device, inode) is `src`:
+/// `cp -b a~ a`, where the backup of `a` is `a~`. GNU `cp` refuses that
+/// copy ("backing up 'a' might destroy source"), by the same test: the
+/// source's name is the destination's with the backup suffix, and that
+/// name in the destination's directory is the source.
+pub(crate) fn backup_is_source(
+    opts: &CopyOptions,
+    src_name: &std::ffi::CStr,
+    src: (u64, u64),
+    dst_dir: &std::fs::File,
+    dst_name: &std::ffi::CStr,
+) -> bool {
+    let src_base = src_name
+        .to_bytes()
+        .rsplit(|&b| b == b'/')
+        .next()
+        .unwrap_or_default();
+    let dst_base = dst_name
+        .to_bytes()
+        .rsplit(|&b| b == b'/')
+        .next()
+        .unwrap_or_default();
+    let suffix = opts.suffix.as_bytes();
+    // A numbered backup takes a new name, never the source's.
+    if opts.backup == Backup::Numbered || src_base.strip_suffix(suffix) != Some(dst_base) {
+        return false;
+    }
+    let mut backup = dst_name.to_bytes().to_vec();
+    backup.extend_from_slice(suffix);
+    let backup = cname(std::ffi::OsStr::from_bytes(&backup));
+    rustix::fs::statat(dst_dir, &backup, rustix::fs::AtFlags::empty())
+        .is_ok_and(|st| (st.st_dev, st.st_ino) == src)
+}
+
+/// The name `name` in `dir` is kept aside under by `-b` (`None`: no backup
+/// is made, for no `-b`, no such name, or a directory).
+fn backup_name(
+    opts: &CopyOptions,
+    dir: &std::fs::File,
+    name: &std::ffi::CStr,
+) -> io::Result<Option<std::ffi::OsString>> {
     use std::os::unix::ffi::OsStringExt;
     let st = match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => st,
@@ -524,9 +610,37 @@ pub(crate) fn make_backup(
         Some(n) => backup.extend_from_slice(format!(".~{n}~").as_bytes()),
         None => backup.extend_from_slice(opts.suffix.as_bytes()),
     }
-    let backup = std::ffi::OsString::from_vec(backup);
-    rustix::fs::renameat(dir, name, dir, cname(&backup))?;
-    Ok(Some(dir_path.join(backup)))
+    Ok(Some(std::ffi::OsString::from_vec(backup)))
+}
+
+/// As GNU `cp`: `cp --force --backup F F`, one existing regular file named
+/// by the same string on both sides, copies `F` to its backup name (a
+/// plain copy, with no backup of its own), where the same-file rule
+/// would refuse.
+fn backup_of_itself(
+    sources: &[PathBuf],
+    dest: &Path,
+    opts: &CopyOptions,
+) -> Option<(PathBuf, CopyOptions)> {
+    let [src] = sources else { return None };
+    if !opts.force || opts.backup == Backup::None || src.as_os_str() != dest.as_os_str() {
+        return None;
+    }
+    if !std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
+    let parent = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = std::fs::File::open(parent).ok()?;
+    let name = cname(dest.file_name()?);
+    let backup = backup_name(opts, &dir, &name).ok()??;
+    let opts = CopyOptions {
+        backup: Backup::None,
+        ..opts.clone()
+    };
+    Some((dest.with_file_name(backup), opts))
 }
 
 /// A modification time: seconds and nanoseconds.

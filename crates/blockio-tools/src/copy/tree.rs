@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::ffi::{CStr, OsStr};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -43,15 +43,33 @@ struct Fixup {
     chmod: Option<u32>,
 }
 
-pub(crate) fn run(
-    engine: &Engine,
-    sources: &[PathBuf],
-    dest: &Path,
-    dest_is_dir: bool,
-    opts: &CopyOptions,
-    progress: &Progress,
-    on_error: &(dyn Fn(&super::CopyError) + Sync),
-) -> CopyReport {
+/// One copy to run: what goes where, how, and where progress and errors
+/// go.
+pub(crate) struct Request<'a> {
+    /// The source operands, in order.
+    pub sources: &'a [PathBuf],
+    /// The destination operand.
+    pub dest: &'a Path,
+    /// Whether `dest` is a directory the sources are copied into (else the
+    /// one source is copied to `dest` itself).
+    pub dest_is_dir: bool,
+    /// How to copy.
+    pub opts: &'a CopyOptions,
+    /// The counters the copy advances as it goes.
+    pub progress: &'a Progress,
+    /// Called for each path that fails, from any thread.
+    pub on_error: &'a (dyn Fn(&super::CopyError) + Sync),
+}
+
+pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
+    let &Request {
+        sources,
+        dest,
+        dest_is_dir,
+        opts,
+        progress,
+        on_error,
+    } = req;
     let errors = Errors {
         progress,
         sink: on_error,
@@ -64,6 +82,7 @@ pub(crate) fn run(
             errors: &errors,
             counts: Counts::default(),
             links: Default::default(),
+            made_links: Default::default(),
             creators: super::creators::Creators::new(opts.threads),
             umask: current_umask(),
         },
@@ -71,6 +90,8 @@ pub(crate) fn run(
         fixups: Mutex::new(Vec::new()),
         filesystems: Mutex::new(Vec::new()),
         operands_seen: Mutex::default(),
+        dest_dirs: Mutex::default(),
+        src_dirs: Mutex::default(),
     };
     for src in sources {
         walker.operand(src, dest, dest_is_dir);
@@ -131,6 +152,8 @@ struct DirTask {
     at: DirAt,
     /// With `-L`: the source directories above this one.
     chain: Option<Arc<Chain>>,
+    /// The operand and its copy (see `DirPair::top`).
+    top: Arc<(PathBuf, PathBuf)>,
 }
 
 impl Work {
@@ -199,13 +222,11 @@ impl Drop for Running<'_> {
 }
 
 fn current_umask() -> u32 {
-    // SAFETY: umask cannot fail; it is set back at once (before any worker
-    // creates a file).
-    unsafe {
-        let m = libc::umask(0o022);
-        libc::umask(m);
-        m
-    }
+    use rustix::fs::Mode;
+    // Set back at once, before any worker creates a file.
+    let m = rustix::process::umask(Mode::from_raw_mode(0o022));
+    rustix::process::umask(m);
+    m.bits()
 }
 
 struct Walker<'a> {
@@ -221,6 +242,15 @@ struct Walker<'a> {
     /// inode) of the file, of its directory, and its name there (`f` and
     /// `./f` are one entry, a hard link `h` of `f` another).
     operands_seen: Mutex<std::collections::HashSet<OperandKey>>,
+    /// The (device, inode) of every destination directory walked so far
+    /// (made by the copy or merged into). A source directory among them
+    /// is the copy itself, reached through a bind mount or, with `-L`, a
+    /// link: entering it would copy the copy for ever.
+    dest_dirs: Mutex<std::collections::HashSet<(u64, u64)>>,
+    /// The source directories entered so far, by (device, inode), with
+    /// the path of their copy: met again without `-L` (a bind mount of a
+    /// directory inside itself), one is not copied twice.
+    src_dirs: Mutex<std::collections::HashMap<(u64, u64), PathBuf>>,
 }
 
 /// An operand as a directory entry: see `Walker::operands_seen`.
@@ -294,6 +324,7 @@ impl Walker<'_> {
                             follow_dst: true,
                         },
                         chain: None,
+                        top: Arc::new((src.clone(), dst.clone())),
                     };
                     self.dir_made(task, &st, true, false);
                 }
@@ -370,7 +401,8 @@ impl Walker<'_> {
                 }
                 dest.join(rel)
             }
-            (true, b".") => dest.to_path_buf(),
+            // `cp -r s/. d` names what it copies `d/./...`, as GNU does.
+            (true, b".") => dest.join("."),
             (true, _) => dest.join(OsStr::from_bytes(src_name.to_bytes())),
             (false, _) => dest.to_path_buf(),
         };
@@ -493,6 +525,15 @@ impl Walker<'_> {
         if fresh {
             super::say_copied(self.ctx.opts, src, target, None);
         }
+        let id = (
+            libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+            st.stx_ino,
+        );
+        self.src_dirs
+            .lock()
+            .expect("lock")
+            .entry(id)
+            .or_insert_with(|| target.to_path_buf());
         let task = DirTask {
             src: src.to_path_buf(),
             dst: target.to_path_buf(),
@@ -502,6 +543,7 @@ impl Walker<'_> {
                 follow_dst: follow,
             },
             chain: None,
+            top: Arc::new((src.to_path_buf(), target.to_path_buf())),
         };
         self.dir_made(task, st, fresh, true);
     }
@@ -531,6 +573,7 @@ impl Walker<'_> {
             below: None,
             dst_default_acl,
             chain: None,
+            top: Arc::new((src.to_path_buf(), dst.to_path_buf())),
         })
     }
 
@@ -618,6 +661,14 @@ impl Walker<'_> {
         let Some((s, d, root, rel)) = self.open_task(&t) else {
             return;
         };
+        // Before its source is listed: the copy's own directories are
+        // known when the walk meets them (see `dest_dirs`).
+        match d.metadata() {
+            Ok(m) => {
+                self.dest_dirs.lock().expect("lock").insert(id_of(&m));
+            }
+            Err(e) => return self.report(format!("cannot stat {}", quote(&t.dst)), Some(e)),
+        }
         let keep = self.ctx.opts.preserve;
         let preserve = keep.mode || keep.xattr;
         if preserve {
@@ -663,6 +714,7 @@ impl Walker<'_> {
             below: Some((root, rel)),
             dst_default_acl,
             chain,
+            top: t.top,
         });
         let stats = self.stat_all(&pair, &names);
         let entries = names
@@ -860,10 +912,8 @@ impl Walker<'_> {
                 self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            let is_dir = there.is_ok_and(|st| {
-                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
-            });
-            if is_dir {
+            let kind = there.map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
+            if kind == Ok(rustix::fs::FileType::Directory) {
                 return self.report(
                     format!(
                         "cannot overwrite directory {} with non-directory",
@@ -874,8 +924,10 @@ impl Walker<'_> {
             }
             // As GNU 9.1: with -s the same-file rule is asked only when the
             // destination would be removed (-f); otherwise making the link
-            // fails ("File exists").
-            if !hard && opts.force && self.leads_to_source(pair, e) {
+            // fails ("File exists"). A link in the way is made anew, even
+            // one that leads to the source.
+            let dst_is_link = kind == Ok(rustix::fs::FileType::Symlink);
+            if !hard && opts.force && !dst_is_link && self.leads_to_source(pair, e) {
                 return self.report(
                     format!("{} and {} are the same file", quote(&src), quote(&dst)),
                     None,
@@ -978,6 +1030,7 @@ impl Walker<'_> {
                 !cyclic
             });
         }
+        self.not_into_itself(pair, &mut dirs);
         if dirs.is_empty() {
             return;
         }
@@ -1065,10 +1118,56 @@ impl Walker<'_> {
                 dst,
                 at: at_,
                 chain: pair.chain.clone(),
+                top: Arc::clone(&pair.top),
             };
             let walk = this_fs.map_or(true, |dev| dev == e.id().0);
             self.dir_made(task, &e.st, fresh, walk);
         }
+    }
+
+    /// Drops (reporting each, as GNU does) the source directories that
+    /// are the copy's own directories, or (without `-L`) were copied
+    /// already. Compared by (device, inode), not by path: a bind mount of
+    /// the source below the destination has another path.
+    fn not_into_itself(&self, pair: &DirPair, dirs: &mut Vec<Entry>) {
+        let follow = self.ctx.opts.dereference == Dereference::Always;
+        let dest_dirs = self.dest_dirs.lock().expect("lock");
+        let mut src_dirs = self.src_dirs.lock().expect("lock");
+        dirs.retain(|e| {
+            if dest_dirs.contains(&e.id()) {
+                self.report(
+                    format!(
+                        "cannot copy a directory, {}, into itself, {}",
+                        quote(&pair.top.0),
+                        quote(&pair.top.1)
+                    ),
+                    None,
+                );
+                return false;
+            }
+            if follow {
+                // Met again through another link: copied again, as GNU
+                // does (the chain stops cycles).
+                return true;
+            }
+            match src_dirs.entry(e.id()) {
+                std::collections::hash_map::Entry::Occupied(earlier) => {
+                    self.report(
+                        format!(
+                            "will not create hard link {} to directory {}",
+                            quote(&pair.dst_of(&e.dst_name)),
+                            quote(earlier.get())
+                        ),
+                        None,
+                    );
+                    false
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(pair.dst_of(&e.dst_name));
+                    true
+                }
+            }
+        });
     }
 
     fn make_links(&self, pair: &Arc<DirPair>, links: Vec<Entry>) {
@@ -1111,50 +1210,15 @@ impl Walker<'_> {
             }
         };
         for ((e, t), r) in ok.iter().zip(&targets).zip(made) {
-            let dst = pair.dst_of(&e.dst_name);
-            let mut backup = None;
-            let r = match r {
-                Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
-                    match self.replace(pair, e, false) {
-                        Replace::Skip => continue,
-                        Replace::Removed(b) => {
-                            backup = b;
-                            at::symlink(t, &pair.dst, &e.dst_name)
-                        }
-                        Replace::Failed => continue,
-                    }
-                }
-                r => r,
-            };
-            match r {
-                Ok(()) => {
-                    let b = backup.as_deref();
-                    super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
-                    self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
-                    let keep = &self.ctx.opts.preserve;
-                    if keep.ownership || keep.timestamps {
-                        let set = set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep);
-                        if let Err(err) = set {
-                            self.report(format!("preserving times for {}", quote(&dst)), Some(err));
-                        }
-                    }
-                }
-                Err(err) => {
-                    let b = backup.as_deref();
-                    super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
-                    self.report(
-                        format!("cannot create symbolic link {}", quote(&dst)),
-                        Some(err),
-                    )
-                }
-            }
+            self.finish_made(pair, e, Made::Link, r, || {
+                at::symlink(t, &pair.dst, &e.dst_name)
+            });
         }
     }
 
     /// FIFOs, sockets and device nodes are made anew, as `cp -r` does;
     /// with `-p` accessible to us alone until their owner and mode are set.
     fn special(&self, pair: &Arc<DirPair>, e: &Entry) {
-        let dst = pair.dst_of(&e.dst_name);
         let rdev = libc::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
         let perms = if self.ctx.opts.default_mode {
             // As GNU's: the default bits, and the source's special ones.
@@ -1165,49 +1229,68 @@ impl Walker<'_> {
             e.mode() & 0o7777
         };
         let make = || at::mknod(&pair.dst, &e.dst_name, e.kind() | perms, rdev);
-        let mut r = make();
+        self.finish_made(pair, e, Made::Special, make(), make);
+    }
+
+    /// Finishes making the link or special file `e` whose first try gave
+    /// `made`: where its name is taken, replaces what is there (see
+    /// [`Walker::replace`]) and makes it `again`; then says so (`-v`),
+    /// counts it and sets the attributes kept for its kind, or reports why
+    /// it could not be made.
+    fn finish_made(
+        &self,
+        pair: &DirPair,
+        e: &Entry,
+        kind: Made,
+        mut made: io::Result<()>,
+        again: impl FnOnce() -> io::Result<()>,
+    ) {
+        let dst = pair.dst_of(&e.dst_name);
         let mut backup = None;
-        if r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EEXIST) {
+        if made.as_ref().err().and_then(blockio::errno) == Some(libc::EEXIST) {
             match self.replace(pair, e, false) {
                 Replace::Removed(b) => {
                     backup = b;
-                    r = make();
+                    made = again();
                 }
                 Replace::Skip | Replace::Failed => return,
             }
         }
-        match r {
-            Ok(()) => {
-                let b = backup.as_deref();
-                super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
+        super::say_copied(
+            self.ctx.opts,
+            &pair.src_of(&e.src_name),
+            &dst,
+            backup.as_deref(),
+        );
+        if let Err(err) = made {
+            let what = match kind {
+                Made::Link => "symbolic link",
+                Made::Special if e.kind() == libc::S_IFIFO => "fifo",
+                Made::Special => "special file",
+            };
+            return self.report(format!("cannot create {what} {}", quote(&dst)), Some(err));
+        }
+        let keep = &self.ctx.opts.preserve;
+        let set = match kind {
+            Made::Link => {
+                self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
+                let mut made = self.ctx.made_links.lock().expect("made links lock");
+                made.insert(dst.clone());
+                drop(made);
+                (keep.ownership || keep.timestamps)
+                    .then(|| set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep))
+            }
+            Made::Special => {
                 self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
-                let keep = &self.ctx.opts.preserve;
-                if keep.attrs() {
+                keep.attrs().then(|| {
                     let from = Node::at(pair.src.as_fd(), &e.src_name);
                     let xattrs = Some((from, pair.dst_default_acl));
-                    let set =
-                        set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), xattrs, keep);
-                    if let Err(err) = set {
-                        self.report(format!("preserving times for {}", quote(&dst)), Some(err));
-                    }
-                }
+                    set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), xattrs, keep)
+                })
             }
-            Err(err) => {
-                let b = backup.as_deref();
-                super::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), &dst, b);
-                self.report(
-                    format!(
-                        "cannot create {} {}",
-                        if e.kind() == libc::S_IFIFO {
-                            "fifo"
-                        } else {
-                            "special file"
-                        },
-                        quote(&dst)
-                    ),
-                    Some(err),
-                )
-            }
+        };
+        if let Some(Err(err)) = set {
+            self.report(format!("preserving times for {}", quote(&dst)), Some(err));
         }
     }
 
@@ -1258,12 +1341,16 @@ impl Walker<'_> {
             rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
                 .is_ok_and(|st| st.st_nlink > 1)
         };
+        // `--attributes-only` copies no data, so, as GNU's, it replaces
+        // only what it is told to (`--remove-destination`, `-b`, `-f` for
+        // a link).
+        let data = !opts.attributes_only;
         let may_replace = forced
-            || e.never_follows(opts.dereference)
+            || (data && e.never_follows(opts.dereference))
             || opts.remove_destination
             || opts.backup != super::Backup::None
             || (e.kind() == libc::S_IFLNK && opts.force)
-            || (opts.preserve.links && several_names());
+            || (data && opts.preserve.links && several_names());
         if !may_replace {
             super::say_copied(opts, &pair.src_of(&e.src_name), &dst, None);
             let what = match e.kind() {
@@ -1383,18 +1470,25 @@ impl Walker<'_> {
         // `files::FSYNC_EACH_MIN`), the directories, links and attributes.
         let filesystems = std::mem::take(&mut *self.filesystems.lock().expect("lock"));
         for (_, path, dir) in filesystems {
-            // SAFETY: a valid descriptor; no memory is passed.
-            if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+            if let Err(e) = rustix::fs::syncfs(&dir) {
                 self.report(
                     format!(
                         "cannot make the copy durable: syncfs on the file system of {} failed, so files written there may be incomplete",
                         quote(&path)
                     ),
-                    Some(io::Error::last_os_error()),
+                    Some(e.into()),
                 );
             }
         }
     }
+}
+
+/// What [`Walker::finish_made`] made: a symbolic link, or a FIFO, socket
+/// or device node.
+#[derive(Clone, Copy)]
+enum Made {
+    Link,
+    Special,
 }
 
 enum Replace {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use io_uring::{opcode, squeue::SubmissionQueue, IoUring};
 
 use super::request::{deliver, release, Cancel, Complete, Completion, Panic, Request};
-use crate::uring::build_entry;
+use crate::ring::build_entry;
 
 /// Something a ring must keep until it is gone (registered memory).
 pub(crate) type Kept = Arc<dyn Send + Sync>;

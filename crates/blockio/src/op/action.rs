@@ -29,7 +29,7 @@ use std::os::fd::RawFd;
 
 use io_uring::{opcode, squeue, types};
 
-use crate::buf::PoolInner;
+use crate::buf::PoolBuffers;
 use crate::kind::{OpClass, OpKind};
 
 /// The most bytes one read or write may ask for (the kernel's MAX_RW_COUNT);
@@ -48,7 +48,7 @@ pub(crate) trait Lower {
     /// The submission entry on `fd`, which is a descriptor or, when the
     /// caller adds `FIXED_FILE`, a registered-file slot. `bufs` is the
     /// engine's registered buffer pool, if any.
-    fn entry(&self, fd: RawFd, bufs: Option<&PoolInner>) -> squeue::Entry;
+    fn entry(&self, fd: RawFd, bufs: Option<&PoolBuffers>) -> squeue::Entry;
 
     /// The operation as one blocking system call on `fd`: its return value
     /// (`-1` with `errno` set on failure).
@@ -73,7 +73,7 @@ impl Lower for ReadArgs {
     fn span(&self) -> (u64, usize) {
         (self.offset, self.len)
     }
-    fn entry(&self, fd: RawFd, bufs: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, bufs: Option<&PoolBuffers>) -> squeue::Entry {
         let (fd, len) = (types::Fd(fd), self.len.min(MAX_RW) as u32);
         match bufs.and_then(|b| b.index_of(self.buf, self.len)) {
             Some(idx) => opcode::ReadFixed::new(fd, self.buf, len, idx)
@@ -113,7 +113,7 @@ impl Lower for WriteArgs {
     fn span(&self) -> (u64, usize) {
         (self.offset, self.len)
     }
-    fn entry(&self, fd: RawFd, bufs: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, bufs: Option<&PoolBuffers>) -> squeue::Entry {
         let (fd, len) = (types::Fd(fd), self.len.min(MAX_RW) as u32);
         match bufs.and_then(|b| b.index_of(self.buf.cast_mut(), self.len)) {
             Some(idx) => opcode::WriteFixed::new(fd, self.buf, len, idx)
@@ -175,7 +175,7 @@ impl Lower for ReadVectoredArgs {
     fn span(&self) -> (u64, usize) {
         self.0.span()
     }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         let v = &self.0;
         opcode::Readv::new(types::Fd(fd), v.iovecs, v.count as u32)
             .offset(v.offset)
@@ -198,7 +198,7 @@ impl Lower for WriteVectoredArgs {
     fn span(&self) -> (u64, usize) {
         self.0.span()
     }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         let v = &self.0;
         opcode::Writev::new(types::Fd(fd), v.iovecs, v.count as u32)
             .offset(v.offset)
@@ -221,7 +221,7 @@ impl Lower for FsyncArgs {
     fn span(&self) -> (u64, usize) {
         (0, 0)
     }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         opcode::Fsync::new(types::Fd(fd)).build()
     }
     unsafe fn call(&self, fd: RawFd) -> isize {
@@ -240,7 +240,7 @@ impl Lower for FdatasyncArgs {
     fn span(&self) -> (u64, usize) {
         (0, 0)
     }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         opcode::Fsync::new(types::Fd(fd))
             .flags(types::FsyncFlags::DATASYNC)
             .build()
@@ -264,7 +264,7 @@ impl Lower for OpenArgs {
     fn span(&self) -> (u64, usize) {
         (0, 0)
     }
-    fn entry(&self, dir: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, dir: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         opcode::OpenAt::new(types::Fd(dir), self.path)
             .flags(self.flags)
             .mode(self.mode)
@@ -292,7 +292,7 @@ impl Lower for StatArgs {
     fn span(&self) -> (u64, usize) {
         (0, 0)
     }
-    fn entry(&self, dir: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, dir: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         opcode::Statx::new(types::Fd(dir), self.path, self.buf.cast())
             .flags(self.flags)
             .mask(self.mask)
@@ -314,7 +314,7 @@ impl Lower for CloseArgs {
     fn span(&self) -> (u64, usize) {
         (0, 0)
     }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         opcode::Close::new(types::Fd(fd)).build()
     }
     unsafe fn call(&self, fd: RawFd) -> isize {
@@ -341,7 +341,7 @@ impl Lower for MkdirArgs {
     fn span(&self) -> (u64, usize) {
         (0, 0)
     }
-    fn entry(&self, dir: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, dir: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         opcode::MkDirAt::new(types::Fd(dir), self.path)
             .mode(self.mode)
             .build()
@@ -366,7 +366,7 @@ impl Lower for SymlinkArgs {
     fn span(&self) -> (u64, usize) {
         (0, 0)
     }
-    fn entry(&self, dir: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, dir: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         opcode::SymlinkAt::new(types::Fd(dir), self.target, self.link).build()
     }
     unsafe fn call(&self, dir: RawFd) -> isize {
@@ -402,7 +402,7 @@ impl Lower for AcceptArgs {
     fn span(&self) -> (u64, usize) {
         (0, 0)
     }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         match *self {
             AcceptArgs::Once { addr, addr_len } => {
                 opcode::Accept::new(types::Fd(fd), addr.cast(), addr_len)
@@ -438,7 +438,7 @@ impl Lower for ConnectArgs {
     fn span(&self) -> (u64, usize) {
         (0, 0)
     }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         opcode::Connect::new(types::Fd(fd), self.addr, self.addr_len).build()
     }
     unsafe fn call(&self, fd: RawFd) -> isize {
@@ -461,7 +461,7 @@ impl Lower for RecvArgs {
     fn span(&self) -> (u64, usize) {
         (0, self.len)
     }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         let len = self.len.min(MAX_RW) as u32;
         opcode::Recv::new(types::Fd(fd), self.buf, len).build()
     }
@@ -485,7 +485,7 @@ impl Lower for SendArgs {
     fn span(&self) -> (u64, usize) {
         (0, self.len)
     }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         let len = self.len.min(MAX_RW) as u32;
         opcode::Send::new(types::Fd(fd), self.buf, len)
             .flags(libc::MSG_NOSIGNAL)
@@ -535,7 +535,7 @@ impl Lower for SendVectoredArgs {
     fn span(&self) -> (u64, usize) {
         (0, self.iovecs().iter().map(|v| v.iov_len).sum())
     }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         opcode::SendMsg::new(types::Fd(fd), self.msg)
             .flags(libc::MSG_NOSIGNAL as u32)
             .build()
@@ -564,7 +564,7 @@ impl Lower for RecvSelectArgs {
     fn span(&self) -> (u64, usize) {
         (0, 0)
     }
-    fn entry(&self, fd: RawFd, _: Option<&PoolInner>) -> squeue::Entry {
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
         if self.multishot {
             return opcode::RecvMulti::new(types::Fd(fd), self.group).build();
         }
@@ -661,7 +661,7 @@ impl Action {
     }
 
     /// The submission entry on `fd` (see [`Lower::entry`]).
-    pub(crate) fn entry(&self, fd: RawFd, bufs: Option<&PoolInner>) -> squeue::Entry {
+    pub(crate) fn entry(&self, fd: RawFd, bufs: Option<&PoolBuffers>) -> squeue::Entry {
         dispatch!(self, k => k.entry(fd, bufs))
     }
 

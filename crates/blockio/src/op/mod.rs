@@ -142,7 +142,7 @@ unsafe impl Send for Op<'_> {}
 // thread-pool backend shares a batch `&[Op]` with its workers, and
 // `run_blocking_raw(&self)` reads into the op's buffer. That is sound
 // because each operation is performed by exactly one thread (each index
-// is taken once from an atomic counter, see `threads.rs`), while the
+// is taken once from an atomic counter, see `engine/threads.rs`), while the
 // batch's `&mut` borrow keeps everyone else off the buffers; every other
 // shared use (building a submission entry, checks, error descriptions)
 // only reads the op's own fields.

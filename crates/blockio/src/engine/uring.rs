@@ -36,20 +36,21 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use io_uring::{opcode, squeue, IoUring, Probe};
+use io_uring::{opcode, IoUring, Probe};
 
-use crate::buf::{BufferPool, PoolInner};
-use crate::limit::InFlightLimit;
+use super::limit::InFlightLimit;
+use crate::buf::{BufferPool, PoolBuffers};
 use crate::op::sealed::FixedSlot;
 use crate::op::Op;
-use crate::ring::{submit_and_wait_or_abort, RingFlags};
+use crate::ring::{build_entry, submit_and_wait_or_abort, RingFlags};
 
 struct Ring {
     io: IoUring,
     files_version: u64,
 }
 
-struct PoolState {
+/// The rings of a pool not checked out, and how many the pool made.
+struct IdleRings {
     /// Boxed: a ring is a few hundred bytes, and every batch checks one
     /// out and gives it back, so the pool moves a pointer instead.
     #[allow(clippy::vec_box)]
@@ -59,7 +60,7 @@ struct PoolState {
 
 /// Rings created with the same flags.
 struct RingPool {
-    state: Mutex<PoolState>,
+    state: Mutex<IdleRings>,
     returned: Condvar,
     max_rings: usize,
     entries: u32,
@@ -119,10 +120,16 @@ pub(crate) struct FileTable {
 }
 
 impl FileTable {
-    /// The slot `fixed` names in this table, if it is one of its slots.
-    fn slot_of(&self, fixed: FixedSlot) -> Option<u32> {
-        (fixed.owner == self.owner && (fixed.slot as usize) < self.slots.len())
-            .then_some(fixed.slot)
+    /// The slot of this table `op` is issued on: only when it was built
+    /// from a [`RegisteredFile`](crate::RegisteredFile) of this engine
+    /// (any other operation uses its own descriptor) and its kind may use
+    /// a registered file.
+    fn slot_for(&self, op: &Op<'_>) -> Option<u32> {
+        let fixed: FixedSlot = op.fixed?;
+        (fixed.owner == self.owner
+            && (fixed.slot as usize) < self.slots.len()
+            && op.action.takes_registered_file())
+        .then_some(fixed.slot)
     }
 }
 
@@ -163,7 +170,7 @@ impl RingPool {
         });
         UringBackend::setup_ring(&mut ring, cfg.bufs.as_ref(), cfg.file_slots)?;
         Ok(RingPool {
-            state: Mutex::new(PoolState {
+            state: Mutex::new(IdleRings {
                 idle: vec![ring],
                 created: 1,
             }),
@@ -313,13 +320,13 @@ impl UringBackend {
 
     fn setup_ring(ring: &mut Ring, bufs: Option<&BufferPool>, file_slots: u32) -> io::Result<()> {
         if let Some(pool) = bufs {
-            let inner = pool.inner();
-            let (base, _) = inner.region();
-            let iovecs: Vec<libc::iovec> = (0..inner.count())
+            let buffers = pool.buffers();
+            let (base, _) = buffers.region();
+            let iovecs: Vec<libc::iovec> = (0..buffers.count())
                 .map(|i| libc::iovec {
                     // SAFETY: i < count, so the address stays inside the region.
-                    iov_base: unsafe { base.add(i * inner.buf_size()) }.cast(),
-                    iov_len: inner.buf_size(),
+                    iov_base: unsafe { base.add(i * buffers.buf_size()) }.cast(),
+                    iov_len: buffers.buf_size(),
                 })
                 .collect();
             // SAFETY: the iovecs describe the pool's region, which the backend
@@ -413,7 +420,7 @@ impl UringBackend {
         // nothing in flight hands its ring back before it waits again, so
         // no thread ever waits for permits while holding a ring (or the
         // reverse with permits it cannot use): no deadlock.
-        let bufs = self.bufs.as_ref().map(|b| &**b.inner());
+        let bufs = self.bufs.as_ref().map(|b| &**b.buffers());
         let mut next = 0;
         loop {
             let pending = ops[next..].iter().filter(|op| !op.settled).count();
@@ -487,7 +494,7 @@ impl RingBatch<'_> {
         ops: &[Op<'_>],
         results: &mut [io::Result<usize>],
         next: &mut usize,
-        bufs: Option<&PoolInner>,
+        bufs: Option<&PoolBuffers>,
         files: Option<&FileTable>,
     ) -> io::Result<bool> {
         let cap = self.ring.params().sq_entries() as usize;
@@ -513,7 +520,9 @@ impl RingBatch<'_> {
                         }
                         self.permits += got;
                     }
-                    let entry = build_entry(&ops[*next], *next as u64, bufs, files);
+                    let op = &ops[*next];
+                    let slot = files.and_then(|t| t.slot_for(op));
+                    let entry = build_entry(op, *next as u64, bufs, slot);
                     // SAFETY: the entry points into buffers (and iovec arrays)
                     // borrowed by `ops` for longer than this call, and this
                     // call does not return until every queued entry's
@@ -650,30 +659,6 @@ impl Drop for RingBatch<'_> {
         self.limit.give(self.permits);
         self.permits = 0;
     }
-}
-
-/// The submission entry of `op`, tagged with `ud`: on its registered-file
-/// slot when it was built from a [`RegisteredFile`](crate::RegisteredFile)
-/// of this engine (any other operation uses its own descriptor), with its buffer's registered index when the buffer
-/// comes from `bufs`.
-pub(crate) fn build_entry(
-    op: &Op<'_>,
-    ud: u64,
-    bufs: Option<&PoolInner>,
-    files: Option<&FileTable>,
-) -> squeue::Entry {
-    let slot = match (files, op.fixed) {
-        (Some(t), Some(fixed)) if op.action.takes_registered_file() => t.slot_of(fixed),
-        _ => None,
-    };
-    match slot {
-        Some(slot) => op
-            .action
-            .entry(slot as RawFd, bufs)
-            .flags(squeue::Flags::FIXED_FILE),
-        None => op.action.entry(op.fd, bufs),
-    }
-    .user_data(ud)
 }
 
 #[cfg(test)]

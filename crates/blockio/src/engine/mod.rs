@@ -1,4 +1,23 @@
-//! The engine handle and its builder.
+//! The sync engine: the handle and its builder, and its backends.
+//!
+//! [`Engine`] takes batches of [`Op`]s and blocks the calling thread until
+//! they complete. It runs them on io_uring ([`uring`]: a pool of rings,
+//! each used by one thread at a time) or on a thread pool ([`threads`]),
+//! serves page-cache hits on the calling thread where that is faster
+//! ([`cached`]), bounds the operations in flight ([`limit`]) and batches
+//! metadata operations ([`meta`]). What it shares with the async engine
+//! (operation kinds, buffers, ring setup, the worker pool) is in the crate
+//! root's shared modules.
+
+mod cached;
+mod limit;
+mod meta;
+mod threads;
+mod uring;
+
+pub use cached::ReadPath;
+pub use meta::{OpenRequest, PathAt};
+pub use uring::ProbeReport;
 
 use std::fmt;
 use std::io;
@@ -8,10 +27,10 @@ use std::sync::Arc;
 
 use crate::backend::{self, Backend, BackendChoice};
 use crate::buf::BufferPool;
-use crate::cached::{run_lone_read, serve_cached, ReadPath};
 use crate::op::{Op, Target};
-use crate::threads::ThreadBackend;
-use crate::uring::{ProbeReport, UringBackend, UringConfig};
+use cached::{run_lone_read, serve_cached};
+use threads::ThreadBackend;
+use uring::{UringBackend, UringConfig};
 
 /// Builds an [`Engine`]. Every setting has a default.
 #[derive(Debug, Clone)]
@@ -128,15 +147,14 @@ impl EngineBuilder {
     /// Why the default is a ramp: the kernel plugs the block layer for a
     /// call that submits more than two requests and dispatches them together
     /// when the call ends, so with one call per batch the device starts on
-    /// the first request only after the last one was prepared. On a virtual
-    /// disk whose host serves requests one at a time that idle gap cost 9 %
-    /// of IOPS against fio (which submits as it goes). So a batch that finds
-    /// its ring idle submits its first 2 operations at once (below the plug
-    /// threshold: the device starts at once), then chunks of 4, 8, 16, ...
-    /// while the device works on the earlier ones: about log2(batch) calls
-    /// per batch, 6 for 64 operations. Measured with `blockio engine-bench`
-    /// (random 4 KiB O_DIRECT, 64 in flight, virtio disk): one call 0.91 of
-    /// fio, ramp 1.00, `submit_chunk(2)` 0.99–1.00 at 32 calls per batch.
+    /// the first request only after the last one was prepared; on a
+    /// virtual disk whose host serves requests one at a time that idle gap
+    /// costs IOPS (figures in `docs/benchmarks.md`, "Figures behind the
+    /// code's choices"). So a batch that finds its ring idle submits its
+    /// first 2 operations at once (below the plug threshold: the device
+    /// starts at once), then chunks of 4, 8, 16, ... while the device works
+    /// on the earlier ones: about log2(batch) calls per batch, 6 for 64
+    /// operations.
     ///
     /// `submit_chunk(0)` saves those calls where dispatch does not idle the
     /// device, for example page-cache hits; `submit_chunk(2)` keeps the
@@ -193,13 +211,18 @@ impl EngineBuilder {
                 file_slots: self.file_slots,
                 submit_chunk: self.submit_chunk.map(|n| n as usize),
             })
-            .map(|u| (Imp::Uring(Box::new(u)), None))
+            .map(|u| (EngineBackend::Uring(Box::new(u)), None))
         };
-        let pool = |reason| Ok((Imp::Threads(ThreadBackend::new(threads)?), Some(reason)));
-        let (imp, fallback_reason) = backend::select(self.backend, uring, pool)?;
+        let pool = |reason| {
+            Ok((
+                EngineBackend::Threads(ThreadBackend::new(threads)?),
+                Some(reason),
+            ))
+        };
+        let (backend, fallback_reason) = backend::select(self.backend, uring, pool)?;
         Ok(Engine {
-            inner: Arc::new(EngineShared {
-                imp,
+            shared: Arc::new(EngineShared {
+                backend,
                 fallback_reason,
                 read_path: self.read_path,
                 lone_read_blocking: self.read_path == ReadPath::Auto
@@ -244,7 +267,7 @@ impl EngineBuilder {
             ));
         }
         if let Some(pool) = &self.registered_buffers {
-            if pool.inner().count() == 0 || pool.inner().buf_size() == 0 {
+            if pool.buffers().count() == 0 || pool.buffers().buf_size() == 0 {
                 return invalid(
                     "EngineBuilder::registered_buffers: the pool has no buffer to register"
                         .to_string(),
@@ -255,14 +278,15 @@ impl EngineBuilder {
     }
 }
 
-enum Imp {
+/// The backend an engine runs its batches on.
+enum EngineBackend {
     Uring(Box<UringBackend>),
     Threads(ThreadBackend),
 }
 
 /// What every clone of an [`Engine`] shares.
 struct EngineShared {
-    imp: Imp,
+    backend: EngineBackend,
     fallback_reason: Option<String>,
     read_path: ReadPath,
     /// Whether a batch's single remaining read runs with its blocking
@@ -292,14 +316,14 @@ pub struct EngineStats {
 /// See the [crate documentation](crate) for an example.
 #[derive(Clone)]
 pub struct Engine {
-    inner: Arc<EngineShared>,
+    shared: Arc<EngineShared>,
 }
 
 impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Engine")
             .field("backend", &self.backend())
-            .field("fallback_reason", &self.inner.fallback_reason)
+            .field("fallback_reason", &self.shared.fallback_reason)
             .finish()
     }
 }
@@ -317,44 +341,44 @@ impl Engine {
 
     /// The backend in use.
     pub fn backend(&self) -> Backend {
-        match self.inner.imp {
-            Imp::Uring(_) => Backend::IoUring,
-            Imp::Threads(_) => Backend::ThreadPool,
+        match self.shared.backend {
+            EngineBackend::Uring(_) => Backend::IoUring,
+            EngineBackend::Threads(_) => Backend::ThreadPool,
         }
     }
 
     /// Why the thread pool is in use, when it is.
     pub fn fallback_reason(&self) -> Option<&str> {
-        self.inner.fallback_reason.as_deref()
+        self.shared.fallback_reason.as_deref()
     }
 
     /// What probing the kernel found (io_uring backend only).
     pub fn probe(&self) -> Option<&ProbeReport> {
-        match &self.inner.imp {
-            Imp::Uring(u) => Some(u.report()),
-            Imp::Threads(_) => None,
+        match &self.shared.backend {
+            EngineBackend::Uring(u) => Some(u.report()),
+            EngineBackend::Threads(_) => None,
         }
     }
 
     /// How reads of buffered files are performed.
     pub fn read_path(&self) -> ReadPath {
-        self.inner.read_path
+        self.shared.read_path
     }
 
     /// Where this engine's operations went so far.
     pub fn stats(&self) -> EngineStats {
         EngineStats {
-            served_inline: self.inner.served_inline.load(Ordering::Relaxed),
-            lone_reads: self.inner.lone_reads.load(Ordering::Relaxed),
-            sent_to_backend: self.inner.sent_to_backend.load(Ordering::Relaxed),
+            served_inline: self.shared.served_inline.load(Ordering::Relaxed),
+            lone_reads: self.shared.lone_reads.load(Ordering::Relaxed),
+            sent_to_backend: self.shared.sent_to_backend.load(Ordering::Relaxed),
         }
     }
 
     /// Threads of the fallback pool (0 on io_uring).
     pub fn fallback_threads(&self) -> usize {
-        match &self.inner.imp {
-            Imp::Uring(_) => 0,
-            Imp::Threads(t) => t.threads(),
+        match &self.shared.backend {
+            EngineBackend::Uring(_) => 0,
+            EngineBackend::Threads(t) => t.threads(),
         }
     }
 
@@ -393,21 +417,21 @@ impl Engine {
                 None => Ok(0),
             }
         }));
-        if pending == 1 && self.inner.lone_read_blocking && run_lone_read(ops, results) {
-            self.inner.lone_reads.fetch_add(1, Ordering::Relaxed);
+        if pending == 1 && self.shared.lone_read_blocking && run_lone_read(ops, results) {
+            self.shared.lone_reads.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        if pending > 0 && self.inner.read_path == ReadPath::Auto {
+        if pending > 0 && self.shared.read_path == ReadPath::Auto {
             let before = pending;
             pending = serve_cached(ops, results, pending);
             if before > pending {
                 let served = (before - pending) as u64;
-                self.inner
+                self.shared
                     .served_inline
                     .fetch_add(served, Ordering::Relaxed);
             }
         }
-        if let Imp::Uring(u) = &self.inner.imp {
+        if let EngineBackend::Uring(u) = &self.shared.backend {
             if !u.report().metadata_ops {
                 pending = settle_metadata_inline(ops, results, pending);
             }
@@ -415,12 +439,12 @@ impl Engine {
         if pending == 0 {
             return Ok(());
         }
-        self.inner
+        self.shared
             .sent_to_backend
             .fetch_add(pending as u64, Ordering::Relaxed);
-        match &self.inner.imp {
-            Imp::Uring(u) => u.run(ops, results),
-            Imp::Threads(t) => t.run(ops, results),
+        match &self.shared.backend {
+            EngineBackend::Uring(u) => u.run(ops, results),
+            EngineBackend::Threads(t) => t.run(ops, results),
         }
     }
 
@@ -461,9 +485,9 @@ impl Engine {
         }
         // SAFETY: `dup` is a new descriptor that nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(dup) };
-        let fixed = match &self.inner.imp {
-            Imp::Uring(u) => Some(u.register_file(fd.as_raw_fd())?),
-            Imp::Threads(_) => None,
+        let fixed = match &self.shared.backend {
+            EngineBackend::Uring(u) => Some(u.register_file(fd.as_raw_fd())?),
+            EngineBackend::Threads(_) => None,
         };
         Ok(RegisteredFile {
             fd,
@@ -506,9 +530,9 @@ impl RegisteredFile {
         let Some(fixed) = self.fixed.take() else {
             return Ok(());
         };
-        match &self.engine.inner.imp {
-            Imp::Uring(u) => u.unregister_file(fixed.slot),
-            Imp::Threads(_) => Ok(()),
+        match &self.engine.shared.backend {
+            EngineBackend::Uring(u) => u.unregister_file(fixed.slot),
+            EngineBackend::Threads(_) => Ok(()),
         }
     }
 }

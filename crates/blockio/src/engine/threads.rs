@@ -16,7 +16,8 @@ use std::thread::{self, Thread};
 use crate::op::Op;
 use crate::pool::WorkerPool;
 
-struct Shared<'a, 'b> {
+/// A batch as the calling thread and the workers share it.
+struct SharedBatch<'a, 'b> {
     ops: &'a [Op<'b>],
     results: *mut io::Result<usize>,
     next: AtomicUsize,
@@ -25,7 +26,7 @@ struct Shared<'a, 'b> {
     caller: Thread,
 }
 
-impl Shared<'_, '_> {
+impl SharedBatch<'_, '_> {
     fn work(&self) {
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
@@ -52,12 +53,12 @@ impl Shared<'_, '_> {
 }
 
 /// A pointer to a batch, sent to a worker.
-struct Job(*const Shared<'static, 'static>);
+struct BatchPointer(*const SharedBatch<'static, 'static>);
 // SAFETY: the pointee is `Sync` data (ops are `Sync`, results are accessed
 // per index) that outlives the job: the caller waits for every worker.
-unsafe impl Send for Job {}
+unsafe impl Send for BatchPointer {}
 
-impl Job {
+impl BatchPointer {
     /// A worker's part of the batch.
     fn run(self) {
         // SAFETY: the caller keeps the batch alive until `refs` reaches 0,
@@ -69,13 +70,13 @@ impl Job {
 }
 
 pub(crate) struct ThreadBackend {
-    pool: WorkerPool<Job>,
+    pool: WorkerPool<BatchPointer>,
 }
 
 impl ThreadBackend {
     pub(crate) fn new(threads: usize) -> io::Result<ThreadBackend> {
         Ok(ThreadBackend {
-            pool: WorkerPool::new(threads, "blockio-pool", Job::run)?,
+            pool: WorkerPool::new(threads, "blockio-pool", BatchPointer::run)?,
         })
     }
 
@@ -85,7 +86,7 @@ impl ThreadBackend {
 
     pub(crate) fn run(&self, ops: &[Op<'_>], results: &mut [io::Result<usize>]) -> io::Result<()> {
         let helpers = ops.len().saturating_sub(1).min(self.pool.threads());
-        let shared = Shared {
+        let shared = SharedBatch {
             ops,
             results: results.as_mut_ptr(),
             next: AtomicUsize::new(0),
@@ -94,9 +95,9 @@ impl ThreadBackend {
         };
         // Waits for the workers even if this thread unwinds.
         let guard = WaitForWorkers(&shared.refs);
-        // Lifetimes are erased: the caller outlives every use (see `Job`).
-        let ptr = (&shared as *const Shared<'_, '_>).cast::<Shared<'static, 'static>>();
-        let unsent = self.pool.send((0..helpers).map(|_| Job(ptr)));
+        // Lifetimes are erased: the caller outlives every use (see `BatchPointer`).
+        let ptr = (&shared as *const SharedBatch<'_, '_>).cast::<SharedBatch<'static, 'static>>();
+        let unsent = self.pool.send((0..helpers).map(|_| BatchPointer(ptr)));
         // No worker will take these: count them out ourselves.
         shared.refs.fetch_sub(unsent.len(), Ordering::AcqRel);
         shared.work();

@@ -2,14 +2,9 @@
 //! calling thread; only the misses go to the backend.
 //!
 //! A cached read is a `memcpy`, and which way is faster depends on how many
-//! reads come together and how big they are. Measured with `blockio bench`
-//! on the project machine (2 cores, kernel 6.18, warm page cache, one
-//! thread, one batch of `n` reads at a time):
-//!
-//! | reads | `pread` loop | io_uring, n = 1 | n = 2 | n = 4 | n = 8 | n = 16 |
-//! |---|---|---|---|---|---|---|
-//! | random 4 KiB | 692k | 426k | 547k | 627k | 690k | 738k |
-//! | sequential 128 KiB | 74.0k | 67.5k | 69.4k | 76.9k | 83.1k | 83.4k |
+//! reads come together and how big they are (the measurements behind the
+//! thresholds below are in `docs/benchmarks.md`, "Figures behind the
+//! code's choices").
 //!
 //! One `io_uring_enter` per batch amortises the system call (a buffered read
 //! of cached pages completes inline during submission), so batches win; a
@@ -97,7 +92,7 @@ thread_local! {
 impl FdVerdict {
     /// Whether inline reads may be tried on `fd`: one `fcntl` per
     /// [`VERDICT_REUSE`] lookups of the same descriptor on this thread (a
-    /// system call per lookup cost 20 % of a cached 4 KiB read).
+    /// system call per lookup is a large part of a cached 4 KiB read).
     fn for_fd(fd: RawFd) -> FdVerdict {
         if let Some(mut v) = LAST_VERDICT.get() {
             if v.fd == fd && v.uses < VERDICT_REUSE {
