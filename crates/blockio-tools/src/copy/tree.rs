@@ -90,6 +90,7 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         fixups: Mutex::new(Vec::new()),
         filesystems: Mutex::new(Vec::new()),
         operands_seen: Mutex::default(),
+        operand_targets: Mutex::default(),
         dest_dirs: Mutex::default(),
         src_dirs: Mutex::default(),
     };
@@ -242,6 +243,10 @@ struct Walker<'a> {
     /// inode) of the file, of its directory, and its name there (`f` and
     /// `./f` are one entry, a hard link `h` of `f` another).
     operands_seen: Mutex<std::collections::HashSet<OperandKey>>,
+    /// The copies of the non-directory operands (`d/f` for `cp a/f d/`),
+    /// each made by the first operand that names it.
+    /// With whether that copy is a symbolic link.
+    operand_targets: Mutex<std::collections::HashMap<PathBuf, bool>>,
     /// The (device, inode) of every destination directory walked so far
     /// (made by the copy or merged into). A source directory among them
     /// is the copy itself, reached through a bind mount or, with `-L`, a
@@ -429,10 +434,48 @@ impl Walker<'_> {
                 quote(src)
             ));
         }
+        // `cp a/f b/f d/`: the second would overwrite the copy the first
+        // makes, silently losing one of the copies asked for. Refused, as
+        // GNU refuses it; decided here, in the order of the command line.
+        // A link made first is GNU's other refusal, "will not copy through
+        // just-created symlink", made where the copy meets it.
+        let made_link = kind == libc::S_IFLNK || opts.link == super::LinkMode::Symbolic;
+        let refused = !is_dir
+            && dest_is_dir
+            && match self
+                .operand_targets
+                .lock()
+                .expect("lock")
+                .entry(target.clone())
+            {
+                std::collections::hash_map::Entry::Occupied(first) => !*first.get(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(made_link);
+                    false
+                }
+            };
+        if refused {
+            return self.report(
+                format!(
+                    "will not overwrite just-created {} with {}",
+                    quote(&target),
+                    quote(src)
+                ),
+                None,
+            );
+        }
         if is_dir {
             // `cp -r s t` with `t` a directory copies to `t/s`, a name the
-            // user did not write: a link there is not followed.
-            let follow = !dest_is_dir || at::last_component(src) == ".";
+            // user did not write: a link there is not followed. Nor is a
+            // link named as the destination itself (`-T`, or a name that
+            // is no directory): it is not a directory, as GNU says, and
+            // merging into what it leads to would write outside the
+            // destination named. A trailing slash asks for the directory.
+            let follow = if dest_is_dir {
+                at::last_component(src) == "."
+            } else {
+                dest.as_os_str().as_bytes().ends_with(b"/")
+            };
             return self.operand_dir(src, &target, &st, follow);
         }
         if !dest_is_dir
@@ -1365,6 +1408,20 @@ impl Walker<'_> {
             return Replace::Failed;
         }
         if opts.backup != super::Backup::None {
+            // `cp -bl a~ a`: the backup of `a` would take the source's
+            // name, and the link (or `-s` link) would then be made to the
+            // old `a`, the source's data gone.
+            if super::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
+                self.report(
+                    format!(
+                        "backing up {} might destroy source;  {} not copied",
+                        quote(&dst),
+                        quote(&pair.src_of(&e.src_name))
+                    ),
+                    None,
+                );
+                return Replace::Failed;
+            }
             return match super::make_backup(opts, &pair.dst, &pair.dst_path, name) {
                 Ok(b) => Replace::Removed(b),
                 Err(e) => {
