@@ -321,6 +321,13 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
     if let Some(t) = threads {
         opts.threads = t;
     }
+    if opts.reflink == Reflink::Always && opts.sparse != Sparse::Auto {
+        // A clone shares the source's blocks as they are: no holes made
+        // or filled.
+        return Err(Usage(
+            "--reflink can be used only with --sparse=auto".into(),
+        ));
+    }
     if target.is_some() && no_target {
         return Err(fatal(
             "cannot combine --target-directory (-t) and --no-target-directory (-T)".into(),

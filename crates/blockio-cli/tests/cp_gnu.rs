@@ -1389,3 +1389,20 @@ fn directories_keep_an_inherited_set_group_id_bit() {
         like_gnu_as(&umask, setup, args);
     }
 }
+
+/// `--reflink=always` clones or fails, as GNU's: also when either side is
+/// a FIFO or a device (here `/dev/null`), which cannot be cloned (before, such a copy was
+/// silently made byte by byte); and it goes only with `--sparse=auto`.
+#[test]
+fn reflink_always_never_falls_back_to_a_copy() {
+    let setup = "echo data > f";
+    for args in [
+        &["--reflink=always", "/dev/null", "g"][..],
+        &["--reflink=always", "--sparse=always", "f", "g"],
+        &["--reflink", "--sparse=never", "f", "g"],
+        &["--reflink=always", "--sparse=auto", "/dev/null", "g"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_ne!(o.code, Some(0), "{args:?}: {o:?}");
+    }
+}

@@ -152,8 +152,11 @@ fn copy_ranges_and_chunk(
     let opts = ctx.opts;
     let mut chunks = Vec::new();
     for (i, j) in jobs.iter_mut().enumerate() {
-        if opts.reflink == super::Reflink::Always && !j.stream {
-            // `--reflink=always`: the whole file shares the source's blocks.
+        if opts.reflink == super::Reflink::Always {
+            // `--reflink=always`: the whole file shares the source's
+            // blocks, or the copy fails, as GNU's: also for a FIFO or a
+            // device on either side, which the kernel refuses to clone
+            // (`EINVAL`, or `EXDEV` across file systems).
             if let Err(e) = rustix::fs::ioctl_ficlone(&j.dst, &j.src) {
                 let what = format!(
                     "failed to clone {} from {}",
