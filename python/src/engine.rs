@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
-use blockio::aio::{AsyncEngine, AsyncFile};
+use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving};
 use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -112,7 +112,7 @@ impl Core {
         let engine = self.check()?;
         let mut aio = self.aio.lock().expect("aio lock");
         let pool = engine.backend() == Backend::ThreadPool;
-        let (slot, inline) = if direct && !pool {
+        let (slot, caller_driven) = if direct && !pool {
             (&mut aio.direct, true)
         } else {
             (&mut aio.threaded, false)
@@ -121,10 +121,11 @@ impl Core {
             let mut b = AsyncEngine::builder().queue_depth(self.queue_depth as usize);
             if pool {
                 b = b.backend(BackendChoice::ThreadPool);
-            } else if inline {
-                b = b
-                    .driven_by_caller()
-                    .completion_eventfd(self.wakeups.efd.as_raw_fd());
+            } else if caller_driven {
+                let eventfd = self.wakeups.efd.as_raw_fd();
+                b = b.driving(Driving::Caller(
+                    CallerDriving::new().completion_eventfd(eventfd),
+                ));
             }
             *slot = Some(b.build().map_err(io_err)?);
         }

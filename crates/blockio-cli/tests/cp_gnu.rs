@@ -1327,3 +1327,45 @@ fn output_write_errors_fail_as_gnu_does() {
         assert_eq!(gnu.0, Some(1), "{args:?}");
     }
 }
+
+/// Two sources copied to one name (`cp a/f b/f d/`): the first is
+/// copied, the second refused as GNU refuses it ("will not overwrite
+/// just-created"), whatever the overwrite options. Before, one of the two
+/// copies was silently lost, which one depending on thread timing.
+#[test]
+fn a_copy_just_made_is_never_overwritten_by_a_later_operand() {
+    let setup = "mkdir a b c d; echo A > a/f; echo B > b/f; ln -s ../a/f c/f";
+    for args in [
+        &["a/f", "b/f", "d/"][..],
+        &["-f", "a/f", "b/f", "d/"],
+        &["--remove-destination", "a/f", "b/f", "d/"],
+        &["-b", "a/f", "b/f", "d/"],
+        &["-l", "a/f", "b/f", "d/"],
+        &["-d", "a/f", "c/f", "d/"],
+        &["-r", "a/f", "b/f", "d"],
+        &["-a", "a/f", "b/f", "a/f", "d"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}
+
+/// Operands whose copies land on the same names end as GNU's do: the
+/// later operand's copy last, in command-line order. Before, the result
+/// depended on which thread came first (`a/.` then `b/f` always left A).
+#[test]
+fn operands_merging_into_one_destination_end_in_command_line_order() {
+    let setup = "mkdir a b c d e e/f; echo A > a/f; echo B > b/f; echo C > c/f; \
+                 mkdir a/s b/s; echo A > a/s/x; echo B > b/s/x";
+    for _ in 0..3 {
+        for args in [
+            &["-r", "a/.", "b/f", "d/"][..],
+            &["-r", "a/.", "b/.", "d/"],
+            &["-r", "a/.", "b/.", "c/.", "d/"],
+            &["-r", "a/f", "e/f", "d/"],
+            &["-r", "a/s", "b/s", "d/"],
+        ] {
+            like_gnu(setup, args);
+        }
+    }
+}

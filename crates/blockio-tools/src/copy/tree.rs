@@ -90,21 +90,38 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         fixups: Mutex::new(Vec::new()),
         filesystems: Mutex::new(Vec::new()),
         operands_seen: Mutex::default(),
+        operand_targets: Mutex::default(),
         dest_dirs: Mutex::default(),
         src_dirs: Mutex::default(),
     };
-    for src in sources {
-        walker.operand(src, dest, dest_is_dir);
-    }
-    // Every thread walks directories and copies files alike, so that no
-    // core waits on a single walker (the first levels of a tree hold only
-    // directories) and the walk itself runs in parallel.
-    std::thread::scope(|s| {
-        for _ in 1..opts.threads {
-            s.spawn(|| walker.work_loop());
+    // The operands are copied in phases, in command-line order: each
+    // directory in a phase of its own, the files between them together.
+    // Copies that land on the same names then end as GNU's do, the later
+    // operand's last (`cp -r a/. b/. d/` leaves `b`'s files), never
+    // depending on which thread came first.
+    let mut rest = sources;
+    while !rest.is_empty() {
+        let is_dir = |p: &PathBuf| opts.recursive && std::fs::metadata(p).is_ok_and(|m| m.is_dir());
+        let n = if is_dir(&rest[0]) {
+            1
+        } else {
+            rest.iter().position(is_dir).unwrap_or(rest.len())
+        };
+        let (phase, later) = rest.split_at(n);
+        rest = later;
+        for src in phase {
+            walker.operand(src, dest, dest_is_dir);
         }
-        walker.work_loop();
-    });
+        // Every thread walks directories and copies files alike, so that no
+        // core waits on a single walker (the first levels of a tree hold only
+        // directories) and the walk itself runs in parallel.
+        std::thread::scope(|s| {
+            for _ in 1..opts.threads {
+                s.spawn(|| walker.work_loop());
+            }
+            walker.work_loop();
+        });
+    }
     walker.finish_dirs();
     let counts = &walker.ctx.counts;
     CopyReport {
@@ -242,6 +259,10 @@ struct Walker<'a> {
     /// inode) of the file, of its directory, and its name there (`f` and
     /// `./f` are one entry, a hard link `h` of `f` another).
     operands_seen: Mutex<std::collections::HashSet<OperandKey>>,
+    /// The copies of the non-directory operands (`d/f` for `cp a/f d/`),
+    /// each made by the first operand that names it.
+    /// With whether that copy is a symbolic link.
+    operand_targets: Mutex<std::collections::HashMap<PathBuf, bool>>,
     /// The (device, inode) of every destination directory walked so far
     /// (made by the copy or merged into). A source directory among them
     /// is the copy itself, reached through a bind mount or, with `-L`, a
@@ -428,6 +449,36 @@ impl Walker<'_> {
                 "warning: source {kind} {} specified more than once",
                 quote(src)
             ));
+        }
+        // `cp a/f b/f d/`: the second would overwrite the copy the first
+        // makes, silently losing one of the copies asked for. Refused, as
+        // GNU refuses it; decided here, in the order of the command line.
+        // A link made first is GNU's other refusal, "will not copy through
+        // just-created symlink", made where the copy meets it.
+        let made_link = kind == libc::S_IFLNK || opts.link == super::LinkMode::Symbolic;
+        let refused = !is_dir
+            && dest_is_dir
+            && match self
+                .operand_targets
+                .lock()
+                .expect("lock")
+                .entry(target.clone())
+            {
+                std::collections::hash_map::Entry::Occupied(first) => !*first.get(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(made_link);
+                    false
+                }
+            };
+        if refused {
+            return self.report(
+                format!(
+                    "will not overwrite just-created {} with {}",
+                    quote(&target),
+                    quote(src)
+                ),
+                None,
+            );
         }
         if is_dir {
             // `cp -r s t` with `t` a directory copies to `t/s`, a name the
