@@ -1349,3 +1349,23 @@ fn a_copy_just_made_is_never_overwritten_by_a_later_operand() {
         assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
     }
 }
+
+/// Operands whose copies land on the same names end as GNU's do: the
+/// later operand's copy last, in command-line order. Before, the result
+/// depended on which thread came first (`a/.` then `b/f` always left A).
+#[test]
+fn operands_merging_into_one_destination_end_in_command_line_order() {
+    let setup = "mkdir a b c d e e/f; echo A > a/f; echo B > b/f; echo C > c/f; \
+                 mkdir a/s b/s; echo A > a/s/x; echo B > b/s/x";
+    for _ in 0..3 {
+        for args in [
+            &["-r", "a/.", "b/f", "d/"][..],
+            &["-r", "a/.", "b/.", "d/"],
+            &["-r", "a/.", "b/.", "c/.", "d/"],
+            &["-r", "a/f", "e/f", "d/"],
+            &["-r", "a/s", "b/s", "d/"],
+        ] {
+            like_gnu(setup, args);
+        }
+    }
+}

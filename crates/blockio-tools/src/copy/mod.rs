@@ -32,6 +32,13 @@
 //! written with `O_DIRECT` through the ring: a wave of writes in flight
 //! from huge-page buffers, the page cache left alone.
 //!
+//! Several operands are copied in command-line order: each directory
+//! operand in a phase of its own, the files between two of them in one,
+//! so that where copies land on the same names the later operand's ends
+//! last, as with GNU `cp` (`cp -r a/. b/. d/`); a second source copied to
+//! a name an earlier one copies to is GNU's "will not overwrite
+//! just-created".
+//!
 //! Threads take waiting file groups before listing another directory: that
 //! bounds the files (and open directory descriptors) waiting in the queue,
 //! and a directory's descriptors close when its last group is done.

@@ -94,18 +94,34 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         dest_dirs: Mutex::default(),
         src_dirs: Mutex::default(),
     };
-    for src in sources {
-        walker.operand(src, dest, dest_is_dir);
-    }
-    // Every thread walks directories and copies files alike, so that no
-    // core waits on a single walker (the first levels of a tree hold only
-    // directories) and the walk itself runs in parallel.
-    std::thread::scope(|s| {
-        for _ in 1..opts.threads {
-            s.spawn(|| walker.work_loop());
+    // The operands are copied in phases, in command-line order: each
+    // directory in a phase of its own, the files between them together.
+    // Copies that land on the same names then end as GNU's do, the later
+    // operand's last (`cp -r a/. b/. d/` leaves `b`'s files), never
+    // depending on which thread came first.
+    let mut rest = sources;
+    while !rest.is_empty() {
+        let is_dir = |p: &PathBuf| opts.recursive && std::fs::metadata(p).is_ok_and(|m| m.is_dir());
+        let n = if is_dir(&rest[0]) {
+            1
+        } else {
+            rest.iter().position(is_dir).unwrap_or(rest.len())
+        };
+        let (phase, later) = rest.split_at(n);
+        rest = later;
+        for src in phase {
+            walker.operand(src, dest, dest_is_dir);
         }
-        walker.work_loop();
-    });
+        // Every thread walks directories and copies files alike, so that no
+        // core waits on a single walker (the first levels of a tree hold only
+        // directories) and the walk itself runs in parallel.
+        std::thread::scope(|s| {
+            for _ in 1..opts.threads {
+                s.spawn(|| walker.work_loop());
+            }
+            walker.work_loop();
+        });
+    }
     walker.finish_dirs();
     let counts = &walker.ctx.counts;
     CopyReport {

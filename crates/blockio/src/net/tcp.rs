@@ -71,7 +71,10 @@ impl TcpListenerOptions {
     /// until the kernel tears the dead process's ring down, a few
     /// milliseconds later, during which binding the port fails with
     /// `EADDRINUSE`. (A listener that is dropped frees its port at once
-    /// either way: it shuts its socket down.)
+    /// either way: it shuts its socket down.) On an io_uring engine the
+    /// epoll set is watched by one thread of the engine's, started at its
+    /// first accept; an accept that finds a connection waiting completes
+    /// on the calling thread without it.
     pub fn multishot_accept(mut self, on: bool) -> Self {
         self.multishot_accept = on;
         self
