@@ -1369,3 +1369,23 @@ fn operands_merging_into_one_destination_end_in_command_line_order() {
         }
     }
 }
+
+/// A directory made in a set-group-ID directory keeps the set-group-ID
+/// bit it inherits, as GNU keeps it, also when the source directory has
+/// that bit (before, dropped then) and with `-a`.
+#[test]
+fn directories_keep_an_inherited_set_group_id_bit() {
+    let setup = "mkdir s s2 s3 o p; echo x > s/f; chmod 2777 s; chmod 2775 o; chmod 777 s2; \
+                 chmod 2755 s3";
+    let umask = ["sh", "-c", "umask 022; exec \"$0\" \"$@\""];
+    for args in [
+        &["-r", "s", "o/"][..],
+        &["-a", "s2", "o/a"],
+        &["-a", "s3", "o/c"],
+        &["-r", "--no-preserve=mode", "s", "o/d"],
+        &["-r", "s", "p/"],
+        &["-a", "s", "p/b"],
+    ] {
+        like_gnu_as(&umask, setup, args);
+    }
+}

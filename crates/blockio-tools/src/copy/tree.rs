@@ -41,6 +41,8 @@ struct Fixup {
     /// The mode to set (`None`: a directory merged into keeps its own,
     /// unless the mode is preserved).
     chmod: Option<u32>,
+    /// Made by the copy (not merged into).
+    fresh: bool,
 }
 
 /// One copy to run: what goes where, how, and where progress and errors
@@ -1067,6 +1069,7 @@ impl Walker<'_> {
                 path: task.dst.clone(),
                 st: *st,
                 chmod: (fresh || self.ctx.opts.preserve.mode).then_some(want),
+                fresh,
             });
         }
         self.ctx.progress.dirs.fetch_add(1, Ordering::Relaxed);
@@ -1516,14 +1519,27 @@ impl Walker<'_> {
                     continue;
                 }
             };
+            // A directory made in a set-group-ID directory inherits that
+            // bit (its files then take the group): kept, as GNU keeps it,
+            // whatever the source's mode.
+            let chmod = match f.chmod {
+                Some(m)
+                    if f.fresh
+                        && m & 0o2000 == 0
+                        && dir.metadata().is_ok_and(|d| d.mode() & 0o2000 != 0) =>
+                {
+                    Some(m | 0o2000)
+                }
+                c => c,
+            };
             let keep = &self.ctx.opts.preserve;
             let r = if keep.attrs() {
                 let keep = Preserve {
-                    mode: f.chmod.is_some(),
+                    mode: chmod.is_some(),
                     ..*keep
                 };
-                set_attrs_at(&dir, c"", &f.st, f.chmod, None, &keep)
-            } else if let Some(mode) = f.chmod {
+                set_attrs_at(&dir, c"", &f.st, chmod, None, &keep)
+            } else if let Some(mode) = chmod {
                 at::chmod(&dir, mode)
             } else {
                 Ok(())
