@@ -296,7 +296,9 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
                 "options --backup and --no-clobber are mutually exclusive".into(),
             ));
         }
-        let (control, from) = match control {
+        // `--backup=` (empty) is GNU's plain `--backup`: the environment's
+        // choice, else the default.
+        let (control, from) = match control.filter(|c| !c.is_empty()) {
             Some(c) => (c, "backup type"),
             None => match std::env::var("VERSION_CONTROL") {
                 Ok(c) if !c.is_empty() => (c, "$VERSION_CONTROL"),

@@ -1406,3 +1406,17 @@ fn reflink_always_never_falls_back_to_a_copy() {
         assert_ne!(o.code, Some(0), "{args:?}: {o:?}");
     }
 }
+
+/// `--backup=` with nothing after it is `--backup`, as GNU takes it
+/// (before, "invalid argument ''" and nothing copied).
+#[test]
+fn an_empty_backup_control_is_the_default() {
+    let setup = "echo new > f; echo old > g";
+    for args in [
+        &["--backup=", "f", "g"][..],
+        &["--backup=", "-S", ".o", "f", "g"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(0), "{args:?}: {o:?}");
+    }
+}
