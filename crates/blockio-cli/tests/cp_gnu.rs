@@ -1420,3 +1420,38 @@ fn an_empty_backup_control_is_the_default() {
         assert_eq!(o.code, Some(0), "{args:?}: {o:?}");
     }
 }
+
+/// `--sparse=always` from a pipe into a regular file: blocks of zeros
+/// become holes, as GNU makes them (before, every zero was written).
+#[test]
+fn sparse_always_makes_holes_from_a_pipe() {
+    let run = |cmd: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path();
+        let setup = "truncate -s 8M big; echo x >> big; printf 'a%.0s' 1 2 3 >> big";
+        assert!(Command::new("sh")
+            .args(["-ec", setup])
+            .current_dir(w)
+            .status()
+            .unwrap()
+            .success());
+        let script = "cat big | exec \"$0\" \"$@\"";
+        let o = Command::new("sh")
+            .args(["-c", script])
+            .args(cmd)
+            .args(["--sparse=always", "/dev/stdin", "c"])
+            .current_dir(w)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd:?}: {}", messages(&o.stderr));
+        assert_eq!(
+            fs::read(w.join("c")).unwrap(),
+            fs::read(w.join("big")).unwrap()
+        );
+        blocks(&w.join("c"))
+    };
+    let gnu = run(&[GNU_CP]);
+    let ours = run(&[env!("CARGO_BIN_EXE_blockio"), "cp"]);
+    assert!(gnu <= 16, "GNU allocated {gnu} blocks");
+    assert!(ours <= gnu, "ours allocated {ours} blocks, GNU {gnu}");
+}

@@ -92,7 +92,7 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
         let ranged = choose_paths(ctx.opts, &mut jobs);
         let chunks = copy_ranges_and_chunk(ctx, dirs, &mut jobs, &ranged);
         copy_chunks(ctx, dirs, &mut jobs, &chunks, arena);
-        copy_unsized(ctx.progress, dirs, &mut jobs);
+        copy_unsized(ctx, dirs, &mut jobs);
     }
     finish_files(ctx, dirs, &mut jobs);
     if ctx.opts.fsync {
@@ -237,12 +237,16 @@ fn copy_chunks(
 /// Reads to the end the files that say they are empty (as those of /proc
 /// do): their size tells nothing; and copies those from or to a file that
 /// is not a regular one.
-fn copy_unsized(progress: &Progress, dirs: &DirPair, jobs: &mut [Job<'_>]) {
+fn copy_unsized(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
     for j in jobs
         .iter_mut()
         .filter(|j| j.failed.is_none() && (j.e.st.stx_size == 0 || j.stream))
     {
-        match copy_to_eof(j, progress) {
+        // `--sparse=always` from a pipe or device into a regular file:
+        // blocks of zeros become holes there too, as GNU makes them.
+        let holes = ctx.opts.sparse == super::Sparse::Always
+            && fstat(&j.dst).is_ok_and(|st| u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG);
+        match copy_to_eof(j, ctx.progress, holes) {
             Ok(n) => j.end = n,
             Err((side, e)) => j.failed = Some((failure(dirs, j.e, side), e)),
         }
@@ -1121,7 +1125,7 @@ fn failure(dirs: &DirPair, e: &Entry, side: Side) -> String {
 /// copied. For files whose stated size is no guide (0 for most of /proc),
 /// and with plain reads and writes (no offsets) for a stream: a FIFO or
 /// device at either end.
-fn copy_to_eof(j: &Job<'_>, progress: &Progress) -> Result<u64, (Side, io::Error)> {
+fn copy_to_eof(j: &Job<'_>, progress: &Progress, holes: bool) -> Result<u64, (Side, io::Error)> {
     let mut buf = vec![0u8; if j.stream { 128 << 10 } else { 16 << 10 }];
     let mut off = 0u64;
     loop {
@@ -1132,9 +1136,15 @@ fn copy_to_eof(j: &Job<'_>, progress: &Progress) -> Result<u64, (Side, io::Error
         };
         let n = n.map_err(|e| (Side::Read, e))?;
         if n == 0 {
+            if holes {
+                // The file ends where the data did, even in a hole.
+                rustix::fs::ftruncate(&j.dst, off).map_err(|e| (Side::Write, e.into()))?;
+            }
             return Ok(off);
         }
-        if j.stream {
+        if holes {
+            write_skipping_zero_blocks(&j.dst, off, &buf[..n])
+        } else if j.stream {
             write_all(&j.dst, &buf[..n])
         } else {
             write_full(&j.dst, off, &buf[..n], 0)
@@ -1143,6 +1153,26 @@ fn copy_to_eof(j: &Job<'_>, progress: &Progress) -> Result<u64, (Side, io::Error
         progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
         off += n as u64;
     }
+}
+
+/// Writes `buf` at `off` of a regular file, except the whole aligned
+/// 4 KiB blocks of zeros in it: those are left as holes (the file was
+/// empty, and is given its length at the end).
+fn write_skipping_zero_blocks(fd: &OwnedFd, off: u64, buf: &[u8]) -> io::Result<()> {
+    const BLOCK: u64 = 4096;
+    let mut at = 0usize;
+    while at < buf.len() {
+        let pos = off + at as u64;
+        let to_boundary = (BLOCK - pos % BLOCK) as usize;
+        let end = (at + to_boundary).min(buf.len());
+        let piece = &buf[at..end];
+        let whole = piece.len() as u64 == BLOCK;
+        if !(whole && piece.iter().all(|&b| b == 0)) {
+            write_full(fd, pos, piece, 0)?;
+        }
+        at = end;
+    }
+    Ok(())
 }
 
 /// One `read` at the file's position, retried when interrupted.
