@@ -1455,3 +1455,31 @@ fn sparse_always_makes_holes_from_a_pipe() {
     assert!(gnu <= 16, "GNU allocated {gnu} blocks");
     assert!(ours <= gnu, "ours allocated {ours} blocks, GNU {gnu}");
 }
+
+/// A destination in the way that cannot be removed or kept aside is
+/// reported as that step, as GNU reports it ("cannot remove", "cannot
+/// backup"), not as a creation that never came.
+#[test]
+fn a_destination_that_cannot_be_removed_is_named_so() {
+    assert!(
+        root(),
+        "this test makes root's files and copies them as nobody"
+    );
+    let setup = "echo src > f; echo old > g; chmod 444 g; chmod 1777 .; mkdir r; \
+                 echo old > r/g; chmod 644 f";
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    for args in [
+        &["-f", "f", "g"][..],
+        &["--remove-destination", "f", "g"],
+        &["-b", "f", "r/g"],
+        &["-bf", "f", "r/g"],
+    ] {
+        let o = like_gnu_as(&nobody, setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}

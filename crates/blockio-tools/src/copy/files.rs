@@ -636,7 +636,8 @@ fn create_dst(
             ctx.errors.report(what, None);
             return Ok(None);
         }
-        backup = super::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name)?;
+        backup = super::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name)
+            .map_err(|err| super::in_the_way("cannot backup", err))?;
     } else if opts.remove_destination && !excl {
         remove_destination(ctx, pair, e)?;
     }
@@ -805,13 +806,24 @@ fn remove_destination(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<()
             Ok(())
         }
         Err(err) if err.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        Err(err) => Err(err),
+        // A directory: creating the copy reports it, as GNU does.
+        Err(err) if err.raw_os_error() == Some(libc::EISDIR) => Err(err),
+        Err(err) => Err(super::in_the_way("cannot remove", err)),
     }
 }
 
 /// Reports a copy that could not be created (or skips it, with `-n`).
 fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
     let dst = dirs.dst_of(&e.dst_name);
+    if let Some(w) = err
+        .get_ref()
+        .and_then(|x| x.downcast_ref::<super::InTheWay>())
+    {
+        let what = format!("{} {}", w.what, quote(&dst));
+        return ctx
+            .errors
+            .report(what, Some(io::Error::from_raw_os_error(w.errno)));
+    }
     let msg = match err.raw_os_error() {
         Some(libc::EEXIST)
             if ctx.opts.no_clobber
