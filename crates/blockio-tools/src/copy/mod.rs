@@ -37,7 +37,9 @@
 //! so that where copies land on the same names the later operand's ends
 //! last, as with GNU `cp` (`cp -r a/. b/. d/`); a second source copied to
 //! a name an earlier one copies to is GNU's "will not overwrite
-//! just-created".
+//! just-created". That is decided from the command line, before copying:
+//! unlike GNU, the second is refused even when the first one's copy then
+//! fails.
 //!
 //! Threads take waiting file groups before listing another directory: that
 //! bounds the files (and open directory descriptors) waiting in the queue,
