@@ -1483,3 +1483,19 @@ fn a_destination_that_cannot_be_removed_is_named_so() {
         assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
     }
 }
+
+/// A dangling link in the way inside a tree is "not writing through
+/// dangling symlink", GNU's words (before, "dangling" was left out).
+#[test]
+fn a_dangling_link_in_a_tree_is_named_dangling() {
+    let setup = "mkdir -p s d/s a/b; echo x > s/f; ln -s nowhere d/s/f; echo y > a/b/f; \
+                 mkdir -p e/a/b; ln -s nowhere e/a/b/f";
+    for args in [
+        &["-a", "s", "d"][..],
+        &["-r", "s", "d"],
+        &["--parents", "a/b/f", "e"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}

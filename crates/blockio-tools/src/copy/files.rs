@@ -885,7 +885,18 @@ fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
                 )
             } else {
                 super::say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
-                let dangling = if e.follow_dst { "dangling " } else { "" };
+                // GNU's words: "dangling" when the link leads nowhere.
+                let nowhere = rustix::fs::statat(
+                    &dirs.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::empty(),
+                )
+                .is_err_and(|err| err == rustix::io::Errno::NOENT);
+                let dangling = if e.follow_dst || nowhere {
+                    "dangling "
+                } else {
+                    ""
+                };
                 format!("not writing through {dangling}symlink {}", quote(&dst))
             }
         }
