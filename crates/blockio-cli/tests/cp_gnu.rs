@@ -1178,6 +1178,15 @@ fn hard_links_are_never_made_to_a_destination_that_is_not_a_copy() {
             &["-a", "-i", "s", "d"],
             "n\n",
         ),
+        // `-u` keeping a newer destination: it stands for the copy, and
+        // the other names are linked to it (coreutils' preserve-link).
+        (
+            "mkdir -p s d/s; touch s/f; for n in linkm linke fileo fileu; do ln s/f s/$n; \
+             done; touch d/s/f; ln d/s/f d/s/linke; touch -d '-1 hour' d/s/fileo; \
+             touch -d '+1 hour' d/s/fileu",
+            &["-au", "s", "d"],
+            "",
+        ),
     ] {
         like_gnu_with(&[], setup, args, input);
     }
