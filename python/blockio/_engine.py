@@ -27,7 +27,6 @@ import asyncio
 import atexit
 import errno
 import fcntl
-import itertools
 import os
 import stat
 import threading
@@ -154,6 +153,10 @@ def _close_all() -> None:
         e.close()
 
 
+#: The waiter of a batch nobody awaits.
+_NOBODY: Tuple[None, None] = (None, None)
+
+
 class _Opened:
     """Marks a batch whose result is a descriptor just opened: if nobody
     takes it (the awaiting task was cancelled), it is closed."""
@@ -173,11 +176,13 @@ class Engine:
     """
 
     def __init__(self, queue_depth: int = 256, backend: Optional[str] = None) -> None:
+        # Each batch is started with its waiter, ``(future, keep)``: the
+        # future its results resolve, and the objects (file objects,
+        # buffers) kept alive until they arrive, even if the task is
+        # cancelled. The core keeps the waiter with the batch and hands it
+        # back with the results, so no table of batches is kept here; the
+        # token ``start`` returns only serves to cancel the batch.
         self._core = _Core(queue_depth, backend)
-        self._futures: Dict[int, Tuple[_Future, Any]] = {}
-        #: Batch tokens; ``next`` on it is atomic, so loops in several
-        #: threads never draw the same one.
-        self._tokens = itertools.count()
         #: The loop that used the engine last (the fast path's check).
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         #: Every loop watching the eventfd, by id.
@@ -226,19 +231,18 @@ class Engine:
             efd = self._core.eventfd()
             for loop in loops:
                 self._unwatch(loop, efd)
-        try:
-            finished, cancelled = self._core.close()
-            for token, results in finished:
-                fut, _ = self._futures.pop(token, (None, None))
-                if fut is not None:
-                    _deliver(fut, results, None)
-        finally:
-            # Cancelled, or cut short by a signal: each gets the error.
-            for token in list(self._futures):
-                fut, _ = self._futures.pop(token, (None, None))
-                if fut is not None:
-                    err = OSError(errno.ECANCELED, "blockio.Engine.close() cancelled this operation before it completed")
-                    _deliver(fut, None, None, err)
+        finished, cancelled, interrupted = self._core.close()
+        for (fut, _), results in finished:
+            if fut is not None:
+                _deliver(fut, results, None)
+        # Cancelled (after a second without completions, or cut short by a
+        # signal): each gets the error.
+        for fut, _ in cancelled:
+            if fut is not None:
+                err = OSError(errno.ECANCELED, "blockio.Engine.close() cancelled this operation before it completed")
+                _deliver(fut, None, None, err)
+        if interrupted is not None:
+            raise interrupted
 
     @staticmethod
     def _unwatch(loop: asyncio.AbstractEventLoop, efd: int) -> None:
@@ -397,16 +401,15 @@ class Engine:
         return loop
 
     def _on_ready(self, loop: Optional[asyncio.AbstractEventLoop]) -> None:
-        for token, results in self._core.drain():
-            fut, keep = self._futures.pop(token, (None, None))
-            # A cancelled future gets nothing; its buffers (held by the core)
-            # and its file objects (held here) were kept until now.
+        for (fut, keep), results in self._core.drain():
+            # A cancelled future gets nothing; its buffers and file objects
+            # were kept until now.
             if fut is not None and not fut.done():
                 _deliver(fut, results, loop)
             elif keep is _OPENED and isinstance(results[0], int):
-                # Opened for a task that was cancelled: closed on the
-                # file-system threads, under a token nobody waits for.
-                self._core.submit_close(next(self._tokens), results[0])
+                # Opened for a task whose cancellation has not reached it
+                # yet: closed on the file-system threads, for nobody.
+                self._core.submit_close(_NOBODY, results[0])
 
     def _watch_trio(self, trio: Any) -> None:
         """Makes the running ``trio.run`` watch the eventfd (once per run),
@@ -435,18 +438,12 @@ class Engine:
 
         trio.lowlevel.spawn_system_task(watch, name="blockio engine completions")
 
-    async def _run_trio(self, keep: Any, start: Callable[..., None], *args: Any) -> List[Any]:
+    async def _run_trio(self, keep: Any, start: Callable[..., int], *args: Any) -> List[Any]:
         """:meth:`_run` under trio."""
         trio = running_trio()
         self._watch_trio(trio)
-        token = next(self._tokens)
         fut = TrioFuture(trio)
-        self._futures[token] = (fut, keep)
-        try:
-            start(token, *args)
-        except BaseException:
-            del self._futures[token]
-            raise
+        token: int = start((fut, keep), *args)
         try:
             results: List[Any] = await fut
             return results
@@ -456,23 +453,17 @@ class Engine:
             self._abandon(token)
             raise
 
-    async def _run(self, keep: Any, start: Callable[..., None], *args: Any) -> List[Any]:
+    async def _run(self, keep: Any, start: Callable[..., int], *args: Any) -> List[Any]:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return await self._run_trio(keep, start, *args)
         if loop is not self._loop:
             self._attach(loop)
-        token = next(self._tokens)
         fut = loop.create_future()
         # `keep`: the file objects whose descriptors the operations use, kept
         # open until the completions arrive, even if the task is cancelled.
-        self._futures[token] = (fut, keep)
-        try:
-            start(token, *args)
-        except BaseException:
-            del self._futures[token]
-            raise
+        token: int = start((fut, keep), *args)
         try:
             results: List[Any] = await fut
             return results
@@ -485,7 +476,6 @@ class Engine:
         yet handed to the kernel are never submitted, and those in flight
         hold their own duplicate of the descriptor until they complete, so
         closing the file now cannot send them to another file."""
-        self._futures.pop(token, None)
         self._core.cancel(token)
 
     @overload
@@ -545,16 +535,11 @@ class Engine:
                 return cached
         if loop is not self._loop:
             self._attach(loop)
-        token = next(self._tokens)
         fut = loop.create_future()
-        self._futures[token] = (fut, file)
         try:
-            self._core.submit_read(token, fd, [offset], length)
-        except BaseException as e:
-            del self._futures[token]
-            if isinstance(e, OverflowError):
-                raise _out_of_range(length, [offset], "offset") from None
-            raise
+            token = self._core.submit_read((fut, file), fd, [offset], length)
+        except OverflowError:
+            raise _out_of_range(length, [offset], "offset") from None
         try:
             r = (await fut)[0]
         except asyncio.CancelledError:
@@ -605,7 +590,7 @@ class Engine:
         return await self._abuffers(ops, self._core.submit_write, return_exceptions)
 
     async def _abuffers(
-        self, ops: Iterable[BufferOp], submit: Callable[..., None], return_exceptions: bool
+        self, ops: Iterable[BufferOp], submit: Callable[..., int], return_exceptions: bool
     ) -> List[Any]:
         """One batch of ``(file, buffer, offset)`` operations through ``submit``."""
         ops = list(ops)
@@ -672,7 +657,7 @@ class Engine:
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0), os.fspath(target), None, os.fspath(link))
 
-    async def _afs(self, submit: Callable[..., None], file: FileLike, *args: Any) -> int:
+    async def _afs(self, submit: Callable[..., int], file: FileLike, *args: Any) -> int:
         r = (await self._run(file, submit, _fd(file), *args))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0), _name(file))

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
-use blockio::aio::{AsyncEngine, AsyncFile};
+use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving};
 use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -35,7 +35,9 @@ pub(crate) struct Core {
     pub(crate) wakeups: Arc<Wakeups>,
     pub(crate) pending: Mutex<HashMap<u64, Pending>>,
     /// Batches that finished when started, until the next drain.
-    pub(crate) ready: Mutex<Vec<(u64, Done)>>,
+    pub(crate) ready: Mutex<Vec<(u64, PyObject, Done)>>,
+    /// The token of the next batch.
+    pub(crate) next_token: AtomicU64,
     /// [`forks`] when this core was made: another value means this is a
     /// forked child.
     pub(crate) born: u64,
@@ -110,7 +112,7 @@ impl Core {
         let engine = self.check()?;
         let mut aio = self.aio.lock().expect("aio lock");
         let pool = engine.backend() == Backend::ThreadPool;
-        let (slot, inline) = if direct && !pool {
+        let (slot, caller_driven) = if direct && !pool {
             (&mut aio.direct, true)
         } else {
             (&mut aio.threaded, false)
@@ -119,32 +121,40 @@ impl Core {
             let mut b = AsyncEngine::builder().queue_depth(self.queue_depth as usize);
             if pool {
                 b = b.backend(BackendChoice::ThreadPool);
-            } else if inline {
-                b = b
-                    .driven_by_caller()
-                    .completion_eventfd(self.wakeups.efd.as_raw_fd());
+            } else if caller_driven {
+                let eventfd = self.wakeups.efd.as_raw_fd();
+                b = b.driving(Driving::Caller(
+                    CallerDriving::new().completion_eventfd(eventfd),
+                ));
             }
             *slot = Some(b.build().map_err(io_err)?);
         }
         Ok(slot.clone().expect("built above"))
     }
 
-    /// Starts a batch: polls it once (which hands its operations to the
-    /// driver) and keeps it under `token` until it is finished.
-    pub(crate) fn start(&self, token: u64, mut p: Pending) {
+    /// Starts a batch for `waiter`: polls it once (which hands its
+    /// operations to the driver) and keeps it under a new token until it is
+    /// finished; the token, which `cancel` takes.
+    pub(crate) fn start(&self, waiter: PyObject, mut p: Pending) -> u64 {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         let waker = self.waker(token);
         p.waker = Some(waker.clone());
         match p.poll(&mut Context::from_waker(&waker)) {
             // Finished at once (every descriptor unusable): reported at the
             // next drain like any other.
             Some(done) => {
-                self.ready.lock().expect("ready lock").push((token, done));
+                self.ready
+                    .lock()
+                    .expect("ready lock")
+                    .push((token, waiter, done));
                 waker.wake();
             }
             None => {
+                p.waiter = Some(waiter);
                 self.pending.lock().expect("pending lock").insert(token, p);
             }
         }
+        token
     }
 
     pub(crate) fn waker(&self, token: u64) -> Waker {
@@ -156,7 +166,7 @@ impl Core {
 
     /// The batches finished since the last call, removed. Reaps the
     /// caller-driven ring first (after the eventfd was cleared).
-    pub(crate) fn finished(&self) -> Vec<(u64, Done)> {
+    pub(crate) fn finished(&self) -> Vec<(PyObject, Done)> {
         let direct = self.aio.lock().expect("aio lock").direct.clone();
         if let Some(aio) = direct {
             self.wakeups.draining.store(true, Ordering::SeqCst);
@@ -167,7 +177,8 @@ impl Core {
         // Every operation of a batch wakes its token: poll each batch once.
         tokens.sort_unstable();
         tokens.dedup();
-        let mut out = std::mem::take(&mut *self.ready.lock().expect("ready lock"));
+        let ready = std::mem::take(&mut *self.ready.lock().expect("ready lock"));
+        let mut out: Vec<(PyObject, Done)> = ready.into_iter().map(|(_, w, d)| (w, d)).collect();
         let mut pending = self.pending.lock().expect("pending lock");
         for token in tokens {
             let Some(p) = pending.get_mut(&token) else {
@@ -175,8 +186,9 @@ impl Core {
             };
             let waker = p.waker.clone().expect("set by start");
             if let Some(done) = p.poll(&mut Context::from_waker(&waker)) {
-                pending.remove(&token);
-                out.push((token, done));
+                if let Some(waiter) = pending.remove(&token).and_then(|mut p| p.waiter.take()) {
+                    out.push((waiter, done));
+                }
             }
         }
         out
@@ -186,11 +198,11 @@ impl Core {
     /// buffer, `issue` makes the operation.
     pub(crate) fn submit_each<'py, B>(
         &self,
-        token: u64,
+        waiter: PyObject,
         ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
         prepare: impl Fn(&Bound<'py, PyAny>) -> PyResult<B>,
         issue: impl Fn(&AsyncFile, B, u64, RawFd, RawFd) -> Boxed<OneDone>,
-    ) -> PyResult<()> {
+    ) -> PyResult<u64> {
         let mut files: HashMap<RawFd, Result<(AsyncFile, RawFd), i32>> = HashMap::new();
         let mut futs = Vec::with_capacity(ops.len());
         for (fd, obj, off) in &ops {
@@ -206,13 +218,12 @@ impl Core {
                 Err(errno) => failed(Kind::Count, *errno),
             });
         }
-        self.start(token, Pending::new(futs, Kind::Count));
-        Ok(())
+        Ok(self.start(waiter, Pending::new(futs, Kind::Count)))
     }
 
-    /// Starts one file-system job as the batch `token` (or reports the
-    /// errno that made preparing it fail).
-    pub(crate) fn start_job(&self, token: u64, job: Result<Job, i32>) -> PyResult<()> {
+    /// Starts one file-system job as a batch for `waiter` (or reports the
+    /// errno that made preparing it fail); its token.
+    pub(crate) fn start_job(&self, waiter: PyObject, job: Result<Job, i32>) -> PyResult<u64> {
         let fut: Boxed<OneDone> = match job {
             Ok(job) => {
                 let f = self.fs.submit(job).map_err(io_err)?;
@@ -220,8 +231,7 @@ impl Core {
             }
             Err(errno) => failed(Kind::Count, errno),
         };
-        self.start(token, Pending::new(vec![fut], Kind::Count));
-        Ok(())
+        Ok(self.start(waiter, Pending::new(vec![fut], Kind::Count)))
     }
 
     pub(crate) fn clear_eventfd(&self) {
@@ -285,6 +295,7 @@ impl Core {
             }),
             pending: Mutex::new(HashMap::new()),
             ready: Mutex::new(Vec::new()),
+            next_token: AtomicU64::new(0),
             born: forks(),
             queue_depth,
             spare: Mutex::new(Vec::new()),
@@ -501,11 +512,11 @@ impl Core {
     /// The buffers are page-aligned, so an `O_DIRECT` descriptor takes them.
     pub(crate) fn submit_read(
         &self,
-        token: u64,
+        waiter: PyObject,
         fd: RawFd,
         offsets: Vec<i64>,
         length: i64,
-    ) -> PyResult<()> {
+    ) -> PyResult<u64> {
         let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
         total_arg(offsets.len(), length)?;
         let flags = fd_flags(fd);
@@ -534,19 +545,18 @@ impl Core {
             })
             .collect::<PyResult<Vec<_>>>()?;
         drop(spare);
-        self.start(token, Pending::new(futs, Kind::Read));
-        Ok(())
+        Ok(self.start(waiter, Pending::new(futs, Kind::Read)))
     }
 
     /// Starts reading into each `(fd, buffer, offset)`.
     pub(crate) fn submit_readinto(
         &self,
-        token: u64,
+        waiter: PyObject,
         ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>,
-    ) -> PyResult<()> {
+    ) -> PyResult<u64> {
         let ops = buffer_ops(ops)?;
         distinct_read_buffers(&ops)?;
-        self.submit_each(token, ops, writable, |file, buf, off, fd, dup| {
+        self.submit_each(waiter, ops, writable, |file, buf, off, fd, dup| {
             let f = file.read_at(Buf::Exported(Lent::new(buf)), off);
             Box::pin(async move {
                 let r = name_caller_fd(f.await.0, dup, fd);
@@ -558,11 +568,11 @@ impl Core {
     /// Starts writing each `(fd, data, offset)`.
     pub(crate) fn submit_write(
         &self,
-        token: u64,
+        waiter: PyObject,
         ops: Vec<(RawFd, Bound<'_, PyAny>, i64)>,
-    ) -> PyResult<()> {
+    ) -> PyResult<u64> {
         self.submit_each(
-            token,
+            waiter,
             buffer_ops(ops)?,
             readable,
             |file, buf, off, fd, dup| {
@@ -576,8 +586,13 @@ impl Core {
     }
 
     /// Starts an fsync (or fdatasync) of `fd`.
-    #[pyo3(signature = (token, fd, data_only = false))]
-    pub(crate) fn submit_sync(&self, token: u64, fd: RawFd, data_only: bool) -> PyResult<()> {
+    #[pyo3(signature = (waiter, fd, data_only = false))]
+    pub(crate) fn submit_sync(
+        &self,
+        waiter: PyObject,
+        fd: RawFd,
+        data_only: bool,
+    ) -> PyResult<u64> {
         let aio = self.aio(false)?;
         let fut = match hold_file(&aio, fd, fd_flags(fd)) {
             Ok((file, dup)) => {
@@ -594,8 +609,7 @@ impl Core {
             }
             Err(errno) => failed(Kind::Count, errno),
         };
-        self.start(token, Pending::new(vec![fut], Kind::Count));
-        Ok(())
+        Ok(self.start(waiter, Pending::new(vec![fut], Kind::Count)))
     }
 
     /// Starts `open(path, flags, mode)` on the core's file-system threads;
@@ -604,15 +618,15 @@ impl Core {
     /// in `flags`.
     pub(crate) fn submit_open(
         &self,
-        token: u64,
+        waiter: PyObject,
         path: Vec<u8>,
         flags: i32,
         mode: u32,
-    ) -> PyResult<()> {
+    ) -> PyResult<u64> {
         let engine = self.fs_engine()?;
         let path = c_path(path)?;
         self.start_job(
-            token,
+            waiter,
             Ok(Job::Open {
                 engine,
                 path,
@@ -626,11 +640,16 @@ impl Core {
     /// `follow`) on the core's file-system threads, through the engine's
     /// ring where io_uring has `STATX`; the result is the tuple of
     /// [`stat_tuple`].
-    pub(crate) fn submit_stat(&self, token: u64, path: Vec<u8>, follow: bool) -> PyResult<()> {
+    pub(crate) fn submit_stat(
+        &self,
+        waiter: PyObject,
+        path: Vec<u8>,
+        follow: bool,
+    ) -> PyResult<u64> {
         let engine = self.fs_engine()?;
         let path = c_path(path)?;
         self.start_job(
-            token,
+            waiter,
             Ok(Job::Stat {
                 engine,
                 path,
@@ -641,55 +660,60 @@ impl Core {
 
     /// Starts an `fstat` of `fd` (through a duplicate); the result is the
     /// file's size.
-    pub(crate) fn submit_size(&self, token: u64, fd: RawFd) -> PyResult<()> {
+    pub(crate) fn submit_size(&self, waiter: PyObject, fd: RawFd) -> PyResult<u64> {
         let engine = self.fs_engine()?;
-        self.start_job(token, fsjobs::dup(fd).map(|d| Job::Size(engine, d)))
+        self.start_job(waiter, fsjobs::dup(fd).map(|d| Job::Size(engine, d)))
     }
 
     /// Starts an `ftruncate` of `fd` (through a duplicate) to `length`.
-    pub(crate) fn submit_truncate(&self, token: u64, fd: RawFd, length: i64) -> PyResult<()> {
+    pub(crate) fn submit_truncate(
+        &self,
+        waiter: PyObject,
+        fd: RawFd,
+        length: i64,
+    ) -> PyResult<u64> {
         self.check()?;
         let length = u64::try_from(length).map_err(|_| {
             PyValueError::new_err(format!("length must not be negative, got {length}"))
         })?;
-        self.start_job(token, fsjobs::dup(fd).map(|d| Job::Truncate(d, length)))
+        self.start_job(waiter, fsjobs::dup(fd).map(|d| Job::Truncate(d, length)))
     }
 
     /// Starts closing `fd`, whose ownership the caller hands over: the
     /// number must not be used or closed by anyone else afterwards. The
     /// close runs even if the batch is cancelled.
-    pub(crate) fn submit_close(&self, token: u64, fd: RawFd) -> PyResult<()> {
+    pub(crate) fn submit_close(&self, waiter: PyObject, fd: RawFd) -> PyResult<u64> {
         let engine = self.fs_engine()?;
         if fd < 0 {
-            return self.start_job(token, Err(libc::EBADF));
+            return self.start_job(waiter, Err(libc::EBADF));
         }
         // SAFETY: the caller hands over its only ownership of `fd` (the
         // Python layer passes the descriptor of a file object it is
         // closing and never uses the number again).
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        self.start_job(token, Ok(Job::Close(engine, owned)))
+        self.start_job(waiter, Ok(Job::Close(engine, owned)))
     }
 
     /// Starts a `mkdir` of `path` with `mode` (before the umask), through
     /// the engine's `MKDIRAT` where io_uring has it; the result is 0.
-    pub(crate) fn submit_mkdir(&self, token: u64, path: Vec<u8>, mode: u32) -> PyResult<()> {
+    pub(crate) fn submit_mkdir(&self, waiter: PyObject, path: Vec<u8>, mode: u32) -> PyResult<u64> {
         let engine = self.fs_engine()?;
         let path = c_path(path)?;
-        self.start_job(token, Ok(Job::Mkdir { engine, path, mode }))
+        self.start_job(waiter, Ok(Job::Mkdir { engine, path, mode }))
     }
 
     /// Starts making the symbolic link `link` pointing at `target`, through
     /// the engine's `SYMLINKAT` where io_uring has it; the result is 0.
     pub(crate) fn submit_symlink(
         &self,
-        token: u64,
+        waiter: PyObject,
         target: Vec<u8>,
         link: Vec<u8>,
-    ) -> PyResult<()> {
+    ) -> PyResult<u64> {
         let engine = self.fs_engine()?;
         let (target, link) = (c_path(target)?, c_path(link)?);
         self.start_job(
-            token,
+            waiter,
             Ok(Job::Symlink {
                 engine,
                 target,
@@ -701,10 +725,10 @@ impl Core {
     /// Starts reading every file of `paths` whole (see
     /// [`fsjobs::read_files`]); the result is a list of bytes or OSError,
     /// one per path, in order.
-    pub(crate) fn submit_read_files(&self, token: u64, paths: Vec<Vec<u8>>) -> PyResult<()> {
+    pub(crate) fn submit_read_files(&self, waiter: PyObject, paths: Vec<Vec<u8>>) -> PyResult<u64> {
         let engine = self.fs_engine()?;
         let paths = paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
-        self.start_job(token, Ok(Job::ReadFiles { engine, paths }))
+        self.start_job(waiter, Ok(Job::ReadFiles { engine, paths }))
     }
 
     /// Reads every file of `paths` whole, the GIL released; a list of
@@ -728,15 +752,15 @@ impl Core {
         Ok((PyList::new(py, items)?, failed))
     }
 
-    /// The finished batches since the last call: `(token, results)` pairs,
+    /// The finished batches since the last call: `(waiter, results)` pairs,
     /// results as the synchronous calls return them. Called by the event
     /// loop when the eventfd is readable.
-    pub(crate) fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<(u64, Bound<'py, PyList>)>> {
+    pub(crate) fn drain<'py>(&self, py: Python<'py>) -> PyResult<Finished<'py>> {
         self.clear_eventfd();
         release_parked(py);
         self.finished()
             .into_iter()
-            .map(|(t, d)| Ok((t, results_to_py(py, d, &self.spare)?)))
+            .map(|(w, d)| Ok((w, results_to_py(py, d, &self.spare)?)))
             .collect()
     }
 
@@ -752,7 +776,7 @@ impl Core {
         self.ready
             .lock()
             .expect("ready lock")
-            .retain(|(t, _)| *t != token);
+            .retain(|(t, _, _)| *t != token);
     }
 
     /// Asynchronous batches not finished yet.
@@ -761,16 +785,18 @@ impl Core {
     }
 
     /// Shuts the engine down and hands back what became of the
-    /// asynchronous batches still pending: `(finished, cancelled)`, the
-    /// `(token, results)` of those that completed while it waited, and the
-    /// tokens of those it cancelled. It waits (GIL released, signals
+    /// asynchronous batches still pending: `(finished, cancelled,
+    /// interrupted)`, the `(waiter, results)` of those that completed while
+    /// it waited, the waiters of those it cancelled, and the exception a
+    /// signal handler raised meanwhile (or `None`), for the caller to raise
+    /// once it has resolved the others. It waits (GIL released, signals
     /// checked every 100 ms) while operations keep completing; once a whole
     /// second passes without one (a read of an empty pipe, a write to a
     /// full one), or a signal handler raises, it cancels the rest: those
     /// not yet in the kernel are never submitted, those in flight are
     /// cancelled there and keep their buffers until the kernel lets go of
     /// them. Idempotent.
-    pub(crate) fn close<'py>(&self, py: Python<'py>) -> PyResult<(Finished<'py>, Vec<u64>)> {
+    pub(crate) fn close<'py>(&self, py: Python<'py>) -> PyResult<Closed<'py>> {
         if self.born != forks() {
             // A forked child never touches the parent's rings; forget them.
             std::mem::forget(std::mem::take(&mut *self.aio.lock().expect("aio lock")));
@@ -779,7 +805,7 @@ impl Core {
             std::mem::forget(std::mem::take(
                 &mut *self.pending.lock().expect("pending lock"),
             ));
-            return Ok((Vec::new(), Vec::new()));
+            return Ok((Vec::new(), Vec::new(), None));
         }
         let mut finished = Vec::new();
         let mut interrupted = None;
@@ -788,8 +814,8 @@ impl Core {
             self.clear_eventfd();
             let done = self.finished();
             idle = if done.is_empty() { idle + 1 } else { 0 };
-            for (t, d) in done {
-                finished.push((t, results_to_py(py, d, &self.spare)?));
+            for (w, d) in done {
+                finished.push((w, results_to_py(py, d, &self.spare)?));
             }
             if self.pending() == 0 || idle > 10 {
                 break;
@@ -811,18 +837,20 @@ impl Core {
         }
         let cut: HashMap<u64, Pending> =
             std::mem::take(&mut *self.pending.lock().expect("pending lock"));
-        let mut cancelled: Vec<u64> = cut.keys().copied().collect();
-        cancelled.sort_unstable();
+        let mut cut: Vec<(u64, Pending)> = cut.into_iter().collect();
+        cut.sort_unstable_by_key(|(t, _)| *t);
+        let cancelled: Vec<PyObject> = cut
+            .iter_mut()
+            .filter_map(|(_, p)| p.waiter.take())
+            .collect();
         // Dropping the futures cancels their operations (outside the lock).
         drop(cut);
         *self.aio.lock().expect("aio lock") = AioEngines::default();
         *self.engine.lock().expect("engine lock") = None;
         *self.fs_engine.lock().expect("fs engine lock") = None;
         release_parked(py);
-        match interrupted {
-            Some(e) => Err(e),
-            None => Ok((finished, cancelled)),
-        }
+        let interrupted = interrupted.map(|e| e.into_value(py));
+        Ok((finished, cancelled, interrupted))
     }
 
     /// Whether `close` has run.

@@ -21,7 +21,15 @@ use crate::lent::Lent;
 use crate::*;
 
 /// Finished asynchronous batches as Python sees them: `(token, results)`.
-pub(crate) type Finished<'py> = Vec<(u64, Bound<'py, PyList>)>;
+pub(crate) type Finished<'py> = Vec<(PyObject, Bound<'py, PyList>)>;
+
+/// What `Core::close` hands back: the finished batches, the waiters of
+/// the cancelled ones, and the exception that interrupted the wait.
+pub(crate) type Closed<'py> = (
+    Finished<'py>,
+    Vec<PyObject>,
+    Option<Py<pyo3::exceptions::PyBaseException>>,
+);
 
 /// Memory an asynchronous operation reads into or writes from.
 pub(crate) enum Buf {
@@ -95,6 +103,10 @@ pub(crate) struct Pending {
     pub(crate) kind: Kind,
     /// Wakes this batch's token; made once, by `Core::start`.
     pub(crate) waker: Option<Waker>,
+    /// What the Python layer resolves with this batch's results (its
+    /// future, and the objects the operations use): handed back by
+    /// `Core::drain`, so that the Python side keeps no table of tokens.
+    pub(crate) waiter: Option<PyObject>,
 }
 
 /// An operation that fails at once with `errno` (a descriptor that cannot
@@ -127,6 +139,7 @@ impl Pending {
             futs: futs.into_iter().map(Some).collect(),
             kind,
             waker: None,
+            waiter: None,
         }
     }
 

@@ -155,6 +155,41 @@ def test_close_resolves_every_pending_future(data_file, backend):
     assert code == 0 and "resolved 32" in out, out
 
 
+def test_close_cut_short_by_a_signal_still_resolves_every_future(tmp_path):
+    """Point 6 with point 8: a signal handler that raises while close()
+    waits for pipe reads stops the wait (close raises its exception), and
+    every task awaiting the engine is still resolved, with ECANCELED."""
+    code, out = run_child("""
+        import asyncio, errno, os, signal, blockio
+
+        class Stop(Exception):
+            pass
+
+        def stop(*_):
+            raise Stop()
+
+        e = blockio.Engine(backend="io_uring")
+        r, w = os.pipe()
+
+        async def main():
+            reads = [asyncio.ensure_future(e.aread(r, offset=0, length=10)) for _ in range(8)]
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            signal.signal(signal.SIGALRM, stop)
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            try:
+                e.close()
+            except Stop:
+                print("close interrupted")
+            res = await asyncio.wait_for(asyncio.gather(*reads, return_exceptions=True), 60)
+            assert all(isinstance(x, OSError) and x.errno == errno.ECANCELED for x in res), res
+            print("resolved", len(res))
+
+        asyncio.run(main())
+    """, cwd=tmp_path)
+    assert code == 0 and "close interrupted" in out and "resolved 8" in out, out
+
+
 def test_close_and_exit_do_not_hang_on_a_pipe_read_in_flight(tmp_path):
     """Point 8: interpreter exit (which closes every engine) with a pipe
     read in flight that nothing will ever complete."""

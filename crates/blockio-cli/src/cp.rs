@@ -165,15 +165,15 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
         let value_str = || value.as_deref().unwrap_or_default().to_string_lossy();
         match id {
             "help" => {
-                print!("{}", help());
+                write_out(&help())?;
                 return Ok(None);
             }
             "version" => {
-                println!(
-                    "{} (blockio) {}",
+                write_out(&format!(
+                    "{} (blockio) {}\n",
                     program().rsplit(['/', ' ']).next().unwrap_or("cp"),
                     env!("CARGO_PKG_VERSION")
-                );
+                ))?;
                 return Ok(None);
             }
             "a" => {
@@ -511,6 +511,19 @@ fn parse_block(s: &str) -> Result<usize, String> {
 }
 
 /// `--help`.
+/// Writes `text` to standard output, flushed; a failure (`> /dev/full`)
+/// is GNU's "write error" with exit status 1, never a panic.
+fn write_out(text: &str) -> Result<(), Usage> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| Usage {
+            msg: format!("write error: {}", blockio_tools::reason::reason(&e)),
+            hint: false,
+        })
+}
+
 fn help() -> String {
     let p = program();
     format!(
@@ -662,8 +675,25 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
     if let Some(reason) = &report.fallback_reason {
         crate::fallback_notice("cp", reason);
     }
+    let mut ok = report.errors == 0;
     if cmd.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let text = format!("{}\n", serde_json::to_string_pretty(&report)?);
+        if let Err(Usage { msg, .. }) = write_out(&text) {
+            eprintln!("{}: {msg}", program());
+            ok = false;
+        }
     }
-    Ok(report.errors == 0)
+    let flushed = {
+        use std::io::Write;
+        std::io::stdout().flush()
+    };
+    if let Some(e) = copy::output_error().or(flushed.err()) {
+        eprintln!(
+            "{}: write error: {}",
+            program(),
+            blockio_tools::reason::reason(&e)
+        );
+        ok = false;
+    }
+    Ok(ok)
 }

@@ -124,7 +124,19 @@ pub fn cp(args: &[OsString]) -> i32 {
     match CpCli::try_parse_from(args) {
         Ok(cli) => crate::exit_status(crate::cp::run(&cli.args), &program("cp")),
         Err(e) => {
-            let _ = e.print();
+            // `--version > /dev/full`: GNU's "write error", status 1.
+            let printed = e.print().and_then(|()| {
+                use std::io::Write;
+                std::io::stdout().flush()
+            });
+            if let Err(w) = printed {
+                eprintln!(
+                    "{}: write error: {}",
+                    program("cp"),
+                    blockio_tools::reason::reason(&w)
+                );
+                return 1;
+            }
             if e.use_stderr() {
                 1
             } else {

@@ -1234,3 +1234,210 @@ fn hard_links_are_never_made_to_a_destination_that_is_not_a_copy() {
         like_gnu_with(&[], setup, args, input);
     }
 }
+
+/// `-u` and `-i` judge an existing FIFO before opening it: the open waits
+/// for a reader, and before, with none, the copy never ended (`timeout`
+/// bounds that here).
+#[test]
+fn update_and_interactive_decide_before_opening_a_fifo() {
+    let setup = "echo new > f; mkfifo p; touch -d 2000-01-01 f; \
+                 mkdir s d; echo x > s/f; touch -d 2000-01-01 s/f; mkfifo d/f";
+    for (args, input) in [
+        (&["-u", "f", "p"][..], ""),
+        (&["-i", "f", "p"], "n\n"),
+        (&["-ru", "s/f", "d/"], ""),
+        (&["-ri", "s/.", "d/"], "n\n"),
+    ] {
+        let o = like_gnu_with(&["timeout", "20"], setup, args, input);
+        assert_eq!(o.code, Some(0), "{args:?}: {o:?}");
+    }
+}
+
+/// `-b` never keeps the destination aside under the source's own name:
+/// with `-l` or `-s` the link was then made to the old destination and
+/// the source's data was gone. GNU's "might destroy source" refusal.
+#[test]
+fn a_backup_never_takes_the_name_of_the_source_of_a_link() {
+    let setup = "echo new > f; echo precious > 'f~'; ln 'f~' keep";
+    for args in [
+        &["-bl", "f~", "f"][..],
+        &["-bs", "f~", "f"],
+        &["--backup=existing", "-l", "f~", "f"],
+        &["-b", "--attributes-only", "f~", "f"],
+        &["-b", "f~", "f"],
+        &["--suffix=~", "-bsf", "f~", "f"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}
+
+/// `-i` on a destination the copier may not write asks GNU's question,
+/// naming its mode, before anything is opened or removed: before, `-if`
+/// removed the file without asking, and `-i` alone failed without asking.
+#[test]
+fn interactive_asks_before_replacing_an_unwritable_file() {
+    assert!(
+        root(),
+        "this test makes root's files and copies them as nobody"
+    );
+    let setup = "echo a > f; echo o > g; chmod 444 g; mkdir -p s d/s; echo a > s/f; \
+                 echo o > d/s/f; chmod 444 d/s/f; chmod 777 . d/s";
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    for (args, input) in [
+        (&["-if", "f", "g"][..], "n\n"),
+        (&["-if", "f", "g"], "y\n"),
+        (&["-i", "f", "g"], "n\n"),
+        (&["-i", "f", "g"], "y\n"),
+        (&["-rif", "s", "d"], "n\n"),
+        (&["-rif", "s", "d"], "y\n"),
+    ] {
+        like_gnu_with(&nobody, setup, args, input);
+    }
+}
+
+/// `-b` and a copy that fails (here a read error): the incomplete copy is
+/// removed and the file kept aside goes back to its name, as GNU puts it
+/// back. Before, the name was left empty, the original only under `d~`.
+#[test]
+fn a_failed_copy_puts_the_backup_back() {
+    let setup = "echo precious > d; mkdir -p s t; ln -s /proc/self/mem s/m; echo old > t/m";
+    for args in [
+        &["-b", "/proc/self/mem", "d"][..],
+        &["--backup=numbered", "/proc/self/mem", "d"],
+        &["-rbL", "s/.", "t/"],
+    ] {
+        let (gnu, ours) = both(setup, &[], args, "");
+        assert_eq!(
+            (ours.code, &ours.tree),
+            (gnu.code, &gnu.tree),
+            "{args:?}: ours {ours:?}, GNU {gnu:?}"
+        );
+        assert_eq!(gnu.code, Some(1), "{args:?}: {gnu:?}");
+        assert!(
+            ours.stderr.contains("the file it replaced put back"),
+            "{args:?}: {ours:?}"
+        );
+    }
+}
+
+/// `-T` takes the destination as the name itself: a link there to a
+/// directory is not a directory, and nothing is written where it leads
+/// (before, the copy was merged into the link's target).
+#[test]
+fn no_target_directory_never_merges_through_a_link() {
+    let setup = "mkdir s t; echo a > s/f; ln -s t ld; touch file; ln -s file lf; \
+                 ln -s nowhere dang";
+    for args in [
+        &["-rT", "s", "ld"][..],
+        &["-aT", "s", "ld"],
+        &["-rT", "--remove-destination", "s", "ld"],
+        &["-rT", "s/.", "ld"],
+        &["-rT", "s", "ld/"],
+        &["-r", "s", "ld"],
+        &["-r", "s/.", "ld"],
+        &["-rT", "s", "t"],
+        &["-r", "s", "lf"],
+        &["-r", "s", "dang"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
+/// Standard output that cannot be written (`> /dev/full`): GNU's "write
+/// error" and status 1 for `--help`, `--version` and `-v`, whose copy is
+/// still made. Before, `--help` panicked and the others exited 0.
+#[test]
+fn output_write_errors_fail_as_gnu_does() {
+    for args in [&["--help"][..], &["--version"], &["-v", "f", "g"]] {
+        let run = |cmd: &[&str]| {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join("f"), "a\n").unwrap();
+            let o = Command::new(cmd[0])
+                .args(&cmd[1..])
+                .args(args)
+                .env("PATH", "/usr/bin:/bin")
+                .env("LC_ALL", "C")
+                .current_dir(dir.path())
+                .stdout(fs::File::create("/dev/full").unwrap())
+                .output()
+                .unwrap();
+            (
+                o.status.code(),
+                messages(&o.stderr),
+                fs::read(dir.path().join("g")).ok(),
+            )
+        };
+        let gnu = run(&[GNU_CP]);
+        let ours = run(&[env!("CARGO_BIN_EXE_blockio"), "cp"]);
+        assert_eq!(ours, gnu, "{args:?}");
+        assert_eq!(gnu.0, Some(1), "{args:?}");
+    }
+}
+
+/// Two sources copied to one name (`cp a/f b/f d/`): the first is
+/// copied, the second refused as GNU refuses it ("will not overwrite
+/// just-created"), whatever the overwrite options. Before, one of the two
+/// copies was silently lost, which one depending on thread timing.
+#[test]
+fn a_copy_just_made_is_never_overwritten_by_a_later_operand() {
+    let setup = "mkdir a b c d; echo A > a/f; echo B > b/f; ln -s ../a/f c/f";
+    for args in [
+        &["a/f", "b/f", "d/"][..],
+        &["-f", "a/f", "b/f", "d/"],
+        &["--remove-destination", "a/f", "b/f", "d/"],
+        &["-b", "a/f", "b/f", "d/"],
+        &["-l", "a/f", "b/f", "d/"],
+        &["-d", "a/f", "c/f", "d/"],
+        &["-r", "a/f", "b/f", "d"],
+        &["-a", "a/f", "b/f", "a/f", "d"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}
+
+/// Operands whose copies land on the same names end as GNU's do: the
+/// later operand's copy last, in command-line order. Before, the result
+/// depended on which thread came first (`a/.` then `b/f` always left A).
+#[test]
+fn operands_merging_into_one_destination_end_in_command_line_order() {
+    let setup = "mkdir a b c d e e/f; echo A > a/f; echo B > b/f; echo C > c/f; \
+                 mkdir a/s b/s; echo A > a/s/x; echo B > b/s/x";
+    for _ in 0..3 {
+        for args in [
+            &["-r", "a/.", "b/f", "d/"][..],
+            &["-r", "a/.", "b/.", "d/"],
+            &["-r", "a/.", "b/.", "c/.", "d/"],
+            &["-r", "a/f", "e/f", "d/"],
+            &["-r", "a/s", "b/s", "d/"],
+        ] {
+            like_gnu(setup, args);
+        }
+    }
+}
+
+/// A directory made in a set-group-ID directory keeps the set-group-ID
+/// bit it inherits, as GNU keeps it, also when the source directory has
+/// that bit (before, dropped then) and with `-a`.
+#[test]
+fn directories_keep_an_inherited_set_group_id_bit() {
+    let setup = "mkdir s s2 s3 o p; echo x > s/f; chmod 2777 s; chmod 2775 o; chmod 777 s2; \
+                 chmod 2755 s3";
+    let umask = ["sh", "-c", "umask 022; exec \"$0\" \"$@\""];
+    for args in [
+        &["-r", "s", "o/"][..],
+        &["-a", "s2", "o/a"],
+        &["-a", "s3", "o/c"],
+        &["-r", "--no-preserve=mode", "s", "o/d"],
+        &["-r", "s", "p/"],
+        &["-a", "s", "p/b"],
+    ] {
+        like_gnu_as(&umask, setup, args);
+    }
+}

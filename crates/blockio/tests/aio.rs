@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions, BatchOp};
+use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions, BatchOp, CallerDriving, Driving};
 use blockio::{AlignedBuf, BufferPool, PooledBuf};
 use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
@@ -436,7 +436,10 @@ fn a_caller_driven_ring_takes_operations_from_many_threads_at_once() {
     let len = 1 << 20;
     let (path, data) = data_file(len, 44);
     let data = Arc::new(data);
-    let engine = AsyncEngine::builder().driven_by_caller().build().unwrap();
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Caller(CallerDriving::new()))
+        .build()
+        .unwrap();
     let file = Arc::new(AsyncFile::open(&engine, &path).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let reaper = {
@@ -507,8 +510,9 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
     let efd =
         unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)) };
     let engine = AsyncEngine::builder()
-        .driven_by_caller()
-        .completion_eventfd(efd.as_raw_fd())
+        .driving(Driving::Caller(
+            CallerDriving::new().completion_eventfd(efd.as_raw_fd()),
+        ))
         .build()
         .unwrap();
     let uring = engine.backend() == blockio::Backend::IoUring;

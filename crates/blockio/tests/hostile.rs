@@ -22,7 +22,7 @@ use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use blockio::aio::{AsyncEngine, AsyncFile};
+use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving, Submit};
 use blockio::{Alignment, BufferPool, Engine, Op, ReadPath, Target};
 
 use common::data_file;
@@ -89,7 +89,10 @@ fn noop() -> &'static Waker {
 fn panicking_waker_while_finishing_never_frees_a_buffer_in_flight() {
     let pool = BufferPool::new(1, 4096, 4096);
     let (path, _) = data_file(4096, 1);
-    let engine = AsyncEngine::builder().driven_by_caller().build().unwrap();
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Caller(CallerDriving::new()))
+        .build()
+        .unwrap();
     // Keeps the ring alive in the kernel however the engine drops it.
     let ring_copy = engine.poll_fd().map(|fd| fd.try_clone_to_owned().unwrap());
     let (r, mut w, watch) = pipe();
@@ -237,7 +240,7 @@ fn every_completion_survives_panicking_wakers(engine: AsyncEngine) {
 fn panicking_wakers_lose_no_completion_caller_driven() {
     every_completion_survives_panicking_wakers(
         AsyncEngine::builder()
-            .driven_by_caller()
+            .driving(Driving::Caller(CallerDriving::new()))
             .fallback_threads(2)
             .build()
             .unwrap(),
@@ -493,8 +496,9 @@ fn a_waker_that_reaps_its_engine_does_not_deadlock() {
         // Submitting when driven, and never driven: started operations
         // wait in the ring's backlog, where a cancel completes them.
         let engine = AsyncEngine::builder()
-            .driven_by_caller()
-            .submit_when_driven(true)
+            .driving(Driving::Caller(
+                CallerDriving::new().submit(Submit::PerRound),
+            ))
             .build()
             .unwrap();
         let first = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
@@ -547,7 +551,7 @@ impl Wake for Unpark {
 fn caller_driven_ring_under_concurrent_starts_drops_and_reaps() {
     let (path, data) = data_file(1 << 20, 8);
     let engine = AsyncEngine::builder()
-        .driven_by_caller()
+        .driving(Driving::Caller(CallerDriving::new()))
         .queue_depth(8)
         .build()
         .unwrap();
@@ -629,7 +633,10 @@ impl Drop for ReapsWhenDropped {
 fn a_replaced_waker_whose_drop_reaps_does_not_deadlock() {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let engine = AsyncEngine::builder().driven_by_caller().build().unwrap();
+        let engine = AsyncEngine::builder()
+            .driving(Driving::Caller(CallerDriving::new()))
+            .build()
+            .unwrap();
         let (r, mut w, _) = pipe();
         // Data already there: the read completes at submission, and its
         // completion waits in the ring for a reap.
@@ -671,15 +678,15 @@ fn invalid_builder_arguments_are_errors_not_a_fall_back() {
     assert!(err.to_string().contains("registered_files"), "{err}");
     assert!(err.to_string().contains("at most"), "{err}");
     let err = AsyncEngineBuilder::default()
-        .driven_by_caller()
-        .completion_eventfd(-1)
+        .driving(Driving::Caller(CallerDriving::new().completion_eventfd(-1)))
         .build()
         .expect_err("completion_eventfd(-1)");
     assert!(err.to_string().contains("completion_eventfd"), "{err}");
     let not_an_eventfd = tempfile::tempfile().unwrap();
     let err = AsyncEngineBuilder::default()
-        .driven_by_caller()
-        .completion_eventfd(not_an_eventfd.as_raw_fd())
+        .driving(Driving::Caller(
+            CallerDriving::new().completion_eventfd(not_an_eventfd.as_raw_fd()),
+        ))
         .build()
         .expect_err("a regular file as the completion eventfd");
     assert!(err.to_string().contains("not an eventfd"), "{err}");
@@ -689,8 +696,9 @@ fn invalid_builder_arguments_are_errors_not_a_fall_back() {
     // SAFETY: `efd` is new and owned by nobody else.
     let efd = unsafe { OwnedFd::from_raw_fd(efd) };
     AsyncEngineBuilder::default()
-        .driven_by_caller()
-        .completion_eventfd(efd.as_raw_fd())
+        .driving(Driving::Caller(
+            CallerDriving::new().completion_eventfd(efd.as_raw_fd()),
+        ))
         .build()
         .expect("a real eventfd");
     Engine::builder()
@@ -788,7 +796,9 @@ fn dropped_reads_stuck_on_a_pipe_do_not_starve_the_engine() {
         std::thread::spawn(move || {
             let b = AsyncEngine::builder().queue_depth(2).fallback_threads(4);
             let engine = if caller_driven {
-                b.driven_by_caller().build().unwrap()
+                b.driving(Driving::Caller(CallerDriving::new()))
+                    .build()
+                    .unwrap()
             } else {
                 b.build().unwrap()
             };
@@ -832,7 +842,9 @@ fn bytes_written_reach_the_file_when_it_is_dropped_without_flush() {
         for data in [&b"hello world"[..], &big[..]] {
             let b = AsyncEngine::builder();
             let engine = if caller_driven {
-                b.driven_by_caller().build().unwrap()
+                b.driving(Driving::Caller(CallerDriving::new()))
+                    .build()
+                    .unwrap()
             } else {
                 b.build().unwrap()
             };

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream as StdStream};
 use std::time::Duration;
 
-use blockio::aio::AsyncEngine;
+use blockio::aio::{AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::net::{TcpListener, TcpStream};
 
 fn engine() -> AsyncEngine {
@@ -329,8 +329,9 @@ fn serve_driven(
     drive: impl FnOnce(AsyncEngine) -> tokio::task::JoinHandle<()>,
 ) {
     let e = AsyncEngine::builder()
-        .driven_by_caller()
-        .submit_when_driven(true)
+        .driving(Driving::Caller(
+            CallerDriving::new().submit(Submit::PerRound),
+        ))
         .build()
         .unwrap();
     // On the thread pool there is no ring: operations complete on its
@@ -421,8 +422,9 @@ fn a_stream_moves_to_a_new_runtime_that_drives_its_engine() {
     use blockio::aio::drive_on_tokio;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let e = AsyncEngine::builder()
-        .driven_by_caller()
-        .submit_when_driven(true)
+        .driving(Driving::Caller(
+            CallerDriving::new().submit(Submit::PerRound),
+        ))
         .build()
         .unwrap();
     let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
@@ -802,7 +804,10 @@ fn unix_streams_echo_and_keep_errnos() {
 fn incoming_accepts_a_storm_with_one_multishot_request() {
     const CONNS: usize = 200;
     let e = engine();
-    let listener = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let listener = blockio::net::TcpListenerOptions::default()
+        .multishot_accept(true)
+        .bind(&e, "127.0.0.1:0")
+        .unwrap();
     let addr = listener.local_addr();
     let clients = std::thread::spawn(move || {
         let conns: Vec<StdStream> = (0..CONNS)
@@ -821,7 +826,7 @@ fn incoming_accepts_a_storm_with_one_multishot_request() {
     assert_eq!(
         incoming.multishot(),
         e.backend() == blockio::Backend::IoUring,
-        "multishot exactly where io_uring is"
+        "multishot exactly where io_uring is, when asked for"
     );
     futures::executor::block_on(async {
         let mut seen = std::collections::HashSet::new();
@@ -851,7 +856,10 @@ fn incoming_accepts_a_storm_with_one_multishot_request() {
 #[test]
 fn connections_an_incoming_stream_left_go_to_the_next_accept() {
     let e = engine();
-    let listener = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let listener = blockio::net::TcpListenerOptions::default()
+        .multishot_accept(true)
+        .bind(&e, "127.0.0.1:0")
+        .unwrap();
     let addr = listener.local_addr();
     let mut clients: Vec<StdStream> = (0..10).map(|_| StdStream::connect(addr).unwrap()).collect();
     let mut want: std::collections::HashSet<_> =

@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockio::aio::{drive_on_tokio, AsyncEngine};
+use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::BackendChoice;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -147,8 +147,9 @@ fn engine(stack: Stack) -> Option<AsyncEngine> {
         Stack::Blockio => Some(AsyncEngine::new().unwrap()),
         Stack::BlockioDriven => Some(
             AsyncEngine::builder()
-                .driven_by_caller()
-                .submit_when_driven(true)
+                .driving(Driving::Caller(
+                    CallerDriving::new().submit(Submit::PerRound),
+                ))
                 .build()
                 .unwrap(),
         ),
@@ -925,7 +926,7 @@ fn a_connect_timeout_is_etimedout() {
 }
 
 /// A server on `stack` that has served a connection and waits to accept
-/// more (blockio: a multishot accept armed) is dropped with its runtime,
+/// more (blockio: an accept waiting) is dropped with its runtime,
 /// and a new one binds the same port at once, 20 times over: as on tokio,
 /// the port is free the moment the server is gone.
 #[test]
@@ -1184,5 +1185,136 @@ fn a_reset_mid_write_fails_the_writer() {
             "{stack:?}: {err}"
         );
         drop(server);
+    }
+}
+
+/// The stack [`fd_limited_server`] runs on, from its environment.
+const FD_LIMITED_STACK: &str = "BLOCKIO_TEST_FD_LIMITED_STACK";
+
+/// Descriptors the fd-limited server may open beyond those it has at
+/// start: far fewer than the connections its peers make at once.
+const FD_HEADROOM: u64 = 12;
+
+/// The server of [`a_descriptor_limit_below_the_connection_count_loses_no_connection`],
+/// in a process of its own (the limit is the whole process's): an echo
+/// server on the stack its environment names, whose descriptor limit is
+/// its open descriptors plus [`FD_HEADROOM`]. Its accept loop is the robust
+/// one of each stack: tokio's pauses 1 ms after an error, as tokio's
+/// documentation advises; blockio's is `incoming()`, which backs off.
+#[test]
+#[ignore = "the child process of a_descriptor_limit_below_the_connection_count_loses_no_connection, which runs it"]
+fn fd_limited_server() {
+    let stack = match std::env::var(FD_LIMITED_STACK).as_deref() {
+        Ok("Tokio") => Stack::Tokio,
+        Ok("Blockio") => Stack::Blockio,
+        Ok("BlockioDriven") => Stack::BlockioDriven,
+        Ok("BlockioEpoll") => Stack::BlockioEpoll,
+        other => panic!("{FD_LIMITED_STACK}: {other:?}"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let engine = engine(stack);
+        if let (Stack::BlockioDriven, Some(e)) = (stack, &engine) {
+            if e.poll_fd().is_some() {
+                tokio::spawn(drive_on_tokio(e.clone()));
+            }
+        }
+        let handler = echo();
+        match engine {
+            None => {
+                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                limit_fds_and_announce(l.local_addr().unwrap());
+                loop {
+                    match l.accept().await {
+                        Ok((s, _)) => drop(tokio::spawn(handler(Conn::TokioTcp(s)))),
+                        Err(e) => {
+                            println!("accept error {:?}", e.raw_os_error());
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    }
+                }
+            }
+            Some(e) => {
+                let l = blockio::net::TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+                limit_fds_and_announce(l.local_addr());
+                let mut incoming = l.incoming();
+                loop {
+                    match incoming.next().await {
+                        Ok((s, _)) => drop(tokio::spawn(handler(Conn::BlockioTcp(s)))),
+                        Err(e) => println!("accept error {:?}", e.raw_os_error()),
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Sets this process's descriptor limit to its open descriptors plus
+/// [`FD_HEADROOM`], then prints the server's address for the parent.
+fn limit_fds_and_announce(addr: std::net::SocketAddr) {
+    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    // SAFETY: zeroed is a valid rlimit; getrlimit and setrlimit read and
+    // write only the struct passed.
+    unsafe {
+        let mut lim = std::mem::zeroed::<libc::rlimit>();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = open + FD_HEADROOM;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    println!("addr {addr}");
+}
+
+/// 64 peers connect at once to an echo server that may hold about 12 of
+/// them: accepts fail with `EMFILE` until earlier peers leave, and the
+/// server must go on accepting, not die or drop the waiting connections.
+/// Each peer in turn sends its message, reads the echo and leaves; then a
+/// last peer checks the server still answers. Every peer must see its
+/// echo, byte for byte, on every stack, as on tokio.
+#[test]
+fn a_descriptor_limit_below_the_connection_count_loses_no_connection() {
+    const PEERS: usize = 64;
+    for stack in STACKS {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "fd_limited_server", "--ignored", "--nocapture"])
+            .env(FD_LIMITED_STACK, format!("{stack:?}"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = io::BufRead::lines(io::BufReader::new(child.stdout.take().unwrap()));
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("the server printed its address")
+                .unwrap();
+            // (After the harness's "test fd_limited_server ... ".)
+            if let Some((_, a)) = line.split_once("addr ") {
+                break Addr::Tcp(a.trim().parse().unwrap());
+            }
+        };
+        let mut peers: Vec<Peer> = (0..PEERS).map(|_| addr.connect()).collect();
+        peers.push(addr.connect());
+        let mut seen = Vec::new();
+        for (i, mut p) in peers.into_iter().enumerate() {
+            let msg = pattern(i, 1000);
+            p.write_all(&msg).unwrap();
+            seen.push(read_exactly(&mut p, msg.len()));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let errors: Vec<String> = lines.map_while(Result::ok).collect();
+        assert!(
+            errors.iter().any(|l| l.contains("accept error Some(24)")),
+            "{stack:?}: the limit never made an accept fail with EMFILE: {errors:?}"
+        );
+        let want: Vec<Seen> = (0..=PEERS)
+            .map(|i| Seen::Bytes {
+                len: 1000,
+                sum: digest(&pattern(i, 1000)),
+            })
+            .collect();
+        assert_eq!(seen, want, "{stack:?}: what the peers saw");
     }
 }

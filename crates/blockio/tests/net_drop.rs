@@ -8,7 +8,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use blockio::aio::AsyncEngine;
-use blockio::net::TcpListener;
+use blockio::net::TcpListenerOptions;
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -24,7 +24,10 @@ fn dropping_everything_with_operations_live_leaks_no_descriptor() {
             .enable_all()
             .build()
             .unwrap();
-        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
+        let listener = TcpListenerOptions::default()
+            .multishot_accept(true)
+            .bind(&engine, "127.0.0.1:0")
+            .unwrap();
         let addr = listener.local_addr();
         let mut peers = Vec::new();
         for _ in 0..20 {

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use blockio::aio::{drive_on_tokio, AsyncEngine};
+use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::net::TcpListener;
 
 fn open_fds() -> usize {
@@ -18,8 +18,9 @@ fn a_driven_engine_with_lingering_streams_finishes_once_they_give_up() {
     let before = open_fds();
     let peers = {
         let engine = AsyncEngine::builder()
-            .driven_by_caller()
-            .submit_when_driven(true)
+            .driving(Driving::Caller(
+                CallerDriving::new().submit(Submit::PerRound),
+            ))
             .build()
             .unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()

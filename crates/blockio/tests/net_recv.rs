@@ -6,7 +6,7 @@ use std::io::Write;
 use std::net::TcpStream as StdStream;
 use std::time::Duration;
 
-use blockio::aio::AsyncEngine;
+use blockio::aio::{AsyncEngine, CallerDriving, Driving};
 use blockio::net::{RecvBuf, RecvStream, TcpListener, TcpStream};
 use blockio::Backend;
 
@@ -355,7 +355,7 @@ fn drive_until<F: std::future::Future>(e: &AsyncEngine, fut: F) -> F::Output {
 fn completions_that_overflow_a_caller_driven_ring_are_all_reaped() {
     let e = AsyncEngine::builder()
         .queue_depth(2)
-        .driven_by_caller()
+        .driving(Driving::Caller(CallerDriving::new()))
         .recv_buffers(64, 64)
         .recv_buffer_share(64)
         .build()

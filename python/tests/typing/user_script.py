@@ -76,6 +76,11 @@ async def engine_calls(e: blockio.Engine, path: str) -> None:
         await e.afsync(w)
         await e.afdatasync(w)
         assert wrote == 2
+    whole = await e.aread_files([path, os.fsencode(path)])
+    assert_type(whole, List[bytes])
+    some = await e.aread_files([path], return_exceptions=True)
+    assert_type(some, List[Union[bytes, OSError]])
+    assert whole[0] == whole[1] and some
 
 
 def main() -> None:
@@ -96,6 +101,9 @@ def main() -> None:
         e.fsync(w)
         e.fdatasync(w)
     asyncio.run(engine_calls(e, path))
+    contents = e.read_files([path])
+    assert_type(contents, List[bytes])
+    assert contents
     buf: memoryview = blockio.aligned_buffer(4096)
     version: str = blockio.__version__
     assert len(buf) == 4096 and version and blockio.default_engine() is not None

@@ -21,9 +21,9 @@ fn colour(r: Runtime) -> &'static str {
     match r {
         Runtime::Tokio => "#7f7f7f",
         Runtime::Blockio => "#d62728",
-        Runtime::BlockioInline => "#ff7f0e",
-        Runtime::BlockioTick => "#2ca02c",
-        Runtime::BlockioRing => "#9467bd",
+        Runtime::BlockioCaller => "#ff7f0e",
+        Runtime::BlockioRound => "#2ca02c",
+        Runtime::BlockioRoundStream => "#9467bd",
         Runtime::Monoio => "#1f77b4",
     }
 }

@@ -51,7 +51,9 @@ pub const CDF_POINTS: [f64; 17] = [
 /// runs as its client.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LoadArgs {
-    /// The workload: `echo` or `stream`.
+    /// The workload: `echo`, `stream`, or `idle` (hold `--connections`
+    /// idle keep-alive connections, each after one HTTP request, until
+    /// stdin closes).
     pub kind: String,
     /// The server.
     #[arg(long)]
@@ -75,7 +77,8 @@ pub fn run_child(args: &LoadArgs) -> Result<()> {
     let outcome = match args.kind.as_str() {
         "echo" => echo(args.addr, args.connections, args.size, args.seconds)?,
         "stream" => stream(args.addr, args.bytes)?,
-        k => bail!("unknown load {k:?}: echo or stream"),
+        "idle" => idle(args.addr, args.connections)?,
+        k => bail!("unknown load {k:?}: echo, stream or idle"),
     };
     println!("{}", serde_json::to_string(&outcome)?);
     Ok(())
@@ -84,16 +87,7 @@ pub fn run_child(args: &LoadArgs) -> Result<()> {
 /// Runs `blockio-bench net-load` with `args` on CPU `cpu` (`None`: any), and
 /// reads its outcome.
 pub fn spawn(args: &[String], cpu: Option<usize>) -> Result<Outcome> {
-    let exe = std::env::current_exe().context("cannot find the blockio-bench binary")?;
-    let mut cmd = match cpu {
-        Some(cpu) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", &cpu.to_string()]).arg(exe);
-            c
-        }
-        None => Command::new(exe),
-    };
-    let out = cmd
+    let out = client_command(cpu)?
         .arg("net-load")
         .args(args)
         .output()
@@ -105,6 +99,113 @@ pub fn spawn(args: &[String], cpu: Option<usize>) -> Result<Outcome> {
         );
     }
     serde_json::from_slice(&out.stdout).context("the load client printed no outcome")
+}
+
+/// The line the idle holder prints once every connection is open and
+/// idle.
+const IDLE_READY: &str = "idle connections ready";
+
+/// `connections` keep-alive HTTP connections, each having made one
+/// request (its response checked), then held idle until stdin closes.
+/// Units are the connections still open at the end (a read finds no EOF
+/// and no error); errors, those that failed or were closed by the server.
+fn idle(addr: SocketAddr, connections: usize) -> Result<Outcome> {
+    let start = Instant::now();
+    let request = b"GET / HTTP/1.1\r\nHost: idle\r\n\r\n";
+    let expected = super::service::response();
+    let mut back = vec![0u8; expected.len()];
+    let mut conns = Vec::with_capacity(connections);
+    for i in 0..connections {
+        let mut c = std::net::TcpStream::connect(addr)
+            .with_context(|| format!("idle connection {i}: cannot connect to {addr}"))?;
+        c.write_all(request)
+            .and_then(|()| c.read_exact(&mut back))
+            .with_context(|| format!("idle connection {i}: no response"))?;
+        if back != expected {
+            bail!("idle connection {i}: wrong response");
+        }
+        conns.push(c);
+    }
+    println!("{IDLE_READY}");
+    std::io::stdout().flush()?;
+    // Held until the parent closes stdin.
+    std::io::copy(&mut std::io::stdin(), &mut std::io::sink())?;
+    let mut open = 0u64;
+    for c in &conns {
+        c.set_nonblocking(true)?;
+        let mut byte = [0u8; 1];
+        match (&*c).read(&mut byte) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => open += 1,
+            _ => {}
+        }
+    }
+    Ok(Outcome {
+        units: open as f64,
+        seconds: start.elapsed().as_secs_f64(),
+        errors: connections as u64 - open,
+        latency: None,
+    })
+}
+
+/// A child process holding idle connections to a server while another
+/// load runs ([`idle`]).
+pub struct IdleHolder {
+    child: std::process::Child,
+}
+
+impl IdleHolder {
+    /// Starts `blockio-bench net-load idle` against `addr` on CPU `cpu` and
+    /// waits until its `connections` connections are open and idle.
+    pub fn start(addr: SocketAddr, connections: usize, cpu: Option<usize>) -> Result<IdleHolder> {
+        use std::io::BufRead;
+        let mut cmd = client_command(cpu)?;
+        let mut child = cmd
+            .arg("net-load")
+            .args(["idle", "--addr", &addr.to_string()])
+            .args(["--connections", &connections.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .context("cannot start the idle holder (blockio-bench net-load idle)")?;
+        let mut line = String::new();
+        let stdout = child.stdout.as_mut().context("no stdout")?;
+        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        if line.trim() != IDLE_READY {
+            let out = child.wait_with_output()?;
+            bail!(
+                "the idle holder failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(IdleHolder { child })
+    }
+
+    /// Lets the connections go, and says how many were still open.
+    pub fn finish(mut self) -> Result<Outcome> {
+        drop(self.child.stdin.take());
+        let out = self.child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "the idle holder failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        serde_json::from_slice(&out.stdout).context("the idle holder printed no outcome")
+    }
+}
+
+/// `blockio-bench` itself, run on CPU `cpu` (`None`: any).
+fn client_command(cpu: Option<usize>) -> Result<Command> {
+    let exe = std::env::current_exe().context("cannot find the blockio-bench binary")?;
+    Ok(match cpu {
+        Some(cpu) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &cpu.to_string()]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    })
 }
 
 /// `connections` clients each sending `size`-byte messages and waiting

@@ -43,6 +43,9 @@ use servers::Runtime;
 use usage::{Syscalls, Usage};
 use workload::{Target, Workload};
 
+/// Idle connections of the `idle` family when `--idle` is not given.
+const DEFAULT_IDLE: usize = 10_000;
+
 /// Options of `blockio-bench net`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct NetBenchArgs {
@@ -56,13 +59,23 @@ pub struct NetBenchArgs {
     pub rounds: usize,
     /// Workload families to run, comma separated: http (one server
     /// thread), http2 (two server threads, sharing the CPUs with wrk),
-    /// echo, stream.
+    /// echo, stream, idle (http on one server thread at `--idle-active`
+    /// connections while `--idle` more stay open and silent; default
+    /// 10000 idle).
     #[arg(long, value_delimiter = ',', default_values_t = ["http".to_string(), "echo".into(), "stream".into(), "http2".into()])]
     pub workloads: Vec<String>,
     /// HTTP: connections wrk keeps open, comma separated (each value is
     /// one workload).
     #[arg(long, value_delimiter = ',', default_values_t = [50usize, 1000])]
     pub connections: Vec<usize>,
+    /// The `idle` family: idle keep-alive connections held open beside
+    /// the active ones, comma separated (each value is one workload).
+    /// Given without `idle` in `--workloads`, adds that family.
+    #[arg(long, value_delimiter = ',')]
+    pub idle: Vec<usize>,
+    /// The `idle` family: active connections (wrk's) beside the idle ones.
+    #[arg(long, default_value_t = 50)]
+    pub idle_active: usize,
     /// HTTP with two server threads: connections.
     #[arg(long, default_value_t = 1000)]
     pub two_thread_connections: usize,
@@ -97,16 +110,34 @@ impl NetBenchArgs {
     /// The workloads the options name, in report order.
     pub fn workloads(&self) -> Result<Vec<Workload>> {
         let mut out = Vec::new();
-        for family in &self.workloads {
+        let mut families = self.workloads.clone();
+        if !self.idle.is_empty() && !families.iter().any(|f| f == "idle") {
+            families.push("idle".into());
+        }
+        for family in &families {
             match family.as_str() {
                 "http" => out.extend(self.connections.iter().map(|&c| Workload::Http {
                     connections: c,
                     threads: 1,
+                    idle: 0,
                 })),
                 "http2" => out.push(Workload::Http {
                     connections: self.two_thread_connections,
                     threads: 2,
+                    idle: 0,
                 }),
+                "idle" => {
+                    let idle = if self.idle.is_empty() {
+                        &[DEFAULT_IDLE][..]
+                    } else {
+                        &self.idle[..]
+                    };
+                    out.extend(idle.iter().map(|&idle| Workload::Http {
+                        connections: self.idle_active,
+                        threads: 1,
+                        idle,
+                    }));
+                }
                 "echo" => {
                     for &size in &self.echo_sizes {
                         out.extend(
@@ -119,7 +150,9 @@ impl NetBenchArgs {
                 "stream" => out.push(Workload::Stream {
                     bytes: self.stream_mib << 20,
                 }),
-                other => bail!("--workloads: unknown family {other:?} (http, http2, echo, stream)"),
+                other => {
+                    bail!("--workloads: unknown family {other:?} (http, http2, echo, stream, idle)")
+                }
             }
         }
         Ok(out)
@@ -198,15 +231,10 @@ pub fn run(args: &NetBenchArgs) -> Result<()> {
     raise_fd_limit(
         workloads
             .iter()
-            .map(|w| match *w {
-                Workload::Http { connections, .. } | Workload::Echo { connections, .. } => {
-                    connections
-                }
-                Workload::Stream { .. } => 1,
-            })
+            .map(Workload::connections)
             .max()
             .unwrap_or(0),
-    );
+    )?;
     let count_calls = Syscalls::available();
     let runtimes: Vec<Runtime> = if args.runtimes.is_empty() {
         Runtime::ALL.to_vec()
@@ -334,8 +362,9 @@ fn count_syscalls(args: &NetBenchArgs, w: &Workload, rt: Runtime) -> Result<Opti
     Ok(run.calls.map(|c| c / run.units))
 }
 
-/// Lets the client and the server hold `connections` sockets each.
-fn raise_fd_limit(connections: usize) {
+/// Lets the client and the server hold `connections` sockets each;
+/// fails, naming the limit, where the hard limit is too low for that.
+fn raise_fd_limit(connections: usize) -> Result<()> {
     let want = (connections as u64 * 2 + 256).max(1024);
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -348,6 +377,13 @@ fn raise_fd_limit(connections: usize) {
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
+    if lim.rlim_cur < connections as u64 + 64 {
+        bail!(
+            "{connections} connections need more descriptors than RLIMIT_NOFILE allows ({}); raise it (ulimit -n)",
+            lim.rlim_cur
+        );
+    }
+    Ok(())
 }
 
 /// Median, lowest and highest.

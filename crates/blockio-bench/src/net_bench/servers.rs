@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::task::Poll;
 
 use anyhow::{anyhow, Context, Result};
-use blockio::aio::{drive_on_tokio, AsyncEngine};
+use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::net::TcpListenerOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -39,17 +39,17 @@ pub enum Runtime {
     /// and a task reaps completions ([`blockio::aio::drive_on_tokio`]; no
     /// driver thread). With two
     /// server threads, a ring and a listener per thread.
-    BlockioInline,
-    /// As `blockio-inline`, and operations started in one round of tasks
+    BlockioCaller,
+    /// As `blockio-caller`, and operations started in one round of tasks
     /// reach the kernel together, in one `io_uring_enter` by the driving
-    /// task ([`AsyncEngineBuilder::submit_when_driven`](blockio::aio::AsyncEngineBuilder::submit_when_driven)).
-    BlockioTick,
-    /// As `blockio-tick`, and each connection reads through its
+    /// task ([`Submit::PerRound`](blockio::aio::Submit::PerRound)).
+    BlockioRound,
+    /// As `blockio-round`, and each connection reads through its
     /// [`recv_stream`](blockio::net::TcpStream::recv_stream): one multishot
     /// receive into the engine's shared buffer ring, armed once, so bytes
     /// arriving cost a completion and no submission (each read copies them
     /// out of the ring's buffer, which goes straight back).
-    BlockioRing,
+    BlockioRoundStream,
     /// monoio: a ring per thread, thread-per-core, futures not `Send`; a
     /// listener per thread.
     Monoio,
@@ -60,9 +60,9 @@ impl Runtime {
     pub const ALL: [Runtime; 6] = [
         Runtime::Tokio,
         Runtime::Blockio,
-        Runtime::BlockioInline,
-        Runtime::BlockioTick,
-        Runtime::BlockioRing,
+        Runtime::BlockioCaller,
+        Runtime::BlockioRound,
+        Runtime::BlockioRoundStream,
         Runtime::Monoio,
     ];
 
@@ -71,9 +71,9 @@ impl Runtime {
         match self {
             Runtime::Tokio => "tokio",
             Runtime::Blockio => "blockio",
-            Runtime::BlockioInline => "blockio-inline",
-            Runtime::BlockioTick => "blockio-tick",
-            Runtime::BlockioRing => "blockio-ring",
+            Runtime::BlockioCaller => "blockio-caller",
+            Runtime::BlockioRound => "blockio-round",
+            Runtime::BlockioRoundStream => "blockio-round-stream",
             Runtime::Monoio => "monoio",
         }
     }
@@ -88,7 +88,10 @@ impl Runtime {
     fn listener_per_thread(self) -> bool {
         matches!(
             self,
-            Runtime::BlockioInline | Runtime::BlockioTick | Runtime::BlockioRing | Runtime::Monoio
+            Runtime::BlockioCaller
+                | Runtime::BlockioRound
+                | Runtime::BlockioRoundStream
+                | Runtime::Monoio
         )
     }
 }
@@ -342,8 +345,8 @@ fn tokio_thread(
                 let engine = AsyncEngine::builder().queue_depth(NET_DEPTH).build()?;
                 until_stopped(blockio_server(&engine, ctx, false), stop).await
             }
-            Runtime::BlockioInline | Runtime::BlockioTick | Runtime::BlockioRing => {
-                until_stopped(inline_server(ctx, runtime), stop).await
+            Runtime::BlockioCaller | Runtime::BlockioRound | Runtime::BlockioRoundStream => {
+                until_stopped(caller_server(ctx, runtime), stop).await
             }
             _ => until_stopped(tokio_server(ctx), stop).await,
         }
@@ -364,7 +367,7 @@ async fn tokio_server(ctx: Ctx<'_>) -> Result<()> {
     }
 }
 
-/// Receive buffers of `blockio-ring`'s engine: enough that 1,000
+/// Receive buffers of `blockio-round-stream`'s engine: enough that 1,000
 /// connections each holding one leave most of the ring free.
 const RING_BUFFERS: u16 = 4096;
 /// Their size: a request or a 4 KiB echo fits one.
@@ -398,14 +401,17 @@ async fn blockio_server(engine: &AsyncEngine, ctx: Ctx<'_>, ring_recv: bool) -> 
 }
 
 /// The engine driven by this runtime: tokio's reactor watches the ring,
-/// and a task reaps (and, but for `blockio-inline`, submits).
-async fn inline_server(ctx: Ctx<'_>, runtime: Runtime) -> Result<()> {
-    let per_tick = runtime != Runtime::BlockioInline;
-    let ring_recv = runtime == Runtime::BlockioRing;
+/// and a task reaps (and, but for `blockio-caller`, submits).
+async fn caller_server(ctx: Ctx<'_>, runtime: Runtime) -> Result<()> {
+    let submit = if runtime == Runtime::BlockioCaller {
+        Submit::OnStart
+    } else {
+        Submit::PerRound
+    };
+    let ring_recv = runtime == Runtime::BlockioRoundStream;
     let mut builder = AsyncEngine::builder()
         .queue_depth(NET_DEPTH)
-        .driven_by_caller()
-        .submit_when_driven(per_tick);
+        .driving(Driving::Caller(CallerDriving::new().submit(submit)));
     if ring_recv {
         // A share of the whole ring makes each receive multishot.
         builder = builder

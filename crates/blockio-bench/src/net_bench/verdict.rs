@@ -30,9 +30,9 @@ pub struct Check {
 
 const VARIANTS: [Runtime; 4] = [
     Runtime::Blockio,
-    Runtime::BlockioInline,
-    Runtime::BlockioTick,
-    Runtime::BlockioRing,
+    Runtime::BlockioCaller,
+    Runtime::BlockioRound,
+    Runtime::BlockioRoundStream,
 ];
 
 /// The rows of one workload, by runtime.
@@ -110,6 +110,7 @@ pub fn check(rows: &[Row]) -> Vec<Check> {
             Workload::Http {
                 connections: 50,
                 threads: 1,
+                idle: 0,
             } => out.push(g.rate_check(
                 format!("{label}: req/s >= 1.0x tokio, p99 <= 1.1x"),
                 |r| {
@@ -120,6 +121,7 @@ pub fn check(rows: &[Row]) -> Vec<Check> {
             Workload::Http {
                 connections: 1000,
                 threads: 1,
+                idle: 0,
             } => {
                 out.push(g.rate_check(
                     format!("{label}: req/s >= 1.15x tokio, >= 1.0x monoio"),
@@ -141,6 +143,17 @@ pub fn check(rows: &[Row]) -> Vec<Check> {
                     }),
                 );
             }
+            Workload::Http {
+                threads: 1,
+                idle: 1..,
+                ..
+            } => out.push(g.rate_check(
+                format!("{label}: idle peers delay no one: req/s >= 1.0x tokio, p99 <= 1.2x"),
+                |r| {
+                    let (a, b) = (vs(r)?, r.p99_vs_tokio?[0]);
+                    Some((format!("{a:.3}x, p99 {b:.3}x"), a >= 1.0 && b <= 1.2))
+                },
+            )),
             Workload::Http { threads: 2.., .. } => out.push(g.rate_check(
                 format!("{label}: req/s >= tokio with 2 workers"),
                 |r| {

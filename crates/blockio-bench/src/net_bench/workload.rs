@@ -16,12 +16,17 @@ use super::wrk;
 pub enum Workload {
     /// HTTP/1.1 keep-alive requests from wrk over `connections`, served by
     /// `threads` server threads (1: pinned, wrk on the other CPU; 2: both
-    /// share the two CPUs with two wrk threads).
+    /// share the two CPUs with two wrk threads), while `idle` more
+    /// keep-alive connections, each after one request, stay open and
+    /// silent (held by `blockio-bench net-load idle` on the client's CPU): idle
+    /// peers must not delay anyone else.
     Http {
         /// Connections wrk keeps open.
         connections: usize,
         /// Server threads.
         threads: usize,
+        /// Idle connections held open beside them.
+        idle: usize,
     },
     /// Messages of `size` bytes echoed over `connections`, one in flight
     /// per connection.
@@ -56,13 +61,36 @@ impl Workload {
             Workload::Http {
                 connections,
                 threads: 1,
+                idle: 0,
             } => format!("http {connections}c"),
             Workload::Http {
                 connections,
+                threads: 1,
+                idle,
+            } => format!("http {connections}c +{idle}i"),
+            Workload::Http {
+                connections,
                 threads,
+                idle: 0,
             } => format!("http {connections}c {threads}t"),
+            Workload::Http {
+                connections,
+                threads,
+                idle,
+            } => format!("http {connections}c {threads}t +{idle}i"),
             Workload::Echo { size, connections } => format!("echo {size}B {connections}c"),
             Workload::Stream { bytes } => format!("stream {} MiB", bytes >> 20),
+        }
+    }
+
+    /// Connections the workload keeps open at once, idle ones included.
+    pub fn connections(&self) -> usize {
+        match *self {
+            Workload::Http {
+                connections, idle, ..
+            } => connections + idle,
+            Workload::Echo { connections, .. } => connections,
+            Workload::Stream { .. } => 1,
         }
     }
 
@@ -116,9 +144,19 @@ impl Workload {
             Workload::Http {
                 connections,
                 threads,
+                idle,
             } => {
                 let cpu = (threads == 1).then_some(target.client_cpu);
-                wrk::run(target.addr, connections, target.duration, cpu)
+                let holder = match idle {
+                    0 => None,
+                    n => Some(load::IdleHolder::start(target.addr, n, cpu)?),
+                };
+                let mut outcome = wrk::run(target.addr, connections, target.duration, cpu)?;
+                if let Some(h) = holder {
+                    // Idle connections the server dropped count as errors.
+                    outcome.errors += h.finish()?.errors;
+                }
+                Ok(outcome)
             }
             Workload::Echo { size, connections } => load::spawn(
                 &[

@@ -44,6 +44,9 @@ struct Job<'g> {
     direct: bool,
     /// This copy created `dst`: only then is it removed if the copy fails.
     created: bool,
+    /// `-b`: the name the file that was there is kept under, in the same
+    /// directory; put back in place if the copy fails.
+    backup: Option<std::ffi::CString>,
     /// `src` or `dst` is not a regular file (a FIFO or device written
     /// into, a FIFO read with `--copy-contents`): copied with plain reads
     /// and writes to the end, never resized, ranged or removed.
@@ -306,11 +309,11 @@ fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
     for j in jobs {
         srcs.push(j.src);
         dsts.push(j.dst);
-        finished.push((j.e, j.failed, j.created, j.stream));
+        finished.push((j.e, j.failed, j.created, j.stream, j.backup));
     }
     let _ = ctx.engine.close_batch(srcs);
     let closed = ctx.engine.close_batch(dsts);
-    for (k, (e, failed, _, _)) in finished.iter_mut().enumerate() {
+    for (k, (e, failed, _, _, _)) in finished.iter_mut().enumerate() {
         let err = match &closed {
             Ok(rs) => rs[k].as_ref().err().map(clone),
             Err(err) => Some(clone(err)),
@@ -320,7 +323,7 @@ fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
             *failed = Some((format!("error closing {}", quote(&dst)), err));
         }
     }
-    for (e, failed, created, stream) in finished {
+    for (e, failed, created, stream, backup) in finished {
         let Some((what, err)) = failed else {
             ctx.progress.files.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -337,6 +340,23 @@ fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
             )
         } else {
             match at::unlink(&dirs.dst, &e.dst_name) {
+                // `-b`: the file kept aside goes back to its name, as
+                // GNU puts it back: a failed copy leaves things as they were.
+                Ok(()) if backup.is_some() => {
+                    let kept = backup.as_deref().expect("checked");
+                    match rustix::fs::renameat(&dirs.dst, kept, &dirs.dst, e.dst_name.as_c_str()) {
+                        Ok(()) => format!(
+                            "{what} (the incomplete copy {} was removed and the file it replaced put back)",
+                            quote(&dst)
+                        ),
+                        Err(r) => format!(
+                            "{what} (the incomplete copy {} was removed; the file it replaced could not be put back from {}: {})",
+                            quote(&dst),
+                            quote(&dirs.dst_of(kept)),
+                            io::Error::from(r)
+                        ),
+                    }
+                }
                 Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
                 Err(u) => format!(
                     "{what} (the incomplete copy {} could not be removed: {u})",
@@ -461,6 +481,11 @@ fn create_all<'g>(
                     dst: dst.fd,
                     direct: false,
                     created: dst.created,
+                    backup: dst
+                        .backup
+                        .as_deref()
+                        .and_then(|b| b.file_name())
+                        .map(super::cname),
                     end: 0,
                     eof: None,
                     failed: None,
@@ -484,7 +509,16 @@ fn create_all<'g>(
 /// replaced by a new one rather than written into, as GNU does: its other
 /// names keep what they held, and two sources copied onto two names of one
 /// file stay two files.
-fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &mut at::Dest) -> Option<bool> {
+///
+/// `decided`: `-u`/`-i` already chose to overwrite it (see
+/// [`judged_before_open`]), so they are not asked again.
+fn existing(
+    ctx: &Ctx<'_>,
+    dirs: &DirPair,
+    e: &Entry,
+    dst: &mut at::Dest,
+    decided: bool,
+) -> Option<bool> {
     if dst.created {
         return Some(false);
     }
@@ -510,7 +544,7 @@ fn existing(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &mut at::Dest) -> Opt
         ctx.errors.report(what, None);
         return None;
     }
-    if super::keep_existing(ctx.opts, super::mtime(&e.st), super::mtime(&st), &path()) {
+    if !decided && super::keep_existing(ctx.opts, super::mtime(&e.st), super::mtime(&st), &path()) {
         ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
         return None;
     }
@@ -599,6 +633,14 @@ fn create_dst(
     } else if opts.remove_destination && !excl {
         remove_destination(ctx, pair, e)?;
     }
+    let decided = match judged_before_open(ctx, pair, e, excl) {
+        Some(true) => {
+            ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        Some(false) => true,
+        None => false,
+    };
     let create = || {
         if e.follow_dst {
             at::create_following(&pair.dst, &e.dst_name, excl, mode, opts.force)
@@ -616,7 +658,7 @@ fn create_dst(
     // sees them.
     if !(ctx.opts.preserve.links && (e.st.stx_nlink > 1 || e.follow_src)) {
         let mut dst = create()?;
-        return Ok(existing(ctx, pair, e, &mut dst).map(|stream| (dst, stream)));
+        return Ok(existing(ctx, pair, e, &mut dst, decided).map(|stream| (dst, stream)));
     }
     // Held while the first copy is created, so a second name of the file
     // never links to a copy that does not exist yet.
@@ -673,7 +715,7 @@ fn create_dst(
             );
             id != e.id() && super::mtime(&st) >= super::mtime(&e.st)
         });
-    let Some(stream) = existing(ctx, pair, e, &mut dst) else {
+    let Some(stream) = existing(ctx, pair, e, &mut dst, decided) else {
         if kept_by_update {
             links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
         }
@@ -681,6 +723,53 @@ fn create_dst(
     };
     links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
     Ok(Some((dst, stream)))
+}
+
+/// `-u`/`-i` on an existing destination that must be judged before it is
+/// opened: a FIFO (the open waits for a reader, possibly for ever), and
+/// with `-i` a file the copier may not write (`-f` would remove it
+/// without the question; without `-f` the open fails): whether it is
+/// kept (`Some(true)`) or to be overwritten (`Some(false)`, asked
+/// already); `None` when there is nothing to judge here.
+fn judged_before_open(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> Option<bool> {
+    let opts = ctx.opts;
+    if excl || (opts.update == super::Update::All && opts.ask.is_none()) {
+        return None;
+    }
+    let flags = if e.follow_dst {
+        rustix::fs::AtFlags::empty()
+    } else {
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+    };
+    let st = rustix::fs::statat(&pair.dst, e.dst_name.as_c_str(), flags).ok()?;
+    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+    let dst = pair.dst_of(&e.dst_name);
+    match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+        rustix::fs::FileType::Fifo => {
+            Some(super::keep_existing(opts, super::mtime(&e.st), mtime, &dst))
+        }
+        rustix::fs::FileType::Directory | rustix::fs::FileType::Symlink => None,
+        _ if opts.ask.is_some() => {
+            let writable = rustix::fs::accessat(
+                &pair.dst,
+                e.dst_name.as_c_str(),
+                rustix::fs::Access::WRITE_OK,
+                rustix::fs::AtFlags::EACCESS,
+            )
+            .is_ok();
+            if writable {
+                return None;
+            }
+            Some(super::keep_unwritable(
+                opts,
+                super::mtime(&e.st),
+                mtime,
+                st.st_mode,
+                &dst,
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// Whether an existing destination (not a directory) that is about to be

@@ -32,6 +32,13 @@
 //! written with `O_DIRECT` through the ring: a wave of writes in flight
 //! from huge-page buffers, the page cache left alone.
 //!
+//! Several operands are copied in command-line order: each directory
+//! operand in a phase of its own, the files between two of them in one,
+//! so that where copies land on the same names the later operand's ends
+//! last, as with GNU `cp` (`cp -r a/. b/. d/`); a second source copied to
+//! a name an earlier one copies to is GNU's "will not overwrite
+//! just-created".
+//!
 //! Threads take waiting file groups before listing another directory: that
 //! bounds the files (and open directory descriptors) waiting in the queue,
 //! and a directory's descriptors close when its last group is done.
@@ -65,7 +72,8 @@
 //! at the destination is written into, never replaced. An error on one
 //! file is reported with its path and the copy goes on; a file the copy
 //! created that failed part-way is removed, and the error says so (a file
-//! that existed before is never removed).
+//! that existed before is never removed); with `-b`, the file it replaced
+//! is then put back under its name, as GNU does.
 
 mod at;
 mod attrs;
@@ -496,7 +504,25 @@ pub(crate) fn say(opts: &CopyOptions, line: std::fmt::Arguments<'_>) {
     if opts.verbose {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
+        if let Err(e) = writeln!(out, "{line}") {
+            // The copy goes on; the caller reports it at the end (see
+            // `output_error`), as GNU's "write error".
+            let code = blockio::errno(&e).unwrap_or(libc::EIO);
+            let _ = OUTPUT_ERROR.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The first error of writing `-v`'s lines to standard output, as an errno.
+static OUTPUT_ERROR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The first failure to write a `-v` line to standard output in this
+/// process, if any: the copies go on, and the command reports it (and
+/// fails) at the end, as GNU `cp` does.
+pub fn output_error() -> Option<io::Error> {
+    match OUTPUT_ERROR.load(Ordering::Relaxed) {
+        0 => None,
+        code => Some(io::Error::from_raw_os_error(code)),
     }
 }
 
@@ -664,6 +690,57 @@ pub(crate) fn keep_existing(
     }
     opts.ask
         .is_some_and(|ask| !ask(&format!("overwrite {}? ", quote(path))))
+}
+
+/// `-i` on a destination the copier may not write: as [`keep_existing`],
+/// with GNU's question that names its mode (`-f` will replace it, without
+/// `-f` the copy tries to write it anyway).
+pub(crate) fn keep_unwritable(
+    opts: &CopyOptions,
+    src: (i64, u32),
+    dst: (i64, u32),
+    mode: u32,
+    path: &Path,
+) -> bool {
+    match opts.update {
+        Update::None => return true,
+        Update::Older if dst >= src => return true,
+        _ => {}
+    }
+    let Some(ask) = opts.ask else {
+        return false;
+    };
+    let (mode, perms) = (mode & 0o7777, perms_string(mode));
+    let question = if opts.force {
+        format!(
+            "replace {}, overriding mode {mode:04o} ({perms})? ",
+            quote(path)
+        )
+    } else {
+        format!(
+            "unwritable {} (mode {mode:04o}, {perms}); try anyway? ",
+            quote(path)
+        )
+    };
+    !ask(&question)
+}
+
+/// The nine permission letters of `ls -l` for `mode` (`rwxr-xr-x`), with
+/// the set-ID and sticky bits as `s`/`S` and `t`/`T`.
+fn perms_string(mode: u32) -> String {
+    let mut out = String::with_capacity(9);
+    for (shift, special, letter) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
+        let bits = (mode >> shift) & 7;
+        out.push(if bits & 4 != 0 { 'r' } else { '-' });
+        out.push(if bits & 2 != 0 { 'w' } else { '-' });
+        out.push(match (bits & 1 != 0, mode & special != 0) {
+            (true, true) => letter,
+            (false, true) => letter.to_ascii_uppercase(),
+            (true, false) => 'x',
+            (false, false) => '-',
+        });
+    }
+    out
 }
 
 /// A name for the `*at` calls.

@@ -41,6 +41,8 @@ struct Fixup {
     /// The mode to set (`None`: a directory merged into keeps its own,
     /// unless the mode is preserved).
     chmod: Option<u32>,
+    /// Made by the copy (not merged into).
+    fresh: bool,
 }
 
 /// One copy to run: what goes where, how, and where progress and errors
@@ -90,21 +92,38 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         fixups: Mutex::new(Vec::new()),
         filesystems: Mutex::new(Vec::new()),
         operands_seen: Mutex::default(),
+        operand_targets: Mutex::default(),
         dest_dirs: Mutex::default(),
         src_dirs: Mutex::default(),
     };
-    for src in sources {
-        walker.operand(src, dest, dest_is_dir);
-    }
-    // Every thread walks directories and copies files alike, so that no
-    // core waits on a single walker (the first levels of a tree hold only
-    // directories) and the walk itself runs in parallel.
-    std::thread::scope(|s| {
-        for _ in 1..opts.threads {
-            s.spawn(|| walker.work_loop());
+    // The operands are copied in phases, in command-line order: each
+    // directory in a phase of its own, the files between them together.
+    // Copies that land on the same names then end as GNU's do, the later
+    // operand's last (`cp -r a/. b/. d/` leaves `b`'s files), never
+    // depending on which thread came first.
+    let mut rest = sources;
+    while !rest.is_empty() {
+        let is_dir = |p: &PathBuf| opts.recursive && std::fs::metadata(p).is_ok_and(|m| m.is_dir());
+        let n = if is_dir(&rest[0]) {
+            1
+        } else {
+            rest.iter().position(is_dir).unwrap_or(rest.len())
+        };
+        let (phase, later) = rest.split_at(n);
+        rest = later;
+        for src in phase {
+            walker.operand(src, dest, dest_is_dir);
         }
-        walker.work_loop();
-    });
+        // Every thread walks directories and copies files alike, so that no
+        // core waits on a single walker (the first levels of a tree hold only
+        // directories) and the walk itself runs in parallel.
+        std::thread::scope(|s| {
+            for _ in 1..opts.threads {
+                s.spawn(|| walker.work_loop());
+            }
+            walker.work_loop();
+        });
+    }
     walker.finish_dirs();
     let counts = &walker.ctx.counts;
     CopyReport {
@@ -242,6 +261,10 @@ struct Walker<'a> {
     /// inode) of the file, of its directory, and its name there (`f` and
     /// `./f` are one entry, a hard link `h` of `f` another).
     operands_seen: Mutex<std::collections::HashSet<OperandKey>>,
+    /// The copies of the non-directory operands (`d/f` for `cp a/f d/`),
+    /// each made by the first operand that names it.
+    /// With whether that copy is a symbolic link.
+    operand_targets: Mutex<std::collections::HashMap<PathBuf, bool>>,
     /// The (device, inode) of every destination directory walked so far
     /// (made by the copy or merged into). A source directory among them
     /// is the copy itself, reached through a bind mount or, with `-L`, a
@@ -341,6 +364,7 @@ impl Walker<'_> {
                             path: dst.clone(),
                             st,
                             chmod: self.ctx.opts.preserve.mode.then(|| self.dir_mode(&st)),
+                            fresh: false,
                         });
                     }
                 }
@@ -444,10 +468,48 @@ impl Walker<'_> {
                 quote(src)
             ));
         }
+        // `cp a/f b/f d/`: the second would overwrite the copy the first
+        // makes, silently losing one of the copies asked for. Refused, as
+        // GNU refuses it; decided here, in the order of the command line.
+        // A link made first is GNU's other refusal, "will not copy through
+        // just-created symlink", made where the copy meets it.
+        let made_link = kind == libc::S_IFLNK || opts.link == super::LinkMode::Symbolic;
+        let refused = !is_dir
+            && dest_is_dir
+            && match self
+                .operand_targets
+                .lock()
+                .expect("lock")
+                .entry(target.clone())
+            {
+                std::collections::hash_map::Entry::Occupied(first) => !*first.get(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(made_link);
+                    false
+                }
+            };
+        if refused {
+            return self.report(
+                format!(
+                    "will not overwrite just-created {} with {}",
+                    quote(&target),
+                    quote(src)
+                ),
+                None,
+            );
+        }
         if is_dir {
             // `cp -r s t` with `t` a directory copies to `t/s`, a name the
-            // user did not write: a link there is not followed.
-            let follow = !dest_is_dir || at::last_component(src) == ".";
+            // user did not write: a link there is not followed. Nor is a
+            // link named as the destination itself (`-T`, or a name that
+            // is no directory): it is not a directory, as GNU says, and
+            // merging into what it leads to would write outside the
+            // destination named. A trailing slash asks for the directory.
+            let follow = if dest_is_dir {
+                at::last_component(src) == "."
+            } else {
+                dest.as_os_str().as_bytes().ends_with(b"/")
+            };
             return self.operand_dir(src, &target, &st, follow);
         }
         if !dest_is_dir
@@ -1028,6 +1090,7 @@ impl Walker<'_> {
                 path: task.dst.clone(),
                 st: *st,
                 chmod: (fresh || self.ctx.opts.preserve.mode).then_some(want),
+                fresh,
             });
         }
         self.ctx.progress.dirs.fetch_add(1, Ordering::Relaxed);
@@ -1385,6 +1448,20 @@ impl Walker<'_> {
             return Replace::Failed;
         }
         if opts.backup != super::Backup::None {
+            // `cp -bl a~ a`: the backup of `a` would take the source's
+            // name, and the link (or `-s` link) would then be made to the
+            // old `a`, the source's data gone.
+            if super::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
+                self.report(
+                    format!(
+                        "backing up {} might destroy source;  {} not copied",
+                        quote(&dst),
+                        quote(&pair.src_of(&e.src_name))
+                    ),
+                    None,
+                );
+                return Replace::Failed;
+            }
             return match super::make_backup(opts, &pair.dst, &pair.dst_path, name) {
                 Ok(b) => Replace::Removed(b),
                 Err(e) => {
@@ -1463,14 +1540,27 @@ impl Walker<'_> {
                     continue;
                 }
             };
+            // A directory made in a set-group-ID directory inherits that
+            // bit (its files then take the group): kept, as GNU keeps it,
+            // whatever the source's mode.
+            let chmod = match f.chmod {
+                Some(m)
+                    if f.fresh
+                        && m & 0o2000 == 0
+                        && dir.metadata().is_ok_and(|d| d.mode() & 0o2000 != 0) =>
+                {
+                    Some(m | 0o2000)
+                }
+                c => c,
+            };
             let keep = &self.ctx.opts.preserve;
             let r = if keep.attrs() {
                 let keep = Preserve {
-                    mode: f.chmod.is_some(),
+                    mode: chmod.is_some(),
                     ..*keep
                 };
-                set_attrs_at(&dir, c"", &f.st, f.chmod, None, &keep)
-            } else if let Some(mode) = f.chmod {
+                set_attrs_at(&dir, c"", &f.st, chmod, None, &keep)
+            } else if let Some(mode) = chmod {
                 at::chmod(&dir, mode)
             } else {
                 Ok(())

@@ -27,23 +27,23 @@
 //! * Cancellation is dropping the future. An operation already in flight
 //!   keeps its buffer (and its file) until the kernel reports completion;
 //!   nothing blocks in `Drop`.
-//! * Operations from many tasks are submitted together: see the
-//!   [`driver`](self#how-completions-are-reaped) notes below.
+//! * Operations from many tasks are submitted together: see
+//!   [how completions are reaped](self#how-completions-are-reaped) below.
 //!
 //! # How completions are reaped
 //!
-//! One driver thread per engine owns a ring; futures queue requests and wake
-//! it through an eventfd only when it sleeps; it submits everything queued
-//! in one `io_uring_enter`, waits, and calls each completed operation's
-//! waker directly. The reasoning is in the `driver` module's source
-//! documentation. Where io_uring is unavailable (or `BLOCKIO_BACKEND=threads`)
-//! a pool of threads serves the same requests with `pread`/`pwrite`.
-//!
-//! An event loop can drive the ring itself instead, with no driver thread
-//! and no cross-thread wake-up
-//! ([`AsyncEngineBuilder::driven_by_caller`]): it watches the ring's
-//! descriptor ([`AsyncEngine::poll_fd`]) and reaps on its own thread. On
-//! tokio, `drive_on_tokio` (feature `tokio`) is that loop.
+//! Who drives the ring is one setting, [`Driving`]. By default a **driver
+//! thread** per engine owns the ring; futures queue requests and wake it
+//! through an eventfd only when it sleeps; it submits everything queued in
+//! one `io_uring_enter`, waits, and calls each completed operation's waker
+//! directly. With [`Driving::Caller`] there is no driver thread and no
+//! cross-thread wake-up: the **caller-driven ring** is watched by the
+//! caller's event loop ([`AsyncEngine::poll_fd`]), which reaps on its own
+//! thread; on tokio, `drive_on_tokio` (feature `tokio`) is that loop.
+//! Where io_uring is unavailable (or `BLOCKIO_BACKEND=threads`) the
+//! **pool** serves the same requests with blocking calls. The reasoning,
+//! and the one name each of these goes by, are in the `driver` module's
+//! source documentation.
 //!
 //! # Panics in wakers and buffers
 //!
@@ -70,10 +70,16 @@
 
 mod buf;
 pub(crate) mod buf_ring;
-pub(crate) mod driver;
+mod caller_ring;
+mod driver;
+mod driver_thread;
+mod driving;
 mod file;
+mod in_flight;
 pub(crate) mod op;
+mod pool;
 mod readiness;
+pub(crate) mod request;
 #[cfg(feature = "tokio")]
 mod tokio_drive;
 
@@ -83,8 +89,9 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, OnceLock};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
+pub use driving::{CallerDriving, Driving, Submit};
 pub use file::{
-    AsyncFile, AsyncOpenOptions, Batch, BatchOp, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES,
+    AsyncFile, AsyncOpenOptions, BatchFuture, BatchOp, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES,
     MAX_STREAM_DEPTH,
 };
 pub use op::{BufResult, OpFuture};
@@ -93,18 +100,24 @@ pub use tokio_drive::drive_on_tokio;
 
 use crate::backend::{self, fallback_threads, Backend, BackendChoice};
 use buf_ring::{BufRing, RingShape};
+use caller_ring::CallerRing;
 use driver::Driver;
+use driver_thread::DriverThread;
+use in_flight::{Kept, Setup};
+use pool::PoolDriver;
+use readiness::Readiness;
+use request::{Cancel, Request};
 
 /// A handle to an async I/O driver. Cheap to clone; the driver stops when
 /// the last handle (and the last future using it) is gone, after finishing
 /// the operations in flight.
 #[derive(Clone)]
 pub struct AsyncEngine {
-    inner: Arc<AsyncShared>,
+    core: Arc<EngineCore>,
 }
 
 /// What every clone of an [`AsyncEngine`] shares.
-struct AsyncShared {
+struct EngineCore {
     driver: Driver,
     backend: Backend,
     fallback_reason: Option<String>,
@@ -112,12 +125,16 @@ struct AsyncShared {
     /// The receive-buffer ring, registered at first use; `None` where
     /// multishot receive is not available (see [`AsyncEngine::recv_ring`]).
     recv_ring: OnceLock<Option<Arc<BufRing>>>,
+    /// The epoll set of operations performed by readiness on an io_uring
+    /// engine (see [`AsyncEngine::submit_by_readiness`]), started at first
+    /// use.
+    readiness: OnceLock<Readiness>,
 }
 
 impl fmt::Debug for AsyncEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AsyncEngine")
-            .field("backend", &self.inner.backend)
+            .field("backend", &self.core.backend)
             .finish()
     }
 }
@@ -128,12 +145,8 @@ pub struct AsyncEngineBuilder {
     queue_depth: usize,
     threads: usize,
     backend: BackendChoice,
-    /// `driven_by_caller`.
-    driven_by_caller: bool,
-    /// `completion_eventfd`.
-    completion_eventfd: Option<RawFd>,
-    /// `submit_when_driven`.
-    submit_when_driven: bool,
+    /// `driving`.
+    driving: Driving,
     /// `recv_buffers` and `recv_buffer_share`.
     recv_shape: RingShape,
 }
@@ -144,9 +157,7 @@ impl Default for AsyncEngineBuilder {
             queue_depth: 256,
             threads: 0,
             backend: BackendChoice::Auto,
-            driven_by_caller: false,
-            completion_eventfd: None,
-            submit_when_driven: false,
+            driving: Driving::Thread,
             recv_shape: RingShape::default(),
         }
     }
@@ -178,67 +189,23 @@ impl AsyncEngineBuilder {
         self
     }
 
-    /// No driver thread: for an event loop that watches
-    /// [`AsyncEngine::poll_fd`] (or an eventfd, see
-    /// [`completion_eventfd`](Self::completion_eventfd)).
+    /// Who drives the ring (default [`Driving::Thread`]): a thread of
+    /// the engine's own, or the caller's event loop with its own options
+    /// ([`Driving::Caller`], [`CallerDriving`]).
     ///
-    /// An operation is submitted by the thread that starts it (one
-    /// `io_uring_enter` each, no thread wake-up; see
-    /// [`submit_when_driven`](Self::submit_when_driven) for one per round
-    /// of tasks), and the ring's descriptor is readable while completions
-    /// wait; the loop then calls [`AsyncEngine::reap`] or
-    /// [`AsyncEngine::poll_drive`], which complete the finished operations
-    /// and wake their tasks on the loop's thread. That saves the two
-    /// cross-thread wake-ups per operation of the driver-thread design,
-    /// which bound how fast a fixed number of tasks can go (each wake-up of
-    /// a sleeping thread is tens of microseconds in a VM).
+    /// ```
+    /// use blockio::aio::{AsyncEngine, CallerDriving, Driving, Submit};
     ///
-    /// Why the ring's own descriptor and not an eventfd: its readiness is
-    /// the completion queue's state, not a counter, so nothing needs
-    /// reading to clear it (one system call less per wake-up), and a
-    /// completion already reaped (an operation that completed while it was
-    /// submitted, reaped in the same turn) does not wake the loop again:
-    /// epoll asks the ring whether it is still readable before reporting it.
-    ///
-    /// Completions are posted by task work on the thread that submitted the
-    /// operation. The ring is set up with `COOP_TASKRUN`: that work does
-    /// not interrupt the thread while it runs, but waits for its next entry
-    /// into the kernel (any system call; the loop's `epoll_wait` ends early
-    /// to run it), and a thread asleep in an interruptible wait is woken
-    /// for it. So that thread should be the loop's, or one that enters the
-    /// kernel often (a thread that has exited is fine: the kernel posts for
-    /// it). On the thread-pool backend (io_uring blocked) operations
-    /// complete on pool threads and wake their tasks directly: `poll_fd` is
-    /// `None` and `reap` has nothing to do.
-    pub fn driven_by_caller(mut self) -> Self {
-        self.driven_by_caller = true;
-        self
-    }
-
-    /// With [`driven_by_caller`](Self::driven_by_caller): the kernel also
-    /// signals `eventfd` whenever it posts a completion, for a loop that
-    /// already watches an eventfd of its own (the Python package's does,
-    /// for the wake-ups of its pool threads). The loop reads the eventfd
-    /// before calling [`AsyncEngine::reap`], so that a completion racing
-    /// the call signals it again. The ring keeps its own reference to the
-    /// eventfd. Watching [`AsyncEngine::poll_fd`] costs one system call
-    /// less per wake-up. A descriptor that is not an open eventfd makes
-    /// [`build`](Self::build) fail with an error naming it.
-    pub fn completion_eventfd(mut self, eventfd: RawFd) -> Self {
-        self.completion_eventfd = Some(eventfd);
-        self
-    }
-
-    /// With [`driven_by_caller`](Self::driven_by_caller): operations are
-    /// put on the ring when started but reach the kernel only at the next
-    /// [`AsyncEngine::poll_drive`], all in one `io_uring_enter`, instead of
-    /// one `io_uring_enter` each. The task that calls `poll_drive` is woken
-    /// when an operation is started; on a runtime that runs woken tasks
-    /// after those already queued (tokio's current-thread runtime does),
-    /// every operation started in one round of tasks goes to the kernel in
-    /// one call.
-    pub fn submit_when_driven(mut self, on: bool) -> Self {
-        self.submit_when_driven = on;
+    /// # fn main() -> std::io::Result<()> {
+    /// let engine = AsyncEngine::builder()
+    ///     .driving(Driving::Caller(CallerDriving::new().submit(Submit::PerRound)))
+    ///     .build()?;
+    /// # drop(engine);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn driving(mut self, driving: Driving) -> Self {
+        self.driving = driving;
         self
     }
 
@@ -270,34 +237,43 @@ impl AsyncEngineBuilder {
     /// # Errors
     /// The driver thread or the ring could not be set up (and the thread
     /// pool could not start either), the receive-buffer shape is invalid,
-    /// or the [`completion_eventfd`](Self::completion_eventfd) is not an
+    /// or the [`completion_eventfd`](CallerDriving::completion_eventfd) is not an
     /// open eventfd. Only the kernel refusing io_uring falls back to the
     /// thread pool; the caller's mistakes are errors.
     pub fn build(self) -> io::Result<AsyncEngine> {
         let depth = self.queue_depth;
         let uring = || {
-            if self.driven_by_caller {
-                Driver::inline(depth, self.completion_eventfd, self.submit_when_driven)
-            } else {
-                Driver::uring(depth)
+            match &self.driving {
+                Driving::Thread => DriverThread::start(depth).map(Driver::Thread),
+                Driving::Caller(c) => {
+                    CallerRing::new(depth, c.completion_eventfd, c.submit).map(Driver::Caller)
+                }
             }
             .map(|d| (d, Backend::IoUring, None))
         };
         let threads = fallback_threads(self.threads, depth);
-        let pool = |reason| Ok((Driver::threads(threads)?, Backend::ThreadPool, Some(reason)));
+        let pool = |reason| {
+            let pool = PoolDriver::start(threads)?;
+            Ok((Driver::Pool(pool), Backend::ThreadPool, Some(reason)))
+        };
         let shape = self.recv_shape;
         shape.check()?;
-        if let Some(fd) = self.completion_eventfd {
+        if let Driving::Caller(CallerDriving {
+            completion_eventfd: Some(fd),
+            ..
+        }) = self.driving
+        {
             check_eventfd(fd)?;
         }
         let (driver, backend, fallback_reason) = backend::select(self.backend, uring, pool)?;
         Ok(AsyncEngine {
-            inner: Arc::new(AsyncShared {
+            core: Arc::new(EngineCore {
                 driver,
                 backend,
                 fallback_reason,
                 recv_shape: shape,
                 recv_ring: OnceLock::new(),
+                readiness: OnceLock::new(),
             }),
         })
     }
@@ -320,30 +296,30 @@ impl AsyncEngine {
 
     /// The backend in use.
     pub fn backend(&self) -> Backend {
-        self.inner.backend
+        self.core.backend
     }
 
     /// Why the thread pool is in use, when it is.
     pub fn fallback_reason(&self) -> Option<&str> {
-        self.inner.fallback_reason.as_deref()
+        self.core.fallback_reason.as_deref()
     }
 
     /// Threads of the thread-pool backend (0 on io_uring).
     pub fn fallback_threads(&self) -> usize {
-        self.inner.driver.pool_threads()
+        self.core.driver.pool_threads()
     }
 
     /// Completes the operations the kernel has finished and wakes their
     /// tasks, on this thread; returns how many. For engines built with
-    /// [`AsyncEngineBuilder::driven_by_caller`], called when
+    /// [`Driving::Caller`], called when
     /// [`poll_fd`](Self::poll_fd) is readable (or the
-    /// [`completion_eventfd`](AsyncEngineBuilder::completion_eventfd), after
+    /// [`completion_eventfd`](CallerDriving::completion_eventfd), after
     /// reading it); otherwise it does nothing.
     pub fn reap(&self) -> usize {
-        self.inner.driver.turn(None)
+        self.core.driver.turn(None)
     }
 
-    /// For engines built with [`AsyncEngineBuilder::driven_by_caller`]:
+    /// For engines built with [`Driving::Caller`]:
     /// submits the operations started since the last call (one
     /// `io_uring_enter`), completes those the kernel has finished, waking
     /// their tasks, and registers `cx` to be woken when another operation
@@ -351,11 +327,11 @@ impl AsyncEngine {
     /// is polled, and also when [`poll_fd`](Self::poll_fd) is readable.
     /// Does nothing on other engines.
     pub fn poll_drive(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        self.inner.driver.turn(Some(cx.waker()));
+        self.core.driver.turn(Some(cx.waker()));
         std::task::Poll::Pending
     }
 
-    /// For engines built with [`AsyncEngineBuilder::driven_by_caller`] on
+    /// For engines built with [`Driving::Caller`] on
     /// io_uring: the ring's descriptor, readable while completions wait to
     /// be reaped (level: reaping them all makes it unreadable), for the
     /// loop to watch (tokio's `AsyncFd`, asyncio's `add_reader`). `None`
@@ -363,17 +339,56 @@ impl AsyncEngine {
     /// descriptor stays open as long as the engine (any clone of it)
     /// lives; it is for watching only.
     pub fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.inner.driver.poll_fd()
+        self.core.driver.poll_fd()
     }
 
     pub(crate) fn driver(&self) -> &Driver {
-        &self.inner.driver
+        &self.core.driver
+    }
+
+    /// Performs `req`, a socket operation on a non-blocking socket, when
+    /// its socket is ready: at once if it is, else from an epoll set
+    /// watched by a thread of the engine's (on the thread-pool backend, the
+    /// pool's own set). Unlike an operation in an io_uring, one waiting
+    /// there holds no kernel reference to its socket: a listener's accept
+    /// goes this way so that a killed server's port is free the moment its
+    /// process is gone, not only once the kernel has torn its ring down.
+    pub(crate) fn submit_by_readiness(&self, req: Request) {
+        if let Driver::Pool(_) = self.core.driver {
+            return self.core.driver.submit([req]);
+        }
+        if let Some(set) = self.core.readiness.get() {
+            return set.submit(req);
+        }
+        // Not kept when it fails (no descriptor for the epoll set, no
+        // thread): the next request tries again.
+        match Readiness::new() {
+            Ok(set) => {
+                // A set started meanwhile by another thread wins; this one
+                // is dropped unused.
+                let _ = self.core.readiness.set(set);
+                if let Some(set) = self.core.readiness.get() {
+                    set.submit(req);
+                }
+            }
+            Err(e) => req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    }
+
+    /// Cancels an operation handed to
+    /// [`submit_by_readiness`](Self::submit_by_readiness), if it waits.
+    pub(crate) fn cancel_by_readiness(&self, target: Cancel) {
+        match (&self.core.driver, self.core.readiness.get()) {
+            (Driver::Pool(_), _) => self.core.driver.cancel(target),
+            (_, Some(set)) => set.cancel(&target),
+            _ => {}
+        }
     }
 
     /// The shape of the engine's receive buffers (also the buffer size
     /// of receive streams where there is no ring).
     pub(crate) fn recv_shape(&self) -> RingShape {
-        self.inner.recv_shape
+        self.core.recv_shape
     }
 
     /// The engine's receive-buffer ring, registered with its io_uring at
@@ -389,38 +404,38 @@ impl AsyncEngine {
     /// before the `OnceLock`, whose initialisation by another thread waits
     /// for the driver thread too.
     pub(crate) fn recv_ring(&self) -> Option<&Arc<BufRing>> {
-        if let Some(ring) = self.inner.recv_ring.get() {
+        if let Some(ring) = self.core.recv_ring.get() {
             return ring.as_ref();
         }
-        if self.inner.driver.setup_would_wait_for_itself() {
+        if self.core.driver.setup_would_wait_for_itself() {
             return None;
         }
-        self.inner
+        self.core
             .recv_ring
             .get_or_init(|| {
-                if self.inner.backend != Backend::IoUring || !crate::ring::kernel_at_least(6, 0) {
+                if self.core.backend != Backend::IoUring || !crate::ring::kernel_at_least(6, 0) {
                     return None;
                 }
-                let ring = Arc::new(BufRing::new(self.inner.recv_shape).ok()?);
+                let ring = Arc::new(BufRing::new(self.core.recv_shape).ok()?);
                 let r = ring.clone();
-                let setup: driver::Setup = Box::new(move |uring| {
+                let setup: Setup = Box::new(move |uring| {
                     r.register(uring)?;
-                    Ok(r as driver::Kept)
+                    Ok(r as Kept)
                 });
-                self.inner.driver.setup_ring(setup).ok()?;
+                self.core.driver.setup_ring(setup).ok()?;
                 Some(ring)
             })
             .as_ref()
     }
 }
 
-/// Refuses a [`completion_eventfd`](AsyncEngineBuilder::completion_eventfd)
+/// Refuses a [`completion_eventfd`](CallerDriving::completion_eventfd)
 /// that is not an open eventfd, naming it.
 fn check_eventfd(fd: RawFd) -> io::Result<()> {
     let invalid = |what: String| {
         Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("AsyncEngineBuilder::completion_eventfd: descriptor {fd} {what}"),
+            format!("CallerDriving::completion_eventfd: descriptor {fd} {what}"),
         ))
     };
     // SAFETY: F_GETFD only reads the descriptor's flags; any number is

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use super::buf::IoBufMut;
-use super::driver::{Cancel, Complete, Request};
+use super::request::{Cancel, Complete, Request};
 use super::AsyncEngine;
 use crate::error::Site;
 use crate::op::Op;
@@ -19,11 +19,11 @@ use crate::op::Op;
 /// buffers) it was given, handed back whatever happened.
 pub type BufResult<T, B> = (io::Result<T>, B);
 
-/// State shared by an operation's future and the driver. It owns the
+/// An operation's completion target, shared by its future and the driver. It owns the
 /// operation's memory — the buffer, the iovec array, a handle keeping the
 /// file open — so that memory lives until the completion has been seen,
 /// however early the future is dropped.
-pub(crate) struct Shared<B> {
+pub(crate) struct OpTarget<B> {
     inner: Mutex<OpState<B>>,
     /// Set by [`OpFuture::detach`]: performed even with the future gone.
     detached: AtomicBool,
@@ -73,7 +73,7 @@ impl<B> OpState<B> {
 // they are never dereferenced by this type.
 unsafe impl<B: Send> Send for OpState<B> {}
 
-impl<B: Send> Complete for Shared<B> {
+impl<B: Send> Complete for OpTarget<B> {
     fn detached(&self) -> bool {
         self.detached.load(Ordering::Acquire)
     }
@@ -98,7 +98,7 @@ pub(crate) trait Abandoned: Send + Sync {
     fn poll_settled(&self, cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32>;
 }
 
-impl<B: IoBufMut> Abandoned for Shared<B> {
+impl<B: IoBufMut> Abandoned for OpTarget<B> {
     fn poll_settled(&self, cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(res) = g.result else {
@@ -125,7 +125,7 @@ pub(crate) trait Settles: Send + Sync {
     fn poll_result(&self, cx: &mut Context<'_>) -> Poll<i32>;
 }
 
-impl<B: Send> Settles for Shared<B> {
+impl<B: Send> Settles for OpTarget<B> {
     fn poll_result(&self, cx: &mut Context<'_>) -> Poll<i32> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         match g.result {
@@ -151,7 +151,7 @@ impl<B: Send> Settles for Shared<B> {
 #[must_use = "futures do nothing unless polled"]
 pub struct OpFuture<B: Send + 'static> {
     engine: AsyncEngine,
-    shared: Arc<Shared<B>>,
+    shared: Arc<OpTarget<B>>,
     /// Where the operation acts, for its errors once the operation itself
     /// has gone to the driver.
     site: Site,
@@ -159,6 +159,9 @@ pub struct OpFuture<B: Send + 'static> {
     op: Option<Op<'static>>,
     /// Why the operation was refused before submission.
     refused: Option<io::Error>,
+    /// Performed when its socket is ready, by the engine's epoll set,
+    /// rather than by the driver ([`by_readiness`](Self::by_readiness)).
+    by_readiness: bool,
 }
 
 impl<B: Send + 'static> OpFuture<B> {
@@ -178,7 +181,7 @@ impl<B: Send + 'static> OpFuture<B> {
         let site = op.site();
         OpFuture {
             engine: engine.clone(),
-            shared: Arc::new(Shared {
+            shared: Arc::new(OpTarget {
                 inner: Mutex::new(OpState {
                     result: None,
                     waker: None,
@@ -192,7 +195,18 @@ impl<B: Send + 'static> OpFuture<B> {
             site,
             op: Some(op),
             refused: None,
+            by_readiness: false,
         }
+    }
+
+    /// Has the operation (a socket operation on a non-blocking socket)
+    /// performed when its socket is ready, by the engine's epoll set,
+    /// instead of by the driver: the kernel then holds no reference to the
+    /// socket while it waits (an operation in an io_uring does, until the
+    /// ring's own teardown after the process is gone).
+    pub(crate) fn by_readiness(mut self) -> Self {
+        self.by_readiness = true;
+        self
     }
 
     /// Submits the operation now instead of at the first poll, so that
@@ -201,7 +215,11 @@ impl<B: Send + 'static> OpFuture<B> {
     /// the operation if that has not reached the kernel yet.
     pub fn start(&mut self) {
         if let Some(req) = self.take_request() {
-            self.engine.driver().submit([req]);
+            if self.by_readiness {
+                self.engine.submit_by_readiness(req);
+            } else {
+                self.engine.driver().submit([req]);
+            }
         }
     }
 
@@ -312,8 +330,12 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
             .result
             .is_none();
         if pending && (self.site.kind.is_socket() || may_wait_forever(self.site.fd)) {
-            let weak: std::sync::Weak<Shared<B>> = Arc::downgrade(&self.shared);
-            self.engine.driver().cancel(Cancel(weak));
+            let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(&self.shared);
+            if self.by_readiness {
+                self.engine.cancel_by_readiness(Cancel(weak));
+            } else {
+                self.engine.driver().cancel(Cancel(weak));
+            }
         }
     }
 }

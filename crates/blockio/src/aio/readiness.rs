@@ -31,15 +31,17 @@ use std::sync::{Arc, Mutex};
 
 use polling::{Event, Events, Poller};
 
-use super::driver::{call_user, Cancel, Request};
+use super::request::{call_user, Cancel, Request};
 use crate::kind::{OpClass, OpKind};
 
 /// One thread watching the sockets of waiting requests.
 pub(crate) struct Readiness {
-    shared: Arc<Shared>,
+    watcher: Arc<Watcher>,
 }
 
-struct Shared {
+/// What the watching thread shares with the engine: the epoll set and
+/// the requests waiting in it.
+struct Watcher {
     poller: Poller,
     waiting: Mutex<Waiting>,
     stop: AtomicBool,
@@ -143,16 +145,16 @@ fn would_block(res: i32) -> bool {
 impl Readiness {
     /// Starts the watching thread.
     pub(crate) fn new() -> io::Result<Readiness> {
-        let shared = Arc::new(Shared {
+        let watcher = Arc::new(Watcher {
             poller: Poller::new()?,
             waiting: Mutex::new(Waiting::default()),
             stop: AtomicBool::new(false),
         });
-        let s = shared.clone();
+        let w = watcher.clone();
         std::thread::Builder::new()
             .name("blockio-net".into())
-            .spawn(move || watch(&s))?;
-        Ok(Readiness { shared })
+            .spawn(move || watch(&w))?;
+        Ok(Readiness { watcher })
     }
 
     /// Performs `req` now if its socket is ready, else waits for it.
@@ -171,7 +173,7 @@ impl Readiness {
     /// Puts `req` in the set until its socket is ready.
     fn wait(&self, req: Request) {
         let mut w = self
-            .shared
+            .watcher
             .waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner());
@@ -183,12 +185,12 @@ impl Readiness {
         let armed = if watched {
             // SAFETY: the requests of `reqs`, which hold `fd` open, stay
             // in the set while the lock is held.
-            self.shared.poller.modify(unsafe { socket(fd) }, event)
+            self.watcher.poller.modify(unsafe { socket(fd) }, event)
         } else {
             // SAFETY: `fd` is deleted from the set before its last waiting
             // request leaves it (see `settle`), and that request holds the
             // socket open until then.
-            unsafe { self.shared.poller.add(fd, event) }
+            unsafe { self.watcher.poller.add(fd, event) }
         };
         if let Err(e) = armed {
             let req = reqs.pop().expect("pushed above");
@@ -203,7 +205,7 @@ impl Readiness {
     /// Cancels the request whose target `c` names, if it is waiting.
     pub(crate) fn cancel(&self, c: &Cancel) {
         let mut w = self
-            .shared
+            .watcher
             .waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner());
@@ -214,7 +216,7 @@ impl Readiness {
         let Some((fd, req)) = found else {
             return;
         };
-        let failed = settle(&self.shared.poller, &mut w, fd);
+        let failed = settle(&self.watcher.poller, &mut w, fd);
         drop(w);
         req.done.complete(-libc::ECANCELED);
         fail_unwatchable(failed);
@@ -267,30 +269,30 @@ fn fail_unwatchable(reqs: Vec<Request>) {
 
 impl Drop for Readiness {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        let _ = self.shared.poller.notify();
+        self.watcher.stop.store(true, Ordering::SeqCst);
+        let _ = self.watcher.poller.notify();
     }
 }
 
 /// The watching thread: retries the requests whose socket became ready.
-fn watch(shared: &Shared) {
+fn watch(watcher: &Watcher) {
     let mut events = Events::new();
-    while !shared.stop.load(Ordering::SeqCst) {
+    while !watcher.stop.load(Ordering::SeqCst) {
         events.clear();
-        if shared.poller.wait(&mut events, None).is_err() {
+        if watcher.poller.wait(&mut events, None).is_err() {
             continue;
         }
         for ev in events.iter() {
-            retry(shared, ev.key as RawFd, ev.readable, ev.writable);
+            retry(watcher, ev.key as RawFd, ev.readable, ev.writable);
         }
     }
     // The engine is gone: nobody will await what still waits.
-    let mut w = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
+    let mut w = watcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
     let left: Vec<(RawFd, Watched)> = w.sockets.drain().collect();
     drop(w);
     for (fd, s) in left {
         // SAFETY: `s.reqs`, which hold `fd` open, are alive here.
-        let _ = shared.poller.delete(unsafe { socket(fd) });
+        let _ = watcher.poller.delete(unsafe { socket(fd) });
         for req in s.reqs {
             // A panicking waker is reported by the panic hook; the others
             // are still completed.
@@ -306,7 +308,7 @@ fn watch(shared: &Shared) {
 /// the set unlocked during the system calls; completes those that are
 /// done and puts back those still not ready (whose futures still want
 /// them), then re-arms the socket or deletes it from the set.
-fn retry(shared: &Shared, fd: RawFd, readable: bool, writable: bool) {
+fn retry(watcher: &Watcher, fd: RawFd, readable: bool, writable: bool) {
     let ready = |r: &Request| {
         if wants_read(r.op.kind()) {
             readable
@@ -315,7 +317,7 @@ fn retry(shared: &Shared, fd: RawFd, readable: bool, writable: bool) {
         }
     };
     let taken: Vec<Request> = {
-        let mut w = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = watcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
         let Some(s) = w.sockets.get_mut(&fd) else {
             return;
         };
@@ -340,11 +342,11 @@ fn retry(shared: &Shared, fd: RawFd, readable: bool, writable: bool) {
             done.push((req, res));
         }
     }
-    let mut w = shared.waiting.lock().unwrap_or_else(|e| e.into_inner());
+    let mut w = watcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
     let s = w.sockets.get_mut(&fd).expect("kept while retrying");
     s.retrying = false;
     s.reqs.extend(again);
-    let failed = settle(&shared.poller, &mut w, fd);
+    let failed = settle(&watcher.poller, &mut w, fd);
     drop(w);
     fail_unwatchable(failed);
     // On the watching thread: a panicking waker is reported by the panic

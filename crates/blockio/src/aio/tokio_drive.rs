@@ -4,7 +4,7 @@
 //! so no cross-thread wake-up per operation. The ring's descriptor is
 //! registered with tokio's reactor, which wakes the driving task when
 //! completions wait; the engine wakes it when an operation starts (with
-//! [`submit_when_driven`](super::AsyncEngineBuilder::submit_when_driven),
+//! [`Submit::PerRound`](super::Submit::PerRound),
 //! so that a whole round of tasks reaches the kernel in one call). The
 //! descriptor's readiness is the completion queue's state, so the task
 //! reaps after clearing it and nothing is lost to a completion that races
@@ -34,7 +34,7 @@ impl AsRawFd for RingFd {
 }
 
 /// Drives `engine`, built with
-/// [`driven_by_caller`](super::AsyncEngineBuilder::driven_by_caller), from
+/// [`Driving::Caller`](super::Driving::Caller), from
 /// the tokio task that awaits this: it completes operations and wakes their
 /// tasks whenever tokio's reactor reports completions, and submits started
 /// operations whenever it is woken. Spawn it once per engine and abort it
@@ -42,14 +42,13 @@ impl AsRawFd for RingFd {
 ///
 /// ```
 /// # fn main() -> std::io::Result<()> {
-/// use blockio::aio::{drive_on_tokio, AsyncEngine};
+/// use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
 /// use blockio::net::{TcpListener, TcpStream};
 ///
 /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 /// rt.block_on(async {
 ///     let engine = AsyncEngine::builder()
-///         .driven_by_caller()
-///         .submit_when_driven(true)
+///         .driving(Driving::Caller(CallerDriving::new().submit(Submit::PerRound)))
 ///         .build()?;
 ///     let driver = tokio::spawn(drive_on_tokio(engine.clone()));
 ///     let listener = TcpListener::bind(&engine, "127.0.0.1:0")?;

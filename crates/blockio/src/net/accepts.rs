@@ -35,7 +35,7 @@ use std::task::{Context, Poll, Waker};
 use socket2::Socket;
 
 use super::socket::Sock;
-use crate::aio::driver::{Cancel, Complete, Request};
+use crate::aio::request::{Cancel, Complete, Request};
 use crate::backend::Backend;
 use crate::op::action::{AcceptArgs, Action};
 use crate::op::Op;
@@ -56,13 +56,14 @@ pub(crate) struct AcceptQueue {
 
 /// What the driver completes into.
 struct Accepts {
-    state: Mutex<State>,
+    state: Mutex<AcceptBook>,
     /// The listening socket, open until the last completion.
     _socket: Arc<Socket>,
 }
 
+/// The accept request's results and waiters.
 #[derive(Default)]
-struct State {
+struct AcceptBook {
     /// Accepted descriptors, or the errno that ended the request.
     ready: VecDeque<Result<OwnedFd, i32>>,
     /// The request is in the kernel (its last completion not yet seen).
@@ -99,15 +100,17 @@ impl Complete for Accepts {
 }
 
 impl AcceptQueue {
-    /// The queue of `sock`, a listening socket; multishot where the engine
-    /// runs on io_uring and the kernel is 5.19 or later.
-    pub(crate) fn new(sock: &Sock) -> AcceptQueue {
+    /// The queue of `sock`, a listening socket; multishot if `multishot`
+    /// asks for it, the engine runs on io_uring and the kernel is 5.19 or
+    /// later.
+    pub(crate) fn new(sock: &Sock, multishot: bool) -> AcceptQueue {
         AcceptQueue {
             shared: Arc::new(Accepts {
                 state: Mutex::default(),
                 _socket: sock.socket.clone(),
             }),
-            multishot: sock.engine.backend() == Backend::IoUring
+            multishot: multishot
+                && sock.engine.backend() == Backend::IoUring
                 && crate::ring::kernel_at_least(5, 19),
             sock: sock.clone(),
         }
@@ -118,7 +121,7 @@ impl AcceptQueue {
         self.multishot
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AcceptBook> {
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 

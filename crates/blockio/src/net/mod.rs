@@ -146,7 +146,7 @@
 //! * **One kernel call per round, never one per operation.** The default
 //!   engine's driver thread submits everything queued in one
 //!   `io_uring_enter` per wake-up. A caller-driven engine with
-//!   [`submit_when_driven`](crate::aio::AsyncEngineBuilder::submit_when_driven)
+//!   [`Submit::PerRound`](crate::aio::Submit::PerRound)
 //!   submits every operation started in one round of tasks in one
 //!   `io_uring_enter` of the driving task.
 //! * **No lock across a kernel call.** The driver thread takes its queue
@@ -157,7 +157,7 @@
 //! * **No cross-thread hop where the executor allows it.** The default
 //!   engine's completions cross from the driver thread to the executor's
 //!   (about one context switch per request). With
-//!   [`AsyncEngineBuilder::driven_by_caller`](crate::aio::AsyncEngineBuilder::driven_by_caller)
+//!   [`Driving::Caller`](crate::aio::Driving::Caller)
 //!   the runtime's own reactor watches the ring's descriptor and its
 //!   thread reaps the completions and wakes the tasks: on tokio,
 //!   [`drive_on_tokio`](crate::aio::drive_on_tokio) (feature `tokio`). On

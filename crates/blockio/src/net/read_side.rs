@@ -21,11 +21,12 @@ use crate::aio::{BufResult, IoBufMut};
 /// The read state of one stream.
 #[derive(Default)]
 pub(crate) struct ReadSide {
-    state: Mutex<State>,
+    state: Mutex<DroppedReads>,
 }
 
+/// What dropped reads left behind, for the next read.
 #[derive(Default)]
-struct State {
+struct DroppedReads {
     /// Reads whose futures were dropped before their results came, oldest
     /// first, until they are settled.
     dropped: VecDeque<Arc<dyn Abandoned>>,

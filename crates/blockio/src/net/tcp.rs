@@ -23,6 +23,7 @@ pub struct TcpListenerOptions {
     reuse_address: bool,
     reuse_port: bool,
     backlog: i32,
+    multishot_accept: bool,
 }
 
 impl Default for TcpListenerOptions {
@@ -31,6 +32,7 @@ impl Default for TcpListenerOptions {
             reuse_address: true,
             reuse_port: false,
             backlog: 1024,
+            multishot_accept: false,
         }
     }
 }
@@ -57,6 +59,27 @@ impl TcpListenerOptions {
         self
     }
 
+    /// Whether [`incoming`](TcpListener::incoming) accepts with one
+    /// multishot request in the engine's io_uring (Linux 5.19 or later),
+    /// which makes an accept storm cost no submission (default off).
+    ///
+    /// Off, the listener's accepts wait for readiness in an epoll set, as
+    /// tokio's do, and the kernel holds no reference to the listening
+    /// socket for them: if the process is killed (`SIGKILL`, a crash), the
+    /// port is free the moment the process is gone, and a restarted server
+    /// binds it at once. An accept armed in an io_uring holds the socket
+    /// until the kernel tears the dead process's ring down, a few
+    /// milliseconds later, during which binding the port fails with
+    /// `EADDRINUSE`. (A listener that is dropped frees its port at once
+    /// either way: it shuts its socket down.) On an io_uring engine the
+    /// epoll set is watched by one thread of the engine's, started at its
+    /// first accept; an accept that finds a connection waiting completes
+    /// on the calling thread without it.
+    pub fn multishot_accept(mut self, on: bool) -> Self {
+        self.multishot_accept = on;
+        self
+    }
+
     /// Binds a listener to `addr` with these options.
     ///
     /// # Errors
@@ -71,10 +94,12 @@ impl TcpListenerOptions {
         socket.set_reuse_port(self.reuse_port).map_err(fail)?;
         socket.bind(&addr.into()).map_err(fail)?;
         socket.listen(self.backlog).map_err(fail)?;
+        // Accepts wait for readiness (see `multishot_accept`).
+        socket.set_nonblocking(true).map_err(fail)?;
         let local = socket.local_addr().map_err(fail)?;
         let sock = Sock::new(socket, engine).map_err(fail)?;
         Ok(TcpListener {
-            accepts: AcceptQueue::new(&sock),
+            accepts: AcceptQueue::new(&sock, self.multishot_accept),
             sock,
             local: local.as_socket().unwrap_or(addr),
         })
@@ -146,7 +171,8 @@ impl TcpListener {
         if let Some(r) = self.accepts.take() {
             return self.stream_of(r, None);
         }
-        let (res, addr) = self.sock.accept().await;
+        // By readiness: see `TcpListenerOptions::multishot_accept`.
+        let (res, addr) = self.sock.accept().by_readiness().await;
         self.stream_of(owned(res), addr.into_addr().as_socket())
     }
 
@@ -189,14 +215,15 @@ impl TcpListener {
     /// and accepting resumes once descriptors are closed. Other errors are
     /// yielded as they come, without a pause.
     ///
-    /// On io_uring with Linux 5.19 or later, one multishot accept is armed
+    /// With [`TcpListenerOptions::multishot_accept`] on io_uring with Linux
+    /// 5.19 or later, one multishot accept is armed
     /// while the stream waits, and each connection costs a completion and
     /// no submission ([`Incoming::multishot`]). It is cancelled when the
     /// stream is dropped, or when 64 connections it accepted wait to be
     /// taken (the rest then wait in the kernel's backlog); a connection it
     /// accepted that the stream did not yield goes to the listener's next
-    /// [`accept`](Self::accept) or stream. Elsewhere each connection is one
-    /// accept.
+    /// [`accept`](Self::accept) or stream. Otherwise each connection is
+    /// one accept, made when the listener is ready.
     pub fn incoming(&self) -> Incoming<'_> {
         Incoming(AcceptLoop::new(self))
     }

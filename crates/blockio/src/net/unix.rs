@@ -47,7 +47,7 @@ impl UnixListener {
         socket.listen(1024).map_err(fail)?;
         let sock = Sock::new(socket, engine).map_err(fail)?;
         Ok(UnixListener {
-            accepts: AcceptQueue::new(&sock),
+            accepts: AcceptQueue::new(&sock, true),
             sock,
             path,
         })

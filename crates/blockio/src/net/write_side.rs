@@ -132,8 +132,9 @@ impl Drop for WriteSide {
     }
 }
 
+/// Moves accepted bytes to the kernel, one send at a time.
 struct Pump {
-    state: Mutex<State>,
+    state: Mutex<SendBook>,
     /// Someone asked for a step since the last one began.
     notified: AtomicBool,
     /// A thread is stepping the pump.
@@ -148,7 +149,9 @@ enum Failure {
     Zero,
 }
 
-struct State {
+/// What the pump guards: the bytes to send, the send in flight, and why
+/// sending stopped.
+struct SendBook {
     /// The socket and its engine; let go when the linger runs out, so
     /// that an engine nobody drives any more can finish (its completions
     /// are then reaped by its own finishing, which wakes this pump once
@@ -188,7 +191,7 @@ struct Dropped {
     op: Arc<dyn Settles>,
 }
 
-impl State {
+impl SendBook {
     fn idle(&self) -> bool {
         self.sending.is_none() && self.queued.is_empty()
     }
@@ -344,7 +347,7 @@ impl Run for Arc<Pump> {
 }
 
 impl Pump {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, SendBook> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -353,7 +356,7 @@ impl WriteSide {
     pub(crate) fn new(sock: Sock) -> WriteSide {
         WriteSide {
             pump: Arc::new(Pump {
-                state: Mutex::new(State {
+                state: Mutex::new(SendBook {
                     sock: Some(sock),
                     queued: Vec::new(),
                     sending: None,
@@ -471,7 +474,7 @@ impl WriteSide {
 }
 
 /// Settles a dropped owned write: its report, if it sent anything.
-fn poll_dropped(st: &mut State, cx: &mut Context<'_>) -> Poll<Option<io::Error>> {
+fn poll_dropped(st: &mut SendBook, cx: &mut Context<'_>) -> Poll<Option<io::Error>> {
     let Some(d) = &st.dropped else {
         return Poll::Ready(None);
     };

@@ -38,17 +38,17 @@ pub(super) enum MaybeBuf<B: Send + 'static> {
 /// The future of an async batch: one result per operation, in order, with
 /// the buffers handed back (`None` for syncs).
 #[must_use = "futures do nothing unless polled"]
-pub struct Batch<B: Send + 'static> {
+pub struct BatchFuture<B: Send + 'static> {
     engine: AsyncEngine,
     futs: Vec<MaybeBuf<B>>,
     results: Vec<Option<BufResult<usize, Option<B>>>>,
     started: bool,
 }
 
-impl<B: Send + 'static> Batch<B> {
+impl<B: Send + 'static> BatchFuture<B> {
     /// The future of `futs`, started together on the first poll.
-    pub(super) fn new(engine: AsyncEngine, futs: Vec<MaybeBuf<B>>) -> Batch<B> {
-        Batch {
+    pub(super) fn new(engine: AsyncEngine, futs: Vec<MaybeBuf<B>>) -> BatchFuture<B> {
+        BatchFuture {
             engine,
             futs,
             results: Vec::new(),
@@ -58,9 +58,9 @@ impl<B: Send + 'static> Batch<B> {
 }
 
 // Results are moved in and out, never pinned.
-impl<B: Send + 'static> Unpin for Batch<B> {}
+impl<B: Send + 'static> Unpin for BatchFuture<B> {}
 
-impl<B: Send + 'static> Future for Batch<B> {
+impl<B: Send + 'static> Future for BatchFuture<B> {
     type Output = Vec<BufResult<usize, Option<B>>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

@@ -21,7 +21,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use batch::{Batch, BatchOp};
+pub use batch::{BatchFuture, BatchOp};
 pub use options::{AsyncOpenOptions, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES, MAX_STREAM_DEPTH};
 
 use super::buf::IoBufMut;

@@ -3,7 +3,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 
-use super::batch::{Batch, BatchOp, MaybeBuf};
+use super::batch::{BatchFuture, BatchOp, MaybeBuf};
 use super::AsyncFile;
 use crate::aio::buf::{IoBuf, IoBufMut};
 use crate::aio::op::{BufResult, OpFuture};
@@ -169,7 +169,7 @@ impl AsyncFile {
 
     /// Submits all of `ops` to the kernel together and resolves when every
     /// one has completed, with one result per operation, in order.
-    pub fn submit<B: IoBufMut>(&self, ops: Vec<BatchOp<B>>) -> Batch<B> {
+    pub fn submit<B: IoBufMut>(&self, ops: Vec<BatchOp<B>>) -> BatchFuture<B> {
         let futs = ops
             .into_iter()
             .map(|op| match op {
@@ -179,6 +179,6 @@ impl AsyncFile {
                 BatchOp::Fdatasync => MaybeBuf::NoBuf(self.fdatasync()),
             })
             .collect();
-        Batch::new(self.engine.clone(), futs)
+        BatchFuture::new(self.engine.clone(), futs)
     }
 }

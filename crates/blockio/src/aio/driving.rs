@@ -1,0 +1,98 @@
+//! How an engine's ring is driven: the public setting
+//! ([`AsyncEngineBuilder::driving`](super::AsyncEngineBuilder::driving)),
+//! with each way's options carried by its own variant so that no option
+//! can be set where it does nothing.
+
+use std::os::fd::RawFd;
+
+/// Who drives the engine's io_uring: submits operations and reaps their
+/// completions. On the thread-pool backend there is no ring, and either
+/// choice gives the pool (operations complete on its threads).
+#[derive(Debug, Clone, Default)]
+pub enum Driving {
+    /// A thread of the engine's own (the default): any executor works,
+    /// and operations from many tasks reach the kernel together; each
+    /// operation costs two cross-thread wake-ups (to the thread and back).
+    #[default]
+    Thread,
+    /// The caller's event loop: no driver thread and no cross-thread
+    /// wake-up. The loop watches [`AsyncEngine::poll_fd`](super::AsyncEngine::poll_fd)
+    /// (or the [`CallerDriving::completion_eventfd`]) and calls
+    /// [`AsyncEngine::reap`](super::AsyncEngine::reap) or
+    /// [`AsyncEngine::poll_drive`](super::AsyncEngine::poll_drive), which
+    /// complete the finished operations and wake their tasks on the loop's
+    /// thread. On tokio, `drive_on_tokio` (feature `tokio`) is that loop.
+    ///
+    /// Why the ring's own descriptor and not an eventfd: its readiness is
+    /// the completion queue's state, not a counter, so nothing needs
+    /// reading to clear it (one system call less per wake-up), and a
+    /// completion already reaped (an operation that completed while it was
+    /// submitted, reaped in the same turn) does not wake the loop again:
+    /// epoll asks the ring whether it is still readable before reporting it.
+    ///
+    /// Completions are posted by task work on the thread that submitted the
+    /// operation. The ring is set up with `COOP_TASKRUN`: that work does
+    /// not interrupt the thread while it runs, but waits for its next entry
+    /// into the kernel (any system call; the loop's `epoll_wait` ends early
+    /// to run it), and a thread asleep in an interruptible wait is woken
+    /// for it. So that thread should be the loop's, or one that enters the
+    /// kernel often (a thread that has exited is fine: the kernel posts for
+    /// it). On the thread-pool backend (io_uring blocked) operations
+    /// complete on pool threads and wake their tasks directly: `poll_fd` is
+    /// `None` and `reap` has nothing to do.
+    Caller(CallerDriving),
+}
+
+/// The options of a caller-driven ring ([`Driving::Caller`]).
+#[derive(Debug, Clone, Default)]
+pub struct CallerDriving {
+    pub(crate) submit: Submit,
+    pub(crate) completion_eventfd: Option<RawFd>,
+}
+
+/// When a caller-driven ring's operations reach the kernel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Submit {
+    /// When started: one `io_uring_enter` by the thread that starts each
+    /// operation (the default).
+    #[default]
+    OnStart,
+    /// Once per round: operations are put on the ring when started but
+    /// reach the kernel only at the next
+    /// [`AsyncEngine::poll_drive`](super::AsyncEngine::poll_drive), all in
+    /// one `io_uring_enter`. The task that calls `poll_drive` is woken
+    /// when an operation is started; on a runtime that runs woken tasks
+    /// after those already queued (tokio's current-thread runtime does),
+    /// every operation started in one round of tasks goes to the kernel in
+    /// one call.
+    PerRound,
+}
+
+impl CallerDriving {
+    /// Submit when started, no eventfd.
+    pub fn new() -> CallerDriving {
+        CallerDriving::default()
+    }
+
+    /// When operations reach the kernel (default [`Submit::OnStart`]).
+    pub fn submit(mut self, when: Submit) -> CallerDriving {
+        self.submit = when;
+        self
+    }
+
+    /// The kernel also signals `eventfd` whenever it posts a completion,
+    /// for a loop that already watches an eventfd of its own (the Python
+    /// package's does, for the wake-ups of its pool threads). The loop
+    /// reads the eventfd before calling
+    /// [`AsyncEngine::reap`](super::AsyncEngine::reap), so that a
+    /// completion racing the call signals it again. The ring keeps its own
+    /// reference to the eventfd. Watching
+    /// [`AsyncEngine::poll_fd`](super::AsyncEngine::poll_fd) costs one
+    /// system call less per wake-up. A descriptor that is not an open
+    /// eventfd makes [`build`](super::AsyncEngineBuilder::build) fail with
+    /// an error naming it.
+    pub fn completion_eventfd(mut self, eventfd: RawFd) -> CallerDriving {
+        self.completion_eventfd = Some(eventfd);
+        self
+    }
+}

@@ -1,0 +1,89 @@
+//! The pool: where io_uring is unavailable (or `BLOCKIO_BACKEND=threads`),
+//! file requests are performed by a pool of threads with blocking calls
+//! (`pread`, `pwrite`, ...), and socket requests wait for readiness in an
+//! epoll set ([`Readiness`]); both complete the same targets the io_uring
+//! drivers do. There is no ring to drive: operations complete on the
+//! pool's threads and wake their tasks directly.
+//!
+//! The worker threads start with the first file request, so a server that
+//! only uses sockets runs on the readiness thread alone.
+
+use std::io;
+use std::sync::OnceLock;
+
+use super::readiness::Readiness;
+use super::request::{Cancel, Request};
+use crate::pool::WorkerPool;
+
+/// The pool's threads, and the set watching waiting sockets.
+pub(crate) struct PoolDriver {
+    /// How many worker threads to start.
+    threads: usize,
+    /// Performs file operations with blocking calls; started at the first.
+    workers: OnceLock<WorkerPool<Request>>,
+    /// Performs socket operations when their sockets are ready.
+    sockets: Readiness,
+}
+
+impl PoolDriver {
+    /// Starts the readiness thread; `threads` worker threads are started
+    /// by the first file request.
+    pub(crate) fn start(threads: usize) -> io::Result<PoolDriver> {
+        Ok(PoolDriver {
+            threads,
+            workers: OnceLock::new(),
+            sockets: Readiness::new()?,
+        })
+    }
+
+    /// Worker threads (started or to be started).
+    pub(crate) fn threads(&self) -> usize {
+        self.workers.get().map_or(self.threads, WorkerPool::threads)
+    }
+
+    /// The workers, started now if they are not yet. Not kept when they
+    /// fail to start (no thread could be made): the next file request
+    /// tries again.
+    fn workers(&self) -> io::Result<&WorkerPool<Request>> {
+        if let Some(w) = self.workers.get() {
+            return Ok(w);
+        }
+        let w = WorkerPool::new(self.threads, "blockio-aio", Request::run_blocking)?;
+        // Workers started meanwhile by another thread win; these stop.
+        Ok(self.workers.get_or_init(move || w))
+    }
+
+    /// Sends socket requests to the readiness set and file requests to
+    /// the workers; a request the workers can no longer take (the pool is
+    /// shutting down) completes with `ECANCELED`.
+    pub(crate) fn submit(&self, reqs: impl IntoIterator<Item = Request>) {
+        let (net, files): (Vec<Request>, Vec<Request>) =
+            reqs.into_iter().partition(|r| r.op.kind().is_socket());
+        for req in net {
+            self.sockets.submit(req);
+        }
+        if files.is_empty() {
+            return;
+        }
+        match self.workers() {
+            Ok(workers) => {
+                for req in workers.send(files) {
+                    req.done.complete(-libc::ECANCELED);
+                }
+            }
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(libc::EAGAIN);
+                for req in files {
+                    req.done.complete(-errno);
+                }
+            }
+        }
+    }
+
+    /// Completes a socket request waiting for readiness with `ECANCELED`
+    /// at once; a file request on a worker cannot be interrupted and
+    /// finishes.
+    pub(crate) fn cancel(&self, target: &Cancel) {
+        self.sockets.cancel(target);
+    }
+}

@@ -1,0 +1,135 @@
+//! What every driver shares: a request (an operation and where its result
+//! goes), a cancel naming one, and the one way the engine calls user code.
+//!
+//! A [`Request`] is opaque to the drivers: an [`Op`] plus a [`Complete`]
+//! target, so file and socket operations travel the same way. The future
+//! that made a request and the driver share the target; a dropped future
+//! leaves it with the driver, which frees it when the completion arrives
+//! (the kernel may write into the operation's buffer until then).
+//!
+//! User code (wakers, buffers' `Drop`s) is reached only through
+//! [`call_user`], with no lock of the engine held and its bookkeeping
+//! consistent, so a panic there can neither free memory the kernel may
+//! still write nor skip the completions of other operations.
+
+use std::sync::{Arc, Weak};
+
+use crate::op::Op;
+
+/// Receives an operation's result (bytes, or `-errno`).
+pub(crate) trait Complete: Send + Sync {
+    /// Called once, on the driver (or a pool) thread.
+    fn complete(&self, res: i32);
+
+    /// Whether the operation is to be performed even with no future left
+    /// to take its result (a dropped file's write-behind), instead of
+    /// being skipped as abandoned.
+    fn detached(&self) -> bool {
+        false
+    }
+
+    /// Called for each completion of an io_uring operation, with the
+    /// completion's flags: many times for a multishot operation (all but
+    /// the last with `IORING_CQE_F_MORE`), once for the others. Unless
+    /// overridden, passes the result on to [`complete`](Self::complete).
+    fn complete_flags(&self, res: i32, _flags: u32) {
+        self.complete(res);
+    }
+}
+
+/// An operation to perform, and where its result goes.
+pub(crate) struct Request {
+    pub op: Op<'static>,
+    pub done: Arc<dyn Complete>,
+}
+
+impl Request {
+    /// Whether the future that made this request is gone (dropped, or its
+    /// batch cancelled) before the request reached the kernel: nobody will
+    /// read its result, so it is never submitted. Dropping the request
+    /// frees its buffer and its hold on the file at once.
+    ///
+    /// The future and the request share `done`; a future dropped while
+    /// this runs leaves two counted, and the request is submitted as
+    /// usual (its memory stays owned by `done` until the completion).
+    pub(crate) fn abandoned(&self) -> bool {
+        Arc::strong_count(&self.done) == 1 && !self.done.detached()
+    }
+
+    /// Performs the request with blocking system calls (a pool worker's
+    /// task), unless it was abandoned. A panic of the waker or of the
+    /// buffer's `Drop` is reported by the panic hook and leaves the worker
+    /// serving the next request.
+    pub(crate) fn run_blocking(self) {
+        let _ = call_user(move || {
+            if !self.abandoned() {
+                self.done.complete(self.op.run_blocking_raw());
+            }
+            drop(self);
+        });
+    }
+}
+
+/// An operation to cancel, named by its completion target. A weak handle:
+/// it keeps the target's allocation (so its address cannot name another
+/// operation) but not the target itself, so a request still queued is seen
+/// as abandoned and never submitted.
+pub(crate) struct Cancel(pub Weak<dyn Complete>);
+
+impl Cancel {
+    /// Whether `done` is the target this names.
+    pub(crate) fn names(&self, done: &Arc<dyn Complete>) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(done), self.0.as_ptr())
+    }
+}
+
+/// A completion taken off a ring: its target, result and flags.
+pub(crate) type Completion = (Arc<dyn Complete>, i32, u32);
+
+/// What a caught panic carries, to resume it later.
+pub(crate) type Panic = Box<dyn std::any::Any + Send + 'static>;
+
+/// Runs `f`, which reaches user code (a waker, a buffer's `Drop`), and
+/// catches a panic from it. The engine calls user code only through here,
+/// with no lock of its own held and with its bookkeeping consistent, so a
+/// panic can neither free memory the kernel may still write nor skip the
+/// completions of other operations.
+pub(crate) fn call_user(f: impl FnOnce()) -> Option<Panic> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).err()
+}
+
+/// Resumes a panic caught by [`call_user`] on the caller's thread, unless
+/// that thread is unwinding already (a future dropped during a panic):
+/// a second panic would abort, so the first one goes on alone.
+pub(crate) fn resume(panic: Option<Panic>) {
+    if let Some(p) = panic {
+        if !std::thread::panicking() {
+            std::panic::resume_unwind(p);
+        }
+    }
+}
+
+/// Delivers `done` (completes each target, then lets go of it, which may
+/// drop the operation's buffer), every one of them even if some panic;
+/// returns the first panic.
+pub(crate) fn deliver(done: impl IntoIterator<Item = Completion>) -> Option<Panic> {
+    let mut first = None;
+    for (target, res, flags) in done {
+        let p = call_user(move || {
+            target.complete_flags(res, flags);
+            drop(target);
+        });
+        first = first.or(p);
+    }
+    first
+}
+
+/// Lets go of requests that were never submitted (their futures are gone),
+/// which drops their buffers; returns the first panic of a buffer's `Drop`.
+pub(crate) fn release(dropped: impl IntoIterator<Item = Request>) -> Option<Panic> {
+    let mut first = None;
+    for req in dropped {
+        first = first.or(call_user(move || drop(req)));
+    }
+    first
+}
