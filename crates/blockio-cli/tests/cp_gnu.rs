@@ -1441,3 +1441,97 @@ fn directories_keep_an_inherited_set_group_id_bit() {
         like_gnu_as(&umask, setup, args);
     }
 }
+
+/// `--reflink=always` clones or fails, as GNU's: also when either side is
+/// a FIFO or a device (here `/dev/null`), which cannot be cloned (before, such a copy was
+/// silently made byte by byte); and it goes only with `--sparse=auto`.
+#[test]
+fn reflink_always_never_falls_back_to_a_copy() {
+    let setup = "echo data > f";
+    for args in [
+        &["--reflink=always", "/dev/null", "g"][..],
+        &["--reflink=always", "--sparse=always", "f", "g"],
+        &["--reflink", "--sparse=never", "f", "g"],
+        &["--reflink=always", "--sparse=auto", "/dev/null", "g"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_ne!(o.code, Some(0), "{args:?}: {o:?}");
+    }
+}
+
+/// `--backup=` with nothing after it is `--backup`, as GNU takes it
+/// (before, "invalid argument ''" and nothing copied).
+#[test]
+fn an_empty_backup_control_is_the_default() {
+    let setup = "echo new > f; echo old > g";
+    for args in [
+        &["--backup=", "f", "g"][..],
+        &["--backup=", "-S", ".o", "f", "g"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(0), "{args:?}: {o:?}");
+    }
+}
+
+/// `--sparse=always` from a pipe into a regular file: blocks of zeros
+/// become holes, as GNU makes them (before, every zero was written).
+#[test]
+fn sparse_always_makes_holes_from_a_pipe() {
+    let run = |cmd: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path();
+        let setup = "truncate -s 8M big; echo x >> big; printf 'a%.0s' 1 2 3 >> big";
+        assert!(Command::new("sh")
+            .args(["-ec", setup])
+            .current_dir(w)
+            .status()
+            .unwrap()
+            .success());
+        let script = "cat big | exec \"$0\" \"$@\"";
+        let o = Command::new("sh")
+            .args(["-c", script])
+            .args(cmd)
+            .args(["--sparse=always", "/dev/stdin", "c"])
+            .current_dir(w)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd:?}: {}", messages(&o.stderr));
+        assert_eq!(
+            fs::read(w.join("c")).unwrap(),
+            fs::read(w.join("big")).unwrap()
+        );
+        blocks(&w.join("c"))
+    };
+    let gnu = run(&[GNU_CP]);
+    let ours = run(&[env!("CARGO_BIN_EXE_blockio"), "cp"]);
+    assert!(gnu <= 16, "GNU allocated {gnu} blocks");
+    assert!(ours <= gnu, "ours allocated {ours} blocks, GNU {gnu}");
+}
+
+/// A destination in the way that cannot be removed or kept aside is
+/// reported as that step, as GNU reports it ("cannot remove", "cannot
+/// backup"), not as a creation that never came.
+#[test]
+fn a_destination_that_cannot_be_removed_is_named_so() {
+    assert!(
+        root(),
+        "this test makes root's files and copies them as nobody"
+    );
+    let setup = "echo src > f; echo old > g; chmod 444 g; chmod 1777 .; mkdir r; \
+                 echo old > r/g; chmod 644 f";
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    for args in [
+        &["-f", "f", "g"][..],
+        &["--remove-destination", "f", "g"],
+        &["-b", "f", "r/g"],
+        &["-bf", "f", "r/g"],
+    ] {
+        let o = like_gnu_as(&nobody, setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}
