@@ -626,6 +626,45 @@ fn force_replaces_a_file_that_cannot_be_opened() {
     }
 }
 
+/// `-au`: a destination `-u` keeps (not older than the source) stands for
+/// the copy of its file, and the file's other names are linked to it, as
+/// GNU's (coreutils' tests/cp/preserve-link.sh). Which name comes first
+/// decides which file they all become, and GNU goes by its directory
+/// listing's order, so what is compared is coreutils' own check: every
+/// name is one file.
+#[test]
+fn update_keeps_a_destination_that_the_other_names_link_to() {
+    for first in ["f", "linkm"] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let setup = format!(
+            "mkdir -p s t/s; touch -d 2001-01-01 s/f; for n in linkm linke fileo fileu; do \
+             ln s/f s/$n; done; touch t/s/{first}; ln t/s/{first} t/s/linke; \
+             touch -d 2000-01-01 t/s/fileo; touch t/s/fileu"
+        );
+        assert!(Command::new("sh")
+            .args(["-c", &setup])
+            .current_dir(d)
+            .status()
+            .unwrap()
+            .success());
+        let o = Command::new(env!("CARGO_BIN_EXE_blockio"))
+            .args(["cp", "-au", "s", "t"])
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", messages(&o.stderr));
+        let ino = |n: &str| fs::metadata(d.join("t/s").join(n)).unwrap().ino();
+        for n in ["linkm", "linke", "fileo", "fileu"] {
+            assert_eq!(
+                ino(n),
+                ino("f"),
+                "t/s/{n} is t/s/f (t/s/{first} there first)"
+            );
+        }
+    }
+}
+
 /// A file copied onto a link the same copy just made (two sources of one
 /// name) is refused in GNU's words, whether the link leads to a file or
 /// nowhere, and nothing is written through it (coreutils'
@@ -885,6 +924,19 @@ fn parents_copies_whole_paths_as_gnu_does() {
         &["--parents", "a/b/f", "nodir"],
         &["--parents", "a/b/f", "a/g"],
         &["--par", "-a", "a/b", "d"],
+    ] {
+        like_gnu(setup, args);
+    }
+    // Parents already at the destination: with -p they take their
+    // sources' attributes, as the ones made do; without, they keep their
+    // own (coreutils' tests/cp/parent-perm.sh).
+    let setup = "mkdir -p a/b/c a/b/d e/a/b/c; touch a/b/c/foo a/b/d/foo; chmod 750 a; \
+                 chmod 705 e/a e/a/b; touch -d 2001-01-01 a a/b";
+    for args in [
+        &["-p", "--parents", "a/b/d/foo", "e"][..],
+        &["--parents", "a/b/d/foo", "e"],
+        &["-a", "--parents", "a/b/d/foo", "e"],
+        &["--preserve=mode", "--parents", "a/b/d/foo", "e"],
     ] {
         like_gnu(setup, args);
     }

@@ -711,37 +711,26 @@ fn create_dst(
     let mut dst = create()?;
     // Only a copy is linked to: an existing destination that is the
     // source itself, or that `-i` keeps, is not one, and the next name of
-    // the file is copied anew. One that `-u` keeps as newer stands for the
-    // copy, and the next names are linked to it, as GNU links them.
+    // the file is copied anew. One that `-u` keeps (not older than the
+    // source) stands for the copy, as with GNU's `cp -au`: the file's
+    // other names are linked to it (coreutils' tests/cp/preserve-link.sh).
+    let kept_by_update = !dst.created
+        && opts.update == super::Update::Older
+        && fstat(&dst.fd).is_ok_and(|st| {
+            let id = (
+                libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+                st.stx_ino,
+            );
+            id != e.id() && super::mtime(&st) >= super::mtime(&e.st)
+        });
     let Some(stream) = existing(ctx, pair, e, &mut dst, decided) else {
-        if kept_by_update(ctx.opts, e, &dst) {
+        if kept_by_update {
             links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
         }
         return Ok(None);
     };
     links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
     Ok(Some((dst, stream)))
-}
-
-/// Whether `-u` (not the source itself, not an answer to `-i`) keeps the
-/// existing destination open as `dst`.
-fn kept_by_update(opts: &CopyOptions, e: &Entry, dst: &at::Dest) -> bool {
-    if dst.created {
-        return false;
-    }
-    let Ok(st) = fstat(&dst.fd) else {
-        return false;
-    };
-    let id = (
-        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
-        st.stx_ino,
-    );
-    id != e.id()
-        && match opts.update {
-            super::Update::None => true,
-            super::Update::Older => super::mtime(&st) >= super::mtime(&e.st),
-            _ => false,
-        }
 }
 
 /// `-u`/`-i` on an existing destination that must be judged before it is

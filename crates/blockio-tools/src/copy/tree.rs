@@ -351,7 +351,23 @@ impl Walker<'_> {
                     };
                     self.dir_made(task, &st, true, false);
                 }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {
+                    // As GNU's: with -p a parent that is already there
+                    // gets its source's attributes too, at the end.
+                    if self.ctx.opts.preserve.attrs() {
+                        self.fixups.lock().expect("lock").push(Fixup {
+                            at: DirAt::Operand {
+                                src: src.clone(),
+                                dst: dst.clone(),
+                                follow_dst: true,
+                            },
+                            path: dst.clone(),
+                            st,
+                            chmod: self.ctx.opts.preserve.mode.then(|| self.dir_mode(&st)),
+                            fresh: false,
+                        });
+                    }
+                }
                 Err(e) => {
                     self.report(format!("cannot make directory {}", quote(&dst)), Some(e));
                     return false;
@@ -1047,9 +1063,10 @@ impl Walker<'_> {
 
     /// A directory was made (`fresh`) or is merged into: its final mode
     /// and times are noted for the end, and (`walk`) it is queued to be listed.
-    fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool, walk: bool) {
+    /// The mode a copy of a directory whose `statx` is `st` ends with.
+    fn dir_mode(&self, st: &libc::statx) -> u32 {
         let mode = u32::from(st.stx_mode);
-        let want = if self.ctx.opts.default_mode {
+        if self.ctx.opts.default_mode {
             (0o777 | (mode & 0o1000)) & !self.ctx.umask
         } else if self.ctx.opts.preserve.mode {
             mode & 0o7777
@@ -1057,7 +1074,11 @@ impl Walker<'_> {
             // As GNU's: a directory keeps its sticky bit, not its
             // set-user-ID and set-group-ID bits.
             mode & 0o1777 & !self.ctx.umask
-        };
+        }
+    }
+
+    fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool, walk: bool) {
+        let want = self.dir_mode(st);
         // Nothing to set at the end when mkdir made it right, the usual
         // case (opening every directory again for nothing made a serial
         // tail after the copy). Merging into an existing directory: with
