@@ -1560,3 +1560,13 @@ fn a_dangling_link_in_a_tree_is_named_dangling() {
         assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
     }
 }
+
+/// Several sources and a destination that is no directory: GNU's words.
+#[test]
+fn several_sources_need_a_directory_in_gnu_words() {
+    let setup = "echo a > f; echo b > g; touch file";
+    for args in [&["f", "g", "file"][..], &["f", "g", "nodir"]] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}

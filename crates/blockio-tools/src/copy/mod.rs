@@ -439,7 +439,7 @@ pub fn copy(
     if sources.len() > 1 && !dest_is_dir {
         return Err(usage(match dest_meta {
             Err(e) => format!("target {}: {}", quote(dest), os_message(&e)),
-            Ok(_) => format!("target {} is not a directory", quote(dest)),
+            Ok(_) => format!("target {}: Not a directory", quote(dest)),
         }));
     }
     // A destination the copier may not look at (a link into a directory it
