@@ -1570,3 +1570,18 @@ fn several_sources_need_a_directory_in_gnu_words() {
         assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
     }
 }
+
+/// `-il` answered "yes" replaces the file with the hard link, as GNU's
+/// (before, "File exists"); `-ilf` asks once, not twice.
+#[test]
+fn interactive_hard_links_replace_after_yes() {
+    let setup = "echo a > f; echo o > g";
+    for (args, input) in [
+        (&["-il", "f", "g"][..], "y\n"),
+        (&["-il", "f", "g"], "n\n"),
+        (&["-ilf", "f", "g"], "y\ny\n"),
+        (&["-is", "f", "g"], "y\n"),
+    ] {
+        like_gnu_with(&[], setup, args, input);
+    }
+}

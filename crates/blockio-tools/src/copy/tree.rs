@@ -1010,8 +1010,12 @@ impl Walker<'_> {
                     None,
                 );
             }
-            if opts.force || opts.remove_destination || opts.backup != super::Backup::None {
-                match self.replace(pair, e, true) {
+            // `-il`: a "yes" replaces the file with the link, as GNU's.
+            let asked = hard && opts.ask.is_some();
+            if opts.force || opts.remove_destination || opts.backup != super::Backup::None || asked
+            {
+                // `-u` and `-i` were asked above: not again.
+                match self.replace(pair, e, true, true) {
                     Replace::Removed(b) => {
                         backup = b;
                         r = make();
@@ -1331,7 +1335,7 @@ impl Walker<'_> {
         let dst = pair.dst_of(&e.dst_name);
         let mut backup = None;
         if made.as_ref().err().and_then(blockio::errno) == Some(libc::EEXIST) {
-            match self.replace(pair, e, false) {
+            match self.replace(pair, e, false, false) {
                 Replace::Removed(b) => {
                     backup = b;
                     made = again();
@@ -1384,8 +1388,9 @@ impl Walker<'_> {
     /// its way only when links are not followed (`-P`, `-r`, `-a`), or
     /// with `--remove-destination`, `-b`, or (`-a`) a file of several
     /// names; a link also with `-f`. Otherwise making it fails ("File
-    /// exists"). `forced`: the caller (`-l`, `-s`) checked that already.
-    fn replace(&self, pair: &DirPair, e: &Entry, forced: bool) -> Replace {
+    /// exists"). `forced`: the caller (`-l`, `-s`) checked that already;
+    /// `judged`: and asked `-u` and `-i` already.
+    fn replace(&self, pair: &DirPair, e: &Entry, forced: bool, judged: bool) -> Replace {
         let opts = self.ctx.opts;
         let name = e.dst_name.as_c_str();
         let dst = pair.dst_of(name);
@@ -1401,11 +1406,12 @@ impl Walker<'_> {
             return Replace::Failed;
         }
         let skip = opts.no_clobber
-            || rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                .is_ok_and(|st| {
-                    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-                    super::keep_existing(opts, super::mtime(&e.st), mtime, &dst)
-                });
+            || !judged
+                && rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| {
+                        let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                        super::keep_existing(opts, super::mtime(&e.st), mtime, &dst)
+                    });
         if skip {
             self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return Replace::Skip;
