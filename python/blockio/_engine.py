@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     # mmap, numpy arrays): collections.abc.Buffer from Python 3.12 on.
     from typing_extensions import Buffer
 from ._blockio import Core as _Core
+from ._blockio import exiting as _exiting
 
 class HasFileno(Protocol):
     """An object with ``fileno()``: a built-in file, a socket, an mmap's
@@ -745,3 +746,10 @@ def default_engine() -> Engine:
     if _default is None or _default.closed:
         _default = Engine()
     return _default
+
+
+# Registered last so that it runs first at exit: from then on a thread whose
+# blocking call returns parks instead of taking the GIL back, which CPython
+# would answer, once finalizing, by ending the thread through the extension's
+# frames (an abort). ``_close_all`` then cancels what is in flight.
+atexit.register(_exiting)
