@@ -110,8 +110,8 @@ def _copy_into(buf: Any, data: bytes) -> None:
 
 def _finish(results: List[Any], names: Sequence[Union[str, bytes, None]], return_exceptions: bool) -> List[Any]:
     for i, r in enumerate(results):
-        if isinstance(r, OSError):
-            if r.filename is None and names[i] is not None:
+        if isinstance(r, BaseException):
+            if isinstance(r, OSError) and r.filename is None and names[i] is not None:
                 r.filename = names[i]
             if not return_exceptions:
                 raise r
@@ -333,7 +333,7 @@ class Engine:
     @overload
     def read_files(self, paths: Iterable[StrPath], return_exceptions: Literal[False] = False) -> List[bytes]: ...
     @overload
-    def read_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError]]: ...
+    def read_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError, MemoryError]]: ...
 
     def read_files(self, paths: Iterable[StrPath], return_exceptions: bool = False) -> List[Any]:
         """Each file's whole content, in order, the GIL released: for many
@@ -344,7 +344,9 @@ class Engine:
         the other per file. A file that cannot be read raises ``OSError``
         (errno and filename set, as the built-in ``open``'s), or is
         returned in its place with ``return_exceptions=True``; a directory
-        is ``IsADirectoryError``. Made for regular files: a file whose
+        is ``IsADirectoryError``, and a file larger than the memory
+        available ``MemoryError`` (in its place too), as
+        ``Path.read_bytes`` raises: never an abort. Made for regular files: a file whose
         reads come back short (``/proc``) is read on to its end, but a
         FIFO is opened without waiting for a writer (io_uring's open does
         not wait) and so reads as empty when none is there."""
@@ -359,7 +361,7 @@ class Engine:
         self, paths: Iterable[StrPath], return_exceptions: Literal[False] = False
     ) -> List[bytes]: ...
     @overload
-    async def aread_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError]]: ...
+    async def aread_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError, MemoryError]]: ...
 
     async def aread_files(self, paths: Iterable[StrPath], return_exceptions: bool = False) -> List[Any]:
         """:meth:`read_files` as a coroutine: the batches run on the

@@ -746,7 +746,7 @@ impl Core {
         let failed = results.iter().filter(|r| r.is_err()).count();
         let items = results.iter().map(|r| match r {
             Ok(b) => PyBytes::new(py, b).into_any().unbind(),
-            Err(e) => os_error(py, e),
+            Err(e) => file_error(py, e),
         });
         Ok((PyList::new(py, items)?, failed))
     }
