@@ -137,3 +137,35 @@ async def run_in_thread(func: Callable[..., T], *args: Any) -> T:
         out: T = await trio.to_thread.run_sync(functools.partial(func, *args), abandon_on_cancel=True)
         return out
     return await loop.run_in_executor(None, functools.partial(func, *args))
+
+
+async def despite_cancel(coro: Any) -> Any:
+    """Runs ``coro`` to its end even if the awaiting task is cancelled
+    meanwhile, and only then lets the cancellation through: what a write
+    that may already be in the kernel needs, so that its bytes and the
+    file's position agree (as when aiofiles' thread finishes the call
+    whose task was cancelled). Under trio, a shielded cancel scope; under
+    asyncio, a task awaited through ``asyncio.shield`` until it is done."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        trio = running_trio()
+        with trio.CancelScope(shield=True):
+            return await coro
+    task = loop.create_task(coro)
+    cancelled: Optional[BaseException] = None
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError as e:
+            if task.done():
+                raise  # (the task itself cannot be cancelled by anyone else)
+            cancelled = e
+        except BaseException:
+            if cancelled is not None:
+                raise cancelled
+            raise
+    if cancelled is not None:
+        raise cancelled
+    return result

@@ -63,7 +63,8 @@ class CallQueue:
 
 def one_at_a_time(method: F) -> F:
     """Makes ``method`` (a coroutine method of an object with a
-    ``_calls`` :class:`CallQueue`) wait for the calls made before it."""
+    ``_calls`` :class:`CallQueue` and a ``_sync_offset`` method, run when
+    the call ends) wait for the calls made before it."""
 
     @functools.wraps(method)
     async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -78,6 +79,7 @@ def one_at_a_time(method: F) -> F:
         try:
             return await method(self, *args, **kwargs)
         finally:
+            self._sync_offset()
             q._release()
 
     return cast(F, call)
