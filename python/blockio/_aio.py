@@ -139,13 +139,22 @@ async def run_in_thread(func: Callable[..., T], *args: Any) -> T:
     return await loop.run_in_executor(None, functools.partial(func, *args))
 
 
+#: How long a cancelled write is waited for, once no completion could
+#: still be expected of it soon: as ``Engine.close`` waits a second for a
+#: completion before it cancels what is left.
+CANCEL_GRACE = 1.0
+
+
 async def despite_cancel(coro: Any) -> Any:
-    """Runs ``coro`` to its end even if the awaiting task is cancelled
-    meanwhile, and only then lets the cancellation through: what a write
-    that may already be in the kernel needs, so that its bytes and the
-    file's position agree (as when aiofiles' thread finishes the call
-    whose task was cancelled). Under trio, a shielded cancel scope; under
-    asyncio, a task awaited through ``asyncio.shield`` until it is done."""
+    """Runs ``coro`` (a write) to its end even if the awaiting task is
+    cancelled meanwhile, and only then lets the cancellation through: what
+    a write that may already be in the kernel needs, so that its bytes and
+    the file's position agree (as when aiofiles' thread finishes the call
+    whose task was cancelled). A write still not done :data:`CANCEL_GRACE`
+    seconds after the cancellation (one queued behind reads of empty pipes,
+    that never reached the kernel) is given up, and so never submitted.
+    Under trio, a shielded cancel scope; under asyncio, a task awaited
+    through ``asyncio.shield``."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -153,19 +162,25 @@ async def despite_cancel(coro: Any) -> Any:
         with trio.CancelScope(shield=True):
             return await coro
     task = loop.create_task(coro)
-    cancelled: Optional[BaseException] = None
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError as e:
-            if task.done():
-                raise  # (the task itself cannot be cancelled by anyone else)
-            cancelled = e
-        except BaseException:
-            if cancelled is not None:
-                raise cancelled
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError as e:
+        if task.done():
             raise
-    if cancelled is not None:
-        raise cancelled
-    return result
+        cancelled = e
+    deadline = loop.time() + CANCEL_GRACE
+    while not task.done() and loop.time() < deadline:
+        try:
+            await asyncio.wait({task}, timeout=deadline - loop.time())
+        except asyncio.CancelledError:
+            pass
+    if not task.done():
+        task.cancel()
+        while not task.done():
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                pass
+    if not task.cancelled():
+        task.exception()  # (retrieved: the cancellation is what the caller gets)
+    raise cancelled

@@ -454,6 +454,8 @@ class Engine:
             # Cancelled (or interrupted): given up as a cancelled asyncio
             # task's batch is.
             self._abandon(token)
+            if fut.done():
+                self._unclaimed(keep, fut._result)
             raise
 
     async def _run(self, keep: Any, start: Callable[..., int], *args: Any) -> List[Any]:
@@ -472,7 +474,17 @@ class Engine:
             return results
         except asyncio.CancelledError:
             self._abandon(token)
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                # The results had arrived, but the cancellation reached the
+                # task before it could take them.
+                self._unclaimed(keep, fut.result())
             raise
+
+    def _unclaimed(self, keep: Any, results: Any) -> None:
+        """Results nobody will take: a descriptor just opened for a task
+        that was cancelled is closed (on the file-system threads)."""
+        if keep is _OPENED and results and isinstance(results[0], int):
+            self._core.submit_close(_NOBODY, results[0])
 
     def _abandon(self, token: int) -> None:
         """The task awaiting ``token`` was cancelled: operations of it not
