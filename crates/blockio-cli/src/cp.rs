@@ -296,7 +296,9 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
                 "options --backup and --no-clobber are mutually exclusive".into(),
             ));
         }
-        let (control, from) = match control {
+        // `--backup=` (empty) is GNU's plain `--backup`: the environment's
+        // choice, else the default.
+        let (control, from) = match control.filter(|c| !c.is_empty()) {
             Some(c) => (c, "backup type"),
             None => match std::env::var("VERSION_CONTROL") {
                 Ok(c) if !c.is_empty() => (c, "$VERSION_CONTROL"),
@@ -320,6 +322,13 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
     opts.wave = opts.wave.max(opts.block);
     if let Some(t) = threads {
         opts.threads = t;
+    }
+    if opts.reflink == Reflink::Always && opts.sparse != Sparse::Auto {
+        // A clone shares the source's blocks as they are: no holes made
+        // or filled.
+        return Err(Usage(
+            "--reflink can be used only with --sparse=auto".into(),
+        ));
     }
     if target.is_some() && no_target {
         return Err(fatal(

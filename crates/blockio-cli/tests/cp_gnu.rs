@@ -626,6 +626,45 @@ fn force_replaces_a_file_that_cannot_be_opened() {
     }
 }
 
+/// `-au`: a destination `-u` keeps (not older than the source) stands for
+/// the copy of its file, and the file's other names are linked to it, as
+/// GNU's (coreutils' tests/cp/preserve-link.sh). Which name comes first
+/// decides which file they all become, and GNU goes by its directory
+/// listing's order, so what is compared is coreutils' own check: every
+/// name is one file.
+#[test]
+fn update_keeps_a_destination_that_the_other_names_link_to() {
+    for first in ["f", "linkm"] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let setup = format!(
+            "mkdir -p s t/s; touch -d 2001-01-01 s/f; for n in linkm linke fileo fileu; do \
+             ln s/f s/$n; done; touch t/s/{first}; ln t/s/{first} t/s/linke; \
+             touch -d 2000-01-01 t/s/fileo; touch t/s/fileu"
+        );
+        assert!(Command::new("sh")
+            .args(["-c", &setup])
+            .current_dir(d)
+            .status()
+            .unwrap()
+            .success());
+        let o = Command::new(env!("CARGO_BIN_EXE_blockio"))
+            .args(["cp", "-au", "s", "t"])
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", messages(&o.stderr));
+        let ino = |n: &str| fs::metadata(d.join("t/s").join(n)).unwrap().ino();
+        for n in ["linkm", "linke", "fileo", "fileu"] {
+            assert_eq!(
+                ino(n),
+                ino("f"),
+                "t/s/{n} is t/s/f (t/s/{first} there first)"
+            );
+        }
+    }
+}
+
 /// A file copied onto a link the same copy just made (two sources of one
 /// name) is refused in GNU's words, whether the link leads to a file or
 /// nowhere, and nothing is written through it (coreutils'
@@ -885,6 +924,19 @@ fn parents_copies_whole_paths_as_gnu_does() {
         &["--parents", "a/b/f", "nodir"],
         &["--parents", "a/b/f", "a/g"],
         &["--par", "-a", "a/b", "d"],
+    ] {
+        like_gnu(setup, args);
+    }
+    // Parents already at the destination: with -p they take their
+    // sources' attributes, as the ones made do; without, they keep their
+    // own (coreutils' tests/cp/parent-perm.sh).
+    let setup = "mkdir -p a/b/c a/b/d e/a/b/c; touch a/b/c/foo a/b/d/foo; chmod 750 a; \
+                 chmod 705 e/a e/a/b; touch -d 2001-01-01 a a/b";
+    for args in [
+        &["-p", "--parents", "a/b/d/foo", "e"][..],
+        &["--parents", "a/b/d/foo", "e"],
+        &["-a", "--parents", "a/b/d/foo", "e"],
+        &["--preserve=mode", "--parents", "a/b/d/foo", "e"],
     ] {
         like_gnu(setup, args);
     }
@@ -1178,6 +1230,15 @@ fn hard_links_are_never_made_to_a_destination_that_is_not_a_copy() {
             &["-a", "-i", "s", "d"],
             "n\n",
         ),
+        // `-u` keeping a newer destination: it stands for the copy, and
+        // the other names are linked to it (coreutils' preserve-link).
+        (
+            "mkdir -p s d/s; touch s/f; for n in linkm linke fileo fileu; do ln s/f s/$n; \
+             done; touch d/s/f; ln d/s/f d/s/linke; touch -d '-1 hour' d/s/fileo; \
+             touch -d '+1 hour' d/s/fileu",
+            &["-au", "s", "d"],
+            "",
+        ),
     ] {
         like_gnu_with(&[], setup, args, input);
     }
@@ -1387,5 +1448,140 @@ fn directories_keep_an_inherited_set_group_id_bit() {
         &["-a", "s", "p/b"],
     ] {
         like_gnu_as(&umask, setup, args);
+    }
+}
+
+/// `--reflink=always` clones or fails, as GNU's: also when either side is
+/// a FIFO or a device (here `/dev/null`), which cannot be cloned (before, such a copy was
+/// silently made byte by byte); and it goes only with `--sparse=auto`.
+#[test]
+fn reflink_always_never_falls_back_to_a_copy() {
+    let setup = "echo data > f";
+    for args in [
+        &["--reflink=always", "/dev/null", "g"][..],
+        &["--reflink=always", "--sparse=always", "f", "g"],
+        &["--reflink", "--sparse=never", "f", "g"],
+        &["--reflink=always", "--sparse=auto", "/dev/null", "g"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_ne!(o.code, Some(0), "{args:?}: {o:?}");
+    }
+}
+
+/// `--backup=` with nothing after it is `--backup`, as GNU takes it
+/// (before, "invalid argument ''" and nothing copied).
+#[test]
+fn an_empty_backup_control_is_the_default() {
+    let setup = "echo new > f; echo old > g";
+    for args in [
+        &["--backup=", "f", "g"][..],
+        &["--backup=", "-S", ".o", "f", "g"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(0), "{args:?}: {o:?}");
+    }
+}
+
+/// `--sparse=always` from a pipe into a regular file: blocks of zeros
+/// become holes, as GNU makes them (before, every zero was written).
+#[test]
+fn sparse_always_makes_holes_from_a_pipe() {
+    let run = |cmd: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path();
+        let setup = "truncate -s 8M big; echo x >> big; printf 'a%.0s' 1 2 3 >> big";
+        assert!(Command::new("sh")
+            .args(["-ec", setup])
+            .current_dir(w)
+            .status()
+            .unwrap()
+            .success());
+        let script = "cat big | exec \"$0\" \"$@\"";
+        let o = Command::new("sh")
+            .args(["-c", script])
+            .args(cmd)
+            .args(["--sparse=always", "/dev/stdin", "c"])
+            .current_dir(w)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd:?}: {}", messages(&o.stderr));
+        assert_eq!(
+            fs::read(w.join("c")).unwrap(),
+            fs::read(w.join("big")).unwrap()
+        );
+        blocks(&w.join("c"))
+    };
+    let gnu = run(&[GNU_CP]);
+    let ours = run(&[env!("CARGO_BIN_EXE_blockio"), "cp"]);
+    assert!(gnu <= 16, "GNU allocated {gnu} blocks");
+    assert!(ours <= gnu, "ours allocated {ours} blocks, GNU {gnu}");
+}
+
+/// A destination in the way that cannot be removed or kept aside is
+/// reported as that step, as GNU reports it ("cannot remove", "cannot
+/// backup"), not as a creation that never came.
+#[test]
+fn a_destination_that_cannot_be_removed_is_named_so() {
+    assert!(
+        root(),
+        "this test makes root's files and copies them as nobody"
+    );
+    let setup = "echo src > f; echo old > g; chmod 444 g; chmod 1777 .; mkdir r; \
+                 echo old > r/g; chmod 644 f";
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    for args in [
+        &["-f", "f", "g"][..],
+        &["--remove-destination", "f", "g"],
+        &["-b", "f", "r/g"],
+        &["-bf", "f", "r/g"],
+    ] {
+        let o = like_gnu_as(&nobody, setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}
+
+/// A dangling link in the way inside a tree is "not writing through
+/// dangling symlink", GNU's words (before, "dangling" was left out).
+#[test]
+fn a_dangling_link_in_a_tree_is_named_dangling() {
+    let setup = "mkdir -p s d/s a/b; echo x > s/f; ln -s nowhere d/s/f; echo y > a/b/f; \
+                 mkdir -p e/a/b; ln -s nowhere e/a/b/f";
+    for args in [
+        &["-a", "s", "d"][..],
+        &["-r", "s", "d"],
+        &["--parents", "a/b/f", "e"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}
+
+/// Several sources and a destination that is no directory: GNU's words.
+#[test]
+fn several_sources_need_a_directory_in_gnu_words() {
+    let setup = "echo a > f; echo b > g; touch file";
+    for args in [&["f", "g", "file"][..], &["f", "g", "nodir"]] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
+    }
+}
+
+/// `-il` answered "yes" replaces the file with the hard link, as GNU's
+/// (before, "File exists"); `-ilf` asks once, not twice.
+#[test]
+fn interactive_hard_links_replace_after_yes() {
+    let setup = "echo a > f; echo o > g";
+    for (args, input) in [
+        (&["-il", "f", "g"][..], "y\n"),
+        (&["-il", "f", "g"], "n\n"),
+        (&["-ilf", "f", "g"], "y\ny\n"),
+        (&["-is", "f", "g"], "y\n"),
+    ] {
+        like_gnu_with(&[], setup, args, input);
     }
 }

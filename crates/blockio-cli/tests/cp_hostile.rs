@@ -81,7 +81,7 @@ fn a_dangling_link_in_the_destination_is_not_written_through() {
     let o = cp(d, &["-a", "s", "t"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("not writing through symlink 't/s/a'"),
+        stderr(&o).contains("not writing through dangling symlink 't/s/a'"),
         "{}",
         stderr(&o)
     );

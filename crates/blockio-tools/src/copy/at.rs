@@ -167,7 +167,7 @@ pub(crate) fn create(
             // through a dangling one even with `-f`.
             Err(e) if force && e != rustix::io::Errno::LOOP => match unlink(dir, name) {
                 Ok(()) => removed = true,
-                Err(_) => return Err(e.into()),
+                Err(u) => return Err(super::in_the_way("cannot remove", u)),
             },
             Err(e) => return Err(e.into()),
         }
@@ -201,9 +201,9 @@ pub(crate) fn create_following(
             Err(rustix::io::Errno::ISDIR) => return Err(rustix::io::Errno::ISDIR.into()),
             // `-f`: the name itself is removed (a link, not what it
             // leads to), as cp does.
-            Err(e) if force => {
-                if unlink(dir, name).is_err() {
-                    return Err(e.into());
+            Err(_) if force => {
+                if let Err(u) = unlink(dir, name) {
+                    return Err(super::in_the_way("cannot remove", u));
                 }
                 let mut d = create(dir, name, excl, mode, force)?;
                 d.removed = true;

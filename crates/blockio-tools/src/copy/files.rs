@@ -92,7 +92,7 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
         let ranged = choose_paths(ctx.opts, &mut jobs);
         let chunks = copy_ranges_and_chunk(ctx, dirs, &mut jobs, &ranged);
         copy_chunks(ctx, dirs, &mut jobs, &chunks, arena);
-        copy_unsized(ctx.progress, dirs, &mut jobs);
+        copy_unsized(ctx, dirs, &mut jobs);
     }
     finish_files(ctx, dirs, &mut jobs);
     if ctx.opts.fsync {
@@ -152,8 +152,11 @@ fn copy_ranges_and_chunk(
     let opts = ctx.opts;
     let mut chunks = Vec::new();
     for (i, j) in jobs.iter_mut().enumerate() {
-        if opts.reflink == super::Reflink::Always && !j.stream {
-            // `--reflink=always`: the whole file shares the source's blocks.
+        if opts.reflink == super::Reflink::Always {
+            // `--reflink=always`: the whole file shares the source's
+            // blocks, or the copy fails, as GNU's: also for a FIFO or a
+            // device on either side, which the kernel refuses to clone
+            // (`EINVAL`, or `EXDEV` across file systems).
             if let Err(e) = rustix::fs::ioctl_ficlone(&j.dst, &j.src) {
                 let what = format!(
                     "failed to clone {} from {}",
@@ -234,12 +237,16 @@ fn copy_chunks(
 /// Reads to the end the files that say they are empty (as those of /proc
 /// do): their size tells nothing; and copies those from or to a file that
 /// is not a regular one.
-fn copy_unsized(progress: &Progress, dirs: &DirPair, jobs: &mut [Job<'_>]) {
+fn copy_unsized(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
     for j in jobs
         .iter_mut()
         .filter(|j| j.failed.is_none() && (j.e.st.stx_size == 0 || j.stream))
     {
-        match copy_to_eof(j, progress) {
+        // `--sparse=always` from a pipe or device into a regular file:
+        // blocks of zeros become holes there too, as GNU makes them.
+        let holes = ctx.opts.sparse == super::Sparse::Always
+            && fstat(&j.dst).is_ok_and(|st| u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG);
+        match copy_to_eof(j, ctx.progress, holes) {
             Ok(n) => j.end = n,
             Err((side, e)) => j.failed = Some((failure(dirs, j.e, side), e)),
         }
@@ -629,7 +636,8 @@ fn create_dst(
             ctx.errors.report(what, None);
             return Ok(None);
         }
-        backup = super::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name)?;
+        backup = super::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name)
+            .map_err(|err| super::in_the_way("cannot backup", err))?;
     } else if opts.remove_destination && !excl {
         remove_destination(ctx, pair, e)?;
     }
@@ -702,9 +710,23 @@ fn create_dst(
     }
     let mut dst = create()?;
     // Only a copy is linked to: an existing destination that is the
-    // source itself, or that `-i`/`-u` keep, is not one, and the next
-    // name of the file is copied anew.
+    // source itself, or that `-i` keeps, is not one, and the next name of
+    // the file is copied anew. One that `-u` keeps (not older than the
+    // source) stands for the copy, as with GNU's `cp -au`: the file's
+    // other names are linked to it (coreutils' tests/cp/preserve-link.sh).
+    let kept_by_update = !dst.created
+        && opts.update == super::Update::Older
+        && fstat(&dst.fd).is_ok_and(|st| {
+            let id = (
+                libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+                st.stx_ino,
+            );
+            id != e.id() && super::mtime(&st) >= super::mtime(&e.st)
+        });
     let Some(stream) = existing(ctx, pair, e, &mut dst, decided) else {
+        if kept_by_update {
+            links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
+        }
         return Ok(None);
     };
     links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
@@ -798,13 +820,24 @@ fn remove_destination(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<()
             Ok(())
         }
         Err(err) if err.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        Err(err) => Err(err),
+        // A directory: creating the copy reports it, as GNU does.
+        Err(err) if err.raw_os_error() == Some(libc::EISDIR) => Err(err),
+        Err(err) => Err(super::in_the_way("cannot remove", err)),
     }
 }
 
 /// Reports a copy that could not be created (or skips it, with `-n`).
 fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
     let dst = dirs.dst_of(&e.dst_name);
+    if let Some(w) = err
+        .get_ref()
+        .and_then(|x| x.downcast_ref::<super::InTheWay>())
+    {
+        let what = format!("{} {}", w.what, quote(&dst));
+        return ctx
+            .errors
+            .report(what, Some(io::Error::from_raw_os_error(w.errno)));
+    }
     let msg = match err.raw_os_error() {
         Some(libc::EEXIST)
             if ctx.opts.no_clobber
@@ -866,7 +899,18 @@ fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
                 )
             } else {
                 super::say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
-                let dangling = if e.follow_dst { "dangling " } else { "" };
+                // GNU's words: "dangling" when the link leads nowhere.
+                let nowhere = rustix::fs::statat(
+                    &dirs.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::empty(),
+                )
+                .is_err_and(|err| err == rustix::io::Errno::NOENT);
+                let dangling = if e.follow_dst || nowhere {
+                    "dangling "
+                } else {
+                    ""
+                };
                 format!("not writing through {dangling}symlink {}", quote(&dst))
             }
         }
@@ -1118,7 +1162,7 @@ fn failure(dirs: &DirPair, e: &Entry, side: Side) -> String {
 /// copied. For files whose stated size is no guide (0 for most of /proc),
 /// and with plain reads and writes (no offsets) for a stream: a FIFO or
 /// device at either end.
-fn copy_to_eof(j: &Job<'_>, progress: &Progress) -> Result<u64, (Side, io::Error)> {
+fn copy_to_eof(j: &Job<'_>, progress: &Progress, holes: bool) -> Result<u64, (Side, io::Error)> {
     let mut buf = vec![0u8; if j.stream { 128 << 10 } else { 16 << 10 }];
     let mut off = 0u64;
     loop {
@@ -1129,9 +1173,15 @@ fn copy_to_eof(j: &Job<'_>, progress: &Progress) -> Result<u64, (Side, io::Error
         };
         let n = n.map_err(|e| (Side::Read, e))?;
         if n == 0 {
+            if holes {
+                // The file ends where the data did, even in a hole.
+                rustix::fs::ftruncate(&j.dst, off).map_err(|e| (Side::Write, e.into()))?;
+            }
             return Ok(off);
         }
-        if j.stream {
+        if holes {
+            write_skipping_zero_blocks(&j.dst, off, &buf[..n])
+        } else if j.stream {
             write_all(&j.dst, &buf[..n])
         } else {
             write_full(&j.dst, off, &buf[..n], 0)
@@ -1140,6 +1190,26 @@ fn copy_to_eof(j: &Job<'_>, progress: &Progress) -> Result<u64, (Side, io::Error
         progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
         off += n as u64;
     }
+}
+
+/// Writes `buf` at `off` of a regular file, except the whole aligned
+/// 4 KiB blocks of zeros in it: those are left as holes (the file was
+/// empty, and is given its length at the end).
+fn write_skipping_zero_blocks(fd: &OwnedFd, off: u64, buf: &[u8]) -> io::Result<()> {
+    const BLOCK: u64 = 4096;
+    let mut at = 0usize;
+    while at < buf.len() {
+        let pos = off + at as u64;
+        let to_boundary = (BLOCK - pos % BLOCK) as usize;
+        let end = (at + to_boundary).min(buf.len());
+        let piece = &buf[at..end];
+        let whole = piece.len() as u64 == BLOCK;
+        if !(whole && piece.iter().all(|&b| b == 0)) {
+            write_full(fd, pos, piece, 0)?;
+        }
+        at = end;
+    }
+    Ok(())
 }
 
 /// One `read` at the file's position, retried when interrupted.

@@ -37,7 +37,9 @@
 //! so that where copies land on the same names the later operand's ends
 //! last, as with GNU `cp` (`cp -r a/. b/. d/`); a second source copied to
 //! a name an earlier one copies to is GNU's "will not overwrite
-//! just-created".
+//! just-created". That is decided from the command line, before copying:
+//! unlike GNU, the second is refused even when the first one's copy then
+//! fails.
 //!
 //! Threads take waiting file groups before listing another directory: that
 //! bounds the files (and open directory descriptors) waiting in the queue,
@@ -437,7 +439,7 @@ pub fn copy(
     if sources.len() > 1 && !dest_is_dir {
         return Err(usage(match dest_meta {
             Err(e) => format!("target {}: {}", quote(dest), os_message(&e)),
-            Ok(_) => format!("target {} is not a directory", quote(dest)),
+            Ok(_) => format!("target {}: Not a directory", quote(dest)),
         }));
     }
     // A destination the copier may not look at (a link into a directory it
@@ -741,6 +743,41 @@ fn perms_string(mode: u32) -> String {
         });
     }
     out
+}
+
+/// A destination in the way that could not be removed (`-f`,
+/// `--remove-destination`) or kept aside (`-b`): carried inside an
+/// `io::Error` so that the message names that step, as GNU's do
+/// ("cannot remove 'g'"), not the creation that never came.
+#[derive(Debug)]
+pub(crate) struct InTheWay {
+    /// `"cannot remove"` or `"cannot backup"`.
+    pub what: &'static str,
+    /// The errno of the failed step.
+    pub errno: i32,
+}
+
+impl std::fmt::Display for InTheWay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}",
+            self.what,
+            io::Error::from_raw_os_error(self.errno)
+        )
+    }
+}
+
+impl std::error::Error for InTheWay {}
+
+/// `err`, the failure of `what` on a destination in the way (see
+/// [`InTheWay`]).
+pub(crate) fn in_the_way(what: &'static str, err: impl Into<io::Error>) -> io::Error {
+    let err: io::Error = err.into();
+    match blockio::errno(&err) {
+        Some(errno) => io::Error::other(InTheWay { what, errno }),
+        None => err,
+    }
 }
 
 /// A name for the `*at` calls.

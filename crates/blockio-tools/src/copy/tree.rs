@@ -351,7 +351,23 @@ impl Walker<'_> {
                     };
                     self.dir_made(task, &st, true, false);
                 }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {
+                    // As GNU's: with -p a parent that is already there
+                    // gets its source's attributes too, at the end.
+                    if self.ctx.opts.preserve.attrs() {
+                        self.fixups.lock().expect("lock").push(Fixup {
+                            at: DirAt::Operand {
+                                src: src.clone(),
+                                dst: dst.clone(),
+                                follow_dst: true,
+                            },
+                            path: dst.clone(),
+                            st,
+                            chmod: self.ctx.opts.preserve.mode.then(|| self.dir_mode(&st)),
+                            fresh: false,
+                        });
+                    }
+                }
                 Err(e) => {
                     self.report(format!("cannot make directory {}", quote(&dst)), Some(e));
                     return false;
@@ -994,8 +1010,12 @@ impl Walker<'_> {
                     None,
                 );
             }
-            if opts.force || opts.remove_destination || opts.backup != super::Backup::None {
-                match self.replace(pair, e, true) {
+            // `-il`: a "yes" replaces the file with the link, as GNU's.
+            let asked = hard && opts.ask.is_some();
+            if opts.force || opts.remove_destination || opts.backup != super::Backup::None || asked
+            {
+                // `-u` and `-i` were asked above: not again.
+                match self.replace(pair, e, true, true) {
                     Replace::Removed(b) => {
                         backup = b;
                         r = make();
@@ -1047,9 +1067,10 @@ impl Walker<'_> {
 
     /// A directory was made (`fresh`) or is merged into: its final mode
     /// and times are noted for the end, and (`walk`) it is queued to be listed.
-    fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool, walk: bool) {
+    /// The mode a copy of a directory whose `statx` is `st` ends with.
+    fn dir_mode(&self, st: &libc::statx) -> u32 {
         let mode = u32::from(st.stx_mode);
-        let want = if self.ctx.opts.default_mode {
+        if self.ctx.opts.default_mode {
             (0o777 | (mode & 0o1000)) & !self.ctx.umask
         } else if self.ctx.opts.preserve.mode {
             mode & 0o7777
@@ -1057,7 +1078,11 @@ impl Walker<'_> {
             // As GNU's: a directory keeps its sticky bit, not its
             // set-user-ID and set-group-ID bits.
             mode & 0o1777 & !self.ctx.umask
-        };
+        }
+    }
+
+    fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool, walk: bool) {
+        let want = self.dir_mode(st);
         // Nothing to set at the end when mkdir made it right, the usual
         // case (opening every directory again for nothing made a serial
         // tail after the copy). Merging into an existing directory: with
@@ -1310,7 +1335,7 @@ impl Walker<'_> {
         let dst = pair.dst_of(&e.dst_name);
         let mut backup = None;
         if made.as_ref().err().and_then(blockio::errno) == Some(libc::EEXIST) {
-            match self.replace(pair, e, false) {
+            match self.replace(pair, e, false, false) {
                 Replace::Removed(b) => {
                     backup = b;
                     made = again();
@@ -1363,8 +1388,9 @@ impl Walker<'_> {
     /// its way only when links are not followed (`-P`, `-r`, `-a`), or
     /// with `--remove-destination`, `-b`, or (`-a`) a file of several
     /// names; a link also with `-f`. Otherwise making it fails ("File
-    /// exists"). `forced`: the caller (`-l`, `-s`) checked that already.
-    fn replace(&self, pair: &DirPair, e: &Entry, forced: bool) -> Replace {
+    /// exists"). `forced`: the caller (`-l`, `-s`) checked that already;
+    /// `judged`: and asked `-u` and `-i` already.
+    fn replace(&self, pair: &DirPair, e: &Entry, forced: bool, judged: bool) -> Replace {
         let opts = self.ctx.opts;
         let name = e.dst_name.as_c_str();
         let dst = pair.dst_of(name);
@@ -1380,11 +1406,12 @@ impl Walker<'_> {
             return Replace::Failed;
         }
         let skip = opts.no_clobber
-            || rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                .is_ok_and(|st| {
-                    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-                    super::keep_existing(opts, super::mtime(&e.st), mtime, &dst)
-                });
+            || !judged
+                && rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| {
+                        let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                        super::keep_existing(opts, super::mtime(&e.st), mtime, &dst)
+                    });
         if skip {
             self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return Replace::Skip;
