@@ -137,3 +137,50 @@ async def run_in_thread(func: Callable[..., T], *args: Any) -> T:
         out: T = await trio.to_thread.run_sync(functools.partial(func, *args), abandon_on_cancel=True)
         return out
     return await loop.run_in_executor(None, functools.partial(func, *args))
+
+
+#: How long a cancelled write is waited for, once no completion could
+#: still be expected of it soon: as ``Engine.close`` waits a second for a
+#: completion before it cancels what is left.
+CANCEL_GRACE = 1.0
+
+
+async def despite_cancel(coro: Any) -> Any:
+    """Runs ``coro`` (a write) to its end even if the awaiting task is
+    cancelled meanwhile, and only then lets the cancellation through: what
+    a write that may already be in the kernel needs, so that its bytes and
+    the file's position agree (as when aiofiles' thread finishes the call
+    whose task was cancelled). A write still not done :data:`CANCEL_GRACE`
+    seconds after the cancellation (one queued behind reads of empty pipes,
+    that never reached the kernel) is given up, and so never submitted.
+    Under trio, a shielded cancel scope; under asyncio, a task awaited
+    through ``asyncio.shield``."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        trio = running_trio()
+        with trio.CancelScope(shield=True):
+            return await coro
+    task = loop.create_task(coro)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError as e:
+        if task.done():
+            raise
+        cancelled = e
+    deadline = loop.time() + CANCEL_GRACE
+    while not task.done() and loop.time() < deadline:
+        try:
+            await asyncio.wait({task}, timeout=deadline - loop.time())
+        except asyncio.CancelledError:
+            pass
+    if not task.done():
+        task.cancel()
+        while not task.done():
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                pass
+    if not task.cancelled():
+        task.exception()  # (retrieved: the cancellation is what the caller gets)
+    raise cancelled

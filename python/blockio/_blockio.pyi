@@ -4,7 +4,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union, final
 
 from typing_extensions import Buffer
 
-__all__ = ["Core", "bench_engine"]
+__all__ = ["Core", "bench_engine", "exiting"]
 
 #: One ``(descriptor, buffer, offset)`` operation of a buffer batch.
 _BufferOp = Tuple[int, Buffer, int]
@@ -57,3 +57,4 @@ class Core:
     def close(self) -> Tuple[List[Tuple[_Waiter, List[_Result]]], List[_Waiter], Optional[BaseException]]: ...
 
 def bench_engine(fd: int, file_size: int, block: int, in_flight: int, seconds: float) -> float: ...
+def exiting() -> None: ...

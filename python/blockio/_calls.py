@@ -14,6 +14,7 @@ which have no position to share.
 from __future__ import annotations
 
 import functools
+import threading
 from collections import deque
 from typing import Any, Callable, Deque, Optional, Tuple, TypeVar, cast
 
@@ -26,58 +27,84 @@ class CallQueue:
     """First in, first out; re-entrant for the task that holds it.
 
     Ownership passes straight from a call to the next one in line when it
-    finishes, so a call made later can never overtake one waiting."""
+    finishes, so a call made later can never overtake one waiting. The
+    calls in progress all belong to one thread's event loop: a call from
+    another thread's loop meanwhile raises ``RuntimeError`` (a future of
+    one loop cannot wake a task of another), where waiting would hang."""
 
-    __slots__ = ("_owner", "_waiting")
+    __slots__ = ("_owner", "_waiting", "_thread", "_lock")
 
     def __init__(self) -> None:
         #: The task whose call is running, or None.
         self._owner: Optional[Any] = None
         self._waiting: Deque[Tuple[Any, Any]] = deque()
+        #: The thread of the calls in progress (while _owner is set).
+        self._thread: Optional[int] = None
+        self._lock = threading.Lock()
 
-    async def _wait(self, task: Any) -> None:
-        fut = new_future()
-        item = (fut, task)
-        self._waiting.append(item)
+    def _enter(self, task: Any) -> Any:
+        """Takes the queue for ``task`` (None), or finds that ``task``
+        holds it already (``task`` itself), or queues it: the future to
+        await for its turn."""
+        me = threading.get_ident()
+        with self._lock:
+            if self._owner is None and not self._waiting:
+                self._owner, self._thread = task, me
+                return None
+            if self._thread != me:
+                raise RuntimeError(
+                    "this blockio file object is in use by an event loop in another thread: "
+                    "use one file object per thread (or finish one thread's calls before the next starts)")
+            if self._owner is task:
+                return task
+            fut = new_future()
+            self._waiting.append((fut, task))
+            return fut
+
+    async def _wait(self, fut: Any, task: Any) -> None:
         try:
             await fut
         except BaseException:
             if fut.done() and not fut.cancelled():
                 self._release()  # handed over just as the task was cancelled
             else:
-                try:
-                    self._waiting.remove(item)
-                except ValueError:
-                    pass
+                with self._lock:
+                    try:
+                        self._waiting.remove((fut, task))
+                    except ValueError:
+                        pass
             raise
 
     def _release(self) -> None:
-        while self._waiting:
-            fut, task = self._waiting.popleft()
-            if not fut.done():
-                self._owner = task
-                fut.set_result(None)
-                return
-        self._owner = None
+        with self._lock:
+            while self._waiting:
+                fut, task = self._waiting.popleft()
+                if not fut.done():
+                    self._owner = task
+                    fut.set_result(None)
+                    return
+            self._owner = None
+            self._thread = None
 
 
 def one_at_a_time(method: F) -> F:
     """Makes ``method`` (a coroutine method of an object with a
-    ``_calls`` :class:`CallQueue`) wait for the calls made before it."""
+    ``_calls`` :class:`CallQueue` and a ``_sync_offset`` method, run when
+    the call ends) wait for the calls made before it."""
 
     @functools.wraps(method)
     async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         q: CallQueue = self._calls
         task = current_task()
-        if q._owner is None and not q._waiting:
-            q._owner = task
-        elif q._owner is task:
+        turn = q._enter(task)
+        if turn is task:
             return await method(self, *args, **kwargs)  # a call made of calls
-        else:
-            await q._wait(task)
+        if turn is not None:
+            await q._wait(turn, task)
         try:
             return await method(self, *args, **kwargs)
         finally:
+            self._sync_offset()
             q._release()
 
     return cast(F, call)

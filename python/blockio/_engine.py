@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     # mmap, numpy arrays): collections.abc.Buffer from Python 3.12 on.
     from typing_extensions import Buffer
 from ._blockio import Core as _Core
+from ._blockio import exiting as _exiting
 
 class HasFileno(Protocol):
     """An object with ``fileno()``: a built-in file, a socket, an mmap's
@@ -109,8 +110,8 @@ def _copy_into(buf: Any, data: bytes) -> None:
 
 def _finish(results: List[Any], names: Sequence[Union[str, bytes, None]], return_exceptions: bool) -> List[Any]:
     for i, r in enumerate(results):
-        if isinstance(r, OSError):
-            if r.filename is None and names[i] is not None:
+        if isinstance(r, BaseException):
+            if isinstance(r, OSError) and r.filename is None and names[i] is not None:
                 r.filename = names[i]
             if not return_exceptions:
                 raise r
@@ -332,7 +333,7 @@ class Engine:
     @overload
     def read_files(self, paths: Iterable[StrPath], return_exceptions: Literal[False] = False) -> List[bytes]: ...
     @overload
-    def read_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError]]: ...
+    def read_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError, MemoryError]]: ...
 
     def read_files(self, paths: Iterable[StrPath], return_exceptions: bool = False) -> List[Any]:
         """Each file's whole content, in order, the GIL released: for many
@@ -343,7 +344,9 @@ class Engine:
         the other per file. A file that cannot be read raises ``OSError``
         (errno and filename set, as the built-in ``open``'s), or is
         returned in its place with ``return_exceptions=True``; a directory
-        is ``IsADirectoryError``. Made for regular files: a file whose
+        is ``IsADirectoryError``, and a file larger than the memory
+        available ``MemoryError`` (in its place too), as
+        ``Path.read_bytes`` raises: never an abort. Made for regular files: a file whose
         reads come back short (``/proc``) is read on to its end, but a
         FIFO is opened without waiting for a writer (io_uring's open does
         not wait) and so reads as empty when none is there."""
@@ -358,7 +361,7 @@ class Engine:
         self, paths: Iterable[StrPath], return_exceptions: Literal[False] = False
     ) -> List[bytes]: ...
     @overload
-    async def aread_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError]]: ...
+    async def aread_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError, MemoryError]]: ...
 
     async def aread_files(self, paths: Iterable[StrPath], return_exceptions: bool = False) -> List[Any]:
         """:meth:`read_files` as a coroutine: the batches run on the
@@ -451,6 +454,8 @@ class Engine:
             # Cancelled (or interrupted): given up as a cancelled asyncio
             # task's batch is.
             self._abandon(token)
+            if fut.done():
+                self._unclaimed(keep, fut._result)
             raise
 
     async def _run(self, keep: Any, start: Callable[..., int], *args: Any) -> List[Any]:
@@ -469,7 +474,17 @@ class Engine:
             return results
         except asyncio.CancelledError:
             self._abandon(token)
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                # The results had arrived, but the cancellation reached the
+                # task before it could take them.
+                self._unclaimed(keep, fut.result())
             raise
+
+    def _unclaimed(self, keep: Any, results: Any) -> None:
+        """Results nobody will take: a descriptor just opened for a task
+        that was cancelled is closed (on the file-system threads)."""
+        if keep is _OPENED and results and isinstance(results[0], int):
+            self._core.submit_close(_NOBODY, results[0])
 
     def _abandon(self, token: int) -> None:
         """The task awaiting ``token`` was cancelled: operations of it not
@@ -745,3 +760,10 @@ def default_engine() -> Engine:
     if _default is None or _default.closed:
         _default = Engine()
     return _default
+
+
+# Registered last so that it runs first at exit: from then on a thread whose
+# blocking call returns parks instead of taking the GIL back, which CPython
+# would answer, once finalizing, by ending the thread through the extension's
+# frames (an abort). ``_close_all`` then cancels what is in flight.
+atexit.register(_exiting)

@@ -1,8 +1,9 @@
 """``blockio.open``: files for asyncio with aiofiles' interface.
 
 Every read and write is a positional operation through an :class:`Engine`;
-the file keeps its own position (the descriptor's offset is not used until
-:meth:`AsyncFile.detach` hands the descriptor back). Opening, the size
+the file keeps its own position, starting at the descriptor's offset, and
+sets that offset to it after every call (so that a child process or the next
+user of the descriptor continues from there). Opening, the size
 lookups (``SEEK_END``, append mode, reading to the end), truncation and
 closing run on the engine's file-system threads, so the event loop's thread
 never waits on the file system.
@@ -25,7 +26,7 @@ import threading
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
-from ._aio import new_future, threadsafe_caller
+from ._aio import despite_cancel, new_future, threadsafe_caller
 from ._engine import Engine, _copy_into, _flat
 from ._calls import CallQueue, one_at_a_time
 from ._lines import LineReader
@@ -163,7 +164,9 @@ class AsyncFile(LineReader[bytes]):
         #: order, on a thread (see `_on_a_thread`), with no position.
         self._stream = False
         try:
-            os.lseek(desc.fd, 0, os.SEEK_CUR)
+            # A descriptor handed in (``blockio.open(fd)``) is read and
+            # written from its offset on, as the built-in open's file does.
+            self._pos = os.lseek(desc.fd, 0, os.SEEK_CUR)
         except OSError as e:
             self._stream = e.errno == errno.ESPIPE
 
@@ -215,6 +218,22 @@ class AsyncFile(LineReader[bytes]):
         """Whether the descriptor is a terminal."""
         self._check_open()
         return os.isatty(self._file.fd)
+
+    def _sync_offset(self) -> None:
+        """Leaves the descriptor's own offset at this file's position (at
+        the end of what has been written, if writes are still buffered), as
+        the built-in file leaves it: run after every call, so that whoever
+        uses the descriptor next (a child process given ``fileno()``, the
+        shell that passed it, the next ``open(fd)``) neither overwrites nor
+        reads again what this file wrote or read. Reads and writes
+        themselves are positional and never use that offset."""
+        d = self._file
+        if self._stream or self._at_end or d.detached or (d.closed and d.closefd):
+            return
+        try:
+            os.lseek(d.fd, self._wpos if self._wbuf else self._pos, os.SEEK_SET)
+        except OSError:
+            pass  # (a descriptor closed behind the file's back)
 
     def _check_open(self) -> None:
         if self._file.detached:
@@ -308,20 +327,33 @@ class AsyncFile(LineReader[bytes]):
         head = self._take(min(size, len(self._rbuf)))
         size -= len(head)
         parts = [head]
-        while size > 0:
-            if self._bufsize > 0 and size < self._bufsize:
-                if not await self._fill():
-                    break
-                part = self._take(size)
-            else:
-                await self._flush_writes()
-                part = await self._pread(size, await self._position())
-                self._pos += len(part)
-                if not part:
-                    break
-            parts.append(part)
-            size -= len(part)
+        try:
+            while size > 0:
+                if self._bufsize > 0 and size < self._bufsize:
+                    if not await self._fill():
+                        break
+                    part = self._take(size)
+                else:
+                    await self._flush_writes()
+                    part = await self._pread(size, await self._position())
+                    self._pos += len(part)
+                    if not part:
+                        break
+                parts.append(part)
+                size -= len(part)
+        except BaseException:
+            self._unread(b"".join(parts))
+            raise
         return b"".join(parts)
+
+    def _unread(self, taken: bytes) -> None:
+        """Puts back what a read that did not finish (cancelled, or failed)
+        had taken, so that no byte is lost: the next read starts with it.
+        Every await of a read happens with the read buffer empty, so the
+        bytes taken are those just before the position."""
+        if taken:
+            self._rbuf = taken + self._rbuf
+            self._pos -= len(taken)
 
     @one_at_a_time
     async def read1(self, size: int = -1) -> bytes:
@@ -375,8 +407,19 @@ class AsyncFile(LineReader[bytes]):
             size = view.nbytes
         if self._rbuf:
             n = min(size, len(self._rbuf))
-            _copy_into(buf, self._take(n))
-            return n
+            head = self._take(n)
+            _copy_into(buf, head)
+            if n == size or self._stream:
+                return n
+            # As the built-in buffered file: short only at end of file. The
+            # rest goes straight into the caller's buffer.
+            try:
+                more = await self._engine.areadinto(self._file, memoryview(_flat(buf))[n:], self._pos)
+            except BaseException:
+                self._unread(head)
+                raise
+            self._pos += more
+            return n + more
         await self._flush_writes()
         if self._stream:
             # Into a buffer of its own, copied on completion, and no view of
@@ -407,15 +450,19 @@ class AsyncFile(LineReader[bytes]):
             return b""  # as io's readline, which asks the file nothing then
         self._check_readable()
         line = bytearray()
-        while limit < 0 or len(line) < limit:
-            chunk = await self._fill_for_line()
-            if not chunk:
-                break
-            want = len(chunk) if limit < 0 else min(len(chunk), limit - len(line))
-            i = chunk.find(b"\n", 0, want)
-            line += self._take(want if i < 0 else i + 1)
-            if i >= 0:
-                break
+        try:
+            while limit < 0 or len(line) < limit:
+                chunk = await self._fill_for_line()
+                if not chunk:
+                    break
+                want = len(chunk) if limit < 0 else min(len(chunk), limit - len(line))
+                i = chunk.find(b"\n", 0, want)
+                line += self._take(want if i < 0 else i + 1)
+                if i >= 0:
+                    break
+        except BaseException:
+            self._unread(bytes(line))
+            raise
         return bytes(line)
 
     async def _fill_for_line(self) -> bytes:
@@ -457,6 +504,13 @@ class AsyncFile(LineReader[bytes]):
         if self._stream:
             self._pos += await _on_a_thread(_write_and_close, self._file.fileno(), bytes(view))
             return
+        # Once begun, a write runs to its end even if the calling task is
+        # cancelled (which then takes effect): bytes the kernel may have
+        # written are never left behind the position, where the next
+        # write would overwrite them, nor is a record cut between chunks.
+        await despite_cancel(self._write_at(view))
+
+    async def _write_at(self, view: memoryview) -> None:
         pos = 0 if self._append else await self._position()
         done = 0
         while done < len(view):
@@ -470,6 +524,9 @@ class AsyncFile(LineReader[bytes]):
             self._pos = pos + done
 
     async def _flush_writes(self) -> None:
+        # Bytes write() accepted are never dropped: a flush whose task is
+        # cancelled still writes them all (see _write_through; a stream's
+        # thread writes them whatever becomes of the task).
         if not self._wbuf:
             return
         data, self._wbuf = self._wbuf, bytearray()

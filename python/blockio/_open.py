@@ -93,16 +93,26 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
             if not isinstance(got, int) or got < 0:
                 raise ValueError(f"opener returned {got!r}")
             fd = got
-    line_buffering = buffering == 1 and "b" not in mode
-    size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
-    binary_mode = mode.replace("t", "") + ("" if "b" in mode else "b")
-    raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd), binary_mode, eng, size)
-    if "a" in mode:
-        await raw._position()  # at the end, as the built-in open leaves it
-    if "b" in mode:
-        raw.mode = mode
-        return raw
-    return AsyncTextFile(raw, mode, encoding, errors, newline, line_buffering)
+    raw: Optional[AsyncFile] = None
+    try:
+        line_buffering = buffering == 1 and "b" not in mode
+        size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
+        binary_mode = mode.replace("t", "") + ("" if "b" in mode else "b")
+        raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd), binary_mode, eng, size)
+        if "a" in mode:
+            await raw._position()  # at the end, as the built-in open leaves it
+        if "b" in mode:
+            raw.mode = mode
+            return raw
+        return AsyncTextFile(raw, mode, encoding, errors, newline, line_buffering)
+    except BaseException:
+        # Cancelled (or a bad encoding): the descriptor opened here is
+        # closed, never left to leak; one handed in is the caller's.
+        if not isinstance(file, int):
+            if raw is not None:
+                raw._file.closed = True  # (so that collecting it closes nothing)
+            os.close(fd)
+        raise
 
 
 class Opener(Generic[F]):

@@ -80,6 +80,9 @@ class AsyncTextFile(LineReader[str]):
         """The descriptor."""
         return self.buffer.fileno()
 
+    def _sync_offset(self) -> None:
+        self.buffer._sync_offset()
+
     @property
     def newlines(self) -> Union[str, Tuple[str, ...], None]:
         """The line endings read so far with ``newline=None`` or ``""``

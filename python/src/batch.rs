@@ -48,7 +48,7 @@ pub(crate) fn read_into_new_bytes<'py>(
         .map(|b| unsafe { pyo3::ffi::PyBytes_AsString(b.as_ptr()) } as usize)
         .collect();
     let target = RawTarget(fd);
-    let results = py.allow_threads(|| {
+    let results = crate::gil::detach(py, || {
         let mut ops: Vec<Op<'_>> = slots
             .iter()
             .zip(offsets)
@@ -115,7 +115,7 @@ pub(crate) fn buffer_batch<'py>(
     bufs: Vec<BufferOp>,
     make: for<'a> fn(&'a RawTarget, &'a PyBuffer<u8>, u64) -> Op<'a>,
 ) -> PyResult<(Bound<'py, PyList>, usize)> {
-    let results = py.allow_threads(|| {
+    let results = crate::gil::detach(py, || {
         let mut ops: Vec<Op<'_>> = bufs.iter().map(|(t, b, off)| make(t, b, *off)).collect();
         engine.submit(&mut ops)
     });

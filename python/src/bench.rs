@@ -19,7 +19,7 @@ pub(crate) fn bench_engine(
     in_flight: usize,
     seconds: f64,
 ) -> PyResult<f64> {
-    py.allow_threads(|| {
+    crate::gil::detach(py, || {
         let engine = Engine::builder()
             .queue_depth(in_flight)
             .max_batch(in_flight as u32)

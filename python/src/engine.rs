@@ -360,7 +360,7 @@ impl Core {
             let target = RawTarget(fd);
             let results = {
                 let slots = arena[..need].chunks_mut(length.max(1));
-                py.allow_threads(|| {
+                crate::gil::detach(py, || {
                     let mut ops: Vec<Op<'_>> = slots
                         .zip(&offsets)
                         .map(|(b, &off)| Op::read(&target, off, b))
@@ -431,7 +431,7 @@ impl Core {
     pub(crate) fn sync(&self, py: Python<'_>, fd: RawFd, data_only: bool) -> PyResult<()> {
         let engine = &self.check()?;
         let target = RawTarget(fd);
-        let r = py.allow_threads(|| {
+        let r = crate::gil::detach(py, || {
             let mut ops = [if data_only {
                 Op::fdatasync(&target)
             } else {
@@ -741,13 +741,12 @@ impl Core {
         let engine = self.check()?;
         let paths: Vec<std::ffi::CString> =
             paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
-        let results = py
-            .allow_threads(|| fsjobs::read_files(&engine, &paths))
-            .map_err(io_err)?;
+        let results =
+            crate::gil::detach(py, || fsjobs::read_files(&engine, &paths)).map_err(io_err)?;
         let failed = results.iter().filter(|r| r.is_err()).count();
         let items = results.iter().map(|r| match r {
             Ok(b) => PyBytes::new(py, b).into_any().unbind(),
-            Err(e) => os_error(py, e),
+            Err(e) => file_error(py, e),
         });
         Ok((PyList::new(py, items)?, failed))
     }
@@ -825,7 +824,7 @@ impl Core {
                 break;
             }
             let efd = self.wakeups.efd.as_raw_fd();
-            py.allow_threads(|| {
+            crate::gil::detach(py, || {
                 let mut p = libc::pollfd {
                     fd: efd,
                     events: libc::POLLIN,

@@ -55,7 +55,7 @@ pub(crate) fn out_or_error(py: Python<'_>, r: io::Result<Out>) -> PyObject {
         Ok(Out::Files(files)) => {
             let items = files.into_iter().map(|r| match r {
                 Ok(b) => PyBytes::new(py, &b).into_any().unbind(),
-                Err(e) => os_error(py, &e),
+                Err(e) => file_error(py, &e),
             });
             PyList::new(py, items).expect("list").into_any().unbind()
         }
@@ -161,6 +161,19 @@ pub(crate) fn os_error(py: Python<'_>, e: &io::Error) -> PyObject {
     PyOSError::new_err((code, message(e, code)))
         .into_value(py)
         .into_any()
+}
+
+/// One file's failure in a whole-file read: `MemoryError` for a file larger
+/// than memory ([`io::ErrorKind::OutOfMemory`]), else [`os_error`].
+pub(crate) fn file_error(py: Python<'_>, e: &io::Error) -> PyObject {
+    if e.kind() == io::ErrorKind::OutOfMemory && e.raw_os_error().is_none() {
+        return pyo3::exceptions::PyMemoryError::new_err(
+            "the file is larger than the memory available to read it into",
+        )
+        .into_value(py)
+        .into_any();
+    }
+    os_error(py, e)
 }
 
 pub(crate) fn io_err(e: io::Error) -> PyErr {

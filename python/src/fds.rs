@@ -47,7 +47,7 @@ pub(crate) fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> Py
     }
     loop {
         py.check_signals()?;
-        if py.allow_threads(|| poll(100)) {
+        if crate::gil::detach(py, || poll(100)) {
             return Ok(());
         }
     }

@@ -195,7 +195,8 @@ struct Whole {
 }
 
 /// Each file's whole content, in order, or the error that stopped it (which
-/// names neither the verb nor the path: the caller knows the path). A
+/// names neither the verb nor the path: the caller knows the path; a file
+/// too large for memory fails with [`io::ErrorKind::OutOfMemory`]). A
 /// round of up to [`FILES_PER_ROUND`] files costs four batches through the
 /// engine, each with every file's operation in flight at once: the opens,
 /// the `statx`es of the open descriptors (for the size and to refuse a
@@ -231,8 +232,8 @@ pub(crate) fn read_files(
                 Ok(st) => {
                     let size = usize::try_from(st.stx_size).unwrap_or(usize::MAX - 1);
                     let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
-                    Ok(Whole {
-                        buf: vec![0; size.saturating_add(1)],
+                    zeroed(size.saturating_add(1)).map(|buf| Whole {
+                        buf,
                         got: 0,
                         regular: regular.then_some(size),
                         done: false,
@@ -274,7 +275,11 @@ pub(crate) fn read_files(
                             w.done = true;
                         } else if w.got == w.buf.len() {
                             let more = w.buf.len().max(4096);
-                            w.buf.resize(w.buf.len() + more, 0);
+                            if w.buf.try_reserve_exact(more).is_err() {
+                                wholes[i] = Some(Err(io::ErrorKind::OutOfMemory.into()));
+                            } else {
+                                w.buf.resize(w.buf.len() + more, 0);
+                            }
                         }
                     }
                     Err(e) => wholes[i] = Some(Err(unwrapped(e))),
@@ -304,6 +309,17 @@ pub(crate) fn read_files(
         engine.close_batch(open)?;
     }
     Ok(out)
+}
+
+/// `n` zero bytes, or an [`io::ErrorKind::OutOfMemory`] error where the
+/// allocator refuses them (a file larger than memory): that file fails with
+/// `MemoryError`, the others are still read, and the process lives on.
+fn zeroed(n: usize) -> io::Result<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    v.resize(n, 0);
+    Ok(v)
 }
 
 /// The OS error inside one of the engine's path errors (which name the

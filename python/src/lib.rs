@@ -37,6 +37,7 @@ mod engine;
 mod errors;
 mod fds;
 pub(crate) mod fsjobs;
+pub(crate) mod gil;
 pub(crate) mod lent;
 mod pending;
 pub(crate) use args::*;
@@ -51,5 +52,6 @@ pub(crate) use pending::*;
 fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
     m.add_function(wrap_pyfunction!(bench_engine, m)?)?;
+    m.add_function(wrap_pyfunction!(gil::exiting, m)?)?;
     Ok(())
 }

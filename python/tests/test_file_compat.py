@@ -288,6 +288,8 @@ def test_open_takes_descriptors_closefd_and_opener(tmp_path):
         async with blockio.open(fd, "rb", closefd=False) as f:
             assert await f.read() == b"hello"
         os.fstat(fd)  # still open
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 5  # left past what was read, as the built-in's
+        os.lseek(fd, 0, os.SEEK_SET)
         async with blockio.open(fd, "rb") as f:
             assert await f.read(2) == b"he"
         with pytest.raises(OSError):

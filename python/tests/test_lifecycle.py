@@ -211,6 +211,42 @@ def test_close_and_exit_do_not_hang_on_a_pipe_read_in_flight(tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("reader", ["os", "pipe", "read_batch", "read_files"])
+def test_exit_with_daemon_threads_in_synchronous_calls_exits_cleanly(tmp_path, backend, reader):
+    """F-18: daemon threads inside read_batch / read_files when the program
+    ends (a data loader) let the interpreter exit with status 0, as daemon
+    threads in os.pread (reader "os", the reference) do: no abort, no crash."""
+    (tmp_path / "data").write_bytes(os.urandom(4 << 20))
+    code, out = run_child(f"""
+        import os, threading, blockio
+        e = blockio.Engine(backend={backend!r})
+        fd = os.open("data", os.O_RDONLY)
+        r, w = os.pipe()
+        started = threading.Semaphore(0)
+
+        def loader():
+            started.release()
+            while True:
+                if {reader!r} == "os":
+                    for off in range(0, 4 << 20, 1 << 20):
+                        os.pread(fd, 1 << 20, off)
+                elif {reader!r} == "pipe":
+                    e.read_batch(r, offsets=[0], length=10)
+                elif {reader!r} == "read_batch":
+                    e.read_batch(fd, offsets=list(range(0, 4 << 20, 1 << 20)), length=1 << 20)
+                else:
+                    e.read_files(["data", "data"])
+
+        for _ in range(4):
+            threading.Thread(target=loader, daemon=True).start()
+        for _ in range(4):
+            started.acquire()
+        print("exiting")
+    """, cwd=tmp_path)
+    assert code == 0 and "exiting" in out, (code, out)
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
 @pytest.mark.parametrize("call", ["read_batch", "readinto_batch"])
 def test_sigint_interrupts_a_batch_blocked_on_an_empty_pipe(tmp_path, backend, call):
     """Point 8: Ctrl-C stops a synchronous batch waiting on an empty pipe

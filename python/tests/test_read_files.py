@@ -106,3 +106,27 @@ def test_aread_files_under_asyncio_and_uvloop(tmp_path, backend):
             loop.close()
     finally:
         e.close()
+
+
+@BACKENDS
+def test_read_files_of_a_file_larger_than_memory_raises_memory_error(tmp_path, backend):
+    """F-6: a (sparse) file no machine's memory holds fails with MemoryError,
+    as Path.read_bytes does, in its place with return_exceptions=True,
+    while the other files are read; never an abort of the process."""
+    huge = tmp_path / "huge"
+    with open(huge, "wb") as f:
+        f.truncate(1 << 40)
+    small = tmp_path / "small"
+    small.write_bytes(b"small\n")
+    with pytest.raises(MemoryError):
+        huge.read_bytes()
+    e = blockio.Engine(backend=backend)
+    try:
+        got = e.read_files([huge, small], return_exceptions=True)
+        assert isinstance(got[0], MemoryError) and got[1] == small.read_bytes()
+        with pytest.raises(MemoryError):
+            e.read_files([small, huge])
+        got = asyncio.run(e.aread_files([huge, small], return_exceptions=True))
+        assert isinstance(got[0], MemoryError) and got[1] == small.read_bytes()
+    finally:
+        e.close()

@@ -218,3 +218,48 @@ def test_a_tailer_reads_lines_appended_after_end_of_file(tmp_path, loop_factory,
     seen = run(main(), loop_factory)
     expect = ["first\n"] + [f"line {i}\n" for i in range(11)] + ["tail\n"]
     assert seen == [s.encode() for s in expect] if "b" in mode else seen == expect
+
+
+@pytest.mark.parametrize("opener", [aiofiles.open, blockio.open], ids=["aiofiles", "blockio"])
+def test_one_file_object_used_from_loops_in_several_threads_never_hangs(tmp_path, opener):
+    """F-4: event loops in four threads writing through one file object at
+    once: each thread's calls either work or raise RuntimeError (blockio:
+    the file is in use by another thread's loop; aiofiles: its file is
+    bound to the loop that opened it), and none waits for ever. Every
+    record a call returned from is in the file."""
+    import threading
+
+    p = tmp_path / "shared"
+    p.write_bytes(b"")
+    async def open_it():
+        return await opener(p, "ab")
+
+    f = asyncio.run(open_it())
+    start = threading.Barrier(4)
+    wrote, errors = [], []
+
+    def worker(i):
+        async def go():
+            start.wait()
+            for j in range(200):
+                rec = b"%d:%04d\n" % (i, j)
+                await f.write(rec)
+                wrote.append(rec)
+            await f.flush()
+
+        try:
+            asyncio.run(go())
+        except RuntimeError as e:
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)  # a watchdog far beyond any run that works
+    assert not any(t.is_alive() for t in ts), "a thread hangs"
+    if opener is blockio.open:
+        assert all("another thread" in str(e) for e in errors), errors
+        asyncio.run(f.close())
+        lines = set(p.read_bytes().splitlines(keepends=True))
+        assert set(wrote) <= lines

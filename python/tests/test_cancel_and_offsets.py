@@ -1,0 +1,231 @@
+"""Cancelled calls on a file object lose nothing a finished call would
+have kept, and a file over a descriptor keeps that descriptor's offset.
+
+The reference is aiofiles over the built-in ``open`` on the same program:
+a call whose task is cancelled either took effect entirely or not at all,
+and bytes ``write()`` accepted reach the file. Each program is run with the
+cancellation delivered after 0, 1, 2, ... turns of the event loop, so that
+some runs cancel the call while its I/O is in flight, whatever the speed of
+the machine; the assertions hold for every run.
+"""
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import aiofiles
+import pytest
+
+import blockio
+
+OPENERS = pytest.mark.parametrize("opener", [aiofiles.open, blockio.open], ids=["aiofiles", "blockio"])
+TURNS = range(8)
+
+
+async def cancel_after(aw, turns):
+    """Starts ``aw`` as a task, cancels it after ``turns`` loop turns; its
+    result, or None if the cancellation took effect."""
+    t = asyncio.ensure_future(aw)
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    t.cancel()
+    try:
+        return await t
+    except asyncio.CancelledError:
+        return None
+
+
+@OPENERS
+@pytest.mark.parametrize("turns", TURNS)
+def test_a_cancelled_flush_keeps_the_bytes_write_accepted(tmp_path, opener, turns):
+    """F-1: write() returned 5, so the 5 bytes reach the file even if the
+    flush that writes them is cancelled."""
+    p = tmp_path / "f"
+
+    async def main():
+        async with opener(p, "wb") as f:
+            assert await f.write(b"hello") == 5
+            await cancel_after(f.flush(), turns)
+            await f.write(b" world")
+
+    asyncio.run(main())
+    assert p.read_bytes() == b"hello world"
+
+
+@OPENERS
+@pytest.mark.parametrize("turns", TURNS)
+def test_a_cancelled_write_that_overflows_the_buffer_keeps_earlier_writes(tmp_path, opener, turns):
+    """F-1: a later write() that flushes, cancelled, never takes the bytes
+    an earlier write() accepted with it; the position matches the file."""
+    p = tmp_path / "f"
+
+    async def main():
+        async with opener(p, "wb") as f:
+            a = asyncio.ensure_future(f.write(b"A"))
+            big = await cancel_after(f.write(b"B" * 70000), turns)
+            assert await a == 1
+            return big, await f.tell()
+
+    big, told = asyncio.run(main())
+    data = p.read_bytes()
+    assert data in (b"A", b"A" + b"B" * 70000), len(data)
+    assert told == len(data)
+    if big is not None:
+        assert data == b"A" + b"B" * 70000
+
+
+@OPENERS
+@pytest.mark.parametrize("turns", TURNS)
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_a_cancelled_write_lands_whole_or_not_at_all_and_moves_the_position(tmp_path, opener, turns, buffering):
+    """F-13: a cancelled write is either in the file with the position past
+    it, or not at all; the next write never lands on top of it."""
+    p = tmp_path / "f"
+    big = b"A" * (8 << 20)
+
+    async def main():
+        async with opener(p, "wb", buffering=buffering) as f:
+            await cancel_after(f.write(big), turns)
+            await f.write(b"B" * 10)
+            return await f.tell()
+
+    told = asyncio.run(main())
+    data = p.read_bytes()
+    assert data in (b"B" * 10, big + b"B" * 10), (len(data), data[:3], data[-3:])
+    assert told == len(data)
+
+
+@pytest.mark.parametrize("turns", TURNS)
+@pytest.mark.parametrize("call", ["readline", "read"])
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_a_cancelled_read_loses_nothing(tmp_path, turns, call, buffering):
+    """F-17: a readline() or read(n) cancelled part-way leaves the position
+    where it was: the next call returns what the built-in file's call
+    returns (the whole line, or the bytes). (aiofiles is no reference
+    here: its thread finishes the call and the line is lost with it.)"""
+    opener = blockio.open
+    p = tmp_path / "f"
+    first = os.urandom(20000).replace(b"\n", b"x") + b"\n"
+    p.write_bytes(first + b"second\n")
+
+    async def main():
+        async with opener(p, "rb", buffering=buffering) as f:
+            if call == "readline":
+                got = await cancel_after(f.readline(), turns)
+                nxt = await f.readline()
+            else:
+                got = await cancel_after(f.read(len(first)), turns)
+                nxt = await f.read(len(first))
+            return got, nxt, await f.tell()
+
+    with open(p, "rb") as f:
+        assert (f.readline() if call == "readline" else f.read(len(first))) == first
+    got, nxt, told = asyncio.run(main())
+    if got is None:
+        assert nxt == first and told == len(first)
+    else:
+        assert got == first and nxt == b"second\n"[: len(nxt)] and told == len(first) + len(nxt)
+
+
+@OPENERS
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_readinto_fills_the_buffer_unless_at_end_of_file(tmp_path, opener, buffering):
+    """F-10: readinto() is short only at end of file, as the built-in
+    buffered file's (and FileIO's, on a regular file)."""
+    p = tmp_path / "f"
+    data = os.urandom(100000)
+    p.write_bytes(data)
+
+    async def main():
+        async with opener(p, "rb", buffering=buffering) as f:
+            await f.seek(7)
+            await f.readline() if buffering == 0 else await f.read(100)
+            start = await f.tell()
+            b = bytearray(70000)
+            n = await f.readinto(b)
+            return start, n, bytes(b[:n]), await f.tell()
+
+    start, n, got, told = asyncio.run(main())
+    assert n == 70000 and got == data[start:start + n] and told == start + n
+
+
+@OPENERS
+def test_a_descriptor_is_read_from_its_offset_and_left_past_what_was_read(tmp_path, opener):
+    """F-15: open(fd) starts at the descriptor's offset and moves it."""
+    p = tmp_path / "f"
+    p.write_bytes(b"abcdef")
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.lseek(fd, 3, os.SEEK_SET)
+
+        async def main():
+            async with opener(fd, "rb", closefd=False) as f:
+                return await f.read()
+
+        assert asyncio.run(main()) == b"def"
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 6
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("opener", ["aiofiles", "blockio"])
+def test_writing_to_an_inherited_descriptor_continues_after_what_is_there(tmp_path, opener):
+    """F-15: `{ echo header; prog; } > out`: the program's writes to its
+    stdout follow the shell's, never overwrite them."""
+    out = tmp_path / "out"
+    prog = (f"import asyncio, sys, {opener}\n"
+            "async def main():\n"
+            f"    async with {opener}.open(sys.stdout.fileno(), 'wb', closefd=False) as f:\n"
+            "        await f.write(b'body\\n')\n"
+            "asyncio.run(main())\n")
+    with open(out, "wb") as f:
+        f.write(b"header line\n")
+        f.flush()
+        subprocess.run([sys.executable, "-c", prog], stdout=f, check=True, timeout=60)
+    assert out.read_bytes() == b"header line\nbody\n"
+
+
+@OPENERS
+def test_a_child_writing_to_fileno_after_a_flush_follows_the_file(tmp_path, opener):
+    """F-15: after flush(), the descriptor's offset is past what the file
+    wrote, so a child process given fileno() appends to it."""
+    p = tmp_path / "log"
+
+    async def main():
+        async with opener(p, "wb") as f:
+            await f.write(b"# header\n")
+            await f.flush()
+            subprocess.run(["echo", "child output"], stdout=f.fileno(), check=True, timeout=60)
+
+    asyncio.run(main())
+    assert p.read_bytes() == b"# header\nchild output\n"
+
+
+@OPENERS
+@pytest.mark.parametrize("mode", ["rb", "r", "r+b", "ab", "a"])
+def test_a_cancelled_open_leaks_no_descriptor(tmp_path, opener, mode):
+    """F-19: an open whose task is cancelled at any point either gives the
+    file (which is then closed) or leaves no descriptor open."""
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 100000)
+
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    async def main():
+        base = open_fds()
+        for turns in range(8):
+            for _ in range(4):
+                f = await cancel_after(opener(p, mode), turns)
+                if f is not None:
+                    await f.close()
+        # Descriptors opened for cancelled tasks are closed in the
+        # background: wait for them (a watchdog, not a timing assumption).
+        for _ in range(1000):
+            if open_fds() <= base:
+                break
+            await asyncio.sleep(0.01)
+        return open_fds() - base
+
+    assert asyncio.run(main()) <= 0
