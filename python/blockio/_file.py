@@ -322,6 +322,10 @@ class AsyncFile(LineReader[bytes]):
         None); ``b""`` at end of file."""
         size = _size_arg(size)
         self._check_readable()
+        if size < -1 and self._bufsize > 0:
+            # (the built-in buffered file's error; its unbuffered FileIO,
+            # as buffering=0 here, reads all)
+            raise ValueError("read length must be non-negative or -1")
         if size < 0:
             return await self._read_rest()
         head = self._take(min(size, len(self._rbuf)))
@@ -493,7 +497,9 @@ class AsyncFile(LineReader[bytes]):
             if not self._wbuf and not self._at_end:
                 self._wpos = self._pos
             self._wbuf += view
-            if not self._at_end:
+            if self._append:
+                self._at_end = True  # the bytes go to the end, and so does the position
+            elif not self._at_end:
                 self._pos += len(view)
             return len(view)
         await self._flush_writes()
