@@ -1123,14 +1123,11 @@ fn a_directory_is_never_copied_into_itself_through_a_bind_mount() {
         "this test bind-mounts directories and needs root (CI runs as root)"
     );
     let cases: &[(&str, &str, &[&str])] = &[
+        // Nothing beside the copy in the directory that holds it: GNU
+        // abandons the operand at the error, so what else it copied
+        // depends on the order it reads the directory in.
+        ("mkdir s m", "mount --bind s m", &["-r", "s", "m/"]),
         (
-            "mkdir s m; echo hi > s/f",
-            "mount --bind s m",
-            &["-r", "s", "m/"],
-        ),
-        (
-            // No file beside `sub`: GNU stops the whole operand at the
-            // error, so what else it copied depends on the listing order.
             "mkdir -p s/sub/deep m",
             "mount --bind s m",
             &["-r", "s", "m/sub/deep/"],
