@@ -503,31 +503,43 @@ class AsyncFile(LineReader[bytes]):
                 self._pos += len(view)
             return len(view)
         await self._flush_writes()
-        await self._write_through(view)
-        return len(view)
+        return await self._write_through(view, short_ok=self._bufsize == 0)
 
-    async def _write_through(self, view: memoryview) -> None:
+    async def _write_through(self, view: memoryview, short_ok: bool = False) -> int:
+        """Writes ``view`` at the position; the byte count. A write that
+        fails part-way (``EFBIG``, ``ENOSPC``) still moves the position
+        past the bytes that landed; it then returns their count if
+        ``short_ok`` (an unbuffered file: the built-in ``FileIO.write``'s
+        short count, the error coming with the next write), else raises."""
         if self._stream:
-            self._pos += await _on_a_thread(_write_and_close, self._file.fileno(), bytes(view))
-            return
+            n: int = await _on_a_thread(_write_and_close, self._file.fileno(), bytes(view))
+            self._pos += n
+            return n
         # Once begun, a write runs to its end even if the calling task is
         # cancelled (which then takes effect): bytes the kernel may have
         # written are never left behind the position, where the next
         # write would overwrite them, nor is a record cut between chunks.
-        await despite_cancel(self._write_at(view))
+        done: int = await despite_cancel(self._write_at(view, short_ok))
+        return done
 
-    async def _write_at(self, view: memoryview) -> None:
+    async def _write_at(self, view: memoryview, short_ok: bool) -> int:
         pos = 0 if self._append else await self._position()
         done = 0
-        while done < len(view):
-            n = await self._engine.awrite(self._file, view[done:], pos + done)
-            if n == 0:
-                raise OSError(28, "No space left on device", self.name)
-            done += n
-        if self._append:
-            self._at_end = True
-        else:
-            self._pos = pos + done
+        try:
+            while done < len(view):
+                n = await self._engine.awrite(self._file, view[done:], pos + done)
+                if n == 0:
+                    raise OSError(28, "No space left on device", self.name)
+                done += n
+        except OSError:
+            if done == 0 or not short_ok:
+                raise
+        finally:
+            if self._append:
+                self._at_end = True
+            else:
+                self._pos = pos + done
+        return done
 
     async def _flush_writes(self) -> None:
         # Bytes write() accepted are never dropped: a flush whose task is

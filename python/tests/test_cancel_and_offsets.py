@@ -273,3 +273,53 @@ def test_append_tell_after_read_then_write_is_the_end_of_the_file(tmp_path, buff
             return await f.tell()
 
     assert asyncio.run(main()) == 1010 == os.path.getsize(p)
+
+
+@pytest.mark.parametrize("opener", ["builtin", "aiofiles", "blockio"])
+@pytest.mark.parametrize("buffering", [0, -1])
+def test_a_write_cut_short_by_the_file_size_limit(tmp_path, opener, buffering):
+    """F-12: a write that lands in part (EFBIG past RLIMIT_FSIZE) leaves the
+    position past the bytes that landed; unbuffered, it returns their count
+    as FileIO.write does (the built-in buffered file raises, at the write or
+    at its flush)."""
+    import resource
+    import signal
+
+    p = tmp_path / "f"
+    code = f"""
+import asyncio, os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (10000, resource.RLIM_INFINITY))
+opener = {opener!r}
+p = {str(p)!r}
+async def main():
+    if opener == "builtin":
+        class F:
+            def __init__(self): self.f = open(p, "wb", buffering={buffering})
+            async def write(self, b): return self.f.write(b)
+            async def flush(self): return self.f.flush()
+            async def tell(self): return self.f.tell()
+        f = F()
+    else:
+        mod = __import__(opener)
+        f = await mod.open(p, "wb", buffering={buffering})
+    await f.write(b"a" * 6000)
+    await f.flush()
+    try:
+        n = await f.write(b"b" * 6000)
+        await f.flush()
+    except OSError as e:
+        n = "raised"
+    print(n, await f.tell(), os.path.getsize(p))
+    os._exit(0)
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    n, told, size = out.stdout.split()
+    assert size == "10000", out
+    if buffering == 0:
+        assert n == "4000" and told == "10000", out.stdout
+    else:
+        assert n == "raised", out.stdout
+        if opener == "blockio":
+            assert told == "10000", out.stdout
