@@ -206,12 +206,58 @@ struct Whole {
 /// since its `statx`, a file in `/proc`, whose reads come back short
 /// before its end) is read on, into more room when full, until a read
 /// returns nothing.
+///
+/// Near the process's descriptor limit, a file whose open fails with
+/// `EMFILE` or `ENFILE` while others of its round held descriptors is
+/// tried again once they are closed, in rounds no larger than the number
+/// that could be open: a file fails for the limit only if it cannot be
+/// opened alone, as a loop of `Path.read_bytes` would find.
 pub(crate) fn read_files(
     engine: &blockio::Engine,
     paths: &[CString],
 ) -> io::Result<Vec<io::Result<Vec<u8>>>> {
     let mut out = Vec::with_capacity(paths.len());
     for round in paths.chunks(FILES_PER_ROUND) {
+        out.extend(read_within_limit(engine, round)?);
+    }
+    Ok(out)
+}
+
+/// [`read_round`], then again for the files that met the descriptor limit
+/// (see [`read_files`]), in smaller rounds each time.
+fn read_within_limit(
+    engine: &blockio::Engine,
+    paths: &[CString],
+) -> io::Result<Vec<io::Result<Vec<u8>>>> {
+    let mut results = read_round(engine, paths)?;
+    let limited: Vec<usize> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            matches!(r, Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if limited.is_empty() || paths.len() == 1 {
+        return Ok(results);
+    }
+    let room = (paths.len() - limited.len()).max(1);
+    let retry: Vec<CString> = limited.iter().map(|&i| paths[i].clone()).collect();
+    let mut again = Vec::with_capacity(retry.len());
+    for chunk in retry.chunks(room) {
+        again.extend(read_within_limit(engine, chunk)?);
+    }
+    for (i, r) in limited.into_iter().zip(again) {
+        results[i] = r;
+    }
+    Ok(results)
+}
+
+/// One round of [`read_files`]: every file of `paths` open at once.
+fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io::Result<Vec<u8>>>> {
+    let mut out = Vec::with_capacity(paths.len());
+    {
+        let round = paths;
         let reqs: Vec<OpenRequest<'_>> = round
             .iter()
             .map(|p| OpenRequest::new(PathAt::cwd(p)))
