@@ -347,9 +347,10 @@ class Engine:
         is ``IsADirectoryError``, and a file larger than the memory
         available ``MemoryError`` (in its place too), as
         ``Path.read_bytes`` raises: never an abort. Made for regular files: a file whose
-        reads come back short (``/proc``) is read on to its end, but a
-        FIFO is opened without waiting for a writer (io_uring's open does
-        not wait) and so reads as empty when none is there."""
+        reads come back short (``/proc``) is read on to its end, and a FIFO
+        or socket is read in order to its end, as ``Path.read_bytes`` reads
+        it (a FIFO is opened without waiting for a writer: with none there
+        yet, it reads as empty)."""
         paths = list(paths)
         res, failed = self._core.read_files([os.fsencode(p) for p in paths])
         if failed:

@@ -156,3 +156,43 @@ print(sum(g != w for g, w in zip(got, want)), sum(g != w for g, w in zip(agot, w
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["0", "0"], out.stdout + out.stderr
+
+
+@BACKENDS
+def test_read_files_reads_a_fifo_as_read_bytes_does(tmp_path, backend):
+    """F-7: a FIFO whose writer is waiting reads as Path.read_bytes reads
+    it (the writer's bytes), not ESPIPE, and the writer sees no EPIPE."""
+    import threading
+
+    fifo = tmp_path / "fifo"
+    small = tmp_path / "small"
+    small.write_bytes(b"small")
+    e = blockio.Engine(backend=backend)
+    try:
+        for reader in ("reference", "blockio"):
+            os.mkfifo(fifo)
+            wrote = []
+
+            def writer():
+                with open(fifo, "wb") as w:
+                    w.write(b"y" * 100)
+                wrote.append(True)
+
+            t = threading.Thread(target=writer, daemon=True)
+            t.start()
+            if reader == "reference":
+                assert fifo.read_bytes() == b"y" * 100
+            else:
+                # Opened while the writer waits (no writer yet would read
+                # as empty): retried until the writer's bytes arrive.
+                got = b""
+                for _ in range(1000):
+                    got = e.read_files([fifo, small])
+                    if got[0]:
+                        break
+                assert got == [b"y" * 100, b"small"]
+            t.join(60)
+            assert wrote == [True]
+            fifo.unlink()
+    finally:
+        e.close()
