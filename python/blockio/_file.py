@@ -274,15 +274,21 @@ class AsyncFile(LineReader[bytes]):
 
     @one_at_a_time
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``);
-        the new position. Writes still buffered are flushed first."""
+        """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``,
+        and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the new position.
+        Writes still buffered are flushed first."""
         offset, whence = _int_arg(offset, "offset"), _int_arg(whence, "whence")
         self._check_open()
         self._check_seekable()
-        if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
+        holes = (getattr(os, "SEEK_DATA", -1), getattr(os, "SEEK_HOLE", -1))
+        if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END) + holes:
             raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
         await self._flush_writes()
-        if whence == os.SEEK_SET:
+        if whence in holes:
+            # The next data or hole at or after `offset` (ENXIO past the
+            # end), as the built-in file's seek finds it on Linux.
+            pos = os.lseek(self._file.fd, offset, whence)
+        elif whence == os.SEEK_SET:
             pos = offset
         elif whence == os.SEEK_CUR:
             pos = await self._position() + offset

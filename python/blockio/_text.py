@@ -325,6 +325,8 @@ class AsyncTextFile(LineReader[str]):
         :meth:`tell`."""
         offset, whence = _int_arg(offset, "offset"), _int_arg(whence, "whence")
         self.buffer._check_open()
+        if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
+            raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
         if whence == os.SEEK_CUR:
             if offset != 0:
                 raise io.UnsupportedOperation("can't do nonzero cur-relative seeks")

@@ -323,3 +323,27 @@ asyncio.run(main())
         assert n == "raised", out.stdout
         if opener == "blockio":
             assert told == "10000", out.stdout
+
+
+@pytest.mark.parametrize("whence", ["SEEK_DATA", "SEEK_HOLE"])
+@pytest.mark.parametrize("offset", [0, 3, 6, 100])
+def test_seek_data_and_hole_as_the_builtin(tmp_path, whence, offset):
+    """F-c: seek(x, os.SEEK_DATA / SEEK_HOLE) as the built-in file's on
+    Linux (the position, or the same OSError past the end)."""
+    p = tmp_path / "f"
+    p.write_bytes(b"abcdef")
+    w = getattr(os, whence)
+    with open(p, "rb") as f:
+        try:
+            want = (f.seek(offset, w), f.read())
+        except OSError as e:
+            want = e.errno
+
+    async def main():
+        async with blockio.open(p, "rb") as f:
+            try:
+                return (await f.seek(offset, w), await f.read())
+            except OSError as e:
+                return e.errno
+
+    assert asyncio.run(main()) == want
