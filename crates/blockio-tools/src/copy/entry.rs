@@ -177,11 +177,17 @@ impl Entry {
     }
     /// The source's (device, inode).
     pub fn id(&self) -> (u64, u64) {
-        (
-            libc::makedev(self.st.stx_dev_major, self.st.stx_dev_minor),
-            self.st.stx_ino,
-        )
+        statx_id(&self.st)
     }
+}
+
+/// The (device, inode) pair that names the file `st` describes, as
+/// `stat`'s `(st_dev, st_ino)` does.
+pub(crate) fn statx_id(st: &libc::statx) -> (u64, u64) {
+    (
+        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+        st.stx_ino,
+    )
 }
 
 /// Regular files from one directory, for one worker.
