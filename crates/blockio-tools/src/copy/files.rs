@@ -1180,7 +1180,7 @@ fn copy_to_eof(j: &Job<'_>, progress: &Progress, holes: bool) -> Result<u64, (Si
             return Ok(off);
         }
         if holes {
-            write_skipping_zero_blocks(&j.dst, off, &buf[..n])
+            write_skipping_zeros(&j.dst, off, &buf[..n])
         } else if j.stream {
             write_all(&j.dst, &buf[..n])
         } else {
@@ -1190,26 +1190,6 @@ fn copy_to_eof(j: &Job<'_>, progress: &Progress, holes: bool) -> Result<u64, (Si
         progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
         off += n as u64;
     }
-}
-
-/// Writes `buf` at `off` of a regular file, except the whole aligned
-/// 4 KiB blocks of zeros in it: those are left as holes (the file was
-/// empty, and is given its length at the end).
-fn write_skipping_zero_blocks(fd: &OwnedFd, off: u64, buf: &[u8]) -> io::Result<()> {
-    const BLOCK: u64 = 4096;
-    let mut at = 0usize;
-    while at < buf.len() {
-        let pos = off + at as u64;
-        let to_boundary = (BLOCK - pos % BLOCK) as usize;
-        let end = (at + to_boundary).min(buf.len());
-        let piece = &buf[at..end];
-        let whole = piece.len() as u64 == BLOCK;
-        if !(whole && piece.iter().all(|&b| b == 0)) {
-            write_full(fd, pos, piece, 0)?;
-        }
-        at = end;
-    }
-    Ok(())
 }
 
 /// One `read` at the file's position, retried when interrupted.
@@ -1249,23 +1229,30 @@ fn read_full(fd: &OwnedFd, offset: u64, buf: &mut [u8], mut done: usize) -> io::
     Ok(done)
 }
 
-/// `--sparse=always`: writes the blocks of `buf` (4 KiB each) that are not
-/// all zeros; the others stay holes (the file's length is set at the end).
+/// `--sparse=always`: writes the blocks of `buf` that are not all zeros,
+/// each run of them in one write; the others stay holes (the file was
+/// empty, and its length is set at the end). Blocks are the file's 4 KiB
+/// blocks, on file-offset boundaries whatever `offset` is, so a buffer
+/// that starts or ends inside one (a pipe's reads) leaves no zero block
+/// written as data: the first block of `buf` is the rest of the one
+/// `offset` falls in.
 fn write_skipping_zeros(fd: &OwnedFd, offset: u64, buf: &[u8]) -> io::Result<()> {
-    const HOLE: usize = 4096;
+    const HOLE: u64 = 4096;
+    // The end of the block of `buf` that starts at `k`: the next block
+    // boundary of the file, or the end of `buf`.
+    let block_end = |k: usize| (k + (HOLE - (offset + k as u64) % HOLE) as usize).min(buf.len());
+    let zero = |k: usize| buf[k..block_end(k)].iter().all(|&b| b == 0);
     let mut start = 0;
     while start < buf.len() {
-        // The next run of blocks holding data, written at once.
-        let zero = |k: usize| buf[k..(k + HOLE).min(buf.len())].iter().all(|&b| b == 0);
         if zero(start) {
-            start += HOLE;
+            start = block_end(start);
             continue;
         }
+        // The next run of blocks holding data, written at once.
         let mut end = start;
         while end < buf.len() && !zero(end) {
-            end += HOLE;
+            end = block_end(end);
         }
-        let end = end.min(buf.len());
         write_full(fd, offset + start as u64, &buf[start..end], 0)?;
         start = end;
     }
