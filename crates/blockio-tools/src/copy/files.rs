@@ -1389,11 +1389,29 @@ fn first_wave(sizes: impl Iterator<Item = u64>, wave: u64) -> usize {
     n
 }
 
-/// The attributes of an open file.
+/// The attributes of an open file, in the engine's form (`libc::statx`,
+/// what its batched `statx` gives every other entry), every field as the
+/// kernel filled it.
 fn fstat(fd: &OwnedFd) -> io::Result<libc::statx> {
-    use rustix::fs::{statx, AtFlags, StatxFlags};
-    let st = statx(fd, c"", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)?;
-    Ok(Entry::statx_of(&st))
+    // SAFETY: `statx` is plain old data (integers only); all zeroes is a
+    // valid value.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd, an empty NUL-terminated path with AT_EMPTY_PATH,
+    // and a pointer to a local statx the kernel fills in.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BASIC_STATS,
+            &mut st,
+        )
+    };
+    if r == 0 {
+        Ok(st)
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// An error for every file of a batch that failed as a whole.
