@@ -139,6 +139,7 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         seconds: 0.0,
         backend: String::new(),
         fallback_reason: None,
+        output_error: None,
     }
 }
 
