@@ -274,15 +274,21 @@ class AsyncFile(LineReader[bytes]):
 
     @one_at_a_time
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``);
-        the new position. Writes still buffered are flushed first."""
+        """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``,
+        and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the new position.
+        Writes still buffered are flushed first."""
         offset, whence = _int_arg(offset, "offset"), _int_arg(whence, "whence")
         self._check_open()
         self._check_seekable()
-        if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
+        holes = (getattr(os, "SEEK_DATA", -1), getattr(os, "SEEK_HOLE", -1))
+        if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END) + holes:
             raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
         await self._flush_writes()
-        if whence == os.SEEK_SET:
+        if whence in holes:
+            # The next data or hole at or after `offset` (ENXIO past the
+            # end), as the built-in file's seek finds it on Linux.
+            pos = os.lseek(self._file.fd, offset, whence)
+        elif whence == os.SEEK_SET:
             pos = offset
         elif whence == os.SEEK_CUR:
             pos = await self._position() + offset
@@ -322,6 +328,10 @@ class AsyncFile(LineReader[bytes]):
         None); ``b""`` at end of file."""
         size = _size_arg(size)
         self._check_readable()
+        if size < -1 and self._bufsize > 0:
+            # (the built-in buffered file's error; its unbuffered FileIO,
+            # as buffering=0 here, reads all)
+            raise ValueError("read length must be non-negative or -1")
         if size < 0:
             return await self._read_rest()
         head = self._take(min(size, len(self._rbuf)))
@@ -493,35 +503,49 @@ class AsyncFile(LineReader[bytes]):
             if not self._wbuf and not self._at_end:
                 self._wpos = self._pos
             self._wbuf += view
-            if not self._at_end:
+            if self._append:
+                self._at_end = True  # the bytes go to the end, and so does the position
+            elif not self._at_end:
                 self._pos += len(view)
             return len(view)
         await self._flush_writes()
-        await self._write_through(view)
-        return len(view)
+        return await self._write_through(view, short_ok=self._bufsize == 0)
 
-    async def _write_through(self, view: memoryview) -> None:
+    async def _write_through(self, view: memoryview, short_ok: bool = False) -> int:
+        """Writes ``view`` at the position; the byte count. A write that
+        fails part-way (``EFBIG``, ``ENOSPC``) still moves the position
+        past the bytes that landed; it then returns their count if
+        ``short_ok`` (an unbuffered file: the built-in ``FileIO.write``'s
+        short count, the error coming with the next write), else raises."""
         if self._stream:
-            self._pos += await _on_a_thread(_write_and_close, self._file.fileno(), bytes(view))
-            return
+            n: int = await _on_a_thread(_write_and_close, self._file.fileno(), bytes(view))
+            self._pos += n
+            return n
         # Once begun, a write runs to its end even if the calling task is
         # cancelled (which then takes effect): bytes the kernel may have
         # written are never left behind the position, where the next
         # write would overwrite them, nor is a record cut between chunks.
-        await despite_cancel(self._write_at(view))
+        done: int = await despite_cancel(self._write_at(view, short_ok))
+        return done
 
-    async def _write_at(self, view: memoryview) -> None:
+    async def _write_at(self, view: memoryview, short_ok: bool) -> int:
         pos = 0 if self._append else await self._position()
         done = 0
-        while done < len(view):
-            n = await self._engine.awrite(self._file, view[done:], pos + done)
-            if n == 0:
-                raise OSError(28, "No space left on device", self.name)
-            done += n
-        if self._append:
-            self._at_end = True
-        else:
-            self._pos = pos + done
+        try:
+            while done < len(view):
+                n = await self._engine.awrite(self._file, view[done:], pos + done)
+                if n == 0:
+                    raise OSError(28, "No space left on device", self.name)
+                done += n
+        except OSError:
+            if done == 0 or not short_ok:
+                raise
+        finally:
+            if self._append:
+                self._at_end = True
+            else:
+                self._pos = pos + done
+        return done
 
     async def _flush_writes(self) -> None:
         # Bytes write() accepted are never dropped: a flush whose task is
@@ -580,6 +604,17 @@ class AsyncFile(LineReader[bytes]):
             raise ValueError("raw stream has been detached")
         if self._file.closed:
             return
+        if self._engine.closed:
+            # The engine was closed under the file: what is buffered is
+            # written here, synchronously, as when the file is collected,
+            # rather than lost.
+            try:
+                self._write_now()
+            finally:
+                self._file.closed = True
+                if self._file.closefd:
+                    os.close(self._file.fd)
+            return
         try:
             await self._flush_writes()
         finally:
@@ -611,6 +646,24 @@ class AsyncFile(LineReader[bytes]):
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
+    def _write_now(self) -> None:
+        """Writes what is buffered with blocking system calls (no engine
+        to go through: the file is being collected, or its engine is
+        closed), at its place: the end in append mode."""
+        data, self._wbuf = bytes(self._wbuf), bytearray()
+        fd = self._file.fd
+        if not data:
+            return
+        if self._stream:
+            done = 0
+            while done < len(data):
+                done += os.write(fd, data[done:])
+            return
+        at = os.fstat(fd).st_size if self._append else self._wpos
+        done = 0
+        while done < len(data):
+            done += os.pwrite(fd, data[done:], at + done)
+
     def __del__(self) -> None:
         desc = getattr(self, "_file", None)
         if desc is None or desc.closed or desc.detached:
@@ -619,9 +672,7 @@ class AsyncFile(LineReader[bytes]):
         # Not awaitable here: what is buffered is written synchronously,
         # as the built-in buffered files do when collected.
         try:
-            if self._wbuf:
-                at = os.fstat(desc.fd).st_size if self._append else self._wpos
-                os.pwrite(desc.fd, bytes(self._wbuf), at)
+            self._write_now()
         finally:
             desc.closed = True
             if desc.closefd:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from typing import Any, Callable, Generator, Generic, Literal, Optional, Tuple, TypeVar, Union, overload
 
 from ._aio import run_in_thread
@@ -54,6 +55,9 @@ def _check_mode(mode: str, buffering: int, encoding: Optional[str], errors: Opti
         raise ValueError("can't have unbuffered text I/O")
     if newline not in (None, "", "\n", "\r", "\r\n"):
         raise ValueError(f"illegal newline value: {newline}")
+    if "b" in mode and buffering == 1:
+        warnings.warn("line buffering (buffering=1) isn't supported in binary mode, "
+                      "the default buffer size will be used", RuntimeWarning, stacklevel=3)
 
 
 def _flags(mode: str) -> int:
@@ -79,6 +83,8 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
     fd: int
     name: Any
     if isinstance(file, int):
+        if file < 0:
+            raise ValueError("negative file descriptor")
         fd, name = file, file
     else:
         if not closefd:

@@ -38,6 +38,10 @@ def _default_encoding() -> str:
     return locale.getpreferredencoding(False)
 
 
+#: The codecs whose encoder writes a BOM at the file's start.
+_BOM_CODECS = ("utf-16", "utf-32", "utf-8-sig")
+
+
 class AsyncTextFile(LineReader[str]):
     """A text file opened by :func:`blockio.open`: the coroutines of
     :class:`~blockio.AsyncFile` over ``str`` (``read(n)`` counts
@@ -226,9 +230,23 @@ class AsyncTextFile(LineReader[str]):
             text = text.replace("\n", os.linesep)
         elif nl in ("\r", "\r\n"):
             text = text.replace("\n", nl)
+        at_start = False
         if self._encoder is None:
             self._encoder = codecs.getincrementalencoder(self.encoding)(self.errors)
-        await self.buffer.write(self._encoder.encode(text))
+            # As the built-in text file: a BOM only at the file's start
+            # (appending to a UTF-16 file adds none).
+            if await self.buffer._position() != 0:
+                self._encoder.setstate(0)
+            else:
+                at_start = True
+        data = self._encoder.encode(text)
+        await self.buffer.write(data)
+        if at_start and data and self.buffer._readable and codecs.lookup(self.encoding).name in _BOM_CODECS:
+            # Past the BOM just written: what is read next is decoded as
+            # the rest of the file, with the byte order the BOM gives
+            # (flushed first, so that the BOM is there to be looked at).
+            await self.buffer._flush_writes()
+            await self._past_the_start()
         if self.line_buffering and ("\n" in s or "\r" in s):
             await self.buffer.flush()
         return len(s)
@@ -261,18 +279,30 @@ class AsyncTextFile(LineReader[str]):
         dec = self._get_decoder()
         saved = dec.getstate()
 
-        def chars(k: int) -> int:
+        def chars(k: int, held_cr: bool = False) -> int:
             dec.setstate(state)
-            return len(dec.decode(fed[:k], final=self._eof and k == len(fed)))
+            n = len(dec.decode(fed[:k], final=self._eof and k == len(fed)))
+            if held_cr and isinstance(dec, io.IncrementalNewlineDecoder) and dec.getstate()[1] & 1:
+                n += 1  # a \r the decoder holds back, to see whether \n follows
+            return n
 
-        lo, hi = 0, len(fed)
-        try:
+        def fewest(held_cr: bool) -> int:
+            lo, hi = 0, len(fed)
             while lo < hi:  # the fewest bytes that decode to _used characters
                 mid = (lo + hi) // 2
-                if chars(mid) >= self._used:
+                if chars(mid, held_cr) >= self._used:
                     hi = mid
                 else:
                     lo = mid + 1
+            return lo
+
+        try:
+            lo = fewest(False)
+            if chars(lo) > self._used:
+                # A line ended by a lone \r is returned only once the next
+                # character is decoded: the bytes that made it are not
+                # consumed. Counting the held \r finds the line's end.
+                lo = fewest(True)
         finally:
             dec.setstate(saved)
         return start + lo
@@ -295,6 +325,8 @@ class AsyncTextFile(LineReader[str]):
         :meth:`tell`."""
         offset, whence = _int_arg(offset, "offset"), _int_arg(whence, "whence")
         self.buffer._check_open()
+        if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
+            raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
         if whence == os.SEEK_CUR:
             if offset != 0:
                 raise io.UnsupportedOperation("can't do nonzero cur-relative seeks")

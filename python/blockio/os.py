@@ -22,6 +22,7 @@ loop.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os as _os
 from typing import Any, Optional
 
@@ -49,6 +50,10 @@ async def stat(path: Any, *, dir_fd: Optional[int] = None, follow_symlinks: bool
         result: _os.stat_result = await _thread_stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks,
                                                      loop=loop, executor=executor)
         return result
+    if not _os.fspath(path):
+        # An empty path names no file (the ring's statx of "" would be of
+        # the current directory): os.stat's error.
+        raise FileNotFoundError(errno.ENOENT, _os.strerror(errno.ENOENT), path)
     return await default_engine()._astat(path, bool(follow_symlinks))
 
 

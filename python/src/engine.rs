@@ -49,6 +49,15 @@ pub(crate) struct Core {
     /// Consecutive misses of [`Core::read_cached`] (counting on past
     /// [`MISSES_BEFORE_SKIPPING`] as the reads it skips).
     pub(crate) cache_misses: AtomicU64,
+    /// The descriptors the async engines made on first use, recorded as
+    /// the engines' own (see [`crate::fds::own_new`]) until close or drop.
+    pub(crate) own_fds: Mutex<Vec<RawFd>>,
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        disown(&self.own_fds.lock().expect("own fds lock"));
+    }
 }
 
 /// Operations in flight at once on the file-system jobs' engine: enough
@@ -127,7 +136,10 @@ impl Core {
                     CallerDriving::new().completion_eventfd(eventfd),
                 ));
             }
+            let before = anon_fds();
             *slot = Some(b.build().map_err(io_err)?);
+            let made = own_new(&before);
+            self.own_fds.lock().expect("own fds lock").extend(made);
         }
         Ok(slot.clone().expect("built above"))
     }
@@ -301,6 +313,7 @@ impl Core {
             spare: Mutex::new(Vec::new()),
             fs: fsjobs::Pool::default(),
             cache_misses: AtomicU64::new(0),
+            own_fds: Mutex::new(Vec::new()),
         })
     }
 
@@ -845,6 +858,9 @@ impl Core {
         // Dropping the futures cancels their operations (outside the lock).
         drop(cut);
         *self.aio.lock().expect("aio lock") = AioEngines::default();
+        disown(&std::mem::take(
+            &mut *self.own_fds.lock().expect("own fds lock"),
+        ));
         *self.engine.lock().expect("engine lock") = None;
         *self.fs_engine.lock().expect("fs engine lock") = None;
         release_parked(py);

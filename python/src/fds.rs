@@ -5,7 +5,7 @@
 use std::io;
 use std::os::fd::{FromRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::{Mutex, Once};
 
 use blockio::aio::{AsyncEngine, AsyncFile};
 use pyo3::prelude::*;
@@ -30,7 +30,8 @@ pub(crate) fn fd_flags(fd: RawFd) -> i32 {
 /// handlers run between them (Ctrl-C raises `KeyboardInterrupt`). A
 /// regular file or block device is always ready, which costs one `poll`
 /// call; so is a descriptor `poll` refuses, whose operation then reports
-/// the error.
+/// the error. An epoll instance fails with `EINVAL` at once, as `os.read`
+/// of one does (see [`is_epoll`]), where waiting for it could last for ever.
 pub(crate) fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> PyResult<()> {
     let poll = |timeout: libc::c_int| {
         let mut p = libc::pollfd {
@@ -42,7 +43,18 @@ pub(crate) fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> Py
         let n = unsafe { libc::poll(&mut p, 1, timeout) };
         n != 0 && !(n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR))
     };
-    if fd < 0 || poll(0) {
+    if fd < 0 {
+        return Ok(());
+    }
+    let flags = fd_flags(fd);
+    if is_own(fd, flags) {
+        return Err(crate::io_err(io::Error::from_raw_os_error(libc::EBADF)));
+    }
+    if is_epoll(fd, flags) {
+        // Ready or not, an io_uring operation on it would never complete.
+        return Err(crate::io_err(io::Error::from_raw_os_error(libc::EINVAL)));
+    }
+    if poll(0) {
         return Ok(());
     }
     loop {
@@ -117,6 +129,12 @@ pub(crate) fn hold_file(
     if fd < 0 {
         return Err(libc::EBADF);
     }
+    // Looked at again if the number was not open then: making the async
+    // engine on first use may have just given it to one of its own.
+    let flags = if flags == -1 { fd_flags(fd) } else { flags };
+    if is_own(fd, flags) {
+        return Err(libc::EBADF);
+    }
     if is_epoll(fd, flags) {
         return Err(libc::EINVAL);
     }
@@ -131,4 +149,59 @@ pub(crate) fn hold_file(
     // SAFETY: `dup` is a new descriptor that nothing else owns.
     let file = unsafe { std::fs::File::from_raw_fd(dup) };
     Ok((AsyncFile::from_file(aio, file), dup))
+}
+
+/// The anonymous-inode descriptors (eventfds, rings) the engines made
+/// lazily, on first use: the number of a descriptor the caller closed
+/// can become one of them, and an operation on that stale number would
+/// then wait on the engine's own eventfd for ever (or steal its
+/// wake-ups). Such a number fails with `EBADF`, as it would have before.
+static OWN: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
+
+/// The anonymous-inode descriptors open now (`/proc/self/fd`).
+pub(crate) fn anon_fds() -> Vec<RawFd> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let e = e.ok()?;
+        let fd: RawFd = e.file_name().to_str()?.parse().ok()?;
+        let target = std::fs::read_link(e.path()).ok()?;
+        target
+            .as_os_str()
+            .to_str()?
+            .starts_with("anon_inode:")
+            .then_some(fd)
+    })
+    .collect()
+}
+
+/// Records as the engines' own the anonymous descriptors open now that
+/// were not in `before` (taken with [`anon_fds`] before making them); the
+/// numbers recorded, for [`disown`].
+pub(crate) fn own_new(before: &[RawFd]) -> Vec<RawFd> {
+    let new: Vec<RawFd> = anon_fds()
+        .into_iter()
+        .filter(|fd| !before.contains(fd))
+        .collect();
+    OWN.lock().expect("own fds lock").extend(&new);
+    new
+}
+
+/// Forgets `fds` (their engine is closed: the numbers are free again).
+pub(crate) fn disown(fds: &[RawFd]) {
+    let mut own = OWN.lock().expect("own fds lock");
+    for fd in fds {
+        if let Some(i) = own.iter().position(|o| o == fd) {
+            own.swap_remove(i);
+        }
+    }
+}
+
+/// Whether `fd` is one of the engines' own descriptors (see [`OWN`]).
+/// Free for a descriptor made by `open` (`flags` with `O_LARGEFILE`).
+pub(crate) fn is_own(fd: RawFd, flags: i32) -> bool {
+    flags != -1
+        && flags & KERNEL_O_LARGEFILE == 0
+        && OWN.lock().expect("own fds lock").contains(&fd)
 }

@@ -175,6 +175,49 @@ fn fstat(engine: &blockio::Engine, fd: &OwnedFd) -> io::Result<libc::statx> {
     engine.stat_batch(&[PathAt::file(fd)], 0)?.remove(0)
 }
 
+/// Whether `st` is of a FIFO or a socket (read in order, not by offset).
+fn is_stream(st: &libc::statx) -> bool {
+    matches!(
+        u32::from(st.stx_mode) & libc::S_IFMT,
+        libc::S_IFIFO | libc::S_IFSOCK
+    )
+}
+
+/// Everything `fd` (a FIFO or socket) gives until its end, read in order;
+/// waits for data when the descriptor is non-blocking.
+fn read_stream(fd: RawFd) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        // SAFETY: `buf` is valid for writes of its length.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            let n = n as usize;
+            out.try_reserve(n)
+                .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+            out.extend_from_slice(&buf[..n]);
+            continue;
+        }
+        if n == 0 {
+            return Ok(out);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => {}
+            Some(libc::EAGAIN) => {
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd on the stack.
+                unsafe { libc::poll(&mut p, 1, -1) };
+            }
+            _ => return Err(e),
+        }
+    }
+}
+
 fn is_dir(st: &libc::statx) -> bool {
     u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR
 }
@@ -206,12 +249,58 @@ struct Whole {
 /// since its `statx`, a file in `/proc`, whose reads come back short
 /// before its end) is read on, into more room when full, until a read
 /// returns nothing.
+///
+/// Near the process's descriptor limit, a file whose open fails with
+/// `EMFILE` or `ENFILE` while others of its round held descriptors is
+/// tried again once they are closed, in rounds no larger than the number
+/// that could be open: a file fails for the limit only if it cannot be
+/// opened alone, as a loop of `Path.read_bytes` would find.
 pub(crate) fn read_files(
     engine: &blockio::Engine,
     paths: &[CString],
 ) -> io::Result<Vec<io::Result<Vec<u8>>>> {
     let mut out = Vec::with_capacity(paths.len());
     for round in paths.chunks(FILES_PER_ROUND) {
+        out.extend(read_within_limit(engine, round)?);
+    }
+    Ok(out)
+}
+
+/// [`read_round`], then again for the files that met the descriptor limit
+/// (see [`read_files`]), in smaller rounds each time.
+fn read_within_limit(
+    engine: &blockio::Engine,
+    paths: &[CString],
+) -> io::Result<Vec<io::Result<Vec<u8>>>> {
+    let mut results = read_round(engine, paths)?;
+    let limited: Vec<usize> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            matches!(r, Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if limited.is_empty() || paths.len() == 1 {
+        return Ok(results);
+    }
+    let room = (paths.len() - limited.len()).max(1);
+    let retry: Vec<CString> = limited.iter().map(|&i| paths[i].clone()).collect();
+    let mut again = Vec::with_capacity(retry.len());
+    for chunk in retry.chunks(room) {
+        again.extend(read_within_limit(engine, chunk)?);
+    }
+    for (i, r) in limited.into_iter().zip(again) {
+        results[i] = r;
+    }
+    Ok(results)
+}
+
+/// One round of [`read_files`]: every file of `paths` open at once.
+fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io::Result<Vec<u8>>>> {
+    let mut out = Vec::with_capacity(paths.len());
+    {
+        let round = paths;
         let reqs: Vec<OpenRequest<'_>> = round
             .iter()
             .map(|p| OpenRequest::new(PathAt::cwd(p)))
@@ -229,6 +318,18 @@ pub(crate) fn read_files(
         for ((i, _), st) in ats.iter().zip(stats) {
             wholes[*i] = Some(match st {
                 Ok(st) if is_dir(&st) => Err(io::Error::from_raw_os_error(libc::EISDIR)),
+                Ok(st) if is_stream(&st) => {
+                    // A FIFO or socket has no offsets for the ring's
+                    // positional reads: read in order, to its end, as
+                    // `Path.read_bytes` does.
+                    let fd = files[*i].as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
+                    read_stream(fd).map(|buf| Whole {
+                        got: buf.len(),
+                        buf,
+                        regular: None,
+                        done: true,
+                    })
+                }
                 Ok(st) => {
                     let size = usize::try_from(st.stx_size).unwrap_or(usize::MAX - 1);
                     let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;

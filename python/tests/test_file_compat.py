@@ -421,3 +421,26 @@ def test_readall_peek_read1_and_writelines(tmp_path):
         assert p.read_bytes() == b"a\n"
 
     run(main())
+
+
+def test_negative_descriptor_and_binary_line_buffering_as_the_builtin(tmp_path):
+    """Open arguments the built-in refuses or warns about: a negative
+    descriptor is ValueError('negative file descriptor'), and buffering=1
+    in binary mode gives the built-in's RuntimeWarning."""
+    with pytest.raises(ValueError) as ref:
+        open(-1, "rb")
+    with pytest.raises(ValueError) as ours:
+        asyncio.run(_open_and_close(-1, "rb"))
+    assert str(ours.value) == str(ref.value)
+    p = tmp_path / "f"
+    p.write_bytes(b"x")
+    with pytest.warns(RuntimeWarning) as ref_w:
+        open(p, "rb", buffering=1).close()
+    with pytest.warns(RuntimeWarning) as our_w:
+        asyncio.run(_open_and_close(p, "rb", buffering=1))
+    assert str(our_w[0].message) == str(ref_w[0].message)
+
+
+async def _open_and_close(file, mode, **kw):
+    f = await blockio.open(file, mode, **kw)
+    await f.close()

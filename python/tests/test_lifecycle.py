@@ -398,6 +398,69 @@ def test_aread_on_an_epoll_descriptor_completes_or_raises(backend, tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("call", ["read_batch", "readinto_batch", "write_batch"])
+def test_a_synchronous_batch_on_an_epoll_descriptor_raises_einval(backend, tmp_path, call):
+    """F-9: a synchronous batch on an epoll instance fails with EINVAL at
+    once, as os.read of it does, instead of waiting for ever."""
+    code, out = run_child(f"""
+        import errno, os, select, blockio
+        e = blockio.Engine(backend={backend!r})
+        ep = select.epoll()
+        try:
+            os.read(ep.fileno(), 10)
+        except OSError as x:
+            assert x.errno == errno.EINVAL
+        try:
+            if {call!r} == "read_batch":
+                e.read_batch(ep.fileno(), offsets=[0], length=10)
+            elif {call!r} == "readinto_batch":
+                e.readinto_batch([(ep.fileno(), bytearray(10), 0)])
+            else:
+                e.write_batch([(ep.fileno(), b"x", 0)])
+        except OSError as x:
+            print("raised", x.errno == errno.EINVAL)
+        else:
+            print("completed")
+        e.close()
+    """, cwd=tmp_path)
+    assert code == 0 and "raised True" in out, out
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_a_stale_descriptor_number_reused_by_the_engine_raises_ebadf(backend, tmp_path):
+    """F-5: a number the caller closed, which the engine's own descriptors
+    (made on first use) then take, fails with EBADF, as os.pread of the
+    closed number does, instead of waiting on the engine's eventfd."""
+    (tmp_path / "data").write_bytes(os.urandom(1 << 16))
+    code, out = run_child(f"""
+        import asyncio, errno, os, blockio
+        e = blockio.Engine(backend={backend!r})
+
+        async def main():
+            # Closed once the loop is running: the next descriptor made is
+            # the engine's own, on its first asynchronous call.
+            fd = os.open("data", os.O_RDONLY)
+            os.close(fd)
+            try:
+                os.pread(fd, 10, 0)
+            except OSError as x:
+                assert x.errno == errno.EBADF
+            try:
+                await asyncio.wait_for(e.aread(fd, offset=0, length=40960), 60)
+            except asyncio.TimeoutError:  # (an OSError too: caught first)
+                print("never completed")
+            except OSError as x:
+                print("raised", x.errno == errno.EBADF)
+            else:
+                print("completed")
+
+        asyncio.run(main())
+        e.close()
+    """, cwd=tmp_path)
+    assert code == 0 and "raised True" in out, out
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
 def test_one_buffer_twice_in_a_read_batch_is_refused(data_file, backend):
     """Two reads into the same memory in one batch are refused before any
     is submitted, naming the items; distinct slices of one buffer are

@@ -131,3 +131,17 @@ def test_mkdir_and_symlink_go_through_the_engine_as_os_does(tmp_path, monkeypatc
         os.umask(old)
         loop.close()
         core.close()
+
+
+@pytest.mark.parametrize("path", ["", b""])
+@pytest.mark.parametrize("follow_symlinks", [True, False])
+def test_stat_of_an_empty_path_raises_as_os_stat(path, follow_symlinks):
+    """F-8: os.stat("") raises FileNotFoundError; so does blockio.os.stat,
+    never the current directory's stat."""
+    import blockio.os as bos
+
+    with pytest.raises(FileNotFoundError) as ref:
+        os.stat(path, follow_symlinks=follow_symlinks)
+    with pytest.raises(FileNotFoundError) as ours:
+        asyncio.run(bos.stat(path, follow_symlinks=follow_symlinks))
+    assert str(ours.value) == str(ref.value)

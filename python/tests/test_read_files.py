@@ -130,3 +130,69 @@ def test_read_files_of_a_file_larger_than_memory_raises_memory_error(tmp_path, b
         assert isinstance(got[0], MemoryError) and got[1] == small.read_bytes()
     finally:
         e.close()
+
+
+@BACKENDS
+@pytest.mark.parametrize("limit", [40, 256])
+def test_read_files_near_the_descriptor_limit_reads_what_a_loop_reads(tmp_path, backend, limit):
+    """F-14: with few descriptors left (RLIMIT_NOFILE), read_files reads
+    every file a loop of Path.read_bytes reads, instead of failing those
+    its own round of opens crowded out."""
+    import subprocess
+    import sys
+
+    for i in range(1000):
+        (tmp_path / f"f{i:04}").write_bytes(b"%d" % i * 10)
+    code = f"""
+import asyncio, pathlib, resource, blockio
+e = blockio.Engine(backend={backend!r})
+paths = sorted(pathlib.Path({str(tmp_path)!r}).iterdir())
+e.read_files(paths[:1])  # (the engine's own descriptors made first)
+resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+want = [p.read_bytes() for p in paths]
+got = e.read_files(paths, return_exceptions=True)
+agot = asyncio.run(e.aread_files(paths, return_exceptions=True))
+print(sum(g != w for g, w in zip(got, want)), sum(g != w for g, w in zip(agot, want)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["0", "0"], out.stdout + out.stderr
+
+
+@BACKENDS
+def test_read_files_reads_a_fifo_as_read_bytes_does(tmp_path, backend):
+    """F-7: a FIFO whose writer is waiting reads as Path.read_bytes reads
+    it (the writer's bytes), not ESPIPE, and the writer sees no EPIPE."""
+    import threading
+
+    fifo = tmp_path / "fifo"
+    small = tmp_path / "small"
+    small.write_bytes(b"small")
+    e = blockio.Engine(backend=backend)
+    try:
+        for reader in ("reference", "blockio"):
+            os.mkfifo(fifo)
+            wrote = []
+
+            def writer():
+                with open(fifo, "wb") as w:
+                    w.write(b"y" * 100)
+                wrote.append(True)
+
+            t = threading.Thread(target=writer, daemon=True)
+            t.start()
+            if reader == "reference":
+                assert fifo.read_bytes() == b"y" * 100
+            else:
+                # Opened while the writer waits (no writer yet would read
+                # as empty): retried until the writer's bytes arrive.
+                got = b""
+                for _ in range(1000):
+                    got = e.read_files([fifo, small])
+                    if got[0]:
+                        break
+                assert got == [b"y" * 100, b"small"]
+            t.join(60)
+            assert wrote == [True]
+            fifo.unlink()
+    finally:
+        e.close()

@@ -519,7 +519,6 @@ fn parse_block(s: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-/// `--help`.
 /// Writes `text` to standard output, flushed; a failure (`> /dev/full`)
 /// is GNU's "write error" with exit status 1, never a panic.
 fn write_out(text: &str) -> Result<(), Usage> {
@@ -533,6 +532,7 @@ fn write_out(text: &str) -> Result<(), Usage> {
         })
 }
 
+/// The text `--help` prints.
 fn help() -> String {
     let p = program();
     format!(
@@ -696,7 +696,11 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
         use std::io::Write;
         std::io::stdout().flush()
     };
-    if let Some(e) = copy::output_error().or(flushed.err()) {
+    if let Some(e) = report
+        .output_error
+        .map(std::io::Error::from_raw_os_error)
+        .or(flushed.err())
+    {
         eprintln!(
             "{}: write error: {}",
             program(),

@@ -1,0 +1,85 @@
+"""Text files against the built-in ``open`` on the same input: BOMs when
+appending, ``seek(tell())`` after a line ended by a lone ``\\r``, and a
+write at the start of a UTF-16 file followed by a read."""
+
+import asyncio
+import io
+import os
+
+import pytest
+
+import blockio
+
+BOMS = pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "utf-8-sig"])
+
+
+@BOMS
+@pytest.mark.parametrize("mode", ["a", "a+"])
+@pytest.mark.parametrize("text", ["日本\n", ""])
+def test_appending_to_a_bom_file_adds_no_bom(tmp_path, encoding, mode, text):
+    """F-2: appending to a non-empty UTF-16/32/utf-8-sig file writes no
+    second BOM in the middle of it (the built-in writes none)."""
+    ref, ours = tmp_path / "ref", tmp_path / "ours"
+    for p in (ref, ours):
+        p.write_bytes("line1\n".encode(encoding))
+    with open(ref, mode, encoding=encoding) as f:
+        f.write(text)
+
+    async def main():
+        async with blockio.open(ours, mode, encoding=encoding) as f:
+            await f.write(text)
+
+    asyncio.run(main())
+    assert ours.read_bytes() == ref.read_bytes()
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1", "utf-16", "utf-32", "gb18030"])
+@pytest.mark.parametrize("newline", [None, ""])
+def test_seek_to_tell_after_a_line_ended_by_a_lone_cr(tmp_path, encoding, newline):
+    """F-11: seek(tell()) taken after a line ending in a lone \\r reads the
+    next line whole, as the built-in does (no character skipped)."""
+    p = tmp_path / "f"
+    p.write_bytes("foo\rbar\nbaz\rqux\r\nend\n".encode(encoding))
+    with open(p, "r", encoding=encoding, newline=newline) as f:
+        want = []
+        while True:
+            line = f.readline()
+            if not line:
+                break
+            f.seek(f.tell())
+            want.append(line)
+
+    async def main():
+        got = []
+        async with blockio.open(p, "r", encoding=encoding, newline=newline) as f:
+            while True:
+                line = await f.readline()
+                if not line:
+                    break
+                await f.seek(await f.tell())
+                got.append(line)
+        return got
+
+    assert asyncio.run(main()) == want
+
+
+def test_utf16_write_at_the_start_then_readline(tmp_path):
+    """F-3: readline, seek(0), write(""), readline in r+ UTF-16 returns
+    the first line, as the built-in does (no 'stream does not start with
+    BOM' error)."""
+    p = tmp_path / "f"
+    p.write_bytes("line1\nline2\n".encode("utf-16"))
+    with open(p, "r+", encoding="utf-16") as f:
+        f.readline()
+        f.seek(0)
+        f.write("")
+        want = f.readline()
+
+    async def main():
+        async with blockio.open(p, "r+", encoding="utf-16") as f:
+            await f.readline()
+            await f.seek(0)
+            await f.write("")
+            return await f.readline()
+
+    assert asyncio.run(main()) == want == "line1\n"
