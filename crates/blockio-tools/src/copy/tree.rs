@@ -86,7 +86,7 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
             errors: &errors,
             counts: Counts::default(),
             links: Default::default(),
-            made_links: Default::default(),
+            made_links: (sources.len() > 1).then(Default::default),
             creators: super::creators::Creators::new(opts.threads),
             umask: current_umask(),
         },
@@ -1366,9 +1366,9 @@ impl Walker<'_> {
         let set = match kind {
             Made::Link => {
                 self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
-                let mut made = self.ctx.made_links.lock().expect("made links lock");
-                made.insert(dst.clone());
-                drop(made);
+                if let Some(made) = &self.ctx.made_links {
+                    made.lock().expect("made links lock").insert(dst.clone());
+                }
                 (keep.ownership || keep.timestamps)
                     .then(|| set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep))
             }
