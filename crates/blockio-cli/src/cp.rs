@@ -624,9 +624,32 @@ fn with_leading_dashes(args: &[OsString]) -> Vec<OsString> {
     args.to_vec()
 }
 
+/// Under a limit on address space (`ulimit -v`, `RLIMIT_AS`), keeps
+/// glibc's allocator to its one main arena: each worker thread would
+/// otherwise get an arena of its own, reserving 64 MiB of address space
+/// apiece, and an allocation failing under the limit aborts the process.
+/// With one arena the threads share it, and the copy fits where one
+/// thread's does (coreutils' `tests/cp/link-heap.sh`).
+fn one_arena_under_address_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the rlimit it is given, valid for the
+    // call.
+    let limited = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0
+        && lim.rlim_cur != libc::RLIM_INFINITY;
+    if limited {
+        // SAFETY: mallopt only sets an allocator parameter; called before
+        // the copy's threads start, and M_ARENA_MAX is one glibc knows.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    }
+}
+
 /// Runs `cp`; `Ok(false)` when anything failed (each failure reported),
 /// including a usage error (exit status 1, as GNU's).
 pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
+    one_arena_under_address_limit();
     let cmd = match parse(&with_leading_dashes(&args.args)) {
         Ok(Some(cmd)) => cmd,
         Ok(None) => return Ok(true),

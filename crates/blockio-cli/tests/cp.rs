@@ -404,3 +404,54 @@ fn a_full_destination_fails_clearly_and_leaves_no_partial_file() {
         "the file that fits was copied: {err}"
     );
 }
+
+/// Runs `blockio cp ARGS` in `dir` with its address space limited to
+/// `kib` KiB (`ulimit -v`); whether it succeeded, and its messages.
+fn cp_within(dir: &Path, kib: u64, args: &str) -> (Option<i32>, String) {
+    let o = Command::new("sh")
+        .args([
+            "-c",
+            &format!("ulimit -v {kib} && exec \"$0\" cp {args}"),
+            env!("CARGO_BIN_EXE_blockio"),
+        ])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (o.status.code(), stderr(&o))
+}
+
+/// Under `ulimit -v`, the worker threads cost little address space
+/// beyond what one thread's copy takes: they share one allocation arena
+/// instead of reserving 64 MiB each, and a thread that cannot be had
+/// leaves the work to fewer. Before, three threads aborted on a failed
+/// allocation within 4 MB of what one thread's copy needed (part of
+/// coreutils' `tests/cp/link-heap.sh`, whose `cp -al` of 30,000 entries
+/// within 4 MB of one file's copy still fails: the listed entries take
+/// more memory than GNU's).
+#[test]
+fn more_threads_fit_within_an_address_space_limit_one_thread_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = d.join("e").join("a");
+    fs::create_dir_all(&a).unwrap();
+    for i in 0..1000 {
+        fs::write(a.join(format!("{i:031}")), b"").unwrap();
+    }
+    for i in 0..500 {
+        fs::create_dir(a.join(format!("d{i:030}"))).unwrap();
+    }
+    // The least address space (in steps of 1 MiB) in which one thread's
+    // `cp -al` of the tree succeeds, as coreutils' get_min_ulimit_v_ finds it.
+    let mut one = 4096;
+    loop {
+        let _ = fs::remove_dir_all(d.join("g"));
+        if cp_within(d, one, "--threads=1 -al e g").0 == Some(0) {
+            break;
+        }
+        one += 1024;
+        assert!(one < 1 << 20, "cp -al e g fails even under 1 GiB");
+    }
+    let (code, err) = cp_within(d, one + 4000, "--threads=3 -al e g3");
+    assert_eq!(code, Some(0), "under ulimit -v {}: {err}", one + 4000);
+    assert_eq!(fs::read_dir(d.join("g3").join("a")).unwrap().count(), 1500);
+}

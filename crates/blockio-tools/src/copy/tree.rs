@@ -119,9 +119,16 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         // Every thread walks directories and copies files alike, so that no
         // core waits on a single walker (the first levels of a tree hold only
         // directories) and the walk itself runs in parallel.
+        // A thread that cannot be had (under a limit on threads or on
+        // address space) leaves the work to fewer: this one alone if need be.
         std::thread::scope(|s| {
             for _ in 1..opts.threads {
-                s.spawn(|| walker.work_loop());
+                if std::thread::Builder::new()
+                    .spawn_scoped(s, || walker.work_loop())
+                    .is_err()
+                {
+                    break;
+                }
             }
             walker.work_loop();
         });
