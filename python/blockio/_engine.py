@@ -137,6 +137,12 @@ def _out_of_range(length: Any, offsets: Iterable[Any], what: str = "offsets") ->
     return ValueError(f"an argument is out of range for {what}")
 
 
+def _one_offset(e: TypeError) -> TypeError:
+    """The core's ``TypeError`` for a call of one ``offset`` (``aread``),
+    naming that argument rather than the list it was passed in."""
+    return TypeError(str(e).replace("argument 'offsets'", "argument 'offset'"))
+
+
 #: A batch's future: asyncio's, or the stand-in under trio.
 _Future = Union["asyncio.Future[List[Any]]", TrioFuture]
 
@@ -531,6 +537,8 @@ class Engine:
                 got = await self._run_trio(file, self._core.submit_read, _fd(file), [offset], length)
             except OverflowError:
                 raise _out_of_range(length, [offset], "offset") from None
+            except TypeError as e:
+                raise _one_offset(e) from None
             r0: bytes = _finish(got, [_name(file)], False)[0]
             return r0
         fd = file if type(file) is int else _fd(file)
@@ -556,6 +564,8 @@ class Engine:
             token = self._core.submit_read((fut, file), fd, [offset], length)
         except OverflowError:
             raise _out_of_range(length, [offset], "offset") from None
+        except TypeError as e:
+            raise _one_offset(e) from None
         try:
             r = (await fut)[0]
         except asyncio.CancelledError:

@@ -214,3 +214,23 @@ def test_detach_on_a_pipe_hands_back_the_unread_stream(engine):
         assert sync.read() == b"bc"
     finally:
         sync.close()
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_aread_type_error_names_its_offset_argument(tmp_path, backend):
+    """aread(offset=1.0) raises TypeError naming 'offset', the argument
+    the caller gave, not the core's list 'offsets'."""
+    p = tmp_path / "f"
+    p.write_bytes(b"abc")
+    e = blockio.Engine(backend=backend)
+    fd = os.open(p, os.O_RDONLY)
+
+    async def main():
+        with pytest.raises(TypeError, match="argument 'offset':"):
+            await e.aread(fd, offset=1.0, length=1)
+
+    try:
+        asyncio.run(main())
+    finally:
+        os.close(fd)
+        e.close()

@@ -1,4 +1,4 @@
-//! Benchmarks of the blockio engine, run by the `blockio` binary:
+//! Benchmarks of the blockio engine, run by the `blockio-bench` binary:
 //!
 //! * [`bench`](mod@bench): `blockio-bench read`, every reading strategy (pread, threads, an
 //!   async runtime's thread pool, the engine on io_uring, the engine's auto

@@ -519,7 +519,6 @@ fn parse_block(s: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-/// `--help`.
 /// Writes `text` to standard output, flushed; a failure (`> /dev/full`)
 /// is GNU's "write error" with exit status 1, never a panic.
 fn write_out(text: &str) -> Result<(), Usage> {
@@ -533,6 +532,7 @@ fn write_out(text: &str) -> Result<(), Usage> {
         })
 }
 
+/// The text `--help` prints.
 fn help() -> String {
     let p = program();
     format!(

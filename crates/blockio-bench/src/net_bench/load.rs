@@ -148,7 +148,7 @@ fn idle(addr: SocketAddr, connections: usize) -> Result<Outcome> {
 }
 
 /// A child process holding idle connections to a server while another
-/// load runs ([`idle`]).
+/// load runs (the `idle` workload).
 pub struct IdleHolder {
     child: std::process::Child,
 }

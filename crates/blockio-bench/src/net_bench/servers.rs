@@ -42,7 +42,7 @@ pub enum Runtime {
     BlockioCaller,
     /// As `blockio-caller`, and operations started in one round of tasks
     /// reach the kernel together, in one `io_uring_enter` by the driving
-    /// task ([`Submit::PerRound`](blockio::aio::Submit::PerRound)).
+    /// task ([`Submit::PerRound`]).
     BlockioRound,
     /// As `blockio-round`, and each connection reads through its
     /// [`recv_stream`](blockio::net::TcpStream::recv_stream): one multishot

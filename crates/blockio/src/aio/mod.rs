@@ -127,8 +127,34 @@ struct EngineCore {
     recv_ring: OnceLock<Option<Arc<BufRing>>>,
     /// The epoll set of operations performed by readiness on an io_uring
     /// engine (see [`AsyncEngine::submit_by_readiness`]), started at first
-    /// use.
+    /// use; never started on the thread-pool driver, which has its own
+    /// (see [`EngineCore::readiness`]).
     readiness: OnceLock<Readiness>,
+}
+
+impl EngineCore {
+    /// The epoll set socket operations wait in for readiness: the
+    /// thread-pool driver's own, else the engine's, started now if it is
+    /// not yet. Not kept when it fails to start (no descriptor for the
+    /// set, no thread): the next request tries again.
+    fn readiness(&self) -> io::Result<&Readiness> {
+        if let Some(set) = self.started_readiness() {
+            return Ok(set);
+        }
+        let set = Readiness::new()?;
+        // A set started meanwhile by another thread wins; this one is
+        // dropped unused.
+        Ok(self.readiness.get_or_init(move || set))
+    }
+
+    /// The readiness set if one is running; with none, no operation waits
+    /// for readiness.
+    fn started_readiness(&self) -> Option<&Readiness> {
+        match &self.driver {
+            Driver::Pool(pool) => Some(pool.sockets()),
+            Driver::Thread(_) | Driver::Caller(_) => self.readiness.get(),
+        }
+    }
 }
 
 impl fmt::Debug for AsyncEngine {
@@ -354,23 +380,8 @@ impl AsyncEngine {
     /// goes this way so that a killed server's port is free the moment its
     /// process is gone, not only once the kernel has torn its ring down.
     pub(crate) fn submit_by_readiness(&self, req: Request) {
-        if let Driver::Pool(_) = self.core.driver {
-            return self.core.driver.submit([req]);
-        }
-        if let Some(set) = self.core.readiness.get() {
-            return set.submit(req);
-        }
-        // Not kept when it fails (no descriptor for the epoll set, no
-        // thread): the next request tries again.
-        match Readiness::new() {
-            Ok(set) => {
-                // A set started meanwhile by another thread wins; this one
-                // is dropped unused.
-                let _ = self.core.readiness.set(set);
-                if let Some(set) = self.core.readiness.get() {
-                    set.submit(req);
-                }
-            }
+        match self.core.readiness() {
+            Ok(set) => set.submit(req),
             Err(e) => req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO)),
         }
     }
@@ -378,10 +389,8 @@ impl AsyncEngine {
     /// Cancels an operation handed to
     /// [`submit_by_readiness`](Self::submit_by_readiness), if it waits.
     pub(crate) fn cancel_by_readiness(&self, target: Cancel) {
-        match (&self.core.driver, self.core.readiness.get()) {
-            (Driver::Pool(_), _) => self.core.driver.cancel(target),
-            (_, Some(set)) => set.cancel(&target),
-            _ => {}
+        if let Some(set) = self.core.started_readiness() {
+            set.cancel(&target);
         }
     }
 

@@ -36,6 +36,11 @@ impl PoolDriver {
         })
     }
 
+    /// The set socket requests wait in for readiness.
+    pub(crate) fn sockets(&self) -> &Readiness {
+        &self.sockets
+    }
+
     /// Worker threads (started or to be started).
     pub(crate) fn threads(&self) -> usize {
         self.workers.get().map_or(self.threads, WorkerPool::threads)

@@ -66,11 +66,8 @@ struct Watched {
 /// Whether a request waits for its socket to be readable (else writable),
 /// as its kind's class says.
 fn wants_read(kind: OpKind) -> bool {
-    match kind.class() {
-        OpClass::SocketIn => true,
-        // Only socket operations are watched.
-        OpClass::SocketOut | OpClass::FileData | OpClass::Metadata => false,
-    }
+    // Only socket operations are watched: any other class here is SocketOut.
+    kind.class() == OpClass::SocketIn
 }
 
 /// What the set watches `fd` for: the union of what `reqs` want.
@@ -116,25 +113,7 @@ fn connect_result(req: &Request) -> i32 {
 /// Whether the kind is a connect, which is not retried once in progress:
 /// its outcome is the socket's `SO_ERROR` when it becomes writable.
 fn is_connect(kind: OpKind) -> bool {
-    match kind {
-        OpKind::Connect => true,
-        OpKind::Accept
-        | OpKind::Recv
-        | OpKind::RecvSelect
-        | OpKind::Send
-        | OpKind::SendVectored
-        | OpKind::Read
-        | OpKind::Write
-        | OpKind::ReadVectored
-        | OpKind::WriteVectored
-        | OpKind::Fsync
-        | OpKind::Fdatasync
-        | OpKind::Open
-        | OpKind::Stat
-        | OpKind::Close
-        | OpKind::Mkdir
-        | OpKind::Symlink => false,
-    }
+    kind == OpKind::Connect
 }
 
 /// Whether a raw result means "not ready yet".

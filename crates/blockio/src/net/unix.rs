@@ -46,6 +46,13 @@ impl UnixListener {
             .map_err(fail)?;
         socket.listen(1024).map_err(fail)?;
         let sock = Sock::new(socket, engine).map_err(fail)?;
+        // Multishot accept where the ring has it: TCP accepts wait for
+        // readiness instead so that a killed server's port is free at once
+        // (see `TcpListenerOptions::multishot_accept`), but a Unix listener
+        // holds no port. Its address is the path, which a restarted server
+        // must remove before binding anyway; the dead process's socket,
+        // still held by its ring, is then bound to no name and in the way
+        // of nothing.
         Ok(UnixListener {
             accepts: AcceptQueue::new(&sock, true),
             sock,

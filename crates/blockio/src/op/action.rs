@@ -30,7 +30,7 @@ use std::os::fd::RawFd;
 use io_uring::{opcode, squeue, types};
 
 use crate::buf::PoolBuffers;
-use crate::kind::{OpClass, OpKind};
+use crate::kind::OpKind;
 
 /// The most bytes one read or write may ask for (the kernel's MAX_RW_COUNT);
 /// larger requests are clamped and come back short, as with `pread`.
@@ -727,10 +727,7 @@ impl Action {
     /// files: not for metadata, which is issued on the raw descriptor (for
     /// most of it a directory).
     pub(crate) fn takes_registered_file(&self) -> bool {
-        match self.kind().class() {
-            OpClass::FileData | OpClass::SocketIn | OpClass::SocketOut => true,
-            OpClass::Metadata => false,
-        }
+        !self.kind().is_metadata()
     }
 
     /// Performs the action with blocking system calls, retrying on EINTR;

@@ -21,7 +21,6 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use crate::direct::{Alignment, DirectFile};
 use crate::error::Site;
-use crate::kind::OpClass;
 pub use crate::kind::OpKind;
 use action::{Action, ReadArgs, ReadVectoredArgs, Vectored, WriteArgs, WriteVectoredArgs};
 
@@ -309,12 +308,7 @@ impl<'a> Op<'a> {
         let fits = offset <= i64::MAX as u64
             && match self.direct {
                 None => true,
-                Some(align) => match self.kind().class() {
-                    OpClass::FileData | OpClass::SocketIn | OpClass::SocketOut => {
-                        align.admits(offset, &self.action)
-                    }
-                    OpClass::Metadata => true,
-                },
+                Some(align) => self.kind().is_metadata() || align.admits(offset, &self.action),
             };
         if fits {
             None
@@ -328,9 +322,8 @@ impl<'a> Op<'a> {
     #[cold]
     #[inline(never)]
     fn refusal(&self) -> Option<std::io::Error> {
-        match self.kind().class() {
-            OpClass::FileData | OpClass::SocketIn | OpClass::SocketOut => {}
-            OpClass::Metadata => return None,
+        if self.kind().is_metadata() {
+            return None;
         }
         let refuse = |rule, bound| Some(self.site().refuse(rule, bound));
         let offset = self.offset();
