@@ -604,6 +604,17 @@ class AsyncFile(LineReader[bytes]):
             raise ValueError("raw stream has been detached")
         if self._file.closed:
             return
+        if self._engine.closed:
+            # The engine was closed under the file: what is buffered is
+            # written here, synchronously, as when the file is collected,
+            # rather than lost.
+            try:
+                self._write_now()
+            finally:
+                self._file.closed = True
+                if self._file.closefd:
+                    os.close(self._file.fd)
+            return
         try:
             await self._flush_writes()
         finally:
@@ -635,6 +646,24 @@ class AsyncFile(LineReader[bytes]):
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
+    def _write_now(self) -> None:
+        """Writes what is buffered with blocking system calls (no engine
+        to go through: the file is being collected, or its engine is
+        closed), at its place: the end in append mode."""
+        data, self._wbuf = bytes(self._wbuf), bytearray()
+        fd = self._file.fd
+        if not data:
+            return
+        if self._stream:
+            done = 0
+            while done < len(data):
+                done += os.write(fd, data[done:])
+            return
+        at = os.fstat(fd).st_size if self._append else self._wpos
+        done = 0
+        while done < len(data):
+            done += os.pwrite(fd, data[done:], at + done)
+
     def __del__(self) -> None:
         desc = getattr(self, "_file", None)
         if desc is None or desc.closed or desc.detached:
@@ -643,9 +672,7 @@ class AsyncFile(LineReader[bytes]):
         # Not awaitable here: what is buffered is written synchronously,
         # as the built-in buffered files do when collected.
         try:
-            if self._wbuf:
-                at = os.fstat(desc.fd).st_size if self._append else self._wpos
-                os.pwrite(desc.fd, bytes(self._wbuf), at)
+            self._write_now()
         finally:
             desc.closed = True
             if desc.closefd:

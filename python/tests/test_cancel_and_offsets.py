@@ -347,3 +347,23 @@ def test_seek_data_and_hole_as_the_builtin(tmp_path, whence, offset):
                 return e.errno
 
     assert asyncio.run(main()) == want
+
+
+@pytest.mark.parametrize("mode", ["wb", "ab", "w"])
+def test_closing_a_file_whose_engine_was_closed_keeps_its_buffered_bytes(tmp_path, mode):
+    """An explicit engine closed under an open file: the file's close still
+    writes what write() accepted (as the built-in file's close would) and
+    closes the descriptor, instead of raising and dropping the bytes."""
+    p = tmp_path / "f"
+    p.write_bytes(b"old:")
+
+    async def main():
+        e = blockio.Engine()
+        f = await blockio.open(p, mode, engine=e)
+        await f.write(b"hello" if "b" in mode else "hello")
+        e.close()
+        await f.close()
+        return f.closed
+
+    assert asyncio.run(main())
+    assert p.read_bytes() == (b"old:hello" if "a" in mode else b"hello")

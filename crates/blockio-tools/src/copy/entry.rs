@@ -123,39 +123,10 @@ impl Entry {
     }
     /// The `statx` of a regular file known from its directory entry only.
     pub fn unstated() -> libc::statx {
-        let mut st = blank_statx();
+        // SAFETY: `statx` is plain old data (integers only); all zeroes is
+        // a valid value (mask 0: nothing known but the type set below).
+        let mut st: libc::statx = unsafe { std::mem::zeroed() };
         st.stx_mode = libc::S_IFREG as u16;
-        st
-    }
-    /// rustix's `statx` of a file in the engine's form (`libc::statx`,
-    /// what the engine's batched `statx` gives every other entry).
-    pub fn statx_of(s: &rustix::fs::Statx) -> libc::statx {
-        let time = |t: &rustix::fs::StatxTimestamp| {
-            let mut out = blank_statx().stx_atime;
-            out.tv_sec = t.tv_sec;
-            out.tv_nsec = t.tv_nsec;
-            out
-        };
-        let mut st = blank_statx();
-        st.stx_mask = s.stx_mask;
-        st.stx_blksize = s.stx_blksize;
-        st.stx_attributes = s.stx_attributes.bits();
-        st.stx_nlink = s.stx_nlink;
-        st.stx_uid = s.stx_uid;
-        st.stx_gid = s.stx_gid;
-        st.stx_mode = s.stx_mode;
-        st.stx_ino = s.stx_ino;
-        st.stx_size = s.stx_size;
-        st.stx_blocks = s.stx_blocks;
-        st.stx_attributes_mask = s.stx_attributes_mask.bits();
-        st.stx_atime = time(&s.stx_atime);
-        st.stx_btime = time(&s.stx_btime);
-        st.stx_ctime = time(&s.stx_ctime);
-        st.stx_mtime = time(&s.stx_mtime);
-        st.stx_rdev_major = s.stx_rdev_major;
-        st.stx_rdev_minor = s.stx_rdev_minor;
-        st.stx_dev_major = s.stx_dev_major;
-        st.stx_dev_minor = s.stx_dev_minor;
         st
     }
     /// Whether `st` holds the file's attributes (`statx` sets the mask),
@@ -177,11 +148,17 @@ impl Entry {
     }
     /// The source's (device, inode).
     pub fn id(&self) -> (u64, u64) {
-        (
-            libc::makedev(self.st.stx_dev_major, self.st.stx_dev_minor),
-            self.st.stx_ino,
-        )
+        statx_id(&self.st)
     }
+}
+
+/// The (device, inode) pair that names the file `st` describes, as
+/// `stat`'s `(st_dev, st_ino)` does.
+pub(crate) fn statx_id(st: &libc::statx) -> (u64, u64) {
+    (
+        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+        st.stx_ino,
+    )
 }
 
 /// Regular files from one directory, for one worker.
@@ -225,12 +202,4 @@ pub(crate) struct Ctx<'a> {
 /// A path as written, for messages: `x`, not `./x`.
 pub(crate) fn parent_as_written(p: &Path) -> PathBuf {
     p.parent().unwrap_or(Path::new("")).to_path_buf()
-}
-
-/// A `statx` of all zeroes (mask 0: nothing known).
-fn blank_statx() -> libc::statx {
-    // SAFETY: `statx` is plain old data (integers only); all zeroes is a
-    // valid value. (libc, not rustix: the engine fills `libc::statx`, whose
-    // padding fields are private, so there is no safe constructor.)
-    unsafe { std::mem::zeroed() }
 }

@@ -10,7 +10,7 @@ use blockio::{AlignedBuf, Engine, Op, OpenRequest, PathAt};
 
 use super::at;
 use super::attrs::{set_attrs_at, Node};
-use super::entry::{Ctx, DirPair, Entry, Group};
+use super::entry::{statx_id, Ctx, DirPair, Entry, Group};
 use super::{quote, CopyOptions, Progress};
 
 /// With `--fsync`, files of at least this many bytes have their write-back
@@ -505,12 +505,26 @@ fn create_all<'g>(
     jobs
 }
 
-/// An existing destination, opened as it is: refused (`None`, reported)
-/// when it is the source itself (a hard link to it, or the file a link
-/// named on the command line leads to), emptied when it is a regular file
-/// (`Some(false)`); any other kind (a FIFO, a device) is written into as
-/// it is (`Some(true)`), as `cp` does, never replaced. Kept as it is
-/// (`None`, counted as skipped) when `-u` finds it newer or `-i` is told no.
+/// What becomes of an existing destination (see [`existing`]).
+enum Existing {
+    /// Written: as a stream (`true`: a FIFO, a device) or as a regular
+    /// file, emptied or made anew.
+    Write(bool),
+    /// Kept as it is by `-u`, not older than the source: it stands for
+    /// the copy, and the source's other names are linked to it.
+    KeptByUpdate,
+    /// Not written, and not a copy: the source itself (reported), kept
+    /// by `-i`'s answer, or an error reported.
+    Refused,
+}
+
+/// An existing destination, opened as it is: refused (reported) when it
+/// is the source itself (a hard link to it, or the file a link named on
+/// the command line leads to), emptied when it is a regular file
+/// (`Write(false)`); any other kind (a FIFO, a device) is written into as
+/// it is (`Write(true)`), as `cp` does, never replaced. Kept as it is
+/// (counted as skipped) when `-u` finds it newer (`KeptByUpdate`) or `-i`
+/// is told no (`Refused`).
 ///
 /// With `--preserve=links` (`-a`) an existing file with other names is
 /// replaced by a new one rather than written into, as GNU does: its other
@@ -525,9 +539,9 @@ fn existing(
     e: &Entry,
     dst: &mut at::Dest,
     decided: bool,
-) -> Option<bool> {
+) -> Existing {
     if dst.created {
-        return Some(false);
+        return Existing::Write(false);
     }
     let path = || dirs.dst_of(&e.dst_name);
     let st = match fstat(&dst.fd) {
@@ -535,25 +549,27 @@ fn existing(
         Err(err) => {
             ctx.errors
                 .report(format!("cannot stat {}", quote(&path())), Some(err));
-            return None;
+            return Existing::Refused;
         }
     };
-    if (
-        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
-        st.stx_ino,
-    ) == e.id()
-    {
+    if statx_id(&st) == e.id() {
         let what = format!(
             "{} and {} are the same file",
             quote(&dirs.src_of(&e.src_name)),
             quote(&path())
         );
         ctx.errors.report(what, None);
-        return None;
+        return Existing::Refused;
     }
     if !decided && super::keep_existing(ctx.opts, super::mtime(&e.st), super::mtime(&st), &path()) {
         ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
-        return None;
+        let by_update =
+            ctx.opts.update == super::Update::Older && super::mtime(&st) >= super::mtime(&e.st);
+        return if by_update {
+            Existing::KeptByUpdate
+        } else {
+            Existing::Refused
+        };
     }
     let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
     // Not with `--attributes-only`, which writes no data, as GNU's.
@@ -572,28 +588,28 @@ fn existing(
                 dst.fd = fresh.fd;
                 dst.created = true;
                 dst.removed = true;
-                return Some(false);
+                return Existing::Write(false);
             }
             Err(err) => {
                 let what = format!("cannot replace {}", quote(&path()));
                 ctx.errors.report(what, Some(err));
-                return None;
+                return Existing::Refused;
             }
         }
     }
     if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
-        return Some(true);
+        return Existing::Write(true);
     }
     if ctx.opts.attributes_only {
-        return Some(false);
+        return Existing::Write(false);
     }
     if let Err(err) = rustix::fs::ftruncate(&dst.fd, 0) {
         let err = io::Error::from(err);
         ctx.errors
             .report(format!("cannot truncate {}", quote(&path())), Some(err));
-        return None;
+        return Existing::Refused;
     }
-    Some(false)
+    Existing::Write(false)
 }
 
 /// The permission bits a copy is created with. With `-p` the owner's bits
@@ -666,7 +682,10 @@ fn create_dst(
     // sees them.
     if !(ctx.opts.preserve.links && (e.st.stx_nlink > 1 || e.follow_src)) {
         let mut dst = create()?;
-        return Ok(existing(ctx, pair, e, &mut dst, decided).map(|stream| (dst, stream)));
+        return Ok(match existing(ctx, pair, e, &mut dst, decided) {
+            Existing::Write(stream) => Some((dst, stream)),
+            Existing::KeptByUpdate | Existing::Refused => None,
+        });
     }
     // Held while the first copy is created, so a second name of the file
     // never links to a copy that does not exist yet.
@@ -714,23 +733,17 @@ fn create_dst(
     // the file is copied anew. One that `-u` keeps (not older than the
     // source) stands for the copy, as with GNU's `cp -au`: the file's
     // other names are linked to it (coreutils' tests/cp/preserve-link.sh).
-    let kept_by_update = !dst.created
-        && opts.update == super::Update::Older
-        && fstat(&dst.fd).is_ok_and(|st| {
-            let id = (
-                libc::makedev(st.stx_dev_major, st.stx_dev_minor),
-                st.stx_ino,
-            );
-            id != e.id() && super::mtime(&st) >= super::mtime(&e.st)
-        });
-    let Some(stream) = existing(ctx, pair, e, &mut dst, decided) else {
-        if kept_by_update {
+    match existing(ctx, pair, e, &mut dst, decided) {
+        Existing::Write(stream) => {
             links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
+            Ok(Some((dst, stream)))
         }
-        return Ok(None);
-    };
-    links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
-    Ok(Some((dst, stream)))
+        Existing::KeptByUpdate => {
+            links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
+            Ok(None)
+        }
+        Existing::Refused => Ok(None),
+    }
 }
 
 /// `-u`/`-i` on an existing destination that must be judged before it is
@@ -1180,7 +1193,7 @@ fn copy_to_eof(j: &Job<'_>, progress: &Progress, holes: bool) -> Result<u64, (Si
             return Ok(off);
         }
         if holes {
-            write_skipping_zero_blocks(&j.dst, off, &buf[..n])
+            write_skipping_zeros(&j.dst, off, &buf[..n])
         } else if j.stream {
             write_all(&j.dst, &buf[..n])
         } else {
@@ -1190,26 +1203,6 @@ fn copy_to_eof(j: &Job<'_>, progress: &Progress, holes: bool) -> Result<u64, (Si
         progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
         off += n as u64;
     }
-}
-
-/// Writes `buf` at `off` of a regular file, except the whole aligned
-/// 4 KiB blocks of zeros in it: those are left as holes (the file was
-/// empty, and is given its length at the end).
-fn write_skipping_zero_blocks(fd: &OwnedFd, off: u64, buf: &[u8]) -> io::Result<()> {
-    const BLOCK: u64 = 4096;
-    let mut at = 0usize;
-    while at < buf.len() {
-        let pos = off + at as u64;
-        let to_boundary = (BLOCK - pos % BLOCK) as usize;
-        let end = (at + to_boundary).min(buf.len());
-        let piece = &buf[at..end];
-        let whole = piece.len() as u64 == BLOCK;
-        if !(whole && piece.iter().all(|&b| b == 0)) {
-            write_full(fd, pos, piece, 0)?;
-        }
-        at = end;
-    }
-    Ok(())
 }
 
 /// One `read` at the file's position, retried when interrupted.
@@ -1249,23 +1242,30 @@ fn read_full(fd: &OwnedFd, offset: u64, buf: &mut [u8], mut done: usize) -> io::
     Ok(done)
 }
 
-/// `--sparse=always`: writes the blocks of `buf` (4 KiB each) that are not
-/// all zeros; the others stay holes (the file's length is set at the end).
+/// `--sparse=always`: writes the blocks of `buf` that are not all zeros,
+/// each run of them in one write; the others stay holes (the file was
+/// empty, and its length is set at the end). Blocks are the file's 4 KiB
+/// blocks, on file-offset boundaries whatever `offset` is, so a buffer
+/// that starts or ends inside one (a pipe's reads) leaves no zero block
+/// written as data: the first block of `buf` is the rest of the one
+/// `offset` falls in.
 fn write_skipping_zeros(fd: &OwnedFd, offset: u64, buf: &[u8]) -> io::Result<()> {
-    const HOLE: usize = 4096;
+    const HOLE: u64 = 4096;
+    // The end of the block of `buf` that starts at `k`: the next block
+    // boundary of the file, or the end of `buf`.
+    let block_end = |k: usize| (k + (HOLE - (offset + k as u64) % HOLE) as usize).min(buf.len());
+    let zero = |k: usize| buf[k..block_end(k)].iter().all(|&b| b == 0);
     let mut start = 0;
     while start < buf.len() {
-        // The next run of blocks holding data, written at once.
-        let zero = |k: usize| buf[k..(k + HOLE).min(buf.len())].iter().all(|&b| b == 0);
         if zero(start) {
-            start += HOLE;
+            start = block_end(start);
             continue;
         }
+        // The next run of blocks holding data, written at once.
         let mut end = start;
         while end < buf.len() && !zero(end) {
-            end += HOLE;
+            end = block_end(end);
         }
-        let end = end.min(buf.len());
         write_full(fd, offset + start as u64, &buf[start..end], 0)?;
         start = end;
     }
@@ -1389,11 +1389,29 @@ fn first_wave(sizes: impl Iterator<Item = u64>, wave: u64) -> usize {
     n
 }
 
-/// The attributes of an open file.
+/// The attributes of an open file, in the engine's form (`libc::statx`,
+/// what its batched `statx` gives every other entry), every field as the
+/// kernel filled it.
 fn fstat(fd: &OwnedFd) -> io::Result<libc::statx> {
-    use rustix::fs::{statx, AtFlags, StatxFlags};
-    let st = statx(fd, c"", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)?;
-    Ok(Entry::statx_of(&st))
+    // SAFETY: `statx` is plain old data (integers only); all zeroes is a
+    // valid value.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd, an empty NUL-terminated path with AT_EMPTY_PATH,
+    // and a pointer to a local statx the kernel fills in.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BASIC_STATS,
+            &mut st,
+        )
+    };
+    if r == 0 {
+        Ok(st)
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// An error for every file of a batch that failed as a whole.

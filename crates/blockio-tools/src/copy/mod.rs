@@ -554,6 +554,12 @@ pub(crate) fn make_backup(
     Ok(Some(dir_path.join(backup)))
 }
 
+/// The last component of an entry's name, as [`at::last_component`]
+/// finds it.
+fn base_name(name: &std::ffi::CStr) -> &[u8] {
+    at::last_component(Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()))).as_bytes()
+}
+
 /// Whether keeping `dst_name` in `dst_dir` aside (`-b`) would replace the
 /// source, whose name is `src_name` and whose (device, inode) is `src`:
 /// `cp -b a~ a`, where the backup of `a` is `a~`. GNU `cp` refuses that
@@ -567,16 +573,7 @@ pub(crate) fn backup_is_source(
     dst_dir: &std::fs::File,
     dst_name: &std::ffi::CStr,
 ) -> bool {
-    let src_base = src_name
-        .to_bytes()
-        .rsplit(|&b| b == b'/')
-        .next()
-        .unwrap_or_default();
-    let dst_base = dst_name
-        .to_bytes()
-        .rsplit(|&b| b == b'/')
-        .next()
-        .unwrap_or_default();
+    let (src_base, dst_base) = (base_name(src_name), base_name(dst_name));
     let suffix = opts.suffix.as_bytes();
     // A numbered backup takes a new name, never the source's.
     if opts.backup == Backup::Numbered || src_base.strip_suffix(suffix) != Some(dst_base) {

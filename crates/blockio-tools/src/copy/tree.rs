@@ -21,7 +21,9 @@ use blockio::{Engine, PathAt};
 
 use super::at;
 use super::attrs::{set_attrs_at, Node};
-use super::entry::{parent_as_written, Chain, Counts, Ctx, DirAt, DirPair, Entry, Group, Root};
+use super::entry::{
+    parent_as_written, statx_id, Chain, Counts, Ctx, DirAt, DirPair, Entry, Group, Root,
+};
 use super::files;
 use super::Dereference;
 use super::{cname, quote, CopyOptions, CopyReport, Errors, Preserve, Progress};
@@ -454,10 +456,7 @@ impl Walker<'_> {
         let is_dir = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
         // One source named twice (`cp a a t/`) is copied once, with a
         // warning, as cp does.
-        let id = (
-            libc::makedev(st.stx_dev_major, st.stx_dev_minor),
-            st.stx_ino,
-        );
+        let id = statx_id(&st);
         let dir = std::fs::metadata(parent(src)).map_or((0, 0), |m| id_of(&m));
         let key = (id, dir, at::last_component(src).to_owned());
         let first = self.operands_seen.lock().expect("lock").insert(key);
@@ -602,10 +601,7 @@ impl Walker<'_> {
         if fresh {
             super::say_copied(self.ctx.opts, src, target, None);
         }
-        let id = (
-            libc::makedev(st.stx_dev_major, st.stx_dev_minor),
-            st.stx_ino,
-        );
+        let id = statx_id(st);
         self.src_dirs
             .lock()
             .expect("lock")
@@ -1659,10 +1655,7 @@ fn same_file_ok(
     let backup = opts.backup != super::Backup::None;
     let go = |ok: bool| if ok { Same::Go } else { Same::Refuse };
     let src_kind = u32::from(st.stx_mode) & libc::S_IFMT;
-    let src_id = (
-        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
-        st.stx_ino,
-    );
+    let src_id = statx_id(st);
     let src_is_link = src_kind == libc::S_IFLNK;
     // A regular file is written through a link at the destination, so the
     // file it leads to is what counts; anything else, or a destination
