@@ -487,6 +487,66 @@ fn copy_contents_reads_fifos_when_recursive() {
     like_gnu("mkfifo p", &["-r", "p", "x"]);
 }
 
+/// A parent directory made by `--parents` with `--preserve=mode` or
+/// `--preserve=ownership` is, while the copy runs, no more open than GNU
+/// makes it (coreutils' `tests/cp/parent-perm-race.sh`): with the owner
+/// kept, no access for the group and others; with the mode kept, no
+/// write access for them. The copy of a FIFO's contents holds the copy
+/// open until the FIFO gets a writer, so the directory is looked at
+/// while the copy is under way, before its final mode is set.
+#[test]
+fn parents_made_with_preserve_are_closed_to_others_while_copying() {
+    use std::io::Write;
+    for (attr, closed) in [("mode", 0o022), ("ownership", 0o077)] {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path();
+        fs::create_dir(w.join(attr)).unwrap();
+        fs::set_permissions(w.join(attr), fs::Permissions::from_mode(0o777)).unwrap();
+        fs::create_dir(w.join("d")).unwrap();
+        let fifo =
+            std::ffi::CString::new(w.join(attr).join("fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path, alive for the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        // A writer's open of the FIFO returns once the copy opens it to
+        // read, after making d/ATTR; the copy then reads until the writer
+        // closes it, and sets the final modes only after that.
+        let made = w.join("d").join(attr);
+        let writer = {
+            let (fifo, made) = (w.join(attr).join("fifo"), made.clone());
+            std::thread::spawn(move || {
+                let mut f = fs::OpenOptions::new().write(true).open(fifo).unwrap();
+                let mode = fs::metadata(&made).unwrap().mode() & 0o7777;
+                f.write_all(b"data\n").unwrap();
+                mode
+            })
+        };
+        let preserve = format!("--preserve={attr}");
+        let child = Command::new(env!("CARGO_BIN_EXE_blockio"))
+            .current_dir(w)
+            .args([
+                "cp",
+                &preserve,
+                "-R",
+                "--copy-contents",
+                "--parents",
+                attr,
+                "d",
+            ])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mode = writer.join().unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{attr}: {}", messages(&o.stderr));
+        assert_eq!(
+            mode & closed,
+            0,
+            "--preserve={attr}: d/{attr} was {mode:o} while the copy ran"
+        );
+        assert_eq!(fs::read(made.join("fifo")).unwrap(), b"data\n");
+    }
+}
+
 /// `-t DIR` and `-T`, as GNU.
 #[test]
 fn target_directory_options_work_as_gnu_does() {

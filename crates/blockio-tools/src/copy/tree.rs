@@ -1051,14 +1051,22 @@ impl Walker<'_> {
 
     /// The mode a directory is made with: writable by us while the copy
     /// fills it; with `-p` by us alone (its own mode, which may let others
-    /// in, is set at the end, after its ACL).
+    /// in, is set at the end, after its ACL). When the owner is kept, the
+    /// group and others get no access until then, as with GNU's: until
+    /// the chown the directory belongs to the copier and its group, whom
+    /// the source's mode was never meant for.
     fn dir_create_mode(&self, st: &libc::statx) -> u32 {
-        if self.ctx.opts.default_mode {
+        let mode = if self.ctx.opts.default_mode {
             0o777
         } else if self.ctx.opts.preserve.mode {
             0o700
         } else {
             (u32::from(st.stx_mode) & 0o7777) | 0o700
+        };
+        if self.ctx.opts.preserve.ownership {
+            mode & !0o077
+        } else {
+            mode
         }
     }
 
