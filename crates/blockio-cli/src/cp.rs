@@ -696,7 +696,11 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
         use std::io::Write;
         std::io::stdout().flush()
     };
-    if let Some(e) = copy::output_error().or(flushed.err()) {
+    if let Some(e) = report
+        .output_error
+        .map(std::io::Error::from_raw_os_error)
+        .or(flushed.err())
+    {
         eprintln!(
             "{}: write error: {}",
             program(),

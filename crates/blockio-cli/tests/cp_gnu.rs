@@ -243,8 +243,8 @@ fn root() -> bool {
 /// Every way of naming the source as the destination is refused before
 /// anything is opened for writing: through a link at either end (relative
 /// or absolute), two links to one file, a hard link, a `./` path; with
-/// and without `-a`/`-p`. Before, `cp f sl` emptied `f`, and `cp -a sl f`
-/// replaced `f` by a link to itself.
+/// and without `-a`/`-p`: `cp f sl` leaves `f`'s data, and `cp -a sl f`
+/// leaves `f` a file.
 #[test]
 fn the_same_file_under_another_name_is_refused_as_gnu_refuses_it() {
     let cases: &[(&str, &[&str])] = &[
@@ -360,7 +360,6 @@ fn an_existing_device_is_written_into_not_replaced() {
 /// group `users` as a supplementary group): the copy is owned by the
 /// copier, so its set-user-ID, set-group-ID and sticky bits are cleared,
 /// as GNU clears them; its group is kept when the copier belongs to it.
-/// Before, a 4755 file of root's became a 4755 file of the copier's.
 #[test]
 fn preserving_without_the_owner_clears_the_special_bits_and_keeps_the_group() {
     assert!(
@@ -396,8 +395,7 @@ fn preserving_without_the_owner_clears_the_special_bits_and_keeps_the_group() {
 
 /// A copy that fails part-way onto an existing file (a full disk) leaves
 /// that name in place: it may be another link to a file someone needs,
-/// and only files the copy created are ever removed. Before, the name was
-/// removed and the other link kept the partial data.
+/// and only files the copy created are ever removed.
 #[test]
 fn a_failed_overwrite_never_removes_a_name_the_copy_did_not_create() {
     assert!(
@@ -439,8 +437,7 @@ fn a_failed_overwrite_never_removes_a_name_the_copy_did_not_create() {
 /// `-r` copied as links, unless `-H` or `-L`); a FIFO is read; a device
 /// is read (`cp /dev/null log` empties `log`); a directory is left out
 /// ("omitting directory", exit 1); `cp f nodir/` is "Not a directory";
-/// dangling and looping links are "cannot stat". Before, all of these
-/// copied recursively, links as links.
+/// dangling and looping links are "cannot stat".
 #[test]
 fn without_r_links_are_followed_and_specials_read_as_gnu_does() {
     let setup = "echo data > f; mkdir d; echo in > d/x; ln -s f sl; ln -s f sl2; ln -s d dl; \
@@ -488,6 +485,66 @@ fn copy_contents_reads_fifos_when_recursive() {
     let setup = "mkfifo p; (echo from-fifo > p) >/dev/null 2>&1 &";
     like_gnu(setup, &["-r", "--copy-contents", "p", "x"]);
     like_gnu("mkfifo p", &["-r", "p", "x"]);
+}
+
+/// A parent directory made by `--parents` with `--preserve=mode` or
+/// `--preserve=ownership` is, while the copy runs, no more open than GNU
+/// makes it (coreutils' `tests/cp/parent-perm-race.sh`): with the owner
+/// kept, no access for the group and others; with the mode kept, no
+/// write access for them. The copy of a FIFO's contents holds the copy
+/// open until the FIFO gets a writer, so the directory is looked at
+/// while the copy is under way, before its final mode is set.
+#[test]
+fn parents_made_with_preserve_are_closed_to_others_while_copying() {
+    use std::io::Write;
+    for (attr, closed) in [("mode", 0o022), ("ownership", 0o077)] {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path();
+        fs::create_dir(w.join(attr)).unwrap();
+        fs::set_permissions(w.join(attr), fs::Permissions::from_mode(0o777)).unwrap();
+        fs::create_dir(w.join("d")).unwrap();
+        let fifo =
+            std::ffi::CString::new(w.join(attr).join("fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path, alive for the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        // A writer's open of the FIFO returns once the copy opens it to
+        // read, after making d/ATTR; the copy then reads until the writer
+        // closes it, and sets the final modes only after that.
+        let made = w.join("d").join(attr);
+        let writer = {
+            let (fifo, made) = (w.join(attr).join("fifo"), made.clone());
+            std::thread::spawn(move || {
+                let mut f = fs::OpenOptions::new().write(true).open(fifo).unwrap();
+                let mode = fs::metadata(&made).unwrap().mode() & 0o7777;
+                f.write_all(b"data\n").unwrap();
+                mode
+            })
+        };
+        let preserve = format!("--preserve={attr}");
+        let child = Command::new(env!("CARGO_BIN_EXE_blockio"))
+            .current_dir(w)
+            .args([
+                "cp",
+                &preserve,
+                "-R",
+                "--copy-contents",
+                "--parents",
+                attr,
+                "d",
+            ])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mode = writer.join().unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{attr}: {}", messages(&o.stderr));
+        assert_eq!(
+            mode & closed,
+            0,
+            "--preserve={attr}: d/{attr} was {mode:o} while the copy ran"
+        );
+        assert_eq!(fs::read(made.join("fifo")).unwrap(), b"data\n");
+    }
 }
 
 /// `-t DIR` and `-T`, as GNU.
@@ -1309,7 +1366,7 @@ fn interactive_asks_before_replacing_an_unwritable_file() {
 
 /// `-b` and a copy that fails (here a read error): the incomplete copy is
 /// removed and the file kept aside goes back to its name, as GNU puts it
-/// back. Before, the name was left empty, the original only under `d~`.
+/// back.
 #[test]
 fn a_failed_copy_puts_the_backup_back() {
     let setup = "echo precious > d; mkdir -p s t; ln -s /proc/self/mem s/m; echo old > t/m";
@@ -1357,7 +1414,7 @@ fn no_target_directory_never_merges_through_a_link() {
 
 /// Standard output that cannot be written (`> /dev/full`): GNU's "write
 /// error" and status 1 for `--help`, `--version` and `-v`, whose copy is
-/// still made. Before, `--help` panicked and the others exited 0.
+/// still made.
 #[test]
 fn output_write_errors_fail_as_gnu_does() {
     for args in [&["--help"][..], &["--version"], &["-v", "f", "g"]] {
@@ -1388,8 +1445,8 @@ fn output_write_errors_fail_as_gnu_does() {
 
 /// Two sources copied to one name (`cp a/f b/f d/`): the first is
 /// copied, the second refused as GNU refuses it ("will not overwrite
-/// just-created"), whatever the overwrite options. Before, one of the two
-/// copies was silently lost, which one depending on thread timing.
+/// just-created"), whatever the overwrite options and whichever thread
+/// comes first: neither is lost silently.
 #[test]
 fn a_copy_just_made_is_never_overwritten_by_a_later_operand() {
     let setup = "mkdir a b c d; echo A > a/f; echo B > b/f; ln -s ../a/f c/f";
@@ -1409,8 +1466,8 @@ fn a_copy_just_made_is_never_overwritten_by_a_later_operand() {
 }
 
 /// Operands whose copies land on the same names end as GNU's do: the
-/// later operand's copy last, in command-line order. Before, the result
-/// depended on which thread came first (`a/.` then `b/f` always left A).
+/// later operand's copy last, in command-line order, whichever thread
+/// comes first.
 #[test]
 fn operands_merging_into_one_destination_end_in_command_line_order() {
     let setup = "mkdir a b c d e e/f; echo A > a/f; echo B > b/f; echo C > c/f; \

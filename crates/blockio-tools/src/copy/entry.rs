@@ -190,8 +190,10 @@ pub(crate) struct Ctx<'a> {
     pub links: Links,
     /// The symbolic links this copy made, by their paths as written: a
     /// file later copied onto one of them is refused in GNU's words
-    /// ("through just-created symlink").
-    pub made_links: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
+    /// ("through just-created symlink"). Only another operand can copy
+    /// onto a link one operand made (one tree never names a path twice),
+    /// so they are recorded only when there are several (`None` for one).
+    pub made_links: Option<std::sync::Mutex<std::collections::HashSet<PathBuf>>>,
     /// How many threads create files and directories at once.
     pub creators: Creators,
     /// The process umask (applied by hand where the copy sets a mode

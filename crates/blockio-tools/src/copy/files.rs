@@ -899,9 +899,8 @@ fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
                 )
             } else if ctx
                 .made_links
-                .lock()
-                .expect("made links lock")
-                .contains(&dst)
+                .as_ref()
+                .is_some_and(|made| made.lock().expect("made links lock").contains(&dst))
             {
                 // A link this copy made (`cp -dR a/1 b/1 c`, both named
                 // `1`): GNU's words.

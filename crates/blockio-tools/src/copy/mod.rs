@@ -390,6 +390,11 @@ pub struct CopyReport {
     pub backend: String,
     /// Why the thread pool was used, when it was.
     pub fallback_reason: Option<String>,
+    /// The first failure of this copy to write a `-v` line to standard
+    /// output, as an errno: the copy went on, and a command reports it
+    /// (and fails) at the end, as GNU `cp` does.
+    #[serde(skip)]
+    pub output_error: Option<i32>,
 }
 
 /// A problem with the command line as a whole (nothing was copied).
@@ -417,6 +422,8 @@ pub fn copy(
     progress: &Progress,
     on_error: &(dyn Fn(&CopyError) + Sync),
 ) -> io::Result<CopyReport> {
+    // Only this copy's `-v` lines count in its report.
+    OUTPUT_ERROR.store(0, Ordering::Relaxed);
     if sources.is_empty() {
         return Err(usage(format!(
             "missing source operand before '{}'",
@@ -476,6 +483,10 @@ pub fn copy(
     report.errors = progress.errors.load(Ordering::Relaxed);
     report.backend = engine.backend().to_string();
     report.fallback_reason = engine.fallback_reason().map(str::to_string);
+    report.output_error = match OUTPUT_ERROR.load(Ordering::Relaxed) {
+        0 => None,
+        code => Some(code),
+    };
     Ok(report)
 }
 
@@ -508,25 +519,18 @@ pub(crate) fn say(opts: &CopyOptions, line: std::fmt::Arguments<'_>) {
         let mut out = std::io::stdout().lock();
         if let Err(e) = writeln!(out, "{line}") {
             // The copy goes on; the caller reports it at the end (see
-            // `output_error`), as GNU's "write error".
+            // `CopyReport::output_error`), as GNU's "write error".
             let code = blockio::errno(&e).unwrap_or(libc::EIO);
             let _ = OUTPUT_ERROR.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
         }
     }
 }
 
-/// The first error of writing `-v`'s lines to standard output, as an errno.
+/// The first error of writing `-v`'s lines to standard output, as an
+/// errno; 0 for none. Cleared when a copy starts, read into its report
+/// when it ends ([`CopyReport::output_error`]). Standard output is one per
+/// process, and so is this.
 static OUTPUT_ERROR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-
-/// The first failure to write a `-v` line to standard output in this
-/// process, if any: the copies go on, and the command reports it (and
-/// fails) at the end, as GNU `cp` does.
-pub fn output_error() -> Option<io::Error> {
-    match OUTPUT_ERROR.load(Ordering::Relaxed) {
-        0 => None,
-        code => Some(io::Error::from_raw_os_error(code)),
-    }
-}
 
 /// With `verbose`: `'src' -> 'dst'`, as `cp -v` says it.
 pub(crate) fn say_copied(opts: &CopyOptions, src: &Path, dst: &Path, backup: Option<&Path>) {
@@ -793,5 +797,30 @@ impl Errors<'_> {
     pub(crate) fn report(&self, what: String, error: Option<io::Error>) {
         self.progress.errors.fetch_add(1, Ordering::Relaxed);
         (self.sink)(&CopyError { what, error });
+    }
+}
+
+#[cfg(test)]
+mod output_error_tests {
+    use super::*;
+
+    /// A stdout error of an earlier copy in the same process is not
+    /// reported by the next one.
+    #[test]
+    fn a_copy_reports_only_its_own_output_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("a");
+        std::fs::write(&src, b"data").unwrap();
+        OUTPUT_ERROR.store(libc::EPIPE, Ordering::Relaxed);
+        let report = copy(
+            &[src],
+            &dir.path().join("b"),
+            &CopyOptions::default(),
+            &Progress::default(),
+            &|e| panic!("{e}"),
+        )
+        .unwrap();
+        assert_eq!(report.output_error, None);
+        assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), b"data");
     }
 }

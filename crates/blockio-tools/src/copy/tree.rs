@@ -86,7 +86,7 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
             errors: &errors,
             counts: Counts::default(),
             links: Default::default(),
-            made_links: Default::default(),
+            made_links: (sources.len() > 1).then(Default::default),
             creators: super::creators::Creators::new(opts.threads),
             umask: current_umask(),
         },
@@ -139,6 +139,7 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         seconds: 0.0,
         backend: String::new(),
         fallback_reason: None,
+        output_error: None,
     }
 }
 
@@ -1050,14 +1051,22 @@ impl Walker<'_> {
 
     /// The mode a directory is made with: writable by us while the copy
     /// fills it; with `-p` by us alone (its own mode, which may let others
-    /// in, is set at the end, after its ACL).
+    /// in, is set at the end, after its ACL). When the owner is kept, the
+    /// group and others get no access until then, as with GNU's: until
+    /// the chown the directory belongs to the copier and its group, whom
+    /// the source's mode was never meant for.
     fn dir_create_mode(&self, st: &libc::statx) -> u32 {
-        if self.ctx.opts.default_mode {
+        let mode = if self.ctx.opts.default_mode {
             0o777
         } else if self.ctx.opts.preserve.mode {
             0o700
         } else {
             (u32::from(st.stx_mode) & 0o7777) | 0o700
+        };
+        if self.ctx.opts.preserve.ownership {
+            mode & !0o077
+        } else {
+            mode
         }
     }
 
@@ -1357,9 +1366,9 @@ impl Walker<'_> {
         let set = match kind {
             Made::Link => {
                 self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
-                let mut made = self.ctx.made_links.lock().expect("made links lock");
-                made.insert(dst.clone());
-                drop(made);
+                if let Some(made) = &self.ctx.made_links {
+                    made.lock().expect("made links lock").insert(dst.clone());
+                }
                 (keep.ownership || keep.timestamps)
                     .then(|| set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep))
             }
