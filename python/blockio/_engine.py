@@ -653,8 +653,8 @@ class Engine:
 
     async def _astat(self, path: Union[str, bytes, "os.PathLike[Any]"], follow: bool) -> os.stat_result:
         """``os.stat(path)`` (``os.lstat`` unless ``follow``) as a
-        ``statx`` on the file-system threads, through the ring where
-        io_uring has it; errors read as ``os.stat``'s."""
+        ``statx`` on the file-system threads; errors read as
+        ``os.stat``'s."""
         r = (await self._run(None, self._core.submit_stat, os.fsencode(path), follow))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0), os.fspath(path))
@@ -670,15 +670,15 @@ class Engine:
         ))
 
     async def _amkdir(self, path: StrPath, mode: int) -> None:
-        """``os.mkdir(path, mode)`` through the engine's ``mkdirat`` (on the
-        ring where io_uring has it), off the loop's thread."""
+        """``os.mkdir(path, mode)`` as a ``mkdirat`` on the file-system
+        threads, off the loop's thread."""
         r = (await self._run(None, self._core.submit_mkdir, os.fsencode(path), mode))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0), os.fspath(path))
 
     async def _asymlink(self, target: StrPath, link: StrPath) -> None:
-        """``os.symlink(target, link)`` through the engine's ``symlinkat``
-        (on the ring where io_uring has it), off the loop's thread."""
+        """``os.symlink(target, link)`` as a ``symlinkat`` on the
+        file-system threads, off the loop's thread."""
         r = (await self._run(None, self._core.submit_symlink, os.fsencode(target), os.fsencode(link)))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0), os.fspath(target), None, os.fspath(link))

@@ -7,9 +7,9 @@ Each call runs on a thread, never on the event loop's own: the loop's
 default executor, or ``executor=`` when given (``loop=`` picks the loop),
 exactly as aiofiles' calls do, so that they behave the same, errors
 included; except the calls the engine has an operation kind for, which go
-through the default engine (on its ring where io_uring has the opcode, on
-its file-system threads otherwise) when called with a path and without
-``dir_fd``, ``loop=`` or ``executor=``: :func:`stat` (``statx``),
+through the default engine (the system call, on its file-system threads)
+when called with a path and without ``dir_fd``, ``loop=`` or
+``executor=``: :func:`stat` (``statx``),
 :func:`mkdir` (``mkdirat``) and :func:`symlink` (``symlinkat``). Their
 results and errors are ``os``'s. ``blockio.os.path`` is
 :mod:`blockio.ospath`.
@@ -42,9 +42,8 @@ _thread_stat = wrap(_os.stat)
 
 async def stat(path: Any, *, dir_fd: Optional[int] = None, follow_symlinks: bool = True,
                loop: Optional[asyncio.AbstractEventLoop] = None, executor: Any = None) -> _os.stat_result:
-    """``os.stat``. A path (str, bytes, path-like) is a ``statx`` through
-    the default engine's ring where io_uring has it, on its file-system
-    threads otherwise; a descriptor, ``dir_fd``, ``loop=`` or
+    """``os.stat``. A path (str, bytes, path-like) is a ``statx`` on the
+    default engine's file-system threads; a descriptor, ``dir_fd``, ``loop=`` or
     ``executor=`` runs ``os.stat`` on a thread, as aiofiles does."""
     if dir_fd is not None or loop is not None or executor is not None or isinstance(path, int):
         result: _os.stat_result = await _thread_stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks,
@@ -62,8 +61,8 @@ _thread_symlink = wrap(_os.symlink)
 
 async def mkdir(path: Any, mode: int = 0o777, *, dir_fd: Optional[int] = None,
                 loop: Optional[asyncio.AbstractEventLoop] = None, executor: Any = None) -> None:
-    """``os.mkdir``: a ``mkdirat`` through the default engine's ring where
-    io_uring has it, on its file-system threads otherwise; with
+    """``os.mkdir``: a ``mkdirat`` on the default engine's file-system
+    threads; with
     ``dir_fd``, ``loop=`` or ``executor=``, ``os.mkdir`` on a thread."""
     if dir_fd is not None or loop is not None or executor is not None:
         await _thread_mkdir(path, mode, dir_fd=dir_fd, loop=loop, executor=executor)
@@ -73,9 +72,8 @@ async def mkdir(path: Any, mode: int = 0o777, *, dir_fd: Optional[int] = None,
 
 async def symlink(src: Any, dst: Any, target_is_directory: bool = False, *, dir_fd: Optional[int] = None,
                   loop: Optional[asyncio.AbstractEventLoop] = None, executor: Any = None) -> None:
-    """``os.symlink``: ``dst`` will point at ``src``; a ``symlinkat``
-    through the default engine's ring where io_uring has it, on its
-    file-system threads otherwise (``target_is_directory`` matters on
+    """``os.symlink``: ``dst`` will point at ``src``; a ``symlinkat`` on
+    the default engine's file-system threads (``target_is_directory`` matters on
     Windows only); with ``dir_fd``, ``loop=`` or ``executor=``,
     ``os.symlink`` on a thread."""
     if dir_fd is not None or loop is not None or executor is not None:

@@ -24,12 +24,6 @@ pub(crate) struct Core {
     /// `None` once closed. Cloned out (an `Arc` inside) for each call, so
     /// no lock is held across I/O.
     pub(crate) engine: Mutex<Option<Engine>>,
-    /// The engine of the file-system jobs (`fsjobs`), apart from `engine`
-    /// and with one ring: the jobs run on the pool's threads, and through
-    /// `engine` each of them would check out (and the first time create) a
-    /// ring of its own, so the descriptors the core holds would keep
-    /// changing with the jobs' concurrency. `None` once closed.
-    pub(crate) fs_engine: Mutex<Option<Engine>>,
     /// The async engines, made on first use.
     pub(crate) aio: Mutex<AioEngines>,
     pub(crate) wakeups: Arc<Wakeups>,
@@ -44,7 +38,8 @@ pub(crate) struct Core {
     pub(crate) queue_depth: u32,
     /// Read buffers of finished asynchronous reads, for the next ones.
     pub(crate) spare: Mutex<Vec<AlignedBuf>>,
-    /// Threads for open, fstat, ftruncate and close (see [`fsjobs`]).
+    /// Threads for the file-system calls: open, stat, ftruncate, close,
+    /// mkdir, symlink and whole-file reads (see [`fsjobs`]).
     pub(crate) fs: fsjobs::Pool,
     /// Consecutive misses of [`Core::read_cached`] (counting on past
     /// [`MISSES_BEFORE_SKIPPING`] as the reads it skips).
@@ -59,10 +54,6 @@ impl Drop for Core {
         disown(&self.own_fds.lock().expect("own fds lock"));
     }
 }
-
-/// Operations in flight at once on the file-system jobs' engine: enough
-/// for a round of [`crate::fsjobs::read_files`].
-const FS_QUEUE_DEPTH: usize = 256;
 
 /// The longest read [`Core::read_cached`] tries: past it a copy holding
 /// the GIL would stall the event loop's other tasks.
@@ -101,16 +92,6 @@ impl Core {
         self.engine
             .lock()
             .expect("engine lock")
-            .clone()
-            .ok_or_else(|| PyRuntimeError::new_err("the engine is closed"))
-    }
-
-    /// The engine of the file-system jobs (the `fs_engine` field says why).
-    pub(crate) fn fs_engine(&self) -> PyResult<Engine> {
-        self.check()?;
-        self.fs_engine
-            .lock()
-            .expect("fs engine lock")
             .clone()
             .ok_or_else(|| PyRuntimeError::new_err("the engine is closed"))
     }
@@ -281,15 +262,6 @@ impl Core {
             .backend(choice)
             .build()
             .map_err(io_err)?;
-        let fs_engine = Engine::builder()
-            .queue_depth(FS_QUEUE_DEPTH)
-            .rings(1)
-            .backend(match engine.backend() {
-                Backend::IoUring => BackendChoice::IoUring,
-                Backend::ThreadPool => BackendChoice::ThreadPool,
-            })
-            .build()
-            .map_err(io_err)?;
         // SAFETY: eventfd has no memory effects; the result is checked.
         let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if efd < 0 {
@@ -297,7 +269,6 @@ impl Core {
         }
         Ok(Core {
             engine: Mutex::new(Some(engine)),
-            fs_engine: Mutex::new(Some(fs_engine)),
             aio: Mutex::new(AioEngines::default()),
             wakeups: Arc::new(Wakeups {
                 woken: Mutex::new(Vec::new()),
@@ -636,46 +607,30 @@ impl Core {
         flags: i32,
         mode: u32,
     ) -> PyResult<u64> {
-        let engine = self.fs_engine()?;
+        self.check()?;
         let path = c_path(path)?;
-        self.start_job(
-            waiter,
-            Ok(Job::Open {
-                engine,
-                path,
-                flags,
-                mode,
-            }),
-        )
+        self.start_job(waiter, Ok(Job::Open { path, flags, mode }))
     }
 
     /// Starts a `statx` of `path` (of a final symbolic link itself unless
-    /// `follow`) on the core's file-system threads, through the engine's
-    /// ring where io_uring has `STATX`; the result is the tuple of
-    /// [`stat_tuple`].
+    /// `follow`) on the core's file-system threads; the result is the tuple
+    /// of [`stat_tuple`].
     pub(crate) fn submit_stat(
         &self,
         waiter: PyObject,
         path: Vec<u8>,
         follow: bool,
     ) -> PyResult<u64> {
-        let engine = self.fs_engine()?;
+        self.check()?;
         let path = c_path(path)?;
-        self.start_job(
-            waiter,
-            Ok(Job::Stat {
-                engine,
-                path,
-                follow,
-            }),
-        )
+        self.start_job(waiter, Ok(Job::Stat { path, follow }))
     }
 
     /// Starts an `fstat` of `fd` (through a duplicate); the result is the
     /// file's size.
     pub(crate) fn submit_size(&self, waiter: PyObject, fd: RawFd) -> PyResult<u64> {
-        let engine = self.fs_engine()?;
-        self.start_job(waiter, fsjobs::dup(fd).map(|d| Job::Size(engine, d)))
+        self.check()?;
+        self.start_job(waiter, fsjobs::dup(fd).map(Job::Size))
     }
 
     /// Starts an `ftruncate` of `fd` (through a duplicate) to `length`.
@@ -696,7 +651,7 @@ impl Core {
     /// number must not be used or closed by anyone else afterwards. The
     /// close runs even if the batch is cancelled.
     pub(crate) fn submit_close(&self, waiter: PyObject, fd: RawFd) -> PyResult<u64> {
-        let engine = self.fs_engine()?;
+        self.check()?;
         if fd < 0 {
             return self.start_job(waiter, Err(libc::EBADF));
         }
@@ -704,42 +659,36 @@ impl Core {
         // Python layer passes the descriptor of a file object it is
         // closing and never uses the number again).
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        self.start_job(waiter, Ok(Job::Close(engine, owned)))
+        self.start_job(waiter, Ok(Job::Close(owned)))
     }
 
-    /// Starts a `mkdir` of `path` with `mode` (before the umask), through
-    /// the engine's `MKDIRAT` where io_uring has it; the result is 0.
+    /// Starts a `mkdirat` of `path` (relative to the working directory)
+    /// with `mode` (before the umask) on the core's file-system threads;
+    /// the result is 0.
     pub(crate) fn submit_mkdir(&self, waiter: PyObject, path: Vec<u8>, mode: u32) -> PyResult<u64> {
-        let engine = self.fs_engine()?;
+        self.check()?;
         let path = c_path(path)?;
-        self.start_job(waiter, Ok(Job::Mkdir { engine, path, mode }))
+        self.start_job(waiter, Ok(Job::Mkdir { path, mode }))
     }
 
-    /// Starts making the symbolic link `link` pointing at `target`, through
-    /// the engine's `SYMLINKAT` where io_uring has it; the result is 0.
+    /// Starts making the symbolic link `link` pointing at `target`
+    /// (`symlinkat`) on the core's file-system threads; the result is 0.
     pub(crate) fn submit_symlink(
         &self,
         waiter: PyObject,
         target: Vec<u8>,
         link: Vec<u8>,
     ) -> PyResult<u64> {
-        let engine = self.fs_engine()?;
+        self.check()?;
         let (target, link) = (c_path(target)?, c_path(link)?);
-        self.start_job(
-            waiter,
-            Ok(Job::Symlink {
-                engine,
-                target,
-                link,
-            }),
-        )
+        self.start_job(waiter, Ok(Job::Symlink { target, link }))
     }
 
     /// Starts reading every file of `paths` whole (see
     /// [`fsjobs::read_files`]); the result is a list of bytes or OSError,
     /// one per path, in order.
     pub(crate) fn submit_read_files(&self, waiter: PyObject, paths: Vec<Vec<u8>>) -> PyResult<u64> {
-        let engine = self.fs_engine()?;
+        let engine = self.check()?;
         let paths = paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
         self.start_job(waiter, Ok(Job::ReadFiles { engine, paths }))
     }
@@ -813,7 +762,6 @@ impl Core {
             // A forked child never touches the parent's rings; forget them.
             std::mem::forget(std::mem::take(&mut *self.aio.lock().expect("aio lock")));
             std::mem::forget(self.engine.lock().expect("engine lock").take());
-            std::mem::forget(self.fs_engine.lock().expect("fs engine lock").take());
             std::mem::forget(std::mem::take(
                 &mut *self.pending.lock().expect("pending lock"),
             ));
@@ -862,7 +810,6 @@ impl Core {
             &mut *self.own_fds.lock().expect("own fds lock"),
         ));
         *self.engine.lock().expect("engine lock") = None;
-        *self.fs_engine.lock().expect("fs engine lock") = None;
         release_parked(py);
         let interrupted = interrupted.map(|e| e.into_value(py));
         Ok((finished, cancelled, interrupted))

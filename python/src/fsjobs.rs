@@ -2,12 +2,16 @@
 //! mkdir, symlink, whole-file reads), run on a few threads of the core's
 //! own so that the event loop's thread never waits on the file system.
 //!
-//! The calls the engine has an operation kind for (statx, close, mkdir,
-//! symlink, read, and open for [`read_files`]) are made through the sync
-//! [`blockio::Engine`]'s batch calls: on its ring where io_uring has the
-//! opcode, else a plain system call. `ftruncate` has no operation kind and
-//! is a plain system call; so is the open of [`Job::Open`] (see [`open`]). The pool thread is what makes the call asynchronous for the event
-//! loop: the sync engine's batch call waits for its completions.
+//! A job on one path or descriptor (open, statx, ftruncate, close, mkdir,
+//! symlink) is the plain system call, made on the pool thread: a batch of
+//! one through a ring would cost a submission and a wait for one call, and
+//! would make every job wait for the ring while another's call is in the
+//! kernel (a stat on a hung mount would hold up every other file call).
+//! The pool thread is what makes the call asynchronous for the event loop;
+//! its [`MAX_THREADS`] threads are what let one call wait on its file
+//! while the others go on. [`read_files`], many files at once, goes
+//! through the core's sync [`blockio::Engine`], as the sync `read_files`
+//! does.
 //!
 //! Each call is a [`JobFuture`], completed by a pool thread and woken like
 //! any operation of a batch. Rules that make cancellation safe:
@@ -23,7 +27,7 @@ use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::future::Future;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -40,43 +44,29 @@ pub(crate) enum Job {
     /// directory opened without `O_DIRECTORY` fails with `EISDIR`, as
     /// Python's `open` does.
     Open {
-        engine: blockio::Engine,
         path: CString,
         flags: i32,
         mode: u32,
     },
     /// The size of the file (`statx` of the descriptor).
-    Size(blockio::Engine, OwnedFd),
+    Size(OwnedFd),
     /// `ftruncate` to the length.
     Truncate(OwnedFd, u64),
     /// `close`; the result is 0.
-    Close(blockio::Engine, OwnedFd),
+    Close(OwnedFd),
     /// `mkdir(path, mode)`; the result is 0.
-    Mkdir {
-        engine: blockio::Engine,
-        path: CString,
-        mode: u32,
-    },
+    Mkdir { path: CString, mode: u32 },
     /// `symlink(target, link)`: `link` will point at `target`; the result
     /// is 0.
-    Symlink {
-        engine: blockio::Engine,
-        target: CString,
-        link: CString,
-    },
+    Symlink { target: CString, link: CString },
     /// Every file's whole content ([`read_files`]).
     ReadFiles {
         engine: blockio::Engine,
         paths: Vec<CString>,
     },
-    /// `statx` of a path through `engine`'s batch call: on its ring where
-    /// io_uring has `STATX`, else a plain system call. `follow`: of the
-    /// file a final symbolic link names, else of the link.
-    Stat {
-        engine: blockio::Engine,
-        path: CString,
-        follow: bool,
-    },
+    /// `statx` of a path. `follow`: of the file a final symbolic link
+    /// names, else of the link.
+    Stat { path: CString, follow: bool },
 }
 
 /// What a job gives back.
@@ -95,47 +85,35 @@ impl Job {
     /// Runs the call.
     fn run(self) -> io::Result<Out> {
         match self {
-            Job::Open {
-                engine,
-                path,
-                flags,
-                mode,
-            } => open(&engine, &path, flags, mode).map(Out::Fd),
-            Job::Size(engine, fd) => Ok(Out::Count(fstat(&engine, &fd)?.stx_size as usize)),
+            Job::Open { path, flags, mode } => open(&path, flags, mode).map(Out::Fd),
+            Job::Size(fd) => Ok(Out::Count(fstat(&fd)?.stx_size as usize)),
             Job::Truncate(fd, len) => {
                 let len = libc::off_t::try_from(len)
                     .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
                 // SAFETY: ftruncate on a descriptor we own; no memory is passed.
                 cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }).map(Out::Count)
             }
-            Job::Stat {
-                engine,
-                path,
-                follow,
-            } => {
+            Job::Stat { path, follow } => {
                 let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
-                let at = blockio::PathAt::cwd(&path);
-                let st = engine.stat_batch(&[at], flags)?.remove(0)?;
-                Ok(Out::Stat(Box::new(st)))
+                Ok(Out::Stat(Box::new(statx(libc::AT_FDCWD, &path, flags)?)))
             }
-            Job::Close(engine, fd) => {
-                engine.close_batch([fd])?.remove(0)?;
+            Job::Close(fd) => {
+                // SAFETY: the job owns `fd` and gives it up here: the number
+                // is closed once, whatever the result (close(2) on Linux
+                // releases it even when it reports an error).
+                cvt(unsafe { libc::close(fd.into_raw_fd()) })?;
                 Ok(Out::Count(0))
             }
-            Job::Mkdir { engine, path, mode } => {
-                engine
-                    .mkdir_batch(&[(PathAt::cwd(&path), mode)])?
-                    .remove(0)?;
+            Job::Mkdir { path, mode } => {
+                // SAFETY: `path` is a NUL-terminated string that outlives the
+                // call.
+                cvt(unsafe { libc::mkdirat(libc::AT_FDCWD, path.as_ptr(), mode) })?;
                 Ok(Out::Count(0))
             }
-            Job::Symlink {
-                engine,
-                target,
-                link,
-            } => {
-                engine
-                    .symlink_batch(&[(PathAt::cwd(&link), &target)])?
-                    .remove(0)?;
+            Job::Symlink { target, link } => {
+                // SAFETY: both strings are NUL-terminated and outlive the
+                // call.
+                cvt(unsafe { libc::symlinkat(target.as_ptr(), libc::AT_FDCWD, link.as_ptr()) })?;
                 Ok(Out::Count(0))
             }
             Job::ReadFiles { engine, paths } => Ok(Out::Files(read_files(&engine, &paths)?)),
@@ -156,7 +134,7 @@ fn cvt(r: libc::c_int) -> io::Result<usize> {
 /// without waiting for the other end, where `open(2)` (and Python's
 /// `open`) waits for it. A directory without `O_DIRECTORY` in `flags` is
 /// refused with `EISDIR` (and closed), as Python's `open` refuses it.
-fn open(engine: &blockio::Engine, path: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+fn open(path: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
     // SAFETY: `path` is a NUL-terminated string that outlives the call.
     let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode) };
     if fd < 0 {
@@ -164,15 +142,27 @@ fn open(engine: &blockio::Engine, path: &CStr, flags: i32, mode: u32) -> io::Res
     }
     // SAFETY: a new descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    if flags & libc::O_DIRECTORY == 0 && is_dir(&fstat(engine, &fd)?) {
+    if flags & libc::O_DIRECTORY == 0 && is_dir(&fstat(&fd)?) {
         return Err(io::Error::from_raw_os_error(libc::EISDIR));
     }
     Ok(fd)
 }
 
-/// `statx` of an open descriptor, through the engine.
-fn fstat(engine: &blockio::Engine, fd: &OwnedFd) -> io::Result<libc::statx> {
-    engine.stat_batch(&[PathAt::file(fd)], 0)?.remove(0)
+/// `statx` of an open descriptor.
+fn fstat(fd: &OwnedFd) -> io::Result<libc::statx> {
+    statx(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH)
+}
+
+/// `statx(dir, path, flags)` with the basic fields, as
+/// [`blockio::Engine::stat_batch`] asks for them.
+fn statx(dir: RawFd, path: &CStr, flags: i32) -> io::Result<libc::statx> {
+    // SAFETY: `statx` is plain old data (integers only); all zeroes is a
+    // valid value.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` writable, both for the
+    // whole call; `dir` is AT_FDCWD or a descriptor the caller holds open.
+    cvt(unsafe { libc::statx(dir, path.as_ptr(), flags, libc::STATX_BASIC_STATS, &mut st) })?;
+    Ok(st)
 }
 
 /// Whether `st` is of a FIFO or a socket (read in order, not by offset).

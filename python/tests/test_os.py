@@ -72,8 +72,8 @@ def test_stat_matches_os_stat_field_by_field(tmp_path, monkeypatch, loop_factory
 @pytest.mark.parametrize("backend", ["io_uring", "threads"])
 def test_mkdir_and_symlink_go_through_the_engine_as_os_does(tmp_path, monkeypatch, loop_factory, backend):
     """``mkdir`` and ``symlink`` of a path go through the engine's
-    ``mkdirat`` and ``symlinkat`` kinds (``Core.submit_mkdir`` and
-    ``submit_symlink``), with ``os``'s results (the mode, before the umask;
+    ``mkdirat`` and ``symlinkat`` jobs (``Core.submit_mkdir`` and
+    ``submit_symlink``), not ``os`` on a thread, with ``os``'s results (the mode, before the umask;
     the link's target) and ``os``'s errors, message included."""
     monkeypatch.setattr(blockio._engine, "_default", blockio.Engine(backend=backend))
     calls = []
@@ -145,3 +145,59 @@ def test_stat_of_an_empty_path_raises_as_os_stat(path, follow_symlinks):
     with pytest.raises(FileNotFoundError) as ours:
         asyncio.run(bos.stat(path, follow_symlinks=follow_symlinks))
     assert str(ours.value) == str(ref.value)
+
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_a_file_call_waiting_on_its_file_holds_up_no_other(tmp_path, backend):
+    """A file-system call that waits on its file holds up no other: while
+    ``aread_files`` waits in the open of a file whose write lease this
+    process holds (the open waits for the lease to be given up) and an
+    ``open`` of a FIFO waits for a writer, a ``stat``, a size, an open and
+    a close of other files complete; the two waiting calls complete once
+    the lease is given up and a writer comes. Order is asserted, not time:
+    the bounded wait only keeps a regression from hanging the suite."""
+    import fcntl
+    import signal
+
+    eng = blockio.Engine(backend=backend)
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"x" * 100)
+    leased = tmp_path / "leased"
+    leased.write_bytes(b"leased")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    # The lease break is announced with SIGIO, whose default action ends
+    # the process.
+    old_handler = signal.signal(signal.SIGIO, lambda *_: None)
+    lease = os.open(leased, os.O_RDONLY)
+    fcntl.fcntl(lease, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+
+    async def main():
+        reading = asyncio.ensure_future(eng.aread_files([leased]))
+        # While an open waits for the lease, F_GETLEASE gives the type the
+        # lease is being broken to.
+        while fcntl.fcntl(lease, fcntl.F_GETLEASE) == fcntl.F_WRLCK and not reading.done():
+            await asyncio.sleep(0.01)
+        opening = asyncio.ensure_future(eng._aopen(fifo, os.O_RDONLY, 0))
+        fd = os.open(f, os.O_RDONLY)
+        others = asyncio.ensure_future(asyncio.gather(
+            eng._astat(f, True), eng._asize(fd), eng._aopen(f, os.O_RDONLY, 0), eng._aclose(os.dup(fd))))
+        done, _ = await asyncio.wait({reading, opening, others}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        fcntl.fcntl(lease, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        writer = await asyncio.to_thread(os.open, fifo, os.O_WRONLY)
+        os.close(writer)
+        assert done == {others}
+        st, size, fd2, _ = others.result()
+        assert st.st_size == size == os.fstat(fd2).st_size == 100
+        os.close(fd)
+        os.close(fd2)
+        assert await reading == [b"leased"]
+        os.close(await opening)
+
+    try:
+        asyncio.run(main())
+    finally:
+        eng.close()
+        os.close(lease)
+        signal.signal(signal.SIGIO, old_handler)

@@ -11,27 +11,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-const SYSCTL: &str = "/proc/sys/kernel/io_uring_disabled";
-
-/// Sets `kernel.io_uring_disabled` and puts the old value back on drop.
-struct Disabled(String);
-
-impl Disabled {
-    fn new(value: &str) -> Disabled {
-        let old = std::fs::read_to_string(SYSCTL)
-            .unwrap_or_else(|e| panic!("{SYSCTL}: {e} (Linux 6.6 or later has it)"));
-        std::fs::write(SYSCTL, value).unwrap_or_else(|e| {
-            panic!("cannot write {SYSCTL}: {e}; this test blocks io_uring and must run as root")
-        });
-        Disabled(old.trim().to_string())
-    }
-}
-
-impl Drop for Disabled {
-    fn drop(&mut self) {
-        std::fs::write(SYSCTL, &self.0).expect("restore kernel.io_uring_disabled");
-    }
-}
+#[path = "support/io_uring_sysctl.rs"]
+mod io_uring_sysctl;
+use io_uring_sysctl::Disabled;
 
 fn blockio(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_blockio"))
