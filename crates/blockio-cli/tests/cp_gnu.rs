@@ -487,6 +487,57 @@ fn copy_contents_reads_fifos_when_recursive() {
     like_gnu("mkfifo p", &["-r", "p", "x"]);
 }
 
+/// A FIFO read like a file waits for its writer, as GNU's open(2) does:
+/// the copy holds what the writer wrote, with `-R --copy-contents` and
+/// without `-r`. Opened through the ring, it did not wait, and the copy
+/// read the end of file at once, empty, when no writer was there yet.
+#[test]
+fn a_fifo_read_as_a_file_waits_for_its_writer() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    for args in [&["-R", "--copy-contents", "p", "x"][..], &["p", "x"]] {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path();
+        let fifo = std::ffi::CString::new(w.join("p").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path, alive for the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_blockio"))
+            .current_dir(w)
+            .arg("cp")
+            .args(args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // No writer until the copy has the FIFO open to read (a writer's
+        // non-blocking open fails until then): the copy must wait for it.
+        let mut writer = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("cp {args:?} ended ({status}) without waiting for a writer");
+            }
+            match fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(w.join("p"))
+            {
+                Ok(f) => break f,
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                    std::thread::sleep(std::time::Duration::from_millis(5))
+                }
+                Err(e) => panic!("opening the FIFO to write: {e}"),
+            }
+        };
+        writer.write_all(b"from the writer\n").unwrap();
+        drop(writer);
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", messages(&o.stderr));
+        assert_eq!(
+            fs::read_to_string(w.join("x")).unwrap(),
+            "from the writer\n",
+            "cp {args:?}"
+        );
+    }
+}
+
 /// A parent directory made by `--parents` with `--preserve=mode` or
 /// `--preserve=ownership` is, while the copy runs, no more open than GNU
 /// makes it (coreutils' `tests/cp/parent-perm-race.sh`): with the owner

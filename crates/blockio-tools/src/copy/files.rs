@@ -400,17 +400,23 @@ fn open_sources<'g>(
     files: &'g mut [Entry],
 ) -> Option<Vec<(&'g Entry, OwnedFd)>> {
     let errors = ctx.errors;
+    // A FIFO read like a file (`--copy-contents`, or no `-r`) is opened
+    // with open(2), which waits for a writer as GNU's does: the ring opens
+    // it without waiting, and a read before the writer comes ends at once,
+    // an empty copy. Only an operand to be followed is opened through a
+    // link.
+    let is_fifo = |e: &Entry| e.kind() == libc::S_IFIFO;
+    let nofollow = |e: &Entry| if e.follow_src { 0 } else { libc::O_NOFOLLOW };
     let opens: Vec<OpenRequest<'_>> = files
         .iter()
+        .filter(|e| !is_fifo(e))
         .map(|e| {
-            // Only an operand to be followed is opened through a link.
-            let nofollow = if e.follow_src { 0 } else { libc::O_NOFOLLOW };
             OpenRequest::new(PathAt::in_dir(&dirs.src, &e.src_name))
-                .flags(libc::O_RDONLY | nofollow)
+                .flags(libc::O_RDONLY | nofollow(e))
         })
         .collect();
-    let srcs = match ctx.engine.open_batch(&opens) {
-        Ok(s) => s,
+    let mut batch = match ctx.engine.open_batch(&opens) {
+        Ok(s) => s.into_iter(),
         Err(e) => {
             let what = format!("cannot open files in {}", quote(&dirs.src_path));
             errors.report(what, Some(e));
@@ -418,6 +424,25 @@ fn open_sources<'g>(
         }
     };
     drop(opens);
+    let srcs: Vec<io::Result<OwnedFd>> = files
+        .iter()
+        .map(|e| {
+            if is_fifo(e) {
+                let flags = rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::CLOEXEC
+                    | rustix::fs::OFlags::from_bits_retain(nofollow(e) as u32);
+                rustix::fs::openat(
+                    &dirs.src,
+                    e.src_name.as_c_str(),
+                    flags,
+                    rustix::fs::Mode::empty(),
+                )
+                .map_err(io::Error::from)
+            } else {
+                batch.next().expect("one result per request")
+            }
+        })
+        .collect();
     let mut opened = Vec::with_capacity(srcs.len());
     for (e, r) in files.iter_mut().zip(srcs) {
         let src = dirs.src_of(&e.src_name);
