@@ -41,35 +41,10 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import blockio
+from bench import evict, make_file, warm  # the data file and cache control the main benchmark uses
 
 BLOCK = 4096
 TASKS = 64
-
-
-def make_file(path: str, size: int) -> None:
-    if os.path.exists(path) and os.path.getsize(path) == size:
-        return
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".partial", "wb") as f:
-        for _ in range(size >> 20):
-            f.write(os.urandom(1 << 20))
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(path + ".partial", path)
-
-
-def evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def warm(path: str) -> None:
-    with open(path, "rb", buffering=0) as f:
-        while f.read(1 << 20):
-            pass
 
 
 # -- contenders: each an async factory of `read(task, offset) -> bytes`
