@@ -426,24 +426,9 @@ impl<'a> RecvStream<'a> {
             .own
             .as_mut()
             .expect("a receive of its own is in flight");
-        let (res, mut buf) = std::task::ready!(f.as_mut().poll(cx));
+        let (res, buf) = std::task::ready!(f.as_mut().poll(cx));
         self.own = None;
-        match res {
-            Ok(0) => {
-                self.done = true;
-                Poll::Ready(None)
-            }
-            Ok(n) => {
-                buf.truncate(n);
-                Poll::Ready(Some(Ok(RecvBuf {
-                    inner: Held::Owned(buf),
-                })))
-            }
-            Err(e) => {
-                self.done = true;
-                Poll::Ready(Some(Err(e)))
-            }
-        }
+        Poll::Ready(self.owned_result(res, buf))
     }
 
     fn poll_single(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<RecvBuf>>> {
@@ -453,22 +438,33 @@ impl<'a> RecvStream<'a> {
         let core = self.core;
         let size = *size;
         let f = fut.get_or_insert_with(|| Box::pin(core.read(vec![0u8; size])));
-        let (res, mut buf) = std::task::ready!(f.as_mut().poll(cx));
+        let (res, buf) = std::task::ready!(f.as_mut().poll(cx));
         *fut = None;
+        Poll::Ready(self.owned_result(res, buf))
+    }
+
+    /// What a finished receive into an owned buffer yields: its bytes, or
+    /// the end of the stream (0 bytes) or an error, after which the stream
+    /// is done.
+    fn owned_result(
+        &mut self,
+        res: io::Result<usize>,
+        mut buf: Vec<u8>,
+    ) -> Option<io::Result<RecvBuf>> {
         match res {
             Ok(0) => {
                 self.done = true;
-                Poll::Ready(None)
+                None
             }
             Ok(n) => {
                 buf.truncate(n);
-                Poll::Ready(Some(Ok(RecvBuf {
+                Some(Ok(RecvBuf {
                     inner: Held::Owned(buf),
-                })))
+                }))
             }
             Err(e) => {
                 self.done = true;
-                Poll::Ready(Some(Err(e)))
+                Some(Err(e))
             }
         }
     }
