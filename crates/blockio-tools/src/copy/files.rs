@@ -1416,7 +1416,7 @@ fn first_wave(sizes: impl Iterator<Item = u64>, wave: u64) -> usize {
 /// The attributes of an open file, in the engine's form (`libc::statx`,
 /// what its batched `statx` gives every other entry), every field as the
 /// kernel filled it.
-fn fstat(fd: &OwnedFd) -> io::Result<libc::statx> {
+pub(super) fn fstat(fd: &impl AsRawFd) -> io::Result<libc::statx> {
     // SAFETY: `statx` is plain old data (integers only); all zeroes is a
     // valid value.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };

@@ -7,7 +7,7 @@
 //! `PATH_MAX`), while the walk keeps only a few descriptors per level open.
 
 use std::collections::VecDeque;
-use std::ffi::{CStr, OsStr};
+use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
@@ -32,6 +32,11 @@ use super::{cname, quote, CopyOptions, CopyReport, Errors, Preserve, Progress};
 /// as a root of its own: `openat2` takes at most `PATH_MAX` (4096) bytes,
 /// and a name takes at most 255 more.
 const REROOT: usize = 2048;
+
+/// The names of a directory taken at a time: their `statx`es and entries
+/// (about 300 bytes each) are kept only while these are dispatched, so
+/// memory stays bounded however many entries a directory holds.
+const LIST_CHUNK: usize = 512;
 
 /// A directory made by the copy whose final mode or times are set at the
 /// end, once nothing more is written into it.
@@ -97,6 +102,9 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         operand_targets: Mutex::default(),
         dest_dirs: Mutex::default(),
         src_dirs: Mutex::default(),
+        watch: opts.dereference == Dereference::Always
+            || sources.len() > 1
+            || mounts_below(sources),
     };
     // The operands are copied in phases, in command-line order: each
     // directory in a phase of its own, the files between them together.
@@ -160,7 +168,7 @@ struct Work {
 
 #[derive(Default)]
 struct Queues {
-    dirs: VecDeque<DirTask>,
+    dirs: VecDeque<Queued>,
     groups: VecDeque<Group>,
     /// Tasks queued or being worked on.
     open: usize,
@@ -170,8 +178,58 @@ struct Queues {
 }
 
 enum Task {
-    Dir(DirTask),
+    Dir(Queued),
     Files(Group),
+}
+
+/// A directory waiting to be listed, as small as it can be kept: a
+/// directory of many subdirectories queues them all at once.
+struct Queued {
+    dir: Pending,
+    /// Its final attributes are to be set (`Some`, with whether the copy
+    /// made it): after its contents, or at once if it has none.
+    fix: Option<bool>,
+}
+
+/// Where a queued directory is.
+enum Pending {
+    /// Given in full (an operand, or made for one).
+    Full(Box<DirTask>),
+    /// `name` in the directory `parent` describes, under the same name
+    /// on both sides.
+    Below { parent: Arc<Parent>, name: CString },
+}
+
+/// What the subdirectories of one listed directory share: the paths
+/// [`DirTask`] holds, of their parent.
+struct Parent {
+    src: PathBuf,
+    dst: PathBuf,
+    root: Arc<Root>,
+    rel: PathBuf,
+    chain: Option<Arc<Chain>>,
+    top: Arc<(PathBuf, PathBuf)>,
+}
+
+impl Pending {
+    fn resolve(self) -> DirTask {
+        match self {
+            Pending::Full(t) => *t,
+            Pending::Below { parent, name } => {
+                let name = OsStr::from_bytes(name.to_bytes());
+                DirTask {
+                    src: parent.src.join(name),
+                    dst: parent.dst.join(name),
+                    at: DirAt::Beneath {
+                        root: Arc::clone(&parent.root),
+                        rel: parent.rel.join(name),
+                    },
+                    chain: parent.chain.clone(),
+                    top: Arc::clone(&parent.top),
+                }
+            }
+        }
+    }
 }
 
 /// A directory to list, already made at its destination.
@@ -284,6 +342,58 @@ struct Walker<'a> {
     /// the path of their copy: met again without `-L` (a bind mount of a
     /// directory inside itself), one is not copied twice.
     src_dirs: Mutex<std::collections::HashMap<(u64, u64), PathBuf>>,
+    /// Whether the walk can meet a directory twice, or one of the copy's
+    /// own, so that `dest_dirs` and `src_dirs` must note every directory
+    /// walked: with `-L` (links to directories), with several operands
+    /// (one may hold another, or the other's copy), or with a mount point
+    /// below an operand (a bind mount of a directory inside itself, or of
+    /// the destination). Otherwise each source directory is met once, and
+    /// only the operands are noted: a directory of many subdirectories
+    /// then costs no more than their names while they wait to be walked.
+    watch: bool,
+}
+
+/// Whether a file system is mounted strictly below one of `sources`
+/// (`/proc/self/mountinfo`; `true` when that cannot be told).
+fn mounts_below(sources: &[PathBuf]) -> bool {
+    let Ok(table) = std::fs::read("/proc/self/mountinfo") else {
+        return true;
+    };
+    let mut roots = Vec::with_capacity(sources.len());
+    for s in sources {
+        match std::fs::canonicalize(s) {
+            Ok(r) => roots.push(r),
+            Err(_) => return true,
+        }
+    }
+    table.split(|&b| b == b'\n').any(|line| {
+        // The fifth field is the mount point, with space, tab, newline
+        // and backslash written in octal (`\040`).
+        let Some(field) = line.split(|&b| b == b' ').nth(4) else {
+            return false;
+        };
+        let mut point = Vec::with_capacity(field.len());
+        let mut i = 0;
+        while i < field.len() {
+            let octal = field.get(i + 1..i + 4).and_then(|d| {
+                d.iter()
+                    .all(|c| (b'0'..=b'7').contains(c))
+                    .then(|| d.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0')))
+            });
+            match octal {
+                Some(n) if field[i] == b'\\' && n <= 0xff => {
+                    point.push(n as u8);
+                    i += 4;
+                }
+                _ => {
+                    point.push(field[i]);
+                    i += 1;
+                }
+            }
+        }
+        let point = Path::new(OsStr::from_bytes(&point));
+        roots.iter().any(|r| point != r && point.starts_with(r))
+    })
 }
 
 /// An operand as a directory entry: see `Walker::operands_seen`.
@@ -359,7 +469,7 @@ impl Walker<'_> {
                         chain: None,
                         top: Arc::new((src.clone(), dst.clone())),
                     };
-                    self.dir_made(task, &st, true, false);
+                    self.dir_made(Pending::Full(Box::new(task)), &st, true, false);
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {
                     // As GNU's: with -p a parent that is already there
@@ -626,7 +736,7 @@ impl Walker<'_> {
             chain: None,
             top: Arc::new((src.to_path_buf(), target.to_path_buf())),
         };
-        self.dir_made(task, st, fresh, true);
+        self.dir_made(Pending::Full(Box::new(task)), st, fresh, true);
     }
 
     /// The directories that hold a non-directory operand and its copy,
@@ -738,17 +848,23 @@ impl Walker<'_> {
     }
 
     /// One directory of the tree, already made at `dst`.
-    fn directory(&self, t: DirTask) {
+    fn directory(&self, q: Queued) {
+        let t = q.dir.resolve();
         let Some((s, d, root, rel)) = self.open_task(&t) else {
-            return;
+            return self.fix_dir(&t, q.fix, None, None);
         };
         // Before its source is listed: the copy's own directories are
         // known when the walk meets them (see `dest_dirs`).
-        match d.metadata() {
-            Ok(m) => {
-                self.dest_dirs.lock().expect("lock").insert(id_of(&m));
+        if self.watch {
+            match d.metadata() {
+                Ok(m) => {
+                    self.dest_dirs.lock().expect("lock").insert(id_of(&m));
+                }
+                Err(e) => {
+                    self.report(format!("cannot stat {}", quote(&t.dst)), Some(e));
+                    return self.fix_dir(&t, q.fix, Some(&s), None);
+                }
             }
-            Err(e) => return self.report(format!("cannot stat {}", quote(&t.dst)), Some(e)),
         }
         let keep = self.ctx.opts.preserve;
         let preserve = keep.mode || keep.xattr;
@@ -768,12 +884,16 @@ impl Walker<'_> {
         let mut names = match at::list(&s) {
             Ok(n) => n,
             Err(e) => {
-                return self.report(format!("cannot read directory {}", quote(&t.src)), Some(e))
+                self.report(format!("cannot read directory {}", quote(&t.src)), Some(e));
+                return self.fix_dir(&t, q.fix, Some(&s), None);
             }
         };
         // Sorted: the walk (and its messages) do not depend on the order the
         // file system lists names in.
         names.sort();
+        // Before its subdirectories are queued, which note theirs after it
+        // (`finish_dirs` sets them deepest first).
+        self.fix_dir(&t, q.fix, Some(&s), (names.len() == 0).then_some(&d));
         let dst_default_acl = preserve && super::attrs::has_default_acl(d.as_fd());
         let follow = self.ctx.opts.dereference == Dereference::Always;
         let chain = if follow {
@@ -782,7 +902,9 @@ impl Walker<'_> {
                     id: (m.dev(), m.ino()),
                     up: t.chain.clone(),
                 })),
-                Err(e) => return self.report(format!("cannot stat {}", quote(&t.src)), Some(e)),
+                Err(e) => {
+                    return self.report(format!("cannot stat {}", quote(&t.src)), Some(e));
+                }
             }
         } else {
             None
@@ -797,17 +919,29 @@ impl Walker<'_> {
             chain,
             top: t.top,
         });
-        let stats = self.stat_all(&pair, &names);
-        let entries = names
-            .into_iter()
-            .zip(stats)
-            .filter_map(|((name, _), st)| {
-                let mut e = Entry::listed(name, st?);
-                e.follow_src = follow;
-                Some(e)
-            })
-            .collect();
-        self.entries(&pair, entries);
+        // A few hundred names at a time: their attributes and entries
+        // (a `statx` each) are kept only while those are dispatched, so a
+        // directory of many entries costs little more than its names.
+        let mut group = Vec::new();
+        for start in (0..names.len()).step_by(LIST_CHUNK) {
+            let chunk: Vec<(&CStr, bool)> = (start..names.len().min(start + LIST_CHUNK))
+                .map(|i| names.get(i))
+                .collect();
+            let stats = self.stat_all(&pair, &chunk);
+            let entries = chunk
+                .iter()
+                .zip(stats)
+                .filter_map(|(&(name, _), st)| {
+                    let mut e = Entry::listed(name.to_owned(), st?);
+                    e.follow_src = follow;
+                    Some(e)
+                })
+                .collect();
+            self.dispatch(&pair, entries, &mut group);
+        }
+        if !group.is_empty() {
+            self.send(&pair, group);
+        }
     }
 
     /// The attributes of a directory's entries; `None` for those that
@@ -818,11 +952,7 @@ impl Walker<'_> {
     /// (`Entry::unstated`), which saves a path lookup per file and, on
     /// ext4, a trip through io_uring's worker threads (where `statx`
     /// always goes). Everything else is `statx`ed in batches.
-    fn stat_all(
-        &self,
-        pair: &DirPair,
-        names: &[(std::ffi::CString, bool)],
-    ) -> Vec<Option<libc::statx>> {
+    fn stat_all(&self, pair: &DirPair, names: &[(&CStr, bool)]) -> Vec<Option<libc::statx>> {
         let mut stats: Vec<Option<libc::statx>> = names
             .iter()
             .map(|(_, regular)| regular.then(Entry::unstated))
@@ -831,7 +961,7 @@ impl Walker<'_> {
         for chunk in unknown.chunks(256) {
             let at: Vec<PathAt<'_>> = chunk
                 .iter()
-                .map(|&i| PathAt::in_dir(&pair.src, &names[i].0))
+                .map(|&i| PathAt::in_dir(&pair.src, names[i].0))
                 .collect();
             // `-L`: a link is what it leads to.
             let flags = if self.ctx.opts.dereference == Dereference::Always {
@@ -850,7 +980,7 @@ impl Walker<'_> {
                 match st {
                     Ok(st) => stats[i] = Some(st),
                     Err(e) => self.report(
-                        format!("cannot stat {}", quote(&pair.src_of(&names[i].0))),
+                        format!("cannot stat {}", quote(&pair.src_of(names[i].0))),
                         Some(e),
                     ),
                 }
@@ -863,9 +993,19 @@ impl Walker<'_> {
     /// out in groups of `group` files; a group's worker splits off what
     /// exceeds a wave of bytes once the sizes are known (`files::copy_group`).
     fn entries(&self, pair: &Arc<DirPair>, entries: Vec<Entry>) {
+        let mut group = Vec::new();
+        self.dispatch(pair, entries, &mut group);
+        if !group.is_empty() {
+            self.send(pair, group);
+        }
+    }
+
+    /// [`Walker::entries`] for a part of a directory: the regular files
+    /// are added to `group`, sent each time it is full; the caller sends
+    /// what is left in it after the last part.
+    fn dispatch(&self, pair: &Arc<DirPair>, entries: Vec<Entry>, group: &mut Vec<Entry>) {
         let mut dirs = Vec::new();
         let mut links = Vec::new();
-        let mut group: Vec<Entry> = Vec::new();
         for e in entries {
             if self.ctx.opts.link != super::LinkMode::Copy && e.kind() != libc::S_IFDIR {
                 self.link_entry(pair, &e);
@@ -878,15 +1018,12 @@ impl Walker<'_> {
                     if e.kind() == libc::S_IFREG || self.as_regular() =>
                 {
                     if group.len() >= self.ctx.opts.group.max(1) {
-                        self.send(pair, std::mem::take(&mut group));
+                        self.send(pair, std::mem::take(group));
                     }
                     group.push(e);
                 }
                 _ => self.special(pair, &e),
             }
-        }
-        if !group.is_empty() {
-            self.send(pair, group);
         }
         self.make_dirs(pair, dirs);
         self.make_links(pair, links);
@@ -1093,25 +1230,69 @@ impl Walker<'_> {
         }
     }
 
-    fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool, walk: bool) {
-        let want = self.dir_mode(st);
-        // Nothing to set at the end when mkdir made it right, the usual
-        // case (opening every directory again for nothing made a serial
-        // tail after the copy). Merging into an existing directory: with
-        // -p its attributes become the source's, as with cp.
-        let made = self.dir_create_mode(st) & !self.ctx.umask;
-        if self.ctx.opts.preserve.attrs() || (fresh && want != made) {
-            self.fixups.lock().expect("lock").push(Fixup {
-                at: task.at.clone(),
-                path: task.dst.clone(),
-                st: *st,
-                chmod: (fresh || self.ctx.opts.preserve.mode).then_some(want),
-                fresh,
-            });
-        }
+    fn dir_made(&self, task: Pending, st: &libc::statx, fresh: bool, walk: bool) {
         self.ctx.progress.dirs.fetch_add(1, Ordering::Relaxed);
         if walk {
-            self.work.push(Task::Dir(task));
+            // Noted when it is listed (`fix_dir`): a directory found empty
+            // then is finished at once, and the queue holds no `statx`.
+            let fix = self.needs_fixup(st, fresh).then_some(fresh);
+            return self.work.push(Task::Dir(Queued { dir: task, fix }));
+        }
+        if let Some(f) = self.fixup(task.resolve(), st, fresh) {
+            self.fixups.lock().expect("lock").push(f);
+        }
+    }
+
+    /// Whether a directory whose source's `statx` is `st` needs its mode
+    /// or times set after its contents. Not when mkdir made it right, the
+    /// usual case (opening every directory again for nothing made a
+    /// serial tail after the copy). Merging into an existing directory:
+    /// with -p its attributes become the source's, as with cp.
+    fn needs_fixup(&self, st: &libc::statx, fresh: bool) -> bool {
+        let made = self.dir_create_mode(st) & !self.ctx.umask;
+        self.ctx.opts.preserve.attrs() || (fresh && self.dir_mode(st) != made)
+    }
+
+    /// The final attributes of the directory `t`, if any are to be set.
+    fn fixup(&self, t: DirTask, st: &libc::statx, fresh: bool) -> Option<Fixup> {
+        self.needs_fixup(st, fresh).then(|| Fixup {
+            at: t.at,
+            path: t.dst,
+            st: *st,
+            chmod: (fresh || self.ctx.opts.preserve.mode).then(|| self.dir_mode(st)),
+            fresh,
+        })
+    }
+
+    /// A walked directory's final attributes (`fix`: see [`Queued`]), from
+    /// its source as it is now (`src` open, else by path): set at once on
+    /// `now` when it is empty (nothing will be made in it), else noted for
+    /// the end.
+    fn fix_dir(&self, t: &DirTask, fix: Option<bool>, src: Option<&File>, now: Option<&File>) {
+        let Some(fresh) = fix else { return };
+        let follow = self.ctx.opts.dereference == Dereference::Always
+            || matches!(t.at, DirAt::Operand { .. });
+        let st = match src {
+            Some(s) => files::fstat(s),
+            None => self.stat_one(PathAt::cwd(&cname(t.src.as_os_str())), follow),
+        };
+        let st = match st {
+            Ok(st) => st,
+            Err(e) => return self.report(format!("cannot stat {}", quote(&t.src)), Some(e)),
+        };
+        let task = DirTask {
+            src: t.src.clone(),
+            dst: t.dst.clone(),
+            at: t.at.clone(),
+            chain: None,
+            top: Arc::clone(&t.top),
+        };
+        let Some(f) = self.fixup(task, &st, fresh) else {
+            return;
+        };
+        match now {
+            Some(dir) => self.apply_fixup(dir, &f),
+            None => self.fixups.lock().expect("lock").push(f),
         }
     }
 
@@ -1163,6 +1344,7 @@ impl Walker<'_> {
                 )
             }
         };
+        let mut parent = None;
         for (e, r) in dirs.iter().zip(made) {
             let (src, dst) = (pair.src_of(&e.src_name), pair.dst_of(&e.dst_name));
             let fresh = match r {
@@ -1208,16 +1390,32 @@ impl Walker<'_> {
             if fresh {
                 super::say_copied(self.ctx.opts, &src, &dst, None);
             }
-            let at_ = DirAt::Beneath {
-                root: Arc::clone(root),
-                rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
-            };
-            let task = DirTask {
-                src,
-                dst,
-                at: at_,
-                chain: pair.chain.clone(),
-                top: Arc::clone(&pair.top),
+            let parent = parent.get_or_insert_with(|| {
+                Arc::new(Parent {
+                    src: pair.src_path.clone(),
+                    dst: pair.dst_path.clone(),
+                    root: Arc::clone(root),
+                    rel: rel.clone(),
+                    chain: pair.chain.clone(),
+                    top: Arc::clone(&pair.top),
+                })
+            });
+            let task = if e.src_name == e.dst_name {
+                Pending::Below {
+                    parent: Arc::clone(parent),
+                    name: e.dst_name.clone(),
+                }
+            } else {
+                Pending::Full(Box::new(DirTask {
+                    src,
+                    dst,
+                    at: DirAt::Beneath {
+                        root: Arc::clone(root),
+                        rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
+                    },
+                    chain: pair.chain.clone(),
+                    top: Arc::clone(&pair.top),
+                }))
             };
             let walk = this_fs.map_or(true, |dev| dev == e.id().0);
             self.dir_made(task, &e.st, fresh, walk);
@@ -1248,6 +1446,20 @@ impl Walker<'_> {
                 // Met again through another link: copied again, as GNU
                 // does (the chain stops cycles).
                 return true;
+            }
+            if !self.watch {
+                // Met once only (see `watch`): an operand's id is there.
+                return !src_dirs.contains_key(&e.id()) || {
+                    self.report(
+                        format!(
+                            "will not create hard link {} to directory {}",
+                            quote(&pair.dst_of(&e.dst_name)),
+                            quote(&src_dirs[&e.id()])
+                        ),
+                        None,
+                    );
+                    false
+                };
             }
             match src_dirs.entry(e.id()) {
                 std::collections::hash_map::Entry::Occupied(earlier) => {
@@ -1539,6 +1751,41 @@ impl Walker<'_> {
         src.is_some() && src == dst
     }
 
+    /// Sets a directory's final mode and times (`f`), on `dir` open.
+    fn apply_fixup(&self, dir: &File, f: &Fixup) {
+        // A directory made in a set-group-ID directory inherits that
+        // bit (its files then take the group): kept, as GNU keeps it,
+        // whatever the source's mode.
+        let chmod = match f.chmod {
+            Some(m)
+                if f.fresh
+                    && m & 0o2000 == 0
+                    && dir.metadata().is_ok_and(|d| d.mode() & 0o2000 != 0) =>
+            {
+                Some(m | 0o2000)
+            }
+            c => c,
+        };
+        let keep = &self.ctx.opts.preserve;
+        let r = if keep.attrs() {
+            let keep = Preserve {
+                mode: chmod.is_some(),
+                ..*keep
+            };
+            set_attrs_at(dir, c"", &f.st, chmod, None, &keep)
+        } else if let Some(mode) = chmod {
+            at::chmod(dir, mode)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = r {
+            self.report(
+                format!("cannot set attributes of {}", quote(&f.path)),
+                Some(e),
+            );
+        }
+    }
+
     /// Final modes and times of the directories made (deepest first, after
     /// all their contents), then with `--fsync` a `syncfs` of every
     /// destination file system.
@@ -1551,43 +1798,9 @@ impl Walker<'_> {
                 } => open_operand_dst(dst, *follow_dst),
                 DirAt::Beneath { root, rel } => at::open_dir_beneath(&root.dst, rel),
             };
-            let dir = match opened {
-                Ok(d) => d,
-                Err(e) => {
-                    self.report(format!("cannot access {}", quote(&f.path)), Some(e));
-                    continue;
-                }
-            };
-            // A directory made in a set-group-ID directory inherits that
-            // bit (its files then take the group): kept, as GNU keeps it,
-            // whatever the source's mode.
-            let chmod = match f.chmod {
-                Some(m)
-                    if f.fresh
-                        && m & 0o2000 == 0
-                        && dir.metadata().is_ok_and(|d| d.mode() & 0o2000 != 0) =>
-                {
-                    Some(m | 0o2000)
-                }
-                c => c,
-            };
-            let keep = &self.ctx.opts.preserve;
-            let r = if keep.attrs() {
-                let keep = Preserve {
-                    mode: chmod.is_some(),
-                    ..*keep
-                };
-                set_attrs_at(&dir, c"", &f.st, chmod, None, &keep)
-            } else if let Some(mode) = chmod {
-                at::chmod(&dir, mode)
-            } else {
-                Ok(())
-            };
-            if let Err(e) = r {
-                self.report(
-                    format!("cannot set attributes of {}", quote(&f.path)),
-                    Some(e),
-                );
+            match opened {
+                Ok(dir) => self.apply_fixup(&dir, f),
+                Err(e) => self.report(format!("cannot access {}", quote(&f.path)), Some(e)),
             }
         }
         if !self.ctx.opts.fsync {
