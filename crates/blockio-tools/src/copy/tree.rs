@@ -104,7 +104,7 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         src_dirs: Mutex::default(),
         watch: opts.dereference == Dereference::Always
             || sources.len() > 1
-            || mounts_below(sources),
+            || mounts_below(sources, dest),
     };
     // The operands are copied in phases, in command-line order: each
     // directory in a phase of its own, the files between them together.
@@ -345,17 +345,20 @@ struct Walker<'a> {
     /// Whether the walk can meet a directory twice, or one of the copy's
     /// own, so that `dest_dirs` and `src_dirs` must note every directory
     /// walked: with `-L` (links to directories), with several operands
-    /// (one may hold another, or the other's copy), or with a mount point
-    /// below an operand (a bind mount of a directory inside itself, or of
-    /// the destination). Otherwise each source directory is met once, and
+    /// (one may hold another, or the other's copy), or with a mount below
+    /// the operand or one that the destination is reached through
+    /// ([`mounts_below`]: a bind mount of a directory inside itself, or of
+    /// the source at the destination). Otherwise each source directory is met once, and
     /// only the operands are noted: a directory of many subdirectories
     /// then costs no more than their names while they wait to be walked.
     watch: bool,
 }
 
-/// Whether a file system is mounted strictly below one of `sources`
-/// (`/proc/self/mountinfo`; `true` when that cannot be told).
-fn mounts_below(sources: &[PathBuf]) -> bool {
+/// Whether a mount can make the walk meet a directory twice or meet its
+/// own copy (`/proc/self/mountinfo`; `true` when that cannot be told): a
+/// file system mounted strictly below one of `sources`, or `dest` reached
+/// through a mount (a bind mount) of a directory inside one of them.
+fn mounts_below(sources: &[PathBuf], dest: &Path) -> bool {
     let Ok(table) = std::fs::read("/proc/self/mountinfo") else {
         return true;
     };
@@ -366,34 +369,66 @@ fn mounts_below(sources: &[PathBuf]) -> bool {
             Err(_) => return true,
         }
     }
-    table.split(|&b| b == b'\n').any(|line| {
-        // The fifth field is the mount point, with space, tab, newline
-        // and backslash written in octal (`\040`).
-        let Some(field) = line.split(|&b| b == b' ').nth(4) else {
-            return false;
-        };
-        let mut point = Vec::with_capacity(field.len());
-        let mut i = 0;
-        while i < field.len() {
-            let octal = field.get(i + 1..i + 4).and_then(|d| {
-                d.iter()
-                    .all(|c| (b'0'..=b'7').contains(c))
-                    .then(|| d.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0')))
-            });
-            match octal {
-                Some(n) if field[i] == b'\\' && n <= 0xff => {
-                    point.push(n as u8);
-                    i += 4;
-                }
-                _ => {
-                    point.push(field[i]);
-                    i += 1;
-                }
+    let Ok(dest) = canonical_target(dest) else {
+        return true;
+    };
+    // (device, root of the mount in its file system, mount point)
+    let mounts: Vec<(&[u8], PathBuf, PathBuf)> = table
+        .split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let f: Vec<&[u8]> = line.split(|&b| b == b' ').take(5).collect();
+            (f.len() == 5).then(|| (f[2], unescape_mount_field(f[3]), unescape_mount_field(f[4])))
+        })
+        .collect();
+    if mounts
+        .iter()
+        .any(|(_, _, point)| roots.iter().any(|r| point != r && point.starts_with(r)))
+    {
+        return true;
+    }
+    // The mount a path is in (the last of the longest mount points above
+    // it: a later mount hides an earlier one at the same point), and the
+    // path's place in that mount's file system.
+    let real = |p: &Path| {
+        let m = mounts
+            .iter()
+            .filter(|(_, _, point)| p.starts_with(point))
+            .max_by_key(|(_, _, point)| point.as_os_str().len())?;
+        let rest = p.strip_prefix(&m.2).ok()?;
+        Some((m.0, m.1.join(rest)))
+    };
+    let Some((dev, at)) = real(&dest) else {
+        return true;
+    };
+    roots.iter().any(|r| match real(r) {
+        Some((d, src)) => d == dev && at.starts_with(src),
+        None => true,
+    })
+}
+
+/// A path field of `/proc/self/mountinfo`, where space, tab, newline and
+/// backslash are written in octal (`\040`).
+fn unescape_mount_field(field: &[u8]) -> PathBuf {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field.get(i + 1..i + 4).and_then(|d| {
+            d.iter()
+                .all(|c| (b'0'..=b'7').contains(c))
+                .then(|| d.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0')))
+        });
+        match octal {
+            Some(n) if field[i] == b'\\' && n <= 0xff => {
+                out.push(n as u8);
+                i += 4;
+            }
+            _ => {
+                out.push(field[i]);
+                i += 1;
             }
         }
-        let point = Path::new(OsStr::from_bytes(&point));
-        roots.iter().any(|r| point != r && point.starts_with(r))
-    })
+    }
+    PathBuf::from(OsStr::from_bytes(&out))
 }
 
 /// An operand as a directory entry: see `Walker::operands_seen`.
