@@ -849,6 +849,33 @@ fn preserve_lists_keep_what_gnu_keeps() {
     }
 }
 
+/// `-s` with a relative source, the link made outside the working
+/// directory: refused ("can make relative symbolic links only in current
+/// directory", the name quoted only where a shell needs it: `été` is
+/// not), but only once what is in the way has been judged: `-u` keeps a
+/// newer file and `-n` any file without a word, `--remove-destination`
+/// removes it first, `-f` and `-b` leave it. Before, blockio refused
+/// before looking, and quoted every name beyond ASCII.
+#[test]
+fn relative_symbolic_links_elsewhere_are_refused_after_what_is_in_the_way_is_judged() {
+    let setup = "mkdir -p s/sub t/s/sub; echo a > s/a; echo b > 's/\u{e9}t\u{e9}'; \
+                 echo c > s/sub/c; echo old > t/s/a; echo new > t/s/sub/c; \
+                 touch -d 2000-01-01 s/a s/sub/c; touch -d 2001-01-01 t/s/a; \
+                 touch -d 2030-01-01 t/s/sub/c";
+    for args in [
+        &["-rs", "s", "t"][..],
+        &["-rsu", "s", "t"],
+        &["-rsn", "s", "t"],
+        &["-rsf", "s", "t"],
+        &["-rs", "--remove-destination", "s", "t"],
+        &["-rsb", "s", "t"],
+        &["-s", "s/\u{e9}t\u{e9}", "t/"],
+    ] {
+        // Names are quoted as GNU quotes them in a UTF-8 locale.
+        like_gnu_as(&["env", "LC_ALL=C.UTF-8"], setup, args);
+    }
+}
+
 /// `-l` and `-s` make hard and symbolic links instead of copies, as GNU:
 /// directories made, `-rl` following links in the tree (GNU's default for
 /// `-l`), relative symbolic links only in the current directory, an

@@ -1074,16 +1074,31 @@ impl Walker<'_> {
         let dst = pair.dst_of(&e.dst_name);
         let hard = opts.link == super::LinkMode::Hard;
         let target = cname(src.as_os_str());
-        if !hard && !src.is_absolute() && !in_cwd(pair) {
-            return self.report(
+        // A relative link made elsewhere would not lead to its source:
+        // refused, as GNU does, once what is in the way has been judged
+        // (`-n` and `-u` keep it without a word).
+        let relative = !hard && !src.is_absolute() && !in_cwd(pair);
+        let refuse_relative = || {
+            self.report(
                 format!(
                     "{}: can make relative symbolic links only in current directory",
                     crate::quote::quote_if_needed(&dst)
                 ),
                 None,
-            );
-        }
+            )
+        };
         let make = || {
+            if relative {
+                // Only whether something is in the way: `EEXIST` if so.
+                return match rustix::fs::statat(
+                    &pair.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                ) {
+                    Ok(_) => Err(rustix::io::Errno::EXIST),
+                    Err(_) => Err(rustix::io::Errno::NOENT),
+                };
+            }
             if hard {
                 let flags = if e.follow_src {
                     rustix::fs::AtFlags::SYMLINK_FOLLOW
@@ -1096,6 +1111,9 @@ impl Walker<'_> {
             }
         };
         let mut r = make();
+        if relative && r != Err(rustix::io::Errno::EXIST) {
+            return refuse_relative();
+        }
         // Something is in the way: `-u` and the same-file rule need the
         // source's attributes, which a file known from its directory entry
         // alone does not carry yet.
@@ -1185,6 +1203,19 @@ impl Walker<'_> {
                     format!("{} and {} are the same file", quote(&src), quote(&dst)),
                     None,
                 );
+            }
+            if relative {
+                // GNU removes what is in the way first with
+                // `--remove-destination` (a backup it would make is put
+                // back), then refuses.
+                if opts.remove_destination && opts.backup == super::Backup::None {
+                    let _ = rustix::fs::unlinkat(
+                        &pair.dst,
+                        e.dst_name.as_c_str(),
+                        rustix::fs::AtFlags::empty(),
+                    );
+                }
+                return refuse_relative();
             }
             // `-il`: a "yes" replaces the file with the link, as GNU's.
             let asked = hard && opts.ask.is_some();
