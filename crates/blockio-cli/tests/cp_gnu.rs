@@ -849,6 +849,27 @@ fn preserve_lists_keep_what_gnu_keeps() {
     }
 }
 
+/// `-rs` onto what is already there, the source named by its absolute
+/// path (through `/proc/self/cwd`, the same on both sides): what is in
+/// the way of a link to a symbolic link or a FIFO is removed first
+/// (unless it is a hard link of that very link: then it is left), and a
+/// hard link of a regular source file is "the same file", as GNU 9.1
+/// does. Before, blockio said "File exists" of each.
+#[test]
+fn symbolic_links_of_a_tree_replace_what_is_in_the_way_as_gnu_does() {
+    let setup = "mkdir -p s t/s; echo a > s/a; ln -s a s/l1; ln -s a s/l2; ln -s nowhere s/l3; \
+                 mkfifo s/f1 s/f2; ln s/a t/s/a; ln -s \"$PWD/s/l1\" t/s/l1; echo old > t/s/l2; \
+                 ln -P s/l3 t/s/l3; ln -s \"$PWD/s/f1\" t/s/f1; echo x > t/s/f2";
+    for args in [
+        &["-rs", "/proc/self/cwd/s", "t"][..],
+        &["-rsv", "/proc/self/cwd/s", "t"],
+        &["-rsn", "/proc/self/cwd/s", "t"],
+        &["-rsb", "/proc/self/cwd/s", "t"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
 /// `-s` with a relative source, the link made outside the working
 /// directory: refused ("can make relative symbolic links only in current
 /// directory", the name quoted only where a shell needs it: `été` is

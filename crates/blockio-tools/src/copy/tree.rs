@@ -1193,22 +1193,41 @@ impl Walker<'_> {
                     None,
                 );
             }
-            // As GNU 9.1: with -s the same-file rule is asked only when the
-            // destination would be removed (-f); otherwise making the link
-            // fails ("File exists"). A link in the way is made anew, even
-            // one that leads to the source.
+            // As GNU 9.1: with -s, a hard link of the source in the way is
+            // the same file; a link in the way fails to be made ("File
+            // exists"), or with -f is made anew, even one that leads to
+            // the source.
             let dst_is_link = kind == Ok(rustix::fs::FileType::Symlink);
-            if !hard && opts.force && !dst_is_link && self.leads_to_source(pair, e) {
+            if !hard && !dst_is_link && self.leads_to_source(pair, e) {
                 return self.report(
                     format!("{} and {} are the same file", quote(&src), quote(&dst)),
                     None,
                 );
             }
+            // As GNU 9.1: links not followed, what is in the way of a
+            // symbolic link to anything but a regular file is removed
+            // first (as with `--remove-destination`), unless it is that
+            // very file (a hard link of a source link): then it stays.
+            let unlink_first = !hard
+                && e.kind() != libc::S_IFREG
+                && e.never_follows(opts.dereference)
+                && opts.backup == super::Backup::None;
+            if unlink_first {
+                let id = |dir: &File, name: &CStr| {
+                    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                        .ok()
+                        .map(|st| (st.st_dev, st.st_ino))
+                };
+                let there = id(&pair.dst, &e.dst_name);
+                if there.is_some() && there == id(&pair.src, &e.src_name) {
+                    return;
+                }
+            }
             if relative {
                 // GNU removes what is in the way first with
                 // `--remove-destination` (a backup it would make is put
                 // back), then refuses.
-                if opts.remove_destination && opts.backup == super::Backup::None {
+                if (opts.remove_destination || unlink_first) && opts.backup == super::Backup::None {
                     let _ = rustix::fs::unlinkat(
                         &pair.dst,
                         e.dst_name.as_c_str(),
@@ -1219,7 +1238,11 @@ impl Walker<'_> {
             }
             // `-il`: a "yes" replaces the file with the link, as GNU's.
             let asked = hard && opts.ask.is_some();
-            if opts.force || opts.remove_destination || opts.backup != super::Backup::None || asked
+            if opts.force
+                || opts.remove_destination
+                || opts.backup != super::Backup::None
+                || asked
+                || unlink_first
             {
                 // `-u` and `-i` were asked above: not again.
                 match self.replace(pair, e, true, true) {
