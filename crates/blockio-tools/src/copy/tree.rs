@@ -888,6 +888,8 @@ impl Walker<'_> {
         let Some((s, d, root, rel)) = self.open_task(&t) else {
             return self.fix_dir(&t, q.fix, None, None);
         };
+        // Its attributes before it is listed, which sets its access time.
+        let mut st = q.fix.map(|_| files::fstat(&s));
         // Before its source is listed: the copy's own directories are
         // known when the walk meets them (see `dest_dirs`).
         if self.watch {
@@ -897,7 +899,7 @@ impl Walker<'_> {
                 }
                 Err(e) => {
                     self.report(format!("cannot stat {}", quote(&t.dst)), Some(e));
-                    return self.fix_dir(&t, q.fix, Some(&s), None);
+                    return self.fix_dir(&t, q.fix, st.take(), None);
                 }
             }
         }
@@ -920,7 +922,7 @@ impl Walker<'_> {
             Ok(n) => n,
             Err(e) => {
                 self.report(format!("cannot read directory {}", quote(&t.src)), Some(e));
-                return self.fix_dir(&t, q.fix, Some(&s), None);
+                return self.fix_dir(&t, q.fix, st.take(), None);
             }
         };
         // Sorted: the walk (and its messages) do not depend on the order the
@@ -928,7 +930,7 @@ impl Walker<'_> {
         names.sort();
         // Before its subdirectories are queued, which note theirs after it
         // (`finish_dirs` sets them deepest first).
-        self.fix_dir(&t, q.fix, Some(&s), (names.len() == 0).then_some(&d));
+        self.fix_dir(&t, q.fix, st.take(), (names.len() == 0).then_some(&d));
         let dst_default_acl = preserve && super::attrs::has_default_acl(d.as_fd());
         let follow = self.ctx.opts.dereference == Dereference::Always;
         let chain = if follow {
@@ -1354,15 +1356,21 @@ impl Walker<'_> {
     }
 
     /// A walked directory's final attributes (`fix`: see [`Queued`]), from
-    /// its source as it is now (`src` open, else by path): set at once on
-    /// `now` when it is empty (nothing will be made in it), else noted for
-    /// the end.
-    fn fix_dir(&self, t: &DirTask, fix: Option<bool>, src: Option<&File>, now: Option<&File>) {
+    /// its source's `st` taken before it was listed (`None`: not open, then
+    /// by path): set at once on `now` when it is empty (nothing will be
+    /// made in it), else noted for the end.
+    fn fix_dir(
+        &self,
+        t: &DirTask,
+        fix: Option<bool>,
+        st: Option<io::Result<libc::statx>>,
+        now: Option<&File>,
+    ) {
         let Some(fresh) = fix else { return };
         let follow = self.ctx.opts.dereference == Dereference::Always
             || matches!(t.at, DirAt::Operand { .. });
-        let st = match src {
-            Some(s) => files::fstat(s),
+        let st = match st {
+            Some(st) => st,
             None => self.stat_one(PathAt::cwd(&cname(t.src.as_os_str())), follow),
         };
         let st = match st {
