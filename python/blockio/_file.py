@@ -152,6 +152,8 @@ class AsyncFile(LineReader[bytes]):
             self._pos = os.lseek(desc.num, 0, os.SEEK_CUR)
         except OSError as e:
             self._stream = e.errno == errno.ESPIPE
+        #: The engine's read of page-cached bytes (see `read`).
+        self._read_cached = engine._core.read_cached
         #: The next read is the first since a seek: it reads what it asks
         #: for and no more (see `_read_now`).
         self._seeked = False
@@ -280,32 +282,29 @@ class AsyncFile(LineReader[bytes]):
         """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``,
         and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the new position.
         Writes still buffered are flushed first."""
-        # The common case, done without waiting: an absolute seek while no
-        # other call is in progress (see `_now`).
-        if type(offset) is int and offset >= 0 and whence == 0 and type(whence) is int:
+        # The common case, done at once: an absolute seek with nothing to
+        # flush, while no other call on the file is in progress (the
+        # queue's lock, taken without waiting, makes sure of that from any
+        # thread; nothing here awaits). Inlined: this is half of every
+        # random read.
+        if whence == 0 and type(offset) is int and offset >= 0 and type(whence) is int:
             q = self._calls
-            if q._lock.acquire(False):
+            lock = q._lock
+            if lock.acquire(False):
                 try:
-                    done = q._owner is None and self._seek_now(offset)
+                    d = self._file
+                    if q._owner is None and not (self._stream or self._wbuf or d.closed or d.detached):
+                        self._pos = offset
+                        self._at_end = False
+                        self._rbuf = b""
+                        self._seeked = True
+                        if d.shared:
+                            self._sync_offset()
+                        return offset
                 finally:
-                    q._lock.release()
-                if done:
-                    return offset
+                    lock.release()
         pos: int = await self._seek(offset, whence)
         return pos
-
-    def _seek_now(self, offset: int) -> bool:
-        """``seek(offset)`` if it needs no waiting (nothing to flush, a
-        file with positions); False, having changed nothing, otherwise."""
-        d = self._file
-        if self._stream or self._wbuf or d.closed or d.detached:
-            return False
-        self._pos = offset
-        self._at_end = False
-        self._rbuf = b""
-        self._seeked = True
-        self._sync_offset()
-        return True
 
     @one_at_a_time
     async def _seek(self, offset: int, whence: int) -> int:
@@ -358,65 +357,59 @@ class AsyncFile(LineReader[bytes]):
     async def read(self, size: Optional[int] = -1) -> bytes:
         """Reads up to ``size`` bytes (all of the rest when negative or
         None); ``b""`` at end of file."""
-        # The common case, done without waiting: bytes in the read buffer
-        # or in the page cache, while no other call is in progress.
+        # The common case, done at once (inlined: this is the other half of
+        # every random read): bytes in the read buffer or, with preadv2's
+        # RWF_NOWAIT, in the page cache, copied on this thread, while no
+        # other call on the file is in progress (as in `seek`). Anything
+        # else goes to `_read`, in the queue: a read that would have to
+        # wait (bytes not all cached, the end of the file), buffered
+        # writes, a stream; and one in 64 cached reads, which through the
+        # engine's `aread` yields to the event loop, so that a task reading
+        # cached data in a loop never starves the others.
+        #
+        # Read ahead as `_read`: a read smaller than the buffer fills the
+        # buffer, except the first read after a seek, which reads what it
+        # asks for (random access, where the rest of a buffer would be
+        # copied for nothing).
         if type(size) is int and size >= 0:
             q = self._calls
-            if q._lock.acquire(False):
+            lock = q._lock
+            if lock.acquire(False):
                 try:
-                    data = self._read_now(size) if q._owner is None else None
+                    d = self._file
+                    if (q._owner is None and self._readable and not (self._stream or self._wbuf or self._at_end
+                                                                      or d.closed or d.detached)):
+                        rbuf = self._rbuf
+                        if rbuf:
+                            if len(rbuf) >= size:
+                                out, self._rbuf = rbuf[:size], rbuf[size:]
+                                self._pos += size
+                                if d.shared:
+                                    self._sync_offset()
+                                return out
+                        elif size:
+                            eng = self._engine
+                            if eng._inline_streak < 63:
+                                ahead = size < self._bufsize and not self._seeked
+                                try:
+                                    data = self._read_cached(d.num, self._pos, self._bufsize if ahead else size)
+                                except OverflowError:
+                                    data = None
+                                if data is not None:
+                                    eng._inline_streak += 1
+                                    self._seeked = False
+                                    if ahead:
+                                        data, self._rbuf = data[:size], data[size:]
+                                    self._pos += size
+                                    if d.shared:
+                                        self._sync_offset()
+                                    return data
+                        else:
+                            return b""
                 finally:
-                    q._lock.release()
-                if data is not None:
-                    return data
+                    lock.release()
         got: bytes = await self._read(size)
         return got
-
-    def _read_now(self, size: int) -> Optional[bytes]:
-        """``read(size)`` served from the read buffer or, with preadv2's
-        ``RWF_NOWAIT``, from the page cache on this thread; None, having
-        changed nothing, when it would have to wait (the bytes are not all
-        cached, or at the end of the file), when writes are buffered, or
-        once in 64 cached reads: that read takes the engine's way, which
-        yields to the event loop, so that a task reading cached data in a
-        loop never starves the others.
-
-        Read ahead as `_read`: a read smaller than the buffer fills the
-        buffer, except the first read after a seek, which reads what it
-        asks for (random access, where the rest of a buffer would be
-        copied for nothing)."""
-        d = self._file
-        if self._stream or self._wbuf or self._at_end or not self._readable or d.closed or d.detached:
-            return None
-        rbuf = self._rbuf
-        if rbuf:
-            if len(rbuf) < size:
-                return None
-            out = self._take(size)
-        else:
-            eng = self._engine
-            if eng._inline_streak >= 63:
-                return None
-            ahead = 0 < size < self._bufsize and not self._seeked
-            want = self._bufsize if ahead else size
-            if want == 0:
-                return b""
-            try:
-                data = eng._core.read_cached(d.num, self._pos, want)
-            except OverflowError:
-                return None
-            if data is None:
-                return None
-            eng._inline_streak += 1
-            self._seeked = False
-            if ahead:
-                self._rbuf = data
-                out = self._take(size)
-            else:
-                self._pos += size
-                out = data
-        self._sync_offset()
-        return out
 
     @one_at_a_time
     async def _read(self, size: Optional[int]) -> bytes:
