@@ -1,12 +1,28 @@
 """``blockio.open``: files for asyncio with aiofiles' interface.
 
 Every read and write is a positional operation through an :class:`Engine`;
-the file keeps its own position, starting at the descriptor's offset, and
-sets that offset to it after every call (so that a child process or the next
-user of the descriptor continues from there). Opening, the size
-lookups (``SEEK_END``, append mode, reading to the end), truncation and
-closing run on the engine's file-system threads, so the event loop's thread
-never waits on the file system.
+the file keeps its own position, starting at the descriptor's offset. Once
+the descriptor's number may be known outside the file (it was handed in,
+made by an ``opener``, or given out by ``fileno()``, ``raw`` or ``_file``),
+the file sets that offset to its position after every call, so that a child
+process or the next user of the descriptor continues from there; before
+that nobody can see the offset, and it is left alone (a system call saved
+per call). Opening, the size lookups (``SEEK_END``, append mode, reading to
+the end), truncation and closing run on the engine's file-system threads, so
+the event loop's thread never waits on the file system.
+
+Calls take effect one at a time, in the order made (:mod:`blockio._calls`).
+The calls of random access are served at once, without a task switch, a
+future or a ring round trip, when no other call on the file is in progress:
+an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
+read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
+calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
++ ``read``. Everything else waits its turn in the queue and goes through the
+engine; so does one in 64 cached reads, which yields to the event loop so
+that a task reading cached data in a loop never starves the others. The
+first ``read`` after a ``seek`` reads only what it asks for, where the read
+buffer would otherwise be filled for the bytes after it; reads that follow
+in sequence read ahead.
 
 Buffering follows the built-in ``open``: ``buffering=-1`` (the default) or
 ``> 1`` keeps a read-ahead buffer and a write buffer of that many bytes
@@ -283,17 +299,20 @@ class AsyncFile(LineReader[bytes]):
         and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the new position.
         Writes still buffered are flushed first."""
         # The common case, done at once: an absolute seek with nothing to
-        # flush, while no other call on the file is in progress (the
-        # queue's lock, taken without waiting, makes sure of that from any
-        # thread; nothing here awaits). Inlined: this is half of every
+        # flush, while no other call on the file is in progress (taking
+        # the queue's `free` item makes sure of that, from any thread;
+        # nothing here awaits). Inlined: this is half of every
         # random read.
-        if whence == 0 and type(offset) is int and offset >= 0 and type(whence) is int:
-            q = self._calls
-            lock = q._lock
-            if lock.acquire(False):
+        free = self._calls.free
+        if free and whence == 0 and type(offset) is int and offset >= 0 and type(whence) is int:
+            try:
+                free.pop()
+            except IndexError:
+                pass  # taken meanwhile by another thread: `_seek` says so
+            else:
                 try:
                     d = self._file
-                    if q._owner is None and not (self._stream or self._wbuf or d.closed or d.detached):
+                    if not (self._stream or self._wbuf or d.closed or d.detached):
                         self._pos = offset
                         self._at_end = False
                         self._rbuf = b""
@@ -302,7 +321,7 @@ class AsyncFile(LineReader[bytes]):
                             self._sync_offset()
                         return offset
                 finally:
-                    lock.release()
+                    free.append(None)
         pos: int = await self._seek(offset, whence)
         return pos
 
@@ -371,14 +390,16 @@ class AsyncFile(LineReader[bytes]):
         # buffer, except the first read after a seek, which reads what it
         # asks for (random access, where the rest of a buffer would be
         # copied for nothing).
-        if type(size) is int and size >= 0:
-            q = self._calls
-            lock = q._lock
-            if lock.acquire(False):
+        free = self._calls.free
+        if free and type(size) is int and size >= 0:
+            try:
+                free.pop()
+            except IndexError:
+                pass  # taken meanwhile by another thread: `_read` says so
+            else:
                 try:
                     d = self._file
-                    if (q._owner is None and self._readable and not (self._stream or self._wbuf or self._at_end
-                                                                      or d.closed or d.detached)):
+                    if self._readable and not (self._stream or self._wbuf or self._at_end or d.closed or d.detached):
                         rbuf = self._rbuf
                         if rbuf:
                             if len(rbuf) >= size:
@@ -407,7 +428,7 @@ class AsyncFile(LineReader[bytes]):
                         else:
                             return b""
                 finally:
-                    lock.release()
+                    free.append(None)
         got: bytes = await self._read(size)
         return got
 
