@@ -109,18 +109,29 @@ impl Tool {
     }
 }
 
+/// One run of a tool: the engine it hashes on, the tool, and how files are
+/// read. What is printed, and where, is given to each call beside it.
+#[derive(Clone, Copy)]
+pub struct Run<'a> {
+    /// The engine files are read through.
+    pub engine: &'a Engine,
+    /// The tool, whose name messages carry and whose algorithm sums.
+    pub tool: &'a Tool,
+    /// How files are read and hashed (threads, batch sizes).
+    pub opts: &'a SumOptions,
+}
+
 /// Hashes `files` (standard input for `-`, or when there are none) and
 /// writes one line per file as the tool writes it; problems go to `err`
 /// as `prog: <name>: <reason>`. Returns whether every file was hashed.
 pub fn print_sums(
-    engine: &Engine,
-    tool: &Tool,
+    run: Run<'_>,
     files: &[PathBuf],
     format: Format,
-    opts: &SumOptions,
     out: &mut impl io::Write,
     err: &mut impl io::Write,
 ) -> io::Result<bool> {
+    let Run { engine, tool, opts } = run;
     let named = !files.is_empty();
     let files = crate::sum::or_stdin(files);
     let inputs: Vec<(PathBuf, Algo)> = files.iter().map(|p| (p.clone(), tool.algo)).collect();
@@ -423,18 +434,16 @@ struct Tally {
 /// Checks every list in `lists` (`-`, or none: standard input) as the
 /// tool's `-c` does; returns whether all passed.
 pub fn check(
-    engine: &Engine,
-    tool: &Tool,
+    run: Run<'_>,
     lists: &[PathBuf],
     checking: Checking,
-    opts: &SumOptions,
     out: &mut impl io::Write,
     err: &mut impl io::Write,
 ) -> io::Result<bool> {
-    let mut parser = ListParser::new(tool);
+    let mut parser = ListParser::new(run.tool);
     let mut ok = true;
     for list in crate::sum::or_stdin(lists).iter() {
-        ok &= check_list(engine, tool, &mut parser, list, checking, opts, out, err)?;
+        ok &= check_list(run, &mut parser, list, checking, out, err)?;
     }
     out.flush()?;
     Ok(ok)
@@ -455,17 +464,16 @@ fn read_list(list: &Path) -> Result<Vec<u8>, Option<io::Error>> {
     Ok(text)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Checks one list, `parser` carrying what earlier lists' lines decided.
 fn check_list(
-    engine: &Engine,
-    tool: &Tool,
+    run: Run<'_>,
     parser: &mut ListParser,
     list: &Path,
     checking: Checking,
-    opts: &SumOptions,
     out: &mut impl io::Write,
     err: &mut impl io::Write,
 ) -> io::Result<bool> {
+    let Run { engine, tool, opts } = run;
     let is_stdin = list.as_os_str() == STDIN;
     let shown = if is_stdin {
         PathBuf::from("standard input")
