@@ -303,6 +303,7 @@ fn read_args(prog: &str, name: &str, kind: DigestTool, args: &[OsString]) -> Res
             tag,
             binary: binary == Some(true),
             zero,
+            ..Format::default()
         },
         checking,
         operands: parsed.operands.into_iter().map(PathBuf::from).collect(),
