@@ -64,8 +64,11 @@ pub(super) struct Job<'g> {
 /// A range of one file to copy through its piece of the arena.
 #[derive(Clone, Copy)]
 pub(super) struct Chunk {
+    /// The file's job, by its index in the group.
     pub(super) job: usize,
+    /// Where the range starts in the file (and in its copy).
     pub(super) offset: u64,
+    /// Its length: at most `--block-size` bytes.
     pub(super) len: usize,
 }
 
@@ -77,6 +80,8 @@ pub(super) enum Side {
     Write,
 }
 
+/// Records the first failure of job `job` (a later one is a consequence
+/// of it, and not reported).
 pub(super) fn fail(jobs: &mut [Job<'_>], dirs: &DirPair, job: usize, side: Side, e: io::Error) {
     let j = &mut jobs[job];
     if j.failed.is_none() {
