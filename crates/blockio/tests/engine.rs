@@ -77,6 +77,11 @@ fn backend_follows_environment() {
             assert_eq!(e.backend(), Backend::IoUring, "{:?}", e.fallback_reason());
             let p = e.probe().unwrap();
             assert!(p.entries >= 1);
+            // What the ring performs follows the probe, opcode by opcode
+            // (FTRUNCATE needs 6.9, the others 5.6 or 5.15).
+            assert_eq!(p.performs(OpKind::Ftruncate), p.ftruncate, "{p:?}");
+            assert_eq!(p.performs(OpKind::Open), p.metadata_ops, "{p:?}");
+            assert!(p.performs(OpKind::Read) && p.performs(OpKind::Send));
         }
     }
 }
