@@ -26,9 +26,11 @@ pub(super) const REROOT: usize = 2048;
 /// A directory made by the copy whose final mode or times are set at the
 /// end, once nothing more is written into it.
 pub(super) struct Fixup {
+    /// Where the copy is opened from again at the end.
     pub(super) at: DirAt,
     /// The copy's path, for messages.
     pub(super) path: PathBuf,
+    /// The source directory's attributes.
     pub(super) st: libc::statx,
     /// The mode to set (`None`: a directory merged into keeps its own,
     /// unless the mode is preserved).
@@ -39,8 +41,11 @@ pub(super) struct Fixup {
 
 /// The walk of one copy, shared by all its workers.
 pub(super) struct Walker<'a> {
+    /// The copy's engine, options, counters and tables.
     pub(super) ctx: Ctx<'a>,
+    /// The tasks left.
     pub(super) work: Work,
+    /// The directories whose attributes are set at the end.
     pub(super) fixups: Mutex<Vec<Fixup>>,
     /// With `--fsync`, the destination file systems written to: device
     /// number, a directory there (for messages), and that directory opened

@@ -41,8 +41,11 @@ pub(super) enum Task {
 
 /// A directory to list, already made at its destination.
 pub(super) struct DirTask {
+    /// The source directory's path, for messages.
     pub(super) src: PathBuf,
+    /// Its copy's path, for messages.
     pub(super) dst: PathBuf,
+    /// Where both are opened from.
     pub(super) at: DirAt,
     /// With `-L`: the source directories above this one.
     pub(super) chain: Option<Arc<Chain>>,
