@@ -595,10 +595,10 @@ class Engine:
             r0: bytes = _finish(got, [_name(file)], False)[0]
             return r0
         # `_fd`, inlined for a built-in file (a Python call less per read).
-        tf = type(file)
-        if tf is int:
+        fd: int
+        if type(file) is int:
             fd = file
-        elif tf is _Descriptor:
+        elif type(file) is _Descriptor:
             fd = _fd(file)
         else:
             try:

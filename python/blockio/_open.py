@@ -15,8 +15,8 @@ import warnings
 from typing import Any, Callable, Generator, Generic, Literal, Optional, Tuple, TypeVar, Union, overload
 
 from ._aio import run_in_thread
-from ._engine import Engine, default_engine
-from ._file import AsyncFile, PathOrFd, _Descriptor
+from ._engine import Engine, _Descriptor, default_engine
+from ._file import AsyncFile, PathOrFd
 from ._text import AsyncTextFile
 
 F = TypeVar("F")
