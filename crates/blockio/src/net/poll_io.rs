@@ -81,6 +81,7 @@ impl PollIo {
                     let k = n.min(out.len());
                     out[..k].copy_from_slice(&buf[..k]);
                     core.reads.keep(&buf[k..n]);
+                    self.spare = buf;
                     return Poll::Ready(Ok(k));
                 }
                 Poll::Pending => {

@@ -40,11 +40,11 @@ struct DroppedReads {
 }
 
 /// What dropped reads left, from [`ReadSide::poll_take`].
-pub(crate) enum Taken {
+pub(crate) enum Taken<T = Vec<u8>> {
     /// Nothing: receive from the socket.
     Nothing,
-    /// Bytes they received.
-    Bytes(Vec<u8>),
+    /// Bytes they received (or what taking them gave).
+    Bytes(T),
     /// One of them failed with this errno.
     Failed(i32),
     /// One of them met the end of the stream.
@@ -71,16 +71,24 @@ impl ReadSide {
         poll_fn(|cx| self.poll_settle(cx, out)).await
     }
 
-    /// [`settle`](Self::settle) for a borrowed slice.
+    /// [`settle`](Self::settle) for a borrowed slice. Leftover bytes are
+    /// copied straight from where the stream keeps them, so a read
+    /// allocates nothing.
     pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<Settled> {
-        Poll::Ready(match std::task::ready!(self.poll_take(cx, out.len())) {
+        let copy = |left: &mut VecDeque<u8>| {
+            let n = left.len().min(out.len());
+            let (a, b) = left.as_slices();
+            let from_a = a.len().min(n);
+            out[..from_a].copy_from_slice(&a[..from_a]);
+            out[from_a..n].copy_from_slice(&b[..n - from_a]);
+            left.drain(..n);
+            n
+        };
+        Poll::Ready(match std::task::ready!(self.poll_with(cx, copy)) {
             Taken::Nothing => Settled::Receive,
             Taken::Failed(errno) => Settled::Failed(errno),
             Taken::Ended => Settled::Copied(0),
-            Taken::Bytes(bytes) => {
-                out[..bytes.len()].copy_from_slice(&bytes);
-                Settled::Copied(bytes.len())
-            }
+            Taken::Bytes(n) => Settled::Copied(n),
         })
     }
 
@@ -88,6 +96,20 @@ impl ReadSide {
     /// takes up to `max` leftover bytes; what ended those reads comes after
     /// their bytes.
     pub(crate) fn poll_take(&self, cx: &mut Context<'_>, max: usize) -> Poll<Taken> {
+        self.poll_with(cx, |left| {
+            let n = left.len().min(max);
+            left.drain(..n).collect()
+        })
+    }
+
+    /// Waits for the reads that dropped futures left in the kernel, then
+    /// lets `take` take leftover bytes (there are some); what ended those
+    /// reads comes after their bytes.
+    fn poll_with<T>(
+        &self,
+        cx: &mut Context<'_>,
+        take: impl FnOnce(&mut VecDeque<u8>) -> T,
+    ) -> Poll<Taken<T>> {
         if self.poll_dropped(cx).is_pending() {
             return Poll::Pending;
         }
@@ -101,8 +123,7 @@ impl ReadSide {
             }
             return Poll::Ready(Taken::Nothing);
         }
-        let n = g.leftover.len().min(max);
-        Poll::Ready(Taken::Bytes(g.leftover.drain(..n).collect()))
+        Poll::Ready(Taken::Bytes(take(&mut g.leftover)))
     }
 
     /// Keeps `bytes` for the next read.

@@ -32,7 +32,14 @@
 //! Memory is bounded: `poll_write` accepts bytes up to [`QUEUE_LIMIT`]
 //! waiting behind the send in flight (a larger slice in part, as a short
 //! write), and is pending while the queue is full (woken as sends
-//! complete).
+//! complete). The queue and the send in flight trade buffers: a finished
+//! send's buffer becomes the queue's next one. Once everything is sent,
+//! buffers larger than [`SPARE_LIMIT`] go to a free list the process's
+//! streams share (at most [`POOL_BUFFERS`] of them; the rest are freed),
+//! so that an idle connection keeps little memory, and the next large
+//! write (this stream's or another's) takes its buffer from there rather
+//! than from the allocator: a stream writing large replies one after
+//! another reuses the same buffers instead of allocating one per send.
 //!
 //! A failed send's errno is kept; the next write or flush reports it, and
 //! the bytes queued behind it are dropped (the connection is broken).
@@ -69,9 +76,40 @@ use crate::aio::op::{OpFuture, Settles};
 /// Bytes `poll_write` accepts behind the send in flight before it waits.
 pub(crate) const QUEUE_LIMIT: usize = 256 * 1024;
 
-/// The largest send buffer kept for the next send: larger ones (a big
-/// write's) are freed, so that an idle connection keeps little memory.
+/// The largest buffer an idle stream keeps for its next write: larger
+/// ones (a big write's) are freed once everything is sent, so that an
+/// idle connection keeps little memory.
 const SPARE_LIMIT: usize = 64 * 1024;
+
+/// The largest buffer kept while bytes are moving, or pooled: a full
+/// queue's (its capacity may have doubled past [`QUEUE_LIMIT`] as it
+/// grew).
+const BUSY_SPARE_LIMIT: usize = 2 * QUEUE_LIMIT;
+
+/// Buffers the free list of large send buffers keeps at most (at most
+/// [`BUSY_SPARE_LIMIT`] bytes each: 16 MiB in all).
+const POOL_BUFFERS: usize = 32;
+
+/// Large send buffers of idle streams, for the next large write.
+static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// Gives `buf` to the free list, or frees it when the list is full or
+/// `buf` is too large to keep.
+fn pool_put(mut buf: Vec<u8>) {
+    if buf.capacity() > BUSY_SPARE_LIMIT {
+        return;
+    }
+    buf.clear();
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if pool.len() < POOL_BUFFERS {
+        pool.push(buf);
+    }
+}
+
+/// An empty buffer from the free list, if it has one.
+fn pool_take() -> Option<Vec<u8>> {
+    POOL.lock().unwrap_or_else(|e| e.into_inner()).pop()
+}
 
 /// How long a dropped stream's queued bytes may wait for a peer that does
 /// not read, before the send is cancelled and the socket closed, unless
@@ -226,6 +264,16 @@ impl SendBook {
         self.sending = Some((fut, from));
     }
 
+    /// Gives the buffers an idle stream should not keep to the free list.
+    fn trim(&mut self) {
+        if self.spare.capacity() > SPARE_LIMIT {
+            pool_put(std::mem::take(&mut self.spare));
+        }
+        if self.queued.capacity() > SPARE_LIMIT {
+            pool_put(std::mem::take(&mut self.queued));
+        }
+    }
+
     /// Shuts the writing side down if a shutdown waits for the queue
     /// (which is empty).
     fn shut_queued(&mut self) {
@@ -274,7 +322,7 @@ impl SendBook {
                         self.start(buf, from + n, cx);
                         continue;
                     }
-                    Ok(_) if buf.capacity() <= SPARE_LIMIT => self.spare = buf,
+                    Ok(_) if buf.capacity() <= BUSY_SPARE_LIMIT => self.spare = buf,
                     Ok(_) => {}
                     Err(e) => {
                         let errno = crate::errno(&e).unwrap_or(libc::EIO);
@@ -289,6 +337,7 @@ impl SendBook {
                 if self.idle() {
                     self.linger = None;
                     self.shut_queued();
+                    self.trim();
                 }
                 return progress;
             }
@@ -403,6 +452,14 @@ impl WriteSide {
                 return Poll::Pending;
             }
             let n = data.len().min(QUEUE_LIMIT - st.queued.len());
+            let want = st.queued.len() + n;
+            if want > SPARE_LIMIT && want > st.queued.capacity() {
+                // A large write: a pooled buffer rather than a new one.
+                if let Some(mut buf) = pool_take() {
+                    buf.extend_from_slice(&st.queued);
+                    st.queued = buf;
+                }
+            }
             st.queued.extend_from_slice(&data[..n]);
             n
         };
