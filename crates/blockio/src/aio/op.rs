@@ -283,6 +283,13 @@ impl<B: Send + 'static> Future for OpFuture<B> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        // A caller-driven engine whose driving task is gone gets a new
+        // one, or this operation, not yet in the kernel, fails saying why.
+        if let Err(e) = this.engine.ensure_driven() {
+            if this.op.take().is_some() {
+                this.refused = Some(e);
+            }
+        }
         if this.op.is_some() {
             // The waker first, so that a completion racing the submission
             // finds it.

@@ -58,6 +58,7 @@ impl PollIo {
         if out.is_empty() {
             return Poll::Ready(Ok(0));
         }
+        core.sock.engine.ensure_driven()?;
         loop {
             let settled = ready!(core.reads.poll_settle(cx, out));
             self.reclaim(cx);
@@ -110,6 +111,7 @@ impl PollIo {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
+        core.sock.engine.ensure_driven()?;
         core.writes.poll_write(cx, data)
     }
 
@@ -119,6 +121,7 @@ impl PollIo {
         core: &StreamCore,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
+        core.sock.engine.ensure_driven()?;
         core.writes.poll_flush(cx)
     }
 

@@ -72,6 +72,7 @@ use std::time::Duration;
 
 use super::socket::Sock;
 use crate::aio::op::{OpFuture, Settles};
+use crate::aio::Lingering;
 
 /// Bytes `poll_write` accepts behind the send in flight before it waits.
 pub(crate) const QUEUE_LIMIT: usize = 256 * 1024;
@@ -165,6 +166,10 @@ impl Drop for WriteSide {
                 return;
             }
             st.linger = Some(futures_timer::Delay::new(st.linger_limit));
+            // Counted by the engine while the queue is sent, so that a
+            // caller-driven engine left without its driver is driven
+            // until then.
+            st.lingering = st.sock.as_ref().map(|sock| Lingering::new(&sock.engine));
         }
         self.pump.run();
     }
@@ -218,6 +223,8 @@ struct SendBook {
     linger: Option<futures_timer::Delay>,
     /// How long the queue may linger after the stream is dropped.
     linger_limit: Duration,
+    /// The engine's count of this dropped stream while its queue is sent.
+    lingering: Option<Lingering>,
 }
 
 /// An owned write dropped with its send in the kernel.
@@ -305,6 +312,7 @@ impl SendBook {
                 self.shutdown_queued = false;
                 self.queued = Vec::new();
                 self.failed = Some(Failure::Errno(libc::ETIMEDOUT));
+                self.lingering = None;
                 return true;
             }
         }
@@ -336,6 +344,7 @@ impl SendBook {
             if self.queued.is_empty() || self.failed.is_some() {
                 if self.idle() {
                     self.linger = None;
+                    self.lingering = None;
                     self.shut_queued();
                     self.trim();
                 }
@@ -417,6 +426,7 @@ impl WriteSide {
                     dropped: None,
                     linger: None,
                     linger_limit: LINGER,
+                    lingering: None,
                 }),
                 notified: AtomicBool::new(false),
                 running: AtomicBool::new(false),
