@@ -72,9 +72,15 @@ impl ReadSide {
     }
 
     /// [`settle`](Self::settle) for a borrowed slice. Leftover bytes are
-    /// copied straight from where the stream keeps them, so a read
-    /// allocates nothing.
+    /// copied straight from where the stream keeps them, and while there
+    /// are none, a settled read's bytes go straight to `out` (only what
+    /// does not fit is kept), so a read allocates nothing and a stream
+    /// keeps no copy of what it hands out at once.
     pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<Settled> {
+        let n = self.settle_direct(cx, out);
+        if n > 0 {
+            return Poll::Ready(Settled::Copied(n));
+        }
         let copy = |left: &mut VecDeque<u8>| {
             let n = left.len().min(out.len());
             let (a, b) = left.as_slices();
@@ -124,6 +130,37 @@ impl ReadSide {
             return Poll::Ready(Taken::Nothing);
         }
         Poll::Ready(Taken::Bytes(take(&mut g.leftover)))
+    }
+
+    /// Settles completed dropped reads in order, their bytes straight
+    /// into `out`, while nothing is left over from before, nothing has
+    /// ended them and `out` has room: the bytes copied (0: none, the usual
+    /// path follows). What does not fit `out`, and what ended a read, is
+    /// kept for the next read; reads still in the kernel are left for it
+    /// too (a pending one has `cx` to wake).
+    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut [u8]) -> usize {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let g = &mut *g;
+        let mut copied = 0;
+        while let Some(op) = g.dropped.front() {
+            if !g.leftover.is_empty() || copied == out.len() || g.error.is_some() || g.ended {
+                break;
+            }
+            let Poll::Ready((res, n)) =
+                op.poll_settled_split(cx, &mut out[copied..], &mut g.leftover)
+            else {
+                break;
+            };
+            copied += n;
+            g.dropped.pop_front();
+            if res < 0 && res != -libc::ECANCELED {
+                g.error.get_or_insert(-res);
+            }
+            if res == 0 {
+                g.ended = true;
+            }
+        }
+        copied
     }
 
     /// Keeps `bytes` for the next read.
