@@ -29,6 +29,7 @@ import errno
 import fcntl
 import os
 import stat
+import sys
 import threading
 import weakref
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Tuple,
@@ -39,7 +40,10 @@ from ._aio import TrioFuture, running_trio
 if TYPE_CHECKING:
     # Any object with the buffer protocol (bytes, bytearray, memoryview,
     # mmap, numpy arrays): collections.abc.Buffer from Python 3.12 on.
-    from typing_extensions import Buffer
+    if sys.version_info >= (3, 12):
+        from collections.abc import Buffer
+    else:
+        from typing_extensions import Buffer
 from ._blockio import Core as _Core
 from ._blockio import exiting as _exiting
 

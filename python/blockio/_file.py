@@ -22,6 +22,7 @@ import errno
 import io
 import operator
 import os
+import sys
 import threading
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
@@ -32,7 +33,10 @@ from ._calls import CallQueue, one_at_a_time
 from ._lines import LineReader
 
 if TYPE_CHECKING:
-    from typing_extensions import Buffer
+    if sys.version_info >= (3, 12):
+        from collections.abc import Buffer
+    else:
+        from typing_extensions import Buffer
 
 #: What :func:`blockio.open` accepts as ``file``.
 PathOrFd = Union[str, bytes, "os.PathLike[Any]", int]

@@ -3,14 +3,16 @@
 //! own so that the event loop's thread never waits on the file system.
 //!
 //! A job on one path or descriptor (open, statx, ftruncate, close, mkdir,
-//! symlink) is the plain system call, made on the pool thread: a batch of
-//! one through a ring would cost a submission and a wait for one call, and
-//! would make every job wait for the ring while another's call is in the
-//! kernel (a stat on a hung mount would hold up every other file call).
-//! The pool thread is what makes the call asynchronous for the event loop;
-//! its [`MAX_THREADS`] threads are what let one call wait on its file
-//! while the others go on. [`read_files`], many files at once, goes
-//! through the core's sync [`blockio::Engine`], as the sync `read_files`
+//! symlink) is one of blockio's operation kinds, performed by its blocking
+//! form on the pool thread ([`blockio::blocking`], the same kinds, flags
+//! and checks the engine's batches use), not through a ring: a batch of
+//! one would cost a submission and a wait for one call, and would make
+//! every job wait for the ring while another's call is in the kernel (a
+//! stat on a hung mount would hold up every other file call). The pool
+//! thread is what makes the call asynchronous for the event loop; its
+//! [`MAX_THREADS`] threads are what let one call wait on its file while
+//! the others go on. [`read_files`], many files at once, goes through the
+//! core's sync [`blockio::Engine`] in batches, as the sync `read_files`
 //! does.
 //!
 //! Each call is a [`JobFuture`], completed by a pool thread and woken like
@@ -27,12 +29,12 @@ use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::future::Future;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use blockio::{OpenRequest, PathAt};
+use blockio::{blocking, OpenRequest, PathAt};
 
 /// Threads a pool starts at most: enough that one open blocked on a FIFO
 /// or a slow mount does not hold up the others.
@@ -82,38 +84,32 @@ pub(crate) enum Out {
 }
 
 impl Job {
-    /// Runs the call.
+    /// Runs the call: each is the blocking form of one of blockio's
+    /// operation kinds ([`blockio::blocking`]), with the OS error alone
+    /// kept (see [`unwrapped`]).
     fn run(self) -> io::Result<Out> {
         match self {
             Job::Open { path, flags, mode } => open(&path, flags, mode).map(Out::Fd),
             Job::Size(fd) => Ok(Out::Count(fstat(&fd)?.stx_size as usize)),
             Job::Truncate(fd, len) => {
-                let len = libc::off_t::try_from(len)
-                    .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-                // SAFETY: ftruncate on a descriptor we own; no memory is passed.
-                cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }).map(Out::Count)
+                blocking::ftruncate(&fd, len).map_err(unwrapped)?;
+                Ok(Out::Count(0))
             }
             Job::Stat { path, follow } => {
                 let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
-                Ok(Out::Stat(Box::new(statx(libc::AT_FDCWD, &path, flags)?)))
+                let st = blocking::stat(PathAt::cwd(&path), flags).map_err(unwrapped)?;
+                Ok(Out::Stat(Box::new(st)))
             }
             Job::Close(fd) => {
-                // SAFETY: the job owns `fd` and gives it up here: the number
-                // is closed once, whatever the result (close(2) on Linux
-                // releases it even when it reports an error).
-                cvt(unsafe { libc::close(fd.into_raw_fd()) })?;
+                blocking::close(fd).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }
             Job::Mkdir { path, mode } => {
-                // SAFETY: `path` is a NUL-terminated string that outlives the
-                // call.
-                cvt(unsafe { libc::mkdirat(libc::AT_FDCWD, path.as_ptr(), mode) })?;
+                blocking::mkdir(PathAt::cwd(&path), mode).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }
             Job::Symlink { target, link } => {
-                // SAFETY: both strings are NUL-terminated and outlive the
-                // call.
-                cvt(unsafe { libc::symlinkat(target.as_ptr(), libc::AT_FDCWD, link.as_ptr()) })?;
+                blocking::symlink(PathAt::cwd(&link), &target).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }
             Job::ReadFiles { engine, paths } => Ok(Out::Files(read_files(&engine, &paths)?)),
@@ -121,48 +117,24 @@ impl Job {
     }
 }
 
-fn cvt(r: libc::c_int) -> io::Result<usize> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
-}
-
-/// Opens `path` with `open(2)`, not the engine's `OPENAT`: io_uring first
-/// tries an open without blocking, which for a FIFO succeeds at once
-/// without waiting for the other end, where `open(2)` (and Python's
-/// `open`) waits for it. A directory without `O_DIRECTORY` in `flags` is
+/// Opens `path` with blockio's open kind on this thread, which makes the
+/// `openat(2)` call itself (with `O_CLOEXEC`) and so waits for a FIFO's
+/// other end as Python's `open` does; a batch through the ring would not
+/// (io_uring first tries an open without blocking, which for a FIFO
+/// succeeds at once). A directory without `O_DIRECTORY` in `flags` is
 /// refused with `EISDIR` (and closed), as Python's `open` refuses it.
 fn open(path: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
-    // SAFETY: `path` is a NUL-terminated string that outlives the call.
-    let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let req = OpenRequest::new(PathAt::cwd(path)).flags(flags).mode(mode);
+    let fd = blocking::open(&req).map_err(unwrapped)?;
     if flags & libc::O_DIRECTORY == 0 && is_dir(&fstat(&fd)?) {
         return Err(io::Error::from_raw_os_error(libc::EISDIR));
     }
     Ok(fd)
 }
 
-/// `statx` of an open descriptor.
+/// `statx` of an open descriptor, through blockio's stat kind.
 fn fstat(fd: &OwnedFd) -> io::Result<libc::statx> {
-    statx(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH)
-}
-
-/// `statx(dir, path, flags)` with the basic fields, as
-/// [`blockio::Engine::stat_batch`] asks for them.
-fn statx(dir: RawFd, path: &CStr, flags: i32) -> io::Result<libc::statx> {
-    // SAFETY: `statx` is plain old data (integers only); all zeroes is a
-    // valid value.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is NUL-terminated and `st` writable, both for the
-    // whole call; `dir` is AT_FDCWD or a descriptor the caller holds open.
-    cvt(unsafe { libc::statx(dir, path.as_ptr(), flags, libc::STATX_BASIC_STATS, &mut st) })?;
-    Ok(st)
+    blocking::stat(PathAt::file(fd), 0).map_err(unwrapped)
 }
 
 /// Whether `st` is of a FIFO or a socket (read in order, not by offset).
