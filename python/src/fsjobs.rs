@@ -31,6 +31,7 @@ use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -184,10 +185,13 @@ fn is_dir(st: &libc::statx) -> bool {
     u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR
 }
 
-/// Files [`read_files`] has open at once at most: with the reads' buffers,
-/// what one round holds, kept well under the usual limit of 1,024
-/// descriptors per process.
-const FILES_PER_ROUND: usize = 256;
+/// Files one round of [`read_files`] has open at once at most.
+const FILES_PER_ROUND: usize = 64;
+
+/// Threads [`read_files`] reads on at most, each through rounds of its
+/// own; with [`FILES_PER_ROUND`], what all hold at once (256 files) stays
+/// well under the usual limit of 1,024 descriptors per process.
+const READERS: usize = 4;
 
 /// One file's content as [`read_files`] reads it.
 struct Whole {
@@ -199,33 +203,118 @@ struct Whole {
     done: bool,
 }
 
+/// One file's result as [`read_files`] gives it.
+type FileResult = io::Result<Vec<u8>>;
+
 /// Each file's whole content, in order, or the error that stopped it (which
 /// names neither the verb nor the path: the caller knows the path; a file
-/// too large for memory fails with [`io::ErrorKind::OutOfMemory`]). A
-/// round of up to [`FILES_PER_ROUND`] files costs four batches through the
-/// engine, each with every file's operation in flight at once: the opens,
-/// the `statx`es of the open descriptors (for the size and to refuse a
-/// directory with `EISDIR`), the reads, and the closes. Each read asks for
-/// the size plus one byte, so that a regular file whose read stops at the
-/// size it had is known whole at once; any other (a file grown or shrunk
-/// since its `statx`, a file in `/proc`, whose reads come back short
-/// before its end) is read on, into more room when full, until a read
-/// returns nothing.
+/// too large for memory fails with [`io::ErrorKind::OutOfMemory`]).
+///
+/// The files are read in rounds of up to [`FILES_PER_ROUND`], by up to
+/// [`READERS`] threads at once, each taking the next round as it finishes
+/// one. A round costs four batches through the engine, each with every
+/// file's operation in flight at once: the opens, the `statx`es of the
+/// open descriptors (for the size and to refuse a directory with
+/// `EISDIR`), the reads, and the closes. A round waits for its slowest
+/// operation at each step; the other threads' rounds keep the device and
+/// both the submitting and the copying going meanwhile (a cold buffered
+/// read's copy into the buffer runs on the thread that submitted it, so
+/// one thread alone is bound by one CPU). Each read asks for the size plus
+/// one byte, so that a regular file whose read stops at the size it had
+/// is known whole at once; any other (a file grown or shrunk since its
+/// `statx`, a file in `/proc`, whose reads come back short before its end)
+/// is read on, into more room when full, until a read returns nothing.
 ///
 /// Near the process's descriptor limit, a file whose open fails with
-/// `EMFILE` or `ENFILE` while others of its round held descriptors is
-/// tried again once they are closed, in rounds no larger than the number
-/// that could be open: a file fails for the limit only if it cannot be
-/// opened alone, as a loop of `Path.read_bytes` would find.
+/// `EMFILE` or `ENFILE` while others held descriptors is tried again once
+/// they are closed, in rounds no larger than the number that could be
+/// open, on this thread alone once the other threads are done: a file
+/// fails for the limit only if it cannot be opened alone, as a loop of
+/// `Path.read_bytes` would find.
 pub(crate) fn read_files(
     engine: &blockio::Engine,
     paths: &[CString],
-) -> io::Result<Vec<io::Result<Vec<u8>>>> {
+) -> io::Result<Vec<FileResult>> {
+    let rounds: Vec<&[CString]> = paths.chunks(FILES_PER_ROUND).collect();
+    let readers = rounds.len().min(READERS);
+    let mut results: Vec<Option<io::Result<Vec<FileResult>>>> = if readers <= 1 {
+        rounds.iter().map(|r| Some(read_round(engine, r))).collect()
+    } else {
+        let next = AtomicUsize::new(0);
+        let done: Mutex<Vec<Option<io::Result<Vec<FileResult>>>>> =
+            Mutex::new((0..rounds.len()).map(|_| None).collect());
+        std::thread::scope(|s| {
+            for _ in 0..readers {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(round) = rounds.get(i) else { break };
+                    let mut opened = false;
+                    let r = read_round_from(engine, round, &mut opened);
+                    if r.is_err() && !opened {
+                        // This thread could not submit (the engine could
+                        // not make it a ring: at the descriptor limit, a
+                        // ring is a descriptor too). Nothing of the round
+                        // was opened or read: it is read after the others,
+                        // on the calling thread, with the rounds this
+                        // thread leaves untaken.
+                        break;
+                    }
+                    let failed = r.is_err();
+                    done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+                    if failed {
+                        // The engine failed: the call fails; no more rounds.
+                        next.store(rounds.len(), Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        done.into_inner().unwrap_or_else(|e| e.into_inner())
+    };
+    // The engine failed in a round: the call fails, with the first such
+    // error, before any round left over is read.
+    for r in results.iter_mut() {
+        if matches!(r, Some(Err(_))) {
+            if let Some(Err(e)) = r.take() {
+                return Err(e);
+            }
+        }
+    }
     let mut out = Vec::with_capacity(paths.len());
-    for round in paths.chunks(FILES_PER_ROUND) {
-        out.extend(read_within_limit(engine, round)?);
+    for (round, r) in rounds.iter().zip(results.iter_mut()) {
+        let mut r = match r.take() {
+            Some(r) => r?,
+            None => read_round(engine, round)?,
+        };
+        retry_limited(engine, round, &mut r)?;
+        out.extend(r);
     }
     Ok(out)
+}
+
+/// Reads `paths` again whose results are `EMFILE` or `ENFILE` (see
+/// [`read_files`]).
+fn retry_limited(
+    engine: &blockio::Engine,
+    paths: &[CString],
+    results: &mut [FileResult],
+) -> io::Result<()> {
+    let limited: Vec<usize> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            matches!(r, Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if limited.is_empty() {
+        return Ok(());
+    }
+    let retry: Vec<CString> = limited.iter().map(|&i| paths[i].clone()).collect();
+    let again = read_within_limit(engine, &retry)?;
+    for (i, r) in limited.into_iter().zip(again) {
+        results[i] = r;
+    }
+    Ok(())
 }
 
 /// [`read_round`], then again for the files that met the descriptor limit
@@ -260,6 +349,17 @@ fn read_within_limit(
 
 /// One round of [`read_files`]: every file of `paths` open at once.
 fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io::Result<Vec<u8>>>> {
+    read_round_from(engine, paths, &mut false)
+}
+
+/// [`read_round`], setting `opened` once the round's batch of opens has
+/// run: an error before that has opened no file and read nothing, so the
+/// round can be read again.
+fn read_round_from(
+    engine: &blockio::Engine,
+    paths: &[CString],
+    opened_any: &mut bool,
+) -> io::Result<Vec<io::Result<Vec<u8>>>> {
     let mut out = Vec::with_capacity(paths.len());
     {
         let round = paths;
@@ -268,6 +368,7 @@ fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io:
             .map(|p| OpenRequest::new(PathAt::cwd(p)))
             .collect();
         let opened = engine.open_batch(&reqs)?;
+        *opened_any = true;
         let files: Vec<Result<OwnedFd, io::Error>> =
             opened.into_iter().map(|r| r.map_err(unwrapped)).collect();
         let ats: Vec<(usize, PathAt<'_>)> = files
