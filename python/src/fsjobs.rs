@@ -195,9 +195,9 @@ const READERS: usize = 4;
 
 /// One file's content as [`read_files`] reads it.
 struct Whole {
+    /// The bytes read so far (its length); the reads go into its spare
+    /// capacity, never zeroed first.
     buf: Vec<u8>,
-    /// Bytes read into `buf` so far.
-    got: usize,
     /// The size a regular file had at its `statx`; `None` for any other.
     regular: Option<usize>,
     done: bool,
@@ -387,7 +387,6 @@ fn read_round_from(
                     // `Path.read_bytes` does.
                     let fd = files[*i].as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
                     read_stream(fd).map(|buf| Whole {
-                        got: buf.len(),
                         buf,
                         regular: None,
                         done: true,
@@ -396,9 +395,8 @@ fn read_round_from(
                 Ok(st) => {
                     let size = usize::try_from(st.stx_size).unwrap_or(usize::MAX - 1);
                     let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
-                    zeroed(size.saturating_add(1)).map(|buf| Whole {
+                    room(size.saturating_add(1)).map(|buf| Whole {
                         buf,
-                        got: 0,
                         regular: regular.then_some(size),
                         done: false,
                     })
@@ -416,7 +414,8 @@ fn read_round_from(
             for (i, (w, t)) in wholes.iter_mut().zip(&targets).enumerate() {
                 if let (Some(Ok(w)), Some(t)) = (w.as_mut(), t) {
                     if !w.done {
-                        ops.push(blockio::Op::read(t, w.got as u64, &mut w.buf[w.got..]));
+                        let at = w.buf.len() as u64;
+                        ops.push(blockio::Op::read_uninit(t, at, w.buf.spare_capacity_mut()));
                         who.push(i);
                     }
                 }
@@ -433,16 +432,17 @@ fn read_round_from(
                 match r {
                     Ok(0) => w.done = true,
                     Ok(n) => {
-                        let asked = w.buf.len() - w.got;
-                        w.got += n;
-                        if n < asked && w.regular == Some(w.got) {
+                        let asked = w.buf.capacity() - w.buf.len();
+                        // SAFETY: the read wrote its first `n` bytes
+                        // (`n` <= `asked`) of the spare capacity, which
+                        // follow the initialised ones.
+                        unsafe { w.buf.set_len(w.buf.len() + n.min(asked)) };
+                        if n < asked && w.regular == Some(w.buf.len()) {
                             w.done = true;
-                        } else if w.got == w.buf.len() {
+                        } else if w.buf.len() == w.buf.capacity() {
                             let more = w.buf.len().max(4096);
                             if w.buf.try_reserve_exact(more).is_err() {
                                 wholes[i] = Some(Err(io::ErrorKind::OutOfMemory.into()));
-                            } else {
-                                w.buf.resize(w.buf.len() + more, 0);
                             }
                         }
                     }
@@ -457,10 +457,7 @@ fn read_round_from(
                 Ok(fd) => {
                     open.push(fd);
                     match w {
-                        Some(Ok(mut w)) => {
-                            w.buf.truncate(w.got);
-                            Ok(w.buf)
-                        }
+                        Some(Ok(w)) => Ok(w.buf),
                         Some(Err(e)) => Err(e),
                         // Every open file has had its statx.
                         None => Err(io::Error::from_raw_os_error(libc::EIO)),
@@ -475,14 +472,14 @@ fn read_round_from(
     Ok(out)
 }
 
-/// `n` zero bytes, or an [`io::ErrorKind::OutOfMemory`] error where the
-/// allocator refuses them (a file larger than memory): that file fails with
-/// `MemoryError`, the others are still read, and the process lives on.
-fn zeroed(n: usize) -> io::Result<Vec<u8>> {
+/// An empty buffer with room for `n` bytes, or an
+/// [`io::ErrorKind::OutOfMemory`] error where the allocator refuses them (a
+/// file larger than memory): that file fails with `MemoryError`, the
+/// others are still read, and the process lives on.
+fn room(n: usize) -> io::Result<Vec<u8>> {
     let mut v = Vec::new();
     v.try_reserve_exact(n)
         .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
-    v.resize(n, 0);
     Ok(v)
 }
 
