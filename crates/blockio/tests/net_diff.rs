@@ -1236,8 +1236,8 @@ fn fd_limited_server() {
         match engine {
             None => {
                 let l = tokio::net::TcpListener::bind((link::server_ip(), 0))
-                .await
-                .unwrap();
+                    .await
+                    .unwrap();
                 limit_fds_and_announce(l.local_addr().unwrap());
                 loop {
                     match l.accept().await {

@@ -67,11 +67,7 @@ fn link() -> Option<&'static Link> {
                  run the tests in the link's other namespace, as scripts/net-link does"
             );
         }
-        Some(Link {
-            netns,
-            local,
-            peer,
-        })
+        Some(Link { netns, local, peer })
     })
     .as_ref()
 }
