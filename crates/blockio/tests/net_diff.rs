@@ -273,7 +273,14 @@ where
                 std::thread::spawn(move || peer(addr, i))
             })
             .collect();
-        let seen: Vec<T> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let seen: Vec<T> = threads
+            .into_iter()
+            .map(|t| {
+                t.join().unwrap_or_else(|_| {
+                    panic!("{name}: a peer of {stack:?} failed (its message is above)")
+                })
+            })
+            .collect();
         drop(server);
         match &reference {
             None => reference = Some(seen),
@@ -322,6 +329,18 @@ fn read_exactly(p: &mut impl Read, len: usize) -> Seen {
     }
 }
 
+/// `seen`, after checking it is exactly `want`: the scenarios whose
+/// every byte is known check it against the bytes themselves as well as
+/// against tokio, so a link that lost a byte on every stack still fails.
+fn exactly(seen: Seen, want: &[u8], what: &str) -> Seen {
+    let whole = Seen::Bytes {
+        len: want.len(),
+        sum: digest(want),
+    };
+    assert_eq!(seen, whole, "{what}: the peer did not get every byte sent");
+    seen
+}
+
 fn read_to_end(p: &mut Peer) -> Seen {
     let mut buf = Vec::new();
     match p.read_to_end(&mut buf) {
@@ -362,9 +381,18 @@ fn reply_then_ack() -> Handler {
 fn reply_then_ack_peer(addr: Addr, c: usize) -> (Seen, Seen) {
     let mut p = addr.connect();
     p.write_all(&(c as u32).to_le_bytes()).unwrap();
-    let reply = read_exactly(&mut p, REPLY);
+    let reply = exactly(
+        read_exactly(&mut p, REPLY),
+        &pattern(c, REPLY),
+        &format!("reply of connection {c}"),
+    );
     p.write_all(b"!").unwrap();
-    (reply, read_to_end(&mut p))
+    let bye = exactly(
+        read_to_end(&mut p),
+        b"bye",
+        &format!("end of connection {c}"),
+    );
+    (reply, bye)
 }
 
 #[test]
@@ -413,7 +441,11 @@ fn write_all_then_drop() -> Handler {
 fn write_all_then_drop_peer(addr: Addr, c: usize) -> Seen {
     let mut p = addr.connect();
     p.write_all(&(c as u32).to_le_bytes()).unwrap();
-    read_to_end(&mut p)
+    exactly(
+        read_to_end(&mut p),
+        &pattern(c, drop_reply_len(c)),
+        &format!("connection {c}"),
+    )
 }
 
 #[test]
@@ -591,10 +623,11 @@ fn slow_reader(addr: Addr, c: usize) -> Seen {
         }
         std::thread::sleep(Duration::from_micros(700));
     }
-    Seen::Bytes {
+    let seen = Seen::Bytes {
         len: all.len(),
         sum: digest(&all),
-    }
+    };
+    exactly(seen, &pattern(c, TIMED_TOTAL), &format!("connection {c}"))
 }
 
 #[test]
