@@ -15,13 +15,13 @@ use super::super::at;
 use super::super::attrs::{set_attrs_at, Node};
 use super::super::entry::{Ctx, DirPair};
 use super::super::quote;
-use super::job::{clone, fsync_each, is_sparse, run_batch, Job};
+use super::job::{clone, fsync_each, is_sparse, run_batch, FileCopy};
 use super::wave::SLOT_ALIGN;
 use crate::copy;
 
 /// Gives every complete copy its final length and, with `--preserve`, its
 /// attributes.
-pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
+pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
     for j in jobs.iter_mut().filter(|j| j.failed.is_none()) {
         let dst = dirs.dst_of(&j.e.dst_name);
         // A file that ended early ends there in the copy, never padded to
@@ -60,7 +60,7 @@ pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) 
 
 /// With `--fsync`, fsyncs the files large enough to be made durable one by
 /// one (see [`super::job::FSYNC_EACH_MIN`]), in one batch.
-pub(super) fn fsync_large(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
+pub(super) fn fsync_large(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
     let live: Vec<usize> = (0..jobs.len())
         .filter(|&i| jobs[i].failed.is_none() && !jobs[i].stream && fsync_each(ctx.opts, jobs[i].e))
         .collect();
@@ -75,7 +75,7 @@ pub(super) fn fsync_large(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
 
 /// Closes every file (a destination whose close fails is not complete),
 /// counts the complete copies, and reports the others after removing them.
-pub(super) fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<Job<'_>>) {
+pub(super) fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<FileCopy<'_>>) {
     let mut srcs = Vec::with_capacity(jobs.len());
     let mut dsts = Vec::with_capacity(jobs.len());
     let mut finished = Vec::with_capacity(jobs.len());

@@ -1,4 +1,4 @@
-//! One file of a group on its way through the copy ([`Job`]), the pieces
+//! One file of a group on its way through the copy ([`FileCopy`]), the pieces
 //! its data is cut into ([`Chunk`]), and the small judgments and helpers
 //! every step of the group's copy shares. Kept apart from the steps so
 //! that they depend on it and never on one another's internals.
@@ -35,7 +35,7 @@ pub(super) fn fsync_each(opts: &CopyOptions, e: &Entry) -> bool {
 }
 
 /// One file of the group on its way.
-pub(super) struct Job<'g> {
+pub(super) struct FileCopy<'g> {
     pub(super) e: &'g Entry,
     pub(super) src: OwnedFd,
     pub(super) dst: OwnedFd,
@@ -64,8 +64,11 @@ pub(super) struct Job<'g> {
 /// A range of one file to copy through its piece of the arena.
 #[derive(Clone, Copy)]
 pub(super) struct Chunk {
+    /// The file's job, by its index in the group.
     pub(super) job: usize,
+    /// Where the range starts in the file (and in its copy).
     pub(super) offset: u64,
+    /// Its length: at most `--block-size` bytes.
     pub(super) len: usize,
 }
 
@@ -77,7 +80,15 @@ pub(super) enum Side {
     Write,
 }
 
-pub(super) fn fail(jobs: &mut [Job<'_>], dirs: &DirPair, job: usize, side: Side, e: io::Error) {
+/// Records the first failure of job `job` (a later one is a consequence
+/// of it, and not reported).
+pub(super) fn fail(
+    jobs: &mut [FileCopy<'_>],
+    dirs: &DirPair,
+    job: usize,
+    side: Side,
+    e: io::Error,
+) {
     let j = &mut jobs[job];
     if j.failed.is_none() {
         j.failed = Some((failure(dirs, j.e, side), e));

@@ -9,7 +9,7 @@
 //! writes through the arena in [`wave`], streams and unsized files with
 //! the plain calls of [`plain`]), then give the copies their length and
 //! attributes, fsync and close them ([`finish`]). The state of one file on
-//! its way is a [`job::Job`]: each step reads what the earlier ones
+//! its way is a [`job::FileCopy`]: each step reads what the earlier ones
 //! decided and records a file's first failure there, so a file that
 //! failed is left alone by the later steps and reported once, at the end.
 
@@ -29,7 +29,7 @@ use super::entry::{Ctx, DirPair, Group};
 use super::{quote, CopyOptions};
 use crate::copy;
 use finish::{close_and_report, finish_files, fsync_large};
-use job::{failure, fstat, fsync_each, is_sparse, Chunk, Job};
+use job::{failure, fstat, fsync_each, is_sparse, Chunk, FileCopy};
 use open::open_all;
 use plain::{copy_range, copy_to_eof, extents};
 use wave::{copy_chunks, go_direct};
@@ -77,7 +77,7 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
 /// both are started for all of the group's files at once
 /// (`POSIX_FADV_WILLNEED`), so a cold group still has many reads in
 /// flight. The rest is copied in blocks through the arena.
-fn choose_paths(opts: &CopyOptions, jobs: &mut [Job<'_>]) -> Vec<bool> {
+fn choose_paths(opts: &CopyOptions, jobs: &mut [FileCopy<'_>]) -> Vec<bool> {
     for j in jobs.iter_mut() {
         j.direct = opts.fsync
             && !j.stream
@@ -112,7 +112,7 @@ fn choose_paths(opts: &CopyOptions, jobs: &mut [Job<'_>]) -> Vec<bool> {
 fn copy_ranges_and_chunk(
     ctx: &Ctx<'_>,
     dirs: &DirPair,
-    jobs: &mut [Job<'_>],
+    jobs: &mut [FileCopy<'_>],
     ranged: &[bool],
 ) -> Vec<Chunk> {
     let opts = ctx.opts;
@@ -171,7 +171,7 @@ fn copy_ranges_and_chunk(
 /// Reads to the end the files that say they are empty (as those of /proc
 /// do): their size tells nothing; and copies those from or to a file that
 /// is not a regular one.
-fn copy_unsized(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>]) {
+fn copy_unsized(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
     for j in jobs
         .iter_mut()
         .filter(|j| j.failed.is_none() && (j.e.st.stx_size == 0 || j.stream))

@@ -13,7 +13,7 @@ use blockio::{OpenRequest, PathAt};
 use super::super::entry::{Ctx, DirPair, Entry};
 use super::super::quote;
 use super::destination::{create_dst, created_failed};
-use super::job::{as_regular, first_wave, fstat, Job};
+use super::job::{as_regular, first_wave, fstat, FileCopy};
 use crate::copy;
 
 /// Opens the group's sources, then its destinations, one batch each; the
@@ -23,7 +23,7 @@ pub(super) fn open_all<'g>(
     ctx: &Ctx<'_>,
     pair: &Arc<DirPair>,
     files: &'g mut [Entry],
-) -> Option<(Vec<Job<'g>>, Vec<Entry>)> {
+) -> Option<(Vec<FileCopy<'g>>, Vec<Entry>)> {
     let mut opened = open_sources(ctx, pair, files)?;
     let keep = first_wave(
         opened.iter().map(|(e, _)| e.st.stx_size),
@@ -132,7 +132,7 @@ fn create_all<'g>(
     ctx: &Ctx<'_>,
     pair: &Arc<DirPair>,
     opened: Vec<(&'g Entry, OwnedFd)>,
-) -> Vec<Job<'g>> {
+) -> Vec<FileCopy<'g>> {
     let mut jobs = Vec::with_capacity(opened.len());
     let mut turn = ctx.creators.enter();
     turn.created(opened.len() as u64);
@@ -147,7 +147,7 @@ fn create_all<'g>(
                     let backup = dst.backup.as_deref();
                     copy::say_copied(ctx.opts, &pair.src_of(&e.src_name), &dst_path, backup);
                 }
-                jobs.push(Job {
+                jobs.push(FileCopy {
                     e,
                     stream: stream || e.kind() != libc::S_IFREG,
                     src,

@@ -12,14 +12,14 @@ use std::sync::atomic::Ordering;
 
 use super::super::entry::Entry;
 use super::super::{CopyOptions, Progress};
-use super::job::{is_sparse, Job, Side};
+use super::job::{is_sparse, FileCopy, Side};
 
 /// Copies a file by reading it until a read returns nothing; the bytes
 /// copied. For files whose stated size is no guide (0 for most of /proc),
 /// and with plain reads and writes (no offsets) for a stream: a FIFO or
 /// device at either end.
 pub(super) fn copy_to_eof(
-    j: &Job<'_>,
+    j: &FileCopy<'_>,
     progress: &Progress,
     holes: bool,
 ) -> Result<u64, (Side, io::Error)> {
@@ -168,7 +168,7 @@ pub(super) fn extents(fd: &OwnedFd, opts: &CopyOptions, e: &Entry) -> Vec<(u64, 
 /// Copies the whole file with `copy_file_range`; `Ok(false)` when the
 /// kernel cannot do it for this pair (another file system, a special file
 /// system) and nothing was copied.
-pub(super) fn copy_range(j: &Job<'_>, durable: bool, progress: &Progress) -> io::Result<bool> {
+pub(super) fn copy_range(j: &FileCopy<'_>, durable: bool, progress: &Progress) -> io::Result<bool> {
     const STEP: usize = 8 << 20;
     let size = j.e.st.stx_size;
     let mut off = 0u64;

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use blockio::{AlignedBuf, Engine, Op};
 
 use super::super::entry::{Ctx, DirPair};
-use super::job::{fail, first_wave, fsync_each, run_batch, Chunk, Job, Side};
+use super::job::{fail, first_wave, fsync_each, run_batch, Chunk, FileCopy, Side};
 use super::plain::{read_full, start_writeback, write_full, write_skipping_zeros};
 use crate::copy;
 
@@ -25,7 +25,7 @@ use crate::copy;
 pub(super) fn copy_chunks(
     ctx: &Ctx<'_>,
     dirs: &DirPair,
-    jobs: &mut [Job<'_>],
+    jobs: &mut [FileCopy<'_>],
     chunks: &[Chunk],
     arena: &mut AlignedBuf,
 ) {
@@ -56,7 +56,7 @@ struct Wave<'w> {
 impl Wave<'_> {
     /// Reads every chunk of the wave into its slot of `arena`, then writes
     /// them out.
-    fn copy(mut self, ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [Job<'_>], arena: &mut [u8]) {
+    fn copy(mut self, ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>], arena: &mut [u8]) {
         let mut slots = slots(arena, self.chunks);
         self.read(ctx.engine, dirs, jobs, &mut slots);
         self.finish_short_reads(dirs, jobs, &mut slots);
@@ -71,7 +71,7 @@ impl Wave<'_> {
         &mut self,
         engine: &Engine,
         dirs: &DirPair,
-        jobs: &mut [Job<'_>],
+        jobs: &mut [FileCopy<'_>],
         slots: &mut [&mut [u8]],
     ) {
         let mut ops: Vec<Op<'_>> = Vec::with_capacity(self.chunks.len());
@@ -96,7 +96,7 @@ impl Wave<'_> {
     fn finish_short_reads(
         &mut self,
         dirs: &DirPair,
-        jobs: &mut [Job<'_>],
+        jobs: &mut [FileCopy<'_>],
         slots: &mut [&mut [u8]],
     ) {
         for ((k, c), slot) in self.chunks.iter().enumerate().zip(slots.iter_mut()) {
@@ -121,7 +121,7 @@ impl Wave<'_> {
         &self,
         ctx: &Ctx<'_>,
         dirs: &DirPair,
-        jobs: &mut [Job<'_>],
+        jobs: &mut [FileCopy<'_>],
         slots: &mut [&mut [u8]],
     ) {
         let got = &self.got;
@@ -166,7 +166,7 @@ impl Wave<'_> {
         &self,
         ctx: &Ctx<'_>,
         dirs: &DirPair,
-        jobs: &mut [Job<'_>],
+        jobs: &mut [FileCopy<'_>],
         slots: &[&mut [u8]],
     ) {
         let got = &self.got;
