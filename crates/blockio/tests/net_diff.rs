@@ -946,7 +946,10 @@ fn a_connect_timeout_is_etimedout() {
         .unwrap();
         let addr = l.local_addr().unwrap().as_socket().unwrap();
         // One connection fills a backlog of 0: the next SYN is dropped.
-        let _queued = std::net::TcpStream::connect(addr).unwrap();
+        // It is made on the listener's side, so that it is in the backlog
+        // whatever the link loses (a lost handshake ACK would leave it
+        // out, and let the connect under test in).
+        let _queued = link::on_peer_side(|| std::net::TcpStream::connect(addr)).unwrap();
         let out: Outcome = rt.block_on(async {
             let e = engine(*stack).unwrap();
             if e.poll_fd().is_some() {
