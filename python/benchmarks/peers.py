@@ -203,7 +203,7 @@ def peers(args: argparse.Namespace) -> None:
           f"reads of a {args.size_mib} MiB file, {args.seconds} s per run, {args.rounds} rounds alternating")
     for name, why in skipped.items():
         print(f"  not run: {name}: {why}")
-    for phase in ("warm", "cold"):
+    for phase in args.phases.split(","):
         res: Dict[str, List[float]] = {n: [] for n in names}
         for r in range(args.rounds):
             order = names if r % 2 == 0 else names[::-1]
@@ -284,6 +284,8 @@ def main() -> int:
     ap.add_argument("--size-mib", type=int, default=256)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--phases", default="warm,cold", choices=["warm,cold", "warm", "cold"],
+                    help="the page cache states to run: warm, cold, or both (the default)")
     ap.add_argument("--read-files", action="store_true", help="also the small-files benchmark")
     ap.add_argument("--only-read-files", action="store_true", help="only the small-files benchmark")
     ap.add_argument("--tree", default="bench-data/py-tree")

@@ -1,23 +1,40 @@
 """Type stubs of the Rust core (``blockio._blockio``); use :mod:`blockio`."""
 
-from typing import Any, List, Optional, Sequence, Tuple, Union, final
+import sys
+from asyncio import Future
+from typing import List, Optional, Sequence, Tuple, Union, final
 
-from typing_extensions import Buffer
+from ._aio import TrioFuture
+
+if sys.version_info >= (3, 12):
+    from collections.abc import Buffer
+else:
+    from typing_extensions import Buffer
 
 __all__ = ["Core", "bench_engine", "exiting"]
 
 #: One ``(descriptor, buffer, offset)`` operation of a buffer batch.
 _BufferOp = Tuple[int, Buffer, int]
 
+#: One file of a whole-file read: its bytes, or why it could not be read
+#: (``MemoryError`` for a file larger than the memory available).
+_FileResult = Union[bytes, OSError, MemoryError]
+
 #: One result of an asynchronous batch: the bytes of a read, a byte count,
 #: a descriptor or 0 (open, size, truncate, close, mkdir, symlink), the 18
-#: ints of a ``statx`` (see ``Engine._astat``), every file's bytes (or
-#: error) of ``submit_read_files``, or the operation's ``OSError``.
-_Result = Union[bytes, int, List[int], List[Union[bytes, OSError]], OSError]
+#: ints of a ``statx`` (see ``Engine._astat``), every file's result of
+#: ``submit_read_files``, or the operation's ``OSError``.
+_Result = Union[bytes, int, List[int], List[_FileResult], OSError]
+
+#: The future a batch's results resolve: asyncio's, or the stand-in under
+#: trio.
+_Future = Union["Future[List[_Result]]", TrioFuture]
 
 #: What a batch's results are handed back with: the future they resolve
-#: and the objects kept alive until then (see ``Engine.__init__``).
-_Waiter = Tuple[Any, Any]
+#: (``None``: nobody awaits them) and what is kept alive until they arrive
+#: (file objects, buffers, a marker; see ``Engine.__init__``). The core
+#: only holds the pair and hands it back.
+_Waiter = Tuple[Optional[_Future], object]
 
 @final
 class Core:
@@ -32,7 +49,7 @@ class Core:
     def read_batch(self, fd: int, offsets: Sequence[int], length: int) -> Tuple[List[Union[bytes, OSError]], int]: ...
     def readinto_batch(self, ops: Sequence[_BufferOp]) -> Tuple[List[Union[int, OSError]], int]: ...
     def write_batch(self, ops: Sequence[_BufferOp]) -> Tuple[List[Union[int, OSError]], int]: ...
-    def read_files(self, paths: Sequence[bytes]) -> Tuple[List[Union[bytes, OSError]], int]: ...
+    def read_files(self, paths: Sequence[bytes]) -> Tuple[List[_FileResult], int]: ...
     def sync(self, fd: int, data_only: bool = False) -> None: ...
     def read_cached(self, fd: int, offset: int, length: int) -> Optional[bytes]: ...
     def eventfd(self) -> int: ...

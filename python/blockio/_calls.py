@@ -16,11 +16,14 @@ from __future__ import annotations
 import functools
 import threading
 from collections import deque
-from typing import Any, Callable, Deque, Optional, Tuple, TypeVar, cast
+from typing import Any, Callable, Deque, List, Optional, Tuple, TypeVar, cast
 
 from ._aio import current_task, new_future
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_OTHER_THREAD = ("this blockio file object is in use by an event loop in another thread: "
+                 "use one file object per thread (or finish one thread's calls before the next starts)")
 
 
 class CallQueue:
@@ -30,9 +33,16 @@ class CallQueue:
     finishes, so a call made later can never overtake one waiting. The
     calls in progress all belong to one thread's event loop: a call from
     another thread's loop meanwhile raises ``RuntimeError`` (a future of
-    one loop cannot wake a task of another), where waiting would hang."""
+    one loop cannot wake a task of another), where waiting would hang.
 
-    __slots__ = ("_owner", "_waiting", "_thread", "_lock")
+    ``free`` holds one item exactly while no call is in progress, and a
+    call takes the queue by taking that item (``free.pop()``, one step
+    under the GIL, so that two threads can never both have it). A call
+    that can finish without awaiting (a file's ``seek``, a ``read`` of
+    cached bytes) takes it, runs and puts it back, with no task or future
+    involved; a call from another thread meanwhile raises as above."""
+
+    __slots__ = ("_owner", "_waiting", "_thread", "_lock", "free")
 
     def __init__(self) -> None:
         #: The task whose call is running, or None.
@@ -41,6 +51,7 @@ class CallQueue:
         #: The thread of the calls in progress (while _owner is set).
         self._thread: Optional[int] = None
         self._lock = threading.Lock()
+        self.free: List[None] = [None]
 
     def _enter(self, task: Any) -> Any:
         """Takes the queue for ``task`` (None), or finds that ``task``
@@ -48,13 +59,15 @@ class CallQueue:
         await for its turn."""
         me = threading.get_ident()
         with self._lock:
-            if self._owner is None and not self._waiting:
+            if self._owner is None:  # (and so nobody waits)
+                try:
+                    self.free.pop()
+                except IndexError:  # a call served at once, in another thread
+                    raise RuntimeError(_OTHER_THREAD) from None
                 self._owner, self._thread = task, me
                 return None
             if self._thread != me:
-                raise RuntimeError(
-                    "this blockio file object is in use by an event loop in another thread: "
-                    "use one file object per thread (or finish one thread's calls before the next starts)")
+                raise RuntimeError(_OTHER_THREAD)
             if self._owner is task:
                 return task
             fut = new_future()
@@ -85,6 +98,7 @@ class CallQueue:
                     return
             self._owner = None
             self._thread = None
+            self.free.append(None)
 
 
 def one_at_a_time(method: F) -> F:

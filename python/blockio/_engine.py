@@ -29,6 +29,7 @@ import errno
 import fcntl
 import os
 import stat
+import sys
 import threading
 import weakref
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Tuple,
@@ -39,7 +40,10 @@ from ._aio import TrioFuture, running_trio
 if TYPE_CHECKING:
     # Any object with the buffer protocol (bytes, bytearray, memoryview,
     # mmap, numpy arrays): collections.abc.Buffer from Python 3.12 on.
-    from typing_extensions import Buffer
+    if sys.version_info >= (3, 12):
+        from collections.abc import Buffer
+    else:
+        from typing_extensions import Buffer
 from ._blockio import Core as _Core
 from ._blockio import exiting as _exiting
 
@@ -57,9 +61,58 @@ FileLike = Union[int, HasFileno]
 BufferOp = Tuple[FileLike, "Buffer", int]
 
 
+class _Descriptor:
+    """The descriptor under a :func:`blockio.open` file (its ``_file`` and
+    ``raw``, as an aiofiles object has the synchronous file there).
+
+    ``shared`` says whether the descriptor's number may be known outside
+    the file: one handed in (``blockio.open(fd)``) or made by an
+    ``opener``, or once ``fileno()`` or ``fd`` has been asked for. The
+    file keeps the descriptor's offset at its own position after every
+    call only then (see ``AsyncFile._sync_offset``): a descriptor nobody
+    else knows has nobody to see that offset, and a system call per call
+    is saved. Asking for the number brings the offset there first."""
+
+    def __init__(self, fd: int, name: Any, mode: str, closefd: bool, shared: bool) -> None:
+        #: The number, for the package's own use (reading it shares nothing).
+        self.num = fd
+        self.name = name
+        self.mode = mode
+        self.closefd = closefd
+        self.closed = False
+        self.detached = False
+        self.shared = shared
+        #: Run when the number is first given out: brings the offset to
+        #: the file's position (set by the file over this descriptor).
+        self.on_share: Optional[Callable[[], None]] = None
+
+    def _share(self) -> None:
+        if not self.shared:
+            self.shared = True
+            if self.on_share is not None:
+                self.on_share()
+
+    @property
+    def fd(self) -> int:
+        """The descriptor's number."""
+        self._share()
+        return self.num
+
+    def fileno(self) -> int:
+        """The descriptor's number; ``ValueError`` once the file is closed."""
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        self._share()
+        return self.num
+
+
 def _fd(file: FileLike) -> int:
     if isinstance(file, int):
         return file
+    if type(file) is _Descriptor:
+        if file.closed:
+            raise ValueError("I/O operation on closed file")
+        return file.num
     fileno = getattr(file, "fileno", None)
     if fileno is None:
         raise TypeError(f"expected an int file descriptor or a file object, got {type(file).__name__}")
@@ -541,7 +594,17 @@ class Engine:
                 raise _one_offset(e) from None
             r0: bytes = _finish(got, [_name(file)], False)[0]
             return r0
-        fd = file if type(file) is int else _fd(file)
+        # `_fd`, inlined for a built-in file (a Python call less per read).
+        fd: int
+        if type(file) is int:
+            fd = file
+        elif type(file) is _Descriptor:
+            fd = _fd(file)
+        else:
+            try:
+                fd = file.fileno()  # type: ignore[union-attr]
+            except AttributeError:
+                fd = _fd(file)  # (raises the TypeError naming the argument's type)
         if type(offset) is int and type(length) is int:
             # Cached: copied on this thread, no ring round trip or wake-up.
             try:

@@ -1,12 +1,28 @@
 """``blockio.open``: files for asyncio with aiofiles' interface.
 
 Every read and write is a positional operation through an :class:`Engine`;
-the file keeps its own position, starting at the descriptor's offset, and
-sets that offset to it after every call (so that a child process or the next
-user of the descriptor continues from there). Opening, the size
-lookups (``SEEK_END``, append mode, reading to the end), truncation and
-closing run on the engine's file-system threads, so the event loop's thread
-never waits on the file system.
+the file keeps its own position, starting at the descriptor's offset. Once
+the descriptor's number may be known outside the file (it was handed in,
+made by an ``opener``, or given out by ``fileno()``, ``raw`` or ``_file``),
+the file sets that offset to its position after every call, so that a child
+process or the next user of the descriptor continues from there; before
+that nobody can see the offset, and it is left alone (a system call saved
+per call). Opening, the size lookups (``SEEK_END``, append mode, reading to
+the end), truncation and closing run on the engine's file-system threads, so
+the event loop's thread never waits on the file system.
+
+Calls take effect one at a time, in the order made (:mod:`blockio._calls`).
+The calls of random access are served at once, without a task switch, a
+future or a ring round trip, when no other call on the file is in progress:
+an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
+read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
+calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
++ ``read``. Everything else waits its turn in the queue and goes through the
+engine; so does one in 64 cached reads, which yields to the event loop so
+that a task reading cached data in a loop never starves the others. The
+first ``read`` after a ``seek`` reads only what it asks for, where the read
+buffer would otherwise be filled for the bytes after it; reads that follow
+in sequence read ahead.
 
 Buffering follows the built-in ``open``: ``buffering=-1`` (the default) or
 ``> 1`` keeps a read-ahead buffer and a write buffer of that many bytes
@@ -22,17 +38,22 @@ import errno
 import io
 import operator
 import os
+import sys
 import threading
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
 from ._aio import despite_cancel, new_future, threadsafe_caller
-from ._engine import Engine, _copy_into, _flat
+from ._engine import Engine, _copy_into, _Descriptor, _flat
 from ._calls import CallQueue, one_at_a_time
 from ._lines import LineReader
 
 if TYPE_CHECKING:
-    from typing_extensions import Buffer
+    if sys.version_info >= (3, 12):
+        from collections.abc import Buffer
+    else:
+        from typing_extensions import Buffer
 
 #: What :func:`blockio.open` accepts as ``file``.
 PathOrFd = Union[str, bytes, "os.PathLike[Any]", int]
@@ -115,24 +136,6 @@ async def _on_a_thread(call: Callable[..., T], fd: int, arg: Any) -> T:
     return result
 
 
-class _Descriptor:
-    """The descriptor under an :class:`AsyncFile` (its ``_file``, as an
-    aiofiles object has the synchronous file there)."""
-
-    def __init__(self, fd: int, name: Any, mode: str, closefd: bool) -> None:
-        self.fd = fd
-        self.name = name
-        self.mode = mode
-        self.closefd = closefd
-        self.closed = False
-        self.detached = False
-
-    def fileno(self) -> int:
-        if self.closed:
-            raise ValueError("I/O operation on closed file")
-        return self.fd
-
-
 class AsyncFile(LineReader[bytes]):
     """A binary file opened by :func:`blockio.open`, with aiofiles'
     interface: coroutines ``read``, ``read1``, ``readall``, ``readinto``,
@@ -166,9 +169,22 @@ class AsyncFile(LineReader[bytes]):
         try:
             # A descriptor handed in (``blockio.open(fd)``) is read and
             # written from its offset on, as the built-in open's file does.
-            self._pos = os.lseek(desc.fd, 0, os.SEEK_CUR)
+            self._pos = os.lseek(desc.num, 0, os.SEEK_CUR)
         except OSError as e:
             self._stream = e.errno == errno.ESPIPE
+        #: The engine's read of page-cached bytes (see `read`).
+        self._read_cached = engine._core.read_cached
+        #: The next read is the first since a seek: it reads what it asks
+        #: for and no more (see `_read_now`).
+        self._seeked = False
+        me = weakref.ref(self)
+
+        def on_share() -> None:
+            f = me()
+            if f is not None:
+                f._sync_offset()
+
+        desc.on_share = on_share
 
     # -- state ----------------------------------------------------------------
 
@@ -192,7 +208,7 @@ class AsyncFile(LineReader[bytes]):
     def fileno(self) -> int:
         """The descriptor."""
         self._check_open()
-        return self._file.fd
+        return self._file.fd  # (shares it: the offset follows the position from now on)
 
     def readable(self) -> bool:
         """Whether the file was opened for reading."""
@@ -209,7 +225,7 @@ class AsyncFile(LineReader[bytes]):
         not a pipe or a socket)."""
         self._check_open()
         try:
-            os.lseek(self._file.fd, 0, os.SEEK_CUR)
+            os.lseek(self._file.num, 0, os.SEEK_CUR)
         except OSError:
             return False
         return True
@@ -217,7 +233,7 @@ class AsyncFile(LineReader[bytes]):
     async def isatty(self) -> bool:
         """Whether the descriptor is a terminal."""
         self._check_open()
-        return os.isatty(self._file.fd)
+        return os.isatty(self._file.num)
 
     def _sync_offset(self) -> None:
         """Leaves the descriptor's own offset at this file's position (at
@@ -226,12 +242,16 @@ class AsyncFile(LineReader[bytes]):
         uses the descriptor next (a child process given ``fileno()``, the
         shell that passed it, the next ``open(fd)``) neither overwrites nor
         reads again what this file wrote or read. Reads and writes
-        themselves are positional and never use that offset."""
+        themselves are positional and never use that offset, so a
+        descriptor whose number nobody else knows (``_Descriptor.shared``
+        false: opened here by path, ``fileno()`` never asked for) is left
+        alone, which saves a system call per call; giving the number out
+        runs this first."""
         d = self._file
-        if self._stream or self._at_end or d.detached or (d.closed and d.closefd):
+        if not d.shared or self._stream or self._at_end or d.detached or (d.closed and d.closefd):
             return
         try:
-            os.lseek(d.fd, self._wpos if self._wbuf else self._pos, os.SEEK_SET)
+            os.lseek(d.num, self._wpos if self._wbuf else self._pos, os.SEEK_SET)
         except OSError:
             pass  # (a descriptor closed behind the file's back)
 
@@ -240,6 +260,12 @@ class AsyncFile(LineReader[bytes]):
             raise ValueError("raw stream has been detached")
         if self._file.closed:
             raise ValueError("I/O operation on closed file.")
+
+    def _live_fd(self) -> int:
+        """The descriptor's number for the package's own use (not shared);
+        ``ValueError`` once the file is closed."""
+        self._check_open()
+        return self._file.num
 
     def _check_seekable(self) -> None:
         if self._stream:
@@ -272,11 +298,39 @@ class AsyncFile(LineReader[bytes]):
         self._check_seekable()
         return await self._position()
 
-    @one_at_a_time
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``,
         and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the new position.
         Writes still buffered are flushed first."""
+        # The common case, done at once: an absolute seek with nothing to
+        # flush, while no other call on the file is in progress (taking
+        # the queue's `free` item makes sure of that, from any thread;
+        # nothing here awaits). Inlined: this is half of every
+        # random read.
+        free = self._calls.free
+        if free and whence == 0 and type(offset) is int and offset >= 0 and type(whence) is int:
+            try:
+                free.pop()
+            except IndexError:
+                pass  # taken meanwhile by another thread: `_seek` says so
+            else:
+                try:
+                    d = self._file
+                    if not (self._stream or self._wbuf or d.closed or d.detached):
+                        self._pos = offset
+                        self._at_end = False
+                        self._rbuf = b""
+                        self._seeked = True
+                        if d.shared:
+                            self._sync_offset()
+                        return offset
+                finally:
+                    free.append(None)
+        pos: int = await self._seek(offset, whence)
+        return pos
+
+    @one_at_a_time
+    async def _seek(self, offset: int, whence: int) -> int:
         offset, whence = _int_arg(offset, "offset"), _int_arg(whence, "whence")
         self._check_open()
         self._check_seekable()
@@ -287,7 +341,7 @@ class AsyncFile(LineReader[bytes]):
         if whence in holes:
             # The next data or hole at or after `offset` (ENXIO past the
             # end), as the built-in file's seek finds it on Linux.
-            pos = os.lseek(self._file.fd, offset, whence)
+            pos = os.lseek(self._file.num, offset, whence)
         elif whence == os.SEEK_SET:
             pos = offset
         elif whence == os.SEEK_CUR:
@@ -299,13 +353,14 @@ class AsyncFile(LineReader[bytes]):
         self._pos = pos
         self._at_end = False
         self._rbuf = b""
+        self._seeked = True
         return pos
 
     # -- reading ----------------------------------------------------------------
 
     async def _pread(self, size: int, at: int) -> bytes:
         if self._stream:
-            return await _on_a_thread(_read_and_close, self._file.fileno(), size)
+            return await _on_a_thread(_read_and_close, self._live_fd(), size)
         return await self._engine.aread(self._file, offset=at, length=size)
 
     async def _fill(self) -> bytes:
@@ -322,10 +377,67 @@ class AsyncFile(LineReader[bytes]):
         self._pos += len(out)
         return out
 
-    @one_at_a_time
     async def read(self, size: Optional[int] = -1) -> bytes:
         """Reads up to ``size`` bytes (all of the rest when negative or
         None); ``b""`` at end of file."""
+        # The common case, done at once (inlined: this is the other half of
+        # every random read): bytes in the read buffer or, with preadv2's
+        # RWF_NOWAIT, in the page cache, copied on this thread, while no
+        # other call on the file is in progress (as in `seek`). Anything
+        # else goes to `_read`, in the queue: a read that would have to
+        # wait (bytes not all cached, the end of the file), buffered
+        # writes, a stream; and one in 64 cached reads, which through the
+        # engine's `aread` yields to the event loop, so that a task reading
+        # cached data in a loop never starves the others.
+        #
+        # Read ahead as `_read`: a read smaller than the buffer fills the
+        # buffer, except the first read after a seek, which reads what it
+        # asks for (random access, where the rest of a buffer would be
+        # copied for nothing).
+        free = self._calls.free
+        if free and type(size) is int and size >= 0:
+            try:
+                free.pop()
+            except IndexError:
+                pass  # taken meanwhile by another thread: `_read` says so
+            else:
+                try:
+                    d = self._file
+                    if self._readable and not (self._stream or self._wbuf or self._at_end or d.closed or d.detached):
+                        rbuf = self._rbuf
+                        if rbuf:
+                            if len(rbuf) >= size:
+                                out, self._rbuf = rbuf[:size], rbuf[size:]
+                                self._pos += size
+                                if d.shared:
+                                    self._sync_offset()
+                                return out
+                        elif size:
+                            eng = self._engine
+                            if eng._inline_streak < 63:
+                                ahead = size < self._bufsize and not self._seeked
+                                try:
+                                    data = self._read_cached(d.num, self._pos, self._bufsize if ahead else size)
+                                except OverflowError:
+                                    data = None
+                                if data is not None:
+                                    eng._inline_streak += 1
+                                    self._seeked = False
+                                    if ahead:
+                                        data, self._rbuf = data[:size], data[size:]
+                                    self._pos += size
+                                    if d.shared:
+                                        self._sync_offset()
+                                    return data
+                        else:
+                            return b""
+                finally:
+                    free.append(None)
+        got: bytes = await self._read(size)
+        return got
+
+    @one_at_a_time
+    async def _read(self, size: Optional[int]) -> bytes:
         size = _size_arg(size)
         self._check_readable()
         if size < -1 and self._bufsize > 0:
@@ -337,9 +449,10 @@ class AsyncFile(LineReader[bytes]):
         head = self._take(min(size, len(self._rbuf)))
         size -= len(head)
         parts = [head]
+        seeked, self._seeked = self._seeked, False
         try:
             while size > 0:
-                if self._bufsize > 0 and size < self._bufsize:
+                if self._bufsize > 0 and size < self._bufsize and not seeked:
                     if not await self._fill():
                         break
                     part = self._take(size)
@@ -518,7 +631,7 @@ class AsyncFile(LineReader[bytes]):
         ``short_ok`` (an unbuffered file: the built-in ``FileIO.write``'s
         short count, the error coming with the next write), else raises."""
         if self._stream:
-            n: int = await _on_a_thread(_write_and_close, self._file.fileno(), bytes(view))
+            n: int = await _on_a_thread(_write_and_close, self._live_fd(), bytes(view))
             self._pos += n
             return n
         # Once begun, a write runs to its end even if the calling task is
@@ -613,14 +726,14 @@ class AsyncFile(LineReader[bytes]):
             finally:
                 self._file.closed = True
                 if self._file.closefd:
-                    os.close(self._file.fd)
+                    os.close(self._file.num)
             return
         try:
             await self._flush_writes()
         finally:
             self._file.closed = True
             if self._file.closefd:
-                await self._engine._aclose(self._file.fd)
+                await self._engine._aclose(self._file.num)
 
     def detach(self) -> io.BufferedIOBase:
         """Hands the descriptor back as a synchronous buffered file
@@ -631,8 +744,8 @@ class AsyncFile(LineReader[bytes]):
         if self._wbuf:
             raise ValueError("detach with buffered writes: await flush() first")
         if not self._at_end and not self._stream:  # (a pipe has no position)
-            os.lseek(self._file.fd, self._pos, os.SEEK_SET)
-        raw = io.FileIO(self._file.fd, self.mode.replace("x", "w"), closefd=self._file.closefd)
+            os.lseek(self._file.num, self._pos, os.SEEK_SET)
+        raw = io.FileIO(self._file.num, self.mode.replace("x", "w"), closefd=self._file.closefd)
         self._file.detached = True
         if self._readable and self._writable:
             return io.BufferedRandom(raw)
@@ -651,7 +764,7 @@ class AsyncFile(LineReader[bytes]):
         to go through: the file is being collected, or its engine is
         closed), at its place: the end in append mode."""
         data, self._wbuf = bytes(self._wbuf), bytearray()
-        fd = self._file.fd
+        fd = self._file.num
         if not data:
             return
         if self._stream:
@@ -676,4 +789,4 @@ class AsyncFile(LineReader[bytes]):
         finally:
             desc.closed = True
             if desc.closefd:
-                os.close(desc.fd)
+                os.close(desc.num)

@@ -15,8 +15,8 @@ import warnings
 from typing import Any, Callable, Generator, Generic, Literal, Optional, Tuple, TypeVar, Union, overload
 
 from ._aio import run_in_thread
-from ._engine import Engine, default_engine
-from ._file import AsyncFile, PathOrFd, _Descriptor
+from ._engine import Engine, _Descriptor, default_engine
+from ._file import AsyncFile, PathOrFd
 from ._text import AsyncTextFile
 
 F = TypeVar("F")
@@ -104,7 +104,10 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
         line_buffering = buffering == 1 and "b" not in mode
         size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
         binary_mode = mode.replace("t", "") + ("" if "b" in mode else "b")
-        raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd), binary_mode, eng, size)
+        # A descriptor handed in, or made by the caller's opener, may be
+        # known elsewhere: its offset follows the file's position.
+        shared = isinstance(file, int) or opener is not None
+        raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd, shared), binary_mode, eng, size)
         if "a" in mode:
             await raw._position()  # at the end, as the built-in open leaves it
         if "b" in mode:

@@ -3,14 +3,16 @@
 //! own so that the event loop's thread never waits on the file system.
 //!
 //! A job on one path or descriptor (open, statx, ftruncate, close, mkdir,
-//! symlink) is the plain system call, made on the pool thread: a batch of
-//! one through a ring would cost a submission and a wait for one call, and
-//! would make every job wait for the ring while another's call is in the
-//! kernel (a stat on a hung mount would hold up every other file call).
-//! The pool thread is what makes the call asynchronous for the event loop;
-//! its [`MAX_THREADS`] threads are what let one call wait on its file
-//! while the others go on. [`read_files`], many files at once, goes
-//! through the core's sync [`blockio::Engine`], as the sync `read_files`
+//! symlink) is one of blockio's operation kinds, performed by its blocking
+//! form on the pool thread ([`blockio::blocking`], the same kinds, flags
+//! and checks the engine's batches use), not through a ring: a batch of
+//! one would cost a submission and a wait for one call, and would make
+//! every job wait for the ring while another's call is in the kernel (a
+//! stat on a hung mount would hold up every other file call). The pool
+//! thread is what makes the call asynchronous for the event loop; its
+//! [`MAX_THREADS`] threads are what let one call wait on its file while
+//! the others go on. [`read_files`], many files at once, goes through the
+//! core's sync [`blockio::Engine`] in batches, as the sync `read_files`
 //! does.
 //!
 //! Each call is a [`JobFuture`], completed by a pool thread and woken like
@@ -27,12 +29,13 @@ use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::future::Future;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use blockio::{OpenRequest, PathAt};
+use blockio::{blocking, OpenRequest, PathAt};
 
 /// Threads a pool starts at most: enough that one open blocked on a FIFO
 /// or a slow mount does not hold up the others.
@@ -82,38 +85,32 @@ pub(crate) enum Out {
 }
 
 impl Job {
-    /// Runs the call.
+    /// Runs the call: each is the blocking form of one of blockio's
+    /// operation kinds ([`blockio::blocking`]), with the OS error alone
+    /// kept (see [`unwrapped`]).
     fn run(self) -> io::Result<Out> {
         match self {
             Job::Open { path, flags, mode } => open(&path, flags, mode).map(Out::Fd),
             Job::Size(fd) => Ok(Out::Count(fstat(&fd)?.stx_size as usize)),
             Job::Truncate(fd, len) => {
-                let len = libc::off_t::try_from(len)
-                    .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-                // SAFETY: ftruncate on a descriptor we own; no memory is passed.
-                cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }).map(Out::Count)
+                blocking::ftruncate(&fd, len).map_err(unwrapped)?;
+                Ok(Out::Count(0))
             }
             Job::Stat { path, follow } => {
                 let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
-                Ok(Out::Stat(Box::new(statx(libc::AT_FDCWD, &path, flags)?)))
+                let st = blocking::stat(PathAt::cwd(&path), flags).map_err(unwrapped)?;
+                Ok(Out::Stat(Box::new(st)))
             }
             Job::Close(fd) => {
-                // SAFETY: the job owns `fd` and gives it up here: the number
-                // is closed once, whatever the result (close(2) on Linux
-                // releases it even when it reports an error).
-                cvt(unsafe { libc::close(fd.into_raw_fd()) })?;
+                blocking::close(fd).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }
             Job::Mkdir { path, mode } => {
-                // SAFETY: `path` is a NUL-terminated string that outlives the
-                // call.
-                cvt(unsafe { libc::mkdirat(libc::AT_FDCWD, path.as_ptr(), mode) })?;
+                blocking::mkdir(PathAt::cwd(&path), mode).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }
             Job::Symlink { target, link } => {
-                // SAFETY: both strings are NUL-terminated and outlive the
-                // call.
-                cvt(unsafe { libc::symlinkat(target.as_ptr(), libc::AT_FDCWD, link.as_ptr()) })?;
+                blocking::symlink(PathAt::cwd(&link), &target).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }
             Job::ReadFiles { engine, paths } => Ok(Out::Files(read_files(&engine, &paths)?)),
@@ -121,48 +118,24 @@ impl Job {
     }
 }
 
-fn cvt(r: libc::c_int) -> io::Result<usize> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
-}
-
-/// Opens `path` with `open(2)`, not the engine's `OPENAT`: io_uring first
-/// tries an open without blocking, which for a FIFO succeeds at once
-/// without waiting for the other end, where `open(2)` (and Python's
-/// `open`) waits for it. A directory without `O_DIRECTORY` in `flags` is
+/// Opens `path` with blockio's open kind on this thread, which makes the
+/// `openat(2)` call itself (with `O_CLOEXEC`) and so waits for a FIFO's
+/// other end as Python's `open` does; a batch through the ring would not
+/// (io_uring first tries an open without blocking, which for a FIFO
+/// succeeds at once). A directory without `O_DIRECTORY` in `flags` is
 /// refused with `EISDIR` (and closed), as Python's `open` refuses it.
 fn open(path: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
-    // SAFETY: `path` is a NUL-terminated string that outlives the call.
-    let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let req = OpenRequest::new(PathAt::cwd(path)).flags(flags).mode(mode);
+    let fd = blocking::open(&req).map_err(unwrapped)?;
     if flags & libc::O_DIRECTORY == 0 && is_dir(&fstat(&fd)?) {
         return Err(io::Error::from_raw_os_error(libc::EISDIR));
     }
     Ok(fd)
 }
 
-/// `statx` of an open descriptor.
+/// `statx` of an open descriptor, through blockio's stat kind.
 fn fstat(fd: &OwnedFd) -> io::Result<libc::statx> {
-    statx(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH)
-}
-
-/// `statx(dir, path, flags)` with the basic fields, as
-/// [`blockio::Engine::stat_batch`] asks for them.
-fn statx(dir: RawFd, path: &CStr, flags: i32) -> io::Result<libc::statx> {
-    // SAFETY: `statx` is plain old data (integers only); all zeroes is a
-    // valid value.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is NUL-terminated and `st` writable, both for the
-    // whole call; `dir` is AT_FDCWD or a descriptor the caller holds open.
-    cvt(unsafe { libc::statx(dir, path.as_ptr(), flags, libc::STATX_BASIC_STATS, &mut st) })?;
-    Ok(st)
+    blocking::stat(PathAt::file(fd), 0).map_err(unwrapped)
 }
 
 /// Whether `st` is of a FIFO or a socket (read in order, not by offset).
@@ -212,48 +185,136 @@ fn is_dir(st: &libc::statx) -> bool {
     u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR
 }
 
-/// Files [`read_files`] has open at once at most: with the reads' buffers,
-/// what one round holds, kept well under the usual limit of 1,024
-/// descriptors per process.
-const FILES_PER_ROUND: usize = 256;
+/// Files one round of [`read_files`] has open at once at most.
+const FILES_PER_ROUND: usize = 64;
+
+/// Threads [`read_files`] reads on at most, each through rounds of its
+/// own; with [`FILES_PER_ROUND`], what all hold at once (256 files) stays
+/// well under the usual limit of 1,024 descriptors per process.
+const READERS: usize = 4;
 
 /// One file's content as [`read_files`] reads it.
 struct Whole {
+    /// The bytes read so far (its length); the reads go into its spare
+    /// capacity, never zeroed first.
     buf: Vec<u8>,
-    /// Bytes read into `buf` so far.
-    got: usize,
     /// The size a regular file had at its `statx`; `None` for any other.
     regular: Option<usize>,
     done: bool,
 }
 
+/// One file's result as [`read_files`] gives it.
+type FileResult = io::Result<Vec<u8>>;
+
 /// Each file's whole content, in order, or the error that stopped it (which
 /// names neither the verb nor the path: the caller knows the path; a file
-/// too large for memory fails with [`io::ErrorKind::OutOfMemory`]). A
-/// round of up to [`FILES_PER_ROUND`] files costs four batches through the
-/// engine, each with every file's operation in flight at once: the opens,
-/// the `statx`es of the open descriptors (for the size and to refuse a
-/// directory with `EISDIR`), the reads, and the closes. Each read asks for
-/// the size plus one byte, so that a regular file whose read stops at the
-/// size it had is known whole at once; any other (a file grown or shrunk
-/// since its `statx`, a file in `/proc`, whose reads come back short
-/// before its end) is read on, into more room when full, until a read
-/// returns nothing.
+/// too large for memory fails with [`io::ErrorKind::OutOfMemory`]).
+///
+/// The files are read in rounds of up to [`FILES_PER_ROUND`], by up to
+/// [`READERS`] threads at once, each taking the next round as it finishes
+/// one. A round costs four batches through the engine, each with every
+/// file's operation in flight at once: the opens, the `statx`es of the
+/// open descriptors (for the size and to refuse a directory with
+/// `EISDIR`), the reads, and the closes. A round waits for its slowest
+/// operation at each step; the other threads' rounds keep the device and
+/// both the submitting and the copying going meanwhile (a cold buffered
+/// read's copy into the buffer runs on the thread that submitted it, so
+/// one thread alone is bound by one CPU). Each read asks for the size plus
+/// one byte, so that a regular file whose read stops at the size it had
+/// is known whole at once; any other (a file grown or shrunk since its
+/// `statx`, a file in `/proc`, whose reads come back short before its end)
+/// is read on, into more room when full, until a read returns nothing.
 ///
 /// Near the process's descriptor limit, a file whose open fails with
-/// `EMFILE` or `ENFILE` while others of its round held descriptors is
-/// tried again once they are closed, in rounds no larger than the number
-/// that could be open: a file fails for the limit only if it cannot be
-/// opened alone, as a loop of `Path.read_bytes` would find.
+/// `EMFILE` or `ENFILE` while others held descriptors is tried again once
+/// they are closed, in rounds no larger than the number that could be
+/// open, on this thread alone once the other threads are done: a file
+/// fails for the limit only if it cannot be opened alone, as a loop of
+/// `Path.read_bytes` would find.
 pub(crate) fn read_files(
     engine: &blockio::Engine,
     paths: &[CString],
-) -> io::Result<Vec<io::Result<Vec<u8>>>> {
+) -> io::Result<Vec<FileResult>> {
+    let rounds: Vec<&[CString]> = paths.chunks(FILES_PER_ROUND).collect();
+    let readers = rounds.len().min(READERS);
+    let mut results: Vec<Option<io::Result<Vec<FileResult>>>> = if readers <= 1 {
+        rounds.iter().map(|r| Some(read_round(engine, r))).collect()
+    } else {
+        let next = AtomicUsize::new(0);
+        let done: Mutex<Vec<Option<io::Result<Vec<FileResult>>>>> =
+            Mutex::new((0..rounds.len()).map(|_| None).collect());
+        std::thread::scope(|s| {
+            for _ in 0..readers {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(round) = rounds.get(i) else { break };
+                    let mut opened = false;
+                    let r = read_round_from(engine, round, &mut opened);
+                    if r.is_err() && !opened {
+                        // This thread could not submit (the engine could
+                        // not make it a ring: at the descriptor limit, a
+                        // ring is a descriptor too). Nothing of the round
+                        // was opened or read: it is read after the others,
+                        // on the calling thread, with the rounds this
+                        // thread leaves untaken.
+                        break;
+                    }
+                    let failed = r.is_err();
+                    done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+                    if failed {
+                        // The engine failed: the call fails; no more rounds.
+                        next.store(rounds.len(), Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        done.into_inner().unwrap_or_else(|e| e.into_inner())
+    };
+    // The engine failed in a round: the call fails, with the first such
+    // error, before any round left over is read.
+    for r in results.iter_mut() {
+        if matches!(r, Some(Err(_))) {
+            if let Some(Err(e)) = r.take() {
+                return Err(e);
+            }
+        }
+    }
     let mut out = Vec::with_capacity(paths.len());
-    for round in paths.chunks(FILES_PER_ROUND) {
-        out.extend(read_within_limit(engine, round)?);
+    for (round, r) in rounds.iter().zip(results.iter_mut()) {
+        let mut r = match r.take() {
+            Some(r) => r?,
+            None => read_round(engine, round)?,
+        };
+        retry_limited(engine, round, &mut r)?;
+        out.extend(r);
     }
     Ok(out)
+}
+
+/// Reads `paths` again whose results are `EMFILE` or `ENFILE` (see
+/// [`read_files`]).
+fn retry_limited(
+    engine: &blockio::Engine,
+    paths: &[CString],
+    results: &mut [FileResult],
+) -> io::Result<()> {
+    let limited: Vec<usize> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            matches!(r, Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if limited.is_empty() {
+        return Ok(());
+    }
+    let retry: Vec<CString> = limited.iter().map(|&i| paths[i].clone()).collect();
+    let again = read_within_limit(engine, &retry)?;
+    for (i, r) in limited.into_iter().zip(again) {
+        results[i] = r;
+    }
+    Ok(())
 }
 
 /// [`read_round`], then again for the files that met the descriptor limit
@@ -288,6 +349,17 @@ fn read_within_limit(
 
 /// One round of [`read_files`]: every file of `paths` open at once.
 fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io::Result<Vec<u8>>>> {
+    read_round_from(engine, paths, &mut false)
+}
+
+/// [`read_round`], setting `opened` once the round's batch of opens has
+/// run: an error before that has opened no file and read nothing, so the
+/// round can be read again.
+fn read_round_from(
+    engine: &blockio::Engine,
+    paths: &[CString],
+    opened_any: &mut bool,
+) -> io::Result<Vec<io::Result<Vec<u8>>>> {
     let mut out = Vec::with_capacity(paths.len());
     {
         let round = paths;
@@ -296,6 +368,7 @@ fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io:
             .map(|p| OpenRequest::new(PathAt::cwd(p)))
             .collect();
         let opened = engine.open_batch(&reqs)?;
+        *opened_any = true;
         let files: Vec<Result<OwnedFd, io::Error>> =
             opened.into_iter().map(|r| r.map_err(unwrapped)).collect();
         let ats: Vec<(usize, PathAt<'_>)> = files
@@ -314,7 +387,6 @@ fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io:
                     // `Path.read_bytes` does.
                     let fd = files[*i].as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
                     read_stream(fd).map(|buf| Whole {
-                        got: buf.len(),
                         buf,
                         regular: None,
                         done: true,
@@ -323,9 +395,8 @@ fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io:
                 Ok(st) => {
                     let size = usize::try_from(st.stx_size).unwrap_or(usize::MAX - 1);
                     let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
-                    zeroed(size.saturating_add(1)).map(|buf| Whole {
+                    room(size.saturating_add(1)).map(|buf| Whole {
                         buf,
-                        got: 0,
                         regular: regular.then_some(size),
                         done: false,
                     })
@@ -343,7 +414,8 @@ fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io:
             for (i, (w, t)) in wholes.iter_mut().zip(&targets).enumerate() {
                 if let (Some(Ok(w)), Some(t)) = (w.as_mut(), t) {
                     if !w.done {
-                        ops.push(blockio::Op::read(t, w.got as u64, &mut w.buf[w.got..]));
+                        let at = w.buf.len() as u64;
+                        ops.push(blockio::Op::read_uninit(t, at, w.buf.spare_capacity_mut()));
                         who.push(i);
                     }
                 }
@@ -360,16 +432,17 @@ fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io:
                 match r {
                     Ok(0) => w.done = true,
                     Ok(n) => {
-                        let asked = w.buf.len() - w.got;
-                        w.got += n;
-                        if n < asked && w.regular == Some(w.got) {
+                        let asked = w.buf.capacity() - w.buf.len();
+                        // SAFETY: the read wrote its first `n` bytes
+                        // (`n` <= `asked`) of the spare capacity, which
+                        // follow the initialised ones.
+                        unsafe { w.buf.set_len(w.buf.len() + n.min(asked)) };
+                        if n < asked && w.regular == Some(w.buf.len()) {
                             w.done = true;
-                        } else if w.got == w.buf.len() {
+                        } else if w.buf.len() == w.buf.capacity() {
                             let more = w.buf.len().max(4096);
                             if w.buf.try_reserve_exact(more).is_err() {
                                 wholes[i] = Some(Err(io::ErrorKind::OutOfMemory.into()));
-                            } else {
-                                w.buf.resize(w.buf.len() + more, 0);
                             }
                         }
                     }
@@ -384,10 +457,7 @@ fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io:
                 Ok(fd) => {
                     open.push(fd);
                     match w {
-                        Some(Ok(mut w)) => {
-                            w.buf.truncate(w.got);
-                            Ok(w.buf)
-                        }
+                        Some(Ok(w)) => Ok(w.buf),
                         Some(Err(e)) => Err(e),
                         // Every open file has had its statx.
                         None => Err(io::Error::from_raw_os_error(libc::EIO)),
@@ -402,14 +472,14 @@ fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io:
     Ok(out)
 }
 
-/// `n` zero bytes, or an [`io::ErrorKind::OutOfMemory`] error where the
-/// allocator refuses them (a file larger than memory): that file fails with
-/// `MemoryError`, the others are still read, and the process lives on.
-fn zeroed(n: usize) -> io::Result<Vec<u8>> {
+/// An empty buffer with room for `n` bytes, or an
+/// [`io::ErrorKind::OutOfMemory`] error where the allocator refuses them (a
+/// file larger than memory): that file fails with `MemoryError`, the
+/// others are still read, and the process lives on.
+fn room(n: usize) -> io::Result<Vec<u8>> {
     let mut v = Vec::new();
     v.try_reserve_exact(n)
         .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
-    v.resize(n, 0);
     Ok(v)
 }
 

@@ -24,9 +24,11 @@
 //! asynchronous batches by token, polled by `Core::drain`: the only place
 //! that keeps token state in Rust), `batch` (the synchronous batches),
 //! `fsjobs` (open, stat, truncate, close, mkdir, symlink and whole-file
-//! reads off the loop's thread), `args` (argument checks), `errors`
-//! (`OSError`s), `fds` (what a descriptor is, duplicates, forks), `lent`
-//! (buffers released without the GIL), `bench` (a benchmark baseline).
+//! reads off the loop's thread: each call one of blockio's operation
+//! kinds, run by its blocking form on the core's file-system threads),
+//! `args` (argument checks), `errors` (`OSError`s), `fds` (what a
+//! descriptor is, duplicates, forks), `lent` (buffers released without
+//! the GIL), `bench` (a benchmark baseline).
 
 use pyo3::prelude::*;
 

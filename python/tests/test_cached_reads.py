@@ -143,3 +143,104 @@ def test_a_task_reading_cached_data_lets_the_others_run(data_file, loop_factory)
         assert run(main(), loop_factory) >= 10
     finally:
         e.close()
+
+
+@LOOPS
+@BACKENDS
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_a_file_objects_cached_seek_and_read_need_no_wakeup_and_match_the_file(data_file, loop_factory, backend,
+                                                                               buffering):
+    """``blockio.open``'s ``seek`` + ``read`` of cached bytes are served on
+    the calling thread as ``aread``'s are, and a ``read`` that follows in
+    sequence (read ahead, or not) continues where the last one ended."""
+    path, data = data_file
+    e = blockio.Engine(backend=backend)
+    wakeups = []
+    on_ready = e._on_ready
+
+    def counted(loop):
+        wakeups.append(1)
+        on_ready(loop)
+
+    async def main():
+        with open(path, "rb") as warm:
+            warm.read()
+        async with blockio.open(path, "rb", buffering=buffering, engine=e) as f:
+            e._on_ready = counted
+            for i in range(300):
+                off = (i * 7919) % (len(data) - 8192)
+                assert await f.seek(off) == off
+                assert await f.read(4096) == data[off:off + 4096]
+                assert await f.read(100) == data[off + 4096:off + 4196]
+                assert await f.tell() == off + 4196
+            assert wakeups == []
+            await f.seek(len(data) - 10)
+            assert await f.read(4096) == data[-10:]  # short: through the engine
+            assert await f.read(4096) == b""
+
+    try:
+        run(main(), loop_factory)
+    finally:
+        e.close()
+
+
+@LOOPS
+def test_a_task_reading_cached_data_from_a_file_object_lets_the_others_run(data_file, loop_factory):
+    path, data = data_file
+
+    async def main():
+        ticks = 0
+        stop = False
+
+        async def ticker():
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.ensure_future(ticker())
+        async with blockio.open(path, "rb") as f:
+            while await f.read(4096):
+                pass
+        stop = True
+        await t
+        return ticks
+
+    assert run(main(), loop_factory) >= 10
+
+
+@LOOPS
+def test_calls_on_one_file_object_from_many_tasks_keep_their_order_on_cached_data(tmp_path, loop_factory):
+    """Reads served at once (cached bytes, the read buffer) and calls that
+    wait for the engine (``readinto``, the end of the file) from many
+    tasks on one file object take effect one at a time: together they read
+    the file exactly once, each where its predecessor ended."""
+    path = tmp_path / "words.bin"
+    data = b"".join((8 * i).to_bytes(8, "big") for i in range(12_500))  # each 8-byte word: its offset
+    path.write_bytes(data)
+
+    async def main():
+        async with blockio.open(path, "rb") as f:
+
+            async def reader(i):
+                got = []
+                for _ in range(20):
+                    if i % 2:
+                        b = bytearray(1000 + 8 * i)
+                        got.append(bytes(b[:await f.readinto(b)]))
+                    else:
+                        got.append(await f.read(1000 + 8 * i))
+                return got
+
+            results = await asyncio.gather(*(reader(i) for i in range(8)))
+            end = await f.tell()
+        return results, end
+
+    results, end = run(main(), loop_factory)
+    assert end == len(data)
+    chunks = sorted((int.from_bytes(c[:8], "big"), c) for r in results for c in r if c)
+    at = 0
+    for off, c in chunks:
+        assert off == at and c == data[off:off + len(c)]
+        at += len(c)
+    assert at == len(data)

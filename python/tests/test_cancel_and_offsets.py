@@ -370,3 +370,36 @@ def test_closing_a_file_whose_engine_was_closed_keeps_its_buffered_bytes(tmp_pat
 
     assert asyncio.run(main())
     assert p.read_bytes() == (b"old:hello" if "a" in mode else b"hello")
+
+
+@pytest.mark.parametrize("how", ["fileno", "raw.fileno", "raw.fd", "_file.fileno"])
+def test_the_descriptor_offset_is_the_position_once_its_number_is_given_out(tmp_path, how):
+    """A file opened by path keeps the descriptor's offset at its position
+    from the moment its number is given out (first at once, then after
+    every call), so a child given the number continues where it ended."""
+    p = tmp_path / "f"
+    p.write_bytes(bytes(range(256)) * 4)
+
+    def number(f):
+        if how == "fileno":
+            return f.fileno()
+        if how == "raw.fileno":
+            return f.raw.fileno()
+        if how == "raw.fd":
+            return f.raw.fd
+        return f._file.fileno()
+
+    async def main():
+        async with blockio.open(p, "rb") as f:
+            await f.read(10)
+            await f.seek(100)
+            assert await f.read(5) == bytes(range(100, 105))
+            fd = number(f)
+            assert os.lseek(fd, 0, os.SEEK_CUR) == 105
+            assert await f.read(3) == bytes(range(105, 108))
+            assert os.lseek(fd, 0, os.SEEK_CUR) == 108
+            await f.seek(700)
+            assert os.lseek(fd, 0, os.SEEK_CUR) == 700
+            assert os.read(fd, 2) == bytes([700 % 256, 701 % 256])  # what a child given fd would read
+
+    asyncio.run(main())

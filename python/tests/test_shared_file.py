@@ -263,3 +263,50 @@ def test_one_file_object_used_from_loops_in_several_threads_never_hangs(tmp_path
         asyncio.run(f.close())
         lines = set(p.read_bytes().splitlines(keepends=True))
         assert set(wrote) <= lines
+
+
+def test_seeks_and_cached_reads_on_one_file_object_from_several_threads_never_mix_state(tmp_path):
+    """Loops in four threads seeking and reading one file object at once
+    (calls served at once from the page cache): each call works or raises
+    RuntimeError (the file is in use by another thread's loop), none
+    waits for ever, and every read returns bytes of the file that follow
+    one another from where some call left the position."""
+    import threading
+
+    p = tmp_path / "words"
+    data = b"".join((8 * i).to_bytes(8, "big") for i in range(1 << 15))  # each 8-byte word: its offset
+    p.write_bytes(data)
+    f = asyncio.run(_open_rb(p))
+    start = threading.Barrier(4)
+    reads, errors = [], []
+
+    def worker(i):
+        async def go():
+            start.wait()
+            for j in range(2000):
+                try:
+                    await f.seek(8 * ((i * 7919 + j * 104729) % (1 << 15)))
+                    chunk = await f.read(64)
+                except RuntimeError as e:
+                    errors.append(e)
+                    continue
+                reads.append(chunk)
+
+        asyncio.run(go())
+
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)  # a watchdog far beyond any run that works
+    assert not any(t.is_alive() for t in ts), "a thread hangs"
+    assert all("another thread" in str(e) for e in errors), errors
+    assert reads
+    for c in reads:
+        at = int.from_bytes(c[:8], "big")
+        assert at % 8 == 0 and c == data[at:at + len(c)] and len(c) == min(64, len(data) - at)
+    asyncio.run(f.close())
+
+
+async def _open_rb(p):
+    return await blockio.open(p, "rb")

@@ -136,26 +136,15 @@ fn run(prog: &str, name: &str, tool: DigestTool, args: &[OsString], out: &mut St
         algo: request.tool.algo,
         ..SumOptions::default()
     };
+    let run = digest_tool::Run {
+        engine: &engine,
+        tool: &request.tool,
+        opts: &opts,
+    };
     let r = if request.check {
-        digest_tool::check(
-            &engine,
-            &request.tool,
-            &request.operands,
-            request.checking,
-            &opts,
-            out,
-            &mut Stderr,
-        )
+        digest_tool::check(run, &request.operands, request.checking, out, &mut Stderr)
     } else {
-        digest_tool::print_sums(
-            &engine,
-            &request.tool,
-            &request.operands,
-            request.format,
-            &opts,
-            out,
-            &mut Stderr,
-        )
+        digest_tool::print_sums(run, &request.operands, request.format, out, &mut Stderr)
     };
     // Neither writer fails: their failures are kept or ignored.
     let ok = r.unwrap_or(false);
@@ -314,6 +303,7 @@ fn read_args(prog: &str, name: &str, kind: DigestTool, args: &[OsString]) -> Res
             tag,
             binary: binary == Some(true),
             zero,
+            ..Format::default()
         },
         checking,
         operands: parsed.operands.into_iter().map(PathBuf::from).collect(),

@@ -208,3 +208,41 @@ fn command_line_mistakes_fail_as_b3sum() {
     assert_eq!(ours.status.code(), theirs.status.code());
     assert!(String::from_utf8_lossy(&ours.stdout).starts_with("b3sum "));
 }
+
+/// The lines and lists where b3sum's check differs from the coreutils':
+/// a comment line is refused, a carriage return stays in the name, an
+/// escaped line shows its name as written, a list that cannot be read
+/// stops the run; and `-` is refused in its place with `--keyed`.
+#[test]
+fn check_and_keyed_differences_as_b3sum() {
+    let p = Pair::new();
+    std::fs::write(p.dir.path().join("c\rr"), b"y").unwrap();
+    let hex = String::from_utf8(
+        run(
+            p.dir.path(),
+            Path::new("b3sum"),
+            &[b"--no-names", b"plain"],
+            b"",
+        )
+        .stdout,
+    )
+    .unwrap()
+    .trim_end()
+    .to_string();
+    let list = format!(
+        "\\{hex}  plain\n# comment\n{hex}  c\rr\n\\{hex}  c\\\\\rr\n{hex}  d\n{hex}  missing\n"
+    );
+    std::fs::write(p.dir.path().join("l.b3"), list).unwrap();
+    std::fs::write(p.dir.path().join("empty.b3"), b"").unwrap();
+    for args in [
+        &["-c", "l.b3"][..],
+        &["-c", "empty.b3"],
+        &["-c", "d"],
+        &["-c", "l.b3", "missing.b3", "l.b3"],
+    ] {
+        p.same(args, b"");
+    }
+    let key = [7u8; 32];
+    p.same(&["--keyed", "plain", "-", "big"], &key);
+    p.same(&["--keyed", "-", "plain"], &key);
+}

@@ -64,12 +64,25 @@ pub fn check(
     out: &mut impl io::Write,
     err: &mut impl io::Write,
 ) -> io::Result<bool> {
+    let run = CheckRun {
+        engine,
+        opts,
+        copts,
+    };
     let mut ok = true;
     for list in or_stdin(lists).iter() {
-        ok &= check_list(engine, list, opts, copts, out, err)?;
+        ok &= run.check_list(list, out, err)?;
     }
     out.flush()?;
     Ok(ok)
+}
+
+/// What every list of one `check` is checked with: the engine files are
+/// read through, how they are hashed, and how results are reported.
+struct CheckRun<'a> {
+    engine: &'a Engine,
+    opts: &'a SumOptions,
+    copts: &'a CheckOptions,
 }
 
 /// How a list is named in messages.
@@ -91,124 +104,125 @@ fn read_list(list: &Path) -> io::Result<Vec<u8>> {
     }
 }
 
-fn check_list(
-    engine: &Engine,
-    list: &Path,
-    opts: &SumOptions,
-    copts: &CheckOptions,
-    out: &mut impl io::Write,
-    err: &mut impl io::Write,
-) -> io::Result<bool> {
-    let shown = list_name(list);
-    let text = match read_list(list) {
-        Ok(t) => t,
-        Err(e) => {
-            report(err, &shown, &crate::reason::reason(&e))?;
+impl CheckRun<'_> {
+    /// Checks one list: its files' status lines, then its warnings.
+    fn check_list(
+        &self,
+        list: &Path,
+        out: &mut impl io::Write,
+        err: &mut impl io::Write,
+    ) -> io::Result<bool> {
+        let (opts, copts) = (self.opts, self.copts);
+        let shown = list_name(list);
+        let text = match read_list(list) {
+            Ok(t) => t,
+            Err(e) => {
+                report(err, &shown, &crate::reason::reason(&e))?;
+                return Ok(false);
+            }
+        };
+        let mut tally = Tally::default();
+        let (entries, lengths) = self.parse_list(&text, &shown, &mut tally, err)?;
+        if entries.is_empty() {
+            let hint = length_hint(&lengths, opts.algo);
+            let what = format!("no properly formatted checksum lines found{hint}");
+            report(err, &shown, &what)?;
             return Ok(false);
         }
-    };
-    let mut tally = Tally::default();
-    let (entries, lengths) = parse_list(&text, &shown, opts, copts, &mut tally, err)?;
-    if entries.is_empty() {
-        let hint = length_hint(&lengths, opts.algo);
-        let what = format!("no properly formatted checksum lines found{hint}");
-        report(err, &shown, &what)?;
-        return Ok(false);
-    }
-    check_entries(engine, &entries, opts, copts, &mut tally, out, err)?;
-    if !copts.status {
-        out.flush()?;
-        warn_tally(err, &tally)?;
-    }
-    Ok(tally.unreadable == 0 && tally.mismatched == 0 && !(copts.strict && tally.improper > 0))
-}
-
-/// The list's proper lines, and the digest lengths of the improper ones
-/// that parsed (for the hint when none is proper). Blank lines and `#`
-/// comments are skipped; improper lines are counted, and with `--warn`
-/// reported by line number.
-fn parse_list(
-    text: &[u8],
-    shown: &Path,
-    opts: &SumOptions,
-    copts: &CheckOptions,
-    tally: &mut Tally,
-    err: &mut impl io::Write,
-) -> io::Result<(Vec<Listed>, Vec<usize>)> {
-    let mut lengths = Vec::new();
-    let mut entries = Vec::new();
-    let mut state = names::ListState::default();
-    for (n, line) in text.split(|&b| b == b'\n').enumerate() {
-        if line.is_empty() || line.starts_with(b"#") {
-            continue;
+        self.check_entries(&entries, &mut tally, out, err)?;
+        if !copts.status {
+            out.flush()?;
+            warn_tally(err, &tally)?;
         }
-        match state
-            .parse(line)
-            .filter(|l| l.hex.len() == l.algo.unwrap_or(opts.algo).hex_len())
-        {
-            Some(l) => entries.push(l),
-            None => {
-                tally.improper += 1;
-                if let Some(l) = names::parse(line) {
-                    lengths.push(l.hex.len());
-                }
-                if copts.warn {
-                    let what = format!(
-                        "{}: improperly formatted {} checksum line",
-                        n + 1,
-                        opts.algo.tag()
-                    );
-                    report(err, shown, &what)?;
+        Ok(tally.unreadable == 0 && tally.mismatched == 0 && !(copts.strict && tally.improper > 0))
+    }
+
+    /// The list's proper lines, and the digest lengths of the improper ones
+    /// that parsed (for the hint when none is proper). Blank lines and `#`
+    /// comments are skipped; improper lines are counted, and with `--warn`
+    /// reported by line number.
+    fn parse_list(
+        &self,
+        text: &[u8],
+        shown: &Path,
+        tally: &mut Tally,
+        err: &mut impl io::Write,
+    ) -> io::Result<(Vec<Listed>, Vec<usize>)> {
+        let (opts, copts) = (self.opts, self.copts);
+        let mut lengths = Vec::new();
+        let mut entries = Vec::new();
+        let mut state = names::ListState::default();
+        for (n, line) in text.split(|&b| b == b'\n').enumerate() {
+            if line.is_empty() || line.starts_with(b"#") {
+                continue;
+            }
+            match state
+                .parse(line)
+                .filter(|l| l.hex.len() == l.algo.unwrap_or(opts.algo).hex_len())
+            {
+                Some(l) => entries.push(l),
+                None => {
+                    tally.improper += 1;
+                    if let Some(l) = names::parse(line) {
+                        lengths.push(l.hex.len());
+                    }
+                    if copts.warn {
+                        let what = format!(
+                            "{}: improperly formatted {} checksum line",
+                            n + 1,
+                            opts.algo.tag()
+                        );
+                        report(err, shown, &what)?;
+                    }
                 }
             }
         }
+        Ok((entries, lengths))
     }
-    Ok((entries, lengths))
-}
 
-/// Hashes every listed file and writes its status line (`OK`, `FAILED`,
-/// `FAILED open or read`) as `--quiet` and `--status` allow, counting the
-/// failures.
-fn check_entries(
-    engine: &Engine,
-    entries: &[Listed],
-    opts: &SumOptions,
-    copts: &CheckOptions,
-    tally: &mut Tally,
-    out: &mut impl io::Write,
-    err: &mut impl io::Write,
-) -> io::Result<()> {
-    let inputs: Vec<(PathBuf, Algo)> = entries
-        .iter()
-        .map(|l| (PathBuf::from(&l.name), l.algo.unwrap_or(opts.algo)))
-        .collect();
-    let mut io_result = Ok(());
-    hash_inputs(engine, &inputs, opts, |i, r| {
-        if io_result.is_err() {
-            return;
-        }
-        io_result = (|| {
-            let status = match &r {
-                Ok(hex) if *hex == entries[i].hex => "OK",
-                Ok(_) => {
-                    tally.mismatched += 1;
-                    "FAILED"
-                }
-                Err(e) => {
-                    tally.unreadable += 1;
-                    report(err, &e.path, &crate::reason::reason(&e.error))?;
-                    "FAILED open or read"
-                }
-            };
-            if copts.status || (copts.quiet && status == "OK") {
-                return Ok(());
+    /// Hashes every listed file and writes its status line (`OK`, `FAILED`,
+    /// `FAILED open or read`) as `--quiet` and `--status` allow, counting the
+    /// failures.
+    fn check_entries(
+        &self,
+        entries: &[Listed],
+        tally: &mut Tally,
+        out: &mut impl io::Write,
+        err: &mut impl io::Write,
+    ) -> io::Result<()> {
+        let (engine, opts, copts) = (self.engine, self.opts, self.copts);
+        let inputs: Vec<(PathBuf, Algo)> = entries
+            .iter()
+            .map(|l| (PathBuf::from(&l.name), l.algo.unwrap_or(opts.algo)))
+            .collect();
+        let mut io_result = Ok(());
+        hash_inputs(engine, &inputs, opts, |i, r| {
+            if io_result.is_err() {
+                return;
             }
-            let b3sum_style = inputs[i].1 == Algo::Blake3;
-            let line = names::status_line(OsStr::new(&entries[i].name), status, b3sum_style);
-            out.write_all(&line)
-        })();
-    });
-    io_result
+            io_result = (|| {
+                let status = match &r {
+                    Ok(hex) if *hex == entries[i].hex => "OK",
+                    Ok(_) => {
+                        tally.mismatched += 1;
+                        "FAILED"
+                    }
+                    Err(e) => {
+                        tally.unreadable += 1;
+                        report(err, &e.path, &crate::reason::reason(&e.error))?;
+                        "FAILED open or read"
+                    }
+                };
+                if copts.status || (copts.quiet && status == "OK") {
+                    return Ok(());
+                }
+                let b3sum_style = inputs[i].1 == Algo::Blake3;
+                let line = names::status_line(OsStr::new(&entries[i].name), status, b3sum_style);
+                out.write_all(&line)
+            })();
+        });
+        io_result
+    }
 }
 
 /// The closing warnings, as sha256sum words them.

@@ -34,6 +34,15 @@ pub fn b3sum_line(hex: &str, name: &OsStr) -> Vec<u8> {
     }
     out.extend_from_slice(hex.as_bytes());
     out.extend_from_slice(b"  ");
+    escape_b3sum_into(&mut out, raw, needs);
+    out.push(b'\n');
+    out
+}
+
+/// Appends `raw` to `out`, with `\\` and `\n` for a backslash and a
+/// newline when `needs` (b3sum's escaping: a carriage return stays as it
+/// is).
+pub(crate) fn escape_b3sum_into(out: &mut Vec<u8>, raw: &[u8], needs: bool) {
     for &b in raw {
         match (needs, b) {
             (true, b'\\') => out.extend_from_slice(b"\\\\"),
@@ -41,8 +50,6 @@ pub fn b3sum_line(hex: &str, name: &OsStr) -> Vec<u8> {
             _ => out.push(b),
         }
     }
-    out.push(b'\n');
-    out
 }
 
 /// The `--tag` line for `name`: `<TAG> (<name>) = <hex>\n`, escaped as in

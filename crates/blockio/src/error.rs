@@ -94,7 +94,7 @@ impl fmt::Display for OpError {
                 "{} of {} bytes at offset {} on fd {}",
                 self.op, self.len, self.offset, self.fd
             )?,
-            OpKind::Fsync | OpKind::Fdatasync | OpKind::Close => {
+            OpKind::Fsync | OpKind::Fdatasync | OpKind::Close | OpKind::Ftruncate => {
                 write!(f, "{} of fd {}", self.op, self.fd)?
             }
             // The metadata batches wrap this in a `PathError` naming the path.

@@ -19,9 +19,10 @@ pub(crate) enum OpClass {
     /// through the file's registered slot when it has one.
     FileData,
     /// Acts on a path relative to a directory, or on a descriptor itself
-    /// (open, stat, close, mkdir, symlink): issued on the raw descriptor
-    /// (most often a directory, never a registered slot), and performed
-    /// with a plain system call where the ring lacks the opcode.
+    /// (open, stat, close, mkdir, symlink, ftruncate): issued on the raw
+    /// descriptor (most often a directory, never a registered slot), and
+    /// performed with a plain system call where the ring lacks the opcode
+    /// (see [`ProbeReport::performs`](crate::ProbeReport::performs)).
     Metadata,
     /// A socket operation that waits for the socket to be readable
     /// (accept, receive). Like every socket operation it may wait for a
@@ -89,6 +90,9 @@ op_kinds! {
     /// Make a symbolic link (`symlinkat`). Issued through
     /// [`Engine::symlink_batch`](crate::Engine::symlink_batch).
     Symlink: Metadata, "symlink";
+    /// Set a file's length (`ftruncate`), cutting it or extending it with
+    /// a hole. Built with [`Op::ftruncate`](crate::Op::ftruncate).
+    Ftruncate: Metadata, "ftruncate";
     /// Accept a connection on a listening socket (`accept4`); the result
     /// is the new descriptor.
     Accept: SocketIn, "accept";
@@ -119,7 +123,7 @@ impl OpKind {
     }
 
     /// Whether this is a metadata operation (open, stat, close, mkdir,
-    /// symlink) rather than a read, write or sync of a file's data.
+    /// symlink, ftruncate) rather than a read, write or sync of a file's data.
     pub fn is_metadata(self) -> bool {
         match self.class() {
             OpClass::Metadata => true,
@@ -138,7 +142,7 @@ impl fmt::Display for OpKind {
 mod tests {
     use super::*;
 
-    const ALL: [OpKind; 17] = [
+    const ALL: [OpKind; 18] = [
         OpKind::Read,
         OpKind::Write,
         OpKind::ReadVectored,
@@ -150,6 +154,7 @@ mod tests {
         OpKind::Close,
         OpKind::Mkdir,
         OpKind::Symlink,
+        OpKind::Ftruncate,
         OpKind::Accept,
         OpKind::Connect,
         OpKind::Recv,
@@ -167,7 +172,7 @@ mod tests {
             sockets,
             [Accept, Connect, Recv, Send, SendVectored, RecvSelect]
         );
-        assert_eq!(metadata, [Open, Stat, Close, Mkdir, Symlink]);
+        assert_eq!(metadata, [Open, Stat, Close, Mkdir, Symlink, Ftruncate]);
         for k in ALL {
             let data = k.class() == OpClass::FileData;
             assert_eq!(data, !k.is_socket() && !k.is_metadata(), "{k:?}");

@@ -40,6 +40,10 @@
 //! # }
 //! ```
 //!
+//! One operation on a thread that may wait anyway runs on that thread with
+//! [`Op::run_blocking`] and the functions of [`blocking`], which perform
+//! the same operation kinds without a ring.
+//!
 //! Direct I/O: [`DirectFile`] opens with `O_DIRECT` and knows the alignment
 //! the file needs; [`AlignedBuf`] and [`BufferPool`] give buffers that meet
 //! it; misaligned operations on a `DirectFile` are refused before submission
@@ -59,6 +63,7 @@
 
 pub mod aio;
 mod backend;
+pub mod blocking;
 mod buf;
 mod direct;
 mod engine;

@@ -77,6 +77,11 @@ fn backend_follows_environment() {
             assert_eq!(e.backend(), Backend::IoUring, "{:?}", e.fallback_reason());
             let p = e.probe().unwrap();
             assert!(p.entries >= 1);
+            // What the ring performs follows the probe, opcode by opcode
+            // (FTRUNCATE needs 6.9, the others 5.6 or 5.15).
+            assert_eq!(p.performs(OpKind::Ftruncate), p.ftruncate, "{p:?}");
+            assert_eq!(p.performs(OpKind::Open), p.metadata_ops, "{p:?}");
+            assert!(p.performs(OpKind::Read) && p.performs(OpKind::Send));
         }
     }
 }
@@ -715,4 +720,36 @@ fn direct_open_errors_name_the_path() {
     assert_eq!(errno(&err), Some(libc::ENOENT));
     let plain = File::open("/proc/self/status").unwrap();
     assert!(DirectFile::from_file(plain).is_err());
+}
+
+/// `Op::run_blocking` gives what a batch of one gives: the same counts,
+/// and the same refusal before any call.
+#[test]
+fn run_blocking_gives_what_a_batch_of_one_gives() {
+    let (path, data) = data_file(10_000, 5);
+    let file = File::open(&path).unwrap();
+    let e = engine();
+    let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
+    let alone = Op::read(&file, 8192, &mut a).run_blocking().unwrap();
+    let batch = e
+        .submit(&mut [Op::read(&file, 8192, &mut b)])
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!((alone, &a[..alone]), (batch, &b[..batch]));
+    assert_eq!(&a[..alone], &data[8192..]);
+    let far = i64::MAX as u64 + 1;
+    let alone = Op::read(&file, far, &mut a).run_blocking().unwrap_err();
+    let batch = e
+        .submit(&mut [Op::read(&file, far, &mut b)])
+        .unwrap()
+        .remove(0)
+        .unwrap_err();
+    assert_eq!(alone.to_string(), batch.to_string());
+    assert!(alone.to_string().contains("refused"), "{alone}");
+    let w = tempfile::tempfile().unwrap();
+    assert_eq!(Op::write(&w, 3, b"abc").run_blocking().unwrap(), 3);
+    Op::fsync(&w).run_blocking().unwrap();
+    Op::ftruncate(&w, 4).run_blocking().unwrap();
+    assert_eq!(pread_all(&w, 0, 10), b"\0\0\0a");
 }

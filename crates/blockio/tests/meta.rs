@@ -1,5 +1,6 @@
-//! Metadata batches (open, statx, close, mkdir, symlink), checked against
-//! `std::fs`. `.ci/run` runs this suite on both backends, like `engine.rs`.
+//! Metadata batches (open, statx, close, mkdir, symlink, ftruncate) and
+//! the same kinds one at a time on the calling thread (`blockio::blocking`),
+//! checked against `std::fs`. `.ci/run` runs this suite on both backends, like `engine.rs`.
 
 use std::ffi::CString;
 use std::fs::{self, File};
@@ -7,7 +8,7 @@ use std::io::{ErrorKind, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 
-use blockio::{errno, Engine, OpenRequest, PathAt};
+use blockio::{blocking, errno, Engine, Op, OpKind, OpenRequest, PathAt};
 
 fn engine() -> Engine {
     Engine::builder().queue_depth(16).build().unwrap()
@@ -146,4 +147,161 @@ fn mkdir_and_symlink_batches_and_stat_without_following() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
     assert!(err.to_string().contains("l2"), "{err}");
+}
+
+#[test]
+fn ftruncate_cuts_and_extends_files_in_a_batch_as_set_len_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine();
+    let paths: Vec<_> = (0..3).map(|i| dir.path().join(format!("t{i}"))).collect();
+    for p in &paths {
+        fs::write(p, [9u8; 10_000]).unwrap();
+    }
+    let files: Vec<File> = paths
+        .iter()
+        .map(|p| File::options().write(true).open(p).unwrap())
+        .collect();
+    let read_only = File::open(&paths[0]).unwrap();
+    let mut ops = vec![
+        Op::ftruncate(&files[0], 100),
+        Op::ftruncate(&files[1], 0),
+        Op::ftruncate(&files[2], 1 << 20),
+        Op::ftruncate(&read_only, 5),
+        Op::ftruncate(&files[0], u64::MAX),
+    ];
+    assert!(ops.iter().all(|op| op.kind() == OpKind::Ftruncate));
+    let res = e.submit(&mut ops).unwrap();
+    drop(ops);
+    assert_eq!(res[0].as_ref().unwrap(), &0);
+    assert_eq!(res[1].as_ref().unwrap(), &0);
+    assert_eq!(res[2].as_ref().unwrap(), &0);
+    // A descriptor not open for writing fails as `set_len` fails on it.
+    let want = read_only.set_len(5).unwrap_err().raw_os_error();
+    let err = res[3].as_ref().unwrap_err();
+    assert_eq!(errno(err), want);
+    assert!(err.to_string().contains("ftruncate of fd"), "{err}");
+    // A length past i64::MAX is a negative loff_t to the kernel.
+    assert_eq!(errno(res[4].as_ref().unwrap_err()), Some(libc::EINVAL));
+    let lens: Vec<u64> = paths
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().len())
+        .collect();
+    assert_eq!(lens, [100, 0, 1 << 20]);
+    // Extended with a hole that reads as zeroes; the kept part is intact.
+    let extended = fs::read(&paths[2]).unwrap();
+    assert!(extended[..10_000].iter().all(|&b| b == 9));
+    assert!(extended[10_000..].iter().all(|&b| b == 0));
+}
+
+/// Every blocking call gives what the engine gives for a batch of one:
+/// the same result, and on failure the same errno and message.
+#[test]
+fn blocking_calls_give_what_a_batch_of_one_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = File::open(dir.path()).unwrap();
+    let e = engine();
+    let at = |p| PathAt::in_dir(&base, p);
+
+    blocking::mkdir(at(c"d"), 0o700).unwrap();
+    let (a, b) = (
+        blocking::mkdir(at(c"d"), 0o700).unwrap_err(),
+        e.mkdir_batch(&[(at(c"d"), 0o700)])
+            .unwrap()
+            .remove(0)
+            .unwrap_err(),
+    );
+    assert_eq!((errno(&a), a.to_string()), (errno(&b), b.to_string()));
+    assert_eq!(errno(&a), Some(libc::EEXIST));
+
+    let create = OpenRequest::new(at(c"d/f"))
+        .flags(libc::O_RDWR | libc::O_CREAT)
+        .mode(0o640);
+    let fd = blocking::open(&create).unwrap();
+    // O_CLOEXEC is always set, as on the batch's opens.
+    // SAFETY: F_GETFD on an open descriptor only reads its flags.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
+    assert_ne!(flags & libc::FD_CLOEXEC, 0);
+    blocking::ftruncate(&fd, 12_345).unwrap();
+    let mine = blocking::stat(PathAt::file(&fd), 0).unwrap();
+    let batch = e
+        .stat_batch(&[PathAt::file(&fd)], 0)
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(
+        (mine.stx_size, mine.stx_mode, mine.stx_ino),
+        (batch.stx_size, batch.stx_mode, batch.stx_ino)
+    );
+    assert_eq!(mine.stx_size, 12_345);
+    blocking::close(fd).unwrap();
+
+    let missing = OpenRequest::new(at(c"d/missing"));
+    let (a, b) = (
+        blocking::open(&missing).unwrap_err(),
+        e.open_batch(&[missing]).unwrap().remove(0).unwrap_err(),
+    );
+    assert_eq!((errno(&a), a.to_string()), (errno(&b), b.to_string()));
+    assert!(a.to_string().contains("d/missing"), "{a}");
+
+    blocking::symlink(at(c"l"), c"d/f").unwrap();
+    let link = blocking::stat(at(c"l"), libc::AT_SYMLINK_NOFOLLOW).unwrap();
+    assert_eq!(u32::from(link.stx_mode) & libc::S_IFMT, libc::S_IFLNK);
+    let followed = blocking::stat(at(c"l"), 0).unwrap();
+    assert_eq!(followed.stx_size, 12_345);
+    let (a, b) = (
+        blocking::symlink(at(c"l"), c"x").unwrap_err(),
+        e.symlink_batch(&[(at(c"l"), c"x")])
+            .unwrap()
+            .remove(0)
+            .unwrap_err(),
+    );
+    assert_eq!((errno(&a), a.to_string()), (errno(&b), b.to_string()));
+
+    let (a, b) = (
+        blocking::stat(at(c"nope"), 0).unwrap_err(),
+        e.stat_batch(&[at(c"nope")], 0)
+            .unwrap()
+            .remove(0)
+            .unwrap_err(),
+    );
+    assert_eq!((errno(&a), a.to_string()), (errno(&b), b.to_string()));
+}
+
+/// An open on the calling thread waits for a FIFO's writer, as `open(2)`
+/// does: the reader is seen blocked in `openat` (its `/proc` syscall
+/// entry) before any writer exists, and reads what the writer then wrote.
+#[test]
+fn a_blocking_open_of_a_fifo_waits_for_its_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c = CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(Some(unsafe { libc::gettid() })).unwrap();
+        let fd = blocking::open(&OpenRequest::new(PathAt::cwd(&c))).unwrap();
+        tx.send(None).unwrap();
+        let mut s = String::new();
+        File::from(fd).read_to_string(&mut s).unwrap();
+        s
+    });
+    let tid = rx.recv().unwrap().unwrap();
+    let syscall = format!("/proc/self/task/{tid}/syscall");
+    loop {
+        assert!(
+            rx.try_recv().is_err(),
+            "the open returned with no writer on the FIFO"
+        );
+        let now = fs::read_to_string(&syscall).unwrap();
+        if now.split(' ').next() == Some(&libc::SYS_openat.to_string()) {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    let mut w = File::options().write(true).open(&fifo).unwrap();
+    std::io::Write::write_all(&mut w, b"after the writer").unwrap();
+    drop(w);
+    assert_eq!(reader.join().unwrap(), "after the writer");
 }

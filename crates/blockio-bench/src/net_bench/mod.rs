@@ -40,7 +40,7 @@ use indicatif::ProgressBar;
 use crate::measure::median;
 use load::Outcome;
 use servers::Runtime;
-use usage::{Syscalls, Usage};
+use usage::{PeakRss, Syscalls, Usage};
 use workload::{Target, Workload};
 
 /// Idle connections of the `idle` family when `--idle` is not given.
@@ -85,6 +85,12 @@ pub struct NetBenchArgs {
     /// Echo: connections, comma separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 50, 500])]
     pub echo_connections: Vec<usize>,
+    /// Echo: how the server reads and writes, comma separated (each value
+    /// is one workload): `owned` (each runtime's owned-buffer methods) or
+    /// `traits` (tokio's `AsyncReadExt`/`AsyncWriteExt`, as code ported
+    /// from tokio does; monoio keeps its own).
+    #[arg(long, value_delimiter = ',', default_values_t = ["owned".to_string()])]
+    pub echo_io: Vec<String>,
     /// Checksum stream: MiB sent over loopback.
     #[arg(long, default_value_t = 2048)]
     pub stream_mib: u64,
@@ -139,12 +145,21 @@ impl NetBenchArgs {
                     }));
                 }
                 "echo" => {
-                    for &size in &self.echo_sizes {
-                        out.extend(
-                            self.echo_connections
-                                .iter()
-                                .map(|&connections| Workload::Echo { size, connections }),
-                        );
+                    for io in &self.echo_io {
+                        let traits = match io.as_str() {
+                            "owned" => false,
+                            "traits" => true,
+                            other => bail!("--echo-io: unknown {other:?} (owned, traits)"),
+                        };
+                        for &size in &self.echo_sizes {
+                            out.extend(self.echo_connections.iter().map(|&connections| {
+                                Workload::Echo {
+                                    size,
+                                    connections,
+                                    traits,
+                                }
+                            }));
+                        }
                     }
                 }
                 "stream" => out.push(Workload::Stream {
@@ -174,6 +189,9 @@ pub struct Round {
     pub server_cpus: f64,
     /// The client's (the load generator's), likewise.
     pub client_cpus: f64,
+    /// The server process's peak resident memory over the run, MiB (see
+    /// [`PeakRss`]).
+    pub peak_rss_mib: Option<f64>,
 }
 
 /// One runtime in one workload, over the rounds.
@@ -211,6 +229,8 @@ pub struct Row {
     pub server_cpus: f64,
     /// Median CPUs the client kept busy.
     pub client_cpus: f64,
+    /// Median peak resident memory of the server process, MiB.
+    pub peak_rss_mib: Option<f64>,
     /// Rate over tokio's in the same round: median, lowest, highest.
     pub rate_vs_tokio: Option<[f64; 3]>,
     /// p99 over tokio's in the same round: median, lowest, highest.
@@ -310,11 +330,14 @@ struct Run {
     client: Usage,
     /// The server's system calls, when counted.
     calls: Option<f64>,
+    /// The server process's peak resident memory, MiB.
+    peak_rss_mib: Option<f64>,
 }
 
 /// Starts `rt`'s server for `w`, loads it for `--seconds`, and stops it;
 /// with `count_calls`, `perf` counts the server's system calls meanwhile.
 fn run_once(args: &NetBenchArgs, w: &Workload, rt: Runtime, count_calls: bool) -> Result<Run> {
+    let peak = PeakRss::start();
     let server = servers::start(rt, w.service(), w.threads(args.server_cpu))?;
     let target = Target {
         addr: server.addr,
@@ -329,6 +352,7 @@ fn run_once(args: &NetBenchArgs, w: &Workload, rt: Runtime, count_calls: bool) -
     let server_use = Usage::now().since(&before);
     let client = Usage::children().since(&client_before);
     let calls = calls.and_then(Syscalls::finish);
+    let peak_rss_mib = peak.and_then(PeakRss::finish);
     drop(server);
     Ok(Run {
         units: (outcome.units / w.unit_scale()).max(f64::MIN_POSITIVE),
@@ -336,6 +360,7 @@ fn run_once(args: &NetBenchArgs, w: &Workload, rt: Runtime, count_calls: bool) -
         server: server_use,
         client,
         calls,
+        peak_rss_mib,
     })
 }
 
@@ -350,6 +375,7 @@ fn measure(args: &NetBenchArgs, w: &Workload, rt: Runtime) -> Result<Round> {
         switches_per_unit: run.server.switches / run.units,
         server_cpus: run.server.cpu_us / 1e6 / seconds,
         client_cpus: run.client.cpu_us / 1e6 / seconds,
+        peak_rss_mib: run.peak_rss_mib,
         outcome: run.outcome,
     })
 }
@@ -446,6 +472,12 @@ fn summarise(
                 syscalls_per_unit,
                 server_cpus: m(&|r| r.server_cpus),
                 client_cpus: m(&|r| r.client_cpus),
+                peak_rss_mib: rounds
+                    .iter()
+                    .map(|r| r.peak_rss_mib)
+                    .collect::<Option<Vec<f64>>>()
+                    .filter(|v| !v.is_empty())
+                    .map(|v| median(&v)),
                 rate_vs_tokio: paired(tokio, Runtime::Tokio, &rate),
                 p99_vs_tokio: paired(tokio, Runtime::Tokio, &p99),
                 rate_vs_monoio: paired(monoio, Runtime::Monoio, &rate),
@@ -476,7 +508,7 @@ fn table(args: &NetBenchArgs, rows: &[Row], count_calls: bool) -> String {
     let _ = writeln!(
         s,
         "Servers: one thread on CPU {} (client on CPU {}), or two threads unpinned (http ... 2t, two wrk threads);\n{} rounds of {} s, alternating; medians, ratios paired per round (lowest-highest);\nCPU/u, cs/u, calls/u: the server's CPU us, context switches and system calls per unit (req, msg, MB){};
-calls/u from one more run per runtime after the rounds, since counting them slows every system call;\nsrv, cli: CPUs the server and the client kept busy (1.00: one CPU all the time).\n",
+calls/u from one more run per runtime after the rounds, since counting them slows every system call;\nsrv, cli: CPUs the server and the client kept busy (1.00: one CPU all the time);\npeak MiB: the server process's peak resident memory over a run (the client is another process).\n",
         args.server_cpu,
         args.client_cpu,
         args.rounds,
@@ -489,7 +521,7 @@ calls/u from one more run per runtime after the rounds, since counting them slow
     );
     let _ = writeln!(
         s,
-        "{:<16} {:<15} {:>16} {:>8} {:>8} {:>8} {:>7} {:>7} {:>5} {:>5}  {:<21} {:<21} {:<21}",
+        "{:<16} {:<15} {:>16} {:>8} {:>8} {:>8} {:>7} {:>7} {:>5} {:>5} {:>8}  {:<21} {:<21} {:<21}",
         "workload",
         "runtime",
         "rate",
@@ -500,6 +532,7 @@ calls/u from one more run per runtime after the rounds, since counting them slow
         "calls/u",
         "srv",
         "cli",
+        "peak MiB",
         "rate vs tokio",
         "p99 vs tokio",
         "rate vs monoio"
@@ -515,7 +548,7 @@ calls/u from one more run per runtime after the rounds, since counting them slow
         let errors: u64 = r.rounds.iter().map(|l| l.outcome.errors).sum();
         let _ = writeln!(
             s,
-            "{:<16} {:<15} {:>16} {:>8} {:>8} {:>8.2} {:>7.3} {:>7} {:>5.2} {:>5.2}  {:<21} {:<21} {:<21}{}",
+            "{:<16} {:<15} {:>16} {:>8} {:>8} {:>8.2} {:>7.3} {:>7} {:>5.2} {:>5.2} {:>8}  {:<21} {:<21} {:<21}{}",
             r.label,
             r.runtime.name(),
             format!("{:.0} {}/s", r.rate, r.unit),
@@ -526,6 +559,7 @@ calls/u from one more run per runtime after the rounds, since counting them slow
             opt(r.syscalls_per_unit, 2),
             r.server_cpus,
             r.client_cpus,
+            opt(r.peak_rss_mib, 0),
             r3(r.rate_vs_tokio),
             r3(r.p99_vs_tokio),
             r3(r.rate_vs_monoio),

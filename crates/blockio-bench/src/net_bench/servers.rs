@@ -110,8 +110,14 @@ pub fn parse_runtime(name: &str) -> Result<Runtime, String> {
 pub enum Service {
     /// HTTP/1.1 keep-alive with a fixed response.
     Http,
-    /// Echo.
-    Echo,
+    /// Echo, reading up to `buffer` bytes at a time; with `traits`,
+    /// through tokio's I/O traits (monoio: its own methods).
+    Echo {
+        /// The server's read buffer.
+        buffer: usize,
+        /// Through `AsyncReadExt`/`AsyncWriteExt`.
+        traits: bool,
+    },
     /// A checksum of everything received, answered at the end.
     Checksum,
 }
@@ -119,7 +125,7 @@ pub enum Service {
 async fn run_service<C: Conn>(service: Service, conn: C) {
     let _ = match service {
         Service::Http => service::serve(conn).await,
-        Service::Echo => service::echo(conn).await,
+        Service::Echo { buffer, .. } => service::echo(conn, buffer).await,
         Service::Checksum => service::checksum(conn).await,
     };
 }
@@ -145,6 +151,22 @@ impl Conn for BlockioConn {
     }
     async fn write_all(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
         self.0.write_all(buf).await
+    }
+}
+
+/// A `blockio::net` connection read and written through tokio's
+/// `AsyncReadExt`/`AsyncWriteExt`, as code ported from tokio does: the
+/// stream copies each slice into buffers of its own.
+struct BlockioTraitConn(blockio::net::TcpStream);
+
+impl Conn for BlockioTraitConn {
+    async fn read(&mut self, mut buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        let r = AsyncReadExt::read(&mut self.0, &mut buf).await;
+        (r, buf)
+    }
+    async fn write_all(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
+        let r = AsyncWriteExt::write_all(&mut self.0, &buf).await;
+        (r, buf)
     }
 }
 
@@ -385,7 +407,9 @@ async fn blockio_server(engine: &AsyncEngine, ctx: Ctx<'_>, ring_recv: bool) -> 
         let (s, _) = incoming.next().await?;
         s.set_nodelay(true)?;
         let service = ctx.service;
-        if ring_recv {
+        if let Service::Echo { traits: true, .. } = service {
+            tokio::spawn(run_service(service, BlockioTraitConn(s)));
+        } else if ring_recv {
             tokio::spawn(async move {
                 let conn = RingConn {
                     stream: &s,

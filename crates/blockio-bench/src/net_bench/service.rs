@@ -80,9 +80,13 @@ pub async fn serve<C: Conn>(mut conn: C) -> io::Result<()> {
     }
 }
 
-/// Echoes everything back until the peer closes.
-pub async fn echo<C: Conn>(mut conn: C) -> io::Result<()> {
-    let mut buf = vec![0u8; 16384];
+/// The echo server's smallest read buffer.
+pub const ECHO_BUFFER: usize = 16 * 1024;
+
+/// Echoes everything back until the peer closes, reading up to `size`
+/// bytes at a time.
+pub async fn echo<C: Conn>(mut conn: C, size: usize) -> io::Result<()> {
+    let mut buf = vec![0u8; size];
     loop {
         let (res, b) = conn.read(buf).await;
         let n = res?;
@@ -94,7 +98,7 @@ pub async fn echo<C: Conn>(mut conn: C) -> io::Result<()> {
         let (res, m) = conn.write_all(msg).await;
         res?;
         buf = m;
-        buf.resize(16384, 0);
+        buf.resize(size, 0);
     }
 }
 

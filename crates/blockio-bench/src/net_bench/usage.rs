@@ -4,6 +4,14 @@
 //! [`net_bench`](super) module doc). The load generator is a child
 //! process, counted in neither; its CPU time is counted on its own
 //! (`RUSAGE_CHILDREN`), to show when the client's CPU is the limit.
+//!
+//! Peak memory ([`PeakRss`]) is this process's resident high-water mark
+//! over one run: the servers are threads of this process and the load
+//! generator is not, so the mark is the server's (plus this process's
+//! small resident base, the same for every runtime). Before each run the
+//! allocator hands freed memory back to the kernel (`malloc_trim`) and the
+//! mark is reset (`/proc/self/clear_refs`), so that no run inherits the
+//! one before it.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -47,6 +55,34 @@ impl Usage {
             cpu_us: self.cpu_us - before.cpu_us,
             switches: self.switches - before.switches,
         }
+    }
+}
+
+/// This process's resident high-water mark over one run.
+pub struct PeakRss;
+
+impl PeakRss {
+    /// Starts a run: freed memory goes back to the kernel and the mark
+    /// restarts from the resident size now. `None` where the kernel does
+    /// not let the mark be reset (before Linux 4.0).
+    pub fn start() -> Option<PeakRss> {
+        #[cfg(target_env = "gnu")]
+        // SAFETY: glibc's malloc_trim only returns free memory; any
+        // thread may call it at any time.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        // "5" resets the peak resident size to the current one.
+        std::fs::write("/proc/self/clear_refs", "5").ok()?;
+        Some(PeakRss)
+    }
+
+    /// The mark since [`start`](Self::start), in MiB (`VmHWM`).
+    pub fn finish(self) -> Option<f64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib / 1024.0)
     }
 }
 

@@ -29,12 +29,17 @@ pub enum Workload {
         idle: usize,
     },
     /// Messages of `size` bytes echoed over `connections`, one in flight
-    /// per connection.
+    /// per connection; the server reads up to a message at a time (at
+    /// least 16 KiB).
     Echo {
         /// Bytes per message.
         size: usize,
         /// Connections.
         connections: usize,
+        /// The server reads and writes through tokio's `AsyncReadExt` /
+        /// `AsyncWriteExt` (the way code ported from tokio does) rather
+        /// than the owned-buffer methods (monoio keeps its own).
+        traits: bool,
     },
     /// One connection sending `bytes`, checksummed by the server as they
     /// arrive (Async_uring's TCP checksum stream).
@@ -78,7 +83,16 @@ impl Workload {
                 threads,
                 idle,
             } => format!("http {connections}c {threads}t +{idle}i"),
-            Workload::Echo { size, connections } => format!("echo {size}B {connections}c"),
+            Workload::Echo {
+                size,
+                connections,
+                traits: false,
+            } => format!("echo {size}B {connections}c"),
+            Workload::Echo {
+                size,
+                connections,
+                traits: true,
+            } => format!("echo {size}B {connections}c traits"),
             Workload::Stream { bytes } => format!("stream {} MiB", bytes >> 20),
         }
     }
@@ -113,9 +127,12 @@ impl Workload {
 
     /// The service the server runs.
     pub fn service(&self) -> Service {
-        match self {
+        match *self {
             Workload::Http { .. } => Service::Http,
-            Workload::Echo { .. } => Service::Echo,
+            Workload::Echo { size, traits, .. } => Service::Echo {
+                buffer: size.max(super::service::ECHO_BUFFER),
+                traits,
+            },
             Workload::Stream { .. } => Service::Checksum,
         }
     }
@@ -158,7 +175,9 @@ impl Workload {
                 }
                 Ok(outcome)
             }
-            Workload::Echo { size, connections } => load::spawn(
+            Workload::Echo {
+                size, connections, ..
+            } => load::spawn(
                 &[
                     "echo".into(),
                     "--addr".into(),

@@ -4,8 +4,9 @@
 //! # Order, and why
 //!
 //! A copy is created with its owner's permission bits only (see
-//! `files::create_mode` and `Walker::make_dirs`), so nobody else can open it
-//! while it is filled. At the end its attributes are set in this order:
+//! `files::destination::create_mode` and `Walker::make_dirs`), so nobody
+//! else can open it while it is filled. At the end its attributes are set
+//! in this order:
 //!
 //! 1. ownership: only root can give a file away; `EPERM` is ignored, as
 //!    cp does, and then the group alone is set (a user may give a file to

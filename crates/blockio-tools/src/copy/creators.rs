@@ -84,12 +84,12 @@ pub(crate) const SCANNING: Duration = Duration::from_micros(100);
 
 /// The gate every creating thread goes through.
 pub(crate) struct Creators {
-    state: Mutex<State>,
+    state: Mutex<GateState>,
     turn_free: Condvar,
     max: usize,
 }
 
-struct State {
+struct GateState {
     inside: usize,
     /// When the current window began: at the first creation, not when the
     /// gate was made, so the walk's start is not counted as slow creating.
@@ -164,7 +164,7 @@ impl Creators {
             }
         };
         Creators {
-            state: Mutex::new(State {
+            state: Mutex::new(GateState {
                 inside: 0,
                 window_start: None,
                 window: Cost::default(),

@@ -4,6 +4,11 @@
 //! can be set where it does nothing.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::task::Waker;
+
+use super::AsyncEngine;
 
 /// Who drives the engine's io_uring: submits operations and reaps their
 /// completions. On the thread-pool backend there is no ring, and either
@@ -22,6 +27,25 @@ pub enum Driving {
     /// [`AsyncEngine::poll_drive`](super::AsyncEngine::poll_drive), which
     /// complete the finished operations and wake their tasks on the loop's
     /// thread. On tokio, `drive_on_tokio` (feature `tokio`) is that loop.
+    ///
+    /// The engine outlives the runtime that drove it: when the task
+    /// running `drive_on_tokio` is dropped (its runtime shut down, or the
+    /// task aborted), the next task that uses the engine (any operation,
+    /// stream read, write or flush) on a tokio runtime spawns a new
+    /// `drive_on_tokio` there. Operations in flight then complete, and
+    /// bytes that dropped streams still had queued move on, as soon as a
+    /// runtime uses the engine again. Meanwhile, while dropped streams
+    /// still have bytes queued, a thread of the engine's drives the ring
+    /// (no runtime needed) until their sockets are closed (once their
+    /// bytes are in the kernel, or with a reset when their drop linger
+    /// runs out), and then exits; otherwise nothing drives it.
+    /// Used from a task on no tokio runtime (another executor), an
+    /// operation that has not reached the kernel fails with an error of
+    /// kind [`Other`](std::io::ErrorKind::Other) saying that the runtime
+    /// that drove the engine is gone, and so do stream reads, writes and
+    /// flushes; spawn `drive_on_tokio` (or call
+    /// [`AsyncEngine::poll_drive`](super::AsyncEngine::poll_drive)) from
+    /// that executor, or build the engine with [`Driving::Thread`].
     ///
     /// Why the ring's own descriptor and not an eventfd: its readiness is
     /// the completion queue's state, not a counter, so nothing needs
@@ -94,5 +118,64 @@ impl CallerDriving {
     pub fn completion_eventfd(mut self, eventfd: RawFd) -> CallerDriving {
         self.completion_eventfd = Some(eventfd);
         self
+    }
+}
+
+/// The `drive_on_tokio` tasks of a caller-driven engine: how many are
+/// running, and whether one ever ran (only then does an engine without one
+/// get a new one; see [`Driving::Caller`]); and the dropped streams whose
+/// queues are still being sent, which a thread of the engine's drives
+/// while no `drive_on_tokio` task does.
+#[derive(Debug, Default)]
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+pub(crate) struct TokioDrivers {
+    pub(crate) running: AtomicUsize,
+    pub(crate) ever: AtomicBool,
+    /// Dropped streams with bytes still queued ([`Lingering`] tickets).
+    pub(crate) lingering: AtomicUsize,
+    /// A relay thread is driving the engine.
+    pub(crate) relaying: AtomicBool,
+    /// The relay thread's task, woken when `lingering` or `running`
+    /// changes.
+    pub(crate) relay_waker: Mutex<Option<Waker>>,
+}
+
+impl TokioDrivers {
+    /// Wakes the relay thread's task, if there is one.
+    pub(crate) fn wake_relay(&self) {
+        let waker = self
+            .relay_waker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// A dropped stream whose queued bytes are still being sent (or whose
+/// socket is not closed yet), counted by its engine until this is
+/// dropped.
+pub(crate) struct Lingering(AsyncEngine);
+
+impl Lingering {
+    /// Counts a lingering stream of `engine`; with no `drive_on_tokio`
+    /// task left to drive a caller-driven engine, starts the relay thread.
+    pub(crate) fn new(engine: &AsyncEngine) -> Lingering {
+        engine
+            .tokio_drivers()
+            .lingering
+            .fetch_add(1, Ordering::AcqRel);
+        engine.relay_if_undriven();
+        Lingering(engine.clone())
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let drivers = self.0.tokio_drivers();
+        drivers.lingering.fetch_sub(1, Ordering::AcqRel);
+        drivers.wake_relay();
     }
 }

@@ -89,6 +89,7 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, OnceLock};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
+pub(crate) use driving::Lingering;
 pub use driving::{CallerDriving, Driving, Submit};
 pub use file::{
     AsyncFile, AsyncOpenOptions, BatchFuture, BatchOp, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES,
@@ -130,6 +131,8 @@ struct EngineCore {
     /// use; never started on the thread-pool driver, which has its own
     /// (see [`EngineCore::readiness`]).
     readiness: OnceLock<Readiness>,
+    /// The `drive_on_tokio` tasks driving a caller-driven ring.
+    tokio_drivers: driving::TokioDrivers,
 }
 
 impl EngineCore {
@@ -300,6 +303,7 @@ impl AsyncEngineBuilder {
                 recv_shape: shape,
                 recv_ring: OnceLock::new(),
                 readiness: OnceLock::new(),
+                tokio_drivers: driving::TokioDrivers::default(),
             }),
         })
     }
@@ -370,6 +374,31 @@ impl AsyncEngine {
 
     pub(crate) fn driver(&self) -> &Driver {
         &self.core.driver
+    }
+
+    /// The `drive_on_tokio` tasks of this engine.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn tokio_drivers(&self) -> &driving::TokioDrivers {
+        &self.core.tokio_drivers
+    }
+
+    /// Makes sure a caller-driven engine whose `drive_on_tokio` task is
+    /// gone is driven again: spawns a new one on the calling task's tokio
+    /// runtime, or fails (no runtime to spawn it on) with an error saying
+    /// so. `Ok` at once for every other engine (see [`Driving::Caller`]).
+    pub(crate) fn ensure_driven(&self) -> io::Result<()> {
+        #[cfg(feature = "tokio")]
+        return tokio_drive::ensure_driven(self);
+        #[cfg(not(feature = "tokio"))]
+        Ok(())
+    }
+
+    /// Starts the relay thread of a caller-driven engine that a
+    /// `drive_on_tokio` task drove, that none drives now, and whose
+    /// dropped streams still have bytes queued (see [`Driving::Caller`]).
+    pub(crate) fn relay_if_undriven(&self) {
+        #[cfg(feature = "tokio")]
+        tokio_drive::relay_if_undriven(self);
     }
 
     /// Performs `req`, a socket operation on a non-blocking socket, when

@@ -96,6 +96,25 @@ pub(crate) trait Abandoned: Send + Sync {
     /// Ready with the raw result once the kernel has completed the read,
     /// the bytes received appended to `into`; wakes `cx` then.
     fn poll_settled(&self, cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32>;
+
+    /// As [`poll_settled`](Self::poll_settled), the bytes received going
+    /// to `out` first and the rest appended to `rest` (empty when called):
+    /// the raw result and how many bytes went to `out`.
+    fn poll_settled_split(
+        &self,
+        cx: &mut Context<'_>,
+        out: &mut [u8],
+        rest: &mut VecDeque<u8>,
+    ) -> Poll<(i32, usize)> {
+        let res = std::task::ready!(self.poll_settled(cx, rest));
+        let n = rest.len().min(out.len());
+        let (a, b) = rest.as_slices();
+        let from_a = a.len().min(n);
+        out[..from_a].copy_from_slice(&a[..from_a]);
+        out[from_a..n].copy_from_slice(&b[..n - from_a]);
+        rest.drain(..n);
+        Poll::Ready((res, n))
+    }
 }
 
 impl<B: IoBufMut> Abandoned for OpTarget<B> {
@@ -114,6 +133,32 @@ impl<B: IoBufMut> Abandoned for OpTarget<B> {
             into.extend(unsafe { std::slice::from_raw_parts(buf.stable_ptr(), n) });
         }
         Poll::Ready(res)
+    }
+
+    fn poll_settled_split(
+        &self,
+        cx: &mut Context<'_>,
+        out: &mut [u8],
+        rest: &mut VecDeque<u8>,
+    ) -> Poll<(i32, usize)> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(res) = g.result else {
+            let replaced = g.store_waker(cx.waker());
+            drop(g);
+            drop(replaced);
+            return Poll::Pending;
+        };
+        let mut copied = 0;
+        if let (Some(buf), Ok(n)) = (&g.buf, usize::try_from(res)) {
+            let n = n.min(buf.bytes_len());
+            // SAFETY: the kernel is done with the buffer (its result is
+            // in), which holds `bytes_len` initialised bytes.
+            let got = unsafe { std::slice::from_raw_parts(buf.stable_ptr(), n) };
+            copied = n.min(out.len());
+            out[..copied].copy_from_slice(&got[..copied]);
+            rest.extend(&got[copied..]);
+        }
+        Poll::Ready((res, copied))
     }
 }
 
@@ -283,6 +328,13 @@ impl<B: Send + 'static> Future for OpFuture<B> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        // A caller-driven engine whose driving task is gone gets a new
+        // one, or this operation, not yet in the kernel, fails saying why.
+        if let Err(e) = this.engine.ensure_driven() {
+            if this.op.take().is_some() {
+                this.refused = Some(e);
+            }
+        }
         if this.op.is_some() {
             // The waker first, so that a completion racing the submission
             // finds it.

@@ -13,6 +13,7 @@
 use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use tokio::io::unix::AsyncFd;
@@ -68,6 +69,11 @@ impl AsRawFd for RingFd {
 /// own driver thread, or on the thread-pool backend, whose operations
 /// complete on its threads.
 ///
+/// Once the task is dropped (its runtime shut down, or the task aborted),
+/// the next task that uses the engine on a tokio runtime spawns this there
+/// again, so streams and operations carry on on another runtime (see
+/// [`Driving::Caller`](super::Driving::Caller)).
+///
 /// # Errors
 /// tokio's reactor could not watch the ring (not called within a runtime
 /// with I/O enabled, `enable_io` or `enable_all`), or reports an error on
@@ -76,11 +82,126 @@ pub async fn drive_on_tokio(engine: AsyncEngine) -> io::Result<()> {
     if engine.poll_fd().is_none() {
         return Ok(());
     }
+    engine
+        .tokio_drivers()
+        .running
+        .fetch_add(1, Ordering::AcqRel);
+    drive_counted(Counted(engine)).await
+}
+
+/// See [`AsyncEngine::relay_if_undriven`]: a thread with a runtime of its
+/// own drives the engine until no dropped stream has bytes queued or a
+/// `drive_on_tokio` task drives it again.
+pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
+    let drivers = engine.tokio_drivers();
+    let undriven = drivers.ever.load(Ordering::Acquire)
+        && drivers.running.load(Ordering::Acquire) == 0
+        && drivers.lingering.load(Ordering::Acquire) > 0;
+    if !undriven || drivers.relaying.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let relayed = engine.clone();
+    let started = std::thread::Builder::new()
+        .name("blockio-relay".into())
+        .spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+            {
+                let stop = |cx: &mut std::task::Context<'_>| {
+                    let drivers = relayed.tokio_drivers();
+                    // The waker first, so that a change after the check
+                    // wakes this task.
+                    *drivers
+                        .relay_waker
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+                    drivers.lingering.load(Ordering::Acquire) == 0
+                        || drivers.running.load(Ordering::Acquire) > 0
+                };
+                // An error of tokio's reactor leaves the queues to their
+                // linger, as with no relay.
+                let _ = rt.block_on(drive_while(relayed.clone(), stop));
+            }
+            let drivers = relayed.tokio_drivers();
+            drivers.relaying.store(false, Ordering::Release);
+            // A stream dropped after the last check and before the flag
+            // went down found the relay running.
+            relay_if_undriven(&relayed);
+        });
+    if started.is_err() {
+        drivers.relaying.store(false, Ordering::Release);
+    }
+}
+
+/// A running `drive_on_tokio` task, counted in its engine's
+/// [`TokioDrivers`](super::driving::TokioDrivers) until dropped.
+struct Counted(AsyncEngine);
+
+impl Drop for Counted {
+    /// The last driver gone with dropped streams still sending: the
+    /// relay thread takes over.
+    fn drop(&mut self) {
+        self.0
+            .tokio_drivers()
+            .running
+            .fetch_sub(1, Ordering::AcqRel);
+        relay_if_undriven(&self.0);
+    }
+}
+
+/// See [`AsyncEngine::ensure_driven`].
+pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
+    let drivers = engine.tokio_drivers();
+    if !drivers.ever.load(Ordering::Acquire) || drivers.running.load(Ordering::Acquire) > 0 {
+        return Ok(());
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return Err(io::Error::other(
+            "the tokio runtime whose task drove this caller-driven engine (drive_on_tokio) \
+             is gone, and this task runs on no tokio runtime to drive it: spawn \
+             drive_on_tokio(engine.clone()) on the executor that uses the engine, or build \
+             the engine with Driving::Thread",
+        ));
+    };
+    // One new driver however many tasks race here: the count is claimed
+    // before the task is spawned.
+    if drivers
+        .running
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        let counted = Counted(engine.clone());
+        drop(runtime.spawn(drive_counted(counted)));
+    }
+    Ok(())
+}
+
+/// The body of [`drive_on_tokio`], already counted.
+async fn drive_counted(counted: Counted) -> io::Result<()> {
+    let engine = counted.0.clone();
+    let drivers = engine.tokio_drivers();
+    drivers.ever.store(true, Ordering::Release);
+    // A relay thread driving meanwhile hands over.
+    drivers.wake_relay();
+    let _counted = counted;
+    drive_while(engine, |_| false).await
+}
+
+/// Drives `engine` until `stop` says so (asked each time the task is
+/// polled, with its context).
+async fn drive_while(
+    engine: AsyncEngine,
+    mut stop: impl FnMut(&mut std::task::Context<'_>) -> bool,
+) -> io::Result<()> {
     // SAFETY: the engine that `RingFd` owns keeps its ring open until the
     // `AsyncFd` is dropped (the ring is closed only when the engine's last
     // clone goes), and `poll_fd` names the same descriptor every time.
     let watched = unsafe { AsyncFd::register_with_interest(RingFd(engine), Interest::READABLE) }?;
     poll_fn(|cx| loop {
+        if stop(cx) {
+            return Poll::Ready(Ok(()));
+        }
         let _ = watched.get_ref().0.poll_drive(cx);
         match watched.poll_read_ready(cx) {
             // Cleared before the next reap: a completion posted after that

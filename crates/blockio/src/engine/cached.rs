@@ -182,7 +182,7 @@ pub(crate) fn run_lone_read(ops: &mut [Op<'_>], results: &mut [io::Result<usize>
     if !matches!(op.action, Action::Read(_) | Action::ReadVectored(_)) {
         return false;
     }
-    *result = op.run_blocking();
+    *result = op.run_checked();
     op.settled = true;
     true
 }

@@ -80,6 +80,61 @@ impl<'a> PathAt<'a> {
     }
 }
 
+/// Each metadata kind's arguments, built in one place for the batches and
+/// for the [`blocking`](crate::blocking) calls. Every pointer an action
+/// holds is borrowed from the `PathAt` (or the caller's buffer), so the
+/// action is valid while they are.
+impl PathAt<'_> {
+    /// A `statx` of this path into `buf`, with the `AT_*` `flags` and the
+    /// basic fields; an empty path stats the open file itself
+    /// (`AT_EMPTY_PATH`).
+    pub(crate) fn stat_action(&self, flags: i32, buf: *mut libc::statx) -> Action {
+        let empty = if self.path.is_empty() {
+            libc::AT_EMPTY_PATH
+        } else {
+            0
+        };
+        Action::Stat(StatArgs {
+            path: self.path.as_ptr(),
+            flags: flags | empty,
+            mask: libc::STATX_BASIC_STATS,
+            buf,
+        })
+    }
+
+    /// A `mkdirat` of this path with `mode`.
+    pub(crate) fn mkdir_action(&self, mode: u32) -> Action {
+        Action::Mkdir(MkdirArgs {
+            path: self.path.as_ptr(),
+            mode,
+        })
+    }
+
+    /// A `symlinkat` making this path a link to `target`.
+    pub(crate) fn symlink_action(&self, target: &CStr) -> Action {
+        Action::Symlink(SymlinkArgs {
+            target: target.as_ptr(),
+            link: self.path.as_ptr(),
+        })
+    }
+
+    /// The descriptor the path is relative to.
+    pub(crate) fn dir(&self) -> RawFd {
+        self.dir
+    }
+}
+
+/// A close of the descriptor an operation is issued on (which the
+/// operation owns).
+pub(crate) const CLOSE: Action = Action::Close(CloseArgs);
+
+/// A successful open's result as the descriptor it is.
+pub(crate) fn opened(r: io::Result<usize>) -> io::Result<OwnedFd> {
+    // SAFETY: a successful open's result is a new descriptor that nothing
+    // else owns; it is wrapped exactly once, here.
+    r.map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 /// A file to open with [`Engine::open_batch`]: read-only unless
 /// [`flags`](OpenRequest::flags) say otherwise. `O_CLOEXEC` is always added.
 #[derive(Debug, Clone, Copy)]
@@ -111,6 +166,20 @@ impl<'a> OpenRequest<'a> {
         self.mode = mode;
         self
     }
+
+    /// Where the file is.
+    pub(crate) fn at(&self) -> PathAt<'a> {
+        self.at
+    }
+
+    /// The open, `O_CLOEXEC` added.
+    pub(crate) fn action(&self) -> Action {
+        Action::Open(OpenArgs {
+            path: self.at.path.as_ptr(),
+            flags: self.flags | libc::O_CLOEXEC,
+            mode: self.mode,
+        })
+    }
 }
 
 impl Engine {
@@ -140,24 +209,9 @@ impl Engine {
     /// Opens every file in one batch; one result per request, in order.
     /// Errors name the path.
     pub fn open_batch(&self, reqs: &[OpenRequest<'_>]) -> io::Result<Vec<io::Result<OwnedFd>>> {
-        let reqs: Vec<(PathAt<'_>, Action)> = reqs
-            .iter()
-            .map(|r| {
-                let open = OpenArgs {
-                    path: r.at.path.as_ptr(),
-                    flags: r.flags | libc::O_CLOEXEC,
-                    mode: r.mode,
-                };
-                (r.at, Action::Open(open))
-            })
-            .collect();
+        let reqs: Vec<(PathAt<'_>, Action)> = reqs.iter().map(|r| (r.at, r.action())).collect();
         let results = self.submit_paths("open", &reqs)?;
-        // SAFETY: a successful open's result is a new descriptor that
-        // nothing else owns; it is wrapped exactly once, here.
-        Ok(results
-            .into_iter()
-            .map(|r| r.map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
-            .collect())
+        Ok(results.into_iter().map(opened).collect())
     }
 
     /// `statx` of every path in one batch, with the `AT_*` `flags` (for
@@ -174,20 +228,7 @@ impl Engine {
         let reqs: Vec<(PathAt<'_>, Action)> = paths
             .iter()
             .zip(bufs.iter_mut())
-            .map(|(p, buf)| {
-                let empty = if p.path.is_empty() {
-                    libc::AT_EMPTY_PATH
-                } else {
-                    0
-                };
-                let stat = StatArgs {
-                    path: p.path.as_ptr(),
-                    flags: flags | empty,
-                    mask: libc::STATX_BASIC_STATS,
-                    buf,
-                };
-                (*p, Action::Stat(stat))
-            })
+            .map(|(p, buf)| (*p, p.stat_action(flags, buf)))
             .collect();
         let results = self.submit_paths("stat", &reqs)?;
         drop(reqs);
@@ -209,7 +250,7 @@ impl Engine {
             .into_iter()
             // SAFETY: a close holds no pointer. The operation now owns the
             // descriptor: the kernel closes it when the batch runs.
-            .map(|fd| unsafe { Op::from_action(fd.into_raw_fd(), Action::Close(CloseArgs), None) })
+            .map(|fd| unsafe { Op::from_action(fd.into_raw_fd(), CLOSE, None) })
             .collect();
         let results = self.submit(&mut ops)?;
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
@@ -220,10 +261,7 @@ impl Engine {
     pub fn mkdir_batch(&self, dirs: &[(PathAt<'_>, u32)]) -> io::Result<Vec<io::Result<()>>> {
         let reqs: Vec<(PathAt<'_>, Action)> = dirs
             .iter()
-            .map(|(p, mode)| {
-                let path = p.path.as_ptr();
-                (*p, Action::Mkdir(MkdirArgs { path, mode: *mode }))
-            })
+            .map(|(p, mode)| (*p, p.mkdir_action(*mode)))
             .collect();
         let results = self.submit_paths("mkdir", &reqs)?;
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
@@ -234,13 +272,7 @@ impl Engine {
     pub fn symlink_batch(&self, links: &[(PathAt<'_>, &CStr)]) -> io::Result<Vec<io::Result<()>>> {
         let reqs: Vec<(PathAt<'_>, Action)> = links
             .iter()
-            .map(|(p, target)| {
-                let link = SymlinkArgs {
-                    target: target.as_ptr(),
-                    link: p.path.as_ptr(),
-                };
-                (*p, Action::Symlink(link))
-            })
+            .map(|(p, target)| (*p, p.symlink_action(target)))
             .collect();
         let results = self.submit_paths("symlink", &reqs)?;
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())

@@ -11,7 +11,7 @@
 
 mod cached;
 mod limit;
-mod meta;
+pub(crate) mod meta;
 mod threads;
 mod uring;
 
@@ -432,8 +432,8 @@ impl Engine {
             }
         }
         if let EngineBackend::Uring(u) = &self.shared.backend {
-            if !u.report().metadata_ops {
-                pending = settle_metadata_inline(ops, results, pending);
+            if !u.report().performs_all() {
+                pending = settle_unperformed(u.report(), ops, results, pending);
             }
         }
         if pending == 0 {
@@ -573,19 +573,63 @@ impl AsFd for RegisteredFile {
     }
 }
 
-/// Performs the batch's metadata operations right here, for rings without
-/// the metadata opcodes; returns how many operations are still pending.
-fn settle_metadata_inline(
+/// Performs right here, with their system calls, the batch's operations
+/// whose opcode the ring lacks (see [`ProbeReport::performs`]); returns
+/// how many operations are still pending.
+fn settle_unperformed(
+    report: &ProbeReport,
     ops: &mut [Op<'_>],
     results: &mut [io::Result<usize>],
     mut pending: usize,
 ) -> usize {
     for (op, result) in ops.iter_mut().zip(results.iter_mut()) {
-        if !op.settled && op.kind().is_metadata() {
-            *result = op.run_blocking();
+        if !op.settled && !report.performs(op.kind()) {
+            *result = op.run_checked();
             op.settled = true;
             pending -= 1;
         }
     }
     pending
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::OpKind;
+
+    /// A ring without `IORING_OP_FTRUNCATE` (before Linux 6.9): the batch's
+    /// truncations are performed on the submitting thread, and only they.
+    #[test]
+    fn a_kind_the_ring_lacks_is_performed_by_its_system_call() {
+        let report = ProbeReport {
+            entries: 8,
+            sqpoll: false,
+            iopoll: false,
+            coop_taskrun: false,
+            submit_all: false,
+            registered_buffers: false,
+            registered_file_slots: 0,
+            metadata_ops: true,
+            ftruncate: false,
+            refused_flags: Vec::new(),
+        };
+        assert!(!report.performs_all());
+        assert!(!report.performs(OpKind::Ftruncate));
+        assert!(report.performs(OpKind::Stat) && report.performs(OpKind::Read));
+        let file = tempfile::tempfile().unwrap();
+        let mut buf = [0u8; 4];
+        let mut ops = [Op::ftruncate(&file, 777), Op::read(&file, 0, &mut buf)];
+        let mut results: Vec<io::Result<usize>> = vec![Ok(9), Ok(9)];
+        let pending = settle_unperformed(&report, &mut ops, &mut results, 2);
+        assert_eq!(pending, 1);
+        assert!(ops[0].settled && !ops[1].settled);
+        assert_eq!(results[0].as_ref().unwrap(), &0);
+        assert_eq!(results[1].as_ref().unwrap(), &9, "left for the ring");
+        assert_eq!(file.metadata().unwrap().len(), 777);
+        let all = ProbeReport {
+            ftruncate: true,
+            ..report
+        };
+        assert!(all.performs_all());
+    }
 }

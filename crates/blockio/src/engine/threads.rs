@@ -38,7 +38,7 @@ impl SharedBatch<'_, '_> {
             // every worker's use (the caller waits for `refs` to reach 0).
             let slot = unsafe { &mut *self.results.add(i) };
             if !self.ops[i].settled {
-                *slot = self.ops[i].run_blocking();
+                *slot = self.ops[i].run_checked();
             }
         }
     }

@@ -40,6 +40,7 @@ use io_uring::{opcode, IoUring, Probe};
 
 use super::limit::InFlightLimit;
 use crate::buf::{BufferPool, PoolBuffers};
+use crate::kind::OpKind;
 use crate::op::sealed::FixedSlot;
 use crate::op::Op;
 use crate::ring::{build_entry, submit_and_wait_or_abort, RingFlags};
@@ -94,8 +95,45 @@ pub struct ProbeReport {
     /// MKDIRAT, SYMLINKAT: 5.15). Without them the engine performs
     /// metadata operations with plain system calls on the calling thread.
     pub metadata_ops: bool,
+    /// The ring has `IORING_OP_FTRUNCATE` (Linux 6.9). Without it the
+    /// engine performs [`Op::ftruncate`](crate::Op::ftruncate) with the
+    /// system call on the submitting thread.
+    pub ftruncate: bool,
     /// Setup flags the kernel refused, dropped so that setup could succeed.
     pub refused_flags: Vec<&'static str>,
+}
+
+impl ProbeReport {
+    /// Whether the ring performs operations of `kind` itself. The engine
+    /// performs the others with their plain system call on the thread
+    /// that submits the batch, before the rest of the batch goes to the
+    /// ring, so a batch gives the same results on every kernel.
+    pub fn performs(&self, kind: OpKind) -> bool {
+        match kind {
+            OpKind::Open | OpKind::Stat | OpKind::Close | OpKind::Mkdir | OpKind::Symlink => {
+                self.metadata_ops
+            }
+            OpKind::Ftruncate => self.ftruncate,
+            OpKind::Read
+            | OpKind::Write
+            | OpKind::ReadVectored
+            | OpKind::WriteVectored
+            | OpKind::Fsync
+            | OpKind::Fdatasync
+            | OpKind::Accept
+            | OpKind::Connect
+            | OpKind::Recv
+            | OpKind::Send
+            | OpKind::SendVectored
+            | OpKind::RecvSelect => true,
+        }
+    }
+
+    /// Whether the ring performs every kind of operation a batch may hold
+    /// (see [`ProbeReport::performs`]).
+    pub(crate) fn performs_all(&self) -> bool {
+        self.metadata_ops && self.ftruncate
+    }
 }
 
 /// The registered files, as one version of the table every ring is
@@ -227,9 +265,15 @@ impl RingPool {
     }
 }
 
-/// Checks the opcodes every engine needs; returns whether the metadata
-/// opcodes are there too.
-fn probe_supported(ring: &IoUring) -> io::Result<bool> {
+/// The optional opcodes a ring has (see [`ProbeReport`]).
+struct Optional {
+    metadata_ops: bool,
+    ftruncate: bool,
+}
+
+/// Checks the opcodes every engine needs; returns which optional ones
+/// are there too.
+fn probe_supported(ring: &IoUring) -> io::Result<Optional> {
     let mut probe = Probe::new();
     ring.submitter().register_probe(&mut probe)?;
     for (code, name) in [
@@ -248,7 +292,7 @@ fn probe_supported(ring: &IoUring) -> io::Result<bool> {
             ));
         }
     }
-    Ok([
+    let metadata_ops = [
         opcode::OpenAt::CODE,
         opcode::Statx::CODE,
         opcode::Close::CODE,
@@ -256,7 +300,11 @@ fn probe_supported(ring: &IoUring) -> io::Result<bool> {
         opcode::SymlinkAt::CODE,
     ]
     .into_iter()
-    .all(|code| probe.is_supported(code)))
+    .all(|code| probe.is_supported(code));
+    Ok(Optional {
+        metadata_ops,
+        ftruncate: probe.is_supported(opcode::Ftruncate::CODE),
+    })
 }
 
 impl UringBackend {
@@ -271,7 +319,7 @@ impl UringBackend {
             ..RingFlags::default()
         };
         let first = flags.build(cfg.entries, &mut refused)?;
-        let metadata_ops = probe_supported(&first)?;
+        let optional = probe_supported(&first)?;
         if flags.sqpoll.is_some() {
             flags.attach = Some(first.as_raw_fd());
         }
@@ -298,7 +346,8 @@ impl UringBackend {
             submit_all: flags.submit_all,
             registered_buffers: cfg.bufs.is_some(),
             registered_file_slots: cfg.file_slots,
-            metadata_ops,
+            metadata_ops: optional.metadata_ops,
+            ftruncate: optional.ftruncate,
             refused_flags: refused,
         };
         Ok(UringBackend {

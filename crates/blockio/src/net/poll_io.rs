@@ -58,6 +58,7 @@ impl PollIo {
         if out.is_empty() {
             return Poll::Ready(Ok(0));
         }
+        core.sock.engine.ensure_driven()?;
         loop {
             let settled = ready!(core.reads.poll_settle(cx, out));
             self.reclaim(cx);
@@ -81,6 +82,7 @@ impl PollIo {
                     let k = n.min(out.len());
                     out[..k].copy_from_slice(&buf[..k]);
                     core.reads.keep(&buf[k..n]);
+                    self.spare = buf;
                     return Poll::Ready(Ok(k));
                 }
                 Poll::Pending => {
@@ -109,6 +111,7 @@ impl PollIo {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
+        core.sock.engine.ensure_driven()?;
         core.writes.poll_write(cx, data)
     }
 
@@ -118,6 +121,7 @@ impl PollIo {
         core: &StreamCore,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
+        core.sock.engine.ensure_driven()?;
         core.writes.poll_flush(cx)
     }
 

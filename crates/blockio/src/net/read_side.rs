@@ -40,11 +40,11 @@ struct DroppedReads {
 }
 
 /// What dropped reads left, from [`ReadSide::poll_take`].
-pub(crate) enum Taken {
+pub(crate) enum Taken<T = Vec<u8>> {
     /// Nothing: receive from the socket.
     Nothing,
-    /// Bytes they received.
-    Bytes(Vec<u8>),
+    /// Bytes they received (or what taking them gave).
+    Bytes(T),
     /// One of them failed with this errno.
     Failed(i32),
     /// One of them met the end of the stream.
@@ -71,16 +71,30 @@ impl ReadSide {
         poll_fn(|cx| self.poll_settle(cx, out)).await
     }
 
-    /// [`settle`](Self::settle) for a borrowed slice.
+    /// [`settle`](Self::settle) for a borrowed slice. Leftover bytes are
+    /// copied straight from where the stream keeps them, and while there
+    /// are none, a settled read's bytes go straight to `out` (only what
+    /// does not fit is kept), so a read allocates nothing and a stream
+    /// keeps no copy of what it hands out at once.
     pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<Settled> {
-        Poll::Ready(match std::task::ready!(self.poll_take(cx, out.len())) {
+        let n = self.settle_direct(cx, out);
+        if n > 0 {
+            return Poll::Ready(Settled::Copied(n));
+        }
+        let copy = |left: &mut VecDeque<u8>| {
+            let n = left.len().min(out.len());
+            let (a, b) = left.as_slices();
+            let from_a = a.len().min(n);
+            out[..from_a].copy_from_slice(&a[..from_a]);
+            out[from_a..n].copy_from_slice(&b[..n - from_a]);
+            left.drain(..n);
+            n
+        };
+        Poll::Ready(match std::task::ready!(self.poll_with(cx, copy)) {
             Taken::Nothing => Settled::Receive,
             Taken::Failed(errno) => Settled::Failed(errno),
             Taken::Ended => Settled::Copied(0),
-            Taken::Bytes(bytes) => {
-                out[..bytes.len()].copy_from_slice(&bytes);
-                Settled::Copied(bytes.len())
-            }
+            Taken::Bytes(n) => Settled::Copied(n),
         })
     }
 
@@ -88,6 +102,20 @@ impl ReadSide {
     /// takes up to `max` leftover bytes; what ended those reads comes after
     /// their bytes.
     pub(crate) fn poll_take(&self, cx: &mut Context<'_>, max: usize) -> Poll<Taken> {
+        self.poll_with(cx, |left| {
+            let n = left.len().min(max);
+            left.drain(..n).collect()
+        })
+    }
+
+    /// Waits for the reads that dropped futures left in the kernel, then
+    /// lets `take` take leftover bytes (there are some); what ended those
+    /// reads comes after their bytes.
+    fn poll_with<T>(
+        &self,
+        cx: &mut Context<'_>,
+        take: impl FnOnce(&mut VecDeque<u8>) -> T,
+    ) -> Poll<Taken<T>> {
         if self.poll_dropped(cx).is_pending() {
             return Poll::Pending;
         }
@@ -101,8 +129,38 @@ impl ReadSide {
             }
             return Poll::Ready(Taken::Nothing);
         }
-        let n = g.leftover.len().min(max);
-        Poll::Ready(Taken::Bytes(g.leftover.drain(..n).collect()))
+        Poll::Ready(Taken::Bytes(take(&mut g.leftover)))
+    }
+
+    /// Settles completed dropped reads in order, their bytes straight
+    /// into `out`, while nothing is left over from before, nothing has
+    /// ended them and `out` has room: the bytes copied (0: none, the usual
+    /// path follows). What does not fit `out`, and what ended a read, is
+    /// kept for the next read; reads still in the kernel are left for it
+    /// too (a pending one has `cx` to wake).
+    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut [u8]) -> usize {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let g = &mut *g;
+        let mut copied = 0;
+        while let Some(op) = g.dropped.front() {
+            if !g.leftover.is_empty() || copied == out.len() || g.error.is_some() || g.ended {
+                break;
+            }
+            let Poll::Ready((res, n)) =
+                op.poll_settled_split(cx, &mut out[copied..], &mut g.leftover)
+            else {
+                break;
+            };
+            copied += n;
+            g.dropped.pop_front();
+            if res < 0 && res != -libc::ECANCELED {
+                g.error.get_or_insert(-res);
+            }
+            if res == 0 {
+                g.ended = true;
+            }
+        }
+        copied
     }
 
     /// Keeps `bytes` for the next read.

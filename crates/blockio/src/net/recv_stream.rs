@@ -310,6 +310,9 @@ impl<'a> RecvStream<'a> {
         if self.done {
             return Poll::Ready(None);
         }
+        if let Err(e) = self.core.sock.engine.ensure_driven() {
+            return Poll::Ready(Some(Err(e)));
+        }
         if let How::Single(..) = self.how {
             return self.poll_single(cx);
         }

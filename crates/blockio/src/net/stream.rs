@@ -31,6 +31,9 @@ impl StreamCore {
     /// Reads into `buf`: the byte count (0 at end of stream) and the
     /// buffer.
     pub(crate) async fn read<B: IoBufMut>(&self, mut buf: B) -> BufResult<usize, B> {
+        if let Err(e) = self.sock.engine.ensure_driven() {
+            return (Err(e), buf);
+        }
         match self.reads.settle(&mut buf).await {
             Settled::Copied(n) => return (Ok(n), buf),
             Settled::Failed(errno) => {
@@ -47,6 +50,9 @@ impl StreamCore {
     /// Bytes the I/O traits accepted go first; a dropped write that sent
     /// bytes is reported instead (see `write_side`).
     pub(crate) async fn write<B: IoBuf>(&self, buf: B) -> BufResult<usize, B> {
+        if let Err(e) = self.sock.engine.ensure_driven() {
+            return (Err(e), buf);
+        }
         if let Err(e) = self.writes.ready_for_owned().await {
             return (Err(e), buf);
         }
@@ -59,6 +65,9 @@ impl StreamCore {
 
     /// Writes `bufs` in order with one `sendmsg`.
     pub(crate) async fn writev<B: IoBuf>(&self, bufs: Vec<B>) -> BufResult<usize, Vec<B>> {
+        if let Err(e) = self.sock.engine.ensure_driven() {
+            return (Err(e), bufs);
+        }
         if let Err(e) = self.writes.ready_for_owned().await {
             return (Err(e), bufs);
         }
@@ -71,6 +80,9 @@ impl StreamCore {
 
     /// Writes all of `buf`, one `send` after another until every byte went.
     pub(crate) async fn write_all<B: IoBuf>(&self, mut buf: B) -> BufResult<(), B> {
+        if let Err(e) = self.sock.engine.ensure_driven() {
+            return (Err(e), buf);
+        }
         if let Err(e) = self.writes.ready_for_owned().await {
             return (Err(e), buf);
         }

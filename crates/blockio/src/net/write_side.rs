@@ -32,7 +32,14 @@
 //! Memory is bounded: `poll_write` accepts bytes up to [`QUEUE_LIMIT`]
 //! waiting behind the send in flight (a larger slice in part, as a short
 //! write), and is pending while the queue is full (woken as sends
-//! complete).
+//! complete). The queue and the send in flight trade buffers: a finished
+//! send's buffer becomes the queue's next one. Once everything is sent,
+//! buffers larger than [`SPARE_LIMIT`] go to a free list the process's
+//! streams share (at most [`POOL_BUFFERS`] of them; the rest are freed),
+//! so that an idle connection keeps little memory, and the next large
+//! write (this stream's or another's) takes its buffer from there rather
+//! than from the allocator: a stream writing large replies one after
+//! another reuses the same buffers instead of allocating one per send.
 //!
 //! A failed send's errno is kept; the next write or flush reports it, and
 //! the bytes queued behind it are dropped (the connection is broken).
@@ -65,13 +72,45 @@ use std::time::Duration;
 
 use super::socket::Sock;
 use crate::aio::op::{OpFuture, Settles};
+use crate::aio::Lingering;
 
 /// Bytes `poll_write` accepts behind the send in flight before it waits.
 pub(crate) const QUEUE_LIMIT: usize = 256 * 1024;
 
-/// The largest send buffer kept for the next send: larger ones (a big
-/// write's) are freed, so that an idle connection keeps little memory.
+/// The largest buffer an idle stream keeps for its next write: larger
+/// ones (a big write's) are freed once everything is sent, so that an
+/// idle connection keeps little memory.
 const SPARE_LIMIT: usize = 64 * 1024;
+
+/// The largest buffer kept while bytes are moving, or pooled: a full
+/// queue's (its capacity may have doubled past [`QUEUE_LIMIT`] as it
+/// grew).
+const BUSY_SPARE_LIMIT: usize = 2 * QUEUE_LIMIT;
+
+/// Buffers the free list of large send buffers keeps at most (at most
+/// [`BUSY_SPARE_LIMIT`] bytes each: 16 MiB in all).
+const POOL_BUFFERS: usize = 32;
+
+/// Large send buffers of idle streams, for the next large write.
+static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// Gives `buf` to the free list, or frees it when the list is full or
+/// `buf` is too large to keep.
+fn pool_put(mut buf: Vec<u8>) {
+    if buf.capacity() > BUSY_SPARE_LIMIT {
+        return;
+    }
+    buf.clear();
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if pool.len() < POOL_BUFFERS {
+        pool.push(buf);
+    }
+}
+
+/// An empty buffer from the free list, if it has one.
+fn pool_take() -> Option<Vec<u8>> {
+    POOL.lock().unwrap_or_else(|e| e.into_inner()).pop()
+}
 
 /// How long a dropped stream's queued bytes may wait for a peer that does
 /// not read, before the send is cancelled and the socket closed, unless
@@ -127,6 +166,10 @@ impl Drop for WriteSide {
                 return;
             }
             st.linger = Some(futures_timer::Delay::new(st.linger_limit));
+            // Counted by the engine while the queue is sent, so that a
+            // caller-driven engine left without its driver is driven
+            // until then.
+            st.lingering = st.sock.as_ref().map(|sock| Lingering::new(&sock.engine));
         }
         self.pump.run();
     }
@@ -180,6 +223,11 @@ struct SendBook {
     linger: Option<futures_timer::Delay>,
     /// How long the queue may linger after the stream is dropped.
     linger_limit: Duration,
+    /// The engine's count of this dropped stream, from the drop until the
+    /// pump itself goes (its last send reaped, and with it the socket
+    /// closed): a relay thread driving the engine meanwhile stays until
+    /// the close, a reset's included.
+    lingering: Option<Lingering>,
 }
 
 /// An owned write dropped with its send in the kernel.
@@ -224,6 +272,16 @@ impl SendBook {
         fut.set_waker(cx.waker());
         fut.start();
         self.sending = Some((fut, from));
+    }
+
+    /// Gives the buffers an idle stream should not keep to the free list.
+    fn trim(&mut self) {
+        if self.spare.capacity() > SPARE_LIMIT {
+            pool_put(std::mem::take(&mut self.spare));
+        }
+        if self.queued.capacity() > SPARE_LIMIT {
+            pool_put(std::mem::take(&mut self.queued));
+        }
     }
 
     /// Shuts the writing side down if a shutdown waits for the queue
@@ -274,7 +332,7 @@ impl SendBook {
                         self.start(buf, from + n, cx);
                         continue;
                     }
-                    Ok(_) if buf.capacity() <= SPARE_LIMIT => self.spare = buf,
+                    Ok(_) if buf.capacity() <= BUSY_SPARE_LIMIT => self.spare = buf,
                     Ok(_) => {}
                     Err(e) => {
                         let errno = crate::errno(&e).unwrap_or(libc::EIO);
@@ -289,6 +347,7 @@ impl SendBook {
                 if self.idle() {
                     self.linger = None;
                     self.shut_queued();
+                    self.trim();
                 }
                 return progress;
             }
@@ -368,6 +427,7 @@ impl WriteSide {
                     dropped: None,
                     linger: None,
                     linger_limit: LINGER,
+                    lingering: None,
                 }),
                 notified: AtomicBool::new(false),
                 running: AtomicBool::new(false),
@@ -403,6 +463,14 @@ impl WriteSide {
                 return Poll::Pending;
             }
             let n = data.len().min(QUEUE_LIMIT - st.queued.len());
+            let want = st.queued.len() + n;
+            if want > SPARE_LIMIT && want > st.queued.capacity() {
+                // A large write: a pooled buffer rather than a new one.
+                if let Some(mut buf) = pool_take() {
+                    buf.extend_from_slice(&st.queued);
+                    st.queued = buf;
+                }
+            }
             st.queued.extend_from_slice(&data[..n]);
             n
         };

@@ -376,6 +376,31 @@ impl Lower for SymlinkArgs {
     }
 }
 
+/// Set the file's length: `ftruncate`, `IORING_OP_FTRUNCATE` (Linux
+/// 6.9). A length past `i64::MAX` fails with `EINVAL` on both paths (the
+/// kernel reads it as a negative `loff_t`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FtruncateArgs {
+    pub len: u64,
+}
+
+impl Lower for FtruncateArgs {
+    const KIND: OpKind = OpKind::Ftruncate;
+    fn span(&self) -> (u64, usize) {
+        (0, 0)
+    }
+    fn entry(&self, fd: RawFd, _: Option<&PoolBuffers>) -> squeue::Entry {
+        opcode::Ftruncate::new(types::Fd(fd), self.len).build()
+    }
+    unsafe fn call(&self, fd: RawFd) -> isize {
+        let Ok(len) = libc::off_t::try_from(self.len) else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: a plain system call on a descriptor; no memory involved.
+        (unsafe { libc::ftruncate(fd, len) }) as isize
+    }
+}
+
 /// Accepts a connection: `accept4`, `IORING_OP_ACCEPT`. The new descriptor
 /// is close-on-exec (and blocking: io_uring waits for readiness itself).
 #[derive(Debug, Clone, Copy)]
@@ -580,8 +605,14 @@ impl Lower for RecvSelectArgs {
 
 /// The blocking call of a kind that has none: fails with `EOPNOTSUPP`.
 fn unsupported() -> isize {
+    fail(libc::EOPNOTSUPP)
+}
+
+/// A blocking call refused before the system call: sets `errno` and
+/// returns -1, as a failed call does.
+fn fail(errno: i32) -> isize {
     // SAFETY: sets this thread's errno, which `call_raw` reads back.
-    unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+    unsafe { *libc::__errno_location() = errno };
     -1
 }
 
@@ -600,6 +631,7 @@ pub(crate) enum Action {
     Close(CloseArgs),
     Mkdir(MkdirArgs),
     Symlink(SymlinkArgs),
+    Ftruncate(FtruncateArgs),
     Accept(AcceptArgs),
     Connect(ConnectArgs),
     Recv(RecvArgs),
@@ -623,6 +655,7 @@ macro_rules! dispatch {
             Action::Close($k) => $body,
             Action::Mkdir($k) => $body,
             Action::Symlink($k) => $body,
+            Action::Ftruncate($k) => $body,
             Action::Accept($k) => $body,
             Action::Connect($k) => $body,
             Action::Recv($k) => $body,
@@ -689,6 +722,7 @@ impl Action {
             | Action::Close(_)
             | Action::Mkdir(_)
             | Action::Symlink(_)
+            | Action::Ftruncate(_)
             | Action::Accept(_)
             | Action::Connect(_)
             | Action::Recv(_)
@@ -714,6 +748,7 @@ impl Action {
             | Action::Close(_)
             | Action::Mkdir(_)
             | Action::Symlink(_)
+            | Action::Ftruncate(_)
             | Action::Accept(_)
             | Action::Connect(_)
             | Action::Recv(_)
@@ -827,6 +862,7 @@ mod tests {
                 target: path,
                 link: path,
             }),
+            Action::Ftruncate(FtruncateArgs { len: 0 }),
             Action::Accept(AcceptArgs::Multishot),
             Action::Connect(ConnectArgs {
                 addr: std::ptr::null(),
@@ -864,7 +900,7 @@ mod tests {
             );
         }
         kinds.dedup();
-        assert_eq!(kinds.len(), 17, "one action per kind");
+        assert_eq!(kinds.len(), 18, "one action per kind");
         let (flush, datasync) = (Action::flush(false), Action::flush(true));
         assert_eq!(
             (flush.kind(), datasync.kind()),

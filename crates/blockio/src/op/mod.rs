@@ -22,7 +22,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use crate::direct::{Alignment, DirectFile};
 use crate::error::Site;
 pub use crate::kind::OpKind;
-use action::{Action, ReadArgs, ReadVectoredArgs, Vectored, WriteArgs, WriteVectoredArgs};
+use action::{
+    Action, FtruncateArgs, ReadArgs, ReadVectoredArgs, Vectored, WriteArgs, WriteVectoredArgs,
+};
 
 /// Something an operation can be issued on: an open file descriptor, and
 /// whether it was opened for direct I/O.
@@ -115,8 +117,10 @@ impl Target for RawTarget {
 /// One I/O operation in a batch.
 ///
 /// Built with [`Op::read`], [`Op::write`], [`Op::read_vectored`],
-/// [`Op::write_vectored`], [`Op::fsync`] or [`Op::fdatasync`]. It borrows the
-/// file and the buffers for `'a`.
+/// [`Op::write_vectored`], [`Op::fsync`], [`Op::fdatasync`] or
+/// [`Op::ftruncate`]. It borrows the file and the buffers for `'a`.
+/// [`Engine::submit`](crate::Engine::submit) performs a batch of them;
+/// [`Op::run_blocking`] performs one on the calling thread.
 pub struct Op<'a> {
     /// The descriptor: the file, or the directory a path is relative to.
     pub(crate) fd: RawFd,
@@ -263,6 +267,26 @@ impl<'a> Op<'a> {
         Op::on(file, Action::flush(true))
     }
 
+    /// Set the file's length to `len`: cut it, or extend it with a hole
+    /// that reads as zeroes (`ftruncate`). The result is 0. A length past
+    /// `i64::MAX` fails with `EINVAL`. On a kernel whose ring lacks the
+    /// opcode (before Linux 6.9, see
+    /// [`ProbeReport::ftruncate`](crate::ProbeReport::ftruncate)) the
+    /// engine performs it with the system call on the submitting thread.
+    ///
+    /// ```
+    /// # use blockio::{Engine, Op};
+    /// # fn main() -> std::io::Result<()> {
+    /// let file = tempfile::tempfile()?;
+    /// let engine = Engine::new()?;
+    /// engine.submit(&mut [Op::ftruncate(&file, 8192)])?.remove(0)?;
+    /// assert_eq!(file.metadata()?.len(), 8192);
+    /// # Ok(()) }
+    /// ```
+    pub fn ftruncate<T: Target + ?Sized>(file: &'a T, len: u64) -> Op<'a> {
+        Op::on(file, Action::Ftruncate(FtruncateArgs { len }))
+    }
+
     /// The kind of this operation.
     pub fn kind(&self) -> OpKind {
         self.action.kind()
@@ -366,8 +390,41 @@ impl<'a> Op<'a> {
         unsafe { self.action.call_raw(self.fd) }
     }
 
-    /// Performs the operation with blocking system calls on this thread.
-    pub(crate) fn run_blocking(&self) -> std::io::Result<usize> {
+    /// Performs the operation with its blocking system call on the
+    /// calling thread, and returns what [`Engine::submit`](crate::Engine::submit)
+    /// would return for it: the same checks before the call (offset range,
+    /// direct-I/O alignment), the same count, the same error.
+    ///
+    /// For one call on a thread that may wait anyway (a worker of your
+    /// own, a thread that only runs this): a ring round trip for a batch of
+    /// one costs a submission and a completion for a single system call,
+    /// and a batch shared with other work would make that work wait for
+    /// this call. For many operations at once, submit them as a batch.
+    /// Kinds that exist only on a ring (multishot accept, receive into a
+    /// provided buffer) fail with `EOPNOTSUPP`.
+    ///
+    /// ```
+    /// # use blockio::Op;
+    /// # fn main() -> std::io::Result<()> {
+    /// let file = tempfile::tempfile()?;
+    /// assert_eq!(Op::write(&file, 0, b"hello").run_blocking()?, 5);
+    /// Op::ftruncate(&file, 4).run_blocking()?;
+    /// let mut buf = [0u8; 8];
+    /// assert_eq!(Op::read(&file, 0, &mut buf).run_blocking()?, 4);
+    /// assert_eq!(&buf[..4], b"hell");
+    /// # Ok(()) }
+    /// ```
+    pub fn run_blocking(&self) -> std::io::Result<usize> {
+        match self.precheck() {
+            Some(refused) => Err(refused),
+            None => self.run_checked(),
+        }
+    }
+
+    /// [`Op::run_blocking`] for an operation whose checks before
+    /// submission have passed (the engine's backends, which run them once
+    /// per batch).
+    pub(crate) fn run_checked(&self) -> std::io::Result<usize> {
         self.result(self.run_blocking_raw())
     }
 

@@ -1,0 +1,142 @@
+//! The end of a group's copy: each complete copy gets its final length
+//! and attributes, the large ones their fsync (`--fsync`), then every
+//! file is closed in one batch, the complete copies counted and the
+//! others reported, removed when this copy created them (and, with `-b`,
+//! the file they replaced put back). Only this step removes a copy, so a
+//! failure at any earlier step leaves one decision about it, made here.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+
+use blockio::Op;
+
+use super::super::at;
+use super::super::attrs::{set_attrs_at, Node};
+use super::super::entry::{Ctx, DirPair};
+use super::super::quote;
+use super::job::{clone, fsync_each, is_sparse, run_batch, FileCopy};
+use super::wave::SLOT_ALIGN;
+use crate::copy;
+
+/// Gives every complete copy its final length and, with `--preserve`, its
+/// attributes.
+pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
+    for j in jobs.iter_mut().filter(|j| j.failed.is_none()) {
+        let dst = dirs.dst_of(&j.e.dst_name);
+        // A file that ended early ends there in the copy, never padded to
+        // its stated size. A direct copy's last block was written whole:
+        // cut the copy back. A sparse copy may end in a hole: extend it.
+        // (Direct copies are never sparse.)
+        let resize = if j.stream || ctx.opts.attributes_only {
+            None
+        } else if let Some(eof) = j.eof {
+            Some((eof, "truncate"))
+        } else if j.direct && j.end % SLOT_ALIGN as u64 != 0 {
+            Some((j.end, "truncate"))
+        } else if is_sparse(ctx.opts, j.e) || ctx.opts.sparse == copy::Sparse::Always {
+            Some((j.e.st.stx_size, "extend"))
+        } else {
+            None
+        };
+        if let Some((len, what)) = resize {
+            if let Err(e) = rustix::fs::ftruncate(&j.dst, len) {
+                j.failed = Some((format!("cannot {what} {}", quote(&dst)), e.into()));
+                continue;
+            }
+        }
+        if ctx.opts.preserve.attrs() {
+            let xattrs = Some((Node::Fd(j.src.as_fd()), dirs.dst_default_acl));
+            let keep = &ctx.opts.preserve;
+            let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs, keep);
+            if let Err(e) = set {
+                // The data is complete: report, keep the file (as cp does).
+                let what = format!("preserving attributes of {}", quote(&dst));
+                ctx.errors.report(what, Some(e));
+            }
+        }
+    }
+}
+
+/// With `--fsync`, fsyncs the files large enough to be made durable one by
+/// one (see [`super::job::FSYNC_EACH_MIN`]), in one batch.
+pub(super) fn fsync_large(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
+    let live: Vec<usize> = (0..jobs.len())
+        .filter(|&i| jobs[i].failed.is_none() && !jobs[i].stream && fsync_each(ctx.opts, jobs[i].e))
+        .collect();
+    let ops: Vec<Op<'_>> = live.iter().map(|&i| Op::fsync(&jobs[i].dst)).collect();
+    for (i, r) in run_batch(ctx.engine, ops, live) {
+        if let Err(e) = r {
+            let dst = dirs.dst_of(&jobs[i].e.dst_name);
+            jobs[i].failed = Some((format!("cannot fsync {}", quote(&dst)), e));
+        }
+    }
+}
+
+/// Closes every file (a destination whose close fails is not complete),
+/// counts the complete copies, and reports the others after removing them.
+pub(super) fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<FileCopy<'_>>) {
+    let mut srcs = Vec::with_capacity(jobs.len());
+    let mut dsts = Vec::with_capacity(jobs.len());
+    let mut finished = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        srcs.push(j.src);
+        dsts.push(j.dst);
+        finished.push((j.e, j.failed, j.created, j.stream, j.backup));
+    }
+    let _ = ctx.engine.close_batch(srcs);
+    let closed = ctx.engine.close_batch(dsts);
+    for (k, (e, failed, _, _, _)) in finished.iter_mut().enumerate() {
+        let err = match &closed {
+            Ok(rs) => rs[k].as_ref().err().map(clone),
+            Err(err) => Some(clone(err)),
+        };
+        if let (None, Some(err)) = (&failed, err) {
+            let dst = dirs.dst_of(&e.dst_name);
+            *failed = Some((format!("error closing {}", quote(&dst)), err));
+        }
+    }
+    for (e, failed, created, stream, backup) in finished {
+        let Some((what, err)) = failed else {
+            ctx.progress.files.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let dst = dirs.dst_of(&e.dst_name);
+        // Only a file this copy created is removed: a name that was there
+        // before may be another link to a file someone needs.
+        let fate = if stream {
+            what
+        } else if !created {
+            format!(
+                "{what} (the copy {} is incomplete; it existed before the copy and was not removed)",
+                quote(&dst)
+            )
+        } else {
+            match at::unlink(&dirs.dst, &e.dst_name) {
+                // `-b`: the file kept aside goes back to its name, as
+                // GNU puts it back: a failed copy leaves things as they were.
+                Ok(()) if backup.is_some() => {
+                    let kept = backup.as_deref().expect("checked");
+                    match rustix::fs::renameat(&dirs.dst, kept, &dirs.dst, e.dst_name.as_c_str()) {
+                        Ok(()) => format!(
+                            "{what} (the incomplete copy {} was removed and the file it replaced put back)",
+                            quote(&dst)
+                        ),
+                        Err(r) => format!(
+                            "{what} (the incomplete copy {} was removed; the file it replaced could not be put back from {}: {})",
+                            quote(&dst),
+                            quote(&dirs.dst_of(kept)),
+                            io::Error::from(r)
+                        ),
+                    }
+                }
+                Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
+                Err(u) => format!(
+                    "{what} (the incomplete copy {} could not be removed: {u})",
+                    quote(&dst)
+                ),
+            }
+        };
+        ctx.errors.report(fate, Some(err));
+    }
+}

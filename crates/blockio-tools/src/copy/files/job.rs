@@ -1,0 +1,190 @@
+//! One file of a group on its way through the copy ([`FileCopy`]), the pieces
+//! its data is cut into ([`Chunk`]), and the small judgments and helpers
+//! every step of the group's copy shares. Kept apart from the steps so
+//! that they depend on it and never on one another's internals.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use blockio::{Engine, Op};
+
+use super::super::entry::{DirPair, Entry};
+use super::super::{quote, CopyOptions};
+use crate::copy;
+
+/// With `--fsync`, files of at least this many bytes have their write-back
+/// started as their blocks are written and are fsynced each: a large copy
+/// streams to the disk, and a failure names its file. Smaller files, like
+/// the directories, are made durable by one `syncfs` per destination file
+/// system at the end (`Walker::finish_dirs`), much faster on many small
+/// files than an fsync per file (`docs/benchmarks.md`). On
+/// ext4 without a journal each such fsync writes the file's data, its
+/// inode's table block and its parent directory, then flushes the disk's
+/// cache; the syncfs writes them all merged, with one flush.
+pub(crate) const FSYNC_EACH_MIN: u64 = 1 << 20;
+
+/// Whether FIFOs and devices are read like files (see
+/// `CopyOptions::copy_contents`).
+pub(super) fn as_regular(opts: &CopyOptions) -> bool {
+    !opts.recursive || opts.copy_contents
+}
+
+/// Whether `e` is made durable by an fsync of its own (with `--fsync`).
+pub(super) fn fsync_each(opts: &CopyOptions, e: &Entry) -> bool {
+    opts.fsync && e.st.stx_size >= FSYNC_EACH_MIN
+}
+
+/// One file of the group on its way.
+pub(super) struct FileCopy<'g> {
+    pub(super) e: &'g Entry,
+    pub(super) src: OwnedFd,
+    pub(super) dst: OwnedFd,
+    /// `dst` was switched to `O_DIRECT` (see [`super::wave::go_direct`]).
+    pub(super) direct: bool,
+    /// This copy created `dst`: only then is it removed if the copy fails.
+    pub(super) created: bool,
+    /// `-b`: the name the file that was there is kept under, in the same
+    /// directory; put back in place if the copy fails.
+    pub(super) backup: Option<std::ffi::CString>,
+    /// `src` or `dst` is not a regular file (a FIFO or device written
+    /// into, a FIFO read with `--copy-contents`): copied with plain reads
+    /// and writes to the end, never resized, ranged or removed.
+    pub(super) stream: bool,
+    /// The end of the data written so far (a direct copy's last block is
+    /// written whole, then the file is cut back to this).
+    pub(super) end: u64,
+    /// Where a read met the end of the file before the size `statx` gave
+    /// (a file that shrank, or one of /proc or /sys whose size is a guess):
+    /// the copy ends there, never padded to the stated size.
+    pub(super) eof: Option<u64>,
+    /// The first failure: what was being done, and why.
+    pub(super) failed: Option<(String, io::Error)>,
+}
+
+/// A range of one file to copy through its piece of the arena.
+#[derive(Clone, Copy)]
+pub(super) struct Chunk {
+    /// The file's job, by its index in the group.
+    pub(super) job: usize,
+    /// Where the range starts in the file (and in its copy).
+    pub(super) offset: u64,
+    /// Its length: at most `--block-size` bytes.
+    pub(super) len: usize,
+}
+
+/// Which end of a copy failed.
+pub(super) enum Side {
+    /// Reading the source.
+    Read,
+    /// Writing the copy.
+    Write,
+}
+
+/// Records the first failure of job `job` (a later one is a consequence
+/// of it, and not reported).
+pub(super) fn fail(
+    jobs: &mut [FileCopy<'_>],
+    dirs: &DirPair,
+    job: usize,
+    side: Side,
+    e: io::Error,
+) {
+    let j = &mut jobs[job];
+    if j.failed.is_none() {
+        j.failed = Some((failure(dirs, j.e, side), e));
+    }
+}
+
+/// What failed, in cp's words.
+pub(super) fn failure(dirs: &DirPair, e: &Entry, side: Side) -> String {
+    match side {
+        Side::Read => format!("error reading {}", quote(&dirs.src_of(&e.src_name))),
+        Side::Write => format!("error writing {}", quote(&dirs.dst_of(&e.dst_name))),
+    }
+}
+
+/// Fewer blocks allocated than the size needs: the file has holes (which
+/// the copy keeps, unless `--sparse=never`).
+pub(super) fn is_sparse(opts: &CopyOptions, e: &Entry) -> bool {
+    opts.sparse != copy::Sparse::Never && e.st.stx_blocks.saturating_mul(512) < e.st.stx_size
+}
+
+/// How many of the first `sizes` (at least one) fit in `wave` bytes: the
+/// files a group copies now (the rest go back to the queue), and the
+/// chunks of one wave.
+pub(super) fn first_wave(sizes: impl Iterator<Item = u64>, wave: u64) -> usize {
+    let mut bytes = 0u64;
+    let mut n = 0;
+    for size in sizes {
+        if n > 0 && bytes + size > wave {
+            break;
+        }
+        bytes += size;
+        n += 1;
+    }
+    n
+}
+
+/// Runs `ops` as one engine batch; yields each result with its entry of
+/// `index` (one per op). A failure of the whole batch is every op's result.
+pub(super) fn run_batch(
+    engine: &Engine,
+    mut ops: Vec<Op<'_>>,
+    index: Vec<usize>,
+) -> impl Iterator<Item = (usize, io::Result<usize>)> {
+    let results = match engine.submit(&mut ops) {
+        Ok(r) => r,
+        Err(e) => index.iter().map(|_| Err(clone(&e))).collect(),
+    };
+    index.into_iter().zip(results)
+}
+
+/// The attributes of an open file, in the engine's form (`libc::statx`,
+/// what its batched `statx` gives every other entry), every field as the
+/// kernel filled it.
+pub(crate) fn fstat(fd: &impl AsRawFd) -> io::Result<libc::statx> {
+    // SAFETY: `statx` is plain old data (integers only); all zeroes is a
+    // valid value.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd, an empty NUL-terminated path with AT_EMPTY_PATH,
+    // and a pointer to a local statx the kernel fills in.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BASIC_STATS,
+            &mut st,
+        )
+    };
+    if r == 0 {
+        Ok(st)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// An error for every file of a batch that failed as a whole.
+pub(super) fn clone(e: &io::Error) -> io::Error {
+    match blockio::errno(e) {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_wave;
+
+    #[test]
+    fn a_group_keeps_the_files_that_fit_in_a_wave_and_at_least_one() {
+        let w = 16 << 20;
+        assert_eq!(first_wave([1 << 30, 1 << 30].into_iter(), w), 1);
+        assert_eq!(first_wave(std::iter::repeat_n(4096, 32), w), 32);
+        assert_eq!(first_wave(std::iter::repeat_n(1 << 20, 32), w), 16);
+        // A file larger than a wave starts a group of its own.
+        assert_eq!(first_wave([0, 0, 20 << 20, 0].into_iter(), w), 2);
+        assert_eq!(first_wave([20 << 20, 0].into_iter(), w), 1);
+        assert_eq!(first_wave(std::iter::empty(), w), 0);
+    }
+}

@@ -1,0 +1,611 @@
+//! Directories: each one listed, its entries `statx`ed in batches and
+//! sorted by kind (regular files to the workers in groups, directories
+//! made in one `mkdirat` batch and queued, links and special files to
+//! [`super::links`]); the modes directories are made with and end with;
+//! and the copy's own directories and directories met twice refused, by
+//! (device, inode), so the walk never copies into itself.
+
+use std::ffi::{CStr, OsStr};
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use blockio::PathAt;
+
+use super::super::at;
+use super::super::cname;
+use super::super::entry::{Chain, DirAt, DirPair, Entry, Group, Root};
+use super::super::files;
+use super::super::quote;
+use super::copy::attrs::Node;
+use super::copy::Dereference;
+use super::walker::{id_of, open_operand_dst, Fixup, Walker, REROOT};
+use super::work::{DirTask, Parent, Pending, Queued, Task};
+use crate::copy;
+
+/// The names of a directory taken at a time: their `statx`es and entries
+/// (about 300 bytes each) are kept only while these are dispatched, so
+/// memory stays bounded however many entries a directory holds.
+const LIST_CHUNK: usize = 512;
+
+impl Walker<'_> {
+    /// Remembers the file system of a destination directory, to `syncfs`
+    /// it at the end.
+    pub(super) fn note_filesystem(&self, dir: &File, path: &Path) {
+        let dev = match dir.metadata() {
+            Ok(m) => m.dev(),
+            Err(e) => return self.report(format!("cannot stat {}", quote(path)), Some(e)),
+        };
+        let mut known = self.filesystems.lock().expect("lock");
+        if known.iter().any(|(d, _, _)| *d == dev) {
+            return;
+        }
+        match dir.try_clone() {
+            Ok(f) => known.push((dev, path.to_path_buf(), f)),
+            Err(e) => self.report(format!("cannot access {}", quote(path)), Some(e)),
+        }
+    }
+
+    /// Opens a directory of the tree and its copy; with the root and path
+    /// its subdirectories are opened from.
+    pub(super) fn open_task(&self, t: &DirTask) -> Option<(File, File, Arc<Root>, PathBuf)> {
+        let (opened, root, rel) = match &t.at {
+            DirAt::Operand {
+                src,
+                dst,
+                follow_dst,
+            } => (
+                at::open_operand_dir(src)
+                    .map_err(|e| (src, e))
+                    .and_then(|s| {
+                        Ok((s, open_operand_dst(dst, *follow_dst).map_err(|e| (dst, e))?))
+                    }),
+                None,
+                PathBuf::new(),
+            ),
+            DirAt::Beneath { root, rel } => (
+                if self.ctx.opts.dereference == Dereference::Always {
+                    at::open_dir_following(&root.src, rel)
+                } else {
+                    at::open_dir_beneath(&root.src, rel)
+                }
+                .map_err(|e| (&t.src, e))
+                .and_then(|s| {
+                    Ok((
+                        s,
+                        at::open_dir_beneath(&root.dst, rel).map_err(|e| (&t.dst, e))?,
+                    ))
+                }),
+                // Deep enough: this directory becomes a root of its own.
+                (rel.as_os_str().len() < REROOT).then(|| Arc::clone(root)),
+                if rel.as_os_str().len() < REROOT {
+                    rel.clone()
+                } else {
+                    PathBuf::new()
+                },
+            ),
+        };
+        let (s, d) = match opened {
+            Ok(sd) => sd,
+            Err((path, e)) => {
+                self.report(format!("cannot access {}", quote(path)), Some(e));
+                return None;
+            }
+        };
+        let root = match root {
+            Some(r) => r,
+            None => match (s.try_clone(), d.try_clone()) {
+                (Ok(src), Ok(dst)) => Arc::new(Root { src, dst }),
+                (Err(e), _) | (_, Err(e)) => {
+                    self.report(format!("cannot access {}", quote(&t.src)), Some(e));
+                    return None;
+                }
+            },
+        };
+        if self.ctx.opts.fsync && matches!(t.at, DirAt::Operand { .. }) {
+            self.note_filesystem(&d, &t.dst);
+        }
+        Some((s, d, root, rel))
+    }
+
+    /// One directory of the tree, already made at `dst`.
+    pub(super) fn directory(&self, q: Queued) {
+        let t = q.dir.resolve();
+        let Some((s, d, root, rel)) = self.open_task(&t) else {
+            return self.fix_dir(&t, q.fix, None, None);
+        };
+        // Its attributes before it is listed, which sets its access time.
+        let mut st = q.fix.map(|_| files::fstat(&s));
+        // Before its source is listed: the copy's own directories are
+        // known when the walk meets them (see `dest_dirs`).
+        if self.watch {
+            match d.metadata() {
+                Ok(m) => {
+                    self.dest_dirs.lock().expect("lock").insert(id_of(&m));
+                }
+                Err(e) => {
+                    self.report(format!("cannot stat {}", quote(&t.dst)), Some(e));
+                    return self.fix_dir(&t, q.fix, st.take(), None);
+                }
+            }
+        }
+        let keep = self.ctx.opts.preserve;
+        let preserve = keep.mode || keep.xattr;
+        if preserve {
+            // Before anything is made in it: its default ACL is the
+            // source's, so what the copy creates inherits what the
+            // source's files did. (A directory may have inherited ACLs
+            // from its parent: always looked for.)
+            let (from, to) = (Node::Fd(s.as_fd()), Node::Fd(d.as_fd()));
+            if let Err(e) = copy::attrs::copy_xattrs(&from, &to, true, &keep) {
+                self.report(
+                    format!("preserving extended attributes of {}", quote(&t.dst)),
+                    Some(e),
+                );
+            }
+        }
+        let mut names = match at::list(&s) {
+            Ok(n) => n,
+            Err(e) => {
+                self.report(format!("cannot read directory {}", quote(&t.src)), Some(e));
+                return self.fix_dir(&t, q.fix, st.take(), None);
+            }
+        };
+        // Sorted: the walk (and its messages) do not depend on the order the
+        // file system lists names in.
+        names.sort();
+        // Before its subdirectories are queued, which note theirs after it
+        // (`finish_dirs` sets them deepest first).
+        self.fix_dir(&t, q.fix, st.take(), (names.len() == 0).then_some(&d));
+        let dst_default_acl = preserve && copy::attrs::has_default_acl(d.as_fd());
+        let follow = self.ctx.opts.dereference == Dereference::Always;
+        let chain = if follow {
+            match s.metadata() {
+                Ok(m) => Some(Arc::new(Chain {
+                    id: (m.dev(), m.ino()),
+                    up: t.chain.clone(),
+                })),
+                Err(e) => {
+                    return self.report(format!("cannot stat {}", quote(&t.src)), Some(e));
+                }
+            }
+        } else {
+            None
+        };
+        let pair = Arc::new(DirPair {
+            src: s,
+            dst: d,
+            src_path: t.src,
+            dst_path: t.dst,
+            below: Some((root, rel)),
+            dst_default_acl,
+            chain,
+            top: t.top,
+        });
+        // A few hundred names at a time: their attributes and entries
+        // (a `statx` each) are kept only while those are dispatched, so a
+        // directory of many entries costs little more than its names.
+        let mut group = Vec::new();
+        for start in (0..names.len()).step_by(LIST_CHUNK) {
+            let chunk: Vec<(&CStr, bool)> = (start..names.len().min(start + LIST_CHUNK))
+                .map(|i| names.get(i))
+                .collect();
+            let stats = self.stat_all(&pair, &chunk);
+            let entries = chunk
+                .iter()
+                .zip(stats)
+                .filter_map(|(&(name, _), st)| {
+                    let mut e = Entry::listed(name.to_owned(), st?);
+                    e.follow_src = follow;
+                    Some(e)
+                })
+                .collect();
+            self.dispatch(&pair, entries, &mut group);
+        }
+        if !group.is_empty() {
+            self.send(&pair, group);
+        }
+    }
+
+    /// The attributes of a directory's entries; `None` for those that
+    /// failed (each reported).
+    ///
+    /// Regular files are not `statx`ed here: the worker that copies one
+    /// opens it anyway and reads its attributes from the descriptor
+    /// (`Entry::unstated`), which saves a path lookup per file and, on
+    /// ext4, a trip through io_uring's worker threads (where `statx`
+    /// always goes). Everything else is `statx`ed in batches.
+    pub(super) fn stat_all(
+        &self,
+        pair: &DirPair,
+        names: &[(&CStr, bool)],
+    ) -> Vec<Option<libc::statx>> {
+        let mut stats: Vec<Option<libc::statx>> = names
+            .iter()
+            .map(|(_, regular)| regular.then(Entry::unstated))
+            .collect();
+        let unknown: Vec<usize> = (0..names.len()).filter(|&i| !names[i].1).collect();
+        for chunk in unknown.chunks(256) {
+            let at: Vec<PathAt<'_>> = chunk
+                .iter()
+                .map(|&i| PathAt::in_dir(&pair.src, names[i].0))
+                .collect();
+            // `-L`: a link is what it leads to.
+            let flags = if self.ctx.opts.dereference == Dereference::Always {
+                0
+            } else {
+                libc::AT_SYMLINK_NOFOLLOW
+            };
+            let got = match self.ctx.engine.stat_batch(&at, flags) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.report(format!("cannot stat in {}", quote(&pair.src_path)), Some(e));
+                    continue;
+                }
+            };
+            for (&i, st) in chunk.iter().zip(got) {
+                match st {
+                    Ok(st) => stats[i] = Some(st),
+                    Err(e) => self.report(
+                        format!("cannot stat {}", quote(&pair.src_of(names[i].0))),
+                        Some(e),
+                    ),
+                }
+            }
+        }
+        stats
+    }
+
+    /// Copies the entries of one directory pair, by kind. Regular files go
+    /// out in groups of `group` files; a group's worker splits off what
+    /// exceeds a wave of bytes once the sizes are known (`files::copy_group`).
+    pub(super) fn entries(&self, pair: &Arc<DirPair>, entries: Vec<Entry>) {
+        let mut group = Vec::new();
+        self.dispatch(pair, entries, &mut group);
+        if !group.is_empty() {
+            self.send(pair, group);
+        }
+    }
+
+    /// [`Walker::entries`] for a part of a directory: the regular files
+    /// are added to `group`, sent each time it is full; the caller sends
+    /// what is left in it after the last part.
+    pub(super) fn dispatch(
+        &self,
+        pair: &Arc<DirPair>,
+        entries: Vec<Entry>,
+        group: &mut Vec<Entry>,
+    ) {
+        let mut dirs = Vec::new();
+        let mut links = Vec::new();
+        for e in entries {
+            if self.ctx.opts.link != copy::LinkMode::Copy && e.kind() != libc::S_IFDIR {
+                self.link_entry(pair, &e);
+                continue;
+            }
+            match e.kind() {
+                libc::S_IFDIR => dirs.push(e),
+                libc::S_IFLNK => links.push(e),
+                libc::S_IFREG | libc::S_IFIFO | libc::S_IFCHR | libc::S_IFBLK | libc::S_IFSOCK
+                    if e.kind() == libc::S_IFREG || self.as_regular() =>
+                {
+                    if group.len() >= self.ctx.opts.group.max(1) {
+                        self.send(pair, std::mem::take(group));
+                    }
+                    group.push(e);
+                }
+                _ => self.special(pair, &e),
+            }
+        }
+        self.make_dirs(pair, dirs);
+        self.make_links(pair, links);
+    }
+
+    /// Queues a group of regular files of `pair` for a worker.
+    pub(super) fn send(&self, pair: &Arc<DirPair>, files: Vec<Entry>) {
+        self.work.push(Task::Files(Group {
+            dirs: Arc::clone(pair),
+            files,
+        }));
+    }
+
+    /// The mode a directory is made with: writable by us while the copy
+    /// fills it; with `-p` by us alone (its own mode, which may let others
+    /// in, is set at the end, after its ACL). When the owner is kept, the
+    /// group and others get no access until then, as with GNU's: until
+    /// the chown the directory belongs to the copier and its group, whom
+    /// the source's mode was never meant for.
+    pub(super) fn dir_create_mode(&self, st: &libc::statx) -> u32 {
+        let mode = if self.ctx.opts.default_mode {
+            0o777
+        } else if self.ctx.opts.preserve.mode {
+            0o700
+        } else {
+            (u32::from(st.stx_mode) & 0o7777) | 0o700
+        };
+        if self.ctx.opts.preserve.ownership {
+            mode & !0o077
+        } else {
+            mode
+        }
+    }
+
+    /// The mode a copy of a directory whose `statx` is `st` ends with.
+    pub(super) fn dir_mode(&self, st: &libc::statx) -> u32 {
+        let mode = u32::from(st.stx_mode);
+        if self.ctx.opts.default_mode {
+            (0o777 | (mode & 0o1000)) & !self.ctx.umask
+        } else if self.ctx.opts.preserve.mode {
+            mode & 0o7777
+        } else {
+            // As GNU's: a directory keeps its sticky bit, not its
+            // set-user-ID and set-group-ID bits.
+            mode & 0o1777 & !self.ctx.umask
+        }
+    }
+
+    /// A directory was made (`fresh`) or is merged into: it is counted,
+    /// and (`walk`) queued to be listed, its final mode and times then
+    /// noted when it is listed; else they are noted for the end now.
+    pub(super) fn dir_made(&self, task: Pending, st: &libc::statx, fresh: bool, walk: bool) {
+        self.ctx.progress.dirs.fetch_add(1, Ordering::Relaxed);
+        if walk {
+            // Noted when it is listed (`fix_dir`): a directory found empty
+            // then is finished at once, and the queue holds no `statx`.
+            let fix = self.needs_fixup(st, fresh).then_some(fresh);
+            return self.work.push(Task::Dir(Queued { dir: task, fix }));
+        }
+        if let Some(f) = self.fixup(task.resolve(), st, fresh) {
+            self.fixups.lock().expect("lock").push(f);
+        }
+    }
+
+    /// Whether a directory whose source's `statx` is `st` needs its mode
+    /// or times set after its contents. Not when mkdir made it right, the
+    /// usual case (opening every directory again for nothing made a
+    /// serial tail after the copy). Merging into an existing directory:
+    /// with -p its attributes become the source's, as with cp.
+    pub(super) fn needs_fixup(&self, st: &libc::statx, fresh: bool) -> bool {
+        let made = self.dir_create_mode(st) & !self.ctx.umask;
+        self.ctx.opts.preserve.attrs() || (fresh && self.dir_mode(st) != made)
+    }
+
+    /// The final attributes of the directory `t`, if any are to be set.
+    pub(super) fn fixup(&self, t: DirTask, st: &libc::statx, fresh: bool) -> Option<Fixup> {
+        self.needs_fixup(st, fresh).then(|| Fixup {
+            at: t.at,
+            path: t.dst,
+            st: *st,
+            chmod: (fresh || self.ctx.opts.preserve.mode).then(|| self.dir_mode(st)),
+            fresh,
+        })
+    }
+
+    /// A walked directory's final attributes (`fix`: see [`Queued`]), from
+    /// its source's `st` taken before it was listed (`None`: not open, then
+    /// by path): set at once on `now` when it is empty (nothing will be
+    /// made in it), else noted for the end.
+    pub(super) fn fix_dir(
+        &self,
+        t: &DirTask,
+        fix: Option<bool>,
+        st: Option<io::Result<libc::statx>>,
+        now: Option<&File>,
+    ) {
+        let Some(fresh) = fix else { return };
+        let follow = self.ctx.opts.dereference == Dereference::Always
+            || matches!(t.at, DirAt::Operand { .. });
+        let st = match st {
+            Some(st) => st,
+            None => self.stat_one(PathAt::cwd(&cname(t.src.as_os_str())), follow),
+        };
+        let st = match st {
+            Ok(st) => st,
+            Err(e) => return self.report(format!("cannot stat {}", quote(&t.src)), Some(e)),
+        };
+        let task = DirTask {
+            src: t.src.clone(),
+            dst: t.dst.clone(),
+            at: t.at.clone(),
+            chain: None,
+            top: Arc::clone(&t.top),
+        };
+        let Some(f) = self.fixup(task, &st, fresh) else {
+            return;
+        };
+        match now {
+            Some(dir) => self.apply_fixup(dir, &f),
+            None => self.fixups.lock().expect("lock").push(f),
+        }
+    }
+
+    pub(super) fn make_dirs(&self, pair: &Arc<DirPair>, mut dirs: Vec<Entry>) {
+        if let Some(chain) = &pair.chain {
+            dirs.retain(|e| {
+                let cyclic = chain.contains(e.id());
+                if cyclic {
+                    let src = pair.src_of(&e.src_name);
+                    self.report(
+                        format!("cannot copy cyclic symbolic link {}", quote(&src)),
+                        None,
+                    );
+                }
+                !cyclic
+            });
+        }
+        self.not_into_itself(pair, &mut dirs);
+        if dirs.is_empty() {
+            return;
+        }
+        // `-x`: a directory on another file system (a mount point) is made
+        // but not walked.
+        let this_fs = if self.ctx.opts.one_file_system {
+            pair.src.metadata().ok().map(|m| m.dev())
+        } else {
+            None
+        };
+        let (root, rel) = pair.below.as_ref().expect("a listed directory has a root");
+        let reqs: Vec<(PathAt<'_>, u32)> = dirs
+            .iter()
+            .map(|e| {
+                (
+                    PathAt::in_dir(&pair.dst, &e.dst_name),
+                    self.dir_create_mode(&e.st),
+                )
+            })
+            .collect();
+        let mut turn = self.ctx.creators.enter();
+        let made = self.ctx.engine.mkdir_batch(&reqs);
+        turn.created(reqs.len() as u64);
+        drop(turn);
+        let made = match made {
+            Ok(m) => m,
+            Err(e) => {
+                return self.report(
+                    format!("cannot create directories in {}", quote(&pair.dst_path)),
+                    Some(e),
+                )
+            }
+        };
+        let mut parent = None;
+        for (e, r) in dirs.iter().zip(made) {
+            let (src, dst) = (pair.src_of(&e.src_name), pair.dst_of(&e.dst_name));
+            let fresh = match r {
+                Ok(()) => true,
+                // Never merged into through a link: it is not a directory.
+                Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
+                    if !at::is_dir(&pair.dst, &e.dst_name) {
+                        // A link to the source directory itself: GNU's
+                        // same-file message.
+                        let opts = self.ctx.opts;
+                        let to_source = e.never_follows(opts.dereference)
+                            && !opts.remove_destination
+                            && !opts.no_clobber
+                            && opts.backup == copy::Backup::None
+                            && rustix::fs::statat(
+                                &pair.dst,
+                                e.dst_name.as_c_str(),
+                                rustix::fs::AtFlags::empty(),
+                            )
+                            .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+                        let what = if to_source {
+                            format!("{} and {} are the same file", quote(&src), quote(&dst))
+                        } else {
+                            format!(
+                                "cannot overwrite non-directory {} with directory {}",
+                                quote(&dst),
+                                quote(&src)
+                            )
+                        };
+                        self.report(what, None);
+                        continue;
+                    }
+                    false
+                }
+                Err(err) => {
+                    self.report(
+                        format!("cannot create directory {}", quote(&dst)),
+                        Some(err),
+                    );
+                    continue;
+                }
+            };
+            if fresh {
+                copy::say_copied(self.ctx.opts, &src, &dst, None);
+            }
+            let parent = parent.get_or_insert_with(|| {
+                Arc::new(Parent {
+                    src: pair.src_path.clone(),
+                    dst: pair.dst_path.clone(),
+                    root: Arc::clone(root),
+                    rel: rel.clone(),
+                    chain: pair.chain.clone(),
+                    top: Arc::clone(&pair.top),
+                })
+            });
+            let task = if e.src_name == e.dst_name {
+                Pending::Below {
+                    parent: Arc::clone(parent),
+                    name: e.dst_name.clone(),
+                }
+            } else {
+                Pending::Full(Box::new(DirTask {
+                    src,
+                    dst,
+                    at: DirAt::Beneath {
+                        root: Arc::clone(root),
+                        rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
+                    },
+                    chain: pair.chain.clone(),
+                    top: Arc::clone(&pair.top),
+                }))
+            };
+            let walk = this_fs.map_or(true, |dev| dev == e.id().0);
+            self.dir_made(task, &e.st, fresh, walk);
+        }
+    }
+
+    /// Drops (reporting each, as GNU does) the source directories that
+    /// are the copy's own directories, or (without `-L`) were copied
+    /// already. Compared by (device, inode), not by path: a bind mount of
+    /// the source below the destination has another path.
+    pub(super) fn not_into_itself(&self, pair: &DirPair, dirs: &mut Vec<Entry>) {
+        let follow = self.ctx.opts.dereference == Dereference::Always;
+        let dest_dirs = self.dest_dirs.lock().expect("lock");
+        let mut src_dirs = self.src_dirs.lock().expect("lock");
+        dirs.retain(|e| {
+            if dest_dirs.contains(&e.id()) {
+                self.report(
+                    format!(
+                        "cannot copy a directory, {}, into itself, {}",
+                        quote(&pair.top.0),
+                        quote(&pair.top.1)
+                    ),
+                    None,
+                );
+                return false;
+            }
+            if follow {
+                // Met again through another link: copied again, as GNU
+                // does (the chain stops cycles).
+                return true;
+            }
+            if !self.watch {
+                // Met once only (see `watch`): an operand's id is there.
+                return !src_dirs.contains_key(&e.id()) || {
+                    self.report(
+                        format!(
+                            "will not create hard link {} to directory {}",
+                            quote(&pair.dst_of(&e.dst_name)),
+                            quote(&src_dirs[&e.id()])
+                        ),
+                        None,
+                    );
+                    false
+                };
+            }
+            match src_dirs.entry(e.id()) {
+                std::collections::hash_map::Entry::Occupied(earlier) => {
+                    self.report(
+                        format!(
+                            "will not create hard link {} to directory {}",
+                            quote(&pair.dst_of(&e.dst_name)),
+                            quote(earlier.get())
+                        ),
+                        None,
+                    );
+                    false
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(pair.dst_of(&e.dst_name));
+                    true
+                }
+            }
+        });
+    }
+}

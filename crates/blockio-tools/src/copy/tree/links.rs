@@ -1,0 +1,532 @@
+//! What the copy makes as a name rather than by writing data: `-l`/`-s`
+//! links to the source, copied symbolic links (one `symlinkat` batch per
+//! directory) and special files; and what happens to a file already in
+//! their way, by GNU's rules (kept, refused, removed or backed up, and
+//! never the source itself).
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use blockio::PathAt;
+
+use super::super::at;
+use super::super::entry::{DirPair, Entry};
+use super::super::{cname, quote};
+use super::copy::attrs::{set_attrs_at, Node};
+use super::walker::{id_of, Walker};
+use crate::copy;
+
+/// What [`Walker::finish_made`] made: a symbolic link, or a FIFO, socket
+/// or device node.
+#[derive(Clone, Copy)]
+pub(super) enum Made {
+    Link,
+    Special,
+}
+
+/// What [`Walker::replace`] did with the file in the way.
+pub(super) enum Replace {
+    Skip,
+    /// Removed, or kept aside under the backup name given (`-b`).
+    Removed(Option<PathBuf>),
+    Failed,
+}
+
+/// Whether the destination directory of `pair` is the current one (`-s`
+/// makes relative links only there, where they lead to their source).
+pub(super) fn in_cwd(pair: &DirPair) -> bool {
+    match (pair.dst.metadata(), std::fs::metadata(".")) {
+        (Ok(a), Ok(b)) => id_of(&a) == id_of(&b),
+        _ => false,
+    }
+}
+
+impl Walker<'_> {
+    /// `-l`, `-s`: a hard or symbolic link to the source instead of a
+    /// copy. An existing destination is an error unless `-f`,
+    /// `--remove-destination` or `-b` lets it be replaced (`-n`: kept).
+    pub(super) fn link_entry(&self, pair: &DirPair, e: &Entry) {
+        let opts = self.ctx.opts;
+
+        let src = pair.src_of(&e.src_name);
+        let dst = pair.dst_of(&e.dst_name);
+        let hard = opts.link == copy::LinkMode::Hard;
+        let target = cname(src.as_os_str());
+        // A relative link made elsewhere would not lead to its source:
+        // refused, as GNU does, once what is in the way has been judged
+        // (`-n` and `-u` keep it without a word).
+        let relative = !hard && !src.is_absolute() && !in_cwd(pair);
+        let refuse_relative = || {
+            self.report(
+                format!(
+                    "{}: can make relative symbolic links only in current directory",
+                    crate::quote::quote_if_needed(&dst)
+                ),
+                None,
+            )
+        };
+        let make = || {
+            if relative {
+                // Only whether something is in the way: `EEXIST` if so.
+                return match rustix::fs::statat(
+                    &pair.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                ) {
+                    Ok(_) => Err(rustix::io::Errno::EXIST),
+                    Err(_) => Err(rustix::io::Errno::NOENT),
+                };
+            }
+            if hard {
+                let flags = if e.follow_src {
+                    rustix::fs::AtFlags::SYMLINK_FOLLOW
+                } else {
+                    rustix::fs::AtFlags::empty()
+                };
+                rustix::fs::linkat(&pair.src, &e.src_name, &pair.dst, &e.dst_name, flags)
+            } else {
+                rustix::fs::symlinkat(&target, &pair.dst, &e.dst_name)
+            }
+        };
+        let mut r = make();
+        if relative && r != Err(rustix::io::Errno::EXIST) {
+            return refuse_relative();
+        }
+        // Something is in the way: `-u` and the same-file rule need the
+        // source's attributes, which a file known from its directory entry
+        // alone does not carry yet.
+        let mut stated;
+        let e = if !e.stated() && r == Err(rustix::io::Errno::EXIST) {
+            let flags = if e.follow_src {
+                0
+            } else {
+                libc::AT_SYMLINK_NOFOLLOW
+            };
+            match self
+                .ctx
+                .engine
+                .stat_batch(&[PathAt::in_dir(&pair.src, &e.src_name)], flags)
+            {
+                Ok(mut v) => match v.remove(0) {
+                    Ok(st) => {
+                        stated = e.clone();
+                        stated.st = st;
+                        &stated
+                    }
+                    Err(err) => {
+                        let src = pair.src_of(&e.src_name);
+                        return self.report(format!("cannot stat {}", quote(&src)), Some(err));
+                    }
+                },
+                Err(err) => {
+                    let src = pair.src_of(&e.src_name);
+                    return self.report(format!("cannot stat {}", quote(&src)), Some(err));
+                }
+            }
+        } else {
+            e
+        };
+        let mut backup = None;
+        if r == Err(rustix::io::Errno::EXIST) && hard {
+            // Already a hard link of the source: nothing to do, as GNU.
+            let follow = |yes: bool| {
+                if yes {
+                    rustix::fs::AtFlags::empty()
+                } else {
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+                }
+            };
+            let id = |dir: &File, name: &CStr, f| {
+                rustix::fs::statat(dir, name, follow(f))
+                    .ok()
+                    .map(|st| (st.st_dev, st.st_ino))
+            };
+            let src_id = id(&pair.src, &e.src_name, e.follow_src);
+            if src_id.is_some() && src_id == id(&pair.dst, &e.dst_name, false) {
+                return;
+            }
+        }
+        if r == Err(rustix::io::Errno::EXIST) {
+            // GNU's order: -n, -u, then a directory in the way.
+            let there = rustix::fs::statat(
+                &pair.dst,
+                e.dst_name.as_c_str(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            );
+            let kept = there.as_ref().is_ok_and(|st| {
+                let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                copy::keep_existing(opts, copy::mtime(&e.st), mtime, &dst)
+            });
+            if opts.no_clobber || kept {
+                self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            let kind = there.map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
+            if kind == Ok(rustix::fs::FileType::Directory) {
+                return self.report(
+                    format!(
+                        "cannot overwrite directory {} with non-directory",
+                        quote(&dst)
+                    ),
+                    None,
+                );
+            }
+            // As GNU 9.1: with -s, a hard link of the source in the way is
+            // the same file; a link in the way fails to be made ("File
+            // exists"), or with -f is made anew, even one that leads to
+            // the source.
+            let dst_is_link = kind == Ok(rustix::fs::FileType::Symlink);
+            if !hard && !dst_is_link && self.leads_to_source(pair, e) {
+                return self.report(
+                    format!("{} and {} are the same file", quote(&src), quote(&dst)),
+                    None,
+                );
+            }
+            // As GNU 9.1: links not followed, what is in the way of a
+            // symbolic link to anything but a regular file is removed
+            // first (as with `--remove-destination`), unless it is that
+            // very file (a hard link of a source link): then it stays.
+            let unlink_first = !hard
+                && e.kind() != libc::S_IFREG
+                && e.never_follows(opts.dereference)
+                && opts.backup == copy::Backup::None;
+            if unlink_first {
+                let id = |dir: &File, name: &CStr| {
+                    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                        .ok()
+                        .map(|st| (st.st_dev, st.st_ino))
+                };
+                let there = id(&pair.dst, &e.dst_name);
+                if there.is_some() && there == id(&pair.src, &e.src_name) {
+                    return;
+                }
+            }
+            if relative {
+                // GNU removes what is in the way first with
+                // `--remove-destination` (a backup it would make is put
+                // back), then refuses.
+                if (opts.remove_destination || unlink_first) && opts.backup == copy::Backup::None {
+                    let _ = rustix::fs::unlinkat(
+                        &pair.dst,
+                        e.dst_name.as_c_str(),
+                        rustix::fs::AtFlags::empty(),
+                    );
+                }
+                return refuse_relative();
+            }
+            // `-il`: a "yes" replaces the file with the link, as GNU's.
+            let asked = hard && opts.ask.is_some();
+            if opts.force
+                || opts.remove_destination
+                || opts.backup != copy::Backup::None
+                || asked
+                || unlink_first
+            {
+                // `-u` and `-i` were asked above: not again.
+                match self.replace(pair, e, true, true) {
+                    Replace::Removed(b) => {
+                        backup = b;
+                        r = make();
+                    }
+                    Replace::Skip | Replace::Failed => return,
+                }
+            }
+        }
+        match r {
+            Ok(()) => {
+                copy::say_copied(opts, &src, &dst, backup.as_deref());
+                self.ctx.progress.files.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(err) => {
+                // GNU says what it is about to do before it fails.
+                copy::say_copied(opts, &src, &dst, backup.as_deref());
+                let kind = if hard { "hard" } else { "symbolic" };
+                self.report(
+                    format!(
+                        "cannot create {kind} link {} to {}",
+                        quote(&dst),
+                        quote(&src)
+                    ),
+                    Some(err.into()),
+                )
+            }
+        }
+    }
+
+    /// Copies the symbolic links of `pair` as links: their targets read,
+    /// then made in one `symlinkat` batch.
+    pub(super) fn make_links(&self, pair: &Arc<DirPair>, links: Vec<Entry>) {
+        let mut targets = Vec::with_capacity(links.len());
+        let mut ok = Vec::with_capacity(links.len());
+        for e in links {
+            match at::read_link(&pair.src, &e.src_name) {
+                Ok(t) => {
+                    targets.push(t);
+                    ok.push(e);
+                }
+                Err(err) => self.report(
+                    format!(
+                        "cannot read symbolic link {}",
+                        quote(&pair.src_of(&e.src_name))
+                    ),
+                    Some(err),
+                ),
+            }
+        }
+        if ok.is_empty() {
+            return;
+        }
+        let reqs: Vec<(PathAt<'_>, &CStr)> = ok
+            .iter()
+            .zip(&targets)
+            .map(|(e, t)| (PathAt::in_dir(&pair.dst, &e.dst_name), t.as_c_str()))
+            .collect();
+        let mut turn = self.ctx.creators.enter();
+        let made = self.ctx.engine.symlink_batch(&reqs);
+        turn.created(reqs.len() as u64);
+        drop(turn);
+        let made = match made {
+            Ok(m) => m,
+            Err(e) => {
+                return self.report(
+                    format!("cannot create symbolic links in {}", quote(&pair.dst_path)),
+                    Some(e),
+                )
+            }
+        };
+        for ((e, t), r) in ok.iter().zip(&targets).zip(made) {
+            self.finish_made(pair, e, Made::Link, r, || {
+                at::symlink(t, &pair.dst, &e.dst_name)
+            });
+        }
+    }
+
+    /// FIFOs, sockets and device nodes are made anew, as `cp -r` does;
+    /// with `-p` accessible to us alone until their owner and mode are set.
+    pub(super) fn special(&self, pair: &Arc<DirPair>, e: &Entry) {
+        let rdev = libc::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
+        let perms = if self.ctx.opts.default_mode {
+            // As GNU's: the default bits, and the source's special ones.
+            0o666 | (e.mode() & 0o7000)
+        } else if self.ctx.opts.preserve.mode {
+            e.mode() & 0o600
+        } else {
+            e.mode() & 0o7777
+        };
+        let make = || at::mknod(&pair.dst, &e.dst_name, e.kind() | perms, rdev);
+        self.finish_made(pair, e, Made::Special, make(), make);
+    }
+
+    /// Finishes making the link or special file `e` whose first try gave
+    /// `made`: where its name is taken, replaces what is there (see
+    /// [`Walker::replace`]) and makes it `again`; then says so (`-v`),
+    /// counts it and sets the attributes kept for its kind, or reports why
+    /// it could not be made.
+    pub(super) fn finish_made(
+        &self,
+        pair: &DirPair,
+        e: &Entry,
+        kind: Made,
+        mut made: io::Result<()>,
+        again: impl FnOnce() -> io::Result<()>,
+    ) {
+        let dst = pair.dst_of(&e.dst_name);
+        let mut backup = None;
+        if made.as_ref().err().and_then(blockio::errno) == Some(libc::EEXIST) {
+            match self.replace(pair, e, false, false) {
+                Replace::Removed(b) => {
+                    backup = b;
+                    made = again();
+                }
+                Replace::Skip | Replace::Failed => return,
+            }
+        }
+        copy::say_copied(
+            self.ctx.opts,
+            &pair.src_of(&e.src_name),
+            &dst,
+            backup.as_deref(),
+        );
+        if let Err(err) = made {
+            let what = match kind {
+                Made::Link => "symbolic link",
+                Made::Special if e.kind() == libc::S_IFIFO => "fifo",
+                Made::Special => "special file",
+            };
+            return self.report(format!("cannot create {what} {}", quote(&dst)), Some(err));
+        }
+        let keep = &self.ctx.opts.preserve;
+        let set = match kind {
+            Made::Link => {
+                self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
+                if let Some(made) = &self.ctx.made_links {
+                    made.lock().expect("made links lock").insert(dst.clone());
+                }
+                (keep.ownership || keep.timestamps)
+                    .then(|| set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep))
+            }
+            Made::Special => {
+                self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
+                keep.attrs().then(|| {
+                    let from = Node::at(pair.src.as_fd(), &e.src_name);
+                    let xattrs = Some((from, pair.dst_default_acl));
+                    set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), xattrs, keep)
+                })
+            }
+        };
+        if let Some(Err(err)) = set {
+            self.report(format!("preserving times for {}", quote(&dst)), Some(err));
+        }
+    }
+
+    /// An existing destination in the way of a link or special file: kept
+    /// with `-n`, an error if it is a directory, else removed.
+    ///
+    /// As GNU: a link or special file copied as such replaces what is in
+    /// its way only when links are not followed (`-P`, `-r`, `-a`), or
+    /// with `--remove-destination`, `-b`, or (`-a`) a file of several
+    /// names; a link also with `-f`. Otherwise making it fails ("File
+    /// exists"). `forced`: the caller (`-l`, `-s`) checked that already;
+    /// `judged`: and asked `-u` and `-i` already.
+    pub(super) fn replace(&self, pair: &DirPair, e: &Entry, forced: bool, judged: bool) -> Replace {
+        let opts = self.ctx.opts;
+        let name = e.dst_name.as_c_str();
+        let dst = pair.dst_of(name);
+        if !forced && !opts.no_clobber && self.leads_to_source(pair, e) {
+            self.report(
+                format!(
+                    "{} and {} are the same file",
+                    quote(&pair.src_of(&e.src_name)),
+                    quote(&dst)
+                ),
+                None,
+            );
+            return Replace::Failed;
+        }
+        let skip = opts.no_clobber
+            || !judged
+                && rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| {
+                        let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                        copy::keep_existing(opts, copy::mtime(&e.st), mtime, &dst)
+                    });
+        if skip {
+            self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return Replace::Skip;
+        }
+        if at::is_dir(&pair.dst, name) {
+            self.report(
+                format!(
+                    "cannot overwrite directory {} with non-directory",
+                    quote(&dst)
+                ),
+                None,
+            );
+            return Replace::Failed;
+        }
+        let several_names = || {
+            rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| st.st_nlink > 1)
+        };
+        // `--attributes-only` copies no data, so, as GNU's, it replaces
+        // only what it is told to (`--remove-destination`, `-b`, `-f` for
+        // a link).
+        let data = !opts.attributes_only;
+        let may_replace = forced
+            || (data && e.never_follows(opts.dereference))
+            || opts.remove_destination
+            || opts.backup != copy::Backup::None
+            || (e.kind() == libc::S_IFLNK && opts.force)
+            || (data && opts.preserve.links && several_names());
+        if !may_replace {
+            copy::say_copied(opts, &pair.src_of(&e.src_name), &dst, None);
+            let what = match e.kind() {
+                libc::S_IFLNK => "symbolic link",
+                libc::S_IFIFO => "fifo",
+                _ => "special file",
+            };
+            self.report(
+                format!("cannot create {what} {}", quote(&dst)),
+                Some(io::Error::from_raw_os_error(libc::EEXIST)),
+            );
+            return Replace::Failed;
+        }
+        if opts.backup != copy::Backup::None {
+            // `cp -bl a~ a`: the backup of `a` would take the source's
+            // name, and the link (or `-s` link) would then be made to the
+            // old `a`, the source's data gone.
+            if copy::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
+                self.report(
+                    format!(
+                        "backing up {} might destroy source;  {} not copied",
+                        quote(&dst),
+                        quote(&pair.src_of(&e.src_name))
+                    ),
+                    None,
+                );
+                return Replace::Failed;
+            }
+            return match copy::make_backup(opts, &pair.dst, &pair.dst_path, name) {
+                Ok(b) => Replace::Removed(b),
+                Err(e) => {
+                    let what = format!("cannot backup {}", quote(&dst));
+                    self.report(what, Some(e));
+                    Replace::Failed
+                }
+            };
+        }
+        if let Err(e) = at::unlink(&pair.dst, name) {
+            self.report(format!("cannot remove {}", quote(&dst)), Some(e));
+            return Replace::Failed;
+        }
+        copy::say(opts, format_args!("removed {}", quote(&dst)));
+        Replace::Removed(None)
+    }
+
+    /// GNU's same-file rule for a link or special file whose copy would
+    /// replace `e`'s destination: refused when the destination leads to
+    /// the source (a link to it, or, for a link, the file the link names);
+    /// two links are fine. Not asked when the destination goes first
+    /// (`--remove-destination`, `-b`).
+    pub(super) fn leads_to_source(&self, pair: &DirPair, e: &Entry) -> bool {
+        let opts = self.ctx.opts;
+        // Following links (`-L`, `-H`), GNU compares the names themselves
+        // here, which differ.
+        if opts.remove_destination
+            || opts.backup != copy::Backup::None
+            || !e.never_follows(opts.dereference)
+        {
+            return false;
+        }
+        let at = |dir: &File, name: &CStr, follow: bool| {
+            let flags = if follow {
+                rustix::fs::AtFlags::empty()
+            } else {
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+            };
+            rustix::fs::statat(dir, name, flags).ok().map(|st| {
+                let link = rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    == rustix::fs::FileType::Symlink;
+                ((st.st_dev, st.st_ino), link)
+            })
+        };
+        let Some((_, dst_is_link)) = at(&pair.dst, &e.dst_name, false) else {
+            return false;
+        };
+        if e.kind() == libc::S_IFLNK && dst_is_link {
+            return false;
+        }
+        let src = if e.kind() == libc::S_IFLNK {
+            at(&pair.src, &e.src_name, true).map(|(id, _)| id)
+        } else {
+            Some(e.id())
+        };
+        let dst = at(&pair.dst, &e.dst_name, true).map(|(id, _)| id);
+        src.is_some() && src == dst
+    }
+}

@@ -1,0 +1,164 @@
+//! The walker: command-line operands, breadth-first directories, links,
+//! special files, and the groups of regular files handed to the workers.
+//!
+//! Directories are opened from their operand's root by relative path (see
+//! [`at`](super::at)); when that path grows past [`walker::REROOT`] bytes
+//! the directory becomes a root of its own, so a tree of any depth is
+//! copied (GNU `cp` stops at `PATH_MAX`), while the walk keeps only a few
+//! descriptors per level open.
+//!
+//! [`run`] copies the operands in phases and runs the workers. The walk is
+//! one [`walker::Walker`] shared by every worker, its methods grouped by
+//! what they decide: the command-line operands and GNU's rules for them
+//! ([`operands`], [`same_file`]), listing and making directories
+//! ([`directories`]), links and special files made as names
+//! ([`links`]), and the directories' final attributes and durability
+//! ([`finish`]). The queue the workers share is [`work`]'s. Each part
+//! depends only on the ones below it in that list and on [`walker`], so the
+//! rules can be read, and changed, one concern at a time.
+
+mod directories;
+mod finish;
+mod links;
+mod operands;
+mod same_file;
+mod walker;
+mod work;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+use blockio::Engine;
+
+use super::entry::{Counts, Ctx};
+use super::files;
+use super::{CopyOptions, CopyReport, Errors, Progress};
+use crate::copy;
+use walker::{current_umask, Walker};
+use work::{Running, Task, Work};
+
+/// One copy to run: what goes where, how, and where progress and errors
+/// go.
+pub(crate) struct Request<'a> {
+    /// The source operands, in order.
+    pub sources: &'a [PathBuf],
+    /// The destination operand.
+    pub dest: &'a Path,
+    /// Whether `dest` is a directory the sources are copied into (else the
+    /// one source is copied to `dest` itself).
+    pub dest_is_dir: bool,
+    /// How to copy.
+    pub opts: &'a CopyOptions,
+    /// The counters the copy advances as it goes.
+    pub progress: &'a Progress,
+    /// Called for each path that fails, from any thread.
+    pub on_error: &'a (dyn Fn(&copy::CopyError) + Sync),
+}
+
+/// Runs the copy `req` on `engine` and returns what it copied (`errors`
+/// left 0: each went to `req.on_error`, whose caller counts them).
+pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
+    let &Request {
+        sources,
+        dest,
+        dest_is_dir,
+        opts,
+        progress,
+        on_error,
+    } = req;
+    let errors = Errors {
+        progress,
+        sink: on_error,
+    };
+    let walker = Walker {
+        ctx: Ctx {
+            engine,
+            opts,
+            progress,
+            errors: &errors,
+            counts: Counts::default(),
+            links: Default::default(),
+            made_links: (sources.len() > 1).then(Default::default),
+            creators: copy::creators::Creators::new(opts.threads),
+            umask: current_umask(),
+        },
+        work: Work::default(),
+        fixups: Mutex::new(Vec::new()),
+        filesystems: Mutex::new(Vec::new()),
+        operands_seen: Mutex::default(),
+        operand_targets: Mutex::default(),
+        dest_dirs: Mutex::default(),
+        src_dirs: Mutex::default(),
+        watch: opts.dereference == copy::Dereference::Always
+            || sources.len() > 1
+            || walker::mounts_below(sources, dest),
+    };
+    // The operands are copied in phases, in command-line order: each
+    // directory in a phase of its own, the files between them together.
+    // Copies that land on the same names then end as GNU's do, the later
+    // operand's last (`cp -r a/. b/. d/` leaves `b`'s files), never
+    // depending on which thread came first.
+    let mut rest = sources;
+    while !rest.is_empty() {
+        let is_dir = |p: &PathBuf| opts.recursive && std::fs::metadata(p).is_ok_and(|m| m.is_dir());
+        let n = if is_dir(&rest[0]) {
+            1
+        } else {
+            rest.iter().position(is_dir).unwrap_or(rest.len())
+        };
+        let (phase, later) = rest.split_at(n);
+        rest = later;
+        for src in phase {
+            walker.operand(src, dest, dest_is_dir);
+        }
+        // Every thread walks directories and copies files alike, so that no
+        // core waits on a single walker (the first levels of a tree hold only
+        // directories) and the walk itself runs in parallel.
+        // A thread that cannot be had (under a limit on threads or on
+        // address space) leaves the work to fewer: this one alone if need be.
+        std::thread::scope(|s| {
+            for _ in 1..opts.threads {
+                if std::thread::Builder::new()
+                    .spawn_scoped(s, || walker.work_loop())
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            walker.work_loop();
+        });
+    }
+    walker.finish_dirs();
+    let counts = &walker.ctx.counts;
+    CopyReport {
+        files: progress.files.load(Ordering::Relaxed),
+        dirs: progress.dirs.load(Ordering::Relaxed),
+        symlinks: counts.symlinks.load(Ordering::Relaxed),
+        specials: counts.specials.load(Ordering::Relaxed),
+        skipped: counts.skipped.load(Ordering::Relaxed),
+        bytes: progress.bytes.load(Ordering::Relaxed),
+        errors: 0,
+        seconds: 0.0,
+        backend: String::new(),
+        fallback_reason: None,
+        output_error: None,
+    }
+}
+
+impl Walker<'_> {
+    /// One worker: takes tasks until the walk is done, each worker with its
+    /// own arena for file groups.
+    fn work_loop(&self) {
+        let mut arena = blockio::AlignedBuf::new(0, files::SLOT_ALIGN);
+        while let Some(task) = self.work.next() {
+            let _running = Running(&self.work);
+            match task {
+                Task::Dir(d) => self.directory(d),
+                Task::Files(g) => files::copy_group(&self.ctx, g, &mut arena, &|rest| {
+                    self.work.push(Task::Files(rest))
+                }),
+            }
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! The command-line operands, by GNU `cp`'s rules for arguments: which
+//! links are followed, where each source lands (`--parents`, `/.`), a
+//! source named twice, two sources onto one name, a directory into
+//! itself, and a file onto itself ([`super::same_file`]). Each operand is
+//! then handed to the walk as one entry or one directory task.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use blockio::PathAt;
+
+use super::super::at;
+use super::super::entry::{parent_as_written, statx_id, DirAt, DirPair, Entry};
+use super::super::{cname, quote};
+use super::same_file::{same_file_ok, Same};
+use super::walker::{id_of, parent, Fixup, Walker};
+use super::work::{DirTask, Pending};
+use crate::copy;
+
+/// The name a source is copied under: its last component, with `.` and
+/// `..` resolved to the name of the directory they are (`cp -r a/.. t`
+/// copies under that name). `None` for `/`.
+pub(super) fn final_name(p: &Path) -> Option<std::ffi::CString> {
+    match at::last_component(p).as_bytes() {
+        b"" | b"." | b".." => std::fs::canonicalize(p).ok()?.file_name().map(cname),
+        n => Some(cname(OsStr::from_bytes(n))),
+    }
+}
+
+/// Where a directory operand's copy would be, resolved: the target's
+/// parent resolved, then its last name (the target may not exist yet).
+pub(super) fn canonical_target(target: &Path) -> io::Result<PathBuf> {
+    if let Ok(t) = std::fs::canonicalize(target) {
+        return Ok(t);
+    }
+    let name = at::last_component(target);
+    Ok(std::fs::canonicalize(parent(target))?.join(name))
+}
+
+impl Walker<'_> {
+    /// `--parents`: makes the directories of `rel` (a source's path, from
+    /// `/` when `absolute`) below `dest`, as GNU does: each with its
+    /// source's mode (and with `-p` its owner and times, set at the end),
+    /// an existing one left as it is. False after reporting a failure.
+    pub(super) fn make_parents(&self, rel: &Path, absolute: bool, dest: &Path) -> bool {
+        let mut src = PathBuf::from(if absolute { "/" } else { "" });
+        let mut dst = dest.to_path_buf();
+        let comps: Vec<_> = rel.components().collect();
+        for c in comps.iter().take(comps.len().saturating_sub(1)) {
+            src.push(c);
+            dst.push(c);
+            if matches!(c, std::path::Component::CurDir) {
+                continue;
+            }
+            let csrc = cname(src.as_os_str());
+            let st = match self.stat_one(PathAt::cwd(&csrc), true) {
+                // `--no-preserve=mode`: GNU gives these the default mode,
+                // without even the sticky bit other directories keep.
+                Ok(mut st) if self.ctx.opts.default_mode => {
+                    st.stx_mode &= !0o7000;
+                    st
+                }
+                Ok(st) => st,
+                Err(e) => {
+                    self.report(format!("cannot stat {}", quote(&src)), Some(e));
+                    return false;
+                }
+            };
+            match std::fs::DirBuilder::new()
+                .mode(self.dir_create_mode(&st))
+                .create(&dst)
+            {
+                Ok(()) => {
+                    copy::say(
+                        self.ctx.opts,
+                        format_args!("{} -> {}", src.display(), dst.display()),
+                    );
+                    let task = DirTask {
+                        src: src.clone(),
+                        dst: dst.clone(),
+                        at: DirAt::Operand {
+                            src: src.clone(),
+                            dst: dst.clone(),
+                            follow_dst: true,
+                        },
+                        chain: None,
+                        top: Arc::new((src.clone(), dst.clone())),
+                    };
+                    self.dir_made(Pending::Full(Box::new(task)), &st, true, false);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {
+                    // As GNU's: with -p a parent that is already there
+                    // gets its source's attributes too, at the end.
+                    if self.ctx.opts.preserve.attrs() {
+                        self.fixups.lock().expect("lock").push(Fixup {
+                            at: DirAt::Operand {
+                                src: src.clone(),
+                                dst: dst.clone(),
+                                follow_dst: true,
+                            },
+                            path: dst.clone(),
+                            st,
+                            chmod: self.ctx.opts.preserve.mode.then(|| self.dir_mode(&st)),
+                            fresh: false,
+                        });
+                    }
+                }
+                Err(e) => {
+                    self.report(format!("cannot make directory {}", quote(&dst)), Some(e));
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// One command-line source, by GNU `cp`'s rules for arguments: links
+    /// on the way to it (and to the destination) are followed; the source
+    /// itself is followed when written with a trailing `/` (or `/.`) or
+    /// by `dereference` (the default without `-r`), else copied as a link;
+    /// a source ending in `/.` has its contents merged into an existing
+    /// destination directory.
+    pub(super) fn operand(&self, src: &Path, dest: &Path, dest_is_dir: bool) {
+        let opts = self.ctx.opts;
+        let csrc = cname(src.as_os_str());
+        let follow_src = opts.dereference != copy::Dereference::Never
+            || src.as_os_str().as_bytes().ends_with(b"/");
+        let st = match self.stat_one(PathAt::cwd(&csrc), follow_src) {
+            Ok(st) => st,
+            Err(e) => return self.report(format!("cannot stat {}", quote(src)), Some(e)),
+        };
+        let kind = u32::from(st.stx_mode) & libc::S_IFMT;
+        if kind == libc::S_IFDIR && !opts.recursive {
+            return self.report(
+                format!("-r not specified; omitting directory {}", quote(src)),
+                None,
+            );
+        }
+        let Some(src_name) = final_name(src) else {
+            return self.report(format!("cannot copy {}: it has no name", quote(src)), None);
+        };
+        let target = match (dest_is_dir, at::last_component(src).as_bytes()) {
+            // `--parents`: the whole path as given, below the destination.
+            (true, _) if opts.parents => {
+                let rel = src.strip_prefix("/").unwrap_or(src);
+                if !self.make_parents(rel, src.has_root(), dest) {
+                    return;
+                }
+                dest.join(rel)
+            }
+            // `cp -r s/. d` names what it copies `d/./...`, as GNU does.
+            (true, b".") => dest.join("."),
+            (true, _) => dest.join(OsStr::from_bytes(src_name.to_bytes())),
+            (false, _) => dest.to_path_buf(),
+        };
+        let Some(dst_name) = final_name(&target) else {
+            return self.report(
+                format!("cannot create {}: it has no name", quote(&target)),
+                None,
+            );
+        };
+        let is_dir = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
+        // One source named twice (`cp a a t/`) is copied once, with a
+        // warning, as cp does.
+        let id = statx_id(&st);
+        let dir = std::fs::metadata(parent(src)).map_or((0, 0), |m| id_of(&m));
+        let key = (id, dir, at::last_component(src).to_owned());
+        let first = self.operands_seen.lock().expect("lock").insert(key);
+        if !first {
+            let kind = if is_dir { "directory" } else { "file" };
+            return self.warn(format!(
+                "warning: source {kind} {} specified more than once",
+                quote(src)
+            ));
+        }
+        // `cp a/f b/f d/`: the second would overwrite the copy the first
+        // makes, silently losing one of the copies asked for. Refused, as
+        // GNU refuses it; decided here, in the order of the command line.
+        // A link made first is GNU's other refusal, "will not copy through
+        // just-created symlink", made where the copy meets it.
+        let made_link = kind == libc::S_IFLNK || opts.link == copy::LinkMode::Symbolic;
+        let refused = !is_dir
+            && dest_is_dir
+            && match self
+                .operand_targets
+                .lock()
+                .expect("lock")
+                .entry(target.clone())
+            {
+                std::collections::hash_map::Entry::Occupied(first) => !*first.get(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(made_link);
+                    false
+                }
+            };
+        if refused {
+            return self.report(
+                format!(
+                    "will not overwrite just-created {} with {}",
+                    quote(&target),
+                    quote(src)
+                ),
+                None,
+            );
+        }
+        if is_dir {
+            // `cp -r s t` with `t` a directory copies to `t/s`, a name the
+            // user did not write: a link there is not followed. Nor is a
+            // link named as the destination itself (`-T`, or a name that
+            // is no directory): it is not a directory, as GNU says, and
+            // merging into what it leads to would write outside the
+            // destination named. A trailing slash asks for the directory.
+            let follow = if dest_is_dir {
+                at::last_component(src) == "."
+            } else {
+                dest.as_os_str().as_bytes().ends_with(b"/")
+            };
+            return self.operand_dir(src, &target, &st, follow);
+        }
+        if !dest_is_dir
+            && dest.as_os_str().as_bytes().ends_with(b"/")
+            && !std::fs::metadata(dest).is_ok_and(|m| m.is_dir())
+        {
+            // `cp f nodir/`: the slash says a directory is meant.
+            let what = match kind {
+                libc::S_IFLNK => "symbolic link",
+                libc::S_IFREG => "regular file",
+                _ if self.as_regular() => "regular file",
+                _ => "special file",
+            };
+            return self.report(
+                format!("cannot create {what} {}", quote(dest)),
+                Some(io::Error::from_raw_os_error(libc::ENOTDIR)),
+            );
+        }
+        match same_file_ok(src, &st, follow_src, &target, opts, self.as_regular()) {
+            Same::Go => {}
+            Same::Done => return,
+            Same::Refuse => {
+                return self.report(
+                    format!("{} and {} are the same file", quote(src), quote(&target)),
+                    None,
+                )
+            }
+        }
+        let Some(pair) = self.operand_parents(src, &target) else {
+            return;
+        };
+        let entry = Entry {
+            src_name,
+            dst_name,
+            st,
+            // Only a destination the user named is followed: `cp f link`.
+            follow_dst: !dest_is_dir,
+            follow_src,
+            operand: true,
+        };
+        self.entries(&Arc::new(pair), vec![entry]);
+    }
+
+    /// A directory named on the command line, copied to `target` (made, or
+    /// merged into when it is a directory, or a link to one that the user
+    /// named: `follow`).
+    pub(super) fn operand_dir(&self, src: &Path, target: &Path, st: &libc::statx, follow: bool) {
+        if let (Ok(s), Ok(t)) = (std::fs::canonicalize(src), canonical_target(target)) {
+            if t.starts_with(&s) {
+                return self.report(
+                    format!(
+                        "cannot copy a directory, {}, into itself, {}",
+                        quote(src),
+                        quote(target)
+                    ),
+                    None,
+                );
+            }
+        }
+        let fresh = match std::fs::DirBuilder::new()
+            .mode(self.dir_create_mode(st))
+            .create(target)
+        {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let existing = if follow {
+                    std::fs::metadata(target)
+                } else {
+                    std::fs::symlink_metadata(target)
+                };
+                if !existing.is_ok_and(|m| m.is_dir()) {
+                    return self.report(
+                        format!(
+                            "cannot overwrite non-directory {} with directory {}",
+                            quote(target),
+                            quote(src)
+                        ),
+                        None,
+                    );
+                }
+                false
+            }
+            Err(e) => {
+                return self.report(
+                    format!("cannot create directory {}", quote(target)),
+                    Some(e),
+                )
+            }
+        };
+        if fresh {
+            copy::say_copied(self.ctx.opts, src, target, None);
+        }
+        let id = statx_id(st);
+        self.src_dirs
+            .lock()
+            .expect("lock")
+            .entry(id)
+            .or_insert_with(|| target.to_path_buf());
+        let task = DirTask {
+            src: src.to_path_buf(),
+            dst: target.to_path_buf(),
+            at: DirAt::Operand {
+                src: src.to_path_buf(),
+                dst: target.to_path_buf(),
+                follow_dst: follow,
+            },
+            chain: None,
+            top: Arc::new((src.to_path_buf(), target.to_path_buf())),
+        };
+        self.dir_made(Pending::Full(Box::new(task)), st, fresh, true);
+    }
+
+    /// The directories that hold a non-directory operand and its copy,
+    /// opened following links; `None` after reporting one that could not
+    /// be opened.
+    pub(super) fn operand_parents(&self, src: &Path, dst: &Path) -> Option<DirPair> {
+        let open = |p: &Path| {
+            at::open_operand_dir(parent(p))
+                .map_err(|e| self.report(format!("cannot access {}", quote(parent(p))), Some(e)))
+                .ok()
+        };
+        let s = open(src)?;
+        let d = open(dst)?;
+        if self.ctx.opts.fsync {
+            self.note_filesystem(&d, parent(dst));
+        }
+        let keep = &self.ctx.opts.preserve;
+        let dst_default_acl = (keep.mode || keep.xattr) && copy::attrs::has_default_acl(d.as_fd());
+        Some(DirPair {
+            src: s,
+            dst: d,
+            src_path: parent_as_written(src),
+            dst_path: parent_as_written(dst),
+            // Never used: an operand's parent gets no subdirectories.
+            below: None,
+            dst_default_acl,
+            chain: None,
+            top: Arc::new((src.to_path_buf(), dst.to_path_buf())),
+        })
+    }
+}

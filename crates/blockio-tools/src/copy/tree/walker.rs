@@ -1,0 +1,224 @@
+//! The walk's shared state ([`Walker`]): the copy's context, the work
+//! queue, and what the walk must remember across directories and threads
+//! (directories to finish, file systems to sync, operands and directories
+//! met). Also the small helpers every part of the walk uses. The walk's
+//! methods live beside what they decide (see the parent module); this one
+//! holds only what they all read.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use blockio::PathAt;
+
+use super::super::at;
+use super::super::entry::{Ctx, DirAt};
+use super::operands::canonical_target;
+use super::work::Work;
+use crate::copy;
+
+/// A directory whose path below its root reaches this many bytes is opened
+/// as a root of its own: `openat2` takes at most `PATH_MAX` (4096) bytes,
+/// and a name takes at most 255 more.
+pub(super) const REROOT: usize = 2048;
+
+/// A directory made by the copy whose final mode or times are set at the
+/// end, once nothing more is written into it.
+pub(super) struct Fixup {
+    /// Where the copy is opened from again at the end.
+    pub(super) at: DirAt,
+    /// The copy's path, for messages.
+    pub(super) path: PathBuf,
+    /// The source directory's attributes.
+    pub(super) st: libc::statx,
+    /// The mode to set (`None`: a directory merged into keeps its own,
+    /// unless the mode is preserved).
+    pub(super) chmod: Option<u32>,
+    /// Made by the copy (not merged into).
+    pub(super) fresh: bool,
+}
+
+/// The walk of one copy, shared by all its workers.
+pub(super) struct Walker<'a> {
+    /// The copy's engine, options, counters and tables.
+    pub(super) ctx: Ctx<'a>,
+    /// The tasks left.
+    pub(super) work: Work,
+    /// The directories whose attributes are set at the end.
+    pub(super) fixups: Mutex<Vec<Fixup>>,
+    /// With `--fsync`, the destination file systems written to: device
+    /// number, a directory there (for messages), and that directory opened
+    /// before anything was written there (`syncfs` reports the write-back
+    /// errors that happened since its file was opened).
+    pub(super) filesystems: Mutex<Vec<(u64, PathBuf, File)>>,
+    /// The operands copied so far, as directory entries: the (device,
+    /// inode) of the file, of its directory, and its name there (`f` and
+    /// `./f` are one entry, a hard link `h` of `f` another).
+    pub(super) operands_seen: Mutex<std::collections::HashSet<OperandKey>>,
+    /// The copies of the non-directory operands (`d/f` for `cp a/f d/`),
+    /// each made by the first operand that names it.
+    /// With whether that copy is a symbolic link.
+    pub(super) operand_targets: Mutex<std::collections::HashMap<PathBuf, bool>>,
+    /// The (device, inode) of every destination directory walked so far
+    /// (made by the copy or merged into). A source directory among them
+    /// is the copy itself, reached through a bind mount or, with `-L`, a
+    /// link: entering it would copy the copy for ever.
+    pub(super) dest_dirs: Mutex<std::collections::HashSet<(u64, u64)>>,
+    /// The source directories entered so far, by (device, inode), with
+    /// the path of their copy: met again without `-L` (a bind mount of a
+    /// directory inside itself), one is not copied twice.
+    pub(super) src_dirs: Mutex<std::collections::HashMap<(u64, u64), PathBuf>>,
+    /// Whether the walk can meet a directory twice, or one of the copy's
+    /// own, so that `dest_dirs` and `src_dirs` must note every directory
+    /// walked: with `-L` (links to directories), with several operands
+    /// (one may hold another, or the other's copy), or with a mount below
+    /// the operand or one that the destination is reached through
+    /// ([`mounts_below`]: a bind mount of a directory inside itself, or of
+    /// the source at the destination). Otherwise each source directory is
+    /// met once, and only the operands are noted: a directory of many
+    /// subdirectories then costs no more than their names while they wait
+    /// to be walked.
+    pub(super) watch: bool,
+}
+
+/// Whether a mount can make the walk meet a directory twice or meet its
+/// own copy (`/proc/self/mountinfo`; `true` when that cannot be told): a
+/// file system mounted strictly below one of `sources`, or `dest` reached
+/// through a mount (a bind mount) of a directory inside one of them.
+pub(super) fn mounts_below(sources: &[PathBuf], dest: &Path) -> bool {
+    let Ok(table) = std::fs::read("/proc/self/mountinfo") else {
+        return true;
+    };
+    let mut roots = Vec::with_capacity(sources.len());
+    for s in sources {
+        match std::fs::canonicalize(s) {
+            Ok(r) => roots.push(r),
+            Err(_) => return true,
+        }
+    }
+    let Ok(dest) = canonical_target(dest) else {
+        return true;
+    };
+    // (device, root of the mount in its file system, mount point)
+    let mounts: Vec<(&[u8], PathBuf, PathBuf)> = table
+        .split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let f: Vec<&[u8]> = line.split(|&b| b == b' ').take(5).collect();
+            (f.len() == 5).then(|| (f[2], unescape_mount_field(f[3]), unescape_mount_field(f[4])))
+        })
+        .collect();
+    if mounts
+        .iter()
+        .any(|(_, _, point)| roots.iter().any(|r| point != r && point.starts_with(r)))
+    {
+        return true;
+    }
+    // The mount a path is in (the last of the longest mount points above
+    // it: a later mount hides an earlier one at the same point), and the
+    // path's place in that mount's file system.
+    let real = |p: &Path| {
+        let m = mounts
+            .iter()
+            .filter(|(_, _, point)| p.starts_with(point))
+            .max_by_key(|(_, _, point)| point.as_os_str().len())?;
+        let rest = p.strip_prefix(&m.2).ok()?;
+        Some((m.0, m.1.join(rest)))
+    };
+    let Some((dev, at)) = real(&dest) else {
+        return true;
+    };
+    roots.iter().any(|r| match real(r) {
+        Some((d, src)) => d == dev && at.starts_with(src),
+        None => true,
+    })
+}
+
+/// A path field of `/proc/self/mountinfo`, where space, tab, newline and
+/// backslash are written in octal (`\040`).
+fn unescape_mount_field(field: &[u8]) -> PathBuf {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field.get(i + 1..i + 4).and_then(|d| {
+            d.iter()
+                .all(|c| (b'0'..=b'7').contains(c))
+                .then(|| d.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0')))
+        });
+        match octal {
+            Some(n) if field[i] == b'\\' && n <= 0xff => {
+                out.push(n as u8);
+                i += 4;
+            }
+            _ => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(OsStr::from_bytes(&out))
+}
+
+/// An operand as a directory entry: see `Walker::operands_seen`.
+pub(super) type OperandKey = ((u64, u64), (u64, u64), std::ffi::OsString);
+
+/// The process's umask, read without changing it for longer than the
+/// call.
+pub(super) fn current_umask() -> u32 {
+    use rustix::fs::Mode;
+    // Set back at once, before any worker creates a file.
+    let m = rustix::process::umask(Mode::from_raw_mode(0o022));
+    rustix::process::umask(m);
+    m.bits()
+}
+
+/// The directory `p` is in, `.` for a bare name.
+pub(super) fn parent(p: &Path) -> &Path {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// A (device, inode) pair of a `stat`.
+pub(super) fn id_of(m: &std::fs::Metadata) -> (u64, u64) {
+    (m.dev(), m.ino())
+}
+
+/// The copy of a directory operand: following a link at its last
+/// component only when the user named it.
+pub(super) fn open_operand_dst(dst: &Path, follow: bool) -> io::Result<File> {
+    if follow {
+        at::open_operand_dir(dst)
+    } else {
+        at::open_made_dir(dst)
+    }
+}
+
+impl Walker<'_> {
+    /// Reports a failure (the exit status becomes 1).
+    pub(super) fn report(&self, what: String, e: Option<io::Error>) {
+        self.ctx.errors.report(what, e)
+    }
+
+    /// Whether FIFOs and devices are read like files (see
+    /// `CopyOptions::copy_contents`).
+    pub(super) fn as_regular(&self) -> bool {
+        !self.ctx.opts.recursive || self.ctx.opts.copy_contents
+    }
+
+    /// A message that is not an error (the exit status stays 0).
+    pub(super) fn warn(&self, what: String) {
+        (self.ctx.errors.sink)(&copy::CopyError { what, error: None })
+    }
+
+    /// The `statx` of one path, through the engine (`follow`: a link is
+    /// what it leads to).
+    pub(super) fn stat_one(&self, at: PathAt<'_>, follow: bool) -> io::Result<libc::statx> {
+        let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+        self.ctx.engine.stat_batch(&[at], flags)?.remove(0)
+    }
+}

@@ -1,0 +1,150 @@
+//! The buffers a stream allocates under the I/O traits are reused: a long
+//! trait write moves through the same two buffers (the queue's and the
+//! send's) rather than a new one per send, and trait reads copy leftover
+//! bytes out without a buffer per read. Large allocations (64 KiB and up,
+//! which only data buffers reach) are counted by a global allocator; its
+//! own test binary, and one test at a time, so nothing else allocates
+//! large buffers meanwhile.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use blockio::aio::AsyncEngine;
+use blockio::net::TcpStream;
+use futures::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The smallest allocation counted.
+const LARGE: usize = 64 * 1024;
+
+static LARGE_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// The system allocator, counting allocations (and growths) of at least
+/// [`LARGE`] bytes.
+struct Counting;
+
+// SAFETY: forwards every call unchanged to the system allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if layout.size() >= LARGE {
+            LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if layout.size() >= LARGE {
+            LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size >= LARGE {
+            LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// One test at a time: the count is process-wide.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The bytes each test moves: sixteen of the write queue's 256 KiB.
+const TOTAL: usize = 4 << 20;
+
+fn pattern(i: usize) -> u8 {
+    (i * 7 + i / 4093) as u8
+}
+
+/// A connected pair: our stream and a blocking std peer.
+fn pair(engine: &AsyncEngine) -> (TcpStream, std::net::TcpStream) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let ours = futures::executor::block_on(TcpStream::connect(engine, addr)).unwrap();
+    let (peer, _) = listener.accept().unwrap();
+    (ours, peer)
+}
+
+#[test]
+fn a_long_trait_write_reuses_its_buffers() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let engine = AsyncEngine::new().unwrap();
+    let (mut ours, mut peer) = pair(&engine);
+    let data: Vec<u8> = (0..TOTAL).map(pattern).collect();
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; TOTAL];
+        peer.read_exact(&mut got).unwrap();
+        got
+    });
+    let before = LARGE_ALLOCATIONS.load(Ordering::SeqCst);
+    futures::executor::block_on(async {
+        // One call: the stream accepts the 4 MiB in 256 KiB pieces, each
+        // queued while the one before is being sent.
+        let s = &mut ours;
+        s.write_all(&data).await.unwrap();
+        s.flush().await.unwrap();
+    });
+    let allocated = LARGE_ALLOCATIONS.load(Ordering::SeqCst) - before;
+    let got = reader.join().unwrap();
+    assert!(
+        got == data,
+        "the peer received other bytes than were written"
+    );
+    // The queue's buffer and the send's, each allocated once (a growth
+    // or two of the first queue allowed); one per send would be 16.
+    assert!(
+        allocated <= 4,
+        "{allocated} buffers of 64 KiB or more allocated for 16 pieces of a 4 MiB write"
+    );
+}
+
+#[test]
+fn trait_reads_reuse_their_buffers() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let engine = AsyncEngine::new().unwrap();
+    let (mut ours, mut peer) = pair(&engine);
+    let data: Vec<u8> = (0..TOTAL).map(pattern).collect();
+    let writer = {
+        let data = data.clone();
+        std::thread::spawn(move || {
+            peer.write_all(&data).unwrap();
+            peer
+        })
+    };
+    let mut got = Vec::with_capacity(TOTAL);
+    let mut buf = vec![0u8; 1 << 20];
+    let before = LARGE_ALLOCATIONS.load(Ordering::SeqCst);
+    let mut reads = 0;
+    futures::executor::block_on(async {
+        let s = &mut ours;
+        while got.len() < TOTAL {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "end of stream after {} bytes", got.len());
+            got.extend_from_slice(&buf[..n]);
+            reads += 1;
+        }
+    });
+    let allocated = LARGE_ALLOCATIONS.load(Ordering::SeqCst) - before;
+    drop(writer.join().unwrap());
+    assert!(got == data, "read other bytes than the peer sent");
+    // The receive buffer and the leftover bytes' store, each allocated
+    // once (and grown a few times); not one per read.
+    assert!(
+        allocated <= 6,
+        "{allocated} buffers of 64 KiB or more allocated over {reads} trait reads of 4 MiB"
+    );
+    assert!(
+        reads >= 12,
+        "only {reads} reads: too few to tell reuse from one buffer per read"
+    );
+}

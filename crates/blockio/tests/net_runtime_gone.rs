@@ -1,0 +1,279 @@
+//! A caller-driven engine outlives the tokio runtime that drove it: its
+//! streams carry on on the next runtime that uses them (which takes the
+//! driving over), bytes a dropped stream still had queued reach the peer
+//! once the engine is driven again, and a task on no tokio runtime gets
+//! an error saying why, not a hang. On the thread-pool backend nothing
+//! needs driving, and the same outcomes hold.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
+use blockio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A hang guard, far beyond what any step takes.
+const GUARD: Duration = Duration::from_secs(30);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn caller_engine(submit: Submit) -> AsyncEngine {
+    AsyncEngine::builder()
+        .driving(Driving::Caller(CallerDriving::new().submit(submit)))
+        .build()
+        .unwrap()
+}
+
+/// On a first runtime that drives `engine`: a stream accepted from a std
+/// peer, with a trait read left in flight; then that runtime is dropped.
+fn stream_from_a_dropped_runtime(engine: &AsyncEngine) -> (TcpStream, std::net::TcpStream) {
+    let rt = runtime();
+    rt.spawn(drive_on_tokio(engine.clone()));
+    let (stream, peer) = rt.block_on(async {
+        let listener = TcpListener::bind(engine, "127.0.0.1:0").unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+        let (mut stream, _) = listener.accept().await.unwrap();
+        // A read that waits (the peer has sent nothing): its receive stays
+        // in the kernel when the runtime goes.
+        let mut one = [0u8; 1];
+        let s = &mut stream;
+        let waiting = tokio::time::timeout(Duration::from_millis(1), s.read(&mut one)).await;
+        assert!(waiting.is_err(), "the read found bytes nobody sent");
+        (stream, peer)
+    });
+    drop(rt);
+    (stream, peer)
+}
+
+#[test]
+fn a_stream_carries_on_on_the_next_runtime() {
+    for submit in [Submit::OnStart, Submit::PerRound] {
+        let engine = caller_engine(submit);
+        let (mut stream, mut peer) = stream_from_a_dropped_runtime(&engine);
+        peer.write_all(b"ping").unwrap();
+        let rt = runtime();
+        rt.block_on(async {
+            let s = &mut stream;
+            let mut got = [0u8; 4];
+            tokio::time::timeout(GUARD, s.read_exact(&mut got))
+                .await
+                .expect("read_exact on the new runtime never finished")
+                .unwrap();
+            assert_eq!(&got, b"ping");
+            tokio::time::timeout(GUARD, async {
+                s.write_all(b"pong").await?;
+                s.flush().await
+            })
+            .await
+            .expect("write_all and flush on the new runtime never finished")
+            .unwrap();
+            // The owned-buffer methods too.
+            let (res, _) = tokio::time::timeout(GUARD, stream.write_all(b"!".to_vec()))
+                .await
+                .expect("an owned write on the new runtime never finished");
+            res.unwrap();
+        });
+        let mut back = [0u8; 5];
+        peer.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"pong!");
+    }
+}
+
+#[test]
+fn a_dropped_streams_queued_bytes_reach_the_peer_once_driven_again() {
+    const LEN: usize = 8 << 20;
+    let engine = caller_engine(Submit::PerRound);
+    let rt = runtime();
+    rt.spawn(drive_on_tokio(engine.clone()));
+    let listener = rt.block_on(async { TcpListener::bind(&engine, "127.0.0.1:0").unwrap() });
+    let mut peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    rt.block_on(async {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        // More than the socket buffers hold while the peer does not read:
+        // most of it is still queued in the stream when it is dropped.
+        let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+        let s = &mut stream;
+        let mut at = 0;
+        while at < LEN {
+            match tokio::time::timeout(Duration::from_millis(50), s.write(&data[at..])).await {
+                Ok(n) => at += n.unwrap(),
+                // The queue is full: the rest stays unwritten.
+                Err(_) => break,
+            }
+        }
+        assert!(at > 0);
+        drop(stream);
+    });
+    drop(rt);
+    // The peer reads on its own thread; the bytes move only once a
+    // runtime uses the engine again.
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        peer.set_read_timeout(Some(GUARD)).unwrap();
+        let res = peer.read_to_end(&mut got);
+        (res.map_err(|e| e.kind()), got)
+    });
+    let rt = runtime();
+    let (res, got) = rt.block_on(async {
+        // Any use of the engine on this runtime: a connection of its own.
+        let other = TcpStream::connect(&engine, listener.local_addr());
+        let both = async { tokio::join!(listener.accept(), other) };
+        let (accepted, connected) = tokio::time::timeout(GUARD, both)
+            .await
+            .expect("a connection on the new runtime never completed");
+        accepted.unwrap();
+        connected.unwrap();
+        // This runtime now drives the engine: it runs while the peer
+        // reads.
+        tokio::task::spawn_blocking(move || reader.join().unwrap())
+            .await
+            .unwrap()
+    });
+    assert_eq!(
+        res,
+        Ok(got.len()),
+        "the peer's read ended in an error after {} bytes",
+        got.len()
+    );
+    assert!(
+        got.len() >= 1 << 20,
+        "only {} bytes reached the peer",
+        got.len()
+    );
+    assert!(
+        got.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8),
+        "the peer received other bytes than were written"
+    );
+    drop(rt);
+}
+
+/// On a runtime that drives `engine`: a stream accepted from `peer`'s
+/// listener writes `LEN` bytes through the traits, without a flush, to a
+/// peer that does not read yet, and is dropped with most of them queued;
+/// then the runtime is dropped.
+fn drop_a_writing_stream_with_its_runtime(
+    engine: &AsyncEngine,
+    len: usize,
+    linger: Option<Duration>,
+) -> std::net::TcpStream {
+    let rt = runtime();
+    rt.spawn(drive_on_tokio(engine.clone()));
+    let listener = rt.block_on(async { TcpListener::bind(engine, "127.0.0.1:0").unwrap() });
+    let peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    rt.block_on(async {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        if let Some(limit) = linger {
+            stream.set_drop_linger(limit);
+        }
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let s = &mut stream;
+        let mut at = 0;
+        while at < len {
+            match tokio::time::timeout(Duration::from_millis(50), s.write(&data[at..])).await {
+                Ok(n) => at += n.unwrap(),
+                // The queue is full: the rest stays unwritten.
+                Err(_) => break,
+            }
+        }
+        assert!(at > 0);
+    });
+    drop(rt);
+    peer
+}
+
+#[test]
+fn a_dropped_streams_queued_bytes_keep_moving_with_no_runtime_left() {
+    let engine = caller_engine(Submit::PerRound);
+    let mut peer = drop_a_writing_stream_with_its_runtime(&engine, 8 << 20, None);
+    // No runtime uses the engine any more: the peer still gets every
+    // byte the stream accepted, then the end.
+    peer.set_read_timeout(Some(GUARD)).unwrap();
+    let mut got = Vec::new();
+    let res = peer.read_to_end(&mut got).map_err(|e| e.kind());
+    assert_eq!(
+        res,
+        Ok(got.len()),
+        "the peer's read ended in an error after {} bytes",
+        got.len()
+    );
+    assert!(
+        got.len() >= 1 << 20,
+        "only {} bytes reached the peer",
+        got.len()
+    );
+    assert!(
+        got.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8),
+        "the peer received other bytes than were written"
+    );
+    drop(engine);
+}
+
+#[test]
+fn a_dropped_stream_cut_off_with_no_runtime_left_resets_its_peer() {
+    let engine = caller_engine(Submit::PerRound);
+    // The peer never reads: the queue's linger runs out with bytes left.
+    let mut peer =
+        drop_a_writing_stream_with_its_runtime(&engine, 8 << 20, Some(Duration::from_millis(200)));
+    // Waits, reading nothing, until the connection ends (a reset or the
+    // end of the stream), or the guard.
+    let mut pfd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&peer),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    let guard_ms = GUARD.as_millis() as libc::c_int;
+    // SAFETY: one live pollfd, for the duration of the call.
+    let ready = unsafe { libc::poll(&mut pfd, 1, guard_ms) };
+    assert_eq!(ready, 1, "the connection was neither reset nor ended");
+    let mut sink = vec![0u8; 1 << 20];
+    let err = loop {
+        match peer.read(&mut sink) {
+            Ok(0) => panic!("a clean end of a stream cut off by its linger"),
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+    drop(engine);
+}
+
+#[test]
+fn a_task_on_no_tokio_runtime_gets_an_error_not_a_hang() {
+    let engine = caller_engine(Submit::OnStart);
+    let (mut stream, _peer) = stream_from_a_dropped_runtime(&engine);
+    if engine.poll_fd().is_none() {
+        // The thread-pool backend: nothing needs driving, so the stream
+        // simply works on any executor.
+        let (res, _) = futures::executor::block_on(stream.write_all(b"x".to_vec()));
+        res.unwrap();
+        return;
+    }
+    // On a thread of its own, so that a hang fails the test.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let read = futures::executor::block_on(async {
+            let s = &mut stream;
+            let mut one = [0u8; 1];
+            s.read(&mut one).await
+        });
+        let (write, _) = futures::executor::block_on(stream.write_all(b"x".to_vec()));
+        tx.send((read, write)).unwrap();
+    });
+    let (read, write) = rx
+        .recv_timeout(GUARD)
+        .expect("a read or write on no tokio runtime never finished");
+    let err = read.expect_err("a read on no runtime driving the engine");
+    assert_eq!(err.kind(), std::io::ErrorKind::Other);
+    let msg = err.to_string();
+    assert!(
+        msg.contains("runtime") && msg.contains("drive_on_tokio") && msg.contains("is gone"),
+        "unclear error: {msg}"
+    );
+    let err = write.expect_err("a write on no runtime driving the engine");
+    assert!(err.to_string().contains("is gone"), "unclear error: {err}");
+}

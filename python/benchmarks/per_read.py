@@ -1,0 +1,91 @@
+"""A fixed number of warm random 4 KiB reads by 64 tasks, for counting the
+cost of one read with a deterministic tool instead of a clock: run it twice
+under ``valgrind --tool=callgrind`` (or ``strace -c -f``) with two read
+counts, and the difference divided by the difference of the counts is the
+instructions (or system calls) of one read, start-up excluded.
+
+    python per_read.py CONTENDER READS [--file PATH]
+
+CONTENDER is ``aread``, ``open`` (a ``blockio.open`` file per task,
+``seek`` + ``read``), ``turbofile`` or ``builtin`` (a synchronous
+``os.pread`` loop, the floor). The file must exist and be in the page cache
+(``peers.py`` makes and warms it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+
+BLOCK = 4096
+TASKS = 64
+
+
+async def run(name: str, path: str, reads: int) -> int:
+    blocks = os.path.getsize(path) // BLOCK
+    rnd = random.Random(5)
+    offs = iter([rnd.randrange(blocks) * BLOCK for _ in range(reads)])
+    got = [0]
+    if name == "aread":
+        import blockio
+
+        e = blockio.default_engine()
+        f = open(path, "rb")
+
+        async def task(_: int) -> None:
+            for off in offs:
+                data = await e.aread(f, offset=off, length=BLOCK)
+                got[0] += len(data)
+
+        await asyncio.gather(*(task(i) for i in range(TASKS)))
+        f.close()
+        return got[0]
+    if name == "builtin":
+        fd = os.open(path, os.O_RDONLY)
+        for off in offs:
+            got[0] += len(os.pread(fd, BLOCK, off))
+        os.close(fd)
+        return got[0]
+    if name == "open":
+        import blockio
+
+        opener = lambda: blockio.open(path, "rb")  # noqa: E731
+    elif name == "turbofile":
+        import turbofile
+
+        opener = lambda: turbofile.open(path, "rb")  # noqa: E731
+    else:
+        raise SystemExit(f"unknown contender {name!r}")
+    files = [await opener() for _ in range(TASKS)]
+
+    async def ftask(i: int) -> None:
+        f = files[i]
+        for off in offs:
+            await f.seek(off)
+            data = await f.read(BLOCK)
+            got[0] += len(data)
+
+    await asyncio.gather(*(ftask(i) for i in range(TASKS)))
+    for f in files:
+        await f.close()
+    return got[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("contender", choices=["aread", "open", "turbofile", "builtin"])
+    ap.add_argument("reads", type=int)
+    ap.add_argument("--file", default="bench-data/py-peers-256m.dat")
+    args = ap.parse_args()
+    n = asyncio.run(run(args.contender, args.file, args.reads))
+    if n != args.reads * BLOCK:
+        print(f"read {n} bytes, expected {args.reads * BLOCK}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
