@@ -186,12 +186,16 @@ fn is_dir(st: &libc::statx) -> bool {
 }
 
 /// Files one round of [`read_files`] has open at once at most.
-const FILES_PER_ROUND: usize = 64;
+const FILES_PER_ROUND: usize = 16;
 
 /// Threads [`read_files`] reads on at most, each through rounds of its
 /// own; with [`FILES_PER_ROUND`], what all hold at once (256 files) stays
-/// well under the usual limit of 1,024 descriptors per process.
-const READERS: usize = 4;
+/// well under the usual limit of 1,024 descriptors per process. Many small
+/// rounds measured faster than a few large ones, cold (figures in
+/// `docs/benchmarks.md`): a small round waits less for its slowest file,
+/// and the copies of cold reads run on the threads that submitted them,
+/// so on a busy machine more threads get more of the CPUs.
+const READERS: usize = 16;
 
 /// One file's content as [`read_files`] reads it.
 struct Whole {

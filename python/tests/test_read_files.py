@@ -27,7 +27,7 @@ def tree(tmp_path, n, rnd):
 
 @BACKENDS
 def test_read_files_returns_each_file_whole_in_order(tmp_path, backend):
-    # More files than one round of the batches (256) holds, sizes at the
+    # More files than all the reading threads hold at once (256), sizes at the
     # page edges and empty files among them.
     paths = tree(tmp_path, 600, random.Random(5))
     with blockio.Engine(backend=backend) as e:
