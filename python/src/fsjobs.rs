@@ -380,7 +380,12 @@ fn read_round_from(
             .enumerate()
             .filter_map(|(i, f)| f.as_ref().ok().map(|fd| (i, PathAt::file(fd))))
             .collect();
-        let stats = engine.stat_batch(&ats.iter().map(|(_, a)| *a).collect::<Vec<_>>(), 0)?;
+        // The `statx` of a descriptor just opened finds its inode in
+        // memory: called here, it costs a system call, where a batch
+        // through the ring would cost a round trip through the ring's
+        // worker threads (io_uring performs every `statx` there).
+        let stats: Vec<io::Result<libc::statx>> =
+            ats.iter().map(|(_, at)| blocking::stat(*at, 0)).collect();
         let mut wholes: Vec<Option<io::Result<Whole>>> = (0..round.len()).map(|_| None).collect();
         for ((i, _), st) in ats.iter().zip(stats) {
             wholes[*i] = Some(match st {
