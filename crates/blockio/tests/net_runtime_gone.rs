@@ -156,13 +156,20 @@ fn a_dropped_streams_queued_bytes_reach_the_peer_once_driven_again() {
 /// listener writes `LEN` bytes through the traits, without a flush, to a
 /// peer that does not read yet, and is dropped with most of them queued;
 /// then the runtime is dropped.
-fn drop_a_writing_stream_with_its_runtime(engine: &AsyncEngine, len: usize) -> std::net::TcpStream {
+fn drop_a_writing_stream_with_its_runtime(
+    engine: &AsyncEngine,
+    len: usize,
+    linger: Option<Duration>,
+) -> std::net::TcpStream {
     let rt = runtime();
     rt.spawn(drive_on_tokio(engine.clone()));
     let listener = rt.block_on(async { TcpListener::bind(engine, "127.0.0.1:0").unwrap() });
     let peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
     rt.block_on(async {
         let (mut stream, _) = listener.accept().await.unwrap();
+        if let Some(limit) = linger {
+            stream.set_drop_linger(limit);
+        }
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         let s = &mut stream;
         let mut at = 0;
@@ -182,7 +189,7 @@ fn drop_a_writing_stream_with_its_runtime(engine: &AsyncEngine, len: usize) -> s
 #[test]
 fn a_dropped_streams_queued_bytes_keep_moving_with_no_runtime_left() {
     let engine = caller_engine(Submit::PerRound);
-    let mut peer = drop_a_writing_stream_with_its_runtime(&engine, 8 << 20);
+    let mut peer = drop_a_writing_stream_with_its_runtime(&engine, 8 << 20, None);
     // No runtime uses the engine any more: the peer still gets every
     // byte the stream accepted, then the end.
     peer.set_read_timeout(Some(GUARD)).unwrap();
@@ -203,6 +210,35 @@ fn a_dropped_streams_queued_bytes_keep_moving_with_no_runtime_left() {
         got.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8),
         "the peer received other bytes than were written"
     );
+    drop(engine);
+}
+
+#[test]
+fn a_dropped_stream_cut_off_with_no_runtime_left_resets_its_peer() {
+    let engine = caller_engine(Submit::PerRound);
+    // The peer never reads: the queue's linger runs out with bytes left.
+    let mut peer =
+        drop_a_writing_stream_with_its_runtime(&engine, 8 << 20, Some(Duration::from_millis(200)));
+    // Waits, reading nothing, until the connection ends (a reset or the
+    // end of the stream), or the guard.
+    let mut pfd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&peer),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    let guard_ms = GUARD.as_millis() as libc::c_int;
+    // SAFETY: one live pollfd, for the duration of the call.
+    let ready = unsafe { libc::poll(&mut pfd, 1, guard_ms) };
+    assert_eq!(ready, 1, "the connection was neither reset nor ended");
+    let mut sink = vec![0u8; 1 << 20];
+    let err = loop {
+        match peer.read(&mut sink) {
+            Ok(0) => panic!("a clean end of a stream cut off by its linger"),
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
     drop(engine);
 }
 

@@ -36,8 +36,9 @@ pub enum Driving {
     /// bytes that dropped streams still had queued move on, as soon as a
     /// runtime uses the engine again. Meanwhile, while dropped streams
     /// still have bytes queued, a thread of the engine's drives the ring
-    /// (no runtime needed) until their bytes are in the kernel (or their
-    /// drop linger ends), and then exits; otherwise nothing drives it.
+    /// (no runtime needed) until their sockets are closed (once their
+    /// bytes are in the kernel, or with a reset when their drop linger
+    /// runs out), and then exits; otherwise nothing drives it.
     /// Used from a task on no tokio runtime (another executor), an
     /// operation that has not reached the kernel fails with an error of
     /// kind [`Other`](std::io::ErrorKind::Other) saying that the runtime
@@ -153,8 +154,9 @@ impl TokioDrivers {
     }
 }
 
-/// A dropped stream whose queued bytes are still being sent, counted by
-/// its engine until this is dropped.
+/// A dropped stream whose queued bytes are still being sent (or whose
+/// socket is not closed yet), counted by its engine until this is
+/// dropped.
 pub(crate) struct Lingering(AsyncEngine);
 
 impl Lingering {

@@ -223,7 +223,10 @@ struct SendBook {
     linger: Option<futures_timer::Delay>,
     /// How long the queue may linger after the stream is dropped.
     linger_limit: Duration,
-    /// The engine's count of this dropped stream while its queue is sent.
+    /// The engine's count of this dropped stream, from the drop until the
+    /// pump itself goes (its last send reaped, and with it the socket
+    /// closed): a relay thread driving the engine meanwhile stays until
+    /// the close, a reset's included.
     lingering: Option<Lingering>,
 }
 
@@ -312,7 +315,6 @@ impl SendBook {
                 self.shutdown_queued = false;
                 self.queued = Vec::new();
                 self.failed = Some(Failure::Errno(libc::ETIMEDOUT));
-                self.lingering = None;
                 return true;
             }
         }
@@ -344,7 +346,6 @@ impl SendBook {
             if self.queued.is_empty() || self.failed.is_some() {
                 if self.idle() {
                     self.linger = None;
-                    self.lingering = None;
                     self.shut_queued();
                     self.trim();
                 }
