@@ -8,6 +8,11 @@
 //! peers are plain std sockets on threads, each with a time limit, so a
 //! server that stalls is seen as a peer that timed out, never as a hung
 //! test. Every observation must equal tokio's.
+//!
+//! The peers are on loopback, or across a veth link between two network
+//! namespaces when `scripts/net-link` runs this file ([`link`] decides:
+//! servers bind `link::server_ip()`, and peers make their sockets with
+//! `link::connect` and `link::listen`).
 
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -20,6 +25,8 @@ use std::time::Duration;
 use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::BackendChoice;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+mod link;
 
 /// How long a peer waits for any one read before it reports a stall.
 const PEER_LIMIT: Duration = Duration::from_secs(10);
@@ -92,7 +99,7 @@ enum Peer {
 impl Addr {
     fn connect(&self) -> Peer {
         let p = match self {
-            Addr::Tcp(a) => Peer::Tcp(std::net::TcpStream::connect(a).unwrap()),
+            Addr::Tcp(a) => Peer::Tcp(link::connect(*a)),
             Addr::Unix(p) => Peer::Unix(StdUnix::connect(p).unwrap()),
         };
         match &p {
@@ -204,7 +211,9 @@ async fn accept_loop(
 ) {
     match (family, engine) {
         (Family::Tcp { send_buffer }, None) => {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let l = tokio::net::TcpListener::bind((link::server_ip(), 0))
+                .await
+                .unwrap();
             addr_tx.send(Addr::Tcp(l.local_addr().unwrap())).unwrap();
             loop {
                 let (s, _) = l.accept().await.unwrap();
@@ -217,7 +226,7 @@ async fn accept_loop(
             }
         }
         (Family::Tcp { send_buffer }, Some(e)) => {
-            let l = blockio::net::TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+            let l = blockio::net::TcpListener::bind(&e, (link::server_ip(), 0)).unwrap();
             addr_tx.send(Addr::Tcp(l.local_addr())).unwrap();
             loop {
                 let (s, _) = l.accept().await.unwrap();
@@ -264,7 +273,14 @@ where
                 std::thread::spawn(move || peer(addr, i))
             })
             .collect();
-        let seen: Vec<T> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let seen: Vec<T> = threads
+            .into_iter()
+            .map(|t| {
+                t.join().unwrap_or_else(|_| {
+                    panic!("{name}: a peer of {stack:?} failed (its message is above)")
+                })
+            })
+            .collect();
         drop(server);
         match &reference {
             None => reference = Some(seen),
@@ -313,6 +329,18 @@ fn read_exactly(p: &mut impl Read, len: usize) -> Seen {
     }
 }
 
+/// `seen`, after checking it is exactly `want`: the scenarios whose
+/// every byte is known check it against the bytes themselves as well as
+/// against tokio, so a link that lost a byte on every stack still fails.
+fn exactly(seen: Seen, want: &[u8], what: &str) -> Seen {
+    let whole = Seen::Bytes {
+        len: want.len(),
+        sum: digest(want),
+    };
+    assert_eq!(seen, whole, "{what}: the peer did not get every byte sent");
+    seen
+}
+
 fn read_to_end(p: &mut Peer) -> Seen {
     let mut buf = Vec::new();
     match p.read_to_end(&mut buf) {
@@ -353,9 +381,18 @@ fn reply_then_ack() -> Handler {
 fn reply_then_ack_peer(addr: Addr, c: usize) -> (Seen, Seen) {
     let mut p = addr.connect();
     p.write_all(&(c as u32).to_le_bytes()).unwrap();
-    let reply = read_exactly(&mut p, REPLY);
+    let reply = exactly(
+        read_exactly(&mut p, REPLY),
+        &pattern(c, REPLY),
+        &format!("reply of connection {c}"),
+    );
     p.write_all(b"!").unwrap();
-    (reply, read_to_end(&mut p))
+    let bye = exactly(
+        read_to_end(&mut p),
+        b"bye",
+        &format!("end of connection {c}"),
+    );
+    (reply, bye)
 }
 
 #[test]
@@ -404,7 +441,11 @@ fn write_all_then_drop() -> Handler {
 fn write_all_then_drop_peer(addr: Addr, c: usize) -> Seen {
     let mut p = addr.connect();
     p.write_all(&(c as u32).to_le_bytes()).unwrap();
-    read_to_end(&mut p)
+    exactly(
+        read_to_end(&mut p),
+        &pattern(c, drop_reply_len(c)),
+        &format!("connection {c}"),
+    )
 }
 
 #[test]
@@ -582,10 +623,11 @@ fn slow_reader(addr: Addr, c: usize) -> Seen {
         }
         std::thread::sleep(Duration::from_micros(700));
     }
-    Seen::Bytes {
+    let seen = Seen::Bytes {
         len: all.len(),
         sum: digest(&all),
-    }
+    };
+    exactly(seen, &pattern(c, TIMED_TOTAL), &format!("connection {c}"))
 }
 
 #[test]
@@ -618,16 +660,16 @@ impl<T> From<io::Result<T>> for Outcome {
     }
 }
 
-/// A port nobody listens on.
+/// A port nobody listens on, on the peer's side.
 fn closed_port() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = link::listen();
     l.local_addr().unwrap()
 }
 
 /// A stream of `stack` connected to a std peer that resets the connection
 /// (linger 0) once the stream waits in a read; what the read got.
 async fn reset_mid_read(stack: Stack, e: Option<&AsyncEngine>) -> Outcome {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = link::listen();
     let addr = l.local_addr().unwrap();
     let resetter = std::thread::spawn(move || {
         let (peer, _) = l.accept().unwrap();
@@ -658,8 +700,11 @@ async fn reset_mid_read(stack: Stack, e: Option<&AsyncEngine>) -> Outcome {
 /// a list of addresses whose last one listens, a port in use, a missing
 /// Unix socket, a reset mid-read.
 async fn error_cases(stack: Stack, e: Option<AsyncEngine>) -> Vec<(&'static str, Outcome)> {
-    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let open = link::listen();
     let open_addr = open.local_addr().unwrap();
+    // A port in use on the stack's own side, where it binds.
+    let taken = std::net::TcpListener::bind((link::server_ip(), 0)).unwrap();
+    let taken_addr = taken.local_addr().unwrap();
     let closed = closed_port();
     let list = [
         "[::1]:1".to_string(),
@@ -678,7 +723,7 @@ async fn error_cases(stack: Stack, e: Option<AsyncEngine>) -> Vec<(&'static str,
             let peer = s.as_ref().map(|s| s.peer_addr().unwrap()).ok();
             out.push(("list", s.into()));
             out.push(("list reaches", Outcome::from(Ok::<_, io::Error>(peer))));
-            out.push(("in use", TcpListener::bind(open_addr).await.into()));
+            out.push(("in use", TcpListener::bind(taken_addr).await.into()));
             out.push(("no unix socket", UnixStream::connect(&missing).await.into()));
         }
         Some(e) => {
@@ -688,7 +733,7 @@ async fn error_cases(stack: Stack, e: Option<AsyncEngine>) -> Vec<(&'static str,
             let peer = s.as_ref().map(|s| s.peer_addr()).ok();
             out.push(("list", s.into()));
             out.push(("list reaches", Outcome::from(Ok::<_, io::Error>(peer))));
-            let in_use = TcpListener::bind(e, open_addr);
+            let in_use = TcpListener::bind(e, taken_addr);
             if let Err(err) = &in_use {
                 assert_eq!(blockio::errno(err), Some(libc::EADDRINUSE), "{err}");
             }
@@ -778,7 +823,7 @@ async fn writes_around_shutdown<S: AsyncRead + AsyncWrite + Unpin>(
 fn std_peer<T: Send + 'static>(
     peer: impl FnOnce(std::net::TcpStream) -> T + Send + 'static,
 ) -> (std::net::SocketAddr, std::thread::JoinHandle<T>) {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = link::listen();
     let addr = l.local_addr().unwrap();
     (
         addr,
@@ -892,18 +937,19 @@ fn a_connect_timeout_is_etimedout() {
             .enable_all()
             .build()
             .unwrap();
-        let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        l.bind(
-            &"127.0.0.1:0"
-                .parse::<std::net::SocketAddr>()
-                .unwrap()
-                .into(),
-        )
+        let l = link::on_peer_side(|| {
+            let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            l.bind(&std::net::SocketAddr::new(link::peer_ip(), 0).into())?;
+            l.listen(0)?;
+            io::Result::Ok(l)
+        })
         .unwrap();
-        l.listen(0).unwrap();
         let addr = l.local_addr().unwrap().as_socket().unwrap();
         // One connection fills a backlog of 0: the next SYN is dropped.
-        let _queued = std::net::TcpStream::connect(addr).unwrap();
+        // It is made on the listener's side, so that it is in the backlog
+        // whatever the link loses (a lost handshake ACK would leave it
+        // out, and let the connect under test in).
+        let _queued = link::on_peer_side(|| std::net::TcpStream::connect(addr)).unwrap();
         let out: Outcome = rt.block_on(async {
             let e = engine(*stack).unwrap();
             if e.poll_fd().is_some() {
@@ -1004,7 +1050,7 @@ fn idle_and_slow_peers_do_not_stall_a_probe() {
         // connection between requests); one at a time, so that no connect
         // waits in a full backlog.
         let quiet = |i: usize| {
-            let mut p = std::net::TcpStream::connect(addr).unwrap();
+            let mut p = link::connect(addr);
             p.set_read_timeout(Some(PEER_LIMIT)).unwrap();
             p.write_all(b"i").unwrap();
             let mut b = [0u8; 1];
@@ -1077,7 +1123,7 @@ fn a_burst_of_completions_past_the_queue_s_size_all_arrive() {
         // Every connection accepted, echoed once and waiting in its read
         // (one at a time, so that no connect waits in a full backlog).
         let peers = (0..CONNS).map(|_| {
-            let mut p = std::net::TcpStream::connect(addr).unwrap();
+            let mut p = link::connect(addr);
             p.set_read_timeout(Some(PEER_LIMIT)).unwrap();
             p.write_all(b"a").unwrap();
             let mut b = [0u8; 1];
@@ -1225,7 +1271,9 @@ fn fd_limited_server() {
         let handler = echo();
         match engine {
             None => {
-                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let l = tokio::net::TcpListener::bind((link::server_ip(), 0))
+                    .await
+                    .unwrap();
                 limit_fds_and_announce(l.local_addr().unwrap());
                 loop {
                     match l.accept().await {
@@ -1238,7 +1286,7 @@ fn fd_limited_server() {
                 }
             }
             Some(e) => {
-                let l = blockio::net::TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+                let l = blockio::net::TcpListener::bind(&e, (link::server_ip(), 0)).unwrap();
                 limit_fds_and_announce(l.local_addr());
                 let mut incoming = l.incoming();
                 loop {
