@@ -396,11 +396,12 @@ class Engine:
 
     def read_files(self, paths: Iterable[StrPath], return_exceptions: bool = False) -> List[Any]:
         """Each file's whole content, in order, the GIL released: for many
-        small files (a data loader's samples). The opens, the sizes
-        (``statx`` of each open file), the reads and the closes go through
-        the engine in batches of up to 256 files, every file's operation of
-        a step in flight at once, instead of four system calls one after
-        the other per file. A file that cannot be read raises ``OSError``
+        small files (a data loader's samples). The files are read in rounds
+        of 16, on up to 16 threads of the core at once (256 files open at
+        most): a round's opens, reads and closes each go through the engine
+        as one batch, every file's operation of a step in flight at once,
+        and its sizes are a ``statx`` of each open file; while one round
+        waits for its slowest file, the others keep the device busy. A file that cannot be read raises ``OSError``
         (errno and filename set, as the built-in ``open``'s), or is
         returned in its place with ``return_exceptions=True``; a directory
         is ``IsADirectoryError``, and a file larger than the memory

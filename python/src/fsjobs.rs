@@ -186,12 +186,16 @@ fn is_dir(st: &libc::statx) -> bool {
 }
 
 /// Files one round of [`read_files`] has open at once at most.
-const FILES_PER_ROUND: usize = 64;
+const FILES_PER_ROUND: usize = 16;
 
 /// Threads [`read_files`] reads on at most, each through rounds of its
 /// own; with [`FILES_PER_ROUND`], what all hold at once (256 files) stays
-/// well under the usual limit of 1,024 descriptors per process.
-const READERS: usize = 4;
+/// well under the usual limit of 1,024 descriptors per process. Many small
+/// rounds measured faster than a few large ones, cold (figures in
+/// `docs/benchmarks.md`): a small round waits less for its slowest file,
+/// and the copies of cold reads run on the threads that submitted them,
+/// so on a busy machine more threads get more of the CPUs.
+const READERS: usize = 16;
 
 /// One file's content as [`read_files`] reads it.
 struct Whole {
@@ -376,7 +380,12 @@ fn read_round_from(
             .enumerate()
             .filter_map(|(i, f)| f.as_ref().ok().map(|fd| (i, PathAt::file(fd))))
             .collect();
-        let stats = engine.stat_batch(&ats.iter().map(|(_, a)| *a).collect::<Vec<_>>(), 0)?;
+        // The `statx` of a descriptor just opened finds its inode in
+        // memory: called here, it costs a system call, where a batch
+        // through the ring would cost a round trip through the ring's
+        // worker threads (io_uring performs every `statx` there).
+        let stats: Vec<io::Result<libc::statx>> =
+            ats.iter().map(|(_, at)| blocking::stat(*at, 0)).collect();
         let mut wholes: Vec<Option<io::Result<Whole>>> = (0..round.len()).map(|_| None).collect();
         for ((i, _), st) in ats.iter().zip(stats) {
             wholes[*i] = Some(match st {

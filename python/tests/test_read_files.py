@@ -27,7 +27,7 @@ def tree(tmp_path, n, rnd):
 
 @BACKENDS
 def test_read_files_returns_each_file_whole_in_order(tmp_path, backend):
-    # More files than one round of the batches (256) holds, sizes at the
+    # More files than all the reading threads hold at once (256), sizes at the
     # page edges and empty files among them.
     paths = tree(tmp_path, 600, random.Random(5))
     with blockio.Engine(backend=backend) as e:
@@ -35,6 +35,28 @@ def test_read_files_returns_each_file_whole_in_order(tmp_path, backend):
         assert got == [p.read_bytes() for p in paths]
         assert e.read_files([str(p) for p in paths[:3]]) == e.read_files([bytes(p) for p in paths[:3]])
         assert e.read_files([]) == []
+
+
+@BACKENDS
+def test_read_files_keeps_each_result_in_its_place_across_the_reading_threads(tmp_path, backend):
+    """Rounds are read by several threads at once, finishing in any order:
+    every result, file or error, still lands at its own path's index."""
+    rnd = random.Random(11)
+    files = tree(tmp_path, 700, rnd)
+    odd = [tmp_path / "missing", tmp_path, "/proc/self/status", tmp_path / "d0"]
+    paths = [rnd.choice(odd) if rnd.random() < 0.1 else rnd.choice(files) for _ in range(2000)]
+    with blockio.Engine(backend=backend) as e:
+        got = e.read_files(paths, return_exceptions=True)
+    assert len(got) == len(paths)
+    for p, g in zip(paths, got):
+        if str(p).startswith("/proc"):
+            assert g.startswith(b"Name:")
+        elif p == tmp_path / "missing":
+            assert isinstance(g, FileNotFoundError) and g.filename == str(p)
+        elif p in (tmp_path, tmp_path / "d0"):
+            assert isinstance(g, IsADirectoryError) and g.filename == str(p)
+        else:
+            assert g == p.read_bytes()
 
 
 @BACKENDS
