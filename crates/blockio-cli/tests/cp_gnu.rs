@@ -854,7 +854,9 @@ fn preserve_lists_keep_what_gnu_keeps() {
 /// the way of a link to a symbolic link or a FIFO is removed first
 /// (unless it is a hard link of that very link: then it is left), and a
 /// hard link of a regular source file is "the same file", as GNU 9.1
-/// does. Before, blockio said "File exists" of each.
+/// does; a link to a source directory in its copy's place cannot be
+/// overwritten. Before, blockio said "File exists" of each, and of the
+/// last that it was the same file.
 #[test]
 fn symbolic_links_of_a_tree_replace_what_is_in_the_way_as_gnu_does() {
     let setup = "mkdir -p s t/s; echo a > s/a; ln -s a s/l1; ln -s a s/l2; ln -s nowhere s/l3; \
@@ -865,6 +867,17 @@ fn symbolic_links_of_a_tree_replace_what_is_in_the_way_as_gnu_does() {
         &["-rsv", "/proc/self/cwd/s", "t"],
         &["-rsn", "/proc/self/cwd/s", "t"],
         &["-rsb", "/proc/self/cwd/s", "t"],
+    ] {
+        like_gnu(setup, args);
+    }
+    // A link to a source directory where its copy goes: "cannot
+    // overwrite non-directory" with -s, where without it GNU calls them
+    // the same file.
+    let setup = "mkdir -p s/d t/s; ln -s \"$PWD/s/d\" t/s/d";
+    for args in [
+        &["-rs", "/proc/self/cwd/s", "t"][..],
+        &["-rsu", "/proc/self/cwd/s", "t"],
+        &["-r", "/proc/self/cwd/s", "t"],
     ] {
         like_gnu(setup, args);
     }

@@ -483,7 +483,10 @@ impl Walker<'_> {
                         // A link to the source directory itself: GNU's
                         // same-file message.
                         let opts = self.ctx.opts;
+                        // (Not with -s: GNU 9.1 then says it cannot
+                        // overwrite the non-directory.)
                         let to_source = e.never_follows(opts.dereference)
+                            && opts.link != copy::LinkMode::Symbolic
                             && !opts.remove_destination
                             && !opts.no_clobber
                             && opts.backup == copy::Backup::None
