@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Tuple, Type
 
 from ._aio import despite_cancel, new_future, threadsafe_caller
 from ._engine import Engine, _copy_into, _Descriptor, _flat
-from ._calls import CallQueue, one_at_a_time
+from ._calls import CallQueue, one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
 
 if TYPE_CHECKING:
@@ -599,7 +599,7 @@ class AsyncFile(LineReader[bytes]):
 
     # -- writing ----------------------------------------------------------------
 
-    @one_at_a_time
+    @one_at_a_time_kept
     async def write(self, data: Buffer) -> int:
         """Writes all of ``data`` (any bytes-like object) at the position,
         or at the end in append mode; the byte count. Buffered files keep
@@ -671,7 +671,7 @@ class AsyncFile(LineReader[bytes]):
             self._pos = self._wpos
         await self._write_through(memoryview(data))
 
-    @one_at_a_time
+    @one_at_a_time_kept
     async def writelines(self, lines: Iterable[Buffer]) -> None:
         """Writes each item of ``lines`` (no newlines are added)."""
         for line in lines:

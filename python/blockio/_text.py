@@ -23,7 +23,7 @@ import os
 from typing import Any, Iterable, Optional, Tuple, Union
 
 from ._file import AsyncFile, _int_arg, _size_arg
-from ._calls import one_at_a_time
+from ._calls import one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
 
 _CHUNK = 8192
@@ -211,7 +211,7 @@ class AsyncTextFile(LineReader[str]):
 
     # -- writing ----------------------------------------------------------------
 
-    @one_at_a_time
+    @one_at_a_time_kept
     async def write(self, s: str) -> int:
         """Writes ``s`` (newlines translated, then encoded); the number of
         characters."""
@@ -251,7 +251,7 @@ class AsyncTextFile(LineReader[str]):
             await self.buffer.flush()
         return len(s)
 
-    @one_at_a_time
+    @one_at_a_time_kept
     async def writelines(self, lines: Iterable[str]) -> None:
         """Writes each string of ``lines`` (no newlines are added)."""
         for line in lines:
