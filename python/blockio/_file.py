@@ -437,6 +437,7 @@ class AsyncFile(LineReader[bytes]):
                 finally:
                     free.append(None)
         if turn:
+            assert size is not None  # (an int: see above)
             return await self._read_after_a_turn(size)
         got: bytes = await self._read(size)
         return got
