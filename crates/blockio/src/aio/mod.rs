@@ -79,6 +79,7 @@ mod in_flight;
 pub(crate) mod op;
 mod pool;
 mod readiness;
+mod relay;
 pub(crate) mod request;
 #[cfg(feature = "tokio")]
 mod tokio_drive;
@@ -89,13 +90,13 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, OnceLock};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
-pub(crate) use driving::Lingering;
 pub use driving::{CallerDriving, Driving, Submit};
 pub use file::{
     AsyncFile, AsyncOpenOptions, BatchFuture, BatchOp, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES,
     MAX_STREAM_DEPTH,
 };
 pub use op::{BufResult, OpFuture};
+pub(crate) use relay::Lingering;
 #[cfg(feature = "tokio")]
 pub use tokio_drive::drive_on_tokio;
 
@@ -132,7 +133,7 @@ struct EngineCore {
     /// (see [`EngineCore::readiness`]).
     readiness: OnceLock<Readiness>,
     /// The `drive_on_tokio` tasks driving a caller-driven ring.
-    tokio_drivers: driving::TokioDrivers,
+    tokio_drivers: relay::TokioDrivers,
 }
 
 impl EngineCore {
@@ -303,7 +304,7 @@ impl AsyncEngineBuilder {
                 recv_shape: shape,
                 recv_ring: OnceLock::new(),
                 readiness: OnceLock::new(),
-                tokio_drivers: driving::TokioDrivers::default(),
+                tokio_drivers: relay::TokioDrivers::default(),
             }),
         })
     }
@@ -378,7 +379,7 @@ impl AsyncEngine {
 
     /// The `drive_on_tokio` tasks of this engine.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn tokio_drivers(&self) -> &driving::TokioDrivers {
+    pub(crate) fn tokio_drivers(&self) -> &relay::TokioDrivers {
         &self.core.tokio_drivers
     }
 
