@@ -7,8 +7,12 @@
 use std::os::fd::RawFd;
 
 /// Who drives the engine's io_uring: submits operations and reaps their
-/// completions. On the thread-pool backend there is no ring, and either
-/// choice gives the pool (operations complete on its threads).
+/// completions. On the thread-pool backend there is no ring: either
+/// choice gives the pool (operations complete on its threads), and the
+/// options only a ring uses ([`Submit::PerRound`],
+/// [`CallerDriving::completion_eventfd`]) are refused when the builder
+/// itself chose the pool, and ignored when the engine falls back to it at
+/// run time (see [`AsyncEngineBuilder::build`](super::AsyncEngineBuilder::build)).
 #[derive(Debug, Clone, Default)]
 pub enum Driving {
     /// A thread of the engine's own (the default): any executor works,
@@ -114,5 +118,20 @@ impl CallerDriving {
     pub fn completion_eventfd(mut self, eventfd: RawFd) -> CallerDriving {
         self.completion_eventfd = Some(eventfd);
         self
+    }
+}
+
+impl Driving {
+    /// The first option set here that only an io_uring uses, named as the
+    /// API names it; `None` when every option set works on the pool too.
+    pub(crate) fn ring_only_option(&self) -> Option<&'static str> {
+        match self {
+            Driving::Thread => None,
+            Driving::Caller(c) => match (c.completion_eventfd, c.submit) {
+                (Some(_), _) => Some("CallerDriving::completion_eventfd"),
+                (None, Submit::PerRound) => Some("Submit::PerRound"),
+                (None, Submit::OnStart) => None,
+            },
+        }
     }
 }

@@ -270,6 +270,18 @@ impl AsyncEngineBuilder {
     /// or the [`completion_eventfd`](CallerDriving::completion_eventfd) is not an
     /// open eventfd. Only the kernel refusing io_uring falls back to the
     /// thread pool; the caller's mistakes are errors.
+    ///
+    /// A setting that only a ring uses ([`Submit::PerRound`],
+    /// [`CallerDriving::completion_eventfd`]) together with
+    /// [`BackendChoice::ThreadPool`] is such a mistake: the builder asks
+    /// for something it also rules out, and `build` fails with
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) naming the setting,
+    /// on every machine. When the thread pool is not the builder's choice
+    /// but comes at run time (io_uring unavailable, or
+    /// `BLOCKIO_BACKEND=threads`), the same code must keep working there,
+    /// so those settings are ignored (operations complete on the pool's
+    /// threads and wake their tasks themselves; the eventfd is never
+    /// signalled) and [`AsyncEngine::fallback_reason`] says which was.
     pub fn build(self) -> io::Result<AsyncEngine> {
         let depth = self.queue_depth;
         let uring = || {
@@ -282,7 +294,21 @@ impl AsyncEngineBuilder {
             .map(|d| (d, Backend::IoUring, None))
         };
         let threads = fallback_threads(self.threads, depth);
-        let pool = |reason| {
+        let ignored = self.driving.ring_only_option();
+        if let (BackendChoice::ThreadPool, Some(option)) = (self.backend, ignored) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{option} needs io_uring, but the builder chose \
+                     BackendChoice::ThreadPool, which has no ring to use it"
+                ),
+            ));
+        }
+        let pool = |reason: String| {
+            let reason = match ignored {
+                Some(option) => format!("{reason}; {option} ignored: the thread pool has no ring"),
+                None => reason,
+            };
             let pool = PoolDriver::start(threads)?;
             Ok((Driver::Pool(pool), Backend::ThreadPool, Some(reason)))
         };
