@@ -38,8 +38,11 @@ pub(crate) enum OpClass {
 /// its [`OpClass`] and its name in messages, all three required.
 macro_rules! op_kinds {
     ($($(#[doc = $doc:literal])* $kind:ident: $class:ident, $name:literal;)*) => {
-        /// The kind of an operation.
+        /// The kind of an operation. Non-exhaustive: kinds are added as
+        /// the engine learns new operations, so a `match` outside this
+        /// crate needs a `_` arm (inside it every match names each kind).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
         pub enum OpKind {
             $($(#[doc = $doc])* $kind,)*
         }

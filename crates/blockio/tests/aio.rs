@@ -704,3 +704,13 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
         assert_eq!(completed, 64);
     }
 }
+
+/// Code written against the earlier name of a batch's future still builds.
+#[test]
+#[allow(deprecated)]
+fn the_earlier_name_of_the_batch_future_still_names_it() {
+    fn same<B: Send + 'static>(f: blockio::aio::Batch<B>) -> blockio::aio::BatchFuture<B> {
+        f
+    }
+    let _ = same::<Vec<u8>>;
+}

@@ -13,7 +13,10 @@ use std::os::fd::RawFd;
 /// [`CallerDriving::completion_eventfd`]) are refused when the builder
 /// itself chose the pool, and ignored when the engine falls back to it at
 /// run time (see [`AsyncEngineBuilder::build`](super::AsyncEngineBuilder::build)).
+///
+/// Non-exhaustive: a `match` outside this crate needs a `_` arm.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub enum Driving {
     /// A thread of the engine's own (the default): any executor works,
     /// and operations from many tasks reach the kernel together; each
@@ -75,7 +78,9 @@ pub struct CallerDriving {
 }
 
 /// When a caller-driven ring's operations reach the kernel.
+/// Non-exhaustive: a `match` outside this crate needs a `_` arm.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Submit {
     /// When started: one `io_uring_enter` by the thread that starts each
     /// operation (the default).
