@@ -46,9 +46,9 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{IntoRawFd, OwnedFd};
 
-use crate::engine::meta::{opened, CLOSE};
 use crate::error::PathError;
 use crate::op::action::Action;
+use crate::op::path::{opened, CLOSE};
 use crate::op::{Op, Target};
 use crate::{OpenRequest, PathAt};
 
