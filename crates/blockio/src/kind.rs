@@ -59,8 +59,10 @@ macro_rules! op_kinds {
                 }
             }
 
-            /// The name messages use.
-            const fn name(self) -> &'static str {
+            /// The name messages use: the kind's one name, in an
+            /// [`OpError`](crate::OpError) and a path operation's
+            /// [`PathError`](crate::PathError) alike.
+            pub(crate) const fn name(self) -> &'static str {
                 match self {
                     $(OpKind::$kind => $name,)*
                 }

@@ -40,12 +40,8 @@ use crate::Engine;
 
 impl Engine {
     /// Submits one operation per `(path, action)` in one batch; errors
-    /// name the path and `verb`.
-    fn submit_paths(
-        &self,
-        verb: &'static str,
-        reqs: &[(PathAt<'_>, Action)],
-    ) -> io::Result<Vec<io::Result<usize>>> {
+    /// name the action's kind and the path.
+    fn submit_paths(&self, reqs: &[(PathAt<'_>, Action)]) -> io::Result<Vec<io::Result<usize>>> {
         let mut ops: Vec<Op<'_>> = reqs
             .iter()
             // SAFETY: each action points at its request's path (a `&CStr`
@@ -58,7 +54,9 @@ impl Engine {
         Ok(results
             .into_iter()
             .zip(reqs)
-            .map(|(r, (p, _))| r.map_err(|e| PathError::wrap(verb, p.path(), e)))
+            .map(|(r, (p, action))| {
+                r.map_err(|e| PathError::wrap(action.kind().name(), p.path(), e))
+            })
             .collect())
     }
 
@@ -66,7 +64,7 @@ impl Engine {
     /// Errors name the path.
     pub fn open_batch(&self, reqs: &[OpenRequest<'_>]) -> io::Result<Vec<io::Result<OwnedFd>>> {
         let reqs: Vec<(PathAt<'_>, Action)> = reqs.iter().map(|r| (r.at(), r.action())).collect();
-        let results = self.submit_paths("open", &reqs)?;
+        let results = self.submit_paths(&reqs)?;
         Ok(results.into_iter().map(opened).collect())
     }
 
@@ -86,7 +84,7 @@ impl Engine {
             .zip(bufs.iter_mut())
             .map(|(p, buf)| (*p, p.stat_action(flags, buf)))
             .collect();
-        let results = self.submit_paths("stat", &reqs)?;
+        let results = self.submit_paths(&reqs)?;
         drop(reqs);
         Ok(results
             .into_iter()
@@ -119,7 +117,7 @@ impl Engine {
             .iter()
             .map(|(p, mode)| (*p, p.mkdir_action(*mode)))
             .collect();
-        let results = self.submit_paths("mkdir", &reqs)?;
+        let results = self.submit_paths(&reqs)?;
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 
@@ -130,7 +128,7 @@ impl Engine {
             .iter()
             .map(|(p, target)| (*p, p.symlink_action(target)))
             .collect();
-        let results = self.submit_paths("symlink", &reqs)?;
+        let results = self.submit_paths(&reqs)?;
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 }
