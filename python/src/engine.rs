@@ -14,7 +14,7 @@ use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use crate::fsjobs::{Job, Out};
+use crate::fsjobs::{FsCall, Out};
 use crate::lent::{release_parked, Lent};
 use crate::*;
 
@@ -208,23 +208,23 @@ impl Core {
             }
             futs.push(match &files[fd] {
                 Ok((f, dup)) => issue(f, buf, *off, *fd, *dup),
-                Err(errno) => failed(Kind::Count, *errno),
+                Err(errno) => failed(Yields::Count, *errno),
             });
         }
-        Ok(self.start(waiter, Pending::new(futs, Kind::Count)))
+        Ok(self.start(waiter, Pending::new(futs, Yields::Count)))
     }
 
     /// Starts one file-system job as a batch for `waiter` (or reports the
     /// errno that made preparing it fail); its token.
-    pub(crate) fn start_job(&self, waiter: PyObject, job: Result<Job, i32>) -> PyResult<u64> {
+    pub(crate) fn start_job(&self, waiter: PyObject, job: Result<FsCall, i32>) -> PyResult<u64> {
         let fut: Boxed<OneDone> = match job {
             Ok(job) => {
                 let f = self.fs.submit(job).map_err(io_err)?;
                 Box::pin(async move { OneDone::Count(f.await) })
             }
-            Err(errno) => failed(Kind::Count, errno),
+            Err(errno) => failed(Yields::Count, errno),
         };
-        Ok(self.start(waiter, Pending::new(vec![fut], Kind::Count)))
+        Ok(self.start(waiter, Pending::new(vec![fut], Yields::Count)))
     }
 
     pub(crate) fn clear_eventfd(&self) {
@@ -524,12 +524,12 @@ impl Core {
                         });
                         b
                     }
-                    Err(errno) => failed(Kind::Read, *errno),
+                    Err(errno) => failed(Yields::Read, *errno),
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
         drop(spare);
-        Ok(self.start(waiter, Pending::new(futs, Kind::Read)))
+        Ok(self.start(waiter, Pending::new(futs, Yields::Read)))
     }
 
     /// Starts reading into each `(fd, buffer, offset)`.
@@ -591,9 +591,9 @@ impl Core {
                 });
                 b
             }
-            Err(errno) => failed(Kind::Count, errno),
+            Err(errno) => failed(Yields::Count, errno),
         };
-        Ok(self.start(waiter, Pending::new(vec![fut], Kind::Count)))
+        Ok(self.start(waiter, Pending::new(vec![fut], Yields::Count)))
     }
 
     /// Starts `open(path, flags, mode)` on the core's file-system threads;
@@ -609,7 +609,7 @@ impl Core {
     ) -> PyResult<u64> {
         self.check()?;
         let path = c_path(path)?;
-        self.start_job(waiter, Ok(Job::Open { path, flags, mode }))
+        self.start_job(waiter, Ok(FsCall::Open { path, flags, mode }))
     }
 
     /// Starts a `statx` of `path` (of a final symbolic link itself unless
@@ -623,14 +623,14 @@ impl Core {
     ) -> PyResult<u64> {
         self.check()?;
         let path = c_path(path)?;
-        self.start_job(waiter, Ok(Job::Stat { path, follow }))
+        self.start_job(waiter, Ok(FsCall::Stat { path, follow }))
     }
 
     /// Starts an `fstat` of `fd` (through a duplicate); the result is the
     /// file's size.
     pub(crate) fn submit_size(&self, waiter: PyObject, fd: RawFd) -> PyResult<u64> {
         self.check()?;
-        self.start_job(waiter, fsjobs::dup(fd).map(Job::Size))
+        self.start_job(waiter, fsjobs::dup(fd).map(FsCall::Size))
     }
 
     /// Starts an `ftruncate` of `fd` (through a duplicate) to `length`.
@@ -644,7 +644,7 @@ impl Core {
         let length = u64::try_from(length).map_err(|_| {
             PyValueError::new_err(format!("length must not be negative, got {length}"))
         })?;
-        self.start_job(waiter, fsjobs::dup(fd).map(|d| Job::Truncate(d, length)))
+        self.start_job(waiter, fsjobs::dup(fd).map(|d| FsCall::Truncate(d, length)))
     }
 
     /// Starts closing `fd`, whose ownership the caller hands over: the
@@ -659,7 +659,7 @@ impl Core {
         // Python layer passes the descriptor of a file object it is
         // closing and never uses the number again).
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        self.start_job(waiter, Ok(Job::Close(owned)))
+        self.start_job(waiter, Ok(FsCall::Close(owned)))
     }
 
     /// Starts a `mkdirat` of `path` (relative to the working directory)
@@ -668,7 +668,7 @@ impl Core {
     pub(crate) fn submit_mkdir(&self, waiter: PyObject, path: Vec<u8>, mode: u32) -> PyResult<u64> {
         self.check()?;
         let path = c_path(path)?;
-        self.start_job(waiter, Ok(Job::Mkdir { path, mode }))
+        self.start_job(waiter, Ok(FsCall::Mkdir { path, mode }))
     }
 
     /// Starts making the symbolic link `link` pointing at `target`
@@ -681,7 +681,7 @@ impl Core {
     ) -> PyResult<u64> {
         self.check()?;
         let (target, link) = (c_path(target)?, c_path(link)?);
-        self.start_job(waiter, Ok(Job::Symlink { target, link }))
+        self.start_job(waiter, Ok(FsCall::Symlink { target, link }))
     }
 
     /// Starts reading every file of `paths` whole (see
@@ -690,7 +690,7 @@ impl Core {
     pub(crate) fn submit_read_files(&self, waiter: PyObject, paths: Vec<Vec<u8>>) -> PyResult<u64> {
         let engine = self.check()?;
         let paths = paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
-        self.start_job(waiter, Ok(Job::ReadFiles { engine, paths }))
+        self.start_job(waiter, Ok(FsCall::ReadFiles { engine, paths }))
     }
 
     /// Reads every file of `paths` whole, the GIL released; a list of

@@ -42,7 +42,7 @@ use blockio::{blocking, OpenRequest, PathAt};
 const MAX_THREADS: usize = 8;
 
 /// One blocking call.
-pub(crate) enum Job {
+pub(crate) enum FsCall {
     /// `open(path, flags, mode)`; the result is the new descriptor. A
     /// directory opened without `O_DIRECTORY` fails with `EISDIR`, as
     /// Python's `open` does.
@@ -84,36 +84,36 @@ pub(crate) enum Out {
     Files(Vec<io::Result<Vec<u8>>>),
 }
 
-impl Job {
+impl FsCall {
     /// Runs the call: each is the blocking form of one of blockio's
     /// operation kinds ([`blockio::blocking`]), with the OS error alone
     /// kept (see [`unwrapped`]).
     fn run(self) -> io::Result<Out> {
         match self {
-            Job::Open { path, flags, mode } => open(&path, flags, mode).map(Out::Fd),
-            Job::Size(fd) => Ok(Out::Count(fstat(&fd)?.stx_size as usize)),
-            Job::Truncate(fd, len) => {
+            FsCall::Open { path, flags, mode } => open(&path, flags, mode).map(Out::Fd),
+            FsCall::Size(fd) => Ok(Out::Count(fstat(&fd)?.stx_size as usize)),
+            FsCall::Truncate(fd, len) => {
                 blocking::ftruncate(&fd, len).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }
-            Job::Stat { path, follow } => {
+            FsCall::Stat { path, follow } => {
                 let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
                 let st = blocking::stat(PathAt::cwd(&path), flags).map_err(unwrapped)?;
                 Ok(Out::Stat(Box::new(st)))
             }
-            Job::Close(fd) => {
+            FsCall::Close(fd) => {
                 blocking::close(fd).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }
-            Job::Mkdir { path, mode } => {
+            FsCall::Mkdir { path, mode } => {
                 blocking::mkdir(PathAt::cwd(&path), mode).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }
-            Job::Symlink { target, link } => {
+            FsCall::Symlink { target, link } => {
                 blocking::symlink(PathAt::cwd(&link), &target).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }
-            Job::ReadFiles { engine, paths } => Ok(Out::Files(read_files(&engine, &paths)?)),
+            FsCall::ReadFiles { engine, paths } => Ok(Out::Files(read_files(&engine, &paths)?)),
         }
     }
 }
@@ -544,7 +544,7 @@ impl Future for JobFuture {
 }
 
 struct Queue {
-    jobs: VecDeque<(Job, Arc<Mutex<Slot>>)>,
+    jobs: VecDeque<(FsCall, Arc<Mutex<Slot>>)>,
     idle: usize,
     threads: usize,
     stop: bool,
@@ -573,7 +573,7 @@ impl Default for Pool {
 
 impl Pool {
     /// Queues `job`; its future resolves when a thread has run it.
-    pub(crate) fn submit(&self, job: Job) -> io::Result<JobFuture> {
+    pub(crate) fn submit(&self, job: FsCall) -> io::Result<JobFuture> {
         let slot = Arc::new(Mutex::new(Slot::default()));
         let (lock, cv) = &*self.q;
         let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -622,8 +622,8 @@ fn serve(shared: &(Mutex<Queue>, Condvar)) {
 
 /// Runs one job for `slot`, unless its future is gone (then dropping the
 /// job closes the duplicate it owns); a close always runs.
-fn finish(job: Job, slot: &Arc<Mutex<Slot>>) {
-    if Arc::strong_count(slot) == 1 && !matches!(job, Job::Close(..)) {
+fn finish(job: FsCall, slot: &Arc<Mutex<Slot>>) {
+    if Arc::strong_count(slot) == 1 && !matches!(job, FsCall::Close(..)) {
         return;
     }
     let res = job.run();

@@ -14,7 +14,7 @@
 //!   hop, no GIL taken by the driver.
 //!
 //! Buffers handed to the kernel are either ours (reads into new bytes) or
-//! exported Python buffers ([`PyBuffer`]), held — and so kept alive and
+//! exported Python buffers ([`pyo3::buffer::PyBuffer`]), held — and so kept alive and
 //! unresizable — by the future until its completion arrives, even if the
 //! Python side gave up waiting (a cancelled task). A buffer whose
 //! operation was cancelled is dropped by the driver thread, which never

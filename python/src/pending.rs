@@ -100,7 +100,7 @@ pub(crate) enum Done {
 pub(crate) struct Pending {
     pub(crate) futs: Vec<Option<Boxed<OneDone>>>,
     pub(crate) outs: Vec<Option<OneDone>>,
-    pub(crate) kind: Kind,
+    pub(crate) yields: Yields,
     /// Wakes this batch's token; made once, by `Core::start`.
     pub(crate) waker: Option<Waker>,
     /// What the Python layer resolves with this batch's results (its
@@ -111,18 +111,20 @@ pub(crate) struct Pending {
 
 /// An operation that fails at once with `errno` (a descriptor that cannot
 /// be used), reported in its place like the synchronous calls do.
-pub(crate) fn failed(kind: Kind, errno: i32) -> Boxed<OneDone> {
+pub(crate) fn failed(yields: Yields, errno: i32) -> Boxed<OneDone> {
     Box::pin(async move {
         let err = io::Error::from_raw_os_error(errno);
-        match kind {
-            Kind::Read => OneDone::Read((Err(err), Buf::Owned(AlignedBuf::new(0, 4096)))),
-            Kind::Count => OneDone::Count(Err(err)),
+        match yields {
+            Yields::Read => OneDone::Read((Err(err), Buf::Owned(AlignedBuf::new(0, 4096)))),
+            Yields::Count => OneDone::Count(Err(err)),
         }
     })
 }
 
+/// What each operation of a batch gives back: bytes read into a buffer,
+/// or a count.
 #[derive(Clone, Copy)]
-pub(crate) enum Kind {
+pub(crate) enum Yields {
     Read,
     Count,
 }
@@ -133,11 +135,11 @@ pub(crate) enum OneDone {
 }
 
 impl Pending {
-    pub(crate) fn new(futs: Vec<Boxed<OneDone>>, kind: Kind) -> Pending {
+    pub(crate) fn new(futs: Vec<Boxed<OneDone>>, yields: Yields) -> Pending {
         Pending {
             outs: futs.iter().map(|_| None).collect(),
             futs: futs.into_iter().map(Some).collect(),
-            kind,
+            yields,
             waker: None,
             waiter: None,
         }
@@ -164,15 +166,15 @@ impl Pending {
             .outs
             .drain(..)
             .map(|o| o.expect("every operation finished"));
-        Some(match self.kind {
-            Kind::Read => Done::Read(
+        Some(match self.yields {
+            Yields::Read => Done::Read(
                 outs.map(|o| match o {
                     OneDone::Read(r) => r,
                     OneDone::Count(_) => unreachable!("a read batch holds reads"),
                 })
                 .collect(),
             ),
-            Kind::Count => Done::Count(
+            Yields::Count => Done::Count(
                 outs.map(|o| match o {
                     OneDone::Count(r) => r,
                     OneDone::Read((r, _)) => r.map(Out::Count),

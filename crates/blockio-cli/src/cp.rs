@@ -630,7 +630,9 @@ fn with_leading_dashes(args: &[OsString]) -> Vec<OsString> {
 /// apiece, and an allocation failing under the limit aborts the process.
 /// With one arena the threads share it, and the copy fits where one
 /// thread's does (coreutils' `tests/cp/link-heap.sh`).
-fn one_arena_under_address_limit() {
+///
+/// Returns the address space left under the limit (`None`: no limit).
+fn one_arena_under_address_limit() -> Option<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -639,18 +641,42 @@ fn one_arena_under_address_limit() {
     // call.
     let limited = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0
         && lim.rlim_cur != libc::RLIM_INFINITY;
-    if limited {
-        // SAFETY: mallopt only sets an allocator parameter; called before
-        // the copy's threads start, and M_ARENA_MAX is one glibc knows.
-        unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    if !limited {
+        return None;
+    }
+    // SAFETY: mallopt only sets an allocator parameter; called before
+    // the copy's threads start, and M_ARENA_MAX is one glibc knows.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    // SAFETY: sysconf only reads a configuration value.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    // The first field of statm: the address space in use, in pages.
+    let used = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page);
+    Some(lim.rlim_cur.saturating_sub(used))
+}
+
+/// Address space each worker thread beyond the first needs left over
+/// under a limit (`ulimit -v`) to be started: its stack takes 2 MiB, and
+/// a copy whose threads took the room its listings need would fail where
+/// one thread fits.
+const ROOM_PER_THREAD: u64 = 64 << 20;
+
+/// The worker threads a copy may start with `room` bytes of address space
+/// left under a limit: at least one, one more per [`ROOM_PER_THREAD`].
+fn threads_within(threads: usize, room: Option<u64>) -> usize {
+    match room {
+        Some(room) => threads.min(1 + (room / ROOM_PER_THREAD) as usize),
+        None => threads,
     }
 }
 
 /// Runs `cp`; `Ok(false)` when anything failed (each failure reported),
 /// including a usage error (exit status 1, as GNU's).
 pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
-    one_arena_under_address_limit();
-    let cmd = match parse(&with_leading_dashes(&args.args)) {
+    let room = one_arena_under_address_limit();
+    let mut cmd = match parse(&with_leading_dashes(&args.args)) {
         Ok(Some(cmd)) => cmd,
         Ok(None) => return Ok(true),
         Err(Usage { msg, hint }) => {
@@ -662,6 +688,7 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
             return Ok(false);
         }
     };
+    cmd.opts.threads = threads_within(cmd.opts.threads, room);
     let progress = Progress::default();
     let bar = if std::io::stderr().is_terminal() && !cmd.json {
         let b = indicatif::ProgressBar::new_spinner();

@@ -422,12 +422,11 @@ fn cp_within(dir: &Path, kib: u64, args: &str) -> (Option<i32>, String) {
 
 /// Under `ulimit -v`, the worker threads cost little address space
 /// beyond what one thread's copy takes: they share one allocation arena
-/// instead of reserving 64 MiB each, and a thread that cannot be had
-/// leaves the work to fewer. Before, three threads aborted on a failed
-/// allocation within 4 MB of what one thread's copy needed (part of
-/// coreutils' `tests/cp/link-heap.sh`, whose `cp -al` of 30,000 entries
-/// within 4 MB of one file's copy still fails: the listed entries take
-/// more memory than GNU's).
+/// instead of reserving 64 MiB each, a thread is started only with room
+/// to spare, and a thread that cannot be had leaves the work to fewer.
+/// Before, three threads aborted on a failed allocation within 4 MB of
+/// what one thread's copy needed (part of coreutils'
+/// `tests/cp/link-heap.sh`).
 #[test]
 fn more_threads_fit_within_an_address_space_limit_one_thread_fits() {
     let dir = tempfile::tempdir().unwrap();
@@ -454,4 +453,72 @@ fn more_threads_fit_within_an_address_space_limit_one_thread_fits() {
     let (code, err) = cp_within(d, one + 4000, "--threads=3 -al e g3");
     assert_eq!(code, Some(0), "under ulimit -v {}: {err}", one + 4000);
     assert_eq!(fs::read_dir(d.join("g3").join("a")).unwrap().count(), 1500);
+}
+
+/// The least address space, in steps of 1000 KiB, in which `cp ARGS`
+/// succeeds in `dir`, as coreutils' `get_min_ulimit_v_` finds it; `clean`
+/// is removed before each try.
+fn least_address_space(dir: &Path, args: &str, clean: &Path) -> u64 {
+    let mut kib = 4000;
+    loop {
+        let _ = fs::remove_dir_all(clean);
+        let _ = fs::remove_file(clean);
+        if cp_within(dir, kib, args).0 == Some(0) {
+            return kib;
+        }
+        kib += 1000;
+        assert!(kib < 1 << 20, "cp {args} fails even under 1 GiB");
+    }
+}
+
+/// coreutils' `tests/cp/link-heap.sh`: `cp -al` of a tree of 40,000
+/// entries, two directories of 20,000 (10,000 files and 10,000
+/// subdirectories, the second's files hard links of the first's), within
+/// 4 MB more address space than the copy of one empty file takes. A
+/// directory's listing keeps its names only (a `statx` and an entry for
+/// a few hundred at a time), a subdirectory waiting to be walked is its
+/// parent and name, and an empty one is finished when listed. Before,
+/// each listed entry kept its whole `statx` and both names, every
+/// directory its final attributes until the end, and the copy needed
+/// some 30 MB more than one file's.
+#[test]
+fn cp_al_of_a_directory_of_20000_entries_fits_within_4_mb_of_one_files_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (a, b) = (d.join("e").join("a"), d.join("e").join("b"));
+    fs::create_dir_all(&a).unwrap();
+    fs::create_dir_all(&b).unwrap();
+    for i in 1..=10_000 {
+        let name = format!("{i:031}");
+        fs::write(a.join(&name), b"").unwrap();
+        fs::hard_link(a.join(&name), b.join(&name)).unwrap();
+        let sub = format!("d{i:030}");
+        fs::create_dir(a.join(&sub)).unwrap();
+        fs::create_dir(b.join(&sub)).unwrap();
+    }
+    fs::write(d.join("f"), b"").unwrap();
+    let one = least_address_space(d, "-al f f2", &d.join("f2"));
+    let (code, err) = cp_within(d, one + 4000, "-al e copy");
+    assert_eq!(code, Some(0), "under ulimit -v {}: {err}", one + 4000);
+    assert_eq!(err, "");
+    for (from, to) in [(&a, d.join("copy/a")), (&b, d.join("copy/b"))] {
+        let mut names: Vec<_> = fs::read_dir(&to)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 20_000, "{}", to.display());
+        for n in names {
+            let (s, c) = (
+                fs::symlink_metadata(from.join(&n)).unwrap(),
+                fs::symlink_metadata(to.join(&n)).unwrap(),
+            );
+            if s.is_dir() {
+                assert!(c.is_dir(), "{}", to.join(&n).display());
+                assert_eq!(fs::read_dir(to.join(&n)).unwrap().count(), 0);
+            } else {
+                assert_eq!(c.ino(), s.ino(), "{} is a hard link", to.join(&n).display());
+            }
+        }
+    }
 }

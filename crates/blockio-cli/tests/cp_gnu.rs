@@ -849,6 +849,67 @@ fn preserve_lists_keep_what_gnu_keeps() {
     }
 }
 
+/// `-rs` onto what is already there, the source named by its absolute
+/// path (through `/proc/self/cwd`, the same on both sides): what is in
+/// the way of a link to a symbolic link or a FIFO is removed first
+/// (unless it is a hard link of that very link: then it is left), and a
+/// hard link of a regular source file is "the same file", as GNU 9.1
+/// does; a link to a source directory in its copy's place cannot be
+/// overwritten. Before, blockio said "File exists" of each, and of the
+/// last that it was the same file.
+#[test]
+fn symbolic_links_of_a_tree_replace_what_is_in_the_way_as_gnu_does() {
+    let setup = "mkdir -p s t/s; echo a > s/a; ln -s a s/l1; ln -s a s/l2; ln -s nowhere s/l3; \
+                 mkfifo s/f1 s/f2; ln s/a t/s/a; ln -s \"$PWD/s/l1\" t/s/l1; echo old > t/s/l2; \
+                 ln -P s/l3 t/s/l3; ln -s \"$PWD/s/f1\" t/s/f1; echo x > t/s/f2";
+    for args in [
+        &["-rs", "/proc/self/cwd/s", "t"][..],
+        &["-rsv", "/proc/self/cwd/s", "t"],
+        &["-rsn", "/proc/self/cwd/s", "t"],
+        &["-rsb", "/proc/self/cwd/s", "t"],
+    ] {
+        like_gnu(setup, args);
+    }
+    // A link to a source directory where its copy goes: "cannot
+    // overwrite non-directory" with -s, where without it GNU calls them
+    // the same file.
+    let setup = "mkdir -p s/d t/s; ln -s \"$PWD/s/d\" t/s/d";
+    for args in [
+        &["-rs", "/proc/self/cwd/s", "t"][..],
+        &["-rsu", "/proc/self/cwd/s", "t"],
+        &["-r", "/proc/self/cwd/s", "t"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
+/// `-s` with a relative source, the link made outside the working
+/// directory: refused ("can make relative symbolic links only in current
+/// directory", the name quoted only where a shell needs it: `été` is
+/// not), but only once what is in the way has been judged: `-u` keeps a
+/// newer file and `-n` any file without a word, `--remove-destination`
+/// removes it first, `-f` and `-b` leave it. Before, blockio refused
+/// before looking, and quoted every name beyond ASCII.
+#[test]
+fn relative_symbolic_links_elsewhere_are_refused_after_what_is_in_the_way_is_judged() {
+    let setup = "mkdir -p s/sub t/s/sub; echo a > s/a; echo b > 's/\u{e9}t\u{e9}'; \
+                 echo c > s/sub/c; echo old > t/s/a; echo new > t/s/sub/c; \
+                 touch -d 2000-01-01 s/a s/sub/c; touch -d 2001-01-01 t/s/a; \
+                 touch -d 2030-01-01 t/s/sub/c";
+    for args in [
+        &["-rs", "s", "t"][..],
+        &["-rsu", "s", "t"],
+        &["-rsn", "s", "t"],
+        &["-rsf", "s", "t"],
+        &["-rs", "--remove-destination", "s", "t"],
+        &["-rsb", "s", "t"],
+        &["-s", "s/\u{e9}t\u{e9}", "t/"],
+    ] {
+        // Names are quoted as GNU quotes them in a UTF-8 locale.
+        like_gnu_as(&["env", "LC_ALL=C.UTF-8"], setup, args);
+    }
+}
+
 /// `-l` and `-s` make hard and symbolic links instead of copies, as GNU:
 /// directories made, `-rl` following links in the tree (GNU's default for
 /// `-l`), relative symbolic links only in the current directory, an

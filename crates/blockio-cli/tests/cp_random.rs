@@ -463,13 +463,6 @@ fn random_options(rng: &mut Rng) -> (Vec<&'static str>, bool) {
     ];
     let (base, times) = bases[rng.below(bases.len() as u64) as usize];
     let mut args = base.to_vec();
-    // Not -s (tests/cp_gnu.rs compares it case by case): onto what is
-    // already there, GNU 9.1 decides between the same-file rule and "File
-    // exists" in ways blockio does not follow yet. (Replaced, not left
-    // out, so that the draws of every other seed stay as they were.)
-    if args == ["-rs"] {
-        args = vec!["-rP"];
-    }
     let extras: &[&[&str]] = &[
         &["-u"],
         &["-n"],
@@ -480,6 +473,7 @@ fn random_options(rng: &mut Rng) -> (Vec<&'static str>, bool) {
         &["-b"],
         &["--backup=numbered"],
         &["-v"],
+        &["--parents"],
     ];
     for extra in extras {
         if rng.chance(20) {
@@ -490,16 +484,18 @@ fn random_options(rng: &mut Rng) -> (Vec<&'static str>, bool) {
     // to the first one's copy even where -u would keep what is there, so
     // the result hangs on which name its directory listing gives first
     // (blockio goes by sorted names).
-    // Nor -u with -l, for the same reason as -s above.
+    // Nor -u with -l: onto what is already there, GNU 9.1 decides between
+    // the same-file rule and "File exists" in ways blockio does not follow
+    // (tests/cp_gnu.rs compares -l case by case).
     let links = |a: &&str| *a == "-a" || a.starts_with("-aL") || a.contains("links");
     if args.iter().any(|a| links(a) || *a == "-rl") {
         args.retain(|a| *a != "-u");
     }
-    // Not `--parents` (tests/cp_gnu.rs compares it on its own): GNU 9.1
-    // with it and an absolute source, when it sets the attributes of the
-    // parent directories (-p, -b, -L), also says "'tmp/...': No such file
-    // or directory" of a parent it reaches by a wrong relative name, a
-    // quirk not copied.
+    // With `--parents` the source is named relative to the working
+    // directory (see the test): GNU 9.1 with an absolute one, when it sets
+    // the attributes of the parent directories (-p, -b, -L), also says
+    // "'tmp/...': No such file or directory" of a parent it reaches by a
+    // wrong relative name, a quirk not copied.
     (args, times)
 }
 
@@ -639,12 +635,28 @@ fn random_options_onto_existing_destinations_as_gnu_cp() {
             existing_destination(&mut r, &src, &entries, &dst, deref);
         }
         let before = times(&src);
+        // `--parents` copies the source's path as written below `dst`:
+        // `src`, from `base`, to the destination prepared at `dst/src`.
+        // (With `-s` both tools then refuse to make relative links
+        // outside the working directory.) Otherwise the source is named by
+        // its absolute path, from the side's directory.
+        let parents = args.contains(&"--parents");
         let run = |side: &str, cmd: &mut Command| {
             restore(&before);
+            let (from, dst) = if parents {
+                (base.clone(), Path::new(side).join("dst"))
+            } else {
+                (base.join(side), PathBuf::from("dst"))
+            };
+            let src = if parents {
+                PathBuf::from("src")
+            } else {
+                src.clone()
+            };
             cmd.args(&args)
                 .arg(&src)
-                .arg("dst")
-                .current_dir(base.join(side))
+                .arg(&dst)
+                .current_dir(from)
                 // Names are quoted as GNU quotes them in a UTF-8 locale.
                 .env("LC_ALL", "C.UTF-8")
                 .output()
@@ -658,9 +670,27 @@ fn random_options_onto_existing_destinations_as_gnu_cp() {
             "BLOCKIO_CP_SEED={seed} BLOCKIO_CP_TREES=1, cp {}",
             args.join(" ")
         );
+        // Each side's destination by one name (`--parents` names them
+        // `gnu/dst` and `ours/dst`).
+        let alike = |side: &str, lines: Vec<String>| -> Vec<String> {
+            let mut v: Vec<String> = lines
+                .into_iter()
+                .map(|l| l.replace(&format!("{side}/dst"), "dst"))
+                .collect();
+            v.sort();
+            v
+        };
         for (what, o, g) in [
-            ("messages", said(&ours.stderr), said(&gnu.stderr)),
-            ("output", said(&ours.stdout), said(&gnu.stdout)),
+            (
+                "messages",
+                alike("ours", said(&ours.stderr)),
+                alike("gnu", said(&gnu.stderr)),
+            ),
+            (
+                "output",
+                alike("ours", said(&ours.stdout)),
+                alike("gnu", said(&gnu.stdout)),
+            ),
         ] {
             let only_ours: Vec<&String> = o.iter().filter(|l| !g.contains(l)).collect();
             let only_gnu: Vec<&String> = g.iter().filter(|l| !o.contains(l)).collect();

@@ -19,17 +19,23 @@ pub fn quote(p: &Path) -> String {
 }
 
 /// `p` as the coreutils name a file in most messages (`quotef`): as it is
-/// when it holds only characters a shell takes literally, else quoted as
-/// [`quote`] does.
+/// when it holds only characters a shell takes literally (printable
+/// characters beyond ASCII among them, as in a UTF-8 locale), else quoted
+/// as [`quote`] does.
 pub fn quote_if_needed(p: &Path) -> String {
     let b = p.as_os_str().as_bytes();
-    let plain = !b.is_empty()
-        && b.iter()
-            .all(|&c| c.is_ascii_alphanumeric() || b"%+,-./:=@_^".contains(&c));
-    if plain {
-        String::from_utf8_lossy(b).into_owned()
-    } else {
-        quote_bytes(b)
+    match std::str::from_utf8(b) {
+        Ok(t)
+            if !t.is_empty()
+                && t.chars().all(|c| {
+                    c.is_ascii_alphanumeric()
+                        || "%+,-./:=@_^".contains(c)
+                        || (!c.is_ascii() && !c.is_control())
+                }) =>
+        {
+            t.to_string()
+        }
+        _ => quote_bytes(b),
     }
 }
 
@@ -195,7 +201,25 @@ fn ascii_pieces(b: &[u8]) -> Vec<Piece> {
 
 #[cfg(test)]
 mod tests {
-    use super::quote_bytes;
+    use super::{quote_bytes, quote_if_needed};
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    /// Each case as GNU cp 9.1 printed it in "can make relative symbolic
+    /// links only in current directory" (`quotef`), in a UTF-8 locale.
+    #[test]
+    fn quotes_only_what_needs_it_as_gnu_does() {
+        for (name, want) in [
+            (&b"d/plain-1.x"[..], "d/plain-1.x"),
+            ("d/\u{e9}t\u{e9}2".as_bytes(), "d/\u{e9}t\u{e9}2"),
+            (b"with space", "'with space'"),
+            (b"new\nline", "'new'$'\\n''line'"),
+            (b"bad\xffz", "'bad'$'\\377''z'"),
+        ] {
+            let p = Path::new(std::ffi::OsStr::from_bytes(name));
+            assert_eq!(quote_if_needed(p), want, "{name:?}");
+        }
+    }
 
     /// Each case as GNU cp 9.1 printed it in "cannot stat …".
     #[test]

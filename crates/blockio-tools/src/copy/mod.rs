@@ -611,7 +611,8 @@ fn backup_name(
         let mut prefix = base.to_vec();
         prefix.extend_from_slice(b".~");
         let mut best = None;
-        for (n, _) in at::list(dir)? {
+        let listing = at::list(dir)?;
+        for n in listing.names() {
             let n = n.to_bytes();
             let Some(num) = n
                 .strip_prefix(&prefix[..])

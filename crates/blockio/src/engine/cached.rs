@@ -35,7 +35,7 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use crate::op::action::Action;
+use crate::kind::OpKind;
 use crate::op::Op;
 
 /// How an engine performs reads of buffered (not `O_DIRECT`) files.
@@ -139,12 +139,10 @@ pub(crate) fn serve_cached(
         if op.settled {
             continue;
         }
-        let readable = matches!(op.action, Action::Read(_) | Action::ReadVectored(_))
-            && op.direct.is_none()
-            && {
-                let bytes = op.byte_len();
-                bytes > 0 && inline_wins(batch, bytes)
-            };
+        let readable = reads_file_data(op.action.kind()) && op.direct.is_none() && {
+            let bytes = op.byte_len();
+            bytes > 0 && inline_wins(batch, bytes)
+        };
         if readable {
             if verdict.as_ref().map_or(true, |v| v.fd != op.fd) {
                 verdict = Some(FdVerdict::for_fd(op.fd));
@@ -179,12 +177,25 @@ pub(crate) fn run_lone_read(ops: &mut [Op<'_>], results: &mut [io::Result<usize>
     else {
         return false;
     };
-    if !matches!(op.action, Action::Read(_) | Action::ReadVectored(_)) {
+    if !reads_file_data(op.action.kind()) {
         return false;
     }
     *result = op.run_checked();
     op.settled = true;
     true
+}
+
+/// Whether an operation of `kind` reads a file's data into memory, the
+/// only kind this module serves on the calling thread. Every kind is
+/// named, so a new one is served inline only where it says so.
+fn reads_file_data(kind: OpKind) -> bool {
+    use OpKind::*;
+    match kind {
+        Read | ReadVectored => true,
+        Write | WriteVectored | Fsync | Fdatasync => false,
+        Open | Stat | Close | Mkdir | Symlink | Ftruncate => false,
+        Accept | Connect | Recv | Send | SendVectored | RecvSelect => false,
+    }
 }
 
 /// The byte count if the whole read was served from the page cache, else

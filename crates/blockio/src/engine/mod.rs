@@ -11,12 +11,11 @@
 
 mod cached;
 mod limit;
-pub(crate) mod meta;
+mod meta;
 mod threads;
 mod uring;
 
 pub use cached::ReadPath;
-pub use meta::{OpenRequest, PathAt};
 pub use uring::ProbeReport;
 
 use std::fmt;

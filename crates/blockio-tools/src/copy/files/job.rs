@@ -4,7 +4,7 @@
 //! that they depend on it and never on one another's internals.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use blockio::{Engine, Op};
 
@@ -141,27 +141,12 @@ pub(super) fn run_batch(
 
 /// The attributes of an open file, in the engine's form (`libc::statx`,
 /// what its batched `statx` gives every other entry), every field as the
-/// kernel filled it.
-pub(super) fn fstat(fd: &OwnedFd) -> io::Result<libc::statx> {
-    // SAFETY: `statx` is plain old data (integers only); all zeroes is a
-    // valid value.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid fd, an empty NUL-terminated path with AT_EMPTY_PATH,
-    // and a pointer to a local statx the kernel fills in.
-    let r = unsafe {
-        libc::statx(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_BASIC_STATS,
-            &mut st,
-        )
-    };
-    if r == 0 {
-        Ok(st)
-    } else {
-        Err(io::Error::last_os_error())
-    }
+/// kernel filled it: the engine's `statx` kind run on this thread. The
+/// error is the system's alone, as every other step's is, so messages
+/// name the file the caller knows rather than a descriptor.
+pub(crate) fn fstat(fd: &impl AsFd) -> io::Result<libc::statx> {
+    let fd = fd.as_fd();
+    blockio::blocking::stat(blockio::PathAt::file(&fd), 0).map_err(|e| clone(&e))
 }
 
 /// An error for every file of a batch that failed as a whole.

@@ -5,8 +5,9 @@
 //! and the copy's own directories and directories met twice refused, by
 //! (device, inode), so the walk never copies into itself.
 
-use std::ffi::OsStr;
+use std::ffi::{CStr, OsStr};
 use std::fs::File;
+use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -17,13 +18,20 @@ use std::sync::Arc;
 use blockio::PathAt;
 
 use super::super::at;
-use super::super::attrs::Node;
+use super::super::cname;
 use super::super::entry::{Chain, DirAt, DirPair, Entry, Group, Root};
+use super::super::files;
 use super::super::quote;
-use super::super::Dereference;
+use super::copy::attrs::Node;
+use super::copy::Dereference;
 use super::walker::{id_of, open_operand_dst, Fixup, Walker, REROOT};
-use super::work::{DirTask, Task};
+use super::work::{DirTask, Parent, Pending, Queued, Task};
 use crate::copy;
+
+/// The names of a directory taken at a time: their `statx`es and entries
+/// (about 300 bytes each) are kept only while these are dispatched, so
+/// memory stays bounded however many entries a directory holds.
+const LIST_CHUNK: usize = 512;
 
 impl Walker<'_> {
     /// Remembers the file system of a destination directory, to `syncfs`
@@ -106,17 +114,25 @@ impl Walker<'_> {
     }
 
     /// One directory of the tree, already made at `dst`.
-    pub(super) fn directory(&self, t: DirTask) {
+    pub(super) fn directory(&self, q: Queued) {
+        let t = q.dir.resolve();
         let Some((s, d, root, rel)) = self.open_task(&t) else {
-            return;
+            return self.fix_dir(&t, q.fix, None, None);
         };
+        // Its attributes before it is listed, which sets its access time.
+        let mut st = q.fix.map(|_| files::fstat(&s));
         // Before its source is listed: the copy's own directories are
         // known when the walk meets them (see `dest_dirs`).
-        match d.metadata() {
-            Ok(m) => {
-                self.dest_dirs.lock().expect("lock").insert(id_of(&m));
+        if self.watch {
+            match d.metadata() {
+                Ok(m) => {
+                    self.dest_dirs.lock().expect("lock").insert(id_of(&m));
+                }
+                Err(e) => {
+                    self.report(format!("cannot stat {}", quote(&t.dst)), Some(e));
+                    return self.fix_dir(&t, q.fix, st.take(), None);
+                }
             }
-            Err(e) => return self.report(format!("cannot stat {}", quote(&t.dst)), Some(e)),
         }
         let keep = self.ctx.opts.preserve;
         let preserve = keep.mode || keep.xattr;
@@ -136,12 +152,16 @@ impl Walker<'_> {
         let mut names = match at::list(&s) {
             Ok(n) => n,
             Err(e) => {
-                return self.report(format!("cannot read directory {}", quote(&t.src)), Some(e))
+                self.report(format!("cannot read directory {}", quote(&t.src)), Some(e));
+                return self.fix_dir(&t, q.fix, st.take(), None);
             }
         };
         // Sorted: the walk (and its messages) do not depend on the order the
         // file system lists names in.
         names.sort();
+        // Before its subdirectories are queued, which note theirs after it
+        // (`finish_dirs` sets them deepest first).
+        self.fix_dir(&t, q.fix, st.take(), (names.len() == 0).then_some(&d));
         let dst_default_acl = preserve && copy::attrs::has_default_acl(d.as_fd());
         let follow = self.ctx.opts.dereference == Dereference::Always;
         let chain = if follow {
@@ -150,7 +170,9 @@ impl Walker<'_> {
                     id: (m.dev(), m.ino()),
                     up: t.chain.clone(),
                 })),
-                Err(e) => return self.report(format!("cannot stat {}", quote(&t.src)), Some(e)),
+                Err(e) => {
+                    return self.report(format!("cannot stat {}", quote(&t.src)), Some(e));
+                }
             }
         } else {
             None
@@ -165,17 +187,29 @@ impl Walker<'_> {
             chain,
             top: t.top,
         });
-        let stats = self.stat_all(&pair, &names);
-        let entries = names
-            .into_iter()
-            .zip(stats)
-            .filter_map(|((name, _), st)| {
-                let mut e = Entry::listed(name, st?);
-                e.follow_src = follow;
-                Some(e)
-            })
-            .collect();
-        self.entries(&pair, entries);
+        // A few hundred names at a time: their attributes and entries
+        // (a `statx` each) are kept only while those are dispatched, so a
+        // directory of many entries costs little more than its names.
+        let mut group = Vec::new();
+        for start in (0..names.len()).step_by(LIST_CHUNK) {
+            let chunk: Vec<(&CStr, bool)> = (start..names.len().min(start + LIST_CHUNK))
+                .map(|i| names.get(i))
+                .collect();
+            let stats = self.stat_all(&pair, &chunk);
+            let entries = chunk
+                .iter()
+                .zip(stats)
+                .filter_map(|(&(name, _), st)| {
+                    let mut e = Entry::listed(name.to_owned(), st?);
+                    e.follow_src = follow;
+                    Some(e)
+                })
+                .collect();
+            self.dispatch(&pair, entries, &mut group);
+        }
+        if !group.is_empty() {
+            self.send(&pair, group);
+        }
     }
 
     /// The attributes of a directory's entries; `None` for those that
@@ -189,7 +223,7 @@ impl Walker<'_> {
     pub(super) fn stat_all(
         &self,
         pair: &DirPair,
-        names: &[(std::ffi::CString, bool)],
+        names: &[(&CStr, bool)],
     ) -> Vec<Option<libc::statx>> {
         let mut stats: Vec<Option<libc::statx>> = names
             .iter()
@@ -199,7 +233,7 @@ impl Walker<'_> {
         for chunk in unknown.chunks(256) {
             let at: Vec<PathAt<'_>> = chunk
                 .iter()
-                .map(|&i| PathAt::in_dir(&pair.src, &names[i].0))
+                .map(|&i| PathAt::in_dir(&pair.src, names[i].0))
                 .collect();
             // `-L`: a link is what it leads to.
             let flags = if self.ctx.opts.dereference == Dereference::Always {
@@ -218,7 +252,7 @@ impl Walker<'_> {
                 match st {
                     Ok(st) => stats[i] = Some(st),
                     Err(e) => self.report(
-                        format!("cannot stat {}", quote(&pair.src_of(&names[i].0))),
+                        format!("cannot stat {}", quote(&pair.src_of(names[i].0))),
                         Some(e),
                     ),
                 }
@@ -231,9 +265,24 @@ impl Walker<'_> {
     /// out in groups of `group` files; a group's worker splits off what
     /// exceeds a wave of bytes once the sizes are known (`files::copy_group`).
     pub(super) fn entries(&self, pair: &Arc<DirPair>, entries: Vec<Entry>) {
+        let mut group = Vec::new();
+        self.dispatch(pair, entries, &mut group);
+        if !group.is_empty() {
+            self.send(pair, group);
+        }
+    }
+
+    /// [`Walker::entries`] for a part of a directory: the regular files
+    /// are added to `group`, sent each time it is full; the caller sends
+    /// what is left in it after the last part.
+    pub(super) fn dispatch(
+        &self,
+        pair: &Arc<DirPair>,
+        entries: Vec<Entry>,
+        group: &mut Vec<Entry>,
+    ) {
         let mut dirs = Vec::new();
         let mut links = Vec::new();
-        let mut group: Vec<Entry> = Vec::new();
         for e in entries {
             if self.ctx.opts.link != copy::LinkMode::Copy && e.kind() != libc::S_IFDIR {
                 self.link_entry(pair, &e);
@@ -246,15 +295,12 @@ impl Walker<'_> {
                     if e.kind() == libc::S_IFREG || self.as_regular() =>
                 {
                     if group.len() >= self.ctx.opts.group.max(1) {
-                        self.send(pair, std::mem::take(&mut group));
+                        self.send(pair, std::mem::take(group));
                     }
                     group.push(e);
                 }
                 _ => self.special(pair, &e),
             }
-        }
-        if !group.is_empty() {
-            self.send(pair, group);
         }
         self.make_dirs(pair, dirs);
         self.make_links(pair, links);
@@ -303,35 +349,81 @@ impl Walker<'_> {
         }
     }
 
-    /// A directory was made (`fresh`) or is merged into: its final mode
-    /// and times are noted for the end, and (`walk`) it is queued to be
-    /// listed.
-    pub(super) fn dir_made(&self, task: DirTask, st: &libc::statx, fresh: bool, walk: bool) {
-        let want = self.dir_mode(st);
-        // Nothing to set at the end when mkdir made it right, the usual
-        // case (opening every directory again for nothing made a serial
-        // tail after the copy). Merging into an existing directory: with
-        // -p its attributes become the source's, as with cp.
-        let made = self.dir_create_mode(st) & !self.ctx.umask;
-        if self.ctx.opts.preserve.attrs() || (fresh && want != made) {
-            self.fixups.lock().expect("lock").push(Fixup {
-                at: task.at.clone(),
-                path: task.dst.clone(),
-                st: *st,
-                chmod: (fresh || self.ctx.opts.preserve.mode).then_some(want),
-                fresh,
-            });
-        }
+    /// A directory was made (`fresh`) or is merged into: it is counted,
+    /// and (`walk`) queued to be listed, its final mode and times then
+    /// noted when it is listed; else they are noted for the end now.
+    pub(super) fn dir_made(&self, task: Pending, st: &libc::statx, fresh: bool, walk: bool) {
         self.ctx.progress.dirs.fetch_add(1, Ordering::Relaxed);
         if walk {
-            self.work.push(Task::Dir(task));
+            // Noted when it is listed (`fix_dir`): a directory found empty
+            // then is finished at once, and the queue holds no `statx`.
+            let fix = self.needs_fixup(st, fresh).then_some(fresh);
+            return self.work.push(Task::Dir(Queued { dir: task, fix }));
+        }
+        if let Some(f) = self.fixup(task.resolve(), st, fresh) {
+            self.fixups.lock().expect("lock").push(f);
         }
     }
 
-    /// Makes the subdirectories of `pair` in one `mkdirat` batch (merging
-    /// into those that exist), after dropping `-L` cycles and directories
-    /// the copy must not enter, and queues each to be listed (`-x`: not
-    /// one on another file system).
+    /// Whether a directory whose source's `statx` is `st` needs its mode
+    /// or times set after its contents. Not when mkdir made it right, the
+    /// usual case (opening every directory again for nothing made a
+    /// serial tail after the copy). Merging into an existing directory:
+    /// with -p its attributes become the source's, as with cp.
+    pub(super) fn needs_fixup(&self, st: &libc::statx, fresh: bool) -> bool {
+        let made = self.dir_create_mode(st) & !self.ctx.umask;
+        self.ctx.opts.preserve.attrs() || (fresh && self.dir_mode(st) != made)
+    }
+
+    /// The final attributes of the directory `t`, if any are to be set.
+    pub(super) fn fixup(&self, t: DirTask, st: &libc::statx, fresh: bool) -> Option<Fixup> {
+        self.needs_fixup(st, fresh).then(|| Fixup {
+            at: t.at,
+            path: t.dst,
+            st: *st,
+            chmod: (fresh || self.ctx.opts.preserve.mode).then(|| self.dir_mode(st)),
+            fresh,
+        })
+    }
+
+    /// A walked directory's final attributes (`fix`: see [`Queued`]), from
+    /// its source's `st` taken before it was listed (`None`: not open, then
+    /// by path): set at once on `now` when it is empty (nothing will be
+    /// made in it), else noted for the end.
+    pub(super) fn fix_dir(
+        &self,
+        t: &DirTask,
+        fix: Option<bool>,
+        st: Option<io::Result<libc::statx>>,
+        now: Option<&File>,
+    ) {
+        let Some(fresh) = fix else { return };
+        let follow = self.ctx.opts.dereference == Dereference::Always
+            || matches!(t.at, DirAt::Operand { .. });
+        let st = match st {
+            Some(st) => st,
+            None => self.stat_one(PathAt::cwd(&cname(t.src.as_os_str())), follow),
+        };
+        let st = match st {
+            Ok(st) => st,
+            Err(e) => return self.report(format!("cannot stat {}", quote(&t.src)), Some(e)),
+        };
+        let task = DirTask {
+            src: t.src.clone(),
+            dst: t.dst.clone(),
+            at: t.at.clone(),
+            chain: None,
+            top: Arc::clone(&t.top),
+        };
+        let Some(f) = self.fixup(task, &st, fresh) else {
+            return;
+        };
+        match now {
+            Some(dir) => self.apply_fixup(dir, &f),
+            None => self.fixups.lock().expect("lock").push(f),
+        }
+    }
+
     pub(super) fn make_dirs(&self, pair: &Arc<DirPair>, mut dirs: Vec<Entry>) {
         if let Some(chain) = &pair.chain {
             dirs.retain(|e| {
@@ -380,6 +472,7 @@ impl Walker<'_> {
                 )
             }
         };
+        let mut parent = None;
         for (e, r) in dirs.iter().zip(made) {
             let (src, dst) = (pair.src_of(&e.src_name), pair.dst_of(&e.dst_name));
             let fresh = match r {
@@ -390,7 +483,10 @@ impl Walker<'_> {
                         // A link to the source directory itself: GNU's
                         // same-file message.
                         let opts = self.ctx.opts;
+                        // (Not with -s: GNU 9.1 then says it cannot
+                        // overwrite the non-directory.)
                         let to_source = e.never_follows(opts.dereference)
+                            && opts.link != copy::LinkMode::Symbolic
                             && !opts.remove_destination
                             && !opts.no_clobber
                             && opts.backup == copy::Backup::None
@@ -425,16 +521,32 @@ impl Walker<'_> {
             if fresh {
                 copy::say_copied(self.ctx.opts, &src, &dst, None);
             }
-            let at_ = DirAt::Beneath {
-                root: Arc::clone(root),
-                rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
-            };
-            let task = DirTask {
-                src,
-                dst,
-                at: at_,
-                chain: pair.chain.clone(),
-                top: Arc::clone(&pair.top),
+            let parent = parent.get_or_insert_with(|| {
+                Arc::new(Parent {
+                    src: pair.src_path.clone(),
+                    dst: pair.dst_path.clone(),
+                    root: Arc::clone(root),
+                    rel: rel.clone(),
+                    chain: pair.chain.clone(),
+                    top: Arc::clone(&pair.top),
+                })
+            });
+            let task = if e.src_name == e.dst_name {
+                Pending::Below {
+                    parent: Arc::clone(parent),
+                    name: e.dst_name.clone(),
+                }
+            } else {
+                Pending::Full(Box::new(DirTask {
+                    src,
+                    dst,
+                    at: DirAt::Beneath {
+                        root: Arc::clone(root),
+                        rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
+                    },
+                    chain: pair.chain.clone(),
+                    top: Arc::clone(&pair.top),
+                }))
             };
             let walk = this_fs.map_or(true, |dev| dev == e.id().0);
             self.dir_made(task, &e.st, fresh, walk);
@@ -465,6 +577,20 @@ impl Walker<'_> {
                 // Met again through another link: copied again, as GNU
                 // does (the chain stops cycles).
                 return true;
+            }
+            if !self.watch {
+                // Met once only (see `watch`): an operand's id is there.
+                return !src_dirs.contains_key(&e.id()) || {
+                    self.report(
+                        format!(
+                            "will not create hard link {} to directory {}",
+                            quote(&pair.dst_of(&e.dst_name)),
+                            quote(&src_dirs[&e.id()])
+                        ),
+                        None,
+                    );
+                    false
+                };
             }
             match src_dirs.entry(e.id()) {
                 std::collections::hash_map::Entry::Occupied(earlier) => {

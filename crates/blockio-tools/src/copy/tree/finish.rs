@@ -4,6 +4,7 @@
 //! `syncfs` per destination file system for what no fsync of its own made
 //! durable.
 
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 
 use super::super::at;
@@ -11,9 +12,44 @@ use super::super::attrs::set_attrs_at;
 use super::super::entry::DirAt;
 use super::super::quote;
 use super::super::Preserve;
-use super::walker::{open_operand_dst, Walker};
+use super::walker::{open_operand_dst, Fixup, Walker};
 
 impl Walker<'_> {
+    /// Sets a directory's final mode and times (`f`), on `dir` open.
+    pub(super) fn apply_fixup(&self, dir: &File, f: &Fixup) {
+        // A directory made in a set-group-ID directory inherits that
+        // bit (its files then take the group): kept, as GNU keeps it,
+        // whatever the source's mode.
+        let chmod = match f.chmod {
+            Some(m)
+                if f.fresh
+                    && m & 0o2000 == 0
+                    && dir.metadata().is_ok_and(|d| d.mode() & 0o2000 != 0) =>
+            {
+                Some(m | 0o2000)
+            }
+            c => c,
+        };
+        let keep = &self.ctx.opts.preserve;
+        let r = if keep.attrs() {
+            let keep = Preserve {
+                mode: chmod.is_some(),
+                ..*keep
+            };
+            set_attrs_at(dir, c"", &f.st, chmod, None, &keep)
+        } else if let Some(mode) = chmod {
+            at::chmod(dir, mode)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = r {
+            self.report(
+                format!("cannot set attributes of {}", quote(&f.path)),
+                Some(e),
+            );
+        }
+    }
+
     /// Final modes and times of the directories made (deepest first, after
     /// all their contents), then with `--fsync` a `syncfs` of every
     /// destination file system.
@@ -26,43 +62,9 @@ impl Walker<'_> {
                 } => open_operand_dst(dst, *follow_dst),
                 DirAt::Beneath { root, rel } => at::open_dir_beneath(&root.dst, rel),
             };
-            let dir = match opened {
-                Ok(d) => d,
-                Err(e) => {
-                    self.report(format!("cannot access {}", quote(&f.path)), Some(e));
-                    continue;
-                }
-            };
-            // A directory made in a set-group-ID directory inherits that
-            // bit (its files then take the group): kept, as GNU keeps it,
-            // whatever the source's mode.
-            let chmod = match f.chmod {
-                Some(m)
-                    if f.fresh
-                        && m & 0o2000 == 0
-                        && dir.metadata().is_ok_and(|d| d.mode() & 0o2000 != 0) =>
-                {
-                    Some(m | 0o2000)
-                }
-                c => c,
-            };
-            let keep = &self.ctx.opts.preserve;
-            let r = if keep.attrs() {
-                let keep = Preserve {
-                    mode: chmod.is_some(),
-                    ..*keep
-                };
-                set_attrs_at(&dir, c"", &f.st, chmod, None, &keep)
-            } else if let Some(mode) = chmod {
-                at::chmod(&dir, mode)
-            } else {
-                Ok(())
-            };
-            if let Err(e) = r {
-                self.report(
-                    format!("cannot set attributes of {}", quote(&f.path)),
-                    Some(e),
-                );
+            match opened {
+                Ok(dir) => self.apply_fixup(&dir, f),
+                Err(e) => self.report(format!("cannot access {}", quote(&f.path)), Some(e)),
             }
         }
         if !self.ctx.opts.fsync {

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use blockio::PathAt;
 
 use super::super::at;
-use super::super::attrs::{set_attrs_at, Node};
 use super::super::entry::{DirPair, Entry};
 use super::super::{cname, quote};
+use super::copy::attrs::{set_attrs_at, Node};
 use super::walker::{id_of, Walker};
 use crate::copy;
 
@@ -57,16 +57,31 @@ impl Walker<'_> {
         let dst = pair.dst_of(&e.dst_name);
         let hard = opts.link == copy::LinkMode::Hard;
         let target = cname(src.as_os_str());
-        if !hard && !src.is_absolute() && !in_cwd(pair) {
-            return self.report(
+        // A relative link made elsewhere would not lead to its source:
+        // refused, as GNU does, once what is in the way has been judged
+        // (`-n` and `-u` keep it without a word).
+        let relative = !hard && !src.is_absolute() && !in_cwd(pair);
+        let refuse_relative = || {
+            self.report(
                 format!(
                     "{}: can make relative symbolic links only in current directory",
                     crate::quote::quote_if_needed(&dst)
                 ),
                 None,
-            );
-        }
+            )
+        };
         let make = || {
+            if relative {
+                // Only whether something is in the way: `EEXIST` if so.
+                return match rustix::fs::statat(
+                    &pair.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                ) {
+                    Ok(_) => Err(rustix::io::Errno::EXIST),
+                    Err(_) => Err(rustix::io::Errno::NOENT),
+                };
+            }
             if hard {
                 let flags = if e.follow_src {
                     rustix::fs::AtFlags::SYMLINK_FOLLOW
@@ -79,6 +94,9 @@ impl Walker<'_> {
             }
         };
         let mut r = make();
+        if relative && r != Err(rustix::io::Errno::EXIST) {
+            return refuse_relative();
+        }
         // Something is in the way: `-u` and the same-file rule need the
         // source's attributes, which a file known from its directory entry
         // alone does not carry yet.
@@ -158,20 +176,57 @@ impl Walker<'_> {
                     None,
                 );
             }
-            // As GNU 9.1: with -s the same-file rule is asked only when the
-            // destination would be removed (-f); otherwise making the link
-            // fails ("File exists"). A link in the way is made anew, even
-            // one that leads to the source.
+            // As GNU 9.1: with -s, a hard link of the source in the way is
+            // the same file; a link in the way fails to be made ("File
+            // exists"), or with -f is made anew, even one that leads to
+            // the source.
             let dst_is_link = kind == Ok(rustix::fs::FileType::Symlink);
-            if !hard && opts.force && !dst_is_link && self.leads_to_source(pair, e) {
+            if !hard && !dst_is_link && self.leads_to_source(pair, e) {
                 return self.report(
                     format!("{} and {} are the same file", quote(&src), quote(&dst)),
                     None,
                 );
             }
+            // As GNU 9.1: links not followed, what is in the way of a
+            // symbolic link to anything but a regular file is removed
+            // first (as with `--remove-destination`), unless it is that
+            // very file (a hard link of a source link): then it stays.
+            let unlink_first = !hard
+                && e.kind() != libc::S_IFREG
+                && e.never_follows(opts.dereference)
+                && opts.backup == copy::Backup::None;
+            if unlink_first {
+                let id = |dir: &File, name: &CStr| {
+                    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                        .ok()
+                        .map(|st| (st.st_dev, st.st_ino))
+                };
+                let there = id(&pair.dst, &e.dst_name);
+                if there.is_some() && there == id(&pair.src, &e.src_name) {
+                    return;
+                }
+            }
+            if relative {
+                // GNU removes what is in the way first with
+                // `--remove-destination` (a backup it would make is put
+                // back), then refuses.
+                if (opts.remove_destination || unlink_first) && opts.backup == copy::Backup::None {
+                    let _ = rustix::fs::unlinkat(
+                        &pair.dst,
+                        e.dst_name.as_c_str(),
+                        rustix::fs::AtFlags::empty(),
+                    );
+                }
+                return refuse_relative();
+            }
             // `-il`: a "yes" replaces the file with the link, as GNU's.
             let asked = hard && opts.ask.is_some();
-            if opts.force || opts.remove_destination || opts.backup != copy::Backup::None || asked {
+            if opts.force
+                || opts.remove_destination
+                || opts.backup != copy::Backup::None
+                || asked
+                || unlink_first
+            {
                 // `-u` and `-i` were asked above: not again.
                 match self.replace(pair, e, true, true) {
                     Replace::Removed(b) => {

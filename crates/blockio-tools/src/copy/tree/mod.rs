@@ -90,6 +90,9 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         operand_targets: Mutex::default(),
         dest_dirs: Mutex::default(),
         src_dirs: Mutex::default(),
+        watch: opts.dereference == copy::Dereference::Always
+            || sources.len() > 1
+            || walker::mounts_below(sources, dest),
     };
     // The operands are copied in phases, in command-line order: each
     // directory in a phase of its own, the files between them together.

@@ -19,7 +19,7 @@ use super::super::entry::{parent_as_written, statx_id, DirAt, DirPair, Entry};
 use super::super::{cname, quote};
 use super::same_file::{same_file_ok, Same};
 use super::walker::{id_of, parent, Fixup, Walker};
-use super::work::DirTask;
+use super::work::{DirTask, Pending};
 use crate::copy;
 
 /// The name a source is copied under: its last component, with `.` and
@@ -91,7 +91,7 @@ impl Walker<'_> {
                         chain: None,
                         top: Arc::new((src.clone(), dst.clone())),
                     };
-                    self.dir_made(task, &st, true, false);
+                    self.dir_made(Pending::Full(Box::new(task)), &st, true, false);
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {
                     // As GNU's: with -p a parent that is already there
@@ -329,7 +329,7 @@ impl Walker<'_> {
             chain: None,
             top: Arc::new((src.to_path_buf(), target.to_path_buf())),
         };
-        self.dir_made(task, st, fresh, true);
+        self.dir_made(Pending::Full(Box::new(task)), st, fresh, true);
     }
 
     /// The directories that hold a non-directory operand and its copy,

@@ -5,8 +5,10 @@
 //! methods live beside what they decide (see the parent module); this one
 //! holds only what they all read.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -15,6 +17,7 @@ use blockio::PathAt;
 
 use super::super::at;
 use super::super::entry::{Ctx, DirAt};
+use super::operands::canonical_target;
 use super::work::Work;
 use crate::copy;
 
@@ -69,6 +72,94 @@ pub(super) struct Walker<'a> {
     /// the path of their copy: met again without `-L` (a bind mount of a
     /// directory inside itself), one is not copied twice.
     pub(super) src_dirs: Mutex<std::collections::HashMap<(u64, u64), PathBuf>>,
+    /// Whether the walk can meet a directory twice, or one of the copy's
+    /// own, so that `dest_dirs` and `src_dirs` must note every directory
+    /// walked: with `-L` (links to directories), with several operands
+    /// (one may hold another, or the other's copy), or with a mount below
+    /// the operand or one that the destination is reached through
+    /// ([`mounts_below`]: a bind mount of a directory inside itself, or of
+    /// the source at the destination). Otherwise each source directory is
+    /// met once, and only the operands are noted: a directory of many
+    /// subdirectories then costs no more than their names while they wait
+    /// to be walked.
+    pub(super) watch: bool,
+}
+
+/// Whether a mount can make the walk meet a directory twice or meet its
+/// own copy (`/proc/self/mountinfo`; `true` when that cannot be told): a
+/// file system mounted strictly below one of `sources`, or `dest` reached
+/// through a mount (a bind mount) of a directory inside one of them.
+pub(super) fn mounts_below(sources: &[PathBuf], dest: &Path) -> bool {
+    let Ok(table) = std::fs::read("/proc/self/mountinfo") else {
+        return true;
+    };
+    let mut roots = Vec::with_capacity(sources.len());
+    for s in sources {
+        match std::fs::canonicalize(s) {
+            Ok(r) => roots.push(r),
+            Err(_) => return true,
+        }
+    }
+    let Ok(dest) = canonical_target(dest) else {
+        return true;
+    };
+    // (device, root of the mount in its file system, mount point)
+    let mounts: Vec<(&[u8], PathBuf, PathBuf)> = table
+        .split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let f: Vec<&[u8]> = line.split(|&b| b == b' ').take(5).collect();
+            (f.len() == 5).then(|| (f[2], unescape_mount_field(f[3]), unescape_mount_field(f[4])))
+        })
+        .collect();
+    if mounts
+        .iter()
+        .any(|(_, _, point)| roots.iter().any(|r| point != r && point.starts_with(r)))
+    {
+        return true;
+    }
+    // The mount a path is in (the last of the longest mount points above
+    // it: a later mount hides an earlier one at the same point), and the
+    // path's place in that mount's file system.
+    let real = |p: &Path| {
+        let m = mounts
+            .iter()
+            .filter(|(_, _, point)| p.starts_with(point))
+            .max_by_key(|(_, _, point)| point.as_os_str().len())?;
+        let rest = p.strip_prefix(&m.2).ok()?;
+        Some((m.0, m.1.join(rest)))
+    };
+    let Some((dev, at)) = real(&dest) else {
+        return true;
+    };
+    roots.iter().any(|r| match real(r) {
+        Some((d, src)) => d == dev && at.starts_with(src),
+        None => true,
+    })
+}
+
+/// A path field of `/proc/self/mountinfo`, where space, tab, newline and
+/// backslash are written in octal (`\040`).
+fn unescape_mount_field(field: &[u8]) -> PathBuf {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field.get(i + 1..i + 4).and_then(|d| {
+            d.iter()
+                .all(|c| (b'0'..=b'7').contains(c))
+                .then(|| d.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0')))
+        });
+        match octal {
+            Some(n) if field[i] == b'\\' && n <= 0xff => {
+                out.push(n as u8);
+                i += 4;
+            }
+            _ => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(OsStr::from_bytes(&out))
 }
 
 /// An operand as a directory entry: see `Walker::operands_seen`.

@@ -9,7 +9,10 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::super::entry::{Chain, DirAt, Group};
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+
+use super::super::entry::{Chain, DirAt, Group, Root};
 
 /// What is left to do: directories to walk and groups of files to copy,
 /// with the count of tasks queued or running (0 and empty queues: done).
@@ -22,7 +25,7 @@ pub(super) struct Work {
 /// The queues behind [`Work`]'s lock.
 #[derive(Default)]
 struct Queues {
-    dirs: VecDeque<DirTask>,
+    dirs: VecDeque<Queued>,
     groups: VecDeque<Group>,
     /// Tasks queued or being worked on.
     open: usize,
@@ -34,7 +37,7 @@ struct Queues {
 /// One unit of work for a worker.
 pub(super) enum Task {
     /// A directory to list.
-    Dir(DirTask),
+    Dir(Queued),
     /// Regular files of one directory to copy.
     Files(Group),
 }
@@ -51,6 +54,69 @@ pub(super) struct DirTask {
     pub(super) chain: Option<Arc<Chain>>,
     /// The operand and its copy (see `DirPair::top`).
     pub(super) top: Arc<(PathBuf, PathBuf)>,
+}
+
+/// A directory waiting to be listed, as small as it can be kept: a
+/// directory of many subdirectories queues them all at once.
+pub(super) struct Queued {
+    /// Where it is.
+    pub(super) dir: Pending,
+    /// Its final attributes are to be set (`Some`, with whether the copy
+    /// made it): after its contents, or at once if it has none.
+    pub(super) fix: Option<bool>,
+}
+
+/// Where a queued directory is.
+pub(super) enum Pending {
+    /// Given in full (an operand, or made for one).
+    Full(Box<DirTask>),
+    /// `name` in the directory `parent` describes, under the same name
+    /// on both sides.
+    Below {
+        /// What it shares with its siblings.
+        parent: Arc<Parent>,
+        /// Its name.
+        name: CString,
+    },
+}
+
+/// What the subdirectories of one listed directory share: the paths
+/// [`DirTask`] holds, of their parent.
+pub(super) struct Parent {
+    /// The source directory's path.
+    pub(super) src: PathBuf,
+    /// Its copy's path.
+    pub(super) dst: PathBuf,
+    /// The root both are opened below.
+    pub(super) root: Arc<Root>,
+    /// Their path below `root`.
+    pub(super) rel: PathBuf,
+    /// With `-L`: the source directories down to this one.
+    pub(super) chain: Option<Arc<Chain>>,
+    /// The operand and its copy.
+    pub(super) top: Arc<(PathBuf, PathBuf)>,
+}
+
+impl Pending {
+    /// The directory in full.
+    pub(super) fn resolve(self) -> DirTask {
+        match self {
+            Pending::Full(t) => *t,
+            Pending::Below { parent, name } => {
+                let name = OsStr::from_bytes(name.to_bytes());
+                DirTask {
+                    src: parent.src.join(name),
+                    dst: parent.dst.join(name),
+                    at: DirAt::Beneath {
+                        root: Arc::clone(&parent.root),
+                        rel: parent.rel.join(name),
+                    },
+                    chain: parent.chain.clone(),
+                    top: Arc::clone(&parent.top),
+                }
+            }
+        }
+    }
 }
 
 impl Work {
