@@ -362,7 +362,9 @@ impl AsyncEngine {
         self.core.backend
     }
 
-    /// Why the thread pool is in use, when it is.
+    /// Why the thread pool is in use, when it is; on an engine built with
+    /// [`Driving::Caller`], it also names a ring-only option that the pool
+    /// ignores (see [`AsyncEngineBuilder::build`]).
     pub fn fallback_reason(&self) -> Option<&str> {
         self.core.fallback_reason.as_deref()
     }

@@ -166,23 +166,34 @@ pub(crate) fn serve_cached(
 }
 
 /// Performs the one unsettled operation of `ops` with its blocking system
-/// call on this thread, if that operation is a read; returns whether it did.
+/// call on this thread, if that operation is a read; says whether it did.
 /// Its result is the one the backend would have given: the same system
 /// call's count, or its error described by the same [`Op::result`].
-pub(crate) fn run_lone_read(ops: &mut [Op<'_>], results: &mut [io::Result<usize>]) -> bool {
+pub(crate) fn run_lone_read(ops: &mut [Op<'_>], results: &mut [io::Result<usize>]) -> LoneRead {
     let Some((op, result)) = ops
         .iter_mut()
         .zip(results.iter_mut())
         .find(|(op, _)| !op.settled)
     else {
-        return false;
+        return LoneRead::NotARead;
     };
     if !reads_file_data(op.action.kind()) {
-        return false;
+        return LoneRead::NotARead;
     }
     *result = op.run_checked();
     op.settled = true;
-    true
+    LoneRead::Done
+}
+
+/// What [`run_lone_read`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LoneRead {
+    /// The read was performed on this thread: its result is set and it is
+    /// settled.
+    Done,
+    /// The unsettled operation is not a read (or there is none): nothing
+    /// was done, the backend performs it.
+    NotARead,
 }
 
 /// Whether an operation of `kind` reads a file's data into memory, the
