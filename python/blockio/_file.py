@@ -18,8 +18,9 @@ an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
 read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
 calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
 + ``read``. Everything else waits its turn in the queue and goes through the
-engine; so does one in 64 cached reads, which yields to the event loop so
-that a task reading cached data in a loop never starves the others. The
+engine. One in 64 cached reads waits its turn in the queue too and yields to
+the event loop once before reading on the calling thread, so that a task
+reading cached data in a loop never starves the others. The
 first ``read`` after a ``seek`` reads only what it asks for, where the read
 buffer would otherwise be filled for the bytes after it; reads that follow
 in sequence read ahead.
@@ -386,9 +387,10 @@ class AsyncFile(LineReader[bytes]):
         # other call on the file is in progress (as in `seek`). Anything
         # else goes to `_read`, in the queue: a read that would have to
         # wait (bytes not all cached, the end of the file), buffered
-        # writes, a stream; and one in 64 cached reads, which through the
-        # engine's `aread` yields to the event loop, so that a task reading
-        # cached data in a loop never starves the others.
+        # writes, a stream. One in 64 cached reads goes to
+        # `_read_after_a_turn`, also in the queue, which yields to the event
+        # loop once, so that a task reading cached data in a loop never
+        # starves the others.
         #
         # Read ahead as `_read`: a read smaller than the buffer fills the
         # buffer, except the first read after a seek, which reads what it
