@@ -44,7 +44,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
-from ._aio import despite_cancel, new_future, threadsafe_caller
+from ._aio import despite_cancel, new_future, pause, threadsafe_caller
 from ._engine import Engine, _copy_into, _Descriptor, _flat
 from ._calls import CallQueue, one_at_a_time
 from ._lines import LineReader
@@ -395,6 +395,7 @@ class AsyncFile(LineReader[bytes]):
         # asks for (random access, where the rest of a buffer would be
         # copied for nothing).
         free = self._calls.free
+        turn = False
         if free and type(size) is int and size >= 0:
             try:
                 free.pop()
@@ -429,10 +430,40 @@ class AsyncFile(LineReader[bytes]):
                                     if d.shared:
                                         self._sync_offset()
                                     return data
+                            else:
+                                turn = True
                         else:
                             return b""
                 finally:
                     free.append(None)
+        if turn:
+            assert size is not None  # (an int: see above)
+            return await self._read_after_a_turn(size)
+        got: bytes = await self._read(size)
+        return got
+
+    @one_at_a_time
+    async def _read_after_a_turn(self, size: int) -> bytes:
+        """`read`'s one cached read in 64: yields to the event loop once,
+        holding the file's place in the queue (calls made after it wait;
+        a cancellation there reads nothing), then reads as `read` does,
+        on this thread when the bytes are cached."""
+        self._engine._inline_streak = 0
+        await pause()
+        d = self._file
+        if size and not self._rbuf and self._readable and not (
+                self._stream or self._wbuf or self._at_end or d.closed or d.detached):
+            ahead = size < self._bufsize and not self._seeked
+            try:
+                data = self._read_cached(d.num, self._pos, self._bufsize if ahead else size)
+            except OverflowError:
+                data = None
+            if data is not None:
+                self._seeked = False
+                if ahead:
+                    data, self._rbuf = data[:size], data[size:]
+                self._pos += size
+                return data
         got: bytes = await self._read(size)
         return got
 
