@@ -114,6 +114,17 @@ def current_task() -> Any:
     return asyncio.current_task()
 
 
+async def pause() -> None:
+    """Yields to the event loop once (``asyncio.sleep(0)``, or trio's
+    checkpoint), so that the other tasks run."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        await running_trio().lowlevel.checkpoint()
+        return
+    await asyncio.sleep(0)
+
+
 def threadsafe_caller() -> Callable[..., Any]:
     """A function that runs ``f(*args)`` soon in the running loop's thread,
     callable from any thread; it raises ``RuntimeError`` once the loop

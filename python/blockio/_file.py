@@ -18,8 +18,9 @@ an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
 read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
 calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
 + ``read``. Everything else waits its turn in the queue and goes through the
-engine; so does one in 64 cached reads, which yields to the event loop so
-that a task reading cached data in a loop never starves the others. The
+engine. One in 64 cached reads waits its turn in the queue too and yields to
+the event loop once before reading on the calling thread, so that a task
+reading cached data in a loop never starves the others. The
 first ``read`` after a ``seek`` reads only what it asks for, where the read
 buffer would otherwise be filled for the bytes after it; reads that follow
 in sequence read ahead.
@@ -44,7 +45,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
-from ._aio import despite_cancel, new_future, threadsafe_caller
+from ._aio import despite_cancel, new_future, pause, threadsafe_caller
 from ._engine import Engine, _copy_into, _Descriptor, _flat
 from ._calls import CallQueue, one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
@@ -386,15 +387,17 @@ class AsyncFile(LineReader[bytes]):
         # other call on the file is in progress (as in `seek`). Anything
         # else goes to `_read`, in the queue: a read that would have to
         # wait (bytes not all cached, the end of the file), buffered
-        # writes, a stream; and one in 64 cached reads, which through the
-        # engine's `aread` yields to the event loop, so that a task reading
-        # cached data in a loop never starves the others.
+        # writes, a stream. One in 64 cached reads goes to
+        # `_read_after_a_turn`, also in the queue, which yields to the event
+        # loop once, so that a task reading cached data in a loop never
+        # starves the others.
         #
         # Read ahead as `_read`: a read smaller than the buffer fills the
         # buffer, except the first read after a seek, which reads what it
         # asks for (random access, where the rest of a buffer would be
         # copied for nothing).
         free = self._calls.free
+        turn = False
         if free and type(size) is int and size >= 0:
             try:
                 free.pop()
@@ -429,10 +432,40 @@ class AsyncFile(LineReader[bytes]):
                                     if d.shared:
                                         self._sync_offset()
                                     return data
+                            else:
+                                turn = True
                         else:
                             return b""
                 finally:
                     free.append(None)
+        if turn:
+            assert size is not None  # (an int: see above)
+            return await self._read_after_a_turn(size)
+        got: bytes = await self._read(size)
+        return got
+
+    @one_at_a_time
+    async def _read_after_a_turn(self, size: int) -> bytes:
+        """`read`'s one cached read in 64: yields to the event loop once,
+        holding the file's place in the queue (calls made after it wait;
+        a cancellation there reads nothing), then reads as `read` does,
+        on this thread when the bytes are cached."""
+        self._engine._inline_streak = 0
+        await pause()
+        d = self._file
+        if size and not self._rbuf and self._readable and not (
+                self._stream or self._wbuf or self._at_end or d.closed or d.detached):
+            ahead = size < self._bufsize and not self._seeked
+            try:
+                data = self._read_cached(d.num, self._pos, self._bufsize if ahead else size)
+            except OverflowError:
+                data = None
+            if data is not None:
+                self._seeked = False
+                if ahead:
+                    data, self._rbuf = data[:size], data[size:]
+                self._pos += size
+                return data
         got: bytes = await self._read(size)
         return got
 
