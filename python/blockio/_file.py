@@ -502,6 +502,16 @@ class AsyncFile(LineReader[bytes]):
             raise
         return b"".join(parts)
 
+    def _mark(self) -> Tuple[int, bytes, bool, bool]:
+        """Where reading is: what :meth:`_restore` goes back to when a
+        call made of reads (``readlines``) is cancelled or fails."""
+        return (self._pos, self._rbuf, self._at_end, self._seeked)
+
+    def _restore(self, mark: Tuple[int, bytes, bool, bool]) -> None:
+        """Back to ``mark``, as if the reads since had not happened. (Writes
+        buffered then have been flushed since: the position is the same.)"""
+        self._pos, self._rbuf, self._at_end, self._seeked = mark
+
     def _unread(self, taken: bytes) -> None:
         """Puts back what a read that did not finish (cancelled, or failed)
         had taken, so that no byte is lost: the next read starts with it.
@@ -533,6 +543,13 @@ class AsyncFile(LineReader[bytes]):
 
     async def _read_rest(self) -> bytes:
         head = self._take(len(self._rbuf))
+        try:
+            return await self._read_rest_after(head)
+        except BaseException:
+            self._unread(head)  # (cancelled or failed: the position is back)
+            raise
+
+    async def _read_rest_after(self, head: bytes) -> bytes:
         await self._flush_writes()
         pos = await self._position()
         end = await self._engine._asize(self._file)

@@ -148,6 +148,21 @@ class AsyncTextFile(LineReader[str]):
             self._decoder.reset()
         self._decoded, self._used, self._snap, self._eof = "", 0, None, False
 
+    def _mark(self) -> Any:
+        """Where reading is (the binary file's, and the decoding's), for
+        :meth:`_restore`."""
+        dec = self._decoder
+        return (self.buffer._mark(), self._decoded, self._used, self._snap, self._eof,
+                dec, None if dec is None else dec.getstate())
+
+    def _restore(self, mark: Any) -> None:
+        """Back to ``mark``, as if the reads since had not happened."""
+        binary, self._decoded, self._used, self._snap, self._eof, dec, state = mark
+        self.buffer._restore(binary)
+        self._decoder = dec
+        if dec is not None:
+            dec.setstate(state)
+
     def _take(self, n: int) -> str:
         out = self._decoded[self._used:self._used + n]
         self._used += len(out)
