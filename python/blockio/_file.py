@@ -716,6 +716,10 @@ class AsyncFile(LineReader[bytes]):
         # thread writes them whatever becomes of the task).
         if not self._wbuf:
             return
+        if self._engine.closed:
+            # Kept, for close() to write with blocking system calls, as the
+            # built-in buffered file keeps what a failed flush did not write.
+            raise RuntimeError("the engine is closed")
         data, self._wbuf = self._wbuf, bytearray()
         if not self._append:
             self._pos = self._wpos

@@ -1,7 +1,8 @@
 """A write cancelled while it waits for its turn behind another task's call
 on the same file object still runs when its turn comes: bytes ``write()``
 accepted always reach the file (the README's promise), as aiofiles' thread
-runs a call whose task was cancelled.
+runs a call whose task was cancelled. Nor are buffered bytes dropped by a
+flush that fails because the file's engine was closed.
 """
 
 import asyncio
@@ -61,5 +62,27 @@ def test_write_cancelled_by_wait_for_while_queued_is_kept(tmp_path):
         assert pos == len(data)
         assert data.count(b"Y") == 100
         assert data == b"X" * 8193 + b"Y" * 100
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("call", ["flush", "seek", "read", "truncate"])
+def test_buffered_bytes_kept_when_a_flush_meets_a_closed_engine(tmp_path, call):
+    # The engine closed under the file: a call that must flush first fails,
+    # and the bytes write() accepted stay buffered; close() writes them.
+    p = tmp_path / "e.bin"
+
+    async def main():
+        e = blockio.Engine()
+        f = await blockio.open(p, "w+b", engine=e)
+        assert await f.write(b"h" * 500) == 500
+        e.close()
+        with pytest.raises(RuntimeError, match="engine is closed"):
+            if call == "seek":
+                await f.seek(0, 1)
+            else:
+                await getattr(f, call)()
+        await f.close()
+        assert p.read_bytes() == b"h" * 500
 
     asyncio.run(main())
