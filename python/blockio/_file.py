@@ -61,6 +61,10 @@ PathOrFd = Union[str, bytes, "os.PathLike[Any]", int]
 
 _READ_ALL_BLOCK = 1 << 20
 
+#: The largest file offset Linux has (``loff_t``): a seek past it is refused
+#: at the seek, as the built-in file's is.
+_MAX_OFFSET = (1 << 63) - 1
+
 T = TypeVar("T")
 
 
@@ -309,7 +313,7 @@ class AsyncFile(LineReader[bytes]):
         # nothing here awaits). Inlined: this is half of every
         # random read.
         free = self._calls.free
-        if free and whence == 0 and type(offset) is int and offset >= 0 and type(whence) is int:
+        if free and whence == 0 and type(offset) is int and 0 <= offset <= _MAX_OFFSET and type(whence) is int:
             try:
                 free.pop()
             except IndexError:
@@ -351,6 +355,8 @@ class AsyncFile(LineReader[bytes]):
             pos = await self._engine._asize(self._file) + offset
         if pos < 0:
             raise OSError(22, "Invalid argument", self.name)
+        if pos > _MAX_OFFSET:
+            raise ValueError(f"offset: {pos} is past the largest file offset ({_MAX_OFFSET})")
         self._pos = pos
         self._at_end = False
         self._rbuf = b""
