@@ -1770,3 +1770,24 @@ fn an_empty_destination_name_is_refused_as_gnu_refuses_it() {
         assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
     }
 }
+
+/// A destination written with a trailing `/` that is an existing
+/// non-directory is "cannot stat ... Not a directory"; an absent one
+/// made as a link is "cannot create ... link", as GNU says.
+#[test]
+fn a_trailing_slash_on_a_non_directory_destination_is_refused_as_gnu_refuses_it() {
+    let setup = "echo x > f; echo y > g; ln -s f l";
+    for args in [
+        &["f", "g/"][..],
+        &["f", "l/"],
+        &["-s", "f", "g/"],
+        &["-s", "f", "l/"],
+        &["-s", "f", "nodir/"],
+        &["-l", "f", "nodir/"],
+        &["-l", "f", "g/"],
+        &["f", "nodir/"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
+    }
+}

@@ -186,6 +186,34 @@ impl Walker<'_> {
                 Some(io::Error::from_raw_os_error(libc::ENOENT)),
             );
         }
+        if !dest_is_dir && target.as_os_str().as_bytes().ends_with(b"/") && kind != libc::S_IFDIR {
+            // `cp f g/`: an existing non-directory is "cannot stat", as
+            // GNU's look at the destination fails; an absent one is what
+            // making a link there fails with.
+            match std::fs::metadata(&target) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                    return self.report(format!("cannot stat {}", quote(&target)), Some(e));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    let how = match opts.link {
+                        copy::LinkMode::Symbolic => "symbolic",
+                        copy::LinkMode::Hard => "hard",
+                        copy::LinkMode::Copy => "",
+                    };
+                    if !how.is_empty() {
+                        return self.report(
+                            format!(
+                                "cannot create {how} link {} to {}",
+                                quote(&target),
+                                quote(src)
+                            ),
+                            Some(e),
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
         let Some(dst_name) = final_name(&target) else {
             return self.report(
                 format!("cannot create {}: it has no name", quote(&target)),
