@@ -114,6 +114,17 @@ def current_task() -> Any:
     return asyncio.current_task()
 
 
+async def pause() -> None:
+    """Yields to the event loop once (``asyncio.sleep(0)``, or trio's
+    checkpoint), so that the other tasks run."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        await running_trio().lowlevel.checkpoint()
+        return
+    await asyncio.sleep(0)
+
+
 def threadsafe_caller() -> Callable[..., Any]:
     """A function that runs ``f(*args)`` soon in the running loop's thread,
     callable from any thread; it raises ``RuntimeError`` once the loop
@@ -184,3 +195,50 @@ async def despite_cancel(coro: Any) -> Any:
     if not task.cancelled():
         task.exception()  # (retrieved: the cancellation is what the caller gets)
     raise cancelled
+
+
+async def wait_despite_cancel(fut: Any) -> Optional[BaseException]:
+    """Awaits ``fut`` (a call's turn in a file's queue) even if the task is
+    cancelled meanwhile; the cancellation, to raise once the call has run,
+    or None. A turn still not come :data:`CANCEL_GRACE` seconds after the
+    cancellation (behind reads of empty pipes) is given up: the
+    cancellation is raised then, and the call never runs."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        trio = running_trio()
+        try:
+            await fut
+            return None
+        except trio.Cancelled as e:
+            cancelled: BaseException = e
+        with trio.CancelScope(deadline=trio.current_time() + CANCEL_GRACE, shield=True):
+            await fut
+        if not fut.done():
+            raise cancelled
+        return cancelled
+    try:
+        await asyncio.shield(fut)
+        return None
+    except asyncio.CancelledError as e:
+        cancelled = e
+    deadline = loop.time() + CANCEL_GRACE
+    while not fut.done() and loop.time() < deadline:
+        try:
+            await asyncio.wait({fut}, timeout=deadline - loop.time())
+        except asyncio.CancelledError:
+            pass
+    if not fut.done():
+        raise cancelled
+    return cancelled
+
+
+async def shielded(coro: Any) -> Any:
+    """``await coro``, under trio in a shielded cancel scope (the task's
+    cancellation has been caught already, and is raised afterwards)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        with running_trio().CancelScope(shield=True):
+            return await coro
+    return await coro

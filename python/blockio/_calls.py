@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from typing import Any, Callable, Deque, List, Optional, Tuple, TypeVar, cast
 
-from ._aio import current_task, new_future
+from ._aio import current_task, new_future, shielded, wait_despite_cancel
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,15 +78,20 @@ class CallQueue:
         try:
             await fut
         except BaseException:
-            if fut.done() and not fut.cancelled():
-                self._release()  # handed over just as the task was cancelled
-            else:
-                with self._lock:
-                    try:
-                        self._waiting.remove((fut, task))
-                    except ValueError:
-                        pass
+            self._give_up(fut, task)
             raise
+
+    def _give_up(self, fut: Any, task: Any) -> None:
+        """Leaves the queue without running: the turn is handed on if it
+        had come just as the task was cancelled."""
+        if fut.done() and not fut.cancelled():
+            self._release()
+        else:
+            with self._lock:
+                try:
+                    self._waiting.remove((fut, task))
+                except ValueError:
+                    pass
 
     def _release(self) -> None:
         with self._lock:
@@ -117,6 +122,41 @@ def one_at_a_time(method: F) -> F:
             await q._wait(turn, task)
         try:
             return await method(self, *args, **kwargs)
+        finally:
+            self._sync_offset()
+            q._release()
+
+    return cast(F, call)
+
+
+def one_at_a_time_kept(method: F) -> F:
+    """:func:`one_at_a_time` for a call that must run once made (a
+    ``write``: bytes ``write()`` accepted always reach the file): cancelled
+    while it waits for its turn, it keeps its place, runs when its turn
+    comes, and only then raises the cancellation, as aiofiles' thread runs
+    a call whose task was cancelled. A turn still not come a second after
+    the cancellation (behind reads of empty pipes) is given up, and the
+    call never runs."""
+
+    @functools.wraps(method)
+    async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        q: CallQueue = self._calls
+        task = current_task()
+        turn = q._enter(task)
+        if turn is task:
+            return await method(self, *args, **kwargs)  # a call made of calls
+        cancelled = None
+        if turn is not None:
+            try:
+                cancelled = await wait_despite_cancel(turn)
+            except BaseException:
+                q._give_up(turn, task)
+                raise
+        try:
+            if cancelled is None:
+                return await method(self, *args, **kwargs)
+            await shielded(method(self, *args, **kwargs))
+            raise cancelled
         finally:
             self._sync_offset()
             q._release()

@@ -18,8 +18,9 @@ an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
 read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
 calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
 + ``read``. Everything else waits its turn in the queue and goes through the
-engine; so does one in 64 cached reads, which yields to the event loop so
-that a task reading cached data in a loop never starves the others. The
+engine. One in 64 cached reads waits its turn in the queue too and yields to
+the event loop once before reading on the calling thread, so that a task
+reading cached data in a loop never starves the others. The
 first ``read`` after a ``seek`` reads only what it asks for, where the read
 buffer would otherwise be filled for the bytes after it; reads that follow
 in sequence read ahead.
@@ -44,9 +45,9 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
-from ._aio import despite_cancel, new_future, threadsafe_caller
+from ._aio import despite_cancel, new_future, pause, threadsafe_caller
 from ._engine import Engine, _copy_into, _Descriptor, _flat
-from ._calls import CallQueue, one_at_a_time
+from ._calls import CallQueue, one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
 
 if TYPE_CHECKING:
@@ -59,6 +60,10 @@ if TYPE_CHECKING:
 PathOrFd = Union[str, bytes, "os.PathLike[Any]", int]
 
 _READ_ALL_BLOCK = 1 << 20
+
+#: The largest file offset Linux has (``loff_t``): a seek past it is refused
+#: at the seek, as the built-in file's is.
+_MAX_OFFSET = (1 << 63) - 1
 
 T = TypeVar("T")
 
@@ -308,7 +313,7 @@ class AsyncFile(LineReader[bytes]):
         # nothing here awaits). Inlined: this is half of every
         # random read.
         free = self._calls.free
-        if free and whence == 0 and type(offset) is int and offset >= 0 and type(whence) is int:
+        if free and whence == 0 and type(offset) is int and 0 <= offset <= _MAX_OFFSET and type(whence) is int:
             try:
                 free.pop()
             except IndexError:
@@ -350,6 +355,8 @@ class AsyncFile(LineReader[bytes]):
             pos = await self._engine._asize(self._file) + offset
         if pos < 0:
             raise OSError(22, "Invalid argument", self.name)
+        if pos > _MAX_OFFSET:
+            raise ValueError(f"offset: {pos} is past the largest file offset ({_MAX_OFFSET})")
         self._pos = pos
         self._at_end = False
         self._rbuf = b""
@@ -386,15 +393,17 @@ class AsyncFile(LineReader[bytes]):
         # other call on the file is in progress (as in `seek`). Anything
         # else goes to `_read`, in the queue: a read that would have to
         # wait (bytes not all cached, the end of the file), buffered
-        # writes, a stream; and one in 64 cached reads, which through the
-        # engine's `aread` yields to the event loop, so that a task reading
-        # cached data in a loop never starves the others.
+        # writes, a stream. One in 64 cached reads goes to
+        # `_read_after_a_turn`, also in the queue, which yields to the event
+        # loop once, so that a task reading cached data in a loop never
+        # starves the others.
         #
         # Read ahead as `_read`: a read smaller than the buffer fills the
         # buffer, except the first read after a seek, which reads what it
         # asks for (random access, where the rest of a buffer would be
         # copied for nothing).
         free = self._calls.free
+        turn = False
         if free and type(size) is int and size >= 0:
             try:
                 free.pop()
@@ -429,10 +438,40 @@ class AsyncFile(LineReader[bytes]):
                                     if d.shared:
                                         self._sync_offset()
                                     return data
+                            else:
+                                turn = True
                         else:
                             return b""
                 finally:
                     free.append(None)
+        if turn:
+            assert size is not None  # (an int: see above)
+            return await self._read_after_a_turn(size)
+        got: bytes = await self._read(size)
+        return got
+
+    @one_at_a_time
+    async def _read_after_a_turn(self, size: int) -> bytes:
+        """`read`'s one cached read in 64: yields to the event loop once,
+        holding the file's place in the queue (calls made after it wait;
+        a cancellation there reads nothing), then reads as `read` does,
+        on this thread when the bytes are cached."""
+        self._engine._inline_streak = 0
+        await pause()
+        d = self._file
+        if size and not self._rbuf and self._readable and not (
+                self._stream or self._wbuf or self._at_end or d.closed or d.detached):
+            ahead = size < self._bufsize and not self._seeked
+            try:
+                data = self._read_cached(d.num, self._pos, self._bufsize if ahead else size)
+            except OverflowError:
+                data = None
+            if data is not None:
+                self._seeked = False
+                if ahead:
+                    data, self._rbuf = data[:size], data[size:]
+                self._pos += size
+                return data
         got: bytes = await self._read(size)
         return got
 
@@ -469,6 +508,16 @@ class AsyncFile(LineReader[bytes]):
             raise
         return b"".join(parts)
 
+    def _mark(self) -> Tuple[int, bytes, bool, bool]:
+        """Where reading is: what :meth:`_restore` goes back to when a
+        call made of reads (``readlines``) is cancelled or fails."""
+        return (self._pos, self._rbuf, self._at_end, self._seeked)
+
+    def _restore(self, mark: Tuple[int, bytes, bool, bool]) -> None:
+        """Back to ``mark``, as if the reads since had not happened. (Writes
+        buffered then have been flushed since: the position is the same.)"""
+        self._pos, self._rbuf, self._at_end, self._seeked = mark
+
     def _unread(self, taken: bytes) -> None:
         """Puts back what a read that did not finish (cancelled, or failed)
         had taken, so that no byte is lost: the next read starts with it.
@@ -500,6 +549,13 @@ class AsyncFile(LineReader[bytes]):
 
     async def _read_rest(self) -> bytes:
         head = self._take(len(self._rbuf))
+        try:
+            return await self._read_rest_after(head)
+        except BaseException:
+            self._unread(head)  # (cancelled or failed: the position is back)
+            raise
+
+    async def _read_rest_after(self, head: bytes) -> bytes:
         await self._flush_writes()
         pos = await self._position()
         end = await self._engine._asize(self._file)
@@ -599,7 +655,7 @@ class AsyncFile(LineReader[bytes]):
 
     # -- writing ----------------------------------------------------------------
 
-    @one_at_a_time
+    @one_at_a_time_kept
     async def write(self, data: Buffer) -> int:
         """Writes all of ``data`` (any bytes-like object) at the position,
         or at the end in append mode; the byte count. Buffered files keep
@@ -666,12 +722,16 @@ class AsyncFile(LineReader[bytes]):
         # thread writes them whatever becomes of the task).
         if not self._wbuf:
             return
+        if self._engine.closed:
+            # Kept, for close() to write with blocking system calls, as the
+            # built-in buffered file keeps what a failed flush did not write.
+            raise RuntimeError("the engine is closed")
         data, self._wbuf = self._wbuf, bytearray()
         if not self._append:
             self._pos = self._wpos
         await self._write_through(memoryview(data))
 
-    @one_at_a_time
+    @one_at_a_time_kept
     async def writelines(self, lines: Iterable[Buffer]) -> None:
         """Writes each item of ``lines`` (no newlines are added)."""
         for line in lines:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import AnyStr, Generic, List, Optional
+from typing import Any, AnyStr, Generic, List, Optional
 
 from ._calls import one_at_a_time
 
@@ -22,14 +22,30 @@ class LineReader(Generic[AnyStr]):
         are read, when positive)."""
         lines: List[AnyStr] = []
         total = 0
-        while True:
-            line = await self.readline()
-            if not line:
-                return lines
-            lines.append(line)
-            total += len(line)
-            if 0 < hint <= total:
-                return lines
+        # Cancelled (or failed) part-way, it leaves the position where it
+        # was: the lines read so far are not lost.
+        mark = self._mark()
+        try:
+            while True:
+                line = await self.readline()
+                if not line:
+                    return lines
+                lines.append(line)
+                total += len(line)
+                if 0 < hint <= total:
+                    return lines
+        except BaseException:
+            self._restore(mark)
+            raise
+
+    def _mark(self) -> Any:
+        """Where reading is, for :meth:`_restore`."""
+        raise NotImplementedError
+
+    def _restore(self, mark: Any) -> None:
+        """Back to where :meth:`_mark` was taken, as if the reads since had
+        not happened."""
+        raise NotImplementedError
 
     def __aiter__(self) -> "LineReader[AnyStr]":
         return self

@@ -23,7 +23,7 @@ import os
 from typing import Any, Iterable, Optional, Tuple, Union
 
 from ._file import AsyncFile, _int_arg, _size_arg
-from ._calls import one_at_a_time
+from ._calls import one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
 
 _CHUNK = 8192
@@ -148,6 +148,21 @@ class AsyncTextFile(LineReader[str]):
             self._decoder.reset()
         self._decoded, self._used, self._snap, self._eof = "", 0, None, False
 
+    def _mark(self) -> Any:
+        """Where reading is (the binary file's, and the decoding's), for
+        :meth:`_restore`."""
+        dec = self._decoder
+        return (self.buffer._mark(), self._decoded, self._used, self._snap, self._eof,
+                dec, None if dec is None else dec.getstate())
+
+    def _restore(self, mark: Any) -> None:
+        """Back to ``mark``, as if the reads since had not happened."""
+        binary, self._decoded, self._used, self._snap, self._eof, dec, state = mark
+        self.buffer._restore(binary)
+        self._decoder = dec
+        if dec is not None:
+            dec.setstate(state)
+
     def _take(self, n: int) -> str:
         out = self._decoded[self._used:self._used + n]
         self._used += len(out)
@@ -211,7 +226,7 @@ class AsyncTextFile(LineReader[str]):
 
     # -- writing ----------------------------------------------------------------
 
-    @one_at_a_time
+    @one_at_a_time_kept
     async def write(self, s: str) -> int:
         """Writes ``s`` (newlines translated, then encoded); the number of
         characters."""
@@ -251,7 +266,7 @@ class AsyncTextFile(LineReader[str]):
             await self.buffer.flush()
         return len(s)
 
-    @one_at_a_time
+    @one_at_a_time_kept
     async def writelines(self, lines: Iterable[str]) -> None:
         """Writes each string of ``lines`` (no newlines are added)."""
         for line in lines:

@@ -210,6 +210,47 @@ def test_a_task_reading_cached_data_from_a_file_object_lets_the_others_run(data_
 
 
 @LOOPS
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_the_cached_read_that_yields_keeps_its_place_and_reads_nothing_if_cancelled(data_file, loop_factory,
+                                                                                     buffering):
+    """The one cached ``read`` in 64 that yields to the loop holds the
+    file's place while it does: a call made after it takes effect after it,
+    and a cancellation there moves nothing, so the next read gets the same
+    bytes."""
+    path, data = data_file
+    e = blockio.Engine()
+
+    async def main():
+        with open(path, "rb") as warm:
+            warm.read()
+        async with blockio.open(path, "rb", buffering=buffering, engine=e) as f:
+            await f.seek(4096)
+            e._inline_streak = 63  # the next cached read is the one that yields
+            reading = asyncio.ensure_future(f.read(100))
+            await asyncio.sleep(0)  # it has started, and yields
+            assert not reading.done()
+            assert await f.seek(0) == 0  # made after it, while it yields: waits for it
+            assert reading.done() and reading.result() == data[4096:4196]
+            assert await f.tell() == 0
+
+            await f.seek(8192)
+            e._inline_streak = 63
+            reading = asyncio.ensure_future(f.read(100))
+            await asyncio.sleep(0)
+            assert not reading.done()
+            reading.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+            assert await f.tell() == 8192
+            assert await f.read(100) == data[8192:8292]
+
+    try:
+        run(main(), loop_factory)
+    finally:
+        e.close()
+
+
+@LOOPS
 def test_calls_on_one_file_object_from_many_tasks_keep_their_order_on_cached_data(tmp_path, loop_factory):
     """Reads served at once (cached bytes, the read buffer) and calls that
     wait for the engine (``readinto``, the end of the file) from many

@@ -270,7 +270,7 @@ fn decode_hex(hex: &str) -> Vec<u8> {
 
 /// One proper line of a list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub struct ListLine {
     /// The digest, as written (hex digits of either case).
     pub hex: Vec<u8>,
     /// The file.
@@ -314,7 +314,7 @@ impl ListParser {
 
     /// Parses one line, without its line end, or says why it is not a
     /// proper line (`b3sum`'s words; the coreutils give no reason).
-    pub fn parse_line(&mut self, line: &[u8]) -> Result<Entry, &'static str> {
+    pub fn parse_line(&mut self, line: &[u8]) -> Result<ListLine, &'static str> {
         if self.family == Family::B3sum {
             return parse_b3sum(line);
         }
@@ -323,7 +323,7 @@ impl ListParser {
 
     /// Parses one line, without its line end; `None` if it is not a
     /// proper line.
-    pub fn parse(&mut self, line: &[u8]) -> Option<Entry> {
+    pub fn parse(&mut self, line: &[u8]) -> Option<ListLine> {
         if self.family == Family::B3sum {
             return parse_b3sum(line).ok();
         }
@@ -358,7 +358,7 @@ impl ListParser {
     }
 
     /// The rest of `<TYPE>[-bits] (<name>) = <hex>` after the type name.
-    fn parse_tagged(&mut self, rest: &[u8], escaped: bool) -> Option<Entry> {
+    fn parse_tagged(&mut self, rest: &[u8], escaped: bool) -> Option<ListLine> {
         let mut algo = self.algo;
         let mut rest = rest;
         if matches!(algo, Algo::Blake2b(_)) || matches!(self.family, Family::Cksum { .. }) {
@@ -400,7 +400,7 @@ impl ListParser {
             return None;
         }
         self.algo = algo;
-        Some(Entry {
+        Some(ListLine {
             hex: after.to_vec(),
             name,
             algo,
@@ -410,7 +410,7 @@ impl ListParser {
 
     /// `<hex> <name>` in its forms; `len` is the line's length after its
     /// leading blanks.
-    fn parse_plain(&mut self, len: usize, s: &[u8], escaped: bool) -> Option<Entry> {
+    fn parse_plain(&mut self, len: usize, s: &[u8], escaped: bool) -> Option<ListLine> {
         let min = match self.family {
             Family::Fixed => self.algo.hex_len() + 2,
             _ => 3,
@@ -451,7 +451,7 @@ impl ListParser {
             up_to_nul(name).to_vec()
         };
         self.algo = algo;
-        Some(Entry {
+        Some(ListLine {
             hex: hex.to_vec(),
             name,
             algo,
@@ -464,7 +464,7 @@ impl ListParser {
 /// digits, two spaces, the name (escaped if the line starts with a
 /// backslash), which must be UTF-8 without NUL; or why it is refused.
 /// The digest is of plain BLAKE3: `-c` takes no key, context or length.
-fn parse_b3sum(line: &[u8]) -> Result<Entry, &'static str> {
+fn parse_b3sum(line: &[u8]) -> Result<ListLine, &'static str> {
     if line.is_empty() {
         return Err("Empty line");
     }
@@ -510,7 +510,7 @@ fn parse_b3sum(line: &[u8]) -> Result<Entry, &'static str> {
     if std::str::from_utf8(&name).is_err() || name.windows(3).any(|w| w == "\u{fffd}".as_bytes()) {
         return Err("Unicode replacement character in path");
     }
-    Ok(Entry {
+    Ok(ListLine {
         hex: hex.to_vec(),
         name,
         algo: Algo::Blake3,
@@ -819,7 +819,7 @@ mod tests {
         let md5 = tool(Family::Fixed, Algo::Md5);
         let mut p = ListParser::new(&md5);
         let entry = |name: &str, escaped| {
-            Some(Entry {
+            Some(ListLine {
                 hex: MD5.into(),
                 name: name.into(),
                 algo: Algo::Md5,

@@ -46,30 +46,30 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{IntoRawFd, OwnedFd};
 
-use crate::engine::meta::{opened, CLOSE};
 use crate::error::PathError;
 use crate::op::action::Action;
+use crate::op::path::{opened, CLOSE};
 use crate::op::{Op, Target};
 use crate::{OpenRequest, PathAt};
 
-/// Performs `action` on `at`'s directory descriptor; an error names
-/// `verb` and the path, as a batch's does.
+/// Performs `action` on `at`'s directory descriptor; an error names the
+/// action's kind and the path, as a batch's does.
 ///
 /// `action` must point only at `at`'s path and at memory the caller keeps
 /// alive and untouched for this call.
-fn on_path(verb: &'static str, at: PathAt<'_>, action: Action) -> io::Result<usize> {
+fn on_path(at: PathAt<'_>, action: Action) -> io::Result<usize> {
     // SAFETY: the action's pointers are `at`'s path (borrowed for this
     // call) and buffers of the caller's frame (the contract above); the
     // operation is performed and dropped before this returns.
     let op = unsafe { Op::from_action(at.dir(), action, None) };
     op.run_blocking()
-        .map_err(|e| PathError::wrap(verb, at.path(), e))
+        .map_err(|e| PathError::wrap(action.kind().name(), at.path(), e))
 }
 
 /// Opens a file (`openat`, `O_CLOEXEC` added), as
 /// [`Engine::open_batch`](crate::Engine::open_batch) does for one request.
 pub fn open(req: &OpenRequest<'_>) -> io::Result<OwnedFd> {
-    opened(on_path("open", req.at(), req.action()))
+    opened(on_path(req.at(), req.action()))
 }
 
 /// `statx` of `at` with the `AT_*` `flags` and the basic fields; a
@@ -79,7 +79,7 @@ pub fn stat(at: PathAt<'_>, flags: i32) -> io::Result<libc::statx> {
     // SAFETY: `statx` is plain old data (integers only); all zeroes is a
     // valid value.
     let mut buf: libc::statx = unsafe { std::mem::zeroed() };
-    on_path("stat", at, at.stat_action(flags, &mut buf))?;
+    on_path(at, at.stat_action(flags, &mut buf))?;
     Ok(buf)
 }
 
@@ -94,12 +94,12 @@ pub fn close(fd: OwnedFd) -> io::Result<()> {
 
 /// Makes the directory `at` with `mode` (before the umask): `mkdirat`.
 pub fn mkdir(at: PathAt<'_>, mode: u32) -> io::Result<()> {
-    on_path("mkdir", at, at.mkdir_action(mode)).map(|_| ())
+    on_path(at, at.mkdir_action(mode)).map(|_| ())
 }
 
 /// Makes `link` a symbolic link to `target`: `symlinkat`.
 pub fn symlink(link: PathAt<'_>, target: &CStr) -> io::Result<()> {
-    on_path("symlink", link, link.symlink_action(target)).map(|_| ())
+    on_path(link, link.symlink_action(target)).map(|_| ())
 }
 
 /// Sets `file`'s length to `len` ([`Op::ftruncate`]).

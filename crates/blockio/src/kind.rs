@@ -38,13 +38,20 @@ pub(crate) enum OpClass {
 /// its [`OpClass`] and its name in messages, all three required.
 macro_rules! op_kinds {
     ($($(#[doc = $doc:literal])* $kind:ident: $class:ident, $name:literal;)*) => {
-        /// The kind of an operation.
+        /// The kind of an operation. Non-exhaustive: kinds are added as
+        /// the engine learns new operations, so a `match` outside this
+        /// crate needs a `_` arm (inside it every match names each kind).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
         pub enum OpKind {
             $($(#[doc = $doc])* $kind,)*
         }
 
         impl OpKind {
+            /// Every kind, in the table's order.
+            #[cfg(test)]
+            pub(crate) const ALL: &'static [OpKind] = &[$(OpKind::$kind,)*];
+
             /// The class of this kind, as its definition states it.
             pub(crate) const fn class(self) -> OpClass {
                 match self {
@@ -52,8 +59,10 @@ macro_rules! op_kinds {
                 }
             }
 
-            /// The name messages use.
-            const fn name(self) -> &'static str {
+            /// The name messages use: the kind's one name, in an
+            /// [`OpError`](crate::OpError) and a path operation's
+            /// [`PathError`](crate::PathError) alike.
+            pub(crate) const fn name(self) -> &'static str {
                 match self {
                     $(OpKind::$kind => $name,)*
                 }
@@ -142,42 +151,34 @@ impl fmt::Display for OpKind {
 mod tests {
     use super::*;
 
-    const ALL: [OpKind; 18] = [
-        OpKind::Read,
-        OpKind::Write,
-        OpKind::ReadVectored,
-        OpKind::WriteVectored,
-        OpKind::Fsync,
-        OpKind::Fdatasync,
-        OpKind::Open,
-        OpKind::Stat,
-        OpKind::Close,
-        OpKind::Mkdir,
-        OpKind::Symlink,
-        OpKind::Ftruncate,
-        OpKind::Accept,
-        OpKind::Connect,
-        OpKind::Recv,
-        OpKind::Send,
-        OpKind::SendVectored,
-        OpKind::RecvSelect,
-    ];
-
     #[test]
     fn each_kind_is_in_exactly_the_class_its_table_row_names() {
-        let sockets: Vec<OpKind> = ALL.into_iter().filter(|k| k.is_socket()).collect();
-        let metadata: Vec<OpKind> = ALL.into_iter().filter(|k| k.is_metadata()).collect();
+        let sockets: Vec<OpKind> = OpKind::ALL
+            .iter()
+            .copied()
+            .filter(|k| k.is_socket())
+            .collect();
+        let metadata: Vec<OpKind> = OpKind::ALL
+            .iter()
+            .copied()
+            .filter(|k| k.is_metadata())
+            .collect();
         use OpKind::*;
         assert_eq!(
             sockets,
             [Accept, Connect, Recv, Send, SendVectored, RecvSelect]
         );
         assert_eq!(metadata, [Open, Stat, Close, Mkdir, Symlink, Ftruncate]);
-        for k in ALL {
+        for &k in OpKind::ALL {
             let data = k.class() == OpClass::FileData;
             assert_eq!(data, !k.is_socket() && !k.is_metadata(), "{k:?}");
         }
-        let names: std::collections::HashSet<String> = ALL.iter().map(|k| k.to_string()).collect();
-        assert_eq!(names.len(), ALL.len(), "every kind has its own name");
+        let names: std::collections::HashSet<String> =
+            OpKind::ALL.iter().map(|k| k.to_string()).collect();
+        assert_eq!(
+            names.len(),
+            OpKind::ALL.len(),
+            "every kind has its own name"
+        );
     }
 }

@@ -78,11 +78,11 @@ pub use backend::{Backend, BackendChoice, BACKEND_ENV, FALLBACK_REQUESTED};
 pub use buf::{AlignedBuf, BufferPool, PooledBuf};
 pub use direct::{device_supports_polling, Alignment, AlignmentSource, DirectFile};
 pub use engine::{
-    Engine, EngineBuilder, EngineStats, OpenRequest, PathAt, ProbeReport, ReadPath, RegisteredFile,
-    MAX_REGISTERED_FILES,
+    Engine, EngineBuilder, EngineStats, ProbeReport, ReadPath, RegisteredFile, MAX_REGISTERED_FILES,
 };
 pub use error::{errno, OpError, PathError, Refusal};
 pub use kind::OpKind;
+pub use op::path::{OpenRequest, PathAt};
 pub use op::{clear_ops, Op, RawTarget, Target};
 
 /// The README's examples, compiled as doc tests.

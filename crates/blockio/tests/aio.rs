@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions, BatchOp, CallerDriving, Driving};
+use blockio::aio::{
+    AsyncEngine, AsyncFile, AsyncOpenOptions, BatchOp, CallerDriving, Driving, Submit,
+};
 use blockio::{AlignedBuf, BufferPool, PooledBuf};
 use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
@@ -50,6 +52,63 @@ fn backend_follows_environment() {
             "{:?}",
             e.fallback_reason()
         ),
+    }
+}
+
+/// A ring-only option together with the builder's own choice of the thread
+/// pool is refused, naming the option; a caller-driven engine without one
+/// builds on the pool.
+#[test]
+fn ring_only_driving_options_with_the_thread_pool_chosen_are_refused() {
+    use blockio::BackendChoice;
+    let pool = || AsyncEngine::builder().backend(BackendChoice::ThreadPool);
+    let refused = |driving: CallerDriving, option: &str| {
+        let e = pool()
+            .driving(Driving::Caller(driving))
+            .build()
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains(option), "{e}");
+        assert!(e.to_string().contains("ThreadPool"), "{e}");
+    };
+    refused(
+        CallerDriving::new().submit(Submit::PerRound),
+        "Submit::PerRound",
+    );
+    // Refused before the descriptor is looked at: any number will do.
+    refused(
+        CallerDriving::new().completion_eventfd(-1),
+        "CallerDriving::completion_eventfd",
+    );
+    let e = pool()
+        .driving(Driving::Caller(CallerDriving::new()))
+        .build()
+        .unwrap();
+    assert_eq!(e.backend(), blockio::Backend::ThreadPool);
+    assert!(e.poll_fd().is_none());
+}
+
+/// Where the pool comes at run time and not from the builder, a ring-only
+/// option is ignored and the fallback reason says so; on io_uring it is
+/// used and there is no fallback reason.
+#[test]
+fn ring_only_driving_options_on_a_run_time_fallback_are_named_in_its_reason() {
+    let e = AsyncEngine::builder()
+        .driving(Driving::Caller(
+            CallerDriving::new().submit(Submit::PerRound),
+        ))
+        .build()
+        .unwrap();
+    match std::env::var("BLOCKIO_BACKEND").as_deref() {
+        Ok("threads") => {
+            let reason = e.fallback_reason().expect("a fallback has a reason");
+            assert!(reason.contains("Submit::PerRound ignored"), "{reason}");
+        }
+        _ => {
+            assert_eq!(e.backend(), blockio::Backend::IoUring);
+            assert_eq!(e.fallback_reason(), None);
+            assert!(e.poll_fd().is_some());
+        }
     }
 }
 
@@ -644,4 +703,14 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
     if uring {
         assert_eq!(completed, 64);
     }
+}
+
+/// Code written against the earlier name of a batch's future still builds.
+#[test]
+#[allow(deprecated)]
+fn the_earlier_name_of_the_batch_future_still_names_it() {
+    fn same<B: Send + 'static>(f: blockio::aio::Batch<B>) -> blockio::aio::BatchFuture<B> {
+        f
+    }
+    let _ = same::<Vec<u8>>;
 }

@@ -305,3 +305,53 @@ fn a_blocking_open_of_a_fifo_waits_for_its_writer() {
     drop(w);
     assert_eq!(reader.join().unwrap(), "after the writer");
 }
+
+/// A path operation's error names its kind by the kind's one name (the
+/// name an `OpError` uses), in a batch and one at a time alike.
+#[test]
+fn path_errors_name_each_kind_as_the_kind_table_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = File::open(dir.path()).unwrap();
+    let missing = PathAt::in_dir(&base, c"missing/x");
+    let action = |e: std::io::Error| -> &'static str {
+        let inner = e.into_inner().expect("a PathError");
+        inner.downcast::<blockio::PathError>().unwrap().action
+    };
+    let e = engine();
+    let stat = OpKind::Stat.to_string();
+    assert_eq!(
+        action(e.stat_batch(&[missing], 0).unwrap().remove(0).unwrap_err()),
+        stat
+    );
+    assert_eq!(action(blocking::stat(missing, 0).unwrap_err()), stat);
+    let open = OpKind::Open.to_string();
+    let req = OpenRequest::new(missing);
+    assert_eq!(
+        action(e.open_batch(&[req]).unwrap().remove(0).unwrap_err()),
+        open
+    );
+    assert_eq!(action(blocking::open(&req).unwrap_err()), open);
+    let mkdir = OpKind::Mkdir.to_string();
+    assert_eq!(
+        action(
+            e.mkdir_batch(&[(missing, 0o755)])
+                .unwrap()
+                .remove(0)
+                .unwrap_err()
+        ),
+        mkdir
+    );
+    assert_eq!(action(blocking::mkdir(missing, 0o755).unwrap_err()), mkdir);
+    let symlink = OpKind::Symlink.to_string();
+    let t = c"target";
+    assert_eq!(
+        action(
+            e.symlink_batch(&[(missing, t)])
+                .unwrap()
+                .remove(0)
+                .unwrap_err()
+        ),
+        symlink
+    );
+    assert_eq!(action(blocking::symlink(missing, t).unwrap_err()), symlink);
+}

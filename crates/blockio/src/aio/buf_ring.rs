@@ -201,14 +201,14 @@ impl BufRing {
         }
     }
 
-    /// Takes note that the kernel filled buffer `bid`; false if `bid` names
-    /// no buffer of this ring.
-    pub(crate) fn take(&self, bid: u16) -> bool {
-        let ours = bid < self.shape.count;
-        if ours {
-            self.in_use.fetch_add(1, Ordering::SeqCst);
+    /// Takes note that the kernel filled buffer `bid` (now in use until it
+    /// is published again); an error if `bid` names no buffer of this ring.
+    pub(crate) fn note_filled(&self, bid: u16) -> Result<(), NotOurs> {
+        if bid >= self.shape.count {
+            return Err(NotOurs);
         }
-        ours
+        self.in_use.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Puts buffer `bid` at the tail for the kernel to use again.
@@ -280,6 +280,10 @@ impl Drop for BufRing {
     }
 }
 
+/// A buffer id the kernel reported that names no buffer of the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NotOurs;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,9 +315,13 @@ mod tests {
         let tail = || unsafe { *BufRingEntry::tail(ring.entries) };
         assert_eq!(tail(), 4);
         for bid in 0..4 {
-            assert!(ring.take(bid));
+            assert_eq!(ring.note_filled(bid), Ok(()));
         }
-        assert!(!ring.take(4), "no buffer 4 in a ring of 4");
+        assert_eq!(
+            ring.note_filled(4),
+            Err(NotOurs),
+            "no buffer 4 in a ring of 4"
+        );
         assert!(ring.exhausted());
         ring.recycle(2);
         assert_eq!(tail(), 5);

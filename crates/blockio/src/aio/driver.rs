@@ -18,8 +18,11 @@
 //! What the three share (a request, its completion target, cancels, the
 //! rule for calling user code) is in [`request`](super::request); what the
 //! two io_uring drivers share (slots in flight, the backlog) is in
-//! [`in_flight`](super::in_flight). Those depend on no driver, so the
-//! modules form no cycle.
+//! [`in_flight`](super::in_flight); the caller-driven ring's setting is
+//! in [`driving`](super::driving). Those depend on no driver, and no
+//! driver depends on the engine ([`AsyncEngine`](super::AsyncEngine) and
+//! the modules that use it, such as [`relay`](super::relay), sit above
+//! them), so the modules form no cycle.
 //!
 //! [`Driving::Thread`]: super::Driving::Thread
 //! [`Driving::Caller`]: super::Driving::Caller

@@ -1,19 +1,22 @@
 //! How an engine's ring is driven: the public setting
 //! ([`AsyncEngineBuilder::driving`](super::AsyncEngineBuilder::driving)),
 //! with each way's options carried by its own variant so that no option
-//! can be set where it does nothing.
+//! can be set where it does nothing. A leaf: it uses nothing else in
+//! `aio`.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::task::Waker;
-
-use super::AsyncEngine;
 
 /// Who drives the engine's io_uring: submits operations and reaps their
-/// completions. On the thread-pool backend there is no ring, and either
-/// choice gives the pool (operations complete on its threads).
+/// completions. On the thread-pool backend there is no ring: either
+/// choice gives the pool (operations complete on its threads), and the
+/// options only a ring uses ([`Submit::PerRound`],
+/// [`CallerDriving::completion_eventfd`]) are refused when the builder
+/// itself chose the pool, and ignored when the engine falls back to it at
+/// run time (see [`AsyncEngineBuilder::build`](super::AsyncEngineBuilder::build)).
+///
+/// Non-exhaustive: a `match` outside this crate needs a `_` arm.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub enum Driving {
     /// A thread of the engine's own (the default): any executor works,
     /// and operations from many tasks reach the kernel together; each
@@ -75,7 +78,9 @@ pub struct CallerDriving {
 }
 
 /// When a caller-driven ring's operations reach the kernel.
+/// Non-exhaustive: a `match` outside this crate needs a `_` arm.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Submit {
     /// When started: one `io_uring_enter` by the thread that starts each
     /// operation (the default).
@@ -121,61 +126,17 @@ impl CallerDriving {
     }
 }
 
-/// The `drive_on_tokio` tasks of a caller-driven engine: how many are
-/// running, and whether one ever ran (only then does an engine without one
-/// get a new one; see [`Driving::Caller`]); and the dropped streams whose
-/// queues are still being sent, which a thread of the engine's drives
-/// while no `drive_on_tokio` task does.
-#[derive(Debug, Default)]
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-pub(crate) struct TokioDrivers {
-    pub(crate) running: AtomicUsize,
-    pub(crate) ever: AtomicBool,
-    /// Dropped streams with bytes still queued ([`Lingering`] tickets).
-    pub(crate) lingering: AtomicUsize,
-    /// A relay thread is driving the engine.
-    pub(crate) relaying: AtomicBool,
-    /// The relay thread's task, woken when `lingering` or `running`
-    /// changes.
-    pub(crate) relay_waker: Mutex<Option<Waker>>,
-}
-
-impl TokioDrivers {
-    /// Wakes the relay thread's task, if there is one.
-    pub(crate) fn wake_relay(&self) {
-        let waker = self
-            .relay_waker
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(w) = waker {
-            w.wake();
+impl Driving {
+    /// The first option set here that only an io_uring uses, named as the
+    /// API names it; `None` when every option set works on the pool too.
+    pub(crate) fn ring_only_option(&self) -> Option<&'static str> {
+        match self {
+            Driving::Thread => None,
+            Driving::Caller(c) => match (c.completion_eventfd, c.submit) {
+                (Some(_), _) => Some("CallerDriving::completion_eventfd"),
+                (None, Submit::PerRound) => Some("Submit::PerRound"),
+                (None, Submit::OnStart) => None,
+            },
         }
-    }
-}
-
-/// A dropped stream whose queued bytes are still being sent (or whose
-/// socket is not closed yet), counted by its engine until this is
-/// dropped.
-pub(crate) struct Lingering(AsyncEngine);
-
-impl Lingering {
-    /// Counts a lingering stream of `engine`; with no `drive_on_tokio`
-    /// task left to drive a caller-driven engine, starts the relay thread.
-    pub(crate) fn new(engine: &AsyncEngine) -> Lingering {
-        engine
-            .tokio_drivers()
-            .lingering
-            .fetch_add(1, Ordering::AcqRel);
-        engine.relay_if_undriven();
-        Lingering(engine.clone())
-    }
-}
-
-impl Drop for Lingering {
-    fn drop(&mut self) {
-        let drivers = self.0.tokio_drivers();
-        drivers.lingering.fetch_sub(1, Ordering::AcqRel);
-        drivers.wake_relay();
     }
 }

@@ -79,6 +79,7 @@ mod in_flight;
 pub(crate) mod op;
 mod pool;
 mod readiness;
+mod relay;
 pub(crate) mod request;
 #[cfg(feature = "tokio")]
 mod tokio_drive;
@@ -89,13 +90,19 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, OnceLock};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
-pub(crate) use driving::Lingering;
 pub use driving::{CallerDriving, Driving, Submit};
 pub use file::{
     AsyncFile, AsyncOpenOptions, BatchFuture, BatchOp, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES,
     MAX_STREAM_DEPTH,
 };
 pub use op::{BufResult, OpFuture};
+
+/// The future of an async batch, by its earlier name.
+#[deprecated(
+    note = "renamed `BatchFuture`: it is the batch's future, not a container of operations"
+)]
+pub type Batch<B> = BatchFuture<B>;
+pub(crate) use relay::Lingering;
 #[cfg(feature = "tokio")]
 pub use tokio_drive::drive_on_tokio;
 
@@ -132,7 +139,7 @@ struct EngineCore {
     /// (see [`EngineCore::readiness`]).
     readiness: OnceLock<Readiness>,
     /// The `drive_on_tokio` tasks driving a caller-driven ring.
-    tokio_drivers: driving::TokioDrivers,
+    tokio_drivers: relay::TokioDrivers,
 }
 
 impl EngineCore {
@@ -269,6 +276,18 @@ impl AsyncEngineBuilder {
     /// or the [`completion_eventfd`](CallerDriving::completion_eventfd) is not an
     /// open eventfd. Only the kernel refusing io_uring falls back to the
     /// thread pool; the caller's mistakes are errors.
+    ///
+    /// A setting that only a ring uses ([`Submit::PerRound`],
+    /// [`CallerDriving::completion_eventfd`]) together with
+    /// [`BackendChoice::ThreadPool`] is such a mistake: the builder asks
+    /// for something it also rules out, and `build` fails with
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) naming the setting,
+    /// on every machine. When the thread pool is not the builder's choice
+    /// but comes at run time (io_uring unavailable, or
+    /// `BLOCKIO_BACKEND=threads`), the same code must keep working there,
+    /// so those settings are ignored (operations complete on the pool's
+    /// threads and wake their tasks themselves; the eventfd is never
+    /// signalled) and [`AsyncEngine::fallback_reason`] says which was.
     pub fn build(self) -> io::Result<AsyncEngine> {
         let depth = self.queue_depth;
         let uring = || {
@@ -281,7 +300,21 @@ impl AsyncEngineBuilder {
             .map(|d| (d, Backend::IoUring, None))
         };
         let threads = fallback_threads(self.threads, depth);
-        let pool = |reason| {
+        let ignored = self.driving.ring_only_option();
+        if let (BackendChoice::ThreadPool, Some(option)) = (self.backend, ignored) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{option} needs io_uring, but the builder chose \
+                     BackendChoice::ThreadPool, which has no ring to use it"
+                ),
+            ));
+        }
+        let pool = |reason: String| {
+            let reason = match ignored {
+                Some(option) => format!("{reason}; {option} ignored: the thread pool has no ring"),
+                None => reason,
+            };
             let pool = PoolDriver::start(threads)?;
             Ok((Driver::Pool(pool), Backend::ThreadPool, Some(reason)))
         };
@@ -303,7 +336,7 @@ impl AsyncEngineBuilder {
                 recv_shape: shape,
                 recv_ring: OnceLock::new(),
                 readiness: OnceLock::new(),
-                tokio_drivers: driving::TokioDrivers::default(),
+                tokio_drivers: relay::TokioDrivers::default(),
             }),
         })
     }
@@ -329,7 +362,9 @@ impl AsyncEngine {
         self.core.backend
     }
 
-    /// Why the thread pool is in use, when it is.
+    /// Why the thread pool is in use, when it is; on an engine built with
+    /// [`Driving::Caller`], it also names a ring-only option that the pool
+    /// ignores (see [`AsyncEngineBuilder::build`]).
     pub fn fallback_reason(&self) -> Option<&str> {
         self.core.fallback_reason.as_deref()
     }
@@ -378,7 +413,7 @@ impl AsyncEngine {
 
     /// The `drive_on_tokio` tasks of this engine.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn tokio_drivers(&self) -> &driving::TokioDrivers {
+    pub(crate) fn tokio_drivers(&self) -> &relay::TokioDrivers {
         &self.core.tokio_drivers
     }
 

@@ -63,18 +63,32 @@ struct Watched {
     retrying: bool,
 }
 
-/// Whether a request waits for its socket to be readable (else writable),
-/// as its kind's class says.
-fn wants_read(kind: OpKind) -> bool {
-    // Only socket operations are watched: any other class here is SocketOut.
-    kind.class() == OpClass::SocketIn
+/// What a waiting request waits for its socket to become.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Awaits {
+    Readable,
+    Writable,
+}
+
+/// What a request of `kind` waits for, as its kind's class says; `None`
+/// for the classes that never wait in the set (file data and metadata: a
+/// file is always ready, so their first result stands).
+fn awaits(kind: OpKind) -> Option<Awaits> {
+    match kind.class() {
+        OpClass::SocketIn => Some(Awaits::Readable),
+        OpClass::SocketOut => Some(Awaits::Writable),
+        OpClass::FileData | OpClass::Metadata => None,
+    }
 }
 
 /// What the set watches `fd` for: the union of what `reqs` want.
 fn interest(fd: RawFd, reqs: &[Request]) -> Event {
-    let read = reqs.iter().any(|r| wants_read(r.op.kind()));
-    let write = reqs.iter().any(|r| !wants_read(r.op.kind()));
-    Event::new(fd as usize, read, write)
+    let wants = |a: Awaits| reqs.iter().any(|r| awaits(r.op.kind()) == Some(a));
+    Event::new(
+        fd as usize,
+        wants(Awaits::Readable),
+        wants(Awaits::Writable),
+    )
 }
 
 /// A waiting request's socket, borrowed.
@@ -111,9 +125,16 @@ fn connect_result(req: &Request) -> i32 {
 }
 
 /// Whether the kind is a connect, which is not retried once in progress:
-/// its outcome is the socket's `SO_ERROR` when it becomes writable.
+/// its outcome is the socket's `SO_ERROR` when it becomes writable. Every
+/// other kind is retried with its own system call.
 fn is_connect(kind: OpKind) -> bool {
-    kind == OpKind::Connect
+    use OpKind::*;
+    match kind {
+        Connect => true,
+        Accept | Recv | Send | SendVectored | RecvSelect => false,
+        Read | Write | ReadVectored | WriteVectored | Fsync | Fdatasync => false,
+        Open | Stat | Close | Mkdir | Symlink | Ftruncate => false,
+    }
 }
 
 /// Whether a raw result means "not ready yet".
@@ -142,7 +163,9 @@ impl Readiness {
             return;
         }
         let res = req.op.run_blocking_raw();
-        if would_block(res) || (res == -libc::EINPROGRESS && is_connect(req.op.kind())) {
+        let kind = req.op.kind();
+        let not_ready = would_block(res) || (res == -libc::EINPROGRESS && is_connect(kind));
+        if not_ready && awaits(kind).is_some() {
             self.wait(req)
         } else {
             req.done.complete(res)
@@ -288,12 +311,10 @@ fn watch(watcher: &Watcher) {
 /// done and puts back those still not ready (whose futures still want
 /// them), then re-arms the socket or deletes it from the set.
 fn retry(watcher: &Watcher, fd: RawFd, readable: bool, writable: bool) {
-    let ready = |r: &Request| {
-        if wants_read(r.op.kind()) {
-            readable
-        } else {
-            writable
-        }
+    let ready = |r: &Request| match awaits(r.op.kind()) {
+        Some(Awaits::Readable) => readable,
+        Some(Awaits::Writable) => writable,
+        None => true,
     };
     let taken: Vec<Request> = {
         let mut w = watcher.waiting.lock().unwrap_or_else(|e| e.into_inner());

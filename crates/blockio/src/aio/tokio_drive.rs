@@ -145,7 +145,7 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
 }
 
 /// A running `drive_on_tokio` task, counted in its engine's
-/// [`TokioDrivers`](super::driving::TokioDrivers) until dropped.
+/// [`TokioDrivers`](super::relay::TokioDrivers) until dropped.
 struct Counted(AsyncEngine);
 
 impl Drop for Counted {

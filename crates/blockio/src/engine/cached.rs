@@ -35,7 +35,7 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use crate::op::action::Action;
+use crate::kind::OpKind;
 use crate::op::Op;
 
 /// How an engine performs reads of buffered (not `O_DIRECT`) files.
@@ -139,12 +139,10 @@ pub(crate) fn serve_cached(
         if op.settled {
             continue;
         }
-        let readable = matches!(op.action, Action::Read(_) | Action::ReadVectored(_))
-            && op.direct.is_none()
-            && {
-                let bytes = op.byte_len();
-                bytes > 0 && inline_wins(batch, bytes)
-            };
+        let readable = reads_file_data(op.action.kind()) && op.direct.is_none() && {
+            let bytes = op.byte_len();
+            bytes > 0 && inline_wins(batch, bytes)
+        };
         if readable {
             if verdict.as_ref().map_or(true, |v| v.fd != op.fd) {
                 verdict = Some(FdVerdict::for_fd(op.fd));
@@ -168,23 +166,47 @@ pub(crate) fn serve_cached(
 }
 
 /// Performs the one unsettled operation of `ops` with its blocking system
-/// call on this thread, if that operation is a read; returns whether it did.
+/// call on this thread, if that operation is a read; says whether it did.
 /// Its result is the one the backend would have given: the same system
 /// call's count, or its error described by the same [`Op::result`].
-pub(crate) fn run_lone_read(ops: &mut [Op<'_>], results: &mut [io::Result<usize>]) -> bool {
+pub(crate) fn run_lone_read(ops: &mut [Op<'_>], results: &mut [io::Result<usize>]) -> LoneRead {
     let Some((op, result)) = ops
         .iter_mut()
         .zip(results.iter_mut())
         .find(|(op, _)| !op.settled)
     else {
-        return false;
+        return LoneRead::NotARead;
     };
-    if !matches!(op.action, Action::Read(_) | Action::ReadVectored(_)) {
-        return false;
+    if !reads_file_data(op.action.kind()) {
+        return LoneRead::NotARead;
     }
     *result = op.run_checked();
     op.settled = true;
-    true
+    LoneRead::Done
+}
+
+/// What [`run_lone_read`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LoneRead {
+    /// The read was performed on this thread: its result is set and it is
+    /// settled.
+    Done,
+    /// The unsettled operation is not a read (or there is none): nothing
+    /// was done, the backend performs it.
+    NotARead,
+}
+
+/// Whether an operation of `kind` reads a file's data into memory, the
+/// only kind this module serves on the calling thread. Every kind is
+/// named, so a new one is served inline only where it says so.
+fn reads_file_data(kind: OpKind) -> bool {
+    use OpKind::*;
+    match kind {
+        Read | ReadVectored => true,
+        Write | WriteVectored | Fsync | Fdatasync => false,
+        Open | Stat | Close | Mkdir | Symlink | Ftruncate => false,
+        Accept | Connect | Recv | Send | SendVectored | RecvSelect => false,
+    }
 }
 
 /// The byte count if the whole read was served from the page cache, else

@@ -11,12 +11,11 @@
 
 mod cached;
 mod limit;
-pub(crate) mod meta;
+mod meta;
 mod threads;
 mod uring;
 
 pub use cached::ReadPath;
-pub use meta::{OpenRequest, PathAt};
 pub use uring::ProbeReport;
 
 use std::fmt;
@@ -28,7 +27,7 @@ use std::sync::Arc;
 use crate::backend::{self, Backend, BackendChoice};
 use crate::buf::BufferPool;
 use crate::op::{Op, Target};
-use cached::{run_lone_read, serve_cached};
+use cached::{run_lone_read, serve_cached, LoneRead};
 use threads::ThreadBackend;
 use uring::{UringBackend, UringConfig};
 
@@ -417,7 +416,10 @@ impl Engine {
                 None => Ok(0),
             }
         }));
-        if pending == 1 && self.shared.lone_read_blocking && run_lone_read(ops, results) {
+        if pending == 1
+            && self.shared.lone_read_blocking
+            && run_lone_read(ops, results) == LoneRead::Done
+        {
             self.shared.lone_reads.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }

@@ -581,7 +581,7 @@ impl RingBatch<'_> {
                     self.in_flight += 1;
                     pushed += 1;
                     *next += 1;
-                    if plan.due(pushed) && *next < ops.len() {
+                    if plan.advance_if_due(pushed) && *next < ops.len() {
                         sq.sync();
                         submit_now(&submitter)?;
                     }
@@ -670,7 +670,9 @@ impl SubmitPlan {
         }
     }
 
-    fn due(&mut self, pushed: usize) -> bool {
+    /// Whether a submit is due after `pushed` entries; when it is, moves
+    /// the next submit point on (doubling the step on a ramp).
+    fn advance_if_due(&mut self, pushed: usize) -> bool {
         if self.at == 0 || pushed != self.at {
             return false;
         }
@@ -717,7 +719,9 @@ mod tests {
     /// The pushed counts at which a fill of `n` entries submits early.
     fn early_submits(chunk: Option<usize>, idle: bool, n: usize) -> Vec<usize> {
         let mut plan = SubmitPlan::new(chunk, idle);
-        (1..=n).filter(|&pushed| plan.due(pushed)).collect()
+        (1..=n)
+            .filter(|&pushed| plan.advance_if_due(pushed))
+            .collect()
     }
 
     #[test]

@@ -163,7 +163,7 @@ impl Complete for Multi {
 
     fn complete_flags(&self, res: i32, flags: u32) {
         let buf = io_uring::cqueue::buffer_select(flags)
-            .filter(|&bid| self.ring.take(bid))
+            .filter(|&bid| self.ring.note_filled(bid).is_ok())
             .map(|bid| {
                 self.held.fetch_add(1, Ordering::SeqCst);
                 RecvBuf {

@@ -296,10 +296,10 @@ impl SendBook {
         }
     }
 
-    /// Moves the queue along as far as it goes without waiting; returns
+    /// Moves the queue along as far as it goes without waiting; says
     /// whether a send completed (waiters then have news).
-    fn step(&mut self, cx: &mut Context<'_>) -> bool {
-        let mut progress = false;
+    fn step(&mut self, cx: &mut Context<'_>) -> Step {
+        let mut progress = Step::NoNews;
         if let Some(limit) = &mut self.linger {
             if Pin::new(limit).poll(cx).is_ready() && !self.idle() {
                 // The timer holds this pump's waker: let it go now.
@@ -315,7 +315,7 @@ impl SendBook {
                 self.shutdown_queued = false;
                 self.queued = Vec::new();
                 self.failed = Some(Failure::Errno(libc::ETIMEDOUT));
-                return true;
+                return Step::SendCompleted;
             }
         }
         loop {
@@ -325,7 +325,7 @@ impl SendBook {
                     return progress;
                 };
                 self.sending = None;
-                progress = true;
+                progress = Step::SendCompleted;
                 match res {
                     Ok(0) => self.failed = Some(Failure::Zero),
                     Ok(n) if from + n < buf.len() => {
@@ -359,6 +359,15 @@ impl SendBook {
     }
 }
 
+/// What one [step](SendBook::step) of the pump did, for its waiters.
+enum Step {
+    /// A send completed (or the linger ran out and failed the queue):
+    /// waiters have news.
+    SendCompleted,
+    /// Nothing a waiter waits for changed.
+    NoNews,
+}
+
 impl Wake for Pump {
     fn wake(self: Arc<Self>) {
         self.run();
@@ -389,10 +398,9 @@ impl Run for Arc<Pump> {
                 let mut cx = Context::from_waker(&waker);
                 let woken = {
                     let mut st = self.lock();
-                    if st.step(&mut cx) {
-                        std::mem::take(&mut st.waiters)
-                    } else {
-                        Vec::new()
+                    match st.step(&mut cx) {
+                        Step::SendCompleted => std::mem::take(&mut st.waiters),
+                        Step::NoNews => Vec::new(),
                     }
                 };
                 woken.into_iter().for_each(Waker::wake);

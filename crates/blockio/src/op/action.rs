@@ -30,7 +30,7 @@ use std::os::fd::RawFd;
 use io_uring::{opcode, squeue, types};
 
 use crate::buf::PoolBuffers;
-use crate::kind::OpKind;
+use crate::kind::{OpClass, OpKind};
 
 /// The most bytes one read or write may ask for (the kernel's MAX_RW_COUNT);
 /// larger requests are clamped and come back short, as with `pread`.
@@ -759,10 +759,13 @@ impl Action {
     }
 
     /// Whether the kernel may look the descriptor up in the registered
-    /// files: not for metadata, which is issued on the raw descriptor (for
-    /// most of it a directory).
+    /// files: file data and sockets may be in a registered slot; metadata
+    /// is issued on the raw descriptor (for most of it a directory).
     pub(crate) fn takes_registered_file(&self) -> bool {
-        !self.kind().is_metadata()
+        match self.kind().class() {
+            OpClass::FileData | OpClass::SocketIn | OpClass::SocketOut => true,
+            OpClass::Metadata => false,
+        }
     }
 
     /// Performs the action with blocking system calls, retrying on EINTR;

@@ -12,6 +12,7 @@
 //! engine learns about the file (direct-I/O alignment, polling).
 
 pub(crate) mod action;
+pub(crate) mod path;
 
 use std::fmt;
 use std::fs::File;

@@ -29,6 +29,7 @@ use super::op::OpFuture;
 use super::AsyncEngine;
 use crate::direct::Alignment;
 use crate::error::PathError;
+use crate::kind::OpKind;
 use crate::op::action::{Action, ReadArgs};
 use crate::op::Op;
 use stream::Stream;
@@ -187,7 +188,7 @@ impl AsyncFile {
         // Before opening, so that refused options create nothing.
         options
             .check_stream(None)
-            .map_err(|e| PathError::wrap("open", path, e))?;
+            .map_err(|e| PathError::wrap(OpKind::Open.name(), path, e))?;
         let (file, direct) = if options.direct {
             let d = crate::DirectFile::open_with(path, &options.options)?;
             let a = d.alignment();
@@ -196,7 +197,7 @@ impl AsyncFile {
             let f = options
                 .options
                 .open(path)
-                .map_err(|e| PathError::wrap("open", path, e))?;
+                .map_err(|e| PathError::wrap(OpKind::Open.name(), path, e))?;
             (f, None)
         };
         let align = direct.map_or(1, |a| a.max());
@@ -216,7 +217,7 @@ impl AsyncFile {
             })?;
         options
             .check_stream(Some(block))
-            .map_err(|e| PathError::wrap("open", path, e))?;
+            .map_err(|e| PathError::wrap(OpKind::Open.name(), path, e))?;
         Ok(AsyncFile {
             engine: engine.clone(),
             handle: Arc::new(Handle {

@@ -1,0 +1,33 @@
+"""``seek`` past the largest file offset (2**63 - 1) is refused at the
+seek, with ``ValueError`` naming the offset, and the position does not
+move (as the built-in file refuses it), rather than failing a later call."""
+
+import asyncio
+
+import pytest
+
+import blockio
+
+LARGEST = (1 << 63) - 1
+
+
+@pytest.mark.parametrize("buffering", [-1, 0])
+@pytest.mark.parametrize("target", [1 << 63, 1 << 64, (1 << 65) + 5])
+def test_seek_past_the_largest_offset_is_refused(tmp_path, buffering, target):
+    p = tmp_path / "s.bin"
+    p.write_bytes(b"0123456789")
+
+    async def main():
+        async with blockio.open(p, "r+b", buffering=buffering) as f:
+            assert await f.read(3) == b"012"
+            with pytest.raises(ValueError, match="offset"):
+                await f.seek(target)
+            assert await f.tell() == 3
+            assert await f.seek(LARGEST) == LARGEST
+            with pytest.raises(ValueError, match="offset"):
+                await f.seek(target - LARGEST, 1)
+            assert await f.tell() == LARGEST
+            assert await f.seek(4) == 4
+            assert await f.read(2) == b"45"
+
+    asyncio.run(main())
