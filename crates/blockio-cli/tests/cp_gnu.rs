@@ -1751,3 +1751,22 @@ fn interactive_hard_links_replace_after_yes() {
         like_gnu_with(&[], setup, args, input);
     }
 }
+
+/// An empty destination name is refused with GNU's message for what
+/// would have been made there ("regular file", "symbolic link '' to",
+/// "hard link '' to", "directory") and `No such file or directory`.
+#[test]
+fn an_empty_destination_name_is_refused_as_gnu_refuses_it() {
+    let setup = "echo x > f; mkdir d; ln -s f l";
+    for args in [
+        &["f", ""][..],
+        &["-r", "f", ""],
+        &["-s", "f", ""],
+        &["-l", "f", ""],
+        &["-r", "d", ""],
+        &["-P", "l", ""],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
+    }
+}

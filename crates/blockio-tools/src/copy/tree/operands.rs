@@ -158,6 +158,34 @@ impl Walker<'_> {
             (true, _) => dest.join(OsStr::from_bytes(src_name.to_bytes())),
             (false, _) => dest.to_path_buf(),
         };
+        if target.as_os_str().is_empty() {
+            // An empty name exists nowhere: GNU's message for what the
+            // copy would have made there, with ENOENT as the kernel gives.
+            let what = if kind == libc::S_IFDIR {
+                "directory".to_owned()
+            } else {
+                match opts.link {
+                    copy::LinkMode::Symbolic => format!("symbolic link '' to {}", quote(src)),
+                    copy::LinkMode::Hard => format!("hard link '' to {}", quote(src)),
+                    copy::LinkMode::Copy => match kind {
+                        libc::S_IFLNK if opts.dereference == copy::Dereference::Never => {
+                            "symbolic link".to_owned()
+                        }
+                        libc::S_IFIFO if !self.as_regular() => "fifo".to_owned(),
+                        _ => "regular file".to_owned(),
+                    },
+                }
+            };
+            let what = if what.contains("''") {
+                what
+            } else {
+                format!("{what} ''")
+            };
+            return self.report(
+                format!("cannot create {what}"),
+                Some(io::Error::from_raw_os_error(libc::ENOENT)),
+            );
+        }
         let Some(dst_name) = final_name(&target) else {
             return self.report(
                 format!("cannot create {}: it has no name", quote(&target)),
