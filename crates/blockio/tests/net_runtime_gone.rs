@@ -277,3 +277,36 @@ fn a_task_on_no_tokio_runtime_gets_an_error_not_a_hang() {
     let err = write.expect_err("a write on no runtime driving the engine");
     assert!(err.to_string().contains("is gone"), "unclear error: {err}");
 }
+
+/// A driver task spawned on a runtime that never polled it before going
+/// still counted: on a new runtime the streams carry on (the driving is
+/// taken over), and on no runtime an operation fails with the error.
+#[test]
+fn a_driver_spawned_but_never_polled_still_counts() {
+    let engine = caller_engine(Submit::OnStart);
+    let rt = runtime();
+    rt.spawn(drive_on_tokio(engine.clone()));
+    let (mut stream, mut peer) = rt.block_on(async {
+        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        (stream, peer)
+    });
+    drop(rt);
+    if engine.poll_fd().is_some() {
+        let no_runtime = futures::executor::block_on(stream.write(b"x".to_vec())).0;
+        assert!(no_runtime.is_err(), "an undriven write did not fail");
+    }
+    peer.write_all(b"ping").unwrap();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut buf = [0u8; 4];
+        tokio::time::timeout(GUARD, stream.read_exact(&mut buf))
+            .await
+            .expect("the read hung on the new runtime")
+            .unwrap();
+        assert_eq!(&buf, b"ping");
+    });
+    drop(stream);
+    drop(engine);
+}

@@ -78,15 +78,25 @@ impl AsRawFd for RingFd {
 /// tokio's reactor could not watch the ring (not called within a runtime
 /// with I/O enabled, `enable_io` or `enable_all`), or reports an error on
 /// it.
-pub async fn drive_on_tokio(engine: AsyncEngine) -> io::Result<()> {
-    if engine.poll_fd().is_none() {
-        return Ok(());
+pub fn drive_on_tokio(
+    engine: AsyncEngine,
+) -> impl std::future::Future<Output = io::Result<()>> + Send + 'static {
+    // Counted from the call, not from the first poll: a driver task that
+    // its runtime never polled still makes the engine tokio-driven, and its
+    // future dropped unpolled counts as a driver gone (takeover on tokio,
+    // an error elsewhere), never as an engine nobody drives.
+    let counted = engine.poll_fd().is_some().then(|| {
+        let drivers = engine.tokio_drivers();
+        drivers.running.fetch_add(1, Ordering::AcqRel);
+        drivers.ever.store(true, Ordering::Release);
+        Counted(engine)
+    });
+    async move {
+        match counted {
+            Some(counted) => drive_counted(counted).await,
+            None => Ok(()),
+        }
     }
-    engine
-        .tokio_drivers()
-        .running
-        .fetch_add(1, Ordering::AcqRel);
-    drive_counted(Counted(engine)).await
 }
 
 /// See [`AsyncEngine::relay_if_undriven`]: a thread with a runtime of its
