@@ -1791,3 +1791,17 @@ fn a_trailing_slash_on_a_non_directory_destination_is_refused_as_gnu_refuses_it(
         assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
     }
 }
+
+/// `--parents -r a/b/..` (or `a/b/.`) into a fresh destination makes
+/// `d/a/b` and fails on `d/a/b/..`, which exists, as GNU's does.
+#[test]
+fn parents_with_a_last_dot_or_dot_dot_fails_as_gnu_does() {
+    let setup = "mkdir -p a/b d; echo x > a/b/f";
+    for args in [
+        &["--parents", "-r", "a/b/..", "d"][..],
+        &["--parents", "-r", "a/b/.", "d"],
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
+    }
+}

@@ -148,6 +148,24 @@ impl Walker<'_> {
             // `--parents`: the whole path as given, below the destination.
             (true, _) if opts.parents => {
                 let rel = src.strip_prefix("/").unwrap_or(src);
+                let last = at::last_component(src).as_bytes();
+                if last == b"." || last == b".." {
+                    // `a/b/..`: GNU makes `d/a/b`, then fails to make
+                    // `d/a/b/..`, which exists; only a fresh `d/a/b` fails.
+                    let up = Path::new(OsStr::from_bytes(
+                        &rel.as_os_str().as_bytes()[..rel.as_os_str().len() - last.len()],
+                    ));
+                    let made = dest.join(up);
+                    if !made.is_dir() {
+                        if self.make_parents(&up.join("x"), src.has_root(), dest) {
+                            self.report(
+                                format!("cannot create directory {}", quote(&dest.join(rel))),
+                                Some(io::Error::from_raw_os_error(libc::EEXIST)),
+                            );
+                        }
+                        return;
+                    }
+                }
                 if !self.make_parents(rel, src.has_root(), dest) {
                     return;
                 }
