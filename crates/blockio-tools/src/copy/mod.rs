@@ -467,7 +467,13 @@ pub fn copy(
     }
     raise_fd_limit();
     let started = std::time::Instant::now();
-    let engine = blockio::Engine::builder().queue_depth(256).build()?;
+    // The thread-pool backend's workers scale with the copy's own threads
+    // (16 each, at most 64), so a copy whose threads were cut to fit an
+    // address-space limit (`ulimit -v`) does not start 64 stacks anyway.
+    let engine = blockio::Engine::builder()
+        .queue_depth(256)
+        .fallback_threads((opts.threads.max(1) * 16).min(64))
+        .build()?;
     let mut report = tree::run(
         &engine,
         &tree::Request {
