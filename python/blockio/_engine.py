@@ -410,7 +410,15 @@ class Engine:
         reads come back short (``/proc``) is read on to its end, and a FIFO
         or socket is read in order to its end, as ``Path.read_bytes`` reads
         it (a FIFO is opened without waiting for a writer: with none there
-        yet, it reads as empty)."""
+        yet, it reads as empty).
+
+        Near the descriptor limit (``RLIMIT_NOFILE``) the call does not
+        fail as a whole: it starts only as many threads as the free
+        descriptor numbers leave room for, reads each file alone (one
+        descriptor at a time, as ``Path.read_bytes``) when there is room
+        for no round, and reads alone again every file whose open met
+        ``EMFILE``; a file fails for the limit only if it cannot be opened
+        alone."""
         paths = list(paths)
         res, failed = self._core.read_files([os.fsencode(p) for p in paths])
         if failed:
