@@ -46,7 +46,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, TypeVar, Union
 
 from ._aio import despite_cancel, new_future, pause, threadsafe_caller
-from ._engine import Engine, _copy_into, _Descriptor, _flat
+from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import CallQueue, one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
 
@@ -797,9 +797,18 @@ class AsyncFile(LineReader[bytes]):
     async def _write_at(self, view: memoryview, short_ok: bool) -> int:
         pos = 0 if self._append else await self._position()
         done = 0
+        cancelled: Optional[BaseException] = None
         try:
             while done < len(view):
-                n = await self._engine.awrite(self._file, view[done:], pos + done)
+                try:
+                    n = await self._engine._awrite_kept(self._file, view[done:], pos + done)
+                except _KeptCancel as kept:
+                    # Completed after the task was cancelled (by the end
+                    # of asyncio.run, which cancels even the task
+                    # `despite_cancel` shields): the rest is written too,
+                    # the position moved past it, then the cancellation
+                    # raised.
+                    n, cancelled = kept.count, kept.cancelled
                 if n == 0:
                     raise OSError(28, "No space left on device", self.name)
                 done += n
@@ -811,6 +820,8 @@ class AsyncFile(LineReader[bytes]):
                 self._at_end = True
             else:
                 self._pos = pos + done
+        if cancelled is not None:
+            raise cancelled
         return done
 
     async def _flush_writes(self) -> None:
