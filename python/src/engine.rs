@@ -461,20 +461,35 @@ impl Core {
             }
         }
         let off = libc::off_t::try_from(off).ok()?;
-        let mut full = false;
-        let bytes = PyBytes::new_with(py, len, |buf| {
-            let iov = libc::iovec {
-                iov_base: buf.as_mut_ptr().cast(),
-                iov_len: buf.len(),
-            };
-            // SAFETY: one iovec over `buf`, which PyBytes::new_with hands
-            // us writable for `len` bytes for the duration of this closure;
-            // preadv2 writes at most `iov_len` bytes into it.
-            let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
-            full = usize::try_from(n) == Ok(len);
-            Ok(())
-        })
-        .ok()?;
+        // A bytes object whose contents the read overwrites, made without
+        // pyo3's `PyBytes::new_with`, which zero-fills it first (a memset
+        // of `len` bytes per read, for bytes the kernel then writes over).
+        // Its bytes are handed out only when the read filled all of them;
+        // otherwise it is dropped unread.
+        let size = pyo3::ffi::Py_ssize_t::try_from(len).ok()?;
+        // SAFETY: with a null pointer, PyBytes_FromStringAndSize allocates a
+        // bytes object of `size` bytes (plus its trailing NUL) and returns a
+        // new reference, or null with a Python error set; the GIL is held
+        // (`py`).
+        let raw = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size) };
+        if raw.is_null() {
+            drop(PyErr::take(py)); // (out of memory: the slow path reports it)
+            return None;
+        }
+        // SAFETY: `raw` is a new, non-null reference to a bytes object,
+        // which the Bound now owns.
+        let bytes = unsafe { Bound::from_owned_ptr(py, raw).downcast_into_unchecked::<PyBytes>() };
+        let iov = libc::iovec {
+            // SAFETY: `raw` is a bytes object; its buffer holds `len`
+            // bytes, not yet shared with anyone (the object is only ours).
+            iov_base: unsafe { pyo3::ffi::PyBytes_AsString(raw) }.cast(),
+            iov_len: len,
+        };
+        // SAFETY: one iovec over the bytes object's `len`-byte buffer,
+        // alive (owned by `bytes`) for the call; preadv2 writes at most
+        // `iov_len` bytes into it.
+        let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
+        let full = usize::try_from(n) == Ok(len);
         if full {
             self.cache_misses.store(0, Ordering::Relaxed);
             Some(bytes)
