@@ -149,13 +149,20 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
 struct Counted(AsyncEngine);
 
 impl Drop for Counted {
-    /// The last driver gone with dropped streams still sending: the
-    /// relay thread takes over.
+    /// The last driver gone: every task waiting for an operation is woken,
+    /// so that its next poll spawns a new driver on its runtime (a task of
+    /// a runtime shut down is never polled again, and one on no runtime
+    /// gets the error of [`ensure_driven`]); and with dropped streams still
+    /// sending, the relay thread takes over.
     fn drop(&mut self) {
-        self.0
+        let before = self
+            .0
             .tokio_drivers()
             .running
             .fetch_sub(1, Ordering::AcqRel);
+        if before == 1 {
+            self.0.driver().wake_waiters();
+        }
         relay_if_undriven(&self.0);
     }
 }
