@@ -275,6 +275,7 @@ impl CallerRing {
     /// the driving task: it is gone, and a woken task's next poll has the
     /// engine driven again. Wakers run with the ring unlocked; the first
     /// panic of one is resumed once all have run.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn wake_waiters(&self) {
         let (targets, old) = {
             let mut book = self.core.lock();

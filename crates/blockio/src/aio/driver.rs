@@ -100,6 +100,7 @@ impl Driver {
     /// A caller-driven ring whose driving task is gone wakes the tasks
     /// of its operations ([`CallerRing::wake_waiters`]); the other drivers
     /// complete operations on their own threads.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn wake_waiters(&self) {
         match self {
             Driver::Caller(r) => r.wake_waiters(),

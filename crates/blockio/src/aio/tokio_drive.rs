@@ -69,10 +69,17 @@ impl AsRawFd for RingFd {
 /// own driver thread, or on the thread-pool backend, whose operations
 /// complete on its threads.
 ///
-/// Once the task is dropped (its runtime shut down, or the task aborted),
-/// the next task that uses the engine on a tokio runtime spawns this there
-/// again, so streams and operations carry on on another runtime (see
-/// [`Driving::Caller`](super::Driving::Caller)).
+/// Once the task is dropped (its runtime shut down, the task aborted, or
+/// a panic in it), the next task that uses the engine on a tokio runtime
+/// spawns this there again, so streams and operations carry on on another
+/// runtime (see [`Driving::Caller`](super::Driving::Caller)). Operations
+/// already waiting are not stranded: when the engine's last driving task
+/// is dropped, every task awaiting one of its operations is woken, and
+/// its next poll spawns the new driver on its own runtime (a task of a
+/// runtime that is gone is never polled again; one on no tokio runtime
+/// gets the error of an undriven engine). So aborting this task never
+/// stalls another task's read, as aborting an unrelated tokio task never
+/// does.
 ///
 /// # Errors
 /// tokio's reactor could not watch the ring (not called within a runtime
