@@ -1397,6 +1397,33 @@ fn a_directory_onto_itself_is_one_refusal_as_gnu_makes_it() {
     }
 }
 
+/// `-v` and messages quote a name that starts with bytes to escape after
+/// an empty quoted run (`''$'\001'`), as GNU's quoting does; `-sv` says
+/// what it is about to do (and what it removed or backed up and put
+/// back) before refusing a relative link outside the current directory.
+#[test]
+fn verbose_lines_and_quoting_as_gnu_writes_them() {
+    // A name of one control character: quoted as bytes that are not
+    // UTF-8 are, in any locale.
+    let setup = "echo x > f; printf x > \"$(printf '\\001')\"; mkdir d";
+    let cases: &[(&str, &[&str])] = &[
+        ("", &["-v", "\u{1}", "d"]),
+        ("", &["-v", "--parents", "\u{1}", "d"]),
+        ("", &["-v", "f", "\u{1}"]),
+        ("", &["\u{1}", "\u{1}"]),
+        ("", &["\u{1}\u{1}", "d"]),
+        ("", &["-sv", "f", "d"]),
+        ("", &["-sv", "f", "d/g"]),
+        ("echo y > d/f", &["-sv", "f", "d"]),
+        ("echo y > d/f", &["-sbv", "f", "d"]),
+        ("echo y > d/f", &["-sv", "--remove-destination", "f", "d"]),
+        ("ln -s f sl; ln -s x d/sl", &["-sPv", "sl", "d"]),
+    ];
+    for (more, args) in cases {
+        like_gnu(&format!("{setup}; {more}"), args);
+    }
+}
+
 /// `-rL` with a link to a directory above the destination: the walk
 /// reaches the growing copy through it. GNU copies until the path is
 /// longer than `PATH_MAX`; blockio, which copies trees of any depth,
