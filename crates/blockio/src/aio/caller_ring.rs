@@ -271,6 +271,23 @@ impl CallerRing {
         resume(panic);
     }
 
+    /// Wakes the tasks of every operation in flight or queued, and forgets
+    /// the driving task: it is gone, and a woken task's next poll has the
+    /// engine driven again. Wakers run with the ring unlocked; the first
+    /// panic of one is resumed once all have run.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn wake_waiters(&self) {
+        let (targets, old) = {
+            let mut book = self.core.lock();
+            (book.ops.targets(), book.driving_task.take())
+        };
+        let mut panic = call_user(move || drop(old));
+        for t in targets {
+            panic = panic.or(call_user(|| t.wake_waiters()));
+        }
+        resume(panic);
+    }
+
     /// Cancels `target` in the kernel, now; if the queue is full, the
     /// cancel waits in the book for the next fill (never dropped).
     pub(crate) fn cancel(&self, target: Cancel) {
