@@ -1400,7 +1400,8 @@ fn a_directory_onto_itself_is_one_refusal_as_gnu_makes_it() {
 /// `-v` and messages quote a name that starts with bytes to escape after
 /// an empty quoted run (`''$'\001'`), as GNU's quoting does; `-sv` says
 /// what it is about to do (and what it removed or backed up and put
-/// back) before refusing a relative link outside the current directory.
+/// back) before refusing a relative link outside the current directory;
+/// `-lf`/`-sf` replace what is in the way without a "removed" line.
 #[test]
 fn verbose_lines_and_quoting_as_gnu_writes_them() {
     // A name of one control character: quoted as bytes that are not
@@ -1418,6 +1419,15 @@ fn verbose_lines_and_quoting_as_gnu_writes_them() {
         ("echo y > d/f", &["-sbv", "f", "d"]),
         ("echo y > d/f", &["-sv", "--remove-destination", "f", "d"]),
         ("ln -s f sl; ln -s x d/sl", &["-sPv", "sl", "d"]),
+        // A link made over what is in the way by `-f` alone: no
+        // "removed" line; by `--remove-destination`: one.
+        ("echo y > g", &["-lfv", "f", "g"]),
+        ("echo y > g", &["-sfv", "f", "g"]),
+        ("echo y > g", &["-lv", "--remove-destination", "f", "g"]),
+        (
+            "echo z > d/f; mkdir -p e/d; echo y > e/d/f",
+            &["-rlfv", "d", "e"],
+        ),
     ];
     for (more, args) in cases {
         like_gnu(&format!("{setup}; {more}"), args);
