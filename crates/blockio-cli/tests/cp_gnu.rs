@@ -1397,10 +1397,72 @@ fn a_directory_onto_itself_is_one_refusal_as_gnu_makes_it() {
     }
 }
 
+/// Inside a tree, a destination directory that is the source's own (a
+/// bind mount of it) is one "same file" refusal of that directory, as
+/// GNU's; with `-b` or `--remove-destination` a file whose destination is
+/// its own directory entry is refused rather than moved aside or removed
+/// (GNU's rule: the backup would rename the source).
+#[test]
+fn a_source_directory_met_again_inside_a_tree_is_refused_as_gnu_refuses_it() {
+    assert!(
+        root(),
+        "this test bind-mounts directories and needs root (CI runs as root)"
+    );
+    let setup = "mkdir -p s/sub t/sub; echo 1 > s/a; echo 3 > s/sub/c; echo 4 > s/sub/d";
+    let prefix = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount --bind s/sub t/sub && exec timeout 60 \"$0\" \"$@\"",
+    ];
+    let cases: &[&[&str]] = &[
+        &["-rT", "s", "t"],
+        &["-a", "s/.", "t"],
+        &["-rLT", "s", "t"],
+        &["-rbT", "s", "t"],
+        &["-rubT", "s", "t"],
+        &["-rT", "--remove-destination", "s", "t"],
+        &["-rnT", "s", "t"],
+        &["-rlT", "s", "t"],
+    ];
+    for args in cases {
+        let o = like_gnu_as(&prefix, setup, args);
+        assert_eq!(
+            o.tree[&OsString::from("s/sub/c")].split(" mode").next(),
+            Some("file \"3\\n\"")
+        );
+    }
+    // The whole source bind-mounted, with backups: the names differ at
+    // the top, so each entry inside is judged.
+    let whole = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount --bind s t && exec timeout 60 \"$0\" \"$@\"",
+    ];
+    for args in [
+        &["-rbT", "s", "t"][..],
+        &["-r", "--backup=numbered", "-T", "s", "t"],
+    ] {
+        like_gnu_as(
+            &whole,
+            "mkdir -p s/sub t; echo 1 > s/a; echo 3 > s/sub/c",
+            args,
+        );
+    }
+}
+
 /// `-v` and messages quote a name that starts with bytes to escape after
 /// an empty quoted run (`''$'\001'`), as GNU's quoting does; `-sv` says
 /// what it is about to do (and what it removed or backed up and put
-/// back) before refusing a relative link outside the current directory.
+/// back) before refusing a relative link outside the current directory;
+/// `-lf`/`-sf` replace what is in the way without a "removed" line.
 #[test]
 fn verbose_lines_and_quoting_as_gnu_writes_them() {
     // A name of one control character: quoted as bytes that are not
@@ -1418,6 +1480,15 @@ fn verbose_lines_and_quoting_as_gnu_writes_them() {
         ("echo y > d/f", &["-sbv", "f", "d"]),
         ("echo y > d/f", &["-sv", "--remove-destination", "f", "d"]),
         ("ln -s f sl; ln -s x d/sl", &["-sPv", "sl", "d"]),
+        // A link made over what is in the way by `-f` alone: no
+        // "removed" line; by `--remove-destination`: one.
+        ("echo y > g", &["-lfv", "f", "g"]),
+        ("echo y > g", &["-sfv", "f", "g"]),
+        ("echo y > g", &["-lv", "--remove-destination", "f", "g"]),
+        (
+            "echo z > d/f; mkdir -p e/d; echo y > e/d/f",
+            &["-rlfv", "d", "e"],
+        ),
     ];
     for (more, args) in cases {
         like_gnu(&format!("{setup}; {more}"), args);

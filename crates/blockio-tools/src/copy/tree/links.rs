@@ -507,11 +507,22 @@ impl Walker<'_> {
                 }
             };
         }
+        // As GNU's `-v`: a link (`-l`, `-s`) that replaces what is in its
+        // way only because of `-f` or `-i` is made over it without a
+        // word (GNU replaces it in one step); a removal first, for
+        // `--remove-destination`, a file of several names under `-a`, or a
+        // source that is no regular file with links not followed, is said.
+        let said = !forced
+            || opts.remove_destination
+            || (data && opts.preserve.links && several_names())
+            || (e.never_follows(opts.dereference) && e.kind() != libc::S_IFREG);
         if let Err(e) = at::unlink(&pair.dst, name) {
             self.report(format!("cannot remove {}", quote(&dst)), Some(e));
             return Replace::Failed;
         }
-        copy::say(opts, format_args!("removed {}", quote(&dst)));
+        if said {
+            copy::say(opts, format_args!("removed {}", quote(&dst)));
+        }
         Replace::Removed(None)
     }
 
