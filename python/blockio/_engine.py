@@ -734,14 +734,14 @@ class Engine:
         cancelled: Optional[BaseException] = None
         deadline = 0.0
         while not fut.done():
+            if cancelled is not None and loop.time() >= deadline:
+                self._abandon(token)
+                raise cancelled
             try:
                 if cancelled is None:
                     await asyncio.shield(fut)
                 else:
                     await asyncio.wait({fut}, timeout=max(deadline - loop.time(), 0))
-                    if not fut.done() and loop.time() >= deadline:
-                        self._abandon(token)
-                        raise cancelled
             except asyncio.CancelledError as e:
                 if cancelled is None:
                     cancelled = e

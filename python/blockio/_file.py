@@ -31,6 +31,14 @@ Buffering follows the built-in ``open``: ``buffering=-1`` (the default) or
 :meth:`AsyncFile.flush`, by a seek or a read, and on close; ``buffering=0``
 (binary only) reads and writes exactly what is asked. Text mode
 (:class:`AsyncTextFile`) decodes incrementally over the binary file.
+
+Cancellation loses nothing. A write runs to its end before its task's
+cancellation takes effect, the end of ``asyncio.run`` included (see
+:meth:`Engine._awrite_kept`), and the position is past its bytes. A read
+cancelled part-way puts back what it took. On a stream (a pipe, socket or
+terminal), a read waiting in the kernel cannot be taken back: a cancelled
+call leaves it to the file (:class:`_StreamRead`), and its bytes come in the
+file's next read, after those the cancelled call put back.
 """
 
 from __future__ import annotations
