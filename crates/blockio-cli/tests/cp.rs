@@ -497,7 +497,12 @@ fn cp_a_and_r_of_a_directory_of_40000_files_fit_within_4_mb_of_one_files_copy() 
     for opt in ["-a", "-r"] {
         let one = least_address_space(d, &format!("{opt} f f2"), &d.join("f2"));
         let (code, err) = cp_within(d, one + 4000, &format!("{opt} e copy{opt}"));
-        assert_eq!(code, Some(0), "cp {opt} under ulimit -v {}: {err}", one + 4000);
+        assert_eq!(
+            code,
+            Some(0),
+            "cp {opt} under ulimit -v {}: {err}",
+            one + 4000
+        );
         assert_eq!(err, "");
         let mut names: Vec<_> = fs::read_dir(d.join(format!("copy{opt}")))
             .unwrap()
