@@ -165,7 +165,11 @@ async def despite_cancel(coro: Any) -> Any:
     seconds after the cancellation (one queued behind reads of empty pipes,
     that never reached the kernel) is given up, and so never submitted.
     Under trio, a shielded cancel scope; under asyncio, a task awaited
-    through ``asyncio.shield``."""
+    through ``asyncio.shield``. The end of ``asyncio.run`` (and
+    ``uvloop.run``) cancels that task too: the write's own await of the
+    engine (``Engine._awrite_kept``) absorbs such a cancellation until the
+    write has completed, so the run waits for it and the file's position
+    moves past its bytes before the loop closes."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:

@@ -35,7 +35,7 @@ import weakref
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Tuple,
                     Union, overload)
 
-from ._aio import TrioFuture, running_trio
+from ._aio import CANCEL_GRACE, TrioFuture, running_trio
 
 if TYPE_CHECKING:
     # Any object with the buffer protocol (bytes, bytearray, memoryview,
@@ -410,7 +410,15 @@ class Engine:
         reads come back short (``/proc``) is read on to its end, and a FIFO
         or socket is read in order to its end, as ``Path.read_bytes`` reads
         it (a FIFO is opened without waiting for a writer: with none there
-        yet, it reads as empty)."""
+        yet, it reads as empty).
+
+        Near the descriptor limit (``RLIMIT_NOFILE``) the call does not
+        fail as a whole: it starts only as many threads as the free
+        descriptor numbers leave room for, reads each file alone (one
+        descriptor at a time, as ``Path.read_bytes``) when there is room
+        for no round, and reads alone again every file whose open met
+        ``EMFILE``; a file fails for the limit only if it cannot be opened
+        alone."""
         paths = list(paths)
         res, failed = self._core.read_files([os.fsencode(p) for p in paths])
         if failed:
@@ -695,6 +703,54 @@ class Engine:
         n: int = (await self.awrite_batch([(file, data, offset)]))[0]
         return n
 
+    async def _awrite_kept(self, file: FileLike, data: "Buffer", offset: int) -> int:
+        """:meth:`awrite` for a file object's write, which its position
+        must follow: once submitted, the write is awaited to its completion
+        even if the awaiting task is cancelled, however often, and the
+        cancellation is raised only then (after the byte count is known,
+        through ``_KeptCancel``). A task can be cancelled from outside
+        anything it shields itself with: ``asyncio.run`` (and
+        ``uvloop.run``) ends by cancelling every task of its loop, and
+        runs the loop until they are done; a write that absorbs the
+        cancellation until it completes is one of those, so its bytes land
+        and its count comes back before the loop closes. A write not
+        completed :data:`CANCEL_GRACE` seconds after the cancellation
+        (queued behind operations that do not complete, such as reads of
+        empty pipes) is given up: what of it had not reached the kernel
+        is never submitted. Under trio, :meth:`awrite` (the file's write
+        runs in a shielded cancel scope there)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return await self.awrite(file, data, offset)
+        if loop is not self._loop:
+            self._attach(loop)
+        ops = [(file, data, offset)]
+        fut = loop.create_future()
+        try:
+            token: int = self._core.submit_write((fut, ops), [(_fd(file), _flat(data), offset)])
+        except OverflowError:
+            raise _out_of_range(None, [offset], "ops") from None
+        cancelled: Optional[BaseException] = None
+        deadline = 0.0
+        while not fut.done():
+            if cancelled is not None and loop.time() >= deadline:
+                self._abandon(token)
+                raise cancelled
+            try:
+                if cancelled is None:
+                    await asyncio.shield(fut)
+                else:
+                    await asyncio.wait({fut}, timeout=max(deadline - loop.time(), 0))
+            except asyncio.CancelledError as e:
+                if cancelled is None:
+                    cancelled = e
+                    deadline = loop.time() + CANCEL_GRACE
+        n: int = _finish(fut.result(), [_name(file)], False)[0]
+        if cancelled is not None:
+            raise _KeptCancel(n, cancelled)
+        return n
+
     async def afsync(self, file: FileLike) -> None:
         """:meth:`fsync` as a coroutine."""
         _finish(await self._run(file, self._core.submit_sync, _fd(file), False), [_name(file)], False)
@@ -768,6 +824,17 @@ class Engine:
         r = (await self._run(None, self._core.submit_close, fd))[0]
         if isinstance(r, OSError):
             raise OSError(r.errno, os.strerror(r.errno or 0))
+
+
+class _KeptCancel(Exception):
+    """A write of :meth:`Engine._awrite_kept` completed (``count`` bytes)
+    after its task was cancelled: the caller moves its position past the
+    bytes, then raises ``cancelled``."""
+
+    def __init__(self, count: int, cancelled: BaseException) -> None:
+        super().__init__(count)
+        self.count = count
+        self.cancelled = cancelled
 
 
 def _named(results: List[Any], paths: Sequence[StrPath]) -> List[Any]:

@@ -31,6 +31,14 @@ Buffering follows the built-in ``open``: ``buffering=-1`` (the default) or
 :meth:`AsyncFile.flush`, by a seek or a read, and on close; ``buffering=0``
 (binary only) reads and writes exactly what is asked. Text mode
 (:class:`AsyncTextFile`) decodes incrementally over the binary file.
+
+Cancellation loses nothing. A write runs to its end before its task's
+cancellation takes effect, the end of ``asyncio.run`` included (see
+:meth:`Engine._awrite_kept`), and the position is past its bytes. A read
+cancelled part-way puts back what it took. On a stream (a pipe, socket or
+terminal), a read waiting in the kernel cannot be taken back: a cancelled
+call leaves it to the file (:class:`_StreamRead`), and its bytes come in the
+file's next read, after those the cancelled call put back.
 """
 
 from __future__ import annotations
@@ -43,10 +51,10 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, TypeVar, Union
 
 from ._aio import despite_cancel, new_future, pause, threadsafe_caller
-from ._engine import Engine, _copy_into, _Descriptor, _flat
+from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import CallQueue, one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
 
@@ -141,6 +149,65 @@ async def _on_a_thread(call: Callable[..., T], fd: int, arg: Any) -> T:
     return result
 
 
+class _StreamRead:
+    """One ``os.read`` of a stream (a pipe, socket or terminal) on a daemon
+    thread, whose bytes outlive the call that started it: a read that is
+    blocked in the kernel cannot be taken back without losing what it
+    gets, so a call cancelled while waiting for it leaves it to the file,
+    and the file's next read takes its bytes (in whatever task or event
+    loop that read runs) instead of starting another. The thread reads a
+    duplicate of the descriptor, made before the call can be cancelled,
+    and closes it."""
+
+    __slots__ = ("_lock", "_out", "_waiters")
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._lock = threading.Lock()
+        self._out: Optional[Tuple[bool, Any]] = None
+        self._waiters: List[Tuple[Callable[..., Any], Callable[..., Any]]] = []
+        dup = os.dup(fd)
+        try:
+            threading.Thread(target=self._work, args=(dup, size), name="blockio-stream", daemon=True).start()
+        except BaseException:
+            os.close(dup)
+            raise
+
+    def _work(self, fd: int, size: int) -> None:
+        try:
+            out: Tuple[bool, Any] = (True, _read_and_close(fd, size))
+        except BaseException as e:
+            out = (False, e)
+        with self._lock:
+            self._out = out
+            waiters, self._waiters = self._waiters, []
+        for call_soon, settle in waiters:
+            try:
+                call_soon(settle, out)
+            except RuntimeError:
+                pass  # that loop is closed: nobody waits there
+
+    async def result(self) -> bytes:
+        """The bytes read (raises the read's error); cancelling this leaves
+        the read running, its bytes kept for the next ``result()``."""
+        with self._lock:
+            out = self._out
+            if out is None:
+                fut = new_future()
+
+                def settle(out: Tuple[bool, Any]) -> None:
+                    if not fut.done():
+                        fut.set_result(out)
+
+                self._waiters.append((threadsafe_caller(), settle))
+        if out is None:
+            out = await fut
+        ok, value = out
+        if not ok:
+            raise value
+        data: bytes = value
+        return data
+
+
 class AsyncFile(LineReader[bytes]):
     """A binary file opened by :func:`blockio.open`, with aiofiles'
     interface: coroutines ``read``, ``read1``, ``readall``, ``readinto``,
@@ -169,8 +236,14 @@ class AsyncFile(LineReader[bytes]):
         self.mode = mode
         self.name = desc.name
         #: Not seekable (a pipe, socket or terminal): read and written in
-        #: order, on a thread (see `_on_a_thread`), with no position.
+        #: order, on a thread (see `_StreamRead`, `_on_a_thread`), with no
+        #: position.
         self._stream = False
+        #: A stream's read still running (its call was cancelled), whose
+        #: bytes the next read takes, and bytes read from a stream beyond
+        #: what the read that got them asked for (see `_pread`).
+        self._stream_read: Optional[_StreamRead] = None
+        self._carry = b""
         try:
             # A descriptor handed in (``blockio.open(fd)``) is read and
             # written from its offset on, as the built-in open's file does.
@@ -367,8 +440,28 @@ class AsyncFile(LineReader[bytes]):
 
     async def _pread(self, size: int, at: int) -> bytes:
         if self._stream:
-            return await _on_a_thread(_read_and_close, self._live_fd(), size)
+            return await self._read_stream(size)
         return await self._engine.aread(self._file, offset=at, length=size)
+
+    async def _read_stream(self, size: int) -> bytes:
+        """Up to ``size`` bytes of a stream, in order. The bytes of a read
+        whose call was cancelled come first (see :class:`_StreamRead`):
+        no byte the kernel handed over is lost; what exceeds ``size`` of
+        them is kept for the next read."""
+        if self._carry:
+            out, self._carry = self._carry[:size], self._carry[size:]
+            return out
+        if self._stream_read is None:
+            self._stream_read = _StreamRead(self._live_fd(), size)
+        pending = self._stream_read
+        try:
+            data = await pending.result()
+        finally:
+            if pending._out is not None and self._stream_read is pending:
+                self._stream_read = None
+        if len(data) > size:
+            data, self._carry = data[:size], data[size:]
+        return data
 
     async def _fill(self) -> bytes:
         """Reads ahead one buffer's worth if the read buffer is empty; the
@@ -518,6 +611,12 @@ class AsyncFile(LineReader[bytes]):
         buffered then have been flushed since: the position is the same.)"""
         self._pos, self._rbuf, self._at_end, self._seeked = mark
 
+    def _in_order(self) -> bool:
+        return self._stream
+
+    def _put_back(self, lines: List[bytes]) -> None:
+        self._unread(b"".join(lines))
+
     def _unread(self, taken: bytes) -> None:
         """Puts back what a read that did not finish (cancelled, or failed)
         had taken, so that no byte is lost: the next read starts with it.
@@ -549,13 +648,18 @@ class AsyncFile(LineReader[bytes]):
 
     async def _read_rest(self) -> bytes:
         head = self._take(len(self._rbuf))
+        more: List[bytes] = []
         try:
-            return await self._read_rest_after(head)
+            return await self._read_rest_after(head, more)
         except BaseException:
             self._unread(head)  # (cancelled or failed: the position is back)
+            if self._stream:
+                # A stream's bytes cannot be read again: those read on
+                # past the buffer come next too.
+                self._rbuf += b"".join(more)
             raise
 
-    async def _read_rest_after(self, head: bytes) -> bytes:
+    async def _read_rest_after(self, head: bytes, got: List[bytes]) -> bytes:
         await self._flush_writes()
         pos = await self._position()
         end = await self._engine._asize(self._file)
@@ -573,6 +677,7 @@ class AsyncFile(LineReader[bytes]):
             more = await self._pread(_READ_ALL_BLOCK, pos + len(data) - len(head))
             if not more:
                 break
+            got.append(more)
             data += more
         self._pos = pos + len(data) - len(head)
         return data
@@ -700,9 +805,18 @@ class AsyncFile(LineReader[bytes]):
     async def _write_at(self, view: memoryview, short_ok: bool) -> int:
         pos = 0 if self._append else await self._position()
         done = 0
+        cancelled: Optional[BaseException] = None
         try:
             while done < len(view):
-                n = await self._engine.awrite(self._file, view[done:], pos + done)
+                try:
+                    n = await self._engine._awrite_kept(self._file, view[done:], pos + done)
+                except _KeptCancel as kept:
+                    # Completed after the task was cancelled (by the end
+                    # of asyncio.run, which cancels even the task
+                    # `despite_cancel` shields): the rest is written too,
+                    # the position moved past it, then the cancellation
+                    # raised.
+                    n, cancelled = kept.count, kept.cancelled
                 if n == 0:
                     raise OSError(28, "No space left on device", self.name)
                 done += n
@@ -714,6 +828,8 @@ class AsyncFile(LineReader[bytes]):
                 self._at_end = True
             else:
                 self._pos = pos + done
+        if cancelled is not None:
+            raise cancelled
         return done
 
     async def _flush_writes(self) -> None:

@@ -23,7 +23,8 @@ class LineReader(Generic[AnyStr]):
         lines: List[AnyStr] = []
         total = 0
         # Cancelled (or failed) part-way, it leaves the position where it
-        # was: the lines read so far are not lost.
+        # was (on a stream, the lines read so far come next): none of the
+        # lines read so far is lost.
         mark = self._mark()
         try:
             while True:
@@ -35,8 +36,23 @@ class LineReader(Generic[AnyStr]):
                 if 0 < hint <= total:
                     return lines
         except BaseException:
-            self._restore(mark)
+            if self._in_order():
+                # A stream cannot be read again: the lines read so far are
+                # put back before what the last readline put back.
+                self._put_back(lines)
+            else:
+                self._restore(mark)
             raise
+
+    def _in_order(self) -> bool:
+        """Whether the file is a stream (a pipe, socket or terminal), whose
+        bytes cannot be read again once read."""
+        raise NotImplementedError
+
+    def _put_back(self, lines: List[AnyStr]) -> None:
+        """Makes ``lines`` (read by a call that did not finish) the next
+        ones read, before what is buffered."""
+        raise NotImplementedError
 
     def _mark(self) -> Any:
         """Where reading is, for :meth:`_restore`."""

@@ -20,7 +20,7 @@ import codecs
 import io
 import locale
 import os
-from typing import Any, Iterable, Optional, Tuple, Union
+from typing import Any, Iterable, List, Optional, Tuple, Union
 
 from ._file import AsyncFile, _int_arg, _size_arg
 from ._calls import one_at_a_time, one_at_a_time_kept
@@ -162,6 +162,13 @@ class AsyncTextFile(LineReader[str]):
         self._decoder = dec
         if dec is not None:
             dec.setstate(state)
+
+    def _in_order(self) -> bool:
+        return self.buffer._stream
+
+    def _put_back(self, lines: List[str]) -> None:
+        self._decoded = "".join(lines) + self._pending()
+        self._used = 0
 
     def _take(self, n: int) -> str:
         out = self._decoded[self._used:self._used + n]

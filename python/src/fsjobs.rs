@@ -229,18 +229,28 @@ type FileResult = io::Result<Vec<u8>>;
 /// `statx`, a file in `/proc`, whose reads come back short before its end)
 /// is read on, into more room when full, until a read returns nothing.
 ///
-/// Near the process's descriptor limit, a file whose open fails with
-/// `EMFILE` or `ENFILE` while others held descriptors is tried again once
-/// they are closed, in rounds no larger than the number that could be
-/// open, on this thread alone once the other threads are done: a file
-/// fails for the limit only if it cannot be opened alone, as a loop of
-/// `Path.read_bytes` would find.
+/// Near the process's descriptor limit (`RLIMIT_NOFILE`), the call never
+/// fails as a whole and never fails a file that could be opened alone, as a
+/// loop of `Path.read_bytes` would find. Each reader may hold a round's
+/// files and a ring of the engine's (a ring is a descriptor, made when a
+/// thread finds none idle, and kept by the engine), so the readers are
+/// only as many as the descriptor numbers free when the call starts leave
+/// room for ([`free_descriptors`]); with no room for one, every file is
+/// read alone on this thread ([`read_alone`]: plain system calls, one
+/// descriptor at a time, no ring). A file whose open fails with `EMFILE`
+/// or `ENFILE` anyway (another thread took the room meanwhile), and every
+/// file of a round the engine could not run for the limit (it found no
+/// descriptor for a ring), is read again alone once the readers are done.
 pub(crate) fn read_files(
     engine: &blockio::Engine,
     paths: &[CString],
 ) -> io::Result<Vec<FileResult>> {
     let rounds: Vec<&[CString]> = paths.chunks(FILES_PER_ROUND).collect();
-    let readers = rounds.len().min(READERS);
+    let room = free_descriptors().saturating_sub(SPARE_DESCRIPTORS) / (FILES_PER_ROUND + 1);
+    let readers = rounds.len().min(READERS).min(room);
+    if readers == 0 {
+        return Ok(paths.iter().map(|p| read_alone(p)).collect());
+    }
     let mut results: Vec<Option<io::Result<Vec<FileResult>>>> = if readers <= 1 {
         rounds.iter().map(|r| Some(read_round(engine, r))).collect()
     } else {
@@ -252,18 +262,8 @@ pub(crate) fn read_files(
                 s.spawn(|| loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(round) = rounds.get(i) else { break };
-                    let mut opened = false;
-                    let r = read_round_from(engine, round, &mut opened);
-                    if r.is_err() && !opened {
-                        // This thread could not submit (the engine could
-                        // not make it a ring: at the descriptor limit, a
-                        // ring is a descriptor too). Nothing of the round
-                        // was opened or read: it is read after the others,
-                        // on the calling thread, with the rounds this
-                        // thread leaves untaken.
-                        break;
-                    }
-                    let failed = r.is_err();
+                    let r = read_round(engine, round);
+                    let failed = matches!(&r, Err(e) if !is_limit(e));
                     done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
                     if failed {
                         // The engine failed: the call fails; no more rounds.
@@ -274,10 +274,11 @@ pub(crate) fn read_files(
         });
         done.into_inner().unwrap_or_else(|e| e.into_inner())
     };
-    // The engine failed in a round: the call fails, with the first such
-    // error, before any round left over is read.
+    // The engine failed in a round (other than for the descriptor limit):
+    // the call fails, with the first such error, before any file is read
+    // again.
     for r in results.iter_mut() {
-        if matches!(r, Some(Err(_))) {
+        if matches!(r, Some(Err(e)) if !is_limit(e)) {
             if let Some(Err(e)) = r.take() {
                 return Err(e);
             }
@@ -285,85 +286,81 @@ pub(crate) fn read_files(
     }
     let mut out = Vec::with_capacity(paths.len());
     for (round, r) in rounds.iter().zip(results.iter_mut()) {
-        let mut r = match r.take() {
-            Some(r) => r?,
-            None => read_round(engine, round)?,
-        };
-        retry_limited(engine, round, &mut r)?;
-        out.extend(r);
+        match r.take() {
+            Some(Ok(mut r)) => {
+                for (p, res) in round.iter().zip(r.iter_mut()) {
+                    if matches!(res, Err(e) if is_limit(e)) {
+                        *res = read_alone(p);
+                    }
+                }
+                out.extend(r);
+            }
+            // A round the engine could not run for the limit, or left
+            // untaken by readers stopped by a failure: read alone.
+            _ => out.extend(round.iter().map(|p| read_alone(p))),
+        }
     }
     Ok(out)
 }
 
-/// Reads `paths` again whose results are `EMFILE` or `ENFILE` (see
-/// [`read_files`]).
-fn retry_limited(
-    engine: &blockio::Engine,
-    paths: &[CString],
-    results: &mut [FileResult],
-) -> io::Result<()> {
-    let limited: Vec<usize> = results
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| {
-            matches!(r, Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)))
-        })
-        .map(|(i, _)| i)
-        .collect();
-    if limited.is_empty() {
-        return Ok(());
-    }
-    let retry: Vec<CString> = limited.iter().map(|&i| paths[i].clone()).collect();
-    let again = read_within_limit(engine, &retry)?;
-    for (i, r) in limited.into_iter().zip(again) {
-        results[i] = r;
-    }
-    Ok(())
+/// Descriptor numbers kept free for others (the event loop's, Python's)
+/// when [`read_files`] sizes its readers.
+const SPARE_DESCRIPTORS: usize = 4;
+
+/// Whether `e` is the descriptor limit: `EMFILE` (the process's) or
+/// `ENFILE` (the system's).
+fn is_limit(e: &io::Error) -> bool {
+    matches!(
+        blockio::errno(e).or(e.raw_os_error()),
+        Some(libc::EMFILE | libc::ENFILE)
+    )
 }
 
-/// [`read_round`], then again for the files that met the descriptor limit
-/// (see [`read_files`]), in smaller rounds each time.
-fn read_within_limit(
-    engine: &blockio::Engine,
-    paths: &[CString],
-) -> io::Result<Vec<io::Result<Vec<u8>>>> {
-    let mut results = read_round(engine, paths)?;
-    let limited: Vec<usize> = results
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| {
-            matches!(r, Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)))
-        })
-        .map(|(i, _)| i)
-        .collect();
-    if limited.is_empty() || paths.len() == 1 {
-        return Ok(results);
+/// How many descriptor numbers below the soft `RLIMIT_NOFILE` are not in
+/// use (what the process can still open), counted in `/proc/self/fd`; 0
+/// when not even that listing can be opened for the limit, and
+/// `usize::MAX` when the limit is infinite or the count cannot be made
+/// otherwise (no `/proc`).
+fn free_descriptors() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return usize::MAX;
     }
-    let room = (paths.len() - limited.len()).max(1);
-    let retry: Vec<CString> = limited.iter().map(|&i| paths[i].clone()).collect();
-    let mut again = Vec::with_capacity(retry.len());
-    for chunk in retry.chunks(room) {
-        again.extend(read_within_limit(engine, chunk)?);
+    let soft = usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX);
+    let dir = match std::fs::read_dir("/proc/self/fd") {
+        Ok(d) => d,
+        Err(e) if is_limit(&e) => return 0,
+        Err(_) => return usize::MAX,
+    };
+    // The listing's own descriptor is among the entries, and free again
+    // once the count is made.
+    let used = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<usize>().ok())
+        .filter(|&n| n < soft)
+        .count();
+    soft.saturating_sub(used.saturating_sub(1))
+}
+
+/// One file whole, as `Path.read_bytes` reads it: opened, checked with a
+/// `statx` (a directory is `EISDIR`), read in order to its end and closed,
+/// with plain system calls on this thread. It holds one descriptor and no
+/// ring: what [`read_files`] falls back to near the descriptor limit.
+fn read_alone(path: &CStr) -> FileResult {
+    let fd = blocking::open(&OpenRequest::new(PathAt::cwd(path))).map_err(unwrapped)?;
+    if is_dir(&fstat(&fd)?) {
+        return Err(io::Error::from_raw_os_error(libc::EISDIR));
     }
-    for (i, r) in limited.into_iter().zip(again) {
-        results[i] = r;
-    }
-    Ok(results)
+    read_stream(fd.as_raw_fd())
 }
 
 /// One round of [`read_files`]: every file of `paths` open at once.
-fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io::Result<Vec<u8>>>> {
-    read_round_from(engine, paths, &mut false)
-}
-
-/// [`read_round`], setting `opened` once the round's batch of opens has
-/// run: an error before that has opened no file and read nothing, so the
-/// round can be read again.
-fn read_round_from(
-    engine: &blockio::Engine,
-    paths: &[CString],
-    opened_any: &mut bool,
-) -> io::Result<Vec<io::Result<Vec<u8>>>> {
+fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<FileResult>> {
     let mut out = Vec::with_capacity(paths.len());
     {
         let round = paths;
@@ -372,7 +369,6 @@ fn read_round_from(
             .map(|p| OpenRequest::new(PathAt::cwd(p)))
             .collect();
         let opened = engine.open_batch(&reqs)?;
-        *opened_any = true;
         let files: Vec<Result<OwnedFd, io::Error>> =
             opened.into_iter().map(|r| r.map_err(unwrapped)).collect();
         let ats: Vec<(usize, PathAt<'_>)> = files

@@ -228,3 +228,44 @@ def test_read_files_reads_a_fifo_as_read_bytes_does(tmp_path, backend):
             fifo.unlink()
     finally:
         e.close()
+
+
+@BACKENDS
+@pytest.mark.parametrize("free", [1, 2, 3, 5, 8, 12, 17, 20, 40])
+def test_read_files_with_few_descriptors_free_reads_every_file(tmp_path, backend, free):
+    """With only ``free`` descriptor numbers below RLIMIT_NOFILE (counted
+    after the event loop and the engine made theirs), read_files and
+    aread_files with return_exceptions=True read every one of 300 files,
+    as a loop of Path.read_bytes does: the call never fails as a whole,
+    and no file fails for the limit, whatever the number free."""
+    import subprocess
+    import sys
+
+    for i in range(300):
+        (tmp_path / f"r{i:03}").write_bytes(bytes([i % 256]) * (100 + i))
+    code = f"""
+import asyncio, os, pathlib, resource, blockio
+e = blockio.Engine(backend={backend!r})
+paths = sorted(pathlib.Path({str(tmp_path)!r}).iterdir())
+want = [p.read_bytes() for p in paths]
+e.read_files(paths[:2]); asyncio.run(e.aread_files(paths[:2]))
+loop = asyncio.new_event_loop()
+loop.run_until_complete(e.aread_files(paths[:2]))
+def is_open(n):
+    try:
+        os.fstat(n)
+        return True
+    except OSError:
+        return False
+limit, left = 0, {free}
+while left:
+    left -= not is_open(limit)
+    limit += 1
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+assert [p.read_bytes() for p in paths] == want
+got = e.read_files(paths, return_exceptions=True)
+agot = loop.run_until_complete(e.aread_files(paths, return_exceptions=True))
+print(sum(g != w for g, w in zip(got, want)), sum(g != w for g, w in zip(agot, want)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["0", "0"], out.stdout + out.stderr

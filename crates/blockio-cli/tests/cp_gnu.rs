@@ -1338,6 +1338,163 @@ fn a_directory_is_never_copied_into_itself_through_a_bind_mount() {
     }
 }
 
+/// A directory copied onto itself (the destination a bind mount of the
+/// source, a link to it, or the source named twice with `-T`) is one
+/// "same file" refusal of the operand, as GNU's, never a walk with one
+/// message per file; with `-n` nothing is checked nor copied, and a link
+/// in the way of `--remove-destination` is "cannot overwrite
+/// non-directory".
+#[test]
+fn a_directory_onto_itself_is_one_refusal_as_gnu_makes_it() {
+    assert!(
+        root(),
+        "this test bind-mounts directories and needs root (CI runs as root)"
+    );
+    let bound: &[&[&str]] = &[
+        &["-a", "s/.", "t"],
+        &["-rT", "s", "t"],
+        &["-rT", "s/", "t/"],
+        &["-r", "s/", "t/."],
+        &["-ab", "s/.", "t"],
+        &["-ru", "s/.", "t"],
+        &["-rsT", "s", "t"],
+        &["-al", "s/.", "t"],
+        &["-rn", "s/.", "t"],
+        &["-a", "--remove-destination", "s/.", "t"],
+    ];
+    let setup = "mkdir -p s/sub t; echo 1 > s/a; echo 2 > s/b; echo 3 > s/sub/c";
+    let prefix = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount --bind s t && exec timeout 60 \"$0\" \"$@\"",
+    ];
+    for args in bound {
+        let o = like_gnu_as(&prefix, setup, args);
+        assert!(o.stderr.lines().count() <= 1, "{args:?}: {o:?}");
+    }
+    let linked: &[&[&str]] = &[
+        &["-r", "s2/.", "t2"],
+        &["-rL", "s2/.", "t2"],
+        &["-rH", "s2/.", "t2"],
+        &["-r", "s2/.", "t2/."],
+        &["-rT", "s2", "t2"],
+        &["-rT", "s2/", "t2"],
+        &["-rHT", "s2", "t2"],
+        &["-rT", "s2", "s2"],
+        &["-a", "--remove-destination", "-T", "s2", "t2"],
+        &["-n", "s2/f", "t2/f"],
+    ];
+    for args in linked {
+        let o = like_gnu("mkdir s2; echo x > s2/f; ln -s s2 t2", args);
+        assert_eq!(
+            o.tree[&OsString::from("s2/f")].split(" mode").next(),
+            Some("file \"x\\n\"")
+        );
+    }
+}
+
+/// Inside a tree, a destination directory that is the source's own (a
+/// bind mount of it) is one "same file" refusal of that directory, as
+/// GNU's; with `-b` or `--remove-destination` a file whose destination is
+/// its own directory entry is refused rather than moved aside or removed
+/// (GNU's rule: the backup would rename the source).
+#[test]
+fn a_source_directory_met_again_inside_a_tree_is_refused_as_gnu_refuses_it() {
+    assert!(
+        root(),
+        "this test bind-mounts directories and needs root (CI runs as root)"
+    );
+    let setup = "mkdir -p s/sub t/sub; echo 1 > s/a; echo 3 > s/sub/c; echo 4 > s/sub/d";
+    let prefix = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount --bind s/sub t/sub && exec timeout 60 \"$0\" \"$@\"",
+    ];
+    let cases: &[&[&str]] = &[
+        &["-rT", "s", "t"],
+        &["-a", "s/.", "t"],
+        &["-rLT", "s", "t"],
+        &["-rbT", "s", "t"],
+        &["-rubT", "s", "t"],
+        &["-rT", "--remove-destination", "s", "t"],
+        &["-rnT", "s", "t"],
+        &["-rlT", "s", "t"],
+    ];
+    for args in cases {
+        let o = like_gnu_as(&prefix, setup, args);
+        assert_eq!(
+            o.tree[&OsString::from("s/sub/c")].split(" mode").next(),
+            Some("file \"3\\n\"")
+        );
+    }
+    // The whole source bind-mounted, with backups: the names differ at
+    // the top, so each entry inside is judged.
+    let whole = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount --bind s t && exec timeout 60 \"$0\" \"$@\"",
+    ];
+    for args in [
+        &["-rbT", "s", "t"][..],
+        &["-r", "--backup=numbered", "-T", "s", "t"],
+    ] {
+        like_gnu_as(
+            &whole,
+            "mkdir -p s/sub t; echo 1 > s/a; echo 3 > s/sub/c",
+            args,
+        );
+    }
+}
+
+/// `-v` and messages quote a name that starts with bytes to escape after
+/// an empty quoted run (`''$'\001'`), as GNU's quoting does; `-sv` says
+/// what it is about to do (and what it removed or backed up and put
+/// back) before refusing a relative link outside the current directory;
+/// `-lf`/`-sf` replace what is in the way without a "removed" line.
+#[test]
+fn verbose_lines_and_quoting_as_gnu_writes_them() {
+    // A name of one control character: quoted as bytes that are not
+    // UTF-8 are, in any locale.
+    let setup = "echo x > f; printf x > \"$(printf '\\001')\"; mkdir d";
+    let cases: &[(&str, &[&str])] = &[
+        ("", &["-v", "\u{1}", "d"]),
+        ("", &["-v", "--parents", "\u{1}", "d"]),
+        ("", &["-v", "f", "\u{1}"]),
+        ("", &["\u{1}", "\u{1}"]),
+        ("", &["\u{1}\u{1}", "d"]),
+        ("", &["-sv", "f", "d"]),
+        ("", &["-sv", "f", "d/g"]),
+        ("echo y > d/f", &["-sv", "f", "d"]),
+        ("echo y > d/f", &["-sbv", "f", "d"]),
+        ("echo y > d/f", &["-sv", "--remove-destination", "f", "d"]),
+        ("ln -s f sl; ln -s x d/sl", &["-sPv", "sl", "d"]),
+        // A link made over what is in the way by `-f` alone: no
+        // "removed" line; by `--remove-destination`: one.
+        ("echo y > g", &["-lfv", "f", "g"]),
+        ("echo y > g", &["-sfv", "f", "g"]),
+        ("echo y > g", &["-lv", "--remove-destination", "f", "g"]),
+        (
+            "echo z > d/f; mkdir -p e/d; echo y > e/d/f",
+            &["-rlfv", "d", "e"],
+        ),
+    ];
+    for (more, args) in cases {
+        like_gnu(&format!("{setup}; {more}"), args);
+    }
+}
+
 /// `-rL` with a link to a directory above the destination: the walk
 /// reaches the growing copy through it. GNU copies until the path is
 /// longer than `PATH_MAX`; blockio, which copies trees of any depth,

@@ -8,7 +8,8 @@
 //!   would expand inside double quotes;
 //! * `'it'\''s$x'` when it holds both;
 //! * control characters and bytes that are not UTF-8 as `$'…'` escapes
-//!   between quoted runs: `'x'$'\n''y'`, `'bad'$'\377'`.
+//!   between quoted runs: `'x'$'\n''y'`, `'bad'$'\377'`, and after an
+//!   empty quoted run when the name starts with one: `''$'\377'`.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -55,6 +56,12 @@ fn render(pieces: Vec<Piece>) -> String {
         return "''".to_string();
     }
     let mut out = String::new();
+    // The quoting opens before the first byte: a name that starts with an
+    // escape starts with an empty quoted run, as the coreutils write it
+    // (`''$'\377'`).
+    if matches!(pieces.first(), Some(Piece::Escaped(_))) {
+        out.push_str("''");
+    }
     for p in pieces {
         match p {
             Piece::Text(t) => {
@@ -146,15 +153,7 @@ pub fn quotef_c_locale(p: &Path) -> String {
     if !b.is_empty() && !b.iter().enumerate().any(special) {
         return String::from_utf8_lossy(b).into_owned();
     }
-    let pieces = ascii_pieces(b);
-    let mut out = String::new();
-    // The quoting opens before the first byte: a name that starts with an
-    // escape starts with an empty quoted run, as the coreutils write it.
-    if matches!(pieces.first(), Some(Piece::Escaped(_))) {
-        out.push_str("''");
-    }
-    out.push_str(&render(pieces));
-    out
+    render(ascii_pieces(b))
 }
 
 /// `b` as the coreutils quote an argument in a message in the C locale
@@ -215,6 +214,8 @@ mod tests {
             (b"with space", "'with space'"),
             (b"new\nline", "'new'$'\\n''line'"),
             (b"bad\xffz", "'bad'$'\\377''z'"),
+            (b"\xff", "''$'\\377'"),
+            (b"\nx", "''$'\\n''x'"),
         ] {
             let p = Path::new(std::ffi::OsStr::from_bytes(name));
             assert_eq!(quote_if_needed(p), want, "{name:?}");
@@ -234,6 +235,9 @@ mod tests {
             (b"a\tb", "'a'$'\\t''b'"),
             (b"bad\xffz", "'bad'$'\\377''z'"),
             (b"q\x01", "'q'$'\\001'"),
+            (b"\xff", "''$'\\377'"),
+            (b"\xff/f", "''$'\\377''/f'"),
+            (b"\n", "''$'\\n'"),
             ("h\u{e9}llo".as_bytes(), "'h\u{e9}llo'"),
         ] {
             assert_eq!(quote_bytes(name), want, "{name:?}");

@@ -294,8 +294,17 @@ fn a_driver_spawned_but_never_polled_still_counts() {
     });
     drop(rt);
     if engine.poll_fd().is_some() {
-        let no_runtime = futures::executor::block_on(stream.write(b"x".to_vec())).0;
+        // On a thread of its own, so that a hang fails the test.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let no_runtime = futures::executor::block_on(stream.write(b"x".to_vec())).0;
+            tx.send((no_runtime, stream)).unwrap();
+        });
+        let (no_runtime, back) = rx
+            .recv_timeout(GUARD)
+            .expect("a write on no tokio runtime never finished");
         assert!(no_runtime.is_err(), "an undriven write did not fail");
+        stream = back;
     }
     peer.write_all(b"ping").unwrap();
     let rt = runtime();
@@ -309,4 +318,84 @@ fn a_driver_spawned_but_never_polled_still_counts() {
     });
     drop(stream);
     drop(engine);
+}
+
+/// How a parked reader reads in [`a_read_parked_when_its_driver_is_aborted_completes`].
+#[derive(Clone, Copy, Debug)]
+enum ReadBy {
+    /// tokio's `AsyncReadExt::read`.
+    Trait,
+    /// The owned-buffer `read`.
+    Owned,
+}
+
+/// The `drive_on_tokio` task aborted while its runtime lives on, with a
+/// task waiting in a read: the read still completes once the peer sends
+/// (its task is woken and has the engine driven again), as on tokio,
+/// where aborting one task never stalls another's read.
+#[test]
+fn a_read_parked_when_its_driver_is_aborted_completes() {
+    for submit in [Submit::OnStart, Submit::PerRound] {
+        for by in [ReadBy::Trait, ReadBy::Owned] {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            let engine = caller_engine(submit);
+            rt.block_on(async {
+                let driver = tokio::spawn(drive_on_tokio(engine.clone()));
+                let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
+                let mut peer = tokio::net::TcpStream::connect(listener.local_addr())
+                    .await
+                    .unwrap();
+                let (mut stream, _) = tokio::time::timeout(GUARD, listener.accept())
+                    .await
+                    .expect("the accept hung")
+                    .unwrap();
+                let (parked_tx, parked_rx) = futures::channel::oneshot::channel();
+                let reader = tokio::spawn(async move {
+                    let read = async {
+                        match by {
+                            ReadBy::Trait => {
+                                let mut buf = [0u8; 5];
+                                let n = AsyncReadExt::read(&mut stream, &mut buf).await?;
+                                Ok::<_, std::io::Error>(buf[..n].to_vec())
+                            }
+                            ReadBy::Owned => {
+                                let (n, buf) = stream.read(vec![0u8; 5]).await;
+                                Ok(buf[..n?].to_vec())
+                            }
+                        }
+                    };
+                    let mut read = std::pin::pin!(read);
+                    // Polled once (the receive is in the kernel, its task
+                    // parked) before the driver goes.
+                    let first = futures::poll!(read.as_mut());
+                    assert!(first.is_pending(), "the read found bytes nobody sent");
+                    parked_tx.send(()).unwrap();
+                    read.await
+                });
+                parked_rx.await.expect("the reader ended before parking");
+                driver.abort();
+                // Cancelled, or (the thread-pool backend: nothing to
+                // drive) returned already.
+                match driver.await {
+                    Ok(res) => res.unwrap(),
+                    Err(e) => assert!(e.is_cancelled(), "{e}"),
+                }
+                peer.write_all(b"hello").await.unwrap();
+                let got = tokio::time::timeout(GUARD, reader)
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!("{by:?} read parked when the driver was aborted never woke ({submit:?})")
+                    })
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(got, b"hello", "{by:?}, {submit:?}");
+            });
+            drop(rt);
+            drop(engine);
+        }
+    }
 }

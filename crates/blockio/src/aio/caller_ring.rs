@@ -29,7 +29,7 @@ use io_uring::IoUring;
 
 use super::driving::Submit;
 use super::in_flight::{ring_entries, AbortOnUnwind, InFlight, Kept, Outcalls, Setup};
-use super::request::{call_user, resume, Cancel, Completion, Panic, Request};
+use super::request::{call_user, resume, Cancel, Complete, Completion, Panic, Request};
 use crate::ring::{submit_and_wait_or_abort, RingFlags};
 
 /// A caller-driven ring, as its engine holds it. The ring itself is shared
@@ -62,6 +62,12 @@ struct Book {
     /// The driving task, woken when an operation starts
     /// ([`Submit::PerRound`]).
     driving_task: Option<Waker>,
+    /// The driving task went (see [`CallerRing::wake_waiters`]) and no
+    /// turn with a driving task has been made since: an operation started
+    /// now has its own task woken, which then has the engine driven again.
+    /// Covers the task that found the old driver still counted just before
+    /// it went, and started its operation after the waiters were woken.
+    orphaned: bool,
 }
 
 impl Book {
@@ -118,6 +124,7 @@ impl RingCore {
                 ops: InFlight::default(),
                 cancels: Vec::new(),
                 driving_task: None,
+                orphaned: false,
             }),
         })
     }
@@ -257,8 +264,15 @@ impl CallerRing {
     pub(crate) fn submit(&self, reqs: impl IntoIterator<Item = Request>) {
         let r = &*self.core;
         let mut book = r.lock();
+        let queued = book.ops.backlog.len();
         book.ops.backlog.extend(reqs);
-        let panic = match r.submit {
+        let orphans: Vec<Arc<dyn Complete>> = if book.orphaned {
+            let started = book.ops.backlog.range(queued..);
+            started.map(|req| req.done.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        let mut panic = match r.submit {
             Submit::OnStart => r.fill_and_submit(book),
             Submit::PerRound => match book.driving_task.take() {
                 Some(w) => {
@@ -268,6 +282,27 @@ impl CallerRing {
                 None => None,
             },
         };
+        for t in orphans {
+            panic = panic.or(call_user(|| t.wake_waiters()));
+        }
+        resume(panic);
+    }
+
+    /// Wakes the tasks of every operation in flight or queued, and forgets
+    /// the driving task: it is gone, and a woken task's next poll has the
+    /// engine driven again. Wakers run with the ring unlocked; the first
+    /// panic of one is resumed once all have run.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn wake_waiters(&self) {
+        let (targets, old) = {
+            let mut book = self.core.lock();
+            book.orphaned = true;
+            (book.ops.targets(), book.driving_task.take())
+        };
+        let mut panic = call_user(move || drop(old));
+        for t in targets {
+            panic = panic.or(call_user(|| t.wake_waiters()));
+        }
         resume(panic);
     }
 
@@ -314,6 +349,7 @@ impl CallerRing {
                     Pushed::Nothing
                 };
                 if let Some(w) = driving_task {
+                    book.orphaned = false;
                     new_task |= !book.driving_task.as_ref().is_some_and(|d| d.will_wake(w));
                 }
                 (pushed, overflow)
@@ -367,7 +403,7 @@ mod tests {
     use super::*;
     use crate::aio::in_flight::CANCEL;
     use crate::aio::request::Complete;
-    use crate::op::action::{Action, ReadArgs};
+    use crate::op::action::{Action, FsyncArgs, ReadArgs};
     use crate::op::Op;
 
     /// A completion target that records its result and owns its buffer.
@@ -466,5 +502,55 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(*target.result.lock().unwrap(), Some(-libc::ECANCELED));
+    }
+
+    /// A completion target that counts how often its waiters were woken.
+    #[derive(Default)]
+    struct Woken(std::sync::atomic::AtomicUsize);
+
+    impl Complete for Woken {
+        fn complete(&self, _res: i32) {}
+
+        fn wake_waiters(&self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A request for `target`: an fsync of no descriptor, which points at
+    /// no memory and fails at once (`EBADF`).
+    fn nop_request(target: &Arc<Woken>) -> Request {
+        // SAFETY: an fsync points at no memory.
+        let op = unsafe { Op::from_action(-1, Action::Fsync(FsyncArgs), None) };
+        let done: Arc<dyn Complete> = target.clone();
+        Request { op, done }
+    }
+
+    /// Once the driving task is gone, the waiters of the operations
+    /// queued are woken, and so is the task of an operation started
+    /// afterwards (it may have found the old driver still counted), until
+    /// a turn with a driving task is made again.
+    #[test]
+    fn operations_started_after_the_driver_went_wake_their_tasks() {
+        let ring =
+            CallerRing::new(4, None, Submit::PerRound).expect("io_uring on the test machine");
+        let queued = Arc::new(Woken::default());
+        ring.submit([nop_request(&queued)]);
+        assert_eq!(queued.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        ring.wake_waiters();
+        assert_eq!(queued.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+        let late = Arc::new(Woken::default());
+        ring.submit([nop_request(&late)]);
+        assert_eq!(
+            late.0.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "an operation started with no driver left parked its task unwoken"
+        );
+
+        ring.turn(Some(std::task::Waker::noop()));
+        let driven = Arc::new(Woken::default());
+        ring.submit([nop_request(&driven)]);
+        assert_eq!(driven.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        ring.turn(None);
     }
 }

@@ -97,6 +97,17 @@ impl Driver {
         }
     }
 
+    /// A caller-driven ring whose driving task is gone wakes the tasks
+    /// of its operations ([`CallerRing::wake_waiters`]); the other drivers
+    /// complete operations on their own threads.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn wake_waiters(&self) {
+        match self {
+            Driver::Caller(r) => r.wake_waiters(),
+            Driver::Thread(_) | Driver::Pool(_) => {}
+        }
+    }
+
     /// Whether a call to [`setup_ring`](Self::setup_ring) from this thread
     /// would wait for this thread: it is the driver thread (a waker that
     /// polls its task in place runs the task there).

@@ -35,7 +35,11 @@ pub enum Driving {
     /// running `drive_on_tokio` is dropped (its runtime shut down, or the
     /// task aborted), the next task that uses the engine (any operation,
     /// stream read, write or flush) on a tokio runtime spawns a new
-    /// `drive_on_tokio` there. Operations in flight then complete, and
+    /// `drive_on_tokio` there; the tasks already awaiting operations of
+    /// the engine are woken when its last driving task goes, so one of
+    /// them does that even if no task starts anything new (an aborted
+    /// driver never strands a parked read). Operations in flight then
+    /// complete, and
     /// bytes that dropped streams still had queued move on, as soon as a
     /// runtime uses the engine again. Meanwhile, while dropped streams
     /// still have bytes queued, a thread of the engine's drives the ring

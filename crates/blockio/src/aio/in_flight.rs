@@ -149,6 +149,16 @@ impl InFlight {
         *cancels = left;
     }
 
+    /// The targets of every operation in flight or waiting for room.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn targets(&self) -> Vec<Arc<dyn Complete>> {
+        let in_flight = self.slots.iter().flatten();
+        in_flight
+            .chain(self.backlog.iter().map(|r| &r.done))
+            .cloned()
+            .collect()
+    }
+
     /// The target of the operation whose completion carries `user_data`,
     /// its slot freed unless `flags` say more completions follow (a
     /// multishot operation still armed); None for another entry (a cancel,

@@ -88,6 +88,18 @@ impl<B: Send> Complete for OpTarget<B> {
             w.wake();
         }
     }
+
+    fn wake_waiters(&self) {
+        let waker = self
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .waker
+            .take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
 }
 
 /// A read whose future was dropped while the kernel still had it: what it

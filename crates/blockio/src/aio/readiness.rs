@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 
 use polling::{Event, Events, Poller};
 
-use super::request::{call_user, Cancel, Request};
+use super::request::{call_user, Cancel, Complete, Request};
 use crate::kind::{OpClass, OpKind};
 
 /// One thread watching the sockets of waiting requests.
@@ -52,6 +52,19 @@ struct Watcher {
 #[derive(Default)]
 struct Waiting {
     sockets: HashMap<RawFd, Watched>,
+    /// The socket each waiting request waits on, by its target's address
+    /// ([`target_key`]), so that a cancel finds its request without a
+    /// scan of every socket (a server with thousands of idle connections
+    /// whose reads time out cancels thousands of requests a second).
+    /// Entries leave with their requests; one left behind would only send
+    /// a cancel to a socket whose requests it then does not name.
+    fds: HashMap<usize, RawFd>,
+}
+
+/// The key of a request's target in [`Waiting::fds`]: its address, which
+/// names one operation while the request or a [`Cancel`] of it lives.
+fn target_key(done: &Arc<dyn Complete>) -> usize {
+    Arc::as_ptr(done).cast::<()>() as usize
 }
 
 /// One socket in the set.
@@ -194,13 +207,21 @@ impl Readiness {
             // socket open until then.
             unsafe { self.watcher.poller.add(fd, event) }
         };
-        if let Err(e) = armed {
-            let req = reqs.pop().expect("pushed above");
-            if !watched {
-                w.sockets.remove(&fd);
+        match armed {
+            Ok(()) => {
+                let key = reqs.last().map(|r| target_key(&r.done));
+                if let Some(key) = key {
+                    w.fds.insert(key, fd);
+                }
             }
-            drop(w);
-            req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO));
+            Err(e) => {
+                let req = reqs.pop().expect("pushed above");
+                if !watched {
+                    w.sockets.remove(&fd);
+                }
+                drop(w);
+                req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO));
+            }
         }
     }
 
@@ -211,13 +232,21 @@ impl Readiness {
             .waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let found = w.sockets.iter_mut().find_map(|(&fd, s)| {
-            let i = s.reqs.iter().position(|r| c.names(&r.done))?;
-            Some((fd, s.reqs.remove(i)))
-        });
-        let Some((fd, req)) = found else {
+        let key = c.0.as_ptr().cast::<()>() as usize;
+        let Some(&fd) = w.fds.get(&key) else {
             return;
         };
+        // Not found while a retry has it out of the set: the retry
+        // completes it, or puts it back to wait (and the cancel's future
+        // is gone, so that retry or the next sees it abandoned).
+        let Some(reqs) = w.sockets.get_mut(&fd).map(|s| &mut s.reqs) else {
+            return;
+        };
+        let Some(i) = reqs.iter().position(|r| c.names(&r.done)) else {
+            return;
+        };
+        let req = reqs.remove(i);
+        w.fds.remove(&key);
         let failed = settle(&self.watcher.poller, &mut w, fd);
         drop(w);
         req.done.complete(-libc::ECANCELED);
@@ -251,6 +280,9 @@ fn settle(poller: &Poller, w: &mut Waiting, fd: RawFd) -> Vec<Request> {
         // wait for an event that cannot come.
         let left = w.sockets.remove(&fd).unwrap_or_default();
         let _ = poller.delete(sock);
+        for req in &left.reqs {
+            w.fds.remove(&target_key(&req.done));
+        }
         left.reqs
     } else {
         Vec::new()
@@ -291,6 +323,7 @@ fn watch(watcher: &Watcher) {
     // The engine is gone: nobody will await what still waits.
     let mut w = watcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
     let left: Vec<(RawFd, Watched)> = w.sockets.drain().collect();
+    w.fds.clear();
     drop(w);
     for (fd, s) in left {
         // SAFETY: `s.reqs`, which hold `fd` open, are alive here.
@@ -346,6 +379,9 @@ fn retry(watcher: &Watcher, fd: RawFd, readable: bool, writable: bool) {
     let s = w.sockets.get_mut(&fd).expect("kept while retrying");
     s.retrying = false;
     s.reqs.extend(again);
+    for (req, _) in &done {
+        w.fds.remove(&target_key(&req.done));
+    }
     let failed = settle(&watcher.poller, &mut w, fd);
     drop(w);
     fail_unwatchable(failed);
@@ -356,5 +392,116 @@ fn retry(watcher: &Watcher, fd: RawFd, readable: bool, writable: bool) {
             req.done.complete(res);
             drop(req);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::op::action::{Action, RecvArgs};
+    use crate::op::Op;
+
+    /// A receive's target: its result, and the buffer the kernel fills.
+    struct Received {
+        result: Mutex<Option<i32>>,
+        buf: Box<[u8; 8]>,
+    }
+
+    impl Complete for Received {
+        fn complete(&self, res: i32) {
+            *self.result.lock().unwrap() = Some(res);
+        }
+    }
+
+    fn result(t: &Received) -> Option<i32> {
+        *t.result.lock().unwrap()
+    }
+
+    /// A receive on `sock` into the target's own buffer.
+    fn recv(sock: &UnixStream) -> (Arc<Received>, Request) {
+        let mut buf = Box::new([0u8; 8]);
+        let args = RecvArgs {
+            buf: buf.as_mut_ptr(),
+            len: buf.len(),
+        };
+        // SAFETY: the buffer is on the heap, owned by the target, which
+        // the request keeps until it is completed; the socket outlives the
+        // test's set.
+        let op = unsafe { Op::from_action(sock.as_raw_fd(), Action::Recv(args), None) };
+        let target = Arc::new(Received {
+            result: Mutex::new(None),
+            buf,
+        });
+        let done: Arc<dyn Complete> = target.clone();
+        (target, Request { op, done })
+    }
+
+    fn indexed(r: &Readiness) -> usize {
+        r.watcher.waiting.lock().unwrap().fds.len()
+    }
+
+    /// Among many sockets with a receive waiting, a cancel takes out the
+    /// one it names, alone, and every request leaves the cancel index
+    /// with it (cancelled, completed by an event): nothing is left behind
+    /// to grow with the connections served.
+    #[test]
+    fn a_cancel_takes_out_its_own_request_among_many() {
+        let r = Readiness::new().unwrap();
+        let pairs: Vec<(UnixStream, UnixStream)> = (0..64)
+            .map(|_| {
+                let (a, b) = UnixStream::pair().unwrap();
+                a.set_nonblocking(true).unwrap();
+                (a, b)
+            })
+            .collect();
+        let targets: Vec<Arc<Received>> = pairs
+            .iter()
+            .map(|(a, _)| {
+                let (target, req) = recv(a);
+                r.submit(req);
+                target
+            })
+            .collect();
+        assert!(targets.iter().all(|t| result(t).is_none()));
+        assert_eq!(indexed(&r), pairs.len());
+
+        let cancelled = 17;
+        let name: Arc<dyn Complete> = targets[cancelled].clone();
+        r.cancel(&Cancel(Arc::downgrade(&name)));
+        assert_eq!(result(&targets[cancelled]), Some(-libc::ECANCELED));
+        assert_eq!(indexed(&r), pairs.len() - 1);
+        for (i, t) in targets.iter().enumerate() {
+            if i != cancelled {
+                assert_eq!(result(t), None, "a cancel took out receive {i}");
+            }
+        }
+
+        for (_, b) in &pairs {
+            std::io::Write::write_all(&mut &*b, b"x").unwrap();
+        }
+        let start = Instant::now();
+        for (i, t) in targets.iter().enumerate() {
+            if i == cancelled {
+                continue;
+            }
+            while result(t).is_none() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "receive {i} never completed"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(result(t), Some(1));
+            assert_eq!(t.buf[0], b'x');
+        }
+        // The index entries leave under the lock before the completions
+        // are delivered.
+        assert_eq!(indexed(&r), 0);
+        drop(r);
     }
 }

@@ -35,6 +35,13 @@ pub(crate) trait Complete: Send + Sync {
     fn complete_flags(&self, res: i32, _flags: u32) {
         self.complete(res);
     }
+
+    /// Wakes the tasks waiting for this operation, with no result for
+    /// them: the task that drove a caller-driven ring is gone, and a
+    /// waiting task's next poll has the engine driven again (see
+    /// `AsyncEngine::ensure_driven`). Called with no lock held.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    fn wake_waiters(&self) {}
 }
 
 /// An operation to perform, and where its result goes.

@@ -69,10 +69,17 @@ impl AsRawFd for RingFd {
 /// own driver thread, or on the thread-pool backend, whose operations
 /// complete on its threads.
 ///
-/// Once the task is dropped (its runtime shut down, or the task aborted),
-/// the next task that uses the engine on a tokio runtime spawns this there
-/// again, so streams and operations carry on on another runtime (see
-/// [`Driving::Caller`](super::Driving::Caller)).
+/// Once the task is dropped (its runtime shut down, the task aborted, or
+/// a panic in it), the next task that uses the engine on a tokio runtime
+/// spawns this there again, so streams and operations carry on on another
+/// runtime (see [`Driving::Caller`](super::Driving::Caller)). Operations
+/// already waiting are not stranded: when the engine's last driving task
+/// is dropped, every task awaiting one of its operations is woken, and
+/// its next poll spawns the new driver on its own runtime (a task of a
+/// runtime that is gone is never polled again; one on no tokio runtime
+/// gets the error of an undriven engine). So aborting this task never
+/// stalls another task's read, as aborting an unrelated tokio task never
+/// does.
 ///
 /// # Errors
 /// tokio's reactor could not watch the ring (not called within a runtime
@@ -149,13 +156,20 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
 struct Counted(AsyncEngine);
 
 impl Drop for Counted {
-    /// The last driver gone with dropped streams still sending: the
-    /// relay thread takes over.
+    /// The last driver gone: every task waiting for an operation is woken,
+    /// so that its next poll spawns a new driver on its runtime (a task of
+    /// a runtime shut down is never polled again, and one on no runtime
+    /// gets the error of [`ensure_driven`]); and with dropped streams still
+    /// sending, the relay thread takes over.
     fn drop(&mut self) {
-        self.0
+        let before = self
+            .0
             .tokio_drivers()
             .running
             .fetch_sub(1, Ordering::AcqRel);
+        if before == 1 {
+            self.0.driver().wake_waiters();
+        }
         relay_if_undriven(&self.0);
     }
 }

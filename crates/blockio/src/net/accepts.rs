@@ -97,6 +97,12 @@ impl Complete for Accepts {
         };
         wakers.into_iter().for_each(Waker::wake);
     }
+
+    fn wake_waiters(&self) {
+        let wakers =
+            std::mem::take(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).wakers);
+        wakers.into_iter().for_each(Waker::wake);
+    }
 }
 
 impl AcceptQueue {

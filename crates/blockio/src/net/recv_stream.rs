@@ -195,6 +195,18 @@ impl Complete for Multi {
             w.wake();
         }
     }
+
+    fn wake_waiters(&self) {
+        let waker = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .waker
+            .take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
 }
 
 impl Abandoned for Multi {

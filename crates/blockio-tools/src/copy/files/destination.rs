@@ -149,6 +149,19 @@ pub(super) fn create_dst(
     let excl = opts.no_clobber || opts.update == copy::Update::None;
     let mode = create_mode(opts, e);
     let mut backup = None;
+    let replaces = (opts.backup != copy::Backup::None || opts.remove_destination) && !excl;
+    if replaces && same_entry(pair, e) {
+        // Backing up or removing the destination would move or remove
+        // the source itself (reached through a bind mount of its
+        // directory): GNU's same-file refusal.
+        let what = format!(
+            "{} and {} are the same file",
+            quote(&pair.src_of(&e.src_name)),
+            quote(&pair.dst_of(&e.dst_name))
+        );
+        ctx.errors.report(what, None);
+        return Ok(None);
+    }
     if opts.backup != copy::Backup::None && !excl {
         if kept(ctx, pair, e)? {
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
@@ -446,4 +459,22 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
         }
     };
     ctx.errors.report(msg, None);
+}
+
+/// Whether `e`'s destination is the source's own directory entry: the
+/// same name in the same directory (reached through a bind mount), as
+/// GNU's `same_nameat` tells it.
+fn same_entry(pair: &DirPair, e: &Entry) -> bool {
+    let id = |st: rustix::fs::Stat| (st.st_dev, st.st_ino);
+    e.src_name == e.dst_name
+        && rustix::fs::statat(
+            &pair.dst,
+            e.dst_name.as_c_str(),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok_and(|st| id(st) == e.id())
+        && match (rustix::fs::fstat(&pair.src), rustix::fs::fstat(&pair.dst)) {
+            (Ok(a), Ok(b)) => id(a) == id(b),
+            _ => false,
+        }
 }

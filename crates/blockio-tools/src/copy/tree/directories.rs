@@ -512,6 +512,40 @@ impl Walker<'_> {
                         self.report(what, None);
                         continue;
                     }
+                    // The source directory itself (a bind mount of it in
+                    // the destination): GNU's rule for the whole directory,
+                    // one message rather than one per file inside.
+                    let itself = rustix::fs::statat(
+                        &pair.dst,
+                        e.dst_name.as_c_str(),
+                        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                    )
+                    .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+                    if itself {
+                        let deref = self.ctx.opts.dereference == Dereference::Always;
+                        match super::same_file::same_file_ok(
+                            &src,
+                            &e.st,
+                            deref,
+                            &dst,
+                            self.ctx.opts,
+                            false,
+                        ) {
+                            super::same_file::Same::Go => {}
+                            super::same_file::Same::Done => continue,
+                            super::same_file::Same::Refuse => {
+                                self.report(
+                                    format!(
+                                        "{} and {} are the same file",
+                                        quote(&src),
+                                        quote(&dst)
+                                    ),
+                                    None,
+                                );
+                                continue;
+                            }
+                        }
+                    }
                     false
                 }
                 Err(err) => {

@@ -95,6 +95,8 @@ impl Walker<'_> {
         };
         let mut r = make();
         if relative && r != Err(rustix::io::Errno::EXIST) {
+            // GNU says what it is about to do before it refuses.
+            copy::say_copied(opts, &src, &dst, None);
             return refuse_relative();
         }
         // Something is in the way: `-u` and the same-file rule need the
@@ -210,12 +212,37 @@ impl Walker<'_> {
                 // GNU removes what is in the way first with
                 // `--remove-destination` (a backup it would make is put
                 // back), then refuses.
-                if (opts.remove_destination || unlink_first) && opts.backup == copy::Backup::None {
-                    let _ = rustix::fs::unlinkat(
-                        &pair.dst,
-                        e.dst_name.as_c_str(),
-                        rustix::fs::AtFlags::empty(),
-                    );
+                // Each step is said with `-v`, as GNU says it, before the
+                // refusal.
+                if opts.backup != copy::Backup::None {
+                    match copy::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name) {
+                        Ok(Some(b)) => {
+                            copy::say_copied(opts, &src, &dst, Some(&b));
+                            let _ = rustix::fs::renameat(
+                                &pair.dst,
+                                crate::copy::cname(b.file_name().unwrap_or_default()),
+                                &pair.dst,
+                                e.dst_name.as_c_str(),
+                            );
+                            copy::say(
+                                opts,
+                                format_args!("{} -> {} (unbackup)", quote(&b), quote(&dst)),
+                            );
+                        }
+                        _ => copy::say_copied(opts, &src, &dst, None),
+                    }
+                } else {
+                    if (opts.remove_destination || unlink_first)
+                        && rustix::fs::unlinkat(
+                            &pair.dst,
+                            e.dst_name.as_c_str(),
+                            rustix::fs::AtFlags::empty(),
+                        )
+                        .is_ok()
+                    {
+                        copy::say(opts, format_args!("removed {}", quote(&dst)));
+                    }
+                    copy::say_copied(opts, &src, &dst, None);
                 }
                 return refuse_relative();
             }
@@ -480,11 +507,22 @@ impl Walker<'_> {
                 }
             };
         }
+        // As GNU's `-v`: a link (`-l`, `-s`) that replaces what is in its
+        // way only because of `-f` or `-i` is made over it without a
+        // word (GNU replaces it in one step); a removal first, for
+        // `--remove-destination`, a file of several names under `-a`, or a
+        // source that is no regular file with links not followed, is said.
+        let said = !forced
+            || opts.remove_destination
+            || (data && opts.preserve.links && several_names())
+            || (e.never_follows(opts.dereference) && e.kind() != libc::S_IFREG);
         if let Err(e) = at::unlink(&pair.dst, name) {
             self.report(format!("cannot remove {}", quote(&dst)), Some(e));
             return Replace::Failed;
         }
-        copy::say(opts, format_args!("removed {}", quote(&dst)));
+        if said {
+            copy::say(opts, format_args!("removed {}", quote(&dst)));
+        }
         Replace::Removed(None)
     }
 

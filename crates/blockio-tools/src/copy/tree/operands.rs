@@ -294,6 +294,23 @@ impl Walker<'_> {
             } else {
                 dest.as_os_str().as_bytes().ends_with(b"/")
             };
+            // A destination that is the source directory itself (`cp -a
+            // s/. t` with `t` a bind mount or a link to `s`, `cp -rT s s`)
+            // is one refusal of the whole operand, as GNU's, before any
+            // check of what lies inside it.
+            // GNU's rule looks at links by `-L`/`-H` alone here: `s/` is
+            // followed to be read, yet a link `t` to `s` is the same file.
+            let deref = opts.dereference != copy::Dereference::Never;
+            match same_file_ok(src, &st, deref, &target, opts, false) {
+                Same::Go => {}
+                Same::Done => return,
+                Same::Refuse => {
+                    return self.report(
+                        format!("{} and {} are the same file", quote(src), quote(&target)),
+                        None,
+                    )
+                }
+            }
             return self.operand_dir(src, &target, &st, follow);
         }
         if !dest_is_dir
@@ -341,6 +358,28 @@ impl Walker<'_> {
     /// merged into when it is a directory, or a link to one that the user
     /// named: `follow`).
     pub(super) fn operand_dir(&self, src: &Path, target: &Path, st: &libc::statx, follow: bool) {
+        let existing = |target: &Path| {
+            if follow {
+                std::fs::metadata(target)
+            } else {
+                std::fs::symlink_metadata(target)
+            }
+        };
+        let not_a_directory = || {
+            self.report(
+                format!(
+                    "cannot overwrite non-directory {} with directory {}",
+                    quote(target),
+                    quote(src)
+                ),
+                None,
+            )
+        };
+        // A non-directory in the way is refused before anything is
+        // looked for inside the destination, as GNU's order is.
+        if existing(target).is_ok_and(|m| !m.is_dir()) {
+            return not_a_directory();
+        }
         if let (Ok(s), Ok(t)) = (std::fs::canonicalize(src), canonical_target(target)) {
             if t.starts_with(&s) {
                 return self.report(
@@ -359,20 +398,8 @@ impl Walker<'_> {
         {
             Ok(()) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                let existing = if follow {
-                    std::fs::metadata(target)
-                } else {
-                    std::fs::symlink_metadata(target)
-                };
-                if !existing.is_ok_and(|m| m.is_dir()) {
-                    return self.report(
-                        format!(
-                            "cannot overwrite non-directory {} with directory {}",
-                            quote(target),
-                            quote(src)
-                        ),
-                        None,
-                    );
+                if !existing(target).is_ok_and(|m| m.is_dir()) {
+                    return not_a_directory();
                 }
                 false
             }

@@ -43,6 +43,11 @@ pub(super) fn same_file_ok(
     let symbolic_link = opts.link == copy::LinkMode::Symbolic;
     let backup = opts.backup != copy::Backup::None;
     let go = |ok: bool| if ok { Same::Go } else { Same::Refuse };
+    // `-n` never opens an existing destination, so it cannot write into
+    // the source: GNU makes no check then, and skips the file in silence.
+    if opts.no_clobber {
+        return Same::Go;
+    }
     let src_kind = u32::from(st.stx_mode) & libc::S_IFMT;
     let src_id = statx_id(st);
     let src_is_link = src_kind == libc::S_IFLNK;

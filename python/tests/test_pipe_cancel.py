@@ -1,0 +1,125 @@
+"""A read of a pipe cancelled while it waits for bytes: the bytes the
+kernel hands over afterwards are not lost, on both backends, binary and
+text. A read blocked in the kernel cannot be taken back, so the file keeps
+it, and its bytes come first in the file's next read, after what the
+cancelled call had already read (which it put back).
+
+Every call that must return is bounded by a 30 s guard; the cancelled one
+is cancelled while it waits for a line or bytes that are not there."""
+
+import asyncio
+import os
+
+import pytest
+
+import blockio
+
+BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+MODES = pytest.mark.parametrize("mode", ["rb", "r"])
+
+
+def text(mode, b):
+    return b if "b" in mode else b.decode()
+
+
+async def readline(f):
+    return await f.readline()
+
+
+async def read100(f):
+    return await f.read(100)
+
+
+async def readall(f):
+    return await f.read()
+
+
+async def readlines(f):
+    return await f.readlines()
+
+
+async def cancelled_while_waiting(f, call):
+    """Starts ``call(f)``, lets it wait for bytes that are not in the pipe
+    yet, and cancels it."""
+    task = asyncio.ensure_future(call(f))
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@BACKENDS
+@MODES
+@pytest.mark.parametrize("call", [readline, read100, readall, readlines])
+def test_cancelled_pipe_read_then_writer_closes_loses_nothing(backend, mode, call):
+    """``abc`` in the pipe, a read cancelled waiting for more, then
+    ``def\\nghi\\n`` written and the writer closed: ``read()`` returns all
+    of ``abcdef\\nghi\\n``."""
+
+    async def main():
+        with blockio.Engine(backend=backend) as e:
+            r, w = os.pipe()
+            f = await blockio.open(r, mode, engine=e)
+            try:
+                os.write(w, b"abc")
+                await cancelled_while_waiting(f, call)
+                os.write(w, b"def\nghi\n")
+                os.close(w)
+                assert await asyncio.wait_for(f.read(), 30) == text(mode, b"abcdef\nghi\n")
+            finally:
+                await f.close()
+
+    asyncio.run(main())
+
+
+@BACKENDS
+@MODES
+@pytest.mark.parametrize("call", [readline, read100, readall, readlines])
+def test_cancelled_pipe_read_then_next_readline_returns_the_whole_line(backend, mode, call):
+    """The writer kept open: after the cancelled read and a write of
+    ``def\\nghi\\n``, the next ``readline()`` returns ``abcdef\\n`` (the
+    lines are in the pipe: it must not wait), and then ``ghi\\n``."""
+
+    async def main():
+        with blockio.Engine(backend=backend) as e:
+            r, w = os.pipe()
+            f = await blockio.open(r, mode, engine=e)
+            try:
+                os.write(w, b"abc")
+                await cancelled_while_waiting(f, call)
+                os.write(w, b"def\nghi\n")
+                assert await asyncio.wait_for(f.readline(), 30) == text(mode, b"abcdef\n")
+                assert await asyncio.wait_for(f.readline(), 30) == text(mode, b"ghi\n")
+                os.close(w)
+                assert await asyncio.wait_for(f.read(), 30) == text(mode, b"")
+            finally:
+                await f.close()
+
+    asyncio.run(main())
+
+
+@BACKENDS
+def test_read_cancelled_in_one_loop_hands_its_bytes_to_the_next_loop(backend):
+    """The read left running by a cancelled call is taken by the file's
+    next read even in another event loop."""
+    r, w = os.pipe()
+    with blockio.Engine(backend=backend) as e:
+
+        async def first():
+            f = await blockio.open(r, "rb", engine=e)
+            await cancelled_while_waiting(f, readline)
+            return f
+
+        f = asyncio.run(first())
+        os.write(w, b"one\ntwo\n")
+        os.close(w)
+
+        async def second():
+            try:
+                return await asyncio.wait_for(f.read(), 30)
+            finally:
+                await f.close()
+
+        assert asyncio.run(second()) == b"one\ntwo\n"
