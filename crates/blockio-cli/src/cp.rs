@@ -675,6 +675,7 @@ fn threads_within(threads: usize, room: Option<u64>) -> usize {
 /// Runs `cp`; `Ok(false)` when anything failed (each failure reported),
 /// including a usage error (exit status 1, as GNU's).
 pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
+    crate::oom::set_program(program());
     let room = one_arena_under_address_limit();
     let mut cmd = match parse(&with_leading_dashes(&args.args)) {
         Ok(Some(cmd)) => cmd,
@@ -702,8 +703,10 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
     let report = std::thread::scope(|s| {
         let (progress, bar, done) = (&progress, &bar, &done);
         let started = std::time::Instant::now();
-        s.spawn(move || {
-            while !done.load(Ordering::Relaxed) && !bar.is_hidden() {
+        // Only for a bar shown; a thread that cannot be had (under a
+        // limit on address space or threads) leaves the bar still.
+        let ticker = move || {
+            while !done.load(Ordering::Relaxed) {
                 let bytes = progress.bytes.load(Ordering::Relaxed);
                 let rate = bytes as f64 / started.elapsed().as_secs_f64().max(1e-3);
                 bar.set_message(format!(
@@ -715,7 +718,10 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
                 ));
                 std::thread::sleep(Duration::from_millis(100));
             }
-        });
+        };
+        if !bar.is_hidden() {
+            let _ = std::thread::Builder::new().spawn_scoped(s, ticker);
+        }
         let r = copy::copy(&cmd.sources, &cmd.dest, &cmd.opts, progress, &on_error);
         done.store(true, Ordering::Relaxed);
         r

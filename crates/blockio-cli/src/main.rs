@@ -30,6 +30,7 @@ mod b3sum_cli;
 mod cp;
 mod digest_cli;
 mod multicall;
+mod oom;
 mod stdio;
 
 use multicall::Personality;

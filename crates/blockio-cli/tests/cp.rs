@@ -471,6 +471,71 @@ fn least_address_space(dir: &Path, args: &str, clean: &Path) -> u64 {
     }
 }
 
+/// `cp -a` and `cp -r` of one directory of 40,000 empty files, within
+/// 4 MB more address space than the copy of one empty file takes (GNU's
+/// `cp -a` copies it under `ulimit -v 8000`). The worker listing a
+/// directory copies waiting groups of files itself while more than two
+/// per worker wait. Before, every file of the directory was queued (its
+/// names and a `statx` each) before any was copied: the copy needed some
+/// 14 MB more than `-al`'s and aborted with "memory allocation of N bytes
+/// failed" under `ulimit -v 20000`, leaving part of the tree.
+#[test]
+fn cp_a_and_r_of_a_directory_of_40000_files_fit_within_4_mb_of_one_files_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = d.join("e");
+    fs::create_dir(&src).unwrap();
+    for i in 1..=40_000 {
+        fs::write(src.join(format!("f{i:05}")), b"").unwrap();
+    }
+    fs::write(d.join("f"), b"").unwrap();
+    let mut want: Vec<_> = fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    want.sort();
+    for opt in ["-a", "-r"] {
+        let one = least_address_space(d, &format!("{opt} f f2"), &d.join("f2"));
+        let (code, err) = cp_within(d, one + 4000, &format!("{opt} e copy{opt}"));
+        assert_eq!(
+            code,
+            Some(0),
+            "cp {opt} under ulimit -v {}: {err}",
+            one + 4000
+        );
+        assert_eq!(err, "");
+        let mut names: Vec<_> = fs::read_dir(d.join(format!("copy{opt}")))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, want, "cp {opt}");
+    }
+}
+
+/// A copy that runs out of memory ends as GNU's `cp` does (its
+/// `xalloc_die`): "cp: memory exhausted" and exit status 1. Here the
+/// names of one directory (30,000 of 240 bytes) alone take more than the
+/// address space left. Before, Rust's allocation-failure handler printed
+/// "memory allocation of N bytes failed" and aborted the process
+/// (SIGABRT, exit status 134).
+#[test]
+fn cp_out_of_memory_says_memory_exhausted_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = d.join("e");
+    fs::create_dir(&src).unwrap();
+    let long = "n".repeat(235);
+    for i in 0..30_000 {
+        fs::write(src.join(format!("{long}{i:05}")), b"").unwrap();
+    }
+    fs::write(d.join("f"), b"").unwrap();
+    let one = least_address_space(d, "-r f f2", &d.join("f2"));
+    let (code, err) = cp_within(d, one + 2000, "-r e copy");
+    assert_eq!(code, Some(1), "under ulimit -v {}: {err}", one + 2000);
+    assert_eq!(err, "blockio cp: memory exhausted\n");
+}
+
 /// coreutils' `tests/cp/link-heap.sh`: `cp -al` of a tree of 40,000
 /// entries, two directories of 20,000 (10,000 files and 10,000
 /// subdirectories, the second's files hard links of the first's), within

@@ -19,20 +19,27 @@ pub(crate) struct WorkerPool<J: Send + 'static> {
 }
 
 impl<J: Send + 'static> WorkerPool<J> {
-    /// Starts the workers (at least one).
+    /// Starts the workers: `threads` of them, or as many as can be had
+    /// when that is fewer (under a limit on address space, `ulimit -v`,
+    /// or on threads), at least one; an error only when none can.
     pub(crate) fn new(threads: usize, name: &str, handle: fn(J)) -> io::Result<WorkerPool<J>> {
         let (tx, rx) = mpsc::channel::<J>();
         let rx = Arc::new(Mutex::new(rx));
-        let threads = threads.max(1);
-        for i in 0..threads {
+        let mut started = 0;
+        for i in 0..threads.max(1) {
             let rx = rx.clone();
-            thread::Builder::new()
+            match thread::Builder::new()
                 .name(format!("{name}-{i}"))
-                .spawn(move || work(&rx, handle))?;
+                .spawn(move || work(&rx, handle))
+            {
+                Ok(_) => started += 1,
+                Err(e) if started == 0 => return Err(e),
+                Err(_) => break,
+            }
         }
         Ok(WorkerPool {
             tx: Mutex::new(Some(tx)),
-            threads,
+            threads: started,
         })
     }
 

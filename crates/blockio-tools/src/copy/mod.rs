@@ -469,10 +469,14 @@ pub fn copy(
     let started = std::time::Instant::now();
     // The thread-pool backend's workers scale with the copy's own threads
     // (16 each, at most 64), so a copy whose threads were cut to fit an
-    // address-space limit (`ulimit -v`) does not start 64 stacks anyway.
+    // address-space limit (`ulimit -v`) does not start 64 stacks anyway;
+    // under such a limit, one each: every worker's stack takes 2 MiB of
+    // address space, and 16 of them would take the room the copy's
+    // listings need.
+    let per_thread = if address_space_limited() { 1 } else { 16 };
     let engine = blockio::Engine::builder()
         .queue_depth(256)
-        .fallback_threads((opts.threads.max(1) * 16).min(64))
+        .fallback_threads((opts.threads.max(1) * per_thread).min(64))
         .build()?;
     let mut report = tree::run(
         &engine,
@@ -494,6 +498,14 @@ pub fn copy(
         code => Some(code),
     };
     Ok(report)
+}
+
+/// Whether the process's address space is limited (`ulimit -v`,
+/// `RLIMIT_AS`).
+fn address_space_limited() -> bool {
+    rustix::process::getrlimit(rustix::process::Resource::As)
+        .current
+        .is_some()
 }
 
 fn usage(msg: String) -> io::Error {

@@ -114,7 +114,10 @@ impl Walker<'_> {
     }
 
     /// One directory of the tree, already made at `dst`.
-    pub(super) fn directory(&self, q: Queued) {
+    /// Between parts of a large directory, the worker listing it copies
+    /// waiting file groups itself with its `arena` when too many wait
+    /// (`help_with_files`).
+    pub(super) fn directory(&self, q: Queued, arena: &mut blockio::AlignedBuf) {
         let t = q.dir.resolve();
         let Some((s, d, root, rel)) = self.open_task(&t) else {
             return self.fix_dir(&t, q.fix, None, None);
@@ -206,6 +209,7 @@ impl Walker<'_> {
                 })
                 .collect();
             self.dispatch(&pair, entries, &mut group);
+            self.help_with_files(arena);
         }
         if !group.is_empty() {
             self.send(&pair, group);

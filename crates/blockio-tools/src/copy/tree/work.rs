@@ -154,6 +154,16 @@ impl Work {
         }
     }
 
+    /// The oldest waiting group of files when more than `most` wait (the
+    /// caller runs it as a task, marking it done with [`Running`]).
+    pub(super) fn group_beyond(&self, most: usize) -> Option<Group> {
+        let mut q = self.queues.lock().expect("work queue lock");
+        if q.aborted || q.groups.len() <= most {
+            return None;
+        }
+        q.groups.pop_front()
+    }
+
     /// A task is finished; the last one wakes every worker to end.
     fn done(&self) {
         let mut q = self.queues.lock().expect("work queue lock");
