@@ -9,6 +9,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -505,10 +506,51 @@ fn ask(question: &str) -> bool {
     let mut err = std::io::stderr().lock();
     let _ = write!(err, "{}: {question}", program());
     let _ = err.flush();
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
+    let line = match read_answer() {
+        Ok(line) => line,
+        Err(e) => {
+            record_stdin_error(&e);
+            String::new()
+        }
+    };
     matches!(line.trim_start().chars().next(), Some('y' | 'Y'))
 }
+
+/// One line of standard input, read a byte at a time (nothing after the
+/// line is taken from a later question's answer), from descriptor 0
+/// itself: `std::io::stdin` takes a closed descriptor (`EBADF`) for an
+/// empty input, and GNU reports it.
+fn read_answer() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut input = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        match input.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => {
+                line.push(byte[0]);
+                if byte[0] == b'\n' {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(String::from_utf8_lossy(&line).into_owned())
+}
+
+/// Keeps the first error of reading an answer (which counts as "no"),
+/// reported once at the end as GNU's "error closing file".
+fn record_stdin_error(e: &std::io::Error) {
+    let code = e.raw_os_error().unwrap_or(libc::EIO);
+    let _ = STDIN_ERROR.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
+}
+
+/// The first error of reading an answer from standard input (`-i`), as an
+/// errno; 0 for none. Reported when the copy ends, with status 1.
+static STDIN_ERROR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// A block size for `cp`: 4 KiB to 64 MiB.
 fn parse_block(s: &str) -> Result<usize, String> {
@@ -757,12 +799,28 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
         .map(std::io::Error::from_raw_os_error)
         .or(flushed.err())
     {
+        if e.raw_os_error() == Some(libc::EPIPE) {
+            // The copy is whole; now end as the closed pipe would have.
+            crate::stdio::end_as_a_closed_pipe_would();
+        }
         eprintln!(
             "{}: write error: {}",
             program(),
             blockio_tools::reason::reason(&e)
         );
         ok = false;
+    }
+    match STDIN_ERROR.load(Ordering::Relaxed) {
+        0 => {}
+        code => {
+            let e = std::io::Error::from_raw_os_error(code);
+            eprintln!(
+                "{}: error closing file: {}",
+                program(),
+                blockio_tools::reason::reason(&e)
+            );
+            ok = false;
+        }
     }
     Ok(ok)
 }

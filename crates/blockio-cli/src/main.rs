@@ -186,14 +186,26 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
         Personality::Digest(_) => stdio::init(stdio::Fill::Failing),
         // b3sum is a Rust program: closed descriptors are /dev/null to it.
         Personality::B3sum => stdio::init(stdio::Fill::Usable),
-        Personality::Blockio | Personality::Cp => {
+        // `cp` sees closed descriptors as GNU's does ("write error: Bad
+        // file descriptor" for `-v`), and, as every copy, ignores SIGPIPE
+        // while it copies: a `-v` line to a closed pipe must never kill it
+        // between emptying a destination and filling it. It ends as a
+        // closed pipe would have ended it once the copy is done (see
+        // `cp::run`).
+        Personality::Cp => {
+            stdio::init(stdio::Fill::Failing);
+            stdio::set_sigpipe(true);
+        }
+        Personality::Blockio if args.get(1).is_some_and(|a| a == "cp") => {
             stdio::init(stdio::Fill::Usable);
-            // A closed pipe (`blockio sum | head`) ends the process
-            // quietly, as it ends the coreutils, instead of each write
-            // failing with EPIPE.
-            // SAFETY: sets the default action of one signal before any
-            // thread starts; no handler is installed.
-            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            stdio::set_sigpipe(true);
+        }
+        // A closed pipe (`blockio sum | head`) ends the process quietly,
+        // as it ends the coreutils, instead of each write failing with
+        // EPIPE.
+        Personality::Blockio => {
+            stdio::init(stdio::Fill::Usable);
+            stdio::set_sigpipe(false);
         }
     }
     let code = match personality {

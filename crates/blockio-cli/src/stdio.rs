@@ -18,6 +18,40 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static STDIN_CLOSED: AtomicBool = AtomicBool::new(false);
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+static SIGPIPE_INHERITED_IGNORED: AtomicBool = AtomicBool::new(false);
+
+/// Sets SIGPIPE's action for the process (`ignore`: writes to a closed
+/// pipe fail with `EPIPE`; else the default, which ends the process),
+/// remembering the first time how the parent had left it, for
+/// [`end_as_a_closed_pipe_would`]. Call before any thread starts.
+pub fn set_sigpipe(ignore: bool) {
+    static FIRST: std::sync::Once = std::sync::Once::new();
+    let action = if ignore { libc::SIG_IGN } else { libc::SIG_DFL };
+    // SAFETY: sets the action of one signal to a predefined disposition
+    // (no handler is installed); called before any thread starts.
+    let old = unsafe { libc::signal(libc::SIGPIPE, action) };
+    FIRST.call_once(|| SIGPIPE_INHERITED_IGNORED.store(old == libc::SIG_IGN, Ordering::Relaxed));
+}
+
+/// After standard output failed with `EPIPE` (its reader gone): ends the
+/// process as the coreutils end on that pipe, killed by SIGPIPE, if the
+/// parent left SIGPIPE at its default action; returns if the parent
+/// ignored it (the coreutils then report a "write error").
+pub fn end_as_a_closed_pipe_would() {
+    if SIGPIPE_INHERITED_IGNORED.load(Ordering::Relaxed) {
+        return;
+    }
+    let _ = io::stderr().flush();
+    // SAFETY: restores the default action of SIGPIPE and sends it to
+    // this thread, which ends the process; no handler is installed.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    // Not reached unless SIGPIPE is blocked: end with the status a shell
+    // reports for it.
+    std::process::exit(128 + libc::SIGPIPE);
+}
 
 /// How [`init`] fills a closed standard descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -533,15 +533,29 @@ pub(crate) use crate::quote::quote;
 /// that lines from several threads never mix).
 pub(crate) fn say(opts: &CopyOptions, line: std::fmt::Arguments<'_>) {
     if opts.verbose {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        if let Err(e) = writeln!(out, "{line}") {
+        use std::os::fd::AsFd;
+        let out = std::io::stdout().lock();
+        if let Err(e) = write_all_to(out.as_fd(), format!("{line}\n").as_bytes()) {
             // The copy goes on; the caller reports it at the end (see
             // `CopyReport::output_error`), as GNU's "write error".
             let code = blockio::errno(&e).unwrap_or(libc::EIO);
             let _ = OUTPUT_ERROR.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
         }
     }
+}
+
+/// Writes all of `buf` to `fd` itself: `std::io::stdout` takes a closed
+/// standard output (`EBADF`) for success, and GNU reports it.
+fn write_all_to(fd: std::os::fd::BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match rustix::io::write(fd, buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// The first error of writing `-v`'s lines to standard output, as an
