@@ -380,3 +380,77 @@ fn names_in_messages_are_quoted_as_gnu_quotes_them() {
     assert!(err.contains("cannot stat 'x'$'\\n''y'"), "{err}");
     assert!(err.contains("cannot stat 'bad'$'\\377''z'"), "{err}");
 }
+
+/// `getfacl` of `p`: its ACL in short form, entries sorted.
+fn getfacl(p: &Path) -> String {
+    let o = Command::new("getfacl")
+        .args(["-cp"])
+        .arg(p)
+        .output()
+        .expect("getfacl (Debian package acl) runs");
+    assert!(o.status.success(), "getfacl: {}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `-p`, `-a` and `--preserve=mode` onto a file that exists give it the
+/// source's ACL, or none when the source has none: an ACL of the old file
+/// left in place could let users read the copy who cannot read the
+/// source. GNU `cp` does the same on the same input.
+#[test]
+fn preserving_mode_onto_an_existing_file_replaces_its_acl_as_gnu_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let options: [&[&str]; 5] = [
+        &["-p"],
+        &["-a"],
+        &["--preserve=mode"],
+        &["-a", "--no-preserve=xattr"],
+        &["-a", "--attributes-only"],
+    ];
+    for (k, opts) in options.iter().enumerate() {
+        for (source_acl, tool) in [
+            (false, "gnu"),
+            (false, "ours"),
+            (true, "gnu"),
+            (true, "ours"),
+        ] {
+            let w = d.join(format!("{k}-{source_acl}-{tool}"));
+            fs::create_dir_all(w.join("s")).unwrap();
+            fs::create_dir_all(w.join("d")).unwrap();
+            for f in ["f", "s/f"] {
+                fs::write(w.join(f), b"secret").unwrap();
+                fs::set_permissions(w.join(f), fs::Permissions::from_mode(0o640)).unwrap();
+                if source_acl {
+                    setfacl(&["-m", "u:daemon:r"], &w.join(f));
+                }
+            }
+            for x in ["x", "d/f"] {
+                fs::write(w.join(x), b"old").unwrap();
+                fs::set_permissions(w.join(x), fs::Permissions::from_mode(0o600)).unwrap();
+                setfacl(&["-m", "u:nobody:rw"], &w.join(x));
+            }
+            let run = |args: &[&str]| {
+                let o = if tool == "gnu" {
+                    Command::new("/usr/bin/cp")
+                        .current_dir(&w)
+                        .args(args)
+                        .output()
+                        .unwrap()
+                } else {
+                    cp(&w, args)
+                };
+                ok(&o);
+            };
+            run(&[opts, &["f", "x"][..]].concat());
+            run(&[opts, &["-r", "s/.", "d"][..]].concat());
+        }
+        for source_acl in [false, true] {
+            for x in ["x", "d/f"] {
+                let gnu = getfacl(&d.join(format!("{k}-{source_acl}-gnu")).join(x));
+                let ours = getfacl(&d.join(format!("{k}-{source_acl}-ours")).join(x));
+                assert_eq!(ours, gnu, "{opts:?} onto {x}, source ACL {source_acl}");
+                assert!(!ours.contains("nobody"), "{opts:?} onto {x}: {ours}");
+            }
+        }
+    }
+}

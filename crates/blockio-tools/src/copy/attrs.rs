@@ -18,8 +18,9 @@
 //! 2. extended attributes, ACLs included (`system.posix_acl_access` and
 //!    `system.posix_acl_default` are the ACLs' xattr form), so that an ACL
 //!    that narrows access is there before the group bits open up. ACLs the
-//!    copy inherited from a default ACL of its new directory, which the
-//!    source does not have, are removed: the copy's access is the
+//!    source does not have are removed, whether the copy inherited them
+//!    from a default ACL of its new directory or they belong to the
+//!    existing file the copy overwrote: the copy's access is the
 //!    source's, never wider;
 //! 3. the mode (for a file with an ACL, its group bits are the ACL's mask,
 //!    as in the source);
@@ -190,9 +191,11 @@ impl<'a> Node<'a> {
 }
 
 /// Makes `dst`'s extended attributes those of `src` (see the module doc
-/// for what is left out and why). `inherits`: `dst` was made in a
-/// directory with a default ACL, so it may hold ACLs the source lacks
-/// (without one, looking for them would cost two system calls a file).
+/// for what is left out and why). `inherits`: `dst` may hold ACLs the
+/// source lacks, which are removed: it was made in a directory with a
+/// default ACL, or it existed before the copy (a copy this run made in a
+/// directory without one has none, and looking for them would cost two
+/// system calls a file).
 /// As GNU `cp`, the ACLs go with the mode (`keep.mode`) and the other
 /// attributes with `keep.xattr`: either may be copied alone.
 pub(crate) fn copy_xattrs(

@@ -46,7 +46,11 @@ pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'
             }
         }
         if ctx.opts.preserve.attrs() {
-            let xattrs = Some((Node::Fd(j.src.as_fd()), dirs.dst_default_acl));
+            // A file that was there before may hold any ACL: one the
+            // source lacks must go (`-p` onto it), or the copy could be
+            // read by users who cannot read the source.
+            let may_hold_acls = dirs.dst_default_acl || !j.created;
+            let xattrs = Some((Node::Fd(j.src.as_fd()), may_hold_acls));
             let keep = &ctx.opts.preserve;
             let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs, keep);
             if let Err(e) = set {
