@@ -1024,6 +1024,21 @@ fn backup_options_work_as_gnu_does() {
     ] {
         like_gnu(setup, args);
     }
+    // Numbers as GNU reads them: decimal of any length (never wrapping
+    // round at 2^64 onto `x.~0~`), none with a leading zero.
+    for setup in [
+        "echo A > x; echo B > y; echo P > x.~0~; echo C > x.~18446744073709551615~",
+        "echo A > x; echo B > y; echo C > x.~9~; echo D > x.~010~",
+        "echo A > x; echo B > y; echo C > x.~99999999999999999999~; echo D > x.~+5~",
+        "echo A > x; echo B > y; echo C > x.~1x~; echo D > x.~~",
+    ] {
+        for args in [
+            &["--backup=numbered", "y", "x"][..],
+            &["--backup=existing", "y", "x"],
+        ] {
+            like_gnu(setup, args);
+        }
+    }
 }
 
 /// `-x`: a directory on another file system is made, not walked; here a

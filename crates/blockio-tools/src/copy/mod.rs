@@ -639,40 +639,59 @@ fn backup_name(
         return Ok(None);
     }
     let base = name.to_bytes();
-    let highest = || -> io::Result<Option<u64>> {
+    let highest = || -> io::Result<Option<Vec<u8>>> {
         let mut prefix = base.to_vec();
         prefix.extend_from_slice(b".~");
-        let mut best = None;
         let listing = at::list(dir)?;
-        for n in listing.names() {
-            let n = n.to_bytes();
-            let Some(num) = n
-                .strip_prefix(&prefix[..])
-                .and_then(|r| r.strip_suffix(b"~"))
-            else {
-                continue;
-            };
-            if let Some(v) = std::str::from_utf8(num)
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-            {
-                best = best.max(Some(v));
-            }
-        }
-        Ok(best)
+        Ok(listing
+            .names()
+            .filter_map(|n| {
+                let num = n.to_bytes().strip_prefix(&prefix[..])?.strip_suffix(b"~")?;
+                backup_number(num).then(|| num.to_vec())
+            })
+            // Decimal numbers of any length: the longest, then the
+            // greatest of those.
+            .max_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b))))
     };
     let numbered = match opts.backup {
         Backup::None => return Ok(None),
         Backup::Simple => None,
-        Backup::Numbered => Some(highest()?.unwrap_or(0) + 1),
-        Backup::Existing => highest()?.map(|h| h + 1),
+        Backup::Numbered => Some(highest()?.map_or_else(|| b"1".to_vec(), |h| increment(&h))),
+        Backup::Existing => highest()?.map(|h| increment(&h)),
     };
     let mut backup = base.to_vec();
     match numbered {
-        Some(n) => backup.extend_from_slice(format!(".~{n}~").as_bytes()),
+        Some(n) => {
+            backup.extend_from_slice(b".~");
+            backup.extend_from_slice(&n);
+            backup.push(b'~');
+        }
         None => backup.extend_from_slice(opts.suffix.as_bytes()),
     }
     Ok(Some(std::ffi::OsString::from_vec(backup)))
+}
+
+/// Whether `num`, from a name `F.~num~`, is a backup's number as GNU's
+/// `cp` reads one: decimal digits, the first not 0 (`F.~0~` and
+/// `F.~010~` are not numbered backups).
+fn backup_number(num: &[u8]) -> bool {
+    matches!(num.first(), Some(b'1'..=b'9')) && num.iter().all(u8::is_ascii_digit)
+}
+
+/// The decimal number `num` plus one, at any length (never wrapping round
+/// to an existing backup's number).
+fn increment(num: &[u8]) -> Vec<u8> {
+    let mut out = num.to_vec();
+    for d in out.iter_mut().rev() {
+        if *d == b'9' {
+            *d = b'0';
+        } else {
+            *d += 1;
+            return out;
+        }
+    }
+    out.insert(0, b'1');
+    out
 }
 
 /// As GNU `cp`: `cp --force --backup F F`, one existing regular file named
