@@ -294,7 +294,7 @@ class Engine:
         finished, cancelled, interrupted = self._core.close()
         for (fut, _), results in finished:
             if fut is not None:
-                _deliver(fut, results, None)
+                _deliver_results(fut, results, None)
         # Cancelled (after a second without completions, or cut short by a
         # signal): each gets the error.
         for fut, _ in cancelled:
@@ -477,8 +477,8 @@ class Engine:
             # A cancelled future gets nothing; its buffers and file objects
             # were kept until now.
             if fut is not None and not fut.done():
-                _deliver(fut, results, loop)
-            elif keep is _OPENED and isinstance(results[0], int):
+                _deliver_results(fut, results, loop)
+            elif keep is _OPENED and isinstance(results, list) and isinstance(results[0], int):
                 # Opened for a task whose cancellation has not reached it
                 # yet: closed on the file-system threads, for nobody.
                 self._core.submit_close(_NOBODY, results[0])
@@ -844,6 +844,16 @@ def _named(results: List[Any], paths: Sequence[StrPath]) -> List[Any]:
         OSError(r.errno, os.strerror(r.errno or 0), os.fspath(p)) if isinstance(r, OSError) else r
         for r, p in zip(results, paths)
     ]
+
+
+def _deliver_results(fut: _Future, results: Any, on: Optional[asyncio.AbstractEventLoop]) -> None:
+    """:func:`_deliver` of a finished batch as the core hands it over: its
+    list of results, or the exception that kept the list from being made
+    (a ``MemoryError``), which the awaiting task then raises."""
+    if isinstance(results, BaseException):
+        _deliver(fut, None, on, results)
+    else:
+        _deliver(fut, results, on)
 
 
 def _deliver(fut: _Future, results: Optional[List[Any]], on: Optional[asyncio.AbstractEventLoop],

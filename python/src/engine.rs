@@ -721,10 +721,7 @@ impl Core {
         let results =
             crate::gil::detach(py, || fsjobs::read_files(&engine, &paths)).map_err(io_err)?;
         let failed = results.iter().filter(|r| r.is_err()).count();
-        let items = results.iter().map(|r| match r {
-            Ok(b) => PyBytes::new(py, b).into_any().unbind(),
-            Err(e) => file_error(py, e),
-        });
+        let items = results.iter().map(|r| file_content(py, r));
         Ok((PyList::new(py, items)?, failed))
     }
 
@@ -736,7 +733,7 @@ impl Core {
         release_parked(py);
         self.finished()
             .into_iter()
-            .map(|(w, d)| Ok((w, results_to_py(py, d, &self.spare)?)))
+            .map(|(w, d)| Ok((w, results_or_error(py, d, &self.spare))))
             .collect()
     }
 
@@ -790,7 +787,7 @@ impl Core {
             let done = self.finished();
             idle = if done.is_empty() { idle + 1 } else { 0 };
             for (w, d) in done {
-                finished.push((w, results_to_py(py, d, &self.spare)?));
+                finished.push((w, results_or_error(py, d, &self.spare)));
             }
             if self.pending() == 0 || idle > 10 {
                 break;

@@ -53,10 +53,7 @@ pub(crate) fn out_or_error(py: Python<'_>, r: io::Result<Out>) -> PyObject {
             .into_any()
             .unbind(),
         Ok(Out::Files(files)) => {
-            let items = files.into_iter().map(|r| match r {
-                Ok(b) => PyBytes::new(py, &b).into_any().unbind(),
-                Err(e) => file_error(py, &e),
-            });
+            let items = files.iter().map(|r| file_content(py, r));
             PyList::new(py, items).expect("list").into_any().unbind()
         }
         Err(e) => os_error(py, &e),
@@ -174,6 +171,38 @@ pub(crate) fn file_error(py: Python<'_>, e: &io::Error) -> PyObject {
         .into_any();
     }
     os_error(py, e)
+}
+
+/// `data` copied into a new bytes object, or the `MemoryError` Python
+/// raised when it could not allocate one (pyo3's `PyBytes::new` panics
+/// then, and a panic would stop the call: a file that fits in memory once
+/// but not twice must be a `MemoryError` in its place, never an abort).
+pub(crate) fn new_bytes<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    let len = pyo3::ffi::Py_ssize_t::try_from(data.len())
+        .map_err(|_| pyo3::exceptions::PyMemoryError::new_err("too large for a bytes object"))?;
+    // SAFETY: `data` is valid for `len` bytes, which
+    // PyBytes_FromStringAndSize copies into a new bytes object; it returns
+    // a new reference, or null with a Python error set. The GIL is held
+    // (`py`).
+    let raw = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(data.as_ptr().cast(), len) };
+    if raw.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `raw` is a new, non-null reference to a bytes object, which
+    // the Bound now owns.
+    Ok(unsafe { Bound::from_owned_ptr(py, raw).downcast_into_unchecked::<PyBytes>() })
+}
+
+/// A file's content for a `read_files` list: its bytes, or the error in
+/// their place (a `MemoryError` when the bytes object cannot be made).
+pub(crate) fn file_content(py: Python<'_>, r: &io::Result<Vec<u8>>) -> PyObject {
+    match r {
+        Ok(b) => match new_bytes(py, b) {
+            Ok(bytes) => bytes.into_any().unbind(),
+            Err(_) => file_error(py, &io::ErrorKind::OutOfMemory.into()),
+        },
+        Err(e) => file_error(py, e),
+    }
 }
 
 pub(crate) fn io_err(e: io::Error) -> PyErr {

@@ -20,8 +20,10 @@ use crate::fsjobs::Out;
 use crate::lent::Lent;
 use crate::*;
 
-/// Finished asynchronous batches as Python sees them: `(token, results)`.
-pub(crate) type Finished<'py> = Vec<(PyObject, Bound<'py, PyList>)>;
+/// Finished asynchronous batches as Python sees them: `(token, results)`,
+/// the results a list, or the exception that kept the list from being
+/// made (see [`results_or_error`]).
+pub(crate) type Finished<'py> = Vec<(PyObject, Bound<'py, PyAny>)>;
 
 /// What `Core::close` hands back: the finished batches, the waiters of
 /// the cancelled ones, and the exception that interrupted the wait.
@@ -219,6 +221,20 @@ impl Wake for TokenWaker {
 /// Bytes of spare read buffers a core keeps at most.
 pub(crate) const SPARE_BYTES: usize = 16 << 20;
 
+/// [`results_to_py`], or the exception it met (a `MemoryError` when a
+/// bytes object could not be made), for the batch's awaiting task to
+/// raise: every finished batch is handed over, and none left unresolved.
+pub(crate) fn results_or_error<'py>(
+    py: Python<'py>,
+    done: Done,
+    spare: &Mutex<Vec<AlignedBuf>>,
+) -> Bound<'py, PyAny> {
+    match results_to_py(py, done, spare) {
+        Ok(list) => list.into_any(),
+        Err(e) => e.into_value(py).into_bound(py).into_any(),
+    }
+}
+
 pub(crate) fn results_to_py<'py>(
     py: Python<'py>,
     done: Done,
@@ -227,20 +243,21 @@ pub(crate) fn results_to_py<'py>(
     match done {
         Done::Read(v) => {
             let mut back = Vec::new();
-            let items: Vec<PyObject> = v
+            let items: PyResult<Vec<PyObject>> = v
                 .into_iter()
                 .map(|(r, buf)| {
                     let item = match (&r, &buf) {
-                        (Ok(n), Buf::Owned(b)) => PyBytes::new(py, &b[..*n]).into_any().unbind(),
+                        (Ok(n), Buf::Owned(b)) => new_bytes(py, &b[..*n])?.into_any().unbind(),
                         (Ok(_), Buf::Exported(_)) => PyBytes::new(py, &[]).into_any().unbind(),
                         (Err(e), _) => os_error(py, e),
                     };
                     if let Buf::Owned(b) = buf {
                         back.push(b);
                     }
-                    item
+                    Ok(item)
                 })
                 .collect();
+            let items = items?;
             // Kept while the pool, counted in buffers of this size, stays
             // under SPARE_BYTES (a reader of mixed sizes drops mismatches).
             let mut spare = spare.lock().expect("spare lock");

@@ -6,6 +6,8 @@ import asyncio
 import errno
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -162,6 +164,37 @@ def test_read_files_of_a_file_larger_than_memory_raises_memory_error(tmp_path, b
         assert isinstance(got[0], MemoryError) and got[1] == small.read_bytes()
     finally:
         e.close()
+
+
+@BACKENDS
+def test_read_files_of_a_file_that_fits_in_memory_once_but_not_twice(tmp_path, backend):
+    """A 1 GiB (sparse) file under a 1.6 GiB address-space limit: its
+    bytes can be read, but not copied again into a bytes object. That is a
+    MemoryError in its place too (as Path.read_bytes raises it when it
+    cannot allocate), for read_files and aread_files, never a panic, and
+    never a task left waiting; the engine goes on working after it."""
+    big = tmp_path / "big"
+    with open(big, "wb") as f:
+        f.truncate(1 << 30)
+    small = tmp_path / "small"
+    small.write_bytes(b"ok")
+    code = f"""
+import asyncio, resource, blockio
+e = blockio.Engine(backend={backend!r})
+resource.setrlimit(resource.RLIMIT_AS, (int(1.6 * (1 << 30)), resource.RLIM_INFINITY))
+paths = [{str(small)!r}, {str(big)!r}, {str(small)!r}]
+def shown(r):
+    return [x if isinstance(x, bytes) else type(x).__name__ for x in r]
+print(shown(e.read_files(paths, return_exceptions=True)))
+async def main():
+    got = await asyncio.wait_for(e.aread_files(paths, return_exceptions=True), 60)
+    return shown(got), await e.aread_files([{str(small)!r}])
+print(*asyncio.run(main()))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    want = "[b'ok', 'MemoryError', b'ok']"
+    assert out.stdout.splitlines() == [want, want + " [b'ok']"], out
 
 
 @BACKENDS
