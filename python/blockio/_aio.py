@@ -34,6 +34,15 @@ def running_trio() -> Any:
     raise RuntimeError("no running event loop: blockio's coroutines run under asyncio (or uvloop) or trio (or anyio on either)")
 
 
+def is_cancellation(e: BaseException) -> bool:
+    """Whether ``e`` is the event loop's cancellation of the running task
+    (asyncio's ``CancelledError`` or trio's ``Cancelled``)."""
+    if isinstance(e, asyncio.CancelledError):
+        return True
+    trio = sys.modules.get("trio")
+    return trio is not None and isinstance(e, trio.Cancelled)
+
+
 class TrioFuture:
     """The part of ``asyncio.Future`` the package uses, for trio: set once
     (from trio's thread, or from any thread through :meth:`settle`),

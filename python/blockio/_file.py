@@ -37,7 +37,7 @@ cancellation takes effect, the end of ``asyncio.run`` included (see
 :meth:`Engine._awrite_kept`), and the position is past its bytes. A read
 cancelled part-way puts back what it took. On a stream (a pipe, socket or
 terminal), a read waiting in the kernel cannot be taken back: a cancelled
-call leaves it to the file (:class:`_StreamRead`), and its bytes come in the
+call leaves it to the file (:class:`_StreamCall`), and its bytes come in the
 file's next read, after those the cancelled call put back.
 """
 
@@ -53,7 +53,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, TypeVar, Union
 
-from ._aio import despite_cancel, new_future, pause, threadsafe_caller
+from ._aio import despite_cancel, is_cancellation, new_future, pause, threadsafe_caller
 from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import CallQueue, one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
@@ -114,81 +114,63 @@ def _write_and_close(fd: int, data: bytes) -> int:
         os.close(fd)
 
 
-async def _on_a_thread(call: Callable[..., T], fd: int, arg: Any) -> T:
-    """``call(dup, arg)`` on a new daemon thread, where ``dup`` is a
-    duplicate of ``fd`` that ``call`` closes: how a file that is not
-    seekable (a pipe, a socket, a terminal) is read and written, on both
-    backends alike. The duplicate is made here, before the task can be
-    cancelled and the file closed, so a read that is still blocked then can
-    never read from a file opened later under the same number; and a
+class _StreamCall:
+    """One call on a stream (a pipe, socket or terminal), ``call(dup,
+    arg)``, on a daemon thread, where ``dup`` is a duplicate of the
+    descriptor that ``call`` closes, made before the calling task can be
+    cancelled and the file closed (so a call still blocked then never
+    reaches a file opened later under the same number). Its outcome
+    outlives the call that started it: a read or write blocked in the
+    kernel cannot be taken back without losing bytes, so a task cancelled
+    while waiting for it leaves it to the file. A read's bytes go to the
+    file's next read (in whatever task or event loop that runs); a write
+    runs to its end, and a later write (given ``after``) starts only once
+    it has, so that writes reach the stream whole and in the order they
+    were made, as on aiofiles' file, whose lock orders its threads. A
     daemon thread never holds up interpreter exit, as a pool's would."""
-    fut = new_future()
-    call_soon = threadsafe_caller()
-    dup = os.dup(fd)
 
-    def settle(ok: bool, value: Any) -> None:
-        if not fut.done():
-            fut.set_result(value) if ok else fut.set_exception(value)
+    __slots__ = ("_lock", "_out", "_waiters", "_done")
 
-    def work() -> None:
-        try:
-            out: Tuple[bool, Any] = (True, call(dup, arg))
-        except BaseException as e:
-            out = (False, e)
-        try:
-            call_soon(settle, *out)
-        except RuntimeError:
-            pass  # the loop is closed: nobody waits
-
-    try:
-        threading.Thread(target=work, name="blockio-stream", daemon=True).start()
-    except BaseException:
-        os.close(dup)
-        raise
-    result: T = await fut
-    return result
-
-
-class _StreamRead:
-    """One ``os.read`` of a stream (a pipe, socket or terminal) on a daemon
-    thread, whose bytes outlive the call that started it: a read that is
-    blocked in the kernel cannot be taken back without losing what it
-    gets, so a call cancelled while waiting for it leaves it to the file,
-    and the file's next read takes its bytes (in whatever task or event
-    loop that read runs) instead of starting another. The thread reads a
-    duplicate of the descriptor, made before the call can be cancelled,
-    and closes it."""
-
-    __slots__ = ("_lock", "_out", "_waiters")
-
-    def __init__(self, fd: int, size: int) -> None:
+    def __init__(self, call: Callable[[int, Any], Any], fd: int, arg: Any,
+                 after: "Optional[_StreamCall]" = None) -> None:
         self._lock = threading.Lock()
         self._out: Optional[Tuple[bool, Any]] = None
         self._waiters: List[Tuple[Callable[..., Any], Callable[..., Any]]] = []
+        self._done = threading.Event()
         dup = os.dup(fd)
         try:
-            threading.Thread(target=self._work, args=(dup, size), name="blockio-stream", daemon=True).start()
+            threading.Thread(target=self._work, args=(call, dup, arg, after), name="blockio-stream",
+                             daemon=True).start()
         except BaseException:
             os.close(dup)
             raise
 
-    def _work(self, fd: int, size: int) -> None:
+    def _work(self, call: Callable[[int, Any], Any], fd: int, arg: Any,
+              after: "Optional[_StreamCall]") -> None:
+        if after is not None:
+            after._done.wait()
         try:
-            out: Tuple[bool, Any] = (True, _read_and_close(fd, size))
+            out: Tuple[bool, Any] = (True, call(fd, arg))
         except BaseException as e:
             out = (False, e)
         with self._lock:
             self._out = out
             waiters, self._waiters = self._waiters, []
+        self._done.set()
         for call_soon, settle in waiters:
             try:
                 call_soon(settle, out)
             except RuntimeError:
                 pass  # that loop is closed: nobody waits there
 
-    async def result(self) -> bytes:
-        """The bytes read (raises the read's error); cancelling this leaves
-        the read running, its bytes kept for the next ``result()``."""
+    def done(self) -> bool:
+        """Whether the call has ended."""
+        return self._done.is_set()
+
+    async def result(self) -> Any:
+        """What the call returned (raises its error); cancelling this
+        leaves the call running, its outcome kept for the next
+        ``result()``."""
         with self._lock:
             out = self._out
             if out is None:
@@ -204,8 +186,7 @@ class _StreamRead:
         ok, value = out
         if not ok:
             raise value
-        data: bytes = value
-        return data
+        return value
 
 
 class AsyncFile(LineReader[bytes]):
@@ -230,19 +211,22 @@ class AsyncFile(LineReader[bytes]):
         self._bufsize = buffer_size
         self._rbuf = b""  # read ahead, starting at self._pos
         self._wbuf = bytearray()  # written, not flushed; ends at self._pos
+        self._wpos = 0  # where the buffered bytes go (not in append mode)
         self._readable = "r" in mode or "+" in mode
         self._writable = any(c in mode for c in "wax+")
         self._append = "a" in mode
         self.mode = mode
         self.name = desc.name
         #: Not seekable (a pipe, socket or terminal): read and written in
-        #: order, on a thread (see `_StreamRead`, `_on_a_thread`), with no
+        #: order, on a thread (see `_StreamCall`), with no
         #: position.
         self._stream = False
         #: A stream's read still running (its call was cancelled), whose
         #: bytes the next read takes, and bytes read from a stream beyond
         #: what the read that got them asked for (see `_pread`).
-        self._stream_read: Optional[_StreamRead] = None
+        self._stream_read: Optional[_StreamCall] = None
+        #: The last write to a stream, which the next one follows.
+        self._stream_write: Optional[_StreamCall] = None
         self._carry = b""
         try:
             # A descriptor handed in (``blockio.open(fd)``) is read and
@@ -445,17 +429,17 @@ class AsyncFile(LineReader[bytes]):
 
     async def _read_stream(self, size: int) -> bytes:
         """Up to ``size`` bytes of a stream, in order. The bytes of a read
-        whose call was cancelled come first (see :class:`_StreamRead`):
+        whose call was cancelled come first (see :class:`_StreamCall`):
         no byte the kernel handed over is lost; what exceeds ``size`` of
         them is kept for the next read."""
         if self._carry:
             out, self._carry = self._carry[:size], self._carry[size:]
             return out
         if self._stream_read is None:
-            self._stream_read = _StreamRead(self._live_fd(), size)
+            self._stream_read = _StreamCall(_read_and_close, self._live_fd(), size)
         pending = self._stream_read
         try:
-            data = await pending.result()
+            data: bytes = await pending.result()
         finally:
             if pending._out is not None and self._stream_read is pending:
                 self._stream_read = None
@@ -774,35 +758,59 @@ class AsyncFile(LineReader[bytes]):
         if self._rbuf:
             self._rbuf = b""
         if self._bufsize > 0 and len(self._wbuf) + len(view) < self._bufsize:
-            if not self._wbuf and not self._at_end:
-                self._wpos = self._pos
-            self._wbuf += view
-            if self._append:
-                self._at_end = True  # the bytes go to the end, and so does the position
-            elif not self._at_end:
-                self._pos += len(view)
+            self._buffer(view)
             return len(view)
-        await self._flush_writes()
+        try:
+            await self._flush_writes()
+        except BaseException as e:
+            if is_cancellation(e) and self._bufsize > 0:
+                # The write was made: cancelled while the bytes before it
+                # were flushed, its own are kept in the buffer, after them,
+                # for the next flush or close (as a write cancelled while
+                # waiting for its turn still runs).
+                self._buffer(view)
+            raise
         return await self._write_through(view, short_ok=self._bufsize == 0)
 
-    async def _write_through(self, view: memoryview, short_ok: bool = False) -> int:
+    def _buffer(self, view: memoryview) -> None:
+        """Appends ``view`` to the write buffer, moving the position."""
+        if not self._wbuf and not self._at_end:
+            self._wpos = self._pos
+        self._wbuf += view
+        if self._append:
+            self._at_end = True  # the bytes go to the end, and so does the position
+        elif not self._at_end:
+            self._pos += len(view)
+
+    async def _write_through(self, view: memoryview, short_ok: bool = False,
+                             landed: Optional[List[int]] = None) -> int:
         """Writes ``view`` at the position; the byte count. A write that
         fails part-way (``EFBIG``, ``ENOSPC``) still moves the position
         past the bytes that landed; it then returns their count if
         ``short_ok`` (an unbuffered file: the built-in ``FileIO.write``'s
-        short count, the error coming with the next write), else raises."""
+        short count, the error coming with the next write), else raises.
+        ``landed[0]``, if given, counts the bytes written (or handed to a
+        stream's thread) as they go, also when this raises."""
         if self._stream:
-            n: int = await _on_a_thread(_write_and_close, self._live_fd(), bytes(view))
+            # Started now, after the stream's last write; a cancelled task
+            # leaves it running (see `_StreamCall`).
+            if landed is not None:
+                landed[0] = len(view)
+            last = self._stream_write
+            if last is not None and last.done():
+                last = None
+            write = self._stream_write = _StreamCall(_write_and_close, self._live_fd(), bytes(view), last)
+            n: int = await write.result()
             self._pos += n
             return n
         # Once begun, a write runs to its end even if the calling task is
         # cancelled (which then takes effect): bytes the kernel may have
         # written are never left behind the position, where the next
         # write would overwrite them, nor is a record cut between chunks.
-        done: int = await despite_cancel(self._write_at(view, short_ok))
+        done: int = await despite_cancel(self._write_at(view, short_ok, landed))
         return done
 
-    async def _write_at(self, view: memoryview, short_ok: bool) -> int:
+    async def _write_at(self, view: memoryview, short_ok: bool, landed: Optional[List[int]]) -> int:
         pos = 0 if self._append else await self._position()
         done = 0
         cancelled: Optional[BaseException] = None
@@ -820,6 +828,8 @@ class AsyncFile(LineReader[bytes]):
                 if n == 0:
                     raise OSError(28, "No space left on device", self.name)
                 done += n
+                if landed is not None:
+                    landed[0] = done
         except OSError:
             if done == 0 or not short_ok:
                 raise
@@ -843,15 +853,41 @@ class AsyncFile(LineReader[bytes]):
             # built-in buffered file keeps what a failed flush did not write.
             raise RuntimeError("the engine is closed")
         data, self._wbuf = self._wbuf, bytearray()
+        wpos = self._wpos
         if not self._append:
-            self._pos = self._wpos
-        await self._write_through(memoryview(data))
+            self._pos = wpos
+        landed = [0]
+        try:
+            await self._write_through(memoryview(data), landed=landed)
+        except BaseException:
+            # Not written (a cancellation that came before the write could
+            # start, as the end of asyncio.run cancels every task, even the
+            # one a write shields itself in; or a failure): what did not
+            # land goes back to the buffer, for the next flush or close.
+            self._keep_unwritten(data, landed[0], wpos)
+            raise
+
+    def _keep_unwritten(self, data: bytearray, landed: int, wpos: int) -> None:
+        """Puts ``data[landed:]``, the part of a flush of ``data`` (buffered
+        from ``wpos``) that was not written, back in front of the buffer."""
+        if landed >= len(data):
+            return
+        self._wbuf[:0] = data[landed:]
+        self._wpos = wpos + landed
+        if not self._append:
+            self._pos = self._wpos + len(self._wbuf)
 
     @one_at_a_time_kept
     async def writelines(self, lines: Iterable[Buffer]) -> None:
-        """Writes each item of ``lines`` (no newlines are added)."""
+        """Writes each item of ``lines`` (no newlines are added), as one
+        write: a cancelled call writes all of them or, if it fails, none
+        cut short in the middle of the list by the cancellation."""
+        views = []
         for line in lines:
-            await self.write(line)
+            if isinstance(line, str):
+                raise TypeError("a bytes-like object is required, not 'str'")
+            views.append(memoryview(line).cast("B"))
+        await self.write(b"".join(views))
 
     @one_at_a_time
     async def flush(self) -> None:

@@ -275,9 +275,14 @@ class AsyncTextFile(LineReader[str]):
 
     @one_at_a_time_kept
     async def writelines(self, lines: Iterable[str]) -> None:
-        """Writes each string of ``lines`` (no newlines are added)."""
-        for line in lines:
-            await self.write(line)
+        """Writes each string of ``lines`` (no newlines are added), as one
+        write: a cancelled call writes all of them, never a part of the
+        list."""
+        strings = list(lines)
+        for line in strings:
+            if not isinstance(line, str):
+                raise TypeError(f"write() argument must be str, not {type(line).__name__}")
+        await self.write("".join(strings))
 
     @one_at_a_time
     async def flush(self) -> None:

@@ -1,0 +1,138 @@
+"""Writes whose task is cancelled, or whose event loop ends, while they or
+the bytes before them are on their way: bytes a ``write()`` accepted reach
+the file; a write that was made is never cut short, nor is a
+``writelines`` cut to a prefix of its list; and writes to a pipe reach it
+whole and in the order they were made, as aiofiles' writes do. On both
+backends, under asyncio and uvloop."""
+
+import asyncio
+import os
+import threading
+
+import pytest
+import uvloop
+
+import blockio
+
+BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+RUNNERS = pytest.mark.parametrize(
+    "run", [pytest.param(asyncio.run, id="asyncio"), pytest.param(uvloop.run, id="uvloop")]
+)
+
+
+@BACKENDS
+@RUNNERS
+def test_bytes_accepted_survive_the_loop_ending_while_a_later_write_flushes_them(tmp_path, backend, run):
+    # `main` returns at once: the run cancels the task of the second write
+    # while it flushes the first write's bytes, and the task the flush runs
+    # in, before that has started.
+    p = tmp_path / "out"
+    with blockio.Engine(backend=backend) as e:
+        box = {}
+
+        async def main():
+            f = box["f"] = await blockio.open(p, "wb", engine=e)
+            assert await f.write(b"A" * 5000) == 5000
+            asyncio.get_running_loop().create_task(f.write(b"B" * 5000))
+
+        async def close():
+            await box["f"].close()
+
+        run(main())
+        run(close())
+    data = p.read_bytes()
+    assert data[:5000] == b"A" * 5000
+    assert data[5000:] in (b"", b"B" * 5000)
+
+
+@BACKENDS
+@RUNNERS
+@pytest.mark.parametrize("turns", [1, 2, 3, 4, 5, 8])
+def test_a_write_cancelled_while_the_bytes_before_it_are_flushed_keeps_its_own(tmp_path, backend, run, turns):
+    p = tmp_path / "out"
+
+    async def main():
+        async with blockio.open(p, "wb", engine=e) as f:
+            await f.write(b"A" * 5000)
+            # 10,000 bytes do not fit the 8 KiB buffer: the A's are
+            # flushed first, then the B's written.
+            task = asyncio.ensure_future(f.write(b"B" * 5000))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    with blockio.Engine(backend=backend) as e:
+        run(main())
+    assert p.read_bytes() == b"A" * 5000 + b"B" * 5000
+
+
+@BACKENDS
+@RUNNERS
+@pytest.mark.parametrize("mode", ["wb", "w"])
+@pytest.mark.parametrize("turns", [1, 2, 3, 5, 8, 20])
+def test_a_cancelled_writelines_writes_all_or_nothing(tmp_path, backend, run, mode, turns):
+    p = tmp_path / "out"
+    records = [chr(65 + i) * 3000 for i in range(10)]
+    lines = records if mode == "w" else [r.encode() for r in records]
+
+    async def main():
+        async with blockio.open(p, mode, engine=e) as f:
+            task = asyncio.ensure_future(f.writelines(lines))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    with blockio.Engine(backend=backend) as e:
+        run(main())
+    assert p.read_bytes() in (b"", "".join(records).encode())
+
+
+def _runs(data):
+    """``data`` as (byte, run length) pairs."""
+    out = []
+    for b in data:
+        if out and out[-1][0] == b:
+            out[-1][1] += 1
+        else:
+            out.append([b, 1])
+    return [(chr(b), n) for b, n in out]
+
+
+@BACKENDS
+def test_pipe_writes_given_up_by_wait_for_still_arrive_whole_and_in_order(backend):
+    r, w = os.pipe()
+    got = bytearray()
+
+    def reader():
+        while True:
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            got.extend(chunk)
+
+    async def main():
+        f = await blockio.open(w, "wb", engine=e)
+        # Each is 300,000 bytes into a pipe of 64 KiB that nobody reads
+        # yet: none can finish, so every wait_for gives up.
+        for c in b"ABC":
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(f.write(bytes([c]) * 300_000), 0.05)
+        t = threading.Thread(target=reader)
+        t.start()
+        await f.write(b"Z" * 10)
+        await f.close()
+        return t
+
+    with blockio.Engine(backend=backend) as e:
+        t = asyncio.run(main())
+    t.join(30)
+    os.close(r)
+    assert _runs(got) == [("A", 300_000), ("B", 300_000), ("C", 300_000), ("Z", 10)]
