@@ -323,12 +323,19 @@ class AsyncTextFile(LineReader[str]):
                     lo = mid + 1
             return lo
 
+        def holds_cr() -> bool:
+            return isinstance(dec, io.IncrementalNewlineDecoder) and bool(dec.getstate()[1] & 1)
+
         try:
             lo = fewest(False)
-            if chars(lo) > self._used:
+            n = chars(lo)
+            if n > self._used or (n == self._used and holds_cr()):
                 # A line ended by a lone \r is returned only once the next
                 # character is decoded: the bytes that made it are not
-                # consumed. Counting the held \r finds the line's end.
+                # consumed (and when that character is another \r, the
+                # decoder holds it back in turn, with the characters
+                # returned complete before it). Counting the held \r finds
+                # the line's end.
                 lo = fewest(True)
         finally:
             dec.setstate(saved)

@@ -1,10 +1,12 @@
 """Text files against the built-in ``open`` on the same input: BOMs when
-appending, ``seek(tell())`` after a line ended by a lone ``\\r``, and a
-write at the start of a UTF-16 file followed by a read."""
+appending, ``seek(tell())`` after a line ended by a lone ``\\r`` and after
+random reads, and a write at the start of a UTF-16 file followed by a
+read."""
 
 import asyncio
 import io
 import os
+import random
 
 import pytest
 
@@ -39,7 +41,7 @@ def test_seek_to_tell_after_a_line_ended_by_a_lone_cr(tmp_path, encoding, newlin
     """F-11: seek(tell()) taken after a line ending in a lone \\r reads the
     next line whole, as the built-in does (no character skipped)."""
     p = tmp_path / "f"
-    p.write_bytes("foo\rbar\nbaz\rqux\r\nend\n".encode(encoding))
+    p.write_bytes("foo\rbar\nbaz\rqux\r\nend\n\r\rx\r\r\r\n\r".encode(encoding))
     with open(p, "r", encoding=encoding, newline=newline) as f:
         want = []
         while True:
@@ -61,6 +63,44 @@ def test_seek_to_tell_after_a_line_ended_by_a_lone_cr(tmp_path, encoding, newlin
         return got
 
     assert asyncio.run(main()) == want
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1", "utf-16"])
+@pytest.mark.parametrize("newline", [None, "", "\n", "\r", "\r\n"])
+def test_seek_to_tell_anywhere_continues_as_the_builtin(tmp_path, encoding, newline):
+    """Random reads and readlines of texts rich in \r and \n, each followed
+    by seek(tell()): every call returns what the built-in's returns (whose
+    own tell() is never used), and so does the rest of the file read after
+    them. Fixed seeds."""
+    alphabet = ["a", "\n", "\r", "\r\n", "é" if encoding != "latin-1" else "e", "b" * 8190]
+
+    async def one(rng, p):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40)))
+        with open(p, "w", encoding=encoding, newline="") as g:
+            g.write(text)
+        ref = open(p, "r", encoding=encoding, newline=newline)
+        f = await blockio.open(p, "r", encoding=encoding, newline=newline, buffering=rng.choice([-1, 16]))
+        try:
+            for step in range(rng.randint(1, 6)):
+                if rng.random() < 0.5:
+                    n = rng.choice([1, 2, 3, 5, 100, 8191])
+                    a, b = ref.read(n), await f.read(n)
+                else:
+                    n = rng.choice([-1, -1, 1, 2])
+                    a, b = ref.readline(n), await f.readline(n)
+                assert a == b, (text[:40], step)
+                await f.seek(await f.tell())
+            assert ref.read() == await f.read(), text[:40]
+        finally:
+            ref.close()
+            await f.close()
+
+    async def main():
+        rng = random.Random(20261124)
+        for k in range(60):
+            await one(rng, tmp_path / f"t{k}")
+
+    asyncio.run(main())
 
 
 def test_utf16_write_at_the_start_then_readline(tmp_path):
