@@ -710,16 +710,50 @@ impl Core {
 
     /// Reads every file of `paths` whole, the GIL released; a list of
     /// bytes or OSError, one per path, in order, and how many failed.
+    ///
+    /// The reading runs on a thread of its own while this one waits,
+    /// running the signal handlers every 100 ms: a read blocked on a FIFO
+    /// whose writer stays open is then interrupted by Ctrl-C as `os.read`
+    /// is (`KeyboardInterrupt`), the thread left to finish it and close
+    /// the files, as `aread_files` leaves it when cancelled.
     pub(crate) fn read_files<'py>(
         &self,
         py: Python<'py>,
         paths: Vec<Vec<u8>>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
+        use std::sync::mpsc::RecvTimeoutError;
         let engine = self.check()?;
         let paths: Vec<std::ffi::CString> =
             paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
-        let results =
-            crate::gil::detach(py, || fsjobs::read_files(&engine, &paths)).map_err(io_err)?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        // (Shared with the waits, which run without the GIL.)
+        let rx = Mutex::new(rx);
+        let job = (engine.clone(), paths.clone());
+        let reader = std::thread::Builder::new()
+            .name("blockio-read-files".into())
+            .spawn(move || {
+                let _ = tx.send(fsjobs::read_files(&job.0, &job.1));
+            });
+        let results = if reader.is_err() {
+            // No thread to be had (a process limit): read on this one.
+            crate::gil::detach(py, || fsjobs::read_files(&engine, &paths)).map_err(io_err)?
+        } else {
+            loop {
+                match crate::gil::detach(py, || {
+                    rx.lock()
+                        .expect("read_files channel")
+                        .recv_timeout(std::time::Duration::from_millis(100))
+                }) {
+                    Ok(r) => break r.map_err(io_err)?,
+                    Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        return Err(PyRuntimeError::new_err(
+                            "read_files: its reading thread ended without a result",
+                        ))
+                    }
+                }
+            }
+        };
         let failed = results.iter().filter(|r| r.is_err()).count();
         let items = results.iter().map(|r| file_content(py, r));
         Ok((PyList::new(py, items)?, failed))

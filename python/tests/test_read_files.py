@@ -302,3 +302,33 @@ print(sum(g != w for g, w in zip(got, want)), sum(g != w for g, w in zip(agot, w
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["0", "0"], out.stdout + out.stderr
+
+
+@BACKENDS
+def test_read_files_waiting_on_a_fifo_is_interrupted_by_ctrl_c(tmp_path, backend):
+    """A FIFO whose writer stays open never ends: read_files waiting on it
+    is interrupted by SIGINT (KeyboardInterrupt), as os.read and
+    Path.read_bytes are, and the engine reads other files afterwards."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    small = tmp_path / "small"
+    small.write_bytes(b"ok")
+    # Held open for writing (O_RDWR opens a FIFO without waiting) until
+    # the child is done: the child's read never sees the end.
+    writer = os.open(fifo, os.O_RDWR)
+    try:
+        os.write(writer, b"partial")
+        code = f"""
+import os, signal, threading, blockio
+e = blockio.Engine(backend={backend!r})
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    e.read_files([{str(fifo)!r}])
+    print("returned")
+except KeyboardInterrupt:
+    print("interrupted", e.read_files([{str(small)!r}]))
+"""
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(writer)
+    assert out.stdout.split("\n")[0] == "interrupted [b'ok']", out
