@@ -7,6 +7,7 @@
 //! options may be abbreviated to any unambiguous prefix (`--rem`), and a
 //! usage error prints GNU's message and exits with status 1.
 
+use crate::stdio::say_err;
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
@@ -198,7 +199,7 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
             "no-preserve" => preserve_list(&mut opts, &value_str(), false)?,
             "Z" => {
                 if value.is_some() {
-                    eprintln!(
+                    say_err!(
                         "{}: warning: ignoring --context; it requires an SELinux-enabled kernel",
                         program()
                     );
@@ -724,9 +725,9 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
         Ok(None) => return Ok(true),
         Err(Usage { msg, hint }) => {
             let p = program();
-            eprintln!("{p}: {msg}");
+            say_err!("{p}: {msg}");
             if hint {
-                eprintln!("Try '{p} --help' for more information.");
+                say_err!("Try '{p} --help' for more information.");
             }
             return Ok(false);
         }
@@ -740,7 +741,7 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let on_error = |e: &CopyError| bar.suspend(|| eprintln!("{}: {e}", program()));
+    let on_error = |e: &CopyError| bar.suspend(|| say_err!("{}: {e}", program()));
     let done = std::sync::atomic::AtomicBool::new(false);
     let report = std::thread::scope(|s| {
         let (progress, bar, done) = (&progress, &bar, &done);
@@ -773,7 +774,7 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
         Ok(r) => r,
         Err(e) => match e.get_ref() {
             Some(inner) if inner.is::<copy::UsageError>() => {
-                eprintln!("{}: {inner}", program());
+                say_err!("{}: {inner}", program());
                 return Ok(false);
             }
             _ => return Err(anyhow::Error::from(e).context("cp")),
@@ -786,7 +787,7 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
     if cmd.json {
         let text = format!("{}\n", serde_json::to_string_pretty(&report)?);
         if let Err(Usage { msg, .. }) = write_out(&text) {
-            eprintln!("{}: {msg}", program());
+            say_err!("{}: {msg}", program());
             ok = false;
         }
     }
@@ -803,7 +804,7 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
             // The copy is whole; now end as the closed pipe would have.
             crate::stdio::end_as_a_closed_pipe_would();
         }
-        eprintln!(
+        say_err!(
             "{}: write error: {}",
             program(),
             blockio_tools::reason::reason(&e)
@@ -814,7 +815,7 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
         0 => {}
         code => {
             let e = std::io::Error::from_raw_os_error(code);
-            eprintln!(
+            say_err!(
                 "{}: error closing file: {}",
                 program(),
                 blockio_tools::reason::reason(&e)

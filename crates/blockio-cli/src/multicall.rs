@@ -3,6 +3,7 @@
 //! that tool, with its name in every message, its `--help`, `--version`
 //! and exit statuses. Under its own name it is `blockio` with subcommands.
 
+use crate::stdio::say_err;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::OnceLock;
@@ -130,7 +131,7 @@ pub fn cp(args: &[OsString]) -> i32 {
                 std::io::stdout().flush()
             });
             if let Err(w) = printed {
-                eprintln!(
+                say_err!(
                     "{}: write error: {}",
                     program("cp"),
                     blockio_tools::reason::reason(&w)

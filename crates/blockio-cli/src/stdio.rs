@@ -200,3 +200,13 @@ impl Write for Stderr {
 pub fn say(line: &str) {
     let _ = writeln!(Stderr, "{line}");
 }
+
+/// `eprintln!` that ignores a failure to write (`2>/dev/full`), where
+/// `eprintln!` panics: a message that cannot be written changes nothing
+/// but the message, as with GNU's tools.
+macro_rules! say_err {
+    ($($arg:tt)*) => {
+        $crate::stdio::say(&format!($($arg)*))
+    };
+}
+pub(crate) use say_err;

@@ -180,3 +180,29 @@ fn a_closed_stdout_under_v_and_a_closed_stdin_under_i_fail_as_in_gnu() {
     );
     assert_eq!(seen[1], seen[0]);
 }
+
+#[test]
+fn a_full_stderr_changes_nothing_but_the_messages_as_in_gnu() {
+    let (dir, ours) = setup();
+    let d = dir.path();
+    fs::create_dir(d.join("s")).unwrap();
+    for i in 0..50 {
+        fs::write(d.join(format!("s/f{i}")), format!("{i}")).unwrap();
+    }
+    for (prog, dst) in [(gnu(), "gnu"), (ours, "ours")] {
+        fs::create_dir(d.join(dst)).unwrap();
+        let full = fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let o = Command::new(&prog)
+            .current_dir(d)
+            .args(["-r", "missing", "s", "also-missing", dst])
+            .stderr(full)
+            .output()
+            .unwrap();
+        // Two sources are missing; the one that exists is copied whole.
+        assert_eq!(o.status.code(), Some(1), "{dst}: {:?}", o.status);
+        for i in 0..50 {
+            let got = fs::read(d.join(format!("{dst}/s/f{i}"))).unwrap();
+            assert_eq!(got, format!("{i}").as_bytes(), "{dst}/s/f{i}");
+        }
+    }
+}
