@@ -191,7 +191,10 @@ fn a_full_stderr_changes_nothing_but_the_messages_as_in_gnu() {
     }
     for (prog, dst) in [(gnu(), "gnu"), (ours, "ours")] {
         fs::create_dir(d.join(dst)).unwrap();
-        let full = fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let full = fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
         let o = Command::new(&prog)
             .current_dir(d)
             .args(["-r", "missing", "s", "also-missing", dst])

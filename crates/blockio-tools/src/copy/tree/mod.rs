@@ -102,11 +102,7 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
     let mut rest = sources;
     while !rest.is_empty() {
         let is_dir = |p: &PathBuf| opts.recursive && std::fs::metadata(p).is_ok_and(|m| m.is_dir());
-        let n = if is_dir(&rest[0]) {
-            1
-        } else {
-            rest.iter().position(is_dir).unwrap_or(rest.len())
-        };
+        let n = phase_len(rest, opts, is_dir);
         let (phase, later) = rest.split_at(n);
         rest = later;
         for src in phase {
@@ -146,6 +142,24 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
     }
 }
 
+/// How many of the operands `rest` (at least one) are copied in the next
+/// phase: a directory alone; else the files up to the next directory,
+/// together, except with backups (`-b`), where each is a phase of its
+/// own: one operand's backup may take the name another operand is copied
+/// to (`cp -b f~ f d`: `d/f` is kept aside as `d/f~`), so they must run in
+/// command-line order, as GNU's, or a destination file could be lost.
+fn phase_len(
+    rest: &[PathBuf],
+    opts: &copy::CopyOptions,
+    is_dir: impl Fn(&PathBuf) -> bool,
+) -> usize {
+    if is_dir(&rest[0]) || opts.backup != copy::Backup::None {
+        1
+    } else {
+        rest.iter().position(is_dir).unwrap_or(rest.len())
+    }
+}
+
 impl Walker<'_> {
     /// One worker: takes tasks until the walk is done, each worker with its
     /// own arena for file groups.
@@ -181,5 +195,29 @@ impl Walker<'_> {
             let _running = Running(&self.work);
             self.copy_files(g, arena);
         }
+    }
+}
+
+#[cfg(test)]
+mod phase_tests {
+    use super::*;
+
+    #[test]
+    fn files_share_a_phase_except_with_backups() {
+        let ops: Vec<PathBuf> = ["a", "b", "dir", "c"].iter().map(PathBuf::from).collect();
+        let is_dir = |p: &PathBuf| p.as_os_str() == "dir";
+        let mut opts = copy::CopyOptions::default();
+        let phases = |opts: &copy::CopyOptions| {
+            let (mut rest, mut out) = (&ops[..], Vec::new());
+            while !rest.is_empty() {
+                let n = phase_len(rest, opts, is_dir);
+                out.push(n);
+                rest = &rest[n..];
+            }
+            out
+        };
+        assert_eq!(phases(&opts), [2, 1, 1]);
+        opts.backup = copy::Backup::Simple;
+        assert_eq!(phases(&opts), [1, 1, 1, 1]);
     }
 }
