@@ -466,6 +466,8 @@ pub fn copy(
         }
     }
     raise_fd_limit();
+    let fitted = fit_to_descriptors(opts, descriptor_limit());
+    let opts = &fitted;
     let started = std::time::Instant::now();
     // The thread-pool backend's workers scale with the copy's own threads
     // (16 each, at most 64), so a copy whose threads were cut to fit an
@@ -498,6 +500,36 @@ pub fn copy(
         code => Some(code),
     };
     Ok(report)
+}
+
+/// The soft limit on open descriptors (`RLIMIT_NOFILE`), `None` for none.
+fn descriptor_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
+/// Descriptors a copy keeps besides its files in flight: the standard
+/// streams, the engine's, directories being listed and the directories of
+/// the groups waiting (two each, source and destination), with room.
+const DESCRIPTORS_BESIDES_FILES: u64 = 24;
+
+/// `opts` with fewer threads and smaller groups of files where `limit`
+/// (`RLIMIT_NOFILE`) leaves too few descriptors for the files they keep
+/// open (two a file, source and copy, a group's at once on each thread):
+/// under `ulimit -n 128` a copy runs one thread of 32-file groups rather
+/// than failing files with `EMFILE`. The same copy, more slowly.
+fn fit_to_descriptors(opts: &CopyOptions, limit: Option<u64>) -> CopyOptions {
+    let mut out = opts.clone();
+    let Some(limit) = limit else { return out };
+    let room = limit.saturating_sub(DESCRIPTORS_BESIDES_FILES).max(2);
+    // Per thread: its group's files, twice, and its directories.
+    let per_thread = |group: usize| 2 * group as u64 + 4;
+    let threads = (room / per_thread(out.group)).max(1) as usize;
+    out.threads = out.threads.min(threads);
+    if per_thread(out.group) * out.threads as u64 > room {
+        let for_files = room.saturating_sub(4 * out.threads as u64);
+        out.group = (for_files / (2 * out.threads as u64)).max(1) as usize;
+    }
+    out
 }
 
 /// Whether the process's address space is limited (`ulimit -v`,
