@@ -777,7 +777,12 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
                 say_err!("{}: {inner}", program());
                 return Ok(false);
             }
-            _ => return Err(anyhow::Error::from(e).context("cp")),
+            // The engine could not be set up (no memory, no thread): one
+            // line in GNU's words, nothing copied.
+            _ => {
+                say_err!("{}: {}", program(), blockio_tools::reason::reason(&e));
+                return Ok(false);
+            }
         },
     };
     if let Some(reason) = &report.fallback_reason {

@@ -504,3 +504,64 @@ fn a_low_descriptor_limit_slows_the_copy_never_fails_it() {
         }
     }
 }
+
+/// With no thread to be had (`ulimit -u` reached, as an unprivileged
+/// user), a copy runs on its own thread instead of failing: io_uring could
+/// not start its workers either. Needs root, to become `nobody`.
+#[test]
+fn a_copy_with_no_thread_to_be_had_still_copies() {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "a_copy_with_no_thread_to_be_had_still_copies: needs root (to run as nobody); not run"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::set_permissions(d, fs::Permissions::from_mode(0o777)).unwrap();
+    fs::create_dir(d.join("s")).unwrap();
+    for i in 0..20 {
+        fs::write(d.join(format!("s/f{i}")), format!("{i}")).unwrap();
+    }
+    fs::write(d.join("one"), b"one").unwrap();
+    for backend in ["auto", "threads"] {
+        for (args, dst) in [(&["one"][..], "two"), (&["-r", "s"][..], "t")] {
+            let dst = format!("{dst}-{backend}");
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
+            cmd.current_dir(d).arg("cp").args(args).arg(&dst);
+            cmd.env("BLOCKIO_BACKEND", backend);
+            // SAFETY: setrlimit, setgroups, setgid and setuid are
+            // async-signal-safe; the closure touches nothing else.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let one = libc::rlimit {
+                        rlim_cur: 1,
+                        rlim_max: 1,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NPROC, &one) != 0
+                        || libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(65534) != 0
+                        || libc::setuid(65534) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            let o = cmd.output().unwrap();
+            assert!(o.status.success(), "{args:?} ({backend}): {}", stderr(&o));
+            if args[0] == "one" {
+                assert_eq!(fs::read(d.join(&dst)).unwrap(), b"one");
+            } else {
+                for i in 0..20 {
+                    assert_eq!(
+                        fs::read(d.join(format!("{dst}/f{i}"))).unwrap(),
+                        format!("{i}").as_bytes()
+                    );
+                }
+            }
+        }
+    }
+}

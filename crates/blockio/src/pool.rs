@@ -43,6 +43,16 @@ impl<J: Send + 'static> WorkerPool<J> {
         })
     }
 
+    /// A pool of no workers, whose queue takes no jobs (every job sent is
+    /// given back): for a user that does all the work itself when no
+    /// thread can be had (a limit on processes, `ulimit -u`).
+    pub(crate) fn none() -> WorkerPool<J> {
+        WorkerPool {
+            tx: Mutex::new(None),
+            threads: 0,
+        }
+    }
+
     /// How many workers there are.
     pub(crate) fn threads(&self) -> usize {
         self.threads

@@ -476,7 +476,17 @@ pub fn copy(
     // address space, and 16 of them would take the room the copy's
     // listings need.
     let per_thread = if address_space_limited() { 1 } else { 16 };
+    // Where no thread can be started (`ulimit -u` reached), io_uring cannot
+    // start the workers that run what it does not do inline either, and
+    // cancels those operations: the thread-pool backend then runs every
+    // batch on this thread.
+    let backend = if can_start_a_thread() {
+        blockio::BackendChoice::Auto
+    } else {
+        blockio::BackendChoice::ThreadPool
+    };
     let engine = blockio::Engine::builder()
+        .backend(backend)
         .queue_depth(256)
         .fallback_threads((opts.threads.max(1) * per_thread).min(64))
         .build()?;
@@ -500,6 +510,17 @@ pub fn copy(
         code => Some(code),
     };
     Ok(report)
+}
+
+/// Whether this process may start a thread now (not at its limit on
+/// processes, `RLIMIT_NPROC`). The probe's stack is small, so that under
+/// a limit on address space (`ulimit -v`) it asks no more than the copy
+/// will anyway.
+fn can_start_a_thread() -> bool {
+    std::thread::Builder::new()
+        .stack_size(32 << 10)
+        .spawn(|| {})
+        .is_ok_and(|t| t.join().is_ok())
 }
 
 /// The soft limit on open descriptors (`RLIMIT_NOFILE`), `None` for none.

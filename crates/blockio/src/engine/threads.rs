@@ -74,10 +74,14 @@ pub(crate) struct ThreadBackend {
 }
 
 impl ThreadBackend {
+    /// A backend of `threads` workers, or as many as can be had; of none
+    /// when no thread can be started (a limit on processes, `ulimit -u`):
+    /// the calling thread, which takes its share of every batch anyway,
+    /// then runs each batch alone.
     pub(crate) fn new(threads: usize) -> io::Result<ThreadBackend> {
-        Ok(ThreadBackend {
-            pool: WorkerPool::new(threads, "blockio-pool", BatchPointer::run)?,
-        })
+        let pool = WorkerPool::new(threads, "blockio-pool", BatchPointer::run)
+            .unwrap_or_else(|_| WorkerPool::none());
+        Ok(ThreadBackend { pool })
     }
 
     pub(crate) fn threads(&self) -> usize {
