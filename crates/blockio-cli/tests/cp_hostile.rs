@@ -565,3 +565,69 @@ fn a_copy_with_no_thread_to_be_had_still_copies() {
         }
     }
 }
+
+/// As `nobody`, beside GNU's `cp`: a directory whose source cannot be read
+/// gets no ACL it inherited from its new parent (the source has none),
+/// and a merge into a root-owned directory says what GNU says, with no
+/// spurious message about ACLs the directory never had. Needs root.
+#[test]
+fn unreadable_and_unowned_directories_with_acls_as_gnu_as_nobody() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "unreadable_and_unowned_directories_with_acls_as_gnu_as_nobody: needs root; not run"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let mut seen = Vec::new();
+    for tool in ["gnu", "ours"] {
+        let w = dir.path().join(tool);
+        for sub in ["d15", "s15", "d16", "s16"] {
+            fs::create_dir_all(w.join(sub)).unwrap();
+        }
+        fs::set_permissions(&w, fs::Permissions::from_mode(0o777)).unwrap();
+        fs::set_permissions(w.join("d15"), fs::Permissions::from_mode(0o777)).unwrap();
+        setfacl(&["-d", "-m", "o::rwx"], &w.join("d15"));
+        fs::set_permissions(w.join("s15"), fs::Permissions::from_mode(0o700)).unwrap();
+        fs::write(w.join("s16/f"), b"x").unwrap();
+        let run = |args: &[&str]| {
+            let mut cmd = if tool == "gnu" {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "/usr/bin/cp",
+                ]);
+                c
+            } else {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+                c.arg(env!("CARGO_BIN_EXE_blockio")).arg("cp");
+                c
+            };
+            let o = cmd.current_dir(&w).args(args).output().unwrap();
+            let msg = stderr(&o)
+                .replace("/usr/bin/cp:", "cp:")
+                .replace("blockio cp:", "cp:");
+            (o.status.code(), msg)
+        };
+        let a = run(&["-a", "s15", "d15/"]);
+        let b = run(&["-a", "s16/.", "d16"]);
+        seen.push((a, getfacl(&w.join("d15/s15")), b));
+    }
+    assert_eq!(seen[1], seen[0]);
+    let ((code, msg), acl, (code2, msg2)) = &seen[0];
+    assert_eq!(
+        (*code, msg.as_str()),
+        (Some(1), "cp: cannot access 's15': Permission denied\n")
+    );
+    assert!(!acl.contains("default"), "{acl}");
+    assert_eq!(*code2, Some(1));
+    assert!(
+        msg2.ends_with("cp: preserving times for 'd16/.': Operation not permitted\n"),
+        "{msg2}"
+    );
+}

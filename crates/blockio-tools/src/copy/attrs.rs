@@ -215,7 +215,9 @@ pub(crate) fn copy_xattrs(
     // Inherited ACLs first: removed, they leave room in the inode for the
     // attributes set next (ext4 keeps small ones there).
     for acl in ACLS.iter().filter(|_| inherits && keep.mode) {
-        if !names.iter().any(|n| n.as_c_str() == *acl) {
+        // Looked for first: removing one that is not there fails with
+        // EPERM, not ENODATA, on a file the copier does not own.
+        if !names.iter().any(|n| n.as_c_str() == *acl) && dst.get_len(acl) != Err(Errno::NODATA) {
             match dst.remove(acl) {
                 Ok(()) | Err(Errno::NODATA | Errno::NOTSUP) => {}
                 Err(e) => return Err(named(e, "removing inherited", &(*acl).to_owned())),
@@ -249,7 +251,11 @@ fn named(e: Errno, doing: &str, name: &CString) -> io::Error {
     let e = io::Error::from(e);
     io::Error::new(
         e.kind(),
-        format!("{doing} extended attribute {}: {e}", name.to_string_lossy()),
+        format!(
+            "{doing} extended attribute {}: {}",
+            name.to_string_lossy(),
+            crate::reason::reason(&e)
+        ),
     )
 }
 

@@ -387,6 +387,7 @@ impl Walker<'_> {
             st: *st,
             chmod: (fresh || self.ctx.opts.preserve.mode).then(|| self.dir_mode(st)),
             fresh,
+            unlisted_src: None,
         })
     }
 
@@ -404,6 +405,8 @@ impl Walker<'_> {
         let Some(fresh) = fix else { return };
         let follow = self.ctx.opts.dereference == Dereference::Always
             || matches!(t.at, DirAt::Operand { .. });
+        // Not opened: its source was never listed.
+        let unlisted = st.is_none();
         let st = match st {
             Some(st) => st,
             None => self.stat_one(PathAt::cwd(&cname(t.src.as_os_str())), follow),
@@ -419,9 +422,12 @@ impl Walker<'_> {
             chain: None,
             top: Arc::clone(&t.top),
         };
-        let Some(f) = self.fixup(task, &st, fresh) else {
+        let Some(mut f) = self.fixup(task, &st, fresh) else {
             return;
         };
+        if unlisted {
+            f.unlisted_src = Some(cname(t.src.as_os_str()));
+        }
         match now {
             Some(dir) => self.apply_fixup(dir, &f),
             None => self.fixups.lock().expect("lock").push(f),

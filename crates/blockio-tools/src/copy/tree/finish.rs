@@ -8,7 +8,7 @@ use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 
 use super::super::at;
-use super::super::attrs::set_attrs_at;
+use super::super::attrs::{set_attrs_at, Node};
 use super::super::entry::DirAt;
 use super::super::quote;
 use super::super::Preserve;
@@ -36,17 +36,29 @@ impl Walker<'_> {
                 mode: chmod.is_some(),
                 ..*keep
             };
-            set_attrs_at(dir, c"", &f.st, chmod, None, &keep)
+            // A directory whose source could not be listed gets the
+            // source's ACLs and xattrs here, by path: an ACL inherited
+            // from its new parent, which the source lacks, must not stay.
+            let from = f
+                .unlisted_src
+                .as_ref()
+                .map(|p| (Node::Path(p.clone()), true));
+            set_attrs_at(dir, c"", &f.st, chmod, from, &keep)
         } else if let Some(mode) = chmod {
             at::chmod(dir, mode)
         } else {
             Ok(())
         };
         if let Err(e) = r {
-            self.report(
-                format!("cannot set attributes of {}", quote(&f.path)),
-                Some(e),
-            );
+            // Not the owner: GNU, which sets the times first, says so of
+            // them; the rest would fail alike.
+            let what = if e.raw_os_error() == Some(libc::EPERM) && self.ctx.opts.preserve.timestamps
+            {
+                "preserving times for"
+            } else {
+                "cannot set attributes of"
+            };
+            self.report(format!("{what} {}", quote(&f.path)), Some(e));
         }
     }
 

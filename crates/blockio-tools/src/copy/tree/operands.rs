@@ -107,6 +107,7 @@ impl Walker<'_> {
                             st,
                             chmod: self.ctx.opts.preserve.mode.then(|| self.dir_mode(&st)),
                             fresh: false,
+                            unlisted_src: None,
                         });
                     }
                 }

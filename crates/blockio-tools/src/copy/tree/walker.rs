@@ -40,6 +40,11 @@ pub(super) struct Fixup {
     pub(super) chmod: Option<u32>,
     /// Made by the copy (not merged into).
     pub(super) fresh: bool,
+    /// The source's path, for a directory whose source could not be
+    /// listed: its ACLs (and xattrs) are then taken from there by path at
+    /// the end, so that none the copy inherited stays (listing copies
+    /// them otherwise).
+    pub(super) unlisted_src: Option<std::ffi::CString>,
 }
 
 /// The walk of one copy, shared by all its workers.
