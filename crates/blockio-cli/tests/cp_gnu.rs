@@ -1024,6 +1024,19 @@ fn backup_options_work_as_gnu_does() {
     ] {
         like_gnu(setup, args);
     }
+    // One source named twice with backups: no "specified more than
+    // once"; the second copy is refused, or with numbered backups made
+    // again with a second backup.
+    let setup = "echo f > f; mkdir d s; echo old > d/f; echo x > s/x; mkdir d/s; echo o > d/s/x";
+    for args in [
+        &["-b", "f", "f", "d"][..],
+        &["--backup=numbered", "f", "f", "d"],
+        &["--backup=existing", "f", "f", "d"],
+        &["-rb", "s", "s", "d"],
+        &["-r", "--backup=numbered", "s", "s", "d"],
+    ] {
+        like_gnu(setup, args);
+    }
     // Numbers as GNU reads them: decimal of any length (never wrapping
     // round at 2^64 onto `x.~0~`), none with a leading zero.
     for setup in [

@@ -241,12 +241,14 @@ impl Walker<'_> {
         };
         let is_dir = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
         // One source named twice (`cp a a t/`) is copied once, with a
-        // warning, as cp does.
+        // warning, as cp does; a file with backups goes to GNU's rules
+        // below (the second is refused, or with numbered backups copied
+        // again).
         let id = statx_id(&st);
         let dir = std::fs::metadata(parent(src)).map_or((0, 0), |m| id_of(&m));
         let key = (id, dir, at::last_component(src).to_owned());
         let first = self.operands_seen.lock().expect("lock").insert(key);
-        if !first {
+        if !first && (opts.backup == copy::Backup::None || is_dir) {
             let kind = if is_dir { "directory" } else { "file" };
             return self.warn(format!(
                 "warning: source {kind} {} specified more than once",
@@ -258,9 +260,12 @@ impl Walker<'_> {
         // GNU refuses it; decided here, in the order of the command line.
         // A link made first is GNU's other refusal, "will not copy through
         // just-created symlink", made where the copy meets it.
+        // Numbered backups keep every copy (`cp --backup=numbered f f d/`
+        // makes two backups, as GNU's).
         let made_link = kind == libc::S_IFLNK || opts.link == copy::LinkMode::Symbolic;
         let refused = !is_dir
             && dest_is_dir
+            && opts.backup != copy::Backup::Numbered
             && match self
                 .operand_targets
                 .lock()
