@@ -133,9 +133,22 @@ type Given = (&'static str, Option<OsString>);
 /// The options given, each by the name of the option it stands for, with
 /// its argument; and the operands, in order (read as GNU `getopt_long`
 /// reads them, by [`getopt::parse`]).
+/// The options and operands of `args`. As `getopt_long` hands options
+/// over in order, `--help` or `--version` before a mistake is answered
+/// (`--help --bogus` prints the help), and the mistake is not reached.
 fn getopt(args: &[OsString]) -> Result<(Vec<Given>, Vec<OsString>), Usage> {
-    let parsed = getopt::parse(args, OPTS).map_err(Usage)?;
-    Ok((parsed.opts, parsed.operands))
+    let (parsed, error) = getopt::parse_in_order(args, OPTS);
+    match error {
+        Some(e)
+            if !parsed
+                .opts
+                .iter()
+                .any(|(id, _)| matches!(*id, "help" | "version")) =>
+        {
+            Err(Usage(e))
+        }
+        _ => Ok((parsed.opts, parsed.operands)),
+    }
 }
 
 /// What the command line asks for.

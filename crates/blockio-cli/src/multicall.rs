@@ -110,7 +110,7 @@ pub fn program(subcommand: &str) -> String {
 #[derive(Parser)]
 #[command(
     name = "cp",
-    version,
+    disable_version_flag = true,
     about = "Copy files and directory trees (blockio cp)."
 )]
 struct CpCli {

@@ -209,3 +209,29 @@ fn a_full_stderr_changes_nothing_but_the_messages_as_in_gnu() {
         }
     }
 }
+
+#[test]
+fn help_and_version_are_answered_in_order_and_say_blockio() {
+    let (dir, ours) = setup();
+    let run = |args: &[&str]| {
+        let o = Command::new(&ours)
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    for args in [&["--version"][..], &["--vers"], &["--version", "--bogus"]] {
+        let (code, out) = run(args);
+        assert_eq!(code, Some(0), "{args:?}");
+        assert!(out.starts_with("cp (blockio) "), "{args:?}: {out}");
+    }
+    // As getopt_long hands them over: --help before a mistake is answered.
+    let (code, out) = run(&["--help", "--bogus"]);
+    assert_eq!(code, Some(0));
+    assert!(out.starts_with("Usage: "), "{out}");
+    assert_eq!(run(&["--bogus", "--help"]), (Some(1), String::new()));
+}
