@@ -684,6 +684,15 @@ fn overwrite_options_work_as_gnu_does() {
     ] {
         like_gnu(setup, args);
     }
+    // `-n` onto a link that leads nowhere is refused, not skipped.
+    let setup = "mkdir s t; echo x > s/x; echo y > s/y; ln -s nowhere t/x; ln -s ../s/y t/y";
+    for args in [
+        &["-rn", "s/.", "t"][..],
+        &["-n", "s/x", "t/x"],
+        &["-n", "s/y", "t/y"],
+    ] {
+        like_gnu(setup, args);
+    }
 }
 
 /// `-i` asks before overwriting (GNU's question, on standard error) and

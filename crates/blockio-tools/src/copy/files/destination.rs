@@ -375,6 +375,20 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
             .report(what, Some(io::Error::from_raw_os_error(w.errno)));
     }
     let msg = match err.raw_os_error() {
+        // `-n` onto a link that leads nowhere: GNU's refusal, not a skip
+        // (nothing is there to keep).
+        Some(libc::EEXIST)
+            if ctx.opts.no_clobber
+                && at::is_symlink(&dirs.dst, &e.dst_name)
+                && rustix::fs::statat(
+                    &dirs.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::empty(),
+                )
+                .is_err_and(|err| err == rustix::io::Errno::NOENT) =>
+        {
+            format!("not writing through dangling symlink {}", quote(&dst))
+        }
         Some(libc::EEXIST)
             if ctx.opts.no_clobber
                 || ctx.opts.update != copy::Update::All
