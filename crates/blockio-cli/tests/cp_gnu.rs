@@ -684,6 +684,11 @@ fn overwrite_options_work_as_gnu_does() {
     ] {
         like_gnu(setup, args);
     }
+    // `-u` onto a link to something newer keeps it.
+    let setup = "mkdir s t; echo x > s/x; touch -d 2001-01-01 s/x; mkdir t2; ln -s ../t2 t/x";
+    for args in [&["-ru", "s/.", "t"][..], &["-u", "s/x", "t/x"]] {
+        like_gnu(setup, args);
+    }
     // `-n` onto a link that leads nowhere is refused, not skipped.
     let setup = "mkdir s t; echo x > s/x; echo y > s/y; ln -s nowhere t/x; ln -s ../s/y t/y";
     for args in [

@@ -419,6 +419,24 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
                 quote(&dst)
             )
         }
+        Some(libc::ELOOP)
+            if ctx.opts.update == copy::Update::Older
+                && at::is_symlink(&dirs.dst, &e.dst_name)
+                && rustix::fs::statat(
+                    &dirs.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::empty(),
+                )
+                .is_ok_and(|st| {
+                    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                    copy::keep_existing(ctx.opts, copy::mtime(&e.st), mtime, &dst)
+                }) =>
+        {
+            // `-u` looks at the times first, through the link as GNU's
+            // does: what it leads to is newer, so nothing is written.
+            ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         Some(libc::ELOOP) if at::is_symlink(&dirs.dst, &e.dst_name) => {
             // A link to the source itself: what GNU says of it.
             let to_source = rustix::fs::statat(
