@@ -20,6 +20,18 @@ RUNNERS = pytest.mark.parametrize(
 )
 
 
+async def _cancel_after(call, turns):
+    """Runs ``call`` as a task and cancels it after ``turns`` loop turns."""
+    task = asyncio.ensure_future(call)
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
 @BACKENDS
 @RUNNERS
 def test_bytes_accepted_survive_the_loop_ending_while_a_later_write_flushes_them(tmp_path, backend, run):
@@ -56,14 +68,7 @@ def test_a_write_cancelled_while_the_bytes_before_it_are_flushed_keeps_its_own(t
             await f.write(b"A" * 5000)
             # 10,000 bytes do not fit the 8 KiB buffer: the A's are
             # flushed first, then the B's written.
-            task = asyncio.ensure_future(f.write(b"B" * 5000))
-            for _ in range(turns):
-                await asyncio.sleep(0)
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await _cancel_after(f.write(b"B" * 5000), turns)
 
     with blockio.Engine(backend=backend) as e:
         run(main())
@@ -81,14 +86,7 @@ def test_a_cancelled_writelines_writes_all_or_nothing(tmp_path, backend, run, mo
 
     async def main():
         async with blockio.open(p, mode, engine=e) as f:
-            task = asyncio.ensure_future(f.writelines(lines))
-            for _ in range(turns):
-                await asyncio.sleep(0)
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await _cancel_after(f.writelines(lines), turns)
 
     with blockio.Engine(backend=backend) as e:
         run(main())

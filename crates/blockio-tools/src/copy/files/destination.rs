@@ -401,15 +401,7 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
             // `-u` looks at the times first, and `-i` asks, as GNU's do,
             // before saying a directory is in the way.
             let kept = (ctx.opts.update == copy::Update::Older || ctx.opts.ask.is_some())
-                && rustix::fs::statat(
-                    &dirs.dst,
-                    e.dst_name.as_c_str(),
-                    rustix::fs::AtFlags::empty(),
-                )
-                .is_ok_and(|st| {
-                    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-                    copy::keep_existing(ctx.opts, copy::mtime(&e.st), mtime, &dst)
-                });
+                && existing_is_kept(ctx, dirs, e, &dst);
             if kept {
                 ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
                 return;
@@ -422,15 +414,7 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
         Some(libc::ELOOP)
             if ctx.opts.update == copy::Update::Older
                 && at::is_symlink(&dirs.dst, &e.dst_name)
-                && rustix::fs::statat(
-                    &dirs.dst,
-                    e.dst_name.as_c_str(),
-                    rustix::fs::AtFlags::empty(),
-                )
-                .is_ok_and(|st| {
-                    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-                    copy::keep_existing(ctx.opts, copy::mtime(&e.st), mtime, &dst)
-                }) =>
+                && existing_is_kept(ctx, dirs, e, &dst) =>
         {
             // `-u` looks at the times first, through the link as GNU's
             // does: what it leads to is newer, so nothing is written.
@@ -491,6 +475,21 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
         }
     };
     ctx.errors.report(msg, None);
+}
+
+/// Whether `-u` or `-i` keeps what is at `e`'s destination, looked at
+/// through a link as GNU's `cp` looks (its time against the source's, or
+/// the user's answer).
+fn existing_is_kept(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &std::path::Path) -> bool {
+    rustix::fs::statat(
+        &dirs.dst,
+        e.dst_name.as_c_str(),
+        rustix::fs::AtFlags::empty(),
+    )
+    .is_ok_and(|st| {
+        let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+        copy::keep_existing(ctx.opts, copy::mtime(&e.st), mtime, dst)
+    })
 }
 
 /// Whether `e`'s destination is the source's own directory entry: the
