@@ -2004,3 +2004,18 @@ fn parents_with_a_last_dot_or_dot_dot_fails_as_gnu_does() {
         assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
     }
 }
+
+/// `-v` lines and messages name paths as GNU's `cp` joins them: a
+/// directory's trailing slashes dropped before a name is added.
+#[test]
+fn paths_with_extra_slashes_are_named_as_gnu_names_them() {
+    let setup = "mkdir -p s d a/b; echo x > s/f; echo y > a/b/g; mkdir -m 0 s/closed";
+    for args in [
+        &["-rv", "s//", "d//"][..],
+        &["-rv", "--strip-trailing-slashes", "s//", "d//"],
+        &["--parents", "-rv", "a/b/", "d"],
+        &["-rv", "s/", "new//"],
+    ] {
+        like_gnu(setup, args);
+    }
+}

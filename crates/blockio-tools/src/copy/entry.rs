@@ -81,11 +81,30 @@ pub(crate) struct DirPair {
 
 impl DirPair {
     pub fn src_of(&self, name: &CStr) -> PathBuf {
-        self.src_path.join(OsStr::from_bytes(name.to_bytes()))
+        joined(&self.src_path, OsStr::from_bytes(name.to_bytes()))
     }
     pub fn dst_of(&self, name: &CStr) -> PathBuf {
-        self.dst_path.join(OsStr::from_bytes(name.to_bytes()))
+        joined(&self.dst_path, OsStr::from_bytes(name.to_bytes()))
     }
+}
+
+/// `name` in the directory `dir`, as GNU's `cp` writes it in messages and
+/// `-v` lines: `dir`'s trailing slashes dropped before the one that joins
+/// them (`s//` and `f` are `s/f`, `/` and `f` are `/f`).
+pub(crate) fn joined(dir: &Path, name: &OsStr) -> PathBuf {
+    let d = dir.as_os_str().as_bytes();
+    if d.is_empty() {
+        return PathBuf::from(name);
+    }
+    // All slashes: the root, whose one slash is the joining one.
+    let base = d
+        .iter()
+        .rposition(|&b| b != b'/')
+        .map_or(&d[..0], |i| &d[..=i]);
+    let mut out = base.to_vec();
+    out.push(b'/');
+    out.extend_from_slice(name.as_bytes());
+    PathBuf::from(OsStr::from_bytes(&out))
 }
 
 /// One thing to copy: its name in the source directory, its name in the

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use blockio::PathAt;
 
 use super::super::at;
-use super::super::entry::{parent_as_written, statx_id, DirAt, DirPair, Entry};
+use super::super::entry::{joined, parent_as_written, statx_id, DirAt, DirPair, Entry};
 use super::super::{cname, quote};
 use super::same_file::{same_file_ok, Same};
 use super::walker::{id_of, parent, Fixup, Walker};
@@ -170,11 +170,15 @@ impl Walker<'_> {
                 if !self.make_parents(rel, src.has_root(), dest) {
                     return;
                 }
-                dest.join(rel)
+                // (`a/b/` below `d` is `d/a/b`, as GNU names it.)
+                let rel = rel.as_os_str().as_bytes();
+                let trailing = rel.iter().rev().take_while(|&&b| b == b'/').count();
+                let rel = OsStr::from_bytes(&rel[..rel.len() - trailing]);
+                joined(dest, if rel.is_empty() { OsStr::new(".") } else { rel })
             }
             // `cp -r s/. d` names what it copies `d/./...`, as GNU does.
-            (true, b".") => dest.join("."),
-            (true, _) => dest.join(OsStr::from_bytes(src_name.to_bytes())),
+            (true, b".") => joined(dest, OsStr::new(".")),
+            (true, _) => joined(dest, OsStr::from_bytes(src_name.to_bytes())),
             (false, _) => dest.to_path_buf(),
         };
         if target.as_os_str().is_empty() {
