@@ -391,7 +391,7 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
             operands.pop().expect("two operands at least")
         }
     };
-    if opts.parents && !std::fs::metadata(&dest).is_ok_and(|m| m.is_dir()) {
+    if opts.parents && (no_target || !std::fs::metadata(&dest).is_ok_and(|m| m.is_dir())) {
         return Err(Usage(
             "with --parents, the destination must be a directory".into(),
         ));
@@ -489,7 +489,7 @@ fn argmatch<T: Copy + PartialEq>(arg: &str, option: &str, words: &[(&str, T)]) -
     }
     let found: Vec<T> = words
         .iter()
-        .filter(|(w, _)| !arg.is_empty() && w.starts_with(arg))
+        .filter(|(w, _)| w.starts_with(arg))
         .map(|(_, v)| *v)
         .collect();
     let problem = match found.as_slice() {

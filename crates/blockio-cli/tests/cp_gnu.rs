@@ -2019,3 +2019,26 @@ fn paths_with_extra_slashes_are_named_as_gnu_names_them() {
         like_gnu(setup, args);
     }
 }
+
+/// Messages for operands that name nothing, or a place that cannot be
+/// reached, as GNU's `cp` words them.
+#[test]
+fn unreachable_destinations_and_empty_names_are_worded_as_gnu() {
+    let setup = "echo f > f; mkfifo ff; ln -s nowhere dl; echo x > plain; mkdir -p a/b/c d; echo g > a/b/c/f";
+    for args in [
+        &["f", "nodir/x"][..],
+        &["-s", "f", "nodir/x"],
+        &["-l", "f", "nodir/x"],
+        &["-P", "dl", "nodir/x"],
+        &["-r", "ff", "nodir/x"],
+        &["f", "plain/x"],
+        &["-v", "", "x"],
+        &["-r", "", "d"],
+        &["--preserve=", "f", "g"],
+        &["--preserve=mode,", "f", "g"],
+        &["--sparse=", "f", "g"],
+        &["--parents", "-T", "a/b/c/f", "d"],
+    ] {
+        like_gnu(setup, args);
+    }
+}

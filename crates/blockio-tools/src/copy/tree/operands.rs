@@ -128,6 +128,12 @@ impl Walker<'_> {
     /// destination directory.
     pub(super) fn operand(&self, src: &Path, dest: &Path, dest_is_dir: bool) {
         let opts = self.ctx.opts;
+        if src.as_os_str().is_empty() {
+            // No file has the empty name (a `statx` of it would describe
+            // the working directory): GNU's "cannot stat ''".
+            let e = io::Error::from_raw_os_error(libc::ENOENT);
+            return self.report(format!("cannot stat {}", quote(src)), Some(e));
+        }
         let csrc = cname(src.as_os_str());
         let follow_src = opts.dereference != copy::Dereference::Never
             || src.as_os_str().as_bytes().ends_with(b"/");
@@ -349,7 +355,20 @@ impl Walker<'_> {
                 )
             }
         }
-        let Some(pair) = self.operand_parents(src, &target) else {
+        // What GNU says it could not create when the copy's directory
+        // cannot be reached (`cp f nodir/x`).
+        let made = match (opts.link, kind) {
+            (copy::LinkMode::Symbolic, _) => {
+                format!("symbolic link {} to {}", quote(&target), quote(src))
+            }
+            (copy::LinkMode::Hard, _) => format!("hard link {} to {}", quote(&target), quote(src)),
+            (_, libc::S_IFLNK) => format!("symbolic link {}", quote(&target)),
+            (_, libc::S_IFREG) => format!("regular file {}", quote(&target)),
+            _ if self.as_regular() => format!("regular file {}", quote(&target)),
+            (_, libc::S_IFIFO) => format!("fifo {}", quote(&target)),
+            _ => format!("special file {}", quote(&target)),
+        };
+        let Some(pair) = self.operand_parents(src, &target, &made) else {
             return;
         };
         let entry = Entry {
@@ -445,15 +464,24 @@ impl Walker<'_> {
 
     /// The directories that hold a non-directory operand and its copy,
     /// opened following links; `None` after reporting one that could not
-    /// be opened.
-    pub(super) fn operand_parents(&self, src: &Path, dst: &Path) -> Option<DirPair> {
-        let open = |p: &Path| {
-            at::open_operand_dir(parent(p))
-                .map_err(|e| self.report(format!("cannot access {}", quote(parent(p))), Some(e)))
-                .ok()
-        };
-        let s = open(src)?;
-        let d = open(dst)?;
+    /// be opened: the source's as "cannot access", the copy's as "cannot
+    /// create" `made` (what would have been made there), or "cannot stat"
+    /// it past a file, as GNU's `cp` says.
+    pub(super) fn operand_parents(&self, src: &Path, dst: &Path, made: &str) -> Option<DirPair> {
+        let s = at::open_operand_dir(parent(src))
+            .map_err(|e| self.report(format!("cannot access {}", quote(parent(src))), Some(e)))
+            .ok()?;
+        let d = at::open_operand_dir(parent(dst))
+            .map_err(|e| {
+                // A file on the way: GNU's look at the destination fails.
+                let what = if e.raw_os_error() == Some(libc::ENOTDIR) {
+                    format!("cannot stat {}", quote(dst))
+                } else {
+                    format!("cannot create {made}")
+                };
+                self.report(what, Some(e))
+            })
+            .ok()?;
         if self.ctx.opts.fsync {
             self.note_filesystem(&d, parent(dst));
         }
