@@ -2024,7 +2024,8 @@ fn paths_with_extra_slashes_are_named_as_gnu_names_them() {
 /// reached, as GNU's `cp` words them.
 #[test]
 fn unreachable_destinations_and_empty_names_are_worded_as_gnu() {
-    let setup = "echo f > f; mkfifo ff; ln -s nowhere dl; echo x > plain; mkdir -p a/b/c d; echo g > a/b/c/f";
+    let setup = "echo f > f; mkfifo ff; ln -s nowhere dl; echo x > plain; mkdir -p a/b/c d e/a; \
+                 echo g > a/b/c/f; echo in-the-way > e/a/b";
     for args in [
         &["f", "nodir/x"][..],
         &["-s", "f", "nodir/x"],
@@ -2038,6 +2039,7 @@ fn unreachable_destinations_and_empty_names_are_worded_as_gnu() {
         &["--preserve=mode,", "f", "g"],
         &["--sparse=", "f", "g"],
         &["--parents", "-T", "a/b/c/f", "d"],
+        &["--parents", "a/b/c/f", "e"],
     ] {
         like_gnu(setup, args);
     }

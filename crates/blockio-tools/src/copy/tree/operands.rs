@@ -111,6 +111,14 @@ impl Walker<'_> {
                         });
                     }
                 }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    // A file where a parent belongs: GNU's words.
+                    self.report(
+                        format!("{} exists but is not a directory", quote(&dst)),
+                        None,
+                    );
+                    return false;
+                }
                 Err(e) => {
                     self.report(format!("cannot make directory {}", quote(&dst)), Some(e));
                     return false;
