@@ -482,6 +482,13 @@ pub fn copy(
     // batch on this thread.
     let backend = if can_start_a_thread() {
         blockio::BackendChoice::Auto
+    } else if io_uring_required() {
+        return Err(io::Error::other(format!(
+            "{}=uring: io_uring cannot start its worker threads here (the limit on processes, \
+             ulimit -u, is reached), and would cancel what it cannot do inline; unset it to \
+             copy on the thread-pool backend",
+            blockio::BACKEND_ENV
+        )));
     } else {
         blockio::BackendChoice::ThreadPool
     };
@@ -521,6 +528,12 @@ fn can_start_a_thread() -> bool {
         .stack_size(32 << 10)
         .spawn(|| {})
         .is_ok_and(|t| t.join().is_ok())
+}
+
+/// Whether the environment requires io_uring ([`blockio::BACKEND_ENV`]).
+fn io_uring_required() -> bool {
+    std::env::var(blockio::BACKEND_ENV)
+        .is_ok_and(|v| matches!(v.as_str(), "uring" | "io_uring" | "io-uring"))
 }
 
 /// The soft limit on open descriptors (`RLIMIT_NOFILE`), `None` for none.
