@@ -494,6 +494,7 @@ pub fn copy(
     };
     let engine = blockio::Engine::builder()
         .backend(backend)
+        .caller_only_if_no_threads(backend == blockio::BackendChoice::ThreadPool)
         .queue_depth(256)
         .fallback_threads((opts.threads.max(1) * per_thread).min(64))
         .build()?;

@@ -46,6 +46,7 @@ pub struct EngineBuilder {
     backend: BackendChoice,
     submit_chunk: Option<u32>,
     read_path: ReadPath,
+    caller_only: bool,
 }
 
 impl Default for EngineBuilder {
@@ -64,6 +65,7 @@ impl Default for EngineBuilder {
             backend: BackendChoice::Auto,
             submit_chunk: None,
             read_path: ReadPath::Auto,
+            caller_only: false,
         }
     }
 }
@@ -180,6 +182,17 @@ impl EngineBuilder {
         self
     }
 
+    /// With the thread-pool backend, whether the engine may start with no
+    /// pool thread at all, each batch then run by the thread that submits
+    /// it (default false: building fails when no thread can be started).
+    /// For a process at its limit on processes (`ulimit -u`), where no
+    /// thread can be had and io_uring, which needs worker threads for what
+    /// it cannot do inline, cancels such operations.
+    pub fn caller_only_if_no_threads(mut self, yes: bool) -> Self {
+        self.caller_only = yes;
+        self
+    }
+
     /// Which backend to use (default [`BackendChoice::Auto`]).
     pub fn backend(mut self, choice: BackendChoice) -> Self {
         self.backend = choice;
@@ -214,7 +227,7 @@ impl EngineBuilder {
         };
         let pool = |reason| {
             Ok((
-                EngineBackend::Threads(ThreadBackend::new(threads)?),
+                EngineBackend::Threads(ThreadBackend::new(threads, self.caller_only)?),
                 Some(reason),
             ))
         };

@@ -74,13 +74,16 @@ pub(crate) struct ThreadBackend {
 }
 
 impl ThreadBackend {
-    /// A backend of `threads` workers, or as many as can be had; of none
-    /// when no thread can be started (a limit on processes, `ulimit -u`):
-    /// the calling thread, which takes its share of every batch anyway,
-    /// then runs each batch alone.
-    pub(crate) fn new(threads: usize) -> io::Result<ThreadBackend> {
-        let pool = WorkerPool::new(threads, "blockio-pool", BatchPointer::run)
-            .unwrap_or_else(|_| WorkerPool::none());
+    /// A backend of `threads` workers, or as many as can be had; with
+    /// `caller_only_ok`, of none when no thread can be started (a limit on
+    /// processes, `ulimit -u`): the calling thread, which takes its share
+    /// of every batch anyway, then runs each batch alone.
+    pub(crate) fn new(threads: usize, caller_only_ok: bool) -> io::Result<ThreadBackend> {
+        let pool = match WorkerPool::new(threads, "blockio-pool", BatchPointer::run) {
+            Ok(pool) => pool,
+            Err(_) if caller_only_ok => WorkerPool::none(),
+            Err(e) => return Err(e),
+        };
         Ok(ThreadBackend { pool })
     }
 
