@@ -25,18 +25,9 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// Deterministic bytes.
-fn bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+#[path = "support/bytes.rs"]
+mod data;
+use data::bytes;
 
 /// A tree with awkward names, an empty file and directory, a file spanning
 /// many blocks, symbolic links (one dangling), a FIFO and odd modes.

@@ -59,17 +59,9 @@ fn messages(o: &Output, prog: &Path) -> String {
     String::from_utf8_lossy(&o.stderr).replace(&*prog.to_string_lossy(), "cp")
 }
 
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+#[path = "support/bytes.rs"]
+mod data;
+use data::bytes as random_bytes;
 
 #[test]
 fn a_closed_pipe_on_stdout_never_cuts_a_copy_as_gnu_never_does() {
