@@ -51,7 +51,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import despite_cancel, is_cancellation, new_future, pause, threadsafe_caller
 from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
@@ -72,8 +72,6 @@ _READ_ALL_BLOCK = 1 << 20
 #: The largest file offset Linux has (``loff_t``): a seek past it is refused
 #: at the seek, as the built-in file's is.
 _MAX_OFFSET = (1 << 63) - 1
-
-T = TypeVar("T")
 
 
 def _size_arg(size: Any, default: int = -1) -> int:
@@ -794,12 +792,12 @@ class AsyncFile(LineReader[bytes]):
         if self._stream:
             # Started now, after the stream's last write; a cancelled task
             # leaves it running (see `_StreamCall`).
-            if landed is not None:
-                landed[0] = len(view)
             last = self._stream_write
             if last is not None and last.done():
                 last = None
             write = self._stream_write = _StreamCall(_write_and_close, self._live_fd(), bytes(view), last)
+            if landed is not None:
+                landed[0] = len(view)  # (the thread has them now)
             n: int = await write.result()
             self._pos += n
             return n
