@@ -476,22 +476,7 @@ pub fn copy(
     // address space, and 16 of them would take the room the copy's
     // listings need.
     let per_thread = if address_space_limited() { 1 } else { 16 };
-    // Where no thread can be started (`ulimit -u` reached), io_uring cannot
-    // start the workers that run what it does not do inline either, and
-    // cancels those operations: the thread-pool backend then runs every
-    // batch on this thread.
-    let backend = if can_start_a_thread() {
-        blockio::BackendChoice::Auto
-    } else if io_uring_required() {
-        return Err(io::Error::other(format!(
-            "{}=uring: io_uring cannot start its worker threads here (the limit on processes, \
-             ulimit -u, is reached), and would cancel what it cannot do inline; unset it to \
-             copy on the thread-pool backend",
-            blockio::BACKEND_ENV
-        )));
-    } else {
-        blockio::BackendChoice::ThreadPool
-    };
+    let backend = backend_for_this_process()?;
     let engine = blockio::Engine::builder()
         .backend(backend)
         .caller_only_if_no_threads(backend == blockio::BackendChoice::ThreadPool)
@@ -518,6 +503,26 @@ pub fn copy(
         code => Some(code),
     };
     Ok(report)
+}
+
+/// The backend to copy on: the default, unless no thread can be started
+/// (`ulimit -u` reached). io_uring then cannot start the workers that run
+/// what it does not do inline, and cancels those operations, so the
+/// thread-pool backend runs every batch on the calling thread; an error
+/// where the user requires io_uring ([`blockio::BACKEND_ENV`]).
+fn backend_for_this_process() -> io::Result<blockio::BackendChoice> {
+    if can_start_a_thread() {
+        return Ok(blockio::BackendChoice::Auto);
+    }
+    if io_uring_required() {
+        return Err(io::Error::other(format!(
+            "{}=uring: io_uring cannot start its worker threads here (the limit on processes, \
+             ulimit -u, is reached), and would cancel what it cannot do inline; unset it to \
+             copy on the thread-pool backend",
+            blockio::BACKEND_ENV
+        )));
+    }
+    Ok(blockio::BackendChoice::ThreadPool)
 }
 
 /// Whether this process may start a thread now (not at its limit on
