@@ -320,6 +320,9 @@ def test_read_files_waiting_on_a_fifo_is_interrupted_by_ctrl_c(tmp_path, backend
         os.write(writer, b"partial")
         code = f"""
 import os, signal, threading, blockio
+# Python leaves SIGINT alone when it starts ignored (a job started in the
+# background by a shell that has no job control): Ctrl-C's own handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 e = blockio.Engine(backend={backend!r})
 threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 try:
