@@ -235,6 +235,16 @@ fn copying_a_directory_into_itself_is_refused() {
         stderr(&o)
     );
     assert!(!dir.path().join("src/a/inside").exists());
+    // Through a link to the source, the same refusal, and nothing made.
+    std::os::unix::fs::symlink("src", dir.path().join("t")).unwrap();
+    let o = cp(dir.path(), &[os("-r"), os("src"), os("t")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot copy a directory, 'src', into itself, 't/src'"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.path().join("src/src").exists());
 }
 
 #[test]

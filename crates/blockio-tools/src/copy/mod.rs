@@ -59,7 +59,10 @@
 //! or hard links: GNU's `same_file_ok` rule on the command line, the
 //! opened destination's inode inside a tree).
 //!
-//! Directories are recognised by (device, inode), not by path: a source
+//! A destination whose path lies inside the source directory (`cp -r s
+//! s/d`, or through a link to `s`) is refused before anything is made;
+//! GNU makes it and copies into it until it meets its own copy. Inside a
+//! tree, directories are recognised by (device, inode), not by path: a source
 //! directory that is one of the copy's own destination directories (the
 //! source bind-mounted below the destination, or with `-L` a link to an
 //! ancestor of the destination) is "cannot copy a directory, S, into
