@@ -22,6 +22,7 @@ use blockio_tools::copy::{
     Sparse, Update,
 };
 use blockio_tools::getopt::{self, Opt};
+use blockio_tools::quote::quote_locale;
 
 /// Options and operands of `blockio cp`, as GNU `cp` takes them (see
 /// `blockio cp --help`).
@@ -497,13 +498,17 @@ fn argmatch<T: Copy + PartialEq>(arg: &str, option: &str, words: &[(&str, T)]) -
         [] => "invalid",
         _ => "ambiguous",
     };
-    let mut msg = format!("{problem} argument '{arg}' for '{option}'\nValid arguments are:");
+    let mut msg = format!(
+        "{problem} argument {} for {}\nValid arguments are:",
+        quote_locale(arg),
+        quote_locale(option)
+    );
     let mut k = 0;
     while k < words.len() {
         let same: Vec<String> = words[k..]
             .iter()
             .take_while(|(_, v)| *v == words[k].1)
-            .map(|(w, _)| format!("'{w}'"))
+            .map(|(w, _)| quote_locale(w))
             .collect();
         msg.push_str(&format!("\n  - {}", same.join(", ")));
         k += same.len();

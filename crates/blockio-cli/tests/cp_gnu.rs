@@ -1020,6 +1020,16 @@ fn backup_options_work_as_gnu_does() {
     ] {
         like_gnu(setup, args);
     }
+    // A value GNU's argmatch refuses is quoted by the locale: curly
+    // quotes where the character set is UTF-8.
+    for args in [
+        &["--backup=bogus", "f", "g"][..],
+        &["--sparse=a", "f", "g"],
+        &["--preserve=q", "f", "g"],
+    ] {
+        let gnu = like_gnu_as(&["env", "LC_ALL=C.UTF-8"], setup, args);
+        assert!(gnu.stderr.contains('\u{2018}'), "{args:?}: {gnu:?}");
+    }
     // `cp --force --backup F F` copies F to its backup name (coreutils'
     // tests/cp/backup-1.sh); `cp -b a~ a` would back `a` up onto its own
     // source, and is refused (tests/cp/backup-is-src.sh).

@@ -182,6 +182,47 @@ pub fn quote_c_locale(b: &[u8]) -> String {
     out
 }
 
+/// `s` as the coreutils quote an argument in a message (`quote`: the
+/// `locale` style) in the locale the environment names: between curly
+/// quotes (`‘x’`) when its character set is UTF-8, as [`quote_c_locale`]
+/// otherwise. In curly quotes a backslash is escaped and control
+/// characters are C escapes; every other character is written as it is.
+///
+/// The character set is read from `LC_ALL`, `LC_CTYPE` or `LANG`, the
+/// first one set, as the C library picks it; a UTF-8 locale that is not
+/// installed (which the C library would replace by `C`) still counts as
+/// UTF-8.
+pub fn quote_locale(s: &str) -> String {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let name = var("LC_ALL")
+        .or_else(|| var("LC_CTYPE"))
+        .or_else(|| var("LANG"));
+    if !name.as_deref().is_some_and(names_utf8) {
+        return quote_c_locale(s.as_bytes());
+    }
+    let mut out = String::from("\u{2018}");
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => match u8::try_from(c) {
+                Ok(b) => out.push_str(quote_c_locale(&[b]).trim_matches('\'')),
+                Err(_) => out.push(c),
+            },
+            c => out.push(c),
+        }
+    }
+    out.push('\u{2019}');
+    out
+}
+
+/// Whether a locale name (`lang_TERRITORY.charset@modifier`) names the
+/// UTF-8 character set (`C.UTF-8`, `en_US.utf8`).
+fn names_utf8(locale: &str) -> bool {
+    let charset = locale.split_once('.').map_or("", |(_, c)| c);
+    let charset = charset.split('@').next().unwrap_or("");
+    charset.replace('-', "").eq_ignore_ascii_case("utf8")
+}
+
 /// Runs of printable ASCII and runs of every other byte.
 fn ascii_pieces(b: &[u8]) -> Vec<Piece> {
     let mut out: Vec<Piece> = Vec::new();
@@ -200,7 +241,7 @@ fn ascii_pieces(b: &[u8]) -> Vec<Piece> {
 
 #[cfg(test)]
 mod tests {
-    use super::{quote_bytes, quote_if_needed};
+    use super::{names_utf8, quote_bytes, quote_if_needed};
     use std::os::unix::ffi::OsStrExt;
     use std::path::Path;
 
@@ -241,6 +282,16 @@ mod tests {
             ("h\u{e9}llo".as_bytes(), "'h\u{e9}llo'"),
         ] {
             assert_eq!(quote_bytes(name), want, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn utf8_locales_are_told_by_their_character_set() {
+        for name in ["C.UTF-8", "en_US.utf8", "de_DE.UTF-8@euro", "C.utf-8"] {
+            assert!(names_utf8(name), "{name}");
+        }
+        for name in ["C", "POSIX", "en_US", "en_US.ISO-8859-1", "utf8"] {
+            assert!(!names_utf8(name), "{name}");
         }
     }
 }
