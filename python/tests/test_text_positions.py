@@ -123,3 +123,29 @@ def test_utf16_write_at_the_start_then_readline(tmp_path):
             return await f.readline()
 
     assert asyncio.run(main()) == want == "line1\n"
+
+
+@pytest.mark.parametrize("newline", [None, ""])
+def test_a_write_after_seek_tell_lands_where_the_reader_is_after_a_cr(tmp_path, newline):
+    """A read that returned a \\r (as "\\n" or "\\r") had to decode the next
+    character to see whether "\\n" followed. seek(tell()) then puts a write
+    right after what the read returned, on purpose: the built-in's write
+    lands after the character decoded ahead (its tell() is one character
+    too far for writing). README: "A write after a read"."""
+    p = tmp_path / "f"
+    p.write_bytes(b"x\rlmn\n")
+
+    async def main():
+        async with blockio.open(p, "r+", newline=newline) as f:
+            got = await f.read(2)
+            await f.seek(await f.tell())
+            await f.write("U")
+        return got
+
+    assert asyncio.run(main()) == ("x\n" if newline is None else "x\r")
+    assert p.read_bytes() == b"x\rUmn\n"
+    with open(p, "r+", newline=newline) as f:
+        f.read(2)
+        f.seek(f.tell())
+        f.write("U")
+    assert p.read_bytes() == b"x\rUUn\n", "the built-in's write lands one byte on"
