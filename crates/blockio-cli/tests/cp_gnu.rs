@@ -689,6 +689,18 @@ fn overwrite_options_work_as_gnu_does() {
     for args in [&["-ru", "s/.", "t"][..], &["-u", "s/x", "t/x"]] {
         like_gnu(setup, args);
     }
+    // `-u` onto a link to the source itself, older or newer than it: "the
+    // same file" first, as GNU's order is (random seed 3051).
+    for touch in ["2030-01-01", "2000-01-01"] {
+        let setup = format!(
+            "mkdir s t; echo x > s/x; touch -d 2011-01-01 s/x; ln -s \"$PWD/s/x\" t/x; \
+             touch -h -d {touch} t/x"
+        );
+        for args in [&["-ru", "s/.", "t"][..], &["-rpu", "s/.", "t"]] {
+            let gnu = like_gnu(&setup, args);
+            assert_eq!(gnu.code, Some(1), "{gnu:?}");
+        }
+    }
     // `-n` onto a link that leads nowhere is refused, not skipped.
     let setup = "mkdir s t; echo x > s/x; echo y > s/y; ln -s nowhere t/x; ln -s ../s/y t/y";
     for args in [

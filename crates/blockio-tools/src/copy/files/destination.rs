@@ -362,6 +362,17 @@ fn remove_destination(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<()
     }
 }
 
+/// Whether the destination of `e` (a symbolic link) leads to the source
+/// file itself.
+fn leads_to_the_source(dirs: &DirPair, e: &Entry) -> bool {
+    rustix::fs::statat(
+        &dirs.dst,
+        e.dst_name.as_c_str(),
+        rustix::fs::AtFlags::empty(),
+    )
+    .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id())
+}
+
 /// Reports a copy that could not be created (or skips it, with `-n`).
 pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
     let dst = dirs.dst_of(&e.dst_name);
@@ -414,22 +425,19 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
         Some(libc::ELOOP)
             if ctx.opts.update == copy::Update::Older
                 && at::is_symlink(&dirs.dst, &e.dst_name)
+                && !leads_to_the_source(dirs, e)
                 && existing_is_kept(ctx, dirs, e, &dst) =>
         {
             // `-u` looks at the times first, through the link as GNU's
-            // does: what it leads to is newer, so nothing is written.
+            // does: what it leads to is newer, so nothing is written. A
+            // link to the source itself is "the same file" first, as
+            // GNU's order is.
             ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return;
         }
         Some(libc::ELOOP) if at::is_symlink(&dirs.dst, &e.dst_name) => {
             // A link to the source itself: what GNU says of it.
-            let to_source = rustix::fs::statat(
-                &dirs.dst,
-                e.dst_name.as_c_str(),
-                rustix::fs::AtFlags::empty(),
-            )
-            .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
-            if to_source {
+            if leads_to_the_source(dirs, e) {
                 // Found before GNU says what it copies, as here.
                 format!(
                     "{} and {} are the same file",
