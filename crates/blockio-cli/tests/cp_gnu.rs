@@ -893,9 +893,18 @@ fn symbolic_links_of_a_tree_replace_what_is_in_the_way_as_gnu_does() {
         &["-rsv", "/proc/self/cwd/s", "t"],
         &["-rsn", "/proc/self/cwd/s", "t"],
         &["-rsb", "/proc/self/cwd/s", "t"],
+        // The hard link of the source is the same file before `-u`
+        // compares times and before `-i` asks (random seed 3532).
+        &["-rsu", "/proc/self/cwd/s", "t"],
     ] {
         like_gnu(setup, args);
     }
+    like_gnu_with(
+        &[],
+        "mkdir -p s t/s; echo a > s/a; ln s/a t/s/a",
+        &["-rsi", "/proc/self/cwd/s", "t"],
+        "n\n",
+    );
     // A link to a source directory where its copy goes: "cannot
     // overwrite non-directory" with -s, where without it GNU calls them
     // the same file.

@@ -154,30 +154,20 @@ impl Walker<'_> {
             }
         }
         if r == Err(rustix::io::Errno::EXIST) {
-            // GNU's order: -n, -u, then a directory in the way.
+            // GNU's order: -n, the same file, -u (or -i), then a directory
+            // in the way.
+            if opts.no_clobber {
+                self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             let there = rustix::fs::statat(
                 &pair.dst,
                 e.dst_name.as_c_str(),
                 rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
             );
-            let kept = there.as_ref().is_ok_and(|st| {
-                let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-                copy::keep_existing(opts, copy::mtime(&e.st), mtime, &dst)
-            });
-            if opts.no_clobber || kept {
-                self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            let kind = there.map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
-            if kind == Ok(rustix::fs::FileType::Directory) {
-                return self.report(
-                    format!(
-                        "cannot overwrite directory {} with non-directory",
-                        quote(&dst)
-                    ),
-                    None,
-                );
-            }
+            let kind = there
+                .as_ref()
+                .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
             // As GNU 9.1: with -s, a hard link of the source in the way is
             // the same file; a link in the way fails to be made ("File
             // exists"), or with -f is made anew, even one that leads to
@@ -186,6 +176,23 @@ impl Walker<'_> {
             if !hard && !dst_is_link && self.leads_to_source(pair, e) {
                 return self.report(
                     format!("{} and {} are the same file", quote(&src), quote(&dst)),
+                    None,
+                );
+            }
+            let kept = there.as_ref().is_ok_and(|st| {
+                let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                copy::keep_existing(opts, copy::mtime(&e.st), mtime, &dst)
+            });
+            if kept {
+                self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            if kind == Ok(rustix::fs::FileType::Directory) {
+                return self.report(
+                    format!(
+                        "cannot overwrite directory {} with non-directory",
+                        quote(&dst)
+                    ),
                     None,
                 );
             }
