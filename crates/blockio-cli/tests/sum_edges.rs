@@ -185,7 +185,11 @@ fn a_closed_or_unwritable_standard_output_is_a_write_error() {
 #[test]
 fn an_ignored_sigpipe_makes_a_closed_pipe_a_write_error() {
     let (links, d) = (links(), work());
-    let many = "$(printf 'a %.0s' {1..3000})";
+    // Output far beyond what the pipe (64 KiB) and `head`'s one read can
+    // take: the tool must write after `head` has gone, whatever the
+    // scheduling (cksum's 15-byte lines for 3,000 names would fit, and
+    // the tool could finish before `head` exits).
+    let many = "$(printf 'a %.0s' {1..20000})";
     for tool in ["sha256sum", "md5sum", "cksum"] {
         // The parent ignores SIGPIPE: the tool inherits that and gets
         // EPIPE, which GNU's report as a write error.
