@@ -195,6 +195,10 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
             "a" => {
                 dereference = Some(Dereference::Never);
                 opts.preserve = Preserve::ALL;
+                // The mode is kept, so an earlier `--no-preserve=mode`'s
+                // default mode no longer applies (GNU consults it only
+                // when the mode is not kept).
+                opts.default_mode = false;
                 opts.recursive = true;
             }
             "d" => {
