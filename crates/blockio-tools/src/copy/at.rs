@@ -157,6 +157,9 @@ pub(crate) struct Dest {
     pub removed: bool,
     /// A file in the way was kept aside under this name first (`-b`).
     pub backup: Option<std::path::PathBuf>,
+    /// A file this copy created, listed for removal on an interrupting
+    /// signal until its copy ends (see `unfinished`).
+    pub listed: Option<super::unfinished::Unfinished>,
 }
 
 /// Creates the file `name` in `dir` for writing, or with `excl` false
@@ -193,6 +196,7 @@ pub(crate) fn create(
                     created: true,
                     removed,
                     backup: None,
+                    listed: None,
                 })
             }
             Err(rustix::io::Errno::EXIST) if !excl => {}
@@ -205,6 +209,7 @@ pub(crate) fn create(
                     created: false,
                     removed,
                     backup: None,
+                    listed: None,
                 })
             }
             Err(rustix::io::Errno::NOENT) => continue,
@@ -241,6 +246,7 @@ pub(crate) fn create_following(
                     created: false,
                     removed: false,
                     backup: None,
+                    listed: None,
                 })
             }
             Err(rustix::io::Errno::NOENT) => {}

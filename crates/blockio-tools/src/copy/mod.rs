@@ -78,7 +78,9 @@
 //! file is reported with its path and the copy goes on; a file the copy
 //! created that failed part-way is removed, and the error says so (a file
 //! that existed before is never removed); with `-b`, the file it replaced
-//! is then put back under its name, as GNU does.
+//! is then put back under its name, as GNU does. With
+//! [`remove_unfinished_on_signals`], an interrupting signal removes the
+//! files the copy created and has not finished before it ends the process.
 
 mod at;
 mod attrs;
@@ -86,6 +88,9 @@ mod creators;
 mod entry;
 mod files;
 mod tree;
+mod unfinished;
+
+pub use unfinished::remove_unfinished_on_signals;
 
 use std::ffi::CString;
 use std::fmt;

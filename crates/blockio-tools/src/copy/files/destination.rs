@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::super::at;
 use super::super::entry::{statx_id, Ctx, DirPair, Entry};
+use super::super::unfinished;
 use super::super::{quote, CopyOptions};
 use super::job::fstat;
 use crate::copy;
@@ -45,7 +46,7 @@ enum Existing {
 /// [`judged_before_open`]), so they are not asked again.
 fn existing(
     ctx: &Ctx<'_>,
-    dirs: &DirPair,
+    dirs: &Arc<DirPair>,
     e: &Entry,
     dst: &mut at::Dest,
     decided: bool,
@@ -85,19 +86,23 @@ fn existing(
     // Not with `--attributes-only`, which writes no data, as GNU's.
     if regular && ctx.opts.preserve.links && st.stx_nlink > 1 && !ctx.opts.attributes_only {
         let made = at::unlink(&dirs.dst, &e.dst_name).and_then(|()| {
-            at::create(
-                &dirs.dst,
-                &e.dst_name,
-                true,
-                create_mode(ctx.opts, e),
-                false,
-            )
+            unfinished::created(dirs, &e.dst_name, None, e.id(), || {
+                let d = at::create(
+                    &dirs.dst,
+                    &e.dst_name,
+                    true,
+                    create_mode(ctx.opts, e),
+                    false,
+                )?;
+                Ok((d, true))
+            })
         });
         match made {
-            Ok(fresh) => {
+            Ok((fresh, listed)) => {
                 dst.fd = fresh.fd;
                 dst.created = true;
                 dst.removed = true;
+                dst.listed = listed;
                 return Existing::Write(false);
             }
             Err(err) => {
@@ -189,17 +194,20 @@ pub(super) fn create_dst(
         None => false,
     };
     let create = || {
-        if e.follow_dst {
-            at::create_following(&pair.dst, &e.dst_name, excl, mode, opts.force)
-        } else {
-            at::create(&pair.dst, &e.dst_name, excl, mode, opts.force)
-        }
-    };
-    let create = || {
-        create().map(|mut d| {
-            d.backup = backup.clone();
-            d
-        })
+        let kept = backup.as_ref().and_then(|b| b.file_name()).map(copy::cname);
+        let (mut d, listed) =
+            unfinished::created(pair, &e.dst_name, kept.as_ref(), e.id(), || {
+                let d = if e.follow_dst {
+                    at::create_following(&pair.dst, &e.dst_name, excl, mode, opts.force)
+                } else {
+                    at::create(&pair.dst, &e.dst_name, excl, mode, opts.force)
+                }?;
+                let made = d.created;
+                Ok((d, made))
+            })?;
+        d.backup = backup.clone();
+        d.listed = listed;
+        Ok::<_, io::Error>(d)
     };
     // With `-L` two links to one file are two names of it too, as GNU
     // sees them.
@@ -214,7 +222,12 @@ pub(super) fn create_dst(
     // never links to a copy that does not exist yet.
     let mut links = ctx.links.lock().expect("hard link table lock");
     if let Some((first, name)) = links.get(&e.id()) {
-        let r = match at::link(&first.dst, name, &pair.dst, &e.dst_name) {
+        let link = || {
+            unfinished::linked(pair, &e.dst_name, e.id(), || {
+                at::link(&first.dst, name, &pair.dst, &e.dst_name)
+            })
+        };
+        let r = match link() {
             Err(err) if err.raw_os_error() == Some(libc::EEXIST) && !ctx.opts.no_clobber => {
                 // The name in the way may be the source itself (another
                 // of its hard links): never removed.
@@ -234,8 +247,7 @@ pub(super) fn create_dst(
                     ctx.errors.report(what, None);
                     return Ok(None);
                 }
-                at::unlink(&pair.dst, &e.dst_name)
-                    .and_then(|()| at::link(&first.dst, name, &pair.dst, &e.dst_name))
+                at::unlink(&pair.dst, &e.dst_name).and_then(|()| link())
             }
             r => r,
         };

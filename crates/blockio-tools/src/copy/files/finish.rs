@@ -86,11 +86,11 @@ pub(super) fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<FileCopy
     for j in jobs {
         srcs.push(j.src);
         dsts.push(j.dst);
-        finished.push((j.e, j.failed, j.created, j.stream, j.backup));
+        finished.push((j.e, j.failed, j.created, j.stream, j.backup, j.listed));
     }
     let _ = ctx.engine.close_batch(srcs);
     let closed = ctx.engine.close_batch(dsts);
-    for (k, (e, failed, _, _, _)) in finished.iter_mut().enumerate() {
+    for (k, (e, failed, ..)) in finished.iter_mut().enumerate() {
         let err = match &closed {
             Ok(rs) => rs[k].as_ref().err().map(clone),
             Err(err) => Some(clone(err)),
@@ -100,7 +100,9 @@ pub(super) fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<FileCopy
             *failed = Some((format!("error closing {}", quote(&dst)), err));
         }
     }
-    for (e, failed, created, stream, backup) in finished {
+    // Each file's listing ends (`_listed` dropped) with its iteration:
+    // complete, or removed and reported.
+    for (e, failed, created, stream, backup, _listed) in finished {
         let Some((what, err)) = failed else {
             ctx.progress.files.fetch_add(1, Ordering::Relaxed);
             continue;

@@ -43,6 +43,9 @@ pub(super) struct FileCopy<'g> {
     pub(super) direct: bool,
     /// This copy created `dst`: only then is it removed if the copy fails.
     pub(super) created: bool,
+    /// `dst`, created by this copy, is removed if an interrupting signal
+    /// comes before this is dropped (after the file's last step).
+    pub(super) listed: Option<super::super::unfinished::Unfinished>,
     /// `-b`: the name the file that was there is kept under, in the same
     /// directory; put back in place if the copy fails.
     pub(super) backup: Option<std::ffi::CString>,

@@ -154,6 +154,7 @@ fn create_all<'g>(
                     dst: dst.fd,
                     direct: false,
                     created: dst.created,
+                    listed: dst.listed,
                     backup: dst
                         .backup
                         .as_deref()

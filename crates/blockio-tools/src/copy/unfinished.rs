@@ -1,0 +1,243 @@
+//! Files this copy created and has not finished, removed when an
+//! interrupting signal ends the copy, so that nothing incomplete is left
+//! looking complete.
+//!
+//! A copy creates the destinations of a group of files at once and fills
+//! them afterwards (see `files::open`), so at any moment dozens of them can
+//! exist with their final names and nothing or part of their data in
+//! them. A failed copy removes its own (`files::finish`); a signal would
+//! leave them all. So [`remove_unfinished_on_signals`] (called by the `cp`
+//! program before it starts any thread) blocks SIGINT, SIGTERM and SIGHUP
+//! in every thread and waits for them in a thread of its own, which then:
+//!
+//! 1. takes the write side of [`CREATING`]: every creation holds its read
+//!    side from before its `openat` until the file is listed, so once the
+//!    write side is held no creation is under way and none can start, and
+//!    every file this copy created and has not finished is in [`LISTED`];
+//! 2. removes each of them (and the second names hard-linked to them),
+//!    putting back the file a `-b` copy had kept aside under its name;
+//! 3. ends the process by the same signal, its default action, so the
+//!    caller sees what it would have seen without this (exit status 130
+//!    in a shell for Ctrl-C).
+//!
+//! Only files this copy created are listed: an existing file written into
+//! (a FIFO, a device, a file opened for overwriting) is never removed.
+//! A listing ends when the copy of the file ends ([`Unfinished`] is
+//! dropped), complete or not. SIGKILL cannot be caught: after one, the
+//! files being filled remain, as a killed GNU `cp` leaves the one it was
+//! writing.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+
+use super::entry::DirPair;
+
+/// Held (read side) by every creation of a file from before it until the
+/// file is listed; the signal thread takes the write side.
+static CREATING: RwLock<()> = RwLock::new(());
+
+/// The files created and not finished, by their listing number.
+static LISTED: Mutex<Listed> = Mutex::new(Listed {
+    next: 0,
+    files: BTreeMap::new(),
+});
+
+struct Listed {
+    next: u64,
+    files: BTreeMap<u64, Made>,
+}
+
+/// A name this copy made.
+struct Made {
+    dir: Arc<DirPair>,
+    name: CString,
+    /// The file this one replaced, kept aside under this name (`-b`).
+    backup: Option<CString>,
+    /// The source file (device, inode), whose second names are hard links
+    /// to this copy.
+    id: (u64, u64),
+    /// A second name, hard-linked to the copy of `id` (which owns it).
+    link: bool,
+}
+
+fn listed() -> MutexGuard<'static, Listed> {
+    // A panic elsewhere while the lock was held leaves the list as it was
+    // between two whole updates: still usable.
+    LISTED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The listing of a file this copy created: the file is removed if an
+/// interrupting signal comes before this is dropped, with the second names
+/// linked to it since.
+pub(crate) struct Unfinished(u64);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let mut l = listed();
+        if let Some(made) = l.files.remove(&self.0) {
+            let id = made.id;
+            l.files.retain(|_, m| !(m.link && m.id == id));
+        }
+    }
+}
+
+/// Runs `create`, which makes the file `name` in `dir`'s destination or
+/// opens the one there (`Ok((value, true))` when it made it), so that an
+/// interrupting signal either comes before it or finds the file listed.
+/// The listing, for a file it made, comes back with the value.
+pub(crate) fn created<T>(
+    dir: &Arc<DirPair>,
+    name: &CString,
+    backup: Option<&CString>,
+    id: (u64, u64),
+    create: impl FnOnce() -> io::Result<(T, bool)>,
+) -> io::Result<(T, Option<Unfinished>)> {
+    let _creating = creating();
+    let (value, made) = create()?;
+    if !made {
+        return Ok((value, None));
+    }
+    let mut l = listed();
+    let n = l.next;
+    l.next += 1;
+    l.files.insert(
+        n,
+        Made {
+            dir: Arc::clone(dir),
+            name: name.clone(),
+            backup: backup.cloned(),
+            id,
+            link: false,
+        },
+    );
+    Ok((value, Some(Unfinished(n))))
+}
+
+/// Runs `link`, which makes `name` in `dir`'s destination a second name of
+/// the copy of the file `id`, so that the name is removed with that copy
+/// if an interrupting signal comes before the copy is finished.
+pub(crate) fn linked(
+    dir: &Arc<DirPair>,
+    name: &CString,
+    id: (u64, u64),
+    link: impl FnOnce() -> io::Result<()>,
+) -> io::Result<()> {
+    let _creating = creating();
+    link()?;
+    let mut l = listed();
+    if l.files.values().any(|m| !m.link && m.id == id) {
+        let n = l.next;
+        l.next += 1;
+        l.files.insert(
+            n,
+            Made {
+                dir: Arc::clone(dir),
+                name: name.clone(),
+                backup: None,
+                id,
+                link: true,
+            },
+        );
+    }
+    Ok(())
+}
+
+fn creating() -> RwLockReadGuard<'static, ()> {
+    CREATING.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The signals that end a copy and its unfinished files.
+const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it fully
+    // before any other use, and sigaddset takes valid signal numbers.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// From now on SIGINT, SIGTERM and SIGHUP remove the files this copy
+/// created and has not finished before they end the process (see the
+/// module's documentation). Call it before any thread starts: the signals
+/// are blocked in the calling thread, and threads started after inherit
+/// that, so only the waiting thread receives them. A signal ignored when
+/// this is called (`nohup` ignores SIGHUP) stays ignored.
+pub fn remove_unfinished_on_signals() -> io::Result<()> {
+    let wanted: Vec<libc::c_int> = SIGNALS
+        .into_iter()
+        .filter(|&s| {
+            // SAFETY: a zeroed sigaction is valid plain data; sigaction
+            // with a null new action only reads the current disposition
+            // of `s` into it.
+            unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(s, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction != libc::SIG_IGN
+            }
+        })
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let set = signal_set(&wanted);
+    // SAFETY: `set` is an initialised signal set; blocking signals in the
+    // calling thread has no other effect.
+    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    let spawned = std::thread::Builder::new()
+        .name("cp-signals".into())
+        .stack_size(64 << 10)
+        .spawn(move || loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is an initialised signal set, blocked in every
+            // thread; sigwait writes the signal taken into `sig`.
+            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                remove_and_die(sig);
+            }
+        });
+    if let Err(e) = spawned {
+        // Without the thread nobody would take the signals: unblock them.
+        // SAFETY: as above.
+        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Removes every listed file and ends the process by `sig`.
+fn remove_and_die(sig: libc::c_int) -> ! {
+    // Never released: no creation starts after this.
+    let _all = CREATING.write().unwrap_or_else(|p| p.into_inner());
+    let l = listed();
+    // Second names first, while their copies still have theirs.
+    let (links, copies): (Vec<&Made>, Vec<&Made>) = l.files.values().partition(|m| m.link);
+    for m in links.into_iter().chain(copies) {
+        let _ = rustix::fs::unlinkat(&m.dir.dst, m.name.as_c_str(), rustix::fs::AtFlags::empty());
+        if let Some(kept) = &m.backup {
+            let _ =
+                rustix::fs::renameat(&m.dir.dst, kept.as_c_str(), &m.dir.dst, m.name.as_c_str());
+        }
+    }
+    let one = signal_set(&[sig]);
+    // SAFETY: restoring the default action of a catchable signal, then
+    // unblocking it in this thread and raising it here (every other thread
+    // still blocks it), ends the process as the signal would have without
+    // this module.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    // (Not reached: the signal's default action ends the process.)
+    std::process::exit(128 + sig)
+}
