@@ -438,9 +438,17 @@ class AsyncFile(LineReader[bytes]):
         pending = self._stream_read
         try:
             data: bytes = await pending.result()
-        finally:
-            if pending._out is not None and self._stream_read is pending:
+        except BaseException:
+            out = pending._out
+            if out is not None and self._stream_read is pending:
+                # It finished, but this call was cancelled before it could
+                # return the bytes: they are the next read's.
                 self._stream_read = None
+                if out[0]:
+                    self._carry = out[1]
+            raise
+        if self._stream_read is pending:
+            self._stream_read = None
         if len(data) > size:
             data, self._carry = data[:size], data[size:]
         return data

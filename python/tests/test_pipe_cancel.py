@@ -9,6 +9,8 @@ is cancelled while it waits for a line or bytes that are not there."""
 
 import asyncio
 import os
+import threading
+import time
 
 import pytest
 
@@ -123,3 +125,75 @@ def test_read_cancelled_in_one_loop_hands_its_bytes_to_the_next_loop(backend):
                 await f.close()
 
         assert asyncio.run(second()) == b"one\ntwo\n"
+
+
+@BACKENDS
+@MODES
+def test_a_pipe_read_cancelled_after_its_bytes_arrived_leaves_them_to_the_next_read(backend, mode):
+    """The cancellation comes after the read's thread has the bytes but
+    before the waiting task runs again (so the task ends cancelled, not
+    with the bytes): the next read returns them, and every line written
+    arrives once, in order."""
+
+    async def main():
+        with blockio.Engine(backend=backend) as e:
+            r, w = os.pipe()
+            f = await blockio.open(r, mode, engine=e)
+            try:
+                binary = f if "b" in mode else f.buffer
+                task = asyncio.ensure_future(f.readline())
+                while binary._stream_read is None:  # waiting in the kernel
+                    await asyncio.sleep(0.001)
+                os.write(w, b"first\n")
+                # Without yielding to the loop: the thread has read the
+                # line, and the task has not seen it yet.
+                assert binary._stream_read._done.wait(30)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                os.write(w, b"second\n")
+                os.close(w)
+                assert await asyncio.wait_for(f.readline(), 30) == text(mode, b"first\n")
+                assert await asyncio.wait_for(f.read(), 30) == text(mode, b"second\n")
+            finally:
+                await f.close()
+
+    asyncio.run(main())
+
+
+@BACKENDS
+@MODES
+def test_lines_read_under_random_cancellation_all_arrive_in_order(backend, mode):
+    """A reader whose every ``readline`` is given 0.1 ms (most are
+    cancelled, some just after their bytes came) gets every line once, in
+    order."""
+    lines = [b"%d\n" % i for i in range(200)]
+
+    def writer(w):
+        for line in lines:
+            os.write(w, line)
+            time.sleep(0.001)
+        os.close(w)
+
+    async def main():
+        with blockio.Engine(backend=backend) as e:
+            r, w = os.pipe()
+            t = threading.Thread(target=writer, args=(w,))
+            t.start()
+            got = []
+            f = await blockio.open(r, mode, engine=e)
+            try:
+                while True:
+                    try:
+                        line = await asyncio.wait_for(f.readline(), 0.0001)
+                    except asyncio.TimeoutError:
+                        continue
+                    if not line:
+                        break
+                    got.append(line)
+            finally:
+                await f.close()
+                t.join()
+            assert got == [text(mode, x) for x in lines]
+
+    asyncio.run(main())
