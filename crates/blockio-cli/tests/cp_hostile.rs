@@ -640,3 +640,41 @@ fn unreadable_and_unowned_directories_with_acls_as_gnu_as_nobody() {
         "{msg2}"
     );
 }
+
+#[test]
+fn a_source_that_grows_after_it_was_looked_at_is_copied_to_its_end() {
+    use std::io::{Read, Write};
+    use std::process::Stdio;
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (s, t) = (d.path().join("s"), d.path().join("t"));
+    let first: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    fs::write(&s, &first).unwrap();
+    fs::write(&t, b"old").unwrap();
+    // `-i` looks at the source, then asks: the source grows while the
+    // question waits for its answer, as GNU's `cp`, which reads to the end
+    // of the file, copies it whole.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_blockio"))
+        .current_dir(d.path())
+        .args(["cp", "-i", "s", "t"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let mut asked = Vec::new();
+    let mut byte = [0u8; 1];
+    while !asked.ends_with(b"? ") && err.read(&mut byte).unwrap() == 1 {
+        asked.push(byte[0]);
+    }
+    assert_eq!(asked, b"blockio cp: overwrite 't'? ");
+    let more: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 241) as u8).collect();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&s)
+        .unwrap()
+        .write_all(&more)
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(fs::read(&t).unwrap(), [first, more].concat());
+}

@@ -56,9 +56,10 @@ pub(super) struct FileCopy<'g> {
     /// The end of the data written so far (a direct copy's last block is
     /// written whole, then the file is cut back to this).
     pub(super) end: u64,
-    /// Where a read met the end of the file before the size `statx` gave
-    /// (a file that shrank, or one of /proc or /sys whose size is a guess):
-    /// the copy ends there, never padded to the stated size.
+    /// Where a read met the end of the file, when that is not the size
+    /// `statx` gave (a file that shrank or grew while it was copied, or
+    /// one of /proc or /sys whose size is a guess): the copy ends there,
+    /// never padded or cut to the stated size.
     pub(super) eof: Option<u64>,
     /// The first failure: what was being done, and why.
     pub(super) failed: Option<(String, io::Error)>,

@@ -23,14 +23,14 @@ mod wave;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use blockio::AlignedBuf;
+use blockio::{AlignedBuf, Op};
 
 use super::entry::{Ctx, DirPair, Group};
 use super::{quote, CopyOptions};
 use crate::copy;
 use finish::{close_and_report, finish_files, fsync_large};
 pub(crate) use job::fstat;
-use job::{failure, fsync_each, is_sparse, Chunk, FileCopy};
+use job::{failure, fsync_each, is_sparse, run_batch, Chunk, FileCopy};
 use open::open_all;
 use plain::{copy_range, copy_to_eof, extents};
 use wave::{copy_chunks, go_direct};
@@ -60,6 +60,7 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
         let chunks = copy_ranges_and_chunk(ctx, dirs, &mut jobs, &ranged);
         copy_chunks(ctx, dirs, &mut jobs, &chunks, arena);
         copy_unsized(ctx, dirs, &mut jobs);
+        copy_grown(ctx, dirs, &mut jobs);
     }
     finish_files(ctx, dirs, &mut jobs);
     if ctx.opts.fsync {
@@ -181,8 +182,45 @@ fn copy_unsized(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
         // blocks of zeros become holes there too, as GNU makes them.
         let holes = ctx.opts.sparse == copy::Sparse::Always
             && fstat(&j.dst).is_ok_and(|st| u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG);
-        match copy_to_eof(j, ctx.progress, holes) {
+        match copy_to_eof(j, ctx.progress, holes, 0) {
             Ok(n) => j.end = n,
+            Err((side, e)) => j.failed = Some((failure(dirs, j.e, side), e)),
+        }
+    }
+}
+
+/// Copies on, to their new end, the files that grew while they were
+/// copied, as GNU's `cp`, which reads until a read returns nothing, does:
+/// one read of a byte at each copied file's stated size, in one batch, says
+/// which.
+fn copy_grown(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
+    let sized: Vec<usize> = (0..jobs.len())
+        .filter(|&i| {
+            let j = &jobs[i];
+            j.failed.is_none() && !j.stream && j.eof.is_none() && j.e.st.stx_size > 0
+        })
+        .collect();
+    let mut bytes = vec![[0u8; 1]; sized.len()];
+    let ops: Vec<Op<'_>> = sized
+        .iter()
+        .zip(bytes.iter_mut())
+        .map(|(&i, b)| Op::read(&jobs[i].src, jobs[i].e.st.stx_size, b))
+        .collect();
+    let grown: Vec<usize> = run_batch(ctx.engine, ops, sized)
+        .filter(|(_, r)| matches!(r, Ok(n) if *n > 0))
+        .map(|(i, _)| i)
+        .collect();
+    for i in grown {
+        let j = &mut jobs[i];
+        // A direct destination takes only aligned writes: the rest goes
+        // through the page cache.
+        if j.direct {
+            use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+            let _ = fcntl_getfl(&j.dst).and_then(|f| fcntl_setfl(&j.dst, f - OFlags::DIRECT));
+        }
+        match copy_to_eof(j, ctx.progress, false, j.e.st.stx_size) {
+            // The copy ends where the source did (see `FileCopy::eof`).
+            Ok(end) => j.eof = Some(end),
             Err((side, e)) => j.failed = Some((failure(dirs, j.e, side), e)),
         }
     }

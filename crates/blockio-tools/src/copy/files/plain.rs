@@ -14,17 +14,19 @@ use super::super::entry::Entry;
 use super::super::{CopyOptions, Progress};
 use super::job::{is_sparse, FileCopy, Side};
 
-/// Copies a file by reading it until a read returns nothing; the bytes
-/// copied. For files whose stated size is no guide (0 for most of /proc),
-/// and with plain reads and writes (no offsets) for a stream: a FIFO or
-/// device at either end.
+/// Copies a file from `from` on by reading it until a read returns
+/// nothing; where the copy ends. For files whose stated size is no guide
+/// (0 for most of /proc), for files that grew while they were copied (from
+/// their stated size), and with plain reads and writes (no offsets) for a
+/// stream: a FIFO or device at either end.
 pub(super) fn copy_to_eof(
     j: &FileCopy<'_>,
     progress: &Progress,
     holes: bool,
+    from: u64,
 ) -> Result<u64, (Side, io::Error)> {
     let mut buf = vec![0u8; if j.stream { 128 << 10 } else { 16 << 10 }];
-    let mut off = 0u64;
+    let mut off = from;
     loop {
         let n = if j.stream {
             read_some(&j.src, &mut buf)
