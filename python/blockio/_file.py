@@ -887,13 +887,21 @@ class AsyncFile(LineReader[bytes]):
     async def writelines(self, lines: Iterable[Buffer]) -> None:
         """Writes each item of ``lines`` (no newlines are added), as one
         write: a cancelled call writes all of them or, if it fails, none
-        cut short in the middle of the list by the cancellation."""
+        cut short in the middle of the list by the cancellation. An item
+        that is not bytes-like raises ``TypeError`` after the items before
+        it are written, as the built-in file's ``writelines`` does."""
         views = []
+        bad: Optional[TypeError] = None
         for line in lines:
-            if isinstance(line, str):
-                raise TypeError("a bytes-like object is required, not 'str'")
-            views.append(memoryview(line).cast("B"))
-        await self.write(b"".join(views))
+            try:
+                views.append(memoryview(line).cast("B"))
+            except TypeError:
+                bad = TypeError(f"a bytes-like object is required, not '{type(line).__name__}'")
+                break
+        if views:
+            await self.write(b"".join(views))
+        if bad is not None:
+            raise bad
 
     @one_at_a_time
     async def flush(self) -> None:

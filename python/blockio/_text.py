@@ -277,12 +277,32 @@ class AsyncTextFile(LineReader[str]):
     async def writelines(self, lines: Iterable[str]) -> None:
         """Writes each string of ``lines`` (no newlines are added), as one
         write: a cancelled call writes all of them, never a part of the
-        list."""
+        list. A string that is not a ``str`` or cannot be encoded raises
+        after the strings before it are written, with the error writing it
+        alone gives, as the built-in file's ``writelines`` does."""
         strings = list(lines)
-        for line in strings:
+        for k, line in enumerate(strings):
             if not isinstance(line, str):
+                if k:
+                    await self.write("".join(strings[:k]))
                 raise TypeError(f"write() argument must be str, not {type(line).__name__}")
-        await self.write("".join(strings))
+        try:
+            await self.write("".join(strings))
+        except UnicodeEncodeError as e:
+            # Nothing was written: the lines before the one that cannot
+            # be encoded are, then that one raises its own error.
+            end = 0
+            for k, line in enumerate(strings):
+                end += len(line)
+                if end > e.start:
+                    break
+            if k:
+                await self.write("".join(strings[:k]))
+            try:
+                await self.write(strings[k])
+            except UnicodeEncodeError as alone:
+                raise alone from None
+            raise
 
     @one_at_a_time
     async def flush(self) -> None:

@@ -444,3 +444,28 @@ def test_negative_descriptor_and_binary_line_buffering_as_the_builtin(tmp_path):
 async def _open_and_close(file, mode, **kw):
     f = await blockio.open(file, mode, **kw)
     await f.close()
+
+
+@pytest.mark.parametrize("mode, kwargs, lines", [
+    ("w", {"encoding": "latin-1"}, ["one\n", "two\n", "\u20ac\n", "four\n"]),
+    ("w", {"encoding": "utf-8"}, ["one\n", 2, "three\n"]),
+    ("wb", {}, [b"one\n", bytearray(b"two\n"), "bad", b"four\n"]),
+    ("wb", {}, [b"one\n", 5]),
+    ("wb", {"buffering": 0}, [b"one\n", None]),
+])
+def test_writelines_with_a_bad_item_writes_the_items_before_it_as_the_builtin_file(tmp_path, mode, kwargs, lines):
+    """The items before the bad one are written, and the error is the one
+    the built-in file's ``writelines`` raises for it."""
+    ref, ours = tmp_path / "ref", tmp_path / "ours"
+    with pytest.raises(Exception) as want:
+        with open(ref, mode, **kwargs) as f:
+            f.writelines(lines)
+
+    async def main():
+        async with blockio.open(ours, mode, **kwargs) as f:
+            await f.writelines(lines)
+
+    with pytest.raises(type(want.value)) as got:
+        run(main())
+    assert str(got.value) == str(want.value)
+    assert ours.read_bytes() == ref.read_bytes()
