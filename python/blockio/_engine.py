@@ -106,6 +106,16 @@ class _Descriptor:
         return self.num
 
 
+def _path_list(paths: Iterable[StrPath]) -> List[StrPath]:
+    """``read_files``' paths as a list; one path alone (whose characters
+    would otherwise be taken for paths) is a ``TypeError`` naming the
+    argument."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError(f"paths: expected an iterable of paths, not one path ({type(paths).__name__}); "
+                        "pass [path] to read one file")
+    return list(paths)
+
+
 def _fd(file: FileLike) -> int:
     if isinstance(file, int):
         return file
@@ -419,7 +429,7 @@ class Engine:
         for no round, and reads alone again every file whose open met
         ``EMFILE``; a file fails for the limit only if it cannot be opened
         alone."""
-        paths = list(paths)
+        paths = _path_list(paths)
         res, failed = self._core.read_files([os.fsencode(p) for p in paths])
         if failed:
             res = _named(res, paths)
@@ -437,7 +447,7 @@ class Engine:
         engine's file-system threads, never on the event loop's. A task
         cancelled before they start reads nothing; one cancelled later
         leaves them to finish, and their files are closed."""
-        paths = list(paths)
+        paths = _path_list(paths)
         res = (await self._run(None, self._core.submit_read_files, [os.fsencode(p) for p in paths]))[0]
         if isinstance(res, OSError):
             raise res

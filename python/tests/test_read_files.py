@@ -335,3 +335,21 @@ except KeyboardInterrupt:
     finally:
         os.close(writer)
     assert out.stdout.split("\n")[0] == "interrupted [b'ok']", out
+
+
+@pytest.mark.parametrize("one", ["data", b"data", "pathlib"])
+def test_one_path_instead_of_a_list_is_a_type_error_naming_paths(tmp_path, monkeypatch, one):
+    """A path given alone is not taken for a list of one-character paths
+    (a file ``d``, ``a``, ...): ``TypeError`` naming ``paths``, from both
+    calls, and nothing is read."""
+    import pathlib
+
+    monkeypatch.chdir(tmp_path)
+    for name in "dat":
+        (tmp_path / name).write_bytes(b"x")
+    arg = pathlib.Path("data") if one == "pathlib" else one
+    with blockio.Engine() as e:
+        with pytest.raises(TypeError, match="paths"):
+            e.read_files(arg)
+        with pytest.raises(TypeError, match="paths"):
+            asyncio.run(e.aread_files(arg))
