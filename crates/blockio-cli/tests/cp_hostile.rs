@@ -678,3 +678,42 @@ fn a_source_that_grows_after_it_was_looked_at_is_copied_to_its_end() {
     assert!(child.wait().unwrap().success());
     assert_eq!(fs::read(&t).unwrap(), [first, more].concat());
 }
+
+#[test]
+fn archive_keeps_hard_links_between_symlinks_fifos_and_devices_as_gnu() {
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let s = d.path().join("s");
+    fs::create_dir_all(s.join("sub")).unwrap();
+    symlink("a", s.join("l")).unwrap();
+    fs::hard_link(s.join("l"), s.join("sub/l2")).unwrap();
+    let fifo = CString::new(s.join("p").as_os_str().as_bytes()).unwrap();
+    let dev = CString::new(s.join("c").as_os_str().as_bytes()).unwrap();
+    // SAFETY: mkfifo and mknod on NUL-terminated paths in our temporary
+    // directory (a character device as /dev/null is: 1, 3; root makes it).
+    unsafe {
+        assert_eq!(libc::mkfifo(fifo.as_ptr(), 0o640), 0);
+        if libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) != 0 {
+            fs::write(s.join("c"), b"").unwrap(); // (not root: a file stands in)
+        }
+    }
+    fs::hard_link(s.join("p"), s.join("sub/p2")).unwrap();
+    fs::hard_link(s.join("c"), s.join("c2")).unwrap();
+    let gnu = Command::new("cp")
+        .current_dir(d.path())
+        .args(["-a", "s", "g"])
+        .output()
+        .unwrap();
+    assert!(gnu.status.success());
+    ok(&cp(d.path(), &["-a", "s", "b"]));
+    for (x, y) in [("l", "sub/l2"), ("p", "sub/p2"), ("c", "c2")] {
+        for top in ["g", "b"] {
+            let a = fs::symlink_metadata(d.path().join(top).join(x)).unwrap();
+            let b = fs::symlink_metadata(d.path().join(top).join(y)).unwrap();
+            assert_eq!(
+                (a.ino(), a.nlink()),
+                (b.ino(), 2),
+                "{top}/{x} and {top}/{y}"
+            );
+        }
+    }
+}

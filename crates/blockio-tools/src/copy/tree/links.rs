@@ -299,6 +299,11 @@ impl Walker<'_> {
         let mut ok = Vec::with_capacity(links.len());
         for e in links {
             match at::read_link(&pair.src, &e.src_name) {
+                Ok(t) if self.several_names(&e) => {
+                    // One at a time: its other names link to it.
+                    let make = || at::symlink(&t, &pair.dst, &e.dst_name);
+                    self.made_once(pair, &e, Made::Link, make);
+                }
                 Ok(t) => {
                     targets.push(t);
                     ok.push(e);
@@ -353,7 +358,40 @@ impl Walker<'_> {
             e.mode() & 0o7777
         };
         let make = || at::mknod(&pair.dst, &e.dst_name, e.kind() | perms, rdev);
+        if self.several_names(e) {
+            return self.made_once(pair, e, Made::Special, make);
+        }
         self.finish_made(pair, e, Made::Special, make(), make);
+    }
+
+    /// With `-a` (`--preserve=links`), whether `e` (a link or special
+    /// file) has other names that its copy keeps, as a regular file's.
+    fn several_names(&self, e: &Entry) -> bool {
+        self.ctx.opts.preserve.links && e.st.stx_nlink > 1
+    }
+
+    /// Makes a link or special file of several names once: the first of
+    /// its names met is made by `make`, every later one is a hard link to
+    /// that copy, as GNU's `cp -a` keeps them (the table of copied files
+    /// of several names is held meanwhile, so two names met at once by
+    /// two threads are still one file).
+    fn made_once(
+        &self,
+        pair: &Arc<DirPair>,
+        e: &Entry,
+        kind: Made,
+        make: impl Fn() -> io::Result<()>,
+    ) {
+        let mut links = self.ctx.links.lock().expect("hard link table lock");
+        if let Some((first, name)) = links.get(&e.id()).cloned() {
+            drop(links);
+            let link = || at::link(&first.dst, &name, &pair.dst, &e.dst_name);
+            return self.finish_made(pair, e, kind, link(), link);
+        }
+        links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
+        let made = make();
+        drop(links);
+        self.finish_made(pair, e, kind, made, make);
     }
 
     /// Finishes making the link or special file `e` whose first try gave
