@@ -145,12 +145,8 @@ impl Walker<'_> {
             // source's files did. (A directory may have inherited ACLs
             // from its parent: always looked for.)
             let (from, to) = (Node::Fd(s.as_fd()), Node::Fd(d.as_fd()));
-            if let Err(e) = copy::attrs::copy_xattrs(&from, &to, true, &keep) {
-                self.report(
-                    format!("preserving extended attributes of {}", quote(&t.dst)),
-                    Some(e),
-                );
-            }
+            let say = copy::attrs::Say::new(&self.ctx, &t.src, &t.dst);
+            copy::attrs::copy_xattrs(&from, &to, true, &keep, &say);
         }
         let mut names = match at::list(&s) {
             Ok(n) => n,
@@ -165,7 +161,8 @@ impl Walker<'_> {
         // Before its subdirectories are queued, which note theirs after it
         // (`finish_dirs` sets them deepest first).
         self.fix_dir(&t, q.fix, st.take(), (names.len() == 0).then_some(&d));
-        let dst_default_acl = preserve && copy::attrs::has_default_acl(d.as_fd());
+        let dst_default_acl =
+            (preserve || self.ctx.opts.default_mode) && copy::attrs::has_default_acl(d.as_fd());
         let follow = self.ctx.opts.dereference == Dereference::Always;
         let chain = if follow {
             match s.metadata() {
