@@ -2181,3 +2181,24 @@ fn extended_attributes_a_special_file_cannot_hold_as_gnu() {
         like_gnu(setup, args);
     }
 }
+
+/// `--no-preserve=mode` into a directory with a default ACL: GNU gives
+/// each new file and directory a minimal ACL and the default mode minus
+/// the umask (a directory keeps the default ACL it inherited); blockio
+/// kept the inherited `user:nobody:rwx` entry and its wider mode.
+#[test]
+fn no_preserve_mode_drops_inherited_acls_as_gnu() {
+    let setup = "mkdir dd; setfacl -d -m u:nobody:rwx dd; echo x > f; \
+                 mkdir -p sd/s; echo y > sd/g; echo z > sd/s/h; mkfifo sd/p";
+    for args in [
+        &["--no-preserve=mode", "f", "dd/b"][..],
+        &["-p", "--no-preserve=mode", "f", "dd/b"],
+        &["-r", "--no-preserve=mode", "sd", "dd/sd"],
+        &["-r", "--no-preserve=mode", "sd", "dd"],
+        &["-a", "--no-preserve=all", "sd", "dd/sd"],
+        &["-r", "sd", "dd/sd"],
+        &["-a", "sd", "dd/sd"],
+    ] {
+        like_gnu(setup, args);
+    }
+}

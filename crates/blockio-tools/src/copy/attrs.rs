@@ -44,7 +44,10 @@
 //!   permissions for 'DST'`, after the mode is set, since the copy would
 //!   be open to users the ACL kept out. (An ACL the kernel keeps as an
 //!   xattr is never equivalent to the mode alone.) A default ACL that
-//!   cannot be held is left out silently, as GNU's does.
+//!   cannot be held is left out silently, as GNU's does;
+//! - `--no-preserve=mode`: a copy made in a directory with a default ACL
+//!   gets a minimal ACL and the default mode minus the umask (see
+//!   [`minimal_acl_at`]), as GNU's `set_acl` gives it.
 //!
 //! Symbolic links get ownership and times, not
 //! extended attributes (Linux allows only `trusted.*` and `security.*` on
@@ -342,6 +345,26 @@ pub(crate) fn copy_xattrs(
         let what = format!("setting attributes for {}", quote(say.dst));
         say.xattr(keep, Errno::NOTSUP, what);
     }
+}
+
+/// `--no-preserve=mode` on `name` in `dir` (the empty name: `dir`
+/// itself), a copy just made in a directory with a default ACL: the
+/// access ACL it inherited is removed and its mode made `mode`, as GNU's
+/// `set_acl` with the default mode does. (A directory keeps the default
+/// ACL it inherited, as with GNU 9.1.)
+pub(crate) fn minimal_acl_at(dir: &impl AsFd, name: &CStr, mode: u32) -> io::Result<()> {
+    use rustix::fs::{chmodat, fchmod, AtFlags, Mode};
+    match Node::at(dir.as_fd(), name).remove(ACLS[0]) {
+        Ok(()) | Err(Errno::NODATA | Errno::NOTSUP) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let mode = Mode::from_raw_mode(mode);
+    if name.is_empty() {
+        fchmod(dir, mode)?;
+    } else {
+        chmodat(dir, name, mode, AtFlags::empty())?;
+    }
+    Ok(())
 }
 
 /// The names of `node`'s extended attributes (none where the file system

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use blockio::Op;
 
 use super::super::at;
-use super::super::attrs::{set_attrs_at, Node, Say};
+use super::super::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::super::entry::{Ctx, DirPair};
 use super::super::quote;
 use super::job::{clone, fsync_each, is_sparse, run_batch, FileCopy};
@@ -58,6 +58,14 @@ pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'
             if let Err(e) = set {
                 // The data is complete: report, keep the file (as cp does).
                 let what = format!("preserving attributes of {}", quote(&dst));
+                ctx.errors.report(what, Some(e));
+            }
+        }
+        if ctx.opts.default_mode && !ctx.opts.preserve.mode && j.created && dirs.dst_default_acl {
+            // No ACL inherited from the new directory stays (GNU's
+            // `set_acl` with the default mode).
+            if let Err(e) = minimal_acl_at(&j.dst, c"", 0o666 & !ctx.umask) {
+                let what = format!("setting permissions for {}", quote(&dst));
                 ctx.errors.report(what, Some(e));
             }
         }

@@ -336,6 +336,25 @@ impl Walker<'_> {
         }
     }
 
+    /// `--no-preserve=mode` (the mode not kept): the directory `name` in
+    /// `dir`, just made in one with a default ACL, gets a minimal ACL and
+    /// its default mode, as GNU's (see `attrs::minimal_acl_at`).
+    pub(super) fn minimal_acl(
+        &self,
+        dir: &impl AsFd,
+        name: &CStr,
+        st: &libc::statx,
+        path: &std::path::Path,
+    ) {
+        let opts = self.ctx.opts;
+        if !opts.default_mode || opts.preserve.mode {
+            return;
+        }
+        if let Err(e) = copy::attrs::minimal_acl_at(dir, name, self.dir_mode(st)) {
+            self.report(format!("setting permissions for {}", quote(path)), Some(e));
+        }
+    }
+
     /// The mode a copy of a directory whose `statx` is `st` ends with.
     pub(super) fn dir_mode(&self, st: &libc::statx) -> u32 {
         let mode = u32::from(st.stx_mode);
@@ -561,6 +580,9 @@ impl Walker<'_> {
             };
             if fresh {
                 copy::say_copied(self.ctx.opts, &src, &dst, None);
+                if pair.dst_default_acl {
+                    self.minimal_acl(&pair.dst, &e.dst_name, &e.st, &dst);
+                }
             }
             let parent = parent.get_or_insert_with(|| {
                 Arc::new(Parent {

@@ -17,7 +17,7 @@ use blockio::PathAt;
 use super::super::at;
 use super::super::entry::{DirPair, Entry};
 use super::super::{cname, quote};
-use super::copy::attrs::{set_attrs_at, Node, Say};
+use super::copy::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::walker::{id_of, Walker};
 use crate::copy;
 
@@ -408,6 +408,15 @@ impl Walker<'_> {
             }
             Made::Special => {
                 self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
+                let opts = self.ctx.opts;
+                if opts.default_mode && !keep.mode && pair.dst_default_acl {
+                    // As GNU's `set_acl`: the default mode, no inherited ACL.
+                    let mode = (0o666 | (e.mode() & 0o7000)) & !self.ctx.umask;
+                    if let Err(err) = minimal_acl_at(&pair.dst, &e.dst_name, mode) {
+                        let what = format!("setting permissions for {}", quote(&dst));
+                        self.report(what, Some(err));
+                    }
+                }
                 keep.attrs().then(|| {
                     let from = Node::at(pair.src.as_fd(), &e.src_name);
                     let xattrs = Some((from, pair.dst_default_acl));
