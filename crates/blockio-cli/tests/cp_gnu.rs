@@ -2202,3 +2202,16 @@ fn no_preserve_mode_drops_inherited_acls_as_gnu() {
         like_gnu(setup, args);
     }
 }
+
+/// `-a` after `--no-preserve=mode` keeps the mode (the later option wins,
+/// as with GNU): a 700 subdirectory stays 700 (it became 755).
+#[test]
+fn archive_after_no_preserve_mode_keeps_the_mode_as_gnu() {
+    let setup = "mkdir -p s/sub; chmod 700 s/sub; echo x > s/sub/f; chmod 600 s/sub/f";
+    for args in [
+        &["--no-preserve=mode", "-a", "s", "t"][..],
+        &["-a", "--no-preserve=mode", "s", "t"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
