@@ -194,7 +194,14 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
             }
             "a" => {
                 dereference = Some(Dereference::Never);
-                opts.preserve = Preserve::ALL;
+                // GNU's -a reduces the diagnostics of extended
+                // attributes, but leaves an earlier `--preserve=xattr`'s
+                // demand that each be copied.
+                opts.preserve = Preserve {
+                    xattr_required: opts.preserve.xattr_required,
+                    xattr_quiet: true,
+                    ..Preserve::ALL
+                };
                 // The mode is kept, so an earlier `--no-preserve=mode`'s
                 // default mode no longer applies (GNU consults it only
                 // when the mode is not kept).
@@ -449,7 +456,10 @@ fn preserve_list(opts: &mut CopyOptions, list: &str, keep: bool) -> Result<(), U
             "timestamps" => p.timestamps = keep,
             "ownership" => p.ownership = keep,
             "links" => p.links = keep,
-            "xattr" => p.xattr = keep,
+            "xattr" => {
+                p.xattr = keep;
+                p.xattr_required = keep;
+            }
             "context" if keep => {
                 return Err(fatal(
                     "cannot preserve security context without an SELinux-enabled kernel".into(),
@@ -457,10 +467,16 @@ fn preserve_list(opts: &mut CopyOptions, list: &str, keep: bool) -> Result<(), U
             }
             "context" => {}
             _ => {
-                *p = if keep {
-                    Preserve::ALL
-                } else {
-                    Preserve::default()
+                // As GNU's `all`: how failures to copy extended
+                // attributes are reported is left as it was.
+                *p = Preserve {
+                    xattr_required: p.xattr_required,
+                    xattr_quiet: p.xattr_quiet,
+                    ..if keep {
+                        Preserve::ALL
+                    } else {
+                        Preserve::default()
+                    }
                 };
                 opts.default_mode = !keep;
             }

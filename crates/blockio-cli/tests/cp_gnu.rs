@@ -97,7 +97,7 @@ fn sorted(text: &str) -> String {
 }
 
 /// The `user.*` extended attributes of `p` (not following a link), as
-/// ` name=value` each.
+/// ` name=value` each, and its ACLs (`system.posix_acl_*`) in hex.
 fn user_xattrs(p: &Path) -> String {
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
     let mut names = vec![0u8; 4096];
@@ -108,7 +108,8 @@ fn user_xattrs(p: &Path) -> String {
     }
     let mut out = String::new();
     for name in names[..n as usize].split(|&b| b == 0) {
-        if !name.starts_with(b"user.") {
+        let acl = name.starts_with(b"system.posix_acl_");
+        if !name.starts_with(b"user.") && !acl {
             continue;
         }
         let cname = std::ffi::CString::new(name).unwrap();
@@ -117,11 +118,12 @@ fn user_xattrs(p: &Path) -> String {
         let len =
             unsafe { libc::lgetxattr(c.as_ptr(), cname.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
         let v = &v[..len.max(0) as usize];
-        out.push_str(&format!(
-            " {}={}",
-            String::from_utf8_lossy(name),
-            String::from_utf8_lossy(v)
-        ));
+        let v = if acl {
+            v.iter().map(|b| format!("{b:02x}")).collect()
+        } else {
+            String::from_utf8_lossy(v).into_owned()
+        };
+        out.push_str(&format!(" {}={v}", String::from_utf8_lossy(name)));
     }
     out
 }
@@ -2101,6 +2103,114 @@ fn unreachable_destinations_and_empty_names_are_worded_as_gnu() {
         &["--sparse=", "f", "g"],
         &["--parents", "-T", "a/b/c/f", "d"],
         &["--parents", "a/b/c/f", "e"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
+/// A private mount namespace with a ramfs (which holds no extended
+/// attributes, so no ACLs) on `r`, where the copy runs; what it leaves in
+/// `r` is then copied out to `r.after` (by GNU `cp -a`, the same for both
+/// runs) to be compared, and the copy's status is the run's.
+const ON_RAMFS: [&str; 7] = [
+    "unshare",
+    "--mount",
+    "--propagation",
+    "private",
+    "sh",
+    "-c",
+    "mount -t ramfs ramfs r && \"$0\" \"$@\"; rc=$?; /usr/bin/cp -a r r.after; exit $rc",
+];
+
+/// ACLs on a file system that cannot hold them (ramfs): the copy keeps
+/// the mode and times, and GNU says "preserving permissions for 'r/f':
+/// Operation not supported" and fails, since the copy is open to users
+/// the ACL kept out (blockio was silent, and exited 0); a directory's
+/// default ACL alone is left out silently, as GNU leaves it. Other
+/// extended attributes it cannot hold: silent with `-a`, a failure with
+/// `--preserve=xattr` named, reported with `--attributes-only`.
+#[test]
+fn acls_the_destination_cannot_hold_fail_the_copy_as_gnu() {
+    assert!(
+        root(),
+        "this test mounts a ramfs and needs root (CI runs as root)"
+    );
+    let setup = "mkdir r; echo secret > f; chgrp users f; chmod 660 f; \
+                 setfacl -m u:nobody:rw,g::---,m::rw f; setfattr -n user.q -v 1 f; \
+                 echo plain > x; setfattr -n user.q -v 1 x; \
+                 mkdir dd d1; setfacl -m u:nobody:rwx dd; setfacl -d -m u:nobody:rwx dd d1; \
+                 touch -d 2001-02-03 f x dd d1";
+    for args in [
+        &["-a", "f", "r/f"][..],
+        &["-p", "f", "r/f"],
+        &["--preserve=mode", "f", "r/f"],
+        &["--preserve=all", "f", "r/f"],
+        &["-r", "--preserve=xattr", "x", "r/x"],
+        &["-a", "--preserve=xattr", "f", "r/f"],
+        &["-a", "--attributes-only", "x", "r/x"],
+        &["-a", "x", "r/x"],
+        &["-a", "dd", "r/dd"],
+        &["-a", "d1", "r/d1"],
+    ] {
+        like_gnu_as(&ON_RAMFS, setup, args);
+    }
+}
+
+/// An extended attribute a FIFO or device cannot hold (`user.*`: EPERM)
+/// is left out silently by `-a`, whose copy succeeds and gets the mode
+/// and times (blockio said "preserving attributes of 'n': setting
+/// extended attribute user.q: Operation not permitted", exited 1 and set
+/// neither); reported by `--preserve=all` (exit 0) and by
+/// `--preserve=xattr` (exit 1), in GNU's words.
+#[test]
+fn extended_attributes_a_special_file_cannot_hold_as_gnu() {
+    assert!(
+        root(),
+        "this test makes device nodes and needs root (CI runs as root)"
+    );
+    let setup = "echo data > f; chmod 640 f; setfattr -n user.q -v 1 f; touch -d 2001-02-03 f; \
+                 mknod n c 1 3; chmod 666 n; mkfifo p; (timeout 20 cat p > /dev/null 2>&1 &)";
+    for args in [
+        &["-a", "f", "n"][..],
+        &["-a", "f", "p"],
+        &["--preserve=all", "f", "n"],
+        &["--preserve=xattr", "f", "n"],
+        &["-p", "--preserve=xattr", "f", "n"],
+        &["--preserve=xattr", "-a", "f", "n"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
+/// `--no-preserve=mode` into a directory with a default ACL: GNU gives
+/// each new file and directory a minimal ACL and the default mode minus
+/// the umask (a directory keeps the default ACL it inherited); blockio
+/// kept the inherited `user:nobody:rwx` entry and its wider mode.
+#[test]
+fn no_preserve_mode_drops_inherited_acls_as_gnu() {
+    let setup = "mkdir dd; setfacl -d -m u:nobody:rwx dd; echo x > f; \
+                 mkdir -p sd/s; echo y > sd/g; echo z > sd/s/h; mkfifo sd/p";
+    for args in [
+        &["--no-preserve=mode", "f", "dd/b"][..],
+        &["-p", "--no-preserve=mode", "f", "dd/b"],
+        &["-r", "--no-preserve=mode", "sd", "dd/sd"],
+        &["-r", "--no-preserve=mode", "sd", "dd"],
+        &["-a", "--no-preserve=all", "sd", "dd/sd"],
+        &["-r", "sd", "dd/sd"],
+        &["-a", "sd", "dd/sd"],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
+/// `-a` after `--no-preserve=mode` keeps the mode (the later option wins,
+/// as with GNU): a 700 subdirectory stays 700 (it became 755).
+#[test]
+fn archive_after_no_preserve_mode_keeps_the_mode_as_gnu() {
+    let setup = "mkdir -p s/sub; chmod 700 s/sub; echo x > s/sub/f; chmod 600 s/sub/f";
+    for args in [
+        &["--no-preserve=mode", "-a", "s", "t"][..],
+        &["-a", "--no-preserve=mode", "s", "t"],
     ] {
         like_gnu(setup, args);
     }

@@ -27,10 +27,29 @@
 //! 4. the access and modification times, last, since the steps before
 //!    change the change time only.
 //!
-//! Attributes a file system does not support (`ENOTSUP`) and the
-//! `trusted.*`/`security.*` ones an unprivileged user may not set (`EPERM`)
-//! are left out silently, as `cp -a` does; any other failure is reported
-//! with the file's name. Symbolic links get ownership and times, not
+//! Failures are treated as GNU `cp` 9.1 treats them:
+//!
+//! - extended attributes other than the ACLs (kept with `keep.xattr`):
+//!   with `-a` every failure is silent; with `--preserve=xattr` named
+//!   every failure is reported and fails the copy; otherwise (as
+//!   `--preserve=all`) failures other than `ENOTSUP` and `ENODATA` are
+//!   reported and the copy does not fail; with `--attributes-only` every
+//!   failure is reported. The attributes a destination does not support
+//!   (`ENOTSUP`) make one message, `setting attributes for 'DST'`; any
+//!   other failure names the attribute, twice, as GNU's does (libattr
+//!   quotes both names into one buffer). The mode and times are set all
+//!   the same;
+//! - ACLs go with the mode (`keep.mode`): an access ACL the destination's
+//!   file system cannot hold (`ENOTSUP`) fails the copy with `preserving
+//!   permissions for 'DST'`, after the mode is set, since the copy would
+//!   be open to users the ACL kept out. (An ACL the kernel keeps as an
+//!   xattr is never equivalent to the mode alone.) A default ACL that
+//!   cannot be held is left out silently, as GNU's does;
+//! - `--no-preserve=mode`: a copy made in a directory with a default ACL
+//!   gets a minimal ACL and the default mode minus the umask (see
+//!   [`minimal_acl_at`]), as GNU's `set_acl` gives it.
+//!
+//! Symbolic links get ownership and times, not
 //! extended attributes (Linux allows only `trusted.*` and `security.*` on
 //! them). Special files, which cannot be opened without side effects (a
 //! FIFO blocks, a device may act), are reached as
@@ -40,19 +59,69 @@
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use rustix::io::Errno;
 
+use super::entry::Ctx;
+use super::{quote, Errors, Preserve};
+
+/// Where the failures to keep attributes are said, and the names of the
+/// source and of its copy in those messages.
+pub(crate) struct Say<'a> {
+    errors: &'a Errors<'a>,
+    src: &'a Path,
+    dst: &'a Path,
+    /// Every failure to copy an extended attribute is said
+    /// (`--attributes-only`).
+    all: bool,
+}
+
+impl<'a> Say<'a> {
+    pub(crate) fn new(ctx: &'a Ctx<'a>, src: &'a Path, dst: &'a Path) -> Say<'a> {
+        Say {
+            errors: ctx.errors,
+            src,
+            dst,
+            all: ctx.opts.attributes_only,
+        }
+    }
+
+    /// A failure to copy an extended attribute other than an ACL: said
+    /// and counted as GNU's `copy_attr` does (see the module doc).
+    fn xattr(&self, keep: &Preserve, e: Errno, what: String) {
+        let all = self.all || keep.xattr_required;
+        let some = !all && !keep.xattr_quiet;
+        let err = Some(io::Error::from(e));
+        if keep.xattr_required {
+            self.errors.report(what, err);
+        } else if all || (some && !matches!(e, Errno::NOTSUP | Errno::NODATA)) {
+            self.errors.warn(what, err);
+        }
+    }
+
+    /// A failure to copy the ACLs, which fails the copy.
+    fn permissions(&self, e: impl Into<io::Error>) {
+        let what = format!("preserving permissions for {}", quote(self.dst));
+        self.errors.report(what, Some(e.into()));
+    }
+}
+
 /// `-p` on `name` in `dir` (the empty name: `dir` itself), never following
-/// a link: ownership, then the extended attributes of `xattrs_from` (for
-/// the empty name only), then `chmod` (not for links), then times.
+/// a link: ownership, then the extended attributes of `xattrs_from`,
+/// then `chmod` (not for links), then times. The failures to copy
+/// extended attributes and ACLs are said through `say` (see the module
+/// doc), and the rest still set; the error returned is the first other
+/// failure, after which nothing more is set.
 pub(crate) fn set_attrs_at(
     dir: &impl AsFd,
     name: &CStr,
     st: &libc::statx,
     chmod: Option<u32>,
     xattrs_from: Option<(Node, bool)>,
-    keep: &super::Preserve,
+    keep: &Preserve,
+    say: &Say<'_>,
 ) -> io::Result<()> {
     use rustix::fs::{chmodat, chownat, fchmod, futimens, utimensat, AtFlags, Mode, Timestamps};
     use rustix::process::{Gid, Uid};
@@ -83,7 +152,7 @@ pub(crate) fn set_attrs_at(
         }
     }
     if let Some((src, inherits)) = xattrs_from.filter(|_| keep.xattr || keep.mode) {
-        copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits, keep)?;
+        copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits, keep, say);
     }
     let is_link = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
     if let Some(mode) = chmod.filter(|_| !is_link && keep.mode) {
@@ -191,20 +260,35 @@ impl<'a> Node<'a> {
 }
 
 /// Makes `dst`'s extended attributes those of `src` (see the module doc
-/// for what is left out and why). `inherits`: `dst` may hold ACLs the
-/// source lacks, which are removed: it was made in a directory with a
-/// default ACL, or it existed before the copy (a copy this run made in a
-/// directory without one has none, and looking for them would cost two
-/// system calls a file).
+/// for what is left out, and how failures are said through `say`).
+/// `inherits`: `dst` may hold ACLs the source lacks, which are removed: it
+/// was made in a directory with a default ACL, or it existed before the
+/// copy (a copy this run made in a directory without one has none, and
+/// looking for them would cost two system calls a file).
 /// As GNU `cp`, the ACLs go with the mode (`keep.mode`) and the other
 /// attributes with `keep.xattr`: either may be copied alone.
 pub(crate) fn copy_xattrs(
     src: &Node<'_>,
     dst: &Node<'_>,
     inherits: bool,
-    keep: &super::Preserve,
-) -> io::Result<()> {
-    let mut names = names(src)?;
+    keep: &Preserve,
+    say: &Say<'_>,
+) {
+    let mut names = match names(src) {
+        Ok(n) => n,
+        Err(e) => {
+            if keep.xattr {
+                let what = format!("listing attributes of {}", quote(say.src));
+                say.xattr(keep, e, what);
+            }
+            if keep.mode {
+                // GNU's `copy_acl`, which cannot read the source's ACL,
+                // names the source alone.
+                say.errors.report(quote(say.src), Some(e.into()));
+            }
+            return;
+        }
+    };
     names.retain(|n| {
         if ACLS.contains(&n.as_c_str()) {
             keep.mode
@@ -220,54 +304,78 @@ pub(crate) fn copy_xattrs(
         if !names.iter().any(|n| n.as_c_str() == *acl) && dst.get_len(acl) != Err(Errno::NODATA) {
             match dst.remove(acl) {
                 Ok(()) | Err(Errno::NODATA | Errno::NOTSUP) => {}
-                Err(e) => return Err(named(e, "removing inherited", &(*acl).to_owned())),
+                Err(e) => say.permissions(e),
             }
         }
     }
+    let mut unsupported = false;
     for name in &names {
+        let is_acl = ACLS.contains(&name.as_c_str());
+        // libattr quotes the attribute's name after the file's into the
+        // same buffer: GNU's messages name the attribute twice.
+        let q = || quote(Path::new(std::ffi::OsStr::from_bytes(name.to_bytes())));
         let value = match value(src, name) {
             Ok(v) => v,
             // Removed since it was listed.
             Err(Errno::NODATA) => continue,
-            Err(e) => return Err(named(e, "reading", name)),
+            Err(e) if is_acl => {
+                say.errors.report(quote(say.src), Some(e.into()));
+                continue;
+            }
+            Err(e) => {
+                let q = q();
+                say.xattr(keep, e, format!("getting attribute {q} of {q}"));
+                continue;
+            }
         };
         match dst.set(name, &value) {
             Ok(()) => {}
-            Err(e) if skipped(e, name) => {}
-            Err(e) => return Err(named(e, "setting", name)),
+            // A default ACL the destination cannot hold is left out, as
+            // GNU's does; an access ACL is not.
+            Err(Errno::NOTSUP) if is_acl && name.as_c_str() == ACLS[1] => {}
+            Err(e) if is_acl => say.permissions(e),
+            Err(Errno::NOTSUP) => unsupported = true,
+            Err(e) => {
+                let q = q();
+                say.xattr(keep, e, format!("setting attribute {q} for {q}"));
+            }
         }
+    }
+    if unsupported {
+        let what = format!("setting attributes for {}", quote(say.dst));
+        say.xattr(keep, Errno::NOTSUP, what);
+    }
+}
+
+/// `--no-preserve=mode` on `name` in `dir` (the empty name: `dir`
+/// itself), a copy just made in a directory with a default ACL: the
+/// access ACL it inherited is removed and its mode made `mode`, as GNU's
+/// `set_acl` with the default mode does. (A directory keeps the default
+/// ACL it inherited, as with GNU 9.1.)
+pub(crate) fn minimal_acl_at(dir: &impl AsFd, name: &CStr, mode: u32) -> io::Result<()> {
+    use rustix::fs::{chmodat, fchmod, AtFlags, Mode};
+    match Node::at(dir.as_fd(), name).remove(ACLS[0]) {
+        Ok(()) | Err(Errno::NODATA | Errno::NOTSUP) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let mode = Mode::from_raw_mode(mode);
+    if name.is_empty() {
+        fchmod(dir, mode)?;
+    } else {
+        chmodat(dir, name, mode, AtFlags::empty())?;
     }
     Ok(())
 }
 
-/// An attribute the destination may lack the means or the right to hold.
-fn skipped(e: Errno, name: &CStr) -> bool {
-    let b = name.to_bytes();
-    e == Errno::NOTSUP
-        || (e == Errno::PERM && (b.starts_with(b"trusted.") || b.starts_with(b"security.")))
-}
-
-fn named(e: Errno, doing: &str, name: &CString) -> io::Error {
-    let e = io::Error::from(e);
-    io::Error::new(
-        e.kind(),
-        format!(
-            "{doing} extended attribute {}: {}",
-            name.to_string_lossy(),
-            crate::reason::reason(&e)
-        ),
-    )
-}
-
 /// The names of `node`'s extended attributes (none where the file system
 /// has no xattrs).
-fn names(node: &Node<'_>) -> io::Result<Vec<CString>> {
+fn names(node: &Node<'_>) -> Result<Vec<CString>, Errno> {
     let mut buf = Vec::new();
     loop {
         let need = match node.list_len() {
             Ok(n) => n,
             Err(Errno::NOTSUP) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         if need == 0 {
             return Ok(Vec::new());
@@ -280,7 +388,7 @@ fn names(node: &Node<'_>) -> io::Result<Vec<CString>> {
             }
             // Grew between the two calls.
             Err(Errno::RANGE) => continue,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         }
     }
     Ok(buf

@@ -125,8 +125,16 @@ pub struct Preserve {
     pub timestamps: bool,
     /// Which names in the copy are one file (hard links).
     pub links: bool,
-    /// Extended attributes (ACLs among them).
+    /// Extended attributes other than the ACLs (which go with `mode`).
     pub xattr: bool,
+    /// `--preserve=xattr` named (GNU's `require_preserve_xattr`): every
+    /// failure to copy an extended attribute is reported and fails the
+    /// copy. Neither `-a` nor `--preserve=all` sets or clears it.
+    pub xattr_required: bool,
+    /// `-a` (GNU's `reduce_diagnostics`): failures to copy extended
+    /// attributes are silent, unless `xattr_required` or
+    /// `CopyOptions::attributes_only`.
+    pub xattr_quiet: bool,
 }
 
 impl Preserve {
@@ -137,6 +145,8 @@ impl Preserve {
         timestamps: true,
         links: false,
         xattr: false,
+        xattr_required: false,
+        xattr_quiet: false,
     };
     /// `-a`, `--preserve=all`.
     pub const ALL: Preserve = Preserve {
@@ -145,6 +155,8 @@ impl Preserve {
         timestamps: true,
         links: true,
         xattr: true,
+        xattr_required: false,
+        xattr_quiet: false,
     };
     /// Whether any attribute is set on the copy after its data.
     pub fn attrs(&self) -> bool {
@@ -928,6 +940,11 @@ pub(crate) struct Errors<'a> {
 impl Errors<'_> {
     pub(crate) fn report(&self, what: String, error: Option<io::Error>) {
         self.progress.errors.fetch_add(1, Ordering::Relaxed);
+        (self.sink)(&CopyError { what, error });
+    }
+
+    /// A message that is not an error (the exit status stays 0).
+    pub(crate) fn warn(&self, what: String, error: Option<io::Error>) {
         (self.sink)(&CopyError { what, error });
     }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use blockio::Op;
 
 use super::super::at;
-use super::super::attrs::{set_attrs_at, Node};
+use super::super::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::super::entry::{Ctx, DirPair};
 use super::super::quote;
 use super::job::{clone, fsync_each, is_sparse, run_batch, FileCopy};
@@ -52,10 +52,20 @@ pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'
             let may_hold_acls = dirs.dst_default_acl || !j.created;
             let xattrs = Some((Node::Fd(j.src.as_fd()), may_hold_acls));
             let keep = &ctx.opts.preserve;
-            let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs, keep);
+            let src = dirs.src_of(&j.e.src_name);
+            let say = Say::new(ctx, &src, &dst);
+            let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs, keep, &say);
             if let Err(e) = set {
                 // The data is complete: report, keep the file (as cp does).
                 let what = format!("preserving attributes of {}", quote(&dst));
+                ctx.errors.report(what, Some(e));
+            }
+        }
+        if ctx.opts.default_mode && !ctx.opts.preserve.mode && j.created && dirs.dst_default_acl {
+            // No ACL inherited from the new directory stays (GNU's
+            // `set_acl` with the default mode).
+            if let Err(e) = minimal_acl_at(&j.dst, c"", 0o666 & !ctx.umask) {
+                let what = format!("setting permissions for {}", quote(&dst));
                 ctx.errors.report(what, Some(e));
             }
         }

@@ -145,12 +145,8 @@ impl Walker<'_> {
             // source's files did. (A directory may have inherited ACLs
             // from its parent: always looked for.)
             let (from, to) = (Node::Fd(s.as_fd()), Node::Fd(d.as_fd()));
-            if let Err(e) = copy::attrs::copy_xattrs(&from, &to, true, &keep) {
-                self.report(
-                    format!("preserving extended attributes of {}", quote(&t.dst)),
-                    Some(e),
-                );
-            }
+            let say = copy::attrs::Say::new(&self.ctx, &t.src, &t.dst);
+            copy::attrs::copy_xattrs(&from, &to, true, &keep, &say);
         }
         let mut names = match at::list(&s) {
             Ok(n) => n,
@@ -165,7 +161,8 @@ impl Walker<'_> {
         // Before its subdirectories are queued, which note theirs after it
         // (`finish_dirs` sets them deepest first).
         self.fix_dir(&t, q.fix, st.take(), (names.len() == 0).then_some(&d));
-        let dst_default_acl = preserve && copy::attrs::has_default_acl(d.as_fd());
+        let dst_default_acl =
+            (preserve || self.ctx.opts.default_mode) && copy::attrs::has_default_acl(d.as_fd());
         let follow = self.ctx.opts.dereference == Dereference::Always;
         let chain = if follow {
             match s.metadata() {
@@ -336,6 +333,25 @@ impl Walker<'_> {
             mode & !0o077
         } else {
             mode
+        }
+    }
+
+    /// `--no-preserve=mode` (the mode not kept): the directory `name` in
+    /// `dir`, just made in one with a default ACL, gets a minimal ACL and
+    /// its default mode, as GNU's (see `attrs::minimal_acl_at`).
+    pub(super) fn minimal_acl(
+        &self,
+        dir: &impl AsFd,
+        name: &CStr,
+        st: &libc::statx,
+        path: &std::path::Path,
+    ) {
+        let opts = self.ctx.opts;
+        if !opts.default_mode || opts.preserve.mode {
+            return;
+        }
+        if let Err(e) = copy::attrs::minimal_acl_at(dir, name, self.dir_mode(st)) {
+            self.report(format!("setting permissions for {}", quote(path)), Some(e));
         }
     }
 
@@ -564,6 +580,9 @@ impl Walker<'_> {
             };
             if fresh {
                 copy::say_copied(self.ctx.opts, &src, &dst, None);
+                if pair.dst_default_acl {
+                    self.minimal_acl(&pair.dst, &e.dst_name, &e.st, &dst);
+                }
             }
             let parent = parent.get_or_insert_with(|| {
                 Arc::new(Parent {

@@ -4,11 +4,14 @@
 //! `syncfs` per destination file system for what no fsync of its own made
 //! durable.
 
+use std::ffi::OsStr;
 use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use super::super::at;
-use super::super::attrs::{set_attrs_at, Node};
+use super::super::attrs::{set_attrs_at, Node, Say};
 use super::super::entry::DirAt;
 use super::super::quote;
 use super::super::Preserve;
@@ -43,7 +46,11 @@ impl Walker<'_> {
                 .unlisted_src
                 .as_ref()
                 .map(|p| (Node::Path(p.clone()), true));
-            set_attrs_at(dir, c"", &f.st, chmod, from, &keep)
+            let src = f.unlisted_src.as_ref().map_or(f.path.as_path(), |p| {
+                Path::new(OsStr::from_bytes(p.to_bytes()))
+            });
+            let say = Say::new(&self.ctx, src, &f.path);
+            set_attrs_at(dir, c"", &f.st, chmod, from, &keep, &say)
         } else if let Some(mode) = chmod {
             at::chmod(dir, mode)
         } else {

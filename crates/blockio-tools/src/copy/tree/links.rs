@@ -17,7 +17,7 @@ use blockio::PathAt;
 use super::super::at;
 use super::super::entry::{DirPair, Entry};
 use super::super::{cname, quote};
-use super::copy::attrs::{set_attrs_at, Node};
+use super::copy::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::walker::{id_of, Walker};
 use crate::copy;
 
@@ -433,6 +433,8 @@ impl Walker<'_> {
             return self.report(format!("cannot create {what} {}", quote(&dst)), Some(err));
         }
         let keep = &self.ctx.opts.preserve;
+        let src = pair.src_of(&e.src_name);
+        let say = Say::new(&self.ctx, &src, &dst);
         let set = match kind {
             Made::Link => {
                 self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
@@ -440,14 +442,31 @@ impl Walker<'_> {
                     made.lock().expect("made links lock").insert(dst.clone());
                 }
                 (keep.ownership || keep.timestamps)
-                    .then(|| set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep))
+                    .then(|| set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep, &say))
             }
             Made::Special => {
                 self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
+                let opts = self.ctx.opts;
+                if opts.default_mode && !keep.mode && pair.dst_default_acl {
+                    // As GNU's `set_acl`: the default mode, no inherited ACL.
+                    let mode = (0o666 | (e.mode() & 0o7000)) & !self.ctx.umask;
+                    if let Err(err) = minimal_acl_at(&pair.dst, &e.dst_name, mode) {
+                        let what = format!("setting permissions for {}", quote(&dst));
+                        self.report(what, Some(err));
+                    }
+                }
                 keep.attrs().then(|| {
                     let from = Node::at(pair.src.as_fd(), &e.src_name);
                     let xattrs = Some((from, pair.dst_default_acl));
-                    set_attrs_at(&pair.dst, &e.dst_name, &e.st, Some(e.mode()), xattrs, keep)
+                    set_attrs_at(
+                        &pair.dst,
+                        &e.dst_name,
+                        &e.st,
+                        Some(e.mode()),
+                        xattrs,
+                        keep,
+                        &say,
+                    )
                 })
             }
         };

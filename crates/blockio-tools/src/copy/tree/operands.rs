@@ -449,6 +449,19 @@ impl Walker<'_> {
         };
         if fresh {
             copy::say_copied(self.ctx.opts, src, target, None);
+            let opts = self.ctx.opts;
+            if opts.default_mode && !opts.preserve.mode {
+                let parent = match target.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                let name = target.file_name().map(cname);
+                if let (Ok(d), Some(name)) = (at::open_operand_dir(parent), name) {
+                    if copy::attrs::has_default_acl(d.as_fd()) {
+                        self.minimal_acl(&d, &name, st, target);
+                    }
+                }
+            }
         }
         let id = statx_id(st);
         self.src_dirs
@@ -494,7 +507,8 @@ impl Walker<'_> {
             self.note_filesystem(&d, parent(dst));
         }
         let keep = &self.ctx.opts.preserve;
-        let dst_default_acl = (keep.mode || keep.xattr) && copy::attrs::has_default_acl(d.as_fd());
+        let dst_default_acl = (keep.mode || keep.xattr || self.ctx.opts.default_mode)
+            && copy::attrs::has_default_acl(d.as_fd());
         Some(DirPair {
             src: s,
             dst: d,
