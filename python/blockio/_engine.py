@@ -197,7 +197,9 @@ def _out_of_range(length: Any, offsets: Iterable[Any], what: str = "offsets") ->
             if o < 0:
                 return ValueError(f"{what}: offset must be at least 0, got {o} (item {i})")
             return ValueError(f"{what}: offset {o} (item {i}) is past the largest file offset ({(1 << 63) - 1})")
-    return ValueError(f"an argument is out of range for {what}")
+    # Neither: the int left is a file's descriptor.
+    where = "file" if what in ("offsets", "offset") else what
+    return ValueError(f"{where}: a file descriptor is out of range (descriptors are below 2**31)")
 
 
 def _one_offset(e: TypeError) -> TypeError:

@@ -234,3 +234,18 @@ def test_aread_type_error_names_its_offset_argument(tmp_path, backend):
     finally:
         os.close(fd)
         e.close()
+
+
+def test_a_descriptor_beyond_32_bits_is_named_as_the_file(engine):
+    """A descriptor number no descriptor can have is a ``ValueError``
+    naming the file argument, not the offsets."""
+    with pytest.raises(ValueError, match=r"^file: a file descriptor is out of range"):
+        engine.read_batch(2**40, offsets=[0], length=5)
+    with pytest.raises(ValueError, match=r"^ops: a file descriptor is out of range"):
+        engine.readinto_batch([(2**40, bytearray(1), 0)])
+
+    async def main():
+        with pytest.raises(ValueError, match=r"^file: a file descriptor is out of range"):
+            await engine.aread(2**40, offset=0, length=5)
+
+    asyncio.run(main())
