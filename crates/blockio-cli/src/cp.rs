@@ -629,7 +629,7 @@ Mandatory arguments to long options are mandatory for short options too.
   -b                           like --backup but does not accept an argument
       --backup[=CONTROL]       make a backup of each existing destination file
       --copy-contents          copy contents of special files when recursive
-  -d                           same as --no-dereference
+  -d                           same as --no-dereference --preserve=links
   -f, --force                  if an existing destination file cannot be
                                  opened, remove it and try again
   -H                           follow command-line symbolic links in SOURCE
@@ -827,7 +827,13 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
             }
         },
     };
-    if let Some(reason) = &report.fallback_reason {
+    // Run as `cp` (a link of that name) its messages are GNU's alone, as
+    // the checksum tools' are; `--json` still says which backend ran.
+    if let Some(reason) = report
+        .fallback_reason
+        .as_ref()
+        .filter(|_| program() == "blockio cp")
+    {
         crate::fallback_notice("cp", reason);
     }
     let mut ok = report.errors == 0;

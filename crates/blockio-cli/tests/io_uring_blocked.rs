@@ -1,7 +1,7 @@
 //! With io_uring blocked by the kernel (`kernel.io_uring_disabled=2`),
 //! every tool still works and says what served its I/O: `cp --json`
 //! reports the backend, `sum` prints the same sums as b3sum and a one-line
-//! note. (`blockio-bench read` is checked the same way in its own crate.)
+//! note; run as `cp` (a link of that name) it prints nothing of it. (`blockio-bench read` is checked the same way in its own crate.)
 //!
 //! This test binary holds a single test because it changes a system-wide
 //! setting: cargo runs test binaries one after another, so nothing else of
@@ -56,6 +56,25 @@ fn cp_reports_its_backend(dir: &Path) {
     );
 }
 
+/// Run through a link named `cp`, the binary is `cp`: its messages are
+/// GNU's alone, with no note about the backend.
+fn cp_by_name_says_nothing_of_it(dir: &Path) {
+    let link = dir.join("cp");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_blockio"), &link).unwrap();
+    let o = Command::new(&link)
+        .args(["-r", "src", "by-name"])
+        .current_dir(dir)
+        .env_remove("BLOCKIO_BACKEND")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stderr), "");
+    assert_eq!(
+        std::fs::read(dir.join("by-name/sub/a")).unwrap(),
+        std::fs::read(dir.join("src/sub/a")).unwrap()
+    );
+}
+
 fn sum_matches_b3sum(dir: &Path) {
     let f = dir.join("src/sub/a");
     let o = blockio(&["sum", f.to_str().unwrap()]);
@@ -71,5 +90,6 @@ fn every_tool_says_what_served_it_when_io_uring_is_blocked() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let _blocked = Disabled::new("2");
     cp_reports_its_backend(dir.path());
+    cp_by_name_says_nothing_of_it(dir.path());
     sum_matches_b3sum(dir.path());
 }
