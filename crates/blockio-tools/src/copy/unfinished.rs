@@ -49,6 +49,16 @@ struct Listed {
     files: BTreeMap<u64, Made>,
 }
 
+impl Listed {
+    /// Lists `made`; its listing number.
+    fn list(&mut self, made: Made) -> u64 {
+        let n = self.next;
+        self.next += 1;
+        self.files.insert(n, made);
+        n
+    }
+}
+
 /// A name this copy made.
 struct Made {
     dir: Arc<DirPair>,
@@ -99,20 +109,14 @@ pub(crate) fn created<T>(
     if !made {
         return Ok((value, None));
     }
-    let mut l = listed();
-    let n = l.next;
-    l.next += 1;
-    l.files.insert(
-        n,
-        Made {
-            dir: Arc::clone(dir),
-            name: name.clone(),
-            backup: backup.cloned(),
-            id,
-            link: false,
-        },
-    );
-    Ok((value, Some(Unfinished(n))))
+    let made = Made {
+        dir: Arc::clone(dir),
+        name: name.clone(),
+        backup: backup.cloned(),
+        id,
+        link: false,
+    };
+    Ok((value, Some(Unfinished(listed().list(made)))))
 }
 
 /// Runs `link`, which makes `name` in `dir`'s destination a second name of
@@ -128,18 +132,13 @@ pub(crate) fn linked(
     link()?;
     let mut l = listed();
     if l.files.values().any(|m| !m.link && m.id == id) {
-        let n = l.next;
-        l.next += 1;
-        l.files.insert(
-            n,
-            Made {
-                dir: Arc::clone(dir),
-                name: name.clone(),
-                backup: None,
-                id,
-                link: true,
-            },
-        );
+        l.list(Made {
+            dir: Arc::clone(dir),
+            name: name.clone(),
+            backup: None,
+            id,
+            link: true,
+        });
     }
     Ok(())
 }
