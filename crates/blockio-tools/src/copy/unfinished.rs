@@ -167,19 +167,28 @@ fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
 /// created and has not finished before they end the process (see the
 /// module's documentation). Call it before any thread starts: the signals
 /// are blocked in the calling thread, and threads started after inherit
-/// that, so only the waiting thread receives them. A signal ignored when
-/// this is called (`nohup` ignores SIGHUP) stays ignored.
+/// that, so only the waiting thread receives them. A signal ignored or
+/// blocked when this is called (`nohup` ignores SIGHUP) stays so, as it
+/// would for GNU's `cp`.
 pub fn remove_unfinished_on_signals() -> io::Result<()> {
+    // SAFETY: a zeroed sigset_t is valid plain data; with a null new set,
+    // pthread_sigmask only reads the calling thread's mask into it.
+    let blocked = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
+        set
+    };
     let wanted: Vec<libc::c_int> = SIGNALS
         .into_iter()
         .filter(|&s| {
             // SAFETY: a zeroed sigaction is valid plain data; sigaction
             // with a null new action only reads the current disposition
-            // of `s` into it.
+            // of `s` into it; sigismember reads the initialised `blocked`.
             unsafe {
                 let mut old: libc::sigaction = std::mem::zeroed();
                 libc::sigaction(s, std::ptr::null(), &mut old) == 0
                     && old.sa_sigaction != libc::SIG_IGN
+                    && libc::sigismember(&blocked, s) == 0
             }
         })
         .collect();
