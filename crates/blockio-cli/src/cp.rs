@@ -757,11 +757,13 @@ fn threads_within(threads: usize, room: Option<u64>) -> usize {
 /// including a usage error (exit status 1, as GNU's).
 pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
     crate::oom::set_program(program());
-    // Before any thread starts (see its doc). Without it (no thread to be
-    // had) the copy goes on as GNU's does: an interrupt leaves what is
-    // being copied.
-    let _ = copy::remove_unfinished_on_signals();
     let room = one_arena_under_address_limit();
+    // Before any thread starts (see its doc), after the allocator is told
+    // to keep one arena (a thread started before would have an arena of
+    // its own: 64 MiB of address space). Without it (no thread to be had)
+    // the copy goes on as GNU's does: an interrupt leaves what is being
+    // copied.
+    let _ = copy::remove_unfinished_on_signals();
     let mut cmd = match parse(&with_leading_dashes(&args.args)) {
         Ok(Some(cmd)) => cmd,
         Ok(None) => return Ok(true),
