@@ -216,9 +216,6 @@ pub struct OpFuture<B: Send + 'static> {
     op: Option<Op<'static>>,
     /// Why the operation was refused before submission.
     refused: Option<io::Error>,
-    /// Performed when its socket is ready, by the engine's epoll set,
-    /// rather than by the driver ([`by_readiness`](Self::by_readiness)).
-    by_readiness: bool,
 }
 
 impl<B: Send + 'static> OpFuture<B> {
@@ -252,18 +249,7 @@ impl<B: Send + 'static> OpFuture<B> {
             site,
             op: Some(op),
             refused: None,
-            by_readiness: false,
         }
-    }
-
-    /// Has the operation (a socket operation on a non-blocking socket)
-    /// performed when its socket is ready, by the engine's epoll set,
-    /// instead of by the driver: the kernel then holds no reference to the
-    /// socket while it waits (an operation in an io_uring does, until the
-    /// ring's own teardown after the process is gone).
-    pub(crate) fn by_readiness(mut self) -> Self {
-        self.by_readiness = true;
-        self
     }
 
     /// Submits the operation now instead of at the first poll, so that
@@ -272,11 +258,7 @@ impl<B: Send + 'static> OpFuture<B> {
     /// the operation if that has not reached the kernel yet.
     pub fn start(&mut self) {
         if let Some(req) = self.take_request() {
-            if self.by_readiness {
-                self.engine.submit_by_readiness(req);
-            } else {
-                self.engine.driver().submit([req]);
-            }
+            self.engine.driver().submit([req]);
         }
     }
 
@@ -395,11 +377,7 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
             .is_none();
         if pending && (self.site.kind.is_socket() || may_wait_forever(self.site.fd)) {
             let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(&self.shared);
-            if self.by_readiness {
-                self.engine.cancel_by_readiness(Cancel(weak));
-            } else {
-                self.engine.driver().cancel(Cancel(weak));
-            }
+            self.engine.driver().cancel(Cancel(weak));
         }
     }
 }

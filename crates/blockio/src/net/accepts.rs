@@ -1,27 +1,40 @@
-//! A listener's multishot accept: one request armed in the kernel that
-//! accepts every connection as it comes, and the queue of connections it
-//! accepted that nobody has taken yet.
+//! A listener's accepts: the request armed in the kernel while someone
+//! waits for a connection, and the queue of connections it accepted that
+//! nobody has taken yet. Every accept of a listener, `accept()` and
+//! `incoming()` alike, takes its connection from here.
 //!
 //! # Why
 //!
-//! A single accept per connection is a request, a completion and a
-//! re-arm per connection. A multishot accept (`IORING_ACCEPT_MULTISHOT`,
-//! Linux 5.19) is armed once and posts one completion per connection, so
-//! an accept storm costs no submissions at all.
+//! A connection the kernel has accepted is a descriptor someone must take.
+//! An accept whose future is dropped (a timeout around `accept()`, a
+//! `select!`) may still accept one, after its waiter left; handed to
+//! nobody, it would be closed and its client reset, where tokio's accept
+//! leaves the connection for the next one. So the request completes into
+//! this queue, not into the future that armed it.
+//!
+//! A multishot accept (`IORING_ACCEPT_MULTISHOT`, Linux 5.19), where asked
+//! for and available, is armed once and posts one completion per
+//! connection, so an accept storm costs no submissions at all. Otherwise
+//! each armed request accepts one connection: by readiness for TCP (the
+//! kernel then holds no reference to the listening socket while it waits,
+//! so a killed server's port binds again at once), in the ring for Unix
+//! sockets (the engine's epoll set where there is no ring).
 //!
 //! # Rules
 //!
 //! * **Armed while someone waits.** [`AcceptQueue::poll_next`] arms the
-//!   request when the queue is empty. It stays armed until the kernel ends
-//!   it (an error, such as `EMFILE`, ends a multishot accept), until the
+//!   request when the queue is empty. It stays armed until it ends (a
+//!   single accept after one connection; a multishot accept when the
+//!   kernel ends it, as an error such as `EMFILE` does), until the last
 //!   waiter goes away ([`AcceptQueue::disarm`]), or until the queue holds
 //!   [`MAX_QUEUED`] connections nobody has taken: a consumer that falls
 //!   behind stops the accepting and leaves connections in the kernel's
 //!   backlog, where they cost no descriptor.
 //! * **No connection lost.** A connection accepted after its waiter left
 //!   stays queued; the listener's next accept, or next waiter, takes it
-//!   first. Connections still queued when the listener is dropped are
-//!   closed with it.
+//!   first. Every completion wakes every waiter, so a cancelled request
+//!   never strands one (a waiter left re-arms it). Connections still
+//!   queued when the listener is dropped are closed with it.
 //! * **The descriptor outlives the request.** The queue holds the
 //!   listening socket, and the driver holds the queue until the request's
 //!   last completion.
@@ -44,12 +57,15 @@ use crate::op::Op;
 /// cancelled (and armed again once the queue is empty).
 pub(crate) const MAX_QUEUED: usize = 64;
 
-/// The multishot accept of one listener, when the kernel has it. Dropping
-/// it (with its listener) cancels the request; connections it still
-/// accepts are closed once its last completion is in.
+/// The accepts of one listener. Dropping it (with its listener) cancels
+/// the request; connections it still accepts are closed once its last
+/// completion is in.
 pub(crate) struct AcceptQueue {
     shared: Arc<Accepts>,
     multishot: bool,
+    /// A single accept waits for readiness in the engine's epoll set
+    /// rather than in the ring (TCP listeners).
+    by_readiness: bool,
     /// The listening socket and its engine.
     sock: Sock,
 }
@@ -108,8 +124,9 @@ impl Complete for Accepts {
 impl AcceptQueue {
     /// The queue of `sock`, a listening socket; multishot if `multishot`
     /// asks for it, the engine runs on io_uring and the kernel is 5.19 or
-    /// later.
-    pub(crate) fn new(sock: &Sock, multishot: bool) -> AcceptQueue {
+    /// later; otherwise one accept at a time, by readiness if
+    /// `by_readiness`.
+    pub(crate) fn new(sock: &Sock, multishot: bool, by_readiness: bool) -> AcceptQueue {
         AcceptQueue {
             shared: Arc::new(Accepts {
                 state: Mutex::default(),
@@ -118,6 +135,7 @@ impl AcceptQueue {
             multishot: multishot
                 && sock.engine.backend() == Backend::IoUring
                 && crate::ring::kernel_at_least(5, 19),
+            by_readiness,
             sock: sock.clone(),
         }
     }
@@ -131,17 +149,8 @@ impl AcceptQueue {
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A connection accepted earlier and not yet taken (or the error that
-    /// ended the request), if any.
-    pub(crate) fn take(&self) -> Option<io::Result<OwnedFd>> {
-        self.lock()
-            .ready
-            .pop_front()
-            .map(|r| r.map_err(io::Error::from_raw_os_error))
-    }
-
     /// The next connection: a queued one, or one the (re-)armed request
-    /// will accept. Call only when [`multishot`](Self::multishot).
+    /// will accept. A waiter that goes away calls [`leave`](Self::leave).
     pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
         let mut g = self.lock();
         if let Some(r) = g.ready.pop_front() {
@@ -163,13 +172,41 @@ impl AcceptQueue {
         Poll::Pending
     }
 
+    /// A waiter of [`poll_next`](Self::poll_next) that goes away (its
+    /// future dropped) with `waker`: the request is cancelled if nobody
+    /// else waits. What it still accepts stays queued.
+    pub(crate) fn leave(&self, waker: &Waker) {
+        let mut g = self.lock();
+        g.wakers.retain(|w| !w.will_wake(waker));
+        let alone = g.wakers.is_empty();
+        drop(g);
+        if alone {
+            self.disarm();
+        }
+    }
+
     fn arm(&self) {
         let sock = &self.sock;
-        // SAFETY: the action points at no memory; the queue, which the
-        // driver holds until the last completion, keeps the socket open.
-        let op = unsafe { Op::from_action(sock.fd(), Action::Accept(AcceptArgs::Multishot), None) };
+        let accept = if self.multishot {
+            AcceptArgs::Multishot
+        } else {
+            // (The peer's address is asked of the new socket.)
+            AcceptArgs::Once {
+                addr: std::ptr::null_mut(),
+                addr_len: std::ptr::null_mut(),
+            }
+        };
+        // SAFETY: the action points at no memory (null address pointers
+        // ask the kernel to write none); the queue, which the driver or
+        // the readiness set holds until the last completion, keeps the
+        // socket open.
+        let op = unsafe { Op::from_action(sock.fd(), Action::Accept(accept), None) };
         let done: Arc<dyn Complete> = self.shared.clone();
-        sock.engine.driver().submit([Request { op, done }]);
+        if self.by_readiness && !self.multishot {
+            sock.engine.submit_by_readiness(Request { op, done });
+        } else {
+            sock.engine.driver().submit([Request { op, done }]);
+        }
     }
 
     /// Cancels the armed request, if any: nobody is waiting, or enough
@@ -181,8 +218,46 @@ impl AcceptQueue {
         }
         g.cancelling = true;
         drop(g);
-        let weak = Arc::downgrade(&self.shared);
-        self.sock.engine.driver().cancel(Cancel(weak));
+        let weak = Cancel(Arc::downgrade(&self.shared) as std::sync::Weak<dyn Complete>);
+        if self.by_readiness && !self.multishot {
+            self.sock.engine.cancel_by_readiness(weak);
+        } else {
+            self.sock.engine.driver().cancel(weak);
+        }
+    }
+
+    /// The next connection, as a future that leaves the queue when it is
+    /// dropped before it is ready (see [`leave`](Self::leave)).
+    pub(crate) fn next(&self) -> NextAccept<'_> {
+        NextAccept {
+            queue: self,
+            waker: None,
+        }
+    }
+}
+
+/// [`AcceptQueue::next`]'s future.
+pub(crate) struct NextAccept<'a> {
+    queue: &'a AcceptQueue,
+    /// The waker last registered, while waiting.
+    waker: Option<Waker>,
+}
+
+impl std::future::Future for NextAccept<'_> {
+    type Output = io::Result<OwnedFd>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let r = self.queue.poll_next(cx);
+        self.waker = r.is_pending().then(|| cx.waker().clone());
+        r
+    }
+}
+
+impl Drop for NextAccept<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.waker.take() {
+            self.queue.leave(&w);
+        }
     }
 }
 

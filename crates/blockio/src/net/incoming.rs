@@ -1,5 +1,6 @@
 //! The loop behind every listener's `incoming()`: connections from the
-//! listener's multishot accept ([`AcceptQueue`]) or from one accept each,
+//! listener's queue ([`AcceptQueue`]: a multishot accept, or one accept
+//! each),
 //! with a growing pause while descriptors are short (`EMFILE`/`ENFILE`),
 //! so a server at its descriptor limit neither dies nor spins.
 
@@ -20,15 +21,10 @@ pub(crate) trait Accepting: Sync {
     /// Its multishot accept.
     fn queue(&self) -> &AcceptQueue;
 
-    /// The item for a descriptor the multishot accept took (the peer's
+    /// The item for a descriptor the listener's queue gave (the peer's
     /// address asked of the socket), or its error, named.
     fn accepted(&self, fd: io::Result<OwnedFd>) -> io::Result<Self::Item>;
-
-    /// One accept (taking a queued connection first).
-    fn accept_one(&self) -> impl Future<Output = io::Result<Self::Item>> + Send + '_;
 }
-
-type Pending<'a, T> = Pin<Box<dyn Future<Output = io::Result<T>> + Send + 'a>>;
 
 /// The shortest and longest pause after `EMFILE`/`ENFILE`.
 const FD_BACKOFF: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(100));
@@ -40,8 +36,8 @@ pub(crate) struct AcceptLoop<'a, L: Accepting> {
     pub(crate) backoff: Option<Duration>,
     /// That pause, running.
     pause: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    /// The single accept in progress, where there is no multishot accept.
-    next: Option<Pending<'a, L::Item>>,
+    /// The waker last given to the listener's queue, while waiting.
+    waker: Option<std::task::Waker>,
 }
 
 impl<'a, L: Accepting> AcceptLoop<'a, L> {
@@ -50,7 +46,7 @@ impl<'a, L: Accepting> AcceptLoop<'a, L> {
             listener,
             backoff: None,
             pause: None,
-            next: None,
+            waker: None,
         }
     }
 
@@ -66,17 +62,9 @@ impl<'a, L: Accepting> AcceptLoop<'a, L> {
             self.pause = None;
         }
         let listener = self.listener;
-        let r = if self.multishot() {
-            let fd = std::task::ready!(listener.queue().poll_next(cx));
-            listener.accepted(fd)
-        } else {
-            let fut = self
-                .next
-                .get_or_insert_with(|| Box::pin(listener.accept_one()));
-            let r = std::task::ready!(fut.as_mut().poll(cx));
-            self.next = None;
-            r
-        };
+        let fd = listener.queue().poll_next(cx);
+        self.waker = fd.is_pending().then(|| cx.waker().clone());
+        let r = listener.accepted(std::task::ready!(fd));
         self.settle(&r);
         Poll::Ready(r)
     }
@@ -96,11 +84,11 @@ impl<'a, L: Accepting> AcceptLoop<'a, L> {
 }
 
 impl<L: Accepting> Drop for AcceptLoop<'_, L> {
-    /// Stops the multishot accept; what it still accepts stays queued for
-    /// the listener.
+    /// Leaves the listener's queue: the accept stops unless another task
+    /// waits; what it still accepts stays queued for the listener.
     fn drop(&mut self) {
-        if self.multishot() {
-            self.listener.queue().disarm();
+        if let Some(w) = self.waker.take() {
+            self.listener.queue().leave(&w);
         }
     }
 }
@@ -124,11 +112,6 @@ macro_rules! incoming_stream {
                 self.stream_of(fd, None)
             }
 
-            fn accept_one(
-                &self,
-            ) -> impl std::future::Future<Output = std::io::Result<$item>> + Send + '_ {
-                self.accept()
-            }
         }
 
         #[doc = concat!("The stream of [`", stringify!($listener), "::incoming`].")]

@@ -2,15 +2,15 @@
 //! futures of the operations every socket type has.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
-use socket2::{SockAddr, SockAddrStorage, Socket};
+use socket2::{SockAddr, Socket};
 
 use crate::aio::op::OpFuture;
 use crate::aio::{AsyncEngine, IoBuf, IoBufMut};
 use crate::backend::Backend;
-use crate::op::action::{AcceptArgs, Action, ConnectArgs, RecvArgs, SendArgs, SendVectoredArgs};
+use crate::op::action::{Action, ConnectArgs, RecvArgs, SendArgs, SendVectoredArgs};
 use crate::op::Op;
 
 /// A socket and the engine its operations run on. Every operation holds
@@ -32,31 +32,6 @@ pub(crate) struct Message<B> {
 // SAFETY: the header only points into memory the operation owns (the
 // iovec array and the buffers), and is never used through this type.
 unsafe impl<B: Send> Send for Message<B> {}
-
-/// Where an accepted connection's peer address is written: owned by the
-/// accept operation, so it outlives a dropped future.
-pub(crate) struct AcceptAddr {
-    storage: SockAddrStorage,
-    len: libc::socklen_t,
-}
-
-impl AcceptAddr {
-    /// The address the kernel wrote.
-    pub(crate) fn into_addr(self) -> SockAddr {
-        // SAFETY: the kernel set `len` bytes of `storage` (at most its
-        // size) to a socket address.
-        unsafe { SockAddr::new(self.storage, self.len) }
-    }
-}
-
-/// An accept's result as the descriptor it made.
-pub(crate) fn owned(res: io::Result<usize>) -> io::Result<OwnedFd> {
-    res.map(|fd| {
-        // SAFETY: a successful accept returns a new descriptor that nobody
-        // else owns.
-        unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
-    })
-}
 
 impl Sock {
     /// `socket` on `engine`. Where the engine has no io_uring the socket is
@@ -137,22 +112,6 @@ impl Sock {
             let op = Op::from_action(self.fd(), Action::SendVectored(send), None);
             OpFuture::new(&self.engine, op, owned, iovecs, self.socket.clone())
         }
-    }
-
-    /// Accepts a connection; the buffer receives the peer's address.
-    pub(crate) fn accept(&self) -> OpFuture<Box<AcceptAddr>> {
-        let storage = SockAddrStorage::zeroed();
-        let len = storage.size_of();
-        let mut addr = Box::new(AcceptAddr { storage, len });
-        let accept = AcceptArgs::Once {
-            // SAFETY: SockAddrStorage is a sockaddr_storage (its documented
-            // representation), which `view_as` gives access to.
-            addr: unsafe { addr.storage.view_as::<libc::sockaddr_storage>() },
-            addr_len: &mut addr.len,
-        };
-        // SAFETY: both pointers are into the box, which does not move
-        // with it.
-        unsafe { self.op(Action::Accept(accept), addr) }
     }
 
     /// Connects to `addr`.

@@ -13,7 +13,7 @@ use super::accepts::AcceptQueue;
 use super::incoming::AcceptLoop;
 use super::limit::{check_limit, connect_timed_out, with_limit};
 use super::poll_io::PollIo;
-use super::socket::{owned, Sock};
+use super::socket::Sock;
 use super::stream::StreamCore;
 use crate::aio::AsyncEngine;
 
@@ -99,7 +99,7 @@ impl TcpListenerOptions {
         let local = socket.local_addr().map_err(fail)?;
         let sock = Sock::new(socket, engine).map_err(fail)?;
         Ok(TcpListener {
-            accepts: AcceptQueue::new(&sock, self.multishot_accept),
+            accepts: AcceptQueue::new(&sock, self.multishot_accept, true),
             sock,
             local: local.as_socket().unwrap_or(addr),
         })
@@ -168,12 +168,11 @@ impl TcpListener {
     /// (no descriptors left) leave the listener usable: accept again once
     /// descriptors are free; the waiting connection is still queued.
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        if let Some(r) = self.accepts.take() {
-            return self.stream_of(r, None);
-        }
-        // By readiness: see `TcpListenerOptions::multishot_accept`.
-        let (res, addr) = self.sock.accept().by_readiness().await;
-        self.stream_of(owned(res), addr.into_addr().as_socket())
+        // By readiness (see `TcpListenerOptions::multishot_accept`), through
+        // the listener's queue: dropped before it is ready, this future
+        // loses no connection (see `net::accepts`).
+        let fd = self.accepts.next().await;
+        self.stream_of(fd, None)
     }
 
     /// The stream of an accept's result; `peer` when the accept wrote it,

@@ -13,7 +13,7 @@ use super::accepts::AcceptQueue;
 use super::incoming::AcceptLoop;
 use super::limit::{check_limit, connect_timed_out, with_limit};
 use super::poll_io::PollIo;
-use super::socket::{owned, Sock};
+use super::socket::Sock;
 use super::stream::StreamCore;
 use crate::aio::AsyncEngine;
 
@@ -54,7 +54,7 @@ impl UnixListener {
         // still held by its ring, is then bound to no name and in the way
         // of nothing.
         Ok(UnixListener {
-            accepts: AcceptQueue::new(&sock, true),
+            accepts: AcceptQueue::new(&sock, true, false),
             sock,
             path,
         })
@@ -67,11 +67,10 @@ impl UnixListener {
     /// The kernel's error; `EMFILE`/`ENFILE` leave
     /// the listener usable.
     pub async fn accept(&self) -> io::Result<(UnixStream, SockAddr)> {
-        if let Some(r) = self.accepts.take() {
-            return self.stream_of(r, None);
-        }
-        let (res, addr) = self.sock.accept().await;
-        self.stream_of(owned(res), Some(addr.into_addr()))
+        // Through the listener's queue: dropped before it is ready, this
+        // future loses no connection (see `net::accepts`).
+        let fd = self.accepts.next().await;
+        self.stream_of(fd, None)
     }
 
     /// The connections as they come, as [`TcpListener::incoming`](super::TcpListener::incoming)
