@@ -65,6 +65,7 @@ impl PollIo {
             match settled {
                 Settled::Copied(n) => return Poll::Ready(Ok(n)),
                 Settled::Failed(errno) => {
+                    core.read_failed(errno);
                     let err = io::Error::from_raw_os_error(errno);
                     return Poll::Ready(Err(super::os_error(err)));
                 }
@@ -78,6 +79,9 @@ impl PollIo {
             match Pin::new(&mut fut).poll(cx) {
                 // Refused before submission, or already complete.
                 Poll::Ready((res, buf)) => {
+                    if let Err(e) = &res {
+                        core.read_failed(crate::errno(e).unwrap_or(0));
+                    }
                     let n = res.map_err(super::os_error)?;
                     let k = n.min(out.len());
                     out[..k].copy_from_slice(&buf[..k]);

@@ -314,6 +314,7 @@ impl<'a> RecvStream<'a> {
 
     fn fail(&mut self, errno: i32) -> Poll<Option<io::Result<RecvBuf>>> {
         self.done = true;
+        self.core.read_failed(errno);
         let err = io::Error::from_raw_os_error(errno);
         Poll::Ready(Some(Err(super::os_error(err))))
     }
@@ -479,6 +480,7 @@ impl<'a> RecvStream<'a> {
             }
             Err(e) => {
                 self.done = true;
+                self.core.read_failed(crate::errno(&e).unwrap_or(0));
                 Some(Err(e))
             }
         }

@@ -37,13 +37,24 @@ impl StreamCore {
         match self.reads.settle(&mut buf).await {
             Settled::Copied(n) => return (Ok(n), buf),
             Settled::Failed(errno) => {
+                self.read_failed(errno);
                 let err = io::Error::from_raw_os_error(errno);
                 return (Err(super::os_error(err)), buf);
             }
             Settled::Receive => {}
         }
         let (res, buf) = self.reads.receive(self.sock.recv(buf)).await;
+        if let Err(e) = &res {
+            self.read_failed(crate::errno(e).unwrap_or(0));
+        }
         (res.map_err(super::os_error), buf)
+    }
+
+    /// A read ended with `errno`: a reset by the peer is the writes' too.
+    pub(crate) fn read_failed(&self, errno: i32) {
+        if errno == libc::ECONNRESET {
+            self.writes.peer_reset();
+        }
     }
 
     /// Writes from `buf`: how many bytes went (maybe fewer than all).

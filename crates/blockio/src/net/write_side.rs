@@ -45,7 +45,9 @@
 //! the bytes queued behind it are dropped (the connection is broken).
 //! Every write and flush after that fails too (`EPIPE`, as the kernel
 //! answers sends on a broken connection): none is `Ok` for bytes that
-//! would be thrown away.
+//! would be thrown away. A reset a read of the stream returned counts
+//! the same ([`WriteSide::peer_reset`]): the writes fail from then on,
+//! without waiting for a send to find it.
 //!
 //! # A dropped owned write is reported, never repeated silently
 //!
@@ -451,6 +453,16 @@ impl WriteSide {
 
     /// Accepts up to all of `data` into the queue, once a dropped write
     /// has been settled and while the queue has room.
+    /// A read on the stream found the connection reset by the peer: from
+    /// now on writes fail with `EPIPE`, as the kernel's `send` does (and
+    /// tokio's write), rather than taking bytes that would be thrown away.
+    pub(crate) fn peer_reset(&self) {
+        let mut st = self.pump.lock();
+        if st.failed.is_none() {
+            st.failed = Some(Failure::Errno(libc::EPIPE));
+        }
+    }
+
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let n = {
             let mut st = self.pump.lock();
