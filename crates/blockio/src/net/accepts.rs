@@ -161,13 +161,20 @@ impl AcceptQueue {
             }
             return Poll::Ready(r.map_err(io::Error::from_raw_os_error));
         }
-        if !g.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            g.wakers.push(cx.waker().clone());
-        }
         if !g.armed {
             g.armed = true;
             drop(g);
             self.arm();
+            g = self.lock();
+            // Completed as it was armed (a connection was waiting and the
+            // readiness set accepted it at once): taken now, as an accept
+            // that needs no waiting returns at once.
+            if let Some(r) = g.ready.pop_front() {
+                return Poll::Ready(r.map_err(io::Error::from_raw_os_error));
+            }
+        }
+        if !g.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            g.wakers.push(cx.waker().clone());
         }
         Poll::Pending
     }
