@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -36,15 +36,32 @@ fn tree(dir: &Path, hard_links: bool) {
     }
 }
 
+/// `blockio cp ARGS` in `dir`, with SIGINT, SIGTERM and SIGHUP at their
+/// default action (the suite may run with them ignored, as a background
+/// job's SIGINT is, and an ignored signal stays ignored by the copy, as
+/// by GNU's).
+fn cp(dir: &Path, args: &[&str]) -> std::process::Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
+    cmd.current_dir(dir).arg("cp").args(args);
+    // SAFETY: between fork and exec the closure only calls signal(2) and
+    // sigprocmask(2), which are async-signal-safe, on valid arguments.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(s, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().unwrap()
+}
+
 /// Runs `cp ARGS s t` in `dir` and sends `sig` once `t` holds a file.
 fn interrupted(dir: &Path, args: &[&str], sig: i32) -> std::process::ExitStatus {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_blockio"))
-        .current_dir(dir)
-        .arg("cp")
-        .args(args)
-        .args(["s", "t"])
-        .spawn()
-        .unwrap();
+    let mut child = cp(dir, &[args, &["s", "t"]].concat());
     let t = dir.join("t");
     let bound = Instant::now() + Duration::from_secs(30);
     while Instant::now() < bound && child.try_wait().unwrap().is_none() {
@@ -139,4 +156,34 @@ fn an_interrupted_backup_copy_puts_back_what_it_replaced() {
         }
     }
     assert_eq!(names, FILES);
+}
+
+#[test]
+fn a_copy_waiting_for_a_fifos_reader_ends_by_the_signal() {
+    // An existing FIFO at the destination is opened and written into, as
+    // GNU does; with no reader the open waits, and only a signal ends the
+    // copy, which must not wait for that open.
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    fs::write(d.path().join("s"), b"data").unwrap();
+    let fifo =
+        std::ffi::CString::new(d.path().join("t").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path in our temporary directory.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let mut child = cp(d.path(), &["s", "t"]);
+    std::thread::sleep(Duration::from_millis(100));
+    // SAFETY: kill(2) on the child's pid, not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    // A bound only against a hang: the copy must end by the signal.
+    let bound = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > bound {
+            child.kill().unwrap();
+            panic!("the copy did not end on SIGINT while it waited for the FIFO's reader");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
 }

@@ -13,7 +13,9 @@
 //! 1. takes the write side of [`CREATING`]: every creation holds its read
 //!    side from before its `openat` until the file is listed, so once the
 //!    write side is held no creation is under way and none can start, and
-//!    every file this copy created and has not finished is in [`LISTED`];
+//!    every file this copy created and has not finished is in [`LISTED`]
+//!    (it waits [`CREATIONS_WAIT`] at most: the same `openat` opens an
+//!    existing destination, which for a FIFO waits for a reader);
 //! 2. removes each of them (and the second names hard-linked to them),
 //!    putting back the file a `-b` copy had kept aside under its name;
 //! 3. ends the process by the same signal, its default action, so the
@@ -222,10 +224,29 @@ pub fn remove_unfinished_on_signals() -> io::Result<()> {
     Ok(())
 }
 
+/// How long the signal thread waits for creations under way to be
+/// listed. A creation holds [`CREATING`] for an `openat` of a new file;
+/// one held longer is an open of an existing file that waits (a FIFO with
+/// no reader, which the copy writes into as GNU's does, and which only
+/// the signal may end), and the signal must not wait for it.
+const CREATIONS_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Removes every listed file and ends the process by `sig`.
 fn remove_and_die(sig: libc::c_int) -> ! {
     // Never released: no creation starts after this.
-    let _all = CREATING.write().unwrap_or_else(|p| p.into_inner());
+    let deadline = std::time::Instant::now() + CREATIONS_WAIT;
+    let _all = loop {
+        match CREATING.try_write() {
+            Ok(g) => break Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            // A thread waits in an open of an existing file: what is
+            // listed is removed all the same.
+            Err(std::sync::TryLockError::WouldBlock) => break None,
+        }
+    };
     let l = listed();
     // Second names first, while their copies still have theirs.
     let (links, copies): (Vec<&Made>, Vec<&Made>) = l.files.values().partition(|m| m.link);
