@@ -712,7 +712,7 @@ fn with_leading_dashes(args: &[OsString]) -> Vec<OsString> {
 /// With one arena the threads share it, and the copy fits where one
 /// thread's does (coreutils' `tests/cp/link-heap.sh`).
 ///
-/// Returns the address space left under the limit (`None`: no limit).
+/// Returns the limit (`None`: no limit). Call it before any thread starts.
 fn one_arena_under_address_limit() -> Option<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -728,6 +728,11 @@ fn one_arena_under_address_limit() -> Option<u64> {
     // SAFETY: mallopt only sets an allocator parameter; called before
     // the copy's threads start, and M_ARENA_MAX is one glibc knows.
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    Some(lim.rlim_cur)
+}
+
+/// The address space left under `limit`: what the worker threads can have.
+fn address_space_left(limit: u64) -> u64 {
     // SAFETY: sysconf only reads a configuration value.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
     // The first field of statm: the address space in use, in pages.
@@ -735,7 +740,7 @@ fn one_arena_under_address_limit() -> Option<u64> {
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         .map_or(0, |pages| pages * page);
-    Some(lim.rlim_cur.saturating_sub(used))
+    limit.saturating_sub(used)
 }
 
 /// Address space each worker thread beyond the first needs left over
@@ -757,13 +762,16 @@ fn threads_within(threads: usize, room: Option<u64>) -> usize {
 /// including a usage error (exit status 1, as GNU's).
 pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
     crate::oom::set_program(program());
-    let room = one_arena_under_address_limit();
-    // Before any thread starts (see its doc), after the allocator is told
-    // to keep one arena (a thread started before would have an arena of
-    // its own: 64 MiB of address space). Without it (no thread to be had)
-    // the copy goes on as GNU's does: an interrupt leaves what is being
-    // copied.
-    let _ = copy::remove_unfinished_on_signals();
+    let limit = one_arena_under_address_limit();
+    // Before any other thread starts (see its doc). Not under a limit on
+    // address space, where the copy is fitted to what is left and a
+    // thread and a list of the files in flight could tip it over; there,
+    // and if no thread can be had, the copy goes on as GNU's does: an
+    // interrupt leaves what is being copied.
+    if limit.is_none() {
+        let _ = copy::remove_unfinished_on_signals();
+    }
+    let room = limit.map(address_space_left);
     let mut cmd = match parse(&with_leading_dashes(&args.args)) {
         Ok(Some(cmd)) => cmd,
         Ok(None) => return Ok(true),

@@ -40,6 +40,10 @@ use super::entry::DirPair;
 /// file is listed; the signal thread takes the write side.
 static CREATING: RwLock<()> = RwLock::new(());
 
+/// Files are listed only once [`remove_unfinished_on_signals`] has a
+/// thread taking the signals: otherwise nobody would remove them.
+static ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The files created and not finished, by their listing number.
 static LISTED: Mutex<Listed> = Mutex::new(Listed {
     next: 0,
@@ -106,6 +110,9 @@ pub(crate) fn created<T>(
     id: (u64, u64),
     create: impl FnOnce() -> io::Result<(T, bool)>,
 ) -> io::Result<(T, Option<Unfinished>)> {
+    if !ON.load(std::sync::atomic::Ordering::Acquire) {
+        return create().map(|(value, _)| (value, None));
+    }
     let _creating = creating();
     let (value, made) = create()?;
     if !made {
@@ -130,6 +137,9 @@ pub(crate) fn linked(
     id: (u64, u64),
     link: impl FnOnce() -> io::Result<()>,
 ) -> io::Result<()> {
+    if !ON.load(std::sync::atomic::Ordering::Acquire) {
+        return link();
+    }
     let _creating = creating();
     link()?;
     let mut l = listed();
@@ -221,6 +231,7 @@ pub fn remove_unfinished_on_signals() -> io::Result<()> {
         unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
         return Err(e);
     }
+    ON.store(true, std::sync::atomic::Ordering::Release);
     Ok(())
 }
 
