@@ -830,7 +830,16 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
                 return Ok(false);
             }
             // The engine could not be set up (no memory, no thread): one
-            // line in GNU's words, nothing copied.
+            // line in GNU's words, nothing copied. Under a limit on address
+            // space a thread that cannot start (EAGAIN) ran out of memory
+            // as much as an allocation that fails: GNU's "memory
+            // exhausted" either way, whichever came first.
+            _ if room.is_some()
+                && matches!(blockio::errno(&e), Some(libc::EAGAIN | libc::ENOMEM)) =>
+            {
+                say_err!("{}: memory exhausted", program());
+                return Ok(false);
+            }
             _ => {
                 say_err!("{}: {}", program(), blockio_tools::reason::reason(&e));
                 return Ok(false);
