@@ -439,13 +439,13 @@ class AsyncFile(LineReader[bytes]):
         try:
             data: bytes = await pending.result()
         except BaseException:
-            out = pending._out
-            if out is not None and self._stream_read is pending:
+            finished = pending._out
+            if finished is not None and self._stream_read is pending:
                 # It finished, but this call was cancelled before it could
                 # return the bytes: they are the next read's.
                 self._stream_read = None
-                if out[0]:
-                    self._carry = out[1]
+                if finished[0]:
+                    self._carry = finished[1]
             raise
         if self._stream_read is pending:
             self._stream_read = None
