@@ -472,6 +472,107 @@ fn least_address_space(dir: &Path, args: &str, clean: &Path) -> u64 {
     }
 }
 
+/// A copy that fits under a limit on address space (`ulimit -v`) fits
+/// under every higher one, on either backend. Before, on the thread-pool
+/// backend, a limit too low for the probe thread's small stack made the
+/// copy run its batches itself and succeed, while a slightly higher one
+/// let the probe start but not the pool's worker (2 MiB of stack):
+/// "memory exhausted", exit 1, over a band of some 2 MB. Where that band
+/// fell depended on the size of the build.
+#[test]
+fn a_copy_that_fits_under_an_address_space_limit_fits_under_every_higher_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(d.join("f"), b"x").unwrap();
+    for backend in ["threads", "auto"] {
+        let mut least = None;
+        for kib in (4000..64_000).step_by(125) {
+            let _ = fs::remove_file(d.join("f2"));
+            let o = Command::new("sh")
+                .args([
+                    "-c",
+                    &format!("ulimit -v {kib} && exec \"$0\" cp -a f f2"),
+                    env!("CARGO_BIN_EXE_blockio"),
+                ])
+                .env("BLOCKIO_BACKEND", backend)
+                .current_dir(d)
+                .output()
+                .unwrap();
+            match (least, o.status.code()) {
+                (None, Some(0)) => least = Some(kib),
+                (Some(l), code) => {
+                    assert_eq!(
+                        code,
+                        Some(0),
+                        "{backend}: fits under ulimit -v {l} but not {kib}: {}",
+                        stderr(&o)
+                    );
+                    assert_eq!(fs::read(d.join("f2")).unwrap(), b"x");
+                    if kib >= l + 4000 {
+                        break;
+                    }
+                }
+                (None, _) => {}
+            }
+        }
+        assert!(least.is_some(), "{backend}: cp -a f f2 fails under 64 MB");
+    }
+}
+
+/// Under a limit on address space that leaves no room for a second
+/// thread, the thread-pool backend starts no worker: the copy runs its
+/// batches itself, and a worker's 2 MiB stack stays room for the copy's
+/// own work. Seen while the copy waits on a FIFO's writer.
+#[test]
+fn a_copy_fitted_to_one_thread_starts_no_pool_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fifo = std::ffi::CString::new(d.join("p").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path, alive for the call.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -v 40000 && exec \"$0\" cp --copy-contents p out",
+            env!("CARGO_BIN_EXE_blockio"),
+        ])
+        .env("BLOCKIO_BACKEND", "threads")
+        .current_dir(d)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Opens once the copy has opened the FIFO, its engine built; a copy
+    // that ends first fails the test rather than leaving it waiting.
+    let mut w = loop {
+        use std::os::unix::fs::OpenOptionsExt;
+        match fs::File::options()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(d.join("p"))
+        {
+            Ok(w) => break w,
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                if child.try_wait().unwrap().is_some() {
+                    let o = child.wait_with_output().unwrap();
+                    panic!("cp ended before reading: {}", stderr(&o));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let threads: Vec<String> = fs::read_dir(format!("/proc/{}/task", child.id()))
+        .unwrap()
+        .map(|t| fs::read_to_string(t.unwrap().path().join("comm")).unwrap())
+        .collect();
+    std::io::Write::write_all(&mut w, b"through").unwrap();
+    drop(w);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(fs::read(d.join("out")).unwrap(), b"through");
+    assert_eq!(threads.len(), 1, "threads: {threads:?}");
+}
+
 /// `cp -a` and `cp -r` of one directory of 40,000 empty files, within
 /// 4 MB more address space than the copy of one empty file takes (GNU's
 /// `cp -a` copies it under `ulimit -v 8000`). The worker listing a

@@ -95,6 +95,24 @@ fn thread_pool_backend_can_be_chosen_in_code() {
     assert_eq!(e.backend(), Backend::ThreadPool);
 }
 
+/// With `no_pool_threads`, the thread-pool backend starts no worker and
+/// the submitting thread runs every batch itself, whole and correct.
+#[test]
+fn thread_pool_backend_with_no_pool_threads_runs_batches_on_the_caller() {
+    let e = Engine::builder()
+        .backend(blockio::BackendChoice::ThreadPool)
+        .no_pool_threads(true)
+        .build()
+        .unwrap();
+    assert_eq!(e.backend(), Backend::ThreadPool);
+    assert_eq!(e.fallback_threads(), 0);
+    let (path, _) = data_file(1 << 20, 5);
+    let file = File::open(&path).unwrap();
+    let specs: Vec<(u64, usize)> = (0..64).map(|i| (i * 12_345, 4096)).collect();
+    let bufs: Vec<Vec<u8>> = specs.iter().map(|&(_, l)| vec![0xAA; l]).collect();
+    read_and_compare(&e, &file, &file, &specs, bufs);
+}
+
 #[test]
 fn random_reads_match_pread_buffered() {
     let (path, data) = data_file(3 << 20, 1);

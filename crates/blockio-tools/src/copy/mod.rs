@@ -491,17 +491,24 @@ pub fn copy(
     let started = std::time::Instant::now();
     // The thread-pool backend's workers scale with the copy's own threads
     // (16 each, at most 64), so a copy whose threads were cut to fit an
-    // address-space limit (`ulimit -v`) does not start 64 stacks anyway;
-    // under such a limit, one each: every worker's stack takes 2 MiB of
-    // address space, and 16 of them would take the room the copy's
-    // listings need.
-    let per_thread = if address_space_limited() { 1 } else { 16 };
+    // address-space limit (`ulimit -v`) does not start 64 stacks anyway.
+    // Under such a limit, one per copy thread beyond the first, which runs
+    // its batches itself: every worker's stack takes 2 MiB of address
+    // space, and a copy fitted to one thread needs that room for its
+    // listings. A worker that cannot be started leaves the batches to the
+    // calling thread rather than failing the copy.
+    let pool_threads = if address_space_limited() {
+        opts.threads.saturating_sub(1)
+    } else {
+        (opts.threads.max(1) * 16).min(64)
+    };
     let backend = backend_for_this_process()?;
     let engine = blockio::Engine::builder()
         .backend(backend)
-        .caller_only_if_no_threads(backend == blockio::BackendChoice::ThreadPool)
+        .caller_only_if_no_threads(true)
+        .no_pool_threads(pool_threads == 0)
         .queue_depth(256)
-        .fallback_threads((opts.threads.max(1) * per_thread).min(64))
+        .fallback_threads(pool_threads.max(1))
         .build()?;
     let mut report = tree::run(
         &engine,

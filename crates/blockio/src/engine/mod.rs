@@ -47,6 +47,7 @@ pub struct EngineBuilder {
     submit_chunk: Option<u32>,
     read_path: ReadPath,
     caller_only: bool,
+    no_pool_threads: bool,
 }
 
 impl Default for EngineBuilder {
@@ -66,6 +67,7 @@ impl Default for EngineBuilder {
             submit_chunk: None,
             read_path: ReadPath::Auto,
             caller_only: false,
+            no_pool_threads: false,
         }
     }
 }
@@ -193,6 +195,16 @@ impl EngineBuilder {
         self
     }
 
+    /// With the thread-pool backend, whether to start no pool thread at
+    /// all, each batch then run by the thread that submits it (default
+    /// false). For a process whose address space is limited (`ulimit -v`,
+    /// `RLIMIT_AS`) and fitted to one thread: a pool thread's stack would
+    /// take 2 MiB of the room its work needs.
+    pub fn no_pool_threads(mut self, yes: bool) -> Self {
+        self.no_pool_threads = yes;
+        self
+    }
+
     /// Which backend to use (default [`BackendChoice::Auto`]).
     pub fn backend(mut self, choice: BackendChoice) -> Self {
         self.backend = choice;
@@ -227,7 +239,11 @@ impl EngineBuilder {
         };
         let pool = |reason| {
             Ok((
-                EngineBackend::Threads(ThreadBackend::new(threads, self.caller_only)?),
+                EngineBackend::Threads(if self.no_pool_threads {
+                    ThreadBackend::caller_only()
+                } else {
+                    ThreadBackend::new(threads, self.caller_only)?
+                }),
                 Some(reason),
             ))
         };

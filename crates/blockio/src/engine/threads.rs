@@ -87,6 +87,13 @@ impl ThreadBackend {
         Ok(ThreadBackend { pool })
     }
 
+    /// A backend of no workers: the calling thread runs each batch alone.
+    pub(crate) fn caller_only() -> ThreadBackend {
+        ThreadBackend {
+            pool: WorkerPool::none(),
+        }
+    }
+
     pub(crate) fn threads(&self) -> usize {
         self.pool.threads()
     }
