@@ -56,6 +56,7 @@
 //! `/proc/self/fd/<directory>/<name>` with the `l*xattr` calls: through
 //! their directory's descriptor, never following a link.
 
+use std::borrow::Cow;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -64,27 +65,62 @@ use std::path::Path;
 
 use rustix::io::Errno;
 
-use super::entry::Ctx;
+use super::entry::{Ctx, DirPair};
 use super::{quote, Errors, Preserve};
 
 /// Where the failures to keep attributes are said, and the names of the
 /// source and of its copy in those messages.
 pub(crate) struct Say<'a> {
     errors: &'a Errors<'a>,
-    src: &'a Path,
-    dst: &'a Path,
+    names: Names<'a>,
     /// Every failure to copy an extended attribute is said
     /// (`--attributes-only`).
     all: bool,
 }
 
+/// The source's and the copy's names for messages: whole paths, or names
+/// in a pair of directories, joined only when a message needs them (most
+/// files keep their attributes, and the joined paths would be two
+/// allocations per file).
+enum Names<'a> {
+    Paths(&'a Path, &'a Path),
+    InDirs(&'a DirPair, &'a CStr, &'a CStr),
+}
+
 impl<'a> Say<'a> {
     pub(crate) fn new(ctx: &'a Ctx<'a>, src: &'a Path, dst: &'a Path) -> Say<'a> {
+        Say::with(ctx, Names::Paths(src, dst))
+    }
+
+    /// For `src` in `dirs`'s source and `dst` in its destination.
+    pub(crate) fn in_dirs(
+        ctx: &'a Ctx<'a>,
+        dirs: &'a DirPair,
+        src: &'a CStr,
+        dst: &'a CStr,
+    ) -> Say<'a> {
+        Say::with(ctx, Names::InDirs(dirs, src, dst))
+    }
+
+    fn with(ctx: &'a Ctx<'a>, names: Names<'a>) -> Say<'a> {
         Say {
             errors: ctx.errors,
-            src,
-            dst,
+            names,
             all: ctx.opts.attributes_only,
+        }
+    }
+
+    fn src(&self) -> Cow<'a, Path> {
+        match self.names {
+            Names::Paths(src, _) => Cow::Borrowed(src),
+            Names::InDirs(dirs, src, _) => Cow::Owned(dirs.src_of(src)),
+        }
+    }
+
+    fn dst(&self) -> Cow<'a, Path> {
+        match self.names {
+            Names::Paths(_, dst) => Cow::Borrowed(dst),
+            Names::InDirs(dirs, _, dst) => Cow::Owned(dirs.dst_of(dst)),
         }
     }
 
@@ -103,7 +139,7 @@ impl<'a> Say<'a> {
 
     /// A failure to copy the ACLs, which fails the copy.
     fn permissions(&self, e: impl Into<io::Error>) {
-        let what = format!("preserving permissions for {}", quote(self.dst));
+        let what = format!("preserving permissions for {}", quote(&self.dst()));
         self.errors.report(what, Some(e.into()));
     }
 }
@@ -278,13 +314,13 @@ pub(crate) fn copy_xattrs(
         Ok(n) => n,
         Err(e) => {
             if keep.xattr {
-                let what = format!("listing attributes of {}", quote(say.src));
+                let what = format!("listing attributes of {}", quote(&say.src()));
                 say.xattr(keep, e, what);
             }
             if keep.mode {
                 // GNU's `copy_acl`, which cannot read the source's ACL,
                 // names the source alone.
-                say.errors.report(quote(say.src), Some(e.into()));
+                say.errors.report(quote(&say.src()), Some(e.into()));
             }
             return;
         }
@@ -319,7 +355,7 @@ pub(crate) fn copy_xattrs(
             // Removed since it was listed.
             Err(Errno::NODATA) => continue,
             Err(e) if is_acl => {
-                say.errors.report(quote(say.src), Some(e.into()));
+                say.errors.report(quote(&say.src()), Some(e.into()));
                 continue;
             }
             Err(e) => {
@@ -342,7 +378,7 @@ pub(crate) fn copy_xattrs(
         }
     }
     if unsupported {
-        let what = format!("setting attributes for {}", quote(say.dst));
+        let what = format!("setting attributes for {}", quote(&say.dst()));
         say.xattr(keep, Errno::NOTSUP, what);
     }
 }

@@ -23,7 +23,8 @@ use crate::copy;
 /// attributes.
 pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
     for j in jobs.iter_mut().filter(|j| j.failed.is_none()) {
-        let dst = dirs.dst_of(&j.e.dst_name);
+        // The copy's path, made only for a message.
+        let dst = || dirs.dst_of(&j.e.dst_name);
         // A file that ended early ends there in the copy, never padded to
         // its stated size. A direct copy's last block was written whole:
         // cut the copy back. A sparse copy may end in a hole: extend it.
@@ -41,7 +42,7 @@ pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'
         };
         if let Some((len, what)) = resize {
             if let Err(e) = rustix::fs::ftruncate(&j.dst, len) {
-                j.failed = Some((format!("cannot {what} {}", quote(&dst)), e.into()));
+                j.failed = Some((format!("cannot {what} {}", quote(&dst())), e.into()));
                 continue;
             }
         }
@@ -52,12 +53,11 @@ pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'
             let may_hold_acls = dirs.dst_default_acl || !j.created;
             let xattrs = Some((Node::Fd(j.src.as_fd()), may_hold_acls));
             let keep = &ctx.opts.preserve;
-            let src = dirs.src_of(&j.e.src_name);
-            let say = Say::new(ctx, &src, &dst);
+            let say = Say::in_dirs(ctx, dirs, &j.e.src_name, &j.e.dst_name);
             let set = set_attrs_at(&j.dst, c"", &j.e.st, Some(j.e.mode()), xattrs, keep, &say);
             if let Err(e) = set {
                 // The data is complete: report, keep the file (as cp does).
-                let what = format!("preserving attributes of {}", quote(&dst));
+                let what = format!("preserving attributes of {}", quote(&dst()));
                 ctx.errors.report(what, Some(e));
             }
         }
@@ -65,7 +65,7 @@ pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'
             // No ACL inherited from the new directory stays (GNU's
             // `set_acl` with the default mode).
             if let Err(e) = minimal_acl_at(&j.dst, c"", 0o666 & !ctx.umask) {
-                let what = format!("setting permissions for {}", quote(&dst));
+                let what = format!("setting permissions for {}", quote(&dst()));
                 ctx.errors.report(what, Some(e));
             }
         }
