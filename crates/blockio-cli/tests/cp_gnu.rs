@@ -2054,6 +2054,33 @@ fn a_trailing_slash_on_a_non_directory_destination_is_refused_as_gnu_refuses_it(
     }
 }
 
+/// A destination that cannot be looked at for a reason other than its
+/// absence is "cannot stat" it, and nothing is made, as GNU says: a loop
+/// of links on the way, or as the last name when a file is copied
+/// through it (also with `-n`, which skipped it, exit 0), a name too
+/// long. Before, these were "not writing through
+/// dangling symlink" and "cannot create regular file" or "cannot create
+/// directory". A directory copied onto the link looks at the link itself,
+/// which is in the way.
+#[test]
+fn a_destination_that_cannot_be_looked_at_is_cannot_stat_as_gnu_says() {
+    let long = "n".repeat(300);
+    let setup = "echo x > f; mkdir d; echo y > d/g; ln -s loop loop";
+    for (args, said) in [
+        (&["f", "loop"][..], "cannot stat"),
+        (&["f", "loop/x"], "cannot stat"),
+        (&["-r", "d", "loop/x"], "cannot stat"),
+        (&["-n", "f", "loop"], "cannot stat"),
+        (&["-a", "d", "loop"], "cannot overwrite non-directory"),
+        (&["f", &long], "cannot stat"),
+        (&["-r", "d", &long], "cannot stat"),
+    ] {
+        let o = like_gnu(setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
+        assert!(o.stderr.contains(said), "{args:?}: {}", o.stderr);
+    }
+}
+
 /// `--parents -r a/b/..` (or `a/b/.`) into a fresh destination makes
 /// `d/a/b` and fails on `d/a/b/..`, which exists, as GNU's does.
 #[test]

@@ -469,16 +469,23 @@ pub fn copy(
             Ok(_) => format!("target {}: Not a directory", quote(dest)),
         }));
     }
-    // A destination the copier may not look at (a link into a directory it
-    // may not search): GNU's "cannot stat", and nothing is copied.
+    // A destination that cannot be looked at for any reason but its
+    // absence (a directory on the way the copier may not search, a loop of
+    // links, a name too long): GNU's "cannot stat", and nothing is copied.
+    // A last name that is itself a link in a loop is judged per source, as
+    // GNU's `cp` looks at it through the link or not by what is copied
+    // onto it.
     if let Err(e) = &dest_meta {
-        if e.raw_os_error() == Some(libc::EACCES) {
+        let a_link_in_a_loop =
+            || e.raw_os_error() == Some(libc::ELOOP) && std::fs::symlink_metadata(dest).is_ok();
+        if e.kind() != io::ErrorKind::NotFound && !a_link_in_a_loop() {
             let what = format!("cannot stat {}", quote(dest));
+            let err = e.raw_os_error().map(io::Error::from_raw_os_error);
             Errors {
                 progress,
                 sink: on_error,
             }
-            .report(what, Some(io::Error::from_raw_os_error(libc::EACCES)));
+            .report(what, err);
             return Ok(CopyReport {
                 errors: progress.errors.load(Ordering::Relaxed),
                 ..CopyReport::default()

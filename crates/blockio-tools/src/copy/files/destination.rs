@@ -6,6 +6,7 @@
 //! bytes move. Failures are reported in GNU's words.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -231,12 +232,8 @@ pub(super) fn create_dst(
             Err(err) if err.raw_os_error() == Some(libc::EEXIST) && !ctx.opts.no_clobber => {
                 // The name in the way may be the source itself (another
                 // of its hard links): never removed.
-                let same = rustix::fs::statat(
-                    &pair.dst,
-                    e.dst_name.as_c_str(),
-                    rustix::fs::AtFlags::empty(),
-                )
-                .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+                let same =
+                    through_the_copy(&pair.dst, e).is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
                 if same {
                     drop(links);
                     let what = format!(
@@ -377,12 +374,12 @@ fn remove_destination(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<()
 /// Whether the destination of `e` (a symbolic link) leads to the source
 /// file itself.
 fn leads_to_the_source(dirs: &DirPair, e: &Entry) -> bool {
-    rustix::fs::statat(
-        &dirs.dst,
-        e.dst_name.as_c_str(),
-        rustix::fs::AtFlags::empty(),
-    )
-    .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id())
+    through_the_copy(&dirs.dst, e).is_ok_and(|st| (st.st_dev, st.st_ino) == e.id())
+}
+
+/// What `e`'s copy names, looked at through a link there, in `dst`.
+fn through_the_copy(dst: &impl AsFd, e: &Entry) -> rustix::io::Result<rustix::fs::Stat> {
+    rustix::fs::statat(dst, e.dst_name.as_c_str(), rustix::fs::AtFlags::empty())
 }
 
 /// Reports a copy that could not be created (or skips it, with `-n`).
@@ -398,17 +395,24 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
             .report(what, Some(io::Error::from_raw_os_error(w.errno)));
     }
     let msg = match err.raw_os_error() {
+        // `-n` onto a link in a loop: GNU's look through it fails first.
+        Some(libc::EEXIST)
+            if ctx.opts.no_clobber
+                && at::is_symlink(&dirs.dst, &e.dst_name)
+                && through_the_copy(&dirs.dst, e)
+                    .is_err_and(|err| err == rustix::io::Errno::LOOP) =>
+        {
+            let what = format!("cannot stat {}", quote(&dst));
+            let err = io::Error::from_raw_os_error(libc::ELOOP);
+            return ctx.errors.report(what, Some(err));
+        }
         // `-n` onto a link that leads nowhere: GNU's refusal, not a skip
         // (nothing is there to keep).
         Some(libc::EEXIST)
             if ctx.opts.no_clobber
                 && at::is_symlink(&dirs.dst, &e.dst_name)
-                && rustix::fs::statat(
-                    &dirs.dst,
-                    e.dst_name.as_c_str(),
-                    rustix::fs::AtFlags::empty(),
-                )
-                .is_err_and(|err| err == rustix::io::Errno::NOENT) =>
+                && through_the_copy(&dirs.dst, e)
+                    .is_err_and(|err| err == rustix::io::Errno::NOENT) =>
         {
             format!("not writing through dangling symlink {}", quote(&dst))
         }
@@ -469,14 +473,16 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
                     quote(&dst)
                 )
             } else {
+                let through = through_the_copy(&dirs.dst, e);
+                if let Err(rustix::io::Errno::LOOP) = through {
+                    // A loop of links: GNU's look through it fails first.
+                    let what = format!("cannot stat {}", quote(&dst));
+                    let err = io::Error::from_raw_os_error(libc::ELOOP);
+                    return ctx.errors.report(what, Some(err));
+                }
                 copy::say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
                 // GNU's words: "dangling" when the link leads nowhere.
-                let nowhere = rustix::fs::statat(
-                    &dirs.dst,
-                    e.dst_name.as_c_str(),
-                    rustix::fs::AtFlags::empty(),
-                )
-                .is_err_and(|err| err == rustix::io::Errno::NOENT);
+                let nowhere = through.is_err_and(|err| err == rustix::io::Errno::NOENT);
                 let dangling = if e.follow_dst || nowhere {
                     "dangling "
                 } else {
@@ -501,12 +507,7 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
 /// through a link as GNU's `cp` looks (its time against the source's, or
 /// the user's answer).
 fn existing_is_kept(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &std::path::Path) -> bool {
-    rustix::fs::statat(
-        &dirs.dst,
-        e.dst_name.as_c_str(),
-        rustix::fs::AtFlags::empty(),
-    )
-    .is_ok_and(|st| {
+    through_the_copy(&dirs.dst, e).is_ok_and(|st| {
         let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
         copy::keep_existing(ctx.opts, copy::mtime(&e.st), mtime, dst)
     })
