@@ -645,6 +645,13 @@ fn usage_errors_and_option_syntax_as_gnu() {
         &["-rP"],
         &["--no-target", "f", "g"],
         &["--arch", "d", "g"],
+        // Ambiguous abbreviations are named whole, value and all, and
+        // list each option once (`--path` is `--parents`), as glibc's
+        // getopt_long does; the empty name abbreviates every option.
+        &["--p", "f", "g"],
+        &["--s=x", "f", "g"],
+        &["--=", "f", "g"],
+        &["--no", "f", "g"],
     ] {
         let o = like_gnu(setup, args);
         assert_ne!(o.code, Some(2), "{args:?}");

@@ -171,10 +171,11 @@ fn read_into(args: &[OsString], opts: &[Opt], parsed: &mut Parsed) -> Result<(),
 }
 
 /// The long option `name` abbreviates: an exact name, else the only one it
-/// is a prefix of (or several that are one option).
+/// is a prefix of (or several that are one option). The empty name (`--=`)
+/// is a prefix of every one. An ambiguous one is named whole, value and
+/// all, with the first option it abbreviates and every other that is not
+/// that same option, as glibc's `getopt_long` lists them.
 fn find_long<'o>(opts: &'o [Opt], name: &[u8], arg: &[u8]) -> Result<&'o Opt, String> {
-    let shown = String::from_utf8_lossy(arg);
-    let shown = shown.split('=').next().unwrap_or_default();
     if let Some(o) = opts
         .iter()
         .find(|o| o.long.map(str::as_bytes) == Some(name))
@@ -183,11 +184,7 @@ fn find_long<'o>(opts: &'o [Opt], name: &[u8], arg: &[u8]) -> Result<&'o Opt, St
     }
     let candidates: Vec<&Opt> = opts
         .iter()
-        .filter(|o| {
-            !name.is_empty()
-                && !o.whole_only
-                && o.long.is_some_and(|l| l.as_bytes().starts_with(name))
-        })
+        .filter(|o| !o.whole_only && o.long.is_some_and(|l| l.as_bytes().starts_with(name)))
         .collect();
     match candidates.as_slice() {
         [] => Err(format!(
@@ -196,13 +193,14 @@ fn find_long<'o>(opts: &'o [Opt], name: &[u8], arg: &[u8]) -> Result<&'o Opt, St
         )),
         [one] => Ok(one),
         [first, rest @ ..] if rest.iter().all(|o| o.id == first.id) => Ok(first),
-        many => {
-            let list: String = many
-                .iter()
+        [first, rest @ ..] => {
+            let list: String = std::iter::once(first)
+                .chain(rest.iter().filter(|o| o.id != first.id))
                 .map(|o| format!(" '--{}'", o.long.unwrap_or_default()))
                 .collect();
             Err(format!(
-                "option '{shown}' is ambiguous; possibilities:{list}"
+                "option '{}' is ambiguous; possibilities:{list}",
+                String::from_utf8_lossy(arg)
             ))
         }
     }
