@@ -32,9 +32,14 @@ const CKSUM_ALGOS: [(&str, Algo); 11] = [
     ("sm3", Algo::Sm3),
 ];
 
-/// The options of `tool`.
+/// The options of `tool`, long ones in GNU's order (which its messages
+/// about ambiguous abbreviations list them in).
 fn options(tool: DigestTool) -> Vec<Opt> {
-    let mut v = vec![
+    let mut v = Vec::new();
+    if !matches!(tool, DigestTool::Fixed(_)) {
+        v.push(Opt::arg("length", Some('l'), Some("length")));
+    }
+    v.extend([
         Opt::flag("check", Some('c'), Some("check")),
         Opt::flag("ignore-missing", None, Some("ignore-missing")),
         Opt::flag("quiet", None, Some("quiet")),
@@ -43,12 +48,7 @@ fn options(tool: DigestTool) -> Vec<Opt> {
         Opt::flag("strict", None, Some("strict")),
         Opt::flag("tag", None, Some("tag")),
         Opt::flag("zero", Some('z'), Some("zero")),
-        Opt::flag("help", None, Some("help")),
-        Opt::flag("version", None, Some("version")),
-    ];
-    if !matches!(tool, DigestTool::Fixed(_)) {
-        v.push(Opt::arg("length", Some('l'), Some("length")));
-    }
+    ]);
     if tool == DigestTool::Cksum {
         v.push(Opt::arg("algorithm", Some('a'), Some("algorithm")));
         v.push(Opt::flag("debug", None, Some("debug")));
@@ -61,6 +61,8 @@ fn options(tool: DigestTool) -> Vec<Opt> {
         v.push(Opt::flag("binary", Some('b'), Some("binary")));
         v.push(Opt::flag("text", Some('t'), Some("text")));
     }
+    v.push(Opt::flag("help", None, Some("help")));
+    v.push(Opt::flag("version", None, Some("version")));
     v
 }
 

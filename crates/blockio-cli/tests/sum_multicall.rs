@@ -289,6 +289,9 @@ fn usage_errors_match_gnu() {
         vec![b"--st", b"-c", b"f"],
         vec![b"--stat", b"-c", b"f"],
         vec![b"--check=yes", b"f"],
+        // Every option abbreviated by the empty name, in GNU's order.
+        vec![b"--=", b"f"],
+        vec![b"--t=1", b"f"],
         vec![b"--", b"-c"],
         // Missing files whose names need quoting in messages.
         vec![b"", b"it's", b"bad\xff", b"a b", b"new\nline", b"f"],
