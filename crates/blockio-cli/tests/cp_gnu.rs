@@ -4,7 +4,7 @@
 //! program name aside) and everything left on disk must be the same.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -2213,6 +2213,43 @@ fn extended_attributes_a_special_file_cannot_hold_as_gnu() {
         &["--preserve=xattr", "-a", "f", "n"],
     ] {
         like_gnu(setup, args);
+    }
+}
+
+/// The extended attributes `/etc/xattr.conf` lists (Debian's, from
+/// libattr1, skips `user.Beagle.*`, a desktop indexer's data) are left out
+/// of a copy, as GNU's `cp` leaves them out through libattr; the others
+/// are copied. blockio copied them all.
+#[test]
+fn attributes_listed_in_etc_xattr_conf_are_left_out_as_gnu() {
+    let conf = fs::read_to_string("/etc/xattr.conf").unwrap_or_default();
+    assert!(
+        conf.lines().any(|l| l.starts_with("user.Beagle.*")),
+        "this test needs Debian's /etc/xattr.conf (package libattr1), which skips user.Beagle.*"
+    );
+    let setup = "echo data > f; setfattr -n user.Beagle.x -v 1 f; setfattr -n user.keep -v 2 f; \
+                 mkdir d; setfattr -n user.Beagle.y -v 3 d; \
+                 echo in > d/g; setfattr -n user.Beagle.z -v 4 d/g; setfattr -n user.keep -v 5 d/g";
+    for (args, file) in [
+        (&["-a", "f", "c"][..], "c"),
+        (&["--preserve=xattr", "f", "c"], "c"),
+        (&["--preserve=all", "f", "c"], "c"),
+        (&["-a", "--attributes-only", "f", "c"], "c"),
+        (&["-a", "d", "c"], "c/g"),
+    ] {
+        let o = like_gnu(setup, args);
+        assert!(
+            o.tree[OsStr::new(file)].contains("user.keep="),
+            "{args:?}: {:?}",
+            o.tree
+        );
+        for copy in ["c", file] {
+            assert!(
+                !o.tree[OsStr::new(copy)].contains("Beagle"),
+                "{args:?}: {:?}",
+                o.tree
+            );
+        }
     }
 }
 

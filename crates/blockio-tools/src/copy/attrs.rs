@@ -27,6 +27,9 @@
 //! 4. the access and modification times, last, since the steps before
 //!    change the change time only.
 //!
+//! The attributes `/etc/xattr.conf` lists are left out (see
+//! [`super::xattr_conf`]), as GNU's `cp` leaves them out through libattr.
+//!
 //! Failures are treated as GNU `cp` 9.1 treats them:
 //!
 //! - extended attributes other than the ACLs (kept with `keep.xattr`):
@@ -66,6 +69,7 @@ use std::path::Path;
 use rustix::io::Errno;
 
 use super::entry::{Ctx, DirPair};
+use super::xattr_conf;
 use super::{quote, Errors, Preserve};
 
 /// Where the failures to keep attributes are said, and the names of the
@@ -329,7 +333,7 @@ pub(crate) fn copy_xattrs(
         if ACLS.contains(&n.as_c_str()) {
             keep.mode
         } else {
-            keep.xattr
+            keep.xattr && !xattr_conf::left_out(n)
         }
     });
     // Inherited ACLs first: removed, they leave room in the inode for the

@@ -89,6 +89,7 @@ mod entry;
 mod files;
 mod tree;
 mod unfinished;
+mod xattr_conf;
 
 pub use unfinished::remove_unfinished_on_signals;
 
