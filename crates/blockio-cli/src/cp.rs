@@ -758,6 +758,27 @@ fn threads_within(threads: usize, room: Option<u64>) -> usize {
     }
 }
 
+/// The smallest read a copy fitted to an address-space limit makes.
+const LEAST_BLOCK: usize = 64 << 10;
+
+/// The bytes per read (`block`) and in flight per worker (`wave`) of a
+/// copy on `threads` workers with `room` bytes of address space left
+/// under a limit: the waves together at most an eighth of the room, in
+/// whole blocks of at least [`LEAST_BLOCK`]; as given when they fit, or
+/// with no limit. Without this a worker's 16 MiB wave made a large file
+/// fail ("memory exhausted") where a small one fit.
+fn buffers_within(block: usize, wave: usize, threads: usize, room: Option<u64>) -> (usize, usize) {
+    let Some(room) = room else {
+        return (block, wave);
+    };
+    let most = usize::try_from(room / 8 / threads.max(1) as u64).unwrap_or(usize::MAX);
+    if wave <= most {
+        return (block, wave);
+    }
+    let block = block.min(most / LEAST_BLOCK * LEAST_BLOCK).max(LEAST_BLOCK);
+    (block, (most / block * block).max(block))
+}
+
 /// Runs `cp`; `Ok(false)` when anything failed (each failure reported),
 /// including a usage error (exit status 1, as GNU's).
 pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
@@ -785,6 +806,8 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
         }
     };
     cmd.opts.threads = threads_within(cmd.opts.threads, room);
+    (cmd.opts.block, cmd.opts.wave) =
+        buffers_within(cmd.opts.block, cmd.opts.wave, cmd.opts.threads, room);
     let progress = Progress::default();
     let bar = if std::io::stderr().is_terminal() && !cmd.json {
         let b = indicatif::ProgressBar::new_spinner();

@@ -573,6 +573,33 @@ fn a_copy_fitted_to_one_thread_starts_no_pool_worker() {
     assert_eq!(threads.len(), 1, "threads: {threads:?}");
 }
 
+/// Under a limit on address space (`ulimit -v`) a large file is copied
+/// through buffers fitted to the room left: from another file system
+/// (where the data passes through the copy's memory), 64 MiB fit within
+/// 1 MB of what a one-byte file's copy takes. Before, each worker's 16 MiB
+/// wave made it "memory exhausted" under 16 MB more, and left an empty
+/// copy behind (GNU's `cp` reads through a 128 KiB buffer).
+#[test]
+fn a_large_file_from_another_file_system_fits_within_1_mb_of_a_small_ones_copy() {
+    let shm = tempfile::tempdir_in("/dev/shm").expect("/dev/shm, a tmpfs");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert_ne!(
+        fs::metadata(shm.path()).unwrap().dev(),
+        fs::metadata(d).unwrap().dev(),
+        "the test needs /dev/shm on another file system than the temporary directory"
+    );
+    let (one, big) = (shm.path().join("one"), shm.path().join("big"));
+    fs::write(&one, b"x").unwrap();
+    let data = bytes(64 << 20, 11);
+    fs::write(&big, &data).unwrap();
+    let least = least_address_space(d, &format!("{} o", one.display()), &d.join("o"));
+    let kib = least + 1000;
+    let (code, err) = cp_within(d, kib, &format!("{} big", big.display()));
+    assert_eq!(code, Some(0), "under ulimit -v {kib}: {err}");
+    assert!(fs::read(d.join("big")).unwrap() == data, "the copy differs");
+}
+
 /// `cp -a` and `cp -r` of one directory of 40,000 empty files, within
 /// 4 MB more address space than the copy of one empty file takes (GNU's
 /// `cp -a` copies it under `ulimit -v 8000`). The worker listing a
