@@ -45,14 +45,22 @@ pub fn set_program(name: &'static str) {
 fn exhausted() -> ! {
     const TAIL: &[u8] = b": memory exhausted\n";
     let mut msg = [0u8; 512];
-    // SAFETY: `NAME` always points at a `&'static str` that lives for
-    // ever (`DEFAULT_NAME`, or one `set_program` leaked), published with
-    // `Release`.
-    let name: &str = unsafe { *NAME.load(Ordering::Acquire) };
-    let name = &name.as_bytes()[..name.len().min(msg.len() - TAIL.len())];
-    msg[..name.len()].copy_from_slice(name);
-    msg[name.len()..name.len() + TAIL.len()].copy_from_slice(TAIL);
-    let n = name.len() + TAIL.len();
+    let room = msg.len() - TAIL.len();
+    let named = NAME.load(Ordering::Acquire);
+    let len = if std::ptr::eq(named, &DEFAULT_NAME) {
+        // No tool has named itself yet (the allocation failing is one of
+        // the first): the name its arguments give.
+        name_from_arguments(&mut msg[..room])
+    } else {
+        // SAFETY: `NAME` points at a `&'static str` that lives for ever
+        // (one `set_program` leaked), published with `Release`.
+        let name: &str = unsafe { *named };
+        let name = &name.as_bytes()[..name.len().min(room)];
+        msg[..name.len()].copy_from_slice(name);
+        name.len()
+    };
+    msg[len..len + TAIL.len()].copy_from_slice(TAIL);
+    let n = len + TAIL.len();
     // SAFETY: `msg[..n]` is initialised memory on this stack frame, valid
     // for the call; `write` only reads it. Its result is not looked at:
     // nothing more can be done if standard error is closed. `_exit` ends
@@ -62,6 +70,47 @@ fn exhausted() -> ! {
         libc::write(libc::STDERR_FILENO, msg.as_ptr().cast(), n);
         libc::_exit(1)
     }
+}
+
+/// Writes into `out` the name the process's arguments give it, as the
+/// tools name themselves (`blockio cp` for `blockio cp ...`; the name it
+/// was run by through a link, such as `cp`; else `blockio`), read from
+/// `/proc/self/cmdline` into a buffer on the stack; its length.
+fn name_from_arguments(out: &mut [u8]) -> usize {
+    let mut buf = [0u8; 1024];
+    // SAFETY: a NUL-terminated path; the descriptor is read into `buf`,
+    // valid for `buf.len()` bytes, and closed; nothing is allocated.
+    let got = unsafe {
+        let fd = libc::open(
+            c"/proc/self/cmdline".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        let got = if fd < 0 {
+            -1
+        } else {
+            libc::read(fd, buf.as_mut_ptr().cast(), buf.len())
+        };
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        got
+    };
+    let text = &buf[..usize::try_from(got).unwrap_or(0)];
+    let mut args = text.split(|&b| b == 0);
+    let argv0 = args.next().unwrap_or_default();
+    let base = argv0.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    let name: &[u8] = if base.is_empty() || base.starts_with(b"blockio") {
+        if args.next() == Some(b"cp".as_slice()) {
+            b"blockio cp"
+        } else {
+            DEFAULT_NAME.as_bytes()
+        }
+    } else {
+        argv0
+    };
+    let n = name.len().min(out.len());
+    out[..n].copy_from_slice(&name[..n]);
+    n
 }
 
 // SAFETY: every method passes its arguments on to `System` unchanged and

@@ -600,6 +600,36 @@ fn a_large_file_from_another_file_system_fits_within_1_mb_of_a_small_ones_copy()
     assert!(fs::read(d.join("big")).unwrap() == data, "the copy differs");
 }
 
+/// Out of memory at any point, even at the first allocation of the
+/// process, before `cp` has read its arguments, the message names
+/// `blockio cp`, as documented. Before, the first allocations failed as
+/// "blockio: memory exhausted".
+#[test]
+fn out_of_memory_names_blockio_cp_from_the_first_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(d.join("f"), b"").unwrap();
+    let mut exhausted = 0;
+    for kib in (4000..64_000).step_by(25) {
+        let _ = fs::remove_file(d.join("f2"));
+        let (code, err) = cp_within(d, kib, "-al f f2");
+        match code {
+            Some(0) => break,
+            Some(1) => {
+                assert_eq!(
+                    err, "blockio cp: memory exhausted\n",
+                    "under ulimit -v {kib}"
+                );
+                exhausted += 1;
+            }
+            // Below the least the loader needs to map the binary: the
+            // kernel's or the loader's failure, before any of the program.
+            _ => {}
+        }
+    }
+    assert!(exhausted > 0, "no limit made the copy run out of memory");
+}
+
 /// `cp -a` and `cp -r` of one directory of 40,000 empty files, within
 /// 4 MB more address space than the copy of one empty file takes (GNU's
 /// `cp -a` copies it under `ulimit -v 8000`). The worker listing a

@@ -550,10 +550,14 @@ fn backend_for_this_process() -> io::Result<blockio::BackendChoice> {
         return Ok(blockio::BackendChoice::Auto);
     }
     if io_uring_required() {
+        let why = if address_space_limited() {
+            "the limit on address space, ulimit -v, leaves no room for a thread's stack"
+        } else {
+            "the limit on processes, ulimit -u, is reached"
+        };
         return Err(io::Error::other(format!(
-            "{}=uring: io_uring cannot start its worker threads here (the limit on processes, \
-             ulimit -u, is reached), and would cancel what it cannot do inline; unset it to \
-             copy on the thread-pool backend",
+            "{}=uring: io_uring cannot start its worker threads here ({why}), and would cancel \
+             what it cannot do inline; unset it to copy on the thread-pool backend",
             blockio::BACKEND_ENV
         )));
     }
