@@ -505,6 +505,71 @@ fn a_low_descriptor_limit_slows_the_copy_never_fails_it() {
     }
 }
 
+/// `cp -a` of a tree whose files have second names in other directories
+/// (200 directories, each with a file linked from a twin directory), at
+/// `ulimit -n` 10 on both backends: every file copied, every pair of
+/// names one file. Before, each directory holding the first copy of such
+/// a file kept its two descriptors open until the copy ended (the table
+/// of first copies held the directory pair): at 10 a tree of two such
+/// directories lost its second, and at scale half of it failed with "Too
+/// many open files".
+#[test]
+fn hard_links_across_many_directories_copy_under_a_low_descriptor_limit() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for i in 0..200 {
+        let (a, b) = (d.join(format!("s/a{i:03}")), d.join(format!("s/b{i:03}")));
+        fs::create_dir_all(&a).unwrap();
+        fs::create_dir_all(&b).unwrap();
+        fs::write(a.join("f"), format!("file {i}")).unwrap();
+        fs::hard_link(a.join("f"), b.join("f")).unwrap();
+    }
+    for backend in ["auto", "threads"] {
+        let dst = format!("d-{backend}");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
+        cmd.current_dir(d)
+            .args(["cp", "-a", "s", &dst])
+            .env("BLOCKIO_BACKEND", backend);
+        // SAFETY: setrlimit is async-signal-safe; the closure touches
+        // nothing else of the parent's.
+        unsafe {
+            cmd.pre_exec(|| {
+                let lim = libc::rlimit {
+                    rlim_cur: 10,
+                    rlim_max: 10,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let o = cmd.output().unwrap();
+        assert!(
+            o.status.success(),
+            "ulimit -n 10, {backend}: {}",
+            stderr(&o)
+        );
+        for i in 0..200 {
+            let (a, b) = (
+                d.join(format!("{dst}/a{i:03}/f")),
+                d.join(format!("{dst}/b{i:03}/f")),
+            );
+            assert_eq!(fs::read_to_string(&a).unwrap(), format!("file {i}"));
+            let (ma, mb) = (fs::metadata(&a).unwrap(), fs::metadata(&b).unwrap());
+            assert_eq!(
+                ma.ino(),
+                mb.ino(),
+                "{} and {} are one file",
+                a.display(),
+                b.display()
+            );
+        }
+    }
+}
+
 /// With no thread to be had (`ulimit -u` reached, as an unprivileged
 /// user), a copy runs on its own thread instead of failing: io_uring could
 /// not start its workers either; where the user requires io_uring, the

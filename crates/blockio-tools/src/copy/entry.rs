@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -68,7 +69,7 @@ pub(crate) struct DirPair {
     pub dst_path: PathBuf,
     /// Where this pair's subdirectories are opened from (`None` for the
     /// parents of the operands, whose subdirectories are operands).
-    pub below: Option<(Arc<Root>, PathBuf)>,
+    pub below: Option<(Arc<Root>, Arc<Path>)>,
     /// With `-p`: `dst` has a default ACL, so what is made in it may
     /// inherit ACLs that must be removed when the source has none.
     pub dst_default_acl: bool,
@@ -196,8 +197,55 @@ pub(crate) struct Counts {
 
 /// The first copy of each source file with more than one link (`-a`): a
 /// later name of the same file becomes a hard link to it, as with
-/// `cp -a`. The pair keeps that copy's directory open for the `linkat`.
-pub(crate) type Links = Mutex<HashMap<(u64, u64), (Arc<DirPair>, CString)>>;
+/// `cp -a`.
+pub(crate) type Links = Mutex<HashMap<(u64, u64), FirstCopy>>;
+
+/// Where the first copy of a file of several names is, for its later
+/// names to link to. Below an operand, by its directory's path there,
+/// opened again beneath the root for each link: the table holds no
+/// descriptor of its own, where holding the pair kept two open per
+/// directory with such a file until the copy ended, and a tree of many
+/// of them failed with "Too many open files" under a low limit. An
+/// operand's parent (a pair with no root) is held as it is.
+#[derive(Clone)]
+pub(crate) enum FirstCopy {
+    /// `name` in the directory `rel` below `root`'s copy.
+    Beneath {
+        root: Arc<Root>,
+        rel: Arc<Path>,
+        name: CString,
+    },
+    /// `name` in `pair`'s copy.
+    In { pair: Arc<DirPair>, name: CString },
+}
+
+impl FirstCopy {
+    /// The copy named `name` in `pair`'s destination.
+    pub(crate) fn of(pair: &Arc<DirPair>, name: &CStr) -> FirstCopy {
+        match &pair.below {
+            Some((root, rel)) => FirstCopy::Beneath {
+                root: Arc::clone(root),
+                rel: Arc::clone(rel),
+                name: name.to_owned(),
+            },
+            None => FirstCopy::In {
+                pair: Arc::clone(pair),
+                name: name.to_owned(),
+            },
+        }
+    }
+
+    /// Makes `to_name` in `to_dir` a hard link to it.
+    pub(crate) fn link_as(&self, to_dir: &File, to_name: &CStr) -> io::Result<()> {
+        match self {
+            FirstCopy::Beneath { root, rel, name } => {
+                let dir = super::at::open_dir_beneath(&root.dst, rel)?;
+                super::at::link(&dir, name, to_dir, to_name)
+            }
+            FirstCopy::In { pair, name } => super::at::link(&pair.dst, name, to_dir, to_name),
+        }
+    }
+}
 
 /// What every thread of one copy shares.
 pub(crate) struct Ctx<'a> {

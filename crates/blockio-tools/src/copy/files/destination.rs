@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::super::at;
-use super::super::entry::{statx_id, Ctx, DirPair, Entry};
+use super::super::entry::{statx_id, Ctx, DirPair, Entry, FirstCopy};
 use super::super::unfinished;
 use super::super::{quote, CopyOptions};
 use super::job::fstat;
@@ -222,10 +222,10 @@ pub(super) fn create_dst(
     // Held while the first copy is created, so a second name of the file
     // never links to a copy that does not exist yet.
     let mut links = ctx.links.lock().expect("hard link table lock");
-    if let Some((first, name)) = links.get(&e.id()) {
+    if let Some(first) = links.get(&e.id()) {
         let link = || {
             unfinished::linked(pair, &e.dst_name, e.id(), || {
-                at::link(&first.dst, name, &pair.dst, &e.dst_name)
+                first.link_as(&pair.dst, &e.dst_name)
             })
         };
         let r = match link() {
@@ -267,11 +267,11 @@ pub(super) fn create_dst(
     // other names are linked to it (coreutils' tests/cp/preserve-link.sh).
     match existing(ctx, pair, e, &mut dst, decided) {
         Existing::Write(stream) => {
-            links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
+            links.insert(e.id(), FirstCopy::of(pair, &e.dst_name));
             Ok(Some((dst, stream)))
         }
         Existing::KeptByUpdate => {
-            links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
+            links.insert(e.id(), FirstCopy::of(pair, &e.dst_name));
             Ok(None)
         }
         Existing::Refused => Ok(None),

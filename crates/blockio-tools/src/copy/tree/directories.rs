@@ -182,7 +182,7 @@ impl Walker<'_> {
             dst: d,
             src_path: t.src,
             dst_path: t.dst,
-            below: Some((root, rel)),
+            below: Some((root, rel.into())),
             dst_default_acl,
             chain,
             top: t.top,
@@ -589,7 +589,7 @@ impl Walker<'_> {
                     src: pair.src_path.clone(),
                     dst: pair.dst_path.clone(),
                     root: Arc::clone(root),
-                    rel: rel.clone(),
+                    rel: rel.to_path_buf(),
                     chain: pair.chain.clone(),
                     top: Arc::clone(&pair.top),
                 })

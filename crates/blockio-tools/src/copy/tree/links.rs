@@ -15,7 +15,7 @@ use std::sync::Arc;
 use blockio::PathAt;
 
 use super::super::at;
-use super::super::entry::{DirPair, Entry};
+use super::super::entry::{DirPair, Entry, FirstCopy};
 use super::super::{cname, quote};
 use super::copy::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::walker::{id_of, Walker};
@@ -383,12 +383,12 @@ impl Walker<'_> {
         make: impl Fn() -> io::Result<()>,
     ) {
         let mut links = self.ctx.links.lock().expect("hard link table lock");
-        if let Some((first, name)) = links.get(&e.id()).cloned() {
+        if let Some(first) = links.get(&e.id()).cloned() {
             drop(links);
-            let link = || at::link(&first.dst, &name, &pair.dst, &e.dst_name);
+            let link = || first.link_as(&pair.dst, &e.dst_name);
             return self.finish_made(pair, e, kind, link(), link);
         }
-        links.insert(e.id(), (Arc::clone(pair), e.dst_name.clone()));
+        links.insert(e.id(), FirstCopy::of(pair, &e.dst_name));
         let made = make();
         drop(links);
         self.finish_made(pair, e, kind, made, make);
