@@ -782,3 +782,61 @@ fn archive_keeps_hard_links_between_symlinks_fifos_and_devices_as_gnu() {
         }
     }
 }
+
+/// A user's copy under a low limit on processes (`ulimit -u`, which
+/// counts threads) is whole at every limit, on io_uring too. Past the
+/// copy's own threads, io_uring could start no worker for what it cannot
+/// do inline, and the kernel cancelled those operations: at `-u` 4 to 6
+/// (with 2 CPUs) a copy failed files with "Operation canceled", or every
+/// directory, while 3 and 7 worked. Such an operation is now done by its
+/// system call on the copy's thread. Run as `nobody` (root's threads are
+/// not counted), with the default backend.
+#[test]
+fn a_users_copy_is_whole_at_every_low_limit_on_processes() {
+    assert!(
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        unsafe { libc::geteuid() } == 0,
+        "this test runs the copy as nobody and needs root (CI runs as root)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::set_permissions(d, fs::Permissions::from_mode(0o777)).unwrap();
+    for i in 0..8 {
+        let sub = d.join(format!("s/d{i}"));
+        fs::create_dir_all(&sub).unwrap();
+        for j in 0..40 {
+            fs::write(sub.join(format!("f{j}")), vec![j as u8; 100 * j]).unwrap();
+        }
+    }
+    for limit in 1..=12 {
+        let dst = format!("c{limit}");
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .args([env!("CARGO_BIN_EXE_blockio"), "cp", "-r", "s", &dst])
+            .env_remove("BLOCKIO_BACKEND")
+            .current_dir(d);
+        // SAFETY: setrlimit is async-signal-safe; the closure touches
+        // nothing else of the parent's.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_NPROC, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "ulimit -u {limit}: {}", stderr(&o));
+        for i in 0..8 {
+            for j in 0..40 {
+                let got = fs::read(d.join(format!("{dst}/d{i}/f{j}"))).unwrap();
+                assert_eq!(got, vec![j as u8; 100 * j], "ulimit -u {limit}: d{i}/f{j}");
+            }
+        }
+    }
+}

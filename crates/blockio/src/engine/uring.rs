@@ -600,7 +600,16 @@ impl RingBatch<'_> {
             };
             self.enter(want)?;
             self.reap(|idx, res| {
-                results[idx] = ops[idx].result(res);
+                results[idx] = if res == -libc::ECANCELED {
+                    // Nothing here cancels a batch's operations: the kernel
+                    // could not start an io-wq worker for one it cannot do
+                    // inline (the process is at its limit on processes,
+                    // `ulimit -u`) and cancelled it unperformed. It is done
+                    // by its system call on this thread instead.
+                    ops[idx].run_checked()
+                } else {
+                    ops[idx].result(res)
+                };
             });
         }
     }
