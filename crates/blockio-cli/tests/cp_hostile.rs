@@ -460,7 +460,6 @@ fn preserving_mode_onto_an_existing_file_replaces_its_acl_as_gnu_does() {
 /// 450 arrives, at limits down to 16, on both backends.
 #[test]
 fn a_low_descriptor_limit_slows_the_copy_never_fails_it() {
-    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     for sub in ["a", "b", "c"] {
@@ -476,20 +475,7 @@ fn a_low_descriptor_limit_slows_the_copy_never_fails_it() {
         if backend == "threads" {
             cmd.env("BLOCKIO_BACKEND", "threads");
         }
-        // SAFETY: setrlimit is async-signal-safe; the closure touches
-        // nothing else of the parent's.
-        unsafe {
-            cmd.pre_exec(move || {
-                let lim = libc::rlimit {
-                    rlim_cur: limit,
-                    rlim_max: limit,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        limited(&mut cmd, libc::RLIMIT_NOFILE, limit);
         let o = cmd.output().unwrap();
         assert!(
             o.status.success(),
@@ -516,7 +502,6 @@ fn a_low_descriptor_limit_slows_the_copy_never_fails_it() {
 #[test]
 fn hard_links_across_many_directories_copy_under_a_low_descriptor_limit() {
     use std::os::unix::fs::MetadataExt;
-    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     for i in 0..200 {
@@ -532,20 +517,7 @@ fn hard_links_across_many_directories_copy_under_a_low_descriptor_limit() {
         cmd.current_dir(d)
             .args(["cp", "-a", "s", &dst])
             .env("BLOCKIO_BACKEND", backend);
-        // SAFETY: setrlimit is async-signal-safe; the closure touches
-        // nothing else of the parent's.
-        unsafe {
-            cmd.pre_exec(|| {
-                let lim = libc::rlimit {
-                    rlim_cur: 10,
-                    rlim_max: 10,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        limited(&mut cmd, libc::RLIMIT_NOFILE, 10);
         let o = cmd.output().unwrap();
         assert!(
             o.status.success(),
@@ -815,21 +787,7 @@ fn a_users_copy_is_whole_at_every_low_limit_on_processes() {
             .args([env!("CARGO_BIN_EXE_blockio"), "cp", "-r", "s", &dst])
             .env_remove("BLOCKIO_BACKEND")
             .current_dir(d);
-        // SAFETY: setrlimit is async-signal-safe; the closure touches
-        // nothing else of the parent's.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || {
-                let lim = libc::rlimit {
-                    rlim_cur: limit,
-                    rlim_max: limit,
-                };
-                if libc::setrlimit(libc::RLIMIT_NPROC, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        limited(&mut cmd, libc::RLIMIT_NPROC, limit);
         let o = cmd.output().unwrap();
         assert!(o.status.success(), "ulimit -u {limit}: {}", stderr(&o));
         for i in 0..8 {
@@ -838,5 +796,24 @@ fn a_users_copy_is_whole_at_every_low_limit_on_processes() {
                 assert_eq!(got, vec![j as u8; 100 * j], "ulimit -u {limit}: d{i}/f{j}");
             }
         }
+    }
+}
+
+/// `cmd` run with `resource` limited to `limit` (soft and hard).
+fn limited(cmd: &mut Command, resource: libc::__rlimit_resource_t, limit: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing
+    // else of the parent's.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(resource, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
