@@ -846,6 +846,32 @@ fn a_destination_that_cannot_be_looked_at_is_cannot_stat() {
     }
 }
 
+/// A directory the copier may read but not search is listed, and each
+/// of its entries is "cannot stat", as GNU says; its copy is made. Before,
+/// the listing reopened the directory through itself, which needs search
+/// permission: "cannot read directory" for the directory as a whole.
+#[test]
+fn a_directory_that_cannot_be_searched_is_listed_and_its_entries_cannot_be_stat_as_gnu() {
+    assert!(root(), "this test makes files for nobody and needs root");
+    let setup = "mkdir -p s/nx s/ok; echo 1 > s/nx/b; echo 2 > s/nx/c; mkdir s/nx/sub; \
+                 echo 3 > s/ok/f; chown -R 65534:65534 .; chmod 644 s/nx";
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    for args in [
+        &["-r", "s", "d"][..],
+        &["-a", "s", "d"],
+        &["-r", "s/nx", "d"],
+    ] {
+        let o = like_gnu_as(&nobody, setup, args);
+        assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
+        assert!(o.stderr.contains("cannot stat"), "{args:?}: {}", o.stderr);
+    }
+}
+
 /// `-p`, `-a`, `--preserve=LIST` and `--no-preserve=LIST` keep what GNU
 /// keeps: `-p` mode, owner and times but not extended attributes or hard
 /// links; `--no-preserve=mode` gives new files the default mode; plain

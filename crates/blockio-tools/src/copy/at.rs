@@ -87,7 +87,11 @@ pub(crate) fn open_dir_following(root: &File, rel: &Path) -> io::Result<File> {
 
 /// The names in an open directory with whether each is a regular file
 /// (from `d_type`; `false` where the file system does not say), without
-/// `.` and `..`. The listing reads its own descriptor of `dir`.
+/// `.` and `..`, read from `dir` itself with `getdents64` (from its start).
+/// Not from a descriptor of its own (`openat(dir, ".")`): that would take
+/// one more descriptor per listing, and need search permission on the
+/// directory where reading it needs only read permission (GNU's `cp`
+/// lists such a directory, then cannot stat its entries).
 ///
 /// The names are kept in one buffer, each with its terminating NUL, and
 /// indexed by their offsets: a directory of many entries costs little
@@ -95,7 +99,10 @@ pub(crate) fn open_dir_following(root: &File, rel: &Path) -> io::Result<File> {
 /// `CString` each took twice that).
 pub(crate) fn list(dir: &File) -> io::Result<Listing> {
     let mut l = Listing::default();
-    for e in rustix::fs::Dir::read_from(dir)? {
+    rustix::fs::seek(dir, rustix::fs::SeekFrom::Start(0))?;
+    let mut buf = Vec::with_capacity(32 << 10);
+    let mut entries = rustix::fs::RawDir::new(dir, buf.spare_capacity_mut());
+    while let Some(e) = entries.next() {
         let e = e?;
         let name = e.file_name();
         if name == c"." || name == c".." {

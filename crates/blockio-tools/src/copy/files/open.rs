@@ -90,10 +90,22 @@ fn open_sources<'g>(
         let fd = match r {
             Ok(fd) => fd,
             Err(err) => {
-                errors.report(
-                    format!("cannot open {} for reading", quote(&src)),
-                    Some(err),
-                );
+                // Listed without its attributes, in a directory the copier
+                // may read but not search: GNU's look at it fails first.
+                let unreachable = !e.stated()
+                    && blockio::errno(&err) == Some(libc::EACCES)
+                    && rustix::fs::statat(
+                        &dirs.src,
+                        e.src_name.as_c_str(),
+                        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                    )
+                    .is_err_and(|e| e == rustix::io::Errno::ACCESS);
+                let what = if unreachable {
+                    format!("cannot stat {}", quote(&src))
+                } else {
+                    format!("cannot open {} for reading", quote(&src))
+                };
+                errors.report(what, Some(err));
                 continue;
             }
         };
