@@ -237,6 +237,15 @@ fn like_gnu_with(prefix: &[&str], setup: &str, args: &[&str], input: &str) -> Ou
     gnu
 }
 
+/// A prefix that runs the copy as `nobody` (uid and gid 65534, no
+/// supplementary groups).
+const NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
 fn root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -752,12 +761,6 @@ fn force_replaces_a_file_that_cannot_be_opened() {
     assert!(root(), "this test makes files for nobody and needs root");
     let setup = "echo new > f; echo old > ro; chmod 444 ro; ln -s nowhere dangling; \
                  chown -R 65534:65534 .";
-    let nobody = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-    ];
     for args in [
         &["f", "ro"][..],
         &["-f", "f", "ro"],
@@ -765,7 +768,7 @@ fn force_replaces_a_file_that_cannot_be_opened() {
         &["f", "dangling"],
         &["-f", "f", "dangling"],
     ] {
-        like_gnu_as(&nobody, setup, args);
+        like_gnu_as(&NOBODY, setup, args);
     }
 }
 
@@ -830,18 +833,12 @@ fn a_link_the_copy_just_made_is_not_written_through() {
 fn a_destination_that_cannot_be_looked_at_is_cannot_stat() {
     assert!(root(), "this test makes files for nobody and needs root");
     let setup = "mkdir -p D/D; touch F; ln -s D/D symlink; chown -R 65534:65534 .; chmod 0 D";
-    let nobody = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-    ];
     for args in [
         &["F", "symlink"][..],
         &["--no-target-directory", "F", "symlink"],
         &["--target-directory=symlink", "F"],
     ] {
-        let o = like_gnu_as(&nobody, setup, args);
+        let o = like_gnu_as(&NOBODY, setup, args);
         assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
     }
 }
@@ -855,18 +852,12 @@ fn a_directory_that_cannot_be_searched_is_listed_and_its_entries_cannot_be_stat_
     assert!(root(), "this test makes files for nobody and needs root");
     let setup = "mkdir -p s/nx s/ok; echo 1 > s/nx/b; echo 2 > s/nx/c; mkdir s/nx/sub; \
                  echo 3 > s/ok/f; chown -R 65534:65534 .; chmod 644 s/nx";
-    let nobody = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-    ];
     for args in [
         &["-r", "s", "d"][..],
         &["-a", "s", "d"],
         &["-r", "s/nx", "d"],
     ] {
-        let o = like_gnu_as(&nobody, setup, args);
+        let o = like_gnu_as(&NOBODY, setup, args);
         assert_eq!(o.code, Some(1), "{args:?}: {}", o.stderr);
         assert!(o.stderr.contains("cannot stat"), "{args:?}: {}", o.stderr);
     }
@@ -1753,12 +1744,6 @@ fn interactive_asks_before_replacing_an_unwritable_file() {
     );
     let setup = "echo a > f; echo o > g; chmod 444 g; mkdir -p s d/s; echo a > s/f; \
                  echo o > d/s/f; chmod 444 d/s/f; chmod 777 . d/s";
-    let nobody = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-    ];
     for (args, input) in [
         (&["-if", "f", "g"][..], "n\n"),
         (&["-if", "f", "g"], "y\n"),
@@ -1767,7 +1752,7 @@ fn interactive_asks_before_replacing_an_unwritable_file() {
         (&["-rif", "s", "d"], "n\n"),
         (&["-rif", "s", "d"], "y\n"),
     ] {
-        like_gnu_with(&nobody, setup, args, input);
+        like_gnu_with(&NOBODY, setup, args, input);
     }
 }
 
@@ -1989,19 +1974,13 @@ fn a_destination_that_cannot_be_removed_is_named_so() {
     );
     let setup = "echo src > f; echo old > g; chmod 444 g; chmod 1777 .; mkdir r; \
                  echo old > r/g; chmod 644 f";
-    let nobody = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-    ];
     for args in [
         &["-f", "f", "g"][..],
         &["--remove-destination", "f", "g"],
         &["-b", "f", "r/g"],
         &["-bf", "f", "r/g"],
     ] {
-        let o = like_gnu_as(&nobody, setup, args);
+        let o = like_gnu_as(&NOBODY, setup, args);
         assert_eq!(o.code, Some(1), "{args:?}: {o:?}");
     }
 }
