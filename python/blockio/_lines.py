@@ -3,9 +3,21 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any, AnyStr, Generic, List, Optional
 
 from ._calls import one_at_a_time
+
+
+def _hint(hint: Any) -> int:
+    """``readlines``' ``hint`` as an int (None: no limit), with the built-in
+    file's ``TypeError`` for anything else."""
+    if hint is None:
+        return -1
+    try:
+        return operator.index(hint)
+    except TypeError:
+        raise TypeError(f"argument should be integer or None, not '{type(hint).__name__}'") from None
 
 
 class LineReader(Generic[AnyStr]):
@@ -17,9 +29,11 @@ class LineReader(Generic[AnyStr]):
         raise NotImplementedError
 
     @one_at_a_time
-    async def readlines(self, hint: int = -1) -> List[AnyStr]:
-        """The remaining lines (stopping once ``hint`` bytes or characters
-        are read, when positive)."""
+    async def readlines(self, hint: Optional[int] = -1) -> List[AnyStr]:
+        """The remaining lines; with a positive ``hint``, stopping once the
+        lines read hold more than ``hint`` bytes or characters, as the
+        built-in file's ``readlines`` does."""
+        limit = _hint(hint)
         lines: List[AnyStr] = []
         total = 0
         # Cancelled (or failed) part-way, it leaves the position where it
@@ -33,7 +47,7 @@ class LineReader(Generic[AnyStr]):
                     return lines
                 lines.append(line)
                 total += len(line)
-                if 0 < hint <= total:
+                if 0 < limit < total:
                     return lines
         except BaseException:
             if self._in_order():

@@ -40,12 +40,22 @@ __all__ = [
 _thread_stat = wrap(_os.stat)
 
 
+def _is_path(value: Any) -> bool:
+    """Whether ``value`` is a path the engine takes (str, bytes or
+    path-like). Anything else goes to the ``os`` call on a thread, whose
+    ``TypeError`` (``stat: path should be string, bytes, os.PathLike or
+    integer, not NoneType``) is the one a program ported from ``os`` or
+    aiofiles expects."""
+    return isinstance(value, (str, bytes, _os.PathLike))
+
+
 async def stat(path: Any, *, dir_fd: Optional[int] = None, follow_symlinks: bool = True,
                loop: Optional[asyncio.AbstractEventLoop] = None, executor: Any = None) -> _os.stat_result:
     """``os.stat``. A path (str, bytes, path-like) is a ``statx`` on the
     default engine's file-system threads; a descriptor, ``dir_fd``, ``loop=`` or
-    ``executor=`` runs ``os.stat`` on a thread, as aiofiles does."""
-    if dir_fd is not None or loop is not None or executor is not None or isinstance(path, int):
+    ``executor=`` runs ``os.stat`` on a thread, as aiofiles does, and so
+    does anything else, for ``os.stat``'s own ``TypeError``."""
+    if dir_fd is not None or loop is not None or executor is not None or not _is_path(path):
         result: _os.stat_result = await _thread_stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks,
                                                      loop=loop, executor=executor)
         return result
@@ -64,7 +74,7 @@ async def mkdir(path: Any, mode: int = 0o777, *, dir_fd: Optional[int] = None,
     """``os.mkdir``: a ``mkdirat`` on the default engine's file-system
     threads; with
     ``dir_fd``, ``loop=`` or ``executor=``, ``os.mkdir`` on a thread."""
-    if dir_fd is not None or loop is not None or executor is not None:
+    if dir_fd is not None or loop is not None or executor is not None or not _is_path(path):
         await _thread_mkdir(path, mode, dir_fd=dir_fd, loop=loop, executor=executor)
         return
     await default_engine()._amkdir(path, mode)
@@ -76,7 +86,7 @@ async def symlink(src: Any, dst: Any, target_is_directory: bool = False, *, dir_
     the default engine's file-system threads (``target_is_directory`` matters on
     Windows only); with ``dir_fd``, ``loop=`` or ``executor=``,
     ``os.symlink`` on a thread."""
-    if dir_fd is not None or loop is not None or executor is not None:
+    if dir_fd is not None or loop is not None or executor is not None or not (_is_path(src) and _is_path(dst)):
         await _thread_symlink(src, dst, target_is_directory, dir_fd=dir_fd, loop=loop, executor=executor)
         return
     await default_engine()._asymlink(src, dst)

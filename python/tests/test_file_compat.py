@@ -469,3 +469,29 @@ def test_writelines_with_a_bad_item_writes_the_items_before_it_as_the_builtin_fi
         run(main())
     assert str(got.value) == str(want.value)
     assert ours.read_bytes() == ref.read_bytes()
+
+
+@pytest.mark.parametrize("mode", ["r", "rb"])
+@pytest.mark.parametrize("hint", ["x", 1.5, None, True, 3, 4, 5, 8, 9])
+def test_readlines_hint_is_taken_or_refused_as_the_builtin_file(tmp_path, mode, hint):
+    """``readlines``' hint: an integer (or anything with ``__index__``) or
+    None, as the built-in file takes it, reading on until the lines hold
+    more than ``hint`` (4 gives two lines of 4, as the built-in: it gave
+    one); anything else is the built-in's ``TypeError``, not one from
+    comparing it with a count."""
+    p = tmp_path / "f"
+    p.write_bytes(b"one\ntwo\nthree\n")
+    with open(p, mode) as f:
+        try:
+            want = ("ok", f.readlines(hint))
+        except TypeError as e:
+            want = ("TypeError", str(e))
+
+    async def main():
+        async with blockio.open(p, mode) as f:
+            try:
+                return ("ok", await f.readlines(hint))
+            except TypeError as e:
+                return ("TypeError", str(e))
+
+    assert run(main()) == want

@@ -201,3 +201,24 @@ def test_a_file_call_waiting_on_its_file_holds_up_no_other(tmp_path, backend):
         eng.close()
         os.close(lease)
         signal.signal(signal.SIGIO, old_handler)
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.stat(None),
+    lambda m: m.stat(1.5),
+    lambda m: m.mkdir(None),
+    lambda m: m.symlink(None, "x"),
+    lambda m: m.symlink("x", 3.0),
+])
+def test_a_path_of_the_wrong_type_is_os_s_type_error(call):
+    """A path that is neither str, bytes, path-like nor (for ``stat``) a
+    descriptor is the ``os`` call's own ``TypeError``, word for word."""
+    with pytest.raises(TypeError) as want:
+        call(os)
+
+    async def main():
+        await call(blockio.os)
+
+    with pytest.raises(TypeError) as got:
+        asyncio.run(main())
+    assert str(got.value) == str(want.value)
