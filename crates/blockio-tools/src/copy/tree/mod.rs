@@ -105,15 +105,22 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         let n = phase_len(rest, opts, is_dir);
         let (phase, later) = rest.split_at(n);
         rest = later;
-        for src in phase {
-            walker.operand(src, dest, dest_is_dir);
-        }
         // Every thread walks directories and copies files alike, so that no
         // core waits on a single walker (the first levels of a tree hold only
         // directories) and the walk itself runs in parallel.
         // A thread that cannot be had (under a limit on threads or on
         // address space) leaves the work to fewer: this one alone if need be.
         std::thread::scope(|s| {
+            // The workers start first and take the operands' tasks as
+            // they are queued (the queue counts this loop as a task, so
+            // that they wait for it rather than ending). A file operand's
+            // group holds its directories open (two descriptors) until it
+            // is copied: past two waiting groups per worker (with no
+            // other worker, past none), this thread copies the oldest
+            // itself, so that a command line of many files needs no more
+            // descriptors than a few.
+            let queuing = walker.work.hold();
+            let mut workers = 1;
             for _ in 1..opts.threads {
                 if std::thread::Builder::new()
                     .spawn_scoped(s, || walker.work_loop())
@@ -121,7 +128,16 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
                 {
                     break;
                 }
+                workers += 1;
             }
+            let waiting = if workers > 1 { 2 * workers } else { 0 };
+            let mut arena = blockio::AlignedBuf::new(0, files::SLOT_ALIGN);
+            for src in phase {
+                walker.operand(src, dest, dest_is_dir);
+                walker.help_with_files_beyond(waiting, &mut arena);
+            }
+            drop(arena);
+            drop(queuing);
             walker.work_loop();
         });
     }
@@ -190,7 +206,12 @@ impl Walker<'_> {
     /// waits is bounded by the number of workers, not by the directory,
     /// and the workers never run short of groups to take.
     pub(super) fn help_with_files(&self, arena: &mut blockio::AlignedBuf) {
-        let most = 2 * self.ctx.opts.threads.max(1);
+        self.help_with_files_beyond(2 * self.ctx.opts.threads.max(1), arena);
+    }
+
+    /// Copies the oldest waiting groups of files itself while more than
+    /// `most` wait.
+    fn help_with_files_beyond(&self, most: usize, arena: &mut blockio::AlignedBuf) {
         while let Some(g) = self.work.group_beyond(most) {
             let _running = Running(&self.work);
             self.copy_files(g, arena);

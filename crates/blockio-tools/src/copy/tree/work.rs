@@ -164,6 +164,14 @@ impl Work {
         q.groups.pop_front()
     }
 
+    /// Counts the caller as a task until the guard is dropped: workers
+    /// started before it has queued its tasks wait for them instead of
+    /// finding the walk done.
+    pub(super) fn hold(&self) -> Running<'_> {
+        self.queues.lock().expect("work queue lock").open += 1;
+        Running(self)
+    }
+
     /// A task is finished; the last one wakes every worker to end.
     fn done(&self) {
         let mut q = self.queues.lock().expect("work queue lock");
