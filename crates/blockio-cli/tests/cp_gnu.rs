@@ -863,6 +863,24 @@ fn a_directory_that_cannot_be_searched_is_listed_and_its_entries_cannot_be_stat_
     }
 }
 
+/// A file operand in a directory the copier may search but not read is
+/// copied, as GNU copies it. Before, its directory was opened for
+/// reading: "cannot access 's/x': Permission denied", nothing copied.
+#[test]
+fn a_file_in_a_directory_that_can_be_searched_but_not_read_is_copied_as_gnu() {
+    assert!(root(), "this test makes files for nobody and needs root");
+    let setup = "mkdir -p s/x d; echo b > s/x/b; echo c > c; chown -R 65534:65534 .; chmod 111 s/x";
+    for args in [
+        &["s/x/b", "d/"][..],
+        &["-a", "s/x/b", "d/"],
+        &["--parents", "s/x/b", "d"],
+        &["c", "s/x/b", "d"],
+    ] {
+        let o = like_gnu_as(&NOBODY, setup, args);
+        assert_eq!(o.code, Some(0), "{args:?}: {}", o.stderr);
+    }
+}
+
 /// `-p`, `-a`, `--preserve=LIST` and `--no-preserve=LIST` keep what GNU
 /// keeps: `-p` mode, owner and times but not extended attributes or hard
 /// links; `--no-preserve=mode` gives new files the default mode; plain

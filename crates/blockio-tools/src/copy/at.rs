@@ -37,6 +37,21 @@ pub(crate) fn open_operand_dir(path: &Path) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
+/// The directory that holds a file operand or its copy, following links
+/// as [`open_operand_dir`]: open for reading, or where the copier may
+/// search it but not read it, as a path only (`O_PATH`), which is all that
+/// opening, looking at and creating names in it need. (GNU's `cp` copies
+/// `x/f` out of a directory `x` it may only search.)
+pub(crate) fn open_operand_parent(path: &Path) -> io::Result<File> {
+    match open_operand_dir(path) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            Ok(File::from(rustix::fs::open(path, flags, Mode::empty())?))
+        }
+        r => r,
+    }
+}
+
 /// A directory the copy made (or merges into) at a path it computed from
 /// an operand: links on the way followed, the last component not.
 pub(crate) fn open_made_dir(path: &Path) -> io::Result<File> {

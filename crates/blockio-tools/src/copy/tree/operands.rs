@@ -489,10 +489,10 @@ impl Walker<'_> {
     /// create" `made` (what would have been made there), or "cannot stat"
     /// it past a file, as GNU's `cp` says.
     pub(super) fn operand_parents(&self, src: &Path, dst: &Path, made: &str) -> Option<DirPair> {
-        let s = at::open_operand_dir(parent(src))
+        let s = at::open_operand_parent(parent(src))
             .map_err(|e| self.report(format!("cannot access {}", quote(parent(src))), Some(e)))
             .ok()?;
-        let d = at::open_operand_dir(parent(dst))
+        let d = at::open_operand_parent(parent(dst))
             .map_err(|e| {
                 // A file on the way: GNU's look at the destination fails.
                 let what = if e.raw_os_error() == Some(libc::ENOTDIR) {
