@@ -403,7 +403,12 @@ fn parse(args: &[OsString]) -> Result<Option<Command>, Usage> {
             operands.pop().expect("two operands at least")
         }
     };
-    if opts.parents && (no_target || !std::fs::metadata(&dest).is_ok_and(|m| m.is_dir())) {
+    // With several sources a destination that is not a directory is the
+    // copy's "target 'X': ..." first, as GNU's order is.
+    let several = operands.len() > 1;
+    if opts.parents
+        && (no_target || (!several && !std::fs::metadata(&dest).is_ok_and(|m| m.is_dir())))
+    {
         return Err(Usage(
             "with --parents, the destination must be a directory".into(),
         ));

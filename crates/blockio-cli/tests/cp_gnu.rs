@@ -657,6 +657,10 @@ fn usage_errors_and_option_syntax_as_gnu() {
         // Ambiguous abbreviations are named whole, value and all, and
         // list each option once (`--path` is `--parents`), as glibc's
         // getopt_long does; the empty name abbreviates every option.
+        &["--parents", "f", "d/x", "nodest"],
+        &["--parents", "f", "d/x", "nodir/"],
+        &["--parents", "f", "d/x", "f"],
+        &["--parents", "f", "nodest"],
         &["--p", "f", "g"],
         &["--s=x", "f", "g"],
         &["--=", "f", "g"],
