@@ -480,7 +480,17 @@ pub fn copy(
         let a_link_in_a_loop =
             || e.raw_os_error() == Some(libc::ELOOP) && std::fs::symlink_metadata(dest).is_ok();
         if e.kind() != io::ErrorKind::NotFound && !a_link_in_a_loop() {
-            let what = format!("cannot stat {}", quote(dest));
+            // `-f` takes a loop for a link in the way and tries to remove
+            // it: GNU's words are then of that.
+            let verb = if e.raw_os_error() == Some(libc::ELOOP)
+                && opts.force
+                && !opts.remove_destination
+            {
+                "cannot remove"
+            } else {
+                "cannot stat"
+            };
+            let what = format!("{verb} {}", quote(dest));
             let err = e.raw_os_error().map(io::Error::from_raw_os_error);
             Errors {
                 progress,
