@@ -176,9 +176,16 @@ fn write_error(prog: &str, e: &std::io::Error) {
     }
 }
 
-/// `s` quoted as the coreutils quote an argument in a message (`'x'`).
+/// `s` quoted as the coreutils quote an argument in a message: `‘x’` in
+/// a UTF-8 locale, `'x'` in the C locale.
 fn quote(s: &OsString) -> String {
-    blockio_tools::quote::quote_c_locale(s.as_encoded_bytes())
+    quote_str(&s.to_string_lossy())
+}
+
+/// [`quote`] for a word of the message itself (an option's or an
+/// algorithm's name).
+fn quote_str(s: &str) -> String {
+    blockio_tools::quote::quote_locale(s)
 }
 
 fn read_args(prog: &str, name: &str, kind: DigestTool, args: &[OsString]) -> Result<Request, Stop> {
@@ -202,11 +209,12 @@ fn read_args(prog: &str, name: &str, kind: DigestTool, args: &[OsString]) -> Res
                     Some(&(_, a)) => a,
                     None => {
                         let mut m = format!(
-                            "invalid argument {} for '--algorithm'\nValid arguments are:",
-                            quote(&value)
+                            "invalid argument {} for {}\nValid arguments are:",
+                            quote(&value),
+                            quote_str("--algorithm")
                         );
                         for (n, _) in CKSUM_ALGOS {
-                            m.push_str(&format!("\n  - '{n}'"));
+                            m.push_str(&format!("\n  - {}", quote_str(n)));
                         }
                         return Err(Stop::Usage(Usage(Some(m))));
                     }
@@ -254,7 +262,10 @@ fn read_args(prog: &str, name: &str, kind: DigestTool, args: &[OsString]) -> Res
         if bits > 8 * BLAKE2B_MAX_BYTES as u64 {
             return Err(Stop::Fatal(Fatal(vec![
                 format!("invalid length: {}", quote(&text)),
-                "maximum digest length for 'BLAKE2b' is 512 bits".into(),
+                format!(
+                    "maximum digest length for {} is 512 bits",
+                    quote_str("BLAKE2b")
+                ),
             ])));
         }
         algo = Algo::Blake2b((bits / 8) as u8);

@@ -31,13 +31,19 @@ fn links() -> tempfile::TempDir {
     d
 }
 
-/// Runs `prog` with `argv[0]` its file name, as a shell finds it on PATH.
+/// Runs `prog` with `argv[0]` its file name, as a shell finds it on PATH,
+/// in the C locale.
 fn run(dir: &Path, prog: &Path, args: &[&[u8]], stdin: &[u8]) -> Output {
+    run_in(dir, prog, args, stdin, "C")
+}
+
+/// [`run`] in the locale `locale` (`LC_ALL`).
+fn run_in(dir: &Path, prog: &Path, args: &[&[u8]], stdin: &[u8], locale: &str) -> Output {
     let mut child = Command::new(prog)
         .arg0(prog.file_name().unwrap())
         .current_dir(dir)
         .args(args.iter().map(|a| OsStr::from_bytes(a)))
-        .env("LC_ALL", "C")
+        .env("LC_ALL", locale)
         .env_remove("POSIXLY_CORRECT")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -65,8 +71,13 @@ fn gnu(name: &str) -> PathBuf {
 /// Runs `tool args` as blockio (through the link) and as GNU's, and
 /// asserts that they agree.
 fn same(dir: &Path, links: &Path, tool: &str, args: &[&[u8]], stdin: &[u8]) {
-    let ours = run(dir, &links.join(tool), args, stdin);
-    let theirs = run(dir, &gnu(tool), args, stdin);
+    same_in(dir, links, tool, args, stdin, "C")
+}
+
+/// [`same`] in the locale `locale`.
+fn same_in(dir: &Path, links: &Path, tool: &str, args: &[&[u8]], stdin: &[u8], locale: &str) {
+    let ours = run_in(dir, &links.join(tool), args, stdin, locale);
+    let theirs = run_in(dir, &gnu(tool), args, stdin, locale);
     let shown: Vec<_> = args.iter().map(|a| String::from_utf8_lossy(a)).collect();
     let what = format!("{tool} {shown:?}");
     assert_eq!(
@@ -408,5 +419,23 @@ fn a_full_standard_output_is_a_write_error_as_gnu_says() {
             "{args:?}"
         );
         assert_eq!(ours.status.code(), theirs.status.code());
+    }
+}
+
+/// In a UTF-8 locale the arguments a tool refuses, and the names in those
+/// messages, are between curly quotes (`invalid argument ‘x’ for
+/// ‘--algorithm’`), as GNU's tools quote them; before, always `'x'`.
+#[test]
+fn refused_arguments_are_quoted_by_the_locale_as_gnu_quotes_them() {
+    let links = links();
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let cases: &[(&str, &[&[u8]])] = &[
+        ("cksum", &[b"-a", b"x"]),
+        ("cksum", &[b"-l", b"7", b"/dev/null"]),
+        ("b2sum", &[b"-l", b"7", b"/dev/null"]),
+        ("b2sum", &[b"-l", b"520", b"/dev/null"]),
+    ];
+    for (tool, args) in cases {
+        same_in(d.path(), links.path(), tool, args, b"", "C.UTF-8");
     }
 }
