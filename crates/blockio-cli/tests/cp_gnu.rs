@@ -885,6 +885,25 @@ fn a_file_in_a_directory_that_can_be_searched_but_not_read_is_copied_as_gnu() {
     }
 }
 
+/// Numbered backups of many files in one destination directory, copied by
+/// several workers at once: each file's next number is found from a
+/// listing of its own, so every old backup stays and each file gets the
+/// number after its highest, as with GNU. (The destination directory's
+/// descriptor is shared by the workers; a listing read through it would
+/// see another's offset.)
+#[test]
+fn numbered_backups_of_many_files_in_one_directory_as_gnu() {
+    let setup = "mkdir s d; for i in $(seq 60); do echo new$i > s/f$i; echo old$i > d/f$i; \
+                 echo b1 > d/f$i.~1~; echo b2 > d/f$i.~2~; done";
+    let o = like_gnu(setup, &["-r", "--backup=numbered", "s/.", "d"]);
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    assert!(
+        o.tree[OsStr::new("d/f60.~3~")].contains("old60"),
+        "{:?}",
+        o.tree.get(OsStr::new("d/f60.~3~"))
+    );
+}
+
 /// `-p`, `-a`, `--preserve=LIST` and `--no-preserve=LIST` keep what GNU
 /// keeps: `-p` mode, owner and times but not extended attributes or hard
 /// links; `--no-preserve=mode` gives new files the default mode; plain

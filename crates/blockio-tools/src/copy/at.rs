@@ -102,11 +102,13 @@ pub(crate) fn open_dir_following(root: &File, rel: &Path) -> io::Result<File> {
 
 /// The names in an open directory with whether each is a regular file
 /// (from `d_type`; `false` where the file system does not say), without
-/// `.` and `..`, read from `dir` itself with `getdents64` (from its start).
-/// Not from a descriptor of its own (`openat(dir, ".")`): that would take
-/// one more descriptor per listing, and need search permission on the
-/// directory where reading it needs only read permission (GNU's `cp`
-/// lists such a directory, then cannot stat its entries).
+/// `.` and `..`, read from `dir` itself with `getdents64`, from where its
+/// offset is: a descriptor the caller just opened, which no other thread
+/// reads (the offset is the descriptor's). Not from a descriptor of its
+/// own (`openat(dir, ".")`): that would take one more descriptor per
+/// listing, and need search permission on the directory where reading it
+/// needs only read permission (GNU's `cp` lists such a directory, then
+/// cannot stat its entries). [`list_again`] lists a shared one.
 ///
 /// The names are kept in one buffer, each with its terminating NUL, and
 /// indexed by their offsets: a directory of many entries costs little
@@ -114,7 +116,6 @@ pub(crate) fn open_dir_following(root: &File, rel: &Path) -> io::Result<File> {
 /// `CString` each took twice that).
 pub(crate) fn list(dir: &File) -> io::Result<Listing> {
     let mut l = Listing::default();
-    rustix::fs::seek(dir, rustix::fs::SeekFrom::Start(0))?;
     let mut buf = Vec::with_capacity(32 << 10);
     let mut entries = rustix::fs::RawDir::new(dir, buf.spare_capacity_mut());
     while let Some(e) = entries.next() {
@@ -132,6 +133,19 @@ pub(crate) fn list(dir: &File) -> io::Result<Listing> {
     l.bytes.shrink_to_fit();
     l.items.shrink_to_fit();
     Ok(l)
+}
+
+/// [`list`] for a directory whose descriptor others may use at once (a
+/// destination directory that several workers create files in), through
+/// a descriptor of its own.
+pub(crate) fn list_again(dir: &File) -> io::Result<Listing> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    list(&File::from(rustix::fs::openat(
+        dir,
+        c".",
+        flags,
+        Mode::empty(),
+    )?))
 }
 
 /// A directory's names, as [`list`] read them.

@@ -763,7 +763,7 @@ fn backup_name(
     let highest = || -> io::Result<Option<Vec<u8>>> {
         let mut prefix = base.to_vec();
         prefix.extend_from_slice(b".~");
-        let listing = at::list(dir)?;
+        let listing = at::list_again(dir)?;
         Ok(listing
             .names()
             .filter_map(|n| {
