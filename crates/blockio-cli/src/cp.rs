@@ -38,7 +38,7 @@ pub struct CpArgs {
 /// place: `blockio cp`, or when the binary runs under another name (a link
 /// named `cp`), that name as invoked, as GNU `cp` names itself by its
 /// `argv[0]`.
-pub(crate) fn program() -> &'static str {
+fn program() -> &'static str {
     static NAME: OnceLock<String> = OnceLock::new();
     NAME.get_or_init(|| {
         let argv0 = std::env::args_os().next().unwrap_or_default();

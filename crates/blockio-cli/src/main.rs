@@ -209,14 +209,7 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
         }
     }
     let code = match personality {
-        Personality::Blockio => {
-            // Named before the arguments are parsed, which allocates: an
-            // allocation failing there is `blockio cp`'s too.
-            if args.get(1).is_some_and(|a| a == "cp") {
-                oom::set_program(cp::program());
-            }
-            blockio(Cli::parse_from(&args))
-        }
+        Personality::Blockio => blockio(Cli::parse_from(&args)),
         Personality::Cp => multicall::cp(&args),
         Personality::B3sum => b3sum_cli::main(&args),
         Personality::Digest(tool) => digest_cli::main(

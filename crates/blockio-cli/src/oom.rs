@@ -72,10 +72,12 @@ fn exhausted() -> ! {
     }
 }
 
-/// Writes into `out` the name the process's arguments give it, as the
-/// tools name themselves (`blockio cp` for `blockio cp ...`; the name it
-/// was run by through a link, such as `cp`; else `blockio`), read from
-/// `/proc/self/cmdline` into a buffer on the stack; its length.
+/// Writes into `out` the name the process's arguments give it, as `cp`
+/// names itself (`blockio cp` for `blockio cp ...`; the name it was run by
+/// through a link, such as `cp`; else `blockio`), read from
+/// `/proc/self/cmdline` into a buffer on the stack; its length. Until a
+/// tool has set its name (before and while its arguments are parsed) this
+/// is the name in the message.
 fn name_from_arguments(out: &mut [u8]) -> usize {
     let mut buf = [0u8; 1024];
     // SAFETY: a NUL-terminated path; the descriptor is read into `buf`,
