@@ -470,13 +470,12 @@ fn a_low_descriptor_limit_slows_the_copy_never_fails_it() {
     }
     for (limit, backend) in [(128u64, "io_uring"), (16, "io_uring"), (16, "threads")] {
         let dst = format!("d-{limit}-{backend}");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
-        cmd.current_dir(d).args(["cp", "-r", "s", &dst]);
-        if backend == "threads" {
-            cmd.env("BLOCKIO_BACKEND", "threads");
-        }
-        limited(&mut cmd, libc::RLIMIT_NOFILE, limit);
-        let o = cmd.output().unwrap();
+        let env = if backend == "threads" {
+            "threads"
+        } else {
+            "auto"
+        };
+        let o = cp_with_descriptors(d, &["-r", "s", &dst], env, limit);
         assert!(
             o.status.success(),
             "ulimit -n {limit}, {backend}: {}",
@@ -513,12 +512,7 @@ fn hard_links_across_many_directories_copy_under_a_low_descriptor_limit() {
     }
     for backend in ["auto", "threads"] {
         let dst = format!("d-{backend}");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
-        cmd.current_dir(d)
-            .args(["cp", "-a", "s", &dst])
-            .env("BLOCKIO_BACKEND", backend);
-        limited(&mut cmd, libc::RLIMIT_NOFILE, 10);
-        let o = cmd.output().unwrap();
+        let o = cp_with_descriptors(d, &["-a", "s", &dst], backend, 10);
         assert!(
             o.status.success(),
             "ulimit -n 10, {backend}: {}",
@@ -799,6 +793,18 @@ fn a_users_copy_is_whole_at_every_low_limit_on_processes() {
     }
 }
 
+/// `blockio cp args` in `d` on `backend` (`BLOCKIO_BACKEND`), with at
+/// most `limit` open descriptors (`ulimit -n`).
+fn cp_with_descriptors(d: &Path, args: &[&str], backend: &str, limit: u64) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
+    cmd.current_dir(d)
+        .arg("cp")
+        .args(args)
+        .env("BLOCKIO_BACKEND", backend);
+    limited(&mut cmd, libc::RLIMIT_NOFILE, limit);
+    cmd.output().unwrap()
+}
+
 /// `cmd` run with `resource` limited to `limit` (soft and hard).
 fn limited(cmd: &mut Command, resource: libc::__rlimit_resource_t, limit: u64) {
     use std::os::unix::process::CommandExt;
@@ -845,15 +851,10 @@ fn many_file_operands_copy_under_a_low_descriptor_limit() {
         ] {
             let dst = format!("d-{backend}-{limit}");
             fs::create_dir(d.join(&dst)).unwrap();
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
-            cmd.current_dir(d)
-                .arg("cp")
-                .arg("-a")
-                .args(&operands)
-                .arg(&dst)
-                .env("BLOCKIO_BACKEND", backend);
-            limited(&mut cmd, libc::RLIMIT_NOFILE, limit);
-            let o = cmd.output().unwrap();
+            let mut args = vec!["-a"];
+            args.extend(operands.iter().map(String::as_str));
+            args.push(&dst);
+            let o = cp_with_descriptors(d, &args, backend, limit);
             assert!(
                 o.status.success(),
                 "ulimit -n {limit}, {backend}: {}",
