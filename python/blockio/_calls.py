@@ -40,9 +40,15 @@ class CallQueue:
     under the GIL, so that two threads can never both have it). A call
     that can finish without awaiting (a file's ``seek``, a ``read`` of
     cached bytes) takes it, runs and puts it back, with no task or future
-    involved; a call from another thread meanwhile raises as above."""
+    involved; a call from another thread meanwhile raises as above.
 
-    __slots__ = ("_owner", "_waiting", "_thread", "_lock", "free")
+    ``settle``, if set, runs as each call ends, before the queue is handed
+    on or ``free`` given back: the owner's chance to record, for the calls
+    served at once, what the call changed (see ``AsyncFile._requick``).
+    Those calls never change it themselves, so it holds whenever ``free``
+    does."""
+
+    __slots__ = ("_owner", "_waiting", "_thread", "_lock", "free", "settle")
 
     def __init__(self) -> None:
         #: The task whose call is running, or None.
@@ -52,6 +58,7 @@ class CallQueue:
         self._thread: Optional[int] = None
         self._lock = threading.Lock()
         self.free: List[None] = [None]
+        self.settle: Optional[Callable[[], None]] = None
 
     def _enter(self, task: Any) -> Any:
         """Takes the queue for ``task`` (None), or finds that ``task``
@@ -94,6 +101,9 @@ class CallQueue:
                     pass
 
     def _release(self) -> None:
+        settle = self.settle
+        if settle is not None:
+            settle()
         with self._lock:
             while self._waiting:
                 fut, task = self._waiting.popleft()

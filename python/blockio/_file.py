@@ -245,8 +245,25 @@ class AsyncFile(LineReader[bytes]):
                 f._sync_offset()
 
         desc.on_share = on_share
+        #: The descriptor's number, for the calls served at once.
+        self._num = desc.num
+        self._calls.settle = self._requick
+        self._requick()
 
     # -- state ----------------------------------------------------------------
+
+    def _requick(self) -> None:
+        """Records whether ``seek`` and ``read`` may be served at once
+        (``_quick``, ``_quick_read``): a seekable file, open, with no writes
+        buffered and its position known. Run when the file is made, as
+        every queued call ends (the queue's ``settle``: those calls are
+        what changes it, and the calls served at once run only while no
+        queued call does), and when it is detached; so it never says
+        "quick" of a file that is not. It may say "not" of one that has
+        become quick meanwhile, which only sends a call through the queue."""
+        d = self._file
+        self._quick = quick = not (self._stream or self._wbuf or self._at_end or d.closed or d.detached)
+        self._quick_read = quick and self._readable
 
     @property
     def closed(self) -> bool:
@@ -347,6 +364,7 @@ class AsyncFile(LineReader[bytes]):
             await self._flush_writes()
             self._pos = await self._engine._asize(self._file)
             self._at_end = False
+            self._requick()  # (also run outside the queue, by `blockio.open`)
         return self._pos
 
     # -- positioning ----------------------------------------------------------
@@ -375,13 +393,11 @@ class AsyncFile(LineReader[bytes]):
                 pass  # taken meanwhile by another thread: `_seek` says so
             else:
                 try:
-                    d = self._file
-                    if not (self._stream or self._wbuf or d.closed or d.detached):
+                    if self._quick:
                         self._pos = offset
-                        self._at_end = False
                         self._rbuf = b""
                         self._seeked = True
-                        if d.shared:
+                        if self._file.shared:
                             self._sync_offset()
                         return offset
                 finally:
@@ -494,14 +510,13 @@ class AsyncFile(LineReader[bytes]):
                 pass  # taken meanwhile by another thread: `_read` says so
             else:
                 try:
-                    d = self._file
-                    if self._readable and not (self._stream or self._wbuf or self._at_end or d.closed or d.detached):
+                    if self._quick_read:
                         rbuf = self._rbuf
                         if rbuf:
                             if len(rbuf) >= size:
                                 out, self._rbuf = rbuf[:size], rbuf[size:]
                                 self._pos += size
-                                if d.shared:
+                                if self._file.shared:
                                     self._sync_offset()
                                 return out
                         elif size:
@@ -509,7 +524,7 @@ class AsyncFile(LineReader[bytes]):
                             if eng._inline_streak < 63:
                                 ahead = size < self._bufsize and not self._seeked
                                 try:
-                                    data = self._read_cached(d.num, self._pos, self._bufsize if ahead else size)
+                                    data = self._read_cached(self._num, self._pos, self._bufsize if ahead else size)
                                 except OverflowError:
                                     data = None
                                 if data is not None:
@@ -518,7 +533,7 @@ class AsyncFile(LineReader[bytes]):
                                     if ahead:
                                         data, self._rbuf = data[:size], data[size:]
                                     self._pos += size
-                                    if d.shared:
+                                    if self._file.shared:
                                         self._sync_offset()
                                     return data
                             else:
@@ -973,6 +988,7 @@ class AsyncFile(LineReader[bytes]):
             os.lseek(self._file.num, self._pos, os.SEEK_SET)
         raw = io.FileIO(self._file.num, self.mode.replace("x", "w"), closefd=self._file.closefd)
         self._file.detached = True
+        self._requick()
         if self._readable and self._writable:
             return io.BufferedRandom(raw)
         if self._readable:

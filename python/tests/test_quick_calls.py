@@ -1,0 +1,174 @@
+"""``blockio.open``'s ``seek`` and ``read`` served at once (no await, no
+queue) rely on a record of the file's state (``AsyncFile._requick``) kept
+as queued calls end. These tests change that state in every way it can
+change, then check the calls that follow against the built-in ``open`` on
+the same steps: a record left saying "served at once" would let a ``seek``
+skip the flush of buffered writes, or a ``read`` reach a detached or closed
+descriptor. And once the change is over, the calls are served at once
+again. Both backends."""
+
+import asyncio
+import os
+
+import pytest
+
+import blockio
+
+BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+
+
+def at_once(coro):
+    """What ``coro`` returns, if it finishes without suspending (served at
+    once); raises ``AssertionError`` if it suspends."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise AssertionError("the call suspended: it was not served at once")
+
+
+def with_engine(backend, main):
+    e = blockio.Engine(backend=backend)
+    try:
+        return asyncio.run(main(e))
+    finally:
+        e.close()
+
+
+@BACKENDS
+def test_a_seek_after_buffered_writes_flushes_them_as_the_builtin(tmp_path, backend):
+    ours, ref = tmp_path / "ours", tmp_path / "ref"
+    for p in (ours, ref):
+        p.write_bytes(b"." * 100)
+
+    async def main(e):
+        async with blockio.open(ours, "r+b", engine=e) as f:
+            assert at_once(f.seek(10)) == 10
+            assert await f.write(b"abc") == 3  # buffered
+            assert await f.seek(50) == 50  # flushes first
+            got = await f.read(5)
+            await f.seek(8)
+            again = await f.read(7)
+        return got, again
+
+    got = with_engine(backend, main)
+    with open(ref, "r+b") as f:
+        f.seek(10)
+        f.write(b"abc")
+        f.seek(50)
+        want = f.read(5)
+        f.seek(8)
+        want_again = f.read(7)
+    assert got == (want, want_again) == (b".....", b"..abc..")
+    assert ours.read_bytes() == ref.read_bytes()
+
+
+@BACKENDS
+def test_calls_are_served_at_once_again_once_the_writes_are_flushed(tmp_path, backend):
+    p = tmp_path / "f"
+    p.write_bytes(bytes(range(256)) * 64)
+
+    async def main(e):
+        async with blockio.open(p, "r+b", engine=e) as f:
+            assert at_once(f.seek(1000)) == 1000
+            await f.write(b"xyz")
+            await f.flush()
+            assert at_once(f.seek(999)) == 999
+            assert at_once(f.read(5)) == bytes([999 % 256]) + b"xyz" + bytes([1003 % 256])
+
+    with_engine(backend, main)
+
+
+@BACKENDS
+def test_append_mode_reads_as_the_builtin_after_writes_at_the_end(tmp_path, backend):
+    ours, ref = tmp_path / "ours", tmp_path / "ref"
+    for p in (ours, ref):
+        p.write_bytes(b"0123456789")
+
+    async def main(e):
+        async with blockio.open(ours, "a+b", engine=e) as f:
+            first = await f.tell()
+            await f.write(b"AB")
+            after = await f.tell()
+            await f.seek(8)
+            got = await f.read(4)
+            await f.write(b"C")  # at the end, whatever the position
+            await f.seek(0)
+            whole = await f.read()
+        return first, after, got, whole
+
+    got = with_engine(backend, main)
+    with open(ref, "a+b") as f:
+        first = f.tell()
+        f.write(b"AB")
+        after = f.tell()
+        f.seek(8)
+        part = f.read(4)
+        f.write(b"C")
+        f.seek(0)
+        whole = f.read()
+    assert got == (first, after, part, whole)
+    assert ours.read_bytes() == ref.read_bytes() == b"0123456789ABC"
+
+
+@BACKENDS
+def test_a_detached_file_refuses_seek_and_read_as_the_builtin(tmp_path, backend):
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+
+    async def main(e):
+        f = await blockio.open(p, "rb", engine=e)
+        assert at_once(f.seek(2)) == 2
+        assert at_once(f.read(2)) == b"23"
+        raw = f.detach()
+        try:
+            for call in (lambda: f.seek(0), lambda: f.read(3), lambda: f.read(0)):
+                with pytest.raises(ValueError, match="detached"):
+                    await call()
+            assert raw.read() == b"456789"
+        finally:
+            raw.close()
+        # The descriptor's number, now free, names another file: still
+        # nothing of it is read through the detached file.
+        other = tmp_path / "other"
+        other.write_bytes(b"other file")
+        fd = os.open(other, os.O_RDONLY)
+        try:
+            with pytest.raises(ValueError, match="detached"):
+                await f.read(5)
+        finally:
+            os.close(fd)
+
+    with_engine(backend, main)
+    b = open(p, "rb")
+    b.detach()
+    with pytest.raises(ValueError, match="detached"):
+        b.seek(0)
+
+
+@BACKENDS
+def test_a_closed_file_refuses_seek_and_read_as_the_builtin(tmp_path, backend):
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+
+    async def main(e):
+        f = await blockio.open(p, "rb", engine=e)
+        assert at_once(f.seek(0)) == 0
+        assert at_once(f.read(3)) == b"012"
+        await f.close()
+        other = tmp_path / "other"
+        other.write_bytes(b"other file")
+        fd = os.open(other, os.O_RDONLY)  # (likely the closed file's number)
+        try:
+            for call in (lambda: f.seek(0), lambda: f.read(3)):
+                with pytest.raises(ValueError, match="closed file"):
+                    await call()
+        finally:
+            os.close(fd)
+
+    with_engine(backend, main)
+    b = open(p, "rb")
+    b.close()
+    with pytest.raises(ValueError, match="closed file"):
+        b.seek(0)
