@@ -752,6 +752,11 @@ class AsyncFile(LineReader[bytes]):
         except BaseException:
             self._unread(bytes(line))
             raise
+        if self._bufsize == 0 and not self._stream:
+            # Unbuffered, as the built-in's FileIO: what was read past the
+            # line is not kept, so the next call reads the file as it is
+            # then. (A stream's bytes cannot be read again: they stay.)
+            self._rbuf = b""
         return bytes(line)
 
     async def _fill_for_line(self) -> bytes:
@@ -980,15 +985,38 @@ class AsyncFile(LineReader[bytes]):
         """Hands the descriptor back as a synchronous buffered file
         positioned where this one was, after a flush; this object is then
         unusable. Raises ``ValueError`` if writes are still buffered (they
-        cannot be written without awaiting): ``await flush()`` first."""
+        cannot be written without awaiting): ``await flush()`` first; and
+        while another call on the file is in progress or waiting (the
+        built-in file's ``detach`` waits for it, which a plain method cannot
+        do without blocking the event loop): await it first. A call in
+        progress would otherwise go on reading or writing the descriptor
+        after it was handed back, and so whatever file takes its number
+        once the caller closes it."""
+        return self._detach(None)
+
+    def _detach(self, prepare: Optional[Callable[[], None]]) -> io.BufferedIOBase:
+        """:meth:`detach`, running ``prepare`` first (the text file's
+        position going back to the bytes of the characters it holds),
+        once no other call can be in progress."""
         self._check_open()
-        if self._wbuf:
-            raise ValueError("detach with buffered writes: await flush() first")
-        if not self._at_end and not self._stream:  # (a pipe has no position)
-            os.lseek(self._file.num, self._pos, os.SEEK_SET)
-        raw = io.FileIO(self._file.num, self.mode.replace("x", "w"), closefd=self._file.closefd)
-        self._file.detached = True
-        self._requick()
+        free = self._calls.free
+        try:
+            free.pop()  # (the queue: no call starts until it is back)
+        except IndexError:
+            raise ValueError("detach() while another call on the file is in progress or waiting: "
+                             "await it first") from None
+        try:
+            if prepare is not None:
+                prepare()
+            if self._wbuf:
+                raise ValueError("detach with buffered writes: await flush() first")
+            if not self._at_end and not self._stream:  # (a pipe has no position)
+                os.lseek(self._file.num, self._pos, os.SEEK_SET)
+            raw = io.FileIO(self._file.num, self.mode.replace("x", "w"), closefd=self._file.closefd)
+            self._file.detached = True
+            self._requick()
+        finally:
+            free.append(None)
         if self._readable and self._writable:
             return io.BufferedRandom(raw)
         if self._readable:

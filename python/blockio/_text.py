@@ -438,11 +438,12 @@ class AsyncTextFile(LineReader[str]):
     def detach(self) -> io.BufferedIOBase:
         """Hands the descriptor back as a synchronous binary buffered file
         at this file's position; see :meth:`AsyncFile.detach`."""
-        self.buffer._check_open()
-        if self._snap is not None:
-            self.buffer._pos = self._tell_bytes()
-            self.buffer._rbuf = b""
-        return self.buffer.detach()
+        def back_to_the_characters_held() -> None:
+            if self._snap is not None:
+                self.buffer._pos = self._tell_bytes()
+                self.buffer._rbuf = b""
+
+        return self.buffer._detach(back_to_the_characters_held)
 
     async def __aenter__(self) -> "AsyncTextFile":
         return self
