@@ -929,6 +929,11 @@ class AsyncFile(LineReader[bytes]):
         :meth:`fsync` makes it durable)."""
         self._check_open()
         await self._flush_writes()
+        last = self._stream_write
+        if last is not None and not last.done():
+            # A write to a stream whose call was cancelled, still running
+            # (see `_StreamCall`): flushed once it has ended.
+            await last.result()
 
     @one_at_a_time
     async def truncate(self, size: Optional[int] = None) -> int:
@@ -1010,9 +1015,13 @@ class AsyncFile(LineReader[bytes]):
                 prepare()
             if self._wbuf:
                 raise ValueError("detach with buffered writes: await flush() first")
+            if self._stream:
+                self._check_stream_detachable()
+            # (FileIO in an append mode seeks to the end: the position is
+            # set after it.)
+            raw = io.FileIO(self._file.num, self.mode.replace("x", "w"), closefd=self._file.closefd)
             if not self._at_end and not self._stream:  # (a pipe has no position)
                 os.lseek(self._file.num, self._pos, os.SEEK_SET)
-            raw = io.FileIO(self._file.num, self.mode.replace("x", "w"), closefd=self._file.closefd)
             self._file.detached = True
             self._requick()
         finally:
@@ -1022,6 +1031,23 @@ class AsyncFile(LineReader[bytes]):
         if self._readable:
             return io.BufferedReader(raw)
         return io.BufferedWriter(raw)
+
+    def _check_stream_detachable(self) -> None:
+        """Raises ``ValueError`` where handing a stream back would lose
+        bytes or let a call of this file go on using it: a cancelled read
+        or write still running on its thread (see :class:`_StreamCall`),
+        or bytes already taken from the stream and held here."""
+        if self._stream_read is not None:
+            raise ValueError("detach() while a read of this stream, whose call was cancelled, is still running "
+                             "or holds its bytes: the next read returns them; read them first")
+        last = self._stream_write
+        if last is not None and not last.done():
+            raise ValueError("detach() while a write to this stream, whose call was cancelled, is still "
+                             "running: await flush(), which waits for it, first")
+        held = len(self._rbuf) + len(self._carry)
+        if held:
+            raise ValueError(f"detach() would lose {held} bytes already read from this stream and held by "
+                             "the file: read them first (read1() returns them)")
 
     async def __aenter__(self) -> "AsyncFile":
         return self

@@ -117,3 +117,126 @@ def test_an_unbuffered_readline_keeps_nothing_past_the_line_as_the_builtin(tmp_p
     want = builtin()
     assert want == (b"line1\n", b"NEW", b"-data\n")
     assert asyncio.run(ours()) == want
+
+
+def test_detach_after_a_cancelled_pipe_read_is_refused_until_its_bytes_are_read(engine):
+    """A pipe read whose call was cancelled keeps waiting on its thread
+    (a read in the kernel cannot be taken back); its bytes are the next
+    read's. Handed back meanwhile, the pipe would lose them to it."""
+    r, w = os.pipe()
+
+    async def main():
+        f = await blockio.open(r, "rb", engine=engine)
+        reading = asyncio.ensure_future(f.read(100))
+        await asyncio.sleep(0.05)
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+        with pytest.raises(ValueError, match="read them first"):
+            f.detach()
+        os.write(w, b"hello")
+        assert await f.read1(100) == b"hello"
+        raw = f.detach()
+        os.write(w, b" world")
+        os.close(w)
+        assert raw.read() == b" world"
+        raw.close()
+
+    asyncio.run(main())
+
+
+def test_detach_after_a_cancelled_pipe_write_waits_for_flush(engine):
+    """A pipe write whose call was cancelled runs to its end on its thread;
+    handed back meanwhile, the caller's own writes would land inside it.
+    ``flush()`` waits for it."""
+    import fcntl
+    import threading
+
+    r, w = os.pipe()
+    fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: the write blocks after 4 KiB
+    got = bytearray()
+    draining = threading.Event()
+
+    def drain() -> None:
+        draining.wait()
+        while True:
+            more = os.read(r, 1 << 20)
+            if not more:
+                return
+            got.extend(more)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+
+    async def main():
+        f = await blockio.open(w, "wb", buffering=0, engine=engine)
+        writing = asyncio.ensure_future(f.write(b"A" * 65536))
+        await asyncio.sleep(0.05)
+        writing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await writing
+        with pytest.raises(ValueError, match="await flush"):
+            f.detach()
+        draining.set()  # the pipe empties: the write can end
+        await f.flush()
+        raw = f.detach()
+        raw.write(b"Z" * 10)
+        raw.close()  # (the last writer: the reader sees the end)
+
+    try:
+        asyncio.run(main())
+    finally:
+        draining.set()
+        reader.join()
+        os.close(r)
+    assert bytes(got) == b"A" * 65536 + b"Z" * 10
+
+
+def test_detach_of_an_unbuffered_pipe_holding_read_ahead_bytes_is_refused(engine):
+    """``readline()`` of an unbuffered pipe reads past the line (a pipe
+    cannot be read again); handing the pipe back would lose those bytes,
+    where the built-in's FileIO would not have read them."""
+    r, w = os.pipe()
+    os.write(w, b"one\ntwo\nthree\n")
+    os.close(w)
+
+    async def main():
+        f = await blockio.open(r, "rb", buffering=0, engine=engine)
+        assert await f.readline() == b"one\n"
+        with pytest.raises(ValueError, match="lose 10 bytes"):
+            f.detach()
+        assert await f.read1() == b"two\nthree\n"
+        raw = f.detach()
+        assert raw.read() == b""
+        raw.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("mode", ["a+b", "ab"])
+def test_detach_in_append_mode_leaves_the_position_as_the_builtin(tmp_path, engine, mode):
+    p = tmp_path / "f"
+
+    def builtin():
+        p.write_bytes(b"0123456789")
+        f = open(p, mode, buffering=0)
+        f.seek(3)
+        if "+" in mode:
+            f.read(3)
+        return f.tell()
+
+    async def ours():
+        p.write_bytes(b"0123456789")
+        f = await blockio.open(p, mode, buffering=0, engine=engine)
+        await f.seek(3)
+        if "+" in mode:
+            await f.read(3)
+        raw = f.detach()
+        try:
+            return raw.tell()
+        finally:
+            raw.close()
+
+    want = builtin()
+    assert want == (6 if "+" in mode else 3)
+    assert asyncio.run(ours()) == want
