@@ -3,6 +3,8 @@ import random
 
 import pytest
 
+import blockio
+
 
 @pytest.fixture
 def data_file(tmp_path):
@@ -12,3 +14,11 @@ def data_file(tmp_path):
     p = tmp_path / "data.bin"
     p.write_bytes(data)
     return p, data
+
+
+@pytest.fixture(params=["io_uring", "threads"])
+def engine(request):
+    """An engine on each backend, closed after the test."""
+    e = blockio.Engine(backend=request.param)
+    yield e
+    e.close()

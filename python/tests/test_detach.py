@@ -14,11 +14,14 @@ import pytest
 import blockio
 
 
-@pytest.fixture(params=["io_uring", "threads"])
-def engine(request):
-    e = blockio.Engine(backend=request.param)
-    yield e
-    e.close()
+async def cancelled_once_started(call):
+    """Runs ``call`` (a coroutine) as a task, cancels it once it waits, and
+    awaits the cancellation."""
+    task = asyncio.ensure_future(call)
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 @pytest.mark.parametrize("mode", ["rb", "r"])
@@ -127,11 +130,7 @@ def test_detach_after_a_cancelled_pipe_read_is_refused_until_its_bytes_are_read(
 
     async def main():
         f = await blockio.open(r, "rb", engine=engine)
-        reading = asyncio.ensure_future(f.read(100))
-        await asyncio.sleep(0.05)
-        reading.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await reading
+        await cancelled_once_started(f.read(100))
         with pytest.raises(ValueError, match="read them first"):
             f.detach()
         os.write(w, b"hello")
@@ -170,11 +169,7 @@ def test_detach_after_a_cancelled_pipe_write_waits_for_flush(engine):
 
     async def main():
         f = await blockio.open(w, "wb", buffering=0, engine=engine)
-        writing = asyncio.ensure_future(f.write(b"A" * 65536))
-        await asyncio.sleep(0.05)
-        writing.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await writing
+        await cancelled_once_started(f.write(b"A" * 65536))
         with pytest.raises(ValueError, match="await flush"):
             f.detach()
         draining.set()  # the pipe empties: the write can end

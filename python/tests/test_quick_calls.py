@@ -8,6 +8,7 @@ descriptor. And once the change is over, the calls are served at once
 again. Both backends."""
 
 import asyncio
+import contextlib
 import os
 
 import pytest
@@ -26,6 +27,19 @@ def at_once(coro):
         return done.value
     coro.close()
     raise AssertionError("the call suspended: it was not served at once")
+
+
+@contextlib.contextmanager
+def another_file_open(tmp_path):
+    """Another file, open while the block runs: it takes the lowest free
+    descriptor number, the one a file just closed or detached gave back."""
+    other = tmp_path / "other"
+    other.write_bytes(b"other file")
+    fd = os.open(other, os.O_RDONLY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def with_engine(backend, main):
@@ -131,14 +145,9 @@ def test_a_detached_file_refuses_seek_and_read_as_the_builtin(tmp_path, backend)
             raw.close()
         # The descriptor's number, now free, names another file: still
         # nothing of it is read through the detached file.
-        other = tmp_path / "other"
-        other.write_bytes(b"other file")
-        fd = os.open(other, os.O_RDONLY)
-        try:
+        with another_file_open(tmp_path):
             with pytest.raises(ValueError, match="detached"):
                 await f.read(5)
-        finally:
-            os.close(fd)
 
     with_engine(backend, main)
     b = open(p, "rb")
@@ -157,15 +166,10 @@ def test_a_closed_file_refuses_seek_and_read_as_the_builtin(tmp_path, backend):
         assert at_once(f.seek(0)) == 0
         assert at_once(f.read(3)) == b"012"
         await f.close()
-        other = tmp_path / "other"
-        other.write_bytes(b"other file")
-        fd = os.open(other, os.O_RDONLY)  # (likely the closed file's number)
-        try:
+        with another_file_open(tmp_path):  # (on the closed file's number)
             for call in (lambda: f.seek(0), lambda: f.read(3)):
                 with pytest.raises(ValueError, match="closed file"):
                     await call()
-        finally:
-            os.close(fd)
 
     with_engine(backend, main)
     b = open(p, "rb")

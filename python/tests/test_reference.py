@@ -11,13 +11,6 @@ import pytest
 import blockio
 
 
-@pytest.fixture(params=["io_uring", "threads"])
-def engine(request):
-    e = blockio.Engine(backend=request.param)
-    yield e
-    e.close()
-
-
 @pytest.mark.parametrize("mode", ["rb", "r"])
 def test_blockio_open_on_a_pipe_reads_it_on_both_backends(engine, mode):
     """Point 10: the same lines on io_uring and on the thread pool (which
