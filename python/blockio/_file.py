@@ -364,7 +364,6 @@ class AsyncFile(LineReader[bytes]):
             await self._flush_writes()
             self._pos = await self._engine._asize(self._file)
             self._at_end = False
-            self._requick()  # (also run outside the queue, by `blockio.open`)
         return self._pos
 
     # -- positioning ----------------------------------------------------------

@@ -484,25 +484,6 @@ impl Wake for ReapingWaker {
     }
 }
 
-/// A listener on loopback whose queue of connections is full (a queue of
-/// one, holding the connection kept beside it): a connect to it waits, its
-/// SYN dropped, until the kernel sends it again a second later.
-fn full_listener() -> (socket2::Socket, std::net::TcpStream) {
-    use socket2::{Domain, Socket, Type};
-    let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    l.bind(
-        &"127.0.0.1:0"
-            .parse::<std::net::SocketAddr>()
-            .unwrap()
-            .into(),
-    )
-    .unwrap();
-    l.listen(0).unwrap();
-    let addr = l.local_addr().unwrap().as_socket().unwrap();
-    let queued = std::net::TcpStream::connect(addr).unwrap();
-    (l, queued)
-}
-
 /// Point 6: a waker that calls `reap()` on its own caller-driven engine,
 /// woken by the cancellation of an operation still waiting for room in
 /// the ring (it used to be completed with the ring's lock held, and the
@@ -525,7 +506,7 @@ fn a_waker_that_reaps_its_engine_does_not_deadlock() {
         // that they wait on every backend: on the thread pool's readiness
         // set too, where a connect that a listener takes completes at once
         // and may wake its waker before it is cancelled, or not.
-        let full = full_listener();
+        let full = common::full_listener();
         let addr = full.0.local_addr().unwrap().as_socket().unwrap();
         let mut a = Box::pin(TcpStream::connect(&engine, addr));
         assert!(poll_with(&mut a, noop()).is_pending());

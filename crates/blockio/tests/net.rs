@@ -9,6 +9,8 @@ use std::time::Duration;
 use blockio::aio::{AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::net::{TcpListener, TcpStream};
 
+mod common;
+
 fn engine() -> AsyncEngine {
     AsyncEngine::new().unwrap()
 }
@@ -617,18 +619,8 @@ fn a_reset_mid_read_fails_the_read() {
 #[test]
 fn connect_timeout_gives_up_at_its_limit() {
     let e = engine();
-    let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    l.bind(
-        &"127.0.0.1:0"
-            .parse::<std::net::SocketAddr>()
-            .unwrap()
-            .into(),
-    )
-    .unwrap();
-    l.listen(0).unwrap();
+    let (l, _queued) = common::full_listener();
     let addr = l.local_addr().unwrap().as_socket().unwrap();
-    // Fill the queue (one connection makes a backlog of 0 full).
-    let _queued = StdStream::connect(addr).unwrap();
     let start = std::time::Instant::now();
     let limit = Duration::from_millis(300);
     let err = futures::executor::block_on(TcpStream::connect_timeout(&e, addr, limit)).unwrap_err();

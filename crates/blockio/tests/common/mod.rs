@@ -46,3 +46,22 @@ pub fn poll_readable(fd: std::os::fd::RawFd, ms: i32) -> bool {
     let n = unsafe { libc::poll(&mut p, 1, ms) };
     n == 1 && p.revents & libc::POLLIN != 0
 }
+
+/// A listener on loopback whose queue of connections is full (a queue of
+/// one, holding the connection kept beside it): a connect to it waits, its
+/// SYN dropped, until the kernel sends it again a second later.
+pub fn full_listener() -> (socket2::Socket, std::net::TcpStream) {
+    use socket2::{Domain, Socket, Type};
+    let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    l.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    l.listen(0).unwrap();
+    let addr = l.local_addr().unwrap().as_socket().unwrap();
+    let queued = std::net::TcpStream::connect(addr).unwrap();
+    (l, queued)
+}
