@@ -27,6 +27,7 @@ import asyncio
 import atexit
 import errno
 import fcntl
+import math
 import os
 import stat
 import sys
@@ -727,10 +728,13 @@ class Engine:
         cancellation until it completes is one of those, so its bytes land
         and its count comes back before the loop closes. A write not
         completed :data:`CANCEL_GRACE` seconds after the cancellation
-        (queued behind operations that do not complete, such as reads of
-        empty pipes) is given up: what of it had not reached the kernel
-        is never submitted. Under trio, :meth:`awrite` (the file's write
-        runs in a shielded cancel scope there)."""
+        is withdrawn if it has not reached the kernel yet (queued behind
+        operations that do not complete, such as reads of empty pipes):
+        it is then never performed. One the kernel has is waited for to
+        its end, however long it takes, as the built-in file's write is:
+        giving it up would let the file's next call run while its bytes
+        still land. Under trio, :meth:`awrite` (the file's write runs in a
+        shielded cancel scope there)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -747,13 +751,15 @@ class Engine:
         deadline = 0.0
         while not fut.done():
             if cancelled is not None and loop.time() >= deadline:
-                self._abandon(token)
-                raise cancelled
+                if self._core.withdraw(token):
+                    raise cancelled
+                deadline = math.inf  # in the kernel: it completes
             try:
                 if cancelled is None:
                     await asyncio.shield(fut)
                 else:
-                    await asyncio.wait({fut}, timeout=max(deadline - loop.time(), 0))
+                    left = None if deadline == math.inf else max(deadline - loop.time(), 0)
+                    await asyncio.wait({fut}, timeout=left)
             except asyncio.CancelledError as e:
                 if cancelled is None:
                     cancelled = e

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
-use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving};
+use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving, Withdrawal};
 use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -194,10 +194,11 @@ impl Core {
         waiter: PyObject,
         ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
         prepare: impl Fn(&Bound<'py, PyAny>) -> PyResult<B>,
-        issue: impl Fn(&AsyncFile, B, u64, RawFd, RawFd) -> Boxed<OneDone>,
+        issue: impl Fn(&AsyncFile, B, u64, RawFd, RawFd) -> (Boxed<OneDone>, Withdrawal),
     ) -> PyResult<u64> {
         let mut files: HashMap<RawFd, Result<(AsyncFile, RawFd), i32>> = HashMap::new();
         let mut futs = Vec::with_capacity(ops.len());
+        let mut withdrawals = Vec::with_capacity(ops.len());
         for (fd, obj, off) in &ops {
             let buf = prepare(obj)?;
             if !files.contains_key(fd) {
@@ -207,11 +208,17 @@ impl Core {
                 files.insert(*fd, file);
             }
             futs.push(match &files[fd] {
-                Ok((f, dup)) => issue(f, buf, *off, *fd, *dup),
+                Ok((f, dup)) => {
+                    let (fut, w) = issue(f, buf, *off, *fd, *dup);
+                    withdrawals.push(w);
+                    fut
+                }
                 Err(errno) => failed(Yields::Count, *errno),
             });
         }
-        Ok(self.start(waiter, Pending::new(futs, Yields::Count)))
+        let mut batch = Pending::new(futs, Yields::Count);
+        batch.withdrawals = withdrawals;
+        Ok(self.start(waiter, batch))
     }
 
     /// Starts one file-system job as a batch for `waiter` (or reports the
@@ -557,10 +564,12 @@ impl Core {
         distinct_read_buffers(&ops)?;
         self.submit_each(waiter, ops, writable, |file, buf, off, fd, dup| {
             let f = file.read_at(Buf::Exported(Lent::new(buf)), off);
-            Box::pin(async move {
+            let w = f.withdrawal();
+            let fut: Boxed<OneDone> = Box::pin(async move {
                 let r = name_caller_fd(f.await.0, dup, fd);
                 OneDone::Count(explain_direct(r, fd).map(Out::Count))
-            })
+            });
+            (fut, w)
         })
     }
 
@@ -576,10 +585,12 @@ impl Core {
             readable,
             |file, buf, off, fd, dup| {
                 let f = file.write_at(RoBuf(Lent::new(buf)), off);
-                Box::pin(async move {
+                let w = f.withdrawal();
+                let fut: Boxed<OneDone> = Box::pin(async move {
                     let r = name_caller_fd(f.await.0, dup, fd);
                     OneDone::Count(explain_direct(r, fd).map(Out::Count))
-                })
+                });
+                (fut, w)
             },
         )
     }
@@ -769,6 +780,40 @@ impl Core {
             .into_iter()
             .map(|(w, d)| Ok((w, results_or_error(py, d, &self.spare))))
             .collect()
+    }
+
+    /// Withdraws the operations of the batch `token` that the kernel has
+    /// not taken yet (they are never performed) and, if that is all of
+    /// them, gives the batch up as [`cancel`](Self::cancel) does: true.
+    /// False if an operation of it was performed or is in the kernel (or
+    /// on a pool thread): the batch stays, and its results come as usual,
+    /// so that the caller learns what was done. Batches of reads into
+    /// Python buffers and of writes can be withdrawn (others have nothing
+    /// to withdraw, and are given up at once); an unknown token gives
+    /// true, a finished one not yet drained false.
+    pub(crate) fn withdraw(&self, token: u64) -> bool {
+        let out = self
+            .pending
+            .lock()
+            .expect("pending lock")
+            .get(&token)
+            .map(|batch| batch.withdrawals.clone());
+        let Some(withdrawals) = out else {
+            let finished = self
+                .ready
+                .lock()
+                .expect("ready lock")
+                .iter()
+                .any(|(t, _, _)| *t == token);
+            return !finished;
+        };
+        // Every one is asked (not stopping at the first in the kernel), so
+        // that none of the batch starts later.
+        let performed = withdrawals.iter().filter(|w| !w.withdraw()).count();
+        if performed == 0 {
+            self.cancel(token);
+        }
+        performed == 0
     }
 
     /// Gives up on the batch `token` whose awaiting task was cancelled: its

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
-use blockio::aio::{BufResult, IoBuf, IoBufMut};
+use blockio::aio::{BufResult, IoBuf, IoBufMut, Withdrawal};
 use blockio::AlignedBuf;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -109,6 +109,9 @@ pub(crate) struct Pending {
     /// future, and the objects the operations use): handed back by
     /// `Core::drain`, so that the Python side keeps no table of tokens.
     pub(crate) waiter: Option<PyObject>,
+    /// What withdraws each operation before the kernel takes it (see
+    /// `Core::withdraw`); empty for batches that cannot be withdrawn.
+    pub(crate) withdrawals: Vec<Withdrawal>,
 }
 
 /// An operation that fails at once with `errno` (a descriptor that cannot
@@ -144,6 +147,7 @@ impl Pending {
             yields,
             waker: None,
             waiter: None,
+            withdrawals: Vec::new(),
         }
     }
 

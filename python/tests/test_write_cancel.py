@@ -134,3 +134,30 @@ def test_pipe_writes_given_up_by_wait_for_still_arrive_whole_and_in_order(backen
     t.join(30)
     os.close(r)
     assert _runs(got) == [("A", 300_000), ("B", 300_000), ("C", 300_000), ("Z", 10)]
+
+
+@BACKENDS
+@RUNNERS
+@pytest.mark.parametrize("buffering", [0, -1])
+def test_a_cancelled_write_the_kernel_has_is_waited_for_however_long_it_takes(tmp_path, monkeypatch, backend, run,
+                                                                             buffering):
+    # With no grace period, a write is given up the moment its task is
+    # cancelled, unless the kernel has it: then it is waited for to its
+    # end, as long as it takes, or its bytes would land after the file's
+    # next write, over it. Either way the position says what happened.
+    monkeypatch.setattr("blockio._aio.CANCEL_GRACE", 0.0)
+    monkeypatch.setattr("blockio._engine.CANCEL_GRACE", 0.0)
+    p = tmp_path / "out"
+    data = os.urandom(1 << 20) * 64
+
+    async def main():
+        async with blockio.open(p, "wb", buffering=buffering, engine=e) as f:
+            await _cancel_after(f.write(data), 1)
+            pos = await f.tell()
+            await f.write(b"tail")
+        return pos
+
+    with blockio.Engine(backend=backend) as e:
+        pos = run(main())
+    assert pos in (0, len(data))
+    assert p.read_bytes() == data[:pos] + b"tail"

@@ -714,3 +714,105 @@ fn the_earlier_name_of_the_batch_future_still_names_it() {
     }
     let _ = same::<Vec<u8>>;
 }
+
+/// A withdrawn operation is never performed: on each backend, with room
+/// for one file operation in flight (a ring of depth 1, or one pool
+/// thread) held by a read of an empty pipe, a write queued behind it is
+/// withdrawn, resolves with ECANCELED and never lands, while a write
+/// queued after it does.
+#[test]
+fn a_withdrawn_operation_is_never_performed() {
+    for backend in [
+        blockio::BackendChoice::IoUring,
+        blockio::BackendChoice::ThreadPool,
+    ] {
+        let engine = AsyncEngine::builder()
+            .backend(backend)
+            .queue_depth(1)
+            .fallback_threads(1)
+            .build()
+            .unwrap();
+        let (pipe, w) = async_pipe(&engine);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = AsyncFile::create(&engine, &path).unwrap();
+        let mut read = pipe.read_at(vec![0u8; 5], 0);
+        read.start();
+        let mut queued = file.write_at(vec![7u8; 4096], 0);
+        let withdrawal = queued.withdrawal();
+        queued.start();
+        assert!(
+            withdrawal.withdraw(),
+            "{backend:?}: a write behind the pipe read"
+        );
+        let (res, _) = futures::executor::block_on(queued);
+        assert_eq!(
+            blockio::errno(&res.unwrap_err()),
+            Some(libc::ECANCELED),
+            "{backend:?}"
+        );
+        assert!(withdrawal.withdraw(), "{backend:?}: withdrawn stays out");
+        let mut later = file.write_at(b"x".to_vec(), 4096);
+        later.start();
+        std::io::Write::write_all(&mut &w, b"hello").unwrap();
+        let (n, buf) = futures::executor::block_on(read);
+        assert_eq!((n.unwrap(), &buf[..]), (5, &b"hello"[..]), "{backend:?}");
+        assert_eq!(
+            futures::executor::block_on(later).0.unwrap(),
+            1,
+            "{backend:?}"
+        );
+        let mut want = vec![0u8; 4096];
+        want.push(b'x');
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            want,
+            "{backend:?}: the withdrawn write never landed"
+        );
+    }
+}
+
+/// An operation the kernel has taken cannot be withdrawn, and completes:
+/// a read of an empty pipe, known to be in the ring once a write
+/// submitted after it has completed (the ring's driver hands operations
+/// over in order), is refused withdrawal and then gets its bytes. (On
+/// the thread pool two threads take queued operations in order but may
+/// start them in either, so there the proof is the io_uring run's; this
+/// test runs on io_uring even in the pool pass.)
+#[test]
+fn an_operation_in_the_kernel_is_not_withdrawn() {
+    let Ok(engine) = AsyncEngine::builder()
+        .backend(blockio::BackendChoice::IoUring)
+        .queue_depth(2)
+        .build()
+    else {
+        panic!("this test needs io_uring");
+    };
+    if engine.backend() != blockio::Backend::IoUring {
+        // BLOCKIO_BACKEND=threads overrides the builder: the pool pass
+        // of `.ci/run`, whose io_uring pass ran this.
+        return;
+    }
+    let (pipe, w) = async_pipe(&engine);
+    let file = AsyncFile::from_file(&engine, tempfile::tempfile().unwrap());
+    let mut read = pipe.read_at(vec![0u8; 5], 0);
+    let withdrawal = read.withdrawal();
+    read.start();
+    assert_eq!(
+        futures::executor::block_on(file.write_at(b"x".to_vec(), 0))
+            .0
+            .unwrap(),
+        1
+    );
+    assert!(!withdrawal.withdraw(), "the pipe read is in the kernel");
+    std::io::Write::write_all(&mut &w, b"hello").unwrap();
+    let (n, buf) = futures::executor::block_on(read);
+    assert_eq!((n.unwrap(), &buf[..]), (5, &b"hello"[..]));
+    assert!(!withdrawal.withdraw(), "completed: it was performed");
+}
+
+/// A pipe: its read end as an `AsyncFile` on `engine`, and its write end.
+fn async_pipe(engine: &AsyncEngine) -> (AsyncFile, std::fs::File) {
+    let (r, w) = common::pipe();
+    (AsyncFile::from_file(engine, r), w)
+}

@@ -5,9 +5,10 @@
 //! (`SERIAL`).
 
 mod common;
+use common::pipe;
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
@@ -29,21 +30,6 @@ fn engine(slots: u32) -> Engine {
         .read_path(ReadPath::AlwaysSubmit)
         .build()
         .unwrap()
-}
-
-/// A pipe: the read end and the write end.
-fn pipe() -> (File, File) {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two descriptors into a live array.
-    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
-    assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
-    // SAFETY: both descriptors are new and owned by nobody else.
-    unsafe {
-        (
-            File::from(OwnedFd::from_raw_fd(fds[0])),
-            File::from(OwnedFd::from_raw_fd(fds[1])),
-        )
-    }
 }
 
 /// Opens files in `dir` until one gets descriptor number `fd` (the

@@ -95,7 +95,7 @@ pub use file::{
     AsyncFile, AsyncOpenOptions, BatchFuture, BatchOp, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES,
     MAX_STREAM_DEPTH,
 };
-pub use op::{BufResult, OpFuture};
+pub use op::{BufResult, OpFuture, Withdrawal};
 
 /// The future of an async batch, by its earlier name.
 #[deprecated(

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -27,7 +27,18 @@ pub(crate) struct OpTarget<B> {
     inner: Mutex<OpState<B>>,
     /// Set by [`OpFuture::detach`]: performed even with the future gone.
     detached: AtomicBool,
+    /// [`WAITING`], [`CLAIMED`] or [`WITHDRAWN`]: whether the driver has
+    /// handed the operation to the kernel, or a [`Withdrawal`] has kept it
+    /// from ever getting there. Whichever comes first wins.
+    claim: AtomicU8,
 }
+
+/// Not yet handed to the kernel (nor to a pool thread).
+const WAITING: u8 = 0;
+/// Handed to the kernel, or running on a pool thread.
+const CLAIMED: u8 = 1;
+/// Withdrawn before that: never performed.
+const WITHDRAWN: u8 = 2;
 
 /// The result, the waker and the memory of one operation.
 struct OpState<B> {
@@ -78,6 +89,16 @@ impl<B: Send> Complete for OpTarget<B> {
         self.detached.load(Ordering::Acquire)
     }
 
+    fn claim(&self) -> bool {
+        match self
+            .claim
+            .compare_exchange(WAITING, CLAIMED, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(state) => state == CLAIMED,
+        }
+    }
+
     fn complete(&self, res: i32) {
         let waker = {
             let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -99,6 +120,64 @@ impl<B: Send> Complete for OpTarget<B> {
         if let Some(w) = waker {
             w.wake();
         }
+    }
+}
+
+/// Withdraws an operation that the kernel has not taken yet; see
+/// [`OpFuture::withdrawal`].
+pub(crate) trait Withdraw: Send + Sync {
+    /// Withdraws the operation unless the kernel has taken it; whether it
+    /// is never performed.
+    fn withdraw(&self) -> bool;
+}
+
+impl<B: Send> Withdraw for OpTarget<B> {
+    fn withdraw(&self) -> bool {
+        let waker = {
+            let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            match self.claim.compare_exchange(
+                WAITING,
+                WITHDRAWN,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Err(state) => return state == WITHDRAWN,
+                // Completed unclaimed: refused by the driver (an engine
+                // shutting down), never performed; its error stands.
+                Ok(_) if g.result.is_some() => return true,
+                Ok(_) => {}
+            }
+            g.result = Some(-libc::ECANCELED);
+            g.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+        true
+    }
+}
+
+/// A handle that withdraws an operation before the kernel takes it, kept
+/// apart from the operation's future (see [`OpFuture::withdrawal`]).
+#[derive(Clone)]
+pub struct Withdrawal(Arc<dyn Withdraw>);
+
+impl Withdrawal {
+    /// Withdraws the operation if it is still waiting to be handed to the
+    /// kernel (for room in the ring, or for a pool thread): it is then
+    /// never performed, and its future resolves with `ECANCELED`
+    /// ("Operation canceled"). Returns whether the operation is never
+    /// performed: true once withdrawn (every later call too); false if the
+    /// kernel (or a pool thread) took it first, and it completes (or has
+    /// completed) as usual.
+    pub fn withdraw(&self) -> bool {
+        self.0.withdraw()
+    }
+}
+
+impl std::fmt::Debug for Withdrawal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Withdrawal").finish_non_exhaustive()
     }
 }
 
@@ -245,6 +324,7 @@ impl<B: Send + 'static> OpFuture<B> {
                     new_fd: site.kind == crate::kind::OpKind::Accept,
                 }),
                 detached: AtomicBool::new(false),
+                claim: AtomicU8::new(WAITING),
             }),
             site,
             op: Some(op),
@@ -297,6 +377,40 @@ impl<B: Send + 'static> OpFuture<B> {
             return None;
         }
         Some(self.shared.clone())
+    }
+
+    /// A handle that can withdraw this operation for as long as it waits
+    /// to be handed to the kernel, from wherever the future itself cannot
+    /// be reached (it is inside another future, or being awaited). A
+    /// caller that has given up on the operation but must know whether it
+    /// may still act (a write whose bytes the caller's position must
+    /// follow) withdraws it: if that fails, the kernel has it, and the
+    /// caller waits for its result. Dropping the future instead would
+    /// leave that unknown.
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::{AsyncEngine, AsyncFile};
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::from_file(&engine, tempfile::tempfile()?);
+    /// let mut write = file.write_at(vec![7u8; 4096], 0);
+    /// let withdrawal = write.withdrawal();
+    /// write.start();
+    /// let (result, _buf) = if withdrawal.withdraw() {
+    ///     // Never performed: the write resolves with ECANCELED.
+    ///     let (r, buf) = futures::executor::block_on(write);
+    ///     assert_eq!(blockio::errno(r.as_ref().unwrap_err()), Some(libc::ECANCELED));
+    ///     (r, buf)
+    /// } else {
+    ///     // The kernel has it: it completes as usual.
+    ///     futures::executor::block_on(write)
+    /// };
+    /// assert!(matches!(result, Ok(4096)) || file.file().metadata()?.len() == 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn withdrawal(&self) -> Withdrawal {
+        Withdrawal(self.shared.clone())
     }
 
     /// Drops the future but has the operation performed all the same,

@@ -28,6 +28,14 @@ pub(crate) trait Complete: Send + Sync {
         false
     }
 
+    /// Called by the driver as it hands the operation to the kernel (or as
+    /// a pool thread starts it): false if the operation was withdrawn
+    /// before that (see [`Withdrawal`](super::Withdrawal)), and must be
+    /// dropped unperformed. Once it has returned true, a withdrawal fails.
+    fn claim(&self) -> bool {
+        true
+    }
+
     /// Called for each completion of an io_uring operation, with the
     /// completion's flags: many times for a multishot operation (all but
     /// the last with `IORING_CQE_F_MORE`), once for the others. Unless
@@ -52,15 +60,18 @@ pub(crate) struct Request {
 
 impl Request {
     /// Whether the future that made this request is gone (dropped, or its
-    /// batch cancelled) before the request reached the kernel: nobody will
-    /// read its result, so it is never submitted. Dropping the request
-    /// frees its buffer and its hold on the file at once.
+    /// batch cancelled) before the request reached the kernel, or the
+    /// operation was withdrawn: nobody will read its result, so it is
+    /// never submitted. Dropping the request frees its buffer and its hold
+    /// on the file at once. Called by a driver just before it submits the
+    /// request: false claims the operation (see [`Complete::claim`]), so a
+    /// withdrawal from then on fails.
     ///
     /// The future and the request share `done`; a future dropped while
     /// this runs leaves two counted, and the request is submitted as
     /// usual (its memory stays owned by `done` until the completion).
     pub(crate) fn abandoned(&self) -> bool {
-        Arc::strong_count(&self.done) == 1 && !self.done.detached()
+        (Arc::strong_count(&self.done) == 1 && !self.done.detached()) || !self.done.claim()
     }
 
     /// Performs the request with blocking system calls (a pool worker's

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
 
 /// A small fast generator (xorshift64).
 pub struct Rng(pub u64);
@@ -64,4 +65,19 @@ pub fn full_listener() -> (socket2::Socket, std::net::TcpStream) {
     let addr = l.local_addr().unwrap().as_socket().unwrap();
     let queued = std::net::TcpStream::connect(addr).unwrap();
     (l, queued)
+}
+
+/// A pipe: the read end and the write end.
+pub fn pipe() -> (std::fs::File, std::fs::File) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into a live array.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors are new and owned by nobody else.
+    unsafe {
+        (
+            std::fs::File::from(OwnedFd::from_raw_fd(fds[0])),
+            std::fs::File::from(OwnedFd::from_raw_fd(fds[1])),
+        )
+    }
 }
