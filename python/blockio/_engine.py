@@ -716,7 +716,8 @@ class Engine:
         n: int = (await self.awrite_batch([(file, data, offset)]))[0]
         return n
 
-    async def _awrite_kept(self, file: FileLike, data: "Buffer", offset: int) -> int:
+    async def _awrite_kept(self, file: FileLike, data: "Buffer", offset: int,
+                           cancelled: Optional[BaseException] = None) -> int:
         """:meth:`awrite` for a file object's write, which its position
         must follow: once submitted, the write is awaited to its completion
         even if the awaiting task is cancelled, however often, and the
@@ -733,8 +734,10 @@ class Engine:
         it is then never performed. One the kernel has is waited for to
         its end, however long it takes, as the built-in file's write is:
         giving it up would let the file's next call run while its bytes
-        still land. Under trio, :meth:`awrite` (the file's write runs in a
-        shielded cancel scope there)."""
+        still land. ``cancelled``, if given, is a cancellation that came
+        before this write began (the rest of a write the kernel cut
+        short): its grace period starts now. Under trio, :meth:`awrite`
+        (the file's write runs in a shielded cancel scope there)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -747,8 +750,7 @@ class Engine:
             token: int = self._core.submit_write((fut, ops), [(_fd(file), _flat(data), offset)])
         except OverflowError:
             raise _out_of_range(None, [offset], "ops") from None
-        cancelled: Optional[BaseException] = None
-        deadline = 0.0
+        deadline = 0.0 if cancelled is None else loop.time() + CANCEL_GRACE
         while not fut.done():
             if cancelled is not None and loop.time() >= deadline:
                 if self._core.withdraw(token):

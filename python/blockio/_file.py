@@ -842,13 +842,15 @@ class AsyncFile(LineReader[bytes]):
         try:
             while done < len(view):
                 try:
-                    n = await self._engine._awrite_kept(self._file, view[done:], pos + done)
+                    n = await self._engine._awrite_kept(self._file, view[done:], pos + done, cancelled)
                 except _KeptCancel as kept:
                     # Completed after the task was cancelled (by the end
                     # of asyncio.run, which cancels even the task
                     # `despite_cancel` shields): the rest is written too,
                     # the position moved past it, then the cancellation
-                    # raised.
+                    # raised. A rest still queued in the engine a second
+                    # later is withdrawn, and the cancellation raised at
+                    # once, the position past what landed.
                     n, cancelled = kept.count, kept.cancelled
                 if n == 0:
                     raise OSError(28, "No space left on device", self.name)

@@ -786,11 +786,13 @@ impl Core {
     /// not taken yet (they are never performed) and, if that is all of
     /// them, gives the batch up as [`cancel`](Self::cancel) does: true.
     /// False if an operation of it was performed or is in the kernel (or
-    /// on a pool thread): the batch stays, and its results come as usual,
-    /// so that the caller learns what was done. Batches of reads into
-    /// Python buffers and of writes can be withdrawn (others have nothing
-    /// to withdraw, and are given up at once); an unknown token gives
-    /// true, a finished one not yet drained false.
+    /// on a pool thread), and false for a batch no longer pending (it
+    /// finished, and its results may be on their way to the caller's
+    /// loop through another loop's drain; or the engine closed, which
+    /// resolves it): the batch stays, and its results come as usual, so
+    /// that the caller learns what was done. Batches of reads into Python
+    /// buffers and of writes can be withdrawn (others have nothing to
+    /// withdraw, and are given up at once).
     pub(crate) fn withdraw(&self, token: u64) -> bool {
         let out = self
             .pending
@@ -799,13 +801,7 @@ impl Core {
             .get(&token)
             .map(|batch| batch.withdrawals.clone());
         let Some(withdrawals) = out else {
-            let finished = self
-                .ready
-                .lock()
-                .expect("ready lock")
-                .iter()
-                .any(|(t, _, _)| *t == token);
-            return !finished;
+            return false;
         };
         // Every one is asked (not stopping at the first in the kernel), so
         // that none of the batch starts later.

@@ -161,3 +161,66 @@ def test_a_cancelled_write_the_kernel_has_is_waited_for_however_long_it_takes(tm
         pos = run(main())
     assert pos in (0, len(data))
     assert p.read_bytes() == data[:pos] + b"tail"
+
+
+@BACKENDS
+@RUNNERS
+def test_the_rest_of_a_cancelled_write_still_queued_a_second_later_is_withdrawn(monkeypatch, tmp_path, backend, run):
+    # The kernel writes a part of a write and the task was cancelled
+    # meanwhile (as with a write of more than 2 GiB, which the kernel
+    # takes in two calls): the rest goes in a second write, which here
+    # waits behind a read of an empty pipe holding the engine's one slot.
+    # It is withdrawn once the grace period (none here) is over, the
+    # cancellation is raised and the position is past the part that
+    # landed; nothing more lands once the pipe read completes.
+    monkeypatch.setattr("blockio._aio.CANCEL_GRACE", 0.0)
+    monkeypatch.setattr("blockio._engine.CANCEL_GRACE", 0.0)
+    from blockio._engine import _KeptCancel
+    p = tmp_path / "out"
+    data = os.urandom(1 << 20)
+    half = len(data) // 2
+    r, w = os.pipe()
+    original = blockio.Engine._awrite_kept
+    calls = []
+
+    async def first_part_then_a_cancel(self, file, view, offset, cancelled=None):
+        calls.append(cancelled)
+        if len(calls) > 1:
+            return await original(self, file, view, offset, cancelled)
+        n = await original(self, file, view[:half], offset)
+        box["read"] = asyncio.ensure_future(self.aread(r, offset=0, length=10))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        raise _KeptCancel(n, asyncio.CancelledError())
+
+    monkeypatch.setattr(blockio.Engine, "_awrite_kept", first_part_then_a_cancel)
+    box = {}
+
+    async def main():
+        async with blockio.open(p, "wb", buffering=0, engine=e) as f:
+            try:
+                with pytest.raises(asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(f.write(data)), 20)  # (TimeoutError if it hangs)
+                box["tell"] = await f.tell()
+            finally:
+                os.write(w, b"x")
+            assert await box["read"] == b"x"
+            await f.write(b"tail")
+
+    try:
+        with blockio.Engine(backend=backend, queue_depth=1) as e:
+            run(main())
+    finally:
+        os.close(r)
+        os.close(w)
+    assert isinstance(calls[1], asyncio.CancelledError)  # the rest knew of the cancellation
+    assert calls[2:] == [None]  # ("tail")
+    assert box["tell"] == half
+    assert p.read_bytes() == data[:half] + b"tail"
+
+
+def test_a_batch_no_longer_pending_is_never_called_withdrawn():
+    # (Finished and drained by another loop, its results on their way:
+    # the write's caller must wait for them, not take it as never done.)
+    with blockio.Engine() as e:
+        assert e._core.withdraw(123456789) is False

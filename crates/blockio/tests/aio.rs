@@ -772,6 +772,55 @@ fn a_withdrawn_operation_is_never_performed() {
     }
 }
 
+/// A withdrawal handle does not keep an operation alive: a queued write
+/// whose future is dropped while the handle lives is skipped, as any
+/// dropped future's queued operation is, on each backend.
+#[test]
+fn a_dropped_future_is_skipped_while_its_withdrawal_lives() {
+    for backend in [
+        blockio::BackendChoice::IoUring,
+        blockio::BackendChoice::ThreadPool,
+    ] {
+        let engine = AsyncEngine::builder()
+            .backend(backend)
+            .queue_depth(1)
+            .fallback_threads(1)
+            .build()
+            .unwrap();
+        let (pipe, w) = async_pipe(&engine);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = AsyncFile::create(&engine, &path).unwrap();
+        let mut read = pipe.read_at(vec![0u8; 5], 0);
+        read.start();
+        let mut queued = file.write_at(vec![7u8; 4096], 0);
+        let withdrawal = queued.withdrawal();
+        queued.start();
+        drop(queued);
+        let mut later = file.write_at(b"x".to_vec(), 4096);
+        later.start();
+        std::io::Write::write_all(&mut &w, b"hello").unwrap();
+        assert_eq!(
+            futures::executor::block_on(read).0.unwrap(),
+            5,
+            "{backend:?}"
+        );
+        assert_eq!(
+            futures::executor::block_on(later).0.unwrap(),
+            1,
+            "{backend:?}"
+        );
+        let mut want = vec![0u8; 4096];
+        want.push(b'x');
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            want,
+            "{backend:?}: the dropped write was skipped"
+        );
+        assert!(!withdrawal.withdraw(), "{backend:?}: gone, so not known");
+    }
+}
+
 /// An operation the kernel has taken cannot be withdrawn, and completes:
 /// a read of an empty pipe, known to be in the ring once a write
 /// submitted after it has completed (the ring's driver hands operations

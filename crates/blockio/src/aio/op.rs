@@ -158,9 +158,12 @@ impl<B: Send> Withdraw for OpTarget<B> {
 }
 
 /// A handle that withdraws an operation before the kernel takes it, kept
-/// apart from the operation's future (see [`OpFuture::withdrawal`]).
+/// apart from the operation's future (see [`OpFuture::withdrawal`]). It
+/// does not keep the operation alive: a future dropped while this handle
+/// lives is treated as any dropped future (an operation still queued is
+/// skipped).
 #[derive(Clone)]
-pub struct Withdrawal(Arc<dyn Withdraw>);
+pub struct Withdrawal(std::sync::Weak<dyn Withdraw>);
 
 impl Withdrawal {
     /// Withdraws the operation if it is still waiting to be handed to the
@@ -169,9 +172,11 @@ impl Withdrawal {
     /// ("Operation canceled"). Returns whether the operation is never
     /// performed: true once withdrawn (every later call too); false if the
     /// kernel (or a pool thread) took it first, and it completes (or has
-    /// completed) as usual.
+    /// completed) as usual, and false once its future and the engine have
+    /// both let go of it (dropped, it was skipped or performed, and which
+    /// is no longer known).
     pub fn withdraw(&self) -> bool {
-        self.0.withdraw()
+        self.0.upgrade().is_some_and(|op| op.withdraw())
     }
 }
 
@@ -410,7 +415,8 @@ impl<B: Send + 'static> OpFuture<B> {
     /// # }
     /// ```
     pub fn withdrawal(&self) -> Withdrawal {
-        Withdrawal(self.shared.clone())
+        let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(&self.shared);
+        Withdrawal(weak)
     }
 
     /// Drops the future but has the operation performed all the same,
