@@ -9,6 +9,7 @@ on the loop's thread; an ``int`` is used as the descriptor, as the built-in
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import warnings
@@ -109,6 +110,12 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
         shared = isinstance(file, int) or opener is not None
         raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd, shared), binary_mode, eng, size)
         if "a" in mode:
+            if not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
+                # A descriptor without O_APPEND (handed in, or made by an
+                # opener): as the built-in's FileIO, which seeks to the end
+                # once and writes on from there, writes go at the position,
+                # which starts at the end.
+                raw._append = False
             await raw._position()  # at the end, as the built-in open leaves it
         if "b" in mode:
             raw.mode = mode

@@ -495,3 +495,44 @@ def test_readlines_hint_is_taken_or_refused_as_the_builtin_file(tmp_path, mode, 
                 return ("TypeError", str(e))
 
     assert run(main()) == want
+
+
+@pytest.mark.parametrize("mode,buffering", [("ab", 0), ("ab", -1), ("a+b", 0), ("a+b", -1), ("a", -1), ("a+", -1)])
+@pytest.mark.parametrize("how", ["fd", "opener"])
+def test_append_mode_over_a_descriptor_without_o_append_writes_at_the_end_as_the_builtin(tmp_path, mode, buffering,
+                                                                                      how):
+    # The built-in's FileIO seeks to the end once and writes on from there;
+    # positional writes at 0 (which O_APPEND would have sent to the end)
+    # overwrote the file's start.
+    data = [b"x1\n", b"x2\n"] if "b" in mode else ["x1\n", "x2\n"]
+
+    def opener(path, flags):
+        return os.open(path, os.O_RDWR if "+" in mode else os.O_WRONLY)
+
+    def builtin(p):
+        if how == "fd":
+            f = open(opener(p, 0), mode, buffering=buffering)
+        else:
+            f = open(p, mode, buffering=buffering, opener=opener)
+        with f:
+            for d in data:
+                f.write(d)
+            f.flush()
+            return f.tell()
+
+    async def ours(p):
+        if how == "fd":
+            f = await blockio.open(opener(p, 0), mode, buffering=buffering)
+        else:
+            f = await blockio.open(p, mode, buffering=buffering, opener=opener)
+        async with f:
+            for d in data:
+                await f.write(d)
+            await f.flush()
+            return await f.tell()
+
+    want, got = tmp_path / "want", tmp_path / "got"
+    for p in (want, got):
+        p.write_bytes(b"HEADER\nb1\n")
+    assert run(ours(got)) == builtin(want)
+    assert got.read_bytes() == want.read_bytes() == b"HEADER\nb1\nx1\nx2\n"
