@@ -584,6 +584,12 @@ class AsyncFile(LineReader[bytes]):
             return await self._read_rest()
         head = self._take(min(size, len(self._rbuf)))
         size -= len(head)
+        # An unbuffered stream returns what one read gives, as FileIO's
+        # read does (bytes read ahead by `readline` count as that read):
+        # what a peer sent so far, never waiting for more.
+        once = self._bufsize == 0 and self._stream
+        if once and head:
+            return head
         parts = [head]
         seeked, self._seeked = self._seeked, False
         try:
@@ -600,6 +606,8 @@ class AsyncFile(LineReader[bytes]):
                         break
                 parts.append(part)
                 size -= len(part)
+                if once:
+                    break
         except BaseException:
             self._unread(b"".join(parts))
             raise
@@ -693,11 +701,20 @@ class AsyncFile(LineReader[bytes]):
         self._check_readable()
         with memoryview(buf) as view:
             size = view.nbytes
+        if self._stream:
+            # As `read`: buffered, until `buf` is full or the stream ends,
+            # as the built-in buffered file's readinto; unbuffered, one
+            # read. Into bytes of its own, copied at the end, and no view
+            # of `buf` held across an await: a cancelled read never leaves
+            # the caller's buffer exported (and `read` keeps its bytes).
+            data = await self._read(size)
+            _copy_into(buf, data)
+            return len(data)
         if self._rbuf:
             n = min(size, len(self._rbuf))
             head = self._take(n)
             _copy_into(buf, head)
-            if n == size or self._stream:
+            if n == size:
                 return n
             # As the built-in buffered file: short only at end of file. The
             # rest goes straight into the caller's buffer.
@@ -709,16 +726,8 @@ class AsyncFile(LineReader[bytes]):
             self._pos += more
             return n + more
         await self._flush_writes()
-        if self._stream:
-            # Into a buffer of its own, copied on completion, and no view of
-            # `buf` held across the await: a cancelled read never leaves
-            # the caller's buffer exported.
-            data = await self._pread(size, 0)
-            n = len(data)
-            _copy_into(buf, data)
-        else:
-            m = memoryview(_flat(buf))
-            n = await self._engine.areadinto(self._file, m, await self._position())
+        m = memoryview(_flat(buf))
+        n = await self._engine.areadinto(self._file, m, await self._position())
         self._pos += n
         return n
 

@@ -536,3 +536,66 @@ def test_append_mode_over_a_descriptor_without_o_append_writes_at_the_end_as_the
         p.write_bytes(b"HEADER\nb1\n")
     assert run(ours(got)) == builtin(want)
     assert got.read_bytes() == want.read_bytes() == b"HEADER\nb1\nx1\nx2\n"
+
+
+def _pipe_fed_in_two_parts(first, second, reader_took_first):
+    """A pipe whose writer thread sends ``first``, waits (at most 20 s,
+    the way out of a test that would hang) until ``reader_took_first()``
+    says so, then sends ``second`` and closes; the read end."""
+    r, w = os.pipe()
+
+    def feed():
+        os.write(w, first)
+        for _ in range(2000):
+            if reader_took_first(r):
+                break
+            time.sleep(0.01)
+        os.write(w, second)
+        os.close(w)
+
+    threading.Thread(target=feed, daemon=True).start()
+    return r
+
+
+def _pipe_empty(r):
+    import fcntl
+    import termios
+    return int.from_bytes(fcntl.ioctl(r, termios.FIONREAD, b"\0\0\0\0"), "little") == 0
+
+
+@pytest.mark.parametrize("call", ["read", "read1", "readinto"])
+def test_an_unbuffered_pipe_returns_what_one_read_gives_as_fileio(call):
+    # FileIO makes one read(2): what the peer sent so far, never waiting for
+    # more (a reply to a prompt). The writer sends the rest only once the
+    # first part has been returned.
+    returned = threading.Event()
+
+    async def main():
+        r = _pipe_fed_in_two_parts(b"a" * 10, b"b" * 10, lambda _r: returned.is_set())
+        async with blockio.open(r, "rb", buffering=0) as f:
+            if call == "readinto":
+                b = bytearray(20)
+                got = bytes(b[:await f.readinto(b)])
+            else:
+                got = await getattr(f, call)(20)
+            returned.set()
+            return got, await f.read()
+
+    assert run(main()) == (b"a" * 10, b"b" * 10)
+
+
+def test_a_buffered_pipe_fills_readinto_as_the_builtin():
+    # The built-in buffered file's readinto reads on until the buffer is
+    # full or the stream ends. The writer sends the second part only once
+    # the first has left the pipe.
+    def builtin():
+        with open(_pipe_fed_in_two_parts(b"a" * 10, b"b" * 10, _pipe_empty), "rb") as f:
+            b = bytearray(20)
+            return bytes(b[:f.readinto(b)])
+
+    async def ours():
+        async with blockio.open(_pipe_fed_in_two_parts(b"a" * 10, b"b" * 10, _pipe_empty), "rb") as f:
+            b = bytearray(20)
+            return bytes(b[:await f.readinto(b)])
+
+    assert run(ours()) == builtin() == b"a" * 10 + b"b" * 10
