@@ -13,7 +13,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use blockio::aio::{
-    AsyncEngine, AsyncFile, AsyncOpenOptions, BatchOp, CallerDriving, Driving, Submit,
+    AsyncEngine, AsyncFile, AsyncOpenOptions, BatchOp, CallerDriving, Driving, OpFuture, Submit,
+    Withdrawal,
 };
 use blockio::{AlignedBuf, BufferPool, PooledBuf};
 use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
@@ -715,60 +716,62 @@ fn the_earlier_name_of_the_batch_future_still_names_it() {
     let _ = same::<Vec<u8>>;
 }
 
-/// A withdrawn operation is never performed: on each backend, with room
-/// for one file operation in flight (a ring of depth 1, or one pool
-/// thread) held by a read of an empty pipe, a write queued behind it is
-/// withdrawn, resolves with ECANCELED and never lands, while a write
-/// queued after it does.
+/// With room for one file operation in flight on `backend` (a ring of
+/// depth 1, or one pool thread) held by a read of an empty pipe: queues a
+/// 4 KiB write of sevens at 0 behind it and hands that write and its
+/// withdrawal to `act`; then queues a write of `x` at 4096, lets the pipe
+/// read complete, and checks that the later write landed and the queued
+/// one never did. Returns the queued write's withdrawal.
+fn queued_behind_a_pipe_read(
+    backend: blockio::BackendChoice,
+    act: impl FnOnce(OpFuture<Vec<u8>>, &Withdrawal),
+) -> Withdrawal {
+    let engine = AsyncEngine::builder()
+        .backend(backend)
+        .queue_depth(1)
+        .fallback_threads(1)
+        .build()
+        .unwrap();
+    let (pipe, w) = async_pipe(&engine);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let file = AsyncFile::create(&engine, &path).unwrap();
+    let mut read = pipe.read_at(vec![0u8; 5], 0);
+    read.start();
+    let mut queued = file.write_at(vec![7u8; 4096], 0);
+    let withdrawal = queued.withdrawal();
+    queued.start();
+    act(queued, &withdrawal);
+    let mut later = file.write_at(b"x".to_vec(), 4096);
+    later.start();
+    std::io::Write::write_all(&mut &w, b"hello").unwrap();
+    let (n, buf) = futures::executor::block_on(read);
+    assert_eq!((n.unwrap(), &buf[..]), (5, &b"hello"[..]), "{backend:?}");
+    let written = futures::executor::block_on(later).0.unwrap();
+    assert_eq!(written, 1, "{backend:?}");
+    let mut want = vec![0u8; 4096];
+    want.push(b'x');
+    let got = std::fs::read(&path).unwrap();
+    assert_eq!(got, want, "{backend:?}: the queued write never landed");
+    withdrawal
+}
+
+/// A withdrawn operation is never performed: on each backend, a write
+/// queued behind a read of an empty pipe is withdrawn, resolves with
+/// ECANCELED and never lands, while a write queued after it does.
 #[test]
 fn a_withdrawn_operation_is_never_performed() {
     for backend in [
         blockio::BackendChoice::IoUring,
         blockio::BackendChoice::ThreadPool,
     ] {
-        let engine = AsyncEngine::builder()
-            .backend(backend)
-            .queue_depth(1)
-            .fallback_threads(1)
-            .build()
-            .unwrap();
-        let (pipe, w) = async_pipe(&engine);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let file = AsyncFile::create(&engine, &path).unwrap();
-        let mut read = pipe.read_at(vec![0u8; 5], 0);
-        read.start();
-        let mut queued = file.write_at(vec![7u8; 4096], 0);
-        let withdrawal = queued.withdrawal();
-        queued.start();
-        assert!(
-            withdrawal.withdraw(),
-            "{backend:?}: a write behind the pipe read"
-        );
-        let (res, _) = futures::executor::block_on(queued);
-        assert_eq!(
-            blockio::errno(&res.unwrap_err()),
-            Some(libc::ECANCELED),
-            "{backend:?}"
-        );
-        assert!(withdrawal.withdraw(), "{backend:?}: withdrawn stays out");
-        let mut later = file.write_at(b"x".to_vec(), 4096);
-        later.start();
-        std::io::Write::write_all(&mut &w, b"hello").unwrap();
-        let (n, buf) = futures::executor::block_on(read);
-        assert_eq!((n.unwrap(), &buf[..]), (5, &b"hello"[..]), "{backend:?}");
-        assert_eq!(
-            futures::executor::block_on(later).0.unwrap(),
-            1,
-            "{backend:?}"
-        );
-        let mut want = vec![0u8; 4096];
-        want.push(b'x');
-        assert_eq!(
-            std::fs::read(&path).unwrap(),
-            want,
-            "{backend:?}: the withdrawn write never landed"
-        );
+        queued_behind_a_pipe_read(backend, |queued, withdrawal| {
+            assert!(withdrawal.withdraw(), "{backend:?}: queued, so withdrawn");
+            let (res, _) = futures::executor::block_on(queued);
+            let errno = blockio::errno(&res.unwrap_err());
+            assert_eq!(errno, Some(libc::ECANCELED), "{backend:?}");
+            assert!(withdrawal.withdraw(), "{backend:?}: withdrawn stays out");
+        });
     }
 }
 
@@ -781,42 +784,7 @@ fn a_dropped_future_is_skipped_while_its_withdrawal_lives() {
         blockio::BackendChoice::IoUring,
         blockio::BackendChoice::ThreadPool,
     ] {
-        let engine = AsyncEngine::builder()
-            .backend(backend)
-            .queue_depth(1)
-            .fallback_threads(1)
-            .build()
-            .unwrap();
-        let (pipe, w) = async_pipe(&engine);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let file = AsyncFile::create(&engine, &path).unwrap();
-        let mut read = pipe.read_at(vec![0u8; 5], 0);
-        read.start();
-        let mut queued = file.write_at(vec![7u8; 4096], 0);
-        let withdrawal = queued.withdrawal();
-        queued.start();
-        drop(queued);
-        let mut later = file.write_at(b"x".to_vec(), 4096);
-        later.start();
-        std::io::Write::write_all(&mut &w, b"hello").unwrap();
-        assert_eq!(
-            futures::executor::block_on(read).0.unwrap(),
-            5,
-            "{backend:?}"
-        );
-        assert_eq!(
-            futures::executor::block_on(later).0.unwrap(),
-            1,
-            "{backend:?}"
-        );
-        let mut want = vec![0u8; 4096];
-        want.push(b'x');
-        assert_eq!(
-            std::fs::read(&path).unwrap(),
-            want,
-            "{backend:?}: the dropped write was skipped"
-        );
+        let withdrawal = queued_behind_a_pipe_read(backend, |queued, _| drop(queued));
         assert!(!withdrawal.withdraw(), "{backend:?}: gone, so not known");
     }
 }
