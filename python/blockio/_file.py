@@ -102,6 +102,29 @@ def _read_and_close(fd: int, size: int) -> bytes:
         os.close(fd)
 
 
+def _readline_and_close(fd: int, limit: int) -> bytes:
+    """Bytes up to and with the next ``\n`` (at most ``limit``), one per
+    read, as FileIO's readline: nothing past the line leaves the stream.
+    An error after some bytes returns them (the next read meets it)."""
+    line = bytearray()
+    try:
+        while len(line) < limit:
+            try:
+                b = os.read(fd, 1)
+            except OSError:
+                if line:
+                    break
+                raise
+            if not b:
+                break
+            line += b
+            if b == b"\n":
+                break
+        return bytes(line)
+    finally:
+        os.close(fd)
+
+
 def _write_and_close(fd: int, data: bytes) -> int:
     try:
         done = 0
@@ -440,16 +463,21 @@ class AsyncFile(LineReader[bytes]):
             return await self._read_stream(size)
         return await self._engine.aread(self._file, offset=at, length=size)
 
-    async def _read_stream(self, size: int) -> bytes:
-        """Up to ``size`` bytes of a stream, in order. The bytes of a read
-        whose call was cancelled come first (see :class:`_StreamCall`):
-        no byte the kernel handed over is lost; what exceeds ``size`` of
-        them is kept for the next read."""
+    async def _read_stream(self, size: int, line: bool = False) -> bytes:
+        """Up to ``size`` bytes of a stream (any number if negative: a
+        ``line``), in order; with ``line``, up to the end of a line, one
+        byte per read. The bytes of a read whose call was cancelled come
+        first (see :class:`_StreamCall`): no byte the kernel handed over
+        is lost; what exceeds ``size`` of them is kept for the next
+        read."""
+        if size < 0:
+            size = sys.maxsize
         if self._carry:
             out, self._carry = self._carry[:size], self._carry[size:]
             return out
         if self._stream_read is None:
-            self._stream_read = _StreamCall(_read_and_close, self._live_fd(), size)
+            call = _readline_and_close if line else _read_and_close
+            self._stream_read = _StreamCall(call, self._live_fd(), size)
         pending = self._stream_read
         try:
             data: bytes = await pending.result()
@@ -701,6 +729,10 @@ class AsyncFile(LineReader[bytes]):
         self._check_readable()
         with memoryview(buf) as view:
             size = view.nbytes
+            if view.readonly:
+                # Before anything is read, as the built-in's: no byte is
+                # taken for a buffer that cannot hold it.
+                raise TypeError(f"readinto() argument must be read-write bytes-like object, not {type(buf).__name__}")
         if self._stream:
             # As `read`: buffered, until `buf` is full or the stream ends,
             # as the built-in buffered file's readinto; unbuffered, one
@@ -749,7 +781,7 @@ class AsyncFile(LineReader[bytes]):
         line = bytearray()
         try:
             while limit < 0 or len(line) < limit:
-                chunk = await self._fill_for_line()
+                chunk = await self._fill_for_line(-1 if limit < 0 else limit - len(line))
                 if not chunk:
                     break
                 want = len(chunk) if limit < 0 else min(len(chunk), limit - len(line))
@@ -767,13 +799,21 @@ class AsyncFile(LineReader[bytes]):
             self._rbuf = b""
         return bytes(line)
 
-    async def _fill_for_line(self) -> bytes:
-        # Unbuffered files read lines ahead too, in small steps: a line
-        # read never leaves the position past the line.
+    async def _fill_for_line(self, limit: int) -> bytes:
+        """The read buffer, filled if empty, for a line of at most
+        ``limit`` more bytes (-1: any). Unbuffered files read lines ahead
+        too, in small steps: a line read never leaves the position past
+        the line. An unbuffered stream, whose bytes cannot be read again,
+        reads one byte per read (on its thread) up to the line's end, as
+        FileIO's readline: what follows the line stays in the stream, for
+        whoever reads the descriptor next (a child given it)."""
         if not self._rbuf:
             await self._flush_writes()
-            pos = await self._position()
-            self._rbuf = await self._pread(max(self._bufsize, 8192), pos)
+            if self._bufsize == 0 and self._stream:
+                self._rbuf = await self._read_stream(limit, line=True)
+            else:
+                pos = await self._position()
+                self._rbuf = await self._pread(max(self._bufsize, 8192), pos)
         return self._rbuf
 
     # -- writing ----------------------------------------------------------------
@@ -1056,8 +1096,8 @@ class AsyncFile(LineReader[bytes]):
                              "running: await flush(), which waits for it, first")
         held = len(self._rbuf) + len(self._carry)
         if held:
-            raise ValueError(f"detach() would lose {held} bytes already read from this stream and held by "
-                             "the file: read them first (read1() returns them)")
+            raise ValueError(f"detach() would lose {held} byte{'' if held == 1 else 's'} already read from this "
+                             "stream and held by the file: read them first (read1() returns them)")
 
     async def __aenter__(self) -> "AsyncFile":
         return self

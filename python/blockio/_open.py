@@ -116,7 +116,10 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
                 # once and writes on from there, writes go at the position,
                 # which starts at the end.
                 raw._append = False
-            await raw._position()  # at the end, as the built-in open leaves it
+            # At the end, as the built-in open leaves it, the descriptor's
+            # own offset too (for a child given the number at once).
+            await raw._position()
+            raw._sync_offset()
         if "b" in mode:
             raw.mode = mode
             return raw

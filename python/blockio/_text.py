@@ -376,7 +376,8 @@ class AsyncTextFile(LineReader[str]):
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         """Moves to ``offset`` (a value from :meth:`tell`, or 0), or to the
         end with ``seek(0, os.SEEK_END)``; ``seek(0, os.SEEK_CUR)`` is
-        :meth:`tell`."""
+        ``seek(tell())``, as on the built-in text file: it moves the file
+        to where the reader is, so that a write lands there."""
         offset, whence = _int_arg(offset, "offset"), _int_arg(whence, "whence")
         self.buffer._check_open()
         if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
@@ -384,7 +385,7 @@ class AsyncTextFile(LineReader[str]):
         if whence == os.SEEK_CUR:
             if offset != 0:
                 raise io.UnsupportedOperation("can't do nonzero cur-relative seeks")
-            return await self.tell()
+            offset, whence = await self.tell(), os.SEEK_SET
         if whence == os.SEEK_END and offset != 0:
             raise io.UnsupportedOperation("can't do nonzero end-relative seeks")
         if whence == os.SEEK_SET and offset < 0:

@@ -599,3 +599,118 @@ def test_a_buffered_pipe_fills_readinto_as_the_builtin():
             return bytes(b[:await f.readinto(b)])
 
     assert run(ours()) == builtin() == b"a" * 10 + b"b" * 10
+
+
+@pytest.mark.parametrize("buffering", [0, -1])
+@pytest.mark.parametrize("source", ["pipe", "file"])
+def test_readinto_a_read_only_buffer_raises_before_taking_a_byte(tmp_path, buffering, source):
+    # The built-in raises TypeError before it reads; reading first lost the
+    # bytes read for the buffer that could not hold them.
+    def fd():
+        if source == "file":
+            p = tmp_path / "f"
+            p.write_bytes(b"hello world")
+            return os.open(p, os.O_RDONLY)
+        r, w = os.pipe()
+        os.write(w, b"hello world")
+        os.close(w)
+        return r
+
+    def builtin():
+        with open(fd(), "rb", buffering=buffering) as f:
+            first = f.read(1) if source == "file" else b""
+            with pytest.raises(TypeError) as e:
+                f.readinto(b"xxxxx")
+            return first + f.read(), str(e.value)
+
+    async def ours():
+        async with blockio.open(fd(), "rb", buffering=buffering) as f:
+            first = await f.read(1) if source == "file" else b""
+            with pytest.raises(TypeError) as e:
+                await f.readinto(b"xxxxx")
+            return first + await f.read(), str(e.value)
+
+    assert run(ours()) == builtin()
+    assert builtin()[0] == b"hello world"
+
+
+@pytest.mark.parametrize("mode", ["ab", "a+b", "a", "a+"])
+@pytest.mark.parametrize("flags", [os.O_WRONLY, os.O_WRONLY | os.O_APPEND])
+def test_append_mode_moves_the_descriptor_to_the_end_at_open_as_the_builtin(tmp_path, mode, flags):
+    # A child given the number right after the open (`>> out`) writes at
+    # the end, not over the file's start.
+    if "+" in mode:
+        flags = flags & ~os.O_WRONLY | os.O_RDWR
+
+    def child_writes(fd):
+        os.write(fd, b"child\n")
+
+    def builtin(p):
+        fd = os.open(p, flags)
+        with open(fd, mode):
+            child_writes(fd)
+        return os.path.getsize(p)
+
+    async def ours(p):
+        fd = os.open(p, flags)
+        async with await blockio.open(fd, mode):
+            child_writes(fd)
+        return os.path.getsize(p)
+
+    want, got = tmp_path / "want", tmp_path / "got"
+    for p in (want, got):
+        p.write_bytes(b"0123456789\n")
+    assert run(ours(got)) == builtin(want)
+    assert got.read_bytes() == want.read_bytes() == b"0123456789\nchild\n"
+
+
+@pytest.mark.parametrize("mode", ["r+", "a+"])
+def test_a_text_seek_to_the_current_position_moves_the_file_where_the_reader_is(tmp_path, mode):
+    # seek(0, SEEK_CUR) is seek(tell()) on the built-in text file: a write
+    # after it lands where the reader is, not past the text decoded ahead.
+    def go_builtin(f):
+        if mode == "a+":
+            f.seek(0)
+        line = f.readline()
+        f.seek(0, os.SEEK_CUR)
+        f.write("Q")
+        return line, f.tell()
+
+    async def go_ours(f):
+        if mode == "a+":
+            await f.seek(0)
+        line = await f.readline()
+        await f.seek(0, os.SEEK_CUR)
+        await f.write("Q")
+        return line, await f.tell()
+
+    want, got = tmp_path / "want", tmp_path / "got"
+    for p in (want, got):
+        p.write_bytes(b"0123456789\nabcdef\n")
+    with open(want, mode) as f:
+        expected = go_builtin(f)
+
+    async def ours():
+        async with blockio.open(got, mode) as f:
+            return await go_ours(f)
+
+    assert run(ours()) == expected
+    assert got.read_bytes() == want.read_bytes()
+
+
+def test_an_unbuffered_pipe_readline_leaves_what_follows_the_line_in_the_pipe():
+    # FileIO's readline reads one byte at a time: a child given the
+    # descriptor afterwards reads on from the line's end.
+    r, w = os.pipe()
+    os.write(w, b"line one\nbody for the child\n")
+    os.close(w)
+
+    async def ours():
+        f = await blockio.open(r, "rb", buffering=0, closefd=False)
+        line = await f.readline(), await f.readline(4)
+        await f.close()
+        return line
+
+    assert run(ours()) == (b"line one\n", b"body")
+    assert os.read(r, 100) == b" for the child\n"
+    os.close(r)
