@@ -102,27 +102,13 @@ def _read_and_close(fd: int, size: int) -> bytes:
         os.close(fd)
 
 
-def _readline_and_close(fd: int, limit: int) -> bytes:
-    """Bytes up to and with the next ``\n`` (at most ``limit``), one per
-    read, as FileIO's readline: nothing past the line leaves the stream.
-    An error after some bytes returns them (the next read meets it)."""
-    line = bytearray()
-    try:
-        while len(line) < limit:
-            try:
-                b = os.read(fd, 1)
-            except OSError:
-                if line:
-                    break
-                raise
-            if not b:
-                break
-            line += b
-            if b == b"\n":
-                break
-        return bytes(line)
-    finally:
-        os.close(fd)
+def _type_name(obj: object) -> str:
+    """The name of ``obj``'s type as CPython's own errors give it: bare
+    for built-in types and classes, ``module.name`` for other types made
+    in C (``mmap.mmap``), which are the immutable ones."""
+    t = type(obj)
+    immutable = bool(t.__flags__ & (1 << 8))  # Py_TPFLAGS_IMMUTABLETYPE
+    return f"{t.__module__}.{t.__qualname__}" if immutable and t.__module__ != "builtins" else t.__name__
 
 
 def _write_and_close(fd: int, data: bytes) -> int:
@@ -463,21 +449,16 @@ class AsyncFile(LineReader[bytes]):
             return await self._read_stream(size)
         return await self._engine.aread(self._file, offset=at, length=size)
 
-    async def _read_stream(self, size: int, line: bool = False) -> bytes:
-        """Up to ``size`` bytes of a stream (any number if negative: a
-        ``line``), in order; with ``line``, up to the end of a line, one
-        byte per read. The bytes of a read whose call was cancelled come
-        first (see :class:`_StreamCall`): no byte the kernel handed over
-        is lost; what exceeds ``size`` of them is kept for the next
-        read."""
-        if size < 0:
-            size = sys.maxsize
+    async def _read_stream(self, size: int) -> bytes:
+        """Up to ``size`` bytes of a stream, in order. The bytes of a read
+        whose call was cancelled come first (see :class:`_StreamCall`):
+        no byte the kernel handed over is lost; what exceeds ``size`` of
+        them is kept for the next read."""
         if self._carry:
             out, self._carry = self._carry[:size], self._carry[size:]
             return out
         if self._stream_read is None:
-            call = _readline_and_close if line else _read_and_close
-            self._stream_read = _StreamCall(call, self._live_fd(), size)
+            self._stream_read = _StreamCall(_read_and_close, self._live_fd(), size)
         pending = self._stream_read
         try:
             data: bytes = await pending.result()
@@ -727,12 +708,16 @@ class AsyncFile(LineReader[bytes]):
         """Reads into ``buf`` (any writable buffer) without an extra copy
         when nothing is buffered; the byte count."""
         self._check_readable()
-        with memoryview(buf) as view:
-            size = view.nbytes
+        # Before anything is read, as the built-in's: no byte is taken for
+        # a buffer that cannot hold it.
+        try:
+            view = memoryview(buf)
+        except TypeError:
+            view = memoryview(b"")
+        with view:
             if view.readonly:
-                # Before anything is read, as the built-in's: no byte is
-                # taken for a buffer that cannot hold it.
-                raise TypeError(f"readinto() argument must be read-write bytes-like object, not {type(buf).__name__}")
+                raise TypeError(f"readinto() argument must be read-write bytes-like object, not {_type_name(buf)}")
+            size = view.nbytes
         if self._stream:
             # As `read`: buffered, until `buf` is full or the stream ends,
             # as the built-in buffered file's readinto; unbuffered, one
@@ -781,7 +766,7 @@ class AsyncFile(LineReader[bytes]):
         line = bytearray()
         try:
             while limit < 0 or len(line) < limit:
-                chunk = await self._fill_for_line(-1 if limit < 0 else limit - len(line))
+                chunk = await self._fill_for_line()
                 if not chunk:
                     break
                 want = len(chunk) if limit < 0 else min(len(chunk), limit - len(line))
@@ -799,21 +784,15 @@ class AsyncFile(LineReader[bytes]):
             self._rbuf = b""
         return bytes(line)
 
-    async def _fill_for_line(self, limit: int) -> bytes:
-        """The read buffer, filled if empty, for a line of at most
-        ``limit`` more bytes (-1: any). Unbuffered files read lines ahead
-        too, in small steps: a line read never leaves the position past
-        the line. An unbuffered stream, whose bytes cannot be read again,
-        reads one byte per read (on its thread) up to the line's end, as
-        FileIO's readline: what follows the line stays in the stream, for
-        whoever reads the descriptor next (a child given it)."""
+    async def _fill_for_line(self) -> bytes:
+        # Unbuffered files read lines ahead too, in small steps: a line
+        # read never leaves the position past the line. (An unbuffered
+        # stream keeps what it read past the line for the next read: see
+        # the README on handing its descriptor on.)
         if not self._rbuf:
             await self._flush_writes()
-            if self._bufsize == 0 and self._stream:
-                self._rbuf = await self._read_stream(limit, line=True)
-            else:
-                pos = await self._position()
-                self._rbuf = await self._pread(max(self._bufsize, 8192), pos)
+            pos = await self._position()
+            self._rbuf = await self._pread(max(self._bufsize, 8192), pos)
         return self._rbuf
 
     # -- writing ----------------------------------------------------------------
