@@ -27,7 +27,6 @@ import asyncio
 import atexit
 import errno
 import fcntl
-import math
 import os
 import stat
 import sys
@@ -750,17 +749,19 @@ class Engine:
             token: int = self._core.submit_write((fut, ops), [(_fd(file), _flat(data), offset)])
         except OverflowError:
             raise _out_of_range(None, [offset], "ops") from None
-        deadline = 0.0 if cancelled is None else loop.time() + CANCEL_GRACE
+        # When to withdraw the write: set by a cancellation, cleared once
+        # the write is found in the kernel (it completes).
+        deadline = None if cancelled is None else loop.time() + CANCEL_GRACE
         while not fut.done():
-            if cancelled is not None and loop.time() >= deadline:
+            if cancelled is not None and deadline is not None and loop.time() >= deadline:
                 if self._core.withdraw(token):
                     raise cancelled
-                deadline = math.inf  # in the kernel: it completes
+                deadline = None
             try:
                 if cancelled is None:
                     await asyncio.shield(fut)
                 else:
-                    left = None if deadline == math.inf else max(deadline - loop.time(), 0)
+                    left = None if deadline is None else max(deadline - loop.time(), 0)
                     await asyncio.wait({fut}, timeout=left)
             except asyncio.CancelledError as e:
                 if cancelled is None:

@@ -711,13 +711,12 @@ class AsyncFile(LineReader[bytes]):
         # Before anything is read, as the built-in's: no byte is taken for
         # a buffer that cannot hold it.
         try:
-            view = memoryview(buf)
+            with memoryview(buf) as view:
+                size = -1 if view.readonly else view.nbytes
         except TypeError:
-            view = memoryview(b"")
-        with view:
-            if view.readonly:
-                raise TypeError(f"readinto() argument must be read-write bytes-like object, not {_type_name(buf)}")
-            size = view.nbytes
+            size = -1
+        if size < 0:
+            raise TypeError(f"readinto() argument must be read-write bytes-like object, not {_type_name(buf)}")
         if self._stream:
             # As `read`: buffered, until `buf` is full or the stream ends,
             # as the built-in buffered file's readinto; unbuffered, one

@@ -241,6 +241,22 @@ impl Core {
     }
 }
 
+/// A read into a Python buffer, or a write, as an operation of a batch
+/// that reports its byte count (errors naming the caller's `fd`, not our
+/// duplicate `dup`), with what withdraws it (see `Core::withdraw`).
+fn counted<B: Send + 'static>(
+    f: blockio::aio::OpFuture<B>,
+    fd: RawFd,
+    dup: RawFd,
+) -> (Boxed<OneDone>, Withdrawal) {
+    let w = f.withdrawal();
+    let fut: Boxed<OneDone> = Box::pin(async move {
+        let r = name_caller_fd(f.await.0, dup, fd);
+        OneDone::Count(explain_direct(r, fd).map(Out::Count))
+    });
+    (fut, w)
+}
+
 #[pymethods]
 impl Core {
     #[new]
@@ -563,13 +579,7 @@ impl Core {
         let ops = buffer_ops(ops)?;
         distinct_read_buffers(&ops)?;
         self.submit_each(waiter, ops, writable, |file, buf, off, fd, dup| {
-            let f = file.read_at(Buf::Exported(Lent::new(buf)), off);
-            let w = f.withdrawal();
-            let fut: Boxed<OneDone> = Box::pin(async move {
-                let r = name_caller_fd(f.await.0, dup, fd);
-                OneDone::Count(explain_direct(r, fd).map(Out::Count))
-            });
-            (fut, w)
+            counted(file.read_at(Buf::Exported(Lent::new(buf)), off), fd, dup)
         })
     }
 
@@ -583,15 +593,7 @@ impl Core {
             waiter,
             buffer_ops(ops)?,
             readable,
-            |file, buf, off, fd, dup| {
-                let f = file.write_at(RoBuf(Lent::new(buf)), off);
-                let w = f.withdrawal();
-                let fut: Boxed<OneDone> = Box::pin(async move {
-                    let r = name_caller_fd(f.await.0, dup, fd);
-                    OneDone::Count(explain_direct(r, fd).map(Out::Count))
-                });
-                (fut, w)
-            },
+            |file, buf, off, fd, dup| counted(file.write_at(RoBuf(Lent::new(buf)), off), fd, dup),
         )
     }
 
