@@ -11,7 +11,7 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "bench_engine", "exiting"]
+__all__ = ["Core", "bench_engine", "exiting", "read_line_now"]
 
 #: One ``(descriptor, buffer, offset)`` operation of a buffer batch.
 _BufferOp = Tuple[int, Buffer, int]
@@ -76,3 +76,4 @@ class Core:
 
 def bench_engine(fd: int, file_size: int, block: int, in_flight: int, seconds: float) -> float: ...
 def exiting() -> None: ...
+def read_line_now(fd: int, limit: int) -> Tuple[bytes, int, int]: ...

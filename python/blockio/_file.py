@@ -47,6 +47,7 @@ import errno
 import io
 import operator
 import os
+import select
 import sys
 import threading
 import warnings
@@ -54,6 +55,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import despite_cancel, is_cancellation, new_future, pause, threadsafe_caller
+from ._blockio import read_line_now
 from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import CallQueue, one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
@@ -100,6 +102,25 @@ def _read_and_close(fd: int, size: int) -> bytes:
         return os.read(fd, size)
     finally:
         os.close(fd)
+
+
+def _poll_and_close(fd: int, wake: int) -> None:
+    """Waits until ``fd`` is readable (or at its end, or failed), taking
+    nothing from it, or until ``wake`` (a pipe's read end) is: its write
+    end was closed, as the file was. Closes both."""
+    try:
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        p.register(wake, select.POLLIN)
+        while not p.poll():
+            pass
+    finally:
+        os.close(fd)
+        os.close(wake)
+
+
+#: Why :func:`read_line_now` stopped (its second value; see stream.rs).
+_LINE_DONE, _LINE_WAIT, _LINE_END, _LINE_MORE, _LINE_UNSUPPORTED, _LINE_FAILED = range(6)
 
 
 def _type_name(obj: object) -> str:
@@ -235,6 +256,19 @@ class AsyncFile(LineReader[bytes]):
         #: The last write to a stream, which the next one follows.
         self._stream_write: Optional[_StreamCall] = None
         self._carry = b""
+        #: For `_stream_line`: the wait for an unbuffered stream to become
+        #: readable, left running by a cancelled ``readline`` for the next
+        #: one; the pipe whose write end, closed, ends such a wait (made
+        #: with the first); whether the stream takes reads that never wait
+        #: (not a FIFO or a terminal); whether the last read stopped short
+        #: of the line after ``read_line_now``'s most bytes; and the error
+        #: that ended a line read after some bytes, for the next one (a
+        #: socket reports a reset once: its next read returns 0).
+        self._stream_poll: Optional[_StreamCall] = None
+        self._poll_wake: Optional[Tuple[int, int]] = None
+        self._line_by_byte = True
+        self._line_more = False
+        self._line_stop: Optional[OSError] = None
         try:
             # A descriptor handed in (``blockio.open(fd)``) is read and
             # written from its offset on, as the built-in open's file does.
@@ -594,7 +628,8 @@ class AsyncFile(LineReader[bytes]):
         head = self._take(min(size, len(self._rbuf)))
         size -= len(head)
         # An unbuffered stream returns what one read gives, as FileIO's
-        # read does (bytes read ahead by `readline` count as that read):
+        # read does (bytes read ahead by `peek`, or by `readline` on a
+        # terminal, count as that read):
         # what a peer sent so far, never waiting for more.
         once = self._bufsize == 0 and self._stream
         if once and head:
@@ -765,7 +800,7 @@ class AsyncFile(LineReader[bytes]):
         line = bytearray()
         try:
             while limit < 0 or len(line) < limit:
-                chunk = await self._fill_for_line()
+                chunk = await self._fill_for_line(-1 if limit < 0 else limit - len(line))
                 if not chunk:
                     break
                 want = len(chunk) if limit < 0 else min(len(chunk), limit - len(line))
@@ -783,16 +818,88 @@ class AsyncFile(LineReader[bytes]):
             self._rbuf = b""
         return bytes(line)
 
-    async def _fill_for_line(self) -> bytes:
-        # Unbuffered files read lines ahead too, in small steps: a line
-        # read never leaves the position past the line. (An unbuffered
-        # stream keeps what it read past the line for the next read: see
-        # the README on handing its descriptor on.)
+    async def _fill_for_line(self, limit: int) -> bytes:
+        """The read buffer, filled if empty, for ``readline``: at most
+        ``limit`` bytes of the line (negative: no limit) are wanted.
+        Unbuffered files read lines ahead too, in small steps: a line
+        read never leaves the position past the line. An unbuffered stream
+        is read one byte at a time, as ``FileIO`` reads it, so that no byte
+        past the line is taken from it (see `_stream_line`)."""
         if not self._rbuf:
+            if (self._bufsize == 0 and self._stream and self._line_by_byte and not self._carry
+                    and self._stream_read is None):
+                self._rbuf = await self._stream_line(limit)
+                if self._line_by_byte:
+                    return self._rbuf
             await self._flush_writes()
             pos = await self._position()
             self._rbuf = await self._pread(max(self._bufsize, 8192), pos)
         return self._rbuf
+
+    async def _stream_line(self, limit: int) -> bytes:
+        """The next bytes of a line of an unbuffered stream, up to its
+        ``\\n`` or ``limit`` bytes, read on this thread by reads that never
+        wait (``read_line_now``); ``b""`` at the stream's end. While the
+        stream has nothing, a thread waits for it to become readable, taking
+        nothing from it, so that a cancelled ``readline`` holds no byte
+        back: the wait is left for the next line read, and the bytes of the
+        line read so far are put back by ``readline``. A descriptor in
+        non-blocking mode raises ``BlockingIOError`` then instead, as the
+        file's ``read`` does. A stream that refuses such reads (a FIFO or a
+        terminal) is read ahead instead (``_line_by_byte`` false; see the
+        README)."""
+        if self._line_stop is not None:
+            err, self._line_stop = self._line_stop, None
+            raise err
+        limit = min(limit, _MAX_OFFSET)
+        while True:
+            if self._line_more:
+                # Let the other tasks run between the parts of a long line
+                # (before reading, so that a cancellation here reads nothing).
+                await pause()
+                self._line_more = False
+            fd = self._live_fd()
+            data, stop, code = read_line_now(fd, limit)
+            if stop == _LINE_MORE:
+                self._line_more = True
+            elif stop == _LINE_FAILED:
+                self._line_stop = OSError(code, os.strerror(code))
+            if data or stop in (_LINE_DONE, _LINE_END):
+                return data
+            if stop == _LINE_UNSUPPORTED:
+                self._line_by_byte = False
+                return b""
+            if not os.get_blocking(fd):
+                raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+            await self._until_readable()
+
+    async def _until_readable(self) -> None:
+        """Until the stream is readable (see `_stream_line`), on a thread
+        that a cancellation leaves running for the next call, and that
+        closing or detaching the file ends."""
+        poll = self._stream_poll
+        if poll is None:
+            if self._poll_wake is None:
+                self._poll_wake = os.pipe()
+            wake = os.dup(self._poll_wake[0])
+            try:
+                poll = self._stream_poll = _StreamCall(_poll_and_close, self._live_fd(), wake)
+            except BaseException:
+                os.close(wake)
+                raise
+        try:
+            await poll.result()
+        finally:
+            if poll.done():
+                self._stream_poll = None
+
+    def _end_waits(self) -> None:
+        """Ends the wait of `_until_readable` left running, if any: the file is
+        closed or detached, and its thread must let go of the stream."""
+        wake, self._poll_wake = self._poll_wake, None
+        if wake is not None:
+            os.close(wake[1])
+            os.close(wake[0])
 
     # -- writing ----------------------------------------------------------------
 
@@ -1004,6 +1111,7 @@ class AsyncFile(LineReader[bytes]):
                 self._write_now()
             finally:
                 self._file.closed = True
+                self._end_waits()
                 if self._file.closefd:
                     os.close(self._file.num)
             return
@@ -1011,6 +1119,7 @@ class AsyncFile(LineReader[bytes]):
             await self._flush_writes()
         finally:
             self._file.closed = True
+            self._end_waits()
             if self._file.closefd:
                 await self._engine._aclose(self._file.num)
 
@@ -1051,6 +1160,7 @@ class AsyncFile(LineReader[bytes]):
             if not self._at_end and not self._stream:  # (a pipe has no position)
                 os.lseek(self._file.num, self._pos, os.SEEK_SET)
             self._file.detached = True
+            self._end_waits()
             self._requick()
         finally:
             free.append(None)
@@ -1112,5 +1222,6 @@ class AsyncFile(LineReader[bytes]):
             self._write_now()
         finally:
             desc.closed = True
+            self._end_waits()
             if desc.closefd:
                 os.close(desc.num)

@@ -28,7 +28,8 @@
 //! kinds, run by its blocking form on the core's file-system threads),
 //! `args` (argument checks), `errors` (`OSError`s), `fds` (what a
 //! descriptor is, duplicates, forks), `lent` (buffers released without
-//! the GIL), `bench` (a benchmark baseline).
+//! the GIL), `stream` (a line of an unbuffered pipe or socket, read a byte
+//! at a time without waiting), `bench` (a benchmark baseline).
 
 use pyo3::prelude::*;
 
@@ -42,6 +43,7 @@ pub(crate) mod fsjobs;
 pub(crate) mod gil;
 pub(crate) mod lent;
 mod pending;
+mod stream;
 pub(crate) use args::*;
 pub(crate) use batch::*;
 use bench::bench_engine;
@@ -55,5 +57,6 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
     m.add_function(wrap_pyfunction!(bench_engine, m)?)?;
     m.add_function(wrap_pyfunction!(gil::exiting, m)?)?;
+    m.add_function(wrap_pyfunction!(stream::read_line_now, m)?)?;
     Ok(())
 }

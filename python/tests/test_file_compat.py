@@ -729,3 +729,239 @@ def test_a_call_after_a_cancelled_unbuffered_pipe_readline_does_not_wait_for_a_n
         return got
 
     assert run(main()) == b"Password:"
+
+
+def _socketpair():
+    import socket
+
+    a, b = socket.socketpair()
+    return a.detach(), b.detach()
+
+
+def _fifo():
+    """A FIFO's read and write ends, opened by path."""
+    import tempfile
+
+    d = tempfile.mkdtemp()
+    p = os.path.join(d, "fifo")
+    os.mkfifo(p)
+    r = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    w = os.open(p, os.O_WRONLY)
+    os.set_blocking(r, True)
+    os.unlink(p)
+    os.rmdir(d)
+    return r, w
+
+
+STREAMS = {"pipe": os.pipe, "socketpair": _socketpair}
+
+
+@pytest.mark.parametrize("kind", sorted(STREAMS))
+@pytest.mark.parametrize("limit", [-1, 2, 4096, 5000])
+def test_an_unbuffered_stream_readline_takes_no_byte_past_the_line(kind, limit):
+    # As FileIO's readline, which reads one byte at a time: whoever reads
+    # the descriptor next (here, the descriptor itself) gets the rest.
+    text = b"one\n" + b"x" * 4500 + b"\ntail"
+    make = STREAMS[kind]
+
+    def builtin():
+        r, w = make()
+        os.write(w, text)
+        f = open(r, "rb", buffering=0, closefd=False)
+        lines = [f.readline(limit), f.readline(limit)]
+        os.close(w)
+        rest = os.read(r, 10000)
+        os.close(r)
+        return lines, rest
+
+    async def ours():
+        r, w = make()
+        os.write(w, text)
+        f = await blockio.open(r, "rb", buffering=0, closefd=False)
+        lines = [await f.readline(limit), await f.readline(limit)]
+        f.detach()  # (holds nothing: refuses otherwise)
+        os.close(w)
+        rest = os.read(r, 10000)
+        os.close(r)
+        return lines, rest
+
+    want = builtin()
+    assert want[1]  # (something is left for the next reader)
+    assert run(ours()) == want
+
+
+def test_an_unbuffered_pipe_readline_waits_for_the_rest_of_its_line_and_no_more():
+    # The line arrives in parts; bytes written after it stay in the pipe.
+    r, w = os.pipe()
+
+    def writer():
+        for part in (b"abc", b"def", b"\nnext"):
+            time.sleep(0.02)
+            os.write(w, part)
+
+    async def main():
+        f = await blockio.open(r, "rb", buffering=0, closefd=False)
+        t = threading.Thread(target=writer)
+        t.start()
+        line = await asyncio.wait_for(f.readline(), 20)
+        t.join()
+        return line
+
+    try:
+        assert run(main()) == b"abcdef\n"
+    finally:
+        os.close(w)
+    try:
+        assert os.read(r, 100) == b"next"
+    finally:
+        os.close(r)
+
+
+def test_a_cancelled_unbuffered_pipe_readline_puts_its_bytes_back_and_takes_no_more():
+    # Cancelled while waiting for the rest of its line: the part read is
+    # the next readline's, and a child handed the descriptor after that
+    # line reads what follows it.
+    r, w = os.pipe()
+
+    async def main():
+        f = await blockio.open(r, "rb", buffering=0, closefd=False)
+        os.write(w, b"par")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(f.readline(), 0.05)
+        os.write(w, b"tial\nchild\n")
+        line = await asyncio.wait_for(f.readline(), 20)
+        f.detach()
+        return line
+
+    try:
+        assert run(main()) == b"partial\n"
+    finally:
+        os.close(w)
+    try:
+        assert os.read(r, 100) == b"child\n"
+    finally:
+        os.close(r)
+
+
+def test_an_unbuffered_terminal_readline_returns_its_lines():
+    # A terminal refuses reads that never wait: its lines are read ahead,
+    # and every byte still reaches the file's reads, in order.
+    import pty
+
+    m, s = pty.openpty()
+    import termios
+    attrs = termios.tcgetattr(s)
+    attrs[3] &= ~termios.ECHO
+    termios.tcsetattr(s, termios.TCSANOW, attrs)
+
+    async def main():
+        f = await blockio.open(s, "rb", buffering=0, closefd=False)
+        os.write(m, b"one\ntwo\n")
+        got = [await asyncio.wait_for(f.readline(), 20), await asyncio.wait_for(f.readline(), 20)]
+        await f.close()
+        return got
+
+    try:
+        assert run(main()) == [b"one\n", b"two\n"]
+    finally:
+        os.close(m)
+        os.close(s)
+
+
+def test_an_unbuffered_fifo_readline_reads_ahead_and_loses_nothing():
+    # A FIFO opened by path refuses reads that never wait: its lines are
+    # read ahead (as the README says), and what follows them is the next
+    # read's, in order; detach() refuses while the file holds it.
+    r, w = _fifo()
+    os.write(w, b"one\ntwo\n")
+    os.close(w)
+
+    async def main():
+        f = await blockio.open(r, "rb", buffering=0)
+        got = [await f.readline()]
+        with pytest.raises(ValueError, match="lose 4 bytes"):
+            f.detach()
+        got.append(await f.read1(100))
+        got.append(await f.readline())
+        await f.close()
+        return got
+
+    assert run(main()) == [b"one\n", b"two\n", b""]
+
+
+def test_an_unbuffered_nonblocking_pipe_readline_raises_blocking_io_error_and_loses_nothing():
+    # As the file's read does there (and the built-in's FileIO raises); the
+    # part of the line read is put back for the next readline.
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+
+    async def main():
+        f = await blockio.open(r, "rb", buffering=0, closefd=False)
+        os.write(w, b"par")
+        with pytest.raises(BlockingIOError):
+            await f.readline()
+        os.write(w, b"t\nnext")
+        line = await f.readline()
+        f.detach()
+        return line
+
+    try:
+        assert run(main()) == b"part\n"
+    finally:
+        os.close(w)
+    try:
+        assert os.read(r, 100) == b"next"
+    finally:
+        os.close(r)
+
+
+def test_an_unbuffered_socket_readline_reports_a_reset_after_part_of_a_line():
+    # The reset is reported once by the kernel (the next read returns 0):
+    # the readline raises it, as FileIO's does, and the bytes read before
+    # it are not lost: the next readline returns them.
+    import socket
+    import struct
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    c = socket.create_connection(srv.getsockname())
+    s, _ = srv.accept()
+    srv.close()
+
+    async def main():
+        f = await blockio.open(s.fileno(), "rb", buffering=0, closefd=False)
+        c.sendall(b"abc")  # (queued before the reset, in order)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()  # (a reset: linger on with a time of 0)
+        with pytest.raises(ConnectionResetError):
+            await asyncio.wait_for(f.readline(), 20)
+        got = [await asyncio.wait_for(f.readline(), 20), await asyncio.wait_for(f.readline(), 20)]
+        f.detach()
+        return got
+
+    try:
+        assert run(main()) == [b"abc", b""]
+    finally:
+        s.close()
+
+
+def test_closing_an_unbuffered_socket_file_after_a_cancelled_readline_lets_the_socket_go():
+    # The wait a cancelled readline leaves running holds a duplicate of the
+    # descriptor: closing the file ends it, so the peer sees the close.
+    import socket
+
+    a, b = socket.socketpair()
+
+    async def main():
+        f = await blockio.open(a.detach(), "rb", buffering=0)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(f.readline(), 0.05)
+        await f.close()
+
+    try:
+        run(main())
+        b.settimeout(20)
+        assert b.recv(10) == b""  # (a time-out here: the socket is still held open)
+    finally:
+        b.close()
