@@ -261,14 +261,16 @@ class AsyncFile(LineReader[bytes]):
         #: one; the pipe whose write end, closed, ends such a wait (made
         #: with the first); whether the stream takes reads that never wait
         #: (not a FIFO or a terminal); whether the last read stopped short
-        #: of the line after ``read_line_now``'s most bytes; and the error
-        #: that ended a line read after some bytes, for the next one (a
-        #: socket reports a reset once: its next read returns 0).
+        #: of the line after ``read_line_now``'s most bytes; and what ended
+        #: a line read after some bytes, for the next one: the stream's end
+        #: (which a datagram socket's empty record reports once) or an
+        #: error (a socket reports a reset once: its next read returns 0).
         self._stream_poll: Optional[_StreamCall] = None
         self._poll_wake: Optional[Tuple[int, int]] = None
         self._line_by_byte = True
         self._line_more = False
         self._line_stop: Optional[OSError] = None
+        self._line_ended = False
         try:
             # A descriptor handed in (``blockio.open(fd)``) is read and
             # written from its offset on, as the built-in open's file does.
@@ -851,6 +853,10 @@ class AsyncFile(LineReader[bytes]):
         if self._line_stop is not None:
             err, self._line_stop = self._line_stop, None
             raise err
+        if self._line_ended:
+            # (Set and taken within one readline: nothing awaits between.)
+            self._line_ended = False
+            return b""
         limit = min(limit, _MAX_OFFSET)
         while True:
             if self._line_more:
@@ -864,6 +870,8 @@ class AsyncFile(LineReader[bytes]):
                 self._line_more = True
             elif stop == _LINE_FAILED:
                 self._line_stop = OSError(code, os.strerror(code))
+            elif stop == _LINE_END and data:
+                self._line_ended = True
             if data or stop in (_LINE_DONE, _LINE_END):
                 return data
             if stop == _LINE_UNSUPPORTED:

@@ -965,3 +965,37 @@ def test_closing_an_unbuffered_socket_file_after_a_cancelled_readline_lets_the_s
         assert b.recv(10) == b""  # (a time-out here: the socket is still held open)
     finally:
         b.close()
+
+
+def test_an_empty_record_ends_an_unbuffered_seqpacket_readline_as_fileio():
+    # An empty record reads as b"", which ends FileIO's line; the records
+    # after it stay in the socket.
+    import socket
+
+    def records():
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        for r in (b"a", b"", b"c\n", b"d\n"):
+            b.send(r)
+        return a, b
+
+    def builtin():
+        a, b = records()
+        with open(a.fileno(), "rb", buffering=0, closefd=False) as f:
+            line = f.readline()
+        rest = a.recv(10)
+        a.close()
+        b.close()
+        return line, rest
+
+    async def ours():
+        a, b = records()
+        f = await blockio.open(a.fileno(), "rb", buffering=0, closefd=False)
+        line = await asyncio.wait_for(f.readline(), 20)
+        f.detach()
+        rest = a.recv(10)
+        a.close()
+        b.close()
+        return line, rest
+
+    assert builtin() == (b"a", b"c\n")
+    assert run(ours()) == builtin()
