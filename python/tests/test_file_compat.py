@@ -790,16 +790,30 @@ def test_an_unbuffered_stream_readline_takes_no_byte_past_the_line(kind, limit):
     assert run(ours()) == want
 
 
+def _line_then_rest(main, line, rest, blocking=True):
+    """Runs ``main(r, w)`` on a new pipe, which must return ``line``; the
+    pipe must then hold ``rest`` (read once the write end is closed, so
+    that bytes taken past the line fail the test rather than block it)."""
+    r, w = os.pipe()
+    os.set_blocking(r, blocking)
+    try:
+        assert run(main(r, w)) == line
+    finally:
+        os.close(w)
+    try:
+        assert os.read(r, 100) == rest
+    finally:
+        os.close(r)
+
+
 def test_an_unbuffered_pipe_readline_waits_for_the_rest_of_its_line_and_no_more():
     # The line arrives in parts; bytes written after it stay in the pipe.
-    r, w = os.pipe()
+    async def main(r, w):
+        def writer():
+            for part in (b"abc", b"def", b"\nnext"):
+                time.sleep(0.02)
+                os.write(w, part)
 
-    def writer():
-        for part in (b"abc", b"def", b"\nnext"):
-            time.sleep(0.02)
-            os.write(w, part)
-
-    async def main():
         f = await blockio.open(r, "rb", buffering=0, closefd=False)
         t = threading.Thread(target=writer)
         t.start()
@@ -807,23 +821,14 @@ def test_an_unbuffered_pipe_readline_waits_for_the_rest_of_its_line_and_no_more(
         t.join()
         return line
 
-    try:
-        assert run(main()) == b"abcdef\n"
-    finally:
-        os.close(w)
-    try:
-        assert os.read(r, 100) == b"next"
-    finally:
-        os.close(r)
+    _line_then_rest(main, b"abcdef\n", b"next")
 
 
 def test_a_cancelled_unbuffered_pipe_readline_puts_its_bytes_back_and_takes_no_more():
     # Cancelled while waiting for the rest of its line: the part read is
     # the next readline's, and a child handed the descriptor after that
     # line reads what follows it.
-    r, w = os.pipe()
-
-    async def main():
+    async def main(r, w):
         f = await blockio.open(r, "rb", buffering=0, closefd=False)
         os.write(w, b"par")
         with pytest.raises(asyncio.TimeoutError):
@@ -833,14 +838,7 @@ def test_a_cancelled_unbuffered_pipe_readline_puts_its_bytes_back_and_takes_no_m
         f.detach()
         return line
 
-    try:
-        assert run(main()) == b"partial\n"
-    finally:
-        os.close(w)
-    try:
-        assert os.read(r, 100) == b"child\n"
-    finally:
-        os.close(r)
+    _line_then_rest(main, b"partial\n", b"child\n")
 
 
 def test_an_unbuffered_terminal_readline_returns_its_lines():
@@ -892,10 +890,7 @@ def test_an_unbuffered_fifo_readline_reads_ahead_and_loses_nothing():
 def test_an_unbuffered_nonblocking_pipe_readline_raises_blocking_io_error_and_loses_nothing():
     # As the file's read does there (and the built-in's FileIO raises); the
     # part of the line read is put back for the next readline.
-    r, w = os.pipe()
-    os.set_blocking(r, False)
-
-    async def main():
+    async def main(r, w):
         f = await blockio.open(r, "rb", buffering=0, closefd=False)
         os.write(w, b"par")
         with pytest.raises(BlockingIOError):
@@ -905,14 +900,7 @@ def test_an_unbuffered_nonblocking_pipe_readline_raises_blocking_io_error_and_lo
         f.detach()
         return line
 
-    try:
-        assert run(main()) == b"part\n"
-    finally:
-        os.close(w)
-    try:
-        assert os.read(r, 100) == b"next"
-    finally:
-        os.close(r)
+    _line_then_rest(main, b"part\n", b"next", blocking=False)
 
 
 def test_an_unbuffered_socket_readline_reports_a_reset_after_part_of_a_line():
