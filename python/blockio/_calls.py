@@ -24,6 +24,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _OTHER_THREAD = ("this blockio file object is in use by an event loop in another thread: "
                  "use one file object per thread (or finish one thread's calls before the next starts)")
+_OTHER_LOOP = ("this blockio file object has a call in progress on another event loop of this thread, "
+               "which is not running: run that loop until the call ends, or cancel it there")
+ABANDONED = ("a call on this blockio file object never ended: its event loop was closed while it was "
+              "in progress, so the file's position is unknown; close the file and open it again")
+
+
+def _loop_of(task: Any) -> Any:
+    """The asyncio loop of ``task``, or None (a trio task, or no task)."""
+    get_loop = getattr(task, "get_loop", None)
+    return get_loop() if get_loop is not None else None
+
+
+def _dead(fut: Any) -> bool:
+    """Whether ``fut`` (a future or task) belongs to a closed asyncio loop:
+    it can never be resolved, and its task never runs again."""
+    loop = _loop_of(fut)
+    return loop is not None and loop.is_closed()
 
 
 class CallQueue:
@@ -33,7 +50,13 @@ class CallQueue:
     finishes, so a call made later can never overtake one waiting. The
     calls in progress all belong to one thread's event loop: a call from
     another thread's loop meanwhile raises ``RuntimeError`` (a future of
-    one loop cannot wake a task of another), where waiting would hang.
+    one loop cannot wake a task of another), where waiting would hang; so
+    does a call from another loop of the same thread, which cannot run
+    while this one does. A call whose loop was closed before it ended
+    never ends: every later call raises ``RuntimeError`` saying so (as
+    aiofiles' calls on a file of a closed loop do), except ``close``,
+    which takes the queue over (:meth:`drop_abandoned`). If the abandoned
+    call's coroutine is closed later (collected), its release is ignored.
 
     ``free`` holds one item exactly while no call is in progress, and a
     call takes the queue by taking that item (``free.pop()``, one step
@@ -77,6 +100,9 @@ class CallQueue:
                 raise RuntimeError(_OTHER_THREAD)
             if self._owner is task:
                 return task
+            mine = _loop_of(task)
+            if mine is not None and _loop_of(self._owner) not in (None, mine):
+                raise RuntimeError(ABANDONED if _dead(self._owner) else _OTHER_LOOP)
             fut = new_future()
             self._waiting.append((fut, task))
             return fut
@@ -92,7 +118,7 @@ class CallQueue:
         """Leaves the queue without running: the turn is handed on if it
         had come just as the task was cancelled."""
         if fut.done() and not fut.cancelled():
-            self._release()
+            self._release(task)
         else:
             with self._lock:
                 try:
@@ -100,20 +126,40 @@ class CallQueue:
                 except ValueError:
                     pass
 
-    def _release(self) -> None:
+    def abandoned(self) -> bool:
+        """Whether the call in progress belongs to a closed event loop."""
+        owner = self._owner
+        return owner is not None and _dead(owner)
+
+    def drop_abandoned(self) -> None:
+        """Frees the queue if its call in progress belongs to a closed event
+        loop (it never ends), for ``close``: the turn goes to the next live
+        call waiting (none can be: they raise at `_enter` meanwhile)."""
+        with self._lock:
+            if self._owner is not None and _dead(self._owner):
+                self._hand_on()
+
+    def _release(self, task: Any) -> None:
+        if self._owner is not task:
+            return  # an abandoned call's, after `drop_abandoned`
         settle = self.settle
         if settle is not None:
             settle()
         with self._lock:
-            while self._waiting:
-                fut, task = self._waiting.popleft()
-                if not fut.done():
-                    self._owner = task
-                    fut.set_result(None)
-                    return
-            self._owner = None
-            self._thread = None
-            self.free.append(None)
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        """Gives the turn to the first call waiting whose loop is alive, or
+        frees the queue. Called with ``_lock`` held."""
+        while self._waiting:
+            fut, task = self._waiting.popleft()
+            if not fut.done() and not _dead(fut):
+                self._owner = task
+                fut.set_result(None)
+                return
+        self._owner = None
+        self._thread = None
+        self.free.append(None)
 
 
 def one_at_a_time(method: F) -> F:
@@ -134,7 +180,7 @@ def one_at_a_time(method: F) -> F:
             return await method(self, *args, **kwargs)
         finally:
             self._sync_offset()
-            q._release()
+            q._release(task)
 
     return cast(F, call)
 
@@ -169,6 +215,6 @@ def one_at_a_time_kept(method: F) -> F:
             raise cancelled
         finally:
             self._sync_offset()
-            q._release()
+            q._release(task)
 
     return cast(F, call)

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple
 from ._aio import despite_cancel, is_cancellation, new_future, pause, threadsafe_caller
 from ._blockio import read_line_now
 from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
-from ._calls import CallQueue, one_at_a_time, one_at_a_time_kept
+from ._calls import ABANDONED, CallQueue, one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
 
 if TYPE_CHECKING:
@@ -1103,10 +1103,17 @@ class AsyncFile(LineReader[bytes]):
 
     # -- closing ----------------------------------------------------------------
 
-    @one_at_a_time
     async def close(self) -> None:
         """Flushes and closes the file (the descriptor, if the file owns
-        it). Idempotent; a flush error is raised after the close."""
+        it). Idempotent; a flush error is raised after the close. A call
+        in progress whose event loop was closed before it ended is not
+        waited for: it never ends (every other call raises
+        ``RuntimeError`` meanwhile)."""
+        self._calls.drop_abandoned()
+        await self._close()
+
+    @one_at_a_time
+    async def _close(self) -> None:
         if self._file.detached:
             raise ValueError("raw stream has been detached")
         if self._file.closed:
@@ -1153,6 +1160,8 @@ class AsyncFile(LineReader[bytes]):
         try:
             free.pop()  # (the queue: no call starts until it is back)
         except IndexError:
+            if self._calls.abandoned():
+                raise RuntimeError(ABANDONED) from None
             raise ValueError("detach() while another call on the file is in progress or waiting: "
                              "await it first") from None
         try:

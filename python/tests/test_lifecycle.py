@@ -5,14 +5,17 @@ asserts how long anything takes."""
 
 import asyncio
 import errno
+import gc
 import multiprocessing
 import os
+import random
 import select
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -115,6 +118,137 @@ def test_a_loop_closed_with_a_read_in_flight_does_not_break_the_next(data_file):
         assert asyncio.run(main()) == data[4096:8192]
     finally:
         e.close()
+        os.close(r)
+        os.close(w)
+
+
+def leave_a_call_pending(loop, make_call):
+    """Starts ``make_call()`` as a task of ``loop``, lets it begin, and stops
+    the loop with the call still in progress; the task."""
+    task = loop.create_task(make_call())
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert not task.done()
+    return task
+
+
+@LOOPS
+def test_a_call_abandoned_by_a_closed_loop_raises_rather_than_hangs(loop_factory, tmp_path):
+    """A file's read is in progress when its loop is closed (the task kept,
+    not cancelled, so the call never ends). On the next loop, a read raises
+    RuntimeError saying why, as aiofiles' read of a file of a closed loop
+    does, where it waited for ever; close closes the file."""
+    r, w = os.pipe()
+    theirs = None
+    try:
+        first = loop_factory()
+        f = first.run_until_complete(blockio.open(r, "rb", buffering=0, closefd=False))
+        import aiofiles
+
+        theirs = first.run_until_complete(aiofiles.open(r, "rb", buffering=0, closefd=False))
+        kept = [leave_a_call_pending(first, lambda: f.read(10)),
+                leave_a_call_pending(first, lambda: theirs.read(10))]
+        first.close()
+        os.write(w, b"hello")
+
+        async def main():
+            for file in (f, theirs):
+                with pytest.raises(RuntimeError) as raised:
+                    await asyncio.wait_for(file.read(10), WATCHDOG)
+                if file is f:
+                    assert "event loop was closed" in str(raised.value)
+            await asyncio.wait_for(f.close(), WATCHDOG)
+            assert f.closed
+            with pytest.raises(ValueError):
+                await f.read(1)
+
+        second = loop_factory()
+        try:
+            second.run_until_complete(main())
+        finally:
+            second.close()
+        # Collected now that close took the queue from it, the abandoned
+        # call's coroutine ends without handing the queue on a second time.
+        os.write(w, b"hello")  # (the second of the two reads gets these)
+        ours = weakref.ref(kept[0])
+        del kept
+        for _ in range(WATCHDOG * 10):  # until its read's thread lets go
+            gc.collect()
+            if ours() is None:
+                break
+            time.sleep(0.1)
+        assert ours() is None
+        assert f._calls.free == [None]
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@LOOPS
+def test_a_write_abandoned_by_a_closed_loop_still_arrives_whole(loop_factory):
+    """A write blocked on a full pipe when its loop is closed: later writes
+    raise RuntimeError, close does not wait for it, and the reader still
+    gets every byte the write was given, once, in order."""
+    r, w = os.pipe()
+    try:
+        size = 1 << 20
+        data = bytes(random.Random(7).randbytes(size))
+        first = loop_factory()
+        f = first.run_until_complete(blockio.open(w, "wb", buffering=0, closefd=False))
+        kept = leave_a_call_pending(first, lambda: f.write(data))
+        first.close()
+
+        async def main():
+            with pytest.raises(RuntimeError, match="event loop was closed"):
+                await asyncio.wait_for(f.write(b"more"), WATCHDOG)
+            await asyncio.wait_for(f.close(), WATCHDOG)
+
+        second = loop_factory()
+        try:
+            second.run_until_complete(main())
+        finally:
+            second.close()
+        got = bytearray()
+        while len(got) < size:
+            got += os.read(r, size)
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 1)  # nothing after it
+        assert bytes(got) == data and kept is not None
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@LOOPS
+def test_a_call_of_a_loop_that_is_only_stopped_raises_and_can_still_end(loop_factory):
+    """A read is in progress on a loop that is stopped, not closed; a call
+    from another loop of the same thread raises RuntimeError (waiting would
+    hang: the first loop cannot run meanwhile). Run again, the first loop
+    finishes its read, and the file works on."""
+    r, w = os.pipe()
+    try:
+        first = loop_factory()
+        f = first.run_until_complete(blockio.open(r, "rb", buffering=0, closefd=False))
+        pending = leave_a_call_pending(first, lambda: f.read(10))
+
+        async def meanwhile():
+            with pytest.raises(RuntimeError, match="another event loop of this thread"):
+                await asyncio.wait_for(f.read(10), WATCHDOG)
+
+        second = loop_factory()
+        try:
+            second.run_until_complete(meanwhile())
+        finally:
+            second.close()
+        os.write(w, b"hello")
+        try:
+            assert first.run_until_complete(asyncio.wait_for(pending, WATCHDOG)) == b"hello"
+            os.write(w, b"again")
+            assert first.run_until_complete(f.read(10)) == b"again"
+            first.run_until_complete(f.close())
+        finally:
+            first.close()
+    finally:
         os.close(r)
         os.close(w)
 
