@@ -75,6 +75,11 @@ _READ_ALL_BLOCK = 1 << 20
 #: at the seek, as the built-in file's is.
 _MAX_OFFSET = (1 << 63) - 1
 
+#: The most one read returns on Linux (``MAX_RW_COUNT``): a larger read is
+#: made of reads of at most this, as the built-in buffered file's is, or,
+#: unbuffered, is one read of this, as ``FileIO``'s is.
+_MAX_IO = 0x7FFFF000
+
 
 def _size_arg(size: Any, default: int = -1) -> int:
     """A ``size`` argument as the built-in files take it: an int (or an
@@ -83,9 +88,13 @@ def _size_arg(size: Any, default: int = -1) -> int:
     if size is None:
         return default
     try:
-        return operator.index(size)
+        n = operator.index(size)
     except TypeError:
         raise TypeError(f"argument should be integer or None, not '{type(size).__name__}'") from None
+    if not -_MAX_OFFSET - 1 <= n <= _MAX_OFFSET:
+        # (the built-in's error for a size no ssize_t holds)
+        raise OverflowError("cannot fit 'int' into an index-sized integer")
+    return n
 
 
 def _int_arg(value: Any, name: str) -> int:
@@ -481,6 +490,8 @@ class AsyncFile(LineReader[bytes]):
     # -- reading ----------------------------------------------------------------
 
     async def _pread(self, size: int, at: int) -> bytes:
+        """One read of up to ``size`` bytes (at most :data:`_MAX_IO`)."""
+        size = min(size, _MAX_IO)
         if self._stream:
             return await self._read_stream(size)
         return await self._engine.aread(self._file, offset=at, length=size)
@@ -569,8 +580,8 @@ class AsyncFile(LineReader[bytes]):
                                 ahead = size < self._bufsize and not self._seeked
                                 try:
                                     data = self._read_cached(self._num, self._pos, self._bufsize if ahead else size)
-                                except OverflowError:
-                                    data = None
+                                except (OverflowError, ValueError):
+                                    data = None  # (past 2**63, or more than one read: `_read` says)
                                 if data is not None:
                                     eng._inline_streak += 1
                                     self._seeked = False
@@ -606,7 +617,7 @@ class AsyncFile(LineReader[bytes]):
             ahead = size < self._bufsize and not self._seeked
             try:
                 data = self._read_cached(d.num, self._pos, self._bufsize if ahead else size)
-            except OverflowError:
+            except (OverflowError, ValueError):
                 data = None
             if data is not None:
                 self._seeked = False
@@ -652,8 +663,8 @@ class AsyncFile(LineReader[bytes]):
                         break
                 parts.append(part)
                 size -= len(part)
-                if once:
-                    break
+                if once or (self._bufsize == 0 and len(part) == _MAX_IO):
+                    break  # (FileIO's read: one read(2), which stops there)
         except BaseException:
             self._unread(b"".join(parts))
             raise
@@ -788,6 +799,7 @@ class AsyncFile(LineReader[bytes]):
     async def peek(self, size: int = 0) -> bytes:
         """The buffered bytes at the position, reading ahead if none are
         buffered, without moving the position (at most one read)."""
+        _size_arg(size)  # (checked as the built-in's; it asks for no more)
         self._check_readable()
         return await self._fill()
 

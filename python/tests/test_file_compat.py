@@ -497,6 +497,40 @@ def test_readlines_hint_is_taken_or_refused_as_the_builtin_file(tmp_path, mode, 
     assert run(main()) == want
 
 
+@pytest.mark.parametrize("mode,buffering,call", [
+    ("rb", 0, "read"), ("rb", 0, "readline"),  # (FileIO has no read1 or peek)
+    ("rb", -1, "read"), ("rb", -1, "readline"), ("rb", -1, "read1"), ("rb", -1, "peek"),
+    ("r", -1, "read"), ("r", -1, "readline"),
+])
+@pytest.mark.parametrize("size", [2**63, -2**63 - 1, 2**31, 2**31 + 7, 0x7FFFF000])
+def test_sizes_past_one_read_or_a_ssize_t_are_taken_or_refused_as_the_builtin_file(tmp_path, mode, buffering, call,
+                                                                                   size):
+    """A size no ``ssize_t`` holds raises ``OverflowError``, as the
+    built-in file's does (a ``readline`` limit too, where one was taken as
+    no limit); a size past what one read returns on Linux (2 GiB less a
+    page) reads what the file has, as the built-in's does, where it was
+    refused."""
+    p = tmp_path / "f"
+    p.write_bytes(b"one\ntwo\n")
+    with open(p, mode, buffering=buffering) as f:
+        try:
+            want = ("ok", getattr(f, call)(size), f.tell())
+        except OverflowError as e:
+            want = ("OverflowError", str(e))
+
+    async def main():
+        async with blockio.open(p, mode, buffering=buffering) as f:
+            try:
+                return ("ok", await getattr(f, call)(size), await f.tell())
+            except OverflowError as e:
+                return ("OverflowError", str(e))
+
+    got = run(main())
+    assert got[0] == want[0]
+    if got[0] == "ok":
+        assert got == want
+
+
 @pytest.mark.parametrize("mode,buffering", [("ab", 0), ("ab", -1), ("a+b", 0), ("a+b", -1), ("a", -1), ("a+", -1)])
 @pytest.mark.parametrize("how", ["fd", "opener"])
 def test_append_mode_over_a_descriptor_without_o_append_writes_at_the_end_as_the_builtin(tmp_path, mode, buffering,
