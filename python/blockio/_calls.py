@@ -27,7 +27,9 @@ _OTHER_THREAD = ("this blockio file object is in use by an event loop in another
 _OTHER_LOOP = ("this blockio file object has a call in progress on another event loop of this thread, "
                "which is not running: run that loop until the call ends, or cancel it there")
 ABANDONED = ("a call on this blockio file object never ended: its event loop was closed while it was "
-              "in progress, so the file's position is unknown; close the file and open it again")
+             "in progress, so the file's position is unknown; close the file and open it again")
+ABANDONED_AT_CLOSE = ("the file is closed, but a call on it never ended: its event loop was closed while it was "
+                      "in progress, so what that call was reading or writing may not have reached the file")
 
 
 def _loop_of(task: Any) -> Any:
@@ -55,8 +57,9 @@ class CallQueue:
     while this one does. A call whose loop was closed before it ended
     never ends: every later call raises ``RuntimeError`` saying so (as
     aiofiles' calls on a file of a closed loop do), except ``close``,
-    which takes the queue over (:meth:`drop_abandoned`). If the abandoned
-    call's coroutine is closed later (collected), its release is ignored.
+    which takes the queue over (:meth:`drop_abandoned`), closes the file
+    and then raises. If the abandoned call's coroutine is closed later
+    (collected), its release is ignored.
 
     ``free`` holds one item exactly while no call is in progress, and a
     call takes the queue by taking that item (``free.pop()``, one step
@@ -97,12 +100,15 @@ class CallQueue:
                 self._owner, self._thread = task, me
                 return None
             if self._thread != me:
-                raise RuntimeError(_OTHER_THREAD)
+                raise RuntimeError(ABANDONED if _dead(self._owner) else _OTHER_THREAD)
             if self._owner is task:
                 return task
-            mine = _loop_of(task)
-            if mine is not None and _loop_of(self._owner) not in (None, mine):
-                raise RuntimeError(ABANDONED if _dead(self._owner) else _OTHER_LOOP)
+            theirs = _loop_of(self._owner)
+            if theirs is not None and theirs is not _loop_of(task) and (
+                    _loop_of(task) is not None or not theirs.is_running()):
+                # (a trio task behind a running asyncio loop's call is trio
+                # in guest mode on that loop, which hands the turn on)
+                raise RuntimeError(ABANDONED if theirs.is_closed() else _OTHER_LOOP)
             fut = new_future()
             self._waiting.append((fut, task))
             return fut
@@ -131,13 +137,16 @@ class CallQueue:
         owner = self._owner
         return owner is not None and _dead(owner)
 
-    def drop_abandoned(self) -> None:
+    def drop_abandoned(self) -> bool:
         """Frees the queue if its call in progress belongs to a closed event
         loop (it never ends), for ``close``: the turn goes to the next live
-        call waiting (none can be: they raise at `_enter` meanwhile)."""
+        call waiting (none can be: they raise at `_enter` meanwhile).
+        Whether there was such a call."""
         with self._lock:
-            if self._owner is not None and _dead(self._owner):
-                self._hand_on()
+            if self._owner is None or not _dead(self._owner):
+                return False
+            self._hand_on()
+            return True
 
     def _release(self, task: Any) -> None:
         if self._owner is not task:
@@ -146,7 +155,8 @@ class CallQueue:
         if settle is not None:
             settle()
         with self._lock:
-            self._hand_on()
+            if self._owner is task:  # (still: see above)
+                self._hand_on()
 
     def _hand_on(self) -> None:
         """Gives the turn to the first call waiting whose loop is alive, or

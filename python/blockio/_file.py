@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple
 from ._aio import despite_cancel, is_cancellation, new_future, pause, threadsafe_caller
 from ._blockio import read_line_now
 from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
-from ._calls import ABANDONED, CallQueue, one_at_a_time, one_at_a_time_kept
+from ._calls import ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
 
 if TYPE_CHECKING:
@@ -379,7 +379,7 @@ class AsyncFile(LineReader[bytes]):
         alone, which saves a system call per call; giving the number out
         runs this first."""
         d = self._file
-        if not d.shared or self._stream or self._at_end or d.detached or (d.closed and d.closefd):
+        if not d.shared or self._stream or self._at_end or d.detached or d.closed:
             return
         try:
             os.lseek(d.num, self._wpos if self._wbuf else self._pos, os.SEEK_SET)
@@ -580,8 +580,8 @@ class AsyncFile(LineReader[bytes]):
                                 ahead = size < self._bufsize and not self._seeked
                                 try:
                                     data = self._read_cached(self._num, self._pos, self._bufsize if ahead else size)
-                                except (OverflowError, ValueError):
-                                    data = None  # (past 2**63, or more than one read: `_read` says)
+                                except OverflowError:
+                                    data = None  # (past 2**63: `_read` says)
                                 if data is not None:
                                     eng._inline_streak += 1
                                     self._seeked = False
@@ -617,7 +617,7 @@ class AsyncFile(LineReader[bytes]):
             ahead = size < self._bufsize and not self._seeked
             try:
                 data = self._read_cached(d.num, self._pos, self._bufsize if ahead else size)
-            except (OverflowError, ValueError):
+            except OverflowError:
                 data = None
             if data is not None:
                 self._seeked = False
@@ -783,17 +783,29 @@ class AsyncFile(LineReader[bytes]):
             # As the built-in buffered file: short only at end of file. The
             # rest goes straight into the caller's buffer.
             try:
-                more = await self._engine.areadinto(self._file, memoryview(_flat(buf))[n:], self._pos)
+                more = await self._read_into(memoryview(_flat(buf))[n:])
             except BaseException:
                 self._unread(head)
                 raise
-            self._pos += more
             return n + more
         await self._flush_writes()
-        m = memoryview(_flat(buf))
-        n = await self._engine.areadinto(self._file, m, await self._position())
-        self._pos += n
-        return n
+        await self._position()
+        return await self._read_into(memoryview(_flat(buf)))
+
+    async def _read_into(self, view: memoryview) -> int:
+        """Reads into ``view`` at the position, moving it: until ``view`` is
+        full or the file ends, buffered (one read returns at most 2 GiB
+        less a page), as the built-in buffered file's ``readinto``; one
+        read, unbuffered, as ``FileIO``'s. Cancelled or failed, the
+        position does not move."""
+        done = 0
+        while done < len(view):
+            n = await self._engine.areadinto(self._file, view[done:], self._pos + done)
+            done += n
+            if n == 0 or self._bufsize == 0:
+                break
+        self._pos += done
+        return done
 
     @one_at_a_time
     async def peek(self, size: int = 0) -> bytes:
@@ -1119,10 +1131,13 @@ class AsyncFile(LineReader[bytes]):
         """Flushes and closes the file (the descriptor, if the file owns
         it). Idempotent; a flush error is raised after the close. A call
         in progress whose event loop was closed before it ended is not
-        waited for: it never ends (every other call raises
-        ``RuntimeError`` meanwhile)."""
-        self._calls.drop_abandoned()
+        waited for (it never ends; every other call raises
+        ``RuntimeError`` meanwhile): the file is closed, then
+        ``RuntimeError`` says what that call's bytes may have missed."""
+        abandoned = self._calls.drop_abandoned()
         await self._close()
+        if abandoned:
+            raise RuntimeError(ABANDONED_AT_CLOSE)
 
     @one_at_a_time
     async def _close(self) -> None:
@@ -1137,6 +1152,7 @@ class AsyncFile(LineReader[bytes]):
             try:
                 self._write_now()
             finally:
+                self._sync_offset()
                 self._file.closed = True
                 self._end_waits()
                 if self._file.closefd:
@@ -1145,6 +1161,7 @@ class AsyncFile(LineReader[bytes]):
         try:
             await self._flush_writes()
         finally:
+            self._sync_offset()  # (the last time: a closed file leaves the descriptor alone)
             self._file.closed = True
             self._end_waits()
             if self._file.closefd:

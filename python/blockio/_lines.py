@@ -15,9 +15,13 @@ def _hint(hint: Any) -> int:
     if hint is None:
         return -1
     try:
-        return operator.index(hint)
+        n = operator.index(hint)
     except TypeError:
         raise TypeError(f"argument should be integer or None, not '{type(hint).__name__}'") from None
+    if not -(1 << 63) <= n < 1 << 63:
+        # (the built-in's error for a hint no ssize_t holds)
+        raise OverflowError("Python int too large to convert to C ssize_t")
+    return n
 
 
 class LineReader(Generic[AnyStr]):

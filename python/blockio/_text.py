@@ -431,9 +431,9 @@ class AsyncTextFile(LineReader[str]):
 
     # -- closing ----------------------------------------------------------------
 
-    @one_at_a_time
     async def close(self) -> None:
-        """Flushes and closes the file."""
+        """Flushes and closes the file (see :meth:`AsyncFile.close`; the
+        binary file's call takes the queue)."""
         await self.buffer.close()
 
     def detach(self) -> io.BufferedIOBase:

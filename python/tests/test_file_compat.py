@@ -501,6 +501,7 @@ def test_readlines_hint_is_taken_or_refused_as_the_builtin_file(tmp_path, mode, 
     ("rb", 0, "read"), ("rb", 0, "readline"),  # (FileIO has no read1 or peek)
     ("rb", -1, "read"), ("rb", -1, "readline"), ("rb", -1, "read1"), ("rb", -1, "peek"),
     ("r", -1, "read"), ("r", -1, "readline"),
+    ("rb", 0, "readlines"), ("rb", -1, "readlines"), ("r", -1, "readlines"),
 ])
 @pytest.mark.parametrize("size", [2**63, -2**63 - 1, 2**31, 2**31 + 7, 0x7FFFF000])
 def test_sizes_past_one_read_or_a_ssize_t_are_taken_or_refused_as_the_builtin_file(tmp_path, mode, buffering, call,
@@ -529,6 +530,32 @@ def test_sizes_past_one_read_or_a_ssize_t_are_taken_or_refused_as_the_builtin_fi
     assert got[0] == want[0]
     if got[0] == "ok":
         assert got == want
+
+
+@pytest.mark.parametrize("buffering", [0, -1])
+def test_readinto_a_buffer_past_one_read_fills_it_as_the_builtin_file(tmp_path, buffering):
+    """A buffer of 2 GiB and a page, more than one read returns on Linux:
+    buffered, filled to the end as the built-in buffered file fills it;
+    unbuffered, one read of 2 GiB less a page, as ``FileIO``'s. (A sparse
+    file, with a mark in the last page the buffer takes.)"""
+    size = (1 << 31) + 4096
+    p = tmp_path / "sparse"
+    with open(p, "wb") as f:
+        f.seek(size - 4)
+        f.write(b"MARK")
+        f.write(bytes(4096))
+    buf = bytearray(size)
+    with open(p, "rb", buffering=buffering) as f:
+        want = (f.readinto(buf), bytes(buf[-4:]), f.tell())
+    buf[-4:] = bytes(4)
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=buffering) as f:
+            n = await f.readinto(buf)
+            return n, bytes(buf[-4:]), await f.tell()
+
+    assert run(main()) == want
+    assert want[0] == (size if buffering else 0x7FFFF000)
 
 
 @pytest.mark.parametrize("mode,buffering", [("ab", 0), ("ab", -1), ("a+b", 0), ("a+b", -1), ("a", -1), ("a+", -1)])

@@ -156,8 +156,10 @@ def test_a_call_abandoned_by_a_closed_loop_raises_rather_than_hangs(loop_factory
                     await asyncio.wait_for(file.read(10), WATCHDOG)
                 if file is f:
                     assert "event loop was closed" in str(raised.value)
-            await asyncio.wait_for(f.close(), WATCHDOG)
+            with pytest.raises(RuntimeError, match="the file is closed, but a call on it never ended"):
+                await asyncio.wait_for(f.close(), WATCHDOG)
             assert f.closed
+            await f.close()  # (once said)
             with pytest.raises(ValueError):
                 await f.read(1)
 
@@ -200,7 +202,8 @@ def test_a_write_abandoned_by_a_closed_loop_still_arrives_whole(loop_factory):
         async def main():
             with pytest.raises(RuntimeError, match="event loop was closed"):
                 await asyncio.wait_for(f.write(b"more"), WATCHDOG)
-            await asyncio.wait_for(f.close(), WATCHDOG)
+            with pytest.raises(RuntimeError, match="may not have reached the file"):
+                await asyncio.wait_for(f.close(), WATCHDOG)
 
         second = loop_factory()
         try:
@@ -251,6 +254,151 @@ def test_a_call_of_a_loop_that_is_only_stopped_raises_and_can_still_end(loop_fac
     finally:
         os.close(r)
         os.close(w)
+
+
+@pytest.mark.parametrize("buffering", [0, -1])
+def test_close_says_so_when_a_write_abandoned_by_a_closed_loop_may_not_have_landed(tmp_path, buffering):
+    """A write to a regular file whose loop was stopped before the write
+    reached the kernel, then closed: its bytes never land (nothing can
+    write them: the call never runs on), and close, which closes the file,
+    raises RuntimeError saying so rather than return as if all were
+    written. Buffered, the abandoned call is a flush of bytes write()
+    accepted."""
+    p = tmp_path / "f"
+    first = asyncio.new_event_loop()
+    f = first.run_until_complete(blockio.open(p, "wb", buffering=buffering))
+    if buffering:
+        assert first.run_until_complete(f.write(b"accepted\n")) == 9
+        task = first.create_task(f.flush())
+    else:
+        task = first.create_task(f.write(b"accepted\n"))
+    first.call_soon(first.stop)
+    first.run_forever()  # (one step: the call starts)
+    assert not task.done()
+    first.close()
+
+    async def main():
+        with pytest.raises(RuntimeError, match="may not have reached the file"):
+            await asyncio.wait_for(f.close(), WATCHDOG)
+        assert f.closed
+
+    asyncio.run(main())
+
+
+@LOOPS
+def test_closing_a_text_file_after_a_call_abandoned_by_a_closed_loop_closes_it(loop_factory):
+    """As the binary file: the text file's close takes the queue over from
+    the abandoned readline, closes, and then says what happened."""
+    r, w = os.pipe()
+    try:
+        first = loop_factory()
+        f = first.run_until_complete(blockio.open(r, "r", closefd=False))
+        kept = leave_a_call_pending(first, f.readline)
+        first.close()
+
+        async def main():
+            with pytest.raises(RuntimeError, match="event loop was closed"):
+                await asyncio.wait_for(f.readline(), WATCHDOG)
+            with pytest.raises(RuntimeError, match="the file is closed"):
+                await asyncio.wait_for(f.close(), WATCHDOG)
+            assert f.closed
+
+        second = loop_factory()
+        try:
+            second.run_until_complete(main())
+        finally:
+            second.close()
+        assert kept is not None
+    finally:
+        os.close(w)  # (ends the abandoned read's thread)
+        os.close(r)
+
+
+@pytest.mark.parametrize("first_loop", ["closed", "stopped"])
+def test_a_trio_call_behind_an_asyncio_call_that_cannot_end_raises_rather_than_hangs(first_loop):
+    """A trio run after an asyncio loop left a call in progress (closed, or
+    only stopped): trio's call raises RuntimeError, as another asyncio
+    loop's does, where it waited for ever."""
+    import trio
+
+    r, w = os.pipe()
+    try:
+        first = asyncio.new_event_loop()
+        f = first.run_until_complete(blockio.open(r, "rb", buffering=0, closefd=False))
+        kept = leave_a_call_pending(first, lambda: f.read(10))
+        if first_loop == "closed":
+            first.close()
+
+        async def main():
+            with trio.fail_after(WATCHDOG):
+                with pytest.raises(RuntimeError, match="event loop was closed" if first_loop == "closed"
+                                   else "another event loop of this thread"):
+                    await f.read(10)
+
+        trio.run(main)
+        if first_loop == "stopped":
+            os.write(w, b"hello")
+            assert first.run_until_complete(asyncio.wait_for(kept, WATCHDOG)) == b"hello"
+            first.run_until_complete(f.close())
+            first.close()
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_call_abandoned_by_a_closed_loop_of_a_finished_thread_is_reported_as_such():
+    """The call's thread ended after closing its loop: the main thread's
+    calls say the call never ended, not that another thread is using the
+    file (which could never stop)."""
+    r, w = os.pipe()
+    box = {}
+
+    def worker():
+        loop = asyncio.new_event_loop()
+        box["f"] = loop.run_until_complete(blockio.open(r, "rb", buffering=0, closefd=False))
+        box["kept"] = leave_a_call_pending(loop, lambda: box["f"].read(10))
+        loop.close()
+
+    try:
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        f = box["f"]
+
+        async def main():
+            with pytest.raises(RuntimeError, match="event loop was closed"):
+                await asyncio.wait_for(f.read(1), WATCHDOG)
+            with pytest.raises(RuntimeError, match="the file is closed"):
+                await asyncio.wait_for(f.close(), WATCHDOG)
+
+        asyncio.run(main())
+    finally:
+        os.close(w)
+        os.close(r)
+
+
+def test_a_call_on_a_closed_file_leaves_the_callers_descriptor_alone(tmp_path):
+    """closefd=False: close leaves the descriptor at the file's position,
+    as the built-in's does; a call refused afterwards (the file is closed)
+    never moves it again, where it moved it back over the caller's seek."""
+    p = tmp_path / "f"
+    p.write_bytes(bytes(100))
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        async def main():
+            f = await blockio.open(fd, "rb", closefd=False)
+            await f.read(10)
+            await f.close()
+            assert os.lseek(fd, 0, os.SEEK_CUR) == 10
+            os.lseek(fd, 50, os.SEEK_SET)
+            for call in (f.tell, f.read, f.flush):
+                with pytest.raises(ValueError):
+                    await call()
+            return os.lseek(fd, 0, os.SEEK_CUR)
+
+        assert asyncio.run(main()) == 50
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("backend", ["io_uring", "threads"])
