@@ -255,6 +255,9 @@ class Engine:
         # back with the results, so no table of batches is kept here; the
         # token ``start`` returns only serves to cancel the batch.
         self._core = _Core(queue_depth, backend)
+        #: The process that made the engine: in another (a forked child)
+        #: its rings are the parent's, and unusable.
+        self._pid = os.getpid()
         #: The loop that used the engine last (the fast path's check).
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         #: Every loop watching the eventfd, by id.
@@ -281,6 +284,11 @@ class Engine:
     def closed(self) -> bool:
         """Whether :meth:`close` has run."""
         return self._core.closed
+
+    @property
+    def _usable_here(self) -> bool:
+        """Open, and made by this process (not a parent before ``fork()``)."""
+        return not self._core.closed and self._pid == os.getpid()
 
     def close(self) -> None:
         """Releases the rings. Idempotent.

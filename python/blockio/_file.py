@@ -1145,10 +1145,12 @@ class AsyncFile(LineReader[bytes]):
             raise ValueError("raw stream has been detached")
         if self._file.closed:
             return
-        if self._engine.closed:
-            # The engine was closed under the file: what is buffered is
+        if not self._engine._usable_here:
+            # The engine was closed under the file, or is the parent's (a
+            # forked child closing what it inherited): what is buffered is
             # written here, synchronously, as when the file is collected,
-            # rather than lost.
+            # rather than lost, and the child's descriptor closed, as the
+            # built-in file's close does there.
             try:
                 self._write_now()
             finally:

@@ -576,6 +576,55 @@ def test_a_forked_child_gets_a_new_default_engine(data_file):
     assert os.waitstatus_to_exitcode(status) == 0
 
 
+@pytest.mark.parametrize("kind", ["pipe", "file"])
+def test_a_forked_child_closes_what_it_inherited_writing_what_it_buffered(tmp_path, kind):
+    """A file opened before fork(): the child's close writes what the child
+    buffered and closes the child's descriptor, as the built-in file's
+    close does, where it raised (the parent's engine) and kept the
+    descriptor, so a pipe's reader never saw its end while the child
+    lived. The child's other calls that need the engine raise."""
+    if kind == "pipe":
+        r, w = os.pipe()
+        target = w
+    else:
+        r = None
+        target = str(tmp_path / "f")
+
+    async def opened():
+        f = await blockio.open(target, "wb")
+        await f.write(b"parent\n")
+        await f.flush()
+        return f
+
+    f = asyncio.run(opened())
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            async def child():
+                await f.write(b"child\n")  # (buffered)
+                await f.close()
+                return f.closed
+
+            code = 0 if asyncio.run(child()) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    asyncio.run(f.close())
+    if kind == "pipe":
+        got = b""
+        while True:  # both ends closed: the end comes
+            part = os.read(r, 100)
+            if not part:
+                break
+            got += part
+        os.close(r)
+        assert got == b"parent\nchild\n"
+    else:
+        assert (tmp_path / "f").read_bytes() == b"parent\nchild\n"
+
+
 def _pool_head(path):
     async def head():
         async with blockio.open(path, "rb") as f:
