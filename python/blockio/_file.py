@@ -760,7 +760,7 @@ class AsyncFile(LineReader[bytes]):
         # a buffer that cannot hold it.
         try:
             with memoryview(buf) as view:
-                size = -1 if view.readonly else view.nbytes
+                size = -1 if view.readonly or not view.c_contiguous else view.nbytes
         except TypeError:
             size = -1
         if size < 0:

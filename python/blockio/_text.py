@@ -390,9 +390,9 @@ class AsyncTextFile(LineReader[str]):
             raise io.UnsupportedOperation("can't do nonzero end-relative seeks")
         if whence == os.SEEK_SET and offset < 0:
             raise ValueError(f"negative seek position {offset}")
+        pos = await self.buffer.seek(offset, whence)  # (refused: nothing has moved)
         self._reset_decoding()
         self._encoder = None
-        pos = await self.buffer.seek(offset, whence)
         if pos > 0:
             await self._past_the_start()
         return pos

@@ -558,6 +558,52 @@ def test_readinto_a_buffer_past_one_read_fills_it_as_the_builtin_file(tmp_path, 
     assert want[0] == (size if buffering else 0x7FFFF000)
 
 
+@pytest.mark.parametrize("buffering", [0, -1])
+def test_readinto_a_non_contiguous_buffer_raises_before_taking_a_byte_as_the_builtin(tmp_path, buffering):
+    """A strided view (``memoryview(b)[::2]``) is refused with the built-in's
+    ``TypeError`` before the position moves, where a buffered file took
+    the bytes first."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789abcdefghij")
+    results = []
+    with open(p, "rb", buffering=buffering) as f:
+        f.read(3)
+        with pytest.raises(TypeError) as want:
+            f.readinto(memoryview(bytearray(20))[::2])
+        results.append((str(want.value), f.tell(), f.read(5)))
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=buffering) as f:
+            await f.read(3)
+            with pytest.raises(TypeError) as got:
+                await f.readinto(memoryview(bytearray(20))[::2])
+            return str(got.value), await f.tell(), await f.read(5)
+
+    assert run(main()) == results[0] == (results[0][0], 3, b"34567")
+
+
+def test_a_refused_text_seek_leaves_the_reader_where_it_was(tmp_path):
+    """A text seek the file refuses (past 2**63 - 1) leaves the reader at
+    its character, as the built-in's does, where the text decoded ahead
+    was dropped and the next read started past it."""
+    p = tmp_path / "f"
+    p.write_text("hello\nworld\n" + "x" * 5000 + "\nlast\n")
+    with open(p) as f:
+        f.read(3)
+        with pytest.raises(OSError):
+            f.seek(2**63)
+        want = (f.tell(), f.read(4))
+
+    async def main():
+        async with blockio.open(p) as f:
+            await f.read(3)
+            with pytest.raises(ValueError, match="offset"):
+                await f.seek(2**63)
+            return await f.tell(), await f.read(4)
+
+    assert run(main()) == want == (3, "lo\nw")
+
+
 @pytest.mark.parametrize("mode,buffering", [("ab", 0), ("ab", -1), ("a+b", 0), ("a+b", -1), ("a", -1), ("a+", -1)])
 @pytest.mark.parametrize("how", ["fd", "opener"])
 def test_append_mode_over_a_descriptor_without_o_append_writes_at_the_end_as_the_builtin(tmp_path, mode, buffering,
