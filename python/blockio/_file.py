@@ -465,7 +465,9 @@ class AsyncFile(LineReader[bytes]):
         self._check_seekable()
         holes = (getattr(os, "SEEK_DATA", -1), getattr(os, "SEEK_HOLE", -1))
         if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END) + holes:
-            raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
+            if self._bufsize == 0:
+                raise OSError(22, "Invalid argument", self.name)  # (FileIO's: lseek's EINVAL)
+            raise ValueError(f"whence value {whence} unsupported")  # (the buffered file's)
         await self._flush_writes()
         if whence in holes:
             # The next data or hole at or after `offset` (ENXIO past the

@@ -582,6 +582,32 @@ def test_readinto_a_non_contiguous_buffer_raises_before_taking_a_byte_as_the_bui
     assert run(main()) == results[0] == (results[0][0], 3, b"34567")
 
 
+@pytest.mark.parametrize("mode,buffering", [("rb", 0), ("rb", -1), ("r", -1)])
+@pytest.mark.parametrize("whence", [-1, 5, 7])
+def test_a_bad_whence_raises_the_builtin_files_error(tmp_path, mode, buffering, whence):
+    """``FileIO``'s ``OSError(EINVAL)`` unbuffered, the buffered and text
+    files' ``ValueError``, before the position moves."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    with open(p, mode, buffering=buffering) as f:
+        f.read(3)
+        with pytest.raises((OSError, ValueError)) as want:
+            f.seek(0, whence)
+        want_pos = f.tell()
+
+    async def main():
+        async with blockio.open(p, mode, buffering=buffering) as f:
+            await f.read(3)
+            with pytest.raises((OSError, ValueError)) as got:
+                await f.seek(0, whence)
+            return got, await f.tell()
+
+    got, pos = run(main())
+    assert type(got.value) is type(want.value)
+    assert getattr(got.value, "errno", None) == getattr(want.value, "errno", None)
+    assert pos == want_pos == 3
+
+
 def test_a_refused_text_seek_leaves_the_reader_where_it_was(tmp_path):
     """A text seek the file refuses (past 2**63 - 1) leaves the reader at
     its character, as the built-in's does, where the text decoded ahead
