@@ -22,6 +22,11 @@
 //!    caller sees what it would have seen without this (exit status 130
 //!    in a shell for Ctrl-C).
 //!
+//! A `-b` copy moves the file in its way aside first ([`kept_aside`]),
+//! under [`CREATING`] too, and lists the name at once: a signal between
+//! that rename and the copy's creation puts the file back, where the name
+//! would otherwise be left empty with only the backup beside it.
+//!
 //! Only files this copy created are listed: an existing file written into
 //! (a FIFO, a device, a file opened for overwriting) is never removed.
 //! A listing ends when the copy of the file ends ([`Unfinished`] is
@@ -32,6 +37,8 @@
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use super::entry::DirPair;
@@ -99,15 +106,50 @@ impl Drop for Unfinished {
     }
 }
 
+/// Runs `set_aside`, which moves the file `name` in `dir`'s destination
+/// aside under a backup name (`-b`) and returns that name's path (`None`:
+/// nothing was there to keep), so that an interrupting signal either comes
+/// before it or finds the name listed, and puts the file back. The listing
+/// comes back with the path: hand it to [`created`] for the copy made
+/// under `name`, which it then lists (the signal removes the copy, then
+/// puts the file back), or drop it once the name is filled otherwise.
+pub(crate) fn kept_aside(
+    dir: &Arc<DirPair>,
+    name: &CString,
+    id: (u64, u64),
+    set_aside: impl FnOnce() -> io::Result<Option<PathBuf>>,
+) -> io::Result<(Option<PathBuf>, Option<Unfinished>)> {
+    if !ON.load(std::sync::atomic::Ordering::Acquire) {
+        return set_aside().map(|kept| (kept, None));
+    }
+    let _creating = creating();
+    let kept = set_aside()?;
+    let listing = kept.as_ref().and_then(|path| {
+        let backup = CString::new(path.file_name()?.as_bytes()).ok()?;
+        let made = Made {
+            dir: Arc::clone(dir),
+            name: name.clone(),
+            backup: Some(backup),
+            id,
+            link: false,
+        };
+        Some(Unfinished(listed().list(made)))
+    });
+    Ok((kept, listing))
+}
+
 /// Runs `create`, which makes the file `name` in `dir`'s destination or
 /// opens the one there (`Ok((value, true))` when it made it), so that an
 /// interrupting signal either comes before it or finds the file listed.
-/// The listing, for a file it made, comes back with the value.
+/// The listing, for a file it made, comes back with the value: `aside`,
+/// if given (the listing of the file [`kept_aside`] moved from `name`,
+/// which already names the backup), or a new one naming `backup`.
 pub(crate) fn created<T>(
     dir: &Arc<DirPair>,
     name: &CString,
     backup: Option<&CString>,
     id: (u64, u64),
+    aside: Option<Unfinished>,
     create: impl FnOnce() -> io::Result<(T, bool)>,
 ) -> io::Result<(T, Option<Unfinished>)> {
     if !ON.load(std::sync::atomic::Ordering::Acquire) {
@@ -117,6 +159,9 @@ pub(crate) fn created<T>(
     let (value, made) = create()?;
     if !made {
         return Ok((value, None));
+    }
+    if aside.is_some() {
+        return Ok((value, aside));
     }
     let made = Made {
         dir: Arc::clone(dir),

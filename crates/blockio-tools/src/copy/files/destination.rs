@@ -87,7 +87,7 @@ fn existing(
     // Not with `--attributes-only`, which writes no data, as GNU's.
     if regular && ctx.opts.preserve.links && st.stx_nlink > 1 && !ctx.opts.attributes_only {
         let made = at::unlink(&dirs.dst, &e.dst_name).and_then(|()| {
-            unfinished::created(dirs, &e.dst_name, None, e.id(), || {
+            unfinished::created(dirs, &e.dst_name, None, e.id(), None, || {
                 let d = at::create(
                     &dirs.dst,
                     &e.dst_name,
@@ -155,6 +155,9 @@ pub(super) fn create_dst(
     let excl = opts.no_clobber || opts.update == copy::Update::None;
     let mode = create_mode(opts, e);
     let mut backup = None;
+    // The listing of the file `-b` moved aside, which a signal puts back
+    // until the copy under its name is listed in its place.
+    let mut aside = None;
     let replaces = (opts.backup != copy::Backup::None || opts.remove_destination) && !excl;
     if replaces && same_entry(pair, e) {
         // Backing up or removing the destination would move or remove
@@ -181,8 +184,10 @@ pub(super) fn create_dst(
             ctx.errors.report(what, None);
             return Ok(None);
         }
-        backup = copy::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name)
-            .map_err(|err| copy::in_the_way("cannot backup", err))?;
+        (backup, aside) = unfinished::kept_aside(pair, &e.dst_name, e.id(), || {
+            copy::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name)
+        })
+        .map_err(|err| copy::in_the_way("cannot backup", err))?;
     } else if opts.remove_destination && !excl {
         remove_destination(ctx, pair, e)?;
     }
@@ -194,10 +199,15 @@ pub(super) fn create_dst(
         Some(false) => true,
         None => false,
     };
-    let create = || {
+    let mut create = || {
         let kept = backup.as_ref().and_then(|b| b.file_name()).map(copy::cname);
-        let (mut d, listed) =
-            unfinished::created(pair, &e.dst_name, kept.as_ref(), e.id(), || {
+        let (mut d, listed) = unfinished::created(
+            pair,
+            &e.dst_name,
+            kept.as_ref(),
+            e.id(),
+            aside.take(),
+            || {
                 let d = if e.follow_dst {
                     at::create_following(&pair.dst, &e.dst_name, excl, mode, opts.force)
                 } else {
@@ -205,7 +215,8 @@ pub(super) fn create_dst(
                 }?;
                 let made = d.created;
                 Ok((d, made))
-            })?;
+            },
+        )?;
         d.backup = backup.clone();
         d.listed = listed;
         Ok::<_, io::Error>(d)
