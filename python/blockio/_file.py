@@ -226,6 +226,26 @@ class _StreamCall:
         return value
 
 
+#: The files on streams, whose calls run on threads of their own (see
+#: :class:`_StreamCall`), for :func:`_forget_parent_threads`.
+_STREAM_FILES: "weakref.WeakSet[AsyncFile]" = weakref.WeakSet()
+
+
+def _forget_parent_threads() -> None:
+    """In a child just forked: the threads of the parent's stream calls
+    do not exist here, so a call still running there (a read or write
+    whose task was cancelled, a ``readline``'s wait) would never end in
+    the child, and the file's next call, waiting for it, never either.
+    Each file forgets such calls: its next read or write in the child is
+    made anew. (What the parent's read then takes from the stream is the
+    parent's, as when two processes read one pipe.)"""
+    for f in list(_STREAM_FILES):
+        f._forget_calls_running_elsewhere()
+
+
+os.register_at_fork(after_in_child=_forget_parent_threads)
+
+
 class AsyncFile(LineReader[bytes]):
     """A binary file opened by :func:`blockio.open`, with aiofiles'
     interface: coroutines ``read``, ``read1``, ``readall``, ``readinto``,
@@ -286,6 +306,8 @@ class AsyncFile(LineReader[bytes]):
             self._pos = os.lseek(desc.num, 0, os.SEEK_CUR)
         except OSError as e:
             self._stream = e.errno == errno.ESPIPE
+            if self._stream:
+                _STREAM_FILES.add(self)
         #: The engine's read of page-cached bytes (see `read`).
         self._read_cached = engine._core.read_cached
         #: The next read is the first since a seek: it reads what it asks
@@ -926,6 +948,13 @@ class AsyncFile(LineReader[bytes]):
         finally:
             if poll.done():
                 self._stream_poll = None
+
+    def _forget_calls_running_elsewhere(self) -> None:
+        """See :func:`_forget_parent_threads`."""
+        for name in ("_stream_read", "_stream_write", "_stream_poll"):
+            call = getattr(self, name)
+            if call is not None and not call.done():
+                setattr(self, name, None)
 
     def _end_waits(self) -> None:
         """Ends the wait of `_until_readable` left running, if any: the file is

@@ -625,6 +625,44 @@ def test_a_forked_child_closes_what_it_inherited_writing_what_it_buffered(tmp_pa
         assert (tmp_path / "f").read_bytes() == b"parent\nchild\n"
 
 
+def test_a_forked_child_reads_a_pipe_whose_parent_left_a_read_running():
+    """A read cancelled in the parent is left running on a thread (its
+    bytes are the file's next read); the child, which has no such thread,
+    reads the pipe anew rather than wait for it for ever. The two reads
+    share what the pipe gets, as two processes' reads of one pipe do."""
+    r, w = os.pipe()
+    back_r, back_w = os.pipe()
+    loop = asyncio.new_event_loop()
+    try:
+        f = loop.run_until_complete(blockio.open(r, "rb", buffering=0, closefd=False))
+
+        async def leave_a_read_running():
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(f.read(5), 0.1)  # (nothing written yet)
+
+        loop.run_until_complete(leave_a_read_running())
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                os.write(w, b"helloworld")
+                got = asyncio.run(asyncio.wait_for(f.read(5), WATCHDOG))
+                os.write(back_w, got)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        child = os.read(back_r, 100)
+        parent = loop.run_until_complete(asyncio.wait_for(f.read(5), WATCHDOG))
+        assert sorted([child, parent]) == [b"hello", b"world"]
+        loop.run_until_complete(f.close())
+    finally:
+        loop.close()
+        for fd in (r, w, back_r, back_w):
+            os.close(fd)
+
+
 def _pool_head(path):
     async def head():
         async with blockio.open(path, "rb") as f:
