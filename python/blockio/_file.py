@@ -75,6 +75,13 @@ _READ_ALL_BLOCK = 1 << 20
 #: at the seek, as the built-in file's is.
 _MAX_OFFSET = (1 << 63) - 1
 
+#: The largest offset ``seek`` takes at once, with no system call (1 TiB);
+#: past it the file system's ``lseek`` checks the offset, as the built-in
+#: file's seek does, so that an offset the file system refuses fails at
+#: the seek rather than at a later read or write. (A smaller limit, as
+#: FAT's 4 GiB, is met at that read or write.)
+_QUICK_OFFSET = 1 << 40
+
 #: The most one read returns on Linux (``MAX_RW_COUNT``): a larger read is
 #: made of reads of at most this, as the built-in buffered file's is, or,
 #: unbuffered, is one read of this, as ``FileIO``'s is.
@@ -461,7 +468,7 @@ class AsyncFile(LineReader[bytes]):
         # nothing here awaits). Inlined: this is half of every
         # random read.
         free = self._calls.free
-        if free and whence == 0 and type(offset) is int and 0 <= offset <= _MAX_OFFSET and type(whence) is int:
+        if free and whence == 0 and type(offset) is int and 0 <= offset <= _QUICK_OFFSET and type(whence) is int:
             try:
                 free.pop()
             except IndexError:
@@ -505,6 +512,13 @@ class AsyncFile(LineReader[bytes]):
             raise OSError(22, "Invalid argument", self.name)
         if pos > _MAX_OFFSET:
             raise ValueError(f"offset: {pos} is past the largest file offset ({_MAX_OFFSET})")
+        if pos > _QUICK_OFFSET:
+            # Past what every file system takes? Its lseek says, as the
+            # built-in's seek finds out (ext4 refuses 16 TiB and more).
+            try:
+                os.lseek(self._file.num, pos, os.SEEK_SET)
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, self.name) from None
         self._pos = pos
         self._at_end = False
         self._rbuf = b""

@@ -608,6 +608,45 @@ def test_a_bad_whence_raises_the_builtin_files_error(tmp_path, mode, buffering, 
     assert pos == want_pos == 3
 
 
+@pytest.mark.parametrize("mode,buffering", [("r+b", 0), ("r+b", -1), ("r+", -1)])
+@pytest.mark.parametrize("offset", [1 << 40, (1 << 40) + 1, 1 << 41, 1 << 44, (1 << 63) - 1])
+def test_a_seek_the_file_system_refuses_fails_at_the_seek_as_the_builtin(tmp_path, mode, buffering, offset):
+    """An offset past what the file system takes (16 TiB on ext4, where the
+    tests run) raises the built-in's ``OSError(EINVAL)`` at the seek,
+    leaving the position, where it was taken and the error came with a
+    later write or close; one it takes is taken by both."""
+    p = tmp_path / "f"
+    p.write_bytes(b"ab")
+
+    def outcome(call):
+        try:
+            return ("ok", call())
+        except OSError as e:
+            return ("OSError", e.errno)
+
+    with open(p, mode, buffering=buffering) as f:
+        f.read(2)
+        want = (outcome(lambda: f.seek(offset)), f.tell() == offset)
+        f.seek(2)
+        f.write(b"Q" if "b" in mode else "Q")
+
+    async def main():
+        async with blockio.open(p, mode, buffering=buffering) as f:
+            await f.read(2)
+            seek = f.seek(offset)
+            try:
+                got = ("ok", await seek)
+            except OSError as e:
+                got = ("OSError", e.errno)
+            got = (got, await f.tell() == offset)
+            await f.seek(2)
+            await f.write(b"Q" if "b" in mode else "Q")
+            return got
+
+    assert run(main()) == want
+    assert p.read_bytes() == b"abQ"
+
+
 def test_a_refused_text_seek_leaves_the_reader_where_it_was(tmp_path):
     """A text seek the file refuses (past 2**63 - 1) leaves the reader at
     its character, as the built-in's does, where the text decoded ahead
