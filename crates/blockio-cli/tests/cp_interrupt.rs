@@ -61,11 +61,24 @@ fn cp(dir: &Path, args: &[&str]) -> std::process::Child {
 
 /// Runs `cp ARGS s t` in `dir` and sends `sig` once `t` holds a file.
 fn interrupted(dir: &Path, args: &[&str], sig: i32) -> std::process::ExitStatus {
+    interrupted_once(dir, args, sig, |_| true)
+}
+
+/// [`interrupted`], the signal sent once an entry of `dir/t` whose name
+/// `ready` accepts exists (or the copy has ended, or 30 s have passed).
+fn interrupted_once(
+    dir: &Path,
+    args: &[&str],
+    sig: i32,
+    ready: impl Fn(&str) -> bool,
+) -> std::process::ExitStatus {
     let mut child = cp(dir, &[args, &["s", "t"]].concat());
     let t = dir.join("t");
     let bound = Instant::now() + Duration::from_secs(30);
     while Instant::now() < bound && child.try_wait().unwrap().is_none() {
-        if fs::read_dir(&t).is_ok_and(|mut d| d.next().is_some()) {
+        let found = fs::read_dir(&t)
+            .is_ok_and(|d| d.flatten().any(|e| ready(&e.file_name().to_string_lossy())));
+        if found {
             break;
         }
         std::thread::sleep(Duration::from_micros(200));
@@ -141,7 +154,12 @@ fn an_interrupted_backup_copy_puts_back_what_it_replaced() {
     for i in 0..FILES {
         fs::write(d.path().join(format!("t/f{i:03}")), b"old").unwrap();
     }
-    let status = interrupted(d.path(), &["-rT", "--backup=numbered"], libc::SIGTERM);
+    let status = interrupted_once(
+        d.path(),
+        &["-rT", "--backup=numbered"],
+        libc::SIGTERM,
+        |n| n.ends_with('~'),
+    );
     ended_by(status, libc::SIGTERM);
     // Every name holds the copy or the old bytes, never part of a copy;
     // backups are of the old bytes.
@@ -156,6 +174,40 @@ fn an_interrupted_backup_copy_puts_back_what_it_replaced() {
         }
     }
     assert_eq!(names, FILES);
+}
+
+#[test]
+fn an_interrupted_backup_copy_of_symbolic_links_puts_back_what_it_replaced() {
+    // Links are made over the names in their way after those are moved
+    // aside: a signal in between puts the old file back. (The signal
+    // comes once the first backup exists, among the renames.)
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (s, t) = (d.path().join("s"), d.path().join("t"));
+    fs::create_dir(&s).unwrap();
+    fs::create_dir(&t).unwrap();
+    for i in 0..FILES * 10 {
+        std::os::unix::fs::symlink(format!("target{i}"), s.join(format!("l{i:04}"))).unwrap();
+        fs::write(t.join(format!("l{i:04}")), b"old").unwrap();
+    }
+    let status = interrupted_once(
+        d.path(),
+        &["-rT", "--backup=numbered"],
+        libc::SIGTERM,
+        |n| n.ends_with('~'),
+    );
+    ended_by(status, libc::SIGTERM);
+    for i in 0..FILES * 10 {
+        let name = t.join(format!("l{i:04}"));
+        let st = fs::symlink_metadata(&name).unwrap_or_else(|e| panic!("{name:?}: {e}"));
+        if st.file_type().is_symlink() {
+            assert_eq!(
+                fs::read_link(&name).unwrap(),
+                Path::new(&format!("target{i}"))
+            );
+        } else {
+            assert_eq!(fs::read(&name).unwrap(), b"old", "{name:?}");
+        }
+    }
 }
 
 #[test]

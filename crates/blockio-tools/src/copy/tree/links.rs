@@ -16,6 +16,7 @@ use blockio::PathAt;
 
 use super::super::at;
 use super::super::entry::{DirPair, Entry, FirstCopy};
+use super::super::unfinished::{self, Unfinished};
 use super::super::{cname, quote};
 use super::copy::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::walker::{id_of, Walker};
@@ -32,8 +33,10 @@ pub(super) enum Made {
 /// What [`Walker::replace`] did with the file in the way.
 pub(super) enum Replace {
     Skip,
-    /// Removed, or kept aside under the backup name given (`-b`).
-    Removed(Option<PathBuf>),
+    /// Removed, or kept aside under the backup name given (`-b`), with
+    /// the listing that puts it back if a signal comes before the name is
+    /// made again (held until then; see `unfinished::kept_aside`).
+    Removed(Option<PathBuf>, Option<Unfinished>),
     Failed,
 }
 
@@ -50,7 +53,7 @@ impl Walker<'_> {
     /// `-l`, `-s`: a hard or symbolic link to the source instead of a
     /// copy. An existing destination is an error unless `-f`,
     /// `--remove-destination` or `-b` lets it be replaced (`-n`: kept).
-    pub(super) fn link_entry(&self, pair: &DirPair, e: &Entry) {
+    pub(super) fn link_entry(&self, pair: &Arc<DirPair>, e: &Entry) {
         let opts = self.ctx.opts;
 
         let src = pair.src_of(&e.src_name);
@@ -263,7 +266,7 @@ impl Walker<'_> {
             {
                 // `-u` and `-i` were asked above: not again.
                 match self.replace(pair, e, true, true) {
-                    Replace::Removed(b) => {
+                    Replace::Removed(b, _aside) => {
                         backup = b;
                         r = make();
                     }
@@ -401,7 +404,7 @@ impl Walker<'_> {
     /// it could not be made.
     pub(super) fn finish_made(
         &self,
-        pair: &DirPair,
+        pair: &Arc<DirPair>,
         e: &Entry,
         kind: Made,
         mut made: io::Result<()>,
@@ -411,7 +414,7 @@ impl Walker<'_> {
         let mut backup = None;
         if made.as_ref().err().and_then(blockio::errno) == Some(libc::EEXIST) {
             match self.replace(pair, e, false, false) {
-                Replace::Removed(b) => {
+                Replace::Removed(b, _aside) => {
                     backup = b;
                     made = again();
                 }
@@ -484,7 +487,13 @@ impl Walker<'_> {
     /// names; a link also with `-f`. Otherwise making it fails ("File
     /// exists"). `forced`: the caller (`-l`, `-s`) checked that already;
     /// `judged`: and asked `-u` and `-i` already.
-    pub(super) fn replace(&self, pair: &DirPair, e: &Entry, forced: bool, judged: bool) -> Replace {
+    pub(super) fn replace(
+        &self,
+        pair: &Arc<DirPair>,
+        e: &Entry,
+        forced: bool,
+        judged: bool,
+    ) -> Replace {
         let opts = self.ctx.opts;
         let name = e.dst_name.as_c_str();
         let dst = pair.dst_of(name);
@@ -562,8 +571,9 @@ impl Walker<'_> {
                 );
                 return Replace::Failed;
             }
-            return match copy::make_backup(opts, &pair.dst, &pair.dst_path, name) {
-                Ok(b) => Replace::Removed(b),
+            let set_aside = || copy::make_backup(opts, &pair.dst, &pair.dst_path, name);
+            return match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
+                Ok((b, aside)) => Replace::Removed(b, aside),
                 Err(e) => {
                     let what = format!("cannot backup {}", quote(&dst));
                     self.report(what, Some(e));
@@ -587,7 +597,7 @@ impl Walker<'_> {
         if said {
             copy::say(opts, format_args!("removed {}", quote(&dst)));
         }
-        Replace::Removed(None)
+        Replace::Removed(None, None)
     }
 
     /// GNU's same-file rule for a link or special file whose copy would
