@@ -211,6 +211,118 @@ fn an_interrupted_backup_copy_of_symbolic_links_puts_back_what_it_replaced() {
 }
 
 #[test]
+fn an_interrupted_backup_copy_of_two_names_of_one_file_puts_both_back() {
+    // `-a`'s second name is a hard link to the first name's copy, made
+    // while that copy is still filled (here from a FIFO whose writer never
+    // writes): the signal removes both names and puts back the files they
+    // replaced, never leaving the second name on the incomplete copy.
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (s, t) = (d.path().join("s"), d.path().join("t"));
+    fs::create_dir(&s).unwrap();
+    fs::create_dir(&t).unwrap();
+    let fifo = std::ffi::CString::new(s.join("p").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path in our temporary directory.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    fs::hard_link(s.join("p"), s.join("q")).unwrap();
+    fs::write(t.join("p"), b"old p").unwrap();
+    fs::write(t.join("q"), b"old q").unwrap();
+    // The writer: opened read-write, so this open waits for no reader,
+    // and held open so the copy's reads wait for data that never comes.
+    let writer = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(s.join("p"))
+        .unwrap();
+    let args = [
+        "-rT",
+        "--preserve=links",
+        "--copy-contents",
+        "--backup=numbered",
+        "s",
+        "t",
+    ];
+    let mut child = cp(d.path(), &args);
+    let bound = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < bound && !(t.join("q.~1~").exists() && t.join("q").exists()) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: kill(2) on the child's pid, not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    ended_by(child.wait().unwrap(), libc::SIGTERM);
+    drop(writer);
+    assert_eq!(fs::read(t.join("p")).unwrap(), b"old p");
+    assert_eq!(fs::read(t.join("q")).unwrap(), b"old q");
+}
+
+#[test]
+fn a_signal_after_a_failed_backup_copy_is_undone_keeps_the_file_put_back() {
+    // Every copy fails (the file size limit), so each is removed and the
+    // file `-b` moved aside is put back, then reported; the reports fill a
+    // pipe nobody reads, so the copy stops inside one, and the signal
+    // comes then. No name may lose the file put back under it.
+    const N: usize = 1500;
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (s, t) = (d.path().join("s"), d.path().join("t"));
+    fs::create_dir(&s).unwrap();
+    fs::create_dir(&t).unwrap();
+    for i in 0..N {
+        fs::write(s.join(format!("f{i:04}")), vec![b'n'; 8192]).unwrap();
+        fs::write(t.join(format!("f{i:04}")), b"old").unwrap();
+    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
+    cmd.current_dir(d.path())
+        .args(["cp", "-rT", "--backup=numbered", "s", "t"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: between fork and exec the closure only calls setrlimit(2),
+    // signal(2) and sigprocmask(2), async-signal-safe, on valid arguments.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 4096,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &limit);
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stderr);
+    // Until the pipe is nearly full (the copy waits in a report) or the
+    // copy has ended.
+    let bound = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < bound && child.try_wait().unwrap().is_none() {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: FIONREAD writes the byte count into `queued`.
+        unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) };
+        if queued > 60_000 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(50)); // (into the report)
+                                                   // SAFETY: kill(2) on the child's pid, not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    ended_by(child.wait().unwrap(), libc::SIGTERM);
+    drop(stderr);
+    for i in 0..N {
+        let name = t.join(format!("f{i:04}"));
+        let got = fs::read(&name).unwrap_or_else(|e| panic!("{name:?}: {e}"));
+        assert!(
+            got == b"old" || got.len() == 8192,
+            "{name:?}: {} bytes",
+            got.len()
+        );
+    }
+}
+
+#[test]
 fn a_copy_waiting_for_a_fifos_reader_ends_by_the_signal() {
     // An existing FIFO at the destination is opened and written into, as
     // GNU does; with no reader the open waits, and only a signal ends the

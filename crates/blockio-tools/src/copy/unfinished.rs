@@ -83,6 +83,9 @@ struct Made {
     id: (u64, u64),
     /// A second name, hard-linked to the copy of `id` (which owns it).
     link: bool,
+    /// Only the file `-b` moved aside from this name ([`kept_aside`]):
+    /// nothing made under the name is listed yet.
+    aside: bool,
 }
 
 fn listed() -> MutexGuard<'static, Listed> {
@@ -100,8 +103,11 @@ impl Drop for Unfinished {
     fn drop(&mut self) {
         let mut l = listed();
         if let Some(made) = l.files.remove(&self.0) {
-            let id = made.id;
-            l.files.retain(|_, m| !(m.link && m.id == id));
+            // A copy's listing ends: its second names are whole with it.
+            if !made.link && !made.aside {
+                let id = made.id;
+                l.files.retain(|_, m| !(m.link && m.id == id));
+            }
         }
     }
 }
@@ -132,6 +138,7 @@ pub(crate) fn kept_aside(
             backup: Some(backup),
             id,
             link: false,
+            aside: true,
         };
         Some(Unfinished(listed().list(made)))
     });
@@ -160,8 +167,11 @@ pub(crate) fn created<T>(
     if !made {
         return Ok((value, None));
     }
-    if aside.is_some() {
-        return Ok((value, aside));
+    if let Some(listing) = aside {
+        if let Some(m) = listed().files.get_mut(&listing.0) {
+            m.aside = false; // (the copy's listing now)
+        }
+        return Ok((value, Some(listing)));
     }
     let made = Made {
         dir: Arc::clone(dir),
@@ -169,17 +179,20 @@ pub(crate) fn created<T>(
         backup: backup.cloned(),
         id,
         link: false,
+        aside: false,
     };
     Ok((value, Some(Unfinished(listed().list(made)))))
 }
 
 /// Runs `link`, which makes `name` in `dir`'s destination a second name of
 /// the copy of the file `id`, so that the name is removed with that copy
-/// if an interrupting signal comes before the copy is finished.
+/// if an interrupting signal comes before the copy is finished (and the
+/// file `-b` moved aside from it, whose listing `aside` is, put back).
 pub(crate) fn linked(
     dir: &Arc<DirPair>,
     name: &CString,
     id: (u64, u64),
+    aside: Option<Unfinished>,
     link: impl FnOnce() -> io::Result<()>,
 ) -> io::Result<()> {
     if !ON.load(std::sync::atomic::Ordering::Acquire) {
@@ -188,16 +201,45 @@ pub(crate) fn linked(
     let _creating = creating();
     link()?;
     let mut l = listed();
-    if l.files.values().any(|m| !m.link && m.id == id) {
-        l.list(Made {
-            dir: Arc::clone(dir),
-            name: name.clone(),
-            backup: None,
-            id,
-            link: true,
-        });
+    let copy_unfinished = l.files.values().any(|m| !m.link && !m.aside && m.id == id);
+    match aside {
+        // The name's listing becomes the second name's, ended with the
+        // copy's (which removes it), the backup still named.
+        Some(listing) if copy_unfinished => {
+            if let Some(m) = l.files.get_mut(&listing.0) {
+                m.link = true;
+                m.aside = false;
+            }
+            std::mem::forget(listing);
+        }
+        Some(listing) => {
+            l.files.remove(&listing.0); // (the copy is whole: so is the link)
+            std::mem::forget(listing);
+        }
+        None if copy_unfinished => {
+            l.list(Made {
+                dir: Arc::clone(dir),
+                name: name.clone(),
+                backup: None,
+                id,
+                link: true,
+                aside: false,
+            });
+        }
+        None => {}
     }
     Ok(())
+}
+
+/// Runs `undo`, a failed copy removing itself (and putting back the file
+/// `-b` moved aside), and ends the copy's `listing`, with no interrupting
+/// signal acting between the two: a signal after `undo` and before the
+/// listing ended would unlink the name again, now the file put back.
+pub(crate) fn undone<T>(listing: Option<Unfinished>, undo: impl FnOnce() -> T) -> T {
+    let _creating = creating();
+    let out = undo();
+    drop(listing);
+    out
 }
 
 fn creating() -> RwLockReadGuard<'static, ()> {

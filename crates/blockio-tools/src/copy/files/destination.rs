@@ -234,8 +234,8 @@ pub(super) fn create_dst(
     // never links to a copy that does not exist yet.
     let mut links = ctx.links.lock().expect("hard link table lock");
     if let Some(first) = links.get(&e.id()) {
-        let link = || {
-            unfinished::linked(pair, &e.dst_name, e.id(), || {
+        let mut link = || {
+            unfinished::linked(pair, &e.dst_name, e.id(), aside.take(), || {
                 first.link_as(&pair.dst, &e.dst_name)
             })
         };

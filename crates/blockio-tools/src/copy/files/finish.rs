@@ -15,6 +15,7 @@ use super::super::at;
 use super::super::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::super::entry::{Ctx, DirPair};
 use super::super::quote;
+use super::super::unfinished;
 use super::job::{clone, fsync_each, is_sparse, run_batch, FileCopy};
 use super::wave::SLOT_ALIGN;
 use crate::copy;
@@ -110,9 +111,10 @@ pub(super) fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<FileCopy
             *failed = Some((format!("error closing {}", quote(&dst)), err));
         }
     }
-    // Each file's listing ends (`_listed` dropped) with its iteration:
-    // complete, or removed and reported.
-    for (e, failed, created, stream, backup, _listed) in finished {
+    // Each file's listing ends with its iteration (`listed` dropped):
+    // complete, or removed, under the creation lock (`unfinished::undone`),
+    // then reported.
+    for (e, failed, created, stream, backup, listed) in finished {
         let Some((what, err)) = failed else {
             ctx.progress.files.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -128,7 +130,7 @@ pub(super) fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<FileCopy
                 quote(&dst)
             )
         } else {
-            match at::unlink(&dirs.dst, &e.dst_name) {
+            unfinished::undone(listed, || match at::unlink(&dirs.dst, &e.dst_name) {
                 // `-b`: the file kept aside goes back to its name, as
                 // GNU puts it back: a failed copy leaves things as they were.
                 Ok(()) if backup.is_some() => {
@@ -151,7 +153,7 @@ pub(super) fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<FileCopy
                     "{what} (the incomplete copy {} could not be removed: {u})",
                     quote(&dst)
                 ),
-            }
+            })
         };
         ctx.errors.report(fate, Some(err));
     }
