@@ -337,9 +337,16 @@ impl CallerRing {
         // send, a read of bytes already there) are reaped in this turn.
         let mut panic = r.fill_and_submit(r.lock());
         let mut out = Outcalls::default();
-        let mut new_task = false;
+        // The driving task's waker, cloned with the lock let go (a waker's
+        // clone and drop are its own code), to be kept under the lock that
+        // last found the queue empty: a request queued after that lock
+        // finds it and wakes the task ([`CallerRing::submit`]). Kept after
+        // that lock instead, a request queued in between found no task to
+        // wake and waited, unsubmitted, with the task asleep.
+        let mut fresh: Option<Waker> = None;
+        let mut old: Option<Waker> = None;
         loop {
-            let (pushed, overflow) = {
+            let (pushed, overflow, clone) = {
                 let mut book = r.lock();
                 let overflow = r.take_completions(&mut book, &mut out.done);
                 // Completions freed room for requests still queued.
@@ -348,28 +355,30 @@ impl CallerRing {
                 } else {
                     Pushed::Nothing
                 };
+                let mut clone = false;
                 if let Some(w) = driving_task {
                     book.orphaned = false;
-                    new_task |= !book.driving_task.as_ref().is_some_and(|d| d.will_wake(w));
+                    if !book.driving_task.as_ref().is_some_and(|d| d.will_wake(w)) {
+                        match fresh.take() {
+                            Some(f) => old = book.driving_task.replace(f).or(old),
+                            None => clone = true,
+                        }
+                    }
                 }
-                (pushed, overflow)
+                (pushed, overflow, clone)
             };
             if pushed == Pushed::Entries || overflow == Overflow::Flagged {
                 // With the overflow flagged, this enter asks for
                 // completions (and waits for none), which flushes them.
                 r.submit_now();
             }
-            if overflow == Overflow::Clear {
+            if clone {
+                fresh = driving_task.cloned(); // (kept in the next round)
+            } else if overflow == Overflow::Clear {
                 break;
             }
         }
-        if let Some(w) = driving_task.filter(|_| new_task) {
-            // Cloned and the old one dropped with the lock let go: both
-            // are the waker's own code.
-            let w = w.clone();
-            let old = r.lock().driving_task.replace(w);
-            panic = panic.or(call_user(move || drop(old)));
-        }
+        panic = panic.or(call_user(move || drop((old, fresh))));
         let n = out.done.len();
         resume(panic.or(out.run()));
         n
