@@ -36,6 +36,15 @@ fn tree(dir: &Path, hard_links: bool) {
     }
 }
 
+/// A temporary directory with the empty directories `s` and `t` in it.
+fn source_and_target() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (s, t) = (d.path().join("s"), d.path().join("t"));
+    fs::create_dir(&s).unwrap();
+    fs::create_dir(&t).unwrap();
+    (d, s, t)
+}
+
 /// `blockio cp ARGS` in `dir`, with SIGINT, SIGTERM and SIGHUP at their
 /// default action (the suite may run with them ignored, as a background
 /// job's SIGINT is, and an ignored signal stays ignored by the copy, as
@@ -87,6 +96,15 @@ fn interrupted_once(
     // names no other process).
     unsafe { libc::kill(child.id() as i32, sig) };
     child.wait().unwrap()
+}
+
+/// `cp -rT --backup=numbered s t` in `dir`, ended by SIGTERM once the
+/// first backup exists (among the renames), or complete before it.
+fn backup_copy_interrupted(dir: &Path) {
+    let status = interrupted_once(dir, &["-rT", "--backup=numbered"], libc::SIGTERM, |n| {
+        n.ends_with('~')
+    });
+    ended_by(status, libc::SIGTERM);
 }
 
 /// Every file in `dir/t` equals the file of its name in `dir/s`, or, with
@@ -154,13 +172,7 @@ fn an_interrupted_backup_copy_puts_back_what_it_replaced() {
     for i in 0..FILES {
         fs::write(d.path().join(format!("t/f{i:03}")), b"old").unwrap();
     }
-    let status = interrupted_once(
-        d.path(),
-        &["-rT", "--backup=numbered"],
-        libc::SIGTERM,
-        |n| n.ends_with('~'),
-    );
-    ended_by(status, libc::SIGTERM);
+    backup_copy_interrupted(d.path());
     // Every name holds the copy or the old bytes, never part of a copy;
     // backups are of the old bytes.
     let mut names = 0;
@@ -181,21 +193,12 @@ fn an_interrupted_backup_copy_of_symbolic_links_puts_back_what_it_replaced() {
     // Links are made over the names in their way after those are moved
     // aside: a signal in between puts the old file back. (The signal
     // comes once the first backup exists, among the renames.)
-    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (s, t) = (d.path().join("s"), d.path().join("t"));
-    fs::create_dir(&s).unwrap();
-    fs::create_dir(&t).unwrap();
+    let (d, s, t) = source_and_target();
     for i in 0..FILES * 10 {
         std::os::unix::fs::symlink(format!("target{i}"), s.join(format!("l{i:04}"))).unwrap();
         fs::write(t.join(format!("l{i:04}")), b"old").unwrap();
     }
-    let status = interrupted_once(
-        d.path(),
-        &["-rT", "--backup=numbered"],
-        libc::SIGTERM,
-        |n| n.ends_with('~'),
-    );
-    ended_by(status, libc::SIGTERM);
+    backup_copy_interrupted(d.path());
     for i in 0..FILES * 10 {
         let name = t.join(format!("l{i:04}"));
         let st = fs::symlink_metadata(&name).unwrap_or_else(|e| panic!("{name:?}: {e}"));
@@ -216,10 +219,7 @@ fn an_interrupted_backup_copy_of_two_names_of_one_file_puts_both_back() {
     // while that copy is still filled (here from a FIFO whose writer never
     // writes): the signal removes both names and puts back the files they
     // replaced, never leaving the second name on the incomplete copy.
-    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (s, t) = (d.path().join("s"), d.path().join("t"));
-    fs::create_dir(&s).unwrap();
-    fs::create_dir(&t).unwrap();
+    let (d, s, t) = source_and_target();
     let fifo = std::ffi::CString::new(s.join("p").into_os_string().into_encoded_bytes()).unwrap();
     // SAFETY: mkfifo on a NUL-terminated path in our temporary directory.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
@@ -261,10 +261,7 @@ fn a_signal_after_a_failed_backup_copy_is_undone_keeps_the_file_put_back() {
     // pipe nobody reads, so the copy stops inside one, and the signal
     // comes then. No name may lose the file put back under it.
     const N: usize = 1500;
-    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (s, t) = (d.path().join("s"), d.path().join("t"));
-    fs::create_dir(&s).unwrap();
-    fs::create_dir(&t).unwrap();
+    let (d, s, t) = source_and_target();
     for i in 0..N {
         fs::write(s.join(format!("f{i:04}")), vec![b'n'; 8192]).unwrap();
         fs::write(t.join(format!("f{i:04}")), b"old").unwrap();
