@@ -104,6 +104,16 @@ def _size_arg(size: Any, default: int = -1) -> int:
     return n
 
 
+def _count_arg(size: Any) -> int:
+    """A ``size`` argument the built-in takes as an int only (``peek``,
+    ``read1``, a text file's ``readline``): None is refused, with
+    ``TypeError`` at the call and the built-in's message, as any other
+    object without ``__index__`` is."""
+    if size is None:
+        raise TypeError("'NoneType' object cannot be interpreted as an integer")
+    return _size_arg(operator.index(size))
+
+
 def _int_arg(value: Any, name: str) -> int:
     """An int argument (``seek``'s offset and whence), refused at the call
     with ``TypeError`` naming it."""
@@ -737,7 +747,7 @@ class AsyncFile(LineReader[bytes]):
     async def read1(self, size: int = -1) -> bytes:
         """At most one read from the file: what the read buffer holds, or
         one read of up to ``size`` bytes (a buffer's worth when negative)."""
-        size = _size_arg(size)
+        size = _count_arg(size)
         self._check_readable()
         if self._rbuf:
             return self._take(len(self._rbuf) if size < 0 else size)
@@ -849,7 +859,7 @@ class AsyncFile(LineReader[bytes]):
     async def peek(self, size: int = 0) -> bytes:
         """The buffered bytes at the position, reading ahead if none are
         buffered, without moving the position (at most one read)."""
-        _size_arg(size)  # (checked as the built-in's; it asks for no more)
+        _count_arg(size)  # (checked as the built-in's; it asks for no more)
         self._check_readable()
         return await self._fill()
 
@@ -988,9 +998,16 @@ class AsyncFile(LineReader[bytes]):
         self._check_writable()
         if isinstance(data, str):
             raise TypeError("a bytes-like object is required, not 'str'")
-        view = memoryview(data).cast("B")
+        view = memoryview(data)
+        if not view.c_contiguous:
+            view.release()
+            raise BufferError("memoryview: underlying buffer is not C-contiguous")
+        view = view.cast("B")
         if not view:
             return 0  # moves nothing, not even to the end in append mode
+        if self._bufsize == 0 and len(view) > _MAX_IO:
+            # As FileIO's write, one write(2): at most what one returns.
+            view = view[:_MAX_IO]
         if self._rbuf:
             self._rbuf = b""
         if self._bufsize > 0 and len(self._wbuf) + len(view) < self._bufsize:
@@ -1121,15 +1138,20 @@ class AsyncFile(LineReader[bytes]):
         write: a cancelled call writes all of them or, if it fails, none
         cut short in the middle of the list by the cancellation. An item
         that is not bytes-like raises ``TypeError`` after the items before
-        it are written, as the built-in file's ``writelines`` does."""
+        it are written, as the built-in file's ``writelines`` does (a
+        strided one ``BufferError``)."""
         views = []
-        bad: Optional[TypeError] = None
+        bad: Optional[Exception] = None
         for line in lines:
             try:
-                views.append(memoryview(line).cast("B"))
+                view = memoryview(line)
             except TypeError:
                 bad = TypeError(f"a bytes-like object is required, not '{type(line).__name__}'")
                 break
+            if not view.c_contiguous:
+                bad = BufferError("memoryview: underlying buffer is not C-contiguous")
+                break
+            views.append(view.cast("B"))
         if views:
             await self.write(b"".join(views))
         if bad is not None:

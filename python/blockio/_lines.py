@@ -28,7 +28,7 @@ class LineReader(Generic[AnyStr]):
     """``readlines`` and asynchronous iteration over ``readline``; the
     subclass has a ``_calls`` queue (``readlines`` is one call)."""
 
-    async def readline(self, size: Optional[int] = -1) -> AnyStr:
+    async def readline(self, size: int = -1) -> AnyStr:
         """One line; the empty value at end of file."""
         raise NotImplementedError
 

@@ -22,7 +22,7 @@ import locale
 import os
 from typing import Any, Iterable, List, Optional, Tuple, Union
 
-from ._file import AsyncFile, _int_arg, _size_arg
+from ._file import AsyncFile, _count_arg, _int_arg, _size_arg
 from ._calls import one_at_a_time, one_at_a_time_kept
 from ._lines import LineReader
 
@@ -215,10 +215,10 @@ class AsyncTextFile(LineReader[str]):
         return -1 if i < 0 else i + len(nl)
 
     @one_at_a_time
-    async def readline(self, size: Optional[int] = -1) -> str:
+    async def readline(self, size: int = -1) -> str:
         """One line with its ending (``""`` at end of file); at most
         ``size`` characters when ``size`` is given."""
-        limit = _size_arg(size)
+        limit = _count_arg(size)
         self.buffer._check_readable()
         scanned = 0
         while True:

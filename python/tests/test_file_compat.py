@@ -4,6 +4,7 @@ and leave the same bytes. The built-in file is the reference."""
 
 import asyncio
 import io
+import mmap
 import os
 import threading
 import time
@@ -580,6 +581,91 @@ def test_readinto_a_non_contiguous_buffer_raises_before_taking_a_byte_as_the_bui
             return str(got.value), await f.tell(), await f.read(5)
 
     assert run(main()) == results[0] == (results[0][0], 3, b"34567")
+
+
+@pytest.mark.parametrize("mode,call", [("rb", "peek"), ("rb", "read1"), ("r", "readline")])
+@pytest.mark.parametrize("size", [None, 1.5, "3"])
+def test_a_size_the_builtin_takes_as_an_int_only_refuses_none_at_the_call(tmp_path, mode, call, size):
+    """``peek``, ``read1`` and a text file's ``readline`` take an int and
+    nothing else (None included), with the built-in's ``TypeError`` and
+    message, before the position moves."""
+    p = tmp_path / "f"
+    p.write_bytes(b"012\n456\n89")
+    with open(p, mode) as f:
+        f.read(1)
+        with pytest.raises(TypeError) as want:
+            getattr(f, call)(size)
+        want_after = (f.tell(), f.read(4))
+
+    async def main():
+        async with blockio.open(p, mode) as f:
+            await f.read(1)
+            with pytest.raises(TypeError) as got:
+                await getattr(f, call)(size)
+            return str(got.value), (await f.tell(), await f.read(4))
+
+    assert run(main()) == (str(want.value), want_after)
+
+
+@pytest.mark.parametrize("buffering", [0, -1])
+def test_a_strided_write_raises_the_builtins_buffer_error_and_writes_nothing(tmp_path, buffering):
+    """A non-contiguous view given to ``write`` raises the built-in's
+    ``BufferError``, and neither the file nor the position changes."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    with open(p, "r+b", buffering=buffering) as f:
+        f.write(b"ab")
+        with pytest.raises(BufferError) as want:
+            f.write(memoryview(b"xyzxyz")[::2])
+        f.write(b"c")
+    want_bytes = p.read_bytes()
+    p.write_bytes(b"0123456789")
+
+    async def main():
+        async with blockio.open(p, "r+b", buffering=buffering) as f:
+            await f.write(b"ab")
+            with pytest.raises(BufferError) as got:
+                await f.write(memoryview(b"xyzxyz")[::2])
+            await f.write(b"c")
+        return str(got.value)
+
+    assert (run(main()), p.read_bytes()) == (str(want.value), want_bytes) == (str(want.value), b"abc3456789")
+
+
+def test_a_strided_item_of_writelines_raises_buffer_error_after_the_items_before_it(tmp_path):
+    """As the built-in's ``writelines``: the items before the strided one
+    are written, then its ``BufferError`` is raised."""
+    lines = [b"ab", memoryview(b"xyzxyz")[::2], b"c"]
+    p = tmp_path / "f"
+    with open(p, "wb") as f:
+        with pytest.raises(BufferError) as want:
+            f.writelines(lines)
+    want_bytes = p.read_bytes()
+
+    async def main():
+        async with blockio.open(p, "wb") as f:
+            with pytest.raises(BufferError) as got:
+                await f.writelines(lines)
+        return str(got.value)
+
+    assert (run(main()), p.read_bytes()) == (str(want.value), want_bytes) == (str(want.value), b"ab")
+
+
+def test_an_unbuffered_write_past_what_one_write_takes_returns_fileios_short_count():
+    """``FileIO.write`` is one ``write(2)``, which takes at most 2 GiB less
+    a page on Linux: an unbuffered file's write of more returns that count,
+    as FileIO's does. (To ``/dev/null`` from untouched anonymous memory,
+    so that nothing is copied or stored.)"""
+    big = mmap.mmap(-1, (2 << 30) + 3 * 4096)
+    with open("/dev/null", "wb", buffering=0) as f:
+        want = f.write(big)
+
+    async def main():
+        async with blockio.open("/dev/null", "wb", buffering=0) as f:
+            return await f.write(big)
+
+    assert run(main()) == want == (2 << 30) - 4096
+    big.close()
 
 
 @pytest.mark.parametrize("mode,buffering", [("rb", 0), ("rb", -1), ("r", -1)])
