@@ -225,15 +225,22 @@ impl Walker<'_> {
                 // Each step is said with `-v`, as GNU says it, before the
                 // refusal.
                 if opts.backup != copy::Backup::None {
-                    match copy::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name) {
-                        Ok(Some(b)) => {
+                    // Kept aside listed, and put back with its listing
+                    // ended under the creation lock: a signal at any point
+                    // in between puts the file back too.
+                    let set_aside =
+                        || copy::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name);
+                    match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
+                        Ok((Some(b), aside)) => {
                             copy::say_copied(opts, &src, &dst, Some(&b));
-                            let _ = rustix::fs::renameat(
-                                &pair.dst,
-                                crate::copy::cname(b.file_name().unwrap_or_default()),
-                                &pair.dst,
-                                e.dst_name.as_c_str(),
-                            );
+                            unfinished::undone(aside, || {
+                                let _ = rustix::fs::renameat(
+                                    &pair.dst,
+                                    crate::copy::cname(b.file_name().unwrap_or_default()),
+                                    &pair.dst,
+                                    e.dst_name.as_c_str(),
+                                );
+                            });
                             copy::say(
                                 opts,
                                 format_args!("{} -> {} (unbackup)", quote(&b), quote(&dst)),
