@@ -2161,6 +2161,13 @@ fn paths_with_extra_slashes_are_named_as_gnu_names_them() {
         &["-rv", "--strip-trailing-slashes", "s//", "d//"],
         &["--parents", "-rv", "a/b/", "d"],
         &["-rv", "s/", "new//"],
+        // A file operand is named as written, and so is a destination
+        // that is not a directory.
+        &["-v", "./././s/f", "d//g"],
+        &["-v", "s//f", ".//d/./"],
+        &["-v", "s/./f", "s/../d/.//h"],
+        &["-sv", "--backup=numbered", "./s//f", "d//g"],
+        &["-v", "--backup=numbered", "./s//f", "d//g"],
     ] {
         like_gnu(setup, args);
     }

@@ -81,11 +81,26 @@ pub(crate) struct DirPair {
 }
 
 impl DirPair {
+    /// The path of `name` in the source directory, for messages.
     pub fn src_of(&self, name: &CStr) -> PathBuf {
-        joined(&self.src_path, OsStr::from_bytes(name.to_bytes()))
+        self.as_written(&self.top.0, name)
+            .unwrap_or_else(|| joined(&self.src_path, OsStr::from_bytes(name.to_bytes())))
     }
+
+    /// The path of `name` in the destination directory, for messages.
     pub fn dst_of(&self, name: &CStr) -> PathBuf {
-        joined(&self.dst_path, OsStr::from_bytes(name.to_bytes()))
+        self.as_written(&self.top.1, name)
+            .unwrap_or_else(|| joined(&self.dst_path, OsStr::from_bytes(name.to_bytes())))
+    }
+
+    /// `operand` itself, as the user wrote it (`./././f`, `d//g`), when
+    /// this is an operand's parent and `name` is that operand's last
+    /// component: GNU's `cp` names a file operand, and a destination that
+    /// is no directory, exactly as given.
+    fn as_written(&self, operand: &Path, name: &CStr) -> Option<PathBuf> {
+        let own = self.below.is_none()
+            && crate::copy::at::last_component(operand).as_bytes() == name.to_bytes();
+        own.then(|| operand.to_path_buf())
     }
 }
 
