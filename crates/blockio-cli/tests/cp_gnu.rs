@@ -2151,13 +2151,36 @@ fn parents_with_a_last_dot_or_dot_dot_fails_as_gnu_does() {
     }
 }
 
+/// A second link to one destination name is refused, as GNU refuses it
+/// ("will not overwrite just-created"): it would replace the link just
+/// made and, with `-b`, the backup of the file that was there.
+#[test]
+fn a_second_link_made_to_a_just_created_name_is_refused() {
+    let setup = "mkdir s1 s2 l; echo one > s1/x; echo two > s2/x; echo PRECIOUS > x; \
+                 ln -s ../s1/x l/x; ln -s ../s2/x l/y; ln -s s1 d1";
+    for args in [
+        &["-bsv", "s1/x", "s2/x", "."][..],
+        &["-sv", "--backup=existing", "s1/x", "s2/x", "."],
+        &["-sfv", "s1/x", "s2/x", "."],
+        &["-sv", "--remove-destination", "s1/x", "s2/x", "."],
+        &["-bsv", "s1/x", "d1/x", "."],
+        &["-Pbv", "l/x", "l/x", "."],
+        &["-sbv", "--backup=numbered", "s1/x", "s2/x", "."],
+    ] {
+        like_gnu(setup, args);
+    }
+}
+
 /// `-v` lines and messages name paths as GNU's `cp` joins them: a
 /// directory's trailing slashes dropped before a name is added.
 #[test]
 fn paths_with_extra_slashes_are_named_as_gnu_names_them() {
-    let setup = "mkdir -p s d a/b; echo x > s/f; echo y > a/b/g; mkdir -m 0 s/closed";
+    let setup = "mkdir -p s d a/b s/sub/deep; echo x > s/f; echo y > a/b/g; mkdir -m 0 s/closed; \
+                 echo z > s/sub/y; ln -s nowhere s/sub/deep/dl";
     for args in [
         &["-rv", "s//", "d//"][..],
+        &["-rLv", "s//", "d//"],
+        &["-rLv", "s//sub//", "d/"],
         &["-rv", "--strip-trailing-slashes", "s//", "d//"],
         &["--parents", "-rv", "a/b/", "d"],
         &["-rv", "s/", "new//"],

@@ -277,7 +277,10 @@ impl Walker<'_> {
         // makes, silently losing one of the copies asked for. Refused, as
         // GNU refuses it; decided here, in the order of the command line.
         // A link made first is GNU's other refusal, "will not copy through
-        // just-created symlink", made where the copy meets it.
+        // just-created symlink", made where the copy meets it, unless this
+        // operand makes a link too (`-s`, or a link copied as one), which
+        // would replace the first link, and with `-b` its backup of the
+        // file that was there: refused here.
         // Numbered backups keep every copy (`cp --backup=numbered f f d/`
         // makes two backups, as GNU's).
         let made_link = kind == libc::S_IFLNK || opts.link == copy::LinkMode::Symbolic;
@@ -290,7 +293,7 @@ impl Walker<'_> {
                 .expect("lock")
                 .entry(target.clone())
             {
-                std::collections::hash_map::Entry::Occupied(first) => !*first.get(),
+                std::collections::hash_map::Entry::Occupied(first) => !*first.get() || made_link,
                 std::collections::hash_map::Entry::Vacant(v) => {
                     v.insert(made_link);
                     false

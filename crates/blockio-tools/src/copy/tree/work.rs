@@ -12,7 +12,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 
-use super::super::entry::{Chain, DirAt, Group, Root};
+use super::super::entry::{joined, Chain, DirAt, Group, Root};
 
 /// What is left to do: directories to walk and groups of files to copy,
 /// with the count of tasks queued or running (0 and empty queues: done).
@@ -105,8 +105,9 @@ impl Pending {
             Pending::Below { parent, name } => {
                 let name = OsStr::from_bytes(name.to_bytes());
                 DirTask {
-                    src: parent.src.join(name),
-                    dst: parent.dst.join(name),
+                    // As GNU names them: `s//` and `sub` are `s/sub`.
+                    src: joined(&parent.src, name),
+                    dst: joined(&parent.dst, name),
                     at: DirAt::Beneath {
                         root: Arc::clone(&parent.root),
                         rel: parent.rel.join(name),
