@@ -344,7 +344,9 @@ impl Walker<'_> {
             && dest.as_os_str().as_bytes().ends_with(b"/")
             && !std::fs::metadata(dest).is_ok_and(|m| m.is_dir())
         {
-            // `cp f nodir/`: the slash says a directory is meant.
+            // `cp f nodir/`: the slash says a directory is meant. (GNU
+            // says what it is about to do before it fails.)
+            copy::say_copied(opts, src, dest, None);
             let what = match kind {
                 libc::S_IFLNK => "symbolic link",
                 libc::S_IFREG => "regular file",
@@ -501,6 +503,8 @@ impl Walker<'_> {
                 let what = if e.raw_os_error() == Some(libc::ENOTDIR) {
                     format!("cannot stat {}", quote(dst))
                 } else {
+                    // (said first, as GNU says what it is about to make)
+                    copy::say_copied(self.ctx.opts, src, dst, None);
                     format!("cannot create {made}")
                 };
                 self.report(what, Some(e))
