@@ -28,6 +28,15 @@ from ._lines import LineReader
 
 _CHUNK = 8192
 
+#: A chunk of bytes decoded: the decoder's state and the byte offset
+#: before it, its bytes, and how many characters they decoded to.
+_Chunk = Tuple[Any, int, bytes, int]
+
+#: The most bytes a decoder holds between two chunks: a character cut
+#: short (3 bytes of UTF-8, up to 3 of a UTF-16 surrogate pair or of
+#: UTF-32) and a ``\r`` held back (up to 4).
+_HELD = 8
+
 
 def _default_encoding() -> str:
     """The built-in ``open``'s default: UTF-8 in UTF-8 mode, else the
@@ -64,10 +73,12 @@ class AsyncTextFile(LineReader[str]):
         #: Decoded characters not yet returned start at ``_decoded[_used]``.
         self._decoded = ""
         self._used = 0
-        #: To map ``_used`` back to a byte offset: the decoder's state and
-        #: the byte offset before the bytes that made ``_decoded``, and
-        #: those bytes.
-        self._snap: Optional[Tuple[Any, int, bytes]] = None
+        #: To map ``_used`` back to a byte offset: for each chunk of bytes
+        #: that made ``_decoded``, the decoder's state and the byte offset
+        #: before it, the chunk, and the number of characters it decoded
+        #: to. Chunks whose characters have all been returned are dropped
+        #: as more are read, so a file read line by line keeps about one.
+        self._snap: Optional[List[_Chunk]] = None
         self._eof = False
         #: The decoder's state flags once past the file's start (its BOM),
         #: learnt on the first seek past it.
@@ -131,17 +142,68 @@ class AsyncTextFile(LineReader[str]):
         call, as the built-in text file does."""
         self.buffer._check_readable()
         dec = self._get_decoder()
-        if self._used == len(self._decoded):
-            self._decoded, self._used = "", 0
-            self._snap = (dec.getstate(), await self.buffer._position(), b"")
-        before = len(self._decoded)
-        data = await self.buffer.read1(_CHUNK)
-        assert self._snap is not None
-        state, start, fed = self._snap
-        self._snap = (state, start, fed + data)
+        if self._used == len(self._decoded) or self._snap is None:
+            self._decoded, self._used = self._pending(), 0
+            self._snap = []
+        else:
+            self._drop_returned()
+        chunks = self._snap
+        if chunks:
+            _, last_start, last, _ = chunks[-1]
+            start = last_start + len(last)
+        else:
+            start = await self.buffer._position()
+        state = dec.getstate()
+        # At least as much as is pending: a line longer than a chunk is
+        # read in chunks that double, so it costs time in proportion to
+        # its length, not to its square.
+        data = await self.buffer.read1(max(_CHUNK, len(self._decoded) - self._used))
         self._eof = not data
-        self._decoded += dec.decode(data, final=self._eof)
-        return bool(data) or len(self._decoded) > before
+        try:
+            text = dec.decode(data, final=self._eof)
+        except (UnicodeError, ValueError):
+            # As the built-in text file: the characters pending and the
+            # chunk that could not be decoded are dropped, and the next
+            # read (and tell) starts after that chunk.
+            self._reset_decoding()
+            raise
+        chunks.append((state, start, data, len(text)))
+        self._decoded += text
+        return bool(data) or bool(text)
+
+    def _replay_from(self) -> Tuple[int, int]:
+        """Where ``tell`` replays the decoder from to find the byte offset of
+        the next character: the index of a chunk, and the characters
+        decoded from that chunk on before the next one. It is the chunk the
+        next character comes from (at a chunk's end, that chunk), or an
+        earlier one: the bytes of a character can start in a chunk before
+        the one whose decoding returned it (a character cut between two
+        reads, a ``\r`` held back to see whether ``\n`` follows), and
+        those are never more than :data:`_HELD` bytes."""
+        chunks = self._snap
+        assert chunks
+        used, c = self._used, 0
+        while used > chunks[c][3] and c < len(chunks) - 1:
+            used -= chunks[c][3]
+            c += 1
+        j, start = c, chunks[c][1]
+        while j > 0 and start - chunks[j][1] < _HELD:
+            j -= 1
+            used += chunks[j][3]
+        return j, used
+
+    def _drop_returned(self) -> None:
+        """Drops the chunks (and their characters) that ``tell`` will not
+        replay (see :meth:`_replay_from`): those all returned, but for the
+        last few bytes before the next character."""
+        if not self._snap:
+            return
+        j, _ = self._replay_from()
+        dropped = sum(n for _, _, _, n in self._snap[:j])
+        del self._snap[:j]
+        if dropped:
+            self._decoded = self._decoded[dropped:]
+            self._used -= dropped
 
     def _reset_decoding(self) -> None:
         if self._decoder is not None:
@@ -152,12 +214,14 @@ class AsyncTextFile(LineReader[str]):
         """Where reading is (the binary file's, and the decoding's), for
         :meth:`_restore`."""
         dec = self._decoder
-        return (self.buffer._mark(), self._decoded, self._used, self._snap, self._eof,
+        snap = None if self._snap is None else list(self._snap)
+        return (self.buffer._mark(), self._decoded, self._used, snap, self._eof,
                 dec, None if dec is None else dec.getstate())
 
     def _restore(self, mark: Any) -> None:
         """Back to ``mark``, as if the reads since had not happened."""
-        binary, self._decoded, self._used, self._snap, self._eof, dec, state = mark
+        binary, self._decoded, self._used, snap, self._eof, dec, state = mark
+        self._snap = None if snap is None else list(snap)
         self.buffer._restore(binary)
         self._decoder = dec
         if dec is not None:
@@ -322,7 +386,11 @@ class AsyncTextFile(LineReader[str]):
         them, to find how many of them made the characters returned."""
         if self._snap is None:
             return self.buffer._pos
-        state, start, fed = self._snap
+        if not self._snap:
+            return self.buffer._pos  # (nothing decoded since the reset)
+        j, used = self._replay_from()
+        state, start, _, _ = self._snap[j]
+        fed = b"".join(chunk for _, _, chunk, _ in self._snap[j:])
         dec = self._get_decoder()
         saved = dec.getstate()
 
@@ -337,7 +405,7 @@ class AsyncTextFile(LineReader[str]):
             lo, hi = 0, len(fed)
             while lo < hi:  # the fewest bytes that decode to _used characters
                 mid = (lo + hi) // 2
-                if chars(mid, held_cr) >= self._used:
+                if chars(mid, held_cr) >= used:
                     hi = mid
                 else:
                     lo = mid + 1
@@ -349,7 +417,7 @@ class AsyncTextFile(LineReader[str]):
         try:
             lo = fewest(False)
             n = chars(lo)
-            if n > self._used or (n == self._used and holds_cr()):
+            if n > used or (n == used and holds_cr()):
                 # A line ended by a lone \r is returned only once the next
                 # character is decoded: the bytes that made it are not
                 # consumed (and when that character is another \r, the

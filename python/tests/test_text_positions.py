@@ -7,6 +7,7 @@ import asyncio
 import io
 import os
 import random
+import tracemalloc
 
 import pytest
 
@@ -149,3 +150,60 @@ def test_a_write_after_seek_tell_lands_where_the_reader_is_after_a_cr(tmp_path, 
         f.seek(f.tell())
         f.write("U")
     assert p.read_bytes() == b"x\rUUn\n", "the built-in's write lands one byte on"
+
+
+@pytest.mark.parametrize("line", [65_000, 3 << 20])
+def test_reading_long_lines_holds_memory_in_proportion_to_a_line_not_the_file(tmp_path, line):
+    """Lines longer than a read: the bytes kept for ``tell`` are dropped
+    once their characters are returned, and a line is read in chunks that
+    double, so reading a file line by line holds about a line, never the
+    file (which made the time grow with the square of the line's length),
+    and every line comes back whole, as the built-in's."""
+    p = tmp_path / "long.txt"
+    lines = 200 if line < (1 << 20) else 4
+    p.write_text(("é" * (line // 2) + "\r\n") * lines, encoding="utf-8")
+    with open(p, encoding="utf-8") as ref:
+        want = ref.readlines()
+
+    async def main():
+        got = []
+        tracemalloc.start()
+        try:
+            async with blockio.open(p, encoding="utf-8") as f:
+                async for text in f:
+                    got.append(len(text))
+                    if len(got) == lines // 2:
+                        mid = await f.tell()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        return got, mid, peak
+
+    got, mid, peak = asyncio.run(main())
+    assert got == [len(t) for t in want]
+    assert mid == (line + 2) * (lines // 2)
+    # The lines returned are not kept here, so what the file object holds
+    # is what the peak measures: a few lines' worth at most.
+    assert peak < 8 * (line + 2) + (1 << 20), peak
+
+
+def test_tell_after_a_chunk_that_cannot_be_decoded_is_where_the_next_read_starts(tmp_path):
+    """The read that meets undecodable bytes raises, as the built-in's;
+    ``tell()`` then gives the built-in's offset, past the bytes that read
+    took, and the next read starts there."""
+    p = tmp_path / "bad.txt"
+    p.write_bytes(b"ab\xa9cd\n")
+    with open(p, encoding="utf-8") as ref:
+        ref.seek(2)
+        with pytest.raises(UnicodeDecodeError):
+            ref.readline()
+        want = (ref.tell(), ref.read())
+
+    async def main():
+        async with blockio.open(p, encoding="utf-8") as f:
+            await f.seek(2)
+            with pytest.raises(UnicodeDecodeError):
+                await f.readline()
+            return await f.tell(), await f.read()
+
+    assert asyncio.run(main()) == want == (6, "")
