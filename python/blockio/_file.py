@@ -803,9 +803,8 @@ class AsyncFile(LineReader[bytes]):
     async def readinto(self, buf: Buffer) -> int:
         """Reads into ``buf`` (any writable buffer) without an extra copy
         when nothing is buffered; the byte count."""
-        self._check_readable()
-        # Before anything is read, as the built-in's: no byte is taken for
-        # a buffer that cannot hold it.
+        # Before anything is read, and before the mode is checked, as the
+        # built-in's: no byte is taken for a buffer that cannot hold it.
         try:
             with memoryview(buf) as view:
                 size = -1 if view.readonly or not view.c_contiguous else view.nbytes
@@ -813,6 +812,7 @@ class AsyncFile(LineReader[bytes]):
             size = -1
         if size < 0:
             raise TypeError(f"readinto() argument must be read-write bytes-like object, not {_type_name(buf)}")
+        self._check_readable()
         if self._stream:
             # As `read`: buffered, until `buf` is full or the stream ends,
             # as the built-in buffered file's readinto; unbuffered, one
@@ -1140,6 +1140,11 @@ class AsyncFile(LineReader[bytes]):
         that is not bytes-like raises ``TypeError`` after the items before
         it are written, as the built-in file's ``writelines`` does (a
         strided one ``BufferError``)."""
+        self._check_open()
+        if self._bufsize > 0:
+            # The buffered file's mode is checked before the items (FileIO
+            # writes each item, so there an item's error comes first).
+            self._check_writable()
         views = []
         bad: Optional[Exception] = None
         for line in lines:
@@ -1173,9 +1178,10 @@ class AsyncFile(LineReader[bytes]):
     async def truncate(self, size: Optional[int] = None) -> int:
         """Cuts (or extends) the file to ``size`` bytes, the position by
         default; the new size. The position does not move."""
-        if size is not None:
-            size = _size_arg(size)
+        # The mode before the argument, and an int only, as the built-in's.
         self._check_writable()
+        if size is not None:
+            size = _count_arg(size)
         await self._flush_writes()
         pos = await self._position()  # the end, in append mode, is fixed now
         if size is None:

@@ -632,6 +632,59 @@ def test_a_strided_write_raises_the_builtins_buffer_error_and_writes_nothing(tmp
     assert (run(main()), p.read_bytes()) == (str(want.value), want_bytes) == (str(want.value), b"abc3456789")
 
 
+BAD_CALLS = {
+    "truncate(1.5)": lambda f: f.truncate(1.5),
+    "truncate('3')": lambda f: f.truncate("3"),
+    "readinto(bytes)": lambda f: f.readinto(b"x"),
+    "readinto(None)": lambda f: f.readinto(None),
+    "writelines([1])": lambda f: f.writelines([1]),
+    "writelines([strided])": lambda f: f.writelines([memoryview(b"abcd")[::2]]),
+}
+
+
+@pytest.mark.parametrize("mode", ["rb", "wb"])
+@pytest.mark.parametrize("buffering", [0, -1])
+@pytest.mark.parametrize("closed", [False, True])
+@pytest.mark.parametrize("call", sorted(BAD_CALLS))
+def test_a_bad_argument_and_a_wrong_mode_raise_in_the_builtins_order(tmp_path, mode, buffering, closed, call):
+    """When the argument and the file's mode (or its being closed) are both
+    wrong, the error the built-in checks first is the one raised, and
+    the file is unchanged."""
+    p = tmp_path / "f"
+
+    def outcome(run_call):
+        p.write_bytes(b"0123456789")
+        try:
+            run_call()
+        except Exception as e:  # (the type is what is compared)
+            return type(e), p.read_bytes()
+        return None, p.read_bytes()
+
+    def builtin():
+        f = open(p, mode, buffering=buffering)
+        if closed:
+            f.close()
+        try:
+            BAD_CALLS[call](f)
+        finally:
+            f.close()
+
+    def ours():
+        async def main():
+            f = await blockio.open(p, mode, buffering=buffering)
+            if closed:
+                await f.close()
+            try:
+                await BAD_CALLS[call](f)
+            finally:
+                await f.close()
+        run(main())
+
+    want = outcome(builtin)
+    assert want[0] is not None
+    assert outcome(ours) == want
+
+
 def test_a_strided_item_of_writelines_raises_buffer_error_after_the_items_before_it(tmp_path):
     """As the built-in's ``writelines``: the items before the strided one
     are written, then its ``BufferError`` is raised."""
