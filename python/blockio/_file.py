@@ -499,14 +499,17 @@ class AsyncFile(LineReader[bytes]):
 
     @one_at_a_time
     async def _seek(self, offset: int, whence: int) -> int:
-        offset, whence = _int_arg(offset, "offset"), _int_arg(whence, "whence")
+        whence = _int_arg(whence, "whence")
+        holes = (getattr(os, "SEEK_DATA", -1), getattr(os, "SEEK_HOLE", -1))
+        known = whence in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END) + holes
+        if not known and self._bufsize != 0:
+            # (the buffered file's, which checks whence before the offset)
+            raise ValueError(f"whence value {whence} unsupported")
+        offset = _int_arg(offset, "offset")
         self._check_open()
         self._check_seekable()
-        holes = (getattr(os, "SEEK_DATA", -1), getattr(os, "SEEK_HOLE", -1))
-        if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END) + holes:
-            if self._bufsize == 0:
-                raise OSError(22, "Invalid argument", self.name)  # (FileIO's: lseek's EINVAL)
-            raise ValueError(f"whence value {whence} unsupported")  # (the buffered file's)
+        if not known:
+            raise OSError(22, "Invalid argument", self.name)  # (FileIO's: lseek's EINVAL)
         await self._flush_writes()
         if whence in holes:
             # The next data or hole at or after `offset` (ENXIO past the

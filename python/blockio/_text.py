@@ -446,10 +446,12 @@ class AsyncTextFile(LineReader[str]):
         end with ``seek(0, os.SEEK_END)``; ``seek(0, os.SEEK_CUR)`` is
         ``seek(tell())``, as on the built-in text file: it moves the file
         to where the reader is, so that a write lands there."""
-        offset, whence = _int_arg(offset, "offset"), _int_arg(whence, "whence")
-        self.buffer._check_open()
+        # whence first, as the built-in text file checks it
+        whence = _int_arg(whence, "whence")
         if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
             raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
+        offset = _int_arg(offset, "offset")
+        self.buffer._check_open()
         if whence == os.SEEK_CUR:
             if offset != 0:
                 raise io.UnsupportedOperation("can't do nonzero cur-relative seeks")

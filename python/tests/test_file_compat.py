@@ -747,6 +747,26 @@ def test_a_bad_whence_raises_the_builtin_files_error(tmp_path, mode, buffering, 
     assert pos == want_pos == 3
 
 
+@pytest.mark.parametrize("mode,buffering", [("rb", 0), ("rb", -1), ("r", -1)])
+@pytest.mark.parametrize("offset,whence", [(None, 5), ("1", -1), (None, 0), (3, 7)])
+def test_a_bad_offset_and_a_bad_whence_raise_what_the_builtin_checks_first(tmp_path, mode, buffering, offset, whence):
+    """The buffered and text files check ``whence`` before the offset's
+    type (``ValueError``), FileIO the offset first (``TypeError``)."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    with open(p, mode, buffering=buffering) as f:
+        with pytest.raises(Exception) as want:
+            f.seek(offset, whence)
+
+    async def main():
+        async with blockio.open(p, mode, buffering=buffering) as f:
+            with pytest.raises(Exception) as got:
+                await f.seek(offset, whence)
+            return got
+
+    assert type(run(main()).value) is type(want.value)
+
+
 @pytest.mark.parametrize("mode,buffering", [("r+b", 0), ("r+b", -1), ("r+", -1)])
 @pytest.mark.parametrize("offset", [1 << 40, (1 << 40) + 1, 1 << 41, 1 << 44, (1 << 63) - 1])
 def test_a_seek_the_file_system_refuses_fails_at_the_seek_as_the_builtin(tmp_path, mode, buffering, offset):
