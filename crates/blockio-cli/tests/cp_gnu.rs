@@ -2183,6 +2183,8 @@ fn paths_with_extra_slashes_are_named_as_gnu_names_them() {
         &["-rLv", "s//sub//", "d/"],
         &["-rv", "--strip-trailing-slashes", "s//", "d//"],
         &["--parents", "-rv", "a/b/", "d"],
+        &["--parents", "-v", "a/./b/g", "d"],
+        &["--parents", "-v", "./a//b/./g", "d"],
         &["-rv", "s/", "new//"],
         // A file operand is named as written, and so is a destination
         // that is not a directory.

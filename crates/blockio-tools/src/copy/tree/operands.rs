@@ -48,13 +48,23 @@ impl Walker<'_> {
     /// source's mode (and with `-p` its owner and times, set at the end),
     /// an existing one left as it is. False after reporting a failure.
     pub(super) fn make_parents(&self, rel: &Path, absolute: bool, dest: &Path) -> bool {
-        let mut src = PathBuf::from(if absolute { "/" } else { "" });
-        let mut dst = dest.to_path_buf();
-        let comps: Vec<_> = rel.components().collect();
-        for c in comps.iter().take(comps.len().saturating_sub(1)) {
-            src.push(c);
-            dst.push(c);
-            if matches!(c, std::path::Component::CurDir) {
+        // Each directory is `rel` up to the end of one of its components,
+        // as written (`./a//b` keeps its `.` and its `//`, which GNU names
+        // in `-v` lines), not as `Path::components` cleans them.
+        let raw = rel.as_os_str().as_bytes();
+        let ends: Vec<usize> = (0..raw.len())
+            .filter(|&i| raw[i] != b'/' && raw.get(i + 1).map_or(true, |&b| b == b'/'))
+            .map(|i| i + 1)
+            .collect();
+        for &end in ends.iter().take(ends.len().saturating_sub(1)) {
+            let part = OsStr::from_bytes(&raw[..end]);
+            let src = if absolute {
+                Path::new("/").join(part)
+            } else {
+                PathBuf::from(part)
+            };
+            let dst = joined(dest, part);
+            if raw[..end].ends_with(b"/.") || &raw[..end] == b"." {
                 continue;
             }
             let csrc = cname(src.as_os_str());
