@@ -50,6 +50,11 @@ fn source_and_target() -> (tempfile::TempDir, std::path::PathBuf, std::path::Pat
 /// job's SIGINT is, and an ignored signal stays ignored by the copy, as
 /// by GNU's).
 fn cp(dir: &Path, args: &[&str]) -> std::process::Child {
+    cp_command(dir, args).spawn().unwrap()
+}
+
+/// The command [`cp`] runs, to be given more settings before it is.
+fn cp_command<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
     cmd.current_dir(dir).arg("cp").args(args);
     // SAFETY: between fork and exec the closure only calls signal(2) and
@@ -65,7 +70,7 @@ fn cp(dir: &Path, args: &[&str]) -> std::process::Child {
             Ok(())
         });
     }
-    cmd.spawn().unwrap()
+    cmd
 }
 
 /// Runs `cp ARGS s t` in `dir` and sends `sig` once `t` holds a file.
@@ -291,13 +296,11 @@ fn a_signal_after_a_failed_backup_copy_is_undone_keeps_the_file_put_back() {
         fs::write(s.join(format!("f{i:04}")), vec![b'n'; 8192]).unwrap();
         fs::write(t.join(format!("f{i:04}")), b"old").unwrap();
     }
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
-    cmd.current_dir(d.path())
-        .args(["cp", "-rT", "--backup=numbered", "s", "t"])
-        .stdout(std::process::Stdio::null())
+    let mut cmd = cp_command(d.path(), &["-rT", "--backup=numbered", "s", "t"]);
+    cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
-    // SAFETY: between fork and exec the closure only calls setrlimit(2),
-    // signal(2) and sigprocmask(2), async-signal-safe, on valid arguments.
+    // SAFETY: between fork and exec the closure only calls setrlimit(2)
+    // and signal(2), async-signal-safe, on valid arguments.
     unsafe {
         cmd.pre_exec(|| {
             let limit = libc::rlimit {
@@ -306,10 +309,6 @@ fn a_signal_after_a_failed_backup_copy_is_undone_keeps_the_file_put_back() {
             };
             libc::setrlimit(libc::RLIMIT_FSIZE, &limit);
             libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            libc::signal(libc::SIGTERM, libc::SIG_DFL);
             Ok(())
         });
     }
@@ -339,29 +338,16 @@ fn a_signal_while_a_refused_relative_link_is_reported_keeps_the_file_put_back() 
     let (d, s, t) = source_and_target();
     let long = format!("{}/", vec!["d".repeat(250); 8].join("/"));
     fs::create_dir_all(s.join(&long)).unwrap();
-    let mut args = vec!["cp".to_string(), "-sv".into(), "--backup=numbered".into()];
+    let mut args = vec!["-sv".to_string(), "--backup=numbered".into()];
     for i in 0..N {
         fs::write(s.join(format!("{long}f{i:03}")), b"new").unwrap();
         fs::write(t.join(format!("f{i:03}")), b"old").unwrap();
         args.push(format!("{long}f{i:03}"));
     }
     args.push("../t/".into());
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
-    cmd.current_dir(&s)
-        .args(&args)
-        .stdout(std::process::Stdio::piped())
+    let mut cmd = cp_command(&s, &args);
+    cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
-    // SAFETY: between fork and exec the closure only calls sigprocmask(2)
-    // and signal(2), async-signal-safe, on valid arguments.
-    unsafe {
-        cmd.pre_exec(|| {
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            libc::signal(libc::SIGTERM, libc::SIG_DFL);
-            Ok(())
-        });
-    }
     let mut child = cmd.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     terminated_once_blocked(&mut child);
