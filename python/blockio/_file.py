@@ -111,7 +111,10 @@ def _count_arg(size: Any) -> int:
     object without ``__index__`` is."""
     if size is None:
         raise TypeError("'NoneType' object cannot be interpreted as an integer")
-    return _size_arg(operator.index(size))
+    n = operator.index(size)
+    if not -_MAX_OFFSET - 1 <= n <= _MAX_OFFSET:
+        raise OverflowError("Python int too large to convert to C ssize_t")  # (the built-in's here)
+    return n
 
 
 def _int_arg(value: Any, name: str) -> int:

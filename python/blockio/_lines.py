@@ -20,7 +20,7 @@ def _hint(hint: Any) -> int:
         raise TypeError(f"argument should be integer or None, not '{type(hint).__name__}'") from None
     if not -(1 << 63) <= n < 1 << 63:
         # (the built-in's error for a hint no ssize_t holds)
-        raise OverflowError("Python int too large to convert to C ssize_t")
+        raise OverflowError("cannot fit 'int' into an index-sized integer")
     return n
 
 
