@@ -444,15 +444,19 @@ class AsyncFile(LineReader[bytes]):
         if self._stream:
             raise OSError(errno.ESPIPE, os.strerror(errno.ESPIPE), self.name)
 
-    def _check_readable(self) -> None:
+    def _check_readable(self, call: str = "read") -> None:
+        """``UnsupportedOperation`` unless the file reads, in the built-in's
+        words: FileIO's unbuffered, the buffered file's (the call's name)
+        otherwise."""
         self._check_open()
         if not self._readable:
-            raise io.UnsupportedOperation("File not open for reading")
+            raise io.UnsupportedOperation("File not open for reading" if self._bufsize == 0 else call)
 
-    def _check_writable(self) -> None:
+    def _check_writable(self, call: str = "write") -> None:
+        """As :meth:`_check_readable`, for writing."""
         self._check_open()
         if not self._writable:
-            raise io.UnsupportedOperation("File not open for writing")
+            raise io.UnsupportedOperation("File not open for writing" if self._bufsize == 0 else call)
 
     async def _position(self) -> int:
         """The logical position, looking up the end in append mode."""
@@ -754,7 +758,7 @@ class AsyncFile(LineReader[bytes]):
         """At most one read from the file: what the read buffer holds, or
         one read of up to ``size`` bytes (a buffer's worth when negative)."""
         size = _count_arg(size)
-        self._check_readable()
+        self._check_readable("read1")
         if self._rbuf:
             return self._take(len(self._rbuf) if size < 0 else size)
         await self._flush_writes()
@@ -866,7 +870,7 @@ class AsyncFile(LineReader[bytes]):
         """The buffered bytes at the position, reading ahead if none are
         buffered, without moving the position (at most one read)."""
         _count_arg(size)  # (checked as the built-in's; it asks for no more)
-        self._check_readable()
+        self._check_readable("peek")
         return await self._fill()
 
     @one_at_a_time
@@ -1185,7 +1189,7 @@ class AsyncFile(LineReader[bytes]):
         """Cuts (or extends) the file to ``size`` bytes, the position by
         default; the new size. The position does not move."""
         # The mode before the argument, and an int only, as the built-in's.
-        self._check_writable()
+        self._check_writable("truncate")
         if size is not None:
             size = _count_arg(size)
         await self._flush_writes()

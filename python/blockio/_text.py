@@ -132,6 +132,19 @@ class AsyncTextFile(LineReader[str]):
             self._decoder = d
         return self._decoder
 
+    def _check_readable(self) -> None:
+        """``UnsupportedOperation`` unless the file reads, in the built-in
+        text file's words."""
+        self.buffer._check_open()
+        if not self.buffer._readable:
+            raise io.UnsupportedOperation("not readable")
+
+    def _check_writable(self) -> None:
+        """As :meth:`_check_readable`, for writing."""
+        self.buffer._check_open()
+        if not self.buffer._writable:
+            raise io.UnsupportedOperation("not writable")
+
     def _pending(self) -> str:
         return self._decoded[self._used:]
 
@@ -140,7 +153,7 @@ class AsyncTextFile(LineReader[str]):
         added nothing (the end of the file). The end is never remembered:
         a file another writer appends to has more to read on the next
         call, as the built-in text file does."""
-        self.buffer._check_readable()
+        self._check_readable()
         dec = self._get_decoder()
         if self._used == len(self._decoded) or self._snap is None:
             self._decoded, self._used = self._pending(), 0
@@ -246,7 +259,7 @@ class AsyncTextFile(LineReader[str]):
         """Up to ``size`` characters (all of the rest when negative or
         None); ``""`` at end of file."""
         size = _size_arg(size)
-        self.buffer._check_readable()
+        self._check_readable()
         if size < 0:
             rest = self._pending()
             dec = self._get_decoder()
@@ -283,7 +296,7 @@ class AsyncTextFile(LineReader[str]):
         """One line with its ending (``""`` at end of file); at most
         ``size`` characters when ``size`` is given."""
         limit = _count_arg(size)
-        self.buffer._check_readable()
+        self._check_readable()
         scanned = 0
         while True:
             text = self._pending()
@@ -301,7 +314,7 @@ class AsyncTextFile(LineReader[str]):
     async def write(self, s: str) -> int:
         """Writes ``s`` (newlines translated, then encoded); the number of
         characters."""
-        self.buffer._check_writable()
+        self._check_writable()
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
         if self._decoded or self._snap is not None:

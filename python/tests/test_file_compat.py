@@ -639,6 +639,51 @@ BAD_CALLS = {
 }
 
 
+WRONG_MODE_CALLS = {
+    "write": lambda f, text: f.write("x" if text else b"x"),
+    "writelines": lambda f, text: f.writelines(["x"] if text else [b"x"]),
+    "truncate": lambda f, text: f.truncate(1),
+    "read": lambda f, text: f.read(1),
+    "readline": lambda f, text: f.readline(),
+    "readinto": lambda f, text: f.readinto(bytearray(2)),
+    "read1": lambda f, text: f.read1(1),
+}
+
+
+def _wrong_mode_cases():
+    """Each call the built-in file of that mode has, on a file not open
+    for it."""
+    cases = []
+    for mode, buffering in [("rb", 0), ("rb", -1), ("wb", 0), ("wb", -1), ("r", -1), ("w", -1)]:
+        with open(os.devnull, mode, buffering=buffering) as f:
+            for call in sorted(WRONG_MODE_CALLS):
+                if hasattr(f, call) and (call in ("write", "writelines", "truncate")) == ("r" in mode):
+                    cases.append((mode, buffering, call))
+    return cases
+
+
+@pytest.mark.parametrize("mode,buffering,call", _wrong_mode_cases())
+def test_a_call_the_mode_does_not_allow_raises_the_builtins_words(tmp_path, mode, buffering, call):
+    """``UnsupportedOperation`` with the built-in's message: FileIO's
+    "File not open for reading" unbuffered, the buffered file's call name,
+    the text file's "not readable"."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    text = "b" not in mode
+    with open(p, mode, buffering=buffering) as f:
+        with pytest.raises(io.UnsupportedOperation) as want:
+            WRONG_MODE_CALLS[call](f, text)
+    p.write_bytes(b"0123456789")
+
+    async def main():
+        async with blockio.open(p, mode, buffering=buffering) as f:
+            with pytest.raises(io.UnsupportedOperation) as got:
+                await WRONG_MODE_CALLS[call](f, text)
+        return str(got.value)
+
+    assert run(main()) == str(want.value)
+
+
 @pytest.mark.parametrize("mode", ["rb", "wb"])
 @pytest.mark.parametrize("buffering", [0, -1])
 @pytest.mark.parametrize("closed", [False, True])
