@@ -2151,6 +2151,63 @@ fn parents_with_a_last_dot_or_dot_dot_fails_as_gnu_does() {
     }
 }
 
+/// With `-a`, a second name of a file already copied is linked over what
+/// is in its way as GNU links it: `-i` asks first ("n" keeps the file),
+/// `-u` links over a newer file without the copy's line, and the name
+/// replaced is said ("removed").
+#[test]
+fn a_second_name_linked_over_a_file_is_asked_and_said_as_gnu() {
+    let setup = "mkdir s t; echo one > s/a; ln s/a s/b; touch -d 2001-01-01 s/a; echo old > t/b";
+    for (args, input) in [
+        (&["-a", "-v", "s/a", "s/b", "t"][..], ""),
+        (&["-a", "-f", "-v", "s/a", "s/b", "t"], ""),
+        (&["-a", "-u", "-v", "s/a", "s/b", "t"], ""),
+        (&["-a", "-b", "-v", "s/a", "s/b", "t"], ""),
+        (&["-ai", "-v", "s/a", "s/b", "t"], "n\n"),
+        (&["-ai", "-v", "s/a", "s/b", "t"], "y\n"),
+        (&["-aib", "-v", "s/a", "s/b", "t"], "n\n"),
+        (&["-aib", "-v", "s/a", "s/b", "t"], "y\n"),
+        (&["-aiu", "-v", "s/a", "s/b", "t"], "n\n"),
+        (&["-a", "-v", "s", "t"], ""),
+    ] {
+        like_gnu_with(&[], setup, args, input);
+    }
+}
+
+/// `-a -u -b` over a newer file in the way of a second name: GNU links
+/// over it without the backup `-b` asks for (its copy.c replaces the name
+/// "unconditionally" there); this copy links the same names and keeps the
+/// file as the backup.
+#[test]
+fn a_second_name_linked_over_a_newer_file_with_u_and_b_keeps_the_backup() {
+    let d = tempfile::tempdir().unwrap();
+    let sh = "mkdir s t; echo one > s/a; ln s/a s/b; touch -d 2001-01-01 s/a; echo old > t/b";
+    let ok = Command::new("sh")
+        .args(["-ec", sh])
+        .current_dir(d.path())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_blockio"))
+        .args(["cp", "-a", "-bu", "s/a", "s/b", "t"])
+        .current_dir(d.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", messages(&out.stderr));
+    let t = d.path().join("t");
+    let (a, b) = (
+        fs::metadata(t.join("a")).unwrap(),
+        fs::metadata(t.join("b")).unwrap(),
+    );
+    assert_eq!(
+        (a.ino(), a.nlink()),
+        (b.ino(), 2),
+        "t/a and t/b are one file"
+    );
+    assert_eq!(fs::read(t.join("b")).unwrap(), b"one\n");
+    assert_eq!(fs::read(t.join("b~")).unwrap(), b"old\n");
+}
+
 /// A second link to one destination name is refused, as GNU refuses it
 /// ("will not overwrite just-created"): it would replace the link just
 /// made and, with `-b`, the backup of the file that was there.

@@ -171,8 +171,26 @@ pub(super) fn create_dst(
         ctx.errors.report(what, None);
         return Ok(None);
     }
+    // With `-a`, a second name of a file already copied is made a link to
+    // that copy whatever `-u` says of the file in its way, as GNU's `cp`
+    // does (coreutils' copy.c: "we currently replace DST_NAME
+    // unconditionally"); with `-b` that file is kept as the backup first.
+    let links_to_a_copy = || {
+        opts.preserve.links
+            && (e.st.stx_nlink > 1 || e.follow_src)
+            && ctx
+                .links
+                .lock()
+                .expect("hard link table lock")
+                .contains_key(&e.id())
+    };
     if opts.backup != copy::Backup::None && !excl {
-        if kept(ctx, pair, e)? {
+        let keep = if links_to_a_copy() {
+            link_over(ctx, pair, e) == LinkOver::Keep
+        } else {
+            kept(ctx, pair, e)?
+        };
+        if keep {
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
         }
         if copy::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, &e.dst_name) {
@@ -234,6 +252,8 @@ pub(super) fn create_dst(
     // never links to a copy that does not exist yet.
     let mut links = ctx.links.lock().expect("hard link table lock");
     if let Some(first) = links.get(&e.id()) {
+        let mut removed = false;
+        let mut quietly = false;
         let mut link = || {
             unfinished::linked(pair, &e.dst_name, e.id(), aside.take(), || {
                 first.link_as(&pair.dst, &e.dst_name)
@@ -255,18 +275,38 @@ pub(super) fn create_dst(
                     ctx.errors.report(what, None);
                     return Ok(None);
                 }
-                at::unlink(&pair.dst, &e.dst_name).and_then(|()| link())
+                match link_over(ctx, pair, e) {
+                    LinkOver::Keep => {
+                        ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+                        return Ok(None);
+                    }
+                    LinkOver::ReplaceQuietly => quietly = true,
+                    LinkOver::Replace => {}
+                }
+                at::unlink(&pair.dst, &e.dst_name).and_then(|()| {
+                    removed = true;
+                    link()
+                })
             }
             r => r,
         };
         drop(links);
         r?;
-        copy::say_copied(
-            opts,
-            &pair.src_of(&e.src_name),
-            &pair.dst_of(&e.dst_name),
-            backup.as_deref(),
-        );
+        if !quietly {
+            copy::say_copied(
+                opts,
+                &pair.src_of(&e.src_name),
+                &pair.dst_of(&e.dst_name),
+                backup.as_deref(),
+            );
+        }
+        if removed {
+            // GNU's words for the name the link replaced, after the line.
+            copy::say(
+                opts,
+                format_args!("removed {}", quote(&pair.dst_of(&e.dst_name))),
+            );
+        }
         ctx.progress.files.fetch_add(1, Ordering::Relaxed);
         return Ok(None);
     }
@@ -286,6 +326,38 @@ pub(super) fn create_dst(
             Ok(None)
         }
         Existing::Refused => Ok(None),
+    }
+}
+
+/// What becomes of an existing name that a second name of a file already
+/// copied (`-a`) would be linked over, as GNU's `cp` decides it: `-u`
+/// links over a name not older than the source whatever it holds, with no
+/// line for the copy (coreutils' copy.c: "we currently replace DST_NAME
+/// unconditionally"); otherwise `-i` asks first.
+#[derive(PartialEq, Eq)]
+enum LinkOver {
+    Replace,
+    ReplaceQuietly,
+    Keep,
+}
+
+fn link_over(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> LinkOver {
+    let opts = ctx.opts;
+    let Ok(st) = rustix::fs::statat(
+        &pair.dst,
+        e.dst_name.as_c_str(),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    ) else {
+        return LinkOver::Replace;
+    };
+    let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+    if opts.update == copy::Update::Older && mtime >= copy::mtime(&e.st) {
+        return LinkOver::ReplaceQuietly;
+    }
+    let path = pair.dst_of(&e.dst_name);
+    match opts.ask {
+        Some(ask) if !ask(&format!("overwrite {}? ", quote(&path))) => LinkOver::Keep,
+        _ => LinkOver::Replace,
     }
 }
 
