@@ -37,6 +37,10 @@ _Chunk = Tuple[Any, int, bytes, int]
 #: UTF-32) and a ``\r`` held back (up to 4).
 _HELD = 8
 
+#: The most bytes one character returned can take: 4 (UTF-8, UTF-32,
+#: GB18030), twice for a ``\r\n`` returned as one ``\n``.
+_CHAR_BYTES = 8
+
 
 def _default_encoding() -> str:
     """The built-in ``open``'s default: UTF-8 in UTF-8 mode, else the
@@ -79,6 +83,13 @@ class AsyncTextFile(LineReader[str]):
         #: to. Chunks whose characters have all been returned are dropped
         #: as more are read, so a file read line by line keeps about one.
         self._snap: Optional[List[_Chunk]] = None
+        #: Characters dropped from the front of ``_decoded`` since ``_snap``
+        #: began: ``_gone + _used`` counts the characters returned since.
+        self._gone = 0
+        #: The last offset ``tell`` found, to start the next one from: the
+        #: characters returned then (counted as ``_gone + _used``), the byte
+        #: offset, and the decoder's state there.
+        self._cp: Optional[Tuple[int, int, Any]] = None
         self._eof = False
         #: The decoder's state flags once past the file's start (its BOM),
         #: learnt on the first seek past it.
@@ -155,14 +166,12 @@ class AsyncTextFile(LineReader[str]):
         call, as the built-in text file does."""
         self._check_readable()
         dec = self._get_decoder()
-        if self._used == len(self._decoded) or self._snap is None:
+        if self._snap is None:
             self._decoded, self._used = self._pending(), 0
-            self._snap = []
         else:
             self._drop_returned()
-        chunks = self._snap
-        if chunks:
-            _, last_start, last, _ = chunks[-1]
+        if self._snap:
+            _, last_start, last, _ = self._snap[-1]
             start = last_start + len(last)
         else:
             start = await self.buffer._position()
@@ -175,14 +184,51 @@ class AsyncTextFile(LineReader[str]):
         try:
             text = dec.decode(data, final=self._eof)
         except (UnicodeError, ValueError):
-            # As the built-in text file: the characters pending and the
-            # chunk that could not be decoded are dropped, and the next
-            # read (and tell) starts after that chunk.
-            self._reset_decoding()
-            raise
-        chunks.append((state, start, data, len(text)))
-        self._decoded += text
+            dec.setstate(state)
+            return self._decode_to_the_error(state, start, data)
+        self._add_chunk(state, start, data, text)
         return bool(data) or bool(text)
+
+    def _add_chunk(self, state: Any, start: int, data: bytes, text: str) -> None:
+        if self._snap is None:
+            self._snap, self._gone, self._cp = [], 0, None
+        self._snap.append((state, start, data, len(text)))
+        self._decoded += text
+
+    def _decode_to_the_error(self, state: Any, start: int, data: bytes) -> bool:
+        """``data`` (read at ``start``, the decoder at ``state``) does not
+        decode: decodes it as the built-in text file would have read it,
+        a chunk of :data:`_CHUNK` bytes at a time. The chunks before the
+        one that fails are kept (True), and the bytes from that one on are
+        read again by the next call, so a line complete before the bad
+        bytes is returned first, as the built-in's is. When the first
+        chunk fails, it is consumed and its error raised, with the decoder
+        as it was before it and the characters pending dropped, as the
+        built-in's are (its ``readline`` loses the line it was making):
+        the next call reads what follows, or, if the decoder holds the
+        bytes at fault (a character cut short at the end of the file),
+        meets the error again until a writer completes it."""
+        dec = self._get_decoder()
+        off = 0
+        while True:
+            piece = data[off:off + _CHUNK]
+            last = off + len(piece) >= len(data)
+            before = dec.getstate()
+            try:
+                text = dec.decode(piece, final=self._eof and last)
+            except (UnicodeError, ValueError):
+                dec.setstate(before)
+                if off > 0:
+                    self.buffer._unread(data[off:])
+                    self._eof = False
+                    return True
+                self.buffer._unread(data[len(piece):])
+                self._decoded = self._decoded[:self._used]
+                raise
+            self._add_chunk(before, start + off, piece, text)
+            off += len(piece)
+            if last:
+                return bool(data) or bool(text)
 
     def _replay_from(self) -> Tuple[int, int]:
         """Where ``tell`` replays the decoder from to find the byte offset of
@@ -217,24 +263,26 @@ class AsyncTextFile(LineReader[str]):
         if dropped:
             self._decoded = self._decoded[dropped:]
             self._used -= dropped
+            self._gone += dropped
 
     def _reset_decoding(self) -> None:
         if self._decoder is not None:
             self._decoder.reset()
-        self._decoded, self._used, self._snap, self._eof = "", 0, None, False
+        self._decoded, self._used, self._snap, self._eof, self._cp = "", 0, None, False, None
 
     def _mark(self) -> Any:
         """Where reading is (the binary file's, and the decoding's), for
         :meth:`_restore`."""
         dec = self._decoder
         snap = None if self._snap is None else list(self._snap)
-        return (self.buffer._mark(), self._decoded, self._used, snap, self._eof,
+        return (self.buffer._mark(), self._decoded, self._used, snap, self._gone, self._eof,
                 dec, None if dec is None else dec.getstate())
 
     def _restore(self, mark: Any) -> None:
         """Back to ``mark``, as if the reads since had not happened."""
-        binary, self._decoded, self._used, snap, self._eof, dec, state = mark
+        binary, self._decoded, self._used, snap, self._gone, self._eof, dec, state = mark
         self._snap = None if snap is None else list(snap)
+        self._cp = None
         self.buffer._restore(binary)
         self._decoder = dec
         if dec is not None:
@@ -246,6 +294,7 @@ class AsyncTextFile(LineReader[str]):
     def _put_back(self, lines: List[str]) -> None:
         self._decoded = "".join(lines) + self._pending()
         self._used = 0
+        self._cp = None  # (a stream's: its offsets are never asked for)
 
     def _take(self, n: int) -> str:
         out = self._decoded[self._used:self._used + n]
@@ -267,7 +316,7 @@ class AsyncTextFile(LineReader[str]):
             text: str = rest + dec.decode(data, final=True)
             # Decoded to the end: the decoder has no state left, but keeps
             # the line endings it saw (`newlines`).
-            self._decoded, self._used, self._snap, self._eof = "", 0, None, False
+            self._decoded, self._used, self._snap, self._eof, self._cp = "", 0, None, False, None
             return text
         while len(self._decoded) - self._used < size and await self._more():
             pass
@@ -297,16 +346,19 @@ class AsyncTextFile(LineReader[str]):
         ``size`` characters when ``size`` is given."""
         limit = _count_arg(size)
         self._check_readable()
-        scanned = 0
+        scanned = 0  # (pending characters searched already)
         while True:
-            text = self._pending()
-            end = self._line_end(text, max(scanned - 1, 0))
-            if end >= 0 or (0 <= limit <= len(text)):
-                n = end if end >= 0 else limit
+            # Searched where they are, never copied: after a long line,
+            # much may be pending, and every line would copy it again.
+            base = self._used
+            pending = len(self._decoded) - base
+            end = self._line_end(self._decoded, base + max(scanned - 1, 0))
+            if end >= 0 or (0 <= limit <= pending):
+                n = end - base if end >= 0 else limit
                 return self._take(n if limit < 0 else min(n, limit))
-            scanned = len(text)
+            scanned = pending
             if not await self._more():
-                return self._take(len(self._pending()))
+                return self._take(len(self._decoded) - self._used)
 
     # -- writing ----------------------------------------------------------------
 
@@ -393,30 +445,54 @@ class AsyncTextFile(LineReader[str]):
 
     # -- positioning ----------------------------------------------------------
 
+    def _bytes_from(self, offset: int, most: int) -> Tuple[bytes, int]:
+        """Up to ``most`` of the bytes kept from byte ``offset`` on, and how
+        many are kept from there in all."""
+        assert self._snap
+        parts: List[bytes] = []
+        got = total = 0
+        for _, start, data, _ in self._snap:
+            end = start + len(data)
+            if end <= offset:
+                continue
+            piece = data[max(offset - start, 0):]
+            total += len(piece)
+            if got < most:
+                parts.append(piece[:most - got])
+                got += len(parts[-1])
+        return b"".join(parts), total
+
     def _tell_bytes(self) -> int:
         """The byte offset of the next character to return: the decoder is
-        replayed over the bytes read ahead, from the state it had before
-        them, to find how many of them made the characters returned."""
-        if self._snap is None:
-            return self.buffer._pos
+        replayed over the bytes read ahead, from a state it had before
+        them (the last offset found, else a chunk's start), to find how
+        many of them made the characters returned. Only as many bytes as
+        those characters can take are replayed, so a ``tell`` after each
+        line costs the line, not what was read ahead."""
         if not self._snap:
             return self.buffer._pos  # (nothing decoded since the reset)
-        j, used = self._replay_from()
-        state, start, _, _ = self._snap[j]
-        fed = b"".join(chunk for _, _, chunk, _ in self._snap[j:])
+        returned = self._gone + self._used
+        cp = self._cp
+        if cp is not None and cp[0] <= returned and cp[1] >= self._snap[0][1]:
+            used, start, state = returned - cp[0], cp[1], cp[2]
+        else:
+            j, used = self._replay_from()
+            state, start = self._snap[j][0], self._snap[j][1]
+        base = self._used - used  # (where in `_decoded` the replay's characters start)
+        fed, kept = self._bytes_from(start, used * _CHAR_BYTES + 2 * _HELD)
         dec = self._get_decoder()
         saved = dec.getstate()
 
         def chars(k: int, held_cr: bool = False) -> int:
             dec.setstate(state)
-            n = len(dec.decode(fed[:k], final=self._eof and k == len(fed)))
-            if held_cr and isinstance(dec, io.IncrementalNewlineDecoder) and dec.getstate()[1] & 1:
+            n = len(dec.decode(fed[:k], final=self._eof and k == kept))
+            if held_cr and holds_cr():
                 n += 1  # a \r the decoder holds back, to see whether \n follows
             return n
 
         def fewest(held_cr: bool) -> int:
             lo, hi = 0, len(fed)
-            while lo < hi:  # the fewest bytes that decode to _used characters
+            while lo < hi:  # the fewest bytes that decode to `used` characters
                 mid = (lo + hi) // 2
                 if chars(mid, held_cr) >= used:
                     hi = mid
@@ -427,9 +503,22 @@ class AsyncTextFile(LineReader[str]):
         def holds_cr() -> bool:
             return isinstance(dec, io.IncrementalNewlineDecoder) and bool(dec.getstate()[1] & 1)
 
+        def decodes_within_returned(k: int) -> bool:
+            dec.setstate(state)
+            try:
+                text = dec.decode(fed[:k], final=True)
+            except (UnicodeError, ValueError):
+                return False
+            return self._decoded.startswith(text, base, self._used)
+
         try:
+            if len(fed) < kept and chars(len(fed), True) < used:
+                # Bytes that make no character (`errors="ignore"`) took
+                # more than the characters could: all of them, then.
+                fed, _ = self._bytes_from(start, kept)
             lo = fewest(False)
             n = chars(lo)
+            exact = n == used and not holds_cr()
             if n > used or (n == used and holds_cr()):
                 # A line ended by a lone \r is returned only once the next
                 # character is decoded: the bytes that made it are not
@@ -438,6 +527,21 @@ class AsyncTextFile(LineReader[str]):
                 # returned complete before it). Counting the held \r finds
                 # the line's end.
                 lo = fewest(True)
+                if chars(lo, True) > used:
+                    # Bytes that made no character (an error handler's
+                    # replacement for a cut sequence) came out only with
+                    # the next one: the offset is the last one before
+                    # which decoding to the end gives characters all
+                    # returned. (A replacement of several characters
+                    # returned in part, as `backslashreplace`'s `\xe2`,
+                    # is read again whole: no byte offset lies inside it.)
+                    for k in range(lo - 1, max(lo - _HELD, 0) - 1, -1):
+                        if decodes_within_returned(k):
+                            lo = k
+                            break
+            if exact:
+                chars(lo)
+                self._cp = (returned, start + lo, dec.getstate())
         finally:
             dec.setstate(saved)
         return start + lo

@@ -207,3 +207,139 @@ def test_tell_after_a_chunk_that_cannot_be_decoded_is_where_the_next_read_starts
             return await f.tell(), await f.read()
 
     assert asyncio.run(main()) == want == (6, "")
+
+
+@pytest.mark.parametrize("errors", ["replace", "surrogateescape", "backslashreplace"])
+def test_tell_after_a_replaced_cut_sequence_is_where_the_next_character_starts(tmp_path, errors):
+    """A sequence cut short (``\\xe2\\x82`` before ``a``) is replaced only
+    once the next character is decoded, both coming out together:
+    ``seek(tell())`` after the replacement reads on from there, as the
+    built-in's does; nothing is skipped."""
+    p = tmp_path / "cut.txt"
+    p.write_bytes(b"\xe2\x82abc\n")
+    with open(p, encoding="utf-8", errors=errors) as ref:
+        first = ref.read(1)
+        ref.seek(ref.tell())
+        want = (first, ref.read())
+
+    async def main():
+        async with blockio.open(p, encoding="utf-8", errors=errors) as f:
+            first = await f.read(1)
+            await f.seek(await f.tell())
+            return first, await f.read()
+
+    got = asyncio.run(main())
+    if errors == "backslashreplace":
+        # Returned in part, `\\xe2` has no byte offset inside it: it is
+        # read again whole, never skipped.
+        assert got[0] == want[0] and got[1].endswith(want[1]) and got[1] == "\\xe2\\x82abc\n"
+    else:
+        assert got == want
+
+
+def test_tell_after_a_cancelled_read_counts_the_bytes_the_decoder_holds(tmp_path):
+    """A read cancelled while it waits for more bytes leaves ``tell()`` at
+    the next character, also when the decoder holds half of it (a
+    character cut by a chunk's end): ``seek(tell())`` then reads on as the
+    built-in does, whichever point the cancellation met."""
+    p = tmp_path / "cut.txt"
+    p.write_bytes(b"a" * 8190 + b"\n" + "中文\n".encode() * 100)
+    with open(p, encoding="utf-8") as ref:
+        want = ref.readlines()
+
+    async def main():
+        for attempt in range(30):
+            async with blockio.open(p, encoding="utf-8") as f:
+                got = [await f.readline()]
+                task = asyncio.ensure_future(f.readline())
+                for _ in range(attempt % 3):
+                    await asyncio.sleep(0)
+                task.cancel()
+                try:
+                    got.append(await task)
+                except asyncio.CancelledError:
+                    pass
+                await f.seek(await f.tell())
+                got += await f.readlines()
+                assert got == want, attempt
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("data", [
+    b"a" * 70000 + b"\n" + b"b" * 20000 + b"\xff\n" + b"tail line\n",
+    b"x" * 8191 + b"\xe2\x82ab\n",
+    b"ab\xa9cd\n",
+    b"a" * 9000 + b"\n" + b"bbbb\n" + b"cc\xa9dd\n" + b"line4\n" + b"e" * 9000 + b"\n",
+], ids=["a-line-then-bad-bytes", "cut-then-bad", "bad-at-once", "bad-in-the-second-chunk"])
+def test_lines_around_undecodable_bytes_come_back_as_the_builtins(tmp_path, data):
+    """Lines read whole before the bytes that cannot be decoded are
+    returned before the error, however far a long line made the file read
+    ahead; after it, the same lines (or errors) as the built-in's."""
+    p = tmp_path / "bad.txt"
+    p.write_bytes(data)
+
+    def outcome(line):
+        return "error" if isinstance(line, UnicodeDecodeError) else line
+
+    with open(p, encoding="utf-8") as ref:
+        want = []
+        for _ in range(6):
+            try:
+                want.append(ref.readline())
+            except UnicodeDecodeError as e:
+                want.append(outcome(e))
+
+    async def main():
+        got = []
+        async with blockio.open(p, encoding="utf-8") as f:
+            for _ in range(6):
+                try:
+                    got.append(await f.readline())
+                except UnicodeDecodeError as e:
+                    got.append(outcome(e))
+        return got
+
+    assert asyncio.run(main()) == want
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16-le"])
+def test_a_tailer_meets_a_character_cut_by_the_writer_and_reads_it_once_completed(tmp_path, encoding):
+    """The file ends in the middle of a character: each read raises, as the
+    built-in's does, and once the writer completes the character the line
+    comes back whole, and the next."""
+    p = tmp_path / "tail.txt"
+    whole = "中\nnext\n".encode(encoding)
+    cut = 1 if encoding == "utf-8" else 1
+    head = "abc\n".encode(encoding) + whole[:cut]
+
+    def run_ref():
+        p.write_bytes(head)
+        out = []
+        with open(p, encoding=encoding) as f:
+            for i in range(6):
+                if i == 3:
+                    with open(p, "ab") as w:
+                        w.write(whole[cut:])
+                try:
+                    out.append(f.readline())
+                except UnicodeDecodeError:
+                    out.append("error")
+        return out
+
+    async def run_ours():
+        p.write_bytes(head)
+        out = []
+        async with blockio.open(p, encoding=encoding) as f:
+            for i in range(6):
+                if i == 3:
+                    with open(p, "ab") as w:
+                        w.write(whole[cut:])
+                try:
+                    out.append(await f.readline())
+                except UnicodeDecodeError:
+                    out.append("error")
+        return out
+
+    want = run_ref()
+    assert asyncio.run(run_ours()) == want == ["abc\n", "error", "error", "中\n", "next\n", ""]
