@@ -503,13 +503,27 @@ class AsyncTextFile(LineReader[str]):
         def holds_cr() -> bool:
             return isinstance(dec, io.IncrementalNewlineDecoder) and bool(dec.getstate()[1] & 1)
 
-        def decodes_within_returned(k: int) -> bool:
+        def decodes_within_returned(k: int, whole: bool) -> bool:
+            """Whether decoding to byte ``k`` gives characters all returned
+            (``whole``: exactly those returned, and decoding on from ``k``
+            after a seek gives those that follow them: codecs that look
+            ahead, as GB18030, give one replacement for more bytes)."""
             dec.setstate(state)
             try:
                 text = dec.decode(fed[:k], final=True)
             except (UnicodeError, ValueError):
                 return False
-            return self._decoded.startswith(text, base, self._used)
+            if not whole:
+                return self._decoded.startswith(text, base, self._used)
+            if base + len(text) != self._used or not self._decoded.startswith(text, base):
+                return False
+            flags = state[1] & ~1 if isinstance(dec, io.IncrementalNewlineDecoder) else state[1]
+            dec.setstate((b"", flags))  # (as after a seek there)
+            try:
+                after = dec.decode(fed[k:k + 4 * _HELD])
+            except (UnicodeError, ValueError):
+                return False
+            return self._decoded.startswith(after, self._used)
 
         try:
             if len(fed) < kept and chars(len(fed), True) < used:
@@ -535,13 +549,22 @@ class AsyncTextFile(LineReader[str]):
                     # returned. (A replacement of several characters
                     # returned in part, as `backslashreplace`'s `\xe2`,
                     # is read again whole: no byte offset lies inside it.)
-                    for k in range(lo - 1, max(lo - _HELD, 0) - 1, -1):
-                        if decodes_within_returned(k):
-                            lo = k
-                            break
+                    near = range(lo - 1, max(lo - _HELD, 0) - 1, -1)
+                    found = [k for k in near if decodes_within_returned(k, True)]
+                    found = found or [k for k in near if decodes_within_returned(k, False)][:1]
+                    if found:
+                        lo = found[0]
             if exact:
                 chars(lo)
-                self._cp = (returned, start + lo, dec.getstate())
+                held = len(dec.getstate()[0])
+                if held:
+                    # The character came out only when the bytes after it
+                    # arrived (a codec that looks ahead, as Big5's or
+                    # EUC-JP's replacement for a bad lead byte): those
+                    # the decoder holds are the next character's.
+                    lo -= held
+                else:
+                    self._cp = (returned, start + lo, dec.getstate())
         finally:
             dec.setstate(saved)
         return start + lo
@@ -599,11 +622,16 @@ class AsyncTextFile(LineReader[str]):
             dec.reset()
             try:
                 dec.decode(head)
-                self._start_flags = dec.getstate()[1]
             except (UnicodeError, ValueError):
-                self._start_flags = dec.getstate()[1]
+                pass
+            flags = dec.getstate()[1]
             dec.reset()
-        flags = self._start_flags
+            if len(head) == 4:
+                # Kept once the file is long enough to have said: a
+                # shorter one (empty, in "w+") may be given its BOM yet.
+                self._start_flags = flags
+        else:
+            flags = self._start_flags
         if isinstance(dec, io.IncrementalNewlineDecoder):
             flags &= ~1  # no \r pending
         dec.setstate((b"", flags))

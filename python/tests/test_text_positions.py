@@ -343,3 +343,50 @@ def test_a_tailer_meets_a_character_cut_by_the_writer_and_reads_it_once_complete
 
     want = run_ref()
     assert asyncio.run(run_ours()) == want == ["abc\n", "error", "error", "中\n", "next\n", ""]
+
+
+@pytest.mark.parametrize("encoding,errors,data,k", [
+    ("gb18030", "replace", b"a\x810\x81\rz\n", 2),
+    ("gb18030", "replace", b"a\x810\x810\x810zz\n", 3),
+    ("big5", "replace", b"a\x81\x81z", 2),
+    ("euc_jp", "surrogateescape", b"a\x81\x81z", 2),
+])
+def test_tell_after_a_looking_ahead_codecs_replacement_reads_on_as_the_builtin(tmp_path, encoding, errors, data, k):
+    """Codecs that look ahead (GB18030, Big5, EUC-JP) give a replacement
+    for a bad byte only once later bytes arrive, or one replacement for
+    several bytes: ``seek(tell())`` after it reads on from the byte after
+    the one replaced, as the built-in's does."""
+    p = tmp_path / "cjk.txt"
+    p.write_bytes(data)
+    with open(p, encoding=encoding, errors=errors) as ref:
+        first = ref.read(k)
+        ref.seek(ref.tell())
+        want = (first, ref.read())
+
+    async def main():
+        async with blockio.open(p, encoding=encoding, errors=errors) as f:
+            first = await f.read(k)
+            await f.seek(await f.tell())
+            return first, await f.read()
+
+    assert asyncio.run(main()) == want
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_a_seek_past_the_start_of_an_empty_file_does_not_fix_its_byte_order(tmp_path, encoding):
+    """In ``"w+"`` the file is empty at first: a seek past its start then
+    learns no byte order, and once text (with its BOM) is written, reading
+    from past the BOM decodes it, as the built-in's does."""
+    p = tmp_path / "bom.txt"
+    p.write_bytes(b"")
+    bom = len("".encode(encoding))
+
+    async def main():
+        async with blockio.open(p, "w+", encoding=encoding) as f:
+            await f.seek(4)
+            await f.seek(0)
+            await f.write("abc\n")
+            await f.seek(bom)
+            return await f.read()
+
+    assert asyncio.run(main()) == "abc\n"
