@@ -399,3 +399,136 @@ fn a_read_parked_when_its_driver_is_aborted_completes() {
         }
     }
 }
+
+thread_local! {
+    /// Panics on this thread whose message says that a tokio runtime has
+    /// I/O disabled (tokio panics so when anything registers with the
+    /// reactor of such a runtime). Per thread, as tests run in parallel;
+    /// a current-thread runtime runs its tasks on the thread that blocks
+    /// on it.
+    static IO_DISABLED_PANICS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// This thread's count of [`IO_DISABLED_PANICS`], with the panic hook
+/// that counts them installed.
+fn count_io_disabled_panics() -> usize {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let msg = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            if msg.contains("IO is disabled") {
+                IO_DISABLED_PANICS.set(IO_DISABLED_PANICS.get() + 1);
+            }
+            previous(info);
+        }));
+    });
+    IO_DISABLED_PANICS.get()
+}
+
+fn runtime_without_io() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// A stream accepted from a std peer that has sent `sent`, on the
+/// current runtime's task.
+async fn accepted_with(engine: &AsyncEngine, sent: &[u8]) -> (TcpStream, std::net::TcpStream) {
+    let listener = TcpListener::bind(engine, "127.0.0.1:0").unwrap();
+    let mut peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    peer.write_all(sent).unwrap();
+    let (stream, _) = listener.accept().await.unwrap();
+    (stream, peer)
+}
+
+fn assert_io_disabled(err: &std::io::Error) {
+    assert_eq!(err.kind(), std::io::ErrorKind::Other, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("I/O disabled") && msg.contains("enable_io"),
+        "unclear error: {msg}"
+    );
+}
+
+/// `drive_on_tokio` on a runtime with I/O disabled fails with an error
+/// saying so, as its documentation says, and so do the operations then
+/// started there; before, tokio's panic came back once per wake-up (about
+/// 600 a second) while a read waited for good.
+#[test]
+fn drive_on_tokio_on_a_runtime_without_io_is_an_error() {
+    let before = count_io_disabled_panics();
+    let engine = caller_engine(Submit::OnStart);
+    let rt = runtime_without_io();
+    rt.block_on(async {
+        let driven = tokio::spawn(drive_on_tokio(engine.clone()))
+            .await
+            .expect("drive_on_tokio panicked");
+        let (stream, _peer) = accepted_with(&engine, b"hi").await;
+        let (read, _) = tokio::time::timeout(GUARD, stream.read(vec![0u8; 8]))
+            .await
+            .expect("a read on a runtime without I/O never finished");
+        if engine.poll_fd().is_none() {
+            // The thread-pool backend: nothing to drive, and the read works.
+            driven.unwrap();
+            assert_eq!(read.unwrap(), 2);
+            return;
+        }
+        assert_io_disabled(&driven.expect_err("drive_on_tokio without I/O"));
+        assert_io_disabled(&read.expect_err("a read on a runtime without I/O"));
+    });
+    drop(rt);
+    let panics = count_io_disabled_panics() - before;
+    assert!(panics <= 1, "tokio's panic came {panics} times");
+}
+
+/// A caller-driven engine whose driving runtime went away, used on a
+/// runtime with I/O disabled: the takeover fails with an error saying so,
+/// asked once (not a new driver, and a panic, per wake-up); on a runtime
+/// with I/O afterwards the stream carries on.
+#[test]
+fn a_takeover_by_a_runtime_without_io_is_an_error_and_the_next_runtime_drives() {
+    let engine = caller_engine(Submit::OnStart);
+    let (mut stream, mut peer) = stream_from_a_dropped_runtime(&engine);
+    let before = count_io_disabled_panics();
+    let rt = runtime_without_io();
+    rt.block_on(async {
+        if engine.poll_fd().is_none() {
+            // The thread-pool backend: nothing to drive, and a write works.
+            let (write, _) = tokio::time::timeout(GUARD, stream.write(b"x".to_vec()))
+                .await
+                .expect("a write on a runtime without I/O never finished");
+            write.unwrap();
+            return;
+        }
+        for _ in 0..3 {
+            let (read, _) = tokio::time::timeout(GUARD, stream.read(vec![0u8; 8]))
+                .await
+                .expect("a read on a runtime without I/O never finished");
+            let (write, _) = tokio::time::timeout(GUARD, stream.write(b"x".to_vec()))
+                .await
+                .expect("a write on a runtime without I/O never finished");
+            assert_io_disabled(&read.expect_err("a read on a runtime without I/O"));
+            assert_io_disabled(&write.expect_err("a write on a runtime without I/O"));
+        }
+    });
+    drop(rt);
+    let panics = count_io_disabled_panics() - before;
+    assert!(panics <= 1, "tokio's panic came {panics} times");
+    peer.write_all(b"ping").unwrap();
+    runtime().block_on(async {
+        let mut got = [0u8; 4];
+        let s = &mut stream;
+        tokio::time::timeout(GUARD, s.read_exact(&mut got))
+            .await
+            .expect("the read hung on a runtime with I/O")
+            .unwrap();
+        assert_eq!(&got, b"ping");
+    });
+}

@@ -52,7 +52,11 @@ pub enum Driving {
     /// that drove the engine is gone, and so do stream reads, writes and
     /// flushes; spawn `drive_on_tokio` (or call
     /// [`AsyncEngine::poll_drive`](super::AsyncEngine::poll_drive)) from
-    /// that executor, or build the engine with [`Driving::Thread`].
+    /// that executor, or build the engine with [`Driving::Thread`]. A
+    /// tokio runtime built without I/O (`enable_io`) cannot watch the
+    /// ring: there `drive_on_tokio`, and an operation that would have it
+    /// take the driving over, fail with an error of the same kind saying
+    /// so (tokio's own panic message for it is printed once per runtime).
     ///
     /// Why the ring's own descriptor and not an eventfd: its readiness is
     /// the completion queue's state, not a counter, so nothing needs

@@ -29,6 +29,11 @@ pub(crate) struct TokioDrivers {
     /// The relay thread's task, woken when `lingering` or `running`
     /// changes.
     pub(crate) relay_waker: Mutex<Option<Waker>>,
+    /// The last tokio runtime found to have I/O disabled, which cannot
+    /// watch the ring: no driver is spawned on it again (each attempt
+    /// would fail at once and wake every waiting task to try again).
+    #[cfg(feature = "tokio")]
+    pub(crate) io_disabled: Mutex<Option<tokio::runtime::Id>>,
 }
 
 impl TokioDrivers {

@@ -34,6 +34,52 @@ impl AsRawFd for RingFd {
     }
 }
 
+/// The error of a caller-driven engine on a tokio runtime without I/O,
+/// whose reactor cannot watch the ring.
+const IO_DISABLED: &str = "this tokio runtime has I/O disabled, so it cannot drive a \
+    caller-driven blockio engine (drive_on_tokio watches the ring through tokio's reactor): \
+    build the runtime with enable_io() or enable_all(), or build the engine with Driving::Thread";
+
+/// Registers the ring of `engine` with the reactor of the runtime the
+/// caller runs on. tokio panics where that runtime has I/O disabled: the
+/// panic is caught and becomes an error of kind
+/// [`Other`](io::ErrorKind::Other) saying so, and the runtime is
+/// remembered (see [`refuses`]) so that it is not asked again. (tokio's
+/// panic message is still printed by the panic hook, once per such
+/// runtime.)
+fn watch(engine: AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
+    let drivers = engine.clone();
+    let registered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the engine that `RingFd` owns keeps its ring open until
+        // the `AsyncFd` is dropped (the ring is closed only when the
+        // engine's last clone goes), and `poll_fd` names the same
+        // descriptor every time.
+        unsafe { AsyncFd::register_with_interest(RingFd(engine), Interest::READABLE) }
+    }));
+    match registered {
+        Ok(watched) => Ok(watched?),
+        Err(_) => {
+            *drivers
+                .tokio_drivers()
+                .io_disabled
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) =
+                tokio::runtime::Handle::try_current().ok().map(|h| h.id());
+            Err(io::Error::other(IO_DISABLED))
+        }
+    }
+}
+
+/// Whether `runtime` was found to have I/O disabled (see [`watch`]).
+fn refuses(engine: &AsyncEngine, runtime: &tokio::runtime::Handle) -> bool {
+    *engine
+        .tokio_drivers()
+        .io_disabled
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        == Some(runtime.id())
+}
+
 /// Drives `engine`, built with
 /// [`Driving::Caller`](super::Driving::Caller), from
 /// the tokio task that awaits this: it completes operations and wakes their
@@ -82,9 +128,11 @@ impl AsRawFd for RingFd {
 /// does.
 ///
 /// # Errors
-/// tokio's reactor could not watch the ring (not called within a runtime
-/// with I/O enabled, `enable_io` or `enable_all`), or reports an error on
-/// it.
+/// tokio's reactor could not watch the ring, or reports an error on it.
+/// On a runtime with I/O disabled (built without `enable_io` or
+/// `enable_all`) the error, of kind [`Other`](io::ErrorKind::Other), says
+/// so, and operations then started on that runtime fail with the same
+/// error (an operation already in the kernel waits until a driver runs).
 pub fn drive_on_tokio(
     engine: AsyncEngine,
 ) -> impl std::future::Future<Output = io::Result<()>> + Send + 'static {
@@ -100,7 +148,7 @@ pub fn drive_on_tokio(
     });
     async move {
         match counted {
-            Some(counted) => drive_counted(counted).await,
+            Some(counted) => drive_counted(counted, None).await,
             None => Ok(()),
         }
     }
@@ -125,6 +173,8 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
                 .enable_io()
                 .build()
             {
+                let _entered = rt.enter();
+                ON_RELAY.set(true);
                 let stop = |cx: &mut std::task::Context<'_>| {
                     let drivers = relayed.tokio_drivers();
                     // The waker first, so that a change after the check
@@ -138,7 +188,9 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
                 };
                 // An error of tokio's reactor leaves the queues to their
                 // linger, as with no relay.
-                let _ = rt.block_on(drive_while(relayed.clone(), stop));
+                if let Ok(watched) = watch(relayed.clone()) {
+                    let _ = rt.block_on(drive_while(watched, stop));
+                }
             }
             let drivers = relayed.tokio_drivers();
             drivers.relaying.store(false, Ordering::Release);
@@ -149,6 +201,13 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
     if started.is_err() {
         drivers.relaying.store(false, Ordering::Release);
     }
+}
+
+thread_local! {
+    /// Whether this thread is a relay thread, whose runtime drives the
+    /// engine already: its tasks never spawn a driver (the ring is
+    /// registered with that runtime's reactor once).
+    static ON_RELAY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// A running `drive_on_tokio` task, counted in its engine's
@@ -188,40 +247,51 @@ pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
              the engine with Driving::Thread",
         ));
     };
+    if ON_RELAY.get() {
+        // The relay's own tasks (the dropped streams' sends): it drives.
+        return Ok(());
+    }
+    if refuses(engine, &runtime) {
+        return Err(io::Error::other(IO_DISABLED));
+    }
     // One new driver however many tasks race here: the count is claimed
-    // before the task is spawned.
+    // before the task is spawned. The ring is registered here, on the
+    // caller's thread, so that a runtime without I/O fails this operation
+    // before it reaches the kernel.
     if drivers
         .running
         .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
     {
         let counted = Counted(engine.clone());
-        drop(runtime.spawn(drive_counted(counted)));
+        let watched = watch(engine.clone())?;
+        drop(runtime.spawn(drive_counted(counted, Some(watched))));
     }
     Ok(())
 }
 
-/// The body of [`drive_on_tokio`], already counted.
-async fn drive_counted(counted: Counted) -> io::Result<()> {
+/// The body of [`drive_on_tokio`], already counted; `watched` is the
+/// ring already registered, or `None` to register it when first polled.
+async fn drive_counted(counted: Counted, watched: Option<AsyncFd<RingFd>>) -> io::Result<()> {
     let engine = counted.0.clone();
     let drivers = engine.tokio_drivers();
     drivers.ever.store(true, Ordering::Release);
     // A relay thread driving meanwhile hands over.
     drivers.wake_relay();
     let _counted = counted;
-    drive_while(engine, |_| false).await
+    let watched = match watched {
+        Some(watched) => watched,
+        None => watch(engine)?,
+    };
+    drive_while(watched, |_| false).await
 }
 
-/// Drives `engine` until `stop` says so (asked each time the task is
-/// polled, with its context).
+/// Drives the engine whose ring `watched` is until `stop` says so (asked
+/// each time the task is polled, with its context).
 async fn drive_while(
-    engine: AsyncEngine,
+    watched: AsyncFd<RingFd>,
     mut stop: impl FnMut(&mut std::task::Context<'_>) -> bool,
 ) -> io::Result<()> {
-    // SAFETY: the engine that `RingFd` owns keeps its ring open until the
-    // `AsyncFd` is dropped (the ring is closed only when the engine's last
-    // clone goes), and `poll_fd` names the same descriptor every time.
-    let watched = unsafe { AsyncFd::register_with_interest(RingFd(engine), Interest::READABLE) }?;
     poll_fn(|cx| loop {
         if stop(cx) {
             return Poll::Ready(Ok(()));
