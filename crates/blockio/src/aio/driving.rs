@@ -71,8 +71,13 @@ pub enum Driving {
     /// into the kernel (any system call; the loop's `epoll_wait` ends early
     /// to run it), and a thread asleep in an interruptible wait is woken
     /// for it. So that thread should be the loop's, or one that enters the
-    /// kernel often (a thread that has exited is fine: the kernel posts for
-    /// it). On the thread-pool backend (io_uring blocked) operations
+    /// kernel often. When a thread exits, the kernel cancels the socket
+    /// operations it submitted that still wait for a peer (they complete
+    /// with `ECANCELED`, having moved no byte): a dropped stream's queued
+    /// bytes are then sent again from another thread, and a dropped read's
+    /// place is kept, but an operation a task still awaits fails, so start
+    /// operations from threads that outlive them (the runtime's). On the
+    /// thread-pool backend (io_uring blocked) operations
     /// complete on pool threads and wake their tasks directly: `poll_fd` is
     /// `None` and `reap` has nothing to do.
     Caller(CallerDriving),

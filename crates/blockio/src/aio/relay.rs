@@ -21,12 +21,17 @@ use super::AsyncEngine;
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 pub(crate) struct TokioDrivers {
     pub(crate) running: AtomicUsize,
+    /// Of those, the ones driving now (polled, with the ring registered):
+    /// the relay thread hands over only to such a task, not to one merely
+    /// claimed (spawned on a runtime that may be shutting down and never
+    /// poll it).
+    pub(crate) live: AtomicUsize,
     pub(crate) ever: AtomicBool,
     /// Dropped streams with bytes still queued ([`Lingering`] tickets).
     pub(crate) lingering: AtomicUsize,
     /// A relay thread is driving the engine.
     pub(crate) relaying: AtomicBool,
-    /// The relay thread's task, woken when `lingering` or `running`
+    /// The relay thread's task, woken when `lingering` or `live`
     /// changes.
     pub(crate) relay_waker: Mutex<Option<Waker>>,
     /// The last tokio runtime found to have I/O disabled, which cannot

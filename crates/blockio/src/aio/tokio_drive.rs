@@ -184,7 +184,7 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
                     drivers.lingering.load(Ordering::Acquire) == 0
-                        || drivers.running.load(Ordering::Acquire) > 0
+                        || drivers.live.load(Ordering::Acquire) > 0
                 };
                 // An error of tokio's reactor leaves the queues to their
                 // linger, as with no relay.
@@ -204,6 +204,8 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
 }
 
 thread_local! {
+    /// Whether this thread is spawning a driver in [`ensure_driven`].
+    static SPAWNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Whether this thread is a relay thread, whose runtime drives the
     /// engine already: its tasks never spawn a driver (the ring is
     /// registered with that runtime's reactor once).
@@ -254,6 +256,12 @@ pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
     if refuses(engine, &runtime) {
         return Err(io::Error::other(IO_DISABLED));
     }
+    if SPAWNING.get() {
+        // Woken by the drop of a driver this thread is spawning (a
+        // runtime shutting down drops a new task at once, which wakes
+        // every waiting task): not one more spawn from inside that one.
+        return Ok(());
+    }
     // One new driver however many tasks race here: the count is claimed
     // before the task is spawned. The ring is registered here, on the
     // caller's thread, so that a runtime without I/O fails this operation
@@ -265,7 +273,15 @@ pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
     {
         let counted = Counted(engine.clone());
         let watched = watch(engine.clone())?;
-        drop(runtime.spawn(drive_counted(counted, Some(watched))));
+        SPAWNING.set(true);
+        let spawned = runtime.spawn(drive_counted(counted, Some(watched)));
+        SPAWNING.set(false);
+        if spawned.is_finished() {
+            return Err(io::Error::other(
+                "the tokio runtime this task runs on is shutting down, so it cannot drive \
+                 this caller-driven engine any more",
+            ));
+        }
     }
     Ok(())
 }
@@ -276,14 +292,33 @@ async fn drive_counted(counted: Counted, watched: Option<AsyncFd<RingFd>>) -> io
     let engine = counted.0.clone();
     let drivers = engine.tokio_drivers();
     drivers.ever.store(true, Ordering::Release);
-    // A relay thread driving meanwhile hands over.
-    drivers.wake_relay();
     let _counted = counted;
     let watched = match watched {
         Some(watched) => watched,
-        None => watch(engine)?,
+        None => watch(engine.clone())?,
     };
+    let _live = Live::new(engine);
     drive_while(watched, |_| false).await
+}
+
+/// A `drive_on_tokio` task that is driving, counted in
+/// [`TokioDrivers::live`](super::relay::TokioDrivers) until dropped; the
+/// relay thread, if one drives meanwhile, hands over to it.
+struct Live(AsyncEngine);
+
+impl Live {
+    fn new(engine: AsyncEngine) -> Live {
+        let drivers = engine.tokio_drivers();
+        drivers.live.fetch_add(1, Ordering::AcqRel);
+        drivers.wake_relay();
+        Live(engine)
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.tokio_drivers().live.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Drives the engine whose ring `watched` is until `stop` says so (asked

@@ -230,7 +230,14 @@ struct SendBook {
     /// closed): a relay thread driving the engine meanwhile stays until
     /// the close, a reset's included.
     lingering: Option<Lingering>,
+    /// Sends in a row the kernel cancelled (see [`SendBook::step`]).
+    cancelled: u32,
 }
+
+/// Sends in a row cancelled by the kernel that the pump sends again
+/// before it fails the queue with `ECANCELED`: a bound on a loop, far
+/// above the few cancels of a hand-over.
+const CANCELLED_RETRIES: u32 = 1000;
 
 /// An owned write dropped with its send in the kernel.
 struct Dropped {
@@ -328,6 +335,9 @@ impl SendBook {
                 };
                 self.sending = None;
                 progress = Step::SendCompleted;
+                if matches!(res, Ok(n) if n > 0) {
+                    self.cancelled = 0;
+                }
                 match res {
                     Ok(0) => self.failed = Some(Failure::Zero),
                     Ok(n) if from + n < buf.len() => {
@@ -336,6 +346,22 @@ impl SendBook {
                     }
                     Ok(_) if buf.capacity() <= BUSY_SPARE_LIMIT => self.spare = buf,
                     Ok(_) => {}
+                    Err(e)
+                        if crate::errno(&e) == Some(libc::ECANCELED)
+                            && self.cancelled < CANCELLED_RETRIES =>
+                    {
+                        // Not cancelled by the pump (it never drops a send
+                        // it still polls): the kernel cancels a thread's
+                        // waiting socket operations when that thread
+                        // exits, and any thread may have stepped the pump
+                        // (a relay thread handing over, a runtime's worker
+                        // at shutdown). Nothing of it was sent (a send
+                        // that had sent bytes completes with their count),
+                        // so it is sent again, from this thread.
+                        self.cancelled += 1;
+                        self.start(buf, from, cx);
+                        continue;
+                    }
                     Err(e) => {
                         let errno = crate::errno(&e).unwrap_or(libc::EIO);
                         self.failed = Some(Failure::Errno(errno));
@@ -438,6 +464,7 @@ impl WriteSide {
                     linger: None,
                     linger_limit: LINGER,
                     lingering: None,
+                    cancelled: 0,
                 }),
                 notified: AtomicBool::new(false),
                 running: AtomicBool::new(false),
