@@ -1230,3 +1230,61 @@ fn an_accept_dropped_by_a_timeout_loses_no_connection() {
     assert_eq!(tcp.join().unwrap(), 0, "TCP clients lost");
     assert_eq!(unix.join().unwrap(), 0, "Unix clients lost");
 }
+
+/// `bind` tries each address it is given in turn, as std's and tokio's:
+/// a list whose first address is taken binds the second; a list that all
+/// fail gives the last one's error.
+#[test]
+fn bind_tries_each_address_in_turn() {
+    let e = engine();
+    let taken = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let options = blockio::net::TcpListenerOptions::default().reuse_address(false);
+    let free: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let l = options
+        .bind(&e, &[taken.local_addr(), free][..])
+        .expect("the second address of the list");
+    assert_ne!(l.local_addr().port(), taken.local_addr().port());
+    let err = options
+        .bind(&e, &[taken.local_addr(), taken.local_addr()][..])
+        .unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE), "{err}");
+}
+
+/// A read into an empty buffer returns 0 at once, as tokio's (and the
+/// traits') do, and takes no byte from the next read.
+#[test]
+fn a_read_into_an_empty_buffer_returns_at_once() {
+    let e = engine();
+    let (s, mut peer) = pair(&e);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let (n, _) = futures::executor::block_on(s.read(Vec::new()));
+        tx.send(n.map_err(|e| e.to_string())).unwrap();
+        s
+    });
+    let n = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a read into an empty buffer waited for the peer");
+    assert_eq!(n, Ok(0));
+    let s = reader.join().unwrap();
+    peer.write_all(b"hello").unwrap();
+    let (n, buf) = futures::executor::block_on(s.read(vec![0u8; 16]));
+    assert_eq!(&buf[..n.unwrap()], b"hello");
+}
+
+/// A vectored write of more buffers than one `sendmsg` takes (1,024)
+/// sends from the first 1,024, as tokio's `write_vectored`; the kernel
+/// refused all of it with `EMSGSIZE`.
+#[test]
+fn a_vectored_write_of_more_than_1024_buffers_sends_the_first_1024() {
+    let e = engine();
+    let (s, mut peer) = pair(&e);
+    let bufs: Vec<Vec<u8>> = (0..2000u32).map(|i| vec![(i % 251) as u8]).collect();
+    let (n, bufs) = futures::executor::block_on(s.writev(bufs));
+    assert_eq!(n.unwrap(), 1024);
+    assert_eq!(bufs.len(), 2000, "every buffer comes back");
+    let mut got = vec![0u8; 1024];
+    peer.read_exact(&mut got).unwrap();
+    let want: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(got, want);
+}

@@ -33,7 +33,9 @@ macro_rules! stream_io_traits {
 
             /// Writes `bufs` in order with one `sendmsg` (a vectored
             /// write): how many bytes went (maybe fewer than all; the count
-            /// runs across the buffers) and the buffers.
+            /// runs across the buffers) and the buffers. One call sends
+            /// from the first 1,024 buffers at most (the kernel's limit),
+            /// as tokio's `write_vectored`.
             pub async fn writev<B: $crate::aio::IoBuf>(
                 &self,
                 bufs: Vec<B>,

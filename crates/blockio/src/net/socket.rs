@@ -13,6 +13,10 @@ use crate::backend::Backend;
 use crate::op::action::{Action, ConnectArgs, RecvArgs, SendArgs, SendVectoredArgs};
 use crate::op::Op;
 
+/// The most buffers one `sendmsg` takes (Linux's `UIO_MAXIOV`); a vectored
+/// write of more sends the first this many, as tokio's `write_vectored`
+/// does, where the kernel would refuse them all with `EMSGSIZE`.
+pub(crate) const IOV_MAX: usize = 1024;
 /// A socket and the engine its operations run on. Every operation holds
 /// the `Arc<Socket>` until its completion, so the descriptor number stays
 /// this socket's for as long as the kernel may use it: dropping the handle
@@ -88,11 +92,12 @@ impl Sock {
         unsafe { self.op(Action::Send(send), buf) }
     }
 
-    /// Sends `bufs` in order with one `sendmsg`; the buffers come back in
-    /// the [`Message`].
+    /// Sends `bufs` in order with one `sendmsg`, the first [`IOV_MAX`] of
+    /// them at most; the buffers come back in the [`Message`].
     pub(crate) fn send_vectored<B: IoBuf>(&self, bufs: Vec<B>) -> OpFuture<Message<B>> {
         let iovecs: Vec<libc::iovec> = bufs
             .iter()
+            .take(IOV_MAX)
             .map(|b| libc::iovec {
                 iov_base: b.stable_ptr().cast_mut().cast(),
                 iov_len: b.bytes_len(),

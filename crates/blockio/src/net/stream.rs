@@ -31,6 +31,11 @@ impl StreamCore {
     /// Reads into `buf`: the byte count (0 at end of stream) and the
     /// buffer.
     pub(crate) async fn read<B: IoBufMut>(&self, mut buf: B) -> BufResult<usize, B> {
+        if buf.bytes_len() == 0 {
+            // As a read of an empty buffer through the traits (and tokio's):
+            // nothing asked, nothing waited for.
+            return (Ok(0), buf);
+        }
         if let Err(e) = self.sock.engine.ensure_driven() {
             return (Err(e), buf);
         }
@@ -74,7 +79,8 @@ impl StreamCore {
         (res.map_err(super::os_error), buf)
     }
 
-    /// Writes `bufs` in order with one `sendmsg`.
+    /// Writes `bufs` in order with one `sendmsg` (of the first
+    /// [`IOV_MAX`](super::socket::IOV_MAX) buffers at most).
     pub(crate) async fn writev<B: IoBuf>(&self, bufs: Vec<B>) -> BufResult<usize, Vec<B>> {
         if let Err(e) = self.sock.engine.ensure_driven() {
             return (Err(e), bufs);
@@ -82,7 +88,12 @@ impl StreamCore {
         if let Err(e) = self.writes.ready_for_owned().await {
             return (Err(e), bufs);
         }
-        let mut guard = self.writes.guard(bufs.iter().map(IoBuf::bytes_len).sum());
+        let len = bufs
+            .iter()
+            .take(super::socket::IOV_MAX)
+            .map(IoBuf::bytes_len)
+            .sum();
+        let mut guard = self.writes.guard(len);
         let mut fut = self.sock.send_vectored(bufs);
         fut.start();
         let (res, msg) = guard.send(fut).await;

@@ -80,13 +80,26 @@ impl TcpListenerOptions {
         self
     }
 
-    /// Binds a listener to `addr` with these options.
+    /// Binds a listener to `addr` with these options: each address it
+    /// resolves to in turn, until one binds, as std's and tokio's `bind`.
     ///
     /// # Errors
-    /// The address does not resolve, or `bind` or `listen` failed (the
-    /// kernel's error, `raw_os_error()` set) (`EADDRINUSE`, `EACCES` below port 1024, ...).
+    /// The address does not resolve, or `bind` or `listen` failed on every
+    /// address (the last address's error, the kernel's, `raw_os_error()`
+    /// set: `EADDRINUSE`, `EACCES` below port 1024, ...).
     pub fn bind(&self, engine: &AsyncEngine, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
-        let addr = first_addr(addr)?;
+        let mut last = None;
+        for addr in all_addrs(addr)? {
+            match self.bind_one(engine, addr) {
+                Ok(listener) => return Ok(listener),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("all_addrs gives at least one address"))
+    }
+
+    /// Binds a listener to one address.
+    fn bind_one(&self, engine: &AsyncEngine, addr: SocketAddr) -> io::Result<TcpListener> {
         let fail = super::os_error;
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
             .map_err(fail)?;
@@ -104,11 +117,6 @@ impl TcpListenerOptions {
             local: local.as_socket().unwrap_or(addr),
         })
     }
-}
-
-/// The first address `addr` resolves to.
-fn first_addr(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
-    Ok(all_addrs(addr)?[0])
 }
 
 /// Every address `addr` resolves to, in order; at least one.
