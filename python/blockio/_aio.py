@@ -210,12 +210,16 @@ async def despite_cancel(coro: Any) -> Any:
     raise cancelled
 
 
-async def wait_despite_cancel(fut: Any) -> Optional[BaseException]:
+async def wait_despite_cancel(fut: Any, ahead_completes: Callable[[], bool]) -> Optional[BaseException]:
     """Awaits ``fut`` (a call's turn in a file's queue) even if the task is
     cancelled meanwhile; the cancellation, to raise once the call has run,
     or None. A turn still not come :data:`CANCEL_GRACE` seconds after the
-    cancellation (behind reads of empty pipes) is given up: the
-    cancellation is raised then, and the call never runs."""
+    cancellation is given up (the cancellation is raised then, and the call
+    never runs) unless ``ahead_completes()`` says that the call now
+    running will end (a write: its bytes reach the kernel however long it
+    takes), in which case the wait goes on, a grace at a time; so only a
+    turn behind a call that may never end (a read of an empty pipe) is
+    given up."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -225,24 +229,26 @@ async def wait_despite_cancel(fut: Any) -> Optional[BaseException]:
             return None
         except trio.Cancelled as e:
             cancelled: BaseException = e
-        with trio.CancelScope(deadline=trio.current_time() + CANCEL_GRACE, shield=True):
-            await fut
-        if not fut.done():
-            raise cancelled
+        while not fut.done():
+            with trio.CancelScope(deadline=trio.current_time() + CANCEL_GRACE, shield=True):
+                await fut
+            if not fut.done() and not ahead_completes():
+                raise cancelled
         return cancelled
     try:
         await asyncio.shield(fut)
         return None
     except asyncio.CancelledError as e:
         cancelled = e
-    deadline = loop.time() + CANCEL_GRACE
-    while not fut.done() and loop.time() < deadline:
-        try:
-            await asyncio.wait({fut}, timeout=deadline - loop.time())
-        except asyncio.CancelledError:
-            pass
-    if not fut.done():
-        raise cancelled
+    while not fut.done():
+        deadline = loop.time() + CANCEL_GRACE
+        while not fut.done() and loop.time() < deadline:
+            try:
+                await asyncio.wait({fut}, timeout=deadline - loop.time())
+            except asyncio.CancelledError:
+                pass
+        if not fut.done() and not ahead_completes():
+            raise cancelled
     return cancelled
 
 

@@ -74,7 +74,7 @@ class CallQueue:
     Those calls never change it themselves, so it holds whenever ``free``
     does."""
 
-    __slots__ = ("_owner", "_waiting", "_thread", "_lock", "free", "settle")
+    __slots__ = ("_owner", "_waiting", "_thread", "_lock", "free", "settle", "stream", "writing")
 
     def __init__(self) -> None:
         #: The task whose call is running, or None.
@@ -85,6 +85,12 @@ class CallQueue:
         self._lock = threading.Lock()
         self.free: List[None] = [None]
         self.settle: Optional[Callable[[], None]] = None
+        #: The file is a stream (a pipe, socket, terminal), where a call
+        #: may never end (a read of an empty pipe); set by its owner.
+        self.stream = False
+        #: The call in progress is a write (:func:`one_at_a_time_kept`),
+        #: which ends once the kernel has its bytes, however long that takes.
+        self.writing = False
 
     def _enter(self, task: Any) -> Any:
         """Takes the queue for ``task`` (None), or finds that ``task``
@@ -200,9 +206,11 @@ def one_at_a_time_kept(method: F) -> F:
     ``write``: bytes ``write()`` accepted always reach the file): cancelled
     while it waits for its turn, it keeps its place, runs when its turn
     comes, and only then raises the cancellation, as aiofiles' thread runs
-    a call whose task was cancelled. A turn still not come a second after
-    the cancellation (behind reads of empty pipes) is given up, and the
-    call never runs."""
+    a call whose task was cancelled. Only on a stream, a turn still not
+    come a second after the cancellation while the call in progress is not
+    a write (a read of an empty pipe, which may never end) is given up, and
+    the call never runs; behind a write, or on a regular file, the turn is
+    waited for."""
 
     @functools.wraps(method)
     async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -214,16 +222,18 @@ def one_at_a_time_kept(method: F) -> F:
         cancelled = None
         if turn is not None:
             try:
-                cancelled = await wait_despite_cancel(turn)
+                cancelled = await wait_despite_cancel(turn, lambda: q.writing or not q.stream)
             except BaseException:
                 q._give_up(turn, task)
                 raise
+        q.writing = True
         try:
             if cancelled is None:
                 return await method(self, *args, **kwargs)
             await shielded(method(self, *args, **kwargs))
             raise cancelled
         finally:
+            q.writing = False
             self._sync_offset()
             q._release(task)
 

@@ -328,6 +328,7 @@ class AsyncFile(LineReader[bytes]):
             self._stream = e.errno == errno.ESPIPE
             if self._stream:
                 _STREAM_FILES.add(self)
+                self._calls.stream = True
         #: The engine's read of page-cached bytes (see `read`).
         self._read_cached = engine._core.read_cached
         #: The next read is the first since a seek: it reads what it asks

@@ -86,3 +86,50 @@ def test_buffered_bytes_kept_when_a_flush_meets_a_closed_engine(tmp_path, call):
         assert p.read_bytes() == b"h" * 500
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_write_cancelled_behind_a_slow_pipe_write_still_arrives(engine, loop):
+    # A write given up by wait_for while it waits behind another task's
+    # write to a pipe whose reader starts draining only after the
+    # cancellation's grace (a second): the write ahead ends, so the queued
+    # one runs when its turn comes, and every byte arrives in order. It was
+    # given up after the grace, its bytes never written.
+    import os
+    import threading
+    import time
+
+    r, w = os.pipe()
+    got = bytearray()
+
+    def drain():
+        time.sleep(1.5)
+        while True:
+            d = os.read(r, 1 << 20)
+            if not d:
+                return
+            got.extend(d)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+
+    async def main():
+        f = await blockio.open(w, "wb", buffering=0, engine=engine)
+        ahead = asyncio.ensure_future(f.write(b"A" * (1 << 20)))
+        await asyncio.sleep(0.05)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(f.write(b"B" * 10), 0.05)
+        assert await ahead == 1 << 20
+        await f.close()
+
+    try:
+        if loop == "uvloop":
+            import uvloop
+
+            uvloop.run(main())
+        else:
+            asyncio.run(main())
+    finally:
+        reader.join(timeout=60)
+        os.close(r)
+    assert bytes(got) == b"A" * (1 << 20) + b"B" * 10
