@@ -9,9 +9,11 @@ on the loop's thread; an ``int`` is used as the descriptor, as the built-in
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import io
 import os
+import stat
 import warnings
 from typing import Any, Callable, Generator, Generic, Literal, Optional, Tuple, TypeVar, Union, overload
 
@@ -87,6 +89,11 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
         if file < 0:
             raise ValueError("negative file descriptor")
         fd, name = file, file
+        # As the built-in's FileIO checks a descriptor handed in: a number
+        # that is not open is EBADF, a directory EISDIR, now rather than at
+        # the first read (the descriptor stays the caller's either way).
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
     else:
         if not closefd:
             raise ValueError("Cannot use closefd=False with file name")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import operator as _operator
 import os as _os
 from typing import Any, Optional
 
@@ -66,6 +67,16 @@ async def stat(path: Any, *, dir_fd: Optional[int] = None, follow_symlinks: bool
     return await default_engine()._astat(path, bool(follow_symlinks))
 
 
+def _c_mode(mode: Any) -> int:
+    """``mode`` as ``os.mkdir`` takes it, any C ``int`` (the kernel keeps its
+    permission bits; -1 is all of them), as the unsigned 32 bits the
+    ``mkdirat`` gets; ``os.mkdir``'s errors otherwise."""
+    n: int = _operator.index(mode)
+    if not -(2**31) <= n < 2**31:
+        raise OverflowError("Python int too large to convert to C int")
+    return n & 0xFFFFFFFF
+
+
 _thread_mkdir = wrap(_os.mkdir)
 _thread_symlink = wrap(_os.symlink)
 
@@ -77,7 +88,7 @@ async def mkdir(path: Any, mode: int = 0o777, *, dir_fd: Optional[int] = None,
     if dir_fd is not None or loop is not None or executor is not None or not _is_path(path):
         await _thread_mkdir(path, mode, dir_fd=dir_fd, loop=loop, executor=executor)
         return
-    await default_engine()._amkdir(path, mode)
+    await default_engine()._amkdir(path, _c_mode(mode))
 
 
 async def symlink(src: Any, dst: Any, target_is_directory: bool = False, *, dir_fd: Optional[int] = None,

@@ -30,8 +30,10 @@ pub(crate) fn fd_flags(fd: RawFd) -> i32 {
 /// handlers run between them (Ctrl-C raises `KeyboardInterrupt`). A
 /// regular file or block device is always ready, which costs one `poll`
 /// call; so is a descriptor `poll` refuses, whose operation then reports
-/// the error. An epoll instance fails with `EINVAL` at once, as `os.read`
-/// of one does (see [`is_epoll`]), where waiting for it could last for ever.
+/// the error, and one not opened for `events` (a pipe's write end to
+/// read), which never becomes ready. An epoll instance fails with `EINVAL`
+/// at once, as `os.read` of one does (see [`is_epoll`]), where waiting for
+/// it could last for ever.
 pub(crate) fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> PyResult<()> {
     let poll = |timeout: libc::c_int| {
         let mut p = libc::pollfd {
@@ -54,6 +56,12 @@ pub(crate) fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> Py
         // Ready or not, an io_uring operation on it would never complete.
         return Err(crate::io_err(io::Error::from_raw_os_error(libc::EINVAL)));
     }
+    if flags != -1 && !opened_for(flags, events) {
+        // A pipe's write end is never readable (nor its read end
+        // writable): the operation itself fails at once, with `EBADF`, as
+        // `os.read` and `os.write` do.
+        return Ok(());
+    }
     if poll(0) {
         return Ok(());
     }
@@ -62,6 +70,16 @@ pub(crate) fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> Py
         if crate::gil::detach(py, || poll(100)) {
             return Ok(());
         }
+    }
+}
+
+/// Whether a descriptor with `F_GETFL` `flags` was opened for `events`
+/// (`POLLIN`: reading; `POLLOUT`: writing).
+fn opened_for(flags: i32, events: libc::c_short) -> bool {
+    match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => events & libc::POLLOUT == 0,
+        libc::O_WRONLY => events & libc::POLLIN == 0,
+        _ => true,
     }
 }
 

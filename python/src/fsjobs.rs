@@ -352,11 +352,25 @@ fn free_descriptors() -> usize {
 /// with plain system calls on this thread. It holds one descriptor and no
 /// ring: what [`read_files`] falls back to near the descriptor limit.
 fn read_alone(path: &CStr) -> FileResult {
-    let fd = blocking::open(&OpenRequest::new(PathAt::cwd(path))).map_err(unwrapped)?;
+    // Non-blocking: a FIFO opens without waiting for a writer (as through
+    // the ring); `read_stream` waits for its data. A lease's `EAGAIN` is
+    // waited out by a blocking open.
+    let req = OpenRequest::new(PathAt::cwd(path)).flags(libc::O_RDONLY | libc::O_NONBLOCK);
+    let fd = match blocking::open(&req).map_err(unwrapped) {
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => open_waiting(path)?,
+        r => r?,
+    };
     if is_dir(&fstat(&fd)?) {
         return Err(io::Error::from_raw_os_error(libc::EISDIR));
     }
     read_stream(fd.as_raw_fd())
+}
+
+/// Opens `path` read-only, waiting as long as the open does: for a file
+/// whose non-blocking open met `EAGAIN` (a lease another process holds,
+/// which a blocking open waits to see broken).
+fn open_waiting(path: &CStr) -> io::Result<OwnedFd> {
+    blocking::open(&OpenRequest::new(PathAt::cwd(path))).map_err(unwrapped)
 }
 
 /// One round of [`read_files`]: every file of `paths` open at once.
@@ -364,13 +378,33 @@ fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<Fil
     let mut out = Vec::with_capacity(paths.len());
     {
         let round = paths;
+        // io_uring opens a FIFO without waiting for a writer (it tries a
+        // non-blocking open first); the pool's `openat` would wait, so it
+        // opens non-blocking, which changes nothing for a regular file's
+        // reads (and `read_stream` waits for a FIFO's data); a file whose
+        // non-blocking open meets `EAGAIN` (a lease) is opened again,
+        // waiting.
+        let flags = match engine.backend() {
+            blockio::Backend::IoUring => libc::O_RDONLY,
+            blockio::Backend::ThreadPool => libc::O_RDONLY | libc::O_NONBLOCK,
+        };
         let reqs: Vec<OpenRequest<'_>> = round
             .iter()
-            .map(|p| OpenRequest::new(PathAt::cwd(p)))
+            .map(|p| OpenRequest::new(PathAt::cwd(p)).flags(flags))
             .collect();
         let opened = engine.open_batch(&reqs)?;
-        let files: Vec<Result<OwnedFd, io::Error>> =
-            opened.into_iter().map(|r| r.map_err(unwrapped)).collect();
+        let files: Vec<Result<OwnedFd, io::Error>> = opened
+            .into_iter()
+            .zip(round)
+            .map(|(r, path)| match r.map_err(unwrapped) {
+                Err(e)
+                    if flags & libc::O_NONBLOCK != 0 && e.raw_os_error() == Some(libc::EAGAIN) =>
+                {
+                    open_waiting(path)
+                }
+                r => r,
+            })
+            .collect();
         let ats: Vec<(usize, PathAt<'_>)> = files
             .iter()
             .enumerate()

@@ -1360,3 +1360,27 @@ def test_an_empty_record_ends_an_unbuffered_seqpacket_readline_as_fileio():
 
     assert builtin() == (b"a", b"c\n")
     assert run(ours()) == builtin()
+
+
+@pytest.mark.parametrize("mode", ["rb", "r", "wb"])
+def test_open_checks_a_descriptor_as_the_builtin_does(tmp_path, mode):
+    """A number that is no open descriptor, or one of a directory, fails
+    at open with the built-in's error, not at the first read; the
+    directory's descriptor stays the caller's."""
+    dfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    closed = 99999  # (above what the event loop's own descriptors take)
+
+    async def main():
+        for fd in (closed, dfd):
+            with pytest.raises(OSError) as ref:
+                open(fd, mode, closefd=False)
+            with pytest.raises(OSError) as got:
+                await blockio.open(fd, mode, closefd=False)
+            assert type(got.value) is type(ref.value), fd
+            assert got.value.errno == ref.value.errno, fd
+
+    try:
+        asyncio.run(main())
+        os.fstat(dfd)  # still open
+    finally:
+        os.close(dfd)

@@ -222,3 +222,30 @@ def test_a_path_of_the_wrong_type_is_os_s_type_error(call):
     with pytest.raises(TypeError) as got:
         asyncio.run(main())
     assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_mkdir_takes_every_mode_os_mkdir_takes(tmp_path, monkeypatch, backend):
+    """Any C ``int`` mode, as ``os.mkdir`` takes it (-1: every permission
+    bit, before the umask), with ``os.mkdir``'s errors past that range and
+    for a non-integer; -1 raised an ``OverflowError`` naming nothing."""
+    monkeypatch.setattr(blockio._engine, "_default", blockio.Engine(backend=backend))
+
+    async def main():
+        for i, mode in enumerate([-1, 0o7777, 2**31 - 1, -(2**31)]):
+            ours, theirs = tmp_path / f"b{i}", tmp_path / f"o{i}"
+            await blockio.os.mkdir(ours, mode)
+            os.mkdir(theirs, mode)
+            assert os.stat(ours).st_mode == os.stat(theirs).st_mode, oct(mode)
+        for bad in [2**31, -(2**31) - 1, 2**40, 1.5, "7"]:
+            with pytest.raises((OverflowError, TypeError)) as ref:
+                os.mkdir(tmp_path / "r", bad)
+            with pytest.raises((OverflowError, TypeError)) as got:
+                await blockio.os.mkdir(tmp_path / "g", bad)
+            assert type(got.value) is type(ref.value) and str(got.value) == str(ref.value), bad
+
+    old = os.umask(0o022)
+    try:
+        asyncio.run(main())
+    finally:
+        os.umask(old)

@@ -353,3 +353,23 @@ def test_one_path_instead_of_a_list_is_a_type_error_naming_paths(tmp_path, monke
             e.read_files(arg)
         with pytest.raises(TypeError, match="paths"):
             asyncio.run(e.aread_files(arg))
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_read_files_does_not_wait_for_a_fifos_writer(tmp_path, backend):
+    """A FIFO with no writer reads as empty on either backend, as the
+    docstring says: the thread backend's open waited for a writer, for
+    good. In a child killed after 30 s, so a hang fails the test."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    small = tmp_path / "small"
+    small.write_bytes(b"x" * 100)
+    script = f"""
+import asyncio, blockio
+e = blockio.Engine(backend={backend!r})
+assert e.read_files([{str(fifo)!r}, {str(small)!r}]) == [b"", b"x" * 100]
+assert asyncio.run(e.aread_files([{str(fifo)!r}])) == [b""]
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -3,6 +3,8 @@ with an error that does not name the argument at fault."""
 
 import asyncio
 import os
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -280,3 +282,31 @@ def test_offset_and_length_are_keyword_only(tmp_path):
         assert e.read_batch(f, length=4, offsets=[2]) == [b"2345"]
         assert run(e.aread(f, length=2, offset=8)) == b"89"
     e.close()
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_batches_on_the_wrong_end_of_a_pipe_fail_at_once(backend):
+    """A batch read of a pipe's write end, or write to its read end, fails
+    with EBADF at once, as ``os.read``/``os.write`` (and ``aread``/``awrite``)
+    do; it waited for the end to become ready, which it never does. Each
+    runs in a child killed after 30 s, so a hang fails the test."""
+    script = f"""
+import errno, os, blockio
+e = blockio.Engine(backend={backend!r})
+r, w = os.pipe()
+for name, call in [
+    ("read_batch", lambda: e.read_batch(w, offsets=[0], length=4)),
+    ("readinto_batch", lambda: e.readinto_batch([(w, bytearray(4), 0)])),
+    ("write_batch", lambda: e.write_batch([(r, b"zz", 0)])),
+]:
+    try:
+        call()
+    except OSError as err:
+        assert err.errno == errno.EBADF, (name, err)
+        print(name, "EBADF")
+    else:
+        raise SystemExit(name + " did not fail")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["read_batch", "EBADF", "readinto_batch", "EBADF", "write_batch", "EBADF"]
