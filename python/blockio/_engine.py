@@ -154,14 +154,36 @@ def _name(file: FileLike) -> Union[str, bytes, None]:
     return n if isinstance(n, (str, bytes)) else None
 
 
-def _flat(buf: Any) -> Any:
-    """A byte view of any C-contiguous buffer (numpy arrays of any dtype)."""
+def _flat(buf: Any, where: str = "") -> Any:
+    """A byte view of any C-contiguous buffer (numpy arrays of any dtype);
+    a ``TypeError`` naming ``where`` (the argument or item) for anything
+    else."""
     if isinstance(buf, (bytearray, bytes)):
         return buf
-    m = memoryview(buf)
+    try:
+        m = memoryview(buf)
+    except TypeError:
+        if not where:
+            raise
+        raise TypeError(f"{where}: a bytes-like object is required, not {type(buf).__name__!r}") from None
     if m.format == "B" and m.ndim == 1:
         return buf
     return m.cast("B")
+
+
+def _buffer_ops(ops: List[Any]) -> List[Any]:
+    """``(file, buffer, offset)`` items as the core takes them: each
+    buffer a flat byte view, a bad one named by its item (``ops[k]``)."""
+    return [(_fd(f), _flat(b, f"ops[{k}]"), off) for k, (f, b, off) in enumerate(ops)]
+
+
+def _offset_list(offsets: Any) -> List[Any]:
+    """``offsets`` as a list; a ``TypeError`` naming the argument for
+    something that is not iterable."""
+    try:
+        return list(offsets)
+    except TypeError:
+        raise TypeError(f"offsets: an iterable of ints is required, not {type(offsets).__name__!r}") from None
 
 
 def _copy_into(buf: Any, data: bytes) -> None:
@@ -366,7 +388,7 @@ class Engine:
         A failed read raises ``OSError`` (errno and filename set), or is
         returned in its place with ``return_exceptions=True``. On an
         ``O_DIRECT`` descriptor the buffers are aligned for it."""
-        offsets = list(offsets)
+        offsets = _offset_list(offsets)
         try:
             res, failed = self._core.read_batch(_fd(file), offsets, length)
         except OverflowError:
@@ -386,7 +408,7 @@ class Engine:
         array); a list of byte counts."""
         ops = list(ops)
         try:
-            res, failed = self._core.readinto_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+            res, failed = self._core.readinto_batch(_buffer_ops(ops))
         except OverflowError:
             raise _out_of_range(None, [off for _, _, off in ops], "ops") from None
         if not failed:
@@ -402,7 +424,7 @@ class Engine:
         """Writes each ``(file, data, offset)``; a list of byte counts."""
         ops = list(ops)
         try:
-            res, failed = self._core.write_batch([(_fd(f), _flat(b), off) for f, b, off in ops])
+            res, failed = self._core.write_batch(_buffer_ops(ops))
         except OverflowError:
             raise _out_of_range(None, [off for _, _, off in ops], "ops") from None
         if not failed:
@@ -595,7 +617,7 @@ class Engine:
         self, file: FileLike, *, offsets: Iterable[int], length: int, return_exceptions: bool = False
     ) -> List[Any]:
         """:meth:`read_batch` as a coroutine."""
-        offsets = list(offsets)
+        offsets = _offset_list(offsets)
         try:
             res = await self._run(file, self._core.submit_read, _fd(file), offsets, length)
         except OverflowError:
@@ -713,7 +735,7 @@ class Engine:
         """One batch of ``(file, buffer, offset)`` operations through ``submit``."""
         ops = list(ops)
         try:
-            res = await self._run(ops, submit, [(_fd(f), _flat(b), off) for f, b, off in ops])
+            res = await self._run(ops, submit, _buffer_ops(ops))
         except OverflowError:
             raise _out_of_range(None, [off for _, _, off in ops], "ops") from None
         return _finish(res, [_name(f) for f, _, _ in ops], return_exceptions)

@@ -310,3 +310,28 @@ for name, call in [
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["read_batch", "EBADF", "readinto_batch", "EBADF", "write_batch", "EBADF"]
+
+
+def test_batch_arguments_of_the_wrong_type_are_named(tmp_path):
+    """A non-iterable ``offsets`` and an item whose buffer is no buffer
+    raise a ``TypeError`` naming the argument or the item (``ops[1]``),
+    as the README promises of every bad argument."""
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 100)
+    e = blockio.Engine()
+    with open(p, "r+b") as f:
+        with pytest.raises(TypeError, match=r"^offsets: .*'NoneType'"):
+            e.read_batch(f, offsets=None, length=4)
+        with pytest.raises(TypeError, match=r"^ops\[1\]: .*'str'"):
+            e.readinto_batch([(f, bytearray(4), 0), (f, "str", 0)])
+        with pytest.raises(TypeError, match=r"^ops\[0\]: .*'NoneType'"):
+            e.write_batch([(f, None, 0)])
+
+        async def main():
+            with pytest.raises(TypeError, match=r"^offsets: "):
+                await e.aread_batch(f, offsets=3, length=4)
+            with pytest.raises(TypeError, match=r"^ops\[0\]: "):
+                await e.awrite_batch([(f, 1.5, 0)])
+
+        asyncio.run(main())
+    e.close()
