@@ -17,6 +17,7 @@ use crate::op::Op;
 /// write of more sends the first this many, as tokio's `write_vectored`
 /// does, where the kernel would refuse them all with `EMSGSIZE`.
 pub(crate) const IOV_MAX: usize = 1024;
+
 /// A socket and the engine its operations run on. Every operation holds
 /// the `Arc<Socket>` until its completion, so the descriptor number stays
 /// this socket's for as long as the kernel may use it: dropping the handle
