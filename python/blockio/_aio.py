@@ -192,12 +192,7 @@ async def despite_cancel(coro: Any) -> Any:
         if task.done():
             raise
         cancelled = e
-    deadline = loop.time() + CANCEL_GRACE
-    while not task.done() and loop.time() < deadline:
-        try:
-            await asyncio.wait({task}, timeout=deadline - loop.time())
-        except asyncio.CancelledError:
-            pass
+    await _through_grace(loop, task)
     if not task.done():
         task.cancel()
         while not task.done():
@@ -241,15 +236,21 @@ async def wait_despite_cancel(fut: Any, ahead_completes: Callable[[], bool]) -> 
     except asyncio.CancelledError as e:
         cancelled = e
     while not fut.done():
-        deadline = loop.time() + CANCEL_GRACE
-        while not fut.done() and loop.time() < deadline:
-            try:
-                await asyncio.wait({fut}, timeout=deadline - loop.time())
-            except asyncio.CancelledError:
-                pass
+        await _through_grace(loop, fut)
         if not fut.done() and not ahead_completes():
             raise cancelled
     return cancelled
+
+
+async def _through_grace(loop: asyncio.AbstractEventLoop, fut: Any) -> None:
+    """Waits for ``fut`` at most :data:`CANCEL_GRACE` seconds, through any
+    cancellation of the waiting task (it has been cancelled already)."""
+    deadline = loop.time() + CANCEL_GRACE
+    while not fut.done() and loop.time() < deadline:
+        try:
+            await asyncio.wait({fut}, timeout=deadline - loop.time())
+        except asyncio.CancelledError:
+            pass
 
 
 async def shielded(coro: Any) -> Any:
