@@ -615,3 +615,64 @@ fn a_runtime_shut_down_under_dropped_streams_loses_none_of_their_bytes() {
         drop(engine);
     }
 }
+
+/// Reads already in the kernel, awaited on three runtimes without I/O
+/// (each on a thread of its own) when the only driver's runtime goes:
+/// each runtime tries the takeover once (tokio's panic once per runtime),
+/// where each failure woke the others to try again, about 50,000 panics
+/// in three seconds.
+#[test]
+fn runtimes_without_io_try_the_takeover_once_each() {
+    const RUNTIMES: usize = 3;
+    let engine = caller_engine(Submit::OnStart);
+    if engine.poll_fd().is_none() {
+        return; // the thread-pool backend: nothing to drive or take over
+    }
+    let driving = runtime();
+    driving.spawn(drive_on_tokio(engine.clone()));
+    let streams: Vec<(TcpStream, std::net::TcpStream)> = driving.block_on(async {
+        tokio::task::yield_now().await; // the driver runs
+        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
+        let mut out = Vec::new();
+        for _ in 0..RUNTIMES {
+            let peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+            let (stream, _) = listener.accept().await.unwrap();
+            out.push((stream, peer));
+        }
+        out
+    });
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let (go_tx, go) = std::sync::mpsc::channel::<()>();
+    let go = std::sync::Arc::new(std::sync::Mutex::new(go));
+    let threads: Vec<_> = streams
+        .into_iter()
+        .map(|(stream, peer)| {
+            let started_tx = started_tx.clone();
+            let go = go.clone();
+            std::thread::spawn(move || {
+                let before = count_io_disabled_panics();
+                runtime_without_io().block_on(async {
+                    let read = stream.read(vec![0u8; 8]);
+                    tokio::pin!(read);
+                    assert!(
+                        futures::poll!(&mut read).is_pending(),
+                        "a read with nothing sent"
+                    );
+                    started_tx.send(()).unwrap();
+                    // Pending until the driver's runtime is gone.
+                    let _ = tokio::time::timeout(Duration::from_secs(2), read).await;
+                });
+                let _ = go.lock().unwrap().recv();
+                drop(peer);
+                count_io_disabled_panics() - before
+            })
+        })
+        .collect();
+    for _ in 0..RUNTIMES {
+        started.recv_timeout(GUARD).expect("a read never started");
+    }
+    drop(driving);
+    drop(go_tx);
+    let panics: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(panics <= RUNTIMES, "tokio's panic came {panics} times");
+}

@@ -44,9 +44,9 @@ const IO_DISABLED: &str = "this tokio runtime has I/O disabled, so it cannot dri
 /// caller runs on. tokio panics where that runtime has I/O disabled: the
 /// panic is caught and becomes an error of kind
 /// [`Other`](io::ErrorKind::Other) saying so, and the runtime is
-/// remembered (see [`refuses`]) so that it is not asked again. (tokio's
-/// panic message is still printed by the panic hook, once per such
-/// runtime.)
+/// remembered (see [`refuses`]) so that it is not asked again: tokio's
+/// panic message, which the panic hook still prints, comes once per such
+/// runtime.
 fn watch(engine: AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
     let drivers = engine.clone();
     let registered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -59,12 +59,16 @@ fn watch(engine: AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
     match registered {
         Ok(watched) => Ok(watched?),
         Err(_) => {
-            *drivers
-                .tokio_drivers()
-                .io_disabled
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) =
-                tokio::runtime::Handle::try_current().ok().map(|h| h.id());
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let mut refused = drivers
+                    .tokio_drivers()
+                    .io_disabled
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if !refused.contains(&runtime.id()) {
+                    refused.push(runtime.id());
+                }
+            }
             Err(io::Error::other(IO_DISABLED))
         }
     }
@@ -72,12 +76,12 @@ fn watch(engine: AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
 
 /// Whether `runtime` was found to have I/O disabled (see [`watch`]).
 fn refuses(engine: &AsyncEngine, runtime: &tokio::runtime::Handle) -> bool {
-    *engine
+    engine
         .tokio_drivers()
         .io_disabled
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        == Some(runtime.id())
+        .contains(&runtime.id())
 }
 
 /// Drives `engine`, built with
