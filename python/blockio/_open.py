@@ -89,11 +89,6 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
         if file < 0:
             raise ValueError("negative file descriptor")
         fd, name = file, file
-        # As the built-in's FileIO checks a descriptor handed in: a number
-        # that is not open is EBADF, a directory EISDIR, now rather than at
-        # the first read (the descriptor stays the caller's either way).
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
     else:
         if not closefd:
             raise ValueError("Cannot use closefd=False with file name")
@@ -109,6 +104,13 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
             fd = got
     raw: Optional[AsyncFile] = None
     try:
+        if isinstance(file, int) or opener is not None:
+            # As the built-in's FileIO checks a descriptor handed in or
+            # made by an opener: a number that is not open is EBADF, a
+            # directory EISDIR, now rather than at the first read (one
+            # handed in stays the caller's; an opener's is closed below).
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
         line_buffering = buffering == 1 and "b" not in mode
         size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
         binary_mode = mode.replace("t", "") + ("" if "b" in mode else "b")

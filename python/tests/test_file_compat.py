@@ -1384,3 +1384,27 @@ def test_open_checks_a_descriptor_as_the_builtin_does(tmp_path, mode):
         os.fstat(dfd)  # still open
     finally:
         os.close(dfd)
+
+
+@pytest.mark.parametrize("mode", ["rb", "r"])
+def test_open_checks_an_openers_descriptor_as_the_builtin_does(tmp_path, mode):
+    """An opener that returns a directory's descriptor fails at open with
+    the built-in's ``IsADirectoryError``, and that descriptor is closed, as
+    the built-in closes it."""
+    made = []
+
+    def opener(path, flags):
+        made.append(os.open(tmp_path, os.O_RDONLY))
+        return made[-1]
+
+    with pytest.raises(IsADirectoryError):
+        open(tmp_path / "x", mode, opener=opener)
+
+    async def main():
+        with pytest.raises(IsADirectoryError):
+            await blockio.open(tmp_path / "x", mode, opener=opener)
+
+    asyncio.run(main())
+    for fd in made:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed by whichever open made it
