@@ -338,7 +338,9 @@ impl Core {
         let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
         total_arg(offsets.len(), length)?;
         let engine = &self.check()?;
-        if length == 0 {
+        if length == 0 && crate::fds::opened_for(crate::fds::fd_flags(fd), libc::POLLIN) {
+            // (a descriptor not open for reading goes on to fail with
+            // EBADF, as `os.read(fd, 0)` and a batch's own reads do)
             let empty = PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])))?;
             return Ok((empty, 0));
         }

@@ -75,7 +75,7 @@ pub(crate) fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> Py
 
 /// Whether a descriptor with `F_GETFL` `flags` was opened for `events`
 /// (`POLLIN`: reading; `POLLOUT`: writing).
-fn opened_for(flags: i32, events: libc::c_short) -> bool {
+pub(crate) fn opened_for(flags: i32, events: libc::c_short) -> bool {
     match flags & libc::O_ACCMODE {
         libc::O_RDONLY => events & libc::POLLOUT == 0,
         libc::O_WRONLY => events & libc::POLLIN == 0,

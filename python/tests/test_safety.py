@@ -335,3 +335,27 @@ def test_batch_arguments_of_the_wrong_type_are_named(tmp_path):
 
         asyncio.run(main())
     e.close()
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_a_zero_length_read_batch_of_a_write_only_descriptor_fails(tmp_path, backend):
+    """``read_batch(length=0)`` of a descriptor not open for reading fails
+    with EBADF, as ``os.read(fd, 0)`` and the batch's other reads do; it
+    returned empty bytes. Of a readable one it still returns them."""
+    import errno
+
+    e = blockio.Engine(backend=backend)
+    r, w = os.pipe()
+    wo = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        for fd in (w, wo):
+            with pytest.raises(OSError) as ref:
+                os.read(fd, 0)
+            with pytest.raises(OSError) as got:
+                e.read_batch(fd, offsets=[0], length=0)
+            assert got.value.errno == ref.value.errno == errno.EBADF
+        assert e.read_batch(r, offsets=[0, 0], length=0) == [b"", b""]
+    finally:
+        for fd in (r, w, wo):
+            os.close(fd)
+        e.close()
