@@ -81,6 +81,9 @@ _MAX_OFFSET = (1 << 63) - 1
 #: the seek rather than at a later read or write. (A smaller limit, as
 #: FAT's 4 GiB, is met at that read or write.)
 _QUICK_OFFSET = 1 << 40
+#: ``seek``'s ``whence`` served at once: the int 0 itself (any other value,
+#: equal or not, takes the checked path).
+_SEEK_SET = 0
 
 #: The most one read returns on Linux (``MAX_RW_COUNT``): a larger read is
 #: made of reads of at most this, as the built-in buffered file's is, or,
@@ -150,6 +153,15 @@ def _poll_and_close(fd: int, wake: int) -> None:
 
 #: Why :func:`read_line_now` stopped (its second value; see stream.rs).
 _LINE_DONE, _LINE_WAIT, _LINE_END, _LINE_MORE, _LINE_UNSUPPORTED, _LINE_FAILED = range(6)
+
+
+class _LineEnded:
+    """The kind of :data:`_LINE_ENDED`."""
+
+
+#: What ended a stream's line read after some bytes, kept for the next
+#: line read when it was the stream's end (the other kind is an error).
+_LINE_ENDED = _LineEnded()
 
 
 def _type_name(obj: object) -> str:
@@ -275,11 +287,18 @@ class AsyncFile(LineReader[bytes]):
     ``readable`` and ``detach``; ``async for line in f``."""
 
     def __init__(self, desc: _Descriptor, mode: str, engine: Engine, buffer_size: int) -> None:
+        # 29 attributes, no more: CPython 3.13 keeps that many of an
+        # instance's attributes inline, where `seek` and `read` reach each in
+        # one specialized step; a 30th moves them all into a dict, and every
+        # access becomes a lookup (`dis.dis(AsyncFile.seek, adaptive=True)`
+        # after some calls shows which).
         self._file = desc
         self._engine = engine
         #: Calls on this file run one at a time, in the order made (see
         #: :mod:`blockio._calls`); a text file over it shares the queue.
         self._calls = CallQueue()
+        #: Its ``free`` list, taken by the calls served at once.
+        self._free = self._calls.free
         #: The logical position: where the next read or write happens.
         self._pos = 0
         #: In append mode after a write (and on open), the position is the
@@ -318,8 +337,7 @@ class AsyncFile(LineReader[bytes]):
         self._poll_wake: Optional[Tuple[int, int]] = None
         self._line_by_byte = True
         self._line_more = False
-        self._line_stop: Optional[OSError] = None
-        self._line_ended = False
+        self._line_stop: Union[OSError, _LineEnded, None] = None
         try:
             # A descriptor handed in (``blockio.open(fd)``) is read and
             # written from its offset on, as the built-in open's file does.
@@ -329,8 +347,9 @@ class AsyncFile(LineReader[bytes]):
             if self._stream:
                 _STREAM_FILES.add(self)
                 self._calls.stream = True
-        #: The engine's read of page-cached bytes (see `read`).
-        self._read_cached = engine._core.read_cached
+        #: The engine's read of page-cached bytes, which says when a turn
+        #: of the event loop is due instead (see `read`).
+        self._read_in_turn = engine._core.read_cached_in_turn
         #: The next read is the first since a seek: it reads what it asks
         #: for and no more (see `_read_now`).
         self._seeked = False
@@ -485,8 +504,8 @@ class AsyncFile(LineReader[bytes]):
         # the queue's `free` item makes sure of that, from any thread;
         # nothing here awaits). Inlined: this is half of every
         # random read.
-        free = self._calls.free
-        if free and whence == 0 and type(offset) is int and 0 <= offset <= _QUICK_OFFSET and type(whence) is int:
+        free = self._free
+        if whence is _SEEK_SET and type(offset) is int and 0 <= offset <= _QUICK_OFFSET:
             try:
                 free.pop()
             except IndexError:
@@ -606,18 +625,18 @@ class AsyncFile(LineReader[bytes]):
         # other call on the file is in progress (as in `seek`). Anything
         # else goes to `_read`, in the queue: a read that would have to
         # wait (bytes not all cached, the end of the file), buffered
-        # writes, a stream. One in 64 cached reads goes to
-        # `_read_after_a_turn`, also in the queue, which yields to the event
-        # loop once, so that a task reading cached data in a loop never
-        # starves the others.
+        # writes, a stream. One in 64 cached reads (of any file of the
+        # engine: the engine counts them) goes to `_read_after_a_turn`, also
+        # in the queue, which yields to the event loop once, so that a task
+        # reading cached data in a loop never starves the others.
         #
         # Read ahead as `_read`: a read smaller than the buffer fills the
         # buffer, except the first read after a seek, which reads what it
         # asks for (random access, where the rest of a buffer would be
         # copied for nothing).
-        free = self._calls.free
+        free = self._free
         turn = False
-        if free and type(size) is int and size >= 0:
+        if type(size) is int and size >= 0:
             try:
                 free.pop()
             except IndexError:
@@ -634,24 +653,23 @@ class AsyncFile(LineReader[bytes]):
                                     self._sync_offset()
                                 return out
                         elif size:
-                            eng = self._engine
-                            if eng._inline_streak < 63:
-                                ahead = size < self._bufsize and not self._seeked
-                                try:
-                                    data = self._read_cached(self._num, self._pos, self._bufsize if ahead else size)
-                                except OverflowError:
-                                    data = None  # (past 2**63: `_read` says)
-                                if data is not None:
-                                    eng._inline_streak += 1
-                                    self._seeked = False
-                                    if ahead:
-                                        data, self._rbuf = data[:size], data[size:]
-                                    self._pos += size
-                                    if self._file.shared:
-                                        self._sync_offset()
-                                    return data
+                            if self._seeked:
+                                want = size
                             else:
-                                turn = True
+                                want = self._bufsize if size < self._bufsize else size
+                            try:
+                                data = self._read_in_turn(self._num, self._pos, want)
+                            except OverflowError:
+                                data = None  # (past 2**63: `_read` says)
+                            if data:
+                                self._seeked = False
+                                if want > size:
+                                    data, self._rbuf = data[:size], data[size:]
+                                self._pos += size
+                                if self._file.shared:
+                                    self._sync_offset()
+                                return data
+                            turn = data is False
                         else:
                             return b""
                 finally:
@@ -668,14 +686,13 @@ class AsyncFile(LineReader[bytes]):
         holding the file's place in the queue (calls made after it wait;
         a cancellation there reads nothing), then reads as `read` does,
         on this thread when the bytes are cached."""
-        self._engine._inline_streak = 0
         await pause()
         d = self._file
         if size and not self._rbuf and self._readable and not (
                 self._stream or self._wbuf or self._at_end or d.closed or d.detached):
-            ahead = size < self._bufsize and not self._seeked
+            ahead = not self._seeked and size < self._bufsize
             try:
-                data = self._read_cached(d.num, self._pos, self._bufsize if ahead else size)
+                data = self._engine._core.read_cached(d.num, self._pos, self._bufsize if ahead else size)
             except OverflowError:
                 data = None
             if data is not None:
@@ -933,13 +950,13 @@ class AsyncFile(LineReader[bytes]):
         file's ``read`` does. A stream that refuses such reads (a FIFO or a
         terminal) is read ahead instead (``_line_by_byte`` false; see the
         README)."""
-        if self._line_stop is not None:
-            err, self._line_stop = self._line_stop, None
-            raise err
-        if self._line_ended:
-            # (Set and taken within one readline: nothing awaits between.)
-            self._line_ended = False
-            return b""
+        stop_at = self._line_stop
+        if stop_at is not None:
+            self._line_stop = None
+            if isinstance(stop_at, _LineEnded):
+                # (Set and taken within one readline: nothing awaits between.)
+                return b""
+            raise stop_at
         limit = min(limit, _MAX_OFFSET)
         while True:
             if self._line_more:
@@ -954,7 +971,7 @@ class AsyncFile(LineReader[bytes]):
             elif stop == _LINE_FAILED:
                 self._line_stop = OSError(code, os.strerror(code))
             elif stop == _LINE_END and data:
-                self._line_ended = True
+                self._line_stop = _LINE_ENDED
             if data or stop in (_LINE_DONE, _LINE_END):
                 return data
             if stop == _LINE_UNSUPPORTED:

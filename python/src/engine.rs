@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
@@ -12,7 +12,7 @@ use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving, Withdrawal};
 use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBool, PyBytes, PyList};
 
 use crate::fsjobs::{FsCall, Out};
 use crate::lent::{release_parked, Lent};
@@ -44,6 +44,9 @@ pub(crate) struct Core {
     /// Consecutive misses of [`Core::read_cached`] (counting on past
     /// [`MISSES_BEFORE_SKIPPING`] as the reads it skips).
     pub(crate) cache_misses: AtomicU64,
+    /// Reads [`Core::read_cached_in_turn`] served in a row, by any file:
+    /// at [`TURN_EVERY`]` - 1` the next call is a turn instead.
+    pub(crate) streak: AtomicU32,
     /// The descriptors the async engines made on first use, recorded as
     /// the engines' own (see [`crate::fds::own_new`]) until close or drop.
     pub(crate) own_fds: Mutex<Vec<RawFd>>,
@@ -65,6 +68,11 @@ pub(crate) const MISSES_BEFORE_SKIPPING: u64 = 16;
 
 /// See [`MISSES_BEFORE_SKIPPING`].
 pub(crate) const SKIP: u64 = 32;
+
+/// A file's cached reads, served without suspending, take one turn of the
+/// event loop in this many (see [`Core::read_cached_in_turn`]), so that a
+/// task reading cached data in a loop never starves the others.
+pub(crate) const TURN_EVERY: u32 = 64;
 
 /// The two async engines behind the asyncio API: on `O_DIRECT` descriptors
 /// a ring the event loop drives itself is faster (a driver thread costs two
@@ -307,6 +315,7 @@ impl Core {
             spare: Mutex::new(Vec::new()),
             fs: fsjobs::Pool::default(),
             cache_misses: AtomicU64::new(0),
+            streak: AtomicU32::new(0),
             own_fds: Mutex::new(Vec::new()),
         })
     }
@@ -524,6 +533,43 @@ impl Core {
             }
             None
         }
+    }
+
+    /// [`read_cached`](Self::read_cached) for a file's `read`, counting
+    /// the reads served in a row: after [`TURN_EVERY`]` - 1` of them, by
+    /// any file of this engine, `False` instead, having read nothing (the
+    /// caller takes a turn of the event loop, then reads), and the count
+    /// starts again. Counted here, where the read is, rather than in the
+    /// caller's Python (an attribute read, a comparison and an attribute
+    /// write less per read).
+    pub(crate) fn read_cached_in_turn<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        offset: i64,
+        length: i64,
+    ) -> Option<Bound<'py, PyAny>> {
+        let streak = self.streak.load(Ordering::Relaxed);
+        if streak >= TURN_EVERY - 1 {
+            self.streak.store(0, Ordering::Relaxed);
+            return Some(PyBool::new(py, false).to_owned().into_any());
+        }
+        let data = self.read_cached(py, fd, offset, length)?;
+        self.streak.store(streak + 1, Ordering::Relaxed);
+        Some(data.into_any())
+    }
+
+    /// Cached reads [`read_cached_in_turn`](Self::read_cached_in_turn)
+    /// served in a row; set, where the count goes on from (the tests set
+    /// it to put a file's next read at its turn).
+    #[getter]
+    pub(crate) fn cached_streak(&self) -> u32 {
+        self.streak.load(Ordering::Relaxed)
+    }
+
+    #[setter]
+    pub(crate) fn set_cached_streak(&self, n: u32) {
+        self.streak.store(n, Ordering::Relaxed);
     }
 
     /// The eventfd the event loop watches for finished asynchronous batches.

@@ -233,7 +233,7 @@ def test_the_cached_read_that_yields_keeps_its_place_and_reads_nothing_if_cancel
             warm.read()
         async with blockio.open(path, "rb", buffering=buffering, engine=e) as f:
             await f.seek(4096)
-            e._inline_streak = 63  # the next cached read is the one that yields
+            e._core.cached_streak = 63  # the next cached read is the one that yields
             reading = asyncio.ensure_future(f.read(100))
             await asyncio.sleep(0)  # it has started, and yields
             assert not reading.done()
@@ -242,7 +242,7 @@ def test_the_cached_read_that_yields_keeps_its_place_and_reads_nothing_if_cancel
             assert await f.tell() == 0
 
             await f.seek(8192)
-            e._inline_streak = 63
+            e._core.cached_streak = 63
             reading = asyncio.ensure_future(f.read(100))
             await asyncio.sleep(0)
             assert not reading.done()
