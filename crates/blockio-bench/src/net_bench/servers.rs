@@ -19,9 +19,10 @@ use tokio::sync::oneshot;
 
 use super::service::{self, Conn};
 
-/// The engines' queue depth: every connection keeps a read in flight, so
-/// the bound must exceed the connections (the default, 256, sized for file
-/// I/O, would queue reads of connections past it behind idle ones).
+/// The caller-driven engines' queue depth, which sizes their rings: a round
+/// of tasks submits up to one operation per connection in one
+/// `io_uring_enter`. Socket operations do not count against the depth, so
+/// `blockio`, the engine with default settings, needs no such tuning.
 const NET_DEPTH: usize = 16384;
 
 /// A runtime the server runs on.
@@ -32,7 +33,8 @@ pub enum Runtime {
     /// with two server threads).
     Tokio,
     /// `blockio::net` on tokio (current-thread; the multi-thread pool with
-    /// two), completions from the engine's driver thread.
+    /// two), an engine with default settings: completions from its driver
+    /// thread.
     Blockio,
     /// `blockio::net` on tokio's current-thread runtime with the ring
     /// driven by the runtime's thread: tokio's reactor watches the ring
@@ -364,7 +366,7 @@ fn tokio_thread(
     rt.block_on(async move {
         match runtime {
             Runtime::Blockio => {
-                let engine = AsyncEngine::builder().queue_depth(NET_DEPTH).build()?;
+                let engine = AsyncEngine::new()?;
                 until_stopped(blockio_server(&engine, ctx, false), stop).await
             }
             Runtime::BlockioCaller | Runtime::BlockioRound | Runtime::BlockioRoundStream => {
