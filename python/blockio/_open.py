@@ -63,6 +63,10 @@ def _check_mode(mode: str, buffering: int, encoding: Optional[str], errors: Opti
                       "the default buffer size will be used", RuntimeWarning, stacklevel=3)
 
 
+#: The numbers a descriptor can be (a C ``int``).
+_C_INT = range(-(1 << 31), 1 << 31)
+
+
 def _flags(mode: str) -> int:
     if "+" in mode:
         flags = os.O_RDWR
@@ -86,6 +90,10 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
     fd: int
     name: Any
     if isinstance(file, int):
+        if not _C_INT.start <= file < _C_INT.stop:
+            # (the built-in's FileIO takes a number past a C int for a
+            # path, which an int is not)
+            raise TypeError(f"expected str, bytes or os.PathLike object, not {type(file).__name__}")
         if file < 0:
             raise ValueError("negative file descriptor")
         fd, name = file, file
@@ -99,8 +107,13 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
             # A Python callable: run on the loop's default executor, never
             # on the loop's own thread.
             got = await run_in_thread(opener, file, _flags(mode))
-            if not isinstance(got, int) or got < 0:
-                raise ValueError(f"opener returned {got!r}")
+            # (the built-in's errors, in its words)
+            if not isinstance(got, int):
+                raise TypeError(f"expected integer from opener, got {type(got).__name__}")
+            if got not in _C_INT:
+                raise OverflowError(f"opener returned {got}, which is not a C int")
+            if got < 0:
+                raise ValueError(f"opener returned {got}")
             fd = got
     raw: Optional[AsyncFile] = None
     try:

@@ -200,6 +200,7 @@ impl Core {
     pub(crate) fn submit_each<'py, B>(
         &self,
         waiter: PyObject,
+        what: &str,
         ops: Vec<(RawFd, Bound<'py, PyAny>, u64)>,
         prepare: impl Fn(&Bound<'py, PyAny>) -> PyResult<B>,
         issue: impl Fn(&AsyncFile, B, u64, RawFd, RawFd) -> (Boxed<OneDone>, Withdrawal),
@@ -221,7 +222,10 @@ impl Core {
                     withdrawals.push(w);
                     fut
                 }
-                Err(errno) => failed(Yields::Count, *errno),
+                Err(errno) => failed(
+                    Yields::Count,
+                    refused(&format!("{what} at offset {off}"), *fd, *errno),
+                ),
             });
         }
         let mut batch = Pending::new(futs, Yields::Count);
@@ -237,7 +241,7 @@ impl Core {
                 let f = self.fs.submit(job).map_err(io_err)?;
                 Box::pin(async move { OneDone::Count(f.await) })
             }
-            Err(errno) => failed(Yields::Count, errno),
+            Err(errno) => failed(Yields::Count, io::Error::from_raw_os_error(errno)),
         };
         Ok(self.start(waiter, Pending::new(vec![fut], Yields::Count)))
     }
@@ -610,7 +614,14 @@ impl Core {
                         });
                         b
                     }
-                    Err(errno) => failed(Yields::Read, *errno),
+                    Err(errno) => failed(
+                        Yields::Read,
+                        refused(
+                            &format!("read of {length} bytes at offset {off}"),
+                            fd,
+                            *errno,
+                        ),
+                    ),
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
@@ -626,7 +637,7 @@ impl Core {
     ) -> PyResult<u64> {
         let ops = buffer_ops(ops)?;
         distinct_read_buffers(&ops)?;
-        self.submit_each(waiter, ops, writable, |file, buf, off, fd, dup| {
+        self.submit_each(waiter, "read", ops, writable, |file, buf, off, fd, dup| {
             counted(file.read_at(Buf::Exported(Lent::new(buf)), off), fd, dup)
         })
     }
@@ -639,6 +650,7 @@ impl Core {
     ) -> PyResult<u64> {
         self.submit_each(
             waiter,
+            "write",
             buffer_ops(ops)?,
             readable,
             |file, buf, off, fd, dup| counted(file.write_at(RoBuf(Lent::new(buf)), off), fd, dup),
@@ -667,7 +679,10 @@ impl Core {
                 });
                 b
             }
-            Err(errno) => failed(Yields::Count, errno),
+            Err(errno) => failed(
+                Yields::Count,
+                refused(if data_only { "fdatasync" } else { "fsync" }, fd, errno),
+            ),
         };
         Ok(self.start(waiter, Pending::new(vec![fut], Yields::Count)))
     }

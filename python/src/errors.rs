@@ -133,6 +133,25 @@ impl std::fmt::Display for Renamed {
 
 impl std::error::Error for Renamed {}
 
+/// The error of an operation refused before it reached the kernel (by
+/// [`hold_file`] or [`wait_ready`]'s look at the descriptor), worded as the
+/// engine words an operation that failed: `what` (`"read of 10 bytes at
+/// offset 0"`), the caller's `fd`, and why, with `errno` kept.
+pub(crate) fn refused(what: &str, fd: RawFd, errno: i32) -> io::Error {
+    let why = match errno {
+        libc::EINVAL => ": an epoll instance, on which no read, write or sync completes",
+        _ => "",
+    };
+    let text = format!(
+        "{what} on fd {fd} failed: {}{why}",
+        message(&io::Error::from_raw_os_error(errno), errno)
+    );
+    io::Error::new(
+        io::Error::from_raw_os_error(errno).kind(),
+        Renamed { errno, text },
+    )
+}
+
 /// `r` with the duplicate `dup` named as the caller's `fd` in its message.
 pub(crate) fn name_caller_fd<T>(r: io::Result<T>, dup: RawFd, fd: RawFd) -> io::Result<T> {
     r.map_err(|e| {

@@ -10,6 +10,8 @@ use std::sync::{Mutex, Once};
 use blockio::aio::{AsyncEngine, AsyncFile};
 use pyo3::prelude::*;
 
+use crate::refused;
+
 /// Whether `fd` was opened with `O_DIRECT` (false if `fcntl` fails: the
 /// read itself will then report the bad descriptor).
 pub(crate) fn is_direct(fd: RawFd) -> bool {
@@ -49,12 +51,17 @@ pub(crate) fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> Py
         return Ok(());
     }
     let flags = fd_flags(fd);
+    let what = if events & libc::POLLOUT != 0 {
+        "write"
+    } else {
+        "read"
+    };
     if is_own(fd, flags) {
-        return Err(crate::io_err(io::Error::from_raw_os_error(libc::EBADF)));
+        return Err(crate::io_err(refused(what, fd, libc::EBADF)));
     }
     if is_epoll(fd, flags) {
         // Ready or not, an io_uring operation on it would never complete.
-        return Err(crate::io_err(io::Error::from_raw_os_error(libc::EINVAL)));
+        return Err(crate::io_err(refused(what, fd, libc::EINVAL)));
     }
     if flags != -1 && !opened_for(flags, events) {
         // A pipe's write end is never readable (nor its read end

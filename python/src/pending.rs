@@ -116,9 +116,8 @@ pub(crate) struct Pending {
 
 /// An operation that fails at once with `errno` (a descriptor that cannot
 /// be used), reported in its place like the synchronous calls do.
-pub(crate) fn failed(yields: Yields, errno: i32) -> Boxed<OneDone> {
+pub(crate) fn failed(yields: Yields, err: io::Error) -> Boxed<OneDone> {
     Box::pin(async move {
-        let err = io::Error::from_raw_os_error(errno);
         match yields {
             Yields::Read => OneDone::Read((Err(err), Buf::Owned(AlignedBuf::new(0, 4096)))),
             Yields::Count => OneDone::Count(Err(err)),

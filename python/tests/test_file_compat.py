@@ -1408,3 +1408,41 @@ def test_open_checks_an_openers_descriptor_as_the_builtin_does(tmp_path, mode):
     for fd in made:
         with pytest.raises(OSError):
             os.fstat(fd)  # closed by whichever open made it
+
+
+@pytest.mark.parametrize("number", [2**31, -(2**31) - 1, 2**40, -1, -(2**31)])
+def test_open_of_a_number_out_of_range_fails_as_the_builtins(tmp_path, number):
+    """A descriptor number that is not a C ``int`` is taken by the
+    built-in's FileIO for a path, which an int is not (``TypeError``); a
+    negative one is a ``ValueError``. Same types, raised at open."""
+    with pytest.raises(Exception) as ref:
+        open(number, "rb")
+
+    async def main():
+        with pytest.raises(type(ref.value)) as got:
+            await blockio.open(number, "rb")
+        return got.value
+
+    got = asyncio.run(main())
+    assert type(got) is type(ref.value) and str(got) == str(ref.value), (got, ref.value)
+
+
+@pytest.mark.parametrize("returned", ["a", None, 1.5, -1, -7, 2**31, 2**40])
+def test_an_openers_bad_result_fails_as_the_builtins(tmp_path, returned):
+    """An opener that returns something other than a descriptor number
+    fails with the built-in's exception type: ``TypeError`` for a
+    non-int, ``ValueError`` for a negative one, ``OverflowError`` past a
+    C int; the message names the opener."""
+    def opener(path, flags):
+        return returned
+
+    with pytest.raises(Exception) as ref:
+        open(tmp_path / "x", "wb", opener=opener)
+
+    async def main():
+        with pytest.raises(type(ref.value)) as got:
+            await blockio.open(tmp_path / "x", "wb", opener=opener)
+        return got.value
+
+    got = asyncio.run(main())
+    assert type(got) is type(ref.value) and "opener" in str(got), (got, ref.value)
