@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from typing import Any, Callable, Deque, List, Optional, Tuple, TypeVar, cast
 
-from ._aio import current_task, new_future, shielded, wait_despite_cancel
+from ._aio import current_task, new_future, pause, shielded, wait_despite_cancel
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,6 +30,11 @@ ABANDONED = ("a call on this blockio file object never ended: its event loop was
              "in progress, so the file's position is unknown; close the file and open it again")
 ABANDONED_AT_CLOSE = ("the file is closed, but a call on it never ended: its event loop was closed while it was "
                       "in progress, so what that call was reading or writing may not have reached the file")
+
+
+def _never() -> bool:
+    """A :class:`CallQueue`'s ``turn_due`` until its owner sets one."""
+    return False
 
 
 def _loop_of(task: Any) -> Any:
@@ -74,7 +79,7 @@ class CallQueue:
     Those calls never change it themselves, so it holds whenever ``free``
     does."""
 
-    __slots__ = ("_owner", "_waiting", "_thread", "_lock", "free", "settle", "stream", "writing")
+    __slots__ = ("_owner", "_waiting", "_thread", "_lock", "free", "settle", "stream", "writing", "turn_due")
 
     def __init__(self) -> None:
         #: The task whose call is running, or None.
@@ -91,6 +96,10 @@ class CallQueue:
         #: The call in progress is a write (:func:`one_at_a_time_kept`),
         #: which ends once the kernel has its bytes, however long that takes.
         self.writing = False
+        #: Counts a call that took the queue at once (see
+        #: :func:`one_at_a_time_taking_turns`): whether it is the one in 64
+        #: that takes a turn of the event loop first. Set by the owner.
+        self.turn_due: Callable[[], bool] = _never
 
     def _enter(self, task: Any) -> Any:
         """Takes the queue for ``task`` (None), or finds that ``task``
@@ -182,7 +191,22 @@ def one_at_a_time(method: F) -> F:
     """Makes ``method`` (a coroutine method of an object with a
     ``_calls`` :class:`CallQueue` and a ``_sync_offset`` method, run when
     the call ends) wait for the calls made before it."""
+    return _in_order(method, takes_turns=False)
 
+
+def one_at_a_time_taking_turns(method: F) -> F:
+    """:func:`one_at_a_time` for a call that may finish without suspending
+    (a read served from the file's buffer, a ``tell``, a ``readline`` of
+    buffered bytes): one such call in 64 (counted with the engine's cached
+    reads, by the queue's ``turn_due``) first yields to the event loop
+    once, holding its place in the queue, so that a task making such calls
+    in a loop never starves the others. A cancellation there moves nothing:
+    the call has not run. A call that waited for its turn has yielded
+    already, and is not counted."""
+    return _in_order(method, takes_turns=True)
+
+
+def _in_order(method: F, takes_turns: bool) -> F:
     @functools.wraps(method)
     async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         q: CallQueue = self._calls
@@ -193,6 +217,8 @@ def one_at_a_time(method: F) -> F:
         if turn is not None:
             await q._wait(turn, task)
         try:
+            if takes_turns and turn is None and q.turn_due():
+                await pause()
             return await method(self, *args, **kwargs)
         finally:
             self._sync_offset()

@@ -57,7 +57,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple
 from ._aio import despite_cancel, is_cancellation, new_future, pause, threadsafe_caller
 from ._blockio import read_line_now
 from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
-from ._calls import ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept
+from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept,
+                     one_at_a_time_taking_turns)
 from ._lines import LineReader
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ _READ_ALL_BLOCK = 1 << 20
 #: The largest file offset Linux has (``loff_t``): a seek past it is refused
 #: at the seek, as the built-in file's is.
 _MAX_OFFSET = (1 << 63) - 1
+#: A file offset's values (``off_t``), and a C ``int``'s (``whence``).
+_OFF_T = range(-(1 << 63), 1 << 63)
+_C_INT = range(-(1 << 31), 1 << 31)
 
 #: The largest offset ``seek`` takes at once, with no system call (1 TiB);
 #: past it the file system's ``lseek`` checks the offset, as the built-in
@@ -364,6 +368,7 @@ class AsyncFile(LineReader[bytes]):
         #: The descriptor's number, for the calls served at once.
         self._num = desc.num
         self._calls.settle = self._requick
+        self._calls.turn_due = engine._core.turn_due
         self._requick()
 
     # -- state ----------------------------------------------------------------
@@ -488,7 +493,7 @@ class AsyncFile(LineReader[bytes]):
 
     # -- positioning ----------------------------------------------------------
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def tell(self) -> int:
         """The current position."""
         self._check_open()
@@ -524,15 +529,22 @@ class AsyncFile(LineReader[bytes]):
         pos: int = await self._seek(offset, whence)
         return pos
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def _seek(self, offset: int, whence: int) -> int:
         whence = _int_arg(whence, "whence")
+        if whence not in _C_INT:
+            raise OverflowError(f"whence: {whence} is too large to convert to C int")  # (the built-in's type)
         holes = (getattr(os, "SEEK_DATA", -1), getattr(os, "SEEK_HOLE", -1))
         known = whence in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END) + holes
         if not known and self._bufsize != 0:
             # (the buffered file's, which checks whence before the offset)
             raise ValueError(f"whence value {whence} unsupported")
         offset = _int_arg(offset, "offset")
+        if offset not in _OFF_T:
+            # (the built-in's types: the buffered file's ValueError, FileIO's
+            # OverflowError)
+            kind = ValueError if self._bufsize else OverflowError
+            raise kind(f"offset: {offset} does not fit a file offset (a 64-bit signed integer)")
         self._check_open()
         self._check_seekable()
         if not known:
@@ -548,10 +560,11 @@ class AsyncFile(LineReader[bytes]):
             pos = await self._position() + offset
         else:
             pos = await self._engine._asize(self._file) + offset
-        if pos < 0:
+        if pos < 0 or pos > _MAX_OFFSET:
+            # (lseek's EINVAL, which the built-in's seek reports, for a
+            # position before the start or, from SEEK_CUR or SEEK_END,
+            # past the largest file offset)
             raise OSError(22, "Invalid argument", self.name)
-        if pos > _MAX_OFFSET:
-            raise ValueError(f"offset: {pos} is past the largest file offset ({_MAX_OFFSET})")
         if pos > _QUICK_OFFSET:
             # Past what every file system takes? Its lseek says, as the
             # built-in's seek finds out (ext4 refuses 16 TiB and more).
@@ -625,10 +638,11 @@ class AsyncFile(LineReader[bytes]):
         # other call on the file is in progress (as in `seek`). Anything
         # else goes to `_read`, in the queue: a read that would have to
         # wait (bytes not all cached, the end of the file), buffered
-        # writes, a stream. One in 64 cached reads (of any file of the
-        # engine: the engine counts them) goes to `_read_after_a_turn`, also
-        # in the queue, which yields to the event loop once, so that a task
-        # reading cached data in a loop never starves the others.
+        # writes, a stream. One in 64 reads served at once (counted by the
+        # engine, with every call of its files served without suspending)
+        # goes to `_read_after_a_turn`, also in the queue, which yields to
+        # the event loop once, so that a task reading buffered or cached
+        # data in a loop never starves the others.
         #
         # Read ahead as `_read`: a read smaller than the buffer fills the
         # buffer, except the first read after a seek, which reads what it
@@ -647,11 +661,14 @@ class AsyncFile(LineReader[bytes]):
                         rbuf = self._rbuf
                         if rbuf:
                             if len(rbuf) >= size:
-                                out, self._rbuf = rbuf[:size], rbuf[size:]
-                                self._pos += size
-                                if self._file.shared:
-                                    self._sync_offset()
-                                return out
+                                if self._calls.turn_due():
+                                    turn = True
+                                else:
+                                    out, self._rbuf = rbuf[:size], rbuf[size:]
+                                    self._pos += size
+                                    if self._file.shared:
+                                        self._sync_offset()
+                                    return out
                         elif size:
                             if self._seeked:
                                 want = size
@@ -682,10 +699,11 @@ class AsyncFile(LineReader[bytes]):
 
     @one_at_a_time
     async def _read_after_a_turn(self, size: int) -> bytes:
-        """`read`'s one cached read in 64: yields to the event loop once,
-        holding the file's place in the queue (calls made after it wait;
-        a cancellation there reads nothing), then reads as `read` does,
-        on this thread when the bytes are cached."""
+        """`read`'s one call in 64 served at once (from the buffer or the
+        page cache): yields to the event loop once, holding the file's
+        place in the queue (calls made after it wait; a cancellation there
+        reads nothing), then reads as `read` does, on this thread when the
+        bytes are buffered or cached."""
         await pause()
         d = self._file
         if size and not self._rbuf and self._readable and not (
@@ -704,7 +722,7 @@ class AsyncFile(LineReader[bytes]):
         got: bytes = await self._read(size)
         return got
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def _read(self, size: Optional[int]) -> bytes:
         size = _size_arg(size)
         self._check_readable()
@@ -771,7 +789,7 @@ class AsyncFile(LineReader[bytes]):
             self._rbuf = taken + self._rbuf
             self._pos -= len(taken)
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def read1(self, size: int = -1) -> bytes:
         """At most one read from the file: what the read buffer holds, or
         one read of up to ``size`` bytes (a buffer's worth when negative)."""
@@ -785,7 +803,7 @@ class AsyncFile(LineReader[bytes]):
         self._pos += len(data)
         return data
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def readall(self) -> bytes:
         """Reads to the end of the file."""
         self._check_readable()
@@ -827,7 +845,7 @@ class AsyncFile(LineReader[bytes]):
         self._pos = pos + len(data) - len(head)
         return data
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def readinto(self, buf: Buffer) -> int:
         """Reads into ``buf`` (any writable buffer) without an extra copy
         when nothing is buffered; the byte count."""
@@ -883,7 +901,7 @@ class AsyncFile(LineReader[bytes]):
         self._pos += done
         return done
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def peek(self, size: int = 0) -> bytes:
         """The buffered bytes at the position, reading ahead if none are
         buffered, without moving the position (at most one read)."""
@@ -891,7 +909,7 @@ class AsyncFile(LineReader[bytes]):
         self._check_readable("peek")
         return await self._fill()
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def readline(self, size: Optional[int] = -1) -> bytes:
         """One line, with its ``\\n`` (``b""`` at end of file); at most
         ``size`` bytes when ``size`` is given."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import operator
 from typing import Any, AnyStr, Generic, List, Optional
 
-from ._calls import one_at_a_time
+from ._calls import one_at_a_time_taking_turns
 
 
 def _hint(hint: Any) -> int:
@@ -32,7 +32,7 @@ class LineReader(Generic[AnyStr]):
         """One line; the empty value at end of file."""
         raise NotImplementedError
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def readlines(self, hint: Optional[int] = -1) -> List[AnyStr]:
         """The remaining lines; with a positive ``hint``, stopping once the
         lines read hold more than ``hint`` bytes or characters, as the

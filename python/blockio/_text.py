@@ -23,7 +23,7 @@ import os
 from typing import Any, Iterable, List, Optional, Tuple, Union
 
 from ._file import AsyncFile, _count_arg, _int_arg, _size_arg
-from ._calls import one_at_a_time, one_at_a_time_kept
+from ._calls import one_at_a_time, one_at_a_time_kept, one_at_a_time_taking_turns
 from ._lines import LineReader
 
 _CHUNK = 8192
@@ -303,7 +303,7 @@ class AsyncTextFile(LineReader[str]):
 
     # -- reading ----------------------------------------------------------------
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def read(self, size: Optional[int] = -1) -> str:
         """Up to ``size`` characters (all of the rest when negative or
         None); ``""`` at end of file."""
@@ -340,7 +340,7 @@ class AsyncTextFile(LineReader[str]):
         i = text.find(nl, start)
         return -1 if i < 0 else i + len(nl)
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def readline(self, size: int = -1) -> str:
         """One line with its ending (``""`` at end of file); at most
         ``size`` characters when ``size`` is given."""
@@ -569,7 +569,7 @@ class AsyncTextFile(LineReader[str]):
             dec.setstate(saved)
         return start + lo
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def tell(self) -> int:
         """The byte offset of the next character (see the module notes)."""
         self.buffer._check_open()
@@ -580,7 +580,7 @@ class AsyncTextFile(LineReader[str]):
             return await self.buffer.tell()
         return self._tell_bytes()
 
-    @one_at_a_time
+    @one_at_a_time_taking_turns
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         """Moves to ``offset`` (a value from :meth:`tell`, or 0), or to the
         end with ``seek(0, os.SEEK_END)``; ``seek(0, os.SEEK_CUR)`` is

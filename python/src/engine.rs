@@ -563,6 +563,19 @@ impl Core {
         Some(data.into_any())
     }
 
+    /// Counts a file call served without suspending (a read from the
+    /// file's buffer, a `tell`), in the count
+    /// [`read_cached_in_turn`](Self::read_cached_in_turn) keeps: whether
+    /// this one is to take its turn of the event loop first (then the count
+    /// starts again).
+    pub(crate) fn turn_due(&self) -> bool {
+        let streak = self.streak.load(Ordering::Relaxed);
+        let due = streak >= TURN_EVERY - 1;
+        self.streak
+            .store(if due { 0 } else { streak + 1 }, Ordering::Relaxed);
+        due
+    }
+
     /// Cached reads [`read_cached_in_turn`](Self::read_cached_in_turn)
     /// served in a row; set, where the count goes on from (the tests set
     /// it to put a file's next read at its turn).

@@ -217,6 +217,57 @@ def test_a_task_reading_cached_data_from_a_file_object_lets_the_others_run(data_
     assert run(main(), loop_factory) >= 10
 
 
+CALLS = 64 * 40
+
+
+@LOOPS
+@pytest.mark.parametrize("call", ["read(1)", "read(100), 256 KiB buffer", "tell", "readline", "peek", "text readline"])
+def test_a_task_making_calls_served_at_once_in_a_loop_lets_the_others_run(tmp_path, loop_factory, call):
+    """Calls served without suspending (reads from the file's buffer, tell,
+    readline and peek of buffered bytes) take a turn of the loop once in 64
+    calls, as cached reads do: a task making them in a loop lets a ticker
+    task run at least once per 64 calls, whatever the buffer's size."""
+    p = tmp_path / "lines"
+    p.write_bytes(b"ab\n" * (CALLS * 40))
+    with open(p, "rb") as warm:
+        warm.read()
+
+    async def loop(f):
+        for _ in range(CALLS):
+            if call == "read(1)" or call.startswith("read(100)"):
+                assert await f.read(1 if call == "read(1)" else 100)
+            elif call == "tell":
+                await f.tell()
+            elif call == "peek":
+                assert await f.peek(1)
+            else:
+                assert await f.readline()
+
+    async def main():
+        ticks = 0
+        stop = False
+
+        async def ticker():
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        mode = "r" if call == "text readline" else "rb"
+        buffering = 256 << 10 if "256 KiB" in call else -1
+        async with blockio.open(p, mode, buffering=buffering) as f:
+            start = ticks
+            await loop(f)
+            during = ticks - start
+        stop = True
+        await t
+        return during
+
+    assert run(main(), loop_factory) >= CALLS // 64 - 1
+
+
 @LOOPS
 @pytest.mark.parametrize("buffering", [-1, 0])
 def test_the_cached_read_that_yields_keeps_its_place_and_reads_nothing_if_cancelled(data_file, loop_factory,

@@ -1446,3 +1446,35 @@ def test_an_openers_bad_result_fails_as_the_builtins(tmp_path, returned):
 
     got = asyncio.run(main())
     assert type(got) is type(ref.value) and "opener" in str(got), (got, ref.value)
+
+
+@pytest.mark.parametrize("buffering", [0, -1])
+@pytest.mark.parametrize("offset,whence", [
+    (2**63, os.SEEK_DATA), (2**63, os.SEEK_HOLE), (2**63, os.SEEK_SET), (-2**63 - 1, os.SEEK_SET),
+    (-2**64, os.SEEK_END), (0, 2**31), (0, -2**31 - 1), (2**63 - 1, os.SEEK_CUR), (2**63 - 1, os.SEEK_END),
+    (2**62, os.SEEK_CUR), (-2**63, os.SEEK_SET)])
+def test_a_seek_out_of_range_raises_the_builtins_exception_and_moves_nothing(tmp_path, buffering, offset, whence):
+    """An offset that is no 64-bit file offset (the buffered file's
+    ``ValueError``, FileIO's ``OverflowError``), a whence that is no C int
+    (``OverflowError``), a position computed past 2**63 - 1 or before 0
+    (lseek's ``OSError(EINVAL)``): the built-in's exception, at the seek,
+    and the position stays."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789" * 10)
+    with open(p, "rb", buffering=buffering) as f:
+        f.read(3)
+        with pytest.raises(Exception) as want:
+            f.seek(offset, whence)
+        want_pos = f.tell()
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=buffering) as f:
+            await f.read(3)
+            with pytest.raises(Exception) as got:
+                await f.seek(offset, whence)
+            return got.value, await f.tell(), await f.read(2)
+
+    got, pos, after = run(main())
+    assert type(got) is type(want.value), (got, want.value)
+    assert getattr(got, "errno", None) == getattr(want.value, "errno", None)
+    assert pos == want_pos == 3 and after == b"34"
