@@ -123,29 +123,42 @@ def test_cached_areads_need_no_wakeup_and_match_the_file(data_file, loop_factory
         e.close()
 
 
+async def ticks_during(body):
+    """How many turns a ticker task (a loop of ``sleep(0)``) gets while
+    ``body()`` runs: how often ``body`` lets the loop's other tasks run."""
+    ticks = 0
+    stop = False
+
+    async def ticker():
+        nonlocal ticks
+        while not stop:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    t = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0)
+    start = ticks
+    try:
+        await body()
+    finally:
+        stop = True
+        await t
+    return ticks - start
+
+
 @LOOPS
 def test_a_task_reading_cached_data_lets_the_others_run(data_file, loop_factory):
     path, data = data_file
     e = blockio.Engine()
 
-    async def main():
-        ticks = 0
-        stop = False
-
-        async def ticker():
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        t = asyncio.ensure_future(ticker())
+    async def reads():
         with open(path, "rb") as f:
             f.read()
             for i in range(1000):
                 await e.aread(f, offset=i * 4096, length=4096)
-        stop = True
-        await t
-        return ticks
+
+    async def main():
+        return await ticks_during(reads)
 
     try:
         assert run(main(), loop_factory) >= 10
@@ -196,23 +209,13 @@ def test_a_file_objects_cached_seek_and_read_need_no_wakeup_and_match_the_file(d
 def test_a_task_reading_cached_data_from_a_file_object_lets_the_others_run(data_file, loop_factory):
     path, data = data_file
 
-    async def main():
-        ticks = 0
-        stop = False
-
-        async def ticker():
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        t = asyncio.ensure_future(ticker())
+    async def reads():
         async with blockio.open(path, "rb") as f:
             while await f.read(4096):
                 pass
-        stop = True
-        await t
-        return ticks
+
+    async def main():
+        return await ticks_during(reads)
 
     assert run(main(), loop_factory) >= 10
 
@@ -243,27 +246,14 @@ def test_a_task_making_calls_served_at_once_in_a_loop_lets_the_others_run(tmp_pa
             else:
                 assert await f.readline()
 
-    async def main():
-        ticks = 0
-        stop = False
-
-        async def ticker():
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        t = asyncio.ensure_future(ticker())
-        await asyncio.sleep(0)
+    async def calls():
         mode = "r" if call == "text readline" else "rb"
         buffering = 256 << 10 if "256 KiB" in call else -1
         async with blockio.open(p, mode, buffering=buffering) as f:
-            start = ticks
             await loop(f)
-            during = ticks - start
-        stop = True
-        await t
-        return during
+
+    async def main():
+        return await ticks_during(calls)
 
     assert run(main(), loop_factory) >= CALLS // 64 - 1
 
