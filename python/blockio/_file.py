@@ -159,13 +159,17 @@ def _poll_and_close(fd: int, wake: int) -> None:
 _LINE_DONE, _LINE_WAIT, _LINE_END, _LINE_MORE, _LINE_UNSUPPORTED, _LINE_FAILED = range(6)
 
 
-class _LineEnded:
-    """The kind of :data:`_LINE_ENDED`."""
+class _LineNote:
+    """What a stream's line read leaves for the next one, besides an error:
+    :data:`_LINE_ENDED` or :data:`_LINE_GOES_ON`."""
 
 
-#: What ended a stream's line read after some bytes, kept for the next
-#: line read when it was the stream's end (the other kind is an error).
-_LINE_ENDED = _LineEnded()
+#: The stream ended after the bytes a line read returned: the next one
+#: returns ``b""``.
+_LINE_ENDED = _LineNote()
+#: The line goes on past the most bytes one read takes: the next line
+#: read lets the other tasks run first.
+_LINE_GOES_ON = _LineNote()
 
 
 def _type_name(obj: object) -> str:
@@ -309,7 +313,13 @@ class AsyncFile(LineReader[bytes]):
         #: file's end, looked up when it is needed.
         self._at_end = "a" in mode
         self._bufsize = buffer_size
-        self._rbuf = b""  # read ahead, starting at self._pos
+        #: Read ahead: ``_rbuf[_roff:]`` are the bytes at ``_pos`` on. A
+        #: read takes its bytes from the front by moving ``_roff``, so small
+        #: reads from a large buffer do not copy the rest of it each time;
+        #: once all are taken, ``_rbuf`` is ``b""`` and ``_roff`` 0 again
+        #: (``_rbuf`` is true exactly while bytes are held).
+        self._rbuf = b""
+        self._roff = 0
         self._wbuf = bytearray()  # written, not flushed; ends at self._pos
         self._wpos = 0  # where the buffered bytes go (not in append mode)
         self._readable = "r" in mode or "+" in mode
@@ -332,16 +342,15 @@ class AsyncFile(LineReader[bytes]):
         #: readable, left running by a cancelled ``readline`` for the next
         #: one; the pipe whose write end, closed, ends such a wait (made
         #: with the first); whether the stream takes reads that never wait
-        #: (not a FIFO or a terminal); whether the last read stopped short
-        #: of the line after ``read_line_now``'s most bytes; and what ended
-        #: a line read after some bytes, for the next one: the stream's end
+        #: (not a FIFO or a terminal); and what the last line read left for
+        #: the next one: that the line goes on past ``read_line_now``'s most
+        #: bytes, or what ended it after some bytes, the stream's end
         #: (which a datagram socket's empty record reports once) or an
         #: error (a socket reports a reset once: its next read returns 0).
         self._stream_poll: Optional[_StreamCall] = None
         self._poll_wake: Optional[Tuple[int, int]] = None
         self._line_by_byte = True
-        self._line_more = False
-        self._line_stop: Union[OSError, _LineEnded, None] = None
+        self._line_note: Union[OSError, _LineNote, None] = None
         try:
             # A descriptor handed in (``blockio.open(fd)``) is read and
             # written from its offset on, as the built-in open's file does.
@@ -520,6 +529,7 @@ class AsyncFile(LineReader[bytes]):
                     if self._quick:
                         self._pos = offset
                         self._rbuf = b""
+                        self._roff = 0
                         self._seeked = True
                         if self._file.shared:
                             self._sync_offset()
@@ -574,7 +584,7 @@ class AsyncFile(LineReader[bytes]):
                 raise OSError(e.errno, e.strerror, self.name) from None
         self._pos = pos
         self._at_end = False
-        self._rbuf = b""
+        self._drop_read_ahead()
         self._seeked = True
         return pos
 
@@ -617,15 +627,37 @@ class AsyncFile(LineReader[bytes]):
 
     async def _fill(self) -> bytes:
         """Reads ahead one buffer's worth if the read buffer is empty; the
-        buffer (empty at end of file)."""
+        bytes held (empty at end of file)."""
         if not self._rbuf:
             await self._flush_writes()
             pos = await self._position()
             self._rbuf = await self._pread(max(self._bufsize, 1), pos)
-        return self._rbuf
+        return self._held_bytes()
+
+    def _held(self) -> int:
+        """How many bytes read ahead are held."""
+        return len(self._rbuf) - self._roff
+
+    def _held_bytes(self) -> bytes:
+        """The bytes read ahead that are held."""
+        return self._rbuf[self._roff:] if self._roff else self._rbuf
+
+    def _drop_read_ahead(self) -> None:
+        """Forgets the bytes read ahead (the file moved, or was written)."""
+        self._rbuf = b""
+        self._roff = 0
 
     def _take(self, n: int) -> bytes:
-        out, self._rbuf = self._rbuf[:n], self._rbuf[n:]
+        """Up to ``n`` of the bytes held, moving the position past them."""
+        rbuf, off = self._rbuf, self._roff
+        end = off + n
+        if end >= len(rbuf):
+            out = rbuf[off:] if off else rbuf
+            self._rbuf = b""
+            self._roff = 0
+        else:
+            out = rbuf[off:end]
+            self._roff = end
         self._pos += len(out)
         return out
 
@@ -660,11 +692,18 @@ class AsyncFile(LineReader[bytes]):
                     if self._quick_read:
                         rbuf = self._rbuf
                         if rbuf:
-                            if len(rbuf) >= size:
+                            off = self._roff
+                            end = off + size
+                            if end <= len(rbuf):
                                 if self._calls.turn_due():
                                     turn = True
                                 else:
-                                    out, self._rbuf = rbuf[:size], rbuf[size:]
+                                    out = rbuf[off:end]
+                                    if end == len(rbuf):
+                                        self._rbuf = b""
+                                        self._roff = 0
+                                    else:
+                                        self._roff = end
                                     self._pos += size
                                     if self._file.shared:
                                         self._sync_offset()
@@ -681,7 +720,9 @@ class AsyncFile(LineReader[bytes]):
                             if data:
                                 self._seeked = False
                                 if want > size:
-                                    data, self._rbuf = data[:size], data[size:]
+                                    # (the rest held in place: see `_roff`)
+                                    self._rbuf, self._roff = data, size
+                                    data = data[:size]
                                 self._pos += size
                                 if self._file.shared:
                                     self._sync_offset()
@@ -732,7 +773,7 @@ class AsyncFile(LineReader[bytes]):
             raise ValueError("read length must be non-negative or -1")
         if size < 0:
             return await self._read_rest()
-        head = self._take(min(size, len(self._rbuf)))
+        head = self._take(min(size, self._held()))
         size -= len(head)
         # An unbuffered stream returns what one read gives, as FileIO's
         # read does (bytes read ahead by `peek`, or by `readline` on a
@@ -764,15 +805,15 @@ class AsyncFile(LineReader[bytes]):
             raise
         return b"".join(parts)
 
-    def _mark(self) -> Tuple[int, bytes, bool, bool]:
+    def _mark(self) -> Tuple[int, bytes, int, bool, bool]:
         """Where reading is: what :meth:`_restore` goes back to when a
         call made of reads (``readlines``) is cancelled or fails."""
-        return (self._pos, self._rbuf, self._at_end, self._seeked)
+        return (self._pos, self._rbuf, self._roff, self._at_end, self._seeked)
 
-    def _restore(self, mark: Tuple[int, bytes, bool, bool]) -> None:
+    def _restore(self, mark: Tuple[int, bytes, int, bool, bool]) -> None:
         """Back to ``mark``, as if the reads since had not happened. (Writes
         buffered then have been flushed since: the position is the same.)"""
-        self._pos, self._rbuf, self._at_end, self._seeked = mark
+        self._pos, self._rbuf, self._roff, self._at_end, self._seeked = mark
 
     def _in_order(self) -> bool:
         return self._stream
@@ -786,7 +827,8 @@ class AsyncFile(LineReader[bytes]):
         Every await of a read happens with the read buffer empty, so the
         bytes taken are those just before the position."""
         if taken:
-            self._rbuf = taken + self._rbuf
+            self._rbuf = taken + self._held_bytes()
+            self._roff = 0
             self._pos -= len(taken)
 
     @one_at_a_time_taking_turns
@@ -796,7 +838,7 @@ class AsyncFile(LineReader[bytes]):
         size = _count_arg(size)
         self._check_readable("read1")
         if self._rbuf:
-            return self._take(len(self._rbuf) if size < 0 else size)
+            return self._take(self._held() if size < 0 else size)
         await self._flush_writes()
         want = (self._bufsize or io.DEFAULT_BUFFER_SIZE) if size < 0 else size
         data = await self._pread(want, await self._position())
@@ -810,7 +852,7 @@ class AsyncFile(LineReader[bytes]):
         return await self._read_rest()
 
     async def _read_rest(self) -> bytes:
-        head = self._take(len(self._rbuf))
+        head = self._take(self._held())
         more: List[bytes] = []
         try:
             return await self._read_rest_after(head, more)
@@ -869,7 +911,7 @@ class AsyncFile(LineReader[bytes]):
             _copy_into(buf, data)
             return len(data)
         if self._rbuf:
-            n = min(size, len(self._rbuf))
+            n = min(size, self._held())
             head = self._take(n)
             _copy_into(buf, head)
             if n == size:
@@ -920,12 +962,13 @@ class AsyncFile(LineReader[bytes]):
         line = bytearray()
         try:
             while limit < 0 or len(line) < limit:
-                chunk = await self._fill_for_line(-1 if limit < 0 else limit - len(line))
-                if not chunk:
+                if not await self._fill_for_line(-1 if limit < 0 else limit - len(line)):
                     break
-                want = len(chunk) if limit < 0 else min(len(chunk), limit - len(line))
-                i = chunk.find(b"\n", 0, want)
-                line += self._take(want if i < 0 else i + 1)
+                rbuf, off = self._rbuf, self._roff
+                held = len(rbuf) - off
+                want = held if limit < 0 else min(held, limit - len(line))
+                i = rbuf.find(b"\n", off, off + want)
+                line += self._take(want if i < 0 else i - off + 1)
                 if i >= 0:
                     break
         except BaseException:
@@ -935,12 +978,13 @@ class AsyncFile(LineReader[bytes]):
             # Unbuffered, as the built-in's FileIO: what was read past the
             # line is not kept, so the next call reads the file as it is
             # then. (A stream's bytes cannot be read again: they stay.)
-            self._rbuf = b""
+            self._drop_read_ahead()
         return bytes(line)
 
-    async def _fill_for_line(self, limit: int) -> bytes:
-        """The read buffer, filled if empty, for ``readline``: at most
-        ``limit`` bytes of the line (negative: no limit) are wanted.
+    async def _fill_for_line(self, limit: int) -> bool:
+        """Fills the read buffer if empty, for ``readline``; whether it
+        holds bytes (not at the end): at most ``limit`` bytes of the line
+        (negative: no limit) are wanted.
         Unbuffered files read lines ahead too, in small steps: a line
         read never leaves the position past the line. An unbuffered stream
         is read one byte at a time, as ``FileIO`` reads it, so that no byte
@@ -950,11 +994,11 @@ class AsyncFile(LineReader[bytes]):
                     and self._stream_read is None):
                 self._rbuf = await self._stream_line(limit)
                 if self._line_by_byte:
-                    return self._rbuf
+                    return bool(self._rbuf)
             await self._flush_writes()
             pos = await self._position()
             self._rbuf = await self._pread(max(self._bufsize, 8192), pos)
-        return self._rbuf
+        return bool(self._rbuf)
 
     async def _stream_line(self, limit: int) -> bytes:
         """The next bytes of a line of an unbuffered stream, up to its
@@ -968,28 +1012,29 @@ class AsyncFile(LineReader[bytes]):
         file's ``read`` does. A stream that refuses such reads (a FIFO or a
         terminal) is read ahead instead (``_line_by_byte`` false; see the
         README)."""
-        stop_at = self._line_stop
-        if stop_at is not None:
-            self._line_stop = None
-            if isinstance(stop_at, _LineEnded):
-                # (Set and taken within one readline: nothing awaits between.)
-                return b""
-            raise stop_at
+        note = self._line_note
+        if isinstance(note, OSError):
+            self._line_note = None
+            raise note
+        if note is _LINE_ENDED:
+            # (Set and taken within one readline: nothing awaits between.)
+            self._line_note = None
+            return b""
         limit = min(limit, _MAX_OFFSET)
         while True:
-            if self._line_more:
+            if self._line_note is _LINE_GOES_ON:
                 # Let the other tasks run between the parts of a long line
                 # (before reading, so that a cancellation here reads nothing).
                 await pause()
-                self._line_more = False
+                self._line_note = None
             fd = self._live_fd()
             data, stop, code = read_line_now(fd, limit)
             if stop == _LINE_MORE:
-                self._line_more = True
+                self._line_note = _LINE_GOES_ON
             elif stop == _LINE_FAILED:
-                self._line_stop = OSError(code, os.strerror(code))
+                self._line_note = OSError(code, os.strerror(code))
             elif stop == _LINE_END and data:
-                self._line_stop = _LINE_ENDED
+                self._line_note = _LINE_ENDED
             if data or stop in (_LINE_DONE, _LINE_END):
                 return data
             if stop == _LINE_UNSUPPORTED:
@@ -1055,7 +1100,7 @@ class AsyncFile(LineReader[bytes]):
             # As FileIO's write, one write(2): at most what one returns.
             view = view[:_MAX_IO]
         if self._rbuf:
-            self._rbuf = b""
+            self._drop_read_ahead()
         if self._bufsize > 0 and len(self._wbuf) + len(view) < self._bufsize:
             self._buffer(view)
             return len(view)
@@ -1234,7 +1279,7 @@ class AsyncFile(LineReader[bytes]):
             size = pos
         elif size < 0:
             raise OSError(22, "Invalid argument", self.name)
-        self._rbuf = b""
+        self._drop_read_ahead()
         await self._engine._atruncate(self._file, size)
         return size
 
@@ -1349,7 +1394,7 @@ class AsyncFile(LineReader[bytes]):
         if last is not None and not last.done():
             raise ValueError("detach() while a write to this stream, whose call was cancelled, is still "
                              "running: await flush(), which waits for it, first")
-        held = len(self._rbuf) + len(self._carry)
+        held = self._held() + len(self._carry)
         if held:
             raise ValueError(f"detach() would lose {held} byte{'' if held == 1 else 's'} already read from this "
                              "stream and held by the file: read them first (read1() returns them)")

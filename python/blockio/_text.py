@@ -657,7 +657,7 @@ class AsyncTextFile(LineReader[str]):
         def back_to_the_characters_held() -> None:
             if self._snap is not None:
                 self.buffer._pos = self._tell_bytes()
-                self.buffer._rbuf = b""
+                self.buffer._drop_read_ahead()
 
         return self.buffer._detach(back_to_the_characters_held)
 

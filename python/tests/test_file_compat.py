@@ -6,6 +6,7 @@ import asyncio
 import io
 import mmap
 import os
+import random
 import threading
 import time
 
@@ -1478,3 +1479,43 @@ def test_a_seek_out_of_range_raises_the_builtins_exception_and_moves_nothing(tmp
     assert type(got) is type(want.value), (got, want.value)
     assert getattr(got, "errno", None) == getattr(want.value, "errno", None)
     assert pos == want_pos == 3 and after == b"34"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_small_calls_from_a_large_read_buffer_match_the_builtin_file(tmp_path, seed):
+    """Reads, line reads and seeks of a few bytes through a 256 KiB read
+    buffer (taken from its front in place, not by copying its rest), with
+    writes between them: every result, and the file, as the built-in's."""
+    rnd = random.Random(seed)
+    content = b"".join(b"%d:%s\n" % (i, b"x" * rnd.randrange(0, 90)) for i in range(20000))
+    size = len(content)
+
+    def one():
+        kind = rnd.choice(["read", "read", "readline", "readline", "readinto", "tell", "seek", "write"])
+        if kind == "read":
+            return (kind, rnd.choice([0, 1, 7, 100, 5000, 70000, 300000]))
+        if kind == "readline":
+            return (kind, rnd.choice([-1, -1, 3, 50]))
+        if kind == "readinto":
+            return (kind, rnd.choice([1, 100, 9000]))
+        if kind == "seek":
+            return (kind, (rnd.randrange(size), 0))
+        if kind == "write":
+            return (kind, b"W" * rnd.randrange(1, 30))
+        return (kind, None)
+
+    calls = [one() for _ in range(300)]
+    ours, ref = tmp_path / "ours", tmp_path / "ref"
+    ours.write_bytes(content)
+    ref.write_bytes(content)
+    with open(ref, "r+b", buffering=256 << 10) as f:
+        expected = [outcome(lambda c=c: sync_call(f, *c)) for c in calls]
+
+    async def main():
+        async with blockio.open(ours, "r+b", buffering=256 << 10) as f:
+            return [await aoutcome(async_call(f, *c)) for c in calls]
+
+    got = run(main())
+    for k, (c, e, g) in enumerate(zip(calls, expected, got)):
+        assert g == e, (k, c, calls[max(0, k - 5):k])
+    assert ours.read_bytes() == ref.read_bytes()
