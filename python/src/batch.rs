@@ -107,27 +107,67 @@ pub(crate) fn write_from_buffer<'a>(t: &'a RawTarget, b: &'a PyBuffer<u8>, off: 
 }
 
 /// Runs one engine batch, the GIL released, of the operations `make`
-/// builds over exported Python buffers; the byte counts or OSErrors, and
+/// builds over exported Python buffers, but for those `refused` already
+/// failed (their error in their place); the byte counts or OSErrors, and
 /// how many failed. The buffers stay exported until the batch is over.
 pub(crate) fn buffer_batch<'py>(
     py: Python<'py>,
     engine: &Engine,
     bufs: Vec<BufferOp>,
+    refused: Vec<Option<io::Error>>,
     make: for<'a> fn(&'a RawTarget, &'a PyBuffer<u8>, u64) -> Op<'a>,
 ) -> PyResult<(Bound<'py, PyList>, usize)> {
-    let results = crate::gil::detach(py, || {
-        let mut ops: Vec<Op<'_>> = bufs.iter().map(|(t, b, off)| make(t, b, *off)).collect();
+    let ran = crate::gil::detach(py, || {
+        let mut ops: Vec<Op<'_>> = bufs
+            .iter()
+            .zip(&refused)
+            .filter(|(_, r)| r.is_none())
+            .map(|((t, b, off), _)| make(t, b, *off))
+            .collect();
         engine.submit(&mut ops)
     });
-    let results: Vec<io::Result<usize>> = results
-        .map_err(io_err)?
+    let mut ran = ran.map_err(io_err)?.into_iter();
+    let results: Vec<io::Result<usize>> = refused
         .into_iter()
         .zip(&bufs)
-        .map(|(r, (t, ..))| explain_direct(r, t.0))
+        .map(|(pre, (t, ..))| match pre {
+            Some(e) => Err(e),
+            None => explain_direct(ran.next().expect("a result per operation run"), t.0),
+        })
         .collect();
     let items: Vec<PyObject> = results.iter().map(|r| count_or_error(py, r)).collect();
     drop(bufs);
     with_failures(py, items, &results)
+}
+
+/// Waits until each descriptor of `bufs` is ready for `events` (see
+/// [`wait_ready`]); the error each operation on a refused one fails with,
+/// by operation (`None`: it runs).
+pub(crate) fn refusals(
+    py: Python<'_>,
+    bufs: &[BufferOp],
+    events: libc::c_short,
+) -> PyResult<Vec<Option<io::Error>>> {
+    let mut errnos = std::collections::HashMap::new();
+    for fd in distinct_fds(bufs.iter().map(|(t, ..)| t.0)) {
+        if let Some(errno) = wait_ready(py, fd, events)? {
+            errnos.insert(fd, errno);
+        }
+    }
+    let what = if events & libc::POLLOUT != 0 {
+        "write"
+    } else {
+        "read"
+    };
+    Ok(bufs
+        .iter()
+        .map(|(t, b, off)| {
+            errnos.get(&t.0).map(|&errno| {
+                let op = format!("{what} of {} bytes at offset {off}", b.item_count());
+                refused(&op, t.0, errno)
+            })
+        })
+        .collect())
 }
 
 /// The list of a synchronous batch's results and how many of them failed,

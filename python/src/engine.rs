@@ -357,7 +357,18 @@ impl Core {
             let empty = PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])))?;
             return Ok((empty, 0));
         }
-        wait_ready(py, fd, libc::POLLIN)?;
+        if let Some(errno) = wait_ready(py, fd, libc::POLLIN)? {
+            // Refused: every read fails with the same errno, in its place.
+            let results: Vec<io::Result<usize>> = offsets
+                .iter()
+                .map(|off| {
+                    let what = format!("read of {length} bytes at offset {off}");
+                    Err(refused(&what, fd, errno))
+                })
+                .collect();
+            let items = results.iter().map(|r| count_or_error(py, r)).collect();
+            return with_failures(py, items, &results);
+        }
         if !is_direct(fd) {
             return read_into_new_bytes(py, engine, fd, &offsets, length);
         }
@@ -423,10 +434,8 @@ impl Core {
             .map(|(fd, b, off)| Ok((RawTarget(*fd), writable(b)?, *off)))
             .collect::<PyResult<_>>()?;
         refuse_overlaps(bufs.iter().map(|(_, b, _)| b))?;
-        for fd in distinct_fds(bufs.iter().map(|(t, ..)| t.0)) {
-            wait_ready(py, fd, libc::POLLIN)?;
-        }
-        buffer_batch(py, engine, bufs, read_into_buffer)
+        let refused = refusals(py, &bufs, libc::POLLIN)?;
+        buffer_batch(py, engine, bufs, refused, read_into_buffer)
     }
 
     /// Writes each `(fd, data, offset)`; a list of byte counts or OSError,
@@ -442,10 +451,8 @@ impl Core {
             .iter()
             .map(|(fd, b, off)| Ok((RawTarget(*fd), readable(b)?, *off)))
             .collect::<PyResult<_>>()?;
-        for fd in distinct_fds(bufs.iter().map(|(t, ..)| t.0)) {
-            wait_ready(py, fd, libc::POLLOUT)?;
-        }
-        buffer_batch(py, engine, bufs, write_from_buffer)
+        let refused = refusals(py, &bufs, libc::POLLOUT)?;
+        buffer_batch(py, engine, bufs, refused, write_from_buffer)
     }
 
     /// fsync (or fdatasync) of `fd`.

@@ -10,8 +10,6 @@ use std::sync::{Mutex, Once};
 use blockio::aio::{AsyncEngine, AsyncFile};
 use pyo3::prelude::*;
 
-use crate::refused;
-
 /// Whether `fd` was opened with `O_DIRECT` (false if `fcntl` fails: the
 /// read itself will then report the bad descriptor).
 pub(crate) fn is_direct(fd: RawFd) -> bool {
@@ -33,10 +31,14 @@ pub(crate) fn fd_flags(fd: RawFd) -> i32 {
 /// regular file or block device is always ready, which costs one `poll`
 /// call; so is a descriptor `poll` refuses, whose operation then reports
 /// the error, and one not opened for `events` (a pipe's write end to
-/// read), which never becomes ready. An epoll instance fails with `EINVAL`
-/// at once, as `os.read` of one does (see [`is_epoll`]), where waiting for
-/// it could last for ever.
-pub(crate) fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> PyResult<()> {
+/// read), which never becomes ready. A descriptor no operation may reach
+/// is not waited for: its errno comes back instead (`Ok(Some)`), for the
+/// batch to fail each of its operations with (see [`refusal`]).
+pub(crate) fn wait_ready(
+    py: Python<'_>,
+    fd: RawFd,
+    events: libc::c_short,
+) -> PyResult<Option<i32>> {
     let poll = |timeout: libc::c_int| {
         let mut p = libc::pollfd {
             fd,
@@ -48,35 +50,41 @@ pub(crate) fn wait_ready(py: Python<'_>, fd: RawFd, events: libc::c_short) -> Py
         n != 0 && !(n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR))
     };
     if fd < 0 {
-        return Ok(());
+        return Ok(None);
     }
     let flags = fd_flags(fd);
-    let what = if events & libc::POLLOUT != 0 {
-        "write"
-    } else {
-        "read"
-    };
-    if is_own(fd, flags) {
-        return Err(crate::io_err(refused(what, fd, libc::EBADF)));
-    }
-    if is_epoll(fd, flags) {
-        // Ready or not, an io_uring operation on it would never complete.
-        return Err(crate::io_err(refused(what, fd, libc::EINVAL)));
+    if let Some(errno) = refusal(fd, flags) {
+        return Ok(Some(errno));
     }
     if flags != -1 && !opened_for(flags, events) {
         // A pipe's write end is never readable (nor its read end
         // writable): the operation itself fails at once, with `EBADF`, as
         // `os.read` and `os.write` do.
-        return Ok(());
+        return Ok(None);
     }
     if poll(0) {
-        return Ok(());
+        return Ok(None);
     }
     loop {
         py.check_signals()?;
         if crate::gil::detach(py, || poll(100)) {
-            return Ok(());
+            return Ok(None);
         }
+    }
+}
+
+/// The errno of an operation on `fd` (`F_GETFL` `flags`) refused before it
+/// reaches the kernel: `EBADF` for a number that became one of the
+/// engine's own descriptors (see [`is_own`]); `EINVAL` for an epoll
+/// instance, as `os.read` of one fails, where an io_uring operation on it
+/// would never complete (see [`is_epoll`]).
+pub(crate) fn refusal(fd: RawFd, flags: i32) -> Option<i32> {
+    if is_own(fd, flags) {
+        Some(libc::EBADF)
+    } else if is_epoll(fd, flags) {
+        Some(libc::EINVAL)
+    } else {
+        None
     }
 }
 
@@ -157,11 +165,8 @@ pub(crate) fn hold_file(
     // Looked at again if the number was not open then: making the async
     // engine on first use may have just given it to one of its own.
     let flags = if flags == -1 { fd_flags(fd) } else { flags };
-    if is_own(fd, flags) {
-        return Err(libc::EBADF);
-    }
-    if is_epoll(fd, flags) {
-        return Err(libc::EINVAL);
+    if let Some(errno) = refusal(fd, flags) {
+        return Err(errno);
     }
     // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor or fails; no memory
     // is passed.

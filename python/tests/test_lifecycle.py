@@ -774,6 +774,34 @@ def test_aread_on_an_epoll_descriptor_completes_or_raises(backend, tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_a_synchronous_batch_returns_an_epoll_descriptors_error_in_its_place(backend, tmp_path):
+    """With ``return_exceptions=True`` a synchronous batch gives the error
+    of each operation on an epoll instance in its place, as the
+    asynchronous ones do, and runs the others."""
+    code, out = run_child(f"""
+        import errno, os, select, blockio
+        e = blockio.Engine(backend={backend!r})
+        ep = select.epoll()
+        p = "f"
+        with open(p, "wb") as f:
+            f.write(b"0123456789")
+        fd = os.open(p, os.O_RDWR)
+        got = e.read_batch(ep.fileno(), offsets=[0, 4], length=4, return_exceptions=True)
+        print("read", [type(x).__name__ for x in got], all(getattr(x, "errno", None) == errno.EINVAL for x in got))
+        buf = bytearray(4)
+        got = e.readinto_batch([(fd, buf, 2), (ep.fileno(), bytearray(4), 0)], return_exceptions=True)
+        print("readinto", got[0], bytes(buf), getattr(got[1], "errno", None) == errno.EINVAL)
+        got = e.write_batch([(ep.fileno(), b"x", 0), (fd, b"AB", 0)], return_exceptions=True)
+        print("write", getattr(got[0], "errno", None) == errno.EINVAL, got[1], os.pread(fd, 4, 0))
+        e.close()
+    """, cwd=tmp_path)
+    assert code == 0, out
+    assert "read ['OSError', 'OSError'] True" in out, out
+    assert "readinto 4 b'2345' True" in out, out
+    assert "write True 2 b'AB23'" in out, out
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
 @pytest.mark.parametrize("call", ["read_batch", "readinto_batch", "write_batch"])
 def test_a_synchronous_batch_on_an_epoll_descriptor_raises_einval(backend, tmp_path, call):
     """F-9: a synchronous batch on an epoll instance fails with EINVAL at
