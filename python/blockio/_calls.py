@@ -236,7 +236,9 @@ def one_at_a_time_kept(method: F) -> F:
     come a second after the cancellation while the call in progress is not
     a write (a read of an empty pipe, which may never end) is given up, and
     the call never runs; behind a write, or on a regular file, the turn is
-    waited for."""
+    waited for. As :func:`one_at_a_time_taking_turns`, one such call in 64
+    that took the queue at once yields to the event loop, after it ran (a
+    cancellation there raises, and the write stands, as aiofiles')."""
 
     @functools.wraps(method)
     async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -255,7 +257,10 @@ def one_at_a_time_kept(method: F) -> F:
         q.writing = True
         try:
             if cancelled is None:
-                return await method(self, *args, **kwargs)
+                result = await method(self, *args, **kwargs)
+                if turn is None and q.turn_due():
+                    await pause()
+                return result
             await shielded(method(self, *args, **kwargs))
             raise cancelled
         finally:

@@ -550,6 +550,8 @@ class AsyncFile(LineReader[bytes]):
             # (the buffered file's, which checks whence before the offset)
             raise ValueError(f"whence value {whence} unsupported")
         offset = _int_arg(offset, "offset")
+        if self._bufsize == 0:
+            self._check_open()  # (FileIO's order: closed, then the offset's range)
         if offset not in _OFF_T:
             # (the built-in's types: the buffered file's ValueError, FileIO's
             # OverflowError)
@@ -569,7 +571,17 @@ class AsyncFile(LineReader[bytes]):
         elif whence == os.SEEK_CUR:
             pos = await self._position() + offset
         else:
-            pos = await self._engine._asize(self._file) + offset
+            size = await self._engine._asize(self._file)
+            if size == 0:
+                # A size of 0 may say nothing of where the end is (procfs
+                # refuses SEEK_END, a character device takes any offset):
+                # the descriptor's lseek answers, as the built-in's seek asks it.
+                try:
+                    pos = os.lseek(self._file.num, offset, os.SEEK_END)
+                except OSError as e:
+                    raise OSError(e.errno, e.strerror, self.name) from None
+            else:
+                pos = size + offset
         if pos < 0 or pos > _MAX_OFFSET:
             # (lseek's EINVAL, which the built-in's seek reports, for a
             # position before the start or, from SEEK_CUR or SEEK_END,
@@ -798,8 +810,11 @@ class AsyncFile(LineReader[bytes]):
                         break
                 parts.append(part)
                 size -= len(part)
-                if once or (self._bufsize == 0 and len(part) == _MAX_IO):
-                    break  # (FileIO's read: one read(2), which stops there)
+                if self._bufsize == 0:
+                    # FileIO's read: one read(2), which a regular file fills
+                    # but at its end, and a procfs file, a pipe or a socket
+                    # may not.
+                    break
         except BaseException:
             self._unread(b"".join(parts))
             raise

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import io
+import operator
 import os
 import stat
 import warnings
@@ -89,6 +90,14 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
     eng = engine or default_engine()
     fd: int
     name: Any
+    if not isinstance(file, (int, str, bytes, float)) and not hasattr(file, "__fspath__"):
+        # A number of another type (numpy's, anything with __index__) is a
+        # descriptor, as the built-in's FileIO takes it.
+        number: Any = file
+        try:
+            file = operator.index(number)
+        except TypeError:
+            pass  # (not a number: the path's error below)
     if isinstance(file, int):
         if not _C_INT.start <= file < _C_INT.stop:
             # (the built-in's FileIO takes a number past a C int for a
@@ -131,6 +140,14 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
         # known elsewhere: its offset follows the file's position.
         shared = isinstance(file, int) or opener is not None
         raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd, shared), binary_mode, eng, size)
+        if raw._stream and "+" in mode and buffering != 0:
+            # The built-in's buffered reader and writer of one file
+            # (BufferedRandom) needs a seekable one; it closes the
+            # descriptor then, as here (unless closefd=False).
+            raw._file.closed = True
+            if isinstance(file, int) and closefd:
+                os.close(fd)
+            raise io.UnsupportedOperation("File or stream is not seekable.")
         if "a" in mode:
             if not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
                 # A descriptor without O_APPEND (handed in, or made by an

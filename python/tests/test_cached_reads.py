@@ -224,12 +224,14 @@ CALLS = 64 * 40
 
 
 @LOOPS
-@pytest.mark.parametrize("call", ["read(1)", "read(100), 256 KiB buffer", "tell", "readline", "peek", "text readline"])
+@pytest.mark.parametrize("call", ["read(1)", "read(100), 256 KiB buffer", "tell", "readline", "peek", "text readline",
+                                  "write", "text write"])
 def test_a_task_making_calls_served_at_once_in_a_loop_lets_the_others_run(tmp_path, loop_factory, call):
     """Calls served without suspending (reads from the file's buffer, tell,
-    readline and peek of buffered bytes) take a turn of the loop once in 64
-    calls, as cached reads do: a task making them in a loop lets a ticker
-    task run at least once per 64 calls, whatever the buffer's size."""
+    readline and peek of buffered bytes, writes into the buffer) take a
+    turn of the loop once in 64 calls, as cached reads do: a task making
+    them in a loop lets a ticker task run at least once per 64 calls,
+    whatever the buffer's size."""
     p = tmp_path / "lines"
     p.write_bytes(b"ab\n" * (CALLS * 40))
     with open(p, "rb") as warm:
@@ -243,11 +245,13 @@ def test_a_task_making_calls_served_at_once_in_a_loop_lets_the_others_run(tmp_pa
                 await f.tell()
             elif call == "peek":
                 assert await f.peek(1)
+            elif call.endswith("write"):
+                await f.write("x" if call == "text write" else b"x")
             else:
                 assert await f.readline()
 
     async def calls():
-        mode = "r" if call == "text readline" else "rb"
+        mode = {"text readline": "r", "write": "ab", "text write": "a"}.get(call, "rb")
         buffering = 256 << 10 if "256 KiB" in call else -1
         async with blockio.open(p, mode, buffering=buffering) as f:
             await loop(f)

@@ -1519,3 +1519,139 @@ def test_small_calls_from_a_large_read_buffer_match_the_builtin_file(tmp_path, s
     for k, (c, e, g) in enumerate(zip(calls, expected, got)):
         assert g == e, (k, c, calls[max(0, k - 5):k])
     assert ours.read_bytes() == ref.read_bytes()
+
+
+@pytest.mark.parametrize("buffering", [0, -1])
+@pytest.mark.parametrize("path,offset", [("/proc/version", 5), ("/proc/cpuinfo", 0), ("/dev/null", -1), ("/dev/null", 7)])
+def test_seek_end_of_a_file_whose_size_says_nothing_is_the_builtins(path, offset, buffering):
+    """A file whose size is 0 may have its end elsewhere: procfs refuses
+    ``SEEK_END`` (``OSError(EINVAL)``, the position stays), a character
+    device takes any offset. Both as the built-in's seek, and the next
+    read returns the built-in's bytes."""
+    with open(path, "rb", buffering=buffering) as f:
+        try:
+            want = ("ok", f.seek(offset, os.SEEK_END))
+        except OSError as e:
+            want = ("OSError", e.errno)
+        want_next = f.read(3)
+
+    async def main():
+        async with blockio.open(path, "rb", buffering=buffering) as f:
+            try:
+                got = ("ok", await f.seek(offset, os.SEEK_END))
+            except OSError as e:
+                got = ("OSError", e.errno)
+            return got, await f.read(3)
+
+    assert run(main()) == (want, want_next)
+
+
+def test_an_unbuffered_read_is_one_read_as_fileios():
+    """Unbuffered, ``read(n)`` is one read(2), as FileIO's: on a procfs
+    file, whose reads stop at a page's worth of lines, it returns what that
+    one read gives rather than reading on until it has ``n`` bytes."""
+    path = "/proc/kallsyms"  # (more than one read's worth, and the same in every process)
+    with open(path, "rb", buffering=0) as f:
+        want = f.read(100_000)
+    assert 0 < len(want) < 100_000
+
+    async def main():
+        async with blockio.open(path, "rb", buffering=0) as f:
+            return await f.read(100_000)
+
+    assert run(main()) == want
+
+
+class _Index:
+    def __init__(self, n):
+        self.n = n
+
+    def __index__(self):
+        return self.n
+
+
+@pytest.mark.parametrize("kind", ["numpy", "index"])
+@pytest.mark.parametrize("value", ["fd", -1, 2**31 - 1])
+def test_open_takes_any_integer_as_a_descriptor_as_the_builtin(tmp_path, kind, value):
+    """A number of another type (numpy's, anything with ``__index__``) is
+    a descriptor to ``open``, as to the built-in's: opened, or refused with
+    the built-in's exception."""
+    import numpy
+
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        n = fd if value == "fd" else value
+        number = numpy.int64(n) if kind == "numpy" else _Index(n)
+        try:
+            want = ("ok", open(number, "rb", closefd=False).read(4))
+        except Exception as e:
+            want = ("error", type(e))
+        os.lseek(fd, 0, os.SEEK_SET)
+
+        async def main():
+            try:
+                async with blockio.open(number, "rb", closefd=False) as f:
+                    return ("ok", await f.read(4))
+            except Exception as e:
+                return ("error", type(e))
+
+        assert run(main()) == want
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("mode", ["r+b", "w+b", "a+b", "r+"])
+@pytest.mark.parametrize("closefd", [True, False])
+def test_an_update_mode_on_a_pipe_is_refused_as_the_builtin(mode, closefd):
+    """The built-in's buffered reader and writer of one file needs a
+    seekable one: ``io.UnsupportedOperation`` at open, the descriptor
+    closed unless ``closefd=False``. Unbuffered, FileIO takes it."""
+    def outcome(opens, **kw):
+        """Whether opening a pipe's read end is refused, and whether the
+        descriptor is open afterwards (the file, if made, left unclosed)."""
+        r, w = os.pipe()
+        kept = []
+        try:
+            try:
+                kept.append(opens(r, **kw))
+                got = "opened"
+            except io.UnsupportedOperation:
+                got = "refused"
+            try:
+                os.fstat(r)
+                return got, "open"
+            except OSError:
+                return got, "closed"
+        finally:
+            for fd in (r, w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def ours(r, **kw):
+        async def main():
+            return await blockio.open(r, **kw)
+        return run(main())
+
+    kw = {"mode": mode, "closefd": closefd}
+    assert outcome(ours, **kw) == outcome(open, **kw) == ("refused", "closed" if closefd else "open")
+    kw = {"mode": "r+b", "buffering": 0, "closefd": False}
+    assert outcome(ours, **kw) == outcome(open, **kw) == ("opened", "open")
+
+
+def test_a_closed_unbuffered_files_seek_says_closed_first(tmp_path):
+    """FileIO's ``seek`` checks for a closed file before the offset's
+    range: ``ValueError``, as the built-in's."""
+    p = tmp_path / "f"
+    p.write_bytes(b"x")
+
+    async def main():
+        f = await blockio.open(p, "rb", buffering=0)
+        await f.close()
+        with pytest.raises(ValueError, match="closed"):
+            await f.seek(2**63)
+
+    run(main())
