@@ -474,8 +474,13 @@ class AsyncFile(LineReader[bytes]):
         self._check_open()
         return self._file.num
 
-    def _check_seekable(self) -> None:
+    def _check_seekable(self, seeking: bool = False) -> None:
+        """For a stream, the built-in's error: FileIO's ``OSError(ESPIPE)``,
+        and a buffered file's ``io.UnsupportedOperation`` (an ``OSError``
+        and a ``ValueError``) for a seek."""
         if self._stream:
+            if seeking and self._bufsize != 0:
+                raise io.UnsupportedOperation("File or stream is not seekable.")
             raise OSError(errno.ESPIPE, os.strerror(errno.ESPIPE), self.name)
 
     def _check_readable(self, call: str = "read") -> None:
@@ -558,7 +563,7 @@ class AsyncFile(LineReader[bytes]):
             kind = ValueError if self._bufsize else OverflowError
             raise kind(f"offset: {offset} does not fit a file offset (a 64-bit signed integer)")
         self._check_open()
-        self._check_seekable()
+        self._check_seekable(seeking=True)
         if not known:
             raise OSError(22, "Invalid argument", self.name)  # (FileIO's: lseek's EINVAL)
         await self._flush_writes()
@@ -1348,10 +1353,12 @@ class AsyncFile(LineReader[bytes]):
             if self._file.closefd:
                 await self._engine._aclose(self._file.num)
 
-    def detach(self) -> io.BufferedIOBase:
-        """Hands the descriptor back as a synchronous buffered file
-        positioned where this one was, after a flush; this object is then
-        unusable. Raises ``ValueError`` if writes are still buffered (they
+    def detach(self) -> io.FileIO:
+        """Hands the descriptor back as a synchronous raw file (``FileIO``,
+        as the built-in buffered file's ``detach`` returns), its offset
+        where this file's position is (the built-in's is where its read
+        ahead stopped: no byte read ahead is lost here); this object is
+        then unusable. Raises ``ValueError`` if writes are still buffered (they
         cannot be written without awaiting): ``await flush()`` first; and
         while another call on the file is in progress or waiting (the
         built-in file's ``detach`` waits for it, which a plain method cannot
@@ -1361,7 +1368,7 @@ class AsyncFile(LineReader[bytes]):
         once the caller closes it."""
         return self._detach(None)
 
-    def _detach(self, prepare: Optional[Callable[[], None]]) -> io.BufferedIOBase:
+    def _detach(self, prepare: Optional[Callable[[], None]]) -> io.FileIO:
         """:meth:`detach`, running ``prepare`` first (the text file's
         position going back to the bytes of the characters it holds),
         once no other call can be in progress."""
@@ -1391,6 +1398,10 @@ class AsyncFile(LineReader[bytes]):
             self._requick()
         finally:
             free.append(None)
+        return raw
+
+    def _buffered(self, raw: io.FileIO) -> io.BufferedIOBase:
+        """``raw`` in the built-in's buffered file for this file's mode."""
         if self._readable and self._writable:
             return io.BufferedRandom(raw)
         if self._readable:

@@ -107,9 +107,10 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
             raise ValueError("negative file descriptor")
         fd, name = file, file
     else:
+        # (the path's TypeError first, as the built-in's FileIO)
+        name = file if isinstance(file, (str, bytes)) else os.fspath(file)
         if not closefd:
             raise ValueError("Cannot use closefd=False with file name")
-        name = file if isinstance(file, (str, bytes)) else os.fspath(file)
         if opener is None:
             fd = await eng._aopen(file, _flags(mode), 0o666)
         else:

@@ -125,6 +125,12 @@ class AsyncTextFile(LineReader[str]):
         """Whether the file was opened for writing."""
         return await self.buffer.writable()
 
+    def _check_seekable(self) -> None:
+        """The built-in text file's error for ``tell`` and ``seek`` of a
+        stream."""
+        if self.buffer._stream:
+            raise io.UnsupportedOperation("underlying stream is not seekable")
+
     async def seekable(self) -> bool:
         """Whether the file supports seeking."""
         return await self.buffer.seekable()
@@ -573,6 +579,7 @@ class AsyncTextFile(LineReader[str]):
     async def tell(self) -> int:
         """The byte offset of the next character (see the module notes)."""
         self.buffer._check_open()
+        self._check_seekable()
         # Flushed first, as the built-in text file's tell: in append mode
         # the written text then ends at the file's end, where tell is.
         await self.buffer._flush_writes()
@@ -592,6 +599,7 @@ class AsyncTextFile(LineReader[str]):
             raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
         offset = _int_arg(offset, "offset")
         self.buffer._check_open()
+        self._check_seekable()
         if whence == os.SEEK_CUR:
             if offset != 0:
                 raise io.UnsupportedOperation("can't do nonzero cur-relative seeks")
@@ -659,7 +667,7 @@ class AsyncTextFile(LineReader[str]):
                 self.buffer._pos = self._tell_bytes()
                 self.buffer._drop_read_ahead()
 
-        return self.buffer._detach(back_to_the_characters_held)
+        return self.buffer._buffered(self.buffer._detach(back_to_the_characters_held))
 
     async def __aenter__(self) -> "AsyncTextFile":
         return self

@@ -1655,3 +1655,89 @@ def test_a_closed_unbuffered_files_seek_says_closed_first(tmp_path):
             await f.seek(2**63)
 
     run(main())
+
+
+@pytest.mark.parametrize("mode,buffering", [("rb", -1), ("rb", 0), ("r", -1), ("wb", -1), ("w", -1)])
+@pytest.mark.parametrize("call", ["seek(0)", "seek(0, 2)", "tell"])
+def test_seek_and_tell_of_a_pipe_raise_the_builtins_exception(mode, buffering, call):
+    """On a pipe, FileIO's ``seek`` and ``tell`` raise ``OSError(ESPIPE)``;
+    the buffered file's ``seek`` and the text file's ``seek`` and ``tell``
+    ``io.UnsupportedOperation``: the same types here."""
+    def outcome(f, do):
+        try:
+            do(f)
+            return "ok"
+        except io.UnsupportedOperation:
+            return "UnsupportedOperation"
+        except OSError as e:
+            return ("OSError", e.errno)
+
+    def sync(f):
+        return f.seek(0) if call == "seek(0)" else f.seek(0, 2) if call == "seek(0, 2)" else f.tell()
+
+    async def ours(f):
+        return await (f.seek(0) if call == "seek(0)" else f.seek(0, 2) if call == "seek(0, 2)" else f.tell())
+
+    r, w = os.pipe()
+    fd = r if "r" in mode else w
+    try:
+        with open(fd, mode, buffering=buffering, closefd=False) as f:
+            want = outcome(f, sync)
+
+        async def main():
+            f = await blockio.open(fd, mode, buffering=buffering, closefd=False)
+            try:
+                try:
+                    await ours(f)
+                    return "ok"
+                except io.UnsupportedOperation:
+                    return "UnsupportedOperation"
+                except OSError as e:
+                    return ("OSError", e.errno)
+            finally:
+                await f.close()
+
+        assert run(main()) == want
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.parametrize("mode", ["rb", "r", "r+b"])
+def test_closefd_false_with_a_float_is_the_builtins_type_error(tmp_path, mode):
+    """A float is no descriptor and no path: the built-in's ``TypeError``,
+    before ``closefd=False`` is refused for a path."""
+    with pytest.raises(TypeError):
+        open(3.0, mode, closefd=False)
+
+    async def main():
+        with pytest.raises(TypeError):
+            await blockio.open(3.0, mode, closefd=False)
+
+    run(main())
+
+
+@pytest.mark.parametrize("mode", ["rb", "wb", "r+b", "r", "w"])
+def test_detach_returns_what_the_builtins_returns(tmp_path, mode):
+    """A binary file's ``detach`` returns the raw ``FileIO``, a text file's
+    its buffered binary file, as the built-in's do; reading on from either
+    gives the bytes after the position."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    raw = open(p, mode).detach()
+    want = type(raw)
+    raw.close()
+
+    async def main():
+        f = await blockio.open(p, mode)
+        if "r" in mode:
+            await f.read(3)
+        got = f.detach()
+        try:
+            return type(got), (got.read(2) if "r" in mode else None)
+        finally:
+            got.close()
+
+    got_type, after = run(main())
+    assert got_type is want
+    assert after in (None, b"34")

@@ -4,6 +4,7 @@ pipes on both backends, UTF-16 seek(tell()), arguments checked at the call,
 
 import asyncio
 import errno
+import io
 import os
 
 import pytest
@@ -28,7 +29,10 @@ def test_blockio_open_on_a_pipe_reads_it_on_both_backends(engine, mode):
             assert await f.read() in (b"", "")
             with pytest.raises(OSError) as ei:
                 await f.tell()
-            assert ei.value.errno == errno.ESPIPE
+            if "b" in mode:
+                assert ei.value.errno == errno.ESPIPE  # (FileIO's, as the built-in's)
+            else:
+                assert isinstance(ei.value, io.UnsupportedOperation)  # (the built-in text file's)
             return got
 
     got = asyncio.run(main())
