@@ -75,7 +75,7 @@ _READ_ALL_BLOCK = 1 << 20
 #: The largest file offset Linux has (``loff_t``): a seek past it is refused
 #: at the seek, as the built-in file's is.
 _MAX_OFFSET = (1 << 63) - 1
-#: A file offset's values (``off_t``), and a C ``int``'s (``whence``).
+#: A file offset's values (``off_t``), and a C ``int``'s (``whence``, a descriptor).
 _OFF_T = range(-(1 << 63), 1 << 63)
 _C_INT = range(-(1 << 31), 1 << 31)
 

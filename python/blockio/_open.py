@@ -20,7 +20,7 @@ from typing import Any, Callable, Generator, Generic, Literal, Optional, Tuple, 
 
 from ._aio import run_in_thread
 from ._engine import Engine, _Descriptor, default_engine
-from ._file import AsyncFile, PathOrFd
+from ._file import _C_INT, AsyncFile, PathOrFd
 from ._text import AsyncTextFile
 
 F = TypeVar("F")
@@ -64,10 +64,6 @@ def _check_mode(mode: str, buffering: int, encoding: Optional[str], errors: Opti
                       "the default buffer size will be used", RuntimeWarning, stacklevel=3)
 
 
-#: The numbers a descriptor can be (a C ``int``).
-_C_INT = range(-(1 << 31), 1 << 31)
-
-
 def _flags(mode: str) -> int:
     if "+" in mode:
         flags = os.O_RDWR
@@ -99,7 +95,7 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
         except TypeError:
             pass  # (not a number: the path's error below)
     if isinstance(file, int):
-        if not _C_INT.start <= file < _C_INT.stop:
+        if file not in _C_INT:
             # (the built-in's FileIO takes a number past a C int for a
             # path, which an int is not)
             raise TypeError(f"expected str, bytes or os.PathLike object, not {type(file).__name__}")
