@@ -44,8 +44,10 @@ pub(crate) struct Core {
     /// Consecutive misses of [`Core::read_cached`] (counting on past
     /// [`MISSES_BEFORE_SKIPPING`] as the reads it skips).
     pub(crate) cache_misses: AtomicU64,
-    /// Reads [`Core::read_cached_in_turn`] served in a row, by any file:
-    /// at [`TURN_EVERY`]` - 1` the next call is a turn instead.
+    /// File calls served without suspending in a row, by any file of the
+    /// engine (the reads of [`Core::read_cached_in_turn`], the calls
+    /// [`Core::turn_due`] counts): at [`TURN_EVERY`]` - 1` the next one
+    /// takes a turn of the event loop.
     pub(crate) streak: AtomicU32,
     /// The descriptors the async engines made on first use, recorded as
     /// the engines' own (see [`crate::fds::own_new`]) until close or drop.
@@ -69,9 +71,10 @@ pub(crate) const MISSES_BEFORE_SKIPPING: u64 = 16;
 /// See [`MISSES_BEFORE_SKIPPING`].
 pub(crate) const SKIP: u64 = 32;
 
-/// A file's cached reads, served without suspending, take one turn of the
-/// event loop in this many (see [`Core::read_cached_in_turn`]), so that a
-/// task reading cached data in a loop never starves the others.
+/// A file's calls served without suspending take one turn of the event
+/// loop in this many (see [`Core::read_cached_in_turn`] and
+/// [`Core::turn_due`]), so that a task making them in a loop never starves
+/// the others.
 pub(crate) const TURN_EVERY: u32 = 64;
 
 /// The two async engines behind the asyncio API: on `O_DIRECT` descriptors
