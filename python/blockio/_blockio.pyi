@@ -11,7 +11,14 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "bench_engine", "exiting", "read_line_now"]
+__all__ = ["Core", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "exiting", "read_line_now"]
+
+#: The calls served without suspending between two turns of the event loop,
+#: in units: a call counts one, and one more per ``TURN_UNIT`` bytes it
+#: copied.
+TURN_BUDGET: int
+#: The bytes a served call copies per extra unit of ``TURN_BUDGET``.
+TURN_UNIT: int
 
 #: One ``(descriptor, buffer, offset)`` operation of a buffer batch.
 _BufferOp = Tuple[int, Buffer, int]

@@ -97,8 +97,8 @@ class CallQueue:
         #: which ends once the kernel has its bytes, however long that takes.
         self.writing = False
         #: Counts a call that took the queue at once (see
-        #: :func:`one_at_a_time_taking_turns`): whether it is the one in 64
-        #: that takes a turn of the event loop first. Set by the owner.
+        #: :func:`one_at_a_time_taking_turns`): whether its turn of the
+        #: event loop is due first. Set by the owner.
         self.turn_due: Callable[[], bool] = _never
 
     def _enter(self, task: Any) -> Any:
@@ -197,9 +197,10 @@ def one_at_a_time(method: F) -> F:
 def one_at_a_time_taking_turns(method: F) -> F:
     """:func:`one_at_a_time` for a call that may finish without suspending
     (a read served from the file's buffer, a ``tell``, a ``readline`` of
-    buffered bytes): one such call in 64 (counted with the engine's cached
-    reads, by the queue's ``turn_due``) first yields to the event loop
-    once, holding its place in the queue, so that a task making such calls
+    buffered bytes): now and then such a call (counted with the engine's
+    cached reads, by the queue's ``turn_due``: at least once in 256 calls,
+    and once in every 4 MiB the engine's cached reads copy) first yields to
+    the event loop once, holding its place in the queue, so that a task making such calls
     in a loop never starves the others. A cancellation there moves nothing:
     the call has not run. A call that waited for its turn has yielded
     already, and is not counted."""
@@ -236,8 +237,8 @@ def one_at_a_time_kept(method: F) -> F:
     come a second after the cancellation while the call in progress is not
     a write (a read of an empty pipe, which may never end) is given up, and
     the call never runs; behind a write, or on a regular file, the turn is
-    waited for. As :func:`one_at_a_time_taking_turns`, one such call in 64
-    that took the queue at once yields to the event loop, after it ran (a
+    waited for. As :func:`one_at_a_time_taking_turns`, now and then such a
+    call that took the queue at once yields to the event loop, after it ran (a
     cancellation there raises, and the write stands, as aiofiles')."""
 
     @functools.wraps(method)

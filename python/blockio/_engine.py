@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     else:
         from typing_extensions import Buffer
 from ._blockio import Core as _Core
+from ._blockio import TURN_BUDGET, TURN_UNIT
 from ._blockio import exiting as _exiting
 
 class HasFileno(Protocol):
@@ -630,7 +631,8 @@ class Engine:
         Under asyncio a read whose bytes are all in the page cache is
         copied on the calling thread (``preadv2`` with ``RWF_NOWAIT``),
         without a trip through the ring or a wake-up of the loop; it
-        returns without suspending the task, except one in 64, which
+        returns without suspending the task, except now and then (at least
+        once in 256 such reads, and once in every 4 MiB they copy), when it
         yields to the loop once. Any other read goes through the engine."""
         # aread_batch of one, inlined: this is the per-read hot path of
         # asyncio code, where every Python frame shows in the IOPS.
@@ -663,13 +665,16 @@ class Engine:
             except OverflowError:  # beyond 64 bits: the error comes below
                 cached = None
             if cached is not None:
-                # Done without suspending; one such read in 64 yields to
-                # the loop, so a task reading cached data in a loop never
-                # starves the others.
-                self._inline_streak += 1
-                if self._inline_streak >= 64:
+                # Done without suspending; counted as the files' calls
+                # are (see TURN_BUDGET), such reads take a turn of the loop
+                # now and then, so a task reading cached data in a loop
+                # never starves the others.
+                streak = self._inline_streak + 1 + length // TURN_UNIT
+                if streak >= TURN_BUDGET:
                     self._inline_streak = 0
                     await asyncio.sleep(0)
+                else:
+                    self._inline_streak = streak
                 return cached
         if loop is not self._loop:
             self._attach(loop)

@@ -18,9 +18,11 @@ an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
 read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
 calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
 + ``read``. Everything else waits its turn in the queue and goes through the
-engine. One in 64 cached reads waits its turn in the queue too and yields to
-the event loop once before reading on the calling thread, so that a task
-reading cached data in a loop never starves the others. The
+engine. Now and then (at least once in 256 calls served at once, and once
+in every 4 MiB they copy: the engine's ``TURN_BUDGET``) a cached read waits
+its turn in the queue too and yields to the event loop once before reading
+on the calling thread, so that a task reading cached data in a loop never
+starves the others. The
 first ``read`` after a ``seek`` reads only what it asks for, where the read
 buffer would otherwise be filled for the bytes after it; reads that follow
 in sequence read ahead.
@@ -687,9 +689,9 @@ class AsyncFile(LineReader[bytes]):
         # other call on the file is in progress (as in `seek`). Anything
         # else goes to `_read`, in the queue: a read that would have to
         # wait (bytes not all cached, the end of the file), buffered
-        # writes, a stream. One in 64 reads served at once (counted by the
-        # engine, with every call of its files served without suspending)
-        # goes to `_read_after_a_turn`, also in the queue, which yields to
+        # writes, a stream. Now and then a read served at once (counted by
+        # the engine, with every call of its files served without
+        # suspending: see TURN_BUDGET) goes to `_read_after_a_turn`, also in the queue, which yields to
         # the event loop once, so that a task reading buffered or cached
         # data in a loop never starves the others.
         #
@@ -757,8 +759,8 @@ class AsyncFile(LineReader[bytes]):
 
     @one_at_a_time
     async def _read_after_a_turn(self, size: int) -> bytes:
-        """`read`'s one call in 64 served at once (from the buffer or the
-        page cache): yields to the event loop once, holding the file's
+        """`read`'s call served at once (from the buffer or the page cache)
+        whose turn of the event loop is due: yields to the event loop once, holding the file's
         place in the queue (calls made after it wait; a cancellation there
         reads nothing), then reads as `read` does, on this thread when the
         bytes are buffered or cached."""

@@ -55,6 +55,8 @@ pub(crate) use pending::*;
 #[pymodule]
 fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
+    m.add("TURN_BUDGET", TURN_BUDGET)?;
+    m.add("TURN_UNIT", TURN_UNIT)?;
     m.add_function(wrap_pyfunction!(bench_engine, m)?)?;
     m.add_function(wrap_pyfunction!(gil::exiting, m)?)?;
     m.add_function(wrap_pyfunction!(stream::read_line_now, m)?)?;

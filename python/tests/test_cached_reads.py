@@ -10,6 +10,7 @@ import os
 import pytest
 
 import blockio
+from blockio._blockio import TURN_BUDGET, TURN_UNIT
 
 BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
 
@@ -147,21 +148,28 @@ async def ticks_during(body):
 
 
 @LOOPS
-def test_a_task_reading_cached_data_lets_the_others_run(data_file, loop_factory):
+@pytest.mark.parametrize("length", [4096, 128 << 10])
+def test_a_task_reading_cached_data_lets_the_others_run(data_file, loop_factory, length):
+    """``aread``s of cached bytes yield to the loop at least once in
+    ``TURN_BUDGET`` of them, and sooner when they are large: a read counts
+    one unit, and one more per ``TURN_UNIT`` bytes."""
     path, data = data_file
     e = blockio.Engine()
+    count = 10 * TURN_BUDGET if length == 4096 else 320
+    units = count * (1 + length // TURN_UNIT)
 
     async def reads():
         with open(path, "rb") as f:
             f.read()
-            for i in range(1000):
-                await e.aread(f, offset=i * 4096, length=4096)
+            for i in range(count):
+                off = (i * length) % len(data)
+                assert await e.aread(f, offset=off, length=length) == data[off:off + length]
 
     async def main():
         return await ticks_during(reads)
 
     try:
-        assert run(main(), loop_factory) >= 10
+        assert run(main(), loop_factory) >= units // TURN_BUDGET - 1
     finally:
         e.close()
 
@@ -206,21 +214,34 @@ def test_a_file_objects_cached_seek_and_read_need_no_wakeup_and_match_the_file(d
 
 
 @LOOPS
-def test_a_task_reading_cached_data_from_a_file_object_lets_the_others_run(data_file, loop_factory):
+@pytest.mark.parametrize("length, buffering", [(4096, -1), (128 << 10, 0)])
+def test_a_task_reading_cached_data_from_a_file_object_lets_the_others_run(data_file, loop_factory, length,
+                                                                           buffering):
+    """A file's reads of cached bytes (and of its buffer) yield to the
+    loop at least once in ``TURN_BUDGET`` of them, and sooner when they
+    copy much: large unbuffered reads count one unit, and one more per
+    ``TURN_UNIT`` bytes."""
     path, data = data_file
+    passes = 3 if length == 4096 else 10
+    reads_made = passes * len(data) // length
+    units = reads_made * (1 + (length // TURN_UNIT if buffering == 0 else 0))
 
     async def reads():
-        async with blockio.open(path, "rb") as f:
-            while await f.read(4096):
-                pass
+        async with blockio.open(path, "rb", buffering=buffering) as f:
+            for _ in range(passes):
+                await f.seek(0)
+                got = []
+                while chunk := await f.read(length):
+                    got.append(chunk)
+                assert b"".join(got) == data
 
     async def main():
         return await ticks_during(reads)
 
-    assert run(main(), loop_factory) >= 10
+    assert run(main(), loop_factory) >= units // TURN_BUDGET - 1
 
 
-CALLS = 64 * 40
+CALLS = TURN_BUDGET * 10
 
 
 @LOOPS
@@ -229,9 +250,9 @@ CALLS = 64 * 40
 def test_a_task_making_calls_served_at_once_in_a_loop_lets_the_others_run(tmp_path, loop_factory, call):
     """Calls served without suspending (reads from the file's buffer, tell,
     readline and peek of buffered bytes, writes into the buffer) take a
-    turn of the loop once in 64 calls, as cached reads do: a task making
-    them in a loop lets a ticker task run at least once per 64 calls,
-    whatever the buffer's size."""
+    turn of the loop at least once in ``TURN_BUDGET`` calls, as cached
+    reads do: a task making them in a loop lets a ticker task run at least
+    once per ``TURN_BUDGET`` calls, whatever the buffer's size."""
     p = tmp_path / "lines"
     p.write_bytes(b"ab\n" * (CALLS * 40))
     with open(p, "rb") as warm:
@@ -259,14 +280,14 @@ def test_a_task_making_calls_served_at_once_in_a_loop_lets_the_others_run(tmp_pa
     async def main():
         return await ticks_during(calls)
 
-    assert run(main(), loop_factory) >= CALLS // 64 - 1
+    assert run(main(), loop_factory) >= CALLS // TURN_BUDGET - 1
 
 
 @LOOPS
 @pytest.mark.parametrize("buffering", [-1, 0])
 def test_the_cached_read_that_yields_keeps_its_place_and_reads_nothing_if_cancelled(data_file, loop_factory,
                                                                                      buffering):
-    """The one cached ``read`` in 64 that yields to the loop holds the
+    """The cached ``read`` that yields to the loop (its turn due) holds the
     file's place while it does: a call made after it takes effect after it,
     and a cancellation there moves nothing, so the next read gets the same
     bytes."""
@@ -278,7 +299,7 @@ def test_the_cached_read_that_yields_keeps_its_place_and_reads_nothing_if_cancel
             warm.read()
         async with blockio.open(path, "rb", buffering=buffering, engine=e) as f:
             await f.seek(4096)
-            e._core.cached_streak = 63  # the next cached read is the one that yields
+            e._core.cached_streak = TURN_BUDGET - 1  # the next cached read is the one that yields
             reading = asyncio.ensure_future(f.read(100))
             await asyncio.sleep(0)  # it has started, and yields
             assert not reading.done()
@@ -287,7 +308,7 @@ def test_the_cached_read_that_yields_keeps_its_place_and_reads_nothing_if_cancel
             assert await f.tell() == 0
 
             await f.seek(8192)
-            e._core.cached_streak = 63
+            e._core.cached_streak = TURN_BUDGET - 1
             reading = asyncio.ensure_future(f.read(100))
             await asyncio.sleep(0)
             assert not reading.done()
