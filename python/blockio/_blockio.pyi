@@ -11,14 +11,30 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "exiting", "read_line_now"]
+__all__ = ["Core", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting", "read_line_now",
+           "set_turn_count", "turn_count", "turn_due"]
 
-#: The calls served without suspending between two turns of the event loop,
-#: in units: a call counts one, and one more per ``TURN_UNIT`` bytes it
-#: copied.
+#: The calls served without suspending (this thread's, any engine's)
+#: between two turns of the event loop, in units: a call counts one, and
+#: one more per ``TURN_UNIT`` bytes it copied.
 TURN_BUDGET: int
 #: The bytes a served call copies per extra unit of ``TURN_BUDGET``.
 TURN_UNIT: int
+
+def turn_due(nbytes: int = 0) -> bool:
+    """Counts a call served without suspending that copies ``nbytes``:
+    whether it is to take its turn of the event loop first (then it is not
+    counted, and the count starts again)."""
+
+def count_copied(nbytes: int) -> None:
+    """Counts ``nbytes`` more copied by a call already counted."""
+
+def turn_count() -> int:
+    """This thread's count since its last turn, in units."""
+
+def set_turn_count(n: int) -> None:
+    """Sets this thread's count (tests: ``TURN_BUDGET - 1`` puts the next
+    call at its turn)."""
 
 #: One ``(descriptor, buffer, offset)`` operation of a buffer batch.
 _BufferOp = Tuple[int, Buffer, int]
@@ -60,8 +76,6 @@ class Core:
     def sync(self, fd: int, data_only: bool = False) -> None: ...
     def read_cached(self, fd: int, offset: int, length: int) -> Optional[bytes]: ...
     def read_cached_in_turn(self, fd: int, offset: int, length: int) -> Union[bytes, None, Literal[False]]: ...
-    cached_streak: int
-    def turn_due(self) -> bool: ...
     def eventfd(self) -> int: ...
     def submit_read(self, waiter: _Waiter, fd: int, offsets: Sequence[int], length: int) -> int: ...
     def submit_readinto(self, waiter: _Waiter, ops: Sequence[_BufferOp]) -> int: ...

@@ -32,7 +32,7 @@ ABANDONED_AT_CLOSE = ("the file is closed, but a call on it never ended: its eve
                       "in progress, so what that call was reading or writing may not have reached the file")
 
 
-def _never() -> bool:
+def _never(nbytes: int = 0) -> bool:
     """A :class:`CallQueue`'s ``turn_due`` until its owner sets one."""
     return False
 
@@ -99,7 +99,7 @@ class CallQueue:
         #: Counts a call that took the queue at once (see
         #: :func:`one_at_a_time_taking_turns`): whether its turn of the
         #: event loop is due first. Set by the owner.
-        self.turn_due: Callable[[], bool] = _never
+        self.turn_due: Callable[..., bool] = _never
 
     def _enter(self, task: Any) -> Any:
         """Takes the queue for ``task`` (None), or finds that ``task``
@@ -197,11 +197,11 @@ def one_at_a_time(method: F) -> F:
 def one_at_a_time_taking_turns(method: F) -> F:
     """:func:`one_at_a_time` for a call that may finish without suspending
     (a read served from the file's buffer, a ``tell``, a ``readline`` of
-    buffered bytes): now and then such a call (counted with the engine's
-    cached reads, by the queue's ``turn_due``: at least once in 256 calls,
-    and once in every 4 MiB the engine's cached reads copy) first yields to
-    the event loop once, holding its place in the queue, so that a task making such calls
-    in a loop never starves the others. A cancellation there moves nothing:
+    buffered bytes): now and then such a call (counted with every call the
+    thread serves without suspending, by the queue's ``turn_due``: at least
+    once in 256 calls, and once in every 4 MiB they copy) first yields to
+    the event loop once, holding its place in the queue, so that a task
+    making such calls in a loop never starves the others. A cancellation there moves nothing:
     the call has not run. A call that waited for its turn has yielded
     already, and is not counted."""
     return _in_order(method, takes_turns=True)

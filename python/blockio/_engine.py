@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     else:
         from typing_extensions import Buffer
 from ._blockio import Core as _Core
-from ._blockio import TURN_BUDGET, TURN_UNIT
 from ._blockio import exiting as _exiting
 
 class HasFileno(Protocol):
@@ -289,8 +288,6 @@ class Engine:
         #: Every ``trio.run`` watching the eventfd: its token, and the
         #: cancel scope of its watching task.
         self._trio_runs: Dict[Any, Any] = {}
-        #: ``aread``s served from the page cache since one last yielded.
-        self._inline_streak = 0
         _engines.add(self)
 
     @property
@@ -632,8 +629,9 @@ class Engine:
         copied on the calling thread (``preadv2`` with ``RWF_NOWAIT``),
         without a trip through the ring or a wake-up of the loop; it
         returns without suspending the task, except now and then (at least
-        once in 256 such reads, and once in every 4 MiB they copy), when it
-        yields to the loop once. Any other read goes through the engine."""
+        once in 256 calls the thread serves so, and once in every 4 MiB they
+        copy), when it yields to the loop once first. Any other read goes
+        through the engine."""
         # aread_batch of one, inlined: this is the per-read hot path of
         # asyncio code, where every Python frame shows in the IOPS.
         try:
@@ -659,23 +657,25 @@ class Engine:
             except AttributeError:
                 fd = _fd(file)  # (raises the TypeError naming the argument's type)
         if type(offset) is int and type(length) is int:
-            # Cached: copied on this thread, no ring round trip or wake-up.
+            # Cached: copied on this thread, no ring round trip or wake-up;
+            # counted with the thread's other calls served without
+            # suspending (``turns`` in the core), so that now and then one
+            # takes a turn of the loop first and a task reading cached
+            # data in a loop never starves the others.
             try:
-                cached = self._core.read_cached(fd, offset, length)
+                cached = self._core.read_cached_in_turn(fd, offset, length)
             except OverflowError:  # beyond 64 bits: the error comes below
                 cached = None
-            if cached is not None:
-                # Done without suspending; counted as the files' calls
-                # are (see TURN_BUDGET), such reads take a turn of the loop
-                # now and then, so a task reading cached data in a loop
-                # never starves the others.
-                streak = self._inline_streak + 1 + length // TURN_UNIT
-                if streak >= TURN_BUDGET:
-                    self._inline_streak = 0
-                    await asyncio.sleep(0)
-                else:
-                    self._inline_streak = streak
+            if cached:
                 return cached
+            if cached is False:
+                await asyncio.sleep(0)
+                try:
+                    cached = self._core.read_cached(fd, offset, length)
+                except OverflowError:
+                    cached = None
+                if cached is not None:
+                    return cached
         if loop is not self._loop:
             self._attach(loop)
         fut = loop.create_future()

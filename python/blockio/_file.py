@@ -18,11 +18,11 @@ an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
 read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
 calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
 + ``read``. Everything else waits its turn in the queue and goes through the
-engine. Now and then (at least once in 256 calls served at once, and once
-in every 4 MiB they copy: the engine's ``TURN_BUDGET``) a cached read waits
-its turn in the queue too and yields to the event loop once before reading
-on the calling thread, so that a task reading cached data in a loop never
-starves the others. The
+engine. Now and then (at least once in 256 calls served without
+suspending on the thread, and once in every 4 MiB they copy: ``turns`` in
+the core) a cached read waits its turn in the queue too and yields to the
+event loop once before reading on the calling thread, so that a task
+reading cached data in a loop never starves the others. The
 first ``read`` after a ``seek`` reads only what it asks for, where the read
 buffer would otherwise be filled for the bytes after it; reads that follow
 in sequence read ahead.
@@ -57,7 +57,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import despite_cancel, is_cancellation, new_future, pause, threadsafe_caller
-from ._blockio import read_line_now
+from ._blockio import count_copied, read_line_now, turn_due
 from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept,
                      one_at_a_time_taking_turns)
@@ -379,7 +379,7 @@ class AsyncFile(LineReader[bytes]):
         #: The descriptor's number, for the calls served at once.
         self._num = desc.num
         self._calls.settle = self._requick
-        self._calls.turn_due = engine._core.turn_due
+        self._calls.turn_due = turn_due
         self._requick()
 
     # -- state ----------------------------------------------------------------
@@ -678,6 +678,7 @@ class AsyncFile(LineReader[bytes]):
             out = rbuf[off:end]
             self._roff = end
         self._pos += len(out)
+        count_copied(len(out))
         return out
 
     async def read(self, size: Optional[int] = -1) -> bytes:
@@ -689,11 +690,11 @@ class AsyncFile(LineReader[bytes]):
         # other call on the file is in progress (as in `seek`). Anything
         # else goes to `_read`, in the queue: a read that would have to
         # wait (bytes not all cached, the end of the file), buffered
-        # writes, a stream. Now and then a read served at once (counted by
-        # the engine, with every call of its files served without
-        # suspending: see TURN_BUDGET) goes to `_read_after_a_turn`, also in the queue, which yields to
-        # the event loop once, so that a task reading buffered or cached
-        # data in a loop never starves the others.
+        # writes, a stream. Now and then a read served at once (counted
+        # with every call the thread serves without suspending: `turns` in
+        # the core) goes to `_read_after_a_turn`, also in the queue, which
+        # yields to the event loop once, so that a task reading buffered or
+        # cached data in a loop never starves the others.
         #
         # Read ahead as `_read`: a read smaller than the buffer fills the
         # buffer, except the first read after a seek, which reads what it
@@ -714,7 +715,7 @@ class AsyncFile(LineReader[bytes]):
                             off = self._roff
                             end = off + size
                             if end <= len(rbuf):
-                                if self._calls.turn_due():
+                                if turn_due(size):
                                     turn = True
                                 else:
                                     out = rbuf[off:end]
@@ -971,7 +972,9 @@ class AsyncFile(LineReader[bytes]):
         buffered, without moving the position (at most one read)."""
         _count_arg(size)  # (checked as the built-in's; it asks for no more)
         self._check_readable("peek")
-        return await self._fill()
+        held = await self._fill()
+        count_copied(len(held))
+        return held
 
     @one_at_a_time_taking_turns
     async def readline(self, size: Optional[int] = -1) -> bytes:
@@ -1143,6 +1146,7 @@ class AsyncFile(LineReader[bytes]):
         if not self._wbuf and not self._at_end:
             self._wpos = self._pos
         self._wbuf += view
+        count_copied(len(view))
         if self._append:
             self._at_end = True  # the bytes go to the end, and so does the position
         elif not self._at_end:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import operator
 from typing import Any, AnyStr, Generic, List, Optional
 
+from ._aio import pause
+from ._blockio import turn_due
 from ._calls import one_at_a_time_taking_turns
 
 
@@ -53,6 +55,12 @@ class LineReader(Generic[AnyStr]):
                 total += len(line)
                 if 0 < limit < total:
                     return lines
+                if turn_due(len(line)):
+                    # (one call, holding the file's place, that may read a
+                    # whole file of lines from its buffer: it takes its
+                    # turns of the loop as a loop of readlines would; a
+                    # cancellation here is undone below)
+                    await pause()
         except BaseException:
             if self._in_order():
                 # A stream cannot be read again: the lines read so far are

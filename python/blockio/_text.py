@@ -22,6 +22,7 @@ import locale
 import os
 from typing import Any, Iterable, List, Optional, Tuple, Union
 
+from ._blockio import count_copied
 from ._file import AsyncFile, _count_arg, _int_arg, _size_arg
 from ._calls import one_at_a_time, one_at_a_time_kept, one_at_a_time_taking_turns
 from ._lines import LineReader
@@ -305,6 +306,7 @@ class AsyncTextFile(LineReader[str]):
     def _take(self, n: int) -> str:
         out = self._decoded[self._used:self._used + n]
         self._used += len(out)
+        count_copied(len(out))  # (characters, counted as bytes: see turns)
         return out
 
     # -- reading ----------------------------------------------------------------

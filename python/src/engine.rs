@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
@@ -44,12 +44,6 @@ pub(crate) struct Core {
     /// Consecutive misses of [`Core::read_cached`] (counting on past
     /// [`MISSES_BEFORE_SKIPPING`] as the reads it skips).
     pub(crate) cache_misses: AtomicU64,
-    /// File calls served without suspending since the last turn of the
-    /// event loop, by any file of the engine (the reads of
-    /// [`Core::read_cached_in_turn`], the calls [`Core::turn_due`]
-    /// counts), in [`turn_cost`] units: past [`TURN_BUDGET`]` - 1` the
-    /// next one takes a turn.
-    pub(crate) streak: AtomicU32,
     /// The descriptors the async engines made on first use, recorded as
     /// the engines' own (see [`crate::fds::own_new`]) until close or drop.
     pub(crate) own_fds: Mutex<Vec<RawFd>>,
@@ -71,33 +65,6 @@ pub(crate) const MISSES_BEFORE_SKIPPING: u64 = 16;
 
 /// See [`MISSES_BEFORE_SKIPPING`].
 pub(crate) const SKIP: u64 = 32;
-
-/// The calls served without suspending between two turns of the event
-/// loop, in [`turn_cost`] units (see [`Core::read_cached_in_turn`] and
-/// [`Core::turn_due`]), so that a task making them in a loop never starves
-/// the others: a turn at least once in 256 calls, and once in every
-/// 256 × [`TURN_UNIT`] = 4 MiB they copy, whichever comes first.
-///
-/// What it bounds is how long one task can keep the loop from the others:
-/// 256 `seek` + `read`s of cached 4 KiB blocks take about 0.6 ms on a
-/// 2-core virtual machine, 4 MiB of copies 0.2-0.4 ms. A turn costs about
-/// 5 µs (the task goes to the back of the loop's queue, the loop polls its
-/// descriptors, the file's call queue is taken), so a turn every 64 calls
-/// cost 64 tasks reading cached 4 KiB blocks 4-5 % of their rate
-/// (`docs/benchmarks.md`, 2026-11-25); one every 256, about 1 %. (tokio's
-/// own cooperative budget is 128 operations per task poll.)
-pub(crate) const TURN_BUDGET: u32 = 256;
-
-/// The bytes a served call may copy for one unit of [`TURN_BUDGET`]
-/// beyond the unit every call counts.
-pub(crate) const TURN_UNIT: usize = 16 << 10;
-
-/// What a call served without suspending that copied `bytes` counts
-/// against [`TURN_BUDGET`]: one, and one more per [`TURN_UNIT`] bytes.
-pub(crate) fn turn_cost(bytes: usize) -> u32 {
-    // (bytes is at most CACHED_MAX, so the quotient fits)
-    1 + u32::try_from(bytes / TURN_UNIT).unwrap_or(TURN_BUDGET)
-}
 
 /// The two async engines behind the asyncio API: on `O_DIRECT` descriptors
 /// a ring the event loop drives itself is faster (a driver thread costs two
@@ -344,7 +311,6 @@ impl Core {
             spare: Mutex::new(Vec::new()),
             fs: fsjobs::Pool::default(),
             cache_misses: AtomicU64::new(0),
-            streak: AtomicU32::new(0),
             own_fds: Mutex::new(Vec::new()),
         })
     }
@@ -571,14 +537,12 @@ impl Core {
         }
     }
 
-    /// [`read_cached`](Self::read_cached) for a file's `read`, counting
-    /// the reads served (by [`turn_cost`], with the other calls of this
-    /// engine's files served without suspending): once the count has
-    /// reached [`TURN_BUDGET`]` - 1`, `False` instead, having read nothing
-    /// (the caller takes a turn of the event loop, then reads), and the
-    /// count starts again. Counted here, where the read is, rather than in
-    /// the caller's Python (an attribute read, a comparison and an
-    /// attribute write less per read).
+    /// [`read_cached`](Self::read_cached), counted as a call served
+    /// without suspending (see [`turns`]): `False` instead when this call
+    /// is to take its turn of the event loop first, having read nothing
+    /// (the caller takes the turn, then reads). Counted here, where the
+    /// read is, rather than in the caller's Python (an attribute read, a
+    /// comparison and an attribute write less per read).
     pub(crate) fn read_cached_in_turn<'py>(
         &self,
         py: Python<'py>,
@@ -586,43 +550,12 @@ impl Core {
         offset: i64,
         length: i64,
     ) -> Option<Bound<'py, PyAny>> {
-        let streak = self.streak.load(Ordering::Relaxed);
-        if streak >= TURN_BUDGET - 1 {
-            self.streak.store(0, Ordering::Relaxed);
+        if turns::due() {
             return Some(PyBool::new(py, false).to_owned().into_any());
         }
         let data = self.read_cached(py, fd, offset, length)?;
-        let cost = turn_cost(data.as_bytes().len());
-        self.streak
-            .store(streak.saturating_add(cost), Ordering::Relaxed);
+        turns::served(data.as_bytes().len());
         Some(data.into_any())
-    }
-
-    /// Counts a file call served without suspending (a read from the
-    /// file's buffer, a `tell`) as one unit, in the count
-    /// [`read_cached_in_turn`](Self::read_cached_in_turn) keeps: whether
-    /// this one is to take its turn of the event loop first (then the count
-    /// starts again).
-    pub(crate) fn turn_due(&self) -> bool {
-        let streak = self.streak.load(Ordering::Relaxed);
-        let due = streak >= TURN_BUDGET - 1;
-        self.streak
-            .store(if due { 0 } else { streak + 1 }, Ordering::Relaxed);
-        due
-    }
-
-    /// The count [`read_cached_in_turn`](Self::read_cached_in_turn) and
-    /// [`turn_due`](Self::turn_due) keep, in [`turn_cost`] units; set,
-    /// where the count goes on from (the tests set it to put a file's next
-    /// read at its turn).
-    #[getter]
-    pub(crate) fn cached_streak(&self) -> u32 {
-        self.streak.load(Ordering::Relaxed)
-    }
-
-    #[setter]
-    pub(crate) fn set_cached_streak(&self, n: u32) {
-        self.streak.store(n, Ordering::Relaxed);
     }
 
     /// The eventfd the event loop watches for finished asynchronous batches.

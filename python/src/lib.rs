@@ -44,6 +44,7 @@ pub(crate) mod gil;
 pub(crate) mod lent;
 mod pending;
 mod stream;
+pub(crate) mod turns;
 pub(crate) use args::*;
 pub(crate) use batch::*;
 use bench::bench_engine;
@@ -55,8 +56,12 @@ pub(crate) use pending::*;
 #[pymodule]
 fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
-    m.add("TURN_BUDGET", TURN_BUDGET)?;
-    m.add("TURN_UNIT", TURN_UNIT)?;
+    m.add("TURN_BUDGET", turns::TURN_BUDGET)?;
+    m.add("TURN_UNIT", turns::TURN_UNIT)?;
+    m.add_function(wrap_pyfunction!(turns::turn_due, m)?)?;
+    m.add_function(wrap_pyfunction!(turns::count_copied, m)?)?;
+    m.add_function(wrap_pyfunction!(turns::turn_count, m)?)?;
+    m.add_function(wrap_pyfunction!(turns::set_turn_count, m)?)?;
     m.add_function(wrap_pyfunction!(bench_engine, m)?)?;
     m.add_function(wrap_pyfunction!(gil::exiting, m)?)?;
     m.add_function(wrap_pyfunction!(stream::read_line_now, m)?)?;

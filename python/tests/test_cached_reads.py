@@ -10,7 +10,7 @@ import os
 import pytest
 
 import blockio
-from blockio._blockio import TURN_BUDGET, TURN_UNIT
+from blockio._blockio import TURN_BUDGET, TURN_UNIT, set_turn_count
 
 BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
 
@@ -299,7 +299,7 @@ def test_the_cached_read_that_yields_keeps_its_place_and_reads_nothing_if_cancel
             warm.read()
         async with blockio.open(path, "rb", buffering=buffering, engine=e) as f:
             await f.seek(4096)
-            e._core.cached_streak = TURN_BUDGET - 1  # the next cached read is the one that yields
+            set_turn_count(TURN_BUDGET - 1)  # the next cached read is the one that yields
             reading = asyncio.ensure_future(f.read(100))
             await asyncio.sleep(0)  # it has started, and yields
             assert not reading.done()
@@ -308,7 +308,7 @@ def test_the_cached_read_that_yields_keeps_its_place_and_reads_nothing_if_cancel
             assert await f.tell() == 0
 
             await f.seek(8192)
-            e._core.cached_streak = TURN_BUDGET - 1
+            set_turn_count(TURN_BUDGET - 1)
             reading = asyncio.ensure_future(f.read(100))
             await asyncio.sleep(0)
             assert not reading.done()
@@ -359,3 +359,169 @@ def test_calls_on_one_file_object_from_many_tasks_keep_their_order_on_cached_dat
         assert off == at and c == data[off:off + len(c)]
         at += len(c)
     assert at == len(data)
+
+
+
+class Ticker:
+    """A task looping on ``sleep(0)``: ``ticks`` counts its turns, so the
+    ticks over a stretch of code that never waits are the turns that code
+    gave the loop."""
+
+    def __init__(self):
+        self.ticks = 0
+        self._stop = False
+
+    async def _run(self):
+        while not self._stop:
+            self.ticks += 1
+            await asyncio.sleep(0)
+
+    async def __aenter__(self):
+        self._task = asyncio.ensure_future(self._run())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc):
+        self._stop = True
+        await self._task
+
+
+def turns_at_least(calls, nbytes):
+    """The fewest turns ``calls`` calls served without suspending, each
+    copying ``nbytes``, must take: a call counts one unit and one more per
+    ``TURN_UNIT`` bytes; once the count reaches ``TURN_BUDGET - 1`` the
+    next call takes the turn (less one, for what the thread's count held
+    before)."""
+    per_call = 1 + nbytes // TURN_UNIT
+    period = -(-(TURN_BUDGET - 1) // per_call) + 1
+    return calls // period - 1
+
+
+@LOOPS
+@pytest.mark.parametrize("call", ["read(1 MiB) from a 16 MiB buffer", "peek of a 16 MiB buffer",
+                                  "write(1 MiB) into a 64 MiB buffer"])
+def test_large_copies_from_and_into_a_files_buffer_take_their_turns(tmp_path, loop_factory, call):
+    """Reads and peeks served from a large read buffer, and writes into a
+    large write buffer, count the bytes they copy as cached reads do: a
+    loop of 1 MiB copies takes a turn about every 4 MiB, not once in 256
+    calls."""
+    p = tmp_path / "big"
+    data = os.urandom(16 << 20)
+    p.write_bytes(data)
+    mib = 1 << 20
+
+    async def main():
+        async with Ticker() as t:
+            if call.startswith("write"):
+                async with blockio.open(tmp_path / "out", "wb", buffering=64 << 20) as f:
+                    start = t.ticks
+                    for _ in range(32):
+                        await f.write(data[:mib])
+                    return t.ticks - start, turns_at_least(32, mib)
+            async with blockio.open(p, "rb", buffering=16 << 20) as f:
+                assert await f.read(1) == data[:1]  # fills the buffer (through the engine)
+                start = t.ticks
+                if call.startswith("peek"):
+                    for _ in range(40):
+                        assert len(await f.peek()) == len(data) - 1
+                    return t.ticks - start, turns_at_least(40, len(data) - 1)
+                got = [data[:1]]
+                for _ in range(15):
+                    got.append(await f.read(mib))
+                turns = t.ticks - start
+                assert b"".join(got) + await f.read() == data
+                return turns, turns_at_least(15, mib)
+
+    turns, least = run(main(), loop_factory)
+    assert least >= 2
+    assert turns >= least
+    if call.startswith("write"):
+        assert (tmp_path / "out").read_bytes() == data[:mib] * 32
+
+
+@LOOPS
+def test_calls_on_files_and_areads_of_other_engines_share_one_count(data_file, loop_factory):
+    """A file's cached reads and ``aread``s of another engine, alternating
+    on one thread, are counted together: at most ``TURN_BUDGET`` of them
+    between two turns, not that many of each."""
+    path, data = data_file
+    e1, e2 = blockio.Engine(), blockio.Engine()
+
+    async def main():
+        with open(path, "rb") as plain:
+            plain.read()
+            async with blockio.open(path, "rb", buffering=0, engine=e1) as f, Ticker() as t:
+                longest = since = 0
+                last = t.ticks
+                for i in range(10 * TURN_BUDGET):
+                    off = (i * 4096) % len(data)
+                    await f.seek(off)
+                    assert await f.read(4096) == data[off:off + 4096]
+                    assert await e2.aread(plain, offset=off, length=4096) == data[off:off + 4096]
+                    since += 2
+                    if t.ticks != last:
+                        last = t.ticks
+                        since = 0
+                    longest = max(longest, since)
+                return longest
+
+    try:
+        assert run(main(), loop_factory) <= TURN_BUDGET
+    finally:
+        e1.close()
+        e2.close()
+
+
+@LOOPS
+@pytest.mark.parametrize("mode", ["rb", "r"])
+def test_readlines_of_many_buffered_lines_takes_turns(tmp_path, loop_factory, mode):
+    """One ``readlines`` call gathering many lines from the file's buffer
+    takes a turn of the loop as a loop of ``readline`` would: at least
+    once in ``TURN_BUDGET`` lines."""
+    p = tmp_path / "lines"
+    lines = 40 * TURN_BUDGET
+    p.write_bytes(b"abc\n" * lines)  # whole buffers: no short read at the end
+    with open(p, "rb") as warm:
+        warm.read()
+
+    async def main():
+        async with blockio.open(p, mode) as f, Ticker() as t:
+            start = t.ticks
+            # (the hint stops it at the last line, before a read at the
+            # end of the file, which would wait for the engine)
+            got = await f.readlines(4 * lines - 5)
+            assert len(got) == lines - 1
+            return t.ticks - start
+
+    assert run(main(), loop_factory) >= turns_at_least(lines - 1, 4)
+
+
+@LOOPS
+@pytest.mark.parametrize("mode", ["rb", "r"])
+def test_readlines_cancelled_at_a_turn_between_lines_moves_nothing(tmp_path, loop_factory, mode):
+    """A ``readlines`` cancelled at one of its turns between lines leaves
+    the position where it was: the next ``readlines`` gets every line."""
+    p = tmp_path / "lines"
+    p.write_bytes(b"".join(b"line %d\n" % i for i in range(1000)))
+    expected = p.read_bytes().splitlines(keepends=True)
+    if mode == "r":
+        expected = [x.decode() for x in expected]
+
+    async def main():
+        async with blockio.open(p, mode) as f:
+            assert await f.readline() == expected[0]
+            reading = asyncio.ensure_future(f.readlines())
+            set_turn_count(0)
+            await asyncio.sleep(0)  # it starts, and reads lines
+            for _ in range(5):
+                if reading.done():
+                    break
+                set_turn_count(TURN_BUDGET - 1)  # its next line is at its turn
+                await asyncio.sleep(0)
+            assert not reading.done()
+            reading.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+            assert await f.readlines() == expected[1:]
+
+    run(main(), loop_factory)
