@@ -11,7 +11,11 @@ first checked against ``os.pread`` on 256 random blocks. blockio runs with
 both of its APIs: ``Engine.aread`` and a ``blockio.open`` file per task
 (``seek`` + ``read``), as turbofile, urio and aiofiles run (one file object
 per task: seek and read share its position). aiofile reads positionally
-(``AIOFile.read(size, offset)``), one shared file.
+(``AIOFile.read(size, offset)``), one shared file. The ratios to the
+targets are printed twice: of the medians, and round by round (both
+contenders ran in the same round), median and spread. ``--contenders``
+runs only the ones named (for example ``"blockio.open
+seek+read,turbofile"``).
 
 A contender that cannot be imported or does not work here is not run; the
 output says exactly why (its import or setup error).
@@ -188,17 +192,35 @@ def spread(v: List[float]) -> str:
     return f"{statistics.median(v):>10.0f}  ({min(v):.0f}-{max(v):.0f})"
 
 
+def paired(ours: List[float], theirs: List[float]) -> str:
+    """The ratio of the two contenders' rates round by round (each round
+    runs both, one after the other): median and spread."""
+    r = [a / b for a, b in zip(ours, theirs)]
+    return f"; per round {statistics.median(r):.3f} ({min(r):.3f}-{max(r):.3f})"
+
+
+def contender_list(text: str) -> List[str]:
+    """``--contenders``' names, each one of ``CONTENDERS``."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in CONTENDERS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown contender {bad[0] if bad else text!r}; "
+                                         f"choose from: {', '.join(CONTENDERS)}")
+    return names
+
+
 def peers(args: argparse.Namespace) -> None:
     path = args.file
     size = args.size_mib << 20
     make_file(path, size)
     blocks = size // BLOCK
+    chosen = list(CONTENDERS) if args.contenders is None else args.contenders
     skipped: Dict[str, str] = {}
-    for name in CONTENDERS:
+    for name in chosen:
         why = asyncio.run(check(name, path, blocks))
         if why is not None:
             skipped[name] = why
-    names = [n for n in CONTENDERS if n not in skipped]
+    names = [n for n in chosen if n not in skipped]
     print(f"Python {sys.version.split()[0]}, kernel {os.uname().release}, {TASKS} tasks, random {BLOCK} B "
           f"reads of a {args.size_mib} MiB file, {args.seconds} s per run, {args.rounds} rounds alternating")
     for name, why in skipped.items():
@@ -219,12 +241,14 @@ def peers(args: argparse.Namespace) -> None:
             continue
         best = max(ran_peers, key=lambda p: statistics.median(res[p]))
         for ours in ("blockio aread", "blockio.open seek+read"):
+            if ours not in res:
+                continue
             if phase == "warm" and "turbofile" in res:
                 ratio = statistics.median(res[ours]) / statistics.median(res["turbofile"])
-                print(f"  {ours} / turbofile: {ratio:.2f} (target >= 1.0)")
+                print(f"  {ours} / turbofile: {ratio:.2f}{paired(res[ours], res['turbofile'])} (target >= 1.0)")
             if phase == "cold":
                 ratio = statistics.median(res[ours]) / statistics.median(res[best])
-                print(f"  {ours} / best peer ({best}): {ratio:.2f} (target >= 1.2)")
+                print(f"  {ours} / best peer ({best}): {ratio:.2f}{paired(res[ours], res[best])} (target >= 1.2)")
 
 
 def make_tree(root: Path, n: int) -> List[Path]:
@@ -286,6 +310,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--phases", default="warm,cold", choices=["warm,cold", "warm", "cold"],
                     help="the page cache states to run: warm, cold, or both (the default)")
+    ap.add_argument("--contenders", type=contender_list, default=None,
+                    help="comma-separated names of the contenders to run (default: all): "
+                         + ", ".join(CONTENDERS))
     ap.add_argument("--read-files", action="store_true", help="also the small-files benchmark")
     ap.add_argument("--only-read-files", action="store_true", help="only the small-files benchmark")
     ap.add_argument("--tree", default="bench-data/py-tree")
