@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     else:
         from typing_extensions import Buffer
 from ._blockio import Core as _Core
+from ._blockio import count_copied
 from ._blockio import exiting as _exiting
 
 class HasFileno(Protocol):
@@ -675,6 +676,7 @@ class Engine:
                 except OverflowError:
                     cached = None
                 if cached is not None:
+                    count_copied(len(cached))  # (the call took its turn: its bytes start the count)
                     return cached
         if loop is not self._loop:
             self._attach(loop)

@@ -775,6 +775,7 @@ class AsyncFile(LineReader[bytes]):
             except OverflowError:
                 data = None
             if data is not None:
+                count_copied(len(data))  # (the call took its turn: its bytes start the count)
                 self._seeked = False
                 if ahead:
                     data, self._rbuf = data[:size], data[size:]

@@ -525,3 +525,41 @@ def test_readlines_cancelled_at_a_turn_between_lines_moves_nothing(tmp_path, loo
             assert await f.readlines() == expected[1:]
 
     run(main(), loop_factory)
+
+
+@LOOPS
+@pytest.mark.parametrize("api", ["aread", "read, buffering=0", "read, buffered"])
+def test_the_call_that_takes_the_turn_counts_its_bytes(data_file, loop_factory, api):
+    """Cached reads just under ``CACHED_MAX`` (256 KiB) copy at most
+    ``TURN_BUDGET * TURN_UNIT`` bytes (4 MiB) between two turns: the read
+    made after its turn counts the bytes it copied too."""
+    path, data = data_file
+    length = (256 << 10) - 1
+    e = blockio.Engine()
+
+    async def main():
+        with open(path, "rb") as plain:
+            plain.read()
+            buffering = -1 if api == "read, buffered" else 0
+            async with blockio.open(path, "rb", buffering=buffering, engine=e) as f, Ticker() as t:
+                most = since = 0
+                last = t.ticks
+                for i in range(200):
+                    off = (i * 7919 * 4096) % (len(data) - length)
+                    if api == "aread":
+                        got = await e.aread(plain, offset=off, length=length)
+                    else:
+                        await f.seek(off)
+                        got = await f.read(length)
+                    assert got == data[off:off + length]
+                    if t.ticks != last:
+                        last = t.ticks
+                        since = 0
+                    since += len(got)
+                    most = max(most, since)
+                return most
+
+    try:
+        assert run(main(), loop_factory) <= TURN_BUDGET * TURN_UNIT
+    finally:
+        e.close()
