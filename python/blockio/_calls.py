@@ -201,9 +201,9 @@ def one_at_a_time_taking_turns(method: F) -> F:
     thread serves without suspending, by the queue's ``turn_due``: at least
     once in 256 calls, and once in every 4 MiB they copy) first yields to
     the event loop once, holding its place in the queue, so that a task
-    making such calls in a loop never starves the others. A cancellation there moves nothing:
-    the call has not run. A call that waited for its turn has yielded
-    already, and is not counted."""
+    making such calls in a loop never starves the others. A cancellation
+    there moves nothing: the call has not run. A call that waited for its
+    turn has yielded already, and is not counted."""
     return _in_order(method, takes_turns=True)
 
 
@@ -238,8 +238,8 @@ def one_at_a_time_kept(method: F) -> F:
     a write (a read of an empty pipe, which may never end) is given up, and
     the call never runs; behind a write, or on a regular file, the turn is
     waited for. As :func:`one_at_a_time_taking_turns`, now and then such a
-    call that took the queue at once yields to the event loop, after it ran (a
-    cancellation there raises, and the write stands, as aiofiles')."""
+    call that took the queue at once yields to the event loop, after it ran
+    (a cancellation there raises, and the write stands, as aiofiles')."""
 
     @functools.wraps(method)
     async def call(self: Any, *args: Any, **kwargs: Any) -> Any:

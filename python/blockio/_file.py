@@ -761,10 +761,10 @@ class AsyncFile(LineReader[bytes]):
     @one_at_a_time
     async def _read_after_a_turn(self, size: int) -> bytes:
         """`read`'s call served at once (from the buffer or the page cache)
-        whose turn of the event loop is due: yields to the event loop once, holding the file's
-        place in the queue (calls made after it wait; a cancellation there
-        reads nothing), then reads as `read` does, on this thread when the
-        bytes are buffered or cached."""
+        whose turn of the event loop is due: yields to the event loop once,
+        holding the file's place in the queue (calls made after it wait; a
+        cancellation there reads nothing), then reads as `read` does, on
+        this thread when the bytes are buffered or cached."""
         await pause()
         d = self._file
         if size and not self._rbuf and self._readable and not (

@@ -124,27 +124,38 @@ def test_cached_areads_need_no_wakeup_and_match_the_file(data_file, loop_factory
         e.close()
 
 
-async def ticks_during(body):
-    """How many turns a ticker task (a loop of ``sleep(0)``) gets while
-    ``body()`` runs: how often ``body`` lets the loop's other tasks run."""
-    ticks = 0
-    stop = False
+class Ticker:
+    """A task looping on ``sleep(0)``: ``ticks`` counts its turns, so the
+    ticks over a stretch of code that never waits are the turns that code
+    gave the loop."""
 
-    async def ticker():
-        nonlocal ticks
-        while not stop:
-            ticks += 1
+    def __init__(self):
+        self.ticks = 0
+        self._stop = False
+
+    async def _run(self):
+        while not self._stop:
+            self.ticks += 1
             await asyncio.sleep(0)
 
-    t = asyncio.ensure_future(ticker())
-    await asyncio.sleep(0)
-    start = ticks
-    try:
+    async def __aenter__(self):
+        self._task = asyncio.ensure_future(self._run())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc):
+        self._stop = True
+        await self._task
+
+
+async def ticks_during(body):
+    """How many turns a ticker task (a loop of ``sleep(0)``) gets while
+    ``body()`` runs: how often ``body`` lets the loop's other tasks run
+    (see :class:`Ticker`)."""
+    async with Ticker() as t:
+        start = t.ticks
         await body()
-    finally:
-        stop = True
-        await t
-    return ticks - start
+        return t.ticks - start
 
 
 @LOOPS
@@ -360,30 +371,6 @@ def test_calls_on_one_file_object_from_many_tasks_keep_their_order_on_cached_dat
         at += len(c)
     assert at == len(data)
 
-
-
-class Ticker:
-    """A task looping on ``sleep(0)``: ``ticks`` counts its turns, so the
-    ticks over a stretch of code that never waits are the turns that code
-    gave the loop."""
-
-    def __init__(self):
-        self.ticks = 0
-        self._stop = False
-
-    async def _run(self):
-        while not self._stop:
-            self.ticks += 1
-            await asyncio.sleep(0)
-
-    async def __aenter__(self):
-        self._task = asyncio.ensure_future(self._run())
-        await asyncio.sleep(0)
-        return self
-
-    async def __aexit__(self, *exc):
-        self._stop = True
-        await self._task
 
 
 def turns_at_least(calls, nbytes):
