@@ -58,7 +58,7 @@ class LineReader(Generic[AnyStr]):
                 if turn_due(len(line)):
                     # (one call, holding the file's place, that may read a
                     # whole file of lines from its buffer: it takes its
-                    # turns of the loop as a loop of readlines would; a
+                    # turns of the loop as a loop of readline would; a
                     # cancellation here is undone below)
                     await pause()
         except BaseException:
