@@ -4,6 +4,8 @@ import sys
 from asyncio import Future
 from typing import List, Literal, Optional, Sequence, Tuple, Union, final
 
+from typing_extensions import disjoint_base
+
 from ._aio import TrioFuture
 
 if sys.version_info >= (3, 12):
@@ -11,8 +13,9 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting", "read_line_now",
-           "set_turn_count", "turn_count", "turn_due"]
+__all__ = ["Core", "FileState", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
+           "read_line_now", "read_now", "readline_now", "seek_now", "set_turn_count", "tell_now", "turn_count",
+           "turn_due", "write_now"]
 
 #: The calls served without suspending (this thread's, any engine's)
 #: between two turns of the event loop, in units: a call counts one, and
@@ -35,6 +38,66 @@ def turn_count() -> int:
 def set_turn_count(n: int) -> None:
     """Sets this thread's count (tests: ``TURN_BUDGET - 1`` puts the next
     call at its turn)."""
+
+@disjoint_base
+class FileState:
+    """The base of a ``blockio.open`` binary file: the state its ``seek``,
+    ``read``, ``readline`` and ``tell`` are served from at once (see
+    ``seek_now``, ``read_now``, ``readline_now``, ``tell_now``)."""
+
+    #: The logical position: where the next read or write happens.
+    _pos: int
+    #: Read ahead: ``_rbuf[_roff:]`` are the bytes at ``_pos`` on.
+    _rbuf: bytes
+    _roff: int
+    #: The next read is the first since a seek.
+    _seeked: bool
+    #: The descriptor's number is known outside the file.
+    _shared: bool
+    @property
+    def _quick(self) -> bool:
+        """``seek`` and ``tell`` may be served at once."""
+    @property
+    def _quick_read(self) -> bool:
+        """``read`` and ``readline`` may be served at once."""
+    @property
+    def _quick_write(self) -> bool:
+        """``write`` may be served at once (into a write buffer holding
+        bytes already)."""
+    def __new__(cls, *_args: object, **_kwargs: object) -> "FileState": ...
+    def _serve(self, free: List[None], reader: "Core", num: int, bufsize: int) -> None:
+        """What the calls served at once need: the call queue's ``free``
+        list, the engine's core, the descriptor's number, the buffer size."""
+    def _set_quick(self, quick: bool, quick_read: bool, quick_write: bool) -> None:
+        """Whether ``seek`` and ``tell`` (``quick``), ``read`` and
+        ``readline`` (also ``quick_read``), and ``write`` (``quick_write``)
+        may be served at once."""
+
+def seek_now(file: FileState, offset: object, whence: object) -> bool:
+    """``file.seek(offset, whence)`` served at once if it can be (an
+    absolute seek to an int from 0 to 2**40, no call in progress, nothing to
+    flush): whether it was; if not, nothing changed."""
+
+def read_now(file: FileState, size: object) -> Union[bytes, None, Literal[False]]:
+    """``file.read(size)`` served at once if it can be (no call in
+    progress, the bytes all buffered or all in the page cache): the bytes;
+    ``None`` if not (nothing changed); ``False`` if its turn of the event
+    loop is due first."""
+
+def readline_now(file: FileState, size: object) -> Optional[bytes]:
+    """``file.readline(size)`` served at once if it can be (no call in
+    progress, the line all in the buffer, no turn of the event loop due):
+    the line; ``None`` if not (nothing changed)."""
+
+def write_now(file: FileState, data: object, wbuf: bytearray) -> Optional[int]:
+    """``file.write(data)`` served at once if it can be (``data`` bytes or
+    a bytearray joining bytes already in the write buffer ``wbuf`` without
+    filling it, no call in progress, no turn of the event loop due): the
+    byte count; ``None`` if not (nothing changed)."""
+
+def tell_now(file: FileState) -> Optional[int]:
+    """``file.tell()`` served at once if it can be (no call in progress,
+    the position known, no turn of the event loop due); ``None`` if not."""
 
 #: One ``(descriptor, buffer, offset)`` operation of a buffer batch.
 _BufferOp = Tuple[int, Buffer, int]

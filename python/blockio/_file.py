@@ -57,7 +57,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import despite_cancel, is_cancellation, new_future, pause, threadsafe_caller
-from ._blockio import count_copied, read_line_now, turn_due
+from ._blockio import (FileState, count_copied, read_line_now, read_now, readline_now, seek_now, tell_now,
+                       turn_due, write_now)
 from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept,
                      one_at_a_time_taking_turns)
@@ -85,11 +86,9 @@ _C_INT = range(-(1 << 31), 1 << 31)
 #: past it the file system's ``lseek`` checks the offset, as the built-in
 #: file's seek does, so that an offset the file system refuses fails at
 #: the seek rather than at a later read or write. (A smaller limit, as
-#: FAT's 4 GiB, is met at that read or write.)
+#: FAT's 4 GiB, is met at that read or write.) The core's ``seek_now``
+#: has the same limit.
 _QUICK_OFFSET = 1 << 40
-#: ``seek``'s ``whence`` served at once: the int 0 itself (any other value,
-#: equal or not, takes the checked path).
-_SEEK_SET = 0
 
 #: The most one read returns on Linux (``MAX_RW_COUNT``): a larger read is
 #: made of reads of at most this, as the built-in buffered file's is, or,
@@ -288,7 +287,7 @@ def _forget_parent_threads() -> None:
 os.register_at_fork(after_in_child=_forget_parent_threads)
 
 
-class AsyncFile(LineReader[bytes]):
+class AsyncFile(FileState, LineReader[bytes]):
     """A binary file opened by :func:`blockio.open`, with aiofiles'
     interface: coroutines ``read``, ``read1``, ``readall``, ``readinto``,
     ``peek``, ``readline``, ``readlines``, ``write``, ``writelines``,
@@ -296,19 +295,26 @@ class AsyncFile(LineReader[bytes]):
     ``writable``, ``isatty`` and ``close``; plain methods ``fileno``,
     ``readable`` and ``detach``; ``async for line in f``."""
 
+    # Slots: with the core's `FileState` as a base, CPython keeps the
+    # attributes of an instance's dict in a real dict (not inline), where
+    # every access would be a lookup; a slot is one step. (``__dict__``
+    # stays, empty unless a user sets an attribute of their own, as the
+    # built-in file and aiofiles' take.)
+    __slots__ = ("_append", "_at_end", "_bufsize", "_calls", "_carry", "_engine", "_file", "_line_by_byte",
+                 "_line_note", "_poll_wake", "_readable", "_stream", "_stream_poll", "_stream_read", "_stream_write",
+                 "_wbuf", "_wpos", "_writable", "mode", "name", "__dict__", "__weakref__")
+
     def __init__(self, desc: _Descriptor, mode: str, engine: Engine, buffer_size: int) -> None:
-        # 29 attributes, no more: CPython 3.13 keeps that many of an
-        # instance's attributes inline, where `seek` and `read` reach each in
-        # one specialized step; a 30th moves them all into a dict, and every
-        # access becomes a lookup (`dis.dis(AsyncFile.seek, adaptive=True)`
-        # after some calls shows which).
+        # `_pos`, `_rbuf`, `_roff`, `_seeked`, `_quick`, `_quick_read` and
+        # `_shared` are fields of the core's `FileState`, from which `seek`,
+        # `read`, `readline` and `tell` are served at once (`seek_now`,
+        # `read_now`, `readline_now`, `tell_now`); `_serve` gives it the
+        # rest of what they need.
         self._file = desc
         self._engine = engine
         #: Calls on this file run one at a time, in the order made (see
         #: :mod:`blockio._calls`); a text file over it shares the queue.
         self._calls = CallQueue()
-        #: Its ``free`` list, taken by the calls served at once.
-        self._free = self._calls.free
         #: The logical position: where the next read or write happens.
         self._pos = 0
         #: In append mode after a write (and on open), the position is the
@@ -362,22 +368,21 @@ class AsyncFile(LineReader[bytes]):
             if self._stream:
                 _STREAM_FILES.add(self)
                 self._calls.stream = True
-        #: The engine's read of page-cached bytes, which says when a turn
-        #: of the event loop is due instead (see `read`).
-        self._read_in_turn = engine._core.read_cached_in_turn
         #: The next read is the first since a seek: it reads what it asks
-        #: for and no more (see `_read_now`).
+        #: for and no more (see `read`).
         self._seeked = False
         me = weakref.ref(self)
 
         def on_share() -> None:
             f = me()
             if f is not None:
+                f._shared = True
                 f._sync_offset()
 
         desc.on_share = on_share
-        #: The descriptor's number, for the calls served at once.
-        self._num = desc.num
+        #: Mirrors ``desc.shared`` for the calls served at once.
+        self._shared = desc.shared
+        self._serve(self._calls.free, engine._core, desc.num, buffer_size)
         self._calls.settle = self._requick
         self._calls.turn_due = turn_due
         self._requick()
@@ -385,8 +390,9 @@ class AsyncFile(LineReader[bytes]):
     # -- state ----------------------------------------------------------------
 
     def _requick(self) -> None:
-        """Records whether ``seek`` and ``read`` may be served at once
-        (``_quick``, ``_quick_read``): a seekable file, open, with no writes
+        """Records whether ``seek`` and ``tell`` (``_quick``), ``read`` and
+        ``readline`` (``_quick_read``), and ``write`` (``_quick_write``: a
+        writing file, not in append mode) may be served at once: a seekable file, open, with no writes
         buffered and its position known. Run when the file is made, as
         every queued call ends (the queue's ``settle``: those calls are
         what changes it, and the calls served at once run only while no
@@ -394,8 +400,9 @@ class AsyncFile(LineReader[bytes]):
         "quick" of a file that is not. It may say "not" of one that has
         become quick meanwhile, which only sends a call through the queue."""
         d = self._file
-        self._quick = quick = not (self._stream or self._wbuf or self._at_end or d.closed or d.detached)
-        self._quick_read = quick and self._readable
+        usable = not (self._stream or d.closed or d.detached)
+        self._set_quick(usable and not (self._wbuf or self._at_end), self._readable,
+                        usable and self._writable and not self._append)
 
     @property
     def closed(self) -> bool:
@@ -509,9 +516,16 @@ class AsyncFile(LineReader[bytes]):
 
     # -- positioning ----------------------------------------------------------
 
-    @one_at_a_time_taking_turns
     async def tell(self) -> int:
         """The current position."""
+        pos = tell_now(self)  # (served at once, when it can be)
+        if pos is not None:
+            return pos
+        got: int = await self._tell()
+        return got
+
+    @one_at_a_time_taking_turns
+    async def _tell(self) -> int:
         self._check_open()
         self._check_seekable()
         return await self._position()
@@ -525,24 +539,11 @@ class AsyncFile(LineReader[bytes]):
         # the queue's `free` item makes sure of that, from any thread;
         # nothing here awaits). Inlined: this is half of every
         # random read.
-        free = self._free
-        if whence is _SEEK_SET and type(offset) is int and 0 <= offset <= _QUICK_OFFSET:
-            try:
-                free.pop()
-            except IndexError:
-                pass  # taken meanwhile by another thread: `_seek` says so
-            else:
-                try:
-                    if self._quick:
-                        self._pos = offset
-                        self._rbuf = b""
-                        self._roff = 0
-                        self._seeked = True
-                        if self._file.shared:
-                            self._sync_offset()
-                        return offset
-                finally:
-                    free.append(None)
+        # The common case, done at once (this is half of every random
+        # read): an absolute seek with nothing to flush, while no other call
+        # on the file is in progress; see `seek_now` in the core.
+        if seek_now(self, offset, whence):
+            return offset
         pos: int = await self._seek(offset, whence)
         return pos
 
@@ -684,87 +685,40 @@ class AsyncFile(LineReader[bytes]):
     async def read(self, size: Optional[int] = -1) -> bytes:
         """Reads up to ``size`` bytes (all of the rest when negative or
         None); ``b""`` at end of file."""
-        # The common case, done at once (inlined: this is the other half of
-        # every random read): bytes in the read buffer or, with preadv2's
-        # RWF_NOWAIT, in the page cache, copied on this thread, while no
-        # other call on the file is in progress (as in `seek`). Anything
-        # else goes to `_read`, in the queue: a read that would have to
-        # wait (bytes not all cached, the end of the file), buffered
-        # writes, a stream. Now and then a read served at once (counted
-        # with every call the thread serves without suspending: `turns` in
-        # the core) goes to `_read_after_a_turn`, also in the queue, which
-        # yields to the event loop once, so that a task reading buffered or
-        # cached data in a loop never starves the others.
+        # The common case, done at once (this is the other half of every
+        # random read; see `read_now` in the core): bytes in the read
+        # buffer or, with preadv2's RWF_NOWAIT, in the page cache, copied
+        # on this thread, while no other call on the file is in progress.
+        # Anything else goes to `_read`, in the queue: a read that would
+        # have to wait (bytes not all cached, the end of the file),
+        # buffered writes, a stream. Now and then a read served at once
+        # (counted with every call the thread serves without suspending:
+        # `turns` in the core) goes to `_read_after_a_turn` instead, also in
+        # the queue, which yields to the event loop once, so that a task
+        # reading buffered or cached data in a loop never starves the
+        # others.
         #
         # Read ahead as `_read`: a read smaller than the buffer fills the
         # buffer, except the first read after a seek, which reads what it
         # asks for (random access, where the rest of a buffer would be
         # copied for nothing).
-        free = self._free
-        turn = False
-        if type(size) is int and size >= 0:
-            try:
-                free.pop()
-            except IndexError:
-                pass  # taken meanwhile by another thread: `_read` says so
-            else:
-                try:
-                    if self._quick_read:
-                        rbuf = self._rbuf
-                        if rbuf:
-                            off = self._roff
-                            end = off + size
-                            if end <= len(rbuf):
-                                if turn_due(size):
-                                    turn = True
-                                else:
-                                    out = rbuf[off:end]
-                                    if end == len(rbuf):
-                                        self._rbuf = b""
-                                        self._roff = 0
-                                    else:
-                                        self._roff = end
-                                    self._pos += size
-                                    if self._file.shared:
-                                        self._sync_offset()
-                                    return out
-                        elif size:
-                            if self._seeked:
-                                want = size
-                            else:
-                                want = self._bufsize if size < self._bufsize else size
-                            try:
-                                data = self._read_in_turn(self._num, self._pos, want)
-                            except OverflowError:
-                                data = None  # (past 2**63: `_read` says)
-                            if data:
-                                self._seeked = False
-                                if want > size:
-                                    # (the rest held in place: see `_roff`)
-                                    self._rbuf, self._roff = data, size
-                                    data = data[:size]
-                                self._pos += size
-                                if self._file.shared:
-                                    self._sync_offset()
-                                return data
-                            turn = data is False
-                        else:
-                            return b""
-                finally:
-                    free.append(None)
-        if turn:
-            assert size is not None  # (an int: see above)
+        got = read_now(self, size)
+        if got is None:
+            data: bytes = await self._read(size)
+            return data
+        if got is False:
             return await self._read_after_a_turn(size)
-        got: bytes = await self._read(size)
         return got
 
     @one_at_a_time
-    async def _read_after_a_turn(self, size: int) -> bytes:
+    async def _read_after_a_turn(self, size: Optional[int]) -> bytes:
         """`read`'s call served at once (from the buffer or the page cache)
         whose turn of the event loop is due: yields to the event loop once,
         holding the file's place in the queue (calls made after it wait; a
         cancellation there reads nothing), then reads as `read` does, on
-        this thread when the bytes are buffered or cached."""
+        this thread when the bytes are buffered or cached. (``size`` is an
+        int: `read_now` says a turn is due for nothing else.)"""
+        assert size is not None
         await pause()
         d = self._file
         if size and not self._rbuf and self._readable and not (
@@ -977,10 +931,17 @@ class AsyncFile(LineReader[bytes]):
         count_copied(len(held))
         return held
 
-    @one_at_a_time_taking_turns
     async def readline(self, size: Optional[int] = -1) -> bytes:
         """One line, with its ``\\n`` (``b""`` at end of file); at most
         ``size`` bytes when ``size`` is given."""
+        line = readline_now(self, size)  # (a line in the buffer, served at once)
+        if line is not None:
+            return line
+        got: bytes = await self._readline(size)
+        return got
+
+    @one_at_a_time_taking_turns
+    async def _readline(self, size: Optional[int]) -> bytes:
         limit = _size_arg(size)
         if limit == 0:
             return b""  # as io's readline, which asks the file nothing then
@@ -1107,11 +1068,18 @@ class AsyncFile(LineReader[bytes]):
 
     # -- writing ----------------------------------------------------------------
 
-    @one_at_a_time_kept
     async def write(self, data: Buffer) -> int:
         """Writes all of ``data`` (any bytes-like object) at the position,
         or at the end in append mode; the byte count. Buffered files keep
         it until the buffer fills, :meth:`flush` or close."""
+        n = write_now(self, data, self._wbuf)  # (into the buffer, served at once)
+        if n is not None:
+            return n
+        got: int = await self._write(data)
+        return got
+
+    @one_at_a_time_kept
+    async def _write(self, data: Buffer) -> int:
         self._check_writable()
         if isinstance(data, str):
             raise TypeError("a bytes-like object is required, not 'str'")

@@ -30,6 +30,8 @@ class LineReader(Generic[AnyStr]):
     """``readlines`` and asynchronous iteration over ``readline``; the
     subclass has a ``_calls`` queue (``readlines`` is one call)."""
 
+    __slots__ = ()
+
     async def readline(self, size: int = -1) -> AnyStr:
         """One line; the empty value at end of file."""
         raise NotImplementedError

@@ -28,8 +28,10 @@
 //! kinds, run by its blocking form on the core's file-system threads),
 //! `args` (argument checks), `errors` (`OSError`s), `fds` (what a
 //! descriptor is, duplicates, forks), `lent` (buffers released without
-//! the GIL), `stream` (a line of an unbuffered pipe or socket, read a byte
-//! at a time without waiting), `bench` (a benchmark baseline).
+//! the GIL), `quick` (a file object's `seek`, `read`, `readline`, `tell`
+//! and `write` served at once), `stream` (a line of an unbuffered pipe or
+//! socket, read a byte at a time without waiting), `bench` (a benchmark
+//! baseline).
 
 use pyo3::prelude::*;
 
@@ -43,6 +45,7 @@ pub(crate) mod fsjobs;
 pub(crate) mod gil;
 pub(crate) mod lent;
 mod pending;
+mod quick;
 mod stream;
 pub(crate) mod turns;
 pub(crate) use args::*;
@@ -56,6 +59,12 @@ pub(crate) use pending::*;
 #[pymodule]
 fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
+    m.add_class::<quick::FileState>()?;
+    m.add_function(wrap_pyfunction!(quick::seek_now, m)?)?;
+    m.add_function(wrap_pyfunction!(quick::read_now, m)?)?;
+    m.add_function(wrap_pyfunction!(quick::readline_now, m)?)?;
+    m.add_function(wrap_pyfunction!(quick::tell_now, m)?)?;
+    m.add_function(wrap_pyfunction!(quick::write_now, m)?)?;
     m.add("TURN_BUDGET", turns::TURN_BUDGET)?;
     m.add("TURN_UNIT", turns::TURN_UNIT)?;
     m.add_function(wrap_pyfunction!(turns::turn_due, m)?)?;

@@ -58,6 +58,13 @@ pub(crate) fn due() -> bool {
     })
 }
 
+/// Whether the next call served without suspending is to take its turn
+/// first, leaving the count as it is (the caller goes through the call
+/// queue, whose count takes the turn).
+pub(crate) fn is_due() -> bool {
+    COUNT.with(|c| c.get() >= TURN_BUDGET - 1)
+}
+
 /// Counts a call served without suspending that copied `bytes`.
 pub(crate) fn served(bytes: usize) {
     COUNT.with(|c| c.set(c.get().saturating_add(1).saturating_add(units(bytes))));

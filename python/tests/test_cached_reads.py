@@ -257,7 +257,7 @@ CALLS = TURN_BUDGET * 10
 
 @LOOPS
 @pytest.mark.parametrize("call", ["read(1)", "read(100), 256 KiB buffer", "tell", "readline", "peek", "text readline",
-                                  "write", "text write"])
+                                  "write", "write, wb", "text write"])
 def test_a_task_making_calls_served_at_once_in_a_loop_lets_the_others_run(tmp_path, loop_factory, call):
     """Calls served without suspending (reads from the file's buffer, tell,
     readline and peek of buffered bytes, writes into the buffer) take a
@@ -277,19 +277,18 @@ def test_a_task_making_calls_served_at_once_in_a_loop_lets_the_others_run(tmp_pa
                 await f.tell()
             elif call == "peek":
                 assert await f.peek(1)
-            elif call.endswith("write"):
+            elif "write" in call:
                 await f.write("x" if call == "text write" else b"x")
             else:
                 assert await f.readline()
 
-    async def calls():
-        mode = {"text readline": "r", "write": "ab", "text write": "a"}.get(call, "rb")
+    async def main():
+        mode = {"text readline": "r", "write": "ab", "write, wb": "wb", "text write": "a"}.get(call, "rb")
         buffering = 256 << 10 if "256 KiB" in call else -1
         async with blockio.open(p, mode, buffering=buffering) as f:
-            await loop(f)
-
-    async def main():
-        return await ticks_during(calls)
+            # (the calls alone: opening and closing suspend, and let the
+            # ticker run)
+            return await ticks_during(lambda: loop(f))
 
     assert run(main(), loop_factory) >= CALLS // TURN_BUDGET - 1
 
@@ -371,6 +370,118 @@ def test_calls_on_one_file_object_from_many_tasks_keep_their_order_on_cached_dat
         at += len(c)
     assert at == len(data)
 
+
+
+def evict(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+@LOOPS
+@BACKENDS
+@pytest.mark.parametrize("busy", ["engine read", "read at its turn"])
+@pytest.mark.parametrize("call", ["readline", "tell", "seek", "read"])
+def test_a_call_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_factory, backend, busy, call):
+    """``readline``, ``tell``, ``seek`` and ``read`` are served at once only
+    while no call on the file is in progress: made while another task's
+    read waits for the engine (evicted pages), or takes its turn of the
+    event loop with bytes still in the buffer, each waits for it and
+    starts where it ended, as aiofiles' calls do."""
+    path = tmp_path / "lines"
+    lines = [b"%07d\n" % i for i in range(200_000)]  # 8 bytes each
+    path.write_bytes(b"".join(lines))
+    e = blockio.Engine(backend=backend)
+
+    async def main():
+        async with blockio.open(path, "rb", engine=e) as f:
+            assert await f.readline() == lines[0]  # (the buffer holds more lines)
+            if busy == "engine read":
+                evict(path)
+                first = asyncio.ensure_future(f.read(800_000))  # from offset 8: through the engine
+            else:
+                set_turn_count(TURN_BUDGET - 1)
+                first = asyncio.ensure_future(f.read(800_000 if call == "tell" else 8))  # from the buffer
+            await asyncio.sleep(0)  # (it has started, and waits)
+            if call == "readline":
+                second = await f.readline()
+            elif call == "tell":
+                second = await f.tell()
+            elif call == "seek":
+                second = (await f.seek(16), await f.read(8))
+            else:
+                second = await f.read(8)
+            return await first, second
+
+    try:
+        first, second = run(main(), loop_factory)
+    finally:
+        e.close()
+    n = 100_000 if busy == "engine read" or call == "tell" else 1
+    assert first == b"".join(lines[1:1 + n])
+    assert second == {"readline": lines[1 + n], "tell": 8 + 8 * n, "seek": (16, lines[2]), "read": lines[1 + n]}[call]
+
+
+@LOOPS
+@pytest.mark.parametrize("call", ["readline", "async for", "tell"])
+def test_readline_and_tell_served_at_once_take_their_turns(tmp_path, loop_factory, call):
+    """Lines served from the buffer and ``tell``s, each one call served at
+    once, count towards the thread's turn as the others do, counted with
+    the bytes they copy."""
+    p = tmp_path / "lines"
+    line = b"x" * 999 + b"\n"
+    p.write_bytes(line * 3000)
+    calls = 3000
+
+    async def body(f):
+        if call == "readline":
+            for _ in range(calls):
+                assert await f.readline() == line
+        elif call == "async for":
+            n = 0
+            async for got in f:
+                assert got == line
+                n += 1
+            assert n == calls
+        else:
+            for _ in range(calls):
+                assert await f.tell() == 0
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=4 << 20) as f:
+            if call != "tell":
+                assert await f.peek(1)  # (the whole file in the buffer: every line served at once)
+            set_turn_count(0)
+            return await ticks_during(lambda: body(f))
+
+    assert run(main(), loop_factory) >= turns_at_least(calls, 0 if call == "tell" else len(line))
+
+
+@LOOPS
+@pytest.mark.parametrize("buffering", [-1, 4096])
+def test_a_write_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_factory, buffering):
+    """A ``write`` joining bytes already buffered is served at once only
+    while no call on the file is in progress: made while a ``seek`` takes
+    its turn of the event loop (before it runs), it waits for the seek, and
+    its bytes land where the seek went."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+
+    async def main():
+        async with blockio.open(p, "r+b", buffering=buffering) as f:
+            await f.write(b"a")
+            set_turn_count(TURN_BUDGET - 1)
+            seek = asyncio.ensure_future(f.seek(5))
+            await asyncio.sleep(0)  # (the seek holds the file, at its turn)
+            assert await f.write(b"b") == 1
+            assert await seek == 5
+            return await f.tell()
+
+    assert run(main(), loop_factory) == 6
+    assert p.read_bytes() == b"a1234b6789"
 
 
 def turns_at_least(calls, nbytes):

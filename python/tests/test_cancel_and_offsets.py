@@ -404,3 +404,53 @@ def test_the_descriptor_offset_is_the_position_once_its_number_is_given_out(tmp_
             assert os.read(fd, 2) == bytes([700 % 256, 701 % 256])  # what a child given fd would read
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("buffering", [-1, 0, 7])
+def test_calls_served_at_once_keep_a_given_out_descriptors_offset_at_the_position(tmp_path, buffering):
+    """Once the descriptor's number is given out, ``seek``, ``read``,
+    ``readline`` and ``tell`` (served at once from the buffer or the page
+    cache, or not) each leave the descriptor's offset at the file's
+    position, which is where the built-in file's position is after the
+    same calls."""
+    p = tmp_path / "f"
+    p.write_bytes(b"".join(b"%d:%s\n" % (i, b"y" * (i % 37)) for i in range(2000)))
+    steps = [("readline", -1), ("readline", 5), ("read", 3), ("tell", None), ("seek", 1000), ("readline", -1),
+             ("readline", -1), ("read", 100), ("seek", 7), ("read", 0), ("readline", 2), ("tell", None)] * 3
+
+    async def main():
+        with open(p, "rb", buffering=buffering) as ref:
+            async with blockio.open(p, "rb", buffering=buffering) as f:
+                fd = f.fileno()
+                for k, (name, arg) in enumerate(steps):
+                    if name == "tell":
+                        got, want = await f.tell(), ref.tell()
+                    else:
+                        got = await getattr(f, name)(arg)
+                        want = getattr(ref, name)(arg)
+                    assert got == want, (k, name, arg)
+                    assert os.lseek(fd, 0, os.SEEK_CUR) == ref.tell(), (k, name, arg)
+
+    asyncio.run(main())
+
+
+def test_writes_served_at_once_leave_a_given_out_descriptors_offset_where_the_buffered_bytes_go(tmp_path):
+    """Writes buffered behind others (served at once) leave the given-out
+    descriptor's offset where the buffered bytes will go, as the first
+    buffered write does; the flush moves it past them."""
+    p = tmp_path / "f"
+    p.write_bytes(b"." * 100)
+
+    async def main():
+        async with blockio.open(p, "r+b") as f:
+            fd = f.fileno()
+            await f.seek(10)
+            await f.write(b"aa")
+            assert os.lseek(fd, 0, os.SEEK_CUR) == 10
+            await f.write(b"bb")
+            assert os.lseek(fd, 0, os.SEEK_CUR) == 10 and await f.tell() == 14
+            await f.flush()
+            assert os.lseek(fd, 0, os.SEEK_CUR) == 14
+
+    asyncio.run(main())
+    assert p.read_bytes() == b"." * 10 + b"aabb" + b"." * 86

@@ -1,0 +1,396 @@
+//! `FileState`, the base of a `blockio.open` binary file object: the
+//! state its most frequent calls need (position, read-ahead buffer,
+//! whether the file can be served at once), and those calls served from
+//! it without suspending: [`seek_now`], [`read_now`], [`readline_now`],
+//! [`tell_now`] and [`write_now`].
+//!
+//! A random read is a `seek` and a `read` of a cached block, so these two
+//! calls are what a random-access workload pays per block besides the
+//! `preadv2` itself; reading lines is a `readline` per line, mostly from
+//! the buffer. Done in Python, a `seek` and a `read` cost about 500 ns
+//! (attribute loads and stores, the checks, taking and giving back the call
+//! queue's `free` item), a `readline` or a small `write` through the call
+//! queue about 3 µs;
+//! here each is one call, on fields of the object itself. Everything else
+//! the file does stays in Python (`blockio/_file.py`), which reads and
+//! writes the fields shared with it (`_pos`, `_rbuf`, `_roff`, `_seeked`)
+//! as attributes; those cost it about 30 ns each, where a slot costs 3, so
+//! what only Python uses is kept in Python's slots, and what only these
+//! calls use (the read-ahead size, the descriptor's number, the call
+//! queue, the engine) is given once ([`FileState::_serve`]).
+//!
+//! Both calls run holding the GIL from start to end (the `preadv2` and the
+//! `lseek` included), so "no call on the file in progress" (the queue's
+//! `free` list holds its item) cannot change while they run: they need not
+//! take the item, only see it there. When a call cannot be served at once
+//! (another call in progress, buffered writes, a read that would wait, a
+//! stream), they answer so, and the Python method goes through the queue.
+
+use std::os::fd::RawFd;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList};
+use pyo3::PyTraverseError;
+use pyo3::PyVisit;
+
+use crate::turns;
+use crate::Core;
+
+/// The largest offset [`seek_now`] takes: past it, whether the file system
+/// takes the position is for its `lseek` to say (see `AsyncFile._seek`).
+const QUICK_OFFSET: i64 = 1 << 40;
+
+/// A binary file object's position and read-ahead, and whether its calls
+/// may be served at once. Subclassed by `blockio._file.AsyncFile`, which
+/// sets every field in its `__init__`.
+#[pyclass(subclass, module = "blockio._blockio")]
+pub(crate) struct FileState {
+    /// The logical position: where the next read or write happens.
+    #[pyo3(get, set, name = "_pos")]
+    pos: i64,
+    /// Read ahead: `rbuf[roff..]` are the bytes at `pos` on (a `bytes`,
+    /// empty exactly when nothing is held).
+    #[pyo3(get, set, name = "_rbuf")]
+    rbuf: PyObject,
+    #[pyo3(get, set, name = "_roff")]
+    roff: usize,
+    /// The next read is the first since a seek: it reads what it asks for
+    /// and no more.
+    #[pyo3(get, set, name = "_seeked")]
+    seeked: bool,
+    /// `seek` and `tell` may be served at once: a seekable file, open,
+    /// with no writes buffered and its position known (see
+    /// `AsyncFile._requick`).
+    #[pyo3(get, name = "_quick")]
+    quick: bool,
+    /// `read` and `readline` may be served at once: `quick`, and the file
+    /// reads.
+    #[pyo3(get, name = "_quick_read")]
+    quick_read: bool,
+    /// `write` may be served at once when the write buffer holds bytes
+    /// already: a buffered seekable file, open, writing, not in append
+    /// mode (see `AsyncFile._requick`).
+    #[pyo3(get, name = "_quick_write")]
+    quick_write: bool,
+    /// The descriptor's number is known outside the file: its offset is
+    /// kept at the position (see `AsyncFile._sync_offset`).
+    #[pyo3(get, set, name = "_shared")]
+    shared: bool,
+    /// The read-ahead size (the file's buffer size; 0 unbuffered).
+    ahead: usize,
+    /// The descriptor's number.
+    num: RawFd,
+    /// The call queue's `free` list: it holds its item exactly while no
+    /// call on the file is in progress.
+    free: Option<Py<PyList>>,
+    /// The engine whose [`Core::read_cached`] reads cached bytes.
+    reader: Option<Py<Core>>,
+}
+
+#[pymethods]
+impl FileState {
+    /// An empty state, whatever the subclass's constructor takes; nothing
+    /// is served at once until [`_serve`](Self::_serve).
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(
+        py: Python<'_>,
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> Self {
+        FileState {
+            pos: 0,
+            rbuf: PyBytes::new(py, b"").into_any().unbind(),
+            roff: 0,
+            seeked: false,
+            quick: false,
+            quick_read: false,
+            quick_write: false,
+            shared: false,
+            ahead: 0,
+            num: -1,
+            free: None,
+            reader: None,
+        }
+    }
+
+    /// What the calls served at once need besides the shared fields: the
+    /// call queue's `free` list, the engine's core, the descriptor's
+    /// number and the buffer size.
+    fn _serve(&mut self, free: Py<PyList>, reader: Py<Core>, num: RawFd, bufsize: i64) {
+        self.free = Some(free);
+        self.reader = Some(reader);
+        self.num = num;
+        self.ahead = usize::try_from(bufsize).unwrap_or(0);
+    }
+
+    /// Records whether `seek` and `tell` (`quick`), `read` and
+    /// `readline` (`quick_read`) and `write` (`quick_write`) may be
+    /// served at once.
+    fn _set_quick(&mut self, quick: bool, quick_read: bool, quick_write: bool) {
+        self.quick = quick;
+        self.quick_read = quick && quick_read;
+        self.quick_write = quick_write && self.ahead > 0;
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.rbuf)?;
+        visit.call(&self.free)?;
+        visit.call(&self.reader)
+    }
+
+    fn __clear__(&mut self, py: Python<'_>) {
+        self.rbuf = PyBytes::new(py, b"").into_any().unbind();
+        self.free = None;
+        self.reader = None;
+    }
+}
+
+impl FileState {
+    /// Whether no call on the file is in progress.
+    fn free(&self, py: Python<'_>) -> bool {
+        self.free.as_ref().is_some_and(|f| f.bind(py).len() == 1)
+    }
+
+    /// Moves the position to `to`; the descriptor's offset follows when
+    /// its number is known outside the file.
+    fn moved_to(&mut self, to: i64) {
+        self.pos = to;
+        if self.shared {
+            // SAFETY: lseek has no memory effects. A failure (a
+            // descriptor closed behind the file's back) is ignored, as
+            // `AsyncFile._sync_offset` ignores it.
+            unsafe { libc::lseek(self.num, to, libc::SEEK_SET) };
+        }
+    }
+
+    /// `size` bytes from the read-ahead buffer (all there), or `False`
+    /// when the call is to take its turn of the event loop first.
+    fn take_held(
+        &mut self,
+        py: Python<'_>,
+        held: &Bound<'_, PyBytes>,
+        size: usize,
+    ) -> Option<PyObject> {
+        if self.roff.checked_add(size)? > held.as_bytes().len() {
+            return None;
+        }
+        if turns::turn_due(size) {
+            return Some(PyBool::new(py, false).to_owned().into_any().unbind());
+        }
+        self.take(py, held, size)
+    }
+
+    /// Takes the next `n` bytes of the read-ahead buffer `held` (`n` of
+    /// them there), moving the position past them.
+    fn take(&mut self, py: Python<'_>, held: &Bound<'_, PyBytes>, n: usize) -> Option<PyObject> {
+        let all = held.as_bytes();
+        let end = self.roff + n;
+        let to = self.pos.checked_add(i64::try_from(n).ok()?)?;
+        let out = if self.roff == 0 && end == all.len() {
+            held.clone()
+        } else {
+            PyBytes::new(py, &all[self.roff..end])
+        };
+        if end == all.len() {
+            self.rbuf = PyBytes::new(py, b"").into_any().unbind();
+            self.roff = 0;
+        } else {
+            self.roff = end;
+        }
+        self.moved_to(to);
+        Some(out.into_any().unbind())
+    }
+
+    /// `size` bytes (not 0) read at the position if they are all in the
+    /// page cache (see [`Core::read_cached`]), reading ahead to fill the
+    /// buffer unless this is the first read since a seek; `False` when the
+    /// call is to take its turn of the event loop first.
+    fn read_cached(&mut self, py: Python<'_>, size: usize) -> Option<PyObject> {
+        let reader = self.reader.as_ref()?.bind(py).borrow();
+        let want = if self.seeked || size >= self.ahead {
+            size
+        } else {
+            self.ahead
+        };
+        let to = self.pos.checked_add(i64::try_from(size).ok()?)?;
+        if turns::due() {
+            return Some(PyBool::new(py, false).to_owned().into_any().unbind());
+        }
+        let data = reader.read_cached(py, self.num, self.pos, i64::try_from(want).ok()?)?;
+        drop(reader);
+        turns::served(want);
+        self.seeked = false;
+        let out = if want > size {
+            let head = PyBytes::new(py, &data.as_bytes()[..size]);
+            self.rbuf = data.into_any().unbind();
+            self.roff = size;
+            head
+        } else {
+            data
+        };
+        self.moved_to(to);
+        Some(out.into_any().unbind())
+    }
+}
+
+/// `file.seek(offset, whence)` served at once, if it can be: an absolute
+/// seek (`whence` the int 0) to an int `offset` from 0 to 2**40, with no
+/// call on the file in progress and nothing to flush. Whether it was; if
+/// not, nothing changed.
+#[pyfunction]
+pub(crate) fn seek_now(
+    file: &Bound<'_, FileState>,
+    offset: &Bound<'_, PyAny>,
+    whence: &Bound<'_, PyAny>,
+) -> bool {
+    let py = file.py();
+    if !(whence.is_exact_instance_of::<PyInt>() && whence.extract::<i64>().is_ok_and(|w| w == 0)) {
+        return false;
+    }
+    if !offset.is_exact_instance_of::<PyInt>() {
+        return false;
+    }
+    let Ok(to) = offset.extract::<i64>() else {
+        return false;
+    };
+    if !(0..=QUICK_OFFSET).contains(&to) {
+        return false;
+    }
+    let Ok(mut st) = file.try_borrow_mut() else {
+        return false;
+    };
+    if !st.quick || !st.free(py) {
+        return false;
+    }
+    st.rbuf = PyBytes::new(py, b"").into_any().unbind();
+    st.roff = 0;
+    st.seeked = true;
+    st.moved_to(to);
+    true
+}
+
+/// `file.read(size)` served at once, if it can be: `size` an int of 0 or
+/// more, no call on the file in progress, and the bytes all in the file's
+/// read-ahead buffer or all in the page cache. The bytes; `None` if it
+/// cannot be (nothing changed); `False` if it could be but its turn of the
+/// event loop is due first (nothing changed, and the count of calls served
+/// at once starts again: see [`turns`]).
+#[pyfunction]
+pub(crate) fn read_now(file: &Bound<'_, FileState>, size: &Bound<'_, PyAny>) -> Option<PyObject> {
+    let py = file.py();
+    if !size.is_exact_instance_of::<PyInt>() {
+        return None;
+    }
+    let size = size.extract::<usize>().ok()?;
+    let mut st = file.try_borrow_mut().ok()?;
+    if !st.quick_read || !st.free(py) {
+        return None;
+    }
+    let held = st.rbuf.bind(py).downcast::<PyBytes>().ok()?.clone();
+    if !held.as_bytes().is_empty() {
+        return st.take_held(py, &held, size);
+    }
+    if size == 0 {
+        return Some(held.into_any().unbind());
+    }
+    st.read_cached(py, size)
+}
+
+/// `file.readline(size)` served at once, if it can be: `size` an int (not
+/// 0), a buffered file, no call on the file in progress, the line (up to
+/// its `\n`, or `size` bytes) all in the read-ahead buffer, and the
+/// thread's turn of the event loop not due (see [`turns`]). The line, or
+/// `None` (nothing changed: the queued `readline` reads it, or takes the
+/// turn).
+#[pyfunction]
+pub(crate) fn readline_now(
+    file: &Bound<'_, FileState>,
+    size: &Bound<'_, PyAny>,
+) -> Option<PyObject> {
+    let py = file.py();
+    if !size.is_exact_instance_of::<PyInt>() {
+        return None;
+    }
+    let limit = match size.extract::<i64>().ok()? {
+        0 => return None,
+        n if n < 0 => usize::MAX,
+        n => usize::try_from(n).ok()?,
+    };
+    let mut st = file.try_borrow_mut().ok()?;
+    if !st.quick_read || st.ahead == 0 || !st.free(py) || turns::is_due() {
+        return None;
+    }
+    let held = st.rbuf.bind(py).downcast::<PyBytes>().ok()?.clone();
+    let rest = held.as_bytes().get(st.roff..)?;
+    let n = match rest.iter().take(limit).position(|&b| b == b'\n') {
+        Some(i) => i + 1,
+        None if rest.len() >= limit => limit,
+        None => return None, // (the line goes on past the buffer, or it is empty)
+    };
+    turns::served(n);
+    st.take(py, &held, n)
+}
+
+/// `file.tell()` served at once, if it can be: no call on the file in
+/// progress, the position known and nothing to flush, and the thread's
+/// turn of the event loop not due (see [`turns`]). The position, or `None`
+/// (nothing changed: the queued `tell` answers, or takes the turn).
+#[pyfunction]
+pub(crate) fn tell_now(file: &Bound<'_, FileState>) -> Option<i64> {
+    let py = file.py();
+    let st = file.try_borrow().ok()?;
+    if !st.quick || !st.free(py) || turns::is_due() {
+        return None;
+    }
+    turns::served(0);
+    Some(st.pos)
+}
+
+/// `file.write(data)` served at once, if it can be: `data` a `bytes` or
+/// `bytearray` (not empty), no call on the file in progress, and the
+/// bytes joining others already in the write buffer `wbuf` (the file's
+/// `_wbuf`, kept in Python, whose code uses it most) without filling it,
+/// and the thread's turn of the event loop not due (see [`turns`]). The
+/// byte count, or `None` (nothing changed: the queued `write` writes
+/// them, or takes the turn). The first write after a flush is never served
+/// here: it sets where the buffered bytes go (`_wpos`).
+#[pyfunction]
+pub(crate) fn write_now(
+    file: &Bound<'_, FileState>,
+    data: &Bound<'_, PyAny>,
+    wbuf: &Bound<'_, PyByteArray>,
+) -> Option<usize> {
+    let py = file.py();
+    let n = if let Ok(b) = data.downcast_exact::<PyBytes>() {
+        b.as_bytes().len()
+    } else if let Ok(b) = data.downcast_exact::<PyByteArray>() {
+        b.len()
+    } else {
+        return None;
+    };
+    let mut st = file.try_borrow_mut().ok()?;
+    let held = wbuf.len();
+    if n == 0 || held == 0 || held.checked_add(n)? >= st.ahead || data.is(wbuf) {
+        return None;
+    }
+    if !st
+        .rbuf
+        .bind(py)
+        .downcast::<PyBytes>()
+        .ok()?
+        .as_bytes()
+        .is_empty()
+    {
+        return None; // (never, with bytes buffered to write: a read flushes them first)
+    }
+    if !st.quick_write || !st.free(py) || turns::is_due() {
+        return None;
+    }
+    let to = st.pos.checked_add(i64::try_from(n).ok()?)?;
+    wbuf.call_method1(pyo3::intern!(py, "extend"), (data,))
+        .ok()?;
+    turns::served(n);
+    st.pos = to;
+    Some(n)
+}
