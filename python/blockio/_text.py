@@ -22,7 +22,7 @@ import locale
 import os
 from typing import Any, Iterable, List, Optional, Tuple, Union
 
-from ._blockio import count_copied
+from ._blockio import TURN_BUDGET, count_copied, turn_count, turn_due
 from ._file import AsyncFile, _count_arg, _int_arg, _size_arg
 from ._calls import one_at_a_time, one_at_a_time_kept, one_at_a_time_taking_turns
 from ._lines import LineReader
@@ -66,6 +66,8 @@ class AsyncTextFile(LineReader[str]):
         self.buffer = buffer
         self._file = buffer._file
         self._calls = buffer._calls
+        #: The queue's ``free`` list, taken by ``readline`` served at once.
+        self._free = buffer._calls.free
         self.mode = mode
         self.name = buffer.name
         self.encoding = encoding or _default_encoding()
@@ -348,10 +350,37 @@ class AsyncTextFile(LineReader[str]):
         i = text.find(nl, start)
         return -1 if i < 0 else i + len(nl)
 
-    @one_at_a_time_taking_turns
     async def readline(self, size: int = -1) -> str:
         """One line with its ending (``""`` at end of file); at most
         ``size`` characters when ``size`` is given."""
+        # The common case, served at once: a whole line in the text decoded
+        # ahead, while no other call on the file is in progress (taking the
+        # queue's `free` item makes sure of that, from any thread; nothing
+        # here awaits) and the thread's turn of the event loop is not due
+        # (see `turns` in the core; a call at its turn goes through the
+        # queue, which takes it). Counted as the queue counts a call.
+        free = self._free
+        if size == -1 and type(size) is int:
+            try:
+                free.pop()
+            except IndexError:
+                pass  # taken meanwhile by another thread: `_readline` says so
+            else:
+                try:
+                    if self.buffer._quick_read and turn_count() < TURN_BUDGET - 1:
+                        used = self._used
+                        end = self._line_end(self._decoded, used)
+                        if end >= 0:
+                            turn_due(end - used)  # (not due: counts the call and its characters)
+                            self._used = end
+                            return self._decoded[used:end]
+                finally:
+                    free.append(None)
+        line: str = await self._readline(size)
+        return line
+
+    @one_at_a_time_taking_turns
+    async def _readline(self, size: int) -> str:
         limit = _count_arg(size)
         self._check_readable()
         scanned = 0  # (pending characters searched already)

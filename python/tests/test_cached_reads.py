@@ -426,6 +426,35 @@ def test_a_call_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_fac
 
 
 @LOOPS
+@pytest.mark.parametrize("busy", ["engine read", "read at its turn"])
+def test_a_text_readline_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_factory, busy):
+    """A text file's ``readline`` of a line decoded ahead is served at once
+    only while no call on the file is in progress: made while another
+    task's ``read`` waits for the engine or takes its turn, it waits for it
+    and reads the line after what that read returned."""
+    path = tmp_path / "lines"
+    lines = ["%07d\n" % i for i in range(200_000)]  # 8 characters each
+    path.write_text("".join(lines))
+
+    async def main():
+        async with blockio.open(path, "r") as f:
+            assert await f.readline() == lines[0]  # (more lines decoded ahead)
+            if busy == "engine read":
+                evict(path)
+                first = asyncio.ensure_future(f.read(800_000))
+            else:
+                set_turn_count(TURN_BUDGET - 1)
+                first = asyncio.ensure_future(f.read(8))
+            await asyncio.sleep(0)  # (it has started, and waits)
+            second = await f.readline()
+            return await first, second
+
+    first, second = run(main(), loop_factory)
+    n = 100_000 if busy == "engine read" else 1
+    assert first == "".join(lines[1:1 + n]) and second == lines[1 + n]
+
+
+@LOOPS
 @pytest.mark.parametrize("call", ["readline", "async for", "tell"])
 def test_readline_and_tell_served_at_once_take_their_turns(tmp_path, loop_factory, call):
     """Lines served from the buffer and ``tell``s, each one call served at
