@@ -380,10 +380,19 @@ class AsyncFile(FileState, LineReader[bytes]):
                 f._sync_offset()
 
         desc.on_share = on_share
+
+        def settle() -> None:
+            f = me()
+            if f is not None:
+                f._requick()
+
+        # (through a weak reference, as `on_share`: the file holds its queue,
+        # and a queue holding the file would keep a dropped file alive until
+        # the cycle collector runs, its buffered bytes unwritten until then)
+        self._calls.settle = settle
         #: Mirrors ``desc.shared`` for the calls served at once.
         self._shared = desc.shared
         self._serve(self._calls.free, engine._core, desc.num, buffer_size)
-        self._calls.settle = self._requick
         self._calls.turn_due = turn_due
         self._requick()
 

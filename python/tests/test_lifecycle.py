@@ -887,3 +887,39 @@ def test_one_buffer_twice_in_a_read_batch_is_refused(data_file, backend):
         assert e.readinto_batch([(f, view[:4096], 0), (f, view[4096:], 4096)]) == [4096, 4096]
         assert bytes(buf) == data[:8192]
     e.close()
+
+
+@pytest.mark.parametrize("mode", ["r+b", "wb", "w", "r+"])
+def test_a_file_dropped_unclosed_writes_its_buffered_bytes_at_once(tmp_path, mode):
+    """A file dropped without ``close()`` writes what it buffered as soon
+    as its last reference goes (with a ``ResourceWarning``), as the
+    built-in's and aiofiles' do, not whenever the cycle collector runs: by
+    then another writer may have rewritten the file, and the stale bytes
+    would land over the new ones."""
+    import gc
+    import warnings
+
+    p = tmp_path / "f"
+    p.write_bytes(b"old-contents\n")
+    text = "b" not in mode
+
+    async def main():
+        f = await blockio.open(p, mode)
+        await f.seek(0)
+        if "r" in mode:
+            await f.readline()
+            await f.seek(0)
+        await f.write("X" if text else b"X")
+        await f.tell()
+        await f.write("YZ" if text else b"YZ")  # (joins the buffer)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            del f
+        return p.read_bytes()
+
+    gc.disable()
+    try:
+        got = asyncio.run(main())
+    finally:
+        gc.enable()
+    assert got == (b"XYZ-contents\n" if "r" in mode else b"XYZ")
