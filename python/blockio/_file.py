@@ -436,12 +436,18 @@ class AsyncFile(FileState, LineReader[bytes]):
         return self._file.fd  # (shares it: the offset follows the position from now on)
 
     def readable(self) -> bool:
-        """Whether the file was opened for reading."""
+        """Whether the file was opened for reading (``False`` even once
+        closed for a buffered file that only writes, as the built-in's)."""
+        if not self._readable and self._bufsize != 0:
+            return False
         self._check_open()
         return self._readable
 
     async def writable(self) -> bool:
-        """Whether the file was opened for writing."""
+        """Whether the file was opened for writing (``False`` even once
+        closed for a buffered file that only reads, as the built-in's)."""
+        if not self._writable and self._bufsize != 0:
+            return False
         self._check_open()
         return self._writable
 
@@ -501,16 +507,29 @@ class AsyncFile(FileState, LineReader[bytes]):
                 raise io.UnsupportedOperation("File or stream is not seekable.")
             raise OSError(errno.ESPIPE, os.strerror(errno.ESPIPE), self.name)
 
+    def _refuse_unbuffered_mode(self, readable: bool, call: str) -> None:
+        """For a buffered file that does not read (``readable``, or write):
+        ``UnsupportedOperation`` naming the call, first of all (before its
+        arguments are looked at, or whether it is closed), as the built-in
+        buffered file's, which has no such method."""
+        if self._bufsize != 0 and not (self._readable if readable else self._writable):
+            raise io.UnsupportedOperation(call)
+
     def _check_readable(self, call: str = "read") -> None:
         """``UnsupportedOperation`` unless the file reads, in the built-in's
         words: FileIO's unbuffered, the buffered file's (the call's name)
-        otherwise."""
+        otherwise. A buffered file that does not read says so before it
+        says it is closed (see `_refuse_unbuffered_mode`)."""
+        self._refuse_unbuffered_mode(True, call)
         self._check_open()
         if not self._readable:
-            raise io.UnsupportedOperation("File not open for reading" if self._bufsize == 0 else call)
+            raise io.UnsupportedOperation("File not open for reading")
 
     def _check_writable(self, call: str = "write") -> None:
-        """As :meth:`_check_readable`, for writing."""
+        """As :meth:`_check_readable`, for writing (only ``write`` is a
+        method the built-in buffered file that reads lacks)."""
+        if call == "write":
+            self._refuse_unbuffered_mode(False, call)
         self._check_open()
         if not self._writable:
             raise io.UnsupportedOperation("File not open for writing" if self._bufsize == 0 else call)
@@ -749,6 +768,7 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     @one_at_a_time_taking_turns
     async def _read(self, size: Optional[int]) -> bytes:
+        self._refuse_unbuffered_mode(True, "read")
         size = _size_arg(size)
         self._check_readable()
         if size < -1 and self._bufsize > 0:
@@ -822,6 +842,7 @@ class AsyncFile(FileState, LineReader[bytes]):
     async def read1(self, size: int = -1) -> bytes:
         """At most one read from the file: what the read buffer holds, or
         one read of up to ``size`` bytes (a buffer's worth when negative)."""
+        self._refuse_unbuffered_mode(True, "read1")
         size = _count_arg(size)
         self._check_readable("read1")
         if self._rbuf:
@@ -1089,13 +1110,16 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     @one_at_a_time_kept
     async def _write(self, data: Buffer) -> int:
-        self._check_writable()
+        # (the built-in's order: the mode of a buffered file, the argument,
+        # then whether the file is closed)
+        self._refuse_unbuffered_mode(False, "write")
         if isinstance(data, str):
             raise TypeError("a bytes-like object is required, not 'str'")
         view = memoryview(data)
         if not view.c_contiguous:
             view.release()
             raise BufferError("memoryview: underlying buffer is not C-contiguous")
+        self._check_writable()
         view = view.cast("B")
         if not view:
             return 0  # moves nothing, not even to the end in append mode

@@ -36,12 +36,17 @@ class LineReader(Generic[AnyStr]):
         """One line; the empty value at end of file."""
         raise NotImplementedError
 
+    def _check_open(self) -> None:
+        """``ValueError`` once the file is closed (or detached)."""
+        raise NotImplementedError
+
     @one_at_a_time_taking_turns
     async def readlines(self, hint: Optional[int] = -1) -> List[AnyStr]:
         """The remaining lines; with a positive ``hint``, stopping once the
         lines read hold more than ``hint`` bytes or characters, as the
         built-in file's ``readlines`` does."""
         limit = _hint(hint)
+        self._check_open()  # (first, as the built-in's readlines: then the mode, by readline)
         lines: List[AnyStr] = []
         total = 0
         # Cancelled (or failed) part-way, it leaves the position where it

@@ -112,6 +112,10 @@ class AsyncTextFile(LineReader[str]):
     def _sync_offset(self) -> None:
         self.buffer._sync_offset()
 
+    def _check_open(self) -> None:
+        """``ValueError`` once the file is closed (or detached)."""
+        self.buffer._check_open()
+
     @property
     def newlines(self) -> Union[str, Tuple[str, ...], None]:
         """The line endings read so far with ``newline=None`` or ``""``
@@ -403,9 +407,9 @@ class AsyncTextFile(LineReader[str]):
     async def write(self, s: str) -> int:
         """Writes ``s`` (newlines translated, then encoded); the number of
         characters."""
-        self._check_writable()
-        if not isinstance(s, str):
+        if not isinstance(s, str):  # (the argument first, as the built-in's)
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        self._check_writable()
         if self._decoded or self._snap is not None:
             # As the built-in text file does, decoded text read ahead is
             # dropped and the write lands at the binary file's position,
@@ -446,6 +450,7 @@ class AsyncTextFile(LineReader[str]):
         list. A string that is not a ``str`` or cannot be encoded raises
         after the strings before it are written, with the error writing it
         alone gives, as the built-in file's ``writelines`` does."""
+        self._check_open()  # (first, as the built-in's)
         strings = list(lines)
         for k, line in enumerate(strings):
             if not isinstance(line, str):

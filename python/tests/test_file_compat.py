@@ -1741,3 +1741,60 @@ def test_detach_returns_what_the_builtins_returns(tmp_path, mode):
     got_type, after = run(main())
     assert got_type is want
     assert after in (None, b"34")
+
+
+_MODE_CALLS = [("write", (b"x",)), ("write", ("s",)), ("read", (1,)), ("read", (-1,)), ("read", (2.0,)), ("read", (-5,)),
+               ("read1", (1,)), ("read1", (2.0,)), ("readline", ()), ("readline", (2.0,)),
+               ("readinto", (bytearray(1),)), ("readinto", (b"x",)), ("writable", ()), ("readable", ()),
+               ("truncate", ()), ("writelines", ([b"x"],)), ("writelines", (["x"],)), ("readlines", ()),
+               ("readlines", (2.0,)), ("flush", ()), ("tell", ()), ("seek", (0,)), ("seekable", ())]
+
+
+@pytest.mark.parametrize("closed", [False, True], ids=["open", "closed"])
+@pytest.mark.parametrize("mode,buffering", [(m, b) for m in ("rb", "wb", "ab", "r+b") for b in (-1, 0)]
+                         + [(m, -1) for m in ("r", "w", "a", "r+")])
+def test_a_call_the_mode_refuses_fails_as_the_builtins_does(tmp_path, mode, buffering, closed):
+    """Each call on a file whose mode refuses it, or that is closed, or
+    with an argument of the wrong type, raises what the built-in file's
+    raises, checked in the same order: for a buffered file, a method its
+    class lacks (``write`` on a reader, the reads on a writer) is refused
+    first; then the argument; then whether the file is closed; then the
+    mode. ``UnsupportedOperation``'s message is the built-in's too."""
+    p = tmp_path / "f"
+
+    def outcome(r):
+        return ("ok", bytes(r) if isinstance(r, (bytes, bytearray)) else r)
+
+    def failed(e):
+        return (type(e).__name__, str(e) if isinstance(e, io.UnsupportedOperation) else "")
+
+    async def main():
+        mismatches = []
+        for call, args in _MODE_CALLS:
+            p.write_bytes(b"abc\n")
+            f = open(p, mode, buffering=buffering)
+            if closed:
+                f.close()
+            m = getattr(f, call, None)
+            if m is None:
+                continue  # (FileIO has no read1: blockio's has, as aiofiles' does)
+            try:
+                want = outcome(m(*args))
+            except Exception as e:
+                want = failed(e)
+            f.close()
+            p.write_bytes(b"abc\n")
+            g = await blockio.open(p, mode, buffering=buffering)
+            if closed:
+                await g.close()
+            try:
+                r = getattr(g, call)(*args)
+                got = outcome(await r if asyncio.iscoroutine(r) else r)
+            except Exception as e:
+                got = failed(e)
+            await g.close()
+            if got != want:
+                mismatches.append((call, args, want, got))
+        return mismatches
+
+    assert run(main()) == []
