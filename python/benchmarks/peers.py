@@ -27,6 +27,10 @@ machine-wide ``drop_caches``), by ``Engine.read_files``, a
 ``ThreadPoolExecutor`` of 8 threads running ``Path.read_bytes``, and a plain
 loop of ``Path.read_bytes``.
 
+``--calls``: the cost of one call on a file object (``readline``,
+``tell``, a small ``write``, ...) against turbofile, aiofiles and the
+built-in ``open`` (see ``calls.py``).
+
 turbofile and urio need Python 3.12 or later: scripts/python-bench-peers
 makes a venv on one and runs this file there.
 """
@@ -45,6 +49,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import blockio
+import calls
 from bench import evict, make_file, warm  # the data file and cache control the main benchmark uses
 
 BLOCK = 4096
@@ -315,13 +320,22 @@ def main() -> int:
                          + ", ".join(CONTENDERS))
     ap.add_argument("--read-files", action="store_true", help="also the small-files benchmark")
     ap.add_argument("--only-read-files", action="store_true", help="only the small-files benchmark")
+    ap.add_argument("--calls", action="store_true", help="also the cost of one call on a file object (calls.py)")
+    ap.add_argument("--only-calls", action="store_true", help="only the cost of one call on a file object")
+    ap.add_argument("--call-seconds", type=float, default=0.5, help="seconds per call and contender (--calls)")
     ap.add_argument("--tree", default="bench-data/py-tree")
     ap.add_argument("--files", type=int, default=10000)
     args = ap.parse_args()
-    if args.size_mib < 8 or args.seconds <= 0 or args.rounds < 1 or args.files < 1:
-        ap.error("--size-mib must be at least 8, --seconds above 0, --rounds and --files at least 1")
-    if not args.only_read_files:
+    if args.size_mib < 8 or args.seconds <= 0 or args.call_seconds <= 0 or args.rounds < 1 or args.files < 1:
+        ap.error("--size-mib must be at least 8, --seconds and --call-seconds above 0, --rounds and --files "
+                 "at least 1")
+    if not (args.only_read_files or args.only_calls):
         peers(args)
+    if args.calls or args.only_calls:
+        make_file(args.file, args.size_mib << 20)
+        warm(args.file)
+        calls.run(args.file, "bench-data/py-lines.txt", "bench-data/py-calls-scratch.bin", args.rounds,
+                  args.call_seconds)
     if args.read_files or args.only_read_files:
         read_files_bench(args)
     return 0
