@@ -82,6 +82,11 @@ _MAX_OFFSET = (1 << 63) - 1
 _OFF_T = range(-(1 << 63), 1 << 63)
 _C_INT = range(-(1 << 31), 1 << 31)
 
+#: Whether the built-in buffered file that only writes refuses ``read``
+#: and ``read1`` before looking at their size (Python 3.11 and older;
+#: from 3.12 on, a size of the wrong type raises ``TypeError`` first).
+_MODE_BEFORE_SIZE = sys.version_info < (3, 12)
+
 #: The largest offset ``seek`` takes at once, with no system call (1 TiB);
 #: past it the file system's ``lseek`` checks the offset, as the built-in
 #: file's seek does, so that an offset the file system refuses fails at
@@ -768,7 +773,8 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     @one_at_a_time_taking_turns
     async def _read(self, size: Optional[int]) -> bytes:
-        self._refuse_unbuffered_mode(True, "read")
+        if _MODE_BEFORE_SIZE:
+            self._refuse_unbuffered_mode(True, "read")
         size = _size_arg(size)
         self._check_readable()
         if size < -1 and self._bufsize > 0:
@@ -842,7 +848,8 @@ class AsyncFile(FileState, LineReader[bytes]):
     async def read1(self, size: int = -1) -> bytes:
         """At most one read from the file: what the read buffer holds, or
         one read of up to ``size`` bytes (a buffer's worth when negative)."""
-        self._refuse_unbuffered_mode(True, "read1")
+        if _MODE_BEFORE_SIZE:
+            self._refuse_unbuffered_mode(True, "read1")
         size = _count_arg(size)
         self._check_readable("read1")
         if self._rbuf:
