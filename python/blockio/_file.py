@@ -914,7 +914,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         except TypeError:
             size = -1
         if size < 0:
-            raise TypeError(f"readinto() argument must be read-write bytes-like object, not {_type_name(buf)}")
+            # (FileIO's words, unbuffered, from Python 3.12 on: "argument 1")
+            which = " 1" if self._bufsize == 0 and sys.version_info >= (3, 12) else ""
+            raise TypeError(f"readinto() argument{which} must be read-write bytes-like object, not {_type_name(buf)}")
         self._check_readable()
         if self._stream:
             # As `read`: buffered, until `buf` is full or the stream ends,

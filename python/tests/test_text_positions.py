@@ -7,6 +7,7 @@ import asyncio
 import io
 import os
 import random
+import sys
 import tracemalloc
 
 import pytest
@@ -107,14 +108,19 @@ def test_seek_to_tell_anywhere_continues_as_the_builtin(tmp_path, encoding, newl
 def test_utf16_write_at_the_start_then_readline(tmp_path):
     """F-3: readline, seek(0), write(""), readline in r+ UTF-16 returns
     the first line, as the built-in does (no 'stream does not start with
-    BOM' error)."""
+    BOM' error). (The built-in of Python 3.13 raises that error itself
+    here; on it, the first line is what blockio's must return.)"""
     p = tmp_path / "f"
     p.write_bytes("line1\nline2\n".encode("utf-16"))
     with open(p, "r+", encoding="utf-16") as f:
         f.readline()
         f.seek(0)
         f.write("")
-        want = f.readline()
+        try:
+            want = f.readline()
+        except UnicodeDecodeError:
+            assert sys.version_info >= (3, 13)
+            want = "line1\n"
 
     async def main():
         async with blockio.open(p, "r+", encoding="utf-16") as f:
