@@ -101,6 +101,21 @@ _QUICK_OFFSET = 1 << 40
 _MAX_IO = 0x7FFFF000
 
 
+def _snapshot(data: Any) -> Any:
+    """The bytes a buffer holds now (``bytes``), for a write that waits for
+    its turn; ``data`` itself if it is no C-contiguous buffer (the write
+    refuses it at its turn, with the error the built-in's gives)."""
+    if isinstance(data, (str, bytes)):
+        return data
+    try:
+        with memoryview(data) as view:
+            if view.c_contiguous:
+                return view.tobytes()
+    except TypeError:
+        pass
+    return data
+
+
 def _size_arg(size: Any, default: int = -1) -> int:
     """A ``size`` argument as the built-in files take it: an int (or an
     object with ``__index__``), or None for ``default``; anything else
@@ -1114,6 +1129,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         n = write_now(self, data, self._wbuf)  # (into the buffer, served at once)
         if n is not None:
             return n
+        if not self._calls.free and type(data) is not bytes:
+            # Another call is in progress, so this one waits for its turn:
+            # it writes the bytes ``data`` holds now, as the built-in's
+            # write, made at once, would (not what it holds by then).
+            data = _snapshot(data)
         got: int = await self._write(data)
         return got
 

@@ -457,3 +457,40 @@ def test_writes_served_at_once_leave_a_given_out_descriptors_offset_where_the_bu
 
     asyncio.run(main())
     assert p.read_bytes() == b"." * 10 + b"aabb" + b"." * 86
+
+
+@pytest.mark.parametrize("kind", ["bytearray", "memoryview", "array"])
+@pytest.mark.parametrize("buffering", [-1, 0, 4096])
+def test_a_write_waiting_for_its_turn_writes_the_bytes_it_was_given(tmp_path, kind, buffering):
+    """A ``write`` made while another call is in progress waits for its
+    turn, and writes the bytes its buffer held when it was made (as the
+    built-in's write, made at once, does): changing, growing or clearing
+    the buffer meanwhile changes nothing, and it returns their count."""
+    import array
+
+    from blockio._blockio import TURN_BUDGET, set_turn_count
+
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    store = bytearray(b"B" * 1000)
+    data = {"bytearray": store, "memoryview": memoryview(store), "array": array.array("B", store)}[kind]
+
+    async def main():
+        async with blockio.open(p, "r+b", buffering=buffering) as f:
+            await f.seek(10)
+            set_turn_count(TURN_BUDGET - 1)
+            told = asyncio.ensure_future(f.tell())  # (at its turn of the loop: it takes it, holding the file)
+            write = asyncio.ensure_future(f.write(data))
+            await asyncio.sleep(0)  # (both have started, in that order: the write waits for the tell)
+            if kind == "array":
+                data[0:1000] = array.array("B", b"C" * 1000)
+                data.extend(b"D" * 5000)
+            else:
+                store[:] = b"C" * 1000
+                if kind == "bytearray":
+                    store.extend(b"D" * 5000)
+            assert await told == 10
+            return await write
+
+    assert asyncio.run(main()) == 1000
+    assert p.read_bytes() == b"0123456789" + b"B" * 1000
