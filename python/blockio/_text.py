@@ -11,7 +11,9 @@ binary :class:`~blockio.AsyncFile`, with the built-in ``open``'s
 * ``tell()`` is a byte offset (the built-in returns an opaque cookie). It is
   exact for encodings whose decoder has no state after the first bytes
   (UTF-8, ASCII, Latin-1, ...); with UTF-16 or UTF-32 seek only to 0 or to
-  a value that ``tell()`` returned at a line start.
+  a value that ``tell()`` returned at a line start. Codecs with shift
+  states (UTF-7, ISO-2022, HZ) have none at a line start; elsewhere no
+  byte offset can hold it, and ``tell()`` raises ``OSError``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,27 @@ def _default_encoding() -> str:
 _BOM_CODECS = ("utf-16", "utf-32", "utf-8-sig")
 
 
+#: Codecs whose decoder keeps a state between characters (shift sequences)
+#: that no byte offset can restore: their lines start with none.
+_STATEFUL_CODECS = frozenset({"utf-7", "hz", "iso2022_jp", "iso2022_jp_1", "iso2022_jp_2", "iso2022_jp_2004",
+                              "iso2022_jp_3", "iso2022_jp_ext", "iso2022_kr"})
+
+#: ``newlines``' endings as bits, in the built-in decoder's order.
+_NL_ORDER = (("\r", 2), ("\n", 1), ("\r\n", 4))
+
+
+def _nl_bits(nl: Union[str, Tuple[str, ...], None]) -> int:
+    """A decoder's ``newlines`` as bits."""
+    seen = (nl,) if isinstance(nl, str) else nl or ()
+    return sum(bit for end, bit in _NL_ORDER if end in seen)
+
+
+def _nl_value(bits: int) -> Union[str, Tuple[str, ...], None]:
+    """Bits as a decoder's ``newlines`` gives them: None, one, or a tuple."""
+    ends = tuple(end for end, bit in _NL_ORDER if bits & bit)
+    return None if not ends else ends[0] if len(ends) == 1 else ends
+
+
 class AsyncTextFile(LineReader[str]):
     """A text file opened by :func:`blockio.open`: the coroutines of
     :class:`~blockio.AsyncFile` over ``str`` (``read(n)`` counts
@@ -97,6 +120,13 @@ class AsyncTextFile(LineReader[str]):
         #: The decoder's state flags once past the file's start (its BOM),
         #: learnt on the first seek past it.
         self._start_flags: Optional[int] = None
+        #: The line endings seen before the decoder was last reset (bits:
+        #: see `_nl_bits`), for ``newlines``.
+        self._nl_seen = 0
+        #: The codec keeps a state between characters that a byte offset
+        #: cannot hold (its shift sequences), so ``tell`` works only at a
+        #: line start, where the codec has none.
+        self._stateful = codecs.lookup(self.encoding).name in _STATEFUL_CODECS
 
     # -- state ----------------------------------------------------------------
 
@@ -120,9 +150,10 @@ class AsyncTextFile(LineReader[str]):
     def newlines(self) -> Union[str, Tuple[str, ...], None]:
         """The line endings read so far with ``newline=None`` or ``""``
         (``"\\n"``, ``"\\r\\n"``, a tuple of several, or None), as the
-        built-in text file's attribute."""
-        nl: Union[str, Tuple[str, ...], None] = getattr(self._decoder, "newlines", None)
-        return nl
+        built-in text file's attribute: kept across seeks (the decoder's
+        own are lost when it is reset), forgotten by a seek to the start or
+        the end, as the built-in's."""
+        return _nl_value(self._nl_seen | _nl_bits(getattr(self._decoder, "newlines", None)))
 
     def readable(self) -> bool:
         """Whether the file was opened for reading."""
@@ -280,6 +311,7 @@ class AsyncTextFile(LineReader[str]):
 
     def _reset_decoding(self) -> None:
         if self._decoder is not None:
+            self._nl_seen |= _nl_bits(getattr(self._decoder, "newlines", None))
             self._decoder.reset()
         self._decoded, self._used, self._snap, self._eof, self._cp = "", 0, None, False, None
 
@@ -621,7 +653,18 @@ class AsyncTextFile(LineReader[str]):
         await self.buffer._flush_writes()
         if self._snap is None:
             return await self.buffer.tell()
+        if self._stateful and not self._at_line_start():
+            raise OSError(f"can't reconstruct logical file position: the {self.encoding} decoder keeps a state "
+                          "between characters that a byte offset cannot hold; tell() works at a line start")
         return self._tell_bytes()
+
+    def _at_line_start(self) -> bool:
+        """Whether the next character to return starts a line (the last one
+        returned ended one; unknown when its chunk was dropped: not)."""
+        if self._used == 0:
+            return self._gone == 0  # (the start of what was decoded since the reset)
+        last = self._decoded[self._used - 1]
+        return last == "\n" or (last == "\r" and self._newline in ("", "\r"))
 
     @one_at_a_time_taking_turns
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
@@ -646,6 +689,8 @@ class AsyncTextFile(LineReader[str]):
             raise ValueError(f"negative seek position {offset}")
         pos = await self.buffer.seek(offset, whence)  # (refused: nothing has moved)
         self._reset_decoding()
+        if pos == 0 or whence == os.SEEK_END:
+            self._nl_seen = 0  # (as the built-in's seek, which resets its decoder there)
         self._encoder = None
         if pos > 0:
             await self._past_the_start()

@@ -396,3 +396,67 @@ def test_a_seek_past_the_start_of_an_empty_file_does_not_fix_its_byte_order(tmp_
             return await f.read()
 
     assert asyncio.run(main()) == "abc\n"
+
+
+@pytest.mark.parametrize("encoding", ["utf-7", "iso2022_jp", "hz"])
+def test_a_stateful_codecs_tell_works_at_line_starts_and_refuses_elsewhere(tmp_path, encoding):
+    """Codecs with shift states (UTF-7, ISO-2022, HZ) have none at a line
+    start, where ``tell()`` and ``seek`` work as the built-in's; inside a
+    line no byte offset can hold the decoder's state, and ``tell()`` raises
+    ``OSError`` saying so rather than give a position whose ``seek`` would
+    read other text."""
+    text = "ab \u4e2d\u6587 cd\n\u4e2d\u6587 xyz\nplain line\n" * 50 if encoding != "utf-7" else \
+        "ab \u4e2d\u00e9\u20ac\u4e2d xyz\nplain line\n" * 50
+    p = tmp_path / "f"
+    p.write_bytes(text.encode(encoding))
+    lines = text.splitlines(keepends=True)
+
+    async def main():
+        async with blockio.open(p, "r", encoding=encoding) as f:
+            marks = []
+            for line in lines[:20]:
+                marks.append((await f.tell(), line))
+                assert await f.readline() == line
+            for t, line in reversed(marks):
+                await f.seek(t)
+                assert await f.readline() == line
+            await f.seek(marks[3][0])
+            assert await f.read(4) == lines[3][:4]
+            with pytest.raises(OSError, match="can't reconstruct logical file position"):
+                await f.tell()
+            assert await f.read(3) == lines[3][4:7]  # (nothing moved)
+
+    asyncio.run(main())
+
+
+def test_newlines_are_kept_across_seeks_and_forgotten_at_the_start_or_end(tmp_path):
+    """``newlines`` holds the line endings read so far: a seek inside the
+    file keeps them, a seek to the start or the end forgets them, as the
+    built-in's seek resets its decoder there."""
+    p = tmp_path / "f"
+    p.write_bytes(b"a\r\nb\rc\nd\n" * 3000)
+
+    async def main():
+        async with blockio.open(p, "r", newline=None) as f:
+            got = []
+            await f.readline()
+            got.append(f.newlines)
+            await f.seek(await f.tell())
+            got.append(f.newlines)
+            await f.read(3)
+            got.append(f.newlines)
+            await f.seek(0)
+            got.append(f.newlines)
+            await f.read()
+            got.append(f.newlines)
+            await f.seek(0, os.SEEK_END)
+            got.append(f.newlines)
+            return got
+
+    every = ("\r", "\n", "\r\n")
+    assert asyncio.run(main()) == [every, every, every, None, every, None]
+    with open(p, "r", newline=None) as f:
+        f.readline()
+        assert f.newlines == every
+        f.seek(0)
+        assert f.newlines is None
