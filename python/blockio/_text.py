@@ -448,6 +448,7 @@ class AsyncTextFile(LineReader[str]):
             # which is past that read-ahead (seek(tell()) first to write
             # where the reader is).
             self._reset_decoding()
+        self._forget_newlines()
         text = s
         nl = self._newline
         if nl is None and os.linesep != "\n":
@@ -658,6 +659,16 @@ class AsyncTextFile(LineReader[str]):
                           "between characters that a byte offset cannot hold; tell() works at a line start")
         return self._tell_bytes()
 
+    def _forget_newlines(self) -> None:
+        """Forgets the line endings seen (``newlines``), as the built-in's
+        write does by resetting its decoder; the decoder's state stays."""
+        self._nl_seen = 0
+        dec = self._decoder
+        if dec is not None and getattr(dec, "newlines", None) is not None:
+            state = dec.getstate()
+            dec.reset()
+            dec.setstate(state)
+
     def _at_line_start(self) -> bool:
         """Whether the next character to return starts a line (the last one
         returned ended one; unknown when its chunk was dropped: not)."""
@@ -672,12 +683,13 @@ class AsyncTextFile(LineReader[str]):
         end with ``seek(0, os.SEEK_END)``; ``seek(0, os.SEEK_CUR)`` is
         ``seek(tell())``, as on the built-in text file: it moves the file
         to where the reader is, so that a write lands there."""
-        # whence first, as the built-in text file checks it
+        # The built-in text file's order: whence's type, closed, whence's
+        # value, then the offset.
         whence = _int_arg(whence, "whence")
+        self.buffer._check_open()
         if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
             raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
         offset = _int_arg(offset, "offset")
-        self.buffer._check_open()
         self._check_seekable()
         if whence == os.SEEK_CUR:
             if offset != 0:
@@ -706,6 +718,12 @@ class AsyncTextFile(LineReader[str]):
         if not self.buffer._readable:
             return
         dec = self._get_decoder()
+        if self._stateful:
+            # (a codec with shift states has none where a line starts, the
+            # only place `tell` gives: whatever the file's first bytes
+            # shift to is not in force there)
+            dec.reset()
+            return
         if self._start_flags is None:
             head = await self.buffer._pread(4, 0)  # the BOM, if any
             dec.reset()

@@ -398,15 +398,16 @@ def test_a_seek_past_the_start_of_an_empty_file_does_not_fix_its_byte_order(tmp_
     assert asyncio.run(main()) == "abc\n"
 
 
-@pytest.mark.parametrize("encoding", ["utf-7", "iso2022_jp", "hz"])
-def test_a_stateful_codecs_tell_works_at_line_starts_and_refuses_elsewhere(tmp_path, encoding):
+@pytest.mark.parametrize("first", ["ascii first", "shifted first"])
+@pytest.mark.parametrize("encoding", ["utf-7", "iso2022_jp", "iso2022_kr", "hz"])
+def test_a_stateful_codecs_tell_works_at_line_starts_and_refuses_elsewhere(tmp_path, encoding, first):
     """Codecs with shift states (UTF-7, ISO-2022, HZ) have none at a line
     start, where ``tell()`` and ``seek`` work as the built-in's; inside a
     line no byte offset can hold the decoder's state, and ``tell()`` raises
     ``OSError`` saying so rather than give a position whose ``seek`` would
     read other text."""
-    text = "ab \u4e2d\u6587 cd\n\u4e2d\u6587 xyz\nplain line\n" * 50 if encoding != "utf-7" else \
-        "ab \u4e2d\u00e9\u20ac\u4e2d xyz\nplain line\n" * 50
+    wide = {"utf-7": "\u4e2d\u00e9\u20ac", "iso2022_kr": "\ud55c\uae00"}.get(encoding, "\u4e2d\u6587")
+    text = (wide + "\n\n" if first == "shifted first" else "") + f"ab {wide} cd\n{wide} xyz\nplain line\n" * 50
     p = tmp_path / "f"
     p.write_bytes(text.encode(encoding))
     lines = text.splitlines(keepends=True)
@@ -453,8 +454,17 @@ def test_newlines_are_kept_across_seeks_and_forgotten_at_the_start_or_end(tmp_pa
             got.append(f.newlines)
             return got
 
+    async def after_a_write():
+        async with blockio.open(p, "r+", newline=None) as f:
+            await f.readline()
+            seen = f.newlines
+            await f.seek(await f.tell())
+            await f.write("X")  # (as the built-in's write, which resets its decoder: forgotten)
+            return seen, f.newlines
+
     every = ("\r", "\n", "\r\n")
     assert asyncio.run(main()) == [every, every, every, None, every, None]
+    assert asyncio.run(after_a_write()) == (every, None)
     with open(p, "r", newline=None) as f:
         f.readline()
         assert f.newlines == every
