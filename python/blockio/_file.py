@@ -605,9 +605,8 @@ class AsyncFile(FileState, LineReader[bytes]):
         if not known and self._bufsize != 0:
             # (the buffered file's, which checks whence before the offset)
             raise ValueError(f"whence value {whence} unsupported")
+        self._check_open()  # (the built-in's order: closed, then the offset)
         offset = _int_arg(offset, "offset")
-        if self._bufsize == 0:
-            self._check_open()  # (FileIO's order: closed, then the offset's range)
         if offset not in _OFF_T:
             # (the built-in's types: the buffered file's ValueError, FileIO's
             # OverflowError)

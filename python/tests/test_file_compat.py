@@ -1747,7 +1747,8 @@ _MODE_CALLS = [("write", (b"x",)), ("write", ("s",)), ("read", (1,)), ("read", (
                ("read1", (1,)), ("read1", (2.0,)), ("readline", ()), ("readline", (2.0,)),
                ("readinto", (bytearray(1),)), ("readinto", (b"x",)), ("writable", ()), ("readable", ()),
                ("truncate", ()), ("writelines", ([b"x"],)), ("writelines", (["x"],)), ("readlines", ()),
-               ("readlines", (2.0,)), ("flush", ()), ("tell", ()), ("seek", (0,)), ("seekable", ())]
+               ("readlines", (2.0,)), ("flush", ()), ("tell", ()), ("seek", (0,)), ("seek", ("a",)), ("seek", (0, 7)),
+               ("seek", (0, "x")), ("seekable", ())]
 
 
 @pytest.mark.parametrize("closed", [False, True], ids=["open", "closed"])
