@@ -214,12 +214,12 @@ impl FileState {
             self.ahead
         };
         let to = self.pos.checked_add(i64::try_from(size).ok()?)?;
-        if turns::due() {
-            return Some(PyBool::new(py, false).to_owned().into_any().unbind());
-        }
-        let data = reader.read_cached(py, self.num, self.pos, i64::try_from(want).ok()?)?;
+        let got = reader.read_cached_in_turn(py, self.num, self.pos, i64::try_from(want).ok()?)?;
         drop(reader);
-        turns::served(want);
+        let data = match got.downcast_into::<PyBytes>() {
+            Ok(data) => data,
+            Err(turn) => return Some(turn.into_inner().unbind()), // (`False`: the turn is due)
+        };
         self.seeked = false;
         let out = if want > size {
             let head = PyBytes::new(py, &data.as_bytes()[..size]);
