@@ -421,8 +421,9 @@ class AsyncFile(FileState, LineReader[bytes]):
     def _requick(self) -> None:
         """Records whether ``seek`` and ``tell`` (``_quick``), ``read`` and
         ``readline`` (``_quick_read``), and ``write`` (``_quick_write``: a
-        writing file, not in append mode) may be served at once: a seekable file, open, with no writes
-        buffered and its position known. Run when the file is made, as
+        writing file, not in append mode) may be served at once: a
+        seekable file, open, with no writes buffered and its position
+        known. Run when the file is made, as
         every queued call ends (the queue's ``settle``: those calls are
         what changes it, and the calls served at once run only while no
         queued call does), and when it is detached; so it never says
@@ -527,7 +528,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                 raise io.UnsupportedOperation("File or stream is not seekable.")
             raise OSError(errno.ESPIPE, os.strerror(errno.ESPIPE), self.name)
 
-    def _refuse_unbuffered_mode(self, readable: bool, call: str) -> None:
+    def _refuse_absent_method(self, readable: bool, call: str) -> None:
         """For a buffered file that does not read (``readable``, or write):
         ``UnsupportedOperation`` naming the call, first of all (before its
         arguments are looked at, or whether it is closed), as the built-in
@@ -539,8 +540,8 @@ class AsyncFile(FileState, LineReader[bytes]):
         """``UnsupportedOperation`` unless the file reads, in the built-in's
         words: FileIO's unbuffered, the buffered file's (the call's name)
         otherwise. A buffered file that does not read says so before it
-        says it is closed (see `_refuse_unbuffered_mode`)."""
-        self._refuse_unbuffered_mode(True, call)
+        says it is closed (see `_refuse_absent_method`)."""
+        self._refuse_absent_method(True, call)
         self._check_open()
         if not self._readable:
             raise io.UnsupportedOperation("File not open for reading")
@@ -549,7 +550,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         """As :meth:`_check_readable`, for writing (only ``write`` is a
         method the built-in buffered file that reads lacks)."""
         if call == "write":
-            self._refuse_unbuffered_mode(False, call)
+            self._refuse_absent_method(False, call)
         self._check_open()
         if not self._writable:
             raise io.UnsupportedOperation("File not open for writing" if self._bufsize == 0 else call)
@@ -582,11 +583,6 @@ class AsyncFile(FileState, LineReader[bytes]):
         """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``,
         and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the new position.
         Writes still buffered are flushed first."""
-        # The common case, done at once: an absolute seek with nothing to
-        # flush, while no other call on the file is in progress (taking
-        # the queue's `free` item makes sure of that, from any thread;
-        # nothing here awaits). Inlined: this is half of every
-        # random read.
         # The common case, done at once (this is half of every random
         # read): an absolute seek with nothing to flush, while no other call
         # on the file is in progress; see `seek_now` in the core.
@@ -788,7 +784,7 @@ class AsyncFile(FileState, LineReader[bytes]):
     @one_at_a_time_taking_turns
     async def _read(self, size: Optional[int]) -> bytes:
         if _MODE_BEFORE_SIZE:
-            self._refuse_unbuffered_mode(True, "read")
+            self._refuse_absent_method(True, "read")
         size = _size_arg(size)
         self._check_readable()
         if size < -1 and self._bufsize > 0:
@@ -863,7 +859,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         """At most one read from the file: what the read buffer holds, or
         one read of up to ``size`` bytes (a buffer's worth when negative)."""
         if _MODE_BEFORE_SIZE:
-            self._refuse_unbuffered_mode(True, "read1")
+            self._refuse_absent_method(True, "read1")
         size = _count_arg(size)
         self._check_readable("read1")
         if self._rbuf:
@@ -1140,7 +1136,7 @@ class AsyncFile(FileState, LineReader[bytes]):
     async def _write(self, data: Buffer) -> int:
         # (the built-in's order: the mode of a buffered file, the argument,
         # then whether the file is closed)
-        self._refuse_unbuffered_mode(False, "write")
+        self._refuse_absent_method(False, "write")
         if isinstance(data, str):
             raise TypeError("a bytes-like object is required, not 'str'")
         view = memoryview(data)
