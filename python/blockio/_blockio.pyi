@@ -13,7 +13,7 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "FileState", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
+__all__ = ["Core", "FileState", "QUICK_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_now", "read_now", "readline_now", "seek_now", "set_turn_count", "tell_now", "turn_count",
            "turn_due", "write_now"]
 
@@ -23,6 +23,9 @@ __all__ = ["Core", "FileState", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "cou
 TURN_BUDGET: int
 #: The bytes a served call copies per extra unit of ``TURN_BUDGET``.
 TURN_UNIT: int
+#: The largest offset ``seek_now`` takes (1 TiB): past it the file
+#: system's ``lseek`` checks the offset.
+QUICK_OFFSET: int
 
 def turn_due(nbytes: int = 0) -> bool:
     """Counts a call served without suspending that copies ``nbytes``:
@@ -68,6 +71,10 @@ class FileState:
     def _serve(self, free: List[None], reader: "Core", num: int, bufsize: int) -> None:
         """What the calls served at once need: the call queue's ``free``
         list, the engine's core, the descriptor's number, the buffer size."""
+    def _read_after_turn(self, size: int) -> Optional[bytes]:
+        """``read(size)`` by the call that has just taken its turn of the
+        event loop, holding the call queue: the bytes, from the buffer or
+        the page cache (counting only what it copies), or None."""
     def _set_quick(self, quick: bool, quick_read: bool, quick_write: bool) -> None:
         """Whether ``seek`` and ``tell`` (``quick``), ``read`` and
         ``readline`` (also ``quick_read``), and ``write`` (``quick_write``)

@@ -57,8 +57,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import despite_cancel, is_cancellation, new_future, pause, threadsafe_caller
-from ._blockio import (FileState, count_copied, read_line_now, read_now, readline_now, seek_now, tell_now,
-                       turn_due, write_now)
+from ._blockio import (QUICK_OFFSET, FileState, count_copied, read_line_now, read_now, readline_now, seek_now,
+                       tell_now, turn_due, write_now)
 from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept,
                      one_at_a_time_taking_turns)
@@ -91,9 +91,9 @@ _MODE_BEFORE_SIZE = sys.version_info < (3, 12)
 #: past it the file system's ``lseek`` checks the offset, as the built-in
 #: file's seek does, so that an offset the file system refuses fails at
 #: the seek rather than at a later read or write. (A smaller limit, as
-#: FAT's 4 GiB, is met at that read or write.) The core's ``seek_now``
-#: has the same limit.
-_QUICK_OFFSET = 1 << 40
+#: FAT's 4 GiB, is met at that read or write.) The core's, for its
+#: ``seek_now``.
+_QUICK_OFFSET = QUICK_OFFSET
 
 #: The most one read returns on Linux (``MAX_RW_COUNT``): a larger read is
 #: made of reads of at most this, as the built-in buffered file's is, or,
@@ -763,21 +763,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         int: `read_now` says a turn is due for nothing else.)"""
         assert size is not None
         await pause()
-        d = self._file
-        if size and not self._rbuf and self._readable and not (
-                self._stream or self._wbuf or self._at_end or d.closed or d.detached):
-            ahead = not self._seeked and size < self._bufsize
-            try:
-                data = self._engine._core.read_cached(d.num, self._pos, self._bufsize if ahead else size)
-            except OverflowError:
-                data = None
-            if data is not None:
-                count_copied(len(data))  # (the call took its turn: its bytes start the count)
-                self._seeked = False
-                if ahead:
-                    data, self._rbuf = data[:size], data[size:]
-                self._pos += size
-                return data
+        data = self._read_after_turn(size)
+        if data is not None:
+            return data
         got: bytes = await self._read(size)
         return got
 

@@ -67,6 +67,7 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(quick::write_now, m)?)?;
     m.add("TURN_BUDGET", turns::TURN_BUDGET)?;
     m.add("TURN_UNIT", turns::TURN_UNIT)?;
+    m.add("QUICK_OFFSET", quick::QUICK_OFFSET)?;
     m.add_function(wrap_pyfunction!(turns::turn_due, m)?)?;
     m.add_function(wrap_pyfunction!(turns::count_copied, m)?)?;
     m.add_function(wrap_pyfunction!(turns::turn_count, m)?)?;

@@ -38,7 +38,7 @@ use crate::Core;
 
 /// The largest offset [`seek_now`] takes: past it, whether the file system
 /// takes the position is for its `lseek` to say (see `AsyncFile._seek`).
-const QUICK_OFFSET: i64 = 1 << 40;
+pub(crate) const QUICK_OFFSET: i64 = 1 << 40;
 
 /// A binary file object's position and read-ahead, and whether its calls
 /// may be served at once. Subclassed by `blockio._file.AsyncFile`, which
@@ -100,7 +100,7 @@ impl FileState {
     ) -> Self {
         FileState {
             pos: 0,
-            rbuf: PyBytes::new(py, b"").into_any().unbind(),
+            rbuf: nothing(py),
             roff: 0,
             seeked: false,
             quick: false,
@@ -133,6 +133,26 @@ impl FileState {
         self.quick_write = quick_write && self.ahead > 0;
     }
 
+    /// `read(size)` by the call that has just taken its turn of the event
+    /// loop for it, holding the call queue (`AsyncFile._read_after_a_turn`):
+    /// served as [`read_now`] serves it, from the buffer or the page cache,
+    /// counting only the bytes it copies (the turn started the count); or
+    /// `None`, and the queued read reads.
+    fn _read_after_turn(&mut self, py: Python<'_>, size: usize) -> Option<PyObject> {
+        if !self.quick_read || size == 0 {
+            return None;
+        }
+        let held = self.rbuf.bind(py).downcast::<PyBytes>().ok()?.clone();
+        if held.as_bytes().is_empty() {
+            return self.read_cached(py, size, true);
+        }
+        if self.roff.checked_add(size)? > held.as_bytes().len() {
+            return None;
+        }
+        turns::count_copied(size);
+        self.take(py, &held, size)
+    }
+
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.rbuf)?;
         visit.call(&self.free)?;
@@ -140,10 +160,15 @@ impl FileState {
     }
 
     fn __clear__(&mut self, py: Python<'_>) {
-        self.rbuf = PyBytes::new(py, b"").into_any().unbind();
+        self.rbuf = nothing(py);
         self.free = None;
         self.reader = None;
     }
+}
+
+/// The empty `bytes` (the read-ahead buffer holding nothing).
+fn nothing(py: Python<'_>) -> PyObject {
+    PyBytes::new(py, b"").into_any().unbind()
 }
 
 impl FileState {
@@ -193,7 +218,7 @@ impl FileState {
             PyBytes::new(py, &all[self.roff..end])
         };
         if end == all.len() {
-            self.rbuf = PyBytes::new(py, b"").into_any().unbind();
+            self.rbuf = nothing(py);
             self.roff = 0;
         } else {
             self.roff = end;
@@ -205,8 +230,9 @@ impl FileState {
     /// `size` bytes (not 0) read at the position if they are all in the
     /// page cache (see [`Core::read_cached`]), reading ahead to fill the
     /// buffer unless this is the first read since a seek; `False` when the
-    /// call is to take its turn of the event loop first.
-    fn read_cached(&mut self, py: Python<'_>, size: usize) -> Option<PyObject> {
+    /// call is to take its turn of the event loop first. A call that has
+    /// just taken its turn (`after_turn`) counts only the bytes it copied.
+    fn read_cached(&mut self, py: Python<'_>, size: usize, after_turn: bool) -> Option<PyObject> {
         let reader = self.reader.as_ref()?.bind(py).borrow();
         let want = if self.seeked || size >= self.ahead {
             size
@@ -214,12 +240,21 @@ impl FileState {
             self.ahead
         };
         let to = self.pos.checked_add(i64::try_from(size).ok()?)?;
-        let got = reader.read_cached_in_turn(py, self.num, self.pos, i64::try_from(want).ok()?)?;
-        drop(reader);
-        let data = match got.downcast_into::<PyBytes>() {
-            Ok(data) => data,
-            Err(turn) => return Some(turn.into_inner().unbind()), // (`False`: the turn is due)
+        let length = i64::try_from(want).ok()?;
+        let data = if after_turn {
+            let data = reader.read_cached(py, self.num, self.pos, length)?;
+            turns::count_copied(want);
+            data
+        } else {
+            match reader
+                .read_cached_in_turn(py, self.num, self.pos, length)?
+                .downcast_into::<PyBytes>()
+            {
+                Ok(data) => data,
+                Err(turn) => return Some(turn.into_inner().unbind()), // (`False`: the turn is due)
+            }
         };
+        drop(reader);
         self.seeked = false;
         let out = if want > size {
             let head = PyBytes::new(py, &data.as_bytes()[..size]);
@@ -263,7 +298,7 @@ pub(crate) fn seek_now(
     if !st.quick || !st.free(py) {
         return false;
     }
-    st.rbuf = PyBytes::new(py, b"").into_any().unbind();
+    st.rbuf = nothing(py);
     st.roff = 0;
     st.seeked = true;
     st.moved_to(to);
@@ -294,7 +329,7 @@ pub(crate) fn read_now(file: &Bound<'_, FileState>, size: &Bound<'_, PyAny>) -> 
     if size == 0 {
         return Some(held.into_any().unbind());
     }
-    st.read_cached(py, size)
+    st.read_cached(py, size, false)
 }
 
 /// `file.readline(size)` served at once, if it can be: `size` an int (not
