@@ -19,13 +19,14 @@ binary :class:`~blockio.AsyncFile`, with the built-in ``open``'s
 from __future__ import annotations
 
 import codecs
+import errno
 import io
 import locale
 import os
 from typing import Any, Iterable, List, Optional, Tuple, Union
 
 from ._blockio import TURN_BUDGET, count_copied, turn_count, turn_due
-from ._file import AsyncFile, _count_arg, _int_arg, _size_arg
+from ._file import _C_INT, _MAX_OFFSET, AsyncFile, _count_arg, _int_arg, _size_arg
 from ._calls import one_at_a_time, one_at_a_time_kept, one_at_a_time_taking_turns
 from ._lines import LineReader
 
@@ -56,6 +57,13 @@ def _default_encoding() -> str:
 
 #: The codecs whose encoder writes a BOM at the file's start.
 _BOM_CODECS = ("utf-16", "utf-32", "utf-8-sig")
+
+#: The BOMs each of those codecs' decoders read at the file's start.
+_BOMS = {
+    "utf-16": (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE),
+    "utf-32": (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE),
+    "utf-8-sig": (codecs.BOM_UTF8,),
+}
 
 
 #: Codecs whose decoder keeps a state between characters (shift sequences)
@@ -485,6 +493,8 @@ class AsyncTextFile(LineReader[str]):
         alone gives, as the built-in file's ``writelines`` does."""
         self._check_open()  # (first, as the built-in's)
         strings = list(lines)
+        if not strings:
+            return  # (no write at all: not even a BOM, as the built-in's)
         for k, line in enumerate(strings):
             if not isinstance(line, str):
                 if k:
@@ -642,7 +652,22 @@ class AsyncTextFile(LineReader[str]):
                     self._cp = (returned, start + lo, dec.getstate())
         finally:
             dec.setstate(saved)
-        return start + lo
+        return self._past_the_bom(start + lo)
+
+    def _past_the_bom(self, offset: int) -> int:
+        """``offset``, or the end of the BOM the file starts with when
+        ``offset`` is inside it: that is where the built-in text file's
+        ``tell`` is once it has read the BOM and returned no character (at
+        the end of a file holding only its BOM), so that ``truncate(tell())``
+        or a write there keeps the BOM."""
+        boms = _BOMS.get(codecs.lookup(self.encoding).name, ())
+        if not boms or offset >= 4 or not self._snap or self._snap[0][1] != 0:
+            return offset
+        head, _ = self._bytes_from(0, 4)
+        for bom in boms:
+            if head.startswith(bom) and offset < len(bom):
+                return len(bom)
+        return offset
 
     @one_at_a_time_taking_turns
     async def tell(self) -> int:
@@ -686,6 +711,8 @@ class AsyncTextFile(LineReader[str]):
         # The built-in text file's order: whence's type, closed, whence's
         # value, then the offset.
         whence = _int_arg(whence, "whence")
+        if whence not in _C_INT:
+            raise OverflowError("Python int too large to convert to C int")  # (the built-in's, with the type)
         self.buffer._check_open()
         if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
             raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
@@ -699,6 +726,10 @@ class AsyncTextFile(LineReader[str]):
             raise io.UnsupportedOperation("can't do nonzero end-relative seeks")
         if whence == os.SEEK_SET and offset < 0:
             raise ValueError(f"negative seek position {offset}")
+        if offset > _MAX_OFFSET:
+            # No file offset: the built-in's cookie past 2**63 - 1 is refused
+            # by the file system's lseek.
+            raise OSError(errno.EINVAL, f"offset: {offset} is past the largest file offset (2**63 - 1)")
         pos = await self.buffer.seek(offset, whence)  # (refused: nothing has moved)
         self._reset_decoding()
         if pos == 0 or whence == os.SEEK_END:

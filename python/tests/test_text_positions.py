@@ -4,6 +4,7 @@ random reads, and a write at the start of a UTF-16 file followed by a
 read."""
 
 import asyncio
+import codecs
 import io
 import os
 import random
@@ -470,3 +471,76 @@ def test_newlines_are_kept_across_seeks_and_forgotten_at_the_start_or_end(tmp_pa
         assert f.newlines == every
         f.seek(0)
         assert f.newlines is None
+
+
+@BOMS
+@pytest.mark.parametrize("call", ["read(1)", "read(70000)", "readline()", "readlines()", "read()"])
+def test_tell_in_a_file_holding_only_its_bom_is_past_the_bom(tmp_path, encoding, call):
+    """A file holding only its BOM: after a read that returns nothing,
+    ``tell`` is past the BOM, as the built-in's, so that ``truncate(tell())``
+    and a write there keep the BOM (before, a sized read left ``tell`` at 0
+    and the write left NULs where the BOM had been)."""
+    p = tmp_path / "f"
+    bom = {"utf-16": codecs.BOM_UTF16_LE, "utf-32": codecs.BOM_UTF32_LE, "utf-8-sig": codecs.BOM_UTF8}[encoding]
+    p.write_bytes(bom)
+    with open(p, "r+", encoding=encoding) as f:
+        want_read = eval("f." + call)
+        want_tell = f.tell()
+        f.truncate(f.tell())
+        f.write("hello\n")
+    want = p.read_bytes()
+    p.write_bytes(bom)
+
+    async def main():
+        async with blockio.open(p, "r+", encoding=encoding) as f:
+            got_read = await eval("f." + call)
+            got_tell = await f.tell()
+            await f.truncate(await f.tell())
+            await f.write("hello\n")
+        return got_read, got_tell
+
+    assert asyncio.run(main()) == (want_read, want_tell) == (want_read, len(bom))
+    got = p.read_bytes()
+    assert got.startswith(bom) and got.decode(encoding) == "hello\n"
+    # (the built-in writes a second BOM there, which decodes to a U+FEFF)
+    assert want.decode(encoding).lstrip("\ufeff") == "hello\n"
+
+
+@BOMS
+@pytest.mark.parametrize("mode", ["w", "w+"])
+def test_writelines_of_nothing_writes_no_bom(tmp_path, encoding, mode):
+    """``writelines([])`` on a new UTF-16/32 or utf-8-sig file writes
+    nothing (the built-in's calls no ``write``), where ``write("")``
+    writes the BOM in both."""
+    ref, ours = tmp_path / "ref", tmp_path / "ours"
+    with open(ref, mode, encoding=encoding) as f:
+        f.writelines([])
+        want_tell = f.tell()
+
+    async def main():
+        async with blockio.open(ours, mode, encoding=encoding) as f:
+            await f.writelines([])
+            return await f.tell()
+
+    assert (asyncio.run(main()), ours.read_bytes()) == (want_tell, ref.read_bytes()) == (0, b"")
+
+
+@pytest.mark.parametrize("args", [(0, 2**63), (0, -(2**63) - 1), (0, 2**31), (2**63,), (10**30,)])
+def test_a_text_seeks_out_of_range_arguments_raise_the_builtins_types(tmp_path, args):
+    """A whence past a C int raises ``OverflowError`` and an offset past
+    2**63 - 1 ``OSError(EINVAL)``, as the built-in text file's seek."""
+    p = tmp_path / "f"
+    p.write_text("hello\n")
+    with open(p, "r") as f:
+        with pytest.raises(Exception) as want:
+            f.seek(*args)
+
+    async def main():
+        async with blockio.open(p, "r") as f:
+            with pytest.raises(Exception) as got:
+                await f.seek(*args)
+            return got.value, await f.read()
+
+    got, rest = asyncio.run(main())
+    assert type(got) is type(want.value) and rest == "hello\n"
+    assert getattr(got, "errno", None) == getattr(want.value, "errno", None)
