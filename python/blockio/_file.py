@@ -116,6 +116,17 @@ def _snapshot(data: Any) -> Any:
     return data
 
 
+def _not_contiguous(data: Any) -> Exception:
+    """The error the built-in's ``write`` gives for a buffer that is not
+    C-contiguous: its exporter's own, for the simple request the built-in
+    makes (numpy's ``ValueError``, a memoryview's ``BufferError``)."""
+    try:
+        io.BytesIO().write(data)  # (a built-in file's write: the exporter's error comes as it is)
+    except (BufferError, ValueError, TypeError) as e:
+        return e
+    return BufferError("memoryview: underlying buffer is not C-contiguous")
+
+
 def _size_arg(size: Any, default: int = -1) -> int:
     """A ``size`` argument as the built-in files take it: an int (or an
     object with ``__index__``), or None for ``default``; anything else
@@ -1130,7 +1141,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         view = memoryview(data)
         if not view.c_contiguous:
             view.release()
-            raise BufferError("memoryview: underlying buffer is not C-contiguous")
+            raise _not_contiguous(data)
         self._check_writable()
         view = view.cast("B")
         if not view:
@@ -1285,7 +1296,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                 bad = TypeError(f"a bytes-like object is required, not '{type(line).__name__}'")
                 break
             if not view.c_contiguous:
-                bad = BufferError("memoryview: underlying buffer is not C-contiguous")
+                bad = _not_contiguous(line)
                 break
             views.append(view.cast("B"))
         if views:

@@ -605,16 +605,31 @@ def test_a_size_the_builtin_takes_as_an_int_only_refuses_none_at_the_call(tmp_pa
     assert run(main()) == (str(want.value), want_after)
 
 
+def _strided(kind):
+    if kind == "numpy":
+        import numpy
+
+        return numpy.frombuffer(b"xyzxyz", dtype=numpy.uint8)[::2]
+    return memoryview(b"xyzxyz")[::2]
+
+
 @pytest.mark.parametrize("buffering", [0, -1])
-def test_a_strided_write_raises_the_builtins_buffer_error_and_writes_nothing(tmp_path, buffering):
-    """A non-contiguous view given to ``write`` raises the built-in's
-    ``BufferError``, and neither the file nor the position changes."""
+@pytest.mark.parametrize("kind", ["memoryview", "numpy"])
+@pytest.mark.parametrize("call", ["write", "writelines"])
+def test_a_strided_write_raises_the_builtins_error_and_writes_nothing(tmp_path, buffering, kind, call):
+    """A non-contiguous buffer given to ``write`` or ``writelines`` raises
+    the built-in's error (its exporter's: a memoryview's ``BufferError``,
+    numpy's ``ValueError``), and neither the file nor the position
+    changes."""
     p = tmp_path / "f"
     p.write_bytes(b"0123456789")
+    arg = _strided(kind)
+    if call == "writelines":
+        arg = [arg]
     with open(p, "r+b", buffering=buffering) as f:
         f.write(b"ab")
-        with pytest.raises(BufferError) as want:
-            f.write(memoryview(b"xyzxyz")[::2])
+        with pytest.raises((BufferError, ValueError)) as want:
+            getattr(f, call)(arg)
         f.write(b"c")
     want_bytes = p.read_bytes()
     p.write_bytes(b"0123456789")
@@ -622,12 +637,13 @@ def test_a_strided_write_raises_the_builtins_buffer_error_and_writes_nothing(tmp
     async def main():
         async with blockio.open(p, "r+b", buffering=buffering) as f:
             await f.write(b"ab")
-            with pytest.raises(BufferError) as got:
-                await f.write(memoryview(b"xyzxyz")[::2])
+            with pytest.raises((BufferError, ValueError)) as got:
+                await getattr(f, call)(arg)
             await f.write(b"c")
-        return str(got.value)
+        return type(got.value), str(got.value)
 
-    assert (run(main()), p.read_bytes()) == (str(want.value), want_bytes) == (str(want.value), b"abc3456789")
+    assert (run(main()), p.read_bytes()) == ((type(want.value), str(want.value)), want_bytes)
+    assert want_bytes == b"abc3456789"
 
 
 BAD_CALLS = {
@@ -864,7 +880,7 @@ def test_a_refused_text_seek_leaves_the_reader_where_it_was(tmp_path):
     async def main():
         async with blockio.open(p) as f:
             await f.read(3)
-            with pytest.raises(ValueError, match="offset"):
+            with pytest.raises(OSError, match="offset"):
                 await f.seek(2**63)
             return await f.tell(), await f.read(4)
 
