@@ -117,6 +117,28 @@ def _path_list(paths: Iterable[StrPath]) -> List[StrPath]:
     return list(paths)
 
 
+def _encoded_paths(paths: List[StrPath]) -> Tuple[List[bytes], List[int]]:
+    """``read_files``' paths as the core takes them, and the indexes of
+    those holding a NUL byte, which no file's name can: each of those is
+    read as ``/`` (a directory, never opened for reading) and its result
+    replaced by the built-in ``open``'s ``ValueError`` (see
+    :func:`_with_nul_errors`), so that one bad path fails in its place
+    and not the whole call."""
+    names = [os.fsencode(p) for p in paths]
+    nul = [i for i, name in enumerate(names) if b"\0" in name]
+    for i in nul:
+        names[i] = b"/"
+    return names, nul
+
+
+def _with_nul_errors(results: List[Any], nul: List[int]) -> List[Any]:
+    """``results`` with the built-in ``open``'s ``ValueError`` in the place
+    of each path that held a NUL byte (see :func:`_encoded_paths`)."""
+    for i in nul:
+        results[i] = ValueError("embedded null byte")
+    return results
+
+
 def _fd(file: FileLike) -> int:
     if isinstance(file, int):
         return file
@@ -433,7 +455,7 @@ class Engine:
     @overload
     def read_files(self, paths: Iterable[StrPath], return_exceptions: Literal[False] = False) -> List[bytes]: ...
     @overload
-    def read_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError, MemoryError]]: ...
+    def read_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError, MemoryError, ValueError]]: ...
 
     def read_files(self, paths: Iterable[StrPath], return_exceptions: bool = False) -> List[Any]:
         """Each file's whole content, in order, the GIL released: for many
@@ -447,7 +469,9 @@ class Engine:
         returned in its place with ``return_exceptions=True``; a directory
         is ``IsADirectoryError``, and a file larger than the memory
         available ``MemoryError`` (in its place too), as
-        ``Path.read_bytes`` raises: never an abort. Made for regular files: a file whose
+        ``Path.read_bytes`` raises: never an abort; a path holding a NUL
+        byte is the built-in ``open``'s ``ValueError``, in its place too.
+        Made for regular files: a file whose
         reads come back short (``/proc``) is read on to its end, and a FIFO
         or socket is read in order to its end, as ``Path.read_bytes`` reads
         it (a FIFO is opened without waiting for a writer: with none there
@@ -461,17 +485,18 @@ class Engine:
         ``EMFILE``; a file fails for the limit only if it cannot be opened
         alone."""
         paths = _path_list(paths)
-        res, failed = self._core.read_files([os.fsencode(p) for p in paths])
+        names, nul = _encoded_paths(paths)
+        res, failed = self._core.read_files(names)
         if failed:
             res = _named(res, paths)
-        return _finish(res, [None] * len(paths), return_exceptions)
+        return _finish(_with_nul_errors(res, nul), [None] * len(paths), return_exceptions)
 
     @overload
     async def aread_files(
         self, paths: Iterable[StrPath], return_exceptions: Literal[False] = False
     ) -> List[bytes]: ...
     @overload
-    async def aread_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError, MemoryError]]: ...
+    async def aread_files(self, paths: Iterable[StrPath], return_exceptions: bool) -> List[Union[bytes, OSError, MemoryError, ValueError]]: ...
 
     async def aread_files(self, paths: Iterable[StrPath], return_exceptions: bool = False) -> List[Any]:
         """:meth:`read_files` as a coroutine: the batches run on the
@@ -479,10 +504,11 @@ class Engine:
         cancelled before they start reads nothing; one cancelled later
         leaves them to finish, and their files are closed."""
         paths = _path_list(paths)
-        res = (await self._run(None, self._core.submit_read_files, [os.fsencode(p) for p in paths]))[0]
+        names, nul = _encoded_paths(paths)
+        res = (await self._run(None, self._core.submit_read_files, names))[0]
         if isinstance(res, OSError):
             raise res
-        return _finish(_named(res, paths), [None] * len(paths), return_exceptions)
+        return _finish(_with_nul_errors(_named(res, paths), nul), [None] * len(paths), return_exceptions)
 
     def fsync(self, file: FileLike) -> None:
         """Flushes the file's data and metadata to stable storage."""

@@ -141,16 +141,17 @@ pub(crate) fn buffer_batch<'py>(
 }
 
 /// Waits until each descriptor of `bufs` is ready for `events` (see
-/// [`wait_ready`]); the error each operation on a refused one fails with,
+/// [`wait_ready`], `closed` included); the error each operation on a refused one fails with,
 /// by operation (`None`: it runs).
 pub(crate) fn refusals(
     py: Python<'_>,
     bufs: &[BufferOp],
     events: libc::c_short,
+    closed: &dyn Fn() -> bool,
 ) -> PyResult<Vec<Option<io::Error>>> {
     let mut errnos = std::collections::HashMap::new();
     for fd in distinct_fds(bufs.iter().map(|(t, ..)| t.0)) {
-        if let Some(errno) = wait_ready(py, fd, events)? {
+        if let Some(errno) = wait_ready(py, fd, events, closed)? {
             errnos.insert(fd, errno);
         }
     }

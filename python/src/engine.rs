@@ -276,6 +276,21 @@ impl Core {
                 )))
             }
         };
+        if choice != BackendChoice::Auto {
+            // An explicit backend and the environment's: where they differ
+            // neither is silently ignored.
+            if let Some(env) = BackendChoice::from_env().map_err(io_err)? {
+                if env != choice {
+                    return Err(PyValueError::new_err(format!(
+                        "backend={:?} contradicts {}={:?} in the environment, which chooses the \
+                         backend of every engine: unset it, or pass backend='auto'",
+                        backend.unwrap_or_default(),
+                        blockio::BACKEND_ENV,
+                        std::env::var(blockio::BACKEND_ENV).unwrap_or_default()
+                    )));
+                }
+            }
+        }
         let queue_depth = match u32::try_from(queue_depth) {
             Ok(q @ 1..=32768) => q,
             _ => {
@@ -348,7 +363,7 @@ impl Core {
             let empty = PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])))?;
             return Ok((empty, 0));
         }
-        if let Some(errno) = wait_ready(py, fd, libc::POLLIN)? {
+        if let Some(errno) = wait_ready(py, fd, libc::POLLIN, &|| self.closed())? {
             // Refused: every read fails with the same errno, in its place.
             let results: Vec<io::Result<usize>> = offsets
                 .iter()
@@ -425,7 +440,7 @@ impl Core {
             .map(|(fd, b, off)| Ok((RawTarget(*fd), writable(b)?, *off)))
             .collect::<PyResult<_>>()?;
         refuse_overlaps(bufs.iter().map(|(_, b, _)| b))?;
-        let refused = refusals(py, &bufs, libc::POLLIN)?;
+        let refused = refusals(py, &bufs, libc::POLLIN, &|| self.closed())?;
         buffer_batch(py, engine, bufs, refused, read_into_buffer)
     }
 
@@ -442,7 +457,7 @@ impl Core {
             .iter()
             .map(|(fd, b, off)| Ok((RawTarget(*fd), readable(b)?, *off)))
             .collect::<PyResult<_>>()?;
-        let refused = refusals(py, &bufs, libc::POLLOUT)?;
+        let refused = refusals(py, &bufs, libc::POLLOUT, &|| self.closed())?;
         buffer_batch(py, engine, bufs, refused, write_from_buffer)
     }
 
@@ -803,6 +818,14 @@ impl Core {
                         .recv_timeout(std::time::Duration::from_millis(100))
                 }) {
                     Ok(r) => break r.map_err(io_err)?,
+                    Err(RecvTimeoutError::Timeout) if self.closed() => {
+                        // (its thread, which holds the engine, is left to
+                        // finish, as after Ctrl-C)
+                        return Err(io_err(io::Error::other(
+                            "read_files: the engine was closed while the files were read (a FIFO that no writer \
+                             fed, say): none is returned",
+                        )));
+                    }
                     Err(RecvTimeoutError::Timeout) => py.check_signals()?,
                     Err(RecvTimeoutError::Disconnected) => {
                         return Err(PyRuntimeError::new_err(

@@ -139,7 +139,8 @@ impl std::error::Error for Renamed {}
 /// offset 0"`), the caller's `fd`, and why, with `errno` kept.
 pub(crate) fn refused(what: &str, fd: RawFd, errno: i32) -> io::Error {
     let why = match errno {
-        libc::EINVAL => ": an epoll instance, on which no read, write or sync completes",
+        libc::EINVAL => ": an epoll instance, pidfd or io_uring, which has no read or write",
+        libc::ECANCELED => ": the engine was closed while the call waited for the descriptor",
         _ => "",
     };
     let text = format!(

@@ -1,4 +1,4 @@
-//! What a descriptor is (`O_DIRECT`, a stream, an epoll instance), the
+//! What a descriptor is (`O_DIRECT`, a stream, an epoll instance or pidfd), the
 //! duplicate an asynchronous operation works on, and the fork count that
 //! tells a forked child.
 
@@ -33,11 +33,15 @@ pub(crate) fn fd_flags(fd: RawFd) -> i32 {
 /// the error, and one not opened for `events` (a pipe's write end to
 /// read), which never becomes ready. A descriptor no operation may reach
 /// is not waited for: its errno comes back instead (`Ok(Some)`), for the
-/// batch to fail each of its operations with (see [`refusal`]).
+/// batch to fail each of its operations with (see [`refusal`]); and the
+/// wait ends with `ECANCELED` when `closed` says the engine was closed
+/// meanwhile (from another thread), as its asynchronous operations are
+/// cancelled then.
 pub(crate) fn wait_ready(
     py: Python<'_>,
     fd: RawFd,
     events: libc::c_short,
+    closed: &dyn Fn() -> bool,
 ) -> PyResult<Option<i32>> {
     let poll = |timeout: libc::c_int| {
         let mut p = libc::pollfd {
@@ -67,6 +71,9 @@ pub(crate) fn wait_ready(
     }
     loop {
         py.check_signals()?;
+        if closed() {
+            return Ok(Some(libc::ECANCELED));
+        }
         if crate::gil::detach(py, || poll(100)) {
             return Ok(None);
         }
@@ -76,12 +83,13 @@ pub(crate) fn wait_ready(
 /// The errno of an operation on `fd` (`F_GETFL` `flags`) refused before it
 /// reaches the kernel: `EBADF` for a number that became one of the
 /// engine's own descriptors (see [`is_own`]); `EINVAL` for an epoll
-/// instance, as `os.read` of one fails, where an io_uring operation on it
-/// would never complete (see [`is_epoll`]).
+/// instance, pidfd or io_uring, as `os.read` of one fails, where an
+/// io_uring operation on it would wait for readiness (see
+/// [`is_unreadable`]).
 pub(crate) fn refusal(fd: RawFd, flags: i32) -> Option<i32> {
     if is_own(fd, flags) {
         Some(libc::EBADF)
-    } else if is_epoll(fd, flags) {
+    } else if is_unreadable(fd, flags) {
         Some(libc::EINVAL)
     } else {
         None
@@ -122,14 +130,17 @@ pub(crate) fn forks() -> u64 {
 /// by `open`, never on a pipe, socket or anonymous inode.
 pub(crate) const KERNEL_O_LARGEFILE: i32 = 0o100000;
 
-/// Whether `fd` is an epoll instance, which an io_uring read or write
-/// never completes on (the kernel's own read of one fails at once with
-/// `EINVAL`). Costs nothing for a descriptor made by `open`: only one
+/// Whether `fd` is an anonymous inode that has no read or write but can be
+/// polled: an epoll instance, a pidfd or an io_uring. An io_uring read or
+/// write of one waits for it to become readable (for a pidfd, until the
+/// process exits; for an epoll instance, perhaps for ever), and so does
+/// a synchronous call that waits for readiness first, where the kernel's
+/// own `read` fails at once with `EINVAL`. Costs nothing for a descriptor made by `open`: only one
 /// that lacks `O_LARGEFILE` (a pipe, socket, or anonymous inode) is
 /// looked at further, with `fstat` and, for an anonymous inode, its name
 /// in `/proc/self/fd`.
 /// `flags` are the descriptor's `F_GETFL` flags ([`fd_flags`]).
-pub(crate) fn is_epoll(fd: RawFd, flags: i32) -> bool {
+pub(crate) fn is_unreadable(fd: RawFd, flags: i32) -> bool {
     if flags == -1 || flags & KERNEL_O_LARGEFILE != 0 {
         return false;
     }
@@ -139,8 +150,15 @@ pub(crate) fn is_epoll(fd: RawFd, flags: i32) -> bool {
     if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != 0 {
         return false;
     }
-    std::fs::read_link(format!("/proc/self/fd/{fd}"))
-        .is_ok_and(|p| p.as_os_str() == "anon_inode:[eventpoll]")
+    std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok_and(|p| {
+        [
+            "anon_inode:[eventpoll]",
+            "anon_inode:[pidfd]",
+            "anon_inode:[io_uring]",
+        ]
+        .iter()
+        .any(|name| p.as_os_str() == *name)
+    })
 }
 
 /// An async file over a duplicate of the caller's descriptor, or the
@@ -150,8 +168,8 @@ pub(crate) fn is_epoll(fd: RawFd, flags: i32) -> bool {
 /// the caller's file object closed: the number an operation was issued on
 /// cannot be closed and reused for another file while it runs (a
 /// cancelled write cannot land in a file opened later). An epoll
-/// descriptor fails with `EINVAL`, as the thread pool and the synchronous
-/// calls report it (see [`is_epoll`]). Two system calls
+/// instance, pidfd or io_uring fails with `EINVAL`, as the thread pool and the synchronous
+/// calls report it (see [`is_unreadable`]). Two system calls
 /// per batch: `fcntl(F_DUPFD_CLOEXEC)` here, `close` after the last
 /// completion.
 pub(crate) fn hold_file(

@@ -47,20 +47,31 @@ pub enum BackendChoice {
     ThreadPool,
 }
 
+impl BackendChoice {
+    /// The backend [`BACKEND_ENV`] asks for: `None` when it is unset,
+    /// empty or `auto` (the builder's choice stands), an error naming the
+    /// variable when its value is none of those it takes.
+    pub fn from_env() -> io::Result<Option<BackendChoice>> {
+        match std::env::var(BACKEND_ENV) {
+            Ok(v) => match v.trim() {
+                "threads" | "thread-pool" | "threadpool" => Ok(Some(BackendChoice::ThreadPool)),
+                "uring" | "io_uring" | "io-uring" => Ok(Some(BackendChoice::IoUring)),
+                "auto" | "" => Ok(None),
+                other => Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{BACKEND_ENV}={other:?}: expected \"threads\", \"uring\" (or \"io_uring\") or \"auto\""
+                    ),
+                )),
+            },
+            Err(_) => Ok(None),
+        }
+    }
+}
+
 /// The backend asked for: [`BACKEND_ENV`] if set, else `configured`.
 fn choice_from_env(configured: BackendChoice) -> io::Result<BackendChoice> {
-    match std::env::var(BACKEND_ENV) {
-        Ok(v) => match v.trim() {
-            "threads" | "thread-pool" | "threadpool" => Ok(BackendChoice::ThreadPool),
-            "uring" | "io_uring" | "io-uring" => Ok(BackendChoice::IoUring),
-            "auto" | "" => Ok(configured),
-            other => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{BACKEND_ENV}={other:?}: expected \"threads\", \"uring\" or \"auto\""),
-            )),
-        },
-        Err(_) => Ok(configured),
-    }
+    Ok(BackendChoice::from_env()?.unwrap_or(configured))
 }
 
 /// Why ring setup failed, in words that say what to do about it.

@@ -14,6 +14,7 @@
 
 use std::sync::{Arc, Weak};
 
+use crate::kind::OpKind;
 use crate::op::Op;
 
 /// Receives an operation's result (bytes, or `-errno`).
@@ -71,7 +72,7 @@ impl Request {
     /// this runs leaves two counted, and the request is submitted as
     /// usual (its memory stays owned by `done` until the completion).
     pub(crate) fn abandoned(&self) -> bool {
-        (Arc::strong_count(&self.done) == 1 && !self.done.detached()) || !self.done.claim()
+        self.dropped() || !self.done.claim()
     }
 
     /// Performs the request with blocking system calls (a pool worker's
@@ -80,11 +81,62 @@ impl Request {
     /// serving the next request.
     pub(crate) fn run_blocking(self) {
         let _ = call_user(move || {
-            if !self.abandoned() {
+            if !self.abandoned() && self.readable_unless_dropped() {
                 self.done.complete(self.op.run_blocking_raw());
             }
             drop(self);
         });
+    }
+
+    /// Whether the future that made this request is gone (dropped, or its
+    /// batch cancelled), while the request waits on a pool thread.
+    fn dropped(&self) -> bool {
+        Arc::strong_count(&self.done) == 1 && !self.done.detached()
+    }
+
+    /// For a read at offset 0, where a pipe, FIFO, socket or terminal is
+    /// read (with `read`): waits until the descriptor is readable, in
+    /// slices of 100 ms, and gives up (false: the read is never made) once
+    /// the future that made the request is dropped. So a cancelled read of
+    /// an empty pipe takes none of the bytes written after it, as a read
+    /// io_uring cancels takes none, instead of blocking a pool thread in
+    /// `read` until they come. A regular file, and a descriptor `poll`
+    /// refuses (whose read then reports the error), costs one `poll`. A
+    /// descriptor not open for reading (its read fails with `EBADF`) or
+    /// non-blocking (`EAGAIN`, as io_uring's read of it returns) is read at
+    /// once, as before.
+    fn readable_unless_dropped(&self) -> bool {
+        if !matches!(self.op.kind(), OpKind::Read | OpKind::ReadVectored) || self.op.offset() != 0 {
+            return true;
+        }
+        let fd = self.op.fd();
+        let ready = |timeout| {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd on the stack.
+            let n = unsafe { libc::poll(&mut p, 1, timeout) };
+            n != 0
+                && !(n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR))
+        };
+        if ready(0) {
+            return true;
+        }
+        // SAFETY: F_GETFL only reads the descriptor's flags.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags == -1 || flags & libc::O_NONBLOCK != 0 || flags & libc::O_ACCMODE == libc::O_WRONLY
+        {
+            return true;
+        }
+        loop {
+            if ready(100) || self.dropped() {
+                // (looked at again once readable: a future dropped while
+                // the thread waited takes nothing)
+                return !self.dropped();
+            }
+        }
     }
 }
 

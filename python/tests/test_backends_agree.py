@@ -1,0 +1,146 @@
+"""What a hostile pass found the two backends disagreeing on, or either
+doing what ``os.read`` does not: a pidfd read, a cancelled read of an
+empty pipe or socket, a synchronous wait cut short by ``close()``, an
+explicit backend against ``BLOCKIO_BACKEND``, and a path holding a NUL
+byte among ``read_files``' paths. Each test runs on both backends."""
+
+import asyncio
+import errno
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+import blockio
+
+
+def test_a_pidfd_read_fails_at_once_with_einval_as_os_read(engine):
+    """A pidfd has no read: ``os.read`` fails with ``EINVAL`` at once,
+    where io_uring's read waited for the process to exit (never, for this
+    one) and the synchronous batch waited for readiness as long."""
+    pfd = os.pidfd_open(os.getpid())
+    try:
+        with pytest.raises(OSError) as want:
+            os.read(pfd, 10)
+        with pytest.raises(OSError) as got:
+            engine.read_batch(pfd, offsets=[0], length=10)
+        assert got.value.errno == want.value.errno == errno.EINVAL
+
+        async def main():
+            with pytest.raises(OSError) as got:
+                await asyncio.wait_for(engine.aread(pfd, offset=0, length=10), 30)
+            return got.value.errno
+
+        assert asyncio.run(main()) == errno.EINVAL
+    finally:
+        os.close(pfd)
+
+
+@pytest.mark.parametrize("kind", ["pipe", "socket"])
+def test_a_cancelled_read_of_an_empty_stream_leaves_the_next_bytes_to_the_next_read(engine, kind):
+    """An ``aread`` of an empty pipe or socket cancelled by ``wait_for``
+    takes none of the bytes written right after it: the next read gets
+    them (on the thread backend the cancelled read's thread used to stay
+    in ``read`` and take them)."""
+    if kind == "socket":
+        a, b = socket.socketpair()
+        rfd, send, closing = a.fileno(), b.send, (a, b)
+    else:
+        rfd, wfd = os.pipe()
+        send, closing = (lambda d: os.write(wfd, d)), ()
+
+    async def main():
+        got = []
+        for i in range(5):
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(engine.aread(rfd, offset=0, length=10), 0.05)
+            send(b"after%d" % i)
+            got.append(await asyncio.wait_for(engine.aread(rfd, offset=0, length=10), 30))
+        return got
+
+    try:
+        assert asyncio.run(main()) == [b"after%d" % i for i in range(5)]
+    finally:
+        for s in closing:
+            s.close()
+        if kind == "pipe":
+            os.close(rfd)
+            os.close(wfd)
+
+
+@pytest.mark.parametrize("call", ["read_batch", "readinto_batch"])
+def test_close_ends_a_synchronous_read_waiting_in_another_thread(call):
+    """``Engine.close()`` from one thread ends a synchronous read that
+    another thread has waiting on an empty pipe, with ``ECANCELED``, as it
+    cancels the asynchronous ones; the pipe's later bytes stay in it."""
+    for backend in ("io_uring", "threads"):
+        engine = blockio.Engine(backend=backend)
+        rfd, wfd = os.pipe()
+        out = []
+
+        def reader():
+            try:
+                if call == "read_batch":
+                    out.append(engine.read_batch(rfd, offsets=[0], length=10))
+                else:
+                    out.append(engine.readinto_batch([(rfd, bytearray(10), 0)]))
+            except OSError as e:
+                out.append(e)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        time.sleep(0.2)
+        engine.close()
+        t.join(30)
+        try:
+            assert not t.is_alive()
+            assert isinstance(out[0], OSError) and out[0].errno == errno.ECANCELED, (backend, out)
+            assert "closed" in str(out[0])
+            os.write(wfd, b"late")
+            assert os.read(rfd, 10) == b"late"
+        finally:
+            os.close(rfd)
+            os.close(wfd)
+
+
+@pytest.mark.parametrize("env,arg", [("threads", "io_uring"), ("io_uring", "threads"), ("uring", "threads")])
+def test_an_explicit_backend_that_contradicts_the_environment_is_refused(monkeypatch, env, arg):
+    """``BLOCKIO_BACKEND`` chooses every engine's backend; an explicit
+    ``backend=`` that says otherwise raises ``ValueError`` naming both,
+    never silently gives the other backend."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", env)
+    with pytest.raises(ValueError, match=f"backend=\"{arg}\".*BLOCKIO_BACKEND"):
+        blockio.Engine(backend=arg)
+    e = blockio.Engine(backend="auto")
+    try:
+        assert e.backend == ("threads" if env == "threads" else "io_uring")
+    finally:
+        e.close()
+    same = blockio.Engine(backend="threads" if env == "threads" else "io_uring")
+    same.close()
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_path_with_a_nul_byte_fails_in_its_place(engine, tmp_path, how):
+    """A path holding a NUL byte is the built-in ``open``'s ``ValueError``
+    in its place with ``return_exceptions=True`` (the other files are
+    read), and raised without it."""
+    good = tmp_path / "good"
+    good.write_bytes(b"data")
+    paths = [good, str(tmp_path / "bad\0name"), tmp_path / "missing"]
+    with pytest.raises(ValueError) as want:
+        open(paths[1], "rb")
+
+    def run(return_exceptions):
+        if how == "sync":
+            return engine.read_files(paths, return_exceptions=return_exceptions)
+        return asyncio.run(engine.aread_files(paths, return_exceptions=return_exceptions))
+
+    got = run(True)
+    assert got[0] == b"data"
+    assert type(got[1]) is ValueError and str(got[1]) == str(want.value)
+    assert isinstance(got[2], FileNotFoundError)
+    with pytest.raises(ValueError, match="embedded null byte"):
+        run(False)
