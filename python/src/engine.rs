@@ -784,20 +784,32 @@ impl Core {
     /// Reads every file of `paths` whole, the GIL released; a list of
     /// bytes or OSError, one per path, in order, and how many failed.
     ///
-    /// The reading runs on a thread of its own while this one waits,
-    /// running the signal handlers every 100 ms: a read blocked on a FIFO
-    /// whose writer stays open is then interrupted by Ctrl-C as `os.read`
-    /// is (`KeyboardInterrupt`), the thread left to finish it and close
-    /// the files, as `aread_files` leaves it when cancelled.
+    /// The reading runs on threads of their own while this one waits,
+    /// turning each round of files into `bytes` as it arrives (see
+    /// [`fsjobs::read_files_by_round`]) and running the signal handlers
+    /// every 100 ms: a read blocked on a FIFO whose writer stays open is
+    /// then interrupted by Ctrl-C as `os.read` is (`KeyboardInterrupt`), the
+    /// threads left to finish it and close the files, as `aread_files`
+    /// leaves them when cancelled.
     pub(crate) fn read_files<'py>(
         &self,
         py: Python<'py>,
         paths: Vec<Vec<u8>>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         use std::sync::mpsc::RecvTimeoutError;
+        /// What the reading thread sends: a round's results, by the index
+        /// of its first path; then how the whole call ended.
+        enum Sent {
+            Round(usize, Vec<fsjobs::FileResult>),
+            End(io::Result<()>),
+        }
         let engine = self.check()?;
         let paths: Vec<std::ffi::CString> =
             paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
+        let n = paths.len();
+        if n == 0 {
+            return Ok((PyList::empty(py), 0));
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         // (Shared with the waits, which run without the GIL.)
         let rx = Mutex::new(rx);
@@ -805,38 +817,56 @@ impl Core {
         let reader = std::thread::Builder::new()
             .name("blockio-read-files".into())
             .spawn(move || {
-                let _ = tx.send(fsjobs::read_files(&job.0, &job.1));
+                let end = fsjobs::read_files_by_round(&job.0, &job.1, &|first, r| {
+                    let _ = tx.send(Sent::Round(first, r));
+                });
+                let _ = tx.send(Sent::End(end));
             });
-        let results = if reader.is_err() {
+        if reader.is_err() {
             // No thread to be had (a process limit): read on this one.
-            crate::gil::detach(py, || fsjobs::read_files(&engine, &paths)).map_err(io_err)?
-        } else {
-            loop {
-                match crate::gil::detach(py, || {
-                    rx.lock()
-                        .expect("read_files channel")
-                        .recv_timeout(std::time::Duration::from_millis(100))
-                }) {
-                    Ok(r) => break r.map_err(io_err)?,
-                    Err(RecvTimeoutError::Timeout) if self.closed() => {
-                        // (its thread, which holds the engine, is left to
-                        // finish, as after Ctrl-C)
-                        return Err(io_err(io::Error::other(
-                            "read_files: the engine was closed while the files were read (a FIFO that no writer \
-                             fed, say): none is returned",
-                        )));
+            let results =
+                crate::gil::detach(py, || fsjobs::read_files(&engine, &paths)).map_err(io_err)?;
+            let failed = results.iter().filter(|r| r.is_err()).count();
+            let items = results.iter().map(|r| file_content(py, r));
+            return Ok((PyList::new(py, items)?, failed));
+        }
+        let mut items: Vec<Option<PyObject>> = (0..n).map(|_| None).collect();
+        let mut failed = 0;
+        loop {
+            match crate::gil::detach(py, || {
+                rx.lock()
+                    .expect("read_files channel")
+                    .recv_timeout(std::time::Duration::from_millis(100))
+            }) {
+                Ok(Sent::Round(first, results)) => {
+                    for (k, r) in results.iter().enumerate() {
+                        failed += usize::from(r.is_err());
+                        items[first + k] = Some(file_content(py, r));
                     }
-                    Err(RecvTimeoutError::Timeout) => py.check_signals()?,
-                    Err(RecvTimeoutError::Disconnected) => {
-                        return Err(PyRuntimeError::new_err(
-                            "read_files: its reading thread ended without a result",
-                        ))
-                    }
+                    // (the round's memory is freed here, for the rounds
+                    // still to read)
+                }
+                Ok(Sent::End(end)) => {
+                    end.map_err(io_err)?;
+                    break;
+                }
+                Err(RecvTimeoutError::Timeout) if self.closed() => {
+                    // (its threads, which hold the engine, are left to
+                    // finish, as after Ctrl-C)
+                    return Err(io_err(io::Error::other(
+                        "read_files: the engine was closed while the files were read (a FIFO that no writer \
+                         fed, say): none is returned",
+                    )));
+                }
+                Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(PyRuntimeError::new_err(
+                        "read_files: its reading thread ended without a result",
+                    ))
                 }
             }
-        };
-        let failed = results.iter().filter(|r| r.is_err()).count();
-        let items = results.iter().map(|r| file_content(py, r));
+        }
+        let items = items.into_iter().map(|i| i.expect("every file's result"));
         Ok((PyList::new(py, items)?, failed))
     }
 

@@ -208,7 +208,7 @@ struct Whole {
 }
 
 /// One file's result as [`read_files`] gives it.
-type FileResult = io::Result<Vec<u8>>;
+pub(crate) type FileResult = io::Result<Vec<u8>>;
 
 /// Each file's whole content, in order, or the error that stopped it (which
 /// names neither the verb nor the path: the caller knows the path; a file
@@ -240,67 +240,92 @@ type FileResult = io::Result<Vec<u8>>;
 /// descriptor at a time, no ring). A file whose open fails with `EMFILE`
 /// or `ENFILE` anyway (another thread took the room meanwhile), and every
 /// file of a round the engine could not run for the limit (it found no
-/// descriptor for a ring), is read again alone once the readers are done.
+/// descriptor for a ring), is read again alone by the reader that met it.
 pub(crate) fn read_files(
     engine: &blockio::Engine,
     paths: &[CString],
 ) -> io::Result<Vec<FileResult>> {
+    let slots: Mutex<Vec<Option<FileResult>>> =
+        Mutex::new((0..paths.len()).map(|_| None).collect());
+    read_files_by_round(engine, paths, &|first, results| {
+        let mut slots = slots.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, r) in results.into_iter().enumerate() {
+            slots[first + k] = Some(r);
+        }
+    })?;
+    Ok(slots
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|r| r.expect("every round delivered"))
+        .collect())
+}
+
+/// [`read_files`], handing each round's results to `deliver` as soon as
+/// the round is done, with the index of its first path (the rounds in any
+/// order, each once), so that the caller can turn them into its own
+/// objects while the other rounds are read: the memory of a round it has
+/// taken is then free for the next (a call that handed every file over
+/// at the end spent a third of its time in that hand-over, cold). On an
+/// error of the engine (other than the descriptor limit) the call fails
+/// with it, and the rounds delivered before are to be discarded.
+pub(crate) fn read_files_by_round(
+    engine: &blockio::Engine,
+    paths: &[CString],
+    deliver: &(dyn Fn(usize, Vec<FileResult>) + Sync),
+) -> io::Result<()> {
     let rounds: Vec<&[CString]> = paths.chunks(FILES_PER_ROUND).collect();
     let room = free_descriptors().saturating_sub(SPARE_DESCRIPTORS) / (FILES_PER_ROUND + 1);
     let readers = rounds.len().min(READERS).min(room);
     if readers == 0 {
-        return Ok(paths.iter().map(|p| read_alone(p)).collect());
+        deliver(0, paths.iter().map(|p| read_alone(p)).collect());
+        return Ok(());
     }
-    let mut results: Vec<Option<io::Result<Vec<FileResult>>>> = if readers <= 1 {
-        rounds.iter().map(|r| Some(read_round(engine, r))).collect()
-    } else {
-        let next = AtomicUsize::new(0);
-        let done: Mutex<Vec<Option<io::Result<Vec<FileResult>>>>> =
-            Mutex::new((0..rounds.len()).map(|_| None).collect());
-        std::thread::scope(|s| {
-            for _ in 0..readers {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(round) = rounds.get(i) else { break };
-                    let r = read_round(engine, round);
-                    let failed = matches!(&r, Err(e) if !is_limit(e));
-                    done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
-                    if failed {
-                        // The engine failed: the call fails; no more rounds.
-                        next.store(rounds.len(), Ordering::Relaxed);
-                    }
-                });
-            }
-        });
-        done.into_inner().unwrap_or_else(|e| e.into_inner())
-    };
-    // The engine failed in a round (other than for the descriptor limit):
-    // the call fails, with the first such error, before any file is read
-    // again.
-    for r in results.iter_mut() {
-        if matches!(r, Some(Err(e)) if !is_limit(e)) {
-            if let Some(Err(e)) = r.take() {
-                return Err(e);
-            }
-        }
-    }
-    let mut out = Vec::with_capacity(paths.len());
-    for (round, r) in rounds.iter().zip(results.iter_mut()) {
-        match r.take() {
-            Some(Ok(mut r)) => {
+    let next = AtomicUsize::new(0);
+    let failure: Mutex<Option<io::Error>> = Mutex::new(None);
+    let read = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(round) = rounds.get(i) else { break };
+        match read_round(engine, round) {
+            Ok(mut r) => {
                 for (p, res) in round.iter().zip(r.iter_mut()) {
                     if matches!(res, Err(e) if is_limit(e)) {
                         *res = read_alone(p);
                     }
                 }
-                out.extend(r);
+                deliver(i * FILES_PER_ROUND, r);
             }
-            // A round the engine could not run for the limit, or left
-            // untaken by readers stopped by a failure: read alone.
-            _ => out.extend(round.iter().map(|p| read_alone(p))),
+            // A round the engine could not run for the limit: read alone.
+            Err(e) if is_limit(&e) => {
+                deliver(
+                    i * FILES_PER_ROUND,
+                    round.iter().map(|p| read_alone(p)).collect(),
+                );
+            }
+            // The engine failed: the call fails, with the first such
+            // error; no more rounds.
+            Err(e) => {
+                failure
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(e);
+                next.store(rounds.len(), Ordering::Relaxed);
+            }
         }
+    };
+    if readers <= 1 {
+        read();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..readers {
+                s.spawn(read);
+            }
+        });
     }
-    Ok(out)
+    match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Descriptor numbers kept free for others (the event loop's, Python's)
