@@ -972,6 +972,12 @@ def _resolve(fut: "asyncio.Future[List[Any]]", results: Optional[List[Any]], err
         return
     if error is not None:
         fut.set_exception(error)
+        # Retrieved here: the task awaiting it takes the error when it
+        # runs again; one that never runs again (its loop left pending at
+        # interpreter exit, when the engines are closed) is asyncio's to
+        # report ("Task was destroyed but it is pending"), with no second
+        # report of this future's error.
+        fut.exception()
     else:
         fut.set_result(results)  # type: ignore[arg-type]
 

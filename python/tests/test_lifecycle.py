@@ -923,3 +923,26 @@ def test_a_file_dropped_unclosed_writes_its_buffered_bytes_at_once(tmp_path, mod
     finally:
         gc.enable()
     assert got == (b"XYZ-contents\n" if "r" in mode else b"XYZ")
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+def test_reads_left_in_flight_at_exit_are_reported_once_by_asyncio_not_again_by_the_engine(tmp_path, backend):
+    """A loop left with tasks awaiting reads of an empty pipe at exit: the
+    exit closes the engine, which ends those reads with ``ECANCELED``;
+    asyncio reports each task destroyed while pending, and the engine's
+    futures add no "Future exception was never retrieved" of their own."""
+    code, out = run_child(f"""
+        import asyncio, os, blockio
+        eng = blockio.Engine(backend={backend!r})
+        r, w = os.pipe()
+        loop = asyncio.new_event_loop()
+        async def main():
+            for _ in range(2):
+                asyncio.ensure_future(eng.aread(r, offset=0, length=10))
+            await asyncio.sleep(0.1)
+        loop.run_until_complete(main())
+        print("ran")
+    """, tmp_path)
+    assert code == 0 and "ran" in out, out
+    assert out.count("Task was destroyed but it is pending") == 2, out
+    assert "never retrieved" not in out, out
