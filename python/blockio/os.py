@@ -46,8 +46,15 @@ def _is_path(value: Any) -> bool:
     path-like). Anything else goes to the ``os`` call on a thread, whose
     ``TypeError`` (``stat: path should be string, bytes, os.PathLike or
     integer, not NoneType``) is the one a program ported from ``os`` or
-    aiofiles expects."""
-    return isinstance(value, (str, bytes, _os.PathLike))
+    aiofiles expects; so does a path holding a NUL byte, for its
+    ``ValueError`` (``stat: embedded null character in path``)."""
+    if not isinstance(value, (str, bytes, _os.PathLike)):
+        return False
+    try:
+        name = _os.fspath(value)
+    except TypeError:
+        return False
+    return ("\0" if isinstance(name, str) else b"\0") not in name
 
 
 async def stat(path: Any, *, dir_fd: Optional[int] = None, follow_symlinks: bool = True,

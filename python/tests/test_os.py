@@ -249,3 +249,21 @@ def test_mkdir_takes_every_mode_os_mkdir_takes(tmp_path, monkeypatch, backend):
         asyncio.run(main())
     finally:
         os.umask(old)
+
+
+@pytest.mark.parametrize("path", ["f\0x", b"f\0x"])
+@pytest.mark.parametrize("call", ["stat", "mkdir", "symlink"])
+def test_a_path_with_a_nul_byte_raises_the_os_calls_error(tmp_path, path, call):
+    """A str or bytes path holding a NUL byte raises ``os``'s own
+    ``ValueError`` (``stat: embedded null character in path``), as
+    ``aiofiles.os`` does, rather than the engine's wording."""
+    args = (path,) if call != "symlink" else (path, "dst")
+    with pytest.raises(ValueError) as want:
+        getattr(os, call)(*args)
+
+    async def main():
+        with pytest.raises(ValueError) as got:
+            await getattr(blockio.os, call)(*args)
+        return str(got.value)
+
+    assert asyncio.run(main()) == str(want.value)
