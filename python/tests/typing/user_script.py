@@ -79,7 +79,7 @@ async def engine_calls(e: blockio.Engine, path: str) -> None:
     whole = await e.aread_files([path, os.fsencode(path)])
     assert_type(whole, List[bytes])
     some = await e.aread_files([path], return_exceptions=True)
-    assert_type(some, List[Union[bytes, OSError, MemoryError]])
+    assert_type(some, List[Union[bytes, OSError, MemoryError, ValueError]])
     assert whole[0] == whole[1] and some
 
 
