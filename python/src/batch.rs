@@ -151,7 +151,19 @@ pub(crate) fn refusals(
 ) -> PyResult<Vec<Option<io::Error>>> {
     let mut errnos = std::collections::HashMap::new();
     for fd in distinct_fds(bufs.iter().map(|(t, ..)| t.0)) {
-        if let Some(errno) = wait_ready(py, fd, events, closed)? {
+        // Operations of no bytes on `fd` only: they return at once, as
+        // `os.read(fd, 0)` and `os.write(fd, b"")` do, so nothing waits
+        // for the descriptor (it is only looked at).
+        let empty = bufs
+            .iter()
+            .filter(|(t, ..)| t.0 == fd)
+            .all(|(_, b, _)| b.item_count() == 0);
+        let refused = if empty {
+            refusal(fd, fd_flags(fd))
+        } else {
+            wait_ready(py, fd, events, closed)?
+        };
+        if let Some(errno) = refused {
             errnos.insert(fd, errno);
         }
     }

@@ -47,6 +47,10 @@ pub(crate) struct Core {
     /// The descriptors the async engines made on first use, recorded as
     /// the engines' own (see [`crate::fds::own_new`]) until close or drop.
     pub(crate) own_fds: Mutex<Vec<RawFd>>,
+    /// `close` has started: synchronous calls waiting for a descriptor
+    /// end at once, without waiting for `close` to finish waiting for the
+    /// asynchronous operations.
+    pub(crate) closing: AtomicBool,
 }
 
 impl Drop for Core {
@@ -327,6 +331,7 @@ impl Core {
             fs: fsjobs::Pool::default(),
             cache_misses: AtomicU64::new(0),
             own_fds: Mutex::new(Vec::new()),
+            closing: AtomicBool::new(false),
         })
     }
 
@@ -363,7 +368,7 @@ impl Core {
             let empty = PyList::new(py, offsets.iter().map(|_| PyBytes::new(py, &[])))?;
             return Ok((empty, 0));
         }
-        if let Some(errno) = wait_ready(py, fd, libc::POLLIN, &|| self.closed())? {
+        if let Some(errno) = wait_ready(py, fd, libc::POLLIN, &|| self.closing())? {
             // Refused: every read fails with the same errno, in its place.
             let results: Vec<io::Result<usize>> = offsets
                 .iter()
@@ -440,7 +445,7 @@ impl Core {
             .map(|(fd, b, off)| Ok((RawTarget(*fd), writable(b)?, *off)))
             .collect::<PyResult<_>>()?;
         refuse_overlaps(bufs.iter().map(|(_, b, _)| b))?;
-        let refused = refusals(py, &bufs, libc::POLLIN, &|| self.closed())?;
+        let refused = refusals(py, &bufs, libc::POLLIN, &|| self.closing())?;
         buffer_batch(py, engine, bufs, refused, read_into_buffer)
     }
 
@@ -457,7 +462,7 @@ impl Core {
             .iter()
             .map(|(fd, b, off)| Ok((RawTarget(*fd), readable(b)?, *off)))
             .collect::<PyResult<_>>()?;
-        let refused = refusals(py, &bufs, libc::POLLOUT, &|| self.closed())?;
+        let refused = refusals(py, &bufs, libc::POLLOUT, &|| self.closing())?;
         buffer_batch(py, engine, bufs, refused, write_from_buffer)
     }
 
@@ -843,14 +848,16 @@ impl Core {
                         failed += usize::from(r.is_err());
                         items[first + k] = Some(file_content(py, r));
                     }
-                    // (the round's memory is freed here, for the rounds
-                    // still to read)
+                    drop(results); // (its memory, for the rounds still to read)
+                                   // Rounds may arrive without a pause: Ctrl-C is
+                                   // looked at after each.
+                    py.check_signals()?;
                 }
                 Ok(Sent::End(end)) => {
                     end.map_err(io_err)?;
                     break;
                 }
-                Err(RecvTimeoutError::Timeout) if self.closed() => {
+                Err(RecvTimeoutError::Timeout) if self.closing() => {
                     // (its threads, which hold the engine, are left to
                     // finish, as after Ctrl-C)
                     return Err(io_err(io::Error::other(
@@ -954,6 +961,7 @@ impl Core {
             ));
             return Ok((Vec::new(), Vec::new(), None));
         }
+        self.closing.store(true, Ordering::SeqCst);
         let mut finished = Vec::new();
         let mut interrupted = None;
         let mut idle = 0;
@@ -1000,6 +1008,12 @@ impl Core {
         release_parked(py);
         let interrupted = interrupted.map(|e| e.into_value(py));
         Ok((finished, cancelled, interrupted))
+    }
+
+    /// Whether `close` has started (from any thread): what synchronous
+    /// waits for a descriptor look at.
+    fn closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst) || self.closed()
     }
 
     /// Whether `close` has run.

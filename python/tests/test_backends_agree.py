@@ -144,3 +144,89 @@ def test_a_path_with_a_nul_byte_fails_in_its_place(engine, tmp_path, how):
     assert isinstance(got[2], FileNotFoundError)
     with pytest.raises(ValueError, match="embedded null byte"):
         run(False)
+
+
+def test_reads_and_writes_of_no_bytes_on_a_stream_return_at_once(engine):
+    """Operations of no bytes on an empty pipe (or a full one, to write)
+    return at once, as ``os.read(fd, 0)`` and ``os.write(fd, b"")`` do:
+    nothing waits for the descriptor to become ready."""
+    r, w = os.pipe()
+    try:
+        os.set_blocking(w, False)
+        while True:  # fill the pipe
+            try:
+                os.write(w, b"x" * 65536)
+            except BlockingIOError:
+                break
+        os.set_blocking(w, True)
+        assert engine.readinto_batch([(r, bytearray(0), 0)]) == [0]
+        assert engine.write_batch([(w, b"", 0)]) == [0]
+        assert engine.read_batch(r, offsets=[0], length=0) == [b""]
+
+        async def main():
+            return (await asyncio.wait_for(engine.aread(r, offset=0, length=0), 30),
+                    await asyncio.wait_for(engine.areadinto(r, bytearray(0), offset=0), 30),
+                    await asyncio.wait_for(engine.aread_batch(r, offsets=[0, 0], length=0), 30))
+
+        assert asyncio.run(main()) == (b"", 0, [b"", b""])
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_non_blocking_pipe_is_read_when_data_comes_on_both_backends(engine):
+    """An empty pipe whose descriptor is non-blocking is waited for, as
+    io_uring's read of it waits (``os.read`` would raise
+    ``BlockingIOError``): both backends give the bytes once written."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    try:
+        async def main():
+            task = asyncio.ensure_future(engine.aread(r, offset=0, length=16))
+            await asyncio.sleep(0.05)
+            os.write(w, b"late")
+            return await asyncio.wait_for(task, 30)
+
+        assert asyncio.run(main()) == b"late"
+        assert not os.get_blocking(r)  # (the caller's flag is left as it was)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_close_ends_synchronous_waits_beside_asynchronous_reads():
+    """With an asynchronous read of an empty pipe in flight (which
+    ``close`` waits a second for, then cancels), a synchronous
+    ``read_batch`` waiting on another pipe in another thread ends with
+    ``ECANCELED`` too (it looks at whether ``close`` has started, every
+    100 ms), and the asynchronous read is cancelled."""
+    for backend in ("io_uring", "threads"):
+        engine = blockio.Engine(backend=backend)
+        ra, wa = os.pipe()
+        rs, ws = os.pipe()
+        ended = []
+
+        def reader():
+            try:
+                engine.read_batch(rs, offsets=[0], length=8)
+            except OSError as e:
+                ended.append((time.monotonic(), e.errno))
+
+        async def main():
+            task = asyncio.ensure_future(engine.aread(ra, offset=0, length=8))
+            t = threading.Thread(target=reader)
+            t.start()
+            await asyncio.sleep(0.2)
+            engine.close()
+            closed_at = time.monotonic()
+            t.join(30)
+            with pytest.raises(OSError):
+                await task
+            return closed_at
+
+        try:
+            asyncio.run(main())
+            assert ended and ended[0][1] == errno.ECANCELED, (backend, ended)
+        finally:
+            for fd in (ra, wa, rs, ws):
+                os.close(fd)

@@ -102,11 +102,14 @@ impl Request {
     /// io_uring cancels takes none, instead of blocking a pool thread in
     /// `read` until they come. A regular file, and a descriptor `poll`
     /// refuses (whose read then reports the error), costs one `poll`. A
-    /// descriptor not open for reading (its read fails with `EBADF`) or
-    /// non-blocking (`EAGAIN`, as io_uring's read of it returns) is read at
-    /// once, as before.
+    /// descriptor not open for reading (its read fails with `EBADF`) and a
+    /// read of no bytes are read at once. A non-blocking descriptor waits
+    /// like any other, as io_uring's read of it does.
     fn readable_unless_dropped(&self) -> bool {
-        if !matches!(self.op.kind(), OpKind::Read | OpKind::ReadVectored) || self.op.offset() != 0 {
+        if !matches!(self.op.kind(), OpKind::Read | OpKind::ReadVectored)
+            || self.op.offset() != 0
+            || self.op.byte_len() == 0
+        {
             return true;
         }
         let fd = self.op.fd();
@@ -126,8 +129,7 @@ impl Request {
         }
         // SAFETY: F_GETFL only reads the descriptor's flags.
         let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        if flags == -1 || flags & libc::O_NONBLOCK != 0 || flags & libc::O_ACCMODE == libc::O_WRONLY
-        {
+        if flags == -1 || flags & libc::O_ACCMODE == libc::O_WRONLY {
             return true;
         }
         loop {
