@@ -240,7 +240,7 @@ pub(crate) type FileResult = io::Result<Vec<u8>>;
 /// descriptor at a time, no ring). A file whose open fails with `EMFILE`
 /// or `ENFILE` anyway (another thread took the room meanwhile), and every
 /// file of a round the engine could not run for the limit (it found no
-/// descriptor for a ring), is read again alone by the reader that met it.
+/// descriptor for a ring), is read again alone once the readers are done.
 pub(crate) fn read_files(
     engine: &blockio::Engine,
     paths: &[CString],
@@ -283,25 +283,25 @@ pub(crate) fn read_files_by_round(
     }
     let next = AtomicUsize::new(0);
     let failure: Mutex<Option<io::Error>> = Mutex::new(None);
+    // Rounds with files left to read alone for the limit, kept until the
+    // readers are done and their descriptors free: by index, with what the
+    // engine gave (`None`: it could not run the round).
+    let later: Mutex<Vec<(usize, Option<Vec<FileResult>>)>> = Mutex::new(Vec::new());
     let read = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(round) = rounds.get(i) else { break };
         match read_round(engine, round) {
-            Ok(mut r) => {
-                for (p, res) in round.iter().zip(r.iter_mut()) {
-                    if matches!(res, Err(e) if is_limit(e)) {
-                        *res = read_alone(p);
-                    }
-                }
+            Ok(r) if !r.iter().any(|res| matches!(res, Err(e) if is_limit(e))) => {
                 deliver(i * FILES_PER_ROUND, r);
             }
-            // A round the engine could not run for the limit: read alone.
-            Err(e) if is_limit(&e) => {
-                deliver(
-                    i * FILES_PER_ROUND,
-                    round.iter().map(|p| read_alone(p)).collect(),
-                );
-            }
+            Ok(r) => later
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((i, Some(r))),
+            Err(e) if is_limit(&e) => later
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((i, None)),
             // The engine failed: the call fails, with the first such
             // error; no more rounds.
             Err(e) => {
@@ -321,6 +321,26 @@ pub(crate) fn read_files_by_round(
                 s.spawn(read);
             }
         });
+    }
+    if failure.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
+        // Read alone, one descriptor at a time, now that the readers'
+        // descriptors are closed: a file fails for the limit only if it
+        // cannot be opened alone.
+        for (i, r) in later.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            let round = rounds[i];
+            let r = match r {
+                Some(mut r) => {
+                    for (p, res) in round.iter().zip(r.iter_mut()) {
+                        if matches!(res, Err(e) if is_limit(e)) {
+                            *res = read_alone(p);
+                        }
+                    }
+                    r
+                }
+                None => round.iter().map(|p| read_alone(p)).collect(),
+            };
+            deliver(i * FILES_PER_ROUND, r);
+        }
     }
     match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
         Some(e) => Err(e),
