@@ -87,6 +87,12 @@ pub(crate) struct AioEngines {
 }
 
 impl Core {
+    /// Whether `close` has started (from any thread): what synchronous
+    /// waits for a descriptor look at.
+    fn closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst) || self.closed()
+    }
+
     pub(crate) fn check(&self) -> PyResult<Engine> {
         if self.born != forks() {
             return Err(PyRuntimeError::new_err(
@@ -1008,12 +1014,6 @@ impl Core {
         release_parked(py);
         let interrupted = interrupted.map(|e| e.into_value(py));
         Ok((finished, cancelled, interrupted))
-    }
-
-    /// Whether `close` has started (from any thread): what synchronous
-    /// waits for a descriptor look at.
-    fn closing(&self) -> bool {
-        self.closing.load(Ordering::SeqCst) || self.closed()
     }
 
     /// Whether `close` has run.
