@@ -141,8 +141,8 @@ pub(crate) fn buffer_batch<'py>(
 }
 
 /// Waits until each descriptor of `bufs` is ready for `events` (see
-/// [`wait_ready`], `closed` included); the error each operation on a refused one fails with,
-/// by operation (`None`: it runs).
+/// [`wait_ready`], `closed` included); the error each operation on a
+/// refused one fails with, by operation (`None`: it runs).
 pub(crate) fn refusals(
     py: Python<'_>,
     bufs: &[BufferOp],
@@ -150,15 +150,16 @@ pub(crate) fn refusals(
     closed: &dyn Fn() -> bool,
 ) -> PyResult<Vec<Option<io::Error>>> {
     let mut errnos = std::collections::HashMap::new();
+    // Descriptors with an operation of some bytes; one with operations of
+    // no bytes only is not waited for (they return at once, as
+    // `os.read(fd, 0)` and `os.write(fd, b"")` do), only looked at.
+    let moving: std::collections::HashSet<RawFd> = bufs
+        .iter()
+        .filter(|(_, b, _)| b.item_count() > 0)
+        .map(|(t, ..)| t.0)
+        .collect();
     for fd in distinct_fds(bufs.iter().map(|(t, ..)| t.0)) {
-        // Operations of no bytes on `fd` only: they return at once, as
-        // `os.read(fd, 0)` and `os.write(fd, b"")` do, so nothing waits
-        // for the descriptor (it is only looked at).
-        let empty = bufs
-            .iter()
-            .filter(|(t, ..)| t.0 == fd)
-            .all(|(_, b, _)| b.item_count() == 0);
-        let refused = if empty {
+        let refused = if !moving.contains(&fd) {
             refusal(fd, fd_flags(fd))
         } else {
             wait_ready(py, fd, events, closed)?

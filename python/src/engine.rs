@@ -854,9 +854,10 @@ impl Core {
                         failed += usize::from(r.is_err());
                         items[first + k] = Some(file_content(py, r));
                     }
-                    drop(results); // (its memory, for the rounds still to read)
-                                   // Rounds may arrive without a pause: Ctrl-C is
-                                   // looked at after each.
+                    // Its memory, for the rounds still to read.
+                    drop(results);
+                    // Rounds may arrive without a pause: Ctrl-C is looked
+                    // at after each.
                     py.check_signals()?;
                 }
                 Ok(Sent::End(end)) => {

@@ -1,6 +1,6 @@
-//! What a descriptor is (`O_DIRECT`, a stream, an epoll instance or pidfd), the
-//! duplicate an asynchronous operation works on, and the fork count that
-//! tells a forked child.
+//! What a descriptor is (`O_DIRECT`, a stream, an epoll instance or
+//! pidfd), the duplicate an asynchronous operation works on, and the fork
+//! count that tells a forked child.
 
 use std::io;
 use std::os::fd::{FromRawFd, RawFd};
@@ -135,10 +135,10 @@ pub(crate) const KERNEL_O_LARGEFILE: i32 = 0o100000;
 /// write of one waits for it to become readable (for a pidfd, until the
 /// process exits; for an epoll instance, perhaps for ever), and so does
 /// a synchronous call that waits for readiness first, where the kernel's
-/// own `read` fails at once with `EINVAL`. Costs nothing for a descriptor made by `open`: only one
-/// that lacks `O_LARGEFILE` (a pipe, socket, or anonymous inode) is
-/// looked at further, with `fstat` and, for an anonymous inode, its name
-/// in `/proc/self/fd`.
+/// own `read` fails at once with `EINVAL`. Costs nothing for a descriptor
+/// made by `open`: only one that lacks `O_LARGEFILE` (a pipe, socket, or
+/// anonymous inode) is looked at further, with `fstat` and, for an
+/// anonymous inode, its name in `/proc/self/fd`.
 /// `flags` are the descriptor's `F_GETFL` flags ([`fd_flags`]).
 pub(crate) fn is_unreadable(fd: RawFd, flags: i32) -> bool {
     if flags == -1 || flags & KERNEL_O_LARGEFILE != 0 {
