@@ -34,17 +34,21 @@ const PEER_LIMIT: Duration = Duration::from_secs(10);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stack {
     Tokio,
-    /// The default engine, with its driver thread.
+    /// The default engine, built on the scenario's runtime, which drives
+    /// it ([`Driving::Auto`]).
     Blockio,
+    /// An engine with its own driver thread ([`Driving::Thread`]).
+    BlockioThread,
     /// A caller-driven engine on tokio's reactor.
     BlockioDriven,
     /// The epoll fallback.
     BlockioEpoll,
 }
 
-const STACKS: [Stack; 4] = [
+const STACKS: [Stack; 5] = [
     Stack::Tokio,
     Stack::Blockio,
+    Stack::BlockioThread,
     Stack::BlockioDriven,
     Stack::BlockioEpoll,
 ];
@@ -152,6 +156,12 @@ fn engine(stack: Stack) -> Option<AsyncEngine> {
     match stack {
         Stack::Tokio => None,
         Stack::Blockio => Some(AsyncEngine::new().unwrap()),
+        Stack::BlockioThread => Some(
+            AsyncEngine::builder()
+                .driving(Driving::Thread)
+                .build()
+                .unwrap(),
+        ),
         Stack::BlockioDriven => Some(
             AsyncEngine::builder()
                 .driving(Driving::Caller(
@@ -983,7 +993,11 @@ fn a_dropped_server_s_port_binds_again_at_once() {
                 .enable_all()
                 .build()
                 .unwrap();
-            let e = engine(stack);
+            // Built on the runtime, as a server builds its engine.
+            let e = {
+                let _on = rt.enter();
+                engine(stack)
+            };
             let bound = rt.block_on(async {
                 if let (Stack::BlockioDriven, Some(e)) = (stack, &e) {
                     if e.poll_fd().is_some() {
@@ -1252,6 +1266,7 @@ fn fd_limited_server() {
     let stack = match std::env::var(FD_LIMITED_STACK).as_deref() {
         Ok("Tokio") => Stack::Tokio,
         Ok("Blockio") => Stack::Blockio,
+        Ok("BlockioThread") => Stack::BlockioThread,
         Ok("BlockioDriven") => Stack::BlockioDriven,
         Ok("BlockioEpoll") => Stack::BlockioEpoll,
         other => panic!("{FD_LIMITED_STACK}: {other:?}"),

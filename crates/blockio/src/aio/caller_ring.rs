@@ -242,7 +242,25 @@ impl RingCore {
     }
 }
 
+/// The ring's descriptor, open as long as this lives, even once the
+/// engine is gone: what a driving task registers with its reactor, so that
+/// the registration never outlives the descriptor it names (the number
+/// could then name another file when the reactor deregisters it).
+pub(crate) struct RingFd(Arc<RingCore>);
+
+impl AsRawFd for RingFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.ring.as_raw_fd()
+    }
+}
+
 impl CallerRing {
+    /// The ring's descriptor, kept open by the handle returned.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn ring_fd(&self) -> RingFd {
+        RingFd(self.core.clone())
+    }
+
     /// A ring driven by the caller, also signalling `eventfd` (if given)
     /// on completions.
     pub(crate) fn new(depth: usize, eventfd: Option<RawFd>, submit: Submit) -> io::Result<Self> {
@@ -390,6 +408,10 @@ impl Drop for CallerRing {
     /// completion ([`RingCore::finish`]), so that dropping never blocks;
     /// should the thread not start, the wait happens here.
     fn drop(&mut self) {
+        // The driving task ends once it finds the engine gone; it is woken
+        // to look, so that it lets go of the ring's descriptor now.
+        let task = self.core.lock().driving_task.take();
+        resume(call_user(move || task.into_iter().for_each(Waker::wake)));
         if !self.core.busy() {
             return;
         }

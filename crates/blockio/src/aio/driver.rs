@@ -3,9 +3,14 @@
 //!
 //! | name (used in the API, code, docs and `net-bench` labels) | what it is | module |
 //! |---|---|---|
-//! | **driver thread** ([`Driving::Thread`], `blockio`) | a thread of the engine's own owns the ring | [`driver_thread`](super::driver_thread) |
+//! | **driver thread** ([`Driving::Thread`], `blockio-thread`) | a thread of the engine's own owns the ring | [`driver_thread`](super::driver_thread) |
 //! | **caller-driven ring** ([`Driving::Caller`], `blockio-caller`) | the caller's event loop submits and reaps | [`caller_ring`](super::caller_ring) |
 //! | **pool** (backend `ThreadPool`) | blocking calls on threads, sockets by readiness | [`pool`](super::pool) |
+//!
+//! [`Driving::Auto`], the default (`net-bench` label `blockio`), is one of
+//! the first two, chosen when the engine is built: a caller-driven ring
+//! submitting once per round, driven by the tokio runtime it is built on,
+//! or else the driver thread.
 //!
 //! A caller-driven ring submits each operation when it starts
 //! ([`Submit::OnStart`]) or **once per round** of tasks
@@ -24,6 +29,7 @@
 //! the modules that use it, such as [`relay`](super::relay), sit above
 //! them), so the modules form no cycle.
 //!
+//! [`Driving::Auto`]: super::Driving::Auto
 //! [`Driving::Thread`]: super::Driving::Thread
 //! [`Driving::Caller`]: super::Driving::Caller
 //! [`Submit::OnStart`]: super::Submit::OnStart
@@ -33,7 +39,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::task::Waker;
 
-use super::caller_ring::CallerRing;
+use super::caller_ring::{CallerRing, RingFd};
 use super::driver_thread::DriverThread;
 use super::in_flight::Setup;
 use super::pool::PoolDriver;
@@ -83,6 +89,15 @@ impl Driver {
     pub(crate) fn poll_fd(&self) -> Option<BorrowedFd<'_>> {
         match self {
             Driver::Caller(r) => Some(r.poll_fd()),
+            Driver::Thread(_) | Driver::Pool(_) => None,
+        }
+    }
+
+    /// The caller-driven ring's descriptor, kept open by the handle.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn ring_fd(&self) -> Option<RingFd> {
+        match self {
+            Driver::Caller(r) => Some(r.ring_fd()),
             Driver::Thread(_) | Driver::Pool(_) => None,
         }
     }

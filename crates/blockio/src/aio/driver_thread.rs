@@ -1,5 +1,6 @@
 //! The driver thread: a thread of the engine's own owns the ring
-//! ([`Driving::Thread`](super::Driving::Thread), the default).
+//! ([`Driving::Thread`](super::Driving::Thread), and the default for an
+//! engine built off any tokio runtime).
 //!
 //! Futures never touch the ring: on their first poll they push a request
 //! onto a [`Mailbox`] and, only if the thread is asleep, write to an

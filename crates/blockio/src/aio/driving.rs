@@ -18,10 +18,37 @@ use std::os::fd::RawFd;
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub enum Driving {
-    /// A thread of the engine's own (the default): any executor works,
-    /// and operations from many tasks reach the kernel together; each
-    /// operation costs two cross-thread wake-ups (to the thread and back).
+    /// The default: the runtime the engine is built on drives it, as
+    /// tokio's own sockets are driven by the runtime they are made on.
+    ///
+    /// With the `tokio` feature, an engine built on a tokio runtime (in a
+    /// task, or where [`Handle::enter`](https://docs.rs/tokio/1/tokio/runtime/struct.Handle.html#method.enter)
+    /// is in force) with I/O enabled is a caller-driven ring that submits
+    /// once per round ([`Driving::Caller`] with [`Submit::PerRound`]),
+    /// whose `drive_on_tokio` task is spawned on that runtime by
+    /// [`build`](super::AsyncEngineBuilder::build): no driver thread and no
+    /// cross-thread wake-up per operation. Everything
+    /// [`Driving::Caller`] says about such an engine holds, in particular:
+    /// the runtime must run for its operations to complete (a
+    /// current-thread runtime blocked in a task, or outside `block_on`,
+    /// completes none, as it serves none of tokio's sockets); once that
+    /// runtime is gone, the next tokio runtime that uses the engine drives
+    /// it; and an operation from no tokio runtime then fails with an error
+    /// saying so. The task ends when the engine's last handle and operation
+    /// are gone.
+    ///
+    /// Built anywhere else (no tokio runtime, a runtime without I/O,
+    /// or without the `tokio` feature), it is [`Driving::Thread`]: a tokio
+    /// runtime without I/O cannot watch the ring (tokio prints its panic
+    /// message for that once, when `build` asks).
+    /// [`AsyncEngine::driving`](super::AsyncEngine::driving) says which
+    /// was chosen.
     #[default]
+    Auto,
+    /// A thread of the engine's own: any executor works, on any thread,
+    /// whether or not a runtime runs, and operations from many tasks reach
+    /// the kernel together; each operation costs two cross-thread
+    /// wake-ups (to the thread and back).
     Thread,
     /// The caller's event loop: no driver thread and no cross-thread
     /// wake-up. The loop watches [`AsyncEngine::poll_fd`](super::AsyncEngine::poll_fd)
@@ -144,7 +171,7 @@ impl Driving {
     /// API names it; `None` when every option set works on the pool too.
     pub(crate) fn ring_only_option(&self) -> Option<&'static str> {
         match self {
-            Driving::Thread => None,
+            Driving::Auto | Driving::Thread => None,
             Driving::Caller(c) => match (c.completion_eventfd, c.submit) {
                 (Some(_), _) => Some("CallerDriving::completion_eventfd"),
                 (None, Submit::PerRound) => Some("Submit::PerRound"),

@@ -32,8 +32,10 @@
 //!
 //! # How completions are reaped
 //!
-//! Who drives the ring is one setting, [`Driving`]. By default a **driver
-//! thread** per engine owns the ring; futures queue requests and wake it
+//! Who drives the ring is one setting, [`Driving`]. By default
+//! ([`Driving::Auto`]) an engine built on a tokio runtime (feature `tokio`)
+//! is driven by that runtime, as a caller-driven ring described below,
+//! and one built anywhere else has a **driver thread** that owns the ring; futures queue requests and wake it
 //! through an eventfd only when it sleeps; it submits everything queued in
 //! one `io_uring_enter`, waits, and calls each completed operation's waker
 //! directly. With [`Driving::Caller`] there is no driver thread and no
@@ -87,7 +89,7 @@ mod tokio_drive;
 use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
 pub use driving::{CallerDriving, Driving, Submit};
@@ -127,6 +129,8 @@ pub struct AsyncEngine {
 /// What every clone of an [`AsyncEngine`] shares.
 struct EngineCore {
     driver: Driver,
+    /// How the driver was chosen ([`Driving::Auto`] resolved).
+    driving: Driving,
     backend: Backend,
     fallback_reason: Option<String>,
     recv_shape: RingShape,
@@ -167,6 +171,18 @@ impl EngineCore {
     }
 }
 
+/// An [`AsyncEngine`] that may be gone ([`AsyncEngine::downgrade`]).
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+pub(crate) struct WeakEngine(Weak<EngineCore>);
+
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+impl WeakEngine {
+    /// The engine, while any handle or operation of it lives.
+    pub(crate) fn upgrade(&self) -> Option<AsyncEngine> {
+        self.0.upgrade().map(|core| AsyncEngine { core })
+    }
+}
+
 impl fmt::Debug for AsyncEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AsyncEngine")
@@ -193,7 +209,7 @@ impl Default for AsyncEngineBuilder {
             queue_depth: 256,
             threads: 0,
             backend: BackendChoice::Auto,
-            driving: Driving::Thread,
+            driving: Driving::Auto,
             recv_shape: RingShape::default(),
         }
     }
@@ -225,9 +241,11 @@ impl AsyncEngineBuilder {
         self
     }
 
-    /// Who drives the ring (default [`Driving::Thread`]): a thread of
-    /// the engine's own, or the caller's event loop with its own options
-    /// ([`Driving::Caller`], [`CallerDriving`]).
+    /// Who drives the ring (default [`Driving::Auto`]: the tokio runtime
+    /// the engine is built on, else a thread of the engine's own): a
+    /// thread of the engine's own ([`Driving::Thread`]), or the caller's
+    /// event loop with its own options ([`Driving::Caller`],
+    /// [`CallerDriving`]).
     ///
     /// ```
     /// use blockio::aio::{AsyncEngine, CallerDriving, Driving, Submit};
@@ -288,11 +306,31 @@ impl AsyncEngineBuilder {
     /// so those settings are ignored (operations complete on the pool's
     /// threads and wake their tasks themselves; the eventfd is never
     /// signalled) and [`AsyncEngine::fallback_reason`] says which was.
+    ///
+    /// With [`Driving::Auto`] (the default) on a tokio runtime, this
+    /// spawns the engine's `drive_on_tokio` task there.
     pub fn build(self) -> io::Result<AsyncEngine> {
+        #[cfg(feature = "tokio")]
+        if let Driving::Auto = self.driving {
+            if let Some(engine) = tokio_drive::build_on_runtime(&self)? {
+                return Ok(engine);
+            }
+        }
+        let driving = match &self.driving {
+            Driving::Auto => Driving::Thread,
+            chosen => chosen.clone(),
+        };
+        self.build_as(driving)
+    }
+
+    /// Builds the engine with `driving`, which is the builder's own
+    /// setting or, for [`Driving::Auto`], the one chosen for it (checks
+    /// and messages name the builder's own).
+    pub(crate) fn build_as(&self, driving: Driving) -> io::Result<AsyncEngine> {
         let depth = self.queue_depth;
         let uring = || {
-            match &self.driving {
-                Driving::Thread => DriverThread::start(depth).map(Driver::Thread),
+            match &driving {
+                Driving::Auto | Driving::Thread => DriverThread::start(depth).map(Driver::Thread),
                 Driving::Caller(c) => {
                     CallerRing::new(depth, c.completion_eventfd, c.submit).map(Driver::Caller)
                 }
@@ -331,6 +369,7 @@ impl AsyncEngineBuilder {
         Ok(AsyncEngine {
             core: Arc::new(EngineCore {
                 driver,
+                driving,
                 backend,
                 fallback_reason,
                 recv_shape: shape,
@@ -367,6 +406,22 @@ impl AsyncEngine {
     /// ignores (see [`AsyncEngineBuilder::build`]).
     pub fn fallback_reason(&self) -> Option<&str> {
         self.core.fallback_reason.as_deref()
+    }
+
+    /// Who drives the engine: the builder's [`Driving`], or for
+    /// [`Driving::Auto`] the one it chose ([`Driving::Caller`] with
+    /// [`Submit::PerRound`] driven by the tokio runtime it was built on, or
+    /// [`Driving::Thread`]); never `Auto`. On the thread-pool backend the
+    /// pool's threads complete every operation whichever this says.
+    pub fn driving(&self) -> &Driving {
+        &self.core.driving
+    }
+
+    /// A handle that does not keep the engine alive (its driving task
+    /// holds one, and ends once the engine is gone).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn downgrade(&self) -> WeakEngine {
+        WeakEngine(Arc::downgrade(&self.core))
     }
 
     /// Threads of the thread-pool backend (0 on io_uring).

@@ -12,27 +12,15 @@
 
 use std::future::poll_fn;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 use std::task::Poll;
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-use super::AsyncEngine;
-
-/// The ring's descriptor as tokio registers it; the engine (a clone)
-/// keeps the ring open while it is registered.
-struct RingFd(AsyncEngine);
-
-impl AsRawFd for RingFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-            .poll_fd()
-            .expect("drive_on_tokio registers only engines with a ring")
-            .as_raw_fd()
-    }
-}
+use super::caller_ring::RingFd;
+use super::{AsyncEngine, AsyncEngineBuilder, CallerDriving, Driving, Submit, WeakEngine};
 
 /// The error of a caller-driven engine on a tokio runtime without I/O,
 /// whose reactor cannot watch the ring.
@@ -40,38 +28,118 @@ const IO_DISABLED: &str = "this tokio runtime has I/O disabled, so it cannot dri
     caller-driven blockio engine (drive_on_tokio watches the ring through tokio's reactor): \
     build the runtime with enable_io() or enable_all(), or build the engine with Driving::Thread";
 
+/// The tokio runtimes found to have I/O disabled when an engine with
+/// [`Driving::Auto`] was built on them: later builds there choose the
+/// driver thread without asking tokio again (each ask prints tokio's
+/// panic message).
+static IO_DISABLED_RUNTIMES: Mutex<Vec<tokio::runtime::Id>> = Mutex::new(Vec::new());
+
 /// Registers the ring of `engine` with the reactor of the runtime the
-/// caller runs on. tokio panics where that runtime has I/O disabled: the
-/// panic is caught and becomes an error of kind
+/// caller runs on. The registration holds the ring's descriptor open
+/// ([`RingFd`]): the engine may be gone while the driving task still holds
+/// the registration, and tokio's deregistration then still names the ring,
+/// never another file. tokio panics where that runtime has I/O disabled:
+/// the panic is caught and becomes an error of kind
 /// [`Other`](io::ErrorKind::Other) saying so, and the runtime is
 /// remembered (see [`refuses`]) so that it is not asked again: tokio's
 /// panic message, which the panic hook still prints, comes once per such
 /// runtime.
-fn watch(engine: AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
-    let drivers = engine.clone();
+fn watch(engine: &AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
+    let ring = engine
+        .driver()
+        .ring_fd()
+        .expect("drive_on_tokio registers only engines with a ring");
     let registered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: the engine that `RingFd` owns keeps its ring open until
-        // the `AsyncFd` is dropped (the ring is closed only when the
-        // engine's last clone goes), and `poll_fd` names the same
-        // descriptor every time.
-        unsafe { AsyncFd::register_with_interest(RingFd(engine), Interest::READABLE) }
+        // SAFETY: the `RingFd` moved into the `AsyncFd` keeps the ring, and
+        // so its descriptor, open until the `AsyncFd` is dropped (which
+        // deregisters it first), and its `as_raw_fd` always returns that
+        // descriptor.
+        unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
     }));
     match registered {
         Ok(watched) => Ok(watched?),
         Err(_) => {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let mut refused = drivers
-                    .tokio_drivers()
-                    .io_disabled
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                if !refused.contains(&runtime.id()) {
-                    refused.push(runtime.id());
-                }
+                remember(
+                    &mut engine
+                        .tokio_drivers()
+                        .io_disabled
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()),
+                    runtime.id(),
+                );
             }
             Err(io::Error::other(IO_DISABLED))
         }
     }
+}
+
+/// Adds `runtime` to `refused` unless it is there.
+fn remember(refused: &mut Vec<tokio::runtime::Id>, runtime: tokio::runtime::Id) {
+    if !refused.contains(&runtime) {
+        refused.push(runtime);
+    }
+}
+
+/// [`Driving::Auto`] on the tokio runtime the caller runs on, if it runs
+/// on one with I/O enabled: the engine, built as a caller-driven ring
+/// submitting once per round, with its driving task spawned there.
+/// `None` where there is no such runtime: the caller builds the engine
+/// with [`Driving::Thread`].
+pub(super) fn build_on_runtime(builder: &AsyncEngineBuilder) -> io::Result<Option<AsyncEngine>> {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return Ok(None);
+    };
+    let disabled = || {
+        IO_DISABLED_RUNTIMES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    };
+    if disabled().contains(&runtime.id()) {
+        return Ok(None);
+    }
+    let caller = Driving::Caller(CallerDriving::new().submit(Submit::PerRound));
+    let engine = builder.build_as(caller)?;
+    if engine.poll_fd().is_none() {
+        // The thread pool: its threads complete every operation.
+        return Ok(Some(engine));
+    }
+    match spawn_driver(&engine, &runtime) {
+        Ok(()) => Ok(Some(engine)),
+        Err(_) => {
+            remember(&mut disabled(), runtime.id());
+            Ok(None)
+        }
+    }
+}
+
+/// Spawns the driving task of `engine` on `runtime`, unless one is counted
+/// already (one new driver however many tasks race here: the count is
+/// claimed before the task is spawned). The ring is registered here, on
+/// the caller's thread, so that a runtime without I/O fails this before
+/// any operation reaches the kernel.
+fn spawn_driver(engine: &AsyncEngine, runtime: &tokio::runtime::Handle) -> io::Result<()> {
+    let drivers = engine.tokio_drivers();
+    if drivers
+        .running
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return Ok(());
+    }
+    let counted = Counted(engine.downgrade());
+    drivers.ever.store(true, Ordering::Release);
+    let watched = watch(engine)?;
+    SPAWNING.set(true);
+    let spawned = runtime.spawn(drive_counted(counted, Some(watched)));
+    SPAWNING.set(false);
+    if spawned.is_finished() {
+        return Err(io::Error::other(
+            "the tokio runtime this task runs on is shutting down, so it cannot drive \
+             this caller-driven engine any more",
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `runtime` was found to have I/O disabled (see [`watch`]).
@@ -88,8 +156,11 @@ fn refuses(engine: &AsyncEngine, runtime: &tokio::runtime::Handle) -> bool {
 /// [`Driving::Caller`](super::Driving::Caller), from
 /// the tokio task that awaits this: it completes operations and wakes their
 /// tasks whenever tokio's reactor reports completions, and submits started
-/// operations whenever it is woken. Spawn it once per engine and abort it
-/// (or drop it) when done; it never returns otherwise.
+/// operations whenever it is woken. Spawn it once per engine; it returns
+/// `Ok` once the engine's last handle and operation are gone (it does not
+/// keep the engine alive), or ends when aborted or dropped. An engine
+/// built with [`Driving::Auto`](super::Driving::Auto) (the default) on a
+/// tokio runtime has this task spawned by its builder already.
 ///
 /// ```
 /// # fn main() -> std::io::Result<()> {
@@ -148,7 +219,7 @@ pub fn drive_on_tokio(
         let drivers = engine.tokio_drivers();
         drivers.running.fetch_add(1, Ordering::AcqRel);
         drivers.ever.store(true, Ordering::Release);
-        Counted(engine)
+        Counted(engine.downgrade())
     });
     async move {
         match counted {
@@ -192,8 +263,8 @@ pub(super) fn relay_if_undriven(engine: &AsyncEngine) {
                 };
                 // An error of tokio's reactor leaves the queues to their
                 // linger, as with no relay.
-                if let Ok(watched) = watch(relayed.clone()) {
-                    let _ = rt.block_on(drive_while(watched, stop));
+                if let Ok(watched) = watch(&relayed) {
+                    let _ = rt.block_on(drive_while(watched, relayed.downgrade(), stop));
                 }
             }
             let drivers = relayed.tokio_drivers();
@@ -217,25 +288,29 @@ thread_local! {
 }
 
 /// A running `drive_on_tokio` task, counted in its engine's
-/// [`TokioDrivers`](super::relay::TokioDrivers) until dropped.
-struct Counted(AsyncEngine);
+/// [`TokioDrivers`](super::relay::TokioDrivers) until dropped; it does
+/// not keep the engine alive.
+struct Counted(WeakEngine);
 
 impl Drop for Counted {
     /// The last driver gone: every task waiting for an operation is woken,
     /// so that its next poll spawns a new driver on its runtime (a task of
     /// a runtime shut down is never polled again, and one on no runtime
     /// gets the error of [`ensure_driven`]); and with dropped streams still
-    /// sending, the relay thread takes over.
+    /// sending, the relay thread takes over. Nothing to do for an engine
+    /// that is gone.
     fn drop(&mut self) {
-        let before = self
-            .0
+        let Some(engine) = self.0.upgrade() else {
+            return;
+        };
+        let before = engine
             .tokio_drivers()
             .running
             .fetch_sub(1, Ordering::AcqRel);
         if before == 1 {
-            self.0.driver().wake_waiters();
+            engine.driver().wake_waiters();
         }
-        relay_if_undriven(&self.0);
+        relay_if_undriven(&engine);
     }
 }
 
@@ -266,76 +341,66 @@ pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
         // every waiting task): not one more spawn from inside that one.
         return Ok(());
     }
-    // One new driver however many tasks race here: the count is claimed
-    // before the task is spawned. The ring is registered here, on the
-    // caller's thread, so that a runtime without I/O fails this operation
-    // before it reaches the kernel.
-    if drivers
-        .running
-        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-        .is_ok()
-    {
-        let counted = Counted(engine.clone());
-        let watched = watch(engine.clone())?;
-        SPAWNING.set(true);
-        let spawned = runtime.spawn(drive_counted(counted, Some(watched)));
-        SPAWNING.set(false);
-        if spawned.is_finished() {
-            return Err(io::Error::other(
-                "the tokio runtime this task runs on is shutting down, so it cannot drive \
-                 this caller-driven engine any more",
-            ));
-        }
-    }
-    Ok(())
+    spawn_driver(engine, &runtime)
 }
 
 /// The body of [`drive_on_tokio`], already counted; `watched` is the
 /// ring already registered, or `None` to register it when first polled.
 async fn drive_counted(counted: Counted, watched: Option<AsyncFd<RingFd>>) -> io::Result<()> {
-    let engine = counted.0.clone();
-    let drivers = engine.tokio_drivers();
-    drivers.ever.store(true, Ordering::Release);
+    let Some(engine) = counted.0.upgrade() else {
+        return Ok(());
+    };
+    let weak = engine.downgrade();
     let _counted = counted;
     let watched = match watched {
         Some(watched) => watched,
-        None => watch(engine.clone())?,
+        None => watch(&engine)?,
     };
-    let _live = Live::new(engine);
-    drive_while(watched, |_| false).await
+    let _live = Live::new(&engine);
+    drop(engine);
+    drive_while(watched, weak, |_| false).await
 }
 
 /// A `drive_on_tokio` task that is driving, counted in
 /// [`TokioDrivers::live`](super::relay::TokioDrivers) until dropped; the
 /// relay thread, if one drives meanwhile, hands over to it.
-struct Live(AsyncEngine);
+struct Live(WeakEngine);
 
 impl Live {
-    fn new(engine: AsyncEngine) -> Live {
+    fn new(engine: &AsyncEngine) -> Live {
         let drivers = engine.tokio_drivers();
         drivers.live.fetch_add(1, Ordering::AcqRel);
         drivers.wake_relay();
-        Live(engine)
+        Live(engine.downgrade())
     }
 }
 
 impl Drop for Live {
     fn drop(&mut self) {
-        self.0.tokio_drivers().live.fetch_sub(1, Ordering::AcqRel);
+        if let Some(engine) = self.0.upgrade() {
+            engine.tokio_drivers().live.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
-/// Drives the engine whose ring `watched` is until `stop` says so (asked
-/// each time the task is polled, with its context).
+/// Drives `engine`, whose ring `watched` is, until `stop` says so (asked
+/// each time the task is polled, with its context) or the engine is gone
+/// (its ring, when it drops, wakes the task that drove it last).
 async fn drive_while(
     watched: AsyncFd<RingFd>,
+    engine: WeakEngine,
     mut stop: impl FnMut(&mut std::task::Context<'_>) -> bool,
 ) -> io::Result<()> {
     poll_fn(|cx| loop {
         if stop(cx) {
             return Poll::Ready(Ok(()));
         }
-        let _ = watched.get_ref().0.poll_drive(cx);
+        match engine.upgrade() {
+            Some(engine) => {
+                let _ = engine.poll_drive(cx);
+            }
+            None => return Poll::Ready(Ok(())),
+        }
         match watched.poll_read_ready(cx) {
             // Cleared before the next reap: a completion posted after that
             // reap makes the ring readable again.
