@@ -49,6 +49,7 @@ fn every_runtime_serves_every_workload_without_errors() {
     let runtimes = [
         "tokio",
         "blockio",
+        "blockio-thread",
         "blockio-caller",
         "blockio-round",
         "blockio-round-stream",

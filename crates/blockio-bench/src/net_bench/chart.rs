@@ -21,6 +21,7 @@ fn colour(r: Runtime) -> &'static str {
     match r {
         Runtime::Tokio => "#7f7f7f",
         Runtime::Blockio => "#d62728",
+        Runtime::BlockioThread => "#8c564b",
         Runtime::BlockioCaller => "#ff7f0e",
         Runtime::BlockioRound => "#2ca02c",
         Runtime::BlockioRoundStream => "#9467bd",

@@ -33,9 +33,14 @@ pub enum Runtime {
     /// with two server threads).
     Tokio,
     /// `blockio::net` on tokio (current-thread; the multi-thread pool with
-    /// two), an engine with default settings: completions from its driver
-    /// thread.
+    /// two), an engine with default settings ([`Driving::Auto`]): built on
+    /// the runtime, which drives it (as `blockio-round`, with the default
+    /// queue depth).
     Blockio,
+    /// `blockio::net` on tokio with the engine's own driver thread
+    /// ([`Driving::Thread`]): completions reaped there and handed to the
+    /// runtime's thread.
+    BlockioThread,
     /// `blockio::net` on tokio's current-thread runtime with the ring
     /// driven by the runtime's thread: tokio's reactor watches the ring
     /// and a task reaps completions ([`blockio::aio::drive_on_tokio`]; no
@@ -59,9 +64,10 @@ pub enum Runtime {
 
 impl Runtime {
     /// Every runtime, in report order.
-    pub const ALL: [Runtime; 6] = [
+    pub const ALL: [Runtime; 7] = [
         Runtime::Tokio,
         Runtime::Blockio,
+        Runtime::BlockioThread,
         Runtime::BlockioCaller,
         Runtime::BlockioRound,
         Runtime::BlockioRoundStream,
@@ -73,6 +79,7 @@ impl Runtime {
         match self {
             Runtime::Tokio => "tokio",
             Runtime::Blockio => "blockio",
+            Runtime::BlockioThread => "blockio-thread",
             Runtime::BlockioCaller => "blockio-caller",
             Runtime::BlockioRound => "blockio-round",
             Runtime::BlockioRoundStream => "blockio-round-stream",
@@ -367,6 +374,10 @@ fn tokio_thread(
         match runtime {
             Runtime::Blockio => {
                 let engine = AsyncEngine::new()?;
+                until_stopped(blockio_server(&engine, ctx, false), stop).await
+            }
+            Runtime::BlockioThread => {
+                let engine = AsyncEngine::builder().driving(Driving::Thread).build()?;
                 until_stopped(blockio_server(&engine, ctx, false), stop).await
             }
             Runtime::BlockioCaller | Runtime::BlockioRound | Runtime::BlockioRoundStream => {

@@ -28,8 +28,9 @@ pub struct Check {
     pub busy: Option<String>,
 }
 
-const VARIANTS: [Runtime; 4] = [
+const VARIANTS: [Runtime; 5] = [
     Runtime::Blockio,
+    Runtime::BlockioThread,
     Runtime::BlockioCaller,
     Runtime::BlockioRound,
     Runtime::BlockioRoundStream,
@@ -148,10 +149,17 @@ pub fn check(rows: &[Row]) -> Vec<Check> {
                 idle: 1..,
                 ..
             } => out.push(g.rate_check(
-                format!("{label}: idle peers delay no one: req/s >= 1.0x tokio, p99 <= 1.2x"),
+                format!(
+                    "{label}: idle peers delay no one: req/s >= 1.0x tokio, p99 <= 1.2x, \
+                     with default settings (blockio)"
+                ),
                 |r| {
                     let (a, b) = (vs(r)?, r.p99_vs_tokio?[0]);
-                    Some((format!("{a:.3}x, p99 {b:.3}x"), a >= 1.0 && b <= 1.2))
+                    let default = r.runtime == Runtime::Blockio;
+                    Some((
+                        format!("{a:.3}x, p99 {b:.3}x"),
+                        default && a >= 1.0 && b <= 1.2,
+                    ))
                 },
             )),
             Workload::Http { threads: 2.., .. } => out.push(g.rate_check(
