@@ -13,6 +13,9 @@ use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::net::TcpListener;
 use blockio::Backend;
 
+mod common;
+use common::count_io_disabled_panics;
+
 /// A hang guard, far beyond what any step takes.
 const GUARD: Duration = Duration::from_secs(30);
 
@@ -233,34 +236,6 @@ fn a_dropped_streams_bytes_arrive_from_a_default_engine() {
     let got = reader.join().unwrap();
     assert_eq!(got.len(), 4 << 20);
     assert!(got.iter().all(|&b| b == 7));
-}
-
-thread_local! {
-    /// This thread's count of tokio's panics for a runtime with I/O
-    /// disabled.
-    static IO_DISABLED_PANICS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// This thread's count of [`IO_DISABLED_PANICS`], with the panic hook
-/// that counts them installed.
-fn count_io_disabled_panics() -> usize {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let payload = info.payload();
-            let msg = payload
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| payload.downcast_ref::<&str>().copied())
-                .unwrap_or("");
-            if msg.contains("IO is disabled") {
-                IO_DISABLED_PANICS.set(IO_DISABLED_PANICS.get() + 1);
-            }
-            previous(info);
-        }));
-    });
-    IO_DISABLED_PANICS.get()
 }
 
 /// Built on a runtime whose reactor cannot watch the ring, the engine has

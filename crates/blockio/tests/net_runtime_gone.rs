@@ -12,6 +12,9 @@ use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::net::{TcpListener, TcpStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod common;
+use common::count_io_disabled_panics;
+
 /// A hang guard, far beyond what any step takes.
 const GUARD: Duration = Duration::from_secs(30);
 
@@ -398,37 +401,6 @@ fn a_read_parked_when_its_driver_is_aborted_completes() {
             drop(engine);
         }
     }
-}
-
-thread_local! {
-    /// Panics on this thread whose message says that a tokio runtime has
-    /// I/O disabled (tokio panics so when anything registers with the
-    /// reactor of such a runtime). Per thread, as tests run in parallel;
-    /// a current-thread runtime runs its tasks on the thread that blocks
-    /// on it.
-    static IO_DISABLED_PANICS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// This thread's count of [`IO_DISABLED_PANICS`], with the panic hook
-/// that counts them installed.
-fn count_io_disabled_panics() -> usize {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let payload = info.payload();
-            let msg = payload
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| payload.downcast_ref::<&str>().copied())
-                .unwrap_or("");
-            if msg.contains("IO is disabled") {
-                IO_DISABLED_PANICS.set(IO_DISABLED_PANICS.get() + 1);
-            }
-            previous(info);
-        }));
-    });
-    IO_DISABLED_PANICS.get()
 }
 
 fn runtime_without_io() -> tokio::runtime::Runtime {

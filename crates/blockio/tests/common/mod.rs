@@ -81,3 +81,34 @@ pub fn pipe() -> (std::fs::File, std::fs::File) {
         )
     }
 }
+
+thread_local! {
+    /// Panics on this thread whose message says that a tokio runtime has
+    /// I/O disabled (tokio panics so when anything registers with the
+    /// reactor of such a runtime). Per thread, as tests run in parallel;
+    /// a current-thread runtime runs its tasks on the thread that blocks
+    /// on it.
+    static IO_DISABLED_PANICS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// This thread's count of [`IO_DISABLED_PANICS`], with the panic hook
+/// that counts them installed.
+pub fn count_io_disabled_panics() -> usize {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let msg = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            if msg.contains("IO is disabled") {
+                IO_DISABLED_PANICS.set(IO_DISABLED_PANICS.get() + 1);
+            }
+            previous(info);
+        }));
+    });
+    IO_DISABLED_PANICS.get()
+}
