@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
-use blockio::net::TcpListener;
+use blockio::net::{TcpListener, TcpStream};
 use blockio::Backend;
 
 mod common;
@@ -264,4 +264,116 @@ fn an_engine_built_on_a_runtime_without_io_has_its_own_thread() {
     drop(rt);
     let panics = count_io_disabled_panics() - before;
     assert!(panics <= 1, "tokio's panic came {panics} times");
+}
+
+/// A burst of reads on idle connections, more than the ring's submission
+/// queue holds many times over, started in one round, then a read whose
+/// bytes are there: every read reaches the kernel in that round, so the
+/// last one completes. Before, three queuefuls went per turn and the rest
+/// waited for a turn that idle connections never cause.
+#[test]
+fn a_burst_of_reads_beyond_the_submission_queue_all_reach_the_kernel() {
+    const IDLE: usize = 200;
+    current_thread().block_on(async {
+        // A queue depth of 4: a ring of 4 entries.
+        let engine = AsyncEngine::builder().queue_depth(4).build().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut streams = Vec::new();
+        let mut peers = Vec::new();
+        for _ in 0..=IDLE {
+            streams.push(TcpStream::connect(&engine, addr).await.unwrap());
+            peers.push(listener.accept().unwrap().0);
+        }
+        peers[IDLE].write_all(b"probe").unwrap();
+        let probe = streams.pop().unwrap();
+        let idle: Vec<_> = streams
+            .into_iter()
+            .map(|s| tokio::spawn(async move { s.read(vec![0u8; 16]).await.0 }))
+            .collect();
+        let read = tokio::spawn(async move {
+            let (n, buf) = probe.read(vec![0u8; 16]).await;
+            buf[..n.unwrap()].to_vec()
+        });
+        let got = tokio::time::timeout(GUARD, read)
+            .await
+            .expect("the read behind the burst never reached the kernel")
+            .unwrap();
+        assert_eq!(got, b"probe");
+        for t in idle {
+            t.abort();
+        }
+    });
+}
+
+/// A read submitted by the thread of the runtime the engine was built on
+/// (which drives it), awaited by a task of another runtime; then that
+/// thread exits, and the kernel cancels the read it submitted. The read,
+/// which moved no byte, is made again: the peer's bytes arrive, not
+/// `ECANCELED`.
+#[test]
+fn a_read_whose_submitting_thread_exits_is_made_again() {
+    let (engine_tx, engine_rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let builder = std::thread::spawn(move || {
+        current_thread().block_on(async {
+            engine_tx.send(AsyncEngine::new().unwrap()).unwrap();
+            let _ = stopped.await;
+        });
+    });
+    let engine = engine_rx.recv().unwrap();
+    let rt = current_thread();
+    let got = rt.block_on(async {
+        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        let read = tokio::spawn(async move {
+            let (n, buf) = stream.read(vec![0u8; 5]).await;
+            n.map(|n| buf[..n].to_vec())
+        });
+        // Time for the builder's thread to submit the read (the outcome
+        // asserted is the same if it has not: then this runtime does).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop.send(()).unwrap();
+        builder.join().unwrap();
+        peer.write_all(b"hello").unwrap();
+        tokio::time::timeout(GUARD, read)
+            .await
+            .expect("the read never completed")
+            .unwrap()
+    });
+    assert_eq!(got.expect("the read failed"), b"hello");
+}
+
+/// A read awaited on another executor (a plain thread) while the runtime
+/// that built and drives the engine is dropped: a thread of the engine's
+/// drives the ring while the read is in flight, so the peer's bytes
+/// arrive, as with a driver thread, not a hang.
+#[test]
+fn a_read_awaited_elsewhere_completes_after_the_runtime_is_dropped() {
+    let rt = current_thread();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (engine, stream) = rt.block_on(async {
+        let engine = AsyncEngine::new().unwrap();
+        let stream = TcpStream::connect(&engine, addr).await.unwrap();
+        (engine, stream)
+    });
+    let mut peer = listener.accept().unwrap().0;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let (n, buf) = futures::executor::block_on(stream.read(vec![0u8; 5]));
+        tx.send(n.map(|n| buf[..n].to_vec())).unwrap();
+    });
+    // The runtime runs while the read starts (the outcome asserted is the
+    // same either way).
+    rt.block_on(async { tokio::time::sleep(Duration::from_millis(100)).await });
+    drop(rt);
+    peer.write_all(b"hello").unwrap();
+    let got = rx
+        .recv_timeout(GUARD)
+        .expect("the read hung once its runtime was dropped");
+    assert_eq!(got.expect("the read failed"), b"hello");
+    reader.join().unwrap();
+    drop(engine);
 }

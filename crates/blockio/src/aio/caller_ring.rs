@@ -164,18 +164,41 @@ impl RingCore {
     /// Moves the queued requests onto the ring under `book`, then lets the
     /// lock go, submits them and runs what must run unlocked; returns the
     /// first panic of that user code.
-    fn fill_and_submit(&self, mut book: MutexGuard<'_, Book>) -> Option<Panic> {
+    ///
+    /// A backlog longer than the submission queue (a burst of a thousand
+    /// reads on idle connections) is pushed a queueful at a time, each
+    /// submitted before the next is pushed, until nothing is left that
+    /// may go: none of it waits for a later call, which may never come
+    /// (idle connections complete nothing). File operations beyond the
+    /// queue depth stay queued, as they must; so does what a kernel that
+    /// takes no more entries leaves.
+    fn fill_and_submit<'a>(&'a self, mut book: MutexGuard<'a, Book>) -> Option<Panic> {
         let mut out = Outcalls::default();
-        let pushed = if book.queued() {
-            self.fill(&mut book, &mut out)
-        } else {
-            Pushed::Nothing
-        };
-        drop(book);
-        if pushed == Pushed::Entries {
-            self.submit_now();
+        loop {
+            let (pushed, progressed) = self.fill_some(&mut book, &mut out);
+            drop(book);
+            if pushed == Pushed::Entries {
+                self.submit_now();
+            }
+            if !progressed {
+                break;
+            }
+            book = self.lock();
         }
         out.run()
+    }
+
+    /// One [`fill`](Self::fill), if anything is queued; also says whether
+    /// it took requests off the backlog and some are left, so that
+    /// another fill after submitting may push more.
+    fn fill_some(&self, book: &mut Book, out: &mut Outcalls) -> (Pushed, bool) {
+        if !book.queued() {
+            return (Pushed::Nothing, false);
+        }
+        let before = book.ops.backlog.len();
+        let pushed = self.fill(book, out);
+        let left = book.ops.backlog.len();
+        (pushed, left > 0 && left < before)
     }
 
     /// Takes the finished operations' targets and results off the ring
@@ -324,6 +347,12 @@ impl CallerRing {
         resume(panic);
     }
 
+    /// Whether operations are in flight or wait to be pushed.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn busy(&self) -> bool {
+        self.core.busy()
+    }
+
     /// Cancels `target` in the kernel, now; if the queue is full, the
     /// cancel waits in the book for the next fill (never dropped).
     pub(crate) fn cancel(&self, target: Cancel) {
@@ -364,15 +393,11 @@ impl CallerRing {
         let mut fresh: Option<Waker> = None;
         let mut old: Option<Waker> = None;
         loop {
-            let (pushed, overflow, clone) = {
+            let (pushed, progressed, overflow, clone) = {
                 let mut book = r.lock();
                 let overflow = r.take_completions(&mut book, &mut out.done);
                 // Completions freed room for requests still queued.
-                let pushed = if book.queued() {
-                    r.fill(&mut book, &mut out)
-                } else {
-                    Pushed::Nothing
-                };
+                let (pushed, progressed) = r.fill_some(&mut book, &mut out);
                 let mut clone = false;
                 if let Some(w) = driving_task {
                     book.orphaned = false;
@@ -383,7 +408,7 @@ impl CallerRing {
                         }
                     }
                 }
-                (pushed, overflow, clone)
+                (pushed, progressed, overflow, clone)
             };
             if pushed == Pushed::Entries || overflow == Overflow::Flagged {
                 // With the overflow flagged, this enter asks for
@@ -392,7 +417,7 @@ impl CallerRing {
             }
             if clone {
                 fresh = driving_task.cloned(); // (kept in the next round)
-            } else if overflow == Overflow::Clear {
+            } else if overflow == Overflow::Clear && !progressed {
                 break;
             }
         }

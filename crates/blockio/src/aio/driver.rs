@@ -93,6 +93,16 @@ impl Driver {
         }
     }
 
+    /// Whether a caller-driven ring has operations in flight or queued (the
+    /// other drivers complete theirs on their own threads: `false`).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn busy(&self) -> bool {
+        match self {
+            Driver::Caller(r) => r.busy(),
+            Driver::Thread(_) | Driver::Pool(_) => false,
+        }
+    }
+
     /// The caller-driven ring's descriptor, kept open by the handle.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn ring_fd(&self) -> Option<RingFd> {

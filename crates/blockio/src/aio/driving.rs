@@ -34,13 +34,30 @@ pub enum Driving {
     /// completes none, as it serves none of tokio's sockets); once that
     /// runtime is gone, the next tokio runtime that uses the engine drives
     /// it; and an operation from no tokio runtime then fails with an error
-    /// saying so. The task ends when the engine's last handle and operation
-    /// are gone.
+    /// saying so (operations already in flight when that runtime went are
+    /// completed by a thread of the engine's, as [`Driving::Caller`] says).
+    /// The task ends when the engine's last handle and operation are gone,
+    /// at its next turn: a program that builds and drops engines in a loop
+    /// without yielding to the runtime holds each ring's descriptor until
+    /// then.
     ///
     /// Built anywhere else (no tokio runtime, a runtime without I/O,
     /// or without the `tokio` feature), it is [`Driving::Thread`]: a tokio
-    /// runtime without I/O cannot watch the ring (tokio prints its panic
-    /// message for that once, when `build` asks).
+    /// runtime without I/O cannot watch the ring. tokio's only answer to
+    /// whether a runtime has I/O is a panic when something registers with
+    /// it: `build` catches it, and the panic hook prints tokio's message
+    /// once per such runtime. In a program built with `panic = "abort"`,
+    /// where that panic would end the process, `build` does not ask, and
+    /// `Auto` is always [`Driving::Thread`]; ask for [`Driving::Caller`]
+    /// and spawn `drive_on_tokio` to have a runtime (with I/O) drive the
+    /// engine there.
+    ///
+    /// The engine is driven by the runtime it is built on, not by each
+    /// runtime that uses it: one built on a runtime that then stops
+    /// running (a current-thread runtime outside `block_on`) serves no
+    /// other runtime until that one runs again or is dropped. Build the
+    /// engine on the runtime that uses it, or, to share one engine among
+    /// runtimes, ask for [`Driving::Thread`].
     /// [`AsyncEngine::driving`](super::AsyncEngine::driving) says which
     /// was chosen.
     #[default]
@@ -65,14 +82,16 @@ pub enum Driving {
     /// `drive_on_tokio` there; the tasks already awaiting operations of
     /// the engine are woken when its last driving task goes, so one of
     /// them does that even if no task starts anything new (an aborted
-    /// driver never strands a parked read). Operations in flight then
-    /// complete, and
-    /// bytes that dropped streams still had queued move on, as soon as a
-    /// runtime uses the engine again. Meanwhile, while dropped streams
-    /// still have bytes queued, a thread of the engine's drives the ring
-    /// (no runtime needed) until their sockets are closed (once their
-    /// bytes are in the kernel, or with a reset when their drop linger
-    /// runs out), and then exits; otherwise nothing drives it.
+    /// driver never strands a parked read). Meanwhile, while operations
+    /// are in flight or dropped streams still have bytes queued, a thread
+    /// of the engine's drives the ring (no runtime needed) until none is
+    /// left (the dropped streams' sockets closed once their bytes are in
+    /// the kernel, or with a reset when their drop linger runs out) or a
+    /// runtime drives it again, and then exits; so an operation awaited on
+    /// another executor completes. The kernel cancels the waiting socket
+    /// operations a thread submitted when that thread exits: stream reads
+    /// and writes so cancelled, which moved no byte, are made again from
+    /// the thread awaiting them.
     /// Used from a task on no tokio runtime (another executor), an
     /// operation that has not reached the kernel fails with an error of
     /// kind [`Other`](std::io::ErrorKind::Other) saying that the runtime

@@ -9,6 +9,26 @@ use super::socket::Sock;
 use super::write_side::WriteSide;
 use crate::aio::{BufResult, IoBuf, IoBufMut};
 
+/// Owned reads and sends the kernel cancelled in a row that are made
+/// again before the cancel is returned: a bound on a loop, far above the
+/// few cancels of a thread's exit.
+const KERNEL_CANCELS: u32 = 1000;
+
+/// Whether `res` is the kernel's cancel of an operation this stream still
+/// awaited: it never cancels one itself while awaiting it, but the kernel
+/// cancels a thread's waiting socket operations when that thread exits
+/// (a runtime's worker retired after `block_in_place`, the runtime a
+/// caller-driven engine was built on shut down), and such an operation
+/// moved no byte (one that moved bytes completes with their count). So
+/// it is made again, from the thread now awaiting it, as tokio's reactor
+/// would retry after a spurious wake-up.
+fn cancelled_by_the_kernel(res: &io::Result<usize>, cancels: &mut u32) -> bool {
+    let cancelled = matches!(res, Err(e) if crate::errno(e) == Some(libc::ECANCELED))
+        && *cancels < KERNEL_CANCELS;
+    *cancels += u32::from(cancelled);
+    cancelled
+}
+
 /// A connected stream socket.
 pub(crate) struct StreamCore {
     pub(crate) sock: Sock,
@@ -36,23 +56,30 @@ impl StreamCore {
             // nothing asked, nothing waited for.
             return (Ok(0), buf);
         }
-        if let Err(e) = self.sock.engine.ensure_driven() {
-            return (Err(e), buf);
-        }
-        match self.reads.settle(&mut buf).await {
-            Settled::Copied(n) => return (Ok(n), buf),
-            Settled::Failed(errno) => {
-                self.read_failed(errno);
-                let err = io::Error::from_raw_os_error(errno);
-                return (Err(super::os_error(err)), buf);
+        let mut cancels = 0;
+        loop {
+            if let Err(e) = self.sock.engine.ensure_driven() {
+                return (Err(e), buf);
             }
-            Settled::Receive => {}
+            match self.reads.settle(&mut buf).await {
+                Settled::Copied(n) => return (Ok(n), buf),
+                Settled::Failed(errno) => {
+                    self.read_failed(errno);
+                    let err = io::Error::from_raw_os_error(errno);
+                    return (Err(super::os_error(err)), buf);
+                }
+                Settled::Receive => {}
+            }
+            let (res, back) = self.reads.receive(self.sock.recv(buf)).await;
+            buf = back;
+            if cancelled_by_the_kernel(&res, &mut cancels) {
+                continue;
+            }
+            if let Err(e) = &res {
+                self.read_failed(crate::errno(e).unwrap_or(0));
+            }
+            return (res.map_err(super::os_error), buf);
         }
-        let (res, buf) = self.reads.receive(self.sock.recv(buf)).await;
-        if let Err(e) = &res {
-            self.read_failed(crate::errno(e).unwrap_or(0));
-        }
-        (res.map_err(super::os_error), buf)
     }
 
     /// A read ended with `errno`: a reset by the peer is the writes' too.
@@ -73,10 +100,21 @@ impl StreamCore {
             return (Err(e), buf);
         }
         let mut guard = self.writes.guard(buf.bytes_len());
-        let mut fut = self.sock.send(buf, 0);
-        fut.start();
-        let (res, buf) = guard.send(fut).await;
-        (res.map_err(super::os_error), buf)
+        let mut cancels = 0;
+        let mut buf = buf;
+        loop {
+            let mut fut = self.sock.send(buf, 0);
+            fut.start();
+            let (res, back) = guard.send(fut).await;
+            buf = back;
+            if cancelled_by_the_kernel(&res, &mut cancels) {
+                match self.sock.engine.ensure_driven() {
+                    Ok(()) => continue,
+                    Err(e) => return (Err(e), buf),
+                }
+            }
+            return (res.map_err(super::os_error), buf);
+        }
     }
 
     /// Writes `bufs` in order with one `sendmsg` (of the first
@@ -94,10 +132,21 @@ impl StreamCore {
             .map(IoBuf::bytes_len)
             .sum();
         let mut guard = self.writes.guard(len);
-        let mut fut = self.sock.send_vectored(bufs);
-        fut.start();
-        let (res, msg) = guard.send(fut).await;
-        (res.map_err(super::os_error), msg.bufs)
+        let mut cancels = 0;
+        let mut bufs = bufs;
+        loop {
+            let mut fut = self.sock.send_vectored(bufs);
+            fut.start();
+            let (res, msg) = guard.send(fut).await;
+            bufs = msg.bufs;
+            if cancelled_by_the_kernel(&res, &mut cancels) {
+                match self.sock.engine.ensure_driven() {
+                    Ok(()) => continue,
+                    Err(e) => return (Err(e), bufs),
+                }
+            }
+            return (res.map_err(super::os_error), bufs);
+        }
     }
 
     /// Writes all of `buf`, one `send` after another until every byte went.
@@ -111,11 +160,18 @@ impl StreamCore {
         let len = buf.bytes_len();
         let mut guard = self.writes.guard(len);
         let mut sent = 0;
+        let mut cancels = 0;
         while sent < len {
             let mut fut = self.sock.send(buf, sent);
             fut.start();
             let (res, b) = guard.send(fut).await;
             buf = b;
+            if cancelled_by_the_kernel(&res, &mut cancels) {
+                match self.sock.engine.ensure_driven() {
+                    Ok(()) => continue,
+                    Err(e) => return (Err(e), buf),
+                }
+            }
             let err = match res {
                 Ok(0) => io::Error::from(io::ErrorKind::WriteZero),
                 Ok(n) => {
