@@ -345,6 +345,22 @@ fn a_read_whose_submitting_thread_exits_is_made_again() {
     assert_eq!(got.expect("the read failed"), b"hello");
 }
 
+/// `fut`, after telling `started` that its first poll has started it
+/// (while the runtime that drives the engine still exists) and found it
+/// waiting.
+async fn started_first<F: std::future::Future>(
+    fut: F,
+    started: std::sync::mpsc::Sender<()>,
+) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    assert!(
+        futures::poll!(fut.as_mut()).is_pending(),
+        "finished before the peer did anything"
+    );
+    started.send(()).unwrap();
+    fut.await
+}
+
 /// A read awaited on another executor (a plain thread) while the runtime
 /// that built and drives the engine is dropped: a thread of the engine's
 /// drives the ring while the read is in flight, so the peer's bytes
@@ -361,19 +377,103 @@ fn a_read_awaited_elsewhere_completes_after_the_runtime_is_dropped() {
     });
     let mut peer = listener.accept().unwrap().0;
     let (tx, rx) = std::sync::mpsc::channel();
+    let (started_tx, started) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
-        let (n, buf) = futures::executor::block_on(stream.read(vec![0u8; 5]));
+        let (n, buf) =
+            futures::executor::block_on(started_first(stream.read(vec![0u8; 5]), started_tx));
         tx.send(n.map(|n| buf[..n].to_vec())).unwrap();
     });
-    // The runtime runs while the read starts (the outcome asserted is the
-    // same either way).
-    rt.block_on(async { tokio::time::sleep(Duration::from_millis(100)).await });
+    started.recv().unwrap();
     drop(rt);
     peer.write_all(b"hello").unwrap();
     let got = rx
         .recv_timeout(GUARD)
         .expect("the read hung once its runtime was dropped");
     assert_eq!(got.expect("the read failed"), b"hello");
+    reader.join().unwrap();
+    drop(engine);
+}
+
+/// A `write_all` of more than the socket takes, awaited on another
+/// executor while the runtime that built and drives the engine is
+/// dropped, the peer reading only afterwards: every send after the first
+/// reaches the kernel (each is started between polls of the write, with
+/// no driver left but the engine's relay thread), and the peer gets every
+/// byte.
+#[test]
+fn a_write_all_awaited_elsewhere_finishes_after_the_runtime_is_dropped() {
+    const LEN: usize = 8 << 20;
+    let rt = current_thread();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (engine, stream) = rt.block_on(async {
+        let engine = AsyncEngine::new().unwrap();
+        let stream = TcpStream::connect(&engine, addr).await.unwrap();
+        (engine, stream)
+    });
+    stream.socket().set_send_buffer_size(16 << 10).unwrap();
+    let mut peer = listener.accept().unwrap().0;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+    let writer = std::thread::spawn(move || {
+        let write = started_first(stream.write_all(data), started_tx);
+        let (res, _) = futures::executor::block_on(write);
+        tx.send(res).unwrap();
+    });
+    started.recv().unwrap();
+    drop(rt);
+    let mut got = Vec::with_capacity(LEN);
+    let mut chunk = vec![0u8; 1 << 16];
+    while got.len() < LEN {
+        let n = peer.read(&mut chunk).unwrap();
+        assert!(
+            n > 0,
+            "the peer saw the end after {} bytes: {:?}",
+            got.len(),
+            rx.try_recv()
+        );
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert!(got.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+    rx.recv_timeout(GUARD)
+        .expect("the write_all hung once its runtime was dropped")
+        .expect("the write_all failed");
+    writer.join().unwrap();
+    drop(engine);
+}
+
+/// A receive stream's next buffer, awaited on another executor while the
+/// runtime that built and drives the engine is dropped: the receive it
+/// had started is driven to its end, and the bytes arrive.
+#[test]
+fn a_receive_stream_awaited_elsewhere_delivers_after_the_runtime_is_dropped() {
+    let rt = current_thread();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (engine, stream) = rt.block_on(async {
+        let engine = AsyncEngine::new().unwrap();
+        let stream = TcpStream::connect(&engine, addr).await.unwrap();
+        (engine, stream)
+    });
+    let mut peer = listener.accept().unwrap().0;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut rx_stream = stream.recv_stream();
+        let next = futures::executor::block_on(started_first(rx_stream.next(), started_tx));
+        tx.send(next.map(|r| r.map(|b| b.to_vec()))).unwrap();
+    });
+    started.recv().unwrap();
+    drop(rt);
+    peer.write_all(b"hello").unwrap();
+    let got = rx
+        .recv_timeout(GUARD)
+        .expect("the receive stream hung once its runtime was dropped");
+    assert_eq!(
+        got.expect("the stream ended").expect("the receive failed"),
+        b"hello"
+    );
     reader.join().unwrap();
     drop(engine);
 }

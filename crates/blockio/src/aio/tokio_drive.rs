@@ -108,8 +108,10 @@ pub(super) fn build_on_runtime(builder: &AsyncEngineBuilder) -> io::Result<Optio
     let caller = Driving::Caller(CallerDriving::new().submit(Submit::PerRound));
     let engine = builder.build_as(caller)?;
     if engine.poll_fd().is_none() {
-        // The thread pool: its threads complete every operation.
-        return Ok(Some(engine));
+        // The thread pool, whose threads complete every operation: built
+        // again as the driver thread's, so that `driving()` says no
+        // runtime drives it.
+        return Ok(None);
     }
     match spawn_driver(&engine, &runtime) {
         Ok(()) => Ok(Some(engine)),
@@ -333,6 +335,11 @@ pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
         return Ok(());
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // Nothing new starts here; operations already started (a
+        // `write_all`'s next send, pushed before its future is polled; a
+        // receive stream's armed receive) are driven to their end by the
+        // relay thread, as those in flight when the driver went.
+        relay_if_undriven(engine);
         return Err(io::Error::other(
             "the tokio runtime whose task drove this caller-driven engine (drive_on_tokio) \
              is gone, and this task runs on no tokio runtime to drive it: spawn \

@@ -323,9 +323,10 @@ impl<'a> RecvStream<'a> {
         if self.done {
             return Poll::Ready(None);
         }
-        if let Err(e) = self.core.sock.engine.ensure_driven() {
-            return Poll::Ready(Some(Err(e)));
-        }
+        // Refused only where a receive would start: bytes already
+        // received, and a receive already armed (driven to its end by the
+        // engine's relay thread), still arrive.
+        let driven = self.core.sock.engine.ensure_driven();
         if let How::Single(..) = self.how {
             return self.poll_single(cx);
         }
@@ -345,10 +346,16 @@ impl<'a> RecvStream<'a> {
                 return Poll::Ready(None);
             }
         }
-        self.poll_ring(cx)
+        self.poll_ring(cx, driven)
     }
 
-    fn poll_ring(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<RecvBuf>>> {
+    /// `driven`: whether a new receive may start (see
+    /// [`AsyncEngine::ensure_driven`](crate::aio::AsyncEngine)).
+    fn poll_ring(
+        &mut self,
+        cx: &mut Context<'_>,
+        driven: io::Result<()>,
+    ) -> Poll<Option<io::Result<RecvBuf>>> {
         let How::Ring(r) = &mut self.how else {
             unreachable!("poll_ring on a ring stream only")
         };
@@ -404,6 +411,9 @@ impl<'a> RecvStream<'a> {
             return self.poll_own(cx);
         }
         r.paused = false;
+        if let Err(e) = driven {
+            return Poll::Ready(Some(Err(e)));
+        }
         self.arm();
         Poll::Pending
     }

@@ -22,7 +22,7 @@ const KERNEL_CANCELS: u32 = 1000;
 /// moved no byte (one that moved bytes completes with their count). So
 /// it is made again, from the thread now awaiting it, as tokio's reactor
 /// would retry after a spurious wake-up.
-fn cancelled_by_the_kernel(res: &io::Result<usize>, cancels: &mut u32) -> bool {
+pub(crate) fn cancelled_by_the_kernel(res: &io::Result<usize>, cancels: &mut u32) -> bool {
     let cancelled = matches!(res, Err(e) if crate::errno(e) == Some(libc::ECANCELED))
         && *cancels < KERNEL_CANCELS;
     *cancels += u32::from(cancelled);

@@ -335,13 +335,27 @@ impl TcpStream {
             .unwrap_or_else(|| Err(connect_timed_out()))
     }
 
+    /// A connect the kernel cancelled because the thread that submitted
+    /// it exited (see `stream::cancelled_by_the_kernel`) is made again on
+    /// a new socket, unless the old one got connected meanwhile.
     async fn connect_to(engine: &AsyncEngine, addr: SocketAddr) -> io::Result<TcpStream> {
         let peer = addr.to_string();
-        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-            .map_err(super::os_error)?;
-        let sock = Sock::new(socket, engine).map_err(super::os_error)?;
-        let (res, _) = sock.connect(SockAddr::from(addr)).await;
-        res.map_err(super::os_error)?;
+        let mut cancels = 0;
+        let sock = loop {
+            let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+                .map_err(super::os_error)?;
+            let sock = Sock::new(socket, engine).map_err(super::os_error)?;
+            let (res, _) = sock.connect(SockAddr::from(addr)).await;
+            if super::stream::cancelled_by_the_kernel(&res, &mut cancels) {
+                if sock.socket.peer_addr().is_ok() {
+                    break sock;
+                }
+                engine.ensure_driven()?;
+                continue;
+            }
+            res.map_err(super::os_error)?;
+            break sock;
+        };
         Ok(TcpStream {
             core: StreamCore::new(sock, peer),
             poll: Mutex::default(),

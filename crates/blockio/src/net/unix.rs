@@ -157,11 +157,24 @@ impl UnixStream {
         let peer = path.display().to_string();
         let name = format!("cannot connect to {peer}");
         let fail = |e: io::Error| super::os_error_or_named(e, &name);
-        let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(fail)?;
-        let addr = SockAddr::unix(path).map_err(fail)?;
-        let sock = Sock::new(socket, engine).map_err(fail)?;
-        let (res, _) = sock.connect(addr).await;
-        res.map_err(fail)?;
+        let mut cancels = 0;
+        // A connect the kernel cancelled because the thread that submitted
+        // it exited is made again on a new socket, as for TCP.
+        let sock = loop {
+            let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(fail)?;
+            let addr = SockAddr::unix(path).map_err(fail)?;
+            let sock = Sock::new(socket, engine).map_err(fail)?;
+            let (res, _) = sock.connect(addr).await;
+            if super::stream::cancelled_by_the_kernel(&res, &mut cancels) {
+                if sock.socket.peer_addr().is_ok() {
+                    break sock;
+                }
+                engine.ensure_driven()?;
+                continue;
+            }
+            res.map_err(fail)?;
+            break sock;
+        };
         Ok(UnixStream::new(StreamCore::new(sock, peer)))
     }
 
