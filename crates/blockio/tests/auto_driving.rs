@@ -345,6 +345,38 @@ fn a_read_whose_submitting_thread_exits_is_made_again() {
     assert_eq!(got.expect("the read failed"), b"hello");
 }
 
+/// On `rt`: a default engine built there (so driven by it) and a stream
+/// of it connected to a std peer.
+fn connected_on(rt: &tokio::runtime::Runtime) -> (AsyncEngine, TcpStream, std::net::TcpStream) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (engine, stream) = rt.block_on(async {
+        let engine = AsyncEngine::new().unwrap();
+        let stream = TcpStream::connect(&engine, addr).await.unwrap();
+        (engine, stream)
+    });
+    let peer = listener.accept().unwrap().0;
+    (engine, stream, peer)
+}
+
+/// Runs `run` on a plain thread, which awaits there with futures'
+/// executor and says when its operation has started (see
+/// [`started_first`]); then drops `rt`, the runtime that drives the
+/// engine. What `run` returns comes through the receiver.
+fn awaited_elsewhere<T: Send + 'static>(
+    rt: tokio::runtime::Runtime,
+    run: impl FnOnce(std::sync::mpsc::Sender<()>) -> T + Send + 'static,
+) -> std::sync::mpsc::Receiver<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (started_tx, started) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run(started_tx));
+    });
+    started.recv().unwrap();
+    drop(rt);
+    rx
+}
+
 /// `fut`, after telling `started` that its first poll has started it
 /// (while the runtime that drives the engine still exists) and found it
 /// waiting.
@@ -368,29 +400,17 @@ async fn started_first<F: std::future::Future>(
 #[test]
 fn a_read_awaited_elsewhere_completes_after_the_runtime_is_dropped() {
     let rt = current_thread();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (engine, stream) = rt.block_on(async {
-        let engine = AsyncEngine::new().unwrap();
-        let stream = TcpStream::connect(&engine, addr).await.unwrap();
-        (engine, stream)
-    });
-    let mut peer = listener.accept().unwrap().0;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (started_tx, started) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
+    let (engine, stream, mut peer) = connected_on(&rt);
+    let rx = awaited_elsewhere(rt, move |started| {
         let (n, buf) =
-            futures::executor::block_on(started_first(stream.read(vec![0u8; 5]), started_tx));
-        tx.send(n.map(|n| buf[..n].to_vec())).unwrap();
+            futures::executor::block_on(started_first(stream.read(vec![0u8; 5]), started));
+        n.map(|n| buf[..n].to_vec())
     });
-    started.recv().unwrap();
-    drop(rt);
     peer.write_all(b"hello").unwrap();
     let got = rx
         .recv_timeout(GUARD)
         .expect("the read hung once its runtime was dropped");
     assert_eq!(got.expect("the read failed"), b"hello");
-    reader.join().unwrap();
     drop(engine);
 }
 
@@ -404,25 +424,13 @@ fn a_read_awaited_elsewhere_completes_after_the_runtime_is_dropped() {
 fn a_write_all_awaited_elsewhere_finishes_after_the_runtime_is_dropped() {
     const LEN: usize = 8 << 20;
     let rt = current_thread();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (engine, stream) = rt.block_on(async {
-        let engine = AsyncEngine::new().unwrap();
-        let stream = TcpStream::connect(&engine, addr).await.unwrap();
-        (engine, stream)
-    });
+    let (engine, stream, mut peer) = connected_on(&rt);
     stream.socket().set_send_buffer_size(16 << 10).unwrap();
-    let mut peer = listener.accept().unwrap().0;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (started_tx, started) = std::sync::mpsc::channel();
     let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
-    let writer = std::thread::spawn(move || {
-        let write = started_first(stream.write_all(data), started_tx);
-        let (res, _) = futures::executor::block_on(write);
-        tx.send(res).unwrap();
+    let rx = awaited_elsewhere(rt, move |started| {
+        let write = started_first(stream.write_all(data), started);
+        futures::executor::block_on(write).0
     });
-    started.recv().unwrap();
-    drop(rt);
     let mut got = Vec::with_capacity(LEN);
     let mut chunk = vec![0u8; 1 << 16];
     while got.len() < LEN {
@@ -439,7 +447,6 @@ fn a_write_all_awaited_elsewhere_finishes_after_the_runtime_is_dropped() {
     rx.recv_timeout(GUARD)
         .expect("the write_all hung once its runtime was dropped")
         .expect("the write_all failed");
-    writer.join().unwrap();
     drop(engine);
 }
 
@@ -449,23 +456,12 @@ fn a_write_all_awaited_elsewhere_finishes_after_the_runtime_is_dropped() {
 #[test]
 fn a_receive_stream_awaited_elsewhere_delivers_after_the_runtime_is_dropped() {
     let rt = current_thread();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (engine, stream) = rt.block_on(async {
-        let engine = AsyncEngine::new().unwrap();
-        let stream = TcpStream::connect(&engine, addr).await.unwrap();
-        (engine, stream)
-    });
-    let mut peer = listener.accept().unwrap().0;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (started_tx, started) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
+    let (engine, stream, mut peer) = connected_on(&rt);
+    let rx = awaited_elsewhere(rt, move |started| {
         let mut rx_stream = stream.recv_stream();
-        let next = futures::executor::block_on(started_first(rx_stream.next(), started_tx));
-        tx.send(next.map(|r| r.map(|b| b.to_vec()))).unwrap();
+        let next = futures::executor::block_on(started_first(rx_stream.next(), started));
+        next.map(|r| r.map(|b| b.to_vec()))
     });
-    started.recv().unwrap();
-    drop(rt);
     peer.write_all(b"hello").unwrap();
     let got = rx
         .recv_timeout(GUARD)
@@ -474,6 +470,5 @@ fn a_receive_stream_awaited_elsewhere_delivers_after_the_runtime_is_dropped() {
         got.expect("the stream ended").expect("the receive failed"),
         b"hello"
     );
-    reader.join().unwrap();
     drop(engine);
 }
