@@ -472,3 +472,78 @@ fn a_receive_stream_awaited_elsewhere_delivers_after_the_runtime_is_dropped() {
     );
     drop(engine);
 }
+
+/// A connect submitted by the thread of the runtime that built the engine,
+/// waiting on a listener whose backlog is full, awaited by a task of
+/// another runtime; then that thread exits and the kernel cancels the
+/// connect. It is made again (on a new socket) and connects once the
+/// backlog has room: not `ECANCELED`.
+#[test]
+fn a_connect_whose_submitting_thread_exits_is_made_again() {
+    use socket2::{Domain, Socket, Type};
+    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    listener
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    listener.listen(0).unwrap();
+    let listener: std::net::TcpListener = listener.into();
+    let addr = listener.local_addr().unwrap();
+    // Fill the backlog: these are never accepted until the end.
+    let fillers: Vec<_> = (0..4)
+        .map(|_| {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let _ = s.connect(&addr.into());
+            s
+        })
+        .collect();
+    let (engine_tx, engine_rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let builder = std::thread::spawn(move || {
+        current_thread().block_on(async {
+            engine_tx.send(AsyncEngine::new().unwrap()).unwrap();
+            let _ = stopped.await;
+        });
+    });
+    let engine = engine_rx.recv().unwrap();
+    let rt = current_thread();
+    let connected = rt.block_on(async {
+        let e = engine.clone();
+        let connect = tokio::spawn(async move { TcpStream::connect(&e, addr).await });
+        // Time for the builder's thread to submit the connect (the outcome
+        // asserted is the same if it has not: then this runtime does).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop.send(()).unwrap();
+        builder.join().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let accepting = async {
+            loop {
+                match listener.accept() {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(e) => panic!("accept: {e}"),
+                }
+            }
+        };
+        let connect = async {
+            tokio::time::timeout(GUARD, connect)
+                .await
+                .expect("the connect never finished")
+                .unwrap()
+        };
+        tokio::select! {
+            res = connect => res,
+            () = accepting => unreachable!("the accept loop never ends"),
+        }
+    });
+    let stream = connected.expect("the connect failed");
+    assert_eq!(stream.peer_addr(), addr);
+    drop(fillers);
+}
