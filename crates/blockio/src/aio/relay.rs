@@ -34,12 +34,6 @@ pub(crate) struct TokioDrivers {
     /// The relay thread's task, woken when `lingering` or `live`
     /// changes.
     pub(crate) relay_waker: Mutex<Option<Waker>>,
-    /// The tokio runtimes found to have I/O disabled, which cannot watch
-    /// the ring: no driver is spawned on them again (each attempt would
-    /// fail at once and wake every waiting task, on every such runtime,
-    /// to try again). One id per such runtime that used the engine.
-    #[cfg(feature = "tokio")]
-    pub(crate) io_disabled: Mutex<Vec<tokio::runtime::Id>>,
 }
 
 impl TokioDrivers {

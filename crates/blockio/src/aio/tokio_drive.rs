@@ -28,11 +28,20 @@ const IO_DISABLED: &str = "this tokio runtime has I/O disabled, so it cannot dri
     caller-driven blockio engine (drive_on_tokio watches the ring through tokio's reactor): \
     build the runtime with enable_io() or enable_all(), or build the engine with Driving::Thread";
 
-/// The tokio runtimes found to have I/O disabled when an engine with
-/// [`Driving::Auto`] was built on them: later builds there choose the
-/// driver thread without asking tokio again (each ask prints tokio's
-/// panic message).
+/// The tokio runtimes found to have I/O disabled, which cannot watch a
+/// ring: tokio is not asked again there (each ask prints its panic
+/// message). No driver is spawned on them (each attempt would fail at once
+/// and wake every waiting task, on every such runtime, to try again), and
+/// an engine with [`Driving::Auto`] built there gets the driver thread.
+/// One id per such runtime that built or used an engine.
 static IO_DISABLED_RUNTIMES: Mutex<Vec<tokio::runtime::Id>> = Mutex::new(Vec::new());
+
+/// [`IO_DISABLED_RUNTIMES`], locked.
+fn io_disabled() -> std::sync::MutexGuard<'static, Vec<tokio::runtime::Id>> {
+    IO_DISABLED_RUNTIMES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
 
 /// Registers the ring of `engine` with the reactor of the runtime the
 /// caller runs on. The registration holds the ring's descriptor open
@@ -41,9 +50,9 @@ static IO_DISABLED_RUNTIMES: Mutex<Vec<tokio::runtime::Id>> = Mutex::new(Vec::ne
 /// never another file. tokio panics where that runtime has I/O disabled:
 /// the panic is caught and becomes an error of kind
 /// [`Other`](io::ErrorKind::Other) saying so, and the runtime is
-/// remembered (see [`refuses`]) so that it is not asked again: tokio's
-/// panic message, which the panic hook still prints, comes once per such
-/// runtime.
+/// remembered ([`IO_DISABLED_RUNTIMES`]) so that it is not asked again:
+/// tokio's panic message, which the panic hook still prints, comes once
+/// per such runtime.
 fn watch(engine: &AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
     let ring = engine
         .driver()
@@ -60,24 +69,13 @@ fn watch(engine: &AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
         Ok(watched) => Ok(watched?),
         Err(_) => {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                remember(
-                    &mut engine
-                        .tokio_drivers()
-                        .io_disabled
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()),
-                    runtime.id(),
-                );
+                let mut refused = io_disabled();
+                if !refused.contains(&runtime.id()) {
+                    refused.push(runtime.id());
+                }
             }
             Err(io::Error::other(IO_DISABLED))
         }
-    }
-}
-
-/// Adds `runtime` to `refused` unless it is there.
-fn remember(refused: &mut Vec<tokio::runtime::Id>, runtime: tokio::runtime::Id) {
-    if !refused.contains(&runtime) {
-        refused.push(runtime);
     }
 }
 
@@ -97,12 +95,7 @@ pub(super) fn build_on_runtime(builder: &AsyncEngineBuilder) -> io::Result<Optio
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return Ok(None);
     };
-    let disabled = || {
-        IO_DISABLED_RUNTIMES
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    };
-    if disabled().contains(&runtime.id()) {
+    if refuses(&runtime) {
         return Ok(None);
     }
     let caller = Driving::Caller(CallerDriving::new().submit(Submit::PerRound));
@@ -113,13 +106,9 @@ pub(super) fn build_on_runtime(builder: &AsyncEngineBuilder) -> io::Result<Optio
         // runtime drives it.
         return Ok(None);
     }
-    match spawn_driver(&engine, &runtime) {
-        Ok(()) => Ok(Some(engine)),
-        Err(_) => {
-            remember(&mut disabled(), runtime.id());
-            Ok(None)
-        }
-    }
+    // An error is a runtime without I/O (remembered by `watch`) or one
+    // shutting down: the driver thread serves either.
+    Ok(spawn_driver(&engine, &runtime).ok().map(|()| engine))
 }
 
 /// Spawns the driving task of `engine` on `runtime`, unless one is counted
@@ -152,13 +141,8 @@ fn spawn_driver(engine: &AsyncEngine, runtime: &tokio::runtime::Handle) -> io::R
 }
 
 /// Whether `runtime` was found to have I/O disabled (see [`watch`]).
-fn refuses(engine: &AsyncEngine, runtime: &tokio::runtime::Handle) -> bool {
-    engine
-        .tokio_drivers()
-        .io_disabled
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains(&runtime.id())
+fn refuses(runtime: &tokio::runtime::Handle) -> bool {
+    io_disabled().contains(&runtime.id())
 }
 
 /// Drives `engine`, built with
@@ -351,7 +335,7 @@ pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
         // The relay's own tasks (the dropped streams' sends): it drives.
         return Ok(());
     }
-    if refuses(engine, &runtime) {
+    if refuses(&runtime) {
         return Err(io::Error::other(IO_DISABLED));
     }
     if SPAWNING.get() {
