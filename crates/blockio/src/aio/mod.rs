@@ -34,18 +34,18 @@
 //!
 //! Who drives the ring is one setting, [`Driving`]. By default
 //! ([`Driving::Auto`]) an engine built on a tokio runtime (feature `tokio`)
-//! is driven by that runtime, as a caller-driven ring described below,
-//! and one built anywhere else has a **driver thread** that owns the ring; futures queue requests and wake it
-//! through an eventfd only when it sleeps; it submits everything queued in
-//! one `io_uring_enter`, waits, and calls each completed operation's waker
-//! directly. With [`Driving::Caller`] there is no driver thread and no
-//! cross-thread wake-up: the **caller-driven ring** is watched by the
-//! caller's event loop ([`AsyncEngine::poll_fd`]), which reaps on its own
-//! thread; on tokio, `drive_on_tokio` (feature `tokio`) is that loop.
-//! Where io_uring is unavailable (or `BLOCKIO_BACKEND=threads`) the
-//! **pool** serves the same requests with blocking calls. The reasoning,
-//! and the one name each of these goes by, are in the `driver` module's
-//! source documentation.
+//! is driven by that runtime, as a caller-driven ring described below, and
+//! one built anywhere else has a **driver thread** that owns the ring;
+//! futures queue requests and wake it through an eventfd only when it
+//! sleeps; it submits everything queued in one `io_uring_enter`, waits, and
+//! calls each completed operation's waker directly. With
+//! [`Driving::Caller`] there is no driver thread and no cross-thread
+//! wake-up: the **caller-driven ring** is watched by the caller's event
+//! loop ([`AsyncEngine::poll_fd`]), which reaps on its own thread; on
+//! tokio, `drive_on_tokio` (feature `tokio`) is that loop. Where io_uring
+//! is unavailable (or `BLOCKIO_BACKEND=threads`) the **pool** serves the
+//! same requests with blocking calls. The reasoning, and the one name each
+//! of these goes by, are in the `driver` module's source documentation.
 //!
 //! # Panics in wakers and buffers
 //!
