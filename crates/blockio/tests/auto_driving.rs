@@ -306,13 +306,9 @@ fn a_burst_of_reads_beyond_the_submission_queue_all_reach_the_kernel() {
     });
 }
 
-/// A read submitted by the thread of the runtime the engine was built on
-/// (which drives it), awaited by a task of another runtime; then that
-/// thread exits, and the kernel cancels the read it submitted. The read,
-/// which moved no byte, is made again: the peer's bytes arrive, not
-/// `ECANCELED`.
-#[test]
-fn a_read_whose_submitting_thread_exits_is_made_again() {
+/// A default engine built on a runtime of a thread of its own, which
+/// drives it, and what makes that thread exit (and waits for it).
+fn built_on_a_thread() -> (AsyncEngine, impl FnOnce()) {
     let (engine_tx, engine_rx) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let builder = std::thread::spawn(move || {
@@ -322,6 +318,21 @@ fn a_read_whose_submitting_thread_exits_is_made_again() {
         });
     });
     let engine = engine_rx.recv().unwrap();
+    let exit = move || {
+        stop.send(()).unwrap();
+        builder.join().unwrap();
+    };
+    (engine, exit)
+}
+
+/// A read submitted by the thread of the runtime the engine was built on
+/// (which drives it), awaited by a task of another runtime; then that
+/// thread exits, and the kernel cancels the read it submitted. The read,
+/// which moved no byte, is made again: the peer's bytes arrive, not
+/// `ECANCELED`.
+#[test]
+fn a_read_whose_submitting_thread_exits_is_made_again() {
+    let (engine, exit_builder) = built_on_a_thread();
     let rt = current_thread();
     let got = rt.block_on(async {
         let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
@@ -334,8 +345,7 @@ fn a_read_whose_submitting_thread_exits_is_made_again() {
         // Time for the builder's thread to submit the read (the outcome
         // asserted is the same if it has not: then this runtime does).
         tokio::time::sleep(Duration::from_millis(100)).await;
-        stop.send(()).unwrap();
-        builder.join().unwrap();
+        exit_builder();
         peer.write_all(b"hello").unwrap();
         tokio::time::timeout(GUARD, read)
             .await
@@ -502,15 +512,7 @@ fn a_connect_whose_submitting_thread_exits_is_made_again() {
             s
         })
         .collect();
-    let (engine_tx, engine_rx) = std::sync::mpsc::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let builder = std::thread::spawn(move || {
-        current_thread().block_on(async {
-            engine_tx.send(AsyncEngine::new().unwrap()).unwrap();
-            let _ = stopped.await;
-        });
-    });
-    let engine = engine_rx.recv().unwrap();
+    let (engine, exit_builder) = built_on_a_thread();
     let rt = current_thread();
     let connected = rt.block_on(async {
         let e = engine.clone();
@@ -518,8 +520,7 @@ fn a_connect_whose_submitting_thread_exits_is_made_again() {
         // Time for the builder's thread to submit the connect (the outcome
         // asserted is the same if it has not: then this runtime does).
         tokio::time::sleep(Duration::from_millis(100)).await;
-        stop.send(()).unwrap();
-        builder.join().unwrap();
+        exit_builder();
         listener.set_nonblocking(true).unwrap();
         let accepting = async {
             loop {
