@@ -1,4 +1,4 @@
-//! `blockio` run as `b3sum`: b3sum 1.2's options, output, check lists and
+//! `blockio` run as `b3sum`: b3sum 1.8's options, output, check lists and
 //! messages, with the files read as `blockio sum` reads them. This module
 //! reads the command line; printing and checking are
 //! [`blockio_tools::digest_tool`]'s, shared with the coreutils tools
@@ -6,11 +6,12 @@
 //!
 //! `--no-mmap` is accepted and changes nothing: files are never mapped
 //! (they are read in batches, or streamed with `O_DIRECT`). `--num-threads`
-//! caps the threads that read and hash. Unlike `b3sum`, names that are not
-//! UTF-8 are written as their bytes, not with U+FFFD.
+//! caps the threads that read and hash. Names that are not UTF-8 are
+//! written with U+FFFD, as b3sum writes them (`blockio sum` writes their
+//! bytes).
 
 use std::ffi::OsString;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -23,51 +24,67 @@ use blockio_tools::sum::SumOptions;
 /// in memory (b3sum streams any length).
 const MAX_LENGTH: u64 = 1 << 20;
 
-/// Print or check BLAKE3 checksums.
+/// b3sum's command line (its options' help in b3sum 1.8's words).
 #[derive(Parser, Debug)]
 #[command(
     name = "b3sum",
-    version = concat!("1.2.0 (blockio ", env!("CARGO_PKG_VERSION"), ")"),
+    version = concat!("1.8.7 (blockio ", env!("CARGO_PKG_VERSION"), ")"),
+    about = None,
+    long_about = None,
+    max_term_width(100),
     disable_help_subcommand = true
 )]
 struct B3Args {
-    /// Files to hash, or checkfiles to check. When no file is given, or
-    /// when - is given, read standard input.
-    #[arg(required_if_eq("keyed", "true"))]
-    files: Vec<PathBuf>,
-    /// Uses the keyed mode. The secret key is read from standard input, and
-    /// it must be exactly 32 raw bytes.
-    #[arg(long, conflicts_with = "derive_key")]
+    /// Files to hash, or checkfiles to check
+    ///
+    /// When no file is given, or when - is given, read standard input.
+    file: Vec<PathBuf>,
+    /// Use the keyed mode, reading the 32-byte key from stdin
+    #[arg(long, requires("file"))]
     keyed: bool,
-    /// Uses the key derivation mode, with the given context string.
-    #[arg(long, value_name = "CONTEXT")]
+    /// Use the key derivation mode, with the given context string
+    ///
+    /// Cannot be used with --keyed.
+    #[arg(long, value_name("CONTEXT"), conflicts_with("keyed"))]
     derive_key: Option<String>,
-    /// The number of output bytes, prior to hex encoding.
-    #[arg(short = 'l', long, value_name = "LEN", default_value_t = 32)]
+    /// The number of output bytes, before hex encoding
+    #[arg(short, long, default_value_t = 32, value_name("LEN"))]
     length: u64,
-    /// The maximum number of threads to use (default, or 0: the CPUs).
-    #[arg(long, value_name = "NUM")]
+    /// The starting output byte offset, before hex encoding
+    #[arg(long, default_value_t = 0, value_name("SEEK"))]
+    seek: u64,
+    /// The maximum number of threads to use
+    ///
+    /// By default, or if its value is 0, the number of logical cores.
+    #[arg(long, value_name("NUM"))]
     num_threads: Option<usize>,
+    /// Disable memory mapping
+    ///
     /// Accepted for b3sum's sake: blockio never maps files into memory.
     #[arg(long)]
     no_mmap: bool,
-    /// Omits filenames in the output.
+    /// Omit filenames in the output
     #[arg(long)]
     no_names: bool,
-    /// Writes raw output bytes to stdout, rather than hex. --no-names is
-    /// implied. In this case, only a single input is allowed.
+    /// Write raw output bytes to stdout, rather than hex
+    ///
+    /// --no-names is implied. In this case, only a single input is allowed.
     #[arg(long)]
     raw: bool,
-    /// Reads BLAKE3 sums from the files and checks them.
+    /// Output BSD-style checksums: BLAKE3 ([FILE]) = [HASH]
+    #[arg(long)]
+    tag: bool,
+    /// Read BLAKE3 sums from the [FILE]s and check them
     #[arg(
-        short = 'c',
+        short,
         long,
-        conflicts_with_all = ["keyed", "derive_key", "raw", "no_names", "length"]
+        conflicts_with_all(["derive_key", "keyed", "length", "raw", "tag", "no_names"])
     )]
     check: bool,
-    /// Skips printing OK for each successfully verified file. Must be used
-    /// with --check.
-    #[arg(long, requires = "check")]
+    /// Skip printing OK for each checked file
+    ///
+    /// Must be used with --check.
+    #[arg(long, requires("check"))]
     quiet: bool,
 }
 
@@ -76,20 +93,12 @@ struct B3Args {
 pub fn main(args: &[OsString]) -> i32 {
     let args = match B3Args::try_parse_from(args) {
         Ok(a) => a,
-        Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => {
-            // b3sum reports a version it cannot write, in clap's words.
-            let mut out = io::stdout();
-            return match write!(out, "{}", e.render()).and_then(|()| out.flush()) {
-                Ok(()) => 0,
-                Err(w) => {
-                    let _ = writeln!(io::stderr(), "error: {}", w.kind());
-                    1
-                }
-            };
-        }
+        // Help and version exit 0, a usage error 2, as clap's own exit
+        // does in b3sum: a help or version that cannot be written is let
+        // go, as there.
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { 1 } else { 0 };
+            return e.exit_code();
         }
     };
     match run(&args) {
@@ -111,21 +120,22 @@ fn run(args: &B3Args) -> io::Result<bool> {
     // A message that cannot be written stops nothing.
     let (mut out, mut err) = (io::stdout().lock(), crate::stdio::Stderr);
     if args.check {
-        // -c takes no key, context or length: the lists hold plain BLAKE3.
-        let tool = b3sum(Algo::Blake3);
+        // -c takes no key, context or length: the lists hold plain BLAKE3
+        // (from the --seek offset).
+        let tool = b3sum(blake3_with(Blake3Mode::Hash, 32, args.seek));
         let checking = Checking {
             quiet: args.quiet,
             ..Checking::default()
         };
         return digest_tool::check(
             run_of(&engine, &tool, &opts),
-            &args.files,
+            &args.file,
             checking,
             &mut out,
             &mut err,
         );
     }
-    if args.raw && args.files.len() > 1 {
+    if args.raw && args.file.len() > 1 {
         return Err(io::Error::other(
             "Only one filename can be provided when using --raw",
         ));
@@ -143,25 +153,27 @@ fn run(args: &B3Args) -> io::Result<bool> {
     } else {
         Blake3Mode::Hash
     };
-    let len = args.length as usize;
-    // One small allocation that lives as long as the process: `Algo` is
-    // `Copy` and carries its parameters by reference.
-    let tool = b3sum(Algo::Blake3With(Box::leak(Box::new(Blake3Params {
-        mode,
-        len,
-    }))));
+    let tool = b3sum(blake3_with(mode, args.length as usize, args.seek));
     let format = Format {
         no_names: args.no_names,
         raw: args.raw,
+        tag: args.tag,
         ..Format::default()
     };
     digest_tool::print_sums(
         run_of(&engine, &tool, &opts),
-        &args.files,
+        &args.file,
         format,
         &mut out,
         &mut err,
     )
+}
+
+/// BLAKE3 in `mode`, `len` bytes of output from offset `seek`. One small
+/// allocation that lives as long as the process: `Algo` is `Copy` and
+/// carries its parameters by reference.
+fn blake3_with(mode: Blake3Mode, len: usize, seek: u64) -> Algo {
+    Algo::Blake3With(Box::leak(Box::new(Blake3Params { mode, len, seek })))
 }
 
 /// The `b3sum` tool hashing with `algo`.

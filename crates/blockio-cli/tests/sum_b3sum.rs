@@ -1,9 +1,13 @@
-//! `blockio` run through a link named `b3sum`, against Debian's `b3sum`
-//! (scripts/install-deps installs it) on the same inputs: standard output
-//! byte for byte, standard error line for line and the exit status, for
-//! each of b3sum's options. For command-line mistakes only the exit status
-//! is compared: the two are parsed by different versions of clap, whose
-//! wording differs.
+//! `blockio` run through a link named `b3sum`, which follows b3sum 1.8,
+//! against Debian's `b3sum` (scripts/install-deps installs it; 1.2.0 here)
+//! on the same inputs where the two versions agree: standard output byte
+//! for byte, standard error line for line and the exit status, for each
+//! of b3sum's options. Where 1.8 differs from 1.2 (`--tag`, `--seek`, the
+//! check lists it reads and its closing warning, carriage returns escaped
+//! in names, usage errors exiting 2), the expected bytes are 1.8's, read
+//! from its source (src/main.rs of the b3sum crate, 1.8.7);
+//! scripts/b3sum-tests runs b3sum 1.8.7 itself beside blockio on such
+//! command lines.
 
 use std::ffi::OsStr;
 use std::io::Write;
@@ -86,18 +90,49 @@ impl Pair {
         assert_eq!(ours.status.code(), theirs.status.code(), "status of {what}");
     }
 
-    /// Asserts the same exit status (a mistake on the command line).
-    fn same_status(&self, args: &[&str]) {
+    /// Runs ours alone.
+    fn ours(&self, args: &[&str], stdin: &[u8]) -> Output {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        let (ours, theirs) = self.both(&args, b"");
+        run(
+            self.dir.path(),
+            &self.ours.path().join("b3sum"),
+            &args,
+            stdin,
+        )
+    }
+
+    /// Asserts what ours writes and how it ends: b3sum 1.8's output.
+    fn expect(&self, args: &[&str], stdin: &[u8], stdout: &str, stderr: &str, status: i32) {
+        let o = self.ours(args, stdin);
+        let what = format!("b3sum {args:?}");
         assert_eq!(
-            ours.status.code(),
-            theirs.status.code(),
-            "status of b3sum {args:?}"
+            String::from_utf8_lossy(&o.stdout),
+            stdout,
+            "stdout of {what}"
         );
-        assert!(!ours.stderr.is_empty());
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr),
+            stderr,
+            "stderr of {what}"
+        );
+        assert_eq!(o.status.code(), Some(status), "status of {what}");
+    }
+
+    /// The plain BLAKE3 digest of a file, as Debian's b3sum writes it.
+    fn hex(&self, file: &str) -> String {
+        let o = run(
+            self.dir.path(),
+            Path::new("b3sum"),
+            &[b"--no-names", file.as_bytes()],
+            b"",
+        );
+        String::from_utf8(o.stdout).unwrap().trim_end().to_string()
     }
 }
+
+/// The reasons std gives for a missing file and a directory read.
+const ENOENT: &str = "No such file or directory (os error 2)";
+const EISDIR: &str = "Is a directory (os error 21)";
 
 const FILES: [&str; 6] = [
     "plain",
@@ -156,93 +191,272 @@ fn check_as_b3sum() {
     )
     .stdout;
     std::fs::write(p.dir.path().join("good.b3"), &list).unwrap();
-    let text = String::from_utf8(list.clone()).unwrap();
-    let hex = text.lines().next().unwrap()[..64].to_string();
-    let zeros = "0".repeat(64);
-    let bad = format!(
-        "{text}{zeros}  plain\n{hex}  missing\ngarbage\n\n{} *plain\n{}  plain\n\\{hex}  a\\qb\n",
-        hex,
-        hex.to_uppercase()
-    );
-    std::fs::write(p.dir.path().join("bad.b3"), &bad).unwrap();
     for opts in [&[][..], &["--quiet"]] {
-        for list in ["good.b3", "bad.b3"] {
-            let mut v = vec!["-c"];
-            v.extend(opts);
-            v.push(list);
-            p.same(&v, b"");
-        }
+        let mut v = vec!["-c"];
+        v.extend(opts);
+        v.push("good.b3");
+        p.same(&v, b"");
         let mut v = vec!["--check"];
         v.extend(opts);
         p.same(&v, &list);
     }
+    // Lines b3sum refuses, a digest that does not match, a missing file
+    // and a directory: each named (the refused lines on standard error),
+    // and counted in one closing warning (b3sum 1.8: `parse_check_line`,
+    // `check_one_line`, `main`).
+    let hex = p.hex("plain");
+    let zeros = "0".repeat(64);
+    let upper = hex.to_uppercase();
+    let bad = format!(
+        "{hex}  plain\n{zeros}  plain\n{hex}  missing\ngarbage\n\n{hex} *plain\n\
+         {upper}  plain\n\\{hex}  a\\qb\n{hex}  d\n"
+    );
+    std::fs::write(p.dir.path().join("bad.b3"), &bad).unwrap();
+    let refused = "b3sum: Invalid check line format\nb3sum: Empty line\n\
+                   b3sum: Invalid check line format\nb3sum: Invalid hex\n\
+                   b3sum: Invalid backslash escape\n\
+                   b3sum: WARNING: 8 computed checksums did NOT match\n";
+    let failed = format!("plain: FAILED\nmissing: FAILED ({ENOENT})\nd: FAILED ({EISDIR})\n");
+    p.expect(
+        &["-c", "bad.b3"],
+        b"",
+        &format!("plain: OK\n{failed}"),
+        refused,
+        1,
+    );
+    p.expect(&["-c", "--quiet", "bad.b3"], b"", &failed, refused, 1);
+    // One warning for all the lists, after the last.
+    let twice = "b3sum: WARNING: 2 computed checksums did NOT match\n";
+    let one = format!("{zeros}  plain\n");
+    std::fs::write(p.dir.path().join("one.b3"), &one).unwrap();
+    p.expect(
+        &["-c", "one.b3", "good.b3", "one.b3"],
+        b"",
+        &format!("plain: FAILED\n{}plain: FAILED\n", ok_lines()),
+        twice,
+        1,
+    );
+    p.expect(
+        &["-c", "one.b3"],
+        b"",
+        "plain: FAILED\n",
+        "b3sum: WARNING: 1 computed checksum did NOT match\n",
+        1,
+    );
+}
+
+/// `b3sum -c good.b3`'s output: every file of FILES passes.
+fn ok_lines() -> String {
+    FILES
+        .iter()
+        .map(|f| match *f {
+            "back\\slash" => "\\back\\\\slash: OK\n".to_string(),
+            "new\nline" => "\\new\\nline: OK\n".to_string(),
+            f => format!("{f}: OK\n"),
+        })
+        .collect()
+}
+
+/// `--tag` lines, and lists of them (b3sum 1.8's `hash_one_input`,
+/// `split_tagged_check_line`); carriage returns escaped in names, and a
+/// list with Windows line ends (`parse_check_line` drops them).
+#[test]
+fn tags_carriage_returns_and_crlf_lists_as_b3sum() {
+    let p = Pair::new();
+    std::fs::write(p.dir.path().join("c\rr"), b"y").unwrap();
+    let (plain, cr, nl) = (p.hex("plain"), p.hex("c\rr"), p.hex("new\nline"));
+    let tagged = format!(
+        "BLAKE3 (plain) = {plain}\n\\BLAKE3 (c\\rr) = {cr}\n\\BLAKE3 (new\\nline) = {nl}\n"
+    );
+    p.expect(
+        &["--tag", "plain", "c\rr", "new\nline"],
+        b"",
+        &tagged,
+        "",
+        0,
+    );
+    let lines = format!("{plain}  plain\n\\{cr}  c\\rr\n");
+    p.expect(&["plain", "c\rr"], b"", &lines, "", 0);
+    // --no-names and --raw win over --tag, as in b3sum.
+    p.expect(
+        &["--tag", "--no-names", "plain"],
+        b"",
+        &format!("{plain}\n"),
+        "",
+        0,
+    );
+    let checked = "plain: OK\n\\c\\rr: OK\n\\new\\nline: OK\n";
+    p.expect(&["-c"], tagged.as_bytes(), checked, "", 0);
+    let crlf = tagged.replace('\n', "\r\n");
+    p.expect(&["-c"], crlf.as_bytes(), checked, "", 0);
+    p.expect(
+        &["-c"],
+        lines.replace('\n', "\r\n").as_bytes(),
+        "plain: OK\n\\c\\rr: OK\n",
+        "",
+        0,
+    );
+    // A name is split from its digest at the last `) = `.
+    std::fs::write(p.dir.path().join("x) = y"), b"plain\n".repeat(3)).unwrap();
+    let odd = format!("BLAKE3 (x) = y) = {plain}\n");
+    p.expect(&["-c"], odd.as_bytes(), "x) = y: OK\n", "", 0);
+}
+
+/// `--seek`: the output from an offset of BLAKE3's extendable output, for
+/// hashes and for checks (b3sum 1.8's `hash_path`).
+#[test]
+fn seek_as_b3sum() {
+    let p = Pair::new();
+    let long = String::from_utf8(p.ours(&["-l", "100", "--no-names", "big"], b"").stdout).unwrap();
+    let long = long.trim_end();
+    assert_eq!(long.len(), 200);
+    assert_eq!(&long[..64], p.hex("big"));
+    let part = p.ours(&["--seek", "60", "-l", "40", "big"], b"");
+    assert_eq!(
+        String::from_utf8(part.stdout).unwrap(),
+        format!("{}  big\n", &long[120..])
+    );
+    let raw = p
+        .ours(&["--seek", "99", "-l", "1", "--raw", "big"], b"")
+        .stdout;
+    assert_eq!(raw, [u8::from_str_radix(&long[198..], 16).unwrap()]);
+    let list = format!("{}  big\n", &long[2..66]);
+    p.expect(&["-c", "--seek", "1"], list.as_bytes(), "big: OK\n", "", 0);
 }
 
 #[test]
 fn command_line_mistakes_fail_as_b3sum() {
     let p = Pair::new();
+    // clap 4's usage errors, as b3sum 1.8's `Inner::parse_from` exits on
+    // them: status 2 (Debian's 1.2.0, on clap 2, exits 1).
     for args in [
         &["--bogus"][..],
         &["--quiet", "plain"],
         &["--keyed", "--derive-key", "x", "plain"],
         &["-c", "--no-names", "plain"],
+        &["-c", "--tag", "plain"],
         &["-l", "x", "plain"],
+        &["--seek", "-1", "plain"],
+        &["--keyed"],
     ] {
-        p.same_status(args);
+        let o = p.ours(args, b"");
+        assert_eq!(o.status.code(), Some(2), "status of b3sum {args:?}");
+        assert!(o.stderr.starts_with(b"error: "), "b3sum {args:?}");
+        assert!(o.stdout.is_empty());
     }
     // A length b3sum streams and we would have to hold whole: refused,
     // with the reason, before anything is read.
-    let ours = run(
-        p.dir.path(),
-        &p.ours.path().join("b3sum"),
-        &[b"-l", b"18446744073709551615", b"plain"],
+    p.expect(
+        &["-l", "18446744073709551615", "plain"],
         b"",
-    );
-    assert_eq!(ours.status.code(), Some(1));
-    assert_eq!(
-        String::from_utf8_lossy(&ours.stderr),
-        "Error: --length 18446744073709551615 is more than blockio writes: at most 1048576 bytes\n"
+        "",
+        "Error: --length 18446744073709551615 is more than blockio writes: at most 1048576 bytes\n",
+        1,
     );
     p.same(&["-l", "1048576", "--no-names", "empty"], b"");
-    let (ours, theirs) = p.both(&[b"--version"], b"");
-    assert_eq!(ours.status.code(), theirs.status.code());
-    assert!(String::from_utf8_lossy(&ours.stdout).starts_with("b3sum "));
+    p.expect(
+        &["--raw", "plain", "big"],
+        b"",
+        "",
+        "Error: Only one filename can be provided when using --raw\n",
+        1,
+    );
+    let v = p.ours(&["--version"], b"");
+    assert_eq!(v.status.code(), Some(0));
+    let v = String::from_utf8(v.stdout).unwrap();
+    assert!(
+        v.starts_with("b3sum 1.8.7 (blockio ") && v.ends_with(")\n"),
+        "{v}"
+    );
 }
 
 /// The lines and lists where b3sum's check differs from the coreutils':
-/// a comment line is refused, a carriage return stays in the name, an
+/// a comment line is refused, a carriage return inside a name stays, an
 /// escaped line shows its name as written, a list that cannot be read
-/// stops the run; and `-` is refused in its place with `--keyed`.
+/// stops the run (without the closing warning); and `-` is refused in its
+/// place with `--keyed`.
 #[test]
 fn check_and_keyed_differences_as_b3sum() {
     let p = Pair::new();
     std::fs::write(p.dir.path().join("c\rr"), b"y").unwrap();
-    let hex = String::from_utf8(
-        run(
-            p.dir.path(),
-            Path::new("b3sum"),
-            &[b"--no-names", b"plain"],
-            b"",
-        )
-        .stdout,
-    )
-    .unwrap()
-    .trim_end()
-    .to_string();
+    let hex = p.hex("plain");
     let list = format!(
         "\\{hex}  plain\n# comment\n{hex}  c\rr\n\\{hex}  c\\\\\rr\n{hex}  d\n{hex}  missing\n"
     );
     std::fs::write(p.dir.path().join("l.b3"), list).unwrap();
-    std::fs::write(p.dir.path().join("empty.b3"), b"").unwrap();
-    for args in [
-        &["-c", "l.b3"][..],
-        &["-c", "empty.b3"],
-        &["-c", "d"],
+    let out = format!(
+        "\\plain: OK\nc\rr: FAILED\n\\c\\\\\rr: FAILED ({ENOENT})\nd: FAILED ({EISDIR})\n\
+         missing: FAILED ({ENOENT})\n"
+    );
+    let warned = "b3sum: Invalid check line format\n\
+                  b3sum: WARNING: 5 computed checksums did NOT match\n";
+    p.expect(&["-c", "l.b3"], b"", &out, warned, 1);
+    p.expect(
         &["-c", "l.b3", "missing.b3", "l.b3"],
-    ] {
+        b"",
+        &out,
+        &format!("b3sum: Invalid check line format\nError: {ENOENT}\n"),
+        1,
+    );
+    // A list that is not UTF-8: the lines before it are checked.
+    std::fs::write(
+        p.dir.path().join("u.b3"),
+        format!("{hex}  plain\n\u{fffd}\n\u{0}\n"),
+    )
+    .unwrap();
+    let mut bytes = format!("{hex}  plain\n").into_bytes();
+    bytes.extend_from_slice(b"\xff\n");
+    bytes.extend_from_slice(format!("{hex}  plain\n").as_bytes());
+    std::fs::write(p.dir.path().join("n.b3"), bytes).unwrap();
+    p.expect(
+        &["-c", "n.b3"],
+        b"",
+        "plain: OK\n",
+        "Error: stream did not contain valid UTF-8\n",
+        1,
+    );
+    std::fs::write(p.dir.path().join("empty.b3"), b"").unwrap();
+    for args in [&["-c", "empty.b3"][..], &["-c", "d"]] {
         p.same(args, b"");
     }
     let key = [7u8; 32];
     p.same(&["--keyed", "plain", "-", "big"], &key);
     p.same(&["--keyed", "-", "plain"], &key);
+}
+
+/// A name that is not UTF-8 is written with U+FFFD, as b3sum writes it
+/// (`filepath_to_string`: `to_string_lossy`); Debian's b3sum 1.2.0 does
+/// the same for plain lines, so they are compared with it. `--tag` lines
+/// are 1.8's only: their bytes are asserted. `blockio sum` writes the
+/// name's bytes.
+#[test]
+fn names_that_are_not_utf8_as_b3sum() {
+    let p = Pair::new();
+    let name = OsStr::from_bytes(b"bad\xffname\xc3");
+    std::fs::write(p.dir.path().join(name), b"x").unwrap();
+    let args: [&[u8]; 3] = [b"plain", name.as_bytes(), b"back\\slash"];
+    let (ours, theirs) = p.both(&args, b"");
+    assert_eq!(ours.stdout, theirs.stdout);
+    assert_eq!(ours.status.code(), Some(0));
+    let hex = p.hex("with space");
+    let tagged = run(
+        p.dir.path(),
+        &p.ours.path().join("b3sum"),
+        &[b"--tag", name.as_bytes()],
+        b"",
+    );
+    assert_eq!(
+        String::from_utf8(tagged.stdout).unwrap(),
+        format!("BLAKE3 (bad\u{fffd}name\u{fffd}) = {hex}\n")
+    );
+    let sum = Command::new(env!("CARGO_BIN_EXE_blockio"))
+        .current_dir(p.dir.path())
+        .arg("sum")
+        .arg(name)
+        .output()
+        .unwrap();
+    let mut want = format!("{hex}  ").into_bytes();
+    want.extend_from_slice(name.as_bytes());
+    want.push(b'\n');
+    assert_eq!(sum.stdout, want);
 }

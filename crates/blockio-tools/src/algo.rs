@@ -57,6 +57,9 @@ pub struct Blake3Params {
     pub mode: Blake3Mode,
     /// Bytes of output (BLAKE3 is extendable: any length).
     pub len: usize,
+    /// The offset in the extendable output the digest starts at (`b3sum
+    /// --seek`).
+    pub seek: u64,
 }
 
 /// BLAKE3's three modes.
@@ -214,8 +217,9 @@ static POSIX_CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_CKSUM);
 
 /// A running hash.
 pub enum Hasher {
-    /// BLAKE3, and the bytes of output wanted.
-    Blake3(Box<blake3::Hasher>, usize),
+    /// BLAKE3, the bytes of output wanted, and the output offset they
+    /// start at.
+    Blake3(Box<blake3::Hasher>, usize, u64),
     /// SHA-256.
     Sha256(sha2::Sha256),
     /// XXH3-64.
@@ -248,14 +252,14 @@ impl Hasher {
     /// A fresh hash of `algo`.
     pub fn new(algo: Algo) -> Hasher {
         match algo {
-            Algo::Blake3 => Hasher::Blake3(Box::new(blake3::Hasher::new()), blake3::OUT_LEN),
+            Algo::Blake3 => Hasher::Blake3(Box::new(blake3::Hasher::new()), blake3::OUT_LEN, 0),
             Algo::Blake3With(p) => {
                 let h = match &p.mode {
                     Blake3Mode::Hash => blake3::Hasher::new(),
                     Blake3Mode::Keyed(key) => blake3::Hasher::new_keyed(key),
                     Blake3Mode::DeriveKey(context) => blake3::Hasher::new_derive_key(context),
                 };
-                Hasher::Blake3(Box::new(h), p.len)
+                Hasher::Blake3(Box::new(h), p.len, p.seek)
             }
             Algo::Sha256 => Hasher::Sha256(sha2::Sha256::new()),
             Algo::Xxh3 => Hasher::Xxh3(Box::new(xxhash_rust::xxh3::Xxh3::new())),
@@ -282,7 +286,7 @@ impl Hasher {
     /// Feeds bytes.
     pub fn update(&mut self, data: &[u8]) {
         match self {
-            Hasher::Blake3(h, _) => {
+            Hasher::Blake3(h, _, _) => {
                 // Large blocks are hashed on several cores (as b3sum does).
                 if data.len() >= 1 << 20 {
                     h.update_rayon(data);
@@ -323,10 +327,12 @@ impl Hasher {
     /// (`4294967295 0`, `00000     0`, `0 0`).
     pub fn finish_hex(self) -> String {
         match self {
-            Hasher::Blake3(h, blake3::OUT_LEN) => h.finalize().to_hex().to_string(),
-            Hasher::Blake3(h, len) => {
+            Hasher::Blake3(h, blake3::OUT_LEN, 0) => h.finalize().to_hex().to_string(),
+            Hasher::Blake3(h, len, seek) => {
                 let mut out = vec![0u8; len];
-                h.finalize_xof().fill(&mut out);
+                let mut reader = h.finalize_xof();
+                reader.set_position(seek);
+                reader.fill(&mut out);
                 hex(&out)
             }
             Hasher::Sha256(h) => hex(&h.finalize()),
@@ -375,6 +381,26 @@ mod tests {
         h.update(x);
         h.update(y);
         h.finish_hex()
+    }
+
+    #[test]
+    fn blake3_output_from_an_offset() {
+        // The extendable output of "abc": 100 bytes, and 40 of them from
+        // offset 60 (across the 64-byte output block).
+        let whole = Blake3Params {
+            mode: Blake3Mode::Hash,
+            len: 100,
+            seek: 0,
+        };
+        let part = Blake3Params {
+            len: 40,
+            seek: 60,
+            ..whole.clone()
+        };
+        let whole = digest(Algo::Blake3With(Box::leak(Box::new(whole))), b"abc");
+        let part = digest(Algo::Blake3With(Box::leak(Box::new(part))), b"abc");
+        assert_eq!(&whole[..64], digest(Algo::Blake3, b"abc"));
+        assert_eq!(part, whole[120..]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The checksum tools (coreutils' `md5sum`, `sha1sum`, `sha224sum`,
 //! `sha256sum`, `sha384sum`, `sha512sum`, `b2sum`, `cksum`, and `b3sum`)
 //! on the engine: their output lines, their `-c`, their messages and exit
-//! statuses, as coreutils 9.1 and b3sum 1.2 have them. The files are
+//! statuses, as coreutils 9.1 and b3sum 1.8 have them. The files are
 //! hashed as `blockio sum` hashes them (small files a batch at a time,
 //! large ones streamed); what is printed, and in which order, is the
 //! tool's. One implementation serves them all, so that a fix to how a list
@@ -29,11 +29,15 @@
 //!   is escaped (`\\`, `\n`, `\r`); a line starting with `#`, and an empty
 //!   one, are skipped; one trailing carriage return is dropped.
 //!
-//! `b3sum -c` reads only `<64 lowercase hex>  <name>` lines (a backslash
-//! before the line: `\\` and `\n` escaped), skips nothing, and names each
-//! line it refuses, with its reason, on standard error.
+//! `b3sum -c` reads `<64 lowercase hex>  <name>` and `BLAKE3 (<name>) =
+//! <hex>` lines (a backslash before the line: `\\`, `\n` and `\r`
+//! escaped; trailing carriage returns dropped), skips nothing, names each
+//! line it refuses, with its reason, on standard error, and counts them
+//! with the files that failed in its closing warning
+//! (`parse_b3sum`).
 
 use std::ffi::OsStr;
+use std::ffi::OsString;
 use std::io::{self, Read};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
@@ -57,11 +61,11 @@ pub enum Family {
         /// `-a`/`--algorithm` was given.
         specified: bool,
     },
-    /// `b3sum`: BLAKE3, its `--keyed`, `--derive-key` and `-l` in the
-    /// tool's algorithm. It escapes names without `\r`, reports files it
-    /// cannot read with the system's message, checks lists without a
-    /// summary, and with `--keyed` refuses `-` (standard input held the
-    /// key).
+    /// `b3sum`: BLAKE3, its `--keyed`, `--derive-key`, `-l` and `--seek`
+    /// in the tool's algorithm. It writes names lossily as UTF-8, reports
+    /// files it cannot read with the system's message, sums up a check
+    /// once after every list, and with `--keyed` refuses `-` (standard
+    /// input held the key).
     B3sum,
 }
 
@@ -223,7 +227,7 @@ pub fn sum_line(tool: &Tool, format: Format, named: bool, digest: &str, name: &O
         return out;
     }
     if tool.family == Family::B3sum {
-        return crate::names::b3sum_line(digest, name);
+        return crate::names::b3sum_tool_line(digest, name, format.tag);
     }
     let raw = name.as_bytes();
     let mut out = Vec::with_capacity(digest.len() + raw.len() + 24);
@@ -277,9 +281,11 @@ pub struct ListLine {
     pub name: Vec<u8>,
     /// The algorithm (and length) to check it with.
     pub algo: Algo,
-    /// The line started with a backslash: its name was written escaped
-    /// (`b3sum -c` shows the name as written).
+    /// The line started with a backslash: its name was written escaped.
     pub escaped: bool,
+    /// The name as the line wrote it (escapes and all), which `b3sum -c`
+    /// shows in its result line.
+    pub written: Vec<u8>,
 }
 
 /// Reads list lines as the tool does. The parser keeps what the first
@@ -316,7 +322,7 @@ impl ListParser {
     /// proper line (`b3sum`'s words; the coreutils give no reason).
     pub fn parse_line(&mut self, line: &[u8]) -> Result<ListLine, &'static str> {
         if self.family == Family::B3sum {
-            return parse_b3sum(line);
+            return parse_b3sum(line, self.algo);
         }
         self.parse(line).ok_or("improperly formatted")
     }
@@ -325,7 +331,7 @@ impl ListParser {
     /// proper line.
     pub fn parse(&mut self, line: &[u8]) -> Option<ListLine> {
         if self.family == Family::B3sum {
-            return parse_b3sum(line).ok();
+            return parse_b3sum(line, self.algo).ok();
         }
         let blanks = line
             .iter()
@@ -387,6 +393,7 @@ impl ListParser {
         let rest = rest.strip_prefix(b"(")?;
         // The name ends at the last `)`.
         let close = rest.iter().rposition(|&b| b == b')')?;
+        let written = rest[..close].to_vec();
         let name = &rest[..close];
         let name = if escaped {
             unescape(name)?
@@ -405,6 +412,7 @@ impl ListParser {
             name,
             algo,
             escaped,
+            written,
         })
     }
 
@@ -445,6 +453,7 @@ impl ListParser {
             self.bsd_reversed = Some(false);
             name = &name[1..];
         }
+        let written = name.to_vec();
         let name = if escaped {
             unescape(name)?
         } else {
@@ -456,66 +465,93 @@ impl ListParser {
             name,
             algo,
             escaped,
+            written,
         })
     }
 }
 
-/// A `b3sum -c` line, read as b3sum 1.2 reads it: 64 lowercase hex
-/// digits, two spaces, the name (escaped if the line starts with a
-/// backslash), which must be UTF-8 without NUL; or why it is refused.
-/// The digest is of plain BLAKE3: `-c` takes no key, context or length.
-fn parse_b3sum(line: &[u8]) -> Result<ListLine, &'static str> {
+/// A `b3sum -c` line, read as b3sum 1.8 reads it, or why it is refused
+/// (b3sum's words). Trailing carriage returns are dropped; a backslash
+/// before the line means its name is escaped (`\\`, `\n`, `\r`). Then
+/// `<hex>  <name>` (split at the first two spaces) or `BLAKE3 (<name>) =
+/// <hex>` (split at the last `) = `), the digest 64 lowercase hex digits,
+/// the name not empty, without NUL or U+FFFD. `algo` is the tool's: the
+/// digest is of plain BLAKE3 (`-c` takes no key, context or length), from
+/// the offset `--seek` gives.
+fn parse_b3sum(line: &[u8], algo: Algo) -> Result<ListLine, &'static str> {
+    // b3sum reads its lists as UTF-8 and stops at a line that is not
+    // (`check_list` does that before a line gets here).
+    let line = std::str::from_utf8(line).map_err(|_| NOT_UTF8)?;
+    let line = line.trim_end_matches(['\r', '\n']);
     if line.is_empty() {
         return Err("Empty line");
     }
-    let (escaped, line) = match line.strip_prefix(b"\\") {
+    let (escaped, rest) = match line.strip_prefix('\\') {
         Some(rest) => (true, rest),
         None => (false, line),
     };
-    if line.len() <= 66 {
-        return Err("Short line");
+    let (hex, written) = match rest.split_once("  ") {
+        Some(pair) => pair,
+        None => match rest
+            .strip_prefix("BLAKE3 (")
+            .and_then(|r| r.rsplit_once(") = "))
+        {
+            Some((name, hex)) => (hex, name),
+            None => return Err("Invalid check line format"),
+        },
+    };
+    if hex.len() != 64 {
+        return Err("Invalid hash length");
     }
-    if !line[..66].is_ascii() {
-        return Err("Non-ASCII prefix");
-    }
-    if &line[64..66] != b"  " {
-        return Err("Invalid space");
-    }
-    let hex = &line[..64];
-    if !hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+    if !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return Err("Invalid hex");
     }
-    let written = &line[66..];
     let name = if escaped {
-        let mut name = Vec::with_capacity(written.len());
-        let mut it = written.iter();
-        while let Some(&b) = it.next() {
-            if b != b'\\' {
-                name.push(b);
-                continue;
-            }
-            match it.next() {
-                Some(b'n') => name.push(b'\n'),
-                Some(b'\\') => name.push(b'\\'),
-                _ => return Err("Invalid backslash escape"),
-            }
-        }
-        name
+        unescape_b3sum(written.as_bytes())?
     } else {
-        written.to_vec()
+        written.as_bytes().to_vec()
     };
+    if name.is_empty() {
+        return Err("empty file path");
+    }
     if name.contains(&0) {
         return Err("Null character in path");
     }
-    if std::str::from_utf8(&name).is_err() || name.windows(3).any(|w| w == "\u{fffd}".as_bytes()) {
+    if name.windows(3).any(|w| w == "\u{fffd}".as_bytes()) {
         return Err("Unicode replacement character in path");
     }
     Ok(ListLine {
-        hex: hex.to_vec(),
+        hex: hex.as_bytes().to_vec(),
         name,
-        algo: Algo::Blake3,
+        algo,
         escaped,
+        written: written.as_bytes().to_vec(),
     })
+}
+
+/// What b3sum says of a list that is not UTF-8, where it stops.
+const NOT_UTF8: &str = "stream did not contain valid UTF-8";
+
+/// Undoes b3sum's escaping of a name (`\\`, `\n`, `\r`): any other escape,
+/// or a backslash at the end, is refused. Unlike the coreutils' (see
+/// [`unescape`]), a NUL byte passes here and is refused after, with its own
+/// message.
+fn unescape_b3sum(written: &[u8]) -> Result<Vec<u8>, &'static str> {
+    let mut name = Vec::with_capacity(written.len());
+    let mut it = written.iter();
+    while let Some(&b) = it.next() {
+        if b != b'\\' {
+            name.push(b);
+            continue;
+        }
+        match it.next() {
+            Some(b'n') => name.push(b'\n'),
+            Some(b'r') => name.push(b'\r'),
+            Some(b'\\') => name.push(b'\\'),
+            _ => return Err("Invalid backslash escape"),
+        }
+    }
+    Ok(name)
 }
 
 /// Whether the coreutils' `cksum -a` has this algorithm.
@@ -580,8 +616,19 @@ struct Tally {
     matched: bool,
 }
 
+impl Tally {
+    /// What `b3sum` counts as failed: refused lines, files it could not
+    /// read and digests that did not match.
+    fn failed(&self) -> usize {
+        self.improper + self.unreadable + self.mismatched
+    }
+}
+
 /// Checks every list in `lists` (`-`, or none: standard input) as the
-/// tool's `-c` does; returns whether all passed.
+/// tool's `-c` does; returns whether all passed. `b3sum` sums up once,
+/// after every list (`b3sum: WARNING: 2 computed checksums did NOT
+/// match`, counting each refused line and each file that failed); the
+/// coreutils after each list.
 pub fn check(
     run: Run<'_>,
     lists: &[PathBuf],
@@ -591,11 +638,30 @@ pub fn check(
 ) -> io::Result<bool> {
     let mut parser = ListParser::new(run.tool);
     let mut ok = true;
+    let mut failed = 0usize;
     for list in crate::sum::or_stdin(lists).iter() {
-        ok &= check_list(run, &mut parser, list, checking, out, err)?;
+        let tally = check_list(run, &mut parser, list, checking, out, err)?;
+        failed = failed.saturating_add(tally.as_ref().map_or(0, Tally::failed));
+        ok &= tally.is_some_and(|t| passed(&t, checking, run.tool.family));
     }
     out.flush()?;
+    if run.tool.family == Family::B3sum && failed > 0 {
+        let s = if failed == 1 { "" } else { "s" };
+        let what = format!("WARNING: {failed} computed checksum{s} did NOT match");
+        run.tool.say(err, &what)?;
+    }
     Ok(ok)
+}
+
+/// Whether a list whose check found `tally` passed.
+fn passed(tally: &Tally, checking: Checking, family: Family) -> bool {
+    if family == Family::B3sum {
+        return tally.failed() == 0;
+    }
+    tally.matched
+        && tally.mismatched == 0
+        && tally.unreadable == 0
+        && !(checking.strict && tally.improper > 0)
 }
 
 /// Why a list could not be read: the coreutils give the reason when it
@@ -619,7 +685,20 @@ fn read_list(list: &Path) -> Result<Vec<u8>, Unreadable> {
     Ok(text)
 }
 
+/// One list being checked: the run, how results are reported, and the
+/// list's name as messages show it.
+struct ListCheck<'a> {
+    run: Run<'a>,
+    checking: Checking,
+    shown: PathBuf,
+    b3sum: bool,
+}
+
 /// Checks one list, `parser` carrying what earlier lists' lines decided.
+/// Returns what it found, or `None` for a list that failed whole (it could
+/// not be read, or held no proper line), which the coreutils report and go
+/// on from; `b3sum` stops at a list it cannot read, after checking the
+/// lines before a line that is not UTF-8.
 fn check_list(
     run: Run<'_>,
     parser: &mut ListParser,
@@ -627,8 +706,8 @@ fn check_list(
     checking: Checking,
     out: &mut impl io::Write,
     err: &mut impl io::Write,
-) -> io::Result<bool> {
-    let Run { engine, tool, opts } = run;
+) -> io::Result<Option<Tally>> {
+    let tool = run.tool;
     let b3sum = tool.family == Family::B3sum;
     let is_stdin = list.as_os_str() == STDIN;
     let shown = if is_stdin {
@@ -638,142 +717,221 @@ fn check_list(
     };
     let text = match read_list(list) {
         Ok(t) => t,
-        // b3sum stops at a list it cannot read.
         Err(Unreadable::Open(e) | Unreadable::Read(e)) if b3sum => return Err(e),
         Err(Unreadable::Open(e)) => {
             tool.say_about(err, &shown, &crate::reason::reason(&e))?;
-            return Ok(false);
+            return Ok(None);
         }
         Err(Unreadable::Read(_)) => {
             tool.say_about(err, &shown, "read error")?;
-            return Ok(false);
+            return Ok(None);
         }
     };
-    let mut lines = Vec::new();
-    let mut entries = Vec::new();
+    let (pieces, stop) = list_lines(&text, b3sum);
+    let (lines, entries) = parse_lines(parser, &pieces, b3sum, is_stdin);
+    let this = ListCheck {
+        run,
+        checking,
+        shown,
+        b3sum,
+    };
+    let mut tally = Tally::default();
+    this.check_entries(&lines, &entries, &mut tally, out, err)?;
+    out.flush()?;
+    if let Some(e) = stop {
+        return Err(e);
+    }
+    if b3sum {
+        return Ok(Some(tally));
+    }
+    if entries.is_empty() {
+        tool.say_about(
+            err,
+            &this.shown,
+            "no properly formatted checksum lines found",
+        )?;
+        return Ok(None);
+    }
+    if !checking.status {
+        this.warn_tally(&tally, err)?;
+    }
+    Ok(Some(tally))
+}
+
+/// The lines of a list, without their line ends. The coreutils skip
+/// comments and empty lines and drop one trailing carriage return;
+/// `b3sum` skips nothing, and stops at the first line that is not UTF-8
+/// (the error it stops with is returned beside the lines before it).
+fn list_lines(text: &[u8], b3sum: bool) -> (Vec<(usize, &[u8])>, Option<io::Error>) {
     let mut pieces: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
     if text.last() == Some(&b'\n') || text.is_empty() {
         pieces.pop();
     }
-    for (n, mut line) in pieces.into_iter().enumerate() {
-        // b3sum skips no line, and keeps a carriage return in the name.
-        if !b3sum {
-            if line.first() == Some(&b'#') {
-                continue;
+    let mut lines = Vec::with_capacity(pieces.len());
+    for (n, line) in pieces.into_iter().enumerate() {
+        if b3sum {
+            if std::str::from_utf8(line).is_err() {
+                let e = io::Error::new(io::ErrorKind::InvalidData, NOT_UTF8);
+                return (lines, Some(e));
             }
-            line = line.strip_suffix(b"\r").unwrap_or(line);
-            if line.is_empty() {
-                continue;
-            }
+            lines.push((n + 1, line));
+            continue;
         }
-        match parser.parse_line(line) {
-            // The coreutils refuse to check standard input from a list
-            // read from it.
-            Ok(e) if b3sum || !(is_stdin && e.name == STDIN.as_bytes()) => {
-                lines.push(Line::Proper);
-                entries.push(e);
-            }
-            Ok(_) => lines.push(Line::Improper(n + 1, parser.type_name(), "")),
-            Err(why) => lines.push(Line::Improper(n + 1, parser.type_name(), why)),
+        if line.first() == Some(&b'#') {
+            continue;
+        }
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if !line.is_empty() {
+            lines.push((n + 1, line));
         }
     }
-    let mut tally = Tally::default();
-    let inputs: Vec<(PathBuf, Algo)> = entries
-        .iter()
-        .map(|e| {
-            (
-                PathBuf::from(std::ffi::OsString::from_vec(e.name.clone())),
-                e.algo,
-            )
-        })
-        .collect();
-    let mut next_line = 0;
-    let mut result = Ok(());
-    // Warnings about improper lines go out in line order with the
-    // reasons files could not be read.
-    let improper = |err: &mut dyn io::Write, tally: &mut Tally, next: &mut usize| {
+    (lines, None)
+}
+
+/// Parses a list's lines: what each is, in order, and the proper ones.
+/// The coreutils refuse to check standard input from a list read from it.
+fn parse_lines(
+    parser: &mut ListParser,
+    lines: &[(usize, &[u8])],
+    b3sum: bool,
+    is_stdin: bool,
+) -> (Vec<Line>, Vec<ListLine>) {
+    let mut kinds = Vec::with_capacity(lines.len());
+    let mut entries = Vec::new();
+    for &(n, line) in lines {
+        match parser.parse_line(line) {
+            Ok(e) if b3sum || !(is_stdin && e.name == STDIN.as_bytes()) => {
+                kinds.push(Line::Proper);
+                entries.push(e);
+            }
+            Ok(_) => kinds.push(Line::Improper(n, parser.type_name(), "")),
+            Err(why) => kinds.push(Line::Improper(n, parser.type_name(), why)),
+        }
+    }
+    (kinds, entries)
+}
+
+impl ListCheck<'_> {
+    /// Hashes every listed file and writes its result line, as the tool
+    /// does; warnings about improper lines go out in line order with the
+    /// reasons files could not be read.
+    fn check_entries(
+        &self,
+        lines: &[Line],
+        entries: &[ListLine],
+        tally: &mut Tally,
+        out: &mut impl io::Write,
+        err: &mut impl io::Write,
+    ) -> io::Result<()> {
+        let Run { engine, opts, .. } = self.run;
+        let inputs: Vec<(PathBuf, Algo)> = entries
+            .iter()
+            .map(|e| (PathBuf::from(OsString::from_vec(e.name.clone())), e.algo))
+            .collect();
+        let mut next_line = 0;
+        let mut result = Ok(());
+        hash_inputs(engine, &inputs, opts, |i, r| {
+            if result.is_err() {
+                return;
+            }
+            result = self
+                .improper(lines, &mut next_line, tally, err)
+                .and_then(|()| {
+                    // The line of entry i.
+                    next_line += 1;
+                    self.result(&entries[i], r, tally, out, err)
+                });
+        });
+        result?;
+        self.improper(lines, &mut next_line, tally, err)
+    }
+
+    /// Reports the improper lines from `*next` up to the next proper one.
+    fn improper(
+        &self,
+        lines: &[Line],
+        next: &mut usize,
+        tally: &mut Tally,
+        err: &mut impl io::Write,
+    ) -> io::Result<()> {
+        let tool = self.run.tool;
         while let Some(Line::Improper(n, type_name, why)) = lines.get(*next) {
             *next += 1;
             tally.improper += 1;
-            if b3sum {
+            if self.b3sum {
                 tool.say(err, why)?;
-            } else if checking.warn {
+            } else if self.checking.warn {
                 let what = format!("{n}: improperly formatted {type_name} checksum line");
-                tool.say_about(err, &shown, &what)?;
+                tool.say_about(err, &self.shown, &what)?;
             }
         }
-        Ok::<(), io::Error>(())
-    };
-    hash_inputs(engine, &inputs, opts, |i, r| {
-        if result.is_err() {
-            return;
-        }
-        result = (|| {
-            improper(err, &mut tally, &mut next_line)?;
-            // The line of entry i.
-            next_line += 1;
-            let entry = &entries[i];
-            let status: std::borrow::Cow<'_, str> = match r {
-                Err(e) if checking.ignore_missing && e.error.kind() == io::ErrorKind::NotFound => {
-                    return Ok(());
-                }
-                // b3sum gives the reason in the result line.
-                Err(e) if b3sum => {
-                    tally.unreadable += 1;
-                    format!("FAILED ({})", e.error).into()
-                }
-                Err(e) => {
-                    tally.unreadable += 1;
-                    tool.say_unreadable(err, &e)?;
-                    "FAILED open or read".into()
-                }
-                Ok(digest) if digest.as_bytes().eq_ignore_ascii_case(&entry.hex) => {
-                    tally.matched = true;
-                    if checking.quiet {
-                        return Ok(());
-                    }
-                    "OK".into()
-                }
-                Ok(_) => {
-                    tally.mismatched += 1;
-                    "FAILED".into()
-                }
-            };
-            if checking.status {
+        Ok(())
+    }
+
+    /// Counts and reports one listed file's result.
+    fn result(
+        &self,
+        entry: &ListLine,
+        r: Result<String, SumError>,
+        tally: &mut Tally,
+        out: &mut impl io::Write,
+        err: &mut impl io::Write,
+    ) -> io::Result<()> {
+        let checking = self.checking;
+        let status: std::borrow::Cow<'_, str> = match r {
+            Err(e) if checking.ignore_missing && e.error.kind() == io::ErrorKind::NotFound => {
                 return Ok(());
             }
-            let mut line = Vec::with_capacity(entry.name.len() + 24);
-            if b3sum {
-                // The name as the line wrote it.
-                if entry.escaped {
-                    line.push(b'\\');
-                }
-                crate::names::escape_b3sum_into(&mut line, &entry.name, entry.escaped);
-            } else {
-                let escape = entry.name.contains(&b'\n');
-                if escape {
-                    line.push(b'\\');
-                }
-                crate::names::escape_into(&mut line, &entry.name, escape);
+            // b3sum gives the reason in the result line.
+            Err(e) if self.b3sum => {
+                tally.unreadable += 1;
+                format!("FAILED ({})", e.error).into()
             }
-            line.extend_from_slice(b": ");
-            line.extend_from_slice(status.as_bytes());
-            line.push(b'\n');
-            out.write_all(&line)
-        })();
-    });
-    result?;
-    improper(err, &mut tally, &mut next_line)?;
-    out.flush()?;
-    if b3sum {
-        // Every refused line and failed file was named; nothing is summed up.
-        return Ok(tally.improper == 0 && tally.mismatched == 0 && tally.unreadable == 0);
+            Err(e) => {
+                tally.unreadable += 1;
+                self.run.tool.say_unreadable(err, &e)?;
+                "FAILED open or read".into()
+            }
+            Ok(digest) if digest.as_bytes().eq_ignore_ascii_case(&entry.hex) => {
+                tally.matched = true;
+                if checking.quiet {
+                    return Ok(());
+                }
+                "OK".into()
+            }
+            Ok(_) => {
+                tally.mismatched += 1;
+                "FAILED".into()
+            }
+        };
+        if checking.status {
+            return Ok(());
+        }
+        let mut line = Vec::with_capacity(entry.name.len() + 24);
+        if self.b3sum {
+            // The name as the line wrote it.
+            if entry.escaped {
+                line.push(b'\\');
+            }
+            line.extend_from_slice(&entry.written);
+        } else {
+            let escape = entry.name.contains(&b'\n');
+            if escape {
+                line.push(b'\\');
+            }
+            crate::names::escape_into(&mut line, &entry.name, escape);
+        }
+        line.extend_from_slice(b": ");
+        line.extend_from_slice(status.as_bytes());
+        line.push(b'\n');
+        out.write_all(&line)
     }
-    if entries.is_empty() {
-        tool.say_about(err, &shown, "no properly formatted checksum lines found")?;
-        return Ok(false);
-    }
-    if !checking.status {
+
+    /// The coreutils' warnings after a list: improper lines, files that
+    /// could not be read, digests that did not match, and with
+    /// `--ignore-missing` a list none of whose files was there.
+    fn warn_tally(&self, tally: &Tally, err: &mut impl io::Write) -> io::Result<()> {
+        let tool = self.run.tool;
         let plural = |n: usize, one: &str, many: &str| {
             let what = if n == 1 { one } else { many };
             format!("WARNING: {n} {what}")
@@ -790,14 +948,11 @@ fn check_list(
             let w = plural(tally.mismatched, "computed checksum", "computed checksums");
             tool.say(err, &format!("{w} did NOT match"))?;
         }
-        if checking.ignore_missing && !tally.matched {
-            tool.say_about(err, &shown, "no file was verified")?;
+        if self.checking.ignore_missing && !tally.matched {
+            tool.say_about(err, &self.shown, "no file was verified")?;
         }
+        Ok(())
     }
-    Ok(tally.matched
-        && tally.mismatched == 0
-        && tally.unreadable == 0
-        && !(checking.strict && tally.improper > 0))
 }
 
 #[cfg(test)]
@@ -818,22 +973,23 @@ mod tests {
     fn plain_tagged_and_openssl_lines() {
         let md5 = tool(Family::Fixed, Algo::Md5);
         let mut p = ListParser::new(&md5);
-        let entry = |name: &str, escaped| {
+        let entry = |name: &str, escaped, written: &str| {
             Some(ListLine {
                 hex: MD5.into(),
                 name: name.into(),
                 algo: Algo::Md5,
                 escaped,
+                written: written.into(),
             })
         };
-        let want = |name: &str| entry(name, false);
+        let want = |name: &str| entry(name, false, name);
         assert_eq!(p.parse(format!("{MD5}  f").as_bytes()), want("f"));
         assert_eq!(p.parse(format!("  \t{MD5} *f").as_bytes()), want("f"));
         assert_eq!(p.parse(format!("MD5 (f) = {MD5}").as_bytes()), want("f"));
         assert_eq!(p.parse(format!("MD5(f)= {MD5}").as_bytes()), want("f"));
         assert_eq!(
             p.parse(format!("\\MD5 (a\\nb) = {MD5}").as_bytes()),
-            entry("a\nb", true)
+            entry("a\nb", true, "a\\nb")
         );
         assert_eq!(p.parse(format!("SHA1 (f) = {MD5}").as_bytes()), None);
         assert_eq!(p.parse(b"MD5 ("), None);
@@ -870,19 +1026,45 @@ mod tests {
         let hex = "a".repeat(64);
         let e = p.parse_line(format!("{hex}  f").as_bytes()).unwrap();
         assert_eq!((e.name.as_slice(), e.escaped), (&b"f"[..], false));
+        // Trailing carriage returns go; the name is shown as written.
         let e = p
-            .parse_line(format!("\\{hex}  a\\nb\r").as_bytes())
+            .parse_line(format!("\\{hex}  a\\nb\\rc  d\r\r").as_bytes())
             .unwrap();
-        assert_eq!((e.name.as_slice(), e.escaped), (&b"a\nb\r"[..], true));
+        assert_eq!((e.name.as_slice(), e.escaped), (&b"a\nb\rc  d"[..], true));
+        assert_eq!(e.written, b"a\\nb\\rc  d");
+        let e = p
+            .parse_line(format!("BLAKE3 (x) = y) = {hex}\r").as_bytes())
+            .unwrap();
+        assert_eq!(e.name, b"x) = y");
         for (l, why) in [
             (String::new(), "Empty line"),
-            ("# comment".into(), "Short line"),
-            (format!("{hex} *f"), "Invalid space"),
+            ("\r".into(), "Empty line"),
+            ("# comment".into(), "Invalid check line format"),
+            (format!("{hex} *f"), "Invalid check line format"),
+            (format!("{hex}0  f"), "Invalid hash length"),
+            (format!("BLAKE3 (a  b) = {hex}"), "Invalid hash length"),
             (format!("{}  f", "A".repeat(64)), "Invalid hex"),
             (format!("\\{hex}  a\\qb"), "Invalid backslash escape"),
+            (format!("\\{hex}  a\\"), "Invalid backslash escape"),
+            (format!("{hex}  "), "empty file path"),
+            (format!("{hex}  a\0"), "Null character in path"),
+            (
+                format!("{hex}  a\u{fffd}"),
+                "Unicode replacement character in path",
+            ),
         ] {
             assert_eq!(p.parse_line(l.as_bytes()).unwrap_err(), why, "{l:?}");
         }
+    }
+
+    #[test]
+    fn b3sum_stops_at_a_list_line_that_is_not_utf8() {
+        let (lines, stop) = list_lines(b"a\n\nb\xff\nc\n", true);
+        assert_eq!(lines, [(1, &b"a"[..]), (2, &b""[..])]);
+        assert_eq!(stop.unwrap().to_string(), NOT_UTF8);
+        let (lines, stop) = list_lines(b"# c\na\r\n\nb\xff\n", false);
+        assert_eq!(lines, [(2, &b"a"[..]), (4, &b"b\xff"[..])]);
+        assert!(stop.is_none());
     }
 
     #[test]

@@ -39,6 +39,33 @@ pub fn b3sum_line(hex: &str, name: &OsStr) -> Vec<u8> {
     out
 }
 
+/// The line the `b3sum` tool writes for `name`, as b3sum 1.8 does: the
+/// name made UTF-8 (each invalid sequence becomes U+FFFD, as Rust's
+/// `to_string_lossy`), a backslash, a newline and a carriage return
+/// escaped (and the line started with a backslash); `<hex>  <name>\n`, or
+/// `BLAKE3 (<name>) = <hex>\n` for `--tag`.
+pub fn b3sum_tool_line(hex: &str, name: &OsStr, tag: bool) -> Vec<u8> {
+    let name = name.to_string_lossy();
+    let raw = name.as_bytes();
+    let needs = raw.iter().any(|&b| matches!(b, b'\\' | b'\n' | b'\r'));
+    let mut out = Vec::with_capacity(raw.len() + hex.len() + 16);
+    if needs {
+        out.push(b'\\');
+    }
+    if tag {
+        out.extend_from_slice(b"BLAKE3 (");
+        escape_into(&mut out, raw, needs);
+        out.extend_from_slice(b") = ");
+        out.extend_from_slice(hex.as_bytes());
+    } else {
+        out.extend_from_slice(hex.as_bytes());
+        out.extend_from_slice(b"  ");
+        escape_into(&mut out, raw, needs);
+    }
+    out.push(b'\n');
+    out
+}
+
 /// Appends `raw` to `out`, with `\\` and `\n` for a backslash and a
 /// newline when `needs` (b3sum's escaping: a carriage return stays as it
 /// is).
