@@ -45,6 +45,7 @@ use std::path::{Path, PathBuf};
 use blockio::Engine;
 
 use crate::algo::{Algo, Blake3Mode, Blake3Params, BLAKE2B_MAX_BYTES};
+use crate::names::{trim_blanks, unescape, up_to_nul};
 use crate::sum::{hash_inputs, SumError, SumOptions, STDIN};
 
 /// Which tool this is, for what its lists hold.
@@ -534,7 +535,7 @@ const NOT_UTF8: &str = "stream did not contain valid UTF-8";
 
 /// Undoes b3sum's escaping of a name (`\\`, `\n`, `\r`): any other escape,
 /// or a backslash at the end, is refused. Unlike the coreutils' (see
-/// [`unescape`]), a NUL byte passes here and is refused after, with its own
+/// [`unescape`](crate::names::unescape)), a NUL byte passes here and is refused after, with its own
 /// message.
 fn unescape_b3sum(written: &[u8]) -> Result<Vec<u8>, &'static str> {
     let mut name = Vec::with_capacity(written.len());
@@ -559,44 +560,8 @@ fn is_coreutils(a: Algo) -> bool {
     !matches!(a, Algo::Blake3 | Algo::Xxh3 | Algo::Crc32c)
 }
 
-fn trim_blanks(s: &[u8]) -> &[u8] {
-    let n = s.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
-    &s[n..]
-}
-
 fn is_hex_of_len(s: &[u8], len: usize) -> bool {
     s.len() == len && s.iter().all(u8::is_ascii_hexdigit)
-}
-
-/// `s` up to its first NUL byte: the tools read the digest and the name of
-/// a list line as C strings, which end there (so `-z` output, whose lines
-/// end with NUL, checks, and `name\0junk` names `name`).
-fn up_to_nul(s: &[u8]) -> &[u8] {
-    s.iter().position(|&b| b == 0).map_or(s, |n| &s[..n])
-}
-
-/// Undoes the escaping of a name (`\\`, `\n`, `\r`); `None` for any
-/// other escape, a trailing backslash or a NUL byte (the tools refuse an
-/// escaped name with one).
-fn unescape(raw: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(raw.len());
-    let mut it = raw.iter();
-    while let Some(&b) = it.next() {
-        if b == 0 {
-            return None;
-        }
-        if b == b'\\' {
-            out.push(match it.next()? {
-                b'\\' => b'\\',
-                b'n' => b'\n',
-                b'r' => b'\r',
-                _ => return None,
-            });
-        } else {
-            out.push(b);
-        }
-    }
-    Some(out)
 }
 
 /// What one list holds, in order: proper lines, and improper ones by

@@ -263,16 +263,23 @@ fn parse_tag(line: &[u8]) -> Option<(&[u8], &[u8], Option<Algo>)> {
     Some((hex, &rest[..close], Some(algo)))
 }
 
-fn trim_blanks(s: &[u8]) -> &[u8] {
+/// `s` without its leading blanks (spaces and tabs).
+pub(crate) fn trim_blanks(s: &[u8]) -> &[u8] {
     let n = s.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
     &s[n..]
 }
 
-fn up_to_nul(s: &[u8]) -> &[u8] {
+/// `s` up to its first NUL byte: the tools read the digest and the name of
+/// a list line as C strings, which end there (so `-z` output, whose lines
+/// end with NUL, checks, and `name\0junk` names `name`).
+pub(crate) fn up_to_nul(s: &[u8]) -> &[u8] {
     s.iter().position(|&b| b == 0).map_or(s, |n| &s[..n])
 }
 
-fn unescape(raw: &[u8]) -> Option<Vec<u8>> {
+/// Undoes the escaping of a name (`\\`, `\n`, `\r`); `None` for any
+/// other escape, a trailing backslash or a NUL byte (the tools refuse an
+/// escaped name with one).
+pub(crate) fn unescape(raw: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(raw.len());
     let mut it = raw.iter();
     while let Some(&b) = it.next() {
@@ -280,12 +287,12 @@ fn unescape(raw: &[u8]) -> Option<Vec<u8>> {
             return None;
         }
         if b == b'\\' {
-            match it.next()? {
-                b'\\' => out.push(b'\\'),
-                b'n' => out.push(b'\n'),
-                b'r' => out.push(b'\r'),
+            out.push(match it.next()? {
+                b'\\' => b'\\',
+                b'n' => b'\n',
+                b'r' => b'\r',
                 _ => return None,
-            }
+            });
         } else {
             out.push(b);
         }
