@@ -36,7 +36,7 @@ mod stdio;
 use multicall::Personality;
 
 use blockio_tools::algo::Algo;
-use blockio_tools::check::CheckOptions;
+use blockio_tools::digest_tool::{self, Checking, Family, Run, Tool};
 use blockio_tools::sum::{ListOptions, SumOptions};
 use blockio_tools::{getopt, size};
 
@@ -144,13 +144,24 @@ fn sum(args: &SumArgs) -> anyhow::Result<bool> {
     // A message that cannot be written stops nothing.
     let (mut out, mut err) = (std::io::stdout().lock(), stdio::Stderr);
     let ok = if args.check {
-        let copts = CheckOptions {
+        let checking = Checking {
             quiet: args.quiet,
             status: args.status,
             strict: args.strict,
             warn: args.warn,
+            ignore_missing: false,
         };
-        blockio_tools::check::check(&engine, &args.paths, &opts, &copts, &mut out, &mut err)?
+        let tool = Tool {
+            prog: "blockio sum".into(),
+            family: Family::Sum,
+            algo: opts.algo,
+        };
+        let run = Run {
+            engine: &engine,
+            tool: &tool,
+            opts: &opts,
+        };
+        digest_tool::check(run, &args.paths, checking, &mut out, &mut err)?
     } else {
         let list = ListOptions {
             tag: args.tag,

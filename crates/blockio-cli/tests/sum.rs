@@ -223,6 +223,55 @@ fn other_algorithms_and_bad_flags() {
     }
 }
 
+/// A list that holds no line for `--algo` says which `--algo` its
+/// digests would fit; `-w` names improper lines; names are quoted as
+/// blockio quotes them; a list that cannot be read is reported and the
+/// next checked.
+#[test]
+fn check_mode_explains_lists_it_cannot_use() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::write(dir.path().join("abc"), b"abc").unwrap();
+    let md5 = "900150983cd24fb0d6963f7d28e17f72";
+    std::fs::write(dir.path().join("md5 list"), format!("{md5}  abc\n")).unwrap();
+    std::fs::write(dir.path().join("short"), "abcd  abc\n\r\n").unwrap();
+    let o = blockio(
+        dir.path(),
+        &[
+            OsStr::new("-c"),
+            OsStr::new("-w"),
+            OsStr::new("md5 list"),
+            OsStr::new("missing"),
+            OsStr::new("short"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.stdout, b"");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "blockio sum: 'md5 list': 1: improperly formatted BLAKE3 checksum line\n\
+         blockio sum: 'md5 list': no properly formatted checksum lines found (its digests \
+         are 32 hex digits long, as --algo md5 writes them; this check used --algo blake3)\n\
+         blockio sum: missing: No such file or directory\n\
+         blockio sum: short: 1: improperly formatted BLAKE3 checksum line\n\
+         blockio sum: short: 2: improperly formatted BLAKE3 checksum line\n\
+         blockio sum: short: no properly formatted checksum lines found (its digests \
+         are 4 hex digits long; --algo blake3 writes 64)\n"
+    );
+    let o = blockio(
+        dir.path(),
+        &[
+            OsStr::new("-c"),
+            OsStr::new("--algo"),
+            OsStr::new("md5"),
+            OsStr::new("md5 list"),
+        ],
+    );
+    assert_eq!(
+        (o.status.code(), o.stdout.as_slice()),
+        (Some(0), &b"abc: OK\n"[..])
+    );
+}
+
 /// Writes `path` back and drops it from the page cache, and checks that
 /// none of it is left there: `POSIX_FADV_DONTNEED` skips a page that
 /// something else holds at that instant (the kernel's reclaim or

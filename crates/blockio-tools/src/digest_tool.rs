@@ -62,6 +62,15 @@ pub enum Family {
         /// `-a`/`--algorithm` was given.
         specified: bool,
     },
+    /// `blockio sum -c`: lists in every format the tools write (see
+    /// [`crate::names::parse`]), a tagged line checked with the algorithm
+    /// it names and a plain one with `--algo` (the tool's); empty lines
+    /// and `#` comments skipped; names quoted in messages as blockio
+    /// quotes them; a list with no proper line says which `--algo` its
+    /// digests' length would fit; result lines escape names as the
+    /// algorithm's reference tool does (`b3sum -c` for BLAKE3: a name
+    /// with a backslash or a newline, a carriage return left as it is).
+    Sum,
     /// `b3sum`: BLAKE3, its `--keyed`, `--derive-key`, `-l` and `--seek`
     /// in the tool's algorithm. It writes names lossily as UTF-8, reports
     /// files it cannot read with the system's message, sums up a check
@@ -119,14 +128,18 @@ impl Tool {
     }
 
     /// `prog: <name>: <message>` on `err`, the name quoted as the
-    /// coreutils quote file names in messages.
+    /// coreutils quote file names in messages (`blockio sum`: as blockio
+    /// quotes them).
     fn say_about(
         &self,
         err: &mut (impl io::Write + ?Sized),
         name: &Path,
         message: &str,
     ) -> io::Result<()> {
-        let name = crate::quote::quotef_c_locale(name);
+        let name = match self.family {
+            Family::Sum => crate::quote::quote_if_needed(name),
+            _ => crate::quote::quotef_c_locale(name),
+        };
         writeln!(err, "{}: {name}: {message}", self.prog)
     }
 
@@ -301,6 +314,8 @@ pub struct ListParser {
     /// `Some(true)` once a plain line had one space before its name,
     /// `Some(false)` once one had a mode character.
     bsd_reversed: Option<bool>,
+    /// The same, for `blockio sum`'s lists.
+    state: crate::names::ListState,
 }
 
 impl ListParser {
@@ -310,6 +325,7 @@ impl ListParser {
             family: tool.family,
             algo: tool.algo,
             bsd_reversed: None,
+            state: crate::names::ListState::default(),
         }
     }
 
@@ -331,8 +347,10 @@ impl ListParser {
     /// Parses one line, without its line end; `None` if it is not a
     /// proper line.
     pub fn parse(&mut self, line: &[u8]) -> Option<ListLine> {
-        if self.family == Family::B3sum {
-            return parse_b3sum(line, self.algo).ok();
+        match self.family {
+            Family::B3sum => return parse_b3sum(line, self.algo).ok(),
+            Family::Sum => return self.parse_sum(line),
+            _ => {}
         }
         let blanks = line
             .iter()
@@ -362,6 +380,24 @@ impl ListParser {
             return self.parse_tagged(rest, escaped);
         }
         self.parse_plain(line.len() - blanks, s, escaped)
+    }
+
+    /// A line of `blockio sum`'s lists: any format, its digest as long as
+    /// its algorithm's (the one a tagged line names, else the tool's).
+    fn parse_sum(&mut self, line: &[u8]) -> Option<ListLine> {
+        let listed = self.state.parse(line)?;
+        let algo = listed.algo.unwrap_or(self.algo);
+        if listed.hex.len() != algo.hex_len() {
+            return None;
+        }
+        let name = listed.name.into_vec();
+        Some(ListLine {
+            hex: listed.hex.into_bytes(),
+            written: name.clone(),
+            name,
+            algo,
+            escaped: false,
+        })
     }
 
     /// The rest of `<TYPE>[-bits] (<name>) = <hex>` after the type name.
@@ -673,7 +709,8 @@ fn check_list(
     err: &mut impl io::Write,
 ) -> io::Result<Option<Tally>> {
     let tool = run.tool;
-    let b3sum = tool.family == Family::B3sum;
+    let family = tool.family;
+    let b3sum = family == Family::B3sum;
     let is_stdin = list.as_os_str() == STDIN;
     let shown = if is_stdin {
         PathBuf::from("standard input")
@@ -683,6 +720,10 @@ fn check_list(
     let text = match read_list(list) {
         Ok(t) => t,
         Err(Unreadable::Open(e) | Unreadable::Read(e)) if b3sum => return Err(e),
+        Err(Unreadable::Open(e) | Unreadable::Read(e)) if family == Family::Sum => {
+            tool.say_about(err, &shown, &crate::reason::reason(&e))?;
+            return Ok(None);
+        }
         Err(Unreadable::Open(e)) => {
             tool.say_about(err, &shown, &crate::reason::reason(&e))?;
             return Ok(None);
@@ -692,8 +733,8 @@ fn check_list(
             return Ok(None);
         }
     };
-    let (pieces, stop) = list_lines(&text, b3sum);
-    let (lines, entries) = parse_lines(parser, &pieces, b3sum, is_stdin);
+    let (pieces, stop) = list_lines(&text, family);
+    let (lines, entries) = parse_lines(parser, &pieces, family, is_stdin);
     let this = ListCheck {
         run,
         checking,
@@ -710,11 +751,12 @@ fn check_list(
         return Ok(Some(tally));
     }
     if entries.is_empty() {
-        tool.say_about(
-            err,
-            &this.shown,
-            "no properly formatted checksum lines found",
-        )?;
+        let hint = match family {
+            Family::Sum => length_hint(&pieces, tool.algo),
+            _ => String::new(),
+        };
+        let what = format!("no properly formatted checksum lines found{hint}");
+        tool.say_about(err, &this.shown, &what)?;
         return Ok(None);
     }
     if !checking.status {
@@ -723,18 +765,20 @@ fn check_list(
     Ok(Some(tally))
 }
 
-/// The lines of a list, without their line ends. The coreutils skip
-/// comments and empty lines and drop one trailing carriage return;
-/// `b3sum` skips nothing, and stops at the first line that is not UTF-8
-/// (the error it stops with is returned beside the lines before it).
-fn list_lines(text: &[u8], b3sum: bool) -> (Vec<(usize, &[u8])>, Option<io::Error>) {
+/// The lines of a list, without their line ends, and their numbers. The
+/// coreutils skip comments and empty lines and drop one trailing carriage
+/// return; `blockio sum` skips comments and empty lines (its parser drops
+/// the carriage return); `b3sum` skips nothing, and stops at the first
+/// line that is not UTF-8 (the error it stops with is returned beside the
+/// lines before it).
+fn list_lines(text: &[u8], family: Family) -> (Vec<(usize, &[u8])>, Option<io::Error>) {
     let mut pieces: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
     if text.last() == Some(&b'\n') || text.is_empty() {
         pieces.pop();
     }
     let mut lines = Vec::with_capacity(pieces.len());
     for (n, line) in pieces.into_iter().enumerate() {
-        if b3sum {
+        if family == Family::B3sum {
             if std::str::from_utf8(line).is_err() {
                 let e = io::Error::new(io::ErrorKind::InvalidData, NOT_UTF8);
                 return (lines, Some(e));
@@ -745,7 +789,10 @@ fn list_lines(text: &[u8], b3sum: bool) -> (Vec<(usize, &[u8])>, Option<io::Erro
         if line.first() == Some(&b'#') {
             continue;
         }
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let line = match family {
+            Family::Sum => line,
+            _ => line.strip_suffix(b"\r").unwrap_or(line),
+        };
         if !line.is_empty() {
             lines.push((n + 1, line));
         }
@@ -758,14 +805,15 @@ fn list_lines(text: &[u8], b3sum: bool) -> (Vec<(usize, &[u8])>, Option<io::Erro
 fn parse_lines(
     parser: &mut ListParser,
     lines: &[(usize, &[u8])],
-    b3sum: bool,
+    family: Family,
     is_stdin: bool,
 ) -> (Vec<Line>, Vec<ListLine>) {
+    let stdin_too = matches!(family, Family::B3sum | Family::Sum);
     let mut kinds = Vec::with_capacity(lines.len());
     let mut entries = Vec::new();
     for &(n, line) in lines {
         match parser.parse_line(line) {
-            Ok(e) if b3sum || !(is_stdin && e.name == STDIN.as_bytes()) => {
+            Ok(e) if stdin_too || !(is_stdin && e.name == STDIN.as_bytes()) => {
                 kinds.push(Line::Proper);
                 entries.push(e);
             }
@@ -872,20 +920,17 @@ impl ListCheck<'_> {
         if checking.status {
             return Ok(());
         }
-        let mut line = Vec::with_capacity(entry.name.len() + 24);
-        if self.b3sum {
-            // The name as the line wrote it.
-            if entry.escaped {
-                line.push(b'\\');
-            }
-            line.extend_from_slice(&entry.written);
-        } else {
-            let escape = entry.name.contains(&b'\n');
-            if escape {
-                line.push(b'\\');
-            }
-            crate::names::escape_into(&mut line, &entry.name, escape);
+        if !self.b3sum {
+            let b3sum_style = self.run.tool.family == Family::Sum && entry.algo == Algo::Blake3;
+            let name = OsStr::from_bytes(&entry.name);
+            return out.write_all(&crate::names::status_line(name, &status, b3sum_style));
         }
+        // The name as the line wrote it.
+        let mut line = Vec::with_capacity(entry.written.len() + 24);
+        if entry.escaped {
+            line.push(b'\\');
+        }
+        line.extend_from_slice(&entry.written);
         line.extend_from_slice(b": ");
         line.extend_from_slice(status.as_bytes());
         line.push(b'\n');
@@ -918,6 +963,34 @@ impl ListCheck<'_> {
         }
         Ok(())
     }
+}
+
+/// For a `blockio sum` list none of whose lines fit `algo`: which
+/// `--algo` the digests' length (of the first line that parses) would
+/// fit, if any.
+fn length_hint(lines: &[(usize, &[u8])], algo: Algo) -> String {
+    let Some(len) = lines
+        .iter()
+        .find_map(|(_, l)| crate::names::parse(l))
+        .map(|l| l.hex.len())
+    else {
+        return String::new();
+    };
+    let fits: Vec<String> = Algo::ALL
+        .iter()
+        .filter(|a| a.hex_len() == len && **a != algo)
+        .map(|a| format!("--algo {a}"))
+        .collect();
+    if fits.is_empty() {
+        return format!(
+            " (its digests are {len} hex digits long; --algo {algo} writes {})",
+            algo.hex_len()
+        );
+    }
+    format!(
+        " (its digests are {len} hex digits long, as {} writes them; this check used --algo {algo})",
+        fits.join(" or ")
+    )
 }
 
 #[cfg(test)]
@@ -1024,12 +1097,15 @@ mod tests {
 
     #[test]
     fn b3sum_stops_at_a_list_line_that_is_not_utf8() {
-        let (lines, stop) = list_lines(b"a\n\nb\xff\nc\n", true);
+        let (lines, stop) = list_lines(b"a\n\nb\xff\nc\n", Family::B3sum);
         assert_eq!(lines, [(1, &b"a"[..]), (2, &b""[..])]);
         assert_eq!(stop.unwrap().to_string(), NOT_UTF8);
-        let (lines, stop) = list_lines(b"# c\na\r\n\nb\xff\n", false);
+        let (lines, stop) = list_lines(b"# c\na\r\n\nb\xff\n", Family::Fixed);
         assert_eq!(lines, [(2, &b"a"[..]), (4, &b"b\xff"[..])]);
         assert!(stop.is_none());
+        // blockio sum's parser drops the carriage return itself.
+        let (lines, _) = list_lines(b"# c\na\r\n\r\n", Family::Sum);
+        assert_eq!(lines, [(2, &b"a\r"[..]), (3, &b"\r"[..])]);
     }
 
     #[test]

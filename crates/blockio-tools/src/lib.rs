@@ -6,7 +6,6 @@
 #![warn(missing_docs)]
 
 pub mod algo;
-pub mod check;
 pub mod copy;
 pub mod digest_tool;
 pub mod getopt;
