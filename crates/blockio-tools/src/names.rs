@@ -3,10 +3,12 @@
 //!
 //! A name holding a backslash, a newline or a carriage return is written
 //! with those escaped (`\\`, `\n`, `\r`) and the whole line starts with a
-//! backslash; `b3sum` leaves a carriage return as it is ([`b3sum_line`]).
-//! Other bytes, including invalid UTF-8, are written as they are. In a
-//! list, the digest and the name end at a NUL byte (the coreutils read them
-//! as C strings).
+//! backslash; other bytes, including invalid UTF-8, are written as they
+//! are. `b3sum` 1.2 leaves a carriage return as it is ([`b3sum_line`],
+//! `blockio sum`'s BLAKE3 lines); b3sum 1.8 escapes it, and writes a name
+//! that is not UTF-8 with U+FFFD ([`b3sum_tool_line`], the `b3sum` tool's
+//! lines). In a list, the digest and the name end at a NUL byte (the
+//! coreutils read them as C strings).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -22,7 +24,7 @@ pub fn line(hex: &str, name: &OsStr) -> Vec<u8> {
     })
 }
 
-/// The checksum line for `name` as `b3sum` writes it: `<hex>  <name>\n`,
+/// The checksum line for `name` as `b3sum` 1.2 writes it: `<hex>  <name>\n`,
 /// a backslash and a newline escaped (and the line started with a
 /// backslash), a carriage return written as it is.
 pub fn b3sum_line(hex: &str, name: &OsStr) -> Vec<u8> {

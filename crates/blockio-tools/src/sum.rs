@@ -777,7 +777,7 @@ pub fn print_sums(
             Ok(hex) if list.tag => {
                 out.write_all(&crate::names::tag_line(&opts.algo.tag(), &hex, name))
             }
-            // BLAKE3 lines are b3sum's, the others sha256sum's: they
+            // BLAKE3 lines are b3sum 1.2's, the others sha256sum's: they
             // differ in whether a carriage return is escaped.
             Ok(hex) if opts.algo == Algo::Blake3 => {
                 out.write_all(&crate::names::b3sum_line(&hex, name))
