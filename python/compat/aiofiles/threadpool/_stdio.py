@@ -15,7 +15,7 @@ it, on a thread.
 """
 
 import asyncio
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import blockio
 from blockio.os import wrap
