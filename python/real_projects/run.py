@@ -19,6 +19,7 @@ Usage: ``python3 python/real_projects/run.py`` from the repository root
 import concurrent.futures
 import hashlib
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -40,7 +41,8 @@ SOURCES = {
                "bb663f9eabf88402ca2c325fd0df836eee7da34cf7c5476b5e6cf7d098cdebda", "aiocsv-1.4.1"),
     "aiofiles": ("pip", "aiofiles-25.1.0.tar.gz",
                  "a8d728f0a29de45dc521f18f07297428d56992a742f0cd2701ba86e44d23d5b2", "aiofiles-25.1.0"),
-    "quart": ("apt", "http://deb.debian.org/debian/pool/main/q/quart/quart_0.20.0.orig.tar.xz",
+    # (a path in the Debian archive that apt is configured with)
+    "quart": ("apt", "pool/main/q/quart/quart_0.20.0.orig.tar.xz",
               "5e0a6b984cc4f001d5f59d73153d18744b57e3c6ec5944d354c42cc61e463b17", "quart-0.20.0"),
 }
 
@@ -79,6 +81,22 @@ def sha256(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def debian_archive():
+    """The address of the Debian archive apt is configured with (its main
+    suite's, not the security one's), ending in ``/``. apt knows it once
+    its lists have been fetched: ``apt-get update`` first if they have not."""
+    for attempt in range(2):
+        out = subprocess.run(["apt-get", "indextargets", "--format", "$(REPO_URI) $(RELEASE)"], check=True,
+                             capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            uri, release = line.split()
+            if "-" not in release:
+                return uri if uri.endswith("/") else uri + "/"
+        if attempt == 0:
+            sh(*([] if os.geteuid() == 0 else ["sudo"]), "apt-get", "update", "-qq")
+    sys.exit("real-projects: apt is configured with no Debian archive (apt-get indextargets)")
+
+
 def fetch(name):
     """The source's archive in ``target/real-projects/downloads``, fetched
     unless already there with the pinned sha256."""
@@ -93,7 +111,9 @@ def fetch(name):
         sh(sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
            "--no-binary", ":all:", f"{pkg}=={version}", "-d", into)
     else:
-        sh("/usr/lib/apt/apt-helper", "download-file", what, path, f"SHA256:{digest}")
+        # (as the user running this, into its own directory: not as apt's "_apt")
+        sh("/usr/lib/apt/apt-helper", "-o", "APT::Sandbox::User=" + pwd.getpwuid(os.geteuid()).pw_name,
+           "download-file", debian_archive() + what, path, f"SHA256:{digest}")
     got = sha256(path)
     if got != digest:
         sys.exit(f"real-projects: {path} has sha256 {got}, expected {digest}")
