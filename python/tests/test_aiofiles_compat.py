@@ -42,7 +42,7 @@ def test_the_package_is_blockio_open_and_blockio_os():
         import blockio, blockio.os, blockio.ospath
         assert aiofiles.open is aiofiles.threadpool.open is blockio.open
         assert aiofiles.os.stat is blockio.os.stat and aiofiles.os.wrap is blockio.os.wrap
-        assert aiofiles.os.path is blockio.ospath
+        assert aiofiles.os.path is aiofiles.ospath
         assert aiofiles.ospath.exists is blockio.ospath.exists
         assert sorted(aiofiles.os.__all__) == sorted(blockio.os.__all__)
         print(aiofiles.__file__)
