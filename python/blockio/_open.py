@@ -64,6 +64,21 @@ def _check_mode(mode: str, buffering: int, encoding: Optional[str], errors: Opti
                       "the default buffer size will be used", RuntimeWarning, stacklevel=3)
 
 
+def _binary_mode(mode: str) -> str:
+    """The mode the built-in's binary file reports for ``mode`` (its
+    ``FileIO.mode``): ``'r+b'`` and ``'w+b'`` read back as ``'rb+'``,
+    ``'br'`` as ``'rb'``, a text mode as its buffer's (``'w+'``: ``'rb+'``).
+    aiofiles, which hands the built-in file's ``mode`` on, reports the same."""
+    plus = "+" if "+" in mode else ""
+    if "x" in mode:
+        return "xb" + plus
+    if "a" in mode:
+        return "ab" + plus
+    if plus:
+        return "rb+"
+    return "rb" if "r" in mode else "wb"
+
+
 def _flags(mode: str) -> int:
     if "+" in mode:
         flags = os.O_RDWR
@@ -132,7 +147,7 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
         line_buffering = buffering == 1 and "b" not in mode
         size = io.DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
-        binary_mode = mode.replace("t", "") + ("" if "b" in mode else "b")
+        binary_mode = _binary_mode(mode)
         # A descriptor handed in, or made by the caller's opener, may be
         # known elsewhere: its offset follows the file's position.
         shared = isinstance(file, int) or opener is not None
@@ -157,7 +172,6 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
             await raw._position()
             raw._sync_offset()
         if "b" in mode:
-            raw.mode = mode
             return raw
         return AsyncTextFile(raw, mode, encoding, errors, newline, line_buffering)
     except BaseException:
@@ -195,27 +209,34 @@ class Opener(Generic[F]):
 @overload
 def open(file: PathOrFd, mode: BinaryMode, buffering: int = -1, encoding: None = None, errors: None = None,
          newline: None = None, closefd: bool = True, opener: Optional[Opener_] = None, *,
-         engine: Optional[Engine] = None) -> Opener[AsyncFile]: ...
+         engine: Optional[Engine] = None, loop: Any = None, executor: Any = None) -> Opener[AsyncFile]: ...
 @overload
 def open(file: PathOrFd, mode: TextMode = "r", buffering: int = -1, encoding: Optional[str] = None,
          errors: Optional[str] = None, newline: Optional[str] = None, closefd: bool = True,
-         opener: Optional[Opener_] = None, *, engine: Optional[Engine] = None) -> Opener[AsyncTextFile]: ...
+         opener: Optional[Opener_] = None, *, engine: Optional[Engine] = None, loop: Any = None,
+         executor: Any = None) -> Opener[AsyncTextFile]: ...
 @overload
 def open(file: PathOrFd, mode: str, buffering: int = -1, encoding: Optional[str] = None,
          errors: Optional[str] = None, newline: Optional[str] = None, closefd: bool = True,
-         opener: Optional[Opener_] = None, *,
-         engine: Optional[Engine] = None) -> Opener[Union[AsyncFile, AsyncTextFile]]: ...
+         opener: Optional[Opener_] = None, *, engine: Optional[Engine] = None, loop: Any = None,
+         executor: Any = None) -> Opener[Union[AsyncFile, AsyncTextFile]]: ...
 
 
 def open(file: PathOrFd, mode: str = "r", buffering: int = -1, encoding: Optional[str] = None,
          errors: Optional[str] = None, newline: Optional[str] = None, closefd: bool = True,
-         opener: Optional[Opener_] = None, *, engine: Optional[Engine] = None) -> Opener[Any]:
+         opener: Optional[Opener_] = None, *, engine: Optional[Engine] = None, loop: Any = None,
+         executor: Any = None) -> Opener[Any]:
     """Opens a file for asyncio, as ``aiofiles.open`` (and the built-in
     ``open``, whose arguments it takes): ``async with blockio.open(p, "rb")
     as f`` or ``f = await blockio.open(p)``. Binary modes give an
     :class:`AsyncFile`, text modes an :class:`AsyncTextFile`. ``engine``
     picks the engine (:func:`default_engine` otherwise). A bad ``mode`` or
     argument combination raises ``ValueError`` here, as the built-in
-    ``open`` does."""
+    ``open`` does.
+
+    ``loop`` and ``executor`` are taken, as ``aiofiles.open`` takes them,
+    and ignored: the file's calls run on the engine (the running loop's
+    completions, the engine's threads), never on an executor, and on the
+    loop that awaits them."""
     _check_mode(mode, buffering, encoding, errors, newline)
     return Opener((file, mode, buffering, encoding, errors, newline, closefd, opener, engine))

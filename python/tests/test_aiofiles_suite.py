@@ -7,8 +7,10 @@ sha256), its ``tests/threadpool``, ``tests/test_simple.py`` and
 beside them as their ``conftest.py``. Every test must pass but those in
 ``INTERNALS``, which test aiofiles' own machinery rather than the file
 interface, and those in ``AS_ROOT`` when the suite runs as root; python/README.md
-lists them too. aiofiles' ``tempfile`` and stdio tests are not run:
-blockio does not provide those modules.
+lists them too. aiofiles' ``tempfile`` and stdio tests, whose modules
+blockio itself does not have, run on the compatibility package
+(``python/compat``) in ``scripts/python-real-projects``, with the whole
+suite.
 """
 
 import hashlib

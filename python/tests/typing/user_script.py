@@ -51,8 +51,9 @@ async def files(path: str) -> None:
         assert text and line is not None and lines is not None and size > 0
         where: int = await ft.tell()
         assert where == size
-    f = await blockio.open(path, "ab")
+    f = await blockio.open(path, "ab", loop=asyncio.get_running_loop(), executor=None)  # (aiofiles': ignored)
     assert_type(f, blockio.AsyncFile)
+    assert f.mode == "ab"
     raw = f.detach()
     raw.close()
     t = await blockio.open(os.open(path, os.O_RDONLY), "r", closefd=True)

@@ -1,0 +1,269 @@
+"""Runs the test suites of real users of aiofiles, and aiofiles' own, twice:
+in a venv with aiofiles, and in one where blockio's compatibility package
+(``python/compat``, import name ``aiofiles``) replaces it (on both of
+blockio's backends, see ``RUNS``); fails unless every test's outcome
+(passed, failed, skipped, error) is the same with the compatibility
+package as with aiofiles.
+
+The suites are fetched pinned and checked against their sha256: sanic's,
+aiocsv's and aiofiles' sdists from PyPI (pip), quart's tests from
+Debian's source of quart 0.20.0 (its PyPI sdists hold no tests; apt's
+``apt-helper`` downloads it). Downloads and venvs are kept under
+``target/real-projects`` and reused while the pins are the same; blockio's
+wheel (``target/wheels``, from ``scripts/python-setup``) and the
+compatibility package are installed anew on every run.
+
+Usage: ``python3 python/real_projects/run.py`` from the repository root
+(``scripts/python-real-projects`` does that).
+"""
+
+import concurrent.futures
+import hashlib
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import venv
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+WORK = ROOT / "target" / "real-projects"
+
+#: name: (how it is fetched, file, sha256, what it holds once unpacked)
+SOURCES = {
+    "sanic": ("pip", "sanic-25.12.1.tar.gz",
+              "7b51bf608e4030f06a6c002cd08fed2872e4936527e63c9a8a97d5cd06a2b47f", "sanic-25.12.1"),
+    "aiocsv": ("pip", "aiocsv-1.4.1.tar.gz",
+               "bb663f9eabf88402ca2c325fd0df836eee7da34cf7c5476b5e6cf7d098cdebda", "aiocsv-1.4.1"),
+    "aiofiles": ("pip", "aiofiles-25.1.0.tar.gz",
+                 "a8d728f0a29de45dc521f18f07297428d56992a742f0cd2701ba86e44d23d5b2", "aiofiles-25.1.0"),
+    # (a path in the Debian archive that apt is configured with)
+    "quart": ("apt", "pool/main/q/quart/quart_0.20.0.orig.tar.xz",
+              "5e0a6b984cc4f001d5f59d73153d18744b57e3c6ec5944d354c42cc61e463b17", "quart-0.20.0"),
+}
+
+#: The tests run of each, as pytest arguments from the unpacked tree.
+SUITES = {
+    "quart": ["-o", "addopts=--strict-markers", "tests"],
+    # sanic's tests of static files, file responses and responses.
+    "sanic": ["tests/test_static.py", "tests/test_static_directory.py", "tests/test_response.py",
+              "tests/test_response_file.py", "tests/test_url_for_static.py"],
+    "aiocsv": ["tests"],
+    "aiofiles": ["tests"],
+}
+
+#: Tests of aiofiles' own suite left out of both runs: they test aiofiles'
+#: machinery, not its interface, and why.
+AIOFILES_INTERNALS = {
+    # Slows aiofiles' private `sync_open` hook down to see the loop tick
+    # meanwhile; the compatibility package has no such hook.
+    "tests/threadpool/test_concurrency.py::test_slow_file",
+    # Checks that the spooled file's private `_file._file` is a BytesIO
+    # until it rolls over: a SpooledTemporaryFile here is on disk at once.
+    "tests/test_tempfile.py::test_spooled_temporary_file",
+    # `aiofiles.threadpool.wrap` (of a synchronous file object) is not
+    # provided: a blockio file has its own descriptor and position.
+    "tests/threadpool/test_wrap.py",
+}
+#: Left out as root, on aiofiles itself too: root may write a 0o444 file.
+AS_ROOT = {"tests/test_os.py::test_access"}
+
+
+def sh(*args, **kwargs):
+    return subprocess.run([str(a) for a in args], check=True, **kwargs)
+
+
+def sha256(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def debian_archive():
+    """The address of the Debian archive apt is configured with (its main
+    suite's, not the security one's), ending in ``/``. apt knows it once
+    its lists have been fetched: ``apt-get update`` first if they have not."""
+    for attempt in range(2):
+        out = subprocess.run(["apt-get", "indextargets", "--format", "$(REPO_URI) $(RELEASE)"], check=True,
+                             capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            uri, release = line.split()
+            if "-" not in release:
+                return uri if uri.endswith("/") else uri + "/"
+        if attempt == 0:
+            sh(*([] if os.geteuid() == 0 else ["sudo"]), "apt-get", "update", "-qq")
+    sys.exit("real-projects: apt is configured with no Debian archive (apt-get indextargets)")
+
+
+def fetch(name):
+    """The source's archive in ``target/real-projects/downloads``, fetched
+    unless already there with the pinned sha256."""
+    how, what, digest, _ = SOURCES[name]
+    into = WORK / "downloads"
+    into.mkdir(parents=True, exist_ok=True)
+    path = into / what.rsplit("/", 1)[-1]
+    if path.exists() and sha256(path) == digest:
+        return path
+    if how == "pip":
+        pkg, version = what[: -len(".tar.gz")].rsplit("-", 1)
+        sh(sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+           "--no-binary", ":all:", f"{pkg}=={version}", "-d", into)
+    else:
+        # (as the user running this, into its own directory: not as apt's "_apt")
+        sh("/usr/lib/apt/apt-helper", "-o", "APT::Sandbox::User=" + pwd.getpwuid(os.geteuid()).pw_name,
+           "download-file", debian_archive() + what, path, f"SHA256:{digest}")
+    got = sha256(path)
+    if got != digest:
+        sys.exit(f"real-projects: {path} has sha256 {got}, expected {digest}")
+    return path
+
+
+def unpack(name, into):
+    """The source, unpacked afresh into ``into/name`` (their tests write
+    files beside themselves)."""
+    archive = fetch(name)
+    dest = into / name
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp = into / f".{name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(archive) as t:
+        t.extractall(tmp, filter="data") if sys.version_info >= (3, 12) else t.extractall(tmp)
+    top = tmp / SOURCES[name][3]
+    if name in ("sanic", "aiocsv"):
+        # Their tests only: the package itself (which the source tree's
+        # copy would shadow) is the installed one.
+        dest.mkdir()
+        shutil.move(str(top / "tests"), str(dest / "tests"))
+    else:
+        shutil.move(str(top), str(dest))
+    shutil.rmtree(tmp)
+    return dest
+
+
+def make_venv(path, compat):
+    """A venv with the pinned requirements, kept while they are the same;
+    with ``compat``, aiofiles replaced by blockio and its compatibility
+    package (installed anew on each run)."""
+    stamp = path / "requirements.sha256"
+    want = sha256(HERE / "requirements.txt")
+    py = path / "bin" / "python"
+    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    if not (stamp.exists() and stamp.read_text() == want):
+        shutil.rmtree(path, ignore_errors=True)
+        venv.create(path, with_pip=True)
+        sh(*pip, "-r", HERE / "requirements.txt")
+        if compat:
+            sh(py, "-m", "pip", "uninstall", "-q", "-y", "aiofiles")
+        stamp.write_text(want)
+    if compat:
+        wheels = sorted((ROOT / "target" / "wheels").glob("blockio-*.whl"))
+        if not wheels:
+            sys.exit("real-projects: no blockio wheel in target/wheels: run scripts/python-setup first")
+        sh(*pip, "--force-reinstall", "--no-deps", wheels[-1])
+        sh(*pip, "--force-reinstall", "--no-deps", ROOT / "python" / "compat")
+        # The aiofiles this venv imports must be the compatibility package.
+        sh(py, "-c", "import aiofiles, blockio; assert aiofiles.open is blockio.open, aiofiles.__file__")
+    else:
+        sh(py, "-c", "import aiofiles; assert aiofiles.open.__module__ == 'aiofiles.threadpool'")
+    return py
+
+
+def run_suite(py, name, tree, report, env):
+    args = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *SUITES[name]]
+    if name == "aiofiles":
+        left_out = AIOFILES_INTERNALS | (AS_ROOT if os.geteuid() == 0 else set())
+        args += [f"--deselect={t}" if "::" in t else f"--ignore={t}" for t in sorted(left_out)]
+    started = time.monotonic()
+    out = subprocess.run([str(a) for a in args], cwd=tree, capture_output=True, text=True, timeout=1200,
+                         env={**os.environ, **env})
+    took = time.monotonic() - started
+    if not report.exists():
+        sys.exit(f"real-projects: {name}'s suite did not run:\n{out.stdout[-4000:]}{out.stderr[-4000:]}")
+    outcomes = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        if case.find("skipped") is not None:
+            outcome = "skipped"
+        elif case.find("failure") is not None:
+            outcome = "failed"
+        elif case.find("error") is not None:
+            outcome = "error"
+        else:
+            outcome = "passed"
+        outcomes[f"{case.get('classname')}::{case.get('name')}"] = outcome
+    return outcomes, took, out
+
+
+def counts(outcomes):
+    out = {}
+    for o in outcomes.values():
+        out[o] = out.get(o, 0) + 1
+    return ", ".join(f"{n} {o}" for o, n in sorted(out.items(), key=lambda x: ("passed failed error skipped"
+                                                                               .index(x[0]))))
+
+
+#: Each run: its name, its venv, its environment and the suites it runs.
+#: The compatibility package runs on blockio's default backend (io_uring
+#: here), and on the thread-pool fallback for all but sanic's suite (the
+#: longest; the files it serves are read as quart's are).
+RUNS = [
+    ("aiofiles", "venv-aiofiles", {}, list(SUITES)),
+    ("blockio", "venv-blockio", {}, list(SUITES)),
+    ("blockio, threads backend", "venv-blockio", {"BLOCKIO_BACKEND": "threads"}, ["quart", "aiocsv", "aiofiles"]),
+]
+
+
+def run_all(pys):
+    """{(run, suite): (outcomes, seconds, pytest's output)}."""
+    results = {}
+    for n, (kind, venv_name, env, suites) in enumerate(RUNS):
+        trees = WORK / f"src-{n}"
+        trees.mkdir(parents=True, exist_ok=True)
+        for name in suites:
+            tree = unpack(name, trees)
+            if name == "aiocsv":
+                # Its sdist lacks the CSV files its tests read: made from
+                # the values the tests expect, with the csv module.
+                sh(pys[venv_name], HERE / "aiocsv_data.py", cwd=tree)
+            report = trees / f"{name}.xml"
+            report.unlink(missing_ok=True)
+            results[kind, name] = run_suite(pys[venv_name], name, tree, report, env)
+    return results
+
+
+def main():
+    os.chdir(ROOT)
+    # (the two venvs are made at once: mostly downloads; the suites then
+    # run one at a time, so that no test of theirs runs on a busier machine
+    # in one run than in the other)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        made = {name: pool.submit(make_venv, WORK / name, name == "venv-blockio")
+                for name in ("venv-aiofiles", "venv-blockio")}
+        pys = {name: f.result() for name, f in made.items()}
+    results = run_all(pys)
+    failed = False
+    print("real-projects: each suite's tests with aiofiles, then with blockio's compatibility package")
+    for name in SUITES:
+        theirs, took, _ = results["aiofiles", name]
+        print(f"  {name}, aiofiles: {counts(theirs)} ({took:.0f} s)")
+        for kind, _, _, suites in RUNS[1:]:
+            if name not in suites:
+                continue
+            ours, took, out = results[kind, name]
+            print(f"  {name}, {kind}: {counts(ours)} ({took:.0f} s)")
+            differ = sorted(t for t in set(theirs) | set(ours) if theirs.get(t) != ours.get(t))
+            for t in differ:
+                print(f"    {t}: {theirs.get(t, 'not run')} with aiofiles, {ours.get(t, 'not run')} with {kind}")
+            if differ or not ours:
+                failed = True
+                print(out.stdout[-6000:], out.stderr[-2000:])
+    if failed:
+        sys.exit("real-projects: the compatibility package's results differ from aiofiles'")
+    same = sum(len(results[kind, name][0]) for kind, _, _, suites in RUNS[1:] for name in suites)
+    print(f"real-projects: the outcome of each of the {same} tests is the same with blockio as with aiofiles")
+
+
+if __name__ == "__main__":
+    main()

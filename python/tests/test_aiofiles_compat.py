@@ -1,0 +1,188 @@
+"""blockio's compatibility package (``python/compat``, imported as
+``aiofiles``), against aiofiles itself where it is called.
+
+The package is imported in a child process whose ``sys.path`` has
+``python/compat`` first, so that its ``aiofiles`` is found before the
+installed one; the reference runs with the installed aiofiles. (quart's,
+sanic's, aiocsv's and aiofiles' own suites run on it in
+``scripts/python-real-projects``.)"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+COMPAT = Path(__file__).resolve().parents[1] / "compat"
+
+
+def run_py(code, compat, stdin=b"", stdout=None, backend="auto"):
+    """``code`` in a child Python, with the compatibility package as
+    ``aiofiles`` (``compat``) or the installed aiofiles; its stdout's
+    bytes (unless ``stdout`` is given, a file it goes to)."""
+    env = {**os.environ, "BLOCKIO_BACKEND": backend}
+    env.pop("PYTHONPATH", None)
+    env.pop("PYTHONUNBUFFERED", None)  # (sys.stdout holds what print() writes, as it usually does)
+    if compat:
+        env["PYTHONPATH"] = str(COMPAT)
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], input=stdin,
+                         stdout=stdout if stdout is not None else subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr.decode()
+    return out.stdout
+
+
+def test_the_package_is_blockio_open_and_blockio_os():
+    out = run_py("""
+        import aiofiles, aiofiles.os, aiofiles.ospath, aiofiles.base, aiofiles.tempfile
+        import aiofiles.threadpool, aiofiles.threadpool.binary, aiofiles.threadpool.text
+        import blockio, blockio.os, blockio.ospath
+        assert aiofiles.open is aiofiles.threadpool.open is blockio.open
+        assert aiofiles.os.stat is blockio.os.stat and aiofiles.os.wrap is blockio.os.wrap
+        assert aiofiles.os.path is aiofiles.ospath
+        assert aiofiles.ospath.exists is blockio.ospath.exists
+        assert sorted(aiofiles.os.__all__) == sorted(blockio.os.__all__)
+        print(aiofiles.__file__)
+    """, compat=True)
+    assert Path(out.decode().strip()).is_relative_to(COMPAT)
+
+
+#: For each way of opening, which of aiofiles' classes the file is an
+#: instance of, and whether ``open``'s result is an AiofilesContextManager.
+KINDS = """
+    import asyncio, json, sys
+    import aiofiles
+    from aiofiles.base import AiofilesContextManager, AsyncBase
+    from aiofiles.threadpool.binary import AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO
+    from aiofiles.threadpool.text import AsyncTextIOWrapper
+
+    CLASSES = [AsyncBase, AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO, AsyncTextIOWrapper]
+
+    async def main(path):
+        out = {}
+        for mode, buffering in [("rb", -1), ("rb+", -1), ("wb", -1), ("ab", -1), ("rb", 0), ("wb", 0),
+                                ("r", -1), ("w+", -1)]:
+            opener = aiofiles.open(path, mode, buffering=buffering)
+            async with opener as f:
+                out[f"{mode} {buffering}"] = [isinstance(opener, AiofilesContextManager)] + [
+                    isinstance(f, c) for c in CLASSES]
+        return out
+
+    print(json.dumps(asyncio.run(main(sys.argv[1]))))
+"""
+
+
+def test_files_are_instances_of_the_classes_aiofiles_gives(tmp_path):
+    p = tmp_path / "f"
+    p.write_bytes(b"x")
+    code = KINDS.replace("sys.argv[1]", repr(str(p)))
+    theirs = json.loads(run_py(code, compat=False))
+    ours = json.loads(run_py(code, compat=True))
+    assert ours == theirs
+    assert theirs["rb -1"] == [True, True, True, True, False, False]  # (the reference tells kinds apart)
+
+
+STDIO = """
+    import asyncio, sys
+    import aiofiles
+
+    async def main():
+        first = await aiofiles.stdin.readline()
+        second = await aiofiles.stdin.read(3)
+        rest = await aiofiles.stdin.read()
+        print("printed before")
+        await aiofiles.stdout.write(f"[{first!r} {second!r} {rest!r}]\\n")
+        print("printed between")
+        await aiofiles.stdout.writelines(["two ", "lines\\n"])
+        await aiofiles.stderr.write("to stderr\\n")
+        print("printed after")
+
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("backend", ["auto", "threads"])
+@pytest.mark.parametrize("to_file", [False, True], ids=["pipe", "file"])
+def test_standard_streams_on_descriptors_read_and_write_in_order_as_aiofiles(tmp_path, backend, to_file):
+    """stdin a pipe, stdout a pipe or a regular file: reads keep what they
+    read ahead for the next, writes land in the order made, between the
+    program's own prints."""
+    outs = []
+    for compat in (False, True):
+        if to_file:
+            path = tmp_path / f"out-{compat}"
+            with open(path, "wb") as f:
+                run_py(STDIO, compat, stdin=b"line one\nxyz and the rest\n", stdout=f, backend=backend)
+            outs.append(path.read_bytes())
+        else:
+            outs.append(run_py(STDIO, compat, stdin=b"line one\nxyz and the rest\n", backend=backend))
+    assert outs[1] == outs[0]
+    assert outs[0] == (b"printed before\n['line one\\n' 'xyz' ' and the rest\\n']\n"
+                       b"printed between\ntwo lines\nprinted after\n")
+
+
+STDIN_BYTES = """
+    import asyncio
+    import aiofiles
+
+    async def main():
+        head = await aiofiles.stdin_bytes.read(3)
+        line = await aiofiles.stdin_bytes.readline()
+        rest = await aiofiles.stdin_bytes.read()
+        await aiofiles.stdout_bytes.write(repr([head, line, rest]).encode())
+
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("backend", ["auto", "threads"])
+def test_standard_input_bytes_keep_what_was_read_ahead_as_aiofiles(backend):
+    data = b"abcdef\nsecond line\n" + b"z" * 100_000
+    theirs = run_py(STDIN_BYTES, False, stdin=data, backend=backend)
+    assert run_py(STDIN_BYTES, True, stdin=data, backend=backend) == theirs
+    assert theirs == repr([b"abc", b"def\n", b"second line\n" + b"z" * 100_000]).encode()
+
+
+TEMPFILES = """
+    import asyncio, json, os
+    import aiofiles.tempfile as t
+
+    async def main():
+        seen = {}
+        async with t.NamedTemporaryFile("w+", delete_on_close=True) as f:
+            await f.write("x")
+            await f.close()
+            seen["delete_on_close: after close"] = os.path.exists(f.name)
+        async with t.NamedTemporaryFile("wb+", delete_on_close=False) as f:
+            await f.write(b"x")
+            await f.close()
+            seen["kept: after close"] = os.path.exists(f.name)
+        seen["kept: after exit"] = os.path.exists(f.name)
+        async with t.NamedTemporaryFile("wb", delete=False) as f:
+            name = f.name
+        seen["not deleted: after exit"] = os.path.exists(name)
+        os.unlink(name)
+        async with t.TemporaryFile("w+") as f:
+            await f.write("one\\ntwo\\n")
+            await f.seek(0)
+            seen["unnamed"] = [type(f.name).__name__, [line async for line in f]]
+        async with t.TemporaryDirectory(prefix="p", suffix="s") as d:
+            seen["dir"] = [os.path.isdir(d), os.path.basename(d)[0] + d[-1]]
+        seen["dir after"] = os.path.exists(d)
+        return seen
+
+    print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_temporary_files_are_kept_and_removed_as_named_temporary_file_does():
+    # (as tempfile.NamedTemporaryFile of Python 3.12, which aiofiles follows
+    # there; its delete_on_close is taken on every version here)
+    assert json.loads(run_py(TEMPFILES, compat=True)) == {
+        "delete_on_close: after close": False, "kept: after close": True, "kept: after exit": False,
+        "not deleted: after exit": True, "unnamed": ["int", ["one\n", "two\n"]], "dir": [True, "ps"],
+        "dir after": False,
+    }
