@@ -166,8 +166,8 @@ fn refuses(runtime: &tokio::runtime::Handle) -> bool {
 ///         .driving(Driving::Caller(CallerDriving::new().submit(Submit::PerRound)))
 ///         .build()?;
 ///     let driver = tokio::spawn(drive_on_tokio(engine.clone()));
-///     let listener = TcpListener::bind(&engine, "127.0.0.1:0")?;
-///     let client = TcpStream::connect(&engine, listener.local_addr());
+///     let listener = TcpListener::bind_with(&engine, "127.0.0.1:0").await?;
+///     let client = TcpStream::connect_with(&engine, listener.local_addr()?);
 ///     let (accepted, client) = tokio::join!(listener.accept(), client);
 ///     let (served, _) = accepted?;
 ///     client?.write_all(b"ping".to_vec()).await.0?;
