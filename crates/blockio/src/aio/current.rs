@@ -108,10 +108,10 @@ mod per_runtime {
         let id = runtime.id();
         let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
         // Runtimes whose driving task is gone are shut down (or had it
-        // aborted): their entries go. The caller's own stays either way:
-        // its next operation spawns a new driving task here.
-        engines
-            .retain(|(rt, e)| *rt == id || e.tokio_drivers().running.load(Ordering::Acquire) > 0);
+        // aborted): their entries go, the caller's too (its runtime then
+        // gets a new engine), since tokio may give a new runtime the id of
+        // one that is gone.
+        engines.retain(|(_, e)| e.tokio_drivers().running.load(Ordering::Acquire) > 0);
         if let Some((_, engine)) = engines.iter().find(|(rt, _)| *rt == id) {
             return Ok(Some(engine.clone()));
         }
