@@ -42,8 +42,8 @@ fn main() -> std::io::Result<()> {
         // Default settings: idle keep-alive connections hold no slot of the
         // engine's queue depth.
         let engine = AsyncEngine::new()?;
-        let listener = TcpListener::bind(&engine, addr.as_str())?;
-        eprintln!("listening on http://{}", listener.local_addr());
+        let listener = TcpListener::bind_with(&engine, addr.as_str()).await?;
+        eprintln!("listening on http://{}", listener.local_addr()?);
         // `incoming()` rather than a loop around `accept()`: out of
         // descriptors (EMFILE), it yields the error and pauses before the
         // next accept (1 ms, doubling up to 100 ms), so the server neither

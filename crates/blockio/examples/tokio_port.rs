@@ -7,7 +7,11 @@
 //! ```
 //!
 //! The porting rules:
-//! * Listeners and connects take the engine first.
+//! * `TcpListener::bind`, `TcpStream::connect`, `local_addr`, `peer_addr`
+//!   have tokio's signatures (async, name look-ups off the executor's
+//!   thread, `io::Result`s) and use the default engine
+//!   (`AsyncEngine::current`: the runtime's own); `bind_with` and
+//!   `connect_with` take an engine of your own.
 //! * Streams have owned-buffer `read`/`write`/`write_all` of their own,
 //!   which method lookup finds before `AsyncReadExt::read` and friends on a
 //!   stream held by value. Code generic over `AsyncRead + AsyncWrite`
@@ -19,7 +23,6 @@
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 // Changed: blockio's types instead of tokio::net's.
-use blockio::aio::AsyncEngine;
 use blockio::net::{TcpListener, TcpStream};
 
 /// Echoes until the peer closes: tokio code, unchanged.
@@ -38,14 +41,13 @@ async fn echo<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) -> std::io::Result<u6
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::io::Result<()> {
-    let engine = AsyncEngine::new()?; // Changed: one engine for the sockets.
-    let listener = TcpListener::bind(&engine, "127.0.0.1:0")?; // Changed: the engine, no await.
-    let addr = listener.local_addr(); // Changed: no `?`.
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
     let server = tokio::spawn(async move {
         let (stream, _) = listener.accept().await?;
         echo(stream).await
     });
-    let mut stream = TcpStream::connect(&engine, addr).await?; // Changed: the engine.
+    let mut stream = TcpStream::connect(addr).await?;
     let s = &mut stream; // Changed: the extension traits through `&mut`.
     s.write_all(b"ported from tokio").await?;
     s.shutdown().await?;

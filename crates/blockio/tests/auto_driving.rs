@@ -41,8 +41,8 @@ fn is_caller_driven(engine: &AsyncEngine) -> bool {
 /// An echo of `msg` through a blockio listener and a std peer, with the
 /// owned-buffer calls, under the hang guard.
 async fn echo_once(engine: &AsyncEngine, msg: &[u8]) -> Vec<u8> {
-    let listener = TcpListener::bind(engine, "127.0.0.1:0").unwrap();
-    let mut peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    let listener = TcpListener::bind_with(engine, "127.0.0.1:0").await.unwrap();
+    let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     peer.write_all(msg).unwrap();
     let served = async {
         let (stream, _) = listener.accept().await.unwrap();
@@ -90,8 +90,9 @@ fn an_engine_built_outside_a_runtime_has_its_own_thread() {
     );
     assert!(engine.poll_fd().is_none());
     // No runtime's reactor is involved: any executor drives the futures.
-    let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-    let mut peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    let listener =
+        futures::executor::block_on(TcpListener::bind_with(&engine, "127.0.0.1:0")).unwrap();
+    let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     peer.write_all(b"ping").unwrap();
     let got = futures::executor::block_on(async {
         let (stream, _) = listener.accept().await.unwrap();
@@ -122,8 +123,9 @@ fn an_explicit_setting_is_kept_on_a_runtime() {
 fn another_executor_is_served_while_the_building_runtime_runs() {
     let rt = multi_thread();
     let engine = rt.block_on(async { AsyncEngine::new().unwrap() });
-    let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-    let mut peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    let listener =
+        futures::executor::block_on(TcpListener::bind_with(&engine, "127.0.0.1:0")).unwrap();
+    let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     peer.write_all(b"elsewhere").unwrap();
     let got = std::thread::spawn(move || {
         futures::executor::block_on(async {
@@ -145,8 +147,10 @@ fn an_engine_outlives_the_runtime_it_was_built_on() {
     let first = current_thread();
     let (engine, stream, mut peer) = first.block_on(async {
         let engine = AsyncEngine::new().unwrap();
-        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-        let peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+        let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
+            .await
+            .unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (stream, _) = listener.accept().await.unwrap();
         (engine, stream, peer)
     });
@@ -212,8 +216,10 @@ fn a_dropped_streams_bytes_arrive_from_a_default_engine() {
     let rt = current_thread();
     let mut peer = rt.block_on(async {
         let engine = AsyncEngine::new().unwrap();
-        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-        let peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+        let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
+            .await
+            .unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (mut stream, _) = listener.accept().await.unwrap();
         let reply = vec![7u8; 4 << 20];
         tokio::io::AsyncWriteExt::write_all(&mut stream, &reply)
@@ -282,7 +288,7 @@ fn a_burst_of_reads_beyond_the_submission_queue_all_reach_the_kernel() {
         let mut streams = Vec::new();
         let mut peers = Vec::new();
         for _ in 0..=IDLE {
-            streams.push(TcpStream::connect(&engine, addr).await.unwrap());
+            streams.push(TcpStream::connect_with(&engine, addr).await.unwrap());
             peers.push(listener.accept().unwrap().0);
         }
         peers[IDLE].write_all(b"probe").unwrap();
@@ -335,8 +341,10 @@ fn a_read_whose_submitting_thread_exits_is_made_again() {
     let (engine, exit_builder) = built_on_a_thread();
     let rt = current_thread();
     let got = rt.block_on(async {
-        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-        let mut peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+        let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
+            .await
+            .unwrap();
+        let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (stream, _) = listener.accept().await.unwrap();
         let read = tokio::spawn(async move {
             let (n, buf) = stream.read(vec![0u8; 5]).await;
@@ -362,7 +370,7 @@ fn connected_on(rt: &tokio::runtime::Runtime) -> (AsyncEngine, TcpStream, std::n
     let addr = listener.local_addr().unwrap();
     let (engine, stream) = rt.block_on(async {
         let engine = AsyncEngine::new().unwrap();
-        let stream = TcpStream::connect(&engine, addr).await.unwrap();
+        let stream = TcpStream::connect_with(&engine, addr).await.unwrap();
         (engine, stream)
     });
     let peer = listener.accept().unwrap().0;
@@ -516,7 +524,7 @@ fn a_connect_whose_submitting_thread_exits_is_made_again() {
     let rt = current_thread();
     let connected = rt.block_on(async {
         let e = engine.clone();
-        let connect = tokio::spawn(async move { TcpStream::connect(&e, addr).await });
+        let connect = tokio::spawn(async move { TcpStream::connect_with(&e, addr).await });
         // Time for the builder's thread to submit the connect (the outcome
         // asserted is the same if it has not: then this runtime does).
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -545,6 +553,60 @@ fn a_connect_whose_submitting_thread_exits_is_made_again() {
         }
     });
     let stream = connected.expect("the connect failed");
-    assert_eq!(stream.peer_addr(), addr);
+    assert_eq!(stream.peer_addr().unwrap(), addr);
     drop(fillers);
+}
+
+/// The default engine (`AsyncEngine::current`), which `bind` and
+/// `connect` without an engine use: on a tokio runtime with I/O and
+/// io_uring it is the runtime's own, driven by it; off any runtime, and
+/// on the thread-pool backend, the process's, with its driver thread.
+/// Sockets on it need no handle, as on tokio.
+#[test]
+fn the_default_engine_is_the_runtimes_own_or_the_processes() {
+    let off_runtime = AsyncEngine::current().unwrap();
+    assert!(matches!(off_runtime.driving(), Driving::Thread));
+    for rt in [current_thread(), multi_thread()] {
+        rt.block_on(async {
+            let engine = AsyncEngine::current().unwrap();
+            let ring = engine.backend() == Backend::IoUring;
+            assert_eq!(is_caller_driven(&engine), ring, "{:?}", engine.driving());
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (accepted, client) = tokio::join!(listener.accept(), TcpStream::connect(addr));
+            let (served, peer) = accepted.unwrap();
+            let client = client.unwrap();
+            assert_eq!(client.peer_addr().unwrap(), addr);
+            assert_eq!(client.local_addr().unwrap(), peer);
+            client.write_all(b"default".to_vec()).await.0.unwrap();
+            let (n, buf) = served.read(vec![0u8; 7]).await;
+            assert_eq!(&buf[..n.unwrap()], b"default");
+        });
+    }
+}
+
+/// Host names resolve as tokio's `ToSocketAddrs` resolves them (the look-up
+/// made off the executor's thread), and a name that does not resolve is
+/// an error naming it.
+#[test]
+fn connect_resolves_host_names_and_names_the_one_that_fails() {
+    current_thread().block_on(async {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let by_pair = TcpStream::connect(("localhost", port)).await;
+        let by_string = TcpStream::connect(format!("localhost:{port}")).await;
+        for client in [by_pair, by_string] {
+            let client = client.expect("localhost resolves to 127.0.0.1 or ::1");
+            assert_eq!(client.peer_addr().unwrap().port(), port);
+        }
+        let addrs: Vec<_> = blockio::net::lookup_host("127.0.0.1:9")
+            .await
+            .unwrap()
+            .collect();
+        assert_eq!(addrs, ["127.0.0.1:9".parse().unwrap()]);
+        let err = TcpStream::connect("no-such-host.invalid:80")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("no-such-host.invalid:80"), "{err}");
+    });
 }

@@ -439,8 +439,9 @@ impl InPlace {
 fn first_recv_stream_on_the_driver_thread_does_not_wait_for_itself() {
     use blockio::net::{TcpListener, TcpStream};
     let engine = AsyncEngine::new().unwrap();
-    let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-    let mut peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    let listener =
+        futures::executor::block_on(TcpListener::bind_with(&engine, "127.0.0.1:0")).unwrap();
+    let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (stream, _): (TcpStream, _) = futures::executor::block_on(listener.accept()).unwrap();
     let (r, mut w, _watch) = pipe();
     let pipe_reader = AsyncFile::from_file(&engine, r);
@@ -508,12 +509,12 @@ fn a_waker_that_reaps_its_engine_does_not_deadlock() {
         // and may wake its waker before it is cancelled, or not.
         let full = common::full_listener();
         let addr = full.0.local_addr().unwrap().as_socket().unwrap();
-        let mut a = Box::pin(TcpStream::connect(&engine, addr));
+        let mut a = Box::pin(TcpStream::connect_with(&engine, addr));
         assert!(poll_with(&mut a, noop()).is_pending());
         // Waits in the backlog, with a waker that reaps.
         let reaper = Arc::new(ReapingWaker(engine.clone(), AtomicUsize::new(0)));
         let waker = Waker::from(reaper.clone());
-        let mut b = Box::pin(TcpStream::connect(&engine, addr));
+        let mut b = Box::pin(TcpStream::connect_with(&engine, addr));
         assert!(poll_with(&mut b, &waker).is_pending());
         drop(b);
         drop(a);
@@ -912,10 +913,10 @@ fn connections_holding_the_whole_receive_ring_still_receive() {
             .recv_buffer_share(4)
             .build()
             .unwrap();
-        let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+        let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
         let mut pairs = Vec::new();
         for _ in 0..CONNS {
-            let peer = StdStream::connect(l.local_addr()).unwrap();
+            let peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
             let (s, _) = futures::executor::block_on(l.accept()).unwrap();
             pairs.push((s, peer));
         }

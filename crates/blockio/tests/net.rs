@@ -28,10 +28,10 @@ fn current_thread() -> tokio::runtime::Runtime {
 #[test]
 fn futures_are_send() {
     let e = engine();
-    let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
     let accept = l.accept();
     assert_send(&accept);
-    let connect = TcpStream::connect(&e, l.local_addr());
+    let connect = TcpStream::connect_with(&e, l.local_addr().unwrap());
     assert_send(&connect);
     let s = futures::executor::block_on(async {
         let (c, a) = futures::join!(connect, accept);
@@ -54,8 +54,8 @@ fn echo_many_connections_on_tokio_multi_thread() {
         .worker_threads(2)
         .build()
         .unwrap();
-    let listener = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
-    let addr = listener.local_addr();
+    let listener = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
     rt.spawn(async move {
         loop {
             let (s, _) = listener.accept().await.unwrap();
@@ -101,11 +101,11 @@ fn echo_many_connections_on_tokio_multi_thread() {
 }
 
 fn pair(e: &AsyncEngine) -> (TcpStream, StdStream) {
-    let l = TcpListener::bind(e, "127.0.0.1:0").unwrap();
-    let peer = StdStream::connect(l.local_addr()).unwrap();
+    let l = futures::executor::block_on(TcpListener::bind_with(e, "127.0.0.1:0")).unwrap();
+    let peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
     let (s, addr) = futures::executor::block_on(l.accept()).unwrap();
     assert_eq!(addr, peer.local_addr().unwrap());
-    assert_eq!(s.peer_addr(), peer.local_addr().unwrap());
+    assert_eq!(s.peer_addr().unwrap(), peer.local_addr().unwrap());
     (s, peer)
 }
 
@@ -210,7 +210,7 @@ fn errors_are_the_kernels_as_on_std_and_tokio() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let err = futures::executor::block_on(TcpStream::connect(&e, port)).unwrap_err();
+    let err = futures::executor::block_on(TcpStream::connect_with(&e, port)).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
     assert_eq!(blockio::errno(&err), Some(libc::ECONNREFUSED));
     assert_eq!(err.raw_os_error(), Some(libc::ECONNREFUSED), "{err}");
@@ -240,8 +240,8 @@ fn errors_are_the_kernels_as_on_std_and_tokio() {
 #[test]
 fn runs_on_smol_and_block_on() {
     let e = engine();
-    let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
-    let addr = l.local_addr();
+    let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let addr = l.local_addr().unwrap();
     let server = std::thread::spawn(move || {
         smol::block_on(async {
             let (s, _) = l.accept().await.unwrap();
@@ -253,7 +253,7 @@ fn runs_on_smol_and_block_on() {
         })
     });
     futures::executor::block_on(async {
-        let c = TcpStream::connect(&e, addr).await.unwrap();
+        let c = TcpStream::connect_with(&e, addr).await.unwrap();
         c.set_nodelay(true).unwrap();
         assert!(c.nodelay().unwrap());
         assert_eq!(c.local_addr().unwrap().ip(), addr.ip());
@@ -269,10 +269,9 @@ fn runs_on_smol_and_block_on() {
 #[test]
 fn bind_errors_keep_their_errno() {
     let e = engine();
-    let taken = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
-    let err = blockio::net::TcpListenerOptions::default()
-        .reuse_address(false)
-        .bind(&e, taken.local_addr())
+    let taken = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let options = blockio::net::TcpListenerOptions::default().reuse_address(false);
+    let err = futures::executor::block_on(options.bind_with(&e, taken.local_addr().unwrap()))
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
     assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE), "{err}");
@@ -286,9 +285,9 @@ fn idle_connections_hold_no_threads() {
     // sit in an epoll set, not on pool threads).
     let e = AsyncEngine::builder().fallback_threads(2).build().unwrap();
     let rt = current_thread();
-    let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
     let peers: Vec<StdStream> = (0..101)
-        .map(|_| StdStream::connect(l.local_addr()).unwrap())
+        .map(|_| StdStream::connect(l.local_addr().unwrap()).unwrap())
         .collect();
     rt.block_on(async {
         let mut idle = Vec::new();
@@ -340,8 +339,8 @@ fn serve_driven(
     // threads and wake their tasks, with nothing to drive.
     let uring = e.backend() == blockio::Backend::IoUring;
     assert_eq!(e.poll_fd().is_some(), uring, "a ring to watch iff io_uring");
-    let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
-    let addr = l.local_addr();
+    let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let addr = l.local_addr().unwrap();
     let clients: Vec<_> = (0..8u8)
         .map(|c| {
             std::thread::spawn(move || {
@@ -429,8 +428,8 @@ fn a_stream_moves_to_a_new_runtime_that_drives_its_engine() {
         ))
         .build()
         .unwrap();
-    let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
-    let mut peer = StdStream::connect(l.local_addr()).unwrap();
+    let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let mut peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
     peer.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let first = current_thread();
@@ -623,7 +622,8 @@ fn connect_timeout_gives_up_at_its_limit() {
     let addr = l.local_addr().unwrap().as_socket().unwrap();
     let start = std::time::Instant::now();
     let limit = Duration::from_millis(300);
-    let err = futures::executor::block_on(TcpStream::connect_timeout(&e, addr, limit)).unwrap_err();
+    let err =
+        futures::executor::block_on(TcpStream::connect_timeout_with(&e, addr, limit)).unwrap_err();
     let took = start.elapsed();
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
     assert_eq!(err.raw_os_error(), Some(libc::ETIMEDOUT), "{err}");
@@ -632,12 +632,12 @@ fn connect_timeout_gives_up_at_its_limit() {
     assert!(took >= limit && took < Duration::from_secs(60), "{took:?}");
     // And a peer that answers is reached within the limit.
     let ok = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let s = futures::executor::block_on(TcpStream::connect_timeout(
+    let s = futures::executor::block_on(TcpStream::connect_timeout_with(
         &e,
         ok.local_addr().unwrap(),
         limit,
     ));
-    assert_eq!(s.unwrap().peer_addr(), ok.local_addr().unwrap());
+    assert_eq!(s.unwrap().peer_addr().unwrap(), ok.local_addr().unwrap());
 }
 
 /// A zero limit is the caller's mistake, refused before anything is
@@ -649,14 +649,15 @@ fn connect_timeout_refuses_a_zero_limit_as_std_does() {
     let ok = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = ok.local_addr().unwrap();
     let std_err = StdStream::connect_timeout(&addr, Duration::ZERO).unwrap_err();
-    let err = futures::executor::block_on(TcpStream::connect_timeout(&e, addr, Duration::ZERO))
-        .unwrap_err();
+    let err =
+        futures::executor::block_on(TcpStream::connect_timeout_with(&e, addr, Duration::ZERO))
+            .unwrap_err();
     assert_eq!(err.kind(), std_err.kind(), "{err}");
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sock");
     let _l = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    let err = futures::executor::block_on(blockio::net::UnixStream::connect_timeout(
+    let err = futures::executor::block_on(blockio::net::UnixStream::connect_timeout_with(
         &e,
         &path,
         Duration::ZERO,
@@ -672,8 +673,8 @@ fn connect_timeout_refuses_a_zero_limit_as_std_does() {
 fn a_python_asyncio_client_talks_to_a_blockio_server() {
     let e = engine();
     let rt = current_thread();
-    let listener = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
-    let port = listener.local_addr().port();
+    let listener = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let port = listener.local_addr().unwrap().port();
     let script = format!(
         r#"
 import asyncio, os
@@ -742,17 +743,17 @@ fn unix_streams_echo_and_keep_errnos() {
     let e = engine();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sock");
-    let l = UnixListener::bind(&e, &path).unwrap();
+    let l = UnixListener::bind_with(&e, &path).unwrap();
     assert_eq!(l.local_path(), path);
-    let err = UnixListener::bind(&e, &path).unwrap_err();
+    let err = UnixListener::bind_with(&e, &path).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE), "{err}");
     let missing = dir.path().join("nobody");
-    let err = futures::executor::block_on(UnixStream::connect(&e, &missing)).unwrap_err();
+    let err = futures::executor::block_on(UnixStream::connect_with(&e, &missing)).unwrap_err();
     assert_eq!(blockio::errno(&err), Some(libc::ENOENT), "{err}");
     assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
     // An error that is not the kernel's names the path.
     let long = dir.path().join("x".repeat(200));
-    let err = UnixListener::bind(&e, &long).unwrap_err();
+    let err = UnixListener::bind_with(&e, &long).unwrap_err();
     assert!(err.to_string().contains("x".repeat(200).as_str()), "{err}");
 
     let data: Vec<u8> = (0..1u32 << 20).map(|i| ((i * 31) >> 3) as u8).collect();
@@ -773,7 +774,7 @@ fn unix_streams_echo_and_keep_errnos() {
             }
         };
         let client = async {
-            let mut c = UnixStream::connect(&e, &path).await.unwrap();
+            let mut c = UnixStream::connect_with(&e, &path).await.unwrap();
             let mut back = Vec::new();
             let (mut r, mut w) = AsyncReadExt::split(&mut c);
             let write = async {
@@ -796,11 +797,9 @@ fn unix_streams_echo_and_keep_errnos() {
 fn incoming_accepts_a_storm_with_one_multishot_request() {
     const CONNS: usize = 200;
     let e = engine();
-    let listener = blockio::net::TcpListenerOptions::default()
-        .multishot_accept(true)
-        .bind(&e, "127.0.0.1:0")
-        .unwrap();
-    let addr = listener.local_addr();
+    let options = blockio::net::TcpListenerOptions::default().multishot_accept(true);
+    let listener = futures::executor::block_on(options.bind_with(&e, "127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
     let clients = std::thread::spawn(move || {
         let conns: Vec<StdStream> = (0..CONNS)
             .map(|_| StdStream::connect(addr).unwrap())
@@ -824,7 +823,7 @@ fn incoming_accepts_a_storm_with_one_multishot_request() {
         let mut seen = std::collections::HashSet::new();
         for i in 0..CONNS {
             let (s, peer) = incoming.next().await.unwrap();
-            assert_eq!(s.peer_addr(), peer);
+            assert_eq!(s.peer_addr().unwrap(), peer);
             assert!(seen.insert(peer), "{peer} twice");
             let mut said = Vec::new();
             loop {
@@ -848,11 +847,9 @@ fn incoming_accepts_a_storm_with_one_multishot_request() {
 #[test]
 fn connections_an_incoming_stream_left_go_to_the_next_accept() {
     let e = engine();
-    let listener = blockio::net::TcpListenerOptions::default()
-        .multishot_accept(true)
-        .bind(&e, "127.0.0.1:0")
-        .unwrap();
-    let addr = listener.local_addr();
+    let options = blockio::net::TcpListenerOptions::default().multishot_accept(true);
+    let listener = futures::executor::block_on(options.bind_with(&e, "127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
     let mut clients: Vec<StdStream> = (0..10).map(|_| StdStream::connect(addr).unwrap()).collect();
     let mut want: std::collections::HashSet<_> =
         clients.iter().map(|c| c.local_addr().unwrap()).collect();
@@ -899,7 +896,7 @@ fn unix_incoming_accepts_with_one_multishot_request() {
     let e = engine();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sock");
-    let listener = UnixListener::bind(&e, &path).unwrap();
+    let listener = UnixListener::bind_with(&e, &path).unwrap();
     let mut clients: Vec<StdUnix> = (0..20).map(|_| StdUnix::connect(&path).unwrap()).collect();
     for (i, c) in clients.iter_mut().enumerate() {
         c.write_all(&[i as u8]).unwrap();
@@ -1194,16 +1191,16 @@ fn an_accept_dropped_by_a_timeout_loses_no_connection() {
     let rt = current_thread();
     let limit = |i: u32| Duration::from_micros(u64::from(i * 37 % 1000));
     let l = rt
-        .block_on(async { TcpListener::bind(&e, "127.0.0.1:0") })
+        .block_on(async { TcpListener::bind_with(&e, "127.0.0.1:0").await })
         .unwrap();
-    let addr = l.local_addr();
+    let addr = l.local_addr().unwrap();
     let tcp = clients(
         move || StdStream::connect(addr),
         |s: &StdStream| s.set_read_timeout(Some(Duration::from_secs(10))).unwrap(),
     );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sock");
-    let ul = blockio::net::UnixListener::bind(&e, &path).unwrap();
+    let ul = blockio::net::UnixListener::bind_with(&e, &path).unwrap();
     let unix = clients(
         move || std::os::unix::net::UnixStream::connect(&path),
         |s: &std::os::unix::net::UnixStream| {
@@ -1237,16 +1234,14 @@ fn an_accept_dropped_by_a_timeout_loses_no_connection() {
 #[test]
 fn bind_tries_each_address_in_turn() {
     let e = engine();
-    let taken = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
+    let taken = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
     let options = blockio::net::TcpListenerOptions::default().reuse_address(false);
     let free: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let l = options
-        .bind(&e, &[taken.local_addr(), free][..])
+    let taken = taken.local_addr().unwrap();
+    let l = futures::executor::block_on(options.bind_with(&e, &[taken, free][..]))
         .expect("the second address of the list");
-    assert_ne!(l.local_addr().port(), taken.local_addr().port());
-    let err = options
-        .bind(&e, &[taken.local_addr(), taken.local_addr()][..])
-        .unwrap_err();
+    assert_ne!(l.local_addr().unwrap().port(), taken.port());
+    let err = futures::executor::block_on(options.bind_with(&e, &[taken, taken][..])).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE), "{err}");
 }
 

@@ -70,7 +70,7 @@ fn pattern(i: usize) -> u8 {
 fn pair(engine: &AsyncEngine) -> (TcpStream, std::net::TcpStream) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let ours = futures::executor::block_on(TcpStream::connect(engine, addr)).unwrap();
+    let ours = futures::executor::block_on(TcpStream::connect_with(engine, addr)).unwrap();
     let (peer, _) = listener.accept().unwrap();
     (ours, peer)
 }

@@ -236,8 +236,10 @@ async fn accept_loop(
             }
         }
         (Family::Tcp { send_buffer }, Some(e)) => {
-            let l = blockio::net::TcpListener::bind(&e, (link::server_ip(), 0)).unwrap();
-            addr_tx.send(Addr::Tcp(l.local_addr())).unwrap();
+            let l = blockio::net::TcpListener::bind_with(&e, (link::server_ip(), 0))
+                .await
+                .unwrap();
+            addr_tx.send(Addr::Tcp(l.local_addr().unwrap())).unwrap();
             loop {
                 let (s, _) = l.accept().await.unwrap();
                 if let Some(size) = send_buffer {
@@ -257,7 +259,7 @@ async fn accept_loop(
         }
         (Family::Unix, Some(e)) => {
             let path = path.unwrap();
-            let l = blockio::net::UnixListener::bind(&e, &path).unwrap();
+            let l = blockio::net::UnixListener::bind_with(&e, &path).unwrap();
             addr_tx.send(Addr::Unix(path)).unwrap();
             loop {
                 let (s, _) = l.accept().await.unwrap();
@@ -694,7 +696,9 @@ async fn reset_mid_read(stack: Stack, e: Option<&AsyncEngine>) -> Outcome {
             s.read(&mut [0u8; 64]).await.into()
         }
         (_, Some(e)) => {
-            let s = blockio::net::TcpStream::connect(e, addr).await.unwrap();
+            let s = blockio::net::TcpStream::connect_with(e, addr)
+                .await
+                .unwrap();
             blockio::net::TcpStream::read(&s, vec![0u8; 64])
                 .await
                 .0
@@ -738,19 +742,19 @@ async fn error_cases(stack: Stack, e: Option<AsyncEngine>) -> Vec<(&'static str,
         }
         Some(e) => {
             use blockio::net::{TcpListener, TcpStream, UnixStream};
-            out.push(("refused", TcpStream::connect(e, closed).await.into()));
-            let s = TcpStream::connect(e, &list[..]).await;
-            let peer = s.as_ref().map(|s| s.peer_addr()).ok();
+            out.push(("refused", TcpStream::connect_with(e, closed).await.into()));
+            let s = TcpStream::connect_with(e, &list[..]).await;
+            let peer = s.as_ref().map(|s| s.peer_addr().unwrap()).ok();
             out.push(("list", s.into()));
             out.push(("list reaches", Outcome::from(Ok::<_, io::Error>(peer))));
-            let in_use = TcpListener::bind(e, taken_addr);
+            let in_use = TcpListener::bind_with(e, taken_addr).await;
             if let Err(err) = &in_use {
                 assert_eq!(blockio::errno(err), Some(libc::EADDRINUSE), "{err}");
             }
             out.push(("in use", in_use.into()));
             out.push((
                 "no unix socket",
-                UnixStream::connect(e, &missing).await.into(),
+                UnixStream::connect_with(e, &missing).await.into(),
             ));
         }
     }
@@ -887,14 +891,14 @@ fn writes_after_a_failure_or_a_shutdown_fail_as_on_tokio() {
                     (reset, shut)
                 }
                 Some(e) => {
-                    let mut s = blockio::net::TcpStream::connect(e, a).await.unwrap();
+                    let mut s = blockio::net::TcpStream::connect_with(e, a).await.unwrap();
                     let reset = writes_after_reset(&mut s).await;
                     let owned = s.write(b"x".to_vec()).await.0;
                     assert!(
                         owned.is_err(),
                         "{stack:?}: an owned write went after a reset"
                     );
-                    let mut s = blockio::net::TcpStream::connect(e, b).await.unwrap();
+                    let mut s = blockio::net::TcpStream::connect_with(e, b).await.unwrap();
                     let shut =
                         writes_around_shutdown(&mut s, |s| s.shutdown(std::net::Shutdown::Write))
                             .await;
@@ -965,7 +969,7 @@ fn a_connect_timeout_is_etimedout() {
                 tokio::spawn(drive_on_tokio(e.clone()));
             }
             let limit = Duration::from_millis(200);
-            blockio::net::TcpStream::connect_timeout(&e, addr, limit)
+            blockio::net::TcpStream::connect_timeout_with(&e, addr, limit)
                 .await
                 .into()
         });
@@ -1017,8 +1021,8 @@ fn a_dropped_server_s_port_binds_again_at_once() {
                         });
                     }
                     Some(e) => {
-                        let l = blockio::net::TcpListener::bind(e, addr)?;
-                        let _ = tx.send(l.local_addr());
+                        let l = blockio::net::TcpListener::bind_with(e, addr).await?;
+                        let _ = tx.send(l.local_addr()?);
                         tokio::spawn(async move {
                             let mut incoming = l.incoming();
                             loop {
@@ -1300,8 +1304,10 @@ fn fd_limited_server() {
                 }
             }
             Some(e) => {
-                let l = blockio::net::TcpListener::bind(&e, (link::server_ip(), 0)).unwrap();
-                limit_fds_and_announce(l.local_addr());
+                let l = blockio::net::TcpListener::bind_with(&e, (link::server_ip(), 0))
+                    .await
+                    .unwrap();
+                limit_fds_and_announce(l.local_addr().unwrap());
                 let mut incoming = l.incoming();
                 loop {
                     match incoming.next().await {

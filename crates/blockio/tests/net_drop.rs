@@ -24,11 +24,10 @@ fn dropping_everything_with_operations_live_leaks_no_descriptor() {
             .enable_all()
             .build()
             .unwrap();
-        let listener = TcpListenerOptions::default()
-            .multishot_accept(true)
-            .bind(&engine, "127.0.0.1:0")
-            .unwrap();
-        let addr = listener.local_addr();
+        let options = TcpListenerOptions::default().multishot_accept(true);
+        let listener =
+            futures::executor::block_on(options.bind_with(&engine, "127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
         let mut peers = Vec::new();
         for _ in 0..20 {
             peers.push(std::net::TcpStream::connect(addr).unwrap());

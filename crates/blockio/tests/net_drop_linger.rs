@@ -27,8 +27,9 @@ fn a_driven_engine_with_lingering_streams_finishes_once_they_give_up() {
             .enable_all()
             .build()
             .unwrap();
-        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-        let addr = listener.local_addr();
+        let listener =
+            futures::executor::block_on(TcpListener::bind_with(&engine, "127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
         let peers: Vec<_> = (0..4)
             .map(|_| std::net::TcpStream::connect(addr).unwrap())
             .collect();

@@ -39,8 +39,8 @@ fn waiting_operations_open_no_descriptors_and_survive_the_limit() {
         .enable_all()
         .build()
         .unwrap();
-    let listener = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
-    let addr = listener.local_addr();
+    let listener = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
     let mut peers = Vec::new();
     let mut streams: Vec<TcpStream> = Vec::new();
     for _ in 0..CONNS {

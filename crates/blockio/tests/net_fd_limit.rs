@@ -37,8 +37,9 @@ fn an_accept_storm_past_the_descriptor_limit_recovers() {
     let before = open_fds();
     {
         let engine = AsyncEngine::builder().queue_depth(64).build().unwrap();
-        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-        let addr = listener.local_addr();
+        let listener =
+            futures::executor::block_on(TcpListener::bind_with(&engine, "127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
         // The clients live in another process, which holds the connections
         // open until its stdin closes.
         let script = format!(

@@ -32,8 +32,10 @@ fn serve() -> SocketAddr {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
             let engine = AsyncEngine::new().unwrap();
-            let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-            tx.send(listener.local_addr()).unwrap();
+            let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
+                .await
+                .unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
                 tokio::spawn(async move {

@@ -22,8 +22,9 @@ fn pool_threads_start_with_the_first_file_operation() {
         .build()
         .unwrap();
     assert_eq!(engine.fallback_threads(), 16);
-    let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-    let addr = listener.local_addr();
+    let listener =
+        futures::executor::block_on(TcpListener::bind_with(&engine, "127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
     let peer = std::thread::spawn(move || {
         let mut c = std::net::TcpStream::connect(addr).unwrap();
         c.write_all(b"ping").unwrap();

@@ -20,10 +20,10 @@ fn payload(seed: u64, n: usize) -> Vec<u8> {
 
 /// `count` accepted server streams and their std peers.
 fn pairs(e: &AsyncEngine, count: usize) -> Vec<(TcpStream, StdStream)> {
-    let l = TcpListener::bind(e, "127.0.0.1:0").unwrap();
+    let l = futures::executor::block_on(TcpListener::bind_with(e, "127.0.0.1:0")).unwrap();
     (0..count)
         .map(|_| {
-            let peer = StdStream::connect(l.local_addr()).unwrap();
+            let peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
             let (s, _) = futures::executor::block_on(l.accept()).unwrap();
             (s, peer)
         })
@@ -361,8 +361,8 @@ fn completions_that_overflow_a_caller_driven_ring_are_all_reaped() {
         .build()
         .unwrap();
     assert_eq!(e.poll_fd().is_some(), ring_expected(&e));
-    let l = TcpListener::bind(&e, "127.0.0.1:0").unwrap();
-    let mut peer = StdStream::connect(l.local_addr()).unwrap();
+    let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let mut peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
     let (s, _) = drive_until(&e, l.accept()).unwrap();
     let data = payload(9, 3000);
     peer.write_all(&data).unwrap();

@@ -29,8 +29,9 @@ fn killed_server() {
     }
     .build()
     .unwrap();
-    let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-    println!("port {}", listener.local_addr().port());
+    let listener =
+        futures::executor::block_on(TcpListener::bind_with(&engine, "127.0.0.1:0")).unwrap();
+    println!("port {}", listener.local_addr().unwrap().port());
     let accept = async {
         let mut held = Vec::new();
         loop {

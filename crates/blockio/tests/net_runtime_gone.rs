@@ -38,8 +38,8 @@ fn stream_from_a_dropped_runtime(engine: &AsyncEngine) -> (TcpStream, std::net::
     let rt = runtime();
     rt.spawn(drive_on_tokio(engine.clone()));
     let (stream, peer) = rt.block_on(async {
-        let listener = TcpListener::bind(engine, "127.0.0.1:0").unwrap();
-        let peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+        let listener = TcpListener::bind_with(engine, "127.0.0.1:0").await.unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (mut stream, _) = listener.accept().await.unwrap();
         // A read that waits (the peer has sent nothing): its receive stays
         // in the kernel when the runtime goes.
@@ -93,8 +93,12 @@ fn a_dropped_streams_queued_bytes_reach_the_peer_once_driven_again() {
     let engine = caller_engine(Submit::PerRound);
     let rt = runtime();
     rt.spawn(drive_on_tokio(engine.clone()));
-    let listener = rt.block_on(async { TcpListener::bind(&engine, "127.0.0.1:0").unwrap() });
-    let mut peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    let listener = rt.block_on(async {
+        TcpListener::bind_with(&engine, "127.0.0.1:0")
+            .await
+            .unwrap()
+    });
+    let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     rt.block_on(async {
         let (mut stream, _) = listener.accept().await.unwrap();
         // More than the socket buffers hold while the peer does not read:
@@ -124,7 +128,7 @@ fn a_dropped_streams_queued_bytes_reach_the_peer_once_driven_again() {
     let rt = runtime();
     let (res, got) = rt.block_on(async {
         // Any use of the engine on this runtime: a connection of its own.
-        let other = TcpStream::connect(&engine, listener.local_addr());
+        let other = TcpStream::connect_with(&engine, listener.local_addr().unwrap());
         let both = async { tokio::join!(listener.accept(), other) };
         let (accepted, connected) = tokio::time::timeout(GUARD, both)
             .await
@@ -166,8 +170,9 @@ fn drop_a_writing_stream_with_its_runtime(
 ) -> std::net::TcpStream {
     let rt = runtime();
     rt.spawn(drive_on_tokio(engine.clone()));
-    let listener = rt.block_on(async { TcpListener::bind(engine, "127.0.0.1:0").unwrap() });
-    let peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    let listener =
+        rt.block_on(async { TcpListener::bind_with(engine, "127.0.0.1:0").await.unwrap() });
+    let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     rt.block_on(async {
         let (mut stream, _) = listener.accept().await.unwrap();
         if let Some(limit) = linger {
@@ -290,8 +295,10 @@ fn a_driver_spawned_but_never_polled_still_counts() {
     let rt = runtime();
     rt.spawn(drive_on_tokio(engine.clone()));
     let (mut stream, mut peer) = rt.block_on(async {
-        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-        let peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+        let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
+            .await
+            .unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (stream, _) = listener.accept().await.unwrap();
         (stream, peer)
     });
@@ -348,8 +355,8 @@ fn a_read_parked_when_its_driver_is_aborted_completes() {
             let engine = caller_engine(submit);
             rt.block_on(async {
                 let driver = tokio::spawn(drive_on_tokio(engine.clone()));
-                let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-                let mut peer = tokio::net::TcpStream::connect(listener.local_addr())
+                let listener = TcpListener::bind_with(&engine, "127.0.0.1:0").await.unwrap();
+                let mut peer = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
                     .await
                     .unwrap();
                 let (mut stream, _) = tokio::time::timeout(GUARD, listener.accept())
@@ -413,8 +420,8 @@ fn runtime_without_io() -> tokio::runtime::Runtime {
 /// A stream accepted from a std peer that has sent `sent`, on the
 /// current runtime's task.
 async fn accepted_with(engine: &AsyncEngine, sent: &[u8]) -> (TcpStream, std::net::TcpStream) {
-    let listener = TcpListener::bind(engine, "127.0.0.1:0").unwrap();
-    let mut peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    let listener = TcpListener::bind_with(engine, "127.0.0.1:0").await.unwrap();
+    let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     peer.write_all(sent).unwrap();
     let (stream, _) = listener.accept().await.unwrap();
     (stream, peer)
@@ -527,8 +534,10 @@ fn a_runtime_shut_down_under_dropped_streams_loses_none_of_their_bytes() {
         let rt = runtime();
         let peers = rt.block_on(async {
             tokio::spawn(drive_on_tokio(engine.clone()));
-            let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
-            let addr = listener.local_addr();
+            let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
+                .await
+                .unwrap();
+            let addr = listener.local_addr().unwrap();
             let peers: Vec<_> = (0..connections)
                 .map(|c| {
                     std::thread::spawn(move || {
@@ -604,10 +613,12 @@ fn runtimes_without_io_try_the_takeover_once_each() {
     driving.spawn(drive_on_tokio(engine.clone()));
     let streams: Vec<(TcpStream, std::net::TcpStream)> = driving.block_on(async {
         tokio::task::yield_now().await; // the driver runs
-        let listener = TcpListener::bind(&engine, "127.0.0.1:0").unwrap();
+        let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
+            .await
+            .unwrap();
         let mut out = Vec::new();
         for _ in 0..RUNTIMES {
-            let peer = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+            let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
             let (stream, _) = listener.accept().await.unwrap();
             out.push((stream, peer));
         }

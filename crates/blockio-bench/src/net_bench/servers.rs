@@ -413,8 +413,9 @@ const RING_BUFFER_SIZE: u32 = 16 * 1024;
 async fn blockio_server(engine: &AsyncEngine, ctx: Ctx<'_>, ring_recv: bool) -> Result<()> {
     let l = TcpListenerOptions::default()
         .reuse_port(true)
-        .bind(engine, ctx.bind)?;
-    ctx.addr_tx.send(Ok(l.local_addr())).ok();
+        .bind_with(engine, ctx.bind)
+        .await?;
+    ctx.addr_tx.send(Ok(l.local_addr()?)).ok();
     let mut incoming = l.incoming();
     loop {
         let (s, _) = incoming.next().await?;

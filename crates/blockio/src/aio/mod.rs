@@ -73,6 +73,7 @@
 mod buf;
 pub(crate) mod buf_ring;
 mod caller_ring;
+mod current;
 mod driver;
 mod driver_thread;
 mod driving;

@@ -59,11 +59,16 @@ fn watch(engine: &AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
         .ring_fd()
         .expect("drive_on_tokio registers only engines with a ring");
     let registered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: the `RingFd` moved into the `AsyncFd` keeps the ring, and
-        // so its descriptor, open until the `AsyncFd` is dropped (which
+        // The `RingFd` moved into the `AsyncFd` keeps the ring, and so its
+        // descriptor, open until the `AsyncFd` is dropped (which
         // deregisters it first), and its `as_raw_fd` always returns that
-        // descriptor.
-        unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+        // descriptor: the I/O-safety condition of tokio 1.54's `unsafe
+        // AsyncFd::register_with_interest` holds. That function is not
+        // used, so that tokio 1.49 (the first with `runtime::Id`, which
+        // `IO_DISABLED_RUNTIMES` and the default engines need) is enough;
+        // 1.54 deprecated this spelling of the same call, nothing more.
+        #[allow(deprecated)]
+        AsyncFd::with_interest(ring, Interest::READABLE)
     }));
     match registered {
         Ok(watched) => Ok(watched?),
@@ -166,8 +171,8 @@ fn refuses(runtime: &tokio::runtime::Handle) -> bool {
 ///         .driving(Driving::Caller(CallerDriving::new().submit(Submit::PerRound)))
 ///         .build()?;
 ///     let driver = tokio::spawn(drive_on_tokio(engine.clone()));
-///     let listener = TcpListener::bind(&engine, "127.0.0.1:0")?;
-///     let client = TcpStream::connect(&engine, listener.local_addr());
+///     let listener = TcpListener::bind_with(&engine, "127.0.0.1:0").await?;
+///     let client = TcpStream::connect_with(&engine, listener.local_addr()?);
 ///     let (accepted, client) = tokio::join!(listener.accept(), client);
 ///     let (served, _) = accepted?;
 ///     client?.write_all(b"ping".to_vec()).await.0?;

@@ -3,16 +3,16 @@
 //! [`AsyncEngine`](crate::aio::AsyncEngine) as file I/O.
 //!
 //! ```
-//! use blockio::aio::AsyncEngine;
 //! use blockio::net::{TcpListener, TcpStream};
 //!
 //! # fn main() -> std::io::Result<()> {
-//! let engine = AsyncEngine::new()?;
 //! futures::executor::block_on(async {
-//!     let listener = TcpListener::bind(&engine, "127.0.0.1:0")?;
-//!     let addr = listener.local_addr();
+//!     // On the default engine (`AsyncEngine::current`); `bind_with` and
+//!     // `connect_with` take an engine of your own.
+//!     let listener = TcpListener::bind("127.0.0.1:0").await?;
+//!     let addr = listener.local_addr()?;
 //!     let client = async {
-//!         let c = TcpStream::connect(&engine, addr).await?;
+//!         let c = TcpStream::connect(addr).await?;
 //!         c.write_all(b"ping".to_vec()).await.0?;
 //!         let (n, buf) = c.read(vec![0u8; 4]).await;
 //!         assert_eq!(&buf[..n?], b"pong");
@@ -202,6 +202,7 @@
 
 mod accepts;
 mod adapters;
+mod addr;
 mod incoming;
 mod limit;
 mod poll_io;
@@ -213,6 +214,7 @@ mod tcp;
 mod unix;
 mod write_side;
 
+pub use addr::{lookup_host, ToSocketAddrs};
 pub use recv_stream::{RecvBuf, RecvStream};
 pub use tcp::{Incoming, TcpListener, TcpListenerOptions, TcpStream};
 pub use unix::{UnixIncoming, UnixListener, UnixStream};

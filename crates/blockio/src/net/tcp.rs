@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::accepts::AcceptQueue;
+use super::addr::{resolve_some, ToSocketAddrs};
 use super::incoming::AcceptLoop;
 use super::limit::{check_limit, connect_timed_out, with_limit};
 use super::poll_io::PollIo;
@@ -80,22 +81,37 @@ impl TcpListenerOptions {
         self
     }
 
-    /// Binds a listener to `addr` with these options: each address it
-    /// resolves to in turn, until one binds, as std's and tokio's `bind`.
+    /// Binds a listener to `addr` with these options, on the default
+    /// engine ([`AsyncEngine::current`]): each address it resolves to in
+    /// turn, until one binds, as std's and tokio's `bind`. A host name is
+    /// looked up off the executor's thread (see [`lookup_host`](super::lookup_host)).
     ///
     /// # Errors
-    /// The address does not resolve, or `bind` or `listen` failed on every
-    /// address (the last address's error, the kernel's, `raw_os_error()`
-    /// set: `EADDRINUSE`, `EACCES` below port 1024, ...).
-    pub fn bind(&self, engine: &AsyncEngine, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+    /// The address does not resolve, the default engine cannot start, or
+    /// `bind` or `listen` failed on every address (the last address's
+    /// error, the kernel's, `raw_os_error()` set: `EADDRINUSE`, `EACCES`
+    /// below port 1024, ...).
+    pub async fn bind(&self, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+        self.bind_with(&AsyncEngine::current()?, addr).await
+    }
+
+    /// [`bind`](Self::bind) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`bind`](Self::bind).
+    pub async fn bind_with(
+        &self,
+        engine: &AsyncEngine,
+        addr: impl ToSocketAddrs,
+    ) -> io::Result<TcpListener> {
         let mut last = None;
-        for addr in all_addrs(addr)? {
+        for addr in resolve_some(&addr).await? {
             match self.bind_one(engine, addr) {
                 Ok(listener) => return Ok(listener),
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.expect("all_addrs gives at least one address"))
+        Err(last.expect("resolve_some gives at least one address"))
     }
 
     /// Binds a listener to one address.
@@ -119,27 +135,14 @@ impl TcpListenerOptions {
     }
 }
 
-/// Every address `addr` resolves to, in order; at least one.
-fn all_addrs(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>> {
-    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
-    if addrs.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "the address resolved to nothing",
-        ));
-    }
-    Ok(addrs)
-}
-
 /// A TCP socket listening for connections.
 ///
 /// ```no_run
-/// use blockio::aio::{AsyncEngine, IoBuf};
+/// use blockio::aio::IoBuf;
 /// use blockio::net::TcpListener;
 ///
 /// # async fn serve() -> std::io::Result<()> {
-/// let engine = AsyncEngine::new()?;
-/// let listener = TcpListener::bind(&engine, "127.0.0.1:8080")?;
+/// let listener = TcpListener::bind("127.0.0.1:8080").await?;
 /// loop {
 ///     let (stream, peer) = listener.accept().await?;
 ///     let (res, buf) = stream.read(vec![0u8; 4096]).await;
@@ -158,12 +161,24 @@ pub struct TcpListener {
 }
 
 impl TcpListener {
-    /// Binds to `addr` with the default [`TcpListenerOptions`].
+    /// Binds to `addr` with the default [`TcpListenerOptions`], on the
+    /// default engine ([`AsyncEngine::current`]), as tokio's `bind`.
     ///
     /// # Errors
     /// As for [`TcpListenerOptions::bind`].
-    pub fn bind(engine: &AsyncEngine, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
-        TcpListenerOptions::default().bind(engine, addr)
+    pub async fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+        TcpListenerOptions::default().bind(addr).await
+    }
+
+    /// [`bind`](Self::bind) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`TcpListenerOptions::bind`].
+    pub async fn bind_with(
+        engine: &AsyncEngine,
+        addr: impl ToSocketAddrs,
+    ) -> io::Result<TcpListener> {
+        TcpListenerOptions::default().bind_with(engine, addr).await
     }
 
     /// Accepts a connection: the stream and the peer's address.
@@ -237,8 +252,12 @@ impl TcpListener {
 
     /// The address the listener is bound to (with the port the kernel
     /// chose, when bound to port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local
+    ///
+    /// # Errors
+    /// None: the address is known from `bind`. The `Result` is tokio's
+    /// signature, so that ported code's `?` compiles unchanged.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
     }
 }
 
@@ -282,30 +301,44 @@ pub struct TcpStream {
 super::adapters::stream_io_traits!(TcpStream);
 
 impl TcpStream {
-    /// Connects to `addr`, for as long as the kernel tries (about two
-    /// minutes of SYN retries for a peer that never answers; see
-    /// [`connect_timeout`](Self::connect_timeout)). When `addr` resolves to
-    /// several addresses, each is tried in order until one connects, as
-    /// std and tokio do.
+    /// Connects to `addr` on the default engine
+    /// ([`AsyncEngine::current`]), for as long as the kernel tries (about
+    /// two minutes of SYN retries for a peer that never answers; see
+    /// [`connect_timeout`](Self::connect_timeout)). A host name is looked
+    /// up off the executor's thread (see [`lookup_host`](super::lookup_host)); when `addr`
+    /// resolves to several addresses, each is tried in order until one
+    /// connects, as std and tokio do.
     ///
     /// # Errors
     /// The last address's error, as the kernel gave it (`ECONNREFUSED`,
-    /// `ENETUNREACH`, `ETIMEDOUT`, ...; see the module docs), or that the
-    /// address resolved to nothing.
-    pub async fn connect(engine: &AsyncEngine, addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+    /// `ENETUNREACH`, `ETIMEDOUT`, ...; see the module docs), that the
+    /// address did not resolve or resolved to nothing, or that the
+    /// default engine cannot start.
+    pub async fn connect(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+        Self::connect_with(&AsyncEngine::current()?, addr).await
+    }
+
+    /// [`connect`](Self::connect) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`connect`](Self::connect).
+    pub async fn connect_with(
+        engine: &AsyncEngine,
+        addr: impl ToSocketAddrs,
+    ) -> io::Result<TcpStream> {
         let mut last = None;
-        for a in all_addrs(addr)? {
+        for a in resolve_some(&addr).await? {
             match Self::connect_to(engine, a).await {
                 Ok(s) => return Ok(s),
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.expect("all_addrs gives at least one address"))
+        Err(last.expect("resolve_some gives at least one address"))
     }
 
-    /// [`connect`](Self::connect), giving up after `limit` (over all the
-    /// addresses tried): the connect in flight is then cancelled in the
-    /// kernel and the error is `ETIMEDOUT` (kind
+    /// [`connect`](Self::connect), giving up after `limit` (over the
+    /// name look-up and all the addresses tried): the connect in flight is
+    /// then cancelled in the kernel and the error is `ETIMEDOUT` (kind
     /// [`TimedOut`](io::ErrorKind::TimedOut), `raw_os_error()` set). The
     /// timer needs no particular executor.
     ///
@@ -314,23 +347,24 @@ impl TcpStream {
     /// refused with kind [`InvalidInput`](io::ErrorKind::InvalidInput),
     /// as by std, before anything is tried.
     pub async fn connect_timeout(
+        addr: impl ToSocketAddrs,
+        limit: Duration,
+    ) -> io::Result<TcpStream> {
+        check_limit(limit)?;
+        Self::connect_timeout_with(&AsyncEngine::current()?, addr, limit).await
+    }
+
+    /// [`connect_timeout`](Self::connect_timeout) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`connect_timeout`](Self::connect_timeout).
+    pub async fn connect_timeout_with(
         engine: &AsyncEngine,
         addr: impl ToSocketAddrs,
         limit: Duration,
     ) -> io::Result<TcpStream> {
         check_limit(limit)?;
-        let addrs = all_addrs(addr)?;
-        let each = async {
-            let mut last = None;
-            for a in addrs {
-                match Self::connect_to(engine, a).await {
-                    Ok(s) => return Ok(s),
-                    Err(e) => last = Some(e),
-                }
-            }
-            Err(last.expect("all_addrs gives at least one address"))
-        };
-        with_limit(each, limit)
+        with_limit(Self::connect_with(engine, addr), limit)
             .await
             .unwrap_or_else(|| Err(connect_timed_out()))
     }
@@ -381,8 +415,13 @@ impl TcpStream {
     }
 
     /// The peer's address.
-    pub fn peer_addr(&self) -> SocketAddr {
-        self.peer
+    ///
+    /// # Errors
+    /// None: the address is known from the connect or accept. The
+    /// `Result` is tokio's signature, so that ported code's `?` compiles
+    /// unchanged.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.peer)
     }
 
     /// This end's address.

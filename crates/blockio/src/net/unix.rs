@@ -30,13 +30,24 @@ pub struct UnixListener {
 }
 
 impl UnixListener {
-    /// Binds to `path` (which must not exist) with a backlog of 1024.
+    /// Binds to `path` (which must not exist) with a backlog of 1024, on
+    /// the default engine ([`AsyncEngine::current`]). Not async, as
+    /// tokio's: a path needs no look-up.
     ///
     /// # Errors
     /// The kernel's (`raw_os_error()` set): `EADDRINUSE` when it exists,
     /// `ENOENT`/`EACCES` for its directory; or, naming the path, a path
-    /// longer than `sun_path` (108 bytes).
-    pub fn bind(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<UnixListener> {
+    /// longer than `sun_path` (108 bytes); or that the default engine
+    /// cannot start.
+    pub fn bind(path: impl AsRef<Path>) -> io::Result<UnixListener> {
+        Self::bind_with(&AsyncEngine::current()?, path)
+    }
+
+    /// [`bind`](Self::bind) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`bind`](Self::bind).
+    pub fn bind_with(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<UnixListener> {
         let path = path.as_ref().to_path_buf();
         let name = format!("cannot listen on {}", path.display());
         let fail = |e: io::Error| super::os_error_or_named(e, &name);
@@ -147,12 +158,24 @@ impl UnixStream {
         }
     }
 
-    /// Connects to the listener at `path`.
+    /// Connects to the listener at `path`, on the default engine
+    /// ([`AsyncEngine::current`]).
     ///
     /// # Errors
     /// The kernel's: `ENOENT` (nothing there), `ECONNREFUSED` (nobody
-    /// listening), `EACCES`, ...
-    pub async fn connect(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<UnixStream> {
+    /// listening), `EACCES`, ...; or that the default engine cannot start.
+    pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
+        Self::connect_with(&AsyncEngine::current()?, path).await
+    }
+
+    /// [`connect`](Self::connect) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`connect`](Self::connect).
+    pub async fn connect_with(
+        engine: &AsyncEngine,
+        path: impl AsRef<Path>,
+    ) -> io::Result<UnixStream> {
         let path = path.as_ref();
         let peer = path.display().to_string();
         let name = format!("cannot connect to {peer}");
@@ -185,13 +208,25 @@ impl UnixStream {
     /// refused with kind [`InvalidInput`](io::ErrorKind::InvalidInput),
     /// as by std.
     pub async fn connect_timeout(
+        path: impl AsRef<Path>,
+        limit: Duration,
+    ) -> io::Result<UnixStream> {
+        check_limit(limit)?;
+        Self::connect_timeout_with(&AsyncEngine::current()?, path, limit).await
+    }
+
+    /// [`connect_timeout`](Self::connect_timeout) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`connect_timeout`](Self::connect_timeout).
+    pub async fn connect_timeout_with(
         engine: &AsyncEngine,
         path: impl AsRef<Path>,
         limit: Duration,
     ) -> io::Result<UnixStream> {
         check_limit(limit)?;
         let path = path.as_ref();
-        with_limit(Self::connect(engine, path), limit)
+        with_limit(Self::connect_with(engine, path), limit)
             .await
             .unwrap_or_else(|| Err(connect_timed_out()))
     }

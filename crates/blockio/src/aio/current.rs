@@ -1,0 +1,128 @@
+//! The default engine ([`AsyncEngine::current`]): what `TcpListener::bind`,
+//! `TcpStream::connect` and the other constructors without an engine
+//! argument use, so that code ported from tokio needs no engine handle.
+//!
+//! On a tokio runtime with I/O enabled (feature `tokio`) and io_uring
+//! available, each runtime gets an engine of its own, driven by that
+//! runtime's reactor (as [`AsyncEngine::new`] builds it there): the fastest
+//! setup, with no driver thread. Everywhere else (no tokio runtime, a
+//! runtime without I/O, the thread-pool backend) one engine serves the
+//! whole process: its driver thread (or its pool) needs no runtime, so
+//! any number of runtimes and executors share it.
+//!
+//! A runtime's engine is kept in a process-wide list until its
+//! `drive_on_tokio` task is gone (the runtime shut down, or the task
+//! aborted): the next look-up from any runtime drops such entries, so a
+//! program that makes many runtimes (a test suite, one runtime per test)
+//! holds no ring for a runtime that is gone. Streams still open keep
+//! their engine, which goes on as any caller-driven engine whose runtime
+//! went away (see [`Driving::Caller`](super::Driving::Caller)).
+
+use std::io;
+use std::sync::OnceLock;
+
+use super::{AsyncEngine, Driving};
+
+/// The process-wide engine: the driver thread's (or the pool's). Built at
+/// the first look-up that needs it; an error is kept and returned to
+/// every later look-up, as the kernel's refusal will not change.
+static PROCESS: OnceLock<Result<AsyncEngine, (io::ErrorKind, String)>> = OnceLock::new();
+
+/// The process-wide engine, built now if it is not yet.
+fn process_engine() -> io::Result<AsyncEngine> {
+    let built = PROCESS.get_or_init(|| {
+        AsyncEngine::builder()
+            .driving(Driving::Thread)
+            .build()
+            .map_err(|e| (e.kind(), e.to_string()))
+    });
+    match built {
+        Ok(engine) => Ok(engine.clone()),
+        Err((kind, msg)) => Err(io::Error::new(
+            *kind,
+            format!("cannot start blockio's default engine: {msg}"),
+        )),
+    }
+}
+
+impl AsyncEngine {
+    /// The default engine for the caller: with the `tokio` feature, on a
+    /// tokio runtime with I/O enabled and io_uring available, the
+    /// runtime's own (one per runtime, built at its first use and driven
+    /// by that runtime as [`AsyncEngine::new`] would build it there);
+    /// otherwise one engine per process, with its driver thread (or the
+    /// thread pool where io_uring is unavailable or
+    /// `BLOCKIO_BACKEND=threads`). Cheap after the first call: a clone of
+    /// a handle.
+    ///
+    /// The constructors without an engine argument
+    /// ([`TcpListener::bind`](crate::net::TcpListener::bind),
+    /// [`TcpStream::connect`](crate::net::TcpStream::connect), ...) use it;
+    /// their `*_with` forms take an engine of the caller's.
+    ///
+    /// # Errors
+    /// The engine could not be started (neither io_uring nor the thread
+    /// pool), with the reason.
+    pub fn current() -> io::Result<AsyncEngine> {
+        #[cfg(feature = "tokio")]
+        if let Some(engine) = per_runtime::engine()? {
+            return Ok(engine);
+        }
+        process_engine()
+    }
+}
+
+#[cfg(feature = "tokio")]
+mod per_runtime {
+    use std::io;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    use super::super::{tokio_drive, AsyncEngine, AsyncEngineBuilder};
+    use crate::backend::{Backend, BackendChoice};
+
+    /// The engines of the tokio runtimes that have one, by runtime.
+    static ENGINES: Mutex<Vec<(tokio::runtime::Id, AsyncEngine)>> = Mutex::new(Vec::new());
+
+    /// Set once an engine built for a runtime turned out to be the thread
+    /// pool's (io_uring refused): runtimes get the process engine from
+    /// then on, without building (and dropping) a pool each time.
+    static POOL_ONLY: AtomicBool = AtomicBool::new(false);
+
+    /// The engine of the runtime the caller runs on, built now if it has
+    /// none yet; `None` off tokio, on a runtime that cannot drive a ring
+    /// (no I/O), or where the process engine is the thread pool's (a
+    /// runtime's own engine would be a pool too, with threads of its own
+    /// for nothing).
+    pub(super) fn engine() -> io::Result<Option<AsyncEngine>> {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Ok(None);
+        };
+        let pool_asked = matches!(
+            BackendChoice::from_env(),
+            Ok(Some(BackendChoice::ThreadPool))
+        );
+        if pool_asked || POOL_ONLY.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let id = runtime.id();
+        let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+        // Runtimes whose driving task is gone are shut down (or had it
+        // aborted): their entries go, the caller's too (its runtime then
+        // gets a new engine), since tokio may give a new runtime the id of
+        // one that is gone.
+        engines.retain(|(_, e)| e.tokio_drivers().running.load(Ordering::Acquire) > 0);
+        if let Some((_, engine)) = engines.iter().find(|(rt, _)| *rt == id) {
+            return Ok(Some(engine.clone()));
+        }
+        let Some(engine) = tokio_drive::build_on_runtime(&AsyncEngineBuilder::default())? else {
+            // A runtime without I/O, or the thread pool (for every runtime).
+            if super::process_engine().is_ok_and(|e| e.backend() == Backend::ThreadPool) {
+                POOL_ONLY.store(true, Ordering::Relaxed);
+            }
+            return Ok(None);
+        };
+        engines.push((id, engine.clone()));
+        Ok(Some(engine))
+    }
+}
