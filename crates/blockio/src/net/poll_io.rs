@@ -90,7 +90,7 @@ impl PollIo {
                     return Poll::Ready(Ok(k));
                 }
                 Poll::Pending => {
-                    core.reads.detach(fut.abandoned_handle());
+                    core.reads.detach(fut.abandoned_handle(), None);
                     self.receiving = Some(fut);
                 }
             }

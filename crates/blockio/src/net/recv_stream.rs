@@ -37,9 +37,13 @@
 //!   buffers (received, not yet dropped) is not re-armed on the ring until
 //!   it holds fewer: a slow reader cannot take the ring from the others.
 //!   Awaited meanwhile, it receives into buffers of its own likewise.
-//! * **No bytes lost.** Bytes left by dropped reads come out first; and a
-//!   stream dropped while its receive is armed cancels it and leaves what
-//!   still arrives to the next read on the connection, in order.
+//! * **No bytes lost, no progress thrown away.** Bytes left by dropped
+//!   reads come out first; a stream dropped while its single-shot
+//!   receive is armed leaves it armed for the next read on the connection
+//!   to join (a stream made afresh and dropped each time it is pending
+//!   still moves the bytes), and the connection's drop cancels it; a
+//!   multishot receive is cancelled with its stream. What either still
+//!   posts goes to the next read, in order.
 //! * **Everywhere.** Without a ring (the epoll backend, a kernel before
 //!   6.0) the stream does one receive at a time into a buffer of the
 //!   ring's size, with the same items and the same rules for bytes.
@@ -515,8 +519,12 @@ impl fmt::Debug for RecvStream<'_> {
 }
 
 impl Drop for RecvStream<'_> {
-    /// An armed receive is cancelled in the kernel; it and the bytes it
-    /// posted but nobody took go to the connection's next read.
+    /// An armed single-shot receive stays armed, and goes to the
+    /// connection's next read with the bytes it posted but nobody took: a
+    /// stream made afresh and dropped each time it is pending still moves
+    /// the connection's bytes. A multishot receive, which would go on
+    /// taking buffers, is cancelled in the kernel; what it posted still
+    /// goes to the next read, in order.
     fn drop(&mut self) {
         let How::Ring(r) = &self.how else {
             // A receive in flight is left to the read side by `read`.
@@ -525,12 +533,43 @@ impl Drop for RecvStream<'_> {
         let g = r.multi.state.lock().unwrap_or_else(|e| e.into_inner());
         let (armed, queued) = (g.armed, !g.items.is_empty());
         drop(g);
-        if armed {
+        let shape = r.multi.ring.shape();
+        let multishot = shape.share >= usize::from(shape.count);
+        let mut keep = None;
+        if armed && multishot {
             let weak = Arc::downgrade(&r.multi);
             self.core.sock.engine.driver().cancel(Cancel(weak));
+        } else if armed {
+            keep = Some(Box::new(KeepArmed {
+                multi: r.multi.clone(),
+                engine: self.core.sock.engine.clone(),
+            }) as Box<dyn Send>);
         }
         if armed || queued {
-            self.core.reads.detach(r.multi.clone());
+            self.core.reads.detach(r.multi.clone(), keep);
+        }
+    }
+}
+
+/// Keeps a dropped stream's single-shot receive armed for the
+/// connection's next read; dropped before it completed (the connection
+/// is dropped), cancels it.
+struct KeepArmed {
+    multi: Arc<Multi>,
+    engine: crate::aio::AsyncEngine,
+}
+
+impl Drop for KeepArmed {
+    fn drop(&mut self) {
+        let armed = self
+            .multi
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .armed;
+        if armed {
+            let weak = Arc::downgrade(&self.multi);
+            self.engine.driver().cancel(Cancel(weak));
         }
     }
 }
