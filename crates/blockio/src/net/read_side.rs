@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use crate::aio::op::{Abandoned, OpFuture};
+use crate::aio::op::{Abandoned, OpFuture, ReadOut, SliceOut};
 use crate::aio::{BufResult, IoBufMut};
 
 /// The read state of one stream.
@@ -82,7 +82,8 @@ impl ReadSide {
         // SAFETY: `buf` is valid for writes of `bytes_len` bytes and no
         // operation uses it (we own it, and it was never submitted).
         let out = unsafe { std::slice::from_raw_parts_mut(buf.stable_mut_ptr(), buf.bytes_len()) };
-        poll_fn(|cx| self.poll_settle(cx, out)).await
+        let mut out = SliceOut::new(out);
+        poll_fn(|cx| self.poll_settle(cx, &mut out)).await
     }
 
     /// [`settle`](Self::settle) for a borrowed slice. Leftover bytes are
@@ -90,26 +91,19 @@ impl ReadSide {
     /// are none, a settled read's bytes go straight to `out` (only what
     /// does not fit is kept), so a read allocates nothing and a stream
     /// keeps no copy of what it hands out at once.
-    pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<Settled> {
+    pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Poll<Settled> {
         let n = self.settle_direct(cx, out);
         if n > 0 {
             return Poll::Ready(Settled::Copied(n));
         }
-        let copy = |left: &mut VecDeque<u8>| {
-            let n = left.len().min(out.len());
-            let (a, b) = left.as_slices();
-            let from_a = a.len().min(n);
-            out[..from_a].copy_from_slice(&a[..from_a]);
-            out[from_a..n].copy_from_slice(&b[..n - from_a]);
-            left.drain(..n);
-            n
-        };
-        Poll::Ready(match std::task::ready!(self.poll_with(cx, copy)) {
-            Taken::Nothing => Settled::Receive,
-            Taken::Failed(errno) => Settled::Failed(errno),
-            Taken::Ended => Settled::Copied(0),
-            Taken::Bytes(n) => Settled::Copied(n),
-        })
+        Poll::Ready(
+            match std::task::ready!(self.poll_with(cx, |left| out.put_front(left))) {
+                Taken::Nothing => Settled::Receive,
+                Taken::Failed(errno) => Settled::Failed(errno),
+                Taken::Ended => Settled::Copied(0),
+                Taken::Bytes(n) => Settled::Copied(n),
+            },
+        )
     }
 
     /// Waits for the reads that dropped futures left in the kernel, then
@@ -152,17 +146,15 @@ impl ReadSide {
     /// path follows). What does not fit `out`, and what ended a read, is
     /// kept for the next read; reads still in the kernel are left for it
     /// too (a pending one has `cx` to wake).
-    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut [u8]) -> usize {
+    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> usize {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let g = &mut *g;
         let mut copied = 0;
         while let Some(Left { read: op, .. }) = g.dropped.front() {
-            if !g.leftover.is_empty() || copied == out.len() || g.error.is_some() || g.ended {
+            if !g.leftover.is_empty() || out.room() == 0 || g.error.is_some() || g.ended {
                 break;
             }
-            let Poll::Ready((res, n)) =
-                op.poll_settled_split(cx, &mut out[copied..], &mut g.leftover)
-            else {
+            let Poll::Ready((res, n)) = op.poll_settled_split(cx, out, &mut g.leftover) else {
                 break;
             };
             copied += n;
