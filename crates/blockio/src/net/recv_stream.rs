@@ -69,6 +69,10 @@ use crate::aio::BufResult;
 use crate::op::action::{Action, RecvSelectArgs};
 use crate::op::Op;
 
+/// The most bytes a receive made at once (see
+/// [`RecvStream::receive_at_once`]) takes.
+const AT_ONCE_RECEIVE: usize = 64 * 1024;
+
 /// Bytes received by a [`RecvStream`]. Dereferences to the bytes; a buffer
 /// of the engine's ring goes back to the ring when this is dropped.
 pub struct RecvBuf {
@@ -418,8 +422,28 @@ impl<'a> RecvStream<'a> {
         if let Err(e) = driven {
             return Poll::Ready(Some(Err(e)));
         }
+        if let Some(got) = self.receive_at_once() {
+            return Poll::Ready(got);
+        }
         self.arm();
         Poll::Pending
+    }
+
+    /// After a receive stream of this connection was dropped pending (see
+    /// `ReadSide::receive_at_once`), receives what the socket holds at
+    /// once, on this thread, into a buffer of the stream's own: the item,
+    /// or `None` when the socket holds nothing (the receive is then armed
+    /// as usual). Called only with nothing armed or queued, so bytes keep
+    /// their order.
+    fn receive_at_once(&mut self) -> Option<Option<io::Result<RecvBuf>>> {
+        if !self.core.reads.receive_at_once() {
+            return None;
+        }
+        match self.core.sock.recv_at_once(AT_ONCE_RECEIVE) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            Ok(buf) => Some(self.owned_result(Ok(buf.len()), buf)),
+            Err(e) => Some(self.owned_result(Err(super::os_error(e)), Vec::new())),
+        }
     }
 
     /// Arms a multishot receive.
@@ -540,6 +564,7 @@ impl Drop for RecvStream<'_> {
             let weak = Arc::downgrade(&r.multi);
             self.core.sock.engine.driver().cancel(Cancel(weak));
         } else if armed {
+            self.core.reads.dropped_pending();
             keep = Some(Box::new(KeepArmed {
                 multi: r.multi.clone(),
                 engine: self.core.sock.engine.clone(),

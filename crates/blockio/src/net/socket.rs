@@ -155,6 +155,20 @@ impl Sock {
         retry_interrupted(|| self.socket.send_vectored_with_flags(&slices, flags))
     }
 
+    /// Receives what the socket holds, up to `max` bytes, now, on this
+    /// thread, without waiting: `WouldBlock` when it holds nothing; an
+    /// empty buffer at the end of the stream (see
+    /// `ReadSide::receive_at_once`).
+    pub(crate) fn recv_at_once(&self, max: usize) -> io::Result<Vec<u8>> {
+        let mut buf = Vec::with_capacity(max);
+        let flags = libc::MSG_DONTWAIT;
+        let n = retry_interrupted(|| self.socket.recv_with_flags(buf.spare_capacity_mut(), flags))?;
+        // SAFETY: the kernel wrote the first `n` bytes of the spare
+        // capacity (recv returns how many it wrote, at most `max`).
+        unsafe { buf.set_len(n) };
+        Ok(buf)
+    }
+
     /// Connects to `addr`.
     pub(crate) fn connect(&self, addr: SockAddr) -> OpFuture<Box<SockAddr>> {
         let addr = Box::new(addr);
