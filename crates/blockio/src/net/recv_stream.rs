@@ -548,7 +548,9 @@ impl Drop for RecvStream<'_> {
     /// stream made afresh and dropped each time it is pending still moves
     /// the connection's bytes. A multishot receive, which would go on
     /// taking buffers, is cancelled in the kernel; what it posted still
-    /// goes to the next read, in order.
+    /// goes to the next read, in order. Either way the connection's next
+    /// receive streams first receive at once (see
+    /// [`RecvStream::receive_at_once`]).
     fn drop(&mut self) {
         let How::Ring(r) = &self.how else {
             // A receive in flight is left to the read side by `read`.
@@ -560,11 +562,15 @@ impl Drop for RecvStream<'_> {
         let shape = r.multi.ring.shape();
         let multishot = shape.share >= usize::from(shape.count);
         let mut keep = None;
+        if armed {
+            // The next streams receive at once: a multishot receive's
+            // cancel may take it back before the kernel got it.
+            self.core.reads.dropped_pending();
+        }
         if armed && multishot {
             let weak = Arc::downgrade(&r.multi);
             self.core.sock.engine.driver().cancel(Cancel(weak));
         } else if armed {
-            self.core.reads.dropped_pending();
             keep = Some(Box::new(KeepArmed {
                 multi: r.multi.clone(),
                 engine: self.core.sock.engine.clone(),
