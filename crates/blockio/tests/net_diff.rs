@@ -1386,3 +1386,357 @@ fn a_descriptor_limit_below_the_connection_count_loses_no_connection() {
         assert_eq!(seen, want, "{stack:?}: what the peers saw");
     }
 }
+
+/// Set, the liveness scenarios print how long each server took, in the
+/// order of [`STACKS`]: `BLOCKIO_TEST_LIVE_TIMES=1 cargo test -p blockio
+/// --features tokio --test net_diff -- --nocapture --test-threads 1
+/// polled_once ticker`.
+const LIVE_TIMES: &str = "BLOCKIO_TEST_LIVE_TIMES";
+
+/// Prints how long `what` took since `start`, if [`LIVE_TIMES`] is set.
+fn live_time(what: &str, start: std::time::Instant) {
+    if std::env::var_os(LIVE_TIMES).is_some() {
+        eprintln!("live time: {what} {:.3} s", start.elapsed().as_secs_f64());
+    }
+}
+
+/// Bytes each liveness scenario moves.
+const LIVE_TOTAL: usize = 8 << 20;
+
+/// Pending polls in a row, each made while the socket was ready for the
+/// operation (bytes queued to read, room to write), that a liveness
+/// scenario allows: generous, far above what a descheduled thread costs
+/// (a loop that loses its progress on every dropped poll makes millions).
+const STALL_LIMIT: u64 = 200_000;
+
+/// Which operation a liveness scenario polls once and drops if pending.
+#[derive(Clone, Copy, Debug)]
+enum Polled {
+    /// tokio's `AsyncReadExt::read`; blockio's owned `read(Vec)`.
+    Read,
+    /// tokio's `AsyncReadExt::read`; blockio's `recv_stream().next()` on
+    /// a fresh receive stream each time.
+    RecvStream,
+    /// tokio's `AsyncWriteExt::write`; blockio's owned `write(Vec)`.
+    Write,
+}
+
+/// Polls `op` once: its output if it was ready, else `None` (and `op` is
+/// dropped pending), as a `select!` drops the branches that lost.
+async fn poll_once<F: Future>(op: F) -> Option<F::Output> {
+    let mut op = std::pin::pin!(op);
+    std::future::poll_fn(|cx| match op.as_mut().poll(cx) {
+        std::task::Poll::Ready(out) => std::task::Poll::Ready(Some(out)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await
+}
+
+/// The descriptor of a TCP connection of any stack.
+fn conn_fd(conn: &Conn) -> std::os::fd::RawFd {
+    use std::os::fd::AsRawFd;
+    match conn {
+        Conn::TokioTcp(s) => s.as_raw_fd(),
+        Conn::BlockioTcp(s) => s.socket().as_raw_fd(),
+        _ => unreachable!("a TCP scenario"),
+    }
+}
+
+/// Whether `fd` is ready for `events` (`POLLIN`, `POLLOUT`) now.
+fn ready_now(fd: std::os::fd::RawFd, events: libc::c_short) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack, no waiting.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & events != 0 }
+}
+
+/// One read of at most `len` bytes, the way `how` says, on the stream's
+/// own API: the bytes (none at the end of the stream).
+async fn read_some(conn: &mut Conn, how: Polled, len: usize) -> io::Result<Vec<u8>> {
+    match (conn, how) {
+        (Conn::TokioTcp(s), _) => {
+            let mut buf = vec![0u8; len];
+            let n = s.read(&mut buf).await?;
+            buf.truncate(n);
+            Ok(buf)
+        }
+        (Conn::BlockioTcp(s), Polled::RecvStream) => match s.recv_stream().next().await {
+            Some(Ok(b)) => Ok(b.to_vec()),
+            Some(Err(e)) => Err(e),
+            None => Ok(Vec::new()),
+        },
+        (Conn::BlockioTcp(s), _) => {
+            let (res, mut buf) = blockio::net::TcpStream::read(s, vec![0u8; len]).await;
+            buf.truncate(res?);
+            Ok(buf)
+        }
+        _ => unreachable!("a TCP scenario"),
+    }
+}
+
+/// One write of `data` on the stream's own API: how many of its bytes
+/// went. A blockio write that reports a dropped one
+/// ([`blockio::net::WriteDropped`]) counts that write's bytes and sends
+/// nothing itself.
+async fn write_some(conn: &mut Conn, data: &[u8]) -> io::Result<usize> {
+    match conn {
+        Conn::TokioTcp(s) => s.write(data).await,
+        Conn::BlockioTcp(s) => match blockio::net::TcpStream::write(s, data.to_vec()).await {
+            (Ok(n), _) => Ok(n),
+            (Err(e), _) => match blockio::net::WriteDropped::of(&e) {
+                Some(d) => Ok(d.sent),
+                None => Err(e),
+            },
+        },
+        _ => unreachable!("a TCP scenario"),
+    }
+}
+
+/// What a liveness scenario's server reports to its peer: the bytes it
+/// read (a digest) or wrote, and its longest run of pending polls made
+/// while the socket was ready.
+fn live_report(len: usize, sum: u64, stall: u64) -> Vec<u8> {
+    [len as u64, sum, stall]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect()
+}
+
+/// Reads the peer's whole stream with operations polled once and dropped
+/// while pending (yielding to the runtime between them), then reports.
+async fn read_polled_once(mut conn: Conn, how: Polled) {
+    let start = std::time::Instant::now();
+    let fd = conn_fd(&conn);
+    let (mut len, mut sum, mut stall, mut worst) = (0, digest(b""), 0, 0);
+    loop {
+        let ready = ready_now(fd, libc::POLLIN);
+        if stall > STALL_LIMIT {
+            break;
+        }
+        match poll_once(read_some(&mut conn, how, 64 << 10)).await {
+            Some(Ok(bytes)) if bytes.is_empty() => break,
+            Some(Ok(bytes)) => {
+                len += bytes.len();
+                sum = bytes.iter().fold(sum, |h, &b| {
+                    (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+                });
+                stall = 0;
+            }
+            Some(Err(e)) => panic!("{how:?} at byte {len}: {e}"),
+            None if ready => {
+                stall += 1;
+                worst = worst.max(stall);
+            }
+            None => {}
+        }
+        tokio::task::yield_now().await;
+    }
+    live_time(&format!("{how:?}"), start);
+    let mut io = conn.io();
+    io.write_all(&live_report(len, sum, worst)).await.unwrap();
+    io.shutdown().await.unwrap();
+}
+
+/// Writes [`LIVE_TOTAL`] bytes with writes polled once and dropped while
+/// pending (yielding to the runtime between them), then reports.
+async fn write_polled_once(mut conn: Conn) {
+    let start = std::time::Instant::now();
+    let fd = conn_fd(&conn);
+    let data = pattern(0, LIVE_TOTAL);
+    let (mut at, mut stall, mut worst) = (0, 0, 0);
+    while at < data.len() {
+        let ready = ready_now(fd, libc::POLLOUT);
+        if stall > STALL_LIMIT {
+            break;
+        }
+        let end = (at + (64 << 10)).min(data.len());
+        match poll_once(write_some(&mut conn, &data[at..end])).await {
+            Some(Ok(n)) => {
+                at += n;
+                stall = 0;
+            }
+            Some(Err(e)) => panic!("write at byte {at}: {e}"),
+            None if ready => {
+                stall += 1;
+                worst = worst.max(stall);
+            }
+            None => {}
+        }
+        tokio::task::yield_now().await;
+    }
+    live_time("Write", start);
+    let mut io = conn.io();
+    io.write_all(&live_report(at, 0, worst)).await.unwrap();
+    io.shutdown().await.unwrap();
+}
+
+fn polled_once(how: Polled) -> Handler {
+    Arc::new(move |conn: Conn| {
+        Box::pin(async move {
+            match how {
+                Polled::Write => write_polled_once(conn).await,
+                _ => read_polled_once(conn, how).await,
+            }
+        })
+    })
+}
+
+/// The report at the end of a liveness scenario's stream, checked
+/// against the stall bound.
+fn check_report(report: &[u8], what: &str) -> (usize, u64) {
+    let word = |i: usize| u64::from_le_bytes(report[i * 8..i * 8 + 8].try_into().unwrap());
+    let stall = word(2);
+    assert!(
+        stall <= STALL_LIMIT,
+        "{what}: {stall} pending polls in a row while the socket was ready"
+    );
+    (word(0) as usize, word(1))
+}
+
+/// The peer of a reading scenario: streams [`LIVE_TOTAL`] bytes, ends,
+/// and checks the server's report (every byte read, in order).
+fn stream_to_server(addr: Addr, how: Polled) -> (usize, u64) {
+    let mut p = addr.connect();
+    let data = pattern(1, LIVE_TOTAL);
+    p.write_all(&data).unwrap();
+    let Peer::Tcp(s) = &p else { unreachable!() };
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut report = [0u8; 24];
+    p.read_exact(&mut report).unwrap();
+    let (len, sum) = check_report(&report, &format!("{how:?}"));
+    assert_eq!(
+        (len, sum),
+        (LIVE_TOTAL, digest(&data)),
+        "{how:?}: the bytes read"
+    );
+    (len, sum)
+}
+
+/// The peer of the writing scenario: reads every byte, then the report.
+fn read_from_server(addr: Addr) -> Seen {
+    let mut p = addr.connect();
+    let seen = exactly(
+        read_exactly(&mut p, LIVE_TOTAL),
+        &pattern(0, LIVE_TOTAL),
+        "writes polled once",
+    );
+    let mut report = [0u8; 24];
+    p.read_exact(&mut report).unwrap();
+    check_report(&report, "writes polled once");
+    seen
+}
+
+/// A reading loop that polls each read once and drops it while pending
+/// (a `select!` whose other branch is ready every turn) reads every byte
+/// of an 8 MiB stream, in order, on every stack, making progress
+/// whenever bytes are queued, as on tokio: owned reads.
+#[test]
+fn reads_polled_once_and_dropped_while_pending_read_every_byte() {
+    let family = Family::Tcp { send_buffer: None };
+    let peer = |addr, _| stream_to_server(addr, Polled::Read);
+    compare(
+        "reads polled once",
+        family,
+        polled_once(Polled::Read),
+        1,
+        peer,
+    );
+}
+
+/// As [`reads_polled_once_and_dropped_while_pending_read_every_byte`],
+/// with a fresh receive stream for each read.
+#[test]
+fn receive_streams_polled_once_and_dropped_while_pending_read_every_byte() {
+    let family = Family::Tcp { send_buffer: None };
+    let peer = |addr, _| stream_to_server(addr, Polled::RecvStream);
+    let handler = polled_once(Polled::RecvStream);
+    compare("receive streams polled once", family, handler, 1, peer);
+}
+
+/// A writing loop that polls each owned write once and drops it while
+/// pending sends every byte of 8 MiB once, in order, on every stack,
+/// making progress whenever the socket has room, as on tokio.
+#[test]
+fn writes_polled_once_and_dropped_while_pending_send_every_byte() {
+    let family = Family::Tcp { send_buffer: None };
+    let handler = polled_once(Polled::Write);
+    compare("writes polled once", family, handler, 1, |addr, _| {
+        read_from_server(addr)
+    });
+}
+
+/// Bytes the ticker relay echoes.
+const RELAY_TOTAL: usize = 64 << 20;
+
+/// Echoes the peer's stream with the stream's own reads and writes, each
+/// in a `tokio::select!` against a ticker of 10 µs that is ready nearly
+/// every turn (tokio's timer ticks in milliseconds, so it is always
+/// behind), so that most reads and writes are dropped pending.
+fn relay_beside_a_ticker() -> Handler {
+    Arc::new(|mut conn: Conn| {
+        Box::pin(async move {
+            let start = std::time::Instant::now();
+            let mut ticker = tokio::time::interval(Duration::from_micros(10));
+            let (mut held, mut at) = (Vec::new(), 0);
+            loop {
+                if at < held.len() {
+                    tokio::select! {
+                        _ = ticker.tick() => {}
+                        sent = write_some(&mut conn, &held[at..]) => at += sent.unwrap(),
+                    }
+                    continue;
+                }
+                tokio::select! {
+                    _ = ticker.tick() => {}
+                    got = read_some(&mut conn, Polled::Read, 64 << 10) => {
+                        held = got.unwrap();
+                        at = 0;
+                        if held.is_empty() {
+                            break;
+                        }
+                    }
+                }
+            }
+            live_time("relay", start);
+            let mut io = conn.io();
+            io.shutdown().await.unwrap();
+        })
+    })
+}
+
+/// The relay's peer: sends [`RELAY_TOTAL`] bytes from one thread, reads
+/// the echo on another, and checks every byte.
+fn relay_peer(addr: Addr, c: usize) -> Seen {
+    let p = addr.connect();
+    let Peer::Tcp(s) = &p else { unreachable!() };
+    let mut reader = Peer::Tcp(s.try_clone().unwrap());
+    let data = pattern(c, RELAY_TOTAL);
+    let sent = data.clone();
+    let writer = std::thread::spawn(move || {
+        let mut p = p;
+        p.write_all(&sent).unwrap();
+        let Peer::Tcp(s) = &p else { unreachable!() };
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        p
+    });
+    let back = exactly(read_to_end(&mut reader), &data, "the relay's echo");
+    drop(writer.join().unwrap());
+    back
+}
+
+/// A `tokio::select!` loop against a 10 µs ticker relays 64 MiB, every
+/// byte once and in order, on every stack, as on tokio.
+#[test]
+fn a_select_loop_against_a_ticker_relays_every_byte() {
+    let family = Family::Tcp { send_buffer: None };
+    compare(
+        "ticker relay",
+        family,
+        relay_beside_a_ticker(),
+        1,
+        relay_peer,
+    );
+}

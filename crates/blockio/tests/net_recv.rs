@@ -6,7 +6,7 @@ use std::io::Write;
 use std::net::TcpStream as StdStream;
 use std::time::Duration;
 
-use blockio::aio::{AsyncEngine, CallerDriving, Driving};
+use blockio::aio::{AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::net::{RecvBuf, RecvStream, TcpListener, TcpStream};
 use blockio::Backend;
 
@@ -285,6 +285,83 @@ fn dropped_streams_lose_no_bytes(share: usize) {
     sender.join().unwrap();
     assert_eq!(got.len(), data.len(), "share {share}");
     assert!(got == data, "bytes differ with a share of {share}");
+}
+
+/// Whether `s` has bytes (or the end of the stream) to read now.
+fn readable(s: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: s.socket().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack, no waiting.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+/// Fresh receive streams, each polled once and dropped while pending (a
+/// `select!` whose other branch wins every turn), read every byte of
+/// 4 MiB in order, single-shot and multishot, on the driver thread and
+/// on a caller-driven ring that submits once per round, reaped between
+/// polls: the loop makes progress
+/// whenever the socket holds bytes. The bound on pending polls in a row
+/// while it does is far above what a busy machine costs; a loop whose
+/// dropped receives threw their progress away never ends its run.
+#[test]
+fn receive_streams_polled_once_and_dropped_read_every_byte() {
+    for share in [32, 64] {
+        let per_round = CallerDriving::new().submit(Submit::PerRound);
+        for driving in [Driving::Thread, Driving::Caller(per_round)] {
+            let what = format!("share {share}, {driving:?}");
+            let e = AsyncEngine::builder()
+                .driving(driving)
+                .recv_buffers(64, 4096)
+                .recv_buffer_share(share)
+                .build()
+                .unwrap();
+            streams_polled_once_read_every_byte(&e, &what);
+        }
+    }
+}
+
+/// The loop of [`receive_streams_polled_once_and_dropped_read_every_byte`]
+/// on `e`.
+fn streams_polled_once_read_every_byte(e: &AsyncEngine, what: &str) {
+    use futures_core::Stream;
+    const STALL_LIMIT: u64 = 1_000_000;
+    let (s, peer) = pairs(e, 1).pop().unwrap();
+    let data = payload(11, 4 << 20);
+    let sender = send_from_thread(peer, data.clone());
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let (mut got, mut stall, mut worst) = (Vec::new(), 0u64, 0u64);
+    while stall <= STALL_LIMIT {
+        let ready = readable(&s);
+        let mut r = s.recv_stream();
+        match std::pin::Pin::new(&mut r).poll_next(&mut cx) {
+            std::task::Poll::Ready(Some(b)) => {
+                got.extend_from_slice(&b.unwrap());
+                stall = 0;
+            }
+            std::task::Poll::Ready(None) => break,
+            std::task::Poll::Pending if ready => {
+                stall += 1;
+                worst = worst.max(stall);
+            }
+            std::task::Poll::Pending => {}
+        }
+        drop(r);
+        e.reap();
+        std::thread::yield_now();
+    }
+    assert!(
+        worst <= STALL_LIMIT,
+        "{what}: {worst} pending polls in a row with bytes to read, {} of {} bytes read",
+        got.len(),
+        data.len()
+    );
+    sender.join().unwrap();
+    assert!(got == data, "{what}: the bytes read differ from those sent");
 }
 
 /// A vectored write sends its buffers in order, in one call.

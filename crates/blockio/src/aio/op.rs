@@ -194,22 +194,78 @@ pub(crate) trait Abandoned: Send + Sync {
     fn poll_settled(&self, cx: &mut Context<'_>, into: &mut VecDeque<u8>) -> Poll<i32>;
 
     /// As [`poll_settled`](Self::poll_settled), the bytes received going
-    /// to `out` first and the rest appended to `rest` (empty when called):
-    /// the raw result and how many bytes went to `out`.
+    /// to `out` first (as many as it has room for) and the rest appended
+    /// to `rest` (empty when called): the raw result and how many bytes
+    /// went to `out`.
     fn poll_settled_split(
         &self,
         cx: &mut Context<'_>,
-        out: &mut [u8],
+        out: &mut dyn ReadOut,
         rest: &mut VecDeque<u8>,
     ) -> Poll<(i32, usize)> {
         let res = std::task::ready!(self.poll_settled(cx, rest));
-        let n = rest.len().min(out.len());
-        let (a, b) = rest.as_slices();
+        Poll::Ready((res, out.put_front(rest)))
+    }
+}
+
+/// Where a read hands out the bytes it has: a slice filled from its
+/// start ([`SliceOut`]), or with the `tokio` feature the unfilled part of
+/// a tokio `ReadBuf`, written without being zeroed first (a large read
+/// through tokio's traits would otherwise clear its whole buffer on
+/// every call).
+pub(crate) trait ReadOut {
+    /// How many more bytes it takes.
+    fn room(&self) -> usize;
+
+    /// Appends `bytes`, which fit its room.
+    fn put(&mut self, bytes: &[u8]);
+
+    /// Moves as many bytes from the front of `from` as it has room for;
+    /// how many.
+    fn put_front(&mut self, from: &mut VecDeque<u8>) -> usize {
+        let n = from.len().min(self.room());
+        let (a, b) = from.as_slices();
         let from_a = a.len().min(n);
-        out[..from_a].copy_from_slice(&a[..from_a]);
-        out[from_a..n].copy_from_slice(&b[..n - from_a]);
-        rest.drain(..n);
-        Poll::Ready((res, n))
+        self.put(&a[..from_a]);
+        self.put(&b[..n - from_a]);
+        from.drain(..n);
+        n
+    }
+}
+
+/// A slice a read fills from its start.
+pub(crate) struct SliceOut<'a> {
+    buf: &'a mut [u8],
+    filled: usize,
+}
+
+impl<'a> SliceOut<'a> {
+    pub(crate) fn new(buf: &'a mut [u8]) -> SliceOut<'a> {
+        SliceOut { buf, filled: 0 }
+    }
+}
+
+impl ReadOut for SliceOut<'_> {
+    fn room(&self) -> usize {
+        self.buf.len() - self.filled
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        self.buf[self.filled..self.filled + bytes.len()].copy_from_slice(bytes);
+        self.filled += bytes.len();
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl ReadOut for tokio::io::ReadBuf<'_> {
+    fn room(&self) -> usize {
+        self.remaining()
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        // Copies into the unfilled part, and counts the bytes as
+        // initialised and filled, without touching the rest.
+        self.put_slice(bytes);
     }
 }
 
@@ -234,7 +290,7 @@ impl<B: IoBufMut> Abandoned for OpTarget<B> {
     fn poll_settled_split(
         &self,
         cx: &mut Context<'_>,
-        out: &mut [u8],
+        out: &mut dyn ReadOut,
         rest: &mut VecDeque<u8>,
     ) -> Poll<(i32, usize)> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -250,8 +306,8 @@ impl<B: IoBufMut> Abandoned for OpTarget<B> {
             // SAFETY: the kernel is done with the buffer (its result is
             // in), which holds `bytes_len` initialised bytes.
             let got = unsafe { std::slice::from_raw_parts(buf.stable_ptr(), n) };
-            copied = n.min(out.len());
-            out[..copied].copy_from_slice(&got[..copied]);
+            copied = n.min(out.room());
+            out.put(&got[..copied]);
             rest.extend(&got[copied..]);
         }
         Poll::Ready((res, copied))

@@ -97,7 +97,7 @@ macro_rules! stream_io_traits {
                 buf: &mut [u8],
             ) -> std::task::Poll<std::io::Result<usize>> {
                 let (core, poll) = self.poll_parts();
-                poll.poll_read(core, cx, buf)
+                poll.poll_read(core, cx, &mut $crate::aio::op::SliceOut::new(buf))
             }
         }
 
@@ -134,8 +134,10 @@ macro_rules! stream_io_traits {
                 buf: &mut tokio::io::ReadBuf<'_>,
             ) -> std::task::Poll<std::io::Result<()>> {
                 let (core, poll) = self.poll_parts();
-                let n = std::task::ready!(poll.poll_read(core, cx, buf.initialize_unfilled()))?;
-                buf.advance(n);
+                // Into the unfilled part as it is: only the bytes read are
+                // written (no `initialize_unfilled`, whose zeroing of a
+                // large buffer on every call would cost more than the copy).
+                std::task::ready!(poll.poll_read(core, cx, buf))?;
                 std::task::Poll::Ready(Ok(()))
             }
         }

@@ -39,10 +39,18 @@
 //!   socket; closing a stream with a read in flight closes the descriptor
 //!   only after that read has completed, so an operation can never reach a
 //!   descriptor number that has come to name another file.
-//! * **Dropping cancels.** A dropped future's operation is cancelled in
-//!   the kernel (`IORING_OP_ASYNC_CANCEL`): an idle connection's read does
-//!   not stay armed forever.
-//! * **No bytes are lost.** A read cancelled by a timeout either took no
+//! * **Dropping a pending operation throws away no progress.** A program
+//!   that drops pending operations makes the same progress as on tokio:
+//!   a `select!` loop whose other branch is ready every turn drops the
+//!   stream's read or write each time and starts another, and still moves
+//!   every byte. A read whose future is dropped stays armed in the kernel
+//!   and the stream's next read (owned, through the traits, or a receive
+//!   stream's) joins it instead of starting another; it is cancelled
+//!   (`IORING_OP_ASYNC_CANCEL`) when the stream is dropped. After an owned
+//!   write dropped pending, the next owned writes try their send at once,
+//!   in their first poll, as tokio's do. Other operations dropped pending
+//!   (accepts, connects, multishot receives) are cancelled in the kernel.
+//! * **No bytes are lost.** A read dropped by a timeout either took no
 //!   bytes, or the next read on the stream returns them first, in order.
 //! * **No bytes are sent twice unknowingly.** A write (owned `write`,
 //!   `write_all`, `writev`) cancelled by a timeout either sent no bytes,

@@ -30,7 +30,7 @@ use std::task::{ready, Context, Poll};
 
 use super::read_side::Settled;
 use super::stream::StreamCore;
-use crate::aio::op::OpFuture;
+use crate::aio::op::{OpFuture, ReadOut};
 
 /// The smallest buffer a trait read receives into.
 const MIN_RECEIVE: usize = 16 * 1024;
@@ -48,14 +48,15 @@ pub(crate) struct PollIo {
 }
 
 impl PollIo {
-    /// Reads into `out`: leftover bytes first, else one receive.
+    /// Reads into `out`: leftover bytes first, else one receive. Only
+    /// the bytes read are written to `out`.
     pub(crate) fn poll_read(
         &mut self,
         core: &StreamCore,
         cx: &mut Context<'_>,
-        out: &mut [u8],
+        out: &mut dyn ReadOut,
     ) -> Poll<io::Result<usize>> {
-        if out.is_empty() {
+        if out.room() == 0 {
             return Poll::Ready(Ok(0));
         }
         core.sock.engine.ensure_driven()?;
@@ -72,7 +73,7 @@ impl PollIo {
                 Settled::Receive => {}
             }
             let mut buf = std::mem::take(&mut self.spare);
-            buf.resize(out.len().clamp(MIN_RECEIVE, MAX_RECEIVE), 0);
+            buf.resize(out.room().clamp(MIN_RECEIVE, MAX_RECEIVE), 0);
             let mut fut = core.sock.recv(buf);
             fut.set_waker(cx.waker());
             fut.start();
@@ -83,14 +84,14 @@ impl PollIo {
                         core.read_failed(crate::errno(e).unwrap_or(0));
                     }
                     let n = res.map_err(super::os_error)?;
-                    let k = n.min(out.len());
-                    out[..k].copy_from_slice(&buf[..k]);
+                    let k = n.min(out.room());
+                    out.put(&buf[..k]);
                     core.reads.keep(&buf[k..n]);
                     self.spare = buf;
                     return Poll::Ready(Ok(k));
                 }
                 Poll::Pending => {
-                    core.reads.detach(fut.abandoned_handle());
+                    core.reads.detach(fut.abandoned_handle(), None);
                     self.receiving = Some(fut);
                 }
             }

@@ -1,21 +1,26 @@
-//! Reads that lose no bytes when their future is dropped.
+//! Reads that lose no bytes when their future is dropped, and whose
+//! progress a dropped future does not throw away.
 //!
-//! A `recv` cancelled by dropping its future (a timeout, a `select!`) may
-//! still complete with data: the kernel took the bytes off the socket
-//! before the cancellation reached it. Those bytes belong to the stream,
-//! not to the dropped future. So a read dropped before its result came
-//! registers its operation here (a read that completes touches nothing
-//! here), and the next read first waits for that operation to finish and
-//! hands out whatever it received before receiving anything new. Bytes therefore come out in the
-//! order the socket delivered them, and a read cancelled by a timeout
-//! either took no bytes or its bytes come back from the next read.
+//! A read whose future is dropped before its result came (a timeout, a
+//! `select!` whose other branch won) is not cancelled: it stays armed in
+//! the kernel, registered here, and the stream's next read joins it
+//! instead of starting another: it waits for that read to finish and
+//! hands out what it received before receiving anything new. So a loop
+//! that polls a read once and drops it whenever another branch is ready
+//! (a ticker, a busy channel) still moves the stream's bytes, as on
+//! tokio, where the next read finds them on the socket; and bytes come
+//! out in the order the socket delivered them, none lost. A dropped read
+//! holds its buffer and its place until bytes come, the peer ends the
+//! stream or the stream is dropped, which cancels it (a read that
+//! completes touches nothing here).
 
 use std::collections::VecDeque;
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use crate::aio::op::Abandoned;
+use crate::aio::op::{Abandoned, OpFuture, ReadOut, SliceOut};
 use crate::aio::{BufResult, IoBufMut};
 
 /// The read state of one stream.
@@ -29,7 +34,7 @@ pub(crate) struct ReadSide {
 struct DroppedReads {
     /// Reads whose futures were dropped before their results came, oldest
     /// first, until they are settled.
-    dropped: VecDeque<Arc<dyn Abandoned>>,
+    dropped: VecDeque<Left>,
     /// Bytes that dropped reads received, not yet handed out.
     leftover: VecDeque<u8>,
     /// An error a dropped read met, for the next read to report.
@@ -37,6 +42,22 @@ struct DroppedReads {
     /// A dropped read met the end of the stream, for the next read to
     /// report once `leftover` is drained.
     ended: bool,
+    /// Receive streams still to receive at once (see
+    /// [`ReadSide::receive_at_once`]).
+    at_once: u32,
+}
+
+/// Receive streams that receive at once after one was dropped pending
+/// (see [`ReadSide::receive_at_once`]).
+const AT_ONCE_AFTER_DROP: u32 = 64;
+
+/// A read whose future was dropped before its result came.
+struct Left {
+    read: Arc<dyn Abandoned>,
+    /// What keeps the read armed in the kernel until it completes (its
+    /// operation's future); dropped with the stream before that, it
+    /// cancels the read.
+    _armed: Option<Box<dyn Send>>,
 }
 
 /// What dropped reads left, from [`ReadSide::poll_take`].
@@ -68,7 +89,8 @@ impl ReadSide {
         // SAFETY: `buf` is valid for writes of `bytes_len` bytes and no
         // operation uses it (we own it, and it was never submitted).
         let out = unsafe { std::slice::from_raw_parts_mut(buf.stable_mut_ptr(), buf.bytes_len()) };
-        poll_fn(|cx| self.poll_settle(cx, out)).await
+        let mut out = SliceOut::new(out);
+        poll_fn(|cx| self.poll_settle(cx, &mut out)).await
     }
 
     /// [`settle`](Self::settle) for a borrowed slice. Leftover bytes are
@@ -76,26 +98,19 @@ impl ReadSide {
     /// are none, a settled read's bytes go straight to `out` (only what
     /// does not fit is kept), so a read allocates nothing and a stream
     /// keeps no copy of what it hands out at once.
-    pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<Settled> {
+    pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Poll<Settled> {
         let n = self.settle_direct(cx, out);
         if n > 0 {
             return Poll::Ready(Settled::Copied(n));
         }
-        let copy = |left: &mut VecDeque<u8>| {
-            let n = left.len().min(out.len());
-            let (a, b) = left.as_slices();
-            let from_a = a.len().min(n);
-            out[..from_a].copy_from_slice(&a[..from_a]);
-            out[from_a..n].copy_from_slice(&b[..n - from_a]);
-            left.drain(..n);
-            n
-        };
-        Poll::Ready(match std::task::ready!(self.poll_with(cx, copy)) {
-            Taken::Nothing => Settled::Receive,
-            Taken::Failed(errno) => Settled::Failed(errno),
-            Taken::Ended => Settled::Copied(0),
-            Taken::Bytes(n) => Settled::Copied(n),
-        })
+        Poll::Ready(
+            match std::task::ready!(self.poll_with(cx, |left| out.put_front(left))) {
+                Taken::Nothing => Settled::Receive,
+                Taken::Failed(errno) => Settled::Failed(errno),
+                Taken::Ended => Settled::Copied(0),
+                Taken::Bytes(n) => Settled::Copied(n),
+            },
+        )
     }
 
     /// Waits for the reads that dropped futures left in the kernel, then
@@ -138,17 +153,15 @@ impl ReadSide {
     /// path follows). What does not fit `out`, and what ended a read, is
     /// kept for the next read; reads still in the kernel are left for it
     /// too (a pending one has `cx` to wake).
-    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut [u8]) -> usize {
+    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> usize {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let g = &mut *g;
         let mut copied = 0;
-        while let Some(op) = g.dropped.front() {
-            if !g.leftover.is_empty() || copied == out.len() || g.error.is_some() || g.ended {
+        while let Some(Left { read: op, .. }) = g.dropped.front() {
+            if !g.leftover.is_empty() || out.room() == 0 || g.error.is_some() || g.ended {
                 break;
             }
-            let Poll::Ready((res, n)) =
-                op.poll_settled_split(cx, &mut out[copied..], &mut g.leftover)
-            else {
+            let Poll::Ready((res, n)) = op.poll_settled_split(cx, out, &mut g.leftover) else {
                 break;
             };
             copied += n;
@@ -169,10 +182,35 @@ impl ReadSide {
         g.leftover.extend(bytes);
     }
 
-    /// Registers a read in flight whose result the next read collects.
-    pub(crate) fn detach(&self, read: Arc<dyn Abandoned>) {
+    /// Notes a receive stream dropped while its receive was pending.
+    pub(crate) fn dropped_pending(&self) {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        g.dropped.push_back(read);
+        g.at_once = AT_ONCE_AFTER_DROP;
+    }
+
+    /// Whether a receive stream about to arm a receive in the kernel
+    /// should first receive what the socket holds at once, on the calling
+    /// thread: for the [`AT_ONCE_AFTER_DROP`] that follow one dropped
+    /// pending. A loop that makes a fresh receive stream each turn and
+    /// drops it pending otherwise moves one ring buffer per round trip
+    /// through the driver; receiving at once, it moves what the socket
+    /// holds in each poll, as tokio's read does.
+    pub(crate) fn receive_at_once(&self) -> bool {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let at_once = g.at_once > 0;
+        g.at_once = g.at_once.saturating_sub(1);
+        at_once
+    }
+
+    /// Registers a read in flight whose result the next read collects;
+    /// `armed`, if given, keeps it in the kernel until then (dropped with
+    /// the stream, it cancels the read).
+    pub(crate) fn detach(&self, read: Arc<dyn Abandoned>, armed: Option<Box<dyn Send>>) {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.dropped.push_back(Left {
+            read,
+            _armed: armed,
+        });
     }
 
     /// Ready once every registered read has completed, its bytes moved to
@@ -180,7 +218,7 @@ impl ReadSide {
     fn poll_dropped(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let g = &mut *g;
-        while let Some(op) = g.dropped.front() {
+        while let Some(Left { read: op, .. }) = g.dropped.front() {
             let Poll::Ready(res) = op.poll_settled(cx, &mut g.leftover) else {
                 return Poll::Pending;
             };
@@ -196,31 +234,43 @@ impl ReadSide {
     }
 
     /// Runs one read through the kernel; if this future is dropped before
-    /// the read's result came, the read is registered for the next one.
-    pub(crate) async fn receive<B: IoBufMut>(
-        &self,
-        fut: crate::aio::op::OpFuture<B>,
-    ) -> BufResult<usize, B> {
-        let mut guard = DropGuard {
+    /// the read's result came, the read stays armed, registered for the
+    /// next one to join.
+    pub(crate) async fn receive<B: IoBufMut>(&self, fut: OpFuture<B>) -> BufResult<usize, B> {
+        let mut armed = Armed {
             side: self,
-            read: Some(fut.abandoned_handle()),
+            read: Some(fut),
         };
-        let out = fut.await;
-        guard.read = None;
-        out
+        poll_fn(|cx| {
+            let fut = armed
+                .read
+                .as_mut()
+                .expect("a read polled after it resolved");
+            let out = std::task::ready!(Pin::new(fut).poll(cx));
+            armed.read = None;
+            Poll::Ready(out)
+        })
+        .await
     }
 }
 
-/// Registers a read with its stream if dropped while still armed.
-struct DropGuard<'a> {
+/// A read in the kernel, registered with its stream, still armed, if
+/// dropped before its result came.
+struct Armed<'a, B: IoBufMut> {
     side: &'a ReadSide,
-    read: Option<Arc<dyn Abandoned>>,
+    read: Option<OpFuture<B>>,
 }
 
-impl Drop for DropGuard<'_> {
+impl<B: IoBufMut> Drop for Armed<'_, B> {
     fn drop(&mut self) {
-        if let Some(read) = self.read.take() {
-            self.side.detach(read);
+        let Some(read) = self.read.take() else {
+            return;
+        };
+        // Handed to the driver, or refused before that: only the first
+        // has a result to wait for.
+        if read.settle_handle().is_some() {
+            self.side
+                .detach(read.abandoned_handle(), Some(Box::new(read)));
         }
     }
 }

@@ -37,9 +37,13 @@
 //!   buffers (received, not yet dropped) is not re-armed on the ring until
 //!   it holds fewer: a slow reader cannot take the ring from the others.
 //!   Awaited meanwhile, it receives into buffers of its own likewise.
-//! * **No bytes lost.** Bytes left by dropped reads come out first; and a
-//!   stream dropped while its receive is armed cancels it and leaves what
-//!   still arrives to the next read on the connection, in order.
+//! * **No bytes lost, no progress thrown away.** Bytes left by dropped
+//!   reads come out first; a stream dropped while its single-shot
+//!   receive is armed leaves it armed for the next read on the connection
+//!   to join (a stream made afresh and dropped each time it is pending
+//!   still moves the bytes), and the connection's drop cancels it; a
+//!   multishot receive is cancelled with its stream. What either still
+//!   posts goes to the next read, in order.
 //! * **Everywhere.** Without a ring (the epoll backend, a kernel before
 //!   6.0) the stream does one receive at a time into a buffer of the
 //!   ring's size, with the same items and the same rules for bytes.
@@ -64,6 +68,10 @@ use crate::aio::request::{Cancel, Complete, Request};
 use crate::aio::BufResult;
 use crate::op::action::{Action, RecvSelectArgs};
 use crate::op::Op;
+
+/// The most bytes a receive made at once (see
+/// [`RecvStream::receive_at_once`]) takes.
+const AT_ONCE_RECEIVE: usize = 64 * 1024;
 
 /// Bytes received by a [`RecvStream`]. Dereferences to the bytes; a buffer
 /// of the engine's ring goes back to the ring when this is dropped.
@@ -414,8 +422,28 @@ impl<'a> RecvStream<'a> {
         if let Err(e) = driven {
             return Poll::Ready(Some(Err(e)));
         }
+        if let Some(got) = self.receive_at_once() {
+            return Poll::Ready(got);
+        }
         self.arm();
         Poll::Pending
+    }
+
+    /// After a receive stream of this connection was dropped pending (see
+    /// `ReadSide::receive_at_once`), receives what the socket holds at
+    /// once, on this thread, into a buffer of the stream's own: the item,
+    /// or `None` when the socket holds nothing (the receive is then armed
+    /// as usual). Called only with nothing armed or queued, so bytes keep
+    /// their order.
+    fn receive_at_once(&mut self) -> Option<Option<io::Result<RecvBuf>>> {
+        if !self.core.reads.receive_at_once() {
+            return None;
+        }
+        match self.core.sock.recv_at_once(AT_ONCE_RECEIVE) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            Ok(buf) => Some(self.owned_result(Ok(buf.len()), buf)),
+            Err(e) => Some(self.owned_result(Err(super::os_error(e)), Vec::new())),
+        }
     }
 
     /// Arms a multishot receive.
@@ -515,8 +543,14 @@ impl fmt::Debug for RecvStream<'_> {
 }
 
 impl Drop for RecvStream<'_> {
-    /// An armed receive is cancelled in the kernel; it and the bytes it
-    /// posted but nobody took go to the connection's next read.
+    /// An armed single-shot receive stays armed, and goes to the
+    /// connection's next read with the bytes it posted but nobody took: a
+    /// stream made afresh and dropped each time it is pending still moves
+    /// the connection's bytes. A multishot receive, which would go on
+    /// taking buffers, is cancelled in the kernel; what it posted still
+    /// goes to the next read, in order. Either way the connection's next
+    /// receive streams first receive at once (see
+    /// [`RecvStream::receive_at_once`]).
     fn drop(&mut self) {
         let How::Ring(r) = &self.how else {
             // A receive in flight is left to the read side by `read`.
@@ -525,12 +559,48 @@ impl Drop for RecvStream<'_> {
         let g = r.multi.state.lock().unwrap_or_else(|e| e.into_inner());
         let (armed, queued) = (g.armed, !g.items.is_empty());
         drop(g);
+        let shape = r.multi.ring.shape();
+        let multishot = shape.share >= usize::from(shape.count);
+        let mut keep = None;
         if armed {
+            // The next streams receive at once: a multishot receive's
+            // cancel may take it back before the kernel got it.
+            self.core.reads.dropped_pending();
+        }
+        if armed && multishot {
             let weak = Arc::downgrade(&r.multi);
             self.core.sock.engine.driver().cancel(Cancel(weak));
+        } else if armed {
+            keep = Some(Box::new(KeepArmed {
+                multi: r.multi.clone(),
+                engine: self.core.sock.engine.clone(),
+            }) as Box<dyn Send>);
         }
         if armed || queued {
-            self.core.reads.detach(r.multi.clone());
+            self.core.reads.detach(r.multi.clone(), keep);
+        }
+    }
+}
+
+/// Keeps a dropped stream's single-shot receive armed for the
+/// connection's next read; dropped before it completed (the connection
+/// is dropped), cancels it.
+struct KeepArmed {
+    multi: Arc<Multi>,
+    engine: crate::aio::AsyncEngine,
+}
+
+impl Drop for KeepArmed {
+    fn drop(&mut self) {
+        let armed = self
+            .multi
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .armed;
+        if armed {
+            let weak = Arc::downgrade(&self.multi);
+            self.engine.driver().cancel(Cancel(weak));
         }
     }
 }

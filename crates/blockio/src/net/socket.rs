@@ -28,6 +28,16 @@ pub(crate) struct Sock {
     pub(crate) engine: AsyncEngine,
 }
 
+/// `call`, made again while a signal interrupts it.
+fn retry_interrupted(mut call: impl FnMut() -> io::Result<usize>) -> io::Result<usize> {
+    loop {
+        match call() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            res => return res,
+        }
+    }
+}
+
 /// The buffers of a vectored send and the message header naming them.
 pub(crate) struct Message<B> {
     pub(crate) bufs: Vec<B>,
@@ -118,6 +128,45 @@ impl Sock {
             let op = Op::from_action(self.fd(), Action::SendVectored(send), None);
             OpFuture::new(&self.engine, op, owned, iovecs, self.socket.clone())
         }
+    }
+
+    /// Sends what the socket takes of `bufs` now, on this thread, without
+    /// waiting: `WouldBlock` when it takes nothing (see
+    /// `WriteSide::send_at_once`). The first [`IOV_MAX`] buffers at most.
+    pub(crate) fn send_at_once<B: IoBuf>(&self, bufs: &[B]) -> io::Result<usize> {
+        let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+        if let [b] = bufs {
+            // SAFETY: `b` holds `bytes_len` initialised bytes at
+            // `stable_ptr`, borrowed here for the call only.
+            let bytes = unsafe { std::slice::from_raw_parts(b.stable_ptr(), b.bytes_len()) };
+            return retry_interrupted(|| self.socket.send_with_flags(bytes, flags));
+        }
+        let slices: Vec<io::IoSlice<'_>> = bufs
+            .iter()
+            .take(IOV_MAX)
+            .map(|b| {
+                // SAFETY: `b` holds `bytes_len` initialised bytes at
+                // `stable_ptr`, borrowed here for the call only.
+                io::IoSlice::new(unsafe {
+                    std::slice::from_raw_parts(b.stable_ptr(), b.bytes_len())
+                })
+            })
+            .collect();
+        retry_interrupted(|| self.socket.send_vectored_with_flags(&slices, flags))
+    }
+
+    /// Receives what the socket holds, up to `max` bytes, now, on this
+    /// thread, without waiting: `WouldBlock` when it holds nothing; an
+    /// empty buffer at the end of the stream (see
+    /// `ReadSide::receive_at_once`).
+    pub(crate) fn recv_at_once(&self, max: usize) -> io::Result<Vec<u8>> {
+        let mut buf = Vec::with_capacity(max);
+        let flags = libc::MSG_DONTWAIT;
+        let n = retry_interrupted(|| self.socket.recv_with_flags(buf.spare_capacity_mut(), flags))?;
+        // SAFETY: the kernel wrote the first `n` bytes of the spare
+        // capacity (recv returns how many it wrote, at most `max`).
+        unsafe { buf.set_len(n) };
+        Ok(buf)
     }
 
     /// Connects to `addr`.

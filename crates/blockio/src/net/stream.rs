@@ -99,6 +99,9 @@ impl StreamCore {
         if let Err(e) = self.writes.ready_for_owned().await {
             return (Err(e), buf);
         }
+        if let Some(res) = self.send_at_once(std::slice::from_ref(&buf)) {
+            return (res, buf);
+        }
         let mut guard = self.writes.guard(buf.bytes_len());
         let mut cancels = 0;
         let mut buf = buf;
@@ -126,6 +129,9 @@ impl StreamCore {
         if let Err(e) = self.writes.ready_for_owned().await {
             return (Err(e), bufs);
         }
+        if let Some(res) = self.send_at_once(&bufs) {
+            return (res, bufs);
+        }
         let len = bufs
             .iter()
             .take(super::socket::IOV_MAX)
@@ -149,6 +155,20 @@ impl StreamCore {
         }
     }
 
+    /// Sends what the socket takes of `bufs` at once, on this thread, if
+    /// an owned write dropped pending asks for it (see
+    /// `WriteSide::send_at_once`): `None` when it does not, or the
+    /// socket took nothing (the send then goes through the driver).
+    fn send_at_once<B: IoBuf>(&self, bufs: &[B]) -> Option<io::Result<usize>> {
+        if !self.writes.send_at_once() {
+            return None;
+        }
+        match self.sock.send_at_once(bufs) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            res => Some(res.map_err(super::os_error)),
+        }
+    }
+
     /// Writes all of `buf`, one `send` after another until every byte went.
     pub(crate) async fn write_all<B: IoBuf>(&self, mut buf: B) -> BufResult<(), B> {
         if let Err(e) = self.sock.engine.ensure_driven() {
@@ -160,6 +180,14 @@ impl StreamCore {
         let len = buf.bytes_len();
         let mut guard = self.writes.guard(len);
         let mut sent = 0;
+        match self.send_at_once(std::slice::from_ref(&buf)) {
+            Some(Ok(n)) => {
+                sent = n;
+                guard.sent_at_once(n);
+            }
+            Some(Err(e)) => return (Err(e), buf),
+            None => {}
+        }
         let mut cancels = 0;
         while sent < len {
             let mut fut = self.sock.send(buf, sent);

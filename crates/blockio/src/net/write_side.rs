@@ -62,6 +62,16 @@
 //! The write after that proceeds. A dropped write that sent nothing (the
 //! usual outcome of a cancellation) is forgotten silently: retrying it
 //! whole is right, as on tokio.
+//!
+//! A dropped write's send is usually cancelled before the kernel got it,
+//! so a loop that drops every pending write (a `select!` whose other
+//! branch is ready each turn) would send nothing, ever. So after an owned
+//! write dropped pending, the stream's next owned writes
+//! ([`AT_ONCE_AFTER_DROP`] of them) make their send at once, in their
+//! first poll, on the calling thread (`MSG_DONTWAIT`), as tokio's write
+//! does: whatever the socket takes is the write's result at once, and
+//! only a socket with no room sends the write through the driver. Such a
+//! loop then moves bytes whenever the socket has room.
 
 use std::fmt;
 use std::future::{poll_fn, Future};
@@ -232,12 +242,19 @@ struct SendBook {
     lingering: Option<Lingering>,
     /// Sends in a row the kernel cancelled (see [`SendBook::step`]).
     cancelled: u32,
+    /// Owned writes still to try their send at once, on the calling
+    /// thread (see [`WriteSide::send_at_once`]).
+    at_once: u32,
 }
 
 /// Sends in a row cancelled by the kernel that the pump sends again
 /// before it fails the queue with `ECANCELED`: a bound on a loop, far
 /// above the few cancels of a hand-over.
 const CANCELLED_RETRIES: u32 = 1000;
+
+/// Owned writes that try their send at once after an owned write was
+/// dropped pending (see [`WriteSide::send_at_once`]).
+const AT_ONCE_AFTER_DROP: u32 = 64;
 
 /// An owned write dropped with its send in the kernel.
 struct Dropped {
@@ -465,6 +482,7 @@ impl WriteSide {
                     linger_limit: LINGER,
                     lingering: None,
                     cancelled: 0,
+                    at_once: 0,
                 }),
                 notified: AtomicBool::new(false),
                 running: AtomicBool::new(false),
@@ -576,6 +594,22 @@ impl WriteSide {
         .await
     }
 
+    /// Whether an owned write should first try its send at once, on the
+    /// calling thread, without waiting (`MSG_DONTWAIT`): for the
+    /// [`AT_ONCE_AFTER_DROP`] owned writes that follow one dropped while
+    /// pending. A loop that drops a pending write whenever another branch
+    /// of a `select!` is ready, and writes again, would otherwise give
+    /// each write's send to the driver only to cancel it before the
+    /// kernel gets it, and send nothing; with the send made in the
+    /// write's first poll it moves bytes whenever the socket has room, as
+    /// tokio's write does. Other streams keep one submission per round.
+    pub(crate) fn send_at_once(&self) -> bool {
+        let mut st = self.pump.lock();
+        let at_once = st.at_once > 0;
+        st.at_once = st.at_once.saturating_sub(1);
+        at_once
+    }
+
     /// A guard for an owned write of `len` bytes: dropped while armed, it
     /// leaves its send for the next write to report.
     pub(crate) fn guard(&self, len: usize) -> OwnedWrite<'_> {
@@ -612,6 +646,11 @@ pub(crate) struct OwnedWrite<'a> {
 }
 
 impl OwnedWrite<'_> {
+    /// Counts `n` bytes the write sent itself, at once.
+    pub(crate) fn sent_at_once(&mut self, n: usize) {
+        self.before += n;
+    }
+
     /// Runs one send of the write: `fut`, started already.
     pub(crate) async fn send<B: Send + 'static>(
         &mut self,
@@ -630,11 +669,13 @@ impl OwnedWrite<'_> {
 impl Drop for OwnedWrite<'_> {
     fn drop(&mut self) {
         if let Some(op) = self.op.take() {
-            self.side.pump.lock().dropped = Some(Dropped {
+            let mut st = self.side.pump.lock();
+            st.dropped = Some(Dropped {
                 before: self.before,
                 len: self.len,
                 op,
             });
+            st.at_once = AT_ONCE_AFTER_DROP;
         }
     }
 }
