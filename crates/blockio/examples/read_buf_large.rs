@@ -55,8 +55,8 @@ fn peer(addr: std::net::SocketAddr) -> std::thread::JoinHandle<std::io::Result<(
 async fn round(e: &blockio::aio::AsyncEngine) -> std::io::Result<[f64; 3]> {
     let mut ms = [0.0; 3];
     for (i, zeroing) in [false, true].into_iter().enumerate() {
-        let l = blockio::net::TcpListener::bind(e, "127.0.0.1:0")?;
-        let p = peer(l.local_addr());
+        let l = blockio::net::TcpListener::bind_with(e, "127.0.0.1:0").await?;
+        let p = peer(l.local_addr()?);
         let (s, _) = l.accept().await?;
         ms[i] = if zeroing {
             drain(Zeroing(s)).await?
