@@ -270,6 +270,16 @@ def _close_all() -> None:
         e.close()
 
 
+def _forget_engines_after_fork() -> None:
+    """In a forked child the engines made before ``fork()`` are the
+    parent's (their rings and threads): the child's exit leaves them
+    alone, as it leaves the parent's threads."""
+    _engines.clear()
+
+
+os.register_at_fork(after_in_child=_forget_engines_after_fork)
+
+
 #: The waiter of a batch nobody awaits.
 _NOBODY: Tuple[None, None] = (None, None)
 
@@ -341,7 +351,16 @@ class Engine:
         an empty pipe) or when a signal handler raises (Ctrl-C) are
         cancelled. Every task awaiting this engine is then resolved: with
         its result if its operation completed, else with ``OSError``
-        (``ECANCELED``) saying that close cut it short."""
+        (``ECANCELED``) saying that close cut it short.
+
+        In a child forked after the engine was made, the rings and
+        threads are the parent's: the child's engine is forgotten, never
+        touched (nothing of the child waits on it), and is closed."""
+        if self._pid != os.getpid():
+            with self._loops_lock:
+                self._loops, self._loop, self._trio_runs = {}, None, {}
+            self._core.close()  # (forgets the parent's rings: see the core)
+            return
         with self._loops_lock:
             loops, self._loops, self._loop = list(self._loops.values()), {}, None
             trio_runs, self._trio_runs = list(self._trio_runs.items()), {}
