@@ -165,46 +165,6 @@ async def run_in_thread(func: Callable[..., T], *args: Any) -> T:
 CANCEL_GRACE = 1.0
 
 
-async def despite_cancel(coro: Any) -> Any:
-    """Runs ``coro`` (a write) to its end even if the awaiting task is
-    cancelled meanwhile, and only then lets the cancellation through: what
-    a write that may already be in the kernel needs, so that its bytes and
-    the file's position agree (as when aiofiles' thread finishes the call
-    whose task was cancelled). A write still not done :data:`CANCEL_GRACE`
-    seconds after the cancellation (one queued behind reads of empty pipes,
-    that never reached the kernel) is given up, and so never submitted.
-    Under trio, a shielded cancel scope; under asyncio, a task awaited
-    through ``asyncio.shield``. The end of ``asyncio.run`` (and
-    ``uvloop.run``) cancels that task too: the write's own await of the
-    engine (``Engine._awrite_kept``) absorbs such a cancellation until the
-    write has completed, so the run waits for it and the file's position
-    moves past its bytes before the loop closes."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        trio = running_trio()
-        with trio.CancelScope(shield=True):
-            return await coro
-    task = loop.create_task(coro)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError as e:
-        if task.done():
-            raise
-        cancelled = e
-    await _through_grace(loop, task)
-    if not task.done():
-        task.cancel()
-        while not task.done():
-            try:
-                await asyncio.wait({task})
-            except asyncio.CancelledError:
-                pass
-    if not task.cancelled():
-        task.exception()  # (retrieved: the cancellation is what the caller gets)
-    raise cancelled
-
-
 async def wait_despite_cancel(fut: Any, ahead_completes: Callable[[], bool]) -> Optional[BaseException]:
     """Awaits ``fut`` (a call's turn in a file's queue) even if the task is
     cancelled meanwhile; the cancellation, to raise once the call has run,
@@ -255,7 +215,11 @@ async def _through_grace(loop: asyncio.AbstractEventLoop, fut: Any) -> None:
 
 async def shielded(coro: Any) -> Any:
     """``await coro``, under trio in a shielded cancel scope (the task's
-    cancellation has been caught already, and is raised afterwards)."""
+    cancellation has been caught already, and is raised afterwards; or
+    ``coro`` is a write, which runs to its end before the cancellation is
+    raised). Under asyncio ``coro`` runs in the calling task as it is,
+    with no task of its own: one would be among ``asyncio.all_tasks()``,
+    which a program may cancel before it first runs."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

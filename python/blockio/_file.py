@@ -56,7 +56,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
-from ._aio import despite_cancel, is_cancellation, new_future, pause, threadsafe_caller
+from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_caller
 from ._blockio import (QUICK_OFFSET, FileState, count_copied, read_line_now, read_now, readline_now, seek_now,
                        tell_now, turn_due, write_now)
 from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
@@ -1202,11 +1202,21 @@ class AsyncFile(FileState, LineReader[bytes]):
         # cancelled (which then takes effect): bytes the kernel may have
         # written are never left behind the position, where the next
         # write would overwrite them, nor is a record cut between chunks.
-        done: int = await despite_cancel(self._write_at(view, short_ok, landed))
+        # It runs in the calling task itself, its bytes handed to the
+        # engine before the task first yields (see `_write_at`): no task
+        # of blockio's own stands between, which a program cancelling
+        # every task (``asyncio.all_tasks()``) could cancel before it ran.
+        # Under trio, in a shielded cancel scope.
+        done: int = await shielded(self._write_at(view, short_ok, landed))
         return done
 
     async def _write_at(self, view: memoryview, short_ok: bool, landed: Optional[List[int]]) -> int:
-        pos = 0 if self._append else await self._position()
+        """Writes ``view`` at the position (see `_write_through`). Nothing
+        awaits before the first chunk is submitted (the position is known:
+        only append mode looks the end up, and it writes at the end with
+        no offset), and each chunk's await (``Engine._awrite_kept``) takes
+        every cancellation in until its bytes have landed."""
+        pos = 0 if self._append else self._pos
         done = 0
         cancelled: Optional[BaseException] = None
         try:
@@ -1214,9 +1224,9 @@ class AsyncFile(FileState, LineReader[bytes]):
                 try:
                     n = await self._engine._awrite_kept(self._file, view[done:], pos + done, cancelled)
                 except _KeptCancel as kept:
-                    # Completed after the task was cancelled (by the end
-                    # of asyncio.run, which cancels even the task
-                    # `despite_cancel` shields): the rest is written too,
+                    # Completed after the task was cancelled (by the
+                    # program, or by the end of asyncio.run, which cancels
+                    # every task): the rest is written too,
                     # the position moved past it, then the cancellation
                     # raised. A rest still queued in the engine a second
                     # later is withdrawn, and the cancellation raised at
