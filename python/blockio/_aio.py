@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import sys
-from typing import Any, Callable, Optional, TypeVar
+import weakref
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -157,6 +158,59 @@ async def run_in_thread(func: Callable[..., T], *args: Any) -> T:
         out: T = await trio.to_thread.run_sync(functools.partial(func, *args), abandon_on_cancel=True)
         return out
     return await loop.run_in_executor(None, functools.partial(func, *args))
+
+
+#: The readers each asyncio loop has waiting on a descriptor's readiness
+#: (see :func:`wait_readable`): by descriptor, the futures waiting.
+_READERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[int, List[Any]]]" = weakref.WeakKeyDictionary()
+
+
+async def wait_readable(fd: int) -> bool:
+    """Waits until ``fd`` (a pipe, socket or terminal) is readable, at its
+    end, or failed, taking nothing from it, in the running loop's own
+    poll: asyncio's reader on the descriptor (one for every task waiting
+    on it), trio's ``wait_readable``. Whether it waited: False, at once,
+    for a descriptor the loop cannot watch (one ``epoll`` refuses, as
+    ``/dev/null``; under trio, one another task waits on already), for
+    the caller to read it without waiting first. A cancellation takes
+    nothing from the stream."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        trio = running_trio()
+        try:
+            await trio.lowlevel.wait_readable(fd)
+        except (OSError, trio.BusyResourceError):
+            return False
+        return True
+    waits = _READERS.get(loop)
+    if waits is None:
+        waits = _READERS[loop] = {}
+    futs = waits.get(fd)
+    if futs is None:
+        def ready() -> None:
+            loop.remove_reader(fd)
+            for f in waits.pop(fd, ()):
+                if not f.done():
+                    f.set_result(None)
+
+        try:
+            loop.add_reader(fd, ready)
+        except (OSError, ValueError):
+            return False
+        futs = waits[fd] = []
+    fut = loop.create_future()
+    futs.append(fut)
+    try:
+        await fut
+    finally:
+        if not fut.done() or fut.cancelled():
+            if fut in futs:
+                futs.remove(fut)
+            if not futs and waits.get(fd) is futs:
+                del waits[fd]
+                loop.remove_reader(fd)
+    return True
 
 
 #: How long a cancelled write is waited for, once no completion could

@@ -35,7 +35,7 @@ import weakref
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Tuple,
                     Union, overload)
 
-from ._aio import CANCEL_GRACE, TrioFuture, running_trio
+from ._aio import CANCEL_GRACE, TrioFuture, running_trio, wait_readable
 
 if TYPE_CHECKING:
     # Any object with the buffer protocol (bytes, bytearray, memoryview,
@@ -168,6 +168,24 @@ def _is_stream(fd: int) -> bool:
     except (OSError, ValueError, TypeError):
         return False
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+
+
+def _stream_key(fd: int) -> Optional[Tuple[int, int, int, bool]]:
+    """For a pipe, socket or character device: ``(fd, device, inode,
+    readable)``, what names the stream under that number (a number closed
+    and made again names another) and whether it was opened for reading;
+    None for anything else (one system call for a descriptor made by
+    ``open``, two otherwise)."""
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        if flags & _KERNEL_O_LARGEFILE:
+            return None
+        st = os.fstat(fd)
+    except (OSError, ValueError, TypeError, OverflowError):
+        return None
+    if not (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+        return None
+    return (fd, st.st_dev, st.st_ino, flags & os.O_ACCMODE != os.O_WRONLY)
 
 
 def _name(file: FileLike) -> Union[str, bytes, None]:
@@ -683,6 +701,9 @@ class Engine:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
+            key = _stream_key(_fd(file)) if type(offset) is int and type(length) is int else None
+            if key is not None:
+                return await self._aread_stream(file, key, offset, length)
             try:
                 got = await self._run_trio(file, self._core.submit_read, _fd(file), [offset], length)
             except OverflowError:
@@ -723,6 +744,9 @@ class Engine:
                 if cached is not None:
                     count_copied(len(cached))  # (the call took its turn: its bytes start the count)
                     return cached
+            key = _stream_key(fd)
+            if key is not None:
+                return await self._aread_stream(file, key, offset, length)
         if loop is not self._loop:
             self._attach(loop)
         fut = loop.create_future()
@@ -740,6 +764,24 @@ class Engine:
         if type(r) is bytes:
             return r
         out: bytes = _finish([r], [_name(file)], False)[0]
+        return out
+
+    async def _aread_stream(self, file: FileLike, key: Tuple[int, int, int, bool], offset: int, length: int) -> bytes:
+        """:meth:`aread` of a pipe, socket or terminal, where a read may
+        wait for ever. For a stream opened for reading, the read waits
+        until the stream is readable in the event loop's own poll
+        (:func:`wait_readable`), holding no place in the engine's bound on
+        operations in flight, so that reads waiting on idle streams never
+        hold up the engine's other work; a cancellation there takes
+        nothing from the stream. The read itself then finds its bytes at
+        once."""
+        if key[3] and length > 0:
+            await wait_readable(key[0])
+        try:
+            got = await self._run(file, self._core.submit_read, key[0], [offset], length)
+        except OverflowError:
+            raise _out_of_range(length, [offset], "offset") from None
+        out: bytes = _finish(got, [_name(file)], False)[0]
         return out
 
     @overload
