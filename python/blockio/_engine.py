@@ -339,6 +339,10 @@ class Engine:
         #: Every ``trio.run`` watching the eventfd: its token, and the
         #: cancel scope of its watching task.
         self._trio_runs: Dict[Any, Any] = {}
+        #: Bytes of streams that a read whose task was cancelled got, for
+        #: the next read of the stream (see :meth:`_read_kept`): by
+        #: descriptor, with the stream's ``(device, inode)``.
+        self._kept_reads: Dict[int, Tuple[Tuple[int, int], bytes]] = {}
         _engines.add(self)
 
     @property
@@ -768,21 +772,105 @@ class Engine:
 
     async def _aread_stream(self, file: FileLike, key: Tuple[int, int, int, bool], offset: int, length: int) -> bytes:
         """:meth:`aread` of a pipe, socket or terminal, where a read may
-        wait for ever. For a stream opened for reading, the read waits
-        until the stream is readable in the event loop's own poll
-        (:func:`wait_readable`), holding no place in the engine's bound on
-        operations in flight, so that reads waiting on idle streams never
-        hold up the engine's other work; a cancellation there takes
-        nothing from the stream. The read itself then finds its bytes at
-        once."""
+        wait for ever. Bytes a cancelled read got come first. Then, for a
+        stream opened for reading, the read waits until the stream is
+        readable in the event loop's own poll (:func:`wait_readable`),
+        holding no place in the engine's bound on operations in flight,
+        so that reads waiting on idle streams never hold up the engine's
+        other work; a cancellation there takes nothing from the stream.
+        The read itself then finds its bytes at once (see
+        :meth:`_read_kept`)."""
+        kept = self._take_kept(key, length)
+        if kept is not None:
+            return kept
         if key[3] and length > 0:
             await wait_readable(key[0])
+            kept = self._take_kept(key, length)  # (a read cancelled meanwhile, in another task)
+            if kept is not None:
+                return kept
         try:
-            got = await self._run(file, self._core.submit_read, key[0], [offset], length)
+            r = await self._read_kept(file, key, offset, length)
         except OverflowError:
             raise _out_of_range(length, [offset], "offset") from None
-        out: bytes = _finish(got, [_name(file)], False)[0]
+        if type(r) is bytes:
+            return r
+        out: bytes = _finish([r], [_name(file)], False)[0]
         return out
+
+    def _take_kept(self, key: Tuple[int, int, int, bool], length: int) -> Optional[bytes]:
+        """Up to ``length`` of the bytes kept for the stream ``key`` (see
+        :meth:`_read_kept`), or None. Bytes kept for another stream that
+        had the number before are dropped: nobody can read that one now."""
+        entry = self._kept_reads.get(key[0])
+        if entry is None:
+            return None
+        if entry[0] != key[1:3]:
+            del self._kept_reads[key[0]]
+            return None
+        kept = entry[1]
+        if len(kept) > length:
+            self._kept_reads[key[0]] = (entry[0], kept[length:])
+            return kept[:length]
+        del self._kept_reads[key[0]]
+        return kept
+
+    def _keep(self, key: Tuple[int, int, int, bool], data: bytes) -> None:
+        """Keeps ``data``, read from the stream ``key`` by a read whose
+        task was cancelled, for its next read, after any kept already."""
+        entry = self._kept_reads.get(key[0])
+        before = entry[1] if entry is not None and entry[0] == key[1:3] else b""
+        self._kept_reads[key[0]] = (key[1:3], before + data)
+
+    async def _read_kept(self, file: FileLike, key: Tuple[int, int, int, bool], offset: int, length: int) -> Any:
+        """One read of a stream through the engine; its result (bytes, or
+        the error). Its task cancelled meanwhile, the read is waited for
+        (it was started once the stream was readable, and so completes at
+        once) at most :data:`CANCEL_GRACE` seconds, through any further
+        cancellation: the bytes it got are kept for the stream's next
+        read, and the cancellation raised. One still not done then (the
+        bytes went to another reader) is given up."""
+        fut: Any
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            trio = running_trio()
+            self._watch_trio(trio)
+            fut = TrioFuture(trio)
+            token = self._core.submit_read((fut, file), key[0], [offset], length)
+            try:
+                return (await fut)[0]
+            except trio.Cancelled as e:
+                cancelled: BaseException = e
+            with trio.CancelScope(deadline=trio.current_time() + CANCEL_GRACE, shield=True):
+                try:
+                    await fut
+                except OSError:
+                    pass
+        else:
+            if loop is not self._loop:
+                self._attach(loop)
+            fut = loop.create_future()
+            token = self._core.submit_read((fut, file), key[0], [offset], length)
+            try:
+                return (await asyncio.shield(fut))[0]
+            except asyncio.CancelledError as e:
+                cancelled = e
+            deadline = loop.time() + CANCEL_GRACE
+            while not fut.done() and loop.time() < deadline:
+                try:
+                    await asyncio.wait({fut}, timeout=deadline - loop.time())
+                except asyncio.CancelledError:
+                    pass
+        if not fut.done():
+            self._abandon(token)
+            raise cancelled
+        try:
+            r = fut.result() if not isinstance(fut, TrioFuture) else fut._result
+        except BaseException:
+            r = None
+        if r and type(r[0]) is bytes and r[0]:
+            self._keep(key, r[0])
+        raise cancelled
 
     @overload
     async def areadinto_batch(
