@@ -17,7 +17,7 @@ import asyncio
 import functools
 import sys
 import weakref
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Set, TypeVar
 
 T = TypeVar("T")
 
@@ -165,23 +165,35 @@ async def run_in_thread(func: Callable[..., T], *args: Any) -> T:
 _READERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[int, List[Any]]]" = weakref.WeakKeyDictionary()
 
 
-async def wait_readable(fd: int) -> bool:
+async def wait_readable(fd: int, stops: "Set[Callable[[], None]]") -> bool:
     """Waits until ``fd`` (a pipe, socket or terminal) is readable, at its
     end, or failed, taking nothing from it, in the running loop's own
     poll: asyncio's reader on the descriptor (one for every task waiting
-    on it), trio's ``wait_readable``. Whether it waited: False, at once,
-    for a descriptor the loop cannot watch (one ``epoll`` refuses, as
-    ``/dev/null``; under trio, one another task waits on already), for
-    the caller to read it without waiting first. A cancellation takes
-    nothing from the stream."""
+    on it), trio's ``wait_readable``. Meanwhile ``stops`` holds a function,
+    callable from any thread, that ends the wait at once (the engine is
+    closing). Whether it waited: False, at once, for a descriptor the
+    loop cannot watch (one ``epoll`` refuses, as ``/dev/null``; under
+    trio, one another task waits on already), for the caller to read it
+    without waiting first. A cancellation takes nothing from the stream."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         trio = running_trio()
-        try:
-            await trio.lowlevel.wait_readable(fd)
-        except (OSError, trio.BusyResourceError):
-            return False
+        token = trio.lowlevel.current_trio_token()
+        with trio.CancelScope() as scope:
+            def stop_trio() -> None:
+                try:
+                    token.run_sync_soon(scope.cancel)
+                except trio.RunFinishedError:
+                    pass
+
+            stops.add(stop_trio)
+            try:
+                await trio.lowlevel.wait_readable(fd)
+            except (OSError, trio.BusyResourceError):
+                return False
+            finally:
+                stops.discard(stop_trio)
         return True
     waits = _READERS.get(loop)
     if waits is None:
@@ -201,12 +213,24 @@ async def wait_readable(fd: int) -> bool:
         futs = waits[fd] = []
     fut = loop.create_future()
     futs.append(fut)
+
+    def end() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    def stop() -> None:
+        try:
+            loop.call_soon_threadsafe(end)
+        except RuntimeError:
+            pass  # (that loop is closed)
+
+    stops.add(stop)
     try:
         await fut
     finally:
-        if not fut.done() or fut.cancelled():
-            if fut in futs:
-                futs.remove(fut)
+        stops.discard(stop)
+        if fut in futs:
+            futs.remove(fut)
             if not futs and waits.get(fd) is futs:
                 del waits[fd]
                 loop.remove_reader(fd)

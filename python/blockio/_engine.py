@@ -32,8 +32,8 @@ import stat
 import sys
 import threading
 import weakref
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Tuple,
-                    Union, overload)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Set,
+                    Tuple, Union, overload)
 
 from ._aio import CANCEL_GRACE, TrioFuture, running_trio, wait_readable
 
@@ -343,6 +343,9 @@ class Engine:
         #: the next read of the stream (see :meth:`_read_kept`): by
         #: descriptor, with the stream's ``(device, inode)``.
         self._kept_reads: Dict[int, Tuple[Tuple[int, int], bytes]] = {}
+        #: What ends each wait of a stream's read for the stream (see
+        #: :meth:`_aread_stream`), for :meth:`close`.
+        self._stream_waits: Set[Callable[[], None]] = set()
         _engines.add(self)
 
     @property
@@ -386,6 +389,8 @@ class Engine:
         with self._loops_lock:
             loops, self._loops, self._loop = list(self._loops.values()), {}, None
             trio_runs, self._trio_runs = list(self._trio_runs.items()), {}
+        for stop in list(self._stream_waits):
+            stop()  # (the read then fails as the engine's cancelled operations do)
         for token, scope in trio_runs:
             try:
                 token.run_sync_soon(scope.cancel)
@@ -772,7 +777,9 @@ class Engine:
 
     async def _aread_stream(self, file: FileLike, key: Tuple[int, int, int, bool], offset: int, length: int) -> bytes:
         """:meth:`aread` of a pipe, socket or terminal, where a read may
-        wait for ever. Bytes a cancelled read got come first. Then, for a
+        wait for ever. Bytes a cancelled read got come first. A wait that
+        :meth:`close` ends fails with ``OSError`` (``ECANCELED``), as the
+        operations close cancels. Then, for a
         stream opened for reading, the read waits until the stream is
         readable in the event loop's own poll (:func:`wait_readable`),
         holding no place in the engine's bound on operations in flight,
@@ -780,11 +787,14 @@ class Engine:
         other work; a cancellation there takes nothing from the stream.
         The read itself then finds its bytes at once (see
         :meth:`_read_kept`)."""
+        self._core.eventfd()  # (raises if the engine is closed, or the parent's)
         kept = self._take_kept(key, length)
         if kept is not None:
             return kept
         if key[3] and length > 0:
-            await wait_readable(key[0])
+            await wait_readable(key[0], self._stream_waits)
+            if self._core.closed:
+                raise OSError(errno.ECANCELED, "blockio.Engine.close() cancelled this operation before it completed")
             kept = self._take_kept(key, length)  # (a read cancelled meanwhile, in another task)
             if kept is not None:
                 return kept
