@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple
 from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_caller
 from ._blockio import (QUICK_OFFSET, FileState, count_copied, read_line_now, read_now, readline_now, seek_now,
                        tell_now, turn_due, write_now)
-from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
+from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept,
                      one_at_a_time_taking_turns)
 from ._lines import LineReader
@@ -399,6 +399,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             if self._stream:
                 _STREAM_FILES.add(self)
                 self._calls.stream = True
+        if desc.closefd and not self._stream:
+            # The file owns the descriptor: its operations use the number
+            # itself, with no duplicate each, and its close waits for
+            # those whose task was cancelled (see `_close_descriptor`).
+            engine._core.own(desc.num)
         #: The next read is the first since a seek: it reads what it asks
         #: for and no more (see `read`).
         self._seeked = False
@@ -1383,7 +1388,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                 self._file.closed = True
                 self._end_waits()
                 if self._file.closefd:
-                    os.close(self._file.num)
+                    self._close_descriptor()
             return
         try:
             await self._flush_writes()
@@ -1429,6 +1434,9 @@ class AsyncFile(FileState, LineReader[bytes]):
                 raise ValueError("detach with buffered writes: await flush() first")
             if self._stream:
                 self._check_stream_detachable()
+            elif self._file.closefd and not self._engine._core.disown(self._file.num):
+                raise ValueError("detach() while an operation of this file whose task was cancelled is still "
+                                 "in flight: await another call on the file first")
             # (FileIO in an append mode seeks to the end: the position is
             # set after it.)
             raw = io.FileIO(self._file.num, self.mode.replace("x", "w"), closefd=self._file.closefd)
@@ -1503,4 +1511,20 @@ class AsyncFile(FileState, LineReader[bytes]):
             desc.closed = True
             self._end_waits()
             if desc.closefd:
-                os.close(desc.num)
+                self._close_descriptor()
+
+    def _close_descriptor(self) -> None:
+        """Closes the descriptor the file owns without awaiting (the file
+        is collected, its engine unusable, or its open failed): through
+        the engine, which closes it once the operations still using the
+        number (given up by their tasks) have completed, or at once when
+        the engine can no longer run any."""
+        engine, num = self._engine, self._file.num
+        if engine._usable_here:
+            try:
+                engine._core.submit_close(_NOBODY, num)
+                return
+            except RuntimeError:
+                pass  # (closed meanwhile, by another thread)
+        engine._core.disown(num)
+        os.close(num)
