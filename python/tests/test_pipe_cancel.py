@@ -247,3 +247,40 @@ def test_engine_aread_of_a_pipe_cancelled_leaves_its_bytes_to_the_next_read(back
             assert got == b"hello", trial
     finally:
         e.close()
+
+
+@BACKENDS
+def test_engine_aread_of_a_pipe_cancelled_under_trio_leaves_its_bytes_to_the_next_read(backend):
+    """Defect 9 under trio: an ``Engine.aread`` of an empty pipe whose
+    cancel scope is cancelled just after bytes reach the pipe (before the
+    run has looked at it again) loses none of them: the next read gets
+    them, in every trial."""
+    import trio
+    import trio.testing
+
+    e = blockio.Engine(backend=backend)
+
+    async def trial(r, w):
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as n:
+                async def reader():
+                    await e.aread(r, offset=0, length=100)
+
+                n.start_soon(reader)
+                await trio.testing.wait_all_tasks_blocked()
+                os.write(w, b"hello")
+                scope.cancel()
+        with trio.fail_after(30):
+            return await e.aread(r, offset=0, length=100)
+
+    try:
+        for k in range(TRIALS):
+            r, w = os.pipe()
+            try:
+                got = trio.run(trial, r, w)
+            finally:
+                os.close(r)
+                os.close(w)
+            assert got == b"hello", k
+    finally:
+        e.close()
