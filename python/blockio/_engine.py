@@ -9,10 +9,12 @@ trio alike, in any thread.
 
 Cancellation: a batch whose task is cancelled is given up at once. Its
 operations that have not reached the kernel are never submitted; those
-already in flight keep their buffer referenced (and exported) and hold a
-duplicate of the descriptor until the kernel has finished with them, so a
-file closed right after a cancelled write can never have that write land in
-a file opened later under the same descriptor number.
+already in flight keep their buffer referenced (and exported) until the
+kernel has finished with them, and the descriptor: a duplicate of a number
+the caller owns, or, for a :func:`blockio.open` file's own descriptor, the
+number itself, which the file's close closes only once they have
+completed. So a file closed right after a cancelled write can never have
+that write land in a file opened later under the same descriptor number.
 
 Argument order: ``offset`` and ``length`` (``offsets`` and ``length`` in
 batches) are keyword-only. ``os.pread(fd, n, offset)`` and earlier releases
@@ -671,8 +673,9 @@ class Engine:
     def _abandon(self, token: int) -> None:
         """The task awaiting ``token`` was cancelled: operations of it not
         yet handed to the kernel are never submitted, and those in flight
-        hold their own duplicate of the descriptor until they complete, so
-        closing the file now cannot send them to another file."""
+        hold their own duplicate of the descriptor until they complete (or,
+        on a file object's own descriptor, hold up the file's close until
+        then), so closing the file now cannot send them to another file."""
         self._core.cancel(token)
 
     @overload
