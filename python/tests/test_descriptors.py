@@ -35,7 +35,7 @@ def run_limited(code, backend, cwd):
 @pytest.mark.parametrize("files", [600, 1000])
 @pytest.mark.parametrize("mode", ["wb", "ab"])
 def test_files_written_at_once_up_to_the_descriptor_limit(tmp_path, backend, files, mode):
-    """Defect 2: under a limit of 1,024 descriptors, ``files`` files open
+    """Under a limit of 1,024 descriptors, ``files`` files open
     at once are each written (64 KiB, through the engine), synced and
     closed, concurrently; every write succeeds and every file holds its
     bytes. (When each operation held a duplicate descriptor, hundreds of

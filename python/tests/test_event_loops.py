@@ -241,7 +241,7 @@ def test_outside_any_loop_the_error_names_the_supported_ones():
 @RUNNERS
 @BACKENDS
 def test_reads_waiting_on_idle_pipes_hold_up_no_other_operation(tmp_path, runner, backend):
-    """Defect 5: more ``Engine.aread`` calls than the engine's bound on
+    """More ``Engine.aread`` calls than the engine's bound on
     operations in flight (``queue_depth``, 256 here) wait on pipes nobody
     writes yet; a write to a file through the same engine still completes
     (it waited for ever: every slot was a pipe's), then each pipe's read

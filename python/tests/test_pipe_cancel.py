@@ -230,7 +230,7 @@ async def _cancelled_aread_then_aread(e, r, w, submitted):
 @BACKENDS
 @pytest.mark.parametrize("submitted", [False, True], ids=["waiting", "submitted"])
 def test_engine_aread_of_a_pipe_cancelled_leaves_its_bytes_to_the_next_read(backend, submitted):
-    """Defect 9: on a pipe, an ``Engine.aread`` whose task is cancelled as
+    """On a pipe, an ``Engine.aread`` whose task is cancelled as
     bytes arrive loses none of them: the next read gets them (as a
     ``blockio.open`` file's next read does), in every trial, whether the
     cancellation came while the read waited for the pipe or once its read
@@ -251,7 +251,7 @@ def test_engine_aread_of_a_pipe_cancelled_leaves_its_bytes_to_the_next_read(back
 
 @BACKENDS
 def test_engine_aread_of_a_pipe_cancelled_under_trio_leaves_its_bytes_to_the_next_read(backend):
-    """Defect 9 under trio: an ``Engine.aread`` of an empty pipe whose
+    """Under trio: an ``Engine.aread`` of an empty pipe whose
     cancel scope is cancelled just after bytes reach the pipe (before the
     run has looked at it again) loses none of them: the next read gets
     them, in every trial."""

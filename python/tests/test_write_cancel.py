@@ -245,7 +245,7 @@ async def _cancel_every_task(wait):
 @RUNNERS
 @pytest.mark.parametrize("wait", [True, False], ids=["gathered", "left-to-the-run"])
 def test_writes_begun_when_every_task_is_cancelled_all_land_in_order(tmp_path, backend, run, wait):
-    """Defect 1 of the shutdown patterns: on a ``buffering=0`` file, tasks
+    """The usual shutdown pattern: on a ``buffering=0`` file, tasks
     begin their writes (each task has run up to its write's first await:
     the first write is in the engine, the others wait their turn in the
     file's queue), then the program cancels every task of the loop and
