@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import sys
-from typing import Any, Callable, Optional, TypeVar
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Set, TypeVar
 
 T = TypeVar("T")
 
@@ -159,50 +160,87 @@ async def run_in_thread(func: Callable[..., T], *args: Any) -> T:
     return await loop.run_in_executor(None, functools.partial(func, *args))
 
 
-#: How long a cancelled write is waited for, once no completion could
-#: still be expected of it soon: as ``Engine.close`` waits a second for a
-#: completion before it cancels what is left.
-CANCEL_GRACE = 1.0
+#: The readers each asyncio loop has waiting on a descriptor's readiness
+#: (see :func:`wait_readable`): by descriptor, the futures waiting.
+_READERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[int, List[Any]]]" = weakref.WeakKeyDictionary()
 
 
-async def despite_cancel(coro: Any) -> Any:
-    """Runs ``coro`` (a write) to its end even if the awaiting task is
-    cancelled meanwhile, and only then lets the cancellation through: what
-    a write that may already be in the kernel needs, so that its bytes and
-    the file's position agree (as when aiofiles' thread finishes the call
-    whose task was cancelled). A write still not done :data:`CANCEL_GRACE`
-    seconds after the cancellation (one queued behind reads of empty pipes,
-    that never reached the kernel) is given up, and so never submitted.
-    Under trio, a shielded cancel scope; under asyncio, a task awaited
-    through ``asyncio.shield``. The end of ``asyncio.run`` (and
-    ``uvloop.run``) cancels that task too: the write's own await of the
-    engine (``Engine._awrite_kept``) absorbs such a cancellation until the
-    write has completed, so the run waits for it and the file's position
-    moves past its bytes before the loop closes."""
+async def wait_readable(fd: int, stops: "Set[Callable[[], None]]") -> bool:
+    """Waits until ``fd`` (a pipe, socket or terminal) is readable, at its
+    end, or failed, taking nothing from it, in the running loop's own
+    poll: asyncio's reader on the descriptor (one for every task waiting
+    on it), trio's ``wait_readable``. Meanwhile ``stops`` holds a function,
+    callable from any thread, that ends the wait at once (the engine is
+    closing). Whether it waited: False, at once, for a descriptor the
+    loop cannot watch (one ``epoll`` refuses, as ``/dev/null``; under
+    trio, one another task waits on already), for the caller to read it
+    without waiting first. A cancellation takes nothing from the stream."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         trio = running_trio()
-        with trio.CancelScope(shield=True):
-            return await coro
-    task = loop.create_task(coro)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError as e:
-        if task.done():
-            raise
-        cancelled = e
-    await _through_grace(loop, task)
-    if not task.done():
-        task.cancel()
-        while not task.done():
+        token = trio.lowlevel.current_trio_token()
+        with trio.CancelScope() as scope:
+            def stop_trio() -> None:
+                try:
+                    token.run_sync_soon(scope.cancel)
+                except trio.RunFinishedError:
+                    pass
+
+            stops.add(stop_trio)
             try:
-                await asyncio.wait({task})
-            except asyncio.CancelledError:
-                pass
-    if not task.cancelled():
-        task.exception()  # (retrieved: the cancellation is what the caller gets)
-    raise cancelled
+                await trio.lowlevel.wait_readable(fd)
+            except (OSError, trio.BusyResourceError):
+                return False
+            finally:
+                stops.discard(stop_trio)
+        return True
+    waits = _READERS.get(loop)
+    if waits is None:
+        waits = _READERS[loop] = {}
+    futs = waits.get(fd)
+    if futs is None:
+        def ready() -> None:
+            loop.remove_reader(fd)
+            for f in waits.pop(fd, ()):
+                if not f.done():
+                    f.set_result(None)
+
+        try:
+            loop.add_reader(fd, ready)
+        except (OSError, ValueError):
+            return False
+        futs = waits[fd] = []
+    fut = loop.create_future()
+    futs.append(fut)
+
+    def end() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    def stop() -> None:
+        try:
+            loop.call_soon_threadsafe(end)
+        except RuntimeError:
+            pass  # (that loop is closed)
+
+    stops.add(stop)
+    try:
+        await fut
+    finally:
+        stops.discard(stop)
+        if fut in futs:
+            futs.remove(fut)
+            if not futs and waits.get(fd) is futs:
+                del waits[fd]
+                loop.remove_reader(fd)
+    return True
+
+
+#: How long a cancelled write is waited for, once no completion could
+#: still be expected of it soon: as ``Engine.close`` waits a second for a
+#: completion before it cancels what is left.
+CANCEL_GRACE = 1.0
 
 
 async def wait_despite_cancel(fut: Any, ahead_completes: Callable[[], bool]) -> Optional[BaseException]:
@@ -255,7 +293,11 @@ async def _through_grace(loop: asyncio.AbstractEventLoop, fut: Any) -> None:
 
 async def shielded(coro: Any) -> Any:
     """``await coro``, under trio in a shielded cancel scope (the task's
-    cancellation has been caught already, and is raised afterwards)."""
+    cancellation has been caught already, and is raised afterwards; or
+    ``coro`` is a write, which runs to its end before the cancellation is
+    raised). Under asyncio ``coro`` runs in the calling task as it is,
+    with no task of its own: one would be among ``asyncio.all_tasks()``,
+    which a program may cancel before it first runs."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -9,10 +9,12 @@ trio alike, in any thread.
 
 Cancellation: a batch whose task is cancelled is given up at once. Its
 operations that have not reached the kernel are never submitted; those
-already in flight keep their buffer referenced (and exported) and hold a
-duplicate of the descriptor until the kernel has finished with them, so a
-file closed right after a cancelled write can never have that write land in
-a file opened later under the same descriptor number.
+already in flight keep their buffer referenced (and exported) until the
+kernel has finished with them, and the descriptor: a duplicate of a number
+the caller owns, or, for a :func:`blockio.open` file's own descriptor, the
+number itself, which the file's close closes only once they have
+completed. So a file closed right after a cancelled write can never have
+that write land in a file opened later under the same descriptor number.
 
 Argument order: ``offset`` and ``length`` (``offsets`` and ``length`` in
 batches) are keyword-only. ``os.pread(fd, n, offset)`` and earlier releases
@@ -32,10 +34,10 @@ import stat
 import sys
 import threading
 import weakref
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Tuple,
-                    Union, overload)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Set,
+                    Tuple, Union, overload)
 
-from ._aio import CANCEL_GRACE, TrioFuture, running_trio
+from ._aio import CANCEL_GRACE, TrioFuture, running_trio, wait_readable
 
 if TYPE_CHECKING:
     # Any object with the buffer protocol (bytes, bytearray, memoryview,
@@ -170,6 +172,24 @@ def _is_stream(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
 
 
+def _stream_key(fd: int) -> Optional[Tuple[int, int, int, bool]]:
+    """For a pipe, socket or character device: ``(fd, device, inode,
+    readable)``, what names the stream under that number (a number closed
+    and made again names another) and whether it was opened for reading;
+    None for anything else (one system call for a descriptor made by
+    ``open``, two otherwise)."""
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        if flags & _KERNEL_O_LARGEFILE:
+            return None
+        st = os.fstat(fd)
+    except (OSError, ValueError, TypeError, OverflowError):
+        return None
+    if not (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+        return None
+    return (fd, st.st_dev, st.st_ino, flags & os.O_ACCMODE != os.O_WRONLY)
+
+
 def _name(file: FileLike) -> Union[str, bytes, None]:
     if isinstance(file, int):
         return None
@@ -270,6 +290,16 @@ def _close_all() -> None:
         e.close()
 
 
+def _forget_engines_after_fork() -> None:
+    """In a forked child the engines made before ``fork()`` are the
+    parent's (their rings and threads): the child's exit leaves them
+    alone, as it leaves the parent's threads."""
+    _engines.clear()
+
+
+os.register_at_fork(after_in_child=_forget_engines_after_fork)
+
+
 #: The waiter of a batch nobody awaits.
 _NOBODY: Tuple[None, None] = (None, None)
 
@@ -311,6 +341,13 @@ class Engine:
         #: Every ``trio.run`` watching the eventfd: its token, and the
         #: cancel scope of its watching task.
         self._trio_runs: Dict[Any, Any] = {}
+        #: Bytes of streams that a read whose task was cancelled got, for
+        #: the next read of the stream (see :meth:`_read_kept`): by
+        #: descriptor, with the stream's ``(device, inode)``.
+        self._kept_reads: Dict[int, Tuple[Tuple[int, int], bytes]] = {}
+        #: What ends each wait of a stream's read for the stream (see
+        #: :meth:`_aread_stream`), for :meth:`close`.
+        self._stream_waits: Set[Callable[[], None]] = set()
         _engines.add(self)
 
     @property
@@ -341,10 +378,21 @@ class Engine:
         an empty pipe) or when a signal handler raises (Ctrl-C) are
         cancelled. Every task awaiting this engine is then resolved: with
         its result if its operation completed, else with ``OSError``
-        (``ECANCELED``) saying that close cut it short."""
+        (``ECANCELED``) saying that close cut it short.
+
+        In a child forked after the engine was made, the rings and
+        threads are the parent's: the child's engine is forgotten, never
+        touched (nothing of the child waits on it), and is closed."""
+        if self._pid != os.getpid():
+            with self._loops_lock:
+                self._loops, self._loop, self._trio_runs = {}, None, {}
+            self._core.close()  # (forgets the parent's rings: see the core)
+            return
         with self._loops_lock:
             loops, self._loops, self._loop = list(self._loops.values()), {}, None
             trio_runs, self._trio_runs = list(self._trio_runs.items()), {}
+        for stop in list(self._stream_waits):
+            stop()  # (the read then fails as the engine's cancelled operations do)
         for token, scope in trio_runs:
             try:
                 token.run_sync_soon(scope.cancel)
@@ -625,8 +673,9 @@ class Engine:
     def _abandon(self, token: int) -> None:
         """The task awaiting ``token`` was cancelled: operations of it not
         yet handed to the kernel are never submitted, and those in flight
-        hold their own duplicate of the descriptor until they complete, so
-        closing the file now cannot send them to another file."""
+        hold their own duplicate of the descriptor until they complete (or,
+        on a file object's own descriptor, hold up the file's close until
+        then), so closing the file now cannot send them to another file."""
         self._core.cancel(token)
 
     @overload
@@ -664,6 +713,9 @@ class Engine:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
+            key = _stream_key(_fd(file)) if type(offset) is int and type(length) is int else None
+            if key is not None:
+                return await self._aread_stream(file, key, offset, length)
             try:
                 got = await self._run_trio(file, self._core.submit_read, _fd(file), [offset], length)
             except OverflowError:
@@ -704,6 +756,9 @@ class Engine:
                 if cached is not None:
                     count_copied(len(cached))  # (the call took its turn: its bytes start the count)
                     return cached
+            key = _stream_key(fd)
+            if key is not None:
+                return await self._aread_stream(file, key, offset, length)
         if loop is not self._loop:
             self._attach(loop)
         fut = loop.create_future()
@@ -722,6 +777,113 @@ class Engine:
             return r
         out: bytes = _finish([r], [_name(file)], False)[0]
         return out
+
+    async def _aread_stream(self, file: FileLike, key: Tuple[int, int, int, bool], offset: int, length: int) -> bytes:
+        """:meth:`aread` of a pipe, socket or terminal, where a read may
+        wait for ever. Bytes a cancelled read got come first. A wait that
+        :meth:`close` ends fails with ``OSError`` (``ECANCELED``), as the
+        operations close cancels. Then, for a
+        stream opened for reading, the read waits until the stream is
+        readable in the event loop's own poll (:func:`wait_readable`),
+        holding no place in the engine's bound on operations in flight,
+        so that reads waiting on idle streams never hold up the engine's
+        other work; a cancellation there takes nothing from the stream.
+        The read itself then finds its bytes at once (see
+        :meth:`_read_kept`)."""
+        self._core.eventfd()  # (raises if the engine is closed, or the parent's)
+        kept = self._take_kept(key, length)
+        if kept is not None:
+            return kept
+        if key[3] and length > 0:
+            await wait_readable(key[0], self._stream_waits)
+            if self._core.closed:
+                raise OSError(errno.ECANCELED, "blockio.Engine.close() cancelled this operation before it completed")
+            kept = self._take_kept(key, length)  # (a read cancelled meanwhile, in another task)
+            if kept is not None:
+                return kept
+        try:
+            r = await self._read_kept(file, key, offset, length)
+        except OverflowError:
+            raise _out_of_range(length, [offset], "offset") from None
+        if type(r) is bytes:
+            return r
+        out: bytes = _finish([r], [_name(file)], False)[0]
+        return out
+
+    def _take_kept(self, key: Tuple[int, int, int, bool], length: int) -> Optional[bytes]:
+        """Up to ``length`` of the bytes kept for the stream ``key`` (see
+        :meth:`_read_kept`), or None. Bytes kept for another stream that
+        had the number before are dropped: nobody can read that one now."""
+        entry = self._kept_reads.get(key[0])
+        if entry is None:
+            return None
+        if entry[0] != key[1:3]:
+            del self._kept_reads[key[0]]
+            return None
+        kept = entry[1]
+        if len(kept) > length:
+            self._kept_reads[key[0]] = (entry[0], kept[length:])
+            return kept[:length]
+        del self._kept_reads[key[0]]
+        return kept
+
+    def _keep(self, key: Tuple[int, int, int, bool], data: bytes) -> None:
+        """Keeps ``data``, read from the stream ``key`` by a read whose
+        task was cancelled, for its next read, after any kept already."""
+        entry = self._kept_reads.get(key[0])
+        before = entry[1] if entry is not None and entry[0] == key[1:3] else b""
+        self._kept_reads[key[0]] = (key[1:3], before + data)
+
+    async def _read_kept(self, file: FileLike, key: Tuple[int, int, int, bool], offset: int, length: int) -> Any:
+        """One read of a stream through the engine; its result (bytes, or
+        the error). Its task cancelled meanwhile, the read is waited for
+        (it was started once the stream was readable, and so completes at
+        once) at most :data:`CANCEL_GRACE` seconds, through any further
+        cancellation: the bytes it got are kept for the stream's next
+        read, and the cancellation raised. One still not done then (the
+        bytes went to another reader) is given up."""
+        fut: Any
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            trio = running_trio()
+            self._watch_trio(trio)
+            fut = TrioFuture(trio)
+            token = self._core.submit_read((fut, file), key[0], [offset], length)
+            try:
+                return (await fut)[0]
+            except trio.Cancelled as e:
+                cancelled: BaseException = e
+            with trio.CancelScope(deadline=trio.current_time() + CANCEL_GRACE, shield=True):
+                try:
+                    await fut
+                except OSError:
+                    pass
+        else:
+            if loop is not self._loop:
+                self._attach(loop)
+            fut = loop.create_future()
+            token = self._core.submit_read((fut, file), key[0], [offset], length)
+            try:
+                return (await asyncio.shield(fut))[0]
+            except asyncio.CancelledError as e:
+                cancelled = e
+            deadline = loop.time() + CANCEL_GRACE
+            while not fut.done() and loop.time() < deadline:
+                try:
+                    await asyncio.wait({fut}, timeout=deadline - loop.time())
+                except asyncio.CancelledError:
+                    pass
+        if not fut.done():
+            self._abandon(token)
+            raise cancelled
+        try:
+            r = fut.result() if not isinstance(fut, TrioFuture) else fut._result
+        except BaseException:
+            r = None
+        if r and type(r[0]) is bytes and r[0]:
+            self._keep(key, r[0])
+        raise cancelled
 
     @overload
     async def areadinto_batch(

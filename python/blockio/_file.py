@@ -56,10 +56,10 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
-from ._aio import despite_cancel, is_cancellation, new_future, pause, threadsafe_caller
+from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_caller
 from ._blockio import (QUICK_OFFSET, FileState, count_copied, read_line_now, read_now, readline_now, seek_now,
                        tell_now, turn_due, write_now)
-from ._engine import Engine, _copy_into, _Descriptor, _flat, _KeptCancel
+from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept,
                      one_at_a_time_taking_turns)
 from ._lines import LineReader
@@ -399,6 +399,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             if self._stream:
                 _STREAM_FILES.add(self)
                 self._calls.stream = True
+        if desc.closefd and not self._stream:
+            # The file owns the descriptor: its operations use the number
+            # itself, with no duplicate each, and its close waits for
+            # those whose task was cancelled (see `_close_descriptor`).
+            engine._core.own(desc.num)
         #: The next read is the first since a seek: it reads what it asks
         #: for and no more (see `read`).
         self._seeked = False
@@ -1202,11 +1207,21 @@ class AsyncFile(FileState, LineReader[bytes]):
         # cancelled (which then takes effect): bytes the kernel may have
         # written are never left behind the position, where the next
         # write would overwrite them, nor is a record cut between chunks.
-        done: int = await despite_cancel(self._write_at(view, short_ok, landed))
+        # It runs in the calling task itself, its bytes handed to the
+        # engine before the task first yields (see `_write_at`): no task
+        # of blockio's own stands between, which a program cancelling
+        # every task (``asyncio.all_tasks()``) could cancel before it ran.
+        # Under trio, in a shielded cancel scope.
+        done: int = await shielded(self._write_at(view, short_ok, landed))
         return done
 
     async def _write_at(self, view: memoryview, short_ok: bool, landed: Optional[List[int]]) -> int:
-        pos = 0 if self._append else await self._position()
+        """Writes ``view`` at the position (see `_write_through`). Nothing
+        awaits before the first chunk is submitted (the position is known:
+        only append mode looks the end up, and it writes at the end with
+        no offset), and each chunk's await (``Engine._awrite_kept``) takes
+        every cancellation in until its bytes have landed."""
+        pos = 0 if self._append else self._pos
         done = 0
         cancelled: Optional[BaseException] = None
         try:
@@ -1214,9 +1229,9 @@ class AsyncFile(FileState, LineReader[bytes]):
                 try:
                     n = await self._engine._awrite_kept(self._file, view[done:], pos + done, cancelled)
                 except _KeptCancel as kept:
-                    # Completed after the task was cancelled (by the end
-                    # of asyncio.run, which cancels even the task
-                    # `despite_cancel` shields): the rest is written too,
+                    # Completed after the task was cancelled (by the
+                    # program, or by the end of asyncio.run, which cancels
+                    # every task): the rest is written too,
                     # the position moved past it, then the cancellation
                     # raised. A rest still queued in the engine a second
                     # later is withdrawn, and the cancellation raised at
@@ -1373,7 +1388,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                 self._file.closed = True
                 self._end_waits()
                 if self._file.closefd:
-                    os.close(self._file.num)
+                    self._close_descriptor()
             return
         try:
             await self._flush_writes()
@@ -1419,6 +1434,9 @@ class AsyncFile(FileState, LineReader[bytes]):
                 raise ValueError("detach with buffered writes: await flush() first")
             if self._stream:
                 self._check_stream_detachable()
+            elif self._file.closefd and not self._engine._core.disown(self._file.num):
+                raise ValueError("detach() while an operation of this file whose task was cancelled is still "
+                                 "in flight: await another call on the file first")
             # (FileIO in an append mode seeks to the end: the position is
             # set after it.)
             raw = io.FileIO(self._file.num, self.mode.replace("x", "w"), closefd=self._file.closefd)
@@ -1493,4 +1511,20 @@ class AsyncFile(FileState, LineReader[bytes]):
             desc.closed = True
             self._end_waits()
             if desc.closefd:
-                os.close(desc.num)
+                self._close_descriptor()
+
+    def _close_descriptor(self) -> None:
+        """Closes the descriptor the file owns without awaiting (the file
+        is collected, its engine unusable, or its open failed): through
+        the engine, which closes it once the operations still using the
+        number (given up by their tasks) have completed, or at once when
+        the engine can no longer run any."""
+        engine, num = self._engine, self._file.num
+        if engine._usable_here:
+            try:
+                engine._core.submit_close(_NOBODY, num)
+                return
+            except RuntimeError:
+                pass  # (closed meanwhile, by another thread)
+        engine._core.disown(num)
+        os.close(num)

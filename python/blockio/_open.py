@@ -180,7 +180,11 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
         if not isinstance(file, int):
             if raw is not None:
                 raw._file.closed = True  # (so that collecting it closes nothing)
-            os.close(fd)
+                raw._close_descriptor()  # (once a size lookup given up is done)
+            else:
+                os.close(fd)
+        elif raw is not None:
+            raw._engine._core.disown(fd)  # (the caller's again)
         raise
 
 

@@ -51,6 +51,9 @@ pub(crate) struct Core {
     /// end at once, without waiting for `close` to finish waiting for the
     /// asynchronous operations.
     pub(crate) closing: AtomicBool,
+    /// The descriptors file objects of this engine own, which their
+    /// operations borrow without a duplicate (see [`crate::owned`]).
+    pub(crate) owned: crate::owned::Owned,
 }
 
 impl Drop for Core {
@@ -146,11 +149,13 @@ impl Core {
             // Finished at once (every descriptor unusable): reported at the
             // next drain like any other.
             Some(done) => {
+                let due = self.owned.release(&p.borrowed);
                 self.ready
                     .lock()
                     .expect("ready lock")
                     .push((token, waiter, done));
                 waker.wake();
+                self.start_closes(due);
             }
             None => {
                 p.waiter = Some(waiter);
@@ -183,16 +188,25 @@ impl Core {
         let ready = std::mem::take(&mut *self.ready.lock().expect("ready lock"));
         let mut out: Vec<(PyObject, Done)> = ready.into_iter().map(|(_, w, d)| (w, d)).collect();
         let mut pending = self.pending.lock().expect("pending lock");
+        let mut left = Vec::new();
         for token in tokens {
             let Some(p) = pending.get_mut(&token) else {
                 continue;
             };
             let waker = p.waker.clone().expect("set by start");
             if let Some(done) = p.poll(&mut Context::from_waker(&waker)) {
-                if let Some(waiter) = pending.remove(&token).and_then(|mut p| p.waiter.take()) {
+                let Some(mut p) = pending.remove(&token) else {
+                    continue;
+                };
+                left.append(&mut p.borrowed);
+                if let Some(waiter) = p.waiter.take() {
                     out.push((waiter, done));
                 }
             }
+        }
+        drop(pending);
+        if !left.is_empty() {
+            self.start_closes(self.owned.release(&left));
         }
         out
     }
@@ -210,12 +224,29 @@ impl Core {
         let mut files: HashMap<RawFd, Result<(AsyncFile, RawFd), i32>> = HashMap::new();
         let mut futs = Vec::with_capacity(ops.len());
         let mut withdrawals = Vec::with_capacity(ops.len());
+        let mut borrowed = Vec::new();
         for (fd, obj, off) in &ops {
-            let buf = prepare(obj)?;
+            let buf = match prepare(obj) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.start_closes(self.owned.release(&borrowed));
+                    return Err(e);
+                }
+            };
             if !files.contains_key(fd) {
                 let flags = fd_flags(*fd);
                 let direct = flags != -1 && flags & libc::O_DIRECT != 0;
-                let file = hold_file(&self.aio(direct)?, *fd, flags);
+                let aio = match self.aio(direct) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        self.start_closes(self.owned.release(&borrowed));
+                        return Err(e);
+                    }
+                };
+                let (file, lent) = self.hold(&aio, *fd, flags);
+                if lent {
+                    borrowed.push(*fd);
+                }
                 files.insert(*fd, file);
             }
             futs.push(match &files[fd] {
@@ -232,20 +263,37 @@ impl Core {
         }
         let mut batch = Pending::new(futs, Yields::Count);
         batch.withdrawals = withdrawals;
+        batch.borrowed = borrowed;
         Ok(self.start(waiter, batch))
     }
 
     /// Starts one file-system job as a batch for `waiter` (or reports the
     /// errno that made preparing it fail); its token.
     pub(crate) fn start_job(&self, waiter: PyObject, job: Result<FsCall, i32>) -> PyResult<u64> {
+        self.start_job_on(waiter, job, None)
+    }
+
+    /// [`start_job`](Self::start_job) of a job that borrows `borrowed`, a
+    /// descriptor a file object owns (see [`Core::hold_for_job`]).
+    pub(crate) fn start_job_on(
+        &self,
+        waiter: PyObject,
+        job: Result<FsCall, i32>,
+        borrowed: Option<RawFd>,
+    ) -> PyResult<u64> {
         let fut: Boxed<OneDone> = match job {
-            Ok(job) => {
-                let f = self.fs.submit(job).map_err(io_err)?;
-                Box::pin(async move { OneDone::Count(f.await) })
-            }
+            Ok(job) => match self.fs.submit(job) {
+                Ok(f) => Box::pin(async move { OneDone::Count(f.await) }),
+                Err(e) => {
+                    self.start_closes(self.owned.release(borrowed.as_slice()));
+                    return Err(io_err(e));
+                }
+            },
             Err(errno) => failed(Yields::Count, io::Error::from_raw_os_error(errno)),
         };
-        Ok(self.start(waiter, Pending::new(vec![fut], Yields::Count)))
+        let mut batch = Pending::new(vec![fut], Yields::Count);
+        batch.borrowed.extend(borrowed);
+        Ok(self.start(waiter, batch))
     }
 
     pub(crate) fn clear_eventfd(&self) {
@@ -338,6 +386,7 @@ impl Core {
             cache_misses: AtomicU64::new(0),
             own_fds: Mutex::new(Vec::new()),
             closing: AtomicBool::new(false),
+            owned: Default::default(),
         })
     }
 
@@ -603,7 +652,7 @@ impl Core {
         total_arg(offsets.len(), length)?;
         let flags = fd_flags(fd);
         let aio = self.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
-        let file = hold_file(&aio, fd, flags);
+        let (file, lent) = self.hold(&aio, fd, flags);
         let mut spare = self.spare.lock().expect("spare lock");
         let futs = offsets
             .iter()
@@ -632,9 +681,22 @@ impl Core {
                     ),
                 })
             })
-            .collect::<PyResult<Vec<_>>>()?;
+            .collect::<PyResult<Vec<_>>>();
         drop(spare);
-        Ok(self.start(waiter, Pending::new(futs, Yields::Read)))
+        let futs = match futs {
+            Ok(f) => f,
+            Err(e) => {
+                if lent {
+                    self.start_closes(self.owned.release(&[fd]));
+                }
+                return Err(e);
+            }
+        };
+        let mut batch = Pending::new(futs, Yields::Read);
+        if lent {
+            batch.borrowed.push(fd);
+        }
+        Ok(self.start(waiter, batch))
     }
 
     /// Starts reading into each `(fd, buffer, offset)`.
@@ -674,7 +736,8 @@ impl Core {
         data_only: bool,
     ) -> PyResult<u64> {
         let aio = self.aio(false)?;
-        let fut = match hold_file(&aio, fd, fd_flags(fd)) {
+        let (file, lent) = self.hold(&aio, fd, fd_flags(fd));
+        let fut = match file {
             Ok((file, dup)) => {
                 let f = if data_only {
                     file.fdatasync()
@@ -692,7 +755,11 @@ impl Core {
                 refused(if data_only { "fdatasync" } else { "fsync" }, fd, errno),
             ),
         };
-        Ok(self.start(waiter, Pending::new(vec![fut], Yields::Count)))
+        let mut batch = Pending::new(vec![fut], Yields::Count);
+        if lent {
+            batch.borrowed.push(fd);
+        }
+        Ok(self.start(waiter, batch))
     }
 
     /// Starts `open(path, flags, mode)` on the core's file-system threads;
@@ -725,14 +792,16 @@ impl Core {
         self.start_job(waiter, Ok(FsCall::Stat { path, follow }))
     }
 
-    /// Starts an `fstat` of `fd` (through a duplicate); the result is the
-    /// file's size.
+    /// Starts an `fstat` of `fd` (through a duplicate, unless a file
+    /// object owns it); the result is the file's size.
     pub(crate) fn submit_size(&self, waiter: PyObject, fd: RawFd) -> PyResult<u64> {
         self.check()?;
-        self.start_job(waiter, fsjobs::dup(fd).map(FsCall::Size))
+        let (held, lent) = self.hold_for_job(fd);
+        self.start_job_on(waiter, held.map(FsCall::Size), lent.then_some(fd))
     }
 
-    /// Starts an `ftruncate` of `fd` (through a duplicate) to `length`.
+    /// Starts an `ftruncate` of `fd` (through a duplicate, unless a file
+    /// object owns it) to `length`.
     pub(crate) fn submit_truncate(
         &self,
         waiter: PyObject,
@@ -743,7 +812,9 @@ impl Core {
         let length = u64::try_from(length).map_err(|_| {
             PyValueError::new_err(format!("length must not be negative, got {length}"))
         })?;
-        self.start_job(waiter, fsjobs::dup(fd).map(|d| FsCall::Truncate(d, length)))
+        let (held, lent) = self.hold_for_job(fd);
+        let job = held.map(|d| FsCall::Truncate(d, length));
+        self.start_job_on(waiter, job, lent.then_some(fd))
     }
 
     /// Starts closing `fd`, whose ownership the caller hands over: the
@@ -758,7 +829,26 @@ impl Core {
         // Python layer passes the descriptor of a file object it is
         // closing and never uses the number again).
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        self.start_job(waiter, Ok(FsCall::Close(owned)))
+        // A file object's own descriptor is closed once the batches that
+        // borrow it have left the core (see `crate::owned`).
+        match self.owned.close(waiter, owned, fd) {
+            Some((waiter, owned)) => self.start_job(waiter, Ok(FsCall::Close(owned))),
+            None => Ok(u64::MAX),
+        }
+    }
+
+    /// Records `fd` as owned by a file object of this engine: its
+    /// operations borrow the number, with no duplicate, and its close
+    /// (`submit_close`) waits for them (see [`crate::owned`]).
+    pub(crate) fn own(&self, fd: RawFd) {
+        self.owned.own(fd);
+    }
+
+    /// Forgets that a file object owns `fd` (it hands the descriptor
+    /// back): false, and nothing changed, while operations of the file
+    /// that were given up still borrow it.
+    pub(crate) fn disown(&self, fd: RawFd) -> bool {
+        self.owned.disown(fd)
     }
 
     /// Starts a `mkdirat` of `path` (relative to the working directory)
@@ -932,9 +1022,25 @@ impl Core {
     /// they complete. Its results are never reported. A token already
     /// finished or unknown is ignored.
     pub(crate) fn cancel(&self, token: u64) {
-        let batch = self.pending.lock().expect("pending lock").remove(&token);
+        let mut pending = self.pending.lock().expect("pending lock");
+        let mut waiter = None;
+        let batch = match pending.get_mut(&token) {
+            // One that borrows a file object's descriptor stays until its
+            // operations complete, for nobody (what has not reached the
+            // kernel is withdrawn): the file's close waits for it.
+            Some(p) if !p.borrowed.is_empty() => {
+                for w in &p.withdrawals {
+                    w.withdraw();
+                }
+                waiter = p.waiter.take();
+                None
+            }
+            _ => pending.remove(&token),
+        };
+        drop(pending);
         // Dropped outside the lock: dropping the futures may free buffers.
         drop(batch);
+        drop(waiter);
         self.ready
             .lock()
             .expect("ready lock")
@@ -1001,12 +1107,19 @@ impl Core {
             std::mem::take(&mut *self.pending.lock().expect("pending lock"));
         let mut cut: Vec<(u64, Pending)> = cut.into_iter().collect();
         cut.sort_unstable_by_key(|(t, _)| *t);
-        let cancelled: Vec<PyObject> = cut
+        let mut cancelled: Vec<PyObject> = cut
             .iter_mut()
             .filter_map(|(_, p)| p.waiter.take())
             .collect();
         // Dropping the futures cancels their operations (outside the lock).
         drop(cut);
+        // The closes of file objects' descriptors that waited for the
+        // batches cut short: made here, their waiters told that close cut
+        // them short.
+        for (waiter, fd) in self.owned.take_all() {
+            drop(fd);
+            cancelled.push(waiter);
+        }
         *self.aio.lock().expect("aio lock") = AioEngines::default();
         disown(&std::mem::take(
             &mut *self.own_fds.lock().expect("own fds lock"),

@@ -23,7 +23,9 @@
 //!   number, so one opened for a future that was dropped meanwhile is
 //!   closed, never leaked;
 //! * a job on an existing descriptor works on its own duplicate, so closing
-//!   or reusing the caller's number meanwhile cannot redirect it.
+//!   or reusing the caller's number meanwhile cannot redirect it; or, on a
+//!   file object's own descriptor, on the number itself, which the file
+//!   closes only once the job is done ([`crate::owned`]).
 
 use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
@@ -52,9 +54,9 @@ pub(crate) enum FsCall {
         mode: u32,
     },
     /// The size of the file (`statx` of the descriptor).
-    Size(OwnedFd),
+    Size(Held),
     /// `ftruncate` to the length.
-    Truncate(OwnedFd, u64),
+    Truncate(Held, u64),
     /// `close`; the result is 0.
     Close(OwnedFd),
     /// `mkdir(path, mode)`; the result is 0.
@@ -93,7 +95,7 @@ impl FsCall {
             FsCall::Open { path, flags, mode } => open(&path, flags, mode).map(Out::Fd),
             FsCall::Size(fd) => Ok(Out::Count(fstat(&fd)?.stx_size as usize)),
             FsCall::Truncate(fd, len) => {
-                blocking::ftruncate(&fd, len).map_err(unwrapped)?;
+                blocking::ftruncate(&*fd, len).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }
             FsCall::Stat { path, follow } => {
@@ -573,6 +575,38 @@ fn unwrapped(e: io::Error) -> io::Error {
     match blockio::errno(&e) {
         Some(code) => io::Error::from_raw_os_error(code),
         None => e,
+    }
+}
+
+/// The descriptor a job on an existing file works on.
+pub(crate) enum Held {
+    /// A duplicate of the caller's, the job's own.
+    Dup(OwnedFd),
+    /// The number of a descriptor a file object owns, which it closes
+    /// only once the job has left the core (see [`crate::owned`]); never
+    /// closed here.
+    Borrowed(std::mem::ManuallyDrop<OwnedFd>),
+}
+
+impl Held {
+    /// `fd` borrowed (see [`Held::Borrowed`]).
+    pub(crate) fn borrowed(fd: RawFd) -> Held {
+        // SAFETY: the number stays open until the job has left the core
+        // (its owner's close waits for that), and is never closed here.
+        Held::Borrowed(std::mem::ManuallyDrop::new(unsafe {
+            OwnedFd::from_raw_fd(fd)
+        }))
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = OwnedFd;
+
+    fn deref(&self) -> &OwnedFd {
+        match self {
+            Held::Dup(fd) => fd,
+            Held::Borrowed(fd) => fd,
+        }
     }
 }
 

@@ -44,6 +44,7 @@ mod fds;
 pub(crate) mod fsjobs;
 pub(crate) mod gil;
 pub(crate) mod lent;
+mod owned;
 mod pending;
 mod quick;
 mod stream;

@@ -5,7 +5,7 @@
 //! only; the Python layer keeps the future each token resolves.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -112,6 +112,10 @@ pub(crate) struct Pending {
     /// What withdraws each operation before the kernel takes it (see
     /// `Core::withdraw`); empty for batches that cannot be withdrawn.
     pub(crate) withdrawals: Vec<Withdrawal>,
+    /// The descriptors owned by file objects that its operations use
+    /// without a duplicate (see [`crate::owned`]): counted until the
+    /// batch leaves the core.
+    pub(crate) borrowed: Vec<RawFd>,
 }
 
 /// An operation that fails at once with `errno` (a descriptor that cannot
@@ -147,6 +151,7 @@ impl Pending {
             waker: None,
             waiter: None,
             withdrawals: Vec::new(),
+            borrowed: Vec::new(),
         }
     }
 

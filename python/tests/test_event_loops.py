@@ -35,6 +35,7 @@ def run_on(runner, fn, *args):
 
 RUNNERS = pytest.mark.parametrize("runner", ["asyncio", "uvloop", "trio", "anyio-asyncio", "anyio-trio"])
 BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+GUARD = 60  # seconds: far beyond any run that works
 
 
 @pytest.fixture
@@ -235,3 +236,43 @@ def test_outside_any_loop_the_error_names_the_supported_ones():
     with pytest.raises(RuntimeError, match="asyncio .*trio"):
         coro.send(None)
     e.close()
+
+
+@RUNNERS
+@BACKENDS
+def test_reads_waiting_on_idle_pipes_hold_up_no_other_operation(tmp_path, runner, backend):
+    """More ``Engine.aread`` calls than the engine's bound on
+    operations in flight (``queue_depth``, 256 here) wait on pipes nobody
+    writes yet; a write to a file through the same engine still completes
+    (it waited for ever: every slot was a pipe's), then each pipe's read
+    gets its own bytes. Bounded by the guard, which fails the test rather
+    than hang (liveness, not speed)."""
+    e = blockio.Engine(backend=backend)
+    pipes = [os.pipe() for _ in range(300)]
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    got = {}
+
+    async def main():
+        async def reader(i, r):
+            got[i] = await e.aread(r, offset=0, length=100)
+
+        with anyio.fail_after(GUARD):
+            async with anyio.create_task_group() as tg:
+                for i, (r, _) in enumerate(pipes):
+                    tg.start_soon(reader, i, r)
+                await anyio.wait_all_tasks_blocked()
+                assert await e.awrite(fd, b"still served", 0) == 12
+                await e.afsync(fd)
+                for i, (_, w) in enumerate(pipes):
+                    os.write(w, b"pipe %d" % i)
+
+    try:
+        run_on(runner, main)
+        assert got == {i: b"pipe %d" % i for i in range(len(pipes))}
+        assert os.pread(fd, 100, 0) == b"still served"
+    finally:
+        e.close()
+        os.close(fd)
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)

@@ -454,7 +454,8 @@ def test_close_cut_short_by_a_signal_still_resolves_every_future(tmp_path):
         r, w = os.pipe()
 
         async def main():
-            reads = [asyncio.ensure_future(e.aread(r, offset=0, length=10)) for _ in range(8)]
+            # (batches: an aread of a stream waits in the loop's poll, not in the engine)
+            reads = [asyncio.ensure_future(e.aread_batch(r, offsets=[0], length=10)) for _ in range(8)]
             await asyncio.sleep(0)
             await asyncio.sleep(0)
             signal.signal(signal.SIGALRM, stop)
@@ -574,6 +575,39 @@ def test_a_forked_child_gets_a_new_default_engine(data_file):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("backend", ["auto", "threads"])
+@pytest.mark.parametrize("how", ["exit", "with"])
+def test_a_forked_child_that_exits_normally_forgets_the_parents_engines(data_file, tmp_path, backend, how):
+    """A child forked after the parent used an engine (its own, and the
+    default one through blockio.open) and exits normally, running the
+    exit hooks: the inherited engines are forgotten, with nothing on
+    stderr, where the exit hook's close raised "created before fork()".
+    The same for a child that leaves the engine's ``with`` block."""
+    path, _ = data_file
+    code, out = run_child(f"""
+        import asyncio, os, sys
+        import blockio
+
+        async def use(e):
+            async with blockio.open({str(path)!r}, "rb") as f:
+                await f.read(10)
+            fd = os.open({str(path)!r}, os.O_RDONLY)
+            await e.aread(fd, offset=0, length=10)
+            os.close(fd)
+
+        with blockio.Engine() as e:
+            asyncio.run(use(e))
+            pid = os.fork()
+            if pid == 0 and {how!r} == "exit":
+                sys.exit(0)  # (the exit hooks run)
+        if pid == 0:
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+    """, cwd=tmp_path, env={"BLOCKIO_BACKEND": backend} if backend == "threads" else None)
+    assert code == 0 and out == "child 0\n", out
 
 
 @pytest.mark.parametrize("kind", ["pipe", "file"])
@@ -937,8 +971,8 @@ def test_reads_left_in_flight_at_exit_are_reported_once_by_asyncio_not_again_by_
         r, w = os.pipe()
         loop = asyncio.new_event_loop()
         async def main():
-            for _ in range(2):
-                asyncio.ensure_future(eng.aread(r, offset=0, length=10))
+            for _ in range(2):  # (batches: an aread of a stream waits in the loop's poll)
+                asyncio.ensure_future(eng.aread_batch(r, offsets=[0], length=10))
             await asyncio.sleep(0.1)
         loop.run_until_complete(main())
         print("ran")

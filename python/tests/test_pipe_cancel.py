@@ -197,3 +197,90 @@ def test_lines_read_under_random_cancellation_all_arrive_in_order(backend, mode)
             assert got == [text(mode, x) for x in lines]
 
     asyncio.run(main())
+
+
+TRIALS = 50
+
+
+async def _cancelled_aread_then_aread(e, r, w, submitted):
+    """An ``Engine.aread`` of the empty pipe ``r``, cancelled just after
+    bytes reach the pipe (before the loop has run again), or once its
+    read is in the engine (``submitted``: the pipe had its bytes before,
+    and the read started after waiting for them); then the next read."""
+    if submitted:
+        os.write(w, b"hello")
+    task = asyncio.ensure_future(e.aread(r, offset=0, length=100))
+    if submitted:
+        while e._core.pending() == 0 and not task.done():  # (until the read is in the engine)
+            await asyncio.sleep(0)
+    else:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        os.write(w, b"hello")
+    task.cancel()
+    try:
+        first = await task
+    except asyncio.CancelledError:
+        first = b""
+    if first:
+        return first
+    return await asyncio.wait_for(e.aread(r, offset=0, length=100), 30)
+
+
+@BACKENDS
+@pytest.mark.parametrize("submitted", [False, True], ids=["waiting", "submitted"])
+def test_engine_aread_of_a_pipe_cancelled_leaves_its_bytes_to_the_next_read(backend, submitted):
+    """On a pipe, an ``Engine.aread`` whose task is cancelled as
+    bytes arrive loses none of them: the next read gets them (as a
+    ``blockio.open`` file's next read does), in every trial, whether the
+    cancellation came while the read waited for the pipe or once its read
+    was in the engine."""
+    e = blockio.Engine(backend=backend)
+    try:
+        for trial in range(TRIALS):
+            r, w = os.pipe()
+            try:
+                got = asyncio.run(_cancelled_aread_then_aread(e, r, w, submitted))
+            finally:
+                os.close(r)
+                os.close(w)
+            assert got == b"hello", trial
+    finally:
+        e.close()
+
+
+@BACKENDS
+def test_engine_aread_of_a_pipe_cancelled_under_trio_leaves_its_bytes_to_the_next_read(backend):
+    """Under trio: an ``Engine.aread`` of an empty pipe whose
+    cancel scope is cancelled just after bytes reach the pipe (before the
+    run has looked at it again) loses none of them: the next read gets
+    them, in every trial."""
+    import trio
+    import trio.testing
+
+    e = blockio.Engine(backend=backend)
+
+    async def trial(r, w):
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as n:
+                async def reader():
+                    await e.aread(r, offset=0, length=100)
+
+                n.start_soon(reader)
+                await trio.testing.wait_all_tasks_blocked()
+                os.write(w, b"hello")
+                scope.cancel()
+        with trio.fail_after(30):
+            return await e.aread(r, offset=0, length=100)
+
+    try:
+        for k in range(TRIALS):
+            r, w = os.pipe()
+            try:
+                got = trio.run(trial, r, w)
+            finally:
+                os.close(r)
+                os.close(w)
+            assert got == b"hello", k
+    finally:
+        e.close()
