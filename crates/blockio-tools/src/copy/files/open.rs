@@ -52,7 +52,7 @@ fn open_sources<'g>(
         .iter()
         .filter(|e| !is_fifo(e))
         .map(|e| {
-            OpenRequest::new(PathAt::in_dir(&dirs.src, &e.src_name))
+            OpenRequest::new(PathAt::in_dir(&*dirs.src, &e.src_name))
                 .flags(libc::O_RDONLY | nofollow(e))
         })
         .collect();
