@@ -842,3 +842,45 @@ fn cp_a_of_40000_empty_files_fits_where_gnu_cp_a_does() {
     );
     assert_eq!(fs::read_dir(d.join("c")).unwrap().count(), 40_000);
 }
+
+/// `cp -a`, `cp -r` and `cp -al` of one directory of 36,000 entries with
+/// long names under `ulimit -v 20000`: the names alone take more than
+/// that, and both GNU's `cp` and blockio's stop the same way, "memory
+/// exhausted" and exit status 1, never an abort, with nothing of the
+/// directory copied.
+#[test]
+fn a_directory_too_large_for_the_address_space_ends_as_gnu_cp_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = d.join("e");
+    fs::create_dir(&src).unwrap();
+    let long = "n".repeat(235);
+    for i in 0..36_000 {
+        fs::write(src.join(format!("{long}{i:05}")), b"").unwrap();
+    }
+    for opt in ["-a", "-r", "-al"] {
+        let gnu = Command::new("sh")
+            .args([
+                "-c",
+                &format!("ulimit -v 20000 && exec cp {opt} e gnu{opt}"),
+            ])
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert_eq!(
+            (gnu.status.code(), stderr(&gnu).as_str()),
+            (Some(1), "cp: memory exhausted\n"),
+            "GNU cp {opt}"
+        );
+        let (code, err) = cp_within(d, 20_000, &format!("{opt} e ours{opt}"));
+        assert_eq!(
+            (code, err.as_str()),
+            (Some(1), "blockio cp: memory exhausted\n"),
+            "blockio cp {opt}"
+        );
+        for side in ["gnu", "ours"] {
+            let copied = fs::read_dir(d.join(format!("{side}{opt}"))).map_or(0, |r| r.count());
+            assert_eq!(copied, 0, "{side} cp {opt}");
+        }
+    }
+}
