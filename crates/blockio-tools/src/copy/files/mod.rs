@@ -231,11 +231,11 @@ fn copy_grown(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
         .collect();
     for i in grown {
         let j = &mut jobs[i];
-        // A direct destination takes only aligned writes: the rest goes
-        // through the page cache.
         if !empty_old(j, dirs) {
             continue; // a sparse file none of whose bytes were written
         }
+        // A direct destination takes only aligned writes: the rest goes
+        // through the page cache.
         if j.direct {
             use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
             let _ = fcntl_getfl(&j.dst).and_then(|f| fcntl_setfl(&j.dst, f - OFlags::DIRECT));
