@@ -26,7 +26,7 @@ pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'
     for j in jobs.iter_mut().filter(|j| j.failed.is_none()) {
         // Old bytes no write replaced (a copy all holes, or empty): gone
         // now, just before the copy gets its length.
-        if !empty_old(j, dirs) {
+        if !empty_old(j, ctx.opts, dirs) {
             continue;
         }
         // The copy's path, made only for a message.

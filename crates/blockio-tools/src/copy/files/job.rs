@@ -86,11 +86,19 @@ pub(super) enum Target {
 
 /// Empties job `j`'s destination if it still holds its old bytes, just
 /// before its new ones are written; whether the job may go on (a failure
-/// is recorded in the job, and the file keeps what it held).
-pub(super) fn empty_old(j: &mut FileCopy<'_>, dirs: &DirPair) -> bool {
+/// is recorded in the job, and the file keeps what it held). A copy that
+/// may end in a hole (sparse) gets its length at once, all holes, so that
+/// it is complete after its last write rather than once its group ends.
+pub(super) fn empty_old(j: &mut FileCopy<'_>, opts: &CopyOptions, dirs: &DirPair) -> bool {
     if j.old && j.failed.is_none() {
         j.old = false;
-        if let Err(e) = rustix::fs::ftruncate(&j.dst, 0) {
+        let holes = !j.stream && (is_sparse(opts, j.e) || opts.sparse == copy::Sparse::Always);
+        let len = if holes { j.e.st.stx_size } else { 0 };
+        let emptied = rustix::fs::ftruncate(&j.dst, 0).and_then(|()| match len {
+            0 => Ok(()),
+            len => rustix::fs::ftruncate(&j.dst, len),
+        });
+        if let Err(e) = emptied {
             let what = format!("cannot truncate {}", quote(&dirs.dst_of(&j.e.dst_name)));
             j.failed = Some((what, e.into()));
         }

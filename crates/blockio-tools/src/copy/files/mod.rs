@@ -126,7 +126,7 @@ fn copy_ranges_and_chunk(
     let mut chunks = Vec::new();
     for (i, j) in jobs.iter_mut().enumerate() {
         let was_old = j.old;
-        if (opts.reflink == copy::Reflink::Always || ranged[i]) && !empty_old(j, dirs) {
+        if (opts.reflink == copy::Reflink::Always || ranged[i]) && !empty_old(j, ctx.opts, dirs) {
             continue;
         }
         if opts.reflink == copy::Reflink::Always {
@@ -198,7 +198,7 @@ fn copy_unsized(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
         // blocks of zeros become holes there too, as GNU makes them.
         let holes = ctx.opts.sparse == copy::Sparse::Always
             && fstat(&j.dst).is_ok_and(|st| u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG);
-        if !empty_old(j, dirs) {
+        if !empty_old(j, ctx.opts, dirs) {
             continue;
         }
         match copy_to_eof(j, ctx.progress, holes, 0) {
@@ -231,7 +231,7 @@ fn copy_grown(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
         .collect();
     for i in grown {
         let j = &mut jobs[i];
-        if !empty_old(j, dirs) {
+        if !empty_old(j, ctx.opts, dirs) {
             continue; // a sparse file none of whose bytes were written
         }
         // A direct destination takes only aligned writes: the rest goes

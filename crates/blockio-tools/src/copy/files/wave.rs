@@ -176,7 +176,7 @@ impl Wave<'_> {
         let holes = ctx.opts.sparse == copy::Sparse::Always;
         for ((k, c), slot) in self.chunks.iter().enumerate().zip(slots.iter()) {
             let j = &mut jobs[c.job];
-            if !j.direct && got[k] > 0 && empty_old(j, dirs) {
+            if !j.direct && got[k] > 0 && empty_old(j, ctx.opts, dirs) {
                 let data = &slot[..got[k]];
                 let written = if holes {
                     write_skipping_zeros(&jobs[c.job].dst, c.offset, data)
