@@ -7,6 +7,7 @@
 //! options may be abbreviated to any unambiguous prefix (`--rem`), and a
 //! usage error prints GNU's message and exits with status 1.
 
+use crate::progress_line::ProgressLine;
 use crate::stdio::say_err;
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
@@ -814,13 +815,7 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
     (cmd.opts.block, cmd.opts.wave) =
         buffers_within(cmd.opts.block, cmd.opts.wave, cmd.opts.threads, room);
     let progress = Progress::default();
-    let bar = if std::io::stderr().is_terminal() && !cmd.json {
-        let b = indicatif::ProgressBar::new_spinner();
-        b.enable_steady_tick(Duration::from_millis(100));
-        b
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = ProgressLine::new(std::io::stderr().is_terminal() && !cmd.json);
     let on_error = |e: &CopyError| bar.suspend(|| say_err!("{}: {e}", program()));
     let done = std::sync::atomic::AtomicBool::new(false);
     let report = std::thread::scope(|s| {
@@ -832,7 +827,7 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
             while !done.load(Ordering::Relaxed) {
                 let bytes = progress.bytes.load(Ordering::Relaxed);
                 let rate = bytes as f64 / started.elapsed().as_secs_f64().max(1e-3);
-                bar.set_message(format!(
+                bar.draw(&format!(
                     "{} files, {} dirs, {:.1} MiB, {:.1} MiB/s",
                     progress.files.load(Ordering::Relaxed),
                     progress.dirs.load(Ordering::Relaxed),
@@ -842,14 +837,14 @@ pub fn run(args: &CpArgs) -> anyhow::Result<bool> {
                 std::thread::sleep(Duration::from_millis(100));
             }
         };
-        if !bar.is_hidden() {
+        if bar.is_shown() {
             let _ = std::thread::Builder::new().spawn_scoped(s, ticker);
         }
         let r = copy::copy(&cmd.sources, &cmd.dest, &cmd.opts, progress, &on_error);
         done.store(true, Ordering::Relaxed);
         r
     });
-    bar.finish_and_clear();
+    bar.clear();
     let report = match report {
         Ok(r) => r,
         Err(e) => match e.get_ref() {

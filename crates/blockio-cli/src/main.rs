@@ -31,6 +31,7 @@ mod cp;
 mod digest_cli;
 mod multicall;
 mod oom;
+mod progress_line;
 mod stdio;
 
 use multicall::Personality;

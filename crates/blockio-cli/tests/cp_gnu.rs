@@ -2445,3 +2445,53 @@ fn archive_after_no_preserve_mode_keeps_the_mode_as_gnu() {
         like_gnu(setup, args);
     }
 }
+
+/// `-u` with two names of one source file (a hard link), one of whose
+/// destinations is a newer file and the other a newer directory
+/// (`BLOCKIO_CP_SEED=3010` of `cp_random.rs`, `cp -rp -u --sparse=always
+/// -b --backup=numbered`): both are kept, as `-u` keeps what is not older
+/// than its source, and nothing is reported. GNU 9.1 keeps both too, but
+/// exits 1 with "cannot create hard link ... Is a directory" (or
+/// "Operation not permitted", by the order the directory lists the two
+/// names in): after keeping the first it links the second name's
+/// destination to the first's, `--preserve=links` or not, "even if it
+/// was a newer separate file" (its copy.c says so), and a directory
+/// cannot be linked over nor linked to. That is the hard link `-u` did
+/// not ask for failing, not a destination in the way; the trees both
+/// leave are the same.
+#[test]
+fn update_keeps_a_newer_directory_at_a_second_names_destination_without_a_message() {
+    let setup = "mkdir s; echo data > s/a; ln s/a s/b; touch -d 2000-01-01 s/a; \
+                 mkdir -p d/b; echo inner > d/b/inner; echo newer > d/a";
+    for args in [
+        &["-r", "-u", "s/.", "d"][..],
+        &["-a", "-u", "s/.", "d"],
+        &[
+            "-rp",
+            "-u",
+            "--sparse=always",
+            "-b",
+            "--backup=numbered",
+            "s/.",
+            "d",
+        ],
+    ] {
+        let (gnu, ours) = both(setup, &[], args, "");
+        let what = format!("cp {}", args.join(" "));
+        assert_eq!(ours.tree, gnu.tree, "{what}: the trees left (ours, GNU's)");
+        assert_eq!((ours.code, ours.stderr.as_str()), (Some(0), ""), "{what}");
+        assert_eq!(gnu.code, Some(1), "{what}: GNU's");
+        assert!(
+            gnu.stderr.starts_with("cp: cannot create hard link 'd/./")
+                && gnu.stderr.lines().count() == 1,
+            "{what}: GNU's message: {}",
+            gnu.stderr
+        );
+        let held = |name: &str| ours.tree.get(OsStr::new(name)).cloned().unwrap_or_default();
+        assert!(
+            held("d/a").contains("newer") && held("d/b/inner").contains("inner"),
+            "{what}: the newer file and directory kept: {:?}",
+            ours.tree
+        );
+    }
+}

@@ -57,6 +57,19 @@ fn cp(dir: &Path, args: &[&str]) -> std::process::Child {
 fn cp_command<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
     cmd.current_dir(dir).arg("cp").args(args);
+    with_default_signals(cmd)
+}
+
+/// GNU's `cp ARGS` in `dir`, its signals as [`cp_command`] sets them.
+fn gnu_cp_command(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("/usr/bin/cp");
+    cmd.current_dir(dir).args(args);
+    with_default_signals(cmd)
+}
+
+/// `cmd`, run with SIGINT, SIGTERM and SIGHUP unblocked and at their
+/// default action.
+fn with_default_signals(mut cmd: Command) -> Command {
     // SAFETY: between fork and exec the closure only calls signal(2) and
     // sigprocmask(2), which are async-signal-safe, on valid arguments.
     unsafe {
@@ -393,4 +406,117 @@ fn a_copy_waiting_for_a_fifos_reader_ends_by_the_signal() {
         std::thread::sleep(Duration::from_millis(10));
     };
     assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+}
+
+/// The existing files of [`an_interrupted_overwrite_empties_no_more_files_than_it_writes`].
+const OVERWRITTEN: usize = 2000;
+/// The worker threads of the copy in that test.
+const THREADS: usize = 3;
+
+/// `dir/s` with `OVERWRITTEN` files of 16 KiB of `n`, or `dir/x` with
+/// the same names holding 12 KiB of `o` each.
+fn old_or_new(dir: &Path, sub: &str) {
+    let (byte, len) = if sub == "s" {
+        (b'n', 16 << 10)
+    } else {
+        (b'o', 12 << 10)
+    };
+    fs::create_dir_all(dir.join(sub)).unwrap();
+    for i in 0..OVERWRITTEN {
+        fs::write(dir.join(format!("{sub}/f{i:04}")), vec![byte; len]).unwrap();
+    }
+}
+
+/// The files of `dir/x` that hold neither their old bytes nor the new.
+fn neither_old_nor_new(dir: &Path) -> Vec<String> {
+    let (old, new) = (vec![b'o'; 12 << 10], vec![b'n'; 16 << 10]);
+    (0..OVERWRITTEN)
+        .map(|i| format!("f{i:04}"))
+        .filter(|name| {
+            let got = fs::read(dir.join("x").join(name)).unwrap();
+            got != old && got != new
+        })
+        .collect()
+}
+
+/// Runs `cmd` (a verbose copy of `s/.` onto `x`, in its directory) and
+/// sends it `sig` once it has printed `lines` lines: once it has reached
+/// that file, wherever that falls in its work. Whether it ended by the
+/// signal (rather than complete before it).
+fn interrupted_after_lines(mut cmd: Command, lines: usize, sig: i32) -> bool {
+    use std::io::BufRead;
+    cmd.stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = Vec::new();
+    for _ in 0..lines {
+        line.clear();
+        if out.read_until(b'\n', &mut line).unwrap() == 0 {
+            break;
+        }
+    }
+    // SAFETY: kill(2) on the child's pid, not yet reaped.
+    unsafe { libc::kill(child.id() as i32, sig) };
+    // Read on, so that no write of the copy's waits for this reader.
+    std::io::copy(&mut out, &mut std::io::sink()).unwrap();
+    let status = child.wait().unwrap();
+    ended_by(status, sig);
+    !status.success()
+}
+
+#[test]
+fn an_interrupted_overwrite_empties_no_more_files_than_it_writes() {
+    // `cp -a s/. x` onto 2,000 existing files, interrupted at random
+    // points: each existing file keeps its old bytes until its new ones
+    // are about to be written, so at most one file per worker thread is
+    // left neither old nor new (GNU's `cp`, one thread, leaves at most
+    // one: run here at the first point; it is slower, emptying a file
+    // makes ext4 flush it on close).
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        | 1;
+    let mut x = seed;
+    let mut points = std::iter::from_fn(|| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        Some(1 + (x % OVERWRITTEN as u64) as usize)
+    });
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    old_or_new(d.path(), "s");
+    let threads = format!("--threads={THREADS}");
+    for (k, sig) in [libc::SIGINT, libc::SIGTERM, libc::SIGINT, libc::SIGTERM]
+        .into_iter()
+        .enumerate()
+    {
+        let lines = points.next().unwrap();
+        for gnu in [false, true].into_iter().take(if k == 0 { 2 } else { 1 }) {
+            old_or_new(d.path(), "x");
+            let cmd = if gnu {
+                gnu_cp_command(d.path(), &["-av", "s/.", "x"])
+            } else {
+                cp_command(d.path(), &["-av", &threads, "s/.", "x"])
+            };
+            let cut = interrupted_after_lines(cmd, lines, sig);
+            let bad = neither_old_nor_new(d.path());
+            let (who, most) = if gnu {
+                ("GNU cp", 1)
+            } else {
+                ("blockio cp", THREADS)
+            };
+            println!(
+                "{who}, signal {sig} after {lines} lines (seed {seed}, cut short: {cut}): {} files neither old nor new",
+                bad.len()
+            );
+            assert!(
+                bad.len() <= most,
+                "{who}, signal {sig} after {lines} lines (seed {seed}): {} files neither old nor new \
+                 (at most {most}): {:?}",
+                bad.len(),
+                &bad[..bad.len().min(10)]
+            );
+        }
+    }
 }

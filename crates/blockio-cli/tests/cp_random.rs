@@ -782,7 +782,9 @@ fn random_options_onto_existing_destinations_as_gnu_cp() {
 /// Which name it meets first hangs on the order the directory lists
 /// them in. That replacement is a defect not copied; a run where it can
 /// happen (two names of one source file with something at both of their
-/// destinations) is compared without `-u`.
+/// destinations) is compared without `-u`. Both behaviours, on the case
+/// of seed 3010, are pinned in `cp_gnu.rs`
+/// (`update_keeps_a_newer_directory_at_a_second_names_destination_without_a_message`).
 fn gnu_update_links(
     src: &Path,
     entries: &[(PathBuf, fs::Metadata)],

@@ -19,8 +19,8 @@ use super::{CopyOptions, Errors, Progress};
 /// every directory below is opened from these by its relative path, with
 /// no symbolic link on the way (`at::open_dir_beneath`).
 pub(crate) struct Root {
-    pub src: File,
-    pub dst: File,
+    pub src: Arc<File>,
+    pub dst: Arc<File>,
 }
 
 /// Where a directory of the tree is, for opening it (again).
@@ -63,8 +63,11 @@ impl Chain {
 /// A source directory and its copy, both open, with their paths for
 /// messages. Shared by every group of files from that directory.
 pub(crate) struct DirPair {
-    pub src: File,
-    pub dst: File,
+    /// The directories, shared with the [`Root`] that an operand's
+    /// directory is for its subdirectories: one descriptor each, however
+    /// they are held (under `ulimit -n` every one counts).
+    pub src: Arc<File>,
+    pub dst: Arc<File>,
     pub src_path: PathBuf,
     pub dst_path: PathBuf,
     /// Where this pair's subdirectories are opened from (`None` for the

@@ -550,12 +550,19 @@ pub fn copy(
     Ok(report)
 }
 
-/// The backend to copy on: the default, unless no thread can be started
+/// The backend to copy on: the default, unless descriptors are short
+/// (below [`DESCRIPTORS_BESIDES_FILES`]) or no thread can be started
 /// (`ulimit -u` reached). io_uring then cannot start the workers that run
 /// what it does not do inline, and cancels those operations, so the
 /// thread-pool backend runs every batch on the calling thread; an error
 /// where the user requires io_uring ([`blockio::BACKEND_ENV`]).
 fn backend_for_this_process() -> io::Result<blockio::BackendChoice> {
+    // Under a low limit on descriptors the ring's own descriptor is one
+    // the files in flight need: the thread-pool backend takes none.
+    let few_descriptors = descriptor_limit().is_some_and(|n| n < DESCRIPTORS_BESIDES_FILES);
+    if few_descriptors && !io_uring_required() {
+        return Ok(blockio::BackendChoice::ThreadPool);
+    }
     if can_start_a_thread() {
         return Ok(blockio::BackendChoice::Auto);
     }

@@ -14,14 +14,14 @@ use super::super::at;
 use super::super::entry::{statx_id, Ctx, DirPair, Entry, FirstCopy};
 use super::super::unfinished;
 use super::super::{quote, CopyOptions};
-use super::job::fstat;
+use super::job::{fstat, Target};
 use crate::copy;
 
 /// What becomes of an existing destination (see [`existing`]).
 enum Existing {
-    /// Written: as a stream (`true`: a FIFO, a device) or as a regular
-    /// file, emptied or made anew.
-    Write(bool),
+    /// Written: as a stream (a FIFO, a device) or as a regular file, made
+    /// anew or emptied just before its new bytes are written.
+    Write(Target),
     /// Kept as it is by `-u`, not older than the source: it stands for
     /// the copy, and the source's other names are linked to it.
     KeptByUpdate,
@@ -32,9 +32,10 @@ enum Existing {
 
 /// An existing destination, opened as it is: refused (reported) when it
 /// is the source itself (a hard link to it, or the file a link named on
-/// the command line leads to), emptied when it is a regular file
-/// (`Write(false)`); any other kind (a FIFO, a device) is written into as
-/// it is (`Write(true)`), as `cp` does, never replaced. Kept as it is
+/// the command line leads to), emptied when it is a regular file, though
+/// only once its new bytes are about to be written (`Write(Target::Old)`,
+/// see `FileCopy::old`); any other kind (a FIFO, a device) is written into
+/// as it is (`Write(Target::Stream)`), as `cp` does, never replaced. Kept as it is
 /// (counted as skipped) when `-u` finds it newer (`KeptByUpdate`) or `-i`
 /// is told no (`Refused`).
 ///
@@ -53,7 +54,7 @@ fn existing(
     decided: bool,
 ) -> Existing {
     if dst.created {
-        return Existing::Write(false);
+        return Existing::Write(Target::Ready);
     }
     let path = || dirs.dst_of(&e.dst_name);
     let st = match fstat(&dst.fd) {
@@ -104,7 +105,7 @@ fn existing(
                 dst.created = true;
                 dst.removed = true;
                 dst.listed = listed;
-                return Existing::Write(false);
+                return Existing::Write(Target::Ready);
             }
             Err(err) => {
                 let what = format!("cannot replace {}", quote(&path()));
@@ -113,19 +114,13 @@ fn existing(
             }
         }
     }
-    if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
-        return Existing::Write(true);
+    if !regular {
+        return Existing::Write(Target::Stream);
     }
     if ctx.opts.attributes_only {
-        return Existing::Write(false);
+        return Existing::Write(Target::Ready);
     }
-    if let Err(err) = rustix::fs::ftruncate(&dst.fd, 0) {
-        let err = io::Error::from(err);
-        ctx.errors
-            .report(format!("cannot truncate {}", quote(&path())), Some(err));
-        return Existing::Refused;
-    }
-    Existing::Write(false)
+    Existing::Write(Target::Old)
 }
 
 /// The permission bits a copy is created with. With `-p` the owner's bits
@@ -143,14 +138,14 @@ pub(super) fn create_mode(opts: &CopyOptions, e: &Entry) -> u32 {
 }
 
 /// Creates (or opens, to overwrite: see [`existing`]) the copy of `e`,
-/// with whether it is written as a stream; `None` when there is nothing
+/// with how it is written; `None` when there is nothing
 /// to write: it was made a hard link to an earlier copy of the same file
 /// (`-a`), or the existing destination is refused or kept (reported).
 pub(super) fn create_dst(
     ctx: &Ctx<'_>,
     pair: &Arc<DirPair>,
     e: &Entry,
-) -> io::Result<Option<(at::Dest, bool)>> {
+) -> io::Result<Option<(at::Dest, Target)>> {
     let opts = ctx.opts;
     let excl = opts.no_clobber || opts.update == copy::Update::None;
     let mode = create_mode(opts, e);
@@ -244,7 +239,7 @@ pub(super) fn create_dst(
     if !(ctx.opts.preserve.links && (e.st.stx_nlink > 1 || e.follow_src)) {
         let mut dst = create()?;
         return Ok(match existing(ctx, pair, e, &mut dst, decided) {
-            Existing::Write(stream) => Some((dst, stream)),
+            Existing::Write(target) => Some((dst, target)),
             Existing::KeptByUpdate | Existing::Refused => None,
         });
     }
@@ -317,9 +312,9 @@ pub(super) fn create_dst(
     // source) stands for the copy, as with GNU's `cp -au`: the file's
     // other names are linked to it (coreutils' tests/cp/preserve-link.sh).
     match existing(ctx, pair, e, &mut dst, decided) {
-        Existing::Write(stream) => {
+        Existing::Write(target) => {
             links.insert(e.id(), FirstCopy::of(pair, &e.dst_name));
-            Ok(Some((dst, stream)))
+            Ok(Some((dst, target)))
         }
         Existing::KeptByUpdate => {
             links.insert(e.id(), FirstCopy::of(pair, &e.dst_name));

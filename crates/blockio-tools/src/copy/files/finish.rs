@@ -16,7 +16,7 @@ use super::super::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::super::entry::{Ctx, DirPair};
 use super::super::quote;
 use super::super::unfinished;
-use super::job::{clone, fsync_each, is_sparse, run_batch, FileCopy};
+use super::job::{clone, empty_old, fsync_each, is_sparse, run_batch, FileCopy};
 use super::wave::SLOT_ALIGN;
 use crate::copy;
 
@@ -24,6 +24,11 @@ use crate::copy;
 /// attributes.
 pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
     for j in jobs.iter_mut().filter(|j| j.failed.is_none()) {
+        // Old bytes no write replaced (a copy all holes, or empty): gone
+        // now, just before the copy gets its length.
+        if !empty_old(j, ctx.opts, dirs) {
+            continue;
+        }
         // The copy's path, made only for a message.
         let dst = || dirs.dst_of(&j.e.dst_name);
         // A file that ended early ends there in the copy, never padded to

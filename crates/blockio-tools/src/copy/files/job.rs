@@ -61,8 +61,49 @@ pub(super) struct FileCopy<'g> {
     /// one of /proc or /sys whose size is a guess): the copy ends there,
     /// never padded or cut to the stated size.
     pub(super) eof: Option<u64>,
+    /// `dst` is a regular file that was there before the copy and still
+    /// holds what it held: it is emptied ([`empty_old`]) only when its new
+    /// bytes are about to be written, so that an interrupted or failed copy
+    /// leaves at most the files being written at that moment (one per
+    /// worker) neither old nor new.
+    pub(super) old: bool,
     /// The first failure: what was being done, and why.
     pub(super) failed: Option<(String, io::Error)>,
+}
+
+/// How a destination is written (see [`FileCopy::old`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Target {
+    /// Written as it is: a new file, or an existing one whose bytes are
+    /// kept (`--attributes-only`).
+    Ready,
+    /// An existing regular file, emptied just before its new bytes are
+    /// written.
+    Old,
+    /// A FIFO or a device, written into as a stream.
+    Stream,
+}
+
+/// Empties job `j`'s destination if it still holds its old bytes, just
+/// before its new ones are written; whether the job may go on (a failure
+/// is recorded in the job, and the file keeps what it held). A copy that
+/// may end in a hole (sparse) gets its length at once, all holes, so that
+/// it is complete after its last write rather than once its group ends.
+pub(super) fn empty_old(j: &mut FileCopy<'_>, opts: &CopyOptions, dirs: &DirPair) -> bool {
+    if j.old && j.failed.is_none() {
+        j.old = false;
+        let holes = !j.stream && (is_sparse(opts, j.e) || opts.sparse == copy::Sparse::Always);
+        let len = if holes { j.e.st.stx_size } else { 0 };
+        let emptied = rustix::fs::ftruncate(&j.dst, 0).and_then(|()| match len {
+            0 => Ok(()),
+            len => rustix::fs::ftruncate(&j.dst, len),
+        });
+        if let Err(e) = emptied {
+            let what = format!("cannot truncate {}", quote(&dirs.dst_of(&j.e.dst_name)));
+            j.failed = Some((what, e.into()));
+        }
+    }
+    j.failed.is_none()
 }
 
 /// A range of one file to copy through its piece of the arena.

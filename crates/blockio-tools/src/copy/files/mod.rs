@@ -30,7 +30,7 @@ use super::{quote, CopyOptions};
 use crate::copy;
 use finish::{close_and_report, finish_files, fsync_large};
 pub(crate) use job::fstat;
-use job::{failure, fsync_each, is_sparse, run_batch, Chunk, FileCopy};
+use job::{empty_old, failure, fsync_each, is_sparse, run_batch, Chunk, FileCopy};
 use open::open_all;
 use plain::{copy_range, copy_to_eof, extents};
 use wave::{copy_chunks, go_direct};
@@ -75,7 +75,9 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
 /// Files of `copy_range_min` bytes or more (not sparse) go through
 /// `copy_file_range`: one copy inside the kernel rather than two through
 /// our buffers. With `--fsync`, files of `direct_write_min` bytes or more
-/// are written with `O_DIRECT` instead (see [`go_direct`]). The reads of
+/// are written with `O_DIRECT` instead (see [`go_direct`]), unless they
+/// hold old bytes (see [`FileCopy::old`]: a wave's direct writes go out
+/// in one batch, several files at once). The reads of
 /// both are started for all of the group's files at once
 /// (`POSIX_FADV_WILLNEED`), so a cold group still has many reads in
 /// flight. The rest is copied in blocks through the arena.
@@ -83,6 +85,7 @@ fn choose_paths(opts: &CopyOptions, jobs: &mut [FileCopy<'_>]) -> Vec<bool> {
     for j in jobs.iter_mut() {
         j.direct = opts.fsync
             && !j.stream
+            && !j.old
             && j.e.st.stx_size >= opts.direct_write_min
             && opts.block % SLOT_ALIGN == 0
             && !is_sparse(opts, j.e)
@@ -110,7 +113,9 @@ fn choose_paths(opts: &CopyOptions, jobs: &mut [FileCopy<'_>]) -> Vec<bool> {
 /// Copies the `ranged` files with `copy_file_range`, and cuts every other
 /// file's data (only the data extents of a sparse file) into blocks of at
 /// most `--block-size` bytes. A ranged file whose filesystems refuse
-/// `copy_file_range` is cut into blocks too.
+/// `copy_file_range` is cut into blocks too, or, if it held old bytes
+/// (emptied just before), copied to its end at once: no emptied file
+/// waits for its bytes while others are written.
 fn copy_ranges_and_chunk(
     ctx: &Ctx<'_>,
     dirs: &DirPair,
@@ -120,6 +125,10 @@ fn copy_ranges_and_chunk(
     let opts = ctx.opts;
     let mut chunks = Vec::new();
     for (i, j) in jobs.iter_mut().enumerate() {
+        let was_old = j.old;
+        if (opts.reflink == copy::Reflink::Always || ranged[i]) && !empty_old(j, ctx.opts, dirs) {
+            continue;
+        }
         if opts.reflink == copy::Reflink::Always {
             // `--reflink=always`: the whole file shares the source's
             // blocks, or the copy fails, as GNU's: also for a FIFO or a
@@ -142,6 +151,13 @@ fn copy_ranges_and_chunk(
         if ranged[i] {
             match copy_range(j, fsync_each(opts, j.e), ctx.progress) {
                 Ok(true) => continue,
+                Ok(false) if was_old => {
+                    match copy_to_eof(j, ctx.progress, false, 0) {
+                        Ok(end) => j.eof = Some(end),
+                        Err((side, e)) => j.failed = Some((failure(dirs, j.e, side), e)),
+                    }
+                    continue;
+                }
                 // Not supported between these files: the buffered path.
                 Ok(false) => {}
                 Err(e) => {
@@ -182,6 +198,9 @@ fn copy_unsized(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
         // blocks of zeros become holes there too, as GNU makes them.
         let holes = ctx.opts.sparse == copy::Sparse::Always
             && fstat(&j.dst).is_ok_and(|st| u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG);
+        if !empty_old(j, ctx.opts, dirs) {
+            continue;
+        }
         match copy_to_eof(j, ctx.progress, holes, 0) {
             Ok(n) => j.end = n,
             Err((side, e)) => j.failed = Some((failure(dirs, j.e, side), e)),
@@ -212,6 +231,9 @@ fn copy_grown(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
         .collect();
     for i in grown {
         let j = &mut jobs[i];
+        if !empty_old(j, ctx.opts, dirs) {
+            continue; // a sparse file none of whose bytes were written
+        }
         // A direct destination takes only aligned writes: the rest goes
         // through the page cache.
         if j.direct {

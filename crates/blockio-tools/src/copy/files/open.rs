@@ -13,7 +13,7 @@ use blockio::{OpenRequest, PathAt};
 use super::super::entry::{Ctx, DirPair, Entry};
 use super::super::quote;
 use super::destination::{create_dst, created_failed};
-use super::job::{as_regular, first_wave, fstat, FileCopy};
+use super::job::{as_regular, first_wave, fstat, FileCopy, Target};
 use crate::copy;
 
 /// Opens the group's sources, then its destinations, one batch each; the
@@ -52,7 +52,7 @@ fn open_sources<'g>(
         .iter()
         .filter(|e| !is_fifo(e))
         .map(|e| {
-            OpenRequest::new(PathAt::in_dir(&dirs.src, &e.src_name))
+            OpenRequest::new(PathAt::in_dir(&*dirs.src, &e.src_name))
                 .flags(libc::O_RDONLY | nofollow(e))
         })
         .collect();
@@ -150,7 +150,7 @@ fn create_all<'g>(
     turn.created(opened.len() as u64);
     for (e, src) in opened {
         match create_dst(ctx, pair, e) {
-            Ok(Some((dst, stream))) => {
+            Ok(Some((dst, target))) => {
                 if ctx.opts.verbose {
                     let dst_path = pair.dst_of(&e.dst_name);
                     if dst.removed {
@@ -161,7 +161,7 @@ fn create_all<'g>(
                 }
                 jobs.push(FileCopy {
                     e,
-                    stream: stream || e.kind() != libc::S_IFREG,
+                    stream: target == Target::Stream || e.kind() != libc::S_IFREG,
                     src,
                     dst: dst.fd,
                     direct: false,
@@ -174,6 +174,7 @@ fn create_all<'g>(
                         .map(copy::cname),
                     end: 0,
                     eof: None,
+                    old: target == Target::Old,
                     failed: None,
                 })
             }

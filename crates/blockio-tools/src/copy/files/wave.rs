@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use blockio::{AlignedBuf, Engine, Op};
 
 use super::super::entry::{Ctx, DirPair};
-use super::job::{fail, first_wave, fsync_each, run_batch, Chunk, FileCopy, Side};
+use super::job::{empty_old, fail, first_wave, fsync_each, run_batch, Chunk, FileCopy, Side};
 use super::plain::{read_full, start_writeback, write_full, write_skipping_zeros};
 use crate::copy;
 
@@ -161,7 +161,10 @@ impl Wave<'_> {
 
     /// Buffered writes on ext4 are not done inline by io_uring either (they
     /// go to its worker threads), so the writes are plain pwrites from this
-    /// thread: the page cache absorbs them at memory speed.
+    /// thread: the page cache absorbs them at memory speed. A file's chunks
+    /// are consecutive, so a destination that held old bytes is emptied
+    /// just before its first chunk and complete after its last, before the
+    /// next file's.
     fn write_buffered(
         &self,
         ctx: &Ctx<'_>,
@@ -172,7 +175,8 @@ impl Wave<'_> {
         let got = &self.got;
         let holes = ctx.opts.sparse == copy::Sparse::Always;
         for ((k, c), slot) in self.chunks.iter().enumerate().zip(slots.iter()) {
-            if jobs[c.job].failed.is_none() && !jobs[c.job].direct && got[k] > 0 {
+            let j = &mut jobs[c.job];
+            if !j.direct && got[k] > 0 && empty_old(j, ctx.opts, dirs) {
                 let data = &slot[..got[k]];
                 let written = if holes {
                     write_skipping_zeros(&jobs[c.job].dst, c.offset, data)

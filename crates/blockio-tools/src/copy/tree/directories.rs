@@ -53,7 +53,9 @@ impl Walker<'_> {
 
     /// Opens a directory of the tree and its copy; with the root and path
     /// its subdirectories are opened from.
-    pub(super) fn open_task(&self, t: &DirTask) -> Option<(File, File, Arc<Root>, PathBuf)> {
+    /// The directory and its copy are returned as a [`Root`] of their own
+    /// (the same descriptors as the root's when this is an operand).
+    pub(super) fn open_task(&self, t: &DirTask) -> Option<(Root, Arc<Root>, PathBuf)> {
         let (opened, root, rel) = match &t.at {
             DirAt::Operand {
                 src,
@@ -91,7 +93,7 @@ impl Walker<'_> {
             ),
         };
         let (s, d) = match opened {
-            Ok(sd) => sd,
+            Ok((s, d)) => (Arc::new(s), Arc::new(d)),
             Err((path, e)) => {
                 self.report(format!("cannot access {}", quote(path)), Some(e));
                 return None;
@@ -99,18 +101,15 @@ impl Walker<'_> {
         };
         let root = match root {
             Some(r) => r,
-            None => match (s.try_clone(), d.try_clone()) {
-                (Ok(src), Ok(dst)) => Arc::new(Root { src, dst }),
-                (Err(e), _) | (_, Err(e)) => {
-                    self.report(format!("cannot access {}", quote(&t.src)), Some(e));
-                    return None;
-                }
-            },
+            None => Arc::new(Root {
+                src: Arc::clone(&s),
+                dst: Arc::clone(&d),
+            }),
         };
         if self.ctx.opts.fsync && matches!(t.at, DirAt::Operand { .. }) {
             self.note_filesystem(&d, &t.dst);
         }
-        Some((s, d, root, rel))
+        Some((Root { src: s, dst: d }, root, rel))
     }
 
     /// One directory of the tree, already made at `dst`.
@@ -119,7 +118,7 @@ impl Walker<'_> {
     /// (`help_with_files`).
     pub(super) fn directory(&self, q: Queued, arena: &mut blockio::AlignedBuf) {
         let t = q.dir.resolve();
-        let Some((s, d, root, rel)) = self.open_task(&t) else {
+        let Some((Root { src: s, dst: d }, root, rel)) = self.open_task(&t) else {
             return self.fix_dir(&t, q.fix, None, None);
         };
         // Its attributes before it is listed, which sets its access time.
@@ -234,7 +233,7 @@ impl Walker<'_> {
         for chunk in unknown.chunks(256) {
             let at: Vec<PathAt<'_>> = chunk
                 .iter()
-                .map(|&i| PathAt::in_dir(&pair.src, names[i].0))
+                .map(|&i| PathAt::in_dir(&*pair.src, names[i].0))
                 .collect();
             // `-L`: a link is what it leads to.
             let flags = if self.ctx.opts.dereference == Dereference::Always {
@@ -480,7 +479,7 @@ impl Walker<'_> {
             .iter()
             .map(|e| {
                 (
-                    PathAt::in_dir(&pair.dst, &e.dst_name),
+                    PathAt::in_dir(&*pair.dst, &e.dst_name),
                     self.dir_create_mode(&e.st),
                 )
             })

@@ -115,7 +115,7 @@ impl Walker<'_> {
             match self
                 .ctx
                 .engine
-                .stat_batch(&[PathAt::in_dir(&pair.src, &e.src_name)], flags)
+                .stat_batch(&[PathAt::in_dir(&*pair.src, &e.src_name)], flags)
             {
                 Ok(mut v) => match v.remove(0) {
                     Ok(st) => {
@@ -333,7 +333,7 @@ impl Walker<'_> {
         let reqs: Vec<(PathAt<'_>, &CStr)> = ok
             .iter()
             .zip(&targets)
-            .map(|(e, t)| (PathAt::in_dir(&pair.dst, &e.dst_name), t.as_c_str()))
+            .map(|(e, t)| (PathAt::in_dir(&*pair.dst, &e.dst_name), t.as_c_str()))
             .collect();
         let mut turn = self.ctx.creators.enter();
         let made = self.ctx.engine.symlink_batch(&reqs);

@@ -527,8 +527,8 @@ impl Walker<'_> {
         let dst_default_acl = (keep.mode || keep.xattr || self.ctx.opts.default_mode)
             && copy::attrs::has_default_acl(d.as_fd());
         Some(DirPair {
-            src: s,
-            dst: d,
+            src: Arc::new(s),
+            dst: Arc::new(d),
             src_path: parent_as_written(src),
             dst_path: parent_as_written(dst),
             // Never used: an operand's parent gets no subdirectories.
