@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use blockio::aio::{AsyncEngine, Driving};
+use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving};
 use blockio::BackendChoice;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -128,6 +128,20 @@ async fn runtime_driven_ring_keeps_the_paused_clock() {
         "the default engine on a runtime with I/O is driven by it (io_uring backend)"
     );
     check(blockio_read(&engine).await);
+}
+
+/// A caller-driven ring submitting when each operation starts, driven by
+/// a `drive_on_tokio` task of the test's own.
+#[tokio::test(start_paused = true)]
+async fn caller_driven_ring_keeps_the_paused_clock() {
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Caller(CallerDriving::new()))
+        .backend(BackendChoice::IoUring)
+        .build()
+        .unwrap();
+    let driver = tokio::spawn(drive_on_tokio(engine.clone()));
+    check(blockio_read(&engine).await);
+    driver.abort();
 }
 
 /// A driver thread of the engine's own: the completion reaches the task
