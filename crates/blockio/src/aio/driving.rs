@@ -66,6 +66,16 @@ pub enum Driving {
     /// whether or not a runtime runs, and operations from many tasks reach
     /// the kernel together; each operation costs two cross-thread
     /// wake-ups (to the thread and back).
+    ///
+    /// With tokio's clock paused (`test-util`), a runtime that finds no
+    /// task to run jumps the clock to its next timer unless its I/O
+    /// driver's poll without waiting woke a task. That poll sees tokio's
+    /// own sockets and a runtime-driven ring ([`Driving::Auto`]), not this
+    /// thread: between a completion's arrival in the kernel and this
+    /// thread waking its task, the clock can jump, so a timer beside the
+    /// operation may fire first. A signal sent by this thread once it has
+    /// the completion would come after that gap, not close it. Tests that
+    /// pause tokio's clock should use [`Driving::Auto`] on io_uring.
     Thread,
     /// The caller's event loop: no driver thread and no cross-thread
     /// wake-up. The loop watches [`AsyncEngine::poll_fd`](super::AsyncEngine::poll_fd)
