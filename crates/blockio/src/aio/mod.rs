@@ -29,6 +29,10 @@
 //!   nothing blocks in `Drop`.
 //! * Operations from many tasks are submitted together: see
 //!   [how completions are reaped](self#how-completions-are-reaped) below.
+//! * A read of a buffered file whose data is all in the page cache is
+//!   served at its first poll, on the polling thread (`preadv2` with
+//!   `RWF_NOWAIT`), with the result the driver would give; the rest go to
+//!   the driver (see [`AsyncEngineBuilder::read_path`]).
 //!
 //! # How completions are reaped
 //!
