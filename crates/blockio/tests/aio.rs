@@ -1012,3 +1012,25 @@ fn a_loop_of_inline_reads_yields_to_other_tasks() {
     assert!(reads_before_other_ran.is_some(), "the other task never ran");
     assert!(engine.served_inline() > 0);
 }
+
+/// A read of cached data polled once and dropped if it is pending, over and
+/// over (a `select!` loop whose other branch is always ready), still reads:
+/// the yield that ends a run of inline reads leaves the next read served.
+#[test]
+fn cached_reads_polled_once_and_dropped_when_pending_make_progress() {
+    let (path, data) = data_file(4096, 65);
+    let engine = AsyncEngine::new().unwrap();
+    let file = AsyncFile::open(&engine, &path).unwrap();
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut done = 0;
+    for _ in 0..1000 {
+        let mut read = file.read_at(vec![0u8; 4096], 0);
+        if let Poll::Ready((r, b)) = Pin::new(&mut read).poll(&mut cx) {
+            assert_eq!(r.unwrap(), 4096);
+            assert_eq!(b, data);
+            done += 1;
+        }
+    }
+    assert!(done >= 500, "only {done} of 1000 reads completed");
+}
