@@ -361,16 +361,17 @@ impl<B: Send + 'static> OpFuture<B> {
         }
     }
 
-    /// Has the first poll try the operation with `inline` before handing
-    /// it to the driver (not [`start`](Self::start), which hands it over).
+    /// Has the poll try the operation with `inline` before handing it to
+    /// the driver (not [`start`](Self::start), which hands it over at once).
     pub(crate) fn inline_first(mut self, inline: Arc<dyn Inline>) -> Self {
         self.inline = Some(inline);
         self
     }
 
-    /// Tries the operation on this thread, at its first poll: its raw
-    /// result if it was performed. Yields once instead (waking the task,
-    /// the operation kept for the next poll) when this thread has served
+    /// Tries the operation on this thread, at a poll before it has been
+    /// handed to the driver: its raw result if it was performed. Yields
+    /// once instead (waking the task, the operation kept for the next
+    /// poll, which tries again) when this thread has served
     /// [`INLINE_BUDGET`] operations in a row.
     fn poll_inline(&mut self, cx: &mut Context<'_>) -> Poll<Option<i32>> {
         let (Some(inline), Some(op)) = (&self.inline, &self.op) else {
