@@ -34,7 +34,8 @@ pub struct BenchArgs {
     pub profiles: Vec<Profile>,
     /// Strategies to run, comma separated: sync, threads, pool (both pool
     /// strategies), pool-tokio-fs, pool-blocking, uring, uring-mt, auto,
-    /// async.
+    /// async; and, only when named, async-submit (the async API with every
+    /// read sent to the driver).
     #[arg(long, value_delimiter = ',', value_parser = strategy::parse_strategies)]
     pub strategies: Vec<Vec<Strategy>>,
     /// Threads of `threads`, `uring-mt` and `auto` (default: the CPUs).
@@ -144,13 +145,14 @@ pub fn plans(args: &BenchArgs, profile: Profile, strategies: &[Strategy]) -> Vec
                 threads: n,
             }),
             Strategy::PoolTokioFs if profile.direct() => {}
-            Strategy::PoolTokioFs | Strategy::PoolBlocking | Strategy::Async => {
-                out.extend(args.tasks.iter().map(|&t| Plan {
-                    strategy: s,
-                    qd: t,
-                    threads: t,
-                }))
-            }
+            Strategy::PoolTokioFs
+            | Strategy::PoolBlocking
+            | Strategy::Async
+            | Strategy::AsyncSubmit => out.extend(args.tasks.iter().map(|&t| Plan {
+                strategy: s,
+                qd: t,
+                threads: t,
+            })),
             Strategy::Uring => out.extend(args.qd.iter().map(|&qd| Plan {
                 strategy: s,
                 qd,

@@ -44,6 +44,11 @@ pub enum Strategy {
     /// multi-thread runtime.
     #[serde(rename = "async")]
     Async,
+    /// The async API with every read sent to the driver
+    /// ([`ReadPath::AlwaysSubmit`]): the comparison behind its default read
+    /// path, run only when named.
+    #[serde(rename = "async-submit")]
+    AsyncSubmit,
     /// fio's io_uring engine (a reference, run with `--fio`).
     #[serde(rename = "fio")]
     Fio,
@@ -73,6 +78,7 @@ impl Strategy {
             Strategy::UringMt => "uring-mt",
             Strategy::Auto => "auto",
             Strategy::Async => "async",
+            Strategy::AsyncSubmit => "async-submit",
             Strategy::Fio => "fio",
         }
     }
@@ -84,7 +90,11 @@ impl Strategy {
     pub fn uses_blockio(self) -> bool {
         matches!(
             self,
-            Strategy::Uring | Strategy::UringMt | Strategy::Auto | Strategy::Async
+            Strategy::Uring
+                | Strategy::UringMt
+                | Strategy::Auto
+                | Strategy::Async
+                | Strategy::AsyncSubmit
         )
     }
 
@@ -117,10 +127,11 @@ impl FromStr for Strategy {
     fn from_str(s: &str) -> std::result::Result<Strategy, String> {
         Strategy::ALL
             .into_iter()
+            .chain([Strategy::AsyncSubmit])
             .find(|x| x.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown strategy {s:?}: expected sync, threads, pool, pool-tokio-fs, pool-blocking, uring, uring-mt, auto or async"
+                    "unknown strategy {s:?}: expected sync, threads, pool, pool-tokio-fs, pool-blocking, uring, uring-mt, auto, async or async-submit"
                 )
             })
     }
@@ -155,8 +166,16 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
         Strategy::PoolBlocking | Strategy::PoolTokioFs => {
             pool(plan, w, seconds, None).map(|m| (m, own()))
         }
-        Strategy::Async => {
-            let engine = AsyncEngine::builder().queue_depth(plan.threads).build()?;
+        Strategy::Async | Strategy::AsyncSubmit => {
+            let read_path = if plan.strategy == Strategy::Async {
+                ReadPath::Auto
+            } else {
+                ReadPath::AlwaysSubmit
+            };
+            let engine = AsyncEngine::builder()
+                .queue_depth(plan.threads)
+                .read_path(read_path)
+                .build()?;
             let m = pool(plan, w, seconds, Some(&engine))?;
             Ok((m, engine.backend().to_string()))
         }

@@ -27,6 +27,7 @@ fn colour(s: Strategy) -> &'static str {
         Strategy::UringMt => "#ff7f0e",
         Strategy::Auto => "#2ca02c",
         Strategy::Async => "#17becf",
+        Strategy::AsyncSubmit => "#9edae5",
         Strategy::Fio => "#000000",
     }
 }

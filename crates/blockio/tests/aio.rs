@@ -16,7 +16,7 @@ use blockio::aio::{
     AsyncEngine, AsyncFile, AsyncOpenOptions, BatchOp, CallerDriving, Driving, OpFuture, Submit,
     Withdrawal,
 };
-use blockio::{AlignedBuf, BufferPool, PooledBuf};
+use blockio::{AlignedBuf, BufferPool, PooledBuf, ReadPath};
 use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 mod common;
@@ -286,7 +286,12 @@ fn thousands_of_cancellations_under_load_leave_other_data_intact() {
     let data = Arc::new(data);
     let pool = BufferPool::new(256, 4096, 4096);
     let rt = tokio_runtime();
-    let e = AsyncEngine::new().unwrap();
+    // Through the driver: a cached read served at its first poll is never
+    // in flight to be cancelled.
+    let e = AsyncEngine::builder()
+        .read_path(ReadPath::AlwaysSubmit)
+        .build()
+        .unwrap();
     let file = Arc::new(AsyncFile::open(&e, &path).unwrap());
     let (mut cancelled, mut checked) = (0u64, 0u64);
     rt.block_on(async {
@@ -496,8 +501,11 @@ fn a_caller_driven_ring_takes_operations_from_many_threads_at_once() {
     let len = 1 << 20;
     let (path, data) = data_file(len, 44);
     let data = Arc::new(data);
+    // Through the ring: cached reads would otherwise be served at their
+    // first poll, never reaching it.
     let engine = AsyncEngine::builder()
         .driving(Driving::Caller(CallerDriving::new()))
+        .read_path(ReadPath::AlwaysSubmit)
         .build()
         .unwrap();
     let file = Arc::new(AsyncFile::open(&engine, &path).unwrap());
@@ -573,6 +581,7 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
         .driving(Driving::Caller(
             CallerDriving::new().completion_eventfd(efd.as_raw_fd()),
         ))
+        .read_path(ReadPath::AlwaysSubmit)
         .build()
         .unwrap();
     let uring = engine.backend() == blockio::Backend::IoUring;
@@ -865,4 +874,163 @@ fn a_dropped_read_of_an_empty_pipe_takes_nothing_written_after() {
             assert_eq!(&buf[..n.unwrap()], &[b'a' + i; 3], "{backend:?}, round {i}");
         }
     }
+}
+
+/// Reads of cached data served on the polling thread (`ReadPath::Auto`,
+/// the default) give what the driver gives (`ReadPath::AlwaysSubmit`): the
+/// same counts and bytes, whole, short at the end of the file and 0 past
+/// it, plain and vectored; the engine counts the reads it served so.
+#[test]
+fn cached_reads_served_inline_match_the_driver() {
+    let (path, data) = data_file(10_000, 61);
+    let auto = AsyncEngine::new().unwrap();
+    let submit = AsyncEngine::builder()
+        .read_path(ReadPath::AlwaysSubmit)
+        .build()
+        .unwrap();
+    assert_eq!(auto.read_path(), ReadPath::Auto);
+    // Whole reads first: a miss makes the next reads of the file skip the
+    // page cache for a while.
+    let cases: [(u64, usize); 6] = [
+        (0, 4096),
+        (4096, 4096),
+        (5000, 1),
+        (8192, 4096),
+        (10_000, 4096),
+        (20_000, 512),
+    ];
+    futures::executor::block_on(async {
+        let fa = AsyncFile::open(&auto, &path).unwrap();
+        let fs = AsyncFile::open(&submit, &path).unwrap();
+        for (off, len) in cases {
+            let from = (off as usize).min(data.len());
+            let want = &data[from..(off as usize + len).min(data.len())];
+            for f in [&fa, &fs] {
+                let (r, b) = f.read_at(vec![0u8; len], off).await;
+                let n = r.unwrap();
+                assert_eq!((n, &b[..n]), (want.len(), want), "read_at {off}+{len}");
+                let halves = vec![vec![0u8; len / 2], vec![0u8; len - len / 2]];
+                let (r, b) = f.read_vectored_at(halves, off).await;
+                let n = r.unwrap();
+                assert_eq!(n, want.len(), "read_vectored_at {off}+{len}");
+                assert_eq!(&b.concat()[..n], want, "read_vectored_at {off}+{len}");
+            }
+        }
+    });
+    assert_eq!(
+        auto.served_inline(),
+        6,
+        "the three whole reads, plain and vectored"
+    );
+    assert_eq!(submit.served_inline(), 0);
+}
+
+/// A cached read withdrawn before its first poll is never performed, and
+/// one served inline counts as performed: its withdrawal comes too late.
+#[test]
+fn withdrawals_around_inline_reads_keep_their_meaning() {
+    let (path, data) = data_file(8192, 63);
+    let engine = AsyncEngine::new().unwrap();
+    let file = AsyncFile::open(&engine, &path).unwrap();
+    let fut = file.read_at(vec![0u8; 4096], 0);
+    assert!(fut.withdrawal().withdraw());
+    let (r, b) = futures::executor::block_on(fut);
+    assert_eq!(blockio::errno(&r.unwrap_err()), Some(libc::ECANCELED));
+    assert_eq!(b, vec![0u8; 4096], "a withdrawn read wrote nothing");
+    assert_eq!(engine.served_inline(), 0);
+
+    let mut fut = file.read_at(vec![0u8; 4096], 4096);
+    let withdrawal = fut.withdrawal();
+    let (r, b) = futures::executor::block_on(&mut fut);
+    assert_eq!(r.unwrap(), 4096);
+    assert_eq!(b, &data[4096..]);
+    assert_eq!(engine.served_inline(), 1);
+    assert!(!withdrawal.withdraw(), "performed, so not withdrawn");
+}
+
+/// Reads racing a truncate and a rewrite of the same file return a prefix
+/// of what the file holds, on the inline path as through the driver.
+#[test]
+fn reads_racing_a_truncate_return_the_data_or_its_end() {
+    let (path, data) = data_file(64 << 10, 62);
+    let data = Arc::new(data);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, data) = (stop.clone(), data.clone());
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                f.set_len(0).unwrap();
+                f.write_all_at(&data, 0).unwrap();
+            }
+        })
+    };
+    for path_choice in [ReadPath::Auto, ReadPath::AlwaysSubmit] {
+        let engine = AsyncEngine::builder()
+            .read_path(path_choice)
+            .build()
+            .unwrap();
+        let file = AsyncFile::open(&engine, &path).unwrap();
+        futures::executor::block_on(async {
+            let mut rng = Rng(0x60_03);
+            for _ in 0..2000 {
+                let off = rng.below(16) * 4096;
+                let (r, b) = file.read_at(vec![0u8; 4096], off).await;
+                let n = r.unwrap();
+                let o = off as usize;
+                assert_eq!(&b[..n], &data[o..o + n], "{path_choice:?} at {off}");
+            }
+        });
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+}
+
+/// A task reading cached data in a loop, each read served at once, still
+/// lets the other tasks of its thread run.
+#[test]
+fn a_loop_of_inline_reads_yields_to_other_tasks() {
+    let (path, _data) = data_file(4096, 64);
+    let engine = AsyncEngine::new().unwrap();
+    let file = AsyncFile::open(&engine, &path).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let reads_before_other_ran = rt.block_on(async {
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let other = ran.clone();
+        tokio::spawn(async move { other.store(true, std::sync::atomic::Ordering::Relaxed) });
+        for i in 0..10_000 {
+            let (r, _) = file.read_at(vec![0u8; 4096], 0).await;
+            assert_eq!(r.unwrap(), 4096);
+            if ran.load(std::sync::atomic::Ordering::Relaxed) {
+                return Some(i);
+            }
+        }
+        None
+    });
+    assert!(reads_before_other_ran.is_some(), "the other task never ran");
+    assert!(engine.served_inline() > 0);
+}
+
+/// A read of cached data polled once and dropped if it is pending, over and
+/// over (a `select!` loop whose other branch is always ready), still reads:
+/// the yield that ends a run of inline reads leaves the next read served.
+#[test]
+fn cached_reads_polled_once_and_dropped_when_pending_make_progress() {
+    let (path, data) = data_file(4096, 65);
+    let engine = AsyncEngine::new().unwrap();
+    let file = AsyncFile::open(&engine, &path).unwrap();
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut done = 0;
+    for _ in 0..1000 {
+        let mut read = file.read_at(vec![0u8; 4096], 0);
+        if let Poll::Ready((r, b)) = Pin::new(&mut read).poll(&mut cx) {
+            assert_eq!(r.unwrap(), 4096);
+            assert_eq!(b, data);
+            done += 1;
+        }
+    }
+    assert!(done >= 500, "only {done} of 1000 reads completed");
 }

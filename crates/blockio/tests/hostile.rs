@@ -89,8 +89,11 @@ fn noop() -> &'static Waker {
 fn panicking_waker_while_finishing_never_frees_a_buffer_in_flight() {
     let pool = BufferPool::new(1, 4096, 4096);
     let (path, _) = data_file(4096, 1);
+    // The file's read goes through the ring, whose completion runs the
+    // waker (a cached read would be served at its first poll).
     let engine = AsyncEngine::builder()
         .driving(Driving::Caller(CallerDriving::new()))
+        .read_path(ReadPath::AlwaysSubmit)
         .build()
         .unwrap();
     // Keeps the ring alive in the kernel however the engine drops it.
@@ -196,6 +199,8 @@ fn settle_rest<F: Future + Unpin>(
 /// Point 1: reads whose wakers all panic. Every one of them completes;
 /// a caller-driven engine resumes the first panic from `reap` after
 /// delivering the rest, and the engine keeps working afterwards.
+/// `engine` must send reads to its driver ([`ReadPath::AlwaysSubmit`]):
+/// the wakers under test are the ones completions call.
 fn every_completion_survives_panicking_wakers(engine: AsyncEngine) {
     let (path, data) = data_file(1 << 16, 2);
     let file = AsyncFile::open(&engine, &path).unwrap();
@@ -242,6 +247,7 @@ fn panicking_wakers_lose_no_completion_caller_driven() {
         AsyncEngine::builder()
             .driving(Driving::Caller(CallerDriving::new()))
             .fallback_threads(2)
+            .read_path(ReadPath::AlwaysSubmit)
             .build()
             .unwrap(),
     );
@@ -250,7 +256,11 @@ fn panicking_wakers_lose_no_completion_caller_driven() {
 #[test]
 fn panicking_wakers_lose_no_completion_driver_thread() {
     every_completion_survives_panicking_wakers(
-        AsyncEngine::builder().fallback_threads(2).build().unwrap(),
+        AsyncEngine::builder()
+            .fallback_threads(2)
+            .read_path(ReadPath::AlwaysSubmit)
+            .build()
+            .unwrap(),
     );
 }
 

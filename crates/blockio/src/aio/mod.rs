@@ -29,6 +29,10 @@
 //!   nothing blocks in `Drop`.
 //! * Operations from many tasks are submitted together: see
 //!   [how completions are reaped](self#how-completions-are-reaped) below.
+//! * A read of a buffered file whose data is all in the page cache is
+//!   served at its first poll, on the polling thread (`preadv2` with
+//!   `RWF_NOWAIT`), with the result the driver would give; the rest go to
+//!   the driver (see [`AsyncEngineBuilder::read_path`]).
 //!
 //! # How completions are reaped
 //!
@@ -90,6 +94,7 @@ mod tokio_drive;
 use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
@@ -110,6 +115,7 @@ pub(crate) use relay::Lingering;
 pub use tokio_drive::drive_on_tokio;
 
 use crate::backend::{self, fallback_threads, Backend, BackendChoice};
+use crate::ReadPath;
 use buf_ring::{BufRing, RingShape};
 use caller_ring::CallerRing;
 use driver::Driver;
@@ -145,6 +151,10 @@ struct EngineCore {
     readiness: OnceLock<Readiness>,
     /// The `drive_on_tokio` tasks driving a caller-driven ring.
     tokio_drivers: relay::TokioDrivers,
+    /// How reads of buffered files are performed.
+    read_path: ReadPath,
+    /// Reads served on the polling thread (see [`AsyncEngine::served_inline`]).
+    served_inline: AtomicU64,
 }
 
 impl EngineCore {
@@ -202,6 +212,8 @@ pub struct AsyncEngineBuilder {
     driving: Driving,
     /// `recv_buffers` and `recv_buffer_share`.
     recv_shape: RingShape,
+    /// `read_path`.
+    read_path: ReadPath,
 }
 
 impl Default for AsyncEngineBuilder {
@@ -212,6 +224,7 @@ impl Default for AsyncEngineBuilder {
             backend: BackendChoice::Auto,
             driving: Driving::Auto,
             recv_shape: RingShape::default(),
+            read_path: ReadPath::Auto,
         }
     }
 }
@@ -284,6 +297,21 @@ impl AsyncEngineBuilder {
     /// Default 32; at least 1.
     pub fn recv_buffer_share(mut self, n: usize) -> Self {
         self.recv_shape.share = n.max(1);
+        self
+    }
+
+    /// How reads of buffered regular files are performed (default
+    /// [`ReadPath::Auto`]): with `Auto`, the first poll of
+    /// [`AsyncFile::read_at`] (or `read_vectored_at`) tries the page cache
+    /// on the polling thread (`preadv2` with `RWF_NOWAIT`) and resolves at
+    /// once if all the data was there; otherwise, and with
+    /// [`ReadPath::AlwaysSubmit`], the read goes to the driver. Results are
+    /// the same either way. A file whose reads keep missing the cache is
+    /// tried less and less often (at most one read in 64), and a thread
+    /// that has served 128 reads in a row yields to its executor once.
+    /// [`AsyncEngine::served_inline`] counts the reads served so.
+    pub fn read_path(mut self, path: ReadPath) -> Self {
+        self.read_path = path;
         self
     }
 
@@ -377,6 +405,8 @@ impl AsyncEngineBuilder {
                 recv_ring: OnceLock::new(),
                 readiness: OnceLock::new(),
                 tokio_drivers: relay::TokioDrivers::default(),
+                read_path: self.read_path,
+                served_inline: AtomicU64::new(0),
             }),
         })
     }
@@ -400,6 +430,24 @@ impl AsyncEngine {
     /// The backend in use.
     pub fn backend(&self) -> Backend {
         self.core.backend
+    }
+
+    /// How reads of buffered files are performed
+    /// ([`AsyncEngineBuilder::read_path`]).
+    pub fn read_path(&self) -> ReadPath {
+        self.core.read_path
+    }
+
+    /// Reads served on the polling thread from the page cache so far
+    /// (see [`AsyncEngineBuilder::read_path`]), over every file of the
+    /// engine; the rest went to the driver.
+    pub fn served_inline(&self) -> u64 {
+        self.core.served_inline.load(Ordering::Relaxed)
+    }
+
+    /// Counts a read served on the polling thread.
+    pub(crate) fn count_inline(&self) {
+        self.core.served_inline.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Why the thread pool is in use, when it is; on an engine built with

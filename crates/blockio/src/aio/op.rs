@@ -314,6 +314,27 @@ impl<B: IoBufMut> Abandoned for OpTarget<B> {
     }
 }
 
+/// A way to perform an operation on the polling thread at its first poll,
+/// when that is quick (see `file::cached`).
+pub(crate) trait Inline: Send + Sync {
+    /// Performs `op` now if it can be done without waiting: its raw result
+    /// (a count; never an error, which the driver reports as it would), or
+    /// `None` to hand it to the driver untouched.
+    fn try_now(&self, op: &Op<'_>) -> Option<i32>;
+}
+
+/// Operations a thread may serve inline in a row, without any future on it
+/// returning `Pending`, before the next one yields to the executor once: a
+/// task reading cached data in a loop would otherwise never give its
+/// thread to the others (nor to a `select!`'s other branches).
+const INLINE_BUDGET: u32 = 128;
+
+thread_local! {
+    /// Operations served inline on this thread since a future last
+    /// returned `Pending` here.
+    static INLINE_RUN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 /// An operation whose result is wanted after its future was dropped: a
 /// send, to report how many bytes went (see `net`'s write side).
 pub(crate) trait Settles: Send + Sync {
@@ -356,6 +377,8 @@ pub struct OpFuture<B: Send + 'static> {
     op: Option<Op<'static>>,
     /// Why the operation was refused before submission.
     refused: Option<io::Error>,
+    /// How to try the operation on the polling thread first, if at all.
+    inline: Option<Arc<dyn Inline>>,
 }
 
 impl<B: Send + 'static> OpFuture<B> {
@@ -390,7 +413,50 @@ impl<B: Send + 'static> OpFuture<B> {
             site,
             op: Some(op),
             refused: None,
+            inline: None,
         }
+    }
+
+    /// Has the poll try the operation with `inline` before handing it to
+    /// the driver (not [`start`](Self::start), which hands it over at once).
+    pub(crate) fn inline_first(mut self, inline: Arc<dyn Inline>) -> Self {
+        self.inline = Some(inline);
+        self
+    }
+
+    /// Tries the operation on this thread, at a poll before it has been
+    /// handed to the driver: its raw result if it was performed. Yields
+    /// once instead (waking the task, the operation kept for the next
+    /// poll, which tries again) when this thread has served
+    /// [`INLINE_BUDGET`] operations in a row.
+    fn poll_inline(&mut self, cx: &mut Context<'_>) -> Poll<Option<i32>> {
+        let (Some(inline), Some(op)) = (&self.inline, &self.op) else {
+            return Poll::Ready(None);
+        };
+        if op.precheck().is_some() {
+            return Poll::Ready(None);
+        }
+        let run = INLINE_RUN.get();
+        if run >= INLINE_BUDGET {
+            INLINE_RUN.set(0);
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        // Claimed first, as the driver would: a withdrawal that comes later
+        // must report the operation as performed; one that came first wins.
+        if !self.shared.claim() {
+            return Poll::Ready(None);
+        }
+        let res = inline.try_now(op);
+        if res.is_some() {
+            INLINE_RUN.set(run + 1);
+            self.op = None;
+            self.engine.count_inline();
+        } else {
+            // Not performed: back to waiting, for the driver to claim.
+            self.shared.claim.store(WAITING, Ordering::Release);
+        }
+        Poll::Ready(res)
     }
 
     /// Submits the operation now instead of at the first poll, so that
@@ -506,6 +572,16 @@ impl<B: Send + 'static> Future for OpFuture<B> {
             }
         }
         if this.op.is_some() {
+            match this.poll_inline(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(res)) => {
+                    let mut g = this.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+                    g.result = Some(res);
+                    let buf = g.buf.take().expect("OpFuture polled after it resolved");
+                    return Poll::Ready((this.site.result(res), buf));
+                }
+                Poll::Ready(None) => {}
+            }
             // The waker first, so that a completion racing the submission
             // finds it.
             this.set_waker(cx.waker());
@@ -526,6 +602,7 @@ impl<B: Send + 'static> Future for OpFuture<B> {
                 let replaced = g.store_waker(cx.waker());
                 drop(g);
                 drop(replaced);
+                INLINE_RUN.set(0);
                 Poll::Pending
             }
         }

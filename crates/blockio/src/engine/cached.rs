@@ -212,7 +212,7 @@ fn reads_file_data(kind: OpKind) -> bool {
 /// The byte count if the whole read was served from the page cache, else
 /// the errno (0 for a short read, which the backend redoes: it may be a
 /// partly cached range or end of file).
-fn try_cached(op: &Op<'_>) -> Result<usize, i32> {
+pub(crate) fn try_cached(op: &Op<'_>) -> Result<usize, i32> {
     let segments = op.action.segments();
     let iovs = segments.as_slice();
     let want = iovs.iter().map(|v| v.iov_len).sum::<usize>();

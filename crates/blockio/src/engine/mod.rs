@@ -9,7 +9,7 @@
 //! (operation kinds, buffers, ring setup, the worker pool) is in the crate
 //! root's shared modules.
 
-mod cached;
+pub(crate) mod cached;
 mod limit;
 mod meta;
 mod threads;

@@ -11,6 +11,7 @@
 
 mod adapters;
 mod batch;
+mod cached;
 mod options;
 mod positional;
 mod stream;
@@ -32,6 +33,8 @@ use crate::error::PathError;
 use crate::kind::OpKind;
 use crate::op::action::{Action, ReadArgs};
 use crate::op::Op;
+use crate::ReadPath;
+use cached::CachedReads;
 use stream::Stream;
 
 /// The open file, shared with every operation in flight on it so that the
@@ -42,6 +45,8 @@ struct Handle {
     /// Whether dropping the handle closes the descriptor (not for
     /// [`AsyncFile::from_raw_fd`]).
     owned: bool,
+    /// Reads tried on the polling thread first.
+    cached: Arc<CachedReads>,
 }
 
 impl Drop for Handle {
@@ -54,6 +59,17 @@ impl Drop for Handle {
 }
 
 impl Handle {
+    /// The handle of `file`, on `engine`.
+    fn new(engine: &AsyncEngine, file: File, direct: Option<Alignment>, owned: bool) -> Arc<Self> {
+        let inline = engine.read_path() == ReadPath::Auto;
+        Arc::new(Handle {
+            file: std::mem::ManuallyDrop::new(file),
+            direct,
+            owned,
+            cached: Arc::new(CachedReads::new(inline, direct.is_some())),
+        })
+    }
+
     /// `action` on this file, over memory owned by `buf` and `iovecs`,
     /// which go into the future with a handle that keeps the file open
     /// until the operation completes.
@@ -95,6 +111,7 @@ impl Handle {
                 offset,
             };
             self.op(engine, Action::Read(read), buf, Vec::new())
+                .inline_first(self.cached.clone())
         }
     }
 }
@@ -145,11 +162,7 @@ impl AsyncFile {
         let o = AsyncOpenOptions::new();
         AsyncFile {
             engine: engine.clone(),
-            handle: Arc::new(Handle {
-                file: std::mem::ManuallyDrop::new(file),
-                direct: None,
-                owned: true,
-            }),
+            handle: Handle::new(engine, file, None, true),
             stream: Stream::new(o.block_size, o.depth, 1),
         }
     }
@@ -166,14 +179,13 @@ impl AsyncFile {
         let o = AsyncOpenOptions::new();
         AsyncFile {
             engine: engine.clone(),
-            handle: Arc::new(Handle {
+            handle: Handle::new(
+                engine,
                 // SAFETY: never closed (owned: false); the caller keeps it open.
-                file: std::mem::ManuallyDrop::new(unsafe {
-                    <File as std::os::fd::FromRawFd>::from_raw_fd(fd)
-                }),
-                direct: None,
-                owned: false,
-            }),
+                unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+                None,
+                false,
+            ),
             stream: Stream::new(o.block_size, o.depth, 1),
         }
     }
@@ -220,11 +232,7 @@ impl AsyncFile {
             .map_err(|e| PathError::wrap(OpKind::Open.name(), path, e))?;
         Ok(AsyncFile {
             engine: engine.clone(),
-            handle: Arc::new(Handle {
-                file: std::mem::ManuallyDrop::new(file),
-                direct,
-                owned: true,
-            }),
+            handle: Handle::new(engine, file, direct, true),
             stream: Stream::new(block, options.depth, align),
         })
     }

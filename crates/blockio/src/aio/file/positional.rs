@@ -84,6 +84,7 @@ impl AsyncFile {
             iovecs,
             offset,
         )
+        .inline_first(self.handle.cached.clone())
     }
 
     /// Writes each buffer in turn, starting at `offset`.

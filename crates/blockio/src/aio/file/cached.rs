@@ -1,0 +1,154 @@
+//! Reads of cached data served on the polling thread.
+//!
+//! A read whose data is all in the page cache is a `memcpy`; sending it
+//! through the driver adds a queue, a wake-up and a completion to it (and
+//! a thread hop on the thread pool). So the first poll of a read of a
+//! buffered regular file tries `preadv2(RWF_NOWAIT)` — as the sync engine's
+//! [`ReadPath::Auto`] does for reads in small batches — which copies the
+//! data if all of it is cached and otherwise returns `EAGAIN` at once
+//! (having started readahead). Only a read that comes back complete is
+//! settled so; a short read (a range partly cached, or end of file) and
+//! any error go to the driver untouched, which performs the read as it
+//! would have: results are the driver's.
+//!
+//! Where it pays is measured per profile (`docs/benchmarks.md`): on cached
+//! data every try succeeds; on cold data every try is one more system call
+//! before the same submission. So each file keeps a back-off: after a
+//! failed try the next reads of that file go straight to the driver, one
+//! more for every failure in a row (doubling, up to [`MAX_SKIP`]); a served
+//! read ends it. Cold random reads pay about one failed try per
+//! [`MAX_SKIP`] reads, and data that becomes cached is found again within
+//! as many.
+//!
+//! Not tried: `O_DIRECT` files (a `NOWAIT` direct read still waits for the
+//! device), anything but regular files (a pipe or a device may block or
+//! consume data), files whose filesystem refuses `RWF_NOWAIT`, and engines
+//! built with [`ReadPath::AlwaysSubmit`].
+//!
+//! [`ReadPath::Auto`]: crate::ReadPath::Auto
+//! [`ReadPath::AlwaysSubmit`]: crate::ReadPath::AlwaysSubmit
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+
+use crate::aio::op::Inline;
+use crate::engine::cached::try_cached;
+use crate::op::Op;
+
+/// Reads to send to the driver, at most, after failed tries in a row.
+const MAX_SKIP: u32 = 64;
+
+/// Whether the file has not been looked at yet ([`CachedReads::eligible`]).
+const UNKNOWN: u8 = 0;
+/// A buffered regular file: reads are tried inline.
+const TRY: u8 = 1;
+/// Never tried: not a regular file, `O_DIRECT`, or `RWF_NOWAIT` refused.
+const NEVER: u8 = 2;
+
+/// One file's state for inline reads, shared by its operations. Races
+/// between threads updating it cost only speed: every read served inline
+/// returned all its bytes, and every other read goes to the driver.
+#[derive(Debug)]
+pub(super) struct CachedReads {
+    /// [`UNKNOWN`], [`TRY`] or [`NEVER`].
+    state: AtomicU8,
+    /// Failed tries in a row.
+    misses: AtomicU32,
+    /// Reads still to send to the driver untried.
+    skip: AtomicU32,
+}
+
+impl CachedReads {
+    /// The state of a file on an engine that tries inline reads (`enabled`)
+    /// or never does; `direct` files are never tried.
+    pub(super) fn new(enabled: bool, direct: bool) -> CachedReads {
+        CachedReads {
+            state: AtomicU8::new(if enabled && !direct { UNKNOWN } else { NEVER }),
+            misses: AtomicU32::new(0),
+            skip: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether reads of `fd` may be tried inline: looked up once per file
+    /// (one `fstat` and one `fcntl`, at its first read), since a file
+    /// opened with `O_DIRECT` outside [`AsyncOpenOptions::direct`] or a
+    /// FIFO must not be.
+    ///
+    /// [`AsyncOpenOptions::direct`]: super::AsyncOpenOptions::direct
+    fn eligible(&self, fd: RawFd) -> bool {
+        match self.state.load(Ordering::Relaxed) {
+            TRY => true,
+            NEVER => false,
+            _ => {
+                let ok = buffered_regular(fd);
+                self.state
+                    .store(if ok { TRY } else { NEVER }, Ordering::Relaxed);
+                ok
+            }
+        }
+    }
+
+    /// Counts a failed try and sets how many reads skip the next one.
+    fn missed(&self) {
+        let misses = self.misses.load(Ordering::Relaxed).saturating_add(1);
+        self.misses.store(misses, Ordering::Relaxed);
+        let skip = 1u32
+            .checked_shl(misses.min(31))
+            .unwrap_or(u32::MAX)
+            .min(MAX_SKIP)
+            - 1;
+        self.skip.store(skip, Ordering::Relaxed);
+    }
+}
+
+impl Inline for CachedReads {
+    fn try_now(&self, op: &Op<'_>) -> Option<i32> {
+        if !self.eligible(op.fd) {
+            return None;
+        }
+        // Plain load and store: a read lost to a race tries once more or
+        // once less, nothing else.
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip > 0 {
+            self.skip.store(skip - 1, Ordering::Relaxed);
+            return None;
+        }
+        match try_cached(op) {
+            Ok(n) => {
+                if self.misses.load(Ordering::Relaxed) != 0 {
+                    self.misses.store(0, Ordering::Relaxed);
+                }
+                // `try_cached` serves a read of at most `i32::MAX` bytes
+                // only whole, as the kernel caps one read there.
+                i32::try_from(n).ok()
+            }
+            Err(libc::EOPNOTSUPP) => {
+                self.state.store(NEVER, Ordering::Relaxed);
+                None
+            }
+            Err(_) => {
+                self.missed();
+                None
+            }
+        }
+    }
+}
+
+/// Whether `fd` is a regular file opened without `O_DIRECT`. With libc,
+/// as the rest of the crate's descriptor checks (`may_wait_forever`, the
+/// sync engine's `FdVerdict`): the crate does not depend on rustix.
+fn buffered_regular(fd: RawFd) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one `stat` through a live pointer; the
+    // descriptor is kept open by the operation's file handle.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: fstat succeeded, so it filled the struct.
+    if unsafe { st.assume_init() }.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return false;
+    }
+    // SAFETY: F_GETFL only reads the descriptor's status flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_DIRECT == 0
+}
