@@ -121,7 +121,12 @@ impl Core {
             (&mut aio.threaded, false)
         };
         if slot.is_none() {
-            let mut b = AsyncEngine::builder().queue_depth(self.queue_depth as usize);
+            // The core tries the page cache itself before it reaches the
+            // async engine (`FileState`'s cached read), so the engine's own
+            // inline try would only repeat a failed one on cold data.
+            let mut b = AsyncEngine::builder()
+                .queue_depth(self.queue_depth as usize)
+                .read_path(blockio::ReadPath::AlwaysSubmit);
             if pool {
                 b = b.backend(BackendChoice::ThreadPool);
             } else if caller_driven {
