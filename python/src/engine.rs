@@ -59,9 +59,13 @@ impl Drop for Core {
     }
 }
 
-/// The longest read [`Core::read_cached`] tries: past it a copy holding
-/// the GIL would stall the event loop's other tasks.
-pub(crate) const CACHED_MAX: usize = 256 << 10;
+/// The longest read [`Core::read_cached`] tries: past it a copy on the
+/// event loop's thread, holding the GIL, would stall the loop's other
+/// tasks (8 MiB of cached bytes copy in 1-3 ms on the reference machine,
+/// about what one call costs the loop with aiofiles' thread pool, whose
+/// threads take the GIL from it); longer reads go to the engine, into
+/// their `bytes` object (see [`crate::fresh`]).
+pub(crate) const CACHED_MAX: usize = 8 << 20;
 
 /// Misses in a row after which [`Core::read_cached`] tries only one read
 /// in [`SKIP`].
@@ -592,8 +596,11 @@ impl Core {
 
     /// Starts reading `length` bytes at each offset; finished under `token`.
     /// The buffers are page-aligned, so an `O_DIRECT` descriptor takes them.
+    /// On other descriptors a read of at least [`fresh::FRESH_MIN`] bytes
+    /// goes straight into the `bytes` object it returns (see [`fresh`]).
     pub(crate) fn submit_read(
         &self,
+        py: Python<'_>,
         waiter: PyObject,
         fd: RawFd,
         offsets: Vec<i64>,
@@ -602,8 +609,17 @@ impl Core {
         let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
         total_arg(offsets.len(), length)?;
         let flags = fd_flags(fd);
-        let aio = self.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
+        let direct = flags != -1 && flags & libc::O_DIRECT != 0;
+        let aio = self.aio(direct)?;
         let file = hold_file(&aio, fd, flags);
+        if let (Ok((file, dup)), false, true) = (&file, direct, length >= fresh::FRESH_MIN) {
+            let mut futs = Vec::with_capacity(offsets.len() * fresh::pieces_of(length));
+            for &off in &offsets {
+                futs.extend(fresh::start(py, file, fd, *dup, off, length)?);
+            }
+            let per = fresh::pieces_of(length);
+            return Ok(self.start(waiter, Pending::new(futs, Yields::Fresh(per))));
+        }
         let mut spare = self.spare.lock().expect("spare lock");
         let futs = offsets
             .iter()
