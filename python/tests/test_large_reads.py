@@ -1,9 +1,13 @@
-"""Large reads: cached reads up to ``CACHED_MAX`` are served on the
-calling thread, and longer ones go to the engine, in pieces, into their
-``bytes`` object. Both backends, asyncio and uvloop."""
+"""Whole-file and large reads: ``read()`` asks for what the file's size
+says is left and a byte more (as the built-in ``readall``), reading on only
+if the file grew; its bytes are read into the object returned, never
+copied on the event loop's thread; cached reads up to ``CACHED_MAX`` are
+served on the calling thread, and longer ones go to the engine, in pieces,
+into their ``bytes`` object. Both backends, asyncio and uvloop."""
 
 import asyncio
 import os
+import tracemalloc
 
 import pytest
 
@@ -27,6 +31,143 @@ def run(coro, loop_factory):
         return loop.run_until_complete(coro)
     finally:
         loop.close()
+
+
+def lengths_asked(engine):
+    """Records the length of every read ``engine`` is asked for (by
+    ``aread`` and ``aread_batch``), in a list it returns."""
+    asked = []
+    aread, aread_batch = engine.aread, engine.aread_batch
+
+    async def spy_aread(file, *, offset, length):
+        asked.append(length)
+        return await aread(file, offset=offset, length=length)
+
+    async def spy_batch(file, *, offsets, length, return_exceptions=False):
+        offsets = list(offsets)
+        asked.extend([length] * len(offsets))
+        return await aread_batch(file, offsets=offsets, length=length, return_exceptions=return_exceptions)
+
+    engine.aread, engine.aread_batch = spy_aread, spy_batch
+    return asked
+
+
+@LOOPS
+@pytest.mark.parametrize("size", [0, 1, 10 << 10, 300 << 10, (9 << 20) + 5])
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_read_of_a_whole_file_asks_for_its_size_and_a_byte_more(tmp_path, engine, loop_factory, size, buffering):
+    """``read()`` asks the engine for the bytes the file's size says are
+    left and one more (which comes back only if the file grew), as the
+    built-in ``readall``; never for a block of its own size (a 10 KiB file
+    read with 1 MiB reads held 1 MiB per call)."""
+    p = tmp_path / "f"
+    data = os.urandom(size)
+    p.write_bytes(data)
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=buffering, engine=engine) as f:
+            asked = lengths_asked(engine)
+            got = await f.read()
+            return got, asked, await f.tell()
+
+    got, asked, pos = run(main(), loop_factory)
+    assert got == data and pos == size
+    assert asked and max(asked) <= max(size + 1, 8192), asked
+
+
+@LOOPS
+@pytest.mark.parametrize("lead", ["read(5)", "readline()", "seek(7)"])
+def test_read_of_the_rest_after_other_calls(tmp_path, engine, loop_factory, lead):
+    """``read()`` after a read (whose buffer holds bytes read ahead), a
+    line or a seek returns the rest from the position, as the built-in's."""
+    p = tmp_path / "f"
+    data = b"first line\n" + os.urandom(100 << 10)
+    p.write_bytes(data)
+    with open(p, "rb") as f:
+        eval("f." + lead)
+        want = f.read()
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            await eval("f." + lead)
+            asked = lengths_asked(engine)
+            return await f.read(), asked
+
+    got, asked = run(main(), loop_factory)
+    assert got == want and max(asked) <= len(data) + 1
+
+
+@LOOPS
+@pytest.mark.parametrize("change", ["grows", "grows a lot", "shrinks"])
+def test_read_of_a_file_that_changes_after_its_size_was_looked_up(tmp_path, engine, loop_factory, change):
+    """The file grows (or shrinks) between the size lookup and the read:
+    ``read()`` returns what the file holds then, reading on with larger
+    reads while they come back full."""
+    p = tmp_path / "f"
+    data = os.urandom(50_000)
+    p.write_bytes(data)
+    extra = os.urandom({"grows": 3, "grows a lot": 3 << 20, "shrinks": 0}[change])
+
+    async def main():
+        size_of = engine._asize
+
+        async def changing(file):
+            size = await size_of(file)
+            if change == "shrinks":
+                os.truncate(p, 20_000)
+            else:
+                with open(p, "ab") as g:
+                    g.write(extra)
+            return size
+
+        engine._asize = changing
+        try:
+            async with blockio.open(p, "rb", engine=engine) as f:
+                return await f.read(), await f.tell()
+        finally:
+            engine._asize = size_of
+
+    got, pos = run(main(), loop_factory)
+    want = data[:20_000] if change == "shrinks" else data + extra
+    assert got == want and pos == len(want)
+
+
+@pytest.mark.parametrize("path", ["/proc/version", "/proc/self/cmdline"])
+def test_read_of_a_file_whose_size_says_nothing_reads_to_its_end(engine, path):
+    """A procfs file's size is 0: ``read()`` reads on until a read returns
+    nothing, as the built-in's."""
+    with open(path, "rb") as f:
+        want = f.read()
+
+    async def main():
+        async with blockio.open(path, "rb", engine=engine) as f:
+            return await f.read()
+
+    assert want and asyncio.run(main()) == want
+
+
+def test_read_of_a_whole_file_holds_no_copy_of_it(tmp_path, engine):
+    """The bytes of ``read()`` are read into the object returned: the
+    Python memory it takes at its peak is the file's size, not twice that
+    (blocks read, then joined on the event loop's thread)."""
+    size = 24 << 20
+    p = tmp_path / "f"
+    data = os.urandom(size)
+    p.write_bytes(data)
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            tracemalloc.start()
+            try:
+                got = await f.read()
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            return got, peak
+
+    got, peak = asyncio.run(main())
+    assert got == data
+    assert peak < size + (2 << 20), peak
 
 
 @LOOPS
