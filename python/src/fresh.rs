@@ -156,7 +156,7 @@ pub(crate) fn assemble(py: Python<'_>, pieces: Vec<BufResult<usize, Buf>>) -> Py
 
 /// `obj` cut to its first `n` bytes: shrunk in place when nothing else
 /// holds it, else copied.
-fn shrunk(py: Python<'_>, obj: Py<PyBytes>, n: usize) -> PyResult<PyObject> {
+pub(crate) fn shrunk(py: Python<'_>, obj: Py<PyBytes>, n: usize) -> PyResult<PyObject> {
     let len = obj.bind(py).as_bytes().len();
     if n == len {
         return Ok(obj.into_any());

@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 
 import blockio
-from blockio._blockio import set_turn_count
+from blockio._blockio import TURN_BUDGET, set_turn_count
 
 LOOPS = pytest.mark.parametrize("loop_factory", ["asyncio", "uvloop"])
 
@@ -52,6 +52,12 @@ def lengths_asked(engine):
     return asked
 
 
+def queued():
+    """Makes the next call on a file go through its call queue (its turn
+    of the event loop is due), not be served at once."""
+    set_turn_count(TURN_BUDGET - 1)
+
+
 @LOOPS
 @pytest.mark.parametrize("size", [0, 1, 10 << 10, 300 << 10, (9 << 20) + 5])
 @pytest.mark.parametrize("buffering", [-1, 0])
@@ -67,12 +73,41 @@ def test_read_of_a_whole_file_asks_for_its_size_and_a_byte_more(tmp_path, engine
     async def main():
         async with blockio.open(p, "rb", buffering=buffering, engine=engine) as f:
             asked = lengths_asked(engine)
+            queued()
             got = await f.read()
             return got, asked, await f.tell()
 
     got, asked, pos = run(main(), loop_factory)
     assert got == data and pos == size
     assert asked and max(asked) <= max(size + 1, 8192), asked
+
+
+@LOOPS
+@pytest.mark.parametrize("size", [0, 1, 10 << 10, CACHED_MAX - 1])
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_read_of_the_cached_rest_of_a_file_is_served_at_once(tmp_path, engine, loop_factory, size, buffering):
+    """``read()`` of a file whose rest is all cached, up to ``CACHED_MAX``
+    bytes, is one ``preadv2`` of those bytes and one more on the calling
+    thread (its size asked of the kernel without waiting): no engine read,
+    no suspension (a callback scheduled before it has not run)."""
+    p = tmp_path / "f"
+    data = os.urandom(size)
+    p.write_bytes(data)
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=buffering, engine=engine) as f:
+            await f.seek(min(size, 3))
+            asked = lengths_asked(engine)
+            ran = []
+            asyncio.get_running_loop().call_soon(ran.append, 1)
+            set_turn_count(0)
+            got = await f.read()
+            ran_then = list(ran)
+            return got, asked, ran_then, await f.tell(), await f.read()
+
+    got, asked, ran, pos, more = run(main(), loop_factory)
+    assert (got, pos, more) == (data[3:], size, b"")
+    assert asked == [] and ran == []
 
 
 @LOOPS
@@ -94,7 +129,7 @@ def test_read_of_the_rest_after_other_calls(tmp_path, engine, loop_factory, lead
             return await f.read(), asked
 
     got, asked = run(main(), loop_factory)
-    assert got == want and max(asked) <= len(data) + 1
+    assert got == want and max(asked, default=0) <= len(data) + 1
 
 
 @LOOPS
@@ -123,6 +158,7 @@ def test_read_of_a_file_that_changes_after_its_size_was_looked_up(tmp_path, engi
         engine._asize = changing
         try:
             async with blockio.open(p, "rb", engine=engine) as f:
+                queued()  # (served at once, it would not ask the size)
                 return await f.read(), await f.tell()
         finally:
             engine._asize = size_of
