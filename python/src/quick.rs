@@ -336,16 +336,15 @@ pub(crate) fn seek_now(
 #[pyfunction]
 pub(crate) fn read_now(file: &Bound<'_, FileState>, size: &Bound<'_, PyAny>) -> Option<PyObject> {
     let py = file.py();
-    let rest = size.is_none()
-        || (size.is_exact_instance_of::<PyInt>() && size.extract::<i64>().is_ok_and(|n| n == -1));
-    if !rest && !size.is_exact_instance_of::<PyInt>() {
-        return None;
-    }
-    let size = if rest {
-        0
+    let n = if size.is_exact_instance_of::<PyInt>() {
+        size.extract::<i64>().ok()?
+    } else if size.is_none() {
+        -1
     } else {
-        size.extract::<usize>().ok()?
+        return None;
     };
+    let rest = n == -1;
+    let size = if rest { 0 } else { usize::try_from(n).ok()? };
     let mut st = file.try_borrow_mut().ok()?;
     if !st.quick_read || !st.free(py) {
         return None;
