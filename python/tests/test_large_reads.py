@@ -10,6 +10,7 @@ import os
 import tracemalloc
 
 import pytest
+import trio
 
 import blockio
 from blockio._blockio import TURN_BUDGET, set_turn_count
@@ -289,3 +290,24 @@ def test_a_large_read_fails_as_a_small_one(tmp_path, engine, length):
 
     err = asyncio.run(main())
     assert err.errno == 9 and err.filename == str(p)
+
+
+@pytest.mark.parametrize("size", [10 << 10, CACHED_MAX + (3 << 20)])
+def test_whole_and_large_reads_under_trio(tmp_path, engine, size):
+    """Under trio too: ``read()`` (served at once, or through the engine
+    in pieces), a ``read(n)`` past ``CACHED_MAX`` and ``Engine.aread``
+    return the file's bytes."""
+    p = tmp_path / "f"
+    data = os.urandom(size)
+    p.write_bytes(data)
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            whole = await f.read()
+            await f.seek(5)
+            part = await f.read(size)
+        with open(p, "rb") as plain:
+            positional = await engine.aread(plain, offset=1, length=size)
+        return whole, part, positional
+
+    assert trio.run(main) == (data, data[5:], data[1:])
