@@ -9,7 +9,8 @@ process or the next user of the descriptor continues from there; before
 that nobody can see the offset, and it is left alone (a system call saved
 per call). Opening, the size lookups (``SEEK_END``, append mode, reading to
 the end), truncation and closing run on the engine's file-system threads, so
-the event loop's thread never waits on the file system.
+the event loop's thread never waits on the file system (a ``read()`` served
+at once, below, takes the size the kernel holds, asking no server).
 
 Calls take effect one at a time, in the order made (:mod:`blockio._calls`).
 The calls of random access are served at once, without a task switch, a
@@ -17,7 +18,9 @@ future or a ring round trip, when no other call on the file is in progress:
 an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
 read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
 calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
-+ ``read``. Everything else waits its turn in the queue and goes through the
++ ``read``; and a ``read()`` of the rest of a regular file, all cached and
+at most 8 MiB, with nothing read ahead (``statx`` with
+``AT_STATX_DONT_SYNC``, then one ``preadv2`` of a byte more than it says). Everything else waits its turn in the queue and goes through the
 engine. Now and then (at least once in 256 calls served without
 suspending on the thread, and once in every 4 MiB they copy: ``turns`` in
 the core) a cached read waits its turn in the queue too and yields to the
