@@ -61,10 +61,11 @@ impl Drop for Core {
 
 /// The longest read [`Core::read_cached`] tries: past it a copy on the
 /// event loop's thread, holding the GIL, would stall the loop's other
-/// tasks (8 MiB of cached bytes copy in 1-3 ms on the reference machine,
-/// about what one call costs the loop with aiofiles' thread pool, whose
-/// threads take the GIL from it); longer reads go to the engine, into
-/// their `bytes` object (see [`crate::fresh`]).
+/// tasks; longer reads go to the engine, into their `bytes` object (see
+/// [`crate::fresh`]). 8 MiB: served so, a loop of 8 MiB reads keeps the
+/// rate of an `os.pread` loop, where through the engine it lost a third
+/// to the wake-ups; its copy is the loop's longest gap, 2-3 times
+/// aiofiles' (`docs/benchmarks.md`, 2026-11-26).
 pub(crate) const CACHED_MAX: usize = 8 << 20;
 
 /// Misses in a row after which [`Core::read_cached`] tries only one read
