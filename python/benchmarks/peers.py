@@ -31,6 +31,10 @@ loop of ``Path.read_bytes``.
 ``tell``, a small ``write``, ...) against turbofile, aiofiles and the
 built-in ``open`` (see ``calls.py``).
 
+``--large-reads``: sequential ``read(n)`` loops from 4 KiB to 8 MiB, 1,000
+concurrent ``read()`` of 10 KiB files, and ``read()`` of a 512 MiB file,
+against aiofiles and an ``os.pread`` loop (see ``large_reads.py``).
+
 turbofile and urio need Python 3.12 or later: scripts/python-bench-peers
 makes a venv on one and runs this file there.
 """
@@ -50,6 +54,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import blockio
 import calls
+import large_reads
 from bench import evict, make_file, warm  # the data file and cache control the main benchmark uses
 
 BLOCK = 4096
@@ -323,14 +328,19 @@ def main() -> int:
     ap.add_argument("--calls", action="store_true", help="also the cost of one call on a file object (calls.py)")
     ap.add_argument("--only-calls", action="store_true", help="only the cost of one call on a file object")
     ap.add_argument("--call-seconds", type=float, default=0.5, help="seconds per call and contender (--calls)")
+    ap.add_argument("--large-reads", action="store_true",
+                    help="also sequential, whole-file and 512 MiB reads against aiofiles (large_reads.py)")
+    ap.add_argument("--only-large-reads", action="store_true", help="only those")
     ap.add_argument("--tree", default="bench-data/py-tree")
     ap.add_argument("--files", type=int, default=10000)
     args = ap.parse_args()
     if args.size_mib < 8 or args.seconds <= 0 or args.call_seconds <= 0 or args.rounds < 1 or args.files < 1:
         ap.error("--size-mib must be at least 8, --seconds and --call-seconds above 0, --rounds and --files "
                  "at least 1")
-    if not (args.only_read_files or args.only_calls):
+    if not (args.only_read_files or args.only_calls or args.only_large_reads):
         peers(args)
+    if args.large_reads or args.only_large_reads:
+        large_reads.run(args.file, args.size_mib, args.rounds)
     if args.calls or args.only_calls:
         make_file(args.file, args.size_mib << 20)
         warm(args.file)

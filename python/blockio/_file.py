@@ -9,7 +9,8 @@ process or the next user of the descriptor continues from there; before
 that nobody can see the offset, and it is left alone (a system call saved
 per call). Opening, the size lookups (``SEEK_END``, append mode, reading to
 the end), truncation and closing run on the engine's file-system threads, so
-the event loop's thread never waits on the file system.
+the event loop's thread never waits on the file system (a ``read()`` served
+at once, below, takes the size the kernel holds, asking no server).
 
 Calls take effect one at a time, in the order made (:mod:`blockio._calls`).
 The calls of random access are served at once, without a task switch, a
@@ -17,7 +18,9 @@ future or a ring round trip, when no other call on the file is in progress:
 an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
 read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
 calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
-+ ``read``. Everything else waits its turn in the queue and goes through the
++ ``read``; and a ``read()`` of the rest of a regular file, all cached and
+at most 8 MiB, with nothing read ahead (``statx`` with
+``AT_STATX_DONT_SYNC``, then one ``preadv2`` of a byte more than it says). Everything else waits its turn in the queue and goes through the
 engine. Now and then (at least once in 256 calls served without
 suspending on the thread, and once in every 4 MiB they copy: ``turns`` in
 the core) a cached read waits its turn in the queue too and yields to the
@@ -73,7 +76,9 @@ if TYPE_CHECKING:
 #: What :func:`blockio.open` accepts as ``file``.
 PathOrFd = Union[str, bytes, "os.PathLike[Any]", int]
 
-_READ_ALL_BLOCK = 1 << 20
+#: ``read()``'s first read where the file's size says nothing (a pipe,
+#: a procfs file): the built-in ``FileIO.readall``'s.
+_FIRST_CHUNK = 8192
 
 #: The largest file offset Linux has (``loff_t``): a seek past it is refused
 #: at the seek, as the built-in file's is.
@@ -881,6 +886,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         return await self._read_rest()
 
     async def _read_rest(self) -> bytes:
+        if not self._stream:
+            # The bytes read ahead are read again with the rest, into the
+            # one object the kernel fills (see `_read_rest_after`): none
+            # is copied on this thread, whatever the file's size.
+            self._drop_read_ahead()
         head = self._take(self._held())
         more: List[bytes] = []
         try:
@@ -894,27 +904,39 @@ class AsyncFile(FileState, LineReader[bytes]):
             raise
 
     async def _read_rest_after(self, head: bytes, got: List[bytes]) -> bytes:
+        """The bytes from the position to the end, after ``head`` (a
+        stream's bytes read ahead), each read's bytes added to ``got`` as
+        they come. As the built-in's ``readall``: one read of what the
+        file's size says is left and a byte more, which comes back only if
+        the file grew meanwhile; then, while reads come back full (the file
+        grew) or the size said nothing (0: a pipe, a procfs file), reads of
+        as much again as has been read, until one comes back short (a
+        regular file with a size, at its end) or empty. The memory is that
+        of the bytes read, in the object returned (the engine reads into
+        it, in pieces, off this thread: see ``Core.submit_read``)."""
         await self._flush_writes()
         pos = await self._position()
-        end = await self._engine._asize(self._file)
-        offsets = list(range(pos, max(end, pos), _READ_ALL_BLOCK))
-        parts = [head]
-        if offsets:
-            for part in await self._engine.aread_batch(self._file, offsets=offsets, length=_READ_ALL_BLOCK):
-                parts.append(part)
-                if len(part) < _READ_ALL_BLOCK:
-                    break  # the file shrank meanwhile: read on from here
-        data = b"".join(parts)
-        # The file may have grown, or not be a regular file: read on to
-        # its real end.
+        size = 0 if self._stream else await self._engine._asize(self._file)
+        want = size - pos + 1 if size > pos else _FIRST_CHUNK
+        at = pos
         while True:
-            more = await self._pread(_READ_ALL_BLOCK, pos + len(data) - len(head))
-            if not more:
+            want = min(want, _MAX_IO)
+            if self._stream:
+                more = await self._read_stream(want)
+            else:
+                # (not `_pread`, whose cached try on this thread never
+                # serves a read asking for a byte past the end)
+                more = (await self._engine.aread_batch(self._file, offsets=[at], length=want))[0]
+            if more:
+                got.append(more)
+                at += len(more)
+            if not more or (size and len(more) < want):
                 break
-            got.append(more)
-            data += more
-        self._pos = pos + len(data) - len(head)
-        return data
+            want = max(at - pos, _FIRST_CHUNK)
+        self._pos = at
+        if not head and len(got) == 1:
+            return got[0]
+        return b"".join([head, *got])
 
     @one_at_a_time_taking_turns
     async def readinto(self, buf: Buffer) -> int:

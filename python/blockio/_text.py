@@ -450,6 +450,14 @@ class AsyncTextFile(LineReader[str]):
         if not isinstance(s, str):  # (the argument first, as the built-in's)
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
         self._check_writable()
+        at_start = await self._start_writing()
+        await self._write_encoded(self._encode(s), at_start, "\n" in s or "\r" in s)
+        return len(s)
+
+    async def _start_writing(self) -> bool:
+        """Gets ready to encode what a write is given: the text read ahead
+        dropped, the encoder made if there is none yet. Whether the bytes
+        encoded next are the file's first (a BOM codec writes its BOM)."""
         if self._decoded or self._snap is not None:
             # As the built-in text file does, decoded text read ahead is
             # dropped and the write lands at the binary file's position,
@@ -457,22 +465,31 @@ class AsyncTextFile(LineReader[str]):
             # where the reader is).
             self._reset_decoding()
         self._forget_newlines()
-        text = s
+        if self._encoder is not None:
+            return False
+        self._encoder = codecs.getincrementalencoder(self.encoding)(self.errors)
+        # As the built-in text file: a BOM only at the file's start
+        # (appending to a UTF-16 file adds none).
+        if await self.buffer._position() != 0:
+            self._encoder.setstate(0)
+            return False
+        return True
+
+    def _encode(self, s: str) -> bytes:
+        """``s`` with its newlines translated, encoded by the file's encoder
+        (made by :meth:`_start_writing`)."""
         nl = self._newline
         if nl is None and os.linesep != "\n":
-            text = text.replace("\n", os.linesep)
+            s = s.replace("\n", os.linesep)
         elif nl in ("\r", "\r\n"):
-            text = text.replace("\n", nl)
-        at_start = False
-        if self._encoder is None:
-            self._encoder = codecs.getincrementalencoder(self.encoding)(self.errors)
-            # As the built-in text file: a BOM only at the file's start
-            # (appending to a UTF-16 file adds none).
-            if await self.buffer._position() != 0:
-                self._encoder.setstate(0)
-            else:
-                at_start = True
-        data = self._encoder.encode(text)
+            s = s.replace("\n", nl)
+        data: bytes = self._encoder.encode(s)
+        return data
+
+    async def _write_encoded(self, data: bytes, at_start: bool, line_end: bool) -> None:
+        """Writes the bytes :meth:`_encode` made (``at_start``: the file's
+        first), flushing them if the text had a line end and the file is
+        line buffered."""
         await self.buffer.write(data)
         if at_start and data and self.buffer._readable and codecs.lookup(self.encoding).name in _BOM_CODECS:
             # Past the BOM just written: what is read next is decoded as
@@ -480,9 +497,8 @@ class AsyncTextFile(LineReader[str]):
             # (flushed first, so that the BOM is there to be looked at).
             await self.buffer._flush_writes()
             await self._past_the_start()
-        if self.line_buffering and ("\n" in s or "\r" in s):
+        if self.line_buffering and line_end:
             await self.buffer.flush()
-        return len(s)
 
     @one_at_a_time_kept
     async def writelines(self, lines: Iterable[str]) -> None:
@@ -490,33 +506,32 @@ class AsyncTextFile(LineReader[str]):
         write: a cancelled call writes all of them, never a part of the
         list. A string that is not a ``str`` or cannot be encoded raises
         after the strings before it are written, with the error writing it
-        alone gives, as the built-in file's ``writelines`` does."""
+        alone gives, as the built-in file's ``writelines`` (a ``write`` per
+        string) does: the bytes before it land as the built-in's would, with
+        the BOM and the newlines translated, and its own bytes none."""
         self._check_open()  # (first, as the built-in's)
         strings = list(lines)
-        if not strings:
-            return  # (no write at all: not even a BOM, as the built-in's)
-        for k, line in enumerate(strings):
+        at_start: Optional[bool] = None
+        encoded: List[bytes] = []
+        bad: Optional[Exception] = None
+        for line in strings:
             if not isinstance(line, str):
-                if k:
-                    await self.write("".join(strings[:k]))
-                raise TypeError(f"write() argument must be str, not {type(line).__name__}")
-        try:
-            await self.write("".join(strings))
-        except UnicodeEncodeError as e:
-            # Nothing was written: the lines before the one that cannot
-            # be encoded are, then that one raises its own error.
-            end = 0
-            for k, line in enumerate(strings):
-                end += len(line)
-                if end > e.start:
-                    break
-            if k:
-                await self.write("".join(strings[:k]))
+                bad = TypeError(f"write() argument must be str, not {type(line).__name__}")
+                break
+            if at_start is None:
+                self._check_writable()
+                at_start = await self._start_writing()
             try:
-                await self.write(strings[k])
-            except UnicodeEncodeError as alone:
-                raise alone from None
-            raise
+                encoded.append(self._encode(line))
+            except UnicodeEncodeError as e:
+                bad = e
+                break
+        if encoded:
+            assert at_start is not None
+            done = strings[:len(encoded)]
+            await self._write_encoded(b"".join(encoded), at_start, any("\n" in s or "\r" in s for s in done))
+        if bad is not None:
+            raise bad
 
     @one_at_a_time
     async def flush(self) -> None:
@@ -760,7 +775,10 @@ class AsyncTextFile(LineReader[str]):
             dec.reset()
             try:
                 dec.decode(head)
-            except (UnicodeError, ValueError):
+            except (UnicodeError, ValueError, TypeError):
+                # (bytes the codec refuses past the BOM, which an error
+                # handler made for encoding, as "xmlcharrefreplace",
+                # refuses with TypeError: the flags are known all the same)
                 pass
             flags = dec.getstate()[1]
             dec.reset()

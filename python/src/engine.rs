@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
 use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving, Withdrawal};
-use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
+use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, PathAt, RawTarget};
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyList};
@@ -62,9 +62,14 @@ impl Drop for Core {
     }
 }
 
-/// The longest read [`Core::read_cached`] tries: past it a copy holding
-/// the GIL would stall the event loop's other tasks.
-pub(crate) const CACHED_MAX: usize = 256 << 10;
+/// The longest read [`Core::read_cached`] tries: past it a copy on the
+/// event loop's thread, holding the GIL, would stall the loop's other
+/// tasks; longer reads go to the engine, into their `bytes` object (see
+/// [`crate::fresh`]). 8 MiB: served so, a loop of 8 MiB reads keeps the
+/// rate of an `os.pread` loop, where through the engine it lost a third
+/// to the wake-ups; its copy is the loop's longest gap, 2-3 times
+/// aiofiles' (`docs/benchmarks.md`, 2026-11-26).
+pub(crate) const CACHED_MAX: usize = 8 << 20;
 
 /// Misses in a row after which [`Core::read_cached`] tries only one read
 /// in [`SKIP`].
@@ -301,11 +306,117 @@ impl Core {
         Ok(self.start(waiter, batch))
     }
 
+    /// The bytes from `offset` to the end of `fd`, if the file is a
+    /// regular one whose size leaves at most [`CACHED_MAX`] of them and all
+    /// are in the page cache: the size as the kernel holds it, asking no
+    /// server (`statx` with `AT_STATX_DONT_SYNC`), then one
+    /// `preadv2(RWF_NOWAIT)` of a byte more than it says, on the calling
+    /// thread, into the bytes returned; that byte comes back only if the
+    /// file grew. Else `None` (the file grew or shrank meanwhile, is not
+    /// all cached, is not a regular file), and the caller reads through
+    /// the engine. Served after the same misses as [`Core::read_cached`].
+    pub(crate) fn read_rest_cached<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        offset: i64,
+    ) -> Option<Bound<'py, PyAny>> {
+        let off = u64::try_from(offset).ok()?;
+        if self.born != forks() || self.closed() {
+            return None;
+        }
+        let misses = self.cached_try()?;
+        let st =
+            blockio::blocking::stat(PathAt::file(&RawTarget(fd)), libc::AT_STATX_DONT_SYNC).ok()?;
+        if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        let rest = usize::try_from(st.stx_size.saturating_sub(off)).ok()?;
+        if rest >= CACHED_MAX {
+            return None;
+        }
+        let (bytes, n) = unfilled_read(py, fd, off, rest + 1)?;
+        if !self.cached_hit(misses, n == rest) {
+            return None;
+        }
+        fresh::shrunk(py, bytes.unbind(), n)
+            .ok()
+            .map(|b| b.into_bound(py))
+    }
+
+    /// Whether to try a read of cached bytes: after
+    /// [`MISSES_BEFORE_SKIPPING`] misses in a row, only one in [`SKIP`];
+    /// the misses so far if so.
+    fn cached_try(&self) -> Option<u64> {
+        let misses = self.cache_misses.load(Ordering::Relaxed);
+        if misses >= MISSES_BEFORE_SKIPPING {
+            self.cache_misses
+                .store(misses.wrapping_add(1), Ordering::Relaxed);
+            if misses % SKIP != 0 {
+                return None;
+            }
+        }
+        Some(misses)
+    }
+
+    /// Records whether a read of cached bytes tried after `misses` misses
+    /// hit (the count starts again) or missed; `hit`.
+    fn cached_hit(&self, misses: u64, hit: bool) -> bool {
+        if hit {
+            self.cache_misses.store(0, Ordering::Relaxed);
+        } else if misses < MISSES_BEFORE_SKIPPING {
+            self.cache_misses.store(misses + 1, Ordering::Relaxed);
+        }
+        hit
+    }
+
     pub(crate) fn clear_eventfd(&self) {
         let mut v: u64 = 0;
         // SAFETY: an 8-byte read into a local from our non-blocking eventfd.
         unsafe { libc::read(self.wakeups.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
     }
+}
+
+/// One `preadv2(RWF_NOWAIT)` of up to `len` bytes at `off` of `fd` into a
+/// new bytes object of `len` bytes, and how many it read; `None` if it
+/// failed (`EAGAIN`: not cached) or the object could not be made (the
+/// slow path reports that). Only the first bytes, as many as it read,
+/// are set: the caller hands the object out only when it read all of
+/// them, or once shrunk to them.
+fn unfilled_read<'py>(
+    py: Python<'py>,
+    fd: RawFd,
+    off: u64,
+    len: usize,
+) -> Option<(Bound<'py, PyBytes>, usize)> {
+    let off = libc::off_t::try_from(off).ok()?;
+    // A bytes object whose contents the read overwrites, made without
+    // pyo3's `PyBytes::new_with`, which zero-fills it first (a memset
+    // of `len` bytes per read, for bytes the kernel then writes over).
+    let size = pyo3::ffi::Py_ssize_t::try_from(len).ok()?;
+    // SAFETY: with a null pointer, PyBytes_FromStringAndSize allocates a
+    // bytes object of `size` bytes (plus its trailing NUL) and returns a
+    // new reference, or null with a Python error set; the GIL is held
+    // (`py`).
+    let raw = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size) };
+    if raw.is_null() {
+        drop(PyErr::take(py)); // (out of memory: the slow path reports it)
+        return None;
+    }
+    // SAFETY: `raw` is a new, non-null reference to a bytes object,
+    // which the Bound now owns.
+    let bytes = unsafe { Bound::from_owned_ptr(py, raw).downcast_into_unchecked::<PyBytes>() };
+    let iov = libc::iovec {
+        // SAFETY: `raw` is a bytes object; its buffer holds `len`
+        // bytes, not yet shared with anyone (the object is only ours).
+        iov_base: unsafe { pyo3::ffi::PyBytes_AsString(raw) }.cast(),
+        iov_len: len,
+    };
+    // SAFETY: one iovec over the bytes object's `len`-byte buffer,
+    // alive (owned by `bytes`) for the call; preadv2 writes at most
+    // `iov_len` bytes into it.
+    let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
+    Some((bytes, usize::try_from(n).ok()?))
 }
 
 /// A read into a Python buffer, or a write, as an operation of a batch
@@ -568,53 +679,9 @@ impl Core {
         if len == 0 || len > CACHED_MAX || self.born != forks() || self.closed() {
             return None;
         }
-        let misses = self.cache_misses.load(Ordering::Relaxed);
-        if misses >= MISSES_BEFORE_SKIPPING {
-            self.cache_misses
-                .store(misses.wrapping_add(1), Ordering::Relaxed);
-            if misses % SKIP != 0 {
-                return None;
-            }
-        }
-        let off = libc::off_t::try_from(off).ok()?;
-        // A bytes object whose contents the read overwrites, made without
-        // pyo3's `PyBytes::new_with`, which zero-fills it first (a memset
-        // of `len` bytes per read, for bytes the kernel then writes over).
-        // Its bytes are handed out only when the read filled all of them;
-        // otherwise it is dropped unread.
-        let size = pyo3::ffi::Py_ssize_t::try_from(len).ok()?;
-        // SAFETY: with a null pointer, PyBytes_FromStringAndSize allocates a
-        // bytes object of `size` bytes (plus its trailing NUL) and returns a
-        // new reference, or null with a Python error set; the GIL is held
-        // (`py`).
-        let raw = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size) };
-        if raw.is_null() {
-            drop(PyErr::take(py)); // (out of memory: the slow path reports it)
-            return None;
-        }
-        // SAFETY: `raw` is a new, non-null reference to a bytes object,
-        // which the Bound now owns.
-        let bytes = unsafe { Bound::from_owned_ptr(py, raw).downcast_into_unchecked::<PyBytes>() };
-        let iov = libc::iovec {
-            // SAFETY: `raw` is a bytes object; its buffer holds `len`
-            // bytes, not yet shared with anyone (the object is only ours).
-            iov_base: unsafe { pyo3::ffi::PyBytes_AsString(raw) }.cast(),
-            iov_len: len,
-        };
-        // SAFETY: one iovec over the bytes object's `len`-byte buffer,
-        // alive (owned by `bytes`) for the call; preadv2 writes at most
-        // `iov_len` bytes into it.
-        let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
-        let full = usize::try_from(n) == Ok(len);
-        if full {
-            self.cache_misses.store(0, Ordering::Relaxed);
-            Some(bytes)
-        } else {
-            if misses < MISSES_BEFORE_SKIPPING {
-                self.cache_misses.store(misses + 1, Ordering::Relaxed);
-            }
-            None
-        }
+        let misses = self.cached_try()?;
+        let (bytes, n) = unfilled_read(py, fd, off, len)?;
+        self.cached_hit(misses, n == len).then_some(bytes)
     }
 
     /// [`read_cached`](Self::read_cached), counted as a call served
@@ -646,8 +713,11 @@ impl Core {
 
     /// Starts reading `length` bytes at each offset; finished under `token`.
     /// The buffers are page-aligned, so an `O_DIRECT` descriptor takes them.
+    /// On other descriptors a read of at least [`fresh::FRESH_MIN`] bytes
+    /// goes straight into the `bytes` object it returns (see [`fresh`]).
     pub(crate) fn submit_read(
         &self,
+        py: Python<'_>,
         waiter: PyObject,
         fd: RawFd,
         offsets: Vec<i64>,
@@ -656,8 +726,29 @@ impl Core {
         let (offsets, length) = (offsets_arg(&offsets)?, length_arg(length)?);
         total_arg(offsets.len(), length)?;
         let flags = fd_flags(fd);
-        let aio = self.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
+        let direct = flags != -1 && flags & libc::O_DIRECT != 0;
+        let aio = self.aio(direct)?;
         let (file, lent) = self.hold(&aio, fd, flags);
+        if let (Ok((file, dup)), false, true) = (&file, direct, length >= fresh::FRESH_MIN) {
+            let per = fresh::pieces_of(length);
+            let mut futs = Vec::with_capacity(offsets.len() * per);
+            for &off in &offsets {
+                match fresh::start(py, file, fd, *dup, off, length) {
+                    Ok(f) => futs.extend(f),
+                    Err(e) => {
+                        if lent {
+                            self.start_closes(self.owned.release(&[fd]));
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            let mut batch = Pending::new(futs, Yields::Fresh(per));
+            if lent {
+                batch.borrowed.push(fd);
+            }
+            return Ok(self.start(waiter, batch));
+        }
         let mut spare = self.spare.lock().expect("spare lock");
         let futs = offsets
             .iter()

@@ -26,6 +26,7 @@
 //! `fsjobs` (open, stat, truncate, close, mkdir, symlink and whole-file
 //! reads off the loop's thread: each call one of blockio's operation
 //! kinds, run by its blocking form on the core's file-system threads),
+//! `fresh` (reads into the new `bytes` objects they return, in pieces),
 //! `args` (argument checks), `errors` (`OSError`s), `fds` (what a
 //! descriptor is, duplicates, forks), `lent` (buffers released without
 //! the GIL), `quick` (a file object's `seek`, `read`, `readline`, `tell`
@@ -41,6 +42,7 @@ mod bench;
 mod engine;
 mod errors;
 mod fds;
+pub(crate) mod fresh;
 pub(crate) mod fsjobs;
 pub(crate) mod gil;
 pub(crate) mod lent;

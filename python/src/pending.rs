@@ -40,6 +40,8 @@ pub(crate) enum Buf {
     Owned(AlignedBuf),
     /// A writable Python buffer (`readinto`).
     Exported(Lent),
+    /// A part of a new `bytes` object (see [`crate::fresh`]).
+    Fresh(crate::fresh::Piece),
 }
 
 // SAFETY: the pointer stays valid and unmoved while the value lives: an
@@ -51,12 +53,14 @@ unsafe impl IoBuf for Buf {
         match self {
             Buf::Owned(b) => b.as_ptr(),
             Buf::Exported(b) => b.buf_ptr() as *const u8,
+            Buf::Fresh(b) => b.stable_ptr(),
         }
     }
     fn bytes_len(&self) -> usize {
         match self {
             Buf::Owned(b) => b.len(),
             Buf::Exported(b) => b.len_bytes(),
+            Buf::Fresh(b) => b.bytes_len(),
         }
     }
 }
@@ -69,6 +73,7 @@ unsafe impl IoBufMut for Buf {
         match self {
             Buf::Owned(b) => b.as_mut_ptr(),
             Buf::Exported(b) => b.buf_ptr() as *mut u8,
+            Buf::Fresh(b) => b.stable_mut_ptr(),
         }
     }
 }
@@ -93,6 +98,9 @@ pub(crate) type Boxed<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 pub(crate) enum Done {
     /// Reads into our buffers: bytes.
     Read(Vec<BufResult<usize, Buf>>),
+    /// Reads into new `bytes` objects, each made of this many pieces in a
+    /// row (see [`crate::fresh`]).
+    Fresh(Vec<BufResult<usize, Buf>>, usize),
     /// Reads into Python buffers, writes, syncs and file-system calls:
     /// counts (or a descriptor, owned until it is handed to Python).
     Count(Vec<io::Result<Out>>),
@@ -123,7 +131,9 @@ pub(crate) struct Pending {
 pub(crate) fn failed(yields: Yields, err: io::Error) -> Boxed<OneDone> {
     Box::pin(async move {
         match yields {
-            Yields::Read => OneDone::Read((Err(err), Buf::Owned(AlignedBuf::new(0, 4096)))),
+            Yields::Read | Yields::Fresh(_) => {
+                OneDone::Read((Err(err), Buf::Owned(AlignedBuf::new(0, 4096))))
+            }
             Yields::Count => OneDone::Count(Err(err)),
         }
     })
@@ -134,6 +144,8 @@ pub(crate) fn failed(yields: Yields, err: io::Error) -> Boxed<OneDone> {
 #[derive(Clone, Copy)]
 pub(crate) enum Yields {
     Read,
+    /// Reads into new `bytes` objects, of this many pieces each.
+    Fresh(usize),
     Count,
 }
 
@@ -176,14 +188,17 @@ impl Pending {
             .outs
             .drain(..)
             .map(|o| o.expect("every operation finished"));
+        let reads = |outs: &mut dyn Iterator<Item = OneDone>| -> Vec<BufResult<usize, Buf>> {
+            outs.map(|o| match o {
+                OneDone::Read(r) => r,
+                OneDone::Count(_) => unreachable!("a read batch holds reads"),
+            })
+            .collect()
+        };
+        let mut outs = outs;
         Some(match self.yields {
-            Yields::Read => Done::Read(
-                outs.map(|o| match o {
-                    OneDone::Read(r) => r,
-                    OneDone::Count(_) => unreachable!("a read batch holds reads"),
-                })
-                .collect(),
-            ),
+            Yields::Read => Done::Read(reads(&mut outs)),
+            Yields::Fresh(per) => Done::Fresh(reads(&mut outs), per),
             Yields::Count => Done::Count(
                 outs.map(|o| match o {
                     OneDone::Count(r) => r,
@@ -256,7 +271,9 @@ pub(crate) fn results_to_py<'py>(
                 .map(|(r, buf)| {
                     let item = match (&r, &buf) {
                         (Ok(n), Buf::Owned(b)) => new_bytes(py, &b[..*n])?.into_any().unbind(),
-                        (Ok(_), Buf::Exported(_)) => PyBytes::new(py, &[]).into_any().unbind(),
+                        (Ok(_), Buf::Exported(_) | Buf::Fresh(_)) => {
+                            PyBytes::new(py, &[]).into_any().unbind()
+                        }
                         (Err(e), _) => os_error(py, e),
                     };
                     if let Buf::Owned(b) = buf {
@@ -275,6 +292,18 @@ pub(crate) fn results_to_py<'py>(
                 }
             }
             drop(spare);
+            PyList::new(py, items)
+        }
+        Done::Fresh(v, per) => {
+            let mut items = Vec::with_capacity(v.len() / per.max(1));
+            let mut v = v.into_iter();
+            loop {
+                let read: Vec<_> = v.by_ref().take(per).collect();
+                if read.is_empty() {
+                    break;
+                }
+                items.push(crate::fresh::assemble(py, read)?);
+            }
             PyList::new(py, items)
         }
         Done::Count(v) => PyList::new(py, v.into_iter().map(|r| out_or_error(py, r))),

@@ -269,6 +269,25 @@ impl FileState {
     }
 }
 
+impl FileState {
+    /// `read()` of the rest of the file served at once (see [`read_now`]),
+    /// or `None`.
+    fn read_rest(&mut self, py: Python<'_>) -> Option<PyObject> {
+        if turns::is_due() {
+            return None; // (the queued read takes the turn)
+        }
+        let reader = self.reader.as_ref()?.bind(py).borrow();
+        let data = reader.read_rest_cached(py, self.num, self.pos)?;
+        drop(reader);
+        let n = data.len().ok()?;
+        let to = self.pos.checked_add(i64::try_from(n).ok()?)?;
+        turns::served(n);
+        self.seeked = false;
+        self.moved_to(to);
+        Some(data.unbind())
+    }
+}
+
 /// `file.seek(offset, whence)` served at once, if it can be: an absolute
 /// seek (`whence` the int 0) to an int `offset` from 0 to 2**40, with no
 /// call on the file in progress and nothing to flush. Whether it was; if
@@ -307,22 +326,37 @@ pub(crate) fn seek_now(
 
 /// `file.read(size)` served at once, if it can be: `size` an int of 0 or
 /// more, no call on the file in progress, and the bytes all in the file's
-/// read-ahead buffer or all in the page cache. The bytes; `None` if it
+/// read-ahead buffer or all in the page cache; or `size` -1 or `None` (the
+/// rest of the file), nothing read ahead, the thread's turn of the event
+/// loop not due and the rest all cached, at most `CACHED_MAX` bytes (see
+/// [`Core::read_rest_cached`]). The bytes; `None` if it
 /// cannot be (nothing changed); `False` if it could be but its turn of the
 /// event loop is due first (nothing changed, and the count of calls served
 /// at once starts again: see [`turns`]).
 #[pyfunction]
 pub(crate) fn read_now(file: &Bound<'_, FileState>, size: &Bound<'_, PyAny>) -> Option<PyObject> {
     let py = file.py();
-    if !size.is_exact_instance_of::<PyInt>() {
+    let n = if size.is_exact_instance_of::<PyInt>() {
+        size.extract::<i64>().ok()?
+    } else if size.is_none() {
+        -1
+    } else {
         return None;
-    }
-    let size = size.extract::<usize>().ok()?;
+    };
+    let rest = n == -1;
+    let size = if rest { 0 } else { usize::try_from(n).ok()? };
     let mut st = file.try_borrow_mut().ok()?;
     if !st.quick_read || !st.free(py) {
         return None;
     }
     let held = st.rbuf.bind(py).downcast::<PyBytes>().ok()?.clone();
+    if rest {
+        return if held.as_bytes().is_empty() {
+            st.read_rest(py)
+        } else {
+            None
+        };
+    }
     if !held.as_bytes().is_empty() {
         return st.take_held(py, &held, size);
     }

@@ -544,3 +544,59 @@ def test_a_text_seeks_out_of_range_arguments_raise_the_builtins_types(tmp_path, 
     got, rest = asyncio.run(main())
     assert type(got) is type(want.value) and rest == "hello\n"
     assert getattr(got, "errno", None) == getattr(want.value, "errno", None)
+
+
+@pytest.mark.parametrize("encoding, bad", [("ascii", "\u00e9"), ("utf-8-sig", "\ud800"), ("utf-16", "\ud800"),
+                                           ("latin-1", "\u20ac")])
+@pytest.mark.parametrize("newline", ["\r\n", "\r", None, ""])
+def test_writelines_that_cannot_encode_a_line_writes_the_lines_before_it_as_the_builtin(
+        tmp_path, engine, encoding, bad, newline):
+    """The lines before the one that cannot be encoded land as the built-in
+    file's ``writelines`` (a ``write`` per line) leaves them, newlines
+    translated and the BOM first; then its error, the same, is raised."""
+    lines = ["ab\n", "c\nd", bad, "e\n"]
+    ref, ours = tmp_path / "ref", tmp_path / "ours"
+    with pytest.raises(UnicodeEncodeError) as want:
+        with open(ref, "w", encoding=encoding, newline=newline) as f:
+            f.writelines(lines)
+
+    async def main():
+        async with blockio.open(ours, "w", encoding=encoding, newline=newline, engine=engine) as f:
+            await f.writelines(lines)
+
+    with pytest.raises(UnicodeEncodeError) as got:
+        asyncio.run(main())
+    assert str(got.value) == str(want.value)
+    assert ours.read_bytes() == ref.read_bytes() != b""
+
+
+@pytest.mark.parametrize("errors", ["xmlcharrefreplace", "backslashreplace", "namereplace", "strict", "replace"])
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "ascii"])
+def test_seek_to_the_end_of_undecodable_text_as_the_builtin(tmp_path, engine, errors, encoding):
+    """``seek(0, SEEK_END)`` of a file whose bytes the codec refuses moves
+    to the end whatever ``errors`` says (an error handler made for
+    encoding, which the decoder's call refuses with ``TypeError``,
+    included), and a ``read`` then raises what the built-in's raises."""
+    p = tmp_path / "f"
+    p.write_bytes("\ufeffab".encode("utf-16")[:4] + b"\xff\xfe\x00\xd8cd\x80\x81")
+    with open(p, "r", encoding=encoding, errors=errors) as f:
+        want_end = f.seek(0, os.SEEK_END)
+        want_tail = f.read()
+        f.seek(0)
+        try:
+            want_all: object = f.read()
+        except (UnicodeError, TypeError) as e:
+            want_all = type(e)
+
+    async def main():
+        async with blockio.open(p, "r", encoding=encoding, errors=errors, engine=engine) as f:
+            end = await f.seek(0, os.SEEK_END)
+            tail = await f.read()
+            await f.seek(0)
+            try:
+                got_all: object = await f.read()
+            except (UnicodeError, TypeError) as e:
+                got_all = type(e)
+            return end, tail, got_all
+
+    assert asyncio.run(main()) == (want_end, want_tail, want_all)

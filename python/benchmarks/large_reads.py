@@ -1,0 +1,279 @@
+"""Whole-file and sequential reads: ``blockio.open`` beside aiofiles (and,
+for the sequential loops, a plain ``os.pread`` loop, the floor), in
+alternating rounds, each contender's median and spread (lowest to highest)
+printed, and the ratios round by round.
+
+``--sequential``: ``while chunk := await f.read(n)`` over a cached file
+(256 MiB by default), n from 4 KiB to 8 MiB; MiB/s, and the event loop's
+longest gap while reading (a timer due every millisecond records how
+late the loop ran it).
+
+``--whole``: 1,000 concurrent ``async with open(p, "rb") as f: await
+f.read()`` of 10 KiB cached files, each round in a new process: the time,
+and the growth of the process's RSS at its peak over the run (the peak
+started again from the RSS before it, with ``/proc/self/clear_refs``).
+
+``--big``: ``await f.read()`` of a cached 512 MiB file: the time, and the
+event loop's longest gap while reading.
+
+    python large_reads.py [--sequential] [--whole] [--big] [--rounds N]
+
+Run by ``peers.py --large-reads`` (``scripts/python-bench-peers
+--only-large-reads``: all three).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
+
+import blockio
+
+from bench import make_file, warm
+
+SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 8 << 20]
+
+
+def opener(name: str) -> Callable[..., Any]:
+    if name == "blockio.open":
+        return blockio.open
+    import aiofiles
+
+    open_: Callable[..., Any] = aiofiles.open
+    return open_
+
+
+class Gaps:
+    """The event loop's longest gap: a timer callback due every
+    millisecond, which records how late the loop ran it (the time the
+    loop spent in one step of some task, or in its own work)."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_later(0.001, self._tick, self._loop.time() + 0.001)
+
+    def _tick(self, due: float) -> None:
+        self.longest = max(self.longest, self._loop.time() - due)
+        self._timer = self._loop.call_later(0.001, self._tick, self._loop.time() + 0.001)
+
+    async def stop(self) -> float:
+        """The longest gap, once the timer has run after the work (a loop
+        held all along shows as one gap)."""
+        await asyncio.sleep(0.003)
+        self._timer.cancel()
+        return self.longest
+
+
+async def read_loop(name: str, path: str, n: int) -> Tuple[float, float, int]:
+    """Seconds, the loop's longest gap and the bytes read by ``name``'s
+    loop of ``read(n)`` over ``path``."""
+    got = 0
+    if name == "os.pread":
+        fd = os.open(path, os.O_RDONLY)
+        gaps = Gaps()
+        await asyncio.sleep(0)
+        start = time.perf_counter()
+        while chunk := os.pread(fd, n, got):
+            got += len(chunk)
+        took = time.perf_counter() - start
+        os.close(fd)
+        return took, await gaps.stop(), got
+    async with opener(name)(path, "rb") as f:
+        gaps = Gaps()
+        await asyncio.sleep(0)
+        start = time.perf_counter()
+        while chunk := await f.read(n):
+            got += len(chunk)
+        took = time.perf_counter() - start
+    return took, await gaps.stop(), got
+
+
+def spread(v: List[float], fmt: str = "{:.0f}") -> str:
+    return f"{fmt.format(statistics.median(v)):>9}  ({fmt.format(min(v))}-{fmt.format(max(v))})"
+
+
+def ratios(a: List[float], b: List[float]) -> str:
+    r = [x / y for x, y in zip(a, b)]
+    return f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})"
+
+
+def sequential(path: str, size_mib: int, rounds: int) -> None:
+    make_file(path, size_mib << 20)
+    names = ["blockio.open", "aiofiles", "os.pread"]
+    print(f"\nsequential read(n) loops over a cached {size_mib} MiB file: MiB/s and the loop's longest gap (ms), "
+          f"median (lowest-highest) of {rounds} rounds alternating")
+    for n in SIZES:
+        rate: Dict[str, List[float]] = {k: [] for k in names}
+        gap: Dict[str, List[float]] = {k: [] for k in names}
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                warm(path)
+                took, longest, got = asyncio.run(read_loop(name, path, n))
+                assert got == size_mib << 20, (name, got)
+                rate[name].append(size_mib / took)
+                gap[name].append(longest * 1e3)
+        print(f"  read({n >> 10} KiB)")
+        for name in names:
+            print(f"    {name:<14} {spread(rate[name])} MiB/s   gap {spread(gap[name], '{:.2f}')} ms")
+        print(f"    blockio.open / aiofiles {ratios(rate['blockio.open'], rate['aiofiles'])}, "
+              f"/ os.pread {ratios(rate['blockio.open'], rate['os.pread'])} (targets >= 1.0)")
+
+
+def make_small_files(root: Path, count: int, size: int) -> List[str]:
+    root.mkdir(parents=True, exist_ok=True)
+    paths = [str(root / f"f{i:05d}") for i in range(count)]
+    for p in paths:
+        if not os.path.exists(p) or os.path.getsize(p) != size:
+            with open(p, "wb") as f:
+                f.write(os.urandom(size))
+    return paths
+
+
+def rss(field: str) -> int:
+    """``VmRSS`` (now) or ``VmHWM`` (the peak) of this process, in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) << 10
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def start_peak() -> int:
+    """Starts the peak RSS again from the RSS now (``clear_refs`` 5); the
+    RSS now."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return rss("VmRSS")
+
+
+async def whole_files(name: str, paths: List[str]) -> int:
+    open_ = opener(name)
+
+    async def one(p: str) -> int:
+        async with open_(p, "rb") as f:
+            return len(await f.read())
+
+    return sum(await asyncio.gather(*(one(p) for p in paths)))
+
+
+async def big_read(name: str, path: str) -> Tuple[int, float]:
+    async with opener(name)(path, "rb") as f:
+        gaps = Gaps()
+        await asyncio.sleep(0.002)
+        data = await f.read()
+        await asyncio.sleep(0.002)
+        return len(data), await gaps.stop()
+
+
+def child(args: argparse.Namespace) -> None:
+    """One measured run, in this process: prints seconds, the peak RSS's
+    growth over the run and (``--big``) the loop's longest gap."""
+    if args.child == "whole":
+        paths = make_small_files(Path(args.tree), args.files, args.file_kib << 10)
+        for p in paths:
+            with open(p, "rb") as f:
+                f.read()
+        asyncio.run(whole_files(args.name, paths[:8]))  # (imports and engines made before the count)
+        before = start_peak()
+        start = time.perf_counter()
+        got = asyncio.run(whole_files(args.name, paths))
+        took = time.perf_counter() - start
+        assert got == args.files * (args.file_kib << 10), got
+        print(took, rss("VmHWM") - before, 0.0)
+    else:
+        warm(args.big_file)
+        before = start_peak()
+        start = time.perf_counter()
+        got, longest = asyncio.run(big_read(args.name, args.big_file))
+        took = time.perf_counter() - start
+        assert got == os.path.getsize(args.big_file)
+        print(took, rss("VmHWM") - before, longest)
+
+
+def in_children(kind: str, rounds: int, extra: List[str]) -> Dict[str, List[Tuple[float, float, float]]]:
+    names = ["blockio.open", "aiofiles"]
+    out: Dict[str, List[Tuple[float, float, float]]] = {k: [] for k in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            res = subprocess.run([sys.executable, __file__, "--child", kind, "--name", name] + extra,
+                                 check=True, capture_output=True, text=True)
+            took, rss, gap = map(float, res.stdout.split())
+            out[name].append((took, rss, gap))
+    return out
+
+
+def whole(args: argparse.Namespace) -> None:
+    extra = ["--tree", args.tree, "--files", str(args.files), "--file-kib", str(args.file_kib)]
+    make_small_files(Path(args.tree), args.files, args.file_kib << 10)
+    res = in_children("whole", args.rounds, extra)
+    print(f"\n{args.files} concurrent read() of {args.file_kib} KiB cached files, a new process per run: ms and "
+          f"peak RSS growth (MiB), median (lowest-highest) of {args.rounds} rounds alternating")
+    for name, runs in res.items():
+        print(f"  {name:<14} {spread([t * 1e3 for t, _, _ in runs])} ms   "
+              f"RSS +{spread([m / 2**20 for _, m, _ in runs], '{:.1f}')} MiB")
+    b, a = res["blockio.open"], res["aiofiles"]
+    print(f"  time blockio.open / aiofiles {ratios([t for t, _, _ in b], [t for t, _, _ in a])} (target <= 1.0); "
+          f"RSS growth {ratios([max(m, 1.0) for _, m, _ in b], [max(m, 1.0) for _, m, _ in a])} (target <= 2.0)")
+
+
+def big(args: argparse.Namespace) -> None:
+    make_file(args.big_file, 512 << 20)
+    res = in_children("big", args.rounds, ["--big-file", args.big_file])
+    print(f"\nawait f.read() of a cached 512 MiB file, a new process per run: ms, the loop's longest gap (ms), "
+          f"median (lowest-highest) of {args.rounds} rounds alternating")
+    for name, runs in res.items():
+        print(f"  {name:<14} {spread([t * 1e3 for t, _, _ in runs])} ms   "
+              f"gap {spread([g * 1e3 for _, _, g in runs], '{:.1f}')} ms")
+    b, a = res["blockio.open"], res["aiofiles"]
+    print(f"  gap blockio.open / aiofiles {ratios([g for _, _, g in b], [g for _, _, g in a])} (target <= 2.0)")
+
+
+def run(path: str, size_mib: int, rounds: int) -> None:
+    """All three, with the default files beside ``path`` (peers.py's)."""
+    here = os.path.dirname(path) or "."
+    args = argparse.Namespace(rounds=rounds, tree=os.path.join(here, "py-small-10k"), files=1000, file_kib=10,
+                              big_file=os.path.join(here, "py-512m.dat"))
+    sequential(path, size_mib, rounds)
+    whole(args)
+    big(args)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sequential", action="store_true")
+    ap.add_argument("--whole", action="store_true")
+    ap.add_argument("--big", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--file", default="bench-data/py-peers-256m.dat")
+    ap.add_argument("--size-mib", type=int, default=256)
+    ap.add_argument("--big-file", default="bench-data/py-512m.dat")
+    ap.add_argument("--tree", default="bench-data/py-small-10k")
+    ap.add_argument("--files", type=int, default=1000)
+    ap.add_argument("--file-kib", type=int, default=10)
+    ap.add_argument("--child", choices=["whole", "big"], help=argparse.SUPPRESS)
+    ap.add_argument("--name", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return 0
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    if args.sequential:
+        sequential(args.file, args.size_mib, args.rounds)
+    if args.whole:
+        whole(args)
+    if args.big:
+        big(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

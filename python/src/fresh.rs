@@ -1,0 +1,180 @@
+//! Asynchronous reads into the `bytes` objects they return: the kernel
+//! fills a new object directly, so the event loop's thread neither copies
+//! the bytes from a buffer of the core's when the read completes nor waits
+//! for them; it only allocates the object (untouched memory, which the
+//! kernel's copy faults in on the thread that runs the read) and, when the
+//! read was short, shrinks it. A read longer than [`PIECE`] is made of
+//! reads of at most that many bytes, in flight at once, so that no single
+//! operation holds the engine for long.
+//!
+//! Reads shorter than [`FRESH_MIN`] keep the core's reused buffers (see
+//! `Core::submit_read`): there, the copy costs less than a new object's
+//! allocation and its trimming would.
+
+use std::os::fd::RawFd;
+
+use blockio::aio::{AsyncFile, BufResult, IoBuf, IoBufMut};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::*;
+
+/// The shortest read made into its own `bytes` object.
+pub(crate) const FRESH_MIN: usize = 64 << 10;
+
+/// The most bytes one operation of a read into a new `bytes` object asks
+/// for.
+pub(crate) const PIECE: usize = 4 << 20;
+
+/// A part of a new `bytes` object, lent to the kernel by one read; it
+/// keeps the object alive until the read completes, even if the task
+/// that made it gave up.
+pub(crate) struct Piece {
+    obj: Py<PyBytes>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: `ptr` points into the bytes object `obj` keeps alive (a `Py` is
+// Send, and dropping it without the GIL defers the decref to pyo3's pool);
+// nothing else writes there (the object is new and handed to Python only
+// once every piece's read has completed), and a bytes object's storage
+// never moves.
+unsafe impl Send for Piece {}
+
+// SAFETY: as above: `len` bytes from `ptr` lie within the object's storage.
+unsafe impl IoBuf for Piece {
+    fn stable_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+    fn bytes_len(&self) -> usize {
+        self.len
+    }
+}
+
+// SAFETY: as above; the object is not shared until the reads are done.
+unsafe impl IoBufMut for Piece {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+/// How many pieces a read of `length` bytes is made of (at least one).
+pub(crate) fn pieces_of(length: usize) -> usize {
+    length.div_ceil(PIECE).max(1)
+}
+
+/// A new `bytes` object of `length` bytes whose contents are not set:
+/// only for memory the kernel writes before anyone reads it.
+fn unfilled(py: Python<'_>, length: usize) -> PyResult<Py<PyBytes>> {
+    let size = pyo3::ffi::Py_ssize_t::try_from(length).map_err(|_| {
+        pyo3::exceptions::PyMemoryError::new_err(format!("cannot read {length} bytes at once"))
+    })?;
+    // SAFETY: with a null source, PyBytes_FromStringAndSize returns a new
+    // reference to a bytes object of `size` bytes, not set, or NULL with
+    // an exception set (turned into Err here); the GIL is held (`py`).
+    let obj = unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size),
+        )?
+    };
+    // SAFETY: PyBytes_FromStringAndSize returned a bytes object.
+    Ok(unsafe { obj.downcast_into_unchecked::<PyBytes>() }.unbind())
+}
+
+/// Starts the reads of `length` bytes (at least [`FRESH_MIN`]) at `offset`
+/// of `file` (`fd`, held as `dup`) into one new `bytes` object: one
+/// operation per [`PIECE`], in order, which [`assemble`] puts together.
+pub(crate) fn start(
+    py: Python<'_>,
+    file: &AsyncFile,
+    fd: RawFd,
+    dup: RawFd,
+    offset: u64,
+    length: usize,
+) -> PyResult<Vec<Boxed<OneDone>>> {
+    let obj = unfilled(py, length)?;
+    // SAFETY: `obj` is a bytes object; its storage is `length` bytes long.
+    let base: *mut u8 = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) }.cast();
+    let mut futs: Vec<Boxed<OneDone>> = Vec::with_capacity(pieces_of(length));
+    let mut at = 0;
+    while at < length {
+        let len = PIECE.min(length - at);
+        let piece = Piece {
+            obj: obj.clone_ref(py),
+            // SAFETY: `at + len <= length`: within the object's storage.
+            ptr: unsafe { base.add(at) },
+            len,
+        };
+        let f = file.read_at(Buf::Fresh(piece), offset + at as u64);
+        futs.push(Box::pin(async move {
+            let (r, buf) = f.await;
+            OneDone::Read((explain_direct(name_caller_fd(r, dup, fd), fd), buf))
+        }));
+        at += len;
+    }
+    Ok(futs)
+}
+
+/// The result of one read made by [`start`] from its pieces' results, in
+/// order: its `bytes` object, holding the bytes up to the end of the first
+/// short piece (the file's end), or the error of the first piece that
+/// failed before it.
+pub(crate) fn assemble(py: Python<'_>, pieces: Vec<BufResult<usize, Buf>>) -> PyResult<PyObject> {
+    let mut total = 0;
+    let mut error = None;
+    let mut obj = None;
+    let mut ended = false;
+    for (r, buf) in pieces {
+        let Buf::Fresh(piece) = buf else {
+            // (an operation refused before it started: its error)
+            if !ended && error.is_none() {
+                error = r.err();
+            }
+            continue;
+        };
+        if !ended && error.is_none() {
+            match r {
+                Ok(n) => {
+                    total += n;
+                    ended = n < piece.len;
+                }
+                Err(e) => error = Some(e),
+            }
+        }
+        obj.get_or_insert_with(|| piece.obj.clone_ref(py));
+    }
+    if let Some(e) = error {
+        return Ok(os_error(py, &e));
+    }
+    match obj {
+        Some(obj) => shrunk(py, obj, total),
+        None => Ok(PyBytes::new(py, b"").into_any().unbind()), // (no piece: nothing read)
+    }
+}
+
+/// `obj` cut to its first `n` bytes: shrunk in place when nothing else
+/// holds it, else copied.
+pub(crate) fn shrunk(py: Python<'_>, obj: Py<PyBytes>, n: usize) -> PyResult<PyObject> {
+    let len = obj.bind(py).as_bytes().len();
+    if n == len {
+        return Ok(obj.into_any());
+    }
+    if obj.get_refcnt(py) != 1 {
+        return Ok(new_bytes(py, &obj.bind(py).as_bytes()[..n])?
+            .into_any()
+            .unbind());
+    }
+    let mut raw = obj.into_ptr();
+    let size = pyo3::ffi::Py_ssize_t::try_from(n).expect("shorter than the object");
+    // SAFETY: `raw` is the only reference to a bytes object (its count is
+    // 1, and it was taken from `obj`), as _PyBytes_Resize requires; it
+    // reallocates the object and sets `raw` to it, or sets `raw` to NULL
+    // (the object freed) with an exception set. The GIL is held.
+    if unsafe { pyo3::ffi::_PyBytes_Resize(&mut raw, size) } != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `raw` is the resized object, a new (owned) reference.
+    Ok(unsafe { Py::from_owned_ptr(py, raw) })
+}

@@ -1,0 +1,312 @@
+"""Whole-file and large reads: ``read()`` asks for what the file's size
+says is left and a byte more (as the built-in ``readall``), reading on only
+if the file grew; its bytes are read into the object returned, never
+copied on the event loop's thread; cached reads up to ``CACHED_MAX`` are
+served on the calling thread, and longer ones go to the engine, in pieces,
+into their ``bytes`` object. Both backends, asyncio and uvloop."""
+
+import asyncio
+import os
+import tracemalloc
+
+import pytest
+import trio
+
+import blockio
+from blockio._blockio import TURN_BUDGET, set_turn_count
+
+LOOPS = pytest.mark.parametrize("loop_factory", ["asyncio", "uvloop"])
+
+#: The longest read served on the calling thread (the core's CACHED_MAX).
+CACHED_MAX = 8 << 20
+
+
+def run(coro, loop_factory):
+    if loop_factory == "uvloop":
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    else:
+        loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def lengths_asked(engine):
+    """Records the length of every read ``engine`` is asked for (by
+    ``aread`` and ``aread_batch``), in a list it returns."""
+    asked = []
+    aread, aread_batch = engine.aread, engine.aread_batch
+
+    async def spy_aread(file, *, offset, length):
+        asked.append(length)
+        return await aread(file, offset=offset, length=length)
+
+    async def spy_batch(file, *, offsets, length, return_exceptions=False):
+        offsets = list(offsets)
+        asked.extend([length] * len(offsets))
+        return await aread_batch(file, offsets=offsets, length=length, return_exceptions=return_exceptions)
+
+    engine.aread, engine.aread_batch = spy_aread, spy_batch
+    return asked
+
+
+def queued():
+    """Makes the next call on a file go through its call queue (its turn
+    of the event loop is due), not be served at once."""
+    set_turn_count(TURN_BUDGET - 1)
+
+
+@LOOPS
+@pytest.mark.parametrize("size", [0, 1, 10 << 10, 300 << 10, (9 << 20) + 5])
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_read_of_a_whole_file_asks_for_its_size_and_a_byte_more(tmp_path, engine, loop_factory, size, buffering):
+    """``read()`` asks the engine for the bytes the file's size says are
+    left and one more (which comes back only if the file grew), as the
+    built-in ``readall``; never for a block of its own size (a 10 KiB file
+    read with 1 MiB reads held 1 MiB per call)."""
+    p = tmp_path / "f"
+    data = os.urandom(size)
+    p.write_bytes(data)
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=buffering, engine=engine) as f:
+            asked = lengths_asked(engine)
+            queued()
+            got = await f.read()
+            return got, asked, await f.tell()
+
+    got, asked, pos = run(main(), loop_factory)
+    assert got == data and pos == size
+    assert asked and max(asked) <= max(size + 1, 8192), asked
+
+
+@LOOPS
+@pytest.mark.parametrize("size", [0, 1, 10 << 10, CACHED_MAX - 1])
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_read_of_the_cached_rest_of_a_file_is_served_at_once(tmp_path, engine, loop_factory, size, buffering):
+    """``read()`` of a file whose rest is all cached, up to ``CACHED_MAX``
+    bytes, is one ``preadv2`` of those bytes and one more on the calling
+    thread (its size asked of the kernel without waiting): no engine read,
+    no suspension (a callback scheduled before it has not run)."""
+    p = tmp_path / "f"
+    data = os.urandom(size)
+    p.write_bytes(data)
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=buffering, engine=engine) as f:
+            await f.seek(min(size, 3))
+            asked = lengths_asked(engine)
+            ran = []
+            asyncio.get_running_loop().call_soon(ran.append, 1)
+            set_turn_count(0)
+            got = await f.read()
+            ran_then = list(ran)
+            return got, asked, ran_then, await f.tell(), await f.read()
+
+    got, asked, ran, pos, more = run(main(), loop_factory)
+    assert (got, pos, more) == (data[3:], size, b"")
+    assert asked == [] and ran == []
+
+
+@LOOPS
+@pytest.mark.parametrize("lead", ["read(5)", "readline()", "seek(7)"])
+def test_read_of_the_rest_after_other_calls(tmp_path, engine, loop_factory, lead):
+    """``read()`` after a read (whose buffer holds bytes read ahead), a
+    line or a seek returns the rest from the position, as the built-in's."""
+    p = tmp_path / "f"
+    data = b"first line\n" + os.urandom(100 << 10)
+    p.write_bytes(data)
+    with open(p, "rb") as f:
+        eval("f." + lead)
+        want = f.read()
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            await eval("f." + lead)
+            asked = lengths_asked(engine)
+            return await f.read(), asked
+
+    got, asked = run(main(), loop_factory)
+    assert got == want and max(asked, default=0) <= len(data) + 1
+
+
+@LOOPS
+@pytest.mark.parametrize("change", ["grows", "grows a lot", "shrinks"])
+def test_read_of_a_file_that_changes_after_its_size_was_looked_up(tmp_path, engine, loop_factory, change):
+    """The file grows (or shrinks) between the size lookup and the read:
+    ``read()`` returns what the file holds then, reading on with larger
+    reads while they come back full."""
+    p = tmp_path / "f"
+    data = os.urandom(50_000)
+    p.write_bytes(data)
+    extra = os.urandom({"grows": 3, "grows a lot": 3 << 20, "shrinks": 0}[change])
+
+    async def main():
+        size_of = engine._asize
+
+        async def changing(file):
+            size = await size_of(file)
+            if change == "shrinks":
+                os.truncate(p, 20_000)
+            else:
+                with open(p, "ab") as g:
+                    g.write(extra)
+            return size
+
+        engine._asize = changing
+        try:
+            async with blockio.open(p, "rb", engine=engine) as f:
+                queued()  # (served at once, it would not ask the size)
+                return await f.read(), await f.tell()
+        finally:
+            engine._asize = size_of
+
+    got, pos = run(main(), loop_factory)
+    want = data[:20_000] if change == "shrinks" else data + extra
+    assert got == want and pos == len(want)
+
+
+@pytest.mark.parametrize("path", ["/proc/version", "/proc/self/cmdline"])
+def test_read_of_a_file_whose_size_says_nothing_reads_to_its_end(engine, path):
+    """A procfs file's size is 0: ``read()`` reads on until a read returns
+    nothing, as the built-in's."""
+    with open(path, "rb") as f:
+        want = f.read()
+
+    async def main():
+        async with blockio.open(path, "rb", engine=engine) as f:
+            return await f.read()
+
+    assert want and asyncio.run(main()) == want
+
+
+def test_read_of_a_whole_file_holds_no_copy_of_it(tmp_path, engine):
+    """The bytes of ``read()`` are read into the object returned: the
+    Python memory it takes at its peak is the file's size, not twice that
+    (blocks read, then joined on the event loop's thread)."""
+    size = 24 << 20
+    p = tmp_path / "f"
+    data = os.urandom(size)
+    p.write_bytes(data)
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            tracemalloc.start()
+            try:
+                got = await f.read()
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            return got, peak
+
+    got, peak = asyncio.run(main())
+    assert got == data
+    assert peak < size + (2 << 20), peak
+
+
+@LOOPS
+@pytest.mark.parametrize("length", [1 << 20, CACHED_MAX])
+@pytest.mark.parametrize("api", ["open", "aread"])
+def test_large_cached_reads_are_served_on_the_calling_thread(tmp_path, engine, loop_factory, length, api):
+    """A cached read of up to ``CACHED_MAX`` bytes is one ``preadv2`` into
+    the bytes returned, on the calling thread (no ring round trip, no
+    wake-up of the loop, no copy out of a buffer of the engine's): the
+    call returns before a callback scheduled just before it runs."""
+    p = tmp_path / "f"
+    data = os.urandom(length + 4096)
+    p.write_bytes(data)
+
+    async def main():
+        with open(p, "rb") as plain:
+            plain.read()
+            async with blockio.open(p, "rb", buffering=0, engine=engine) as f:
+                await f.seek(100)
+                ran = []
+                asyncio.get_running_loop().call_soon(ran.append, 1)
+                set_turn_count(0)
+                if api == "open":
+                    got = await f.read(length)
+                else:
+                    got = await engine.aread(plain, offset=100, length=length)
+                return got, list(ran)  # (before the close, which waits)
+
+    got, ran = run(main(), loop_factory)
+    assert got == data[100:100 + length]
+    assert ran == []
+
+
+@pytest.mark.parametrize("cached", [True, False])
+@pytest.mark.parametrize("api", ["open", "aread"])
+def test_reads_longer_than_cached_max_go_to_the_engine_in_pieces(tmp_path, engine, cached, api):
+    """A read longer than ``CACHED_MAX`` (or not cached) goes through the
+    engine, in pieces read into the bytes returned, while the loop runs the
+    other tasks: the bytes are right, a short read at the end is cut to
+    what the file holds."""
+    p = tmp_path / "f"
+    size = CACHED_MAX + (5 << 20) + 123
+    data = os.urandom(size)
+    p.write_bytes(data)
+    if not cached:
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+    async def main():
+        ran = []
+        async with blockio.open(p, "rb", buffering=0, engine=engine) as f:
+            with open(p, "rb") as plain:
+                out = []
+                for at, length in [(7, size - 7), (1 << 20, size), (size - 10, 1 << 20), (size + 5, 1 << 20)]:
+                    asyncio.get_running_loop().call_soon(ran.append, at)
+                    if api == "open":
+                        await f.seek(at)
+                        out.append(await f.read(length))
+                    else:
+                        out.append(await engine.aread(plain, offset=at, length=length))
+        return out, ran
+
+    out, ran = run(main(), "asyncio")
+    assert out == [data[7:], data[1 << 20:], data[-10:], b""]
+    assert ran[:2] == [7, 1 << 20]
+
+
+@pytest.mark.parametrize("length", [100, 1 << 20])
+def test_a_large_read_fails_as_a_small_one(tmp_path, engine, length):
+    """A read the descriptor refuses fails alike whatever its length (in
+    pieces or not): ``OSError`` with its errno and the file's name."""
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 100)
+
+    async def main():
+        with open(p, "ab") as w:
+            with pytest.raises(OSError) as err:
+                await engine.aread(w, offset=0, length=length)
+            return err.value
+
+    err = asyncio.run(main())
+    assert err.errno == 9 and err.filename == str(p)
+
+
+@pytest.mark.parametrize("size", [10 << 10, CACHED_MAX + (3 << 20)])
+def test_whole_and_large_reads_under_trio(tmp_path, engine, size):
+    """Under trio too: ``read()`` (served at once, or through the engine
+    in pieces), a ``read(n)`` past ``CACHED_MAX`` and ``Engine.aread``
+    return the file's bytes."""
+    p = tmp_path / "f"
+    data = os.urandom(size)
+    p.write_bytes(data)
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            whole = await f.read()
+            await f.seek(5)
+            part = await f.read(size)
+        with open(p, "rb") as plain:
+            positional = await engine.aread(plain, offset=1, length=size)
+        return whole, part, positional
+
+    assert trio.run(main) == (data, data[5:], data[1:])
