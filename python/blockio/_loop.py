@@ -76,7 +76,125 @@ class _Watch:
         self.mask = mask
 
 
-class _WritePipeTransport(proactor_events._ProactorBaseWritePipeTransport):
+class _Closing:
+    """The end of a transport on Linux.
+
+    asyncio's proactor transports shut a socket down before closing it (a
+    Windows cure for reads left pending); on Linux ``shutdown`` fails with
+    ``ENOTCONN`` on a datagram socket that was never connected and on a
+    stream whose peer reset it, which must not keep the socket open or
+    ``connection_lost`` from being reported.
+    """
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        if self._called_connection_lost:  # type: ignore[attr-defined]
+            return
+        try:
+            self._protocol.connection_lost(exc)  # type: ignore[attr-defined]
+        finally:
+            sock = self._sock  # type: ignore[attr-defined]
+            if hasattr(sock, "shutdown") and sock.fileno() != -1:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            sock.close()
+            self._sock = None
+            server = self._server  # type: ignore[attr-defined]
+            if server is not None:
+                if sys.version_info >= (3, 13):
+                    server._detach(self)
+                else:
+                    server._detach()
+                self._server = None
+            self._called_connection_lost = True
+
+    def __repr__(self) -> str:
+        info = [type(self).__name__]
+        sock = self._sock  # type: ignore[attr-defined]
+        info.append("closed" if sock is None else "closing" if self._closing else "open")  # type: ignore[attr-defined]
+        if sock is not None:
+            try:
+                info.append(f"fd={sock.fileno()}")
+            except (ValueError, OSError):  # a pipe's file object closed by its owner
+                pass
+        if self._read_fut is not None:  # type: ignore[attr-defined]
+            info.append(f"read={self._read_fut!r}")  # type: ignore[attr-defined]
+        if getattr(self, "_write_fut", None) is not None:
+            info.append(f"write={self._write_fut!r}")  # type: ignore[attr-defined]
+        if self._buffer:  # type: ignore[attr-defined]
+            info.append(f"write_bufsize={len(self._buffer)}")  # type: ignore[attr-defined]
+        return "<{}>".format(" ".join(info))
+
+
+class _Writing:
+    """The write path of stream and pipe transports.
+
+    As asyncio's proactor transports do, one send is in flight at a time and
+    later writes are buffered meanwhile; unlike them, a send that went out
+    at once (the ring writes what the descriptor takes without waiting)
+    finishes at once, not one loop iteration later: the next write is then
+    sent, not buffered, and the protocol sees no extra callback.
+    """
+
+    def _loop_writing(self, f: Any = None, data: Any = None) -> None:
+        try:
+            if f is not None and self._write_fut is None and self._closing:  # type: ignore[has-type]
+                return  # force-closed meanwhile
+            assert f is self._write_fut  # type: ignore[has-type]
+            self._write_fut = None
+            self._pending_write = 0
+            if f:
+                f.result()
+            if data is None:
+                data = self._buffer  # type: ignore[has-type]
+                self._buffer = None
+            if data:
+                fut = self._loop._proactor.send_or_future(self._sock, data)  # type: ignore[attr-defined]
+                if fut is not None:
+                    self._write_fut = fut
+                    self._pending_write = len(data)
+                    fut.add_done_callback(self._loop_writing)
+                    self._maybe_pause_protocol()  # type: ignore[attr-defined]
+            if self._write_fut is None:
+                if self._closing:  # type: ignore[attr-defined]
+                    self._loop.call_soon(self._call_connection_lost, None)  # type: ignore[attr-defined]
+                if self._eof_written:  # type: ignore[attr-defined]
+                    self._sock.shutdown(socket.SHUT_WR)  # type: ignore[attr-defined]
+                self._maybe_resume_protocol()  # type: ignore[attr-defined]
+                if self._empty_waiter is not None:  # type: ignore[attr-defined]
+                    self._empty_waiter.set_result(None)  # type: ignore[attr-defined]
+        except ConnectionResetError as exc:
+            self._force_close(exc)  # type: ignore[attr-defined]
+        except OSError as exc:
+            self._fatal_error(exc, "Fatal write error on pipe transport")  # type: ignore[attr-defined]
+
+
+class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransport):
+    """asyncio's proactor socket transport, with sends finished at once when
+    they can be and ended as on Linux."""
+
+
+class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
+    """asyncio's proactor datagram transport, ended as on Linux."""
+
+
+def _nonblocking(pipe: Any) -> None:
+    # As asyncio's Unix pipe transports do: a write the descriptor cannot
+    # take at once then says so instead of blocking the loop's thread.
+    os.set_blocking(pipe.fileno(), False)
+
+
+class _ReadPipeTransport(_Closing, proactor_events._ProactorReadPipeTransport):
+    """asyncio's proactor read pipe transport, on a non-blocking descriptor
+    and ended as on Linux."""
+
+    def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
+        _nonblocking(pipe)
+        super().__init__(loop, pipe, *args, **kw)
+
+
+class _WritePipeTransport(_Writing, _Closing, proactor_events._ProactorBaseWritePipeTransport):
     """A write pipe that closes when its reader goes away.
 
     asyncio's proactor version reads from the write end to learn that (a
@@ -84,8 +202,9 @@ class _WritePipeTransport(proactor_events._ProactorBaseWritePipeTransport):
     once no reader is left, so a ring poll waits for that instead.
     """
 
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
+    def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
+        _nonblocking(pipe)
+        super().__init__(loop, pipe, *args, **kw)
         self._read_fut = self._loop._proactor.wait_closed(self._sock)
         self._read_fut.add_done_callback(self._pipe_closed)
 
@@ -120,6 +239,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._transports: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         proactor.set_loop(self)
         self._make_self_pipe()
+        # The wake-up socket's receive, always pending from here to close().
+        self.call_soon(self._loop_self_reading)
 
     # -- the wake-up socket: call_soon_threadsafe and signals ---------------
 
@@ -262,7 +383,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         return transport
 
     def _make_socket_transport(self, sock, protocol, waiter=None, extra=None, server=None):  # type: ignore[no-untyped-def]
-        return self._owned(sock, super()._make_socket_transport(sock, protocol, waiter, extra, server))
+        return self._owned(sock, _SocketTransport(self, sock, protocol, waiter, extra, server))
 
     def _make_ssl_transport(  # type: ignore[no-untyped-def]
         self, rawsock, protocol, sslcontext, waiter=None, *, server_side=False, server_hostname=None,
@@ -272,15 +393,15 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         if sys.version_info >= (3, 11):
             kw["ssl_shutdown_timeout"] = ssl_shutdown_timeout
         ssl_protocol = sslproto.SSLProtocol(self, protocol, sslcontext, waiter, server_side, server_hostname, **kw)
-        raw = proactor_events._ProactorSocketTransport(self, rawsock, ssl_protocol, extra=extra, server=server)
+        raw = _SocketTransport(self, rawsock, ssl_protocol, extra=extra, server=server)
         self._owned(rawsock, raw)
         return ssl_protocol._app_transport
 
     def _make_datagram_transport(self, sock, protocol, address=None, waiter=None, extra=None):  # type: ignore[no-untyped-def]
-        return self._owned(sock, super()._make_datagram_transport(sock, protocol, address, waiter, extra))
+        return self._owned(sock, _DatagramTransport(self, sock, protocol, address, waiter, extra))
 
     def _make_read_pipe_transport(self, sock, protocol, waiter=None, extra=None):  # type: ignore[no-untyped-def]
-        return self._owned(sock, super()._make_read_pipe_transport(sock, protocol, waiter, extra))
+        return self._owned(sock, _ReadPipeTransport(self, sock, protocol, waiter, extra))
 
     def _make_write_pipe_transport(self, sock, protocol, waiter=None, extra=None):  # type: ignore[no-untyped-def]
         return self._owned(sock, _WritePipeTransport(self, sock, protocol, waiter, extra))

@@ -9,7 +9,8 @@ operation the kernel finished in that wake-up (one batch per wait, the GIL
 released while the thread waits in ``io_uring_enter``).
 
 On the ring as completions: ``recv``, ``recv_into`` (and ``read`` on pipes),
-``send`` (and ``write``), ``accept``, and one-shot polls. Driven by
+``send`` (and ``write``: what the descriptor takes at once is written at
+once, the rest on the ring), ``accept``, and one-shot polls. Driven by
 readiness (a ring poll, then the non-blocking system call, as asyncio's
 selector loop does): ``connect``, ``recvfrom``/``recvfrom_into``,
 ``sendto`` and ``sendfile`` (``os.sendfile``, no Python-level copy).
@@ -73,6 +74,10 @@ class RingProactor:
         self._ops: dict[int, tuple[Any, int, Any]] = {}
         # descriptor -> (weak reference to its socket, bytes received after a cancel)
         self._kept: dict[int, tuple[Any, bytes]] = {}
+        # descriptor -> token of its latest receive in flight
+        self._receiving: dict[int, int] = {}
+        # receives cancelled by the proactor to hand them kept bytes
+        self._redirected: set[int] = set()
         self._before_wait: list[Callable[[], None]] = []
 
     def set_loop(self, loop: Any) -> None:
@@ -111,7 +116,8 @@ class RingProactor:
             return self._done(kept)
         fd = _fd_of(conn)
         token = self._ring.recv(fd, nbytes, isinstance(conn, socket.socket))
-        return self._future(token, _RECV, (fd, conn))
+        self._receiving[fd] = token
+        return self._future(token, _RECV, (fd, conn, nbytes))
 
     def recv_into(self, conn: Any, buf: Any, flags: int = 0) -> futures.Future:
         """Receives into ``buf``; the result is the byte count."""
@@ -121,12 +127,21 @@ class RingProactor:
             return self._done(len(kept))
         fd = _fd_of(conn)
         token = self._ring.recv_into(fd, buf, 0, isinstance(conn, socket.socket))
+        self._receiving[fd] = token
         return self._future(token, _RECV_INTO, (fd, conn, buf))
 
     def send(self, conn: Any, buf: Any, flags: int = 0) -> futures.Future:
         """Sends all of ``buf``; the result is its length."""
-        token = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
+        token, sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
+        if token is None:
+            return self._done(sent)
         return self._future(token, _SEND)
+
+    def send_or_future(self, conn: Any, buf: Any) -> futures.Future | None:
+        """Sends all of ``buf``: ``None`` when it all went out at once, else
+        the future of the rest's completion."""
+        token, _sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
+        return None if token is None else self._future(token, _SEND)
 
     def accept(self, listener: socket.socket) -> futures.Future:
         """Accepts a connection; the result is ``(socket, address)``."""
@@ -214,13 +229,19 @@ class RingProactor:
         for token, res, value in self._ring.wait(timeout):
             entry = self._ops.pop(token, None)
             if entry is not None:
-                self._finish(entry, res, value)
+                self._finish(token, entry, res, value)
         return ()
 
-    def _finish(self, entry: tuple[Any, int, Any], res: int, value: Any) -> None:
+    def _finish(self, token: int, entry: tuple[Any, int, Any], res: int, value: Any) -> None:
         fut, kind, arg = entry
         if kind == _CALLBACK:
             arg(res if res < 0 else value)
+            return
+        if kind in (_RECV, _RECV_INTO) and self._receiving.get(arg[0]) == token:
+            del self._receiving[arg[0]]
+        if token in self._redirected:
+            self._redirected.discard(token)
+            self._serve_redirected(fut, kind, arg, res, value)
             return
         if fut.done():  # cancelled; the kernel may still have done the work
             if res >= 0:
@@ -243,12 +264,40 @@ class RingProactor:
         if kind == _ACCEPT:
             os.close(value[0])
         elif kind in (_RECV, _RECV_INTO) and res > 0:
-            fd, conn = arg[0], arg[1]
-            data = value if kind == _RECV else bytes(memoryview(arg[2]).cast("B")[:res])
-            old = self._kept.get(fd)
-            if old is not None and old[0]() is conn:
-                data = old[1] + data
-            self._kept[fd] = (weakref.ref(conn), data)
+            self._keep(kind, arg, res, value)
+            # A receive already waiting on the socket would not see these
+            # bytes: it is cancelled and served from them.
+            waiting = self._receiving.get(arg[0])
+            if waiting is not None and waiting in self._ops and waiting not in self._redirected:
+                self._redirected.add(waiting)
+                self._ring.cancel(waiting)
+
+    def _keep(self, kind: int, arg: Any, res: int, value: Any) -> None:
+        """Keeps the ``res`` bytes a receive got, after those kept before."""
+        fd, conn = arg[0], arg[1]
+        data = value if kind == _RECV else bytes(memoryview(arg[2]).cast("B")[:res])
+        old = self._kept.get(fd)
+        if old is not None and old[0]() is conn:
+            data = old[1] + data
+        self._kept[fd] = (weakref.ref(conn), data)
+
+    def _serve_redirected(self, fut: Any, kind: int, arg: Any, res: int, value: Any) -> None:
+        """Completes a receive that the proactor cancelled to give it kept bytes."""
+        if res > 0:
+            self._keep(kind, arg, res, value)
+        if fut.done():
+            return
+        if res < 0 and res != -errno.ECANCELED:
+            fut.set_exception(os_error(-res))
+            return
+        conn = arg[1]
+        if kind == _RECV:
+            again = self.recv(conn, arg[2])
+        else:
+            again = self.recv_into(conn, arg[2])
+        # Kept bytes make `again` done at once; otherwise it is a new
+        # receive in flight, and `fut` follows it.
+        futures._chain_future(again, fut)
 
     def close(self) -> None:
         """Cancels everything in flight and closes the ring once the kernel is done."""

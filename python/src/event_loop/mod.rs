@@ -20,8 +20,10 @@
 //! * `recv`/`read` into memory it owns (the result is new `bytes`), or into
 //!   a caller's writable buffer (`recv_into`), held and so kept alive and
 //!   unresizable until the completion, even after a cancel;
-//! * `send`/`write` of a caller's buffer, resubmitting the rest after a
-//!   short write, so that one completion means the whole buffer went out;
+//! * `send`/`write` of a caller's buffer: what the descriptor takes at
+//!   once is written at once (non-blocking), the rest on the ring,
+//!   resubmitted after each short write, so that one completion means the
+//!   whole buffer went out;
 //! * `accept` with the peer's address read from the kernel's answer;
 //! * one-shot `POLL_ADD` (the loop's `add_reader`/`add_writer`, pidfds of
 //!   subprocesses, and the operations asyncio drives by readiness);
@@ -49,9 +51,10 @@
 //! `setuid`).
 //!
 //! Modules: `ring` (the Python class), `ops` (one operation in flight and
-//! its submission entry), `sockaddr` (a kernel socket address as Python
+//! its submission entry), `now` (the write tried before the ring), `sockaddr` (a kernel socket address as Python
 //! spells it).
 
+mod now;
 mod ops;
 mod ring;
 mod sockaddr;

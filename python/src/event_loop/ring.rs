@@ -123,15 +123,39 @@ impl LoopRing {
         ))
     }
 
-    /// Sends the whole of `data` (any contiguous buffer, held until the
-    /// completion) on `fd`; the result is the number of bytes sent.
-    fn send(&self, fd: RawFd, data: &Bound<'_, PyAny>, socket: bool) -> PyResult<u64> {
+    /// Sends the whole of `data` (any contiguous buffer) on `fd`. What the
+    /// descriptor takes at once is written now, without waiting; the rest
+    /// goes to the ring, which holds the buffer until the completion (the
+    /// result is then the total sent). Returns `(token, sent)`: `token` is
+    /// `None` when everything went out now.
+    ///
+    /// A write thus reaches the peer when `transport.write()` returns, as on
+    /// asyncio's own loops, even if the caller then blocks; and a send that
+    /// fits the socket's buffer costs no completion.
+    fn send(
+        &self,
+        fd: RawFd,
+        data: &Bound<'_, PyAny>,
+        socket: bool,
+    ) -> PyResult<(Option<u64>, usize)> {
         let b = PyBuffer::<u8>::get(data)?;
         if !b.is_c_contiguous() {
             return Err(PyValueError::new_err("send needs a contiguous buffer"));
         }
         let n = b.len_bytes();
-        self.submit(InFlight::new(Kind::Send, fd, socket, Memory::Lent(b), n))
+        // SAFETY: `b` holds the export of a contiguous buffer of `n` bytes,
+        // which stays alive and unresized while held; the GIL is held, so
+        // no Python code changes it during this call.
+        let bytes = unsafe { std::slice::from_raw_parts(b.buf_ptr().cast::<u8>().cast_const(), n) };
+        let sent = super::now::write_now(fd, bytes, socket)?;
+        if sent == n {
+            return Ok((None, n));
+        }
+        let mut op = InFlight::new(Kind::Send, fd, socket, Memory::Lent(b), n);
+        op.done = sent;
+        let token = self.submit(op)?;
+        self.flush()?;
+        Ok((Some(token), sent))
     }
 
     /// Accepts a connection on the listening socket `fd`; the value is
@@ -251,6 +275,24 @@ impl LoopRing {
             Ok(g) => Ok(g),
             Err(TryLockError::Poisoned(p)) => Ok(p.into_inner()),
             Err(TryLockError::WouldBlock) => Err(busy()),
+        }
+    }
+
+    /// Hands what is queued to the kernel without waiting.
+    fn flush(&self) -> PyResult<()> {
+        let guard = self.lock()?;
+        let st = guard.as_ref().ok_or_else(closed)?;
+        match st.ring.submit() {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
         }
     }
 
