@@ -1,3 +1,7 @@
+# mypy: ignore-errors
+# (This module extends asyncio's private proactor classes and helpers,
+# which typeshed types partly or not at all; its public signatures are
+# still what mypy uses for callers.)
 """blockio's asyncio event loop: sockets, pipes, timers, signals and
 subprocesses on one io_uring per loop.
 
@@ -87,12 +91,12 @@ class _Closing:
     """
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
-        if self._called_connection_lost:  # type: ignore[attr-defined]
+        if self._called_connection_lost:
             return
         try:
-            self._protocol.connection_lost(exc)  # type: ignore[attr-defined]
+            self._protocol.connection_lost(exc)
         finally:
-            sock = self._sock  # type: ignore[attr-defined]
+            sock = self._sock
             if hasattr(sock, "shutdown") and sock.fileno() != -1:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
@@ -100,7 +104,7 @@ class _Closing:
                     pass
             sock.close()
             self._sock = None
-            server = self._server  # type: ignore[attr-defined]
+            server = self._server
             if server is not None:
                 if sys.version_info >= (3, 13):
                     server._detach(self)
@@ -111,19 +115,19 @@ class _Closing:
 
     def __repr__(self) -> str:
         info = [type(self).__name__]
-        sock = self._sock  # type: ignore[attr-defined]
-        info.append("closed" if sock is None else "closing" if self._closing else "open")  # type: ignore[attr-defined]
+        sock = self._sock
+        info.append("closed" if sock is None else "closing" if self._closing else "open")
         if sock is not None:
             try:
                 info.append(f"fd={sock.fileno()}")
             except (ValueError, OSError):  # a pipe's file object closed by its owner
                 pass
-        if self._read_fut is not None:  # type: ignore[attr-defined]
-            info.append(f"read={self._read_fut!r}")  # type: ignore[attr-defined]
+        if self._read_fut is not None:
+            info.append(f"read={self._read_fut!r}")
         if getattr(self, "_write_fut", None) is not None:
-            info.append(f"write={self._write_fut!r}")  # type: ignore[attr-defined]
-        if self._buffer:  # type: ignore[attr-defined]
-            info.append(f"write_bufsize={len(self._buffer)}")  # type: ignore[attr-defined]
+            info.append(f"write={self._write_fut!r}")
+        if self._buffer:
+            info.append(f"write_bufsize={len(self._buffer)}")
         return "<{}>".format(" ".join(info))
 
 
@@ -139,35 +143,35 @@ class _Writing:
 
     def _loop_writing(self, f: Any = None, data: Any = None) -> None:
         try:
-            if f is not None and self._write_fut is None and self._closing:  # type: ignore[has-type]
+            if f is not None and self._write_fut is None and self._closing:
                 return  # force-closed meanwhile
-            assert f is self._write_fut  # type: ignore[has-type]
+            assert f is self._write_fut
             self._write_fut = None
             self._pending_write = 0
             if f:
                 f.result()
             if data is None:
-                data = self._buffer  # type: ignore[has-type]
+                data = self._buffer
                 self._buffer = None
             if data:
-                fut = self._loop._proactor.send_or_future(self._sock, data)  # type: ignore[attr-defined]
+                fut = self._loop._proactor.send_or_future(self._sock, data)
                 if fut is not None:
                     self._write_fut = fut
                     self._pending_write = len(data)
                     fut.add_done_callback(self._loop_writing)
-                    self._maybe_pause_protocol()  # type: ignore[attr-defined]
+                    self._maybe_pause_protocol()
             if self._write_fut is None:
-                if self._closing:  # type: ignore[attr-defined]
-                    self._loop.call_soon(self._call_connection_lost, None)  # type: ignore[attr-defined]
-                if self._eof_written:  # type: ignore[attr-defined]
-                    self._sock.shutdown(socket.SHUT_WR)  # type: ignore[attr-defined]
-                self._maybe_resume_protocol()  # type: ignore[attr-defined]
-                if self._empty_waiter is not None:  # type: ignore[attr-defined]
-                    self._empty_waiter.set_result(None)  # type: ignore[attr-defined]
+                if self._closing:
+                    self._loop.call_soon(self._call_connection_lost, None)
+                if self._eof_written:
+                    self._sock.shutdown(socket.SHUT_WR)
+                self._maybe_resume_protocol()
+                if self._empty_waiter is not None:
+                    self._empty_waiter.set_result(None)
         except ConnectionResetError as exc:
-            self._force_close(exc)  # type: ignore[attr-defined]
+            self._force_close(exc)
         except OSError as exc:
-            self._fatal_error(exc, "Fatal write error on pipe transport")  # type: ignore[attr-defined]
+            self._fatal_error(exc, "Fatal write error on pipe transport")
 
 
 class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransport):
@@ -382,10 +386,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             pass
         return transport
 
-    def _make_socket_transport(self, sock, protocol, waiter=None, extra=None, server=None):  # type: ignore[no-untyped-def]
+    def _make_socket_transport(self, sock, protocol, waiter=None, extra=None, server=None):
         return self._owned(sock, _SocketTransport(self, sock, protocol, waiter, extra, server))
 
-    def _make_ssl_transport(  # type: ignore[no-untyped-def]
+    def _make_ssl_transport(
         self, rawsock, protocol, sslcontext, waiter=None, *, server_side=False, server_hostname=None,
         extra=None, server=None, ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
     ):
@@ -397,13 +401,13 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._owned(rawsock, raw)
         return ssl_protocol._app_transport
 
-    def _make_datagram_transport(self, sock, protocol, address=None, waiter=None, extra=None):  # type: ignore[no-untyped-def]
+    def _make_datagram_transport(self, sock, protocol, address=None, waiter=None, extra=None):
         return self._owned(sock, _DatagramTransport(self, sock, protocol, address, waiter, extra))
 
-    def _make_read_pipe_transport(self, sock, protocol, waiter=None, extra=None):  # type: ignore[no-untyped-def]
+    def _make_read_pipe_transport(self, sock, protocol, waiter=None, extra=None):
         return self._owned(sock, _ReadPipeTransport(self, sock, protocol, waiter, extra))
 
-    def _make_write_pipe_transport(self, sock, protocol, waiter=None, extra=None):  # type: ignore[no-untyped-def]
+    def _make_write_pipe_transport(self, sock, protocol, waiter=None, extra=None):
         return self._owned(sock, _WritePipeTransport(self, sock, protocol, waiter, extra))
 
     # -- low-level socket calls: asyncio's checks, then the proactor ---------
@@ -413,31 +417,31 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         if self._debug and sock.gettimeout() != 0:
             raise ValueError("the socket must be non-blocking")
 
-    async def sock_recv(self, sock, n):  # type: ignore[no-untyped-def]
+    async def sock_recv(self, sock, n):
         self._check_sock(sock)
         return await self._proactor.recv(sock, n)
 
-    async def sock_recv_into(self, sock, buf):  # type: ignore[no-untyped-def]
+    async def sock_recv_into(self, sock, buf):
         self._check_sock(sock)
         return await self._proactor.recv_into(sock, buf)
 
-    async def sock_recvfrom(self, sock, bufsize):  # type: ignore[no-untyped-def]
+    async def sock_recvfrom(self, sock, bufsize):
         self._check_sock(sock)
         return await self._proactor.recvfrom(sock, bufsize)
 
-    async def sock_recvfrom_into(self, sock, buf, nbytes=0):  # type: ignore[no-untyped-def]
+    async def sock_recvfrom_into(self, sock, buf, nbytes=0):
         self._check_sock(sock)
         return await self._proactor.recvfrom_into(sock, buf, nbytes or len(buf))
 
-    async def sock_sendall(self, sock, data):  # type: ignore[no-untyped-def]
+    async def sock_sendall(self, sock, data):
         self._check_sock(sock)
         await self._proactor.send(sock, data)
 
-    async def sock_sendto(self, sock, data, address):  # type: ignore[no-untyped-def]
+    async def sock_sendto(self, sock, data, address):
         self._check_sock(sock)
         return await self._proactor.sendto(sock, data, 0, address)
 
-    async def sock_connect(self, sock, address):  # type: ignore[no-untyped-def]
+    async def sock_connect(self, sock, address):
         self._check_sock(sock)
         if sock.family == socket.AF_INET or (base_events._HAS_IPv6 and sock.family == socket.AF_INET6):
             resolved = await self._ensure_resolved(
@@ -446,7 +450,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             _, _, _, _, address = resolved[0]
         return await self._proactor.connect(sock, address)
 
-    async def sock_accept(self, sock):  # type: ignore[no-untyped-def]
+    async def sock_accept(self, sock):
         self._check_sock(sock)
         return await self._proactor.accept(sock)
 
@@ -457,7 +461,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     # -- subprocesses: a pidfd polled on the ring ------------------------------
 
-    async def _make_subprocess_transport(  # type: ignore[no-untyped-def]
+    async def _make_subprocess_transport(
         self, protocol, args, shell, stdin, stdout, stderr, bufsize, extra=None, **kwargs
     ):
         waiter = self.create_future()
@@ -537,7 +541,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
     """The event loop policy whose loops are :func:`new_event_loop`'s."""
 
-    def _loop_factory(self) -> asyncio.AbstractEventLoop:  # type: ignore[override]
+    def _loop_factory(self) -> asyncio.AbstractEventLoop:
         return new_event_loop()
 
 

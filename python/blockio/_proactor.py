@@ -1,3 +1,7 @@
+# mypy: ignore-errors
+# (This module extends asyncio's private proactor classes and helpers,
+# which typeshed types partly or not at all; its public signatures are
+# still what mypy uses for callers.)
 """The proactor of blockio's event loop: asyncio futures over the loop's ring.
 
 asyncio's ``BaseProactorEventLoop`` and its transports ask a proactor for
@@ -167,30 +171,53 @@ class RingProactor:
 
     async def _when_ready(self, fd: int, mask: int, call: Callable[[], Any]) -> Any:
         while True:
+            await self.poll(fd, mask)
             try:
                 return call()
             except (BlockingIOError, InterruptedError):
-                await self.poll(fd, mask)
+                pass
+
+    def _now_or_when_ready(self, fd: int, mask: int, call: Callable[[], Any]) -> futures.Future:
+        """``call()`` now (as the caller's own step: a caller that then
+        blocks has had its system call made); if it would block, again
+        each time ``fd`` is ready until it does not."""
+        fut = self._loop.create_future()
+        try:
+            fut.set_result(call())
+        except (BlockingIOError, InterruptedError):
+            return self._loop.create_task(self._when_ready(fd, mask, call))
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        return fut
 
     def recvfrom(self, conn: socket.socket, nbytes: int, flags: int = 0) -> futures.Future:
-        return self._loop.create_task(self._when_ready(conn.fileno(), POLLIN, lambda: conn.recvfrom(nbytes, flags)))
+        return self._now_or_when_ready(conn.fileno(), POLLIN, lambda: conn.recvfrom(nbytes, flags))
 
     def recvfrom_into(self, conn: socket.socket, buf: Any, nbytes: int = 0, flags: int = 0) -> futures.Future:
-        call = lambda: conn.recvfrom_into(buf, nbytes, flags)  # noqa: E731
-        return self._loop.create_task(self._when_ready(conn.fileno(), POLLIN, call))
+        return self._now_or_when_ready(conn.fileno(), POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
 
     def sendto(self, conn: socket.socket, buf: Any, flags: int = 0, addr: Any = None) -> futures.Future:
-        return self._loop.create_task(self._when_ready(conn.fileno(), POLLOUT, lambda: conn.sendto(buf, flags, addr)))
+        return self._now_or_when_ready(conn.fileno(), POLLOUT, lambda: conn.sendto(buf, flags, addr))
 
     def connect(self, conn: socket.socket, address: Any) -> futures.Future:
-        return self._loop.create_task(self._connect(conn, address))
-
-    async def _connect(self, conn: socket.socket, address: Any) -> None:
+        """Connects ``conn``: the ``connect`` call now, its outcome when the
+        socket is writable."""
+        fut = self._loop.create_future()
         try:
             conn.connect(address)
-            return
         except (BlockingIOError, InterruptedError):
-            pass
+            return self._loop.create_task(self._connected(conn, address))
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(None)
+        return fut
+
+    async def _connected(self, conn: socket.socket, address: Any) -> None:
         fd = conn.fileno()
         while True:
             await self.poll(fd, POLLOUT)
@@ -206,7 +233,7 @@ class RingProactor:
     async def _sendfile(self, sock: socket.socket, in_fd: int, offset: int, count: int) -> None:
         out_fd = sock.fileno()
         while count > 0:
-            n = await self._when_ready(out_fd, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
+            n = await self._now_or_when_ready(out_fd, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
             if n == 0:
                 return  # end of file
             offset += n
