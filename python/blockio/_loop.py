@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import io
 import os
 import signal
 import socket
@@ -210,7 +211,8 @@ class _WritePipeTransport(_Writing, _Closing, proactor_events._ProactorBaseWrite
         _nonblocking(pipe)
         super().__init__(loop, pipe, *args, **kw)
         self._read_fut = self._loop._proactor.wait_closed(self._sock)
-        self._read_fut.add_done_callback(self._pipe_closed)
+        if self._read_fut is not None:
+            self._read_fut.add_done_callback(self._pipe_closed)
 
     def _pipe_closed(self, fut: asyncio.Future) -> None:
         if fut.cancelled() or self._closing or fut is not self._read_fut:
@@ -453,6 +455,27 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
     async def sock_accept(self, sock):
         self._check_sock(sock)
         return await self._proactor.accept(sock)
+
+    async def _sock_sendfile_native(self, sock, file, offset, count):
+        # os.sendfile in chunks as the socket takes them, the file's
+        # position following what was sent (also when the peer goes away).
+        try:
+            fileno = file.fileno()
+            fsize = os.fstat(fileno).st_size
+        except (AttributeError, io.UnsupportedOperation, OSError):
+            raise exceptions.SendfileNotAvailableError("not a regular file") from None
+        end = min(offset + count, fsize) if count else fsize
+        sent = 0
+        try:
+            while offset + sent < end:
+                n = await self._proactor.sendfile_some(sock, fileno, offset + sent, end - offset - sent)
+                if n == 0:
+                    break
+                sent += n
+            return sent
+        finally:
+            if sent > 0:
+                file.seek(offset + sent)
 
     # -- Unix sockets (asyncio's Unix loop's code, on our transports) --------
 

@@ -17,7 +17,9 @@ On the ring as completions: ``recv``, ``recv_into`` (and ``read`` on pipes),
 once, the rest on the ring), ``accept``, and one-shot polls. Driven by
 readiness (a ring poll, then the non-blocking system call, as asyncio's
 selector loop does): ``connect``, ``recvfrom``/``recvfrom_into``,
-``sendto`` and ``sendfile`` (``os.sendfile``, no Python-level copy).
+``sendto`` and ``sendfile`` (``os.sendfile``, no Python-level copy). Each
+makes its system call at once, in the caller's step, and polls only when
+that would block.
 
 Cancelling a future cancels its operation; the kernel still answers once,
 and only then is the operation's memory released. Bytes that a cancelled
@@ -32,6 +34,7 @@ import errno
 import os
 import select
 import socket
+import stat
 import weakref
 from asyncio import futures
 from typing import Any, Callable
@@ -227,20 +230,30 @@ class RingProactor:
             if err not in (errno.EINPROGRESS, errno.EALREADY):
                 raise OSError(err, f"Connect call failed {address}")
 
-    def sendfile(self, sock: socket.socket, file: Any, offset: int, count: int) -> futures.Future:
-        return self._loop.create_task(self._sendfile(sock, file.fileno(), offset, count))
-
-    async def _sendfile(self, sock: socket.socket, in_fd: int, offset: int, count: int) -> None:
+    def sendfile_some(self, sock: socket.socket, in_fd: int, offset: int, count: int) -> futures.Future:
+        """``os.sendfile`` of at most ``count`` bytes from ``offset`` once
+        ``sock`` takes some; the result is the count sent (0 at end of file)."""
         out_fd = sock.fileno()
+        return self._now_or_when_ready(out_fd, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
+
+    async def sendfile(self, sock: socket.socket, file: Any, offset: int, count: int) -> None:
+        """Sends ``count`` bytes of ``file`` from ``offset`` (fewer at its end)."""
+        in_fd = file.fileno()
         while count > 0:
-            n = await self._now_or_when_ready(out_fd, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
+            n = await self.sendfile_some(sock, in_fd, offset, count)
             if n == 0:
-                return  # end of file
+                return
             offset += n
             count -= n
 
-    def wait_closed(self, pipe: Any) -> futures.Future:
-        """A future done when the reader of the write end ``pipe`` is gone."""
+    def wait_closed(self, pipe: Any) -> futures.Future | None:
+        """A future done when the reader of the write end ``pipe`` is gone:
+        for a FIFO (whose write end reports ``POLLERR`` then) or a socket
+        (readable then), as asyncio's Unix loop watches them; ``None`` for
+        other files (a terminal is readable for other reasons)."""
+        mode = os.fstat(_fd_of(pipe)).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return None
         return self.poll(_fd_of(pipe), POLLIN)
 
     def _stop_serving(self, sock: socket.socket) -> None:
