@@ -44,6 +44,8 @@ struct State {
     ring: IoUring,
     ops: HashMap<u64, InFlight>,
     next: u64,
+    /// Entries were queued since the last submission.
+    queued: bool,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -79,6 +81,7 @@ impl LoopRing {
                 ring,
                 ops: HashMap::new(),
                 next: 0,
+                queued: false,
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
         })
@@ -205,8 +208,12 @@ impl LoopRing {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Vec<(u64, i64, PyObject)>> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
+        let queued = std::mem::take(&mut st.queued);
         let ring = &st.ring;
         let entered = match timeout {
+            // Nothing to hand over and no wait: completions are read from the
+            // shared queue without a system call.
+            Some(t) if t <= 0.0 && !queued => Ok(()),
             Some(t) if t <= 0.0 => ring.submit().map(|_| ()),
             Some(t) => {
                 let ts = timespec(t);
@@ -280,10 +287,13 @@ impl LoopRing {
 
     /// Hands what is queued to the kernel without waiting.
     fn flush(&self) -> PyResult<()> {
-        let guard = self.lock()?;
-        let st = guard.as_ref().ok_or_else(closed)?;
+        let mut guard = self.lock()?;
+        let st = guard.as_mut().ok_or_else(closed)?;
         match st.ring.submit() {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                st.queued = false;
+                Ok(())
+            }
             Err(e)
                 if matches!(
                     e.raw_os_error(),
@@ -339,6 +349,7 @@ impl State {
             // completion is reaped (or leaked by `shut_down`); cancel
             // entries point at nothing.
             if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                self.queued = true;
                 return Ok(());
             }
             self.ring.submit()?;
