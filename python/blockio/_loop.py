@@ -243,6 +243,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._readers: dict[int, _Watch] = {}
         self._writers: dict[int, _Watch] = {}
         self._transports: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        # Listening Unix sockets to unlink when they stop serving (3.13+'s
+        # create_unix_server(cleanup_socket=True)): socket -> inode.
+        self._unix_server_sockets: dict[Any, int] = {}
         proactor.set_loop(self)
         self._make_self_pipe()
         # The wake-up socket's receive, always pending from here to close().
@@ -481,6 +484,19 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     create_unix_connection = unix_events._UnixSelectorEventLoop.create_unix_connection
     create_unix_server = unix_events._UnixSelectorEventLoop.create_unix_server
+
+    def _stop_serving(self, sock):
+        path = sock.getsockname() if sock in self._unix_server_sockets else None
+        super()._stop_serving(sock)
+        if path is not None:
+            inode = self._unix_server_sockets.pop(sock)
+            try:
+                if os.stat(path).st_ino == inode:
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                base_events.logger.error("Unable to clean up listening UNIX socket %r: %r", path, err)
 
     # -- subprocesses: a pidfd polled on the ring ------------------------------
 
