@@ -344,8 +344,71 @@ def test_bad_backend_variable_is_named(monkeypatch):
         blockio.new_event_loop()
 
 
-def test_unclosed_loop_ring_is_released_by_the_collector(backend):
-    lp = blockio.new_event_loop()
-    lp.close()
-    del lp
+def test_a_ring_dropped_with_a_receive_in_flight_releases_its_buffer_after_the_kernel():
+    a, b = socket.socketpair()
+    buf = bytearray(100)
+    ring = _blockio.LoopRing()
+    ring.recv_into(a.fileno(), buf, 0, True)
+    assert ring.wait(0) == []  # submitted, nothing to receive yet
+    assert ring.in_flight() == 1
+    with pytest.raises(BufferError):
+        buf.extend(b"x")  # exported to the kernel's operation
+    del ring
     gc.collect()
+    buf.extend(b"x")  # released: the operation was cancelled and answered
+    b.send(b"still there")
+    assert a.recv(100) == b"still there"  # the cancelled receive took nothing
+    a.close()
+    b.close()
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
+def test_ctrl_c_while_waiting_raises_keyboard_interrupt(loop):
+    """SIGINT from another thread while the loop waits with nothing to do
+    ends run_until_complete with KeyboardInterrupt; the loop stays usable."""
+    waiting = threading.Event()
+
+    def interrupt():
+        waiting.wait()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=interrupt)
+    t.start()
+
+    async def forever():
+        loop.call_soon(waiting.set)
+        await loop.create_future()
+
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_until_complete(forever())
+    t.join()
+    assert loop.run_until_complete(asyncio.sleep(0, result="usable")) == "usable"
+
+
+def test_udp_echo(loop):
+    class Echo(asyncio.DatagramProtocol):
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def datagram_received(self, data, addr):
+            self.transport.sendto(data.upper(), addr)
+
+    class Client(asyncio.DatagramProtocol):
+        def __init__(self):
+            self.got = loop.create_future()
+
+        def datagram_received(self, data, addr):
+            if not self.got.done():
+                self.got.set_result(data)
+
+    async def main():
+        server, _ = await loop.create_datagram_endpoint(Echo, local_addr=("127.0.0.1", 0))
+        addr = server.get_extra_info("sockname")
+        client, proto = await loop.create_datagram_endpoint(Client, remote_addr=addr)
+        client.sendto(b"ping")
+        got = await proto.got
+        client.close()
+        server.close()
+        return got
+
+    assert loop.run_until_complete(main()) == b"PING"
