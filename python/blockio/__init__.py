@@ -23,6 +23,12 @@ name never means both a blocking call and a coroutine.
 ``offset`` and ``length`` are keyword-only in the read calls: see
 :mod:`blockio._engine` for why. :func:`open` is a drop-in for
 ``aiofiles.open``; see :mod:`blockio._file` and :mod:`blockio._text`.
+
+blockio is also an asyncio event loop (sockets, pipes, timers, signals
+and subprocesses on io_uring; see :mod:`blockio._loop`)::
+
+    blockio.run(main())        # or asyncio.run(main(), loop_factory=blockio.new_event_loop)
+    blockio.install()          # the event loop policy, as uvloop.install()
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from importlib.metadata import PackageNotFoundError, version
 from ._buffers import aligned_buffer
 from ._engine import Engine, default_engine
 from ._file import AsyncFile
+from ._loop import EpollEventLoop, EventLoopPolicy, UringEventLoop, install, new_event_loop, run
 from ._open import open
 from ._text import AsyncTextFile
 
@@ -40,4 +47,7 @@ try:
 except PackageNotFoundError:  # imported from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["Engine", "open", "AsyncFile", "AsyncTextFile", "aligned_buffer", "default_engine", "__version__"]
+__all__ = [
+    "Engine", "open", "AsyncFile", "AsyncTextFile", "aligned_buffer", "default_engine", "__version__",
+    "new_event_loop", "run", "install", "EventLoopPolicy", "UringEventLoop", "EpollEventLoop",
+]

@@ -31,8 +31,9 @@
 //! descriptor is, duplicates, forks), `lent` (buffers released without
 //! the GIL), `quick` (a file object's `seek`, `read`, `readline`, `tell`
 //! and `write` served at once), `stream` (a line of an unbuffered pipe or
-//! socket, read a byte at a time without waiting), `bench` (a benchmark
-//! baseline).
+//! socket, read a byte at a time without waiting), `event_loop` (the ring
+//! of `blockio.new_event_loop()`'s proactor: socket and pipe operations
+//! as completions), `bench` (a benchmark baseline).
 
 use pyo3::prelude::*;
 
@@ -41,6 +42,7 @@ mod batch;
 mod bench;
 mod engine;
 mod errors;
+mod event_loop;
 mod fds;
 pub(crate) mod fresh;
 pub(crate) mod fsjobs;
@@ -63,6 +65,8 @@ pub(crate) use pending::*;
 fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
     m.add_class::<quick::FileState>()?;
+    m.add_class::<event_loop::LoopRing>()?;
+    m.add_function(wrap_pyfunction!(event_loop::after_fork, m)?)?;
     m.add_function(wrap_pyfunction!(quick::seek_now, m)?)?;
     m.add_function(wrap_pyfunction!(quick::read_now, m)?)?;
     m.add_function(wrap_pyfunction!(quick::readline_now, m)?)?;

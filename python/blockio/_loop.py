@@ -1,0 +1,609 @@
+# mypy: ignore-errors
+# (This module extends asyncio's private proactor classes and helpers,
+# which typeshed types partly or not at all; its public signatures are
+# still what mypy uses for callers.)
+"""blockio's asyncio event loop: sockets, pipes, timers, signals and
+subprocesses on one io_uring per loop.
+
+Use it the way uvloop is used::
+
+    blockio.run(main())                                          # any Python
+    asyncio.run(main(), loop_factory=blockio.new_event_loop)   # 3.12+
+    blockio.install()                                            # event loop policy
+
+Design. :class:`UringEventLoop` is a *proactor*: it subclasses asyncio's
+``BaseProactorEventLoop``, whose TCP, Unix, UDP and pipe transports ask for
+whole operations and react to their completion, and gives it
+:class:`~blockio._proactor.RingProactor`, whose operations run on the
+loop's ring (``blockio._blockio.LoopRing``, Rust). A receive is one
+completion carrying the bytes, not a readiness event followed by a
+``recv`` call. What the proactor base lacks on Unix is added here:
+``add_reader``/``add_writer`` (a one-shot ring poll re-armed after each
+callback, so that they keep asyncio's level-triggered meaning; refused for
+a descriptor a transport owns), signal handlers (the wake-up socket always
+has a receive pending, so a signal ends the wait), subprocesses (a pidfd
+polled on the ring; no child watcher), Unix sockets, and pipe transports
+whose write end notices the reader going away.
+
+Timers, the ready queue and callbacks are asyncio's own
+(``BaseEventLoop._run_once``): the nearest timer's deadline is the ring
+wait's timeout. ``call_soon_threadsafe`` wakes the loop through the same
+socket pair as signals.
+
+Where io_uring is unavailable (``kernel.io_uring_disabled``, a seccomp
+profile, an old kernel: ``EPERM``/``ENOSYS``/``EACCES``) or
+``BLOCKIO_BACKEND=threads``, :func:`new_event_loop` returns
+:class:`EpollEventLoop`, asyncio's selector loop on epoll. ``loop.backend``
+says which runs (``"io_uring"`` or ``"epoll"``).
+
+``fork()``: rings made before a fork refuse use in the child (the child's
+asyncio loop must be a new one); the child never submits to the parent's
+ring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import io
+import os
+import signal
+import socket
+import sys
+import threading
+import warnings
+import weakref
+from asyncio import base_events, events, exceptions, proactor_events, sslproto, unix_events
+from typing import Any, Callable, Coroutine, TypeVar
+
+from . import _blockio
+from ._proactor import POLLIN, POLLOUT, RingProactor
+
+__all__ = ["UringEventLoop", "EpollEventLoop", "EventLoopPolicy", "new_event_loop", "run", "install"]
+
+_T = TypeVar("_T")
+
+os.register_at_fork(after_in_child=_blockio.after_fork)
+
+# The errnos with which io_uring_setup says io_uring is not available here.
+_UNAVAILABLE = (errno.EPERM, errno.ENOSYS, errno.EACCES, errno.EOPNOTSUPP)
+
+
+class _Watch:
+    """One ``add_reader``/``add_writer`` registration and its poll."""
+
+    __slots__ = ("handle", "token", "fd", "mask")
+
+    def __init__(self, handle: events.Handle, fd: int, mask: int) -> None:
+        self.handle = handle
+        self.token: int | None = None
+        self.fd = fd
+        self.mask = mask
+
+
+class _Closing:
+    """The end of a transport on Linux.
+
+    asyncio's proactor transports shut a socket down before closing it (a
+    Windows cure for reads left pending); on Linux ``shutdown`` fails with
+    ``ENOTCONN`` on a datagram socket that was never connected and on a
+    stream whose peer reset it, which must not keep the socket open or
+    ``connection_lost`` from being reported.
+    """
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        if self._called_connection_lost:
+            return
+        try:
+            self._protocol.connection_lost(exc)
+        finally:
+            sock = self._sock
+            if hasattr(sock, "shutdown") and sock.fileno() != -1:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            sock.close()
+            self._sock = None
+            server = self._server
+            if server is not None:
+                if sys.version_info >= (3, 13):
+                    server._detach(self)
+                else:
+                    server._detach()
+                self._server = None
+            self._called_connection_lost = True
+
+    def __repr__(self) -> str:
+        info = [type(self).__name__]
+        sock = self._sock
+        info.append("closed" if sock is None else "closing" if self._closing else "open")
+        if sock is not None:
+            try:
+                info.append(f"fd={sock.fileno()}")
+            except (ValueError, OSError):  # a pipe's file object closed by its owner
+                pass
+        if self._read_fut is not None:
+            info.append(f"read={self._read_fut!r}")
+        if getattr(self, "_write_fut", None) is not None:
+            info.append(f"write={self._write_fut!r}")
+        if self._buffer:
+            info.append(f"write_bufsize={len(self._buffer)}")
+        return "<{}>".format(" ".join(info))
+
+
+class _Writing:
+    """The write path of stream and pipe transports.
+
+    As asyncio's proactor transports do, one send is in flight at a time and
+    later writes are buffered meanwhile; unlike them, a send that went out
+    at once (the ring writes what the descriptor takes without waiting)
+    finishes at once, not one loop iteration later: the next write is then
+    sent, not buffered, and the protocol sees no extra callback.
+    """
+
+    def _loop_writing(self, f: Any = None, data: Any = None) -> None:
+        try:
+            if f is not None and self._write_fut is None and self._closing:
+                return  # force-closed meanwhile
+            assert f is self._write_fut
+            self._write_fut = None
+            self._pending_write = 0
+            if f:
+                f.result()
+            if data is None:
+                data = self._buffer
+                self._buffer = None
+            if data:
+                fut = self._loop._proactor.send_or_future(self._sock, data)
+                if fut is not None:
+                    self._write_fut = fut
+                    self._pending_write = len(data)
+                    fut.add_done_callback(self._loop_writing)
+                    self._maybe_pause_protocol()
+            if self._write_fut is None:
+                if self._closing:
+                    self._loop.call_soon(self._call_connection_lost, None)
+                if self._eof_written:
+                    self._sock.shutdown(socket.SHUT_WR)
+                self._maybe_resume_protocol()
+                if self._empty_waiter is not None:
+                    self._empty_waiter.set_result(None)
+        except ConnectionResetError as exc:
+            self._force_close(exc)
+        except OSError as exc:
+            self._fatal_error(exc, "Fatal write error on pipe transport")
+
+
+class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransport):
+    """asyncio's proactor socket transport, with sends finished at once when
+    they can be and ended as on Linux."""
+
+
+class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
+    """asyncio's proactor datagram transport, ended as on Linux."""
+
+
+def _nonblocking(pipe: Any) -> None:
+    # As asyncio's Unix pipe transports do: a write the descriptor cannot
+    # take at once then says so instead of blocking the loop's thread.
+    os.set_blocking(pipe.fileno(), False)
+
+
+class _ReadPipeTransport(_Closing, proactor_events._ProactorReadPipeTransport):
+    """asyncio's proactor read pipe transport, on a non-blocking descriptor
+    and ended as on Linux."""
+
+    def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
+        _nonblocking(pipe)
+        super().__init__(loop, pipe, *args, **kw)
+
+
+class _WritePipeTransport(_Writing, _Closing, proactor_events._ProactorBaseWritePipeTransport):
+    """A write pipe that closes when its reader goes away.
+
+    asyncio's proactor version reads from the write end to learn that (a
+    Windows idiom); on Linux the write end of a pipe reports ``POLLERR``
+    once no reader is left, so a ring poll waits for that instead.
+    """
+
+    def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
+        _nonblocking(pipe)
+        super().__init__(loop, pipe, *args, **kw)
+        self._read_fut = self._loop._proactor.wait_closed(self._sock)
+        if self._read_fut is not None:
+            self._read_fut.add_done_callback(self._pipe_closed)
+
+    def _pipe_closed(self, fut: asyncio.Future) -> None:
+        if fut.cancelled() or self._closing or fut is not self._read_fut:
+            return
+        self._read_fut = None
+        if self._write_fut is not None:
+            self._force_close(BrokenPipeError())
+        else:
+            self.close()
+
+
+class UringEventLoop(proactor_events.BaseProactorEventLoop):
+    """An asyncio event loop on io_uring (see the module's doc)."""
+
+    backend = "io_uring"
+
+    def __init__(self, ring: Any = None) -> None:
+        # BaseProactorEventLoop.__init__, without its installing the
+        # wake-up descriptor for signals: as on asyncio's Unix loop, that
+        # happens when a signal handler is added.
+        base_events.BaseEventLoop.__init__(self)
+        proactor = RingProactor(ring if ring is not None else _blockio.LoopRing())
+        self._proactor = proactor
+        self._selector = proactor
+        self._self_reading_future = None
+        self._accept_futures: dict[int, Any] = {}
+        self._signal_handlers: dict[int, events.Handle] = {}
+        self._readers: dict[int, _Watch] = {}
+        self._writers: dict[int, _Watch] = {}
+        self._transports: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        # Listening Unix sockets to unlink when they stop serving (3.13+'s
+        # create_unix_server(cleanup_socket=True)): socket -> inode.
+        self._unix_server_sockets: dict[Any, int] = {}
+        proactor.set_loop(self)
+        self._make_self_pipe()
+        # The wake-up socket's receive, always pending from here to close().
+        self.call_soon(self._loop_self_reading)
+
+    # -- the wake-up socket: call_soon_threadsafe and signals ---------------
+
+    def _loop_self_reading(self, f: Any = None) -> None:
+        try:
+            if f is not None:
+                data = f.result()
+                if data:
+                    self._process_self_data(data)
+            if self._self_reading_future is not f:
+                return
+            f = self._proactor.recv(self._ssock, 4096)
+        except exceptions.CancelledError:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self.call_exception_handler(
+                {"message": "Error on reading from the event loop self pipe", "exception": exc, "loop": self}
+            )
+        else:
+            self._self_reading_future = f
+            f.add_done_callback(self._loop_self_reading)
+
+    # asyncio's Unix signal handling, over the wake-up socket above.
+    add_signal_handler = unix_events._UnixSelectorEventLoop.add_signal_handler
+    remove_signal_handler = unix_events._UnixSelectorEventLoop.remove_signal_handler
+    _handle_signal = unix_events._UnixSelectorEventLoop._handle_signal
+    _check_signal = unix_events._UnixSelectorEventLoop._check_signal
+    _process_self_data = unix_events._UnixSelectorEventLoop._process_self_data
+
+    def close(self) -> None:
+        if self.is_running():
+            raise RuntimeError("Cannot close a running event loop")
+        if self.is_closed():
+            return
+        if not sys.is_finalizing():
+            for sig in list(self._signal_handlers):
+                self.remove_signal_handler(sig)
+        else:
+            self._signal_handlers.clear()
+        for table in (self._readers, self._writers):
+            for w in table.values():
+                w.handle.cancel()
+            table.clear()
+        super().close()
+
+    # -- add_reader / add_writer ---------------------------------------------
+
+    def _ensure_fd_no_transport(self, fd: Any) -> None:
+        fileno = fd
+        if not isinstance(fileno, int):
+            try:
+                fileno = int(fileno.fileno())
+            except (AttributeError, TypeError, ValueError):
+                raise ValueError(f"Invalid file object: {fd!r}") from None
+        transport = self._transports.get(fileno)
+        if transport is not None and not transport.is_closing():
+            raise RuntimeError(f"File descriptor {fd!r} is used by transport {transport!r}")
+
+    @staticmethod
+    def _fileno(fd: Any) -> int:
+        if isinstance(fd, int):
+            fileno = fd
+        else:
+            try:
+                fileno = int(fd.fileno())
+            except (AttributeError, TypeError, ValueError):
+                raise ValueError(f"Invalid file object: {fd!r}") from None
+        if fileno < 0:
+            raise ValueError(f"Invalid file descriptor: {fileno}")
+        return fileno
+
+    def _watch(self, table: dict[int, _Watch], fd: Any, mask: int, callback: Callable, args: tuple) -> None:
+        self._check_closed()
+        fileno = self._fileno(fd)
+        handle = events.Handle(callback, args, self, None)
+        w = table.get(fileno)
+        if w is not None:
+            w.handle.cancel()
+            w.handle = handle
+            return
+        w = _Watch(handle, fileno, mask)
+        table[fileno] = w
+        self._arm(table, w)
+
+    def _arm(self, table: dict[int, _Watch], w: _Watch) -> None:
+        if table.get(w.fd) is not w or self._proactor is None:
+            return
+
+        def fired(events_or_error: int) -> None:
+            w.token = None
+            if table.get(w.fd) is not w or events_or_error == -errno.ECANCELED:
+                return
+            if not w.handle._cancelled:
+                self._ready.append(w.handle)
+            # Re-armed before the next wait, once the callback has run:
+            # readiness that remains is reported again (level-triggered).
+            self._proactor._before_wait.append(lambda: self._arm(table, w))
+
+        w.token = self._proactor.poll_callback(w.fd, w.mask, fired)
+
+    def _unwatch(self, table: dict[int, _Watch], fd: Any) -> bool:
+        fileno = self._fileno(fd)
+        w = table.pop(fileno, None)
+        if w is None:
+            return False
+        w.handle.cancel()
+        if w.token is not None and self._proactor is not None:
+            self._proactor.cancel_op(w.token)
+        return True
+
+    def add_reader(self, fd: Any, callback: Callable, *args: Any) -> None:
+        """Calls ``callback(*args)`` whenever ``fd`` is readable."""
+        self._ensure_fd_no_transport(fd)
+        self._watch(self._readers, fd, POLLIN, callback, args)
+
+    def remove_reader(self, fd: Any) -> bool:
+        """Stops watching ``fd`` for reading; False if it was not watched."""
+        self._ensure_fd_no_transport(fd)
+        return self._unwatch(self._readers, fd)
+
+    def add_writer(self, fd: Any, callback: Callable, *args: Any) -> None:
+        """Calls ``callback(*args)`` whenever ``fd`` is writable."""
+        self._ensure_fd_no_transport(fd)
+        self._watch(self._writers, fd, POLLOUT, callback, args)
+
+    def remove_writer(self, fd: Any) -> bool:
+        """Stops watching ``fd`` for writing; False if it was not watched."""
+        self._ensure_fd_no_transport(fd)
+        return self._unwatch(self._writers, fd)
+
+    # -- transports: remembered by descriptor --------------------------------
+
+    def _owned(self, fileobj: Any, transport: Any) -> Any:
+        try:
+            self._transports[fileobj.fileno()] = transport
+        except (AttributeError, ValueError, OSError):
+            pass
+        return transport
+
+    def _make_socket_transport(self, sock, protocol, waiter=None, extra=None, server=None):
+        return self._owned(sock, _SocketTransport(self, sock, protocol, waiter, extra, server))
+
+    def _make_ssl_transport(
+        self, rawsock, protocol, sslcontext, waiter=None, *, server_side=False, server_hostname=None,
+        extra=None, server=None, ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
+    ):
+        kw = {"ssl_handshake_timeout": ssl_handshake_timeout}
+        if sys.version_info >= (3, 11):
+            kw["ssl_shutdown_timeout"] = ssl_shutdown_timeout
+        ssl_protocol = sslproto.SSLProtocol(self, protocol, sslcontext, waiter, server_side, server_hostname, **kw)
+        raw = _SocketTransport(self, rawsock, ssl_protocol, extra=extra, server=server)
+        self._owned(rawsock, raw)
+        return ssl_protocol._app_transport
+
+    def _make_datagram_transport(self, sock, protocol, address=None, waiter=None, extra=None):
+        return self._owned(sock, _DatagramTransport(self, sock, protocol, address, waiter, extra))
+
+    def _make_read_pipe_transport(self, sock, protocol, waiter=None, extra=None):
+        return self._owned(sock, _ReadPipeTransport(self, sock, protocol, waiter, extra))
+
+    def _make_write_pipe_transport(self, sock, protocol, waiter=None, extra=None):
+        return self._owned(sock, _WritePipeTransport(self, sock, protocol, waiter, extra))
+
+    # -- low-level socket calls: asyncio's checks, then the proactor ---------
+
+    def _check_sock(self, sock: socket.socket) -> None:
+        base_events._check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError("the socket must be non-blocking")
+
+    async def sock_recv(self, sock, n):
+        self._check_sock(sock)
+        return await self._proactor.recv(sock, n)
+
+    async def sock_recv_into(self, sock, buf):
+        self._check_sock(sock)
+        return await self._proactor.recv_into(sock, buf)
+
+    async def sock_recvfrom(self, sock, bufsize):
+        self._check_sock(sock)
+        return await self._proactor.recvfrom(sock, bufsize)
+
+    async def sock_recvfrom_into(self, sock, buf, nbytes=0):
+        self._check_sock(sock)
+        return await self._proactor.recvfrom_into(sock, buf, nbytes or len(buf))
+
+    async def sock_sendall(self, sock, data):
+        self._check_sock(sock)
+        await self._proactor.send(sock, data)
+
+    async def sock_sendto(self, sock, data, address):
+        self._check_sock(sock)
+        return await self._proactor.sendto(sock, data, 0, address)
+
+    async def sock_connect(self, sock, address):
+        self._check_sock(sock)
+        if sock.family == socket.AF_INET or (base_events._HAS_IPv6 and sock.family == socket.AF_INET6):
+            resolved = await self._ensure_resolved(
+                address, family=sock.family, type=sock.type, proto=sock.proto, loop=self
+            )
+            _, _, _, _, address = resolved[0]
+        return await self._proactor.connect(sock, address)
+
+    async def sock_accept(self, sock):
+        self._check_sock(sock)
+        return await self._proactor.accept(sock)
+
+    async def _sock_sendfile_native(self, sock, file, offset, count):
+        # os.sendfile in chunks as the socket takes them, the file's
+        # position following what was sent (also when the peer goes away).
+        try:
+            fileno = file.fileno()
+            fsize = os.fstat(fileno).st_size
+        except (AttributeError, io.UnsupportedOperation, OSError):
+            raise exceptions.SendfileNotAvailableError("not a regular file") from None
+        end = min(offset + count, fsize) if count else fsize
+        sent = 0
+        try:
+            while offset + sent < end:
+                n = await self._proactor.sendfile_some(sock, fileno, offset + sent, end - offset - sent)
+                if n == 0:
+                    break
+                sent += n
+            return sent
+        finally:
+            if sent > 0:
+                file.seek(offset + sent)
+
+    # -- Unix sockets (asyncio's Unix loop's code, on our transports) --------
+
+    create_unix_connection = unix_events._UnixSelectorEventLoop.create_unix_connection
+    create_unix_server = unix_events._UnixSelectorEventLoop.create_unix_server
+
+    def _stop_serving(self, sock):
+        path = sock.getsockname() if sock in self._unix_server_sockets else None
+        super()._stop_serving(sock)
+        if path is not None:
+            inode = self._unix_server_sockets.pop(sock)
+            try:
+                if os.stat(path).st_ino == inode:
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                base_events.logger.error("Unable to clean up listening UNIX socket %r: %r", path, err)
+
+    # -- subprocesses: a pidfd polled on the ring ------------------------------
+
+    async def _make_subprocess_transport(
+        self, protocol, args, shell, stdin, stdout, stderr, bufsize, extra=None, **kwargs
+    ):
+        waiter = self.create_future()
+        transp = unix_events._UnixSubprocessTransport(
+            self, protocol, args, shell, stdin, stdout, stderr, bufsize, waiter=waiter, extra=extra, **kwargs
+        )
+        self._watch_child(transp)
+        try:
+            await waiter
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException:
+            transp.close()
+            await transp._wait()
+            raise
+        return transp
+
+    def _watch_child(self, transp: Any) -> None:
+        pid = transp.get_pid()
+        pidfd = os.pidfd_open(pid)
+
+        def exited(_events: int) -> None:
+            os.close(pidfd)
+            try:
+                _, status = os.waitpid(pid, 0)
+                returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                returncode = 255  # reaped elsewhere, as asyncio's watchers report it
+            transp._process_exited(returncode)
+
+        self._proactor.poll_callback(pidfd, POLLIN, exited)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} backend={self.backend} running={self.is_running()} closed={self.is_closed()}>"
+
+
+class EpollEventLoop(asyncio.SelectorEventLoop):
+    """asyncio's selector loop (epoll): the fallback where io_uring is unavailable."""
+
+    backend = "epoll"
+
+    def __init__(self, reason: str = "requested (BLOCKIO_BACKEND)") -> None:
+        super().__init__()
+        #: Why this loop is not on io_uring.
+        self.fallback_reason = reason
+
+
+def _backend_choice() -> str:
+    value = os.environ.get("BLOCKIO_BACKEND", "").strip()
+    if value in ("threads", "thread-pool", "threadpool", "epoll"):
+        return "epoll"
+    if value in ("uring", "io_uring", "io-uring"):
+        return "io_uring"
+    if value in ("", "auto"):
+        return "auto"
+    raise ValueError(f'BLOCKIO_BACKEND={value!r}: expected "threads", "uring" (or "io_uring") or "auto"')
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop: on io_uring where the kernel allows it, else on epoll.
+
+    ``BLOCKIO_BACKEND=threads`` chooses epoll, ``uring`` requires io_uring
+    (an ``OSError`` if the kernel refuses it). ``loop.backend`` says which runs.
+    """
+    choice = _backend_choice()
+    if choice == "epoll":
+        return EpollEventLoop()
+    try:
+        ring = _blockio.LoopRing()
+    except OSError as e:
+        if choice == "io_uring" or e.errno not in _UNAVAILABLE:
+            raise
+        return EpollEventLoop(f"io_uring unavailable: {e}")
+    return UringEventLoop(ring)
+
+
+class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
+    """The event loop policy whose loops are :func:`new_event_loop`'s."""
+
+    def _loop_factory(self) -> asyncio.AbstractEventLoop:
+        return new_event_loop()
+
+
+def install() -> None:
+    """Makes :func:`new_event_loop` asyncio's loop factory (``asyncio.run`` and
+    ``asyncio.new_event_loop`` then use it), as ``uvloop.install()`` does."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        asyncio.set_event_loop_policy(EventLoopPolicy())
+
+
+def run(main: Coroutine[Any, Any, _T], *, debug: bool | None = None) -> _T:
+    """Runs ``main`` on a new :func:`new_event_loop` loop, like ``asyncio.run``."""
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
+            return runner.run(main)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = asyncio.get_event_loop_policy()
+        asyncio.set_event_loop_policy(EventLoopPolicy())
+    try:
+        return asyncio.run(main, debug=bool(debug))
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            asyncio.set_event_loop_policy(old)

@@ -1,0 +1,355 @@
+# mypy: ignore-errors
+# (This module extends asyncio's private proactor classes and helpers,
+# which typeshed types partly or not at all; its public signatures are
+# still what mypy uses for callers.)
+"""The proactor of blockio's event loop: asyncio futures over the loop's ring.
+
+asyncio's ``BaseProactorEventLoop`` and its transports ask a proactor for
+whole operations (``recv_into``, ``send``, ``accept``, ...) and get a future
+each; ``select(timeout)`` is the loop's one wait. :class:`RingProactor`
+submits each operation to the Rust ring (``blockio._blockio.LoopRing``),
+keeps its future by token, and in ``select`` resolves every future whose
+operation the kernel finished in that wake-up (one batch per wait, the GIL
+released while the thread waits in ``io_uring_enter``).
+
+On the ring as completions: ``recv``, ``recv_into`` (and ``read`` on pipes),
+``send`` (and ``write``: what the descriptor takes at once is written at
+once, the rest on the ring), ``accept``, and one-shot polls. Driven by
+readiness (a ring poll, then the non-blocking system call, as asyncio's
+selector loop does): ``connect``, ``recvfrom``/``recvfrom_into``,
+``sendto`` and ``sendfile`` (``os.sendfile``, no Python-level copy). Each
+makes its system call at once, in the caller's step, and polls only when
+that would block.
+
+Cancelling a future cancels its operation; the kernel still answers once,
+and only then is the operation's memory released. Bytes that a cancelled
+receive took off a socket are kept and handed to the next receive on the
+same socket, so a cancelled ``sock_recv`` loses nothing; a connection that a
+cancelled accept took is closed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import socket
+import stat
+import weakref
+from asyncio import futures
+from typing import Any, Callable
+
+from . import _blockio
+
+POLLIN = select.POLLIN
+POLLOUT = select.POLLOUT
+
+# Operation kinds, as kept beside each token.
+_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK = range(6)
+
+
+class OpFuture(futures.Future):
+    """The future of one ring operation: cancelling it cancels the operation."""
+
+    def __init__(self, proactor: RingProactor, token: int, *, loop: Any) -> None:
+        super().__init__(loop=loop)
+        self._proactor = proactor
+        self._token = token
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not self.done():
+            self._proactor.cancel_op(self._token)
+        return super().cancel(msg=msg)
+
+
+def _fd_of(obj: Any) -> int:
+    return obj if isinstance(obj, int) else obj.fileno()
+
+
+def os_error(code: int) -> OSError:
+    """The ``OSError`` subclass for errno ``code`` (``ConnectionResetError``...)."""
+    return OSError(code, os.strerror(code))
+
+
+class RingProactor:
+    """Operations on one ring as asyncio futures (see the module's doc)."""
+
+    def __init__(self, ring: _blockio.LoopRing) -> None:
+        self._ring = ring
+        self._loop: Any = None
+        # token -> (future or None, kind, argument)
+        self._ops: dict[int, tuple[Any, int, Any]] = {}
+        # descriptor -> (weak reference to its socket, bytes received after a cancel)
+        self._kept: dict[int, tuple[Any, bytes]] = {}
+        # descriptor -> token of its latest receive in flight
+        self._receiving: dict[int, int] = {}
+        # receives cancelled by the proactor to hand them kept bytes
+        self._redirected: set[int] = set()
+        self._before_wait: list[Callable[[], None]] = []
+
+    def set_loop(self, loop: Any) -> None:
+        self._loop = loop
+
+    # -- submitting --------------------------------------------------------
+
+    def _future(self, token: int, kind: int, arg: Any = None) -> OpFuture:
+        fut = OpFuture(self, token, loop=self._loop)
+        self._ops[token] = (fut, kind, arg)
+        return fut
+
+    def _done(self, result: Any) -> futures.Future:
+        fut = self._loop.create_future()
+        fut.set_result(result)
+        return fut
+
+    def _take_kept(self, conn: Any, n: int) -> bytes | None:
+        """Bytes a cancelled receive left for ``conn``, at most ``n``."""
+        fd = _fd_of(conn)
+        entry = self._kept.pop(fd, None)
+        if entry is None:
+            return None
+        ref, data = entry
+        if ref() is not conn:  # the descriptor was closed and reused
+            return None
+        if n and len(data) > n:
+            self._kept[fd] = (ref, data[n:])
+            data = data[:n]
+        return data
+
+    def recv(self, conn: Any, nbytes: int, flags: int = 0) -> futures.Future:
+        """Receives at most ``nbytes`` bytes (``b''`` at end of stream)."""
+        kept = self._take_kept(conn, nbytes)
+        if kept is not None:
+            return self._done(kept)
+        fd = _fd_of(conn)
+        token = self._ring.recv(fd, nbytes, isinstance(conn, socket.socket))
+        self._receiving[fd] = token
+        return self._future(token, _RECV, (fd, conn, nbytes))
+
+    def recv_into(self, conn: Any, buf: Any, flags: int = 0) -> futures.Future:
+        """Receives into ``buf``; the result is the byte count."""
+        kept = self._take_kept(conn, len(memoryview(buf).cast("B")))
+        if kept is not None:
+            memoryview(buf).cast("B")[: len(kept)] = kept
+            return self._done(len(kept))
+        fd = _fd_of(conn)
+        token = self._ring.recv_into(fd, buf, 0, isinstance(conn, socket.socket))
+        self._receiving[fd] = token
+        return self._future(token, _RECV_INTO, (fd, conn, buf))
+
+    def send(self, conn: Any, buf: Any, flags: int = 0) -> futures.Future:
+        """Sends all of ``buf``; the result is its length."""
+        token, sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
+        if token is None:
+            return self._done(sent)
+        return self._future(token, _SEND)
+
+    def send_or_future(self, conn: Any, buf: Any) -> futures.Future | None:
+        """Sends all of ``buf``: ``None`` when it all went out at once, else
+        the future of the rest's completion."""
+        token, _sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
+        return None if token is None else self._future(token, _SEND)
+
+    def accept(self, listener: socket.socket) -> futures.Future:
+        """Accepts a connection; the result is ``(socket, address)``."""
+        token = self._ring.accept(listener.fileno())
+        return self._future(token, _ACCEPT, listener)
+
+    def poll(self, fd: int, mask: int) -> futures.Future:
+        """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
+        return self._future(self._ring.poll(fd, mask), _POLL)
+
+    def poll_callback(self, fd: int, mask: int, callback: Callable[[int], None]) -> int:
+        """Calls ``callback(events or -errno)`` once ``fd`` is ready; returns the token."""
+        token = self._ring.poll(fd, mask)
+        self._ops[token] = (None, _CALLBACK, callback)
+        return token
+
+    def cancel_op(self, token: int) -> None:
+        """Asks the kernel to cancel operation ``token``."""
+        if self._ring is not None and token in self._ops:
+            self._ring.cancel(token)
+
+    # -- driven by readiness ------------------------------------------------
+
+    async def _when_ready(self, fd: int, mask: int, call: Callable[[], Any]) -> Any:
+        while True:
+            await self.poll(fd, mask)
+            try:
+                return call()
+            except (BlockingIOError, InterruptedError):
+                pass
+
+    def _now_or_when_ready(self, fd: int, mask: int, call: Callable[[], Any]) -> futures.Future:
+        """``call()`` now (as the caller's own step: a caller that then
+        blocks has had its system call made); if it would block, again
+        each time ``fd`` is ready until it does not."""
+        fut = self._loop.create_future()
+        try:
+            fut.set_result(call())
+        except (BlockingIOError, InterruptedError):
+            return self._loop.create_task(self._when_ready(fd, mask, call))
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        return fut
+
+    def recvfrom(self, conn: socket.socket, nbytes: int, flags: int = 0) -> futures.Future:
+        return self._now_or_when_ready(conn.fileno(), POLLIN, lambda: conn.recvfrom(nbytes, flags))
+
+    def recvfrom_into(self, conn: socket.socket, buf: Any, nbytes: int = 0, flags: int = 0) -> futures.Future:
+        return self._now_or_when_ready(conn.fileno(), POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
+
+    def sendto(self, conn: socket.socket, buf: Any, flags: int = 0, addr: Any = None) -> futures.Future:
+        return self._now_or_when_ready(conn.fileno(), POLLOUT, lambda: conn.sendto(buf, flags, addr))
+
+    def connect(self, conn: socket.socket, address: Any) -> futures.Future:
+        """Connects ``conn``: the ``connect`` call now, its outcome when the
+        socket is writable."""
+        fut = self._loop.create_future()
+        try:
+            conn.connect(address)
+        except (BlockingIOError, InterruptedError):
+            return self._loop.create_task(self._connected(conn, address))
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(None)
+        return fut
+
+    async def _connected(self, conn: socket.socket, address: Any) -> None:
+        fd = conn.fileno()
+        while True:
+            await self.poll(fd, POLLOUT)
+            err = conn.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err == 0:
+                return
+            if err not in (errno.EINPROGRESS, errno.EALREADY):
+                raise OSError(err, f"Connect call failed {address}")
+
+    def sendfile_some(self, sock: socket.socket, in_fd: int, offset: int, count: int) -> futures.Future:
+        """``os.sendfile`` of at most ``count`` bytes from ``offset`` once
+        ``sock`` takes some; the result is the count sent (0 at end of file)."""
+        out_fd = sock.fileno()
+        return self._now_or_when_ready(out_fd, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
+
+    async def sendfile(self, sock: socket.socket, file: Any, offset: int, count: int) -> None:
+        """Sends ``count`` bytes of ``file`` from ``offset`` (fewer at its end)."""
+        in_fd = file.fileno()
+        while count > 0:
+            n = await self.sendfile_some(sock, in_fd, offset, count)
+            if n == 0:
+                return
+            offset += n
+            count -= n
+
+    def wait_closed(self, pipe: Any) -> futures.Future | None:
+        """A future done when the reader of the write end ``pipe`` is gone:
+        for a FIFO (whose write end reports ``POLLERR`` then) or a socket
+        (readable then), as asyncio's Unix loop watches them; ``None`` for
+        other files (a terminal is readable for other reasons)."""
+        mode = os.fstat(_fd_of(pipe)).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return None
+        return self.poll(_fd_of(pipe), POLLIN)
+
+    def _stop_serving(self, sock: socket.socket) -> None:
+        """Nothing to do: the loop cancels the listener's accept."""
+
+    # -- the wait -----------------------------------------------------------
+
+    def select(self, timeout: float | None = None) -> tuple:
+        """Waits at most ``timeout`` seconds and resolves every finished operation."""
+        for arm in self._before_wait:
+            arm()
+        self._before_wait.clear()
+        for token, res, value in self._ring.wait(timeout):
+            entry = self._ops.pop(token, None)
+            if entry is not None:
+                self._finish(token, entry, res, value)
+        return ()
+
+    def _finish(self, token: int, entry: tuple[Any, int, Any], res: int, value: Any) -> None:
+        fut, kind, arg = entry
+        if kind == _CALLBACK:
+            arg(res if res < 0 else value)
+            return
+        if kind in (_RECV, _RECV_INTO) and self._receiving.get(arg[0]) == token:
+            del self._receiving[arg[0]]
+        if token in self._redirected:
+            self._redirected.discard(token)
+            self._serve_redirected(fut, kind, arg, res, value)
+            return
+        if fut.done():  # cancelled; the kernel may still have done the work
+            if res >= 0:
+                self._after_cancel(kind, arg, res, value)
+            return
+        if res < 0:
+            if res == -errno.ECANCELED:
+                fut.cancel()
+            else:
+                fut.set_exception(os_error(-res))
+        elif kind == _ACCEPT:
+            fd, addr = value
+            conn = socket.socket(arg.family, arg.type, arg.proto, fileno=fd)
+            conn.setblocking(False)
+            fut.set_result((conn, addr))
+        else:
+            fut.set_result(value)
+
+    def _after_cancel(self, kind: int, arg: Any, res: int, value: Any) -> None:
+        if kind == _ACCEPT:
+            os.close(value[0])
+        elif kind in (_RECV, _RECV_INTO) and res > 0:
+            self._keep(kind, arg, res, value)
+            # A receive already waiting on the socket would not see these
+            # bytes: it is cancelled and served from them.
+            waiting = self._receiving.get(arg[0])
+            if waiting is not None and waiting in self._ops and waiting not in self._redirected:
+                self._redirected.add(waiting)
+                self._ring.cancel(waiting)
+
+    def _keep(self, kind: int, arg: Any, res: int, value: Any) -> None:
+        """Keeps the ``res`` bytes a receive got, after those kept before."""
+        fd, conn = arg[0], arg[1]
+        data = value if kind == _RECV else bytes(memoryview(arg[2]).cast("B")[:res])
+        old = self._kept.get(fd)
+        if old is not None and old[0]() is conn:
+            data = old[1] + data
+        self._kept[fd] = (weakref.ref(conn), data)
+
+    def _serve_redirected(self, fut: Any, kind: int, arg: Any, res: int, value: Any) -> None:
+        """Completes a receive that the proactor cancelled to give it kept bytes."""
+        if res > 0:
+            self._keep(kind, arg, res, value)
+        if fut.done():
+            return
+        if res < 0 and res != -errno.ECANCELED:
+            fut.set_exception(os_error(-res))
+            return
+        conn = arg[1]
+        if kind == _RECV:
+            again = self.recv(conn, arg[2])
+        else:
+            again = self.recv_into(conn, arg[2])
+        # Kept bytes make `again` done at once; otherwise it is a new
+        # receive in flight, and `fut` follows it.
+        futures._chain_future(again, fut)
+
+    def close(self) -> None:
+        """Cancels everything in flight and closes the ring once the kernel is done."""
+        if self._ring is None:
+            return
+        self._ring.close()
+        self._ring = None
+        ops, self._ops = self._ops, {}
+        for fut, _kind, _arg in ops.values():
+            if fut is not None and not fut.done():
+                fut.cancel()
+        self._kept.clear()
+
+    def __repr__(self) -> str:
+        return f"<RingProactor in_flight={len(self._ops)}>"

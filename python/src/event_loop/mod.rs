@@ -1,0 +1,62 @@
+//! The completion core of blockio's asyncio event loop
+//! (`blockio.new_event_loop()`): one io_uring per loop, operations on
+//! sockets, pipes and descriptors whose results arrive as completions.
+//!
+//! # Why a proactor
+//!
+//! Replacing only the poller of asyncio's selector loop (epoll readiness
+//! through a ring) buys parity with epoll: every read still costs a wake-up
+//! plus a `recv` system call. The loop is therefore a *proactor*: the
+//! Python class (`blockio/_loop.py`) is built on asyncio's
+//! `BaseProactorEventLoop`, whose socket, pipe and datagram transports ask
+//! a proactor for whole operations (`recv_into`, `send`, `accept`, ...) and
+//! react to their completion. [`LoopRing`] is that proactor's kernel side:
+//! it submits the operation, owns its memory until the completion, and
+//! hands back a batch of completions per wake-up, taken with the GIL
+//! released while the thread waits in `io_uring_enter`.
+//!
+//! # What the ring does
+//!
+//! * `recv`/`read` into memory it owns (the result is new `bytes`), or into
+//!   a caller's writable buffer (`recv_into`), held and so kept alive and
+//!   unresizable until the completion, even after a cancel;
+//! * `send`/`write` of a caller's buffer: what the descriptor takes at
+//!   once is written at once (non-blocking), the rest on the ring,
+//!   resubmitted after each short write, so that one completion means the
+//!   whole buffer went out;
+//! * `accept` with the peer's address read from the kernel's answer;
+//! * one-shot `POLL_ADD` (the loop's `add_reader`/`add_writer`, pidfds of
+//!   subprocesses, and the operations asyncio drives by readiness);
+//! * cancellation (`ASYNC_CANCEL`): the operation still completes once,
+//!   and its memory is released only then;
+//! * an operation the kernel answers with `EAGAIN` (a descriptor the
+//!   caller set `O_NONBLOCK`, such as a pipe) waits for readiness with a
+//!   poll under the same token and is then submitted again.
+//!
+//! Timers, the ready queue and the dispatch of completions to futures stay
+//! in asyncio's Python code (`BaseEventLoop._run_once`): the nearest
+//! timer's deadline is the timeout of [`LoopRing::wait`].
+//!
+//! # Lifecycle
+//!
+//! `close()` cancels everything in flight and reaps until the kernel has
+//! answered each operation, so that no buffer is freed while the kernel may
+//! still write it; an operation that does not answer within a bound has
+//! its memory leaked on purpose rather than freed. After `fork()` the child
+//! must never submit to the parent's ring (the ring is shared, so a cancel
+//! from the child would cancel the parent's operations): [`after_fork`],
+//! registered with `os.register_at_fork`, makes every existing ring refuse
+//! further use in the child and drop without submitting. No `SQPOLL`
+//! (operations submitted through it keep the credentials from before a
+//! `setuid`).
+//!
+//! Modules: `ring` (the Python class), `ops` (one operation in flight and
+//! its submission entry), `now` (the write tried before the ring), `sockaddr` (a kernel socket address as Python
+//! spells it).
+
+mod now;
+mod ops;
+mod ring;
+mod sockaddr;
+
+pub(crate) use ring::{after_fork, LoopRing};

@@ -1,0 +1,62 @@
+//! The write tried before the ring: as much of a send as the descriptor
+//! takes without waiting. Most sends fit the socket's buffer, so they cost
+//! one system call and no completion.
+
+use std::io;
+use std::os::fd::{BorrowedFd, RawFd};
+
+use rustix::net::SendFlags;
+
+/// Writes what `fd` takes of `data` now; 0 when it would block (or cannot
+/// say without blocking). Other errors are the caller's (`EPIPE`...).
+pub(crate) fn write_now(fd: RawFd, data: &[u8], socket: bool) -> io::Result<usize> {
+    if data.is_empty() {
+        return Ok(0);
+    }
+    if socket {
+        // SAFETY: the caller's descriptor, borrowed for this one call; if it
+        // was closed meanwhile the send fails with EBADF, reported as such.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        return match rustix::net::send(borrowed, data, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+            Ok(n) => Ok(n),
+            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => Ok(0),
+            Err(e) => Err(e.into()),
+        };
+    }
+    let iov = libc::iovec {
+        iov_base: data.as_ptr().cast_mut().cast(),
+        iov_len: data.len(),
+    };
+    // libc, not rustix: rustix's pwritev2 takes an unsigned offset and so
+    // cannot ask for the current position (-1), which pipes need.
+    // SAFETY: `iov` describes `data`, alive for the call; the kernel only
+    // reads it.
+    let n = unsafe { libc::pwritev2(fd, &iov, 1, -1, libc::RWF_NOWAIT) };
+    if n >= 0 {
+        return Ok(n as usize);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        // A file that cannot say "would block" per call (a terminal): a
+        // plain write when the descriptor is non-blocking (as the loop's
+        // pipe transports make it), else the ring does the write.
+        Some(libc::EOPNOTSUPP) => write_if_nonblocking(fd, data),
+        // Would block: the ring does the write.
+        Some(libc::EAGAIN | libc::EINVAL | libc::EINTR) => Ok(0),
+        _ => Err(e),
+    }
+}
+
+/// `write(2)` on `fd` if it is `O_NONBLOCK`; 0 if it is not or would block.
+fn write_if_nonblocking(fd: RawFd, data: &[u8]) -> io::Result<usize> {
+    // SAFETY: the caller's descriptor, borrowed for these two calls.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    if !rustix::fs::fcntl_getfl(borrowed)?.contains(rustix::fs::OFlags::NONBLOCK) {
+        return Ok(0);
+    }
+    match rustix::io::write(borrowed, data) {
+        Ok(n) => Ok(n),
+        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => Ok(0),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,180 @@
+//! One operation in flight on a loop's ring: what it does, the memory the
+//! kernel reads or writes until its completion, and the submission entry
+//! for its current step (the operation itself, or the readiness poll it
+//! waits on after an `EAGAIN`).
+
+use std::os::fd::RawFd;
+
+use io_uring::{opcode, squeue, types::Fd};
+use pyo3::buffer::PyBuffer;
+
+/// What an operation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Receive into memory the ring owns (`recv`, or `read` on a pipe).
+    Recv,
+    /// Receive into the caller's buffer.
+    RecvInto,
+    /// Send the whole of the caller's buffer (`send`, or `write`).
+    Send,
+    /// Accept a connection.
+    Accept,
+    /// Wait for readiness (`POLL_ADD`, one-shot).
+    Poll,
+}
+
+/// A socket address as the kernel fills it in.
+pub(crate) struct AddrSlot {
+    /// The address.
+    pub storage: libc::sockaddr_storage,
+    /// Its length (in: the room; out: the length used).
+    pub len: libc::socklen_t,
+}
+
+/// The memory an operation hands to the kernel.
+pub(crate) enum Memory {
+    /// None (a poll).
+    Nothing,
+    /// Bytes the ring allocated (a receive whose result is new bytes).
+    Owned(Vec<u8>),
+    /// The caller's buffer, held until the completion.
+    Lent(PyBuffer<u8>),
+    /// A socket address (an accept).
+    Addr(Box<AddrSlot>),
+}
+
+/// An operation the kernel has not answered yet.
+pub(crate) struct InFlight {
+    /// What it does.
+    pub kind: Kind,
+    /// The descriptor it works on.
+    pub fd: RawFd,
+    /// A socket (`recv`/`send`) rather than a pipe or other file
+    /// (`read`/`write` at the current position).
+    pub socket: bool,
+    /// The memory the kernel uses.
+    pub memory: Memory,
+    /// Bytes to transfer (receives: at most; sends: all of them).
+    pub len: usize,
+    /// Bytes a send has already written.
+    pub done: usize,
+    /// The poll mask of a [`Kind::Poll`].
+    pub mask: u32,
+    /// A readiness poll is in flight in its place (after `EAGAIN`).
+    pub waiting_ready: bool,
+    /// Its cancellation was asked for.
+    pub cancelled: bool,
+}
+
+impl InFlight {
+    /// A new operation on `fd`, not yet submitted.
+    pub fn new(kind: Kind, fd: RawFd, socket: bool, memory: Memory, len: usize) -> Self {
+        InFlight {
+            kind,
+            fd,
+            socket,
+            memory,
+            len,
+            done: 0,
+            mask: 0,
+            waiting_ready: false,
+            cancelled: false,
+        }
+    }
+
+    /// The poll mask that says this operation can make progress.
+    fn ready_mask(&self) -> u32 {
+        match self.kind {
+            Kind::Send => libc::POLLOUT as u32,
+            Kind::Poll => self.mask,
+            _ => libc::POLLIN as u32,
+        }
+    }
+
+    /// The address and room of the memory a receive fills.
+    fn recv_target(&mut self) -> (*mut u8, u32) {
+        let room = clamp_len(self.len);
+        match &mut self.memory {
+            Memory::Owned(v) => (v.as_mut_ptr(), room),
+            Memory::Lent(b) => (b.buf_ptr().cast::<u8>(), room),
+            _ => (std::ptr::null_mut(), 0),
+        }
+    }
+
+    /// The address and length of what a send has still to write.
+    fn send_source(&self) -> (*const u8, u32) {
+        let rest = clamp_len(self.len - self.done);
+        // `done < len <= the buffer's length`: the pointer stays inside it.
+        match &self.memory {
+            Memory::Lent(b) => (
+                b.buf_ptr()
+                    .cast::<u8>()
+                    .cast_const()
+                    .wrapping_add(self.done),
+                rest,
+            ),
+            Memory::Owned(v) => (v.as_ptr().wrapping_add(self.done), rest),
+            _ => (std::ptr::null(), 0),
+        }
+    }
+
+    /// The submission entry for the operation's next step, tagged `token`.
+    ///
+    /// The pointers in it stay valid while `self` is kept (the memory is
+    /// owned by `self` or held through a Python buffer export).
+    pub fn entry(&mut self, token: u64) -> squeue::Entry {
+        let fd = Fd(self.fd);
+        if self.waiting_ready || self.kind == Kind::Poll {
+            return opcode::PollAdd::new(fd, self.ready_mask())
+                .build()
+                .user_data(token);
+        }
+        let e = match self.kind {
+            Kind::Recv | Kind::RecvInto => {
+                let (ptr, len) = self.recv_target();
+                if self.socket {
+                    opcode::Recv::new(fd, ptr, len).build()
+                } else {
+                    opcode::Read::new(fd, ptr, len).offset(u64::MAX).build()
+                }
+            }
+            Kind::Send => {
+                let (ptr, len) = self.send_source();
+                if self.socket {
+                    opcode::Send::new(fd, ptr, len)
+                        .flags(libc::MSG_NOSIGNAL)
+                        .build()
+                } else {
+                    opcode::Write::new(fd, ptr, len).offset(u64::MAX).build()
+                }
+            }
+            Kind::Accept => {
+                let Memory::Addr(slot) = &mut self.memory else {
+                    unreachable!("an accept always carries its address slot")
+                };
+                let addr = std::ptr::addr_of_mut!(slot.storage).cast::<libc::sockaddr>();
+                opcode::Accept::new(fd, addr, std::ptr::addr_of_mut!(slot.len))
+                    .flags(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)
+                    .build()
+            }
+            Kind::Poll => unreachable!("handled above"),
+        };
+        e.user_data(token)
+    }
+}
+
+/// A length as the 32-bit field of a submission entry (a longer transfer
+/// is done in several steps: sends resubmit the rest, receives return
+/// what arrived).
+fn clamp_len(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A new address slot for an accept.
+pub(crate) fn addr_slot() -> Box<AddrSlot> {
+    Box::new(AddrSlot {
+        // SAFETY: sockaddr_storage is plain old data; all zeroes is valid.
+        storage: unsafe { std::mem::zeroed() },
+        len: std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
+    })
+}

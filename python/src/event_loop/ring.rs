@@ -1,0 +1,479 @@
+//! `LoopRing`: the ring of one event loop, as the Python class the loop's
+//! proactor drives. Each submitting method returns a token; [`LoopRing::wait`]
+//! returns the finished operations as `(token, result, value)`: `result`
+//! is the kernel's answer (a negative errno on failure) and `value` what
+//! the operation produced (the received bytes, the accepted descriptor and
+//! address, the bytes sent, the poll's events).
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
+
+use io_uring::{opcode, squeue, types, IoUring};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use super::ops::{addr_slot, InFlight, Kind, Memory};
+use super::sockaddr;
+
+/// The token of the ring's own cancel requests, whose completions are
+/// ignored.
+const CANCEL_TOKEN: u64 = u64::MAX;
+
+/// How long `close()` waits for cancelled operations to answer before
+/// leaking their memory instead of freeing it.
+const CLOSE_BOUND: Duration = Duration::from_secs(2);
+
+/// Bumped in a forked child: rings made before it belong to the parent.
+static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Marks every ring that exists as the parent's (called in the child
+/// after `fork()`, through `os.register_at_fork`).
+#[pyfunction]
+pub(crate) fn after_fork() {
+    FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
+}
+
+/// A ring and what is in flight on it.
+struct State {
+    ring: IoUring,
+    ops: HashMap<u64, InFlight>,
+    next: u64,
+    /// Entries were queued since the last submission.
+    queued: bool,
+}
+
+/// The io_uring of one asyncio event loop (see the module's doc).
+///
+/// One thread drives it at a time (an event loop is not thread-safe); a
+/// call from a second thread while the first waits is refused with
+/// `RuntimeError` rather than blocked.
+#[pyclass(module = "blockio._blockio")]
+pub(crate) struct LoopRing {
+    state: Mutex<Option<State>>,
+    generation: u64,
+}
+
+#[pymethods]
+impl LoopRing {
+    /// A ring with `entries` submission slots. `OSError` when the kernel
+    /// refuses io_uring (`EPERM` under `kernel.io_uring_disabled` or
+    /// seccomp, `ENOSYS` on old kernels).
+    #[new]
+    #[pyo3(signature = (entries = 256))]
+    fn new(entries: u32) -> PyResult<Self> {
+        let ring = IoUring::builder()
+            .setup_cqsize(entries.saturating_mul(8))
+            .build(entries)
+            .map_err(|e| {
+                PyOSError::new_err((
+                    e.raw_os_error().unwrap_or(0),
+                    format!("io_uring_setup: {e}"),
+                ))
+            })?;
+        Ok(LoopRing {
+            state: Mutex::new(Some(State {
+                ring,
+                ops: HashMap::new(),
+                next: 0,
+                queued: false,
+            })),
+            generation: FORK_GENERATION.load(Ordering::SeqCst),
+        })
+    }
+
+    /// Receives at most `nbytes` from `fd` into new bytes (`recv` on a
+    /// socket, `read` otherwise).
+    fn recv(&self, fd: RawFd, nbytes: usize, socket: bool) -> PyResult<u64> {
+        let op = InFlight::new(
+            Kind::Recv,
+            fd,
+            socket,
+            Memory::Owned(vec![0; nbytes]),
+            nbytes,
+        );
+        self.submit(op)
+    }
+
+    /// Receives at most `nbytes` (0: the buffer's length) from `fd` into
+    /// the writable buffer `buf`, held until the completion.
+    fn recv_into(
+        &self,
+        fd: RawFd,
+        buf: &Bound<'_, PyAny>,
+        nbytes: usize,
+        socket: bool,
+    ) -> PyResult<u64> {
+        let b = PyBuffer::<u8>::get(buf)?;
+        if b.readonly() || !b.is_c_contiguous() {
+            return Err(PyValueError::new_err(
+                "recv_into needs a writable, contiguous buffer",
+            ));
+        }
+        let room = b.len_bytes();
+        let n = if nbytes == 0 { room } else { nbytes.min(room) };
+        self.submit(InFlight::new(
+            Kind::RecvInto,
+            fd,
+            socket,
+            Memory::Lent(b),
+            n,
+        ))
+    }
+
+    /// Sends the whole of `data` (any contiguous buffer) on `fd`. What the
+    /// descriptor takes at once is written now, without waiting; the rest
+    /// goes to the ring, which holds the buffer until the completion (the
+    /// result is then the total sent). Returns `(token, sent)`: `token` is
+    /// `None` when everything went out now.
+    ///
+    /// A write thus reaches the peer when `transport.write()` returns, as on
+    /// asyncio's own loops, even if the caller then blocks; and a send that
+    /// fits the socket's buffer costs no completion.
+    fn send(
+        &self,
+        fd: RawFd,
+        data: &Bound<'_, PyAny>,
+        socket: bool,
+    ) -> PyResult<(Option<u64>, usize)> {
+        let b = PyBuffer::<u8>::get(data)?;
+        if !b.is_c_contiguous() {
+            return Err(PyValueError::new_err("send needs a contiguous buffer"));
+        }
+        let n = b.len_bytes();
+        // SAFETY: `b` holds the export of a contiguous buffer of `n` bytes,
+        // which stays alive and unresized while held; the GIL is held, so
+        // no Python code changes it during this call.
+        let bytes = unsafe { std::slice::from_raw_parts(b.buf_ptr().cast::<u8>().cast_const(), n) };
+        let sent = super::now::write_now(fd, bytes, socket)?;
+        if sent == n {
+            return Ok((None, n));
+        }
+        let mut op = InFlight::new(Kind::Send, fd, socket, Memory::Lent(b), n);
+        op.done = sent;
+        let token = self.submit(op)?;
+        self.flush()?;
+        Ok((Some(token), sent))
+    }
+
+    /// Accepts a connection on the listening socket `fd`; the value is
+    /// `(descriptor, address)`, the descriptor non-blocking and
+    /// close-on-exec.
+    fn accept(&self, fd: RawFd) -> PyResult<u64> {
+        self.submit(InFlight::new(
+            Kind::Accept,
+            fd,
+            true,
+            Memory::Addr(addr_slot()),
+            0,
+        ))
+    }
+
+    /// Waits (once) until `fd` has one of the `mask` poll events; the value
+    /// is the events it has.
+    fn poll(&self, fd: RawFd, mask: u32) -> PyResult<u64> {
+        let mut op = InFlight::new(Kind::Poll, fd, false, Memory::Nothing, 0);
+        op.mask = mask;
+        self.submit(op)
+    }
+
+    /// Asks the kernel to cancel the operation `token`. It still completes
+    /// once (with `-ECANCELED`, or with its result if it won the race).
+    /// False when `token` is not in flight.
+    fn cancel(&self, token: u64) -> PyResult<bool> {
+        let mut guard = self.lock()?;
+        let st = guard.as_mut().ok_or_else(closed)?;
+        match st.ops.get_mut(&token) {
+            Some(op) if !op.cancelled => op.cancelled = true,
+            _ => return Ok(false),
+        }
+        st.push(
+            opcode::AsyncCancel::new(token)
+                .build()
+                .user_data(CANCEL_TOKEN),
+        )?;
+        Ok(true)
+    }
+
+    /// Submits what is queued and returns the finished operations, waiting
+    /// at most `timeout` seconds (`None`: until one finishes; 0: not at
+    /// all) with the GIL released. A signal that interrupts the wait runs
+    /// Python's handlers here (so Ctrl-C raises `KeyboardInterrupt`).
+    #[pyo3(signature = (timeout))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Vec<(u64, i64, PyObject)>> {
+        let mut guard = self.lock()?;
+        let st = guard.as_mut().ok_or_else(closed)?;
+        let queued = std::mem::take(&mut st.queued);
+        let ring = &st.ring;
+        let entered = match timeout {
+            // Nothing to hand over and no wait: completions are read from the
+            // shared queue without a system call.
+            Some(t) if t <= 0.0 && !queued => Ok(()),
+            Some(t) if t <= 0.0 => ring.submit().map(|_| ()),
+            Some(t) => {
+                let ts = timespec(t);
+                crate::gil::detach(py, move || {
+                    let args = types::SubmitArgs::new().timespec(&ts);
+                    ring.submitter().submit_with_args(1, &args).map(|_| ())
+                })
+            }
+            None => crate::gil::detach(py, move || ring.submit_and_wait(1).map(|_| ())),
+        };
+        match entered {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                drop(guard);
+                py.check_signals()?;
+                return Ok(Vec::new());
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EAGAIN | libc::EBUSY)
+                ) => {}
+            Err(e) => {
+                return Err(PyOSError::new_err((
+                    e.raw_os_error().unwrap_or(0),
+                    format!("io_uring_enter: {e}"),
+                )))
+            }
+        }
+        st.reap(py)
+    }
+
+    /// How many operations the kernel has not answered yet.
+    fn in_flight(&self) -> PyResult<usize> {
+        Ok(self.lock()?.as_ref().map_or(0, |st| st.ops.len()))
+    }
+
+    /// Cancels everything in flight, waits (bounded) until the kernel has
+    /// answered each operation, and closes the ring. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let state = match self.state.try_lock() {
+            Ok(mut g) => g.take(),
+            Err(_) => return Err(busy()),
+        };
+        if let Some(st) = state {
+            if self.generation == FORK_GENERATION.load(Ordering::SeqCst) {
+                st.shut_down(py);
+            } else {
+                st.forget_in_child();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LoopRing {
+    /// The state, for the loop's thread; refused in a forked child and
+    /// while another thread waits.
+    fn lock(&self) -> PyResult<MutexGuard<'_, Option<State>>> {
+        if self.generation != FORK_GENERATION.load(Ordering::SeqCst) {
+            return Err(PyRuntimeError::new_err(
+                "this event loop's ring belongs to the parent process; a forked child must create its own loop",
+            ));
+        }
+        match self.state.try_lock() {
+            Ok(g) => Ok(g),
+            Err(TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+            Err(TryLockError::WouldBlock) => Err(busy()),
+        }
+    }
+
+    /// Hands what is queued to the kernel without waiting.
+    fn flush(&self) -> PyResult<()> {
+        let mut guard = self.lock()?;
+        let st = guard.as_mut().ok_or_else(closed)?;
+        match st.ring.submit() {
+            Ok(_) => {
+                st.queued = false;
+                Ok(())
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Queues `op` and returns its token.
+    fn submit(&self, mut op: InFlight) -> PyResult<u64> {
+        let mut guard = self.lock()?;
+        let st = guard.as_mut().ok_or_else(closed)?;
+        st.next = (st.next + 1) % CANCEL_TOKEN;
+        let token = st.next;
+        let entry = op.entry(token);
+        st.ops.insert(token, op);
+        if let Err(e) = st.push(entry) {
+            st.ops.remove(&token);
+            return Err(e.into());
+        }
+        Ok(token)
+    }
+}
+
+impl Drop for LoopRing {
+    fn drop(&mut self) {
+        let state = self
+            .state
+            .get_mut()
+            .map(Option::take)
+            .unwrap_or_else(|p| p.into_inner().take());
+        if let Some(st) = state {
+            if self.generation == FORK_GENERATION.load(Ordering::SeqCst) {
+                Python::with_gil(|py| st.shut_down(py));
+            } else {
+                st.forget_in_child();
+            }
+        }
+    }
+}
+
+impl State {
+    /// Queues `entry`, flushing the submission queue to the kernel when it
+    /// is full.
+    fn push(&mut self, entry: squeue::Entry) -> io::Result<()> {
+        loop {
+            // SAFETY: the memory `entry` points at belongs to an `InFlight`
+            // kept in `self.ops` under the entry's token until its
+            // completion is reaped (or leaked by `shut_down`); cancel
+            // entries point at nothing.
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                self.queued = true;
+                return Ok(());
+            }
+            self.ring.submit()?;
+        }
+    }
+
+    /// Takes every completion the ring holds and turns those that finish
+    /// an operation into `(token, result, value)`.
+    fn reap(&mut self, py: Python<'_>) -> PyResult<Vec<(u64, i64, PyObject)>> {
+        let cqes: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        let mut out = Vec::with_capacity(cqes.len());
+        for (token, res) in cqes {
+            if token == CANCEL_TOKEN {
+                continue;
+            }
+            if let Some(op) = self.advance(token, res)? {
+                out.push((token, i64::from(res), finish(py, op, res)?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Moves operation `token` on after a completion with `res`: the next
+    /// step is submitted (the rest of a short send, the retry after a
+    /// readiness poll, the poll after `EAGAIN`), or the finished operation
+    /// is returned.
+    fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<InFlight>> {
+        let Some(op) = self.ops.get_mut(&token) else {
+            return Ok(None);
+        };
+        let again = if op.cancelled {
+            false
+        } else if op.waiting_ready {
+            // Any event (an error or hang-up too) lets the retry report it.
+            op.waiting_ready = res < 0;
+            res >= 0
+        } else if res == -libc::EAGAIN && op.kind != Kind::Poll {
+            op.waiting_ready = true;
+            true
+        } else if op.kind == Kind::Send && res > 0 && op.done + (res as usize) < op.len {
+            op.done += res as usize;
+            true
+        } else {
+            false
+        };
+        if again {
+            let entry = op.entry(token);
+            self.push(entry)?;
+            return Ok(None);
+        }
+        Ok(self.ops.remove(&token))
+    }
+
+    /// Cancels everything, reaps until every operation has answered or
+    /// [`CLOSE_BOUND`] passes, then leaks what is left (its memory may
+    /// still be written by the kernel) and closes the ring.
+    fn shut_down(mut self, py: Python<'_>) {
+        let tokens: Vec<u64> = self.ops.keys().copied().collect();
+        for t in tokens {
+            let _ = self.push(opcode::AsyncCancel::new(t).build().user_data(CANCEL_TOKEN));
+        }
+        let deadline = Instant::now() + CLOSE_BOUND;
+        while !self.ops.is_empty() && Instant::now() < deadline {
+            let ring = &self.ring;
+            let ts = timespec(0.05);
+            let _ = crate::gil::detach(py, move || {
+                ring.submitter()
+                    .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
+            });
+            let cqes: Vec<u64> = self.ring.completion().map(|c| c.user_data()).collect();
+            for t in cqes {
+                self.ops.remove(&t);
+            }
+        }
+        for (_, op) in self.ops.drain() {
+            std::mem::forget(op);
+        }
+    }
+
+    /// Drops the state in a forked child without submitting anything:
+    /// the ring's mappings and descriptor are the child's own copies, and
+    /// the kernel writes the parent's memory, not the child's.
+    fn forget_in_child(self) {
+        drop(self);
+    }
+}
+
+/// The Python value of a finished operation.
+fn finish(py: Python<'_>, op: InFlight, res: i32) -> PyResult<PyObject> {
+    if res < 0 {
+        return Ok(py.None());
+    }
+    let n = res as usize;
+    Ok(match (op.kind, op.memory) {
+        (Kind::Recv, Memory::Owned(v)) => {
+            PyBytes::new(py, &v[..n.min(v.len())]).into_any().unbind()
+        }
+        (Kind::Accept, Memory::Addr(slot)) => (res, sockaddr::to_python(py, &slot)?)
+            .into_pyobject(py)?
+            .into_any()
+            .unbind(),
+        (Kind::Send, _) => (op.done + n).into_pyobject(py)?.into_any().unbind(),
+        _ => n.into_pyobject(py)?.into_any().unbind(),
+    })
+}
+
+/// `seconds` as the ring's timeout.
+fn timespec(seconds: f64) -> types::Timespec {
+    let s = seconds.clamp(0.0, 1e9);
+    types::Timespec::new()
+        .sec(s.trunc() as u64)
+        .nsec((s.fract() * 1e9) as u32)
+}
+
+fn closed() -> PyErr {
+    PyRuntimeError::new_err("the event loop's ring is closed")
+}
+
+fn busy() -> PyErr {
+    PyRuntimeError::new_err(
+        "the event loop's ring is in use by another thread (an event loop is not thread-safe)",
+    )
+}

@@ -1,0 +1,414 @@
+"""blockio's asyncio event loop (``blockio.new_event_loop``) on both backends:
+streams over TCP and Unix sockets, wake-ups from other threads, timers,
+``add_reader``, signals, subprocesses, close with operations in flight, and
+fork. The ``uring`` runs check that the loop really is on io_uring, the
+``epoll`` runs force the fallback with ``BLOCKIO_BACKEND=threads``."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import signal
+import socket
+import sys
+import threading
+
+import pytest
+
+import blockio
+from blockio import _blockio
+
+
+@pytest.fixture(params=["io_uring", "epoll"])
+def backend(request, monkeypatch):
+    if request.param == "epoll":
+        monkeypatch.setenv("BLOCKIO_BACKEND", "threads")
+    else:
+        monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    return request.param
+
+
+@pytest.fixture
+def loop(backend):
+    lp = blockio.new_event_loop()
+    assert lp.backend == backend
+    yield lp
+    lp.close()
+
+
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while data := await reader.read(65536):
+        writer.write(data)
+        await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+
+
+async def _round_trips(reader, writer, messages):
+    got = []
+    for m in messages:
+        writer.write(m)  # buffered whole: the echo is read before draining
+        got.append(await reader.readexactly(len(m)))
+        await writer.drain()
+    writer.write_eof()
+    assert await reader.read() == b""
+    writer.close()
+    await writer.wait_closed()
+    return got
+
+
+MESSAGES = [b"x", b"hello" * 100, os.urandom(1 << 20), b"end"]
+
+
+def test_tcp_echo_with_streams(loop):
+    async def main():
+        server = await asyncio.start_server(_echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        got = await _round_trips(reader, writer, MESSAGES)
+        server.close()
+        await server.wait_closed()
+        return got
+
+    assert loop.run_until_complete(main()) == MESSAGES
+
+
+def test_unix_echo_with_streams(loop, tmp_path):
+    path = str(tmp_path / "echo.sock")
+
+    async def main():
+        server = await asyncio.start_unix_server(_echo, path)
+        reader, writer = await asyncio.open_unix_connection(path)
+        got = await _round_trips(reader, writer, MESSAGES)
+        server.close()
+        await server.wait_closed()
+        return got
+
+    assert loop.run_until_complete(main()) == MESSAGES
+
+
+def test_many_clients_at_once(loop):
+    async def client(port, i):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return await _round_trips(reader, writer, [b"%d" % i * 1000])
+
+    async def main():
+        server = await asyncio.start_server(_echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        got = await asyncio.gather(*(client(port, i) for i in range(50)))
+        server.close()
+        await server.wait_closed()
+        return got
+
+    assert loop.run_until_complete(main()) == [[b"%d" % i * 1000] for i in range(50)]
+
+
+def test_call_soon_threadsafe_wakes_a_waiting_loop(loop):
+    async def main():
+        fut = loop.create_future()
+        started = threading.Event()
+
+        def other():
+            started.wait()
+            loop.call_soon_threadsafe(fut.set_result, threading.get_ident())
+
+        t = threading.Thread(target=other)
+        t.start()
+        # The loop has nothing else to do: only the wake-up can end its wait.
+        loop.call_soon(started.set)
+        ident = await fut
+        t.join()
+        return ident, t.ident
+
+    ident, thread_ident = loop.run_until_complete(main())
+    assert ident == thread_ident
+
+
+def test_timers_fire_in_deadline_order(loop):
+    async def main():
+        fired = []
+        done = loop.create_future()
+        start = loop.time()
+        for delay in (0.03, 0.01, 0.02):
+            loop.call_later(delay, fired.append, delay)
+        loop.call_at(start + 0.04, done.set_result, None)
+        cancelled = loop.call_later(0.015, fired.append, "cancelled")
+        cancelled.cancel()
+        await done
+        return fired
+
+    assert loop.run_until_complete(main()) == [0.01, 0.02, 0.03]
+
+
+def test_add_reader_is_level_triggered_and_removable(loop):
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    calls = []
+
+    async def main():
+        done = loop.create_future()
+
+        def readable():
+            calls.append(a.recv(1))  # one byte per call: the rest stays readable
+            if len(calls) == 3:
+                assert loop.remove_reader(a)
+                done.set_result(None)
+
+        loop.add_reader(a, readable)
+        b.send(b"abcdef")
+        await done
+        assert not loop.remove_reader(a)
+
+    loop.run_until_complete(main())
+    assert calls == [b"a", b"b", b"c"]
+    a.close()
+    b.close()
+
+
+def test_add_writer_fires_on_a_writable_socket(loop):
+    a, b = socket.socketpair()
+
+    async def main():
+        done = loop.create_future()
+        loop.add_writer(b, lambda: (loop.remove_writer(b), done.set_result("writable")))
+        return await done
+
+    assert loop.run_until_complete(main()) == "writable"
+    a.close()
+    b.close()
+
+
+def test_add_reader_refused_for_a_transports_descriptor(loop):
+    async def main():
+        server = await asyncio.start_server(_echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        sock = writer.get_extra_info("socket")
+        with pytest.raises(RuntimeError, match="is used by transport"):
+            loop.add_reader(sock.fileno(), lambda: None)
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+
+    loop.run_until_complete(main())
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
+def test_signal_handler_runs_in_the_loop(loop):
+    async def main():
+        got = loop.create_future()
+        loop.add_signal_handler(signal.SIGUSR1, lambda: got.set_result(threading.get_ident()))
+        loop.call_soon(os.kill, os.getpid(), signal.SIGUSR1)
+        ident = await got
+        assert loop.remove_signal_handler(signal.SIGUSR1)
+        return ident
+
+    assert loop.run_until_complete(main()) == threading.get_ident()
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+
+
+def test_subprocess_pipes_and_exit_status(loop):
+    async def main():
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys; data = sys.stdin.buffer.read(); sys.stdout.buffer.write(data[::-1]); sys.exit(3)",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await proc.communicate(b"0123456789" * 10000)
+        return out, proc.returncode
+
+    out, code = loop.run_until_complete(main())
+    assert out == (b"0123456789" * 10000)[::-1]
+    assert code == 3
+
+
+def test_sock_calls_and_a_cancelled_recv_loses_nothing(loop):
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+
+    async def main():
+        recv = asyncio.ensure_future(loop.sock_recv(a, 100))
+        await asyncio.sleep(0)
+        recv.cancel()
+        await loop.sock_sendall(b, b"after the cancel")
+        # Whatever the cancelled receive took off the socket comes back here.
+        got = b""
+        while len(got) < len(b"after the cancel"):
+            got += await loop.sock_recv(a, 100)
+        return got
+
+    assert loop.run_until_complete(main()) == b"after the cancel"
+    a.close()
+    b.close()
+
+
+def test_close_with_operations_in_flight(loop):
+    socks = [socket.socketpair() for _ in range(20)]
+    for a, _ in socks:
+        a.setblocking(False)
+    bufs = [bytearray(4096) for _ in socks]
+
+    async def main():
+        tasks = [asyncio.ensure_future(loop.sock_recv(a, 4096)) for a, _ in socks]
+        tasks += [asyncio.ensure_future(loop.sock_recv_into(a, buf)) for (a, _), buf in zip(socks, bufs)]
+        await asyncio.sleep(0.01)
+        return tasks
+
+    tasks = loop.run_until_complete(main())
+    assert not any(t.done() for t in tasks)
+    if loop.backend == "io_uring":
+        assert loop._proactor._ring.in_flight() >= len(tasks)
+    for t in tasks:
+        t.cancel()
+    loop.close()
+    if loop.backend == "io_uring":
+        assert loop._proactor is None
+    # The buffers the kernel held are the caller's again (resizable).
+    for buf in bufs:
+        buf.extend(b"x")
+    for a, b in socks:
+        a.close()
+        b.close()
+
+
+def test_a_ring_refuses_use_after_close():
+    ring = _blockio.LoopRing()
+    ring.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        ring.poll(0, 1)
+    ring.close()  # idempotent
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_child_gets_its_own_loop(loop):
+    """The child refuses the parent's ring and runs a loop of its own; the
+    parent's operation in flight is untouched by the child."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    r, w = os.pipe()
+
+    async def parent_recv():
+        return await loop.sock_recv(a, 100)
+
+    task = loop.create_task(parent_recv())
+    loop.run_until_complete(asyncio.sleep(0.01))
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            if loop.backend == "io_uring":
+                try:
+                    loop._proactor._ring.poll(a.fileno(), 1)
+                except RuntimeError as e:
+                    assert "parent process" in str(e)
+                else:
+                    raise AssertionError("the parent's ring was usable in the child")
+            child = blockio.new_event_loop()
+            assert child.run_until_complete(asyncio.sleep(0, result=7)) == 7
+            child.close()
+            os.write(w, b"ok")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.read(r, 10) == b"ok"
+    b.send(b"to the parent")
+    assert loop.run_until_complete(task) == b"to the parent"
+    for f in (a, b):
+        f.close()
+    os.close(r)
+    os.close(w)
+
+
+def test_run_and_loop_factory_and_install(backend):
+    async def which():
+        return asyncio.get_running_loop().backend
+
+    assert blockio.run(which()) == backend
+    if sys.version_info >= (3, 12):
+        assert asyncio.run(which(), loop_factory=blockio.new_event_loop) == backend
+    old = asyncio.get_event_loop_policy()
+    try:
+        blockio.install()
+        assert asyncio.run(which()) == backend
+    finally:
+        asyncio.set_event_loop_policy(old)
+
+
+def test_bad_backend_variable_is_named(monkeypatch):
+    monkeypatch.setenv("BLOCKIO_BACKEND", "bogus")
+    with pytest.raises(ValueError, match="BLOCKIO_BACKEND='bogus'"):
+        blockio.new_event_loop()
+
+
+def test_a_ring_dropped_with_a_receive_in_flight_releases_its_buffer_after_the_kernel():
+    a, b = socket.socketpair()
+    buf = bytearray(100)
+    ring = _blockio.LoopRing()
+    ring.recv_into(a.fileno(), buf, 0, True)
+    assert ring.wait(0) == []  # submitted, nothing to receive yet
+    assert ring.in_flight() == 1
+    with pytest.raises(BufferError):
+        buf.extend(b"x")  # exported to the kernel's operation
+    del ring
+    gc.collect()
+    buf.extend(b"x")  # released: the operation was cancelled and answered
+    b.send(b"still there")
+    assert a.recv(100) == b"still there"  # the cancelled receive took nothing
+    a.close()
+    b.close()
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
+def test_ctrl_c_while_waiting_raises_keyboard_interrupt(loop):
+    """SIGINT from another thread while the loop waits with nothing to do
+    ends run_until_complete with KeyboardInterrupt; the loop stays usable."""
+    waiting = threading.Event()
+
+    def interrupt():
+        waiting.wait()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=interrupt)
+    t.start()
+
+    async def forever():
+        loop.call_soon(waiting.set)
+        await loop.create_future()
+
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_until_complete(forever())
+    t.join()
+    assert loop.run_until_complete(asyncio.sleep(0, result="usable")) == "usable"
+
+
+def test_udp_echo(loop):
+    class Echo(asyncio.DatagramProtocol):
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def datagram_received(self, data, addr):
+            self.transport.sendto(data.upper(), addr)
+
+    class Client(asyncio.DatagramProtocol):
+        def __init__(self):
+            self.got = loop.create_future()
+
+        def datagram_received(self, data, addr):
+            if not self.got.done():
+                self.got.set_result(data)
+
+    async def main():
+        server, _ = await loop.create_datagram_endpoint(Echo, local_addr=("127.0.0.1", 0))
+        addr = server.get_extra_info("sockname")
+        client, proto = await loop.create_datagram_endpoint(Client, remote_addr=addr)
+        client.sendto(b"ping")
+        got = await proto.got
+        client.close()
+        server.close()
+        return got
+
+    assert loop.run_until_complete(main()) == b"PING"
