@@ -605,7 +605,7 @@ fn io_uring_required() -> bool {
 /// Whether the limit on open descriptors is below
 /// [`DESCRIPTORS_BESIDES_FILES`]: the copy then takes no descriptor it can
 /// do without (no ring, no pool threads).
-fn few_descriptors() -> bool {
+pub(crate) fn few_descriptors() -> bool {
     descriptor_limit().is_some_and(|n| n < DESCRIPTORS_BESIDES_FILES)
 }
 
