@@ -15,12 +15,65 @@ use blockio::Engine;
 use super::creators::Creators;
 use super::{CopyOptions, Errors, Progress};
 
-/// The open source and destination directories of one operand's tree:
-/// every directory below is opened from these by its relative path, with
-/// no symbolic link on the way (`at::open_dir_beneath`).
+/// The source and destination directories of one operand's tree: every
+/// directory below is opened from these by its relative path, with no
+/// symbolic link on the way (`at::open_dir_beneath`).
 pub(crate) struct Root {
-    pub src: Arc<File>,
-    pub dst: Arc<File>,
+    pub src: RootDir,
+    pub dst: RootDir,
+}
+
+/// One side of a [`Root`].
+pub(crate) enum RootDir {
+    /// Held open for the whole copy.
+    Open(Arc<File>),
+    /// Under a low limit on descriptors, where two held for the whole copy
+    /// are two fewer for the files: opened again by its path, as the
+    /// operand was, each time a directory is opened beneath it, and closed
+    /// at once. A directory found there that is not the one first opened
+    /// (`id`, its device and inode) is refused: the copy is not steered
+    /// into another tree.
+    Reopened {
+        path: PathBuf,
+        follow: bool,
+        id: (u64, u64),
+    },
+}
+
+impl RootDir {
+    /// `dir`, opened at `path` (following a link there if `follow`), to
+    /// be reopened by that path (see [`RootDir::Reopened`]).
+    pub fn reopened(dir: &File, path: &Path, follow: bool) -> io::Result<RootDir> {
+        use std::os::unix::fs::MetadataExt;
+        let m = dir.metadata()?;
+        Ok(RootDir::Reopened {
+            path: path.to_path_buf(),
+            follow,
+            id: (m.dev(), m.ino()),
+        })
+    }
+
+    /// The directory, open.
+    pub fn open(&self) -> io::Result<Arc<File>> {
+        match self {
+            RootDir::Open(dir) => Ok(Arc::clone(dir)),
+            RootDir::Reopened { path, follow, id } => {
+                use std::os::unix::fs::MetadataExt;
+                let dir = if *follow {
+                    super::at::open_operand_dir(path)?
+                } else {
+                    super::at::open_made_dir(path)?
+                };
+                let m = dir.metadata()?;
+                if (m.dev(), m.ino()) != *id {
+                    return Err(io::Error::other(
+                        "replaced by another directory while it was copied",
+                    ));
+                }
+                Ok(Arc::new(dir))
+            }
+        }
+    }
 }
 
 /// Where a directory of the tree is, for opening it (again).
@@ -257,7 +310,7 @@ impl FirstCopy {
     pub(crate) fn link_as(&self, to_dir: &File, to_name: &CStr) -> io::Result<()> {
         match self {
             FirstCopy::Beneath { root, rel, name } => {
-                let dir = super::at::open_dir_beneath(&root.dst, rel)?;
+                let dir = super::at::open_dir_beneath(&*root.dst.open()?, rel)?;
                 super::at::link(&dir, name, to_dir, to_name)
             }
             FirstCopy::In { pair, name } => super::at::link(&pair.dst, name, to_dir, to_name),
@@ -289,4 +342,37 @@ pub(crate) struct Ctx<'a> {
 /// A path as written, for messages: `x`, not `./x`.
 pub(crate) fn parent_as_written(p: &Path) -> PathBuf {
     p.parent().unwrap_or(Path::new("")).to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RootDir;
+    use std::fs::{self, File};
+
+    /// A root reopened by its path opens the directory first opened there,
+    /// and refuses another put in its place (renamed over it), or a link
+    /// to one where no link was to be followed.
+    #[test]
+    fn a_reopened_root_refuses_a_directory_put_in_its_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, other) = (tmp.path().join("root"), tmp.path().join("other"));
+        fs::create_dir(&root).unwrap();
+        fs::create_dir(&other).unwrap();
+        let held = RootDir::reopened(&File::open(&root).unwrap(), &root, false).unwrap();
+        assert!(held.open().is_ok());
+        fs::rename(&root, tmp.path().join("away")).unwrap();
+        fs::rename(&other, &root).unwrap();
+        let err = held.open().unwrap_err();
+        assert!(err.to_string().contains("replaced"), "{err}");
+        fs::remove_dir(&root).unwrap();
+        std::os::unix::fs::symlink("away", &root).unwrap();
+        // ENOTDIR (O_DIRECTORY | O_NOFOLLOW on a link), or ELOOP.
+        let code = held.open().unwrap_err().raw_os_error();
+        assert!(
+            matches!(code, Some(libc::ENOTDIR | libc::ELOOP)),
+            "{code:?}"
+        );
+        let followed = RootDir::reopened(&File::open(&root).unwrap(), &root, true).unwrap();
+        assert!(followed.open().is_ok());
+    }
 }

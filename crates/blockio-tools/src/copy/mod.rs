@@ -514,8 +514,13 @@ pub fn copy(
     // its batches itself: every worker's stack takes 2 MiB of address
     // space, and a copy fitted to one thread needs that room for its
     // listings. A worker that cannot be started leaves the batches to the
-    // calling thread rather than failing the copy.
-    let pool_threads = if address_space_limited() {
+    // calling thread rather than failing the copy. Under a low limit on
+    // descriptors (below `DESCRIPTORS_BESIDES_FILES`) the same: a pool
+    // thread starting up opens a file for a moment (the C library's
+    // allocator reads /sys/devices/system/cpu/online on a thread's first
+    // allocation), and sixteen of them starting at once took the
+    // descriptors a file being copied needed.
+    let pool_threads = if address_space_limited() || few_descriptors() {
         opts.threads.saturating_sub(1)
     } else {
         (opts.threads.max(1) * 16).min(64)
@@ -559,8 +564,7 @@ pub fn copy(
 fn backend_for_this_process() -> io::Result<blockio::BackendChoice> {
     // Under a low limit on descriptors the ring's own descriptor is one
     // the files in flight need: the thread-pool backend takes none.
-    let few_descriptors = descriptor_limit().is_some_and(|n| n < DESCRIPTORS_BESIDES_FILES);
-    if few_descriptors && !io_uring_required() {
+    if few_descriptors() && !io_uring_required() {
         return Ok(blockio::BackendChoice::ThreadPool);
     }
     if can_start_a_thread() {
@@ -596,6 +600,13 @@ fn can_start_a_thread() -> bool {
 fn io_uring_required() -> bool {
     std::env::var(blockio::BACKEND_ENV)
         .is_ok_and(|v| matches!(v.as_str(), "uring" | "io_uring" | "io-uring"))
+}
+
+/// Whether the limit on open descriptors is below
+/// [`DESCRIPTORS_BESIDES_FILES`]: the copy then takes no descriptor it can
+/// do without (no ring, no pool threads).
+pub(crate) fn few_descriptors() -> bool {
+    descriptor_limit().is_some_and(|n| n < DESCRIPTORS_BESIDES_FILES)
 }
 
 /// The soft limit on open descriptors (`RLIMIT_NOFILE`), `None` for none.

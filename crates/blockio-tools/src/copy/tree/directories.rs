@@ -19,7 +19,7 @@ use blockio::PathAt;
 
 use super::super::at;
 use super::super::cname;
-use super::super::entry::{Chain, DirAt, DirPair, Entry, Group, Root};
+use super::super::entry::{Chain, DirAt, DirPair, Entry, Group, Root, RootDir};
 use super::super::files;
 use super::super::quote;
 use super::copy::attrs::Node;
@@ -32,6 +32,9 @@ use crate::copy;
 /// (about 300 bytes each) are kept only while these are dispatched, so
 /// memory stays bounded however many entries a directory holds.
 const LIST_CHUNK: usize = 512;
+
+/// A directory of the tree and its copy, open.
+type OpenPair = (Arc<File>, Arc<File>);
 
 impl Walker<'_> {
     /// Remembers the file system of a destination directory, to `syncfs`
@@ -52,10 +55,9 @@ impl Walker<'_> {
     }
 
     /// Opens a directory of the tree and its copy; with the root and path
-    /// its subdirectories are opened from.
-    /// The directory and its copy are returned as a [`Root`] of their own
-    /// (the same descriptors as the root's when this is an operand).
-    pub(super) fn open_task(&self, t: &DirTask) -> Option<(Root, Arc<Root>, PathBuf)> {
+    /// its subdirectories are opened from (an operand's directories are
+    /// that root: see [`Walker::root_of`]).
+    pub(super) fn open_task(&self, t: &DirTask) -> Option<(OpenPair, Arc<Root>, PathBuf)> {
         let (opened, root, rel) = match &t.at {
             DirAt::Operand {
                 src,
@@ -71,18 +73,20 @@ impl Walker<'_> {
                 PathBuf::new(),
             ),
             DirAt::Beneath { root, rel } => (
-                if self.ctx.opts.dereference == Dereference::Always {
-                    at::open_dir_following(&root.src, rel)
-                } else {
-                    at::open_dir_beneath(&root.src, rel)
-                }
-                .map_err(|e| (&t.src, e))
-                .and_then(|s| {
-                    Ok((
-                        s,
-                        at::open_dir_beneath(&root.dst, rel).map_err(|e| (&t.dst, e))?,
-                    ))
-                }),
+                root.src
+                    .open()
+                    .and_then(|r| {
+                        if self.ctx.opts.dereference == Dereference::Always {
+                            at::open_dir_following(&r, rel)
+                        } else {
+                            at::open_dir_beneath(&r, rel)
+                        }
+                    })
+                    .map_err(|e| (&t.src, e))
+                    .and_then(|s| {
+                        let d = root.dst.open().and_then(|r| at::open_dir_beneath(&r, rel));
+                        Ok((s, d.map_err(|e| (&t.dst, e))?))
+                    }),
                 // Deep enough: this directory becomes a root of its own.
                 (rel.as_os_str().len() < REROOT).then(|| Arc::clone(root)),
                 if rel.as_os_str().len() < REROOT {
@@ -101,15 +105,47 @@ impl Walker<'_> {
         };
         let root = match root {
             Some(r) => r,
-            None => Arc::new(Root {
-                src: Arc::clone(&s),
-                dst: Arc::clone(&d),
-            }),
+            None => match self.root_of(t, &s, &d) {
+                Ok(r) => Arc::new(r),
+                Err((path, e)) => {
+                    self.report(format!("cannot access {}", quote(path)), Some(e));
+                    return None;
+                }
+            },
         };
         if self.ctx.opts.fsync && matches!(t.at, DirAt::Operand { .. }) {
             self.note_filesystem(&d, &t.dst);
         }
-        Some((Root { src: s, dst: d }, root, rel))
+        Some(((s, d), root, rel))
+    }
+
+    /// The root that the subdirectories of `t`, open as `s` and `d`, are
+    /// opened beneath: `s` and `d` themselves, held, or under a low limit
+    /// on descriptors ([`Walker::reopen_roots`]) an operand's directories
+    /// reopened by their paths (see [`RootDir::Reopened`]). A directory
+    /// deep enough to be a root of its own is held: its path from here
+    /// may be too long to open.
+    fn root_of<'t>(
+        &self,
+        t: &'t DirTask,
+        s: &Arc<File>,
+        d: &Arc<File>,
+    ) -> Result<Root, (&'t PathBuf, io::Error)> {
+        let held = || Root {
+            src: RootDir::Open(Arc::clone(s)),
+            dst: RootDir::Open(Arc::clone(d)),
+        };
+        match &t.at {
+            DirAt::Operand {
+                src,
+                dst,
+                follow_dst,
+            } if self.reopen_roots => Ok(Root {
+                src: RootDir::reopened(s, src, true).map_err(|e| (&t.src, e))?,
+                dst: RootDir::reopened(d, dst, *follow_dst).map_err(|e| (&t.dst, e))?,
+            }),
+            _ => Ok(held()),
+        }
     }
 
     /// One directory of the tree, already made at `dst`.
@@ -118,7 +154,7 @@ impl Walker<'_> {
     /// (`help_with_files`).
     pub(super) fn directory(&self, q: Queued, arena: &mut blockio::AlignedBuf) {
         let t = q.dir.resolve();
-        let Some((Root { src: s, dst: d }, root, rel)) = self.open_task(&t) else {
+        let Some(((s, d), root, rel)) = self.open_task(&t) else {
             return self.fix_dir(&t, q.fix, None, None);
         };
         // Its attributes before it is listed, which sets its access time.

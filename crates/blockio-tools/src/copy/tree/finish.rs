@@ -79,7 +79,9 @@ impl Walker<'_> {
                 DirAt::Operand {
                     dst, follow_dst, ..
                 } => open_operand_dst(dst, *follow_dst),
-                DirAt::Beneath { root, rel } => at::open_dir_beneath(&root.dst, rel),
+                DirAt::Beneath { root, rel } => {
+                    root.dst.open().and_then(|d| at::open_dir_beneath(&d, rel))
+                }
             };
             match opened {
                 Ok(dir) => self.apply_fixup(&dir, f),

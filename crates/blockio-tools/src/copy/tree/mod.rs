@@ -93,6 +93,7 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         watch: opts.dereference == copy::Dereference::Always
             || sources.len() > 1
             || walker::mounts_below(sources, dest),
+        reopen_roots: copy::few_descriptors(),
     };
     // The operands are copied in phases, in command-line order: each
     // directory in a phase of its own, the files between them together.

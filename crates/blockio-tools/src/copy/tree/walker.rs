@@ -88,6 +88,11 @@ pub(super) struct Walker<'a> {
     /// subdirectories then costs no more than their names while they wait
     /// to be walked.
     pub(super) watch: bool,
+    /// Under a low limit on descriptors, the operands' directories are
+    /// not held open while their trees are copied, but opened again by
+    /// their paths whenever a directory is opened beneath them (see
+    /// `RootDir::Reopened`): two descriptors more for the files.
+    pub(super) reopen_roots: bool,
 }
 
 /// Whether a mount can make the walk meet a directory twice or meet its
