@@ -549,8 +549,7 @@ impl Drop for RecvStream<'_> {
     /// the connection's bytes. A multishot receive, which would go on
     /// taking buffers, is cancelled in the kernel; what it posted still
     /// goes to the next read, in order. Either way the connection's next
-    /// receive streams first receive at once (see
-    /// [`RecvStream::receive_at_once`]).
+    /// receive streams first receive at once (`receive_at_once`).
     fn drop(&mut self) {
         let How::Ring(r) = &self.how else {
             // A receive in flight is left to the read side by `read`.
