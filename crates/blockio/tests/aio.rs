@@ -715,16 +715,6 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
     }
 }
 
-/// Code written against the earlier name of a batch's future still builds.
-#[test]
-#[allow(deprecated)]
-fn the_earlier_name_of_the_batch_future_still_names_it() {
-    fn same<B: Send + 'static>(f: blockio::aio::Batch<B>) -> blockio::aio::BatchFuture<B> {
-        f
-    }
-    let _ = same::<Vec<u8>>;
-}
-
 /// With room for one file operation in flight on `backend` (a ring of
 /// depth 1, or one pool thread) held by a read of an empty pipe: queues a
 /// 4 KiB write of sevens at 0 behind it and hands that write and its

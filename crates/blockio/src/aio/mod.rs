@@ -105,11 +105,6 @@ pub use file::{
 };
 pub use op::{BufResult, OpFuture, Withdrawal};
 
-/// The future of an async batch, by its earlier name.
-#[deprecated(
-    note = "renamed `BatchFuture`: it is the batch's future, not a container of operations"
-)]
-pub type Batch<B> = BatchFuture<B>;
 pub(crate) use relay::Lingering;
 #[cfg(feature = "tokio")]
 pub use tokio_drive::drive_on_tokio;
