@@ -8,7 +8,9 @@
 //! tried at once on the submitting thread; if the kernel says `EAGAIN`
 //! (or `EINPROGRESS`, for a connect) the request waits for readiness in an
 //! epoll set (the `polling` crate) watched by one thread, which retries
-//! the call when the socket is ready and completes the request.
+//! the call when the socket is ready and completes the request. A receive
+//! on a socket the watching thread's last receive emptied waits at once,
+//! without the call that would only say `EAGAIN`.
 //!
 //! A request waiting here is cancelled by taking it out of the set: the
 //! kernel holds nothing of it, so its memory is free at once.
@@ -35,7 +37,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use polling::{Event, Events, Poller};
 
@@ -106,6 +108,12 @@ struct Watched {
     kept: bool,
     /// This entry's generation, in the set's key beside the descriptor.
     gen: u32,
+    /// The last receive the watching thread made on it got less than it
+    /// asked for: the socket is likely empty, so the next receive waits
+    /// without being tried first (a request-reply connection's next
+    /// request has not arrived when its reply is sent). Waiting loses
+    /// nothing: arming the socket reports it at once if it is readable.
+    drained: bool,
 }
 
 /// The set's key for the entry `s` of `fd`: the descriptor in the low
@@ -190,6 +198,12 @@ fn is_connect(kind: OpKind) -> bool {
     }
 }
 
+/// Whether `res` is a receive's that got some bytes but fewer than it
+/// asked for: the socket held no more.
+fn short_receive(req: &Request, res: i32) -> bool {
+    req.op.kind() == OpKind::Recv && res > 0 && (res as usize) < req.op.byte_len()
+}
+
 /// Whether a raw result means "not ready yet".
 fn would_block(res: i32) -> bool {
     res == -libc::EAGAIN || res == -libc::EWOULDBLOCK
@@ -215,8 +229,17 @@ impl Readiness {
         if req.abandoned() {
             return;
         }
-        let res = req.op.run_blocking_raw();
         let kind = req.op.kind();
+        let req = if kind == OpKind::Recv {
+            let w = self.lock();
+            match w.sockets.get(&req.op.fd) {
+                Some(s) if s.drained => return self.arm(w, req),
+                _ => req,
+            }
+        } else {
+            req
+        };
+        let res = req.op.run_blocking_raw();
         let not_ready = would_block(res) || (res == -libc::EINPROGRESS && is_connect(kind));
         if not_ready && awaits(kind).is_some() {
             self.wait(req)
@@ -225,13 +248,21 @@ impl Readiness {
         }
     }
 
-    /// Puts `req` in the set until its socket is ready.
-    fn wait(&self, req: Request) {
-        let mut w = self
-            .watcher
+    /// The waiting requests, locked.
+    fn lock(&self) -> MutexGuard<'_, Waiting> {
+        self.watcher
             .waiting
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts `req` in the set until its socket is ready.
+    fn wait(&self, req: Request) {
+        self.arm(self.lock(), req)
+    }
+
+    /// Puts `req` in the set, locked in `w`, until its socket is ready.
+    fn arm(&self, mut w: MutexGuard<'_, Waiting>, req: Request) {
         let fd = req.op.fd;
         let target = target_key(&req.done);
         let s = w.entry(fd);
@@ -244,13 +275,14 @@ impl Readiness {
         } else {
             // SAFETY: `fd` is deleted from the set before its last waiting
             // request leaves it (see `settle`), or, if `s` is kept, by its
-            // registration before the socket closes (see `forget`); until
+            // `Registration` before the socket closes; until
             // then a waiting request or the socket's owner holds it open.
             unsafe { self.watcher.poller.add(fd, event) }
         };
         match armed {
             Ok(()) => {
                 s.in_set = true;
+                s.drained = false;
                 w.fds.insert(target, fd);
             }
             Err(e) => {
@@ -490,6 +522,7 @@ fn retry(watcher: &Watcher, event_key: usize, readable: bool, writable: bool) {
     let s = w.sockets.get_mut(&fd).expect("kept while retrying");
     s.retrying = false;
     s.reqs.extend(again);
+    s.drained = done.iter().any(|(req, res)| short_receive(req, *res));
     for (req, _) in &done {
         w.fds.remove(&target_key(&req.done));
     }
@@ -682,6 +715,44 @@ mod tests {
         drop(b);
         // (The set also holds the poller's own wake-up descriptor.)
         assert!(in_set(&r).iter().all(|&(_, ino)| ino != b_ino));
+    }
+
+    /// A receive the watching thread made that emptied its kept socket
+    /// marks it drained, and the next receive, which then waits without
+    /// being tried, still gets the bytes that came meanwhile.
+    #[test]
+    fn a_receive_after_a_drained_one_waits_and_loses_nothing() {
+        let r = Readiness::new().unwrap();
+        let (a, a_peer) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let n = a.as_raw_fd();
+        let kept = r.keep(n);
+        let drained = || r.watcher.waiting.lock().unwrap().sockets[&n].drained;
+
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(result(&t), None);
+        (&a_peer).write_all(b"a").unwrap();
+        assert_eq!(settled(&t), 1);
+        assert!(drained(), "a short receive did not mark the socket");
+
+        // Bytes arrive before the next receive, which waits untried.
+        (&a_peer).write_all(b"bc").unwrap();
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(settled(&t), 2);
+        assert_eq!(&t.buf[..2], b"bc");
+
+        // A full receive leaves the socket unmarked: the next is tried.
+        (&a_peer).write_all(&[b'd'; 9]).unwrap();
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(settled(&t), 8);
+        assert!(!drained());
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(result(&t), Some(1), "a receive was not tried at once");
+        drop(kept);
     }
 
     /// Among many sockets with a receive waiting, a cancel takes out the
