@@ -85,7 +85,7 @@ mod file;
 mod in_flight;
 pub(crate) mod op;
 mod pool;
-mod readiness;
+pub(crate) mod readiness;
 mod relay;
 pub(crate) mod request;
 #[cfg(feature = "tokio")]
@@ -117,7 +117,7 @@ use driver::Driver;
 use driver_thread::DriverThread;
 use in_flight::{Kept, Setup};
 use pool::PoolDriver;
-use readiness::Readiness;
+use readiness::{Readiness, Registration};
 use request::{Cancel, Request};
 
 /// A handle to an async I/O driver. Cheap to clone; the driver stops when
@@ -546,6 +546,18 @@ impl AsyncEngine {
         match self.core.readiness() {
             Ok(set) => set.submit(req),
             Err(e) => req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    }
+
+    /// Keeps `fd`, a socket whose operations wait for readiness, in the
+    /// epoll set between its waits (one `epoll_ctl` a wait instead of an
+    /// add and a delete), on the thread-pool backend, where every socket
+    /// operation waits there; `None` elsewhere. The registration must be
+    /// dropped before `fd` is closed: it then deletes `fd` from the set.
+    pub(crate) fn keep_by_readiness(&self, fd: RawFd) -> Option<Registration> {
+        match &self.core.driver {
+            Driver::Pool(pool) => Some(pool.sockets().keep(fd)),
+            Driver::Thread(_) | Driver::Caller(_) => None,
         }
     }
 

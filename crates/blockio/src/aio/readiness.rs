@@ -8,7 +8,9 @@
 //! tried at once on the submitting thread; if the kernel says `EAGAIN`
 //! (or `EINPROGRESS`, for a connect) the request waits for readiness in an
 //! epoll set (the `polling` crate) watched by one thread, which retries
-//! the call when the socket is ready and completes the request.
+//! the call when the socket is ready and completes the request. A receive
+//! on a socket the watching thread's last receive emptied waits at once,
+//! without the call that would only say `EAGAIN`.
 //!
 //! A request waiting here is cancelled by taking it out of the set: the
 //! kernel holds nothing of it, so its memory is free at once.
@@ -19,15 +21,23 @@
 //! (readable for receives and accepts, writable for the rest), and an
 //! event retries the requests it concerns. A waiting request holds its
 //! socket open, so the descriptor names that socket for as long as the
-//! socket has requests here; it is deleted from the set when its last
-//! request leaves, before that request can let the socket close. Waiting
-//! opens no descriptor: a connection costs one whether idle or not.
+//! socket has requests here. A socket whose owner holds a
+//! [`Registration`] (every socket of `blockio::net` on the thread-pool
+//! backend) stays in the set between waits, disarmed, so that its next
+//! wait re-arms it with one `epoll_ctl` instead of adding and deleting
+//! it each time; the registration deletes it when the socket closes,
+//! before the descriptor number is released. Any other socket is deleted
+//! when its last request leaves, before that request can let the socket
+//! close. Each entry's key in the set carries a generation beside the
+//! descriptor, so that an event drawn for a socket just closed never
+//! reaches the socket that receives its number next. Waiting opens no
+//! descriptor: a connection costs one whether idle or not.
 
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use polling::{Event, Events, Poller};
 
@@ -59,6 +69,23 @@ struct Waiting {
     /// Entries leave with their requests; one left behind would only send
     /// a cancel to a socket whose requests it then does not name.
     fds: HashMap<usize, RawFd>,
+    /// The generation the next entry of [`Waiting::sockets`] gets.
+    next_gen: u32,
+}
+
+impl Waiting {
+    /// The entry of `fd`, made (not yet in the set) if it has none.
+    fn entry(&mut self, fd: RawFd) -> &mut Watched {
+        let gen = self.next_gen;
+        let s = self.sockets.entry(fd).or_insert_with(|| Watched {
+            gen,
+            ..Watched::default()
+        });
+        if s.gen == gen {
+            self.next_gen = gen.wrapping_add(1);
+        }
+        s
+    }
 }
 
 /// The key of a request's target in [`Waiting::fds`]: its address, which
@@ -74,6 +101,30 @@ struct Watched {
     /// The watching thread is retrying some of its requests, unlocked:
     /// the socket stays in the set until it has put them back.
     retrying: bool,
+    /// The socket is in the epoll set (added, not deleted since).
+    in_set: bool,
+    /// Its owner holds a [`Registration`], which deletes it from the set
+    /// before the socket closes: it stays in the set between waits.
+    kept: bool,
+    /// This entry's generation, in the set's key beside the descriptor.
+    gen: u32,
+    /// The last receive the watching thread made on it got less than it
+    /// asked for: the socket is likely empty, so the next receive waits
+    /// without being tried first (a request-reply connection's next
+    /// request has not arrived when its reply is sent). Waiting loses
+    /// nothing: arming the socket reports it at once if it is readable.
+    drained: bool,
+}
+
+/// The set's key for the entry `s` of `fd`: the descriptor in the low
+/// half, the entry's generation in the high one.
+fn key(fd: RawFd, s: &Watched) -> usize {
+    (u64::from(s.gen) << 32 | u64::from(fd as u32)) as usize
+}
+
+/// The descriptor a key of the set names (its low half).
+fn key_fd(key: usize) -> RawFd {
+    key as u32 as RawFd
 }
 
 /// What a waiting request waits for its socket to become.
@@ -94,14 +145,11 @@ fn awaits(kind: OpKind) -> Option<Awaits> {
     }
 }
 
-/// What the set watches `fd` for: the union of what `reqs` want.
-fn interest(fd: RawFd, reqs: &[Request]) -> Event {
-    let wants = |a: Awaits| reqs.iter().any(|r| awaits(r.op.kind()) == Some(a));
-    Event::new(
-        fd as usize,
-        wants(Awaits::Readable),
-        wants(Awaits::Writable),
-    )
+/// What the set watches the entry `s` of `fd` for: the union of what
+/// its requests want.
+fn interest(fd: RawFd, s: &Watched) -> Event {
+    let wants = |a: Awaits| s.reqs.iter().any(|r| awaits(r.op.kind()) == Some(a));
+    Event::new(key(fd, s), wants(Awaits::Readable), wants(Awaits::Writable))
 }
 
 /// A waiting request's socket, borrowed.
@@ -150,6 +198,12 @@ fn is_connect(kind: OpKind) -> bool {
     }
 }
 
+/// Whether `res` is a receive's that got some bytes but fewer than it
+/// asked for: the socket held no more.
+fn short_receive(req: &Request, res: i32) -> bool {
+    req.op.kind() == OpKind::Recv && res > 0 && (res as usize) < req.op.byte_len()
+}
+
 /// Whether a raw result means "not ready yet".
 fn would_block(res: i32) -> bool {
     res == -libc::EAGAIN || res == -libc::EWOULDBLOCK
@@ -175,8 +229,17 @@ impl Readiness {
         if req.abandoned() {
             return;
         }
-        let res = req.op.run_blocking_raw();
         let kind = req.op.kind();
+        let req = if kind == OpKind::Recv {
+            let w = self.lock();
+            match w.sockets.get(&req.op.fd) {
+                Some(s) if s.drained => return self.arm(w, req),
+                _ => req,
+            }
+        } else {
+            req
+        };
+        let res = req.op.run_blocking_raw();
         let not_ready = would_block(res) || (res == -libc::EINPROGRESS && is_connect(kind));
         if not_ready && awaits(kind).is_some() {
             self.wait(req)
@@ -185,43 +248,66 @@ impl Readiness {
         }
     }
 
-    /// Puts `req` in the set until its socket is ready.
-    fn wait(&self, req: Request) {
-        let mut w = self
-            .watcher
+    /// The waiting requests, locked.
+    fn lock(&self) -> MutexGuard<'_, Waiting> {
+        self.watcher
             .waiting
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts `req` in the set until its socket is ready.
+    fn wait(&self, req: Request) {
+        self.arm(self.lock(), req)
+    }
+
+    /// Puts `req` in the set, locked in `w`, until its socket is ready.
+    fn arm(&self, mut w: MutexGuard<'_, Waiting>, req: Request) {
         let fd = req.op.fd;
-        let watched = w.sockets.contains_key(&fd);
-        let reqs = &mut w.sockets.entry(fd).or_default().reqs;
-        reqs.push(req);
-        let event = interest(fd, reqs);
-        let armed = if watched {
-            // SAFETY: the requests of `reqs`, which hold `fd` open, stay
-            // in the set while the lock is held.
+        let target = target_key(&req.done);
+        let s = w.entry(fd);
+        s.reqs.push(req);
+        let event = interest(fd, s);
+        let armed = if s.in_set {
+            // SAFETY: the requests of `s`, which hold `fd` open, stay in
+            // the set while the lock is held.
             self.watcher.poller.modify(unsafe { socket(fd) }, event)
         } else {
             // SAFETY: `fd` is deleted from the set before its last waiting
-            // request leaves it (see `settle`), and that request holds the
-            // socket open until then.
+            // request leaves it (see `settle`), or, if `s` is kept, by its
+            // `Registration` before the socket closes; until
+            // then a waiting request or the socket's owner holds it open.
             unsafe { self.watcher.poller.add(fd, event) }
         };
         match armed {
             Ok(()) => {
-                let key = reqs.last().map(|r| target_key(&r.done));
-                if let Some(key) = key {
-                    w.fds.insert(key, fd);
-                }
+                s.in_set = true;
+                s.drained = false;
+                w.fds.insert(target, fd);
             }
             Err(e) => {
-                let req = reqs.pop().expect("pushed above");
-                if !watched {
+                let req = s.reqs.pop().expect("pushed above");
+                if !s.in_set && !s.kept {
                     w.sockets.remove(&fd);
                 }
                 drop(w);
                 req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO));
             }
+        }
+    }
+
+    /// Keeps `fd` in the set between waits, until the returned
+    /// registration is dropped, which must happen before `fd` is closed.
+    pub(crate) fn keep(&self, fd: RawFd) -> Registration {
+        let mut w = self
+            .watcher
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        w.entry(fd).kept = true;
+        Registration {
+            watcher: Arc::downgrade(&self.watcher),
+            fd,
         }
     }
 
@@ -263,29 +349,66 @@ impl Readiness {
 /// wakers are user code).
 #[must_use]
 fn settle(poller: &Poller, w: &mut Waiting, fd: RawFd) -> Vec<Request> {
-    let Some(Watched { reqs, retrying }) = w.sockets.get(&fd) else {
+    let Some(s) = w.sockets.get_mut(&fd) else {
         return Vec::new();
     };
-    // SAFETY: the caller keeps a request that holds `fd` open alive.
+    // SAFETY: the caller keeps a request that holds `fd` open alive, or
+    // `s` is kept and its socket's owner has not yet let it close (its
+    // registration takes it out of the set first, under the lock).
     let sock = unsafe { socket(fd) };
-    if reqs.is_empty() {
-        if !*retrying {
-            // (A retry settles it once its requests are back.)
+    if s.reqs.is_empty() {
+        // A kept socket stays in the set, disarmed (or armed for a
+        // request cancelled meanwhile: its event then retries nothing);
+        // a retry settles the socket once its requests are back.
+        if !s.retrying && !s.kept {
             let _ = poller.delete(sock);
             w.sockets.remove(&fd);
         }
         Vec::new()
-    } else if poller.modify(sock, interest(fd, reqs)).is_err() {
+    } else if poller.modify(sock, interest(fd, s)).is_err() {
         // Unreachable while the socket is open; the requests must not
         // wait for an event that cannot come.
-        let left = w.sockets.remove(&fd).unwrap_or_default();
+        let left = std::mem::take(&mut s.reqs);
         let _ = poller.delete(sock);
-        for req in &left.reqs {
+        s.in_set = false;
+        if !s.kept {
+            w.sockets.remove(&fd);
+        }
+        for req in &left {
             w.fds.remove(&target_key(&req.done));
         }
-        left.reqs
+        left
     } else {
         Vec::new()
+    }
+}
+
+/// A socket kept in the set between waits ([`Readiness::keep`]): dropped
+/// while the socket is still open, before its descriptor is closed, it
+/// deletes the socket from the set, so that nothing of the set reaches
+/// the socket that gets the number next.
+pub(crate) struct Registration {
+    watcher: Weak<Watcher>,
+    fd: RawFd,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let Some(watcher) = self.watcher.upgrade() else {
+            return;
+        };
+        let mut w = watcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(s) = w.sockets.remove(&self.fd) else {
+            return;
+        };
+        if s.in_set {
+            // SAFETY: the socket's owner drops this before closing `fd`.
+            let _ = watcher.poller.delete(unsafe { socket(self.fd) });
+        }
+        drop(w);
+        // None is left: a waiting request holds the socket, and with it
+        // this registration, alive. Dropped unlocked all the same.
+        debug_assert!(s.reqs.is_empty());
     }
 }
 
@@ -317,17 +440,23 @@ fn watch(watcher: &Watcher) {
             continue;
         }
         for ev in events.iter() {
-            retry(watcher, ev.key as RawFd, ev.readable, ev.writable);
+            retry(watcher, ev.key, ev.readable, ev.writable);
         }
     }
     // The engine is gone: nobody will await what still waits.
     let mut w = watcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
     let left: Vec<(RawFd, Watched)> = w.sockets.drain().collect();
     w.fds.clear();
+    for (fd, s) in &left {
+        if s.in_set {
+            // SAFETY: with the lock held, `s.reqs` (alive here) or, for a
+            // kept socket, its owner (whose registration takes the lock
+            // before the socket closes) hold `fd` open.
+            let _ = watcher.poller.delete(unsafe { socket(*fd) });
+        }
+    }
     drop(w);
-    for (fd, s) in left {
-        // SAFETY: `s.reqs`, which hold `fd` open, are alive here.
-        let _ = watcher.poller.delete(unsafe { socket(fd) });
+    for (_, s) in left {
         for req in s.reqs {
             // A panicking waker is reported by the panic hook; the others
             // are still completed.
@@ -343,7 +472,8 @@ fn watch(watcher: &Watcher) {
 /// the set unlocked during the system calls; completes those that are
 /// done and puts back those still not ready (whose futures still want
 /// them), then re-arms the socket or deletes it from the set.
-fn retry(watcher: &Watcher, fd: RawFd, readable: bool, writable: bool) {
+fn retry(watcher: &Watcher, event_key: usize, readable: bool, writable: bool) {
+    let fd = key_fd(event_key);
     let ready = |r: &Request| match awaits(r.op.kind()) {
         Some(Awaits::Readable) => readable,
         Some(Awaits::Writable) => writable,
@@ -354,8 +484,21 @@ fn retry(watcher: &Watcher, fd: RawFd, readable: bool, writable: bool) {
         let Some(s) = w.sockets.get_mut(&fd) else {
             return;
         };
+        if key(fd, s) != event_key {
+            // Drawn for a socket since closed, whose number `fd` is now.
+            return;
+        }
         let (now, later): (Vec<Request>, Vec<Request>) = s.reqs.drain(..).partition(ready);
         s.reqs = later;
+        if now.is_empty() {
+            // Nothing to try (a kept socket whose request was cancelled,
+            // or an event for what no request wants): re-armed for those
+            // left, if any.
+            let failed = settle(&watcher.poller, &mut w, fd);
+            drop(w);
+            fail_unwatchable(failed);
+            return;
+        }
         // The socket stays in the set (disarmed by this event) while the
         // calls run, so that a request arriving meanwhile re-arms it.
         s.retrying = true;
@@ -379,6 +522,7 @@ fn retry(watcher: &Watcher, fd: RawFd, readable: bool, writable: bool) {
     let s = w.sockets.get_mut(&fd).expect("kept while retrying");
     s.retrying = false;
     s.reqs.extend(again);
+    s.drained = done.iter().any(|(req, res)| short_receive(req, *res));
     for (req, _) in &done {
         w.fds.remove(&target_key(&req.done));
     }
@@ -397,6 +541,7 @@ fn retry(watcher: &Watcher, fd: RawFd, readable: bool, writable: bool) {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
     use std::sync::Mutex;
@@ -443,6 +588,171 @@ mod tests {
 
     fn indexed(r: &Readiness) -> usize {
         r.watcher.waiting.lock().unwrap().fds.len()
+    }
+
+    /// Waits for the target's result (a minute at most).
+    fn settled(t: &Received) -> i32 {
+        let start = Instant::now();
+        loop {
+            if let Some(res) = result(t) {
+                return res;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the receive never completed"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The socket inode behind `fd`, as `/proc` names it.
+    fn inode(fd: RawFd) -> u64 {
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
+        let link = link.to_str().unwrap();
+        let ino = link
+            .strip_prefix("socket:[")
+            .and_then(|l| l.strip_suffix(']'));
+        ino.unwrap().parse().unwrap()
+    }
+
+    /// The `(descriptor, inode)` of each file in the set, as the
+    /// kernel lists them in the epoll descriptor's `fdinfo`.
+    fn in_set(r: &Readiness) -> Vec<(RawFd, u64)> {
+        let epfd = r.watcher.poller.as_raw_fd();
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")).unwrap();
+        let field = |line: &str, name: &str| -> Option<String> {
+            let at = line.find(name)? + name.len();
+            let rest = line[at..].trim_start();
+            Some(rest.split_whitespace().next()?.to_string())
+        };
+        info.lines()
+            .filter(|l| l.starts_with("tfd:"))
+            .map(|l| {
+                let fd = field(l, "tfd:").unwrap().parse().unwrap();
+                let ino = u64::from_str_radix(&field(l, "ino:").unwrap(), 16).unwrap();
+                (fd, ino)
+            })
+            .collect()
+    }
+
+    /// A socket kept in the set between waits, then closed while in it
+    /// (armed, with its file still open through a duplicate), and a new
+    /// socket given the same descriptor number: the set lets go of the
+    /// closed socket before its number is reused, the new socket's
+    /// receive gets the new socket's bytes and never the old one's, and
+    /// an event drawn under the old socket's key does not reach it.
+    #[test]
+    fn a_reused_descriptor_number_gets_nothing_of_the_closed_socket() {
+        let r = Readiness::new().unwrap();
+        let (a, a_peer) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let a_file = a.try_clone().unwrap();
+        let n = a.as_raw_fd();
+        let a_ino = inode(n);
+        let kept = r.keep(n);
+
+        // A receive waits and completes: the socket stays in the set.
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(result(&t), None);
+        (&a_peer).write_all(b"a").unwrap();
+        assert_eq!(settled(&t), 1);
+        assert_eq!(t.buf[0], b'a');
+        // Another waits and is cancelled: the socket stays armed.
+        let (t, req) = recv(&a);
+        r.submit(req);
+        let name: Arc<dyn Complete> = t.clone();
+        r.cancel(&Cancel(Arc::downgrade(&name)));
+        assert_eq!(result(&t), Some(-libc::ECANCELED));
+        assert!(in_set(&r).contains(&(n, a_ino)), "not kept in the set");
+        let old_key = key(n, &r.watcher.waiting.lock().unwrap().sockets[&n]);
+
+        // Closed the way an `OwnedSocket` closes: out of the set, then
+        // the number released, here to a new socket at once (`dup2`
+        // closes `n` and reuses it in one step, so that no other thread
+        // of the test process takes the number meanwhile).
+        drop(kept);
+        let (b, b_peer) = UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let n = std::os::fd::IntoRawFd::into_raw_fd(a);
+        // libc: std has no dup2.
+        // SAFETY: `n` was `a`'s, given up above; `b`'s own descriptor is
+        // closed with `b` below.
+        let at_n = unsafe { libc::dup2(b.as_raw_fd(), n) };
+        assert_eq!(at_n, n, "{}", io::Error::last_os_error());
+        drop(b);
+        // SAFETY: `n` is now an open socket owned by nothing else.
+        let b = unsafe { <UnixStream as std::os::fd::FromRawFd>::from_raw_fd(n) };
+        assert!(
+            in_set(&r).iter().all(|&(_, ino)| ino != a_ino),
+            "the closed socket is still in the set"
+        );
+        let b_ino = inode(n);
+        let kept = r.keep(n);
+        let (t, req) = recv(&b);
+        r.submit(req);
+        assert_eq!(result(&t), None);
+        assert!(in_set(&r).contains(&(n, b_ino)));
+        assert_ne!(
+            key(n, &r.watcher.waiting.lock().unwrap().sockets[&n]),
+            old_key
+        );
+
+        // The old socket's file is readable, and an event under its key
+        // comes: neither reaches the new socket's receive.
+        (&a_peer).write_all(b"A").unwrap();
+        retry(&r.watcher, old_key, true, false);
+        assert_eq!(result(&t), None);
+        assert_eq!(r.watcher.waiting.lock().unwrap().sockets[&n].reqs.len(), 1);
+
+        (&b_peer).write_all(b"b").unwrap();
+        assert_eq!(settled(&t), 1);
+        assert_eq!(t.buf[0], b'b');
+        let mut left = [0u8; 2];
+        assert_eq!(std::io::Read::read(&mut &a_file, &mut left).unwrap(), 1);
+        assert_eq!(left[0], b'A', "the old socket's byte went elsewhere");
+        drop(kept);
+        drop(b);
+        // (The set also holds the poller's own wake-up descriptor.)
+        assert!(in_set(&r).iter().all(|&(_, ino)| ino != b_ino));
+    }
+
+    /// A receive the watching thread made that emptied its kept socket
+    /// marks it drained, and the next receive, which then waits without
+    /// being tried, still gets the bytes that came meanwhile.
+    #[test]
+    fn a_receive_after_a_drained_one_waits_and_loses_nothing() {
+        let r = Readiness::new().unwrap();
+        let (a, a_peer) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let n = a.as_raw_fd();
+        let kept = r.keep(n);
+        let drained = || r.watcher.waiting.lock().unwrap().sockets[&n].drained;
+
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(result(&t), None);
+        (&a_peer).write_all(b"a").unwrap();
+        assert_eq!(settled(&t), 1);
+        assert!(drained(), "a short receive did not mark the socket");
+
+        // Bytes arrive before the next receive, which waits untried.
+        (&a_peer).write_all(b"bc").unwrap();
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(settled(&t), 2);
+        assert_eq!(&t.buf[..2], b"bc");
+
+        // A full receive leaves the socket unmarked: the next is tried.
+        (&a_peer).write_all(&[b'd'; 9]).unwrap();
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(settled(&t), 8);
+        assert!(!drained());
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(result(&t), Some(1), "a receive was not tried at once");
+        drop(kept);
     }
 
     /// Among many sockets with a receive waiting, a cancel takes out the

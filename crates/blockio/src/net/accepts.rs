@@ -45,9 +45,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use socket2::Socket;
-
-use super::socket::Sock;
+use super::socket::{OwnedSocket, Sock};
 use crate::aio::request::{Cancel, Complete, Request};
 use crate::backend::Backend;
 use crate::op::action::{AcceptArgs, Action};
@@ -74,7 +72,7 @@ pub(crate) struct AcceptQueue {
 struct Accepts {
     state: Mutex<AcceptBook>,
     /// The listening socket, open until the last completion.
-    _socket: Arc<Socket>,
+    _socket: Arc<OwnedSocket>,
 }
 
 /// The accept request's results and waiters.

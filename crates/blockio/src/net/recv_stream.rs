@@ -58,9 +58,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use socket2::Socket;
-
 use super::read_side::Taken;
+use super::socket::OwnedSocket;
 use super::stream::StreamCore;
 use crate::aio::buf_ring::{BufRing, GROUP};
 use crate::aio::op::Abandoned;
@@ -151,7 +150,7 @@ struct Multi {
     held: Arc<AtomicUsize>,
     /// Keeps the descriptor this stream's receive names open until the
     /// receive's last completion (the driver holds this value until then).
-    _socket: Arc<Socket>,
+    _socket: Arc<OwnedSocket>,
 }
 
 #[derive(Default)]

@@ -2,12 +2,14 @@
 //! futures of the operations every socket type has.
 
 use std::io;
+use std::ops::Deref;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use socket2::{SockAddr, Socket};
 
 use crate::aio::op::OpFuture;
+use crate::aio::readiness::Registration;
 use crate::aio::{AsyncEngine, IoBuf, IoBufMut};
 use crate::backend::Backend;
 use crate::op::action::{Action, ConnectArgs, RecvArgs, SendArgs, SendVectoredArgs};
@@ -24,8 +26,33 @@ pub(crate) const IOV_MAX: usize = 1024;
 /// while a read is in flight closes the socket only after that read ends.
 #[derive(Clone)]
 pub(crate) struct Sock {
-    pub(crate) socket: Arc<Socket>,
+    pub(crate) socket: Arc<OwnedSocket>,
     pub(crate) engine: AsyncEngine,
+}
+
+/// A socket, and its place in the engine's epoll set where its
+/// operations wait for readiness there: taken out of the set when the
+/// socket closes, before its descriptor number is released, so that the
+/// set never reaches the socket that gets the number next.
+pub(crate) struct OwnedSocket {
+    socket: Socket,
+    registration: Option<Registration>,
+}
+
+impl Deref for OwnedSocket {
+    type Target = Socket;
+
+    fn deref(&self) -> &Socket {
+        &self.socket
+    }
+}
+
+impl Drop for OwnedSocket {
+    fn drop(&mut self) {
+        // Out of the set first; the socket closes after this, with the
+        // fields.
+        drop(self.registration.take());
+    }
 }
 
 /// `call`, made again while a signal interrupts it.
@@ -56,8 +83,12 @@ impl Sock {
         if engine.backend() == Backend::ThreadPool {
             socket.set_nonblocking(true)?;
         }
+        let registration = engine.keep_by_readiness(socket.as_raw_fd());
         Ok(Sock {
-            socket: Arc::new(socket),
+            socket: Arc::new(OwnedSocket {
+                socket,
+                registration,
+            }),
             engine: engine.clone(),
         })
     }
