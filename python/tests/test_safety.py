@@ -166,9 +166,28 @@ def test_negative_arguments_are_named(tmp_path):
     finally:
         os.close(fd)
         e.close()
-    for q in (-1, 0, 1 << 40):
-        with pytest.raises(ValueError, match="queue_depth must be between 1 and 32768"):
+    for q in (-1, 0, 32768, 1 << 40):
+        with pytest.raises(ValueError, match=rf"^queue_depth must be 1\.\.=32767, got {q}$"):
             blockio.Engine(queue_depth=q)
+
+
+def test_queue_depth_takes_the_engines_rule(tmp_path):
+    """One rule for ``queue_depth``: 0 and the ceiling + 1 are refused with
+    the argument named, the ceiling (32,767) is taken by both the sync and
+    the async engine behind ``Engine``."""
+    for q in (0, 32768):
+        with pytest.raises(ValueError, match=rf"^queue_depth must be 1\.\.=32767, got {q}$"):
+            blockio.Engine(queue_depth=q)
+    p = tmp_path / "f"
+    p.write_bytes(b"abcd")
+    fd = os.open(p, os.O_RDONLY)
+    e = blockio.Engine(queue_depth=32767)
+    try:
+        assert e.read_batch(fd, offsets=[0], length=4) == [b"abcd"]
+        assert run(e.aread_batch(fd, offsets=[0], length=4)) == [b"abcd"]
+    finally:
+        os.close(fd)
+        e.close()
 
 
 _ints = st.one_of(

@@ -137,6 +137,41 @@ fn both_builders_mean_the_same_by_their_settings() {
     }
 }
 
+/// Both builders take one `queue_depth` rule: 0 and the ceiling + 1 fail
+/// `build` with the argument named, the ceiling builds an engine that works.
+#[test]
+fn both_builders_refuse_a_queue_depth_outside_one_rule() {
+    use blockio::{Engine, Op, MAX_QUEUE_DEPTH};
+    for bad in [0, MAX_QUEUE_DEPTH + 1] {
+        let want = format!("queue_depth must be 1..={MAX_QUEUE_DEPTH}, got {bad}");
+        for err in [
+            Engine::builder().queue_depth(bad).build().unwrap_err(),
+            AsyncEngine::builder().queue_depth(bad).build().unwrap_err(),
+        ] {
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+            assert_eq!(err.to_string(), want);
+        }
+    }
+    let (path, data) = data_file(4096, 5);
+    let file = std::fs::File::open(&path).unwrap();
+    let e = Engine::builder()
+        .queue_depth(MAX_QUEUE_DEPTH)
+        .build()
+        .unwrap();
+    let mut buf = vec![0u8; 100];
+    let got = e.submit(&mut [Op::read(&file, 10, &mut buf)]).unwrap();
+    assert_eq!(*got[0].as_ref().unwrap(), 100);
+    assert_eq!(buf, data[10..110]);
+    let a = AsyncEngine::builder()
+        .queue_depth(MAX_QUEUE_DEPTH)
+        .build()
+        .unwrap();
+    let f = AsyncFile::open(&a, &*path).unwrap();
+    let (res, buf) = futures::executor::block_on(f.read_at(vec![0u8; 100], 10));
+    assert_eq!(res.unwrap(), 100);
+    assert_eq!(buf, data[10..110]);
+}
+
 #[test]
 fn positional_operations_match_pread_on_every_executor() {
     let (path, data) = data_file(300_000, 3);
