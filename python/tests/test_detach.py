@@ -86,7 +86,7 @@ def test_detach_with_a_call_waiting_its_turn_is_refused(engine):
         f = await blockio.open(r, "rb", engine=engine)
         first = asyncio.ensure_future(f.read(5))  # waits for the pipe
         second = asyncio.ensure_future(f.read(5))  # waits for its turn
-        await asyncio.sleep(0.05)
+        await await_until(lambda: blocked_in("read", r), "the first read waits for the pipe")
         with pytest.raises(ValueError, match="in progress or waiting"):
             f.detach()
         os.write(w, b"0123456789")
