@@ -41,7 +41,7 @@ def test_a_cancelled_write_never_lands_in_another_file(tmp_path, loop_factory, b
             assert await asyncio.gather(*reads) == [[b"x"]] * len(pipes)
             # Anything still queued behind the reads has run by now.
             await engine.awrite_batch([(fd_b, b"", 0)])
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # (a margin for a stray write, which no event would announce)
         finally:
             os.close(fd_b)
             for r, w in pipes:
@@ -100,7 +100,7 @@ def test_a_cancelled_reads_buffer_is_released(backend):
             assert isinstance(outcome, (asyncio.CancelledError, OSError)), outcome
             buf.extend(b"x")  # not lent to anything
             os.write(w, b"data")
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # (time for a stray completion to land, which no event announces)
             assert bytes(buf) == bytes(16) + b"x"
         finally:
             os.close(r)

@@ -73,10 +73,11 @@ def blocked_in(call, fd=None, tid=None):
     return False
 
 
-def watched(fd):
-    """Whether an epoll instance of this process (an event loop's, say)
-    watches the file ``fd`` names (``fd`` or a duplicate of it)."""
-    ino = "%x" % os.fstat(fd).st_ino
+def watched(*fds):
+    """Whether epoll instances of this process (an event loop's, say)
+    watch every file ``fds`` name (each of them or a duplicate)."""
+    want = {"%x" % os.fstat(fd).st_ino for fd in fds}
+    seen = set()
     for d in os.listdir("/proc/self/fdinfo"):
         try:
             with open(f"/proc/self/fdinfo/{d}") as f:
@@ -84,6 +85,6 @@ def watched(fd):
         except (FileNotFoundError, ProcessLookupError):
             continue  # (closed meanwhile)
         for line in lines:
-            if line.startswith("tfd:") and f" ino:{ino} " in line + " ":
-                return True
-    return False
+            if line.startswith("tfd:") and " ino:" in line:
+                seen.add(line.split(" ino:")[1].split()[0])
+    return want <= seen
