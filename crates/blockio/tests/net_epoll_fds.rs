@@ -11,6 +11,9 @@ use blockio::aio::AsyncEngine;
 use blockio::net::{TcpListener, TcpStream};
 use blockio::BackendChoice;
 
+mod common;
+use common::noting_its_wait;
+
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
@@ -24,26 +27,6 @@ fn set_fd_limit(n: u64) {
         lim.rlim_cur = n.min(lim.rlim_max);
         assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
     }
-}
-
-/// `fut`, sending on `waiting` the first time a poll of it returns
-/// `Pending`: from then on it waits, registered where its wake-up comes from.
-async fn noting_its_wait<F: std::future::Future>(
-    fut: F,
-    waiting: std::sync::mpsc::Sender<()>,
-) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut waiting = Some(waiting);
-    std::future::poll_fn(|cx| {
-        let polled = fut.as_mut().poll(cx);
-        if polled.is_pending() {
-            if let Some(w) = waiting.take() {
-                let _ = w.send(());
-            }
-        }
-        polled
-    })
-    .await
 }
 
 const CONNS: usize = 100;
@@ -81,12 +64,15 @@ fn waiting_operations_open_no_descriptors_and_survive_the_limit() {
                 let s = s.clone();
                 tokio::spawn(async move {
                     // Fills the peer's window, then waits for room.
-                    let (res, _) =
-                        noting_its_wait(s.write_all(vec![i as u8; 8 << 20]), write_waits).await;
+                    let (res, _) = noting_its_wait(
+                        s.write_all(vec![i as u8; 8 << 20]),
+                        &mut Some(write_waits),
+                    )
+                    .await;
                     res
                 })
             };
-            let (res, buf) = noting_its_wait(s.read(vec![0u8; 16]), read_waits).await;
+            let (res, buf) = noting_its_wait(s.read(vec![0u8; 16]), &mut Some(read_waits)).await;
             let got = res.map(|n| buf[..n].to_vec());
             let wrote = writer.await.unwrap();
             tx.send((i, got, wrote)).unwrap();

@@ -112,3 +112,38 @@ pub fn count_io_disabled_panics() -> usize {
     });
     IO_DISABLED_PANICS.get()
 }
+
+/// `fut`, sending on the sender in `waiting` (and taking it out) the first
+/// time a poll of it returns `Pending`: from then on it waits, registered
+/// where its wake-up comes from. With `None` there, just `fut`. Tests wait
+/// for that event instead of sleeping for it.
+pub async fn noting_its_wait<F: std::future::Future>(
+    fut: F,
+    waiting: &mut Option<std::sync::mpsc::Sender<()>>,
+) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        let polled = fut.as_mut().poll(cx);
+        if polled.is_pending() {
+            if let Some(w) = waiting.take() {
+                let _ = w.send(());
+            }
+        }
+        polled
+    })
+    .await
+}
+
+/// Returns once `cond()` holds, checking it every millisecond (the
+/// polling period, not a guess at the event's time); panics naming `what`
+/// after 30 s, far beyond any event's time on a loaded machine.
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within 30 s: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
