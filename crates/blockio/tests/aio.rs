@@ -383,17 +383,22 @@ fn shutdown_with_work_in_flight_ends_cleanly() {
     {
         let e = AsyncEngine::new().unwrap();
         let file = Arc::new(AsyncFile::open(&e, &path).unwrap());
+        let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for i in 0..128u64 {
-            let (file, pool) = (file.clone(), pool.clone());
+            let (file, pool, reads) = (file.clone(), pool.clone(), reads.clone());
             rt.spawn(async move {
                 loop {
                     let buf = pool.get();
                     let (res, _) = file.read_at(buf, (i * 4096) % (2 << 20)).await;
                     res.unwrap();
+                    reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             });
         }
-        std::thread::sleep(Duration::from_millis(50));
+        // The tasks are reading, one after another.
+        common::wait_until("the tasks' reads complete", || {
+            reads.load(std::sync::atomic::Ordering::Relaxed) >= 256
+        });
         drop(e);
     }
     // The runtime goes away with every task mid-read: the futures are
@@ -893,8 +898,12 @@ fn a_dropped_read_of_an_empty_pipe_takes_nothing_written_after() {
         for i in 0..5u8 {
             let mut read = pipe.read_at(vec![0u8; 16], 0);
             read.start();
-            // (on the pool, long enough for a thread to take the read)
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            if engine.backend() == blockio::Backend::ThreadPool {
+                // A pool thread has taken the read: it waits for the pipe.
+                common::wait_until("a pool thread waits for the pipe", || {
+                    common::a_thread_blocked_in(common::POLL_CALLS)
+                });
+            }
             drop(read);
             std::io::Write::write_all(&mut &w, &[b'a' + i; 3]).unwrap();
             let next = pipe.read_at(vec![0u8; 16], 0);

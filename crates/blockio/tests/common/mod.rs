@@ -147,3 +147,25 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
+
+/// The system call numbers of `poll` and `ppoll` on this machine.
+#[cfg(target_arch = "x86_64")]
+pub const POLL_CALLS: &[i64] = &[libc::SYS_poll, libc::SYS_ppoll];
+/// The system call numbers of `poll` and `ppoll` on this machine.
+#[cfg(not(target_arch = "x86_64"))]
+pub const POLL_CALLS: &[i64] = &[libc::SYS_ppoll];
+
+/// Whether a thread of this process is blocked in one of the system calls
+/// `numbers` (as `/proc/self/task/*/syscall` says; a running thread shows
+/// no number).
+pub fn a_thread_blocked_in(numbers: &[i64]) -> bool {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .any(|t| {
+            std::fs::read_to_string(t.path().join("syscall"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<i64>().ok())
+                .is_some_and(|n| numbers.contains(&n))
+        })
+}
