@@ -169,3 +169,20 @@ pub fn a_thread_blocked_in(numbers: &[i64]) -> bool {
                 .is_some_and(|n| numbers.contains(&n))
         })
 }
+
+/// Connections waiting in the accept queue of the IPv4 TCP listener on
+/// `port` (its `rx_queue` in `/proc/self/net/tcp`); panics if no listener
+/// is there.
+pub fn accept_queue(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/self/net/tcp").unwrap();
+    let want = format!(":{port:04X}");
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // local address, remote, state (0A: LISTEN), tx_queue:rx_queue
+        if f.len() > 4 && f[1].ends_with(&want) && f[3] == "0A" {
+            let rx = f[4].split(':').nth(1).unwrap();
+            return usize::from_str_radix(rx, 16).unwrap();
+        }
+    }
+    panic!("no listener on port {port}");
+}
