@@ -33,13 +33,28 @@ def wait_until(cond, what, timeout=DEADLINE):
         time.sleep(_PERIOD)
 
 
-async def await_until(cond, what, timeout=DEADLINE):
-    """:func:`wait_until` for a coroutine: the event loop runs meanwhile."""
+async def await_until(cond, what, timeout=DEADLINE, sleep=asyncio.sleep):
+    """:func:`wait_until` for a coroutine: the event loop runs meanwhile
+    (``sleep`` is the loop's own: ``trio.sleep`` under trio)."""
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout} s: {what}")
-        await asyncio.sleep(_PERIOD)
+        await sleep(_PERIOD)
+
+
+def a_thread_sleeps_in(function):
+    """Whether a thread of this process sleeps in the kernel function
+    ``function`` (its ``wchan``): ``wait_for_partner`` is a FIFO's open
+    waiting for the other end."""
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/wchan") as f:
+                if f.read() == function:
+                    return True
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # (the thread has ended)
+    return False
 
 
 def _names(fd):
