@@ -66,15 +66,17 @@ def _names(fd):
         return None
 
 
-def blocked_in(call, fd=None, tid=None):
-    """Whether a thread of this process (thread ``tid`` if given) is
-    blocked in the system call ``call`` (``"read"``, ``"write"`` or
-    ``"poll"``), with ``fd`` or a duplicate of it as its first argument if
-    ``fd`` is given (the engine may work on its own duplicate)."""
+def blocked_in(call, fd=None, tid=None, threads=1):
+    """Whether ``threads`` threads of this process (thread ``tid`` if
+    given) are blocked in the system call ``call`` (``"read"``,
+    ``"write"`` or ``"poll"``), with ``fd`` or a duplicate of it as its
+    first argument if ``fd`` is given (the engine may work on its own
+    duplicate)."""
     numbers = _SYSCALLS[platform.machine()][call]
     want = None if fd is None else _names(fd)
     if fd is not None and want is None:
         raise ValueError(f"descriptor {fd} is not open")
+    found = 0
     for t in [tid] if tid is not None else os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{t}/syscall") as f:
@@ -84,8 +86,8 @@ def blocked_in(call, fd=None, tid=None):
         if not fields or fields[0] == "running" or int(fields[0]) not in numbers:
             continue
         if fd is None or _names(int(fields[1], 16)) == want:
-            return True
-    return False
+            found += 1
+    return found >= threads
 
 
 def watched(*fds):
