@@ -970,6 +970,8 @@ fn unix_incoming_accepts_with_one_multishot_request() {
             assert!(!std::mem::replace(&mut seen[b[0] as usize], true));
             s.write_all(b).await.0.unwrap();
         }
+        // Lets the armed accept take some of the rest (a Unix listener's
+        // queue is not in /proc to wait on); every split must lose none.
         std::thread::sleep(Duration::from_millis(50));
         drop(incoming);
         for _ in 0..10 {
@@ -1128,6 +1130,7 @@ fn a_dropped_write_all_reports_every_byte_it_sent() {
                 return got;
             }
             got.extend_from_slice(&buf[..n]);
+            // A slow reader: the writes queue up behind it.
             std::thread::sleep(Duration::from_micros(500));
         }
     });

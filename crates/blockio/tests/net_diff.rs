@@ -634,6 +634,7 @@ fn slow_reader(addr: Addr, c: usize) -> Seen {
             Ok(n) => all.extend_from_slice(&buf[..n]),
             Err(e) => return Seen::Failed(e.kind()),
         }
+        // A slow reader: the server's writes wait for it.
         std::thread::sleep(Duration::from_micros(700));
     }
     let seen = Seen::Bytes {
