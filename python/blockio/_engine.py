@@ -315,7 +315,8 @@ _OPENED = _Opened()
 class Engine:
     """A blockio engine: batched reads, writes and syncs, sync and asyncio.
 
-    ``queue_depth`` bounds the operations in flight; ``backend`` is
+    ``queue_depth`` bounds the operations in flight: 1 to 32,767, the
+    Rust engines' rule (``ValueError`` otherwise); ``backend`` is
     ``"auto"`` (io_uring where the kernel allows it, else a thread pool),
     ``"io_uring"`` or ``"threads"``. ``BLOCKIO_BACKEND=threads`` in the
     environment forces the thread pool. An engine is not usable in a child

@@ -465,14 +465,9 @@ impl Core {
                 }
             }
         }
-        let queue_depth = match u32::try_from(queue_depth) {
-            Ok(q @ 1..=32768) => q,
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "queue_depth must be between 1 and 32768, got {queue_depth}"
-                )))
-            }
-        };
+        // The engines' own rule, so the ValueError says what they would.
+        let queue_depth = blockio::check_queue_depth(queue_depth)
+            .map_err(|e| PyValueError::new_err(e.to_string()))? as u32;
         let engine = Engine::builder()
             .queue_depth(queue_depth as usize)
             .backend(choice)

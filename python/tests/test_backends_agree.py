@@ -14,6 +14,7 @@ import time
 import pytest
 
 import blockio
+from waits import await_until, blocked_in, wait_until, watched
 
 
 def test_a_pidfd_read_fails_at_once_with_einval_as_os_read(engine):
@@ -91,7 +92,7 @@ def test_close_ends_a_synchronous_read_waiting_in_another_thread(call):
 
         t = threading.Thread(target=reader)
         t.start()
-        time.sleep(0.2)
+        wait_until(lambda: blocked_in("poll", tid=t.native_id), "the read waits for the pipe")
         engine.close()
         t.join(30)
         try:
@@ -183,7 +184,7 @@ def test_a_non_blocking_pipe_is_read_when_data_comes_on_both_backends(engine):
     try:
         async def main():
             task = asyncio.ensure_future(engine.aread(r, offset=0, length=16))
-            await asyncio.sleep(0.05)
+            await await_until(lambda: watched(r), "the read waits for the pipe")
             os.write(w, b"late")
             return await asyncio.wait_for(task, 30)
 
@@ -216,7 +217,8 @@ def test_close_ends_synchronous_waits_beside_asynchronous_reads():
             task = asyncio.ensure_future(engine.aread(ra, offset=0, length=8))
             t = threading.Thread(target=reader)
             t.start()
-            await asyncio.sleep(0.2)
+            await await_until(lambda: watched(ra) and blocked_in("poll", tid=t.native_id),
+                              "both reads wait for their pipes")
             engine.close()
             closed_at = time.monotonic()
             t.join(30)

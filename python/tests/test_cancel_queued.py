@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 import blockio
+from waits import await_until, blocked_in
 
 
 @pytest.mark.parametrize("text,buffering", [(False, -1), (False, 0), (True, -1)])
@@ -103,7 +104,7 @@ def test_write_cancelled_behind_a_slow_pipe_write_still_arrives(engine, loop):
     got = bytearray()
 
     def drain():
-        time.sleep(1.5)
+        time.sleep(1.5)  # (a reader slower than the cancellation's grace: the behaviour under test)
         while True:
             d = os.read(r, 1 << 20)
             if not d:
@@ -116,7 +117,7 @@ def test_write_cancelled_behind_a_slow_pipe_write_still_arrives(engine, loop):
     async def main():
         f = await blockio.open(w, "wb", buffering=0, engine=engine)
         ahead = asyncio.ensure_future(f.write(b"A" * (1 << 20)))
-        await asyncio.sleep(0.05)
+        await await_until(lambda: blocked_in("write", w), "the write ahead waits for room in the pipe")
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(f.write(b"B" * 10), 0.05)
         assert await ahead == 1 << 20

@@ -12,13 +12,14 @@ import os
 import pytest
 
 import blockio
+from waits import await_until, blocked_in
 
 
-async def cancelled_once_started(call):
-    """Runs ``call`` (a coroutine) as a task, cancels it once it waits, and
-    awaits the cancellation."""
+async def cancelled_once_started(call, waits):
+    """Runs ``call`` (a coroutine) as a task, cancels it once it waits
+    (``waits()`` is true), and awaits the cancellation."""
     task = asyncio.ensure_future(call)
-    await asyncio.sleep(0.05)
+    await await_until(waits, "the call waits")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -85,7 +86,7 @@ def test_detach_with_a_call_waiting_its_turn_is_refused(engine):
         f = await blockio.open(r, "rb", engine=engine)
         first = asyncio.ensure_future(f.read(5))  # waits for the pipe
         second = asyncio.ensure_future(f.read(5))  # waits for its turn
-        await asyncio.sleep(0.05)
+        await await_until(lambda: blocked_in("read", r), "the first read waits for the pipe")
         with pytest.raises(ValueError, match="in progress or waiting"):
             f.detach()
         os.write(w, b"0123456789")
@@ -131,7 +132,7 @@ def test_detach_after_a_cancelled_pipe_read_is_refused_until_its_bytes_are_read(
 
     async def main():
         f = await blockio.open(r, "rb", engine=engine)
-        await cancelled_once_started(f.read(100))
+        await cancelled_once_started(f.read(100), lambda: blocked_in("read", r))
         with pytest.raises(ValueError, match="read them first"):
             f.detach()
         os.write(w, b"hello")
@@ -170,7 +171,7 @@ def test_detach_after_a_cancelled_pipe_write_waits_for_flush(engine):
 
     async def main():
         f = await blockio.open(w, "wb", buffering=0, engine=engine)
-        await cancelled_once_started(f.write(b"A" * 65536))
+        await cancelled_once_started(f.write(b"A" * 65536), lambda: blocked_in("write", w))
         with pytest.raises(ValueError, match="await flush"):
             f.detach()
         draining.set()  # the pipe empties: the write can end

@@ -17,6 +17,7 @@ import trio
 import blockio
 import blockio._engine
 import blockio.os
+from waits import await_until, blocked_in, watched
 
 
 def run_on(runner, fn, *args):
@@ -215,7 +216,8 @@ def test_close_resolves_a_trio_task_awaiting_a_pipe_read():
 
         async with trio.open_nursery() as n:
             n.start_soon(reader)
-            await trio.sleep(0.1)
+            await await_until(lambda: watched(r) or blocked_in("read", r), "the read waits for the pipe",
+                              sleep=trio.sleep)
             e.close()
 
     async def bounded():

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import blockio
 
 from test_asyncio import run
+from waits import a_thread_sleeps_in, await_until
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -331,7 +332,7 @@ def test_open_does_not_block_the_loop(tmp_path):
             nonlocal ticks, writer
             while ticks < WANT:
                 ticks += 1
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(0.005)  # (ticks that count the loop's turns while the open waits)
             writer = threading.Thread(target=let_the_open_finish)
             writer.start()
 
@@ -367,7 +368,7 @@ def test_a_cancelled_open_leaks_no_descriptor(tmp_path):
         before = sorted(os.listdir("/proc/self/fd"))
         for _ in range(5):
             t = asyncio.ensure_future(open_fifo())
-            await asyncio.sleep(0.05)
+            await await_until(lambda: a_thread_sleeps_in("wait_for_partner"), "the open waits for a writer")
             t.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await t

@@ -20,6 +20,7 @@ import weakref
 import pytest
 
 import blockio
+from waits import await_until, blocked_in
 
 WATCHDOG = 120  # seconds: far beyond any run that works
 
@@ -122,11 +123,12 @@ def test_a_loop_closed_with_a_read_in_flight_does_not_break_the_next(data_file):
         os.close(w)
 
 
-def leave_a_call_pending(loop, make_call):
-    """Starts ``make_call()`` as a task of ``loop``, lets it begin, and stops
-    the loop with the call still in progress; the task."""
+def leave_a_call_pending(loop, make_call, waits):
+    """Starts ``make_call()`` as a task of ``loop``, runs the loop until the
+    call waits (``waits()`` is true), and stops the loop with the call
+    still in progress; the task."""
     task = loop.create_task(make_call())
-    loop.run_until_complete(asyncio.sleep(0.05))
+    loop.run_until_complete(await_until(waits, "the call waits"))
     assert not task.done()
     return task
 
@@ -145,8 +147,8 @@ def test_a_call_abandoned_by_a_closed_loop_raises_rather_than_hangs(loop_factory
         import aiofiles
 
         theirs = first.run_until_complete(aiofiles.open(r, "rb", buffering=0, closefd=False))
-        kept = [leave_a_call_pending(first, lambda: f.read(10)),
-                leave_a_call_pending(first, lambda: theirs.read(10))]
+        kept = [leave_a_call_pending(first, lambda: f.read(10), lambda: blocked_in("read", r)),
+                leave_a_call_pending(first, lambda: theirs.read(10), lambda: blocked_in("read", r, threads=2))]
         first.close()
         os.write(w, b"hello")
 
@@ -196,7 +198,7 @@ def test_a_write_abandoned_by_a_closed_loop_still_arrives_whole(loop_factory):
         data = bytes(random.Random(7).randbytes(size))
         first = loop_factory()
         f = first.run_until_complete(blockio.open(w, "wb", buffering=0, closefd=False))
-        kept = leave_a_call_pending(first, lambda: f.write(data))
+        kept = leave_a_call_pending(first, lambda: f.write(data), lambda: blocked_in("write", w))
         first.close()
 
         async def main():
@@ -232,7 +234,7 @@ def test_a_call_of_a_loop_that_is_only_stopped_raises_and_can_still_end(loop_fac
     try:
         first = loop_factory()
         f = first.run_until_complete(blockio.open(r, "rb", buffering=0, closefd=False))
-        pending = leave_a_call_pending(first, lambda: f.read(10))
+        pending = leave_a_call_pending(first, lambda: f.read(10), lambda: blocked_in("read", r))
 
         async def meanwhile():
             with pytest.raises(RuntimeError, match="another event loop of this thread"):
@@ -293,7 +295,7 @@ def test_closing_a_text_file_after_a_call_abandoned_by_a_closed_loop_closes_it(l
     try:
         first = loop_factory()
         f = first.run_until_complete(blockio.open(r, "r", closefd=False))
-        kept = leave_a_call_pending(first, f.readline)
+        kept = leave_a_call_pending(first, f.readline, lambda: blocked_in("read", r))
         first.close()
 
         async def main():
@@ -325,7 +327,7 @@ def test_a_trio_call_behind_an_asyncio_call_that_cannot_end_raises_rather_than_h
     try:
         first = asyncio.new_event_loop()
         f = first.run_until_complete(blockio.open(r, "rb", buffering=0, closefd=False))
-        kept = leave_a_call_pending(first, lambda: f.read(10))
+        kept = leave_a_call_pending(first, lambda: f.read(10), lambda: blocked_in("read", r))
         if first_loop == "closed":
             first.close()
 
@@ -356,7 +358,7 @@ def test_a_call_abandoned_by_a_closed_loop_of_a_finished_thread_is_reported_as_s
     def worker():
         loop = asyncio.new_event_loop()
         box["f"] = loop.run_until_complete(blockio.open(r, "rb", buffering=0, closefd=False))
-        box["kept"] = leave_a_call_pending(loop, lambda: box["f"].read(10))
+        box["kept"] = leave_a_call_pending(loop, lambda: box["f"].read(10), lambda: blocked_in("read", r))
         loop.close()
 
     try:

@@ -15,6 +15,7 @@ import time
 import pytest
 
 import blockio
+from waits import await_until, blocked_in
 
 BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
 MODES = pytest.mark.parametrize("mode", ["rb", "r"])
@@ -44,8 +45,8 @@ async def cancelled_while_waiting(f, call):
     """Starts ``call(f)``, lets it wait for bytes that are not in the pipe
     yet, and cancels it."""
     task = asyncio.ensure_future(call(f))
-    for _ in range(20):
-        await asyncio.sleep(0.01)
+    # (blocked in a read: whatever the pipe held is taken, more is awaited)
+    await await_until(lambda: blocked_in("read", f.fileno()), "the call waits for the pipe")
     assert not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -142,8 +143,7 @@ def test_a_pipe_read_cancelled_after_its_bytes_arrived_leaves_them_to_the_next_r
             try:
                 binary = f if "b" in mode else f.buffer
                 task = asyncio.ensure_future(f.readline())
-                while binary._stream_read is None:  # waiting in the kernel
-                    await asyncio.sleep(0.001)
+                await await_until(lambda: binary._stream_read is not None, "the read waits in the kernel")
                 os.write(w, b"first\n")
                 # Without yielding to the loop: the thread has read the
                 # line, and the task has not seen it yet.
@@ -172,7 +172,7 @@ def test_lines_read_under_random_cancellation_all_arrive_in_order(backend, mode)
     def writer(w):
         for line in lines:
             os.write(w, line)
-            time.sleep(0.001)
+            time.sleep(0.001)  # (lines come apart, some while a read is being cancelled)
         os.close(w)
 
     async def main():

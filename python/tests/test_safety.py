@@ -41,7 +41,7 @@ def test_a_cancelled_write_never_lands_in_another_file(tmp_path, loop_factory, b
             assert await asyncio.gather(*reads) == [[b"x"]] * len(pipes)
             # Anything still queued behind the reads has run by now.
             await engine.awrite_batch([(fd_b, b"", 0)])
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # (a margin for a stray write, which no event would announce)
         finally:
             os.close(fd_b)
             for r, w in pipes:
@@ -100,7 +100,7 @@ def test_a_cancelled_reads_buffer_is_released(backend):
             assert isinstance(outcome, (asyncio.CancelledError, OSError)), outcome
             buf.extend(b"x")  # not lent to anything
             os.write(w, b"data")
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # (time for a stray completion to land, which no event announces)
             assert bytes(buf) == bytes(16) + b"x"
         finally:
             os.close(r)
@@ -166,9 +166,28 @@ def test_negative_arguments_are_named(tmp_path):
     finally:
         os.close(fd)
         e.close()
-    for q in (-1, 0, 1 << 40):
-        with pytest.raises(ValueError, match="queue_depth must be between 1 and 32768"):
+    for q in (-1, 0, 32768, 1 << 40):
+        with pytest.raises(ValueError, match=rf"^queue_depth must be 1\.\.=32767, got {q}$"):
             blockio.Engine(queue_depth=q)
+
+
+def test_queue_depth_takes_the_engines_rule(tmp_path):
+    """One rule for ``queue_depth``: 0 and the ceiling + 1 are refused with
+    the argument named, the ceiling (32,767) is taken by both the sync and
+    the async engine behind ``Engine``."""
+    for q in (0, 32768):
+        with pytest.raises(ValueError, match=rf"^queue_depth must be 1\.\.=32767, got {q}$"):
+            blockio.Engine(queue_depth=q)
+    p = tmp_path / "f"
+    p.write_bytes(b"abcd")
+    fd = os.open(p, os.O_RDONLY)
+    e = blockio.Engine(queue_depth=32767)
+    try:
+        assert e.read_batch(fd, offsets=[0], length=4) == [b"abcd"]
+        assert run(e.aread_batch(fd, offsets=[0], length=4)) == [b"abcd"]
+    finally:
+        os.close(fd)
+        e.close()
 
 
 _ints = st.one_of(

@@ -390,7 +390,22 @@ fn a_copy_waiting_for_a_fifos_reader_ends_by_the_signal() {
     // SAFETY: mkfifo on a NUL-terminated path in our temporary directory.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
     let mut child = cp(d.path(), &["s", "t"]);
-    std::thread::sleep(Duration::from_millis(100));
+    // Once a thread of the copy waits in the FIFO's open.
+    let tasks = format!("/proc/{}/task", child.id());
+    let in_fifo_open = || {
+        fs::read_dir(&tasks).into_iter().flatten().any(|t| {
+            fs::read_to_string(t.unwrap().path().join("wchan"))
+                .is_ok_and(|w| w == "wait_for_partner")
+        })
+    };
+    let bound = Instant::now() + Duration::from_secs(30);
+    while !in_fifo_open() {
+        assert!(
+            Instant::now() < bound && child.try_wait().unwrap().is_none(),
+            "the copy never waited for the FIFO's reader"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     // SAFETY: kill(2) on the child's pid, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     // A bound only against a hang: the copy must end by the signal.

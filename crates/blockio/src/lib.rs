@@ -65,6 +65,7 @@ pub mod aio;
 mod backend;
 pub mod blocking;
 mod buf;
+mod depth;
 mod direct;
 mod engine;
 mod error;
@@ -76,6 +77,7 @@ mod ring;
 
 pub use backend::{Backend, BackendChoice, BACKEND_ENV, FALLBACK_REQUESTED};
 pub use buf::{AlignedBuf, BufferPool, PooledBuf};
+pub use depth::{check_queue_depth, MAX_QUEUE_DEPTH};
 pub use direct::{device_supports_polling, Alignment, AlignmentSource, DirectFile};
 pub use engine::{
     Engine, EngineBuilder, EngineStats, ProbeReport, ReadPath, RegisteredFile, MAX_REGISTERED_FILES,

@@ -137,6 +137,41 @@ fn both_builders_mean_the_same_by_their_settings() {
     }
 }
 
+/// Both builders take one `queue_depth` rule: 0 and the ceiling + 1 fail
+/// `build` with the argument named, the ceiling builds an engine that works.
+#[test]
+fn both_builders_refuse_a_queue_depth_outside_one_rule() {
+    use blockio::{Engine, Op, MAX_QUEUE_DEPTH};
+    for bad in [0, MAX_QUEUE_DEPTH + 1] {
+        let want = format!("queue_depth must be 1..={MAX_QUEUE_DEPTH}, got {bad}");
+        for err in [
+            Engine::builder().queue_depth(bad).build().unwrap_err(),
+            AsyncEngine::builder().queue_depth(bad).build().unwrap_err(),
+        ] {
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+            assert_eq!(err.to_string(), want);
+        }
+    }
+    let (path, data) = data_file(4096, 5);
+    let file = std::fs::File::open(&path).unwrap();
+    let e = Engine::builder()
+        .queue_depth(MAX_QUEUE_DEPTH)
+        .build()
+        .unwrap();
+    let mut buf = vec![0u8; 100];
+    let got = e.submit(&mut [Op::read(&file, 10, &mut buf)]).unwrap();
+    assert_eq!(*got[0].as_ref().unwrap(), 100);
+    assert_eq!(buf, data[10..110]);
+    let a = AsyncEngine::builder()
+        .queue_depth(MAX_QUEUE_DEPTH)
+        .build()
+        .unwrap();
+    let f = AsyncFile::open(&a, &*path).unwrap();
+    let (res, buf) = futures::executor::block_on(f.read_at(vec![0u8; 100], 10));
+    assert_eq!(res.unwrap(), 100);
+    assert_eq!(buf, data[10..110]);
+}
+
 #[test]
 fn positional_operations_match_pread_on_every_executor() {
     let (path, data) = data_file(300_000, 3);
@@ -348,17 +383,22 @@ fn shutdown_with_work_in_flight_ends_cleanly() {
     {
         let e = AsyncEngine::new().unwrap();
         let file = Arc::new(AsyncFile::open(&e, &path).unwrap());
+        let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for i in 0..128u64 {
-            let (file, pool) = (file.clone(), pool.clone());
+            let (file, pool, reads) = (file.clone(), pool.clone(), reads.clone());
             rt.spawn(async move {
                 loop {
                     let buf = pool.get();
                     let (res, _) = file.read_at(buf, (i * 4096) % (2 << 20)).await;
                     res.unwrap();
+                    reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             });
         }
-        std::thread::sleep(Duration::from_millis(50));
+        // The tasks are reading, one after another.
+        common::wait_until("the tasks' reads complete", || {
+            reads.load(std::sync::atomic::Ordering::Relaxed) >= 256
+        });
         drop(e);
     }
     // The runtime goes away with every task mid-read: the futures are
@@ -848,8 +888,12 @@ fn a_dropped_read_of_an_empty_pipe_takes_nothing_written_after() {
         for i in 0..5u8 {
             let mut read = pipe.read_at(vec![0u8; 16], 0);
             read.start();
-            // (on the pool, long enough for a thread to take the read)
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            if engine.backend() == blockio::Backend::ThreadPool {
+                // A pool thread has taken the read: it waits for the pipe.
+                common::wait_until("a pool thread waits for the pipe", || {
+                    common::a_thread_blocked_in(common::POLL_CALLS)
+                });
+            }
             drop(read);
             std::io::Write::write_all(&mut &w, &[b'a' + i; 3]).unwrap();
             let next = pipe.read_at(vec![0u8; 16], 0);

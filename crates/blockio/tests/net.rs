@@ -100,6 +100,14 @@ fn echo_many_connections_on_tokio_multi_thread() {
     }
 }
 
+/// Bytes that wait unread in `s`'s receive queue (a peek, up to 64 KiB).
+fn unread(s: &TcpStream) -> usize {
+    let mut peek = [std::mem::MaybeUninit::<u8>::uninit(); 64 << 10];
+    s.socket()
+        .recv_with_flags(&mut peek, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+        .unwrap_or(0)
+}
+
 fn pair(e: &AsyncEngine) -> (TcpStream, StdStream) {
     let l = futures::executor::block_on(TcpListener::bind_with(e, "127.0.0.1:0")).unwrap();
     let peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
@@ -166,7 +174,8 @@ fn bytes_a_dropped_read_received_come_from_the_next_read() {
     let mut read = Box::pin(s.read(vec![0u8; 4]));
     assert!(read.as_mut().poll(&mut cx).is_pending());
     peer.write_all(b"abcdefgh").unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    // The read has taken its 4 bytes in the kernel.
+    common::wait_until("the read completes in the kernel", || unread(&s) == 4);
     drop(read);
     let rt = current_thread();
     let got = rt.block_on(async {
@@ -220,7 +229,7 @@ fn errors_are_the_kernels_as_on_std_and_tokio() {
     // die of it).
     let (s, mut peer) = pair(&e);
     peer.write_all(b"unread").unwrap();
-    std::thread::sleep(Duration::from_millis(20));
+    common::wait_until("the bytes reach the stream", || unread(&s) == 6);
     drop(peer);
     let err = futures::executor::block_on(async {
         loop {
@@ -632,15 +641,21 @@ fn half_close_ends_one_direction() {
 fn a_reset_mid_read_fails_the_read() {
     let e = engine();
     let (s, peer) = pair(&e);
+    let (waits_tx, waits) = std::sync::mpsc::channel();
     let resetter = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(50));
+        waits
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the read reaches its wait");
         // Linger 0: close sends a reset instead of a FIN.
         socket2::SockRef::from(&peer)
             .set_linger(Some(Duration::ZERO))
             .unwrap();
         drop(peer);
     });
-    let (res, _) = futures::executor::block_on(s.read(vec![0u8; 64]));
+    let (res, _) = futures::executor::block_on(common::noting_its_wait(
+        s.read(vec![0u8; 64]),
+        &mut Some(waits_tx),
+    ));
     resetter.join().unwrap();
     let err = res.unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ECONNRESET), "{err}");
@@ -893,8 +908,12 @@ fn connections_an_incoming_stream_left_go_to_the_next_accept() {
         let mut incoming = listener.incoming();
         let (_, first) = incoming.next().await.unwrap();
         assert!(want.remove(&first));
-        // Give the armed accept time to take the others.
-        std::thread::sleep(Duration::from_millis(100));
+        if incoming.multishot() {
+            // The armed accept has taken the others.
+            common::wait_until("the multishot accept takes the others", || {
+                common::accept_queue(addr.port()) == 0
+            });
+        }
         drop(incoming);
         // And more after the stream is gone.
         for _ in 0..5 {
@@ -951,6 +970,8 @@ fn unix_incoming_accepts_with_one_multishot_request() {
             assert!(!std::mem::replace(&mut seen[b[0] as usize], true));
             s.write_all(b).await.0.unwrap();
         }
+        // Lets the armed accept take some of the rest (a Unix listener's
+        // queue is not in /proc to wait on); every split must lose none.
         std::thread::sleep(Duration::from_millis(50));
         drop(incoming);
         for _ in 0..10 {
@@ -1109,6 +1130,7 @@ fn a_dropped_write_all_reports_every_byte_it_sent() {
                 return got;
             }
             got.extend_from_slice(&buf[..n]);
+            // A slow reader: the writes queue up behind it.
             std::thread::sleep(Duration::from_micros(500));
         }
     });

@@ -26,6 +26,7 @@ use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::BackendChoice;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+mod common;
 mod link;
 
 /// How long a peer waits for any one read before it reports a stall.
@@ -633,6 +634,7 @@ fn slow_reader(addr: Addr, c: usize) -> Seen {
             Ok(n) => all.extend_from_slice(&buf[..n]),
             Err(e) => return Seen::Failed(e.kind()),
         }
+        // A slow reader: the server's writes wait for it.
         std::thread::sleep(Duration::from_micros(700));
     }
     let seen = Seen::Bytes {
@@ -683,9 +685,13 @@ fn closed_port() -> std::net::SocketAddr {
 async fn reset_mid_read(stack: Stack, e: Option<&AsyncEngine>) -> Outcome {
     let l = link::listen();
     let addr = l.local_addr().unwrap();
+    let (waits_tx, waits) = std::sync::mpsc::channel();
+    let mut waiting = Some(waits_tx);
     let resetter = std::thread::spawn(move || {
         let (peer, _) = l.accept().unwrap();
-        std::thread::sleep(Duration::from_millis(50));
+        waits
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the read reaches its wait");
         socket2::SockRef::from(&peer)
             .set_linger(Some(Duration::ZERO))
             .unwrap();
@@ -693,16 +699,22 @@ async fn reset_mid_read(stack: Stack, e: Option<&AsyncEngine>) -> Outcome {
     let out = match (stack, e) {
         (Stack::Tokio, _) => {
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.read(&mut [0u8; 64]).await.into()
+            let mut buf = [0u8; 64];
+            common::noting_its_wait(s.read(&mut buf), &mut waiting)
+                .await
+                .into()
         }
         (_, Some(e)) => {
             let s = blockio::net::TcpStream::connect_with(e, addr)
                 .await
                 .unwrap();
-            blockio::net::TcpStream::read(&s, vec![0u8; 64])
-                .await
-                .0
-                .into()
+            common::noting_its_wait(
+                blockio::net::TcpStream::read(&s, vec![0u8; 64]),
+                &mut waiting,
+            )
+            .await
+            .0
+            .into()
         }
         _ => unreachable!(),
     };

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving, Submit};
 use blockio::net::TcpListener;
 
+mod common;
+use common::noting_its_wait;
+
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
@@ -36,22 +39,39 @@ fn a_driven_engine_with_lingering_streams_finishes_once_they_give_up() {
         if engine.poll_fd().is_some() {
             rt.spawn(drive_on_tokio(engine.clone()));
         }
+        let (waits_tx, waits_rx) = std::sync::mpsc::channel();
         rt.block_on(async {
             for _ in 0..4 {
                 let (mut s, _) = listener.accept().await.unwrap();
                 s.socket().set_send_buffer_size(16 * 1024).unwrap();
                 s.set_drop_linger(Duration::from_millis(200));
+                let waits = waits_tx.clone();
                 tokio::spawn(async move {
                     use tokio::io::AsyncWriteExt;
                     let w = &mut s;
                     let chunk = vec![3u8; 64 << 10];
                     // Until the queue is full: the task then waits.
+                    let mut waits = Some(waits);
                     loop {
-                        w.write_all(&chunk).await.unwrap();
+                        noting_its_wait(w.write_all(&chunk), &mut waits)
+                            .await
+                            .unwrap();
                     }
                 });
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Every task has filled its queue, and waits.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut waiting = 0;
+            while waiting < 4 {
+                assert!(
+                    Instant::now() < deadline,
+                    "{waiting} of 4 writers reached their wait"
+                );
+                match waits_rx.try_recv() {
+                    Ok(()) => waiting += 1,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                }
+            }
         });
         // The tasks (and their streams) and the driving task go with the
         // runtime; the streams' queues still hold bytes.

@@ -11,6 +11,9 @@ use blockio::aio::AsyncEngine;
 use blockio::net::{TcpListener, TcpStream};
 use blockio::BackendChoice;
 
+mod common;
+use common::noting_its_wait;
+
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
@@ -51,28 +54,38 @@ fn waiting_operations_open_no_descriptors_and_survive_the_limit() {
     let armed = open_fds();
     set_fd_limit(armed as u64 + 2);
     let (tx, rx) = std::sync::mpsc::channel();
+    let (waits_tx, waits) = std::sync::mpsc::channel();
     for (i, s) in streams.into_iter().enumerate() {
         let tx = tx.clone();
+        let (read_waits, write_waits) = (waits_tx.clone(), waits_tx.clone());
         rt.spawn(async move {
             let s = std::sync::Arc::new(s);
             let writer = {
                 let s = s.clone();
                 tokio::spawn(async move {
                     // Fills the peer's window, then waits for room.
-                    let (res, _) = s.write_all(vec![i as u8; 8 << 20]).await;
+                    let (res, _) = noting_its_wait(
+                        s.write_all(vec![i as u8; 8 << 20]),
+                        &mut Some(write_waits),
+                    )
+                    .await;
                     res
                 })
             };
-            let (res, buf) = s.read(vec![0u8; 16]).await;
+            let (res, buf) = noting_its_wait(s.read(vec![0u8; 16]), &mut Some(read_waits)).await;
             let got = res.map(|n| buf[..n].to_vec());
             let wrote = writer.await.unwrap();
             tx.send((i, got, wrote)).unwrap();
         });
     }
-    drop(tx);
-    // Give every task time to reach its waits (a wait that opened a
-    // descriptor would be seen, or fail, now).
-    std::thread::sleep(Duration::from_millis(300));
+    drop((tx, waits_tx));
+    // Every read and write has reached its wait (a wait that opened a
+    // descriptor would be seen, or fail, by now).
+    for n in 0..2 * CONNS {
+        waits
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{n} of {} operations reached their wait: {e}", 2 * CONNS));
+    }
     set_fd_limit(4096);
     let waiting = open_fds();
     assert!(

@@ -444,7 +444,12 @@ fn completions_that_overflow_a_caller_driven_ring_are_all_reaped() {
     let data = payload(9, 3000);
     peer.write_all(&data).unwrap();
     // All of it waits in the socket when the receive is armed.
-    std::thread::sleep(Duration::from_millis(50));
+    common::wait_until("the bytes wait in the socket", || {
+        let mut peek = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        s.socket()
+            .recv_with_flags(&mut peek, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+            .is_ok_and(|n| n == data.len())
+    });
     let mut rx = s.recv_stream();
     let mut got = Vec::new();
     while got.len() < data.len() {

@@ -225,13 +225,22 @@ impl Default for AsyncEngineBuilder {
 }
 
 impl AsyncEngineBuilder {
-    /// Most file operations in flight at once, over all tasks (default
-    /// 256, at most 32767); more wait in a queue, in order. As for
+    /// Most file operations in flight at once, over all tasks: 1 to
+    /// [`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH) (default 256); more wait
+    /// in a queue, in order. Outside that range [`build`](Self::build)
+    /// fails with the error of [`check_queue_depth`](crate::check_queue_depth),
+    /// the same rule as
     /// [`EngineBuilder::queue_depth`](crate::EngineBuilder::queue_depth).
     /// Socket operations, which wait for peers, do not count (see
     /// [`crate::net`]).
+    ///
+    /// The default is 256, not the sync engine's 128, because this engine
+    /// puts every task's operations into one ring sized from the queue
+    /// depth, whereas the sync engine submits each batch through a ring of
+    /// its own of `max_batch` (128) entries and bounds them all by its
+    /// depth.
     pub fn queue_depth(mut self, n: usize) -> Self {
-        self.queue_depth = n.clamp(1, MAX_QUEUE_DEPTH);
+        self.queue_depth = n;
         self
     }
 
@@ -314,8 +323,9 @@ impl AsyncEngineBuilder {
     ///
     /// # Errors
     /// The driver thread or the ring could not be set up (and the thread
-    /// pool could not start either), the receive-buffer shape is invalid,
-    /// or the [`completion_eventfd`](CallerDriving::completion_eventfd) is not an
+    /// pool could not start either), the [`queue_depth`](Self::queue_depth)
+    /// is outside 1 to [`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH), the
+    /// receive-buffer shape is invalid, or the [`completion_eventfd`](CallerDriving::completion_eventfd) is not an
     /// open eventfd. Only the kernel refusing io_uring falls back to the
     /// thread pool; the caller's mistakes are errors.
     ///
@@ -334,6 +344,7 @@ impl AsyncEngineBuilder {
     /// With [`Driving::Auto`] (the default) on a tokio runtime, this
     /// spawns the engine's `drive_on_tokio` task there.
     pub fn build(self) -> io::Result<AsyncEngine> {
+        crate::check_queue_depth(self.queue_depth)?;
         #[cfg(feature = "tokio")]
         if let Driving::Auto = self.driving {
             if let Some(engine) = tokio_drive::build_on_runtime(&self)? {
@@ -406,10 +417,6 @@ impl AsyncEngineBuilder {
         })
     }
 }
-
-/// The largest queue depth: one less than the largest ring, which keeps a
-/// slot for the driver's wake-up read.
-const MAX_QUEUE_DEPTH: usize = 32767;
 
 impl AsyncEngine {
     /// An engine with default settings.

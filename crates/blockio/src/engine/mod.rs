@@ -73,12 +73,20 @@ impl Default for EngineBuilder {
 }
 
 impl EngineBuilder {
-    /// Most operations in flight at once, over all threads (default 128).
+    /// Most operations in flight at once, over all threads: 1 to
+    /// [`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH) (default 128); outside
+    /// that, [`build`](Self::build) fails with the error of
+    /// [`check_queue_depth`](crate::check_queue_depth).
     ///
     /// A batch bigger than what is free proceeds with what is free and
-    /// refills as operations complete.
+    /// refills as operations complete. The default is 128, not the async
+    /// engine's 256, because it matches the default
+    /// [`max_batch`](Self::max_batch): a batch is submitted through one
+    /// ring of `max_batch` entries, so a deeper bound would only let more
+    /// callers' batches wait for rings, whereas the async engine puts every
+    /// task's operations into one ring sized from its queue depth.
     pub fn queue_depth(mut self, n: usize) -> Self {
-        self.queue_depth = n.max(1);
+        self.queue_depth = n;
         self
     }
 
@@ -214,7 +222,8 @@ impl EngineBuilder {
     /// Builds the engine. With [`BackendChoice::Auto`] this fails only if
     /// even the thread pool cannot start, if [`BACKEND_ENV`](crate::BACKEND_ENV) holds an
     /// unknown value, or if an argument is invalid (an error naming it:
-    /// more [`registered_files`](Self::registered_files) than
+    /// a [`queue_depth`](Self::queue_depth) outside 1 to
+    /// [`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH), more [`registered_files`](Self::registered_files) than
     /// [`MAX_REGISTERED_FILES`] or the process's open-file limit, a
     /// [`registered_buffers`](Self::registered_buffers) pool with no
     /// buffer). Only the kernel refusing io_uring falls back to the pool.
@@ -272,6 +281,7 @@ pub const MAX_REGISTERED_FILES: u32 = 1 << 15;
 impl EngineBuilder {
     /// Refuses arguments no kernel can accept, naming them.
     fn check(&self) -> io::Result<()> {
+        crate::check_queue_depth(self.queue_depth)?;
         let invalid = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
         let slots = self.file_slots;
         if slots > MAX_REGISTERED_FILES {

@@ -112,3 +112,77 @@ pub fn count_io_disabled_panics() -> usize {
     });
     IO_DISABLED_PANICS.get()
 }
+
+/// `fut`, sending on the sender in `waiting` (and taking it out) the first
+/// time a poll of it returns `Pending`: from then on it waits, registered
+/// where its wake-up comes from. With `None` there, just `fut`. Tests wait
+/// for that event instead of sleeping for it.
+pub async fn noting_its_wait<F: std::future::Future>(
+    fut: F,
+    waiting: &mut Option<std::sync::mpsc::Sender<()>>,
+) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        let polled = fut.as_mut().poll(cx);
+        if polled.is_pending() {
+            if let Some(w) = waiting.take() {
+                let _ = w.send(());
+            }
+        }
+        polled
+    })
+    .await
+}
+
+/// Returns once `cond()` holds, checking it every millisecond (the
+/// polling period, not a guess at the event's time); panics naming `what`
+/// after 30 s, far beyond any event's time on a loaded machine.
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within 30 s: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// The system call numbers of `poll` and `ppoll` on this machine.
+#[cfg(target_arch = "x86_64")]
+pub const POLL_CALLS: &[i64] = &[libc::SYS_poll, libc::SYS_ppoll];
+/// The system call numbers of `poll` and `ppoll` on this machine.
+#[cfg(not(target_arch = "x86_64"))]
+pub const POLL_CALLS: &[i64] = &[libc::SYS_ppoll];
+
+/// Whether a thread of this process is blocked in one of the system calls
+/// `numbers` (as `/proc/self/task/*/syscall` says; a running thread shows
+/// no number).
+pub fn a_thread_blocked_in(numbers: &[i64]) -> bool {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .any(|t| {
+            std::fs::read_to_string(t.path().join("syscall"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<i64>().ok())
+                .is_some_and(|n| numbers.contains(&n))
+        })
+}
+
+/// Connections waiting in the accept queue of the IPv4 TCP listener on
+/// `port` (its `rx_queue` in `/proc/self/net/tcp`); panics if no listener
+/// is there.
+pub fn accept_queue(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/self/net/tcp").unwrap();
+    let want = format!(":{port:04X}");
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // local address, remote, state (0A: LISTEN), tx_queue:rx_queue
+        if f.len() > 4 && f[1].ends_with(&want) && f[3] == "0A" {
+            let rx = f[4].split(':').nth(1).unwrap();
+            return usize::from_str_radix(rx, 16).unwrap();
+        }
+    }
+    panic!("no listener on port {port}");
+}
