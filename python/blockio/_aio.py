@@ -274,13 +274,13 @@ async def wait_despite_cancel(fut: Any, ahead_completes: Callable[[], bool]) -> 
     except asyncio.CancelledError as e:
         cancelled = e
     while not fut.done():
-        await _through_grace(loop, fut)
+        await through_grace(loop, fut)
         if not fut.done() and not ahead_completes():
             raise cancelled
     return cancelled
 
 
-async def _through_grace(loop: asyncio.AbstractEventLoop, fut: Any) -> None:
+async def through_grace(loop: asyncio.AbstractEventLoop, fut: Any) -> None:
     """Waits for ``fut`` at most :data:`CANCEL_GRACE` seconds, through any
     cancellation of the waiting task (it has been cancelled already)."""
     deadline = loop.time() + CANCEL_GRACE

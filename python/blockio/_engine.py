@@ -37,7 +37,7 @@ import weakref
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Set,
                     Tuple, Union, overload)
 
-from ._aio import CANCEL_GRACE, TrioFuture, running_trio, wait_readable
+from ._aio import CANCEL_GRACE, TrioFuture, running_trio, through_grace, wait_readable
 
 if TYPE_CHECKING:
     # Any object with the buffer protocol (bytes, bytearray, memoryview,
@@ -869,12 +869,7 @@ class Engine:
                 return (await asyncio.shield(fut))[0]
             except asyncio.CancelledError as e:
                 cancelled = e
-            deadline = loop.time() + CANCEL_GRACE
-            while not fut.done() and loop.time() < deadline:
-                try:
-                    await asyncio.wait({fut}, timeout=deadline - loop.time())
-                except asyncio.CancelledError:
-                    pass
+            await through_grace(loop, fut)
         if not fut.done():
             self._abandon(token)
             raise cancelled
