@@ -672,6 +672,18 @@ fn cp_a_and_r_of_a_directory_of_40000_files_fit_within_4_mb_of_one_files_copy() 
     }
 }
 
+/// `d/e`, a directory of `n` empty files with 240-byte names: names that
+/// alone take more address space than the tests below leave.
+fn long_named_files(d: &Path, n: usize) -> PathBuf {
+    let src = d.join("e");
+    fs::create_dir(&src).unwrap();
+    let long = "n".repeat(235);
+    for i in 0..n {
+        fs::write(src.join(format!("{long}{i:05}")), b"").unwrap();
+    }
+    src
+}
+
 /// A copy that runs out of memory ends as GNU's `cp` does (its
 /// `xalloc_die`): "cp: memory exhausted" and exit status 1. Here the
 /// names of one directory (30,000 of 240 bytes) alone take more than the
@@ -682,12 +694,7 @@ fn cp_a_and_r_of_a_directory_of_40000_files_fit_within_4_mb_of_one_files_copy() 
 fn cp_out_of_memory_says_memory_exhausted_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let src = d.join("e");
-    fs::create_dir(&src).unwrap();
-    let long = "n".repeat(235);
-    for i in 0..30_000 {
-        fs::write(src.join(format!("{long}{i:05}")), b"").unwrap();
-    }
+    long_named_files(d, 30_000);
     fs::write(d.join("f"), b"").unwrap();
     let one = least_address_space(d, "-r f f2", &d.join("f2"));
     let (code, err) = cp_within(d, one + 2000, "-r e copy");
@@ -878,12 +885,7 @@ fn cp_a_of_40000_empty_files_fits_where_gnu_cp_a_does() {
 fn a_directory_too_large_for_the_address_space_ends_as_gnu_cp_ends() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let src = d.join("e");
-    fs::create_dir(&src).unwrap();
-    let long = "n".repeat(235);
-    for i in 0..36_000 {
-        fs::write(src.join(format!("{long}{i:05}")), b"").unwrap();
-    }
+    long_named_files(d, 36_000);
     for opt in ["-a", "-r", "-al"] {
         let gnu = Command::new("sh")
             .args([
