@@ -245,7 +245,8 @@ def run_module(module: str, pattern: str | None, timeout: float) -> ModuleRun:
         if finished:
             return run
         if current is None:  # died or stalled between tests
-            run.fixture_errors.append(f"child stopped after test {first} (exit {proc.returncode}); its stderr ends:\n{said}")
+            why = f"child stopped after test {first} (exit {proc.returncode})"
+            run.fixture_errors.append(f"{why}; its stderr ends:\n{said}")
             return run
         why = "timed out" if line == "timeout" else f"child died (exit {proc.returncode})"
         run.outcomes[current[1]] = ("fail", f"{why} after {timeout:g} s; its stderr ends:\n{said}")
@@ -299,7 +300,7 @@ def main() -> int:
     import blockio
 
     loop = blockio.new_event_loop()
-    backend = loop.backend
+    backend = getattr(loop, "backend", "?")
     loop.close()
     wanted = args.modules or [m for m in MODULES if importlib.util.find_spec(f"test.test_asyncio.{m}")]
     started = time.monotonic()
