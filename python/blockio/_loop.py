@@ -142,6 +142,8 @@ class _Writing:
     sent, not buffered, and the protocol sees no extra callback.
     """
 
+    _drain_mark: object = None
+
     def _loop_writing(self, f: Any = None, data: Any = None) -> None:
         try:
             if f is not None and self._write_fut is None and self._closing:
@@ -162,17 +164,46 @@ class _Writing:
                     fut.add_done_callback(self._loop_writing)
                     self._maybe_pause_protocol()
             if self._write_fut is None:
-                if self._closing:
-                    self._loop.call_soon(self._call_connection_lost, None)
-                if self._eof_written:
-                    self._sock.shutdown(socket.SHUT_WR)
-                self._maybe_resume_protocol()
-                if self._empty_waiter is not None:
-                    self._empty_waiter.set_result(None)
+                self._drained()
         except ConnectionResetError as exc:
             self._force_close(exc)
         except OSError as exc:
             self._fatal_error(exc, "Fatal write error on pipe transport")
+
+    def _drained(self) -> None:
+        """Everything written has gone out.
+
+        As on asyncio's selector transports, the protocol is told to resume
+        writing before a pending ``close()`` or ``write_eof()`` takes
+        effect, and what it writes then still goes out: ``SSLProtocol``
+        writes its ``close_notify`` there when its shutdown came while the
+        transport was full. (asyncio's proactor transports drop that write,
+        and the peer then waits for the ``close_notify`` forever.)
+        """
+        mark = self._drain_mark = object()
+        self._maybe_resume_protocol()
+        if self._drain_mark is not mark or self._write_fut is not None:
+            return  # a write made meanwhile went on, or finished and got here itself
+        if self._closing:
+            self._conn_lost += 1
+            self._loop.call_soon(self._call_connection_lost, None)
+        if self._eof_written:
+            self._sock.shutdown(socket.SHUT_WR)
+        if self._empty_waiter is not None:
+            self._empty_waiter.set_result(None)
+
+    def close(self) -> None:
+        # asyncio's proactor version, except that writes are still taken
+        # while what was written before is going out (see _drained).
+        if self._closing:
+            return
+        self._closing = True
+        if not self._buffer and self._write_fut is None:
+            self._conn_lost += 1
+            self._loop.call_soon(self._call_connection_lost, None)
+        if self._read_fut is not None:
+            self._read_fut.cancel()
+            self._read_fut = None
 
 
 class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransport):
@@ -197,6 +228,21 @@ class _ReadPipeTransport(_Closing, proactor_events._ProactorReadPipeTransport):
     def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
         _nonblocking(pipe)
         super().__init__(loop, pipe, *args, **kw)
+
+    def _eof_received(self) -> None:
+        # As asyncio's Unix read pipe transport: the end of a pipe ends the
+        # transport, whatever eof_received() returns (a pipe has no other
+        # half to keep open). asyncio's proactor version stays open when it
+        # returns true, as StreamReaderProtocol's does, and is then left
+        # unclosed.
+        try:
+            self._protocol.eof_received()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.eof_received() call failed.")
+            return
+        self.close()
 
 
 class _WritePipeTransport(_Writing, _Closing, proactor_events._ProactorBaseWritePipeTransport):

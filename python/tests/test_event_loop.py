@@ -412,3 +412,163 @@ def test_udp_echo(loop):
         return got
 
     assert loop.run_until_complete(main()) == b"PING"
+
+
+def test_a_write_from_resume_writing_after_close_goes_out(loop):
+    """What a protocol writes when told to resume writing after ``close()``
+    still reaches the peer, before the end, as on asyncio's selector loop
+    (``SSLProtocol`` writes its ``close_notify`` there when its shutdown came
+    while the transport was backed up)."""
+    big = os.urandom(8 << 20)
+
+    class Backlogged(asyncio.Protocol):
+        paused = False
+
+        def connection_made(self, transport):
+            self.transport = transport
+            self.lost = loop.create_future()
+
+        def pause_writing(self):
+            self.paused = True
+
+        def resume_writing(self):
+            self.transport.write(b"tail")
+
+        def connection_lost(self, exc):
+            self.lost.set_result(exc)
+
+    async def main():
+        a, b = socket.socketpair()
+        b.setblocking(False)
+        transport, proto = await loop.create_connection(Backlogged, sock=a)
+        transport.write(big)
+        assert proto.paused and transport.get_write_buffer_size() > 0
+        transport.close()
+        received = bytearray()
+        while chunk := await loop.sock_recv(b, 1 << 20):
+            received += chunk
+        b.close()
+        return bytes(received), await proto.lost
+
+    received, exc = loop.run_until_complete(main())
+    assert exc is None
+    assert len(received) == len(big) + 4 and received == big + b"tail"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio's SSLProtocol before 3.11 has no write backlog to fill")
+def test_tls_close_notify_follows_a_backlog_when_the_peer_shuts_down_first(loop):
+    """The peer sends ``close_notify`` while our side has a write backlog
+    larger than the transport's buffer: the backlog and then our
+    ``close_notify`` reach the peer (CPython's
+    ``test_remote_shutdown_receives_trailing_data``, with the peer on the
+    same loop)."""
+    import ssl
+
+    from test.test_asyncio import utils as test_utils
+
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(test_utils.ONLYCERT, test_utils.ONLYKEY)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname = False
+    client_ctx.verify_mode = ssl.CERT_NONE
+    backlog = 4 << 20
+
+    async def peer(sock):
+        # The TLS peer, on MemoryBIOs over a plain socket: it sends
+        # close_notify first, then reads everything until ours.
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = server_ctx.wrap_bio(incoming, outgoing, server_side=True)
+
+        async def flush():
+            if outgoing.pending:
+                await loop.sock_sendall(sock, outgoing.read())
+
+        async def feed():
+            data = await loop.sock_recv(sock, 65536)
+            assert data, "the connection ended before close_notify"
+            incoming.write(data)
+
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await flush()
+                await feed()
+        await flush()
+        while True:
+            try:
+                assert tls.read(4) == b"ping"
+                break
+            except ssl.SSLWantReadError:
+                await feed()
+        tls.write(b"pong")
+        await flush()
+        await started_backlog
+        with pytest.raises(ssl.SSLWantReadError):
+            tls.unwrap()  # close_notify sent, the peer's not yet received
+        await flush()
+        got = 0
+        while True:
+            try:
+                got += len(tls.read(65536))
+            except ssl.SSLWantReadError:
+                await feed()
+            except ssl.SSLZeroReturnError:
+                break
+        tls.unwrap()  # the close_notify came
+        sock.close()
+        return got
+
+    async def client(port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx, server_hostname="")
+        writer.write(b"ping")
+        assert await reader.readexactly(4) == b"pong"
+        # A backlog larger than the transport's buffer, unwritten when the
+        # close_notify arrives.
+        writer.transport._test__append_write_backlog(b"x" * backlog)
+        started_backlog.set_result(None)
+        assert await reader.read() == b""
+        writer.close()
+        await writer.wait_closed()
+
+    async def main():
+        listener = socket.create_server(("127.0.0.1", 0))
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        accepting = loop.create_task(loop.sock_accept(listener))
+        client_done = loop.create_task(client(port))
+        conn, _ = await accepting
+        listener.close()
+        conn.setblocking(False)
+        got = await asyncio.wait_for(peer(conn), 60)
+        await client_done
+        return got
+
+    started_backlog = loop.create_future()
+    assert loop.run_until_complete(main()) == backlog
+
+
+def test_read_pipe_transport_ends_at_end_of_file(loop):
+    """At the end of a pipe the read transport closes and reports
+    ``connection_lost`` although ``StreamReaderProtocol.eof_received`` asks
+    to stay open, as asyncio's Unix pipe transport does (else it is left
+    unclosed, and warned about when collected)."""
+
+    class Reader(asyncio.StreamReaderProtocol):
+        def connection_lost(self, exc):
+            super().connection_lost(exc)
+            lost.set_result(exc)
+
+    async def main():
+        r, w = os.pipe()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(lambda: Reader(reader), open(r, "rb", 0))
+        os.write(w, b"data")
+        os.close(w)
+        assert await reader.read() == b"data"
+        exc = await asyncio.wait_for(lost, 60)
+        return exc, transport.is_closing()
+
+    lost = loop.create_future()
+    assert loop.run_until_complete(main()) == (None, True)
