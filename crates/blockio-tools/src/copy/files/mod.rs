@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use blockio::{AlignedBuf, Op};
 
-use super::entry::{Ctx, DirPair, Group};
+use super::entry::{Ctx, DirPair, Entry, Group};
 use super::{quote, CopyOptions};
 use crate::copy;
 use finish::{close_and_report, finish_files, fsync_large};
@@ -40,7 +40,52 @@ pub(crate) use wave::SLOT_ALIGN;
 /// Copies a group; files beyond its first wave of bytes (sizes are only
 /// known once the files are open) go back to the queue through `requeue`,
 /// so that large files are copied by several workers at once.
+///
+/// With `-b` each file whose name is taken is copied alone (see
+/// [`backup_runs`]): its backup is made and its new file created just
+/// before its bytes are written, so that at most one name per worker is
+/// neither old nor new at any moment, as without `-b`.
 pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeue: &dyn Fn(Group)) {
+    let opts = ctx.opts;
+    let excl = opts.no_clobber || opts.update == copy::Update::None;
+    if opts.backup == copy::Backup::None || excl || g.files.len() < 2 {
+        return copy_run(ctx, g, arena, requeue);
+    }
+    for files in backup_runs(&g.dirs, g.files) {
+        let dirs = Arc::clone(&g.dirs);
+        copy_run(ctx, Group { dirs, files }, arena, requeue);
+    }
+}
+
+/// `-b`: a group cut, in its order, into runs of files whose names are
+/// free (copied together) and single files whose names are taken. Those
+/// are backed up (renamed) and made anew as they are opened, empty until
+/// they are written: copied one at a time, each is backed up just before
+/// its bytes are written.
+fn backup_runs(dirs: &DirPair, files: Vec<Entry>) -> Vec<Vec<Entry>> {
+    let taken = |e: &Entry| {
+        rustix::fs::statat(
+            &dirs.dst,
+            e.dst_name.as_c_str(),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
+    };
+    let mut runs: Vec<Vec<Entry>> = Vec::new();
+    let mut free = false;
+    for e in files {
+        let alone = taken(&e);
+        match runs.last_mut() {
+            Some(run) if free && !alone => run.push(e),
+            _ => runs.push(vec![e]),
+        }
+        free = !alone;
+    }
+    runs
+}
+
+/// Copies one run of a group's files through every step.
+fn copy_run(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeue: &dyn Fn(Group)) {
     let Group {
         dirs: pair,
         mut files,
