@@ -442,16 +442,58 @@ fn old_or_new(dir: &Path, sub: &str) {
     }
 }
 
-/// The files of `dir/x` that hold neither their old bytes nor the new.
+/// The names of `dir/x` (not its backups) that hold neither their old
+/// bytes nor the new: emptied, part written, or missing.
 fn neither_old_nor_new(dir: &Path) -> Vec<String> {
     let (old, new) = (vec![b'o'; 12 << 10], vec![b'n'; 16 << 10]);
     (0..OVERWRITTEN)
         .map(|i| format!("f{i:04}"))
         .filter(|name| {
-            let got = fs::read(dir.join("x").join(name)).unwrap();
-            got != old && got != new
+            let got = fs::read(dir.join("x").join(name)).ok();
+            got.as_ref() != Some(&old) && got.as_ref() != Some(&new)
         })
         .collect()
+}
+
+/// The backups `f0000~`... of `dir/x` that exist; panics if one of them
+/// does not hold its name's old bytes.
+fn backups_hold_the_old_bytes(dir: &Path) -> usize {
+    let old = vec![b'o'; 12 << 10];
+    let mut found = 0;
+    for i in 0..OVERWRITTEN {
+        let backup = dir.join(format!("x/f{i:04}~"));
+        match fs::read(&backup) {
+            Ok(got) => {
+                assert!(
+                    got == old,
+                    "{backup:?} holds {} bytes, not the old ones",
+                    got.len()
+                );
+                found += 1;
+            }
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{backup:?}"),
+        }
+    }
+    found
+}
+
+/// Random points (a number of lines of `-v` output, 1 to `OVERWRITTEN`)
+/// at which to signal a copy, from a seed of the clock (printed with each
+/// result, to run a failure again).
+fn random_points() -> (u64, impl Iterator<Item = usize>) {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        | 1;
+    let mut x = seed;
+    let points = std::iter::from_fn(move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        Some(1 + (x % OVERWRITTEN as u64) as usize)
+    });
+    (seed, points)
 }
 
 /// Runs `cmd` (a verbose copy of `s/.` onto `x`, in its directory) and
@@ -487,18 +529,7 @@ fn an_interrupted_overwrite_empties_no_more_files_than_it_writes() {
     // left neither old nor new (GNU's `cp`, one thread, leaves at most
     // one: run here at the first point; it is slower, emptying a file
     // makes ext4 flush it on close).
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64
-        | 1;
-    let mut x = seed;
-    let mut points = std::iter::from_fn(|| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        Some(1 + (x % OVERWRITTEN as u64) as usize)
-    });
+    let (seed, mut points) = random_points();
     let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     old_or_new(d.path(), "s");
     let threads = format!("--threads={THREADS}");
@@ -531,6 +562,56 @@ fn an_interrupted_overwrite_empties_no_more_files_than_it_writes() {
                  (at most {most}): {:?}",
                 bad.len(),
                 &bad[..bad.len().min(10)]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_killed_backup_overwrite_leaves_no_more_names_neither_old_nor_new_than_it_writes() {
+    // `cp -b -a s/. x` onto 2,000 existing files, killed (SIGKILL: nothing
+    // is put back) at random points: each existing file is kept aside as
+    // its backup and made anew just before its new bytes are written, so
+    // at most one name per worker thread holds neither its old bytes nor
+    // the new, and every backup made holds the old bytes (GNU's `cp`, one
+    // thread, leaves at most one: run here at the first point).
+    let (seed, mut points) = random_points();
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    old_or_new(d.path(), "s");
+    let threads = format!("--threads={THREADS}");
+    for k in 0..3 {
+        let lines = points.next().unwrap();
+        for gnu in [false, true].into_iter().take(if k == 0 { 2 } else { 1 }) {
+            fs::remove_dir_all(d.path().join("x")).ok();
+            old_or_new(d.path(), "x");
+            let cmd = if gnu {
+                gnu_cp_command(d.path(), &["-bav", "s/.", "x"])
+            } else {
+                cp_command(d.path(), &["-bav", &threads, "s/.", "x"])
+            };
+            let cut = interrupted_after_lines(cmd, lines, libc::SIGKILL);
+            let bad = neither_old_nor_new(d.path());
+            let backups = backups_hold_the_old_bytes(d.path());
+            let (who, most) = if gnu {
+                ("GNU cp", 1)
+            } else {
+                ("blockio cp", THREADS)
+            };
+            println!(
+                "{who} -b, killed after {lines} lines (seed {seed}, cut short: {cut}): {} names \
+                 neither old nor new, {backups} backups",
+                bad.len()
+            );
+            assert!(
+                bad.len() <= most,
+                "{who} -b, killed after {lines} lines (seed {seed}): {} names neither old nor new \
+                 (at most {most}): {:?}",
+                bad.len(),
+                &bad[..bad.len().min(10)]
+            );
+            assert!(
+                cut || backups == OVERWRITTEN,
+                "{who}: {backups} backups of a complete copy"
             );
         }
     }
