@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 
 use blockio::aio::{AsyncEngine, AsyncFile};
 use blockio::net::TcpListener;
-use blockio::BackendChoice;
+use blockio::{BackendChoice, ReadPath};
 
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
@@ -19,6 +19,9 @@ fn pool_threads_start_with_the_first_file_operation() {
     let engine = AsyncEngine::builder()
         .backend(BackendChoice::ThreadPool)
         .fallback_threads(16)
+        // The file read below must reach the pool, not be served from
+        // the page cache on this thread.
+        .read_path(ReadPath::AlwaysSubmit)
         .build()
         .unwrap();
     assert_eq!(engine.fallback_threads(), 16);
