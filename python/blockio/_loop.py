@@ -320,6 +320,26 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             self._self_reading_future = f
             f.add_done_callback(self._loop_self_reading)
 
+    def run_forever(self) -> None:
+        """Runs until :meth:`stop`. On the main thread, while nothing else
+        holds Python's wake-up descriptor, the wake-up socket holds it (as on
+        asyncio's proactor loop): a signal that lands just before the loop
+        enters the kernel writes to it, its pending receive completes, and
+        the wait ends, so Ctrl-C is never left waiting for another event."""
+        ours = False
+        if threading.current_thread() is threading.main_thread():
+            old = signal.set_wakeup_fd(self._csock.fileno(), warn_on_full_buffer=False)
+            if old == -1:
+                ours = True
+            else:
+                signal.set_wakeup_fd(old)
+        try:
+            super().run_forever()
+        finally:
+            # Signal handlers added meanwhile keep it, as asyncio's do.
+            if ours and not self._signal_handlers:
+                signal.set_wakeup_fd(-1)
+
     # asyncio's Unix signal handling, over the wake-up socket above.
     add_signal_handler = unix_events._UnixSelectorEventLoop.add_signal_handler
     remove_signal_handler = unix_events._UnixSelectorEventLoop.remove_signal_handler

@@ -206,6 +206,9 @@ impl LoopRing {
     /// Python's handlers here (so Ctrl-C raises `KeyboardInterrupt`).
     #[pyo3(signature = (timeout))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Vec<(u64, i64, PyObject)>> {
+        // A signal that arrived since Python last looked is handled before
+        // the wait, not after it.
+        py.check_signals()?;
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
         let queued = std::mem::take(&mut st.queued);
