@@ -1153,14 +1153,14 @@ mod tests {
 
     #[test]
     fn b3sum_stops_at_a_list_line_that_is_not_utf8() {
-        let (lines, stop) = list_lines(b"a\n\nb\xff\nc\n", Family::B3sum);
+        let (lines, stop) = list_lines(b"a\n\nb\xff\nc\n", Family::B3sum, 0);
         assert_eq!(lines, [(1, &b"a"[..]), (2, &b""[..])]);
         assert_eq!(stop.unwrap().to_string(), NOT_UTF8);
-        let (lines, stop) = list_lines(b"# c\na\r\n\nb\xff\n", Family::Fixed);
+        let (lines, stop) = list_lines(b"# c\na\r\n\nb\xff\n", Family::Fixed, 0);
         assert_eq!(lines, [(2, &b"a"[..]), (4, &b"b\xff"[..])]);
         assert!(stop.is_none());
         // blockio sum's parser drops the carriage return itself.
-        let (lines, _) = list_lines(b"# c\na\r\n\r\n", Family::Sum);
+        let (lines, _) = list_lines(b"# c\na\r\n\r\n", Family::Sum, 0);
         assert_eq!(lines, [(2, &b"a\r"[..]), (3, &b"\r"[..])]);
     }
 
