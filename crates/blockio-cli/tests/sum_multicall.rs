@@ -439,3 +439,100 @@ fn refused_arguments_are_quoted_by_the_locale_as_gnu_quotes_them() {
         same_in(d.path(), links.path(), tool, args, b"", "C.UTF-8");
     }
 }
+
+/// The address space (`ulimit -v`, KiB) a check of a 300,000-line list
+/// runs in: GNU's `sha256sum` and `b3sum` check it in less, and a list
+/// held whole (some 150 MB here) would not fit.
+const LIST_LIMIT_KIB: u32 = 60_000;
+
+/// Runs `prog -c list` in `dir` under `ulimit -v LIST_LIMIT_KIB` (its
+/// file name is the tool's).
+fn check_limited(dir: &Path, prog: &Path, list: &str) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v {LIST_LIMIT_KIB} && exec \"$0\" -c {list}"
+        ))
+        .arg(prog)
+        .current_dir(dir)
+        .env("LC_ALL", "C")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_long_list_is_checked_in_bounded_memory() {
+    let links = links();
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = d.path();
+    std::fs::write(dir.join("a"), b"hi\n").unwrap();
+    for tool in ["sha256sum", "b3sum"] {
+        let sum = run(dir, &gnu(tool), &[b"a"], b"");
+        let list = sum.stdout.repeat(300_000);
+        std::fs::write(dir.join("list"), &list).unwrap();
+        let theirs = check_limited(dir, &gnu(tool), "list");
+        assert!(theirs.status.success(), "GNU {tool} under the limit");
+        let ours = check_limited(dir, &links.path().join(tool), "list");
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stderr),
+            String::from_utf8_lossy(&theirs.stderr),
+            "{tool} -c under ulimit -v {LIST_LIMIT_KIB}"
+        );
+        assert_eq!(ours.status.code(), Some(0), "{tool}");
+        assert_eq!(ours.stdout.len(), b"a: OK\n".len() * 300_000, "{tool}");
+        assert!(ours.stdout == theirs.stdout, "{tool}: stdout as GNU's");
+    }
+}
+
+#[test]
+fn each_result_is_written_as_its_line_arrives() {
+    use std::io::{BufRead, BufReader};
+    let links = links();
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = d.path();
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        std::fs::write(dir.join(name), name.repeat(i + 1)).unwrap();
+    }
+    for tool in ["sha256sum", "b3sum"] {
+        let lines: Vec<Vec<u8>> = ["a", "b", "c"]
+            .iter()
+            .map(|n| run(dir, &gnu(tool), &[n.as_bytes()], b"").stdout)
+            .collect();
+        let prog = links.path().join(tool);
+        let mut child = Command::new(&prog)
+            .arg0(tool)
+            .arg("-c")
+            .current_dir(dir)
+            .env("LC_ALL", "C")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        let mut results = BufReader::new(child.stdout.take().unwrap());
+        // Results are read on a thread, so that a check that waits for the
+        // end of its list fails the test instead of hanging it.
+        let (to_test, from_reader) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut line = String::new();
+            while results.read_line(&mut line).unwrap() > 0 {
+                if to_test.send(std::mem::take(&mut line)).is_err() {
+                    break;
+                }
+            }
+        });
+        for (line, name) in lines.iter().zip(["a", "b", "c"]) {
+            input.write_all(line).unwrap();
+            input.flush().unwrap();
+            let got = from_reader
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .unwrap_or_else(|e| {
+                    panic!("{tool}: no result for {name} while the list is open: {e}")
+                });
+            assert_eq!(got, format!("{name}: OK\n"), "{tool}");
+        }
+        drop(input);
+        assert!(child.wait().unwrap().success(), "{tool}");
+        reader.join().unwrap();
+    }
+}

@@ -38,13 +38,14 @@
 
 use std::ffi::OsStr;
 use std::ffi::OsString;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use blockio::Engine;
 
 use crate::algo::{Algo, Blake3Mode, Blake3Params, BLAKE2B_MAX_BYTES};
+use crate::list_batches::ListBatches;
 use crate::names::{trim_blanks, unescape, up_to_nul};
 use crate::sum::{hash_inputs, SumError, SumOptions, STDIN};
 
@@ -672,18 +673,14 @@ enum Unreadable {
     Read(io::Error),
 }
 
-/// Reads a list whole.
-fn read_list(list: &Path) -> Result<Vec<u8>, Unreadable> {
-    let mut text = Vec::new();
-    if list.as_os_str() == STDIN {
-        crate::sum::stdin()
-            .and_then(|mut f| f.read_to_end(&mut text))
-            .map_err(Unreadable::Read)?;
+/// Opens a list, to be read a batch at a time.
+fn open_list(list: &Path) -> Result<ListBatches, Unreadable> {
+    let file = if list.as_os_str() == STDIN {
+        crate::sum::stdin().map_err(Unreadable::Read)?
     } else {
-        let mut f = std::fs::File::open(list).map_err(Unreadable::Open)?;
-        f.read_to_end(&mut text).map_err(Unreadable::Read)?;
-    }
-    Ok(text)
+        std::fs::File::open(list).map_err(Unreadable::Open)?
+    };
+    Ok(ListBatches::new(file))
 }
 
 /// One list being checked: the run, how results are reported, and the
@@ -695,11 +692,27 @@ struct ListCheck<'a> {
     b3sum: bool,
 }
 
+/// What the batches of one list found so far.
+#[derive(Default)]
+struct Progress {
+    tally: Tally,
+    /// Lines read so far, to number the next batch's.
+    lines: usize,
+    /// Whether a line was proper.
+    proper: bool,
+    /// For `blockio sum`: the digest length of the first line that parses.
+    first_len: Option<usize>,
+}
+
 /// Checks one list, `parser` carrying what earlier lists' lines decided.
-/// Returns what it found, or `None` for a list that failed whole (it could
-/// not be read, or held no proper line), which the coreutils report and go
-/// on from; `b3sum` stops at a list it cannot read, after checking the
-/// lines before a line that is not UTF-8.
+/// The list is read a batch at a time ([`ListBatches`]) and each batch's
+/// results are written before the next is read, so memory is bounded
+/// whatever the list's length, and a list written slowly to a pipe sees
+/// each result soon after its line. Returns what it found, or `None` for
+/// a list that failed whole (it could not be read, or held no proper
+/// line), which the coreutils report and go on from; `b3sum` stops at a
+/// list it cannot read, after checking the lines before a line that is
+/// not UTF-8.
 fn check_list(
     run: Run<'_>,
     parser: &mut ListParser,
@@ -717,42 +730,41 @@ fn check_list(
     } else {
         list.to_path_buf()
     };
-    let text = match read_list(list) {
-        Ok(t) => t,
-        Err(Unreadable::Open(e) | Unreadable::Read(e)) if b3sum => return Err(e),
-        Err(Unreadable::Open(e) | Unreadable::Read(e)) if family == Family::Sum => {
-            tool.say_about(err, &shown, &crate::reason::reason(&e))?;
-            return Ok(None);
-        }
-        Err(Unreadable::Open(e)) => {
-            tool.say_about(err, &shown, &crate::reason::reason(&e))?;
-            return Ok(None);
-        }
-        Err(Unreadable::Read(_)) => {
-            tool.say_about(err, &shown, "read error")?;
-            return Ok(None);
-        }
-    };
-    let (pieces, stop) = list_lines(&text, family);
-    let (lines, entries) = parse_lines(parser, &pieces, family, is_stdin);
     let this = ListCheck {
         run,
         checking,
         shown,
         b3sum,
     };
-    let mut tally = Tally::default();
-    this.check_entries(&lines, &entries, &mut tally, out, err)?;
-    out.flush()?;
-    if let Some(e) = stop {
-        return Err(e);
+    let mut progress = Progress::default();
+    let read = match open_list(list) {
+        Ok(mut batches) => {
+            this.check_batches(&mut batches, parser, is_stdin, &mut progress, out, err)?
+        }
+        Err(e) => Err(e),
+    };
+    match read {
+        Ok(()) => {}
+        Err(Unreadable::Open(e) | Unreadable::Read(e)) if b3sum => return Err(e),
+        Err(Unreadable::Open(e) | Unreadable::Read(e)) if family == Family::Sum => {
+            tool.say_about(err, &this.shown, &crate::reason::reason(&e))?;
+            return Ok(None);
+        }
+        Err(Unreadable::Open(e)) => {
+            tool.say_about(err, &this.shown, &crate::reason::reason(&e))?;
+            return Ok(None);
+        }
+        Err(Unreadable::Read(_)) => {
+            tool.say_about(err, &this.shown, "read error")?;
+            return Ok(None);
+        }
     }
     if b3sum {
-        return Ok(Some(tally));
+        return Ok(Some(progress.tally));
     }
-    if entries.is_empty() {
-        let hint = match family {
-            Family::Sum => length_hint(&pieces, tool.algo),
+    if !progress.proper {
+        let hint = match (family, progress.first_len) {
+            (Family::Sum, Some(len)) => length_hint(len, tool.algo),
             _ => String::new(),
         };
         let what = format!("no properly formatted checksum lines found{hint}");
@@ -760,9 +772,55 @@ fn check_list(
         return Ok(None);
     }
     if !checking.status {
-        this.warn_tally(&tally, err)?;
+        this.warn_tally(&progress.tally, err)?;
     }
-    Ok(Some(tally))
+    Ok(Some(progress.tally))
+}
+
+impl ListCheck<'_> {
+    /// Checks a list's batches in order, writing each one's results before
+    /// reading the next. The outer error is one writing results (or
+    /// `b3sum`'s line that is not UTF-8); the inner, a read of the list.
+    fn check_batches(
+        &self,
+        batches: &mut ListBatches,
+        parser: &mut ListParser,
+        is_stdin: bool,
+        progress: &mut Progress,
+        out: &mut impl io::Write,
+        err: &mut impl io::Write,
+    ) -> io::Result<Result<(), Unreadable>> {
+        let family = self.run.tool.family;
+        loop {
+            let text = match batches.next_batch() {
+                Ok(Some(text)) => text,
+                Ok(None) => return Ok(Ok(())),
+                Err(e) => return Ok(Err(Unreadable::Read(e))),
+            };
+            let (pieces, stop) = list_lines(&text, family, progress.lines);
+            progress.lines +=
+                text.split(|&b| b == b'\n').count() - usize::from(text.ends_with(b"\n"));
+            if family == Family::Sum && progress.first_len.is_none() && !progress.proper {
+                progress.first_len = pieces
+                    .iter()
+                    .find_map(|(_, l)| crate::names::parse(l))
+                    .map(|l| l.hex.len());
+            }
+            let (lines, entries) = parse_lines(parser, &pieces, family, is_stdin);
+            progress.proper |= !entries.is_empty();
+            if is_stdin && entries.iter().any(|e| e.name == STDIN.as_bytes()) {
+                // Hashing `-` must not read the rest of the list.
+                if let Err(e) = batches.read_rest() {
+                    return Ok(Err(Unreadable::Read(e)));
+                }
+            }
+            self.check_entries(&lines, &entries, &mut progress.tally, out, err)?;
+            out.flush()?;
+            if let Some(e) = stop {
+                return Err(e);
+            }
+        }
+    }
 }
 
 /// The lines of a list, without their line ends, and their numbers. The
@@ -770,8 +828,13 @@ fn check_list(
 /// return; `blockio sum` skips comments and empty lines (its parser drops
 /// the carriage return); `b3sum` skips nothing, and stops at the first
 /// line that is not UTF-8 (the error it stops with is returned beside the
-/// lines before it).
-fn list_lines(text: &[u8], family: Family) -> (Vec<(usize, &[u8])>, Option<io::Error>) {
+/// lines before it). `text` is a batch of whole lines, `before` lines
+/// into the list.
+fn list_lines(
+    text: &[u8],
+    family: Family,
+    before: usize,
+) -> (Vec<(usize, &[u8])>, Option<io::Error>) {
     let mut pieces: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
     if text.last() == Some(&b'\n') || text.is_empty() {
         pieces.pop();
@@ -783,7 +846,7 @@ fn list_lines(text: &[u8], family: Family) -> (Vec<(usize, &[u8])>, Option<io::E
                 let e = io::Error::new(io::ErrorKind::InvalidData, NOT_UTF8);
                 return (lines, Some(e));
             }
-            lines.push((n + 1, line));
+            lines.push((before + n + 1, line));
             continue;
         }
         if line.first() == Some(&b'#') {
@@ -794,7 +857,7 @@ fn list_lines(text: &[u8], family: Family) -> (Vec<(usize, &[u8])>, Option<io::E
             _ => line.strip_suffix(b"\r").unwrap_or(line),
         };
         if !line.is_empty() {
-            lines.push((n + 1, line));
+            lines.push((before + n + 1, line));
         }
     }
     (lines, None)
@@ -966,16 +1029,9 @@ impl ListCheck<'_> {
 }
 
 /// For a `blockio sum` list none of whose lines fit `algo`: which
-/// `--algo` the digests' length (of the first line that parses) would
-/// fit, if any.
-fn length_hint(lines: &[(usize, &[u8])], algo: Algo) -> String {
-    let Some(len) = lines
-        .iter()
-        .find_map(|(_, l)| crate::names::parse(l))
-        .map(|l| l.hex.len())
-    else {
-        return String::new();
-    };
+/// `--algo` the digests' length `len` (of the first line that parses)
+/// would fit, if any.
+fn length_hint(len: usize, algo: Algo) -> String {
     let fits: Vec<String> = Algo::ALL
         .iter()
         .filter(|a| a.hex_len() == len && **a != algo)
@@ -1097,14 +1153,14 @@ mod tests {
 
     #[test]
     fn b3sum_stops_at_a_list_line_that_is_not_utf8() {
-        let (lines, stop) = list_lines(b"a\n\nb\xff\nc\n", Family::B3sum);
+        let (lines, stop) = list_lines(b"a\n\nb\xff\nc\n", Family::B3sum, 0);
         assert_eq!(lines, [(1, &b"a"[..]), (2, &b""[..])]);
         assert_eq!(stop.unwrap().to_string(), NOT_UTF8);
-        let (lines, stop) = list_lines(b"# c\na\r\n\nb\xff\n", Family::Fixed);
+        let (lines, stop) = list_lines(b"# c\na\r\n\nb\xff\n", Family::Fixed, 0);
         assert_eq!(lines, [(2, &b"a"[..]), (4, &b"b\xff"[..])]);
         assert!(stop.is_none());
         // blockio sum's parser drops the carriage return itself.
-        let (lines, _) = list_lines(b"# c\na\r\n\r\n", Family::Sum);
+        let (lines, _) = list_lines(b"# c\na\r\n\r\n", Family::Sum, 0);
         assert_eq!(lines, [(2, &b"a\r"[..]), (3, &b"\r"[..])]);
     }
 

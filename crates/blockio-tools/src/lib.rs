@@ -9,6 +9,7 @@ pub mod algo;
 pub mod copy;
 pub mod digest_tool;
 pub mod getopt;
+mod list_batches;
 pub mod names;
 pub mod quote;
 pub mod reason;

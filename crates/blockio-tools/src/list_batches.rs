@@ -1,0 +1,107 @@
+//! A checksum list read a batch of whole lines at a time, so that `-c`
+//! holds a bounded part of a list however long it is, and checks what a
+//! slow producer has written before waiting for more.
+
+use std::fs::File;
+use std::io::{self, Read};
+
+/// The most a batch reads at once. One read takes whatever is ready (a
+/// pipe gives what was written so far), so a batch ends when the next
+/// read would block or when it is full.
+const BATCH: usize = 256 << 10;
+
+/// A list being read: the lines a read completed are handed out as one
+/// batch; a line split between reads waits for its end.
+pub(crate) struct ListBatches {
+    file: File,
+    buf: Vec<u8>,
+    /// Bytes read but not handed out: the start of an unfinished line, or
+    /// the rest of the list after [`ListBatches::read_rest`].
+    pending: Vec<u8>,
+    eof: bool,
+}
+
+impl ListBatches {
+    /// Reads `file` from where it stands.
+    pub(crate) fn new(file: File) -> ListBatches {
+        ListBatches {
+            file,
+            buf: vec![0; BATCH],
+            pending: Vec::new(),
+            eof: false,
+        }
+    }
+
+    /// The next batch: whole lines, each with its newline, and at the end
+    /// of the list a last line without one; `None` after the end.
+    pub(crate) fn next_batch(&mut self) -> io::Result<Option<Vec<u8>>> {
+        loop {
+            if let Some(end) = self.pending.iter().rposition(|&b| b == b'\n') {
+                let rest = self.pending.split_off(end + 1);
+                return Ok(Some(std::mem::replace(&mut self.pending, rest)));
+            }
+            if self.eof {
+                if self.pending.is_empty() {
+                    return Ok(None);
+                }
+                return Ok(Some(std::mem::take(&mut self.pending)));
+            }
+            match self.file.read(&mut self.buf) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.pending.extend_from_slice(&self.buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads the rest of the list now, to be handed out as one batch: a
+    /// list read from standard input that names `-` leaves standard input
+    /// at its end for that file, as a list read whole would.
+    pub(crate) fn read_rest(&mut self) -> io::Result<()> {
+        if !self.eof {
+            self.file.read_to_end(&mut self.pending)?;
+            self.eof = true;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The batches of a file holding `text`.
+    fn batches(name: &str, text: &[u8]) -> Vec<Vec<u8>> {
+        let path = std::env::temp_dir().join(format!("list-batches-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let mut b = ListBatches::new(File::open(&path).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        let mut all = Vec::new();
+        while let Some(batch) = b.next_batch().unwrap() {
+            all.push(batch);
+        }
+        all
+    }
+
+    #[test]
+    fn lines_split_between_reads_are_whole_and_the_last_may_be_unterminated() {
+        // 7-byte lines: a read of BATCH bytes ends inside one.
+        let mut text = b"123456\n".repeat(2 * BATCH / 7);
+        text.extend_from_slice(b"tail");
+        let all = batches("split", &text);
+        assert!(all.len() >= 3, "{} batches", all.len());
+        assert_eq!(all.concat(), text);
+        for batch in &all[..all.len() - 1] {
+            assert!(batch.len() <= BATCH + 7);
+            assert_eq!(batch.len() % 7, 0);
+            assert_eq!(batch.last(), Some(&b'\n'));
+        }
+        assert_eq!(all.last().unwrap(), b"tail");
+    }
+
+    #[test]
+    fn an_empty_list_has_no_batch() {
+        assert!(batches("empty", b"").is_empty());
+    }
+}
