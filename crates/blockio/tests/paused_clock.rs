@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving};
-use blockio::BackendChoice;
+use blockio::{Backend, BackendChoice};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::time::{advance, timeout, Instant};
@@ -46,6 +46,17 @@ async fn peer(
     let served = server.await.unwrap();
     drop(stream);
     served
+}
+
+/// These tests are of a ring: with the thread pool forced
+/// (`BLOCKIO_BACKEND=threads`) there is none, and the clock may jump as on
+/// a driver thread (see the ignored tests below).
+fn on_a_ring(engine: &AsyncEngine) {
+    assert_eq!(
+        engine.backend(),
+        Backend::IoUring,
+        "a test of the io_uring ring: run it without BLOCKIO_BACKEND=threads"
+    );
 }
 
 fn check(served: Served) {
@@ -123,6 +134,7 @@ async fn blockio_read(engine: &AsyncEngine) -> Served {
 #[tokio::test(start_paused = true)]
 async fn runtime_driven_ring_keeps_the_paused_clock() {
     let engine = AsyncEngine::current().unwrap();
+    on_a_ring(&engine);
     assert!(
         matches!(engine.driving(), Driving::Caller(_)),
         "the default engine on a runtime with I/O is driven by it (io_uring backend)"
@@ -139,6 +151,7 @@ async fn caller_driven_ring_keeps_the_paused_clock() {
         .backend(BackendChoice::IoUring)
         .build()
         .unwrap();
+    on_a_ring(&engine);
     let driver = tokio::spawn(drive_on_tokio(engine.clone()));
     check(blockio_read(&engine).await);
     driver.abort();
