@@ -892,13 +892,22 @@ fn cp_with_descriptors(d: &Path, args: &[&str], backend: &str, limit: u64) -> Ou
     cmd.output().unwrap()
 }
 
-/// `cmd` run with `resource` limited to `limit` (soft and hard).
+/// `cmd` run with `resource` limited to `limit` (soft and hard), and with
+/// only the standard streams open: a descriptor another test of this
+/// process opened without close-on-exec, inherited at the fork, would
+/// otherwise take one of the few a descriptor limit leaves.
 fn limited(cmd: &mut Command, resource: libc::__rlimit_resource_t, limit: u64) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing
-    // else of the parent's.
+    // SAFETY: close_range(2) and setrlimit(2) are async-signal-safe system
+    // calls on plain integer arguments; the closure touches nothing else
+    // of the parent's. Closing the descriptors above 2 also closes the
+    // pipe std reports an exec failure on, so such a failure reads as a
+    // success in the parent and shows as the child's missing output.
     unsafe {
         cmd.pre_exec(move || {
+            // close_range(3, ~0, 0): no wrapper in the libc crate for every
+            // target, so the raw system call.
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
             let lim = libc::rlimit {
                 rlim_cur: limit,
                 rlim_max: limit,
