@@ -327,7 +327,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         enters the kernel writes to it, its pending receive completes, and
         the wait ends, so Ctrl-C is never left waiting for another event."""
         ours = False
-        if threading.current_thread() is threading.main_thread():
+        # A closed loop has no wake-up socket; super() says it is closed.
+        if self._csock is not None and threading.current_thread() is threading.main_thread():
             old = signal.set_wakeup_fd(self._csock.fileno(), warn_on_full_buffer=False)
             if old == -1:
                 ours = True
