@@ -642,11 +642,7 @@ fn out_of_memory_names_blockio_cp_from_the_first_allocation() {
 fn cp_a_and_r_of_a_directory_of_40000_files_fit_within_4_mb_of_one_files_copy() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let src = d.join("e");
-    fs::create_dir(&src).unwrap();
-    for i in 1..=40_000 {
-        fs::write(src.join(format!("f{i:05}")), b"").unwrap();
-    }
+    let src = forty_thousand_empty_files(d);
     fs::write(d.join("f"), b"").unwrap();
     let mut want: Vec<_> = fs::read_dir(&src)
         .unwrap()
@@ -670,6 +666,16 @@ fn cp_a_and_r_of_a_directory_of_40000_files_fit_within_4_mb_of_one_files_copy() 
         names.sort();
         assert_eq!(names, want, "cp {opt}");
     }
+}
+
+/// `d/e`, a directory of 40,000 empty files named `f00001` on.
+fn forty_thousand_empty_files(d: &Path) -> PathBuf {
+    let src = d.join("e");
+    fs::create_dir(&src).unwrap();
+    for i in 1..=40_000 {
+        fs::write(src.join(format!("f{i:05}")), b"").unwrap();
+    }
+    src
 }
 
 /// `d/e`, a directory of `n` empty files with 240-byte names: names that
@@ -864,11 +870,7 @@ const DEBUG_BUILD_ALLOWANCE_KIB: u64 = 2_048;
 fn cp_a_of_40000_empty_files_fits_where_gnu_cp_a_does() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let src = d.join("e");
-    fs::create_dir(&src).unwrap();
-    for i in 1..=40_000 {
-        fs::write(src.join(format!("f{i:05}")), b"").unwrap();
-    }
+    forty_thousand_empty_files(d);
     let gnu = gnu_floor(d, "-a e c", &d.join("c"));
     let ours = env!("CARGO_BIN_EXE_blockio");
     let excess = executable_image_kib(ours).saturating_sub(RELEASE_IMAGE_KIB);
