@@ -1058,8 +1058,16 @@ fn a_dropped_server_s_port_binds_again_at_once() {
                 }
                 let local = rx.await.unwrap();
                 let c = tokio::net::TcpStream::connect(local).await?;
-                // The server has taken it (or holds it queued) and waits.
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                // The server has taken it (its accept queue is empty
+                // again) and waits for the next.
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while common::accept_queue(local.port()) > 0 {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "{stack:?}: the server never took the connection"
+                    );
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
                 drop(c);
                 io::Result::Ok(local)
             });
