@@ -17,10 +17,9 @@ completed. So a file closed right after a cancelled write can never have
 that write land in a file opened later under the same descriptor number.
 
 Argument order: ``offset`` and ``length`` (``offsets`` and ``length`` in
-batches) are keyword-only. ``os.pread(fd, n, offset)`` and earlier releases
-of this package put them in opposite orders; with both ints, a call in the
-wrong order would silently read the wrong bytes, so it fails with
-``TypeError`` instead.
+batches) are keyword-only. ``os.pread(fd, n, offset)`` puts them in the
+opposite order; with both ints, a call in the wrong order would silently
+read the wrong bytes, so it fails with ``TypeError``.
 """
 
 from __future__ import annotations

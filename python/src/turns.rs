@@ -18,7 +18,8 @@
 //! about 5 µs (the task goes to the back of the loop's queue, the loop
 //! polls its descriptors, the file's call queue is taken), so a turn every
 //! 64 calls cost 64 tasks reading cached 4 KiB blocks 4-5 % of their rate
-//! (`docs/benchmarks.md`, 2026-11-25); one every 256, about 1 %. (tokio's
+//! (`docs/benchmarks.md`, "A turn of the event loop"); one every 256,
+//! about 1 %. (tokio's
 //! own cooperative budget is 128 operations per task poll.) A single call
 //! that copies more than the budget (a `peek` of a 64 MiB buffer) is not
 //! cut short; the call after it takes the turn.

@@ -43,8 +43,8 @@ def test_a_pidfd_read_fails_at_once_with_einval_as_os_read(engine):
 def test_a_cancelled_read_of_an_empty_stream_leaves_the_next_bytes_to_the_next_read(engine, kind):
     """An ``aread`` of an empty pipe or socket cancelled by ``wait_for``
     takes none of the bytes written right after it: the next read gets
-    them (on the thread backend the cancelled read's thread used to stay
-    in ``read`` and take them)."""
+    them (on the thread backend the cancelled read's thread does not stay
+    in ``read`` to take them)."""
     if kind == "socket":
         a, b = socket.socketpair()
         rfd, send, closing = a.fileno(), b.send, (a, b)

@@ -18,6 +18,7 @@ import pytest
 
 import blockio
 from blockio import _blockio
+from waits import await_until, watched
 
 
 @pytest.fixture(params=["io_uring", "epoll"])
@@ -244,6 +245,14 @@ def test_sock_calls_and_a_cancelled_recv_loses_nothing(loop):
     b.close()
 
 
+def receiving(loop, socks, n):
+    """Whether ``n`` receives on ``socks`` wait: in the ring on io_uring,
+    in the loop's epoll set on the fallback."""
+    if loop.backend == "io_uring":
+        return loop._proactor._ring.in_flight() >= n
+    return watched(*(s.fileno() for s in socks))
+
+
 def test_close_with_operations_in_flight(loop):
     socks = [socket.socketpair() for _ in range(20)]
     for a, _ in socks:
@@ -253,7 +262,8 @@ def test_close_with_operations_in_flight(loop):
     async def main():
         tasks = [asyncio.ensure_future(loop.sock_recv(a, 4096)) for a, _ in socks]
         tasks += [asyncio.ensure_future(loop.sock_recv_into(a, buf)) for (a, _), buf in zip(socks, bufs)]
-        await asyncio.sleep(0.01)
+        await await_until(lambda: receiving(loop, [a for a, _ in socks], len(tasks)),
+                          "every receive is in flight")
         return tasks
 
     tasks = loop.run_until_complete(main())
@@ -293,7 +303,7 @@ def test_fork_child_gets_its_own_loop(loop):
         return await loop.sock_recv(a, 100)
 
     task = loop.create_task(parent_recv())
-    loop.run_until_complete(asyncio.sleep(0.01))
+    loop.run_until_complete(await_until(lambda: receiving(loop, [a], 1), "the parent's receive waits"))
     pid = os.fork()
     if pid == 0:  # the child
         code = 1

@@ -975,7 +975,8 @@ def test_reads_left_in_flight_at_exit_are_reported_once_by_asyncio_not_again_by_
         async def main():
             for _ in range(2):  # (batches: an aread of a stream waits in the loop's poll)
                 asyncio.ensure_future(eng.aread_batch(r, offsets=[0], length=10))
-            await asyncio.sleep(0.1)
+            while eng._core.pending() < 2:  # (until both reads are in the engine; the run has a watchdog)
+                await asyncio.sleep(0.001)
         loop.run_until_complete(main())
         print("ran")
     """, tmp_path)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import blockio
 
 from test_asyncio import loops, run
+from waits import await_until, watched
 
 
 @pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
@@ -27,7 +28,7 @@ def test_a_cancelled_write_never_lands_in_another_file(tmp_path, loop_factory, b
         pipes = [os.pipe() for _ in range(256)]
         # (batches: an aread of a stream waits in the loop's poll, holding no place)
         reads = [asyncio.ensure_future(engine.aread_batch(r, offsets=[0], length=1)) for r, _ in pipes]
-        await asyncio.sleep(0.05)
+        await await_until(lambda: engine._core.pending() >= len(pipes), "every read is in the engine")
         async with blockio.open(a, "wb", buffering=0, engine=engine) as f:
             fd_a = f.fileno()
             with pytest.raises(asyncio.TimeoutError):
@@ -93,7 +94,8 @@ def test_a_cancelled_reads_buffer_is_released(backend):
         buf = bytearray(16)
         try:
             t = asyncio.ensure_future(engine.areadinto(r, buf, 0))
-            await asyncio.sleep(0.05)
+            # (a read of a stream waits in the loop's poll, then in the engine)
+            await await_until(lambda: watched(r) or engine._core.pending() >= 1 or t.done(), "the read waits")
             t.cancel()
             (outcome,) = await asyncio.gather(t, return_exceptions=True)
             # (the thread pool's pread on a pipe fails at once instead)

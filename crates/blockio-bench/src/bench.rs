@@ -79,7 +79,8 @@ pub struct BenchArgs {
     pub checksum_blocks: Vec<usize>,
     /// Reads the async API keeps in flight in the checksum workload
     /// (default: 64 MiB worth, at least 16 and at most 256: fewer left the
-    /// disk idle between reads; see docs/benchmarks.md).
+    /// disk idle between reads; see docs/benchmarks.md, "Checksum workload
+    /// depth").
     #[arg(long)]
     pub checksum_depth: Option<usize>,
     /// The async API reads the checksum file through the page cache, like

@@ -149,72 +149,25 @@ fn engine_run(
         Some(_) => Some(Arc::new(engine.register_file(&*file)?)),
         None => None,
     };
-    let blocks = std::fs::metadata(path)?.len() / BS as u64;
-    let stop = Arc::new(AtomicBool::new(false));
-    let warmup = Duration::from_millis(300);
+    let reader = Reader {
+        engine: engine.clone(),
+        file,
+        registered,
+        pool: pool.cloned(),
+        batch,
+        blocks: std::fs::metadata(path)?.len() / BS as u64,
+        stop: Arc::new(AtomicBool::new(false)),
+        warmup: Duration::from_millis(300),
+    };
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let (engine, file, stop) = (engine.clone(), file.clone(), stop.clone());
-            let registered = registered.clone();
-            let pool = pool.cloned();
-            std::thread::spawn(move || -> Result<(u64, Duration, u64)> {
-                let mut bufs: Vec<Buf> = (0..batch)
-                    .map(|_| match &pool {
-                        Some(p) => Buf::Pooled(p.get()),
-                        None => Buf::Own(file.alloc_buf(BS)),
-                    })
-                    .collect();
-                let mut store: Vec<Op<'static>> = Vec::with_capacity(batch);
-                let mut results = Vec::with_capacity(batch);
-                let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) << 32));
-                let mut done = 0u64;
-                let mut measured_from: Option<(Instant, u64, u64)> = None;
-                let target: &dyn Target = match &registered {
-                    Some(r) => &**r,
-                    None => &*file,
-                };
-                let start = Instant::now();
-                // Every thread measures at least one batch, however late
-                // it starts or however long a batch takes: the window
-                // opens after the warm-up (or at the stop, if that comes
-                // first) and closes at the stop after a batch done in it.
-                loop {
-                    let mut ops = blockio::clear_ops(store);
-                    for b in bufs.iter_mut() {
-                        let b: &mut [u8] = match b {
-                            Buf::Pooled(p) => &mut p[..BS],
-                            Buf::Own(a) => a,
-                        };
-                        ops.push(Op::read(target, rng.below(blocks) * BS as u64, b));
-                    }
-                    engine.submit_into(&mut ops, &mut results)?;
-                    store = blockio::clear_ops(ops);
-                    for r in &results {
-                        match r {
-                            Ok(n) if *n == BS => {}
-                            Ok(n) => bail!("engine: short read of {n} bytes"),
-                            Err(e) => bail!("engine: {e}"),
-                        }
-                    }
-                    done += batch as u64;
-                    match measured_from {
-                        Some((_, d0, _)) if done > d0 && stop.load(Ordering::Relaxed) => break,
-                        Some(_) => {}
-                        None if start.elapsed() >= warmup || stop.load(Ordering::Relaxed) => {
-                            measured_from =
-                                Some((Instant::now(), done, alloc_count::allocations()));
-                        }
-                        None => {}
-                    }
-                }
-                let (t0, d0, a0) = measured_from.expect("the loop ends only once measuring");
-                let allocs = alloc_count::allocations() - a0;
-                Ok((done - d0, t0.elapsed(), allocs))
-            })
+            let reader = reader.clone();
+            std::thread::spawn(move || reader.run(t))
         })
         .collect();
-    std::thread::sleep(Duration::from_secs_f64(seconds) + warmup);
-    stop.store(true, Ordering::Relaxed);
+    // The benchmark's length: the threads read until told to stop.
+    std::thread::sleep(Duration::from_secs_f64(seconds) + reader.warmup);
+    reader.stop.store(true, Ordering::Relaxed);
     let mut iops = 0.0;
     let mut allocs_per_op = 0.0;
     for h in handles {
@@ -222,12 +175,84 @@ fn engine_run(
         iops += ops as f64 / el.as_secs_f64();
         allocs_per_op = allocs as f64 / ops.max(1) as f64;
     }
-    if let Some(r) = registered {
+    if let Some(r) = reader.registered {
         Arc::into_inner(r)
             .expect("the bench threads have ended")
             .unregister()?;
     }
     Ok((iops, allocs_per_op))
+}
+
+/// What each thread of [`engine_run`] reads with.
+#[derive(Clone)]
+struct Reader {
+    engine: Engine,
+    file: Arc<DirectFile>,
+    registered: Option<Arc<blockio::RegisteredFile>>,
+    pool: Option<BufferPool>,
+    batch: usize,
+    blocks: u64,
+    stop: Arc<AtomicBool>,
+    warmup: Duration,
+}
+
+impl Reader {
+    /// Thread `t`'s loop: batches of random reads until the stop, the
+    /// operations done, the time and the allocations of the measured part.
+    /// Every thread measures at least one batch, however late it starts or
+    /// however long a batch takes: the window opens after the warm-up (or
+    /// at the stop, if that comes first) and closes at the stop after a
+    /// batch done in it.
+    fn run(self, t: usize) -> Result<(u64, Duration, u64)> {
+        let mut bufs: Vec<Buf> = (0..self.batch)
+            .map(|_| match &self.pool {
+                Some(p) => Buf::Pooled(p.get()),
+                None => Buf::Own(self.file.alloc_buf(BS)),
+            })
+            .collect();
+        let mut store: Vec<Op<'static>> = Vec::with_capacity(self.batch);
+        let mut results = Vec::with_capacity(self.batch);
+        let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) << 32));
+        let mut done = 0u64;
+        let mut measured_from: Option<(Instant, u64, u64)> = None;
+        let target: &dyn Target = match &self.registered {
+            Some(r) => &**r,
+            None => &*self.file,
+        };
+        let start = Instant::now();
+        loop {
+            let mut ops = blockio::clear_ops(store);
+            for b in bufs.iter_mut() {
+                let b: &mut [u8] = match b {
+                    Buf::Pooled(p) => &mut p[..BS],
+                    Buf::Own(a) => a,
+                };
+                ops.push(Op::read(target, rng.below(self.blocks) * BS as u64, b));
+            }
+            self.engine.submit_into(&mut ops, &mut results)?;
+            store = blockio::clear_ops(ops);
+            for r in &results {
+                match r {
+                    Ok(n) if *n == BS => {}
+                    Ok(n) => bail!("engine: short read of {n} bytes"),
+                    Err(e) => bail!("engine: {e}"),
+                }
+            }
+            done += self.batch as u64;
+            let stopped = self.stop.load(Ordering::Relaxed);
+            match measured_from {
+                Some((_, d0, _)) if done > d0 && stopped => break,
+                Some(_) => {}
+                None if start.elapsed() >= self.warmup || stopped => {
+                    measured_from = Some((Instant::now(), done, alloc_count::allocations()));
+                }
+                None => {}
+            }
+        }
+        let (t0, d0, a0) = measured_from.expect("the loop ends only once measuring");
+        let allocs = alloc_count::allocations() - a0;
+        Ok((done - d0, t0.elapsed(), allocs))
+    }
 }
 
 /// A read buffer of [`engine_run`]: owned, or from a registered pool.

@@ -6,6 +6,17 @@
 
 use std::process::Command;
 
+/// The runtimes `blockio-bench net` runs, in its order.
+const RUNTIMES: [&str; 7] = [
+    "tokio",
+    "blockio",
+    "blockio-thread",
+    "blockio-caller",
+    "blockio-round",
+    "blockio-round-stream",
+    "monoio",
+];
+
 #[test]
 fn every_runtime_serves_every_workload_without_errors() {
     let svg = std::env::temp_dir().join(format!("net-bench-{}.svg", std::process::id()));
@@ -46,15 +57,6 @@ fn every_runtime_serves_every_workload_without_errors() {
     assert!(o.status.success(), "{err}");
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = doc["rows"].as_array().unwrap();
-    let runtimes = [
-        "tokio",
-        "blockio",
-        "blockio-thread",
-        "blockio-caller",
-        "blockio-round",
-        "blockio-round-stream",
-        "monoio",
-    ];
     for label in [
         "http 8c",
         "http 8c 2t",
@@ -67,44 +69,58 @@ fn every_runtime_serves_every_workload_without_errors() {
             .filter(|r| r["label"] == label)
             .map(|r| r["runtime"].as_str().unwrap())
             .collect();
-        assert_eq!(names, runtimes, "{label}");
+        assert_eq!(names, RUNTIMES, "{label}");
     }
     for r in rows {
-        // Behaviour, not speed: a busy machine may slow any round.
-        assert!(r["rate"].as_f64().unwrap() > 0.0, "{r}");
-        assert!(r["cpu_us_per_unit"].as_f64().unwrap() > 0.0, "{r}");
-        assert!(r["server_cpus"].as_f64().unwrap() > 0.0, "{r}");
-        assert!(r["client_cpus"].as_f64().unwrap() > 0.0, "{r}");
-        let errors: u64 = r["rounds"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| l["outcome"]["errors"].as_u64().unwrap())
-            .sum();
-        // monoio, a contender, fails a few of wrk's requests beside idle
-        // connections (3 of 25,000-56,000 in a second here; every idle
-        // connection survives): the table reports them, and they are not
-        // blockio's to fix.
-        let contender_beside_idle = r["runtime"] == "monoio" && r["label"] == "http 8c +300i";
-        if !contender_beside_idle {
-            assert_eq!(errors, 0, "{r}");
-        }
-        if r["label"] != "stream 64 MiB" {
-            assert!(r["p99_us"].as_f64().unwrap() > 0.0, "{r}");
-            assert!(!r["cdf"].as_array().unwrap().is_empty(), "{r}");
-        }
-        if r["runtime"] != "tokio" {
-            assert!(r["rate_vs_tokio"][0].as_f64().unwrap() > 0.0, "{r}");
-        }
-        // perf is installed by scripts/install-deps, and root may read
-        // tracepoints. The calls come from a run of their own: the rounds,
-        // whose rates are compared, run with no tracepoint attached.
-        assert!(r["syscalls_per_unit"].as_f64().unwrap() > 0.0, "{r}");
-        for round in r["rounds"].as_array().unwrap() {
-            assert!(round.get("syscalls_per_unit").is_none(), "{round}");
-        }
+        row_has_every_figure_and_no_error(r);
     }
-    let targets = doc["targets"].as_array().unwrap();
+    report_has_the_targets(doc["targets"].as_array().unwrap());
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    assert!(chart.starts_with("<svg") && chart.trim_end().ends_with("</svg>"));
+    assert_eq!(chart.matches("<polyline").count(), 4 * RUNTIMES.len());
+}
+
+/// One row of the report (a runtime on a workload): every figure is
+/// there and positive, and no request or message failed.
+fn row_has_every_figure_and_no_error(r: &serde_json::Value) {
+    // Behaviour, not speed: a busy machine may slow any round.
+    assert!(r["rate"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["cpu_us_per_unit"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["server_cpus"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["client_cpus"].as_f64().unwrap() > 0.0, "{r}");
+    let errors: u64 = r["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["outcome"]["errors"].as_u64().unwrap())
+        .sum();
+    // monoio, a contender, fails a few of wrk's requests beside idle
+    // connections (3 of 25,000-56,000 in a second here; every idle
+    // connection survives): the table reports them, and they are not
+    // blockio's to fix.
+    let contender_beside_idle = r["runtime"] == "monoio" && r["label"] == "http 8c +300i";
+    if !contender_beside_idle {
+        assert_eq!(errors, 0, "{r}");
+    }
+    if r["label"] != "stream 64 MiB" {
+        assert!(r["p99_us"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(!r["cdf"].as_array().unwrap().is_empty(), "{r}");
+    }
+    if r["runtime"] != "tokio" {
+        assert!(r["rate_vs_tokio"][0].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // perf is installed by scripts/install-deps, and root may read
+    // tracepoints. The calls come from a run of their own: the rounds,
+    // whose rates are compared, run with no tracepoint attached.
+    assert!(r["syscalls_per_unit"].as_f64().unwrap() > 0.0, "{r}");
+    for round in r["rounds"].as_array().unwrap() {
+        assert!(round.get("syscalls_per_unit").is_none(), "{round}");
+    }
+}
+
+/// The report checks the stream's and the idle workload's targets.
+fn report_has_the_targets(targets: &[serde_json::Value]) {
     assert!(
         targets.iter().any(|t| t["target"]
             .as_str()
@@ -119,8 +135,4 @@ fn every_runtime_serves_every_workload_without_errors() {
             .starts_with("http 8c +300i: idle peers delay no one")),
         "{targets:?}"
     );
-    let chart = std::fs::read_to_string(&svg).unwrap();
-    let _ = std::fs::remove_file(&svg);
-    assert!(chart.starts_with("<svg") && chart.trim_end().ends_with("</svg>"));
-    assert_eq!(chart.matches("<polyline").count(), 4 * runtimes.len());
 }

@@ -70,62 +70,9 @@ fn tiny_run_covers_every_strategy_and_profile_and_writes_its_files() {
     let rows = doc["rows"].as_array().unwrap();
     for profile in ["direct", "cold", "warm", "seq"] {
         let mine: Vec<_> = rows.iter().filter(|r| r["profile"] == profile).collect();
-        let mut strategies: Vec<&str> = mine
-            .iter()
-            .map(|r| r["strategy"].as_str().unwrap())
-            .collect();
-        strategies.dedup();
-        let mut want = vec![
-            "sync",
-            "threads",
-            "pool-tokio-fs",
-            "pool-blocking",
-            "uring",
-            "uring-mt",
-            "auto",
-            "async",
-        ];
-        if profile == "direct" {
-            want.retain(|s| *s != "pool-tokio-fs");
-        }
-        assert_eq!(strategies, want, "{profile}");
-        let qds = |st: &str| -> Vec<u64> {
-            mine.iter()
-                .filter(|r| r["strategy"] == st)
-                .map(|r| r["qd"].as_u64().unwrap())
-                .collect()
-        };
-        assert_eq!(
-            qds("uring"),
-            [1, 4],
-            "{profile}: the uring sweep follows --qd"
-        );
-        assert_eq!(qds("async"), [4], "{profile}: async follows --tasks");
-        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
-        let mut auto = vec![1, cpus, 4, 128];
-        auto.dedup();
-        assert_eq!(
-            qds("auto"),
-            auto,
-            "{profile}: auto alone, one at a time from every thread, at the deepest --qd and from many threads"
-        );
+        profile_runs_every_strategy(profile, &mine);
         for r in &mine {
-            for field in [
-                "iops",
-                "mib_s",
-                "p50_us",
-                "p99_us",
-                "p999_us",
-                "cpu_us_per_op",
-            ] {
-                let x = r[field]
-                    .as_f64()
-                    .unwrap_or_else(|| panic!("{field} in {r}"));
-                assert!(x.is_finite() && x >= 0.0, "{field} in {r}");
-            }
-            assert!(r["iops"].as_f64().unwrap() > 0.0, "{r}");
-            assert!(r["qd"].as_u64().unwrap() >= 1 && r["threads"].as_u64().unwrap() >= 1);
-            assert!(r["ctx_switches"].is_u64(), "{r}");
+            row_has_every_figure(r);
         }
         let cold_ok = mine.iter().all(|r| {
             let res = r["resident_before"].as_f64().unwrap();
@@ -149,25 +96,98 @@ fn tiny_run_covers_every_strategy_and_profile_and_writes_its_files() {
             assert!(a[field].as_f64().unwrap() > 0.0, "{field} in {s}");
         }
     }
-    // The files: JSON equal to stdout, CSV with a row per run, an SVG chart.
-    let out = dir.path().join("out");
-    let file_doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    assert_eq!(file_doc["rows"], doc["rows"]);
-    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
-    assert!(csv.starts_with("profile,strategy,qd,threads,backend,iops,"));
-    assert_eq!(csv.lines().count(), rows.len() + 1);
-    let svg = std::fs::read_to_string(out.join("chart.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-    for name in ["direct:", "cold:", "warm:", "seq:", "auto", "uring-mt"] {
-        assert!(svg.contains(name), "chart lacks {name}");
-    }
+    files_match_the_run(dir.path(), &doc);
     // No progress output when stderr is not a terminal; data file removed.
     assert!(!stderr(&o).contains("round 1/"), "{}", stderr(&o));
     assert_eq!(
         std::fs::read_dir(dir.path().join("data")).unwrap().count(),
         0
     );
+}
+
+/// The rows of one profile: every strategy (tokio::fs has no `O_DIRECT`),
+/// at the queue depths and task counts the tiny run asks for.
+fn profile_runs_every_strategy(profile: &str, mine: &[&serde_json::Value]) {
+    let mut strategies: Vec<&str> = mine
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    strategies.dedup();
+    let mut want = vec![
+        "sync",
+        "threads",
+        "pool-tokio-fs",
+        "pool-blocking",
+        "uring",
+        "uring-mt",
+        "auto",
+        "async",
+    ];
+    if profile == "direct" {
+        want.retain(|s| *s != "pool-tokio-fs");
+    }
+    assert_eq!(strategies, want, "{profile}");
+    let qds = |st: &str| -> Vec<u64> {
+        mine.iter()
+            .filter(|r| r["strategy"] == st)
+            .map(|r| r["qd"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        qds("uring"),
+        [1, 4],
+        "{profile}: the uring sweep follows --qd"
+    );
+    assert_eq!(qds("async"), [4], "{profile}: async follows --tasks");
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    let mut auto = vec![1, cpus, 4, 128];
+    auto.dedup();
+    assert_eq!(
+        qds("auto"),
+        auto,
+        "{profile}: auto alone, one at a time from every thread, at the deepest --qd and from many threads"
+    );
+}
+
+/// One run's row has every figure, finite and not negative, and read
+/// something.
+fn row_has_every_figure(r: &serde_json::Value) {
+    for field in [
+        "iops",
+        "mib_s",
+        "p50_us",
+        "p99_us",
+        "p999_us",
+        "cpu_us_per_op",
+    ] {
+        let x = r[field]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{field} in {r}"));
+        assert!(x.is_finite() && x >= 0.0, "{field} in {r}");
+    }
+    assert!(r["iops"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["qd"].as_u64().unwrap() >= 1 && r["threads"].as_u64().unwrap() >= 1);
+    assert!(r["ctx_switches"].is_u64(), "{r}");
+}
+
+/// The files under `dir/out`: JSON equal to stdout's `doc`, CSV with a
+/// row per run, an SVG chart naming every profile.
+fn files_match_the_run(dir: &std::path::Path, doc: &serde_json::Value) {
+    let out = dir.join("out");
+    let file_doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(file_doc["rows"], doc["rows"]);
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(csv.starts_with("profile,strategy,qd,threads,backend,iops,"));
+    assert_eq!(
+        csv.lines().count(),
+        doc["rows"].as_array().unwrap().len() + 1
+    );
+    let svg = std::fs::read_to_string(out.join("chart.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    for name in ["direct:", "cold:", "warm:", "seq:", "auto", "uring-mt"] {
+        assert!(svg.contains(name), "chart lacks {name}");
+    }
 }
 
 #[test]

@@ -1073,12 +1073,15 @@ fn link_options_work_as_gnu_does() {
     like_gnu(setup, &["-sv", abs, "d/k"]);
 }
 
+/// Files, links and trees for the backup tests to replace.
+const BACKUP_SETUP: &str = "echo a > f; echo o > g; echo old1 > n.~1~; echo n > n; ln -s f l; \
+     mkdir -p s t/s; echo x > s/x; ln -s x s/lx; echo old > t/s/x; ln -s old t/s/lx";
+
 /// `-b`, `--backup=CONTROL`, `-S`: the replaced destination is kept aside
 /// under GNU's names (`g~`, `g.~1~`), for files, links and whole trees.
 #[test]
 fn backup_options_work_as_gnu_does() {
-    let setup = "echo a > f; echo o > g; echo old1 > n.~1~; echo n > n; ln -s f l; \
-                 mkdir -p s t/s; echo x > s/x; ln -s x s/lx; echo old > t/s/x; ln -s old t/s/lx";
+    let setup = BACKUP_SETUP;
     for args in [
         &["-b", "f", "g"][..],
         &["-bv", "f", "g"],
@@ -1108,8 +1111,13 @@ fn backup_options_work_as_gnu_does() {
     ] {
         like_gnu(setup, args);
     }
-    // A value GNU's argmatch refuses is quoted by the locale: curly
-    // quotes where the character set is UTF-8.
+}
+
+/// A `--backup`, `--sparse` or `--preserve` value GNU's argmatch refuses
+/// is quoted by the locale: curly quotes where the character set is UTF-8.
+#[test]
+fn a_refused_option_value_is_quoted_as_gnu_quotes_it() {
+    let setup = BACKUP_SETUP;
     for args in [
         &["--backup=bogus", "f", "g"][..],
         &["--sparse=a", "f", "g"],
@@ -1118,9 +1126,13 @@ fn backup_options_work_as_gnu_does() {
         let gnu = like_gnu_as(&["env", "LC_ALL=C.UTF-8"], setup, args);
         assert!(gnu.stderr.contains('\u{2018}'), "{args:?}: {gnu:?}");
     }
-    // `cp --force --backup F F` copies F to its backup name (coreutils'
-    // tests/cp/backup-1.sh); `cp -b a~ a` would back `a` up onto its own
-    // source, and is refused (tests/cp/backup-is-src.sh).
+}
+
+/// `cp --force --backup F F` copies F to its backup name (coreutils'
+/// tests/cp/backup-1.sh); `cp -b a~ a` would back `a` up onto its own
+/// source, and is refused (tests/cp/backup-is-src.sh).
+#[test]
+fn a_backup_of_the_source_itself_as_gnu_makes_it() {
     let setup = "echo F > F; echo a > a; echo a-tilde > a~; mkdir d; echo d > d/F";
     for args in [
         &["--force", "--backup=simple", "--suffix=.b", "F", "F"][..],
@@ -1136,9 +1148,13 @@ fn backup_options_work_as_gnu_does() {
     ] {
         like_gnu(setup, args);
     }
-    // One source named twice with backups: no "specified more than
-    // once"; the second copy is refused, or with numbered backups made
-    // again with a second backup.
+}
+
+/// One source named twice with backups: no "specified more than once";
+/// the second copy is refused, or with numbered backups made again with a
+/// second backup.
+#[test]
+fn one_source_named_twice_with_backups_as_gnu_copies_it() {
     let setup = "echo f > f; mkdir d s; echo old > d/f; echo x > s/x; mkdir d/s; echo o > d/s/x";
     for args in [
         &["-b", "f", "f", "d"][..],
@@ -1149,8 +1165,12 @@ fn backup_options_work_as_gnu_does() {
     ] {
         like_gnu(setup, args);
     }
-    // Numbers as GNU reads them: decimal of any length (never wrapping
-    // round at 2^64 onto `x.~0~`), none with a leading zero.
+}
+
+/// Backup numbers as GNU reads them: decimal of any length (never
+/// wrapping round at 2^64 onto `x.~0~`), none with a leading zero.
+#[test]
+fn backup_numbers_are_read_as_gnu_reads_them() {
     for setup in [
         "echo A > x; echo B > y; echo P > x.~0~; echo C > x.~18446744073709551615~",
         "echo A > x; echo B > y; echo C > x.~9~; echo D > x.~010~",
@@ -1515,13 +1535,18 @@ fn a_directory_onto_itself_is_one_refusal_as_gnu_makes_it() {
         let o = like_gnu_as(&prefix, setup, args);
         assert!(o.stderr.lines().count() <= 1, "{args:?}: {o:?}");
     }
-    // `t/.` names the source itself, so the copy `s/s` is inside it.
-    // After "into itself", GNU abandons the rest of the operand, so which
-    // of `a`, `b` and `sub` it copied first depends on the order it read
-    // `s` in; blockio skips only that directory (see the module docs of
-    // `blockio_tools::copy`). Status and messages are GNU's, and the tree
-    // is GNU's plus the rest of the copy.
-    let (gnu, ours) = both(setup, &prefix, &["-r", "s/", "t/."], "");
+    into_itself_through_a_bind_mount_as_gnu(setup, &prefix);
+}
+
+/// `cp -r s/ t/.` with `t` a bind mount of `s` (through `prefix`): `t/.`
+/// names the source itself, so the copy `s/s` is inside it. After "into
+/// itself", GNU abandons the rest of the operand, so which of `a`, `b`
+/// and `sub` it copied first depends on the order it read `s` in; blockio
+/// skips only that directory (see the module docs of
+/// `blockio_tools::copy`). Status and messages are GNU's, and the tree is
+/// GNU's plus the rest of the copy.
+fn into_itself_through_a_bind_mount_as_gnu(setup: &str, prefix: &[&str]) {
+    let (gnu, ours) = both(setup, prefix, &["-r", "s/", "t/."], "");
     assert_eq!(
         (&ours.code, &ours.stdout, &ours.stderr),
         (&gnu.code, &gnu.stdout, &gnu.stderr),
@@ -1546,6 +1571,13 @@ fn a_directory_onto_itself_is_one_refusal_as_gnu_makes_it() {
     for c in copied {
         assert!(ours.tree.contains_key(&OsString::from(c)), "{c}: {ours:?}");
     }
+}
+
+/// A directory copied onto itself through a symbolic link to it (or
+/// named twice with `-T`) is refused as GNU refuses it, and its file is
+/// left as it was.
+#[test]
+fn a_directory_onto_itself_through_a_link_is_refused_as_gnu_refuses_it() {
     let linked: &[&[&str]] = &[
         &["-r", "s2/.", "t2"],
         &["-rL", "s2/.", "t2"],

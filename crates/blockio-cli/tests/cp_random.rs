@@ -635,139 +635,171 @@ fn random_options_onto_existing_destinations_as_gnu_cp() {
     let d = tempfile::tempdir().unwrap();
     for seed in first..first + trees {
         let base = d.path().join(format!("t{seed}"));
-        let src = base.join("src");
-        fs::create_dir_all(&src).unwrap();
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        fill(&mut rng, &src, 0, &mut Vec::new(), root);
-        let (mut args, keeps_times) = random_options(&mut rng);
-        let deref = args
-            .iter()
-            .any(|a| a.contains('L') || a.contains('H') || *a == "-rl");
-        let state = rng.next();
-        let entries = entries_of(&src);
-        for side in ["gnu", "ours"] {
-            let mut r = Rng(state | 1);
-            let dst = base.join(side).join("dst/src");
-            existing_destination(&mut r, &src, &entries, &dst, deref);
-        }
-        if args.contains(&"-u")
-            && gnu_update_links(&src, &entries, &base.join("gnu/dst/src"), deref)
-        {
-            args.retain(|a| *a != "-u");
-        }
-        let before = times(&src);
-        // `--parents` copies the source's path as written below `dst`:
-        // `src`, from `base`, to the destination prepared at `dst/src`.
-        // (With `-s` both tools then refuse to make relative links
-        // outside the working directory.) Otherwise the source is named by
-        // its absolute path, from the side's directory.
-        let parents = args.contains(&"--parents");
-        let run = |side: &str, cmd: &mut Command| {
-            restore(&before);
-            let (from, dst) = if parents {
-                (base.clone(), Path::new(side).join("dst"))
-            } else {
-                (base.join(side), PathBuf::from("dst"))
-            };
-            let src = if parents {
-                PathBuf::from("src")
-            } else {
-                src.clone()
-            };
-            cmd.args(&args)
-                .arg(&src)
-                .arg(&dst)
-                .current_dir(from)
-                // Names are quoted as GNU quotes them in a UTF-8 locale.
-                .env("LC_ALL", "C.UTF-8")
-                .output()
-                .unwrap()
-        };
-        let gnu = run("gnu", &mut Command::new("cp"));
-        let mut ours_cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
-        ours_cmd.arg("cp");
-        let ours = run("ours", &mut ours_cmd);
+        let (args, keeps_times) = prepare(seed, &base, root);
+        let (gnu, ours) = run_both(&base, &args);
         let again = format!(
             "BLOCKIO_CP_SEED={seed} BLOCKIO_CP_TREES=1, cp {}",
             args.join(" ")
         );
-        // Each side's destination by one name (`--parents` names them
-        // `gnu/dst` and `ours/dst`).
-        let alike = |side: &str, lines: Vec<String>| -> Vec<String> {
-            let mut v: Vec<String> = lines
-                .into_iter()
-                .map(|l| l.replace(&format!("{side}/dst"), "dst"))
-                .collect();
-            v.sort();
-            v
+        same_messages_and_status(&again, &args, &ours, &gnu);
+        same_copies(&again, &base, &args, keeps_times);
+        let _ = fs::remove_dir_all(&base);
+    }
+}
+
+/// Makes tree `seed` under `base`: a random source in `src`, and the same
+/// random things already at each side's destination (`gnu/dst/src` and
+/// `ours/dst/src`). The options to copy it with, and whether they keep
+/// times.
+fn prepare(seed: u64, base: &Path, root: bool) -> (Vec<&'static str>, bool) {
+    let src = base.join("src");
+    fs::create_dir_all(&src).unwrap();
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    fill(&mut rng, &src, 0, &mut Vec::new(), root);
+    let (mut args, keeps_times) = random_options(&mut rng);
+    let deref = args
+        .iter()
+        .any(|a| a.contains('L') || a.contains('H') || *a == "-rl");
+    let state = rng.next();
+    let entries = entries_of(&src);
+    for side in ["gnu", "ours"] {
+        let mut r = Rng(state | 1);
+        let dst = base.join(side).join("dst/src");
+        existing_destination(&mut r, &src, &entries, &dst, deref);
+    }
+    if args.contains(&"-u") && gnu_update_links(&src, &entries, &base.join("gnu/dst/src"), deref) {
+        args.retain(|a| *a != "-u");
+    }
+    (args, keeps_times)
+}
+
+/// GNU `cp`, then `blockio cp`, with `args`, from the source of `base`
+/// to each side's destination, the source's times restored before each.
+/// `--parents` copies the source's path as written below `dst`: `src`,
+/// from `base`, to the destination prepared at `dst/src`. (With `-s` both
+/// tools then refuse to make relative links outside the working
+/// directory.) Otherwise the source is named by its absolute path, from
+/// the side's directory.
+fn run_both(base: &Path, args: &[&str]) -> (std::process::Output, std::process::Output) {
+    let src = base.join("src");
+    let before = times(&src);
+    let parents = args.contains(&"--parents");
+    let run = |side: &str, cmd: &mut Command| {
+        restore(&before);
+        let (from, dst) = if parents {
+            (base.to_path_buf(), Path::new(side).join("dst"))
+        } else {
+            (base.join(side), PathBuf::from("dst"))
         };
-        for (what, o, g) in [
-            (
-                "messages",
-                alike("ours", said(&ours.stderr)),
-                alike("gnu", said(&gnu.stderr)),
-            ),
-            (
-                "output",
-                alike("ours", removals_in_order(said(&ours.stdout), &args)),
-                alike("gnu", removals_in_order(said(&gnu.stdout), &args)),
-            ),
-        ] {
-            let only_ours: Vec<&String> = o.iter().filter(|l| !g.contains(l)).collect();
-            let only_gnu: Vec<&String> = g.iter().filter(|l| !o.contains(l)).collect();
-            assert_eq!(
-                o, g,
-                "{again}: the {what} differ; ours alone: {only_ours:?}; GNU's alone: {only_gnu:?}"
-            );
-        }
+        let src = if parents {
+            PathBuf::from("src")
+        } else {
+            src.clone()
+        };
+        cmd.args(args)
+            .arg(&src)
+            .arg(&dst)
+            .current_dir(from)
+            // Names are quoted as GNU quotes them in a UTF-8 locale.
+            .env("LC_ALL", "C.UTF-8")
+            .output()
+            .unwrap()
+    };
+    let gnu = run("gnu", &mut Command::new("cp"));
+    let mut ours_cmd = Command::new(env!("CARGO_BIN_EXE_blockio"));
+    ours_cmd.arg("cp");
+    let ours = run("ours", &mut ours_cmd);
+    (gnu, ours)
+}
+
+/// The two runs said the same (messages and output, sorted, each side's
+/// destination by one name) and ended with the same status; `again` is
+/// how to run the case alone.
+fn same_messages_and_status(
+    again: &str,
+    args: &[&str],
+    ours: &std::process::Output,
+    gnu: &std::process::Output,
+) {
+    // `--parents` names the destinations `gnu/dst` and `ours/dst`.
+    let alike = |side: &str, lines: Vec<String>| -> Vec<String> {
+        let mut v: Vec<String> = lines
+            .into_iter()
+            .map(|l| l.replace(&format!("{side}/dst"), "dst"))
+            .collect();
+        v.sort();
+        v
+    };
+    for (what, o, g) in [
+        (
+            "messages",
+            alike("ours", said(&ours.stderr)),
+            alike("gnu", said(&gnu.stderr)),
+        ),
+        (
+            "output",
+            alike("ours", removals_in_order(said(&ours.stdout), args)),
+            alike("gnu", removals_in_order(said(&gnu.stdout), args)),
+        ),
+    ] {
+        let only_ours: Vec<&String> = o.iter().filter(|l| !g.contains(l)).collect();
+        let only_gnu: Vec<&String> = g.iter().filter(|l| !o.contains(l)).collect();
         assert_eq!(
-            ours.status.code(),
-            gnu.status.code(),
-            "{again}: exit status (left: ours, right: GNU's)"
+            o, g,
+            "{again}: the {what} differ; ours alone: {only_ours:?}; GNU's alone: {only_gnu:?}"
         );
-        // Without the mode kept, a set of hard links copied onto names
-        // that were there takes the mode of the destination its first
-        // name is written into, and which is first follows each tool's
-        // read order (see `removals_in_order`).
-        let mode_by_order = args.contains(&"--no-preserve=mode");
-        let strip = |mut m: BTreeMap<PathBuf, Seen>| {
-            if mode_by_order {
-                for s in m.values_mut().filter(|s| !s.same_file.is_empty()) {
-                    s.mode = 0;
-                }
+    }
+    assert_eq!(
+        ours.status.code(),
+        gnu.status.code(),
+        "{again}: exit status (left: ours, right: GNU's)"
+    );
+}
+
+/// The two copies under `base` hold the same names with the same
+/// contents and attributes (times only when `keeps_times`).
+fn same_copies(again: &str, base: &Path, args: &[&str], keeps_times: bool) {
+    // Without the mode kept, a set of hard links copied onto names
+    // that were there takes the mode of the destination its first
+    // name is written into, and which is first follows each tool's
+    // read order (see `removals_in_order`).
+    let mode_by_order = args.contains(&"--no-preserve=mode");
+    let strip = |mut m: BTreeMap<PathBuf, Seen>| {
+        if mode_by_order {
+            for s in m.values_mut().filter(|s| !s.same_file.is_empty()) {
+                s.mode = 0;
             }
-            if !keeps_times {
-                for s in m.values_mut() {
-                    s.mtime = (0, 0);
-                    s.atime = (0, 0);
-                }
-            }
-            // Access times move whenever a file is read: not compared;
-            // nor the times of `dst` itself, which the copy writes into.
+        }
+        if !keeps_times {
             for s in m.values_mut() {
+                s.mtime = (0, 0);
                 s.atime = (0, 0);
             }
-            if let Some(s) = m.get_mut(Path::new("")) {
-                s.mtime = (0, 0);
-            }
-            m
-        };
-        let want = strip(survey(&base.join("gnu/dst")));
-        let got = strip(survey(&base.join("ours/dst")));
-        assert_eq!(
-            want.keys().collect::<Vec<_>>(),
-            got.keys().collect::<Vec<_>>(),
-            "{again}: the copies hold different names"
-        );
-        for (rel, w) in &want {
-            assert_eq!(
-                w,
-                &got[rel],
-                "{again}: {} differs (left: GNU's, right: ours)",
-                rel.display()
-            );
         }
-        let _ = fs::remove_dir_all(&base);
+        // Access times move whenever a file is read: not compared;
+        // nor the times of `dst` itself, which the copy writes into.
+        for s in m.values_mut() {
+            s.atime = (0, 0);
+        }
+        if let Some(s) = m.get_mut(Path::new("")) {
+            s.mtime = (0, 0);
+        }
+        m
+    };
+    let want = strip(survey(&base.join("gnu/dst")));
+    let got = strip(survey(&base.join("ours/dst")));
+    assert_eq!(
+        want.keys().collect::<Vec<_>>(),
+        got.keys().collect::<Vec<_>>(),
+        "{again}: the copies hold different names"
+    );
+    for (rel, w) in &want {
+        assert_eq!(
+            w,
+            &got[rel],
+            "{again}: {} differs (left: GNU's, right: ours)",
+            rel.display()
+        );
     }
 }
 

@@ -190,64 +190,13 @@ fn checks_match_gnu_for_every_list_format() {
     let dir = d.path();
     let names = tree(dir);
     for tool in TOOLS {
-        let gnu_tool = gnu(tool);
-        let write = |file: &str, args: &[&[u8]]| {
-            let mut a = args.to_vec();
-            a.extend(&names);
-            let o = run(dir, &gnu_tool, &a, b"");
-            std::fs::write(dir.join(file), &o.stdout).unwrap();
-            o.stdout
-        };
-        let (plain, tagged) = if tool == "cksum" {
-            (
-                write("plain.list", &[b"-a", b"sha256", b"--untagged"]),
-                write("tagged.list", &[b"-a", b"sha512"]),
-            )
-        } else {
-            (write("plain.list", &[]), write("tagged.list", &[b"--tag"]))
-        };
-        let text = String::from_utf8_lossy(&plain).into_owned();
-        let tag_text = String::from_utf8_lossy(&tagged).into_owned();
-        // Lists made from those: bad and mismatched lines, a missing file,
-        // OpenSSL's format, leading blanks, CRLF, single spaces, comments.
-        let first = text.lines().next().unwrap().to_string();
-        let hex: String = first
-            .chars()
-            .take_while(|c| c.is_ascii_hexdigit())
-            .collect();
-        let zeros = "0".repeat(hex.len());
-        let mut lists: Vec<(&str, String)> = vec![
-            ("plain.list", text.clone()),
-            ("tagged.list", tag_text.clone()),
-            (
-                "mixed.list",
-                format!("# comment\n\n{text}not a line\n{zeros}  plain\n{hex}  missing\n"),
-            ),
-            (
-                "openssl.list",
-                tag_text.replace(" (", "(").replace(") = ", ")= "),
-            ),
-            (
-                "blanks.list",
-                text.lines().map(|l| format!(" \t{l}\r\n")).collect(),
-            ),
-            ("single.list", format!("{hex} plain\n{hex} *star\n")),
-            ("unfinished.list", first.clone()),
-            ("only-bad.list", "nothing here\n".to_string()),
-            ("missing-only.list", format!("{hex}  missing\n")),
-        ];
-        if tool == "cksum" {
-            lists.push(("crc.list", "4294967295 0 empty\n".into()));
-        }
-        for (name, body) in &lists {
-            std::fs::write(dir.join(name), body).unwrap();
-        }
+        let (lists, text, tag_text) = write_lists(dir, tool, &names);
         let algo: Vec<&[u8]> = if tool == "cksum" {
             vec![b"-a", b"sha256"]
         } else {
             vec![]
         };
-        for (name, _) in &lists {
+        for name in &lists {
             for flags in [
                 &[][..],
                 &[&b"--status"[..]],
@@ -278,6 +227,64 @@ fn checks_match_gnu_for_every_list_format() {
             b"",
         );
     }
+}
+
+/// Writes into `dir` GNU `tool`'s lists of the files `names`, plain and
+/// tagged, and lists made from those: bad and mismatched lines, a missing
+/// file, OpenSSL's format, leading blanks, CRLF, single spaces, comments.
+/// The lists' names, and the plain and tagged lists' text.
+fn write_lists(dir: &Path, tool: &str, names: &[&[u8]]) -> (Vec<&'static str>, String, String) {
+    let gnu_tool = gnu(tool);
+    let write = |file: &str, args: &[&[u8]]| {
+        let mut a = args.to_vec();
+        a.extend(names);
+        let o = run(dir, &gnu_tool, &a, b"");
+        std::fs::write(dir.join(file), &o.stdout).unwrap();
+        o.stdout
+    };
+    let (plain, tagged) = if tool == "cksum" {
+        (
+            write("plain.list", &[b"-a", b"sha256", b"--untagged"]),
+            write("tagged.list", &[b"-a", b"sha512"]),
+        )
+    } else {
+        (write("plain.list", &[]), write("tagged.list", &[b"--tag"]))
+    };
+    let text = String::from_utf8_lossy(&plain).into_owned();
+    let tag_text = String::from_utf8_lossy(&tagged).into_owned();
+    let first = text.lines().next().unwrap().to_string();
+    let hex: String = first
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit())
+        .collect();
+    let zeros = "0".repeat(hex.len());
+    let mut lists: Vec<(&str, String)> = vec![
+        ("plain.list", text.clone()),
+        ("tagged.list", tag_text.clone()),
+        (
+            "mixed.list",
+            format!("# comment\n\n{text}not a line\n{zeros}  plain\n{hex}  missing\n"),
+        ),
+        (
+            "openssl.list",
+            tag_text.replace(" (", "(").replace(") = ", ")= "),
+        ),
+        (
+            "blanks.list",
+            text.lines().map(|l| format!(" \t{l}\r\n")).collect(),
+        ),
+        ("single.list", format!("{hex} plain\n{hex} *star\n")),
+        ("unfinished.list", first.clone()),
+        ("only-bad.list", "nothing here\n".to_string()),
+        ("missing-only.list", format!("{hex}  missing\n")),
+    ];
+    if tool == "cksum" {
+        lists.push(("crc.list", "4294967295 0 empty\n".into()));
+    }
+    for (name, body) in &lists {
+        std::fs::write(dir.join(name), body).unwrap();
+    }
+    (lists.into_iter().map(|(n, _)| n).collect(), text, tag_text)
 }
 
 #[test]

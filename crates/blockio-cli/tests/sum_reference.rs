@@ -93,74 +93,8 @@ fn sha256_lists_in_every_format_check_like_sha256sum() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
     let names = files(dir);
-    let list = run(
-        dir,
-        "sha256sum",
-        &names.iter().map(OsStr::new).collect::<Vec<_>>(),
-        b"",
-    )
-    .stdout;
-    let mut tag_args = vec![OsStr::new("--tag")];
-    tag_args.extend(names.iter().map(OsStr::new));
-    let tagged = run(dir, "sha256sum", &tag_args, b"").stdout;
-    // Generation, plain and --tag, and from standard input.
-    let mut ours = vec!["--algo", "sha256"];
-    ours.extend(&names);
-    same(dir, "sha256sum", &ours, &names, b"");
-    ours.insert(2, "--tag");
-    let mut theirs = vec!["--tag"];
-    theirs.extend(&names);
-    same(dir, "sha256sum", &ours, &theirs, b"");
-    same(
-        dir,
-        "sha256sum",
-        &["--algo", "sha256"],
-        &[],
-        b"some input\n",
-    );
-    same(
-        dir,
-        "sha256sum",
-        &["--algo", "sha256", "-"],
-        &["-"],
-        b"some input\n",
-    );
-    same(
-        dir,
-        "sha256sum",
-        &["--algo", "sha256", "plain", "-", "missing"],
-        &["plain", "-", "missing"],
-        b"x",
-    );
-
-    let bad = {
-        let mut v = list.clone();
-        v.extend_from_slice(
-            b"0000000000000000000000000000000000000000000000000000000000000000  plain\n",
-        );
-        v.extend_from_slice(
-            b"1111111111111111111111111111111111111111111111111111111111111111  missing\n",
-        );
-        v.extend_from_slice(b"not a line\n\n# a comment\n   \n");
-        v
-    };
-    let lists: [(&str, Vec<u8>); 9] = [
-        ("plain", list.clone()),
-        // OpenSSL's format, leading blanks, BSD `md5 -r`'s single space.
-        (
-            "openssl",
-            map_lines(&tagged, |l| {
-                l.replacen(" (", "(", 1).replacen(") = ", ")= ", 1)
-            }),
-        ),
-        ("blanks", map_lines(&list, |l| format!(" \t {l}"))),
-        ("single", map_lines(&list, |l| l.replacen("  ", " ", 1))),
-        ("star", map_lines(&list, |l| l.replacen("  ", " *", 1))),
-        ("tagged", tagged.clone()),
-        ("crlf", map_lines(&list, |l| format!("{l}\r"))),
-        ("tagged-crlf", map_lines(&tagged, |l| format!("{l}\r"))),
-        ("bad", bad),
-    ];
+    sha256_generates_like_sha256sum(dir, &names);
+    let lists = sha256_lists(dir, &names);
     for (name, text) in &lists {
         std::fs::write(dir.join(format!("{name}.sha")), text).unwrap();
     }
@@ -193,6 +127,83 @@ fn sha256_lists_in_every_format_check_like_sha256sum() {
         &["-c"],
         b"junk\n",
     );
+}
+
+/// Generation of the files `names` in `dir`, plain and `--tag`, and from
+/// standard input, as `sha256sum` does it.
+fn sha256_generates_like_sha256sum(dir: &Path, names: &[&str]) {
+    let mut ours = vec!["--algo", "sha256"];
+    ours.extend(names);
+    same(dir, "sha256sum", &ours, names, b"");
+    ours.insert(2, "--tag");
+    let mut theirs = vec!["--tag"];
+    theirs.extend(names);
+    same(dir, "sha256sum", &ours, &theirs, b"");
+    same(
+        dir,
+        "sha256sum",
+        &["--algo", "sha256"],
+        &[],
+        b"some input\n",
+    );
+    same(
+        dir,
+        "sha256sum",
+        &["--algo", "sha256", "-"],
+        &["-"],
+        b"some input\n",
+    );
+    same(
+        dir,
+        "sha256sum",
+        &["--algo", "sha256", "plain", "-", "missing"],
+        &["plain", "-", "missing"],
+        b"x",
+    );
+}
+
+/// `sha256sum`'s list of the files `names` in `dir`, in every format a
+/// check reads, by name: plain, OpenSSL's, leading blanks, BSD `md5 -r`'s
+/// single space, binary mode's star, `--tag`, with CRLF line ends, and
+/// one with wrong sums, a missing file, junk, a comment and blank lines.
+fn sha256_lists(dir: &Path, names: &[&str]) -> [(&'static str, Vec<u8>); 9] {
+    let list = run(
+        dir,
+        "sha256sum",
+        &names.iter().map(OsStr::new).collect::<Vec<_>>(),
+        b"",
+    )
+    .stdout;
+    let mut tag_args = vec![OsStr::new("--tag")];
+    tag_args.extend(names.iter().map(OsStr::new));
+    let tagged = run(dir, "sha256sum", &tag_args, b"").stdout;
+    let bad = {
+        let mut v = list.clone();
+        v.extend_from_slice(
+            b"0000000000000000000000000000000000000000000000000000000000000000  plain\n",
+        );
+        v.extend_from_slice(
+            b"1111111111111111111111111111111111111111111111111111111111111111  missing\n",
+        );
+        v.extend_from_slice(b"not a line\n\n# a comment\n   \n");
+        v
+    };
+    [
+        ("plain", list.clone()),
+        (
+            "openssl",
+            map_lines(&tagged, |l| {
+                l.replacen(" (", "(", 1).replacen(") = ", ")= ", 1)
+            }),
+        ),
+        ("blanks", map_lines(&list, |l| format!(" \t {l}"))),
+        ("single", map_lines(&list, |l| l.replacen("  ", " ", 1))),
+        ("star", map_lines(&list, |l| l.replacen("  ", " *", 1))),
+        ("tagged", tagged.clone()),
+        ("crlf", map_lines(&list, |l| format!("{l}\r"))),
+        ("tagged-crlf", map_lines(&tagged, |l| format!("{l}\r"))),
+        ("bad", bad),
+    ]
 }
 
 #[test]

@@ -16,7 +16,7 @@
 //!   the worker hashes each block as its turn comes. The page cache is left
 //!   alone. Buffered batches were slower and far less steady on a cold file
 //!   (readahead stalls now and then, and the queue drains at every batch);
-//!   this keeps pace with fio (`docs/benchmarks.md`).
+//!   this keeps pace with fio (`docs/benchmarks.md`, "`sum` block sizes").
 //!
 //! Results are printed in the input order as soon as all earlier files are
 //! done.
@@ -71,12 +71,12 @@ impl Default for SumOptions {
             small: 256 << 10,
             group: 32,
             // From the cache, 4 x 1 MiB was the faster of the two
-            // measured (docs/benchmarks.md).
+            // measured (docs/benchmarks.md, "`sum` block sizes").
             block: 1 << 20,
             depth: 4,
             direct: true,
             // From the disk, 32 MiB in flight as 16 x 2 MiB kept pace
-            // with fio's sequential read (docs/benchmarks.md).
+            // with fio's sequential read (docs/benchmarks.md, "`sum` block sizes").
             direct_block: 2 << 20,
             direct_depth: 16,
         }

@@ -1,8 +1,8 @@
 //! What a large read through tokio's `AsyncRead` costs: 32 MiB read with
 //! `read_buf` into a `BytesMut` that grows as it fills (how mini-redis
 //! reads a large SET), on a blockio stream, on the same stream with
-//! `ReadBuf::initialize_unfilled` called before each read (what the
-//! trait read used to do: zero the whole unfilled part every call), and
+//! `ReadBuf::initialize_unfilled` called before each read (zeroing the
+//! whole unfilled part every call, which the trait read does not), and
 //! on a tokio stream; rounds alternate, and the medians and spreads are
 //! printed (needs the `tokio` feature).
 //!

@@ -6,7 +6,7 @@
 //! virtio disk), so a 2 MiB read into scattered 4 KiB pages went to the
 //! device as 2 to 4 requests; from one huge page it is one, which made a
 //! cold read of a large file markedly faster (figures in
-//! `docs/benchmarks.md`, "Figures behind the code's choices"). Where the
+//! `docs/benchmarks.md`, "Huge-page buffers"). Where the
 //! kernel has no huge page to give (or THP is off) the mapping is simply
 //! made of small pages, as before. Such a buffer takes whole huge pages:
 //! its length is rounded up to 2 MiB.

@@ -284,8 +284,8 @@ impl DirectFile {
     /// The buffer is page aligned even where the device needs less (often
     /// 512): a 4 KiB buffer that straddles two pages costs the kernel two
     /// page pins and two DMA segments per request, fewer IOPS on random
-    /// 4 KiB reads (see `docs/benchmarks.md`, "Figures behind the code's
-    /// choices").
+    /// 4 KiB reads (see `docs/benchmarks.md`, "Page-aligned direct-I/O
+    /// buffers").
     pub fn alloc_buf(&self, len: usize) -> crate::AlignedBuf {
         let len = self
             .alignment

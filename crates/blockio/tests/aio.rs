@@ -634,65 +634,13 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
     let counter = Arc::new(CountingWaker(std::sync::atomic::AtomicUsize::new(0)));
     let waker = std::task::Waker::from(counter.clone());
     let mut cx = Context::from_waker(&waker);
-    let mut rng = Rng(7);
     // More reads than the ring holds (the rest wait in its backlog); every
     // fourth is dropped while in flight, its buffer (from `dropped`) left
     // with the ring until the kernel is done with it.
     let dropped = BufferPool::new(150, 4096, 4096);
-    let mut reads = Vec::new();
-    for i in 0..600 {
-        let off = rng.below(len as u64 - 4096);
-        let expect = &data[off as usize..off as usize + 4096];
-        if i % 4 == 0 {
-            let mut r = file.read_at(dropped.get(), off);
-            match Pin::new(&mut r).poll(&mut cx) {
-                Poll::Pending => drop(r),
-                Poll::Ready((n, buf)) => {
-                    assert!(!uring, "a read completed before it was reaped");
-                    assert_eq!(&buf[..n.unwrap()], expect);
-                }
-            }
-            continue;
-        }
-        let mut r = file.read_at(vec![0u8; 4096], off);
-        match Pin::new(&mut r).poll(&mut cx) {
-            Poll::Pending => reads.push((off as usize, r)),
-            // Only a pool thread can be that quick.
-            Poll::Ready((n, buf)) => {
-                assert!(!uring, "a read completed before it was reaped");
-                assert_eq!(&buf[..n.unwrap()], expect);
-            }
-        }
-    }
+    let reads = start_reads_dropping_every_fourth(&file, &data, &dropped, &mut cx, uring);
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut reaped = 0;
-    while !reads.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "{} reads never completed",
-            reads.len()
-        );
-        if uring {
-            wait_and_clear_eventfd(efd.as_raw_fd(), 1000);
-            let ring = engine.poll_fd().expect("a caller-driven ring has one");
-            assert!(
-                readable(ring),
-                "completions wait, but the ring is not readable"
-            );
-            reaped += engine.reap();
-        } else {
-            assert_eq!(engine.reap(), 0);
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        reads.retain_mut(|(off, r)| match Pin::new(r).poll(&mut cx) {
-            Poll::Ready((n, buf)) => {
-                assert_eq!(n.unwrap(), 4096);
-                assert_eq!(&buf[..], &data[*off..*off + 4096]);
-                false
-            }
-            Poll::Pending => true,
-        });
-    }
+    let mut reaped = reap_until_read(&engine, efd.as_raw_fd(), reads, &data, &mut cx, deadline);
     if uring {
         // A dropped read's buffer comes back once its completion is
         // reaped (or at once, if it never left the backlog): with every
@@ -710,15 +658,108 @@ fn a_caller_driven_ring_completes_through_its_eventfd_and_reap() {
         assert!(reaped >= 450, "reap completed {reaped} operations");
         assert!(counter.0.load(std::sync::atomic::Ordering::SeqCst) >= 450);
     }
-    // Dropped with reads in flight (their futures first): a thread
-    // finishes them, and only then do their pooled buffers come back.
-    // Each buffer then holds its read's data, not zeros: the reads were
-    // completed, not abandoned.
-    // O_DIRECT, so that the reads are still at the device when the engine
-    // goes (cached reads complete during submission).
     drop(file);
+    an_engine_dropped_with_reads_in_flight_completes_them(engine, &path, &data, uring);
+}
+
+/// Starts 600 random 4 KiB reads of `file` (whose bytes are `data`) with
+/// one poll each; every fourth, into a buffer of `dropped`, is dropped
+/// while in flight. The reads still pending, with their offsets: on
+/// io_uring every read is, since none completes before it is reaped.
+fn start_reads_dropping_every_fourth(
+    file: &AsyncFile,
+    data: &[u8],
+    dropped: &BufferPool,
+    cx: &mut Context<'_>,
+    uring: bool,
+) -> Vec<(usize, OpFuture<Vec<u8>>)> {
+    let mut rng = Rng(7);
+    let mut reads = Vec::new();
+    for i in 0..600 {
+        let off = rng.below(data.len() as u64 - 4096);
+        let expect = &data[off as usize..off as usize + 4096];
+        if i % 4 == 0 {
+            let mut r = file.read_at(dropped.get(), off);
+            match Pin::new(&mut r).poll(cx) {
+                Poll::Pending => drop(r),
+                Poll::Ready((n, buf)) => {
+                    assert!(!uring, "a read completed before it was reaped");
+                    assert_eq!(&buf[..n.unwrap()], expect);
+                }
+            }
+            continue;
+        }
+        let mut r = file.read_at(vec![0u8; 4096], off);
+        match Pin::new(&mut r).poll(cx) {
+            Poll::Pending => reads.push((off as usize, r)),
+            // Only a pool thread can be that quick.
+            Poll::Ready((n, buf)) => {
+                assert!(!uring, "a read completed before it was reaped");
+                assert_eq!(&buf[..n.unwrap()], expect);
+            }
+        }
+    }
+    reads
+}
+
+/// Polls `reads` until each has its bytes of `data`: on io_uring after
+/// each signal of the completion eventfd `efd`, with the ring readable,
+/// through `reap`; on the thread pool, where `reap` has nothing to do,
+/// as the pool completes them. How many operations `reap` completed.
+fn reap_until_read(
+    engine: &AsyncEngine,
+    efd: std::os::fd::RawFd,
+    mut reads: Vec<(usize, OpFuture<Vec<u8>>)>,
+    data: &[u8],
+    cx: &mut Context<'_>,
+    deadline: Instant,
+) -> usize {
+    let uring = engine.backend() == blockio::Backend::IoUring;
+    let mut reaped = 0;
+    while !reads.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} reads never completed",
+            reads.len()
+        );
+        if uring {
+            wait_and_clear_eventfd(efd, 1000);
+            let ring = engine.poll_fd().expect("a caller-driven ring has one");
+            assert!(
+                readable(ring),
+                "completions wait, but the ring is not readable"
+            );
+            reaped += engine.reap();
+        } else {
+            assert_eq!(engine.reap(), 0);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        reads.retain_mut(|(off, r)| match Pin::new(r).poll(cx) {
+            Poll::Ready((n, buf)) => {
+                assert_eq!(n.unwrap(), 4096);
+                assert_eq!(&buf[..], &data[*off..*off + 4096]);
+                false
+            }
+            Poll::Pending => true,
+        });
+    }
+    reaped
+}
+
+/// `engine` dropped with reads in flight (their futures first): a thread
+/// finishes them, and only then do their pooled buffers come back. Each
+/// buffer then holds its read's data, not zeros: the reads were
+/// completed, not abandoned. `O_DIRECT`, so that the reads are still at
+/// the device when the engine goes (cached reads complete during
+/// submission).
+fn an_engine_dropped_with_reads_in_flight_completes_them(
+    engine: AsyncEngine,
+    path: &std::path::Path,
+    data: &[u8],
+    uring: bool,
+) {
     let opts = AsyncOpenOptions::new().direct(true);
-    let file = AsyncFile::open_with(&engine, &path, &opts).expect("O_DIRECT on the test file");
+    let file = AsyncFile::open_with(&engine, path, &opts).expect("O_DIRECT on the test file");
     let pool = BufferPool::new(64, 4096, 4096);
     let mut offset_of = vec![0usize; 64];
     // Every buffer taken before any read starts: on the thread pool a read

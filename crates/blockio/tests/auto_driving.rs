@@ -228,18 +228,19 @@ fn a_dropped_streams_bytes_arrive_from_a_default_engine() {
         drop(stream);
         peer
     });
-    let reader = std::thread::spawn(move || {
+    let (done, got) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
         let mut got = Vec::new();
         peer.read_to_end(&mut got).unwrap();
-        got
+        let _ = done.send(got);
     });
     // The runtime keeps running until the peer has everything.
-    rt.block_on(async {
-        while !reader.is_finished() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    let got = rt.block_on(async {
+        tokio::time::timeout(GUARD, got)
+            .await
+            .expect("the peer never got the whole reply")
+            .expect("the peer's reader panicked")
     });
-    let got = reader.join().unwrap();
     assert_eq!(got.len(), 4 << 20);
     assert!(got.iter().all(|&b| b == 7));
 }
@@ -331,6 +332,41 @@ fn built_on_a_thread() -> (AsyncEngine, impl FnOnce()) {
     (engine, exit)
 }
 
+/// The submissions of an engine's ring from a moment on (none to wait
+/// for on the thread-pool backend, which has no ring).
+struct SubmittedSince {
+    ring: Option<(std::os::fd::RawFd, u32)>,
+}
+
+impl SubmittedSince {
+    /// From now on.
+    fn now(engine: &AsyncEngine) -> Self {
+        use std::os::fd::AsRawFd;
+        let ring = engine.poll_fd().map(|fd| fd.as_raw_fd());
+        SubmittedSince {
+            ring: ring.map(|fd| (fd, common::ring_sq_head(fd))),
+        }
+    }
+
+    /// Returns once the kernel has taken an entry from the ring since
+    /// then: `what` was submitted, by the builder's thread or, if it did
+    /// not get there first, by this runtime (the outcome asserted is the
+    /// same either way). The engine's ring has no other user meanwhile.
+    async fn wait(&self, what: &str) {
+        let Some((fd, before)) = self.ring else {
+            return;
+        };
+        let deadline = std::time::Instant::now() + GUARD;
+        while common::ring_sq_head(fd) == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what} was never submitted"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
 /// A read submitted by the thread of the runtime the engine was built on
 /// (which drives it), awaited by a task of another runtime; then that
 /// thread exits, and the kernel cancels the read it submitted. The read,
@@ -346,13 +382,12 @@ fn a_read_whose_submitting_thread_exits_is_made_again() {
             .unwrap();
         let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (stream, _) = listener.accept().await.unwrap();
+        let submitted = SubmittedSince::now(&engine);
         let read = tokio::spawn(async move {
             let (n, buf) = stream.read(vec![0u8; 5]).await;
             n.map(|n| buf[..n].to_vec())
         });
-        // Time for the builder's thread to submit the read (the outcome
-        // asserted is the same if it has not: then this runtime does).
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        submitted.wait("the read").await;
         exit_builder();
         peer.write_all(b"hello").unwrap();
         tokio::time::timeout(GUARD, read)
@@ -524,10 +559,9 @@ fn a_connect_whose_submitting_thread_exits_is_made_again() {
     let rt = current_thread();
     let connected = rt.block_on(async {
         let e = engine.clone();
+        let submitted = SubmittedSince::now(&engine);
         let connect = tokio::spawn(async move { TcpStream::connect_with(&e, addr).await });
-        // Time for the builder's thread to submit the connect (the outcome
-        // asserted is the same if it has not: then this runtime does).
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        submitted.wait("the connect").await;
         exit_builder();
         listener.set_nonblocking(true).unwrap();
         let accepting = async {

@@ -265,7 +265,7 @@ fn panicking_wakers_lose_no_completion_driver_thread() {
 }
 
 /// Point 2: a pool whose size overflows is refused with an error naming
-/// the argument (it used to allocate one byte and hand out 2^62).
+/// the argument (not a one-byte allocation handing out 2^62).
 #[test]
 fn buffer_pool_sizes_that_overflow_are_refused() {
     let err = BufferPool::try_new(4, 1 << 62, 4096).unwrap_err();
@@ -497,8 +497,8 @@ impl Wake for ReapingWaker {
 
 /// Point 6: a waker that calls `reap()` on its own caller-driven engine,
 /// woken by the cancellation of an operation still waiting for room in
-/// the ring (it used to be completed with the ring's lock held, and the
-/// waker's `reap` waited for that lock on the same thread).
+/// the ring: it is not completed with the ring's lock held, which the
+/// waker's `reap` would wait for on the same thread.
 #[test]
 fn a_waker_that_reaps_its_engine_does_not_deadlock() {
     use blockio::net::TcpStream;
@@ -747,8 +747,8 @@ fn empty_buffer_pools_are_refused() {
 }
 
 /// Streaming block sizes and depths past the limits are refused when the
-/// file is opened, with an error naming the argument and the limit (they
-/// used to panic, abort on allocation or hang on the first read); refused
+/// file is opened, with an error naming the argument and the limit (not
+/// a panic, an abort on allocation or a hang on the first read); refused
 /// options create no file.
 #[test]
 fn streaming_block_sizes_and_depths_past_the_limits_are_refused() {

@@ -131,24 +131,34 @@ fn registering_while_a_thread_waits_in_the_kernel_deadlocks_nothing() {
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|s| {
         let (e, r, w, path) = (&e, &r, &w, &path);
+        // The waits below make the order that deadlocked (reader in the
+        // kernel, then a registration waiting, then the writer) the likely
+        // one; any order must finish.
+        let (tid_tx, tid_rx) = mpsc::channel();
         let t = tx.clone();
+        let tid = tid_tx.clone();
         s.spawn(move || {
+            tid.send(common::thread_id()).unwrap();
             let mut buf = [0u8; 5];
             write_one(e, Op::read(r, 0, &mut buf));
             let _ = t.send("reader");
         });
-        // Not a timing assertion: the pauses only make the order that
-        // deadlocked (reader in the kernel, then a registration waiting,
-        // then the writer) the likely one; any order must finish.
-        std::thread::sleep(Duration::from_millis(300));
+        let reader = tid_rx.recv().unwrap();
+        common::wait_until("the reader sleeps in the kernel", || {
+            common::sleeps_in_a_call_or_ended(reader)
+        });
         let t = tx.clone();
         s.spawn(move || {
+            tid_tx.send(common::thread_id()).unwrap();
             let f = File::open(path).unwrap();
             let reg = e.register_file(&f).unwrap();
             let _ = t.send("registration");
             drop(reg);
         });
-        std::thread::sleep(Duration::from_millis(300));
+        let registration = tid_rx.recv().unwrap();
+        common::wait_until("the registration waits or is done", || {
+            common::sleeps_in_a_call_or_ended(registration)
+        });
         let t = tx.clone();
         s.spawn(move || {
             write_one(e, Op::write(w, 0, b"hello"));
@@ -187,7 +197,9 @@ fn a_batch_in_flight_never_reaches_a_dropped_registration_by_number() {
     let (r, mut w) = pipe();
     std::thread::scope(|s| {
         let (e, r) = (&e, &r);
+        let (tid_tx, tid_rx) = mpsc::channel();
         let batch = s.spawn(move || {
+            tid_tx.send(common::thread_id()).unwrap();
             let (mut one, mut two) = ([0u8; 4], [0u8; 4]);
             let by_number = RawTarget(number);
             let mut ops = [
@@ -198,11 +210,14 @@ fn a_batch_in_flight_never_reaches_a_dropped_registration_by_number() {
             let res = e.submit(&mut ops).unwrap();
             res.into_iter().map(|r| r.unwrap()).collect::<Vec<_>>()
         });
-        // Not a timing assertion: the pause only makes the order that broke
-        // the promise (the batch holding its table, waiting on the pipe,
-        // while the registration goes) the likely one; any order must end
-        // with the write in the file that has the number.
-        std::thread::sleep(Duration::from_millis(300));
+        // The wait makes the order that broke the promise (the batch
+        // holding its table, waiting on the pipe, while the registration
+        // goes) the likely one; any order must end with the write in the
+        // file that has the number.
+        let batch_thread = tid_rx.recv().unwrap();
+        common::wait_until("the batch sleeps in the kernel", || {
+            common::sleeps_in_a_call_or_ended(batch_thread)
+        });
         drop(reg);
         let (c, pc) = open_at_number(dir.path(), number);
         std::io::Write::write_all(&mut w, b"12345678").unwrap();

@@ -902,55 +902,68 @@ fn writes_after_a_failure_or_a_shutdown_fail_as_on_tokio() {
                     .await;
                     (reset, shut)
                 }
-                Some(e) => {
-                    let mut s = blockio::net::TcpStream::connect_with(e, a).await.unwrap();
-                    let reset = writes_after_reset(&mut s).await;
-                    let owned = s.write(b"x".to_vec()).await.0;
-                    assert!(
-                        owned.is_err(),
-                        "{stack:?}: an owned write went after a reset"
-                    );
-                    let mut s = blockio::net::TcpStream::connect_with(e, b).await.unwrap();
-                    let shut =
-                        writes_around_shutdown(&mut s, |s| s.shutdown(std::net::Shutdown::Write))
-                            .await;
-                    let owned = s.write(b"x".to_vec()).await.0;
-                    assert_eq!(
-                        owned.map_err(|e| e.raw_os_error()).err(),
-                        Some(Some(libc::EPIPE)),
-                        "{stack:?}: an owned write after shutdown(Write)"
-                    );
-                    (reset, shut)
-                }
+                Some(e) => blockio_writes_after_failures(e, stack, a, b).await,
             };
             reset_peer.join().unwrap();
             (out, read_peer.join().unwrap())
         });
         let (((read, writes, flushes), shut), peer) = got;
         assert_eq!(peer, Ok(b"hello".to_vec()), "{stack:?}: what the peer read");
-        let epipe = Outcome::Err {
-            raw: Some(libc::EPIPE),
-            kind: io::ErrorKind::BrokenPipe,
-        };
-        if stack != Stack::Tokio {
-            // A broken connection's flush fails too (tokio's flush has
-            // nothing to do and is always `Ok`).
-            assert!(
-                flushes.iter().all(|f| *f != Outcome::Ok),
-                "{stack:?}: a flush of a broken connection went Ok: {flushes:?}"
-            );
-        }
-        // The read returned the reset, so the failure is known: every
-        // write fails, the first included, as tokio's.
-        assert!(
-            writes.iter().all(|w| *w == epipe),
-            "{stack:?}: writes after the reset: {writes:?}"
-        );
+        writes_and_flushes_after_a_reset_fail(stack, &writes, &flushes);
         match &reference {
             None => reference = Some((read, shut)),
             Some(want) => assert_eq!(&(read, shut), want, "{stack:?} against tokio"),
         }
     }
+}
+
+/// The writes of [`writes_after_a_failure_or_a_shutdown_fail_as_on_tokio`]
+/// on a blockio stream of `e`, to the resetting peer at `a` and the
+/// reading peer at `b`, with an owned-buffer write after each, which
+/// must fail too.
+async fn blockio_writes_after_failures(
+    e: &AsyncEngine,
+    stack: Stack,
+    a: std::net::SocketAddr,
+    b: std::net::SocketAddr,
+) -> ((Outcome, Vec<Outcome>, Vec<Outcome>), Vec<Outcome>) {
+    let mut s = blockio::net::TcpStream::connect_with(e, a).await.unwrap();
+    let reset = writes_after_reset(&mut s).await;
+    let owned = s.write(b"x".to_vec()).await.0;
+    assert!(
+        owned.is_err(),
+        "{stack:?}: an owned write went after a reset"
+    );
+    let mut s = blockio::net::TcpStream::connect_with(e, b).await.unwrap();
+    let shut = writes_around_shutdown(&mut s, |s| s.shutdown(std::net::Shutdown::Write)).await;
+    let owned = s.write(b"x".to_vec()).await.0;
+    assert_eq!(
+        owned.map_err(|e| e.raw_os_error()).err(),
+        Some(Some(libc::EPIPE)),
+        "{stack:?}: an owned write after shutdown(Write)"
+    );
+    (reset, shut)
+}
+
+/// After a reset the read returned, every write on `stack` fails with
+/// `EPIPE`, the first included, as tokio's; on blockio a broken
+/// connection's flush fails too (tokio's flush has nothing to do and is
+/// always `Ok`).
+fn writes_and_flushes_after_a_reset_fail(stack: Stack, writes: &[Outcome], flushes: &[Outcome]) {
+    let epipe = Outcome::Err {
+        raw: Some(libc::EPIPE),
+        kind: io::ErrorKind::BrokenPipe,
+    };
+    if stack != Stack::Tokio {
+        assert!(
+            flushes.iter().all(|f| *f != Outcome::Ok),
+            "{stack:?}: a flush of a broken connection went Ok: {flushes:?}"
+        );
+    }
+    assert!(
+        writes.iter().all(|w| *w == epipe),
+        "{stack:?}: writes after the reset: {writes:?}"
+    );
 }
 
 /// `connect_timeout`'s time-out is the kernel's `ETIMEDOUT`: kind
@@ -1045,8 +1058,16 @@ fn a_dropped_server_s_port_binds_again_at_once() {
                 }
                 let local = rx.await.unwrap();
                 let c = tokio::net::TcpStream::connect(local).await?;
-                // The server has taken it (or holds it queued) and waits.
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                // The server has taken it (its accept queue is empty
+                // again) and waits for the next.
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while common::accept_queue(local.port()) > 0 {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "{stack:?}: the server never took the connection"
+                    );
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
                 drop(c);
                 io::Result::Ok(local)
             });

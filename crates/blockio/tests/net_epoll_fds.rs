@@ -56,27 +56,7 @@ fn waiting_operations_open_no_descriptors_and_survive_the_limit() {
     let (tx, rx) = std::sync::mpsc::channel();
     let (waits_tx, waits) = std::sync::mpsc::channel();
     for (i, s) in streams.into_iter().enumerate() {
-        let tx = tx.clone();
-        let (read_waits, write_waits) = (waits_tx.clone(), waits_tx.clone());
-        rt.spawn(async move {
-            let s = std::sync::Arc::new(s);
-            let writer = {
-                let s = s.clone();
-                tokio::spawn(async move {
-                    // Fills the peer's window, then waits for room.
-                    let (res, _) = noting_its_wait(
-                        s.write_all(vec![i as u8; 8 << 20]),
-                        &mut Some(write_waits),
-                    )
-                    .await;
-                    res
-                })
-            };
-            let (res, buf) = noting_its_wait(s.read(vec![0u8; 16]), &mut Some(read_waits)).await;
-            let got = res.map(|n| buf[..n].to_vec());
-            let wrote = writer.await.unwrap();
-            tx.send((i, got, wrote)).unwrap();
-        });
+        rt.spawn(read_and_write(i, s, tx.clone(), waits_tx.clone()));
     }
     drop((tx, waits_tx));
     // Every read and write has reached its wait (a wait that opened a
@@ -97,20 +77,7 @@ fn waiting_operations_open_no_descriptors_and_survive_the_limit() {
     let drains: Vec<_> = peers
         .into_iter()
         .enumerate()
-        .map(|(i, mut p)| {
-            std::thread::spawn(move || {
-                p.write_all(format!("hello {i}").as_bytes()).unwrap();
-                let mut buf = vec![0u8; 1 << 16];
-                let mut total = 0;
-                while total < 8 << 20 {
-                    let n = p.read(&mut buf).unwrap();
-                    assert!(n > 0);
-                    assert!(buf[..n].iter().all(|&b| b == i as u8));
-                    total += n;
-                }
-                total
-            })
-        })
+        .map(|(i, p)| std::thread::spawn(move || send_and_drain(i, p)))
         .collect();
     for _ in 0..CONNS {
         let (i, got, wrote) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
@@ -120,4 +87,45 @@ fn waiting_operations_open_no_descriptors_and_survive_the_limit() {
     for d in drains {
         assert_eq!(d.join().unwrap(), 8 << 20);
     }
+}
+
+/// What stream `i` does: a read of up to 16 bytes and, at once, a write of
+/// 8 MiB of `i`, more than its peer's window holds; each sends on `waits`
+/// when it first waits. Then the read's bytes and the write's outcome go
+/// on `done`.
+async fn read_and_write(
+    i: usize,
+    s: TcpStream,
+    done: std::sync::mpsc::Sender<(usize, std::io::Result<Vec<u8>>, std::io::Result<()>)>,
+    waits: std::sync::mpsc::Sender<()>,
+) {
+    let s = std::sync::Arc::new(s);
+    let writer = {
+        let (s, waits) = (s.clone(), waits.clone());
+        tokio::spawn(async move {
+            // Fills the peer's window, then waits for room.
+            let (res, _) =
+                noting_its_wait(s.write_all(vec![i as u8; 8 << 20]), &mut Some(waits)).await;
+            res
+        })
+    };
+    let (res, buf) = noting_its_wait(s.read(vec![0u8; 16]), &mut Some(waits)).await;
+    let got = res.map(|n| buf[..n].to_vec());
+    let wrote = writer.await.unwrap();
+    done.send((i, got, wrote)).unwrap();
+}
+
+/// Peer `i` sends `hello {i}`, then reads the 8 MiB of `i` written to it;
+/// how many bytes it read.
+fn send_and_drain(i: usize, mut p: std::net::TcpStream) -> usize {
+    p.write_all(format!("hello {i}").as_bytes()).unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0;
+    while total < 8 << 20 {
+        let n = p.read(&mut buf).unwrap();
+        assert!(n > 0);
+        assert!(buf[..n].iter().all(|&b| b == i as u8));
+        total += n;
+    }
+    total
 }

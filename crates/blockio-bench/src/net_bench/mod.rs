@@ -11,7 +11,8 @@
 //! `raw_syscalls:sys_enter` tracepoint, and while any program does that
 //! every system call on the machine goes through the tracing path, which
 //! costs a runtime in proportion to the calls it makes (figures in
-//! `docs/benchmarks.md`). Counted inside the rounds, it tilts every rate
+//! `docs/benchmarks.md`, "System calls counted outside the rounds").
+//! Counted inside the rounds, it tilts every rate
 //! ratio toward the runtime making fewer calls, and slows the load
 //! generator too.
 //!

@@ -106,87 +106,9 @@ pub fn check(rows: &[Row]) -> Vec<Check> {
         let Some(tokio) = g.of(Runtime::Tokio) else {
             continue;
         };
-        let vs = |r: &Row| r.rate_vs_tokio.map(|x| x[0]);
         match tokio.workload {
-            Workload::Http {
-                connections: 50,
-                threads: 1,
-                idle: 0,
-            } => out.push(g.rate_check(
-                format!("{label}: req/s >= 1.0x tokio, p99 <= 1.1x"),
-                |r| {
-                    let (a, b) = (vs(r)?, r.p99_vs_tokio?[0]);
-                    Some((format!("{a:.3}x, p99 {b:.3}x"), a >= 1.0 && b <= 1.1))
-                },
-            )),
-            Workload::Http {
-                connections: 1000,
-                threads: 1,
-                idle: 0,
-            } => {
-                out.push(g.rate_check(
-                    format!("{label}: req/s >= 1.15x tokio, >= 1.0x monoio"),
-                    |r| {
-                        let a = vs(r)?;
-                        Some(match r.rate_vs_monoio {
-                            Some([b, ..]) => (
-                                format!("{a:.3}x tokio, {b:.3}x monoio"),
-                                a >= 1.15 && b >= 1.0,
-                            ),
-                            None => (format!("{a:.3}x tokio, monoio not run"), false),
-                        })
-                    },
-                ));
-                out.push(
-                    g.check(format!("{label}: < 1 system call per request"), |r| {
-                        let c = r.syscalls_per_unit?;
-                        Some((format!("{c:.3}"), c < 1.0))
-                    }),
-                );
-            }
-            Workload::Http {
-                threads: 1,
-                idle: 1..,
-                ..
-            } => out.push(g.rate_check(
-                format!(
-                    "{label}: idle peers delay no one: req/s >= 1.0x tokio, p99 <= 1.2x, \
-                     with default settings (blockio)"
-                ),
-                |r| {
-                    let (a, b) = (vs(r)?, r.p99_vs_tokio?[0]);
-                    let default = r.runtime == Runtime::Blockio;
-                    Some((
-                        format!("{a:.3}x, p99 {b:.3}x"),
-                        default && a >= 1.0 && b <= 1.2,
-                    ))
-                },
-            )),
-            Workload::Http { threads: 2.., .. } => out.push(g.rate_check(
-                format!("{label}: req/s >= tokio with 2 workers"),
-                |r| {
-                    let a = vs(r)?;
-                    Some((format!("{a:.3}x"), a >= 1.0))
-                },
-            )),
-            Workload::Echo {
-                connections: 500, ..
-            } => out.push(g.rate_check(format!("{label}: msg/s >= 1.2x tokio"), |r| {
-                let a = vs(r)?;
-                Some((format!("{a:.3}x"), a >= 1.2))
-            })),
-            Workload::Stream { .. } => out.push(g.rate_check(
-                format!("{label}: MB/s >= 1.0x tokio, fewer context switches"),
-                |r| {
-                    let a = vs(r)?;
-                    let (cs, t) = (r.switches_per_unit, tokio.switches_per_unit);
-                    Some((
-                        format!("{a:.3}x, {cs:.2} vs {t:.2} switches/MB"),
-                        a >= 1.0 && cs < t,
-                    ))
-                },
-            )),
-            _ => {}
+            Workload::Http { .. } => http_checks(&g, tokio, label, &mut out),
+            _ => other_checks(&g, tokio, label, &mut out),
         }
         let unit = tokio.unit;
         out.push(g.check(format!("{label}: CPU per {unit} <= tokio's"), |r| {
@@ -195,6 +117,104 @@ pub fn check(rows: &[Row]) -> Vec<Check> {
         }));
     }
     out
+}
+
+/// A row's rate over tokio's, median of the rounds.
+fn vs(r: &Row) -> Option<f64> {
+    r.rate_vs_tokio.map(|x| x[0])
+}
+
+/// The targets of an HTTP workload (`tokio` is its tokio row), pushed on
+/// `out`.
+fn http_checks(g: &Group<'_>, tokio: &Row, label: &str, out: &mut Vec<Check>) {
+    match tokio.workload {
+        Workload::Http {
+            connections: 50,
+            threads: 1,
+            idle: 0,
+        } => out.push(
+            g.rate_check(format!("{label}: req/s >= 1.0x tokio, p99 <= 1.1x"), |r| {
+                let (a, b) = (vs(r)?, r.p99_vs_tokio?[0]);
+                Some((format!("{a:.3}x, p99 {b:.3}x"), a >= 1.0 && b <= 1.1))
+            }),
+        ),
+        Workload::Http {
+            connections: 1000,
+            threads: 1,
+            idle: 0,
+        } => {
+            out.push(g.rate_check(
+                format!("{label}: req/s >= 1.15x tokio, >= 1.0x monoio"),
+                |r| {
+                    let a = vs(r)?;
+                    Some(match r.rate_vs_monoio {
+                        Some([b, ..]) => (
+                            format!("{a:.3}x tokio, {b:.3}x monoio"),
+                            a >= 1.15 && b >= 1.0,
+                        ),
+                        None => (format!("{a:.3}x tokio, monoio not run"), false),
+                    })
+                },
+            ));
+            out.push(
+                g.check(format!("{label}: < 1 system call per request"), |r| {
+                    let c = r.syscalls_per_unit?;
+                    Some((format!("{c:.3}"), c < 1.0))
+                }),
+            );
+        }
+        Workload::Http {
+            threads: 1,
+            idle: 1..,
+            ..
+        } => out.push(g.rate_check(
+            format!(
+                "{label}: idle peers delay no one: req/s >= 1.0x tokio, p99 <= 1.2x, \
+                 with default settings (blockio)"
+            ),
+            |r| {
+                let (a, b) = (vs(r)?, r.p99_vs_tokio?[0]);
+                let default = r.runtime == Runtime::Blockio;
+                Some((
+                    format!("{a:.3}x, p99 {b:.3}x"),
+                    default && a >= 1.0 && b <= 1.2,
+                ))
+            },
+        )),
+        Workload::Http { threads: 2.., .. } => out.push(g.rate_check(
+            format!("{label}: req/s >= tokio with 2 workers"),
+            |r| {
+                let a = vs(r)?;
+                Some((format!("{a:.3}x"), a >= 1.0))
+            },
+        )),
+        _ => {}
+    }
+}
+
+/// The targets of an echo or stream workload (`tokio` is its tokio row),
+/// pushed on `out`.
+fn other_checks(g: &Group<'_>, tokio: &Row, label: &str, out: &mut Vec<Check>) {
+    match tokio.workload {
+        Workload::Echo {
+            connections: 500, ..
+        } => out.push(g.rate_check(format!("{label}: msg/s >= 1.2x tokio"), |r| {
+            let a = vs(r)?;
+            Some((format!("{a:.3}x"), a >= 1.2))
+        })),
+        Workload::Stream { .. } => out.push(g.rate_check(
+            format!("{label}: MB/s >= 1.0x tokio, fewer context switches"),
+            |r| {
+                let a = vs(r)?;
+                let (cs, t) = (r.switches_per_unit, tokio.switches_per_unit);
+                Some((
+                    format!("{a:.3}x, {cs:.2} vs {t:.2} switches/MB"),
+                    a >= 1.0 && cs < t,
+                ))
+            },
+        )),
+        _ => {}
+    }
 }
 
 /// The checks as text.

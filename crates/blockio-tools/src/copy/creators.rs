@@ -18,7 +18,7 @@
 //! in that state: the rate is low from the first window, so it never
 //! falls, and once concurrent creators have worked in a block group a
 //! single creator there stays slow for the rest of the copy
-//! (`docs/benchmarks.md`, the 5c8cb85 entry).
+//! (`docs/benchmarks.md`, "Creators of a copy").
 //!
 //! # How
 //!
@@ -49,8 +49,7 @@
 //! cost of a creation tells that state apart from the usual one without
 //! creating concurrently in it. In the usual state creating alone for the
 //! first second costs a few percent on tree (a). The measurements are in
-//! `docs/benchmarks.md` ("Figures behind the code's choices", and the
-//! entries it names).
+//! `docs/benchmarks.md` ("Creators of a copy").
 
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};

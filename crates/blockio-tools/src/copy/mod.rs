@@ -308,8 +308,8 @@ pub struct CopyOptions {
     /// instead of the two that 256 small pages need on a virtio disk. On
     /// the reference machine, durable copies of two 1 GiB files took less
     /// time this way than through the page cache, and smaller files tied
-    /// or lost (the figures, by date and commit, are in
-    /// `docs/benchmarks.md`), hence the 256 MiB threshold.
+    /// or lost (`docs/benchmarks.md`, "Durable copies of large files with
+    /// `O_DIRECT`"), hence the 256 MiB threshold.
     pub direct_write_min: u64,
     /// Threads (default: the CPUs plus one). Each walks directories and
     /// copies files alike.

@@ -106,7 +106,7 @@ impl RingCore {
         // one thread, and a caller-driven ring is submitted to from
         // whichever thread starts or cancels an operation. Tried on a ring
         // driven from one thread, it saved no CPU per request (see
-        // docs/benchmarks.md).
+        // docs/benchmarks.md, "No `DEFER_TASKRUN` on the caller-driven ring").
         let mut flags = RingFlags {
             coop_taskrun: true,
             ..RingFlags::default()

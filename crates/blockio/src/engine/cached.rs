@@ -3,8 +3,7 @@
 //!
 //! A cached read is a `memcpy`, and which way is faster depends on how many
 //! reads come together and how big they are (the measurements behind the
-//! thresholds below are in `docs/benchmarks.md`, "Figures behind the
-//! code's choices").
+//! thresholds below are in `docs/benchmarks.md`, "Inline reads").
 //!
 //! One `io_uring_enter` per batch amortises the system call (a buffered read
 //! of cached pages completes inline during submission), so batches win; a

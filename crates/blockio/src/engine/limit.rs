@@ -129,7 +129,10 @@ mod tests {
         assert_eq!(l.take(1), 1);
         let l2 = l.clone();
         let t = std::thread::spawn(move || l2.take(2));
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        // The taker has found no permit and registered to sleep.
+        while l.sleepers.load(Ordering::SeqCst) < 1 {
+            std::thread::yield_now();
+        }
         l.give(1);
         assert_eq!(t.join().unwrap(), 1);
     }

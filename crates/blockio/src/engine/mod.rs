@@ -160,8 +160,8 @@ impl EngineBuilder {
     /// when the call ends, so with one call per batch the device starts on
     /// the first request only after the last one was prepared; on a
     /// virtual disk whose host serves requests one at a time that idle gap
-    /// costs IOPS (figures in `docs/benchmarks.md`, "Figures behind the
-    /// code's choices"). So a batch that finds its ring idle submits its
+    /// costs IOPS (figures in `docs/benchmarks.md`, "The submit ramp"). So
+    /// a batch that finds its ring idle submits its
     /// first 2 operations at once (below the plug threshold: the device
     /// starts at once), then chunks of 4, 8, 16, ... while the device works
     /// on the earlier ones: about log2(batch) calls per batch, 6 for 64

@@ -186,3 +186,35 @@ pub fn accept_queue(port: u16) -> usize {
     }
     panic!("no listener on port {port}");
 }
+
+/// How many submission-queue entries the kernel has taken from the ring
+/// whose descriptor is `ring` (its `SqHead` in `/proc/self/fdinfo`): it
+/// grows when someone submits, whichever thread does.
+pub fn ring_sq_head(ring: std::os::fd::RawFd) -> u32 {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{ring}")).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("SqHead:"))
+        .unwrap_or_else(|| panic!("no SqHead in the fdinfo of descriptor {ring}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The calling thread's id, as `/proc/self/task` names it.
+pub fn thread_id() -> i32 {
+    // SAFETY: gettid(2) takes no argument and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Whether thread `tid` of this process sleeps in a system call (its
+/// `/proc/self/task/<tid>/syscall` gives a call number), or has ended.
+pub fn sleeps_in_a_call_or_ended(tid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) {
+        Ok(s) => s
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<i64>().ok())
+            .is_some_and(|n| n >= 0),
+        Err(_) => true,
+    }
+}

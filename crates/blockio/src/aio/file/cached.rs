@@ -11,7 +11,8 @@
 //! any error go to the driver untouched, which performs the read as it
 //! would have: results are the driver's.
 //!
-//! Where it pays is measured per profile (`docs/benchmarks.md`): on cached
+//! Where it pays is measured per profile (`docs/benchmarks.md`, "The
+//! async API's cached reads at their first poll"): on cached
 //! data every try succeeds; on cold data every try is one more system call
 //! before the same submission. So each file keeps a back-off: after a
 //! failed try the next reads of that file go straight to the driver, one
