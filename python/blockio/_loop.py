@@ -44,6 +44,7 @@ ring.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import io
 import os
@@ -54,7 +55,7 @@ import threading
 import warnings
 import weakref
 from asyncio import base_events, events, exceptions, proactor_events, sslproto, unix_events
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, Iterator, TypeVar
 
 from . import _blockio
 from ._proactor import POLLIN, POLLOUT, RingProactor
@@ -321,25 +322,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             f.add_done_callback(self._loop_self_reading)
 
     def run_forever(self) -> None:
-        """Runs until :meth:`stop`. On the main thread, while nothing else
-        holds Python's wake-up descriptor, the wake-up socket holds it (as on
-        asyncio's proactor loop): a signal that lands just before the loop
-        enters the kernel writes to it, its pending receive completes, and
-        the wait ends, so Ctrl-C is never left waiting for another event."""
-        ours = False
-        # A closed loop has no wake-up socket; super() says it is closed.
-        if self._csock is not None and threading.current_thread() is threading.main_thread():
-            old = signal.set_wakeup_fd(self._csock.fileno(), warn_on_full_buffer=False)
-            if old == -1:
-                ours = True
-            else:
-                signal.set_wakeup_fd(old)
-        try:
+        """Runs until :meth:`stop`, holding Python's wake-up descriptor
+        (:func:`_holding_wakeup_fd`) so that Ctrl-C ends the wait."""
+        with _holding_wakeup_fd(self):
             super().run_forever()
-        finally:
-            # Signal handlers added meanwhile keep it, as asyncio's do.
-            if ours and not self._signal_handlers:
-                signal.set_wakeup_fd(-1)
 
     # asyncio's Unix signal handling, over the wake-up socket above.
     add_signal_handler = unix_events._UnixSelectorEventLoop.add_signal_handler
@@ -604,6 +590,30 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         return f"<{type(self).__name__} backend={self.backend} running={self.is_running()} closed={self.is_closed()}>"
 
 
+@contextlib.contextmanager
+def _holding_wakeup_fd(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """On the main thread, while nothing else holds Python's wake-up
+    descriptor, the loop's wake-up socket holds it for the run (as on
+    asyncio's proactor loop). A signal whose Python handler has not run yet
+    when the loop enters the kernel writes to it, the wait ends, and the
+    handler runs (Ctrl-C raises) instead of waiting for another event.
+    Signal handlers added meanwhile keep it, as asyncio's do. A closed loop
+    has no wake-up socket; ``run_forever`` then says it is closed."""
+    ours = False
+    csock = getattr(loop, "_csock", None)
+    if csock is not None and threading.current_thread() is threading.main_thread():
+        old = signal.set_wakeup_fd(csock.fileno(), warn_on_full_buffer=False)
+        if old == -1:
+            ours = True
+        else:
+            signal.set_wakeup_fd(old)
+    try:
+        yield
+    finally:
+        if ours and not getattr(loop, "_signal_handlers", None):
+            signal.set_wakeup_fd(-1)
+
+
 class EpollEventLoop(asyncio.SelectorEventLoop):
     """asyncio's selector loop (epoll): the fallback where io_uring is unavailable."""
 
@@ -613,6 +623,12 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         super().__init__()
         #: Why this loop is not on io_uring.
         self.fallback_reason = reason
+
+    def run_forever(self) -> None:
+        """Runs until :meth:`stop`, holding Python's wake-up descriptor
+        (:func:`_holding_wakeup_fd`) so that Ctrl-C ends the wait."""
+        with _holding_wakeup_fd(self):
+            super().run_forever()
 
 
 def _backend_choice() -> str:

@@ -395,6 +395,23 @@ def test_ctrl_c_while_waiting_raises_keyboard_interrupt(loop):
     assert loop.run_until_complete(asyncio.sleep(0, result="usable")) == "usable"
 
 
+def test_a_running_loop_holds_the_wakeup_fd_on_the_main_thread(loop):
+    """While it runs on the main thread, each backend's loop holds Python's
+    wake-up descriptor (a signal whose handler has not run yet when the loop
+    enters the kernel then ends the wait), and gives it back afterwards."""
+    held = []
+
+    async def look():
+        fd = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(fd)
+        held.append(fd)
+
+    assert signal.set_wakeup_fd(-1) == -1
+    loop.run_until_complete(look())
+    assert held[0] == loop._csock.fileno()
+    assert signal.set_wakeup_fd(-1) == -1
+
+
 def test_udp_echo(loop):
     class Echo(asyncio.DatagramProtocol):
         def connection_made(self, transport):
