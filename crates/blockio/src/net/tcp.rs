@@ -384,7 +384,6 @@ impl TcpStream {
                 if sock.socket.peer_addr().is_ok() {
                     break sock;
                 }
-                engine.ensure_driven()?;
                 continue;
             }
             res.map_err(super::os_error)?;

@@ -192,7 +192,6 @@ impl UnixStream {
                 if sock.socket.peer_addr().is_ok() {
                     break sock;
                 }
-                engine.ensure_driven()?;
                 continue;
             }
             res.map_err(fail)?;

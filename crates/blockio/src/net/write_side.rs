@@ -296,7 +296,9 @@ impl SendBook {
         };
         let mut fut = sock.send(buf, from);
         fut.set_waker(cx.waker());
-        fut.start();
+        // Bytes already accepted: sent from whichever thread steps the
+        // pump, never refused half-way.
+        fut.resume();
         self.sending = Some((fut, from));
     }
 
