@@ -269,8 +269,10 @@ impl RingCore {
 /// engine is gone: what a driving task registers with its reactor, so that
 /// the registration never outlives the descriptor it names (the number
 /// could then name another file when the reactor deregisters it).
+#[cfg(feature = "tokio")]
 pub(crate) struct RingFd(Arc<RingCore>);
 
+#[cfg(feature = "tokio")]
 impl AsRawFd for RingFd {
     fn as_raw_fd(&self) -> RawFd {
         self.0.ring.as_raw_fd()
@@ -279,7 +281,7 @@ impl AsRawFd for RingFd {
 
 impl CallerRing {
     /// The ring's descriptor, kept open by the handle returned.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn ring_fd(&self) -> RingFd {
         RingFd(self.core.clone())
     }
@@ -333,7 +335,7 @@ impl CallerRing {
     /// the driving task: it is gone, and a woken task's next poll has the
     /// engine driven again. Wakers run with the ring unlocked; the first
     /// panic of one is resumed once all have run.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn wake_waiters(&self) {
         let (targets, old) = {
             let mut book = self.core.lock();
@@ -348,7 +350,7 @@ impl CallerRing {
     }
 
     /// Whether operations are in flight or wait to be pushed.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn busy(&self) -> bool {
         self.core.busy()
     }

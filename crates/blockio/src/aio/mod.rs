@@ -86,6 +86,7 @@ mod in_flight;
 pub(crate) mod op;
 mod pool;
 pub(crate) mod readiness;
+#[cfg(feature = "tokio")]
 mod relay;
 pub(crate) mod request;
 #[cfg(feature = "tokio")]
@@ -95,7 +96,9 @@ use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+#[cfg(feature = "tokio")]
+use std::sync::Weak;
+use std::sync::{Arc, OnceLock};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
 pub use driving::{CallerDriving, Driving, Submit};
@@ -105,7 +108,22 @@ pub use file::{
 };
 pub use op::{BufResult, OpFuture, Withdrawal};
 
+#[cfg(feature = "tokio")]
 pub(crate) use relay::Lingering;
+/// A dropped stream whose queued bytes are still being sent. Without the
+/// `tokio` feature no `drive_on_tokio` task drives an engine, so no engine
+/// is ever left without its driver while such a stream finishes: there is
+/// nothing to count.
+#[cfg(not(feature = "tokio"))]
+pub(crate) struct Lingering;
+
+#[cfg(not(feature = "tokio"))]
+impl Lingering {
+    /// Nothing to count (see [`Lingering`]).
+    pub(crate) fn new(_engine: &AsyncEngine) -> Lingering {
+        Lingering
+    }
+}
 #[cfg(feature = "tokio")]
 pub use tokio_drive::drive_on_tokio;
 
@@ -145,6 +163,7 @@ struct EngineCore {
     /// (see [`EngineCore::readiness`]).
     readiness: OnceLock<Readiness>,
     /// The `drive_on_tokio` tasks driving a caller-driven ring.
+    #[cfg(feature = "tokio")]
     tokio_drivers: relay::TokioDrivers,
     /// How reads of buffered files are performed.
     read_path: ReadPath,
@@ -178,10 +197,10 @@ impl EngineCore {
 }
 
 /// An [`AsyncEngine`] that may be gone ([`AsyncEngine::downgrade`]).
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+#[cfg(feature = "tokio")]
 pub(crate) struct WeakEngine(Weak<EngineCore>);
 
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+#[cfg(feature = "tokio")]
 impl WeakEngine {
     /// The engine, while any handle or operation of it lives.
     pub(crate) fn upgrade(&self) -> Option<AsyncEngine> {
@@ -410,6 +429,7 @@ impl AsyncEngineBuilder {
                 recv_shape: shape,
                 recv_ring: OnceLock::new(),
                 readiness: OnceLock::new(),
+                #[cfg(feature = "tokio")]
                 tokio_drivers: relay::TokioDrivers::default(),
                 read_path: self.read_path,
                 served_inline: AtomicU64::new(0),
@@ -470,7 +490,7 @@ impl AsyncEngine {
 
     /// A handle that does not keep the engine alive (its driving task
     /// holds one, and ends once the engine is gone).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn downgrade(&self) -> WeakEngine {
         WeakEngine(Arc::downgrade(&self.core))
     }
@@ -518,7 +538,7 @@ impl AsyncEngine {
     }
 
     /// The `drive_on_tokio` tasks of this engine.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn tokio_drivers(&self) -> &relay::TokioDrivers {
         &self.core.tokio_drivers
     }
@@ -537,8 +557,8 @@ impl AsyncEngine {
     /// Starts the relay thread of a caller-driven engine that a
     /// `drive_on_tokio` task drove, that none drives now, and whose
     /// dropped streams still have bytes queued (see [`Driving::Caller`]).
+    #[cfg(feature = "tokio")]
     pub(crate) fn relay_if_undriven(&self) {
-        #[cfg(feature = "tokio")]
         tokio_drive::relay_if_undriven(self);
     }
 
