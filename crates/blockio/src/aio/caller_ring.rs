@@ -461,7 +461,7 @@ mod tests {
     use super::*;
     use crate::aio::in_flight::CANCEL;
     use crate::aio::request::Complete;
-    use crate::op::action::{Action, FsyncArgs, ReadArgs};
+    use crate::op::action::{Action, ReadArgs};
     use crate::op::Op;
 
     /// A completion target that records its result and owns its buffer.
@@ -564,8 +564,10 @@ mod tests {
 
     /// A completion target that counts how often its waiters were woken.
     #[derive(Default)]
+    #[cfg(feature = "tokio")]
     struct Woken(std::sync::atomic::AtomicUsize);
 
+    #[cfg(feature = "tokio")]
     impl Complete for Woken {
         fn complete(&self, _res: i32) {}
 
@@ -576,9 +578,10 @@ mod tests {
 
     /// A request for `target`: an fsync of no descriptor, which points at
     /// no memory and fails at once (`EBADF`).
+    #[cfg(feature = "tokio")]
     fn nop_request(target: &Arc<Woken>) -> Request {
         // SAFETY: an fsync points at no memory.
-        let op = unsafe { Op::from_action(-1, Action::Fsync(FsyncArgs), None) };
+        let op = unsafe { Op::from_action(-1, Action::Fsync(crate::op::action::FsyncArgs), None) };
         let done: Arc<dyn Complete> = target.clone();
         Request { op, done }
     }
@@ -587,6 +590,7 @@ mod tests {
     /// queued are woken, and so is the task of an operation started
     /// afterwards (it may have found the old driver still counted), until
     /// a turn with a driving task is made again.
+    #[cfg(feature = "tokio")]
     #[test]
     fn operations_started_after_the_driver_went_wake_their_tasks() {
         let ring =
