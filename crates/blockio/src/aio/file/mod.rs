@@ -11,7 +11,7 @@
 
 mod adapters;
 mod batch;
-mod cached;
+mod inline;
 mod options;
 mod positional;
 mod stream;
@@ -34,7 +34,7 @@ use crate::kind::OpKind;
 use crate::op::action::{Action, ReadArgs};
 use crate::op::Op;
 use crate::ReadPath;
-use cached::CachedReads;
+use inline::InlineReads;
 use stream::Stream;
 
 /// The open file, shared with every operation in flight on it so that the
@@ -46,7 +46,7 @@ struct Handle {
     /// [`AsyncFile::from_raw_fd`]).
     owned: bool,
     /// Reads tried on the polling thread first.
-    cached: Arc<CachedReads>,
+    inline_reads: Arc<InlineReads>,
 }
 
 impl Drop for Handle {
@@ -66,7 +66,7 @@ impl Handle {
             file: std::mem::ManuallyDrop::new(file),
             direct,
             owned,
-            cached: Arc::new(CachedReads::new(inline, direct.is_some())),
+            inline_reads: Arc::new(InlineReads::new(inline, direct.is_some())),
         })
     }
 
@@ -111,7 +111,7 @@ impl Handle {
                 offset,
             };
             self.op(engine, Action::Read(read), buf, Vec::new())
-                .inline_first(self.cached.clone())
+                .inline_first(self.inline_reads.clone())
         }
     }
 }

@@ -84,7 +84,7 @@ impl AsyncFile {
             iovecs,
             offset,
         )
-        .inline_first(self.handle.cached.clone())
+        .inline_first(self.handle.inline_reads.clone())
     }
 
     /// Writes each buffer in turn, starting at `offset`.
