@@ -4,13 +4,13 @@
 //! they complete. It runs them on io_uring ([`uring`]: a pool of rings,
 //! each used by one thread at a time) or on a thread pool ([`threads`]),
 //! serves page-cache hits on the calling thread where that is faster
-//! ([`inline`]), bounds the operations in flight ([`limit`]) and batches
+//! ([`inline`]), bounds the operations in flight ([`in_flight_bound`]) and batches
 //! metadata operations ([`meta`]). What it shares with the async engine
 //! (operation kinds, buffers, ring setup, the worker pool) is in the crate
 //! root's shared modules.
 
+mod in_flight_bound;
 pub(crate) mod inline;
-mod limit;
 mod meta;
 mod threads;
 mod uring;

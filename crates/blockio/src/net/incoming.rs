@@ -77,9 +77,9 @@ impl<'a, L: Accepting> AcceptLoop<'a, L> {
             None => FD_BACKOFF.0,
             Some(d) => (d * 2).min(FD_BACKOFF.1),
         });
-        self.pause = self
-            .backoff
-            .map(|d| Box::pin(super::limit::pause(d)) as Pin<Box<dyn Future<Output = ()> + Send>>);
+        self.pause = self.backoff.map(|d| {
+            Box::pin(super::time_limit::pause(d)) as Pin<Box<dyn Future<Output = ()> + Send>>
+        });
     }
 }
 

@@ -212,13 +212,13 @@ mod accepts;
 mod adapters;
 mod addr;
 mod incoming;
-mod limit;
 mod poll_io;
 mod read_side;
 mod recv_stream;
 mod socket;
 mod stream;
 mod tcp;
+mod time_limit;
 mod unix;
 mod write_side;
 

@@ -11,10 +11,10 @@ use socket2::{Domain, SockAddr, Socket, Type};
 
 use super::accepts::AcceptQueue;
 use super::incoming::AcceptLoop;
-use super::limit::{check_limit, connect_timed_out, with_limit};
 use super::poll_io::PollIo;
 use super::socket::Sock;
 use super::stream::StreamCore;
+use super::time_limit::{check_limit, connect_timed_out, with_limit};
 use crate::aio::AsyncEngine;
 
 /// A Unix-domain socket listening for connections at a path.
