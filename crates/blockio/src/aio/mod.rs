@@ -47,9 +47,10 @@
 //! wake-up: the **caller-driven ring** is watched by the caller's event
 //! loop ([`AsyncEngine::poll_fd`]), which reaps on its own thread; on
 //! tokio, `drive_on_tokio` (feature `tokio`) is that loop. Where io_uring
-//! is unavailable (or `BLOCKIO_BACKEND=threads`) the **pool** serves the
-//! same requests with blocking calls. The reasoning, and the one name each
-//! of these goes by, are in the `driver` module's source documentation.
+//! is unavailable (or `BLOCKIO_BACKEND=threads`) the **thread pool** serves the
+//! same requests with blocking calls. Who drives in each mode, what
+//! happens when that driver is gone, and the one name each of these goes
+//! by are in `docs/library.md` ("Who drives an engine", "Glossary").
 //!
 //! # Panics in wakers and buffers
 //!
