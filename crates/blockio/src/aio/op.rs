@@ -468,6 +468,30 @@ impl<B: Send + 'static> OpFuture<B> {
     /// refuses the operation as its first poll would (see
     /// [`Driving::Caller`](super::Driving::Caller)): the future then
     /// resolves with the error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::open(&engine, &path)?;
+    ///
+    /// // Two reads in flight before either is awaited.
+    /// let mut first = file.read_at(vec![0u8; 5], 0);
+    /// let mut second = file.read_at(vec![0u8; 7], 7);
+    /// first.start();
+    /// second.start();
+    /// let ((a, head), (b, tail)) = futures::join!(first, second);
+    /// assert_eq!(&head[..a?], b"hello");
+    /// assert_eq!(&tail[..b?], b"blockio");
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn start(&mut self) {
         self.admit();
         self.resume();
