@@ -498,9 +498,9 @@ impl<B: Send + 'static> OpFuture<B> {
     }
 
     /// Submits the operation now, without [`admit`](Self::admit): for
-    /// work a stream has already accepted (the bytes queued by its write
-    /// side), which goes on from whichever thread moves it along and is
-    /// never refused half-way.
+    /// work already accepted (the bytes a socket's write side queued, a
+    /// file's write-behind, the rest of a short send), which goes on from
+    /// whichever thread moves it along and is never refused half-way.
     pub(crate) fn resume(&mut self) {
         if let Some(req) = self.take_request() {
             self.engine.driver().submit([req]);

@@ -191,7 +191,9 @@ impl AsyncFile {
             if let Some(w) = waker {
                 f.set_waker(w);
             }
-            f.start();
+            // Bytes `poll_write` already accepted: never refused half-way
+            // (see `OpFuture::resume`), even from `Drop`.
+            f.resume();
             self.stream.behind.push_back((off, len, f));
         }
     }
