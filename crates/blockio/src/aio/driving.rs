@@ -127,11 +127,41 @@ pub enum Submit {
 
 impl CallerDriving {
     /// Submit when started, no eventfd.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::{AsyncEngine, CallerDriving, Driving};
+    ///
+    /// let engine = AsyncEngine::builder()
+    ///     .driving(Driving::Caller(CallerDriving::new()))
+    ///     .build()?;
+    /// assert!(matches!(engine.driving(), Driving::Caller(_)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new() -> CallerDriving {
         CallerDriving::default()
     }
 
     /// When operations reach the kernel (default [`Submit::OnStart`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::{AsyncEngine, CallerDriving, Driving, Submit};
+    ///
+    /// // Operations started in one round of tasks reach the kernel together,
+    /// // at the driving task's next `poll_drive`.
+    /// let engine = AsyncEngine::builder()
+    ///     .driving(Driving::Caller(CallerDriving::new().submit(Submit::PerRound)))
+    ///     .build()?;
+    /// # drop(engine);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn submit(mut self, when: Submit) -> CallerDriving {
         self.submit = when;
         self
@@ -148,6 +178,28 @@ impl CallerDriving {
     /// system call less per wake-up. A descriptor that is not an open
     /// eventfd makes [`build`](super::AsyncEngineBuilder::build) fail with
     /// an error naming it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use std::os::fd::{FromRawFd, OwnedFd};
+    /// use blockio::aio::{AsyncEngine, CallerDriving, Driving};
+    ///
+    /// // SAFETY: eventfd takes no pointer; a negative result is checked below.
+    /// let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    /// assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+    /// // SAFETY: `fd` was just opened and nothing else owns it.
+    /// let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    /// let engine = AsyncEngine::builder()
+    ///     .driving(Driving::Caller(CallerDriving::new().completion_eventfd(fd)))
+    ///     .build()?;
+    /// // The loop watches `eventfd` (the ring keeps its own reference to it).
+    /// drop(engine);
+    /// drop(eventfd);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn completion_eventfd(mut self, eventfd: RawFd) -> CallerDriving {
         self.completion_eventfd = Some(eventfd);
         self

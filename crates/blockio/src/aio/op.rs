@@ -175,6 +175,24 @@ impl Withdrawal {
     /// completed) as usual, and false once its future and the engine have
     /// both let go of it (dropped, it was skipped or performed, and which
     /// is no longer known).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::{AsyncEngine, AsyncFile};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::from_file(&engine, tempfile::tempfile()?);
+    /// let write = file.write_at(vec![7u8; 4096], 0);
+    /// let withdrawal = write.withdrawal();
+    /// // Never handed to the driver: it is withdrawn, and never performed.
+    /// assert!(withdrawal.withdraw());
+    /// let (res, _buf) = futures::executor::block_on(write);
+    /// assert_eq!(blockio::errno(&res.unwrap_err()), Some(libc::ECANCELED));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn withdraw(&self) -> bool {
         self.0.upgrade().is_some_and(|op| op.withdraw())
     }
