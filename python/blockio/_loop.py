@@ -631,15 +631,20 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
             super().run_forever()
 
 
+#: The values ``BLOCKIO_BACKEND`` takes, as in the Rust crate
+#: (``blockio::BACKEND_ENV_VALUES``); unset or empty is ``auto``.
+BACKEND_ENV_VALUES = ("uring", "threads", "auto")
+
+
 def _backend_choice() -> str:
     value = os.environ.get("BLOCKIO_BACKEND", "").strip()
-    if value in ("threads", "thread-pool", "threadpool", "epoll"):
+    if value == "threads":
         return "epoll"
-    if value in ("uring", "io_uring", "io-uring"):
+    if value == "uring":
         return "io_uring"
     if value in ("", "auto"):
         return "auto"
-    raise ValueError(f'BLOCKIO_BACKEND={value!r}: expected "threads", "uring" (or "io_uring") or "auto"')
+    raise ValueError(f"BLOCKIO_BACKEND={value!r}: expected one of {', '.join(BACKEND_ENV_VALUES)}")
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

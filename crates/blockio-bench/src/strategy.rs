@@ -212,7 +212,7 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
 /// [`blockio::ReadPath::Auto`]), or both.
 fn served_by(engine: &Engine) -> String {
     let s = engine.stats();
-    let inline = s.served_inline + s.lone_reads;
+    let inline = s.served_inline + s.served_inline_blocking;
     match (inline > 0, s.sent_to_backend > 0) {
         (true, false) => "inline".to_string(),
         (true, true) => format!("{} + inline", engine.backend()),

@@ -6,10 +6,16 @@
 use std::fmt;
 use std::io;
 
-/// The environment variable that chooses the backend: `threads` forces the
-/// thread-pool fallback, `uring` requires io_uring (building fails if it is
-/// unavailable), `auto` (or unset) uses io_uring when the kernel allows it.
+/// The environment variable that chooses the backend, with one of
+/// [`BACKEND_ENV_VALUES`]: `threads` forces the thread-pool fallback,
+/// `uring` requires io_uring (building fails if it is unavailable), `auto`
+/// (or unset, or empty) uses io_uring when the kernel allows it. The
+/// Python package reads it with the same values.
 pub const BACKEND_ENV: &str = "BLOCKIO_BACKEND";
+
+/// The values [`BACKEND_ENV`] takes; any other is an error naming the
+/// variable and these.
+pub const BACKEND_ENV_VALUES: [&str; 3] = ["uring", "threads", "auto"];
 
 /// The fallback reason of an engine whose thread pool was asked for (by
 /// [`BACKEND_ENV`] or the builder) rather than forced by an unavailable
@@ -53,18 +59,25 @@ impl BackendChoice {
     /// variable when its value is none of those it takes.
     pub fn from_env() -> io::Result<Option<BackendChoice>> {
         match std::env::var(BACKEND_ENV) {
-            Ok(v) => match v.trim() {
-                "threads" | "thread-pool" | "threadpool" => Ok(Some(BackendChoice::ThreadPool)),
-                "uring" | "io_uring" | "io-uring" => Ok(Some(BackendChoice::IoUring)),
-                "auto" | "" => Ok(None),
-                other => Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "{BACKEND_ENV}={other:?}: expected \"threads\", \"uring\" (or \"io_uring\") or \"auto\""
-                    ),
-                )),
-            },
+            Ok(v) => BackendChoice::from_env_value(&v),
             Err(_) => Ok(None),
+        }
+    }
+
+    /// The backend `value` of [`BACKEND_ENV`] asks for (see
+    /// [`from_env`](Self::from_env)); surrounding blanks are ignored.
+    fn from_env_value(value: &str) -> io::Result<Option<BackendChoice>> {
+        match value.trim() {
+            "threads" => Ok(Some(BackendChoice::ThreadPool)),
+            "uring" => Ok(Some(BackendChoice::IoUring)),
+            "auto" | "" => Ok(None),
+            other => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{BACKEND_ENV}={other:?}: expected one of {}",
+                    BACKEND_ENV_VALUES.join(", ")
+                ),
+            )),
         }
     }
 }
@@ -124,5 +137,42 @@ pub(crate) fn fallback_threads(configured: usize, queue_depth: usize) -> usize {
         queue_depth.clamp(1, 64)
     } else {
         configured
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backend_variable_takes_exactly_its_three_values() {
+        let parse = BackendChoice::from_env_value;
+        assert_eq!(parse("uring").unwrap(), Some(BackendChoice::IoUring));
+        assert_eq!(
+            parse(" threads\n").unwrap(),
+            Some(BackendChoice::ThreadPool)
+        );
+        assert_eq!(parse("auto").unwrap(), None);
+        assert_eq!(parse("").unwrap(), None);
+        for other in [
+            "io_uring",
+            "io-uring",
+            "thread-pool",
+            "threadpool",
+            "epoll",
+            "Threads",
+        ] {
+            let err = parse(other).expect_err(other);
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+            let msg = err.to_string();
+            assert!(
+                msg.contains("BLOCKIO_BACKEND") && msg.contains(other),
+                "the error names neither the variable nor the value: {msg}"
+            );
+            assert!(
+                msg.ends_with("expected one of uring, threads, auto"),
+                "{msg}"
+            );
+        }
     }
 }

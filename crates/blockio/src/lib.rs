@@ -75,7 +75,7 @@ mod op;
 mod pool;
 mod ring;
 
-pub use backend::{Backend, BackendChoice, BACKEND_ENV, FALLBACK_REQUESTED};
+pub use backend::{Backend, BackendChoice, BACKEND_ENV, BACKEND_ENV_VALUES, FALLBACK_REQUESTED};
 pub use buf::{AlignedBuf, BufferPool, PooledBuf};
 pub use depth::{check_queue_depth, MAX_QUEUE_DEPTH};
 pub use direct::{device_supports_polling, Alignment, AlignmentSource, DirectFile};

@@ -69,7 +69,7 @@ fn read_blocks_in(
     let after = engine.stats();
     blockio::EngineStats {
         served_inline: after.served_inline - before.served_inline,
-        lone_reads: after.lone_reads - before.lone_reads,
+        served_inline_blocking: after.served_inline_blocking - before.served_inline_blocking,
         sent_to_backend: after.sent_to_backend - before.sent_to_backend,
     }
 }
@@ -88,27 +88,27 @@ fn warm_reads_in_small_batches_are_served_inline() {
     for per_batch in [2, 3, 7] {
         let s = read_blocks_in(&e, &file, 63, per_batch, 1);
         // 63 = 31 * 2 + 1 leaves one batch of a single read.
-        let lone = u64::from(63 % per_batch == 1);
-        assert_eq!(s.served_inline, 63 - lone, "batches of {per_batch}");
-        assert_eq!(s.lone_reads, lone, "batches of {per_batch}");
+        let alone = u64::from(63 % per_batch == 1);
+        assert_eq!(s.served_inline, 63 - alone, "batches of {per_batch}");
+        assert_eq!(s.served_inline_blocking, alone, "batches of {per_batch}");
         assert_eq!(s.sent_to_backend, 0, "batches of {per_batch}");
     }
 }
 
 #[test]
-fn lone_reads_run_on_the_calling_thread_cached_or_not() {
+fn reads_alone_in_their_batch_run_inline_cached_or_not() {
     let f = block_file(64);
     let file = File::open(f.path()).unwrap();
     let e = Engine::new().unwrap();
     evict(&file);
     let s = read_blocks_in(&e, &file, 64, 1, 1);
     assert_eq!(
-        (s.served_inline, s.lone_reads, s.sent_to_backend),
+        (s.served_inline, s.served_inline_blocking, s.sent_to_backend),
         (0, 64, 0)
     );
     let s = read_blocks_in(&e, &file, 64, 1, 1);
     assert_eq!(
-        (s.served_inline, s.lone_reads, s.sent_to_backend),
+        (s.served_inline, s.served_inline_blocking, s.sent_to_backend),
         (0, 64, 0)
     );
     // Past the end: the same short count and error as the backend gives.
@@ -126,7 +126,7 @@ fn lone_reads_run_on_the_calling_thread_cached_or_not() {
     let want = submitted.submit(&mut ops).unwrap().remove(0).unwrap_err();
     assert_eq!(err.to_string(), want.to_string());
     assert!(err.to_string().contains("Bad file descriptor"), "{err}");
-    // A lone write still goes to the backend.
+    // A write alone in its batch still goes to the backend.
     let mut ops = [Op::write(&w, 0, b"x")];
     let before = e.stats();
     assert_eq!(*e.submit(&mut ops).unwrap()[0].as_ref().unwrap(), 1);
@@ -135,7 +135,7 @@ fn lone_reads_run_on_the_calling_thread_cached_or_not() {
 }
 
 #[test]
-fn lone_reads_are_submitted_when_the_read_path_says_so() {
+fn reads_alone_in_their_batch_are_submitted_when_the_read_path_says_so() {
     let f = block_file(8);
     let file = File::open(f.path()).unwrap();
     let e = Engine::builder()
@@ -144,7 +144,7 @@ fn lone_reads_are_submitted_when_the_read_path_says_so() {
         .unwrap();
     let s = read_blocks_in(&e, &file, 8, 1, 1);
     assert_eq!(
-        (s.served_inline, s.lone_reads, s.sent_to_backend),
+        (s.served_inline, s.served_inline_blocking, s.sent_to_backend),
         (0, 0, 8)
     );
 }

@@ -528,7 +528,7 @@ pub fn copy(
     let backend = backend_for_this_process()?;
     let engine = blockio::Engine::builder()
         .backend(backend)
-        .caller_only_if_no_threads(true)
+        .inline_if_no_threads(true)
         .no_pool_threads(pool_threads == 0)
         .queue_depth(256)
         .fallback_threads(pool_threads.max(1))

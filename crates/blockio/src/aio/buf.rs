@@ -67,21 +67,69 @@ pub struct Slice<B> {
 
 impl<B> Slice<B> {
     /// Where the part begins in the whole buffer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::IoBuf;
+    ///
+    /// let part = b"hello, blockio".to_vec().slice(7..);
+    /// assert_eq!(part.begin(), 7);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn begin(&self) -> usize {
         self.begin
     }
 
     /// Where the part ends (exclusive) in the whole buffer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::IoBuf;
+    ///
+    /// let part = b"hello, blockio".to_vec().slice(7..);
+    /// assert_eq!(part.end(), 14);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn end(&self) -> usize {
         self.end
     }
 
     /// The whole buffer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::IoBuf;
+    ///
+    /// let part = b"hello, blockio".to_vec().slice(7..);
+    /// assert_eq!(part.get_ref().len(), 14);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn get_ref(&self) -> &B {
         &self.buf
     }
 
     /// The whole buffer back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::IoBuf;
+    ///
+    /// let part = b"hello, blockio".to_vec().slice(7..);
+    /// assert_eq!(part.into_inner(), b"hello, blockio");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn into_inner(self) -> B {
         self.buf
     }

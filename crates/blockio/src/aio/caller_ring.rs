@@ -269,8 +269,10 @@ impl RingCore {
 /// engine is gone: what a driving task registers with its reactor, so that
 /// the registration never outlives the descriptor it names (the number
 /// could then name another file when the reactor deregisters it).
+#[cfg(feature = "tokio")]
 pub(crate) struct RingFd(Arc<RingCore>);
 
+#[cfg(feature = "tokio")]
 impl AsRawFd for RingFd {
     fn as_raw_fd(&self) -> RawFd {
         self.0.ring.as_raw_fd()
@@ -279,7 +281,7 @@ impl AsRawFd for RingFd {
 
 impl CallerRing {
     /// The ring's descriptor, kept open by the handle returned.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn ring_fd(&self) -> RingFd {
         RingFd(self.core.clone())
     }
@@ -333,7 +335,7 @@ impl CallerRing {
     /// the driving task: it is gone, and a woken task's next poll has the
     /// engine driven again. Wakers run with the ring unlocked; the first
     /// panic of one is resumed once all have run.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn wake_waiters(&self) {
         let (targets, old) = {
             let mut book = self.core.lock();
@@ -348,7 +350,7 @@ impl CallerRing {
     }
 
     /// Whether operations are in flight or wait to be pushed.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn busy(&self) -> bool {
         self.core.busy()
     }
@@ -459,7 +461,7 @@ mod tests {
     use super::*;
     use crate::aio::in_flight::CANCEL;
     use crate::aio::request::Complete;
-    use crate::op::action::{Action, FsyncArgs, ReadArgs};
+    use crate::op::action::{Action, ReadArgs};
     use crate::op::Op;
 
     /// A completion target that records its result and owns its buffer.
@@ -562,8 +564,10 @@ mod tests {
 
     /// A completion target that counts how often its waiters were woken.
     #[derive(Default)]
+    #[cfg(feature = "tokio")]
     struct Woken(std::sync::atomic::AtomicUsize);
 
+    #[cfg(feature = "tokio")]
     impl Complete for Woken {
         fn complete(&self, _res: i32) {}
 
@@ -574,9 +578,10 @@ mod tests {
 
     /// A request for `target`: an fsync of no descriptor, which points at
     /// no memory and fails at once (`EBADF`).
+    #[cfg(feature = "tokio")]
     fn nop_request(target: &Arc<Woken>) -> Request {
         // SAFETY: an fsync points at no memory.
-        let op = unsafe { Op::from_action(-1, Action::Fsync(FsyncArgs), None) };
+        let op = unsafe { Op::from_action(-1, Action::Fsync(crate::op::action::FsyncArgs), None) };
         let done: Arc<dyn Complete> = target.clone();
         Request { op, done }
     }
@@ -585,6 +590,7 @@ mod tests {
     /// queued are woken, and so is the task of an operation started
     /// afterwards (it may have found the old driver still counted), until
     /// a turn with a driving task is made again.
+    #[cfg(feature = "tokio")]
     #[test]
     fn operations_started_after_the_driver_went_wake_their_tasks() {
         let ring =

@@ -63,6 +63,19 @@ impl AsyncEngine {
     /// # Errors
     /// The engine could not be started (neither io_uring nor the thread
     /// pool), with the reason.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    ///
+    /// // Outside a tokio runtime: one engine per process, cloned.
+    /// let engine = AsyncEngine::current()?;
+    /// println!("the default engine runs on {}", engine.backend());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn current() -> io::Result<AsyncEngine> {
         #[cfg(feature = "tokio")]
         if let Some(engine) = per_runtime::engine()? {

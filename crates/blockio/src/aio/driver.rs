@@ -39,7 +39,9 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::task::Waker;
 
-use super::caller_ring::{CallerRing, RingFd};
+use super::caller_ring::CallerRing;
+#[cfg(feature = "tokio")]
+use super::caller_ring::RingFd;
 use super::driver_thread::DriverThread;
 use super::in_flight::Setup;
 use super::pool::PoolDriver;
@@ -95,7 +97,7 @@ impl Driver {
 
     /// Whether a caller-driven ring has operations in flight or queued (the
     /// other drivers complete theirs on their own threads: `false`).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn busy(&self) -> bool {
         match self {
             Driver::Caller(r) => r.busy(),
@@ -104,7 +106,7 @@ impl Driver {
     }
 
     /// The caller-driven ring's descriptor, kept open by the handle.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn ring_fd(&self) -> Option<RingFd> {
         match self {
             Driver::Caller(r) => Some(r.ring_fd()),
@@ -125,7 +127,7 @@ impl Driver {
     /// A caller-driven ring whose driving task is gone wakes the tasks
     /// of its operations ([`CallerRing::wake_waiters`]); the other drivers
     /// complete operations on their own threads.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn wake_waiters(&self) {
         match self {
             Driver::Caller(r) => r.wake_waiters(),

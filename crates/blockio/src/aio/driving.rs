@@ -85,57 +85,16 @@ pub enum Driving {
     /// complete the finished operations and wake their tasks on the loop's
     /// thread. On tokio, `drive_on_tokio` (feature `tokio`) is that loop.
     ///
-    /// The engine outlives the runtime that drove it: when the task
-    /// running `drive_on_tokio` is dropped (its runtime shut down, or the
-    /// task aborted), the next task that uses the engine (any operation,
-    /// stream read, write or flush) on a tokio runtime spawns a new
-    /// `drive_on_tokio` there; the tasks already awaiting operations of
-    /// the engine are woken when its last driving task goes, so one of
-    /// them does that even if no task starts anything new (an aborted
-    /// driver never strands a parked read). Meanwhile, while operations
-    /// are in flight or dropped streams still have bytes queued, a thread
-    /// of the engine's drives the ring (no runtime needed) until none is
-    /// left (the dropped streams' sockets closed once their bytes are in
-    /// the kernel, or with a reset when their drop linger runs out) or a
-    /// runtime drives it again, and then exits; so an operation awaited on
-    /// another executor completes. The kernel cancels the waiting socket
-    /// operations a thread submitted when that thread exits: stream reads
-    /// and writes so cancelled, which moved no byte, are made again from
-    /// the thread awaiting them.
-    /// Used from a task on no tokio runtime (another executor), an
-    /// operation that has not reached the kernel fails with an error of
-    /// kind [`Other`](std::io::ErrorKind::Other) saying that the runtime
-    /// that drove the engine is gone, and so do stream reads, writes and
-    /// flushes; spawn `drive_on_tokio` (or call
-    /// [`AsyncEngine::poll_drive`](super::AsyncEngine::poll_drive)) from
-    /// that executor, or build the engine with [`Driving::Thread`]. A
-    /// tokio runtime built without I/O (`enable_io`) cannot watch the
-    /// ring: there `drive_on_tokio`, and an operation that would have it
-    /// take the driving over, fail with an error of the same kind saying
-    /// so (tokio's own panic message for it is printed once per runtime).
+    /// When the `drive_on_tokio` task is gone, the next task that uses the
+    /// engine on a tokio runtime spawns a new one there; meanwhile a thread
+    /// of the engine's completes what is in flight. From no tokio runtime
+    /// (or one without I/O), an operation not yet in the kernel, and a
+    /// stream read, write or flush, fails with an error of kind
+    /// [`Other`](std::io::ErrorKind::Other) saying why.
     ///
-    /// Why the ring's own descriptor and not an eventfd: its readiness is
-    /// the completion queue's state, not a counter, so nothing needs
-    /// reading to clear it (one system call less per wake-up), and a
-    /// completion already reaped (an operation that completed while it was
-    /// submitted, reaped in the same turn) does not wake the loop again:
-    /// epoll asks the ring whether it is still readable before reporting it.
-    ///
-    /// Completions are posted by task work on the thread that submitted the
-    /// operation. The ring is set up with `COOP_TASKRUN`: that work does
-    /// not interrupt the thread while it runs, but waits for its next entry
-    /// into the kernel (any system call; the loop's `epoll_wait` ends early
-    /// to run it), and a thread asleep in an interruptible wait is woken
-    /// for it. So that thread should be the loop's, or one that enters the
-    /// kernel often. When a thread exits, the kernel cancels the socket
-    /// operations it submitted that still wait for a peer (they complete
-    /// with `ECANCELED`, having moved no byte): a dropped stream's queued
-    /// bytes are then sent again from another thread, and a dropped read's
-    /// place is kept, but an operation a task still awaits fails, so start
-    /// operations from threads that outlive them (the runtime's). On the
-    /// thread-pool backend (io_uring blocked) operations
-    /// complete on pool threads and wake their tasks directly: `poll_fd` is
-    /// `None` and `reap` has nothing to do.
+    /// Start operations from threads that outlive them (the loop's). The
+    /// rest (who drives in each mode, the driver gone, the threads the
+    /// kernel posts to) is in `docs/library.md`, "Who drives an engine".
     Caller(CallerDriving),
 }
 
@@ -168,11 +127,41 @@ pub enum Submit {
 
 impl CallerDriving {
     /// Submit when started, no eventfd.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::{AsyncEngine, CallerDriving, Driving};
+    ///
+    /// let engine = AsyncEngine::builder()
+    ///     .driving(Driving::Caller(CallerDriving::new()))
+    ///     .build()?;
+    /// assert!(matches!(engine.driving(), Driving::Caller(_)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new() -> CallerDriving {
         CallerDriving::default()
     }
 
     /// When operations reach the kernel (default [`Submit::OnStart`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::{AsyncEngine, CallerDriving, Driving, Submit};
+    ///
+    /// // Operations started in one round of tasks reach the kernel together,
+    /// // at the driving task's next `poll_drive`.
+    /// let engine = AsyncEngine::builder()
+    ///     .driving(Driving::Caller(CallerDriving::new().submit(Submit::PerRound)))
+    ///     .build()?;
+    /// # drop(engine);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn submit(mut self, when: Submit) -> CallerDriving {
         self.submit = when;
         self
@@ -189,6 +178,28 @@ impl CallerDriving {
     /// system call less per wake-up. A descriptor that is not an open
     /// eventfd makes [`build`](super::AsyncEngineBuilder::build) fail with
     /// an error naming it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use std::os::fd::{FromRawFd, OwnedFd};
+    /// use blockio::aio::{AsyncEngine, CallerDriving, Driving};
+    ///
+    /// // SAFETY: eventfd takes no pointer; a negative result is checked below.
+    /// let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    /// assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+    /// // SAFETY: `fd` was just opened and nothing else owns it.
+    /// let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    /// let engine = AsyncEngine::builder()
+    ///     .driving(Driving::Caller(CallerDriving::new().completion_eventfd(fd)))
+    ///     .build()?;
+    /// // The loop watches `eventfd` (the ring keeps its own reference to it).
+    /// drop(engine);
+    /// drop(eventfd);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn completion_eventfd(mut self, eventfd: RawFd) -> CallerDriving {
         self.completion_eventfd = Some(eventfd);
         self

@@ -150,7 +150,7 @@ impl InFlight {
     }
 
     /// The targets of every operation in flight or waiting for room.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn targets(&self) -> Vec<Arc<dyn Complete>> {
         let in_flight = self.slots.iter().flatten();
         in_flight

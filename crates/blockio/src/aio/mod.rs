@@ -47,9 +47,10 @@
 //! wake-up: the **caller-driven ring** is watched by the caller's event
 //! loop ([`AsyncEngine::poll_fd`]), which reaps on its own thread; on
 //! tokio, `drive_on_tokio` (feature `tokio`) is that loop. Where io_uring
-//! is unavailable (or `BLOCKIO_BACKEND=threads`) the **pool** serves the
-//! same requests with blocking calls. The reasoning, and the one name each
-//! of these goes by, are in the `driver` module's source documentation.
+//! is unavailable (or `BLOCKIO_BACKEND=threads`) the **thread pool** serves the
+//! same requests with blocking calls. Who drives in each mode, what
+//! happens when that driver is gone, and the one name each of these goes
+//! by are in `docs/library.md` ("Who drives an engine", "Glossary").
 //!
 //! # Panics in wakers and buffers
 //!
@@ -86,6 +87,7 @@ mod in_flight;
 pub(crate) mod op;
 mod pool;
 pub(crate) mod readiness;
+#[cfg(feature = "tokio")]
 mod relay;
 pub(crate) mod request;
 #[cfg(feature = "tokio")]
@@ -95,7 +97,9 @@ use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+#[cfg(feature = "tokio")]
+use std::sync::Weak;
+use std::sync::{Arc, OnceLock};
 
 pub use buf::{IoBuf, IoBufMut, Slice};
 pub use driving::{CallerDriving, Driving, Submit};
@@ -105,7 +109,22 @@ pub use file::{
 };
 pub use op::{BufResult, OpFuture, Withdrawal};
 
+#[cfg(feature = "tokio")]
 pub(crate) use relay::Lingering;
+/// A dropped stream whose queued bytes are still being sent. Without the
+/// `tokio` feature no `drive_on_tokio` task drives an engine, so no engine
+/// is ever left without its driver while such a stream finishes: there is
+/// nothing to count.
+#[cfg(not(feature = "tokio"))]
+pub(crate) struct Lingering;
+
+#[cfg(not(feature = "tokio"))]
+impl Lingering {
+    /// Nothing to count (see [`Lingering`]).
+    pub(crate) fn new(_engine: &AsyncEngine) -> Lingering {
+        Lingering
+    }
+}
 #[cfg(feature = "tokio")]
 pub use tokio_drive::drive_on_tokio;
 
@@ -145,6 +164,7 @@ struct EngineCore {
     /// (see [`EngineCore::readiness`]).
     readiness: OnceLock<Readiness>,
     /// The `drive_on_tokio` tasks driving a caller-driven ring.
+    #[cfg(feature = "tokio")]
     tokio_drivers: relay::TokioDrivers,
     /// How reads of buffered files are performed.
     read_path: ReadPath,
@@ -178,10 +198,10 @@ impl EngineCore {
 }
 
 /// An [`AsyncEngine`] that may be gone ([`AsyncEngine::downgrade`]).
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+#[cfg(feature = "tokio")]
 pub(crate) struct WeakEngine(Weak<EngineCore>);
 
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+#[cfg(feature = "tokio")]
 impl WeakEngine {
     /// The engine, while any handle or operation of it lives.
     pub(crate) fn upgrade(&self) -> Option<AsyncEngine> {
@@ -239,6 +259,21 @@ impl AsyncEngineBuilder {
     /// depth, whereas the sync engine submits each batch through a ring of
     /// its own of `max_batch` (128) entries and bounds them all by its
     /// depth.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    ///
+    /// let engine = AsyncEngine::builder().queue_depth(64).build()?;
+    /// # drop(engine);
+    /// // Outside 1 to MAX_QUEUE_DEPTH: an error naming the argument.
+    /// let err = AsyncEngine::builder().queue_depth(0).build().unwrap_err();
+    /// assert!(err.to_string().contains("queue_depth"), "{err}");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn queue_depth(mut self, n: usize) -> Self {
         self.queue_depth = n;
         self
@@ -247,6 +282,22 @@ impl AsyncEngineBuilder {
     /// Threads of the thread-pool backend; 0 (the default) means the queue
     /// depth, at most 64. As for
     /// [`EngineBuilder::fallback_threads`](crate::EngineBuilder::fallback_threads).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::BackendChoice;
+    ///
+    /// let engine = AsyncEngine::builder()
+    ///     .backend(BackendChoice::ThreadPool)
+    ///     .fallback_threads(4)
+    ///     .build()?;
+    /// assert_eq!(engine.fallback_threads(), 4);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn fallback_threads(mut self, n: usize) -> Self {
         self.threads = n;
         self
@@ -254,6 +305,19 @@ impl AsyncEngineBuilder {
 
     /// Which backend to use (default: io_uring where the kernel allows it;
     /// `BLOCKIO_BACKEND` overrides, as for [`Engine`](crate::Engine)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::{Backend, BackendChoice};
+    ///
+    /// let engine = AsyncEngine::builder().backend(BackendChoice::ThreadPool).build()?;
+    /// assert_eq!(engine.backend(), Backend::ThreadPool);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn backend(mut self, choice: BackendChoice) -> Self {
         self.backend = choice;
         self
@@ -289,6 +353,19 @@ impl AsyncEngineBuilder {
     /// [share](Self::recv_buffer_share)), an awaited stream receives into a
     /// buffer of its own until ring buffers are dropped, so buffers the
     /// application holds never stall a connection.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    ///
+    /// // 1,024 receive buffers of 16 KiB, shared by the engine's connections.
+    /// let engine = AsyncEngine::builder().recv_buffers(1024, 16 << 10).build()?;
+    /// # drop(engine);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn recv_buffers(mut self, count: u16, size: u32) -> Self {
         self.recv_shape.count = count;
         self.recv_shape.size = size;
@@ -299,6 +376,18 @@ impl AsyncEngineBuilder {
     /// dropped) before it receives into buffers of its own instead, so
     /// that one slow reader cannot take every buffer from the others.
     /// Default 32; at least 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    ///
+    /// let engine = AsyncEngine::builder().recv_buffer_share(8).build()?;
+    /// # drop(engine);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn recv_buffer_share(mut self, n: usize) -> Self {
         self.recv_shape.share = n.max(1);
         self
@@ -314,6 +403,19 @@ impl AsyncEngineBuilder {
     /// tried less and less often (at most one read in 64), and a thread
     /// that has served 128 reads in a row yields to its executor once.
     /// [`AsyncEngine::served_inline`] counts the reads served so.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::ReadPath;
+    ///
+    /// let engine = AsyncEngine::builder().read_path(ReadPath::AlwaysSubmit).build()?;
+    /// assert_eq!(engine.read_path(), ReadPath::AlwaysSubmit);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn read_path(mut self, path: ReadPath) -> Self {
         self.read_path = path;
         self
@@ -343,6 +445,18 @@ impl AsyncEngineBuilder {
     ///
     /// With [`Driving::Auto`] (the default) on a tokio runtime, this
     /// spawns the engine's `drive_on_tokio` task there.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    ///
+    /// let engine = AsyncEngine::builder().queue_depth(128).build()?;
+    /// println!("on {}", engine.backend());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn build(self) -> io::Result<AsyncEngine> {
         crate::check_queue_depth(self.queue_depth)?;
         #[cfg(feature = "tokio")]
@@ -410,6 +524,7 @@ impl AsyncEngineBuilder {
                 recv_shape: shape,
                 recv_ring: OnceLock::new(),
                 readiness: OnceLock::new(),
+                #[cfg(feature = "tokio")]
                 tokio_drivers: relay::TokioDrivers::default(),
                 read_path: self.read_path,
                 served_inline: AtomicU64::new(0),
@@ -420,22 +535,76 @@ impl AsyncEngineBuilder {
 
 impl AsyncEngine {
     /// An engine with default settings.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// if let Some(reason) = engine.fallback_reason() {
+    ///     println!("on the thread pool: {reason}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new() -> io::Result<AsyncEngine> {
         AsyncEngineBuilder::default().build()
     }
 
     /// A builder for the other settings.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    ///
+    /// let engine = AsyncEngine::builder().queue_depth(64).build()?;
+    /// # drop(engine);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn builder() -> AsyncEngineBuilder {
         AsyncEngineBuilder::default()
     }
 
     /// The backend in use.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::Backend;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// match engine.backend() {
+    ///     Backend::IoUring => println!("io_uring"),
+    ///     Backend::ThreadPool => println!("thread pool: {:?}", engine.fallback_reason()),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn backend(&self) -> Backend {
         self.core.backend
     }
 
     /// How reads of buffered files are performed
     /// ([`AsyncEngineBuilder::read_path`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::ReadPath;
+    ///
+    /// assert_eq!(AsyncEngine::new()?.read_path(), ReadPath::Auto);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn read_path(&self) -> ReadPath {
         self.core.read_path
     }
@@ -443,6 +612,27 @@ impl AsyncEngine {
     /// Reads served on the polling thread from the page cache so far
     /// (see [`AsyncEngineBuilder::read_path`]), over every file of the
     /// engine; the rest went to the driver.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::open(&engine, &path)?;
+    ///
+    /// // Read twice: the second finds the data in the page cache.
+    /// for _ in 0..2 {
+    ///     file.read_at(vec![0u8; 5], 0).await.0?;
+    /// }
+    /// println!("{} reads served inline", engine.served_inline());
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn served_inline(&self) -> u64 {
         self.core.served_inline.load(Ordering::Relaxed)
     }
@@ -455,6 +645,19 @@ impl AsyncEngine {
     /// Why the thread pool is in use, when it is; on an engine built with
     /// [`Driving::Caller`], it also names a ring-only option that the pool
     /// ignores (see [`AsyncEngineBuilder::build`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::BackendChoice;
+    ///
+    /// let engine = AsyncEngine::builder().backend(BackendChoice::ThreadPool).build()?;
+    /// assert!(engine.fallback_reason().is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn fallback_reason(&self) -> Option<&str> {
         self.core.fallback_reason.as_deref()
     }
@@ -464,18 +667,48 @@ impl AsyncEngine {
     /// [`Submit::PerRound`] driven by the tokio runtime it was built on, or
     /// [`Driving::Thread`]); never `Auto`. On the thread-pool backend the
     /// pool's threads complete every operation whichever this says.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::{AsyncEngine, Driving};
+    ///
+    /// // Built on no tokio runtime, the default is a driver thread.
+    /// let engine = AsyncEngine::new()?;
+    /// assert!(matches!(engine.driving(), Driving::Thread));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn driving(&self) -> &Driving {
         &self.core.driving
     }
 
     /// A handle that does not keep the engine alive (its driving task
     /// holds one, and ends once the engine is gone).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn downgrade(&self) -> WeakEngine {
         WeakEngine(Arc::downgrade(&self.core))
     }
 
     /// Threads of the thread-pool backend (0 on io_uring).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::{Backend, BackendChoice};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// if engine.backend() == Backend::IoUring {
+    ///     assert_eq!(engine.fallback_threads(), 0);
+    /// }
+    /// let pool = AsyncEngine::builder().backend(BackendChoice::ThreadPool).build()?;
+    /// assert!(pool.fallback_threads() > 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn fallback_threads(&self) -> usize {
         self.core.driver.pool_threads()
     }
@@ -486,6 +719,34 @@ impl AsyncEngine {
     /// [`poll_fd`](Self::poll_fd) is readable (or the
     /// [`completion_eventfd`](CallerDriving::completion_eventfd), after
     /// reading it); otherwise it does nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use std::os::fd::AsRawFd;
+    /// use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving};
+    ///
+    /// let engine = AsyncEngine::builder()
+    ///     .driving(Driving::Caller(CallerDriving::new()))
+    ///     .build()?;
+    /// let file = AsyncFile::from_file(&engine, tempfile::tempfile()?);
+    /// let mut write = file.write_at(b"hello".to_vec(), 0);
+    /// write.start();
+    /// // The event loop's part: wait until the ring's descriptor is readable,
+    /// // then reap (on the thread pool there is no descriptor and nothing to do).
+    /// if let Some(fd) = engine.poll_fd() {
+    ///     let mut watched = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    ///     while engine.reap() == 0 {
+    ///         // SAFETY: one pollfd, alive for the call.
+    ///         unsafe { libc::poll(&mut watched, 1, -1) };
+    ///     }
+    /// }
+    /// let (n, _buf) = futures::executor::block_on(write);
+    /// assert_eq!(n?, 5);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn reap(&self) -> usize {
         self.core.driver.turn(None)
     }
@@ -497,6 +758,35 @@ impl AsyncEngine {
     /// is started. Never ready: a loop's driving task calls it whenever it
     /// is polled, and also when [`poll_fd`](Self::poll_fd) is readable.
     /// Does nothing on other engines.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving, Submit};
+    ///
+    /// let engine = AsyncEngine::builder()
+    ///     .driving(Driving::Caller(CallerDriving::new().submit(Submit::PerRound)))
+    ///     .build()?;
+    /// let file = AsyncFile::from_file(&engine, tempfile::tempfile()?);
+    /// // A driving task beside the work: never ready, it submits and reaps each
+    /// // time it is polled. (On tokio, `drive_on_tokio` also waits on the ring's
+    /// // descriptor; this one is polled again by the executor's `select`.)
+    /// let driving = std::future::poll_fn(|cx| {
+    ///     cx.waker().wake_by_ref();
+    ///     engine.poll_drive(cx)
+    /// });
+    /// let work = async { file.write_all_at(b"hello".to_vec(), 0).await.0 };
+    /// futures::pin_mut!(driving, work);
+    /// match futures::future::select(work, driving).await {
+    ///     futures::future::Either::Left((written, _)) => written?,
+    ///     futures::future::Either::Right(_) => unreachable!("poll_drive is never ready"),
+    /// }
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn poll_drive(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
         self.core.driver.turn(Some(cx.waker()));
         std::task::Poll::Pending
@@ -509,6 +799,34 @@ impl AsyncEngine {
     /// for the other engines, whose completions need no driving. The
     /// descriptor stays open as long as the engine (any clone of it)
     /// lives; it is for watching only.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use std::os::fd::AsRawFd;
+    /// use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving};
+    ///
+    /// let engine = AsyncEngine::builder()
+    ///     .driving(Driving::Caller(CallerDriving::new()))
+    ///     .build()?;
+    /// let file = AsyncFile::from_file(&engine, tempfile::tempfile()?);
+    /// let mut write = file.write_at(b"hello".to_vec(), 0);
+    /// write.start();
+    /// // The event loop's part: wait until the ring's descriptor is readable,
+    /// // then reap (on the thread pool there is no descriptor and nothing to do).
+    /// if let Some(fd) = engine.poll_fd() {
+    ///     let mut watched = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    ///     while engine.reap() == 0 {
+    ///         // SAFETY: one pollfd, alive for the call.
+    ///         unsafe { libc::poll(&mut watched, 1, -1) };
+    ///     }
+    /// }
+    /// let (n, _buf) = futures::executor::block_on(write);
+    /// assert_eq!(n?, 5);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.core.driver.poll_fd()
     }
@@ -518,7 +836,7 @@ impl AsyncEngine {
     }
 
     /// The `drive_on_tokio` tasks of this engine.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn tokio_drivers(&self) -> &relay::TokioDrivers {
         &self.core.tokio_drivers
     }
@@ -537,8 +855,8 @@ impl AsyncEngine {
     /// Starts the relay thread of a caller-driven engine that a
     /// `drive_on_tokio` task drove, that none drives now, and whose
     /// dropped streams still have bytes queued (see [`Driving::Caller`]).
+    #[cfg(feature = "tokio")]
     pub(crate) fn relay_if_undriven(&self) {
-        #[cfg(feature = "tokio")]
         tokio_drive::relay_if_undriven(self);
     }
 

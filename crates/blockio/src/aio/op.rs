@@ -175,6 +175,24 @@ impl Withdrawal {
     /// completed) as usual, and false once its future and the engine have
     /// both let go of it (dropped, it was skipped or performed, and which
     /// is no longer known).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::{AsyncEngine, AsyncFile};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::from_file(&engine, tempfile::tempfile()?);
+    /// let write = file.write_at(vec![7u8; 4096], 0);
+    /// let withdrawal = write.withdrawal();
+    /// // Never handed to the driver: it is withdrawn, and never performed.
+    /// assert!(withdrawal.withdraw());
+    /// let (res, _buf) = futures::executor::block_on(write);
+    /// assert_eq!(blockio::errno(&res.unwrap_err()), Some(libc::ECANCELED));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn withdraw(&self) -> bool {
         self.0.upgrade().is_some_and(|op| op.withdraw())
     }
@@ -463,15 +481,77 @@ impl<B: Send + 'static> OpFuture<B> {
     /// several can be in flight before any is awaited (read-ahead). The
     /// future must still be kept until it resolves: dropped, it cancels
     /// the operation if that has not reached the kernel yet.
+    ///
+    /// On a caller-driven engine whose driving task is gone, starting
+    /// refuses the operation as its first poll would (see
+    /// [`Driving::Caller`](super::Driving::Caller)): the future then
+    /// resolves with the error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::open(&engine, &path)?;
+    ///
+    /// // Two reads in flight before either is awaited.
+    /// let mut first = file.read_at(vec![0u8; 5], 0);
+    /// let mut second = file.read_at(vec![0u8; 7], 7);
+    /// first.start();
+    /// second.start();
+    /// let ((a, head), (b, tail)) = futures::join!(first, second);
+    /// assert_eq!(&head[..a?], b"hello");
+    /// assert_eq!(&tail[..b?], b"blockio");
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn start(&mut self) {
+        self.admit();
+        self.resume();
+    }
+
+    /// Submits the operation now, without [`admit`](Self::admit): for
+    /// work already accepted (the bytes a socket's write side queued, a
+    /// file's write-behind, the rest of a short send), which goes on from
+    /// whichever thread moves it along and is never refused half-way.
+    pub(crate) fn resume(&mut self) {
         if let Some(req) = self.take_request() {
             self.engine.driver().submit([req]);
         }
     }
 
+    /// The one place an operation asks whether its engine is driven
+    /// ([`AsyncEngine::ensure_driven`]): at every start and every poll. A
+    /// caller-driven engine whose `drive_on_tokio` task is gone gets a
+    /// new one on this task's runtime; where that cannot be, an operation
+    /// that has not reached the kernel is refused with the error saying
+    /// why, and one already there waits (the relay thread completes it).
+    /// Asking at every poll is what has a waiting task, woken when the
+    /// last driving task went, have the engine driven again.
+    fn admit(&mut self) {
+        if let Err(e) = self.engine.ensure_driven() {
+            if self.op.take().is_some() {
+                self.refused = Some(e);
+            }
+        }
+    }
+
+    /// Takes the request out for a submission of several at once (a
+    /// batch's), once [admitted](Self::admit) as [`start`](Self::start)
+    /// would: `None` if already submitted, or refused before submission.
+    pub(crate) fn start_request(&mut self) -> Option<Request> {
+        self.admit();
+        self.take_request()
+    }
+
     /// Takes the request out for submission (None if already submitted or
     /// refused before submission).
-    pub(crate) fn take_request(&mut self) -> Option<Request> {
+    fn take_request(&mut self) -> Option<Request> {
         let op = self.op.take()?;
         if let Some(err) = op.precheck() {
             self.refused = Some(err);
@@ -564,13 +644,7 @@ impl<B: Send + 'static> Future for OpFuture<B> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        // A caller-driven engine whose driving task is gone gets a new
-        // one, or this operation, not yet in the kernel, fails saying why.
-        if let Err(e) = this.engine.ensure_driven() {
-            if this.op.take().is_some() {
-                this.refused = Some(e);
-            }
-        }
+        this.admit();
         if this.op.is_some() {
             match this.poll_inline(cx) {
                 Poll::Pending => return Poll::Pending,
@@ -585,7 +659,7 @@ impl<B: Send + 'static> Future for OpFuture<B> {
             // The waker first, so that a completion racing the submission
             // finds it.
             this.set_waker(cx.waker());
-            this.start();
+            this.resume();
         }
         let mut g = this.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(err) = this.refused.take() {

@@ -18,7 +18,6 @@ use super::AsyncEngine;
 /// queues are still being sent, which a thread of the engine's drives
 /// while no `drive_on_tokio` task does.
 #[derive(Debug, Default)]
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 pub(crate) struct TokioDrivers {
     pub(crate) running: AtomicUsize,
     /// Of those, the ones driving now (polled, with the ring registered):

@@ -49,7 +49,6 @@ pub(crate) trait Complete: Send + Sync {
     /// them: the task that drove a caller-driven ring is gone, and a
     /// waiting task's next poll has the engine driven again (see
     /// `AsyncEngine::ensure_driven`). Called with no lock held.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     fn wake_waiters(&self) {}
 }
 

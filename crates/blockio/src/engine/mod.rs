@@ -4,18 +4,18 @@
 //! they complete. It runs them on io_uring ([`uring`]: a pool of rings,
 //! each used by one thread at a time) or on a thread pool ([`threads`]),
 //! serves page-cache hits on the calling thread where that is faster
-//! ([`cached`]), bounds the operations in flight ([`limit`]) and batches
+//! ([`inline`]), bounds the operations in flight ([`in_flight_bound`]) and batches
 //! metadata operations ([`meta`]). What it shares with the async engine
 //! (operation kinds, buffers, ring setup, the worker pool) is in the crate
 //! root's shared modules.
 
-pub(crate) mod cached;
-mod limit;
+mod in_flight_bound;
+pub(crate) mod inline;
 mod meta;
 mod threads;
 mod uring;
 
-pub use cached::ReadPath;
+pub use inline::ReadPath;
 pub use uring::ProbeReport;
 
 use std::fmt;
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use crate::backend::{self, Backend, BackendChoice};
 use crate::buf::BufferPool;
 use crate::op::{Op, Target};
-use cached::{run_lone_read, serve_cached, LoneRead};
+use inline::{run_inline_blocking, serve_inline, InlineBlocking};
 use threads::ThreadBackend;
 use uring::{UringBackend, UringConfig};
 
@@ -46,7 +46,7 @@ pub struct EngineBuilder {
     backend: BackendChoice,
     submit_chunk: Option<u32>,
     read_path: ReadPath,
-    caller_only: bool,
+    inline_if_no_threads: bool,
     no_pool_threads: bool,
 }
 
@@ -66,7 +66,7 @@ impl Default for EngineBuilder {
             backend: BackendChoice::Auto,
             submit_chunk: None,
             read_path: ReadPath::Auto,
-            caller_only: false,
+            inline_if_no_threads: false,
             no_pool_threads: false,
         }
     }
@@ -198,8 +198,8 @@ impl EngineBuilder {
     /// For a process at its limit on processes (`ulimit -u`), where no
     /// thread can be had and io_uring, which needs worker threads for what
     /// it cannot do inline, cancels such operations.
-    pub fn caller_only_if_no_threads(mut self, yes: bool) -> Self {
-        self.caller_only = yes;
+    pub fn inline_if_no_threads(mut self, yes: bool) -> Self {
+        self.inline_if_no_threads = yes;
         self
     }
 
@@ -249,9 +249,9 @@ impl EngineBuilder {
         let pool = |reason| {
             Ok((
                 EngineBackend::Threads(if self.no_pool_threads {
-                    ThreadBackend::caller_only()
+                    ThreadBackend::inline_only()
                 } else {
-                    ThreadBackend::new(threads, self.caller_only)?
+                    ThreadBackend::new(threads, self.inline_if_no_threads)?
                 }),
                 Some(reason),
             ))
@@ -262,11 +262,9 @@ impl EngineBuilder {
                 backend,
                 fallback_reason,
                 read_path: self.read_path,
-                lone_read_blocking: self.read_path == ReadPath::Auto
-                    && !self.sqpoll
-                    && !self.iopoll,
+                inline_blocking: self.read_path == ReadPath::Auto && !self.sqpoll && !self.iopoll,
                 served_inline: AtomicU64::new(0),
-                lone_reads: AtomicU64::new(0),
+                served_inline_blocking: AtomicU64::new(0),
                 sent_to_backend: AtomicU64::new(0),
             }),
         })
@@ -328,10 +326,10 @@ struct EngineShared {
     fallback_reason: Option<String>,
     read_path: ReadPath,
     /// Whether a batch's single remaining read runs with its blocking
-    /// system call on the calling thread (see [`run_lone_read`]).
-    lone_read_blocking: bool,
+    /// system call on the calling thread (see [`run_inline_blocking`]).
+    inline_blocking: bool,
     served_inline: AtomicU64,
-    lone_reads: AtomicU64,
+    served_inline_blocking: AtomicU64,
     sent_to_backend: AtomicU64,
 }
 
@@ -344,7 +342,7 @@ pub struct EngineStats {
     /// Reads that were alone in their batch, performed with a blocking
     /// system call on the calling thread, cached or not ([`ReadPath::Auto`]
     /// on an engine without `sqpoll` or `iopoll`).
-    pub lone_reads: u64,
+    pub served_inline_blocking: u64,
     /// Operations handed to the backend (io_uring or the thread pool).
     pub sent_to_backend: u64,
 }
@@ -407,7 +405,7 @@ impl Engine {
     pub fn stats(&self) -> EngineStats {
         EngineStats {
             served_inline: self.shared.served_inline.load(Ordering::Relaxed),
-            lone_reads: self.shared.lone_reads.load(Ordering::Relaxed),
+            served_inline_blocking: self.shared.served_inline_blocking.load(Ordering::Relaxed),
             sent_to_backend: self.shared.sent_to_backend.load(Ordering::Relaxed),
         }
     }
@@ -456,15 +454,17 @@ impl Engine {
             }
         }));
         if pending == 1
-            && self.shared.lone_read_blocking
-            && run_lone_read(ops, results) == LoneRead::Done
+            && self.shared.inline_blocking
+            && run_inline_blocking(ops, results) == InlineBlocking::Done
         {
-            self.shared.lone_reads.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .served_inline_blocking
+                .fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         if pending > 0 && self.shared.read_path == ReadPath::Auto {
             let before = pending;
-            pending = serve_cached(ops, results, pending);
+            pending = serve_inline(ops, results, pending);
             if before > pending {
                 let served = (before - pending) as u64;
                 self.shared

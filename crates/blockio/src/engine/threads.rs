@@ -75,20 +75,21 @@ pub(crate) struct ThreadBackend {
 
 impl ThreadBackend {
     /// A backend of `threads` workers, or as many as can be had; with
-    /// `caller_only_ok`, of none when no thread can be started (a limit on
+    /// `inline_ok`, of none when no thread can be started (a limit on
     /// processes, `ulimit -u`): the calling thread, which takes its share
     /// of every batch anyway, then runs each batch alone.
-    pub(crate) fn new(threads: usize, caller_only_ok: bool) -> io::Result<ThreadBackend> {
+    pub(crate) fn new(threads: usize, inline_ok: bool) -> io::Result<ThreadBackend> {
         let pool = match WorkerPool::new(threads, "blockio-pool", BatchPointer::run) {
             Ok(pool) => pool,
-            Err(_) if caller_only_ok => WorkerPool::none(),
+            Err(_) if inline_ok => WorkerPool::none(),
             Err(e) => return Err(e),
         };
         Ok(ThreadBackend { pool })
     }
 
-    /// A backend of no workers: the calling thread runs each batch alone.
-    pub(crate) fn caller_only() -> ThreadBackend {
+    /// A backend of no workers: the calling thread runs each batch alone,
+    /// inline.
+    pub(crate) fn inline_only() -> ThreadBackend {
         ThreadBackend {
             pool: WorkerPool::none(),
         }

@@ -38,7 +38,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use io_uring::{opcode, IoUring, Probe};
 
-use super::limit::InFlightLimit;
+use super::in_flight_bound::InFlightBound;
 use crate::buf::{BufferPool, PoolBuffers};
 use crate::kind::OpKind;
 use crate::op::sealed::FixedSlot;
@@ -177,7 +177,7 @@ static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 pub(crate) struct UringBackend {
     plain: RingPool,
     polled: Option<RingPool>,
-    limit: InFlightLimit,
+    bound: InFlightBound,
     bufs: Option<BufferPool>,
     /// The current table; a batch takes a snapshot (the `Arc`) per ring
     /// check-out, so no lock is held across its kernel calls.
@@ -353,7 +353,7 @@ impl UringBackend {
         Ok(UringBackend {
             plain,
             polled,
-            limit: InFlightLimit::new(cfg.queue_depth.max(1)),
+            bound: InFlightBound::new(cfg.queue_depth.max(1)),
             bufs: cfg.bufs,
             files: (cfg.file_slots > 0).then(|| {
                 Mutex::new(Arc::new(FileTable {
@@ -476,11 +476,11 @@ impl UringBackend {
             if pending == 0 {
                 return Ok(());
             }
-            let permits = self.limit.take(pending.min(pool.entries as usize));
+            let permits = self.bound.take(pending.min(pool.entries as usize));
             let mut ring = match pool.checkout() {
                 Ok(ring) => ring,
                 Err(e) => {
-                    self.limit.give(permits);
+                    self.bound.give(permits);
                     return Err(e);
                 }
             };
@@ -495,7 +495,7 @@ impl UringBackend {
                         if let Err(e) = ring.io.submitter().register_files_update(0, &t.slots) {
                             drop(t);
                             pool.give_back(ring);
-                            self.limit.give(permits);
+                            self.bound.give(permits);
                             return Err(e);
                         }
                         ring.files_version = t.version;
@@ -505,7 +505,7 @@ impl UringBackend {
             };
             let mut batch = RingBatch {
                 ring: &mut ring.io,
-                limit: &self.limit,
+                bound: &self.bound,
                 in_flight: 0,
                 permits,
                 submit_all: pool.flags.submit_all,
@@ -524,7 +524,7 @@ impl UringBackend {
 /// One batch being driven on one checked-out ring.
 struct RingBatch<'r> {
     ring: &'r mut IoUring,
-    limit: &'r InFlightLimit,
+    bound: &'r InFlightBound,
     in_flight: usize,
     /// Permits held (always >= in_flight).
     permits: usize,
@@ -563,7 +563,7 @@ impl RingBatch<'_> {
                     }
                     if self.permits == self.in_flight {
                         let want = (ops.len() - *next).min(cap - self.in_flight);
-                        let got = self.limit.try_take(want);
+                        let got = self.bound.try_take(want);
                         if got == 0 {
                             break;
                         }
@@ -641,7 +641,7 @@ impl RingBatch<'_> {
         self.in_flight -= done;
         // Give back permits beyond what is still in flight.
         let spare = self.permits - self.in_flight;
-        self.limit.give(spare);
+        self.bound.give(spare);
         self.permits = self.in_flight;
     }
 }
@@ -716,7 +716,7 @@ impl Drop for RingBatch<'_> {
             submit_and_wait_or_abort(self.ring, 1);
             self.reap(|_, _| {});
         }
-        self.limit.give(self.permits);
+        self.bound.give(self.permits);
         self.permits = 0;
     }
 }

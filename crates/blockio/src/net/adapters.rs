@@ -8,6 +8,25 @@ macro_rules! stream_io_traits {
     ($t:ty) => {
         impl $t {
             /// Reads into `buf`: the byte count (0 at end of stream) and `buf`.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// # fn main() -> std::io::Result<()> {
+            /// # futures::executor::block_on(async {
+            /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+            /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+            /// # let (client, accepted) = futures::join!(connect, listener.accept());
+            /// # let (client, (server, _)) = (client?, accepted?);
+            ///
+            /// client.write_all(b"ping".to_vec()).await.0?;
+            /// // The buffer goes in and comes back with the count.
+            /// let (n, buf) = server.read(vec![0u8; 16]).await;
+            /// assert_eq!(&buf[..n?], b"ping");
+            /// # Ok(())
+            /// # })
+            /// # }
+            /// ```
             pub async fn read<B: $crate::aio::IoBufMut>(
                 &self,
                 buf: B,
@@ -16,6 +35,24 @@ macro_rules! stream_io_traits {
             }
 
             /// Writes from `buf`: how many bytes went (maybe fewer than all).
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// # fn main() -> std::io::Result<()> {
+            /// # futures::executor::block_on(async {
+            /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+            /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+            /// # let (client, accepted) = futures::join!(connect, listener.accept());
+            /// # let (client, (server, _)) = (client?, accepted?);
+            ///
+            /// let (n, _buf) = client.write(b"hello".to_vec()).await;
+            /// let n = n?;
+            /// assert!(n > 0 && n <= 5);
+            /// # Ok(())
+            /// # })
+            /// # }
+            /// ```
             pub async fn write<B: $crate::aio::IoBuf>(
                 &self,
                 buf: B,
@@ -24,6 +61,32 @@ macro_rules! stream_io_traits {
             }
 
             /// Writes all of `buf`.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// # fn main() -> std::io::Result<()> {
+            /// # futures::executor::block_on(async {
+            /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+            /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+            /// # let (client, accepted) = futures::join!(connect, listener.accept());
+            /// # let (client, (server, _)) = (client?, accepted?);
+            ///
+            /// client.write_all(vec![7u8; 100_000]).await.0?;
+            /// client.shutdown(std::net::Shutdown::Write)?;
+            /// let mut total = 0;
+            /// loop {
+            ///     let (n, _) = server.read(vec![0u8; 65536]).await;
+            ///     match n? {
+            ///         0 => break,
+            ///         n => total += n,
+            ///     }
+            /// }
+            /// assert_eq!(total, 100_000);
+            /// # Ok(())
+            /// # })
+            /// # }
+            /// ```
             pub async fn write_all<B: $crate::aio::IoBuf>(
                 &self,
                 buf: B,
@@ -36,6 +99,24 @@ macro_rules! stream_io_traits {
             /// runs across the buffers) and the buffers. One call sends
             /// from the first 1,024 buffers at most (the kernel's limit),
             /// as tokio's `write_vectored`.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// # fn main() -> std::io::Result<()> {
+            /// # futures::executor::block_on(async {
+            /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+            /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+            /// # let (client, accepted) = futures::join!(connect, listener.accept());
+            /// # let (client, (server, _)) = (client?, accepted?);
+            ///
+            /// let (n, bufs) = client.writev(vec![b"hel".to_vec(), b"lo".to_vec()]).await;
+            /// assert_eq!(n?, 5);
+            /// assert_eq!(bufs.len(), 2);
+            /// # Ok(())
+            /// # })
+            /// # }
+            /// ```
             pub async fn writev<B: $crate::aio::IoBuf>(
                 &self,
                 bufs: Vec<B>,
@@ -47,6 +128,29 @@ macro_rules! stream_io_traits {
             /// taken from the engine's shared receive ring only when bytes
             /// arrive: an idle connection holds no buffer (see
             /// [`RecvStream`]($crate::net::RecvStream)).
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// # fn main() -> std::io::Result<()> {
+            /// # futures::executor::block_on(async {
+            /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+            /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+            /// # let (client, accepted) = futures::join!(connect, listener.accept());
+            /// # let (client, (server, _)) = (client?, accepted?);
+            ///
+            /// client.write_all(b"ping".to_vec()).await.0?;
+            /// client.shutdown(std::net::Shutdown::Write)?;
+            /// let mut received = server.recv_stream();
+            /// let mut got = Vec::new();
+            /// while let Some(buf) = received.next().await {
+            ///     got.extend_from_slice(&buf?);
+            /// }
+            /// assert_eq!(got, b"ping");
+            /// # Ok(())
+            /// # })
+            /// # }
+            /// ```
             pub fn recv_stream(&self) -> $crate::net::RecvStream<'_> {
                 $crate::net::RecvStream::new(&self.core)
             }
@@ -58,6 +162,26 @@ macro_rules! stream_io_traits {
             /// `ECONNRESET` rather than a clean end; the rest is lost, as
             /// the peer was not taking it. The dropping thread never waits
             /// either way.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// # fn main() -> std::io::Result<()> {
+            /// # futures::executor::block_on(async {
+            /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+            /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+            /// # let (client, accepted) = futures::join!(connect, listener.accept());
+            /// # let (client, (server, _)) = (client?, accepted?);
+            ///
+            /// use std::time::Duration;
+            ///
+            /// // A reply the traits accepted has 5 s to reach a peer that reads slowly.
+            /// server.set_drop_linger(Duration::from_secs(5));
+            /// drop(server);
+            /// # Ok(())
+            /// # })
+            /// # }
+            /// ```
             pub fn set_drop_linger(&self, limit: std::time::Duration) {
                 self.core.writes.set_linger(limit);
             }
@@ -74,6 +198,25 @@ macro_rules! stream_io_traits {
             /// # Errors
             /// `ENOTCONN` when the connection is already gone (reported
             /// at once only when nothing is queued).
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// # fn main() -> std::io::Result<()> {
+            /// # futures::executor::block_on(async {
+            /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+            /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+            /// # let (client, accepted) = futures::join!(connect, listener.accept());
+            /// # let (client, (server, _)) = (client?, accepted?);
+            ///
+            /// client.shutdown(std::net::Shutdown::Write)?;
+            /// // The peer reads the end of the stream.
+            /// let (n, _) = server.read(vec![0u8; 8]).await;
+            /// assert_eq!(n?, 0);
+            /// # Ok(())
+            /// # })
+            /// # }
+            /// ```
             pub fn shutdown(&self, how: std::net::Shutdown) -> std::io::Result<()> {
                 self.core.shutdown(how)
             }

@@ -140,6 +140,20 @@ impl<T: sealed::Sealed + ?Sized> sealed::Sealed for &T {
 /// # Errors
 /// The look-up's error (naming the host), or a thread could not be
 /// started for it.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> std::io::Result<()> {
+/// # futures::executor::block_on(async {
+/// // A socket address resolves at once; a host name is looked up off the
+/// // executor's thread.
+/// let addrs: Vec<_> = blockio::net::lookup_host("127.0.0.1:8080").await?.collect();
+/// assert_eq!(addrs, ["127.0.0.1:8080".parse().unwrap()]);
+/// # Ok(())
+/// # })
+/// # }
+/// ```
 pub async fn lookup_host(host: impl ToSocketAddrs) -> io::Result<impl Iterator<Item = SocketAddr>> {
     Ok(resolve(&host).await?.into_iter())
 }

@@ -77,9 +77,9 @@ impl<'a, L: Accepting> AcceptLoop<'a, L> {
             None => FD_BACKOFF.0,
             Some(d) => (d * 2).min(FD_BACKOFF.1),
         });
-        self.pause = self
-            .backoff
-            .map(|d| Box::pin(super::limit::pause(d)) as Pin<Box<dyn Future<Output = ()> + Send>>);
+        self.pause = self.backoff.map(|d| {
+            Box::pin(super::time_limit::pause(d)) as Pin<Box<dyn Future<Output = ()> + Send>>
+        });
     }
 }
 
@@ -121,6 +121,21 @@ macro_rules! incoming_stream {
             /// The next connection (or the next accept's error).
             ///
             /// # Errors
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// # fn main() -> std::io::Result<()> {
+            /// # futures::executor::block_on(async {
+            /// let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+            /// let _client = std::net::TcpStream::connect(listener.local_addr()?)?;
+            /// let mut incoming = listener.incoming();
+            /// let (stream, peer) = incoming.next().await?;
+            /// assert_eq!(stream.peer_addr()?, peer);
+            /// # Ok(())
+            /// # })
+            /// # }
+            /// ```
             #[doc = concat!("As [`", stringify!($listener), "::accept`]; the stream goes on after any of them.")]
             pub async fn next(&mut self) -> std::io::Result<$item> {
                 std::future::poll_fn(|cx| self.0.poll_accept(cx)).await
@@ -128,6 +143,19 @@ macro_rules! incoming_stream {
 
             /// Whether connections come from one multishot accept
             /// (io_uring, Linux 5.19 or later) rather than an accept each.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// # fn main() -> std::io::Result<()> {
+            /// # futures::executor::block_on(async {
+            /// let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+            /// // Multishot only when asked for (`TcpListenerOptions::multishot_accept`).
+            /// assert!(!listener.incoming().multishot());
+            /// # Ok(())
+            /// # })
+            /// # }
+            /// ```
             pub fn multishot(&self) -> bool {
                 self.0.multishot()
             }

@@ -58,6 +58,8 @@ impl StreamCore {
         }
         let mut cancels = 0;
         loop {
+            // Refused at once when undriven, even with a receive in flight
+            // that might never complete: no new operation need start here.
             if let Err(e) = self.sock.engine.ensure_driven() {
                 return (Err(e), buf);
             }
@@ -93,9 +95,6 @@ impl StreamCore {
     /// Bytes the I/O traits accepted go first; a dropped write that sent
     /// bytes is reported instead (see `write_side`).
     pub(crate) async fn write<B: IoBuf>(&self, buf: B) -> BufResult<usize, B> {
-        if let Err(e) = self.sock.engine.ensure_driven() {
-            return (Err(e), buf);
-        }
         if let Err(e) = self.writes.ready_for_owned().await {
             return (Err(e), buf);
         }
@@ -111,10 +110,7 @@ impl StreamCore {
             let (res, back) = guard.send(fut).await;
             buf = back;
             if cancelled_by_the_kernel(&res, &mut cancels) {
-                match self.sock.engine.ensure_driven() {
-                    Ok(()) => continue,
-                    Err(e) => return (Err(e), buf),
-                }
+                continue;
             }
             return (res.map_err(super::os_error), buf);
         }
@@ -123,9 +119,6 @@ impl StreamCore {
     /// Writes `bufs` in order with one `sendmsg` (of the first
     /// [`IOV_MAX`](super::socket::IOV_MAX) buffers at most).
     pub(crate) async fn writev<B: IoBuf>(&self, bufs: Vec<B>) -> BufResult<usize, Vec<B>> {
-        if let Err(e) = self.sock.engine.ensure_driven() {
-            return (Err(e), bufs);
-        }
         if let Err(e) = self.writes.ready_for_owned().await {
             return (Err(e), bufs);
         }
@@ -146,10 +139,7 @@ impl StreamCore {
             let (res, msg) = guard.send(fut).await;
             bufs = msg.bufs;
             if cancelled_by_the_kernel(&res, &mut cancels) {
-                match self.sock.engine.ensure_driven() {
-                    Ok(()) => continue,
-                    Err(e) => return (Err(e), bufs),
-                }
+                continue;
             }
             return (res.map_err(super::os_error), bufs);
         }
@@ -171,9 +161,6 @@ impl StreamCore {
 
     /// Writes all of `buf`, one `send` after another until every byte went.
     pub(crate) async fn write_all<B: IoBuf>(&self, mut buf: B) -> BufResult<(), B> {
-        if let Err(e) = self.sock.engine.ensure_driven() {
-            return (Err(e), buf);
-        }
         if let Err(e) = self.writes.ready_for_owned().await {
             return (Err(e), buf);
         }
@@ -189,21 +176,28 @@ impl StreamCore {
             None => {}
         }
         let mut cancels = 0;
+        // The first send (and one made again after the kernel cancelled
+        // it) is a new operation; the sends after a short one carry on
+        // the write, from whichever executor awaits it.
+        let mut carrying_on = false;
         while sent < len {
             let mut fut = self.sock.send(buf, sent);
-            fut.start();
+            if carrying_on {
+                fut.resume();
+            } else {
+                fut.start();
+            }
             let (res, b) = guard.send(fut).await;
             buf = b;
             if cancelled_by_the_kernel(&res, &mut cancels) {
-                match self.sock.engine.ensure_driven() {
-                    Ok(()) => continue,
-                    Err(e) => return (Err(e), buf),
-                }
+                carrying_on = false;
+                continue;
             }
             let err = match res {
                 Ok(0) => io::Error::from(io::ErrorKind::WriteZero),
                 Ok(n) => {
                     sent += n;
+                    carrying_on = true;
                     continue;
                 }
                 Err(e) => e,

@@ -12,10 +12,10 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use super::accepts::AcceptQueue;
 use super::addr::{resolve_some, ToSocketAddrs};
 use super::incoming::AcceptLoop;
-use super::limit::{check_limit, connect_timed_out, with_limit};
 use super::poll_io::PollIo;
 use super::socket::Sock;
 use super::stream::StreamCore;
+use super::time_limit::{check_limit, connect_timed_out, with_limit};
 use crate::aio::AsyncEngine;
 
 /// How a [`TcpListener`] is set up.
@@ -41,6 +41,25 @@ impl Default for TcpListenerOptions {
 impl TcpListenerOptions {
     /// `SO_REUSEADDR` (default on, as for most servers: a restarted server
     /// can bind while old connections linger in `TIME_WAIT`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpListenerOptions;
+    ///
+    /// // Off: binding fails while connections of an earlier listener on this
+    /// // port linger in TIME_WAIT.
+    /// let listener = TcpListenerOptions::default()
+    ///     .reuse_address(false)
+    ///     .bind("127.0.0.1:0")
+    ///     .await?;
+    /// # drop(listener);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn reuse_address(mut self, on: bool) -> Self {
         self.reuse_address = on;
         self
@@ -48,6 +67,23 @@ impl TcpListenerOptions {
 
     /// `SO_REUSEPORT` (default off): several listeners, in this process or
     /// others, share the port and the kernel spreads connections.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpListenerOptions;
+    ///
+    /// // Two listeners on one port; the kernel spreads connections between them.
+    /// let options = TcpListenerOptions::default().reuse_port(true);
+    /// let first = options.bind("127.0.0.1:0").await?;
+    /// let second = options.bind(first.local_addr()?).await?;
+    /// assert_eq!(first.local_addr()?, second.local_addr()?);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn reuse_port(mut self, on: bool) -> Self {
         self.reuse_port = on;
         self
@@ -55,6 +91,23 @@ impl TcpListenerOptions {
 
     /// The queue of connections not yet accepted (default 1024; the kernel
     /// caps it at `net.core.somaxconn`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpListenerOptions;
+    ///
+    /// let listener = TcpListenerOptions::default()
+    ///     .backlog(128)
+    ///     .bind("127.0.0.1:0")
+    ///     .await?;
+    /// # drop(listener);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn backlog(mut self, n: u32) -> Self {
         self.backlog = n.min(i32::MAX as u32) as i32;
         self
@@ -76,6 +129,28 @@ impl TcpListenerOptions {
     /// epoll set is watched by one thread of the engine's, started at its
     /// first accept; an accept that finds a connection waiting completes
     /// on the calling thread without it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpListenerOptions;
+    ///
+    /// let listener = TcpListenerOptions::default()
+    ///     .multishot_accept(true)
+    ///     .bind("127.0.0.1:0")
+    ///     .await?;
+    /// let _client = std::net::TcpStream::connect(listener.local_addr()?)?;
+    /// let mut incoming = listener.incoming();
+    /// let (stream, peer) = incoming.next().await?;
+    /// assert_eq!(stream.peer_addr()?, peer);
+    /// // Where io_uring lacks multishot accept, one accept each.
+    /// println!("multishot: {}", incoming.multishot());
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn multishot_accept(mut self, on: bool) -> Self {
         self.multishot_accept = on;
         self
@@ -91,6 +166,20 @@ impl TcpListenerOptions {
     /// `bind` or `listen` failed on every address (the last address's
     /// error, the kernel's, `raw_os_error()` set: `EADDRINUSE`, `EACCES`
     /// below port 1024, ...).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpListenerOptions;
+    ///
+    /// let listener = TcpListenerOptions::default().bind("127.0.0.1:0").await?;
+    /// assert!(listener.local_addr()?.ip().is_loopback());
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn bind(&self, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
         self.bind_with(&AsyncEngine::current()?, addr).await
     }
@@ -99,6 +188,25 @@ impl TcpListenerOptions {
     ///
     /// # Errors
     /// As for [`bind`](Self::bind).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::TcpListenerOptions;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let listener = TcpListenerOptions::default()
+    ///     .backlog(128)
+    ///     .bind_with(&engine, "127.0.0.1:0")
+    ///     .await?;
+    /// # drop(listener);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn bind_with(
         &self,
         engine: &AsyncEngine,
@@ -166,6 +274,20 @@ impl TcpListener {
     ///
     /// # Errors
     /// As for [`TcpListenerOptions::bind`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpListener;
+    ///
+    /// let listener = TcpListener::bind("127.0.0.1:0").await?;
+    /// println!("listening on {}", listener.local_addr()?);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
         TcpListenerOptions::default().bind(addr).await
     }
@@ -174,6 +296,22 @@ impl TcpListener {
     ///
     /// # Errors
     /// As for [`TcpListenerOptions::bind`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::TcpListener;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let listener = TcpListener::bind_with(&engine, "127.0.0.1:0").await?;
+    /// # drop(listener);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn bind_with(
         engine: &AsyncEngine,
         addr: impl ToSocketAddrs,
@@ -190,6 +328,23 @@ impl TcpListener {
     /// The kernel's error (`raw_os_error()` set). `EMFILE` and `ENFILE`
     /// (no descriptors left) leave the listener usable: accept again once
     /// descriptors are free; the waiting connection is still queued.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpListener;
+    ///
+    /// let listener = TcpListener::bind("127.0.0.1:0").await?;
+    /// let client = std::net::TcpStream::connect(listener.local_addr()?)?;
+    /// let (stream, peer) = listener.accept().await?;
+    /// assert_eq!(peer, client.local_addr()?);
+    /// assert_eq!(stream.local_addr()?, client.peer_addr()?);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         // By readiness (see `TcpListenerOptions::multishot_accept`), through
         // the listener's queue: dropped before it is ready, this future
@@ -246,6 +401,26 @@ impl TcpListener {
     /// accepted that the stream did not yield goes to the listener's next
     /// [`accept`](Self::accept) or stream. Otherwise each connection is
     /// one accept, made when the listener is ready.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpListener;
+    ///
+    /// let listener = TcpListener::bind("127.0.0.1:0").await?;
+    /// let addr = listener.local_addr()?;
+    /// let _clients = [std::net::TcpStream::connect(addr)?, std::net::TcpStream::connect(addr)?];
+    /// let mut incoming = listener.incoming();
+    /// for _ in 0..2 {
+    ///     let (stream, peer) = incoming.next().await?;
+    ///     assert_eq!(stream.peer_addr()?, peer);
+    /// }
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn incoming(&self) -> Incoming<'_> {
         Incoming(AcceptLoop::new(self))
     }
@@ -256,6 +431,20 @@ impl TcpListener {
     /// # Errors
     /// None: the address is known from `bind`. The `Result` is tokio's
     /// signature, so that ported code's `?` compiles unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpListener;
+    ///
+    /// let listener = TcpListener::bind("127.0.0.1:0").await?;
+    /// assert_ne!(listener.local_addr()?.port(), 0);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.local)
     }
@@ -314,6 +503,21 @@ impl TcpStream {
     /// `ENETUNREACH`, `ETIMEDOUT`, ...; see the module docs), that the
     /// address did not resolve or resolved to nothing, or that the
     /// default engine cannot start.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpStream;
+    ///
+    /// let server = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let stream = TcpStream::connect(server.local_addr()?).await?;
+    /// assert_eq!(stream.peer_addr()?, server.local_addr()?);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn connect(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
         Self::connect_with(&AsyncEngine::current()?, addr).await
     }
@@ -322,6 +526,23 @@ impl TcpStream {
     ///
     /// # Errors
     /// As for [`connect`](Self::connect).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::TcpStream;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let server = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let stream = TcpStream::connect_with(&engine, server.local_addr()?).await?;
+    /// # drop(stream);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn connect_with(
         engine: &AsyncEngine,
         addr: impl ToSocketAddrs,
@@ -346,6 +567,25 @@ impl TcpStream {
     /// As [`connect`](Self::connect), and the timeout. A zero `limit` is
     /// refused with kind [`InvalidInput`](io::ErrorKind::InvalidInput),
     /// as by std, before anything is tried.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use std::time::Duration;
+    /// use blockio::net::TcpStream;
+    ///
+    /// let server = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let stream = TcpStream::connect_timeout(server.local_addr()?, Duration::from_secs(5)).await?;
+    /// # drop(stream);
+    /// // A zero limit is refused before anything is tried, as by std.
+    /// let zero = TcpStream::connect_timeout(server.local_addr()?, Duration::ZERO).await;
+    /// assert_eq!(zero.unwrap_err().kind(), std::io::ErrorKind::InvalidInput);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn connect_timeout(
         addr: impl ToSocketAddrs,
         limit: Duration,
@@ -358,6 +598,25 @@ impl TcpStream {
     ///
     /// # Errors
     /// As for [`connect_timeout`](Self::connect_timeout).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use std::time::Duration;
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::TcpStream;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let server = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let limit = Duration::from_secs(5);
+    /// let stream = TcpStream::connect_timeout_with(&engine, server.local_addr()?, limit).await?;
+    /// # drop(stream);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn connect_timeout_with(
         engine: &AsyncEngine,
         addr: impl ToSocketAddrs,
@@ -384,7 +643,6 @@ impl TcpStream {
                 if sock.socket.peer_addr().is_ok() {
                     break sock;
                 }
-                engine.ensure_driven()?;
                 continue;
             }
             res.map_err(super::os_error)?;
@@ -402,6 +660,23 @@ impl TcpStream {
     ///
     /// # Errors
     /// As `setsockopt` reports them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// client.set_nodelay(true)?;
+    /// assert!(client.nodelay()?);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
         self.core.sock.socket.set_tcp_nodelay(on)
     }
@@ -410,6 +685,22 @@ impl TcpStream {
     ///
     /// # Errors
     /// As `getsockopt` reports them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// assert!(!server.nodelay()?);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn nodelay(&self) -> io::Result<bool> {
         self.core.sock.socket.tcp_nodelay()
     }
@@ -420,6 +711,22 @@ impl TcpStream {
     /// None: the address is known from the connect or accept. The
     /// `Result` is tokio's signature, so that ported code's `?` compiles
     /// unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// assert_eq!(client.peer_addr()?, server.local_addr()?);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.peer)
     }
@@ -428,6 +735,22 @@ impl TcpStream {
     ///
     /// # Errors
     /// As `getsockname` reports them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// assert_eq!(client.local_addr()?, server.peer_addr()?);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         let addr = self.core.sock.socket.local_addr()?;
         addr.as_socket()
@@ -435,6 +758,24 @@ impl TcpStream {
     }
 
     /// The socket, for options this type does not wrap (`socket2`'s API).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// // An option this type does not wrap, through socket2.
+    /// client.socket().set_send_buffer_size(64 << 10)?;
+    /// assert!(client.socket().send_buffer_size()? > 0);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn socket(&self) -> &Socket {
         &self.core.sock.socket
     }

@@ -11,10 +11,10 @@ use socket2::{Domain, SockAddr, Socket, Type};
 
 use super::accepts::AcceptQueue;
 use super::incoming::AcceptLoop;
-use super::limit::{check_limit, connect_timed_out, with_limit};
 use super::poll_io::PollIo;
 use super::socket::Sock;
 use super::stream::StreamCore;
+use super::time_limit::{check_limit, connect_timed_out, with_limit};
 use crate::aio::AsyncEngine;
 
 /// A Unix-domain socket listening for connections at a path.
@@ -39,6 +39,22 @@ impl UnixListener {
     /// `ENOENT`/`EACCES` for its directory; or, naming the path, a path
     /// longer than `sun_path` (108 bytes); or that the default engine
     /// cannot start.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use blockio::net::UnixListener;
+    ///
+    /// let listener = UnixListener::bind(dir.path().join("app.sock"))?;
+    /// assert_eq!(listener.local_path(), dir.path().join("app.sock"));
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn bind(path: impl AsRef<Path>) -> io::Result<UnixListener> {
         Self::bind_with(&AsyncEngine::current()?, path)
     }
@@ -47,6 +63,24 @@ impl UnixListener {
     ///
     /// # Errors
     /// As for [`bind`](Self::bind).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::UnixListener;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let listener = UnixListener::bind_with(&engine, dir.path().join("app.sock"))?;
+    /// # drop(listener);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn bind_with(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<UnixListener> {
         let path = path.as_ref().to_path_buf();
         let name = format!("cannot listen on {}", path.display());
@@ -77,6 +111,27 @@ impl UnixListener {
     /// # Errors
     /// The kernel's error; `EMFILE`/`ENFILE` leave
     /// the listener usable.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use blockio::net::{UnixListener, UnixStream};
+    ///
+    /// let listener = UnixListener::bind(dir.path().join("app.sock"))?;
+    /// let (client, accepted) =
+    ///     futures::join!(UnixStream::connect(listener.local_path()), listener.accept());
+    /// let (served, _peer) = accepted?;
+    /// client?.write_all(b"ping".to_vec()).await.0?;
+    /// let (n, buf) = served.read(vec![0u8; 4]).await;
+    /// assert_eq!(&buf[..n?], b"ping");
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn accept(&self) -> io::Result<(UnixStream, SockAddr)> {
         // Through the listener's queue: dropped before it is ready, this
         // future loses no connection (see `net::accepts`).
@@ -88,6 +143,25 @@ impl UnixListener {
     /// gives them: one multishot accept where the kernel has it, a pause
     /// while descriptors are short, and connections it took but did not
     /// yield left for the next accept.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use blockio::net::UnixListener;
+    ///
+    /// let listener = UnixListener::bind(dir.path().join("app.sock"))?;
+    /// let _client = std::os::unix::net::UnixStream::connect(listener.local_path())?;
+    /// let mut incoming = listener.incoming();
+    /// let (stream, _peer) = incoming.next().await?;
+    /// # drop(stream);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn incoming(&self) -> UnixIncoming<'_> {
         UnixIncoming(AcceptLoop::new(self))
     }
@@ -115,6 +189,22 @@ impl UnixListener {
     }
 
     /// The path the listener is bound to.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use blockio::net::UnixListener;
+    ///
+    /// let listener = UnixListener::bind(dir.path().join("app.sock"))?;
+    /// assert!(listener.local_path().ends_with("app.sock"));
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn local_path(&self) -> &Path {
         &self.path
     }
@@ -164,6 +254,28 @@ impl UnixStream {
     /// # Errors
     /// The kernel's: `ENOENT` (nothing there), `ECONNREFUSED` (nobody
     /// listening), `EACCES`, ...; or that the default engine cannot start.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use blockio::net::UnixStream;
+    ///
+    /// let path = dir.path().join("app.sock");
+    /// let server = std::os::unix::net::UnixListener::bind(&path)?;
+    /// let stream = UnixStream::connect(&path).await?;
+    /// let (mut peer, _) = server.accept()?;
+    /// stream.write_all(b"ping".to_vec()).await.0?;
+    /// let mut got = [0u8; 4];
+    /// std::io::Read::read_exact(&mut peer, &mut got)?;
+    /// assert_eq!(&got, b"ping");
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
         Self::connect_with(&AsyncEngine::current()?, path).await
     }
@@ -172,6 +284,26 @@ impl UnixStream {
     ///
     /// # Errors
     /// As for [`connect`](Self::connect).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::UnixStream;
+    ///
+    /// let path = dir.path().join("app.sock");
+    /// let _server = std::os::unix::net::UnixListener::bind(&path)?;
+    /// let engine = AsyncEngine::new()?;
+    /// let stream = UnixStream::connect_with(&engine, &path).await?;
+    /// # drop(stream);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn connect_with(
         engine: &AsyncEngine,
         path: impl AsRef<Path>,
@@ -192,7 +324,6 @@ impl UnixStream {
                 if sock.socket.peer_addr().is_ok() {
                     break sock;
                 }
-                engine.ensure_driven()?;
                 continue;
             }
             res.map_err(fail)?;
@@ -207,6 +338,25 @@ impl UnixStream {
     /// As [`connect`](Self::connect), and the timeout. A zero `limit` is
     /// refused with kind [`InvalidInput`](io::ErrorKind::InvalidInput),
     /// as by std.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use std::time::Duration;
+    /// use blockio::net::UnixStream;
+    ///
+    /// let path = dir.path().join("app.sock");
+    /// let _server = std::os::unix::net::UnixListener::bind(&path)?;
+    /// let stream = UnixStream::connect_timeout(&path, Duration::from_secs(5)).await?;
+    /// # drop(stream);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn connect_timeout(
         path: impl AsRef<Path>,
         limit: Duration,
@@ -219,6 +369,27 @@ impl UnixStream {
     ///
     /// # Errors
     /// As for [`connect_timeout`](Self::connect_timeout).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use std::time::Duration;
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::UnixStream;
+    ///
+    /// let path = dir.path().join("app.sock");
+    /// let _server = std::os::unix::net::UnixListener::bind(&path)?;
+    /// let engine = AsyncEngine::new()?;
+    /// let stream = UnixStream::connect_timeout_with(&engine, &path, Duration::from_secs(5)).await?;
+    /// # drop(stream);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn connect_timeout_with(
         engine: &AsyncEngine,
         path: impl AsRef<Path>,
@@ -232,6 +403,24 @@ impl UnixStream {
     }
 
     /// The socket, for options this type does not wrap (`socket2`'s API).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use blockio::net::UnixStream;
+    ///
+    /// let path = dir.path().join("app.sock");
+    /// let _server = std::os::unix::net::UnixListener::bind(&path)?;
+    /// let stream = UnixStream::connect(&path).await?;
+    /// stream.socket().set_send_buffer_size(64 << 10)?;
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn socket(&self) -> &Socket {
         &self.core.sock.socket
     }

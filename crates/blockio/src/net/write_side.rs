@@ -145,6 +145,27 @@ pub struct WriteDropped {
 
 impl WriteDropped {
     /// The report inside `err`, if `err` is one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// use blockio::net::WriteDropped;
+    ///
+    /// // An error that is not a dropped write's says nothing of sent bytes.
+    /// let err = std::io::Error::from_raw_os_error(libc::EPIPE);
+    /// assert!(WriteDropped::of(&err).is_none());
+    /// # drop((client, server));
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn of(err: &io::Error) -> Option<&WriteDropped> {
         err.get_ref()?.downcast_ref()
     }
@@ -296,7 +317,9 @@ impl SendBook {
         };
         let mut fut = sock.send(buf, from);
         fut.set_waker(cx.waker());
-        fut.start();
+        // Bytes already accepted: sent from whichever thread steps the
+        // pump, never refused half-way.
+        fut.resume();
         self.sending = Some((fut, from));
     }
 

@@ -73,11 +73,11 @@ impl<B: Send + 'static> Future for BatchFuture<B> {
                 match f {
                     MaybeBuf::Buf(f) => {
                         f.set_waker(cx.waker());
-                        reqs.extend(f.take_request());
+                        reqs.extend(f.start_request());
                     }
                     MaybeBuf::NoBuf(f) => {
                         f.set_waker(cx.waker());
-                        reqs.extend(f.take_request());
+                        reqs.extend(f.start_request());
                     }
                 }
             }

@@ -11,7 +11,7 @@
 
 mod adapters;
 mod batch;
-mod cached;
+mod inline;
 mod options;
 mod positional;
 mod stream;
@@ -34,7 +34,7 @@ use crate::kind::OpKind;
 use crate::op::action::{Action, ReadArgs};
 use crate::op::Op;
 use crate::ReadPath;
-use cached::CachedReads;
+use inline::InlineReads;
 use stream::Stream;
 
 /// The open file, shared with every operation in flight on it so that the
@@ -46,7 +46,7 @@ struct Handle {
     /// [`AsyncFile::from_raw_fd`]).
     owned: bool,
     /// Reads tried on the polling thread first.
-    cached: Arc<CachedReads>,
+    inline_reads: Arc<InlineReads>,
 }
 
 impl Drop for Handle {
@@ -66,7 +66,7 @@ impl Handle {
             file: std::mem::ManuallyDrop::new(file),
             direct,
             owned,
-            cached: Arc::new(CachedReads::new(inline, direct.is_some())),
+            inline_reads: Arc::new(InlineReads::new(inline, direct.is_some())),
         })
     }
 
@@ -111,7 +111,7 @@ impl Handle {
                 offset,
             };
             self.op(engine, Action::Read(read), buf, Vec::new())
-                .inline_first(self.cached.clone())
+                .inline_first(self.inline_reads.clone())
         }
     }
 }
@@ -140,11 +140,50 @@ impl std::fmt::Debug for AsyncFile {
 
 impl AsyncFile {
     /// Opens `path` read-only (buffered).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::open(&engine, &path)?;
+    /// let (n, buf) = file.read_at(vec![0u8; 5], 0).await;
+    /// assert_eq!(&buf[..n?], b"hello");
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn open(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<AsyncFile> {
         Self::open_with(engine, path, &AsyncOpenOptions::new())
     }
 
     /// Creates (or truncates) `path` for writing and reading.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::create(&engine, &path)?;
+    /// file.write_all_at(b"hello".to_vec(), 0).await.0?;
+    /// assert_eq!(std::fs::read(&path)?, b"hello");
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn create(engine: &AsyncEngine, path: impl AsRef<Path>) -> io::Result<AsyncFile> {
         let o = AsyncOpenOptions::new()
             .write(true)
@@ -158,6 +197,22 @@ impl AsyncFile {
     /// default block size and depth of [`AsyncOpenOptions`]. No alignment check is made before submission: on an
     /// `O_DIRECT` descriptor a misaligned operation fails with the kernel's
     /// `EINVAL`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::aio::{AsyncEngine, AsyncFile};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::from_file(&engine, tempfile::tempfile()?);
+    /// file.write_all_at(b"hello".to_vec(), 0).await.0?;
+    /// assert_eq!(file.file().metadata()?.len(), 5);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn from_file(engine: &AsyncEngine, file: File) -> AsyncFile {
         let o = AsyncOpenOptions::new();
         AsyncFile {
@@ -191,6 +246,25 @@ impl AsyncFile {
     }
 
     /// Opens `path` with `options`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let options = AsyncOpenOptions::new().write(true).create(true).block_size(1 << 20);
+    /// let file = AsyncFile::open_with(&engine, &path, &options)?;
+    /// file.write_all_at(vec![1u8; 4096], 0).await.0?;
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn open_with(
         engine: &AsyncEngine,
         path: impl AsRef<Path>,
@@ -238,11 +312,50 @@ impl AsyncFile {
     }
 
     /// The alignment direct I/O on this file needs (None if buffered).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let buffered = AsyncFile::create(&engine, &path)?;
+    /// assert!(buffered.direct_alignment().is_none());
+    /// let direct = AsyncOpenOptions::new().write(true).direct(true);
+    /// match AsyncFile::open_with(&engine, &path, &direct) {
+    ///     Ok(file) => assert!(file.direct_alignment().is_some()),
+    ///     // Some file systems (tmpfs) refuse O_DIRECT.
+    ///     Err(e) => println!("no O_DIRECT here: {e}"),
+    /// }
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn direct_alignment(&self) -> Option<Alignment> {
         self.handle.direct
     }
 
     /// The underlying file (for metadata and the like).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::open(&engine, &path)?;
+    ///
+    /// assert_eq!(file.file().metadata()?.len(), 14);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn file(&self) -> &File {
         &self.handle.file
     }

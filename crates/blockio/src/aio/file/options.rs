@@ -34,31 +34,136 @@ impl Default for AsyncOpenOptions {
 
 impl AsyncOpenOptions {
     /// Read-only, buffered, 128 KiB blocks, 4 blocks of read-ahead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::open_with(&engine, &path, &AsyncOpenOptions::new())?;
+    /// # drop(file);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
     /// Open for reading.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::open_with(&engine, &path, &AsyncOpenOptions::new().read(true).write(true))?;
+    /// # drop(file);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn read(mut self, on: bool) -> Self {
         self.options.read(on);
         self
     }
     /// Open for writing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::open_with(&engine, &path, &AsyncOpenOptions::new().write(true).create(true))?;
+    /// # drop(file);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn write(mut self, on: bool) -> Self {
         self.options.write(on);
         self
     }
     /// Create the file if missing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::open_with(&engine, &path, &AsyncOpenOptions::new().write(true).create(true))?;
+    /// # drop(file);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn create(mut self, on: bool) -> Self {
         self.options.create(on);
         self
     }
     /// Truncate the file on opening.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::open_with(&engine, &path, &AsyncOpenOptions::new().write(true).truncate(true))?;
+    /// # drop(file);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn truncate(mut self, on: bool) -> Self {
         self.options.truncate(on);
         self
     }
     /// Open with `O_DIRECT`: operations are checked against the file's
     /// alignment before submission, and streaming uses aligned blocks.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// match AsyncFile::open_with(&engine, &path, &AsyncOpenOptions::new().direct(true)) {
+    ///     Ok(file) => assert!(file.direct_alignment().is_some()),
+    ///     // Some file systems (tmpfs) refuse O_DIRECT.
+    ///     Err(e) => println!("no O_DIRECT here: {e}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn direct(mut self, on: bool) -> Self {
         self.direct = on;
         self
@@ -67,6 +172,27 @@ impl AsyncOpenOptions {
     /// the alignment for direct files). At most [`MAX_STREAM_BLOCK_SIZE`],
     /// and `block_size * depth` at most [`MAX_STREAM_BYTES`]: opening with
     /// more fails with an error naming the argument.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions, MAX_STREAM_BLOCK_SIZE};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let big = AsyncOpenOptions::new().block_size(1 << 20);
+    /// AsyncFile::open_with(&engine, &path, &big)?;
+    /// // Too large: an error naming the argument.
+    /// let too_big = AsyncOpenOptions::new().block_size(MAX_STREAM_BLOCK_SIZE + 1);
+    /// let err = AsyncFile::open_with(&engine, &path, &too_big).unwrap_err();
+    /// assert!(err.to_string().contains("block_size"), "{err}");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn block_size(mut self, n: usize) -> Self {
         self.block_size = n.max(1);
         self
@@ -74,6 +200,23 @@ impl AsyncOpenOptions {
     /// Streaming reads (or writes) kept in flight ahead of (or behind) the
     /// cursor (default 4). At most [`MAX_STREAM_DEPTH`]; see also
     /// [`block_size`](Self::block_size).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    ///
+    /// use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let file = AsyncFile::open_with(&engine, &path, &AsyncOpenOptions::new().depth(16))?;
+    /// # drop(file);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn depth(mut self, n: usize) -> Self {
         self.depth = n.max(1);
         self

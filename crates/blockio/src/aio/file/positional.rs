@@ -60,16 +60,72 @@ impl AsyncFile {
 
     /// Reads up to `buf.len()` bytes at `offset`; resolves to the byte count
     /// (short at end of file) and the buffer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::open(&engine, &path)?;
+    ///
+    /// // The buffer goes in and comes back with the result.
+    /// let (n, buf) = file.read_at(vec![0u8; 7], 7).await;
+    /// assert_eq!(&buf[..n?], b"blockio");
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn read_at<B: IoBufMut>(&self, buf: B, offset: u64) -> OpFuture<B> {
         self.read_part(buf, 0, offset)
     }
 
     /// Writes `buf` at `offset`; resolves to the byte count and the buffer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::create(&engine, &path)?;
+    ///
+    /// let (n, _buf) = file.write_at(b"hello".to_vec(), 0).await;
+    /// assert_eq!(n?, 5);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn write_at<B: IoBuf>(&self, buf: B, offset: u64) -> OpFuture<B> {
         self.write_part(buf, 0, offset)
     }
 
     /// Reads into each buffer in turn, starting at `offset`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::open(&engine, &path)?;
+    ///
+    /// let (n, bufs) = file.read_vectored_at(vec![vec![0u8; 5], vec![0u8; 9]], 0).await;
+    /// assert_eq!(n?, 14);
+    /// assert_eq!(bufs[0], b"hello");
+    /// assert_eq!(bufs[1], b", blockio");
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn read_vectored_at<B: IoBufMut>(&self, mut bufs: Vec<B>, offset: u64) -> OpFuture<Vec<B>> {
         let iovecs = bufs
             .iter_mut()
@@ -84,10 +140,27 @@ impl AsyncFile {
             iovecs,
             offset,
         )
-        .inline_first(self.handle.cached.clone())
+        .inline_first(self.handle.inline_reads.clone())
     }
 
     /// Writes each buffer in turn, starting at `offset`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::create(&engine, &path)?;
+    ///
+    /// let (n, _bufs) = file.write_vectored_at(vec![b"hel".to_vec(), b"lo".to_vec()], 0).await;
+    /// assert_eq!(n?, 5);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn write_vectored_at<B: IoBuf>(&self, bufs: Vec<B>, offset: u64) -> OpFuture<Vec<B>> {
         let iovecs = bufs
             .iter()
@@ -105,17 +178,75 @@ impl AsyncFile {
     }
 
     /// Flushes data and metadata to stable storage.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::create(&engine, &path)?;
+    ///
+    /// file.write_all_at(b"hello".to_vec(), 0).await.0?;
+    /// // Data and metadata on the device.
+    /// file.fsync().await.0?;
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn fsync(&self) -> OpFuture<()> {
         self.sync_op(false)
     }
 
     /// Flushes data (and the metadata needed to read it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::create(&engine, &path)?;
+    ///
+    /// file.write_all_at(b"hello".to_vec(), 0).await.0?;
+    /// // The data on the device (and the metadata needed to read it back).
+    /// file.fdatasync().await.0?;
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn fdatasync(&self) -> OpFuture<()> {
         self.sync_op(true)
     }
 
     /// Fills `buf` from `offset`, reading again after short reads; fails
     /// with `UnexpectedEof` (naming the offset) if the file ends first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, b"hello, blockio")?;
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::open(&engine, &path)?;
+    ///
+    /// let (res, buf) = file.read_exact_at(vec![0u8; 5], 0).await;
+    /// res?;
+    /// assert_eq!(buf, b"hello");
+    /// // Past the end: UnexpectedEof.
+    /// let (res, _) = file.read_exact_at(vec![0u8; 5], 12).await;
+    /// assert_eq!(res.unwrap_err().kind(), std::io::ErrorKind::UnexpectedEof);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn read_exact_at<B: IoBufMut>(&self, mut buf: B, offset: u64) -> BufResult<(), B> {
         let mut done = 0;
         while done < buf.bytes_len() {
@@ -144,6 +275,23 @@ impl AsyncFile {
     }
 
     /// Writes all of `buf` at `offset`, writing again after short writes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::create(&engine, &path)?;
+    ///
+    /// file.write_all_at(vec![7u8; 1 << 20], 0).await.0?;
+    /// assert_eq!(std::fs::metadata(&path)?.len(), 1 << 20);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub async fn write_all_at<B: IoBuf>(&self, mut buf: B, offset: u64) -> BufResult<(), B> {
         let mut done = 0;
         while done < buf.bytes_len() {
@@ -170,6 +318,35 @@ impl AsyncFile {
 
     /// Submits all of `ops` to the kernel together and resolves when every
     /// one has completed, with one result per operation, in order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::create(&engine, &path)?;
+    ///
+    /// use blockio::aio::BatchOp;
+    ///
+    /// file.write_all_at(b"hello, blockio".to_vec(), 0).await.0?;
+    /// let results = file
+    ///     .submit(vec![
+    ///         BatchOp::Read { offset: 0, buf: vec![0u8; 5] },
+    ///         BatchOp::Read { offset: 7, buf: vec![0u8; 7] },
+    ///         BatchOp::Fsync,
+    ///     ])
+    ///     .await;
+    /// let (n, buf) = &results[1];
+    /// assert_eq!(*n.as_ref().unwrap(), 7);
+    /// assert_eq!(buf.as_deref(), Some(&b"blockio"[..]));
+    /// assert!(results[2].1.is_none());
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn submit<B: IoBufMut>(&self, ops: Vec<BatchOp<B>>) -> BatchFuture<B> {
         let futs = ops
             .into_iter()

@@ -14,7 +14,7 @@ use crate::buf::AlignedBuf;
 /// The streaming state: cursor, read-ahead and write-behind.
 pub(super) struct Stream {
     /// A seek started by tokio's `AsyncSeek::start_seek`.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(super) pending_seek: Option<SeekFrom>,
     pub(super) pos: u64,
     block: usize,
@@ -38,6 +38,7 @@ pub(super) struct Stream {
 impl Stream {
     pub(super) fn new(block: usize, depth: usize, align: usize) -> Stream {
         Stream {
+            #[cfg(feature = "tokio")]
             pending_seek: None,
             pos: 0,
             block,
@@ -190,7 +191,9 @@ impl AsyncFile {
             if let Some(w) = waker {
                 f.set_waker(w);
             }
-            f.start();
+            // Bytes `poll_write` already accepted: never refused half-way
+            // (see `OpFuture::resume`), even from `Drop`.
+            f.resume();
             self.stream.behind.push_back((off, len, f));
         }
     }

@@ -1,6 +1,6 @@
-//! Time limits that need no particular executor: a future raced against a
-//! `futures-timer` delay (one timer thread per process, woken by the
-//! waker of whichever task polls).
+//! Time limits on socket operations that need no particular executor: a
+//! future raced against a `futures-timer` delay (one timer thread per
+//! process, woken by the waker of whichever task polls).
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;

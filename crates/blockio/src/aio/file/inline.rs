@@ -1,4 +1,5 @@
-//! Reads of cached data served on the polling thread.
+//! Inline reads on the async engine: reads of cached data served on the
+//! polling thread.
 //!
 //! A read whose data is all in the page cache is a `memcpy`; sending it
 //! through the driver adds a queue, a wake-up and a completion to it (and
@@ -33,13 +34,13 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use crate::aio::op::Inline;
-use crate::engine::cached::try_cached;
+use crate::engine::inline::try_inline;
 use crate::op::Op;
 
 /// Reads to send to the driver, at most, after failed tries in a row.
 const MAX_SKIP: u32 = 64;
 
-/// Whether the file has not been looked at yet ([`CachedReads::eligible`]).
+/// Whether the file has not been looked at yet ([`InlineReads::eligible`]).
 const UNKNOWN: u8 = 0;
 /// A buffered regular file: reads are tried inline.
 const TRY: u8 = 1;
@@ -50,7 +51,7 @@ const NEVER: u8 = 2;
 /// between threads updating it cost only speed: every read served inline
 /// returned all its bytes, and every other read goes to the driver.
 #[derive(Debug)]
-pub(super) struct CachedReads {
+pub(super) struct InlineReads {
     /// [`UNKNOWN`], [`TRY`] or [`NEVER`].
     state: AtomicU8,
     /// Failed tries in a row.
@@ -59,11 +60,11 @@ pub(super) struct CachedReads {
     skip: AtomicU32,
 }
 
-impl CachedReads {
+impl InlineReads {
     /// The state of a file on an engine that tries inline reads (`enabled`)
     /// or never does; `direct` files are never tried.
-    pub(super) fn new(enabled: bool, direct: bool) -> CachedReads {
-        CachedReads {
+    pub(super) fn new(enabled: bool, direct: bool) -> InlineReads {
+        InlineReads {
             state: AtomicU8::new(if enabled && !direct { UNKNOWN } else { NEVER }),
             misses: AtomicU32::new(0),
             skip: AtomicU32::new(0),
@@ -102,7 +103,7 @@ impl CachedReads {
     }
 }
 
-impl Inline for CachedReads {
+impl Inline for InlineReads {
     fn try_now(&self, op: &Op<'_>) -> Option<i32> {
         if !self.eligible(op.fd) {
             return None;
@@ -114,12 +115,12 @@ impl Inline for CachedReads {
             self.skip.store(skip - 1, Ordering::Relaxed);
             return None;
         }
-        match try_cached(op) {
+        match try_inline(op) {
             Ok(n) => {
                 if self.misses.load(Ordering::Relaxed) != 0 {
                     self.misses.store(0, Ordering::Relaxed);
                 }
-                // `try_cached` serves a read of at most `i32::MAX` bytes
+                // `try_inline` serves a read of at most `i32::MAX` bytes
                 // only whole, as the kernel caps one read there.
                 i32::try_from(n).ok()
             }

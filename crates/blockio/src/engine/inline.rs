@@ -1,5 +1,6 @@
-//! The auto read path: reads already in the page cache are served on the
-//! calling thread; only the misses go to the backend.
+//! Inline reads on the sync engine (the auto read path): reads already in
+//! the page cache are served on the calling thread; only the misses go to
+//! the backend.
 //!
 //! A cached read is a `memcpy`, and which way is faster depends on how many
 //! reads come together and how big they are (the measurements behind the
@@ -7,7 +8,7 @@
 //!
 //! One `io_uring_enter` per batch amortises the system call (a buffered read
 //! of cached pages completes inline during submission), so batches win; a
-//! lone read pays for the ring's bookkeeping and loses. So a buffered read
+//! read alone in its batch pays for the ring's bookkeeping and loses. So a buffered read
 //! is served on the calling thread with `preadv2(RWF_NOWAIT)` — which copies
 //! the data if all of it is cached and otherwise returns `EAGAIN` at once,
 //! having started readahead — when its batch is small: fewer than 8
@@ -20,7 +21,7 @@
 //! calling thread is what the `pread` loop costs — with no failed `NOWAIT`
 //! try first when the data is cold. Such a read is performed with its
 //! blocking system call whether its file is buffered or `O_DIRECT`
-//! ([`run_lone_read`]), unless the engine was built with `sqpoll` or
+//! ([`run_inline_blocking`]), unless the engine was built with `sqpoll` or
 //! `iopoll`, whose users asked for the ring's own submission or polled
 //! completions.
 //!
@@ -122,7 +123,7 @@ impl FdVerdict {
 /// above with `preadv2(RWF_NOWAIT)`; a read that returns all its bytes is
 /// settled with that result. `pending` is how many operations are not yet
 /// settled; returns how many are left for the backend.
-pub(crate) fn serve_cached(
+pub(crate) fn serve_inline(
     ops: &mut [Op<'_>],
     results: &mut [io::Result<usize>],
     pending: usize,
@@ -148,7 +149,7 @@ pub(crate) fn serve_cached(
             }
             let v = verdict.as_mut().expect("set above");
             if v.eligible {
-                match try_cached(op) {
+                match try_inline(op) {
                     Ok(n) => {
                         *result = Ok(n);
                         op.settled = true;
@@ -168,25 +169,28 @@ pub(crate) fn serve_cached(
 /// call on this thread, if that operation is a read; says whether it did.
 /// Its result is the one the backend would have given: the same system
 /// call's count, or its error described by the same [`Op::result`].
-pub(crate) fn run_lone_read(ops: &mut [Op<'_>], results: &mut [io::Result<usize>]) -> LoneRead {
+pub(crate) fn run_inline_blocking(
+    ops: &mut [Op<'_>],
+    results: &mut [io::Result<usize>],
+) -> InlineBlocking {
     let Some((op, result)) = ops
         .iter_mut()
         .zip(results.iter_mut())
         .find(|(op, _)| !op.settled)
     else {
-        return LoneRead::NotARead;
+        return InlineBlocking::NotARead;
     };
     if !reads_file_data(op.action.kind()) {
-        return LoneRead::NotARead;
+        return InlineBlocking::NotARead;
     }
     *result = op.run_checked();
     op.settled = true;
-    LoneRead::Done
+    InlineBlocking::Done
 }
 
-/// What [`run_lone_read`] did.
+/// What [`run_inline_blocking`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LoneRead {
+pub(crate) enum InlineBlocking {
     /// The read was performed on this thread: its result is set and it is
     /// settled.
     Done,
@@ -211,7 +215,7 @@ fn reads_file_data(kind: OpKind) -> bool {
 /// The byte count if the whole read was served from the page cache, else
 /// the errno (0 for a short read, which the backend redoes: it may be a
 /// partly cached range or end of file).
-pub(crate) fn try_cached(op: &Op<'_>) -> Result<usize, i32> {
+pub(crate) fn try_inline(op: &Op<'_>) -> Result<usize, i32> {
     let segments = op.action.segments();
     let iovs = segments.as_slice();
     let want = iovs.iter().map(|v| v.iov_len).sum::<usize>();

@@ -1,4 +1,5 @@
-//! The engine-wide bound on operations in flight.
+//! The in-flight bound: the engine-wide bound on operations in flight
+//! (the queue depth).
 //!
 //! A counting semaphore: an atomic fast path, and a mutex + condvar only for
 //! threads that find no permit left. Callers take *up to* what they want, so
@@ -10,16 +11,16 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
-pub(crate) struct InFlightLimit {
+pub(crate) struct InFlightBound {
     available: AtomicUsize,
     sleepers: AtomicUsize,
     lock: Mutex<()>,
     freed: Condvar,
 }
 
-impl InFlightLimit {
-    pub(crate) fn new(permits: usize) -> InFlightLimit {
-        InFlightLimit {
+impl InFlightBound {
+    pub(crate) fn new(permits: usize) -> InFlightBound {
+        InFlightBound {
             available: AtomicUsize::new(permits),
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
@@ -96,7 +97,7 @@ mod tests {
 
     #[test]
     fn takes_at_most_what_is_free() {
-        let l = InFlightLimit::new(5);
+        let l = InFlightBound::new(5);
         assert_eq!(l.try_take(3), 3);
         assert_eq!(l.try_take(3), 2);
         assert_eq!(l.try_take(1), 0);
@@ -106,7 +107,7 @@ mod tests {
 
     #[test]
     fn one_give_wakes_as_many_sleepers_as_it_has_permits_for() {
-        let l = std::sync::Arc::new(InFlightLimit::new(3));
+        let l = std::sync::Arc::new(InFlightBound::new(3));
         assert_eq!(l.take(3), 3);
         let (tx, rx) = std::sync::mpsc::channel();
         for _ in 0..3 {
@@ -125,7 +126,7 @@ mod tests {
 
     #[test]
     fn blocked_taker_wakes_on_give() {
-        let l = std::sync::Arc::new(InFlightLimit::new(1));
+        let l = std::sync::Arc::new(InFlightBound::new(1));
         assert_eq!(l.take(1), 1);
         let l2 = l.clone();
         let t = std::thread::spawn(move || l2.take(2));
