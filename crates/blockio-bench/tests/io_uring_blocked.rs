@@ -63,7 +63,7 @@ fn read_bench_labels_every_row_when_io_uring_is_blocked() {
     let rows = doc["rows"].as_array().unwrap();
     assert!(!rows.is_empty());
     for r in rows {
-        // auto serves a lone read on the calling thread ("inline"), and
+        // auto serves a read alone in its batch on the calling thread (inline), and
         // bigger batches' page-cache hits there too.
         let want: &[&str] = match (r["strategy"].as_str().unwrap(), r["qd"].as_u64()) {
             ("sync", _) => &["pread"],

@@ -164,7 +164,7 @@ fn warm_large_reads_are_served_inline_only_in_batches_under_3() {
 
 #[test]
 fn warm_small_reads_in_big_batches_go_to_the_backend() {
-    // The ring is faster than one preadv2 per read for these (see cached.rs).
+    // The ring is faster than one preadv2 per read for these (see engine/inline.rs).
     let f = block_file(64);
     let file = File::open(f.path()).unwrap();
     warm(&file);
