@@ -456,8 +456,72 @@ pub(crate) fn parent_as_written(p: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use super::RootDir;
+    use super::{DirPair, PairDir, RootDir};
     use std::fs::{self, File};
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+
+    /// A pair of `src` and `dst` in `d`, held open.
+    fn held_pair(d: &Path, src: &Path, dst: &Path) -> Arc<DirPair> {
+        let open = |p: &Path| Arc::new(File::open(d.join(p)).unwrap());
+        Arc::new(DirPair {
+            src: PairDir::Held(open(src)),
+            dst: PairDir::Held(open(dst)),
+            src_path: d.join(src),
+            dst_path: d.join(dst),
+            below: None,
+            dst_default_acl: false,
+            chain: None,
+            top: Arc::new((PathBuf::from("x"), PathBuf::from("y"))),
+        })
+    }
+
+    /// A pair by path names a file by its whole path from the working
+    /// directory, and the same file as the held pair does; one whose path
+    /// is too long to name a file by stays held.
+    #[test]
+    fn a_pair_by_path_names_the_files_the_held_pair_names() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        fs::create_dir_all(d.join("s")).unwrap();
+        fs::create_dir_all(d.join("t")).unwrap();
+        fs::write(d.join("s/f"), b"src").unwrap();
+        fs::write(d.join("t/f"), b"dst").unwrap();
+        let held = held_pair(d, Path::new("s"), Path::new("t"));
+        let by_path = held.by_path();
+        assert!(by_path.is_by_path() && !held.is_by_path());
+        let id = |pair: &DirPair, src: bool| {
+            let (dir, name) = if src {
+                pair.src_at(c"f")
+            } else {
+                pair.dst_at(c"f")
+            };
+            let st = rustix::fs::statat(dir, &*name, rustix::fs::AtFlags::empty()).unwrap();
+            (st.st_dev, st.st_ino)
+        };
+        for src in [true, false] {
+            assert_eq!(id(&held, src), id(&by_path, src));
+        }
+        let (dir, name) = by_path.dst_at(c"f");
+        assert_eq!(dir.as_raw_fd(), rustix::fs::CWD.as_raw_fd());
+        assert_eq!(
+            name.to_bytes(),
+            d.join("t/f").as_os_str().as_encoded_bytes()
+        );
+        let m = fs::metadata(d.join("t")).unwrap();
+        let dst = by_path.dst_dir().unwrap().metadata().unwrap();
+        assert_eq!((dst.dev(), dst.ino()), (m.dev(), m.ino()));
+        // Past `BY_PATH_MAX` bytes of directory path: held.
+        let long = Arc::new(DirPair {
+            dst_path: d.join("d".repeat(super::BY_PATH_MAX)),
+            ..Arc::try_unwrap(held_pair(d, Path::new("s"), Path::new("t")))
+                .ok()
+                .unwrap()
+        });
+        assert!(!long.by_path().is_by_path());
+    }
 
     /// A root reopened by its path opens the directory first opened there,
     /// and refuses another put in its place (renamed over it), or a link
