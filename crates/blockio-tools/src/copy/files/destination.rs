@@ -194,7 +194,9 @@ fn report_same_file(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) {
 /// signal puts back until the copy under its name is listed in its place.
 #[derive(Default)]
 struct Room {
+    /// The path the file that was there is kept under.
     backup: Option<std::path::PathBuf>,
+    /// Its listing, until the copy is listed in its place.
     aside: Option<unfinished::Unfinished>,
 }
 
