@@ -520,19 +520,19 @@ fn contents(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
-/// The descriptor floor beside GNU's: GNU's `cp -a`, one file at a time
-/// by its path, copies a directory of 300 files and a venv-like tree
-/// (packages of modules two levels deep, a link) at `ulimit -n 5`. Under
-/// a low limit blockio copies on the thread-pool backend (the ring's
-/// descriptor goes to the files) one file at a time, and shares an
-/// operand's two directory descriptors with the root its subdirectories
-/// are opened beneath: the 300 files copy at 7 (the standard streams,
-/// the two directories, a source and its copy), where they needed 10.
-/// The venv copies at 7 too: its operand's directories are not held
-/// while the tree below is copied, but reopened by their paths to open
-/// each subdirectory beneath them, where they needed 9 (and 10 under
-/// load, when pool threads starting up took descriptors of their own).
-/// Either backend asked for; each copy compared with GNU's.
+/// The descriptor floor beside GNU's: the least `ulimit -n` (soft and
+/// hard) at which GNU's `cp -a`, one file at a time by its path, copies a
+/// directory of 300 files and a venv-like tree (packages of modules two
+/// levels deep, a link, a file of two names) is found here (5 with
+/// coreutils 9.1), and blockio copies both at that limit too, on either
+/// backend asked for: under a limit that leaves fewer than four
+/// descriptors free it copies on the thread-pool backend (no ring), one
+/// file at a time, opens directories and files by their paths and copies
+/// a file only while no directory is held: the standard streams, a source
+/// and its copy. (Holding a directory pair beside them, it needed 7.)
+/// Each copy compared with GNU's, the two names one file in it. One below
+/// that floor, where nothing can be copied, the copy fails with an error
+/// naming what it could not open, never a panic.
 #[test]
 fn a_tree_copies_at_the_descriptor_floor_beside_gnu() {
     let dir = tempfile::tempdir().unwrap();
@@ -551,30 +551,61 @@ fn a_tree_copies_at_the_descriptor_floor_beside_gnu() {
     }
     fs::create_dir(d.join("venv/bin")).unwrap();
     fs::write(d.join("venv/bin/python3"), b"#!\n").unwrap();
+    fs::hard_link(d.join("venv/bin/python3"), d.join("venv/bin/python3.11")).unwrap();
     symlink("python3", d.join("venv/bin/python")).unwrap();
-    for (tree, ours_at) in [("flat", 7), ("venv", 7)] {
-        let mut gnu = Command::new("/usr/bin/cp");
-        gnu.current_dir(d)
-            .args(["-a", tree, &format!("{tree}-gnu")]);
-        limited(&mut gnu, libc::RLIMIT_NOFILE, 5);
-        let o = gnu.output().unwrap();
-        assert!(
-            o.status.success(),
-            "GNU cp -a {tree} at ulimit -n 5: {}",
-            stderr(&o)
-        );
-        let want = contents(&d.join(format!("{tree}-gnu")));
+    for tree in ["flat", "venv"] {
+        let (floor, want) = gnu_descriptor_floor(d, tree);
+        assert!(floor <= 5, "GNU cp -a {tree} needs ulimit -n {floor}");
         for backend in ["auto", "threads"] {
             let dst = format!("{tree}-{backend}");
-            let o = cp_with_descriptors(d, &["-a", tree, &dst], backend, ours_at);
+            let o = cp_with_descriptors(d, &["-a", tree, &dst], backend, floor);
             assert!(
                 o.status.success(),
-                "cp -a {tree} at ulimit -n {ours_at}, {backend}: {}",
+                "cp -a {tree} at ulimit -n {floor}, {backend}: {}",
                 stderr(&o)
             );
             assert_eq!(contents(&d.join(&dst)), want, "{dst}");
+            if tree == "venv" {
+                let ino = |n: &str| fs::metadata(d.join(&dst).join(n)).unwrap().ino();
+                assert_eq!(ino("bin/python3"), ino("bin/python3.11"), "{dst}");
+            }
+            let below = format!("{dst}-below");
+            let o = cp_with_descriptors(d, &["-a", tree, &below], backend, floor - 1);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(1), "ulimit -n {}: {err}", floor - 1);
+            assert!(
+                err.lines().count() > 0
+                    && err
+                        .lines()
+                        .all(|l| l.contains(&below) && l.ends_with("Too many open files")),
+                "ulimit -n {}: {err}",
+                floor - 1
+            );
         }
     }
+}
+
+/// The least `ulimit -n` at which GNU's `cp -a tree` copies it whole (it
+/// fails one below), with what that copy holds.
+fn gnu_descriptor_floor(d: &Path, tree: &str) -> (u64, Vec<(PathBuf, Vec<u8>)>) {
+    let dst = format!("{tree}-gnu");
+    let copy = |limit: u64| {
+        let _ = fs::remove_dir_all(d.join(&dst));
+        let mut gnu = Command::new("/usr/bin/cp");
+        gnu.current_dir(d).args(["-a", tree, &dst]);
+        limited(&mut gnu, libc::RLIMIT_NOFILE, limit);
+        gnu.output().unwrap().status.success()
+    };
+    let floor = (4..=12)
+        .find(|&n| copy(n))
+        .unwrap_or_else(|| panic!("GNU cp -a {tree} fails at every ulimit -n up to 12"));
+    assert!(
+        !copy(floor - 1),
+        "GNU cp -a {tree} at ulimit -n {}",
+        floor - 1
+    );
+    assert!(copy(floor), "GNU cp -a {tree} at ulimit -n {floor}");
+    (floor, contents(&d.join(dst)))
 }
 
 /// `cp -a` of a tree whose files have second names in other directories

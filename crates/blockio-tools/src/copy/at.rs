@@ -209,12 +209,13 @@ pub(crate) struct Dest {
 /// A new file costs one `openat` (`O_CREAT | O_EXCL`); an existing one a
 /// second, which tells the two apart without a `stat`.
 pub(crate) fn create(
-    dir: &File,
+    dir: impl AsFd,
     name: &CStr,
     excl: bool,
     mode: u32,
     force: bool,
 ) -> io::Result<Dest> {
+    let dir = dir.as_fd();
     let base = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut removed = false;
     // A name removed between the two calls is created on the next round;
@@ -266,12 +267,13 @@ pub(crate) fn create(
 /// there: only for a destination named on the command line, as GNU `cp`
 /// does. A link to nothing is refused.
 pub(crate) fn create_following(
-    dir: &File,
+    dir: impl AsFd,
     name: &CStr,
     excl: bool,
     mode: u32,
     force: bool,
 ) -> io::Result<Dest> {
+    let dir = dir.as_fd();
     // `O_EXCL` (`-n`): whatever is there, link or not, is left alone.
     if !excl {
         let open = OFlags::WRONLY | OFlags::CLOEXEC;
@@ -306,14 +308,14 @@ pub(crate) fn create_following(
 }
 
 /// Whether `name` in `dir` is a symbolic link.
-pub(crate) fn is_symlink(dir: &File, name: &CStr) -> bool {
+pub(crate) fn is_symlink(dir: impl AsFd, name: &CStr) -> bool {
     rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
         rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink
     })
 }
 
 /// Whether `name` in `dir` is a directory (not a link to one).
-pub(crate) fn is_dir(dir: &File, name: &CStr) -> bool {
+pub(crate) fn is_dir(dir: impl AsFd, name: &CStr) -> bool {
     rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
         rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
     })
@@ -322,9 +324,9 @@ pub(crate) fn is_dir(dir: &File, name: &CStr) -> bool {
 /// A new hard link `to_name` in `to_dir` to the file `from_name` in
 /// `from_dir` (not following a link at `from_name`).
 pub(crate) fn link(
-    from_dir: &File,
+    from_dir: impl AsFd,
     from_name: &CStr,
-    to_dir: &File,
+    to_dir: impl AsFd,
     to_name: &CStr,
 ) -> io::Result<()> {
     Ok(rustix::fs::linkat(
@@ -337,7 +339,7 @@ pub(crate) fn link(
 }
 
 /// Removes the file (not a directory) `name` from `dir`.
-pub(crate) fn unlink(dir: &File, name: &CStr) -> io::Result<()> {
+pub(crate) fn unlink(dir: impl AsFd, name: &CStr) -> io::Result<()> {
     Ok(rustix::fs::unlinkat(
         dir,
         name,

@@ -1,11 +1,13 @@
 //! What the walker hands the workers: directory pairs, entries, groups of
 //! files, and the state every thread of one copy shares.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -113,14 +115,47 @@ impl Chain {
     }
 }
 
-/// A source directory and its copy, both open, with their paths for
-/// messages. Shared by every group of files from that directory.
+/// One directory of a [`DirPair`].
+pub(crate) enum PairDir {
+    /// Open: names in it are opened relative to it.
+    Held(Arc<File>),
+    /// Not held: under the lowest limits on descriptors, where a
+    /// directory's descriptor is one that a file being copied needs, names
+    /// in it are opened by their whole path from the working directory, as
+    /// GNU's `cp` opens them (see [`DirPair::by_path`]).
+    ByPath,
+}
+
+impl std::ops::Deref for PairDir {
+    type Target = File;
+
+    /// The open directory. Only for the walker's own pairs, which always
+    /// hold theirs; the copy of a group of files, which may be given a
+    /// pair by path, names files through [`DirPair::src_at`] and
+    /// [`DirPair::dst_at`] alone.
+    fn deref(&self) -> &File {
+        match self {
+            PairDir::Held(dir) => dir,
+            PairDir::ByPath => unreachable!("a directory held by path has no descriptor"),
+        }
+    }
+}
+
+impl AsFd for PairDir {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        (**self).as_fd()
+    }
+}
+
+/// A source directory and its copy, both open (or, for a group of files
+/// under the lowest limits on descriptors, both named by path), with their
+/// paths for messages. Shared by every group of files from that directory.
 pub(crate) struct DirPair {
     /// The directories, shared with the [`Root`] that an operand's
     /// directory is for its subdirectories: one descriptor each, however
     /// they are held (under `ulimit -n` every one counts).
-    pub src: Arc<File>,
-    pub dst: Arc<File>,
+    pub src: PairDir,
+    pub dst: PairDir,
     pub src_path: PathBuf,
     pub dst_path: PathBuf,
     /// Where this pair's subdirectories are opened from (`None` for the
@@ -136,7 +171,71 @@ pub(crate) struct DirPair {
     pub top: Arc<(PathBuf, PathBuf)>,
 }
 
+/// Where a name of a [`DirPair`] is opened from: its directory and the
+/// name, or the working directory and the name's whole path.
+pub(crate) type NameAt<'a> = (BorrowedFd<'a>, Cow<'a, CStr>);
+
+/// The longest directory path a pair is named by ([`DirPair::by_path`]):
+/// a name of up to 255 bytes after it stays within `PATH_MAX` (4096).
+const BY_PATH_MAX: usize = 4096 - 256 - 1;
+
 impl DirPair {
+    /// `name` in the source directory, to open or look at (see
+    /// [`PairDir`]).
+    pub fn src_at<'a>(&'a self, name: &'a CStr) -> NameAt<'a> {
+        match &self.src {
+            PairDir::Held(dir) => (dir.as_fd(), Cow::Borrowed(name)),
+            PairDir::ByPath => (rustix::fs::CWD, Cow::Owned(path_name(self.src_of(name)))),
+        }
+    }
+
+    /// `name` in the destination directory, to open, make or look at (see
+    /// [`PairDir`]).
+    pub fn dst_at<'a>(&'a self, name: &'a CStr) -> NameAt<'a> {
+        match &self.dst {
+            PairDir::Held(dir) => (dir.as_fd(), Cow::Borrowed(name)),
+            PairDir::ByPath => (rustix::fs::CWD, Cow::Owned(path_name(self.dst_of(name)))),
+        }
+    }
+
+    /// The destination directory, open: held, or opened by its path for
+    /// the moment (a pair by path), for what needs the directory itself
+    /// (reading its names for a numbered backup).
+    pub fn dst_dir(&self) -> io::Result<Arc<File>> {
+        match &self.dst {
+            PairDir::Held(dir) => Ok(Arc::clone(dir)),
+            PairDir::ByPath => Ok(Arc::new(super::at::open_operand_dir(&self.dst_path)?)),
+        }
+    }
+
+    /// Whether the pair names its files by path (see [`PairDir::ByPath`]).
+    pub fn is_by_path(&self) -> bool {
+        matches!(self.dst, PairDir::ByPath)
+    }
+
+    /// The same pair holding no descriptor, its files named by their whole
+    /// paths, for copying a group of its files under the lowest limits on
+    /// descriptors: with a source and its copy open, the two directories
+    /// are two descriptors more than GNU's `cp`, which opens files by path,
+    /// needs. The pair itself when a path is too long to name a file by
+    /// (the directories are then held, as deep trees need).
+    pub fn by_path(self: &Arc<Self>) -> Arc<DirPair> {
+        let long = |p: &Path| p.as_os_str().len() > BY_PATH_MAX;
+        if self.is_by_path() || long(&self.src_path) || long(&self.dst_path) {
+            return Arc::clone(self);
+        }
+        Arc::new(DirPair {
+            src: PairDir::ByPath,
+            dst: PairDir::ByPath,
+            src_path: self.src_path.clone(),
+            dst_path: self.dst_path.clone(),
+            below: self.below.clone(),
+            dst_default_acl: self.dst_default_acl,
+            chain: self.chain.clone(),
+            top: Arc::clone(&self.top),
+        })
+    }
+
     /// The path of `name` in the source directory, for messages.
     pub fn src_of(&self, name: &CStr) -> PathBuf {
         self.as_written(&self.top.0, name)
@@ -158,6 +257,12 @@ impl DirPair {
             && crate::copy::at::last_component(operand).as_bytes() == name.to_bytes();
         own.then(|| operand.to_path_buf())
     }
+}
+
+/// A path as a C string, to open.
+fn path_name(p: PathBuf) -> CString {
+    // Names from the file system or from argv never hold a NUL byte.
+    CString::new(p.into_os_string().into_vec()).expect("path names hold no NUL byte")
 }
 
 /// `name` in the directory `dir`, as GNU's `cp` writes it in messages and
@@ -291,15 +396,17 @@ pub(crate) enum FirstCopy {
 }
 
 impl FirstCopy {
-    /// The copy named `name` in `pair`'s destination.
+    /// The copy named `name` in `pair`'s destination. A pair by path is
+    /// held as it is (it holds no descriptor), so that linking to the copy
+    /// takes none either.
     pub(crate) fn of(pair: &Arc<DirPair>, name: &CStr) -> FirstCopy {
         match &pair.below {
-            Some((root, rel)) => FirstCopy::Beneath {
+            Some((root, rel)) if !pair.is_by_path() => FirstCopy::Beneath {
                 root: Arc::clone(root),
                 rel: Arc::clone(rel),
                 name: name.to_owned(),
             },
-            None => FirstCopy::In {
+            _ => FirstCopy::In {
                 pair: Arc::clone(pair),
                 name: name.to_owned(),
             },
@@ -307,13 +414,16 @@ impl FirstCopy {
     }
 
     /// Makes `to_name` in `to_dir` a hard link to it.
-    pub(crate) fn link_as(&self, to_dir: &File, to_name: &CStr) -> io::Result<()> {
+    pub(crate) fn link_as(&self, to_dir: impl AsFd, to_name: &CStr) -> io::Result<()> {
         match self {
             FirstCopy::Beneath { root, rel, name } => {
                 let dir = super::at::open_dir_beneath(&*root.dst.open()?, rel)?;
                 super::at::link(&dir, name, to_dir, to_name)
             }
-            FirstCopy::In { pair, name } => super::at::link(&pair.dst, name, to_dir, to_name),
+            FirstCopy::In { pair, name } => {
+                let (dir, name) = pair.dst_at(name);
+                super::at::link(dir, &name, to_dir, to_name)
+            }
         }
     }
 }
@@ -346,8 +456,72 @@ pub(crate) fn parent_as_written(p: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use super::RootDir;
+    use super::{DirPair, PairDir, RootDir};
     use std::fs::{self, File};
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+
+    /// A pair of `src` and `dst` in `d`, held open.
+    fn held_pair(d: &Path, src: &Path, dst: &Path) -> Arc<DirPair> {
+        let open = |p: &Path| Arc::new(File::open(d.join(p)).unwrap());
+        Arc::new(DirPair {
+            src: PairDir::Held(open(src)),
+            dst: PairDir::Held(open(dst)),
+            src_path: d.join(src),
+            dst_path: d.join(dst),
+            below: None,
+            dst_default_acl: false,
+            chain: None,
+            top: Arc::new((PathBuf::from("x"), PathBuf::from("y"))),
+        })
+    }
+
+    /// A pair by path names a file by its whole path from the working
+    /// directory, and the same file as the held pair does; one whose path
+    /// is too long to name a file by stays held.
+    #[test]
+    fn a_pair_by_path_names_the_files_the_held_pair_names() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        fs::create_dir_all(d.join("s")).unwrap();
+        fs::create_dir_all(d.join("t")).unwrap();
+        fs::write(d.join("s/f"), b"src").unwrap();
+        fs::write(d.join("t/f"), b"dst").unwrap();
+        let held = held_pair(d, Path::new("s"), Path::new("t"));
+        let by_path = held.by_path();
+        assert!(by_path.is_by_path() && !held.is_by_path());
+        let id = |pair: &DirPair, src: bool| {
+            let (dir, name) = if src {
+                pair.src_at(c"f")
+            } else {
+                pair.dst_at(c"f")
+            };
+            let st = rustix::fs::statat(dir, &*name, rustix::fs::AtFlags::empty()).unwrap();
+            (st.st_dev, st.st_ino)
+        };
+        for src in [true, false] {
+            assert_eq!(id(&held, src), id(&by_path, src));
+        }
+        let (dir, name) = by_path.dst_at(c"f");
+        assert_eq!(dir.as_raw_fd(), rustix::fs::CWD.as_raw_fd());
+        assert_eq!(
+            name.to_bytes(),
+            d.join("t/f").as_os_str().as_encoded_bytes()
+        );
+        let m = fs::metadata(d.join("t")).unwrap();
+        let dst = by_path.dst_dir().unwrap().metadata().unwrap();
+        assert_eq!((dst.dev(), dst.ino()), (m.dev(), m.ino()));
+        // Past `BY_PATH_MAX` bytes of directory path: held.
+        let long = Arc::new(DirPair {
+            dst_path: d.join("d".repeat(super::BY_PATH_MAX)),
+            ..Arc::try_unwrap(held_pair(d, Path::new("s"), Path::new("t")))
+                .ok()
+                .unwrap()
+        });
+        assert!(!long.by_path().is_by_path());
+    }
 
     /// A root reopened by its path opens the directory first opened there,
     /// and refuses another put in its place (renamed over it), or a link

@@ -609,6 +609,17 @@ pub(crate) fn few_descriptors() -> bool {
     descriptor_limit().is_some_and(|n| n < DESCRIPTORS_BESIDES_FILES)
 }
 
+/// Whether the descriptors free under the limit are too few for a
+/// directory pair held beside a source and its copy (four): the copy then
+/// names files by their paths and holds no directory while it copies one,
+/// as GNU's `cp` does, which needs two beyond those open at the start.
+pub(crate) fn names_by_path() -> bool {
+    let open = std::fs::read_dir("/proc/self/fd")
+        // (the listing's own descriptor is one of them)
+        .map_or(3, |d| d.count().saturating_sub(1) as u64);
+    descriptor_limit().is_some_and(|n| n.saturating_sub(open) < 4)
+}
+
 /// The soft limit on open descriptors (`RLIMIT_NOFILE`), `None` for none.
 fn descriptor_limit() -> Option<u64> {
     rustix::process::getrlimit(rustix::process::Resource::Nofile).current

@@ -349,10 +349,11 @@ fn remove_and_die(sig: libc::c_int) -> ! {
     // Second names first, while their copies still have theirs.
     let (links, copies): (Vec<&Made>, Vec<&Made>) = l.files.values().partition(|m| m.link);
     for m in links.into_iter().chain(copies) {
-        let _ = rustix::fs::unlinkat(&m.dir.dst, m.name.as_c_str(), rustix::fs::AtFlags::empty());
+        let (dir, name) = m.dir.dst_at(&m.name);
+        let _ = rustix::fs::unlinkat(dir, &*name, rustix::fs::AtFlags::empty());
         if let Some(kept) = &m.backup {
-            let _ =
-                rustix::fs::renameat(&m.dir.dst, kept.as_c_str(), &m.dir.dst, m.name.as_c_str());
+            let (kept_dir, kept) = m.dir.dst_at(kept);
+            let _ = rustix::fs::renameat(kept_dir, &*kept, dir, &*name);
         }
     }
     let one = signal_set(&[sig]);

@@ -5,13 +5,18 @@
 //! per name, before a byte is written, so they live apart from how the
 //! bytes move. Failures are reported in GNU's words.
 
+use std::ffi::OsStr;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::super::at;
-use super::super::entry::{statx_id, Ctx, DirPair, Entry, FirstCopy};
+use rustix::fs::{AtFlags, FileType};
+use rustix::io::Errno;
+
+use super::super::entry::{statx_id, Ctx, DirPair, Entry, FirstCopy, NameAt};
 use super::super::unfinished;
 use super::super::{quote, CopyOptions};
 use super::job::{fstat, Target};
@@ -84,18 +89,13 @@ fn existing(
             Existing::Refused
         };
     }
-    let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
+    let regular = FileType::from_raw_mode(st.stx_mode.into()) == FileType::RegularFile;
     // Not with `--attributes-only`, which writes no data, as GNU's.
     if regular && ctx.opts.preserve.links && st.stx_nlink > 1 && !ctx.opts.attributes_only {
-        let made = at::unlink(&dirs.dst, &e.dst_name).and_then(|()| {
+        let (dir, name) = dirs.dst_at(&e.dst_name);
+        let made = at::unlink(dir, &name).and_then(|()| {
             unfinished::created(dirs, &e.dst_name, None, e.id(), None, || {
-                let d = at::create(
-                    &dirs.dst,
-                    &e.dst_name,
-                    true,
-                    create_mode(ctx.opts, e),
-                    false,
-                )?;
+                let d = at::create(dir, &name, true, create_mode(ctx.opts, e), false)?;
                 Ok((d, true))
             })
         });
@@ -148,62 +148,17 @@ pub(super) fn create_dst(
 ) -> io::Result<Option<(at::Dest, Target)>> {
     let opts = ctx.opts;
     let excl = opts.no_clobber || opts.update == copy::Update::None;
-    let mode = create_mode(opts, e);
-    let mut backup = None;
-    // The listing of the file `-b` moved aside, which a signal puts back
-    // until the copy under its name is listed in its place.
-    let mut aside = None;
     let replaces = (opts.backup != copy::Backup::None || opts.remove_destination) && !excl;
     if replaces && same_entry(pair, e) {
         // Backing up or removing the destination would move or remove
         // the source itself (reached through a bind mount of its
         // directory): GNU's same-file refusal.
-        let what = format!(
-            "{} and {} are the same file",
-            quote(&pair.src_of(&e.src_name)),
-            quote(&pair.dst_of(&e.dst_name))
-        );
-        ctx.errors.report(what, None);
+        report_same_file(ctx, pair, e);
         return Ok(None);
     }
-    // With `-a`, a second name of a file already copied is made a link to
-    // that copy whatever `-u` says of the file in its way, as GNU's `cp`
-    // does (coreutils' copy.c: "we currently replace DST_NAME
-    // unconditionally"); with `-b` that file is kept as the backup first.
-    let links_to_a_copy = || {
-        opts.preserve.links
-            && (e.st.stx_nlink > 1 || e.follow_src)
-            && ctx
-                .links
-                .lock()
-                .expect("hard link table lock")
-                .contains_key(&e.id())
+    let Some(mut room) = make_room(ctx, pair, e, excl)? else {
+        return Ok(None);
     };
-    if opts.backup != copy::Backup::None && !excl {
-        let keep = if links_to_a_copy() {
-            link_over(ctx, pair, e) == LinkOver::Keep
-        } else {
-            kept(ctx, pair, e)?
-        };
-        if keep {
-            return Err(io::Error::from_raw_os_error(libc::EEXIST));
-        }
-        if copy::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, &e.dst_name) {
-            let what = format!(
-                "backing up {} might destroy source;  {} not copied",
-                quote(&pair.dst_of(&e.dst_name)),
-                quote(&pair.src_of(&e.src_name))
-            );
-            ctx.errors.report(what, None);
-            return Ok(None);
-        }
-        (backup, aside) = unfinished::kept_aside(pair, &e.dst_name, e.id(), || {
-            copy::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name)
-        })
-        .map_err(|err| copy::in_the_way("cannot backup", err))?;
-    } else if opts.remove_destination && !excl {
-        remove_destination(ctx, pair, e)?;
-    }
     let decided = match judged_before_open(ctx, pair, e, excl) {
         Some(true) => {
             ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
@@ -212,100 +167,159 @@ pub(super) fn create_dst(
         Some(false) => true,
         None => false,
     };
-    let mut create = || {
-        let kept = backup.as_ref().and_then(|b| b.file_name()).map(copy::cname);
-        let (mut d, listed) = unfinished::created(
-            pair,
-            &e.dst_name,
-            kept.as_ref(),
-            e.id(),
-            aside.take(),
-            || {
-                let d = if e.follow_dst {
-                    at::create_following(&pair.dst, &e.dst_name, excl, mode, opts.force)
-                } else {
-                    at::create(&pair.dst, &e.dst_name, excl, mode, opts.force)
-                }?;
-                let made = d.created;
-                Ok((d, made))
-            },
-        )?;
-        d.backup = backup.clone();
-        d.listed = listed;
-        Ok::<_, io::Error>(d)
-    };
     // With `-L` two links to one file are two names of it too, as GNU
     // sees them.
     if !(ctx.opts.preserve.links && (e.st.stx_nlink > 1 || e.follow_src)) {
-        let mut dst = create()?;
+        let mut dst = create_named(ctx, pair, e, excl, &mut room)?;
         return Ok(match existing(ctx, pair, e, &mut dst, decided) {
             Existing::Write(target) => Some((dst, target)),
             Existing::KeptByUpdate | Existing::Refused => None,
         });
     }
+    link_or_create(ctx, pair, e, excl, decided, room)
+}
+
+/// GNU's refusal of a copy onto its own source.
+fn report_same_file(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) {
+    let what = format!(
+        "{} and {} are the same file",
+        quote(&pair.src_of(&e.src_name)),
+        quote(&pair.dst_of(&e.dst_name))
+    );
+    ctx.errors.report(what, None);
+}
+
+/// What `-b` left of the name a copy is made under: the path the file
+/// that was there is kept under, and the listing of that file, which a
+/// signal puts back until the copy under its name is listed in its place.
+#[derive(Default)]
+struct Room {
+    /// The path the file that was there is kept under.
+    backup: Option<std::path::PathBuf>,
+    /// Its listing, until the copy is listed in its place.
+    aside: Option<unfinished::Unfinished>,
+}
+
+/// Makes room for `e`'s copy: with `-b` the file in the way is kept
+/// aside, with `--remove-destination` removed. `None` when the copy is
+/// refused (reported); an `EEXIST` error when `-u` or `-i` keeps the file.
+fn make_room(
+    ctx: &Ctx<'_>,
+    pair: &Arc<DirPair>,
+    e: &Entry,
+    excl: bool,
+) -> io::Result<Option<Room>> {
+    let opts = ctx.opts;
+    if excl {
+        return Ok(Some(Room::default()));
+    }
+    if opts.remove_destination && opts.backup == copy::Backup::None {
+        remove_destination(ctx, pair, e)?;
+        return Ok(Some(Room::default()));
+    }
+    if opts.backup == copy::Backup::None {
+        return Ok(Some(Room::default()));
+    }
+    // With `-a`, a second name of a file already copied is made a link to
+    // that copy whatever `-u` says of the file in its way, as GNU's `cp`
+    // does (coreutils' copy.c: "we currently replace DST_NAME
+    // unconditionally"); with `-b` that file is kept as the backup first.
+    let keep = if links_to_a_copy(ctx, e) {
+        link_over(ctx, pair, e) == LinkOver::Keep
+    } else {
+        kept(ctx, pair, e)?
+    };
+    if keep {
+        return Err(Errno::EXIST.into());
+    }
+    // (Listing the directory for a numbered backup needs it open: by
+    // path, for the moment.)
+    let dir = pair.dst_dir()?;
+    if copy::backup_is_source(opts, &e.src_name, e.id(), &dir, &e.dst_name) {
+        let what = format!(
+            "backing up {} might destroy source;  {} not copied",
+            quote(&pair.dst_of(&e.dst_name)),
+            quote(&pair.src_of(&e.src_name))
+        );
+        ctx.errors.report(what, None);
+        return Ok(None);
+    }
+    let (backup, aside) = unfinished::kept_aside(pair, &e.dst_name, e.id(), || {
+        copy::make_backup(opts, &dir, &pair.dst_path, &e.dst_name)
+    })
+    .map_err(|err| copy::in_the_way("cannot backup", err))?;
+    Ok(Some(Room { backup, aside }))
+}
+
+/// Whether `e` is a second name of a file already copied (`-a`).
+fn links_to_a_copy(ctx: &Ctx<'_>, e: &Entry) -> bool {
+    ctx.opts.preserve.links
+        && (e.st.stx_nlink > 1 || e.follow_src)
+        && ctx
+            .links
+            .lock()
+            .expect("hard link table lock")
+            .contains_key(&e.id())
+}
+
+/// Creates `e`'s copy (or opens the file there), listed as unfinished
+/// when this made it, with the file `-b` kept aside in `room`.
+fn create_named(
+    ctx: &Ctx<'_>,
+    pair: &Arc<DirPair>,
+    e: &Entry,
+    excl: bool,
+    room: &mut Room,
+) -> io::Result<at::Dest> {
+    let opts = ctx.opts;
+    let mode = create_mode(opts, e);
+    let kept = room
+        .backup
+        .as_ref()
+        .and_then(|b| b.file_name())
+        .map(copy::cname);
+    let (dir, name) = pair.dst_at(&e.dst_name);
+    let (mut d, listed) = unfinished::created(
+        pair,
+        &e.dst_name,
+        kept.as_ref(),
+        e.id(),
+        room.aside.take(),
+        || {
+            let d = if e.follow_dst {
+                at::create_following(dir, &name, excl, mode, opts.force)
+            } else {
+                at::create(dir, &name, excl, mode, opts.force)
+            }?;
+            let made = d.created;
+            Ok((d, made))
+        },
+    )?;
+    d.backup = room.backup.clone();
+    d.listed = listed;
+    Ok(d)
+}
+
+/// `-a`: `e`'s copy, a file of several names: a hard link to the copy of
+/// an earlier name of it, or made as the copy later names link to.
+fn link_or_create(
+    ctx: &Ctx<'_>,
+    pair: &Arc<DirPair>,
+    e: &Entry,
+    excl: bool,
+    decided: bool,
+    mut room: Room,
+) -> io::Result<Option<(at::Dest, Target)>> {
     // Held while the first copy is created, so a second name of the file
     // never links to a copy that does not exist yet.
     let mut links = ctx.links.lock().expect("hard link table lock");
     if let Some(first) = links.get(&e.id()) {
-        let mut removed = false;
-        let mut quietly = false;
-        let mut link = || {
-            unfinished::linked(pair, &e.dst_name, e.id(), aside.take(), || {
-                first.link_as(&pair.dst, &e.dst_name)
-            })
-        };
-        let r = match link() {
-            Err(err) if err.raw_os_error() == Some(libc::EEXIST) && !ctx.opts.no_clobber => {
-                // The name in the way may be the source itself (another
-                // of its hard links): never removed.
-                let same =
-                    through_the_copy(&pair.dst, e).is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
-                if same {
-                    drop(links);
-                    let what = format!(
-                        "{} and {} are the same file",
-                        quote(&pair.src_of(&e.src_name)),
-                        quote(&pair.dst_of(&e.dst_name))
-                    );
-                    ctx.errors.report(what, None);
-                    return Ok(None);
-                }
-                match link_over(ctx, pair, e) {
-                    LinkOver::Keep => {
-                        ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
-                        return Ok(None);
-                    }
-                    LinkOver::ReplaceQuietly => quietly = true,
-                    LinkOver::Replace => {}
-                }
-                at::unlink(&pair.dst, &e.dst_name).and_then(|()| {
-                    removed = true;
-                    link()
-                })
-            }
-            r => r,
-        };
+        let first = first.clone();
         drop(links);
-        r?;
-        if !quietly {
-            copy::say_copied(
-                opts,
-                &pair.src_of(&e.src_name),
-                &pair.dst_of(&e.dst_name),
-                backup.as_deref(),
-            );
-        }
-        if removed {
-            // GNU's words for the name the link replaced, after the line.
-            copy::say(
-                opts,
-                format_args!("removed {}", quote(&pair.dst_of(&e.dst_name))),
-            );
-        }
-        ctx.progress.files.fetch_add(1, Ordering::Relaxed);
+        link_to_first(ctx, pair, e, &first, room)?;
         return Ok(None);
     }
-    let mut dst = create()?;
+    let mut dst = create_named(ctx, pair, e, excl, &mut room)?;
     // Only a copy is linked to: an existing destination that is the
     // source itself, or that `-i` keeps, is not one, and the next name of
     // the file is copied anew. One that `-u` keeps (not older than the
@@ -324,6 +338,60 @@ pub(super) fn create_dst(
     }
 }
 
+/// Makes `e`'s copy a hard link to `first`, the copy of an earlier name
+/// of the same file, replacing what is in the way as GNU's `cp` does
+/// (never the source itself), and says so.
+fn link_to_first(
+    ctx: &Ctx<'_>,
+    pair: &Arc<DirPair>,
+    e: &Entry,
+    first: &FirstCopy,
+    mut room: Room,
+) -> io::Result<()> {
+    let opts = ctx.opts;
+    let (dir, name) = pair.dst_at(&e.dst_name);
+    let mut link = || {
+        unfinished::linked(pair, &e.dst_name, e.id(), room.aside.take(), || {
+            first.link_as(dir, &name)
+        })
+    };
+    let mut removed = false;
+    let mut quietly = false;
+    match link() {
+        Err(err) if Errno::from_io_error(&err) == Some(Errno::EXIST) && !opts.no_clobber => {
+            // The name in the way may be the source itself (another of
+            // its hard links): never removed.
+            if through_the_copy(pair, e).is_ok_and(|st| (st.st_dev, st.st_ino) == e.id()) {
+                report_same_file(ctx, pair, e);
+                return Ok(());
+            }
+            match link_over(ctx, pair, e) {
+                LinkOver::Keep => {
+                    ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                LinkOver::ReplaceQuietly => quietly = true,
+                LinkOver::Replace => {}
+            }
+            at::unlink(dir, &name)?;
+            removed = true;
+            link()?;
+        }
+        r => r?,
+    }
+    if !quietly {
+        let (src, dst) = (pair.src_of(&e.src_name), pair.dst_of(&e.dst_name));
+        copy::say_copied(opts, &src, &dst, room.backup.as_deref());
+    }
+    if removed {
+        // GNU's words for the name the link replaced, after the line.
+        let dst = pair.dst_of(&e.dst_name);
+        copy::say(opts, format_args!("removed {}", quote(&dst)));
+    }
+    ctx.progress.files.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
 /// What becomes of an existing name that a second name of a file already
 /// copied (`-a`) would be linked over, as GNU's `cp` decides it: `-u`
 /// links over a name not older than the source whatever it holds, with no
@@ -338,11 +406,8 @@ enum LinkOver {
 
 fn link_over(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> LinkOver {
     let opts = ctx.opts;
-    let Ok(st) = rustix::fs::statat(
-        &pair.dst,
-        e.dst_name.as_c_str(),
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    ) else {
+    let (dir, name) = pair.dst_at(&e.dst_name);
+    let Ok(st) = rustix::fs::statat(dir, &*name, AtFlags::SYMLINK_NOFOLLOW) else {
         return LinkOver::Replace;
     };
     let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
@@ -372,7 +437,8 @@ fn judged_before_open(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> O
     } else {
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW
     };
-    let st = rustix::fs::statat(&pair.dst, e.dst_name.as_c_str(), flags).ok()?;
+    let (dir, name) = pair.dst_at(&e.dst_name);
+    let st = rustix::fs::statat(dir, &*name, flags).ok()?;
     let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
     let dst = pair.dst_of(&e.dst_name);
     match rustix::fs::FileType::from_raw_mode(st.st_mode) {
@@ -381,13 +447,9 @@ fn judged_before_open(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> O
         }
         rustix::fs::FileType::Directory | rustix::fs::FileType::Symlink => None,
         _ if opts.ask.is_some() => {
-            let writable = rustix::fs::accessat(
-                &pair.dst,
-                e.dst_name.as_c_str(),
-                rustix::fs::Access::WRITE_OK,
-                rustix::fs::AtFlags::EACCESS,
-            )
-            .is_ok();
+            let writable =
+                rustix::fs::accessat(dir, &*name, rustix::fs::Access::WRITE_OK, AtFlags::EACCESS)
+                    .is_ok();
             if writable {
                 return None;
             }
@@ -407,13 +469,10 @@ fn judged_before_open(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> O
 /// removed or kept aside is kept instead, by `-u` or `-i`, judged on the
 /// name's own attributes.
 fn kept(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<bool> {
-    let st = match rustix::fs::statat(
-        &pair.dst,
-        e.dst_name.as_c_str(),
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    ) {
+    let (dir, name) = pair.dst_at(&e.dst_name);
+    let st = match rustix::fs::statat(dir, &*name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => st,
-        Err(rustix::io::Errno::NOENT) => return Ok(false),
+        Err(Errno::NOENT) => return Ok(false),
         Err(err) => return Err(err.into()),
     };
     if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
@@ -435,16 +494,17 @@ fn kept(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<bool> {
 fn remove_destination(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<()> {
     let dst = pair.dst_of(&e.dst_name);
     if kept(ctx, pair, e)? {
-        return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        return Err(Errno::EXIST.into());
     }
-    match at::unlink(&pair.dst, &e.dst_name) {
+    let (dir, name) = pair.dst_at(&e.dst_name);
+    match rustix::fs::unlinkat(dir, &*name, AtFlags::empty()) {
         Ok(()) => {
             copy::say(ctx.opts, format_args!("removed {}", quote(&dst)));
             Ok(())
         }
-        Err(err) if err.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(Errno::NOENT) => Ok(()),
         // A directory: creating the copy reports it, as GNU does.
-        Err(err) if err.raw_os_error() == Some(libc::EISDIR) => Err(err),
+        Err(Errno::ISDIR) => Err(Errno::ISDIR.into()),
         Err(err) => Err(copy::in_the_way("cannot remove", err)),
     }
 }
@@ -452,12 +512,19 @@ fn remove_destination(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<()
 /// Whether the destination of `e` (a symbolic link) leads to the source
 /// file itself.
 fn leads_to_the_source(dirs: &DirPair, e: &Entry) -> bool {
-    through_the_copy(&dirs.dst, e).is_ok_and(|st| (st.st_dev, st.st_ino) == e.id())
+    through_the_copy(dirs, e).is_ok_and(|st| (st.st_dev, st.st_ino) == e.id())
 }
 
-/// What `e`'s copy names, looked at through a link there, in `dst`.
-fn through_the_copy(dst: &impl AsFd, e: &Entry) -> rustix::io::Result<rustix::fs::Stat> {
-    rustix::fs::statat(dst, e.dst_name.as_c_str(), rustix::fs::AtFlags::empty())
+/// What `e`'s copy names, looked at through a link there.
+fn through_the_copy(dirs: &DirPair, e: &Entry) -> rustix::io::Result<rustix::fs::Stat> {
+    let (dir, name) = dirs.dst_at(&e.dst_name);
+    rustix::fs::statat(dir, &*name, AtFlags::empty())
+}
+
+/// Whether `e`'s copy is a symbolic link.
+fn is_symlink(dirs: &DirPair, e: &Entry) -> bool {
+    let (dir, name) = dirs.dst_at(&e.dst_name);
+    at::is_symlink(dir, &name)
 }
 
 /// Reports a copy that could not be created (or skips it, with `-n`).
@@ -472,120 +539,135 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
             .errors
             .report(what, Some(io::Error::from_raw_os_error(w.errno)));
     }
-    let msg = match err.raw_os_error() {
-        // `-n` onto a link in a loop: GNU's look through it fails first.
-        Some(libc::EEXIST)
-            if ctx.opts.no_clobber
-                && at::is_symlink(&dirs.dst, &e.dst_name)
-                && through_the_copy(&dirs.dst, e)
-                    .is_err_and(|err| err == rustix::io::Errno::LOOP) =>
-        {
-            let what = format!("cannot stat {}", quote(&dst));
-            let err = io::Error::from_raw_os_error(libc::ELOOP);
-            return ctx.errors.report(what, Some(err));
-        }
-        // `-n` onto a link that leads nowhere: GNU's refusal, not a skip
-        // (nothing is there to keep).
-        Some(libc::EEXIST)
-            if ctx.opts.no_clobber
-                && at::is_symlink(&dirs.dst, &e.dst_name)
-                && through_the_copy(&dirs.dst, e)
-                    .is_err_and(|err| err == rustix::io::Errno::NOENT) =>
-        {
-            format!("not writing through dangling symlink {}", quote(&dst))
-        }
-        Some(libc::EEXIST)
-            if ctx.opts.no_clobber
-                || ctx.opts.update != copy::Update::All
-                || ctx.opts.ask.is_some() =>
-        {
-            ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        Some(libc::EISDIR) => {
+    let judged = match Errno::from_io_error(&err) {
+        Some(Errno::EXIST) => exists(ctx, dirs, e),
+        Some(Errno::ISDIR) => {
             // `-u` looks at the times first, and `-i` asks, as GNU's do,
             // before saying a directory is in the way.
             let kept = (ctx.opts.update == copy::Update::Older || ctx.opts.ask.is_some())
                 && existing_is_kept(ctx, dirs, e, &dst);
             if kept {
-                ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            format!(
-                "cannot overwrite directory {} with non-directory",
-                quote(&dst)
-            )
-        }
-        Some(libc::ELOOP)
-            if ctx.opts.update == copy::Update::Older
-                && at::is_symlink(&dirs.dst, &e.dst_name)
-                && !leads_to_the_source(dirs, e)
-                && existing_is_kept(ctx, dirs, e, &dst) =>
-        {
-            // `-u` looks at the times first, through the link as GNU's
-            // does: what it leads to is newer, so nothing is written. A
-            // link to the source itself is "the same file" first, as
-            // GNU's order is.
-            ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        Some(libc::ELOOP) if at::is_symlink(&dirs.dst, &e.dst_name) => {
-            // A link to the source itself: what GNU says of it.
-            if leads_to_the_source(dirs, e) {
-                // Found before GNU says what it copies, as here.
-                format!(
-                    "{} and {} are the same file",
-                    quote(&dirs.src_of(&e.src_name)),
-                    quote(&dst)
-                )
-            } else if ctx
-                .made_links
-                .as_ref()
-                .is_some_and(|made| made.lock().expect("made links lock").contains(&dst))
-            {
-                // A link this copy made (`cp -dR a/1 b/1 c`, both named
-                // `1`): GNU's words.
-                format!(
-                    "will not copy {} through just-created symlink {}",
-                    quote(&dirs.src_of(&e.src_name)),
-                    quote(&dst)
-                )
+                Judged::Skipped
             } else {
-                let through = through_the_copy(&dirs.dst, e);
-                if let Err(rustix::io::Errno::LOOP) = through {
-                    // A loop of links: GNU's look through it fails first.
-                    let what = format!("cannot stat {}", quote(&dst));
-                    let err = io::Error::from_raw_os_error(libc::ELOOP);
-                    return ctx.errors.report(what, Some(err));
-                }
-                copy::say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
-                // GNU's words: "dangling" when the link leads nowhere.
-                let nowhere = through.is_err_and(|err| err == rustix::io::Errno::NOENT);
-                let dangling = if e.follow_dst || nowhere {
-                    "dangling "
-                } else {
-                    ""
-                };
-                format!("not writing through {dangling}symlink {}", quote(&dst))
+                let what = format!(
+                    "cannot overwrite directory {} with non-directory",
+                    quote(&dst)
+                );
+                Judged::Failed(what, None)
             }
         }
-        _ => {
+        Some(Errno::LOOP) if is_symlink(dirs, e) => a_link_in_the_way(ctx, dirs, e),
+        _ => Judged::Other,
+    };
+    match judged {
+        Judged::Skipped => {
+            ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+        }
+        Judged::Failed(what, errno) => ctx.errors.report(what, errno.map(io::Error::from)),
+        Judged::Other => {
             // GNU says what it copies before it opens the copy.
             copy::say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
-            return ctx.errors.report(
-                format!("cannot create regular file {}", quote(&dst)),
-                Some(err),
-            );
+            let what = format!("cannot create regular file {}", quote(&dst));
+            ctx.errors.report(what, Some(err));
         }
+    }
+}
+
+/// What a copy that could not be created comes to, in GNU's words.
+enum Judged {
+    /// Kept by `-n`, `-u` or `-i`: counted as skipped.
+    Skipped,
+    /// Reported, with what, and why if the system said.
+    Failed(String, Option<Errno>),
+    /// The creation's own error, reported as such.
+    Other,
+}
+
+/// A copy not made because a file is there (`EEXIST`: `-n`, `-u` or `-i`
+/// kept it), or because `-n` met a link there that leads nowhere or into
+/// a loop.
+fn exists(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry) -> Judged {
+    let opts = ctx.opts;
+    if opts.no_clobber && is_symlink(dirs, e) {
+        let dst = dirs.dst_of(&e.dst_name);
+        match through_the_copy(dirs, e) {
+            // Onto a link in a loop: GNU's look through it fails first.
+            Err(Errno::LOOP) => {
+                return Judged::Failed(format!("cannot stat {}", quote(&dst)), Some(Errno::LOOP))
+            }
+            // Onto a link that leads nowhere: GNU's refusal, not a skip
+            // (nothing is there to keep).
+            Err(Errno::NOENT) => {
+                let what = format!("not writing through dangling symlink {}", quote(&dst));
+                return Judged::Failed(what, None);
+            }
+            _ => {}
+        }
+    }
+    if opts.no_clobber || opts.update != copy::Update::All || opts.ask.is_some() {
+        Judged::Skipped
+    } else {
+        Judged::Other
+    }
+}
+
+/// A copy not made because a symbolic link is in its way (`ELOOP`), said
+/// as GNU says it: kept by `-u` when what it leads to is newer, the source
+/// itself, a link this copy made, a loop, or a link not written through.
+fn a_link_in_the_way(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry) -> Judged {
+    let dst = dirs.dst_of(&e.dst_name);
+    let to_source = leads_to_the_source(dirs, e);
+    // `-u` looks at the times first, through the link as GNU's does: what
+    // it leads to is newer, so nothing is written. A link to the source
+    // itself is "the same file" first, as GNU's order is.
+    if ctx.opts.update == copy::Update::Older && !to_source && existing_is_kept(ctx, dirs, e, &dst)
+    {
+        return Judged::Skipped;
+    }
+    let src = dirs.src_of(&e.src_name);
+    if to_source {
+        // Found before GNU says what it copies, as here.
+        let what = format!("{} and {} are the same file", quote(&src), quote(&dst));
+        return Judged::Failed(what, None);
+    }
+    let made_here = ctx
+        .made_links
+        .as_ref()
+        .is_some_and(|made| made.lock().expect("made links lock").contains(&dst));
+    if made_here {
+        // A link this copy made (`cp -dR a/1 b/1 c`, both named `1`):
+        // GNU's words.
+        let what = format!(
+            "will not copy {} through just-created symlink {}",
+            quote(&src),
+            quote(&dst)
+        );
+        return Judged::Failed(what, None);
+    }
+    let through = through_the_copy(dirs, e);
+    if let Err(Errno::LOOP) = through {
+        // A loop of links: GNU's look through it fails first.
+        return Judged::Failed(format!("cannot stat {}", quote(&dst)), Some(Errno::LOOP));
+    }
+    copy::say_copied(ctx.opts, &src, &dst, None);
+    // GNU's words: "dangling" when the link leads nowhere.
+    let nowhere = through.is_err_and(|err| err == Errno::NOENT);
+    let dangling = if e.follow_dst || nowhere {
+        "dangling "
+    } else {
+        ""
     };
-    ctx.errors.report(msg, None);
+    Judged::Failed(
+        format!("not writing through {dangling}symlink {}", quote(&dst)),
+        None,
+    )
 }
 
 /// Whether `-u` or `-i` keeps what is at `e`'s destination, looked at
 /// through a link as GNU's `cp` looks (its time against the source's, or
 /// the user's answer).
 fn existing_is_kept(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &std::path::Path) -> bool {
-    through_the_copy(&dirs.dst, e).is_ok_and(|st| {
+    through_the_copy(dirs, e).is_ok_and(|st| {
         let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
         copy::keep_existing(ctx.opts, copy::mtime(&e.st), mtime, dst)
     })
@@ -596,15 +678,26 @@ fn existing_is_kept(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &std::path::P
 /// GNU's `same_nameat` tells it.
 fn same_entry(pair: &DirPair, e: &Entry) -> bool {
     let id = |st: rustix::fs::Stat| (st.st_dev, st.st_ino);
+    let dir_of = |(dir, path): NameAt<'_>| {
+        if !pair.is_by_path() {
+            return rustix::fs::fstat(dir).ok();
+        }
+        // The directory the name is in, looked at by its path.
+        let path = Path::new(OsStr::from_bytes(path.to_bytes()));
+        match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => rustix::fs::stat(p).ok(),
+            _ => rustix::fs::stat(".").ok(),
+        }
+    };
+    let (dir, name) = pair.dst_at(&e.dst_name);
     e.src_name == e.dst_name
-        && rustix::fs::statat(
-            &pair.dst,
-            e.dst_name.as_c_str(),
-            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .is_ok_and(|st| id(st) == e.id())
-        && match (rustix::fs::fstat(&pair.src), rustix::fs::fstat(&pair.dst)) {
-            (Ok(a), Ok(b)) => id(a) == id(b),
+        && rustix::fs::statat(dir, &*name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| id(st) == e.id())
+        && match (
+            dir_of(pair.src_at(&e.src_name)),
+            dir_of(pair.dst_at(&e.dst_name)),
+        ) {
+            (Some(a), Some(b)) => id(a) == id(b),
             _ => false,
         }
 }

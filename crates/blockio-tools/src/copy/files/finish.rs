@@ -5,13 +5,14 @@
 //! the file they replaced put back). Only this step removes a copy, so a
 //! failure at any earlier step leaves one decision about it, made here.
 
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 
 use blockio::Op;
+use rustix::fs::AtFlags;
 
-use super::super::at;
 use super::super::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::super::entry::{Ctx, DirPair};
 use super::super::quote;
@@ -135,31 +136,37 @@ pub(super) fn close_and_report(ctx: &Ctx<'_>, dirs: &DirPair, jobs: Vec<FileCopy
                 quote(&dst)
             )
         } else {
-            unfinished::undone(listed, || match at::unlink(&dirs.dst, &e.dst_name) {
-                // `-b`: the file kept aside goes back to its name, as
-                // GNU puts it back: a failed copy leaves things as they were.
-                Ok(()) if backup.is_some() => {
-                    let kept = backup.as_deref().expect("checked");
-                    match rustix::fs::renameat(&dirs.dst, kept, &dirs.dst, e.dst_name.as_c_str()) {
-                        Ok(()) => format!(
-                            "{what} (the incomplete copy {} was removed and the file it replaced put back)",
-                            quote(&dst)
-                        ),
-                        Err(r) => format!(
-                            "{what} (the incomplete copy {} was removed; the file it replaced could not be put back from {}: {})",
-                            quote(&dst),
-                            quote(&dirs.dst_of(kept)),
-                            io::Error::from(r)
-                        ),
-                    }
-                }
-                Ok(()) => format!("{what} (the incomplete copy {} was removed)", quote(&dst)),
-                Err(u) => format!(
-                    "{what} (the incomplete copy {} could not be removed: {u})",
-                    quote(&dst)
-                ),
+            unfinished::undone(listed, || {
+                removed(dirs, &e.dst_name, backup.as_deref(), &what)
             })
         };
         ctx.errors.report(fate, Some(err));
+    }
+}
+
+/// Removes the incomplete copy `name` that this copy created (`-b`: and
+/// puts back the file kept aside as `backup`, as GNU puts it back: a
+/// failed copy leaves things as they were); the failure `what`, with what
+/// became of the copy.
+fn removed(dirs: &DirPair, name: &CStr, backup: Option<&CStr>, what: &str) -> String {
+    let dst = quote(&dirs.dst_of(name));
+    let (dir, at_name) = dirs.dst_at(name);
+    if let Err(u) = rustix::fs::unlinkat(dir, &*at_name, AtFlags::empty()) {
+        let u = io::Error::from(u);
+        return format!("{what} (the incomplete copy {dst} could not be removed: {u})");
+    }
+    let Some(kept) = backup else {
+        return format!("{what} (the incomplete copy {dst} was removed)");
+    };
+    let (kept_dir, kept_name) = dirs.dst_at(kept);
+    match rustix::fs::renameat(kept_dir, &*kept_name, dir, &*at_name) {
+        Ok(()) => format!(
+            "{what} (the incomplete copy {dst} was removed and the file it replaced put back)"
+        ),
+        Err(r) => format!(
+            "{what} (the incomplete copy {dst} was removed; the file it replaced could not be put back from {}: {})",
+            quote(&dirs.dst_of(kept)),
+            io::Error::from(r)
+        ),
     }
 }

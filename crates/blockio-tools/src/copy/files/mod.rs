@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use blockio::{AlignedBuf, Op};
+use rustix::fs::FileType;
 
 use super::entry::{Ctx, DirPair, Entry, Group};
 use super::{quote, CopyOptions};
@@ -64,12 +65,8 @@ pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeu
 /// its bytes are written.
 fn backup_runs(dirs: &DirPair, files: Vec<Entry>) -> Vec<Vec<Entry>> {
     let taken = |e: &Entry| {
-        rustix::fs::statat(
-            &dirs.dst,
-            e.dst_name.as_c_str(),
-            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .is_ok()
+        let (dir, name) = dirs.dst_at(&e.dst_name);
+        rustix::fs::statat(dir, &*name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
     };
     let mut runs: Vec<Vec<Entry>> = Vec::new();
     let mut free = false;
@@ -242,7 +239,9 @@ fn copy_unsized(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
         // `--sparse=always` from a pipe or device into a regular file:
         // blocks of zeros become holes there too, as GNU makes them.
         let holes = ctx.opts.sparse == copy::Sparse::Always
-            && fstat(&j.dst).is_ok_and(|st| u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG);
+            && fstat(&j.dst).is_ok_and(|st| {
+                FileType::from_raw_mode(st.stx_mode.into()) == FileType::RegularFile
+            });
         if !empty_old(j, ctx.opts, dirs) {
             continue;
         }

@@ -9,6 +9,8 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use blockio::{OpenRequest, PathAt};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
 
 use super::super::entry::{Ctx, DirPair, Entry};
 use super::super::quote;
@@ -40,97 +42,133 @@ fn open_sources<'g>(
     dirs: &DirPair,
     files: &'g mut [Entry],
 ) -> Option<Vec<(&'g Entry, OwnedFd)>> {
-    let errors = ctx.errors;
-    // A FIFO read like a file (`--copy-contents`, or no `-r`) is opened
-    // with open(2), which waits for a writer as GNU's does: the ring opens
-    // it without waiting, and a read before the writer comes ends at once,
-    // an empty copy. Only an operand to be followed is opened through a
-    // link.
-    let is_fifo = |e: &Entry| e.kind() == libc::S_IFIFO;
-    let nofollow = |e: &Entry| if e.follow_src { 0 } else { libc::O_NOFOLLOW };
-    let opens: Vec<OpenRequest<'_>> = files
+    let srcs = open_batch(ctx, dirs, files)?;
+    let mut opened = Vec::with_capacity(srcs.len());
+    for (e, r) in files.iter_mut().zip(srcs) {
+        if let Some(fd) = source_to_copy(ctx, dirs, e, r) {
+            opened.push((&*e, fd));
+        }
+    }
+    Some(opened)
+}
+
+/// A FIFO, read like a file (`--copy-contents`, or no `-r`): opened with
+/// open(2), which waits for a writer as GNU's does, where the ring opens
+/// it without waiting, and a read before the writer comes ends at once,
+/// an empty copy.
+fn is_fifo(e: &Entry) -> bool {
+    FileType::from_raw_mode(e.mode()) == FileType::Fifo
+}
+
+/// How a source is opened: for reading, and through a link only when it
+/// is an operand to be followed.
+fn source_flags(e: &Entry) -> OFlags {
+    let nofollow = if e.follow_src {
+        OFlags::empty()
+    } else {
+        OFlags::NOFOLLOW
+    };
+    OFlags::RDONLY | OFlags::CLOEXEC | nofollow
+}
+
+/// Opens the sources, all but the FIFOs in one engine batch; one result
+/// per file, in order. `None` after reporting a batch that failed whole.
+fn open_batch(ctx: &Ctx<'_>, dirs: &DirPair, files: &[Entry]) -> Option<Vec<io::Result<OwnedFd>>> {
+    let names: Vec<_> = files
         .iter()
         .filter(|e| !is_fifo(e))
-        .map(|e| {
-            OpenRequest::new(PathAt::in_dir(&*dirs.src, &e.src_name))
-                .flags(libc::O_RDONLY | nofollow(e))
+        .map(|e| (e, dirs.src_at(&e.src_name)))
+        .collect();
+    let opens: Vec<OpenRequest<'_>> = names
+        .iter()
+        .map(|(e, (dir, name))| {
+            // The engine takes open(2)'s flags as the C library spells them.
+            let flags = source_flags(e).bits() as libc::c_int;
+            OpenRequest::new(PathAt::in_dir(dir, name)).flags(flags)
         })
         .collect();
     let mut batch = match ctx.engine.open_batch(&opens) {
         Ok(s) => s.into_iter(),
         Err(e) => {
             let what = format!("cannot open files in {}", quote(&dirs.src_path));
-            errors.report(what, Some(e));
+            ctx.errors.report(what, Some(e));
             return None;
         }
     };
     drop(opens);
-    let srcs: Vec<io::Result<OwnedFd>> = files
+    let open_fifo = |e: &Entry| {
+        let (dir, name) = dirs.src_at(&e.src_name);
+        rustix::fs::openat(dir, &*name, source_flags(e), Mode::empty()).map_err(io::Error::from)
+    };
+    let srcs = files
         .iter()
         .map(|e| {
             if is_fifo(e) {
-                let flags = rustix::fs::OFlags::RDONLY
-                    | rustix::fs::OFlags::CLOEXEC
-                    | rustix::fs::OFlags::from_bits_retain(nofollow(e) as u32);
-                rustix::fs::openat(
-                    &dirs.src,
-                    e.src_name.as_c_str(),
-                    flags,
-                    rustix::fs::Mode::empty(),
-                )
-                .map_err(io::Error::from)
+                open_fifo(e)
             } else {
                 batch.next().expect("one result per request")
             }
         })
         .collect();
-    let mut opened = Vec::with_capacity(srcs.len());
-    for (e, r) in files.iter_mut().zip(srcs) {
-        let src = dirs.src_of(&e.src_name);
-        let fd = match r {
-            Ok(fd) => fd,
+    Some(srcs)
+}
+
+/// The source `e`, opened as `r`, if it is to be copied: reported when it
+/// did not open, or is no longer a file to copy; stated from the
+/// descriptor when it was listed without its attributes.
+fn source_to_copy(
+    ctx: &Ctx<'_>,
+    dirs: &DirPair,
+    e: &mut Entry,
+    r: io::Result<OwnedFd>,
+) -> Option<OwnedFd> {
+    let errors = ctx.errors;
+    let src = || dirs.src_of(&e.src_name);
+    let fd = match r {
+        Ok(fd) => fd,
+        Err(err) => {
+            let what = if unreachable(dirs, e, &err) {
+                format!("cannot stat {}", quote(&src()))
+            } else {
+                format!("cannot open {} for reading", quote(&src()))
+            };
+            errors.report(what, Some(err));
+            return None;
+        }
+    };
+    // A file listed without its attributes gets them from the
+    // descriptor: the file itself, whatever happened to its name since.
+    if !e.stated() {
+        match fstat(&fd) {
+            Ok(st) => e.st = st,
             Err(err) => {
-                // Listed without its attributes, in a directory the copier
-                // may read but not search: GNU's look at it fails first.
-                let unreachable = !e.stated()
-                    && blockio::errno(&err) == Some(libc::EACCES)
-                    && rustix::fs::statat(
-                        &dirs.src,
-                        e.src_name.as_c_str(),
-                        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                    )
-                    .is_err_and(|e| e == rustix::io::Errno::ACCESS);
-                let what = if unreachable {
-                    format!("cannot stat {}", quote(&src))
-                } else {
-                    format!("cannot open {} for reading", quote(&src))
-                };
-                errors.report(what, Some(err));
-                continue;
-            }
-        };
-        // A file listed without its attributes gets them from the
-        // descriptor: the file itself, whatever happened to its name since.
-        if !e.stated() {
-            match fstat(&fd) {
-                Ok(st) => e.st = st,
-                Err(err) => {
-                    errors.report(format!("cannot stat {}", quote(&src)), Some(err));
-                    continue;
-                }
+                errors.report(format!("cannot stat {}", quote(&src())), Some(err));
+                return None;
             }
         }
-        let kind = e.st.stx_mode as u32 & libc::S_IFMT;
-        let readable = kind == libc::S_IFREG
-            || (kind != libc::S_IFDIR && kind != libc::S_IFLNK && as_regular(ctx.opts));
-        if !readable {
-            let what = format!("{} is no longer a regular file: not copied", quote(&src));
-            errors.report(what, None);
-            continue;
-        }
-        opened.push((&*e, fd));
     }
-    Some(opened)
+    let kind = FileType::from_raw_mode(e.mode());
+    let readable = kind == FileType::RegularFile
+        || (kind != FileType::Directory && kind != FileType::Symlink && as_regular(ctx.opts));
+    if !readable {
+        let what = format!("{} is no longer a regular file: not copied", quote(&src()));
+        errors.report(what, None);
+        return None;
+    }
+    Some(fd)
+}
+
+/// Whether `e`, which could not be opened (`err`), was listed without its
+/// attributes in a directory the copier may read but not search: GNU's
+/// look at it fails first, and says so.
+fn unreachable(dirs: &DirPair, e: &Entry, err: &io::Error) -> bool {
+    // (The engine's errors carry the system's code: `blockio::errno`.)
+    let code = blockio::errno(err).map(Errno::from_raw_os_error);
+    if e.stated() || code != Some(Errno::ACCESS) {
+        return false;
+    }
+    let (dir, name) = dirs.src_at(&e.src_name);
+    rustix::fs::statat(dir, &*name, AtFlags::SYMLINK_NOFOLLOW).is_err_and(|e| e == Errno::ACCESS)
 }
 
 /// Creates the destinations of the opened sources, reporting those that
@@ -161,7 +199,8 @@ fn create_all<'g>(
                 }
                 jobs.push(FileCopy {
                     e,
-                    stream: target == Target::Stream || e.kind() != libc::S_IFREG,
+                    stream: target == Target::Stream
+                        || FileType::from_raw_mode(e.mode()) != FileType::RegularFile,
                     src,
                     dst: dst.fd,
                     direct: false,

@@ -19,7 +19,7 @@ use blockio::PathAt;
 
 use super::super::at;
 use super::super::cname;
-use super::super::entry::{Chain, DirAt, DirPair, Entry, Group, Root, RootDir};
+use super::super::entry::{Chain, DirAt, DirPair, Entry, Group, PairDir, Root, RootDir};
 use super::super::files;
 use super::super::quote;
 use super::copy::attrs::Node;
@@ -73,20 +73,9 @@ impl Walker<'_> {
                 PathBuf::new(),
             ),
             DirAt::Beneath { root, rel } => (
-                root.src
-                    .open()
-                    .and_then(|r| {
-                        if self.ctx.opts.dereference == Dereference::Always {
-                            at::open_dir_following(&r, rel)
-                        } else {
-                            at::open_dir_beneath(&r, rel)
-                        }
-                    })
-                    .map_err(|e| (&t.src, e))
-                    .and_then(|s| {
-                        let d = root.dst.open().and_then(|r| at::open_dir_beneath(&r, rel));
-                        Ok((s, d.map_err(|e| (&t.dst, e))?))
-                    }),
+                self.open_by_path(t)
+                    .map(Ok)
+                    .unwrap_or_else(|| self.open_beneath(t, root, rel)),
                 // Deep enough: this directory becomes a root of its own.
                 (rel.as_os_str().len() < REROOT).then(|| Arc::clone(root)),
                 if rel.as_os_str().len() < REROOT {
@@ -117,6 +106,48 @@ impl Walker<'_> {
             self.note_filesystem(&d, &t.dst);
         }
         Some(((s, d), root, rel))
+    }
+
+    /// A directory of the tree and its copy opened from their operand's
+    /// root (see [`at::open_dir_beneath`]).
+    fn open_beneath<'t>(
+        &self,
+        t: &'t DirTask,
+        root: &Root,
+        rel: &Path,
+    ) -> Result<(File, File), (&'t PathBuf, io::Error)> {
+        root.src
+            .open()
+            .and_then(|r| {
+                if self.ctx.opts.dereference == Dereference::Always {
+                    at::open_dir_following(&r, rel)
+                } else {
+                    at::open_dir_beneath(&r, rel)
+                }
+            })
+            .map_err(|e| (&t.src, e))
+            .and_then(|s| {
+                let d = root.dst.open().and_then(|r| at::open_dir_beneath(&r, rel));
+                Ok((s, d.map_err(|e| (&t.dst, e))?))
+            })
+    }
+
+    /// Under the lowest limits on descriptors ([`Walker::by_path`]), a
+    /// directory of the tree and its copy opened by their paths, as GNU's
+    /// `cp` opens them: opened from its root, the root and the source
+    /// would be held while the copy is opened, one descriptor more than
+    /// the limit allows. `None` where that is not so (or a path is too
+    /// long to open), for [`Walker::open_beneath`].
+    fn open_by_path(&self, t: &DirTask) -> Option<(File, File)> {
+        if !self.by_path {
+            return None;
+        }
+        let src = if self.ctx.opts.dereference == Dereference::Always {
+            at::open_operand_dir(&t.src)
+        } else {
+            at::open_made_dir(&t.src)
+        };
+        Some((src.ok()?, at::open_made_dir(&t.dst).ok()?))
     }
 
     /// The root that the subdirectories of `t`, open as `s` and `d`, are
@@ -213,8 +244,8 @@ impl Walker<'_> {
             None
         };
         let pair = Arc::new(DirPair {
-            src: s,
-            dst: d,
+            src: PairDir::Held(s),
+            dst: PairDir::Held(d),
             src_path: t.src,
             dst_path: t.dst,
             below: Some((root, rel.into())),
@@ -241,7 +272,11 @@ impl Walker<'_> {
                 })
                 .collect();
             self.dispatch(&pair, entries, &mut group);
-            self.help_with_files(arena);
+            // By path, no file is copied while this directory's pair is
+            // open: its groups wait until it is listed.
+            if !self.by_path {
+                self.help_with_files(arena);
+            }
         }
         if !group.is_empty() {
             self.send(&pair, group);
@@ -342,12 +377,16 @@ impl Walker<'_> {
         self.make_links(pair, links);
     }
 
-    /// Queues a group of regular files of `pair` for a worker.
+    /// Queues a group of regular files of `pair` for a worker: with the
+    /// pair by path under the lowest limits on descriptors
+    /// ([`Walker::by_path`]), so that the group holds no directory open.
     pub(super) fn send(&self, pair: &Arc<DirPair>, files: Vec<Entry>) {
-        self.work.push(Task::Files(Group {
-            dirs: Arc::clone(pair),
-            files,
-        }));
+        let dirs = if self.by_path {
+            pair.by_path()
+        } else {
+            Arc::clone(pair)
+        };
+        self.work.push(Task::Files(Group { dirs, files }));
     }
 
     /// The mode a directory is made with: writable by us while the copy

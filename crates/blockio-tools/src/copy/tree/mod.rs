@@ -94,6 +94,7 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
             || sources.len() > 1
             || walker::mounts_below(sources, dest),
         reopen_roots: copy::few_descriptors(),
+        by_path: copy::names_by_path(),
     };
     // The operands are copied in phases, in command-line order: each
     // directory in a phase of its own, the files between them together.

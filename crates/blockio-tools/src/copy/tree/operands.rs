@@ -15,7 +15,7 @@ use std::sync::Arc;
 use blockio::PathAt;
 
 use super::super::at;
-use super::super::entry::{joined, parent_as_written, statx_id, DirAt, DirPair, Entry};
+use super::super::entry::{joined, parent_as_written, statx_id, DirAt, DirPair, Entry, PairDir};
 use super::super::{cname, quote};
 use super::same_file::{same_file_ok, Same};
 use super::walker::{id_of, parent, Fixup, Walker};
@@ -527,8 +527,8 @@ impl Walker<'_> {
         let dst_default_acl = (keep.mode || keep.xattr || self.ctx.opts.default_mode)
             && copy::attrs::has_default_acl(d.as_fd());
         Some(DirPair {
-            src: Arc::new(s),
-            dst: Arc::new(d),
+            src: PairDir::Held(Arc::new(s)),
+            dst: PairDir::Held(Arc::new(d)),
             src_path: parent_as_written(src),
             dst_path: parent_as_written(dst),
             // Never used: an operand's parent gets no subdirectories.

@@ -93,6 +93,12 @@ pub(super) struct Walker<'a> {
     /// their paths whenever a directory is opened beneath them (see
     /// `RootDir::Reopened`): two descriptors more for the files.
     pub(super) reopen_roots: bool,
+    /// Under the lowest limits on descriptors (`copy::names_by_path`),
+    /// where even a directory pair held beside a source and its copy is
+    /// one descriptor too many: directories are opened by their paths,
+    /// and files are copied only when no directory is held, named by
+    /// their whole paths (see `DirPair::by_path`).
+    pub(super) by_path: bool,
 }
 
 /// Whether a mount can make the walk meet a directory twice or meet its
