@@ -19,6 +19,7 @@ use clap::Parser;
 use blockio_tools::algo::{Algo, Blake3Mode, Blake3Params};
 use blockio_tools::digest_tool::{self, Checking, Family, Format, Run, Tool};
 use blockio_tools::sum::SumOptions;
+use blockio_tools::sum_room;
 
 /// The longest output `-l` asks for that we write: a digest is made whole
 /// in memory (b3sum streams any length).
@@ -112,11 +113,11 @@ pub fn main(args: &[OsString]) -> i32 {
 }
 
 fn run(args: &B3Args) -> io::Result<bool> {
-    let engine = blockio::Engine::new()?;
     let mut opts = SumOptions::default();
     if let Some(n) = args.num_threads.filter(|&n| n > 0) {
         opts.threads = n;
     }
+    let engine = sum_room::engine_within_limits(&mut opts)?;
     // A message that cannot be written stops nothing.
     let (mut out, mut err) = (io::stdout().lock(), crate::stdio::Stderr);
     if args.check {

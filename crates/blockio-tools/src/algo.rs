@@ -10,6 +10,10 @@ use sha2::Digest;
 /// The longest BLAKE2b digest, in bytes (`b2sum -l 512`).
 pub const BLAKE2B_MAX_BYTES: u8 = 64;
 
+/// The least data BLAKE3 hashes on several cores at once (rayon's pool,
+/// a thread per CPU, as b3sum does); less is hashed on the calling thread.
+pub const BLAKE3_PARALLEL_FROM: usize = 1 << 20;
+
 /// A checksum algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Algo {
@@ -288,7 +292,7 @@ impl Hasher {
         match self {
             Hasher::Blake3(h, _, _) => {
                 // Large blocks are hashed on several cores (as b3sum does).
-                if data.len() >= 1 << 20 {
+                if data.len() >= BLAKE3_PARALLEL_FROM {
                     h.update_rayon(data);
                 } else {
                     h.update(data);

@@ -13,6 +13,8 @@ mod list_batches;
 pub mod names;
 pub mod quote;
 pub mod reason;
+pub mod room;
 pub mod size;
 pub mod sum;
+pub mod sum_room;
 pub mod walk;

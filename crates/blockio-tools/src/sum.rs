@@ -61,6 +61,10 @@ pub struct SumOptions {
     pub direct_block: usize,
     /// `O_DIRECT` reads in flight (default 16).
     pub direct_depth: usize,
+    /// Threads of the async engine that streams `O_DIRECT` reads, on its
+    /// thread-pool backend (default 0: that engine's own default, the
+    /// queue depth, at most 64).
+    pub direct_pool_threads: usize,
 }
 
 impl Default for SumOptions {
@@ -79,6 +83,7 @@ impl Default for SumOptions {
             // with fio's sequential read (docs/benchmarks.md).
             direct_block: 2 << 20,
             direct_depth: 16,
+            direct_pool_threads: 0,
         }
     }
 }
@@ -114,10 +119,22 @@ pub fn hash_files(
     let io = &io;
     let (tx, rx) = mpsc::channel::<(usize, Result<String, SumError>)>();
     std::thread::scope(|s| {
+        let mut started = 0;
         for _ in 0..opts.threads.max(1).min(files.len().max(1)) {
             let tx = tx.clone();
             let next = &next;
-            s.spawn(move || worker(io, files, opts, next, &tx));
+            let spawned = std::thread::Builder::new()
+                .spawn_scoped(s, move || worker(io, files, opts, next, &tx));
+            // Under a limit on address space or threads, as many as can be
+            // had.
+            match spawned {
+                Ok(_) => started += 1,
+                Err(_) => break,
+            }
+        }
+        if started == 0 {
+            // Not one: this thread hashes them all, then hands them on.
+            worker(io, files, opts, &next, &tx);
         }
         drop(tx);
         let mut pending = BTreeMap::new();
@@ -146,9 +163,13 @@ impl LargeFileIo<'_> {
     /// if the filesystem refuses `O_DIRECT`) through the page cache.
     fn stream(&self, path: &Path, file: &File, len: u64, opts: &SumOptions) -> io::Result<String> {
         if opts.direct && !looks_cached(file, len) {
-            let aio = self
-                .aio
-                .get_or_init(|| AsyncEngine::builder().queue_depth(256).build().ok());
+            let aio = self.aio.get_or_init(|| {
+                AsyncEngine::builder()
+                    .queue_depth(256)
+                    .fallback_threads(opts.direct_pool_threads)
+                    .build()
+                    .ok()
+            });
             if let Some(aio) = aio {
                 match stream_direct(aio, path, len, opts) {
                     // A filesystem that opens with O_DIRECT but refuses the
@@ -310,7 +331,7 @@ fn stream(engine: &Engine, file: &File, len: u64, opts: &SumOptions) -> io::Resu
     let (full_tx, full_rx) = mpsc::sync_channel::<Filled>(depth);
     let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
     std::thread::scope(|s| {
-        s.spawn(move || {
+        let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
             let reader = Reader {
                 engine,
                 file,
@@ -330,7 +351,12 @@ fn stream(engine: &Engine, file: &File, len: u64, opts: &SumOptions) -> io::Resu
             };
             reader.run();
         });
-        hash_blocks(opts.algo, full_rx, empty_tx)
+        match spawned {
+            Ok(_) => hash_blocks(opts.algo, full_rx, empty_tx),
+            // No thread to read ahead with (a limit on address space or
+            // threads): read and hash in turn, on this thread.
+            Err(_) => read_to_end_at(file, 0, Hasher::new(opts.algo)),
+        }
     })
 }
 
