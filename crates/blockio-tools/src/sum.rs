@@ -118,9 +118,16 @@ pub fn hash_files(
     };
     let io = &io;
     let (tx, rx) = mpsc::channel::<(usize, Result<String, SumError>)>();
+    let mut order = InOrder {
+        pending: BTreeMap::new(),
+        want: 0,
+    };
     std::thread::scope(|s| {
+        let wanted = opts.threads.max(1).min(files.len().max(1));
         let mut started = 0;
-        for _ in 0..opts.threads.max(1).min(files.len().max(1)) {
+        // One worker is this thread (no stack of its own to map: under a
+        // limit on address space, 2 MiB of the room).
+        for _ in 0..wanted * usize::from(wanted > 1) {
             let tx = tx.clone();
             let next = &next;
             let spawned = std::thread::Builder::new()
@@ -133,20 +140,42 @@ pub fn hash_files(
             }
         }
         if started == 0 {
-            // Not one: this thread hashes them all, then hands them on.
-            worker(io, files, opts, &next, &tx);
-        }
-        drop(tx);
-        let mut pending = BTreeMap::new();
-        let mut want = 0;
-        for (i, r) in rx {
-            pending.insert(i, r);
-            while let Some(r) = pending.remove(&want) {
-                emit(want, r);
-                want += 1;
+            // This thread works alone, handing on each group's results
+            // before it takes the next group.
+            let out = Results { files, tx: &tx };
+            let mut bufs = Vec::new();
+            while next_group(io, files, opts, &next, &out, &mut bufs) {
+                rx.try_iter().for_each(|(i, r)| order.put(i, r, &mut emit));
             }
         }
+        drop(tx);
+        rx.iter().for_each(|(i, r)| order.put(i, r, &mut emit));
     });
+}
+
+/// Results put back in index order.
+struct InOrder {
+    /// Results that came before an earlier one.
+    pending: BTreeMap<usize, Result<String, SumError>>,
+    /// The index to hand on next.
+    want: usize,
+}
+
+impl InOrder {
+    /// Takes the result of file `i` and hands on, in order, every result
+    /// that no earlier one is missing for.
+    fn put(
+        &mut self,
+        i: usize,
+        r: Result<String, SumError>,
+        emit: &mut impl FnMut(usize, Result<String, SumError>),
+    ) {
+        self.pending.insert(i, r);
+        while let Some(r) = self.pending.remove(&self.want) {
+            emit(self.want, r);
+            self.want += 1;
+        }
+    }
 }
 
 /// The engines a worker reads with: the batch engine for small files and
@@ -216,19 +245,31 @@ fn worker(
     tx: &mpsc::Sender<(usize, Result<String, SumError>)>,
 ) {
     let out = Results { files, tx };
-    let group = opts.group.max(1);
     let mut bufs: Vec<Vec<u8>> = Vec::new();
-    loop {
-        let start = next.fetch_add(group, Ordering::Relaxed);
-        if start >= files.len() {
-            return;
-        }
-        let end = (start + group).min(files.len());
-        let small = open_group(io, files, start..end, opts, &out);
-        if !small.is_empty() {
-            hash_small(io.engine, &small, &mut bufs, opts, &out);
-        }
+    while next_group(io, files, opts, next, &out, &mut bufs) {}
+}
+
+/// Takes the next group of `opts.group` files and hashes it (reading its
+/// small files into `bufs`); false when none was left.
+fn next_group(
+    io: &LargeFileIo<'_>,
+    files: &[PathBuf],
+    opts: &SumOptions,
+    next: &AtomicUsize,
+    out: &Results<'_>,
+    bufs: &mut Vec<Vec<u8>>,
+) -> bool {
+    let group = opts.group.max(1);
+    let start = next.fetch_add(group, Ordering::Relaxed);
+    if start >= files.len() {
+        return false;
     }
+    let end = (start + group).min(files.len());
+    let small = open_group(io, files, start..end, opts, out);
+    if !small.is_empty() {
+        hash_small(io.engine, &small, bufs, opts, out);
+    }
+    true
 }
 
 /// Opens `files[range]`: streams (and reports) each large one now, reports
