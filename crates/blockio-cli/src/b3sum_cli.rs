@@ -21,10 +21,6 @@ use blockio_tools::digest_tool::{self, Checking, Family, Format, Run, Tool};
 use blockio_tools::sum::SumOptions;
 use blockio_tools::sum_room;
 
-/// The longest output `-l` asks for that we write: a digest is made whole
-/// in memory (b3sum streams any length).
-const MAX_LENGTH: u64 = 1 << 20;
-
 /// b3sum's command line (its options' help in b3sum 1.8's words).
 ///
 /// `--version` prints exactly what b3sum 1.8.7 prints, `b3sum 1.8.7`: a
@@ -147,12 +143,13 @@ fn run(args: &B3Args) -> io::Result<bool> {
             "Only one filename can be provided when using --raw",
         ));
     }
-    if args.length > MAX_LENGTH {
-        return Err(io::Error::other(format!(
-            "--length {} is more than blockio writes: at most {MAX_LENGTH} bytes",
+    // Any length: past 1 MiB the output is streamed (sum_xof).
+    let length = usize::try_from(args.length).map_err(|_| {
+        io::Error::other(format!(
+            "--length {} is more than this machine addresses",
             args.length
-        )));
-    }
+        ))
+    })?;
     let mode = if args.keyed {
         Blake3Mode::Keyed(read_key()?)
     } else if let Some(context) = &args.derive_key {
@@ -160,7 +157,7 @@ fn run(args: &B3Args) -> io::Result<bool> {
     } else {
         Blake3Mode::Hash
     };
-    let tool = b3sum(blake3_with(mode, args.length as usize, args.seek));
+    let tool = b3sum(blake3_with(mode, length, args.seek));
     let format = Format {
         no_names: args.no_names,
         raw: args.raw,

@@ -202,3 +202,39 @@ fn a_check_fits_beside_the_reference_on_both_backends() {
         }
     }
 }
+
+/// `b3sum -l` of 100,000,000 bytes (200 MB of hex a file) under
+/// `ulimit -v 20000`: the output is streamed a piece at a time, never
+/// held whole, and ends as the line of the whole output ends.
+#[test]
+fn a_long_b3sum_output_is_streamed_in_bounded_memory() {
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = d.path();
+    link_tools(dir);
+    std::fs::write(dir.join("a"), b"hi\n").unwrap();
+    let tail = |length: &str, kib: Option<u64>| {
+        let limit = kib.map_or(String::new(), |k| format!("ulimit -v {k} && "));
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{limit}./b3sum -l {length} a | tail -c 100"))
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(
+            (out.status.code(), err.as_str()),
+            (Some(0), ""),
+            "b3sum -l {length}"
+        );
+        out.stdout
+    };
+    let streamed = tail("100000000", Some(20_000));
+    // The last bytes of the output, from the whole output of the same
+    // length read from its end with --seek.
+    let end = tail("47 --seek 99999953", None);
+    assert_eq!(end.len(), 2 * 47 + b"  a\n".len());
+    assert!(
+        streamed.len() == 100 && streamed.ends_with(&end),
+        "the end of the streamed line"
+    );
+}

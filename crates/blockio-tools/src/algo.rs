@@ -182,7 +182,7 @@ impl Algo {
             Algo::Sha512 => 128,
             Algo::Blake2b(n) => 2 * n as usize,
             Algo::Crc | Algo::Bsd | Algo::Sysv => 0,
-            Algo::Blake3With(p) => 2 * p.len,
+            Algo::Blake3With(p) => p.len.saturating_mul(2),
         }
     }
 
@@ -322,6 +322,19 @@ impl Hasher {
                 *sum = data.iter().fold(*sum, |s, &b| s.wrapping_add(b as u32));
                 *len += data.len() as u64;
             }
+        }
+    }
+
+    /// BLAKE3's extendable output, from its `--seek` offset, to read as
+    /// far as wanted; `None` for the other algorithms.
+    pub(crate) fn finish_xof(self) -> Option<blake3::OutputReader> {
+        match self {
+            Hasher::Blake3(h, _, seek) => {
+                let mut reader = h.finalize_xof();
+                reader.set_position(seek);
+                Some(reader)
+            }
+            _ => None,
         }
     }
 

@@ -17,4 +17,5 @@ pub mod room;
 pub mod size;
 pub mod sum;
 pub mod sum_room;
+pub mod sum_xof;
 pub mod walk;
