@@ -40,10 +40,10 @@ fn lists(dir: &Path, lines: usize) {
 
 /// `prog -c <tool>.list` in `dir` under `ulimit -v kib`, through `wrap`
 /// (a command and its arguments, run before `prog`) if given, on
-/// `backend` for ours.
+/// `backend` for ours; `prog` is a program and its first arguments.
 fn check_within(
     dir: &Path,
-    prog: &str,
+    prog: &[&str],
     tool: &str,
     kib: u64,
     backend: &str,
@@ -54,7 +54,8 @@ fn check_within(
         .arg(format!("ulimit -v {kib} && exec \"$@\""))
         .arg("sh")
         .args(wrap)
-        .args([prog, "-c", &format!("{tool}.list")])
+        .args(prog)
+        .args(["-c", &format!("{tool}.list")])
         .current_dir(dir)
         .env("LC_ALL", "C")
         .env("BLOCKIO_BACKEND", backend)
@@ -74,16 +75,16 @@ const ROOMY_KIB: u64 = 100_000;
 /// allocations on its own: two failing `mmap` calls and a third, and a
 /// `munmap` at each free, about 120 failing calls a line of the list; a
 /// 300,000-line check spent minutes in the kernel. Now the threads share
-/// one arena, and a check makes no failing `mmap`, `munmap`, `mremap` or
-/// `brk` call, as GNU's `sha256sum` and `b3sum` make none (counted with
-/// strace, on both backends).
+/// one arena, and a check (by the links and by `blockio sum -c`) makes no
+/// failing `mmap`, `munmap`, `mremap` or `brk` call, as GNU's `sha256sum`
+/// and `b3sum` make none (counted with strace, on both backends).
 #[test]
 fn a_check_under_a_limit_makes_no_failing_memory_calls() {
     let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let dir = d.path();
     link_tools(dir);
     lists(dir, 3_000);
-    let failed = |prog: &str, tool: &str, backend: &str| {
+    let failed = |prog: &[&str], tool: &str, backend: &str| {
         let trace = dir.join("trace");
         let trace_arg = trace.to_str().unwrap();
         let wrap = [
@@ -101,21 +102,26 @@ fn a_check_under_a_limit_makes_no_failing_memory_calls() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             out.status.success(),
-            "{prog} -c under strace on {backend}: {err}"
+            "{prog:?} -c under strace on {backend}: {err}"
         );
         let calls =
             std::fs::read_to_string(&trace).expect("strace is installed (scripts/install-deps)");
         calls.lines().count()
     };
+    let blockio = env!("CARGO_BIN_EXE_blockio");
     for (tool, reference) in TOOLS {
-        let theirs = failed(reference, tool, "uring");
+        let theirs = failed(&[reference], tool, "uring");
+        let algo = if tool == "b3sum" { "blake3" } else { "sha256" };
+        let link = format!("./{tool}");
         for backend in BACKENDS {
-            let ours = failed(&format!("./{tool}"), tool, backend);
-            assert!(
-                ours <= theirs,
-                "{tool} -c of 3,000 lines under ulimit -v {ROOMY_KIB} on {backend}: {ours} failing \
-                 memory calls, {reference} {theirs}"
-            );
+            for ours in [&[link.as_str()][..], &[blockio, "sum", "--algo", algo]] {
+                let calls = failed(ours, tool, backend);
+                assert!(
+                    calls <= theirs,
+                    "{ours:?} -c of 3,000 lines under ulimit -v {ROOMY_KIB} on {backend}: {calls} \
+                     failing memory calls, {reference} {theirs}"
+                );
+            }
         }
     }
 }
@@ -124,7 +130,7 @@ fn a_check_under_a_limit_makes_no_failing_memory_calls() {
 /// `<tool>.list`, by bisection.
 fn reference_floor(dir: &Path, reference: &str, tool: &str) -> u64 {
     let fits = |kib| {
-        check_within(dir, reference, tool, kib, "uring", &[])
+        check_within(dir, &[reference], tool, kib, "uring", &[])
             .status
             .success()
     };
@@ -188,7 +194,8 @@ fn a_check_fits_beside_the_reference_on_both_backends() {
         let floor = reference_floor(dir, reference, tool);
         let limit = floor + image + ALLOWANCE_KIB;
         for backend in BACKENDS {
-            let out = check_within(dir, &format!("./{tool}"), tool, limit, backend, &[]);
+            let link = format!("./{tool}");
+            let out = check_within(dir, &[&link], tool, limit, backend, &[]);
             assert_eq!(
                 (
                     out.status.code(),
