@@ -53,8 +53,8 @@ pub fn engine_within_limits(opts: &mut SumOptions) -> io::Result<Engine> {
 /// `opts` fitted to `room` bytes of address space: threads as
 /// [`room::threads_within`] allows, and each worker's buffers (a group of
 /// small files read whole, the blocks of a stream in flight) within its
-/// share of [`BUFFER_SHARE`]. The async engine of `O_DIRECT` streams gets
-/// one pool thread per worker.
+/// part of an eighth of the room (`BUFFER_SHARE`). The async engine of
+/// `O_DIRECT` streams gets one pool thread per worker.
 pub fn fitted(opts: &SumOptions, room: u64) -> SumOptions {
     let mut out = opts.clone();
     out.threads = room::threads_within(opts.threads.max(1), Some(room));

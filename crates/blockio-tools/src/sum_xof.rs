@@ -1,5 +1,5 @@
 //! `b3sum -l` of more than [`INLINE_MAX`] bytes: BLAKE3's extendable
-//! output streamed to the output in pieces of [`PIECE`] bytes, in bounded
+//! output streamed to the output in pieces of 64 KiB, in bounded
 //! memory, as b3sum streams it, whatever the length.
 //!
 //! Shorter outputs are made whole by the hashing workers and handed on as
