@@ -174,7 +174,7 @@ fn executable_image_kib(path: &str) -> u64 {
 /// batch buffers and results, and the 1 MiB step glibc's allocator maps
 /// in once the heap cannot grow. `docs/tools.md` gives both floors,
 /// measured with the release binary.
-const ALLOWANCE_KIB: u64 = 3_072;
+const ALLOWANCE_KIB: u64 = 2_048;
 
 /// A check of 30,000 lines runs under the least `ulimit -v` in which the
 /// reference tool (GNU's `sha256sum`, Debian's `b3sum`) runs it, plus

@@ -680,14 +680,14 @@ enum Unreadable {
     Read(io::Error),
 }
 
-/// Opens a list, to be read a batch at a time.
-fn open_list(list: &Path) -> Result<ListBatches, Unreadable> {
+/// Opens a list, to be read a batch (at most `most` bytes) at a time.
+fn open_list(list: &Path, most: usize) -> Result<ListBatches, Unreadable> {
     let file = if list.as_os_str() == STDIN {
         crate::sum::stdin().map_err(Unreadable::Read)?
     } else {
         std::fs::File::open(list).map_err(Unreadable::Open)?
     };
-    Ok(ListBatches::new(file))
+    Ok(ListBatches::new(file, most))
 }
 
 /// One list being checked: the run, how results are reported, and the
@@ -744,7 +744,7 @@ fn check_list(
         b3sum,
     };
     let mut progress = Progress::default();
-    let read = match open_list(list) {
+    let read = match open_list(list, run.opts.list_batch) {
         Ok(mut batches) => {
             this.check_batches(&mut batches, parser, is_stdin, &mut progress, out, err)?
         }

@@ -65,6 +65,10 @@ pub struct SumOptions {
     /// thread-pool backend (default 0: that engine's own default, the
     /// queue depth, at most 64).
     pub direct_pool_threads: usize,
+    /// Bytes of a checksum list read, and its lines checked, at a time
+    /// by `-c` (default 256 KiB). A batch's lines, names and results take
+    /// some eight times its bytes.
+    pub list_batch: usize,
 }
 
 impl Default for SumOptions {
@@ -84,6 +88,7 @@ impl Default for SumOptions {
             direct_block: 2 << 20,
             direct_depth: 16,
             direct_pool_threads: 0,
+            list_batch: crate::list_batches::BATCH,
         }
     }
 }

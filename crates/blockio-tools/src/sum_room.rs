@@ -26,6 +26,14 @@ const BUFFER_SHARE: u64 = 8;
 /// down by).
 const LEAST_BLOCK: usize = 64 << 10;
 
+/// What a batch of a checksum list takes, as a multiple of its bytes: the
+/// lines' places, their parsed digests and names, the paths handed to the
+/// workers and their results.
+const LIST_BATCH_COST: usize = 8;
+
+/// The least list batch a fitted check reads: a few hundred lines.
+const LEAST_LIST_BATCH: usize = 16 << 10;
+
 /// The largest block a fitted stream reads: under
 /// [`BLAKE3_PARALLEL_FROM`], so that no block starts rayon's threads.
 const SERIAL_BLOCK: usize = BLAKE3_PARALLEL_FROM / 2;
@@ -53,7 +61,8 @@ pub fn engine_within_limits(opts: &mut SumOptions) -> io::Result<Engine> {
 /// `opts` fitted to `room` bytes of address space: threads as
 /// [`room::threads_within`] allows, and each worker's buffers (a group of
 /// small files read whole, the blocks of a stream in flight) within its
-/// part of an eighth of the room (`BUFFER_SHARE`). The async engine of
+/// part of an eighth of the room (`BUFFER_SHARE`), as is a batch of a
+/// list being checked, with what its lines take. The async engine of
 /// `O_DIRECT` streams gets one pool thread per worker.
 pub fn fitted(opts: &SumOptions, room: u64) -> SumOptions {
     let mut out = opts.clone();
@@ -71,6 +80,11 @@ pub fn fitted(opts: &SumOptions, room: u64) -> SumOptions {
     let block = out.direct_block.min(SERIAL_BLOCK);
     (out.direct_block, out.direct_depth) = blocks_within(block, out.direct_depth, share);
     out.direct_pool_threads = out.threads;
+    // A batch of a list being checked, its lines, names and results.
+    out.list_batch = out
+        .list_batch
+        .min(share / LIST_BATCH_COST)
+        .max(LEAST_LIST_BATCH);
     out
 }
 
@@ -118,6 +132,7 @@ mod tests {
             (SERIAL_BLOCK, opts.direct_depth)
         );
         assert_eq!(f.direct_pool_threads, 2);
+        assert_eq!(f.list_batch, opts.list_batch);
     }
 
     #[test]
@@ -141,6 +156,12 @@ mod tests {
             );
             assert!(f.block < BLAKE3_PARALLEL_FROM && f.direct_block < BLAKE3_PARALLEL_FROM);
             assert!(f.depth >= 1 && f.direct_depth >= 1 && f.group >= 1, "{f:?}");
+            assert!(
+                (f.list_batch * LIST_BATCH_COST) as u64 <= share
+                    || f.list_batch == LEAST_LIST_BATCH,
+                "room {room}: a list batch of {}",
+                f.list_batch
+            );
         }
     }
 
