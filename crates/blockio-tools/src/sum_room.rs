@@ -5,7 +5,7 @@
 //!
 //! Without this the thread-pool backend started 64 pool threads (2 MiB of
 //! stack each) and every hashing thread reserved an arena of 64 MiB, so a
-//! check needed 100 to 120 MB where GNU's `sha256sum` needs a few, and
+//! check needed 100 to 120 MB where GNU's `sha256sum` needs 2.5, and
 //! each allocation of a thread whose arena could not be reserved cost
 //! three `mmap` calls.
 
