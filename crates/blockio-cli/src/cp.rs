@@ -24,6 +24,7 @@ use blockio_tools::copy::{
 };
 use blockio_tools::getopt::{self, Opt};
 use blockio_tools::quote::quote_locale;
+use blockio_tools::room::{address_space_left, one_arena_under_address_limit, threads_within};
 
 /// Options and operands of `blockio cp`, as GNU `cp` takes them (see
 /// `blockio cp --help`).
@@ -709,59 +710,6 @@ fn with_leading_dashes(args: &[OsString]) -> Vec<OsString> {
         return v;
     }
     args.to_vec()
-}
-
-/// Under a limit on address space (`ulimit -v`, `RLIMIT_AS`), keeps
-/// glibc's allocator to its one main arena: each worker thread would
-/// otherwise get an arena of its own, reserving 64 MiB of address space
-/// apiece, and an allocation failing under the limit aborts the process.
-/// With one arena the threads share it, and the copy fits where one
-/// thread's does (coreutils' `tests/cp/link-heap.sh`).
-///
-/// Returns the limit (`None`: no limit). Call it before any thread starts.
-fn one_arena_under_address_limit() -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the rlimit it is given, valid for the
-    // call.
-    let limited = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0
-        && lim.rlim_cur != libc::RLIM_INFINITY;
-    if !limited {
-        return None;
-    }
-    // SAFETY: mallopt only sets an allocator parameter; called before
-    // the copy's threads start, and M_ARENA_MAX is one glibc knows.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
-    Some(lim.rlim_cur)
-}
-
-/// The address space left under `limit`: what the worker threads can have.
-fn address_space_left(limit: u64) -> u64 {
-    // SAFETY: sysconf only reads a configuration value.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-    // The first field of statm: the address space in use, in pages.
-    let used = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * page);
-    limit.saturating_sub(used)
-}
-
-/// Address space each worker thread beyond the first needs left over
-/// under a limit (`ulimit -v`) to be started: its stack takes 2 MiB, and
-/// a copy whose threads took the room its listings need would fail where
-/// one thread fits.
-const ROOM_PER_THREAD: u64 = 64 << 20;
-
-/// The worker threads a copy may start with `room` bytes of address space
-/// left under a limit: at least one, one more per [`ROOM_PER_THREAD`].
-fn threads_within(threads: usize, room: Option<u64>) -> usize {
-    match room {
-        Some(room) => threads.min(1 + (room / ROOM_PER_THREAD) as usize),
-        None => threads,
-    }
 }
 
 /// The smallest read a copy fitted to an address-space limit makes.

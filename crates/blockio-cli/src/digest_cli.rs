@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use blockio_tools::algo::{Algo, BLAKE2B_MAX_BYTES};
 use blockio_tools::digest_tool::{self, Checking, Family, Format, Tool};
 use blockio_tools::sum::{SumOptions, STDIN};
+use blockio_tools::sum_room;
 
 use crate::getopt::{self, Opt};
 use crate::multicall::DigestTool;
@@ -127,16 +128,16 @@ fn run(prog: &str, name: &str, tool: DigestTool, args: &[OsString], out: &mut St
             return 1;
         }
     };
-    let engine = match blockio::Engine::new() {
+    let mut opts = SumOptions {
+        algo: request.tool.algo,
+        ..SumOptions::default()
+    };
+    let engine = match sum_room::engine_within_limits(&mut opts) {
         Ok(e) => e,
         Err(e) => {
             say(&format!("{prog}: {e}"));
             return 1;
         }
-    };
-    let opts = SumOptions {
-        algo: request.tool.algo,
-        ..SumOptions::default()
     };
     let run = digest_tool::Run {
         engine: &engine,

@@ -124,10 +124,6 @@ fn sum(args: &SumArgs) -> anyhow::Result<bool> {
     if let Some(d) = args.depth.filter(|d| !(1..=1024).contains(d)) {
         anyhow::bail!("--depth must be between 1 and 1024, got {d}");
     }
-    let engine = blockio::Engine::new()?;
-    if let Some(reason) = engine.fallback_reason() {
-        fallback_notice("sum", reason);
-    }
     let mut opts = SumOptions {
         algo: args.algo,
         direct: !args.no_direct,
@@ -141,6 +137,10 @@ fn sum(args: &SumArgs) -> anyhow::Result<bool> {
     }
     if let Some(t) = args.threads {
         opts.threads = t;
+    }
+    let engine = blockio_tools::sum_room::engine_within_limits(&mut opts)?;
+    if let Some(reason) = engine.fallback_reason() {
+        fallback_notice("sum", reason);
     }
     // A message that cannot be written stops nothing.
     let (mut out, mut err) = (std::io::stdout().lock(), stdio::Stderr);

@@ -10,6 +10,10 @@ use sha2::Digest;
 /// The longest BLAKE2b digest, in bytes (`b2sum -l 512`).
 pub const BLAKE2B_MAX_BYTES: u8 = 64;
 
+/// The least data BLAKE3 hashes on several cores at once (rayon's pool,
+/// a thread per CPU, as b3sum does); less is hashed on the calling thread.
+pub const BLAKE3_PARALLEL_FROM: usize = 1 << 20;
+
 /// A checksum algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Algo {
@@ -178,7 +182,7 @@ impl Algo {
             Algo::Sha512 => 128,
             Algo::Blake2b(n) => 2 * n as usize,
             Algo::Crc | Algo::Bsd | Algo::Sysv => 0,
-            Algo::Blake3With(p) => 2 * p.len,
+            Algo::Blake3With(p) => p.len.saturating_mul(2),
         }
     }
 
@@ -288,7 +292,7 @@ impl Hasher {
         match self {
             Hasher::Blake3(h, _, _) => {
                 // Large blocks are hashed on several cores (as b3sum does).
-                if data.len() >= 1 << 20 {
+                if data.len() >= BLAKE3_PARALLEL_FROM {
                     h.update_rayon(data);
                 } else {
                     h.update(data);
@@ -318,6 +322,19 @@ impl Hasher {
                 *sum = data.iter().fold(*sum, |s, &b| s.wrapping_add(b as u32));
                 *len += data.len() as u64;
             }
+        }
+    }
+
+    /// BLAKE3's extendable output, from its `--seek` offset, to read as
+    /// far as wanted; `None` for the other algorithms.
+    pub(crate) fn finish_xof(self) -> Option<blake3::OutputReader> {
+        match self {
+            Hasher::Blake3(h, _, seek) => {
+                let mut reader = h.finalize_xof();
+                reader.set_position(seek);
+                Some(reader)
+            }
+            _ => None,
         }
     }
 

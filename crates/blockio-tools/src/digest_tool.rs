@@ -124,7 +124,7 @@ pub struct Checking {
 
 impl Tool {
     /// `prog: <message>` on `err`.
-    fn say(&self, err: &mut (impl io::Write + ?Sized), message: &str) -> io::Result<()> {
+    pub(crate) fn say(&self, err: &mut (impl io::Write + ?Sized), message: &str) -> io::Result<()> {
         writeln!(err, "{}: {message}", self.prog)
     }
 
@@ -147,7 +147,11 @@ impl Tool {
     /// A file that could not be hashed, as the tool reports it: the
     /// coreutils quote its name and give the reason in their words,
     /// `b3sum` writes the name as it is and the system's message.
-    fn say_unreadable(&self, err: &mut (impl io::Write + ?Sized), e: &SumError) -> io::Result<()> {
+    pub(crate) fn say_unreadable(
+        &self,
+        err: &mut (impl io::Write + ?Sized),
+        e: &SumError,
+    ) -> io::Result<()> {
         if self.family == Family::B3sum {
             return writeln!(err, "{}: {}: {}", self.prog, e.path.display(), e.error);
         }
@@ -156,7 +160,7 @@ impl Tool {
 
     /// Whether standard input held the key (`b3sum --keyed`), so that `-`
     /// cannot be hashed.
-    fn key_on_stdin(&self) -> bool {
+    pub(crate) fn key_on_stdin(&self) -> bool {
         matches!(
             self.algo,
             Algo::Blake3With(Blake3Params {
@@ -190,6 +194,9 @@ pub fn print_sums(
     err: &mut impl io::Write,
 ) -> io::Result<bool> {
     let Run { engine, tool, opts } = run;
+    if let Some(params) = crate::sum_xof::streamed(tool.algo) {
+        return crate::sum_xof::print_sums(tool, params, files, format, out, err);
+    }
     let named = !files.is_empty();
     let files = crate::sum::or_stdin(files);
     let mut ok = true;
@@ -673,14 +680,14 @@ enum Unreadable {
     Read(io::Error),
 }
 
-/// Opens a list, to be read a batch at a time.
-fn open_list(list: &Path) -> Result<ListBatches, Unreadable> {
+/// Opens a list, to be read a batch (at most `most` bytes) at a time.
+fn open_list(list: &Path, most: usize) -> Result<ListBatches, Unreadable> {
     let file = if list.as_os_str() == STDIN {
         crate::sum::stdin().map_err(Unreadable::Read)?
     } else {
         std::fs::File::open(list).map_err(Unreadable::Open)?
     };
-    Ok(ListBatches::new(file))
+    Ok(ListBatches::new(file, most))
 }
 
 /// One list being checked: the run, how results are reported, and the
@@ -737,7 +744,7 @@ fn check_list(
         b3sum,
     };
     let mut progress = Progress::default();
-    let read = match open_list(list) {
+    let read = match open_list(list, run.opts.list_batch) {
         Ok(mut batches) => {
             this.check_batches(&mut batches, parser, is_stdin, &mut progress, out, err)?
         }

@@ -5,10 +5,11 @@
 use std::fs::File;
 use std::io::{self, Read};
 
-/// The most a batch reads at once. One read takes whatever is ready (a
-/// pipe gives what was written so far), so a batch ends when the next
-/// read would block or when it is full.
-const BATCH: usize = 256 << 10;
+/// The most a batch reads at once by default
+/// ([`SumOptions::list_batch`](crate::sum::SumOptions::list_batch)). One
+/// read takes whatever is ready (a pipe gives what was written so far),
+/// so a batch ends when the next read would block or when it is full.
+pub(crate) const BATCH: usize = 256 << 10;
 
 /// A list being read: the lines a read completed are handed out as one
 /// batch; a line split between reads waits for its end.
@@ -22,11 +23,11 @@ pub(crate) struct ListBatches {
 }
 
 impl ListBatches {
-    /// Reads `file` from where it stands.
-    pub(crate) fn new(file: File) -> ListBatches {
+    /// Reads `file` from where it stands, at most `most` bytes a read.
+    pub(crate) fn new(file: File, most: usize) -> ListBatches {
         ListBatches {
             file,
-            buf: vec![0; BATCH],
+            buf: vec![0; most.max(1)],
             pending: Vec::new(),
             eof: false,
         }
@@ -75,7 +76,7 @@ mod tests {
     fn batches(name: &str, text: &[u8]) -> Vec<Vec<u8>> {
         let path = std::env::temp_dir().join(format!("list-batches-{}-{name}", std::process::id()));
         std::fs::write(&path, text).unwrap();
-        let mut b = ListBatches::new(File::open(&path).unwrap());
+        let mut b = ListBatches::new(File::open(&path).unwrap(), BATCH);
         std::fs::remove_file(&path).unwrap();
         let mut all = Vec::new();
         while let Some(batch) = b.next_batch().unwrap() {

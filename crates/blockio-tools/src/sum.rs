@@ -61,6 +61,14 @@ pub struct SumOptions {
     pub direct_block: usize,
     /// `O_DIRECT` reads in flight (default 16).
     pub direct_depth: usize,
+    /// Threads of the async engine that streams `O_DIRECT` reads, on its
+    /// thread-pool backend (default 0: that engine's own default, the
+    /// queue depth, at most 64).
+    pub direct_pool_threads: usize,
+    /// Bytes of a checksum list read, and its lines checked, at a time
+    /// by `-c` (default 256 KiB). A batch's lines, names and results take
+    /// some eight times its bytes.
+    pub list_batch: usize,
 }
 
 impl Default for SumOptions {
@@ -79,6 +87,8 @@ impl Default for SumOptions {
             // with fio's sequential read (docs/benchmarks.md, "`sum` block sizes").
             direct_block: 2 << 20,
             direct_depth: 16,
+            direct_pool_threads: 0,
+            list_batch: crate::list_batches::BATCH,
         }
     }
 }
@@ -113,23 +123,64 @@ pub fn hash_files(
     };
     let io = &io;
     let (tx, rx) = mpsc::channel::<(usize, Result<String, SumError>)>();
+    let mut order = InOrder {
+        pending: BTreeMap::new(),
+        want: 0,
+    };
     std::thread::scope(|s| {
-        for _ in 0..opts.threads.max(1).min(files.len().max(1)) {
+        let wanted = opts.threads.max(1).min(files.len().max(1));
+        let mut started = 0;
+        // One worker is this thread (no stack of its own to map: under a
+        // limit on address space, 2 MiB of the room).
+        for _ in 0..wanted * usize::from(wanted > 1) {
             let tx = tx.clone();
             let next = &next;
-            s.spawn(move || worker(io, files, opts, next, &tx));
-        }
-        drop(tx);
-        let mut pending = BTreeMap::new();
-        let mut want = 0;
-        for (i, r) in rx {
-            pending.insert(i, r);
-            while let Some(r) = pending.remove(&want) {
-                emit(want, r);
-                want += 1;
+            let spawned = std::thread::Builder::new()
+                .spawn_scoped(s, move || worker(io, files, opts, next, &tx));
+            // Under a limit on address space or threads, as many as can be
+            // had.
+            match spawned {
+                Ok(_) => started += 1,
+                Err(_) => break,
             }
         }
+        if started == 0 {
+            // This thread works alone, handing on each group's results
+            // before it takes the next group.
+            let out = Results { files, tx: &tx };
+            let mut bufs = Vec::new();
+            while next_group(io, files, opts, &next, &out, &mut bufs) {
+                rx.try_iter().for_each(|(i, r)| order.put(i, r, &mut emit));
+            }
+        }
+        drop(tx);
+        rx.iter().for_each(|(i, r)| order.put(i, r, &mut emit));
     });
+}
+
+/// Results put back in index order.
+struct InOrder {
+    /// Results that came before an earlier one.
+    pending: BTreeMap<usize, Result<String, SumError>>,
+    /// The index to hand on next.
+    want: usize,
+}
+
+impl InOrder {
+    /// Takes the result of file `i` and hands on, in order, every result
+    /// that no earlier one is missing for.
+    fn put(
+        &mut self,
+        i: usize,
+        r: Result<String, SumError>,
+        emit: &mut impl FnMut(usize, Result<String, SumError>),
+    ) {
+        self.pending.insert(i, r);
+        while let Some(r) = self.pending.remove(&self.want) {
+            emit(self.want, r);
+            self.want += 1;
+        }
+    }
 }
 
 /// The engines a worker reads with: the batch engine for small files and
@@ -146,9 +197,13 @@ impl LargeFileIo<'_> {
     /// if the filesystem refuses `O_DIRECT`) through the page cache.
     fn stream(&self, path: &Path, file: &File, len: u64, opts: &SumOptions) -> io::Result<String> {
         if opts.direct && !looks_cached(file, len) {
-            let aio = self
-                .aio
-                .get_or_init(|| AsyncEngine::builder().queue_depth(256).build().ok());
+            let aio = self.aio.get_or_init(|| {
+                AsyncEngine::builder()
+                    .queue_depth(256)
+                    .fallback_threads(opts.direct_pool_threads)
+                    .build()
+                    .ok()
+            });
             if let Some(aio) = aio {
                 match stream_direct(aio, path, len, opts) {
                     // A filesystem that opens with O_DIRECT but refuses the
@@ -195,19 +250,31 @@ fn worker(
     tx: &mpsc::Sender<(usize, Result<String, SumError>)>,
 ) {
     let out = Results { files, tx };
-    let group = opts.group.max(1);
     let mut bufs: Vec<Vec<u8>> = Vec::new();
-    loop {
-        let start = next.fetch_add(group, Ordering::Relaxed);
-        if start >= files.len() {
-            return;
-        }
-        let end = (start + group).min(files.len());
-        let small = open_group(io, files, start..end, opts, &out);
-        if !small.is_empty() {
-            hash_small(io.engine, &small, &mut bufs, opts, &out);
-        }
+    while next_group(io, files, opts, next, &out, &mut bufs) {}
+}
+
+/// Takes the next group of `opts.group` files and hashes it (reading its
+/// small files into `bufs`); false when none was left.
+fn next_group(
+    io: &LargeFileIo<'_>,
+    files: &[PathBuf],
+    opts: &SumOptions,
+    next: &AtomicUsize,
+    out: &Results<'_>,
+    bufs: &mut Vec<Vec<u8>>,
+) -> bool {
+    let group = opts.group.max(1);
+    let start = next.fetch_add(group, Ordering::Relaxed);
+    if start >= files.len() {
+        return false;
     }
+    let end = (start + group).min(files.len());
+    let small = open_group(io, files, start..end, opts, out);
+    if !small.is_empty() {
+        hash_small(io.engine, &small, bufs, opts, out);
+    }
+    true
 }
 
 /// Opens `files[range]`: streams (and reports) each large one now, reports
@@ -310,7 +377,7 @@ fn stream(engine: &Engine, file: &File, len: u64, opts: &SumOptions) -> io::Resu
     let (full_tx, full_rx) = mpsc::sync_channel::<Filled>(depth);
     let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
     std::thread::scope(|s| {
-        s.spawn(move || {
+        let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
             let reader = Reader {
                 engine,
                 file,
@@ -330,7 +397,12 @@ fn stream(engine: &Engine, file: &File, len: u64, opts: &SumOptions) -> io::Resu
             };
             reader.run();
         });
-        hash_blocks(opts.algo, full_rx, empty_tx)
+        match spawned {
+            Ok(_) => hash_blocks(opts.algo, full_rx, empty_tx),
+            // No thread to read ahead with (a limit on address space or
+            // threads): read and hash in turn, on this thread.
+            Err(_) => read_to_end_at(file, 0, Hasher::new(opts.algo)),
+        }
     })
 }
 

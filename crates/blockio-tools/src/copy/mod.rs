@@ -520,11 +520,8 @@ pub fn copy(
     // allocator reads /sys/devices/system/cpu/online on a thread's first
     // allocation), and sixteen of them starting at once took the
     // descriptors a file being copied needed.
-    let pool_threads = if address_space_limited() || few_descriptors() {
-        opts.threads.saturating_sub(1)
-    } else {
-        (opts.threads.max(1) * 16).min(64)
-    };
+    let pool_threads =
+        crate::room::pool_threads(opts.threads, address_space_limited() || few_descriptors());
     let backend = backend_for_this_process()?;
     let engine = blockio::Engine::builder()
         .backend(backend)
