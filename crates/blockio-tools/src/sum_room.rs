@@ -52,7 +52,7 @@ pub fn engine_within_limits(opts: &mut SumOptions) -> io::Result<Engine> {
     *opts = fitted(opts, room::address_space_left(limit));
     let pool = room::pool_threads(opts.threads, true);
     Engine::builder()
-        .caller_only_if_no_threads(true)
+        .inline_if_no_threads(true)
         .no_pool_threads(pool == 0)
         .fallback_threads(pool.max(1))
         .build()
