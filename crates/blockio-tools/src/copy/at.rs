@@ -26,6 +26,8 @@ use std::path::Path;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
+use super::creation_gate;
+
 /// A directory named on the command line (or a parent of an operand),
 /// following symbolic links as `cp` does for its arguments.
 pub(crate) fn open_operand_dir(path: &Path) -> io::Result<File> {
@@ -239,7 +241,9 @@ pub(crate) fn create(
             Err(rustix::io::Errno::EXIST) if !excl => {}
             Err(e) => return Err(e.into()),
         }
-        match rustix::fs::openat(dir, name, base, Mode::empty()) {
+        // An existing file: for a FIFO this waits for a reader, outside
+        // the creation gate (it creates nothing).
+        match creation_gate::outside(|| rustix::fs::openat(dir, name, base, Mode::empty())) {
             Ok(fd) => {
                 return Ok(Dest {
                     fd,
@@ -277,7 +281,8 @@ pub(crate) fn create_following(
     // `O_EXCL` (`-n`): whatever is there, link or not, is left alone.
     if !excl {
         let open = OFlags::WRONLY | OFlags::CLOEXEC;
-        match rustix::fs::openat(dir, name, open, Mode::empty()) {
+        // As in `create`: outside the creation gate.
+        match creation_gate::outside(|| rustix::fs::openat(dir, name, open, Mode::empty())) {
             Ok(fd) => {
                 return Ok(Dest {
                     fd,

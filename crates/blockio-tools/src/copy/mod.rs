@@ -84,6 +84,7 @@
 
 mod at;
 mod attrs;
+mod creation_gate;
 mod creators;
 mod entry;
 mod files;

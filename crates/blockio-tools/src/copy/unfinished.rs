@@ -10,12 +10,12 @@
 //! program before it starts any thread) blocks SIGINT, SIGTERM and SIGHUP
 //! in every thread and waits for them in a thread of its own, which then:
 //!
-//! 1. takes the write side of [`CREATING`]: every creation holds its read
-//!    side from before its `openat` until the file is listed, so once the
-//!    write side is held no creation is under way and none can start, and
-//!    every file this copy created and has not finished is in [`LISTED`]
-//!    (it waits [`CREATIONS_WAIT`] at most: the same `openat` opens an
-//!    existing destination, which for a FIFO waits for a reader);
+//! 1. closes the creation gate (`creation_gate`): every creation passes
+//!    it from before its `openat` until the file is listed, so once it is
+//!    closed no creation is under way and none can start, and every file
+//!    this copy created and has not finished is in [`LISTED`] (an open of
+//!    an existing destination, which for a FIFO waits for a reader, runs
+//!    outside the gate: it creates nothing);
 //! 2. removes each of them (and the second names hard-linked to them),
 //!    putting back the file a `-b` copy had kept aside under its name;
 //! 3. ends the process by the same signal, its default action, so the
@@ -23,7 +23,7 @@
 //!    in a shell for Ctrl-C).
 //!
 //! A `-b` copy moves the file in its way aside first ([`kept_aside`]),
-//! under [`CREATING`] too, and lists the name at once: a signal between
+//! through the gate too, and lists the name at once: a signal between
 //! that rename and the copy's creation puts the file back, where the name
 //! would otherwise be left empty with only the backup beside it.
 //!
@@ -39,13 +39,11 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::creation_gate::{self, Creation};
 
 use super::entry::DirPair;
-
-/// Held (read side) by every creation of a file from before it until the
-/// file is listed; the signal thread takes the write side.
-static CREATING: RwLock<()> = RwLock::new(());
 
 /// Files are listed only once [`remove_unfinished_on_signals`] has a
 /// thread taking the signals: otherwise nobody would remove them.
@@ -242,8 +240,8 @@ pub(crate) fn undone<T>(listing: Option<Unfinished>, undo: impl FnOnce() -> T) -
     out
 }
 
-fn creating() -> RwLockReadGuard<'static, ()> {
-    CREATING.read().unwrap_or_else(|p| p.into_inner())
+fn creating() -> Creation {
+    creation_gate::enter()
 }
 
 /// The signals that end a copy and its unfinished files.
@@ -322,29 +320,10 @@ pub fn remove_unfinished_on_signals() -> io::Result<()> {
     Ok(())
 }
 
-/// How long the signal thread waits for creations under way to be
-/// listed. A creation holds [`CREATING`] for an `openat` of a new file;
-/// one held longer is an open of an existing file that waits (a FIFO with
-/// no reader, which the copy writes into as GNU's does, and which only
-/// the signal may end), and the signal must not wait for it.
-const CREATIONS_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
-
 /// Removes every listed file and ends the process by `sig`.
 fn remove_and_die(sig: libc::c_int) -> ! {
-    // Never released: no creation starts after this.
-    let deadline = std::time::Instant::now() + CREATIONS_WAIT;
-    let _all = loop {
-        match CREATING.try_write() {
-            Ok(g) => break Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            // A thread waits in an open of an existing file: what is
-            // listed is removed all the same.
-            Err(std::sync::TryLockError::WouldBlock) => break None,
-        }
-    };
+    // Never reopened: no creation starts after this.
+    creation_gate::close();
     let l = listed();
     // Second names first, while their copies still have theirs.
     let (links, copies): (Vec<&Made>, Vec<&Made>) = l.files.values().partition(|m| m.link);
