@@ -41,9 +41,9 @@ pub(crate) struct Core {
     /// Threads for the file-system calls: open, stat, ftruncate, close,
     /// mkdir, symlink and whole-file reads (see [`fsjobs`]).
     pub(crate) fs: fsjobs::Pool,
-    /// Consecutive misses of [`Core::read_cached`] (counting on past
+    /// Consecutive misses of [`Core::read_inline`] (counting on past
     /// [`MISSES_BEFORE_SKIPPING`] as the reads it skips).
-    pub(crate) cache_misses: AtomicU64,
+    pub(crate) inline_misses: AtomicU64,
     /// The descriptors the async engines made on first use, recorded as
     /// the engines' own (see [`crate::fds::own_new`]) until close or drop.
     pub(crate) own_fds: Mutex<Vec<RawFd>>,
@@ -62,36 +62,39 @@ impl Drop for Core {
     }
 }
 
-/// The longest read [`Core::read_cached`] tries: past it a copy on the
+/// The longest read [`Core::read_inline`] tries: past it a copy on the
 /// event loop's thread, holding the GIL, would stall the loop's other
 /// tasks; longer reads go to the engine, into their `bytes` object (see
 /// [`crate::fresh`]). 8 MiB: served so, a loop of 8 MiB reads keeps the
 /// rate of an `os.pread` loop, where through the engine it lost a third
 /// to the wake-ups; its copy is the loop's longest gap, 2-3 times
 /// aiofiles' (`docs/benchmarks.md`, 2026-11-26).
-pub(crate) const CACHED_MAX: usize = 8 << 20;
+pub(crate) const INLINE_MAX: usize = 8 << 20;
 
-/// Misses in a row after which [`Core::read_cached`] tries only one read
+/// Misses in a row after which [`Core::read_inline`] tries only one read
 /// in [`SKIP`].
 pub(crate) const MISSES_BEFORE_SKIPPING: u64 = 16;
 
 /// See [`MISSES_BEFORE_SKIPPING`].
 pub(crate) const SKIP: u64 = 32;
 
-/// The two async engines behind the asyncio API: on `O_DIRECT` descriptors
-/// a ring the event loop drives itself is faster (a driver thread costs two
-/// cross-thread wake-ups per read, which bound a fixed number of tasks); on
-/// buffered ones the driver thread is faster cold, because submitting a
-/// page-cache miss is costly kernel work that the driver thread does on the
-/// other core. The figures are in docs/benchmarks.md.
+/// The two async engines behind the asyncio API, named by who drives
+/// their ring: on `O_DIRECT` descriptors a ring the event loop drives
+/// itself is faster (a driver thread costs two cross-thread wake-ups per
+/// read, which bound a fixed number of tasks); on buffered ones the driver
+/// thread is faster cold, because submitting a page-cache miss is costly
+/// kernel work that the driver thread does on the other core. The figures
+/// are in docs/benchmarks.md.
 #[derive(Default)]
 pub(crate) struct AioEngines {
-    /// Driver-thread engine: buffered descriptors, syncs, and everything on
-    /// the thread-pool backend.
-    pub(crate) threaded: Option<AsyncEngine>,
-    /// Caller-driven ring for `O_DIRECT` descriptors: submitted on the
-    /// loop's thread, reaped by `drain` when the eventfd fires.
-    pub(crate) direct: Option<AsyncEngine>,
+    /// The engine with a driver thread of its own, which submits and reaps:
+    /// buffered descriptors, syncs, and everything on the thread-pool
+    /// backend.
+    pub(crate) driver_thread: Option<AsyncEngine>,
+    /// The ring the event loop's thread drives, for `O_DIRECT`
+    /// descriptors: submitted on the loop's thread, reaped by `drain` when
+    /// the eventfd fires.
+    pub(crate) loop_driven: Option<AsyncEngine>,
 }
 
 impl Core {
@@ -121,13 +124,13 @@ impl Core {
         let mut aio = self.aio.lock().expect("aio lock");
         let pool = engine.backend() == Backend::ThreadPool;
         let (slot, caller_driven) = if direct && !pool {
-            (&mut aio.direct, true)
+            (&mut aio.loop_driven, true)
         } else {
-            (&mut aio.threaded, false)
+            (&mut aio.driver_thread, false)
         };
         if slot.is_none() {
             // The core tries the page cache itself before it reaches the
-            // async engine (`FileState`'s cached read), so the engine's own
+            // async engine (`FileState`'s inline read), so the engine's own
             // inline try would only repeat a failed one on cold data.
             let mut b = AsyncEngine::builder()
                 .queue_depth(self.queue_depth as usize)
@@ -185,8 +188,8 @@ impl Core {
     /// The batches finished since the last call, removed. Reaps the
     /// caller-driven ring first (after the eventfd was cleared).
     pub(crate) fn finished(&self) -> Vec<(PyObject, Done)> {
-        let direct = self.aio.lock().expect("aio lock").direct.clone();
-        if let Some(aio) = direct {
+        let loop_driven = self.aio.lock().expect("aio lock").loop_driven.clone();
+        if let Some(aio) = loop_driven {
             self.wakeups.draining.store(true, Ordering::SeqCst);
             aio.reap();
             self.wakeups.draining.store(false, Ordering::SeqCst);
@@ -307,15 +310,15 @@ impl Core {
     }
 
     /// The bytes from `offset` to the end of `fd`, if the file is a
-    /// regular one whose size leaves at most [`CACHED_MAX`] of them and all
+    /// regular one whose size leaves at most [`INLINE_MAX`] of them and all
     /// are in the page cache: the size as the kernel holds it, asking no
     /// server (`statx` with `AT_STATX_DONT_SYNC`), then one
     /// `preadv2(RWF_NOWAIT)` of a byte more than it says, on the calling
     /// thread, into the bytes returned; that byte comes back only if the
     /// file grew. Else `None` (the file grew or shrank meanwhile, is not
     /// all cached, is not a regular file), and the caller reads through
-    /// the engine. Served after the same misses as [`Core::read_cached`].
-    pub(crate) fn read_rest_cached<'py>(
+    /// the engine. Served after the same misses as [`Core::read_inline`].
+    pub(crate) fn read_rest_inline<'py>(
         &self,
         py: Python<'py>,
         fd: RawFd,
@@ -325,18 +328,18 @@ impl Core {
         if self.born != forks() || self.closed() {
             return None;
         }
-        let misses = self.cached_try()?;
+        let misses = self.inline_try()?;
         let st =
             blockio::blocking::stat(PathAt::file(&RawTarget(fd)), libc::AT_STATX_DONT_SYNC).ok()?;
         if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
             return None;
         }
         let rest = usize::try_from(st.stx_size.saturating_sub(off)).ok()?;
-        if rest >= CACHED_MAX {
+        if rest >= INLINE_MAX {
             return None;
         }
         let (bytes, n) = unfilled_read(py, fd, off, rest + 1)?;
-        if !self.cached_hit(misses, n == rest) {
+        if !self.inline_hit(misses, n == rest) {
             return None;
         }
         fresh::shrunk(py, bytes.unbind(), n)
@@ -347,10 +350,10 @@ impl Core {
     /// Whether to try a read of cached bytes: after
     /// [`MISSES_BEFORE_SKIPPING`] misses in a row, only one in [`SKIP`];
     /// the misses so far if so.
-    fn cached_try(&self) -> Option<u64> {
-        let misses = self.cache_misses.load(Ordering::Relaxed);
+    fn inline_try(&self) -> Option<u64> {
+        let misses = self.inline_misses.load(Ordering::Relaxed);
         if misses >= MISSES_BEFORE_SKIPPING {
-            self.cache_misses
+            self.inline_misses
                 .store(misses.wrapping_add(1), Ordering::Relaxed);
             if misses % SKIP != 0 {
                 return None;
@@ -361,11 +364,11 @@ impl Core {
 
     /// Records whether a read of cached bytes tried after `misses` misses
     /// hit (the count starts again) or missed; `hit`.
-    fn cached_hit(&self, misses: u64, hit: bool) -> bool {
+    fn inline_hit(&self, misses: u64, hit: bool) -> bool {
         if hit {
-            self.cache_misses.store(0, Ordering::Relaxed);
+            self.inline_misses.store(0, Ordering::Relaxed);
         } else if misses < MISSES_BEFORE_SKIPPING {
-            self.cache_misses.store(misses + 1, Ordering::Relaxed);
+            self.inline_misses.store(misses + 1, Ordering::Relaxed);
         }
         hit
     }
@@ -494,7 +497,7 @@ impl Core {
             queue_depth,
             spare: Mutex::new(Vec::new()),
             fs: fsjobs::Pool::default(),
-            cache_misses: AtomicU64::new(0),
+            inline_misses: AtomicU64::new(0),
             own_fds: Mutex::new(Vec::new()),
             closing: AtomicBool::new(false),
             owned: Default::default(),
@@ -661,7 +664,7 @@ impl Core {
     /// failed is never the answer here. After [`MISSES_BEFORE_SKIPPING`]
     /// misses in a row only one read in [`SKIP`] is tried, until one hits,
     /// so that a cold workload pays for few failed tries.
-    pub(crate) fn read_cached<'py>(
+    pub(crate) fn read_inline<'py>(
         &self,
         py: Python<'py>,
         fd: RawFd,
@@ -671,21 +674,21 @@ impl Core {
         let (Ok(off), Ok(len)) = (u64::try_from(offset), usize::try_from(length)) else {
             return None;
         };
-        if len == 0 || len > CACHED_MAX || self.born != forks() || self.closed() {
+        if len == 0 || len > INLINE_MAX || self.born != forks() || self.closed() {
             return None;
         }
-        let misses = self.cached_try()?;
+        let misses = self.inline_try()?;
         let (bytes, n) = unfilled_read(py, fd, off, len)?;
-        self.cached_hit(misses, n == len).then_some(bytes)
+        self.inline_hit(misses, n == len).then_some(bytes)
     }
 
-    /// [`read_cached`](Self::read_cached), counted as a call served
+    /// [`read_inline`](Self::read_inline), counted as a call served
     /// without suspending (see [`turns`]): `False` instead when this call
     /// is to take its turn of the event loop first, having read nothing
     /// (the caller takes the turn, then reads). Counted here, where the
     /// read is, rather than in the caller's Python (an attribute read, a
     /// comparison and an attribute write less per read).
-    pub(crate) fn read_cached_in_turn<'py>(
+    pub(crate) fn read_inline_in_turn<'py>(
         &self,
         py: Python<'py>,
         fd: RawFd,
@@ -695,7 +698,7 @@ impl Core {
         if turns::due() {
             return Some(PyBool::new(py, false).to_owned().into_any());
         }
-        let data = self.read_cached(py, fd, offset, length)?;
+        let data = self.read_inline(py, fd, offset, length)?;
         turns::served(data.as_bytes().len());
         Some(data.into_any())
     }
