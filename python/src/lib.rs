@@ -20,15 +20,19 @@
 //! operation was cancelled is dropped by the driver thread, which never
 //! takes the GIL: `lent` parks it until the next call from Python.
 //!
-//! Modules: `engine` (`Core` and its Python methods), `pending` (the
-//! asynchronous batches by token, polled by `Core::drain`: the only place
-//! that keeps token state in Rust), `batch` (the synchronous batches),
+//! Modules: `engine` (`Core` and its Python methods, each handed to the
+//! part that owns what it uses), `rings` (the async engines, made on first
+//! use), `inflight` (the asynchronous batches by token, polled by
+//! `Core::drain`: the only place that keeps token state in Rust),
+//! `pending` (one batch, its buffers and its results as Python objects),
+//! `inline_read` (reads served inline from the page cache), `owned` (the
+//! descriptors file objects own), `batch` (the synchronous batches),
 //! `fsjobs` (open, stat, truncate, close, mkdir, symlink and whole-file
 //! reads off the loop's thread: each call one of blockio's operation
 //! kinds, run by its blocking form on the core's file-system threads),
 //! `fresh` (reads into the new `bytes` objects they return, in pieces),
 //! `args` (argument checks), `errors` (`OSError`s), `fds` (what a
-//! descriptor is, duplicates, forks), `lent` (buffers released without
+//! descriptor is, duplicates, the fork guard), `lent` (buffers released without
 //! the GIL), `inline` (a file object's `seek`, `read`, `readline`, `tell`
 //! and `write` served inline), `stream` (a line of an unbuffered pipe or
 //! socket, read a byte at a time without waiting), `event_loop` (the ring
@@ -47,10 +51,13 @@ mod fds;
 pub(crate) mod fresh;
 pub(crate) mod fsjobs;
 pub(crate) mod gil;
+mod inflight;
 mod inline;
+mod inline_read;
 pub(crate) mod lent;
 mod owned;
 mod pending;
+mod rings;
 mod stream;
 pub(crate) mod turns;
 pub(crate) use args::*;
@@ -59,7 +66,10 @@ use bench::bench_engine;
 pub(crate) use engine::*;
 pub(crate) use errors::*;
 pub(crate) use fds::*;
+pub(crate) use inflight::InFlight;
+pub(crate) use inline_read::InlineReads;
 pub(crate) use pending::*;
+pub(crate) use rings::Rings;
 
 #[pymodule]
 fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
