@@ -79,7 +79,7 @@ def test_a_seek_after_buffered_writes_flushes_them_as_the_builtin(tmp_path, back
 
 
 @BACKENDS
-def test_calls_are_served_at_once_again_once_the_writes_are_flushed(tmp_path, backend):
+def test_calls_are_served_inline_again_once_the_writes_are_flushed(tmp_path, backend):
     p = tmp_path / "f"
     p.write_bytes(bytes(range(256)) * 64)
 

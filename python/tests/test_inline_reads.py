@@ -258,7 +258,7 @@ CALLS = TURN_BUDGET * 10
 @LOOPS
 @pytest.mark.parametrize("call", ["read(1)", "read(100), 256 KiB buffer", "tell", "readline", "peek", "text readline",
                                   "write", "write, wb", "text write"])
-def test_a_task_making_calls_served_at_once_in_a_loop_lets_the_others_run(tmp_path, loop_factory, call):
+def test_a_task_making_calls_served_inline_in_a_loop_lets_the_others_run(tmp_path, loop_factory, call):
     """Calls served without suspending (reads from the file's buffer, tell,
     readline and peek of buffered bytes, writes into the buffer) take a
     turn of the loop at least once in ``TURN_BUDGET`` calls, as cached
@@ -385,7 +385,7 @@ def evict(path):
 @BACKENDS
 @pytest.mark.parametrize("busy", ["engine read", "read at its turn"])
 @pytest.mark.parametrize("call", ["readline", "tell", "seek", "read"])
-def test_a_call_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_factory, backend, busy, call):
+def test_a_call_served_inline_waits_for_the_call_in_progress(tmp_path, loop_factory, backend, busy, call):
     """``readline``, ``tell``, ``seek`` and ``read`` are served inline only
     while no call on the file is in progress: made while another task's
     read waits for the engine (evicted pages), or takes its turn of the
@@ -427,7 +427,7 @@ def test_a_call_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_fac
 
 @LOOPS
 @pytest.mark.parametrize("busy", ["engine read", "read at its turn"])
-def test_a_text_readline_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_factory, busy):
+def test_a_text_readline_served_inline_waits_for_the_call_in_progress(tmp_path, loop_factory, busy):
     """A text file's ``readline`` of a line decoded ahead is served inline
     only while no call on the file is in progress: made while another
     task's ``read`` waits for the engine or takes its turn, it waits for it
@@ -456,7 +456,7 @@ def test_a_text_readline_served_at_once_waits_for_the_call_in_progress(tmp_path,
 
 @LOOPS
 @pytest.mark.parametrize("call", ["readline", "async for", "tell"])
-def test_readline_and_tell_served_at_once_take_their_turns(tmp_path, loop_factory, call):
+def test_readline_and_tell_served_inline_take_their_turns(tmp_path, loop_factory, call):
     """Lines served from the buffer and ``tell``s, each one call served at
     once, count towards the thread's turn as the others do, counted with
     the bytes they copy."""
@@ -491,7 +491,7 @@ def test_readline_and_tell_served_at_once_take_their_turns(tmp_path, loop_factor
 
 @LOOPS
 @pytest.mark.parametrize("buffering", [-1, 4096])
-def test_a_write_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_factory, buffering):
+def test_a_write_served_inline_waits_for_the_call_in_progress(tmp_path, loop_factory, buffering):
     """A ``write`` joining bytes already buffered is served inline only
     while no call on the file is in progress: made while a ``seek`` takes
     its turn of the event loop (before it runs), it waits for the seek, and

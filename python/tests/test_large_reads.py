@@ -86,7 +86,7 @@ def test_read_of_a_whole_file_asks_for_its_size_and_a_byte_more(tmp_path, engine
 @LOOPS
 @pytest.mark.parametrize("size", [0, 1, 10 << 10, INLINE_MAX - 1])
 @pytest.mark.parametrize("buffering", [-1, 0])
-def test_read_of_the_cached_rest_of_a_file_is_served_at_once(tmp_path, engine, loop_factory, size, buffering):
+def test_read_of_the_cached_rest_of_a_file_is_served_inline(tmp_path, engine, loop_factory, size, buffering):
     """``read()`` of a file whose rest is all cached, up to ``INLINE_MAX``
     bytes, is one ``preadv2`` of those bytes and one more on the calling
     thread (its size asked of the kernel without waiting): no engine read,
