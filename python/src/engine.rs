@@ -202,6 +202,25 @@ impl Core {
         self.inflight.clear_eventfd();
     }
 
+    /// At least `min` and up to `len` bytes at `offset` of `fd`, served
+    /// inline if the first `min` are in the page cache (see
+    /// [`InlineReads::read_ahead`]); else `None`, and the caller reads
+    /// through the engine.
+    pub(crate) fn read_ahead_inline<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        offset: i64,
+        min: usize,
+        len: usize,
+    ) -> Option<Bound<'py, PyBytes>> {
+        let off = u64::try_from(offset).ok()?;
+        if self.born.forked() || self.closed() {
+            return None;
+        }
+        self.inline.read_ahead(py, fd, off, min, len)
+    }
+
     /// The results of `n` files as the rounds of `read_files`' reading
     /// thread arrive on `rx`, each turned into `bytes` or `OSError` in
     /// its place, and how many failed; the signal handlers run after each

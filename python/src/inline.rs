@@ -40,6 +40,14 @@ use crate::Core;
 /// takes the position is for its `lseek` to say (see `AsyncFile._seek`).
 pub(crate) const INLINE_OFFSET: i64 = 1 << 40;
 
+/// The most a buffered file reads ahead inline once its reads have gone on
+/// in order for a while (see [`FileState::next_fill`]): a loop of small
+/// `read(n)`s then costs one `preadv2` per 128 KiB instead of one per
+/// buffer (8 KiB by default) or per call, as an `os.pread` loop does.
+/// Bytes read ahead are those `read` would have read from the file at that
+/// moment, as a built-in buffered file's are, over a window this wide.
+pub(crate) const SEQUENTIAL_AHEAD: usize = 128 << 10;
+
 /// A binary file object's position and read-ahead, and whether its calls
 /// may be served inline. Subclassed by `blockio._file.AsyncFile`, which
 /// sets every field in its `__init__`.
@@ -56,7 +64,7 @@ pub(crate) struct FileState {
     roff: usize,
     /// The next read is the first since a seek: it reads what it asks for
     /// and no more.
-    #[pyo3(get, set, name = "_seeked")]
+    #[pyo3(get, name = "_seeked")]
     seeked: bool,
     /// `seek` and `tell` may be served inline: a seekable file, open,
     /// with no writes buffered and its position known (see
@@ -78,6 +86,10 @@ pub(crate) struct FileState {
     shared: bool,
     /// The read-ahead size (the file's buffer size; 0 unbuffered).
     ahead: usize,
+    /// How much the last read ahead of a run of sequential reads took
+    /// (0: none since the last seek); each next one takes twice as much,
+    /// up to [`SEQUENTIAL_AHEAD`] (see [`FileState::next_fill`]).
+    fill: usize,
     /// The descriptor's number.
     num: RawFd,
     /// The call queue's `free` list: it holds its item exactly while no
@@ -108,6 +120,7 @@ impl FileState {
             inline_write: false,
             shared: false,
             ahead: 0,
+            fill: 0,
             num: -1,
             free: None,
             reader: None,
@@ -151,6 +164,16 @@ impl FileState {
         }
         turns::count_copied(size);
         self.take(py, &held, size)
+    }
+
+    /// Sets `_seeked`: a seek also ends the run of sequential reads (the
+    /// next read ahead takes the buffer's size again).
+    #[setter(_seeked)]
+    fn set_seeked(&mut self, seeked: bool) {
+        self.seeked = seeked;
+        if seeked {
+            self.fill = 0;
+        }
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -228,35 +251,35 @@ impl FileState {
     }
 
     /// `size` bytes (not 0) read at the position if they are all in the
-    /// page cache (see [`Core::read_inline`]), reading ahead to fill the
-    /// buffer unless this is the first read since a seek; `False` when the
-    /// call is to take its turn of the event loop first. A call that has
-    /// just taken its turn (`after_turn`) counts only the bytes it copied.
+    /// page cache (see [`Core::read_ahead_inline`]), reading ahead to fill
+    /// the buffer unless this is the first read since a seek (as far as
+    /// the file and the cached bytes go); `False` when the call is to take
+    /// its turn of the event loop first. A call that has just taken its
+    /// turn (`after_turn`) counts only the bytes it copied.
     fn read_inline(&mut self, py: Python<'_>, size: usize, after_turn: bool) -> Option<PyObject> {
-        let reader = self.reader.as_ref()?.bind(py).borrow();
         let want = if self.seeked || size >= self.ahead {
             size
         } else {
-            self.ahead
+            self.next_fill().max(size)
         };
         let to = self.pos.checked_add(i64::try_from(size).ok()?)?;
-        let length = i64::try_from(want).ok()?;
-        let data = if after_turn {
-            let data = reader.read_inline(py, self.num, self.pos, length)?;
-            turns::count_copied(want);
-            data
-        } else {
-            match reader
-                .read_inline_in_turn(py, self.num, self.pos, length)?
-                .downcast_into::<PyBytes>()
-            {
-                Ok(data) => data,
-                Err(turn) => return Some(turn.into_inner().unbind()), // (`False`: the turn is due)
-            }
-        };
+        let reader = self.reader.as_ref()?.bind(py).borrow();
+        if !after_turn && turns::due() {
+            return Some(PyBool::new(py, false).to_owned().into_any().unbind());
+        }
+        let data = reader.read_ahead_inline(py, self.num, self.pos, size, want)?;
         drop(reader);
+        let got = data.as_bytes().len();
+        if after_turn {
+            turns::count_copied(got);
+        } else {
+            turns::served(got);
+        }
+        // A read after a seek starts a new run; one that read ahead
+        // continues it.
+        self.fill = if self.seeked || want <= size { 0 } else { want };
         self.seeked = false;
-        let out = if want > size {
+        let out = if got > size {
             let head = PyBytes::new(py, &data.as_bytes()[..size]);
             self.rbuf = data.into_any().unbind();
             self.roff = size;
@@ -266,6 +289,21 @@ impl FileState {
         };
         self.moved_to(to);
         Some(out.into_any().unbind())
+    }
+}
+
+impl FileState {
+    /// How much the next read ahead takes: the buffer's size for the first
+    /// of a run of sequential reads, then twice the last, up to
+    /// [`SEQUENTIAL_AHEAD`] (never less than the buffer's size).
+    fn next_fill(&self) -> usize {
+        if self.fill == 0 {
+            return self.ahead;
+        }
+        self.fill
+            .saturating_mul(2)
+            .min(SEQUENTIAL_AHEAD)
+            .max(self.ahead)
     }
 }
 
@@ -320,6 +358,7 @@ pub(crate) fn seek_inline(
     st.rbuf = nothing(py);
     st.roff = 0;
     st.seeked = true;
+    st.fill = 0;
     st.moved_to(to);
     true
 }

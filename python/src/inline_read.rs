@@ -55,6 +55,37 @@ impl InlineReads {
         self.hit(misses, n == len).then_some(bytes)
     }
 
+    /// At least `min` and up to `len` bytes (`min` 1 to `len`, `len` at
+    /// most [`INLINE_MAX`]) at `off` of `fd`: a read ahead, whose bytes past
+    /// the first `min` may stop short (the end of the file, the end of what
+    /// is cached), all of them the file's; `None` if fewer than `min` are
+    /// cached there (short, refused, failed, or skipped after misses).
+    pub(crate) fn read_ahead<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        off: u64,
+        min: usize,
+        len: usize,
+    ) -> Option<Bound<'py, PyBytes>> {
+        if min == 0 || min > len || len > INLINE_MAX {
+            return None;
+        }
+        let misses = self.try_one()?;
+        let (bytes, n) = unfilled_read(py, fd, off, len)?;
+        if !self.hit(misses, n >= min) {
+            return None;
+        }
+        if n == len {
+            return Some(bytes);
+        }
+        fresh::shrunk(py, bytes.unbind(), n)
+            .ok()?
+            .into_bound(py)
+            .downcast_into::<PyBytes>()
+            .ok()
+    }
+
     /// The bytes from `off` to the end of `fd`, if the file is a regular
     /// one whose size leaves fewer than [`INLINE_MAX`] of them and all
     /// are in the page cache: the size as the kernel holds it, asking no

@@ -225,6 +225,75 @@ def test_a_file_objects_cached_seek_and_read_need_no_wakeup_and_match_the_file(d
 
 
 @LOOPS
+@BACKENDS
+def test_sequential_small_reads_read_ahead_more_until_a_seek(tmp_path, loop_factory, backend):
+    """A run of small reads in order, served inline, reads ahead twice as
+    much each time the buffer is empty, from the buffer's size up to
+    128 KiB (one ``preadv2`` per 32 reads of 4 KiB, not one per two), with
+    the file's bytes; a seek starts the run again, and a read as large as
+    the buffer reads no more than it asks."""
+    data = os.urandom(1 << 20)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    e = blockio.Engine(backend=backend)
+
+    async def main():
+        async with blockio.open(path, "rb", engine=e) as f:
+            fills = []
+            got = []
+            for _ in range(94):  # (8 + 16 + 32 + 64 + 128 + 128 KiB)
+                got.append(await f.read(4096))
+                if f._roff == 4096:  # (this read filled the buffer)
+                    fills.append(len(f._rbuf))
+            assert b"".join(got) == data[:94 * 4096]
+            assert fills == [8192, 16384, 32768, 65536, 131072, 131072]
+            await f.seek(8192)
+            assert await f.read(4096) == data[8192:12288]
+            assert f._rbuf == b""  # (the first read after a seek reads what it asks)
+            assert await f.read(4096) == data[12288:16384]
+            assert len(f._rbuf) == 8192
+            assert await f.read(4096) == data[16384:20480] and f._rbuf == b""
+            assert await f.read(8192) == data[20480:28672] and f._rbuf == b""
+
+    try:
+        run(main(), loop_factory)
+    finally:
+        e.close()
+
+
+@LOOPS
+@BACKENDS
+def test_reads_ahead_to_the_end_of_the_file_stay_inline(tmp_path, loop_factory, backend):
+    """A read ahead that the end of the file cuts short is served inline
+    with what is there (as long as the read's own bytes are): a file of
+    100 KiB read 4 KiB at a time needs no engine round trip until the read
+    that finds its end."""
+    data = os.urandom(100 << 10)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    e = blockio.Engine(backend=backend)
+    wakeups = []
+    on_ready = e._on_ready
+
+    def counted(loop):
+        wakeups.append(1)
+        on_ready(loop)
+
+    async def main():
+        async with blockio.open(path, "rb", engine=e) as f:
+            e._on_ready = counted
+            got = [await f.read(4096) for _ in range(25)]
+            assert b"".join(got) == data
+            assert wakeups == []
+            assert await f.read(4096) == b""
+
+    try:
+        run(main(), loop_factory)
+    finally:
+        e.close()
+
+
+@LOOPS
 @pytest.mark.parametrize("length, buffering", [(4096, -1), (128 << 10, 0)])
 def test_a_task_reading_cached_data_from_a_file_object_lets_the_others_run(data_file, loop_factory, length,
                                                                            buffering):
