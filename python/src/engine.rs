@@ -507,9 +507,11 @@ impl Core {
     /// have: a read that is short (a partly cached range, the end of the
     /// file), refused (`EAGAIN`; `ESPIPE` on a pipe; `EINVAL` on an
     /// `O_DIRECT` descriptor, whose alignment a `bytes` never has) or
-    /// failed is never the answer here. After [`MISSES_BEFORE_SKIPPING`]
-    /// misses in a row only one read in [`SKIP`] is tried, until one hits,
-    /// so that a cold workload pays for few failed tries.
+    /// failed is never the answer here. After
+    /// [`MISSES_BEFORE_SKIPPING`](crate::inline_read::MISSES_BEFORE_SKIPPING)
+    /// misses in a row only one read in [`SKIP`](crate::inline_read::SKIP)
+    /// is tried, until one hits, so that a cold workload pays for few
+    /// failed tries.
     pub(crate) fn read_inline<'py>(
         &self,
         py: Python<'py>,
