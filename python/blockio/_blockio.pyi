@@ -13,9 +13,9 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "FileState", "LoopRing", "after_fork", "QUICK_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
-           "read_line_now", "read_now", "readline_now", "seek_now", "set_turn_count", "tell_now", "turn_count",
-           "turn_due", "write_now"]
+__all__ = ["Core", "FileState", "LoopRing", "after_fork", "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
+           "read_line_inline", "read_inline", "readline_inline", "seek_inline", "set_turn_count", "tell_inline", "turn_count",
+           "turn_due", "write_inline"]
 
 #: The calls served without suspending (this thread's, any engine's)
 #: between two turns of the event loop, in units: a call counts one, and
@@ -23,9 +23,9 @@ __all__ = ["Core", "FileState", "LoopRing", "after_fork", "QUICK_OFFSET", "TURN_
 TURN_BUDGET: int
 #: The bytes a served call copies per extra unit of ``TURN_BUDGET``.
 TURN_UNIT: int
-#: The largest offset ``seek_now`` takes (1 TiB): past it the file
+#: The largest offset ``seek_inline`` takes (1 TiB): past it the file
 #: system's ``lseek`` checks the offset.
-QUICK_OFFSET: int
+INLINE_OFFSET: int
 
 def turn_due(nbytes: int = 0) -> bool:
     """Counts a call served without suspending that copies ``nbytes``:
@@ -45,8 +45,8 @@ def set_turn_count(n: int) -> None:
 @disjoint_base
 class FileState:
     """The base of a ``blockio.open`` binary file: the state its ``seek``,
-    ``read``, ``readline`` and ``tell`` are served from at once (see
-    ``seek_now``, ``read_now``, ``readline_now``, ``tell_now``)."""
+    ``read``, ``readline`` and ``tell`` are served from inline (see
+    ``seek_inline``, ``read_inline``, ``readline_inline``, ``tell_inline``)."""
 
     #: The logical position: where the next read or write happens.
     _pos: int
@@ -58,52 +58,52 @@ class FileState:
     #: The descriptor's number is known outside the file.
     _shared: bool
     @property
-    def _quick(self) -> bool:
-        """``seek`` and ``tell`` may be served at once."""
+    def _inline(self) -> bool:
+        """``seek`` and ``tell`` may be served inline."""
     @property
-    def _quick_read(self) -> bool:
-        """``read`` and ``readline`` may be served at once."""
+    def _inline_read(self) -> bool:
+        """``read`` and ``readline`` may be served inline."""
     @property
-    def _quick_write(self) -> bool:
-        """``write`` may be served at once (into a write buffer holding
+    def _inline_write(self) -> bool:
+        """``write`` may be served inline (into a write buffer holding
         bytes already)."""
     def __new__(cls, *_args: object, **_kwargs: object) -> "FileState": ...
     def _serve(self, free: List[None], reader: "Core", num: int, bufsize: int) -> None:
-        """What the calls served at once need: the call queue's ``free``
+        """What the calls served inline need: the call queue's ``free``
         list, the engine's core, the descriptor's number, the buffer size."""
     def _read_after_turn(self, size: int) -> Optional[bytes]:
         """``read(size)`` by the call that has just taken its turn of the
         event loop, holding the call queue: the bytes, from the buffer or
         the page cache (counting only what it copies), or None."""
-    def _set_quick(self, quick: bool, quick_read: bool, quick_write: bool) -> None:
-        """Whether ``seek`` and ``tell`` (``quick``), ``read`` and
-        ``readline`` (also ``quick_read``), and ``write`` (``quick_write``)
-        may be served at once."""
+    def _set_inline(self, inline: bool, inline_read: bool, inline_write: bool) -> None:
+        """Whether ``seek`` and ``tell`` (``inline``), ``read`` and
+        ``readline`` (also ``inline_read``), and ``write`` (``inline_write``)
+        may be served inline."""
 
-def seek_now(file: FileState, offset: object, whence: object) -> bool:
-    """``file.seek(offset, whence)`` served at once if it can be (an
+def seek_inline(file: FileState, offset: object, whence: object) -> bool:
+    """``file.seek(offset, whence)`` served inline if it can be (an
     absolute seek to an int from 0 to 2**40, no call in progress, nothing to
     flush): whether it was; if not, nothing changed."""
 
-def read_now(file: FileState, size: object) -> Union[bytes, None, Literal[False]]:
-    """``file.read(size)`` served at once if it can be (no call in
+def read_inline(file: FileState, size: object) -> Union[bytes, None, Literal[False]]:
+    """``file.read(size)`` served inline if it can be (no call in
     progress, the bytes all buffered or all in the page cache): the bytes;
     ``None`` if not (nothing changed); ``False`` if its turn of the event
     loop is due first."""
 
-def readline_now(file: FileState, size: object) -> Optional[bytes]:
-    """``file.readline(size)`` served at once if it can be (no call in
+def readline_inline(file: FileState, size: object) -> Optional[bytes]:
+    """``file.readline(size)`` served inline if it can be (no call in
     progress, the line all in the buffer, no turn of the event loop due):
     the line; ``None`` if not (nothing changed)."""
 
-def write_now(file: FileState, data: object, wbuf: bytearray) -> Optional[int]:
-    """``file.write(data)`` served at once if it can be (``data`` bytes or
+def write_inline(file: FileState, data: object, wbuf: bytearray) -> Optional[int]:
+    """``file.write(data)`` served inline if it can be (``data`` bytes or
     a bytearray joining bytes already in the write buffer ``wbuf`` without
     filling it, no call in progress, no turn of the event loop due): the
     byte count; ``None`` if not (nothing changed)."""
 
-def tell_now(file: FileState) -> Optional[int]:
-    """``file.tell()`` served at once if it can be (no call in progress,
+def tell_inline(file: FileState) -> Optional[int]:
+    """``file.tell()`` served inline if it can be (no call in progress,
     the position known, no turn of the event loop due); ``None`` if not."""
 
 #: One ``(descriptor, buffer, offset)`` operation of a buffer batch.
@@ -144,8 +144,8 @@ class Core:
     def write_batch(self, ops: Sequence[_BufferOp]) -> Tuple[List[Union[int, OSError]], int]: ...
     def read_files(self, paths: Sequence[bytes]) -> Tuple[List[_FileResult], int]: ...
     def sync(self, fd: int, data_only: bool = False) -> None: ...
-    def read_cached(self, fd: int, offset: int, length: int) -> Optional[bytes]: ...
-    def read_cached_in_turn(self, fd: int, offset: int, length: int) -> Union[bytes, None, Literal[False]]: ...
+    def read_inline(self, fd: int, offset: int, length: int) -> Optional[bytes]: ...
+    def read_inline_in_turn(self, fd: int, offset: int, length: int) -> Union[bytes, None, Literal[False]]: ...
     def eventfd(self) -> int: ...
     def submit_read(self, waiter: _Waiter, fd: int, offsets: Sequence[int], length: int) -> int: ...
     def submit_readinto(self, waiter: _Waiter, ops: Sequence[_BufferOp]) -> int: ...
@@ -190,4 +190,4 @@ class LoopRing:
 def after_fork() -> None: ...
 def bench_engine(fd: int, file_size: int, block: int, in_flight: int, seconds: float) -> float: ...
 def exiting() -> None: ...
-def read_line_now(fd: int, limit: int) -> Tuple[bytes, int, int]: ...
+def read_line_inline(fd: int, limit: int) -> Tuple[bytes, int, int]: ...

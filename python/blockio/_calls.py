@@ -75,7 +75,7 @@ class CallQueue:
 
     ``settle``, if set, runs as each call ends, before the queue is handed
     on or ``free`` given back: the owner's chance to record, for the calls
-    served at once, what the call changed (see ``AsyncFile._requick``).
+    served inline, what the call changed (see ``AsyncFile._update_inline``).
     Those calls never change it themselves, so it holds whenever ``free``
     does."""
 
@@ -110,7 +110,7 @@ class CallQueue:
             if self._owner is None:  # (and so nobody waits)
                 try:
                     self.free.pop()
-                except IndexError:  # a call served at once, in another thread
+                except IndexError:  # a call served inline, in another thread
                     raise RuntimeError(_OTHER_THREAD) from None
                 self._owner, self._thread = task, me
                 return None

@@ -736,26 +736,26 @@ class Engine:
             except AttributeError:
                 fd = _fd(file)  # (raises the TypeError naming the argument's type)
         if type(offset) is int and type(length) is int:
-            # Cached: copied on this thread, no ring round trip or wake-up;
+            # Inline: copied on this thread, no ring round trip or wake-up;
             # counted with the thread's other calls served without
             # suspending (``turns`` in the core), so that now and then one
             # takes a turn of the loop first and a task reading cached
             # data in a loop never starves the others.
             try:
-                cached = self._core.read_cached_in_turn(fd, offset, length)
+                inline = self._core.read_inline_in_turn(fd, offset, length)
             except OverflowError:  # beyond 64 bits: the error comes below
-                cached = None
-            if cached:
-                return cached
-            if cached is False:
+                inline = None
+            if inline:
+                return inline
+            if inline is False:
                 await asyncio.sleep(0)
                 try:
-                    cached = self._core.read_cached(fd, offset, length)
+                    inline = self._core.read_inline(fd, offset, length)
                 except OverflowError:
-                    cached = None
-                if cached is not None:
-                    count_copied(len(cached))  # (the call took its turn: its bytes start the count)
-                    return cached
+                    inline = None
+                if inline is not None:
+                    count_copied(len(inline))  # (the call took its turn: its bytes start the count)
+                    return inline
             key = _stream_key(fd)
             if key is not None:
                 return await self._aread_stream(file, key, offset, length)

@@ -13,7 +13,7 @@ the event loop's thread never waits on the file system (a ``read()`` served
 at once, below, takes the size the kernel holds, asking no server).
 
 Calls take effect one at a time, in the order made (:mod:`blockio._calls`).
-The calls of random access are served at once, without a task switch, a
+The calls of random access are served inline, without a task switch, a
 future or a ring round trip, when no other call on the file is in progress:
 an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
 read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
@@ -60,8 +60,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_caller
-from ._blockio import (QUICK_OFFSET, FileState, count_copied, read_line_now, read_now, readline_now, seek_now,
-                       tell_now, turn_due, write_now)
+from ._blockio import (INLINE_OFFSET, FileState, count_copied, read_line_inline, read_inline, readline_inline, seek_inline,
+                       tell_inline, turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept,
                      one_at_a_time_taking_turns)
@@ -92,13 +92,13 @@ _C_INT = range(-(1 << 31), 1 << 31)
 #: from 3.12 on, a size of the wrong type raises ``TypeError`` first).
 _MODE_BEFORE_SIZE = sys.version_info < (3, 12)
 
-#: The largest offset ``seek`` takes at once, with no system call (1 TiB);
+#: The largest offset ``seek`` takes inline, with no system call (1 TiB);
 #: past it the file system's ``lseek`` checks the offset, as the built-in
 #: file's seek does, so that an offset the file system refuses fails at
 #: the seek rather than at a later read or write. (A smaller limit, as
 #: FAT's 4 GiB, is met at that read or write.) The core's, for its
-#: ``seek_now``.
-_QUICK_OFFSET = QUICK_OFFSET
+#: ``seek_inline``.
+_INLINE_OFFSET = INLINE_OFFSET
 
 #: The most one read returns on Linux (``MAX_RW_COUNT``): a larger read is
 #: made of reads of at most this, as the built-in buffered file's is, or,
@@ -192,7 +192,7 @@ def _poll_and_close(fd: int, wake: int) -> None:
         os.close(wake)
 
 
-#: Why :func:`read_line_now` stopped (its second value; see stream.rs).
+#: Why :func:`read_line_inline` stopped (its second value; see stream.rs).
 _LINE_DONE, _LINE_WAIT, _LINE_END, _LINE_MORE, _LINE_UNSUPPORTED, _LINE_FAILED = range(6)
 
 
@@ -341,10 +341,10 @@ class AsyncFile(FileState, LineReader[bytes]):
                  "_wbuf", "_wpos", "_writable", "mode", "name", "__dict__", "__weakref__")
 
     def __init__(self, desc: _Descriptor, mode: str, engine: Engine, buffer_size: int) -> None:
-        # `_pos`, `_rbuf`, `_roff`, `_seeked`, `_quick`, `_quick_read` and
+        # `_pos`, `_rbuf`, `_roff`, `_seeked`, `_inline`, `_inline_read` and
         # `_shared` are fields of the core's `FileState`, from which `seek`,
-        # `read`, `readline` and `tell` are served at once (`seek_now`,
-        # `read_now`, `readline_now`, `tell_now`); `_serve` gives it the
+        # `read`, `readline` and `tell` are served inline (`seek_inline`,
+        # `read_inline`, `readline_inline`, `tell_inline`); `_serve` gives it the
         # rest of what they need.
         self._file = desc
         self._engine = engine
@@ -387,7 +387,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: one; the pipe whose write end, closed, ends such a wait (made
         #: with the first); whether the stream takes reads that never wait
         #: (not a FIFO or a terminal); and what the last line read left for
-        #: the next one: that the line goes on past ``read_line_now``'s most
+        #: the next one: that the line goes on past ``read_line_inline``'s most
         #: bytes, or what ended it after some bytes, the stream's end
         #: (which a datagram socket's empty record reports once) or an
         #: error (a socket reports a reset once: its next read returns 0).
@@ -425,34 +425,34 @@ class AsyncFile(FileState, LineReader[bytes]):
         def settle() -> None:
             f = me()
             if f is not None:
-                f._requick()
+                f._update_inline()
 
         # (through a weak reference, as `on_share`: the file holds its queue,
         # and a queue holding the file would keep a dropped file alive until
         # the cycle collector runs, its buffered bytes unwritten until then)
         self._calls.settle = settle
-        #: Mirrors ``desc.shared`` for the calls served at once.
+        #: Mirrors ``desc.shared`` for the calls served inline.
         self._shared = desc.shared
         self._serve(self._calls.free, engine._core, desc.num, buffer_size)
         self._calls.turn_due = turn_due
-        self._requick()
+        self._update_inline()
 
     # -- state ----------------------------------------------------------------
 
-    def _requick(self) -> None:
-        """Records whether ``seek`` and ``tell`` (``_quick``), ``read`` and
-        ``readline`` (``_quick_read``), and ``write`` (``_quick_write``: a
-        writing file, not in append mode) may be served at once: a
+    def _update_inline(self) -> None:
+        """Records whether ``seek`` and ``tell`` (``_inline``), ``read`` and
+        ``readline`` (``_inline_read``), and ``write`` (``_inline_write``: a
+        writing file, not in append mode) may be served inline: a
         seekable file, open, with no writes buffered and its position
         known. Run when the file is made, as
         every queued call ends (the queue's ``settle``: those calls are
-        what changes it, and the calls served at once run only while no
+        what changes it, and the calls served inline run only while no
         queued call does), and when it is detached; so it never says
-        "quick" of a file that is not. It may say "not" of one that has
-        become quick meanwhile, which only sends a call through the queue."""
+        "inline" of a file that is not. It may say "not" of one that has
+        become inline meanwhile, which only sends a call through the queue."""
         d = self._file
         usable = not (self._stream or d.closed or d.detached)
-        self._set_quick(usable and not (self._wbuf or self._at_end), self._readable,
+        self._set_inline(usable and not (self._wbuf or self._at_end), self._readable,
                         usable and self._writable and not self._append)
 
     @property
@@ -588,7 +588,7 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     async def tell(self) -> int:
         """The current position."""
-        pos = tell_now(self)  # (served at once, when it can be)
+        pos = tell_inline(self)  # (served inline, when it can be)
         if pos is not None:
             return pos
         got: int = await self._tell()
@@ -604,10 +604,10 @@ class AsyncFile(FileState, LineReader[bytes]):
         """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``,
         and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the new position.
         Writes still buffered are flushed first."""
-        # The common case, done at once (this is half of every random
+        # The common case, served inline (this is half of every random
         # read): an absolute seek with nothing to flush, while no other call
-        # on the file is in progress; see `seek_now` in the core.
-        if seek_now(self, offset, whence):
+        # on the file is in progress; see `seek_inline` in the core.
+        if seek_inline(self, offset, whence):
             return offset
         pos: int = await self._seek(offset, whence)
         return pos
@@ -659,7 +659,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             # position before the start or, from SEEK_CUR or SEEK_END,
             # past the largest file offset)
             raise OSError(22, "Invalid argument", self.name)
-        if pos > _QUICK_OFFSET:
+        if pos > _INLINE_OFFSET:
             # Past what every file system takes? Its lseek says, as the
             # built-in's seek finds out (ext4 refuses 16 TiB and more).
             try:
@@ -749,13 +749,13 @@ class AsyncFile(FileState, LineReader[bytes]):
     async def read(self, size: Optional[int] = -1) -> bytes:
         """Reads up to ``size`` bytes (all of the rest when negative or
         None); ``b""`` at end of file."""
-        # The common case, done at once (this is the other half of every
-        # random read; see `read_now` in the core): bytes in the read
+        # The common case, served inline (this is the other half of every
+        # random read; see `read_inline` in the core): bytes in the read
         # buffer or, with preadv2's RWF_NOWAIT, in the page cache, copied
         # on this thread, while no other call on the file is in progress.
         # Anything else goes to `_read`, in the queue: a read that would
         # have to wait (bytes not all cached, the end of the file),
-        # buffered writes, a stream. Now and then a read served at once
+        # buffered writes, a stream. Now and then a read served inline
         # (counted with every call the thread serves without suspending:
         # `turns` in the core) goes to `_read_after_a_turn` instead, also in
         # the queue, which yields to the event loop once, so that a task
@@ -766,7 +766,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         # buffer, except the first read after a seek, which reads what it
         # asks for (random access, where the rest of a buffer would be
         # copied for nothing).
-        got = read_now(self, size)
+        got = read_inline(self, size)
         if got is None:
             data: bytes = await self._read(size)
             return data
@@ -776,12 +776,12 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     @one_at_a_time
     async def _read_after_a_turn(self, size: Optional[int]) -> bytes:
-        """`read`'s call served at once (from the buffer or the page cache)
+        """`read`'s call served inline (from the buffer or the page cache)
         whose turn of the event loop is due: yields to the event loop once,
         holding the file's place in the queue (calls made after it wait; a
         cancellation there reads nothing), then reads as `read` does, on
         this thread when the bytes are buffered or cached. (``size`` is an
-        int: `read_now` says a turn is due for nothing else.)"""
+        int: `read_inline` says a turn is due for nothing else.)"""
         assert size is not None
         await pause()
         data = self._read_after_turn(size)
@@ -1009,7 +1009,7 @@ class AsyncFile(FileState, LineReader[bytes]):
     async def readline(self, size: Optional[int] = -1) -> bytes:
         """One line, with its ``\\n`` (``b""`` at end of file); at most
         ``size`` bytes when ``size`` is given."""
-        line = readline_now(self, size)  # (a line in the buffer, served at once)
+        line = readline_inline(self, size)  # (a line in the buffer, served inline)
         if line is not None:
             return line
         got: bytes = await self._readline(size)
@@ -1065,7 +1065,7 @@ class AsyncFile(FileState, LineReader[bytes]):
     async def _stream_line(self, limit: int) -> bytes:
         """The next bytes of a line of an unbuffered stream, up to its
         ``\\n`` or ``limit`` bytes, read on this thread by reads that never
-        wait (``read_line_now``); ``b""`` at the stream's end. While the
+        wait (``read_line_inline``); ``b""`` at the stream's end. While the
         stream has nothing, a thread waits for it to become readable, taking
         nothing from it, so that a cancelled ``readline`` holds no byte
         back: the wait is left for the next line read, and the bytes of the
@@ -1090,7 +1090,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                 await pause()
                 self._line_note = None
             fd = self._live_fd()
-            data, stop, code = read_line_now(fd, limit)
+            data, stop, code = read_line_inline(fd, limit)
             if stop == _LINE_MORE:
                 self._line_note = _LINE_GOES_ON
             elif stop == _LINE_FAILED:
@@ -1147,7 +1147,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         """Writes all of ``data`` (any bytes-like object) at the position,
         or at the end in append mode; the byte count. Buffered files keep
         it until the buffer fills, :meth:`flush` or close."""
-        n = write_now(self, data, self._wbuf)  # (into the buffer, served at once)
+        n = write_inline(self, data, self._wbuf)  # (into the buffer, served inline)
         if n is not None:
             return n
         if not self._calls.free and type(data) is not bytes:
@@ -1404,7 +1404,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             # rather than lost, and the child's descriptor closed, as the
             # built-in file's close does there.
             try:
-                self._write_now()
+                self._write_blocking()
             finally:
                 self._sync_offset()
                 self._file.closed = True
@@ -1466,7 +1466,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                 os.lseek(self._file.num, self._pos, os.SEEK_SET)
             self._file.detached = True
             self._end_waits()
-            self._requick()
+            self._update_inline()
         finally:
             free.append(None)
         return raw
@@ -1502,7 +1502,7 @@ class AsyncFile(FileState, LineReader[bytes]):
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    def _write_now(self) -> None:
+    def _write_blocking(self) -> None:
         """Writes what is buffered with blocking system calls (no engine
         to go through: the file is being collected, or its engine is
         closed), at its place: the end in append mode."""
@@ -1528,7 +1528,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         # Not awaitable here: what is buffered is written synchronously,
         # as the built-in buffered files do when collected.
         try:
-            self._write_now()
+            self._write_blocking()
         finally:
             desc.closed = True
             self._end_waits()

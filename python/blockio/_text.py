@@ -97,7 +97,7 @@ class AsyncTextFile(LineReader[str]):
         self.buffer = buffer
         self._file = buffer._file
         self._calls = buffer._calls
-        #: The queue's ``free`` list, taken by ``readline`` served at once.
+        #: The queue's ``free`` list, taken by ``readline`` served inline.
         self._free = buffer._calls.free
         self.mode = mode
         self.name = buffer.name
@@ -397,7 +397,7 @@ class AsyncTextFile(LineReader[str]):
     async def readline(self, size: int = -1) -> str:
         """One line with its ending (``""`` at end of file); at most
         ``size`` characters when ``size`` is given."""
-        # The common case, served at once: a whole line in the text decoded
+        # The common case, served inline: a whole line in the text decoded
         # ahead, while no other call on the file is in progress (taking the
         # queue's `free` item makes sure of that, from any thread; nothing
         # here awaits) and the thread's turn of the event loop is not due
@@ -411,7 +411,7 @@ class AsyncTextFile(LineReader[str]):
                 pass  # taken meanwhile by another thread: `_readline` says so
             else:
                 try:
-                    if self.buffer._quick_read and turn_count() < TURN_BUDGET - 1:
+                    if self.buffer._inline_read and turn_count() < TURN_BUDGET - 1:
                         used = self._used
                         end = self._line_end(self._decoded, used)
                         if end >= 0:

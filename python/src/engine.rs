@@ -1,15 +1,18 @@
-//! `Core`, the engine as the Python layer sees it: the sync engine, the
-//! two async engines, the pending batches and the file-system threads.
+//! `Core`, the engine as the Python layer sees it: the sync engine and
+//! its calls, each handed to the part of the core that owns what it uses:
+//! the async engines ([`Rings`]), the batches in flight ([`InFlight`]),
+//! the reads served inline ([`InlineReads`]), the file-system threads
+//! ([`fsjobs::Pool`]), the descriptors file objects own
+//! ([`crate::owned::Owned`]) and the fork guard ([`Born`]).
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Waker};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
-use blockio::aio::{AsyncEngine, AsyncFile, CallerDriving, Driving, Withdrawal};
-use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, PathAt, RawTarget};
+use blockio::aio::{AsyncEngine, AsyncFile, Withdrawal};
+use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyList};
@@ -18,81 +21,33 @@ use crate::fsjobs::{FsCall, Out};
 use crate::lent::{release_parked, Lent};
 use crate::*;
 
-/// The engine as the Python layer sees it.
+/// The engine as the Python layer sees it: the sync engine, and beside
+/// it one part for each thing the core owns.
 #[pyclass(module = "blockio._blockio")]
 pub(crate) struct Core {
     /// `None` once closed. Cloned out (an `Arc` inside) for each call, so
     /// no lock is held across I/O.
     pub(crate) engine: Mutex<Option<Engine>>,
+    /// `close` has started: synchronous calls waiting for a descriptor
+    /// end at once, without waiting for `close` to finish waiting for the
+    /// asynchronous operations.
+    pub(crate) closing: AtomicBool,
+    /// The fork guard: where this core was made.
+    pub(crate) born: Born,
     /// The async engines, made on first use.
-    pub(crate) aio: Mutex<AioEngines>,
-    pub(crate) wakeups: Arc<Wakeups>,
-    pub(crate) pending: Mutex<HashMap<u64, Pending>>,
-    /// Batches that finished when started, until the next drain.
-    pub(crate) ready: Mutex<Vec<(u64, PyObject, Done)>>,
-    /// The token of the next batch.
-    pub(crate) next_token: AtomicU64,
-    /// [`forks`] when this core was made: another value means this is a
-    /// forked child.
-    pub(crate) born: u64,
-    pub(crate) queue_depth: u32,
+    pub(crate) rings: Rings,
+    /// The asynchronous batches not yet handed back, and their eventfd.
+    pub(crate) inflight: InFlight,
     /// Read buffers of finished asynchronous reads, for the next ones.
     pub(crate) spare: Mutex<Vec<AlignedBuf>>,
     /// Threads for the file-system calls: open, stat, ftruncate, close,
     /// mkdir, symlink and whole-file reads (see [`fsjobs`]).
     pub(crate) fs: fsjobs::Pool,
-    /// Consecutive misses of [`Core::read_cached`] (counting on past
-    /// [`MISSES_BEFORE_SKIPPING`] as the reads it skips).
-    pub(crate) cache_misses: AtomicU64,
-    /// The descriptors the async engines made on first use, recorded as
-    /// the engines' own (see [`crate::fds::own_new`]) until close or drop.
-    pub(crate) own_fds: Mutex<Vec<RawFd>>,
-    /// `close` has started: synchronous calls waiting for a descriptor
-    /// end at once, without waiting for `close` to finish waiting for the
-    /// asynchronous operations.
-    pub(crate) closing: AtomicBool,
+    /// Reads served inline, from the page cache on the calling thread.
+    pub(crate) inline: InlineReads,
     /// The descriptors file objects of this engine own, which their
     /// operations borrow without a duplicate (see [`crate::owned`]).
     pub(crate) owned: crate::owned::Owned,
-}
-
-impl Drop for Core {
-    fn drop(&mut self) {
-        disown(&self.own_fds.lock().expect("own fds lock"));
-    }
-}
-
-/// The longest read [`Core::read_cached`] tries: past it a copy on the
-/// event loop's thread, holding the GIL, would stall the loop's other
-/// tasks; longer reads go to the engine, into their `bytes` object (see
-/// [`crate::fresh`]). 8 MiB: served so, a loop of 8 MiB reads keeps the
-/// rate of an `os.pread` loop, where through the engine it lost a third
-/// to the wake-ups; its copy is the loop's longest gap, 2-3 times
-/// aiofiles' (`docs/benchmarks.md`, "Large cached reads on the loop's
-/// thread").
-pub(crate) const CACHED_MAX: usize = 8 << 20;
-
-/// Misses in a row after which [`Core::read_cached`] tries only one read
-/// in [`SKIP`].
-pub(crate) const MISSES_BEFORE_SKIPPING: u64 = 16;
-
-/// See [`MISSES_BEFORE_SKIPPING`].
-pub(crate) const SKIP: u64 = 32;
-
-/// The two async engines behind the asyncio API: on `O_DIRECT` descriptors
-/// a ring the event loop drives itself is faster (a driver thread costs two
-/// cross-thread wake-ups per read, which bound a fixed number of tasks); on
-/// buffered ones the driver thread is faster cold, because submitting a
-/// page-cache miss is costly kernel work that the driver thread does on the
-/// other core. The figures are in docs/benchmarks.md.
-#[derive(Default)]
-pub(crate) struct AioEngines {
-    /// Driver-thread engine: buffered descriptors, syncs, and everything on
-    /// the thread-pool backend.
-    pub(crate) threaded: Option<AsyncEngine>,
-    /// Caller-driven ring for `O_DIRECT` descriptors: submitted on the
-    /// loop's thread, reaped by `drain` when the eventfd fires.
-    pub(crate) direct: Option<AsyncEngine>,
 }
 
 impl Core {
@@ -103,7 +58,7 @@ impl Core {
     }
 
     pub(crate) fn check(&self) -> PyResult<Engine> {
-        if self.born != forks() {
+        if self.born.forked() {
             return Err(PyRuntimeError::new_err(
                 "this blockio.Engine was created before fork(): its rings belong to the parent; create a new Engine in the child",
             ));
@@ -116,106 +71,26 @@ impl Core {
     }
 
     /// The async engine for a descriptor opened with (`direct`) or without
-    /// `O_DIRECT` (see [`AioEngines`]).
+    /// `O_DIRECT` (see [`Rings::get`]).
     pub(crate) fn aio(&self, direct: bool) -> PyResult<AsyncEngine> {
         let engine = self.check()?;
-        let mut aio = self.aio.lock().expect("aio lock");
-        let pool = engine.backend() == Backend::ThreadPool;
-        let (slot, caller_driven) = if direct && !pool {
-            (&mut aio.direct, true)
-        } else {
-            (&mut aio.threaded, false)
-        };
-        if slot.is_none() {
-            // The core tries the page cache itself before it reaches the
-            // async engine (`FileState`'s cached read), so the engine's own
-            // inline try would only repeat a failed one on cold data.
-            let mut b = AsyncEngine::builder()
-                .queue_depth(self.queue_depth as usize)
-                .read_path(blockio::ReadPath::AlwaysSubmit);
-            if pool {
-                b = b.backend(BackendChoice::ThreadPool);
-            } else if caller_driven {
-                let eventfd = self.wakeups.efd.as_raw_fd();
-                b = b.driving(Driving::Caller(
-                    CallerDriving::new().completion_eventfd(eventfd),
-                ));
-            }
-            let before = anon_fds();
-            *slot = Some(b.build().map_err(io_err)?);
-            let made = own_new(&before);
-            self.own_fds.lock().expect("own fds lock").extend(made);
-        }
-        Ok(slot.clone().expect("built above"))
+        self.rings.get(&engine, direct, self.inflight.eventfd())
     }
 
-    /// Starts a batch for `waiter`: polls it once (which hands its
-    /// operations to the driver) and keeps it under a new token until it is
-    /// finished; the token, which `cancel` takes.
-    pub(crate) fn start(&self, waiter: PyObject, mut p: Pending) -> u64 {
-        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        let waker = self.waker(token);
-        p.waker = Some(waker.clone());
-        match p.poll(&mut Context::from_waker(&waker)) {
-            // Finished at once (every descriptor unusable): reported at the
-            // next drain like any other.
-            Some(done) => {
-                let due = self.owned.release(&p.borrowed);
-                self.ready
-                    .lock()
-                    .expect("ready lock")
-                    .push((token, waiter, done));
-                waker.wake();
-                self.start_closes(due);
-            }
-            None => {
-                p.waiter = Some(waiter);
-                self.pending.lock().expect("pending lock").insert(token, p);
-            }
+    /// Starts a batch for `waiter` (see [`InFlight::start`]); the token,
+    /// which `cancel` takes.
+    pub(crate) fn start(&self, waiter: PyObject, p: Pending) -> u64 {
+        let (token, left) = self.inflight.start(waiter, p);
+        if !left.is_empty() {
+            self.start_closes(self.owned.release(&left));
         }
         token
     }
 
-    pub(crate) fn waker(&self, token: u64) -> Waker {
-        Waker::from(Arc::new(TokenWaker {
-            token,
-            wakeups: Arc::clone(&self.wakeups),
-        }))
-    }
-
-    /// The batches finished since the last call, removed. Reaps the
-    /// caller-driven ring first (after the eventfd was cleared).
+    /// The batches finished since the last call, removed (see
+    /// [`InFlight::finished`]); the closes they held back are started.
     pub(crate) fn finished(&self) -> Vec<(PyObject, Done)> {
-        let direct = self.aio.lock().expect("aio lock").direct.clone();
-        if let Some(aio) = direct {
-            self.wakeups.draining.store(true, Ordering::SeqCst);
-            aio.reap();
-            self.wakeups.draining.store(false, Ordering::SeqCst);
-        }
-        let mut tokens = std::mem::take(&mut *self.wakeups.woken.lock().expect("wakeups lock"));
-        // Every operation of a batch wakes its token: poll each batch once.
-        tokens.sort_unstable();
-        tokens.dedup();
-        let ready = std::mem::take(&mut *self.ready.lock().expect("ready lock"));
-        let mut out: Vec<(PyObject, Done)> = ready.into_iter().map(|(_, w, d)| (w, d)).collect();
-        let mut pending = self.pending.lock().expect("pending lock");
-        let mut left = Vec::new();
-        for token in tokens {
-            let Some(p) = pending.get_mut(&token) else {
-                continue;
-            };
-            let waker = p.waker.clone().expect("set by start");
-            if let Some(done) = p.poll(&mut Context::from_waker(&waker)) {
-                let Some(mut p) = pending.remove(&token) else {
-                    continue;
-                };
-                left.append(&mut p.borrowed);
-                if let Some(waiter) = p.waiter.take() {
-                    out.push((waiter, done));
-                }
-            }
-        }
-        drop(pending);
+        let (out, left) = self.inflight.finished(self.rings.loop_driven());
         if !left.is_empty() {
             self.start_closes(self.owned.release(&left));
         }
@@ -307,117 +182,98 @@ impl Core {
         Ok(self.start(waiter, batch))
     }
 
-    /// The bytes from `offset` to the end of `fd`, if the file is a
-    /// regular one whose size leaves at most [`CACHED_MAX`] of them and all
-    /// are in the page cache: the size as the kernel holds it, asking no
-    /// server (`statx` with `AT_STATX_DONT_SYNC`), then one
-    /// `preadv2(RWF_NOWAIT)` of a byte more than it says, on the calling
-    /// thread, into the bytes returned; that byte comes back only if the
-    /// file grew. Else `None` (the file grew or shrank meanwhile, is not
-    /// all cached, is not a regular file), and the caller reads through
-    /// the engine. Served after the same misses as [`Core::read_cached`].
-    pub(crate) fn read_rest_cached<'py>(
+    /// The bytes from `offset` to the end of `fd`, served inline if they
+    /// can be (see [`InlineReads::read_rest`]); else `None`, and the
+    /// caller reads through the engine.
+    pub(crate) fn read_rest_inline<'py>(
         &self,
         py: Python<'py>,
         fd: RawFd,
         offset: i64,
     ) -> Option<Bound<'py, PyAny>> {
         let off = u64::try_from(offset).ok()?;
-        if self.born != forks() || self.closed() {
+        if self.born.forked() || self.closed() {
             return None;
         }
-        let misses = self.cached_try()?;
-        let st =
-            blockio::blocking::stat(PathAt::file(&RawTarget(fd)), libc::AT_STATX_DONT_SYNC).ok()?;
-        if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
-            return None;
-        }
-        let rest = usize::try_from(st.stx_size.saturating_sub(off)).ok()?;
-        if rest >= CACHED_MAX {
-            return None;
-        }
-        let (bytes, n) = unfilled_read(py, fd, off, rest + 1)?;
-        if !self.cached_hit(misses, n == rest) {
-            return None;
-        }
-        fresh::shrunk(py, bytes.unbind(), n)
-            .ok()
-            .map(|b| b.into_bound(py))
-    }
-
-    /// Whether to try a read of cached bytes: after
-    /// [`MISSES_BEFORE_SKIPPING`] misses in a row, only one in [`SKIP`];
-    /// the misses so far if so.
-    fn cached_try(&self) -> Option<u64> {
-        let misses = self.cache_misses.load(Ordering::Relaxed);
-        if misses >= MISSES_BEFORE_SKIPPING {
-            self.cache_misses
-                .store(misses.wrapping_add(1), Ordering::Relaxed);
-            if misses % SKIP != 0 {
-                return None;
-            }
-        }
-        Some(misses)
-    }
-
-    /// Records whether a read of cached bytes tried after `misses` misses
-    /// hit (the count starts again) or missed; `hit`.
-    fn cached_hit(&self, misses: u64, hit: bool) -> bool {
-        if hit {
-            self.cache_misses.store(0, Ordering::Relaxed);
-        } else if misses < MISSES_BEFORE_SKIPPING {
-            self.cache_misses.store(misses + 1, Ordering::Relaxed);
-        }
-        hit
+        self.inline.read_rest(py, fd, off)
     }
 
     pub(crate) fn clear_eventfd(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: an 8-byte read into a local from our non-blocking eventfd.
-        unsafe { libc::read(self.wakeups.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        self.inflight.clear_eventfd();
     }
-}
 
-/// One `preadv2(RWF_NOWAIT)` of up to `len` bytes at `off` of `fd` into a
-/// new bytes object of `len` bytes, and how many it read; `None` if it
-/// failed (`EAGAIN`: not cached) or the object could not be made (the
-/// slow path reports that). Only the first bytes, as many as it read,
-/// are set: the caller hands the object out only when it read all of
-/// them, or once shrunk to them.
-fn unfilled_read<'py>(
-    py: Python<'py>,
-    fd: RawFd,
-    off: u64,
-    len: usize,
-) -> Option<(Bound<'py, PyBytes>, usize)> {
-    let off = libc::off_t::try_from(off).ok()?;
-    // A bytes object whose contents the read overwrites, made without
-    // pyo3's `PyBytes::new_with`, which zero-fills it first (a memset
-    // of `len` bytes per read, for bytes the kernel then writes over).
-    let size = pyo3::ffi::Py_ssize_t::try_from(len).ok()?;
-    // SAFETY: with a null pointer, PyBytes_FromStringAndSize allocates a
-    // bytes object of `size` bytes (plus its trailing NUL) and returns a
-    // new reference, or null with a Python error set; the GIL is held
-    // (`py`).
-    let raw = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size) };
-    if raw.is_null() {
-        drop(PyErr::take(py)); // (out of memory: the slow path reports it)
-        return None;
+    /// At least `min` and up to `len` bytes at `offset` of `fd`, served
+    /// inline if the first `min` are in the page cache (see
+    /// [`InlineReads::read_ahead`]); else `None`, and the caller reads
+    /// through the engine.
+    pub(crate) fn read_ahead_inline<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        offset: i64,
+        min: usize,
+        len: usize,
+    ) -> Option<Bound<'py, PyBytes>> {
+        let off = u64::try_from(offset).ok()?;
+        if self.born.forked() || self.closed() {
+            return None;
+        }
+        self.inline.read_ahead(py, fd, off, min, len)
     }
-    // SAFETY: `raw` is a new, non-null reference to a bytes object,
-    // which the Bound now owns.
-    let bytes = unsafe { Bound::from_owned_ptr(py, raw).downcast_into_unchecked::<PyBytes>() };
-    let iov = libc::iovec {
-        // SAFETY: `raw` is a bytes object; its buffer holds `len`
-        // bytes, not yet shared with anyone (the object is only ours).
-        iov_base: unsafe { pyo3::ffi::PyBytes_AsString(raw) }.cast(),
-        iov_len: len,
-    };
-    // SAFETY: one iovec over the bytes object's `len`-byte buffer,
-    // alive (owned by `bytes`) for the call; preadv2 writes at most
-    // `iov_len` bytes into it.
-    let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
-    Some((bytes, usize::try_from(n).ok()?))
+
+    /// The results of `n` files as the rounds of `read_files`' reading
+    /// thread arrive on `rx`, each turned into `bytes` or `OSError` in
+    /// its place, and how many failed; the signal handlers run after each
+    /// round and every 100 ms meanwhile (see `read_files`).
+    fn take_rounds(
+        &self,
+        py: Python<'_>,
+        rx: &Mutex<std::sync::mpsc::Receiver<Sent>>,
+        n: usize,
+    ) -> PyResult<(Vec<PyObject>, usize)> {
+        use std::sync::mpsc::RecvTimeoutError;
+        let mut items: Vec<Option<PyObject>> = (0..n).map(|_| None).collect();
+        let mut failed = 0;
+        loop {
+            match crate::gil::detach(py, || {
+                rx.lock()
+                    .expect("read_files channel")
+                    .recv_timeout(std::time::Duration::from_millis(100))
+            }) {
+                Ok(Sent::Round(first, results)) => {
+                    for (k, r) in results.iter().enumerate() {
+                        failed += usize::from(r.is_err());
+                        items[first + k] = Some(file_content(py, r));
+                    }
+                    // Its memory, for the rounds still to read.
+                    drop(results);
+                    // Rounds may arrive without a pause: Ctrl-C is looked
+                    // at after each.
+                    py.check_signals()?;
+                }
+                Ok(Sent::End(end)) => {
+                    end.map_err(io_err)?;
+                    break;
+                }
+                Err(RecvTimeoutError::Timeout) if self.closing() => {
+                    // (its threads, which hold the engine, are left to
+                    // finish, as after Ctrl-C)
+                    return Err(io_err(io::Error::other(
+                        "read_files: the engine was closed while the files were read (a FIFO that no writer \
+                         fed, say): none is returned",
+                    )));
+                }
+                Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(PyRuntimeError::new_err(
+                        "read_files: its reading thread ended without a result",
+                    ))
+                }
+            }
+        }
+        let items = items.into_iter().map(|i| i.expect("every file's result"));
+        Ok((items.collect(), failed))
+    }
 }
 
 /// A read into a Python buffer, or a write, as an operation of a batch
@@ -434,6 +290,13 @@ fn counted<B: Send + 'static>(
         OneDone::Count(explain_direct(r, fd).map(Out::Count))
     });
     (fut, w)
+}
+
+/// What `read_files`' reading thread sends: a round's results, by the
+/// index of its first path; then how the whole call ended.
+enum Sent {
+    Round(usize, Vec<fsjobs::FileResult>),
+    End(io::Result<()>),
 }
 
 #[pymethods]
@@ -474,30 +337,15 @@ impl Core {
             .backend(choice)
             .build()
             .map_err(io_err)?;
-        // SAFETY: eventfd has no memory effects; the result is checked.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(io_err(io::Error::last_os_error()));
-        }
         Ok(Core {
             engine: Mutex::new(Some(engine)),
-            aio: Mutex::new(AioEngines::default()),
-            wakeups: Arc::new(Wakeups {
-                woken: Mutex::new(Vec::new()),
-                // SAFETY: a new descriptor, owned here only.
-                efd: unsafe { OwnedFd::from_raw_fd(efd) },
-                draining: AtomicBool::new(false),
-            }),
-            pending: Mutex::new(HashMap::new()),
-            ready: Mutex::new(Vec::new()),
-            next_token: AtomicU64::new(0),
-            born: forks(),
-            queue_depth,
+            closing: AtomicBool::new(false),
+            born: Born::here(),
+            rings: Rings::new(queue_depth),
+            inflight: InFlight::new().map_err(io_err)?,
             spare: Mutex::new(Vec::new()),
             fs: fsjobs::Pool::default(),
-            cache_misses: AtomicU64::new(0),
-            own_fds: Mutex::new(Vec::new()),
-            closing: AtomicBool::new(false),
+            inline: InlineReads::default(),
             owned: Default::default(),
         })
     }
@@ -659,10 +507,12 @@ impl Core {
     /// have: a read that is short (a partly cached range, the end of the
     /// file), refused (`EAGAIN`; `ESPIPE` on a pipe; `EINVAL` on an
     /// `O_DIRECT` descriptor, whose alignment a `bytes` never has) or
-    /// failed is never the answer here. After [`MISSES_BEFORE_SKIPPING`]
-    /// misses in a row only one read in [`SKIP`] is tried, until one hits,
-    /// so that a cold workload pays for few failed tries.
-    pub(crate) fn read_cached<'py>(
+    /// failed is never the answer here. After
+    /// [`MISSES_BEFORE_SKIPPING`](crate::inline_read::MISSES_BEFORE_SKIPPING)
+    /// misses in a row only one read in [`SKIP`](crate::inline_read::SKIP)
+    /// is tried, until one hits, so that a cold workload pays for few
+    /// failed tries.
+    pub(crate) fn read_inline<'py>(
         &self,
         py: Python<'py>,
         fd: RawFd,
@@ -672,21 +522,19 @@ impl Core {
         let (Ok(off), Ok(len)) = (u64::try_from(offset), usize::try_from(length)) else {
             return None;
         };
-        if len == 0 || len > CACHED_MAX || self.born != forks() || self.closed() {
+        if self.born.forked() || self.closed() {
             return None;
         }
-        let misses = self.cached_try()?;
-        let (bytes, n) = unfilled_read(py, fd, off, len)?;
-        self.cached_hit(misses, n == len).then_some(bytes)
+        self.inline.read(py, fd, off, len)
     }
 
-    /// [`read_cached`](Self::read_cached), counted as a call served
+    /// [`read_inline`](Self::read_inline), counted as a call served
     /// without suspending (see [`turns`]): `False` instead when this call
     /// is to take its turn of the event loop first, having read nothing
     /// (the caller takes the turn, then reads). Counted here, where the
     /// read is, rather than in the caller's Python (an attribute read, a
     /// comparison and an attribute write less per read).
-    pub(crate) fn read_cached_in_turn<'py>(
+    pub(crate) fn read_inline_in_turn<'py>(
         &self,
         py: Python<'py>,
         fd: RawFd,
@@ -696,7 +544,7 @@ impl Core {
         if turns::due() {
             return Some(PyBool::new(py, false).to_owned().into_any());
         }
-        let data = self.read_cached(py, fd, offset, length)?;
+        let data = self.read_inline(py, fd, offset, length)?;
         turns::served(data.as_bytes().len());
         Some(data.into_any())
     }
@@ -704,7 +552,7 @@ impl Core {
     /// The eventfd the event loop watches for finished asynchronous batches.
     pub(crate) fn eventfd(&self) -> PyResult<RawFd> {
         self.check()?;
-        Ok(self.wakeups.efd.as_raw_fd())
+        Ok(self.inflight.eventfd())
     }
 
     /// Starts reading `length` bytes at each offset; finished under `token`.
@@ -989,13 +837,6 @@ impl Core {
         py: Python<'py>,
         paths: Vec<Vec<u8>>,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
-        use std::sync::mpsc::RecvTimeoutError;
-        /// What the reading thread sends: a round's results, by the index
-        /// of its first path; then how the whole call ended.
-        enum Sent {
-            Round(usize, Vec<fsjobs::FileResult>),
-            End(io::Result<()>),
-        }
         let engine = self.check()?;
         let paths: Vec<std::ffi::CString> =
             paths.into_iter().map(c_path).collect::<PyResult<_>>()?;
@@ -1004,8 +845,6 @@ impl Core {
             return Ok((PyList::empty(py), 0));
         }
         let (tx, rx) = std::sync::mpsc::channel();
-        // (Shared with the waits, which run without the GIL.)
-        let rx = Mutex::new(rx);
         let job = (engine.clone(), paths.clone());
         let reader = std::thread::Builder::new()
             .name("blockio-read-files".into())
@@ -1023,46 +862,8 @@ impl Core {
             let items = results.iter().map(|r| file_content(py, r));
             return Ok((PyList::new(py, items)?, failed));
         }
-        let mut items: Vec<Option<PyObject>> = (0..n).map(|_| None).collect();
-        let mut failed = 0;
-        loop {
-            match crate::gil::detach(py, || {
-                rx.lock()
-                    .expect("read_files channel")
-                    .recv_timeout(std::time::Duration::from_millis(100))
-            }) {
-                Ok(Sent::Round(first, results)) => {
-                    for (k, r) in results.iter().enumerate() {
-                        failed += usize::from(r.is_err());
-                        items[first + k] = Some(file_content(py, r));
-                    }
-                    // Its memory, for the rounds still to read.
-                    drop(results);
-                    // Rounds may arrive without a pause: Ctrl-C is looked
-                    // at after each.
-                    py.check_signals()?;
-                }
-                Ok(Sent::End(end)) => {
-                    end.map_err(io_err)?;
-                    break;
-                }
-                Err(RecvTimeoutError::Timeout) if self.closing() => {
-                    // (its threads, which hold the engine, are left to
-                    // finish, as after Ctrl-C)
-                    return Err(io_err(io::Error::other(
-                        "read_files: the engine was closed while the files were read (a FIFO that no writer \
-                         fed, say): none is returned",
-                    )));
-                }
-                Err(RecvTimeoutError::Timeout) => py.check_signals()?,
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(PyRuntimeError::new_err(
-                        "read_files: its reading thread ended without a result",
-                    ))
-                }
-            }
-        }
-        let items = items.into_iter().map(|i| i.expect("every file's result"));
+        // (Shared with the waits, which run without the GIL.)
+        let (items, failed) = self.take_rounds(py, &Mutex::new(rx), n)?;
         Ok((PyList::new(py, items)?, failed))
     }
 
@@ -1090,13 +891,7 @@ impl Core {
     /// buffers and of writes can be withdrawn (others have nothing to
     /// withdraw, and are given up at once).
     pub(crate) fn withdraw(&self, token: u64) -> bool {
-        let out = self
-            .pending
-            .lock()
-            .expect("pending lock")
-            .get(&token)
-            .map(|batch| batch.withdrawals.clone());
-        let Some(withdrawals) = out else {
+        let Some(withdrawals) = self.inflight.withdrawals(token) else {
             return false;
         };
         // Every one is asked (not stopping at the first in the kernel), so
@@ -1114,34 +909,12 @@ impl Core {
     /// they complete. Its results are never reported. A token already
     /// finished or unknown is ignored.
     pub(crate) fn cancel(&self, token: u64) {
-        let mut pending = self.pending.lock().expect("pending lock");
-        let mut waiter = None;
-        let batch = match pending.get_mut(&token) {
-            // One that borrows a file object's descriptor stays until its
-            // operations complete, for nobody (what has not reached the
-            // kernel is withdrawn): the file's close waits for it.
-            Some(p) if !p.borrowed.is_empty() => {
-                for w in &p.withdrawals {
-                    w.withdraw();
-                }
-                waiter = p.waiter.take();
-                None
-            }
-            _ => pending.remove(&token),
-        };
-        drop(pending);
-        // Dropped outside the lock: dropping the futures may free buffers.
-        drop(batch);
-        drop(waiter);
-        self.ready
-            .lock()
-            .expect("ready lock")
-            .retain(|(t, _, _)| *t != token);
+        self.inflight.cancel(token);
     }
 
     /// Asynchronous batches not finished yet.
     pub(crate) fn pending(&self) -> usize {
-        self.pending.lock().expect("pending lock").len()
+        self.inflight.count()
     }
 
     /// Shuts the engine down and hands back what became of the
@@ -1157,13 +930,11 @@ impl Core {
     /// cancelled there and keep their buffers until the kernel lets go of
     /// them. Idempotent.
     pub(crate) fn close<'py>(&self, py: Python<'py>) -> PyResult<Closed<'py>> {
-        if self.born != forks() {
+        if self.born.forked() {
             // A forked child never touches the parent's rings; forget them.
-            std::mem::forget(std::mem::take(&mut *self.aio.lock().expect("aio lock")));
+            self.rings.forget();
             std::mem::forget(self.engine.lock().expect("engine lock").take());
-            std::mem::forget(std::mem::take(
-                &mut *self.pending.lock().expect("pending lock"),
-            ));
+            self.inflight.forget();
             return Ok((Vec::new(), Vec::new(), None));
         }
         self.closing.store(true, Ordering::SeqCst);
@@ -1184,7 +955,7 @@ impl Core {
                 interrupted = Some(e);
                 break;
             }
-            let efd = self.wakeups.efd.as_raw_fd();
+            let efd = self.inflight.eventfd();
             crate::gil::detach(py, || {
                 let mut p = libc::pollfd {
                     fd: efd,
@@ -1195,16 +966,7 @@ impl Core {
                 unsafe { libc::poll(&mut p, 1, 100) };
             });
         }
-        let cut: HashMap<u64, Pending> =
-            std::mem::take(&mut *self.pending.lock().expect("pending lock"));
-        let mut cut: Vec<(u64, Pending)> = cut.into_iter().collect();
-        cut.sort_unstable_by_key(|(t, _)| *t);
-        let mut cancelled: Vec<PyObject> = cut
-            .iter_mut()
-            .filter_map(|(_, p)| p.waiter.take())
-            .collect();
-        // Dropping the futures cancels their operations (outside the lock).
-        drop(cut);
+        let mut cancelled = self.inflight.cut_all();
         // The closes of file objects' descriptors that waited for the
         // batches cut short: made here, their waiters told that close cut
         // them short.
@@ -1212,10 +974,7 @@ impl Core {
             drop(fd);
             cancelled.push(waiter);
         }
-        *self.aio.lock().expect("aio lock") = AioEngines::default();
-        disown(&std::mem::take(
-            &mut *self.own_fds.lock().expect("own fds lock"),
-        ));
+        self.rings.shut();
         *self.engine.lock().expect("engine lock") = None;
         release_parked(py);
         let interrupted = interrupted.map(|e| e.into_value(py));

@@ -106,6 +106,22 @@ pub(crate) fn opened_for(flags: i32, events: libc::c_short) -> bool {
     }
 }
 
+/// The fork guard of a core: [`forks`] when it was made, so that a
+/// forked child, which must not touch its parent's rings, knows it is one.
+pub(crate) struct Born(u64);
+
+impl Born {
+    /// Made in this process, as it stands.
+    pub(crate) fn here() -> Born {
+        Born(forks())
+    }
+
+    /// Whether this process is a child forked since.
+    pub(crate) fn forked(&self) -> bool {
+        self.0 != forks()
+    }
+}
+
 pub(crate) static FORKS: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn count_fork() {

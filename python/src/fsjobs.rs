@@ -420,64 +420,90 @@ fn open_waiting(path: &CStr) -> io::Result<OwnedFd> {
     blocking::open(&OpenRequest::new(PathAt::cwd(path))).map_err(unwrapped)
 }
 
-/// One round of [`read_files`]: every file of `paths` open at once.
+/// One round of [`read_files`]: every file of `paths` open at once, each
+/// step a batch through the engine (see [`read_files`]).
 fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<FileResult>> {
+    let files = open_round(engine, paths)?;
+    let mut wholes = sized_round(&files);
+    let targets: Vec<Option<blockio::RawTarget>> = files
+        .iter()
+        .map(|f| f.as_ref().ok().map(|fd| blockio::RawTarget(fd.as_raw_fd())))
+        .collect();
+    while read_step(engine, &mut wholes, &targets)? {}
     let mut out = Vec::with_capacity(paths.len());
-    {
-        let round = paths;
-        // io_uring opens a FIFO without waiting for a writer (it tries a
-        // non-blocking open first); the pool's `openat` would wait, so it
-        // opens non-blocking, which changes nothing for a regular file's
-        // reads (and `read_stream` waits for a FIFO's data); a file whose
-        // non-blocking open meets `EAGAIN` (a lease) is opened again,
-        // waiting.
-        let flags = match engine.backend() {
-            blockio::Backend::IoUring => libc::O_RDONLY,
-            blockio::Backend::ThreadPool => libc::O_RDONLY | libc::O_NONBLOCK,
-        };
-        let reqs: Vec<OpenRequest<'_>> = round
-            .iter()
-            .map(|p| OpenRequest::new(PathAt::cwd(p)).flags(flags))
-            .collect();
-        let opened = engine.open_batch(&reqs)?;
-        let files: Vec<Result<OwnedFd, io::Error>> = opened
-            .into_iter()
-            .zip(round)
-            .map(|(r, path)| match r.map_err(unwrapped) {
-                Err(e)
-                    if flags & libc::O_NONBLOCK != 0 && e.raw_os_error() == Some(libc::EAGAIN) =>
-                {
-                    open_waiting(path)
+    let mut open = Vec::new();
+    for (f, w) in files.into_iter().zip(wholes) {
+        out.push(match f {
+            Err(e) => Err(e),
+            Ok(fd) => {
+                open.push(fd);
+                match w {
+                    Some(Ok(w)) => Ok(w.buf),
+                    Some(Err(e)) => Err(e),
+                    // Every open file has had its statx.
+                    None => Err(io::Error::from_raw_os_error(libc::EIO)),
                 }
-                r => r,
-            })
-            .collect();
-        let ats: Vec<(usize, PathAt<'_>)> = files
-            .iter()
-            .enumerate()
-            .filter_map(|(i, f)| f.as_ref().ok().map(|fd| (i, PathAt::file(fd))))
-            .collect();
-        // The `statx` of a descriptor just opened finds its inode in
-        // memory: called here, it costs a system call, where a batch
-        // through the ring would cost a round trip through the ring's
-        // worker threads (io_uring performs every `statx` there).
-        let stats: Vec<io::Result<libc::statx>> =
-            ats.iter().map(|(_, at)| blocking::stat(*at, 0)).collect();
-        let mut wholes: Vec<Option<io::Result<Whole>>> = (0..round.len()).map(|_| None).collect();
-        for ((i, _), st) in ats.iter().zip(stats) {
-            wholes[*i] = Some(match st {
+            }
+        });
+    }
+    // A file only read has no write-back whose failure a close could
+    // report: the results stand whatever the closes say.
+    engine.close_batch(open)?;
+    Ok(out)
+}
+
+/// The opens of one round of [`read_files`], one batch: each file's
+/// descriptor or the error that refused it.
+fn open_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<io::Result<OwnedFd>>> {
+    // io_uring opens a FIFO without waiting for a writer (it tries a
+    // non-blocking open first); the pool's `openat` would wait, so it
+    // opens non-blocking, which changes nothing for a regular file's
+    // reads (and `read_stream` waits for a FIFO's data); a file whose
+    // non-blocking open meets `EAGAIN` (a lease) is opened again,
+    // waiting.
+    let flags = match engine.backend() {
+        blockio::Backend::IoUring => libc::O_RDONLY,
+        blockio::Backend::ThreadPool => libc::O_RDONLY | libc::O_NONBLOCK,
+    };
+    let reqs: Vec<OpenRequest<'_>> = paths
+        .iter()
+        .map(|p| OpenRequest::new(PathAt::cwd(p)).flags(flags))
+        .collect();
+    let opened = engine.open_batch(&reqs)?;
+    Ok(opened
+        .into_iter()
+        .zip(paths)
+        .map(|(r, path)| match r.map_err(unwrapped) {
+            Err(e) if flags & libc::O_NONBLOCK != 0 && e.raw_os_error() == Some(libc::EAGAIN) => {
+                open_waiting(path)
+            }
+            r => r,
+        })
+        .collect())
+}
+
+/// Each open file of a round sized by its `statx`: room for a regular
+/// file's size and a byte more, a stream read whole here, a directory
+/// refused with `EISDIR`; `None` for a file that did not open.
+fn sized_round(files: &[io::Result<OwnedFd>]) -> Vec<Option<io::Result<Whole>>> {
+    // The `statx` of a descriptor just opened finds its inode in memory:
+    // called here, it costs a system call, where a batch through the ring
+    // would cost a round trip through the ring's worker threads (io_uring
+    // performs every `statx` there).
+    files
+        .iter()
+        .map(|f| {
+            let fd = f.as_ref().ok()?;
+            Some(match blocking::stat(PathAt::file(fd), 0) {
                 Ok(st) if is_dir(&st) => Err(io::Error::from_raw_os_error(libc::EISDIR)),
-                Ok(st) if is_stream(&st) => {
-                    // A FIFO or socket has no offsets for the ring's
-                    // positional reads: read in order, to its end, as
-                    // `Path.read_bytes` does.
-                    let fd = files[*i].as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
-                    read_stream(fd).map(|buf| Whole {
-                        buf,
-                        regular: None,
-                        done: true,
-                    })
-                }
+                // A FIFO or socket has no offsets for the ring's
+                // positional reads: read in order, to its end, as
+                // `Path.read_bytes` does.
+                Ok(st) if is_stream(&st) => read_stream(fd.as_raw_fd()).map(|buf| Whole {
+                    buf,
+                    regular: None,
+                    done: true,
+                }),
                 Ok(st) => {
                     let size = usize::try_from(st.stx_size).unwrap_or(usize::MAX - 1);
                     let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
@@ -488,74 +514,69 @@ fn read_round(engine: &blockio::Engine, paths: &[CString]) -> io::Result<Vec<Fil
                     })
                 }
                 Err(e) => Err(unwrapped(e)),
-            });
-        }
-        let targets: Vec<Option<blockio::RawTarget>> = files
-            .iter()
-            .map(|f| f.as_ref().ok().map(|fd| blockio::RawTarget(fd.as_raw_fd())))
-            .collect();
-        loop {
-            let mut ops = Vec::new();
-            let mut who = Vec::new();
-            for (i, (w, t)) in wholes.iter_mut().zip(&targets).enumerate() {
-                if let (Some(Ok(w)), Some(t)) = (w.as_mut(), t) {
-                    if !w.done {
-                        let at = w.buf.len() as u64;
-                        ops.push(blockio::Op::read_uninit(t, at, w.buf.spare_capacity_mut()));
-                        who.push(i);
-                    }
-                }
-            }
-            if ops.is_empty() {
-                break;
-            }
-            let results = engine.submit(&mut ops)?;
-            drop(ops);
-            for (i, r) in who.into_iter().zip(results) {
-                let Some(Ok(w)) = wholes[i].as_mut() else {
-                    continue;
-                };
-                match r {
-                    Ok(0) => w.done = true,
-                    Ok(n) => {
-                        let asked = w.buf.capacity() - w.buf.len();
-                        // SAFETY: the read wrote its first `n` bytes
-                        // (`n` <= `asked`) of the spare capacity, which
-                        // follow the initialised ones.
-                        unsafe { w.buf.set_len(w.buf.len() + n.min(asked)) };
-                        if n < asked && w.regular == Some(w.buf.len()) {
-                            w.done = true;
-                        } else if w.buf.len() == w.buf.capacity() {
-                            let more = w.buf.len().max(4096);
-                            if w.buf.try_reserve_exact(more).is_err() {
-                                wholes[i] = Some(Err(io::ErrorKind::OutOfMemory.into()));
-                            }
-                        }
-                    }
-                    Err(e) => wholes[i] = Some(Err(unwrapped(e))),
-                }
+            })
+        })
+        .collect()
+}
+
+/// One batch of reads, one for each file of the round not read whole yet,
+/// into the room left in its buffer (grown when full); whether there was
+/// any to make.
+fn read_step(
+    engine: &blockio::Engine,
+    wholes: &mut [Option<io::Result<Whole>>],
+    targets: &[Option<blockio::RawTarget>],
+) -> io::Result<bool> {
+    let mut ops = Vec::new();
+    let mut who = Vec::new();
+    for (i, (w, t)) in wholes.iter_mut().zip(targets).enumerate() {
+        if let (Some(Ok(w)), Some(t)) = (w.as_mut(), t) {
+            if !w.done {
+                let at = w.buf.len() as u64;
+                ops.push(blockio::Op::read_uninit(t, at, w.buf.spare_capacity_mut()));
+                who.push(i);
             }
         }
-        let mut open = Vec::new();
-        for (f, w) in files.into_iter().zip(wholes) {
-            out.push(match f {
-                Err(e) => Err(e),
-                Ok(fd) => {
-                    open.push(fd);
-                    match w {
-                        Some(Ok(w)) => Ok(w.buf),
-                        Some(Err(e)) => Err(e),
-                        // Every open file has had its statx.
-                        None => Err(io::Error::from_raw_os_error(libc::EIO)),
-                    }
-                }
-            });
-        }
-        // A file only read has no write-back whose failure a close could
-        // report: the results stand whatever the closes say.
-        engine.close_batch(open)?;
     }
-    Ok(out)
+    if ops.is_empty() {
+        return Ok(false);
+    }
+    let results = engine.submit(&mut ops)?;
+    drop(ops);
+    for (i, r) in who.into_iter().zip(results) {
+        let Some(Ok(w)) = wholes[i].as_mut() else {
+            continue;
+        };
+        match r {
+            Ok(0) => w.done = true,
+            Ok(n) => {
+                if !w.took(n) {
+                    wholes[i] = Some(Err(io::ErrorKind::OutOfMemory.into()));
+                }
+            }
+            Err(e) => wholes[i] = Some(Err(unwrapped(e))),
+        }
+    }
+    Ok(true)
+}
+
+impl Whole {
+    /// Records a read of `n` bytes (not 0) into the spare capacity: done
+    /// if it was short at a regular file's size, else more room if the
+    /// buffer is full; false if that room could not be had.
+    fn took(&mut self, n: usize) -> bool {
+        let asked = self.buf.capacity() - self.buf.len();
+        // SAFETY: the read wrote its first `n` bytes (`n` <= `asked`) of
+        // the spare capacity, which follow the initialised ones.
+        unsafe { self.buf.set_len(self.buf.len() + n.min(asked)) };
+        if n < asked && self.regular == Some(self.buf.len()) {
+            self.done = true;
+        } else if self.buf.len() == self.buf.capacity() {
+            let more = self.buf.len().max(4096);
+            return self.buf.try_reserve_exact(more).is_ok();
+        }
+        true
+    }
 }
 
 /// An empty buffer with room for `n` bytes, or an

@@ -20,17 +20,21 @@
 //! operation was cancelled is dropped by the driver thread, which never
 //! takes the GIL: `lent` parks it until the next call from Python.
 //!
-//! Modules: `engine` (`Core` and its Python methods), `pending` (the
-//! asynchronous batches by token, polled by `Core::drain`: the only place
-//! that keeps token state in Rust), `batch` (the synchronous batches),
+//! Modules: `engine` (`Core` and its Python methods, each handed to the
+//! part that owns what it uses), `rings` (the async engines, made on first
+//! use), `inflight` (the asynchronous batches by token, polled by
+//! `Core::drain`: the only place that keeps token state in Rust),
+//! `pending` (one batch, its buffers and its results as Python objects),
+//! `inline_read` (reads served inline from the page cache), `owned` (the
+//! descriptors file objects own), `batch` (the synchronous batches),
 //! `fsjobs` (open, stat, truncate, close, mkdir, symlink and whole-file
 //! reads off the loop's thread: each call one of blockio's operation
 //! kinds, run by its blocking form on the core's file-system threads),
 //! `fresh` (reads into the new `bytes` objects they return, in pieces),
 //! `args` (argument checks), `errors` (`OSError`s), `fds` (what a
-//! descriptor is, duplicates, forks), `lent` (buffers released without
-//! the GIL), `quick` (a file object's `seek`, `read`, `readline`, `tell`
-//! and `write` served at once), `stream` (a line of an unbuffered pipe or
+//! descriptor is, duplicates, the fork guard), `lent` (buffers released without
+//! the GIL), `inline` (a file object's `seek`, `read`, `readline`, `tell`
+//! and `write` served inline), `stream` (a line of an unbuffered pipe or
 //! socket, read a byte at a time without waiting), `event_loop` (the ring
 //! of `blockio.new_event_loop()`'s proactor: socket and pipe operations
 //! as completions), `bench` (a benchmark baseline).
@@ -47,10 +51,13 @@ mod fds;
 pub(crate) mod fresh;
 pub(crate) mod fsjobs;
 pub(crate) mod gil;
+mod inflight;
+mod inline;
+mod inline_read;
 pub(crate) mod lent;
 mod owned;
 mod pending;
-mod quick;
+mod rings;
 mod stream;
 pub(crate) mod turns;
 pub(crate) use args::*;
@@ -59,28 +66,31 @@ use bench::bench_engine;
 pub(crate) use engine::*;
 pub(crate) use errors::*;
 pub(crate) use fds::*;
+pub(crate) use inflight::InFlight;
+pub(crate) use inline_read::InlineReads;
 pub(crate) use pending::*;
+pub(crate) use rings::Rings;
 
 #[pymodule]
 fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
-    m.add_class::<quick::FileState>()?;
+    m.add_class::<inline::FileState>()?;
     m.add_class::<event_loop::LoopRing>()?;
     m.add_function(wrap_pyfunction!(event_loop::after_fork, m)?)?;
-    m.add_function(wrap_pyfunction!(quick::seek_now, m)?)?;
-    m.add_function(wrap_pyfunction!(quick::read_now, m)?)?;
-    m.add_function(wrap_pyfunction!(quick::readline_now, m)?)?;
-    m.add_function(wrap_pyfunction!(quick::tell_now, m)?)?;
-    m.add_function(wrap_pyfunction!(quick::write_now, m)?)?;
+    m.add_function(wrap_pyfunction!(inline::seek_inline, m)?)?;
+    m.add_function(wrap_pyfunction!(inline::read_inline, m)?)?;
+    m.add_function(wrap_pyfunction!(inline::readline_inline, m)?)?;
+    m.add_function(wrap_pyfunction!(inline::tell_inline, m)?)?;
+    m.add_function(wrap_pyfunction!(inline::write_inline, m)?)?;
     m.add("TURN_BUDGET", turns::TURN_BUDGET)?;
     m.add("TURN_UNIT", turns::TURN_UNIT)?;
-    m.add("QUICK_OFFSET", quick::QUICK_OFFSET)?;
+    m.add("INLINE_OFFSET", inline::INLINE_OFFSET)?;
     m.add_function(wrap_pyfunction!(turns::turn_due, m)?)?;
     m.add_function(wrap_pyfunction!(turns::count_copied, m)?)?;
     m.add_function(wrap_pyfunction!(turns::turn_count, m)?)?;
     m.add_function(wrap_pyfunction!(turns::set_turn_count, m)?)?;
     m.add_function(wrap_pyfunction!(bench_engine, m)?)?;
     m.add_function(wrap_pyfunction!(gil::exiting, m)?)?;
-    m.add_function(wrap_pyfunction!(stream::read_line_now, m)?)?;
+    m.add_function(wrap_pyfunction!(stream::read_line_inline, m)?)?;
     Ok(())
 }

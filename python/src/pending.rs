@@ -1,8 +1,6 @@
-//! The asynchronous batches in flight, by token: each a Rust future whose
-//! operations' waker records its token and writes to the eventfd the event
-//! loop watches; `Core::drain` polls the woken ones in the loop's thread and
-//! turns their results into Python objects. The token state lives here
-//! only; the Python layer keeps the future each token resolves.
+//! One asynchronous batch ([`Pending`]): a Rust future per operation,
+//! the memory they read into or write from, and their results as Python
+//! objects. The batches by token are kept in [`crate::inflight`].
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

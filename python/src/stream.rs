@@ -113,7 +113,7 @@ pub(crate) fn read_line(fd: RawFd, limit: i64) -> std::io::Result<LineRead> {
 /// one of [`Stop`]'s values and `errno` that of [`Stop::Failed`] (else
 /// 0); an error with nothing read raises `OSError`.
 #[pyfunction]
-pub(crate) fn read_line_now(
+pub(crate) fn read_line_inline(
     py: Python<'_>,
     fd: RawFd,
     limit: i64,

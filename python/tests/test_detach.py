@@ -28,7 +28,7 @@ async def cancelled_once_started(call, waits):
 @pytest.mark.parametrize("mode", ["rb", "r"])
 def test_detach_during_a_read_is_refused_and_the_read_keeps_its_file(tmp_path, engine, mode):
     p, other = tmp_path / "f", tmp_path / "other"
-    # (more than a read served at once takes, 8 MiB: the read goes to the engine)
+    # (more than a read served inline takes, 8 MiB: the read goes to the engine)
     p.write_bytes(b"A" * (16 << 20))
     other.write_bytes(b"B" * (4 << 20))
 

@@ -383,15 +383,28 @@ def test_ctrl_c_while_waiting_raises_keyboard_interrupt(loop):
         os.kill(os.getpid(), signal.SIGINT)
 
     t = threading.Thread(target=interrupt)
-    t.start()
+    # The signal may land on any thread of the process (a thread of an
+    # engine an earlier test made, say), whose handler then wakes the loop
+    # through Python's wake-up descriptor: the loop's own only if none was
+    # set before it ran (one an earlier test left set is not the loop's,
+    # and, as on asyncio's loops, would leave the wait running).
+    old = signal.set_wakeup_fd(-1)
+    try:
+        t.start()
 
-    async def forever():
-        loop.call_soon(waiting.set)
-        await loop.create_future()
+        async def forever():
+            loop.call_soon(waiting.set)
+            await loop.create_future()
 
-    with pytest.raises(KeyboardInterrupt):
-        loop.run_until_complete(forever())
-    t.join()
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(forever())
+        t.join()
+    finally:
+        if old != -1:
+            try:
+                signal.set_wakeup_fd(old)
+            except ValueError:  # (closed meanwhile)
+                pass
     assert loop.run_until_complete(asyncio.sleep(0, result="usable")) == "usable"
 
 
@@ -410,6 +423,42 @@ def test_a_running_loop_holds_the_wakeup_fd_on_the_main_thread(loop):
     loop.run_until_complete(look())
     assert held[0] == loop._csock.fileno()
     assert signal.set_wakeup_fd(-1) == -1
+
+
+_SIGINT_ON_ANOTHER_THREAD = """
+import asyncio, os, signal, threading, blockio
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # (it lands on the other thread)
+loop = blockio.new_event_loop()
+waiting = threading.Event()
+def interrupt():
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    waiting.wait()
+    os.kill(os.getpid(), signal.SIGINT)
+t = threading.Thread(target=interrupt)
+t.start()
+async def forever():
+    loop.call_soon(waiting.set)
+    await loop.create_future()
+try:
+    loop.run_until_complete(forever())
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+t.join()
+"""
+
+
+@pytest.mark.parametrize("backend_env", ["uring", "threads"])
+def test_ctrl_c_landing_on_another_thread_ends_the_wait(backend_env):
+    """SIGINT handled by a thread other than the loop's (the loop's thread
+    blocks it) still ends the loop's wait, on io_uring and on the epoll
+    fallback: the handler writes to Python's wake-up descriptor, which the
+    loop holds while it runs, and the wake-up socket becomes readable."""
+    import subprocess
+
+    env = dict(os.environ, BLOCKIO_BACKEND=backend_env)
+    out = subprocess.run([sys.executable, "-c", _SIGINT_ON_ANOTHER_THREAD], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.stdout.strip() == "KeyboardInterrupt", out.stderr
 
 
 def test_udp_echo(loop):

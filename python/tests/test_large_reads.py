@@ -1,7 +1,7 @@
 """Whole-file and large reads: ``read()`` asks for what the file's size
 says is left and a byte more (as the built-in ``readall``), reading on only
 if the file grew; its bytes are read into the object returned, never
-copied on the event loop's thread; cached reads up to ``CACHED_MAX`` are
+copied on the event loop's thread; cached reads up to ``INLINE_MAX`` are
 served on the calling thread, and longer ones go to the engine, in pieces,
 into their ``bytes`` object. Both backends, asyncio and uvloop."""
 
@@ -17,8 +17,8 @@ from blockio._blockio import TURN_BUDGET, set_turn_count
 
 LOOPS = pytest.mark.parametrize("loop_factory", ["asyncio", "uvloop"])
 
-#: The longest read served on the calling thread (the core's CACHED_MAX).
-CACHED_MAX = 8 << 20
+#: The longest read served on the calling thread (the core's INLINE_MAX).
+INLINE_MAX = 8 << 20
 
 
 def run(coro, loop_factory):
@@ -55,7 +55,7 @@ def lengths_asked(engine):
 
 def queued():
     """Makes the next call on a file go through its call queue (its turn
-    of the event loop is due), not be served at once."""
+    of the event loop is due), not be served inline."""
     set_turn_count(TURN_BUDGET - 1)
 
 
@@ -84,10 +84,10 @@ def test_read_of_a_whole_file_asks_for_its_size_and_a_byte_more(tmp_path, engine
 
 
 @LOOPS
-@pytest.mark.parametrize("size", [0, 1, 10 << 10, CACHED_MAX - 1])
+@pytest.mark.parametrize("size", [0, 1, 10 << 10, INLINE_MAX - 1])
 @pytest.mark.parametrize("buffering", [-1, 0])
-def test_read_of_the_cached_rest_of_a_file_is_served_at_once(tmp_path, engine, loop_factory, size, buffering):
-    """``read()`` of a file whose rest is all cached, up to ``CACHED_MAX``
+def test_read_of_the_cached_rest_of_a_file_is_served_inline(tmp_path, engine, loop_factory, size, buffering):
+    """``read()`` of a file whose rest is all cached, up to ``INLINE_MAX``
     bytes, is one ``preadv2`` of those bytes and one more on the calling
     thread (its size asked of the kernel without waiting): no engine read,
     no suspension (a callback scheduled before it has not run)."""
@@ -159,7 +159,7 @@ def test_read_of_a_file_that_changes_after_its_size_was_looked_up(tmp_path, engi
         engine._asize = changing
         try:
             async with blockio.open(p, "rb", engine=engine) as f:
-                queued()  # (served at once, it would not ask the size)
+                queued()  # (served inline, it would not ask the size)
                 return await f.read(), await f.tell()
         finally:
             engine._asize = size_of
@@ -208,10 +208,10 @@ def test_read_of_a_whole_file_holds_no_copy_of_it(tmp_path, engine):
 
 
 @LOOPS
-@pytest.mark.parametrize("length", [1 << 20, CACHED_MAX])
+@pytest.mark.parametrize("length", [1 << 20, INLINE_MAX])
 @pytest.mark.parametrize("api", ["open", "aread"])
 def test_large_cached_reads_are_served_on_the_calling_thread(tmp_path, engine, loop_factory, length, api):
-    """A cached read of up to ``CACHED_MAX`` bytes is one ``preadv2`` into
+    """A cached read of up to ``INLINE_MAX`` bytes is one ``preadv2`` into
     the bytes returned, on the calling thread (no ring round trip, no
     wake-up of the loop, no copy out of a buffer of the engine's): the
     call returns before a callback scheduled just before it runs."""
@@ -241,12 +241,12 @@ def test_large_cached_reads_are_served_on_the_calling_thread(tmp_path, engine, l
 @pytest.mark.parametrize("cached", [True, False])
 @pytest.mark.parametrize("api", ["open", "aread"])
 def test_reads_longer_than_cached_max_go_to_the_engine_in_pieces(tmp_path, engine, cached, api):
-    """A read longer than ``CACHED_MAX`` (or not cached) goes through the
+    """A read longer than ``INLINE_MAX`` (or not cached) goes through the
     engine, in pieces read into the bytes returned, while the loop runs the
     other tasks: the bytes are right, a short read at the end is cut to
     what the file holds."""
     p = tmp_path / "f"
-    size = CACHED_MAX + (5 << 20) + 123
+    size = INLINE_MAX + (5 << 20) + 123
     data = os.urandom(size)
     p.write_bytes(data)
     if not cached:
@@ -291,10 +291,10 @@ def test_a_large_read_fails_as_a_small_one(tmp_path, engine, length):
     assert err.errno == 9 and err.filename == str(p)
 
 
-@pytest.mark.parametrize("size", [10 << 10, CACHED_MAX + (3 << 20)])
+@pytest.mark.parametrize("size", [10 << 10, INLINE_MAX + (3 << 20)])
 def test_whole_and_large_reads_under_trio(tmp_path, engine, size):
-    """Under trio too: ``read()`` (served at once, or through the engine
-    in pieces), a ``read(n)`` past ``CACHED_MAX`` and ``Engine.aread``
+    """Under trio too: ``read()`` (served inline, or through the engine
+    in pieces), a ``read(n)`` past ``INLINE_MAX`` and ``Engine.aread``
     return the file's bytes."""
     p = tmp_path / "f"
     data = os.urandom(size)

@@ -267,7 +267,7 @@ def test_one_file_object_used_from_loops_in_several_threads_never_hangs(tmp_path
 
 def test_seeks_and_cached_reads_on_one_file_object_from_several_threads_never_mix_state(tmp_path):
     """Loops in four threads seeking and reading one file object at once
-    (calls served at once from the page cache): each call works or raises
+    (calls served inline from the page cache): each call works or raises
     RuntimeError (the file is in use by another thread's loop), none
     waits for ever, and every read returns bytes of the file that follow
     one another from where some call left the position."""

@@ -51,10 +51,10 @@
 //! `setuid`).
 //!
 //! Modules: `ring` (the Python class), `ops` (one operation in flight and
-//! its submission entry), `now` (the write tried before the ring), `sockaddr` (a kernel socket address as Python
+//! its submission entry), `inline` (the write tried before the ring), `sockaddr` (a kernel socket address as Python
 //! spells it).
 
-mod now;
+mod inline;
 mod ops;
 mod ring;
 mod sockaddr;

@@ -150,7 +150,7 @@ impl LoopRing {
         // which stays alive and unresized while held; the GIL is held, so
         // no Python code changes it during this call.
         let bytes = unsafe { std::slice::from_raw_parts(b.buf_ptr().cast::<u8>().cast_const(), n) };
-        let sent = super::now::write_now(fd, bytes, socket)?;
+        let sent = super::inline::write_inline(fd, bytes, socket)?;
         if sent == n {
             return Ok((None, n));
         }

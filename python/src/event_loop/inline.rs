@@ -9,7 +9,7 @@ use rustix::net::SendFlags;
 
 /// Writes what `fd` takes of `data` now; 0 when it would block (or cannot
 /// say without blocking). Other errors are the caller's (`EPIPE`...).
-pub(crate) fn write_now(fd: RawFd, data: &[u8], socket: bool) -> io::Result<usize> {
+pub(crate) fn write_inline(fd: RawFd, data: &[u8], socket: bool) -> io::Result<usize> {
     if data.is_empty() {
         return Ok(0);
     }

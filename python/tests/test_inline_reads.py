@@ -1,5 +1,5 @@
 """``aread`` of bytes in the page cache: copied on the calling thread
-(``Core.read_cached``, ``preadv2`` with ``RWF_NOWAIT``) without a ring
+(``Core.read_inline``, ``preadv2`` with ``RWF_NOWAIT``) without a ring
 round trip or a loop wake-up, with the same results as the engine's reads;
 anything else (evicted pages, end of file, pipes, ``O_DIRECT``, a closed
 engine) goes through the engine. Both backends, asyncio and uvloop."""
@@ -33,32 +33,32 @@ def run(coro, loop_factory):
 
 
 @BACKENDS
-def test_read_cached_serves_only_whole_cached_reads(data_file, backend):
+def test_read_inline_serves_only_whole_cached_reads(data_file, backend):
     path, data = data_file
     with blockio.Engine(backend=backend) as e, open(path, "rb") as f:
         fd = f.fileno()
         f.read()  # in the page cache
-        assert e._core.read_cached(fd, 4096, 4096) == data[4096:8192]
-        assert e._core.read_cached(fd, 1, 100_000) == data[1:100_001]
+        assert e._core.read_inline(fd, 4096, 4096) == data[4096:8192]
+        assert e._core.read_inline(fd, 1, 100_000) == data[1:100_001]
         # The end of the file (a short read) and past it: for the engine.
-        assert e._core.read_cached(fd, len(data) - 10, 4096) is None
-        assert e._core.read_cached(fd, len(data) + 10, 4096) is None
-        assert e._core.read_cached(fd, -1, 10) is None and e._core.read_cached(fd, 0, 0) is None
+        assert e._core.read_inline(fd, len(data) - 10, 4096) is None
+        assert e._core.read_inline(fd, len(data) + 10, 4096) is None
+        assert e._core.read_inline(fd, -1, 10) is None and e._core.read_inline(fd, 0, 0) is None
         r, w = os.pipe()
         try:
             os.write(w, b"abc")
-            assert e._core.read_cached(r, 0, 3) is None  # ESPIPE: for the engine
+            assert e._core.read_inline(r, 0, 3) is None  # ESPIPE: for the engine
             assert os.read(r, 3) == b"abc"  # and nothing was taken from the pipe
         finally:
             os.close(r)
             os.close(w)
         d = os.open(path, os.O_RDONLY | os.O_DIRECT)
         try:
-            assert e._core.read_cached(d, 0, 4096) is None
+            assert e._core.read_inline(d, 0, 4096) is None
         finally:
             os.close(d)
         e.close()
-        assert e._core.read_cached(fd, 0, 4096) is None
+        assert e._core.read_inline(fd, 0, 4096) is None
 
 
 def test_evicted_pages_are_not_served_inline(tmp_path):
@@ -74,7 +74,7 @@ def test_evicted_pages_are_not_served_inline(tmp_path):
         got = []
         for off in range(0, len(data), 128 << 10):
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-            page = e._core.read_cached(f.fileno(), off, 4096)
+            page = e._core.read_inline(f.fileno(), off, 4096)
             assert page is None or page == data[off:off + 4096]
             got.append(page)
         if fs_type(p) in ("tmpfs", "ramfs"):
@@ -225,6 +225,75 @@ def test_a_file_objects_cached_seek_and_read_need_no_wakeup_and_match_the_file(d
 
 
 @LOOPS
+@BACKENDS
+def test_sequential_small_reads_read_ahead_more_until_a_seek(tmp_path, loop_factory, backend):
+    """A run of small reads in order, served inline, reads ahead twice as
+    much each time the buffer is empty, from the buffer's size up to
+    128 KiB (one ``preadv2`` per 32 reads of 4 KiB, not one per two), with
+    the file's bytes; a seek starts the run again, and a read as large as
+    the buffer reads no more than it asks."""
+    data = os.urandom(1 << 20)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    e = blockio.Engine(backend=backend)
+
+    async def main():
+        async with blockio.open(path, "rb", engine=e) as f:
+            fills = []
+            got = []
+            for _ in range(94):  # (8 + 16 + 32 + 64 + 128 + 128 KiB)
+                got.append(await f.read(4096))
+                if f._roff == 4096:  # (this read filled the buffer)
+                    fills.append(len(f._rbuf))
+            assert b"".join(got) == data[:94 * 4096]
+            assert fills == [8192, 16384, 32768, 65536, 131072, 131072]
+            await f.seek(8192)
+            assert await f.read(4096) == data[8192:12288]
+            assert f._rbuf == b""  # (the first read after a seek reads what it asks)
+            assert await f.read(4096) == data[12288:16384]
+            assert len(f._rbuf) == 8192
+            assert await f.read(4096) == data[16384:20480] and f._rbuf == b""
+            assert await f.read(8192) == data[20480:28672] and f._rbuf == b""
+
+    try:
+        run(main(), loop_factory)
+    finally:
+        e.close()
+
+
+@LOOPS
+@BACKENDS
+def test_reads_ahead_to_the_end_of_the_file_stay_inline(tmp_path, loop_factory, backend):
+    """A read ahead that the end of the file cuts short is served inline
+    with what is there (as long as the read's own bytes are): a file of
+    100 KiB read 4 KiB at a time needs no engine round trip until the read
+    that finds its end."""
+    data = os.urandom(100 << 10)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    e = blockio.Engine(backend=backend)
+    wakeups = []
+    on_ready = e._on_ready
+
+    def counted(loop):
+        wakeups.append(1)
+        on_ready(loop)
+
+    async def main():
+        async with blockio.open(path, "rb", engine=e) as f:
+            e._on_ready = counted
+            got = [await f.read(4096) for _ in range(25)]
+            assert b"".join(got) == data
+            assert wakeups == []
+            assert await f.read(4096) == b""
+
+    try:
+        run(main(), loop_factory)
+    finally:
+        e.close()
+
+
+@LOOPS
 @pytest.mark.parametrize("length, buffering", [(4096, -1), (128 << 10, 0)])
 def test_a_task_reading_cached_data_from_a_file_object_lets_the_others_run(data_file, loop_factory, length,
                                                                            buffering):
@@ -258,7 +327,7 @@ CALLS = TURN_BUDGET * 10
 @LOOPS
 @pytest.mark.parametrize("call", ["read(1)", "read(100), 256 KiB buffer", "tell", "readline", "peek", "text readline",
                                   "write", "write, wb", "text write"])
-def test_a_task_making_calls_served_at_once_in_a_loop_lets_the_others_run(tmp_path, loop_factory, call):
+def test_a_task_making_calls_served_inline_in_a_loop_lets_the_others_run(tmp_path, loop_factory, call):
     """Calls served without suspending (reads from the file's buffer, tell,
     readline and peek of buffered bytes, writes into the buffer) take a
     turn of the loop at least once in ``TURN_BUDGET`` calls, as cached
@@ -336,7 +405,7 @@ def test_the_cached_read_that_yields_keeps_its_place_and_reads_nothing_if_cancel
 
 @LOOPS
 def test_calls_on_one_file_object_from_many_tasks_keep_their_order_on_cached_data(tmp_path, loop_factory):
-    """Reads served at once (cached bytes, the read buffer) and calls that
+    """Reads served inline (cached bytes, the read buffer) and calls that
     wait for the engine (``readinto``, the end of the file) from many
     tasks on one file object take effect one at a time: together they read
     the file exactly once, each where its predecessor ended."""
@@ -385,8 +454,8 @@ def evict(path):
 @BACKENDS
 @pytest.mark.parametrize("busy", ["engine read", "read at its turn"])
 @pytest.mark.parametrize("call", ["readline", "tell", "seek", "read"])
-def test_a_call_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_factory, backend, busy, call):
-    """``readline``, ``tell``, ``seek`` and ``read`` are served at once only
+def test_a_call_served_inline_waits_for_the_call_in_progress(tmp_path, loop_factory, backend, busy, call):
+    """``readline``, ``tell``, ``seek`` and ``read`` are served inline only
     while no call on the file is in progress: made while another task's
     read waits for the engine (evicted pages), or takes its turn of the
     event loop with bytes still in the buffer, each waits for it and
@@ -427,8 +496,8 @@ def test_a_call_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_fac
 
 @LOOPS
 @pytest.mark.parametrize("busy", ["engine read", "read at its turn"])
-def test_a_text_readline_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_factory, busy):
-    """A text file's ``readline`` of a line decoded ahead is served at once
+def test_a_text_readline_served_inline_waits_for_the_call_in_progress(tmp_path, loop_factory, busy):
+    """A text file's ``readline`` of a line decoded ahead is served inline
     only while no call on the file is in progress: made while another
     task's ``read`` waits for the engine or takes its turn, it waits for it
     and reads the line after what that read returned."""
@@ -456,7 +525,7 @@ def test_a_text_readline_served_at_once_waits_for_the_call_in_progress(tmp_path,
 
 @LOOPS
 @pytest.mark.parametrize("call", ["readline", "async for", "tell"])
-def test_readline_and_tell_served_at_once_take_their_turns(tmp_path, loop_factory, call):
+def test_readline_and_tell_served_inline_take_their_turns(tmp_path, loop_factory, call):
     """Lines served from the buffer and ``tell``s, each one call served at
     once, count towards the thread's turn as the others do, counted with
     the bytes they copy."""
@@ -482,7 +551,7 @@ def test_readline_and_tell_served_at_once_take_their_turns(tmp_path, loop_factor
     async def main():
         async with blockio.open(p, "rb", buffering=4 << 20) as f:
             if call != "tell":
-                assert await f.peek(1)  # (the whole file in the buffer: every line served at once)
+                assert await f.peek(1)  # (the whole file in the buffer: every line served inline)
             set_turn_count(0)
             return await ticks_during(lambda: body(f))
 
@@ -491,8 +560,8 @@ def test_readline_and_tell_served_at_once_take_their_turns(tmp_path, loop_factor
 
 @LOOPS
 @pytest.mark.parametrize("buffering", [-1, 4096])
-def test_a_write_served_at_once_waits_for_the_call_in_progress(tmp_path, loop_factory, buffering):
-    """A ``write`` joining bytes already buffered is served at once only
+def test_a_write_served_inline_waits_for_the_call_in_progress(tmp_path, loop_factory, buffering):
+    """A ``write`` joining bytes already buffered is served inline only
     while no call on the file is in progress: made while a ``seek`` takes
     its turn of the event loop (before it runs), it waits for the seek, and
     its bytes land where the seek went."""
@@ -657,7 +726,7 @@ def test_readlines_cancelled_at_a_turn_between_lines_moves_nothing(tmp_path, loo
 @LOOPS
 @pytest.mark.parametrize("api", ["aread", "read, buffering=0", "read, buffered"])
 def test_the_call_that_takes_the_turn_counts_its_bytes(data_file, loop_factory, api):
-    """Cached reads just under ``CACHED_MAX`` (256 KiB) copy at most
+    """Cached reads just under ``INLINE_MAX`` (256 KiB) copy at most
     ``TURN_BUDGET * TURN_UNIT`` bytes (4 MiB) between two turns: the read
     made after its turn counts the bytes it copied too."""
     path, data = data_file

@@ -1,8 +1,8 @@
 //! `FileState`, the base of a `blockio.open` binary file object: the
 //! state its most frequent calls need (position, read-ahead buffer,
-//! whether the file can be served at once), and those calls served from
-//! it without suspending: [`seek_now`], [`read_now`], [`readline_now`],
-//! [`tell_now`] and [`write_now`].
+//! whether the file can be served inline), and those calls served from
+//! it without suspending: [`seek_inline`], [`read_inline`], [`readline_inline`],
+//! [`tell_inline`] and [`write_inline`].
 //!
 //! A random read is a `seek` and a `read` of a cached block, so these two
 //! calls are what a random-access workload pays per block besides the
@@ -22,7 +22,7 @@
 //! Both calls run holding the GIL from start to end (the `preadv2` and the
 //! `lseek` included), so "no call on the file in progress" (the queue's
 //! `free` list holds its item) cannot change while they run: they need not
-//! take the item, only see it there. When a call cannot be served at once
+//! take the item, only see it there. When a call cannot be served inline
 //! (another call in progress, buffered writes, a read that would wait, a
 //! stream), they answer so, and the Python method goes through the queue.
 
@@ -36,12 +36,20 @@ use pyo3::PyVisit;
 use crate::turns;
 use crate::Core;
 
-/// The largest offset [`seek_now`] takes: past it, whether the file system
+/// The largest offset [`seek_inline`] takes: past it, whether the file system
 /// takes the position is for its `lseek` to say (see `AsyncFile._seek`).
-pub(crate) const QUICK_OFFSET: i64 = 1 << 40;
+pub(crate) const INLINE_OFFSET: i64 = 1 << 40;
+
+/// The most a buffered file reads ahead inline once its reads have gone on
+/// in order for a while (see [`FileState::next_fill`]): a loop of small
+/// `read(n)`s then costs one `preadv2` per 128 KiB instead of one per
+/// buffer (8 KiB by default) or per call, as an `os.pread` loop does.
+/// Bytes read ahead are those `read` would have read from the file at that
+/// moment, as a built-in buffered file's are, over a window this wide.
+pub(crate) const SEQUENTIAL_AHEAD: usize = 128 << 10;
 
 /// A binary file object's position and read-ahead, and whether its calls
-/// may be served at once. Subclassed by `blockio._file.AsyncFile`, which
+/// may be served inline. Subclassed by `blockio._file.AsyncFile`, which
 /// sets every field in its `__init__`.
 #[pyclass(subclass, module = "blockio._blockio")]
 pub(crate) struct FileState {
@@ -56,41 +64,45 @@ pub(crate) struct FileState {
     roff: usize,
     /// The next read is the first since a seek: it reads what it asks for
     /// and no more.
-    #[pyo3(get, set, name = "_seeked")]
+    #[pyo3(get, name = "_seeked")]
     seeked: bool,
-    /// `seek` and `tell` may be served at once: a seekable file, open,
+    /// `seek` and `tell` may be served inline: a seekable file, open,
     /// with no writes buffered and its position known (see
-    /// `AsyncFile._requick`).
-    #[pyo3(get, name = "_quick")]
-    quick: bool,
-    /// `read` and `readline` may be served at once: `quick`, and the file
+    /// `AsyncFile._update_inline`).
+    #[pyo3(get, name = "_inline")]
+    inline: bool,
+    /// `read` and `readline` may be served inline: `inline`, and the file
     /// reads.
-    #[pyo3(get, name = "_quick_read")]
-    quick_read: bool,
-    /// `write` may be served at once when the write buffer holds bytes
+    #[pyo3(get, name = "_inline_read")]
+    inline_read: bool,
+    /// `write` may be served inline when the write buffer holds bytes
     /// already: a buffered seekable file, open, writing, not in append
-    /// mode (see `AsyncFile._requick`).
-    #[pyo3(get, name = "_quick_write")]
-    quick_write: bool,
+    /// mode (see `AsyncFile._update_inline`).
+    #[pyo3(get, name = "_inline_write")]
+    inline_write: bool,
     /// The descriptor's number is known outside the file: its offset is
     /// kept at the position (see `AsyncFile._sync_offset`).
     #[pyo3(get, set, name = "_shared")]
     shared: bool,
     /// The read-ahead size (the file's buffer size; 0 unbuffered).
     ahead: usize,
+    /// How much the last read ahead of a run of sequential reads took
+    /// (0: none since the last seek); each next one takes twice as much,
+    /// up to [`SEQUENTIAL_AHEAD`] (see [`FileState::next_fill`]).
+    fill: usize,
     /// The descriptor's number.
     num: RawFd,
     /// The call queue's `free` list: it holds its item exactly while no
     /// call on the file is in progress.
     free: Option<Py<PyList>>,
-    /// The engine whose [`Core::read_cached`] reads cached bytes.
+    /// The engine whose [`Core::read_inline`] reads cached bytes.
     reader: Option<Py<Core>>,
 }
 
 #[pymethods]
 impl FileState {
     /// An empty state, whatever the subclass's constructor takes; nothing
-    /// is served at once until [`_serve`](Self::_serve).
+    /// is served inline until [`_serve`](Self::_serve).
     #[new]
     #[pyo3(signature = (*_args, **_kwargs))]
     fn new(
@@ -103,18 +115,19 @@ impl FileState {
             rbuf: nothing(py),
             roff: 0,
             seeked: false,
-            quick: false,
-            quick_read: false,
-            quick_write: false,
+            inline: false,
+            inline_read: false,
+            inline_write: false,
             shared: false,
             ahead: 0,
+            fill: 0,
             num: -1,
             free: None,
             reader: None,
         }
     }
 
-    /// What the calls served at once need besides the shared fields: the
+    /// What the calls served inline need besides the shared fields: the
     /// call queue's `free` list, the engine's core, the descriptor's
     /// number and the buffer size.
     fn _serve(&mut self, free: Py<PyList>, reader: Py<Core>, num: RawFd, bufsize: i64) {
@@ -124,33 +137,43 @@ impl FileState {
         self.ahead = usize::try_from(bufsize).unwrap_or(0);
     }
 
-    /// Records whether `seek` and `tell` (`quick`), `read` and
-    /// `readline` (`quick_read`) and `write` (`quick_write`) may be
-    /// served at once.
-    fn _set_quick(&mut self, quick: bool, quick_read: bool, quick_write: bool) {
-        self.quick = quick;
-        self.quick_read = quick && quick_read;
-        self.quick_write = quick_write && self.ahead > 0;
+    /// Records whether `seek` and `tell` (`inline`), `read` and
+    /// `readline` (`inline_read`) and `write` (`inline_write`) may be
+    /// served inline.
+    fn _set_inline(&mut self, inline: bool, inline_read: bool, inline_write: bool) {
+        self.inline = inline;
+        self.inline_read = inline && inline_read;
+        self.inline_write = inline_write && self.ahead > 0;
     }
 
     /// `read(size)` by the call that has just taken its turn of the event
     /// loop for it, holding the call queue (`AsyncFile._read_after_a_turn`):
-    /// served as [`read_now`] serves it, from the buffer or the page cache,
+    /// served as [`read_inline`] serves it, from the buffer or the page cache,
     /// counting only the bytes it copies (the turn started the count); or
     /// `None`, and the queued read reads.
     fn _read_after_turn(&mut self, py: Python<'_>, size: usize) -> Option<PyObject> {
-        if !self.quick_read || size == 0 {
+        if !self.inline_read || size == 0 {
             return None;
         }
         let held = self.rbuf.bind(py).downcast::<PyBytes>().ok()?.clone();
         if held.as_bytes().is_empty() {
-            return self.read_cached(py, size, true);
+            return self.read_inline(py, size, true);
         }
         if self.roff.checked_add(size)? > held.as_bytes().len() {
             return None;
         }
         turns::count_copied(size);
         self.take(py, &held, size)
+    }
+
+    /// Sets `_seeked`: a seek also ends the run of sequential reads (the
+    /// next read ahead takes the buffer's size again).
+    #[setter(_seeked)]
+    fn set_seeked(&mut self, seeked: bool) {
+        self.seeked = seeked;
+        if seeked {
+            self.fill = 0;
+        }
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -228,35 +251,35 @@ impl FileState {
     }
 
     /// `size` bytes (not 0) read at the position if they are all in the
-    /// page cache (see [`Core::read_cached`]), reading ahead to fill the
-    /// buffer unless this is the first read since a seek; `False` when the
-    /// call is to take its turn of the event loop first. A call that has
-    /// just taken its turn (`after_turn`) counts only the bytes it copied.
-    fn read_cached(&mut self, py: Python<'_>, size: usize, after_turn: bool) -> Option<PyObject> {
-        let reader = self.reader.as_ref()?.bind(py).borrow();
+    /// page cache (see [`Core::read_ahead_inline`]), reading ahead to fill
+    /// the buffer unless this is the first read since a seek (as far as
+    /// the file and the cached bytes go); `False` when the call is to take
+    /// its turn of the event loop first. A call that has just taken its
+    /// turn (`after_turn`) counts only the bytes it copied.
+    fn read_inline(&mut self, py: Python<'_>, size: usize, after_turn: bool) -> Option<PyObject> {
         let want = if self.seeked || size >= self.ahead {
             size
         } else {
-            self.ahead
+            self.next_fill().max(size)
         };
         let to = self.pos.checked_add(i64::try_from(size).ok()?)?;
-        let length = i64::try_from(want).ok()?;
-        let data = if after_turn {
-            let data = reader.read_cached(py, self.num, self.pos, length)?;
-            turns::count_copied(want);
-            data
-        } else {
-            match reader
-                .read_cached_in_turn(py, self.num, self.pos, length)?
-                .downcast_into::<PyBytes>()
-            {
-                Ok(data) => data,
-                Err(turn) => return Some(turn.into_inner().unbind()), // (`False`: the turn is due)
-            }
-        };
+        let reader = self.reader.as_ref()?.bind(py).borrow();
+        if !after_turn && turns::due() {
+            return Some(PyBool::new(py, false).to_owned().into_any().unbind());
+        }
+        let data = reader.read_ahead_inline(py, self.num, self.pos, size, want)?;
         drop(reader);
+        let got = data.as_bytes().len();
+        if after_turn {
+            turns::count_copied(got);
+        } else {
+            turns::served(got);
+        }
+        // A read after a seek starts a new run; one that read ahead
+        // continues it.
+        self.fill = if self.seeked || want <= size { 0 } else { want };
         self.seeked = false;
-        let out = if want > size {
+        let out = if got > size {
             let head = PyBytes::new(py, &data.as_bytes()[..size]);
             self.rbuf = data.into_any().unbind();
             self.roff = size;
@@ -270,14 +293,29 @@ impl FileState {
 }
 
 impl FileState {
-    /// `read()` of the rest of the file served at once (see [`read_now`]),
+    /// How much the next read ahead takes: the buffer's size for the first
+    /// of a run of sequential reads, then twice the last, up to
+    /// [`SEQUENTIAL_AHEAD`] (never less than the buffer's size).
+    fn next_fill(&self) -> usize {
+        if self.fill == 0 {
+            return self.ahead;
+        }
+        self.fill
+            .saturating_mul(2)
+            .min(SEQUENTIAL_AHEAD)
+            .max(self.ahead)
+    }
+}
+
+impl FileState {
+    /// `read()` of the rest of the file served inline (see [`read_inline`]),
     /// or `None`.
     fn read_rest(&mut self, py: Python<'_>) -> Option<PyObject> {
         if turns::is_due() {
             return None; // (the queued read takes the turn)
         }
         let reader = self.reader.as_ref()?.bind(py).borrow();
-        let data = reader.read_rest_cached(py, self.num, self.pos)?;
+        let data = reader.read_rest_inline(py, self.num, self.pos)?;
         drop(reader);
         let n = data.len().ok()?;
         let to = self.pos.checked_add(i64::try_from(n).ok()?)?;
@@ -288,12 +326,12 @@ impl FileState {
     }
 }
 
-/// `file.seek(offset, whence)` served at once, if it can be: an absolute
+/// `file.seek(offset, whence)` served inline, if it can be: an absolute
 /// seek (`whence` the int 0) to an int `offset` from 0 to 2**40, with no
 /// call on the file in progress and nothing to flush. Whether it was; if
 /// not, nothing changed.
 #[pyfunction]
-pub(crate) fn seek_now(
+pub(crate) fn seek_inline(
     file: &Bound<'_, FileState>,
     offset: &Bound<'_, PyAny>,
     whence: &Bound<'_, PyAny>,
@@ -308,33 +346,37 @@ pub(crate) fn seek_now(
     let Ok(to) = offset.extract::<i64>() else {
         return false;
     };
-    if !(0..=QUICK_OFFSET).contains(&to) {
+    if !(0..=INLINE_OFFSET).contains(&to) {
         return false;
     }
     let Ok(mut st) = file.try_borrow_mut() else {
         return false;
     };
-    if !st.quick || !st.free(py) {
+    if !st.inline || !st.free(py) {
         return false;
     }
     st.rbuf = nothing(py);
     st.roff = 0;
     st.seeked = true;
+    st.fill = 0;
     st.moved_to(to);
     true
 }
 
-/// `file.read(size)` served at once, if it can be: `size` an int of 0 or
+/// `file.read(size)` served inline, if it can be: `size` an int of 0 or
 /// more, no call on the file in progress, and the bytes all in the file's
 /// read-ahead buffer or all in the page cache; or `size` -1 or `None` (the
 /// rest of the file), nothing read ahead, the thread's turn of the event
-/// loop not due and the rest all cached, at most `CACHED_MAX` bytes (see
-/// [`Core::read_rest_cached`]). The bytes; `None` if it
+/// loop not due and the rest all cached, at most `INLINE_MAX` bytes (see
+/// [`Core::read_rest_inline`]). The bytes; `None` if it
 /// cannot be (nothing changed); `False` if it could be but its turn of the
 /// event loop is due first (nothing changed, and the count of calls served
-/// at once starts again: see [`turns`]).
+/// inline starts again: see [`turns`]).
 #[pyfunction]
-pub(crate) fn read_now(file: &Bound<'_, FileState>, size: &Bound<'_, PyAny>) -> Option<PyObject> {
+pub(crate) fn read_inline(
+    file: &Bound<'_, FileState>,
+    size: &Bound<'_, PyAny>,
+) -> Option<PyObject> {
     let py = file.py();
     let n = if size.is_exact_instance_of::<PyInt>() {
         size.extract::<i64>().ok()?
@@ -346,7 +388,7 @@ pub(crate) fn read_now(file: &Bound<'_, FileState>, size: &Bound<'_, PyAny>) -> 
     let rest = n == -1;
     let size = if rest { 0 } else { usize::try_from(n).ok()? };
     let mut st = file.try_borrow_mut().ok()?;
-    if !st.quick_read || !st.free(py) {
+    if !st.inline_read || !st.free(py) {
         return None;
     }
     let held = st.rbuf.bind(py).downcast::<PyBytes>().ok()?.clone();
@@ -363,17 +405,17 @@ pub(crate) fn read_now(file: &Bound<'_, FileState>, size: &Bound<'_, PyAny>) -> 
     if size == 0 {
         return Some(held.into_any().unbind());
     }
-    st.read_cached(py, size, false)
+    st.read_inline(py, size, false)
 }
 
-/// `file.readline(size)` served at once, if it can be: `size` an int (not
+/// `file.readline(size)` served inline, if it can be: `size` an int (not
 /// 0), a buffered file, no call on the file in progress, the line (up to
 /// its `\n`, or `size` bytes) all in the read-ahead buffer, and the
 /// thread's turn of the event loop not due (see [`turns`]). The line, or
 /// `None` (nothing changed: the queued `readline` reads it, or takes the
 /// turn).
 #[pyfunction]
-pub(crate) fn readline_now(
+pub(crate) fn readline_inline(
     file: &Bound<'_, FileState>,
     size: &Bound<'_, PyAny>,
 ) -> Option<PyObject> {
@@ -387,7 +429,7 @@ pub(crate) fn readline_now(
         n => usize::try_from(n).ok()?,
     };
     let mut st = file.try_borrow_mut().ok()?;
-    if !st.quick_read || st.ahead == 0 || !st.free(py) || turns::is_due() {
+    if !st.inline_read || st.ahead == 0 || !st.free(py) || turns::is_due() {
         return None;
     }
     let held = st.rbuf.bind(py).downcast::<PyBytes>().ok()?.clone();
@@ -401,22 +443,22 @@ pub(crate) fn readline_now(
     st.take(py, &held, n)
 }
 
-/// `file.tell()` served at once, if it can be: no call on the file in
+/// `file.tell()` served inline, if it can be: no call on the file in
 /// progress, the position known and nothing to flush, and the thread's
 /// turn of the event loop not due (see [`turns`]). The position, or `None`
 /// (nothing changed: the queued `tell` answers, or takes the turn).
 #[pyfunction]
-pub(crate) fn tell_now(file: &Bound<'_, FileState>) -> Option<i64> {
+pub(crate) fn tell_inline(file: &Bound<'_, FileState>) -> Option<i64> {
     let py = file.py();
     let st = file.try_borrow().ok()?;
-    if !st.quick || !st.free(py) || turns::is_due() {
+    if !st.inline || !st.free(py) || turns::is_due() {
         return None;
     }
     turns::served(0);
     Some(st.pos)
 }
 
-/// `file.write(data)` served at once, if it can be: `data` a `bytes` or
+/// `file.write(data)` served inline, if it can be: `data` a `bytes` or
 /// `bytearray` (not empty), no call on the file in progress, and the
 /// bytes joining others already in the write buffer `wbuf` (the file's
 /// `_wbuf`, kept in Python, whose code uses it most) without filling it,
@@ -425,7 +467,7 @@ pub(crate) fn tell_now(file: &Bound<'_, FileState>) -> Option<i64> {
 /// them, or takes the turn). The first write after a flush is never served
 /// here: it sets where the buffered bytes go (`_wpos`).
 #[pyfunction]
-pub(crate) fn write_now(
+pub(crate) fn write_inline(
     file: &Bound<'_, FileState>,
     data: &Bound<'_, PyAny>,
     wbuf: &Bound<'_, PyByteArray>,
@@ -453,7 +495,7 @@ pub(crate) fn write_now(
     {
         return None; // (never, with bytes buffered to write: a read flushes them first)
     }
-    if !st.quick_write || !st.free(py) || turns::is_due() {
+    if !st.inline_write || !st.free(py) || turns::is_due() {
         return None;
     }
     let to = st.pos.checked_add(i64::try_from(n).ok()?)?;

@@ -1,10 +1,10 @@
-"""``blockio.open``'s ``seek`` and ``read`` served at once (no await, no
-queue) rely on a record of the file's state (``AsyncFile._requick``) kept
+"""``blockio.open``'s ``seek`` and ``read`` served inline (no await, no
+queue) rely on a record of the file's state (``AsyncFile._update_inline``) kept
 as queued calls end. These tests change that state in every way it can
 change, then check the calls that follow against the built-in ``open`` on
-the same steps: a record left saying "served at once" would let a ``seek``
+the same steps: a record left saying "served inline" would let a ``seek``
 skip the flush of buffered writes, or a ``read`` reach a detached or closed
-descriptor. And once the change is over, the calls are served at once
+descriptor. And once the change is over, the calls are served inline
 again. Both backends."""
 
 import asyncio
@@ -26,7 +26,7 @@ def at_once(coro):
     except StopIteration as done:
         return done.value
     coro.close()
-    raise AssertionError("the call suspended: it was not served at once")
+    raise AssertionError("the call suspended: it was not served inline")
 
 
 @contextlib.contextmanager
@@ -79,7 +79,7 @@ def test_a_seek_after_buffered_writes_flushes_them_as_the_builtin(tmp_path, back
 
 
 @BACKENDS
-def test_calls_are_served_at_once_again_once_the_writes_are_flushed(tmp_path, backend):
+def test_calls_are_served_inline_again_once_the_writes_are_flushed(tmp_path, backend):
     p = tmp_path / "f"
     p.write_bytes(bytes(range(256)) * 64)
 

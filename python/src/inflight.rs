@@ -1,0 +1,200 @@
+//! The asynchronous batches in flight, by token, and the eventfd that
+//! tells the event loop some have finished: each batch a Rust future (see
+//! [`Pending`]) whose operations' waker records its token; `Core::drain`
+//! polls the woken ones in the loop's thread. The token state lives here
+//! only; the Python layer keeps the waiter each token resolves.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Waker};
+
+use blockio::aio::{AsyncEngine, Withdrawal};
+use pyo3::prelude::*;
+
+use crate::*;
+
+/// The batches of one core not yet handed back, by token.
+pub(crate) struct InFlight {
+    wakeups: Arc<Wakeups>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    /// Batches that finished when started, until the next drain.
+    ready: Mutex<Vec<(u64, PyObject, Done)>>,
+    /// The token of the next batch.
+    next_token: AtomicU64,
+}
+
+impl InFlight {
+    /// No batch yet, and a new non-blocking eventfd.
+    pub(crate) fn new() -> io::Result<InFlight> {
+        // SAFETY: eventfd has no memory effects; the result is checked.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(InFlight {
+            wakeups: Arc::new(Wakeups {
+                woken: Mutex::new(Vec::new()),
+                // SAFETY: a new descriptor, owned here only.
+                efd: unsafe { OwnedFd::from_raw_fd(efd) },
+                draining: AtomicBool::new(false),
+            }),
+            pending: Mutex::new(HashMap::new()),
+            ready: Mutex::new(Vec::new()),
+            next_token: AtomicU64::new(0),
+        })
+    }
+
+    /// The eventfd written when a batch's operation finishes.
+    pub(crate) fn eventfd(&self) -> RawFd {
+        self.wakeups.efd.as_raw_fd()
+    }
+
+    /// Empties the eventfd (before the finished batches are collected).
+    pub(crate) fn clear_eventfd(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: an 8-byte read into a local from our non-blocking eventfd.
+        unsafe { libc::read(self.eventfd(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    fn waker(&self, token: u64) -> Waker {
+        Waker::from(Arc::new(TokenWaker {
+            token,
+            wakeups: Arc::clone(&self.wakeups),
+        }))
+    }
+
+    /// Starts a batch for `waiter`: polls it once (which hands its
+    /// operations to the driver) and keeps it under a new token until it
+    /// is finished. The token, and the descriptors the batch borrowed if it
+    /// finished at once (left the core: for the caller to release).
+    pub(crate) fn start(&self, waiter: PyObject, mut p: Pending) -> (u64, Vec<RawFd>) {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        let waker = self.waker(token);
+        p.waker = Some(waker.clone());
+        match p.poll(&mut Context::from_waker(&waker)) {
+            // Finished at once (every descriptor unusable): reported at the
+            // next drain like any other.
+            Some(done) => {
+                self.ready
+                    .lock()
+                    .expect("ready lock")
+                    .push((token, waiter, done));
+                waker.wake();
+                (token, std::mem::take(&mut p.borrowed))
+            }
+            None => {
+                p.waiter = Some(waiter);
+                self.pending.lock().expect("pending lock").insert(token, p);
+                (token, Vec::new())
+            }
+        }
+    }
+
+    /// The batches finished since the last call, removed, and the
+    /// descriptors they borrowed (for the caller to release). Reaps the
+    /// `loop_driven` ring first (after the eventfd was cleared).
+    pub(crate) fn finished(
+        &self,
+        loop_driven: Option<AsyncEngine>,
+    ) -> (Vec<(PyObject, Done)>, Vec<RawFd>) {
+        if let Some(aio) = loop_driven {
+            self.wakeups.draining.store(true, Ordering::SeqCst);
+            aio.reap();
+            self.wakeups.draining.store(false, Ordering::SeqCst);
+        }
+        let mut tokens = std::mem::take(&mut *self.wakeups.woken.lock().expect("wakeups lock"));
+        // Every operation of a batch wakes its token: poll each batch once.
+        tokens.sort_unstable();
+        tokens.dedup();
+        let ready = std::mem::take(&mut *self.ready.lock().expect("ready lock"));
+        let mut out: Vec<(PyObject, Done)> = ready.into_iter().map(|(_, w, d)| (w, d)).collect();
+        let mut pending = self.pending.lock().expect("pending lock");
+        let mut left = Vec::new();
+        for token in tokens {
+            let Some(p) = pending.get_mut(&token) else {
+                continue;
+            };
+            let waker = p.waker.clone().expect("set by start");
+            if let Some(done) = p.poll(&mut Context::from_waker(&waker)) {
+                let Some(mut p) = pending.remove(&token) else {
+                    continue;
+                };
+                left.append(&mut p.borrowed);
+                if let Some(waiter) = p.waiter.take() {
+                    out.push((waiter, done));
+                }
+            }
+        }
+        (out, left)
+    }
+
+    /// What withdraws each operation of the batch `token`; `None` for a
+    /// batch no longer pending.
+    pub(crate) fn withdrawals(&self, token: u64) -> Option<Vec<Withdrawal>> {
+        self.pending
+            .lock()
+            .expect("pending lock")
+            .get(&token)
+            .map(|batch| batch.withdrawals.clone())
+    }
+
+    /// Gives up on the batch `token` (see `Core::cancel`).
+    pub(crate) fn cancel(&self, token: u64) {
+        let mut pending = self.pending.lock().expect("pending lock");
+        let mut waiter = None;
+        let batch = match pending.get_mut(&token) {
+            // One that borrows a file object's descriptor stays until its
+            // operations complete, for nobody (what has not reached the
+            // kernel is withdrawn): the file's close waits for it.
+            Some(p) if !p.borrowed.is_empty() => {
+                for w in &p.withdrawals {
+                    w.withdraw();
+                }
+                waiter = p.waiter.take();
+                None
+            }
+            _ => pending.remove(&token),
+        };
+        drop(pending);
+        // Dropped outside the lock: dropping the futures may free buffers.
+        drop(batch);
+        drop(waiter);
+        self.ready
+            .lock()
+            .expect("ready lock")
+            .retain(|(t, _, _)| *t != token);
+    }
+
+    /// Batches not finished yet.
+    pub(crate) fn count(&self) -> usize {
+        self.pending.lock().expect("pending lock").len()
+    }
+
+    /// Drops every batch not finished yet, which cancels its operations
+    /// (those not yet in the kernel are never submitted); the waiters of
+    /// those that had one, in the order the batches started.
+    pub(crate) fn cut_all(&self) -> Vec<PyObject> {
+        let cut: HashMap<u64, Pending> =
+            std::mem::take(&mut *self.pending.lock().expect("pending lock"));
+        let mut cut: Vec<(u64, Pending)> = cut.into_iter().collect();
+        cut.sort_unstable_by_key(|(t, _)| *t);
+        let waiters = cut
+            .iter_mut()
+            .filter_map(|(_, p)| p.waiter.take())
+            .collect();
+        // Dropping the futures cancels their operations (outside the lock).
+        drop(cut);
+        waiters
+    }
+
+    /// Forgets every batch without dropping it: in a forked child, whose
+    /// operations belong to the parent's rings.
+    pub(crate) fn forget(&self) {
+        std::mem::forget(std::mem::take(
+            &mut *self.pending.lock().expect("pending lock"),
+        ));
+    }
+}

@@ -1,0 +1,186 @@
+//! Reads served inline: on the calling thread, holding the GIL, with one
+//! `preadv2(RWF_NOWAIT)` into the `bytes` object returned, when all the
+//! bytes asked for are in the page cache; else nothing, and the caller
+//! reads through the engine. A workload that keeps missing (cold data)
+//! stops paying for the tries: after [`MISSES_BEFORE_SKIPPING`] misses in
+//! a row only one read in [`SKIP`] is tried, until one hits.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use blockio::{PathAt, RawTarget};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::fresh;
+
+/// The longest read served inline: past it a copy on the event loop's
+/// thread, holding the GIL, would stall the loop's other tasks; longer
+/// reads go to the engine, into their `bytes` object (see
+/// [`crate::fresh`]). 8 MiB: served so, a loop of 8 MiB reads keeps the
+/// rate of an `os.pread` loop, where through the engine it lost a third
+/// to the wake-ups; its copy is the loop's longest gap, 2-3 times
+/// aiofiles' (`docs/benchmarks.md`, 2026-11-26).
+pub(crate) const INLINE_MAX: usize = 8 << 20;
+
+/// Misses in a row after which only one inline read in [`SKIP`] is tried.
+pub(crate) const MISSES_BEFORE_SKIPPING: u64 = 16;
+
+/// See [`MISSES_BEFORE_SKIPPING`].
+pub(crate) const SKIP: u64 = 32;
+
+/// The inline reads of one core: its count of misses in a row (counting on
+/// past [`MISSES_BEFORE_SKIPPING`] as the reads it skips).
+#[derive(Default)]
+pub(crate) struct InlineReads {
+    misses: AtomicU64,
+}
+
+impl InlineReads {
+    /// `len` bytes (1 to [`INLINE_MAX`]) at `off` of `fd` if all of them
+    /// are in the page cache; else `None` (short, refused, failed, or
+    /// skipped after misses).
+    pub(crate) fn read<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        off: u64,
+        len: usize,
+    ) -> Option<Bound<'py, PyBytes>> {
+        if len == 0 || len > INLINE_MAX {
+            return None;
+        }
+        let misses = self.try_one()?;
+        let (bytes, n) = unfilled_read(py, fd, off, len)?;
+        self.hit(misses, n == len).then_some(bytes)
+    }
+
+    /// At least `min` and up to `len` bytes (`min` 1 to `len`, `len` at
+    /// most [`INLINE_MAX`]) at `off` of `fd`: a read ahead, whose bytes past
+    /// the first `min` may stop short (the end of the file, the end of what
+    /// is cached), all of them the file's; `None` if fewer than `min` are
+    /// cached there (short, refused, failed, or skipped after misses).
+    pub(crate) fn read_ahead<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        off: u64,
+        min: usize,
+        len: usize,
+    ) -> Option<Bound<'py, PyBytes>> {
+        if min == 0 || min > len || len > INLINE_MAX {
+            return None;
+        }
+        let misses = self.try_one()?;
+        let (bytes, n) = unfilled_read(py, fd, off, len)?;
+        if !self.hit(misses, n >= min) {
+            return None;
+        }
+        if n == len {
+            return Some(bytes);
+        }
+        fresh::shrunk(py, bytes.unbind(), n)
+            .ok()?
+            .into_bound(py)
+            .downcast_into::<PyBytes>()
+            .ok()
+    }
+
+    /// The bytes from `off` to the end of `fd`, if the file is a regular
+    /// one whose size leaves fewer than [`INLINE_MAX`] of them and all
+    /// are in the page cache: the size as the kernel holds it, asking no
+    /// server (`statx` with `AT_STATX_DONT_SYNC`), then one
+    /// `preadv2(RWF_NOWAIT)` of a byte more than it says; that byte comes
+    /// back only if the file grew. Else `None` (the file grew or shrank
+    /// meanwhile, is not all cached, is not a regular file).
+    pub(crate) fn read_rest<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        off: u64,
+    ) -> Option<Bound<'py, PyAny>> {
+        let misses = self.try_one()?;
+        let st =
+            blockio::blocking::stat(PathAt::file(&RawTarget(fd)), libc::AT_STATX_DONT_SYNC).ok()?;
+        if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        let rest = usize::try_from(st.stx_size.saturating_sub(off)).ok()?;
+        if rest >= INLINE_MAX {
+            return None;
+        }
+        let (bytes, n) = unfilled_read(py, fd, off, rest + 1)?;
+        if !self.hit(misses, n == rest) {
+            return None;
+        }
+        fresh::shrunk(py, bytes.unbind(), n)
+            .ok()
+            .map(|b| b.into_bound(py))
+    }
+
+    /// Whether to try an inline read: after [`MISSES_BEFORE_SKIPPING`]
+    /// misses in a row, only one in [`SKIP`]; the misses so far if so.
+    fn try_one(&self) -> Option<u64> {
+        let misses = self.misses.load(Ordering::Relaxed);
+        if misses >= MISSES_BEFORE_SKIPPING {
+            self.misses.store(misses.wrapping_add(1), Ordering::Relaxed);
+            if misses % SKIP != 0 {
+                return None;
+            }
+        }
+        Some(misses)
+    }
+
+    /// Records whether an inline read tried after `misses` misses hit (the
+    /// count starts again) or missed; `hit`.
+    fn hit(&self, misses: u64, hit: bool) -> bool {
+        if hit {
+            self.misses.store(0, Ordering::Relaxed);
+        } else if misses < MISSES_BEFORE_SKIPPING {
+            self.misses.store(misses + 1, Ordering::Relaxed);
+        }
+        hit
+    }
+}
+
+/// One `preadv2(RWF_NOWAIT)` of up to `len` bytes at `off` of `fd` into a
+/// new bytes object of `len` bytes, and how many it read; `None` if it
+/// failed (`EAGAIN`: not cached) or the object could not be made (the
+/// slow path reports that). Only the first bytes, as many as it read,
+/// are set: the caller hands the object out only when it read all of
+/// them, or once shrunk to them.
+fn unfilled_read<'py>(
+    py: Python<'py>,
+    fd: RawFd,
+    off: u64,
+    len: usize,
+) -> Option<(Bound<'py, PyBytes>, usize)> {
+    let off = libc::off_t::try_from(off).ok()?;
+    // A bytes object whose contents the read overwrites, made without
+    // pyo3's `PyBytes::new_with`, which zero-fills it first (a memset
+    // of `len` bytes per read, for bytes the kernel then writes over).
+    let size = pyo3::ffi::Py_ssize_t::try_from(len).ok()?;
+    // SAFETY: with a null pointer, PyBytes_FromStringAndSize allocates a
+    // bytes object of `size` bytes (plus its trailing NUL) and returns a
+    // new reference, or null with a Python error set; the GIL is held
+    // (`py`).
+    let raw = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size) };
+    if raw.is_null() {
+        drop(PyErr::take(py)); // (out of memory: the slow path reports it)
+        return None;
+    }
+    // SAFETY: `raw` is a new, non-null reference to a bytes object,
+    // which the Bound now owns.
+    let bytes = unsafe { Bound::from_owned_ptr(py, raw).downcast_into_unchecked::<PyBytes>() };
+    let iov = libc::iovec {
+        // SAFETY: `raw` is a bytes object; its buffer holds `len`
+        // bytes, not yet shared with anyone (the object is only ours).
+        iov_base: unsafe { pyo3::ffi::PyBytes_AsString(raw) }.cast(),
+        iov_len: len,
+    };
+    // SAFETY: one iovec over the bytes object's `len`-byte buffer,
+    // alive (owned by `bytes`) for the call; preadv2 writes at most
+    // `iov_len` bytes into it.
+    let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
+    Some((bytes, usize::try_from(n).ok()?))
+}
