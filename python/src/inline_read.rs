@@ -20,7 +20,7 @@ use crate::fresh;
 /// [`crate::fresh`]). 8 MiB: served so, a loop of 8 MiB reads keeps the
 /// rate of an `os.pread` loop, where through the engine it lost a third
 /// to the wake-ups; its copy is the loop's longest gap, 2-3 times
-/// aiofiles' (`docs/benchmarks.md`, 2026-11-26).
+/// aiofiles' (`docs/benchmarks.md`, "Large cached reads on the loop's thread").
 pub(crate) const INLINE_MAX: usize = 8 << 20;
 
 /// Misses in a row after which only one inline read in [`SKIP`] is tried.
