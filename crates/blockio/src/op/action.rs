@@ -948,7 +948,11 @@ mod tests {
             );
         }
         kinds.dedup();
-        assert_eq!(kinds, OpKind::ALL, "one action per kind, in the table's order");
+        assert_eq!(
+            kinds,
+            OpKind::ALL,
+            "one action per kind, in the table's order"
+        );
         let (flush, datasync) = (Action::flush(false), Action::flush(true));
         assert_eq!(
             (flush.kind(), datasync.kind()),
