@@ -3,6 +3,7 @@ against the file's size, its bytes and the kernel's errors."""
 
 import asyncio
 import errno
+import io
 import os
 
 import pytest
@@ -69,3 +70,21 @@ def test_afallocate_does_what_fallocate_does(engine, tmp_path):
 
     asyncio.run(main())
 
+
+def test_a_blockio_open_files_fallocate_sees_its_buffered_writes(engine, tmp_path):
+    async def main():
+        async with blockio.open(tmp_path / "o.bin", "w+b", engine=engine) as f:
+            assert await f.write(b"\5" * 8192) == 8192  # buffered until the fallocate
+            await f.fallocate(offset=8192, length=8192)
+            assert await f.seek(0, os.SEEK_END) == 16384
+            await f.seek(0)
+            assert await f.read(100) == b"\5" * 100
+            hole = blockio.FALLOC_FL_PUNCH_HOLE | blockio.FALLOC_FL_KEEP_SIZE
+            await f.fallocate(offset=0, length=4096, mode=hole)
+            assert await f.tell() == 100
+            assert await f.read() == b"\0" * 3996 + b"\5" * 4096 + b"\0" * 8192
+        async with blockio.open(tmp_path / "o.bin", "rb", engine=engine) as r:
+            with pytest.raises(io.UnsupportedOperation, match="fallocate"):
+                await r.fallocate(offset=0, length=4096)
+
+    asyncio.run(main())
