@@ -16,7 +16,7 @@ A thin layer over the Rust core (``blockio._blockio``)::
                 ...
 
 Naming: the synchronous batch calls are ``read_batch``, ``readinto_batch``,
-``write_batch``, ``fsync``, ``fdatasync``; their asyncio forms carry an
+``write_batch``, ``fsync``, ``fdatasync``, ``fallocate``; their asyncio forms carry an
 ``a`` prefix (``aread_batch``, ``aread``, ``areadinto``, ...), so that one
 name never means both a blocking call and a coroutine.
 
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ._blockio import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE
 from ._buffers import aligned_buffer
 from ._engine import Engine, default_engine
 from ._file import AsyncFile
@@ -50,4 +51,5 @@ except PackageNotFoundError:  # imported from a source tree
 __all__ = [
     "Engine", "open", "AsyncFile", "AsyncTextFile", "aligned_buffer", "default_engine", "__version__",
     "new_event_loop", "run", "install", "EventLoopPolicy", "UringEventLoop", "EpollEventLoop",
+    "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
 ]

@@ -566,6 +566,17 @@ class Engine:
         """Flushes the file's data (and the metadata needed to read it)."""
         self._core.sync(_fd(file), True)
 
+    def fallocate(self, file: FileLike, *, offset: int, length: int, mode: int = 0) -> None:
+        """Allocates, deallocates or zeroes ``length`` bytes of the file's
+        storage from ``offset`` (Linux's ``fallocate(2)``), with the GIL
+        released. ``mode`` holds its flags (:data:`blockio.FALLOC_FL_KEEP_SIZE`,
+        ``FALLOC_FL_PUNCH_HOLE``, ``FALLOC_FL_ZERO_RANGE``, or-ed): 0
+        allocates, growing the file if the range ends past it, as
+        ``os.posix_fallocate``. A negative offset or length raises
+        ``ValueError``; what the kernel refuses (an empty range, a mode the
+        file system lacks) raises its ``OSError``."""
+        self._core.fallocate(_fd(file), mode, offset, length)
+
     # -- asyncio ------------------------------------------------------------
 
     def _attach(self, loop: Optional[asyncio.AbstractEventLoop] = None) -> asyncio.AbstractEventLoop:
@@ -999,6 +1010,11 @@ class Engine:
     async def afdatasync(self, file: FileLike) -> None:
         """:meth:`fdatasync` as a coroutine."""
         _finish(await self._run(file, self._core.submit_sync, _fd(file), True), [_name(file)], False)
+
+    async def afallocate(self, file: FileLike, *, offset: int, length: int, mode: int = 0) -> None:
+        """:meth:`fallocate` as a coroutine."""
+        results = await self._run(file, self._core.submit_fallocate, _fd(file), mode, offset, length)
+        _finish(results, [_name(file)], False)
 
     # -- file-system calls, off the loop's thread ------------------------------
 

@@ -328,7 +328,8 @@ class AsyncFile(FileState, LineReader[bytes]):
     interface: coroutines ``read``, ``read1``, ``readall``, ``readinto``,
     ``peek``, ``readline``, ``readlines``, ``write``, ``writelines``,
     ``seek``, ``tell``, ``truncate``, ``flush``, ``fsync``, ``seekable``,
-    ``writable``, ``isatty`` and ``close``; plain methods ``fileno``,
+    ``writable``, ``isatty`` and ``close``, and ``fallocate``, which
+    aiofiles lacks; plain methods ``fileno``,
     ``readable`` and ``detach``; ``async for line in f``."""
 
     # Slots: with the core's `FileState` as a base, CPython keeps the
@@ -1376,6 +1377,17 @@ class AsyncFile(FileState, LineReader[bytes]):
         """Flushes, then makes the file's data and metadata durable."""
         await self.flush()
         await self._engine.afsync(self._file)
+
+    @one_at_a_time
+    async def fallocate(self, *, offset: int, length: int, mode: int = 0) -> None:
+        """Flushes, then allocates, deallocates or zeroes ``length`` bytes
+        of the file's storage from ``offset``, as :meth:`Engine.fallocate`
+        (``mode``: its ``FALLOC_FL_*`` flags). The position does not move;
+        what was read ahead is read again."""
+        self._check_writable("fallocate")
+        await self._flush_writes()
+        self._drop_read_ahead()
+        await self._engine.afallocate(self._file, offset=offset, length=length, mode=mode)
 
     # -- closing ----------------------------------------------------------------
 

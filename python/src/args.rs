@@ -37,6 +37,15 @@ pub(crate) fn offset_arg(offset: i64, index: Option<usize>) -> PyResult<u64> {
     })
 }
 
+/// A caller's range of a file (`fallocate`), checked: neither end
+/// negative. The kernel judges the rest (an empty range, one past the
+/// largest file offset).
+pub(crate) fn range_arg(offset: i64, length: i64) -> PyResult<(u64, u64)> {
+    let length = u64::try_from(length)
+        .map_err(|_| PyValueError::new_err(format!("length must be at least 0, got {length}")))?;
+    Ok((offset_arg(offset, None)?, length))
+}
+
 pub(crate) fn offsets_arg(offsets: &[i64]) -> PyResult<Vec<u64>> {
     offsets
         .iter()

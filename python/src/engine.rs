@@ -11,7 +11,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use blockio::aio::{AsyncEngine, AsyncFile, Withdrawal};
+use blockio::aio::{AsyncEngine, AsyncFile, OpFuture, Withdrawal};
 use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -51,6 +51,36 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// Starts the one operation without memory that `make` builds on
+    /// `fd`'s async file (a sync, a fallocate); `what` names it when `fd`
+    /// cannot be held.
+    fn submit_bare(
+        &self,
+        waiter: PyObject,
+        fd: RawFd,
+        what: &str,
+        make: impl FnOnce(&AsyncFile) -> OpFuture<()>,
+    ) -> PyResult<u64> {
+        let aio = self.aio(false)?;
+        let (file, lent) = self.hold(&aio, fd, fd_flags(fd));
+        let fut = match file {
+            Ok((file, dup)) => {
+                let f = make(&file);
+                let b: Boxed<OneDone> = Box::pin(async move {
+                    let r = name_caller_fd(f.await.0, dup, fd);
+                    OneDone::Count(r.map(|_| Out::Count(0)))
+                });
+                b
+            }
+            Err(errno) => failed(Yields::Count, refused(what, fd, errno)),
+        };
+        let mut batch = Pending::new(vec![fut], Yields::Count);
+        if lent {
+            batch.borrowed.push(fd);
+        }
+        Ok(self.start(waiter, batch))
+    }
+
     /// Whether `close` has started (from any thread): what synchronous
     /// waits for a descriptor look at.
     fn closing(&self) -> bool {
@@ -500,6 +530,28 @@ impl Core {
         }
     }
 
+    /// `fallocate` of `length` bytes at `offset` of `fd` with `mode`'s
+    /// `FALLOC_FL_*` flags ([`Op::fallocate`]), with the GIL released.
+    pub(crate) fn fallocate(
+        &self,
+        py: Python<'_>,
+        fd: RawFd,
+        mode: i32,
+        offset: i64,
+        length: i64,
+    ) -> PyResult<()> {
+        let (offset, length) = range_arg(offset, length)?;
+        let engine = &self.check()?;
+        let target = RawTarget(fd);
+        let r = crate::gil::detach(py, || {
+            engine.submit(&mut [Op::fallocate(&target, mode, offset, length)])
+        });
+        match r.map_err(io_err)?.remove(0) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(io_err(e)),
+        }
+    }
+
     /// `length` bytes at `offset` of `fd` if all of them are in the page
     /// cache, copied on the calling thread with `preadv2(RWF_NOWAIT)` (no
     /// ring round trip, no event-loop wake-up); else `None`, and the caller
@@ -675,31 +727,27 @@ impl Core {
         fd: RawFd,
         data_only: bool,
     ) -> PyResult<u64> {
-        let aio = self.aio(false)?;
-        let (file, lent) = self.hold(&aio, fd, fd_flags(fd));
-        let fut = match file {
-            Ok((file, dup)) => {
-                let f = if data_only {
-                    file.fdatasync()
-                } else {
-                    file.fsync()
-                };
-                let b: Boxed<OneDone> = Box::pin(async move {
-                    let r = name_caller_fd(f.await.0, dup, fd);
-                    OneDone::Count(r.map(|_| Out::Count(0)))
-                });
-                b
-            }
-            Err(errno) => failed(
-                Yields::Count,
-                refused(if data_only { "fdatasync" } else { "fsync" }, fd, errno),
-            ),
-        };
-        let mut batch = Pending::new(vec![fut], Yields::Count);
-        if lent {
-            batch.borrowed.push(fd);
+        if data_only {
+            self.submit_bare(waiter, fd, "fdatasync", AsyncFile::fdatasync)
+        } else {
+            self.submit_bare(waiter, fd, "fsync", AsyncFile::fsync)
         }
-        Ok(self.start(waiter, batch))
+    }
+
+    /// Starts a `fallocate` of `length` bytes at `offset` of `fd` with
+    /// `mode`'s `FALLOC_FL_*` flags ([`AsyncFile::fallocate`]).
+    pub(crate) fn submit_fallocate(
+        &self,
+        waiter: PyObject,
+        fd: RawFd,
+        mode: i32,
+        offset: i64,
+        length: i64,
+    ) -> PyResult<u64> {
+        let (offset, length) = range_arg(offset, length)?;
+        self.submit_bare(waiter, fd, "fallocate", move |f: &AsyncFile| {
+            f.fallocate(mode, offset, length)
+        })
     }
 
     /// Starts `open(path, flags, mode)` on the core's file-system threads;

@@ -85,6 +85,9 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TURN_BUDGET", turns::TURN_BUDGET)?;
     m.add("TURN_UNIT", turns::TURN_UNIT)?;
     m.add("INLINE_OFFSET", inline::INLINE_OFFSET)?;
+    m.add("FALLOC_FL_KEEP_SIZE", libc::FALLOC_FL_KEEP_SIZE)?;
+    m.add("FALLOC_FL_PUNCH_HOLE", libc::FALLOC_FL_PUNCH_HOLE)?;
+    m.add("FALLOC_FL_ZERO_RANGE", libc::FALLOC_FL_ZERO_RANGE)?;
     m.add_function(wrap_pyfunction!(turns::turn_due, m)?)?;
     m.add_function(wrap_pyfunction!(turns::count_copied, m)?)?;
     m.add_function(wrap_pyfunction!(turns::turn_count, m)?)?;

@@ -89,7 +89,11 @@ impl fmt::Display for OpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Every kind is listed: a new one states how its errors read.
         match self.op {
-            OpKind::Read | OpKind::Write | OpKind::ReadVectored | OpKind::WriteVectored => write!(
+            OpKind::Read
+            | OpKind::Write
+            | OpKind::ReadVectored
+            | OpKind::WriteVectored
+            | OpKind::Fallocate => write!(
                 f,
                 "{} of {} bytes at offset {} on fd {}",
                 self.op, self.len, self.offset, self.fd

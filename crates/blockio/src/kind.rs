@@ -84,6 +84,9 @@ op_kinds! {
     Fsync: FileData, "fsync";
     /// Flush data and the metadata needed to read it (`fdatasync`).
     Fdatasync: FileData, "fdatasync";
+    /// Allocate, deallocate or zero a range of a file's storage
+    /// (`fallocate`). Built with [`Op::fallocate`](crate::Op::fallocate).
+    Fallocate: FileData, "fallocate";
     /// Open a file (`openat`); the result is the new descriptor. Issued
     /// through [`Engine::open_batch`](crate::Engine::open_batch).
     Open: Metadata, "open";

@@ -217,6 +217,34 @@ fn positional_operations_match_pread_on_every_executor() {
     });
 }
 
+/// `AsyncFile::fallocate` grows the file, punches a hole that reads as
+/// zeroes, and fails with the kernel's errno, naming the range.
+#[test]
+fn fallocate_grows_punches_and_fails_as_the_system_call_does() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = Arc::new(dir.path().join("f.dat"));
+    on_every_executor(|| {
+        let path = path.clone();
+        async move {
+            let e = AsyncEngine::new().unwrap();
+            let f = AsyncFile::create(&e, &*path).unwrap();
+            f.write_all_at(vec![5u8; 8192], 0).await.0.unwrap();
+            f.fallocate(0, 8192, 8192).await.0.unwrap();
+            let hole = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            f.fallocate(hole, 0, 4096).await.0.unwrap();
+            let (res, buf) = f.read_at(vec![1u8; 20_000], 0).await;
+            assert_eq!(res.unwrap(), 16_384);
+            assert!(buf[..4096].iter().all(|&b| b == 0));
+            assert!(buf[4096..8192].iter().all(|&b| b == 5));
+            assert!(buf[8192..16_384].iter().all(|&b| b == 0));
+            let err = f.fallocate(0, 0, 0).await.0.unwrap_err();
+            assert_eq!(blockio::errno(&err), Some(libc::EINVAL));
+            let text = err.to_string();
+            assert!(text.contains("fallocate of 0 bytes at offset 0"), "{text}");
+        }
+    });
+}
+
 #[test]
 fn writes_vectored_writes_syncs_and_batches_round_trip() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();

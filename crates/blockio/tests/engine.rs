@@ -771,3 +771,69 @@ fn run_blocking_gives_what_a_batch_of_one_gives() {
     Op::ftruncate(&w, 4).run_blocking().unwrap();
     assert_eq!(pread_all(&w, 0, 10), b"\0\0\0a");
 }
+
+/// Allocated blocks of `file` (`st_blocks`, 512-byte units).
+fn blocks(file: &File) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().unwrap().blocks()
+}
+
+/// `Op::fallocate` in one batch: allocating grows the file (or, with
+/// `KEEP_SIZE`, only its blocks), a punched hole reads as zeroes while the
+/// rest is intact, and each failure carries the kernel's errno and names
+/// the range.
+#[test]
+fn fallocate_allocates_punches_and_fails_as_the_system_call_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, [7u8; 16_384]).unwrap();
+        File::options().read(true).write(true).open(path).unwrap()
+    };
+    let (grown, kept, punched) = (open("grown"), open("kept"), open("punched"));
+    let read_only = File::open(dir.path().join("grown")).unwrap();
+    let kept_blocks = blocks(&kept);
+    let keep = libc::FALLOC_FL_KEEP_SIZE;
+    let mut ops = [
+        Op::fallocate(&grown, 0, 8192, 32_768),
+        Op::fallocate(&kept, keep, 16_384, 65_536),
+        Op::fallocate(&punched, keep | libc::FALLOC_FL_PUNCH_HOLE, 4096, 8192),
+        Op::fallocate(&read_only, 0, 0, 4096),
+        Op::fallocate(&grown, 0, 0, 0),
+        Op::fallocate(&punched, libc::FALLOC_FL_PUNCH_HOLE, 0, 4096),
+    ];
+    assert!(ops.iter().all(|op| op.kind() == OpKind::Fallocate));
+    let res = engine().submit(&mut ops).unwrap();
+    for r in &res[..3] {
+        assert_eq!(r.as_ref().unwrap(), &0);
+    }
+    assert_eq!(grown.metadata().unwrap().len(), 40_960);
+    assert_eq!(pread_all(&grown, 0, 40_960)[..16_384], [7u8; 16_384]);
+    assert_eq!(kept.metadata().unwrap().len(), 16_384);
+    assert!(blocks(&kept) >= kept_blocks + 128, "no blocks past the end");
+    let data = pread_all(&punched, 0, 16_384);
+    assert!(data[..4096].iter().all(|&b| b == 7));
+    assert!(data[4096..12_288].iter().all(|&b| b == 0));
+    assert!(data[12_288..].iter().all(|&b| b == 7));
+    // Not open for writing, an empty range, a hole without KEEP_SIZE.
+    let err = res[3].as_ref().unwrap_err();
+    assert_eq!(errno(err), Some(libc::EBADF));
+    let text = err.to_string();
+    assert!(
+        text.contains("fallocate of 4096 bytes at offset 0 on fd"),
+        "{text}"
+    );
+    assert_eq!(errno(res[4].as_ref().unwrap_err()), Some(libc::EINVAL));
+    assert_eq!(errno(res[5].as_ref().unwrap_err()), Some(libc::EOPNOTSUPP));
+}
+
+/// An `O_DIRECT` file's fallocate is not held to its alignment: no data
+/// moves, so an odd range is the kernel's to judge.
+#[test]
+fn fallocate_on_a_direct_file_asks_for_no_alignment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = DirectFile::create(dir.path().join("d")).unwrap();
+    let mut ops = [Op::fallocate(&file, 0, 1, 1000)];
+    assert_eq!(engine().submit(&mut ops).unwrap()[0].as_ref().unwrap(), &0);
+    assert_eq!(std::fs::metadata(dir.path().join("d")).unwrap().len(), 1001);
+}

@@ -193,7 +193,7 @@ fn is_connect(kind: OpKind) -> bool {
     match kind {
         Connect => true,
         Accept | Recv | Send | SendVectored | RecvSelect => false,
-        Read | Write | ReadVectored | WriteVectored | Fsync | Fdatasync => false,
+        Read | Write | ReadVectored | WriteVectored | Fsync | Fdatasync | Fallocate => false,
         Open | Stat | Close | Mkdir | Symlink | Ftruncate => false,
     }
 }

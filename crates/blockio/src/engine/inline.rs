@@ -206,7 +206,7 @@ fn reads_file_data(kind: OpKind) -> bool {
     use OpKind::*;
     match kind {
         Read | ReadVectored => true,
-        Write | WriteVectored | Fsync | Fdatasync => false,
+        Write | WriteVectored | Fsync | Fdatasync | Fallocate => false,
         Open | Stat | Close | Mkdir | Symlink | Ftruncate => false,
         Accept | Connect | Recv | Send | SendVectored | RecvSelect => false,
     }

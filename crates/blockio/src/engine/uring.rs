@@ -120,6 +120,7 @@ impl ProbeReport {
             | OpKind::WriteVectored
             | OpKind::Fsync
             | OpKind::Fdatasync
+            | OpKind::Fallocate
             | OpKind::Accept
             | OpKind::Connect
             | OpKind::Recv
@@ -282,6 +283,7 @@ fn probe_supported(ring: &IoUring) -> io::Result<Optional> {
         (opcode::Readv::CODE, "READV"),
         (opcode::Writev::CODE, "WRITEV"),
         (opcode::Fsync::CODE, "FSYNC"),
+        (opcode::Fallocate::CODE, "FALLOCATE"),
     ] {
         if !probe.is_supported(code) {
             return Err(io::Error::new(

@@ -24,7 +24,8 @@ use crate::direct::{Alignment, DirectFile};
 use crate::error::Site;
 pub use crate::kind::OpKind;
 use action::{
-    Action, FtruncateArgs, ReadArgs, ReadVectoredArgs, Vectored, WriteArgs, WriteVectoredArgs,
+    Action, FallocateArgs, FtruncateArgs, ReadArgs, ReadVectoredArgs, Vectored, WriteArgs,
+    WriteVectoredArgs,
 };
 
 /// Something an operation can be issued on: an open file descriptor, and
@@ -268,6 +269,28 @@ impl<'a> Op<'a> {
         Op::on(file, Action::flush(true))
     }
 
+    /// Allocate, deallocate or zero `len` bytes of the file's storage from
+    /// `offset` (`fallocate`). `mode` holds `fallocate(2)`'s `FALLOC_FL_*`
+    /// flags (`libc::FALLOC_FL_KEEP_SIZE`, `FALLOC_FL_PUNCH_HOLE`, ...):
+    /// 0 allocates the range, growing the file if it ends past the end.
+    /// The result is 0. The kernel checks the mode and the range (an
+    /// offset or length past `i64::MAX`, or a mode the file system does
+    /// not support, fails with its error); no `O_DIRECT` alignment is
+    /// asked for, and [`Op::offset`] is 0, as for a sync: no data moves.
+    ///
+    /// ```
+    /// # use blockio::{Engine, Op};
+    /// # fn main() -> std::io::Result<()> {
+    /// let file = tempfile::tempfile()?;
+    /// let engine = Engine::new()?;
+    /// engine.submit(&mut [Op::fallocate(&file, 0, 0, 8192)])?.remove(0)?;
+    /// assert_eq!(file.metadata()?.len(), 8192);
+    /// # Ok(()) }
+    /// ```
+    pub fn fallocate<T: Target + ?Sized>(file: &'a T, mode: i32, offset: u64, len: u64) -> Op<'a> {
+        Op::on(file, Action::Fallocate(FallocateArgs { mode, offset, len }))
+    }
+
     /// Set the file's length to `len`: cut it, or extend it with a hole
     /// that reads as zeroes (`ftruncate`). The result is 0. A length past
     /// `i64::MAX` fails with `EINVAL`. On a kernel whose ring lacks the
@@ -293,7 +316,7 @@ impl<'a> Op<'a> {
         self.action.kind()
     }
 
-    /// The file offset (0 for syncs and metadata operations).
+    /// The file offset (0 for syncs, `fallocate` and metadata operations).
     pub fn offset(&self) -> u64 {
         self.action.offset()
     }

@@ -138,7 +138,7 @@ impl Inline for InlineReads {
 
 /// Whether `fd` is a regular file opened without `O_DIRECT`. With libc,
 /// as the rest of the crate's descriptor checks (`may_wait_forever`, the
-/// sync engine's `FdVerdict`): the crate does not depend on rustix.
+/// sync engine's `FdVerdict`).
 fn buffered_regular(fd: RawFd) -> bool {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes one `stat` through a live pointer; the

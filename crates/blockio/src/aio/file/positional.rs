@@ -7,7 +7,9 @@ use super::batch::{BatchFuture, BatchOp, MaybeBuf};
 use super::AsyncFile;
 use crate::aio::buf::{IoBuf, IoBufMut};
 use crate::aio::op::{BufResult, OpFuture};
-use crate::op::action::{Action, ReadVectoredArgs, Vectored, WriteArgs, WriteVectoredArgs};
+use crate::op::action::{
+    Action, FallocateArgs, ReadVectoredArgs, Vectored, WriteArgs, WriteVectoredArgs,
+};
 
 impl AsyncFile {
     /// Reads into `buf[start..]` at `offset`.
@@ -221,6 +223,16 @@ impl AsyncFile {
     /// ```
     pub fn fdatasync(&self) -> OpFuture<()> {
         self.sync_op(true)
+    }
+
+    /// Allocates, deallocates or zeroes `len` bytes of the file's storage
+    /// from `offset` (`fallocate`), as [`Op::fallocate`](crate::Op::fallocate):
+    /// `mode` holds `fallocate(2)`'s `FALLOC_FL_*` flags, 0 allocating
+    /// (and growing the file if the range ends past it).
+    pub fn fallocate(&self, mode: i32, offset: u64, len: u64) -> OpFuture<()> {
+        let action = Action::Fallocate(FallocateArgs { mode, offset, len });
+        // SAFETY: no memory is involved.
+        unsafe { self.handle.op(&self.engine, action, (), Vec::new()) }
     }
 
     /// Fills `buf` from `offset`, reading again after short reads; fails
