@@ -604,6 +604,30 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         return f"<{type(self).__name__} backend={self.backend} running={self.is_running()} closed={self.is_closed()}>"
 
 
+class _PeerSendto:
+    """A datagram socket whose ``sendto(data, None)`` sends to its peer.
+
+    asyncio's selector datagram transport calls ``sock.sendto(data, addr)``
+    unless the socket has a peer name, and a connected socket may have none
+    (an unnamed Unix datagram socket of a ``socketpair``): its
+    ``transport.sendto(data)`` would fail with a ``TypeError`` instead of
+    sending to the peer. Everything else is the socket's own.
+    """
+
+    __slots__ = ("_sock",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def sendto(self, data: Any, *args: Any) -> int:
+        if args and args[-1] is None:
+            return self._sock.send(data, *args[:-1])
+        return self._sock.sendto(data, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
 class EpollEventLoop(asyncio.SelectorEventLoop):
     """asyncio's selector loop (epoll): the fallback where io_uring is unavailable."""
 
@@ -613,6 +637,12 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         super().__init__()
         #: Why this loop is not on io_uring.
         self.fallback_reason = reason
+
+    def _make_datagram_transport(self, sock, protocol, address=None, waiter=None, extra=None):  # type: ignore[no-untyped-def]
+        transport = super()._make_datagram_transport(sock, protocol, address, waiter, extra)
+        # (the transport's own socket only: get_extra_info("socket") is still the socket)
+        transport._sock = _PeerSendto(transport._sock)
+        return transport
 
 
 def _backend_choice() -> str:
