@@ -192,19 +192,23 @@ def _client_loop() -> asyncio.AbstractEventLoop:
     return _new_loop("uvloop") if _available("uvloop") else asyncio.new_event_loop()
 
 
-def _wrk(port: int, conns: int, seconds: float) -> tuple[int, float, float]:
-    """(requests, seconds, p99 seconds) of one wrk run, every response a 200."""
+def _wrk(port: int, conns: int, seconds: float) -> tuple[int, float, float, int]:
+    """(requests, seconds, p99 seconds, timeouts) of one wrk run; fails
+    unless every response is a 200 and no connection failed (a response
+    slower than wrk's 2 s timeout is counted, not a failure)."""
     out = subprocess.run(
         ["taskset", "-c", "1", "wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "--latency",
          f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
-    if "Non-2xx" in out or "Socket errors" in out and "read 0, write 0, timeout 0" not in out:
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if "Non-2xx" in out or errors and any(int(e) for e in errors.groups()[:3]):
         raise SystemExit(f"wrk saw errors:\n{out}")
+    timeouts = int(errors.group(4)) if errors else 0
     n = int(re.search(r"(\d+) requests in ([\d.]+)(\w+)", out).group(1))  # type: ignore[union-attr]
     took = re.search(r"requests in ([\d.]+)(m?s)", out)
     secs = float(took.group(1)) / (1000 if took.group(2) == "ms" else 1)  # type: ignore[union-attr]
     p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
     unit = {"us": 1e-6, "ms": 1e-3, "s": 1.0}[p99.group(2)]  # type: ignore[union-attr]
-    return n, secs, float(p99.group(1)) * unit  # type: ignore[union-attr]
+    return n, secs, float(p99.group(1)) * unit, timeouts  # type: ignore[union-attr]
 
 
 def _perf(pid: int) -> subprocess.Popen | None:
@@ -228,8 +232,9 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
     assert server.stdin is not None and server.stdout is not None
     port = int(server.stdout.readline())
     perf = _perf(server.pid) if args.syscalls else None
+    timeouts = 0
     if kind in HTTP:
-        n, took, p99 = _wrk(port, conns, args.seconds)
+        n, took, p99, timeouts = _wrk(port, conns, args.seconds)
     else:
         loop = _client_loop()
         start = time.monotonic()
@@ -243,7 +248,7 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
     cpu, rss = server.stdout.readline().split()
     if server.wait() != 0:
         raise SystemExit(f"the {name} {kind} server failed")
-    return {"rate": n / took, "p99": p99, "cpu": float(cpu) / n, "rss": int(rss) / 1024, "calls": calls / n}
+    return {"rate": n / took, "p99": p99, "cpu": float(cpu) / n, "rss": int(rss) / 1024, "calls": calls / n, "timeouts": timeouts}
 
 
 def _report(title: str, got: dict[str, list[dict[str, float]]]) -> None:
@@ -254,6 +259,8 @@ def _report(title: str, got: dict[str, list[dict[str, float]]]) -> None:
         m = med[n]
         ratio = "  ".join(f"x{m['rate'] / med[o]['rate']:.2f} {o}" for o in ("uvloop", "asyncio") if o in med)
         calls = f"  {m['calls']:5.2f} calls/req" if m["calls"] else ""
+        late = sum(r["timeouts"] for r in rs)
+        calls += f"  {late} over 2 s" if late else ""
         print(f"  {n:8} {m['rate']:9.0f}/s ({min(rates):.0f}-{max(rates):.0f})  p99 {m['p99'] * 1e3:7.2f} ms  "
               f"CPU {m['cpu'] * 1e6:6.1f} us/req  RSS {m['rss']:5.1f} MiB{calls}  {ratio}")
     sys.stdout.flush()
