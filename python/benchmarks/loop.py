@@ -55,9 +55,10 @@ def _new_loop(name: str) -> asyncio.AbstractEventLoop:
 
         return uvloop.new_event_loop()
     if name == "rloop":
-        import rloop
+        import rloop  # type: ignore[import-untyped]
 
-        return rloop.new_event_loop()
+        loop: asyncio.AbstractEventLoop = rloop.new_event_loop()
+        return loop
     if name == "blockio":
         import blockio
 
@@ -211,12 +212,12 @@ def _wrk(port: int, conns: int, seconds: float) -> tuple[int, float, float, int]
     return n, secs, float(p99.group(1)) * unit, timeouts  # type: ignore[union-attr]
 
 
-def _perf(pid: int) -> subprocess.Popen | None:
+def _perf(pid: int) -> subprocess.Popen[str]:
     return subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(pid)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def _perf_count(perf: subprocess.Popen) -> int:
+def _perf_count(perf: subprocess.Popen[str]) -> int:
     perf.send_signal(signal.SIGINT)
     _, err = perf.communicate()
     for line in err.splitlines():
@@ -248,7 +249,8 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
     cpu, rss = server.stdout.readline().split()
     if server.wait() != 0:
         raise SystemExit(f"the {name} {kind} server failed")
-    return {"rate": n / took, "p99": p99, "cpu": float(cpu) / n, "rss": int(rss) / 1024, "calls": calls / n, "timeouts": timeouts}
+    return {"rate": n / took, "p99": p99, "cpu": float(cpu) / n, "rss": int(rss) / 1024, "calls": calls / n,
+            "timeouts": timeouts}
 
 
 def _report(title: str, got: dict[str, list[dict[str, float]]]) -> None:

@@ -638,7 +638,9 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         #: Why this loop is not on io_uring.
         self.fallback_reason = reason
 
-    def _make_datagram_transport(self, sock, protocol, address=None, waiter=None, extra=None):  # type: ignore[no-untyped-def]
+    def _make_datagram_transport(  # type: ignore[no-untyped-def]
+        self, sock, protocol, address=None, waiter=None, extra=None
+    ):
         transport = super()._make_datagram_transport(sock, protocol, address, waiter, extra)
         # (the transport's own socket only: get_extra_info("socket") is still the socket)
         transport._sock = _PeerSendto(transport._sock)
