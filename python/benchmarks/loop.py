@@ -1,5 +1,6 @@
 """Servers on four event loops, side by side in one run: asyncio's default
-loop, uvloop, rloop (when installed) and blockio's (``blockio.new_event_loop``).
+loop, uvloop, rloop (when installed: ``pip install rloop==0.5.0``) and
+blockio's (``blockio.new_event_loop``).
 
 Workloads (``--workloads``):
 
