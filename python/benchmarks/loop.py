@@ -1,19 +1,34 @@
-"""Echo over TCP on three event loops, side by side in one run: asyncio's
-default loop, uvloop, and blockio's (``blockio.new_event_loop``).
+"""Servers on four event loops, side by side in one run: asyncio's default
+loop, uvloop, rloop (when installed: ``pip install rloop==0.5.0``) and
+blockio's (``blockio.new_event_loop``).
 
-Each round starts a fresh server process per loop (in rotated order),
-pinned to CPU 0, running an ``asyncio.Protocol`` echo server; the client, in
-this process pinned to CPU 1, keeps ``--conns`` connections each sending a
-``--size``-byte message and waiting for its whole echo, for ``--seconds``.
-Printed per loop: messages per second (median of the rounds, and the
-lowest and highest), the server's CPU time per message (its user + system
-time over the messages it echoed: what the loop costs, also where the
-client is the ceiling), and the ratios to asyncio and uvloop.
+Workloads (``--workloads``):
 
-    python python/benchmarks/loop.py [--rounds 5] [--seconds 2] [--conns 10] [--size 1024]
+- ``echo-protocol``, ``echo-streams``, ``echo-sock``: a TCP echo server
+  written as an ``asyncio.Protocol``, with asyncio's streams
+  (``start_server``, ``read``/``write``/``drain``), and with the loop's
+  ``sock_accept``/``sock_recv``/``sock_sendall``; ``--sizes`` bytes per
+  message, ``--conns`` connections, each with one message in flight. The
+  client (this process, on uvloop when installed) checks the length of
+  every echo and times each round trip (p99).
+- ``http-protocol``, ``http-streams``: a fixed 13-byte HTTP/1.1 body,
+  keep-alive, from a ``Protocol`` and from a streams server
+  (``readuntil``); ``wrk`` at ``--http-conns`` connections (one thread)
+  is the client, and gives the p99.
 
-The client runs on uvloop when it is installed (the fastest of the
-three here), else on asyncio.
+Each round starts a fresh server process per loop, in an order rotated
+every round, pinned to CPU 0; the client is pinned to CPU 1. Printed per
+workload and loop: requests (messages) per second, median of the rounds
+and lowest-highest, p99 latency (median of the rounds), the server's CPU
+time per request (user + system over the requests it served: the loop's
+cost, also where the client is the ceiling), its peak RSS, its system
+calls per request (``perf stat -e raw_syscalls:sys_enter`` on the server
+while the load runs, with ``--syscalls``), and the rate's ratio to uvloop
+and to asyncio.
+
+    python python/benchmarks/loop.py [--rounds 3] [--seconds 2] [--syscalls]
+        [--workloads echo-protocol,http-protocol] [--sizes 1024,10240,102400]
+        [--conns 1,50,500] [--http-conns 50,1000] [--loops asyncio,uvloop,rloop,blockio]
 """
 
 from __future__ import annotations
@@ -21,12 +36,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import time
 
-LOOPS = ("asyncio", "uvloop", "blockio")
+LOOPS = ("asyncio", "uvloop", "rloop", "blockio")
+ECHO = ("echo-protocol", "echo-streams", "echo-sock")
+HTTP = ("http-protocol", "http-streams")
+RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\nContent-Type: text/plain\r\n\r\nHello, world!"
 
 
 def _new_loop(name: str) -> asyncio.AbstractEventLoop:
@@ -34,11 +55,24 @@ def _new_loop(name: str) -> asyncio.AbstractEventLoop:
         import uvloop
 
         return uvloop.new_event_loop()
+    if name == "rloop":
+        import rloop  # type: ignore[import-untyped]
+
+        loop: asyncio.AbstractEventLoop = rloop.new_event_loop()
+        return loop
     if name == "blockio":
         import blockio
 
         return blockio.new_event_loop()
     return asyncio.new_event_loop()
+
+
+def _available(name: str) -> bool:
+    try:
+        _new_loop(name).close()
+    except ImportError:
+        return False
+    return True
 
 
 class _Echo(asyncio.Protocol):
@@ -49,98 +83,224 @@ class _Echo(asyncio.Protocol):
         self.transport.write(data)  # type: ignore[attr-defined]
 
 
-def serve(name: str) -> None:
-    """The server: prints its port, echoes until a line on stdin, prints its CPU time."""
+class _Http(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.pending = b""
+
+    def data_received(self, data: bytes) -> None:
+        data = self.pending + data
+        n = data.count(b"\r\n\r\n")
+        self.pending = data[data.rfind(b"\r\n\r\n") + 4 :] if n else data
+        if n:
+            self.transport.write(RESPONSE * n)  # type: ignore[attr-defined]
+
+
+async def _echo_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while data := await reader.read(65536):
+        writer.write(data)
+        await writer.drain()
+    writer.close()
+
+
+async def _http_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(RESPONSE)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    writer.close()
+
+
+async def _start(loop: asyncio.AbstractEventLoop, kind: str) -> tuple[int, object]:
+    """Starts the ``kind`` server; (its port, what keeps it)."""
+    if kind in ("echo-protocol", "http-protocol"):
+        server = await loop.create_server(_Echo if kind == "echo-protocol" else _Http, "127.0.0.1", 0, backlog=4096)
+        return server.sockets[0].getsockname()[1], server
+    if kind in ("echo-streams", "http-streams"):
+        handler = _echo_stream if kind == "echo-streams" else _http_stream
+        server = await asyncio.start_server(handler, "127.0.0.1", 0, backlog=4096)
+        return server.sockets[0].getsockname()[1], server
+    listener = socket.create_server(("127.0.0.1", 0), backlog=4096)
+    listener.setblocking(False)
+
+    async def conn(c: socket.socket) -> None:
+        with c:
+            while data := await loop.sock_recv(c, 65536):
+                await loop.sock_sendall(c, data)
+
+    async def accept() -> None:
+        while True:
+            c, _ = await loop.sock_accept(listener)
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            loop.create_task(conn(c))
+
+    return listener.getsockname()[1], loop.create_task(accept())
+
+
+def _peak_rss_kib() -> int:
+    """This process's peak RSS since its exec (``VmHWM``; ``ru_maxrss``
+    would be the forking client's, which the exec keeps)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise SystemExit("no VmHWM in /proc/self/status")
+
+
+def serve(name: str, kind: str) -> None:
+    """The server: prints its port, serves until a line on stdin, prints
+    its CPU seconds and peak RSS (KiB)."""
     os.sched_setaffinity(0, {0})
     loop = _new_loop(name)
+    asyncio.set_event_loop(loop)
 
     async def main() -> None:
-        server = await loop.create_server(_Echo, "127.0.0.1", 0)
-        print(server.sockets[0].getsockname()[1], flush=True)
+        port, _keep = await _start(loop, kind)
+        print(port, flush=True)
         await loop.run_in_executor(None, sys.stdin.readline)
-        server.close()
 
     start = time.process_time()
     loop.run_until_complete(main())
-    print(time.process_time() - start, flush=True)
-    loop.close()
+    cpu = time.process_time() - start
+    print(cpu, _peak_rss_kib(), flush=True)
+    os._exit(0)
 
 
-async def _client(port: int, conns: int, size: int, seconds: float) -> int:
+async def _echo_client(port: int, conns: int, size: int, seconds: float) -> tuple[int, list[float]]:
     msg = b"x" * size
     stop = time.monotonic() + seconds
     counts = [0] * conns
+    rtts: list[float] = []
 
     async def one(i: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        while time.monotonic() < stop:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+        while (now := time.monotonic()) < stop:
             writer.write(msg)
-            await reader.readexactly(size)
+            got = await reader.readexactly(size)
+            if len(got) != size:
+                raise SystemExit(f"echo of {size} B came back as {len(got)} B")
+            rtts.append(time.monotonic() - now)
             counts[i] += 1
         writer.close()
-        await writer.wait_closed()
 
     await asyncio.gather(*(one(i) for i in range(conns)))
-    return sum(counts)
+    return sum(counts), rtts
 
 
 def _client_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    except ImportError:
-        return asyncio.new_event_loop()
+    return _new_loop("uvloop") if _available("uvloop") else asyncio.new_event_loop()
 
 
-def one_round(name: str, args: argparse.Namespace) -> tuple[float, float]:
-    """(messages per second, server CPU seconds per message) of one server run."""
-    server = subprocess.Popen(
-        [sys.executable, __file__, "--serve", name], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+def _wrk(port: int, conns: int, seconds: float) -> tuple[int, float, float, int]:
+    """(requests, seconds, p99 seconds, timeouts) of one wrk run; fails
+    unless every response is a 200 and no connection failed (a response
+    slower than wrk's 2 s timeout is counted, not a failure)."""
+    out = subprocess.run(
+        ["taskset", "-c", "1", "wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "--latency",
+         f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if "Non-2xx" in out or errors and any(int(e) for e in errors.groups()[:3]):
+        raise SystemExit(f"wrk saw errors:\n{out}")
+    timeouts = int(errors.group(4)) if errors else 0
+    n = int(re.search(r"(\d+) requests in ([\d.]+)(\w+)", out).group(1))  # type: ignore[union-attr]
+    took = re.search(r"requests in ([\d.]+)(m?s)", out)
+    secs = float(took.group(1)) / (1000 if took.group(2) == "ms" else 1)  # type: ignore[union-attr]
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    unit = {"us": 1e-6, "ms": 1e-3, "s": 1.0}[p99.group(2)]  # type: ignore[union-attr]
+    return n, secs, float(p99.group(1)) * unit, timeouts  # type: ignore[union-attr]
+
+
+def _perf(pid: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(pid)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _perf_count(perf: subprocess.Popen[str]) -> int:
+    perf.send_signal(signal.SIGINT)
+    _, err = perf.communicate()
+    for line in err.splitlines():
+        if "raw_syscalls:sys_enter" in line:
+            return int(line.split(",")[0])
+    raise SystemExit(f"perf stat gave no count: {err}")
+
+
+def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namespace) -> dict[str, float]:
+    """The figures of one fresh server process under one load."""
+    server = subprocess.Popen([sys.executable, __file__, "--serve", name, kind], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
     assert server.stdin is not None and server.stdout is not None
     port = int(server.stdout.readline())
-    loop = _client_loop()
-    start = time.monotonic()
-    n = loop.run_until_complete(_client(port, args.conns, args.size, args.seconds))
-    elapsed = time.monotonic() - start
-    loop.close()
+    perf = _perf(server.pid) if args.syscalls else None
+    timeouts = 0
+    if kind in HTTP:
+        n, took, p99, timeouts = _wrk(port, conns, args.seconds)
+    else:
+        loop = _client_loop()
+        start = time.monotonic()
+        n, rtts = loop.run_until_complete(_echo_client(port, conns, size, args.seconds))
+        took = time.monotonic() - start
+        loop.close()
+        p99 = statistics.quantiles(rtts, n=100)[98] if len(rtts) > 1 else float("nan")
+    calls = _perf_count(perf) if perf else 0
     server.stdin.write("stop\n")
     server.stdin.flush()
-    cpu = float(server.stdout.readline())
+    cpu, rss = server.stdout.readline().split()
     if server.wait() != 0:
-        raise SystemExit(f"the {name} server failed")
-    return n / elapsed, cpu / n
+        raise SystemExit(f"the {name} {kind} server failed")
+    return {"rate": n / took, "p99": p99, "cpu": float(cpu) / n, "rss": int(rss) / 1024, "calls": calls / n,
+            "timeouts": timeouts}
+
+
+def _report(title: str, got: dict[str, list[dict[str, float]]]) -> None:
+    print(title)
+    med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in got.items()}
+    for n, rs in got.items():
+        rates = [r["rate"] for r in rs]
+        m = med[n]
+        ratio = "  ".join(f"x{m['rate'] / med[o]['rate']:.2f} {o}" for o in ("uvloop", "asyncio") if o in med)
+        calls = f"  {m['calls']:5.2f} calls/req" if m["calls"] else ""
+        late = sum(r["timeouts"] for r in rs)
+        calls += f"  {late} over 2 s" if late else ""
+        print(f"  {n:8} {m['rate']:9.0f}/s ({min(rates):.0f}-{max(rates):.0f})  p99 {m['p99'] * 1e3:7.2f} ms  "
+              f"CPU {m['cpu'] * 1e6:6.1f} us/req  RSS {m['rss']:5.1f} MiB{calls}  {ratio}")
+    sys.stdout.flush()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--serve", choices=LOOPS, help=argparse.SUPPRESS)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--conns", type=int, default=10)
-    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--workloads", default=",".join(ECHO + HTTP))
+    ap.add_argument("--sizes", default="1024,10240,102400")
+    ap.add_argument("--conns", default="1,50,500")
+    ap.add_argument("--http-conns", default="50,1000")
+    ap.add_argument("--loops", default=",".join(LOOPS))
+    ap.add_argument("--syscalls", action="store_true", help="count the server's system calls with perf")
     args = ap.parse_args()
     if args.serve:
-        serve(args.serve)
+        serve(*args.serve)
         return
     os.sched_setaffinity(0, {1})
-    rates: dict[str, list[float]] = {n: [] for n in LOOPS}
-    costs: dict[str, list[float]] = {n: [] for n in LOOPS}
-    for r in range(args.rounds):
-        order = LOOPS[r % len(LOOPS) :] + LOOPS[: r % len(LOOPS)]
-        for name in order:
-            rate, cost = one_round(name, args)
-            rates[name].append(rate)
-            costs[name].append(cost)
-    print(f"echo, {args.conns} connections, {args.size} B messages, {args.rounds} rounds of {args.seconds} s")
-    med = {n: statistics.median(rates[n]) for n in LOOPS}
-    for n in LOOPS:
-        print(
-            f"{n:8} {med[n]:10.0f} msg/s (range {min(rates[n]):.0f}-{max(rates[n]):.0f})  "
-            f"server CPU {statistics.median(costs[n]) * 1e6:6.1f} us/msg  "
-            f"x{med[n] / med['asyncio']:.2f} asyncio  x{med[n] / med['uvloop']:.2f} uvloop"
-        )
+    loops = [n for n in args.loops.split(",") if _available(n)]
+    missing = sorted(set(args.loops.split(",")) - set(loops))
+    print(f"loops: {', '.join(loops)}" + (f" (not installed: {', '.join(missing)})" if missing else ""))
+    loads = []
+    for kind in args.workloads.split(","):
+        if kind in HTTP:
+            loads += [(kind, int(c), 0) for c in args.http_conns.split(",")]
+        else:
+            loads += [(kind, int(c), int(s)) for s in args.sizes.split(",") for c in args.conns.split(",")]
+    for kind, conns, size in loads:
+        got: dict[str, list[dict[str, float]]] = {n: [] for n in loops}
+        for r in range(args.rounds):
+            for name in loops[r % len(loops) :] + loops[: r % len(loops)]:
+                got[name].append(one_round(name, kind, conns, size, args))
+        what = f"{size // 1024} KiB, " if size else ""
+        _report(f"{kind}, {what}{conns} connections, {args.rounds} rounds of {args.seconds} s", got)
 
 
 if __name__ == "__main__":

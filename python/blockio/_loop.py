@@ -614,6 +614,30 @@ def _holding_wakeup_fd(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
             signal.set_wakeup_fd(-1)
 
 
+class _PeerSendto:
+    """A datagram socket whose ``sendto(data, None)`` sends to its peer.
+
+    asyncio's selector datagram transport calls ``sock.sendto(data, addr)``
+    unless the socket has a peer name, and a connected socket may have none
+    (an unnamed Unix datagram socket of a ``socketpair``): its
+    ``transport.sendto(data)`` would fail with a ``TypeError`` instead of
+    sending to the peer. Everything else is the socket's own.
+    """
+
+    __slots__ = ("_sock",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def sendto(self, data: Any, *args: Any) -> int:
+        if args and args[-1] is None:
+            return self._sock.send(data, *args[:-1])
+        return self._sock.sendto(data, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
 class EpollEventLoop(asyncio.SelectorEventLoop):
     """asyncio's selector loop (epoll): the fallback where io_uring is unavailable."""
 
@@ -629,6 +653,14 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         (:func:`_holding_wakeup_fd`) so that Ctrl-C ends the wait."""
         with _holding_wakeup_fd(self):
             super().run_forever()
+
+    def _make_datagram_transport(  # type: ignore[no-untyped-def]
+        self, sock, protocol, address=None, waiter=None, extra=None
+    ):
+        transport = super()._make_datagram_transport(sock, protocol, address, waiter, extra)
+        # (the transport's own socket only: get_extra_info("socket") is still the socket)
+        transport._sock = _PeerSendto(transport._sock)
+        return transport
 
 
 #: The values ``BLOCKIO_BACKEND`` takes, as in the Rust crate

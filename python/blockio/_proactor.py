@@ -202,6 +202,11 @@ class RingProactor:
         return self._now_or_when_ready(conn.fileno(), POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
 
     def sendto(self, conn: socket.socket, buf: Any, flags: int = 0, addr: Any = None) -> futures.Future:
+        """Sends one datagram to ``addr``; with ``addr`` None, to the peer
+        the socket is connected to (a datagram transport made on a
+        connected socket, whose ``sendto(data)`` passes no address)."""
+        if addr is None:
+            return self._now_or_when_ready(conn.fileno(), POLLOUT, lambda: conn.send(buf, flags))
         return self._now_or_when_ready(conn.fileno(), POLLOUT, lambda: conn.sendto(buf, flags, addr))
 
     def connect(self, conn: socket.socket, address: Any) -> futures.Future:
