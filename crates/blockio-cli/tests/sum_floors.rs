@@ -180,8 +180,9 @@ const LONE_UID: u32 = 61_061;
 #[test]
 fn the_tools_work_with_no_thread_to_be_had() {
     // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
     assert!(
-        unsafe { libc::geteuid() } == 0,
+        root,
         "this test runs the tools as another user and needs root"
     );
     let d = tempfile::tempdir().unwrap();
