@@ -46,6 +46,7 @@ pub struct Fallback {
 /// whether a thread can be started, and says what the engine must do
 /// without.
 pub fn fit(opts: &mut SumOptions) -> Fallback {
+    raise_descriptor_limit();
     let no_threads = !can_start_a_thread();
     let (fitted, no_ring) = fitted(opts, descriptors_left());
     *opts = fitted;
@@ -102,6 +103,22 @@ pub fn fitted(opts: &SumOptions, left: Option<u64>) -> (SumOptions, bool) {
     out.direct = false;
     out.group = out.group.min(left.saturating_sub(2).max(1) as usize);
     (out, true)
+}
+
+/// Lifts the soft limit on open descriptors to the hard limit (at most
+/// 2^20), as `cp` does: the default soft limit of 1,024 would otherwise
+/// cut the threads of a machine with many CPUs. Only a limit the user
+/// set as hard then fits the work.
+fn raise_descriptor_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    // `None` is unlimited.
+    let want = lim.maximum.unwrap_or(u64::MAX).min(1 << 20);
+    if lim.current.is_some_and(|cur| cur < want) {
+        lim.current = Some(want);
+        // Best effort: the work fits the old limit otherwise.
+        let _ = setrlimit(Resource::Nofile, lim);
+    }
 }
 
 /// Descriptors that may still be opened under the limit on open files
