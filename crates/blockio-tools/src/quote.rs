@@ -11,7 +11,7 @@
 //!   between quoted runs: `'x'$'\n''y'`, `'bad'$'\377'`, and after an
 //!   empty quoted run when the name starts with one: `''$'\377'`;
 //! * names with a single quote that end in an escape as gnulib's
-//!   two-pass quoting leaves them (`'''it'\''s'$'\n'`, see [`render`]).
+//!   two-pass quoting leaves them (`'''it'\''s'$'\n'`, see `render`).
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;

@@ -75,7 +75,7 @@ pub fn backend(fallback: Fallback) -> BackendChoice {
 /// `opts` fitted to `left` descriptors free (`None`: no limit), and
 /// whether the ring must go.
 ///
-/// With room for every worker's files beside [`DESCRIPTORS_BESIDES_FILES`],
+/// With room for every worker's files beside `DESCRIPTORS_BESIDES_FILES` (24),
 /// nothing changes. With room for a worker of one file beside them,
 /// fewer threads, then smaller groups. Below that: no ring, no
 /// `O_DIRECT` stream (its second descriptor and its engine), one thread,
