@@ -11,7 +11,6 @@
 //! fails in the GNU tools; [`stdin_was_closed`] and [`stdout_was_closed`]
 //! remember what was found, for the messages GNU prints at exit.
 
-use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -115,24 +114,20 @@ pub fn stdout_was_closed() -> bool {
 /// writes are dropped, so
 /// that the work goes on (and its errors are reported on standard error)
 /// and the failure is reported at the end ([`Stdout::finish`]). It writes
-/// to a duplicate of descriptor 1, not through `std::io::stdout`, which
+/// to descriptor 1 itself ([`Fd1`]), not through `std::io::stdout`, which
 /// takes `EBADF` for success.
 pub struct Stdout {
-    inner: Option<io::BufWriter<File>>,
+    inner: Option<io::BufWriter<Fd1>>,
     error: Option<io::Error>,
 }
 
 impl Stdout {
     /// Standard output.
     pub fn lock() -> Stdout {
-        let (inner, error) = match io::stdout().as_fd().try_clone_to_owned() {
-            Ok(fd) => (
-                Some(io::BufWriter::with_capacity(64 << 10, File::from(fd))),
-                None,
-            ),
-            Err(e) => (None, Some(e)),
-        };
-        Stdout { inner, error }
+        Stdout {
+            inner: Some(io::BufWriter::with_capacity(64 << 10, Fd1)),
+            error: None,
+        }
     }
 
     /// Flushes what is buffered and returns the first failure, if any.
@@ -176,6 +171,27 @@ impl Drop for Stdout {
         if let Some(w) = self.inner.take() {
             let _ = w.into_parts();
         }
+    }
+}
+
+/// Descriptor 1, written with `write(2)` itself: no duplicate is made,
+/// which would take a descriptor that, under a limit on open files
+/// (`ulimit -n 4`), the file being hashed needs, as GNU's tools need none.
+/// [`init`] keeps descriptor 1 taken, so it is standard output or fails.
+pub struct Fd1;
+
+impl Write for Fd1 {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            match rustix::io::write(io::stdout().as_fd(), buf) {
+                Err(rustix::io::Errno::INTR) => {}
+                r => return r.map_err(io::Error::from),
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

@@ -2527,3 +2527,24 @@ fn update_keeps_a_newer_directory_at_a_second_names_destination_without_a_messag
         );
     }
 }
+
+/// Names holding a single quote and an escape are quoted in messages
+/// byte for byte as GNU quotes them, down to the `''` it writes first
+/// when such a name ends in an escape (`'''it'\''s'$'\n'`) and the `'$'`
+/// it leaves out when such a name starts with one.
+#[test]
+fn names_with_a_quote_and_an_escape_are_quoted_as_gnu_quotes_them() {
+    for name in [
+        "it's\n",
+        "\nit's\n",
+        "\u{1}'\u{2}",
+        "'a\n",
+        "\n'x",
+        "a'b\nc",
+        "x'y\tz'w",
+    ] {
+        let o = like_gnu("mkdir d", &["--", name, "d/"]);
+        assert_eq!(o.code, Some(1), "{name:?}: {}", o.stderr);
+        assert!(o.stderr.contains("cannot stat '"), "{name:?}: {}", o.stderr);
+    }
+}

@@ -14,6 +14,15 @@ pub const BLAKE2B_MAX_BYTES: u8 = 64;
 /// a thread per CPU, as b3sum does); less is hashed on the calling thread.
 pub const BLAKE3_PARALLEL_FROM: usize = 1 << 20;
 
+/// Whether rayon's global pool is running, started on the first call.
+/// Under a limit on processes (`ulimit -u`) its threads may not start,
+/// and rayon then panics at its first use ("The global thread pool has
+/// not been initialized"): BLAKE3 then hashes on the calling thread.
+fn rayon_started() -> bool {
+    static STARTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *STARTED.get_or_init(|| rayon_core::ThreadPoolBuilder::new().build_global().is_ok())
+}
+
 /// A checksum algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Algo {
@@ -291,8 +300,9 @@ impl Hasher {
     pub fn update(&mut self, data: &[u8]) {
         match self {
             Hasher::Blake3(h, _, _) => {
-                // Large blocks are hashed on several cores (as b3sum does).
-                if data.len() >= BLAKE3_PARALLEL_FROM {
+                // Large blocks are hashed on several cores (as b3sum does),
+                // if rayon's threads could be started.
+                if data.len() >= BLAKE3_PARALLEL_FROM && rayon_started() {
                     h.update_rayon(data);
                 } else {
                     h.update(data);

@@ -16,6 +16,7 @@ pub mod reason;
 pub mod room;
 pub mod size;
 pub mod sum;
+pub mod sum_limits;
 pub mod sum_room;
 pub mod sum_xof;
 pub mod walk;

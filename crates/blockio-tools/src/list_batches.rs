@@ -12,9 +12,16 @@ use std::io::{self, Read};
 pub(crate) const BATCH: usize = 256 << 10;
 
 /// A list being read: the lines a read completed are handed out as one
-/// batch; a line split between reads waits for its end.
+/// batch; a line split between reads waits for its end. The list is
+/// closed once read to its end: a list of a batch or less is closed
+/// before any of its files is opened, so that it holds no descriptor
+/// they need (under `ulimit -n 4`, as `b3sum` checks).
 pub(crate) struct ListBatches {
-    file: File,
+    /// The list; `None` once read to its end.
+    file: Option<File>,
+    /// Whether the list is a regular file, whose end a short read comes
+    /// right before (a pipe's short read is what was written so far).
+    regular: bool,
     buf: Vec<u8>,
     /// Bytes read but not handed out: the start of an unfinished line, or
     /// the rest of the list after [`ListBatches::read_rest`].
@@ -25,8 +32,10 @@ pub(crate) struct ListBatches {
 impl ListBatches {
     /// Reads `file` from where it stands, at most `most` bytes a read.
     pub(crate) fn new(file: File, most: usize) -> ListBatches {
+        let regular = file.metadata().is_ok_and(|m| m.is_file());
         ListBatches {
-            file,
+            file: Some(file),
+            regular,
             buf: vec![0; most.max(1)],
             pending: Vec::new(),
             eof: false,
@@ -47,9 +56,33 @@ impl ListBatches {
                 }
                 return Ok(Some(std::mem::take(&mut self.pending)));
             }
-            match self.file.read(&mut self.buf) {
-                Ok(0) => self.eof = true,
-                Ok(n) => self.pending.extend_from_slice(&self.buf[..n]),
+            self.read_some()?;
+        }
+    }
+
+    /// One read of the list into `pending`; at its end, the list is
+    /// closed. After a short read of a regular file, a second read finds
+    /// whether that was the end.
+    fn read_some(&mut self) -> io::Result<()> {
+        let Some(file) = &mut self.file else {
+            self.eof = true;
+            return Ok(());
+        };
+        let mut want_end = false;
+        loop {
+            match file.read(&mut self.buf) {
+                Ok(0) => {
+                    self.eof = true;
+                    self.file = None;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    self.pending.extend_from_slice(&self.buf[..n]);
+                    if !self.regular || want_end || n == self.buf.len() {
+                        return Ok(());
+                    }
+                    want_end = true;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -60,10 +93,10 @@ impl ListBatches {
     /// list read from standard input that names `-` leaves standard input
     /// at its end for that file, as a list read whole would.
     pub(crate) fn read_rest(&mut self) -> io::Result<()> {
-        if !self.eof {
-            self.file.read_to_end(&mut self.pending)?;
-            self.eof = true;
+        if let Some(mut file) = self.file.take() {
+            file.read_to_end(&mut self.pending)?;
         }
+        self.eof = true;
         Ok(())
     }
 }
@@ -99,6 +132,17 @@ mod tests {
             assert_eq!(batch.last(), Some(&b'\n'));
         }
         assert_eq!(all.last().unwrap(), b"tail");
+    }
+
+    #[test]
+    fn a_short_list_is_closed_when_its_batch_is_handed_out() {
+        let path = std::env::temp_dir().join(format!("list-batches-{}-short", std::process::id()));
+        std::fs::write(&path, b"a\nb\n").unwrap();
+        let mut b = ListBatches::new(File::open(&path).unwrap(), BATCH);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(b.next_batch().unwrap().as_deref(), Some(&b"a\nb\n"[..]));
+        assert!(b.file.is_none(), "the list is still open");
+        assert_eq!(b.next_batch().unwrap(), None);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! * `'it'\''s$x'` when it holds both;
 //! * control characters and bytes that are not UTF-8 as `$'…'` escapes
 //!   between quoted runs: `'x'$'\n''y'`, `'bad'$'\377'`, and after an
-//!   empty quoted run when the name starts with one: `''$'\377'`.
+//!   empty quoted run when the name starts with one: `''$'\377'`;
+//! * names with a single quote that end in an escape as gnulib's
+//!   two-pass quoting leaves them (`'''it'\''s'$'\n'`, see `render`).
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -45,32 +47,49 @@ pub fn quote_bytes(b: &[u8]) -> String {
     render(pieces(b))
 }
 
-/// Quoted text and `$'…'` escapes for `pieces`.
+/// Quoted text and `$'…'` escapes for `pieces`, written as gnulib's
+/// `quotearg` writes them in the `shell-escape-always` style.
+///
+/// A name holding a single quote is quoted twice over there: once to see
+/// whether double quotes would do, then again for the output. Whether an
+/// escape run is open (`'$'…` written, its closing `''` not yet) carries
+/// over from the end of the first pass into the second, so a name that
+/// holds a single quote and ends in an escape starts as if one were open:
+/// its first printable character gets a `''` first (`'''it'\''s'$'\n'`),
+/// a first escape goes without its `'$'` (`'\n''it'\''s'$'\n'`), and a
+/// first single quote closes it. The coreutils print those names so.
 fn render(pieces: Vec<Piece>) -> String {
     if let [Piece::Text(t)] = pieces.as_slice() {
         if t.contains('\'') && !t.contains(['"', '$', '`', '\\', '!']) {
             return format!("\"{t}\"");
         }
     }
-    if pieces.is_empty() {
-        return "''".to_string();
-    }
-    let mut out = String::new();
-    // The quoting opens before the first byte: a name that starts with an
-    // escape starts with an empty quoted run, as the coreutils write it
-    // (`''$'\377'`).
-    if matches!(pieces.first(), Some(Piece::Escaped(_))) {
-        out.push_str("''");
-    }
+    let has_quote = pieces
+        .iter()
+        .any(|p| matches!(p, Piece::Text(t) if t.contains('\'')));
+    // An escape run open: its `''` is written before the next printable
+    // character.
+    let mut escape_open = has_quote && matches!(pieces.last(), Some(Piece::Escaped(_)));
+    let mut out = String::from("'");
     for p in pieces {
         match p {
             Piece::Text(t) => {
-                out.push('\'');
-                out.push_str(&t.replace('\'', "'\\''"));
-                out.push('\'');
+                for c in t.chars() {
+                    if c == '\'' {
+                        out.push_str("'\\'");
+                        escape_open = false;
+                    } else if escape_open {
+                        out.push_str("''");
+                        escape_open = false;
+                    }
+                    out.push(c);
+                }
             }
             Piece::Escaped(bytes) => {
-                out.push_str("$'");
+                if !escape_open {
+                    out.push_str("'$'");
+                    escape_open = true;
+                }
                 for c in bytes {
                     match c {
                         0x07 => out.push_str("\\a"),
@@ -83,10 +102,10 @@ fn render(pieces: Vec<Piece>) -> String {
                         c => out.push_str(&format!("\\{c:03o}")),
                     }
                 }
-                out.push('\'');
             }
         }
     }
+    out.push('\'');
     out
 }
 
@@ -279,6 +298,14 @@ mod tests {
             (b"\xff", "''$'\\377'"),
             (b"\xff/f", "''$'\\377''/f'"),
             (b"\n", "''$'\\n'"),
+            (b"it's\n", r"'''it'\''s'$'\n'"),
+            (b"\nit's\n", r"'\n''it'\''s'$'\n'"),
+            (b"\x01'\x02", r"'\001'\'''$'\002'"),
+            (b"'a\n", r"''\''a'$'\n'"),
+            (b"'\n", r"''\'''$'\n'"),
+            (b"\n'x", r"''$'\n'\''x'"),
+            (b"a'b\nc", r"'a'\''b'$'\n''c'"),
+            (b"", "''"),
             ("h\u{e9}llo".as_bytes(), "'h\u{e9}llo'"),
         ] {
             assert_eq!(quote_bytes(name), want, "{name:?}");

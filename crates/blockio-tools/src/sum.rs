@@ -31,7 +31,7 @@ use std::sync::mpsc;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 
 use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions, OpFuture};
@@ -110,6 +110,11 @@ impl std::fmt::Display for SumError {
 
 /// Hashes `files` with `engine`, calling `emit(index, result)` in index
 /// order (from the calling thread) as results become available.
+///
+/// A file that cannot be opened for want of descriptors (`EMFILE`) is
+/// tried again once its worker's group is read, and if it still cannot,
+/// alone on this thread once every worker is done: it fails only if one
+/// file at a time cannot be had.
 pub fn hash_files(
     engine: &Engine,
     files: &[PathBuf],
@@ -127,6 +132,8 @@ pub fn hash_files(
         pending: BTreeMap::new(),
         want: 0,
     };
+    let deferred = Mutex::new(Vec::new());
+    let deferred = &deferred;
     std::thread::scope(|s| {
         let wanted = opts.threads.max(1).min(files.len().max(1));
         let mut started = 0;
@@ -136,7 +143,7 @@ pub fn hash_files(
             let tx = tx.clone();
             let next = &next;
             let spawned = std::thread::Builder::new()
-                .spawn_scoped(s, move || worker(io, files, opts, next, &tx));
+                .spawn_scoped(s, move || worker(io, files, opts, next, &tx, deferred));
             // Under a limit on address space or threads, as many as can be
             // had.
             match spawned {
@@ -147,7 +154,11 @@ pub fn hash_files(
         if started == 0 {
             // This thread works alone, handing on each group's results
             // before it takes the next group.
-            let out = Results { files, tx: &tx };
+            let out = Results {
+                files,
+                tx: &tx,
+                deferred: Some(deferred),
+            };
             let mut bufs = Vec::new();
             while next_group(io, files, opts, &next, &out, &mut bufs) {
                 rx.try_iter().for_each(|(i, r)| order.put(i, r, &mut emit));
@@ -156,6 +167,35 @@ pub fn hash_files(
         drop(tx);
         rx.iter().for_each(|(i, r)| order.put(i, r, &mut emit));
     });
+    let mut deferred = deferred.lock().unwrap_or_else(|e| e.into_inner());
+    deferred.sort_unstable();
+    for &i in deferred.iter() {
+        let r = hash_alone(io, files, i, opts);
+        order.put(i, r, &mut emit);
+    }
+}
+
+/// Hashes `files[i]` on this thread, alone: what a file that could not be
+/// opened beside others gets. Its error, if any, is final.
+fn hash_alone(
+    io: &LargeFileIo<'_>,
+    files: &[PathBuf],
+    i: usize,
+    opts: &SumOptions,
+) -> Result<String, SumError> {
+    let (tx, rx) = mpsc::channel();
+    let out = Results {
+        files,
+        tx: &tx,
+        deferred: None,
+    };
+    let mut bufs = Vec::new();
+    let small = open_group(io, files, i..i + 1, opts, &out, &mut bufs);
+    if !small.is_empty() {
+        hash_small(io.engine, &small, &mut bufs, opts, &out);
+    }
+    drop(tx);
+    rx.recv().expect("one result per file").1
 }
 
 /// Results put back in index order.
@@ -209,6 +249,9 @@ impl LargeFileIo<'_> {
                     // A filesystem that opens with O_DIRECT but refuses the
                     // reads: start again through the page cache.
                     Some(Err(e)) if blockio::errno(&e) == Some(libc::EINVAL) => {}
+                    // No worker thread to read with (`ulimit -u` reached):
+                    // the same.
+                    Some(Err(e)) if no_worker(&e) => {}
                     Some(Ok((h, end))) => return read_to_end_at(file, end, h),
                     Some(Err(e)) => return Err(e),
                     None => {}
@@ -219,11 +262,21 @@ impl LargeFileIo<'_> {
     }
 }
 
+/// Whether `e` says a read could not be had for want of a worker thread
+/// (`ulimit -u` reached): io_uring cancels what it cannot hand to one
+/// (`ECANCELED`), a pool that cannot start one says `EAGAIN`. A regular
+/// file's read says neither of itself.
+fn no_worker(e: &io::Error) -> bool {
+    matches!(blockio::errno(e), Some(libc::ECANCELED | libc::EAGAIN))
+}
+
 /// Where a worker sends each file's result: to `tx`, with its index, and
-/// an error naming the file.
+/// an error naming the file; and where it leaves a file it could not open
+/// for want of descriptors, to be hashed alone later (`None`: it fails).
 struct Results<'a> {
     files: &'a [PathBuf],
     tx: &'a mpsc::Sender<(usize, Result<String, SumError>)>,
+    deferred: Option<&'a Mutex<Vec<usize>>>,
 }
 
 impl Results<'_> {
@@ -234,6 +287,16 @@ impl Results<'_> {
         });
         // The receiver is gone only if the caller stopped listening.
         let _ = self.tx.send((i, r));
+    }
+
+    /// Leaves file `i` to be hashed alone later; false if this is that
+    /// later.
+    fn defer(&self, i: usize) -> bool {
+        let Some(deferred) = self.deferred else {
+            return false;
+        };
+        deferred.lock().unwrap_or_else(|e| e.into_inner()).push(i);
+        true
     }
 }
 
@@ -248,8 +311,13 @@ fn worker(
     opts: &SumOptions,
     next: &AtomicUsize,
     tx: &mpsc::Sender<(usize, Result<String, SumError>)>,
+    deferred: &Mutex<Vec<usize>>,
 ) {
-    let out = Results { files, tx };
+    let out = Results {
+        files,
+        tx,
+        deferred: Some(deferred),
+    };
     let mut bufs: Vec<Vec<u8>> = Vec::new();
     while next_group(io, files, opts, next, &out, &mut bufs) {}
 }
@@ -270,7 +338,7 @@ fn next_group(
         return false;
     }
     let end = (start + group).min(files.len());
-    let small = open_group(io, files, start..end, opts, out);
+    let small = open_group(io, files, start..end, opts, out, bufs);
     if !small.is_empty() {
         hash_small(io.engine, &small, bufs, opts, out);
     }
@@ -279,24 +347,31 @@ fn next_group(
 
 /// Opens `files[range]`: streams (and reports) each large one now, reports
 /// those that cannot be opened or are directories, and returns the small
-/// ones.
+/// ones. Out of descriptors, it reads the small files opened so far (into
+/// `bufs`) to close them and tries again, and failing that leaves the
+/// file to be hashed alone ([`Results::defer`]).
 fn open_group(
     io: &LargeFileIo<'_>,
     files: &[PathBuf],
     range: std::ops::Range<usize>,
     opts: &SumOptions,
     out: &Results<'_>,
+    bufs: &mut Vec<Vec<u8>>,
 ) -> Vec<Small> {
     let mut small = Vec::new();
+    let out_of_descriptors =
+        |r: &io::Result<_>| matches!(r, Err(e) if e.raw_os_error() == Some(libc::EMFILE));
     for i in range {
         let path = &files[i];
-        let opened = File::open(path).and_then(|f| {
-            let m = f.metadata()?;
-            if m.is_dir() {
-                return Err(io::Error::from_raw_os_error(libc::EISDIR));
-            }
-            Ok((f, m.is_file(), m.len()))
-        });
+        let mut opened = open_to_hash(path);
+        if out_of_descriptors(&opened) && !small.is_empty() {
+            hash_small(io.engine, &small, bufs, opts, out);
+            small.clear();
+            opened = open_to_hash(path);
+        }
+        if out_of_descriptors(&opened) && out.defer(i) {
+            continue;
+        }
         match opened {
             // A pipe, a socket or a device has no size to read up to and
             // may not be read at offsets (a read at offset 0 of a pipe
@@ -308,6 +383,17 @@ fn open_group(
         }
     }
     small
+}
+
+/// Opens `path` to hash it: the file, whether it is a regular file, and
+/// its size. A directory is an error (`EISDIR`), as GNU reports it.
+fn open_to_hash(path: &Path) -> io::Result<(File, bool, u64)> {
+    let f = File::open(path)?;
+    let m = f.metadata()?;
+    if m.is_dir() {
+        return Err(io::Error::from_raw_os_error(libc::EISDIR));
+    }
+    Ok((f, m.is_file(), m.len()))
 }
 
 /// Reads every small file whole in one batch (one byte more than its size,
@@ -357,6 +443,9 @@ fn hash_small(
             // data, as /proc's do), or grown: streamed to a read that
             // returns nothing.
             Ok(_) => stream(engine, f, *len as u64, opts),
+            // No worker thread to read with (`ulimit -u` reached): read
+            // on this thread instead.
+            Err(e) if no_worker(&e) => read_to_end_at(f, 0, Hasher::new(opts.algo)),
             Err(e) => Err(e),
         };
         out.send(*i, r);

@@ -16,6 +16,7 @@ use blockio::Engine;
 use crate::algo::BLAKE3_PARALLEL_FROM;
 use crate::room;
 use crate::sum::SumOptions;
+use crate::sum_limits;
 
 /// The share of the room left that the workers' buffers may take together:
 /// an eighth, as for `cp`; the rest is for thread stacks, the engine, the
@@ -38,24 +39,34 @@ const LEAST_LIST_BATCH: usize = 16 << 10;
 /// [`BLAKE3_PARALLEL_FROM`], so that no block starts rayon's threads.
 const SERIAL_BLOCK: usize = BLAKE3_PARALLEL_FROM / 2;
 
-/// Fits `opts` to the process's limit on address space, if there is one,
-/// and builds the engine to hash with. Call it before any other thread
-/// starts (it keeps the allocator to one arena, see
+/// Fits `opts` to the process's limits (on address space here; on
+/// descriptors and processes by [`sum_limits::fit`]) and builds the
+/// engine to hash with. Call it before any other thread starts (it keeps
+/// the allocator to one arena, see
 /// [`room::one_arena_under_address_limit`]).
 ///
 /// With no limit, `opts` is left as it is and the engine is the default
-/// one.
+/// one, save that a pool thread that cannot be started leaves its batches
+/// to the thread that submits them rather than failing the run.
 pub fn engine_within_limits(opts: &mut SumOptions) -> io::Result<Engine> {
-    let Some(limit) = room::one_arena_under_address_limit() else {
-        return Engine::new();
-    };
-    *opts = fitted(opts, room::address_space_left(limit));
-    let pool = room::pool_threads(opts.threads, true);
-    Engine::builder()
-        .inline_if_no_threads(true)
-        .no_pool_threads(pool == 0)
-        .fallback_threads(pool.max(1))
-        .build()
+    let limit = room::one_arena_under_address_limit();
+    if let Some(limit) = limit {
+        *opts = fitted(opts, room::address_space_left(limit));
+    }
+    let fallback = sum_limits::fit(opts);
+    let mut builder = Engine::builder()
+        .backend(sum_limits::backend(fallback))
+        .inline_if_no_threads(true);
+    if limit.is_some() || fallback.no_ring {
+        // Each pool thread's stack takes room, and a pool thread starting
+        // up opens a file for a moment: one per worker beyond the first,
+        // or none.
+        let pool = room::pool_threads(opts.threads, true);
+        builder = builder
+            .no_pool_threads(pool == 0)
+            .fallback_threads(pool.max(1));
+    }
+    builder.build()
 }
 
 /// `opts` fitted to `room` bytes of address space: threads as
