@@ -26,6 +26,8 @@ use std::path::Path;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
+use super::in_the_way::in_the_way;
+
 /// A directory named on the command line (or a parent of an operand),
 /// following symbolic links as `cp` does for its arguments.
 pub(crate) fn open_operand_dir(path: &Path) -> io::Result<File> {
@@ -254,7 +256,7 @@ pub(crate) fn create(
             // through a dangling one even with `-f`.
             Err(e) if force && e != rustix::io::Errno::LOOP => match unlink(dir, name) {
                 Ok(()) => removed = true,
-                Err(u) => return Err(super::in_the_way("cannot remove", u)),
+                Err(u) => return Err(in_the_way("cannot remove", u)),
             },
             Err(e) => return Err(e.into()),
         }
@@ -291,7 +293,7 @@ pub(crate) fn create_following(
             // leads to), as cp does.
             Err(_) if force => {
                 if let Err(u) = unlink(dir, name) {
-                    return Err(super::in_the_way("cannot remove", u));
+                    return Err(in_the_way("cannot remove", u));
                 }
                 let mut d = create(dir, name, excl, mode, force)?;
                 d.removed = true;
@@ -375,6 +377,12 @@ pub(crate) fn last_component(p: &Path) -> &OsStr {
     let b = &b[..end];
     let start = b.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1);
     OsStr::from_bytes(&b[start..])
+}
+
+/// A name for the `*at` calls.
+pub(crate) fn cname(name: &std::ffi::OsStr) -> CString {
+    // Names from the file system or from argv never hold a NUL byte.
+    CString::new(name.as_bytes()).expect("path names hold no NUL byte")
 }
 
 #[cfg(test)]

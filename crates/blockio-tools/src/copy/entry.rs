@@ -12,8 +12,10 @@ use std::sync::{Arc, Mutex};
 
 use blockio::Engine;
 
+use super::at;
 use super::creators::Creators;
-use super::{CopyOptions, Errors, Progress};
+use super::options::{CopyOptions, Dereference};
+use super::outcome::{Errors, Progress};
 
 /// The source and destination directories of one operand's tree: every
 /// directory below is opened from these by its relative path, with no
@@ -154,8 +156,7 @@ impl DirPair {
     /// component: GNU's `cp` names a file operand, and a destination that
     /// is no directory, exactly as given.
     fn as_written(&self, operand: &Path, name: &CStr) -> Option<PathBuf> {
-        let own = self.below.is_none()
-            && crate::copy::at::last_component(operand).as_bytes() == name.to_bytes();
+        let own = self.below.is_none() && at::last_component(operand).as_bytes() == name.to_bytes();
         own.then(|| operand.to_path_buf())
     }
 }
@@ -230,9 +231,8 @@ impl Entry {
     }
     /// Whether links are copied as links for this entry: `-P`, or `-H`
     /// below the command line (GNU's `copy_dir` turns `-H` into `-P`).
-    pub fn never_follows(&self, deref: super::Dereference) -> bool {
-        deref == super::Dereference::Never
-            || (deref == super::Dereference::CommandLine && !self.operand)
+    pub fn never_follows(&self, deref: Dereference) -> bool {
+        deref == Dereference::Never || (deref == Dereference::CommandLine && !self.operand)
     }
     pub fn kind(&self) -> u32 {
         self.mode() & libc::S_IFMT

@@ -17,16 +17,15 @@ use std::sync::Arc;
 
 use blockio::PathAt;
 
-use super::super::at;
-use super::super::cname;
+use super::super::at::{self, cname};
+use super::super::attrs::Node;
 use super::super::entry::{Chain, DirAt, DirPair, Entry, Group, Root, RootDir};
 use super::super::files;
-use super::super::quote;
-use super::copy::attrs::Node;
-use super::copy::Dereference;
+use super::super::options::Dereference;
+use super::super::{attrs, messages, options};
 use super::walker::{id_of, open_operand_dst, Fixup, Walker, REROOT};
 use super::work::{DirTask, Parent, Pending, Queued, Task};
-use crate::copy;
+use crate::quote::quote;
 
 /// The names of a directory taken at a time: their `statx`es and entries
 /// (about 300 bytes each) are kept only while these are dispatched, so
@@ -180,8 +179,8 @@ impl Walker<'_> {
             // source's files did. (A directory may have inherited ACLs
             // from its parent: always looked for.)
             let (from, to) = (Node::Fd(s.as_fd()), Node::Fd(d.as_fd()));
-            let say = copy::attrs::Say::new(&self.ctx, &t.src, &t.dst);
-            copy::attrs::copy_xattrs(&from, &to, true, &keep, &say);
+            let say = attrs::Say::new(&self.ctx, &t.src, &t.dst);
+            attrs::copy_xattrs(&from, &to, true, &keep, &say);
         }
         let mut names = match at::list(&s) {
             Ok(n) => n,
@@ -197,7 +196,7 @@ impl Walker<'_> {
         // (`finish_dirs` sets them deepest first).
         self.fix_dir(&t, q.fix, st.take(), (names.len() == 0).then_some(&d));
         let dst_default_acl =
-            (preserve || self.ctx.opts.default_mode) && copy::attrs::has_default_acl(d.as_fd());
+            (preserve || self.ctx.opts.default_mode) && attrs::has_default_acl(d.as_fd());
         let follow = self.ctx.opts.dereference == Dereference::Always;
         let chain = if follow {
             match s.metadata() {
@@ -320,7 +319,7 @@ impl Walker<'_> {
         let mut dirs = Vec::new();
         let mut links = Vec::new();
         for e in entries {
-            if self.ctx.opts.link != copy::LinkMode::Copy && e.kind() != libc::S_IFDIR {
+            if self.ctx.opts.link != options::LinkMode::Copy && e.kind() != libc::S_IFDIR {
                 self.link_entry(pair, &e);
                 continue;
             }
@@ -385,7 +384,7 @@ impl Walker<'_> {
         if !opts.default_mode || opts.preserve.mode {
             return;
         }
-        if let Err(e) = copy::attrs::minimal_acl_at(dir, name, self.dir_mode(st)) {
+        if let Err(e) = attrs::minimal_acl_at(dir, name, self.dir_mode(st)) {
             self.report(format!("setting permissions for {}", quote(path)), Some(e));
         }
     }
@@ -547,10 +546,10 @@ impl Walker<'_> {
                         // (Not with -s: GNU 9.1 then says it cannot
                         // overwrite the non-directory.)
                         let to_source = e.never_follows(opts.dereference)
-                            && opts.link != copy::LinkMode::Symbolic
+                            && opts.link != options::LinkMode::Symbolic
                             && !opts.remove_destination
                             && !opts.no_clobber
-                            && opts.backup == copy::Backup::None
+                            && opts.backup == options::Backup::None
                             && rustix::fs::statat(
                                 &pair.dst,
                                 e.dst_name.as_c_str(),
@@ -614,7 +613,7 @@ impl Walker<'_> {
                 }
             };
             if fresh {
-                copy::say_copied(self.ctx.opts, &src, &dst, None);
+                messages::say_copied(self.ctx.opts, &src, &dst, None);
                 if pair.dst_default_acl {
                     self.minimal_acl(&pair.dst, &e.dst_name, &e.st, &dst);
                 }

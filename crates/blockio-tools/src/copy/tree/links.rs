@@ -14,13 +14,13 @@ use std::sync::Arc;
 
 use blockio::PathAt;
 
-use super::super::at;
+use super::super::at::{self, cname};
+use super::super::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::super::entry::{DirPair, Entry, FirstCopy};
 use super::super::unfinished::{self, Unfinished};
-use super::super::{cname, quote};
-use super::copy::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
+use super::super::{backup, messages, options, overwrite};
 use super::walker::{id_of, Walker};
-use crate::copy;
+use crate::quote::quote;
 
 /// What [`Walker::finish_made`] made: a symbolic link, or a FIFO, socket
 /// or device node.
@@ -58,7 +58,7 @@ impl Walker<'_> {
 
         let src = pair.src_of(&e.src_name);
         let dst = pair.dst_of(&e.dst_name);
-        let hard = opts.link == copy::LinkMode::Hard;
+        let hard = opts.link == options::LinkMode::Hard;
         let target = cname(src.as_os_str());
         // A relative link made elsewhere would not lead to its source:
         // refused, as GNU does, once what is in the way has been judged
@@ -99,7 +99,7 @@ impl Walker<'_> {
         let mut r = make();
         if relative && r != Err(rustix::io::Errno::EXIST) {
             // GNU says what it is about to do before it refuses.
-            copy::say_copied(opts, &src, &dst, None);
+            messages::say_copied(opts, &src, &dst, None);
             return refuse_relative();
         }
         // Something is in the way: `-u` and the same-file rule need the
@@ -184,7 +184,7 @@ impl Walker<'_> {
             }
             let kept = there.as_ref().is_ok_and(|st| {
                 let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-                copy::keep_existing(opts, copy::mtime(&e.st), mtime, &dst)
+                overwrite::keep_existing(opts, overwrite::mtime(&e.st), mtime, &dst)
             });
             if kept {
                 self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
@@ -206,7 +206,7 @@ impl Walker<'_> {
             let unlink_first = !hard
                 && e.kind() != libc::S_IFREG
                 && e.never_follows(opts.dereference)
-                && opts.backup == copy::Backup::None;
+                && opts.backup == options::Backup::None;
             if unlink_first {
                 let id = |dir: &File, name: &CStr| {
                     rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
@@ -224,29 +224,29 @@ impl Walker<'_> {
                 // back), then refuses.
                 // Each step is said with `-v`, as GNU says it, before the
                 // refusal.
-                if opts.backup != copy::Backup::None {
+                if opts.backup != options::Backup::None {
                     // Kept aside listed, and put back with its listing
                     // ended under the creation lock: a signal at any point
                     // in between puts the file back too.
                     let set_aside =
-                        || copy::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name);
+                        || backup::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name);
                     match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
                         Ok((Some(b), aside)) => {
-                            copy::say_copied(opts, &src, &dst, Some(&b));
+                            messages::say_copied(opts, &src, &dst, Some(&b));
                             unfinished::undone(aside, || {
                                 let _ = rustix::fs::renameat(
                                     &pair.dst,
-                                    crate::copy::cname(b.file_name().unwrap_or_default()),
+                                    at::cname(b.file_name().unwrap_or_default()),
                                     &pair.dst,
                                     e.dst_name.as_c_str(),
                                 );
                             });
-                            copy::say(
+                            messages::say(
                                 opts,
                                 format_args!("{} -> {} (unbackup)", quote(&b), quote(&dst)),
                             );
                         }
-                        _ => copy::say_copied(opts, &src, &dst, None),
+                        _ => messages::say_copied(opts, &src, &dst, None),
                     }
                 } else {
                     if (opts.remove_destination || unlink_first)
@@ -257,9 +257,9 @@ impl Walker<'_> {
                         )
                         .is_ok()
                     {
-                        copy::say(opts, format_args!("removed {}", quote(&dst)));
+                        messages::say(opts, format_args!("removed {}", quote(&dst)));
                     }
-                    copy::say_copied(opts, &src, &dst, None);
+                    messages::say_copied(opts, &src, &dst, None);
                 }
                 return refuse_relative();
             }
@@ -267,7 +267,7 @@ impl Walker<'_> {
             let asked = hard && opts.ask.is_some();
             if opts.force
                 || opts.remove_destination
-                || opts.backup != copy::Backup::None
+                || opts.backup != options::Backup::None
                 || asked
                 || unlink_first
             {
@@ -283,12 +283,12 @@ impl Walker<'_> {
         }
         match r {
             Ok(()) => {
-                copy::say_copied(opts, &src, &dst, backup.as_deref());
+                messages::say_copied(opts, &src, &dst, backup.as_deref());
                 self.ctx.progress.files.fetch_add(1, Ordering::Relaxed);
             }
             Err(err) => {
                 // GNU says what it is about to do before it fails.
-                copy::say_copied(opts, &src, &dst, backup.as_deref());
+                messages::say_copied(opts, &src, &dst, backup.as_deref());
                 let kind = if hard { "hard" } else { "symbolic" };
                 self.report(
                     format!(
@@ -428,7 +428,7 @@ impl Walker<'_> {
                 Replace::Skip | Replace::Failed => return,
             }
         }
-        copy::say_copied(
+        messages::say_copied(
             self.ctx.opts,
             &pair.src_of(&e.src_name),
             &dst,
@@ -520,7 +520,7 @@ impl Walker<'_> {
                 && rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
                     .is_ok_and(|st| {
                         let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-                        copy::keep_existing(opts, copy::mtime(&e.st), mtime, &dst)
+                        overwrite::keep_existing(opts, overwrite::mtime(&e.st), mtime, &dst)
                     });
         if skip {
             self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
@@ -547,11 +547,11 @@ impl Walker<'_> {
         let may_replace = forced
             || (data && e.never_follows(opts.dereference))
             || opts.remove_destination
-            || opts.backup != copy::Backup::None
+            || opts.backup != options::Backup::None
             || (e.kind() == libc::S_IFLNK && opts.force)
             || (data && opts.preserve.links && several_names());
         if !may_replace {
-            copy::say_copied(opts, &pair.src_of(&e.src_name), &dst, None);
+            messages::say_copied(opts, &pair.src_of(&e.src_name), &dst, None);
             let what = match e.kind() {
                 libc::S_IFLNK => "symbolic link",
                 libc::S_IFIFO => "fifo",
@@ -563,11 +563,11 @@ impl Walker<'_> {
             );
             return Replace::Failed;
         }
-        if opts.backup != copy::Backup::None {
+        if opts.backup != options::Backup::None {
             // `cp -bl a~ a`: the backup of `a` would take the source's
             // name, and the link (or `-s` link) would then be made to the
             // old `a`, the source's data gone.
-            if copy::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
+            if backup::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
                 self.report(
                     format!(
                         "backing up {} might destroy source;  {} not copied",
@@ -578,7 +578,7 @@ impl Walker<'_> {
                 );
                 return Replace::Failed;
             }
-            let set_aside = || copy::make_backup(opts, &pair.dst, &pair.dst_path, name);
+            let set_aside = || backup::make_backup(opts, &pair.dst, &pair.dst_path, name);
             return match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
                 Ok((b, aside)) => Replace::Removed(b, aside),
                 Err(e) => {
@@ -602,7 +602,7 @@ impl Walker<'_> {
             return Replace::Failed;
         }
         if said {
-            copy::say(opts, format_args!("removed {}", quote(&dst)));
+            messages::say(opts, format_args!("removed {}", quote(&dst)));
         }
         Replace::Removed(None, None)
     }
@@ -617,7 +617,7 @@ impl Walker<'_> {
         // Following links (`-L`, `-H`), GNU compares the names themselves
         // here, which differ.
         if opts.remove_destination
-            || opts.backup != copy::Backup::None
+            || opts.backup != options::Backup::None
             || !e.never_follows(opts.dereference)
         {
             return false;

@@ -33,8 +33,9 @@ use blockio::Engine;
 
 use super::entry::{Counts, Ctx};
 use super::files;
-use super::{CopyOptions, CopyReport, Errors, Progress};
-use crate::copy;
+use super::options::CopyOptions;
+use super::outcome::{CopyReport, Errors, Progress};
+use super::{creators, limits, options, outcome};
 use walker::{current_umask, Walker};
 use work::{Running, Task, Work};
 
@@ -53,7 +54,7 @@ pub(crate) struct Request<'a> {
     /// The counters the copy advances as it goes.
     pub progress: &'a Progress,
     /// Called for each path that fails, from any thread.
-    pub on_error: &'a (dyn Fn(&copy::CopyError) + Sync),
+    pub on_error: &'a (dyn Fn(&outcome::CopyError) + Sync),
 }
 
 /// Runs the copy `req` on `engine` and returns what it copied (`errors`
@@ -80,7 +81,7 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
             counts: Counts::default(),
             links: Default::default(),
             made_links: (sources.len() > 1).then(Default::default),
-            creators: copy::creators::Creators::new(opts.threads),
+            creators: creators::Creators::new(opts.threads),
             umask: current_umask(),
         },
         work: Work::default(),
@@ -90,10 +91,10 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         operand_targets: Mutex::default(),
         dest_dirs: Mutex::default(),
         src_dirs: Mutex::default(),
-        watch: opts.dereference == copy::Dereference::Always
+        watch: opts.dereference == options::Dereference::Always
             || sources.len() > 1
             || walker::mounts_below(sources, dest),
-        reopen_roots: copy::few_descriptors(),
+        reopen_roots: limits::few_descriptors(),
     };
     // The operands are copied in phases, in command-line order: each
     // directory in a phase of its own, the files between them together.
@@ -167,10 +168,10 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
 /// command-line order, as GNU's, or a destination file could be lost.
 fn phase_len(
     rest: &[PathBuf],
-    opts: &copy::CopyOptions,
+    opts: &options::CopyOptions,
     is_dir: impl Fn(&PathBuf) -> bool,
 ) -> usize {
-    if is_dir(&rest[0]) || opts.backup != copy::Backup::None {
+    if is_dir(&rest[0]) || opts.backup != options::Backup::None {
         1
     } else {
         rest.iter().position(is_dir).unwrap_or(rest.len())
@@ -228,8 +229,8 @@ mod phase_tests {
     fn files_share_a_phase_except_with_backups() {
         let ops: Vec<PathBuf> = ["a", "b", "dir", "c"].iter().map(PathBuf::from).collect();
         let is_dir = |p: &PathBuf| p.as_os_str() == "dir";
-        let mut opts = copy::CopyOptions::default();
-        let phases = |opts: &copy::CopyOptions| {
+        let mut opts = options::CopyOptions::default();
+        let phases = |opts: &options::CopyOptions| {
             let (mut rest, mut out) = (&ops[..], Vec::new());
             while !rest.is_empty() {
                 let n = phase_len(rest, opts, is_dir);
@@ -239,7 +240,7 @@ mod phase_tests {
             out
         };
         assert_eq!(phases(&opts), [2, 1, 1]);
-        opts.backup = copy::Backup::Simple;
+        opts.backup = options::Backup::Simple;
         assert_eq!(phases(&opts), [1, 1, 1, 1]);
     }
 }

@@ -14,13 +14,13 @@ use std::sync::Arc;
 
 use blockio::PathAt;
 
-use super::super::at;
+use super::super::at::{self, cname};
 use super::super::entry::{joined, parent_as_written, statx_id, DirAt, DirPair, Entry};
-use super::super::{cname, quote};
+use super::super::{attrs, messages, options};
 use super::same_file::{same_file_ok, Same};
 use super::walker::{id_of, parent, Fixup, Walker};
 use super::work::{DirTask, Pending};
-use crate::copy;
+use crate::quote::quote;
 
 /// The name a source is copied under: its last component, with `.` and
 /// `..` resolved to the name of the directory they are (`cp -r a/.. t`
@@ -86,7 +86,7 @@ impl Walker<'_> {
                 .create(&dst)
             {
                 Ok(()) => {
-                    copy::say(
+                    messages::say(
                         self.ctx.opts,
                         format_args!("{} -> {}", src.display(), dst.display()),
                     );
@@ -153,7 +153,7 @@ impl Walker<'_> {
             return self.report(format!("cannot stat {}", quote(src)), Some(e));
         }
         let csrc = cname(src.as_os_str());
-        let follow_src = opts.dereference != copy::Dereference::Never
+        let follow_src = opts.dereference != options::Dereference::Never
             || src.as_os_str().as_bytes().ends_with(b"/");
         let st = match self.stat_one(PathAt::cwd(&csrc), follow_src) {
             Ok(st) => st,
@@ -212,10 +212,10 @@ impl Walker<'_> {
                 "directory".to_owned()
             } else {
                 match opts.link {
-                    copy::LinkMode::Symbolic => format!("symbolic link '' to {}", quote(src)),
-                    copy::LinkMode::Hard => format!("hard link '' to {}", quote(src)),
-                    copy::LinkMode::Copy => match kind {
-                        libc::S_IFLNK if opts.dereference == copy::Dereference::Never => {
+                    options::LinkMode::Symbolic => format!("symbolic link '' to {}", quote(src)),
+                    options::LinkMode::Hard => format!("hard link '' to {}", quote(src)),
+                    options::LinkMode::Copy => match kind {
+                        libc::S_IFLNK if opts.dereference == options::Dereference::Never => {
                             "symbolic link".to_owned()
                         }
                         libc::S_IFIFO if !self.as_regular() => "fifo".to_owned(),
@@ -243,9 +243,9 @@ impl Walker<'_> {
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                     let how = match opts.link {
-                        copy::LinkMode::Symbolic => "symbolic",
-                        copy::LinkMode::Hard => "hard",
-                        copy::LinkMode::Copy => "",
+                        options::LinkMode::Symbolic => "symbolic",
+                        options::LinkMode::Hard => "hard",
+                        options::LinkMode::Copy => "",
                     };
                     if !how.is_empty() {
                         return self.report(
@@ -276,7 +276,7 @@ impl Walker<'_> {
         let dir = std::fs::metadata(parent(src)).map_or((0, 0), |m| id_of(&m));
         let key = (id, dir, at::last_component(src).to_owned());
         let first = self.operands_seen.lock().expect("lock").insert(key);
-        if !first && (opts.backup == copy::Backup::None || is_dir) {
+        if !first && (opts.backup == options::Backup::None || is_dir) {
             let kind = if is_dir { "directory" } else { "file" };
             return self.warn(format!(
                 "warning: source {kind} {} specified more than once",
@@ -293,10 +293,10 @@ impl Walker<'_> {
         // file that was there: refused here.
         // Numbered backups keep every copy (`cp --backup=numbered f f d/`
         // makes two backups, as GNU's).
-        let made_link = kind == libc::S_IFLNK || opts.link == copy::LinkMode::Symbolic;
+        let made_link = kind == libc::S_IFLNK || opts.link == options::LinkMode::Symbolic;
         let refused = !is_dir
             && dest_is_dir
-            && opts.backup != copy::Backup::Numbered
+            && opts.backup != options::Backup::Numbered
             && match self
                 .operand_targets
                 .lock()
@@ -337,7 +337,7 @@ impl Walker<'_> {
             // check of what lies inside it.
             // GNU's rule looks at links by `-L`/`-H` alone here: `s/` is
             // followed to be read, yet a link `t` to `s` is the same file.
-            let deref = opts.dereference != copy::Dereference::Never;
+            let deref = opts.dereference != options::Dereference::Never;
             match same_file_ok(src, &st, deref, &target, opts, false) {
                 Same::Go => {}
                 Same::Done => return,
@@ -356,7 +356,7 @@ impl Walker<'_> {
         {
             // `cp f nodir/`: the slash says a directory is meant. (GNU
             // says what it is about to do before it fails.)
-            copy::say_copied(opts, src, dest, None);
+            messages::say_copied(opts, src, dest, None);
             let what = match kind {
                 libc::S_IFLNK => "symbolic link",
                 libc::S_IFREG => "regular file",
@@ -381,10 +381,12 @@ impl Walker<'_> {
         // What GNU says it could not create when the copy's directory
         // cannot be reached (`cp f nodir/x`).
         let made = match (opts.link, kind) {
-            (copy::LinkMode::Symbolic, _) => {
+            (options::LinkMode::Symbolic, _) => {
                 format!("symbolic link {} to {}", quote(&target), quote(src))
             }
-            (copy::LinkMode::Hard, _) => format!("hard link {} to {}", quote(&target), quote(src)),
+            (options::LinkMode::Hard, _) => {
+                format!("hard link {} to {}", quote(&target), quote(src))
+            }
             (_, libc::S_IFLNK) => format!("symbolic link {}", quote(&target)),
             (_, libc::S_IFREG) => format!("regular file {}", quote(&target)),
             _ if self.as_regular() => format!("regular file {}", quote(&target)),
@@ -463,7 +465,7 @@ impl Walker<'_> {
             }
         };
         if fresh {
-            copy::say_copied(self.ctx.opts, src, target, None);
+            messages::say_copied(self.ctx.opts, src, target, None);
             let opts = self.ctx.opts;
             if opts.default_mode && !opts.preserve.mode {
                 let parent = match target.parent() {
@@ -472,7 +474,7 @@ impl Walker<'_> {
                 };
                 let name = target.file_name().map(cname);
                 if let (Ok(d), Some(name)) = (at::open_operand_dir(parent), name) {
-                    if copy::attrs::has_default_acl(d.as_fd()) {
+                    if attrs::has_default_acl(d.as_fd()) {
                         self.minimal_acl(&d, &name, st, target);
                     }
                 }
@@ -514,7 +516,7 @@ impl Walker<'_> {
                     format!("cannot stat {}", quote(dst))
                 } else {
                     // (said first, as GNU says what it is about to make)
-                    copy::say_copied(self.ctx.opts, src, dst, None);
+                    messages::say_copied(self.ctx.opts, src, dst, None);
                     format!("cannot create {made}")
                 };
                 self.report(what, Some(e))
@@ -525,7 +527,7 @@ impl Walker<'_> {
         }
         let keep = &self.ctx.opts.preserve;
         let dst_default_acl = (keep.mode || keep.xattr || self.ctx.opts.default_mode)
-            && copy::attrs::has_default_acl(d.as_fd());
+            && attrs::has_default_acl(d.as_fd());
         Some(DirPair {
             src: Arc::new(s),
             dst: Arc::new(d),

@@ -9,9 +9,9 @@ use std::path::Path;
 
 use super::super::at;
 use super::super::entry::statx_id;
-use super::super::CopyOptions;
+use super::super::options;
+use super::super::options::CopyOptions;
 use super::walker::{id_of, parent};
-use crate::copy;
 
 /// What [`same_file_ok`] says of an operand and its destination.
 #[derive(Debug, PartialEq, Eq)]
@@ -39,9 +39,9 @@ pub(super) fn same_file_ok(
     opts: &CopyOptions,
     as_regular: bool,
 ) -> Same {
-    let hard_link = opts.link == copy::LinkMode::Hard;
-    let symbolic_link = opts.link == copy::LinkMode::Symbolic;
-    let backup = opts.backup != copy::Backup::None;
+    let hard_link = opts.link == options::LinkMode::Hard;
+    let symbolic_link = opts.link == options::LinkMode::Symbolic;
+    let backup = opts.backup != options::Backup::None;
     let go = |ok: bool| if ok { Same::Go } else { Same::Refuse };
     // `-n` never opens an existing destination, so it cannot write into
     // the source: GNU makes no check then, and skips the file in silence.

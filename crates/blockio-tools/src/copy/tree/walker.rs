@@ -17,9 +17,9 @@ use blockio::PathAt;
 
 use super::super::at;
 use super::super::entry::{Ctx, DirAt};
+use super::super::outcome;
 use super::operands::canonical_target;
 use super::work::Work;
-use crate::copy;
 
 /// A directory whose path below its root reaches this many bytes is opened
 /// as a root of its own: `openat2` takes at most `PATH_MAX` (4096) bytes,
@@ -222,7 +222,7 @@ impl Walker<'_> {
 
     /// A message that is not an error (the exit status stays 0).
     pub(super) fn warn(&self, what: String) {
-        (self.ctx.errors.sink)(&copy::CopyError { what, error: None })
+        (self.ctx.errors.sink)(&outcome::CopyError { what, error: None })
     }
 
     /// The `statx` of one path, through the engine (`follow`: a link is
