@@ -38,8 +38,10 @@ fn write_all_to(fd: std::os::fd::BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<(
 
 /// The first error of writing `-v`'s lines to standard output, as an
 /// errno; 0 for none. Cleared when a copy starts, read into its report
-/// when it ends ([`CopyReport::output_error`]). Standard output is one per
-/// process, and so is this.
+/// when it ends ([`CopyReport::output_error`]). Standard output is one
+/// per process, and so is this.
+///
+/// [`CopyReport::output_error`]: super::outcome::CopyReport::output_error
 pub(super) static OUTPUT_ERROR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// With `verbose`: `'src' -> 'dst'`, as `cp -v` says it.

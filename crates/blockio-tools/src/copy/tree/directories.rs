@@ -23,7 +23,8 @@ use super::super::entry::{Chain, DirAt, DirPair, Entry, Group, Root, RootDir};
 use super::super::files;
 use super::super::options::Dereference;
 use super::super::{attrs, messages, options};
-use super::walker::{id_of, open_operand_dst, Fixup, Walker, REROOT};
+use super::paths::id_of;
+use super::walker::{open_operand_dst, Fixup, Walker, REROOT};
 use super::work::{DirTask, Parent, Pending, Queued, Task};
 use crate::quote::quote;
 

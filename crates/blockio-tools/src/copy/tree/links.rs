@@ -19,7 +19,8 @@ use super::super::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::super::entry::{DirPair, Entry, FirstCopy};
 use super::super::unfinished::{self, Unfinished};
 use super::super::{backup, messages, options, overwrite};
-use super::walker::{id_of, Walker};
+use super::paths::id_of;
+use super::walker::Walker;
 use crate::quote::quote;
 
 /// What [`Walker::finish_made`] made: a symbolic link, or a FIFO, socket

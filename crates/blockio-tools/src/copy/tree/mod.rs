@@ -20,7 +20,9 @@
 mod directories;
 mod finish;
 mod links;
+mod mounts;
 mod operands;
+mod paths;
 mod same_file;
 mod walker;
 mod work;
@@ -93,7 +95,7 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         src_dirs: Mutex::default(),
         watch: opts.dereference == options::Dereference::Always
             || sources.len() > 1
-            || walker::mounts_below(sources, dest),
+            || mounts::mounts_below(sources, dest),
         reopen_roots: limits::few_descriptors(),
     };
     // The operands are copied in phases, in command-line order: each

@@ -17,8 +17,9 @@ use blockio::PathAt;
 use super::super::at::{self, cname};
 use super::super::entry::{joined, parent_as_written, statx_id, DirAt, DirPair, Entry};
 use super::super::{attrs, messages, options};
+use super::paths::{canonical_target, id_of, parent};
 use super::same_file::{same_file_ok, Same};
-use super::walker::{id_of, parent, Fixup, Walker};
+use super::walker::{Fixup, Walker};
 use super::work::{DirTask, Pending};
 use crate::quote::quote;
 
@@ -30,16 +31,6 @@ pub(super) fn final_name(p: &Path) -> Option<std::ffi::CString> {
         b"" | b"." | b".." => std::fs::canonicalize(p).ok()?.file_name().map(cname),
         n => Some(cname(OsStr::from_bytes(n))),
     }
-}
-
-/// Where a directory operand's copy would be, resolved: the target's
-/// parent resolved, then its last name (the target may not exist yet).
-pub(super) fn canonical_target(target: &Path) -> io::Result<PathBuf> {
-    if let Ok(t) = std::fs::canonicalize(target) {
-        return Ok(t);
-    }
-    let name = at::last_component(target);
-    Ok(std::fs::canonicalize(parent(target))?.join(name))
 }
 
 impl Walker<'_> {

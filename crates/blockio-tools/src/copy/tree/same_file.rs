@@ -11,7 +11,7 @@ use super::super::at;
 use super::super::entry::statx_id;
 use super::super::options;
 use super::super::options::CopyOptions;
-use super::walker::{id_of, parent};
+use super::paths::{id_of, parent};
 
 /// What [`same_file_ok`] says of an operand and its destination.
 #[derive(Debug, PartialEq, Eq)]
