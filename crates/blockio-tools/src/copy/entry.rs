@@ -16,6 +16,7 @@ use super::at;
 use super::creators::Creators;
 use super::options::{CopyOptions, Dereference};
 use super::outcome::{Errors, Progress};
+use super::unfinished::MadeIn;
 
 /// The source and destination directories of one operand's tree: every
 /// directory below is opened from these by its relative path, with no
@@ -158,6 +159,12 @@ impl DirPair {
     fn as_written(&self, operand: &Path, name: &CStr) -> Option<PathBuf> {
         let own = self.below.is_none() && at::last_component(operand).as_bytes() == name.to_bytes();
         own.then(|| operand.to_path_buf())
+    }
+}
+
+impl MadeIn for DirPair {
+    fn dst_dir(&self) -> &Arc<File> {
+        &self.dst
     }
 }
 

@@ -36,12 +36,19 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
+use std::fs::File;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
-use super::entry::DirPair;
+/// A destination directory a copy makes names in, as a listing keeps it:
+/// an interrupting signal removes the name from it (and puts back the
+/// file kept aside there).
+pub(crate) trait MadeIn {
+    /// The destination directory, open.
+    fn dst_dir(&self) -> &Arc<File>;
+}
 
 /// Held (read side) by every creation of a file from before it until the
 /// file is listed; the signal thread takes the write side.
@@ -74,7 +81,8 @@ impl Listed {
 
 /// A name this copy made.
 struct Made {
-    dir: Arc<DirPair>,
+    /// The destination directory `name` is in.
+    dir: Arc<File>,
     name: CString,
     /// The file this one replaced, kept aside under this name (`-b`).
     backup: Option<CString>,
@@ -120,7 +128,7 @@ impl Drop for Unfinished {
 /// under `name`, which it then lists (the signal removes the copy, then
 /// puts the file back), or drop it once the name is filled otherwise.
 pub(crate) fn kept_aside(
-    dir: &Arc<DirPair>,
+    dir: &Arc<impl MadeIn>,
     name: &CString,
     id: (u64, u64),
     set_aside: impl FnOnce() -> io::Result<Option<PathBuf>>,
@@ -133,7 +141,7 @@ pub(crate) fn kept_aside(
     let listing = kept.as_ref().and_then(|path| {
         let backup = CString::new(path.file_name()?.as_bytes()).ok()?;
         let made = Made {
-            dir: Arc::clone(dir),
+            dir: Arc::clone(dir.dst_dir()),
             name: name.clone(),
             backup: Some(backup),
             id,
@@ -152,7 +160,7 @@ pub(crate) fn kept_aside(
 /// if given (the listing of the file [`kept_aside`] moved from `name`,
 /// which already names the backup), or a new one naming `backup`.
 pub(crate) fn created<T>(
-    dir: &Arc<DirPair>,
+    dir: &Arc<impl MadeIn>,
     name: &CString,
     backup: Option<&CString>,
     id: (u64, u64),
@@ -174,7 +182,7 @@ pub(crate) fn created<T>(
         return Ok((value, Some(listing)));
     }
     let made = Made {
-        dir: Arc::clone(dir),
+        dir: Arc::clone(dir.dst_dir()),
         name: name.clone(),
         backup: backup.cloned(),
         id,
@@ -189,7 +197,7 @@ pub(crate) fn created<T>(
 /// if an interrupting signal comes before the copy is finished (and the
 /// file `-b` moved aside from it, whose listing `aside` is, put back).
 pub(crate) fn linked(
-    dir: &Arc<DirPair>,
+    dir: &Arc<impl MadeIn>,
     name: &CString,
     id: (u64, u64),
     aside: Option<Unfinished>,
@@ -218,7 +226,7 @@ pub(crate) fn linked(
         }
         None if copy_unfinished => {
             l.list(Made {
-                dir: Arc::clone(dir),
+                dir: Arc::clone(dir.dst_dir()),
                 name: name.clone(),
                 backup: None,
                 id,
@@ -349,10 +357,9 @@ fn remove_and_die(sig: libc::c_int) -> ! {
     // Second names first, while their copies still have theirs.
     let (links, copies): (Vec<&Made>, Vec<&Made>) = l.files.values().partition(|m| m.link);
     for m in links.into_iter().chain(copies) {
-        let _ = rustix::fs::unlinkat(&m.dir.dst, m.name.as_c_str(), rustix::fs::AtFlags::empty());
+        let _ = rustix::fs::unlinkat(&m.dir, m.name.as_c_str(), rustix::fs::AtFlags::empty());
         if let Some(kept) = &m.backup {
-            let _ =
-                rustix::fs::renameat(&m.dir.dst, kept.as_c_str(), &m.dir.dst, m.name.as_c_str());
+            let _ = rustix::fs::renameat(&m.dir, kept.as_c_str(), &m.dir, m.name.as_c_str());
         }
     }
     let one = signal_set(&[sig]);
