@@ -7,15 +7,19 @@
 //! options may be abbreviated to any unambiguous prefix (`--rem`), and a
 //! usage error prints GNU's message and exits with status 1.
 
+mod ask;
+mod help;
+mod memory;
+mod program;
+mod usage;
+
 use crate::progress_line::ProgressLine;
 use crate::stdio::say_err;
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
-use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use blockio_tools::copy::{
@@ -23,7 +27,12 @@ use blockio_tools::copy::{
     Sparse, Update,
 };
 use blockio_tools::getopt::{self, Opt};
-use blockio_tools::quote::quote_locale;
+
+use ask::{ask, STDIN_ERROR};
+use help::help;
+use memory::{address_space_left, buffers_within, one_arena_under_address_limit, threads_within};
+use program::program;
+use usage::{argmatch, fatal, write_out, Usage};
 
 /// Options and operands of `blockio cp`, as GNU `cp` takes them (see
 /// `blockio cp --help`).
@@ -33,26 +42,6 @@ pub struct CpArgs {
     /// GNU cp's options and operands, read as `cp` reads them.
     #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
     args: Vec<OsString>,
-}
-
-/// The name messages, `--help` and `--version` use, chosen in this one
-/// place: `blockio cp`, or when the binary runs under another name (a link
-/// named `cp`), that name as invoked, as GNU `cp` names itself by its
-/// `argv[0]`.
-fn program() -> &'static str {
-    static NAME: OnceLock<String> = OnceLock::new();
-    NAME.get_or_init(|| {
-        let argv0 = std::env::args_os().next().unwrap_or_default();
-        let base = std::path::Path::new(&argv0)
-            .file_name()
-            .map(|b| b.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if base.is_empty() || base.starts_with("blockio") {
-            "blockio cp".to_string()
-        } else {
-            argv0.to_string_lossy().into_owned()
-        }
-    })
 }
 
 /// GNU `cp`'s options: the long ones in GNU's order (which its messages
@@ -109,24 +98,6 @@ const OPTS: &[Opt] = &[
     Opt::arg("block-size", None, Some("block-size")).whole_only(),
     Opt::arg("threads", None, Some("threads")).whole_only(),
 ];
-
-/// A usage error: GNU's message, then (`hint`) the pointer to `--help`.
-#[derive(Debug)]
-struct Usage {
-    msg: String,
-    hint: bool,
-}
-
-/// A usage error followed by the pointer to `--help`.
-#[allow(non_snake_case)]
-fn Usage(msg: String) -> Usage {
-    Usage { msg, hint: true }
-}
-
-/// A usage error that GNU reports alone.
-fn fatal(msg: String) -> Usage {
-    Usage { msg, hint: false }
-}
 
 /// An option given: the name of the option it stands for, and its
 /// argument.
@@ -506,97 +477,6 @@ fn backup_type(control: &str, from: &str) -> Result<Backup, Usage> {
     argmatch(control, from, &words)
 }
 
-/// The value of `arg` among `words`, as GNU's `argmatch` finds it: the
-/// word itself, or the only value the words it begins stand for; else
-/// GNU's message ("invalid" or "ambiguous" argument) with the valid words,
-/// those of one value on one line.
-fn argmatch<T: Copy + PartialEq>(arg: &str, option: &str, words: &[(&str, T)]) -> Result<T, Usage> {
-    if let Some((_, v)) = words.iter().find(|(w, _)| *w == arg) {
-        return Ok(*v);
-    }
-    let found: Vec<T> = words
-        .iter()
-        .filter(|(w, _)| w.starts_with(arg))
-        .map(|(_, v)| *v)
-        .collect();
-    let problem = match found.as_slice() {
-        [first, rest @ ..] if rest.iter().all(|v| v == first) => return Ok(*first),
-        [] => "invalid",
-        _ => "ambiguous",
-    };
-    let mut msg = format!(
-        "{problem} argument {} for {}\nValid arguments are:",
-        quote_locale(arg),
-        quote_locale(option)
-    );
-    let mut k = 0;
-    while k < words.len() {
-        let same: Vec<String> = words[k..]
-            .iter()
-            .take_while(|(_, v)| *v == words[k].1)
-            .map(|(w, _)| quote_locale(w))
-            .collect();
-        msg.push_str(&format!("\n  - {}", same.join(", ")));
-        k += same.len();
-    }
-    Err(Usage(msg))
-}
-
-/// `-i`: asks on standard error, one question at a time, and reads the
-/// answer from standard input: yes when it starts with `y` or `Y`.
-fn ask(question: &str) -> bool {
-    use std::io::Write;
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut err = std::io::stderr().lock();
-    let _ = write!(err, "{}: {question}", program());
-    let _ = err.flush();
-    let line = match read_answer() {
-        Ok(line) => line,
-        Err(e) => {
-            record_stdin_error(&e);
-            String::new()
-        }
-    };
-    matches!(line.trim_start().chars().next(), Some('y' | 'Y'))
-}
-
-/// One line of standard input, read a byte at a time (nothing after the
-/// line is taken from a later question's answer), from descriptor 0
-/// itself: `std::io::stdin` takes a closed descriptor (`EBADF`) for an
-/// empty input, and GNU reports it.
-fn read_answer() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut input = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
-    let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    loop {
-        match input.read(&mut byte) {
-            Ok(0) => break,
-            Ok(_) => {
-                line.push(byte[0]);
-                if byte[0] == b'\n' {
-                    break;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(String::from_utf8_lossy(&line).into_owned())
-}
-
-/// Keeps the first error of reading an answer (which counts as "no"),
-/// reported once at the end as GNU's "error closing file".
-fn record_stdin_error(e: &std::io::Error) {
-    let code = e.raw_os_error().unwrap_or(libc::EIO);
-    let _ = STDIN_ERROR.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
-}
-
-/// The first error of reading an answer from standard input (`-i`), as an
-/// errno; 0 for none. Reported when the copy ends, with status 1.
-static STDIN_ERROR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-
 /// A block size for `cp`: 4 KiB to 64 MiB.
 fn parse_block(s: &str) -> Result<usize, String> {
     let n = crate::size::parse(s)?;
@@ -604,95 +484,6 @@ fn parse_block(s: &str) -> Result<usize, String> {
         return Err(format!("must be between 4K and 64M, got {s}"));
     }
     Ok(n)
-}
-
-/// Writes `text` to standard output, flushed; a failure (`> /dev/full`)
-/// is GNU's "write error" with exit status 1, never a panic.
-fn write_out(text: &str) -> Result<(), Usage> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| Usage {
-            msg: format!("write error: {}", blockio_tools::reason::reason(&e)),
-            hint: false,
-        })
-}
-
-/// The text `--help` prints.
-fn help() -> String {
-    let p = program();
-    format!(
-        "Usage: {p} [OPTION]... [-T] SOURCE DEST
-  or:  {p} [OPTION]... SOURCE... DIRECTORY
-  or:  {p} [OPTION]... -t DIRECTORY SOURCE...
-Copy SOURCE to DEST, or multiple SOURCE(s) to DIRECTORY, as GNU cp does,
-on io_uring.
-
-Mandatory arguments to long options are mandatory for short options too.
-  -a, --archive                same as -dR --preserve=all
-      --attributes-only        don't copy the file data, just the attributes
-  -b                           like --backup but does not accept an argument
-      --backup[=CONTROL]       make a backup of each existing destination file
-      --copy-contents          copy contents of special files when recursive
-  -d                           same as --no-dereference --preserve=links
-  -f, --force                  if an existing destination file cannot be
-                                 opened, remove it and try again
-  -H                           follow command-line symbolic links in SOURCE
-  -i, --interactive            prompt before overwrite (overrides a previous -n
-                                 option)
-  -l, --link                   hard link files instead of copying
-  -L, --dereference            always follow symbolic links in SOURCE
-  -n, --no-clobber             do not overwrite an existing file (overrides
-                                 a previous -i option)
-  -P, --no-dereference         never follow symbolic links in SOURCE
-  -p                           same as --preserve=mode,ownership,timestamps
-      --preserve[=ATTR_LIST]   preserve the specified attributes (default:
-                                 mode,ownership,timestamps), if possible
-                                 additional attributes: links, xattr, all
-                                 (context, SELinux's, is not supported)
-      --no-preserve=ATTR_LIST  don't preserve the specified attributes
-      --parents                use full source file name under DIRECTORY
-  -R, -r, --recursive          copy directories recursively
-      --remove-destination     remove each existing destination file before
-                                 attempting to open it
-      --reflink[=WHEN]         control clone/CoW copies: auto (the file system
-                                 decides, through copy_file_range), always
-                                 (FICLONE, or fail), never
-  -s, --symbolic-link          make symbolic links instead of copying
-  -S, --suffix=SUFFIX          override the usual backup suffix
-      --sparse=WHEN            control creation of sparse files: auto (holes
-                                 where the source has them), always (also
-                                 for blocks of zeros), never
-      --strip-trailing-slashes  remove any trailing slashes from each SOURCE
-  -t, --target-directory=DIRECTORY  copy all SOURCE arguments into DIRECTORY
-  -T, --no-target-directory    treat DEST as a normal file
-  -u, --update[=UPDATE]        copy only when the SOURCE file is newer than
-                                 the destination file or when the destination
-                                 file is missing (UPDATE: all, none, older;
-                                 -u is older)
-  -v, --verbose                explain what is being done
-  -x, --one-file-system        stay on this file system
-  -Z, --context[=CTX]          accepted; SELinux contexts are not supported
-      --help        display this help and exit
-      --version     output version information and exit
-
-blockio's own options:
-      --fsync              make the copy durable before exiting
-      --json               print a JSON summary on stdout at the end
-      --block-size=SIZE    bytes per read and write (4K to 64M; default 1M)
-      --threads=N          worker threads (default: the CPUs plus one)
-
-The backup suffix is '~', unless set with --suffix or SIMPLE_BACKUP_SUFFIX.
-The version control method may be selected via the --backup option or
-through the VERSION_CONTROL environment variable: none/off, numbered/t,
-existing/nil (numbered if numbered backups exist, simple otherwise),
-simple/never.
-
-By default, sparse SOURCE files are copied with their holes. Symbolic links
-on the command line are followed unless -R (then -H and -L choose).
-"
-    )
 }
 
 /// The arguments with the `--` clap drops when it comes first (`cp -- -x
@@ -709,80 +500,6 @@ fn with_leading_dashes(args: &[OsString]) -> Vec<OsString> {
         return v;
     }
     args.to_vec()
-}
-
-/// Under a limit on address space (`ulimit -v`, `RLIMIT_AS`), keeps
-/// glibc's allocator to its one main arena: each worker thread would
-/// otherwise get an arena of its own, reserving 64 MiB of address space
-/// apiece, and an allocation failing under the limit aborts the process.
-/// With one arena the threads share it, and the copy fits where one
-/// thread's does (coreutils' `tests/cp/link-heap.sh`).
-///
-/// Returns the limit (`None`: no limit). Call it before any thread starts.
-fn one_arena_under_address_limit() -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the rlimit it is given, valid for the
-    // call.
-    let limited = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0
-        && lim.rlim_cur != libc::RLIM_INFINITY;
-    if !limited {
-        return None;
-    }
-    // SAFETY: mallopt only sets an allocator parameter; called before
-    // the copy's threads start, and M_ARENA_MAX is one glibc knows.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
-    Some(lim.rlim_cur)
-}
-
-/// The address space left under `limit`: what the worker threads can have.
-fn address_space_left(limit: u64) -> u64 {
-    // SAFETY: sysconf only reads a configuration value.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-    // The first field of statm: the address space in use, in pages.
-    let used = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * page);
-    limit.saturating_sub(used)
-}
-
-/// Address space each worker thread beyond the first needs left over
-/// under a limit (`ulimit -v`) to be started: its stack takes 2 MiB, and
-/// a copy whose threads took the room its listings need would fail where
-/// one thread fits.
-const ROOM_PER_THREAD: u64 = 64 << 20;
-
-/// The worker threads a copy may start with `room` bytes of address space
-/// left under a limit: at least one, one more per [`ROOM_PER_THREAD`].
-fn threads_within(threads: usize, room: Option<u64>) -> usize {
-    match room {
-        Some(room) => threads.min(1 + (room / ROOM_PER_THREAD) as usize),
-        None => threads,
-    }
-}
-
-/// The smallest read a copy fitted to an address-space limit makes.
-const LEAST_BLOCK: usize = 64 << 10;
-
-/// The bytes per read (`block`) and in flight per worker (`wave`) of a
-/// copy on `threads` workers with `room` bytes of address space left
-/// under a limit: the waves together at most an eighth of the room, in
-/// whole blocks of at least [`LEAST_BLOCK`]; as given when they fit, or
-/// with no limit. Without this a worker's 16 MiB wave made a large file
-/// fail ("memory exhausted") where a small one fit.
-fn buffers_within(block: usize, wave: usize, threads: usize, room: Option<u64>) -> (usize, usize) {
-    let Some(room) = room else {
-        return (block, wave);
-    };
-    let most = usize::try_from(room / 8 / threads.max(1) as u64).unwrap_or(usize::MAX);
-    if wave <= most {
-        return (block, wave);
-    }
-    let block = block.min(most / LEAST_BLOCK * LEAST_BLOCK).max(LEAST_BLOCK);
-    (block, (most / block * block).max(block))
 }
 
 /// Runs `cp`; `Ok(false)` when anything failed (each failure reported),
