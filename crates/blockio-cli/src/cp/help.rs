@@ -1,6 +1,15 @@
-//! The text `--help` prints.
+//! The texts `--help` and `--version` print.
 
 use super::program::program;
+
+/// The text `--version` prints.
+pub(super) fn version() -> String {
+    format!(
+        "{} (blockio) {}\n",
+        program().rsplit(['/', ' ']).next().unwrap_or("cp"),
+        env!("CARGO_PKG_VERSION")
+    )
+}
 
 /// The text `--help` prints.
 pub(super) fn help() -> String {
