@@ -139,18 +139,7 @@ pub fn copy(
 ) -> io::Result<CopyReport> {
     // Only this copy's `-v` lines count in its report.
     OUTPUT_ERROR.store(0, Ordering::Relaxed);
-    if sources.is_empty() {
-        return Err(usage(format!(
-            "missing source operand before '{}'",
-            dest.display()
-        )));
-    }
-    if opts.block == 0 || opts.wave < opts.block || opts.group == 0 || opts.threads == 0 {
-        return Err(usage(format!(
-            "bad options: block {} wave {} group {} threads {} (all above 0, wave at least a block)",
-            opts.block, opts.wave, opts.group, opts.threads
-        )));
-    }
+    check_usage(sources, dest, opts)?;
     let itself = backup_of_itself(sources, dest, opts);
     let (dest, opts) = match &itself {
         Some((backup, opts)) => (backup.as_path(), opts),
@@ -164,33 +153,14 @@ pub fn copy(
             Ok(_) => format!("target {}: Not a directory", quote(dest)),
         }));
     }
-    // A destination that cannot be looked at for any reason but its
-    // absence (a directory on the way the copier may not search, a loop of
-    // links, a name too long): GNU's "cannot stat", and nothing is copied.
-    // A last name that is itself a link in a loop is judged per source, as
-    // GNU's `cp` looks at it through the link or not by what is copied
-    // onto it.
     if let Err(e) = &dest_meta {
-        let a_link_in_a_loop =
-            || e.raw_os_error() == Some(libc::ELOOP) && std::fs::symlink_metadata(dest).is_ok();
-        if e.kind() != io::ErrorKind::NotFound && !a_link_in_a_loop() {
-            // `-f` takes a loop for a link in the way and tries to remove
-            // it: GNU's words are then of that.
-            let verb = if e.raw_os_error() == Some(libc::ELOOP)
-                && opts.force
-                && !opts.remove_destination
-            {
-                "cannot remove"
-            } else {
-                "cannot stat"
-            };
-            let what = format!("{verb} {}", quote(dest));
+        if let Some(what) = unusable_destination(dest, e, opts) {
             let err = e.raw_os_error().map(io::Error::from_raw_os_error);
-            Errors {
+            let errors = Errors {
                 progress,
                 sink: on_error,
-            }
-            .report(what, err);
+            };
+            errors.report(what, err);
             return Ok(CopyReport {
                 errors: progress.errors.load(Ordering::Relaxed),
                 ..CopyReport::default()
@@ -198,46 +168,18 @@ pub fn copy(
         }
     }
     raise_fd_limit();
-    let fitted = fit_to_descriptors(opts, descriptor_limit());
-    let opts = &fitted;
+    let opts = &fit_to_descriptors(opts, descriptor_limit());
     let started = std::time::Instant::now();
-    // The thread-pool backend's workers scale with the copy's own threads
-    // (16 each, at most 64), so a copy whose threads were cut to fit an
-    // address-space limit (`ulimit -v`) does not start 64 stacks anyway.
-    // Under such a limit, one per copy thread beyond the first, which runs
-    // its batches itself: every worker's stack takes 2 MiB of address
-    // space, and a copy fitted to one thread needs that room for its
-    // listings. A worker that cannot be started leaves the batches to the
-    // calling thread rather than failing the copy. Under a low limit on
-    // descriptors (below `DESCRIPTORS_BESIDES_FILES`) the same: a pool
-    // thread starting up opens a file for a moment (the C library's
-    // allocator reads /sys/devices/system/cpu/online on a thread's first
-    // allocation), and sixteen of them starting at once took the
-    // descriptors a file being copied needed.
-    let pool_threads = if address_space_limited() || few_descriptors() {
-        opts.threads.saturating_sub(1)
-    } else {
-        (opts.threads.max(1) * 16).min(64)
+    let engine = engine_for(opts)?;
+    let request = tree::Request {
+        sources,
+        dest,
+        dest_is_dir,
+        opts,
+        progress,
+        on_error,
     };
-    let backend = backend_for_this_process()?;
-    let engine = blockio::Engine::builder()
-        .backend(backend)
-        .caller_only_if_no_threads(true)
-        .no_pool_threads(pool_threads == 0)
-        .queue_depth(256)
-        .fallback_threads(pool_threads.max(1))
-        .build()?;
-    let mut report = tree::run(
-        &engine,
-        &tree::Request {
-            sources,
-            dest,
-            dest_is_dir,
-            opts,
-            progress,
-            on_error,
-        },
-    );
+    let mut report = tree::run(&engine, &request);
     report.seconds = started.elapsed().as_secs_f64();
     report.errors = progress.errors.load(Ordering::Relaxed);
     report.backend = engine.backend().to_string();
@@ -247,6 +189,77 @@ pub fn copy(
         code => Some(code),
     };
     Ok(report)
+}
+
+/// A usage error for no source, or for options no copy can run with.
+fn check_usage(sources: &[PathBuf], dest: &Path, opts: &CopyOptions) -> io::Result<()> {
+    if sources.is_empty() {
+        return Err(usage(format!(
+            "missing source operand before '{}'",
+            dest.display()
+        )));
+    }
+    if opts.block == 0 || opts.wave < opts.block || opts.group == 0 || opts.threads == 0 {
+        return Err(usage(format!(
+            "bad options: block {} wave {} group {} threads {} (all above 0, wave at least a block)",
+            opts.block, opts.wave, opts.group, opts.threads
+        )));
+    }
+    Ok(())
+}
+
+/// GNU's message for a destination that cannot be looked at for any
+/// reason but its absence (a directory on the way the copier may not
+/// search, a loop of links, a name too long): "cannot stat", and nothing
+/// is copied. `None` when the copy goes on: the destination is absent,
+/// or its last name is itself a link in a loop, judged per source, as
+/// GNU's `cp` looks at it through the link or not by what is copied onto
+/// it.
+fn unusable_destination(dest: &Path, e: &io::Error, opts: &CopyOptions) -> Option<String> {
+    let a_link_in_a_loop =
+        || e.raw_os_error() == Some(libc::ELOOP) && std::fs::symlink_metadata(dest).is_ok();
+    if e.kind() == io::ErrorKind::NotFound || a_link_in_a_loop() {
+        return None;
+    }
+    // `-f` takes a loop for a link in the way and tries to remove it:
+    // GNU's words are then of that.
+    let verb = if e.raw_os_error() == Some(libc::ELOOP) && opts.force && !opts.remove_destination {
+        "cannot remove"
+    } else {
+        "cannot stat"
+    };
+    Some(format!("{verb} {}", quote(dest)))
+}
+
+/// The engine a copy with `opts` runs on.
+///
+/// The thread-pool backend's workers scale with the copy's own threads
+/// (16 each, at most 64), so a copy whose threads were cut to fit an
+/// address-space limit (`ulimit -v`) does not start 64 stacks anyway.
+/// Under such a limit, one per copy thread beyond the first, which runs
+/// its batches itself: every worker's stack takes 2 MiB of address
+/// space, and a copy fitted to one thread needs that room for its
+/// listings. A worker that cannot be started leaves the batches to the
+/// calling thread rather than failing the copy. Under a low limit on
+/// descriptors (below `DESCRIPTORS_BESIDES_FILES`) the same: a pool
+/// thread starting up opens a file for a moment (the C library's
+/// allocator reads /sys/devices/system/cpu/online on a thread's first
+/// allocation), and sixteen of them starting at once took the
+/// descriptors a file being copied needed.
+fn engine_for(opts: &CopyOptions) -> io::Result<blockio::Engine> {
+    let pool_threads = if address_space_limited() || few_descriptors() {
+        opts.threads.saturating_sub(1)
+    } else {
+        (opts.threads.max(1) * 16).min(64)
+    };
+    let backend = backend_for_this_process()?;
+    blockio::Engine::builder()
+        .backend(backend)
+        .caller_only_if_no_threads(true)
+        .no_pool_threads(pool_threads == 0)
+        .queue_depth(256)
+        .fallback_threads(pool_threads.max(1))
+        .build()
 }
 
 #[cfg(test)]
