@@ -62,24 +62,43 @@ pub(crate) struct Request<'a> {
 /// Runs the copy `req` on `engine` and returns what it copied (`errors`
 /// left 0: each went to `req.on_error`, whose caller counts them).
 pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
+    let errors = Errors {
+        progress: req.progress,
+        sink: req.on_error,
+    };
+    let walker = walker_for(engine, req, &errors);
+    // The operands are copied in phases, in command-line order: each
+    // directory in a phase of its own, the files between them together.
+    // Copies that land on the same names then end as GNU's do, the later
+    // operand's last (`cp -r a/. b/. d/` leaves `b`'s files), never
+    // depending on which thread came first.
+    let (opts, mut rest) = (req.opts, req.sources);
+    while !rest.is_empty() {
+        let is_dir = |p: &PathBuf| opts.recursive && std::fs::metadata(p).is_ok_and(|m| m.is_dir());
+        let n = phase_len(rest, opts, is_dir);
+        let (phase, later) = rest.split_at(n);
+        rest = later;
+        walker.copy_phase(phase, req.dest, req.dest_is_dir);
+    }
+    walker.finish_dirs();
+    report_of(&walker, req.progress)
+}
+
+/// The walk of the copy `req`, its errors going to `errors`.
+fn walker_for<'a>(engine: &'a Engine, req: &Request<'a>, errors: &'a Errors<'a>) -> Walker<'a> {
     let &Request {
         sources,
         dest,
-        dest_is_dir,
         opts,
         progress,
-        on_error,
+        ..
     } = req;
-    let errors = Errors {
-        progress,
-        sink: on_error,
-    };
-    let walker = Walker {
+    Walker {
         ctx: Ctx {
             engine,
             opts,
             progress,
-            errors: &errors,
+            errors,
             counts: Counts::default(),
             links: Default::default(),
             made_links: (sources.len() > 1).then(Default::default),
@@ -97,55 +116,11 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
             || sources.len() > 1
             || mounts::mounts_below(sources, dest),
         reopen_roots: limits::few_descriptors(),
-    };
-    // The operands are copied in phases, in command-line order: each
-    // directory in a phase of its own, the files between them together.
-    // Copies that land on the same names then end as GNU's do, the later
-    // operand's last (`cp -r a/. b/. d/` leaves `b`'s files), never
-    // depending on which thread came first.
-    let mut rest = sources;
-    while !rest.is_empty() {
-        let is_dir = |p: &PathBuf| opts.recursive && std::fs::metadata(p).is_ok_and(|m| m.is_dir());
-        let n = phase_len(rest, opts, is_dir);
-        let (phase, later) = rest.split_at(n);
-        rest = later;
-        // Every thread walks directories and copies files alike, so that no
-        // core waits on a single walker (the first levels of a tree hold only
-        // directories) and the walk itself runs in parallel.
-        // A thread that cannot be had (under a limit on threads or on
-        // address space) leaves the work to fewer: this one alone if need be.
-        std::thread::scope(|s| {
-            // The workers start first and take the operands' tasks as
-            // they are queued (the queue counts this loop as a task, so
-            // that they wait for it rather than ending). A file operand's
-            // group holds its directories open (two descriptors) until it
-            // is copied: past two waiting groups per worker (with no
-            // other worker, past none), this thread copies the oldest
-            // itself, so that a command line of many files needs no more
-            // descriptors than a few.
-            let queuing = walker.work.hold();
-            let mut workers = 1;
-            for _ in 1..opts.threads {
-                if std::thread::Builder::new()
-                    .spawn_scoped(s, || walker.work_loop())
-                    .is_err()
-                {
-                    break;
-                }
-                workers += 1;
-            }
-            let waiting = if workers > 1 { 2 * workers } else { 0 };
-            let mut arena = blockio::AlignedBuf::new(0, files::SLOT_ALIGN);
-            for src in phase {
-                walker.operand(src, dest, dest_is_dir);
-                walker.help_with_files_beyond(waiting, &mut arena);
-            }
-            drop(arena);
-            drop(queuing);
-            walker.work_loop();
-        });
     }
-    walker.finish_dirs();
+}
+
+/// What the finished walk copied, by its counters.
+fn report_of(walker: &Walker<'_>, progress: &Progress) -> CopyReport {
     let counts = &walker.ctx.counts;
     CopyReport {
         files: progress.files.load(Ordering::Relaxed),
@@ -181,6 +156,45 @@ fn phase_len(
 }
 
 impl Walker<'_> {
+    /// Copies the operands of one `phase` to `dest` and waits for all
+    /// of it. Every thread walks directories and copies files alike, so
+    /// that no core waits on a single walker (the first levels of a tree
+    /// hold only directories) and the walk itself runs in parallel. A
+    /// thread that cannot be had (under a limit on threads or on address
+    /// space) leaves the work to fewer: this one alone if need be.
+    fn copy_phase(&self, phase: &[PathBuf], dest: &Path, dest_is_dir: bool) {
+        std::thread::scope(|s| {
+            // The workers start first and take the operands' tasks as
+            // they are queued (the queue counts this loop as a task, so
+            // that they wait for it rather than ending). A file operand's
+            // group holds its directories open (two descriptors) until it
+            // is copied: past two waiting groups per worker (with no
+            // other worker, past none), this thread copies the oldest
+            // itself, so that a command line of many files needs no more
+            // descriptors than a few.
+            let queuing = self.work.hold();
+            let mut workers = 1;
+            for _ in 1..self.ctx.opts.threads {
+                if std::thread::Builder::new()
+                    .spawn_scoped(s, || self.work_loop())
+                    .is_err()
+                {
+                    break;
+                }
+                workers += 1;
+            }
+            let waiting = if workers > 1 { 2 * workers } else { 0 };
+            let mut arena = blockio::AlignedBuf::new(0, files::SLOT_ALIGN);
+            for src in phase {
+                self.operand(src, dest, dest_is_dir);
+                self.help_with_files_beyond(waiting, &mut arena);
+            }
+            drop(arena);
+            drop(queuing);
+            self.work_loop();
+        });
+    }
+
     /// One worker: takes tasks until the walk is done, each worker with its
     /// own arena for file groups.
     fn work_loop(&self) {
