@@ -8,7 +8,7 @@ use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -376,7 +376,7 @@ impl Walker<'_> {
     }
 
     /// The link `l` made (`r`), said with `-v` and counted, or reported.
-    fn linked(&self, l: &LinkTo<'_>, r: rustix::io::Result<()>, backup: Option<&std::path::Path>) {
+    fn linked(&self, l: &LinkTo<'_>, r: rustix::io::Result<()>, backup: Option<&Path>) {
         let opts = self.ctx.opts;
         // GNU says what it is about to do before it fails, too.
         messages::say_copied(opts, &l.src, &l.dst, backup);
@@ -600,37 +600,8 @@ impl Walker<'_> {
         let opts = self.ctx.opts;
         let name = e.dst_name.as_c_str();
         let dst = pair.dst_of(name);
-        if !forced && !opts.no_clobber && self.leads_to_source(pair, e) {
-            self.report(
-                format!(
-                    "{} and {} are the same file",
-                    quote(&pair.src_of(&e.src_name)),
-                    quote(&dst)
-                ),
-                None,
-            );
-            return Replace::Failed;
-        }
-        let skip = opts.no_clobber
-            || !judged
-                && rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                    .is_ok_and(|st| {
-                        let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-                        overwrite::keep_existing(opts, overwrite::mtime(&e.st), mtime, &dst)
-                    });
-        if skip {
-            self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
-            return Replace::Skip;
-        }
-        if at::is_dir(&pair.dst, name) {
-            self.report(
-                format!(
-                    "cannot overwrite directory {} with non-directory",
-                    quote(&dst)
-                ),
-                None,
-            );
-            return Replace::Failed;
+        if let Some(stop) = self.stays_in_the_way(pair, e, &dst, forced, judged) {
+            return stop;
         }
         let several_names = || {
             rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
@@ -647,42 +618,11 @@ impl Walker<'_> {
             || (e.kind() == libc::S_IFLNK && opts.force)
             || (data && opts.preserve.links && several_names());
         if !may_replace {
-            messages::say_copied(opts, &pair.src_of(&e.src_name), &dst, None);
-            let what = match e.kind() {
-                libc::S_IFLNK => "symbolic link",
-                libc::S_IFIFO => "fifo",
-                _ => "special file",
-            };
-            self.report(
-                format!("cannot create {what} {}", quote(&dst)),
-                Some(io::Error::from_raw_os_error(libc::EEXIST)),
-            );
+            self.refuse_existing(pair, e, &dst);
             return Replace::Failed;
         }
         if opts.backup != options::Backup::None {
-            // `cp -bl a~ a`: the backup of `a` would take the source's
-            // name, and the link (or `-s` link) would then be made to the
-            // old `a`, the source's data gone.
-            if backup::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
-                self.report(
-                    format!(
-                        "backing up {} might destroy source;  {} not copied",
-                        quote(&dst),
-                        quote(&pair.src_of(&e.src_name))
-                    ),
-                    None,
-                );
-                return Replace::Failed;
-            }
-            let set_aside = || backup::make_backup(opts, &pair.dst, &pair.dst_path, name);
-            return match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
-                Ok((b, aside)) => Replace::Removed(b, aside),
-                Err(e) => {
-                    let what = format!("cannot backup {}", quote(&dst));
-                    self.report(what, Some(e));
-                    Replace::Failed
-                }
-            };
+            return self.keep_aside(pair, e, &dst);
         }
         // As GNU's `-v`: a link (`-l`, `-s`) that replaces what is in its
         // way only because of `-f` or `-i` is made over it without a
@@ -701,6 +641,99 @@ impl Walker<'_> {
             messages::say(opts, format_args!("removed {}", quote(&dst)));
         }
         Replace::Removed(None, None)
+    }
+
+    /// The checks of [`Walker::replace`] that leave the destination `dst`
+    /// of `e` where it is: the source itself (unless `forced`), `-n`, `-u`
+    /// or `-i` (unless `judged`), a directory. `None` when none does.
+    fn stays_in_the_way(
+        &self,
+        pair: &DirPair,
+        e: &Entry,
+        dst: &Path,
+        forced: bool,
+        judged: bool,
+    ) -> Option<Replace> {
+        let opts = self.ctx.opts;
+        let name = e.dst_name.as_c_str();
+        if !forced && !opts.no_clobber && self.leads_to_source(pair, e) {
+            self.report(
+                format!(
+                    "{} and {} are the same file",
+                    quote(&pair.src_of(&e.src_name)),
+                    quote(dst)
+                ),
+                None,
+            );
+            return Some(Replace::Failed);
+        }
+        let skip = opts.no_clobber
+            || !judged
+                && rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| {
+                        let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                        overwrite::keep_existing(opts, overwrite::mtime(&e.st), mtime, dst)
+                    });
+        if skip {
+            self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return Some(Replace::Skip);
+        }
+        if at::is_dir(&pair.dst, name) {
+            self.report(
+                format!(
+                    "cannot overwrite directory {} with non-directory",
+                    quote(dst)
+                ),
+                None,
+            );
+            return Some(Replace::Failed);
+        }
+        None
+    }
+
+    /// GNU's "File exists" for a link or special file `e` that may not
+    /// replace its destination `dst`, after `-v`'s line.
+    fn refuse_existing(&self, pair: &DirPair, e: &Entry, dst: &Path) {
+        messages::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), dst, None);
+        let what = match e.kind() {
+            libc::S_IFLNK => "symbolic link",
+            libc::S_IFIFO => "fifo",
+            _ => "special file",
+        };
+        self.report(
+            format!("cannot create {what} {}", quote(dst)),
+            Some(io::Error::from_raw_os_error(libc::EEXIST)),
+        );
+    }
+
+    /// `-b`: the destination `dst` of `e` kept aside, listed until the
+    /// name is made again.
+    fn keep_aside(&self, pair: &Arc<DirPair>, e: &Entry, dst: &Path) -> Replace {
+        let opts = self.ctx.opts;
+        let name = e.dst_name.as_c_str();
+        // `cp -bl a~ a`: the backup of `a` would take the source's name,
+        // and the link (or `-s` link) would then be made to the old `a`,
+        // the source's data gone.
+        if backup::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
+            self.report(
+                format!(
+                    "backing up {} might destroy source;  {} not copied",
+                    quote(dst),
+                    quote(&pair.src_of(&e.src_name))
+                ),
+                None,
+            );
+            return Replace::Failed;
+        }
+        let set_aside = || backup::make_backup(opts, &pair.dst, &pair.dst_path, name);
+        match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
+            Ok((b, aside)) => Replace::Removed(b, aside),
+            Err(e) => {
+                let what = format!("cannot backup {}", quote(dst));
+                self.report(what, Some(e));
+                Replace::Failed
+            }
+        }
     }
 
     /// GNU's same-file rule for a link or special file whose copy would
