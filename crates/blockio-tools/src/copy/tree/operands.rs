@@ -58,75 +58,92 @@ impl Walker<'_> {
             if raw[..end].ends_with(b"/.") || &raw[..end] == b"." {
                 continue;
             }
-            let csrc = cname(src.as_os_str());
-            let st = match self.stat_one(PathAt::cwd(&csrc), true) {
-                // `--no-preserve=mode`: GNU gives these the default mode,
-                // without even the sticky bit other directories keep.
-                Ok(mut st) if self.ctx.opts.default_mode => {
-                    st.stx_mode &= !0o7000;
-                    st
-                }
-                Ok(st) => st,
-                Err(e) => {
-                    self.report(format!("cannot stat {}", quote(&src)), Some(e));
-                    return false;
-                }
-            };
-            match std::fs::DirBuilder::new()
-                .mode(self.dir_create_mode(&st))
-                .create(&dst)
-            {
-                Ok(()) => {
-                    messages::say(
-                        self.ctx.opts,
-                        format_args!("{} -> {}", src.display(), dst.display()),
-                    );
-                    let task = DirTask {
-                        src: src.clone(),
-                        dst: dst.clone(),
-                        at: DirAt::Operand {
-                            src: src.clone(),
-                            dst: dst.clone(),
-                            follow_dst: true,
-                        },
-                        chain: None,
-                        top: Arc::new((src.clone(), dst.clone())),
-                    };
-                    self.dir_made(Pending::Full(Box::new(task)), &st, true, false);
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {
-                    // As GNU's: with -p a parent that is already there
-                    // gets its source's attributes too, at the end.
-                    if self.ctx.opts.preserve.attrs() {
-                        self.fixups.lock().expect("lock").push(Fixup {
-                            at: DirAt::Operand {
-                                src: src.clone(),
-                                dst: dst.clone(),
-                                follow_dst: true,
-                            },
-                            path: dst.clone(),
-                            st,
-                            chmod: self.ctx.opts.preserve.mode.then(|| self.dir_mode(&st)),
-                            fresh: false,
-                            unlisted_src: None,
-                        });
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    // A file where a parent belongs: GNU's words.
-                    self.report(
-                        format!("{} exists but is not a directory", quote(&dst)),
-                        None,
-                    );
-                    return false;
-                }
-                Err(e) => {
-                    self.report(format!("cannot make directory {}", quote(&dst)), Some(e));
-                    return false;
-                }
+            if !self.make_parent(&src, &dst) {
+                return false;
             }
         }
         true
+    }
+
+    /// `--parents`: the directory `dst`, made with the mode of `src`, or
+    /// there already. False after reporting a failure.
+    fn make_parent(&self, src: &Path, dst: &Path) -> bool {
+        let csrc = cname(src.as_os_str());
+        let st = match self.stat_one(PathAt::cwd(&csrc), true) {
+            // `--no-preserve=mode`: GNU gives these the default mode,
+            // without even the sticky bit other directories keep.
+            Ok(mut st) if self.ctx.opts.default_mode => {
+                st.stx_mode &= !0o7000;
+                st
+            }
+            Ok(st) => st,
+            Err(e) => {
+                self.report(format!("cannot stat {}", quote(src)), Some(e));
+                return false;
+            }
+        };
+        match std::fs::DirBuilder::new()
+            .mode(self.dir_create_mode(&st))
+            .create(dst)
+        {
+            Ok(()) => self.parent_made(src, dst, &st),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {
+                self.parent_there(src, dst, st)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                // A file where a parent belongs: GNU's words.
+                self.report(
+                    format!("{} exists but is not a directory", quote(dst)),
+                    None,
+                );
+                return false;
+            }
+            Err(e) => {
+                self.report(format!("cannot make directory {}", quote(dst)), Some(e));
+                return false;
+            }
+        }
+        true
+    }
+
+    /// `--parents`: the directory `dst` made for `src` (`st`), said with
+    /// `-v`, its attributes set when the walk ends.
+    fn parent_made(&self, src: &Path, dst: &Path, st: &libc::statx) {
+        messages::say(
+            self.ctx.opts,
+            format_args!("{} -> {}", src.display(), dst.display()),
+        );
+        let task = DirTask {
+            src: src.to_path_buf(),
+            dst: dst.to_path_buf(),
+            at: DirAt::Operand {
+                src: src.to_path_buf(),
+                dst: dst.to_path_buf(),
+                follow_dst: true,
+            },
+            chain: None,
+            top: Arc::new((src.to_path_buf(), dst.to_path_buf())),
+        };
+        self.dir_made(Pending::Full(Box::new(task)), st, true, false);
+    }
+
+    /// `--parents`: the directory `dst` was there already. As GNU's: with
+    /// `-p` it gets its source's (`st`) attributes too, at the end.
+    fn parent_there(&self, src: &Path, dst: &Path, st: libc::statx) {
+        if self.ctx.opts.preserve.attrs() {
+            self.fixups.lock().expect("lock").push(Fixup {
+                at: DirAt::Operand {
+                    src: src.to_path_buf(),
+                    dst: dst.to_path_buf(),
+                    follow_dst: true,
+                },
+                path: dst.to_path_buf(),
+                st,
+                chmod: self.ctx.opts.preserve.mode.then(|| self.dir_mode(&st)),
+                fresh: false,
+                unlisted_src: None,
+            });
+        }
     }
 
     /// One command-line source, by GNU `cp`'s rules for arguments: links
