@@ -4,7 +4,7 @@
 //! itself, and a file onto itself ([`super::same_file`]). Each operand is
 //! then handed to the walk as one entry or one directory task.
 
-use std::ffi::OsStr;
+use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
@@ -31,6 +31,21 @@ pub(super) fn final_name(p: &Path) -> Option<std::ffi::CString> {
         b"" | b"." | b".." => std::fs::canonicalize(p).ok()?.file_name().map(cname),
         n => Some(cname(OsStr::from_bytes(n))),
     }
+}
+
+/// A command-line source, once looked at.
+struct Operand<'a> {
+    /// The source as written.
+    src: &'a Path,
+    /// The destination operand.
+    dest: &'a Path,
+    /// Whether the source is copied into `dest` (else to `dest` itself).
+    dest_is_dir: bool,
+    /// The source's `statx`, following a link when `follow_src`.
+    st: libc::statx,
+    follow_src: bool,
+    /// The source's type (`S_IFMT` bits).
+    kind: u32,
 }
 
 impl Walker<'_> {
@@ -153,121 +168,25 @@ impl Walker<'_> {
     /// a source ending in `/.` has its contents merged into an existing
     /// destination directory.
     pub(super) fn operand(&self, src: &Path, dest: &Path, dest_is_dir: bool) {
-        let opts = self.ctx.opts;
-        if src.as_os_str().is_empty() {
-            // No file has the empty name (a `statx` of it would describe
-            // the working directory): GNU's "cannot stat ''".
-            let e = io::Error::from_raw_os_error(libc::ENOENT);
-            return self.report(format!("cannot stat {}", quote(src)), Some(e));
-        }
-        let csrc = cname(src.as_os_str());
-        let follow_src = opts.dereference != options::Dereference::Never
-            || src.as_os_str().as_bytes().ends_with(b"/");
-        let st = match self.stat_one(PathAt::cwd(&csrc), follow_src) {
-            Ok(st) => st,
-            Err(e) => return self.report(format!("cannot stat {}", quote(src)), Some(e)),
+        let Some((st, follow_src)) = self.stat_operand(src) else {
+            return;
         };
-        let kind = u32::from(st.stx_mode) & libc::S_IFMT;
-        if kind == libc::S_IFDIR && !opts.recursive {
-            return self.report(
-                format!("-r not specified; omitting directory {}", quote(src)),
-                None,
-            );
-        }
+        let o = Operand {
+            src,
+            dest,
+            dest_is_dir,
+            st,
+            follow_src,
+            kind: u32::from(st.stx_mode) & libc::S_IFMT,
+        };
         let Some(src_name) = final_name(src) else {
             return self.report(format!("cannot copy {}: it has no name", quote(src)), None);
         };
-        let target = match (dest_is_dir, at::last_component(src).as_bytes()) {
-            // `--parents`: the whole path as given, below the destination.
-            (true, _) if opts.parents => {
-                let rel = src.strip_prefix("/").unwrap_or(src);
-                let last = at::last_component(src).as_bytes();
-                if last == b"." || last == b".." {
-                    // `a/b/..`: GNU makes `d/a/b`, then fails to make
-                    // `d/a/b/..`, which exists; only a fresh `d/a/b` fails.
-                    let up = Path::new(OsStr::from_bytes(
-                        &rel.as_os_str().as_bytes()[..rel.as_os_str().len() - last.len()],
-                    ));
-                    let made = dest.join(up);
-                    if !made.is_dir() {
-                        if self.make_parents(&up.join("x"), src.has_root(), dest) {
-                            self.report(
-                                format!("cannot create directory {}", quote(&dest.join(rel))),
-                                Some(io::Error::from_raw_os_error(libc::EEXIST)),
-                            );
-                        }
-                        return;
-                    }
-                }
-                if !self.make_parents(rel, src.has_root(), dest) {
-                    return;
-                }
-                // (`a/b/` below `d` is `d/a/b`, as GNU names it.)
-                let rel = rel.as_os_str().as_bytes();
-                let trailing = rel.iter().rev().take_while(|&&b| b == b'/').count();
-                let rel = OsStr::from_bytes(&rel[..rel.len() - trailing]);
-                joined(dest, if rel.is_empty() { OsStr::new(".") } else { rel })
-            }
-            // `cp -r s/. d` names what it copies `d/./...`, as GNU does.
-            (true, b".") => joined(dest, OsStr::new(".")),
-            (true, _) => joined(dest, OsStr::from_bytes(src_name.to_bytes())),
-            (false, _) => dest.to_path_buf(),
+        let Some(target) = self.target_of(&o, &src_name) else {
+            return;
         };
-        if target.as_os_str().is_empty() {
-            // An empty name exists nowhere: GNU's message for what the
-            // copy would have made there, with ENOENT as the kernel gives.
-            let what = if kind == libc::S_IFDIR {
-                "directory".to_owned()
-            } else {
-                match opts.link {
-                    options::LinkMode::Symbolic => format!("symbolic link '' to {}", quote(src)),
-                    options::LinkMode::Hard => format!("hard link '' to {}", quote(src)),
-                    options::LinkMode::Copy => match kind {
-                        libc::S_IFLNK if opts.dereference == options::Dereference::Never => {
-                            "symbolic link".to_owned()
-                        }
-                        libc::S_IFIFO if !self.as_regular() => "fifo".to_owned(),
-                        _ => "regular file".to_owned(),
-                    },
-                }
-            };
-            let what = if what.contains("''") {
-                what
-            } else {
-                format!("{what} ''")
-            };
-            return self.report(
-                format!("cannot create {what}"),
-                Some(io::Error::from_raw_os_error(libc::ENOENT)),
-            );
-        }
-        if !dest_is_dir && target.as_os_str().as_bytes().ends_with(b"/") && kind != libc::S_IFDIR {
-            // `cp f g/`: an existing non-directory is "cannot stat", as
-            // GNU's look at the destination fails; an absent one is what
-            // making a link there fails with.
-            match std::fs::metadata(&target) {
-                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
-                    return self.report(format!("cannot stat {}", quote(&target)), Some(e));
-                }
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                    let how = match opts.link {
-                        options::LinkMode::Symbolic => "symbolic",
-                        options::LinkMode::Hard => "hard",
-                        options::LinkMode::Copy => "",
-                    };
-                    if !how.is_empty() {
-                        return self.report(
-                            format!(
-                                "cannot create {how} link {} to {}",
-                                quote(&target),
-                                quote(src)
-                            ),
-                            Some(e),
-                        );
-                    }
-                }
-                _ => {}
-            }
+        if self.target_refused(&o, &target) {
+            return;
         }
         let Some(dst_name) = final_name(&target) else {
             return self.report(
@@ -275,21 +194,190 @@ impl Walker<'_> {
                 None,
             );
         };
-        let is_dir = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
+        if !self.first_onto(&o, &target) {
+            return;
+        }
+        if o.kind == libc::S_IFDIR {
+            return self.operand_dir_checked(&o, &target);
+        }
+        self.operand_file(&o, &target, src_name, dst_name);
+    }
+
+    /// The `statx` of the operand `src`, and whether it was followed;
+    /// `None` after reporting it (no such file, or a directory without
+    /// `-r`).
+    fn stat_operand(&self, src: &Path) -> Option<(libc::statx, bool)> {
+        let opts = self.ctx.opts;
+        if src.as_os_str().is_empty() {
+            // No file has the empty name (a `statx` of it would describe
+            // the working directory): GNU's "cannot stat ''".
+            let e = io::Error::from_raw_os_error(libc::ENOENT);
+            self.report(format!("cannot stat {}", quote(src)), Some(e));
+            return None;
+        }
+        let csrc = cname(src.as_os_str());
+        let follow_src = opts.dereference != options::Dereference::Never
+            || src.as_os_str().as_bytes().ends_with(b"/");
+        let st = match self.stat_one(PathAt::cwd(&csrc), follow_src) {
+            Ok(st) => st,
+            Err(e) => {
+                self.report(format!("cannot stat {}", quote(src)), Some(e));
+                return None;
+            }
+        };
+        if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR && !opts.recursive {
+            self.report(
+                format!("-r not specified; omitting directory {}", quote(src)),
+                None,
+            );
+            return None;
+        }
+        Some((st, follow_src))
+    }
+
+    /// Where the operand `o` is copied to: below a destination directory
+    /// (`d/s`, `d/.` for `s/.`, with `--parents` `d/a/b/s`), else the
+    /// destination itself. `None` after reporting a failure.
+    fn target_of(&self, o: &Operand<'_>, src_name: &CStr) -> Option<PathBuf> {
+        let (src, dest) = (o.src, o.dest);
+        Some(match (o.dest_is_dir, at::last_component(src).as_bytes()) {
+            (true, _) if self.ctx.opts.parents => return self.parents_target(src, dest),
+            // `cp -r s/. d` names what it copies `d/./...`, as GNU does.
+            (true, b".") => joined(dest, OsStr::new(".")),
+            (true, _) => joined(dest, OsStr::from_bytes(src_name.to_bytes())),
+            (false, _) => dest.to_path_buf(),
+        })
+    }
+
+    /// `--parents`: the whole path of `src` as given, below `dest`, its
+    /// directories made. `None` after reporting a failure.
+    fn parents_target(&self, src: &Path, dest: &Path) -> Option<PathBuf> {
+        let rel = src.strip_prefix("/").unwrap_or(src);
+        let last = at::last_component(src).as_bytes();
+        if last == b"." || last == b".." {
+            // `a/b/..`: GNU makes `d/a/b`, then fails to make
+            // `d/a/b/..`, which exists; only a fresh `d/a/b` fails.
+            let up = Path::new(OsStr::from_bytes(
+                &rel.as_os_str().as_bytes()[..rel.as_os_str().len() - last.len()],
+            ));
+            let made = dest.join(up);
+            if !made.is_dir() {
+                if self.make_parents(&up.join("x"), src.has_root(), dest) {
+                    self.report(
+                        format!("cannot create directory {}", quote(&dest.join(rel))),
+                        Some(io::Error::from_raw_os_error(libc::EEXIST)),
+                    );
+                }
+                return None;
+            }
+        }
+        if !self.make_parents(rel, src.has_root(), dest) {
+            return None;
+        }
+        // (`a/b/` below `d` is `d/a/b`, as GNU names it.)
+        let rel = rel.as_os_str().as_bytes();
+        let trailing = rel.iter().rev().take_while(|&&b| b == b'/').count();
+        let rel = OsStr::from_bytes(&rel[..rel.len() - trailing]);
+        Some(joined(
+            dest,
+            if rel.is_empty() { OsStr::new(".") } else { rel },
+        ))
+    }
+
+    /// Whether a `target` no copy can be made at was reported: the empty
+    /// name, or a non-directory's name ending in `/`.
+    fn target_refused(&self, o: &Operand<'_>, target: &Path) -> bool {
+        if target.as_os_str().is_empty() {
+            // An empty name exists nowhere: GNU's message for what the
+            // copy would have made there, with ENOENT as the kernel gives.
+            self.report(
+                format!("cannot create {}", self.made_at_the_empty_name(o)),
+                Some(io::Error::from_raw_os_error(libc::ENOENT)),
+            );
+            return true;
+        }
+        if o.dest_is_dir
+            || !target.as_os_str().as_bytes().ends_with(b"/")
+            || o.kind == libc::S_IFDIR
+        {
+            return false;
+        }
+        // `cp f g/`: an existing non-directory is "cannot stat", as GNU's
+        // look at the destination fails; an absent one is what making a
+        // link there fails with.
+        let how = match self.ctx.opts.link {
+            options::LinkMode::Symbolic => "symbolic",
+            options::LinkMode::Hard => "hard",
+            options::LinkMode::Copy => "",
+        };
+        match std::fs::metadata(target) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                self.report(format!("cannot stat {}", quote(target)), Some(e));
+                true
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !how.is_empty() => {
+                self.report(
+                    format!(
+                        "cannot create {how} link {} to {}",
+                        quote(target),
+                        quote(o.src)
+                    ),
+                    Some(e),
+                );
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// What the copy of `o` would have made at the empty name, in GNU's
+    /// words (`regular file ''`, `hard link '' to 's'`).
+    fn made_at_the_empty_name(&self, o: &Operand<'_>) -> String {
+        let opts = self.ctx.opts;
+        let src = o.src;
+        let what = if o.kind == libc::S_IFDIR {
+            "directory".to_owned()
+        } else {
+            match opts.link {
+                options::LinkMode::Symbolic => format!("symbolic link '' to {}", quote(src)),
+                options::LinkMode::Hard => format!("hard link '' to {}", quote(src)),
+                options::LinkMode::Copy => match o.kind {
+                    libc::S_IFLNK if opts.dereference == options::Dereference::Never => {
+                        "symbolic link".to_owned()
+                    }
+                    libc::S_IFIFO if !self.as_regular() => "fifo".to_owned(),
+                    _ => "regular file".to_owned(),
+                },
+            }
+        };
+        if what.contains("''") {
+            what
+        } else {
+            format!("{what} ''")
+        }
+    }
+
+    /// Whether `o` is the first operand copied onto `target`; else the
+    /// second is warned about (one source named twice) or refused (two
+    /// sources onto one name), as GNU's.
+    fn first_onto(&self, o: &Operand<'_>, target: &Path) -> bool {
+        let opts = self.ctx.opts;
+        let (src, is_dir) = (o.src, o.kind == libc::S_IFDIR);
         // One source named twice (`cp a a t/`) is copied once, with a
         // warning, as cp does; a file with backups goes to GNU's rules
         // below (the second is refused, or with numbered backups copied
         // again).
-        let id = statx_id(&st);
+        let id = statx_id(&o.st);
         let dir = std::fs::metadata(parent(src)).map_or((0, 0), |m| id_of(&m));
         let key = (id, dir, at::last_component(src).to_owned());
         let first = self.operands_seen.lock().expect("lock").insert(key);
         if !first && (opts.backup == options::Backup::None || is_dir) {
             let kind = if is_dir { "directory" } else { "file" };
-            return self.warn(format!(
+            self.warn(format!(
                 "warning: source {kind} {} specified more than once",
                 quote(src)
             ));
+            return false;
         }
         // `cp a/f b/f d/`: the second would overwrite the copy the first
         // makes, silently losing one of the copies asked for. Refused, as
@@ -301,15 +389,15 @@ impl Walker<'_> {
         // file that was there: refused here.
         // Numbered backups keep every copy (`cp --backup=numbered f f d/`
         // makes two backups, as GNU's).
-        let made_link = kind == libc::S_IFLNK || opts.link == options::LinkMode::Symbolic;
+        let made_link = o.kind == libc::S_IFLNK || opts.link == options::LinkMode::Symbolic;
         let refused = !is_dir
-            && dest_is_dir
+            && o.dest_is_dir
             && opts.backup != options::Backup::Numbered
             && match self
                 .operand_targets
                 .lock()
                 .expect("lock")
-                .entry(target.clone())
+                .entry(target.to_path_buf())
             {
                 std::collections::hash_map::Entry::Occupied(first) => !*first.get() || made_link,
                 std::collections::hash_map::Entry::Vacant(v) => {
@@ -318,54 +406,80 @@ impl Walker<'_> {
                 }
             };
         if refused {
-            return self.report(
+            self.report(
                 format!(
                     "will not overwrite just-created {} with {}",
-                    quote(&target),
+                    quote(target),
                     quote(src)
                 ),
                 None,
             );
         }
-        if is_dir {
-            // `cp -r s t` with `t` a directory copies to `t/s`, a name the
-            // user did not write: a link there is not followed. Nor is a
-            // link named as the destination itself (`-T`, or a name that
-            // is no directory): it is not a directory, as GNU says, and
-            // merging into what it leads to would write outside the
-            // destination named. A trailing slash asks for the directory.
-            let follow = if dest_is_dir {
-                at::last_component(src) == "."
-            } else {
-                dest.as_os_str().as_bytes().ends_with(b"/")
-            };
-            // A destination that is the source directory itself (`cp -a
-            // s/. t` with `t` a bind mount or a link to `s`, `cp -rT s s`)
-            // is one refusal of the whole operand, as GNU's, before any
-            // check of what lies inside it.
-            // GNU's rule looks at links by `-L`/`-H` alone here: `s/` is
-            // followed to be read, yet a link `t` to `s` is the same file.
-            let deref = opts.dereference != options::Dereference::Never;
-            match same_file_ok(src, &st, deref, &target, opts, false) {
-                Same::Go => {}
-                Same::Done => return,
-                Same::Refuse => {
-                    return self.report(
-                        format!("{} and {} are the same file", quote(src), quote(&target)),
-                        None,
-                    )
-                }
-            }
-            return self.operand_dir(src, &target, &st, follow);
+        !refused
+    }
+
+    /// A directory operand: refused when its destination is the source
+    /// directory itself, else copied by [`Walker::operand_dir`].
+    fn operand_dir_checked(&self, o: &Operand<'_>, target: &Path) {
+        let (opts, src, dest) = (self.ctx.opts, o.src, o.dest);
+        // `cp -r s t` with `t` a directory copies to `t/s`, a name the
+        // user did not write: a link there is not followed. Nor is a
+        // link named as the destination itself (`-T`, or a name that
+        // is no directory): it is not a directory, as GNU says, and
+        // merging into what it leads to would write outside the
+        // destination named. A trailing slash asks for the directory.
+        let follow = if o.dest_is_dir {
+            at::last_component(src) == "."
+        } else {
+            dest.as_os_str().as_bytes().ends_with(b"/")
+        };
+        // A destination that is the source directory itself (`cp -a
+        // s/. t` with `t` a bind mount or a link to `s`, `cp -rT s s`)
+        // is one refusal of the whole operand, as GNU's, before any
+        // check of what lies inside it.
+        // GNU's rule looks at links by `-L`/`-H` alone here: `s/` is
+        // followed to be read, yet a link `t` to `s` is the same file.
+        let deref = opts.dereference != options::Dereference::Never;
+        if self.same_file_refused(o, deref, target, false) {
+            return;
         }
-        if !dest_is_dir
+        self.operand_dir(src, target, &o.st, follow);
+    }
+
+    /// GNU's same-file rule for the operand `o` onto `target`: whether it
+    /// is not copied (refused, and reported, or nothing to do).
+    fn same_file_refused(
+        &self,
+        o: &Operand<'_>,
+        followed: bool,
+        target: &Path,
+        as_regular: bool,
+    ) -> bool {
+        match same_file_ok(o.src, &o.st, followed, target, self.ctx.opts, as_regular) {
+            Same::Go => false,
+            Same::Done => true,
+            Same::Refuse => {
+                self.report(
+                    format!("{} and {} are the same file", quote(o.src), quote(target)),
+                    None,
+                );
+                true
+            }
+        }
+    }
+
+    /// A non-directory operand, copied to `target` as one entry of the
+    /// directory it is in.
+    fn operand_file(&self, o: &Operand<'_>, target: &Path, src_name: CString, dst_name: CString) {
+        let (opts, src, dest) = (self.ctx.opts, o.src, o.dest);
+        if !o.dest_is_dir
             && dest.as_os_str().as_bytes().ends_with(b"/")
             && !std::fs::metadata(dest).is_ok_and(|m| m.is_dir())
         {
             // `cp f nodir/`: the slash says a directory is meant. (GNU
             // says what it is about to do before it fails.)
             messages::say_copied(opts, src, dest, None);
-            let what = match kind {
+            let what = match o.kind {
                 libc::S_IFLNK => "symbolic link",
                 libc::S_IFREG => "regular file",
                 _ if self.as_regular() => "regular file",
@@ -376,44 +490,41 @@ impl Walker<'_> {
                 Some(io::Error::from_raw_os_error(libc::ENOTDIR)),
             );
         }
-        match same_file_ok(src, &st, follow_src, &target, opts, self.as_regular()) {
-            Same::Go => {}
-            Same::Done => return,
-            Same::Refuse => {
-                return self.report(
-                    format!("{} and {} are the same file", quote(src), quote(&target)),
-                    None,
-                )
-            }
+        if self.same_file_refused(o, o.follow_src, target, self.as_regular()) {
+            return;
         }
-        // What GNU says it could not create when the copy's directory
-        // cannot be reached (`cp f nodir/x`).
-        let made = match (opts.link, kind) {
-            (options::LinkMode::Symbolic, _) => {
-                format!("symbolic link {} to {}", quote(&target), quote(src))
-            }
-            (options::LinkMode::Hard, _) => {
-                format!("hard link {} to {}", quote(&target), quote(src))
-            }
-            (_, libc::S_IFLNK) => format!("symbolic link {}", quote(&target)),
-            (_, libc::S_IFREG) => format!("regular file {}", quote(&target)),
-            _ if self.as_regular() => format!("regular file {}", quote(&target)),
-            (_, libc::S_IFIFO) => format!("fifo {}", quote(&target)),
-            _ => format!("special file {}", quote(&target)),
-        };
-        let Some(pair) = self.operand_parents(src, &target, &made) else {
+        let Some(pair) = self.operand_parents(src, target, &self.made_at(o, target)) else {
             return;
         };
         let entry = Entry {
             src_name,
             dst_name,
-            st,
+            st: o.st,
             // Only a destination the user named is followed: `cp f link`.
-            follow_dst: !dest_is_dir,
-            follow_src,
+            follow_dst: !o.dest_is_dir,
+            follow_src: o.follow_src,
             operand: true,
         };
         self.entries(&Arc::new(pair), vec![entry]);
+    }
+
+    /// What GNU says it could not create when the copy's directory
+    /// cannot be reached (`cp f nodir/x`).
+    fn made_at(&self, o: &Operand<'_>, target: &Path) -> String {
+        let src = o.src;
+        match (self.ctx.opts.link, o.kind) {
+            (options::LinkMode::Symbolic, _) => {
+                format!("symbolic link {} to {}", quote(target), quote(src))
+            }
+            (options::LinkMode::Hard, _) => {
+                format!("hard link {} to {}", quote(target), quote(src))
+            }
+            (_, libc::S_IFLNK) => format!("symbolic link {}", quote(target)),
+            (_, libc::S_IFREG) => format!("regular file {}", quote(target)),
+            _ if self.as_regular() => format!("regular file {}", quote(target)),
+            (_, libc::S_IFIFO) => format!("fifo {}", quote(target)),
+            _ => format!("special file {}", quote(target)),
+        }
     }
 
     /// A directory named on the command line, copied to `target` (made, or
