@@ -531,73 +531,12 @@ impl Walker<'_> {
     /// merged into when it is a directory, or a link to one that the user
     /// named: `follow`).
     pub(super) fn operand_dir(&self, src: &Path, target: &Path, st: &libc::statx, follow: bool) {
-        let existing = |target: &Path| {
-            if follow {
-                std::fs::metadata(target)
-            } else {
-                std::fs::symlink_metadata(target)
-            }
-        };
-        let not_a_directory = || {
-            self.report(
-                format!(
-                    "cannot overwrite non-directory {} with directory {}",
-                    quote(target),
-                    quote(src)
-                ),
-                None,
-            )
-        };
-        // A non-directory in the way is refused before anything is
-        // looked for inside the destination, as GNU's order is.
-        if existing(target).is_ok_and(|m| !m.is_dir()) {
-            return not_a_directory();
-        }
-        if let (Ok(s), Ok(t)) = (std::fs::canonicalize(src), canonical_target(target)) {
-            if t.starts_with(&s) {
-                return self.report(
-                    format!(
-                        "cannot copy a directory, {}, into itself, {}",
-                        quote(src),
-                        quote(target)
-                    ),
-                    None,
-                );
-            }
-        }
-        let fresh = match std::fs::DirBuilder::new()
-            .mode(self.dir_create_mode(st))
-            .create(target)
-        {
-            Ok(()) => true,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                if !existing(target).is_ok_and(|m| m.is_dir()) {
-                    return not_a_directory();
-                }
-                false
-            }
-            Err(e) => {
-                return self.report(
-                    format!("cannot create directory {}", quote(target)),
-                    Some(e),
-                )
-            }
+        let Some(fresh) = self.make_operand_dir(src, target, st, follow) else {
+            return;
         };
         if fresh {
             messages::say_copied(self.ctx.opts, src, target, None);
-            let opts = self.ctx.opts;
-            if opts.default_mode && !opts.preserve.mode {
-                let parent = match target.parent() {
-                    Some(p) if !p.as_os_str().is_empty() => p,
-                    _ => Path::new("."),
-                };
-                let name = target.file_name().map(cname);
-                if let (Ok(d), Some(name)) = (at::open_operand_dir(parent), name) {
-                    if attrs::has_default_acl(d.as_fd()) {
-                        self.minimal_acl(&d, &name, st, target);
-                    }
-                }
-            }
+            self.no_inherited_acl(target, st);
         }
         let id = statx_id(st);
         self.src_dirs
@@ -617,6 +556,93 @@ impl Walker<'_> {
             top: Arc::new((src.to_path_buf(), target.to_path_buf())),
         };
         self.dir_made(Pending::Full(Box::new(task)), st, fresh, true);
+    }
+
+    /// Makes the directory `target` for the operand `src` (`st`), or finds
+    /// it there: `Some(true)` when made. `None` after reporting a
+    /// non-directory in the way, a directory copied into itself, or a
+    /// failure.
+    fn make_operand_dir(
+        &self,
+        src: &Path,
+        target: &Path,
+        st: &libc::statx,
+        follow: bool,
+    ) -> Option<bool> {
+        let existing = |target: &Path| {
+            if follow {
+                std::fs::metadata(target)
+            } else {
+                std::fs::symlink_metadata(target)
+            }
+        };
+        let not_a_directory = || {
+            self.report(
+                format!(
+                    "cannot overwrite non-directory {} with directory {}",
+                    quote(target),
+                    quote(src)
+                ),
+                None,
+            );
+            None
+        };
+        // A non-directory in the way is refused before anything is
+        // looked for inside the destination, as GNU's order is.
+        if existing(target).is_ok_and(|m| !m.is_dir()) {
+            return not_a_directory();
+        }
+        if let (Ok(s), Ok(t)) = (std::fs::canonicalize(src), canonical_target(target)) {
+            if t.starts_with(&s) {
+                self.report(
+                    format!(
+                        "cannot copy a directory, {}, into itself, {}",
+                        quote(src),
+                        quote(target)
+                    ),
+                    None,
+                );
+                return None;
+            }
+        }
+        match std::fs::DirBuilder::new()
+            .mode(self.dir_create_mode(st))
+            .create(target)
+        {
+            Ok(()) => Some(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if !existing(target).is_ok_and(|m| m.is_dir()) {
+                    return not_a_directory();
+                }
+                Some(false)
+            }
+            Err(e) => {
+                self.report(
+                    format!("cannot create directory {}", quote(target)),
+                    Some(e),
+                );
+                None
+            }
+        }
+    }
+
+    /// `--no-preserve=mode`: a directory `target` just made in one with a
+    /// default ACL gets a minimal ACL (see [`Walker::minimal_acl`]).
+    fn no_inherited_acl(&self, target: &Path, st: &libc::statx) {
+        let opts = self.ctx.opts;
+        if !opts.default_mode || opts.preserve.mode {
+            return;
+        }
+        let parent = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let name = target.file_name().map(cname);
+        if let (Ok(d), Some(name)) = (at::open_operand_dir(parent), name) {
+            if attrs::has_default_acl(d.as_fd()) {
+                self.minimal_acl(&d, &name, st, target);
+            }
+        }
     }
 
     /// The directories that hold a non-directory operand and its copy,
