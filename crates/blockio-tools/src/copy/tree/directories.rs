@@ -162,14 +162,12 @@ impl Walker<'_> {
         // Before its source is listed: the copy's own directories are
         // known when the walk meets them (see `dest_dirs`).
         if self.watch {
-            match d.metadata() {
-                Ok(m) => {
-                    self.dest_dirs.lock().expect("lock").insert(id_of(&m));
-                }
-                Err(e) => {
-                    self.report(format!("cannot stat {}", quote(&t.dst)), Some(e));
-                    return self.fix_dir(&t, q.fix, st.take(), None);
-                }
+            if let Err(e) = d
+                .metadata()
+                .map(|m| self.dest_dirs.lock().expect("lock").insert(id_of(&m)))
+            {
+                self.report(format!("cannot stat {}", quote(&t.dst)), Some(e));
+                return self.fix_dir(&t, q.fix, st.take(), None);
             }
         }
         let keep = self.ctx.opts.preserve;
@@ -198,19 +196,8 @@ impl Walker<'_> {
         self.fix_dir(&t, q.fix, st.take(), (names.len() == 0).then_some(&d));
         let dst_default_acl =
             (preserve || self.ctx.opts.default_mode) && attrs::has_default_acl(d.as_fd());
-        let follow = self.ctx.opts.dereference == Dereference::Always;
-        let chain = if follow {
-            match s.metadata() {
-                Ok(m) => Some(Arc::new(Chain {
-                    id: (m.dev(), m.ino()),
-                    up: t.chain.clone(),
-                })),
-                Err(e) => {
-                    return self.report(format!("cannot stat {}", quote(&t.src)), Some(e));
-                }
-            }
-        } else {
-            None
+        let Some(chain) = self.chain_of(&t, &s) else {
+            return;
         };
         let pair = Arc::new(DirPair {
             src: s,
@@ -222,15 +209,44 @@ impl Walker<'_> {
             chain,
             top: t.top,
         });
-        // A few hundred names at a time: their attributes and entries
-        // (a `statx` each) are kept only while those are dispatched, so a
-        // directory of many entries costs little more than its names.
+        self.walk_names(&pair, &names, arena);
+    }
+
+    /// With `-L`, the chain of source directories down to `t`'s (`s`),
+    /// `None` after reporting a failure; else no chain.
+    fn chain_of(&self, t: &DirTask, s: &File) -> Option<Option<Arc<Chain>>> {
+        if self.ctx.opts.dereference != Dereference::Always {
+            return Some(None);
+        }
+        match s.metadata() {
+            Ok(m) => Some(Some(Arc::new(Chain {
+                id: (m.dev(), m.ino()),
+                up: t.chain.clone(),
+            }))),
+            Err(e) => {
+                self.report(format!("cannot stat {}", quote(&t.src)), Some(e));
+                None
+            }
+        }
+    }
+
+    /// The entries `names` of `pair`, a few hundred at a time: their
+    /// attributes and entries (a `statx` each) are kept only while those
+    /// are dispatched, so a directory of many entries costs little more
+    /// than its names.
+    fn walk_names(
+        &self,
+        pair: &Arc<DirPair>,
+        names: &at::Listing,
+        arena: &mut blockio::AlignedBuf,
+    ) {
+        let follow = self.ctx.opts.dereference == Dereference::Always;
         let mut group = Vec::new();
         for start in (0..names.len()).step_by(LIST_CHUNK) {
             let chunk: Vec<(&CStr, bool)> = (start..names.len().min(start + LIST_CHUNK))
                 .map(|i| names.get(i))
                 .collect();
-            let stats = self.stat_all(&pair, &chunk);
+            let stats = self.stat_all(pair, &chunk);
             let entries = chunk
                 .iter()
                 .zip(stats)
@@ -240,11 +256,11 @@ impl Walker<'_> {
                     Some(e)
                 })
                 .collect();
-            self.dispatch(&pair, entries, &mut group);
+            self.dispatch(pair, entries, &mut group);
             self.help_with_files(arena);
         }
         if !group.is_empty() {
-            self.send(&pair, group);
+            self.send(pair, group);
         }
     }
 
