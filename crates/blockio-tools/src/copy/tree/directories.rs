@@ -24,6 +24,7 @@ use super::super::files;
 use super::super::options::Dereference;
 use super::super::{attrs, messages, options};
 use super::paths::id_of;
+use super::same_file::{same_file_ok, Same};
 use super::walker::{open_operand_dst, Fixup, Walker, REROOT};
 use super::work::{DirTask, Parent, Pending, Queued, Task};
 use crate::quote::quote;
@@ -501,20 +502,10 @@ impl Walker<'_> {
         }
     }
 
+    /// Makes the subdirectories `dirs` of `pair` in one `mkdirat` batch
+    /// and queues each made (or merged into) to be walked.
     pub(super) fn make_dirs(&self, pair: &Arc<DirPair>, mut dirs: Vec<Entry>) {
-        if let Some(chain) = &pair.chain {
-            dirs.retain(|e| {
-                let cyclic = chain.contains(e.id());
-                if cyclic {
-                    let src = pair.src_of(&e.src_name);
-                    self.report(
-                        format!("cannot copy cyclic symbolic link {}", quote(&src)),
-                        None,
-                    );
-                }
-                !cyclic
-            });
-        }
+        self.drop_cyclic(pair, &mut dirs);
         self.not_into_itself(pair, &mut dirs);
         if dirs.is_empty() {
             return;
@@ -526,7 +517,6 @@ impl Walker<'_> {
         } else {
             None
         };
-        let (root, rel) = pair.below.as_ref().expect("a listed directory has a root");
         let reqs: Vec<(PathAt<'_>, u32)> = dirs
             .iter()
             .map(|e| {
@@ -554,70 +544,9 @@ impl Walker<'_> {
             let (src, dst) = (pair.src_of(&e.src_name), pair.dst_of(&e.dst_name));
             let fresh = match r {
                 Ok(()) => true,
-                // Never merged into through a link: it is not a directory.
                 Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
-                    if !at::is_dir(&pair.dst, &e.dst_name) {
-                        // A link to the source directory itself: GNU's
-                        // same-file message.
-                        let opts = self.ctx.opts;
-                        // (Not with -s: GNU 9.1 then says it cannot
-                        // overwrite the non-directory.)
-                        let to_source = e.never_follows(opts.dereference)
-                            && opts.link != options::LinkMode::Symbolic
-                            && !opts.remove_destination
-                            && !opts.no_clobber
-                            && opts.backup == options::Backup::None
-                            && rustix::fs::statat(
-                                &pair.dst,
-                                e.dst_name.as_c_str(),
-                                rustix::fs::AtFlags::empty(),
-                            )
-                            .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
-                        let what = if to_source {
-                            format!("{} and {} are the same file", quote(&src), quote(&dst))
-                        } else {
-                            format!(
-                                "cannot overwrite non-directory {} with directory {}",
-                                quote(&dst),
-                                quote(&src)
-                            )
-                        };
-                        self.report(what, None);
+                    if !self.may_merge_into(pair, e, &src, &dst) {
                         continue;
-                    }
-                    // The source directory itself (a bind mount of it in
-                    // the destination): GNU's rule for the whole directory,
-                    // one message rather than one per file inside.
-                    let itself = rustix::fs::statat(
-                        &pair.dst,
-                        e.dst_name.as_c_str(),
-                        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                    )
-                    .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
-                    if itself {
-                        let deref = self.ctx.opts.dereference == Dereference::Always;
-                        match super::same_file::same_file_ok(
-                            &src,
-                            &e.st,
-                            deref,
-                            &dst,
-                            self.ctx.opts,
-                            false,
-                        ) {
-                            super::same_file::Same::Go => {}
-                            super::same_file::Same::Done => continue,
-                            super::same_file::Same::Refuse => {
-                                self.report(
-                                    format!(
-                                        "{} and {} are the same file",
-                                        quote(&src),
-                                        quote(&dst)
-                                    ),
-                                    None,
-                                );
-                                continue;
-                            }
-                        }
                     }
                     false
                 }
@@ -635,36 +564,131 @@ impl Walker<'_> {
                     self.minimal_acl(&pair.dst, &e.dst_name, &e.st, &dst);
                 }
             }
-            let parent = parent.get_or_insert_with(|| {
-                Arc::new(Parent {
-                    src: pair.src_path.clone(),
-                    dst: pair.dst_path.clone(),
-                    root: Arc::clone(root),
-                    rel: rel.to_path_buf(),
-                    chain: pair.chain.clone(),
-                    top: Arc::clone(&pair.top),
-                })
-            });
-            let task = if e.src_name == e.dst_name {
-                Pending::Below {
-                    parent: Arc::clone(parent),
-                    name: e.dst_name.clone(),
-                }
-            } else {
-                Pending::Full(Box::new(DirTask {
-                    src,
-                    dst,
-                    at: DirAt::Beneath {
-                        root: Arc::clone(root),
-                        rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
-                    },
-                    chain: pair.chain.clone(),
-                    top: Arc::clone(&pair.top),
-                }))
-            };
+            let task = self.subdir_task(pair, e, (src, dst), &mut parent);
             let walk = this_fs.map_or(true, |dev| dev == e.id().0);
             self.dir_made(task, &e.st, fresh, walk);
         }
+    }
+
+    /// With `-L`: drops from `dirs` each directory that is one of its own
+    /// ancestors (a link leading up the tree), reported as GNU's "cyclic
+    /// symbolic link".
+    fn drop_cyclic(&self, pair: &DirPair, dirs: &mut Vec<Entry>) {
+        let Some(chain) = &pair.chain else {
+            return;
+        };
+        dirs.retain(|e| {
+            let cyclic = chain.contains(e.id());
+            if cyclic {
+                let src = pair.src_of(&e.src_name);
+                self.report(
+                    format!("cannot copy cyclic symbolic link {}", quote(&src)),
+                    None,
+                );
+            }
+            !cyclic
+        });
+    }
+
+    /// Whether the directory `e` (`src` to `dst`), whose name is taken in
+    /// the destination, is merged into: never through a link, for it is
+    /// not a directory; and not when it is the source directory itself (a
+    /// bind mount of it in the destination), by GNU's rule for the whole
+    /// directory, one message rather than one per file inside.
+    fn may_merge_into(&self, pair: &DirPair, e: &Entry, src: &Path, dst: &Path) -> bool {
+        if !at::is_dir(&pair.dst, &e.dst_name) {
+            self.refuse_non_directory(pair, e, src, dst);
+            return false;
+        }
+        let itself = rustix::fs::statat(
+            &pair.dst,
+            e.dst_name.as_c_str(),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+        if !itself {
+            return true;
+        }
+        let deref = self.ctx.opts.dereference == Dereference::Always;
+        match same_file_ok(src, &e.st, deref, dst, self.ctx.opts, false) {
+            Same::Go => true,
+            Same::Done => false,
+            Same::Refuse => {
+                let what = format!("{} and {} are the same file", quote(src), quote(dst));
+                self.report(what, None);
+                false
+            }
+        }
+    }
+
+    /// A non-directory where the directory `e` is copied to: GNU's
+    /// same-file message for a link to the source directory itself, else
+    /// "cannot overwrite non-directory".
+    fn refuse_non_directory(&self, pair: &DirPair, e: &Entry, src: &Path, dst: &Path) {
+        let opts = self.ctx.opts;
+        // (Not with -s: GNU 9.1 then says it cannot overwrite the
+        // non-directory.)
+        let to_source = e.never_follows(opts.dereference)
+            && opts.link != options::LinkMode::Symbolic
+            && !opts.remove_destination
+            && !opts.no_clobber
+            && opts.backup == options::Backup::None
+            && rustix::fs::statat(
+                &pair.dst,
+                e.dst_name.as_c_str(),
+                rustix::fs::AtFlags::empty(),
+            )
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+        let what = if to_source {
+            format!("{} and {} are the same file", quote(src), quote(dst))
+        } else {
+            format!(
+                "cannot overwrite non-directory {} with directory {}",
+                quote(dst),
+                quote(src)
+            )
+        };
+        self.report(what, None);
+    }
+
+    /// The task that walks the subdirectory `e` of `pair` (`src` to
+    /// `dst`): by its name below the `parent` the subdirectories of `pair`
+    /// share (made on first use), or with its own paths where the copy's
+    /// name differs.
+    fn subdir_task(
+        &self,
+        pair: &DirPair,
+        e: &Entry,
+        (src, dst): (PathBuf, PathBuf),
+        parent: &mut Option<Arc<Parent>>,
+    ) -> Pending {
+        let (root, rel) = pair.below.as_ref().expect("a listed directory has a root");
+        let parent = parent.get_or_insert_with(|| {
+            Arc::new(Parent {
+                src: pair.src_path.clone(),
+                dst: pair.dst_path.clone(),
+                root: Arc::clone(root),
+                rel: rel.to_path_buf(),
+                chain: pair.chain.clone(),
+                top: Arc::clone(&pair.top),
+            })
+        });
+        if e.src_name == e.dst_name {
+            return Pending::Below {
+                parent: Arc::clone(parent),
+                name: e.dst_name.clone(),
+            };
+        }
+        Pending::Full(Box::new(DirTask {
+            src,
+            dst,
+            at: DirAt::Beneath {
+                root: Arc::clone(root),
+                rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
+            },
+            chain: pair.chain.clone(),
+            top: Arc::clone(&pair.top),
+        }))
     }
 
     /// Drops (reporting each, as GNU does) the source directories that
