@@ -10,27 +10,17 @@
 ///
 /// Returns the limit (`None`: no limit). Call it before any thread starts.
 pub(super) fn one_arena_under_address_limit() -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the rlimit it is given, valid for the
-    // call.
-    let limited = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0
-        && lim.rlim_cur != libc::RLIM_INFINITY;
-    if !limited {
-        return None;
-    }
+    let limit = rustix::process::getrlimit(rustix::process::Resource::As).current?;
+    // Raw libc: mallopt is glibc's allocator's, which rustix does not wrap.
     // SAFETY: mallopt only sets an allocator parameter; called before
     // the copy's threads start, and M_ARENA_MAX is one glibc knows.
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
-    Some(lim.rlim_cur)
+    Some(limit)
 }
 
 /// The address space left under `limit`: what the worker threads can have.
 pub(super) fn address_space_left(limit: u64) -> u64 {
-    // SAFETY: sysconf only reads a configuration value.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let page = rustix::param::page_size().max(4096) as u64;
     // The first field of statm: the address space in use, in pages.
     let used = std::fs::read_to_string("/proc/self/statm")
         .ok()

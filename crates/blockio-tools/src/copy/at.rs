@@ -46,7 +46,7 @@ pub(crate) fn open_operand_dir(path: &Path) -> io::Result<File> {
 /// `x/f` out of a directory `x` it may only search.)
 pub(crate) fn open_operand_parent(path: &Path) -> io::Result<File> {
     match open_operand_dir(path) {
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+        Err(e) if rustix::io::Errno::from_io_error(&e) == Some(rustix::io::Errno::ACCESS) => {
             let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
             Ok(File::from(rustix::fs::open(path, flags, Mode::empty())?))
         }
@@ -261,7 +261,7 @@ pub(crate) fn create(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(io::Error::from_raw_os_error(libc::ENOENT))
+    Err(rustix::io::Errno::NOENT.into())
 }
 
 /// Creates or opens the file `name` in `dir` following a symbolic link

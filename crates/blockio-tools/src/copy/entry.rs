@@ -254,7 +254,7 @@ impl Entry {
 /// `stat`'s `(st_dev, st_ino)` does.
 pub(crate) fn statx_id(st: &libc::statx) -> (u64, u64) {
     (
-        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+        rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
         st.stx_ino,
     )
 }

@@ -254,6 +254,10 @@ fn creating() -> RwLockReadGuard<'static, ()> {
     CREATING.read().unwrap_or_else(|p| p.into_inner())
 }
 
+// The signal calls here (sigaction, pthread_sigmask, sigwait, raise) are
+// raw libc: rustix offers signal masks and dispositions only in its hidden,
+// experimental runtime module, and no sigwait.
+
 /// The signals that end a copy and its unfinished files.
 const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 

@@ -454,7 +454,7 @@ impl Walker<'_> {
     /// FIFOs, sockets and device nodes are made anew, as `cp -r` does;
     /// with `-p` accessible to us alone until their owner and mode are set.
     pub(super) fn special(&self, pair: &Arc<DirPair>, e: &Entry) {
-        let rdev = libc::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
+        let rdev = rustix::fs::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
         let perms = if self.ctx.opts.default_mode {
             // As GNU's: the default bits, and the source's special ones.
             0o666 | (e.mode() & 0o7000)
