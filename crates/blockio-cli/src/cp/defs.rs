@@ -879,18 +879,21 @@ fn long_forms_in_gnu_order_then_blockios_own() {
     assert_eq!(shorts.len(), n);
 }
 
+#[cfg(test)]
+use super::parse::parse_low;
+
 /// What `args` typed; panics on a usage error.
 #[cfg(test)]
 fn typed(args: &[&str]) -> LowArgs {
     let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-    LowArgs::parse(&args).unwrap_or_else(|e| panic!("{args:?}: {}", e.msg))
+    parse_low(&args).unwrap_or_else(|e| panic!("{args:?}: {}", e.msg))
 }
 
 /// The usage error of `args`; panics if there is none.
 #[cfg(test)]
 fn typed_err(args: &[&str]) -> Usage {
     let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-    match LowArgs::parse(&args) {
+    match parse_low(&args) {
         Ok(low) => panic!("{args:?} read as {low:?}"),
         Err(e) => e,
     }

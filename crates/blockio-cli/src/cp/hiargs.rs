@@ -253,7 +253,7 @@ mod tests {
 
     fn decided(args: &[&str]) -> Result<HiArgs, Usage> {
         let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-        let low = LowArgs::parse(&args).unwrap_or_else(|e| panic!("{}", e.msg));
+        let low = super::super::parse::parse_low(&args).unwrap_or_else(|e| panic!("{}", e.msg));
         HiArgs::from_low(low)
     }
 

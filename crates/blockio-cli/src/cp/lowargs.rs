@@ -3,15 +3,11 @@
 //! `cp` records it while it reads (a later `-i` undoes an earlier `-n`,
 //! `-a` keeps an earlier `--preserve=xattr`'s demand). Nothing here looks
 //! at the file system or the environment; [`super::hiargs`] then decides
-//! what to do.
+//! what to do. [`super::parse`] reads the command line into it.
 
 use std::ffi::OsString;
 
 use blockio_tools::copy::{Dereference, Preserve, Reflink, Sparse, Update};
-use blockio_tools::getopt;
-
-use super::defs::{flag, table};
-use super::usage::Usage;
 
 /// `--help` or `--version`: answered instead of copying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,36 +117,5 @@ impl Default for LowArgs {
             block: None,
             threads: None,
         }
-    }
-}
-
-impl LowArgs {
-    /// Reads `args` as GNU `getopt_long` does and records each option in
-    /// order. As `getopt_long` hands options over in order, `--help` or
-    /// `--version` before a mistake is answered (`--help --bogus` prints
-    /// the help), and the mistake is not reached.
-    pub(super) fn parse(args: &[OsString]) -> Result<LowArgs, Usage> {
-        let (parsed, error) = getopt::parse_in_order(args, table());
-        let answered = |id: &str| matches!(id, "help" | "version");
-        if let Some(e) = error {
-            if !parsed.opts.iter().any(|(id, _)| answered(id)) {
-                return Err(Usage(e));
-            }
-        }
-        let mut low = LowArgs {
-            operands: parsed.operands,
-            ..LowArgs::default()
-        };
-        for (id, value) in parsed.opts {
-            let Some(flag) = flag(id) else {
-                // Every id of the table is a flag's.
-                return Err(Usage(format!("unrecognized option '{id}'")));
-            };
-            (flag.update)(value, &mut low)?;
-            if low.special.is_some() {
-                break;
-            }
-        }
-        Ok(low)
     }
 }

@@ -6,6 +6,10 @@
 //! `--` ends the options, short options bundle (`-av`, `-tDIR`), long
 //! options may be abbreviated to any unambiguous prefix (`--rem`), and a
 //! usage error prints GNU's message and exits with status 1.
+//!
+//! Reading goes in two stages ([`parse`]): each option, one unit in
+//! [`defs`] with its test, records what was typed in [`lowargs`]; then
+//! [`hiargs`] decides what to do, checks and defaults in GNU's order.
 
 mod ask;
 mod defs;
@@ -13,6 +17,7 @@ mod help;
 mod hiargs;
 mod lowargs;
 mod memory;
+mod parse;
 mod program;
 mod usage;
 
@@ -26,10 +31,9 @@ use std::time::Duration;
 use blockio_tools::copy::{self, CopyError, CopyReport, Progress};
 
 use ask::STDIN_ERROR;
-use help::{help, version};
 use hiargs::HiArgs;
-use lowargs::{LowArgs, Special};
 use memory::{address_space_left, buffers_within, one_arena_under_address_limit, threads_within};
+use parse::parse;
 use program::program;
 use usage::{write_out, Usage};
 
@@ -41,18 +45,6 @@ pub struct CpArgs {
     /// GNU cp's options and operands, read as `cp` reads them.
     #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
     args: Vec<OsString>,
-}
-
-/// Reads the command line: what was typed, then what to do; `Ok(None)`
-/// when `--help` or `--version` was answered.
-fn parse(args: &[OsString]) -> Result<Option<HiArgs>, Usage> {
-    let low = LowArgs::parse(args)?;
-    match low.special {
-        Some(Special::Help) => write_out(&help())?,
-        Some(Special::Version) => write_out(&version())?,
-        None => return HiArgs::from_low(low).map(Some),
-    }
-    Ok(None)
 }
 
 /// The arguments with the `--` clap drops when it comes first (`cp -- -x
