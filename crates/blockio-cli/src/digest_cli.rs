@@ -190,16 +190,21 @@ fn quote_str(s: &str) -> String {
 
 /// What the options of a digest tool's command line set, as typed.
 struct Typed {
+    /// The tool's algorithm, or cksum's `--algorithm`.
     algo: Algo,
     /// `--algorithm` was given.
     specified: bool,
     /// `--length`, in bits, and as written.
     length: Option<(u64, OsString)>,
+    /// `--check`.
     check: bool,
+    /// How a check reports (`--status`, `--warn`, `--quiet`, ...).
     checking: Checking,
     /// None: neither -b nor -t (nor --tag) was given.
     binary: Option<bool>,
+    /// `--tag` (BSD-style lines), unless `--untagged` came later.
     tag: bool,
+    /// `--zero`.
     zero: bool,
 }
 

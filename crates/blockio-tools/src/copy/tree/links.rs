@@ -54,9 +54,11 @@ pub(super) fn in_cwd(pair: &DirPair) -> bool {
 
 /// One `-l` or `-s` link to make, and what is known of it.
 struct LinkTo<'p> {
+    /// The directories the source is in and the link is made in.
     pair: &'p Arc<DirPair>,
-    /// The source and the link, for messages.
+    /// The source, for messages.
     src: PathBuf,
+    /// The link, for messages.
     dst: PathBuf,
     /// `-l` (else `-s`).
     hard: bool,
@@ -70,6 +72,7 @@ struct LinkTo<'p> {
 }
 
 impl<'p> LinkTo<'p> {
+    /// The link of `e`, from `pair`'s source directory to its copy.
     fn new(pair: &'p Arc<DirPair>, e: &Entry, opts: &options::CopyOptions) -> LinkTo<'p> {
         let src = pair.src_of(&e.src_name);
         let hard = opts.link == options::LinkMode::Hard;

@@ -43,6 +43,8 @@ struct Operand<'a> {
     dest_is_dir: bool,
     /// The source's `statx`, following a link when `follow_src`.
     st: libc::statx,
+    /// The source is followed where it is a link (`-L`, `-H`, or written
+    /// with a trailing `/`).
     follow_src: bool,
     /// The source's type (`S_IFMT` bits).
     kind: u32,
