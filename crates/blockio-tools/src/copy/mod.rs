@@ -102,7 +102,7 @@ pub use options::{Backup, CopyOptions, Dereference, LinkMode, Preserve, Reflink,
 pub use outcome::{CopyError, CopyReport, Progress, UsageError};
 pub use unfinished::remove_unfinished_on_signals;
 
-// The names the file-copying room takes from here.
+// The names `files` imports from here (each defined in a module above).
 pub(crate) use crate::quote::quote;
 pub(crate) use at::cname;
 pub(crate) use backup::{backup_is_source, make_backup};
