@@ -103,24 +103,16 @@ pub use options::{Backup, CopyOptions, Dereference, LinkMode, Preserve, Reflink,
 pub use outcome::{CopyError, CopyReport, Progress, UsageError};
 pub use unfinished::remove_unfinished_on_signals;
 
-// The names `files` imports from here (each defined in a module above).
-pub(crate) use crate::quote::quote;
-pub(crate) use at::cname;
-pub(crate) use backup::{backup_is_source, make_backup};
-pub(crate) use in_the_way::{in_the_way, InTheWay};
-pub(crate) use limits::few_descriptors;
-pub(crate) use messages::{say, say_copied};
-pub(crate) use overwrite::{keep_existing, keep_unwritable, mtime};
-
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use crate::quote::quote;
 use crate::reason::reason as os_message;
 use backup::backup_of_itself;
 use limits::{
-    address_space_limited, backend_for_this_process, descriptor_limit, fit_to_descriptors,
-    raise_fd_limit,
+    address_space_limited, backend_for_this_process, descriptor_limit, few_descriptors,
+    fit_to_descriptors, raise_fd_limit,
 };
 use messages::OUTPUT_ERROR;
 use outcome::{usage, Errors};
