@@ -189,88 +189,174 @@ fn quote_str(s: &str) -> String {
     blockio_tools::quote::quote_locale(s)
 }
 
+/// What the options of a digest tool's command line set, as typed.
+struct Typed {
+    /// The tool's algorithm, or cksum's `--algorithm`.
+    algo: Algo,
+    /// `--algorithm` was given.
+    specified: bool,
+    /// `--length`, in bits, and as written.
+    length: Option<(u64, OsString)>,
+    /// `--check`.
+    check: bool,
+    /// How a check reports (`--status`, `--warn`, `--quiet`, ...).
+    checking: Checking,
+    /// None: neither -b nor -t (nor --tag) was given.
+    binary: Option<bool>,
+    /// `--tag` (BSD-style lines), unless `--untagged` came later.
+    tag: bool,
+    /// `--zero`.
+    zero: bool,
+}
+
+/// Reads a digest tool's command line: its options (checked against each
+/// other as GNU's tools check them) and operands.
 fn read_args(prog: &str, name: &str, kind: DigestTool, args: &[OsString]) -> Result<Request, Stop> {
     let (parsed, mistake) = getopt::parse_in_order(args, &options(kind));
     let cksum = kind == DigestTool::Cksum;
-    let mut algo = kind.default_algo();
-    let mut specified = false;
-    let mut length: Option<(u64, OsString)> = None;
-    let mut check = false;
-    let mut checking = Checking::default();
-    // None: neither -b nor -t (nor --tag) was given.
-    let mut binary: Option<bool> = cksum.then_some(true);
-    let mut tag = cksum;
-    let mut zero = false;
+    let mut typed = Typed {
+        algo: kind.default_algo(),
+        specified: false,
+        length: None,
+        check: false,
+        checking: Checking::default(),
+        binary: cksum.then_some(true),
+        tag: cksum,
+        zero: false,
+    };
     for (id, value) in parsed.opts {
-        let value = value.unwrap_or_default();
-        match id {
-            "algorithm" => {
-                let name = value.to_string_lossy();
-                algo = match CKSUM_ALGOS.iter().find(|(n, _)| *n == name) {
-                    Some(&(_, a)) => a,
-                    None => {
-                        let mut m = format!(
-                            "invalid argument {} for {}\nValid arguments are:",
-                            quote(&value),
-                            quote_str("--algorithm")
-                        );
-                        for (n, _) in CKSUM_ALGOS {
-                            m.push_str(&format!("\n  - {}", quote_str(n)));
-                        }
-                        return Err(Stop::Usage(Usage(Some(m))));
-                    }
-                };
-                specified = true;
-            }
-            "length" => {
-                let n = parse_length(&value)?;
-                if n % 8 != 0 {
-                    return Err(Stop::Fatal(Fatal(vec![
-                        format!("invalid length: {}", quote(&value)),
-                        "length is not a multiple of 8".into(),
-                    ])));
-                }
-                length = Some((n, value));
-            }
-            "check" => check = true,
-            "status" => (checking.status, checking.warn, checking.quiet) = (true, false, false),
-            "warn" => (checking.status, checking.warn, checking.quiet) = (false, true, false),
-            "quiet" => (checking.status, checking.warn, checking.quiet) = (false, false, true),
-            "ignore-missing" => checking.ignore_missing = true,
-            "strict" => checking.strict = true,
-            "binary" => binary = Some(true),
-            "text" => binary = Some(false),
-            "tag" => (tag, binary) = (true, Some(true)),
-            "untagged" => tag = false,
-            "zero" => zero = true,
-            "debug" => {}
-            "no-mode" => return Err(Stop::Usage(Usage(None))),
-            "help" => return Err(Stop::Exit0(help(prog, name, kind))),
-            "version" => return Err(Stop::Exit0(version(name))),
-            _ => unreachable!("an option without a meaning: {id}"),
-        }
+        read_option(&mut typed, id, value.unwrap_or_default(), prog, name, kind)?;
     }
     // getopt_long reports a mistake when it reaches it, after the options
     // before it took effect (`--help --bogus` prints the help).
     if let Some(m) = mistake {
         return Err(Stop::Usage(Usage(Some(m))));
     }
-    if let Some((bits, text)) = length.filter(|(n, _)| *n != 0) {
-        if !matches!(algo, Algo::Blake2b(_)) {
-            let m = "--length is only supported with --algorithm=blake2b";
-            return Err(Stop::Fatal(Fatal(vec![m.into()])));
-        }
-        if bits > 8 * BLAKE2B_MAX_BYTES as u64 {
-            return Err(Stop::Fatal(Fatal(vec![
-                format!("invalid length: {}", quote(&text)),
-                format!(
-                    "maximum digest length for {} is 512 bits",
-                    quote_str("BLAKE2b")
-                ),
-            ])));
-        }
-        algo = Algo::Blake2b((bits / 8) as u8);
+    if let Some((bits, text)) = typed.length.take().filter(|(n, _)| *n != 0) {
+        typed.algo = blake2b_of_length(typed.algo, bits, &text)?;
     }
+    check_combination(&typed, cksum)?;
+    let family = match kind {
+        DigestTool::Fixed(_) => Family::Fixed,
+        DigestTool::B2sum => Family::B2sum,
+        DigestTool::Cksum => Family::Cksum {
+            specified: typed.specified,
+        },
+    };
+    Ok(Request {
+        tool: Tool {
+            prog: prog.to_string(),
+            family,
+            algo: typed.algo,
+        },
+        check: typed.check,
+        format: Format {
+            tag: typed.tag,
+            binary: typed.binary == Some(true),
+            zero: typed.zero,
+            ..Format::default()
+        },
+        checking: typed.checking,
+        operands: parsed.operands.into_iter().map(PathBuf::from).collect(),
+    })
+}
+
+/// Records the option `id`, given with `value`, in `typed`; `--help`,
+/// `--version` and a mistake stop the reading.
+fn read_option(
+    typed: &mut Typed,
+    id: &str,
+    value: OsString,
+    prog: &str,
+    name: &str,
+    kind: DigestTool,
+) -> Result<(), Stop> {
+    let checking = &mut typed.checking;
+    match id {
+        "algorithm" => {
+            typed.algo = cksum_algo(&value)?;
+            typed.specified = true;
+        }
+        "length" => {
+            let n = parse_length(&value)?;
+            if n % 8 != 0 {
+                return Err(Stop::Fatal(Fatal(vec![
+                    format!("invalid length: {}", quote(&value)),
+                    "length is not a multiple of 8".into(),
+                ])));
+            }
+            typed.length = Some((n, value));
+        }
+        "check" => typed.check = true,
+        "status" => (checking.status, checking.warn, checking.quiet) = (true, false, false),
+        "warn" => (checking.status, checking.warn, checking.quiet) = (false, true, false),
+        "quiet" => (checking.status, checking.warn, checking.quiet) = (false, false, true),
+        "ignore-missing" => checking.ignore_missing = true,
+        "strict" => checking.strict = true,
+        "binary" => typed.binary = Some(true),
+        "text" => typed.binary = Some(false),
+        "tag" => (typed.tag, typed.binary) = (true, Some(true)),
+        "untagged" => typed.tag = false,
+        "zero" => typed.zero = true,
+        "debug" => {}
+        "no-mode" => return Err(Stop::Usage(Usage(None))),
+        "help" => return Err(Stop::Exit0(help(prog, name, kind))),
+        "version" => return Err(Stop::Exit0(version(name))),
+        _ => unreachable!("an option without a meaning: {id}"),
+    }
+    Ok(())
+}
+
+/// `cksum --algorithm=NAME`: the algorithm, or GNU's message listing the
+/// valid names.
+fn cksum_algo(value: &OsString) -> Result<Algo, Stop> {
+    let name = value.to_string_lossy();
+    if let Some(&(_, a)) = CKSUM_ALGOS.iter().find(|(n, _)| *n == name) {
+        return Ok(a);
+    }
+    let mut m = format!(
+        "invalid argument {} for {}\nValid arguments are:",
+        quote(value),
+        quote_str("--algorithm")
+    );
+    for (n, _) in CKSUM_ALGOS {
+        m.push_str(&format!("\n  - {}", quote_str(n)));
+    }
+    Err(Stop::Usage(Usage(Some(m))))
+}
+
+/// `--length=BITS` (not 0, written `text`): BLAKE2b of that length; an
+/// error for any other algorithm, or beyond 512 bits.
+fn blake2b_of_length(algo: Algo, bits: u64, text: &OsString) -> Result<Algo, Stop> {
+    if !matches!(algo, Algo::Blake2b(_)) {
+        let m = "--length is only supported with --algorithm=blake2b";
+        return Err(Stop::Fatal(Fatal(vec![m.into()])));
+    }
+    if bits > 8 * BLAKE2B_MAX_BYTES as u64 {
+        return Err(Stop::Fatal(Fatal(vec![
+            format!("invalid length: {}", quote(text)),
+            format!(
+                "maximum digest length for {} is 512 bits",
+                quote_str("BLAKE2b")
+            ),
+        ])));
+    }
+    Ok(Algo::Blake2b((bits / 8) as u8))
+}
+
+/// The options that make no sense together, refused in GNU's order and
+/// words.
+fn check_combination(typed: &Typed, cksum: bool) -> Result<(), Stop> {
+    let &Typed {
+        algo,
+        specified,
+        check,
+        ref checking,
+        binary,
+        tag,
+        zero,
+        ..
+    } = typed;
     if cksum && check && specified && algo.hex_len() == 0 {
         let m = "--check is not supported with --algorithm={bsd,sysv,crc}";
         return Err(Stop::Fatal(Fatal(vec![m.into()])));
@@ -301,27 +387,7 @@ fn read_args(prog: &str, name: &str, kind: DigestTool, args: &[OsString]) -> Res
             return usage(&only(what));
         }
     }
-    let family = match kind {
-        DigestTool::Fixed(_) => Family::Fixed,
-        DigestTool::B2sum => Family::B2sum,
-        DigestTool::Cksum => Family::Cksum { specified },
-    };
-    Ok(Request {
-        tool: Tool {
-            prog: prog.to_string(),
-            family,
-            algo,
-        },
-        check,
-        format: Format {
-            tag,
-            binary: binary == Some(true),
-            zero,
-            ..Format::default()
-        },
-        checking,
-        operands: parsed.operands.into_iter().map(PathBuf::from).collect(),
-    })
+    Ok(())
 }
 
 /// The argument of `-l`, read as coreutils reads it (`xdectoumax`, with

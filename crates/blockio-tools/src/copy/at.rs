@@ -27,6 +27,7 @@ use std::path::Path;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use super::creation_gate;
+use super::in_the_way::in_the_way;
 
 /// A directory named on the command line (or a parent of an operand),
 /// following symbolic links as `cp` does for its arguments.
@@ -46,7 +47,7 @@ pub(crate) fn open_operand_dir(path: &Path) -> io::Result<File> {
 /// `x/f` out of a directory `x` it may only search.)
 pub(crate) fn open_operand_parent(path: &Path) -> io::Result<File> {
     match open_operand_dir(path) {
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+        Err(e) if rustix::io::Errno::from_io_error(&e) == Some(rustix::io::Errno::ACCESS) => {
             let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
             Ok(File::from(rustix::fs::open(path, flags, Mode::empty())?))
         }
@@ -259,12 +260,12 @@ pub(crate) fn create(
             // through a dangling one even with `-f`.
             Err(e) if force && e != rustix::io::Errno::LOOP => match unlink(dir, name) {
                 Ok(()) => removed = true,
-                Err(u) => return Err(super::in_the_way("cannot remove", u)),
+                Err(u) => return Err(in_the_way("cannot remove", u)),
             },
             Err(e) => return Err(e.into()),
         }
     }
-    Err(io::Error::from_raw_os_error(libc::ENOENT))
+    Err(rustix::io::Errno::NOENT.into())
 }
 
 /// Creates or opens the file `name` in `dir` following a symbolic link
@@ -298,7 +299,7 @@ pub(crate) fn create_following(
             // leads to), as cp does.
             Err(_) if force => {
                 if let Err(u) = unlink(dir, name) {
-                    return Err(super::in_the_way("cannot remove", u));
+                    return Err(in_the_way("cannot remove", u));
                 }
                 let mut d = create(dir, name, excl, mode, force)?;
                 d.removed = true;
@@ -382,6 +383,12 @@ pub(crate) fn last_component(p: &Path) -> &OsStr {
     let b = &b[..end];
     let start = b.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1);
     OsStr::from_bytes(&b[start..])
+}
+
+/// A name for the `*at` calls.
+pub(crate) fn cname(name: &std::ffi::OsStr) -> CString {
+    // Names from the file system or from argv never hold a NUL byte.
+    CString::new(name.as_bytes()).expect("path names hold no NUL byte")
 }
 
 #[cfg(test)]

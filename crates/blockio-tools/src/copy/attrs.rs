@@ -69,8 +69,10 @@ use std::path::Path;
 use rustix::io::Errno;
 
 use super::entry::{Ctx, DirPair};
+use super::options::Preserve;
+use super::outcome::Errors;
 use super::xattr_conf;
-use super::{quote, Errors, Preserve};
+use crate::quote::quote;
 
 /// Where the failures to keep attributes are said, and the names of the
 /// source and of its copy in those messages.

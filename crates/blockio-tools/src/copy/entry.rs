@@ -14,8 +14,11 @@ use std::sync::{Arc, Mutex};
 
 use blockio::Engine;
 
+use super::at;
 use super::creators::Creators;
-use super::{CopyOptions, Errors, Progress};
+use super::options::{CopyOptions, Dereference};
+use super::outcome::{Errors, Progress};
+use super::unfinished::MadeIn;
 
 /// The source and destination directories of one operand's tree: every
 /// directory below is opened from these by its relative path, with no
@@ -253,8 +256,7 @@ impl DirPair {
     /// component: GNU's `cp` names a file operand, and a destination that
     /// is no directory, exactly as given.
     fn as_written(&self, operand: &Path, name: &CStr) -> Option<PathBuf> {
-        let own = self.below.is_none()
-            && crate::copy::at::last_component(operand).as_bytes() == name.to_bytes();
+        let own = self.below.is_none() && at::last_component(operand).as_bytes() == name.to_bytes();
         own.then(|| operand.to_path_buf())
     }
 }
@@ -263,6 +265,12 @@ impl DirPair {
 fn path_name(p: PathBuf) -> CString {
     // Names from the file system or from argv never hold a NUL byte.
     CString::new(p.into_os_string().into_vec()).expect("path names hold no NUL byte")
+}
+
+impl MadeIn for DirPair {
+    fn made_at<'a>(&'a self, name: &'a CStr) -> NameAt<'a> {
+        self.dst_at(name)
+    }
 }
 
 /// `name` in the directory `dir`, as GNU's `cp` writes it in messages and
@@ -335,9 +343,8 @@ impl Entry {
     }
     /// Whether links are copied as links for this entry: `-P`, or `-H`
     /// below the command line (GNU's `copy_dir` turns `-H` into `-P`).
-    pub fn never_follows(&self, deref: super::Dereference) -> bool {
-        deref == super::Dereference::Never
-            || (deref == super::Dereference::CommandLine && !self.operand)
+    pub fn never_follows(&self, deref: Dereference) -> bool {
+        deref == Dereference::Never || (deref == Dereference::CommandLine && !self.operand)
     }
     pub fn kind(&self) -> u32 {
         self.mode() & libc::S_IFMT
@@ -352,7 +359,7 @@ impl Entry {
 /// `stat`'s `(st_dev, st_ino)` does.
 pub(crate) fn statx_id(st: &libc::statx) -> (u64, u64) {
     (
-        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+        rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
         st.stx_ino,
     )
 }

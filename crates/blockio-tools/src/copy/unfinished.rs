@@ -34,16 +34,26 @@
 //! files being filled remain, as a killed GNU `cp` leaves the one it was
 //! writing.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::creation_gate::{self, Creation};
 
-use super::entry::DirPair;
+/// A destination directory a copy makes names in, as a listing keeps it:
+/// an interrupting signal removes the name from it (and puts back the
+/// file kept aside there).
+pub(crate) trait MadeIn: Send + Sync + 'static {
+    /// `name` in the destination directory, to remove or rename: the
+    /// directory held open, or (under the lowest limits on descriptors)
+    /// the working directory and the name's whole path.
+    fn made_at<'a>(&'a self, name: &'a CStr) -> (BorrowedFd<'a>, Cow<'a, CStr>);
+}
 
 /// Files are listed only once [`remove_unfinished_on_signals`] has a
 /// thread taking the signals: otherwise nobody would remove them.
@@ -72,7 +82,8 @@ impl Listed {
 
 /// A name this copy made.
 struct Made {
-    dir: Arc<DirPair>,
+    /// The destination directory `name` is in.
+    dir: Arc<dyn MadeIn>,
     name: CString,
     /// The file this one replaced, kept aside under this name (`-b`).
     backup: Option<CString>,
@@ -118,7 +129,7 @@ impl Drop for Unfinished {
 /// under `name`, which it then lists (the signal removes the copy, then
 /// puts the file back), or drop it once the name is filled otherwise.
 pub(crate) fn kept_aside(
-    dir: &Arc<DirPair>,
+    dir: &Arc<impl MadeIn>,
     name: &CString,
     id: (u64, u64),
     set_aside: impl FnOnce() -> io::Result<Option<PathBuf>>,
@@ -131,7 +142,7 @@ pub(crate) fn kept_aside(
     let listing = kept.as_ref().and_then(|path| {
         let backup = CString::new(path.file_name()?.as_bytes()).ok()?;
         let made = Made {
-            dir: Arc::clone(dir),
+            dir: Arc::clone(dir) as Arc<dyn MadeIn>,
             name: name.clone(),
             backup: Some(backup),
             id,
@@ -150,7 +161,7 @@ pub(crate) fn kept_aside(
 /// if given (the listing of the file [`kept_aside`] moved from `name`,
 /// which already names the backup), or a new one naming `backup`.
 pub(crate) fn created<T>(
-    dir: &Arc<DirPair>,
+    dir: &Arc<impl MadeIn>,
     name: &CString,
     backup: Option<&CString>,
     id: (u64, u64),
@@ -172,7 +183,7 @@ pub(crate) fn created<T>(
         return Ok((value, Some(listing)));
     }
     let made = Made {
-        dir: Arc::clone(dir),
+        dir: Arc::clone(dir) as Arc<dyn MadeIn>,
         name: name.clone(),
         backup: backup.cloned(),
         id,
@@ -187,7 +198,7 @@ pub(crate) fn created<T>(
 /// if an interrupting signal comes before the copy is finished (and the
 /// file `-b` moved aside from it, whose listing `aside` is, put back).
 pub(crate) fn linked(
-    dir: &Arc<DirPair>,
+    dir: &Arc<impl MadeIn>,
     name: &CString,
     id: (u64, u64),
     aside: Option<Unfinished>,
@@ -216,7 +227,7 @@ pub(crate) fn linked(
         }
         None if copy_unfinished => {
             l.list(Made {
-                dir: Arc::clone(dir),
+                dir: Arc::clone(dir) as Arc<dyn MadeIn>,
                 name: name.clone(),
                 backup: None,
                 id,
@@ -243,6 +254,10 @@ pub(crate) fn undone<T>(listing: Option<Unfinished>, undo: impl FnOnce() -> T) -
 fn creating() -> Creation {
     creation_gate::enter()
 }
+
+// The signal calls here (sigaction, pthread_sigmask, sigwait, raise) are
+// raw libc: rustix offers signal masks and dispositions only in its hidden,
+// experimental runtime module, and no sigwait.
 
 /// The signals that end a copy and its unfinished files.
 const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
@@ -328,10 +343,10 @@ fn remove_and_die(sig: libc::c_int) -> ! {
     // Second names first, while their copies still have theirs.
     let (links, copies): (Vec<&Made>, Vec<&Made>) = l.files.values().partition(|m| m.link);
     for m in links.into_iter().chain(copies) {
-        let (dir, name) = m.dir.dst_at(&m.name);
+        let (dir, name) = m.dir.made_at(&m.name);
         let _ = rustix::fs::unlinkat(dir, &*name, rustix::fs::AtFlags::empty());
         if let Some(kept) = &m.backup {
-            let (kept_dir, kept) = m.dir.dst_at(kept);
+            let (kept_dir, kept) = m.dir.made_at(kept);
             let _ = rustix::fs::renameat(kept_dir, &*kept, dir, &*name);
         }
     }

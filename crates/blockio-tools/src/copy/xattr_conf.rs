@@ -45,6 +45,7 @@ fn patterns(text: &[u8]) -> Vec<CString> {
 /// Whether `name` matches the shell pattern `pattern`, as `fnmatch` with
 /// no flags (libattr's match).
 fn matches(pattern: &CStr, name: &CStr) -> bool {
+    // Raw libc: fnmatch is the C library's, not a system call rustix wraps.
     // SAFETY: both are NUL-terminated strings alive for the call, and
     // fnmatch only reads them.
     unsafe { libc::fnmatch(pattern.as_ptr(), name.as_ptr(), 0) == 0 }

@@ -12,15 +12,19 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::super::at;
 use rustix::fs::{AtFlags, FileType};
 use rustix::io::Errno;
 
+use super::super::at::{self, cname};
+use super::super::backup::{backup_is_source, make_backup};
 use super::super::entry::{statx_id, Ctx, DirPair, Entry, FirstCopy, NameAt};
+use super::super::in_the_way::{in_the_way, InTheWay};
+use super::super::messages::{say, say_copied};
+use super::super::options::{Backup, CopyOptions, Update};
+use super::super::overwrite::{self, keep_existing, keep_unwritable};
 use super::super::unfinished;
-use super::super::{quote, CopyOptions};
 use super::job::{fstat, Target};
-use crate::copy;
+use crate::quote::quote;
 
 /// What becomes of an existing destination (see [`existing`]).
 enum Existing {
@@ -79,10 +83,17 @@ fn existing(
         ctx.errors.report(what, None);
         return Existing::Refused;
     }
-    if !decided && copy::keep_existing(ctx.opts, copy::mtime(&e.st), copy::mtime(&st), &path()) {
+    if !decided
+        && keep_existing(
+            ctx.opts,
+            overwrite::mtime(&e.st),
+            overwrite::mtime(&st),
+            &path(),
+        )
+    {
         ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
         let by_update =
-            ctx.opts.update == copy::Update::Older && copy::mtime(&st) >= copy::mtime(&e.st);
+            ctx.opts.update == Update::Older && overwrite::mtime(&st) >= overwrite::mtime(&e.st);
         return if by_update {
             Existing::KeptByUpdate
         } else {
@@ -147,8 +158,8 @@ pub(super) fn create_dst(
     e: &Entry,
 ) -> io::Result<Option<(at::Dest, Target)>> {
     let opts = ctx.opts;
-    let excl = opts.no_clobber || opts.update == copy::Update::None;
-    let replaces = (opts.backup != copy::Backup::None || opts.remove_destination) && !excl;
+    let excl = opts.no_clobber || opts.update == Update::None;
+    let replaces = (opts.backup != Backup::None || opts.remove_destination) && !excl;
     if replaces && same_entry(pair, e) {
         // Backing up or removing the destination would move or remove
         // the source itself (reached through a bind mount of its
@@ -213,11 +224,11 @@ fn make_room(
     if excl {
         return Ok(Some(Room::default()));
     }
-    if opts.remove_destination && opts.backup == copy::Backup::None {
+    if opts.remove_destination && opts.backup == Backup::None {
         remove_destination(ctx, pair, e)?;
         return Ok(Some(Room::default()));
     }
-    if opts.backup == copy::Backup::None {
+    if opts.backup == Backup::None {
         return Ok(Some(Room::default()));
     }
     // With `-a`, a second name of a file already copied is made a link to
@@ -235,7 +246,7 @@ fn make_room(
     // (Listing the directory for a numbered backup needs it open: by
     // path, for the moment.)
     let dir = pair.dst_dir()?;
-    if copy::backup_is_source(opts, &e.src_name, e.id(), &dir, &e.dst_name) {
+    if backup_is_source(opts, &e.src_name, e.id(), &dir, &e.dst_name) {
         let what = format!(
             "backing up {} might destroy source;  {} not copied",
             quote(&pair.dst_of(&e.dst_name)),
@@ -245,9 +256,9 @@ fn make_room(
         return Ok(None);
     }
     let (backup, aside) = unfinished::kept_aside(pair, &e.dst_name, e.id(), || {
-        copy::make_backup(opts, &dir, &pair.dst_path, &e.dst_name)
+        make_backup(opts, &dir, &pair.dst_path, &e.dst_name)
     })
-    .map_err(|err| copy::in_the_way("cannot backup", err))?;
+    .map_err(|err| in_the_way("cannot backup", err))?;
     Ok(Some(Room { backup, aside }))
 }
 
@@ -273,11 +284,7 @@ fn create_named(
 ) -> io::Result<at::Dest> {
     let opts = ctx.opts;
     let mode = create_mode(opts, e);
-    let kept = room
-        .backup
-        .as_ref()
-        .and_then(|b| b.file_name())
-        .map(copy::cname);
+    let kept = room.backup.as_ref().and_then(|b| b.file_name()).map(cname);
     let (dir, name) = pair.dst_at(&e.dst_name);
     let (mut d, listed) = unfinished::created(
         pair,
@@ -381,12 +388,12 @@ fn link_to_first(
     }
     if !quietly {
         let (src, dst) = (pair.src_of(&e.src_name), pair.dst_of(&e.dst_name));
-        copy::say_copied(opts, &src, &dst, room.backup.as_deref());
+        say_copied(opts, &src, &dst, room.backup.as_deref());
     }
     if removed {
         // GNU's words for the name the link replaced, after the line.
         let dst = pair.dst_of(&e.dst_name);
-        copy::say(opts, format_args!("removed {}", quote(&dst)));
+        say(opts, format_args!("removed {}", quote(&dst)));
     }
     ctx.progress.files.fetch_add(1, Ordering::Relaxed);
     Ok(())
@@ -411,7 +418,7 @@ fn link_over(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> LinkOver {
         return LinkOver::Replace;
     };
     let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-    if opts.update == copy::Update::Older && mtime >= copy::mtime(&e.st) {
+    if opts.update == Update::Older && mtime >= overwrite::mtime(&e.st) {
         return LinkOver::ReplaceQuietly;
     }
     let path = pair.dst_of(&e.dst_name);
@@ -429,7 +436,7 @@ fn link_over(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> LinkOver {
 /// already); `None` when there is nothing to judge here.
 fn judged_before_open(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> Option<bool> {
     let opts = ctx.opts;
-    if excl || (opts.update == copy::Update::All && opts.ask.is_none()) {
+    if excl || (opts.update == Update::All && opts.ask.is_none()) {
         return None;
     }
     let flags = if e.follow_dst {
@@ -443,7 +450,7 @@ fn judged_before_open(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> O
     let dst = pair.dst_of(&e.dst_name);
     match rustix::fs::FileType::from_raw_mode(st.st_mode) {
         rustix::fs::FileType::Fifo => {
-            Some(copy::keep_existing(opts, copy::mtime(&e.st), mtime, &dst))
+            Some(keep_existing(opts, overwrite::mtime(&e.st), mtime, &dst))
         }
         rustix::fs::FileType::Directory | rustix::fs::FileType::Symlink => None,
         _ if opts.ask.is_some() => {
@@ -453,9 +460,9 @@ fn judged_before_open(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry, excl: bool) -> O
             if writable {
                 return None;
             }
-            Some(copy::keep_unwritable(
+            Some(keep_unwritable(
                 opts,
-                copy::mtime(&e.st),
+                overwrite::mtime(&e.st),
                 mtime,
                 st.st_mode,
                 &dst,
@@ -480,9 +487,9 @@ fn kept(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<bool> {
     }
     let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
     let dst = pair.dst_of(&e.dst_name);
-    Ok(copy::keep_existing(
+    Ok(keep_existing(
         ctx.opts,
-        copy::mtime(&e.st),
+        overwrite::mtime(&e.st),
         mtime,
         &dst,
     ))
@@ -499,13 +506,13 @@ fn remove_destination(ctx: &Ctx<'_>, pair: &DirPair, e: &Entry) -> io::Result<()
     let (dir, name) = pair.dst_at(&e.dst_name);
     match rustix::fs::unlinkat(dir, &*name, AtFlags::empty()) {
         Ok(()) => {
-            copy::say(ctx.opts, format_args!("removed {}", quote(&dst)));
+            say(ctx.opts, format_args!("removed {}", quote(&dst)));
             Ok(())
         }
         Err(Errno::NOENT) => Ok(()),
         // A directory: creating the copy reports it, as GNU does.
         Err(Errno::ISDIR) => Err(Errno::ISDIR.into()),
-        Err(err) => Err(copy::in_the_way("cannot remove", err)),
+        Err(err) => Err(in_the_way("cannot remove", err)),
     }
 }
 
@@ -530,10 +537,7 @@ fn is_symlink(dirs: &DirPair, e: &Entry) -> bool {
 /// Reports a copy that could not be created (or skips it, with `-n`).
 pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::Error) {
     let dst = dirs.dst_of(&e.dst_name);
-    if let Some(w) = err
-        .get_ref()
-        .and_then(|x| x.downcast_ref::<copy::InTheWay>())
-    {
+    if let Some(w) = err.get_ref().and_then(|x| x.downcast_ref::<InTheWay>()) {
         let what = format!("{} {}", w.what, quote(&dst));
         return ctx
             .errors
@@ -544,7 +548,7 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
         Some(Errno::ISDIR) => {
             // `-u` looks at the times first, and `-i` asks, as GNU's do,
             // before saying a directory is in the way.
-            let kept = (ctx.opts.update == copy::Update::Older || ctx.opts.ask.is_some())
+            let kept = (ctx.opts.update == Update::Older || ctx.opts.ask.is_some())
                 && existing_is_kept(ctx, dirs, e, &dst);
             if kept {
                 Judged::Skipped
@@ -566,7 +570,7 @@ pub(super) fn created_failed(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, err: io::
         Judged::Failed(what, errno) => ctx.errors.report(what, errno.map(io::Error::from)),
         Judged::Other => {
             // GNU says what it copies before it opens the copy.
-            copy::say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
+            say_copied(ctx.opts, &dirs.src_of(&e.src_name), &dst, None);
             let what = format!("cannot create regular file {}", quote(&dst));
             ctx.errors.report(what, Some(err));
         }
@@ -604,7 +608,7 @@ fn exists(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry) -> Judged {
             _ => {}
         }
     }
-    if opts.no_clobber || opts.update != copy::Update::All || opts.ask.is_some() {
+    if opts.no_clobber || opts.update != Update::All || opts.ask.is_some() {
         Judged::Skipped
     } else {
         Judged::Other
@@ -620,8 +624,7 @@ fn a_link_in_the_way(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry) -> Judged {
     // `-u` looks at the times first, through the link as GNU's does: what
     // it leads to is newer, so nothing is written. A link to the source
     // itself is "the same file" first, as GNU's order is.
-    if ctx.opts.update == copy::Update::Older && !to_source && existing_is_kept(ctx, dirs, e, &dst)
-    {
+    if ctx.opts.update == Update::Older && !to_source && existing_is_kept(ctx, dirs, e, &dst) {
         return Judged::Skipped;
     }
     let src = dirs.src_of(&e.src_name);
@@ -649,7 +652,7 @@ fn a_link_in_the_way(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry) -> Judged {
         // A loop of links: GNU's look through it fails first.
         return Judged::Failed(format!("cannot stat {}", quote(&dst)), Some(Errno::LOOP));
     }
-    copy::say_copied(ctx.opts, &src, &dst, None);
+    say_copied(ctx.opts, &src, &dst, None);
     // GNU's words: "dangling" when the link leads nowhere.
     let nowhere = through.is_err_and(|err| err == Errno::NOENT);
     let dangling = if e.follow_dst || nowhere {
@@ -669,7 +672,7 @@ fn a_link_in_the_way(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry) -> Judged {
 fn existing_is_kept(ctx: &Ctx<'_>, dirs: &DirPair, e: &Entry, dst: &std::path::Path) -> bool {
     through_the_copy(dirs, e).is_ok_and(|st| {
         let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-        copy::keep_existing(ctx.opts, copy::mtime(&e.st), mtime, dst)
+        keep_existing(ctx.opts, overwrite::mtime(&e.st), mtime, dst)
     })
 }
 

@@ -15,11 +15,11 @@ use rustix::fs::AtFlags;
 
 use super::super::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::super::entry::{Ctx, DirPair};
-use super::super::quote;
+use super::super::options::Sparse;
 use super::super::unfinished;
 use super::job::{clone, empty_old, fsync_each, is_sparse, run_batch, FileCopy};
 use super::wave::SLOT_ALIGN;
-use crate::copy;
+use crate::quote::quote;
 
 /// Gives every complete copy its final length and, with `--preserve`, its
 /// attributes.
@@ -42,7 +42,7 @@ pub(super) fn finish_files(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'
             Some((eof, "truncate"))
         } else if j.direct && j.end % SLOT_ALIGN as u64 != 0 {
             Some((j.end, "truncate"))
-        } else if is_sparse(ctx.opts, j.e) || ctx.opts.sparse == copy::Sparse::Always {
+        } else if is_sparse(ctx.opts, j.e) || ctx.opts.sparse == Sparse::Always {
             Some((j.e.st.stx_size, "extend"))
         } else {
             None

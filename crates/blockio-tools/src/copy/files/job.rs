@@ -9,8 +9,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use blockio::{Engine, Op};
 
 use super::super::entry::{DirPair, Entry};
-use super::super::{quote, CopyOptions};
-use crate::copy;
+use super::super::options::{CopyOptions, Sparse};
+use crate::quote::quote;
 
 /// With `--fsync`, files of at least this many bytes have their write-back
 /// started as their blocks are written and are fsynced each: a large copy
@@ -92,7 +92,7 @@ pub(super) enum Target {
 pub(super) fn empty_old(j: &mut FileCopy<'_>, opts: &CopyOptions, dirs: &DirPair) -> bool {
     if j.old && j.failed.is_none() {
         j.old = false;
-        let holes = !j.stream && (is_sparse(opts, j.e) || opts.sparse == copy::Sparse::Always);
+        let holes = !j.stream && (is_sparse(opts, j.e) || opts.sparse == Sparse::Always);
         let len = if holes { j.e.st.stx_size } else { 0 };
         let emptied = rustix::fs::ftruncate(&j.dst, 0).and_then(|()| match len {
             0 => Ok(()),
@@ -151,7 +151,7 @@ pub(super) fn failure(dirs: &DirPair, e: &Entry, side: Side) -> String {
 /// Fewer blocks allocated than the size needs: the file has holes (which
 /// the copy keeps, unless `--sparse=never`).
 pub(super) fn is_sparse(opts: &CopyOptions, e: &Entry) -> bool {
-    opts.sparse != copy::Sparse::Never && e.st.stx_blocks.saturating_mul(512) < e.st.stx_size
+    opts.sparse != Sparse::Never && e.st.stx_blocks.saturating_mul(512) < e.st.stx_size
 }
 
 /// How many of the first `sizes` (at least one) fit in `wave` bytes: the

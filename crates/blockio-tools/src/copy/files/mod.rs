@@ -27,8 +27,8 @@ use blockio::{AlignedBuf, Op};
 use rustix::fs::FileType;
 
 use super::entry::{Ctx, DirPair, Entry, Group};
-use super::{quote, CopyOptions};
-use crate::copy;
+use super::options::{Backup, CopyOptions, Reflink, Sparse, Update};
+use crate::quote::quote;
 use finish::{close_and_report, finish_files, fsync_large};
 pub(crate) use job::fstat;
 use job::{empty_old, failure, fsync_each, is_sparse, run_batch, Chunk, FileCopy};
@@ -48,8 +48,8 @@ pub(crate) use wave::SLOT_ALIGN;
 /// neither old nor new at any moment, as without `-b`.
 pub(crate) fn copy_group(ctx: &Ctx<'_>, g: Group, arena: &mut AlignedBuf, requeue: &dyn Fn(Group)) {
     let opts = ctx.opts;
-    let excl = opts.no_clobber || opts.update == copy::Update::None;
-    if opts.backup == copy::Backup::None || excl || g.files.len() < 2 {
+    let excl = opts.no_clobber || opts.update == Update::None;
+    if opts.backup == Backup::None || excl || g.files.len() < 2 {
         return copy_run(ctx, g, arena, requeue);
     }
     for files in backup_runs(&g.dirs, g.files) {
@@ -131,7 +131,7 @@ fn choose_paths(opts: &CopyOptions, jobs: &mut [FileCopy<'_>]) -> Vec<bool> {
             && j.e.st.stx_size >= opts.direct_write_min
             && opts.block % SLOT_ALIGN == 0
             && !is_sparse(opts, j.e)
-            && opts.sparse != copy::Sparse::Always
+            && opts.sparse != Sparse::Always
             && go_direct(&j.dst);
     }
     let ranged: Vec<bool> = jobs
@@ -141,8 +141,8 @@ fn choose_paths(opts: &CopyOptions, jobs: &mut [FileCopy<'_>]) -> Vec<bool> {
                 && !is_sparse(opts, j.e)
                 && !j.direct
                 && !j.stream
-                && opts.sparse != copy::Sparse::Always
-                && opts.reflink == copy::Reflink::Auto
+                && opts.sparse != Sparse::Always
+                && opts.reflink == Reflink::Auto
         })
         .collect();
     for (j, _) in jobs.iter().zip(&ranged).filter(|(j, &r)| r || j.direct) {
@@ -168,10 +168,10 @@ fn copy_ranges_and_chunk(
     let mut chunks = Vec::new();
     for (i, j) in jobs.iter_mut().enumerate() {
         let was_old = j.old;
-        if (opts.reflink == copy::Reflink::Always || ranged[i]) && !empty_old(j, ctx.opts, dirs) {
+        if (opts.reflink == Reflink::Always || ranged[i]) && !empty_old(j, ctx.opts, dirs) {
             continue;
         }
-        if opts.reflink == copy::Reflink::Always {
+        if opts.reflink == Reflink::Always {
             // `--reflink=always`: the whole file shares the source's
             // blocks, or the copy fails, as GNU's: also for a FIFO or a
             // device on either side, which the kernel refuses to clone
@@ -238,7 +238,7 @@ fn copy_unsized(ctx: &Ctx<'_>, dirs: &DirPair, jobs: &mut [FileCopy<'_>]) {
     {
         // `--sparse=always` from a pipe or device into a regular file:
         // blocks of zeros become holes there too, as GNU makes them.
-        let holes = ctx.opts.sparse == copy::Sparse::Always
+        let holes = ctx.opts.sparse == Sparse::Always
             && fstat(&j.dst).is_ok_and(|st| {
                 FileType::from_raw_mode(st.stx_mode.into()) == FileType::RegularFile
             });

@@ -12,11 +12,12 @@ use blockio::{OpenRequest, PathAt};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use super::super::at::cname;
 use super::super::entry::{Ctx, DirPair, Entry};
-use super::super::quote;
+use super::super::messages::{say, say_copied};
 use super::destination::{create_dst, created_failed};
 use super::job::{as_regular, first_wave, fstat, FileCopy, Target};
-use crate::copy;
+use crate::quote::quote;
 
 /// Opens the group's sources, then its destinations, one batch each; the
 /// files that failed are reported and left out. Returns the files to copy
@@ -192,10 +193,10 @@ fn create_all<'g>(
                 if ctx.opts.verbose {
                     let dst_path = pair.dst_of(&e.dst_name);
                     if dst.removed {
-                        copy::say(ctx.opts, format_args!("removed {}", quote(&dst_path)));
+                        say(ctx.opts, format_args!("removed {}", quote(&dst_path)));
                     }
                     let backup = dst.backup.as_deref();
-                    copy::say_copied(ctx.opts, &pair.src_of(&e.src_name), &dst_path, backup);
+                    say_copied(ctx.opts, &pair.src_of(&e.src_name), &dst_path, backup);
                 }
                 jobs.push(FileCopy {
                     e,
@@ -206,11 +207,7 @@ fn create_all<'g>(
                     direct: false,
                     created: dst.created,
                     listed: dst.listed,
-                    backup: dst
-                        .backup
-                        .as_deref()
-                        .and_then(|b| b.file_name())
-                        .map(copy::cname),
+                    backup: dst.backup.as_deref().and_then(|b| b.file_name()).map(cname),
                     end: 0,
                     eof: None,
                     old: target == Target::Old,

@@ -11,7 +11,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 use super::super::entry::Entry;
-use super::super::{CopyOptions, Progress};
+use super::super::options::CopyOptions;
+use super::super::outcome::Progress;
 use super::job::{is_sparse, FileCopy, Side};
 
 /// Copies a file from `from` on by reading it until a read returns

@@ -10,9 +10,9 @@ use std::sync::atomic::Ordering;
 use blockio::{AlignedBuf, Engine, Op};
 
 use super::super::entry::{Ctx, DirPair};
+use super::super::options::Sparse;
 use super::job::{empty_old, fail, first_wave, fsync_each, run_batch, Chunk, FileCopy, Side};
 use super::plain::{read_full, start_writeback, write_full, write_skipping_zeros};
-use crate::copy;
 
 /// Copies `chunks` in waves of reads then writes, of at most `--wave`
 /// bytes each, the chunks packed one after another in the arena (a 4 KiB
@@ -173,7 +173,7 @@ impl Wave<'_> {
         slots: &[&mut [u8]],
     ) {
         let got = &self.got;
-        let holes = ctx.opts.sparse == copy::Sparse::Always;
+        let holes = ctx.opts.sparse == Sparse::Always;
         for ((k, c), slot) in self.chunks.iter().enumerate().zip(slots.iter()) {
             let j = &mut jobs[c.job];
             if !j.direct && got[k] > 0 && empty_old(j, ctx.opts, dirs) {

@@ -17,16 +17,17 @@ use std::sync::Arc;
 
 use blockio::PathAt;
 
-use super::super::at;
-use super::super::cname;
+use super::super::at::{self, cname};
+use super::super::attrs::Node;
 use super::super::entry::{Chain, DirAt, DirPair, Entry, Group, PairDir, Root, RootDir};
 use super::super::files;
-use super::super::quote;
-use super::copy::attrs::Node;
-use super::copy::Dereference;
-use super::walker::{id_of, open_operand_dst, Fixup, Walker, REROOT};
+use super::super::options::Dereference;
+use super::super::{attrs, messages, options};
+use super::paths::id_of;
+use super::same_file::{same_file_ok, Same};
+use super::walker::{open_operand_dst, Fixup, Walker, REROOT};
 use super::work::{DirTask, Parent, Pending, Queued, Task};
-use crate::copy;
+use crate::quote::quote;
 
 /// The names of a directory taken at a time: their `statx`es and entries
 /// (about 300 bytes each) are kept only while these are dispatched, so
@@ -193,14 +194,12 @@ impl Walker<'_> {
         // Before its source is listed: the copy's own directories are
         // known when the walk meets them (see `dest_dirs`).
         if self.watch {
-            match d.metadata() {
-                Ok(m) => {
-                    self.dest_dirs.lock().expect("lock").insert(id_of(&m));
-                }
-                Err(e) => {
-                    self.report(format!("cannot stat {}", quote(&t.dst)), Some(e));
-                    return self.fix_dir(&t, q.fix, st.take(), None);
-                }
+            if let Err(e) = d
+                .metadata()
+                .map(|m| self.dest_dirs.lock().expect("lock").insert(id_of(&m)))
+            {
+                self.report(format!("cannot stat {}", quote(&t.dst)), Some(e));
+                return self.fix_dir(&t, q.fix, st.take(), None);
             }
         }
         let keep = self.ctx.opts.preserve;
@@ -211,8 +210,8 @@ impl Walker<'_> {
             // source's files did. (A directory may have inherited ACLs
             // from its parent: always looked for.)
             let (from, to) = (Node::Fd(s.as_fd()), Node::Fd(d.as_fd()));
-            let say = copy::attrs::Say::new(&self.ctx, &t.src, &t.dst);
-            copy::attrs::copy_xattrs(&from, &to, true, &keep, &say);
+            let say = attrs::Say::new(&self.ctx, &t.src, &t.dst);
+            attrs::copy_xattrs(&from, &to, true, &keep, &say);
         }
         let mut names = match at::list(&s) {
             Ok(n) => n,
@@ -228,20 +227,9 @@ impl Walker<'_> {
         // (`finish_dirs` sets them deepest first).
         self.fix_dir(&t, q.fix, st.take(), (names.len() == 0).then_some(&d));
         let dst_default_acl =
-            (preserve || self.ctx.opts.default_mode) && copy::attrs::has_default_acl(d.as_fd());
-        let follow = self.ctx.opts.dereference == Dereference::Always;
-        let chain = if follow {
-            match s.metadata() {
-                Ok(m) => Some(Arc::new(Chain {
-                    id: (m.dev(), m.ino()),
-                    up: t.chain.clone(),
-                })),
-                Err(e) => {
-                    return self.report(format!("cannot stat {}", quote(&t.src)), Some(e));
-                }
-            }
-        } else {
-            None
+            (preserve || self.ctx.opts.default_mode) && attrs::has_default_acl(d.as_fd());
+        let Some(chain) = self.chain_of(&t, &s) else {
+            return;
         };
         let pair = Arc::new(DirPair {
             src: PairDir::Held(s),
@@ -253,15 +241,44 @@ impl Walker<'_> {
             chain,
             top: t.top,
         });
-        // A few hundred names at a time: their attributes and entries
-        // (a `statx` each) are kept only while those are dispatched, so a
-        // directory of many entries costs little more than its names.
+        self.walk_names(&pair, &names, arena);
+    }
+
+    /// With `-L`, the chain of source directories down to `t`'s (`s`),
+    /// `None` after reporting a failure; else no chain.
+    fn chain_of(&self, t: &DirTask, s: &File) -> Option<Option<Arc<Chain>>> {
+        if self.ctx.opts.dereference != Dereference::Always {
+            return Some(None);
+        }
+        match s.metadata() {
+            Ok(m) => Some(Some(Arc::new(Chain {
+                id: (m.dev(), m.ino()),
+                up: t.chain.clone(),
+            }))),
+            Err(e) => {
+                self.report(format!("cannot stat {}", quote(&t.src)), Some(e));
+                None
+            }
+        }
+    }
+
+    /// The entries `names` of `pair`, a few hundred at a time: their
+    /// attributes and entries (a `statx` each) are kept only while those
+    /// are dispatched, so a directory of many entries costs little more
+    /// than its names.
+    fn walk_names(
+        &self,
+        pair: &Arc<DirPair>,
+        names: &at::Listing,
+        arena: &mut blockio::AlignedBuf,
+    ) {
+        let follow = self.ctx.opts.dereference == Dereference::Always;
         let mut group = Vec::new();
         for start in (0..names.len()).step_by(LIST_CHUNK) {
             let chunk: Vec<(&CStr, bool)> = (start..names.len().min(start + LIST_CHUNK))
                 .map(|i| names.get(i))
                 .collect();
-            let stats = self.stat_all(&pair, &chunk);
+            let stats = self.stat_all(pair, &chunk);
             let entries = chunk
                 .iter()
                 .zip(stats)
@@ -271,7 +288,7 @@ impl Walker<'_> {
                     Some(e)
                 })
                 .collect();
-            self.dispatch(&pair, entries, &mut group);
+            self.dispatch(pair, entries, &mut group);
             // By path, no file is copied while this directory's pair is
             // open: its groups wait until it is listed.
             if !self.by_path {
@@ -279,7 +296,7 @@ impl Walker<'_> {
             }
         }
         if !group.is_empty() {
-            self.send(&pair, group);
+            self.send(pair, group);
         }
     }
 
@@ -355,7 +372,7 @@ impl Walker<'_> {
         let mut dirs = Vec::new();
         let mut links = Vec::new();
         for e in entries {
-            if self.ctx.opts.link != copy::LinkMode::Copy && e.kind() != libc::S_IFDIR {
+            if self.ctx.opts.link != options::LinkMode::Copy && e.kind() != libc::S_IFDIR {
                 self.link_entry(pair, &e);
                 continue;
             }
@@ -424,7 +441,7 @@ impl Walker<'_> {
         if !opts.default_mode || opts.preserve.mode {
             return;
         }
-        if let Err(e) = copy::attrs::minimal_acl_at(dir, name, self.dir_mode(st)) {
+        if let Err(e) = attrs::minimal_acl_at(dir, name, self.dir_mode(st)) {
             self.report(format!("setting permissions for {}", quote(path)), Some(e));
         }
     }
@@ -524,20 +541,10 @@ impl Walker<'_> {
         }
     }
 
+    /// Makes the subdirectories `dirs` of `pair` in one `mkdirat` batch
+    /// and queues each made (or merged into) to be walked.
     pub(super) fn make_dirs(&self, pair: &Arc<DirPair>, mut dirs: Vec<Entry>) {
-        if let Some(chain) = &pair.chain {
-            dirs.retain(|e| {
-                let cyclic = chain.contains(e.id());
-                if cyclic {
-                    let src = pair.src_of(&e.src_name);
-                    self.report(
-                        format!("cannot copy cyclic symbolic link {}", quote(&src)),
-                        None,
-                    );
-                }
-                !cyclic
-            });
-        }
+        self.drop_cyclic(pair, &mut dirs);
         self.not_into_itself(pair, &mut dirs);
         if dirs.is_empty() {
             return;
@@ -549,7 +556,6 @@ impl Walker<'_> {
         } else {
             None
         };
-        let (root, rel) = pair.below.as_ref().expect("a listed directory has a root");
         let reqs: Vec<(PathAt<'_>, u32)> = dirs
             .iter()
             .map(|e| {
@@ -577,70 +583,9 @@ impl Walker<'_> {
             let (src, dst) = (pair.src_of(&e.src_name), pair.dst_of(&e.dst_name));
             let fresh = match r {
                 Ok(()) => true,
-                // Never merged into through a link: it is not a directory.
                 Err(err) if blockio::errno(&err) == Some(libc::EEXIST) => {
-                    if !at::is_dir(&pair.dst, &e.dst_name) {
-                        // A link to the source directory itself: GNU's
-                        // same-file message.
-                        let opts = self.ctx.opts;
-                        // (Not with -s: GNU 9.1 then says it cannot
-                        // overwrite the non-directory.)
-                        let to_source = e.never_follows(opts.dereference)
-                            && opts.link != copy::LinkMode::Symbolic
-                            && !opts.remove_destination
-                            && !opts.no_clobber
-                            && opts.backup == copy::Backup::None
-                            && rustix::fs::statat(
-                                &pair.dst,
-                                e.dst_name.as_c_str(),
-                                rustix::fs::AtFlags::empty(),
-                            )
-                            .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
-                        let what = if to_source {
-                            format!("{} and {} are the same file", quote(&src), quote(&dst))
-                        } else {
-                            format!(
-                                "cannot overwrite non-directory {} with directory {}",
-                                quote(&dst),
-                                quote(&src)
-                            )
-                        };
-                        self.report(what, None);
+                    if !self.may_merge_into(pair, e, &src, &dst) {
                         continue;
-                    }
-                    // The source directory itself (a bind mount of it in
-                    // the destination): GNU's rule for the whole directory,
-                    // one message rather than one per file inside.
-                    let itself = rustix::fs::statat(
-                        &pair.dst,
-                        e.dst_name.as_c_str(),
-                        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                    )
-                    .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
-                    if itself {
-                        let deref = self.ctx.opts.dereference == Dereference::Always;
-                        match super::same_file::same_file_ok(
-                            &src,
-                            &e.st,
-                            deref,
-                            &dst,
-                            self.ctx.opts,
-                            false,
-                        ) {
-                            super::same_file::Same::Go => {}
-                            super::same_file::Same::Done => continue,
-                            super::same_file::Same::Refuse => {
-                                self.report(
-                                    format!(
-                                        "{} and {} are the same file",
-                                        quote(&src),
-                                        quote(&dst)
-                                    ),
-                                    None,
-                                );
-                                continue;
-                            }
-                        }
                     }
                     false
                 }
@@ -653,41 +598,136 @@ impl Walker<'_> {
                 }
             };
             if fresh {
-                copy::say_copied(self.ctx.opts, &src, &dst, None);
+                messages::say_copied(self.ctx.opts, &src, &dst, None);
                 if pair.dst_default_acl {
                     self.minimal_acl(&pair.dst, &e.dst_name, &e.st, &dst);
                 }
             }
-            let parent = parent.get_or_insert_with(|| {
-                Arc::new(Parent {
-                    src: pair.src_path.clone(),
-                    dst: pair.dst_path.clone(),
-                    root: Arc::clone(root),
-                    rel: rel.to_path_buf(),
-                    chain: pair.chain.clone(),
-                    top: Arc::clone(&pair.top),
-                })
-            });
-            let task = if e.src_name == e.dst_name {
-                Pending::Below {
-                    parent: Arc::clone(parent),
-                    name: e.dst_name.clone(),
-                }
-            } else {
-                Pending::Full(Box::new(DirTask {
-                    src,
-                    dst,
-                    at: DirAt::Beneath {
-                        root: Arc::clone(root),
-                        rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
-                    },
-                    chain: pair.chain.clone(),
-                    top: Arc::clone(&pair.top),
-                }))
-            };
+            let task = self.subdir_task(pair, e, (src, dst), &mut parent);
             let walk = this_fs.map_or(true, |dev| dev == e.id().0);
             self.dir_made(task, &e.st, fresh, walk);
         }
+    }
+
+    /// With `-L`: drops from `dirs` each directory that is one of its own
+    /// ancestors (a link leading up the tree), reported as GNU's "cyclic
+    /// symbolic link".
+    fn drop_cyclic(&self, pair: &DirPair, dirs: &mut Vec<Entry>) {
+        let Some(chain) = &pair.chain else {
+            return;
+        };
+        dirs.retain(|e| {
+            let cyclic = chain.contains(e.id());
+            if cyclic {
+                let src = pair.src_of(&e.src_name);
+                self.report(
+                    format!("cannot copy cyclic symbolic link {}", quote(&src)),
+                    None,
+                );
+            }
+            !cyclic
+        });
+    }
+
+    /// Whether the directory `e` (`src` to `dst`), whose name is taken in
+    /// the destination, is merged into: never through a link, for it is
+    /// not a directory; and not when it is the source directory itself (a
+    /// bind mount of it in the destination), by GNU's rule for the whole
+    /// directory, one message rather than one per file inside.
+    fn may_merge_into(&self, pair: &DirPair, e: &Entry, src: &Path, dst: &Path) -> bool {
+        if !at::is_dir(&pair.dst, &e.dst_name) {
+            self.refuse_non_directory(pair, e, src, dst);
+            return false;
+        }
+        let itself = rustix::fs::statat(
+            &pair.dst,
+            e.dst_name.as_c_str(),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+        if !itself {
+            return true;
+        }
+        let deref = self.ctx.opts.dereference == Dereference::Always;
+        match same_file_ok(src, &e.st, deref, dst, self.ctx.opts, false) {
+            Same::Go => true,
+            Same::Done => false,
+            Same::Refuse => {
+                let what = format!("{} and {} are the same file", quote(src), quote(dst));
+                self.report(what, None);
+                false
+            }
+        }
+    }
+
+    /// A non-directory where the directory `e` is copied to: GNU's
+    /// same-file message for a link to the source directory itself, else
+    /// "cannot overwrite non-directory".
+    fn refuse_non_directory(&self, pair: &DirPair, e: &Entry, src: &Path, dst: &Path) {
+        let opts = self.ctx.opts;
+        // (Not with -s: GNU 9.1 then says it cannot overwrite the
+        // non-directory.)
+        let to_source = e.never_follows(opts.dereference)
+            && opts.link != options::LinkMode::Symbolic
+            && !opts.remove_destination
+            && !opts.no_clobber
+            && opts.backup == options::Backup::None
+            && rustix::fs::statat(
+                &pair.dst,
+                e.dst_name.as_c_str(),
+                rustix::fs::AtFlags::empty(),
+            )
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+        let what = if to_source {
+            format!("{} and {} are the same file", quote(src), quote(dst))
+        } else {
+            format!(
+                "cannot overwrite non-directory {} with directory {}",
+                quote(dst),
+                quote(src)
+            )
+        };
+        self.report(what, None);
+    }
+
+    /// The task that walks the subdirectory `e` of `pair` (`src` to
+    /// `dst`): by its name below the `parent` the subdirectories of `pair`
+    /// share (made on first use), or with its own paths where the copy's
+    /// name differs.
+    fn subdir_task(
+        &self,
+        pair: &DirPair,
+        e: &Entry,
+        (src, dst): (PathBuf, PathBuf),
+        parent: &mut Option<Arc<Parent>>,
+    ) -> Pending {
+        let (root, rel) = pair.below.as_ref().expect("a listed directory has a root");
+        let parent = parent.get_or_insert_with(|| {
+            Arc::new(Parent {
+                src: pair.src_path.clone(),
+                dst: pair.dst_path.clone(),
+                root: Arc::clone(root),
+                rel: rel.to_path_buf(),
+                chain: pair.chain.clone(),
+                top: Arc::clone(&pair.top),
+            })
+        });
+        if e.src_name == e.dst_name {
+            return Pending::Below {
+                parent: Arc::clone(parent),
+                name: e.dst_name.clone(),
+            };
+        }
+        Pending::Full(Box::new(DirTask {
+            src,
+            dst,
+            at: DirAt::Beneath {
+                root: Arc::clone(root),
+                rel: rel.join(OsStr::from_bytes(e.dst_name.to_bytes())),
+            },
+            chain: pair.chain.clone(),
+            top: Arc::clone(&pair.top),
+        }))
     }
 
     /// Drops (reporting each, as GNU does) the source directories that

@@ -13,9 +13,9 @@ use std::path::Path;
 use super::super::at;
 use super::super::attrs::{set_attrs_at, Node, Say};
 use super::super::entry::DirAt;
-use super::super::quote;
-use super::super::Preserve;
+use super::super::options::Preserve;
 use super::walker::{open_operand_dst, Fixup, Walker};
+use crate::quote::quote;
 
 impl Walker<'_> {
     /// Sets a directory's final mode and times (`f`), on `dir` open.

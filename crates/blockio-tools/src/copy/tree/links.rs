@@ -4,23 +4,26 @@
 //! their way, by GNU's rules (kept, refused, removed or backed up, and
 //! never the source itself).
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use blockio::PathAt;
+use rustix::fs::FileType;
+use rustix::io::Errno;
 
-use super::super::at;
+use super::super::at::{self, cname};
+use super::super::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
 use super::super::entry::{DirPair, Entry, FirstCopy};
 use super::super::unfinished::{self, Unfinished};
-use super::super::{cname, quote};
-use super::copy::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
-use super::walker::{id_of, Walker};
-use crate::copy;
+use super::super::{backup, messages, options, overwrite};
+use super::paths::id_of;
+use super::walker::Walker;
+use crate::quote::quote;
 
 /// What [`Walker::finish_made`] made: a symbolic link, or a FIFO, socket
 /// or device node.
@@ -49,252 +52,348 @@ pub(super) fn in_cwd(pair: &DirPair) -> bool {
     }
 }
 
+/// One `-l` or `-s` link to make, and what is known of it.
+struct LinkTo<'p> {
+    /// The directories the source is in and the link is made in.
+    pair: &'p Arc<DirPair>,
+    /// The source, for messages.
+    src: PathBuf,
+    /// The link, for messages.
+    dst: PathBuf,
+    /// `-l` (else `-s`).
+    hard: bool,
+    /// A relative symbolic link made elsewhere than in the current
+    /// directory, which would not lead to its source: refused, as GNU
+    /// does, once what is in the way has been judged (`-n` and `-u` keep
+    /// it without a word).
+    relative: bool,
+    /// What a symbolic link holds: the source's path.
+    target: CString,
+}
+
+impl<'p> LinkTo<'p> {
+    /// The link of `e`, from `pair`'s source directory to its copy.
+    fn new(pair: &'p Arc<DirPair>, e: &Entry, opts: &options::CopyOptions) -> LinkTo<'p> {
+        let src = pair.src_of(&e.src_name);
+        let hard = opts.link == options::LinkMode::Hard;
+        LinkTo {
+            pair,
+            dst: pair.dst_of(&e.dst_name),
+            hard,
+            relative: !hard && !src.is_absolute() && !in_cwd(pair),
+            target: cname(src.as_os_str()),
+            src,
+        }
+    }
+
+    /// Makes the link of `e`; for a relative one that would be refused,
+    /// only whether something is in the way (`EEXIST` if so).
+    fn make(&self, e: &Entry) -> rustix::io::Result<()> {
+        let pair = self.pair;
+        if self.relative {
+            return match rustix::fs::statat(
+                &pair.dst,
+                e.dst_name.as_c_str(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            ) {
+                Ok(_) => Err(Errno::EXIST),
+                Err(_) => Err(Errno::NOENT),
+            };
+        }
+        if self.hard {
+            let flags = if e.follow_src {
+                rustix::fs::AtFlags::SYMLINK_FOLLOW
+            } else {
+                rustix::fs::AtFlags::empty()
+            };
+            rustix::fs::linkat(&pair.src, &e.src_name, &pair.dst, &e.dst_name, flags)
+        } else {
+            rustix::fs::symlinkat(&self.target, &pair.dst, &e.dst_name)
+        }
+    }
+}
+
+/// What [`Walker::in_the_way`] decided of the file in a link's way.
+enum Way {
+    /// No link: reported, skipped, or already there.
+    Stop,
+    /// Left as it is: the link fails to be made over it.
+    Stays,
+    /// Removed, or kept aside under the name given, with its listing
+    /// (see [`Replace::Removed`]): make the link again.
+    Replaced(Option<PathBuf>, Option<Unfinished>),
+}
+
+/// Whether the destination of `e` is already a hard link of its source.
+fn already_linked(pair: &DirPair, e: &Entry) -> bool {
+    let follow = |yes: bool| {
+        if yes {
+            rustix::fs::AtFlags::empty()
+        } else {
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+        }
+    };
+    let id = |dir: &File, name: &CStr, f| {
+        rustix::fs::statat(dir, name, follow(f))
+            .ok()
+            .map(|st| (st.st_dev, st.st_ino))
+    };
+    let src_id = id(&pair.src, &e.src_name, e.follow_src);
+    src_id.is_some() && src_id == id(&pair.dst, &e.dst_name, false)
+}
+
+/// Whether the names of `e` on both sides are one file (links not
+/// followed).
+fn same_entry(pair: &DirPair, e: &Entry) -> bool {
+    let id = |dir: &File, name: &CStr| {
+        rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .map(|st| (st.st_dev, st.st_ino))
+    };
+    let there = id(&pair.dst, &e.dst_name);
+    there.is_some() && there == id(&pair.src, &e.src_name)
+}
+
 impl Walker<'_> {
     /// `-l`, `-s`: a hard or symbolic link to the source instead of a
     /// copy. An existing destination is an error unless `-f`,
     /// `--remove-destination` or `-b` lets it be replaced (`-n`: kept).
     pub(super) fn link_entry(&self, pair: &Arc<DirPair>, e: &Entry) {
-        let opts = self.ctx.opts;
-
-        let src = pair.src_of(&e.src_name);
-        let dst = pair.dst_of(&e.dst_name);
-        let hard = opts.link == copy::LinkMode::Hard;
-        let target = cname(src.as_os_str());
-        // A relative link made elsewhere would not lead to its source:
-        // refused, as GNU does, once what is in the way has been judged
-        // (`-n` and `-u` keep it without a word).
-        let relative = !hard && !src.is_absolute() && !in_cwd(pair);
-        let refuse_relative = || {
-            self.report(
-                format!(
-                    "{}: can make relative symbolic links only in current directory",
-                    crate::quote::quote_if_needed(&dst)
-                ),
-                None,
-            )
-        };
-        let make = || {
-            if relative {
-                // Only whether something is in the way: `EEXIST` if so.
-                return match rustix::fs::statat(
-                    &pair.dst,
-                    e.dst_name.as_c_str(),
-                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                ) {
-                    Ok(_) => Err(rustix::io::Errno::EXIST),
-                    Err(_) => Err(rustix::io::Errno::NOENT),
-                };
-            }
-            if hard {
-                let flags = if e.follow_src {
-                    rustix::fs::AtFlags::SYMLINK_FOLLOW
-                } else {
-                    rustix::fs::AtFlags::empty()
-                };
-                rustix::fs::linkat(&pair.src, &e.src_name, &pair.dst, &e.dst_name, flags)
-            } else {
-                rustix::fs::symlinkat(&target, &pair.dst, &e.dst_name)
-            }
-        };
-        let mut r = make();
-        if relative && r != Err(rustix::io::Errno::EXIST) {
+        let l = LinkTo::new(pair, e, self.ctx.opts);
+        let mut r = l.make(e);
+        if l.relative && r != Err(Errno::EXIST) {
             // GNU says what it is about to do before it refuses.
-            copy::say_copied(opts, &src, &dst, None);
-            return refuse_relative();
+            messages::say_copied(self.ctx.opts, &l.src, &l.dst, None);
+            return self.refuse_relative(&l);
         }
-        // Something is in the way: `-u` and the same-file rule need the
-        // source's attributes, which a file known from its directory entry
-        // alone does not carry yet.
-        let mut stated;
-        let e = if !e.stated() && r == Err(rustix::io::Errno::EXIST) {
-            let flags = if e.follow_src {
-                0
+        let mut backup = None;
+        if r == Err(Errno::EXIST) {
+            // Something is in the way: `-u` and the same-file rule need the
+            // source's attributes, which a file known from its directory
+            // entry alone does not carry yet.
+            let stated;
+            let e = if e.stated() {
+                e
             } else {
-                libc::AT_SYMLINK_NOFOLLOW
-            };
-            match self
-                .ctx
-                .engine
-                .stat_batch(&[PathAt::in_dir(&*pair.src, &e.src_name)], flags)
-            {
-                Ok(mut v) => match v.remove(0) {
-                    Ok(st) => {
-                        stated = e.clone();
-                        stated.st = st;
+                match self.with_attributes(pair, e) {
+                    Some(s) => {
+                        stated = s;
                         &stated
                     }
-                    Err(err) => {
-                        let src = pair.src_of(&e.src_name);
-                        return self.report(format!("cannot stat {}", quote(&src)), Some(err));
-                    }
-                },
-                Err(err) => {
-                    let src = pair.src_of(&e.src_name);
-                    return self.report(format!("cannot stat {}", quote(&src)), Some(err));
+                    None => return,
+                }
+            };
+            match self.in_the_way(&l, e) {
+                Way::Stop => return,
+                Way::Stays => {}
+                // The listing of what was kept aside is held until the
+                // link is made in its place.
+                Way::Replaced(b, _aside) => {
+                    backup = b;
+                    r = l.make(e);
                 }
             }
+        }
+        self.linked(&l, r, backup.as_deref());
+    }
+
+    /// `e` with its source's attributes, through the engine; `None` after
+    /// reporting a failure.
+    fn with_attributes(&self, pair: &DirPair, e: &Entry) -> Option<Entry> {
+        let flags = if e.follow_src {
+            0
         } else {
-            e
+            libc::AT_SYMLINK_NOFOLLOW
         };
-        let mut backup = None;
-        if r == Err(rustix::io::Errno::EXIST) && hard {
+        let at = [PathAt::in_dir(&*pair.src, &e.src_name)];
+        match self
+            .ctx
+            .engine
+            .stat_batch(&at, flags)
+            .map(|mut v| v.remove(0))
+        {
+            Ok(Ok(st)) => {
+                let mut stated = e.clone();
+                stated.st = st;
+                Some(stated)
+            }
+            Ok(Err(err)) | Err(err) => {
+                let src = pair.src_of(&e.src_name);
+                self.report(format!("cannot stat {}", quote(&src)), Some(err));
+                None
+            }
+        }
+    }
+
+    /// What to do with a file in the way of the link `l`, in GNU's order:
+    /// `-n`, the same file, `-u` (or `-i`), a directory; then replaced
+    /// with `-f`, `--remove-destination`, `-b`, or `-i`'s "yes".
+    fn in_the_way(&self, l: &LinkTo<'_>, e: &Entry) -> Way {
+        let opts = self.ctx.opts;
+        if l.hard && already_linked(l.pair, e) {
             // Already a hard link of the source: nothing to do, as GNU.
-            let follow = |yes: bool| {
-                if yes {
-                    rustix::fs::AtFlags::empty()
-                } else {
-                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW
-                }
-            };
-            let id = |dir: &File, name: &CStr, f| {
-                rustix::fs::statat(dir, name, follow(f))
-                    .ok()
-                    .map(|st| (st.st_dev, st.st_ino))
-            };
-            let src_id = id(&pair.src, &e.src_name, e.follow_src);
-            if src_id.is_some() && src_id == id(&pair.dst, &e.dst_name, false) {
-                return;
-            }
+            return Way::Stop;
         }
-        if r == Err(rustix::io::Errno::EXIST) {
-            // GNU's order: -n, the same file, -u (or -i), then a directory
-            // in the way.
-            if opts.no_clobber {
-                self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            let there = rustix::fs::statat(
-                &pair.dst,
-                e.dst_name.as_c_str(),
-                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        if opts.no_clobber {
+            self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return Way::Stop;
+        }
+        if !self.may_replace(l, e) {
+            return Way::Stop;
+        }
+        // As GNU 9.1: links not followed, what is in the way of a
+        // symbolic link to anything but a regular file is removed first
+        // (as with `--remove-destination`), unless it is that very file
+        // (a hard link of a source link): then it stays.
+        let unlink_first = !l.hard
+            && e.kind() != libc::S_IFREG
+            && e.never_follows(opts.dereference)
+            && opts.backup == options::Backup::None;
+        if unlink_first && same_entry(l.pair, e) {
+            return Way::Stop;
+        }
+        if l.relative {
+            self.refuse_relative_in_the_way(l, e, unlink_first);
+            return Way::Stop;
+        }
+        // `-il`: a "yes" replaces the file with the link, as GNU's.
+        let asked = l.hard && opts.ask.is_some();
+        if !(opts.force
+            || opts.remove_destination
+            || opts.backup != options::Backup::None
+            || asked
+            || unlink_first)
+        {
+            return Way::Stays;
+        }
+        // `-u` and `-i` were asked above: not again.
+        match self.replace(l.pair, e, true, true) {
+            Replace::Removed(b, aside) => Way::Replaced(b, aside),
+            Replace::Skip | Replace::Failed => Way::Stop,
+        }
+    }
+
+    /// GNU's checks on the file in the way of the link `l`: not the
+    /// source itself, not kept by `-u` or `-i`, not a directory. False
+    /// when the link is not made (reported, or skipped).
+    fn may_replace(&self, l: &LinkTo<'_>, e: &Entry) -> bool {
+        let opts = self.ctx.opts;
+        let there = rustix::fs::statat(
+            &l.pair.dst,
+            e.dst_name.as_c_str(),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        );
+        let kind = there.as_ref().map(|st| FileType::from_raw_mode(st.st_mode));
+        // As GNU 9.1: with -s, a hard link of the source in the way is the
+        // same file; a link in the way fails to be made ("File exists"),
+        // or with -f is made anew, even one that leads to the source.
+        let dst_is_link = kind == Ok(FileType::Symlink);
+        if !l.hard && !dst_is_link && self.leads_to_source(l.pair, e) {
+            let what = format!("{} and {} are the same file", quote(&l.src), quote(&l.dst));
+            self.report(what, None);
+            return false;
+        }
+        let kept = there.as_ref().is_ok_and(|st| {
+            let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+            overwrite::keep_existing(opts, overwrite::mtime(&e.st), mtime, &l.dst)
+        });
+        if kept {
+            self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        if kind == Ok(FileType::Directory) {
+            let what = format!(
+                "cannot overwrite directory {} with non-directory",
+                quote(&l.dst)
             );
-            let kind = there
-                .as_ref()
-                .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
-            // As GNU 9.1: with -s, a hard link of the source in the way is
-            // the same file; a link in the way fails to be made ("File
-            // exists"), or with -f is made anew, even one that leads to
-            // the source.
-            let dst_is_link = kind == Ok(rustix::fs::FileType::Symlink);
-            if !hard && !dst_is_link && self.leads_to_source(pair, e) {
-                return self.report(
-                    format!("{} and {} are the same file", quote(&src), quote(&dst)),
-                    None,
-                );
-            }
-            let kept = there.as_ref().is_ok_and(|st| {
-                let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-                copy::keep_existing(opts, copy::mtime(&e.st), mtime, &dst)
-            });
-            if kept {
-                self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            if kind == Ok(rustix::fs::FileType::Directory) {
-                return self.report(
-                    format!(
-                        "cannot overwrite directory {} with non-directory",
-                        quote(&dst)
-                    ),
-                    None,
-                );
-            }
-            // As GNU 9.1: links not followed, what is in the way of a
-            // symbolic link to anything but a regular file is removed
-            // first (as with `--remove-destination`), unless it is that
-            // very file (a hard link of a source link): then it stays.
-            let unlink_first = !hard
-                && e.kind() != libc::S_IFREG
-                && e.never_follows(opts.dereference)
-                && opts.backup == copy::Backup::None;
-            if unlink_first {
-                let id = |dir: &File, name: &CStr| {
-                    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                        .ok()
-                        .map(|st| (st.st_dev, st.st_ino))
-                };
-                let there = id(&pair.dst, &e.dst_name);
-                if there.is_some() && there == id(&pair.src, &e.src_name) {
-                    return;
-                }
-            }
-            if relative {
-                // GNU removes what is in the way first with
-                // `--remove-destination` (a backup it would make is put
-                // back), then refuses.
-                // Each step is said with `-v`, as GNU says it, before the
-                // refusal.
-                if opts.backup != copy::Backup::None {
-                    // Kept aside listed, and put back with its listing
-                    // ended under the creation lock: a signal at any point
-                    // in between puts the file back too.
-                    let set_aside =
-                        || copy::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name);
-                    match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
-                        Ok((Some(b), aside)) => {
-                            copy::say_copied(opts, &src, &dst, Some(&b));
-                            unfinished::undone(aside, || {
-                                let _ = rustix::fs::renameat(
-                                    &pair.dst,
-                                    crate::copy::cname(b.file_name().unwrap_or_default()),
-                                    &pair.dst,
-                                    e.dst_name.as_c_str(),
-                                );
-                            });
-                            copy::say(
-                                opts,
-                                format_args!("{} -> {} (unbackup)", quote(&b), quote(&dst)),
-                            );
-                        }
-                        _ => copy::say_copied(opts, &src, &dst, None),
-                    }
-                } else {
-                    if (opts.remove_destination || unlink_first)
-                        && rustix::fs::unlinkat(
-                            &pair.dst,
-                            e.dst_name.as_c_str(),
-                            rustix::fs::AtFlags::empty(),
-                        )
-                        .is_ok()
-                    {
-                        copy::say(opts, format_args!("removed {}", quote(&dst)));
-                    }
-                    copy::say_copied(opts, &src, &dst, None);
-                }
-                return refuse_relative();
-            }
-            // `-il`: a "yes" replaces the file with the link, as GNU's.
-            let asked = hard && opts.ask.is_some();
-            if opts.force
-                || opts.remove_destination
-                || opts.backup != copy::Backup::None
-                || asked
-                || unlink_first
-            {
-                // `-u` and `-i` were asked above: not again.
-                match self.replace(pair, e, true, true) {
-                    Replace::Removed(b, _aside) => {
-                        backup = b;
-                        r = make();
-                    }
-                    Replace::Skip | Replace::Failed => return,
-                }
-            }
+            self.report(what, None);
+            return false;
         }
+        true
+    }
+
+    /// A relative symbolic link outside the current directory with a file
+    /// in its way: GNU removes that file first with
+    /// `--remove-destination` (a backup it would make is put back), then
+    /// refuses. Each step is said with `-v`, as GNU says it, before the
+    /// refusal.
+    fn refuse_relative_in_the_way(&self, l: &LinkTo<'_>, e: &Entry, unlink_first: bool) {
+        let opts = self.ctx.opts;
+        let (pair, src, dst) = (l.pair, &l.src, &l.dst);
+        if opts.backup != options::Backup::None {
+            self.back_up_and_put_back(l, e);
+        } else {
+            if (opts.remove_destination || unlink_first)
+                && rustix::fs::unlinkat(
+                    &pair.dst,
+                    e.dst_name.as_c_str(),
+                    rustix::fs::AtFlags::empty(),
+                )
+                .is_ok()
+            {
+                messages::say(opts, format_args!("removed {}", quote(dst)));
+            }
+            messages::say_copied(opts, src, dst, None);
+        }
+        self.refuse_relative(l);
+    }
+
+    /// `-b` before a refused relative link: the file in the way kept
+    /// aside, then put back. Kept aside listed, and put back with its
+    /// listing ended under the creation lock: a signal at any point in
+    /// between puts the file back too.
+    fn back_up_and_put_back(&self, l: &LinkTo<'_>, e: &Entry) {
+        let opts = self.ctx.opts;
+        let (pair, src, dst) = (l.pair, &l.src, &l.dst);
+        let set_aside = || backup::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name);
+        match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
+            Ok((Some(b), aside)) => {
+                messages::say_copied(opts, src, dst, Some(&b));
+                unfinished::undone(aside, || {
+                    let _ = rustix::fs::renameat(
+                        &pair.dst,
+                        at::cname(b.file_name().unwrap_or_default()),
+                        &pair.dst,
+                        e.dst_name.as_c_str(),
+                    );
+                });
+                messages::say(
+                    opts,
+                    format_args!("{} -> {} (unbackup)", quote(&b), quote(dst)),
+                );
+            }
+            _ => messages::say_copied(opts, src, dst, None),
+        }
+    }
+
+    /// GNU's refusal of a relative symbolic link outside the current
+    /// directory.
+    fn refuse_relative(&self, l: &LinkTo<'_>) {
+        self.report(
+            format!(
+                "{}: can make relative symbolic links only in current directory",
+                crate::quote::quote_if_needed(&l.dst)
+            ),
+            None,
+        )
+    }
+
+    /// The link `l` made (`r`), said with `-v` and counted, or reported.
+    fn linked(&self, l: &LinkTo<'_>, r: rustix::io::Result<()>, backup: Option<&Path>) {
+        let opts = self.ctx.opts;
+        // GNU says what it is about to do before it fails, too.
+        messages::say_copied(opts, &l.src, &l.dst, backup);
         match r {
             Ok(()) => {
-                copy::say_copied(opts, &src, &dst, backup.as_deref());
                 self.ctx.progress.files.fetch_add(1, Ordering::Relaxed);
             }
             Err(err) => {
-                // GNU says what it is about to do before it fails.
-                copy::say_copied(opts, &src, &dst, backup.as_deref());
-                let kind = if hard { "hard" } else { "symbolic" };
+                let kind = if l.hard { "hard" } else { "symbolic" };
                 self.report(
                     format!(
                         "cannot create {kind} link {} to {}",
-                        quote(&dst),
-                        quote(&src)
+                        quote(&l.dst),
+                        quote(&l.src)
                     ),
                     Some(err.into()),
                 )
@@ -358,7 +457,7 @@ impl Walker<'_> {
     /// FIFOs, sockets and device nodes are made anew, as `cp -r` does;
     /// with `-p` accessible to us alone until their owner and mode are set.
     pub(super) fn special(&self, pair: &Arc<DirPair>, e: &Entry) {
-        let rdev = libc::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
+        let rdev = rustix::fs::makedev(e.st.stx_rdev_major, e.st.stx_rdev_minor);
         let perms = if self.ctx.opts.default_mode {
             // As GNU's: the default bits, and the source's special ones.
             0o666 | (e.mode() & 0o7000)
@@ -428,7 +527,7 @@ impl Walker<'_> {
                 Replace::Skip | Replace::Failed => return,
             }
         }
-        copy::say_copied(
+        messages::say_copied(
             self.ctx.opts,
             &pair.src_of(&e.src_name),
             &dst,
@@ -504,37 +603,8 @@ impl Walker<'_> {
         let opts = self.ctx.opts;
         let name = e.dst_name.as_c_str();
         let dst = pair.dst_of(name);
-        if !forced && !opts.no_clobber && self.leads_to_source(pair, e) {
-            self.report(
-                format!(
-                    "{} and {} are the same file",
-                    quote(&pair.src_of(&e.src_name)),
-                    quote(&dst)
-                ),
-                None,
-            );
-            return Replace::Failed;
-        }
-        let skip = opts.no_clobber
-            || !judged
-                && rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                    .is_ok_and(|st| {
-                        let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
-                        copy::keep_existing(opts, copy::mtime(&e.st), mtime, &dst)
-                    });
-        if skip {
-            self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
-            return Replace::Skip;
-        }
-        if at::is_dir(&pair.dst, name) {
-            self.report(
-                format!(
-                    "cannot overwrite directory {} with non-directory",
-                    quote(&dst)
-                ),
-                None,
-            );
-            return Replace::Failed;
+        if let Some(stop) = self.stays_in_the_way(pair, e, &dst, forced, judged) {
+            return stop;
         }
         let several_names = || {
             rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
@@ -547,46 +617,15 @@ impl Walker<'_> {
         let may_replace = forced
             || (data && e.never_follows(opts.dereference))
             || opts.remove_destination
-            || opts.backup != copy::Backup::None
+            || opts.backup != options::Backup::None
             || (e.kind() == libc::S_IFLNK && opts.force)
             || (data && opts.preserve.links && several_names());
         if !may_replace {
-            copy::say_copied(opts, &pair.src_of(&e.src_name), &dst, None);
-            let what = match e.kind() {
-                libc::S_IFLNK => "symbolic link",
-                libc::S_IFIFO => "fifo",
-                _ => "special file",
-            };
-            self.report(
-                format!("cannot create {what} {}", quote(&dst)),
-                Some(io::Error::from_raw_os_error(libc::EEXIST)),
-            );
+            self.refuse_existing(pair, e, &dst);
             return Replace::Failed;
         }
-        if opts.backup != copy::Backup::None {
-            // `cp -bl a~ a`: the backup of `a` would take the source's
-            // name, and the link (or `-s` link) would then be made to the
-            // old `a`, the source's data gone.
-            if copy::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
-                self.report(
-                    format!(
-                        "backing up {} might destroy source;  {} not copied",
-                        quote(&dst),
-                        quote(&pair.src_of(&e.src_name))
-                    ),
-                    None,
-                );
-                return Replace::Failed;
-            }
-            let set_aside = || copy::make_backup(opts, &pair.dst, &pair.dst_path, name);
-            return match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
-                Ok((b, aside)) => Replace::Removed(b, aside),
-                Err(e) => {
-                    let what = format!("cannot backup {}", quote(&dst));
-                    self.report(what, Some(e));
-                    Replace::Failed
-                }
-            };
+        if opts.backup != options::Backup::None {
+            return self.keep_aside(pair, e, &dst);
         }
         // As GNU's `-v`: a link (`-l`, `-s`) that replaces what is in its
         // way only because of `-f` or `-i` is made over it without a
@@ -602,9 +641,102 @@ impl Walker<'_> {
             return Replace::Failed;
         }
         if said {
-            copy::say(opts, format_args!("removed {}", quote(&dst)));
+            messages::say(opts, format_args!("removed {}", quote(&dst)));
         }
         Replace::Removed(None, None)
+    }
+
+    /// The checks of [`Walker::replace`] that leave the destination `dst`
+    /// of `e` where it is: the source itself (unless `forced`), `-n`, `-u`
+    /// or `-i` (unless `judged`), a directory. `None` when none does.
+    fn stays_in_the_way(
+        &self,
+        pair: &DirPair,
+        e: &Entry,
+        dst: &Path,
+        forced: bool,
+        judged: bool,
+    ) -> Option<Replace> {
+        let opts = self.ctx.opts;
+        let name = e.dst_name.as_c_str();
+        if !forced && !opts.no_clobber && self.leads_to_source(pair, e) {
+            self.report(
+                format!(
+                    "{} and {} are the same file",
+                    quote(&pair.src_of(&e.src_name)),
+                    quote(dst)
+                ),
+                None,
+            );
+            return Some(Replace::Failed);
+        }
+        let skip = opts.no_clobber
+            || !judged
+                && rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| {
+                        let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
+                        overwrite::keep_existing(opts, overwrite::mtime(&e.st), mtime, dst)
+                    });
+        if skip {
+            self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return Some(Replace::Skip);
+        }
+        if at::is_dir(&pair.dst, name) {
+            self.report(
+                format!(
+                    "cannot overwrite directory {} with non-directory",
+                    quote(dst)
+                ),
+                None,
+            );
+            return Some(Replace::Failed);
+        }
+        None
+    }
+
+    /// GNU's "File exists" for a link or special file `e` that may not
+    /// replace its destination `dst`, after `-v`'s line.
+    fn refuse_existing(&self, pair: &DirPair, e: &Entry, dst: &Path) {
+        messages::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), dst, None);
+        let what = match e.kind() {
+            libc::S_IFLNK => "symbolic link",
+            libc::S_IFIFO => "fifo",
+            _ => "special file",
+        };
+        self.report(
+            format!("cannot create {what} {}", quote(dst)),
+            Some(io::Error::from_raw_os_error(libc::EEXIST)),
+        );
+    }
+
+    /// `-b`: the destination `dst` of `e` kept aside, listed until the
+    /// name is made again.
+    fn keep_aside(&self, pair: &Arc<DirPair>, e: &Entry, dst: &Path) -> Replace {
+        let opts = self.ctx.opts;
+        let name = e.dst_name.as_c_str();
+        // `cp -bl a~ a`: the backup of `a` would take the source's name,
+        // and the link (or `-s` link) would then be made to the old `a`,
+        // the source's data gone.
+        if backup::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
+            self.report(
+                format!(
+                    "backing up {} might destroy source;  {} not copied",
+                    quote(dst),
+                    quote(&pair.src_of(&e.src_name))
+                ),
+                None,
+            );
+            return Replace::Failed;
+        }
+        let set_aside = || backup::make_backup(opts, &pair.dst, &pair.dst_path, name);
+        match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
+            Ok((b, aside)) => Replace::Removed(b, aside),
+            Err(e) => {
+                let what = format!("cannot backup {}", quote(dst));
+                self.report(what, Some(e));
+                Replace::Failed
+            }
+        }
     }
 
     /// GNU's same-file rule for a link or special file whose copy would
@@ -617,7 +749,7 @@ impl Walker<'_> {
         // Following links (`-L`, `-H`), GNU compares the names themselves
         // here, which differ.
         if opts.remove_destination
-            || opts.backup != copy::Backup::None
+            || opts.backup != options::Backup::None
             || !e.never_follows(opts.dereference)
         {
             return false;

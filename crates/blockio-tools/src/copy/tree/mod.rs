@@ -20,7 +20,9 @@
 mod directories;
 mod finish;
 mod links;
+mod mounts;
 mod operands;
+mod paths;
 mod same_file;
 mod walker;
 mod work;
@@ -33,8 +35,9 @@ use blockio::Engine;
 
 use super::entry::{Counts, Ctx};
 use super::files;
-use super::{CopyOptions, CopyReport, Errors, Progress};
-use crate::copy;
+use super::options::CopyOptions;
+use super::outcome::{CopyReport, Errors, Progress};
+use super::{creators, limits, options, outcome};
 use walker::{current_umask, Walker};
 use work::{Running, Task, Work};
 
@@ -53,34 +56,53 @@ pub(crate) struct Request<'a> {
     /// The counters the copy advances as it goes.
     pub progress: &'a Progress,
     /// Called for each path that fails, from any thread.
-    pub on_error: &'a (dyn Fn(&copy::CopyError) + Sync),
+    pub on_error: &'a (dyn Fn(&outcome::CopyError) + Sync),
 }
 
 /// Runs the copy `req` on `engine` and returns what it copied (`errors`
 /// left 0: each went to `req.on_error`, whose caller counts them).
 pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
+    let errors = Errors {
+        progress: req.progress,
+        sink: req.on_error,
+    };
+    let walker = walker_for(engine, req, &errors);
+    // The operands are copied in phases, in command-line order: each
+    // directory in a phase of its own, the files between them together.
+    // Copies that land on the same names then end as GNU's do, the later
+    // operand's last (`cp -r a/. b/. d/` leaves `b`'s files), never
+    // depending on which thread came first.
+    let (opts, mut rest) = (req.opts, req.sources);
+    while !rest.is_empty() {
+        let is_dir = |p: &PathBuf| opts.recursive && std::fs::metadata(p).is_ok_and(|m| m.is_dir());
+        let n = phase_len(rest, opts, is_dir);
+        let (phase, later) = rest.split_at(n);
+        rest = later;
+        walker.copy_phase(phase, req.dest, req.dest_is_dir);
+    }
+    walker.finish_dirs();
+    report_of(&walker, req.progress)
+}
+
+/// The walk of the copy `req`, its errors going to `errors`.
+fn walker_for<'a>(engine: &'a Engine, req: &Request<'a>, errors: &'a Errors<'a>) -> Walker<'a> {
     let &Request {
         sources,
         dest,
-        dest_is_dir,
         opts,
         progress,
-        on_error,
+        ..
     } = req;
-    let errors = Errors {
-        progress,
-        sink: on_error,
-    };
-    let walker = Walker {
+    Walker {
         ctx: Ctx {
             engine,
             opts,
             progress,
-            errors: &errors,
+            errors,
             counts: Counts::default(),
             links: Default::default(),
             made_links: (sources.len() > 1).then(Default::default),
-            creators: copy::creators::Creators::new(opts.threads),
+            creators: creators::Creators::new(opts.threads),
             umask: current_umask(),
         },
         work: Work::default(),
@@ -90,60 +112,16 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
         operand_targets: Mutex::default(),
         dest_dirs: Mutex::default(),
         src_dirs: Mutex::default(),
-        watch: opts.dereference == copy::Dereference::Always
+        watch: opts.dereference == options::Dereference::Always
             || sources.len() > 1
-            || walker::mounts_below(sources, dest),
-        reopen_roots: copy::few_descriptors(),
-        by_path: copy::names_by_path(),
-    };
-    // The operands are copied in phases, in command-line order: each
-    // directory in a phase of its own, the files between them together.
-    // Copies that land on the same names then end as GNU's do, the later
-    // operand's last (`cp -r a/. b/. d/` leaves `b`'s files), never
-    // depending on which thread came first.
-    let mut rest = sources;
-    while !rest.is_empty() {
-        let is_dir = |p: &PathBuf| opts.recursive && std::fs::metadata(p).is_ok_and(|m| m.is_dir());
-        let n = phase_len(rest, opts, is_dir);
-        let (phase, later) = rest.split_at(n);
-        rest = later;
-        // Every thread walks directories and copies files alike, so that no
-        // core waits on a single walker (the first levels of a tree hold only
-        // directories) and the walk itself runs in parallel.
-        // A thread that cannot be had (under a limit on threads or on
-        // address space) leaves the work to fewer: this one alone if need be.
-        std::thread::scope(|s| {
-            // The workers start first and take the operands' tasks as
-            // they are queued (the queue counts this loop as a task, so
-            // that they wait for it rather than ending). A file operand's
-            // group holds its directories open (two descriptors) until it
-            // is copied: past two waiting groups per worker (with no
-            // other worker, past none), this thread copies the oldest
-            // itself, so that a command line of many files needs no more
-            // descriptors than a few.
-            let queuing = walker.work.hold();
-            let mut workers = 1;
-            for _ in 1..opts.threads {
-                if std::thread::Builder::new()
-                    .spawn_scoped(s, || walker.work_loop())
-                    .is_err()
-                {
-                    break;
-                }
-                workers += 1;
-            }
-            let waiting = if workers > 1 { 2 * workers } else { 0 };
-            let mut arena = blockio::AlignedBuf::new(0, files::SLOT_ALIGN);
-            for src in phase {
-                walker.operand(src, dest, dest_is_dir);
-                walker.help_with_files_beyond(waiting, &mut arena);
-            }
-            drop(arena);
-            drop(queuing);
-            walker.work_loop();
-        });
+            || mounts::mounts_below(sources, dest),
+        reopen_roots: limits::few_descriptors(),
+        by_path: limits::names_by_path(),
     }
-    walker.finish_dirs();
+}
+
+/// What the finished walk copied, by its counters.
+fn report_of(walker: &Walker<'_>, progress: &Progress) -> CopyReport {
     let counts = &walker.ctx.counts;
     CopyReport {
         files: progress.files.load(Ordering::Relaxed),
@@ -168,10 +146,10 @@ pub(crate) fn run(engine: &Engine, req: &Request<'_>) -> CopyReport {
 /// command-line order, as GNU's, or a destination file could be lost.
 fn phase_len(
     rest: &[PathBuf],
-    opts: &copy::CopyOptions,
+    opts: &options::CopyOptions,
     is_dir: impl Fn(&PathBuf) -> bool,
 ) -> usize {
-    if is_dir(&rest[0]) || opts.backup != copy::Backup::None {
+    if is_dir(&rest[0]) || opts.backup != options::Backup::None {
         1
     } else {
         rest.iter().position(is_dir).unwrap_or(rest.len())
@@ -179,6 +157,45 @@ fn phase_len(
 }
 
 impl Walker<'_> {
+    /// Copies the operands of one `phase` to `dest` and waits for all
+    /// of it. Every thread walks directories and copies files alike, so
+    /// that no core waits on a single walker (the first levels of a tree
+    /// hold only directories) and the walk itself runs in parallel. A
+    /// thread that cannot be had (under a limit on threads or on address
+    /// space) leaves the work to fewer: this one alone if need be.
+    fn copy_phase(&self, phase: &[PathBuf], dest: &Path, dest_is_dir: bool) {
+        std::thread::scope(|s| {
+            // The workers start first and take the operands' tasks as
+            // they are queued (the queue counts this loop as a task, so
+            // that they wait for it rather than ending). A file operand's
+            // group holds its directories open (two descriptors) until it
+            // is copied: past two waiting groups per worker (with no
+            // other worker, past none), this thread copies the oldest
+            // itself, so that a command line of many files needs no more
+            // descriptors than a few.
+            let queuing = self.work.hold();
+            let mut workers = 1;
+            for _ in 1..self.ctx.opts.threads {
+                if std::thread::Builder::new()
+                    .spawn_scoped(s, || self.work_loop())
+                    .is_err()
+                {
+                    break;
+                }
+                workers += 1;
+            }
+            let waiting = if workers > 1 { 2 * workers } else { 0 };
+            let mut arena = blockio::AlignedBuf::new(0, files::SLOT_ALIGN);
+            for src in phase {
+                self.operand(src, dest, dest_is_dir);
+                self.help_with_files_beyond(waiting, &mut arena);
+            }
+            drop(arena);
+            drop(queuing);
+            self.work_loop();
+        });
+    }
+
     /// One worker: takes tasks until the walk is done, each worker with its
     /// own arena for file groups.
     fn work_loop(&self) {
@@ -229,8 +246,8 @@ mod phase_tests {
     fn files_share_a_phase_except_with_backups() {
         let ops: Vec<PathBuf> = ["a", "b", "dir", "c"].iter().map(PathBuf::from).collect();
         let is_dir = |p: &PathBuf| p.as_os_str() == "dir";
-        let mut opts = copy::CopyOptions::default();
-        let phases = |opts: &copy::CopyOptions| {
+        let mut opts = options::CopyOptions::default();
+        let phases = |opts: &options::CopyOptions| {
             let (mut rest, mut out) = (&ops[..], Vec::new());
             while !rest.is_empty() {
                 let n = phase_len(rest, opts, is_dir);
@@ -240,7 +257,7 @@ mod phase_tests {
             out
         };
         assert_eq!(phases(&opts), [2, 1, 1]);
-        opts.backup = copy::Backup::Simple;
+        opts.backup = options::Backup::Simple;
         assert_eq!(phases(&opts), [1, 1, 1, 1]);
     }
 }

@@ -9,9 +9,9 @@ use std::path::Path;
 
 use super::super::at;
 use super::super::entry::statx_id;
-use super::super::CopyOptions;
-use super::walker::{id_of, parent};
-use crate::copy;
+use super::super::options;
+use super::super::options::CopyOptions;
+use super::paths::{id_of, parent};
 
 /// What [`same_file_ok`] says of an operand and its destination.
 #[derive(Debug, PartialEq, Eq)]
@@ -39,10 +39,6 @@ pub(super) fn same_file_ok(
     opts: &CopyOptions,
     as_regular: bool,
 ) -> Same {
-    let hard_link = opts.link == copy::LinkMode::Hard;
-    let symbolic_link = opts.link == copy::LinkMode::Symbolic;
-    let backup = opts.backup != copy::Backup::None;
-    let go = |ok: bool| if ok { Same::Go } else { Same::Refuse };
     // `-n` never opens an existing destination, so it cannot write into
     // the source: GNU makes no check then, and skips the file in silence.
     if opts.no_clobber {
@@ -56,9 +52,10 @@ pub(super) fn same_file_ok(
     // removed first, replaces the link.
     let written_into =
         src_kind == libc::S_IFREG || (as_regular && src_kind != libc::S_IFDIR && !src_is_link);
-    let lstat_dst =
-        !written_into || opts.remove_destination || hard_link || symbolic_link || backup;
-    let dst_st = if lstat_dst {
+    let replaced = opts.remove_destination
+        || opts.link != options::LinkMode::Copy
+        || opts.backup != options::Backup::None;
+    let dst_st = if !written_into || replaced {
         std::fs::symlink_metadata(dst)
     } else {
         std::fs::metadata(dst)
@@ -67,41 +64,89 @@ pub(super) fn same_file_ok(
         return Same::Go;
     };
     let same = src_id == id_of(&dst_st);
-    if same && hard_link {
+    if same && opts.link == options::LinkMode::Hard {
         return Same::Done;
     }
-    // The two sides as names (links not followed).
-    let (src_link_id, src_link_is_link, dst_link_id, dst_link) = if !followed {
-        if src_is_link && dst_st.file_type().is_symlink() {
-            // Two links: fine unless they are one name.
-            let sn = same_name(src, dst);
-            if !sn && backup {
-                return Same::Go;
-            }
-            if !sn && same {
-                return Same::Done;
-            }
-            return go(!sn);
-        }
-        (src_id, src_is_link, id_of(&dst_st), dst_st.clone())
+    let names = if followed {
+        followed_names(src, dst, same, opts)
     } else {
-        if !same {
-            return Same::Go;
-        }
-        let (Ok(d), Ok(s)) = (
-            std::fs::symlink_metadata(dst),
-            std::fs::symlink_metadata(src),
-        ) else {
-            return Same::Go;
-        };
-        if s.file_type().is_symlink() && d.file_type().is_symlink() && opts.remove_destination {
-            return Same::Go;
-        }
-        (id_of(&s), s.file_type().is_symlink(), id_of(&d), d)
+        names_as_given(src, dst, (src_id, src_is_link), &dst_st, same, opts)
     };
+    match names {
+        Ok(names) => names_verdict(src, dst, followed, &names, opts),
+        Err(verdict) => verdict,
+    }
+}
+
+/// The two sides as names (links not followed), as GNU compares them.
+struct Names {
+    /// The source's name's (device, inode), and whether it is a link.
+    src: ((u64, u64), bool),
+    /// The destination's name's (device, inode).
+    dst_id: (u64, u64),
+    /// The destination name's `lstat`.
+    dst: std::fs::Metadata,
+}
+
+/// The names of a source not followed (`src`: its id and whether it is a
+/// link) and of its destination (`dst_st`, as looked at); `Err` with the
+/// verdict when two links settle it.
+fn names_as_given(
+    src: &Path,
+    dst: &Path,
+    (src_id, src_is_link): ((u64, u64), bool),
+    dst_st: &std::fs::Metadata,
+    same: bool,
+    opts: &CopyOptions,
+) -> Result<Names, Same> {
+    if src_is_link && dst_st.file_type().is_symlink() {
+        // Two links: fine unless they are one name.
+        let sn = same_name(src, dst);
+        if !sn && opts.backup != options::Backup::None {
+            return Err(Same::Go);
+        }
+        if !sn && same {
+            return Err(Same::Done);
+        }
+        return Err(go(!sn));
+    }
+    Ok(Names {
+        src: (src_id, src_is_link),
+        dst_id: id_of(dst_st),
+        dst: dst_st.clone(),
+    })
+}
+
+/// The names of a source followed and of its destination, which lead to
+/// one file when `same`; `Err` with the verdict when that settles it.
+fn followed_names(src: &Path, dst: &Path, same: bool, opts: &CopyOptions) -> Result<Names, Same> {
+    if !same {
+        return Err(Same::Go);
+    }
+    let (Ok(d), Ok(s)) = (
+        std::fs::symlink_metadata(dst),
+        std::fs::symlink_metadata(src),
+    ) else {
+        return Err(Same::Go);
+    };
+    if s.file_type().is_symlink() && d.file_type().is_symlink() && opts.remove_destination {
+        return Err(Same::Go);
+    }
+    Ok(Names {
+        src: (id_of(&s), s.file_type().is_symlink()),
+        dst_id: id_of(&d),
+        dst: d,
+    })
+}
+
+/// GNU's verdict from the two names: what a backup, a removal or a link
+/// does to them, and else whether they lead to one file.
+fn names_verdict(src: &Path, dst: &Path, followed: bool, n: &Names, opts: &CopyOptions) -> Same {
+    let hard_link = opts.link == options::LinkMode::Hard;
+    let ((src_link_id, src_link_is_link), dst_link_id) = (n.src, n.dst_id);
     let same_link = src_link_id == dst_link_id;
-    let dst_link_is_link = dst_link.file_type().is_symlink();
-    if backup {
+    let dst_link_is_link = n.dst.file_type().is_symlink();
+    if opts.backup != options::Backup::None {
         if !same_link {
             // Backing up a file a followed link leads to would leave the
             // link dangling.
@@ -114,7 +159,7 @@ pub(super) fn same_file_ok(
             return Same::Go;
         }
         // Another hard link of the source: removing it loses nothing.
-        if same_link && dst_link.nlink() > 1 && !same_name(src, dst) {
+        if same_link && n.dst.nlink() > 1 && !same_name(src, dst) {
             return Same::Go;
         }
     }
@@ -126,35 +171,38 @@ pub(super) fn same_file_ok(
             return Same::Done;
         }
     }
-    if symbolic_link && dst_link_is_link {
+    if opts.link == options::LinkMode::Symbolic && dst_link_is_link {
         return Same::Go;
     }
-    if !followed {
-        // What the two lead to.
-        let target = |p: &Path, is_link: bool, id| {
-            if is_link {
-                std::fs::metadata(p).ok().map(|m| id_of(&m))
-            } else {
-                Some(id)
-            }
-        };
-        match (
-            target(src, src_link_is_link, src_link_id),
-            target(dst, dst_link_is_link, dst_link_id),
-        ) {
-            (Some(a), Some(b)) if a == b => {
-                if hard_link {
-                    return if dst_link_is_link {
-                        Same::Go
-                    } else {
-                        Same::Done
-                    };
-                }
-            }
-            _ => return Same::Go,
-        }
+    if followed {
+        return Same::Refuse;
     }
-    Same::Refuse
+    // What the two lead to.
+    let target = |p: &Path, is_link: bool, id| {
+        if is_link {
+            std::fs::metadata(p).ok().map(|m| id_of(&m))
+        } else {
+            Some(id)
+        }
+    };
+    match (
+        target(src, src_link_is_link, src_link_id),
+        target(dst, dst_link_is_link, dst_link_id),
+    ) {
+        (Some(a), Some(b)) if a == b && hard_link && dst_link_is_link => Same::Go,
+        (Some(a), Some(b)) if a == b && hard_link => Same::Done,
+        (Some(a), Some(b)) if a == b => Same::Refuse,
+        _ => Same::Go,
+    }
+}
+
+/// [`Same::Go`] when `ok`, else [`Same::Refuse`].
+fn go(ok: bool) -> Same {
+    if ok {
+        Same::Go
+    } else {
+        Same::Refuse
+    }
 }
 
 /// Whether two paths name the same directory entry: the same name in the

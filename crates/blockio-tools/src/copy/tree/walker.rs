@@ -5,11 +5,8 @@
 //! methods live beside what they decide (see the parent module); this one
 //! holds only what they all read.
 
-use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -17,9 +14,8 @@ use blockio::PathAt;
 
 use super::super::at;
 use super::super::entry::{Ctx, DirAt};
-use super::operands::canonical_target;
+use super::super::outcome;
 use super::work::Work;
-use crate::copy;
 
 /// A directory whose path below its root reaches this many bytes is opened
 /// as a root of its own: `openat2` takes at most `PATH_MAX` (4096) bytes,
@@ -82,100 +78,25 @@ pub(super) struct Walker<'a> {
     /// walked: with `-L` (links to directories), with several operands
     /// (one may hold another, or the other's copy), or with a mount below
     /// the operand or one that the destination is reached through
-    /// ([`mounts_below`]: a bind mount of a directory inside itself, or of
-    /// the source at the destination). Otherwise each source directory is
+    /// ([`mounts_below`]: a bind mount of a directory inside itself, or
+    /// of the source at the destination). Otherwise each source directory is
     /// met once, and only the operands are noted: a directory of many
     /// subdirectories then costs no more than their names while they wait
     /// to be walked.
+    ///
+    /// [`mounts_below`]: super::mounts::mounts_below
     pub(super) watch: bool,
     /// Under a low limit on descriptors, the operands' directories are
     /// not held open while their trees are copied, but opened again by
     /// their paths whenever a directory is opened beneath them (see
     /// `RootDir::Reopened`): two descriptors more for the files.
     pub(super) reopen_roots: bool,
-    /// Under the lowest limits on descriptors (`copy::names_by_path`),
+    /// Under the lowest limits on descriptors (`limits::names_by_path`),
     /// where even a directory pair held beside a source and its copy is
     /// one descriptor too many: directories are opened by their paths,
     /// and files are copied only when no directory is held, named by
     /// their whole paths (see `DirPair::by_path`).
     pub(super) by_path: bool,
-}
-
-/// Whether a mount can make the walk meet a directory twice or meet its
-/// own copy (`/proc/self/mountinfo`; `true` when that cannot be told): a
-/// file system mounted strictly below one of `sources`, or `dest` reached
-/// through a mount (a bind mount) of a directory inside one of them.
-pub(super) fn mounts_below(sources: &[PathBuf], dest: &Path) -> bool {
-    let Ok(table) = std::fs::read("/proc/self/mountinfo") else {
-        return true;
-    };
-    let mut roots = Vec::with_capacity(sources.len());
-    for s in sources {
-        match std::fs::canonicalize(s) {
-            Ok(r) => roots.push(r),
-            Err(_) => return true,
-        }
-    }
-    let Ok(dest) = canonical_target(dest) else {
-        return true;
-    };
-    // (device, root of the mount in its file system, mount point)
-    let mounts: Vec<(&[u8], PathBuf, PathBuf)> = table
-        .split(|&b| b == b'\n')
-        .filter_map(|line| {
-            let f: Vec<&[u8]> = line.split(|&b| b == b' ').take(5).collect();
-            (f.len() == 5).then(|| (f[2], unescape_mount_field(f[3]), unescape_mount_field(f[4])))
-        })
-        .collect();
-    if mounts
-        .iter()
-        .any(|(_, _, point)| roots.iter().any(|r| point != r && point.starts_with(r)))
-    {
-        return true;
-    }
-    // The mount a path is in (the last of the longest mount points above
-    // it: a later mount hides an earlier one at the same point), and the
-    // path's place in that mount's file system.
-    let real = |p: &Path| {
-        let m = mounts
-            .iter()
-            .filter(|(_, _, point)| p.starts_with(point))
-            .max_by_key(|(_, _, point)| point.as_os_str().len())?;
-        let rest = p.strip_prefix(&m.2).ok()?;
-        Some((m.0, m.1.join(rest)))
-    };
-    let Some((dev, at)) = real(&dest) else {
-        return true;
-    };
-    roots.iter().any(|r| match real(r) {
-        Some((d, src)) => d == dev && at.starts_with(src),
-        None => true,
-    })
-}
-
-/// A path field of `/proc/self/mountinfo`, where space, tab, newline and
-/// backslash are written in octal (`\040`).
-fn unescape_mount_field(field: &[u8]) -> PathBuf {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        let octal = field.get(i + 1..i + 4).and_then(|d| {
-            d.iter()
-                .all(|c| (b'0'..=b'7').contains(c))
-                .then(|| d.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0')))
-        });
-        match octal {
-            Some(n) if field[i] == b'\\' && n <= 0xff => {
-                out.push(n as u8);
-                i += 4;
-            }
-            _ => {
-                out.push(field[i]);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(OsStr::from_bytes(&out))
 }
 
 /// An operand as a directory entry: see `Walker::operands_seen`.
@@ -189,19 +110,6 @@ pub(super) fn current_umask() -> u32 {
     let m = rustix::process::umask(Mode::from_raw_mode(0o022));
     rustix::process::umask(m);
     m.bits()
-}
-
-/// The directory `p` is in, `.` for a bare name.
-pub(super) fn parent(p: &Path) -> &Path {
-    match p.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    }
-}
-
-/// A (device, inode) pair of a `stat`.
-pub(super) fn id_of(m: &std::fs::Metadata) -> (u64, u64) {
-    (m.dev(), m.ino())
 }
 
 /// The copy of a directory operand: following a link at its last
@@ -228,7 +136,7 @@ impl Walker<'_> {
 
     /// A message that is not an error (the exit status stays 0).
     pub(super) fn warn(&self, what: String) {
-        (self.ctx.errors.sink)(&copy::CopyError { what, error: None })
+        (self.ctx.errors.sink)(&outcome::CopyError { what, error: None })
     }
 
     /// The `statx` of one path, through the engine (`follow`: a link is
