@@ -17,6 +17,7 @@ pub mod room;
 pub mod size;
 pub mod sum;
 pub mod sum_limits;
+pub mod sum_program;
 pub mod sum_room;
 pub mod sum_xof;
 pub mod walk;

@@ -15,8 +15,8 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use crate::algo::{Algo, Blake3Params, Hasher};
-use crate::digest_tool::{Format, Tool};
 use crate::sum::{SumError, STDIN};
+use crate::sum_program::{Format, Tool};
 
 /// The longest output made whole in memory, as one digest; longer ones
 /// are streamed here.
