@@ -57,7 +57,7 @@ import weakref
 from asyncio import base_events, events, exceptions, proactor_events, sslproto, unix_events
 from typing import Any, Callable, Coroutine, Iterator, TypeVar
 
-from . import _blockio
+from . import _blockio, _proactor
 from ._proactor import POLLIN, POLLOUT, RingProactor
 
 __all__ = ["UringEventLoop", "EpollEventLoop", "EventLoopPolicy", "new_event_loop", "run", "install"]
@@ -522,14 +522,22 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             raise exceptions.SendfileNotAvailableError("not a regular file") from None
         end = min(offset + count, fsize) if count else fsize
         sent = 0
+        # The socket stays open until the last chunk: a close meanwhile
+        # (a transport's abort) must not free its number for another socket.
+        _proactor.hold_open(sock)
         try:
             while offset + sent < end:
+                if getattr(sock, "_closed", False):
+                    raise ConnectionAbortedError(
+                        errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes"
+                    )
                 n = await self._proactor.sendfile_some(sock, fileno, offset + sent, end - offset - sent)
                 if n == 0:
                     break
                 sent += n
             return sent
         finally:
+            _proactor.release(sock)
             if sent > 0:
                 file.seek(offset + sent)
 

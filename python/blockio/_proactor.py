@@ -22,7 +22,11 @@ makes its system call at once, in the caller's step, and polls only when
 that would block.
 
 Cancelling a future cancels its operation; the kernel still answers once,
-and only then is the operation's memory released. Bytes that a cancelled
+and only then is the operation's memory released. A socket an operation
+works on is held open until then (its real close waits, as for a socket
+with a file made by ``makefile``): an operation that goes on after a
+readiness wait or a short write goes back to the descriptor's number,
+which must not name another socket by then. Bytes that a cancelled
 receive took off a socket are kept and handed to the next receive on the
 same socket, so a cancelled ``sock_recv`` loses nothing; a connection that a
 cancelled accept took is closed.
@@ -71,6 +75,19 @@ def os_error(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
 
+def hold_open(sock: socket.socket) -> None:
+    """Defers the real close of ``sock`` until :func:`release`: its
+    ``close()`` then only marks it closed, so that its descriptor's number
+    is not reused while an operation may still go back to it (socket's own
+    mechanism for the files ``makefile`` returns)."""
+    sock._io_refs += 1
+
+
+def release(sock: socket.socket) -> None:
+    """Ends one :func:`hold_open`; closes ``sock`` if it was closed meanwhile."""
+    sock._decref_socketios()
+
+
 class RingProactor:
     """Operations on one ring as asyncio futures (see the module's doc)."""
 
@@ -86,16 +103,30 @@ class RingProactor:
         # receives cancelled by the proactor to hand them kept bytes
         self._redirected: set[int] = set()
         self._before_wait: list[Callable[[], None]] = []
+        # token -> the socket its operation works on, held open until done
+        self._held: dict[int, socket.socket] = {}
 
     def set_loop(self, loop: Any) -> None:
         self._loop = loop
 
     # -- submitting --------------------------------------------------------
 
-    def _future(self, token: int, kind: int, arg: Any = None) -> OpFuture:
+    def _future(self, token: int, kind: int, arg: Any = None, conn: Any = None) -> OpFuture:
         fut = OpFuture(self, token, loop=self._loop)
         self._ops[token] = (fut, kind, arg)
+        self._hold(token, conn)
         return fut
+
+    def _hold(self, token: int, conn: Any) -> None:
+        """Keeps ``conn``'s descriptor open until operation ``token`` is done."""
+        if isinstance(conn, socket.socket):
+            hold_open(conn)
+            self._held[token] = conn
+
+    def _release(self, token: int) -> None:
+        conn = self._held.pop(token, None)
+        if conn is not None:
+            release(conn)
 
     def _done(self, result: Any) -> futures.Future:
         fut = self._loop.create_future()
@@ -124,7 +155,7 @@ class RingProactor:
         fd = _fd_of(conn)
         token = self._ring.recv(fd, nbytes, isinstance(conn, socket.socket))
         self._receiving[fd] = token
-        return self._future(token, _RECV, (fd, conn, nbytes))
+        return self._future(token, _RECV, (fd, conn, nbytes), conn)
 
     def recv_into(self, conn: Any, buf: Any, flags: int = 0) -> futures.Future:
         """Receives into ``buf``; the result is the byte count."""
@@ -135,25 +166,25 @@ class RingProactor:
         fd = _fd_of(conn)
         token = self._ring.recv_into(fd, buf, 0, isinstance(conn, socket.socket))
         self._receiving[fd] = token
-        return self._future(token, _RECV_INTO, (fd, conn, buf))
+        return self._future(token, _RECV_INTO, (fd, conn, buf), conn)
 
     def send(self, conn: Any, buf: Any, flags: int = 0) -> futures.Future:
         """Sends all of ``buf``; the result is its length."""
         token, sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
         if token is None:
             return self._done(sent)
-        return self._future(token, _SEND)
+        return self._future(token, _SEND, None, conn)
 
     def send_or_future(self, conn: Any, buf: Any) -> futures.Future | None:
         """Sends all of ``buf``: ``None`` when it all went out at once, else
         the future of the rest's completion."""
         token, _sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
-        return None if token is None else self._future(token, _SEND)
+        return None if token is None else self._future(token, _SEND, None, conn)
 
     def accept(self, listener: socket.socket) -> futures.Future:
         """Accepts a connection; the result is ``(socket, address)``."""
         token = self._ring.accept(listener.fileno())
-        return self._future(token, _ACCEPT, listener)
+        return self._future(token, _ACCEPT, listener, listener)
 
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
@@ -180,15 +211,22 @@ class RingProactor:
             except (BlockingIOError, InterruptedError):
                 pass
 
-    def _now_or_when_ready(self, fd: int, mask: int, call: Callable[[], Any]) -> futures.Future:
+    def _waiting(self, conn: socket.socket, coro: Any) -> futures.Future:
+        """A task running ``coro``, with ``conn`` held open until it ends."""
+        hold_open(conn)
+        task = self._loop.create_task(coro)
+        task.add_done_callback(lambda _task: release(conn))
+        return task
+
+    def _now_or_when_ready(self, conn: socket.socket, mask: int, call: Callable[[], Any]) -> futures.Future:
         """``call()`` now (as the caller's own step: a caller that then
         blocks has had its system call made); if it would block, again
-        each time ``fd`` is ready until it does not."""
+        each time ``conn`` is ready until it does not."""
         fut = self._loop.create_future()
         try:
             fut.set_result(call())
         except (BlockingIOError, InterruptedError):
-            return self._loop.create_task(self._when_ready(fd, mask, call))
+            return self._waiting(conn, self._when_ready(conn.fileno(), mask, call))
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -196,13 +234,13 @@ class RingProactor:
         return fut
 
     def recvfrom(self, conn: socket.socket, nbytes: int, flags: int = 0) -> futures.Future:
-        return self._now_or_when_ready(conn.fileno(), POLLIN, lambda: conn.recvfrom(nbytes, flags))
+        return self._now_or_when_ready(conn, POLLIN, lambda: conn.recvfrom(nbytes, flags))
 
     def recvfrom_into(self, conn: socket.socket, buf: Any, nbytes: int = 0, flags: int = 0) -> futures.Future:
-        return self._now_or_when_ready(conn.fileno(), POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
+        return self._now_or_when_ready(conn, POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
 
     def sendto(self, conn: socket.socket, buf: Any, flags: int = 0, addr: Any = None) -> futures.Future:
-        return self._now_or_when_ready(conn.fileno(), POLLOUT, lambda: conn.sendto(buf, flags, addr))
+        return self._now_or_when_ready(conn, POLLOUT, lambda: conn.sendto(buf, flags, addr))
 
     def connect(self, conn: socket.socket, address: Any) -> futures.Future:
         """Connects ``conn``: the ``connect`` call now, its outcome when the
@@ -211,7 +249,7 @@ class RingProactor:
         try:
             conn.connect(address)
         except (BlockingIOError, InterruptedError):
-            return self._loop.create_task(self._connected(conn, address))
+            return self._waiting(conn, self._connected(conn, address))
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -234,7 +272,7 @@ class RingProactor:
         """``os.sendfile`` of at most ``count`` bytes from ``offset`` once
         ``sock`` takes some; the result is the count sent (0 at end of file)."""
         out_fd = sock.fileno()
-        return self._now_or_when_ready(out_fd, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
+        return self._now_or_when_ready(sock, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
 
     async def sendfile(self, sock: socket.socket, file: Any, offset: int, count: int) -> None:
         """Sends ``count`` bytes of ``file`` from ``offset`` (fewer at its end)."""
@@ -270,6 +308,7 @@ class RingProactor:
             entry = self._ops.pop(token, None)
             if entry is not None:
                 self._finish(token, entry, res, value)
+            self._release(token)
         return ()
 
     def _finish(self, token: int, entry: tuple[Any, int, Any], res: int, value: Any) -> None:
@@ -350,6 +389,9 @@ class RingProactor:
             if fut is not None and not fut.done():
                 fut.cancel()
         self._kept.clear()
+        held, self._held = self._held, {}
+        for conn in held.values():
+            release(conn)
 
     def __repr__(self) -> str:
         return f"<RingProactor in_flight={len(self._ops)}>"
