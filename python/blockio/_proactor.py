@@ -47,6 +47,8 @@ from . import _blockio
 
 POLLIN = select.POLLIN
 POLLOUT = select.POLLOUT
+# tcp_states.h: a TCP socket's state after a reset (the first byte of TCP_INFO).
+_TCP_CLOSE = 7
 
 # Operation kinds, as kept beside each token.
 _RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK = range(6)
@@ -73,6 +75,25 @@ def _fd_of(obj: Any) -> int:
 def os_error(code: int) -> OSError:
     """The ``OSError`` subclass for errno ``code`` (``ConnectionResetError``...)."""
     return OSError(code, os.strerror(code))
+
+
+def _was_reset(conn: Any) -> bool:
+    """Whether the end of stream a TCP receive saw is the peer's reset.
+
+    A reset is reported once, to whichever call on the socket comes first:
+    when a send in flight took it, the receive only sees the stream ended.
+    A stream the peer ended cleanly is then in ``CLOSE_WAIT`` (or a later
+    state of the close), a reset one in ``CLOSE``.
+    """
+    if not isinstance(conn, socket.socket) or conn.type != socket.SOCK_STREAM:
+        return False
+    if conn.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    try:
+        info = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+    except OSError:
+        return False
+    return info[0] == _TCP_CLOSE
 
 
 def hold_open(sock: socket.socket) -> None:
@@ -331,6 +352,8 @@ class RingProactor:
                 fut.cancel()
             else:
                 fut.set_exception(os_error(-res))
+        elif res == 0 and kind in (_RECV, _RECV_INTO) and _was_reset(arg[1]):
+            fut.set_exception(os_error(errno.ECONNRESET))
         elif kind == _ACCEPT:
             fd, addr = value
             conn = socket.socket(arg.family, arg.type, arg.proto, fileno=fd)

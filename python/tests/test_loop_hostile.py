@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import struct
 
 import pytest
 
@@ -115,3 +116,51 @@ def test_sock_sendall_pending_on_a_closed_socket_writes_to_no_other(loop):
     if loop.backend == "io_uring":
         assert total == len(data)
     b.close()
+
+
+def test_a_reset_while_writes_are_backed_up_is_no_end_of_stream(loop):
+    ls = socket.create_server(("127.0.0.1", 0))
+
+    async def main():
+        events = []
+        lost = loop.create_future()
+
+        class Client(asyncio.Protocol):
+            def eof_received(self):
+                events.append("eof_received")
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        t, _ = await loop.create_connection(Client, *ls.getsockname())
+        peer, _ = ls.accept()
+        t.write(b"q" * (8 << 20))  # far more than the socket buffers hold
+        await await_until(lambda: t.get_write_buffer_size() > 0, "writes backed up")
+        # Closed with a zero linger: the peer resets, as a killed process does.
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.close()
+        return events, await lost
+
+    events, exc = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    ls.close()
+    assert events == []
+    assert isinstance(exc, ConnectionResetError)
+
+
+def test_streams_read_raises_on_a_reset_while_writes_are_backed_up(loop):
+    ls = socket.create_server(("127.0.0.1", 0))
+
+    async def main():
+        r, w = await asyncio.open_connection(*ls.getsockname())
+        peer, _ = ls.accept()
+        w.write(b"q" * (8 << 20))
+        read = asyncio.ensure_future(r.read(100))
+        await await_until(lambda: w.transport.get_write_buffer_size() > 0, "writes backed up")
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.close()
+        with pytest.raises(ConnectionResetError):
+            await read
+        w.close()
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    ls.close()
