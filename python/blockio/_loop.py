@@ -54,7 +54,7 @@ import sys
 import threading
 import warnings
 import weakref
-from asyncio import base_events, events, exceptions, proactor_events, sslproto, unix_events
+from asyncio import base_events, constants, events, exceptions, proactor_events, sslproto, trsock, unix_events
 from typing import Any, Callable, Coroutine, Iterator, TypeVar
 
 from . import _blockio, _proactor
@@ -540,6 +540,61 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             _proactor.release(sock)
             if sent > 0:
                 file.seek(offset + sent)
+
+    # -- servers -------------------------------------------------------------
+
+    def _start_serving(
+        self, protocol_factory, sock, sslcontext=None, server=None, backlog=100,
+        ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
+    ):
+        # asyncio's proactor version, except that an accept failing for want
+        # of descriptors or memory pauses accepting for ACCEPT_RETRY_DELAY
+        # seconds, as asyncio's selector loop does, instead of closing the
+        # listening socket (the connection waits in the backlog meanwhile).
+        def serve(conn: socket.socket, addr: Any) -> None:
+            if self._debug:
+                base_events.logger.debug("%r got a new connection from %r: %r", server, addr, conn)
+            protocol = protocol_factory()
+            if sslcontext is not None:
+                self._make_ssl_transport(
+                    conn, protocol, sslcontext, server_side=True, extra={"peername": addr}, server=server,
+                    ssl_handshake_timeout=ssl_handshake_timeout, ssl_shutdown_timeout=ssl_shutdown_timeout,
+                )
+            else:
+                self._make_socket_transport(conn, protocol, extra={"peername": addr}, server=server)
+
+        def loop(f: Any = None) -> None:
+            try:
+                if f is not None:
+                    serve(*f.result())
+                if self.is_closed():
+                    return
+                f = self._proactor.accept(sock)
+            except OSError as exc:
+                self._accept_failed(sock, exc, loop)
+            except exceptions.CancelledError:
+                sock.close()
+            else:
+                self._accept_futures[sock.fileno()] = f
+                f.add_done_callback(loop)
+
+        self.call_soon(loop)
+
+    def _accept_failed(self, sock: socket.socket, exc: OSError, again: Callable[[], None]) -> None:
+        """Reports a server's failed accept: retried after a delay when it
+        ran out of resources, else the end of that server's accepting."""
+        if sock.fileno() == -1:
+            if self._debug:
+                base_events.logger.debug("Accept failed on socket %r", sock, exc_info=True)
+            return
+        context = {"exception": exc, "socket": trsock.TransportSocket(sock)}
+        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+            self.call_exception_handler({"message": "socket.accept() out of system resource", **context})
+            # _stop_serving cancels the retry as it would the accept.
+            self._accept_futures[sock.fileno()] = self.call_later(constants.ACCEPT_RETRY_DELAY, again)
+            return
+        self.call_exception_handler({"message": "Accept failed on a socket", **context})
+        sock.close()
 
     # -- Unix sockets (asyncio's Unix loop's code, on our transports) --------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import socket
 import struct
 
@@ -164,3 +165,47 @@ def test_streams_read_raises_on_a_reset_while_writes_are_backed_up(loop):
 
     loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     ls.close()
+
+
+def test_a_server_out_of_descriptors_retries_its_accept(loop):
+    async def handle(reader, writer):
+        writer.write(await reader.read(4))
+        await writer.drain()
+        writer.close()
+
+    async def main():
+        errors = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        client = socket.socket()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        filler = []
+        try:
+            # A low limit bounds the descriptors it takes to fill the table.
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(int(n) for n in os.listdir("/proc/self/fd")) + 64, hard))
+            try:
+                while True:
+                    filler.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError:
+                pass
+            client.connect(srv.sockets[0].getsockname())
+            await await_until(lambda: errors, "the failed accept reported")
+        finally:
+            for fd in filler:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        client.sendall(b"ping")
+        client.setblocking(False)
+        echo = await loop.sock_recv(client, 4)
+        serving = srv.is_serving()
+        client.close()
+        srv.close()
+        await srv.wait_closed()
+        return errors, echo, serving
+
+    errors, echo, serving = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    # (asyncio's selector loop tries its backlog's worth of accepts, each reported)
+    assert {c["message"] for c in errors} == {"socket.accept() out of system resource"}
+    assert {c["exception"].errno for c in errors} == {24}  # EMFILE
+    assert echo == b"ping"  # accepted once descriptors were free again
+    assert serving
