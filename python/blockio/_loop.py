@@ -510,7 +510,15 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_accept(self, sock):
         self._check_sock(sock)
-        return await self._proactor.accept(sock)
+        fut = self._proactor.accept(sock)
+        try:
+            return await fut
+        except exceptions.CancelledError:
+            # Cancelled after the connection came, before this call resumed:
+            # it is kept for the next accept.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._proactor.keep_accepted(sock, *fut.result())
+            raise
 
     async def _sock_sendfile_native(self, sock, file, offset, count):
         # os.sendfile in chunks as the socket takes them, the file's

@@ -28,8 +28,9 @@ with a file made by ``makefile``): an operation that goes on after a
 readiness wait or a short write goes back to the descriptor's number,
 which must not name another socket by then. Bytes that a cancelled
 receive took off a socket are kept and handed to the next receive on the
-same socket, so a cancelled ``sock_recv`` loses nothing; a connection that a
-cancelled accept took is closed.
+same socket, so a cancelled ``sock_recv`` loses nothing; likewise a
+connection that a cancelled accept took is kept for the next accept on the
+same listening socket.
 """
 
 from __future__ import annotations
@@ -77,6 +78,13 @@ def os_error(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
 
+def _accepted(listener: socket.socket, fd: int) -> socket.socket:
+    """The socket of connection ``fd`` accepted on ``listener``."""
+    conn = socket.socket(listener.family, listener.type, listener.proto, fileno=fd)
+    conn.setblocking(False)
+    return conn
+
+
 def _was_reset(conn: Any) -> bool:
     """Whether the end of stream a TCP receive saw is the peer's reset.
 
@@ -119,7 +127,10 @@ class RingProactor:
         self._ops: dict[int, tuple[Any, int, Any]] = {}
         # descriptor -> (weak reference to its socket, bytes received after a cancel)
         self._kept: dict[int, tuple[Any, bytes]] = {}
-        # descriptor -> token of its latest receive in flight
+        # listening descriptor -> (weak reference to its socket, connections
+        # accepted after a cancel: (descriptor, address))
+        self._kept_conns: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
+        # descriptor -> token of its latest receive (or accept) in flight
         self._receiving: dict[int, int] = {}
         # receives cancelled by the proactor to hand them kept bytes
         self._redirected: set[int] = set()
@@ -204,8 +215,31 @@ class RingProactor:
 
     def accept(self, listener: socket.socket) -> futures.Future:
         """Accepts a connection; the result is ``(socket, address)``."""
-        token = self._ring.accept(listener.fileno())
-        return self._future(token, _ACCEPT, listener, listener)
+        fd = listener.fileno()
+        entry = self._kept_conns.get(fd)
+        if entry is not None:
+            if entry[0]() is listener:
+                conn_fd, addr = entry[1].pop(0)
+                if not entry[1]:
+                    del self._kept_conns[fd]
+                return self._done((_accepted(listener, conn_fd), addr))
+            self._drop_kept_conns(fd)
+        token = self._ring.accept(fd)
+        self._receiving[fd] = token
+        return self._future(token, _ACCEPT, (fd, listener), listener)
+
+    def keep_accepted(self, listener: socket.socket, conn: socket.socket, addr: Any) -> None:
+        """Keeps ``conn``, accepted on ``listener`` for a caller that was
+        cancelled meanwhile, for the next accept."""
+        fd = listener.fileno()
+        conn_fd = conn.detach()
+        self._after_cancel(_ACCEPT, (fd, listener), conn_fd, (conn_fd, addr))
+
+    def _drop_kept_conns(self, fd: int) -> None:
+        """Closes the connections kept for listening descriptor ``fd``."""
+        _ref, conns = self._kept_conns.pop(fd, (None, []))
+        for conn_fd, _addr in conns:
+            os.close(conn_fd)
 
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
@@ -316,7 +350,10 @@ class RingProactor:
         return self.poll(_fd_of(pipe), POLLIN)
 
     def _stop_serving(self, sock: socket.socket) -> None:
-        """Nothing to do: the loop cancels the listener's accept."""
+        """Closes the connections kept for ``sock`` (the loop cancels its accept)."""
+        entry = self._kept_conns.get(sock.fileno())
+        if entry is not None and entry[0]() is sock:
+            self._drop_kept_conns(sock.fileno())
 
     # -- the wait -----------------------------------------------------------
 
@@ -337,7 +374,7 @@ class RingProactor:
         if kind == _CALLBACK:
             arg(res if res < 0 else value)
             return
-        if kind in (_RECV, _RECV_INTO) and self._receiving.get(arg[0]) == token:
+        if kind in (_RECV, _RECV_INTO, _ACCEPT) and self._receiving.get(arg[0]) == token:
             del self._receiving[arg[0]]
         if token in self._redirected:
             self._redirected.discard(token)
@@ -356,27 +393,31 @@ class RingProactor:
             fut.set_exception(os_error(errno.ECONNRESET))
         elif kind == _ACCEPT:
             fd, addr = value
-            conn = socket.socket(arg.family, arg.type, arg.proto, fileno=fd)
-            conn.setblocking(False)
-            fut.set_result((conn, addr))
+            fut.set_result((_accepted(arg[1], fd), addr))
         else:
             fut.set_result(value)
 
     def _after_cancel(self, kind: int, arg: Any, res: int, value: Any) -> None:
-        if kind == _ACCEPT:
-            os.close(value[0])
-        elif kind in (_RECV, _RECV_INTO) and res > 0:
+        if kind == _ACCEPT or (kind in (_RECV, _RECV_INTO) and res > 0):
             self._keep(kind, arg, res, value)
-            # A receive already waiting on the socket would not see these
-            # bytes: it is cancelled and served from them.
+            # A receive (accept) already waiting on the socket would not see
+            # these bytes (this connection): it is cancelled and served from them.
             waiting = self._receiving.get(arg[0])
             if waiting is not None and waiting in self._ops and waiting not in self._redirected:
                 self._redirected.add(waiting)
                 self._ring.cancel(waiting)
 
     def _keep(self, kind: int, arg: Any, res: int, value: Any) -> None:
-        """Keeps the ``res`` bytes a receive got, after those kept before."""
+        """Keeps the ``res`` bytes a receive got, after those kept before
+        (or the connection an accept got, after those kept before)."""
         fd, conn = arg[0], arg[1]
+        if kind == _ACCEPT:
+            entry = self._kept_conns.get(fd)
+            if entry is None or entry[0]() is not conn:
+                self._drop_kept_conns(fd)
+                entry = self._kept_conns[fd] = (weakref.ref(conn), [])
+            entry[1].append(value)
+            return
         data = value if kind == _RECV else bytes(memoryview(arg[2]).cast("B")[:res])
         old = self._kept.get(fd)
         if old is not None and old[0]() is conn:
@@ -384,8 +425,9 @@ class RingProactor:
         self._kept[fd] = (weakref.ref(conn), data)
 
     def _serve_redirected(self, fut: Any, kind: int, arg: Any, res: int, value: Any) -> None:
-        """Completes a receive that the proactor cancelled to give it kept bytes."""
-        if res > 0:
+        """Completes a receive (accept) that the proactor cancelled to give
+        it kept bytes (a kept connection)."""
+        if res > 0 or (kind == _ACCEPT and res >= 0):
             self._keep(kind, arg, res, value)
         if fut.done():
             return
@@ -393,7 +435,9 @@ class RingProactor:
             fut.set_exception(os_error(-res))
             return
         conn = arg[1]
-        if kind == _RECV:
+        if kind == _ACCEPT:
+            again = self.accept(conn)
+        elif kind == _RECV:
             again = self.recv(conn, arg[2])
         else:
             again = self.recv_into(conn, arg[2])
@@ -412,6 +456,8 @@ class RingProactor:
             if fut is not None and not fut.done():
                 fut.cancel()
         self._kept.clear()
+        for fd in list(self._kept_conns):
+            self._drop_kept_conns(fd)
         held, self._held = self._held, {}
         for conn in held.values():
             release(conn)

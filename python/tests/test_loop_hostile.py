@@ -209,3 +209,42 @@ def test_a_server_out_of_descriptors_retries_its_accept(loop):
     assert {c["exception"].errno for c in errors} == {24}  # EMFILE
     assert echo == b"ping"  # accepted once descriptors were free again
     assert serving
+
+
+def test_cancelled_sock_accept_loses_no_connection(loop):
+    n = 60
+    ls = socket.create_server(("127.0.0.1", 0), backlog=n)
+    ls.setblocking(False)
+    clients = [socket.create_connection(ls.getsockname()) for _ in range(n)]
+
+    async def main():
+        accepted = []
+        for i in range(20 * n):
+            if len(accepted) == n:
+                break
+            task = asyncio.ensure_future(loop.sock_accept(ls))
+            for _ in range(i % 3):
+                await asyncio.sleep(0)
+            cancel = i % 5 < 3
+            if cancel:
+                task.cancel()
+            try:
+                accepted.append((await task)[0])
+            except asyncio.CancelledError:
+                if not cancel:
+                    raise  # main() itself was cancelled
+        return accepted
+
+    accepted = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert len(accepted) == n
+    # Each client is served by one of them: none was closed by the server.
+    for conn in accepted:
+        conn.setblocking(True)
+        conn.sendall(b"!")
+    for c in clients:
+        c.settimeout(DEADLINE)
+        assert c.recv(1) == b"!"
+        c.close()
+    for conn in accepted:
+        conn.close()
+    ls.close()
