@@ -86,12 +86,14 @@ def _accepted(listener: socket.socket, fd: int) -> socket.socket:
 
 
 def _was_reset(conn: Any) -> bool:
-    """Whether the end of stream a TCP receive saw is the peer's reset.
+    """Whether the end of stream a TCP receive saw, while a send on the
+    same socket was in flight, is the peer's reset.
 
     A reset is reported once, to whichever call on the socket comes first:
-    when a send in flight took it, the receive only sees the stream ended.
-    A stream the peer ended cleanly is then in ``CLOSE_WAIT`` (or a later
-    state of the close), a reset one in ``CLOSE``.
+    when the send took it, the receive only sees the stream ended. A socket
+    is then in ``CLOSE``; one whose peer ended the stream cleanly is in
+    ``CLOSE_WAIT`` (``CLOSE`` only after our own end was sent, which waits
+    for sends in flight).
     """
     if not isinstance(conn, socket.socket) or conn.type != socket.SOCK_STREAM:
         return False
@@ -135,6 +137,8 @@ class RingProactor:
         # receives cancelled by the proactor to hand them kept bytes
         self._redirected: set[int] = set()
         self._before_wait: list[Callable[[], None]] = []
+        # descriptors whose send finished in the batch being dispatched
+        self._sent: set[int] = set()
         # token -> the socket its operation works on, held open until done
         self._held: dict[int, socket.socket] = {}
 
@@ -205,13 +209,13 @@ class RingProactor:
         token, sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
         if token is None:
             return self._done(sent)
-        return self._future(token, _SEND, None, conn)
+        return self._future(token, _SEND, (_fd_of(conn),), conn)
 
     def send_or_future(self, conn: Any, buf: Any) -> futures.Future | None:
         """Sends all of ``buf``: ``None`` when it all went out at once, else
         the future of the rest's completion."""
         token, _sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
-        return None if token is None else self._future(token, _SEND, None, conn)
+        return None if token is None else self._future(token, _SEND, (_fd_of(conn),), conn)
 
     def accept(self, listener: socket.socket) -> futures.Future:
         """Accepts a connection; the result is ``(socket, address)``."""
@@ -362,6 +366,7 @@ class RingProactor:
         for arm in self._before_wait:
             arm()
         self._before_wait.clear()
+        self._sent.clear()
         for token, res, value in self._ring.wait(timeout):
             entry = self._ops.pop(token, None)
             if entry is not None:
@@ -369,8 +374,14 @@ class RingProactor:
             self._release(token)
         return ()
 
+    def _sending(self, fd: int) -> bool:
+        """Whether a send on ``fd`` is in flight or finished in this batch."""
+        return fd in self._sent or any(k == _SEND and a[0] == fd for _f, k, a in self._ops.values())
+
     def _finish(self, token: int, entry: tuple[Any, int, Any], res: int, value: Any) -> None:
         fut, kind, arg = entry
+        if kind == _SEND:
+            self._sent.add(arg[0])
         if kind == _CALLBACK:
             arg(res if res < 0 else value)
             return
@@ -389,7 +400,7 @@ class RingProactor:
                 fut.cancel()
             else:
                 fut.set_exception(os_error(-res))
-        elif res == 0 and kind in (_RECV, _RECV_INTO) and _was_reset(arg[1]):
+        elif res == 0 and kind in (_RECV, _RECV_INTO) and self._sending(arg[0]) and _was_reset(arg[1]):
             fut.set_exception(os_error(errno.ECONNRESET))
         elif kind == _ACCEPT:
             fd, addr = value
