@@ -385,6 +385,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             w.handle.cancel()
             w.handle = handle
             return
+        os.fstat(fileno)  # OSError(EBADF) for a descriptor that is not open, as epoll says
         w = _Watch(handle, fileno, mask)
         table[fileno] = w
         self._arm(table, w)
@@ -395,7 +396,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
         def fired(events_or_error: int) -> None:
             w.token = None
-            if table.get(w.fd) is not w or events_or_error == -errno.ECANCELED:
+            if table.get(w.fd) is not w or events_or_error < 0:
+                # Cancelled, or the descriptor was closed meanwhile (the
+                # poll re-armed on its number failed): a closed descriptor
+                # never fires, as in epoll, which forgets it.
                 return
             if not w.handle._cancelled:
                 self._ready.append(w.handle)

@@ -248,3 +248,25 @@ def test_cancelled_sock_accept_loses_no_connection(loop):
     for conn in accepted:
         conn.close()
     ls.close()
+
+
+def test_add_reader_refuses_a_closed_descriptor_and_a_closed_one_never_fires(loop):
+    async def main():
+        calls = []
+        unused = os.open("/dev/null", os.O_RDONLY)
+        os.close(unused)
+        with pytest.raises(OSError) as err:
+            loop.add_reader(unused, calls.append, "not open")
+        assert err.value.errno == 9  # EBADF, as asyncio's epoll says
+        c, d = socket.socketpair()
+        loop.add_reader(c.fileno(), calls.append, "closed")
+        fd = c.fileno()
+        c.close()
+        # Many turns of the loop: a callback that fires would fire in them.
+        for _ in range(200):
+            await asyncio.sleep(0)
+        loop.remove_reader(fd)
+        d.close()
+        return calls
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == []
