@@ -270,3 +270,25 @@ def test_add_reader_refuses_a_closed_descriptor_and_a_closed_one_never_fires(loo
         return calls
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == []
+
+
+def test_connected_udp_error_received_has_the_errno(loop):
+    async def main():
+        errors = loop.create_future()
+
+        class C(asyncio.DatagramProtocol):
+            def error_received(self, exc):
+                if not errors.done():
+                    errors.set_result(exc)
+
+        srv, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
+        t, _ = await loop.create_datagram_endpoint(C, remote_addr=srv.get_extra_info("sockname"))
+        t.sendto(b"u" * 70000)  # larger than any datagram
+        exc = await errors
+        t.close()
+        srv.close()
+        return exc
+
+    exc = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert type(exc) is OSError
+    assert (exc.errno, exc.strerror) == (90, "Message too long")  # EMSGSIZE
