@@ -92,9 +92,13 @@ class _Closing:
     ``connection_lost`` from being reported.
     """
 
+    # What ended the connection (None: a close or abort of ours).
+    _lost_exc: BaseException | None = None
+
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         if self._called_connection_lost:
             return
+        self._lost_exc = exc
         try:
             self._protocol.connection_lost(exc)
         finally:
@@ -209,7 +213,43 @@ class _Writing:
 
 class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransport):
     """asyncio's proactor socket transport, with sends finished at once when
-    they can be and ended as on Linux."""
+    they can be and ended as on Linux, and the errors of asyncio's selector
+    transports (its proactor ones word them differently)."""
+
+    def write(self, data: Any) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
+        if self._eof_written:
+            raise RuntimeError("Cannot call write() after write_eof()")
+        super().write(data)
+
+    def _data_received(self, data: Any, length: int) -> None:
+        if self._paused or length == 0 or not isinstance(self._protocol, asyncio.BufferedProtocol):
+            super()._data_received(data, length)
+            return
+        # asyncio's feeding of a buffered protocol, naming the call that failed.
+        data = memoryview(data)
+        while data:
+            try:
+                buf = self._protocol.get_buffer(len(data))
+                room = len(buf)
+                if not room:
+                    raise RuntimeError("get_buffer() returned an empty buffer")
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal error: protocol.get_buffer() call failed.")
+                return
+            n = min(room, len(data))
+            buf[:n] = data[:n]
+            data = data[n:]
+            try:
+                self._protocol.buffer_updated(n)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
+                return
 
 
 class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
@@ -269,6 +309,11 @@ class _WritePipeTransport(_Writing, _Closing, proactor_events._ProactorBaseWrite
             self._force_close(BrokenPipeError())
         else:
             self.close()
+
+
+def _sendfile_closed(sent: int) -> ConnectionAbortedError:
+    """The error of a sendfile whose socket was closed (a transport's abort)."""
+    return ConnectionAbortedError(errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes")
 
 
 class UringEventLoop(proactor_events.BaseProactorEventLoop):
@@ -524,6 +569,16 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 self._proactor.keep_accepted(sock, *fut.result())
             raise
 
+    async def _sendfile_native(self, transp, file, offset, count):
+        try:
+            return await super()._sendfile_native(transp, file, offset, count)
+        except ConnectionAbortedError as exc:
+            # The transport's own receive took the peer's reset and closed
+            # the socket: the reset is what ended the sendfile.
+            if isinstance(transp._lost_exc, ConnectionResetError):
+                raise _proactor.os_error(errno.ECONNRESET) from exc
+            raise
+
     async def _sock_sendfile_native(self, sock, file, offset, count):
         # os.sendfile in chunks as the socket takes them, the file's
         # position following what was sent (also when the peer goes away).
@@ -540,10 +595,18 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         try:
             while offset + sent < end:
                 if getattr(sock, "_closed", False):
-                    raise ConnectionAbortedError(
-                        errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes"
-                    )
-                n = await self._proactor.sendfile_some(sock, fileno, offset + sent, end - offset - sent)
+                    raise _sendfile_closed(sent)
+                try:
+                    n = await self._proactor.sendfile_some(sock, fileno, offset + sent, end - offset - sent)
+                except BrokenPipeError as exc:
+                    # The socket's reset went to the transport's pending
+                    # receive (asyncio's selector loop has none during a
+                    # sendfile): the pipe is broken by a reset or an abort.
+                    if getattr(sock, "_closed", False):
+                        raise _sendfile_closed(sent) from exc
+                    if _proactor.was_reset(sock):
+                        raise _proactor.os_error(errno.ECONNRESET) from exc
+                    raise
                 if n == 0:
                     break
                 sent += n

@@ -85,7 +85,7 @@ def _accepted(listener: socket.socket, fd: int) -> socket.socket:
     return conn
 
 
-def _was_reset(conn: Any) -> bool:
+def was_reset(conn: Any) -> bool:
     """Whether the end of stream a TCP receive saw, while a send on the
     same socket was in flight, is the peer's reset.
 
@@ -400,7 +400,7 @@ class RingProactor:
                 fut.cancel()
             else:
                 fut.set_exception(os_error(-res))
-        elif res == 0 and kind in (_RECV, _RECV_INTO) and self._sending(arg[0]) and _was_reset(arg[1]):
+        elif res == 0 and kind in (_RECV, _RECV_INTO) and self._sending(arg[0]) and was_reset(arg[1]):
             fut.set_exception(os_error(errno.ECONNRESET))
         elif kind == _ACCEPT:
             fd, addr = value

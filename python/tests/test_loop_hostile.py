@@ -77,9 +77,8 @@ def test_sendfile_aborted_sends_nothing_to_a_socket_reusing_the_number(loop, tmp
             pairs = _pairs(3)
             if loop.backend == "io_uring":
                 # The transfer ends with an error naming the close, not EBADF.
-                with pytest.raises(ConnectionError) as err:
+                with pytest.raises(ConnectionAbortedError, match="socket was closed"):
                     await task
-                assert err.value.errno != 9
             else:  # asyncio's selector loop leaves it pending
                 task.cancel()
             reused = any(fd in (a.fileno(), b.fileno()) for a, b in pairs)
@@ -292,3 +291,69 @@ def test_connected_udp_error_received_has_the_errno(loop):
     exc = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert type(exc) is OSError
     assert (exc.errno, exc.strerror) == (90, "Message too long")  # EMSGSIZE
+
+
+def test_transport_errors_say_what_asyncio_says(loop):
+    async def main():
+        srv = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0)
+        t, _ = await loop.create_connection(asyncio.Protocol, *srv.sockets[0].getsockname())
+        with pytest.raises(TypeError, match="^data argument must be a bytes-like object, not 'str'$"):
+            t.write("str")
+        t.write_eof()
+        with pytest.raises(RuntimeError, match=r"^Cannot call write\(\) after write_eof\(\)$"):
+            t.write(b"x")
+        t.close()
+        srv.close()
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+def test_an_empty_buffer_from_get_buffer_is_named_in_the_error(loop):
+    async def main():
+        errors = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        lost = loop.create_future()
+
+        class Empty(asyncio.BufferedProtocol):
+            def get_buffer(self, hint):
+                return bytearray(0)
+
+            def buffer_updated(self, n):
+                pass
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        srv = await loop.create_server(Empty, "127.0.0.1", 0)
+        c = socket.create_connection(srv.sockets[0].getsockname())
+        c.sendall(b"abc")
+        exc = await lost
+        c.close()
+        srv.close()
+        return exc, errors
+
+    exc, errors = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert isinstance(exc, RuntimeError) and str(exc) == "get_buffer() returned an empty buffer"
+    assert [c["message"] for c in errors] == ["Fatal error: protocol.get_buffer() call failed."]
+
+
+def test_sendfile_to_a_peer_that_resets_raises_connection_reset(loop, tmp_path):
+    path = tmp_path / "big"
+    path.write_bytes(os.urandom(16 << 20))
+    ls = socket.create_server(("127.0.0.1", 0))
+
+    async def main():
+        t, _ = await loop.create_connection(asyncio.Protocol, *ls.getsockname())
+        peer, _ = ls.accept()
+        with open(path, "rb") as f:
+            task = asyncio.ensure_future(loop.sendfile(t, f))
+            peer.setblocking(False)
+            await loop.sock_recv(peer, 1)  # the transfer is under way
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer.close()
+            with pytest.raises(ConnectionResetError):
+                await task
+        t.close()
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    ls.close()
