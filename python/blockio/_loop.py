@@ -253,7 +253,23 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
 
 
 class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
-    """asyncio's proactor datagram transport, ended as on Linux."""
+    """asyncio's proactor datagram transport, ended as on Linux, and reading
+    on after an error."""
+
+    def _loop_reading(self, fut: Any = None) -> None:
+        super()._loop_reading(fut)
+        # asyncio's proactor version stops reading once a receive fails (a
+        # connected socket's ICMP error, handed to error_received); later
+        # errors then surface only when a send happens to take them. As on
+        # asyncio's selector loop, the next receive waits for the next one.
+        if (
+            fut is not None
+            and self._read_fut is None
+            and not (self._closing or self._conn_lost)
+            and not fut.cancelled()
+            and isinstance(fut.exception(), OSError)
+        ):
+            super()._loop_reading()
 
 
 def _nonblocking(pipe: Any) -> None:

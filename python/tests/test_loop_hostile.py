@@ -357,3 +357,28 @@ def test_sendfile_to_a_peer_that_resets_raises_connection_reset(loop, tmp_path):
 
     loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     ls.close()
+
+
+def test_connected_udp_reports_each_port_unreachable(loop):
+    closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    closed.bind(("127.0.0.1", 0))
+    addr = closed.getsockname()
+    closed.close()  # nothing listens there now: each datagram brings an ICMP error
+
+    async def main():
+        errors = asyncio.Queue()
+
+        class C(asyncio.DatagramProtocol):
+            def error_received(self, exc):
+                errors.put_nowait(exc)
+
+        t, _ = await loop.create_datagram_endpoint(C, remote_addr=addr)
+        got = []
+        for _ in range(5):
+            t.sendto(b"hi")
+            got.append(await errors.get())
+        t.close()
+        return got
+
+    got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert [type(e) for e in got] == [ConnectionRefusedError] * 5
