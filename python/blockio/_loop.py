@@ -607,7 +607,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         sent = 0
         # The socket stays open until the last chunk: a close meanwhile
         # (a transport's abort) must not free its number for another socket.
-        _proactor.hold_open(sock)
+        held = _proactor.hold_open(sock)
         try:
             while offset + sent < end:
                 if getattr(sock, "_closed", False):
@@ -628,7 +628,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 sent += n
             return sent
         finally:
-            _proactor.release(sock)
+            if held:
+                _proactor.release(sock)
             if sent > 0:
                 file.seek(offset + sent)
 

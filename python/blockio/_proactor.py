@@ -106,16 +106,21 @@ def was_reset(conn: Any) -> bool:
     return info[0] == _TCP_CLOSE
 
 
-def hold_open(sock: socket.socket) -> None:
+def hold_open(sock: Any) -> bool:
     """Defers the real close of ``sock`` until :func:`release`: its
     ``close()`` then only marks it closed, so that its descriptor's number
     is not reused while an operation may still go back to it (socket's own
-    mechanism for the files ``makefile`` returns)."""
+    mechanism for the files ``makefile`` returns). False, holding nothing,
+    for an object that is not a socket (a pipe's file, a test's mock)."""
+    if not isinstance(sock, socket.socket) or type(getattr(sock, "_io_refs", None)) is not int:
+        return False
     sock._io_refs += 1
+    return True
 
 
 def release(sock: socket.socket) -> None:
-    """Ends one :func:`hold_open`; closes ``sock`` if it was closed meanwhile."""
+    """Ends one :func:`hold_open` that held; closes ``sock`` if it was
+    closed meanwhile."""
     sock._decref_socketios()
 
 
@@ -155,8 +160,7 @@ class RingProactor:
 
     def _hold(self, token: int, conn: Any) -> None:
         """Keeps ``conn``'s descriptor open until operation ``token`` is done."""
-        if isinstance(conn, socket.socket):
-            hold_open(conn)
+        if hold_open(conn):
             self._held[token] = conn
 
     def _release(self, token: int) -> None:
@@ -258,7 +262,14 @@ class RingProactor:
     def cancel_op(self, token: int) -> None:
         """Asks the kernel to cancel operation ``token``."""
         if self._ring is not None and token in self._ops:
-            self._ring.cancel(token)
+            self._cancel(token)
+
+    def _cancel(self, token: int) -> None:
+        # Once cancelled, an operation never goes back to its descriptor's
+        # number (the kernel keeps what it has in flight open itself): the
+        # socket's close need not wait for the completion.
+        self._ring.cancel(token)
+        self._release(token)
 
     # -- driven by readiness ------------------------------------------------
 
@@ -272,9 +283,9 @@ class RingProactor:
 
     def _waiting(self, conn: socket.socket, coro: Any) -> futures.Future:
         """A task running ``coro``, with ``conn`` held open until it ends."""
-        hold_open(conn)
         task = self._loop.create_task(coro)
-        task.add_done_callback(lambda _task: release(conn))
+        if hold_open(conn):
+            task.add_done_callback(lambda _task: release(conn))
         return task
 
     def _now_or_when_ready(self, conn: socket.socket, mask: int, call: Callable[[], Any]) -> futures.Future:
@@ -416,7 +427,7 @@ class RingProactor:
             waiting = self._receiving.get(arg[0])
             if waiting is not None and waiting in self._ops and waiting not in self._redirected:
                 self._redirected.add(waiting)
-                self._ring.cancel(waiting)
+                self._cancel(waiting)
 
     def _keep(self, kind: int, arg: Any, res: int, value: Any) -> None:
         """Keeps the ``res`` bytes a receive got, after those kept before
