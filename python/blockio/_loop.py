@@ -54,10 +54,10 @@ import sys
 import threading
 import warnings
 import weakref
-from asyncio import base_events, events, exceptions, proactor_events, sslproto, unix_events
+from asyncio import base_events, constants, events, exceptions, proactor_events, sslproto, trsock, unix_events
 from typing import Any, Callable, Coroutine, Iterator, TypeVar
 
-from . import _blockio
+from . import _blockio, _proactor
 from ._proactor import POLLIN, POLLOUT, RingProactor
 
 __all__ = ["UringEventLoop", "EpollEventLoop", "EventLoopPolicy", "new_event_loop", "run", "install"]
@@ -92,9 +92,13 @@ class _Closing:
     ``connection_lost`` from being reported.
     """
 
+    # What ended the connection (None: a close or abort of ours).
+    _lost_exc: BaseException | None = None
+
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         if self._called_connection_lost:
             return
+        self._lost_exc = exc
         try:
             self._protocol.connection_lost(exc)
         finally:
@@ -209,11 +213,63 @@ class _Writing:
 
 class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransport):
     """asyncio's proactor socket transport, with sends finished at once when
-    they can be and ended as on Linux."""
+    they can be and ended as on Linux, and the errors of asyncio's selector
+    transports (its proactor ones word them differently)."""
+
+    def write(self, data: Any) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
+        if self._eof_written:
+            raise RuntimeError("Cannot call write() after write_eof()")
+        super().write(data)
+
+    def _data_received(self, data: Any, length: int) -> None:
+        if self._paused or length == 0 or not isinstance(self._protocol, asyncio.BufferedProtocol):
+            super()._data_received(data, length)
+            return
+        # asyncio's feeding of a buffered protocol, naming the call that failed.
+        data = memoryview(data)
+        while data:
+            try:
+                buf = self._protocol.get_buffer(len(data))
+                room = len(buf)
+                if not room:
+                    raise RuntimeError("get_buffer() returned an empty buffer")
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal error: protocol.get_buffer() call failed.")
+                return
+            n = min(room, len(data))
+            buf[:n] = data[:n]
+            data = data[n:]
+            try:
+                self._protocol.buffer_updated(n)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
+                return
 
 
 class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
-    """asyncio's proactor datagram transport, ended as on Linux."""
+    """asyncio's proactor datagram transport, ended as on Linux, and reading
+    on after an error."""
+
+    def _loop_reading(self, fut: Any = None) -> None:
+        super()._loop_reading(fut)
+        # asyncio's proactor version stops reading once a receive fails (a
+        # connected socket's ICMP error, handed to error_received); later
+        # errors then surface only when a send happens to take them. As on
+        # asyncio's selector loop, the next receive waits for the next one.
+        if (
+            fut is not None
+            and self._read_fut is None
+            and not (self._closing or self._conn_lost)
+            and not fut.cancelled()
+            and isinstance(fut.exception(), OSError)
+        ):
+            super()._loop_reading()
 
 
 def _nonblocking(pipe: Any) -> None:
@@ -269,6 +325,11 @@ class _WritePipeTransport(_Writing, _Closing, proactor_events._ProactorBaseWrite
             self._force_close(BrokenPipeError())
         else:
             self.close()
+
+
+def _sendfile_closed(sent: int) -> ConnectionAbortedError:
+    """The error of a sendfile whose socket was closed (a transport's abort)."""
+    return ConnectionAbortedError(errno.ECONNABORTED, f"sendfile: the socket was closed after {sent} bytes")
 
 
 class UringEventLoop(proactor_events.BaseProactorEventLoop):
@@ -385,6 +446,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             w.handle.cancel()
             w.handle = handle
             return
+        os.fstat(fileno)  # OSError(EBADF) for a descriptor that is not open, as epoll says
         w = _Watch(handle, fileno, mask)
         table[fileno] = w
         self._arm(table, w)
@@ -395,7 +457,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
         def fired(events_or_error: int) -> None:
             w.token = None
-            if table.get(w.fd) is not w or events_or_error == -errno.ECANCELED:
+            if table.get(w.fd) is not w or events_or_error < 0:
+                # Cancelled, or the descriptor was closed meanwhile (the
+                # poll re-armed on its number failed): a closed descriptor
+                # never fires, as in epoll, which forgets it.
                 return
             if not w.handle._cancelled:
                 self._ready.append(w.handle)
@@ -510,7 +575,25 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_accept(self, sock):
         self._check_sock(sock)
-        return await self._proactor.accept(sock)
+        fut = self._proactor.accept(sock)
+        try:
+            return await fut
+        except exceptions.CancelledError:
+            # Cancelled after the connection came, before this call resumed:
+            # it is kept for the next accept.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._proactor.keep_accepted(sock, *fut.result())
+            raise
+
+    async def _sendfile_native(self, transp, file, offset, count):
+        try:
+            return await super()._sendfile_native(transp, file, offset, count)
+        except ConnectionAbortedError as exc:
+            # The transport's own receive took the peer's reset and closed
+            # the socket: the reset is what ended the sendfile.
+            if isinstance(transp._lost_exc, ConnectionResetError):
+                raise _proactor.os_error(errno.ECONNRESET) from exc
+            raise
 
     async def _sock_sendfile_native(self, sock, file, offset, count):
         # os.sendfile in chunks as the socket takes them, the file's
@@ -522,16 +605,88 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             raise exceptions.SendfileNotAvailableError("not a regular file") from None
         end = min(offset + count, fsize) if count else fsize
         sent = 0
+        # The socket stays open until the last chunk: a close meanwhile
+        # (a transport's abort) must not free its number for another socket.
+        held = _proactor.hold_open(sock)
         try:
             while offset + sent < end:
-                n = await self._proactor.sendfile_some(sock, fileno, offset + sent, end - offset - sent)
+                if getattr(sock, "_closed", False):
+                    raise _sendfile_closed(sent)
+                try:
+                    n = await self._proactor.sendfile_some(sock, fileno, offset + sent, end - offset - sent)
+                except BrokenPipeError as exc:
+                    # The socket's reset went to the transport's pending
+                    # receive (asyncio's selector loop has none during a
+                    # sendfile): the pipe is broken by a reset or an abort.
+                    if getattr(sock, "_closed", False):
+                        raise _sendfile_closed(sent) from exc
+                    if _proactor.was_reset(sock):
+                        raise _proactor.os_error(errno.ECONNRESET) from exc
+                    raise
                 if n == 0:
                     break
                 sent += n
             return sent
         finally:
+            if held:
+                _proactor.release(sock)
             if sent > 0:
                 file.seek(offset + sent)
+
+    # -- servers -------------------------------------------------------------
+
+    def _start_serving(
+        self, protocol_factory, sock, sslcontext=None, server=None, backlog=100,
+        ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
+    ):
+        # asyncio's proactor version, except that an accept failing for want
+        # of descriptors or memory pauses accepting for ACCEPT_RETRY_DELAY
+        # seconds, as asyncio's selector loop does, instead of closing the
+        # listening socket (the connection waits in the backlog meanwhile).
+        def serve(conn: socket.socket, addr: Any) -> None:
+            if self._debug:
+                base_events.logger.debug("%r got a new connection from %r: %r", server, addr, conn)
+            protocol = protocol_factory()
+            if sslcontext is not None:
+                self._make_ssl_transport(
+                    conn, protocol, sslcontext, server_side=True, extra={"peername": addr}, server=server,
+                    ssl_handshake_timeout=ssl_handshake_timeout, ssl_shutdown_timeout=ssl_shutdown_timeout,
+                )
+            else:
+                self._make_socket_transport(conn, protocol, extra={"peername": addr}, server=server)
+
+        def loop(f: Any = None) -> None:
+            try:
+                if f is not None:
+                    serve(*f.result())
+                if self.is_closed():
+                    return
+                f = self._proactor.accept(sock)
+            except OSError as exc:
+                self._accept_failed(sock, exc, loop)
+            except exceptions.CancelledError:
+                sock.close()
+            else:
+                self._accept_futures[sock.fileno()] = f
+                f.add_done_callback(loop)
+
+        self.call_soon(loop)
+
+    def _accept_failed(self, sock: socket.socket, exc: OSError, again: Callable[[], None]) -> None:
+        """Reports a server's failed accept: retried after a delay when it
+        ran out of resources, else the end of that server's accepting."""
+        if sock.fileno() == -1:
+            if self._debug:
+                base_events.logger.debug("Accept failed on socket %r", sock, exc_info=True)
+            return
+        context = {"exception": exc, "socket": trsock.TransportSocket(sock)}
+        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+            self.call_exception_handler({"message": "socket.accept() out of system resource", **context})
+            # _stop_serving cancels the retry as it would the accept.
+            self._accept_futures[sock.fileno()] = self.call_later(constants.ACCEPT_RETRY_DELAY, again)
+            return
+        self.call_exception_handler({"message": "Accept failed on a socket", **context})
+        sock.close()
 
     # -- Unix sockets (asyncio's Unix loop's code, on our transports) --------
 

@@ -22,10 +22,15 @@ makes its system call at once, in the caller's step, and polls only when
 that would block.
 
 Cancelling a future cancels its operation; the kernel still answers once,
-and only then is the operation's memory released. Bytes that a cancelled
+and only then is the operation's memory released. A socket an operation
+works on is held open until then (its real close waits, as for a socket
+with a file made by ``makefile``): an operation that goes on after a
+readiness wait or a short write goes back to the descriptor's number,
+which must not name another socket by then. Bytes that a cancelled
 receive took off a socket are kept and handed to the next receive on the
-same socket, so a cancelled ``sock_recv`` loses nothing; a connection that a
-cancelled accept took is closed.
+same socket, so a cancelled ``sock_recv`` loses nothing; likewise a
+connection that a cancelled accept took is kept for the next accept on the
+same listening socket.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from . import _blockio
 
 POLLIN = select.POLLIN
 POLLOUT = select.POLLOUT
+# tcp_states.h: a TCP socket's state after a reset (the first byte of TCP_INFO).
+_TCP_CLOSE = 7
 
 # Operation kinds, as kept beside each token.
 _RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK = range(6)
@@ -71,6 +78,52 @@ def os_error(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
 
+def _accepted(listener: socket.socket, fd: int) -> socket.socket:
+    """The socket of connection ``fd`` accepted on ``listener``."""
+    conn = socket.socket(listener.family, listener.type, listener.proto, fileno=fd)
+    conn.setblocking(False)
+    return conn
+
+
+def was_reset(conn: Any) -> bool:
+    """Whether the end of stream a TCP receive saw, while a send on the
+    same socket was in flight, is the peer's reset.
+
+    A reset is reported once, to whichever call on the socket comes first:
+    when the send took it, the receive only sees the stream ended. A socket
+    is then in ``CLOSE``; one whose peer ended the stream cleanly is in
+    ``CLOSE_WAIT`` (``CLOSE`` only after our own end was sent, which waits
+    for sends in flight).
+    """
+    if not isinstance(conn, socket.socket) or conn.type != socket.SOCK_STREAM:
+        return False
+    if conn.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    try:
+        info = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+    except OSError:
+        return False
+    return info[0] == _TCP_CLOSE
+
+
+def hold_open(sock: Any) -> bool:
+    """Defers the real close of ``sock`` until :func:`release`: its
+    ``close()`` then only marks it closed, so that its descriptor's number
+    is not reused while an operation may still go back to it (socket's own
+    mechanism for the files ``makefile`` returns). False, holding nothing,
+    for an object that is not a socket (a pipe's file, a test's mock)."""
+    if not isinstance(sock, socket.socket) or type(getattr(sock, "_io_refs", None)) is not int:
+        return False
+    sock._io_refs += 1
+    return True
+
+
+def release(sock: socket.socket) -> None:
+    """Ends one :func:`hold_open` that held; closes ``sock`` if it was
+    closed meanwhile."""
+    sock._decref_socketios()
+
+
 class RingProactor:
     """Operations on one ring as asyncio futures (see the module's doc)."""
 
@@ -81,21 +134,39 @@ class RingProactor:
         self._ops: dict[int, tuple[Any, int, Any]] = {}
         # descriptor -> (weak reference to its socket, bytes received after a cancel)
         self._kept: dict[int, tuple[Any, bytes]] = {}
-        # descriptor -> token of its latest receive in flight
+        # listening descriptor -> (weak reference to its socket, connections
+        # accepted after a cancel: (descriptor, address))
+        self._kept_conns: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
+        # descriptor -> token of its latest receive (or accept) in flight
         self._receiving: dict[int, int] = {}
         # receives cancelled by the proactor to hand them kept bytes
         self._redirected: set[int] = set()
         self._before_wait: list[Callable[[], None]] = []
+        # descriptors whose send finished in the batch being dispatched
+        self._sent: set[int] = set()
+        # token -> the socket its operation works on, held open until done
+        self._held: dict[int, socket.socket] = {}
 
     def set_loop(self, loop: Any) -> None:
         self._loop = loop
 
     # -- submitting --------------------------------------------------------
 
-    def _future(self, token: int, kind: int, arg: Any = None) -> OpFuture:
+    def _future(self, token: int, kind: int, arg: Any = None, conn: Any = None) -> OpFuture:
         fut = OpFuture(self, token, loop=self._loop)
         self._ops[token] = (fut, kind, arg)
+        self._hold(token, conn)
         return fut
+
+    def _hold(self, token: int, conn: Any) -> None:
+        """Keeps ``conn``'s descriptor open until operation ``token`` is done."""
+        if hold_open(conn):
+            self._held[token] = conn
+
+    def _release(self, token: int) -> None:
+        conn = self._held.pop(token, None)
+        if conn is not None:
+            release(conn)
 
     def _done(self, result: Any) -> futures.Future:
         fut = self._loop.create_future()
@@ -124,7 +195,7 @@ class RingProactor:
         fd = _fd_of(conn)
         token = self._ring.recv(fd, nbytes, isinstance(conn, socket.socket))
         self._receiving[fd] = token
-        return self._future(token, _RECV, (fd, conn, nbytes))
+        return self._future(token, _RECV, (fd, conn, nbytes), conn)
 
     def recv_into(self, conn: Any, buf: Any, flags: int = 0) -> futures.Future:
         """Receives into ``buf``; the result is the byte count."""
@@ -135,25 +206,48 @@ class RingProactor:
         fd = _fd_of(conn)
         token = self._ring.recv_into(fd, buf, 0, isinstance(conn, socket.socket))
         self._receiving[fd] = token
-        return self._future(token, _RECV_INTO, (fd, conn, buf))
+        return self._future(token, _RECV_INTO, (fd, conn, buf), conn)
 
     def send(self, conn: Any, buf: Any, flags: int = 0) -> futures.Future:
         """Sends all of ``buf``; the result is its length."""
         token, sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
         if token is None:
             return self._done(sent)
-        return self._future(token, _SEND)
+        return self._future(token, _SEND, (_fd_of(conn),), conn)
 
     def send_or_future(self, conn: Any, buf: Any) -> futures.Future | None:
         """Sends all of ``buf``: ``None`` when it all went out at once, else
         the future of the rest's completion."""
         token, _sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
-        return None if token is None else self._future(token, _SEND)
+        return None if token is None else self._future(token, _SEND, (_fd_of(conn),), conn)
 
     def accept(self, listener: socket.socket) -> futures.Future:
         """Accepts a connection; the result is ``(socket, address)``."""
-        token = self._ring.accept(listener.fileno())
-        return self._future(token, _ACCEPT, listener)
+        fd = listener.fileno()
+        entry = self._kept_conns.get(fd)
+        if entry is not None:
+            if entry[0]() is listener:
+                conn_fd, addr = entry[1].pop(0)
+                if not entry[1]:
+                    del self._kept_conns[fd]
+                return self._done((_accepted(listener, conn_fd), addr))
+            self._drop_kept_conns(fd)
+        token = self._ring.accept(fd)
+        self._receiving[fd] = token
+        return self._future(token, _ACCEPT, (fd, listener), listener)
+
+    def keep_accepted(self, listener: socket.socket, conn: socket.socket, addr: Any) -> None:
+        """Keeps ``conn``, accepted on ``listener`` for a caller that was
+        cancelled meanwhile, for the next accept."""
+        fd = listener.fileno()
+        conn_fd = conn.detach()
+        self._after_cancel(_ACCEPT, (fd, listener), conn_fd, (conn_fd, addr))
+
+    def _drop_kept_conns(self, fd: int) -> None:
+        """Closes the connections kept for listening descriptor ``fd``."""
+        _ref, conns = self._kept_conns.pop(fd, (None, []))
+        for conn_fd, _addr in conns:
+            os.close(conn_fd)
 
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
@@ -168,7 +262,14 @@ class RingProactor:
     def cancel_op(self, token: int) -> None:
         """Asks the kernel to cancel operation ``token``."""
         if self._ring is not None and token in self._ops:
-            self._ring.cancel(token)
+            self._cancel(token)
+
+    def _cancel(self, token: int) -> None:
+        # Once cancelled, an operation never goes back to its descriptor's
+        # number (the kernel keeps what it has in flight open itself): the
+        # socket's close need not wait for the completion.
+        self._ring.cancel(token)
+        self._release(token)
 
     # -- driven by readiness ------------------------------------------------
 
@@ -180,15 +281,22 @@ class RingProactor:
             except (BlockingIOError, InterruptedError):
                 pass
 
-    def _now_or_when_ready(self, fd: int, mask: int, call: Callable[[], Any]) -> futures.Future:
+    def _waiting(self, conn: socket.socket, coro: Any) -> futures.Future:
+        """A task running ``coro``, with ``conn`` held open until it ends."""
+        task = self._loop.create_task(coro)
+        if hold_open(conn):
+            task.add_done_callback(lambda _task: release(conn))
+        return task
+
+    def _now_or_when_ready(self, conn: socket.socket, mask: int, call: Callable[[], Any]) -> futures.Future:
         """``call()`` now (as the caller's own step: a caller that then
         blocks has had its system call made); if it would block, again
-        each time ``fd`` is ready until it does not."""
+        each time ``conn`` is ready until it does not."""
         fut = self._loop.create_future()
         try:
             fut.set_result(call())
         except (BlockingIOError, InterruptedError):
-            return self._loop.create_task(self._when_ready(fd, mask, call))
+            return self._waiting(conn, self._when_ready(conn.fileno(), mask, call))
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -196,18 +304,18 @@ class RingProactor:
         return fut
 
     def recvfrom(self, conn: socket.socket, nbytes: int, flags: int = 0) -> futures.Future:
-        return self._now_or_when_ready(conn.fileno(), POLLIN, lambda: conn.recvfrom(nbytes, flags))
+        return self._now_or_when_ready(conn, POLLIN, lambda: conn.recvfrom(nbytes, flags))
 
     def recvfrom_into(self, conn: socket.socket, buf: Any, nbytes: int = 0, flags: int = 0) -> futures.Future:
-        return self._now_or_when_ready(conn.fileno(), POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
+        return self._now_or_when_ready(conn, POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
 
     def sendto(self, conn: socket.socket, buf: Any, flags: int = 0, addr: Any = None) -> futures.Future:
         """Sends one datagram to ``addr``; with ``addr`` None, to the peer
         the socket is connected to (a datagram transport made on a
         connected socket, whose ``sendto(data)`` passes no address)."""
         if addr is None:
-            return self._now_or_when_ready(conn.fileno(), POLLOUT, lambda: conn.send(buf, flags))
-        return self._now_or_when_ready(conn.fileno(), POLLOUT, lambda: conn.sendto(buf, flags, addr))
+            return self._now_or_when_ready(conn, POLLOUT, lambda: conn.send(buf, flags))
+        return self._now_or_when_ready(conn, POLLOUT, lambda: conn.sendto(buf, flags, addr))
 
     def connect(self, conn: socket.socket, address: Any) -> futures.Future:
         """Connects ``conn``: the ``connect`` call now, its outcome when the
@@ -216,7 +324,7 @@ class RingProactor:
         try:
             conn.connect(address)
         except (BlockingIOError, InterruptedError):
-            return self._loop.create_task(self._connected(conn, address))
+            return self._waiting(conn, self._connected(conn, address))
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -239,7 +347,7 @@ class RingProactor:
         """``os.sendfile`` of at most ``count`` bytes from ``offset`` once
         ``sock`` takes some; the result is the count sent (0 at end of file)."""
         out_fd = sock.fileno()
-        return self._now_or_when_ready(out_fd, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
+        return self._now_or_when_ready(sock, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
 
     async def sendfile(self, sock: socket.socket, file: Any, offset: int, count: int) -> None:
         """Sends ``count`` bytes of ``file`` from ``offset`` (fewer at its end)."""
@@ -262,7 +370,10 @@ class RingProactor:
         return self.poll(_fd_of(pipe), POLLIN)
 
     def _stop_serving(self, sock: socket.socket) -> None:
-        """Nothing to do: the loop cancels the listener's accept."""
+        """Closes the connections kept for ``sock`` (the loop cancels its accept)."""
+        entry = self._kept_conns.get(sock.fileno())
+        if entry is not None and entry[0]() is sock:
+            self._drop_kept_conns(sock.fileno())
 
     # -- the wait -----------------------------------------------------------
 
@@ -271,18 +382,26 @@ class RingProactor:
         for arm in self._before_wait:
             arm()
         self._before_wait.clear()
+        self._sent.clear()
         for token, res, value in self._ring.wait(timeout):
             entry = self._ops.pop(token, None)
             if entry is not None:
                 self._finish(token, entry, res, value)
+            self._release(token)
         return ()
+
+    def _sending(self, fd: int) -> bool:
+        """Whether a send on ``fd`` is in flight or finished in this batch."""
+        return fd in self._sent or any(k == _SEND and a[0] == fd for _f, k, a in self._ops.values())
 
     def _finish(self, token: int, entry: tuple[Any, int, Any], res: int, value: Any) -> None:
         fut, kind, arg = entry
+        if kind == _SEND:
+            self._sent.add(arg[0])
         if kind == _CALLBACK:
             arg(res if res < 0 else value)
             return
-        if kind in (_RECV, _RECV_INTO) and self._receiving.get(arg[0]) == token:
+        if kind in (_RECV, _RECV_INTO, _ACCEPT) and self._receiving.get(arg[0]) == token:
             del self._receiving[arg[0]]
         if token in self._redirected:
             self._redirected.discard(token)
@@ -297,29 +416,35 @@ class RingProactor:
                 fut.cancel()
             else:
                 fut.set_exception(os_error(-res))
+        elif res == 0 and kind in (_RECV, _RECV_INTO) and self._sending(arg[0]) and was_reset(arg[1]):
+            fut.set_exception(os_error(errno.ECONNRESET))
         elif kind == _ACCEPT:
             fd, addr = value
-            conn = socket.socket(arg.family, arg.type, arg.proto, fileno=fd)
-            conn.setblocking(False)
-            fut.set_result((conn, addr))
+            fut.set_result((_accepted(arg[1], fd), addr))
         else:
             fut.set_result(value)
 
     def _after_cancel(self, kind: int, arg: Any, res: int, value: Any) -> None:
-        if kind == _ACCEPT:
-            os.close(value[0])
-        elif kind in (_RECV, _RECV_INTO) and res > 0:
+        if kind == _ACCEPT or (kind in (_RECV, _RECV_INTO) and res > 0):
             self._keep(kind, arg, res, value)
-            # A receive already waiting on the socket would not see these
-            # bytes: it is cancelled and served from them.
+            # A receive (accept) already waiting on the socket would not see
+            # these bytes (this connection): it is cancelled and served from them.
             waiting = self._receiving.get(arg[0])
             if waiting is not None and waiting in self._ops and waiting not in self._redirected:
                 self._redirected.add(waiting)
-                self._ring.cancel(waiting)
+                self._cancel(waiting)
 
     def _keep(self, kind: int, arg: Any, res: int, value: Any) -> None:
-        """Keeps the ``res`` bytes a receive got, after those kept before."""
+        """Keeps the ``res`` bytes a receive got, after those kept before
+        (or the connection an accept got, after those kept before)."""
         fd, conn = arg[0], arg[1]
+        if kind == _ACCEPT:
+            entry = self._kept_conns.get(fd)
+            if entry is None or entry[0]() is not conn:
+                self._drop_kept_conns(fd)
+                entry = self._kept_conns[fd] = (weakref.ref(conn), [])
+            entry[1].append(value)
+            return
         data = value if kind == _RECV else bytes(memoryview(arg[2]).cast("B")[:res])
         old = self._kept.get(fd)
         if old is not None and old[0]() is conn:
@@ -327,8 +452,9 @@ class RingProactor:
         self._kept[fd] = (weakref.ref(conn), data)
 
     def _serve_redirected(self, fut: Any, kind: int, arg: Any, res: int, value: Any) -> None:
-        """Completes a receive that the proactor cancelled to give it kept bytes."""
-        if res > 0:
+        """Completes a receive (accept) that the proactor cancelled to give
+        it kept bytes (a kept connection)."""
+        if res > 0 or (kind == _ACCEPT and res >= 0):
             self._keep(kind, arg, res, value)
         if fut.done():
             return
@@ -336,7 +462,9 @@ class RingProactor:
             fut.set_exception(os_error(-res))
             return
         conn = arg[1]
-        if kind == _RECV:
+        if kind == _ACCEPT:
+            again = self.accept(conn)
+        elif kind == _RECV:
             again = self.recv(conn, arg[2])
         else:
             again = self.recv_into(conn, arg[2])
@@ -355,6 +483,11 @@ class RingProactor:
             if fut is not None and not fut.done():
                 fut.cancel()
         self._kept.clear()
+        for fd in list(self._kept_conns):
+            self._drop_kept_conns(fd)
+        held, self._held = self._held, {}
+        for conn in held.values():
+            release(conn)
 
     def __repr__(self) -> str:
         return f"<RingProactor in_flight={len(self._ops)}>"

@@ -150,7 +150,9 @@ impl LoopRing {
         // which stays alive and unresized while held; the GIL is held, so
         // no Python code changes it during this call.
         let bytes = unsafe { std::slice::from_raw_parts(b.buf_ptr().cast::<u8>().cast_const(), n) };
-        let sent = super::inline::write_inline(fd, bytes, socket)?;
+        // An OSError with its errno (`EMSGSIZE` for an oversized datagram),
+        // as asyncio's transports hand to `error_received`.
+        let sent = super::inline::write_inline(fd, bytes, socket).map_err(crate::errors::io_err)?;
         if sent == n {
             return Ok((None, n));
         }

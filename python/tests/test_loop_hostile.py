@@ -1,0 +1,384 @@
+"""blockio's event loop where programs and peers misbehave: sockets closed
+or aborted with operations in flight, peers that reset, descriptors that
+run out, cancellations that race with the kernel. Each test runs on both
+backends (``io_uring``, and the ``epoll`` fallback, which is asyncio's own
+selector loop) and checks asyncio's behaviour, or where asyncio's is a
+hang, that nothing reaches the wrong socket."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import socket
+import struct
+
+import pytest
+
+import blockio
+from waits import DEADLINE, await_until
+
+
+@pytest.fixture(params=["io_uring", "epoll"])
+def loop(request, monkeypatch):
+    monkeypatch.setenv("BLOCKIO_BACKEND", "threads" if request.param == "epoll" else "uring")
+    lp = blockio.new_event_loop()
+    assert lp.backend == request.param
+    yield lp
+    lp.close()
+
+
+def _pairs(n):
+    """``n`` non-blocking socketpairs: new descriptors that take the
+    numbers just freed."""
+    made = [socket.socketpair() for _ in range(n)]
+    for a, b in made:
+        a.setblocking(False)
+        b.setblocking(False)
+    return made
+
+
+def _waiting_bytes(pairs):
+    """Bytes waiting on either end of ``pairs`` (which nothing wrote to)."""
+    n = 0
+    for pair in pairs:
+        for s in pair:
+            try:
+                n += len(s.recv(1 << 22))
+            except BlockingIOError:
+                pass
+    return n
+
+
+def test_sendfile_aborted_sends_nothing_to_a_socket_reusing_the_number(loop, tmp_path):
+    path = tmp_path / "big"
+    path.write_bytes(os.urandom(16 << 20))
+
+    async def main():
+        got = []
+        lost = loop.create_future()
+
+        class Sink(asyncio.Protocol):
+            def data_received(self, data):
+                got.append(len(data))
+
+        class Client(asyncio.Protocol):
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        srv = await loop.create_server(Sink, "127.0.0.1", 0)
+        t, _ = await loop.create_connection(Client, *srv.sockets[0].getsockname())
+        fd = t.get_extra_info("socket").fileno()
+        with open(path, "rb") as f:
+            task = asyncio.ensure_future(loop.sendfile(t, f))
+            await await_until(lambda: got, "the first bytes of the sendfile at the peer")
+            t.abort()
+            await lost
+            pairs = _pairs(3)
+            if loop.backend == "io_uring":
+                # The transfer ends with an error naming the close, not EBADF.
+                with pytest.raises(ConnectionAbortedError, match="socket was closed"):
+                    await task
+            else:  # asyncio's selector loop leaves it pending
+                task.cancel()
+            reused = any(fd in (a.fileno(), b.fileno()) for a, b in pairs)
+            leaked = _waiting_bytes(pairs)
+        srv.close()
+        return reused, leaked
+
+    reused, leaked = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert leaked == 0
+    if loop.backend == "io_uring":
+        assert not reused  # the number stayed taken until the sendfile ended
+
+
+def test_sock_sendall_pending_on_a_closed_socket_writes_to_no_other(loop):
+    a, b = _pairs(1)[0]
+    data = b"S" * (4 << 20)
+
+    async def main():
+        send = asyncio.ensure_future(loop.sock_sendall(a, data))
+        first = await loop.sock_recv(b, 1)
+        a.close()
+        pairs = _pairs(3)
+        total = len(first)
+        if loop.backend == "io_uring":
+            # The send still goes to its own socket's peer, and ends there.
+            while total < len(data):
+                total += len(await loop.sock_recv(b, 1 << 20))
+            await send
+        else:  # asyncio's selector loop leaves the call pending
+            send.cancel()
+        return total, _waiting_bytes(pairs)
+
+    total, leaked = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert leaked == 0
+    if loop.backend == "io_uring":
+        assert total == len(data)
+    b.close()
+
+
+def test_a_reset_while_writes_are_backed_up_is_no_end_of_stream(loop):
+    ls = socket.create_server(("127.0.0.1", 0))
+
+    async def main():
+        events = []
+        lost = loop.create_future()
+
+        class Client(asyncio.Protocol):
+            def eof_received(self):
+                events.append("eof_received")
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        t, _ = await loop.create_connection(Client, *ls.getsockname())
+        peer, _ = ls.accept()
+        t.write(b"q" * (8 << 20))  # far more than the socket buffers hold
+        await await_until(lambda: t.get_write_buffer_size() > 0, "writes backed up")
+        # Closed with a zero linger: the peer resets, as a killed process does.
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.close()
+        return events, await lost
+
+    events, exc = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    ls.close()
+    assert events == []
+    assert isinstance(exc, ConnectionResetError)
+
+
+def test_streams_read_raises_on_a_reset_while_writes_are_backed_up(loop):
+    ls = socket.create_server(("127.0.0.1", 0))
+
+    async def main():
+        r, w = await asyncio.open_connection(*ls.getsockname())
+        peer, _ = ls.accept()
+        w.write(b"q" * (8 << 20))
+        read = asyncio.ensure_future(r.read(100))
+        await await_until(lambda: w.transport.get_write_buffer_size() > 0, "writes backed up")
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.close()
+        with pytest.raises(ConnectionResetError):
+            await read
+        w.close()
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    ls.close()
+
+
+def test_a_server_out_of_descriptors_retries_its_accept(loop):
+    async def handle(reader, writer):
+        writer.write(await reader.read(4))
+        await writer.drain()
+        writer.close()
+
+    async def main():
+        errors = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        client = socket.socket()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        filler = []
+        try:
+            # A low limit bounds the descriptors it takes to fill the table.
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(int(n) for n in os.listdir("/proc/self/fd")) + 64, hard))
+            try:
+                while True:
+                    filler.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError:
+                pass
+            client.connect(srv.sockets[0].getsockname())
+            await await_until(lambda: errors, "the failed accept reported")
+        finally:
+            for fd in filler:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        client.sendall(b"ping")
+        client.setblocking(False)
+        echo = await loop.sock_recv(client, 4)
+        serving = srv.is_serving()
+        client.close()
+        srv.close()
+        await srv.wait_closed()
+        return errors, echo, serving
+
+    errors, echo, serving = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    # (asyncio's selector loop tries its backlog's worth of accepts, each reported)
+    assert {c["message"] for c in errors} == {"socket.accept() out of system resource"}
+    assert {c["exception"].errno for c in errors} == {24}  # EMFILE
+    assert echo == b"ping"  # accepted once descriptors were free again
+    assert serving
+
+
+def test_cancelled_sock_accept_loses_no_connection(loop):
+    n = 60
+    ls = socket.create_server(("127.0.0.1", 0), backlog=n)
+    ls.setblocking(False)
+    clients = [socket.create_connection(ls.getsockname()) for _ in range(n)]
+
+    async def main():
+        accepted = []
+        for i in range(20 * n):
+            if len(accepted) == n:
+                break
+            task = asyncio.ensure_future(loop.sock_accept(ls))
+            for _ in range(i % 3):
+                await asyncio.sleep(0)
+            cancel = i % 5 < 3
+            if cancel:
+                task.cancel()
+            try:
+                accepted.append((await task)[0])
+            except asyncio.CancelledError:
+                if not cancel:
+                    raise  # main() itself was cancelled
+        return accepted
+
+    accepted = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert len(accepted) == n
+    # Each client is served by one of them: none was closed by the server.
+    for conn in accepted:
+        conn.setblocking(True)
+        conn.sendall(b"!")
+    for c in clients:
+        c.settimeout(DEADLINE)
+        assert c.recv(1) == b"!"
+        c.close()
+    for conn in accepted:
+        conn.close()
+    ls.close()
+
+
+def test_add_reader_refuses_a_closed_descriptor_and_a_closed_one_never_fires(loop):
+    async def main():
+        calls = []
+        unused = os.open("/dev/null", os.O_RDONLY)
+        os.close(unused)
+        with pytest.raises(OSError) as err:
+            loop.add_reader(unused, calls.append, "not open")
+        assert err.value.errno == 9  # EBADF, as asyncio's epoll says
+        c, d = socket.socketpair()
+        loop.add_reader(c.fileno(), calls.append, "closed")
+        fd = c.fileno()
+        c.close()
+        # Many turns of the loop: a callback that fires would fire in them.
+        for _ in range(200):
+            await asyncio.sleep(0)
+        loop.remove_reader(fd)
+        d.close()
+        return calls
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == []
+
+
+def test_connected_udp_error_received_has_the_errno(loop):
+    async def main():
+        errors = loop.create_future()
+
+        class C(asyncio.DatagramProtocol):
+            def error_received(self, exc):
+                if not errors.done():
+                    errors.set_result(exc)
+
+        srv, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
+        t, _ = await loop.create_datagram_endpoint(C, remote_addr=srv.get_extra_info("sockname"))
+        t.sendto(b"u" * 70000)  # larger than any datagram
+        exc = await errors
+        t.close()
+        srv.close()
+        return exc
+
+    exc = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert type(exc) is OSError
+    assert (exc.errno, exc.strerror) == (90, "Message too long")  # EMSGSIZE
+
+
+def test_transport_errors_say_what_asyncio_says(loop):
+    async def main():
+        srv = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0)
+        t, _ = await loop.create_connection(asyncio.Protocol, *srv.sockets[0].getsockname())
+        with pytest.raises(TypeError, match="^data argument must be a bytes-like object, not 'str'$"):
+            t.write("str")
+        t.write_eof()
+        with pytest.raises(RuntimeError, match=r"^Cannot call write\(\) after write_eof\(\)$"):
+            t.write(b"x")
+        t.close()
+        srv.close()
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+
+
+def test_an_empty_buffer_from_get_buffer_is_named_in_the_error(loop):
+    async def main():
+        errors = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        lost = loop.create_future()
+
+        class Empty(asyncio.BufferedProtocol):
+            def get_buffer(self, hint):
+                return bytearray(0)
+
+            def buffer_updated(self, n):
+                pass
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        srv = await loop.create_server(Empty, "127.0.0.1", 0)
+        c = socket.create_connection(srv.sockets[0].getsockname())
+        c.sendall(b"abc")
+        exc = await lost
+        c.close()
+        srv.close()
+        return exc, errors
+
+    exc, errors = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert isinstance(exc, RuntimeError) and str(exc) == "get_buffer() returned an empty buffer"
+    assert [c["message"] for c in errors] == ["Fatal error: protocol.get_buffer() call failed."]
+
+
+def test_sendfile_to_a_peer_that_resets_raises_connection_reset(loop, tmp_path):
+    path = tmp_path / "big"
+    path.write_bytes(os.urandom(16 << 20))
+    ls = socket.create_server(("127.0.0.1", 0))
+
+    async def main():
+        t, _ = await loop.create_connection(asyncio.Protocol, *ls.getsockname())
+        peer, _ = ls.accept()
+        with open(path, "rb") as f:
+            task = asyncio.ensure_future(loop.sendfile(t, f))
+            peer.setblocking(False)
+            await loop.sock_recv(peer, 1)  # the transfer is under way
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer.close()
+            with pytest.raises(ConnectionResetError):
+                await task
+        t.close()
+
+    loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    ls.close()
+
+
+def test_connected_udp_reports_each_port_unreachable(loop):
+    closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    closed.bind(("127.0.0.1", 0))
+    addr = closed.getsockname()
+    closed.close()  # nothing listens there now: each datagram brings an ICMP error
+
+    async def main():
+        errors = asyncio.Queue()
+
+        class C(asyncio.DatagramProtocol):
+            def error_received(self, exc):
+                errors.put_nowait(exc)
+
+        t, _ = await loop.create_datagram_endpoint(C, remote_addr=addr)
+        got = []
+        for _ in range(5):
+            t.sendto(b"hi")
+            got.append(await errors.get())
+        t.close()
+        return got
+
+    got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert [type(e) for e in got] == [ConnectionRefusedError] * 5
