@@ -1,6 +1,8 @@
 //! `blockio cp`: byte and metadata equality with the source, GNU `cp -r`
 //! semantics, and failures reported with their paths and exit status 1.
 
+mod common;
+
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -824,27 +826,6 @@ fn gnu_floor(dir: &Path, args: &str, clean: &Path) -> u64 {
     kib
 }
 
-/// The address space, in KiB, that the loadable segments of the
-/// executable at `path` (a 64-bit ELF file) take once mapped, each from
-/// its page's start.
-fn executable_image_kib(path: &str) -> u64 {
-    let elf = fs::read(path).unwrap();
-    assert_eq!(&elf[..5], b"\x7fELF\x02", "{path}: not a 64-bit ELF file");
-    let u16_at = |o: usize| u64::from(u16::from_le_bytes([elf[o], elf[o + 1]]));
-    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap());
-    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
-    let mut bytes = 0;
-    for i in 0..phnum {
-        let ph = (phoff + i * phentsize) as usize;
-        let p_type = u32::from_le_bytes(elf[ph..ph + 4].try_into().unwrap());
-        if p_type == 1 {
-            let (vaddr, memsz) = (u64_at(ph + 0x10), u64_at(ph + 0x28));
-            bytes += (vaddr % 4096 + memsz).next_multiple_of(4096);
-        }
-    }
-    bytes / 1024
-}
-
 /// The image of the release build of `blockio` when this was measured:
 /// what the copy below may map of its own executable within GNU's floor.
 /// A debug build maps more (its code unoptimised); that excess alone is
@@ -873,7 +854,7 @@ fn cp_a_of_40000_empty_files_fits_where_gnu_cp_a_does() {
     forty_thousand_empty_files(d);
     let gnu = gnu_floor(d, "-a e c", &d.join("c"));
     let ours = env!("CARGO_BIN_EXE_blockio");
-    let excess = executable_image_kib(ours).saturating_sub(RELEASE_IMAGE_KIB);
+    let excess = common::executable_image_kib(ours).saturating_sub(RELEASE_IMAGE_KIB);
     let limit = gnu + excess + DEBUG_BUILD_ALLOWANCE_KIB;
     let (code, err) = cp_within(d, limit, "-a e c");
     assert_eq!(
