@@ -266,10 +266,12 @@ class RingProactor:
 
     def _cancel(self, token: int) -> None:
         # Once cancelled, an operation never goes back to its descriptor's
-        # number (the kernel keeps what it has in flight open itself): the
-        # socket's close need not wait for the completion.
-        self._ring.cancel(token)
-        self._release(token)
+        # number, and `cancel` hands the kernel what of it was still queued
+        # (the kernel holds the file of what it has): the socket's close
+        # need not wait for the completion. If the kernel took not all of
+        # the queue, the socket stays held until the completion.
+        if self._ring.cancel(token):
+            self._release(token)
 
     # -- driven by readiness ------------------------------------------------
 

@@ -118,6 +118,32 @@ def test_sock_sendall_pending_on_a_closed_socket_writes_to_no_other(loop):
     b.close()
 
 
+def test_a_receive_cancelled_in_its_turn_takes_nothing_from_a_socket_reusing_the_number(loop):
+    """A receive started and cancelled in one turn, its socket then closed
+    and the number taken by a new socket that already has bytes waiting:
+    the cancelled receive is handed to the kernel with its cancel before
+    the close, on its own socket, so the new socket keeps its bytes."""
+    a, b = _pairs(1)[0]
+
+    async def main():
+        old = a.fileno()
+        recv = asyncio.ensure_future(loop.sock_recv(a, 100))
+        await asyncio.sleep(0)  # the receive's task starts it
+        recv.cancel()
+        a.close()
+        x, y = socket.socketpair()
+        x.setblocking(False)
+        assert x.fileno() == old  # the lowest free number: the one a had
+        y.send(b"for x")
+        got = await loop.sock_recv(x, 100)
+        for s in (x, y):
+            s.close()
+        return got
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == b"for x"
+    b.close()
+
+
 def test_a_reset_while_writes_are_backed_up_is_no_end_of_stream(loop):
     ls = socket.create_server(("127.0.0.1", 0))
 

@@ -186,7 +186,15 @@ impl LoopRing {
 
     /// Asks the kernel to cancel the operation `token`. It still completes
     /// once (with `-ECANCELED`, or with its result if it won the race).
-    /// False when `token` is not in flight.
+    ///
+    /// The cancel, and whatever step of the operation is still queued (the
+    /// rest of a short send, a retry after a readiness poll), are handed to
+    /// the kernel at once: a step submitted takes its file from the
+    /// descriptor's number then, and holds it, so once this returns True
+    /// the caller may close that number and nothing of the operation can
+    /// reach a file that takes the number next. False when `token` is not
+    /// in flight or the kernel took not all of the queue (a busy ring):
+    /// then the caller keeps the descriptor open until the completion.
     fn cancel(&self, token: u64) -> PyResult<bool> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
@@ -199,7 +207,7 @@ impl LoopRing {
                 .build()
                 .user_data(CANCEL_TOKEN),
         )?;
-        Ok(true)
+        Ok(st.submit_all()?)
     }
 
     /// Submits what is queued and returns the finished operations, waiting
@@ -345,6 +353,26 @@ impl Drop for LoopRing {
 }
 
 impl State {
+    /// Hands every queued entry to the kernel without waiting: true when
+    /// none is left queued, false when the kernel took not all of them for
+    /// now (interrupted, or busy with completions to reap).
+    fn submit_all(&mut self) -> io::Result<bool> {
+        match self.ring.submit() {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) => {}
+            Err(e) => return Err(e),
+        }
+        let all = self.ring.submission().is_empty();
+        if all {
+            self.queued = false;
+        }
+        Ok(all)
+    }
+
     /// Queues `entry`, flushing the submission queue to the kernel when it
     /// is full.
     fn push(&mut self, entry: squeue::Entry) -> io::Result<()> {
