@@ -936,9 +936,11 @@ fn limited(cmd: &mut Command, resource: libc::__rlimit_resource_t, limit: u64) {
     // success in the parent and shows as the child's missing output.
     unsafe {
         cmd.pre_exec(move || {
-            // close_range(3, ~0, 0): no wrapper in the libc crate for every
-            // target, so the raw system call.
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            // close_range(3, ~0, CLOSE_RANGE_CLOEXEC): closed at the exec, so
+            // the pipe `Command` reports a failed exec through still works;
+            // no wrapper in the libc crate for every target, so the raw
+            // system call.
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
             let lim = libc::rlimit {
                 rlim_cur: limit,
                 rlim_max: limit,
@@ -998,3 +1000,6 @@ fn many_file_operands_copy_under_a_low_descriptor_limit() {
         }
     }
 }
+
+/// `CLOSE_RANGE_CLOEXEC` from `<linux/close_range.h>` (not in the libc crate).
+const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;

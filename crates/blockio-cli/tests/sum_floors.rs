@@ -62,9 +62,11 @@ fn run(
     // the closure touches nothing else of the parent's.
     unsafe {
         cmd.pre_exec(move || {
-            // close_range(3, ~0, 0): no wrapper in the libc crate for every
-            // target, so the raw system call.
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            // close_range(3, ~0, CLOSE_RANGE_CLOEXEC): closed at the exec, so
+            // the pipe `Command` reports a failed exec through still works;
+            // no wrapper in the libc crate for every target, so the raw
+            // system call.
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
             if let Some((resource, limit)) = limit {
                 let lim = libc::rlimit {
                     rlim_cur: limit,
@@ -218,3 +220,6 @@ fn the_tools_work_with_no_thread_to_be_had() {
         }
     }
 }
+
+/// `CLOSE_RANGE_CLOEXEC` from `<linux/close_range.h>` (not in the libc crate).
+const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;

@@ -4,13 +4,14 @@
 //! open at once, then no ring and no pool thread, then one file at a time
 //! on the calling thread. GNU's `sha256sum` hashes any number of files
 //! with four descriptors (the standard streams and one file) and checks a
-//! list with five; so do these.
+//! list with five; so do these on either backend unless
+//! `BLOCKIO_BACKEND=uring` requires the ring, which takes one more (and
+//! a list longer than one batch stays open while its files are checked).
 //!
 //! Each worker holds its group's small files open until their batch is
 //! read, and a large file it streams (twice over for `O_DIRECT`, which
-//! opens the file again): with the defaults, two threads took some 70
-//! descriptors, and under `ulimit -n 64` files failed with "Too many open
-//! files". A file whose open still fails so (another program's
+//! opens the file again): with the defaults two threads hold some 70
+//! descriptors, so the groups are fitted to what is left. A file whose open still fails so (another program's
 //! descriptors, a limit lowered meanwhile) is tried again once its
 //! worker's group is read, and then alone once every worker is done
 //! ([`crate::sum::hash_files`]).

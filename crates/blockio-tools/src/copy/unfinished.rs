@@ -245,6 +245,11 @@ pub(crate) fn linked(
 /// signal acting between the two: a signal after `undo` and before the
 /// listing ended would unlink the name again, now the file put back.
 pub(crate) fn undone<T>(listing: Option<Unfinished>, undo: impl FnOnce() -> T) -> T {
+    if !ON.load(std::sync::atomic::Ordering::Acquire) {
+        let out = undo();
+        drop(listing);
+        return out;
+    }
     let _creating = creating();
     let out = undo();
     drop(listing);
