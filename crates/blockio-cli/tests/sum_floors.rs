@@ -120,13 +120,12 @@ fn reference_floor(dir: &Path, reference: &str, args: &[String]) -> (u64, Output
 
 /// Each tool hashes 301 files, and checks their list, at the least
 /// `ulimit -n` GNU's (or Debian's `b3sum`) needs (4 and 5 with coreutils
-/// 9.1), on both backends, printing what the reference prints. Before,
-/// the workers' groups held some 70 descriptors, a duplicate of standard
-/// output one more, and a file whose open failed for want of one was
-/// reported "Too many open files": under `ulimit -n 64`, 218 of 3,000
-/// files failed, at 16 nearly all. Now the files open at once fit the
-/// descriptors left, below a few dozen with no ring, down to one at a
-/// time, and a file that still cannot be opened is tried again alone.
+/// 9.1), on both backends, printing what the reference prints: the files
+/// open at once fit the descriptors left (with the defaults the workers'
+/// groups would hold some 70), below a few dozen with no ring, down to
+/// one at a time, standard output is no duplicate, and a file that still
+/// cannot be opened is tried again alone, never reported "Too many open
+/// files".
 #[test]
 fn a_tree_hashes_and_checks_at_the_descriptor_floor_beside_the_reference() {
     let d = tempfile::tempdir().unwrap();
@@ -173,11 +172,11 @@ const LONE_UID: u32 = 61_061;
 
 /// With no thread to be had (`ulimit -u` 1 to 3 for a user of its own),
 /// each tool hashes and checks on the calling thread what the reference
-/// hashes unlimited, on each backend, io_uring required too. Before, a
-/// thread-pool engine that could not start failed the run ("Resource
-/// temporarily unavailable"), rayon's pool for BLAKE3 panicked ("The
-/// global thread pool has not been initialized", exit 134), and io_uring
-/// cancelled the reads it had no worker for ("FAILED"). Needs root, to
+/// hashes unlimited, on each backend, io_uring required too: a
+/// thread-pool engine that cannot start a thread, rayon's pool for BLAKE3
+/// that cannot start, and io_uring cancelling the reads it has no worker
+/// for each leave the work to the calling thread (no "Resource
+/// temporarily unavailable", no panic, no "FAILED"). Needs root, to
 /// become that user.
 #[test]
 fn the_tools_work_with_no_thread_to_be_had() {

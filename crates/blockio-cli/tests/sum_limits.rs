@@ -160,9 +160,10 @@ const ALLOWANCE_KIB: u64 = 2_048;
 /// A check of 30,000 lines runs under the least `ulimit -v` in which the
 /// reference tool (GNU's `sha256sum`, Debian's `b3sum`) runs it, plus
 /// blockio's executable image and [`ALLOWANCE_KIB`], on both backends:
-/// the thread-pool backend no longer starts 64 pool threads of 2 MiB of
-/// stack each, nor the hashing threads arenas of 64 MiB, and a thread
-/// that cannot be had leaves its work to the caller.
+/// the thread-pool backend starts a pool thread per hashing thread beyond
+/// the first (not 64 of 2 MiB of stack each), the hashing threads share
+/// one allocator arena, and a thread that cannot be had leaves its work
+/// to the caller.
 #[test]
 fn a_check_fits_beside_the_reference_on_both_backends() {
     let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
