@@ -372,40 +372,40 @@ def test_a_ring_dropped_with_a_receive_in_flight_releases_its_buffer_after_the_k
     b.close()
 
 
-@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
-def test_ctrl_c_while_waiting_raises_keyboard_interrupt(loop):
+_SIGINT_WHILE_WAITING = """
+import asyncio, os, signal, threading, blockio
+loop = blockio.new_event_loop()
+waiting = threading.Event()
+def interrupt():
+    waiting.wait()
+    os.kill(os.getpid(), signal.SIGINT)
+t = threading.Thread(target=interrupt)
+t.start()
+async def forever():
+    loop.call_soon(waiting.set)
+    await loop.create_future()
+try:
+    loop.run_until_complete(forever())
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+t.join()
+print(loop.run_until_complete(asyncio.sleep(0, result="usable")))
+"""
+
+
+@pytest.mark.parametrize("backend_env", ["uring", "threads"])
+def test_ctrl_c_while_waiting_raises_keyboard_interrupt(backend_env):
     """SIGINT from another thread while the loop waits with nothing to do
-    ends run_until_complete with KeyboardInterrupt; the loop stays usable."""
-    waiting = threading.Event()
+    ends run_until_complete with KeyboardInterrupt; the loop stays usable.
+    In a fresh process: the signal's wake-up goes through Python's wake-up
+    descriptor, process-wide state that earlier tests of this process may
+    have left set."""
+    import subprocess
 
-    def interrupt():
-        waiting.wait()
-        os.kill(os.getpid(), signal.SIGINT)
-
-    t = threading.Thread(target=interrupt)
-    # The signal may land on any thread of the process (a thread of an
-    # engine an earlier test made, say), whose handler then wakes the loop
-    # through Python's wake-up descriptor: the loop's own only if none was
-    # set before it ran (one an earlier test left set is not the loop's,
-    # and, as on asyncio's loops, would leave the wait running).
-    old = signal.set_wakeup_fd(-1)
-    try:
-        t.start()
-
-        async def forever():
-            loop.call_soon(waiting.set)
-            await loop.create_future()
-
-        with pytest.raises(KeyboardInterrupt):
-            loop.run_until_complete(forever())
-        t.join()
-    finally:
-        if old != -1:
-            try:
-                signal.set_wakeup_fd(old)
-            except ValueError:  # (closed meanwhile)
-                pass
-    assert loop.run_until_complete(asyncio.sleep(0, result="usable")) == "usable"
+    env = dict(os.environ, BLOCKIO_BACKEND=backend_env)
+    out = subprocess.run([sys.executable, "-c", _SIGINT_WHILE_WAITING], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.stdout.split() == ["KeyboardInterrupt", "usable"], out.stderr
 
 
 def test_a_running_loop_holds_the_wakeup_fd_on_the_main_thread(loop):
