@@ -106,7 +106,7 @@ def test_close_ends_a_synchronous_read_waiting_in_another_thread(call):
             os.close(wfd)
 
 
-@pytest.mark.parametrize("env,arg", [("threads", "io_uring"), ("io_uring", "threads"), ("uring", "threads")])
+@pytest.mark.parametrize("env,arg", [("threads", "io_uring"), ("uring", "threads")])
 def test_an_explicit_backend_that_contradicts_the_environment_is_refused(monkeypatch, env, arg):
     """``BLOCKIO_BACKEND`` chooses every engine's backend; an explicit
     ``backend=`` that says otherwise raises ``ValueError`` naming both,
