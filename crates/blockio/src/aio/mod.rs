@@ -79,6 +79,7 @@ mod buf;
 pub(crate) mod buf_ring;
 mod caller_ring;
 mod current;
+pub(crate) mod driven;
 mod driver;
 mod driver_thread;
 mod driving;
@@ -839,17 +840,6 @@ impl AsyncEngine {
     #[cfg(feature = "tokio")]
     pub(crate) fn tokio_drivers(&self) -> &relay::TokioDrivers {
         &self.core.tokio_drivers
-    }
-
-    /// Makes sure a caller-driven engine whose `drive_on_tokio` task is
-    /// gone is driven again: spawns a new one on the calling task's tokio
-    /// runtime, or fails (no runtime to spawn it on) with an error saying
-    /// so. `Ok` at once for every other engine (see [`Driving::Caller`]).
-    pub(crate) fn ensure_driven(&self) -> io::Result<()> {
-        #[cfg(feature = "tokio")]
-        return tokio_drive::ensure_driven(self);
-        #[cfg(not(feature = "tokio"))]
-        Ok(())
     }
 
     /// Starts the relay thread of a caller-driven engine that a

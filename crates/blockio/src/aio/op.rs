@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use super::buf::IoBufMut;
+use super::driven::Admission;
 use super::request::{Cancel, Complete, Request};
-use super::AsyncEngine;
 use crate::error::Site;
 use crate::op::Op;
 
@@ -386,7 +386,8 @@ impl<B: Send> Settles for OpTarget<B> {
 /// its pool) when the kernel reports completion.
 #[must_use = "futures do nothing unless polled"]
 pub struct OpFuture<B: Send + 'static> {
-    engine: AsyncEngine,
+    /// The engine, and where the operation asks whether it is driven.
+    admission: Admission,
     shared: Arc<OpTarget<B>>,
     /// Where the operation acts, for its errors once the operation itself
     /// has gone to the driver.
@@ -400,14 +401,16 @@ pub struct OpFuture<B: Send + 'static> {
 }
 
 impl<B: Send + 'static> OpFuture<B> {
-    /// An operation over memory owned by `buf` (and `iovecs`).
+    /// An operation over memory owned by `buf` (and `iovecs`), on the
+    /// engine of `admission` (a socket's own, or one made for a file's
+    /// operation).
     ///
     /// # Safety
     /// `op` must point only into memory owned by `buf` or `iovecs` (or into
     /// nothing), valid as `Op::from_raw` requires; `keep` keeps the file
     /// descriptor open.
     pub(crate) unsafe fn new(
-        engine: &AsyncEngine,
+        admission: Admission,
         op: Op<'static>,
         buf: B,
         iovecs: Vec<libc::iovec>,
@@ -415,7 +418,7 @@ impl<B: Send + 'static> OpFuture<B> {
     ) -> OpFuture<B> {
         let site = op.site();
         OpFuture {
-            engine: engine.clone(),
+            admission,
             shared: Arc::new(OpTarget {
                 inner: Mutex::new(OpState {
                     result: None,
@@ -469,7 +472,7 @@ impl<B: Send + 'static> OpFuture<B> {
         if res.is_some() {
             INLINE_RUN.set(run + 1);
             self.op = None;
-            self.engine.count_inline();
+            self.admission.engine().count_inline();
         } else {
             // Not performed: back to waiting, for the driver to claim.
             self.shared.claim.store(WAITING, Ordering::Release);
@@ -521,12 +524,12 @@ impl<B: Send + 'static> OpFuture<B> {
     /// whichever thread moves it along and is never refused half-way.
     pub(crate) fn resume(&mut self) {
         if let Some(req) = self.take_request() {
-            self.engine.driver().submit([req]);
+            self.admission.engine().driver().submit([req]);
         }
     }
 
-    /// The one place an operation asks whether its engine is driven
-    /// ([`AsyncEngine::ensure_driven`]): at every start and every poll. A
+    /// Where an operation asks whether its engine is driven
+    /// ([`Admission::admit`]): at every start and every poll. A
     /// caller-driven engine whose `drive_on_tokio` task is gone gets a
     /// new one on this task's runtime; where that cannot be, an operation
     /// that has not reached the kernel is refused with the error saying
@@ -534,7 +537,7 @@ impl<B: Send + 'static> OpFuture<B> {
     /// Asking at every poll is what has a waiting task, woken when the
     /// last driving task went, have the engine driven again.
     fn admit(&mut self) {
-        if let Err(e) = self.engine.ensure_driven() {
+        if let Err(e) = self.admission.admit() {
             if self.op.take().is_some() {
                 self.refused = Some(e);
             }
@@ -704,7 +707,7 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
             .is_none();
         if pending && (self.site.kind.is_socket() || may_wait_forever(self.site.fd)) {
             let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(&self.shared);
-            self.engine.driver().cancel(Cancel(weak));
+            self.admission.engine().driver().cancel(Cancel(weak));
         }
     }
 }

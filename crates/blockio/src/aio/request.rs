@@ -48,7 +48,7 @@ pub(crate) trait Complete: Send + Sync {
     /// Wakes the tasks waiting for this operation, with no result for
     /// them: the task that drove a caller-driven ring is gone, and a
     /// waiting task's next poll has the engine driven again (see
-    /// `AsyncEngine::ensure_driven`). Called with no lock held.
+    /// `Admission::admit`). Called with no lock held.
     fn wake_waiters(&self) {}
 }
 

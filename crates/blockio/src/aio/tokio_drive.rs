@@ -317,7 +317,12 @@ impl Drop for Counted {
     }
 }
 
-/// See [`AsyncEngine::ensure_driven`].
+/// Makes sure a caller-driven engine whose `drive_on_tokio` task is gone
+/// is driven again: spawns a new one on the calling task's tokio runtime,
+/// or fails (no runtime to spawn it on, or one without I/O) with an error
+/// saying so. `Ok` at once for every other engine. Called by
+/// [`Admission::admit`](super::driven::Admission::admit) alone, the one
+/// place operations and sockets ask.
 pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
     let drivers = engine.tokio_drivers();
     if !drivers.ever.load(Ordering::Acquire) || drivers.running.load(Ordering::Acquire) > 0 {

@@ -131,7 +131,7 @@ impl AcceptQueue {
                 _socket: sock.socket.clone(),
             }),
             multishot: multishot
-                && sock.engine.backend() == Backend::IoUring
+                && sock.engine().backend() == Backend::IoUring
                 && crate::ring::kernel_at_least(5, 19),
             by_readiness,
             sock: sock.clone(),
@@ -208,9 +208,9 @@ impl AcceptQueue {
         let op = unsafe { Op::from_action(sock.fd(), Action::Accept(accept), None) };
         let done: Arc<dyn Complete> = self.shared.clone();
         if self.by_readiness && !self.multishot {
-            sock.engine.submit_by_readiness(Request { op, done });
+            sock.engine().submit_by_readiness(Request { op, done });
         } else {
-            sock.engine.driver().submit([Request { op, done }]);
+            sock.engine().driver().submit([Request { op, done }]);
         }
     }
 
@@ -225,9 +225,9 @@ impl AcceptQueue {
         drop(g);
         let weak = Cancel(Arc::downgrade(&self.shared) as std::sync::Weak<dyn Complete>);
         if self.by_readiness && !self.multishot {
-            self.sock.engine.cancel_by_readiness(weak);
+            self.sock.engine().cancel_by_readiness(weak);
         } else {
-            self.sock.engine.driver().cancel(weak);
+            self.sock.engine().driver().cancel(weak);
         }
     }
 

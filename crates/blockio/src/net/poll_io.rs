@@ -59,7 +59,7 @@ impl PollIo {
         if out.room() == 0 {
             return Poll::Ready(Ok(0));
         }
-        core.sock.engine.ensure_driven()?;
+        core.sock.admit()?;
         loop {
             let settled = ready!(core.reads.poll_settle(cx, out));
             self.reclaim(cx);
@@ -116,7 +116,7 @@ impl PollIo {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        core.sock.engine.ensure_driven()?;
+        core.sock.admit()?;
         core.writes.poll_write(cx, data)
     }
 
@@ -126,7 +126,7 @@ impl PollIo {
         core: &StreamCore,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
-        core.sock.engine.ensure_driven()?;
+        core.sock.admit()?;
         core.writes.poll_flush(cx)
     }
 

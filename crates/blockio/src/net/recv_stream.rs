@@ -299,7 +299,7 @@ struct RingReceive {
 
 impl<'a> RecvStream<'a> {
     pub(crate) fn new(core: &'a StreamCore) -> RecvStream<'a> {
-        let how = match core.sock.engine.recv_ring() {
+        let how = match core.sock.engine().recv_ring() {
             Some(ring) => How::Ring(RingReceive {
                 multi: Arc::new(Multi {
                     state: Mutex::default(),
@@ -310,7 +310,7 @@ impl<'a> RecvStream<'a> {
                 cancelling: false,
                 paused: false,
             }),
-            None => How::Single(None, core.sock.engine.recv_shape().size as usize),
+            None => How::Single(None, core.sock.engine().recv_shape().size as usize),
         };
         RecvStream {
             core,
@@ -411,7 +411,7 @@ impl<'a> RecvStream<'a> {
         // Refused only where a receive would start: bytes already
         // received, and a receive already armed (driven to its end by the
         // engine's relay thread), still arrive.
-        let driven = self.core.sock.engine.ensure_driven();
+        let driven = self.core.sock.admit();
         if let How::Single(..) = self.how {
             return self.poll_single(cx);
         }
@@ -435,7 +435,7 @@ impl<'a> RecvStream<'a> {
     }
 
     /// `driven`: whether a new receive may start (see
-    /// [`AsyncEngine::ensure_driven`](crate::aio::AsyncEngine)).
+    /// [`Sock::admit`](super::socket::Sock::admit)).
     fn poll_ring(
         &mut self,
         cx: &mut Context<'_>,
@@ -469,7 +469,7 @@ impl<'a> RecvStream<'a> {
                 r.cancelling = true;
                 drop(g);
                 let weak = Arc::downgrade(&r.multi);
-                self.core.sock.engine.driver().cancel(Cancel(weak));
+                self.core.sock.engine().driver().cancel(Cancel(weak));
             }
             return Poll::Pending;
         }
@@ -546,7 +546,7 @@ impl<'a> RecvStream<'a> {
         let done: Arc<dyn Complete> = r.multi.clone();
         self.core
             .sock
-            .engine
+            .engine()
             .driver()
             .submit([Request { op, done }]);
     }
@@ -645,11 +645,11 @@ impl Drop for RecvStream<'_> {
         }
         if armed && multishot {
             let weak = Arc::downgrade(&r.multi);
-            self.core.sock.engine.driver().cancel(Cancel(weak));
+            self.core.sock.engine().driver().cancel(Cancel(weak));
         } else if armed {
             keep = Some(Box::new(KeepArmed {
                 multi: r.multi.clone(),
-                engine: self.core.sock.engine.clone(),
+                engine: self.core.sock.engine().clone(),
             }) as Box<dyn Send>);
         }
         if armed || queued {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use socket2::{SockAddr, Socket};
 
+use crate::aio::driven::Admission;
 use crate::aio::op::OpFuture;
 use crate::aio::readiness::Registration;
 use crate::aio::{AsyncEngine, IoBuf, IoBufMut};
@@ -24,10 +25,16 @@ pub(crate) const IOV_MAX: usize = 1024;
 /// the `Arc<Socket>` until its completion, so the descriptor number stays
 /// this socket's for as long as the kernel may use it: dropping the handle
 /// while a read is in flight closes the socket only after that read ends.
+///
+/// The engine is reached through the socket's [`Admission`], made with the
+/// socket: its operations are made through it, and a path that may serve
+/// without starting one (bytes already received or queued) asks it
+/// ([`admit`](Self::admit)) whether the engine is driven. No socket path
+/// asks anywhere else.
 #[derive(Clone)]
 pub(crate) struct Sock {
     pub(crate) socket: Arc<OwnedSocket>,
-    pub(crate) engine: AsyncEngine,
+    admission: Admission,
 }
 
 /// A socket, and its place in the engine's epoll set where its
@@ -89,12 +96,26 @@ impl Sock {
                 socket,
                 registration,
             }),
-            engine: engine.clone(),
+            admission: Admission::new(engine),
         })
     }
 
     pub(crate) fn fd(&self) -> RawFd {
         self.socket.as_raw_fd()
+    }
+
+    /// The engine the socket's operations run on.
+    pub(crate) fn engine(&self) -> &AsyncEngine {
+        self.admission.engine()
+    }
+
+    /// Whether a path that may serve without starting an operation (bytes
+    /// already received, bytes queued behind a send in flight) may go on:
+    /// refused, with the error saying why, as a new operation would be on
+    /// an engine that nobody drives and that cannot be driven from here
+    /// (see [`Admission::admit`]).
+    pub(crate) fn admit(&self) -> io::Result<()> {
+        self.admission.admit()
     }
 
     /// The operation on this socket over memory owned by `buf`.
@@ -108,7 +129,13 @@ impl Sock {
         // the socket is kept open by the `Arc` passed along.
         unsafe {
             let op = Op::from_action(self.fd(), action, None);
-            OpFuture::new(&self.engine, op, buf, Vec::new(), self.socket.clone())
+            OpFuture::new(
+                self.admission.clone(),
+                op,
+                buf,
+                Vec::new(),
+                self.socket.clone(),
+            )
         }
     }
 
@@ -157,7 +184,13 @@ impl Sock {
         // state owns all three (`owned` and `iovecs`) until the completion.
         unsafe {
             let op = Op::from_action(self.fd(), Action::SendVectored(send), None);
-            OpFuture::new(&self.engine, op, owned, iovecs, self.socket.clone())
+            OpFuture::new(
+                self.admission.clone(),
+                op,
+                owned,
+                iovecs,
+                self.socket.clone(),
+            )
         }
     }
 

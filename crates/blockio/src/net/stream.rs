@@ -60,7 +60,7 @@ impl StreamCore {
         loop {
             // Refused at once when undriven, even with a receive in flight
             // that might never complete: no new operation need start here.
-            if let Err(e) = self.sock.engine.ensure_driven() {
+            if let Err(e) = self.sock.admit() {
                 return (Err(e), buf);
             }
             match self.reads.settle(&mut buf).await {

@@ -373,7 +373,7 @@ impl TcpListener {
                     io::Error::other(format!("accept on {local}: the peer has no IP address"))
                 })?,
         };
-        let sock = Sock::new(socket, &self.sock.engine).map_err(wrap)?;
+        let sock = Sock::new(socket, self.sock.engine()).map_err(wrap)?;
         let stream = TcpStream {
             core: StreamCore::new(sock, peer.to_string()),
             poll: Mutex::default(),

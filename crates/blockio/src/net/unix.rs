@@ -180,7 +180,7 @@ impl UnixListener {
             Some(p) => p,
             None => socket.peer_addr().map_err(wrap)?,
         };
-        let sock = Sock::new(socket, &self.sock.engine).map_err(wrap)?;
+        let sock = Sock::new(socket, self.sock.engine()).map_err(wrap)?;
         let name = match peer.as_pathname() {
             Some(p) => p.display().to_string(),
             None => format!("a peer of {local}"),

@@ -202,7 +202,7 @@ impl Drop for WriteSide {
             // Counted by the engine while the queue is sent, so that a
             // caller-driven engine left without its driver is driven
             // until then.
-            st.lingering = st.sock.as_ref().map(|sock| Lingering::new(&sock.engine));
+            st.lingering = st.sock.as_ref().map(|sock| Lingering::new(sock.engine()));
         }
         self.pump.run();
     }

@@ -26,6 +26,7 @@ pub use batch::{BatchFuture, BatchOp};
 pub use options::{AsyncOpenOptions, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES, MAX_STREAM_DEPTH};
 
 use super::buf::IoBufMut;
+use super::driven::Admission;
 use super::op::OpFuture;
 use super::AsyncEngine;
 use crate::direct::Alignment;
@@ -87,7 +88,7 @@ impl Handle {
         // SAFETY: the caller's promise, passed on.
         unsafe {
             let op = Op::from_action(self.file.as_raw_fd(), action, self.direct);
-            OpFuture::new(engine, op, buf, iovecs, self.clone())
+            OpFuture::new(Admission::new(engine), op, buf, iovecs, self.clone())
         }
     }
 
