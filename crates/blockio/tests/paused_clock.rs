@@ -160,7 +160,6 @@ async fn caller_driven_ring_keeps_the_paused_clock() {
 /// A driver thread of the engine's own: the completion reaches the task
 /// from that thread, which tokio does not wait for.
 #[tokio::test(start_paused = true)]
-#[ignore = "the paused clock can jump while the driver thread delivers (docs/library.md)"]
 async fn driver_thread_keeps_the_paused_clock() {
     let engine = AsyncEngine::builder()
         .driving(Driving::Thread)
@@ -173,7 +172,6 @@ async fn driver_thread_keeps_the_paused_clock() {
 /// completion reaches the task from a pool thread, which tokio does not
 /// wait for either.
 #[tokio::test(start_paused = true)]
-#[ignore = "the paused clock can jump while the readiness thread delivers (docs/library.md)"]
 async fn thread_pool_keeps_the_paused_clock() {
     let engine = AsyncEngine::builder()
         .backend(BackendChoice::ThreadPool)

@@ -85,6 +85,8 @@ mod driving;
 mod file;
 mod in_flight;
 pub(crate) mod op;
+#[cfg(feature = "tokio")]
+mod paused_clock;
 mod pool;
 pub(crate) mod readiness;
 #[cfg(feature = "tokio")]

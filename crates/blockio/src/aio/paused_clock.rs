@@ -1,0 +1,200 @@
+//! tokio's paused clock (`tokio::time::pause`, tokio's `test-util`) against
+//! operations that a thread of the engine's completes: the driver thread
+//! ([`Driving::Thread`](super::Driving::Thread)) and the thread pool.
+//!
+//! A paused current-thread runtime that finds no task to run polls its
+//! I/O driver once without waiting and, unless that poll woke a task (or
+//! something outside woke the runtime), moves the clock to its next timer
+//! at once; it does not while a `spawn_blocking` task runs. tokio's own
+//! sockets are in that poll, and `tokio::fs` runs on `spawn_blocking`. An
+//! operation completed by a thread of the engine's is in neither: between
+//! the bytes' arrival and that thread waking the task, the runtime looks
+//! idle and the clock jumps, so a timer beside the read fires first.
+//!
+//! So, on such a runtime, with its clock paused when the operation
+//! starts:
+//! * an operation that completes on its own (a file operation, a send, a
+//!   connect) holds the clock, as `tokio::fs` does: a `spawn_blocking`
+//!   task of the runtime's ([`ClockHold`]) runs from its start until its
+//!   completion has woken its task;
+//! * an operation that waits for a peer (a receive) first waits for its
+//!   socket to be readable in the runtime's own reactor, as a tokio
+//!   socket's read does, and only then starts, holding the clock until
+//!   its completion: an idle socket leaves the clock free to jump, as on
+//!   tokio, and bytes that arrived are seen by the runtime's poll before
+//!   any thread of the engine's can take them.
+//!
+//! Elsewhere (no tokio runtime, a multi-thread runtime, whose clock cannot
+//! be paused, a clock running, or a caller-driven ring, whose completions
+//! the runtime's reactor sees already) operations start as usual.
+//!
+//! The clock's state is read when the operation starts: an operation
+//! started before `pause()` is not held.
+
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::sync::{mpsc, Arc, Mutex, Weak};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::runtime::{Handle, RuntimeFlavor};
+
+use super::driver::Driver;
+use super::request::Request;
+use super::AsyncEngine;
+use crate::kind::OpClass;
+
+/// A running `spawn_blocking` task of one runtime, which keeps that
+/// runtime's paused clock from moving on its own until this is dropped.
+/// Shared by every operation that holds the clock of that runtime.
+pub(crate) struct ClockHold {
+    /// Dropped with the hold: the blocking task's `recv` then returns.
+    _release: mpsc::Sender<()>,
+}
+
+/// The holds in force, one per runtime at most.
+static HOLDS: Mutex<Vec<(tokio::runtime::Id, Weak<ClockHold>)>> = Mutex::new(Vec::new());
+
+impl ClockHold {
+    /// The hold on `runtime`'s clock: the one in force, or a new one.
+    fn on(runtime: &Handle) -> Arc<ClockHold> {
+        let mut holds = HOLDS.lock().unwrap_or_else(|e| e.into_inner());
+        holds.retain(|(_, hold)| hold.strong_count() > 0);
+        let held = holds
+            .iter()
+            .find(|(id, _)| *id == runtime.id())
+            .and_then(|(_, hold)| hold.upgrade());
+        if let Some(hold) = held {
+            return hold;
+        }
+        let (release, released) = mpsc::channel::<()>();
+        // tokio stops the clock's auto-advance when the task is spawned
+        // (before this returns), and lets it go when the task has ended,
+        // which is once every handle on the hold is dropped.
+        drop(runtime.spawn_blocking(move || {
+            let _ = released.recv();
+        }));
+        let hold = Arc::new(ClockHold { _release: release });
+        holds.push((runtime.id(), Arc::downgrade(&hold)));
+        hold
+    }
+}
+
+/// The current-thread runtime the caller runs on, if its clock is
+/// paused. tokio offers no way to ask but its clock: paused, it does not
+/// move while the real one does.
+fn paused_runtime() -> Option<Handle> {
+    let runtime = Handle::try_current().ok()?;
+    if runtime.runtime_flavor() != RuntimeFlavor::CurrentThread {
+        return None;
+    }
+    let before = tokio::time::Instant::now();
+    let real = std::time::Instant::now();
+    // Until the real clock has moved since `before` was read.
+    while std::time::Instant::now() == real {
+        std::hint::spin_loop();
+    }
+    (tokio::time::Instant::now() == before).then_some(runtime)
+}
+
+/// `req`, about to be handed to `engine`'s driver by the future that made
+/// it, on the fd `fd`: given back to be submitted now, holding the clock
+/// as it must (see the module's documentation); or `None` when it waits
+/// for its socket in the runtime's reactor first, in a task of that
+/// runtime's that submits it, whose handle is returned to abort it if the
+/// future is dropped first.
+pub(crate) fn admit(
+    engine: &AsyncEngine,
+    req: Request,
+    fd: RawFd,
+) -> Result<Request, tokio::task::AbortHandle> {
+    if matches!(engine.driver(), Driver::Caller(_)) {
+        return Ok(req);
+    }
+    let Some(runtime) = paused_runtime() else {
+        return Ok(req);
+    };
+    if req.op.kind().class() != OpClass::SocketIn {
+        req.done.hold(ClockHold::on(&runtime));
+        return Ok(req);
+    }
+    let gate = Gated(Some(req));
+    let task = runtime.spawn(gated(engine.clone(), gate, fd, runtime.clone()));
+    Err(task.abort_handle())
+}
+
+/// A request waiting in [`gated`]: if that task is dropped before
+/// submitting it (aborted because its future was dropped, or its
+/// runtime shut down), it completes with `ECANCELED`, as a cancelled
+/// operation does.
+struct Gated(Option<Request>);
+
+impl Drop for Gated {
+    fn drop(&mut self) {
+        if let Some(req) = self.0.take() {
+            req.done.complete(-libc::ECANCELED);
+        }
+    }
+}
+
+/// Waits until `fd` is readable in the reactor of `runtime` (which this
+/// task runs on), then submits the request with the clock held. A socket
+/// the reactor cannot watch (a runtime without I/O) is not waited for:
+/// the request is submitted at once, holding the clock until it
+/// completes.
+async fn gated(engine: AsyncEngine, mut gate: Gated, fd: RawFd, runtime: Handle) {
+    if let Ok(watched) = watch(fd) {
+        loop {
+            let Ok(mut ready) = watched.readable().await else {
+                break;
+            };
+            if readable_now(fd) {
+                break;
+            }
+            ready.clear_ready();
+        }
+    }
+    let Some(req) = gate.0.take() else {
+        return;
+    };
+    req.done.hold(ClockHold::on(&runtime));
+    engine.driver().submit([req]);
+}
+
+/// `fd`, duplicated, registered with the current runtime's reactor for
+/// readability: a descriptor of its own, so that two operations waiting
+/// on one socket are two registrations. tokio panics where the runtime
+/// has I/O disabled: that is an error here.
+fn watch(fd: RawFd) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: the request's operation keeps its socket open until it
+    // completes, and it has not yet been submitted: `fd` is open here.
+    let socket = unsafe { BorrowedFd::borrow_raw(fd) };
+    let dup = rustix::io::fcntl_dupfd_cloexec(socket, 0)?;
+    std::panic::catch_unwind(move || {
+        // The `OwnedFd` moved into the `AsyncFd` stays open until the
+        // `AsyncFd` is dropped (which deregisters it first): the I/O-safety
+        // condition of tokio 1.54's `register_with_interest` holds. That
+        // function is not used so that tokio 1.49 is enough (see
+        // `tokio_drive::watch`).
+        #[allow(deprecated)]
+        AsyncFd::with_interest(dup, Interest::READABLE)
+    })
+    .unwrap_or_else(|_| Err(io::Error::other("this tokio runtime has I/O disabled")))
+}
+
+/// Whether `fd` is readable (or at its end, or failed) now.
+fn readable_now(fd: RawFd) -> bool {
+    // SAFETY: as in `watch`: the socket is open while its request waits.
+    let socket = unsafe { BorrowedFd::borrow_raw(fd) };
+    let mut polled = [rustix::event::PollFd::new(
+        &socket,
+        rustix::event::PollFlags::IN | rustix::event::PollFlags::RDHUP,
+    )];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // An error (none is expected of one open descriptor) counts as
+    // readable: the operation then reports it.
+    rustix::event::poll(&mut polled, Some(&zero)).map_or(true, |n| n > 0)
+}
