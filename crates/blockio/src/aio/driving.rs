@@ -90,7 +90,9 @@ pub enum Driving {
     /// of the engine's completes what is in flight. From no tokio runtime
     /// (or one without I/O), an operation not yet in the kernel, and a
     /// stream read, write or flush, fails with an error of kind
-    /// [`Other`](std::io::ErrorKind::Other) saying why.
+    /// [`Other`](std::io::ErrorKind::Other) saying why; a read that was
+    /// already waiting, its receive in the kernel, when the driving task
+    /// went goes on waiting, and that thread completes it.
     ///
     /// Start operations from threads that outlive them (the loop's). The
     /// rest (who drives in each mode, the driver gone, the threads the
