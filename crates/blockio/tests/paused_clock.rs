@@ -10,6 +10,11 @@
 //! [`EXPLICIT`] with `tokio::time::advance` and writes; the server must
 //! get the bytes with the clock moved by [`EXPLICIT`] alone.
 
+use std::future::Future;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving};
@@ -38,10 +43,14 @@ async fn peer(
     addr: std::net::SocketAddr,
     accepted: oneshot::Receiver<()>,
     server: tokio::task::JoinHandle<Served>,
+    busy: Option<&Busy>,
 ) -> Served {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     accepted.await.unwrap();
     advance(EXPLICIT).await;
+    if let Some(busy) = busy {
+        busy.occupy();
+    }
     stream.write_all(REQUEST).await.unwrap();
     let served = server.await.unwrap();
     drop(stream);
@@ -49,8 +58,8 @@ async fn peer(
 }
 
 /// These tests are of a ring: with the thread pool forced
-/// (`BLOCKIO_BACKEND=threads`) there is none, and the clock may jump as on
-/// a driver thread (see the ignored tests below).
+/// (`BLOCKIO_BACKEND=threads`) there is none (the pool has tests of its
+/// own below).
 fn on_a_ring(engine: &AsyncEngine) {
     assert_eq!(
         engine.backend(),
@@ -95,11 +104,17 @@ async fn tokio_sockets_keep_the_paused_clock() {
             moved: start.elapsed(),
         }
     });
-    check(peer(addr, rx, server).await);
+    check(peer(addr, rx, server, None).await);
 }
 
 /// A blockio read in flight on `engine`.
 async fn blockio_read(engine: &AsyncEngine) -> Served {
+    blockio_read_beside(engine, None).await
+}
+
+/// A blockio read in flight on `engine`, with the engine's thread kept
+/// busy by `busy` (if any) when the request is written.
+async fn blockio_read_beside(engine: &AsyncEngine, busy: Option<&Busy>) -> Served {
     let listener = blockio::net::TcpListener::bind_with(engine, "127.0.0.1:0")
         .await
         .unwrap();
@@ -126,7 +141,7 @@ async fn blockio_read(engine: &AsyncEngine) -> Served {
             moved: start.elapsed(),
         }
     });
-    peer(addr, rx, server).await
+    peer(addr, rx, server, busy).await
 }
 
 /// The default engine on an io_uring: a ring driven by the runtime, whose
@@ -158,7 +173,8 @@ async fn caller_driven_ring_keeps_the_paused_clock() {
 }
 
 /// A driver thread of the engine's own: the completion reaches the task
-/// from that thread, which tokio does not wait for.
+/// from that thread, which tokio's poll does not see; the receive waits
+/// for its socket in that poll first.
 #[tokio::test(start_paused = true)]
 async fn driver_thread_keeps_the_paused_clock() {
     let engine = AsyncEngine::builder()
@@ -169,8 +185,8 @@ async fn driver_thread_keeps_the_paused_clock() {
 }
 
 /// The thread-pool backend: the readiness thread sees the bytes and the
-/// completion reaches the task from a pool thread, which tokio does not
-/// wait for either.
+/// completion reaches the task from a pool thread, which tokio's poll does
+/// not see either.
 #[tokio::test(start_paused = true)]
 async fn thread_pool_keeps_the_paused_clock() {
     let engine = AsyncEngine::builder()
@@ -178,4 +194,157 @@ async fn thread_pool_keeps_the_paused_clock() {
         .build()
         .unwrap();
     check(blockio_read(&engine).await);
+}
+
+/// Another read on the same engine, started from a thread of its own
+/// (no runtime: its clock is not held), whose waker blocks the engine's
+/// thread that calls it until the runtime next parks. Written to just
+/// before the request, it keeps that thread from delivering the request's
+/// completion while the runtime looks for work: the runtime's own poll
+/// must see the request's bytes, or its clock jumps to the timer.
+struct Busy {
+    /// The other read's peer.
+    peer: std::sync::Mutex<std::net::TcpStream>,
+    /// Signalled by the waker once the engine's thread is in it.
+    entered: std::sync::Mutex<mpsc::Receiver<()>>,
+    /// The waker's release, sent by the runtime's park hook once armed.
+    release: Arc<std::sync::Mutex<Option<mpsc::Sender<()>>>>,
+    armed: Arc<AtomicBool>,
+    /// Dropped at the end of the test: the other read's thread drops it.
+    _finish: mpsc::Sender<()>,
+}
+
+/// A waker that reports it was called, then waits to be released.
+struct Blocking {
+    entered: std::sync::Mutex<mpsc::Sender<()>>,
+    released: std::sync::Mutex<mpsc::Receiver<()>>,
+}
+
+impl Wake for Blocking {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let _ = self.entered.lock().unwrap().send(());
+        let _ = self.released.lock().unwrap().recv();
+    }
+}
+
+impl Busy {
+    /// The other read, on `engine`, polled once.
+    fn new(engine: &AsyncEngine, runtime: &tokio::runtime::Runtime) -> Busy {
+        let (stream, peer) = runtime.block_on(async {
+            let listener = blockio::net::TcpListener::bind_with(engine, "127.0.0.1:0")
+                .await
+                .unwrap();
+            let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (stream, _) = listener.accept().await.unwrap();
+            (stream, peer)
+        });
+        let (entered_tx, entered) = mpsc::channel();
+        let (release_tx, released) = mpsc::channel();
+        let (polled_tx, polled) = mpsc::channel();
+        let (finish_tx, finish) = mpsc::channel::<()>();
+        let waker = Waker::from(Arc::new(Blocking {
+            entered: std::sync::Mutex::new(entered_tx),
+            released: std::sync::Mutex::new(released),
+        }));
+        std::thread::spawn(move || {
+            let mut read = std::pin::pin!(stream.read(vec![0u8; 1]));
+            let first = read.as_mut().poll(&mut Context::from_waker(&waker));
+            assert!(first.is_pending(), "the other read found bytes nobody sent");
+            polled_tx.send(()).unwrap();
+            // Kept, never polled again (its waker stays the blocking
+            // one), until the test ends.
+            let _ = finish.recv();
+        });
+        polled
+            .recv()
+            .expect("the other read ended before it was polled");
+        Busy {
+            peer: std::sync::Mutex::new(peer),
+            entered: std::sync::Mutex::new(entered),
+            release: Arc::new(std::sync::Mutex::new(Some(release_tx))),
+            armed: Arc::new(AtomicBool::new(false)),
+            _finish: finish_tx,
+        }
+    }
+
+    /// The runtime's park hook: releases the engine's thread at the first
+    /// park after [`occupy`](Self::occupy).
+    fn park_hook(&self) -> impl Fn() + Send + Sync + 'static {
+        let (armed, release) = (self.armed.clone(), self.release.clone());
+        move || {
+            if armed.load(Ordering::SeqCst) {
+                drop(release.lock().unwrap().take());
+            }
+        }
+    }
+
+    /// Sends the other read its byte and waits until the engine's thread
+    /// is in its waker, held there until the runtime parks.
+    fn occupy(&self) {
+        self.peer.lock().unwrap().write_all(b"x").unwrap();
+        self.entered
+            .lock()
+            .unwrap()
+            .recv()
+            .expect("the other read's waker was never called");
+        self.armed.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A read on `engine` (built by `build`, on the runtime) whose request
+/// arrives while the engine's thread is busy delivering another
+/// completion.
+fn read_beside_a_busy_thread(build: impl FnOnce() -> AsyncEngine) -> Served {
+    let hook: ParkHook = Arc::default();
+    let runtime = {
+        let hook = hook.clone();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .on_thread_park(move || {
+                if let Some(f) = &*hook.lock().unwrap() {
+                    f();
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let engine = runtime.block_on(async { build() });
+    let busy = Busy::new(&engine, &runtime);
+    *hook.lock().unwrap() = Some(Box::new(busy.park_hook()));
+    let served = runtime.block_on(blockio_read_beside(&engine, Some(&busy)));
+    // Released if the runtime never parked after `occupy`.
+    drop(busy.release.lock().unwrap().take());
+    served
+}
+
+/// What the runtime's park hook runs, set once the runtime is built.
+type ParkHook = Arc<std::sync::Mutex<Option<Box<dyn Fn() + Send + Sync>>>>;
+
+/// A driver thread busy in another task's waker when the request
+/// arrives: the runtime's poll sees the request's bytes all the same.
+#[test]
+fn driver_thread_keeps_the_paused_clock_while_busy() {
+    check(read_beside_a_busy_thread(|| {
+        AsyncEngine::builder()
+            .driving(Driving::Thread)
+            .build()
+            .unwrap()
+    }));
+}
+
+/// The thread pool's readiness thread busy in another task's waker when
+/// the request arrives.
+#[test]
+fn thread_pool_keeps_the_paused_clock_while_busy() {
+    check(read_beside_a_busy_thread(|| {
+        AsyncEngine::builder()
+            .backend(BackendChoice::ThreadPool)
+            .build()
+            .unwrap()
+    }));
 }
