@@ -70,13 +70,14 @@ pub enum Driving {
     /// With tokio's clock paused (`test-util`), a runtime that finds no
     /// task to run jumps the clock to its next timer unless its I/O
     /// driver's poll without waiting woke a task. That poll does not see
-    /// this thread, so on such a runtime a receive first waits for its
-    /// socket in the runtime's own reactor (as a tokio socket's read
-    /// does), and every operation then holds the clock (as `tokio::fs`
-    /// does, with a `spawn_blocking` task) until its completion has woken
-    /// its task: a timer beside an operation whose bytes have arrived
-    /// does not fire first, and an idle socket leaves the clock free to
-    /// jump, as on tokio. The same holds on the thread-pool backend.
+    /// this thread, so on such a runtime a socket operation first waits
+    /// for its socket to be ready in the runtime's own reactor (as a tokio
+    /// socket's does), and every operation then holds the clock (as
+    /// `tokio::fs` does, with a `spawn_blocking` task) until its
+    /// completion has woken its task: a timer beside an operation whose
+    /// bytes have arrived does not fire first, and an idle socket leaves
+    /// the clock free to jump, as on tokio. The same holds on the
+    /// thread-pool backend.
     Thread,
     /// The caller's event loop: no driver thread and no cross-thread
     /// wake-up. The loop watches [`AsyncEngine::poll_fd`](super::AsyncEngine::poll_fd)

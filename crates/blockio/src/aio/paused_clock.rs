@@ -13,16 +13,18 @@
 //!
 //! So, on such a runtime, with its clock paused when the operation
 //! starts:
-//! * an operation that completes on its own (a file operation, a send, a
-//!   connect) holds the clock, as `tokio::fs` does: a `spawn_blocking`
-//!   task of the runtime's ([`ClockHold`]) runs from its start until its
-//!   completion has woken its task;
-//! * an operation that waits for a peer (a receive) first waits for its
-//!   socket to be readable in the runtime's own reactor, as a tokio
-//!   socket's read does, and only then starts, holding the clock until
-//!   its completion: an idle socket leaves the clock free to jump, as on
-//!   tokio, and bytes that arrived are seen by the runtime's poll before
-//!   any thread of the engine's can take them.
+//! * a file operation, which completes on its own, holds the clock, as
+//!   `tokio::fs` does: a `spawn_blocking` task of the runtime's
+//!   ([`ClockHold`]) runs from its start until its completion has woken
+//!   its task;
+//! * a socket operation first waits for its socket to be ready (readable
+//!   for a receive, writable for a send or a connect) in the runtime's
+//!   own reactor, as a tokio socket's does, and only then starts, holding
+//!   the clock until its completion: an idle socket (or one whose peer
+//!   reads nothing) leaves the clock free to jump, as on tokio, bytes
+//!   that arrived are seen by the runtime's poll before any thread of the
+//!   engine's can take them, and a send does not leave the runtime idle
+//!   before its bytes are sent.
 //!
 //! Elsewhere (no tokio runtime, a multi-thread runtime, whose clock cannot
 //! be paused, a clock running, or a caller-driven ring, whose completions
@@ -114,13 +116,41 @@ pub(crate) fn admit(
     let Some(runtime) = paused_runtime() else {
         return Ok(req);
     };
-    if req.op.kind().class() != OpClass::SocketIn {
-        req.done.hold(ClockHold::on(&runtime));
-        return Ok(req);
-    }
+    let ready = match req.op.kind().class() {
+        OpClass::SocketIn => Ready::Readable,
+        OpClass::SocketOut => Ready::Writable,
+        OpClass::FileData | OpClass::Metadata => {
+            req.done.hold(ClockHold::on(&runtime));
+            return Ok(req);
+        }
+    };
     let gate = Gated(Some(req));
-    let task = runtime.spawn(gated(engine.clone(), gate, fd, runtime.clone()));
+    let task = runtime.spawn(gated(engine.clone(), gate, fd, ready, runtime.clone()));
     Err(task.abort_handle())
+}
+
+/// What a socket operation waits for.
+#[derive(Clone, Copy)]
+enum Ready {
+    Readable,
+    Writable,
+}
+
+impl Ready {
+    fn interest(self) -> Interest {
+        match self {
+            Ready::Readable => Interest::READABLE,
+            Ready::Writable => Interest::WRITABLE,
+        }
+    }
+
+    fn poll_flags(self) -> rustix::event::PollFlags {
+        use rustix::event::PollFlags;
+        match self {
+            Ready::Readable => PollFlags::IN | PollFlags::RDHUP,
+            Ready::Writable => PollFlags::OUT,
+        }
+    }
 }
 
 /// A request waiting in [`gated`]: if that task is dropped before
@@ -137,21 +167,21 @@ impl Drop for Gated {
     }
 }
 
-/// Waits until `fd` is readable in the reactor of `runtime` (which this
+/// Waits until `fd` is `ready` in the reactor of `runtime` (which this
 /// task runs on), then submits the request with the clock held. A socket
 /// the reactor cannot watch (a runtime without I/O) is not waited for:
 /// the request is submitted at once, holding the clock until it
 /// completes.
-async fn gated(engine: AsyncEngine, mut gate: Gated, fd: RawFd, runtime: Handle) {
-    if let Ok(watched) = watch(fd) {
+async fn gated(engine: AsyncEngine, mut gate: Gated, fd: RawFd, ready: Ready, runtime: Handle) {
+    if let Ok(watched) = watch(fd, ready) {
         loop {
-            let Ok(mut ready) = watched.readable().await else {
+            let Ok(mut guard) = watched.ready(ready.interest()).await else {
                 break;
             };
-            if readable_now(fd) {
+            if ready_now(fd, ready) {
                 break;
             }
-            ready.clear_ready();
+            guard.clear_ready();
         }
     }
     let Some(req) = gate.0.take() else {
@@ -162,10 +192,10 @@ async fn gated(engine: AsyncEngine, mut gate: Gated, fd: RawFd, runtime: Handle)
 }
 
 /// `fd`, duplicated, registered with the current runtime's reactor for
-/// readability: a descriptor of its own, so that two operations waiting
+/// `ready`: a descriptor of its own, so that two operations waiting
 /// on one socket are two registrations. tokio panics where the runtime
 /// has I/O disabled: that is an error here.
-fn watch(fd: RawFd) -> io::Result<AsyncFd<OwnedFd>> {
+fn watch(fd: RawFd, ready: Ready) -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: the request's operation keeps its socket open until it
     // completes, and it has not yet been submitted: `fd` is open here.
     let socket = unsafe { BorrowedFd::borrow_raw(fd) };
@@ -177,19 +207,16 @@ fn watch(fd: RawFd) -> io::Result<AsyncFd<OwnedFd>> {
         // function is not used so that tokio 1.49 is enough (see
         // `tokio_drive::watch`).
         #[allow(deprecated)]
-        AsyncFd::with_interest(dup, Interest::READABLE)
+        AsyncFd::with_interest(dup, ready.interest())
     })
     .unwrap_or_else(|_| Err(io::Error::other("this tokio runtime has I/O disabled")))
 }
 
-/// Whether `fd` is readable (or at its end, or failed) now.
-fn readable_now(fd: RawFd) -> bool {
+/// Whether `fd` is `ready` (or at its end, or failed) now.
+fn ready_now(fd: RawFd, ready: Ready) -> bool {
     // SAFETY: as in `watch`: the socket is open while its request waits.
     let socket = unsafe { BorrowedFd::borrow_raw(fd) };
-    let mut polled = [rustix::event::PollFd::new(
-        &socket,
-        rustix::event::PollFlags::IN | rustix::event::PollFlags::RDHUP,
-    )];
+    let mut polled = [rustix::event::PollFd::new(&socket, ready.poll_flags())];
     let zero = rustix::event::Timespec {
         tv_sec: 0,
         tv_nsec: 0,
