@@ -8,7 +8,9 @@
 //! Each test: a server task starts a read under a 10 s timeout, the peer
 //! (a task of the same runtime) moves the clock by exactly
 //! [`EXPLICIT`] with `tokio::time::advance` and writes; the server must
-//! get the bytes with the clock moved by [`EXPLICIT`] alone.
+//! get the bytes with the clock moved by [`EXPLICIT`] alone. The file
+//! tests read a FIFO that a thread writes to, and the clock must not move
+//! at all, as it does not under `tokio::fs`.
 
 use std::future::Future;
 use std::io::Write;
@@ -69,13 +71,18 @@ fn on_a_ring(engine: &AsyncEngine) {
 }
 
 fn check(served: Served) {
+    check_moved(served, EXPLICIT);
+}
+
+/// The read got the request, with the clock moved by `moved` alone.
+fn check_moved(served: Served, moved: Duration) {
     assert_eq!(
         served.read,
         Ok(REQUEST.to_vec()),
         "the read lost its race with the timer"
     );
     assert_eq!(
-        served.moved, EXPLICIT,
+        served.moved, moved,
         "the paused clock moved by more than the explicit advance while a read was in flight"
     );
 }
@@ -347,4 +354,72 @@ fn thread_pool_keeps_the_paused_clock_while_busy() {
             .build()
             .unwrap()
     }));
+}
+
+/// A read of a FIFO on `engine` under a 10 s timeout, its bytes written
+/// by a thread of the test's own once the read has started: the read
+/// waits on the engine's thread (a pool worker, or the ring), which the
+/// runtime's poll does not see, as `tokio::fs` waits on a blocking
+/// thread; the clock must not jump past it, as it does not for
+/// `tokio::fs`.
+async fn fifo_read(engine: &AsyncEngine) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fifo");
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `name` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
+    // Read and write: opening a FIFO so does not wait for a writer.
+    let fifo = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut writer = fifo.try_clone().unwrap();
+    let file = blockio::aio::AsyncFile::from_file(engine, fifo);
+    let (started_tx, started) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if started.recv().is_ok() {
+            writer.write_all(REQUEST).unwrap();
+        }
+    });
+    let start = Instant::now();
+    let read = timeout(TIMER, async {
+        let mut read = file.read_at(vec![0u8; REQUEST.len()], 0);
+        read.start();
+        started_tx.send(()).unwrap();
+        read.await
+    })
+    .await;
+    Served {
+        read: match read {
+            Ok((Ok(n), mut buf)) => {
+                buf.truncate(n);
+                Ok(buf)
+            }
+            Ok((Err(e), _)) => Err(e.to_string()),
+            Err(elapsed) => Err(elapsed.to_string()),
+        },
+        moved: start.elapsed(),
+    }
+}
+
+/// A file read on a driver thread keeps the paused clock while it waits.
+#[tokio::test(start_paused = true)]
+async fn driver_thread_file_read_keeps_the_paused_clock() {
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Thread)
+        .build()
+        .unwrap();
+    check_moved(fifo_read(&engine).await, Duration::ZERO);
+}
+
+/// A file read on the thread pool (a worker in a blocking `read`) keeps
+/// the paused clock while it waits.
+#[tokio::test(start_paused = true)]
+async fn thread_pool_file_read_keeps_the_paused_clock() {
+    let engine = AsyncEngine::builder()
+        .backend(BackendChoice::ThreadPool)
+        .build()
+        .unwrap();
+    check_moved(fifo_read(&engine).await, Duration::ZERO);
 }
