@@ -423,3 +423,85 @@ async fn thread_pool_file_read_keeps_the_paused_clock() {
         .unwrap();
     check_moved(fifo_read(&engine).await, Duration::ZERO);
 }
+
+/// On a runtime with the clock paused, in a thread of its own: a read of
+/// an idle blockio socket under a one-hour timeout (the clock jumps to it
+/// at once, as for a tokio socket: nothing is coming), then a read of
+/// bytes written after that (the dropped read lost none), then a reply
+/// back to the tokio peer. Returns how far the clock moved, after the
+/// runtime has run, within a guard far beyond what the steps take (a
+/// clock held while the socket is idle would wait for the hour).
+fn idle_then_busy(build: fn() -> AsyncEngine) -> Duration {
+    const HOUR: Duration = Duration::from_secs(3600);
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let moved = runtime.block_on(async {
+            let engine = build();
+            let listener = blockio::net::TcpListener::bind_with(&engine, "127.0.0.1:0")
+                .await
+                .unwrap();
+            let mut peer = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (stream, _) = listener.accept().await.unwrap();
+            let start = Instant::now();
+            let idle = timeout(HOUR, stream.read(vec![0u8; REQUEST.len()])).await;
+            assert!(idle.is_err(), "the idle read found bytes nobody sent");
+            assert_eq!(start.elapsed(), HOUR, "the clock jumped to the timeout");
+            peer.write_all(REQUEST).await.unwrap();
+            let (n, buf) = timeout(TIMER, stream.read(vec![0u8; REQUEST.len()]))
+                .await
+                .expect("the read after the dropped one lost to the timer");
+            assert_eq!(&buf[..n.unwrap()], REQUEST, "the dropped read took bytes");
+            let (sent, _) = stream.write_all(b"pong".to_vec()).await;
+            sent.unwrap();
+            let mut reply = [0u8; 4];
+            timeout(TIMER, peer.read_exact(&mut reply))
+                .await
+                .expect("the reply lost to the timer")
+                .unwrap();
+            assert_eq!(&reply, b"pong");
+            start.elapsed()
+        });
+        let _ = tx.send(moved);
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(moved) => moved,
+        Err(mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the runtime's thread ended without its result"),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the runtime never finished: its clock did not jump past an idle read")
+        }
+    }
+}
+
+/// A driver thread: an idle read leaves the clock free to jump.
+#[test]
+fn driver_thread_idle_read_lets_the_paused_clock_jump() {
+    let moved = idle_then_busy(|| {
+        AsyncEngine::builder()
+            .driving(Driving::Thread)
+            .build()
+            .unwrap()
+    });
+    assert_eq!(moved, Duration::from_secs(3600));
+}
+
+/// The thread pool: an idle read leaves the clock free to jump.
+#[test]
+fn thread_pool_idle_read_lets_the_paused_clock_jump() {
+    let moved = idle_then_busy(|| {
+        AsyncEngine::builder()
+            .backend(BackendChoice::ThreadPool)
+            .build()
+            .unwrap()
+    });
+    assert_eq!(moved, Duration::from_secs(3600));
+}
