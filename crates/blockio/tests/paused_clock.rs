@@ -428,7 +428,7 @@ async fn thread_pool_file_read_keeps_the_paused_clock() {
 /// an idle blockio socket under a one-hour timeout (the clock jumps to it
 /// at once, as for a tokio socket: nothing is coming), then a read of
 /// bytes written after that (the dropped read lost none), then a reply
-/// back to the tokio peer. Returns how far the clock moved, after the
+/// back to the tokio peer, then a connect to a tokio listener. Returns how far the clock moved, after the
 /// runtime has run, within a guard far beyond what the steps take (a
 /// clock held while the socket is idle would wait for the hour).
 fn idle_then_busy(build: fn() -> AsyncEngine) -> Duration {
@@ -466,6 +466,15 @@ fn idle_then_busy(build: fn() -> AsyncEngine) -> Duration {
                 .expect("the reply lost to the timer")
                 .unwrap();
             assert_eq!(&reply, b"pong");
+            // A connect, which waits for its socket to be writable.
+            let tokio_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let to = tokio_listener.local_addr().unwrap();
+            let (client, accepted) = tokio::join!(
+                timeout(TIMER, blockio::net::TcpStream::connect_with(&engine, to)),
+                tokio_listener.accept()
+            );
+            client.expect("the connect lost to the timer").unwrap();
+            accepted.unwrap();
             start.elapsed()
         });
         let _ = tx.send(moved);
