@@ -365,19 +365,30 @@ impl ReadBy {
     }
 }
 
+/// Builds a runtime of one flavour.
+type MakeRuntime = fn() -> tokio::runtime::Runtime;
+
 /// The `drive_on_tokio` task aborted while its runtime lives on, with a
 /// task waiting in a read: the read still completes once the peer sends
 /// (its task is woken and has the engine driven again), as on tokio,
 /// where aborting one task never stalls another's read.
 #[test]
 fn a_read_parked_when_its_driver_is_aborted_completes() {
+    let multi_thread = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let runtimes: [(&str, MakeRuntime); 2] =
+        [("multi-thread", multi_thread), ("current-thread", runtime)];
     for submit in [Submit::OnStart, Submit::PerRound] {
-        for by in ReadBy::ALL {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
+        for (by, (flavour, rt)) in ReadBy::ALL
+            .into_iter()
+            .flat_map(|b| runtimes.map(|r| (b, r)))
+        {
+            let rt = rt();
             let engine = caller_engine(submit);
             rt.block_on(async {
                 let driver = tokio::spawn(drive_on_tokio(engine.clone()));
@@ -411,11 +422,11 @@ fn a_read_parked_when_its_driver_is_aborted_completes() {
                 let got = tokio::time::timeout(GUARD, reader)
                     .await
                     .unwrap_or_else(|_| {
-                        panic!("{by:?} read parked when the driver was aborted never woke ({submit:?})")
+                        panic!("{by:?} read parked when the driver was aborted never woke ({submit:?}, {flavour})")
                     })
                     .unwrap()
                     .unwrap();
-                assert_eq!(got, b"hello", "{by:?}, {submit:?}");
+                assert_eq!(got, b"hello", "{by:?}, {submit:?}, {flavour}");
             });
             drop(rt);
             drop(engine);
