@@ -116,6 +116,7 @@ impl<B: Send> Complete for OpTarget<B> {
         drop(hold);
     }
 
+    #[cfg(feature = "tokio")]
     fn hold(&self, hold: Arc<dyn Send + Sync>) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if g.result.is_none() {

@@ -54,6 +54,7 @@ pub(crate) trait Complete: Send + Sync {
     /// Keeps `hold` until the operation's completion has woken its task
     /// (a hold on tokio's paused clock, see `aio::paused_clock`); dropped
     /// at once by a target that wakes no task.
+    #[cfg(feature = "tokio")]
     fn hold(&self, hold: Arc<dyn Send + Sync>) {
         drop(hold);
     }
