@@ -31,7 +31,9 @@
 //! the runtime's reactor sees already) operations start as usual.
 //!
 //! The clock's state is read when the operation starts: an operation
-//! started before `pause()` is not held.
+//! started before `pause()` is not held. Requests that do not come from an
+//! [`OpFuture`](super::op::OpFuture) (accepts, a driver thread's receive
+//! streams) start as before.
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
