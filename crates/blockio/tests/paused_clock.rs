@@ -302,10 +302,10 @@ impl Busy {
     }
 }
 
-/// A read on `engine` (built by `build`, on the runtime) whose request
-/// arrives while the engine's thread is busy delivering another
-/// completion.
-fn read_beside_a_busy_thread(build: impl FnOnce() -> AsyncEngine) -> Served {
+/// A read (or an accept) on `engine` (built by `build`, on the runtime)
+/// whose request (or connection) arrives while the engine's thread is
+/// busy delivering another completion.
+fn beside_a_busy_thread(awaited: Awaited, build: impl FnOnce() -> AsyncEngine) -> Served {
     let hook: ParkHook = Arc::default();
     let runtime = {
         let hook = hook.clone();
@@ -323,7 +323,12 @@ fn read_beside_a_busy_thread(build: impl FnOnce() -> AsyncEngine) -> Served {
     let engine = runtime.block_on(async { build() });
     let busy = Busy::new(&engine, &runtime);
     *hook.lock().unwrap() = Some(Box::new(busy.park_hook()));
-    let served = runtime.block_on(blockio_read_beside(&engine, Some(&busy)));
+    let served = runtime.block_on(async {
+        match awaited {
+            Awaited::Read => blockio_read_beside(&engine, Some(&busy)).await,
+            Awaited::Accept => blockio_accept(&engine, Some(&busy)).await,
+        }
+    });
     // Released if the runtime never parked after `occupy`.
     drop(busy.release.lock().unwrap().take());
     served
@@ -336,7 +341,7 @@ type ParkHook = Arc<std::sync::Mutex<Option<Box<dyn Fn() + Send + Sync>>>>;
 /// arrives: the runtime's poll sees the request's bytes all the same.
 #[test]
 fn driver_thread_keeps_the_paused_clock_while_busy() {
-    check(read_beside_a_busy_thread(|| {
+    check(beside_a_busy_thread(Awaited::Read, || {
         AsyncEngine::builder()
             .driving(Driving::Thread)
             .build()
@@ -348,7 +353,7 @@ fn driver_thread_keeps_the_paused_clock_while_busy() {
 /// the request arrives.
 #[test]
 fn thread_pool_keeps_the_paused_clock_while_busy() {
-    check(read_beside_a_busy_thread(|| {
+    check(beside_a_busy_thread(Awaited::Read, || {
         AsyncEngine::builder()
             .backend(BackendChoice::ThreadPool)
             .build()
@@ -428,7 +433,9 @@ async fn thread_pool_file_read_keeps_the_paused_clock() {
 /// an idle blockio socket under a one-hour timeout (the clock jumps to it
 /// at once, as for a tokio socket: nothing is coming), then a read of
 /// bytes written after that (the dropped read lost none), then a reply
-/// back to the tokio peer, then a connect to a tokio listener. Returns how far the clock moved, after the
+/// back to the tokio peer, then a connect to a tokio listener; then the
+/// same for an accept (idle for an hour, then of a connection made after
+/// it). Returns how far the clock moved, after the
 /// runtime has run, within a guard far beyond what the steps take (a
 /// clock held while the socket is idle would wait for the hour).
 fn idle_then_busy(build: fn() -> AsyncEngine) -> Duration {
@@ -475,6 +482,21 @@ fn idle_then_busy(build: fn() -> AsyncEngine) -> Duration {
             );
             client.expect("the connect lost to the timer").unwrap();
             accepted.unwrap();
+            // An idle accept, then one of a connection made after it.
+            let idle_listener = blockio::net::TcpListener::bind_with(&engine, "127.0.0.1:0")
+                .await
+                .unwrap();
+            let idle = timeout(HOUR, idle_listener.accept()).await;
+            assert!(
+                idle.is_err(),
+                "the idle accept found a connection nobody made"
+            );
+            let to = idle_listener.local_addr().unwrap();
+            let _client = tokio::net::TcpStream::connect(to).await.unwrap();
+            timeout(TIMER, idle_listener.accept())
+                .await
+                .expect("the accept after the dropped one lost to the timer")
+                .unwrap();
             start.elapsed()
         });
         let _ = tx.send(moved);
@@ -500,7 +522,7 @@ fn driver_thread_idle_read_lets_the_paused_clock_jump() {
             .build()
             .unwrap()
     });
-    assert_eq!(moved, Duration::from_secs(3600));
+    assert_eq!(moved, Duration::from_secs(2 * 3600));
 }
 
 /// The thread pool: an idle read leaves the clock free to jump.
@@ -512,5 +534,73 @@ fn thread_pool_idle_read_lets_the_paused_clock_jump() {
             .build()
             .unwrap()
     });
-    assert_eq!(moved, Duration::from_secs(3600));
+    assert_eq!(moved, Duration::from_secs(2 * 3600));
+}
+
+/// An accept on `engine` under a 10 s timeout, with `busy` (if any) keeping
+/// the engine's thread in another task's waker when the connection comes:
+/// the peer moves the clock by [`EXPLICIT`] and connects; the accept must
+/// win with the clock moved by that alone.
+async fn blockio_accept(engine: &AsyncEngine, busy: Option<&Busy>) -> Served {
+    let listener = blockio::net::TcpListener::bind_with(engine, "127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel();
+    let server = tokio::spawn(async move {
+        let start = Instant::now();
+        let accepted = timeout(TIMER, async {
+            let mut accept = std::pin::pin!(listener.accept());
+            assert!(futures::poll!(accept.as_mut()).is_pending());
+            let _ = tx.send(());
+            accept.await
+        })
+        .await;
+        Served {
+            read: match accepted {
+                Ok(Ok(_)) => Ok(REQUEST.to_vec()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(elapsed) => Err(elapsed.to_string()),
+            },
+            moved: start.elapsed(),
+        }
+    });
+    rx.await.unwrap();
+    advance(EXPLICIT).await;
+    if let Some(busy) = busy {
+        busy.occupy();
+    }
+    let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let served = server.await.unwrap();
+    drop(client);
+    served
+}
+
+/// An accept on a driver thread keeps the paused clock.
+#[tokio::test(start_paused = true)]
+async fn driver_thread_accept_keeps_the_paused_clock() {
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Thread)
+        .build()
+        .unwrap();
+    check(blockio_accept(&engine, None).await);
+}
+
+/// An accept on the thread pool keeps the paused clock, with the pool's
+/// readiness thread (which accepts too) busy when the connection comes.
+#[test]
+fn thread_pool_accept_keeps_the_paused_clock_while_busy() {
+    check(beside_a_busy_thread(Awaited::Accept, || {
+        AsyncEngine::builder()
+            .backend(BackendChoice::ThreadPool)
+            .build()
+            .unwrap()
+    }));
+}
+
+/// What [`beside_a_busy_thread`] awaits.
+#[derive(Clone, Copy)]
+enum Awaited {
+    Read,
+    Accept,
 }

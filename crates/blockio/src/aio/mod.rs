@@ -86,7 +86,7 @@ mod file;
 mod in_flight;
 pub(crate) mod op;
 #[cfg(feature = "tokio")]
-mod paused_clock;
+pub(crate) mod paused_clock;
 mod pool;
 pub(crate) mod readiness;
 #[cfg(feature = "tokio")]

@@ -18,7 +18,7 @@
 //!   ([`ClockHold`]) runs from its start until its completion has woken
 //!   its task;
 //! * a socket operation first waits for its socket to be ready (readable
-//!   for a receive, writable for a send or a connect) in the runtime's
+//!   for a receive or an accept, writable for a send or a connect) in the runtime's
 //!   own reactor, as a tokio socket's does, and only then starts, holding
 //!   the clock until its completion: an idle socket (or one whose peer
 //!   reads nothing) leaves the clock free to jump, as on tokio, bytes
@@ -31,9 +31,9 @@
 //! the runtime's reactor sees already) operations start as usual.
 //!
 //! The clock's state is read when the operation starts: an operation
-//! started before `pause()` is not held. Requests that do not come from an
-//! [`OpFuture`](super::op::OpFuture) (accepts, a driver thread's receive
-//! streams) start as before.
+//! started before `pause()` is not held. A single accept is gated as a
+//! receive is; a multishot request (an accept, or a driver thread's
+//! receive stream) starts as before.
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
@@ -101,16 +101,30 @@ fn paused_runtime() -> Option<Handle> {
     (tokio::time::Instant::now() == before).then_some(runtime)
 }
 
+/// How a request reaches its engine once admitted.
+pub(crate) type Submit = fn(&AsyncEngine, Request);
+
 /// `req`, about to be handed to `engine`'s driver by the future that made
 /// it, on the fd `fd`: given back to be submitted now, holding the clock
-/// as it must (see the module's documentation); or `None` when it waits
-/// for its socket in the runtime's reactor first, in a task of that
-/// runtime's that submits it, whose handle is returned to abort it if the
+/// as it must (see the module's documentation); or, when it waits for its
+/// socket in the runtime's reactor first, in a task of that runtime's
+/// that then submits it, the handle of that task, to abort it if the
 /// future is dropped first.
 pub(crate) fn admit(
     engine: &AsyncEngine,
     req: Request,
     fd: RawFd,
+) -> Result<Request, tokio::task::AbortHandle> {
+    admit_with(engine, req, fd, |engine, req| engine.driver().submit([req]))
+}
+
+/// [`admit`], for a request that reaches its engine by `submit` (an
+/// accept waiting in the engine's readiness set).
+pub(crate) fn admit_with(
+    engine: &AsyncEngine,
+    req: Request,
+    fd: RawFd,
+    submit: Submit,
 ) -> Result<Request, tokio::task::AbortHandle> {
     if matches!(engine.driver(), Driver::Caller(_)) {
         return Ok(req);
@@ -127,7 +141,7 @@ pub(crate) fn admit(
         }
     };
     let gate = Gated(Some(req));
-    let task = runtime.spawn(gated(engine.clone(), gate, fd, ready, runtime.clone()));
+    let task = runtime.spawn(gated(engine.clone(), gate, fd, ready, submit));
     Err(task.abort_handle())
 }
 
@@ -169,12 +183,12 @@ impl Drop for Gated {
     }
 }
 
-/// Waits until `fd` is `ready` in the reactor of `runtime` (which this
-/// task runs on), then submits the request with the clock held. A socket
-/// the reactor cannot watch (a runtime without I/O) is not waited for:
-/// the request is submitted at once, holding the clock until it
+/// Waits until `fd` is `ready` in the reactor of the runtime this task
+/// runs on, then submits the request with `submit`, the clock held. A
+/// socket the reactor cannot watch (a runtime without I/O) is not waited
+/// for: the request is submitted at once, holding the clock until it
 /// completes.
-async fn gated(engine: AsyncEngine, mut gate: Gated, fd: RawFd, ready: Ready, runtime: Handle) {
+async fn gated(engine: AsyncEngine, mut gate: Gated, fd: RawFd, ready: Ready, submit: Submit) {
     if let Ok(watched) = watch(fd, ready) {
         loop {
             let Ok(mut guard) = watched.ready(ready.interest()).await else {
@@ -189,8 +203,10 @@ async fn gated(engine: AsyncEngine, mut gate: Gated, fd: RawFd, ready: Ready, ru
     let Some(req) = gate.0.take() else {
         return;
     };
-    req.done.hold(ClockHold::on(&runtime));
-    engine.driver().submit([req]);
+    if let Ok(runtime) = Handle::try_current() {
+        req.done.hold(ClockHold::on(&runtime));
+    }
+    submit(&engine, req);
 }
 
 /// `fd`, duplicated, registered with the current runtime's reactor for
