@@ -275,13 +275,16 @@ impl AcceptQueue {
             return;
         }
         g.cancelling = true;
-        // Not armed yet: never will be (the aborted task completes the
-        // request with `ECANCELED`). Armed: the cancel below finds it.
         #[cfg(feature = "tokio")]
-        if let Some(gate) = g.gate.take() {
+        let gate = g.gate.take();
+        drop(g);
+        // Not armed yet: never will be (the aborted task completes the
+        // request with `ECANCELED`, which takes the lock). Armed: the
+        // cancel below finds it.
+        #[cfg(feature = "tokio")]
+        if let Some(gate) = gate {
             gate.abort();
         }
-        drop(g);
         let weak = Cancel(Arc::downgrade(&self.shared) as std::sync::Weak<dyn Complete>);
         if self.by_readiness && !self.multishot {
             self.sock.engine.cancel_by_readiness(weak);
