@@ -415,7 +415,7 @@ pub struct OpFuture<B: Send + 'static> {
     /// tokio's clock paused (see `aio::paused_clock`): aborted if this
     /// future is dropped first.
     #[cfg(feature = "tokio")]
-    gate: Option<tokio::task::AbortHandle>,
+    gate: Option<super::paused_clock::Gate>,
 }
 
 impl<B: Send + 'static> OpFuture<B> {
@@ -728,9 +728,9 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
         }
         #[cfg(feature = "tokio")]
         if let Some(gate) = self.gate.take() {
-            // Not submitted yet: never will be (the aborted task completes
-            // it with `ECANCELED`). Submitted: the cancel below finds it.
-            gate.abort();
+            // Not submitted yet: never will be (it completes with
+            // `ECANCELED`). Submitted: the cancel below finds it.
+            gate.cancel();
         }
         let pending = self
             .shared

@@ -37,6 +37,7 @@
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Weak};
 
 use tokio::io::unix::AsyncFd;
@@ -108,13 +109,9 @@ pub(crate) type Submit = fn(&AsyncEngine, Request);
 /// it, on the fd `fd`: given back to be submitted now, holding the clock
 /// as it must (see the module's documentation); or, when it waits for its
 /// socket in the runtime's reactor first, in a task of that runtime's
-/// that then submits it, the handle of that task, to abort it if the
-/// future is dropped first.
-pub(crate) fn admit(
-    engine: &AsyncEngine,
-    req: Request,
-    fd: RawFd,
-) -> Result<Request, tokio::task::AbortHandle> {
+/// that then submits it, that task's [`Gate`], to cancel the request if
+/// the future is dropped first.
+pub(crate) fn admit(engine: &AsyncEngine, req: Request, fd: RawFd) -> Result<Request, Gate> {
     admit_with(engine, req, fd, |engine, req| engine.driver().submit([req]))
 }
 
@@ -125,7 +122,7 @@ pub(crate) fn admit_with(
     req: Request,
     fd: RawFd,
     submit: Submit,
-) -> Result<Request, tokio::task::AbortHandle> {
+) -> Result<Request, Gate> {
     if matches!(engine.driver(), Driver::Caller(_)) {
         return Ok(req);
     }
@@ -140,9 +137,35 @@ pub(crate) fn admit_with(
             return Ok(req);
         }
     };
-    let gate = Gated(Some(req));
-    let task = runtime.spawn(gated(engine.clone(), gate, fd, ready, submit));
-    Err(task.abort_handle())
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let gated_req = Gated {
+        req: Some(req),
+        engine: engine.clone(),
+        submit,
+        cancelled: cancelled.clone(),
+    };
+    let task = runtime.spawn(gated(gated_req, fd, ready));
+    Err(Gate {
+        task: task.abort_handle(),
+        cancelled,
+    })
+}
+
+/// The task that submits a request once its socket is ready.
+pub(crate) struct Gate {
+    task: tokio::task::AbortHandle,
+    /// Set by [`cancel`](Self::cancel): the request is not to be made.
+    cancelled: Arc<AtomicBool>,
+}
+
+impl Gate {
+    /// The request will not be made (its future is gone): if the task
+    /// has not submitted it yet, it never will, and the request completes
+    /// with `ECANCELED`. One already submitted is the driver's to cancel.
+    pub(crate) fn cancel(self) {
+        self.cancelled.store(true, Ordering::Release);
+        self.task.abort();
+    }
 }
 
 /// What a socket operation waits for.
@@ -169,26 +192,38 @@ impl Ready {
     }
 }
 
-/// A request waiting in [`gated`]: if that task is dropped before
-/// submitting it (aborted because its future was dropped, or its
-/// runtime shut down), it completes with `ECANCELED`, as a cancelled
-/// operation does.
-struct Gated(Option<Request>);
+/// A request waiting in [`gated`], and how it reaches its engine. If
+/// that task is dropped before submitting it: cancelled ([`Gate::cancel`]),
+/// it completes with `ECANCELED`, as a cancelled operation does; dropped
+/// with its runtime (shut down, or refusing new tasks as it shuts down),
+/// it is submitted as it would be with the clock running, since the
+/// operation itself was not cancelled (a dropped stream's last bytes).
+struct Gated {
+    req: Option<Request>,
+    engine: AsyncEngine,
+    submit: Submit,
+    cancelled: Arc<AtomicBool>,
+}
 
 impl Drop for Gated {
     fn drop(&mut self) {
-        if let Some(req) = self.0.take() {
+        let Some(req) = self.req.take() else {
+            return;
+        };
+        if self.cancelled.load(Ordering::Acquire) {
             req.done.complete(-libc::ECANCELED);
+        } else {
+            (self.submit)(&self.engine, req);
         }
     }
 }
 
 /// Waits until `fd` is `ready` in the reactor of the runtime this task
-/// runs on, then submits the request with `submit`, the clock held. A
+/// runs on, then submits the request its own way, the clock held. A
 /// socket the reactor cannot watch (a runtime without I/O) is not waited
 /// for: the request is submitted at once, holding the clock until it
 /// completes.
-async fn gated(engine: AsyncEngine, mut gate: Gated, fd: RawFd, ready: Ready, submit: Submit) {
+async fn gated(mut gate: Gated, fd: RawFd, ready: Ready) {
     if let Ok(watched) = watch(fd, ready) {
         loop {
             let Ok(mut guard) = watched.ready(ready.interest()).await else {
@@ -200,13 +235,13 @@ async fn gated(engine: AsyncEngine, mut gate: Gated, fd: RawFd, ready: Ready, su
             guard.clear_ready();
         }
     }
-    let Some(req) = gate.0.take() else {
+    let Some(req) = gate.req.take() else {
         return;
     };
     if let Ok(runtime) = Handle::try_current() {
         req.done.hold(ClockHold::on(&runtime));
     }
-    submit(&engine, req);
+    (gate.submit)(&gate.engine, req);
 }
 
 /// `fd`, duplicated, registered with the current runtime's reactor for

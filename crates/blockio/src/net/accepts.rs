@@ -89,7 +89,7 @@ struct AcceptBook {
     /// The task that arms the request once the listener is readable, with
     /// tokio's clock paused (see `aio::paused_clock`): aborted on disarm.
     #[cfg(feature = "tokio")]
-    gate: Option<tokio::task::AbortHandle>,
+    gate: Option<crate::aio::paused_clock::Gate>,
     /// Kept until the next completion has woken the waiters (a hold on
     /// tokio's paused clock).
     #[cfg(feature = "tokio")]
@@ -278,12 +278,11 @@ impl AcceptQueue {
         #[cfg(feature = "tokio")]
         let gate = g.gate.take();
         drop(g);
-        // Not armed yet: never will be (the aborted task completes the
-        // request with `ECANCELED`, which takes the lock). Armed: the
-        // cancel below finds it.
+        // Not armed yet: never will be (it completes with `ECANCELED`,
+        // which takes the lock). Armed: the cancel below finds it.
         #[cfg(feature = "tokio")]
         if let Some(gate) = gate {
-            gate.abort();
+            gate.cancel();
         }
         let weak = Cancel(Arc::downgrade(&self.shared) as std::sync::Weak<dyn Complete>);
         if self.by_readiness && !self.multishot {
