@@ -18,17 +18,18 @@
 //!   ([`ClockHold`]) runs from its start until its completion has woken
 //!   its task;
 //! * a socket operation first waits for its socket to be ready (readable
-//!   for a receive or an accept, writable for a send or a connect) in the runtime's
-//!   own reactor, as a tokio socket's does, and only then starts, holding
-//!   the clock until its completion: an idle socket (or one whose peer
-//!   reads nothing) leaves the clock free to jump, as on tokio, bytes
-//!   that arrived are seen by the runtime's poll before any thread of the
-//!   engine's can take them, and a send does not leave the runtime idle
-//!   before its bytes are sent.
+//!   for a receive or an accept, writable for a send or a connect) in the
+//!   runtime's own reactor, as a tokio socket's does, and only then
+//!   starts, holding the clock until its completion: an idle socket (or
+//!   one whose peer reads nothing) leaves the clock free to jump, as on
+//!   tokio, bytes that arrived are seen by the runtime's poll before any
+//!   thread of the engine's can take them, and a send does not leave the
+//!   runtime idle before its bytes are sent.
 //!
 //! Elsewhere (no tokio runtime, a multi-thread runtime, whose clock cannot
 //! be paused, a clock running, or a caller-driven ring, whose completions
-//! the runtime's reactor sees already) operations start as usual.
+//! the reactor of the runtime that drives it sees already; one driven by
+//! another runtime is not covered) operations start as usual.
 //!
 //! The clock's state is read when the operation starts: an operation
 //! started before `pause()` is not held. A single accept is gated as a
