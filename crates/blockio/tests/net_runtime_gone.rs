@@ -337,7 +337,36 @@ enum ReadBy {
     Trait,
     /// The owned-buffer `read`.
     Owned,
+    /// A receive stream's next buffer.
+    Stream,
 }
+
+impl ReadBy {
+    const ALL: [ReadBy; 3] = [ReadBy::Trait, ReadBy::Owned, ReadBy::Stream];
+
+    /// Reads up to 5 bytes of `stream` this way.
+    async fn read(self, stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+        match self {
+            ReadBy::Trait => {
+                let mut buf = [0u8; 5];
+                let n = AsyncReadExt::read(stream, &mut buf).await?;
+                Ok(buf[..n].to_vec())
+            }
+            ReadBy::Owned => {
+                let (n, buf) = TcpStream::read(stream, vec![0u8; 5]).await;
+                Ok(buf[..n?].to_vec())
+            }
+            ReadBy::Stream => {
+                let mut chunks = stream.recv_stream();
+                let chunk = chunks.next().await.expect("the receive stream ended")?;
+                Ok(chunk.to_vec())
+            }
+        }
+    }
+}
+
+/// Builds a runtime of one flavour.
+type MakeRuntime = fn() -> tokio::runtime::Runtime;
 
 /// The `drive_on_tokio` task aborted while its runtime lives on, with a
 /// task waiting in a read: the read still completes once the peer sends
@@ -345,13 +374,21 @@ enum ReadBy {
 /// where aborting one task never stalls another's read.
 #[test]
 fn a_read_parked_when_its_driver_is_aborted_completes() {
+    let multi_thread = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let runtimes: [(&str, MakeRuntime); 2] =
+        [("multi-thread", multi_thread), ("current-thread", runtime)];
     for submit in [Submit::OnStart, Submit::PerRound] {
-        for by in [ReadBy::Trait, ReadBy::Owned] {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
+        for (by, (flavour, rt)) in ReadBy::ALL
+            .into_iter()
+            .flat_map(|b| runtimes.map(|r| (b, r)))
+        {
+            let rt = rt();
             let engine = caller_engine(submit);
             rt.block_on(async {
                 let driver = tokio::spawn(drive_on_tokio(engine.clone()));
@@ -365,20 +402,7 @@ fn a_read_parked_when_its_driver_is_aborted_completes() {
                     .unwrap();
                 let (parked_tx, parked_rx) = futures::channel::oneshot::channel();
                 let reader = tokio::spawn(async move {
-                    let read = async {
-                        match by {
-                            ReadBy::Trait => {
-                                let mut buf = [0u8; 5];
-                                let n = AsyncReadExt::read(&mut stream, &mut buf).await?;
-                                Ok::<_, std::io::Error>(buf[..n].to_vec())
-                            }
-                            ReadBy::Owned => {
-                                let (n, buf) = stream.read(vec![0u8; 5]).await;
-                                Ok(buf[..n?].to_vec())
-                            }
-                        }
-                    };
-                    let mut read = std::pin::pin!(read);
+                    let mut read = std::pin::pin!(by.read(&mut stream));
                     // Polled once (the receive is in the kernel, its task
                     // parked) before the driver goes.
                     let first = futures::poll!(read.as_mut());
@@ -398,12 +422,69 @@ fn a_read_parked_when_its_driver_is_aborted_completes() {
                 let got = tokio::time::timeout(GUARD, reader)
                     .await
                     .unwrap_or_else(|_| {
-                        panic!("{by:?} read parked when the driver was aborted never woke ({submit:?})")
+                        panic!("{by:?} read parked when the driver was aborted never woke ({submit:?}, {flavour})")
                     })
                     .unwrap()
                     .unwrap();
-                assert_eq!(got, b"hello", "{by:?}, {submit:?}");
+                assert_eq!(got, b"hello", "{by:?}, {submit:?}, {flavour}");
             });
+            drop(rt);
+            drop(engine);
+        }
+    }
+}
+
+/// The `drive_on_tokio` task aborted while a read waits on an executor
+/// of its own (no tokio runtime, so nothing there can drive the engine
+/// again): the read's receive is in the kernel already, and the relay
+/// thread, which takes the driving over at once, completes it when the
+/// peer sends; the read is neither refused nor left waiting for another
+/// task to start an operation.
+#[test]
+fn a_read_parked_off_tokio_completes_when_its_driver_is_aborted() {
+    for submit in [Submit::OnStart, Submit::PerRound] {
+        for by in ReadBy::ALL {
+            let rt = runtime();
+            let engine = caller_engine(submit);
+            let driver = rt.spawn(drive_on_tokio(engine.clone()));
+            let (mut stream, mut peer) = rt.block_on(async {
+                let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
+                    .await
+                    .unwrap();
+                let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+                let (stream, _) = listener.accept().await.unwrap();
+                (stream, peer)
+            });
+            let (parked_tx, parked_rx) = std::sync::mpsc::channel();
+            let (read_tx, read_rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                futures::executor::block_on(async move {
+                    let mut read = std::pin::pin!(by.read(&mut stream));
+                    // Polled once (the receive is in the kernel, the task
+                    // parked) before the driver goes.
+                    let first = futures::poll!(read.as_mut());
+                    assert!(first.is_pending(), "the read found bytes nobody sent");
+                    parked_tx.send(()).unwrap();
+                    let _ = read_tx.send(read.await);
+                })
+            });
+            parked_rx.recv().expect("the reader ended before parking");
+            rt.block_on(async {
+                driver.abort();
+                match driver.await {
+                    Ok(res) => res.unwrap(),
+                    Err(e) => assert!(e.is_cancelled(), "{e}"),
+                }
+            });
+            peer.write_all(b"hello").unwrap();
+            let got = read_rx.recv_timeout(GUARD).unwrap_or_else(|e| {
+                panic!("{by:?} read parked off tokio ({submit:?}) never ended: {e}")
+            });
+            assert_eq!(
+                got.unwrap_or_else(|e| panic!("{by:?} read parked off tokio ({submit:?}): {e}")),
+                b"hello",
+                "{by:?}, {submit:?}"
+            );
             drop(rt);
             drop(engine);
         }

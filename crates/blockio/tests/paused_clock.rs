@@ -8,8 +8,15 @@
 //! Each test: a server task starts a read under a 10 s timeout, the peer
 //! (a task of the same runtime) moves the clock by exactly
 //! [`EXPLICIT`] with `tokio::time::advance` and writes; the server must
-//! get the bytes with the clock moved by [`EXPLICIT`] alone.
+//! get the bytes with the clock moved by [`EXPLICIT`] alone. The file
+//! tests read a FIFO that a thread writes to, and the clock must not move
+//! at all, as it does not under `tokio::fs`.
 
+use std::future::Future;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use blockio::aio::{drive_on_tokio, AsyncEngine, CallerDriving, Driving};
@@ -38,10 +45,14 @@ async fn peer(
     addr: std::net::SocketAddr,
     accepted: oneshot::Receiver<()>,
     server: tokio::task::JoinHandle<Served>,
+    busy: Option<&Busy>,
 ) -> Served {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     accepted.await.unwrap();
     advance(EXPLICIT).await;
+    if let Some(busy) = busy {
+        busy.occupy();
+    }
     stream.write_all(REQUEST).await.unwrap();
     let served = server.await.unwrap();
     drop(stream);
@@ -49,8 +60,8 @@ async fn peer(
 }
 
 /// These tests are of a ring: with the thread pool forced
-/// (`BLOCKIO_BACKEND=threads`) there is none, and the clock may jump as on
-/// a driver thread (see the ignored tests below).
+/// (`BLOCKIO_BACKEND=threads`) there is none (the pool has tests of its
+/// own below).
 fn on_a_ring(engine: &AsyncEngine) {
     assert_eq!(
         engine.backend(),
@@ -60,13 +71,18 @@ fn on_a_ring(engine: &AsyncEngine) {
 }
 
 fn check(served: Served) {
+    check_moved(served, EXPLICIT);
+}
+
+/// The read got the request, with the clock moved by `moved` alone.
+fn check_moved(served: Served, moved: Duration) {
     assert_eq!(
         served.read,
         Ok(REQUEST.to_vec()),
         "the read lost its race with the timer"
     );
     assert_eq!(
-        served.moved, EXPLICIT,
+        served.moved, moved,
         "the paused clock moved by more than the explicit advance while a read was in flight"
     );
 }
@@ -95,11 +111,17 @@ async fn tokio_sockets_keep_the_paused_clock() {
             moved: start.elapsed(),
         }
     });
-    check(peer(addr, rx, server).await);
+    check(peer(addr, rx, server, None).await);
 }
 
 /// A blockio read in flight on `engine`.
 async fn blockio_read(engine: &AsyncEngine) -> Served {
+    blockio_read_beside(engine, None).await
+}
+
+/// A blockio read in flight on `engine`, with the engine's thread kept
+/// busy by `busy` (if any) when the request is written.
+async fn blockio_read_beside(engine: &AsyncEngine, busy: Option<&Busy>) -> Served {
     let listener = blockio::net::TcpListener::bind_with(engine, "127.0.0.1:0")
         .await
         .unwrap();
@@ -126,7 +148,7 @@ async fn blockio_read(engine: &AsyncEngine) -> Served {
             moved: start.elapsed(),
         }
     });
-    peer(addr, rx, server).await
+    peer(addr, rx, server, busy).await
 }
 
 /// The default engine on an io_uring: a ring driven by the runtime, whose
@@ -158,9 +180,9 @@ async fn caller_driven_ring_keeps_the_paused_clock() {
 }
 
 /// A driver thread of the engine's own: the completion reaches the task
-/// from that thread, which tokio does not wait for.
+/// from that thread, which tokio's poll does not see; the receive waits
+/// for its socket in that poll first.
 #[tokio::test(start_paused = true)]
-#[ignore = "the paused clock can jump while the driver thread delivers (docs/library.md)"]
 async fn driver_thread_keeps_the_paused_clock() {
     let engine = AsyncEngine::builder()
         .driving(Driving::Thread)
@@ -170,14 +192,415 @@ async fn driver_thread_keeps_the_paused_clock() {
 }
 
 /// The thread-pool backend: the readiness thread sees the bytes and the
-/// completion reaches the task from a pool thread, which tokio does not
-/// wait for either.
+/// completion reaches the task from a pool thread, which tokio's poll does
+/// not see either.
 #[tokio::test(start_paused = true)]
-#[ignore = "the paused clock can jump while the readiness thread delivers (docs/library.md)"]
 async fn thread_pool_keeps_the_paused_clock() {
     let engine = AsyncEngine::builder()
         .backend(BackendChoice::ThreadPool)
         .build()
         .unwrap();
     check(blockio_read(&engine).await);
+}
+
+/// Another read on the same engine, started from a thread of its own
+/// (no runtime: its clock is not held), whose waker blocks the engine's
+/// thread that calls it until the runtime next parks. Written to just
+/// before the request, it keeps that thread from delivering the request's
+/// completion while the runtime looks for work: the runtime's own poll
+/// must see the request's bytes, or its clock jumps to the timer.
+struct Busy {
+    /// The other read's peer.
+    peer: std::sync::Mutex<std::net::TcpStream>,
+    /// Signalled by the waker once the engine's thread is in it.
+    entered: std::sync::Mutex<mpsc::Receiver<()>>,
+    /// The waker's release, sent by the runtime's park hook once armed.
+    release: Arc<std::sync::Mutex<Option<mpsc::Sender<()>>>>,
+    armed: Arc<AtomicBool>,
+    /// Dropped at the end of the test: the other read's thread drops it.
+    _finish: mpsc::Sender<()>,
+}
+
+/// A waker that reports it was called, then waits to be released.
+struct Blocking {
+    entered: std::sync::Mutex<mpsc::Sender<()>>,
+    released: std::sync::Mutex<mpsc::Receiver<()>>,
+}
+
+impl Wake for Blocking {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let _ = self.entered.lock().unwrap().send(());
+        let _ = self.released.lock().unwrap().recv();
+    }
+}
+
+impl Busy {
+    /// The other read, on `engine`, polled once.
+    fn new(engine: &AsyncEngine, runtime: &tokio::runtime::Runtime) -> Busy {
+        let (stream, peer) = runtime.block_on(async {
+            let listener = blockio::net::TcpListener::bind_with(engine, "127.0.0.1:0")
+                .await
+                .unwrap();
+            let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (stream, _) = listener.accept().await.unwrap();
+            (stream, peer)
+        });
+        let (entered_tx, entered) = mpsc::channel();
+        let (release_tx, released) = mpsc::channel();
+        let (polled_tx, polled) = mpsc::channel();
+        let (finish_tx, finish) = mpsc::channel::<()>();
+        let waker = Waker::from(Arc::new(Blocking {
+            entered: std::sync::Mutex::new(entered_tx),
+            released: std::sync::Mutex::new(released),
+        }));
+        std::thread::spawn(move || {
+            let mut read = std::pin::pin!(stream.read(vec![0u8; 1]));
+            let first = read.as_mut().poll(&mut Context::from_waker(&waker));
+            assert!(first.is_pending(), "the other read found bytes nobody sent");
+            polled_tx.send(()).unwrap();
+            // Kept, never polled again (its waker stays the blocking
+            // one), until the test ends.
+            let _ = finish.recv();
+        });
+        polled
+            .recv()
+            .expect("the other read ended before it was polled");
+        Busy {
+            peer: std::sync::Mutex::new(peer),
+            entered: std::sync::Mutex::new(entered),
+            release: Arc::new(std::sync::Mutex::new(Some(release_tx))),
+            armed: Arc::new(AtomicBool::new(false)),
+            _finish: finish_tx,
+        }
+    }
+
+    /// The runtime's park hook: releases the engine's thread at the first
+    /// park after [`occupy`](Self::occupy).
+    fn park_hook(&self) -> impl Fn() + Send + Sync + 'static {
+        let (armed, release) = (self.armed.clone(), self.release.clone());
+        move || {
+            if armed.load(Ordering::SeqCst) {
+                drop(release.lock().unwrap().take());
+            }
+        }
+    }
+
+    /// Sends the other read its byte and waits until the engine's thread
+    /// is in its waker, held there until the runtime parks.
+    fn occupy(&self) {
+        self.peer.lock().unwrap().write_all(b"x").unwrap();
+        self.entered
+            .lock()
+            .unwrap()
+            .recv()
+            .expect("the other read's waker was never called");
+        self.armed.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A read (or an accept) on `engine` (built by `build`, on the runtime)
+/// whose request (or connection) arrives while the engine's thread is
+/// busy delivering another completion.
+fn beside_a_busy_thread(awaited: Awaited, build: impl FnOnce() -> AsyncEngine) -> Served {
+    let hook: ParkHook = Arc::default();
+    let runtime = {
+        let hook = hook.clone();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .on_thread_park(move || {
+                if let Some(f) = &*hook.lock().unwrap() {
+                    f();
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let engine = runtime.block_on(async { build() });
+    let busy = Busy::new(&engine, &runtime);
+    *hook.lock().unwrap() = Some(Box::new(busy.park_hook()));
+    let served = runtime.block_on(async {
+        match awaited {
+            Awaited::Read => blockio_read_beside(&engine, Some(&busy)).await,
+            Awaited::Accept => blockio_accept(&engine, Some(&busy)).await,
+        }
+    });
+    // Released if the runtime never parked after `occupy`.
+    drop(busy.release.lock().unwrap().take());
+    served
+}
+
+/// What the runtime's park hook runs, set once the runtime is built.
+type ParkHook = Arc<std::sync::Mutex<Option<Box<dyn Fn() + Send + Sync>>>>;
+
+/// A driver thread busy in another task's waker when the request
+/// arrives: the runtime's poll sees the request's bytes all the same.
+#[test]
+fn driver_thread_keeps_the_paused_clock_while_busy() {
+    check(beside_a_busy_thread(Awaited::Read, || {
+        AsyncEngine::builder()
+            .driving(Driving::Thread)
+            .build()
+            .unwrap()
+    }));
+}
+
+/// The thread pool's readiness thread busy in another task's waker when
+/// the request arrives.
+#[test]
+fn thread_pool_keeps_the_paused_clock_while_busy() {
+    check(beside_a_busy_thread(Awaited::Read, || {
+        AsyncEngine::builder()
+            .backend(BackendChoice::ThreadPool)
+            .build()
+            .unwrap()
+    }));
+}
+
+/// A read of a FIFO on `engine` under a 10 s timeout, its bytes written
+/// by a thread of the test's own once the read has started: the read
+/// waits on the engine's thread (a pool worker, or the ring), which the
+/// runtime's poll does not see, as `tokio::fs` waits on a blocking
+/// thread; the clock must not jump past it, as it does not for
+/// `tokio::fs`.
+async fn fifo_read(engine: &AsyncEngine) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fifo");
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `name` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
+    // Read and write: opening a FIFO so does not wait for a writer.
+    let fifo = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut writer = fifo.try_clone().unwrap();
+    let file = blockio::aio::AsyncFile::from_file(engine, fifo);
+    let (started_tx, started) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if started.recv().is_ok() {
+            writer.write_all(REQUEST).unwrap();
+        }
+    });
+    let start = Instant::now();
+    let read = timeout(TIMER, async {
+        let mut read = file.read_at(vec![0u8; REQUEST.len()], 0);
+        read.start();
+        started_tx.send(()).unwrap();
+        read.await
+    })
+    .await;
+    Served {
+        read: match read {
+            Ok((Ok(n), mut buf)) => {
+                buf.truncate(n);
+                Ok(buf)
+            }
+            Ok((Err(e), _)) => Err(e.to_string()),
+            Err(elapsed) => Err(elapsed.to_string()),
+        },
+        moved: start.elapsed(),
+    }
+}
+
+/// A file read on a driver thread keeps the paused clock while it waits.
+#[tokio::test(start_paused = true)]
+async fn driver_thread_file_read_keeps_the_paused_clock() {
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Thread)
+        .build()
+        .unwrap();
+    check_moved(fifo_read(&engine).await, Duration::ZERO);
+}
+
+/// A file read on the thread pool (a worker in a blocking `read`) keeps
+/// the paused clock while it waits.
+#[tokio::test(start_paused = true)]
+async fn thread_pool_file_read_keeps_the_paused_clock() {
+    let engine = AsyncEngine::builder()
+        .backend(BackendChoice::ThreadPool)
+        .build()
+        .unwrap();
+    check_moved(fifo_read(&engine).await, Duration::ZERO);
+}
+
+/// On a runtime with the clock paused, in a thread of its own: a read of
+/// an idle blockio socket under a one-hour timeout (the clock jumps to it
+/// at once, as for a tokio socket: nothing is coming), then a read of
+/// bytes written after that (the dropped read lost none), then a reply
+/// back to the tokio peer, then a connect to a tokio listener; then the
+/// same for an accept (idle for an hour, then of a connection made after
+/// it). Returns how far the clock moved, after the
+/// runtime has run, within a guard far beyond what the steps take (a
+/// clock held while the socket is idle would wait for the hour).
+fn idle_then_busy(build: fn() -> AsyncEngine) -> Duration {
+    const HOUR: Duration = Duration::from_secs(3600);
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let moved = runtime.block_on(async {
+            let engine = build();
+            let listener = blockio::net::TcpListener::bind_with(&engine, "127.0.0.1:0")
+                .await
+                .unwrap();
+            let mut peer = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (stream, _) = listener.accept().await.unwrap();
+            let start = Instant::now();
+            let idle = timeout(HOUR, stream.read(vec![0u8; REQUEST.len()])).await;
+            assert!(idle.is_err(), "the idle read found bytes nobody sent");
+            assert_eq!(start.elapsed(), HOUR, "the clock jumped to the timeout");
+            peer.write_all(REQUEST).await.unwrap();
+            let (n, buf) = timeout(TIMER, stream.read(vec![0u8; REQUEST.len()]))
+                .await
+                .expect("the read after the dropped one lost to the timer");
+            assert_eq!(&buf[..n.unwrap()], REQUEST, "the dropped read took bytes");
+            let (sent, _) = stream.write_all(b"pong".to_vec()).await;
+            sent.unwrap();
+            let mut reply = [0u8; 4];
+            timeout(TIMER, peer.read_exact(&mut reply))
+                .await
+                .expect("the reply lost to the timer")
+                .unwrap();
+            assert_eq!(&reply, b"pong");
+            // A connect, which waits for its socket to be writable.
+            let tokio_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let to = tokio_listener.local_addr().unwrap();
+            let (client, accepted) = tokio::join!(
+                timeout(TIMER, blockio::net::TcpStream::connect_with(&engine, to)),
+                tokio_listener.accept()
+            );
+            client.expect("the connect lost to the timer").unwrap();
+            accepted.unwrap();
+            // An idle accept, then one of a connection made after it.
+            let idle_listener = blockio::net::TcpListener::bind_with(&engine, "127.0.0.1:0")
+                .await
+                .unwrap();
+            let idle = timeout(HOUR, idle_listener.accept()).await;
+            assert!(
+                idle.is_err(),
+                "the idle accept found a connection nobody made"
+            );
+            let to = idle_listener.local_addr().unwrap();
+            let _client = tokio::net::TcpStream::connect(to).await.unwrap();
+            timeout(TIMER, idle_listener.accept())
+                .await
+                .expect("the accept after the dropped one lost to the timer")
+                .unwrap();
+            start.elapsed()
+        });
+        let _ = tx.send(moved);
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(moved) => moved,
+        Err(mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the runtime's thread ended without its result"),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the runtime never finished: its clock did not jump past an idle read")
+        }
+    }
+}
+
+/// A driver thread: an idle read leaves the clock free to jump.
+#[test]
+fn driver_thread_idle_read_lets_the_paused_clock_jump() {
+    let moved = idle_then_busy(|| {
+        AsyncEngine::builder()
+            .driving(Driving::Thread)
+            .build()
+            .unwrap()
+    });
+    assert_eq!(moved, Duration::from_secs(2 * 3600));
+}
+
+/// The thread pool: an idle read leaves the clock free to jump.
+#[test]
+fn thread_pool_idle_read_lets_the_paused_clock_jump() {
+    let moved = idle_then_busy(|| {
+        AsyncEngine::builder()
+            .backend(BackendChoice::ThreadPool)
+            .build()
+            .unwrap()
+    });
+    assert_eq!(moved, Duration::from_secs(2 * 3600));
+}
+
+/// An accept on `engine` under a 10 s timeout, with `busy` (if any) keeping
+/// the engine's thread in another task's waker when the connection comes:
+/// the peer moves the clock by [`EXPLICIT`] and connects; the accept must
+/// win with the clock moved by that alone.
+async fn blockio_accept(engine: &AsyncEngine, busy: Option<&Busy>) -> Served {
+    let listener = blockio::net::TcpListener::bind_with(engine, "127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel();
+    let server = tokio::spawn(async move {
+        let start = Instant::now();
+        let accepted = timeout(TIMER, async {
+            let mut accept = std::pin::pin!(listener.accept());
+            assert!(futures::poll!(accept.as_mut()).is_pending());
+            let _ = tx.send(());
+            accept.await
+        })
+        .await;
+        Served {
+            read: match accepted {
+                Ok(Ok(_)) => Ok(REQUEST.to_vec()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(elapsed) => Err(elapsed.to_string()),
+            },
+            moved: start.elapsed(),
+        }
+    });
+    rx.await.unwrap();
+    advance(EXPLICIT).await;
+    if let Some(busy) = busy {
+        busy.occupy();
+    }
+    let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let served = server.await.unwrap();
+    drop(client);
+    served
+}
+
+/// An accept on a driver thread keeps the paused clock.
+#[tokio::test(start_paused = true)]
+async fn driver_thread_accept_keeps_the_paused_clock() {
+    let engine = AsyncEngine::builder()
+        .driving(Driving::Thread)
+        .build()
+        .unwrap();
+    check(blockio_accept(&engine, None).await);
+}
+
+/// An accept on the thread pool keeps the paused clock, with the pool's
+/// readiness thread (which accepts too) busy when the connection comes.
+#[test]
+fn thread_pool_accept_keeps_the_paused_clock_while_busy() {
+    check(beside_a_busy_thread(Awaited::Accept, || {
+        AsyncEngine::builder()
+            .backend(BackendChoice::ThreadPool)
+            .build()
+            .unwrap()
+    }));
+}
+
+/// What [`beside_a_busy_thread`] awaits.
+#[derive(Clone, Copy)]
+enum Awaited {
+    Read,
+    Accept,
 }

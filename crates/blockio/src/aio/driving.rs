@@ -69,13 +69,15 @@ pub enum Driving {
     ///
     /// With tokio's clock paused (`test-util`), a runtime that finds no
     /// task to run jumps the clock to its next timer unless its I/O
-    /// driver's poll without waiting woke a task. That poll sees tokio's
-    /// own sockets and a runtime-driven ring ([`Driving::Auto`]), not this
-    /// thread: between a completion's arrival in the kernel and this
-    /// thread waking its task, the clock can jump, so a timer beside the
-    /// operation may fire first. A signal sent by this thread once it has
-    /// the completion would come after that gap, not close it. Tests that
-    /// pause tokio's clock should use [`Driving::Auto`] on io_uring.
+    /// driver's poll without waiting woke a task. That poll does not see
+    /// this thread, so on such a runtime a socket operation first waits
+    /// for its socket to be ready in the runtime's own reactor (as a tokio
+    /// socket's does), and every operation then holds the clock (as
+    /// `tokio::fs` does, with a `spawn_blocking` task) until its
+    /// completion has woken its task: a timer beside an operation whose
+    /// bytes have arrived does not fire first, and an idle socket leaves
+    /// the clock free to jump, as on tokio. The same holds on the
+    /// thread-pool backend.
     Thread,
     /// The caller's event loop: no driver thread and no cross-thread
     /// wake-up. The loop watches [`AsyncEngine::poll_fd`](super::AsyncEngine::poll_fd)
@@ -90,7 +92,9 @@ pub enum Driving {
     /// of the engine's completes what is in flight. From no tokio runtime
     /// (or one without I/O), an operation not yet in the kernel, and a
     /// stream read, write or flush, fails with an error of kind
-    /// [`Other`](std::io::ErrorKind::Other) saying why.
+    /// [`Other`](std::io::ErrorKind::Other) saying why; a read that was
+    /// already waiting, its receive in the kernel, when the driving task
+    /// went goes on waiting, and that thread completes it.
     ///
     /// Start operations from threads that outlive them (the loop's). The
     /// rest (who drives in each mode, the driver gone, the threads the

@@ -86,6 +86,8 @@ mod driving;
 mod file;
 mod in_flight;
 pub(crate) mod op;
+#[cfg(feature = "tokio")]
+pub(crate) mod paused_clock;
 mod pool;
 pub(crate) mod readiness;
 #[cfg(feature = "tokio")]

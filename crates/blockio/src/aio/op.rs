@@ -53,6 +53,9 @@ struct OpState<B> {
     /// closed with this state if the future was dropped, so an accept
     /// cancelled too late leaks nothing.
     new_fd: bool,
+    /// Kept until the completion has woken the task (a hold on tokio's
+    /// paused clock; see [`Complete::hold`]).
+    hold: Option<Arc<dyn Send + Sync>>,
 }
 
 impl<B> Drop for OpState<B> {
@@ -100,13 +103,24 @@ impl<B: Send> Complete for OpTarget<B> {
     }
 
     fn complete(&self, res: i32) {
-        let waker = {
+        let (waker, hold) = {
             let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             g.result = Some(res);
-            g.waker.take()
+            (g.waker.take(), g.hold.take())
         };
         if let Some(w) = waker {
             w.wake();
+        }
+        // After the wake-up: the woken task is the runtime's work from
+        // then on.
+        drop(hold);
+    }
+
+    #[cfg(feature = "tokio")]
+    fn hold(&self, hold: Arc<dyn Send + Sync>) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.result.is_none() {
+            g.hold = Some(hold);
         }
     }
 
@@ -398,6 +412,11 @@ pub struct OpFuture<B: Send + 'static> {
     refused: Option<io::Error>,
     /// How to try the operation on the polling thread first, if at all.
     inline: Option<Arc<dyn Inline>>,
+    /// The task that submits the operation once its socket is ready, with
+    /// tokio's clock paused (see `aio::paused_clock`): aborted if this
+    /// future is dropped first.
+    #[cfg(feature = "tokio")]
+    gate: Option<super::paused_clock::Gate>,
 }
 
 impl<B: Send + 'static> OpFuture<B> {
@@ -427,6 +446,7 @@ impl<B: Send + 'static> OpFuture<B> {
                     _iovecs: iovecs,
                     _keep: keep,
                     new_fd: site.kind == crate::kind::OpKind::Accept,
+                    hold: None,
                 }),
                 detached: AtomicBool::new(false),
                 claim: AtomicU8::new(WAITING),
@@ -435,6 +455,8 @@ impl<B: Send + 'static> OpFuture<B> {
             op: Some(op),
             refused: None,
             inline: None,
+            #[cfg(feature = "tokio")]
+            gate: None,
         }
     }
 
@@ -523,9 +545,18 @@ impl<B: Send + 'static> OpFuture<B> {
     /// file's write-behind, the rest of a short send), which goes on from
     /// whichever thread moves it along and is never refused half-way.
     pub(crate) fn resume(&mut self) {
-        if let Some(req) = self.take_request() {
-            self.admission.engine().driver().submit([req]);
-        }
+        let Some(req) = self.take_request() else {
+            return;
+        };
+        #[cfg(feature = "tokio")]
+        let req = match super::paused_clock::admit(self.admission.engine(), req, self.site.fd) {
+            Ok(req) => req,
+            Err(gate) => {
+                self.gate = Some(gate);
+                return;
+            }
+        };
+        self.admission.engine().driver().submit([req]);
     }
 
     /// Where an operation asks whether its engine is driven
@@ -697,6 +728,12 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
     fn drop(&mut self) {
         if self.op.is_some() || self.refused.is_some() {
             return;
+        }
+        #[cfg(feature = "tokio")]
+        if let Some(gate) = self.gate.take() {
+            // Not submitted yet: never will be (it completes with
+            // `ECANCELED`). Submitted: the cancel below finds it.
+            gate.cancel();
         }
         let pending = self
             .shared

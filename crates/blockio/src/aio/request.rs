@@ -50,6 +50,14 @@ pub(crate) trait Complete: Send + Sync {
     /// waiting task's next poll has the engine driven again (see
     /// `Admission::admit`). Called with no lock held.
     fn wake_waiters(&self) {}
+
+    /// Keeps `hold` until the operation's completion has woken its task
+    /// (a hold on tokio's paused clock, see `aio::paused_clock`); dropped
+    /// at once by a target that wakes no task.
+    #[cfg(feature = "tokio")]
+    fn hold(&self, hold: Arc<dyn Send + Sync>) {
+        drop(hold);
+    }
 }
 
 /// An operation to perform, and where its result goes.

@@ -86,6 +86,14 @@ struct AcceptBook {
     cancelling: bool,
     /// Every task waiting for a connection.
     wakers: Vec<Waker>,
+    /// The task that arms the request once the listener is readable, with
+    /// tokio's clock paused (see `aio::paused_clock`): aborted on disarm.
+    #[cfg(feature = "tokio")]
+    gate: Option<crate::aio::paused_clock::Gate>,
+    /// Kept until the next completion has woken the waiters (a hold on
+    /// tokio's paused clock).
+    #[cfg(feature = "tokio")]
+    hold: Option<Arc<dyn Send + Sync>>,
 }
 
 impl Complete for Accepts {
@@ -94,6 +102,8 @@ impl Complete for Accepts {
     }
 
     fn complete_flags(&self, res: i32, flags: u32) {
+        #[cfg(feature = "tokio")]
+        let hold;
         let wakers = {
             let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
             match res {
@@ -107,9 +117,22 @@ impl Complete for Accepts {
                 g.armed = false;
                 g.cancelling = false;
             }
+            #[cfg(feature = "tokio")]
+            {
+                hold = g.hold.take();
+                g.gate = None;
+            }
             std::mem::take(&mut g.wakers)
         };
         wakers.into_iter().for_each(Waker::wake);
+        // After the wake-ups: the woken tasks are the runtime's work.
+        #[cfg(feature = "tokio")]
+        drop(hold);
+    }
+
+    #[cfg(feature = "tokio")]
+    fn hold(&self, hold: Arc<dyn Send + Sync>) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).hold = Some(hold);
     }
 
     fn wake_waiters(&self) {
@@ -207,10 +230,40 @@ impl AcceptQueue {
         // socket open.
         let op = unsafe { Op::from_action(sock.fd(), Action::Accept(accept), None) };
         let done: Arc<dyn Complete> = self.shared.clone();
-        if self.by_readiness && !self.multishot {
-            sock.engine().submit_by_readiness(Request { op, done });
+        let req = Request { op, done };
+        let by_readiness = self.by_readiness && !self.multishot;
+        #[cfg(feature = "tokio")]
+        let Some(req) = self.admit(req, by_readiness) else {
+            return;
+        };
+        if by_readiness {
+            sock.engine().submit_by_readiness(req);
         } else {
-            sock.engine().driver().submit([Request { op, done }]);
+            sock.engine().driver().submit([req]);
+        }
+    }
+
+    /// `req`, the accept request, as tokio's paused clock needs it (see
+    /// `aio::paused_clock`): `None` when a task of the runtime's arms it
+    /// once the listener is readable (in the engine's readiness set if
+    /// `by_readiness`). A multishot accept is armed as before.
+    #[cfg(feature = "tokio")]
+    fn admit(&self, req: Request, by_readiness: bool) -> Option<Request> {
+        use crate::aio::paused_clock::{admit_with, Submit};
+        if self.multishot {
+            return Some(req);
+        }
+        let submit: Submit = if by_readiness {
+            |engine, req| engine.submit_by_readiness(req)
+        } else {
+            |engine, req| engine.driver().submit([req])
+        };
+        match admit_with(self.sock.engine(), req, self.sock.fd(), submit) {
+            Ok(req) => Some(req),
+            Err(gate) => {
+                self.lock().gate = Some(gate);
+                None
+            }
         }
     }
 
@@ -222,7 +275,15 @@ impl AcceptQueue {
             return;
         }
         g.cancelling = true;
+        #[cfg(feature = "tokio")]
+        let gate = g.gate.take();
         drop(g);
+        // Not armed yet: never will be (it completes with `ECANCELED`,
+        // which takes the lock). Armed: the cancel below finds it.
+        #[cfg(feature = "tokio")]
+        if let Some(gate) = gate {
+            gate.cancel();
+        }
         let weak = Cancel(Arc::downgrade(&self.shared) as std::sync::Weak<dyn Complete>);
         if self.by_readiness && !self.multishot {
             self.sock.engine().cancel_by_readiness(weak);

@@ -26,7 +26,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 
 use super::read_side::Settled;
 use super::stream::StreamCore;
@@ -45,6 +45,9 @@ pub(crate) struct PollIo {
     receiving: Option<OpFuture<Vec<u8>>>,
     /// The last receive's buffer, taken back for the next one.
     spare: Vec<u8>,
+    /// The task of the read that returned pending and has not ended yet:
+    /// polled again, it is the same read, still waiting.
+    parked: Option<Waker>,
 }
 
 impl PollIo {
@@ -59,7 +62,39 @@ impl PollIo {
         if out.room() == 0 {
             return Poll::Ready(Ok(0));
         }
-        core.sock.admit()?;
+        if let Err(e) = core.sock.admit() {
+            // A read that was waiting, its receive in the kernel, when the
+            // last driving task went is completed by the relay thread,
+            // which took the driving over: it goes on waiting, as an owned
+            // read does. A read started since is refused.
+            let same_read = self
+                .parked
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()));
+            if !(same_read && self.receiving.is_some()) {
+                self.parked = None;
+                return Poll::Ready(Err(e));
+            }
+        }
+        let read = self.poll_read_driven(core, cx, out);
+        self.parked = match read {
+            Poll::Pending => match self.parked.take() {
+                Some(w) if w.will_wake(cx.waker()) => Some(w),
+                _ => Some(cx.waker().clone()),
+            },
+            Poll::Ready(_) => None,
+        };
+        read
+    }
+
+    /// [`poll_read`](Self::poll_read) once the engine is driven (or its
+    /// receive is).
+    fn poll_read_driven(
+        &mut self,
+        core: &StreamCore,
+        cx: &mut Context<'_>,
+        out: &mut dyn ReadOut,
+    ) -> Poll<io::Result<usize>> {
         loop {
             let settled = ready!(core.reads.poll_settle(cx, out));
             self.reclaim(cx);

@@ -1,0 +1,285 @@
+//! tokio's paused clock (`tokio::time::pause`, tokio's `test-util`) against
+//! operations that a thread of the engine's completes: the driver thread
+//! ([`Driving::Thread`](super::Driving::Thread)) and the thread pool.
+//!
+//! A paused current-thread runtime that finds no task to run polls its
+//! I/O driver once without waiting and, unless that poll woke a task (or
+//! something outside woke the runtime), moves the clock to its next timer
+//! at once; it does not while a `spawn_blocking` task runs. tokio's own
+//! sockets are in that poll, and `tokio::fs` runs on `spawn_blocking`. An
+//! operation completed by a thread of the engine's is in neither: between
+//! the bytes' arrival and that thread waking the task, the runtime looks
+//! idle and the clock jumps, so a timer beside the read fires first.
+//!
+//! So, on such a runtime, with its clock paused when the operation
+//! starts:
+//! * a file operation, which completes on its own, holds the clock, as
+//!   `tokio::fs` does: a `spawn_blocking` task of the runtime's
+//!   ([`ClockHold`]) runs from its start until its completion has woken
+//!   its task;
+//! * a socket operation first waits for its socket to be ready (readable
+//!   for a receive or an accept, writable for a send or a connect) in the
+//!   runtime's own reactor, as a tokio socket's does, and only then
+//!   starts, holding the clock until its completion: an idle socket (or
+//!   one whose peer reads nothing) leaves the clock free to jump, as on
+//!   tokio, bytes that arrived are seen by the runtime's poll before any
+//!   thread of the engine's can take them, and a send does not leave the
+//!   runtime idle before its bytes are sent.
+//!
+//! Elsewhere (no tokio runtime, a multi-thread runtime, whose clock cannot
+//! be paused, a clock running, or a caller-driven ring, whose completions
+//! the reactor of the runtime that drives it sees already; one driven by
+//! another runtime is not covered) operations start as usual.
+//!
+//! The clock's state is read when the operation starts: an operation
+//! started before `pause()` is not held. A single accept is gated as a
+//! receive is; a multishot request (an accept, or a driver thread's
+//! receive stream) starts as before.
+
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, Weak};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::runtime::{Handle, RuntimeFlavor};
+
+use super::driver::Driver;
+use super::request::Request;
+use super::AsyncEngine;
+use crate::kind::OpClass;
+
+/// A running `spawn_blocking` task of one runtime, which keeps that
+/// runtime's paused clock from moving on its own until this is dropped.
+/// Shared by every operation that holds the clock of that runtime.
+pub(crate) struct ClockHold {
+    /// Dropped with the hold: the blocking task's `recv` then returns.
+    _release: mpsc::Sender<()>,
+}
+
+/// The holds in force, one per runtime at most.
+static HOLDS: Mutex<Vec<(tokio::runtime::Id, Weak<ClockHold>)>> = Mutex::new(Vec::new());
+
+impl ClockHold {
+    /// The hold on `runtime`'s clock: the one in force, or a new one.
+    fn on(runtime: &Handle) -> Arc<ClockHold> {
+        let mut holds = HOLDS.lock().unwrap_or_else(|e| e.into_inner());
+        holds.retain(|(_, hold)| hold.strong_count() > 0);
+        let held = holds
+            .iter()
+            .find(|(id, _)| *id == runtime.id())
+            .and_then(|(_, hold)| hold.upgrade());
+        if let Some(hold) = held {
+            return hold;
+        }
+        let (release, released) = mpsc::channel::<()>();
+        // tokio stops the clock's auto-advance when the task is spawned
+        // (before this returns), and lets it go when the task has ended,
+        // which is once every handle on the hold is dropped.
+        drop(runtime.spawn_blocking(move || {
+            let _ = released.recv();
+        }));
+        let hold = Arc::new(ClockHold { _release: release });
+        holds.push((runtime.id(), Arc::downgrade(&hold)));
+        hold
+    }
+}
+
+/// The current-thread runtime the caller runs on, if its clock is
+/// paused. tokio offers no way to ask but its clock: paused, it does not
+/// move while the real one does.
+fn paused_runtime() -> Option<Handle> {
+    let runtime = Handle::try_current().ok()?;
+    if runtime.runtime_flavor() != RuntimeFlavor::CurrentThread {
+        return None;
+    }
+    let before = tokio::time::Instant::now();
+    if tokio::time::Instant::now() != before {
+        // Running (the usual answer, for the price of two reads).
+        return None;
+    }
+    let real = std::time::Instant::now();
+    // Until the real clock has moved since `before` was read.
+    while std::time::Instant::now() == real {
+        std::hint::spin_loop();
+    }
+    (tokio::time::Instant::now() == before).then_some(runtime)
+}
+
+/// How a request reaches its engine once admitted.
+pub(crate) type Submit = fn(&AsyncEngine, Request);
+
+/// `req`, about to be handed to `engine`'s driver by the future that made
+/// it, on the fd `fd`: given back to be submitted now, holding the clock
+/// as it must (see the module's documentation); or, when it waits for its
+/// socket in the runtime's reactor first, in a task of that runtime's
+/// that then submits it, that task's [`Gate`], to cancel the request if
+/// the future is dropped first.
+pub(crate) fn admit(engine: &AsyncEngine, req: Request, fd: RawFd) -> Result<Request, Gate> {
+    admit_with(engine, req, fd, |engine, req| engine.driver().submit([req]))
+}
+
+/// [`admit`], for a request that reaches its engine by `submit` (an
+/// accept waiting in the engine's readiness set).
+pub(crate) fn admit_with(
+    engine: &AsyncEngine,
+    req: Request,
+    fd: RawFd,
+    submit: Submit,
+) -> Result<Request, Gate> {
+    if matches!(engine.driver(), Driver::Caller(_)) {
+        return Ok(req);
+    }
+    let Some(runtime) = paused_runtime() else {
+        return Ok(req);
+    };
+    let ready = match req.op.kind().class() {
+        OpClass::SocketIn => Ready::Readable,
+        OpClass::SocketOut => Ready::Writable,
+        OpClass::FileData | OpClass::Metadata => {
+            req.done.hold(ClockHold::on(&runtime));
+            return Ok(req);
+        }
+    };
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let gated_req = Gated {
+        req: Some(req),
+        engine: engine.clone(),
+        submit,
+        cancelled: cancelled.clone(),
+    };
+    let task = runtime.spawn(gated(gated_req, fd, ready));
+    Err(Gate {
+        task: task.abort_handle(),
+        cancelled,
+    })
+}
+
+/// The task that submits a request once its socket is ready.
+pub(crate) struct Gate {
+    task: tokio::task::AbortHandle,
+    /// Set by [`cancel`](Self::cancel): the request is not to be made.
+    cancelled: Arc<AtomicBool>,
+}
+
+impl Gate {
+    /// The request will not be made (its future is gone): if the task
+    /// has not submitted it yet, it never will, and the request completes
+    /// with `ECANCELED`. One already submitted is the driver's to cancel.
+    pub(crate) fn cancel(self) {
+        self.cancelled.store(true, Ordering::Release);
+        self.task.abort();
+    }
+}
+
+/// What a socket operation waits for.
+#[derive(Clone, Copy)]
+enum Ready {
+    Readable,
+    Writable,
+}
+
+impl Ready {
+    fn interest(self) -> Interest {
+        match self {
+            Ready::Readable => Interest::READABLE,
+            Ready::Writable => Interest::WRITABLE,
+        }
+    }
+
+    fn poll_flags(self) -> rustix::event::PollFlags {
+        use rustix::event::PollFlags;
+        match self {
+            Ready::Readable => PollFlags::IN | PollFlags::RDHUP,
+            Ready::Writable => PollFlags::OUT,
+        }
+    }
+}
+
+/// A request waiting in [`gated`], and how it reaches its engine. If
+/// that task is dropped before submitting it: cancelled ([`Gate::cancel`]),
+/// it completes with `ECANCELED`, as a cancelled operation does; dropped
+/// with its runtime (shut down, or refusing new tasks as it shuts down),
+/// it is submitted as it would be with the clock running, since the
+/// operation itself was not cancelled (a dropped stream's last bytes).
+struct Gated {
+    req: Option<Request>,
+    engine: AsyncEngine,
+    submit: Submit,
+    cancelled: Arc<AtomicBool>,
+}
+
+impl Drop for Gated {
+    fn drop(&mut self) {
+        let Some(req) = self.req.take() else {
+            return;
+        };
+        if self.cancelled.load(Ordering::Acquire) {
+            req.done.complete(-libc::ECANCELED);
+        } else {
+            (self.submit)(&self.engine, req);
+        }
+    }
+}
+
+/// Waits until `fd` is `ready` in the reactor of the runtime this task
+/// runs on, then submits the request its own way, the clock held. A
+/// socket the reactor cannot watch (a runtime without I/O) is not waited
+/// for: the request is submitted at once, holding the clock until it
+/// completes.
+async fn gated(mut gate: Gated, fd: RawFd, ready: Ready) {
+    if let Ok(watched) = watch(fd, ready) {
+        loop {
+            let Ok(mut guard) = watched.ready(ready.interest()).await else {
+                break;
+            };
+            if ready_now(fd, ready) {
+                break;
+            }
+            guard.clear_ready();
+        }
+    }
+    let Some(req) = gate.req.take() else {
+        return;
+    };
+    if let Ok(runtime) = Handle::try_current() {
+        req.done.hold(ClockHold::on(&runtime));
+    }
+    (gate.submit)(&gate.engine, req);
+}
+
+/// `fd`, duplicated, registered with the current runtime's reactor for
+/// `ready`: a descriptor of its own, so that two operations waiting
+/// on one socket are two registrations. tokio panics where the runtime
+/// has I/O disabled: that is an error here.
+fn watch(fd: RawFd, ready: Ready) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: the request's operation keeps its socket open until it
+    // completes, and it has not yet been submitted: `fd` is open here.
+    let socket = unsafe { BorrowedFd::borrow_raw(fd) };
+    let dup = rustix::io::fcntl_dupfd_cloexec(socket, 0)?;
+    std::panic::catch_unwind(move || {
+        // The `OwnedFd` moved into the `AsyncFd` stays open until the
+        // `AsyncFd` is dropped (which deregisters it first): the I/O-safety
+        // condition of tokio 1.54's `register_with_interest` holds. That
+        // function is not used so that tokio 1.49 is enough (see
+        // `tokio_drive::watch`).
+        #[allow(deprecated)]
+        AsyncFd::with_interest(dup, ready.interest())
+    })
+    .unwrap_or_else(|_| Err(io::Error::other("this tokio runtime has I/O disabled")))
+}
+
+/// Whether `fd` is `ready` (or at its end, or failed) now.
+fn ready_now(fd: RawFd, ready: Ready) -> bool {
+    // SAFETY: as in `watch`: the socket is open while its request waits.
+    let socket = unsafe { BorrowedFd::borrow_raw(fd) };
+    let mut polled = [rustix::event::PollFd::new(&socket, ready.poll_flags())];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // An error (none is expected of one open descriptor) counts as
+    // readable: the operation then reports it.
+    rustix::event::poll(&mut polled, Some(&zero)).map_or(true, |n| n > 0)
+}
