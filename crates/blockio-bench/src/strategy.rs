@@ -155,9 +155,12 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
     let own = || plan.strategy.own_backend().to_string();
     match plan.strategy {
         Strategy::Sync | Strategy::Threads => std::thread::scope(|s| {
+            let recs = recorders(plan.threads);
             timed(seconds, |deadline| {
-                let handles: Vec<_> = (0..plan.threads)
-                    .map(|t| s.spawn(move || pread_loop(w, deadline, t)))
+                let handles: Vec<_> = recs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(t, rec)| s.spawn(move || pread_loop(w, deadline, t, rec)))
                     .collect();
                 join_all(handles)
             })
@@ -191,11 +194,15 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
                 })
                 .build()?;
             let m = std::thread::scope(|s| {
+                let recs = recorders(plan.threads);
                 timed(seconds, |deadline| {
-                    let handles: Vec<_> = (0..plan.threads)
-                        .map(|t| {
+                    let handles: Vec<_> = recs
+                        .into_iter()
+                        .enumerate()
+                        .map(|(t, rec)| {
                             let engine = &engine;
-                            s.spawn(move || engine_loop(engine, w, per_thread, deadline, t))
+                            let batch = per_thread;
+                            s.spawn(move || engine_loop(engine, w, batch, deadline, (t, rec)))
                         })
                         .collect();
                     join_all(handles)
@@ -220,6 +227,14 @@ fn served_by(engine: &Engine) -> String {
     }
 }
 
+/// One tally per worker, made before the clock starts: a tally is a
+/// latency histogram of a few hundred KiB, and making 256 of them (their
+/// allocation, the page faults of their first use) inside a short run was
+/// counted against the strategies with many tasks.
+fn recorders(n: usize) -> Vec<Recorder> {
+    (0..n).map(|_| Recorder::new()).collect()
+}
+
 fn join_all(
     handles: Vec<std::thread::ScopedJoinHandle<'_, Result<Recorder>>>,
 ) -> Result<Vec<Recorder>> {
@@ -241,11 +256,8 @@ struct OneAtATime {
 }
 
 impl OneAtATime {
-    fn new(t: usize) -> OneAtATime {
-        OneAtATime {
-            rng: seed(t),
-            rec: Recorder::new(),
-        }
+    fn new(t: usize, rec: Recorder) -> OneAtATime {
+        OneAtATime { rng: seed(t), rec }
     }
 
     /// The start time and offset of the next read; `None` once the
@@ -264,9 +276,9 @@ impl OneAtATime {
 }
 
 /// `pread` one block at a time until the deadline.
-fn pread_loop(w: &Workload, deadline: Instant, t: usize) -> Result<Recorder> {
+fn pread_loop(w: &Workload, deadline: Instant, t: usize, rec: Recorder) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
-    let mut me = OneAtATime::new(t);
+    let mut me = OneAtATime::new(t, rec);
     while let Some((t0, off)) = me.next(w, deadline) {
         let n = w.pread(&mut buf, off)?;
         me.done(w, t0, &buf, off, n)?;
@@ -274,13 +286,14 @@ fn pread_loop(w: &Workload, deadline: Instant, t: usize) -> Result<Recorder> {
     Ok(me.rec)
 }
 
-/// Batches of `batch` reads through the engine until the deadline.
+/// Batches of `batch` reads through the engine until the deadline; `t` is
+/// the worker's number and tally.
 fn engine_loop(
     engine: &Engine,
     w: &Workload,
     batch: usize,
     deadline: Instant,
-    t: usize,
+    (t, mut rec): (usize, Recorder),
 ) -> Result<Recorder> {
     let mut bufs: Vec<AlignedBuf> = (0..batch)
         .map(|_| AlignedBuf::new(w.block_size, 4096))
@@ -289,7 +302,6 @@ fn engine_loop(
     let mut store: Vec<Op<'static>> = Vec::with_capacity(batch);
     let mut results = Vec::with_capacity(batch);
     let mut rng = seed(t);
-    let mut rec = Recorder::new();
     loop {
         let t0 = Instant::now();
         // At least one batch, however late this thread started.
@@ -342,17 +354,21 @@ fn pool(
         }
         None => None,
     };
+    let recs = recorders(plan.threads);
     timed(seconds, |deadline| {
         rt.block_on(async {
-            let tasks: Vec<_> = (0..plan.threads)
-                .map(|t| {
+            let tasks: Vec<_> = recs
+                .into_iter()
+                .enumerate()
+                .map(|(t, rec)| {
                     let w = w.clone();
+                    let me = OneAtATime::new(t, rec);
                     match (&file, plan.strategy) {
-                        (Some(f), _) => tokio::spawn(async_task(f.clone(), w, deadline, t)),
+                        (Some(f), _) => tokio::spawn(async_task(f.clone(), w, deadline, me)),
                         (None, Strategy::PoolTokioFs) => {
-                            tokio::spawn(tokio_fs_task(w, deadline, t))
+                            tokio::spawn(tokio_fs_task(w, deadline, me))
                         }
-                        _ => tokio::spawn(blocking_task(w, deadline, t)),
+                        _ => tokio::spawn(blocking_task(w, deadline, me)),
                     }
                 })
                 .collect();
@@ -365,9 +381,12 @@ fn pool(
     })
 }
 
-async fn blocking_task(w: Arc<Workload>, deadline: Instant, t: usize) -> Result<Recorder> {
+async fn blocking_task(
+    w: Arc<Workload>,
+    deadline: Instant,
+    mut me: OneAtATime,
+) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
-    let mut me = OneAtATime::new(t);
     while let Some((t0, off)) = me.next(&w, deadline) {
         let w2 = w.clone();
         let (b, n) = tokio::task::spawn_blocking(move || {
@@ -386,10 +405,9 @@ async fn async_task(
     file: Arc<AsyncFile>,
     w: Arc<Workload>,
     deadline: Instant,
-    t: usize,
+    mut me: OneAtATime,
 ) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
-    let mut me = OneAtATime::new(t);
     while let Some((t0, off)) = me.next(&w, deadline) {
         let (res, b) = file.read_at(buf, off).await;
         buf = b;
@@ -399,12 +417,15 @@ async fn async_task(
     Ok(me.rec)
 }
 
-async fn tokio_fs_task(w: Arc<Workload>, deadline: Instant, t: usize) -> Result<Recorder> {
+async fn tokio_fs_task(
+    w: Arc<Workload>,
+    deadline: Instant,
+    mut me: OneAtATime,
+) -> Result<Recorder> {
     let mut file = tokio::fs::File::open(&w.path)
         .await
         .with_context(|| format!("open {}", w.path.display()))?;
     let mut buf = vec![0u8; w.block_size];
-    let mut me = OneAtATime::new(t);
     while let Some((t0, off)) = me.next(&w, deadline) {
         file.seek(SeekFrom::Start(off)).await?;
         file.read_exact(&mut buf)
