@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
+use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions, Driving};
 use blockio::{AlignedBuf, Engine, Op, ReadPath};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
@@ -41,7 +41,8 @@ pub enum Strategy {
     #[serde(rename = "auto")]
     Auto,
     /// The async API (`AsyncFile::read_at`) from N tasks on tokio's
-    /// multi-thread runtime.
+    /// multi-thread runtime, the engine built on that runtime as a tokio
+    /// program builds it ([`Driving::Auto`]: the runtime drives the ring).
     #[serde(rename = "async")]
     Async,
     /// The async API with every read sent to the driver
@@ -49,6 +50,11 @@ pub enum Strategy {
     /// path, run only when named.
     #[serde(rename = "async-submit")]
     AsyncSubmit,
+    /// The async API driven by the engine's own thread
+    /// ([`Driving::Thread`]; an engine built outside any runtime), run
+    /// only when named.
+    #[serde(rename = "async-thread")]
+    AsyncThread,
     /// fio's io_uring engine (a reference, run with `--fio`).
     #[serde(rename = "fio")]
     Fio,
@@ -79,6 +85,7 @@ impl Strategy {
             Strategy::Auto => "auto",
             Strategy::Async => "async",
             Strategy::AsyncSubmit => "async-submit",
+            Strategy::AsyncThread => "async-thread",
             Strategy::Fio => "fio",
         }
     }
@@ -95,6 +102,7 @@ impl Strategy {
                 | Strategy::Auto
                 | Strategy::Async
                 | Strategy::AsyncSubmit
+                | Strategy::AsyncThread
         )
     }
 
@@ -127,11 +135,11 @@ impl FromStr for Strategy {
     fn from_str(s: &str) -> std::result::Result<Strategy, String> {
         Strategy::ALL
             .into_iter()
-            .chain([Strategy::AsyncSubmit])
+            .chain([Strategy::AsyncSubmit, Strategy::AsyncThread])
             .find(|x| x.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown strategy {s:?}: expected sync, threads, pool, pool-tokio-fs, pool-blocking, uring, uring-mt, auto, async or async-submit"
+                    "unknown strategy {s:?}: expected sync, threads, pool, pool-tokio-fs, pool-blocking, uring, uring-mt, auto, async, async-submit or async-thread"
                 )
             })
     }
@@ -167,20 +175,12 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
         })
         .map(|m| (m, own())),
         Strategy::PoolBlocking | Strategy::PoolTokioFs => {
-            pool(plan, w, seconds, None).map(|m| (m, own()))
+            pool(plan, w, seconds).map(|(m, _)| (m, own()))
         }
-        Strategy::Async | Strategy::AsyncSubmit => {
-            let read_path = if plan.strategy == Strategy::Async {
-                ReadPath::Auto
-            } else {
-                ReadPath::AlwaysSubmit
-            };
-            let engine = AsyncEngine::builder()
-                .queue_depth(plan.threads)
-                .read_path(read_path)
-                .build()?;
-            let m = pool(plan, w, seconds, Some(&engine))?;
-            Ok((m, engine.backend().to_string()))
+        Strategy::Async | Strategy::AsyncSubmit | Strategy::AsyncThread => {
+            let (m, engine) = pool(plan, w, seconds)?;
+            let engine = engine.context("the async strategies build an engine")?;
+            Ok((m, format!("{} {}", engine.backend(), driven_by(&engine))))
         }
         Strategy::Uring | Strategy::UringMt | Strategy::Auto => {
             let per_thread = (plan.qd / plan.threads).max(1);
@@ -233,6 +233,34 @@ fn served_by(engine: &Engine) -> String {
 /// counted against the strategies with many tasks.
 fn recorders(n: usize) -> Vec<Recorder> {
     (0..n).map(|_| Recorder::new()).collect()
+}
+
+/// Who drives an async engine, for the "served by" column.
+fn driven_by(engine: &AsyncEngine) -> &'static str {
+    match engine.driving() {
+        Driving::Thread => "(thread)",
+        Driving::Caller(_) => "(runtime)",
+        _ => "",
+    }
+}
+
+/// The async engine of an async strategy, built on `rt` as a tokio program
+/// builds it, or, for `async-thread`, with a driver thread of its own.
+fn async_engine(plan: Plan, rt: &tokio::runtime::Runtime) -> Result<AsyncEngine> {
+    let read_path = match plan.strategy {
+        Strategy::AsyncSubmit => ReadPath::AlwaysSubmit,
+        _ => ReadPath::Auto,
+    };
+    let driving = match plan.strategy {
+        Strategy::AsyncThread => Driving::Thread,
+        _ => Driving::Auto,
+    };
+    let _on_runtime = rt.enter();
+    Ok(AsyncEngine::builder()
+        .queue_depth(plan.threads)
+        .read_path(read_path)
+        .driving(driving)
+        .build()?)
 }
 
 fn join_all(
@@ -329,15 +357,10 @@ fn engine_loop(
 }
 
 /// The async runtime's thread-pool file I/O, or blockio's async API,
-/// `plan.threads` tasks on tokio's multi-thread runtime.
-/// The pool strategies and `async`, which reads through `aio` on tokio's
-/// runtime.
-fn pool(
-    plan: Plan,
-    w: &Arc<Workload>,
-    seconds: f64,
-    aio: Option<&AsyncEngine>,
-) -> Result<Measured> {
+/// `plan.threads` tasks on tokio's multi-thread runtime (with I/O, as
+/// `#[tokio::main]` builds it); the async engine too, for the async
+/// strategies.
+fn pool(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Option<AsyncEngine>)> {
     if plan.strategy == Strategy::PoolTokioFs && w.profile.direct() {
         bail!("tokio::fs cannot do O_DIRECT reads: its internal buffers are not aligned");
     }
@@ -345,9 +368,16 @@ fn pool(
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cpus)
         .max_blocking_threads(plan.threads.max(512))
+        .enable_all()
         .build()
         .context("start the tokio runtime")?;
-    let file = match aio {
+    let aio = match plan.strategy {
+        Strategy::Async | Strategy::AsyncSubmit | Strategy::AsyncThread => {
+            Some(async_engine(plan, &rt)?)
+        }
+        _ => None,
+    };
+    let file = match &aio {
         Some(engine) => {
             let opts = AsyncOpenOptions::new().direct(w.profile.direct());
             Some(Arc::new(AsyncFile::open_with(engine, &w.path, &opts)?))
@@ -379,6 +409,7 @@ fn pool(
             Ok(out)
         })
     })
+    .map(|m| (m, aio))
 }
 
 async fn blocking_task(
