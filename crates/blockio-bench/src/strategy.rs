@@ -180,7 +180,7 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
         Strategy::Async | Strategy::AsyncSubmit | Strategy::AsyncThread => {
             let (m, engine) = pool(plan, w, seconds)?;
             let engine = engine.context("the async strategies build an engine")?;
-            Ok((m, format!("{} {}", engine.backend(), driven_by(&engine))))
+            Ok((m, engine.backend().to_string()))
         }
         Strategy::Uring | Strategy::UringMt | Strategy::Auto => {
             let per_thread = (plan.qd / plan.threads).max(1);
@@ -233,15 +233,6 @@ fn served_by(engine: &Engine) -> String {
 /// counted against the strategies with many tasks.
 fn recorders(n: usize) -> Vec<Recorder> {
     (0..n).map(|_| Recorder::new()).collect()
-}
-
-/// Who drives an async engine, for the "served by" column.
-fn driven_by(engine: &AsyncEngine) -> &'static str {
-    match engine.driving() {
-        Driving::Thread => "(thread)",
-        Driving::Caller(_) => "(runtime)",
-        _ => "",
-    }
 }
 
 /// The async engine of an async strategy, built on `rt` as a tokio program
