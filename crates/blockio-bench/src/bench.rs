@@ -35,7 +35,8 @@ pub struct BenchArgs {
     /// Strategies to run, comma separated: sync, threads, pool (both pool
     /// strategies), pool-tokio-fs, pool-blocking, uring, uring-mt, auto,
     /// async; and, only when named, async-submit (the async API with every
-    /// read sent to the driver).
+    /// read sent to the driver) and async-thread (driven by the engine's
+    /// own thread).
     #[arg(long, value_delimiter = ',', value_parser = strategy::parse_strategies)]
     pub strategies: Vec<Vec<Strategy>>,
     /// Threads of `threads`, `uring-mt` and `auto` (default: the CPUs).
@@ -149,7 +150,8 @@ pub fn plans(args: &BenchArgs, profile: Profile, strategies: &[Strategy]) -> Vec
             Strategy::PoolTokioFs
             | Strategy::PoolBlocking
             | Strategy::Async
-            | Strategy::AsyncSubmit => out.extend(args.tasks.iter().map(|&t| Plan {
+            | Strategy::AsyncSubmit
+            | Strategy::AsyncThread => out.extend(args.tasks.iter().map(|&t| Plan {
                 strategy: s,
                 qd: t,
                 threads: t,

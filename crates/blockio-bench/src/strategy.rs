@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions};
+use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions, Driving};
 use blockio::{AlignedBuf, Engine, Op, ReadPath};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
@@ -41,7 +41,8 @@ pub enum Strategy {
     #[serde(rename = "auto")]
     Auto,
     /// The async API (`AsyncFile::read_at`) from N tasks on tokio's
-    /// multi-thread runtime.
+    /// multi-thread runtime, the engine built on that runtime as a tokio
+    /// program builds it ([`Driving::Auto`]: the runtime drives the ring).
     #[serde(rename = "async")]
     Async,
     /// The async API with every read sent to the driver
@@ -49,6 +50,11 @@ pub enum Strategy {
     /// path, run only when named.
     #[serde(rename = "async-submit")]
     AsyncSubmit,
+    /// The async API driven by the engine's own thread
+    /// ([`Driving::Thread`]; an engine built outside any runtime), run
+    /// only when named.
+    #[serde(rename = "async-thread")]
+    AsyncThread,
     /// fio's io_uring engine (a reference, run with `--fio`).
     #[serde(rename = "fio")]
     Fio,
@@ -79,6 +85,7 @@ impl Strategy {
             Strategy::Auto => "auto",
             Strategy::Async => "async",
             Strategy::AsyncSubmit => "async-submit",
+            Strategy::AsyncThread => "async-thread",
             Strategy::Fio => "fio",
         }
     }
@@ -95,6 +102,7 @@ impl Strategy {
                 | Strategy::Auto
                 | Strategy::Async
                 | Strategy::AsyncSubmit
+                | Strategy::AsyncThread
         )
     }
 
@@ -127,11 +135,11 @@ impl FromStr for Strategy {
     fn from_str(s: &str) -> std::result::Result<Strategy, String> {
         Strategy::ALL
             .into_iter()
-            .chain([Strategy::AsyncSubmit])
+            .chain([Strategy::AsyncSubmit, Strategy::AsyncThread])
             .find(|x| x.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown strategy {s:?}: expected sync, threads, pool, pool-tokio-fs, pool-blocking, uring, uring-mt, auto, async or async-submit"
+                    "unknown strategy {s:?}: expected sync, threads, pool, pool-tokio-fs, pool-blocking, uring, uring-mt, auto, async, async-submit or async-thread"
                 )
             })
     }
@@ -155,28 +163,23 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
     let own = || plan.strategy.own_backend().to_string();
     match plan.strategy {
         Strategy::Sync | Strategy::Threads => std::thread::scope(|s| {
+            let recs = recorders(plan.threads);
             timed(seconds, |deadline| {
-                let handles: Vec<_> = (0..plan.threads)
-                    .map(|t| s.spawn(move || pread_loop(w, deadline, t)))
+                let handles: Vec<_> = recs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(t, rec)| s.spawn(move || pread_loop(w, deadline, t, rec)))
                     .collect();
                 join_all(handles)
             })
         })
         .map(|m| (m, own())),
         Strategy::PoolBlocking | Strategy::PoolTokioFs => {
-            pool(plan, w, seconds, None).map(|m| (m, own()))
+            pool(plan, w, seconds).map(|(m, _)| (m, own()))
         }
-        Strategy::Async | Strategy::AsyncSubmit => {
-            let read_path = if plan.strategy == Strategy::Async {
-                ReadPath::Auto
-            } else {
-                ReadPath::AlwaysSubmit
-            };
-            let engine = AsyncEngine::builder()
-                .queue_depth(plan.threads)
-                .read_path(read_path)
-                .build()?;
-            let m = pool(plan, w, seconds, Some(&engine))?;
+        Strategy::Async | Strategy::AsyncSubmit | Strategy::AsyncThread => {
+            let (m, engine) = pool(plan, w, seconds)?;
+            let engine = engine.context("the async strategies build an engine")?;
             Ok((m, engine.backend().to_string()))
         }
         Strategy::Uring | Strategy::UringMt | Strategy::Auto => {
@@ -191,11 +194,15 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
                 })
                 .build()?;
             let m = std::thread::scope(|s| {
+                let recs = recorders(plan.threads);
                 timed(seconds, |deadline| {
-                    let handles: Vec<_> = (0..plan.threads)
-                        .map(|t| {
+                    let handles: Vec<_> = recs
+                        .into_iter()
+                        .enumerate()
+                        .map(|(t, rec)| {
                             let engine = &engine;
-                            s.spawn(move || engine_loop(engine, w, per_thread, deadline, t))
+                            let batch = per_thread;
+                            s.spawn(move || engine_loop(engine, w, batch, deadline, (t, rec)))
                         })
                         .collect();
                     join_all(handles)
@@ -220,6 +227,33 @@ fn served_by(engine: &Engine) -> String {
     }
 }
 
+/// One tally per worker, made before the clock starts: a tally is a
+/// latency histogram of a few hundred KiB, and making 256 of them (their
+/// allocation, the page faults of their first use) inside a short run was
+/// counted against the strategies with many tasks.
+fn recorders(n: usize) -> Vec<Recorder> {
+    (0..n).map(|_| Recorder::new()).collect()
+}
+
+/// The async engine of an async strategy, built on `rt` as a tokio program
+/// builds it, or, for `async-thread`, with a driver thread of its own.
+fn async_engine(plan: Plan, rt: &tokio::runtime::Runtime) -> Result<AsyncEngine> {
+    let read_path = match plan.strategy {
+        Strategy::AsyncSubmit => ReadPath::AlwaysSubmit,
+        _ => ReadPath::Auto,
+    };
+    let driving = match plan.strategy {
+        Strategy::AsyncThread => Driving::Thread,
+        _ => Driving::Auto,
+    };
+    let _on_runtime = rt.enter();
+    Ok(AsyncEngine::builder()
+        .queue_depth(plan.threads)
+        .read_path(read_path)
+        .driving(driving)
+        .build()?)
+}
+
 fn join_all(
     handles: Vec<std::thread::ScopedJoinHandle<'_, Result<Recorder>>>,
 ) -> Result<Vec<Recorder>> {
@@ -241,11 +275,8 @@ struct OneAtATime {
 }
 
 impl OneAtATime {
-    fn new(t: usize) -> OneAtATime {
-        OneAtATime {
-            rng: seed(t),
-            rec: Recorder::new(),
-        }
+    fn new(t: usize, rec: Recorder) -> OneAtATime {
+        OneAtATime { rng: seed(t), rec }
     }
 
     /// The start time and offset of the next read; `None` once the
@@ -264,9 +295,9 @@ impl OneAtATime {
 }
 
 /// `pread` one block at a time until the deadline.
-fn pread_loop(w: &Workload, deadline: Instant, t: usize) -> Result<Recorder> {
+fn pread_loop(w: &Workload, deadline: Instant, t: usize, rec: Recorder) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
-    let mut me = OneAtATime::new(t);
+    let mut me = OneAtATime::new(t, rec);
     while let Some((t0, off)) = me.next(w, deadline) {
         let n = w.pread(&mut buf, off)?;
         me.done(w, t0, &buf, off, n)?;
@@ -274,13 +305,14 @@ fn pread_loop(w: &Workload, deadline: Instant, t: usize) -> Result<Recorder> {
     Ok(me.rec)
 }
 
-/// Batches of `batch` reads through the engine until the deadline.
+/// Batches of `batch` reads through the engine until the deadline; `t` is
+/// the worker's number and tally.
 fn engine_loop(
     engine: &Engine,
     w: &Workload,
     batch: usize,
     deadline: Instant,
-    t: usize,
+    (t, mut rec): (usize, Recorder),
 ) -> Result<Recorder> {
     let mut bufs: Vec<AlignedBuf> = (0..batch)
         .map(|_| AlignedBuf::new(w.block_size, 4096))
@@ -289,7 +321,6 @@ fn engine_loop(
     let mut store: Vec<Op<'static>> = Vec::with_capacity(batch);
     let mut results = Vec::with_capacity(batch);
     let mut rng = seed(t);
-    let mut rec = Recorder::new();
     loop {
         let t0 = Instant::now();
         // At least one batch, however late this thread started.
@@ -317,15 +348,10 @@ fn engine_loop(
 }
 
 /// The async runtime's thread-pool file I/O, or blockio's async API,
-/// `plan.threads` tasks on tokio's multi-thread runtime.
-/// The pool strategies and `async`, which reads through `aio` on tokio's
-/// runtime.
-fn pool(
-    plan: Plan,
-    w: &Arc<Workload>,
-    seconds: f64,
-    aio: Option<&AsyncEngine>,
-) -> Result<Measured> {
+/// `plan.threads` tasks on tokio's multi-thread runtime (with I/O, as
+/// `#[tokio::main]` builds it); the async engine too, for the async
+/// strategies.
+fn pool(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Option<AsyncEngine>)> {
     if plan.strategy == Strategy::PoolTokioFs && w.profile.direct() {
         bail!("tokio::fs cannot do O_DIRECT reads: its internal buffers are not aligned");
     }
@@ -333,26 +359,37 @@ fn pool(
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cpus)
         .max_blocking_threads(plan.threads.max(512))
+        .enable_all()
         .build()
         .context("start the tokio runtime")?;
-    let file = match aio {
+    let aio = match plan.strategy {
+        Strategy::Async | Strategy::AsyncSubmit | Strategy::AsyncThread => {
+            Some(async_engine(plan, &rt)?)
+        }
+        _ => None,
+    };
+    let file = match &aio {
         Some(engine) => {
             let opts = AsyncOpenOptions::new().direct(w.profile.direct());
             Some(Arc::new(AsyncFile::open_with(engine, &w.path, &opts)?))
         }
         None => None,
     };
+    let recs = recorders(plan.threads);
     timed(seconds, |deadline| {
         rt.block_on(async {
-            let tasks: Vec<_> = (0..plan.threads)
-                .map(|t| {
+            let tasks: Vec<_> = recs
+                .into_iter()
+                .enumerate()
+                .map(|(t, rec)| {
                     let w = w.clone();
+                    let me = OneAtATime::new(t, rec);
                     match (&file, plan.strategy) {
-                        (Some(f), _) => tokio::spawn(async_task(f.clone(), w, deadline, t)),
+                        (Some(f), _) => tokio::spawn(async_task(f.clone(), w, deadline, me)),
                         (None, Strategy::PoolTokioFs) => {
-                            tokio::spawn(tokio_fs_task(w, deadline, t))
+                            tokio::spawn(tokio_fs_task(w, deadline, me))
                         }
-                        _ => tokio::spawn(blocking_task(w, deadline, t)),
+                        _ => tokio::spawn(blocking_task(w, deadline, me)),
                     }
                 })
                 .collect();
@@ -363,11 +400,15 @@ fn pool(
             Ok(out)
         })
     })
+    .map(|m| (m, aio))
 }
 
-async fn blocking_task(w: Arc<Workload>, deadline: Instant, t: usize) -> Result<Recorder> {
+async fn blocking_task(
+    w: Arc<Workload>,
+    deadline: Instant,
+    mut me: OneAtATime,
+) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
-    let mut me = OneAtATime::new(t);
     while let Some((t0, off)) = me.next(&w, deadline) {
         let w2 = w.clone();
         let (b, n) = tokio::task::spawn_blocking(move || {
@@ -386,10 +427,9 @@ async fn async_task(
     file: Arc<AsyncFile>,
     w: Arc<Workload>,
     deadline: Instant,
-    t: usize,
+    mut me: OneAtATime,
 ) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
-    let mut me = OneAtATime::new(t);
     while let Some((t0, off)) = me.next(&w, deadline) {
         let (res, b) = file.read_at(buf, off).await;
         buf = b;
@@ -399,12 +439,15 @@ async fn async_task(
     Ok(me.rec)
 }
 
-async fn tokio_fs_task(w: Arc<Workload>, deadline: Instant, t: usize) -> Result<Recorder> {
+async fn tokio_fs_task(
+    w: Arc<Workload>,
+    deadline: Instant,
+    mut me: OneAtATime,
+) -> Result<Recorder> {
     let mut file = tokio::fs::File::open(&w.path)
         .await
         .with_context(|| format!("open {}", w.path.display()))?;
     let mut buf = vec![0u8; w.block_size];
-    let mut me = OneAtATime::new(t);
     while let Some((t0, off)) = me.next(&w, deadline) {
         file.seek(SeekFrom::Start(off)).await?;
         file.read_exact(&mut buf)

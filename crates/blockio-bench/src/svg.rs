@@ -28,6 +28,7 @@ fn colour(s: Strategy) -> &'static str {
         Strategy::Auto => "#2ca02c",
         Strategy::Async => "#17becf",
         Strategy::AsyncSubmit => "#9edae5",
+        Strategy::AsyncThread => "#bcbd22",
         Strategy::Fio => "#000000",
     }
 }

@@ -51,6 +51,19 @@ fn plans(profile: Profile) -> Vec<Plan> {
             threads: 2,
         },
     ];
+    // The async API, driven by the runtime, by its own thread, and with
+    // every read sent to the driver.
+    for strategy in [
+        Strategy::Async,
+        Strategy::AsyncThread,
+        Strategy::AsyncSubmit,
+    ] {
+        v.push(Plan {
+            strategy,
+            qd: 8,
+            threads: 8,
+        });
+    }
     if !profile.direct() {
         v.push(Plan {
             strategy: Strategy::PoolTokioFs,

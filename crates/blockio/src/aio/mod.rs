@@ -78,6 +78,7 @@
 mod buf;
 pub(crate) mod buf_ring;
 mod caller_ring;
+mod counter;
 mod current;
 pub(crate) mod driven;
 mod driver;
@@ -99,7 +100,6 @@ mod tokio_drive;
 use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(feature = "tokio")]
 use std::sync::Weak;
 use std::sync::{Arc, OnceLock};
@@ -135,6 +135,7 @@ use crate::backend::{self, fallback_threads, Backend, BackendChoice};
 use crate::ReadPath;
 use buf_ring::{BufRing, RingShape};
 use caller_ring::CallerRing;
+use counter::StripedCounter;
 use driver::Driver;
 use driver_thread::DriverThread;
 use in_flight::{Kept, Setup};
@@ -172,7 +173,7 @@ struct EngineCore {
     /// How reads of buffered files are performed.
     read_path: ReadPath,
     /// Reads served on the polling thread (see [`AsyncEngine::served_inline`]).
-    served_inline: AtomicU64,
+    served_inline: StripedCounter,
 }
 
 impl EngineCore {
@@ -530,7 +531,7 @@ impl AsyncEngineBuilder {
                 #[cfg(feature = "tokio")]
                 tokio_drivers: relay::TokioDrivers::default(),
                 read_path: self.read_path,
-                served_inline: AtomicU64::new(0),
+                served_inline: StripedCounter::default(),
             }),
         })
     }
@@ -637,12 +638,12 @@ impl AsyncEngine {
     /// # }
     /// ```
     pub fn served_inline(&self) -> u64 {
-        self.core.served_inline.load(Ordering::Relaxed)
+        self.core.served_inline.sum()
     }
 
     /// Counts a read served on the polling thread.
     pub(crate) fn count_inline(&self) {
-        self.core.served_inline.fetch_add(1, Ordering::Relaxed);
+        self.core.served_inline.increment();
     }
 
     /// Why the thread pool is in use, when it is; on an engine built with

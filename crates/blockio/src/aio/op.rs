@@ -428,6 +428,7 @@ impl<B: Send + 'static> OpFuture<B> {
     /// `op` must point only into memory owned by `buf` or `iovecs` (or into
     /// nothing), valid as `Op::from_raw` requires; `keep` keeps the file
     /// descriptor open.
+    #[inline]
     pub(crate) unsafe fn new(
         admission: Admission,
         op: Op<'static>,
@@ -462,6 +463,7 @@ impl<B: Send + 'static> OpFuture<B> {
 
     /// Has the poll try the operation with `inline` before handing it to
     /// the driver (not [`start`](Self::start), which hands it over at once).
+    #[inline]
     pub(crate) fn inline_first(mut self, inline: Arc<dyn Inline>) -> Self {
         self.inline = Some(inline);
         self

@@ -78,6 +78,7 @@ impl Handle {
     /// # Safety
     /// The pointers of `action` must point only into memory owned by `buf`
     /// or `iovecs`, valid as `Op::from_action` requires.
+    #[inline]
     unsafe fn op<B: Send + 'static>(
         self: &Arc<Self>,
         engine: &AsyncEngine,
@@ -93,6 +94,7 @@ impl Handle {
     }
 
     /// Reads into `buf[start..]` at `offset`.
+    #[inline]
     fn read_into<B: IoBufMut>(
         self: &Arc<Self>,
         engine: &AsyncEngine,

@@ -13,6 +13,7 @@ use crate::op::action::{
 
 impl AsyncFile {
     /// Reads into `buf[start..]` at `offset`.
+    #[inline]
     fn read_part<B: IoBufMut>(&self, buf: B, start: usize, offset: u64) -> OpFuture<B> {
         self.handle.read_into(&self.engine, buf, start, offset)
     }
