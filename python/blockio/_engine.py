@@ -317,7 +317,7 @@ class Engine:
     ``queue_depth`` bounds the operations in flight: 1 to 32,767, the
     Rust engines' rule (``ValueError`` otherwise); ``backend`` is
     ``"auto"`` (io_uring where the kernel allows it, else a thread pool),
-    ``"io_uring"`` or ``"threads"``. ``BLOCKIO_BACKEND=threads`` in the
+    ``"uring"`` or ``"threads"``. ``BLOCKIO_BACKEND=threads`` in the
     environment forces the thread pool. An engine is not usable in a child
     after ``fork()``: create a new one there.
     """
@@ -352,7 +352,7 @@ class Engine:
 
     @property
     def backend(self) -> str:
-        """``"io_uring"`` or ``"threads"``."""
+        """``"uring"`` or ``"threads"``."""
         return self._core.backend
 
     @property

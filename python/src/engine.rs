@@ -336,12 +336,14 @@ impl Core {
     pub(crate) fn new(queue_depth: i64, backend: Option<&str>) -> PyResult<Core> {
         let choice = match backend {
             None | Some("auto") => BackendChoice::Auto,
-            Some("io_uring") => BackendChoice::IoUring,
+            Some("uring") => BackendChoice::IoUring,
             Some("threads") => BackendChoice::ThreadPool,
             Some(other) => {
+                // The values of `BLOCKIO_BACKEND`, and no other spelling.
                 return Err(PyValueError::new_err(format!(
-                    "backend must be 'auto', 'io_uring' or 'threads', got {other:?}"
-                )))
+                    "backend={other:?}: expected one of {}",
+                    blockio::BACKEND_ENV_VALUES.join(", ")
+                )));
             }
         };
         if choice != BackendChoice::Auto {
@@ -380,11 +382,11 @@ impl Core {
         })
     }
 
-    /// "io_uring" or "threads".
+    /// "uring" or "threads", as `BLOCKIO_BACKEND` names them.
     #[getter]
     pub(crate) fn backend(&self) -> PyResult<&'static str> {
         Ok(match self.check()?.backend() {
-            Backend::IoUring => "io_uring",
+            Backend::IoUring => "uring",
             Backend::ThreadPool => "threads",
         })
     }

@@ -16,7 +16,7 @@ import pytest
 
 import blockio
 
-BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 WATCHDOG = 120  # seconds: far beyond any run that works
 
 
