@@ -339,9 +339,11 @@ impl Core {
             Some("uring") => BackendChoice::IoUring,
             Some("threads") => BackendChoice::ThreadPool,
             Some(other) => {
-                // The values of `BLOCKIO_BACKEND`, and no other spelling.
+                // The values of `BLOCKIO_BACKEND`, and no other spelling;
+                // the value quoted as Python quotes a string.
                 return Err(PyValueError::new_err(format!(
-                    "backend={other:?}: expected one of {}",
+                    "backend='{}': expected one of {}",
+                    other.escape_default(),
                     blockio::BACKEND_ENV_VALUES.join(", ")
                 )));
             }
