@@ -79,7 +79,7 @@ pub struct BenchArgs {
     pub sum_blocks: Vec<usize>,
     /// Reads the async API keeps in flight in the sum workload
     /// (default: 64 MiB worth, at least 16 and at most 256: fewer left the
-    /// disk idle between reads; see docs/benchmarks.md, "Checksum workload
+    /// disk idle between reads; see docs/benchmarks.md, "Sum workload
     /// depth").
     #[arg(long)]
     pub sum_depth: Option<usize>,
