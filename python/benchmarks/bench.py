@@ -245,7 +245,7 @@ def main() -> int:
     ]
     if args.json:
         print(json.dumps({
-            "backend": "io_uring" if blockio.Engine().backend == "io_uring" else "threads",
+            "backend": blockio.Engine().backend,
             "iops": med,
             "ratios": [{"what": w, "ratio": r, "target": t} for w, r, t in ratios],
             "config": vars(args),

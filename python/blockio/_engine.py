@@ -1,4 +1,4 @@
-"""The engine: batched reads, writes and syncs, synchronous and asyncio.
+"""The engine: batched reads, writes and fsyncs, blocking and asyncio.
 
 Asynchronous operations are driven by the running event loop: the engine's
 eventfd is watched with ``loop.add_reader`` under asyncio (and uvloop), by
@@ -312,12 +312,12 @@ _OPENED = _Opened()
 
 
 class Engine:
-    """A blockio engine: batched reads, writes and syncs, sync and asyncio.
+    """A blockio engine: batched reads, writes and fsyncs, blocking and asyncio.
 
     ``queue_depth`` bounds the operations in flight: 1 to 32,767, the
     Rust engines' rule (``ValueError`` otherwise); ``backend`` is
     ``"auto"`` (io_uring where the kernel allows it, else a thread pool),
-    ``"io_uring"`` or ``"threads"``. ``BLOCKIO_BACKEND=threads`` in the
+    ``"uring"`` or ``"threads"``. ``BLOCKIO_BACKEND=threads`` in the
     environment forces the thread pool. An engine is not usable in a child
     after ``fork()``: create a new one there.
     """
@@ -352,7 +352,7 @@ class Engine:
 
     @property
     def backend(self) -> str:
-        """``"io_uring"`` or ``"threads"``."""
+        """``"uring"`` or ``"threads"``."""
         return self._core.backend
 
     @property
@@ -560,11 +560,11 @@ class Engine:
 
     def fsync(self, file: FileLike) -> None:
         """Flushes the file's data and metadata to stable storage."""
-        self._core.sync(_fd(file), False)
+        self._core.fsync(_fd(file), False)
 
     def fdatasync(self, file: FileLike) -> None:
         """Flushes the file's data (and the metadata needed to read it)."""
-        self._core.sync(_fd(file), True)
+        self._core.fsync(_fd(file), True)
 
     def fallocate(self, file: FileLike, *, offset: int, length: int, mode: int = 0) -> None:
         """Allocates, deallocates or zeroes ``length`` bytes of the file's
@@ -1071,9 +1071,9 @@ class Engine:
         """The file's size (``fstat``), off the loop's thread."""
         return await self._afs(self._core.submit_size, file)
 
-    async def _atruncate(self, file: FileLike, length: int) -> None:
+    async def _aftruncate(self, file: FileLike, length: int) -> None:
         """``ftruncate``, off the loop's thread."""
-        await self._afs(self._core.submit_truncate, file, length)
+        await self._afs(self._core.submit_ftruncate, file, length)
 
     async def _aclose(self, fd: int) -> None:
         """Closes ``fd``, which the caller gives up, off the loop's thread.

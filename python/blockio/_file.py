@@ -1369,7 +1369,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         elif size < 0:
             raise OSError(22, "Invalid argument", self.name)
         self._drop_read_ahead()
-        await self._engine._atruncate(self._file, size)
+        await self._engine._aftruncate(self._file, size)
         return size
 
     @one_at_a_time

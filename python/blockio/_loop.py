@@ -34,7 +34,7 @@ Where io_uring is unavailable (``kernel.io_uring_disabled``, a seccomp
 profile, an old kernel: ``EPERM``/``ENOSYS``/``EACCES``) or
 ``BLOCKIO_BACKEND=threads``, :func:`new_event_loop` returns
 :class:`EpollEventLoop`, asyncio's selector loop on epoll. ``loop.backend``
-says which runs (``"io_uring"`` or ``"epoll"``).
+says which runs (``"uring"`` or ``"epoll"``).
 
 ``fork()``: rings made before a fork refuse use in the child (the child's
 asyncio loop must be a new one); the child never submits to the parent's
@@ -335,7 +335,7 @@ def _sendfile_closed(sent: int) -> ConnectionAbortedError:
 class UringEventLoop(proactor_events.BaseProactorEventLoop):
     """An asyncio event loop on io_uring (see the module's doc)."""
 
-    backend = "io_uring"
+    backend = "uring"
 
     def __init__(self, ring: Any = None) -> None:
         # BaseProactorEventLoop.__init__, without its installing the
@@ -828,7 +828,7 @@ def _backend_choice() -> str:
     if value == "threads":
         return "epoll"
     if value == "uring":
-        return "io_uring"
+        return "uring"
     if value in ("", "auto"):
         return "auto"
     raise ValueError(f"BLOCKIO_BACKEND={value!r}: expected one of {', '.join(BACKEND_ENV_VALUES)}")
@@ -846,7 +846,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     try:
         ring = _blockio.LoopRing()
     except OSError as e:
-        if choice == "io_uring" or e.errno not in _UNAVAILABLE:
+        if choice == "uring" or e.errno not in _UNAVAILABLE:
             raise
         return EpollEventLoop(f"io_uring unavailable: {e}")
     return UringEventLoop(ring)

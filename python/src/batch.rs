@@ -1,5 +1,5 @@
 //! The synchronous batches: reads into new `bytes` or into exported
-//! buffers, and writes, on the sync engine with the GIL released.
+//! buffers, and writes, on the batch engine with the GIL released.
 
 use std::io;
 use std::os::fd::RawFd;

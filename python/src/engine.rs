@@ -1,4 +1,4 @@
-//! `Core`, the engine as the Python layer sees it: the sync engine and
+//! `Core`, the engine as the Python layer sees it: the batch engine and
 //! its calls, each handed to the part of the core that owns what it uses:
 //! the async engines ([`Rings`]), the batches in flight ([`InFlight`]),
 //! the reads served inline ([`InlineReads`]), the file-system threads
@@ -21,7 +21,7 @@ use crate::fsjobs::{FsCall, Out};
 use crate::lent::{release_parked, Lent};
 use crate::*;
 
-/// The engine as the Python layer sees it: the sync engine, and beside
+/// The engine as the Python layer sees it: the batch engine, and beside
 /// it one part for each thing the core owns.
 #[pyclass(module = "blockio._blockio")]
 pub(crate) struct Core {
@@ -52,7 +52,7 @@ pub(crate) struct Core {
 
 impl Core {
     /// Starts the one operation without memory that `make` builds on
-    /// `fd`'s async file (a sync, a fallocate); `what` names it when `fd`
+    /// `fd`'s async file (an fsync, a fallocate); `what` names it when `fd`
     /// cannot be held.
     fn submit_bare(
         &self,
@@ -62,7 +62,7 @@ impl Core {
         make: impl FnOnce(&AsyncFile) -> OpFuture<()>,
     ) -> PyResult<u64> {
         let aio = self.aio(false)?;
-        let (file, lent) = self.hold(&aio, fd, fd_flags(fd));
+        let (file, lent) = self.hold_for_batch(&aio, fd, fd_flags(fd));
         let fut = match file {
             Ok((file, dup)) => {
                 let f = make(&file);
@@ -159,7 +159,7 @@ impl Core {
                         return Err(e);
                     }
                 };
-                let (file, lent) = self.hold(&aio, *fd, flags);
+                let (file, lent) = self.hold_for_batch(&aio, *fd, flags);
                 if lent {
                     borrowed.push(*fd);
                 }
@@ -336,12 +336,16 @@ impl Core {
     pub(crate) fn new(queue_depth: i64, backend: Option<&str>) -> PyResult<Core> {
         let choice = match backend {
             None | Some("auto") => BackendChoice::Auto,
-            Some("io_uring") => BackendChoice::IoUring,
+            Some("uring") => BackendChoice::IoUring,
             Some("threads") => BackendChoice::ThreadPool,
             Some(other) => {
+                // The values of `BLOCKIO_BACKEND`, and no other spelling;
+                // the value quoted as Python quotes a string.
                 return Err(PyValueError::new_err(format!(
-                    "backend must be 'auto', 'io_uring' or 'threads', got {other:?}"
-                )))
+                    "backend='{}': expected one of {}",
+                    other.escape_default(),
+                    blockio::BACKEND_ENV_VALUES.join(", ")
+                )));
             }
         };
         if choice != BackendChoice::Auto {
@@ -380,11 +384,11 @@ impl Core {
         })
     }
 
-    /// "io_uring" or "threads".
+    /// "uring" or "threads", as `BLOCKIO_BACKEND` names them.
     #[getter]
     pub(crate) fn backend(&self) -> PyResult<&'static str> {
         Ok(match self.check()?.backend() {
-            Backend::IoUring => "io_uring",
+            Backend::IoUring => "uring",
             Backend::ThreadPool => "threads",
         })
     }
@@ -513,7 +517,7 @@ impl Core {
 
     /// fsync (or fdatasync) of `fd`.
     #[pyo3(signature = (fd, data_only = false))]
-    pub(crate) fn sync(&self, py: Python<'_>, fd: RawFd, data_only: bool) -> PyResult<()> {
+    pub(crate) fn fsync(&self, py: Python<'_>, fd: RawFd, data_only: bool) -> PyResult<()> {
         let engine = &self.check()?;
         let target = RawTarget(fd);
         let r = crate::gil::detach(py, || {
@@ -624,7 +628,7 @@ impl Core {
         let flags = fd_flags(fd);
         let direct = flags != -1 && flags & libc::O_DIRECT != 0;
         let aio = self.aio(direct)?;
-        let (file, lent) = self.hold(&aio, fd, flags);
+        let (file, lent) = self.hold_for_batch(&aio, fd, flags);
         if let (Ok((file, dup)), false, true) = (&file, direct, length >= fresh::FRESH_MIN) {
             let per = fresh::pieces_of(length);
             let mut futs = Vec::with_capacity(offsets.len() * per);
@@ -790,7 +794,7 @@ impl Core {
 
     /// Starts an `ftruncate` of `fd` (through a duplicate, unless a file
     /// object owns it) to `length`.
-    pub(crate) fn submit_truncate(
+    pub(crate) fn submit_ftruncate(
         &self,
         waiter: PyObject,
         fd: RawFd,
@@ -801,7 +805,7 @@ impl Core {
             PyValueError::new_err(format!("length must not be negative, got {length}"))
         })?;
         let (held, lent) = self.hold_for_job(fd);
-        let job = held.map(|d| FsCall::Truncate(d, length));
+        let job = held.map(|d| FsCall::Ftruncate(d, length));
         self.start_job_on(waiter, job, lent.then_some(fd))
     }
 

@@ -12,7 +12,7 @@
 //! thread is what makes the call asynchronous for the event loop; its
 //! [`MAX_THREADS`] threads are what let one call wait on its file while
 //! the others go on. [`read_files`], many files at once, goes through the
-//! core's sync [`blockio::Engine`] in batches, as the sync `read_files`
+//! core's batch engine ([`blockio::Engine`]), as the blocking `read_files`
 //! does.
 //!
 //! Each call is a [`JobFuture`], completed by a pool thread and woken like
@@ -56,7 +56,7 @@ pub(crate) enum FsCall {
     /// The size of the file (`statx` of the descriptor).
     Size(Held),
     /// `ftruncate` to the length.
-    Truncate(Held, u64),
+    Ftruncate(Held, u64),
     /// `close`; the result is 0.
     Close(OwnedFd),
     /// `mkdir(path, mode)`; the result is 0.
@@ -94,7 +94,7 @@ impl FsCall {
         match self {
             FsCall::Open { path, flags, mode } => open(&path, flags, mode).map(Out::Fd),
             FsCall::Size(fd) => Ok(Out::Count(fstat(&fd)?.stx_size as usize)),
-            FsCall::Truncate(fd, len) => {
+            FsCall::Ftruncate(fd, len) => {
                 blocking::ftruncate(&*fd, len).map_err(unwrapped)?;
                 Ok(Out::Count(0))
             }

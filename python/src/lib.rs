@@ -27,7 +27,7 @@
 //! `pending` (one batch, its buffers and its results as Python objects),
 //! `inline_read` (reads served inline from the page cache), `owned` (the
 //! descriptors file objects own), `batch` (the synchronous batches),
-//! `fsjobs` (open, stat, truncate, close, mkdir, symlink and whole-file
+//! `fsjobs` (open, stat, ftruncate, close, mkdir, symlink and whole-file
 //! reads off the loop's thread: each call one of blockio's operation
 //! kinds, run by its blocking form on the core's file-system threads),
 //! `fresh` (reads into the new `bytes` objects they return, in pieces),

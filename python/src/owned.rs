@@ -111,7 +111,7 @@ impl Core {
     /// the number itself if a file object of this engine owns it (the
     /// batch then borrows it: `true`, for [`Pending::borrowed`]), else
     /// over a duplicate ([`hold_file`]).
-    pub(crate) fn hold(
+    pub(crate) fn hold_for_batch(
         &self,
         aio: &AsyncEngine,
         fd: RawFd,
@@ -133,8 +133,9 @@ impl Core {
     }
 
     /// A descriptor for a file-system job on `fd`: the number itself if a
-    /// file object owns it (borrowed, as in [`hold`](Self::hold)), else a
-    /// duplicate; and whether it is borrowed.
+    /// file object owns it (borrowed, as in
+    /// [`hold_for_batch`](Self::hold_for_batch)), else a duplicate; and
+    /// whether it is borrowed.
     pub(crate) fn hold_for_job(&self, fd: RawFd) -> (Result<fsjobs::Held, i32>, bool) {
         if fd >= 0 && self.owned.borrow(fd) {
             return (Ok(fsjobs::Held::borrowed(fd)), true);

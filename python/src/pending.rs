@@ -99,7 +99,7 @@ pub(crate) enum Done {
     /// Reads into new `bytes` objects, each made of this many pieces in a
     /// row (see [`crate::fresh`]).
     Fresh(Vec<BufResult<usize, Buf>>, usize),
-    /// Reads into Python buffers, writes, syncs and file-system calls:
+    /// Reads into Python buffers, writes, fsyncs and file-system calls:
     /// counts (or a descriptor, owned until it is handed to Python).
     Count(Vec<io::Result<Out>>),
 }

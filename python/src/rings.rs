@@ -21,7 +21,7 @@ use crate::*;
 #[derive(Default)]
 struct AioEngines {
     /// The engine with a driver thread of its own, which submits and reaps:
-    /// buffered descriptors, syncs, and everything on the thread-pool
+    /// buffered descriptors, fsyncs, and everything on the thread-pool
     /// backend.
     driver_thread: Option<AsyncEngine>,
     /// The ring the event loop's thread drives, for `O_DIRECT`
@@ -57,7 +57,7 @@ impl Rings {
     }
 
     /// The async engine for a descriptor opened with (`direct`) or without
-    /// `O_DIRECT` (see [`AioEngines`]), built on first use beside the sync
+    /// `O_DIRECT` (see [`AioEngines`]), built on first use beside the batch
     /// `engine` (whose backend it takes); a loop-driven ring tells
     /// `eventfd` of its completions.
     pub(crate) fn get(

@@ -16,7 +16,7 @@ def data_file(tmp_path):
     return p, data
 
 
-@pytest.fixture(params=["io_uring", "threads"])
+@pytest.fixture(params=["uring", "threads"])
 def engine(request):
     """An engine on each backend, closed after the test."""
     e = blockio.Engine(backend=request.param)

@@ -132,7 +132,7 @@ def test_one_loop_iteration_shares_kernel_calls(data_file):
     e.close()
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 @pytest.mark.parametrize("direct", [False, True], ids=["buffered", "o_direct"])
 def test_interpreter_exit_with_operations_in_flight(data_file, direct, backend):
     """Tasks cancelled by the exit leave their reads in flight; the driver

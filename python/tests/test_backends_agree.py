@@ -76,7 +76,7 @@ def test_close_ends_a_synchronous_read_waiting_in_another_thread(call):
     """``Engine.close()`` from one thread ends a synchronous read that
     another thread has waiting on an empty pipe, with ``ECANCELED``, as it
     cancels the asynchronous ones; the pipe's later bytes stay in it."""
-    for backend in ("io_uring", "threads"):
+    for backend in ("uring", "threads"):
         engine = blockio.Engine(backend=backend)
         rfd, wfd = os.pipe()
         out = []
@@ -106,7 +106,7 @@ def test_close_ends_a_synchronous_read_waiting_in_another_thread(call):
             os.close(wfd)
 
 
-@pytest.mark.parametrize("env,arg", [("threads", "io_uring"), ("uring", "threads")])
+@pytest.mark.parametrize("env,arg", [("threads", "uring"), ("uring", "threads")])
 def test_an_explicit_backend_that_contradicts_the_environment_is_refused(monkeypatch, env, arg):
     """``BLOCKIO_BACKEND`` chooses every engine's backend; an explicit
     ``backend=`` that says otherwise raises ``ValueError`` naming both,
@@ -116,10 +116,10 @@ def test_an_explicit_backend_that_contradicts_the_environment_is_refused(monkeyp
         blockio.Engine(backend=arg)
     e = blockio.Engine(backend="auto")
     try:
-        assert e.backend == ("threads" if env == "threads" else "io_uring")
+        assert e.backend == ("threads" if env == "threads" else "uring")
     finally:
         e.close()
-    same = blockio.Engine(backend="threads" if env == "threads" else "io_uring")
+    same = blockio.Engine(backend="threads" if env == "threads" else "uring")
     same.close()
 
 
@@ -201,7 +201,7 @@ def test_close_ends_synchronous_waits_beside_asynchronous_reads():
     ``read_batch`` waiting on another pipe in another thread ends with
     ``ECANCELED`` too (it looks at whether ``close`` has started, every
     100 ms), and the asynchronous read is cancelled."""
-    for backend in ("io_uring", "threads"):
+    for backend in ("uring", "threads"):
         engine = blockio.Engine(backend=backend)
         ra, wa = os.pipe()
         rs, ws = os.pipe()

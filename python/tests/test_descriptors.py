@@ -16,7 +16,7 @@ import pytest
 
 import blockio
 
-BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 WATCHDOG = 120  # seconds: far beyond any run that works
 
 
@@ -39,7 +39,7 @@ def test_files_written_at_once_up_to_the_descriptor_limit(tmp_path, backend, fil
     at once are each written (64 KiB, through the engine), synced and
     closed, concurrently; every write succeeds and every file holds its
     bytes. (When each operation held a duplicate descriptor, hundreds of
-    the writes and syncs failed with EMFILE, and most of them with 1,000
+    the writes and fsyncs failed with EMFILE, and most of them with 1,000
     files.)"""
     code, out = run_limited(f"""
         import asyncio, resource

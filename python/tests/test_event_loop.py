@@ -21,7 +21,7 @@ from blockio import _blockio
 from waits import await_until, watched
 
 
-@pytest.fixture(params=["io_uring", "epoll"])
+@pytest.fixture(params=["uring", "epoll"])
 def backend(request, monkeypatch):
     if request.param == "epoll":
         monkeypatch.setenv("BLOCKIO_BACKEND", "threads")
@@ -248,7 +248,7 @@ def test_sock_calls_and_a_cancelled_recv_loses_nothing(loop):
 def receiving(loop, socks, n):
     """Whether ``n`` receives on ``socks`` wait: in the ring on io_uring,
     in the loop's epoll set on the fallback."""
-    if loop.backend == "io_uring":
+    if loop.backend == "uring":
         return loop._proactor._ring.in_flight() >= n
     return watched(*(s.fileno() for s in socks))
 
@@ -268,12 +268,12 @@ def test_close_with_operations_in_flight(loop):
 
     tasks = loop.run_until_complete(main())
     assert not any(t.done() for t in tasks)
-    if loop.backend == "io_uring":
+    if loop.backend == "uring":
         assert loop._proactor._ring.in_flight() >= len(tasks)
     for t in tasks:
         t.cancel()
     loop.close()
-    if loop.backend == "io_uring":
+    if loop.backend == "uring":
         assert loop._proactor is None
     # The buffers the kernel held are the caller's again (resizable).
     for buf in bufs:
@@ -308,7 +308,7 @@ def test_fork_child_gets_its_own_loop(loop):
     if pid == 0:  # the child
         code = 1
         try:
-            if loop.backend == "io_uring":
+            if loop.backend == "uring":
                 try:
                     loop._proactor._ring.poll(a.fileno(), 1)
                 except RuntimeError as e:

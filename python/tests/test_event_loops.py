@@ -35,7 +35,7 @@ def run_on(runner, fn, *args):
 
 
 RUNNERS = pytest.mark.parametrize("runner", ["asyncio", "uvloop", "trio", "anyio-asyncio", "anyio-trio"])
-BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 GUARD = 60  # seconds: far beyond any run that works
 
 
@@ -203,7 +203,7 @@ def test_close_resolves_a_trio_task_awaiting_a_pipe_read():
     """``Engine.close()`` with a trio task awaiting a read that never
     completes resolves it with ``ECANCELED`` (and the run then ends: the
     engine's watching task does not keep it alive)."""
-    e = blockio.Engine(backend="io_uring")
+    e = blockio.Engine(backend="uring")
     r, w = os.pipe()
     got = []
 

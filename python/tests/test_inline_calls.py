@@ -15,7 +15,7 @@ import pytest
 
 import blockio
 
-BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 
 
 def at_once(coro):

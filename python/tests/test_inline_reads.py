@@ -12,7 +12,7 @@ import pytest
 import blockio
 from blockio._blockio import TURN_BUDGET, TURN_UNIT, set_turn_count
 
-BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 
 
 def loops():

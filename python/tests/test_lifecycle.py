@@ -403,7 +403,7 @@ def test_a_call_on_a_closed_file_leaves_the_callers_descriptor_alone(tmp_path):
         os.close(fd)
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_close_resolves_every_pending_future(data_file, backend):
     """Point 6 (and 8: close does not hang on reads that never complete):
     tasks awaiting pipe reads and file reads when close() is called all
@@ -452,7 +452,7 @@ def test_close_cut_short_by_a_signal_still_resolves_every_future(tmp_path):
         def stop(*_):
             raise Stop()
 
-        e = blockio.Engine(backend="io_uring")
+        e = blockio.Engine(backend="uring")
         r, w = os.pipe()
 
         async def main():
@@ -495,7 +495,7 @@ def test_close_and_exit_do_not_hang_on_a_pipe_read_in_flight(tmp_path):
     assert code == 0 and "exiting" in out, out
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 @pytest.mark.parametrize("reader", ["os", "pipe", "read_batch", "read_files"])
 def test_exit_with_daemon_threads_in_synchronous_calls_exits_cleanly(tmp_path, backend, reader):
     """F-18: daemon threads inside read_batch / read_files when the program
@@ -531,7 +531,7 @@ def test_exit_with_daemon_threads_in_synchronous_calls_exits_cleanly(tmp_path, b
     assert code == 0 and "exiting" in out, (code, out)
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 @pytest.mark.parametrize("call", ["read_batch", "readinto_batch"])
 def test_sigint_interrupts_a_batch_blocked_on_an_empty_pipe(tmp_path, backend, call):
     """Point 8: Ctrl-C stops a synchronous batch waiting on an empty pipe
@@ -715,7 +715,7 @@ def test_multiprocessing_fork_pool_workers_use_blockio_open(data_file):
         assert res.get(WATCHDOG) == [data[:10]] * 4
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_errors_name_the_callers_descriptor(tmp_path, backend):
     """Point 12: an asynchronous operation's error names the caller's
     descriptor, not the duplicate it ran on."""
@@ -768,7 +768,7 @@ def test_io_uring_denied_reports_eperm(tmp_path):
     code, out = run_child(DENY_IO_URING + """
 import errno, blockio
 try:
-    blockio.Engine(backend="io_uring")
+    blockio.Engine(backend="uring")
 except OSError as e:
     assert e.errno == errno.EPERM, (e.errno, str(e))
     assert "EPERM" in str(e), str(e)
@@ -781,7 +781,7 @@ print("eperm reported")
     assert code == 0 and "eperm reported" in out, out
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_aread_on_an_epoll_descriptor_completes_or_raises(backend, tmp_path):
     """Point 7: a descriptor the ring cannot read (an epoll instance, what a
     stale number becomes under asyncio) gives an error on both backends."""
@@ -809,7 +809,7 @@ def test_aread_on_an_epoll_descriptor_completes_or_raises(backend, tmp_path):
         assert "raised 22 [Errno 22] read of 10 bytes at offset 0 on fd " in out and "epoll" in out, out
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_a_synchronous_batch_returns_an_epoll_descriptors_error_in_its_place(backend, tmp_path):
     """With ``return_exceptions=True`` a synchronous batch gives the error
     of each operation on an epoll instance in its place, as the
@@ -837,7 +837,7 @@ def test_a_synchronous_batch_returns_an_epoll_descriptors_error_in_its_place(bac
     assert "write True 2 b'AB23'" in out, out
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 @pytest.mark.parametrize("call", ["read_batch", "readinto_batch", "write_batch"])
 def test_a_synchronous_batch_on_an_epoll_descriptor_raises_einval(backend, tmp_path, call):
     """F-9: a synchronous batch on an epoll instance fails with EINVAL at
@@ -866,7 +866,7 @@ def test_a_synchronous_batch_on_an_epoll_descriptor_raises_einval(backend, tmp_p
     assert code == 0 and "raised True True" in out, out
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_a_stale_descriptor_number_reused_by_the_engine_raises_ebadf(backend, tmp_path):
     """F-5: a number the caller closed, which the engine's own descriptors
     (made on first use) then take, fails with EBADF, as os.pread of the
@@ -900,7 +900,7 @@ def test_a_stale_descriptor_number_reused_by_the_engine_raises_ebadf(backend, tm
     assert code == 0 and "raised True" in out, out
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_one_buffer_twice_in_a_read_batch_is_refused(data_file, backend):
     """Two reads into the same memory in one batch are refused before any
     is submitted, naming the items; distinct slices of one buffer are
@@ -961,7 +961,7 @@ def test_a_file_dropped_unclosed_writes_its_buffered_bytes_at_once(tmp_path, mod
     assert got == (b"XYZ-contents\n" if "r" in mode else b"XYZ")
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_reads_left_in_flight_at_exit_are_reported_once_by_asyncio_not_again_by_the_engine(tmp_path, backend):
     """A loop left with tasks awaiting reads of an empty pipe at exit: the
     exit closes the engine, which ends those reads with ``ECANCELED``;

@@ -12,7 +12,7 @@ import uvloop
 
 import blockio
 
-BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 
 
 RUNNERS = [pytest.param(asyncio.run, id="asyncio"), pytest.param(uvloop.run, id="uvloop")]

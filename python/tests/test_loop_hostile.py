@@ -19,7 +19,7 @@ import blockio
 from waits import DEADLINE, await_until
 
 
-@pytest.fixture(params=["io_uring", "epoll"])
+@pytest.fixture(params=["uring", "epoll"])
 def loop(request, monkeypatch):
     monkeypatch.setenv("BLOCKIO_BACKEND", "threads" if request.param == "epoll" else "uring")
     lp = blockio.new_event_loop()
@@ -75,7 +75,7 @@ def test_sendfile_aborted_sends_nothing_to_a_socket_reusing_the_number(loop, tmp
             t.abort()
             await lost
             pairs = _pairs(3)
-            if loop.backend == "io_uring":
+            if loop.backend == "uring":
                 # The transfer ends with an error naming the close, not EBADF.
                 with pytest.raises(ConnectionAbortedError, match="socket was closed"):
                     await task
@@ -88,7 +88,7 @@ def test_sendfile_aborted_sends_nothing_to_a_socket_reusing_the_number(loop, tmp
 
     reused, leaked = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert leaked == 0
-    if loop.backend == "io_uring":
+    if loop.backend == "uring":
         assert not reused  # the number stayed taken until the sendfile ended
 
 
@@ -102,7 +102,7 @@ def test_sock_sendall_pending_on_a_closed_socket_writes_to_no_other(loop):
         a.close()
         pairs = _pairs(3)
         total = len(first)
-        if loop.backend == "io_uring":
+        if loop.backend == "uring":
             # The send still goes to its own socket's peer, and ends there.
             while total < len(data):
                 total += len(await loop.sock_recv(b, 1 << 20))
@@ -113,7 +113,7 @@ def test_sock_sendall_pending_on_a_closed_socket_writes_to_no_other(loop):
 
     total, leaked = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert leaked == 0
-    if loop.backend == "io_uring":
+    if loop.backend == "uring":
         assert total == len(data)
     b.close()
 

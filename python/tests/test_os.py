@@ -24,7 +24,7 @@ def loops():
 
 
 @pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_stat_matches_os_stat_field_by_field(tmp_path, monkeypatch, loop_factory, backend):
     monkeypatch.setattr(blockio._engine, "_default", blockio.Engine(backend=backend))
     through_engine = []
@@ -69,7 +69,7 @@ def test_stat_matches_os_stat_field_by_field(tmp_path, monkeypatch, loop_factory
 
 
 @pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_mkdir_and_symlink_go_through_the_engine_as_os_does(tmp_path, monkeypatch, loop_factory, backend):
     """``mkdir`` and ``symlink`` of a path go through the engine's
     ``mkdirat`` and ``symlinkat`` jobs (``Core.submit_mkdir`` and
@@ -148,7 +148,7 @@ def test_stat_of_an_empty_path_raises_as_os_stat(path, follow_symlinks):
 
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_a_file_call_waiting_on_its_file_holds_up_no_other(tmp_path, backend):
     """A file-system call that waits on its file holds up no other: while
     ``aread_files`` waits in the open of a file whose write lease this
@@ -224,7 +224,7 @@ def test_a_path_of_the_wrong_type_is_os_s_type_error(call):
     assert str(got.value) == str(want.value)
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_mkdir_takes_every_mode_os_mkdir_takes(tmp_path, monkeypatch, backend):
     """Any C ``int`` mode, as ``os.mkdir`` takes it (-1: every permission
     bit, before the umask), with ``os.mkdir``'s errors past that range and

@@ -17,7 +17,7 @@ import pytest
 import blockio
 from waits import await_until, blocked_in
 
-BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 MODES = pytest.mark.parametrize("mode", ["rb", "r"])
 
 

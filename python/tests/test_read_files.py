@@ -13,7 +13,7 @@ import pytest
 
 import blockio
 
-BACKENDS = pytest.mark.parametrize("backend", ["io_uring", "threads"])
+BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 
 
 def tree(tmp_path, n, rnd):
@@ -355,7 +355,7 @@ def test_one_path_instead_of_a_list_is_a_type_error_naming_paths(tmp_path, monke
             asyncio.run(e.aread_files(arg))
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_read_files_does_not_wait_for_a_fifos_writer(tmp_path, backend):
     """A FIFO with no writer reads as empty on either backend, as the
     docstring says: the thread backend's open waited for a writer, for

@@ -216,7 +216,7 @@ def test_detach_on_a_pipe_hands_back_the_unread_stream(engine):
         sync.close()
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_aread_type_error_names_its_offset_argument(tmp_path, backend):
     """aread(offset=1.0) raises TypeError naming 'offset', the argument
     the caller gave, not the core's list 'offsets'."""

@@ -17,7 +17,7 @@ from waits import await_until, watched
 
 
 @pytest.mark.parametrize("loop_factory", loops(), ids=["asyncio", "uvloop"])
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_a_cancelled_write_never_lands_in_another_file(tmp_path, loop_factory, backend):
     """The reported case: the queue is full of reads waiting on pipes, a
     write times out, its file is closed and the number reused for B."""
@@ -56,7 +56,7 @@ def test_a_cancelled_write_never_lands_in_another_file(tmp_path, loop_factory, b
     assert a.read_bytes() == b""
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_a_cancelled_write_in_flight_stays_with_its_file(tmp_path, backend):
     """A write already in the kernel when cancelled completes into its own
     file even though the file object is closed at once."""
@@ -81,7 +81,7 @@ def test_a_cancelled_write_in_flight_stays_with_its_file(tmp_path, backend):
     assert len(got) == len(set(got)) and all(0 <= n < 200 for n in got)
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_a_cancelled_reads_buffer_is_released(backend):
     """A read into a bytearray from a pipe, cancelled while it waits for
     data, leaves the bytearray free at once (the read goes into the
@@ -235,7 +235,7 @@ def test_fuzz_reads_raise_or_return(tmp_path, offset, length, count, direct):
 
 
 @settings(max_examples=100, deadline=None)
-@given(q=_ints, backend=st.sampled_from([None, "auto", "threads", "io_uring", "", "bogus"]))
+@given(q=_ints, backend=st.sampled_from([None, "auto", "threads", "uring", "io_uring", "", "bogus"]))
 def test_fuzz_engine_arguments(q, backend):
     try:
         blockio.Engine(queue_depth=q, backend=backend).close()
@@ -306,7 +306,7 @@ def test_offset_and_length_are_keyword_only(tmp_path):
     e.close()
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_batches_on_the_wrong_end_of_a_pipe_fail_at_once(backend):
     """A batch read of a pipe's write end, or write to its read end, fails
     with EBADF at once, as ``os.read``/``os.write`` (and ``aread``/``awrite``)
@@ -359,7 +359,7 @@ def test_batch_arguments_of_the_wrong_type_are_named(tmp_path):
     e.close()
 
 
-@pytest.mark.parametrize("backend", ["io_uring", "threads"])
+@pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_a_zero_length_read_batch_of_a_write_only_descriptor_fails(tmp_path, backend):
     """``read_batch(length=0)`` of a descriptor not open for reading fails
     with EBADF, as ``os.read(fd, 0)`` and the batch's other reads do; it

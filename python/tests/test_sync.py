@@ -21,7 +21,7 @@ def engine(request):
 
 
 def test_backend_is_reported(engine):
-    assert engine.backend in ("io_uring", "threads")
+    assert engine.backend in ("uring", "threads")
     if engine.backend == "threads":
         assert engine.fallback_reason
 

@@ -67,28 +67,28 @@ pub struct BenchArgs {
     /// Keep the data file afterwards (the next run reuses it).
     #[arg(long)]
     pub keep: bool,
-    /// Run the checksum workload instead: stream a file of
-    /// --checksum-mib MiB in blocks, BLAKE3 as it goes, page cache evicted
+    /// Run the sum workload instead: stream a file of
+    /// --sum-mib MiB in blocks, BLAKE3 as it goes, page cache evicted
     /// first, the async API against tokio::fs.
     #[arg(long)]
-    pub checksum: bool,
-    /// Size of the checksum workload's file in MiB.
+    pub sum: bool,
+    /// Size of the sum workload's file in MiB.
     #[arg(long, default_value_t = 2048)]
-    pub checksum_mib: u64,
-    /// Block sizes of the checksum workload, comma separated.
+    pub sum_mib: u64,
+    /// Block sizes of the sum workload, comma separated.
     #[arg(long, value_delimiter = ',', default_values_t = [32 << 10, 128 << 10, 1 << 20])]
-    pub checksum_blocks: Vec<usize>,
-    /// Reads the async API keeps in flight in the checksum workload
+    pub sum_blocks: Vec<usize>,
+    /// Reads the async API keeps in flight in the sum workload
     /// (default: 64 MiB worth, at least 16 and at most 256: fewer left the
-    /// disk idle between reads; see docs/benchmarks.md, "Checksum workload
+    /// disk idle between reads; see docs/benchmarks.md, "Sum workload
     /// depth").
     #[arg(long)]
-    pub checksum_depth: Option<usize>,
-    /// The async API reads the checksum file through the page cache, like
+    pub sum_depth: Option<usize>,
+    /// The async API reads the sum workload's file through the page cache, like
     /// tokio::fs, instead of with O_DIRECT (the default: a file read once
     /// need not fill the cache, and tokio::fs cannot read O_DIRECT).
     #[arg(long)]
-    pub checksum_buffered: bool,
+    pub sum_buffered: bool,
 }
 
 /// Removes the data file when dropped, unless asked to keep it.
@@ -254,8 +254,8 @@ fn kernel_release() -> String {
 /// Runs the benchmark: prints the table (or JSON) and writes the files.
 pub fn run(args: &BenchArgs) -> Result<()> {
     validate(args)?;
-    if args.checksum {
-        return run_checksum(args);
+    if args.sum {
+        return run_sum_stream(args);
     }
     let strategies = chosen_strategies(args);
     std::fs::create_dir_all(&args.dir)
@@ -465,14 +465,12 @@ fn print_document(args: &BenchArgs, doc: &Document, profiles: &[Profile]) -> Res
     Ok(())
 }
 
-fn run_checksum(args: &BenchArgs) -> Result<()> {
-    if args.checksum_blocks.is_empty()
-        || args.checksum_blocks.iter().any(|&b| b == 0 || b > 64 << 20)
-    {
-        bail!("--checksum-blocks must be between 1 byte and 64 MiB each");
+fn run_sum_stream(args: &BenchArgs) -> Result<()> {
+    if args.sum_blocks.is_empty() || args.sum_blocks.iter().any(|&b| b == 0 || b > 64 << 20) {
+        bail!("--sum-blocks must be between 1 byte and 64 MiB each");
     }
-    if args.checksum_depth == Some(0) || args.checksum_mib == 0 {
-        bail!("--checksum-depth and --checksum-mib must be at least 1");
+    if args.sum_depth == Some(0) || args.sum_mib == 0 {
+        bail!("--sum-depth and --sum-mib must be at least 1");
     }
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create the data directory {}", args.dir.display()))?;
@@ -484,34 +482,34 @@ fn run_checksum(args: &BenchArgs) -> Result<()> {
     }
     if !args.json {
         eprintln!(
-            "preparing the {} MiB checksum file in {} ...",
-            args.checksum_mib,
+            "preparing the {} MiB sum workload file in {} ...",
+            args.sum_mib,
             args.dir.display()
         );
     }
     let path = data::create(
         &args.dir,
-        &format!("checksum-{}m.dat", args.checksum_mib),
-        args.checksum_mib << 20,
+        &format!("sum-{}m.dat", args.sum_mib),
+        args.sum_mib << 20,
     )?;
     let _guard = DataFile {
         path: path.clone(),
         keep: args.keep,
     };
-    let rows = crate::checksum::run(
+    let rows = crate::sum_stream::run(
         &path,
-        &args.checksum_blocks,
-        args.checksum_depth,
-        !args.checksum_buffered,
+        &args.sum_blocks,
+        args.sum_depth,
+        !args.sum_buffered,
         args.rounds,
     )?;
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "checksum": rows }))?
+            serde_json::to_string_pretty(&serde_json::json!({ "sum": rows }))?
         );
     } else {
-        print!("{}", crate::checksum::table(&rows, args.checksum_mib));
+        print!("{}", crate::sum_stream::table(&rows, args.sum_mib));
     }
     Ok(())
 }

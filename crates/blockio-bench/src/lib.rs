@@ -4,7 +4,7 @@
 //!   async runtime's thread pool, the engine on io_uring, the engine's auto
 //!   read path) on every profile (O_DIRECT, cold and warm page cache,
 //!   sequential), with a table, JSON, CSV and an SVG chart; with
-//!   `--checksum`, the [`checksum`] streaming workload instead;
+//!   `--sum`, the [`sum_stream`] workload (stream a file, hash it as it arrives) instead;
 //! * [`engine_bench`]: `blockio-bench engine`, the engine against fio and a
 //!   raw io-uring loop on random O_DIRECT reads, with allocations per op;
 //! * [`tree_bench`]: `blockio-bench tree`, `blockio cp` against `cp -r` and
@@ -18,7 +18,6 @@
 pub mod alloc_count;
 pub mod bench;
 pub mod cache;
-pub mod checksum;
 pub mod data;
 pub mod engine_bench;
 pub mod fio;
@@ -27,5 +26,6 @@ pub mod net_bench;
 pub mod profile;
 pub mod report;
 pub mod strategy;
+pub mod sum_stream;
 pub mod svg;
 pub mod tree_bench;

@@ -372,14 +372,14 @@ fn fio_rows_and_ratios_when_fio_is_installed() {
 }
 
 #[test]
-fn checksum_workload_hashes_the_same_both_ways() {
+fn sum_workload_hashes_the_same_both_ways() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let data = dir.path().join("data");
     let o = blockio(&[
-        "--checksum",
-        "--checksum-mib",
+        "--sum",
+        "--sum-mib",
         "8",
-        "--checksum-blocks",
+        "--sum-blocks",
         "32768,1048576",
         "--rounds",
         "1",
@@ -389,7 +389,7 @@ fn checksum_workload_hashes_the_same_both_ways() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let rows = doc["checksum"].as_array().unwrap();
+    let rows = doc["sum"].as_array().unwrap();
     assert_eq!(rows.len(), 4);
     let want = blake3_of_pattern(8 << 20);
     for r in rows {

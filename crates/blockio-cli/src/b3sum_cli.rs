@@ -1,7 +1,7 @@
 //! `blockio` run as `b3sum`: b3sum 1.8's options, output, check lists and
 //! messages, with the files read as `blockio sum` reads them. This module
 //! reads the command line; printing and checking are
-//! [`blockio_tools::digest_tool`]'s, shared with the coreutils tools
+//! [`blockio_tools::sum_tool`]'s, shared with the coreutils tools
 //! ([`Family::B3sum`] names where b3sum differs).
 //!
 //! `--no-mmap` is accepted and changes nothing: files are never mapped
@@ -17,9 +17,9 @@ use std::path::PathBuf;
 use clap::Parser;
 
 use blockio_tools::algo::{Algo, Blake3Mode, Blake3Params};
-use blockio_tools::digest_tool::{self, Checking, Family, Format, Run, Tool};
 use blockio_tools::sum::SumOptions;
 use blockio_tools::sum_room;
+use blockio_tools::sum_tool::{self, Checking, Family, Format, Run, Tool};
 
 /// b3sum's command line (its options' help in b3sum 1.8's words).
 ///
@@ -130,7 +130,7 @@ fn run(args: &B3Args) -> io::Result<bool> {
             quiet: args.quiet,
             ..Checking::default()
         };
-        return digest_tool::check(
+        return sum_tool::check(
             run_of(&engine, &tool, &opts),
             &args.file,
             checking,
@@ -164,7 +164,7 @@ fn run(args: &B3Args) -> io::Result<bool> {
         tag: args.tag,
         ..Format::default()
     };
-    digest_tool::print_sums(
+    sum_tool::print_sums(
         run_of(&engine, &tool, &opts),
         &args.file,
         format,

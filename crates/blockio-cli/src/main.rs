@@ -27,8 +27,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 mod b3sum_cli;
+mod coreutils_sum_cli;
 mod cp;
-mod digest_cli;
 mod multicall;
 mod oom;
 mod progress_line;
@@ -37,8 +37,8 @@ mod stdio;
 use multicall::Personality;
 
 use blockio_tools::algo::Algo;
-use blockio_tools::digest_tool::{self, Checking, Family, Run, Tool};
 use blockio_tools::sum::{ListOptions, SumOptions};
+use blockio_tools::sum_tool::{self, Checking, Family, Run, Tool};
 use blockio_tools::{getopt, size};
 
 /// Batched disk I/O on io_uring: copies and checksums of files and trees.
@@ -162,7 +162,7 @@ fn sum(args: &SumArgs) -> anyhow::Result<bool> {
             tool: &tool,
             opts: &opts,
         };
-        digest_tool::check(run, &args.paths, checking, &mut out, &mut err)?
+        sum_tool::check(run, &args.paths, checking, &mut out, &mut err)?
     } else {
         let list = ListOptions {
             tag: args.tag,
@@ -195,7 +195,7 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
     match personality {
         // GNU's tools leave SIGPIPE as their parent set it and see closed
         // descriptors as closed.
-        Personality::Digest(_) => stdio::init(stdio::Fill::Failing),
+        Personality::CoreutilsSum(_) => stdio::init(stdio::Fill::Failing),
         // b3sum is a Rust program: closed descriptors are /dev/null to it.
         Personality::B3sum => stdio::init(stdio::Fill::Usable),
         // `cp` sees closed descriptors as GNU's does ("write error: Bad
@@ -224,7 +224,7 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
         Personality::Blockio => blockio(Cli::parse_from(&args)),
         Personality::Cp => multicall::cp(&args),
         Personality::B3sum => b3sum_cli::main(&args),
-        Personality::Digest(tool) => digest_cli::main(
+        Personality::CoreutilsSum(tool) => coreutils_sum_cli::main(
             &argv0.to_string_lossy(),
             &multicall::program("sum"),
             tool,

@@ -22,12 +22,12 @@ pub enum Personality {
     /// `b3sum`.
     B3sum,
     /// One of the coreutils checksum tools.
-    Digest(DigestTool),
+    CoreutilsSum(CoreutilsSum),
 }
 
 /// The coreutils checksum tools `blockio` can be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DigestTool {
+pub enum CoreutilsSum {
     /// `md5sum`, `sha1sum`, `sha224sum`, `sha256sum`, `sha384sum`,
     /// `sha512sum`: one algorithm.
     Fixed(Algo),
@@ -37,13 +37,13 @@ pub enum DigestTool {
     Cksum,
 }
 
-impl DigestTool {
+impl CoreutilsSum {
     /// The algorithm the tool uses unless told otherwise.
     pub fn default_algo(self) -> Algo {
         match self {
-            DigestTool::Fixed(a) => a,
-            DigestTool::B2sum => Algo::Blake2b(BLAKE2B_MAX_BYTES),
-            DigestTool::Cksum => Algo::Crc,
+            CoreutilsSum::Fixed(a) => a,
+            CoreutilsSum::B2sum => Algo::Blake2b(BLAKE2B_MAX_BYTES),
+            CoreutilsSum::Cksum => Algo::Crc,
         }
     }
 }
@@ -52,29 +52,32 @@ impl DigestTool {
 const TOOLS: [(&str, Personality); 10] = [
     ("cp", Personality::Cp),
     ("b3sum", Personality::B3sum),
-    ("md5sum", Personality::Digest(DigestTool::Fixed(Algo::Md5))),
+    (
+        "md5sum",
+        Personality::CoreutilsSum(CoreutilsSum::Fixed(Algo::Md5)),
+    ),
     (
         "sha1sum",
-        Personality::Digest(DigestTool::Fixed(Algo::Sha1)),
+        Personality::CoreutilsSum(CoreutilsSum::Fixed(Algo::Sha1)),
     ),
     (
         "sha224sum",
-        Personality::Digest(DigestTool::Fixed(Algo::Sha224)),
+        Personality::CoreutilsSum(CoreutilsSum::Fixed(Algo::Sha224)),
     ),
     (
         "sha256sum",
-        Personality::Digest(DigestTool::Fixed(Algo::Sha256)),
+        Personality::CoreutilsSum(CoreutilsSum::Fixed(Algo::Sha256)),
     ),
     (
         "sha384sum",
-        Personality::Digest(DigestTool::Fixed(Algo::Sha384)),
+        Personality::CoreutilsSum(CoreutilsSum::Fixed(Algo::Sha384)),
     ),
     (
         "sha512sum",
-        Personality::Digest(DigestTool::Fixed(Algo::Sha512)),
+        Personality::CoreutilsSum(CoreutilsSum::Fixed(Algo::Sha512)),
     ),
-    ("b2sum", Personality::Digest(DigestTool::B2sum)),
-    ("cksum", Personality::Digest(DigestTool::Cksum)),
+    ("b2sum", Personality::CoreutilsSum(CoreutilsSum::B2sum)),
+    ("cksum", Personality::CoreutilsSum(CoreutilsSum::Cksum)),
 ];
 
 /// The name the binary runs as, when it runs as a tool.
@@ -155,7 +158,7 @@ mod tests {
     fn the_basename_decides() {
         assert_eq!(
             personality(OsStr::new("/usr/local/bin/sha512sum")),
-            Personality::Digest(DigestTool::Fixed(Algo::Sha512))
+            Personality::CoreutilsSum(CoreutilsSum::Fixed(Algo::Sha512))
         );
         assert_eq!(personality(OsStr::new("b3sum")), Personality::B3sum);
         assert_eq!(personality(OsStr::new("./cp")), Personality::Cp);

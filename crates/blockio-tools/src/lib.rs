@@ -7,7 +7,6 @@
 
 pub mod algo;
 pub mod copy;
-pub mod digest_tool;
 pub mod getopt;
 mod list_batches;
 pub mod names;
@@ -19,5 +18,6 @@ pub mod sum;
 pub mod sum_limits;
 pub mod sum_program;
 pub mod sum_room;
+pub mod sum_tool;
 pub mod sum_xof;
 pub mod walk;

@@ -1,7 +1,7 @@
 //! Which checksum program runs (its family, the name its messages start
 //! with, its algorithm), how it prints a line (`Format`), how `-c` judges
 //! a list (`Checking`), and how the program reports a file it could not
-//! read. Shared by the printing of sums (`digest_tool`) and the streamed
+//! read. Shared by the printing of sums (`sum_tool`) and the streamed
 //! long BLAKE3 outputs (`sum_xof`), which both import it and not each
 //! other.
 

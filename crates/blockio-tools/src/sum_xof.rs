@@ -3,7 +3,7 @@
 //! memory, as b3sum streams it, whatever the length.
 //!
 //! Shorter outputs are made whole by the hashing workers and handed on as
-//! one digest (see [`crate::digest_tool::print_sums`]). A longer one cannot
+//! one digest (see [`crate::sum_tool::print_sums`]). A longer one cannot
 //! be: its bytes come from the hash's final state, which only the output
 //! reader holds. So here each file is hashed in turn on the calling thread
 //! (read in 1 MiB pieces, as standard input is), and its line written

@@ -13,7 +13,7 @@ use std::io;
 /// (`IORING_MAX_ENTRIES`; its completion queue, twice that, is within
 /// `IORING_MAX_CQ_ENTRIES`). The async engine sizes its ring from the
 /// queue depth and keeps one entry of it for its driver's wake-up read,
-/// which leaves 32,767 for operations. The sync engine, whose rings are
+/// which leaves 32,767 for operations. The batch engine, whose rings are
 /// sized by `max_batch` instead, takes the same ceiling so that one depth
 /// means the same on both.
 pub const MAX_QUEUE_DEPTH: usize = 32767;

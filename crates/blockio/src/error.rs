@@ -20,9 +20,9 @@ pub struct OpError {
     /// The file descriptor it was issued on (the directory, for operations
     /// on a path).
     pub fd: i32,
-    /// The file offset it was issued at (0 for syncs and metadata).
+    /// The file offset it was issued at (0 for fsyncs and metadata).
     pub offset: u64,
-    /// The number of bytes requested (0 for syncs and metadata).
+    /// The number of bytes requested (0 for fsyncs and metadata).
     pub len: usize,
     /// The errno, when the kernel reported the failure; `None` when blockio
     /// refused the operation before submission (see [`OpError::refusal`]).

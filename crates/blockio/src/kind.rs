@@ -135,7 +135,7 @@ impl OpKind {
     }
 
     /// Whether this is a metadata operation (open, stat, close, mkdir,
-    /// symlink, ftruncate) rather than a read, write or sync of a file's data.
+    /// symlink, ftruncate) rather than a read, write or fsync of a file's data.
     pub fn is_metadata(self) -> bool {
         match self.class() {
             OpClass::Metadata => true,

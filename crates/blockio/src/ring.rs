@@ -141,7 +141,7 @@ pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
 }
 
 /// The submission entry of `op`, tagged with `ud`: on the registered-file
-/// `slot` when the caller found one for it (the sync engine's file table
+/// `slot` when the caller found one for it (the batch engine's file table
 /// decides; the async engine has none), else on its own descriptor, with
 /// its buffer's registered index when the buffer comes from `bufs`.
 pub(crate) fn build_entry(

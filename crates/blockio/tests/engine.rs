@@ -488,7 +488,7 @@ fn misaligned_direct_operations_are_refused_before_submission() {
 }
 
 #[test]
-fn writes_then_reads_round_trip_with_syncs() {
+fn writes_then_reads_round_trip_with_fsyncs() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rw");
     let file = std::fs::OpenOptions::new()

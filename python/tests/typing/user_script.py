@@ -89,7 +89,7 @@ def main() -> None:
     e = blockio.Engine(queue_depth=64, backend="auto")
     backend: str = e.backend
     reason = e.fallback_reason
-    assert backend in ("io_uring", "threads") and (reason is None or isinstance(reason, str))
+    assert backend in ("uring", "threads") and (reason is None or isinstance(reason, str))
     asyncio.run(files(path))
     with open(path, "rb") as f:
         pages = e.read_batch(f, offsets=[0], length=4, return_exceptions=True)

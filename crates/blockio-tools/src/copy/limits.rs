@@ -49,8 +49,10 @@ fn can_start_a_thread() -> bool {
 
 /// Whether the environment requires io_uring ([`blockio::BACKEND_ENV`]).
 fn io_uring_required() -> bool {
-    std::env::var(blockio::BACKEND_ENV)
-        .is_ok_and(|v| matches!(v.as_str(), "uring" | "io_uring" | "io-uring"))
+    matches!(
+        blockio::BackendChoice::from_env(),
+        Ok(Some(blockio::BackendChoice::IoUring))
+    )
 }
 
 /// Whether the limit on open descriptors is below

@@ -16,7 +16,7 @@
 //! ([`Submit::OnStart`]) or **once per round** of tasks
 //! ([`Submit::PerRound`], `net-bench` label `blockio-round`;
 //! `blockio-round-stream` adds receive streams). "Inline" is kept for one
-//! thing only, the sync engine serving a page-cache read on the calling
+//! thing only, the batch engine serving a page-cache read on the calling
 //! thread; a "batch" is a set of operations submitted together, and its
 //! future is [`BatchFuture`](super::BatchFuture).
 //!

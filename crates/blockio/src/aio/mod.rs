@@ -258,9 +258,9 @@ impl AsyncEngineBuilder {
     /// Socket operations, which wait for peers, do not count (see
     /// [`crate::net`]).
     ///
-    /// The default is 256, not the sync engine's 128, because this engine
+    /// The default is 256, not the batch engine's 128, because this engine
     /// puts every task's operations into one ring sized from the queue
-    /// depth, whereas the sync engine submits each batch through a ring of
+    /// depth, whereas the batch engine submits each batch through a ring of
     /// its own of `max_batch` (128) entries and bounds them all by its
     /// depth.
     ///

@@ -1,4 +1,4 @@
-//! Inline reads on the sync engine (the auto read path): reads already in
+//! Inline reads on the batch engine (the auto read path): reads already in
 //! the page cache are served on the calling thread; only the misses go to
 //! the backend.
 //!
@@ -28,7 +28,7 @@
 //! Not tried inline in bigger batches: direct I/O (a `NOWAIT` direct read still waits for the
 //! device), including files opened with `O_DIRECT` outside [`DirectFile`]
 //! (found with one `fcntl` per run of operations on the same descriptor),
-//! writes and syncs, and descriptors whose filesystem refuses `RWF_NOWAIT`.
+//! writes and fsyncs, and descriptors whose filesystem refuses `RWF_NOWAIT`.
 //!
 //! [`DirectFile`]: crate::DirectFile
 

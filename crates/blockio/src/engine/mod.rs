@@ -1,4 +1,4 @@
-//! The sync engine: the handle and its builder, and its backends.
+//! The batch engine: the handle and its builder, and its backends.
 //!
 //! [`Engine`] takes batches of [`Op`]s and blocks the calling thread until
 //! they complete. It runs them on io_uring ([`uring`]: a pool of rings,
@@ -420,7 +420,7 @@ impl Engine {
 
     /// Performs every operation of `ops` and returns one result per
     /// operation, in the same order: the byte count (short at end of file,
-    /// 0 for syncs) or the error of that operation alone.
+    /// 0 for fsyncs) or the error of that operation alone.
     ///
     /// Blocks the calling thread, and only it, until all operations have
     /// completed. Allocates the returned vector; [`Engine::submit_into`]

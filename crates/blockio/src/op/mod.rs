@@ -276,7 +276,7 @@ impl<'a> Op<'a> {
     /// The result is 0. The kernel checks the mode and the range (an
     /// offset or length past `i64::MAX`, or a mode the file system does
     /// not support, fails with its error); no `O_DIRECT` alignment is
-    /// asked for, and [`Op::offset`] is 0, as for a sync: no data moves.
+    /// asked for, and [`Op::offset`] is 0, as for an fsync: no data moves.
     ///
     /// ```
     /// # use blockio::{Engine, Op};
@@ -316,7 +316,7 @@ impl<'a> Op<'a> {
         self.action.kind()
     }
 
-    /// The file offset (0 for syncs, `fallocate` and metadata operations).
+    /// The file offset (0 for fsyncs, `fallocate` and metadata operations).
     pub fn offset(&self) -> u64 {
         self.action.offset()
     }

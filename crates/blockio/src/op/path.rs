@@ -1,6 +1,6 @@
 //! What a metadata operation acts on: a path relative to a directory
 //! ([`PathAt`]), a file to open ([`OpenRequest`]), and the actions built
-//! from them. Shared by the sync engine's batches
+//! from them. Shared by the batch engine's batches
 //! ([`Engine::open_batch`](crate::Engine::open_batch) and the others) and
 //! the [`blocking`](crate::blocking) calls.
 

@@ -36,7 +36,7 @@ pub(super) enum MaybeBuf<B: Send + 'static> {
 }
 
 /// The future of an async batch: one result per operation, in order, with
-/// the buffers handed back (`None` for syncs).
+/// the buffers handed back (`None` for fsyncs).
 #[must_use = "futures do nothing unless polled"]
 pub struct BatchFuture<B: Send + 'static> {
     engine: AsyncEngine,

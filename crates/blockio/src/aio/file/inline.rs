@@ -4,7 +4,7 @@
 //! A read whose data is all in the page cache is a `memcpy`; sending it
 //! through the driver adds a queue, a wake-up and a completion to it (and
 //! a thread hop on the thread pool). So the first poll of a read of a
-//! buffered regular file tries `preadv2(RWF_NOWAIT)` — as the sync engine's
+//! buffered regular file tries `preadv2(RWF_NOWAIT)` — as the batch engine's
 //! [`ReadPath::Auto`] does for reads in small batches — which copies the
 //! data if all of it is cached and otherwise returns `EAGAIN` at once
 //! (having started readahead). Only a read that comes back complete is
@@ -138,7 +138,7 @@ impl Inline for InlineReads {
 
 /// Whether `fd` is a regular file opened without `O_DIRECT`. With libc,
 /// as the rest of the crate's descriptor checks (`may_wait_forever`, the
-/// sync engine's `FdVerdict`).
+/// batch engine's `FdVerdict`).
 fn buffered_regular(fd: RawFd) -> bool {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes one `stat` through a live pointer; the

@@ -54,7 +54,7 @@ impl AsyncFile {
         unsafe { self.handle.op(&self.engine, make(v), bufs, iovecs) }
     }
 
-    /// A sync: an operation without memory.
+    /// An fsync: an operation without memory.
     fn sync_op(&self, data_only: bool) -> OpFuture<()> {
         let action = Action::flush(data_only);
         // SAFETY: no memory is involved.

@@ -1,5 +1,5 @@
-//! `blockio-bench read --checksum`: the checksum workload of the OCaml Async
-//! study. Stream a large file in blocks, hashing (BLAKE3) as it goes, page
+//! `blockio-bench read --sum`: the streaming workload the OCaml Async study
+//! calls "checksum". Stream a large file in blocks, hashing (BLAKE3) as it goes, page
 //! cache evicted first; the async API against tokio::fs.
 
 use std::collections::VecDeque;
@@ -18,7 +18,7 @@ use crate::cache;
 
 /// One streaming run.
 #[derive(Debug, Clone, Serialize)]
-pub struct ChecksumRow {
+pub struct SumRow {
     /// `async` (blockio's async API) or `tokio-fs`.
     pub strategy: &'static str,
     /// Bytes per read.
@@ -123,7 +123,7 @@ pub fn run(
     depth: Option<usize>,
     direct: bool,
     rounds: usize,
-) -> Result<Vec<ChecksumRow>> {
+) -> Result<Vec<SumRow>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -156,7 +156,7 @@ pub fn run(
                 })?;
                 let el: Duration = start.elapsed();
                 let (v1, i1) = switches();
-                all.push(ChecksumRow {
+                all.push(SumRow {
                     strategy,
                     block,
                     depth: if strategy == "async" { depth } else { 1 },
@@ -173,9 +173,9 @@ pub fn run(
     let mut rows = Vec::new();
     for &block in blocks {
         for strategy in ["tokio-fs", "async"] {
-            let mut runs: Vec<&ChecksumRow> = all
+            let mut runs: Vec<&SumRow> = all
                 .iter()
-                .filter(|r: &&ChecksumRow| r.block == block && r.strategy == strategy)
+                .filter(|r: &&SumRow| r.block == block && r.strategy == strategy)
                 .collect();
             runs.sort_by(|a, b| a.mib_s.total_cmp(&b.mib_s));
             rows.push(runs[runs.len() / 2].clone());
@@ -195,10 +195,10 @@ pub fn run(
 }
 
 /// The table.
-pub fn table(rows: &[ChecksumRow], file_mib: u64) -> String {
+pub fn table(rows: &[SumRow], file_mib: u64) -> String {
     use std::fmt::Write as _;
     let mut s = format!(
-        "checksum: stream a {file_mib} MiB file (page cache evicted first), BLAKE3 as it goes\n  {:<16} {:>8} {:>6} {:>9} {:>8} {:>10} {:>10} {:>9}\n",
+        "sum: stream a {file_mib} MiB file (page cache evicted first), BLAKE3 as it goes\n  {:<16} {:>8} {:>6} {:>9} {:>8} {:>10} {:>10} {:>9}\n",
         "strategy", "block", "depth", "MiB/s", "seconds", "vol csw", "invol csw", "vs tokio"
     );
     for r in rows {

@@ -3,19 +3,19 @@
 //! as coreutils 9.1 reads it: the same options, the same checks between
 //! them, the same messages (C locale) and exit statuses (1 for a usage
 //! error, after `Try '<prog> --help' for more information.`). The work is
-//! [`blockio_tools::digest_tool`]'s.
+//! [`blockio_tools::sum_tool`]'s.
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 
 use blockio_tools::algo::{Algo, BLAKE2B_MAX_BYTES};
-use blockio_tools::digest_tool::{self, Checking, Family, Format, Tool};
 use blockio_tools::sum::{SumOptions, STDIN};
 use blockio_tools::sum_room;
+use blockio_tools::sum_tool::{self, Checking, Family, Format, Tool};
 
 use crate::getopt::{self, Opt};
-use crate::multicall::DigestTool;
+use crate::multicall::CoreutilsSum;
 use crate::stdio::{self, say, Stderr, Stdout};
 
 /// The algorithms `cksum -a` takes, in the order its messages list them.
@@ -35,9 +35,9 @@ const CKSUM_ALGOS: [(&str, Algo); 11] = [
 
 /// The options of `tool`, long ones in GNU's order (which its messages
 /// about ambiguous abbreviations list them in).
-fn options(tool: DigestTool) -> Vec<Opt> {
+fn options(tool: CoreutilsSum) -> Vec<Opt> {
     let mut v = Vec::new();
-    if !matches!(tool, DigestTool::Fixed(_)) {
+    if !matches!(tool, CoreutilsSum::Fixed(_)) {
         v.push(Opt::arg("length", Some('l'), Some("length")));
     }
     v.extend([
@@ -50,7 +50,7 @@ fn options(tool: DigestTool) -> Vec<Opt> {
         Opt::flag("tag", None, Some("tag")),
         Opt::flag("zero", Some('z'), Some("zero")),
     ]);
-    if tool == DigestTool::Cksum {
+    if tool == CoreutilsSum::Cksum {
         v.push(Opt::arg("algorithm", Some('a'), Some("algorithm")));
         v.push(Opt::flag("debug", None, Some("debug")));
         v.push(Opt::flag("untagged", None, Some("untagged")));
@@ -92,7 +92,7 @@ struct Request {
 /// Runs `tool` (named `name`) as `prog` (`argv[0]` as it was run, which
 /// messages and `--help` begin with, as GNU's do) on `args` (without the
 /// program name); returns the exit status.
-pub fn main(prog: &str, name: &str, tool: DigestTool, args: &[OsString]) -> i32 {
+pub fn main(prog: &str, name: &str, tool: CoreutilsSum, args: &[OsString]) -> i32 {
     let mut out = Stdout::lock();
     let status = run(prog, name, tool, args, &mut out);
     // GNU's tools find a failed standard output when they close it, after
@@ -107,7 +107,7 @@ pub fn main(prog: &str, name: &str, tool: DigestTool, args: &[OsString]) -> i32 
 }
 
 /// The work of [`main`], writing to `out`.
-fn run(prog: &str, name: &str, tool: DigestTool, args: &[OsString], out: &mut Stdout) -> i32 {
+fn run(prog: &str, name: &str, tool: CoreutilsSum, args: &[OsString], out: &mut Stdout) -> i32 {
     let request = match read_args(prog, name, tool, args) {
         Ok(r) => r,
         Err(Stop::Exit0(text)) => {
@@ -139,15 +139,15 @@ fn run(prog: &str, name: &str, tool: DigestTool, args: &[OsString], out: &mut St
             return 1;
         }
     };
-    let run = digest_tool::Run {
+    let run = sum_tool::Run {
         engine: &engine,
         tool: &request.tool,
         opts: &opts,
     };
     let r = if request.check {
-        digest_tool::check(run, &request.operands, request.checking, out, &mut Stderr)
+        sum_tool::check(run, &request.operands, request.checking, out, &mut Stderr)
     } else {
-        digest_tool::print_sums(run, &request.operands, request.format, out, &mut Stderr)
+        sum_tool::print_sums(run, &request.operands, request.format, out, &mut Stderr)
     };
     // Neither writer fails: their failures are kept or ignored.
     let ok = r.unwrap_or(false);
@@ -211,9 +211,14 @@ struct Typed {
 
 /// Reads a digest tool's command line: its options (checked against each
 /// other as GNU's tools check them) and operands.
-fn read_args(prog: &str, name: &str, kind: DigestTool, args: &[OsString]) -> Result<Request, Stop> {
+fn read_args(
+    prog: &str,
+    name: &str,
+    kind: CoreutilsSum,
+    args: &[OsString],
+) -> Result<Request, Stop> {
     let (parsed, mistake) = getopt::parse_in_order(args, &options(kind));
-    let cksum = kind == DigestTool::Cksum;
+    let cksum = kind == CoreutilsSum::Cksum;
     let mut typed = Typed {
         algo: kind.default_algo(),
         specified: false,
@@ -237,9 +242,9 @@ fn read_args(prog: &str, name: &str, kind: DigestTool, args: &[OsString]) -> Res
     }
     check_combination(&typed, cksum)?;
     let family = match kind {
-        DigestTool::Fixed(_) => Family::Fixed,
-        DigestTool::B2sum => Family::B2sum,
-        DigestTool::Cksum => Family::Cksum {
+        CoreutilsSum::Fixed(_) => Family::Fixed,
+        CoreutilsSum::B2sum => Family::B2sum,
+        CoreutilsSum::Cksum => Family::Cksum {
             specified: typed.specified,
         },
     };
@@ -269,7 +274,7 @@ fn read_option(
     value: OsString,
     prog: &str,
     name: &str,
-    kind: DigestTool,
+    kind: CoreutilsSum,
 ) -> Result<(), Stop> {
     let checking = &mut typed.checking;
     match id {
@@ -426,10 +431,10 @@ fn version(name: &str) -> String {
 }
 
 /// `--help`.
-fn help(prog: &str, name: &str, kind: DigestTool) -> String {
+fn help(prog: &str, name: &str, kind: CoreutilsSum) -> String {
     let mut h = format!("Usage: {prog} [OPTION]... [FILE]...\n");
     match kind {
-        DigestTool::Cksum => {
+        CoreutilsSum::Cksum => {
             h.push_str("Print or verify checksums.\nBy default use the 32 bit CRC algorithm.\n")
         }
         _ => {
@@ -449,19 +454,19 @@ fn help(prog: &str, name: &str, kind: DigestTool) -> String {
         "\nWith no FILE, or when FILE is -, read standard input.\n\
          \nMandatory arguments to long options are mandatory for short options too.\n",
     );
-    if kind == DigestTool::Cksum {
+    if kind == CoreutilsSum::Cksum {
         h.push_str("  -a, --algorithm=TYPE  the digest algorithm (see DIGEST below)\n");
     } else {
         h.push_str("  -b, --binary          read in binary mode ('*' before the name)\n");
     }
     h.push_str("  -c, --check           read checksums from the FILEs and check them\n");
-    if !matches!(kind, DigestTool::Fixed(_)) {
+    if !matches!(kind, CoreutilsSum::Fixed(_)) {
         h.push_str(
             "  -l, --length=BITS     digest length in bits; at most 512 for blake2b,\n\
              \x20                         a multiple of 8\n",
         );
     }
-    if kind == DigestTool::Cksum {
+    if kind == CoreutilsSum::Cksum {
         h.push_str(
             "      --tag             write BSD-style checksums (the default)\n\
              \x20     --untagged        write checksum, two spaces, name\n",
@@ -482,14 +487,14 @@ fn help(prog: &str, name: &str, kind: DigestTool) -> String {
          \x20     --strict          exit non-zero for improperly formatted checksum lines\n\
          \x20 -w, --warn            warn about improperly formatted checksum lines\n\n",
     );
-    if kind == DigestTool::Cksum {
+    if kind == CoreutilsSum::Cksum {
         h.push_str("      --debug           accepted; does nothing\n");
     }
     h.push_str(
         "      --help        display this help and exit\n\
          \x20     --version     output version information and exit\n",
     );
-    if kind == DigestTool::Cksum {
+    if kind == CoreutilsSum::Cksum {
         h.push_str("\nDIGEST is one of: ");
         let names: Vec<&str> = CKSUM_ALGOS.iter().map(|(n, _)| *n).collect();
         h.push_str(&names.join(", "));
@@ -512,7 +517,7 @@ mod tests {
 
     #[test]
     fn option_conflicts_as_coreutils_has_them() {
-        let md5 = DigestTool::Fixed(Algo::Md5);
+        let md5 = CoreutilsSum::Fixed(Algo::Md5);
         let usage = |kind, a: &[&str]| match read_args("p", "p", kind, &args(a)) {
             Err(Stop::Usage(Usage(m))) => m,
             _ => Some("not a usage error".into()),
@@ -530,21 +535,26 @@ mod tests {
             usage(md5, &["--ignore-missing"]).unwrap(),
             "the --ignore-missing option is meaningful only when verifying checksums"
         );
-        assert_eq!(usage(DigestTool::Cksum, &["-b"]), None);
-        let r = read_args("p", "p", DigestTool::B2sum, &args(&["-l", "128"]))
+        assert_eq!(usage(CoreutilsSum::Cksum, &["-b"]), None);
+        let r = read_args("p", "p", CoreutilsSum::B2sum, &args(&["-l", "128"]))
             .ok()
             .unwrap();
         assert_eq!(r.tool.algo, Algo::Blake2b(16));
-        let r = read_args("p", "p", DigestTool::Cksum, &args(&["-a", "sha512", "-c"]))
-            .ok()
-            .unwrap();
+        let r = read_args(
+            "p",
+            "p",
+            CoreutilsSum::Cksum,
+            &args(&["-a", "sha512", "-c"]),
+        )
+        .ok()
+        .unwrap();
         assert_eq!(r.tool.family, Family::Cksum { specified: true });
         assert!(matches!(
-            read_args("p", "p", DigestTool::Cksum, &args(&["-a", "crc", "-c"])),
+            read_args("p", "p", CoreutilsSum::Cksum, &args(&["-a", "crc", "-c"])),
             Err(Stop::Fatal(_))
         ));
         assert!(matches!(
-            read_args("p", "p", DigestTool::Cksum, &args(&["-l", "128"])),
+            read_args("p", "p", CoreutilsSum::Cksum, &args(&["-l", "128"])),
             Err(Stop::Fatal(_))
         ));
     }

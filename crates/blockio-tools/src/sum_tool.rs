@@ -1,4 +1,4 @@
-//! The checksum tools (coreutils' `md5sum`, `sha1sum`, `sha224sum`,
+//! The sum tools (coreutils' `md5sum`, `sha1sum`, `sha224sum`,
 //! `sha256sum`, `sha384sum`, `sha512sum`, `b2sum`, `cksum`, and `b3sum`)
 //! on the engine: their output lines, their `-c`, their messages and exit
 //! statuses, as coreutils 9.1 and b3sum 1.8 have them. The files are
