@@ -110,6 +110,19 @@ class FileState:
         """``read(size)`` by the call that has just taken its turn of the
         event loop, holding the call queue: the bytes, from the buffer or
         the page cache (counting only what it copies), or None."""
+    def _held(self) -> int:
+        """How many bytes read ahead are held."""
+    def _held_bytes(self) -> bytes:
+        """The bytes read ahead that are held (``_rbuf[_roff:]``)."""
+    def _drop_read_ahead(self) -> None:
+        """Forgets the bytes read ahead."""
+    def _take(self, n: int) -> bytes:
+        """Up to ``n`` of the bytes held, moving the position past them."""
+    def _unread(self, taken: bytes) -> None:
+        """Puts back ``taken``, the bytes just before the position that an
+        unfinished read had taken: the next read starts with them."""
+    def _buffer(self, view: Buffer) -> None:
+        """Appends ``view`` to the write buffer, moving the position."""
     def _set_inline(self, usable: bool) -> None:
         """Records which calls may be served inline, given whether the file
         is usable (seekable, open, not detached)."""

@@ -710,34 +710,6 @@ class AsyncFile(FileState, LineReader[bytes]):
             self._rbuf = await self._pread(max(self._bufsize, 1), pos)
         return self._held_bytes()
 
-    def _held(self) -> int:
-        """How many bytes read ahead are held."""
-        return len(self._rbuf) - self._roff
-
-    def _held_bytes(self) -> bytes:
-        """The bytes read ahead that are held."""
-        return self._rbuf[self._roff:] if self._roff else self._rbuf
-
-    def _drop_read_ahead(self) -> None:
-        """Forgets the bytes read ahead (the file moved, or was written)."""
-        self._rbuf = b""
-        self._roff = 0
-
-    def _take(self, n: int) -> bytes:
-        """Up to ``n`` of the bytes held, moving the position past them."""
-        rbuf, off = self._rbuf, self._roff
-        end = off + n
-        if end >= len(rbuf):
-            out = rbuf[off:] if off else rbuf
-            self._rbuf = b""
-            self._roff = 0
-        else:
-            out = rbuf[off:end]
-            self._roff = end
-        self._pos += len(out)
-        count_copied(len(out))
-        return out
-
     async def read(self, size: Optional[int] = -1) -> bytes:
         """Reads up to ``size`` bytes (all of the rest when negative or
         None); ``b""`` at end of file."""
@@ -844,16 +816,6 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     def _put_back(self, lines: List[bytes]) -> None:
         self._unread(b"".join(lines))
-
-    def _unread(self, taken: bytes) -> None:
-        """Puts back what a read that did not finish (cancelled, or failed)
-        had taken, so that no byte is lost: the next read starts with it.
-        Every await of a read happens with the read buffer empty, so the
-        bytes taken are those just before the position."""
-        if taken:
-            self._rbuf = taken + self._held_bytes()
-            self._roff = 0
-            self._pos -= len(taken)
 
     @one_at_a_time_taking_turns
     async def read1(self, size: int = -1) -> bytes:
@@ -1184,17 +1146,6 @@ class AsyncFile(FileState, LineReader[bytes]):
                 self._buffer(view)
             raise
         return await self._write_through(view, short_ok=self._bufsize == 0)
-
-    def _buffer(self, view: memoryview) -> None:
-        """Appends ``view`` to the write buffer, moving the position."""
-        if not self._wbuf and not self._at_end:
-            self._wpos = self._pos
-        self._wbuf += view
-        count_copied(len(view))
-        if self._append:
-            self._at_end = True  # the bytes go to the end, and so does the position
-        elif not self._at_end:
-            self._pos += len(view)
 
     async def _write_through(self, view: memoryview, short_ok: bool = False,
                              landed: Optional[List[int]] = None) -> int:

@@ -252,6 +252,92 @@ impl FileState {
         self.take(py, &held, size)
     }
 
+    /// How many bytes read ahead are held.
+    fn _held(&self, py: Python<'_>) -> usize {
+        self.held(py).len()
+    }
+
+    /// The bytes read ahead that are held (`_rbuf[_roff:]`).
+    fn _held_bytes(&self, py: Python<'_>) -> PyObject {
+        if self.roff == 0 {
+            return self.rbuf.clone_ref(py);
+        }
+        PyBytes::new(py, self.held(py)).into_any().unbind()
+    }
+
+    /// Forgets the bytes read ahead (the file moved, or was written).
+    fn _drop_read_ahead(&mut self, py: Python<'_>) {
+        self.rbuf = nothing(py);
+        self.roff = 0;
+    }
+
+    /// Up to `n` of the bytes held, moving the position past them and
+    /// counting them as copied (see [`turns`]). The descriptor's offset is
+    /// left for the queued call that takes them to set when it ends.
+    fn _take(&mut self, py: Python<'_>, n: usize) -> PyResult<PyObject> {
+        let rbuf = self.rbuf.bind(py).downcast::<PyBytes>()?.clone();
+        let all = rbuf.as_bytes();
+        let end = self.roff.saturating_add(n);
+        let out = if end >= all.len() {
+            let out = if self.roff == 0 {
+                rbuf.clone()
+            } else {
+                PyBytes::new(py, all.get(self.roff..).unwrap_or_default())
+            };
+            self.rbuf = nothing(py);
+            self.roff = 0;
+            out
+        } else {
+            let out = PyBytes::new(py, &all[self.roff..end]);
+            self.roff = end;
+            out
+        };
+        let got = out.as_bytes().len();
+        self.pos += i64::try_from(got)?;
+        turns::count_copied(got);
+        Ok(out.into_any().unbind())
+    }
+
+    /// Puts back `taken`, the bytes just before the position that a read
+    /// which did not finish (cancelled, or failed) had taken, so that no
+    /// byte is lost: the next read starts with them. (Every await of a
+    /// read happens with the read buffer empty, so nothing held is between
+    /// them and the position.)
+    fn _unread(&mut self, py: Python<'_>, taken: &Bound<'_, PyBytes>) -> PyResult<()> {
+        let back = taken.as_bytes();
+        if back.is_empty() {
+            return Ok(());
+        }
+        let held = self.held(py);
+        let mut joined = Vec::with_capacity(back.len() + held.len());
+        joined.extend_from_slice(back);
+        joined.extend_from_slice(held);
+        self.rbuf = PyBytes::new(py, &joined).into_any().unbind();
+        self.roff = 0;
+        self.pos -= i64::try_from(back.len())?;
+        Ok(())
+    }
+
+    /// Appends `view` (a buffer of bytes) to the write buffer, moving the
+    /// position past it (to the end, still to look up, in append mode);
+    /// the buffer's first bytes set where it is flushed to (`_wpos`).
+    fn _buffer(&mut self, py: Python<'_>, view: &Bound<'_, PyAny>) -> PyResult<()> {
+        let wbuf = self.wbuf.bind(py);
+        let before = wbuf.len();
+        if before == 0 && !self.at_end {
+            self.wpos = self.pos;
+        }
+        wbuf.call_method1(pyo3::intern!(py, "extend"), (view,))?;
+        let n = wbuf.len().saturating_sub(before);
+        turns::count_copied(n);
+        if self.append {
+            self.at_end = true; // (the bytes go to the end, and so does the position)
+        } else if !self.at_end {
+            self.pos += i64::try_from(n)?;
+        }
+        Ok(())
+    }
+
     /// Sets `_seeked`: a seek also ends the run of sequential reads (the
     /// next read ahead takes the buffer's size again).
     #[setter(_seeked)]
@@ -321,6 +407,15 @@ impl FileState {
     /// The read-ahead size: the buffer size (0 unbuffered).
     fn ahead(&self) -> usize {
         usize::try_from(self.bufsize).unwrap_or(0)
+    }
+
+    /// The bytes read ahead that are held (`rbuf[roff..]`; none if `rbuf`
+    /// is no `bytes`, which it always is).
+    fn held<'a>(&'a self, py: Python<'a>) -> &'a [u8] {
+        match self.rbuf.bind(py).downcast::<PyBytes>() {
+            Ok(all) => all.as_bytes().get(self.roff..).unwrap_or_default(),
+            Err(_) => &[],
+        }
     }
 
     /// Whether no call on the file is in progress.
