@@ -7,8 +7,9 @@ instructions (or system calls) of one read, start-up excluded.
     python per_read.py CONTENDER READS [--file PATH]
 
 CONTENDER is ``aread``, ``open`` (a ``blockio.open`` file per task,
-``seek`` + ``read``), ``turbofile`` or ``builtin`` (a synchronous
-``os.pread`` loop, the floor). The file must exist and be in the page cache
+``seek`` + ``read``), ``open-seq`` (one ``blockio.open`` file read in order,
+``await f.read(4096)`` alone, wrapping round at its end), ``turbofile`` or
+``builtin`` (a synchronous ``os.pread`` loop, the floor). The file must exist and be in the page cache
 (``peers.py`` makes and warms it).
 """
 
@@ -49,6 +50,18 @@ async def run(name: str, path: str, reads: int) -> int:
             got[0] += len(os.pread(fd, BLOCK, off))
         os.close(fd)
         return got[0]
+    if name == "open-seq":
+        import blockio
+
+        f = await blockio.open(path, "rb")
+        for _ in range(reads):
+            data = await f.read(BLOCK)
+            if not data:
+                await f.seek(0)
+                data = await f.read(BLOCK)
+            got[0] += len(data)
+        await f.close()
+        return got[0]
     if name == "open":
         import blockio
 
@@ -76,7 +89,7 @@ async def run(name: str, path: str, reads: int) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("contender", choices=["aread", "open", "turbofile", "builtin"])
+    ap.add_argument("contender", choices=["aread", "open", "open-seq", "turbofile", "builtin"])
     ap.add_argument("reads", type=int)
     ap.add_argument("--file", default="bench-data/py-peers-256m.dat")
     args = ap.parse_args()

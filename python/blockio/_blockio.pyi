@@ -7,6 +7,9 @@ from typing import List, Literal, Optional, Sequence, Tuple, Union, final
 from typing_extensions import disjoint_base
 
 from ._aio import TrioFuture
+from ._calls import CallQueue
+from ._engine import Engine, _Descriptor
+from ._file import _LineNote, _StreamCall
 
 if sys.version_info >= (3, 12):
     from collections.abc import Buffer
@@ -45,9 +48,10 @@ def set_turn_count(n: int) -> None:
 
 @disjoint_base
 class FileState:
-    """The base of a ``blockio.open`` binary file: the state its ``seek``,
-    ``read``, ``readline`` and ``tell`` are served from inline (see
-    ``seek_inline``, ``read_inline``, ``readline_inline``, ``tell_inline``)."""
+    """The base of a ``blockio.open`` binary file: all of its state, from
+    which its ``seek``, ``read``, ``readline``, ``tell`` and ``write`` are
+    served inline (see ``seek_inline``, ``read_inline``,
+    ``readline_inline``, ``tell_inline``, ``write_inline``)."""
 
     #: The logical position: where the next read or write happens.
     _pos: int
@@ -58,6 +62,36 @@ class FileState:
     _seeked: bool
     #: The descriptor's number is known outside the file.
     _shared: bool
+    #: Written, not flushed, and where those bytes go.
+    _wbuf: bytearray
+    _wpos: int
+    #: In append mode after a write: the position is the end, to look up.
+    _at_end: bool
+    #: Opened for reading, writing, in append mode.
+    _readable: bool
+    _writable: bool
+    _append: bool
+    #: Not seekable (a pipe, socket or terminal).
+    _stream: bool
+    #: A stream's bytes read beyond what their read asked for.
+    _carry: bytes
+    #: A stream's calls left running, and the wait's wake-up pipe.
+    _stream_read: Optional[_StreamCall]
+    _stream_write: Optional[_StreamCall]
+    _stream_poll: Optional[_StreamCall]
+    _poll_wake: Optional[Tuple[int, int]]
+    #: A stream's line reads: whether reads never wait, what the last left.
+    _line_by_byte: bool
+    _line_note: Union[OSError, _LineNote, None]
+    #: The descriptor, the engine and the call queue.
+    _file: _Descriptor
+    _engine: Engine
+    _calls: CallQueue
+    mode: str
+    name: Union[str, bytes, int]
+    @property
+    def _bufsize(self) -> int:
+        """The buffer size (0 unbuffered)."""
     @property
     def _inline(self) -> bool:
         """``seek`` and ``tell`` may be served inline."""
@@ -76,10 +110,22 @@ class FileState:
         """``read(size)`` by the call that has just taken its turn of the
         event loop, holding the call queue: the bytes, from the buffer or
         the page cache (counting only what it copies), or None."""
-    def _set_inline(self, inline: bool, inline_read: bool, inline_write: bool) -> None:
-        """Whether ``seek`` and ``tell`` (``inline``), ``read`` and
-        ``readline`` (also ``inline_read``), and ``write`` (``inline_write``)
-        may be served inline."""
+    def _held(self) -> int:
+        """How many bytes read ahead are held."""
+    def _held_bytes(self) -> bytes:
+        """The bytes read ahead that are held (``_rbuf[_roff:]``)."""
+    def _drop_read_ahead(self) -> None:
+        """Forgets the bytes read ahead."""
+    def _take(self, n: int) -> bytes:
+        """Up to ``n`` of the bytes held, moving the position past them."""
+    def _unread(self, taken: bytes) -> None:
+        """Puts back ``taken``, the bytes just before the position that an
+        unfinished read had taken: the next read starts with them."""
+    def _buffer(self, view: Buffer) -> None:
+        """Appends ``view`` to the write buffer, moving the position."""
+    def _set_inline(self, usable: bool) -> None:
+        """Records which calls may be served inline, given whether the file
+        is usable (seekable, open, not detached)."""
 
 def seek_inline(file: FileState, offset: object, whence: object) -> bool:
     """``file.seek(offset, whence)`` served inline if it can be (an
@@ -97,9 +143,9 @@ def readline_inline(file: FileState, size: object) -> Optional[bytes]:
     progress, the line all in the buffer, no turn of the event loop due):
     the line; ``None`` if not (nothing changed)."""
 
-def write_inline(file: FileState, data: object, wbuf: bytearray) -> Optional[int]:
+def write_inline(file: FileState, data: object) -> Optional[int]:
     """``file.write(data)`` served inline if it can be (``data`` bytes or
-    a bytearray joining bytes already in the write buffer ``wbuf`` without
+    a bytearray joining bytes already in the file's write buffer without
     filling it, no call in progress, no turn of the event loop due): the
     byte count; ``None`` if not (nothing changed)."""
 

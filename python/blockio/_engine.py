@@ -67,15 +67,11 @@ class _Descriptor:
     """The descriptor under a :func:`blockio.open` file (its ``_file`` and
     ``raw``, as an aiofiles object has the synchronous file there).
 
-    ``shared`` says whether the descriptor's number may be known outside
-    the file: one handed in (``blockio.open(fd)``) or made by an
-    ``opener``, or once ``fileno()`` or ``fd`` has been asked for. The
-    file keeps the descriptor's offset at its own position after every
-    call only then (see ``AsyncFile._sync_offset``): a descriptor nobody
-    else knows has nobody to see that offset, and a system call per call
-    is saved. Asking for the number brings the offset there first."""
+    Giving the number out (``fileno()``, ``fd``) tells the file over it
+    (``on_share``), which from then on keeps the descriptor's offset at
+    its own position after every call (see ``AsyncFile._sync_offset``)."""
 
-    def __init__(self, fd: int, name: Any, mode: str, closefd: bool, shared: bool) -> None:
+    def __init__(self, fd: int, name: Any, mode: str, closefd: bool) -> None:
         #: The number, for the package's own use (reading it shares nothing).
         self.num = fd
         self.name = name
@@ -83,16 +79,14 @@ class _Descriptor:
         self.closefd = closefd
         self.closed = False
         self.detached = False
-        self.shared = shared
-        #: Run when the number is first given out: brings the offset to
-        #: the file's position (set by the file over this descriptor).
+        #: Run when the number is given out: the file over this
+        #: descriptor (which sets it) brings the offset to its position
+        #: the first time.
         self.on_share: Optional[Callable[[], None]] = None
 
     def _share(self) -> None:
-        if not self.shared:
-            self.shared = True
-            if self.on_share is not None:
-                self.on_share()
+        if self.on_share is not None:
+            self.on_share()
 
     @property
     def fd(self) -> int:

@@ -332,21 +332,13 @@ class AsyncFile(FileState, LineReader[bytes]):
     aiofiles lacks; plain methods ``fileno``,
     ``readable`` and ``detach``; ``async for line in f``."""
 
-    # Slots: with the core's `FileState` as a base, CPython keeps the
-    # attributes of an instance's dict in a real dict (not inline), where
-    # every access would be a lookup; a slot is one step. (``__dict__``
-    # stays, empty unless a user sets an attribute of their own, as the
-    # built-in file and aiofiles' take.)
-    __slots__ = ("_append", "_at_end", "_bufsize", "_calls", "_carry", "_engine", "_file", "_line_by_byte",
-                 "_line_note", "_poll_wake", "_readable", "_stream", "_stream_poll", "_stream_read", "_stream_write",
-                 "_wbuf", "_wpos", "_writable", "mode", "name", "__dict__", "__weakref__")
+    # The file's state is all in the core's `FileState` (each attribute
+    # set below is one of its fields), from which `seek`, `read`,
+    # `readline`, `tell` and `write` are served inline; ``__dict__`` holds
+    # only what a user sets, as the built-in file and aiofiles' take.
+    __slots__ = ("__dict__", "__weakref__")
 
-    def __init__(self, desc: _Descriptor, mode: str, engine: Engine, buffer_size: int) -> None:
-        # `_pos`, `_rbuf`, `_roff`, `_seeked`, `_inline`, `_inline_read` and
-        # `_shared` are fields of the core's `FileState`, from which `seek`,
-        # `read`, `readline` and `tell` are served inline (`seek_inline`,
-        # `read_inline`, `readline_inline`, `tell_inline`); `_serve` gives it the
-        # rest of what they need.
+    def __init__(self, desc: _Descriptor, mode: str, engine: Engine, buffer_size: int, shared: bool) -> None:
         self._file = desc
         self._engine = engine
         #: Calls on this file run one at a time, in the order made (see
@@ -357,7 +349,6 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: In append mode after a write (and on open), the position is the
         #: file's end, looked up when it is needed.
         self._at_end = "a" in mode
-        self._bufsize = buffer_size
         #: Read ahead: ``_rbuf[_roff:]`` are the bytes at ``_pos`` on. A
         #: read takes its bytes from the front by moving ``_roff``, so small
         #: reads from a large buffer do not copy the rest of it each time;
@@ -413,11 +404,15 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: The next read is the first since a seek: it reads what it asks
         #: for and no more (see `read`).
         self._seeked = False
+        #: The descriptor's number may be known outside the file: one
+        #: handed in or made by an ``opener``, or once ``fileno()`` has
+        #: been asked for (see `_sync_offset`).
+        self._shared = shared
         me = weakref.ref(self)
 
         def on_share() -> None:
             f = me()
-            if f is not None:
+            if f is not None and not f._shared:
                 f._shared = True
                 f._sync_offset()
 
@@ -432,8 +427,6 @@ class AsyncFile(FileState, LineReader[bytes]):
         # and a queue holding the file would keep a dropped file alive until
         # the cycle collector runs, its buffered bytes unwritten until then)
         self._calls.settle = settle
-        #: Mirrors ``desc.shared`` for the calls served inline.
-        self._shared = desc.shared
         self._serve(self._calls.free, engine._core, desc.num, buffer_size)
         self._calls.turn_due = turn_due
         self._update_inline()
@@ -452,9 +445,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         "inline" of a file that is not. It may say "not" of one that has
         become inline meanwhile, which only sends a call through the queue."""
         d = self._file
-        usable = not (self._stream or d.closed or d.detached)
-        self._set_inline(usable and not (self._wbuf or self._at_end), self._readable,
-                        usable and self._writable and not self._append)
+        self._set_inline(not (self._stream or d.closed or d.detached))
 
     @property
     def closed(self) -> bool:
@@ -517,12 +508,12 @@ class AsyncFile(FileState, LineReader[bytes]):
         shell that passed it, the next ``open(fd)``) neither overwrites nor
         reads again what this file wrote or read. Reads and writes
         themselves are positional and never use that offset, so a
-        descriptor whose number nobody else knows (``_Descriptor.shared``
+        descriptor whose number nobody else knows (``_shared``
         false: opened here by path, ``fileno()`` never asked for) is left
         alone, which saves a system call per call; giving the number out
         runs this first."""
         d = self._file
-        if not d.shared or self._stream or self._at_end or d.detached or d.closed:
+        if not self._shared or self._stream or self._at_end or d.detached or d.closed:
             return
         try:
             os.lseek(d.num, self._wpos if self._wbuf else self._pos, os.SEEK_SET)
@@ -719,34 +710,6 @@ class AsyncFile(FileState, LineReader[bytes]):
             self._rbuf = await self._pread(max(self._bufsize, 1), pos)
         return self._held_bytes()
 
-    def _held(self) -> int:
-        """How many bytes read ahead are held."""
-        return len(self._rbuf) - self._roff
-
-    def _held_bytes(self) -> bytes:
-        """The bytes read ahead that are held."""
-        return self._rbuf[self._roff:] if self._roff else self._rbuf
-
-    def _drop_read_ahead(self) -> None:
-        """Forgets the bytes read ahead (the file moved, or was written)."""
-        self._rbuf = b""
-        self._roff = 0
-
-    def _take(self, n: int) -> bytes:
-        """Up to ``n`` of the bytes held, moving the position past them."""
-        rbuf, off = self._rbuf, self._roff
-        end = off + n
-        if end >= len(rbuf):
-            out = rbuf[off:] if off else rbuf
-            self._rbuf = b""
-            self._roff = 0
-        else:
-            out = rbuf[off:end]
-            self._roff = end
-        self._pos += len(out)
-        count_copied(len(out))
-        return out
-
     async def read(self, size: Optional[int] = -1) -> bytes:
         """Reads up to ``size`` bytes (all of the rest when negative or
         None); ``b""`` at end of file."""
@@ -853,16 +816,6 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     def _put_back(self, lines: List[bytes]) -> None:
         self._unread(b"".join(lines))
-
-    def _unread(self, taken: bytes) -> None:
-        """Puts back what a read that did not finish (cancelled, or failed)
-        had taken, so that no byte is lost: the next read starts with it.
-        Every await of a read happens with the read buffer empty, so the
-        bytes taken are those just before the position."""
-        if taken:
-            self._rbuf = taken + self._held_bytes()
-            self._roff = 0
-            self._pos -= len(taken)
 
     @one_at_a_time_taking_turns
     async def read1(self, size: int = -1) -> bytes:
@@ -1148,7 +1101,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         """Writes all of ``data`` (any bytes-like object) at the position,
         or at the end in append mode; the byte count. Buffered files keep
         it until the buffer fills, :meth:`flush` or close."""
-        n = write_inline(self, data, self._wbuf)  # (into the buffer, served inline)
+        n = write_inline(self, data)  # (into the buffer, served inline)
         if n is not None:
             return n
         if not self._calls.free and type(data) is not bytes:
@@ -1193,17 +1146,6 @@ class AsyncFile(FileState, LineReader[bytes]):
                 self._buffer(view)
             raise
         return await self._write_through(view, short_ok=self._bufsize == 0)
-
-    def _buffer(self, view: memoryview) -> None:
-        """Appends ``view`` to the write buffer, moving the position."""
-        if not self._wbuf and not self._at_end:
-            self._wpos = self._pos
-        self._wbuf += view
-        count_copied(len(view))
-        if self._append:
-            self._at_end = True  # the bytes go to the end, and so does the position
-        elif not self._at_end:
-            self._pos += len(view)
 
     async def _write_through(self, view: memoryview, short_ok: bool = False,
                              landed: Optional[List[int]] = None) -> int:

@@ -151,7 +151,7 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
         # A descriptor handed in, or made by the caller's opener, may be
         # known elsewhere: its offset follows the file's position.
         shared = isinstance(file, int) or opener is not None
-        raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd, shared), binary_mode, eng, size)
+        raw = AsyncFile(_Descriptor(fd, name, binary_mode, closefd), binary_mode, eng, size, shared)
         if raw._stream and "+" in mode and buffering != 0:
             # The built-in's buffered reader and writer of one file
             # (BufferedRandom) needs a seekable one; it closes the

@@ -1,8 +1,9 @@
 //! `FileState`, the base of a `blockio.open` binary file object: the
-//! state its most frequent calls need (position, read-ahead buffer,
-//! whether the file can be served inline), and those calls served from
-//! it without suspending: [`seek_inline`], [`read_inline`], [`readline_inline`],
-//! [`tell_inline`] and [`write_inline`].
+//! file's whole state (position, read-ahead and write buffers, mode, the
+//! descriptor, engine and call queue it uses), kept once, and its most
+//! frequent calls served from it without suspending: [`seek_inline`],
+//! [`read_inline`], [`readline_inline`], [`tell_inline`] and
+//! [`write_inline`].
 //!
 //! A random read is a `seek` and a `read` of a cached block, so these two
 //! calls are what a random-access workload pays per block besides the
@@ -11,13 +12,11 @@
 //! (attribute loads and stores, the checks, taking and giving back the call
 //! queue's `free` item), a `readline` or a small `write` through the call
 //! queue about 3 µs;
-//! here each is one call, on fields of the object itself. Everything else
-//! the file does stays in Python (`blockio/_file.py`), which reads and
-//! writes the fields shared with it (`_pos`, `_rbuf`, `_roff`, `_seeked`)
-//! as attributes; those cost it about 30 ns each, where a slot costs 3, so
-//! what only Python uses is kept in Python's slots, and what only these
-//! calls use (the read-ahead size, the descriptor's number, the call
-//! queue, the engine) is given once ([`FileState::_serve`]).
+//! here each is one call, on fields of the object itself. The rest of the
+//! file's methods are Python (`blockio/_file.py`): they read and set the
+//! fields as attributes (`_pos`, `_wbuf`, `_stream`...); what only the
+//! calls served here use (the descriptor's number, the call queue's `free`
+//! list, the engine's core) is given once ([`FileState::_serve`]).
 //!
 //! Both calls run holding the GIL from start to end (the `preadv2` and the
 //! `lseek` included), so "no call on the file in progress" (the queue's
@@ -48,9 +47,12 @@ pub(crate) const INLINE_OFFSET: i64 = 1 << 40;
 /// moment, as a built-in buffered file's are, over a window this wide.
 pub(crate) const SEQUENTIAL_AHEAD: usize = 128 << 10;
 
-/// A binary file object's position and read-ahead, and whether its calls
-/// may be served inline. Subclassed by `blockio._file.AsyncFile`, which
-/// sets every field in its `__init__`.
+/// A binary file object's state, all of it: position, read-ahead and
+/// write buffers, mode, what it reads and writes through, and whether its
+/// calls may be served inline. Subclassed by `blockio._file.AsyncFile`,
+/// whose methods read and set these fields as attributes; the file keeps
+/// no state of its own besides (its `__dict__` holds only what a user
+/// sets).
 #[pyclass(subclass, module = "blockio._blockio")]
 pub(crate) struct FileState {
     /// The logical position: where the next read or write happens.
@@ -62,13 +64,23 @@ pub(crate) struct FileState {
     rbuf: PyObject,
     #[pyo3(get, set, name = "_roff")]
     roff: usize,
+    /// Written, not flushed: the bytes end at `pos` (not in append mode).
+    #[pyo3(get, set, name = "_wbuf")]
+    wbuf: Py<PyByteArray>,
+    /// Where the bytes of `wbuf` go (not in append mode).
+    #[pyo3(get, set, name = "_wpos")]
+    wpos: i64,
+    /// In append mode after a write (and on open): the position is the
+    /// file's end, looked up when it is needed.
+    #[pyo3(get, set, name = "_at_end")]
+    at_end: bool,
     /// The next read is the first since a seek: it reads what it asks for
     /// and no more.
     #[pyo3(get, name = "_seeked")]
     seeked: bool,
     /// `seek` and `tell` may be served inline: a seekable file, open,
     /// with no writes buffered and its position known (see
-    /// `AsyncFile._update_inline`).
+    /// [`FileState::_set_inline`]).
     #[pyo3(get, name = "_inline")]
     inline: bool,
     /// `read` and `readline` may be served inline: `inline`, and the file
@@ -77,15 +89,66 @@ pub(crate) struct FileState {
     inline_read: bool,
     /// `write` may be served inline when the write buffer holds bytes
     /// already: a buffered seekable file, open, writing, not in append
-    /// mode (see `AsyncFile._update_inline`).
+    /// mode.
     #[pyo3(get, name = "_inline_write")]
     inline_write: bool,
     /// The descriptor's number is known outside the file: its offset is
     /// kept at the position (see `AsyncFile._sync_offset`).
     #[pyo3(get, set, name = "_shared")]
     shared: bool,
-    /// The read-ahead size (the file's buffer size; 0 unbuffered).
-    ahead: usize,
+    /// The file was opened for reading, for writing, in append mode.
+    #[pyo3(get, set, name = "_readable")]
+    readable: bool,
+    #[pyo3(get, set, name = "_writable")]
+    writable: bool,
+    #[pyo3(get, set, name = "_append")]
+    append: bool,
+    /// Not seekable (a pipe, socket or terminal): read and written in
+    /// order, on threads (`_StreamCall`), with no position.
+    #[pyo3(get, set, name = "_stream")]
+    stream: bool,
+    /// Bytes read from a stream beyond what the read that got them asked
+    /// for: the next read's first.
+    #[pyo3(get, set, name = "_carry")]
+    carry: PyObject,
+    /// A stream's read still running (its call was cancelled), whose
+    /// bytes the next read takes; the last write to a stream, which the
+    /// next follows; the wait for an unbuffered stream to become readable
+    /// left by a cancelled `readline` (each a `_StreamCall`, or `None`).
+    #[pyo3(get, set, name = "_stream_read")]
+    stream_read: PyObject,
+    #[pyo3(get, set, name = "_stream_write")]
+    stream_write: PyObject,
+    #[pyo3(get, set, name = "_stream_poll")]
+    stream_poll: PyObject,
+    /// The pipe whose write end, closed, ends `stream_poll`'s wait (a
+    /// tuple of its two descriptors, or `None`).
+    #[pyo3(get, set, name = "_poll_wake")]
+    poll_wake: PyObject,
+    /// The stream takes reads that never wait (not a FIFO or a terminal).
+    #[pyo3(get, set, name = "_line_by_byte")]
+    line_by_byte: bool,
+    /// What the last line read from a stream left for the next one (see
+    /// `AsyncFile._stream_line`), or `None`.
+    #[pyo3(get, set, name = "_line_note")]
+    line_note: PyObject,
+    /// The descriptor under the file (`_Descriptor`), the engine its
+    /// operations go through, and its call queue (`CallQueue`).
+    #[pyo3(get, set, name = "_file")]
+    file: PyObject,
+    #[pyo3(get, set, name = "_engine")]
+    engine: PyObject,
+    #[pyo3(get, set, name = "_calls")]
+    calls: PyObject,
+    /// The mode and the name, as the built-in file gives them.
+    #[pyo3(get, set)]
+    mode: PyObject,
+    #[pyo3(get, set)]
+    name: PyObject,
+    /// The buffer size (0 unbuffered): the read-ahead size, and what the
+    /// write buffer holds before it is flushed.
+    #[pyo3(get, name = "_bufsize")]
+    bufsize: i64,
     /// How much the last read ahead of a run of sequential reads took
     /// (0: none since the last seek); each next one takes twice as much,
     /// up to [`SEQUENTIAL_AHEAD`] (see [`FileState::next_fill`]).
@@ -110,16 +173,36 @@ impl FileState {
         _args: &Bound<'_, pyo3::types::PyTuple>,
         _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
     ) -> Self {
+        let none = || py.None();
         FileState {
             pos: 0,
             rbuf: nothing(py),
             roff: 0,
+            wbuf: PyByteArray::new(py, b"").unbind(),
+            wpos: 0,
+            at_end: false,
             seeked: false,
             inline: false,
             inline_read: false,
             inline_write: false,
             shared: false,
-            ahead: 0,
+            readable: false,
+            writable: false,
+            append: false,
+            stream: false,
+            carry: nothing(py),
+            stream_read: none(),
+            stream_write: none(),
+            stream_poll: none(),
+            poll_wake: none(),
+            line_by_byte: true,
+            line_note: none(),
+            file: none(),
+            engine: none(),
+            calls: none(),
+            mode: none(),
+            name: none(),
+            bufsize: 0,
             fill: 0,
             num: -1,
             free: None,
@@ -134,16 +217,19 @@ impl FileState {
         self.free = Some(free);
         self.reader = Some(reader);
         self.num = num;
-        self.ahead = usize::try_from(bufsize).unwrap_or(0);
+        self.bufsize = bufsize;
     }
 
     /// Records whether `seek` and `tell` (`inline`), `read` and
     /// `readline` (`inline_read`) and `write` (`inline_write`) may be
-    /// served inline.
-    fn _set_inline(&mut self, inline: bool, inline_read: bool, inline_write: bool) {
-        self.inline = inline;
-        self.inline_read = inline && inline_read;
-        self.inline_write = inline_write && self.ahead > 0;
+    /// served inline, given whether the file is `usable` (seekable, open,
+    /// not detached): all need nothing buffered to write and the position
+    /// known (not at an end still to look up); reads need a file that
+    /// reads, writes one that writes, buffered, not in append mode.
+    fn _set_inline(&mut self, py: Python<'_>, usable: bool) {
+        self.inline = usable && !self.at_end && self.wbuf.bind(py).len() == 0;
+        self.inline_read = self.inline && self.readable;
+        self.inline_write = usable && self.writable && !self.append && self.ahead() > 0;
     }
 
     /// `read(size)` by the call that has just taken its turn of the event
@@ -166,6 +252,92 @@ impl FileState {
         self.take(py, &held, size)
     }
 
+    /// How many bytes read ahead are held.
+    fn _held(&self, py: Python<'_>) -> usize {
+        self.held(py).len()
+    }
+
+    /// The bytes read ahead that are held (`_rbuf[_roff:]`).
+    fn _held_bytes(&self, py: Python<'_>) -> PyObject {
+        if self.roff == 0 {
+            return self.rbuf.clone_ref(py);
+        }
+        PyBytes::new(py, self.held(py)).into_any().unbind()
+    }
+
+    /// Forgets the bytes read ahead (the file moved, or was written).
+    fn _drop_read_ahead(&mut self, py: Python<'_>) {
+        self.rbuf = nothing(py);
+        self.roff = 0;
+    }
+
+    /// Up to `n` of the bytes held, moving the position past them and
+    /// counting them as copied (see [`turns`]). The descriptor's offset is
+    /// left for the queued call that takes them to set when it ends.
+    fn _take(&mut self, py: Python<'_>, n: usize) -> PyResult<PyObject> {
+        let rbuf = self.rbuf.bind(py).downcast::<PyBytes>()?.clone();
+        let all = rbuf.as_bytes();
+        let end = self.roff.saturating_add(n);
+        let out = if end >= all.len() {
+            let out = if self.roff == 0 {
+                rbuf.clone()
+            } else {
+                PyBytes::new(py, all.get(self.roff..).unwrap_or_default())
+            };
+            self.rbuf = nothing(py);
+            self.roff = 0;
+            out
+        } else {
+            let out = PyBytes::new(py, &all[self.roff..end]);
+            self.roff = end;
+            out
+        };
+        let got = out.as_bytes().len();
+        self.pos += i64::try_from(got)?;
+        turns::count_copied(got);
+        Ok(out.into_any().unbind())
+    }
+
+    /// Puts back `taken`, the bytes just before the position that a read
+    /// which did not finish (cancelled, or failed) had taken, so that no
+    /// byte is lost: the next read starts with them. (Every await of a
+    /// read happens with the read buffer empty, so nothing held is between
+    /// them and the position.)
+    fn _unread(&mut self, py: Python<'_>, taken: &Bound<'_, PyBytes>) -> PyResult<()> {
+        let back = taken.as_bytes();
+        if back.is_empty() {
+            return Ok(());
+        }
+        let held = self.held(py);
+        let mut joined = Vec::with_capacity(back.len() + held.len());
+        joined.extend_from_slice(back);
+        joined.extend_from_slice(held);
+        self.rbuf = PyBytes::new(py, &joined).into_any().unbind();
+        self.roff = 0;
+        self.pos -= i64::try_from(back.len())?;
+        Ok(())
+    }
+
+    /// Appends `view` (a buffer of bytes) to the write buffer, moving the
+    /// position past it (to the end, still to look up, in append mode);
+    /// the buffer's first bytes set where it is flushed to (`_wpos`).
+    fn _buffer(&mut self, py: Python<'_>, view: &Bound<'_, PyAny>) -> PyResult<()> {
+        let wbuf = self.wbuf.bind(py);
+        let before = wbuf.len();
+        if before == 0 && !self.at_end {
+            self.wpos = self.pos;
+        }
+        wbuf.call_method1(pyo3::intern!(py, "extend"), (view,))?;
+        let n = wbuf.len().saturating_sub(before);
+        turns::count_copied(n);
+        if self.append {
+            self.at_end = true; // (the bytes go to the end, and so does the position)
+        } else if !self.at_end {
+            self.pos += i64::try_from(n)?;
+        }
+        Ok(())
+    }
+
     /// Sets `_seeked`: a seek also ends the run of sequential reads (the
     /// next read ahead takes the buffer's size again).
     #[setter(_seeked)]
@@ -178,12 +350,31 @@ impl FileState {
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.rbuf)?;
+        visit.call(&self.wbuf)?;
+        for held in self.objects() {
+            visit.call(held)?;
+        }
         visit.call(&self.free)?;
         visit.call(&self.reader)
     }
 
     fn __clear__(&mut self, py: Python<'_>) {
         self.rbuf = nothing(py);
+        self.carry = nothing(py);
+        for held in [
+            &mut self.stream_read,
+            &mut self.stream_write,
+            &mut self.stream_poll,
+            &mut self.poll_wake,
+            &mut self.line_note,
+            &mut self.file,
+            &mut self.engine,
+            &mut self.calls,
+            &mut self.mode,
+            &mut self.name,
+        ] {
+            *held = py.None();
+        }
         self.free = None;
         self.reader = None;
     }
@@ -195,6 +386,38 @@ fn nothing(py: Python<'_>) -> PyObject {
 }
 
 impl FileState {
+    /// The Python objects held besides the buffers and what the calls
+    /// served inline use (for the cycle collector).
+    fn objects(&self) -> [&PyObject; 11] {
+        [
+            &self.carry,
+            &self.stream_read,
+            &self.stream_write,
+            &self.stream_poll,
+            &self.poll_wake,
+            &self.line_note,
+            &self.file,
+            &self.engine,
+            &self.calls,
+            &self.mode,
+            &self.name,
+        ]
+    }
+
+    /// The read-ahead size: the buffer size (0 unbuffered).
+    fn ahead(&self) -> usize {
+        usize::try_from(self.bufsize).unwrap_or(0)
+    }
+
+    /// The bytes read ahead that are held (`rbuf[roff..]`; none if `rbuf`
+    /// is no `bytes`, which it always is).
+    fn held<'a>(&'a self, py: Python<'a>) -> &'a [u8] {
+        match self.rbuf.bind(py).downcast::<PyBytes>() {
+            Ok(all) => all.as_bytes().get(self.roff..).unwrap_or_default(),
+            Err(_) => &[],
+        }
+    }
+
     /// Whether no call on the file is in progress.
     fn free(&self, py: Python<'_>) -> bool {
         self.free.as_ref().is_some_and(|f| f.bind(py).len() == 1)
@@ -257,7 +480,7 @@ impl FileState {
     /// its turn of the event loop first. A call that has just taken its
     /// turn (`after_turn`) counts only the bytes it copied.
     fn read_inline(&mut self, py: Python<'_>, size: usize, after_turn: bool) -> Option<PyObject> {
-        let want = if self.seeked || size >= self.ahead {
+        let want = if self.seeked || size >= self.ahead() {
             size
         } else {
             self.next_fill().max(size)
@@ -298,12 +521,12 @@ impl FileState {
     /// [`SEQUENTIAL_AHEAD`] (never less than the buffer's size).
     fn next_fill(&self) -> usize {
         if self.fill == 0 {
-            return self.ahead;
+            return self.ahead();
         }
         self.fill
             .saturating_mul(2)
             .min(SEQUENTIAL_AHEAD)
-            .max(self.ahead)
+            .max(self.ahead())
     }
 }
 
@@ -429,7 +652,7 @@ pub(crate) fn readline_inline(
         n => usize::try_from(n).ok()?,
     };
     let mut st = file.try_borrow_mut().ok()?;
-    if !st.inline_read || st.ahead == 0 || !st.free(py) || turns::is_due() {
+    if !st.inline_read || st.ahead() == 0 || !st.free(py) || turns::is_due() {
         return None;
     }
     let held = st.rbuf.bind(py).downcast::<PyBytes>().ok()?.clone();
@@ -460,18 +683,14 @@ pub(crate) fn tell_inline(file: &Bound<'_, FileState>) -> Option<i64> {
 
 /// `file.write(data)` served inline, if it can be: `data` a `bytes` or
 /// `bytearray` (not empty), no call on the file in progress, and the
-/// bytes joining others already in the write buffer `wbuf` (the file's
-/// `_wbuf`, kept in Python, whose code uses it most) without filling it,
+/// bytes joining others already in the file's write buffer without
+/// filling it,
 /// and the thread's turn of the event loop not due (see [`turns`]). The
 /// byte count, or `None` (nothing changed: the queued `write` writes
 /// them, or takes the turn). The first write after a flush is never served
 /// here: it sets where the buffered bytes go (`_wpos`).
 #[pyfunction]
-pub(crate) fn write_inline(
-    file: &Bound<'_, FileState>,
-    data: &Bound<'_, PyAny>,
-    wbuf: &Bound<'_, PyByteArray>,
-) -> Option<usize> {
+pub(crate) fn write_inline(file: &Bound<'_, FileState>, data: &Bound<'_, PyAny>) -> Option<usize> {
     let py = file.py();
     let n = if let Ok(b) = data.downcast_exact::<PyBytes>() {
         b.as_bytes().len()
@@ -481,8 +700,9 @@ pub(crate) fn write_inline(
         return None;
     };
     let mut st = file.try_borrow_mut().ok()?;
+    let wbuf = st.wbuf.bind(py).clone();
     let held = wbuf.len();
-    if n == 0 || held == 0 || held.checked_add(n)? >= st.ahead || data.is(wbuf) {
+    if n == 0 || held == 0 || held.checked_add(n)? >= st.ahead() || data.is(&wbuf) {
         return None;
     }
     if !st

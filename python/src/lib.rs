@@ -33,8 +33,8 @@
 //! `fresh` (reads into the new `bytes` objects they return, in pieces),
 //! `args` (argument checks), `errors` (`OSError`s), `fds` (what a
 //! descriptor is, duplicates, the fork guard), `lent` (buffers released without
-//! the GIL), `inline` (a file object's `seek`, `read`, `readline`, `tell`
-//! and `write` served inline), `stream` (a line of an unbuffered pipe or
+//! the GIL), `inline` (a binary file object's whole state, and its
+//! `seek`, `read`, `readline`, `tell` and `write` served inline from it), `stream` (a line of an unbuffered pipe or
 //! socket, read a byte at a time without waiting), `event_loop` (the ring
 //! of `blockio.new_event_loop()`'s proactor: socket and pipe operations
 //! as completions), `bench` (a benchmark baseline).

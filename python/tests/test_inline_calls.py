@@ -176,3 +176,54 @@ def test_a_closed_file_refuses_seek_and_read_as_the_builtin(tmp_path, backend):
     b.close()
     with pytest.raises(ValueError, match="closed file"):
         b.seek(0)
+
+
+@BACKENDS
+@pytest.mark.parametrize("kind", ["regular", "pipe"])
+def test_the_file_keeps_its_state_in_the_core_alone(tmp_path, backend, kind):
+    """Every field of a binary file is one of the core's ``FileState``'s:
+    after writes, reads, seeks, lines, a flush and ``fileno()`` (on a
+    regular file, or on a pipe's streams), the Python object holds nothing
+    of its own (no slot, an empty ``__dict__``), and what the calls
+    changed reads back from the core's fields: the position, the write
+    buffer, and the descriptor's number known outside once given out."""
+    from blockio._blockio import FileState
+
+    async def regular(e):
+        p = tmp_path / "f"
+        p.write_bytes(b"line one\nline two\n" * 100)
+        f = await blockio.open(p, "r+b", engine=e)
+        assert f._shared is False
+        assert await f.readline() == b"line one\n"
+        await f.seek(0, os.SEEK_END)
+        await f.write(b"more")
+        assert bytes(f._wbuf) == b"more"  # (buffered, in the core's field)
+        await f.flush()
+        assert f._wbuf == bytearray() and f._pos == 1804
+        await f.seek(9)
+        assert await f.read(8) == b"line two"
+        f.fileno()
+        assert f._shared is True and os.lseek(f.fileno(), 0, os.SEEK_CUR) == 17
+        return f
+
+    async def pipe(e):
+        r, w = os.pipe()
+        fr = await blockio.open(r, "rb", engine=e)
+        fw = await blockio.open(w, "wb", buffering=0, engine=e)
+        await fw.write(b"ab\ncd")
+        assert await fr.readline() == b"ab\n"
+        assert await fr.read(2) == b"cd"
+        assert fr._stream and fw._stream
+        await fw.close()
+        return fr
+
+    async def main(e):
+        f = await (regular(e) if kind == "regular" else pipe(e))
+        try:
+            assert type(f).__slots__ == ("__dict__", "__weakref__")
+            assert isinstance(f, FileState) and vars(f) == {}
+            assert not hasattr(f.raw, "shared")  # (whether it is given out is the file's field)
+        finally:
+            await f.close()
+
+    with_engine(backend, main)
