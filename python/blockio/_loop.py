@@ -71,15 +71,44 @@ _UNAVAILABLE = (errno.EPERM, errno.ENOSYS, errno.EACCES, errno.EOPNOTSUPP)
 
 
 class _Watch:
-    """One ``add_reader``/``add_writer`` registration and its poll."""
+    """One ``add_reader``/``add_writer`` registration and its poll.
 
-    __slots__ = ("handle", "token", "fd", "mask")
+    The poll is on ``own``, a duplicate of the caller's descriptor ``fd``,
+    not on ``fd`` itself: the caller may close ``fd`` and another file may
+    take its number while a poll is armed or about to be re-armed, and the
+    duplicate keeps naming the file the callback was added for. ``file``
+    is that file's identity (``st_dev``, ``st_ino``), with which a
+    readiness is checked against what ``fd`` names when it is reported.
+    """
 
-    def __init__(self, handle: events.Handle, fd: int, mask: int) -> None:
+    __slots__ = ("handle", "token", "fd", "mask", "own", "file")
+
+    def __init__(self, handle: events.Handle, fd: int, mask: int, file: tuple[int, int]) -> None:
         self.handle = handle
         self.token: int | None = None
         self.fd = fd
         self.mask = mask
+        self.file = file
+        self.own = os.dup(fd)
+
+    def names_its_file(self) -> bool:
+        """Whether ``fd`` still names the file the watch was added for."""
+        try:
+            return _file_id(self.fd) == self.file
+        except OSError:
+            return False
+
+    def drop(self) -> None:
+        """Closes the duplicate (once no poll can go back to its number)."""
+        if self.own != -1:
+            os.close(self.own)
+            self.own = -1
+
+
+def _file_id(fd: int) -> tuple[int, int]:
+    """The identity of the file ``fd`` names (``OSError(EBADF)`` if none)."""
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
 
 
 class _Closing:
@@ -350,6 +379,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._signal_handlers: dict[int, events.Handle] = {}
         self._readers: dict[int, _Watch] = {}
         self._writers: dict[int, _Watch] = {}
+        # Watches removed while their poll was in flight: each duplicate is
+        # closed when its poll answers (or, at close(), once the ring is).
+        self._unwatched: set[_Watch] = set()
         self._transports: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         # Listening Unix sockets to unlink when they stop serving (3.13+'s
         # create_unix_server(cleanup_socket=True)): socket -> inode.
@@ -405,11 +437,16 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 self.remove_signal_handler(sig)
         else:
             self._signal_handlers.clear()
-        for table in (self._readers, self._writers):
-            for w in table.values():
-                w.handle.cancel()
-            table.clear()
+        watches = [*self._readers.values(), *self._writers.values(), *self._unwatched]
+        for w in watches:
+            w.handle.cancel()
+        self._readers.clear()
+        self._writers.clear()
+        self._unwatched.clear()
         super().close()
+        # The ring is closed: the kernel no longer uses the duplicates.
+        for w in watches:
+            w.drop()
 
     # -- add_reader / add_writer ---------------------------------------------
 
@@ -441,26 +478,37 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._check_closed()
         fileno = self._fileno(fd)
         handle = events.Handle(callback, args, self, None)
+        file = _file_id(fileno)  # OSError(EBADF) for a descriptor that is not open, as epoll says
         w = table.get(fileno)
         if w is not None:
-            w.handle.cancel()
-            w.handle = handle
-            return
-        os.fstat(fileno)  # OSError(EBADF) for a descriptor that is not open, as epoll says
-        w = _Watch(handle, fileno, mask)
+            if w.own != -1 and w.file == file:
+                w.handle.cancel()
+                w.handle = handle
+                return
+            # The number was closed without remove_*() and names another
+            # file now: that file gets a watch of its own.
+            self._unwatch(table, fileno)
+        w = _Watch(handle, fileno, mask, file)
         table[fileno] = w
         self._arm(table, w)
 
     def _arm(self, table: dict[int, _Watch], w: _Watch) -> None:
-        if table.get(w.fd) is not w or self._proactor is None:
+        if table.get(w.fd) is not w or w.own == -1 or self._proactor is None:
             return
 
         def fired(events_or_error: int) -> None:
             w.token = None
-            if table.get(w.fd) is not w or events_or_error < 0:
-                # Cancelled, or the descriptor was closed meanwhile (the
-                # poll re-armed on its number failed): a closed descriptor
-                # never fires, as in epoll, which forgets it.
+            if table.get(w.fd) is not w:
+                self._unwatched.discard(w)
+                w.drop()  # removed meanwhile; this was its poll's answer
+                return
+            if events_or_error < 0:
+                return  # the poll failed: nothing more to report
+            if not w.names_its_file():
+                # The caller closed the descriptor (and its number may name
+                # another file now): as in epoll, which forgets a closed
+                # file, the watch never fires again.
+                w.drop()
                 return
             if not w.handle._cancelled:
                 self._ready.append(w.handle)
@@ -468,7 +516,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             # readiness that remains is reported again (level-triggered).
             self._proactor._before_wait.append(lambda: self._arm(table, w))
 
-        w.token = self._proactor.poll_callback(w.fd, w.mask, fired)
+        w.token = self._proactor.poll_callback(w.own, w.mask, fired)
 
     def _unwatch(self, table: dict[int, _Watch], fd: Any) -> bool:
         fileno = self._fileno(fd)
@@ -477,7 +525,12 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             return False
         w.handle.cancel()
         if w.token is not None and self._proactor is not None:
+            # The duplicate stays open until the poll answers: a poll still
+            # queued goes to its number.
+            self._unwatched.add(w)
             self._proactor.cancel_op(w.token)
+        else:
+            w.drop()
         return True
 
     def add_reader(self, fd: Any, callback: Callable, *args: Any) -> None:

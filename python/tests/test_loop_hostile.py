@@ -408,3 +408,134 @@ def test_connected_udp_reports_each_port_unreachable(loop):
 
     got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert [type(e) for e in got] == [ConnectionRefusedError] * 5
+
+
+def _sentinel(loop, turns):
+    """A future done once a reader on a socket kept readable has run
+    ``turns`` times: by then a poll armed beside it in the same turns has
+    been answered too."""
+    s, t = _pairs(1)[0]
+    t.send(b"!")
+    done = loop.create_future()
+    runs = []
+
+    def ran():
+        runs.append(1)
+        if len(runs) == turns:
+            loop.remove_reader(s)
+            done.set_result(None)
+
+    loop.add_reader(s, ran)
+    done.add_done_callback(lambda _f: (s.close(), t.close()))
+    return done
+
+
+def test_a_reader_closed_in_its_callback_never_runs_for_the_file_reusing_the_number(loop):
+    """The callback closes its socket without remove_reader() and a new,
+    readable socket takes the number: the callback is not run for it (the
+    re-armed poll watches the file the reader was added for, as epoll
+    does), and it runs once, as on asyncio's loop and uvloop."""
+
+    async def main():
+        a, b = _pairs(1)[0]
+        n = a.fileno()
+        calls = []
+        kept = []
+        waited = []
+
+        def old():
+            calls.append(loop.time())
+            if len(calls) == 1:
+                a.close()
+                x, y = _pairs(1)[0]
+                assert x.fileno() == n
+                y.send(b"for x")  # the new file is readable
+                kept.append((x, y))
+                waited.append(_sentinel(loop, 3))
+
+        loop.add_reader(n, old)
+        b.send(b"for a")
+        await await_until(lambda: waited, "the reader ran")
+        await waited[0]
+        loop.remove_reader(n)
+        x, y = kept[0]
+        got = x.recv(100)
+        for s in (b, x, y):
+            s.close()
+        return len(calls), got
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (1, b"for x")
+
+
+def test_readers_removed_closed_and_added_again_each_run_for_their_own_file(loop):
+    """In a reader's callback: remove_reader(), close, a new socket on the
+    same number, add_reader() for it. The old callback never runs again,
+    the new one runs for the new socket only, and the old socket's answer
+    (its peer keeps writing) reaches neither."""
+
+    async def main():
+        a, b = _pairs(1)[0]
+        n = a.fileno()
+        calls = []
+        kept = []
+        got = loop.create_future()
+
+        def new():
+            calls.append("new")
+            x = kept[0][0]
+            if not got.done():
+                got.set_result(x.recv(100))
+            loop.remove_reader(n)
+
+        def old():
+            calls.append("old")
+            loop.remove_reader(n)
+            a.close()
+            x, y = _pairs(1)[0]
+            assert x.fileno() == n
+            kept.append((x, y))
+            loop.add_reader(n, new)
+            y.send(b"for x")
+
+        loop.add_reader(n, old)
+        b.send(b"for a")
+        data = await got
+        await _sentinel(loop, 3)
+        for s in (b, *kept[0]):
+            s.close()
+        return calls, data
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (["old", "new"], b"for x")
+
+
+def test_add_reader_on_a_number_closed_without_remove_watches_the_new_file(loop):
+    """A reader's socket closed without remove_reader(), a new socket on the
+    number, add_reader() for it: the new callback runs when the new socket
+    is readable, the old one never. (asyncio's selector loop takes the call
+    for a change of callback on the forgotten registration and never
+    reports the new socket; that backend is checked for the old callback
+    only.)"""
+
+    async def main():
+        a, b = _pairs(1)[0]
+        n = a.fileno()
+        calls = []
+        loop.add_reader(n, calls.append, "old")
+        b.send(b"for a")  # the old file is readable, for as long as it lives
+        await await_until(lambda: calls, "the old reader ran")
+        a.close()
+        x, y = _pairs(1)[0]
+        assert x.fileno() == n
+        del calls[:]
+        loop.add_reader(n, calls.append, "new")
+        y.send(b"for x")
+        await _sentinel(loop, 3)
+        loop.remove_reader(n)
+        for s in (b, x, y):
+            s.close()
+        return calls
+
+    calls = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert "old" not in calls
+    if loop.backend == "io_uring":
+        assert calls and set(calls) == {"new"}
