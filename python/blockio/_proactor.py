@@ -239,6 +239,9 @@ class RingProactor:
     def keep_accepted(self, listener: socket.socket, conn: socket.socket, addr: Any) -> None:
         """Keeps ``conn``, accepted on ``listener`` for a caller that was
         cancelled meanwhile, for the next accept."""
+        if getattr(listener, "_closed", False):
+            conn.close()
+            return
         fd = listener.fileno()
         conn_fd = conn.detach()
         self._after_cancel(_ACCEPT, (fd, listener), conn_fd, (conn_fd, addr))
@@ -441,6 +444,12 @@ class RingProactor:
         (or the connection an accept got, after those kept before)."""
         fd, conn = arg[0], arg[1]
         if kind == _ACCEPT:
+            if getattr(conn, "_closed", False):
+                # The listener was closed (a server's close() cancels its
+                # accept): nothing will accept on it again, and the
+                # connection is closed, as one left in its backlog is.
+                os.close(value[0])
+                return
             entry = self._kept_conns.get(fd)
             if entry is None or entry[0]() is not conn:
                 self._drop_kept_conns(fd)

@@ -539,3 +539,46 @@ def test_add_reader_on_a_number_closed_without_remove_watches_the_new_file(loop)
     assert "old" not in calls
     if loop.backend == "io_uring":
         assert calls and set(calls) == {"new"}
+
+
+def test_server_close_leaves_no_accepted_connection_open(loop):
+    """server.close() while clients wait in the backlog, with its accept in
+    flight (and so perhaps already done by the kernel): every client is
+    ended (the end of stream or a reset), none is left connected to a
+    socket that nothing serves; connections the program took stay its own
+    until it closes them, as on asyncio's loop."""
+    n = 8
+
+    async def main():
+        taken = []
+
+        class Keep(asyncio.Protocol):
+            def connection_made(self, transport):
+                taken.append(transport)
+
+        srv = await loop.create_server(Keep, "127.0.0.1", 0, backlog=2 * n)
+        addr = srv.sockets[0].getsockname()
+        first = [socket.create_connection(addr) for _ in range(n)]
+        await await_until(lambda: len(taken) == n, "the first clients served")
+        waiting = [socket.create_connection(addr) for _ in range(n)]
+        srv.close()
+        ended = []
+        for c in waiting:
+            c.setblocking(False)
+            try:
+                ended.append(await loop.sock_recv(c, 1))
+            except ConnectionResetError:
+                ended.append("reset")
+        still_open = [t.is_closing() for t in taken]
+        for t in taken:
+            t.close()
+        for c in first:
+            c.setblocking(False)
+            ended.append(await loop.sock_recv(c, 1))
+        for c in first + waiting:
+            c.close()
+        return ended, still_open
+
+    ended, still_open = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert set(ended) <= {b"", "reset"} and len(ended) == 2 * n
+    assert still_open == [False] * n
