@@ -154,7 +154,7 @@ class _Closing:
         info.append("closed" if sock is None else "closing" if self._closing else "open")
         if sock is not None:
             try:
-                info.append(f"fd={sock.fileno()}")
+                info.append(f"fd={getattr(sock, 'pipe', sock).fileno()}")  # the caller's number
             except (ValueError, OSError):  # a pipe's file object closed by its owner
                 pass
         if self._read_fut is not None:
@@ -301,19 +301,30 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
             super()._loop_reading()
 
 
-def _nonblocking(pipe: Any) -> None:
-    # As asyncio's Unix pipe transports do: a write the descriptor cannot
-    # take at once then says so instead of blocking the loop's thread.
+def _held(pipe: Any) -> Any:
+    """The file a pipe transport works on: a socket as it is (held by the
+    proactor's operations), another file as a :class:`~blockio._proactor.HeldPipe`,
+    non-blocking as asyncio's Unix pipe transports make it (a write the
+    descriptor cannot take at once then says so instead of blocking the
+    loop's thread)."""
     os.set_blocking(pipe.fileno(), False)
+    return pipe if isinstance(pipe, socket.socket) else _proactor.HeldPipe(pipe)
 
 
-class _ReadPipeTransport(_Closing, proactor_events._ProactorReadPipeTransport):
-    """asyncio's proactor read pipe transport, on a non-blocking descriptor
-    and ended as on Linux."""
+class _Pipe:
+    """A pipe transport on a held file (see :func:`_held`), whose
+    ``get_extra_info("pipe")`` is still the caller's file object."""
+
+    def _set_extra(self, sock: Any) -> None:
+        self._extra["pipe"] = getattr(sock, "pipe", sock)
+
+
+class _ReadPipeTransport(_Pipe, _Closing, proactor_events._ProactorReadPipeTransport):
+    """asyncio's proactor read pipe transport, on a held non-blocking
+    descriptor and ended as on Linux."""
 
     def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
-        _nonblocking(pipe)
-        super().__init__(loop, pipe, *args, **kw)
+        super().__init__(loop, _held(pipe), *args, **kw)
 
     def _eof_received(self) -> None:
         # As asyncio's Unix read pipe transport: the end of a pipe ends the
@@ -331,7 +342,7 @@ class _ReadPipeTransport(_Closing, proactor_events._ProactorReadPipeTransport):
         self.close()
 
 
-class _WritePipeTransport(_Writing, _Closing, proactor_events._ProactorBaseWritePipeTransport):
+class _WritePipeTransport(_Pipe, _Writing, _Closing, proactor_events._ProactorBaseWritePipeTransport):
     """A write pipe that closes when its reader goes away.
 
     asyncio's proactor version reads from the write end to learn that (a
@@ -340,8 +351,7 @@ class _WritePipeTransport(_Writing, _Closing, proactor_events._ProactorBaseWrite
     """
 
     def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
-        _nonblocking(pipe)
-        super().__init__(loop, pipe, *args, **kw)
+        super().__init__(loop, _held(pipe), *args, **kw)
         self._read_fut = self._loop._proactor.wait_closed(self._sock)
         if self._read_fut is not None:
             self._read_fut.add_done_callback(self._pipe_closed)

@@ -106,13 +106,63 @@ def was_reset(conn: Any) -> bool:
     return info[0] == _TCP_CLOSE
 
 
+class HeldPipe:
+    """A pipe transport's file (``connect_read_pipe``/``connect_write_pipe``,
+    a subprocess's pipes) as the proactor works on it: a duplicate of its
+    descriptor, held open like a socket (see :func:`hold_open`).
+
+    The caller keeps its own file object and may close it while an
+    operation is in flight (or about to go back to the descriptor after a
+    readiness wait or a short write); the operation then still reaches the
+    pipe, never a file that took the caller's number. ``close()`` closes
+    the caller's file at once (the transport owns it, as asyncio's do) and
+    the duplicate once no operation holds it.
+    """
+
+    def __init__(self, pipe: Any) -> None:
+        #: The caller's file object.
+        self.pipe = pipe
+        self._fd = os.dup(pipe.fileno())
+        self._io_refs = 0
+        self._closed = False
+
+    def fileno(self) -> int:
+        """The duplicate's number (-1 once closed)."""
+        return self._fd
+
+    def close(self) -> None:
+        """Closes the caller's file, and the duplicate unless an operation holds it."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.pipe.close()
+        finally:
+            if self._io_refs <= 0:
+                self._real_close()
+
+    def _decref_socketios(self) -> None:
+        self._io_refs -= 1
+        if self._closed and self._io_refs <= 0:
+            self._real_close()
+
+    def _real_close(self) -> None:
+        if self._fd != -1:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __repr__(self) -> str:
+        return f"<HeldPipe fd={self._fd} of {self.pipe!r}>"
+
+
 def hold_open(sock: Any) -> bool:
     """Defers the real close of ``sock`` until :func:`release`: its
     ``close()`` then only marks it closed, so that its descriptor's number
     is not reused while an operation may still go back to it (socket's own
-    mechanism for the files ``makefile`` returns). False, holding nothing,
-    for an object that is not a socket (a pipe's file, a test's mock)."""
-    if not isinstance(sock, socket.socket) or type(getattr(sock, "_io_refs", None)) is not int:
+    mechanism for the files ``makefile`` returns; :class:`HeldPipe` does
+    the same for a pipe). False, holding nothing, for another object (a
+    test's mock)."""
+    if not isinstance(sock, (socket.socket, HeldPipe)) or type(getattr(sock, "_io_refs", None)) is not int:
         return False
     sock._io_refs += 1
     return True

@@ -8,6 +8,7 @@ hang, that nothing reaches the wrong socket."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import socket
@@ -582,3 +583,108 @@ def test_server_close_leaves_no_accepted_connection_open(loop):
     ended, still_open = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert set(ended) <= {b"", "reset"} and len(ended) == 2 * n
     assert still_open == [False] * n
+
+
+def test_a_write_pipe_closed_by_its_owner_writes_to_no_file_taking_its_number(loop, tmp_path):
+    """A write pipe transport with a write backed up (more than the pipe
+    holds); its owner closes the file object it gave and another file takes
+    the number: what is left of the write never reaches that file. On
+    io_uring it still goes to the pipe (the transport holds the pipe, as it
+    holds a socket); asyncio's selector loop stops writing (epoll forgets
+    the closed descriptor)."""
+    data = os.urandom(1 << 20)
+    other = tmp_path / "other"
+
+    async def main():
+        r, w = os.pipe()
+        wfile = open(w, "wb", buffering=0)
+        t, _ = await loop.connect_write_pipe(asyncio.Protocol, wfile)
+        t.write(data)
+        assert t.get_write_buffer_size() > 0 or loop.backend == "io_uring"
+        wfile.close()
+        fd = os.open(other, os.O_WRONLY | os.O_CREAT)
+        if fd != w:  # the number the transport's caller gave now names the file
+            os.dup2(fd, w)
+            os.close(fd)
+        got = bytearray()
+        done = loop.create_future()
+
+        class Sink(asyncio.Protocol):
+            def data_received(self, chunk):
+                got.extend(chunk)
+                if len(got) == len(data):
+                    done.set_result(None)
+
+        rt, _ = await loop.connect_read_pipe(Sink, open(r, "rb", buffering=0))
+        if loop.backend == "io_uring":
+            await done
+            await _sentinel(loop, 3)
+        else:
+            # (asyncio's selector loop: the transport is stuck; the new
+            # file's number is still registered for it, so a sentinel's
+            # socket taking a number freed meanwhile would never be
+            # reported. Many turns of the loop instead.)
+            for _ in range(200):
+                await asyncio.sleep(0)
+        # (asyncio's abort then asks epoll to change the registration of
+        # a number epoll no longer has: an OSError on that backend)
+        with contextlib.suppress(OSError):
+            t.abort()
+        rt.close()
+        if loop.backend == "io_uring":
+            os.close(w)  # still the file's: the transport closed only what it holds
+        else:
+            with contextlib.suppress(OSError):  # (asyncio's transport may have closed it)
+                os.close(w)
+        return bytes(got)
+
+    got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert other.stat().st_size == 0
+    assert data.startswith(got)
+    if loop.backend == "io_uring":
+        assert got == data
+
+
+def test_a_read_pipe_closed_by_its_owner_takes_nothing_from_a_file_taking_its_number(loop):
+    """A read pipe transport waiting on an empty pipe; its owner closes the
+    file object it gave, and another pipe with bytes waiting takes the
+    number: those bytes stay for the new pipe's reader. On io_uring the
+    transport still reads its own pipe (it holds it); asyncio's selector
+    loop stops reading (epoll forgets the closed descriptor)."""
+
+    async def main():
+        r, w = os.pipe()
+        rfile = open(r, "rb", buffering=0)
+        got = asyncio.Queue()
+
+        class Source(asyncio.Protocol):
+            def data_received(self, chunk):
+                got.put_nowait(chunk)
+
+        t, _ = await loop.connect_read_pipe(Source, rfile)
+        await _sentinel(loop, 3)  # the transport's read is waiting
+        rfile.close()
+        r2, w2 = os.pipe()
+        os.write(w2, b"for the new pipe")
+        if r2 != r:  # the number the transport's caller gave now names the new pipe
+            os.dup2(r2, r)
+            os.close(r2)
+        # (on asyncio's selector loop nothing holds the old pipe's read end)
+        with contextlib.suppress(BrokenPipeError):
+            os.write(w, b"for the old pipe")
+        if loop.backend == "io_uring":
+            assert await got.get() == b"for the old pipe"
+            await _sentinel(loop, 3)
+        else:  # (see the write pipe's test above)
+            for _ in range(200):
+                await asyncio.sleep(0)
+        with contextlib.suppress(OSError):  # (asyncio's selector loop: see above)
+            t.close()
+        os.set_blocking(r, False)
+        left = os.read(r, 100)
+        for fd in (r, w, w2):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return left
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == b"for the new pipe"
