@@ -398,6 +398,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._unix_server_sockets: dict[Any, int] = {}
         proactor.set_loop(self)
         self._make_self_pipe()
+        #: The wake-up socket's number (kept for after its close).
+        self._wakeup_number = self._csock.fileno()
         # The wake-up socket's receive, always pending from here to close().
         self.call_soon(self._loop_self_reading)
 
@@ -432,10 +434,13 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     # asyncio's Unix signal handling, over the wake-up socket above.
     add_signal_handler = unix_events._UnixSelectorEventLoop.add_signal_handler
-    remove_signal_handler = unix_events._UnixSelectorEventLoop.remove_signal_handler
     _handle_signal = unix_events._UnixSelectorEventLoop._handle_signal
     _check_signal = unix_events._UnixSelectorEventLoop._check_signal
     _process_self_data = unix_events._UnixSelectorEventLoop._process_self_data
+
+    def remove_signal_handler(self, sig: int) -> bool:
+        """Removes the handler of ``sig`` (see :func:`_remove_signal_handler`)."""
+        return _remove_signal_handler(self, unix_events._UnixSelectorEventLoop.remove_signal_handler, sig)
 
     def close(self) -> None:
         if self.is_running():
@@ -453,7 +458,19 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._readers.clear()
         self._writers.clear()
         self._unwatched.clear()
-        super().close()
+        # BaseProactorEventLoop.close, except for its clearing Python's
+        # wake-up descriptor whoever holds it (on Windows the proactor loop
+        # holds it from its creation): a loop closed while another runs
+        # (or collected then, unclosed) would take that one's wake-up, and
+        # a Ctrl-C landing on another thread would no longer end its wait.
+        # Only this loop's own is cleared.
+        _drop_wakeup_fd(self._csock)
+        self._stop_accept_futures()
+        self._close_self_pipe()
+        self._proactor.close()
+        self._proactor = None
+        self._selector = None
+        base_events.BaseEventLoop.close(self)
         # The ring is closed: the kernel no longer uses the duplicates.
         for w in watches:
             w.drop()
@@ -832,6 +849,36 @@ def _holding_wakeup_fd(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
             signal.set_wakeup_fd(-1)
 
 
+def _drop_wakeup_fd(csock: socket.socket | None) -> None:
+    """Clears Python's wake-up descriptor if it is ``csock`` (a loop's
+    wake-up socket, about to close: a signal's byte must not go to a number
+    another file may take); leaves another holder's in place. Main thread
+    only, as ``signal.set_wakeup_fd``. (The descriptor is read by setting
+    it: for that instant a signal has no wake-up, which matters to no loop,
+    as none waits while this thread runs this.)"""
+    if csock is None or threading.current_thread() is not threading.main_thread():
+        return
+    held = signal.set_wakeup_fd(-1)
+    if held != -1 and held != csock.fileno():
+        signal.set_wakeup_fd(held)
+
+
+def _remove_signal_handler(loop: Any, remove: Callable[[Any, int], bool], sig: int) -> bool:
+    """asyncio's ``remove_signal_handler`` (``remove``) on ``loop``, except
+    that removing the last handler clears Python's wake-up descriptor only
+    if it is this loop's: asyncio clears it whoever holds it, and the loop
+    running then (one whose handlers are removed as it is closed or
+    collected meanwhile) would lose its wake-up."""
+    held = -1
+    if threading.current_thread() is threading.main_thread():
+        held = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(held)
+    removed = remove(loop, sig)
+    if held not in (-1, loop._wakeup_number):
+        signal.set_wakeup_fd(held)
+    return removed
+
+
 class _PeerSendto:
     """A datagram socket whose ``sendto(data, None)`` sends to its peer.
 
@@ -865,12 +912,19 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         super().__init__()
         #: Why this loop is not on io_uring.
         self.fallback_reason = reason
+        #: The wake-up socket's number (asyncio closes the socket before
+        #: removing the signal handlers).
+        self._wakeup_number = self._csock.fileno()
 
     def run_forever(self) -> None:
         """Runs until :meth:`stop`, holding Python's wake-up descriptor
         (:func:`_holding_wakeup_fd`) so that Ctrl-C ends the wait."""
         with _holding_wakeup_fd(self):
             super().run_forever()
+
+    def remove_signal_handler(self, sig: int) -> bool:
+        """Removes the handler of ``sig`` (see :func:`_remove_signal_handler`)."""
+        return _remove_signal_handler(self, asyncio.SelectorEventLoop.remove_signal_handler, sig)
 
     def _make_datagram_transport(  # type: ignore[no-untyped-def]
         self, sock, protocol, address=None, waiter=None, extra=None

@@ -13,12 +13,13 @@ import signal
 import socket
 import sys
 import threading
+import warnings
 
 import pytest
 
 import blockio
 from blockio import _blockio
-from waits import await_until, watched
+from waits import DEADLINE, await_until, watched
 
 
 @pytest.fixture(params=["io_uring", "epoll"])
@@ -436,6 +437,62 @@ def test_a_running_loop_holds_the_wakeup_fd_on_the_main_thread(loop):
     loop.run_until_complete(look())
     assert held[0] == loop._csock.fileno()
     assert signal.set_wakeup_fd(-1) == -1
+
+
+def _close_other_loops_meanwhile():
+    """What a program may do while a loop runs: another loop made and
+    closed, another collected unclosed, another given a signal handler and
+    closed. (BaseProactorEventLoop.close and asyncio's removal of a loop's
+    last signal handler each cleared Python's wake-up descriptor, whoever
+    held it.)"""
+    other = blockio.new_event_loop()
+    other.close()
+    unclosed = blockio.new_event_loop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        del unclosed
+        gc.collect()
+    handled = blockio.new_event_loop()
+    handled.close()
+
+
+def test_ctrl_c_on_another_thread_ends_the_wait_after_other_loops_closed_meanwhile(loop):
+    """In this process, with SIGINT blocked on the loop's thread so that it
+    lands on another: while the loop runs, other loops are made and closed
+    (or collected); SIGINT then still ends the wait with KeyboardInterrupt,
+    the running loop keeping Python's wake-up descriptor. A wait that does
+    not end within the deadline is woken from the signalling thread, and
+    the test fails instead of hanging."""
+    waiting = threading.Event()
+    finished = threading.Event()
+    rescued = []
+
+    def interrupt():
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        waiting.wait()
+        os.kill(os.getpid(), signal.SIGINT)
+        if not finished.wait(DEADLINE):
+            rescued.append("the wait did not end")
+            loop.call_soon_threadsafe(lambda: None)
+
+    async def forever():
+        _close_other_loops_meanwhile()
+        loop.call_soon(waiting.set)
+        await loop.create_future()
+
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    t = threading.Thread(target=interrupt)
+    try:
+        t.start()
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(forever())
+    finally:
+        finished.set()
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        t.join()
+    assert rescued == []
+    assert loop.run_until_complete(asyncio.sleep(0, result="usable")) == "usable"
+    assert signal.set_wakeup_fd(-1) == -1  # given back after the run
 
 
 @pytest.mark.parametrize("backend_env", ["uring", "threads"])
