@@ -400,6 +400,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._make_self_pipe()
         #: The wake-up socket's number (kept for after its close).
         self._wakeup_number = self._csock.fileno()
+        _LOOPS[self._wakeup_number] = self
         # The wake-up socket's receive, always pending from here to close().
         self.call_soon(self._loop_self_reading)
 
@@ -433,14 +434,19 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             super().run_forever()
 
     # asyncio's Unix signal handling, over the wake-up socket above.
-    add_signal_handler = unix_events._UnixSelectorEventLoop.add_signal_handler
     _handle_signal = unix_events._UnixSelectorEventLoop._handle_signal
     _check_signal = unix_events._UnixSelectorEventLoop._check_signal
-    _process_self_data = unix_events._UnixSelectorEventLoop._process_self_data
+
+    def add_signal_handler(self, sig: int, callback: Callable, *args: Any) -> None:
+        """Calls ``callback(*args)`` in the loop on signal ``sig`` (see :func:`_add_signal_handler`)."""
+        _add_signal_handler(self, unix_events._UnixSelectorEventLoop.add_signal_handler, sig, callback, *args)
 
     def remove_signal_handler(self, sig: int) -> bool:
         """Removes the handler of ``sig`` (see :func:`_remove_signal_handler`)."""
         return _remove_signal_handler(self, unix_events._UnixSelectorEventLoop.remove_signal_handler, sig)
+
+    def _process_self_data(self, data: bytes) -> None:
+        _hand_signals(self, data)
 
     def close(self) -> None:
         if self.is_running():
@@ -827,55 +833,111 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
 @contextlib.contextmanager
 def _holding_wakeup_fd(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
-    """On the main thread, while nothing else holds Python's wake-up
-    descriptor, the loop's wake-up socket holds it for the run (as on
-    asyncio's proactor loop). A signal whose Python handler has not run yet
-    when the loop enters the kernel writes to it, the wait ends, and the
-    handler runs (Ctrl-C raises) instead of waiting for another event.
-    Signal handlers added meanwhile keep it, as asyncio's do. A closed loop
+    """On the main thread the loop's wake-up socket holds Python's wake-up
+    descriptor for the run (as on asyncio's proactor loop), unless a holder
+    that is none of this process's loops has it (trio's, asyncio's own
+    loop's). A signal whose Python handler has not run yet when the loop
+    enters the kernel writes to it, the wait ends, and the handler runs
+    (Ctrl-C raises) instead of waiting for another event. Another loop's
+    that it displaces gets it back after the run (a signal that loop has a
+    handler for is handed to it meanwhile, see :func:`_hand_signals`);
+    signal handlers added meanwhile keep it, as asyncio's do. A closed loop
     has no wake-up socket; ``run_forever`` then says it is closed."""
-    ours = False
     csock = getattr(loop, "_csock", None)
-    if csock is not None and threading.current_thread() is threading.main_thread():
-        old = signal.set_wakeup_fd(csock.fileno(), warn_on_full_buffer=False)
-        if old == -1:
-            ours = True
-        else:
-            signal.set_wakeup_fd(old)
+    if csock is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ours = csock.fileno()
+    old = signal.set_wakeup_fd(ours, warn_on_full_buffer=False)
+    if old not in (-1, ours) and _live(old) is None:
+        signal.set_wakeup_fd(old)
+        yield
+        return
     try:
         yield
     finally:
-        if ours and not getattr(loop, "_signal_handlers", None):
-            signal.set_wakeup_fd(-1)
+        if not loop._signal_handlers and _wakeup_fd() == ours:
+            signal.set_wakeup_fd(-1 if old == ours or _live(old) is None else old, warn_on_full_buffer=False)
 
 
 def _drop_wakeup_fd(csock: socket.socket | None) -> None:
     """Clears Python's wake-up descriptor if it is ``csock`` (a loop's
     wake-up socket, about to close: a signal's byte must not go to a number
-    another file may take); leaves another holder's in place. Main thread
-    only, as ``signal.set_wakeup_fd``. (The descriptor is read by setting
-    it: for that instant a signal has no wake-up, which matters to no loop,
-    as none waits while this thread runs this.)"""
-    if csock is None or threading.current_thread() is not threading.main_thread():
-        return
+    another file may take); leaves another holder's in place."""
+    if csock is not None and _wakeup_fd() == csock.fileno():
+        signal.set_wakeup_fd(-1)
+
+
+#: This process's loops by their wake-up socket's number: Python's wake-up
+#: descriptor is process-wide, and the loop whose socket a signal's byte
+#: reaches may not be the one with a handler for it (see _hand_signals).
+_LOOPS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def _wakeup_fd() -> int:
+    """Python's wake-up descriptor (-1: none; always -1 off the main thread).
+    (Read by setting it: for that instant a signal has no wake-up, which
+    matters to no loop, as none waits while this thread runs this.)"""
+    if threading.current_thread() is not threading.main_thread():
+        return -1
     held = signal.set_wakeup_fd(-1)
-    if held != -1 and held != csock.fileno():
-        signal.set_wakeup_fd(held)
+    if held != -1:
+        try:
+            signal.set_wakeup_fd(held, warn_on_full_buffer=False)
+        except (OSError, ValueError):  # a closed descriptor's number: none is held now
+            return -1
+    return held
+
+
+def _live(fd: int) -> Any:
+    """The open loop whose wake-up socket is ``fd``, or None."""
+    loop = _LOOPS.get(fd)
+    return None if loop is None or loop.is_closed() else loop
+
+
+def _hand_signals(loop: Any, data: bytes) -> None:
+    """asyncio's ``_process_self_data``, except that a signal ``loop`` has
+    no handler for goes to another open loop that has one: the loop running
+    holds the wake-up descriptor (see :func:`_add_signal_handler`)."""
+    for signum in data:
+        if not signum:
+            continue  # a byte of call_soon_threadsafe's
+        if signum not in loop._signal_handlers:
+            heir = next((o for o in list(_LOOPS.values()) if signum in o._signal_handlers and not o.is_closed()), None)
+            if heir is not None:
+                heir._handle_signal(signum)
+            continue
+        loop._handle_signal(signum)
+
+
+def _add_signal_handler(loop: Any, add: Callable[..., None], sig: int, callback: Callable, *args: Any) -> None:
+    """asyncio's ``add_signal_handler`` (``add``) on ``loop``, except that
+    the wake-up descriptor stays with another loop running on this thread:
+    its wait must end on Ctrl-C, and it hands ``sig`` to ``loop``."""
+    held = _wakeup_fd()
+    add(loop, sig, callback, *args)
+    running = _live(held)
+    if running is not None and running is not loop and running.is_running():
+        signal.set_wakeup_fd(held, warn_on_full_buffer=False)
 
 
 def _remove_signal_handler(loop: Any, remove: Callable[[Any, int], bool], sig: int) -> bool:
     """asyncio's ``remove_signal_handler`` (``remove``) on ``loop``, except
     that removing the last handler clears Python's wake-up descriptor only
-    if it is this loop's: asyncio clears it whoever holds it, and the loop
-    running then (one whose handlers are removed as it is closed or
-    collected meanwhile) would lose its wake-up."""
-    held = -1
-    if threading.current_thread() is threading.main_thread():
-        held = signal.set_wakeup_fd(-1)
-        signal.set_wakeup_fd(held)
+    if it is this loop's (asyncio clears it whoever holds it: a loop running
+    then, or one whose handlers are removed as it is closed or collected
+    meanwhile, would lose its wake-up), and hands it to another open loop
+    that has handlers."""
+    held = _wakeup_fd()
     removed = remove(loop, sig)
     if held not in (-1, loop._wakeup_number):
-        signal.set_wakeup_fd(held)
+        signal.set_wakeup_fd(held, warn_on_full_buffer=False)
+    elif held != -1 and not loop._signal_handlers and loop.is_running():
+        signal.set_wakeup_fd(held, warn_on_full_buffer=False)  # the run gives it back (_holding_wakeup_fd)
+    elif held != -1 and not loop._signal_handlers:
+        heir = next((o for o in list(_LOOPS.values()) if o is not loop and o._signal_handlers and not o.is_closed()), None)
+        if heir is not None:
+            signal.set_wakeup_fd(heir._wakeup_number, warn_on_full_buffer=False)
     return removed
 
 
@@ -915,6 +977,7 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         #: The wake-up socket's number (asyncio closes the socket before
         #: removing the signal handlers).
         self._wakeup_number = self._csock.fileno()
+        _LOOPS[self._wakeup_number] = self
 
     def run_forever(self) -> None:
         """Runs until :meth:`stop`, holding Python's wake-up descriptor
@@ -922,9 +985,26 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         with _holding_wakeup_fd(self):
             super().run_forever()
 
+    def add_signal_handler(self, sig: int, callback: Callable, *args: Any) -> None:
+        """Calls ``callback(*args)`` in the loop on signal ``sig`` (see :func:`_add_signal_handler`)."""
+        _add_signal_handler(self, asyncio.SelectorEventLoop.add_signal_handler, sig, callback, *args)
+
+    def close(self) -> None:
+        """Closes the loop; its signal handlers are removed while its
+        wake-up socket is still open (asyncio removes them after closing
+        it), so that Python's wake-up descriptor is handed on as on io_uring."""
+        if not self.is_running() and not self.is_closed() and not sys.is_finalizing():
+            for sig in list(self._signal_handlers):
+                self.remove_signal_handler(sig)
+            _drop_wakeup_fd(self._csock)
+        super().close()
+
     def remove_signal_handler(self, sig: int) -> bool:
         """Removes the handler of ``sig`` (see :func:`_remove_signal_handler`)."""
         return _remove_signal_handler(self, asyncio.SelectorEventLoop.remove_signal_handler, sig)
+
+    def _process_self_data(self, data: bytes) -> None:
+        _hand_signals(self, data)
 
     def _make_datagram_transport(  # type: ignore[no-untyped-def]
         self, sock, protocol, address=None, waiter=None, extra=None

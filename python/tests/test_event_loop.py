@@ -453,6 +453,7 @@ def _close_other_loops_meanwhile():
         del unclosed
         gc.collect()
     handled = blockio.new_event_loop()
+    handled.add_signal_handler(signal.SIGUSR1, lambda: None)
     handled.close()
 
 
@@ -493,6 +494,38 @@ def test_ctrl_c_on_another_thread_ends_the_wait_after_other_loops_closed_meanwhi
     assert rescued == []
     assert loop.run_until_complete(asyncio.sleep(0, result="usable")) == "usable"
     assert signal.set_wakeup_fd(-1) == -1  # given back after the run
+
+
+def test_a_loop_runs_holding_the_wakeup_fd_of_a_loop_with_signal_handlers_and_gives_it_back(loop):
+    """Another loop, not running, has a signal handler (and so Python's
+    wake-up descriptor). While this one runs it holds the descriptor (a
+    Ctrl-C landing on another thread must end its wait), hands the other
+    loop the signal that loop has a handler for, and gives the descriptor
+    back after the run."""
+    standby = blockio.new_event_loop()
+    got = []
+    standby.add_signal_handler(signal.SIGUSR1, got.append, "usr1")
+    theirs = standby._csock.fileno()
+    held = []
+
+    async def signalled():
+        fd = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(fd)
+        held.append(fd)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        await await_until(lambda: standby._ready, "the signal handed to the loop with its handler")
+
+    try:
+        loop.run_until_complete(signalled())
+        after = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(after)
+        standby.run_until_complete(asyncio.sleep(0))
+    finally:
+        standby.close()
+    assert held == [loop._csock.fileno()]
+    assert after == theirs
+    assert got == ["usr1"]
+    assert signal.set_wakeup_fd(-1) == -1  # the closed loop's cleared
 
 
 @pytest.mark.parametrize("backend_env", ["uring", "threads"])
