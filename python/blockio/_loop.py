@@ -19,11 +19,16 @@ loop's ring (``blockio._blockio.LoopRing``, Rust). A receive is one
 completion carrying the bytes, not a readiness event followed by a
 ``recv`` call. What the proactor base lacks on Unix is added here:
 ``add_reader``/``add_writer`` (a one-shot ring poll re-armed after each
-callback, so that they keep asyncio's level-triggered meaning; refused for
-a descriptor a transport owns), signal handlers (the wake-up socket always
-has a receive pending, so a signal ends the wait), subprocesses (a pidfd
-polled on the ring; no child watcher), Unix sockets, and pipe transports
-whose write end notices the reader going away.
+callback, so that they keep asyncio's level-triggered meaning; the poll is
+on a duplicate of the descriptor, so that a callback only ever runs for the
+file it was added for; refused for a descriptor a transport owns), signal
+handlers (the wake-up socket always has a receive pending, so a signal ends
+the wait; the running loop holds Python's process-wide wake-up descriptor
+and no other loop's close takes it), subprocesses (a pidfd polled on the
+ring; no child watcher), Unix sockets, and pipe transports whose write end
+notices the reader going away. Pipe transports work on a duplicate of the
+pipe held open while an operation may go back to it, as socket transports
+hold their socket.
 
 Timers, the ready queue and callbacks are asyncio's own
 (``BaseEventLoop._run_once``): the nearest timer's deadline is the ring

@@ -24,7 +24,8 @@ that would block.
 Cancelling a future cancels its operation; the kernel still answers once,
 and only then is the operation's memory released. A socket an operation
 works on is held open until then (its real close waits, as for a socket
-with a file made by ``makefile``): an operation that goes on after a
+with a file made by ``makefile``; a pipe transport's file is a held
+duplicate, :class:`HeldPipe`): an operation that goes on after a
 readiness wait or a short write goes back to the descriptor's number,
 which must not name another socket by then. Bytes that a cancelled
 receive took off a socket are kept and handed to the next receive on the
