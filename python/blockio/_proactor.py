@@ -195,6 +195,9 @@ class RingProactor:
         self._before_wait: list[Callable[[], None]] = []
         # descriptors whose send finished in the batch being dispatched
         self._sent: set[int] = set()
+        # descriptor -> its sends in flight (a count, not a scan of every
+        # operation: a loop with 10,000 connections ends many at once)
+        self._sends: dict[int, int] = {}
         # token -> the socket its operation works on, held open until done
         self._held: dict[int, socket.socket] = {}
 
@@ -206,6 +209,8 @@ class RingProactor:
     def _future(self, token: int, kind: int, arg: Any = None, conn: Any = None) -> OpFuture:
         fut = OpFuture(self, token, loop=self._loop)
         self._ops[token] = (fut, kind, arg)
+        if kind == _SEND:
+            self._sends[arg[0]] = self._sends.get(arg[0], 0) + 1
         self._hold(token, conn)
         return fut
 
@@ -448,12 +453,15 @@ class RingProactor:
 
     def _sending(self, fd: int) -> bool:
         """Whether a send on ``fd`` is in flight or finished in this batch."""
-        return fd in self._sent or any(k == _SEND and a[0] == fd for _f, k, a in self._ops.values())
+        return fd in self._sent or fd in self._sends
 
     def _finish(self, token: int, entry: tuple[Any, int, Any], res: int, value: Any) -> None:
         fut, kind, arg = entry
         if kind == _SEND:
             self._sent.add(arg[0])
+            left = self._sends.pop(arg[0]) - 1
+            if left:
+                self._sends[arg[0]] = left
         if kind == _CALLBACK:
             arg(res if res < 0 else value)
             return
@@ -541,6 +549,7 @@ class RingProactor:
         self._ring.close()
         self._ring = None
         ops, self._ops = self._ops, {}
+        self._sends.clear()
         for fut, _kind, _arg in ops.values():
             if fut is not None and not fut.done():
                 fut.cancel()
