@@ -15,6 +15,9 @@ Workloads (``--workloads``):
   keep-alive, from a ``Protocol`` and from a streams server
   (``readuntil``); ``wrk`` at ``--http-conns`` connections (one thread)
   is the client, and gives the p99.
+- ``http-idle``: ``http-protocol`` at ``--http-conns`` connections beside
+  ``--idle`` idle connections (opened before the load, held through it,
+  nothing sent on them).
 
 Each round starts a fresh server process per loop, in an order rotated
 every round, pinned to CPU 0; the client is pinned to CPU 1. Printed per
@@ -28,7 +31,8 @@ and to asyncio.
 
     python python/benchmarks/loop.py [--rounds 3] [--seconds 2] [--syscalls]
         [--workloads echo-protocol,http-protocol] [--sizes 1024,10240,102400]
-        [--conns 1,50,500] [--http-conns 50,1000] [--loops asyncio,uvloop,rloop,blockio]
+        [--conns 1,50,500] [--http-conns 50,1000] [--idle 10000]
+        [--loops asyncio,uvloop,rloop,blockio]
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import argparse
 import asyncio
 import os
 import re
+import resource
 import signal
 import socket
 import statistics
@@ -47,6 +52,8 @@ import time
 LOOPS = ("asyncio", "uvloop", "rloop", "blockio")
 ECHO = ("echo-protocol", "echo-streams", "echo-sock")
 HTTP = ("http-protocol", "http-streams")
+#: Workloads with idle connections beside the load, and the server each runs.
+IDLE = {"http-idle": "http-protocol"}
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\nContent-Type: text/plain\r\n\r\nHello, world!"
 
 
@@ -150,10 +157,37 @@ def _peak_rss_kib() -> int:
     raise SystemExit("no VmHWM in /proc/self/status")
 
 
+def _all_descriptors() -> None:
+    """Raises the soft descriptor limit to the hard one (idle connections)."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _idle(port: int, n: int) -> list[socket.socket]:
+    """``n`` keep-alive connections to the server, each served one request
+    (so the server holds each, waiting for the next) before the load starts."""
+    conns = []
+    for _ in range(n):
+        c = socket.create_connection(("127.0.0.1", port))
+        c.sendall(b"GET / HTTP/1.1\r\nHost: idle\r\n\r\n")
+        got = b""
+        while len(got) < len(RESPONSE):
+            chunk = c.recv(len(RESPONSE) - len(got))
+            if not chunk:
+                raise SystemExit("an idle connection was closed by the server")
+            got += chunk
+        if got != RESPONSE:
+            raise SystemExit(f"an idle connection got {got!r}")
+        conns.append(c)
+    return conns
+
+
 def serve(name: str, kind: str) -> None:
     """The server: prints its port, serves until a line on stdin, prints
     its CPU seconds and peak RSS (KiB)."""
     os.sched_setaffinity(0, {0})
+    _all_descriptors()
+    kind = IDLE.get(kind, kind)
     loop = _new_loop(name)
     asyncio.set_event_loop(loop)
 
@@ -233,9 +267,10 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
                               stdout=subprocess.PIPE, text=True)
     assert server.stdin is not None and server.stdout is not None
     port = int(server.stdout.readline())
+    idle = _idle(port, args.idle) if kind in IDLE else []
     perf = _perf(server.pid) if args.syscalls else None
     timeouts = 0
-    if kind in HTTP:
+    if kind in HTTP or kind in IDLE:
         n, took, p99, timeouts = _wrk(port, conns, args.seconds)
     else:
         loop = _client_loop()
@@ -245,6 +280,8 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
         loop.close()
         p99 = statistics.quantiles(rtts, n=100)[98] if len(rtts) > 1 else float("nan")
     calls = _perf_count(perf) if perf else 0
+    for c in idle:
+        c.close()
     server.stdin.write("stop\n")
     server.stdin.flush()
     cpu, rss = server.stdout.readline().split()
@@ -278,6 +315,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1024,10240,102400")
     ap.add_argument("--conns", default="1,50,500")
     ap.add_argument("--http-conns", default="50,1000")
+    ap.add_argument("--idle", type=int, default=10000, help="idle connections of http-idle")
     ap.add_argument("--loops", default=",".join(LOOPS))
     ap.add_argument("--syscalls", action="store_true", help="count the server's system calls with perf")
     args = ap.parse_args()
@@ -285,12 +323,13 @@ def main() -> None:
         serve(*args.serve)
         return
     os.sched_setaffinity(0, {1})
+    _all_descriptors()
     loops = [n for n in args.loops.split(",") if _available(n)]
     missing = sorted(set(args.loops.split(",")) - set(loops))
     print(f"loops: {', '.join(loops)}" + (f" (not installed: {', '.join(missing)})" if missing else ""))
     loads = []
     for kind in args.workloads.split(","):
-        if kind in HTTP:
+        if kind in HTTP or kind in IDLE:
             loads += [(kind, int(c), 0) for c in args.http_conns.split(",")]
         else:
             loads += [(kind, int(c), int(s)) for s in args.sizes.split(",") for c in args.conns.split(",")]
@@ -299,7 +338,7 @@ def main() -> None:
         for r in range(args.rounds):
             for name in loops[r % len(loops) :] + loops[: r % len(loops)]:
                 got[name].append(one_round(name, kind, conns, size, args))
-        what = f"{size // 1024} KiB, " if size else ""
+        what = f"{size // 1024} KiB, " if size else f"beside {args.idle} idle, " if kind in IDLE else ""
         _report(f"{kind}, {what}{conns} connections, {args.rounds} rounds of {args.seconds} s", got)
 
 

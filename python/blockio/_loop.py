@@ -19,11 +19,16 @@ loop's ring (``blockio._blockio.LoopRing``, Rust). A receive is one
 completion carrying the bytes, not a readiness event followed by a
 ``recv`` call. What the proactor base lacks on Unix is added here:
 ``add_reader``/``add_writer`` (a one-shot ring poll re-armed after each
-callback, so that they keep asyncio's level-triggered meaning; refused for
-a descriptor a transport owns), signal handlers (the wake-up socket always
-has a receive pending, so a signal ends the wait), subprocesses (a pidfd
-polled on the ring; no child watcher), Unix sockets, and pipe transports
-whose write end notices the reader going away.
+callback, so that they keep asyncio's level-triggered meaning; the poll is
+on a duplicate of the descriptor, so that a callback only ever runs for the
+file it was added for; refused for a descriptor a transport owns), signal
+handlers (the wake-up socket always has a receive pending, so a signal ends
+the wait; the running loop holds Python's process-wide wake-up descriptor
+and no other loop's close takes it), subprocesses (a pidfd polled on the
+ring; no child watcher), Unix sockets, and pipe transports whose write end
+notices the reader going away. Pipe transports work on a duplicate of the
+pipe held open while an operation may go back to it, as socket transports
+hold their socket.
 
 Timers, the ready queue and callbacks are asyncio's own
 (``BaseEventLoop._run_once``): the nearest timer's deadline is the ring
@@ -71,15 +76,44 @@ _UNAVAILABLE = (errno.EPERM, errno.ENOSYS, errno.EACCES, errno.EOPNOTSUPP)
 
 
 class _Watch:
-    """One ``add_reader``/``add_writer`` registration and its poll."""
+    """One ``add_reader``/``add_writer`` registration and its poll.
 
-    __slots__ = ("handle", "token", "fd", "mask")
+    The poll is on ``own``, a duplicate of the caller's descriptor ``fd``,
+    not on ``fd`` itself: the caller may close ``fd`` and another file may
+    take its number while a poll is armed or about to be re-armed, and the
+    duplicate keeps naming the file the callback was added for. ``file``
+    is that file's identity (``st_dev``, ``st_ino``), with which a
+    readiness is checked against what ``fd`` names when it is reported.
+    """
 
-    def __init__(self, handle: events.Handle, fd: int, mask: int) -> None:
+    __slots__ = ("handle", "token", "fd", "mask", "own", "file")
+
+    def __init__(self, handle: events.Handle, fd: int, mask: int, file: tuple[int, int]) -> None:
         self.handle = handle
         self.token: int | None = None
         self.fd = fd
         self.mask = mask
+        self.file = file
+        self.own = os.dup(fd)
+
+    def names_its_file(self) -> bool:
+        """Whether ``fd`` still names the file the watch was added for."""
+        try:
+            return _file_id(self.fd) == self.file
+        except OSError:
+            return False
+
+    def drop(self) -> None:
+        """Closes the duplicate (once no poll can go back to its number)."""
+        if self.own != -1:
+            os.close(self.own)
+            self.own = -1
+
+
+def _file_id(fd: int) -> tuple[int, int]:
+    """The identity of the file ``fd`` names (``OSError(EBADF)`` if none)."""
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
 
 
 class _Closing:
@@ -125,7 +159,7 @@ class _Closing:
         info.append("closed" if sock is None else "closing" if self._closing else "open")
         if sock is not None:
             try:
-                info.append(f"fd={sock.fileno()}")
+                info.append(f"fd={getattr(sock, 'pipe', sock).fileno()}")  # the caller's number
             except (ValueError, OSError):  # a pipe's file object closed by its owner
                 pass
         if self._read_fut is not None:
@@ -272,19 +306,30 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
             super()._loop_reading()
 
 
-def _nonblocking(pipe: Any) -> None:
-    # As asyncio's Unix pipe transports do: a write the descriptor cannot
-    # take at once then says so instead of blocking the loop's thread.
+def _held(pipe: Any) -> Any:
+    """The file a pipe transport works on: a socket as it is (held by the
+    proactor's operations), another file as a :class:`~blockio._proactor.HeldPipe`,
+    non-blocking as asyncio's Unix pipe transports make it (a write the
+    descriptor cannot take at once then says so instead of blocking the
+    loop's thread)."""
     os.set_blocking(pipe.fileno(), False)
+    return pipe if isinstance(pipe, socket.socket) else _proactor.HeldPipe(pipe)
 
 
-class _ReadPipeTransport(_Closing, proactor_events._ProactorReadPipeTransport):
-    """asyncio's proactor read pipe transport, on a non-blocking descriptor
-    and ended as on Linux."""
+class _Pipe:
+    """A pipe transport on a held file (see :func:`_held`), whose
+    ``get_extra_info("pipe")`` is still the caller's file object."""
+
+    def _set_extra(self, sock: Any) -> None:
+        self._extra["pipe"] = getattr(sock, "pipe", sock)
+
+
+class _ReadPipeTransport(_Pipe, _Closing, proactor_events._ProactorReadPipeTransport):
+    """asyncio's proactor read pipe transport, on a held non-blocking
+    descriptor and ended as on Linux."""
 
     def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
-        _nonblocking(pipe)
-        super().__init__(loop, pipe, *args, **kw)
+        super().__init__(loop, _held(pipe), *args, **kw)
 
     def _eof_received(self) -> None:
         # As asyncio's Unix read pipe transport: the end of a pipe ends the
@@ -302,7 +347,7 @@ class _ReadPipeTransport(_Closing, proactor_events._ProactorReadPipeTransport):
         self.close()
 
 
-class _WritePipeTransport(_Writing, _Closing, proactor_events._ProactorBaseWritePipeTransport):
+class _WritePipeTransport(_Pipe, _Writing, _Closing, proactor_events._ProactorBaseWritePipeTransport):
     """A write pipe that closes when its reader goes away.
 
     asyncio's proactor version reads from the write end to learn that (a
@@ -311,8 +356,7 @@ class _WritePipeTransport(_Writing, _Closing, proactor_events._ProactorBaseWrite
     """
 
     def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
-        _nonblocking(pipe)
-        super().__init__(loop, pipe, *args, **kw)
+        super().__init__(loop, _held(pipe), *args, **kw)
         self._read_fut = self._loop._proactor.wait_closed(self._sock)
         if self._read_fut is not None:
             self._read_fut.add_done_callback(self._pipe_closed)
@@ -350,12 +394,18 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._signal_handlers: dict[int, events.Handle] = {}
         self._readers: dict[int, _Watch] = {}
         self._writers: dict[int, _Watch] = {}
+        # Watches removed while their poll was in flight: each duplicate is
+        # closed when its poll answers (or, at close(), once the ring is).
+        self._unwatched: set[_Watch] = set()
         self._transports: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         # Listening Unix sockets to unlink when they stop serving (3.13+'s
         # create_unix_server(cleanup_socket=True)): socket -> inode.
         self._unix_server_sockets: dict[Any, int] = {}
         proactor.set_loop(self)
         self._make_self_pipe()
+        #: The wake-up socket's number (kept for after its close).
+        self._wakeup_number = self._csock.fileno()
+        _LOOPS[self._wakeup_number] = self
         # The wake-up socket's receive, always pending from here to close().
         self.call_soon(self._loop_self_reading)
 
@@ -389,11 +439,19 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             super().run_forever()
 
     # asyncio's Unix signal handling, over the wake-up socket above.
-    add_signal_handler = unix_events._UnixSelectorEventLoop.add_signal_handler
-    remove_signal_handler = unix_events._UnixSelectorEventLoop.remove_signal_handler
     _handle_signal = unix_events._UnixSelectorEventLoop._handle_signal
     _check_signal = unix_events._UnixSelectorEventLoop._check_signal
-    _process_self_data = unix_events._UnixSelectorEventLoop._process_self_data
+
+    def add_signal_handler(self, sig: int, callback: Callable, *args: Any) -> None:
+        """Calls ``callback(*args)`` in the loop on signal ``sig`` (see :func:`_add_signal_handler`)."""
+        _add_signal_handler(self, unix_events._UnixSelectorEventLoop.add_signal_handler, sig, callback, *args)
+
+    def remove_signal_handler(self, sig: int) -> bool:
+        """Removes the handler of ``sig`` (see :func:`_remove_signal_handler`)."""
+        return _remove_signal_handler(self, unix_events._UnixSelectorEventLoop.remove_signal_handler, sig)
+
+    def _process_self_data(self, data: bytes) -> None:
+        _hand_signals(self, data)
 
     def close(self) -> None:
         if self.is_running():
@@ -405,11 +463,28 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 self.remove_signal_handler(sig)
         else:
             self._signal_handlers.clear()
-        for table in (self._readers, self._writers):
-            for w in table.values():
-                w.handle.cancel()
-            table.clear()
-        super().close()
+        watches = [*self._readers.values(), *self._writers.values(), *self._unwatched]
+        for w in watches:
+            w.handle.cancel()
+        self._readers.clear()
+        self._writers.clear()
+        self._unwatched.clear()
+        # BaseProactorEventLoop.close, except for its clearing Python's
+        # wake-up descriptor whoever holds it (on Windows the proactor loop
+        # holds it from its creation): a loop closed while another runs
+        # (or collected then, unclosed) would take that one's wake-up, and
+        # a Ctrl-C landing on another thread would no longer end its wait.
+        # Only this loop's own is cleared.
+        _drop_wakeup_fd(self._csock)
+        self._stop_accept_futures()
+        self._close_self_pipe()
+        self._proactor.close()
+        self._proactor = None
+        self._selector = None
+        base_events.BaseEventLoop.close(self)
+        # The ring is closed: the kernel no longer uses the duplicates.
+        for w in watches:
+            w.drop()
 
     # -- add_reader / add_writer ---------------------------------------------
 
@@ -441,26 +516,37 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._check_closed()
         fileno = self._fileno(fd)
         handle = events.Handle(callback, args, self, None)
+        file = _file_id(fileno)  # OSError(EBADF) for a descriptor that is not open, as epoll says
         w = table.get(fileno)
         if w is not None:
-            w.handle.cancel()
-            w.handle = handle
-            return
-        os.fstat(fileno)  # OSError(EBADF) for a descriptor that is not open, as epoll says
-        w = _Watch(handle, fileno, mask)
+            if w.own != -1 and w.file == file:
+                w.handle.cancel()
+                w.handle = handle
+                return
+            # The number was closed without remove_*() and names another
+            # file now: that file gets a watch of its own.
+            self._unwatch(table, fileno)
+        w = _Watch(handle, fileno, mask, file)
         table[fileno] = w
         self._arm(table, w)
 
     def _arm(self, table: dict[int, _Watch], w: _Watch) -> None:
-        if table.get(w.fd) is not w or self._proactor is None:
+        if table.get(w.fd) is not w or w.own == -1 or self._proactor is None:
             return
 
         def fired(events_or_error: int) -> None:
             w.token = None
-            if table.get(w.fd) is not w or events_or_error < 0:
-                # Cancelled, or the descriptor was closed meanwhile (the
-                # poll re-armed on its number failed): a closed descriptor
-                # never fires, as in epoll, which forgets it.
+            if table.get(w.fd) is not w:
+                self._unwatched.discard(w)
+                w.drop()  # removed meanwhile; this was its poll's answer
+                return
+            if events_or_error < 0:
+                return  # the poll failed: nothing more to report
+            if not w.names_its_file():
+                # The caller closed the descriptor (and its number may name
+                # another file now): as in epoll, which forgets a closed
+                # file, the watch never fires again.
+                w.drop()
                 return
             if not w.handle._cancelled:
                 self._ready.append(w.handle)
@@ -468,7 +554,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             # readiness that remains is reported again (level-triggered).
             self._proactor._before_wait.append(lambda: self._arm(table, w))
 
-        w.token = self._proactor.poll_callback(w.fd, w.mask, fired)
+        w.token = self._proactor.poll_callback(w.own, w.mask, fired)
 
     def _unwatch(self, table: dict[int, _Watch], fd: Any) -> bool:
         fileno = self._fileno(fd)
@@ -477,7 +563,12 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             return False
         w.handle.cancel()
         if w.token is not None and self._proactor is not None:
+            # The duplicate stays open until the poll answers: a poll still
+            # queued goes to its number.
+            self._unwatched.add(w)
             self._proactor.cancel_op(w.token)
+        else:
+            w.drop()
         return True
 
     def add_reader(self, fd: Any, callback: Callable, *args: Any) -> None:
@@ -747,26 +838,112 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
 @contextlib.contextmanager
 def _holding_wakeup_fd(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
-    """On the main thread, while nothing else holds Python's wake-up
-    descriptor, the loop's wake-up socket holds it for the run (as on
-    asyncio's proactor loop). A signal whose Python handler has not run yet
-    when the loop enters the kernel writes to it, the wait ends, and the
-    handler runs (Ctrl-C raises) instead of waiting for another event.
-    Signal handlers added meanwhile keep it, as asyncio's do. A closed loop
+    """On the main thread the loop's wake-up socket holds Python's wake-up
+    descriptor for the run (as on asyncio's proactor loop), unless a holder
+    that is none of this process's loops has it (trio's, asyncio's own
+    loop's). A signal whose Python handler has not run yet when the loop
+    enters the kernel writes to it, the wait ends, and the handler runs
+    (Ctrl-C raises) instead of waiting for another event. Another loop's
+    that it displaces gets it back after the run (a signal that loop has a
+    handler for is handed to it meanwhile, see :func:`_hand_signals`);
+    signal handlers added meanwhile keep it, as asyncio's do. A closed loop
     has no wake-up socket; ``run_forever`` then says it is closed."""
-    ours = False
     csock = getattr(loop, "_csock", None)
-    if csock is not None and threading.current_thread() is threading.main_thread():
-        old = signal.set_wakeup_fd(csock.fileno(), warn_on_full_buffer=False)
-        if old == -1:
-            ours = True
-        else:
-            signal.set_wakeup_fd(old)
+    if csock is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ours = csock.fileno()
+    old = signal.set_wakeup_fd(ours, warn_on_full_buffer=False)
+    if old not in (-1, ours) and _live(old) is None:
+        signal.set_wakeup_fd(old)
+        yield
+        return
     try:
         yield
     finally:
-        if ours and not getattr(loop, "_signal_handlers", None):
-            signal.set_wakeup_fd(-1)
+        if not loop._signal_handlers and _wakeup_fd() == ours:
+            signal.set_wakeup_fd(-1 if old == ours or _live(old) is None else old, warn_on_full_buffer=False)
+
+
+def _drop_wakeup_fd(csock: socket.socket | None) -> None:
+    """Clears Python's wake-up descriptor if it is ``csock`` (a loop's
+    wake-up socket, about to close: a signal's byte must not go to a number
+    another file may take); leaves another holder's in place."""
+    if csock is not None and _wakeup_fd() == csock.fileno():
+        signal.set_wakeup_fd(-1)
+
+
+#: This process's loops by their wake-up socket's number: Python's wake-up
+#: descriptor is process-wide, and the loop whose socket a signal's byte
+#: reaches may not be the one with a handler for it (see _hand_signals).
+_LOOPS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def _wakeup_fd() -> int:
+    """Python's wake-up descriptor (-1: none; always -1 off the main thread).
+    (Read by setting it: for that instant a signal has no wake-up, which
+    matters to no loop, as none waits while this thread runs this.)"""
+    if threading.current_thread() is not threading.main_thread():
+        return -1
+    held = signal.set_wakeup_fd(-1)
+    if held != -1:
+        try:
+            signal.set_wakeup_fd(held, warn_on_full_buffer=False)
+        except (OSError, ValueError):  # a closed descriptor's number: none is held now
+            return -1
+    return held
+
+
+def _live(fd: int) -> Any:
+    """The open loop whose wake-up socket is ``fd``, or None."""
+    loop = _LOOPS.get(fd)
+    return None if loop is None or loop.is_closed() else loop
+
+
+def _hand_signals(loop: Any, data: bytes) -> None:
+    """asyncio's ``_process_self_data``, except that a signal ``loop`` has
+    no handler for goes to another open loop that has one: the loop running
+    holds the wake-up descriptor (see :func:`_add_signal_handler`)."""
+    for signum in data:
+        if not signum:
+            continue  # a byte of call_soon_threadsafe's
+        if signum not in loop._signal_handlers:
+            heir = next((o for o in list(_LOOPS.values()) if signum in o._signal_handlers and not o.is_closed()), None)
+            if heir is not None:
+                heir._handle_signal(signum)
+            continue
+        loop._handle_signal(signum)
+
+
+def _add_signal_handler(loop: Any, add: Callable[..., None], sig: int, callback: Callable, *args: Any) -> None:
+    """asyncio's ``add_signal_handler`` (``add``) on ``loop``, except that
+    the wake-up descriptor stays with another loop running on this thread:
+    its wait must end on Ctrl-C, and it hands ``sig`` to ``loop``."""
+    held = _wakeup_fd()
+    add(loop, sig, callback, *args)
+    running = _live(held)
+    if running is not None and running is not loop and running.is_running():
+        signal.set_wakeup_fd(held, warn_on_full_buffer=False)
+
+
+def _remove_signal_handler(loop: Any, remove: Callable[[Any, int], bool], sig: int) -> bool:
+    """asyncio's ``remove_signal_handler`` (``remove``) on ``loop``, except
+    that removing the last handler clears Python's wake-up descriptor only
+    if it is this loop's (asyncio clears it whoever holds it: a loop running
+    then, or one whose handlers are removed as it is closed or collected
+    meanwhile, would lose its wake-up), and hands it to another open loop
+    that has handlers."""
+    held = _wakeup_fd()
+    removed = remove(loop, sig)
+    if held not in (-1, loop._wakeup_number):
+        signal.set_wakeup_fd(held, warn_on_full_buffer=False)
+    elif held != -1 and not loop._signal_handlers and loop.is_running():
+        signal.set_wakeup_fd(held, warn_on_full_buffer=False)  # the run gives it back (_holding_wakeup_fd)
+    elif held != -1 and not loop._signal_handlers:
+        heir = next((o for o in list(_LOOPS.values()) if o is not loop and o._signal_handlers and not o.is_closed()), None)
+        if heir is not None:
+            signal.set_wakeup_fd(heir._wakeup_number, warn_on_full_buffer=False)
+    return removed
 
 
 class _PeerSendto:
@@ -802,12 +979,37 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         super().__init__()
         #: Why this loop is not on io_uring.
         self.fallback_reason = reason
+        #: The wake-up socket's number (asyncio closes the socket before
+        #: removing the signal handlers).
+        self._wakeup_number = self._csock.fileno()
+        _LOOPS[self._wakeup_number] = self
 
     def run_forever(self) -> None:
         """Runs until :meth:`stop`, holding Python's wake-up descriptor
         (:func:`_holding_wakeup_fd`) so that Ctrl-C ends the wait."""
         with _holding_wakeup_fd(self):
             super().run_forever()
+
+    def add_signal_handler(self, sig: int, callback: Callable, *args: Any) -> None:
+        """Calls ``callback(*args)`` in the loop on signal ``sig`` (see :func:`_add_signal_handler`)."""
+        _add_signal_handler(self, asyncio.SelectorEventLoop.add_signal_handler, sig, callback, *args)
+
+    def close(self) -> None:
+        """Closes the loop; its signal handlers are removed while its
+        wake-up socket is still open (asyncio removes them after closing
+        it), so that Python's wake-up descriptor is handed on as on io_uring."""
+        if not self.is_running() and not self.is_closed() and not sys.is_finalizing():
+            for sig in list(self._signal_handlers):
+                self.remove_signal_handler(sig)
+            _drop_wakeup_fd(self._csock)
+        super().close()
+
+    def remove_signal_handler(self, sig: int) -> bool:
+        """Removes the handler of ``sig`` (see :func:`_remove_signal_handler`)."""
+        return _remove_signal_handler(self, asyncio.SelectorEventLoop.remove_signal_handler, sig)
+
+    def _process_self_data(self, data: bytes) -> None:
+        _hand_signals(self, data)
 
     def _make_datagram_transport(  # type: ignore[no-untyped-def]
         self, sock, protocol, address=None, waiter=None, extra=None

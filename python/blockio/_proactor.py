@@ -24,7 +24,8 @@ that would block.
 Cancelling a future cancels its operation; the kernel still answers once,
 and only then is the operation's memory released. A socket an operation
 works on is held open until then (its real close waits, as for a socket
-with a file made by ``makefile``): an operation that goes on after a
+with a file made by ``makefile``; a pipe transport's file is a held
+duplicate, :class:`HeldPipe`): an operation that goes on after a
 readiness wait or a short write goes back to the descriptor's number,
 which must not name another socket by then. Bytes that a cancelled
 receive took off a socket are kept and handed to the next receive on the
@@ -106,13 +107,63 @@ def was_reset(conn: Any) -> bool:
     return info[0] == _TCP_CLOSE
 
 
+class HeldPipe:
+    """A pipe transport's file (``connect_read_pipe``/``connect_write_pipe``,
+    a subprocess's pipes) as the proactor works on it: a duplicate of its
+    descriptor, held open like a socket (see :func:`hold_open`).
+
+    The caller keeps its own file object and may close it while an
+    operation is in flight (or about to go back to the descriptor after a
+    readiness wait or a short write); the operation then still reaches the
+    pipe, never a file that took the caller's number. ``close()`` closes
+    the caller's file at once (the transport owns it, as asyncio's do) and
+    the duplicate once no operation holds it.
+    """
+
+    def __init__(self, pipe: Any) -> None:
+        #: The caller's file object.
+        self.pipe = pipe
+        self._fd = os.dup(pipe.fileno())
+        self._io_refs = 0
+        self._closed = False
+
+    def fileno(self) -> int:
+        """The duplicate's number (-1 once closed)."""
+        return self._fd
+
+    def close(self) -> None:
+        """Closes the caller's file, and the duplicate unless an operation holds it."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.pipe.close()
+        finally:
+            if self._io_refs <= 0:
+                self._real_close()
+
+    def _decref_socketios(self) -> None:
+        self._io_refs -= 1
+        if self._closed and self._io_refs <= 0:
+            self._real_close()
+
+    def _real_close(self) -> None:
+        if self._fd != -1:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __repr__(self) -> str:
+        return f"<HeldPipe fd={self._fd} of {self.pipe!r}>"
+
+
 def hold_open(sock: Any) -> bool:
     """Defers the real close of ``sock`` until :func:`release`: its
     ``close()`` then only marks it closed, so that its descriptor's number
     is not reused while an operation may still go back to it (socket's own
-    mechanism for the files ``makefile`` returns). False, holding nothing,
-    for an object that is not a socket (a pipe's file, a test's mock)."""
-    if not isinstance(sock, socket.socket) or type(getattr(sock, "_io_refs", None)) is not int:
+    mechanism for the files ``makefile`` returns; :class:`HeldPipe` does
+    the same for a pipe). False, holding nothing, for another object (a
+    test's mock)."""
+    if not isinstance(sock, (socket.socket, HeldPipe)) or type(getattr(sock, "_io_refs", None)) is not int:
         return False
     sock._io_refs += 1
     return True
@@ -144,6 +195,9 @@ class RingProactor:
         self._before_wait: list[Callable[[], None]] = []
         # descriptors whose send finished in the batch being dispatched
         self._sent: set[int] = set()
+        # descriptor -> its sends in flight (a count, not a scan of every
+        # operation: a loop with 10,000 connections ends many at once)
+        self._sends: dict[int, int] = {}
         # token -> the socket its operation works on, held open until done
         self._held: dict[int, socket.socket] = {}
 
@@ -155,6 +209,8 @@ class RingProactor:
     def _future(self, token: int, kind: int, arg: Any = None, conn: Any = None) -> OpFuture:
         fut = OpFuture(self, token, loop=self._loop)
         self._ops[token] = (fut, kind, arg)
+        if kind == _SEND:
+            self._sends[arg[0]] = self._sends.get(arg[0], 0) + 1
         self._hold(token, conn)
         return fut
 
@@ -239,6 +295,9 @@ class RingProactor:
     def keep_accepted(self, listener: socket.socket, conn: socket.socket, addr: Any) -> None:
         """Keeps ``conn``, accepted on ``listener`` for a caller that was
         cancelled meanwhile, for the next accept."""
+        if getattr(listener, "_closed", False):
+            conn.close()
+            return
         fd = listener.fileno()
         conn_fd = conn.detach()
         self._after_cancel(_ACCEPT, (fd, listener), conn_fd, (conn_fd, addr))
@@ -394,12 +453,15 @@ class RingProactor:
 
     def _sending(self, fd: int) -> bool:
         """Whether a send on ``fd`` is in flight or finished in this batch."""
-        return fd in self._sent or any(k == _SEND and a[0] == fd for _f, k, a in self._ops.values())
+        return fd in self._sent or fd in self._sends
 
     def _finish(self, token: int, entry: tuple[Any, int, Any], res: int, value: Any) -> None:
         fut, kind, arg = entry
         if kind == _SEND:
             self._sent.add(arg[0])
+            left = self._sends.pop(arg[0]) - 1
+            if left:
+                self._sends[arg[0]] = left
         if kind == _CALLBACK:
             arg(res if res < 0 else value)
             return
@@ -441,6 +503,12 @@ class RingProactor:
         (or the connection an accept got, after those kept before)."""
         fd, conn = arg[0], arg[1]
         if kind == _ACCEPT:
+            if getattr(conn, "_closed", False):
+                # The listener was closed (a server's close() cancels its
+                # accept): nothing will accept on it again, and the
+                # connection is closed, as one left in its backlog is.
+                os.close(value[0])
+                return
             entry = self._kept_conns.get(fd)
             if entry is None or entry[0]() is not conn:
                 self._drop_kept_conns(fd)
@@ -481,6 +549,7 @@ class RingProactor:
         self._ring.close()
         self._ring = None
         ops, self._ops = self._ops, {}
+        self._sends.clear()
         for fut, _kind, _arg in ops.values():
             if fut is not None and not fut.done():
                 fut.cancel()

@@ -13,12 +13,13 @@ import signal
 import socket
 import sys
 import threading
+import warnings
 
 import pytest
 
 import blockio
 from blockio import _blockio
-from waits import await_until, watched
+from waits import DEADLINE, await_until, watched
 
 
 @pytest.fixture(params=["uring", "epoll"])
@@ -436,6 +437,95 @@ def test_a_running_loop_holds_the_wakeup_fd_on_the_main_thread(loop):
     loop.run_until_complete(look())
     assert held[0] == loop._csock.fileno()
     assert signal.set_wakeup_fd(-1) == -1
+
+
+def _close_other_loops_meanwhile():
+    """What a program may do while a loop runs: another loop made and
+    closed, another collected unclosed, another given a signal handler and
+    closed. (BaseProactorEventLoop.close and asyncio's removal of a loop's
+    last signal handler each cleared Python's wake-up descriptor, whoever
+    held it.)"""
+    other = blockio.new_event_loop()
+    other.close()
+    unclosed = blockio.new_event_loop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        del unclosed
+        gc.collect()
+    handled = blockio.new_event_loop()
+    handled.add_signal_handler(signal.SIGUSR1, lambda: None)
+    handled.close()
+
+
+def test_ctrl_c_on_another_thread_ends_the_wait_after_other_loops_closed_meanwhile(loop):
+    """In this process, with SIGINT blocked on the loop's thread so that it
+    lands on another: while the loop runs, other loops are made and closed
+    (or collected); SIGINT then still ends the wait with KeyboardInterrupt,
+    the running loop keeping Python's wake-up descriptor. A wait that does
+    not end within the deadline is woken from the signalling thread, and
+    the test fails instead of hanging."""
+    waiting = threading.Event()
+    finished = threading.Event()
+    rescued = []
+
+    def interrupt():
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        waiting.wait()
+        os.kill(os.getpid(), signal.SIGINT)
+        if not finished.wait(DEADLINE):
+            rescued.append("the wait did not end")
+            loop.call_soon_threadsafe(lambda: None)
+
+    async def forever():
+        _close_other_loops_meanwhile()
+        loop.call_soon(waiting.set)
+        await loop.create_future()
+
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    t = threading.Thread(target=interrupt)
+    try:
+        t.start()
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(forever())
+    finally:
+        finished.set()
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        t.join()
+    assert rescued == []
+    assert loop.run_until_complete(asyncio.sleep(0, result="usable")) == "usable"
+    assert signal.set_wakeup_fd(-1) == -1  # given back after the run
+
+
+def test_a_loop_runs_holding_the_wakeup_fd_of_a_loop_with_signal_handlers_and_gives_it_back(loop):
+    """Another loop, not running, has a signal handler (and so Python's
+    wake-up descriptor). While this one runs it holds the descriptor (a
+    Ctrl-C landing on another thread must end its wait), hands the other
+    loop the signal that loop has a handler for, and gives the descriptor
+    back after the run."""
+    standby = blockio.new_event_loop()
+    got = []
+    standby.add_signal_handler(signal.SIGUSR1, got.append, "usr1")
+    theirs = standby._csock.fileno()
+    held = []
+
+    async def signalled():
+        fd = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(fd)
+        held.append(fd)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        await await_until(lambda: standby._ready, "the signal handed to the loop with its handler")
+
+    try:
+        loop.run_until_complete(signalled())
+        after = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(after)
+        standby.run_until_complete(asyncio.sleep(0))
+    finally:
+        standby.close()
+    assert held == [loop._csock.fileno()]
+    assert after == theirs
+    assert got == ["usr1"]
+    assert signal.set_wakeup_fd(-1) == -1  # the closed loop's cleared
 
 
 @pytest.mark.parametrize("backend_env", ["uring", "threads"])

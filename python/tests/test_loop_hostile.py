@@ -8,6 +8,7 @@ hang, that nothing reaches the wrong socket."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import socket
@@ -408,3 +409,282 @@ def test_connected_udp_reports_each_port_unreachable(loop):
 
     got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert [type(e) for e in got] == [ConnectionRefusedError] * 5
+
+
+def _sentinel(loop, turns):
+    """A future done once a reader on a socket kept readable has run
+    ``turns`` times: by then a poll armed beside it in the same turns has
+    been answered too."""
+    s, t = _pairs(1)[0]
+    t.send(b"!")
+    done = loop.create_future()
+    runs = []
+
+    def ran():
+        runs.append(1)
+        if len(runs) == turns:
+            loop.remove_reader(s)
+            done.set_result(None)
+
+    loop.add_reader(s, ran)
+    done.add_done_callback(lambda _f: (s.close(), t.close()))
+    return done
+
+
+def test_a_reader_closed_in_its_callback_never_runs_for_the_file_reusing_the_number(loop):
+    """The callback closes its socket without remove_reader() and a new,
+    readable socket takes the number: the callback is not run for it (the
+    re-armed poll watches the file the reader was added for, as epoll
+    does), and it runs once, as on asyncio's loop and uvloop."""
+
+    async def main():
+        a, b = _pairs(1)[0]
+        n = a.fileno()
+        calls = []
+        kept = []
+        waited = []
+
+        def old():
+            calls.append(loop.time())
+            if len(calls) == 1:
+                a.close()
+                x, y = _pairs(1)[0]
+                assert x.fileno() == n
+                y.send(b"for x")  # the new file is readable
+                kept.append((x, y))
+                waited.append(_sentinel(loop, 3))
+
+        loop.add_reader(n, old)
+        b.send(b"for a")
+        await await_until(lambda: waited, "the reader ran")
+        await waited[0]
+        loop.remove_reader(n)
+        x, y = kept[0]
+        got = x.recv(100)
+        for s in (b, x, y):
+            s.close()
+        return len(calls), got
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (1, b"for x")
+
+
+def test_readers_removed_closed_and_added_again_each_run_for_their_own_file(loop):
+    """In a reader's callback: remove_reader(), close, a new socket on the
+    same number, add_reader() for it. The old callback never runs again,
+    the new one runs for the new socket only, and the old socket's answer
+    (its peer keeps writing) reaches neither."""
+
+    async def main():
+        a, b = _pairs(1)[0]
+        n = a.fileno()
+        calls = []
+        kept = []
+        got = loop.create_future()
+
+        def new():
+            calls.append("new")
+            x = kept[0][0]
+            if not got.done():
+                got.set_result(x.recv(100))
+            loop.remove_reader(n)
+
+        def old():
+            calls.append("old")
+            loop.remove_reader(n)
+            a.close()
+            x, y = _pairs(1)[0]
+            assert x.fileno() == n
+            kept.append((x, y))
+            loop.add_reader(n, new)
+            y.send(b"for x")
+
+        loop.add_reader(n, old)
+        b.send(b"for a")
+        data = await got
+        await _sentinel(loop, 3)
+        for s in (b, *kept[0]):
+            s.close()
+        return calls, data
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (["old", "new"], b"for x")
+
+
+def test_add_reader_on_a_number_closed_without_remove_watches_the_new_file(loop):
+    """A reader's socket closed without remove_reader(), a new socket on the
+    number, add_reader() for it: the new callback runs when the new socket
+    is readable, the old one never. (asyncio's selector loop takes the call
+    for a change of callback on the forgotten registration and never
+    reports the new socket; that backend is checked for the old callback
+    only.)"""
+
+    async def main():
+        a, b = _pairs(1)[0]
+        n = a.fileno()
+        calls = []
+        loop.add_reader(n, calls.append, "old")
+        b.send(b"for a")  # the old file is readable, for as long as it lives
+        await await_until(lambda: calls, "the old reader ran")
+        a.close()
+        x, y = _pairs(1)[0]
+        assert x.fileno() == n
+        del calls[:]
+        loop.add_reader(n, calls.append, "new")
+        y.send(b"for x")
+        await _sentinel(loop, 3)
+        loop.remove_reader(n)
+        for s in (b, x, y):
+            s.close()
+        return calls
+
+    calls = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert "old" not in calls
+    if loop.backend == "io_uring":
+        assert calls and set(calls) == {"new"}
+
+
+def test_server_close_leaves_no_accepted_connection_open(loop):
+    """server.close() while clients wait in the backlog, with its accept in
+    flight (and so perhaps already done by the kernel): every client is
+    ended (the end of stream or a reset), none is left connected to a
+    socket that nothing serves; connections the program took stay its own
+    until it closes them, as on asyncio's loop."""
+    n = 8
+
+    async def main():
+        taken = []
+
+        class Keep(asyncio.Protocol):
+            def connection_made(self, transport):
+                taken.append(transport)
+
+        srv = await loop.create_server(Keep, "127.0.0.1", 0, backlog=2 * n)
+        addr = srv.sockets[0].getsockname()
+        first = [socket.create_connection(addr) for _ in range(n)]
+        await await_until(lambda: len(taken) == n, "the first clients served")
+        waiting = [socket.create_connection(addr) for _ in range(n)]
+        srv.close()
+        ended = []
+        for c in waiting:
+            c.setblocking(False)
+            try:
+                ended.append(await loop.sock_recv(c, 1))
+            except ConnectionResetError:
+                ended.append("reset")
+        still_open = [t.is_closing() for t in taken]
+        for t in taken:
+            t.close()
+        for c in first:
+            c.setblocking(False)
+            ended.append(await loop.sock_recv(c, 1))
+        for c in first + waiting:
+            c.close()
+        return ended, still_open
+
+    ended, still_open = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert set(ended) <= {b"", "reset"} and len(ended) == 2 * n
+    assert still_open == [False] * n
+
+
+def test_a_write_pipe_closed_by_its_owner_writes_to_no_file_taking_its_number(loop, tmp_path):
+    """A write pipe transport with a write backed up (more than the pipe
+    holds); its owner closes the file object it gave and another file takes
+    the number: what is left of the write never reaches that file. On
+    io_uring it still goes to the pipe (the transport holds the pipe, as it
+    holds a socket); asyncio's selector loop stops writing (epoll forgets
+    the closed descriptor)."""
+    data = os.urandom(1 << 20)
+    other = tmp_path / "other"
+
+    async def main():
+        r, w = os.pipe()
+        wfile = open(w, "wb", buffering=0)
+        t, _ = await loop.connect_write_pipe(asyncio.Protocol, wfile)
+        t.write(data)
+        assert t.get_write_buffer_size() > 0 or loop.backend == "io_uring"
+        wfile.close()
+        fd = os.open(other, os.O_WRONLY | os.O_CREAT)
+        if fd != w:  # the number the transport's caller gave now names the file
+            os.dup2(fd, w)
+            os.close(fd)
+        got = bytearray()
+        done = loop.create_future()
+
+        class Sink(asyncio.Protocol):
+            def data_received(self, chunk):
+                got.extend(chunk)
+                if len(got) == len(data):
+                    done.set_result(None)
+
+        rt, _ = await loop.connect_read_pipe(Sink, open(r, "rb", buffering=0))
+        if loop.backend == "io_uring":
+            await done
+            await _sentinel(loop, 3)
+        else:
+            # (asyncio's selector loop: the transport is stuck; the new
+            # file's number is still registered for it, so a sentinel's
+            # socket taking a number freed meanwhile would never be
+            # reported. Many turns of the loop instead.)
+            for _ in range(200):
+                await asyncio.sleep(0)
+        # (asyncio's abort then asks epoll to change the registration of
+        # a number epoll no longer has: an OSError on that backend)
+        with contextlib.suppress(OSError):
+            t.abort()
+        rt.close()
+        if loop.backend == "io_uring":
+            os.close(w)  # still the file's: the transport closed only what it holds
+        else:
+            with contextlib.suppress(OSError):  # (asyncio's transport may have closed it)
+                os.close(w)
+        return bytes(got)
+
+    got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert other.stat().st_size == 0
+    assert data.startswith(got)
+    if loop.backend == "io_uring":
+        assert got == data
+
+
+def test_a_read_pipe_closed_by_its_owner_takes_nothing_from_a_file_taking_its_number(loop):
+    """A read pipe transport waiting on an empty pipe; its owner closes the
+    file object it gave, and another pipe with bytes waiting takes the
+    number: those bytes stay for the new pipe's reader. On io_uring the
+    transport still reads its own pipe (it holds it); asyncio's selector
+    loop stops reading (epoll forgets the closed descriptor)."""
+
+    async def main():
+        r, w = os.pipe()
+        rfile = open(r, "rb", buffering=0)
+        got = asyncio.Queue()
+
+        class Source(asyncio.Protocol):
+            def data_received(self, chunk):
+                got.put_nowait(chunk)
+
+        t, _ = await loop.connect_read_pipe(Source, rfile)
+        await _sentinel(loop, 3)  # the transport's read is waiting
+        rfile.close()
+        r2, w2 = os.pipe()
+        os.write(w2, b"for the new pipe")
+        if r2 != r:  # the number the transport's caller gave now names the new pipe
+            os.dup2(r2, r)
+            os.close(r2)
+        # (on asyncio's selector loop nothing holds the old pipe's read end)
+        with contextlib.suppress(BrokenPipeError):
+            os.write(w, b"for the old pipe")
+        if loop.backend == "io_uring":
+            assert await got.get() == b"for the old pipe"
+            await _sentinel(loop, 3)
+        else:  # (see the write pipe's test above)
+            for _ in range(200):
+                await asyncio.sleep(0)
+        with contextlib.suppress(OSError):  # (asyncio's selector loop: see above)
+            t.close()
+        os.set_blocking(r, False)
+        left = os.read(r, 100)
+        for fd in (r, w, w2):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return left
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == b"for the new pipe"
