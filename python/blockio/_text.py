@@ -163,8 +163,10 @@ class AsyncTextFile(LineReader[str]):
         the end, as the built-in's."""
         return _nl_value(self._nl_seen | _nl_bits(getattr(self._decoder, "newlines", None)))
 
-    def readable(self) -> bool:
-        """Whether the file was opened for reading."""
+    async def readable(self) -> bool:
+        """Whether the file was opened for reading (awaitable, as
+        aiofiles' text file's ``readable``, ``writable`` and ``seekable``
+        are; a binary file's is a plain method, as aiofiles' is)."""
         return self.buffer.readable()
 
     async def writable(self) -> bool:
