@@ -72,15 +72,9 @@ REQUIREMENTS = {"aiogram": "requirements-aiogram.txt"}
 #: Tests of aiofiles' own suite left out of both runs: they test aiofiles'
 #: machinery, not its interface, and why.
 AIOFILES_INTERNALS = {
-    # Slows aiofiles' private `sync_open` hook down to see the loop tick
-    # meanwhile; the compatibility package has no such hook.
-    "tests/threadpool/test_concurrency.py::test_slow_file",
     # Checks that the spooled file's private `_file._file` is a BytesIO
     # until it rolls over: a SpooledTemporaryFile here is on disk at once.
     "tests/test_tempfile.py::test_spooled_temporary_file",
-    # `aiofiles.threadpool.wrap` (of a synchronous file object) is not
-    # provided: a blockio file has its own descriptor and position.
-    "tests/threadpool/test_wrap.py",
 }
 #: Left out as root, on aiofiles itself too: root may write a 0o444 file.
 AS_ROOT = {"tests/test_os.py::test_access"}
