@@ -28,7 +28,7 @@ from typing import Any, Iterable, List, Optional, Tuple, Union
 from ._blockio import TURN_BUDGET, count_copied, turn_count, turn_due
 from ._file import _C_INT, _MAX_OFFSET, AsyncFile, _count_arg, _int_arg, _size_arg
 from ._calls import one_at_a_time, one_at_a_time_kept, one_at_a_time_taking_turns
-from ._lines import LineReader
+from ._lines import LineReader, split_keeping_ends
 
 _CHUNK = 8192
 
@@ -346,6 +346,14 @@ class AsyncTextFile(LineReader[str]):
     def _in_order(self) -> bool:
         return self.buffer._stream
 
+    def _split_lines(self, data: str) -> List[str]:
+        # (the line ends readline knows for the file's ``newline``: with
+        # None, read() has translated them to "\n" already)
+        nl = self._newline
+        if nl == "":
+            return io.StringIO(data, newline="").readlines()
+        return split_keeping_ends(data, "\n" if nl is None else nl)
+
     def _put_back(self, lines: List[str]) -> None:
         self._decoded = "".join(lines) + self._pending()
         self._used = 0
@@ -514,6 +522,26 @@ class AsyncTextFile(LineReader[str]):
         self._check_open()  # (first, as the built-in's)
         strings = list(lines)
         at_start: Optional[bool] = None
+        try:
+            text = "".join(strings)
+        except TypeError:
+            text = None  # (an item that is not a str: found below, string by string)
+        if text:
+            # One join and one encoding for the whole list (an encoder's
+            # bytes are the same in one call as in one per string); a string
+            # that cannot be encoded is found again below, string by string,
+            # with the encoder as it was (a BOM not yet written stays due).
+            self._check_writable()
+            at_start = await self._start_writing()
+            assert self._encoder is not None
+            state = self._encoder.getstate()
+            try:
+                data = self._encode(text)
+            except UnicodeEncodeError:
+                self._encoder.setstate(state)
+            else:
+                await self._write_encoded(data, at_start, "\n" in text or "\r" in text)
+                return
         encoded: List[bytes] = []
         bad: Optional[Exception] = None
         for line in strings:
