@@ -852,8 +852,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         return self._stream
 
     def _split_lines(self, data: bytes) -> List[bytes]:
-        # (lines end at b"\n" only, as a binary file's readline's)
-        return io.BytesIO(data).readlines()
+        # (lines end at b"\n" only, as a binary file's readline's; where
+        # there is no b"\r", bytes.splitlines cuts there too, and faster)
+        return data.splitlines(True) if b"\r" not in data else io.BytesIO(data).readlines()
 
     def _put_back(self, lines: List[bytes]) -> None:
         self._unread(b"".join(lines))

@@ -71,6 +71,10 @@ _BOMS = {
 _STATEFUL_CODECS = frozenset({"utf-7", "hz", "iso2022_jp", "iso2022_jp_1", "iso2022_jp_2", "iso2022_jp_2004",
                               "iso2022_jp_3", "iso2022_jp_ext", "iso2022_kr"})
 
+#: What ``str.splitlines`` takes for line ends besides "\r" and "\n", and a
+#: text file's ``readline`` does not.
+_NOT_LINE_ENDS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
 #: ``newlines``' endings as bits, in the built-in decoder's order.
 _NL_ORDER = (("\r", 2), ("\n", 1), ("\r\n", 4))
 
@@ -350,6 +354,9 @@ class AsyncTextFile(LineReader[str]):
         # (the line ends readline knows for the file's ``newline``: with
         # None, read() has translated them to "\n" already)
         nl = self._newline
+        if nl in (None, "", "\n") and not any(c in data for c in _NOT_LINE_ENDS) and (nl != "\n" or "\r" not in data):
+            # (str.splitlines, the fastest, where it cuts where readline does)
+            return data.splitlines(True)
         if nl == "":
             return io.StringIO(data, newline="").readlines()
         return split_keeping_ends(data, "\n" if nl is None else nl)
