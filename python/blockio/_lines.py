@@ -49,6 +49,10 @@ class LineReader(Generic[AnyStr]):
         """One line; the empty value at end of file."""
         raise NotImplementedError
 
+    async def read(self, size: int = -1) -> AnyStr:
+        """Up to ``size`` bytes or characters; all the rest with -1."""
+        raise NotImplementedError
+
     def _check_open(self) -> None:
         """``ValueError`` once the file is closed (or detached)."""
         raise NotImplementedError
