@@ -11,6 +11,17 @@ from ._blockio import turn_due
 from ._calls import one_at_a_time_taking_turns
 
 
+def split_keeping_ends(data: AnyStr, end: AnyStr) -> List[AnyStr]:
+    """``data`` cut after each ``end``, which each line keeps (the last
+    line is the rest, if any)."""
+    parts = data.split(end)
+    last = parts.pop()
+    lines = [part + end for part in parts]
+    if last:
+        lines.append(last)
+    return lines
+
+
 def _hint(hint: Any) -> int:
     """``readlines``' ``hint`` as an int (None: no limit), with the built-in
     file's ``TypeError`` for anything else."""
@@ -28,12 +39,18 @@ def _hint(hint: Any) -> int:
 
 class LineReader(Generic[AnyStr]):
     """``readlines`` and asynchronous iteration over ``readline``; the
-    subclass has a ``_calls`` queue (``readlines`` is one call)."""
+    subclass has a ``_calls`` queue (``readlines`` is one call). Without a
+    ``hint``, ``readlines`` of a file that is not a stream is one
+    ``read()`` split into lines (see ``_split_lines``)."""
 
     __slots__ = ()
 
     async def readline(self, size: int = -1) -> AnyStr:
         """One line; the empty value at end of file."""
+        raise NotImplementedError
+
+    async def read(self, size: int = -1) -> AnyStr:
+        """Up to ``size`` bytes or characters; all the rest with -1."""
         raise NotImplementedError
 
     def _check_open(self) -> None:
@@ -53,6 +70,14 @@ class LineReader(Generic[AnyStr]):
         # was (on a stream, the lines read so far come next): none of the
         # lines read so far is lost.
         mark = self._mark()
+        if limit <= 0 and not self._in_order():
+            # All the rest of a file: read at once and split in C, not a
+            # readline per line on the loop's thread.
+            try:
+                return self._split_lines(await self.read())
+            except BaseException:
+                self._restore(mark)
+                raise
         try:
             while True:
                 line = await self.readline()
@@ -76,6 +101,11 @@ class LineReader(Generic[AnyStr]):
             else:
                 self._restore(mark)
             raise
+
+    def _split_lines(self, data: AnyStr) -> List[AnyStr]:
+        """``data`` (the rest of the file, as ``read()`` gives it) cut into
+        the lines ``readline`` would have returned, each with its end."""
+        raise NotImplementedError
 
     def _in_order(self) -> bool:
         """Whether the file is a stream (a pipe, socket or terminal), whose

@@ -138,6 +138,11 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
             fd = got
     raw: Optional[AsyncFile] = None
     try:
+        # What the file's engine needs (its ring and eventfd, or the thread
+        # pool's descriptors) is made now, not at the first read or write:
+        # an open file can always finish its calls, and when descriptors
+        # run out it is the open that fails with EMFILE, as the built-in's.
+        eng._core.prepare(fd)
         if isinstance(file, int) or opener is not None:
             # As the built-in's FileIO checks a descriptor handed in or
             # made by an opener: a number that is not open is EBADF, a

@@ -28,7 +28,7 @@ from typing import Any, Iterable, List, Optional, Tuple, Union
 from ._blockio import TURN_BUDGET, count_copied, turn_count, turn_due
 from ._file import _C_INT, _MAX_OFFSET, AsyncFile, _count_arg, _int_arg, _size_arg
 from ._calls import one_at_a_time, one_at_a_time_kept, one_at_a_time_taking_turns
-from ._lines import LineReader
+from ._lines import LineReader, split_keeping_ends
 
 _CHUNK = 8192
 
@@ -70,6 +70,10 @@ _BOMS = {
 #: that no byte offset can restore: their lines start with none.
 _STATEFUL_CODECS = frozenset({"utf-7", "hz", "iso2022_jp", "iso2022_jp_1", "iso2022_jp_2", "iso2022_jp_2004",
                               "iso2022_jp_3", "iso2022_jp_ext", "iso2022_kr"})
+
+#: What ``str.splitlines`` takes for line ends besides "\r" and "\n", and a
+#: text file's ``readline`` does not.
+_NOT_LINE_ENDS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 #: ``newlines``' endings as bits, in the built-in decoder's order.
 _NL_ORDER = (("\r", 2), ("\n", 1), ("\r\n", 4))
@@ -163,8 +167,10 @@ class AsyncTextFile(LineReader[str]):
         the end, as the built-in's."""
         return _nl_value(self._nl_seen | _nl_bits(getattr(self._decoder, "newlines", None)))
 
-    def readable(self) -> bool:
-        """Whether the file was opened for reading."""
+    async def readable(self) -> bool:
+        """Whether the file was opened for reading (awaitable, as
+        aiofiles' text file's ``readable``, ``writable`` and ``seekable``
+        are; a binary file's is a plain method, as aiofiles' is)."""
         return self.buffer.readable()
 
     async def writable(self) -> bool:
@@ -344,6 +350,17 @@ class AsyncTextFile(LineReader[str]):
     def _in_order(self) -> bool:
         return self.buffer._stream
 
+    def _split_lines(self, data: str) -> List[str]:
+        # (the line ends readline knows for the file's ``newline``: with
+        # None, read() has translated them to "\n" already)
+        nl = self._newline
+        if nl in (None, "", "\n") and not any(c in data for c in _NOT_LINE_ENDS) and (nl != "\n" or "\r" not in data):
+            # (str.splitlines, the fastest, where it cuts where readline does)
+            return data.splitlines(True)
+        if nl == "":
+            return io.StringIO(data, newline="").readlines()
+        return split_keeping_ends(data, "\n" if nl is None else nl)
+
     def _put_back(self, lines: List[str]) -> None:
         self._decoded = "".join(lines) + self._pending()
         self._used = 0
@@ -512,6 +529,26 @@ class AsyncTextFile(LineReader[str]):
         self._check_open()  # (first, as the built-in's)
         strings = list(lines)
         at_start: Optional[bool] = None
+        try:
+            text = "".join(strings)
+        except TypeError:
+            text = None  # (an item that is not a str: found below, string by string)
+        if text:
+            # One join and one encoding for the whole list (an encoder's
+            # bytes are the same in one call as in one per string); a string
+            # that cannot be encoded is found again below, string by string,
+            # with the encoder as it was (a BOM not yet written stays due).
+            self._check_writable()
+            at_start = await self._start_writing()
+            assert self._encoder is not None
+            state = self._encoder.getstate()
+            try:
+                data = self._encode(text)
+            except UnicodeEncodeError:
+                self._encoder.setstate(state)
+            else:
+                await self._write_encoded(data, at_start, "\n" in text or "\r" in text)
+                return
         encoded: List[bytes] = []
         bad: Optional[Exception] = None
         for line in strings:

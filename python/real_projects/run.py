@@ -6,15 +6,16 @@ blockio's backends, see ``RUNS``); fails unless every test's outcome
 package as with aiofiles.
 
 The suites are fetched pinned and checked against their sha256: sanic's,
-aiocsv's and aiofiles' sdists from PyPI (pip), quart's tests from
+aiocsv's, aiogram's and aiofiles' sdists from PyPI (pip), quart's tests from
 Debian's source of quart 0.20.0 (its PyPI sdists hold no tests; apt's
 ``apt-helper`` downloads it). Downloads and venvs are kept under
 ``target/real-projects`` and reused while the pins are the same; blockio's
 wheel (``target/wheels``, from ``scripts/python-setup``) and the
 compatibility package are installed anew on every run.
 
-Usage: ``python3 python/real_projects/run.py`` from the repository root
-(``scripts/python-real-projects`` does that).
+Usage: ``python3 python/real_projects/run.py [SUITE...]`` from the
+repository root (``scripts/python-real-projects`` runs every suite); naming
+suites runs only those.
 """
 
 import concurrent.futures
@@ -40,6 +41,8 @@ SOURCES = {
               "7b51bf608e4030f06a6c002cd08fed2872e4936527e63c9a8a97d5cd06a2b47f", "sanic-25.12.1"),
     "aiocsv": ("pip", "aiocsv-1.4.1.tar.gz",
                "bb663f9eabf88402ca2c325fd0df836eee7da34cf7c5476b5e6cf7d098cdebda", "aiocsv-1.4.1"),
+    "aiogram": ("pip", "aiogram-3.31.0.tar.gz",
+                "f2c5064fe52d88898c86af62261c405440a014216e45dd99b2c6555a5602ce30", "aiogram-3.31.0"),
     "aiofiles": ("pip", "aiofiles-25.1.0.tar.gz",
                  "a8d728f0a29de45dc521f18f07297428d56992a742f0cd2701ba86e44d23d5b2", "aiofiles-25.1.0"),
     # (a path in the Debian archive that apt is configured with)
@@ -54,21 +57,24 @@ SUITES = {
     "sanic": ["tests/test_static.py", "tests/test_static_directory.py", "tests/test_response.py",
               "tests/test_response_file.py", "tests/test_url_for_static.py"],
     "aiocsv": ["tests"],
+    # aiogram's modules that read and write files through aiofiles
+    # (Bot.download_file, FSInputFile): its whole suite (2,364 tests) takes
+    # over a minute a run, and its other modules open no file.
+    "aiogram": ["-o", "asyncio_default_fixture_loop_scope=function", "tests/test_api/test_types/test_input_file.py",
+                "tests/test_api/test_client/test_bot.py", "tests/test_api/test_methods/test_create_new_sticker_set.py"],
     "aiofiles": ["tests"],
 }
+
+#: The requirements each suite's venvs are made from (``requirements.txt``
+#: unless named here).
+REQUIREMENTS = {"aiogram": "requirements-aiogram.txt"}
 
 #: Tests of aiofiles' own suite left out of both runs: they test aiofiles'
 #: machinery, not its interface, and why.
 AIOFILES_INTERNALS = {
-    # Slows aiofiles' private `sync_open` hook down to see the loop tick
-    # meanwhile; the compatibility package has no such hook.
-    "tests/threadpool/test_concurrency.py::test_slow_file",
     # Checks that the spooled file's private `_file._file` is a BytesIO
     # until it rolls over: a SpooledTemporaryFile here is on disk at once.
     "tests/test_tempfile.py::test_spooled_temporary_file",
-    # `aiofiles.threadpool.wrap` (of a synchronous file object) is not
-    # provided: a blockio file has its own descriptor and position.
-    "tests/threadpool/test_wrap.py",
 }
 #: Left out as root, on aiofiles itself too: root may write a 0o444 file.
 AS_ROOT = {"tests/test_os.py::test_access"}
@@ -143,18 +149,24 @@ def unpack(name, into):
     return dest
 
 
-def make_venv(path, compat):
-    """A venv with the pinned requirements, kept while they are the same;
-    with ``compat``, aiofiles replaced by blockio and its compatibility
-    package (installed anew on each run)."""
+def venv_name(suite, compat):
+    """The venv ``suite`` runs in, with aiofiles or (``compat``) blockio."""
+    group = REQUIREMENTS.get(suite, "requirements.txt")[: -len(".txt")].replace("requirements", "venv")
+    return f"{group}-{'blockio' if compat else 'aiofiles'}"
+
+
+def make_venv(path, compat, requirements):
+    """A venv with the pinned ``requirements``, kept while they are the
+    same; with ``compat``, aiofiles replaced by blockio and its
+    compatibility package (installed anew on each run)."""
     stamp = path / "requirements.sha256"
-    want = sha256(HERE / "requirements.txt")
+    want = sha256(HERE / requirements)
     py = path / "bin" / "python"
     pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     if not (stamp.exists() and stamp.read_text() == want):
         shutil.rmtree(path, ignore_errors=True)
         venv.create(path, with_pip=True)
-        sh(*pip, "-r", HERE / "requirements.txt")
+        sh(*pip, "-r", HERE / requirements)
         if compat:
             sh(py, "-m", "pip", "uninstall", "-q", "-y", "aiofiles")
         stamp.write_text(want)
@@ -165,7 +177,11 @@ def make_venv(path, compat):
         sh(*pip, "--force-reinstall", "--no-deps", wheels[-1])
         sh(*pip, "--force-reinstall", "--no-deps", ROOT / "python" / "compat")
         # The aiofiles this venv imports must be the compatibility package.
-        sh(py, "-c", "import aiofiles, blockio; assert aiofiles.open is blockio.open, aiofiles.__file__")
+        sh(py, "-c", "import asyncio, aiofiles, blockio\n"
+                     "async def check():\n"
+                     "    async with aiofiles.open('/dev/null', 'rb') as f:\n"
+                     "        assert isinstance(f, blockio.AsyncFile), aiofiles.__file__\n"
+                     "asyncio.run(check())")
     else:
         sh(py, "-c", "import aiofiles; assert aiofiles.open.__module__ == 'aiofiles.threadpool'")
     return py
@@ -204,50 +220,61 @@ def counts(outcomes):
                                                                                .index(x[0]))))
 
 
-#: Each run: its name, its venv, its environment and the suites it runs.
-#: The compatibility package runs on blockio's default backend (io_uring
-#: here), and on the thread-pool fallback for all but sanic's suite (the
-#: longest; the files it serves are read as quart's are).
+#: Each run: its name, whether on blockio's compatibility package, its
+#: environment and the suites it runs. The compatibility package runs on
+#: blockio's default backend (io_uring here), and on the thread-pool
+#: fallback for all but sanic's suite (the longest; the files it serves
+#: are read as quart's are).
 RUNS = [
-    ("aiofiles", "venv-aiofiles", {}, list(SUITES)),
-    ("blockio", "venv-blockio", {}, list(SUITES)),
-    ("blockio, threads backend", "venv-blockio", {"BLOCKIO_BACKEND": "threads"}, ["quart", "aiocsv", "aiofiles"]),
+    ("aiofiles", False, {}, list(SUITES)),
+    ("blockio", True, {}, list(SUITES)),
+    ("blockio, threads backend", True, {"BLOCKIO_BACKEND": "threads"}, ["quart", "aiocsv", "aiogram", "aiofiles"]),
 ]
 
 
-def run_all(pys):
-    """{(run, suite): (outcomes, seconds, pytest's output)}."""
+def run_all(pys, chosen):
+    """{(run, suite): (outcomes, seconds, pytest's output)} for the
+    ``chosen`` suites."""
     results = {}
-    for n, (kind, venv_name, env, suites) in enumerate(RUNS):
+    for n, (kind, compat, env, suites) in enumerate(RUNS):
         trees = WORK / f"src-{n}"
         trees.mkdir(parents=True, exist_ok=True)
-        for name in suites:
+        for name in [s for s in suites if s in chosen]:
             tree = unpack(name, trees)
             if name == "aiocsv":
                 # Its sdist lacks the CSV files its tests read: made from
                 # the values the tests expect, with the csv module.
-                sh(pys[venv_name], HERE / "aiocsv_data.py", cwd=tree)
+                sh(pys[venv_name(name, compat)], HERE / "aiocsv_data.py", cwd=tree)
             report = trees / f"{name}.xml"
             report.unlink(missing_ok=True)
-            results[kind, name] = run_suite(pys[venv_name], name, tree, report, env)
+            results[kind, name] = run_suite(pys[venv_name(name, compat)], name, tree, report, env)
     return results
 
 
 def main():
     os.chdir(ROOT)
-    # (the two venvs are made at once: mostly downloads; the suites then
+    chosen = sys.argv[1:] or list(SUITES)
+    unknown = [s for s in chosen if s not in SUITES]
+    if unknown:
+        sys.exit(f"real-projects: no suite named {', '.join(unknown)} (the suites: {', '.join(SUITES)})")
+    # (the venvs are made two at a time: mostly downloads; the suites then
     # run one at a time, so that no test of theirs runs on a busier machine
     # in one run than in the other)
+    needed = {(venv_name(s, compat), compat, REQUIREMENTS.get(s, "requirements.txt"))
+              for s in chosen for compat in (False, True)}
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        made = {name: pool.submit(make_venv, WORK / name, name == "venv-blockio")
-                for name in ("venv-aiofiles", "venv-blockio")}
+        made = {name: pool.submit(make_venv, WORK / name, compat, req) for name, compat, req in sorted(needed)}
         pys = {name: f.result() for name, f in made.items()}
-    results = run_all(pys)
+    results = run_all(pys, chosen)
     failed = False
     print("real-projects: each suite's tests with aiofiles, then with blockio's compatibility package")
-    for name in SUITES:
-        theirs, took, _ = results["aiofiles", name]
+    for name in chosen:
+        theirs, took, out = results["aiofiles", name]
         print(f"  {name}, aiofiles: {counts(theirs)} ({took:.0f} s)")
+        if "passed" not in theirs.values():
+            # (a suite that cannot even be collected compares equal to itself)
+            failed = True
+            print(f"    no test of {name} passed with aiofiles:", out.stdout[-6000:], out.stderr[-2000:])
         for kind, _, _, suites in RUNS[1:]:
             if name not in suites:
                 continue
@@ -261,7 +288,7 @@ def main():
                 print(out.stdout[-6000:], out.stderr[-2000:])
     if failed:
         sys.exit("real-projects: the compatibility package's results differ from aiofiles'")
-    same = sum(len(results[kind, name][0]) for kind, _, _, suites in RUNS[1:] for name in suites)
+    same = sum(len(results[kind, name][0]) for kind, _, _, suites in RUNS[1:] for name in suites if name in chosen)
     print(f"real-projects: the outcome of each of the {same} tests is the same with blockio as with aiofiles")
 
 

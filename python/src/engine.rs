@@ -605,6 +605,17 @@ impl Core {
         Some(data.into_any())
     }
 
+    /// Makes the async engine that `fd`'s operations will use (its ring
+    /// and eventfd, or the thread pool's epoll, eventfd and timerfd), if
+    /// it is not made yet: called by `blockio.open` before it returns a
+    /// file, so that a file once open can always finish its calls, and
+    /// what fails with `EMFILE` when descriptors run out is the open.
+    pub(crate) fn prepare(&self, fd: RawFd) -> PyResult<()> {
+        let flags = fd_flags(fd);
+        self.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
+        Ok(())
+    }
+
     /// The eventfd the event loop watches for finished asynchronous batches.
     pub(crate) fn eventfd(&self) -> PyResult<RawFd> {
         self.check()?;

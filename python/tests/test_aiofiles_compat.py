@@ -40,7 +40,13 @@ def test_the_package_is_blockio_open_and_blockio_os():
         import aiofiles, aiofiles.os, aiofiles.ospath, aiofiles.base, aiofiles.tempfile
         import aiofiles.threadpool, aiofiles.threadpool.binary, aiofiles.threadpool.text
         import blockio, blockio.os, blockio.ospath
-        assert aiofiles.open is aiofiles.threadpool.open is blockio.open
+        assert aiofiles.open is aiofiles.threadpool.open
+        assert aiofiles.threadpool.sync_open is open  # (not replaced: every file is blockio's)
+        async def main():
+            async with aiofiles.open(__file__ if False else "/dev/null", "rb") as f:
+                assert isinstance(f, blockio.AsyncFile), f
+        import asyncio
+        asyncio.run(main())
         assert aiofiles.os.stat is blockio.os.stat and aiofiles.os.wrap is blockio.os.wrap
         assert aiofiles.os.path is aiofiles.ospath
         assert aiofiles.ospath.exists is blockio.ospath.exists
@@ -186,3 +192,98 @@ def test_temporary_files_are_kept_and_removed_as_named_temporary_file_does():
         "not deleted: after exit": True, "unnamed": ["int", ["one\n", "two\n"]], "dir": [True, "ps"],
         "dir after": False,
     }
+
+
+#: aiofiles' README "Writing tests" pattern (as aiogram's tests use it): the
+#: mock's type registered with ``wrap``, ``sync_open`` replaced; then what
+#: the mock was called with, and which calls are awaitable.
+MOCKED = """
+    import asyncio, json
+    from unittest.mock import MagicMock, patch
+    import aiofiles, aiofiles.threadpool
+    from aiofiles.threadpool.binary import AsyncBufferedIOBase
+
+    aiofiles.threadpool.wrap.register(MagicMock)(
+        lambda *args, **kwargs: aiofiles.threadpool.AsyncBufferedIOBase(*args, **kwargs))
+
+    async def main():
+        mock_file = MagicMock()
+        mock_file.read.return_value = b"mocked"
+        with patch("aiofiles.threadpool.sync_open", return_value=mock_file) as sync_open:
+            async with aiofiles.open("/nonexistent/x", "wb", buffering=0) as f:
+                await f.write(b"data")
+                got = await f.read(3)
+                kind = isinstance(f, AsyncBufferedIOBase)
+                readable = f.readable()  # (called directly, as aiofiles')
+                awaited = asyncio.iscoroutine(f.seekable())
+        mock_file.write.assert_called_once_with(b"data")
+        mock_file.read.assert_called_once_with(3)
+        try:
+            aiofiles.threadpool.wrap(object())
+        except TypeError as e:
+            unsupported = str(e).startswith("Unsupported io type")
+        return [got.decode(), kind, isinstance(readable, MagicMock), awaited, mock_file.__exit__.call_count,
+                mock_file.close.call_count, sync_open.call_args.args, sorted(sync_open.call_args.kwargs.items()), unsupported]
+
+    print(json.dumps(asyncio.run(main()), default=str))
+"""
+
+
+def test_the_writing_tests_pattern_of_aiofiles_readme_works_as_with_aiofiles():
+    """``wrap.register(MagicMock)`` and a patched ``sync_open``: ``open``
+    hands the mock to the registered wrapper, whose calls reach the mock;
+    the same results as with aiofiles. (Without ``wrap`` and the
+    ``sync_open`` hook, aiogram's ``test_download_file`` failed.)"""
+    theirs = json.loads(run_py(MOCKED, compat=False))
+    ours = json.loads(run_py(MOCKED, compat=True))
+    assert ours == theirs
+    assert theirs[:6] == ["mocked", True, True, True, 1, 0]
+
+
+#: Which of a file's calls are awaitable, per kind of file.
+AWAITABLE = """
+    import asyncio, inspect, json, sys
+    import aiofiles, aiofiles.tempfile
+
+    async def main(path):
+        out = {}
+        for mode, buffering in [("r", -1), ("w", -1), ("r+", -1), ("rb", -1), ("wb", 0)]:
+            async with aiofiles.open(path, mode, buffering=buffering) as f:
+                row = []
+                for name in ("readable", "writable", "seekable"):
+                    got = getattr(f, name)()
+                    if inspect.isawaitable(got):
+                        got = ["awaited", await got]
+                    row.append(got)
+                out[f"{mode} {buffering}"] = row
+        async with aiofiles.tempfile.SpooledTemporaryFile(max_size=10) as f:
+            await f.write(b"x" * 5)
+            await f.rollover()
+            await f.write(b"y" * 20)
+            await f.seek(0)
+            out["spooled"] = [(await f.read()).decode(), inspect.isawaitable(f.fileno())]
+        async with aiofiles.tempfile.SpooledTemporaryFile(mode="w+") as f:
+            await f.write("text")
+            await f.rollover()
+            await f.seek(0)
+            out["spooled text"] = await f.read()
+        return out
+
+    print(json.dumps(asyncio.run(main(sys.argv[1]))))
+"""
+
+
+@pytest.mark.parametrize("backend", ["auto", "threads"])
+def test_readable_writable_seekable_and_rollover_are_awaitable_as_aiofiles(tmp_path, backend):
+    """A text file's ``readable``, ``writable`` and ``seekable`` are
+    awaitable (a binary file's ``readable`` is not), as aiofiles' are; a
+    spooled temporary file has an awaitable ``rollover`` (and ``fileno``),
+    after which it reads back all that was written."""
+    p = tmp_path / "f"
+    p.write_bytes(b"x")
+    code = AWAITABLE.replace("sys.argv[1]", repr(str(p)))
+    theirs = json.loads(run_py(code, compat=False))
+    ours = json.loads(run_py(code, compat=True, backend=backend))
+    assert ours == theirs
+    assert theirs["r -1"][0] == ["awaited", True] and theirs["rb -1"][0] is True
+    assert theirs["spooled"] == ["x" * 5 + "y" * 20, True]

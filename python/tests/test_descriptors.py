@@ -108,3 +108,95 @@ def _open_under(directory):
         if target.startswith(str(directory)):
             names.append(target)
     return names
+
+
+@BACKENDS
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("case", ["write", "write0", "read", "text"])
+def test_an_open_file_finishes_its_calls_with_no_descriptor_free(tmp_path, backend, loop, case):
+    """The first file a process opens, then every free descriptor taken
+    by the program: the file still writes (buffered and unbuffered),
+    reads and closes, because what its engine needs (ring and eventfd, or
+    the thread pool's epoll, eventfd and timerfd) is made by
+    ``blockio.open``, which is what fails with EMFILE when they cannot be.
+    (When the engine made them at the first read or write, every call
+    raised EMFILE and close dropped the buffered bytes.)"""
+    pytest.importorskip("uvloop") if loop == "uvloop" else None
+    (tmp_path / "src").write_bytes(b"some bytes\n" * 100000)
+    mode, kw, call = {
+        "write": ("wb", "", "await f.write(b'important data\\n' * 1000)"),
+        "write0": ("wb", ", buffering=0", "await f.write(b'important data\\n' * 1000)"),
+        "read": ("rb", "", "got = await f.read(); assert got == b'some bytes\\n' * 100000, len(got)"),
+        "text": ("r", "", "got = await f.read(); assert got == 'some bytes\\n' * 100000, len(got)"),
+    }[case]
+    path = "out" if mode == "wb" else "src"
+    code, out = run_limited(f"""
+        import asyncio, os, resource
+        import blockio
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+        async def main():
+            f = await blockio.open({path!r}, {mode!r}{kw})
+            filler = []
+            while True:
+                try:
+                    filler.append(os.open("/dev/null", os.O_RDONLY))
+                except OSError:
+                    break
+            {call}
+            await f.close()
+            for fd in filler:
+                os.close(fd)
+            print("ok", len(filler))
+
+        if {loop!r} == "uvloop":
+            import uvloop
+            uvloop.run(main())
+        else:
+            asyncio.run(main())
+    """, backend, tmp_path)
+    assert code == 0 and out.startswith("ok "), out
+    if mode == "wb":
+        assert (tmp_path / "out").read_bytes() == b"important data\n" * 1000
+
+
+@BACKENDS
+def test_open_fails_with_emfile_when_the_engine_cannot_be_made(tmp_path, backend):
+    """With one descriptor free, the file could be opened but its engine
+    not made: ``blockio.open`` raises EMFILE, as the built-in ``open``
+    does when out of descriptors, and leaves no descriptor open; once
+    descriptors are free again, the same engine opens and writes files."""
+    code, out = run_limited("""
+        import asyncio, errno, os, resource
+        import blockio
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+        async def main():
+            blockio.default_engine()  # (the engine object; its rings are not made yet)
+            filler = []
+            while True:
+                try:
+                    filler.append(os.open("/dev/null", os.O_RDONLY))
+                except OSError:
+                    break
+            os.close(filler.pop())  # one free: the file's own
+            try:
+                await blockio.open("out", "wb")
+            except OSError as e:
+                assert e.errno == errno.EMFILE, e
+            else:
+                raise AssertionError("open succeeded with no descriptor for the engine")
+            probe = os.open("/dev/null", os.O_RDONLY)  # the file's descriptor was closed
+            os.close(probe)
+            for fd in filler:
+                os.close(fd)
+            async with blockio.open("out", "wb") as f:
+                await f.write(b"later\\n")
+            print("ok")
+
+        asyncio.run(main())
+    """, backend, tmp_path)
+    assert code == 0 and out.startswith("ok"), out
+    assert (tmp_path / "out").read_bytes() == b"later\n"

@@ -245,7 +245,7 @@ def test_unsupported_operations_raise_io_unsupported(tmp_path):
         async with blockio.open(p, "w") as f:
             with pytest.raises(io.UnsupportedOperation):
                 await f.read()
-            assert not f.readable() and await f.writable()
+            assert not await f.readable() and await f.writable()
         async with blockio.open(p, "rb") as f:
             with pytest.raises(io.UnsupportedOperation):
                 await f.write(b"x")

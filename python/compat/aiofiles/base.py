@@ -9,6 +9,7 @@ too, and it also wraps any coroutine that makes a file, as aiofiles'
 does (its exit awaits the file's ``close``)."""
 
 import abc
+import asyncio
 from collections.abc import Awaitable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generator, Optional
@@ -17,7 +18,7 @@ import blockio
 from blockio._open import Opener
 from blockio.os import wrap
 
-__all__ = ["AsyncBase", "AsyncIndirectBase", "AiofilesContextManager", "wrap"]
+__all__ = ["AsyncBase", "AsyncIndirectBase", "AiofilesContextManager", "OverFile", "wrap"]
 
 
 class AsyncBase(abc.ABC):
@@ -32,6 +33,26 @@ class AsyncBase(abc.ABC):
         if line:
             return line
         raise StopAsyncIteration
+
+
+class OverFile:
+    """What the classes of :mod:`aiofiles.threadpool` are when made
+    around a synchronous file (``AsyncBufferedIOBase(file, loop=...,
+    executor=...)``, as :func:`aiofiles.threadpool.wrap` makes them): the
+    file is ``_file``, and its calls run on ``executor`` (the default one
+    when ``None``) of ``loop`` (the running loop when ``None``)."""
+
+    def __init__(self, file: Any, loop: Any = None, executor: Any = None) -> None:
+        self._file = file
+        self._executor = executor
+        self._ref_loop = loop
+
+    @property
+    def _loop(self) -> Any:
+        return self._ref_loop or asyncio.get_running_loop()
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()} wrapping {self._file!r}"
 
 
 AsyncBase.register(blockio.AsyncFile)
@@ -62,8 +83,13 @@ class AiofilesContextManager(Awaitable, AbstractAsyncContextManager):  # type: i
         return await self
 
     async def __aexit__(self, *exc: Any) -> None:
-        if self._obj is not None:
-            await self._obj.close()
+        obj = self._obj
+        if isinstance(obj, OverFile):
+            # (a synchronous file: left as aiofiles leaves it, through its
+            # own __exit__ on the executor)
+            await asyncio.get_running_loop().run_in_executor(None, obj._file.__exit__, *exc)
+        elif obj is not None:
+            await obj.close()
         self._obj = None
 
 

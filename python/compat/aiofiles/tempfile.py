@@ -7,7 +7,9 @@ built-in's); ``NamedTemporaryFile`` keeps the name (``name`` is the path)
 and removes it on close, or on leaving ``async with`` with
 ``delete_on_close=False``, as ``tempfile.NamedTemporaryFile`` does;
 ``SpooledTemporaryFile`` is a ``TemporaryFile``: on disk from the start
-(the page cache is its memory), ``max_size`` taken and ignored.
+(the page cache is its memory), ``max_size`` taken and ignored; its
+``rollover()`` (moving the bytes to disk) is awaitable and has nothing
+left to do, and its ``fileno()`` is awaitable, as aiofiles' are.
 ``loop`` and ``executor`` are taken and ignored, as by :func:`blockio.open`.
 """
 
@@ -116,12 +118,36 @@ def TemporaryFile(mode: str = "w+b", buffering: int = -1, encoding: Optional[str
     return AiofilesContextManager(_unnamed(mode, buffering, encoding, newline, suffix, prefix, dir))
 
 
+class _SpooledFile(AsyncBase):
+    """A spooled temporary file: the blockio file's calls, with aiofiles'
+    awaitable ``rollover`` and ``fileno``."""
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+    async def rollover(self) -> None:
+        """Moves the file's bytes to disk: they are there already, so it
+        returns at once, as the built-in's does once rolled over."""
+
+    async def fileno(self) -> int:
+        """The descriptor's number."""
+        return int(self._file.fileno())
+
+
+async def _spooled(mode: str, buffering: int, encoding: Optional[str], newline: Optional[str],
+                   suffix: Optional[str], prefix: Optional[str], dir: Any) -> _SpooledFile:
+    return _SpooledFile(await _unnamed(mode, buffering, encoding, newline, suffix, prefix, dir))
+
+
 def SpooledTemporaryFile(max_size: int = 0, mode: str = "w+b", buffering: int = -1,
                          encoding: Optional[str] = None, newline: Optional[str] = None,
                          suffix: Optional[str] = None, prefix: Optional[str] = None, dir: Any = None,
                          loop: Any = None, executor: Any = None) -> AiofilesContextManager:
-    """A ``TemporaryFile`` (see the module's doc)."""
-    return AiofilesContextManager(_unnamed(mode, buffering, encoding, newline, suffix, prefix, dir))
+    """A ``TemporaryFile`` with ``rollover`` (see the module's doc)."""
+    return AiofilesContextManager(_spooled(mode, buffering, encoding, newline, suffix, prefix, dir))
 
 
 class AsyncTemporaryDirectory:

@@ -5,14 +5,20 @@ A binary :func:`blockio.open` file (:class:`blockio.AsyncFile`) is an
 instance of the class aiofiles would have given for the same call:
 ``AsyncFileIO`` unbuffered (``buffering=0``), ``AsyncBufferedReader`` when
 buffered and readable, ``AsyncBufferedIOBase`` when buffered (which
-``AsyncBufferedReader`` is a subclass of, as in aiofiles)."""
+``AsyncBufferedReader`` is a subclass of, as in aiofiles).
+
+Made around a synchronous file (``AsyncBufferedIOBase(file, loop=None,
+executor=None)``, as :func:`aiofiles.threadpool.wrap` does), each is
+aiofiles' wrapper: the file's calls run on the loop's executor, with the
+same methods awaitable as aiofiles' (see :class:`aiofiles.base.OverFile`)."""
 
 import abc
 from typing import Any
 
 import blockio
 
-from ..base import AsyncBase, AsyncIndirectBase
+from ..base import AsyncBase, AsyncIndirectBase, OverFile
+from ._delegate import delegate
 
 __all__ = ["AsyncBufferedIOBase", "AsyncBufferedReader", "AsyncFileIO", "AsyncIndirectBufferedIOBase",
            "AsyncIndirectBufferedReader", "AsyncIndirectFileIO"]
@@ -33,7 +39,12 @@ class _Kind(abc.ABCMeta):
         return isinstance(obj, blockio.AsyncFile) and bool(cls._takes(obj))  # type: ignore[attr-defined]
 
 
-class AsyncBufferedIOBase(AsyncBase, metaclass=_Kind):
+_BUFFERED_CALLS = ("close flush isatty read read1 readinto readline readlines seek seekable tell truncate "
+                   "writable write writelines")
+
+
+@delegate(in_executor=_BUFFERED_CALLS, direct="detach fileno readable", attributes="closed raw name mode")
+class AsyncBufferedIOBase(OverFile, AsyncBase, metaclass=_Kind):
     """A buffered binary file (aiofiles': mode ``wb``, ``ab``, ``xb``)."""
 
     @staticmethod
@@ -41,6 +52,7 @@ class AsyncBufferedIOBase(AsyncBase, metaclass=_Kind):
         return _buffered(f)
 
 
+@delegate(in_executor="peek")
 class AsyncBufferedReader(AsyncBufferedIOBase):
     """A buffered binary file that reads (aiofiles': ``rb``, ``rb+``...)."""
 
@@ -49,7 +61,10 @@ class AsyncBufferedReader(AsyncBufferedIOBase):
         return _buffered(f) and f.readable()
 
 
-class AsyncFileIO(AsyncBase, metaclass=_Kind):
+@delegate(in_executor="close flush isatty read readall readinto readline readlines seek seekable tell truncate "
+                      "writable write writelines",
+          direct="fileno readable", attributes="closed name mode")
+class AsyncFileIO(OverFile, AsyncBase, metaclass=_Kind):
     """An unbuffered binary file (``buffering=0``)."""
 
     @staticmethod

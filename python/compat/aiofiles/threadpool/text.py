@@ -1,15 +1,21 @@
 """``aiofiles.threadpool.text``: the classes of aiofiles' text files, for
 type hints and ``isinstance``; a text :func:`blockio.open` file
-(:class:`blockio.AsyncTextFile`) is an ``AsyncTextIOWrapper``."""
+(:class:`blockio.AsyncTextFile`) is an ``AsyncTextIOWrapper``. Made
+around a synchronous file, as :func:`aiofiles.threadpool.wrap` does, it is
+aiofiles' wrapper (see :class:`aiofiles.base.OverFile`)."""
 
 import blockio
 
-from ..base import AsyncBase, AsyncIndirectBase
+from ..base import AsyncBase, AsyncIndirectBase, OverFile
+from ._delegate import delegate
 
 __all__ = ["AsyncTextIOWrapper", "AsyncTextIndirectIOWrapper"]
 
 
-class AsyncTextIOWrapper(AsyncBase):
+@delegate(in_executor="close flush isatty read readable readline readlines seek seekable tell truncate write "
+                      "writable writelines",
+          direct="detach fileno", attributes="buffer closed encoding errors line_buffering newlines name mode")
+class AsyncTextIOWrapper(OverFile, AsyncBase):
     """A text file."""
 
 
