@@ -1,10 +1,11 @@
 //! The buffers a stream allocates under the I/O traits are reused: a long
 //! trait write moves through the same two buffers (the queue's and the
 //! send's) rather than a new one per send, and trait reads copy leftover
-//! bytes out without a buffer per read. Large allocations (64 KiB and up,
-//! which only data buffers reach) are counted by a global allocator; its
-//! own test binary, and one test at a time, so nothing else allocates
-//! large buffers meanwhile.
+//! bytes out without a buffer per read; an idle stream keeps no receive
+//! buffer after its trait reads. Large allocations (64 KiB and up,
+//! which only data buffers reach) and the bytes allocated and not yet
+//! freed are counted by a global allocator; its own test binary, and one
+//! test at a time, so nothing else allocates meanwhile.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
@@ -20,8 +21,11 @@ const LARGE: usize = 64 * 1024;
 
 static LARGE_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
+/// Bytes allocated and not yet freed.
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
 /// The system allocator, counting allocations (and growths) of at least
-/// [`LARGE`] bytes.
+/// [`LARGE`] bytes, and the bytes live.
 struct Counting;
 
 // SAFETY: forwards every call unchanged to the system allocator.
@@ -30,6 +34,7 @@ unsafe impl GlobalAlloc for Counting {
         if layout.size() >= LARGE {
             LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
+        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
         // SAFETY: same contract as our caller's.
         unsafe { System.alloc(layout) }
     }
@@ -37,6 +42,7 @@ unsafe impl GlobalAlloc for Counting {
         if layout.size() >= LARGE {
             LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
+        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
         // SAFETY: same contract as our caller's.
         unsafe { System.alloc_zeroed(layout) }
     }
@@ -44,10 +50,13 @@ unsafe impl GlobalAlloc for Counting {
         if new_size >= LARGE {
             LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
+        LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
+        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
         // SAFETY: same contract as our caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
         // SAFETY: same contract as our caller's.
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -147,4 +156,42 @@ fn trait_reads_reuse_their_buffers() {
         reads >= 12,
         "only {reads} reads: too few to tell reuse from one buffer per read"
     );
+}
+
+/// Streams held idle after one echo each.
+const IDLE_STREAMS: usize = 200;
+
+#[test]
+fn an_idle_stream_keeps_no_receive_buffer() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let engine = AsyncEngine::new().unwrap();
+    // One echo first: what the engine allocates once is not counted.
+    let echo = |(mut ours, mut peer): (TcpStream, std::net::TcpStream)| {
+        peer.write_all(&[5u8; 1024]).unwrap();
+        futures::executor::block_on(async {
+            let s = &mut ours;
+            let mut buf = [0u8; 1024];
+            s.read_exact(&mut buf).await.unwrap();
+            s.write_all(&buf).await.unwrap();
+            s.flush().await.unwrap();
+        });
+        let mut back = [0u8; 1024];
+        peer.read_exact(&mut back).unwrap();
+        assert_eq!(back, [5u8; 1024]);
+        (ours, peer)
+    };
+    let first = echo(pair(&engine));
+    let mut held = Vec::with_capacity(IDLE_STREAMS);
+    let before = LIVE_BYTES.load(Ordering::SeqCst);
+    for _ in 0..IDLE_STREAMS {
+        held.push(echo(pair(&engine)));
+    }
+    let per_stream = (LIVE_BYTES.load(Ordering::SeqCst) - before) / IDLE_STREAMS;
+    // A trait read receives into 16 KiB at least: kept by each idle
+    // stream, that alone would be 16,384 bytes a stream.
+    assert!(
+        per_stream < 8 * 1024,
+        "{per_stream} bytes live per idle stream after one 1 KiB echo each"
+    );
+    drop((first, held));
 }

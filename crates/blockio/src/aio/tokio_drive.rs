@@ -36,6 +36,43 @@ const IO_DISABLED: &str = "this tokio runtime has I/O disabled, so it cannot dri
 /// One id per such runtime that built or used an engine.
 static IO_DISABLED_RUNTIMES: Mutex<Vec<tokio::runtime::Id>> = Mutex::new(Vec::new());
 
+/// The tokio runtimes lately found shutting down (a driver spawned there
+/// was dropped at once): no driver is spawned on them again. Each attempt
+/// would be dropped at once too, and its drop wakes every waiting task,
+/// whose next poll (a dropped stream's send loop, on the thread dropping
+/// the runtime's tasks) would try again: a livelock that kept a runtime's
+/// drop from returning. What is in flight there is finished by the relay
+/// thread instead ([`relay_if_undriven`]). A runtime that has begun to
+/// shut down never runs again, and ids are never reused, so only the
+/// latest few are kept: one pushed out costs one more spawn that fails.
+static CLOSING_RUNTIMES: Mutex<Vec<tokio::runtime::Id>> = Mutex::new(Vec::new());
+
+/// How many runtimes [`CLOSING_RUNTIMES`] keeps.
+const CLOSING_KEPT: usize = 16;
+
+/// Whether `runtime` was found shutting down (see [`CLOSING_RUNTIMES`]).
+fn closing(runtime: &tokio::runtime::Handle) -> bool {
+    CLOSING_RUNTIMES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&runtime.id())
+}
+
+/// Notes that `runtime` is shutting down (see [`CLOSING_RUNTIMES`]).
+fn note_closing(runtime: &tokio::runtime::Handle) {
+    let mut closing = CLOSING_RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
+    if !closing.contains(&runtime.id()) {
+        if closing.len() >= CLOSING_KEPT {
+            closing.remove(0);
+        }
+        closing.push(runtime.id());
+    }
+}
+
+/// The error of an operation started on a runtime shutting down.
+const SHUTTING_DOWN: &str = "the tokio runtime this task runs on is shutting down, so it \
+    cannot drive this caller-driven engine any more";
+
 /// [`IO_DISABLED_RUNTIMES`], locked.
 fn io_disabled() -> std::sync::MutexGuard<'static, Vec<tokio::runtime::Id>> {
     IO_DISABLED_RUNTIMES
@@ -137,10 +174,8 @@ fn spawn_driver(engine: &AsyncEngine, runtime: &tokio::runtime::Handle) -> io::R
     let spawned = runtime.spawn(drive_counted(counted, Some(watched)));
     SPAWNING.set(false);
     if spawned.is_finished() {
-        return Err(io::Error::other(
-            "the tokio runtime this task runs on is shutting down, so it cannot drive \
-             this caller-driven engine any more",
-        ));
+        note_closing(runtime);
+        return Err(io::Error::other(SHUTTING_DOWN));
     }
     Ok(())
 }
@@ -347,6 +382,13 @@ pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
     }
     if refuses(&runtime) {
         return Err(io::Error::other(IO_DISABLED));
+    }
+    if closing(&runtime) {
+        // Found shutting down: as with no runtime, what is already in
+        // flight (a dropped stream's queue) is finished by the relay
+        // thread, never by a driver spawned there again.
+        relay_if_undriven(engine);
+        return Err(io::Error::other(SHUTTING_DOWN));
     }
     if SPAWNING.get() {
         // Woken by the drop of a driver this thread is spawning (a

@@ -39,11 +39,14 @@
 //!   listening socket, and the driver holds the queue until the request's
 //!   last completion.
 
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+
+use socket2::{SockAddr, SockAddrStorage};
 
 use super::socket::{OwnedSocket, Sock};
 use crate::aio::request::{Cancel, Complete, Request};
@@ -54,6 +57,10 @@ use crate::op::Op;
 /// Connections accepted but not taken past which the multishot accept is
 /// cancelled (and armed again once the queue is empty).
 pub(crate) const MAX_QUEUED: usize = 64;
+
+/// One accepted connection: its descriptor and the peer's address as the
+/// accept wrote it (`None` from a multishot accept, which writes none).
+pub(crate) type Accepted = (OwnedFd, Option<SockAddr>);
 
 /// The accepts of one listener. Dropping it (with its listener) cancels
 /// the request; connections it still accepts are closed once its last
@@ -71,15 +78,72 @@ pub(crate) struct AcceptQueue {
 /// What the driver completes into.
 struct Accepts {
     state: Mutex<AcceptBook>,
+    /// Where a single accept writes the peer's address.
+    peer: PeerSlot,
     /// The listening socket, open until the last completion.
     _socket: Arc<OwnedSocket>,
+}
+
+/// The memory a single accept writes the peer's address into: the
+/// address is taken from the accept itself, since a peer that reset
+/// before the accept leaves no address to ask the socket for
+/// (`getpeername` fails with `ENOTCONN`), while the connection is still
+/// one to hand over.
+struct PeerSlot {
+    addr: UnsafeCell<SockAddrStorage>,
+    len: UnsafeCell<libc::socklen_t>,
+}
+
+// SAFETY: the slot is written by the kernel for the one single accept
+// armed at a time (`AcceptBook::armed` keeps a second from being armed
+// before the first's last completion), prepared by `arm` before that
+// request is submitted and read by `complete_flags` after its completion:
+// no two threads touch it at once.
+unsafe impl Sync for PeerSlot {}
+
+impl Default for PeerSlot {
+    fn default() -> Self {
+        PeerSlot {
+            addr: UnsafeCell::new(SockAddrStorage::zeroed()),
+            len: UnsafeCell::new(0),
+        }
+    }
+}
+
+impl PeerSlot {
+    /// The pointers for the accept to write through, the length set to
+    /// the storage's size.
+    fn prepare(&self) -> (*mut libc::sockaddr_storage, *mut libc::socklen_t) {
+        // SAFETY: no request is armed (see the `Sync` impl), so nothing
+        // else reads or writes the slot.
+        unsafe { *self.len.get() = std::mem::size_of::<SockAddrStorage>() as libc::socklen_t };
+        (self.addr.get().cast(), self.len.get())
+    }
+
+    /// The address the completed single accept wrote, if any.
+    fn take(&self) -> Option<SockAddr> {
+        // SAFETY: called on the single accept's completion, after the
+        // kernel wrote the slot and before the next request is armed.
+        let len = unsafe { *self.len.get() };
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: as above; the slot is spent until `prepare`.
+        let storage = unsafe {
+            *self.len.get() = 0;
+            std::mem::replace(&mut *self.addr.get(), SockAddrStorage::zeroed())
+        };
+        // SAFETY: the kernel wrote an address of its family and `len`
+        // bytes (at most the storage's size, which it truncates to).
+        Some(unsafe { SockAddr::new(storage, len) })
+    }
 }
 
 /// The accept request's results and waiters.
 #[derive(Default)]
 struct AcceptBook {
     /// Accepted descriptors, or the errno that ended the request.
-    ready: VecDeque<Result<OwnedFd, i32>>,
+    ready: VecDeque<Result<Accepted, i32>>,
     /// The request is in the kernel (its last completion not yet seen).
     armed: bool,
     /// A cancellation has been sent for the armed request.
@@ -107,9 +171,12 @@ impl Complete for Accepts {
         let wakers = {
             let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
             match res {
-                // SAFETY: a successful accept's result is a new descriptor
-                // that nobody else owns.
-                fd @ 0.. => g.ready.push_back(Ok(unsafe { OwnedFd::from_raw_fd(fd) })),
+                fd @ 0.. => {
+                    // SAFETY: a successful accept's result is a new
+                    // descriptor that nobody else owns.
+                    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                    g.ready.push_back(Ok((fd, self.peer.take())));
+                }
                 e if e == -libc::ECANCELED => {}
                 e => g.ready.push_back(Err(-e)),
             }
@@ -151,6 +218,7 @@ impl AcceptQueue {
         AcceptQueue {
             shared: Arc::new(Accepts {
                 state: Mutex::default(),
+                peer: PeerSlot::default(),
                 _socket: sock.socket.clone(),
             }),
             multishot: multishot
@@ -172,7 +240,7 @@ impl AcceptQueue {
 
     /// The next connection: a queued one, or one the (re-)armed request
     /// will accept. A waiter that goes away calls [`leave`](Self::leave).
-    pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
+    pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<io::Result<Accepted>> {
         let mut g = self.lock();
         if let Some(r) = g.ready.pop_front() {
             let full = g.ready.len() >= MAX_QUEUED;
@@ -216,18 +284,16 @@ impl AcceptQueue {
     fn arm(&self) {
         let sock = &self.sock;
         let accept = if self.multishot {
+            // (The peer's address is asked of each new socket.)
             AcceptArgs::Multishot
         } else {
-            // (The peer's address is asked of the new socket.)
-            AcceptArgs::Once {
-                addr: std::ptr::null_mut(),
-                addr_len: std::ptr::null_mut(),
-            }
+            let (addr, addr_len) = self.shared.peer.prepare();
+            AcceptArgs::Once { addr, addr_len }
         };
-        // SAFETY: the action points at no memory (null address pointers
-        // ask the kernel to write none); the queue, which the driver or
-        // the readiness set holds until the last completion, keeps the
-        // socket open.
+        // SAFETY: the action points at the queue's peer slot, or at no
+        // memory (multishot); the queue, which the driver or the readiness
+        // set holds until the last completion, keeps the slot alive and
+        // the socket open.
         let op = unsafe { Op::from_action(sock.fd(), Action::Accept(accept), None) };
         let done: Arc<dyn Complete> = self.shared.clone();
         let req = Request { op, done };
@@ -310,7 +376,7 @@ pub(crate) struct NextAccept<'a> {
 }
 
 impl std::future::Future for NextAccept<'_> {
-    type Output = io::Result<OwnedFd>;
+    type Output = io::Result<Accepted>;
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let r = self.queue.poll_next(cx);

@@ -6,12 +6,11 @@
 
 use std::future::Future;
 use std::io;
-use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::accepts::AcceptQueue;
+use super::accepts::{AcceptQueue, Accepted};
 
 /// A listener, as its accept loop sees it.
 pub(crate) trait Accepting: Sync {
@@ -21,9 +20,9 @@ pub(crate) trait Accepting: Sync {
     /// Its multishot accept.
     fn queue(&self) -> &AcceptQueue;
 
-    /// The item for a descriptor the listener's queue gave (the peer's
-    /// address asked of the socket), or its error, named.
-    fn accepted(&self, fd: io::Result<OwnedFd>) -> io::Result<Self::Item>;
+    /// The item for a connection the listener's queue gave, or its
+    /// error, named.
+    fn accepted(&self, conn: io::Result<Accepted>) -> io::Result<Self::Item>;
 }
 
 /// The shortest and longest pause after `EMFILE`/`ENFILE`.
@@ -107,9 +106,9 @@ macro_rules! incoming_stream {
 
             fn accepted(
                 &self,
-                fd: std::io::Result<std::os::fd::OwnedFd>,
+                conn: std::io::Result<$crate::net::accepts::Accepted>,
             ) -> std::io::Result<$item> {
-                self.stream_of(fd, None)
+                self.stream_of(conn)
             }
 
         }

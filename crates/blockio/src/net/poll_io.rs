@@ -15,6 +15,15 @@
 //! `AsyncReadExt::read`) loses nothing: the receive goes on and its bytes
 //! are the next read's.
 //!
+//! A stream holds its receive buffer only while it needs it: once a read
+//! has handed out everything received and no receive is in flight, the
+//! buffer goes to a free list the process's streams share (at most
+//! [`POOL_BUFFERS`]), and the next receive, this stream's or another's,
+//! takes one from there. So an idle connection keeps no receive buffer
+//! (thousands of idle connections cost what tokio's cost), and a stream
+//! reading steadily reuses the same buffers rather than allocating and
+//! zeroing one per receive.
+//!
 //! # Writes
 //!
 //! `poll_write` hands the bytes to the stream's write side, which copies
@@ -26,6 +35,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Mutex;
 use std::task::{ready, Context, Poll, Waker};
 
 use super::read_side::Settled;
@@ -37,13 +47,42 @@ const MIN_RECEIVE: usize = 16 * 1024;
 /// The largest.
 const MAX_RECEIVE: usize = 256 * 1024;
 
+/// Receive buffers the free list keeps at most (at most [`MAX_RECEIVE`]
+/// bytes each: 8 MiB in all).
+const POOL_BUFFERS: usize = 32;
+
+/// Receive buffers of streams that had no use for them, for the next
+/// receive.
+static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// Gives `buf` to the free list (with its length, so that a buffer taken
+/// back needs no zeroing up to there), or frees it when the list is full.
+fn pool_put(buf: Vec<u8>) {
+    if buf.capacity() == 0 {
+        return;
+    }
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if pool.len() < POOL_BUFFERS {
+        pool.push(buf);
+    }
+}
+
+/// A buffer from the free list, or an empty one.
+fn pool_take() -> Vec<u8> {
+    POOL.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pop()
+        .unwrap_or_default()
+}
+
 /// The poll-based state of one stream.
 #[derive(Default)]
 pub(crate) struct PollIo {
     /// The receive in flight, kept only so that it is not cancelled: its
     /// result reaches the stream's read side.
     receiving: Option<OpFuture<Vec<u8>>>,
-    /// The last receive's buffer, taken back for the next one.
+    /// The last receive's buffer, taken back for the next one while the
+    /// stream still holds bytes to hand out (see [`release`](Self::release)).
     spare: Vec<u8>,
     /// The task of the read that returned pending and has not ended yet:
     /// polled again, it is the same read, still waiting.
@@ -99,7 +138,10 @@ impl PollIo {
             let settled = ready!(core.reads.poll_settle(cx, out));
             self.reclaim(cx);
             match settled {
-                Settled::Copied(n) => return Poll::Ready(Ok(n)),
+                Settled::Copied(n) => {
+                    self.release(core);
+                    return Poll::Ready(Ok(n));
+                }
                 Settled::Failed(errno) => {
                     core.read_failed(errno);
                     let err = io::Error::from_raw_os_error(errno);
@@ -108,6 +150,9 @@ impl PollIo {
                 Settled::Receive => {}
             }
             let mut buf = std::mem::take(&mut self.spare);
+            if buf.capacity() == 0 {
+                buf = pool_take();
+            }
             buf.resize(out.room().clamp(MIN_RECEIVE, MAX_RECEIVE), 0);
             let mut fut = core.sock.recv(buf);
             fut.set_waker(cx.waker());
@@ -123,6 +168,7 @@ impl PollIo {
                     out.put(&buf[..k]);
                     core.reads.keep(&buf[k..n]);
                     self.spare = buf;
+                    self.release(core);
                     return Poll::Ready(Ok(k));
                 }
                 Poll::Pending => {
@@ -140,6 +186,14 @@ impl PollIo {
             if let Poll::Ready((_, buf)) = Pin::new(&mut fut).poll(cx) {
                 self.spare = buf;
             }
+        }
+    }
+
+    /// Gives the receive buffer to the free list once the stream holds
+    /// nothing for its next read and no receive is in flight.
+    fn release(&mut self, core: &StreamCore) {
+        if self.receiving.is_none() && self.spare.capacity() > 0 && core.reads.drained() {
+            pool_put(std::mem::take(&mut self.spare));
         }
     }
 

@@ -176,6 +176,13 @@ impl ReadSide {
         copied
     }
 
+    /// Whether nothing is left over and no dropped read is in flight: the
+    /// stream holds no bytes for its next read.
+    pub(crate) fn drained(&self) -> bool {
+        let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.leftover.is_empty() && g.dropped.is_empty()
+    }
+
     /// Keeps `bytes` for the next read.
     pub(crate) fn keep(&self, bytes: &[u8]) {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -3,13 +3,12 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::accepts::AcceptQueue;
+use super::accepts::{AcceptQueue, Accepted};
 use super::addr::{resolve_some, ToSocketAddrs};
 use super::incoming::AcceptLoop;
 use super::poll_io::PollIo;
@@ -349,29 +348,26 @@ impl TcpListener {
         // By readiness (see `TcpListenerOptions::multishot_accept`), through
         // the listener's queue: dropped before it is ready, this future
         // loses no connection (see `net::accepts`).
-        let fd = self.accepts.next().await;
-        self.stream_of(fd, None)
+        self.stream_of(self.accepts.next().await)
     }
 
-    /// The stream of an accept's result; `peer` when the accept wrote it,
-    /// or else asked of the socket.
-    fn stream_of(
-        &self,
-        res: io::Result<OwnedFd>,
-        peer: Option<SocketAddr>,
-    ) -> io::Result<(TcpStream, SocketAddr)> {
+    /// The stream of an accept's result; the peer's address as the accept
+    /// wrote it, or else asked of the socket.
+    fn stream_of(&self, res: io::Result<Accepted>) -> io::Result<(TcpStream, SocketAddr)> {
         let local = self.local.to_string();
         let wrap = super::os_error;
-        let socket = Socket::from(res.map_err(wrap)?);
-        let peer = match peer {
-            Some(p) => p,
-            None => socket
-                .peer_addr()
-                .map_err(wrap)?
-                .as_socket()
-                .ok_or_else(|| {
-                    io::Error::other(format!("accept on {local}: the peer has no IP address"))
-                })?,
+        let (fd, peer) = res.map_err(wrap)?;
+        let socket = Socket::from(fd);
+        let peer = match peer.or_else(|| socket.peer_addr().ok()) {
+            Some(p) => p.as_socket().ok_or_else(|| {
+                io::Error::other(format!("accept on {local}: the peer has no IP address"))
+            })?,
+            // A multishot accept writes no address, and a peer that reset
+            // before its connection was taken leaves none to ask for
+            // (`ENOTCONN`): the connection is still handed over, as any
+            // accepted one, with the unspecified address of the
+            // listener's family; reading it gives the reset.
+            None => SocketAddr::new(unspecified(self.local.ip()), 0),
         };
         let sock = Sock::new(socket, self.sock.engine()).map_err(wrap)?;
         let stream = TcpStream {
@@ -401,6 +397,12 @@ impl TcpListener {
     /// accepted that the stream did not yield goes to the listener's next
     /// [`accept`](Self::accept) or stream. Otherwise each connection is
     /// one accept, made when the listener is ready.
+    ///
+    /// A connection whose peer reset before it was accepted is yielded as
+    /// any other (as by tokio; reading it gives the reset). A multishot
+    /// accept writes no peer address, so the address is asked of the
+    /// socket, and such a connection comes with the unspecified address
+    /// (`0.0.0.0:0` or `[::]:0`) when the peer left none.
     ///
     /// # Examples
     ///
@@ -447,6 +449,14 @@ impl TcpListener {
     /// ```
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.local)
+    }
+}
+
+/// The unspecified address (`0.0.0.0` or `::`) of `ip`'s family.
+fn unspecified(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        std::net::IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
     }
 }
 

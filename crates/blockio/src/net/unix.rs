@@ -2,14 +2,13 @@
 
 use std::fmt;
 use std::io;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::accepts::AcceptQueue;
+use super::accepts::{AcceptQueue, Accepted};
 use super::incoming::AcceptLoop;
 use super::poll_io::PollIo;
 use super::socket::Sock;
@@ -135,8 +134,7 @@ impl UnixListener {
     pub async fn accept(&self) -> io::Result<(UnixStream, SockAddr)> {
         // Through the listener's queue: dropped before it is ready, this
         // future loses no connection (see `net::accepts`).
-        let fd = self.accepts.next().await;
-        self.stream_of(fd, None)
+        self.stream_of(self.accepts.next().await)
     }
 
     /// The connections as they come, as [`TcpListener::incoming`](super::TcpListener::incoming)
@@ -166,16 +164,13 @@ impl UnixListener {
         UnixIncoming(AcceptLoop::new(self))
     }
 
-    /// The stream of an accept's result; `peer` when the accept wrote it,
-    /// or else asked of the socket.
-    fn stream_of(
-        &self,
-        res: io::Result<OwnedFd>,
-        peer: Option<SockAddr>,
-    ) -> io::Result<(UnixStream, SockAddr)> {
+    /// The stream of an accept's result; the peer's address as the accept
+    /// wrote it, or else asked of the socket.
+    fn stream_of(&self, res: io::Result<Accepted>) -> io::Result<(UnixStream, SockAddr)> {
         let local = self.path.display().to_string();
         let wrap = super::os_error;
-        let socket = Socket::from(res.map_err(wrap)?);
+        let (fd, peer) = res.map_err(wrap)?;
+        let socket = Socket::from(fd);
         let peer = match peer {
             Some(p) => p,
             None => socket.peer_addr().map_err(wrap)?,
