@@ -696,7 +696,9 @@ def test_readlines_of_many_buffered_lines_takes_turns(tmp_path, loop_factory, mo
 @pytest.mark.parametrize("mode", ["rb", "r"])
 def test_readlines_cancelled_at_a_turn_between_lines_moves_nothing(tmp_path, loop_factory, mode):
     """A ``readlines`` cancelled at one of its turns between lines leaves
-    the position where it was: the next ``readlines`` gets every line."""
+    the position where it was: the next ``readlines`` gets every line.
+    (With a hint, which reads line by line; without one, ``readlines`` is
+    one read split at once: ``test_lines_bulk.py``.)"""
     p = tmp_path / "lines"
     p.write_bytes(b"".join(b"line %d\n" % i for i in range(1000)))
     expected = p.read_bytes().splitlines(keepends=True)
@@ -706,7 +708,7 @@ def test_readlines_cancelled_at_a_turn_between_lines_moves_nothing(tmp_path, loo
     async def main():
         async with blockio.open(p, mode) as f:
             assert await f.readline() == expected[0]
-            reading = asyncio.ensure_future(f.readlines())
+            reading = asyncio.ensure_future(f.readlines(1 << 30))
             set_turn_count(0)
             await asyncio.sleep(0)  # it starts, and reads lines
             for _ in range(5):
