@@ -19,7 +19,6 @@ suites runs only those.
 """
 
 import concurrent.futures
-import hashlib
 import os
 import pwd
 import shutil
@@ -27,12 +26,14 @@ import subprocess
 import sys
 import tarfile
 import time
-import venv
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+# (python/testkit holds no ``blockio`` to shadow the installed one)
+sys.path.insert(0, str(ROOT / "python" / "testkit"))
+from pinned import install_wheel, pinned_file, pinned_venv, pip_download, pip_install, sh  # noqa: E402
 WORK = ROOT / "target" / "real-projects"
 
 #: name: (how it is fetched, file, sha256, what it holds once unpacked)
@@ -80,14 +81,6 @@ AIOFILES_INTERNALS = {
 AS_ROOT = {"tests/test_os.py::test_access"}
 
 
-def sh(*args, **kwargs):
-    return subprocess.run([str(a) for a in args], check=True, **kwargs)
-
-
-def sha256(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def debian_archive():
     """The address of the Debian archive apt is configured with (its main
     suite's, not the security one's), ending in ``/``. apt knows it once
@@ -111,20 +104,17 @@ def fetch(name):
     into = WORK / "downloads"
     into.mkdir(parents=True, exist_ok=True)
     path = into / what.rsplit("/", 1)[-1]
-    if path.exists() and sha256(path) == digest:
-        return path
-    if how == "pip":
-        pkg, version = what[: -len(".tar.gz")].rsplit("-", 1)
-        sh(sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-           "--no-binary", ":all:", f"{pkg}=={version}", "-d", into)
-    else:
-        # (as the user running this, into its own directory: not as apt's "_apt")
-        sh("/usr/lib/apt/apt-helper", "-o", "APT::Sandbox::User=" + pwd.getpwuid(os.geteuid()).pw_name,
-           "download-file", debian_archive() + what, path, f"SHA256:{digest}")
-    got = sha256(path)
-    if got != digest:
-        sys.exit(f"real-projects: {path} has sha256 {got}, expected {digest}")
-    return path
+
+    def download():
+        if how == "pip":
+            pkg, version = what[: -len(".tar.gz")].rsplit("-", 1)
+            pip_download(f"{pkg}=={version}", into)
+        else:
+            # (as the user running this, into its own directory: not as apt's "_apt")
+            sh("/usr/lib/apt/apt-helper", "-o", "APT::Sandbox::User=" + pwd.getpwuid(os.geteuid()).pw_name,
+               "download-file", debian_archive() + what, path, f"SHA256:{digest}")
+
+    return pinned_file(path, digest, download, "real-projects")
 
 
 def unpack(name, into):
@@ -159,23 +149,13 @@ def make_venv(path, compat, requirements):
     """A venv with the pinned ``requirements``, kept while they are the
     same; with ``compat``, aiofiles replaced by blockio and its
     compatibility package (installed anew on each run)."""
-    stamp = path / "requirements.sha256"
-    want = sha256(HERE / requirements)
-    py = path / "bin" / "python"
-    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    if not (stamp.exists() and stamp.read_text() == want):
-        shutil.rmtree(path, ignore_errors=True)
-        venv.create(path, with_pip=True)
-        sh(*pip, "-r", HERE / requirements)
-        if compat:
-            sh(py, "-m", "pip", "uninstall", "-q", "-y", "aiofiles")
-        stamp.write_text(want)
+    def without_aiofiles(py):
+        sh(py, "-m", "pip", "uninstall", "-q", "-y", "aiofiles")
+
+    py = pinned_venv(path, HERE / requirements, without_aiofiles if compat else None)
     if compat:
-        wheels = sorted((ROOT / "target" / "wheels").glob("blockio-*.whl"))
-        if not wheels:
-            sys.exit("real-projects: no blockio wheel in target/wheels: run scripts/python-setup first")
-        sh(*pip, "--force-reinstall", "--no-deps", wheels[-1])
-        sh(*pip, "--force-reinstall", "--no-deps", ROOT / "python" / "compat")
+        install_wheel(py, "real-projects")
+        sh(*pip_install(py), "--force-reinstall", "--no-deps", ROOT / "python" / "compat")
         # The aiofiles this venv imports must be the compatibility package.
         sh(py, "-c", "import asyncio, aiofiles, blockio\n"
                      "async def check():\n"

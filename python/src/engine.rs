@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use blockio::aio::{AsyncEngine, AsyncFile, OpFuture, Withdrawal};
 use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
@@ -95,7 +95,7 @@ impl Core {
         }
         self.engine
             .lock()
-            .expect("engine lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .ok_or_else(|| PyRuntimeError::new_err("the engine is closed"))
     }
@@ -267,7 +267,7 @@ impl Core {
         loop {
             match crate::gil::detach(py, || {
                 rx.lock()
-                    .expect("read_files channel")
+                    .unwrap_or_else(PoisonError::into_inner)
                     .recv_timeout(std::time::Duration::from_millis(100))
             }) {
                 Ok(Sent::Round(first, results)) => {
@@ -660,7 +660,7 @@ impl Core {
             }
             return Ok(self.start(waiter, batch));
         }
-        let mut spare = self.spare.lock().expect("spare lock");
+        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
         let futs = offsets
             .iter()
             .map(|&off| {
@@ -996,7 +996,12 @@ impl Core {
         if self.born.forked() {
             // A forked child never touches the parent's rings; forget them.
             self.rings.forget();
-            std::mem::forget(self.engine.lock().expect("engine lock").take());
+            std::mem::forget(
+                self.engine
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take(),
+            );
             self.inflight.forget();
             return Ok((Vec::new(), Vec::new(), None));
         }
@@ -1038,7 +1043,7 @@ impl Core {
             cancelled.push(waiter);
         }
         self.rings.shut();
-        *self.engine.lock().expect("engine lock") = None;
+        *self.engine.lock().unwrap_or_else(PoisonError::into_inner) = None;
         release_parked(py);
         let interrupted = interrupted.map(|e| e.into_value(py));
         Ok((finished, cancelled, interrupted))
@@ -1047,6 +1052,9 @@ impl Core {
     /// Whether `close` has run.
     #[getter]
     pub(crate) fn closed(&self) -> bool {
-        self.engine.lock().expect("engine lock").is_none()
+        self.engine
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none()
     }
 }

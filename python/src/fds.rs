@@ -5,7 +5,7 @@
 use std::io;
 use std::os::fd::{FromRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::{Mutex, Once, PoisonError};
 
 use blockio::aio::{AsyncEngine, AsyncFile};
 use pyo3::prelude::*;
@@ -248,13 +248,15 @@ pub(crate) fn own_new(before: &[RawFd]) -> Vec<RawFd> {
         .into_iter()
         .filter(|fd| !before.contains(fd))
         .collect();
-    OWN.lock().expect("own fds lock").extend(&new);
+    OWN.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .extend(&new);
     new
 }
 
 /// Forgets `fds` (their engine is closed: the numbers are free again).
 pub(crate) fn disown(fds: &[RawFd]) {
-    let mut own = OWN.lock().expect("own fds lock");
+    let mut own = OWN.lock().unwrap_or_else(PoisonError::into_inner);
     for fd in fds {
         if let Some(i) = own.iter().position(|o| o == fd) {
             own.swap_remove(i);
@@ -267,5 +269,8 @@ pub(crate) fn disown(fds: &[RawFd]) {
 pub(crate) fn is_own(fd: RawFd, flags: i32) -> bool {
     flags != -1
         && flags & KERNEL_O_LARGEFILE == 0
-        && OWN.lock().expect("own fds lock").contains(&fd)
+        && OWN
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&fd)
 }

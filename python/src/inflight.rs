@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Waker};
 
 use blockio::aio::{AsyncEngine, Withdrawal};
@@ -80,14 +80,17 @@ impl InFlight {
             Some(done) => {
                 self.ready
                     .lock()
-                    .expect("ready lock")
+                    .unwrap_or_else(PoisonError::into_inner)
                     .push((token, waiter, done));
                 waker.wake();
                 (token, std::mem::take(&mut p.borrowed))
             }
             None => {
                 p.waiter = Some(waiter);
-                self.pending.lock().expect("pending lock").insert(token, p);
+                self.pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(token, p);
                 (token, Vec::new())
             }
         }
@@ -105,13 +108,19 @@ impl InFlight {
             aio.reap();
             self.wakeups.draining.store(false, Ordering::SeqCst);
         }
-        let mut tokens = std::mem::take(&mut *self.wakeups.woken.lock().expect("wakeups lock"));
+        let mut tokens = std::mem::take(
+            &mut *self
+                .wakeups
+                .woken
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         // Every operation of a batch wakes its token: poll each batch once.
         tokens.sort_unstable();
         tokens.dedup();
-        let ready = std::mem::take(&mut *self.ready.lock().expect("ready lock"));
+        let ready = std::mem::take(&mut *self.ready.lock().unwrap_or_else(PoisonError::into_inner));
         let mut out: Vec<(PyObject, Done)> = ready.into_iter().map(|(_, w, d)| (w, d)).collect();
-        let mut pending = self.pending.lock().expect("pending lock");
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let mut left = Vec::new();
         for token in tokens {
             let Some(p) = pending.get_mut(&token) else {
@@ -136,14 +145,14 @@ impl InFlight {
     pub(crate) fn withdrawals(&self, token: u64) -> Option<Vec<Withdrawal>> {
         self.pending
             .lock()
-            .expect("pending lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .get(&token)
             .map(|batch| batch.withdrawals.clone())
     }
 
     /// Gives up on the batch `token` (see `Core::cancel`).
     pub(crate) fn cancel(&self, token: u64) {
-        let mut pending = self.pending.lock().expect("pending lock");
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let mut waiter = None;
         let batch = match pending.get_mut(&token) {
             // One that borrows a file object's descriptor stays until its
@@ -164,13 +173,16 @@ impl InFlight {
         drop(waiter);
         self.ready
             .lock()
-            .expect("ready lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .retain(|(t, _, _)| *t != token);
     }
 
     /// Batches not finished yet.
     pub(crate) fn count(&self) -> usize {
-        self.pending.lock().expect("pending lock").len()
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Drops every batch not finished yet, which cancels its operations
@@ -178,7 +190,7 @@ impl InFlight {
     /// those that had one, in the order the batches started.
     pub(crate) fn cut_all(&self) -> Vec<PyObject> {
         let cut: HashMap<u64, Pending> =
-            std::mem::take(&mut *self.pending.lock().expect("pending lock"));
+            std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
         let mut cut: Vec<(u64, Pending)> = cut.into_iter().collect();
         cut.sort_unstable_by_key(|(t, _)| *t);
         let waiters = cut
@@ -194,7 +206,7 @@ impl InFlight {
     /// operations belong to the parent's rings.
     pub(crate) fn forget(&self) {
         std::mem::forget(std::mem::take(
-            &mut *self.pending.lock().expect("pending lock"),
+            &mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner),
         ));
     }
 }

@@ -38,6 +38,15 @@
 //! socket, read a byte at a time without waiting), `event_loop` (the ring
 //! of `blockio.new_event_loop()`'s proactor: socket and pipe operations
 //! as completions), `bench` (a benchmark baseline).
+//!
+//! Locks: a mutex poisoned by a panic is taken back
+//! (`unwrap_or_else(PoisonError::into_inner)`), never unwrapped, so that
+//! a panic cannot cross into Python again at the next call. What each
+//! mutex guards stays whole: every critical section is one operation on
+//! a std collection, `Option` or channel (insert, remove, take, push,
+//! replace, receive), which a panic inside leaves valid; the one that
+//! polls (`InFlight::drain`) leaves a panicked batch in the map, where it
+//! is cancelled or cut like any other.
 
 use pyo3::prelude::*;
 

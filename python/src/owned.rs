@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{OwnedFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use blockio::aio::{AsyncEngine, AsyncFile};
 use pyo3::prelude::*;
@@ -40,12 +40,21 @@ pub(crate) type Close = (PyObject, OwnedFd);
 impl Owned {
     /// Records `fd` as owned by a file object of this engine.
     pub(crate) fn own(&self, fd: RawFd) {
-        self.0.lock().expect("owned lock").entry(fd).or_default();
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(fd)
+            .or_default();
     }
 
     /// Counts a batch borrowing `fd` if a file owns it: whether it does.
     fn borrow(&self, fd: RawFd) -> bool {
-        match self.0.lock().expect("owned lock").get_mut(&fd) {
+        match self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&fd)
+        {
             Some(e) if e.close.is_none() => {
                 e.busy += 1;
                 true
@@ -56,7 +65,7 @@ impl Owned {
 
     /// A batch borrowing `fds` has left the core: the closes now due.
     pub(crate) fn release(&self, fds: &[RawFd]) -> Vec<Close> {
-        let mut map = self.0.lock().expect("owned lock");
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let mut due = Vec::new();
         for fd in fds {
             let Some(e) = map.get_mut(fd) else { continue };
@@ -74,7 +83,7 @@ impl Owned {
     /// The close of `fd`, handed over: given back to make now, or kept
     /// (None) until the last batch borrowing it has left.
     pub(crate) fn close(&self, waiter: PyObject, fd: OwnedFd, num: RawFd) -> Option<Close> {
-        let mut map = self.0.lock().expect("owned lock");
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match map.get_mut(&num) {
             Some(e) if e.busy > 0 => {
                 e.close = Some((waiter, fd));
@@ -90,7 +99,7 @@ impl Owned {
     /// Forgets `fd` (its file hands it back to the caller): false, and
     /// kept, while a batch still borrows it.
     pub(crate) fn disown(&self, fd: RawFd) -> bool {
-        let mut map = self.0.lock().expect("owned lock");
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if map.get(&fd).is_some_and(|e| e.busy > 0) {
             return false;
         }
@@ -101,7 +110,7 @@ impl Owned {
     /// Every close still waiting (the engine closes: nothing borrows any
     /// more), and forgets every descriptor.
     pub(crate) fn take_all(&self) -> Vec<Close> {
-        let mut map = self.0.lock().expect("owned lock");
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         map.drain().filter_map(|(_, e)| e.close).collect()
     }
 }

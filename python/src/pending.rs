@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use blockio::aio::{BufResult, IoBuf, IoBufMut, Withdrawal};
@@ -227,7 +227,11 @@ impl Wake for TokenWaker {
         self.wake_by_ref();
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        let mut w = self.wakeups.woken.lock().expect("wakeups lock");
+        let mut w = self
+            .wakeups
+            .woken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let first = w.is_empty();
         w.push(self.token);
         drop(w);
@@ -283,7 +287,7 @@ pub(crate) fn results_to_py<'py>(
             let items = items?;
             // Kept while the pool, counted in buffers of this size, stays
             // under SPARE_BYTES (a reader of mixed sizes drops mismatches).
-            let mut spare = spare.lock().expect("spare lock");
+            let mut spare = spare.lock().unwrap_or_else(PoisonError::into_inner);
             for b in back {
                 if !b.is_empty() && (spare.len() + 1) * b.len() <= SPARE_BYTES {
                     spare.push(b);

@@ -3,7 +3,7 @@
 //! [`crate::fds::own_new`]) until they are shut or dropped.
 
 use std::os::fd::RawFd;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use blockio::aio::{AsyncEngine, CallerDriving, Driving};
 use blockio::{Backend, BackendChoice, Engine};
@@ -42,7 +42,7 @@ pub(crate) struct Rings {
 
 impl Drop for Rings {
     fn drop(&mut self) {
-        disown(&self.own_fds.lock().expect("own fds lock"));
+        disown(&self.own_fds.lock().unwrap_or_else(PoisonError::into_inner));
     }
 }
 
@@ -66,7 +66,7 @@ impl Rings {
         direct: bool,
         eventfd: RawFd,
     ) -> PyResult<AsyncEngine> {
-        let mut aio = self.engines.lock().expect("aio lock");
+        let mut aio = self.engines.lock().unwrap_or_else(PoisonError::into_inner);
         let pool = engine.backend() == Backend::ThreadPool;
         let (slot, loop_driven) = if direct && !pool {
             (&mut aio.loop_driven, true)
@@ -90,28 +90,37 @@ impl Rings {
             let before = anon_fds();
             *slot = Some(b.build().map_err(io_err)?);
             let made = own_new(&before);
-            self.own_fds.lock().expect("own fds lock").extend(made);
+            self.own_fds
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(made);
         }
         Ok(slot.clone().expect("built above"))
     }
 
     /// The loop-driven ring, if one was made: what `drain` reaps.
     pub(crate) fn loop_driven(&self) -> Option<AsyncEngine> {
-        self.engines.lock().expect("aio lock").loop_driven.clone()
+        self.engines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .loop_driven
+            .clone()
     }
 
     /// Drops both engines (which cancels what is in flight on them) and
     /// forgets their descriptors as the engines' own.
     pub(crate) fn shut(&self) {
-        *self.engines.lock().expect("aio lock") = AioEngines::default();
+        *self.engines.lock().unwrap_or_else(PoisonError::into_inner) = AioEngines::default();
         disown(&std::mem::take(
-            &mut *self.own_fds.lock().expect("own fds lock"),
+            &mut *self.own_fds.lock().unwrap_or_else(PoisonError::into_inner),
         ));
     }
 
     /// Forgets both engines without dropping them: in a forked child, whose
     /// rings belong to the parent.
     pub(crate) fn forget(&self) {
-        std::mem::forget(std::mem::take(&mut *self.engines.lock().expect("aio lock")));
+        std::mem::forget(std::mem::take(
+            &mut *self.engines.lock().unwrap_or_else(PoisonError::into_inner),
+        ));
     }
 }

@@ -30,7 +30,6 @@ Usage: ``python3 python/tests/uvloop_suite/run.py [--min-pass N] [-j JOBS]
 
 import argparse
 import concurrent.futures
-import hashlib
 import json
 import os
 import shutil
@@ -38,11 +37,13 @@ import subprocess
 import sys
 import tarfile
 import time
-import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
+# (python/testkit holds no ``blockio`` to shadow the installed one)
+sys.path.insert(0, str(ROOT / "python" / "testkit"))
+from pinned import install_wheel, pinned_file, pinned_venv, pip_download  # noqa: E402
 WORK = ROOT / "target" / "uvloop-tests"
 
 VERSION = "0.23.0"
@@ -80,29 +81,15 @@ RUNS = [
 MODULE_TIMEOUT = 600
 
 
-def sh(*args, **kwargs):
-    return subprocess.run([str(a) for a in args], check=True, **kwargs)
-
-
-def sha256(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def fetch():
     """uvloop's sdist in ``target/uvloop-tests/downloads``, fetched unless
     already there with the pinned sha256."""
     into = WORK / "downloads"
     into.mkdir(parents=True, exist_ok=True)
-    path = into / SDIST
-    if not (path.exists() and sha256(path) == SHA256):
-        # (--no-binary for uvloop only: its build requirements, which pip
-        # installs to read the sdist's metadata, come as wheels)
-        sh(sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-           "--no-binary", "uvloop", f"uvloop=={VERSION}", "-d", into)
-    got = sha256(path)
-    if got != SHA256:
-        sys.exit(f"uvloop-tests: {path} has sha256 {got}, expected {SHA256}")
-    return path
+    # (--no-binary for uvloop only: its build requirements, which pip
+    # installs to read the sdist's metadata, come as wheels)
+    return pinned_file(into / SDIST, SHA256, lambda: pip_download(f"uvloop=={VERSION}", into, "uvloop"),
+                       "uvloop-tests")
 
 
 def unpack():
@@ -126,20 +113,8 @@ def unpack():
 def make_venv():
     """The test venv with the pinned requirements (kept while they are the
     same) and blockio's wheel (installed anew)."""
-    path = WORK / "venv"
-    stamp = path / "requirements.sha256"
-    want = sha256(HERE / "requirements.txt")
-    py = path / "bin" / "python"
-    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    if not (stamp.exists() and stamp.read_text() == want):
-        shutil.rmtree(path, ignore_errors=True)
-        venv.create(path, with_pip=True)
-        sh(*pip, "-r", HERE / "requirements.txt")
-        stamp.write_text(want)
-    wheels = sorted((ROOT / "target" / "wheels").glob("blockio-*.whl"))
-    if not wheels:
-        sys.exit("uvloop-tests: no blockio wheel in target/wheels: run scripts/python-setup first")
-    sh(*pip, "--force-reinstall", "--no-deps", wheels[-1])
+    py = pinned_venv(WORK / "venv", HERE / "requirements.txt")
+    install_wheel(py, "uvloop-tests")
     return py
 
 

@@ -129,24 +129,23 @@ pub(crate) enum PairDir {
     ByPath,
 }
 
-impl std::ops::Deref for PairDir {
-    type Target = File;
-
-    /// The open directory. Only for the walker's own pairs, which always
-    /// hold theirs; the copy of a group of files, which may be given a
-    /// pair by path, names files through [`DirPair::src_at`] and
-    /// [`DirPair::dst_at`] alone.
-    fn deref(&self) -> &File {
+impl PairDir {
+    /// The open directory; `None` for one named by path, which holds no
+    /// descriptor.
+    pub fn held(&self) -> Option<&Arc<File>> {
         match self {
-            PairDir::Held(dir) => dir,
-            PairDir::ByPath => unreachable!("a directory held by path has no descriptor"),
+            PairDir::Held(dir) => Some(dir),
+            PairDir::ByPath => None,
         }
     }
-}
 
-impl AsFd for PairDir {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        (**self).as_fd()
+    /// The directory `path`, open: held, or opened by its path for the
+    /// moment.
+    fn open(&self, path: &Path) -> io::Result<Arc<File>> {
+        match self.held() {
+            Some(dir) => Ok(Arc::clone(dir)),
+            None => Ok(Arc::new(super::at::open_operand_dir(path)?)),
+        }
     }
 }
 
@@ -201,14 +200,17 @@ impl DirPair {
         }
     }
 
+    /// The source directory, open: held, or opened by its path for the
+    /// moment (a pair by path), for what needs the directory itself.
+    pub fn src_dir(&self) -> io::Result<Arc<File>> {
+        self.src.open(&self.src_path)
+    }
+
     /// The destination directory, open: held, or opened by its path for
     /// the moment (a pair by path), for what needs the directory itself
     /// (reading its names for a numbered backup).
     pub fn dst_dir(&self) -> io::Result<Arc<File>> {
-        match &self.dst {
-            PairDir::Held(dir) => Ok(Arc::clone(dir)),
-            PairDir::ByPath => Ok(Arc::new(super::at::open_operand_dir(&self.dst_path)?)),
-        }
+        self.dst.open(&self.dst_path)
     }
 
     /// Whether the pair names its files by path (see [`PairDir::ByPath`]).
@@ -484,8 +486,8 @@ mod tests {
     }
 
     /// A pair by path names a file by its whole path from the working
-    /// directory, and the same file as the held pair does; one whose path
-    /// is too long to name a file by stays held.
+    /// directory, and the same file as the held pair does, and holds no
+    /// descriptor; one whose path is too long to name a file by stays held.
     #[test]
     fn a_pair_by_path_names_the_files_the_held_pair_names() {
         use std::os::fd::AsRawFd;
@@ -517,9 +519,14 @@ mod tests {
             name.to_bytes(),
             d.join("t/f").as_os_str().as_encoded_bytes()
         );
-        let m = fs::metadata(d.join("t")).unwrap();
-        let dst = by_path.dst_dir().unwrap().metadata().unwrap();
-        assert_eq!((dst.dev(), dst.ino()), (m.dev(), m.ino()));
+        // No descriptor held by path; each directory opened for the moment.
+        assert!(by_path.src.held().is_none() && by_path.dst.held().is_none());
+        assert!(held.src.held().is_some() && held.dst.held().is_some());
+        for (dir, p) in [(by_path.src_dir(), "s"), (by_path.dst_dir(), "t")] {
+            let m = fs::metadata(d.join(p)).unwrap();
+            let opened = dir.unwrap().metadata().unwrap();
+            assert_eq!((opened.dev(), opened.ino()), (m.dev(), m.ino()));
+        }
         // Past `BY_PATH_MAX` bytes of directory path: held.
         let long = Arc::new(DirPair {
             dst_path: d.join("d".repeat(super::BY_PATH_MAX)),

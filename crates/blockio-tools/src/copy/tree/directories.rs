@@ -318,10 +318,16 @@ impl Walker<'_> {
             .map(|(_, regular)| regular.then(Entry::unstated))
             .collect();
         let unknown: Vec<usize> = (0..names.len()).filter(|&i| !names[i].1).collect();
+        if unknown.is_empty() {
+            return stats;
+        }
+        let Some(src) = self.src_dir(pair) else {
+            return names.iter().map(|_| None).collect();
+        };
         for chunk in unknown.chunks(256) {
             let at: Vec<PathAt<'_>> = chunk
                 .iter()
-                .map(|&i| PathAt::in_dir(&*pair.src, names[i].0))
+                .map(|&i| PathAt::in_dir(&*src, names[i].0))
                 .collect();
             // `-L`: a link is what it leads to.
             let flags = if self.ctx.opts.dereference == Dereference::Always {
@@ -552,15 +558,21 @@ impl Walker<'_> {
         // `-x`: a directory on another file system (a mount point) is made
         // but not walked.
         let this_fs = if self.ctx.opts.one_file_system {
-            pair.src.metadata().ok().map(|m| m.dev())
+            pair.src_dir()
+                .and_then(|d| d.metadata())
+                .ok()
+                .map(|m| m.dev())
         } else {
             None
+        };
+        let Some(dst_dir) = self.dst_dir(pair) else {
+            return;
         };
         let reqs: Vec<(PathAt<'_>, u32)> = dirs
             .iter()
             .map(|e| {
                 (
-                    PathAt::in_dir(&*pair.dst, &e.dst_name),
+                    PathAt::in_dir(&*dst_dir, &e.dst_name),
                     self.dir_create_mode(&e.st),
                 )
             })
@@ -600,7 +612,7 @@ impl Walker<'_> {
             if fresh {
                 messages::say_copied(self.ctx.opts, &src, &dst, None);
                 if pair.dst_default_acl {
-                    self.minimal_acl(&pair.dst, &e.dst_name, &e.st, &dst);
+                    self.minimal_acl(&*dst_dir, &e.dst_name, &e.st, &dst);
                 }
             }
             let task = self.subdir_task(pair, e, (src, dst), &mut parent);
@@ -635,16 +647,13 @@ impl Walker<'_> {
     /// bind mount of it in the destination), by GNU's rule for the whole
     /// directory, one message rather than one per file inside.
     fn may_merge_into(&self, pair: &DirPair, e: &Entry, src: &Path, dst: &Path) -> bool {
-        if !at::is_dir(&pair.dst, &e.dst_name) {
+        let (dir, name) = pair.dst_at(&e.dst_name);
+        if !at::is_dir(dir, &name) {
             self.refuse_non_directory(pair, e, src, dst);
             return false;
         }
-        let itself = rustix::fs::statat(
-            &pair.dst,
-            e.dst_name.as_c_str(),
-            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
+        let itself = rustix::fs::statat(dir, &*name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
         if !itself {
             return true;
         }
@@ -672,11 +681,10 @@ impl Walker<'_> {
             && !opts.remove_destination
             && !opts.no_clobber
             && opts.backup == options::Backup::None
-            && rustix::fs::statat(
-                &pair.dst,
-                e.dst_name.as_c_str(),
-                rustix::fs::AtFlags::empty(),
-            )
+            && {
+                let (dir, name) = pair.dst_at(&e.dst_name);
+                rustix::fs::statat(dir, &*name, rustix::fs::AtFlags::empty())
+            }
             .is_ok_and(|st| (st.st_dev, st.st_ino) == e.id());
         let what = if to_source {
             format!("{} and {} are the same file", quote(src), quote(dst))

@@ -5,7 +5,6 @@
 //! never the source itself).
 
 use std::ffi::{CStr, CString};
-use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -18,7 +17,7 @@ use rustix::io::Errno;
 
 use super::super::at::{self, cname};
 use super::super::attrs::{minimal_acl_at, set_attrs_at, Node, Say};
-use super::super::entry::{DirPair, Entry, FirstCopy};
+use super::super::entry::{DirPair, Entry, FirstCopy, NameAt};
 use super::super::unfinished::{self, Unfinished};
 use super::super::{backup, messages, options, overwrite};
 use super::paths::id_of;
@@ -46,7 +45,10 @@ pub(super) enum Replace {
 /// Whether the destination directory of `pair` is the current one (`-s`
 /// makes relative links only there, where they lead to their source).
 pub(super) fn in_cwd(pair: &DirPair) -> bool {
-    match (pair.dst.metadata(), std::fs::metadata(".")) {
+    match (
+        pair.dst_dir().and_then(|d| d.metadata()),
+        std::fs::metadata("."),
+    ) {
         (Ok(a), Ok(b)) => id_of(&a) == id_of(&b),
         _ => false,
     }
@@ -89,13 +91,9 @@ impl<'p> LinkTo<'p> {
     /// Makes the link of `e`; for a relative one that would be refused,
     /// only whether something is in the way (`EEXIST` if so).
     fn make(&self, e: &Entry) -> rustix::io::Result<()> {
-        let pair = self.pair;
+        let (dir, name) = self.pair.dst_at(&e.dst_name);
         if self.relative {
-            return match rustix::fs::statat(
-                &pair.dst,
-                e.dst_name.as_c_str(),
-                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-            ) {
+            return match rustix::fs::statat(dir, &*name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(_) => Err(Errno::EXIST),
                 Err(_) => Err(Errno::NOENT),
             };
@@ -106,9 +104,10 @@ impl<'p> LinkTo<'p> {
             } else {
                 rustix::fs::AtFlags::empty()
             };
-            rustix::fs::linkat(&pair.src, &e.src_name, &pair.dst, &e.dst_name, flags)
+            let (src_dir, src_name) = self.pair.src_at(&e.src_name);
+            rustix::fs::linkat(src_dir, &*src_name, dir, &*name, flags)
         } else {
-            rustix::fs::symlinkat(&self.target, &pair.dst, &e.dst_name)
+            rustix::fs::symlinkat(&self.target, dir, &*name)
         }
     }
 }
@@ -133,25 +132,25 @@ fn already_linked(pair: &DirPair, e: &Entry) -> bool {
             rustix::fs::AtFlags::SYMLINK_NOFOLLOW
         }
     };
-    let id = |dir: &File, name: &CStr, f| {
-        rustix::fs::statat(dir, name, follow(f))
+    let id = |(dir, name): NameAt<'_>, f| {
+        rustix::fs::statat(dir, &*name, follow(f))
             .ok()
             .map(|st| (st.st_dev, st.st_ino))
     };
-    let src_id = id(&pair.src, &e.src_name, e.follow_src);
-    src_id.is_some() && src_id == id(&pair.dst, &e.dst_name, false)
+    let src_id = id(pair.src_at(&e.src_name), e.follow_src);
+    src_id.is_some() && src_id == id(pair.dst_at(&e.dst_name), false)
 }
 
 /// Whether the names of `e` on both sides are one file (links not
 /// followed).
 fn same_entry(pair: &DirPair, e: &Entry) -> bool {
-    let id = |dir: &File, name: &CStr| {
-        rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+    let id = |(dir, name): NameAt<'_>| {
+        rustix::fs::statat(dir, &*name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
             .ok()
             .map(|st| (st.st_dev, st.st_ino))
     };
-    let there = id(&pair.dst, &e.dst_name);
-    there.is_some() && there == id(&pair.src, &e.src_name)
+    let there = id(pair.dst_at(&e.dst_name));
+    there.is_some() && there == id(pair.src_at(&e.src_name))
 }
 
 impl Walker<'_> {
@@ -205,7 +204,8 @@ impl Walker<'_> {
         } else {
             libc::AT_SYMLINK_NOFOLLOW
         };
-        let at = [PathAt::in_dir(&*pair.src, &e.src_name)];
+        let src = self.src_dir(pair)?;
+        let at = [PathAt::in_dir(&*src, &e.src_name)];
         match self
             .ctx
             .engine
@@ -278,11 +278,8 @@ impl Walker<'_> {
     /// when the link is not made (reported, or skipped).
     fn may_replace(&self, l: &LinkTo<'_>, e: &Entry) -> bool {
         let opts = self.ctx.opts;
-        let there = rustix::fs::statat(
-            &l.pair.dst,
-            e.dst_name.as_c_str(),
-            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        );
+        let (dir, name) = l.pair.dst_at(&e.dst_name);
+        let there = rustix::fs::statat(dir, &*name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
         let kind = there.as_ref().map(|st| FileType::from_raw_mode(st.st_mode));
         // As GNU 9.1: with -s, a hard link of the source in the way is the
         // same file; a link in the way fails to be made ("File exists"),
@@ -323,13 +320,9 @@ impl Walker<'_> {
         if opts.backup != options::Backup::None {
             self.back_up_and_put_back(l, e);
         } else {
+            let (dir, name) = pair.dst_at(&e.dst_name);
             if (opts.remove_destination || unlink_first)
-                && rustix::fs::unlinkat(
-                    &pair.dst,
-                    e.dst_name.as_c_str(),
-                    rustix::fs::AtFlags::empty(),
-                )
-                .is_ok()
+                && rustix::fs::unlinkat(dir, &*name, rustix::fs::AtFlags::empty()).is_ok()
             {
                 messages::say(opts, format_args!("removed {}", quote(dst)));
             }
@@ -345,15 +338,18 @@ impl Walker<'_> {
     fn back_up_and_put_back(&self, l: &LinkTo<'_>, e: &Entry) {
         let opts = self.ctx.opts;
         let (pair, src, dst) = (l.pair, &l.src, &l.dst);
-        let set_aside = || backup::make_backup(opts, &pair.dst, &pair.dst_path, &e.dst_name);
+        let Some(dir) = self.dst_dir(pair) else {
+            return;
+        };
+        let set_aside = || backup::make_backup(opts, &dir, &pair.dst_path, &e.dst_name);
         match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
             Ok((Some(b), aside)) => {
                 messages::say_copied(opts, src, dst, Some(&b));
                 unfinished::undone(aside, || {
                     let _ = rustix::fs::renameat(
-                        &pair.dst,
+                        &*dir,
                         at::cname(b.file_name().unwrap_or_default()),
-                        &pair.dst,
+                        &*dir,
                         e.dst_name.as_c_str(),
                     );
                 });
@@ -404,13 +400,16 @@ impl Walker<'_> {
     /// Copies the symbolic links of `pair` as links: their targets read,
     /// then made in one `symlinkat` batch.
     pub(super) fn make_links(&self, pair: &Arc<DirPair>, links: Vec<Entry>) {
+        let (Some(src_dir), Some(dst_dir)) = (self.src_dir(pair), self.dst_dir(pair)) else {
+            return;
+        };
         let mut targets = Vec::with_capacity(links.len());
         let mut ok = Vec::with_capacity(links.len());
         for e in links {
-            match at::read_link(&pair.src, &e.src_name) {
+            match at::read_link(&src_dir, &e.src_name) {
                 Ok(t) if self.several_names(&e) => {
                     // One at a time: its other names link to it.
-                    let make = || at::symlink(&t, &pair.dst, &e.dst_name);
+                    let make = || at::symlink(&t, &dst_dir, &e.dst_name);
                     self.made_once(pair, &e, Made::Link, make);
                 }
                 Ok(t) => {
@@ -432,7 +431,7 @@ impl Walker<'_> {
         let reqs: Vec<(PathAt<'_>, &CStr)> = ok
             .iter()
             .zip(&targets)
-            .map(|(e, t)| (PathAt::in_dir(&*pair.dst, &e.dst_name), t.as_c_str()))
+            .map(|(e, t)| (PathAt::in_dir(&*dst_dir, &e.dst_name), t.as_c_str()))
             .collect();
         let mut turn = self.ctx.creators.enter();
         let made = self.ctx.engine.symlink_batch(&reqs);
@@ -449,7 +448,7 @@ impl Walker<'_> {
         };
         for ((e, t), r) in ok.iter().zip(&targets).zip(made) {
             self.finish_made(pair, e, Made::Link, r, || {
-                at::symlink(t, &pair.dst, &e.dst_name)
+                at::symlink(t, &dst_dir, &e.dst_name)
             });
         }
     }
@@ -466,7 +465,10 @@ impl Walker<'_> {
         } else {
             e.mode() & 0o7777
         };
-        let make = || at::mknod(&pair.dst, &e.dst_name, e.kind() | perms, rdev);
+        let Some(dir) = self.dst_dir(pair) else {
+            return;
+        };
+        let make = || at::mknod(&dir, &e.dst_name, e.kind() | perms, rdev);
         if self.several_names(e) {
             return self.made_once(pair, e, Made::Special, make);
         }
@@ -494,7 +496,10 @@ impl Walker<'_> {
         let mut links = self.ctx.links.lock().expect("hard link table lock");
         if let Some(first) = links.get(&e.id()).cloned() {
             drop(links);
-            let link = || first.link_as(&pair.dst, &e.dst_name);
+            let link = || {
+                let (dir, name) = pair.dst_at(&e.dst_name);
+                first.link_as(dir, &name)
+            };
             return self.finish_made(pair, e, kind, link(), link);
         }
         links.insert(e.id(), FirstCopy::of(pair, &e.dst_name));
@@ -550,8 +555,10 @@ impl Walker<'_> {
                 if let Some(made) = &self.ctx.made_links {
                     made.lock().expect("made links lock").insert(dst.clone());
                 }
-                (keep.ownership || keep.timestamps)
-                    .then(|| set_attrs_at(&pair.dst, &e.dst_name, &e.st, None, None, keep, &say))
+                (keep.ownership || keep.timestamps).then(|| {
+                    let dir = pair.dst_dir()?;
+                    set_attrs_at(&*dir, &e.dst_name, &e.st, None, None, keep, &say)
+                })
             }
             Made::Special => {
                 self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
@@ -559,16 +566,18 @@ impl Walker<'_> {
                 if opts.default_mode && !keep.mode && pair.dst_default_acl {
                     // As GNU's `set_acl`: the default mode, no inherited ACL.
                     let mode = (0o666 | (e.mode() & 0o7000)) & !self.ctx.umask;
-                    if let Err(err) = minimal_acl_at(&pair.dst, &e.dst_name, mode) {
+                    let dir = pair.dst_dir();
+                    if let Err(err) = dir.and_then(|d| minimal_acl_at(&*d, &e.dst_name, mode)) {
                         let what = format!("setting permissions for {}", quote(&dst));
                         self.report(what, Some(err));
                     }
                 }
                 keep.attrs().then(|| {
-                    let from = Node::at(pair.src.as_fd(), &e.src_name);
+                    let (src_dir, dst_dir) = (pair.src_dir()?, pair.dst_dir()?);
+                    let from = Node::at(src_dir.as_fd(), &e.src_name);
                     let xattrs = Some((from, pair.dst_default_acl));
                     set_attrs_at(
-                        &pair.dst,
+                        &*dst_dir,
                         &e.dst_name,
                         &e.st,
                         Some(e.mode()),
@@ -607,7 +616,8 @@ impl Walker<'_> {
             return stop;
         }
         let several_names = || {
-            rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            let (dir, name) = pair.dst_at(name);
+            rustix::fs::statat(dir, &*name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
                 .is_ok_and(|st| st.st_nlink > 1)
         };
         // `--attributes-only` copies no data, so, as GNU's, it replaces
@@ -636,7 +646,8 @@ impl Walker<'_> {
             || opts.remove_destination
             || (data && opts.preserve.links && several_names())
             || (e.never_follows(opts.dereference) && e.kind() != libc::S_IFREG);
-        if let Err(e) = at::unlink(&pair.dst, name) {
+        let (dir, at_name) = pair.dst_at(name);
+        if let Err(e) = at::unlink(dir, &at_name) {
             self.report(format!("cannot remove {}", quote(&dst)), Some(e));
             return Replace::Failed;
         }
@@ -658,7 +669,7 @@ impl Walker<'_> {
         judged: bool,
     ) -> Option<Replace> {
         let opts = self.ctx.opts;
-        let name = e.dst_name.as_c_str();
+        let (dir, name) = pair.dst_at(&e.dst_name);
         if !forced && !opts.no_clobber && self.leads_to_source(pair, e) {
             self.report(
                 format!(
@@ -672,7 +683,7 @@ impl Walker<'_> {
         }
         let skip = opts.no_clobber
             || !judged
-                && rustix::fs::statat(&pair.dst, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                && rustix::fs::statat(dir, &*name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
                     .is_ok_and(|st| {
                         let mtime = (st.st_mtime, st.st_mtime_nsec as u32);
                         overwrite::keep_existing(opts, overwrite::mtime(&e.st), mtime, dst)
@@ -681,7 +692,7 @@ impl Walker<'_> {
             self.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return Some(Replace::Skip);
         }
-        if at::is_dir(&pair.dst, name) {
+        if at::is_dir(dir, &name) {
             self.report(
                 format!(
                     "cannot overwrite directory {} with non-directory",
@@ -717,7 +728,10 @@ impl Walker<'_> {
         // `cp -bl a~ a`: the backup of `a` would take the source's name,
         // and the link (or `-s` link) would then be made to the old `a`,
         // the source's data gone.
-        if backup::backup_is_source(opts, &e.src_name, e.id(), &pair.dst, name) {
+        let Some(dir) = self.dst_dir(pair) else {
+            return Replace::Failed;
+        };
+        if backup::backup_is_source(opts, &e.src_name, e.id(), &dir, name) {
             self.report(
                 format!(
                     "backing up {} might destroy source;  {} not copied",
@@ -728,7 +742,7 @@ impl Walker<'_> {
             );
             return Replace::Failed;
         }
-        let set_aside = || backup::make_backup(opts, &pair.dst, &pair.dst_path, name);
+        let set_aside = || backup::make_backup(opts, &dir, &pair.dst_path, name);
         match unfinished::kept_aside(pair, &e.dst_name, e.id(), set_aside) {
             Ok((b, aside)) => Replace::Removed(b, aside),
             Err(e) => {
@@ -754,30 +768,30 @@ impl Walker<'_> {
         {
             return false;
         }
-        let at = |dir: &File, name: &CStr, follow: bool| {
+        let at = |(dir, name): NameAt<'_>, follow: bool| {
             let flags = if follow {
                 rustix::fs::AtFlags::empty()
             } else {
                 rustix::fs::AtFlags::SYMLINK_NOFOLLOW
             };
-            rustix::fs::statat(dir, name, flags).ok().map(|st| {
+            rustix::fs::statat(dir, &*name, flags).ok().map(|st| {
                 let link = rustix::fs::FileType::from_raw_mode(st.st_mode)
                     == rustix::fs::FileType::Symlink;
                 ((st.st_dev, st.st_ino), link)
             })
         };
-        let Some((_, dst_is_link)) = at(&pair.dst, &e.dst_name, false) else {
+        let Some((_, dst_is_link)) = at(pair.dst_at(&e.dst_name), false) else {
             return false;
         };
         if e.kind() == libc::S_IFLNK && dst_is_link {
             return false;
         }
         let src = if e.kind() == libc::S_IFLNK {
-            at(&pair.src, &e.src_name, true).map(|(id, _)| id)
+            at(pair.src_at(&e.src_name), true).map(|(id, _)| id)
         } else {
             Some(e.id())
         };
-        let dst = at(&pair.dst, &e.dst_name, true).map(|(id, _)| id);
+        let dst = at(pair.dst_at(&e.dst_name), true).map(|(id, _)| id);
         src.is_some() && src == dst
     }
 }

@@ -8,14 +8,15 @@
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use blockio::PathAt;
 
 use super::super::at;
-use super::super::entry::{Ctx, DirAt};
+use super::super::entry::{Ctx, DirAt, DirPair};
 use super::super::outcome;
 use super::work::Work;
+use crate::quote::quote;
 
 /// A directory whose path below its root reaches this many bytes is opened
 /// as a root of its own: `openat2` takes at most `PATH_MAX` (4096) bytes,
@@ -126,6 +127,25 @@ impl Walker<'_> {
     /// Reports a failure (the exit status becomes 1).
     pub(super) fn report(&self, what: String, e: Option<io::Error>) {
         self.ctx.errors.report(what, e)
+    }
+
+    /// The source directory of `pair`, open (see [`DirPair::src_dir`]);
+    /// `None` after reporting why not.
+    pub(super) fn src_dir(&self, pair: &DirPair) -> Option<Arc<File>> {
+        self.opened(pair.src_dir(), &pair.src_path)
+    }
+
+    /// The destination directory of `pair`, open (see
+    /// [`DirPair::dst_dir`]); `None` after reporting why not.
+    pub(super) fn dst_dir(&self, pair: &DirPair) -> Option<Arc<File>> {
+        self.opened(pair.dst_dir(), &pair.dst_path)
+    }
+
+    /// The directory `path` if `dir` opened it, else `None` after
+    /// reporting why not.
+    fn opened(&self, dir: io::Result<Arc<File>>, path: &Path) -> Option<Arc<File>> {
+        dir.map_err(|e| self.report(format!("cannot open directory {}", quote(path)), Some(e)))
+            .ok()
     }
 
     /// Whether FIFOs and devices are read like files (see
