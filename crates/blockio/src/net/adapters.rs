@@ -250,22 +250,19 @@ macro_rules! stream_io_traits {
                 cx: &mut std::task::Context<'_>,
                 buf: &[u8],
             ) -> std::task::Poll<std::io::Result<usize>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_write(core, cx, buf)
+                $crate::net::poll_io::PollIo::poll_write(&self.core, cx, buf)
             }
             fn poll_flush(
                 self: std::pin::Pin<&mut Self>,
                 cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<std::io::Result<()>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_flush(core, cx)
+                $crate::net::poll_io::PollIo::poll_flush(&self.core, cx)
             }
             fn poll_close(
                 self: std::pin::Pin<&mut Self>,
                 cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<std::io::Result<()>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_close(core, cx)
+                $crate::net::poll_io::PollIo::poll_close(&self.core, cx)
             }
         }
 
@@ -292,22 +289,19 @@ macro_rules! stream_io_traits {
                 cx: &mut std::task::Context<'_>,
                 buf: &[u8],
             ) -> std::task::Poll<std::io::Result<usize>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_write(core, cx, buf)
+                $crate::net::poll_io::PollIo::poll_write(&self.core, cx, buf)
             }
             fn poll_flush(
                 self: std::pin::Pin<&mut Self>,
                 cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<std::io::Result<()>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_flush(core, cx)
+                $crate::net::poll_io::PollIo::poll_flush(&self.core, cx)
             }
             fn poll_shutdown(
                 self: std::pin::Pin<&mut Self>,
                 cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<std::io::Result<()>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_close(core, cx)
+                $crate::net::poll_io::PollIo::poll_close(&self.core, cx)
             }
         }
     };

@@ -1,4 +1,6 @@
-//! TCP: a listener that accepts, and a stream that reads and writes.
+//! TCP: a listener that accepts, and a stream that reads and writes; and,
+//! as in tokio's `net::tcp`, the stream's halves ([`OwnedReadHalf`],
+//! [`OwnedWriteHalf`], [`ReadHalf`], [`WriteHalf`]).
 
 use std::fmt;
 use std::io;
@@ -488,6 +490,7 @@ pub struct TcpStream {
 }
 
 super::adapters::stream_io_traits!(TcpStream);
+super::split::stream_halves!(TcpStream, "TCP stream");
 
 impl TcpStream {
     /// Connects to `addr` on the default engine
@@ -679,6 +682,57 @@ impl TcpStream {
     /// ```
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
         self.core.sock.socket.set_tcp_nodelay(on)
+    }
+
+    /// Sets `IP_TTL`, the time-to-live of the packets this stream sends
+    /// (an IPv4 socket's option, as tokio's `set_ttl`).
+    ///
+    /// # Errors
+    /// As `setsockopt` reports them (`EINVAL` for a `ttl` above 255).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// client.set_ttl(100)?;
+    /// assert_eq!(client.ttl()?, 100);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.core.sock.socket.set_ttl_v4(ttl)
+    }
+
+    /// `IP_TTL`, the time-to-live of the packets this stream sends.
+    ///
+    /// # Errors
+    /// As `getsockopt` reports them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// // The system's default (`net.ipv4.ip_default_ttl`, 64 unless changed).
+    /// assert!(server.ttl()? > 0);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn ttl(&self) -> io::Result<u32> {
+        self.core.sock.socket.ttl_v4()
     }
 
     /// Whether `TCP_NODELAY` is set.
