@@ -310,3 +310,25 @@ fn peek_then_read_through_the_reading_half() {
         assert_eq!(&all, b"abcdef");
     });
 }
+
+/// `set_zero_linger` (tokio's replacement for `set_linger`): the stream
+/// closes with a reset, after the bytes the traits accepted.
+#[test]
+fn zero_linger_resets_after_the_accepted_bytes() {
+    let rt = runtime();
+    let (mut stream, mut client) = tcp_pair(&rt);
+    assert_eq!(stream.linger().unwrap(), None);
+    stream.set_zero_linger().unwrap();
+    assert_eq!(stream.linger().unwrap(), Some(std::time::Duration::ZERO));
+    rt.block_on(async {
+        // Through the trait (accepted, then sent on its own).
+        let s = &mut stream;
+        s.write_all(b"last words").await.unwrap();
+    });
+    drop(stream);
+    let mut got = [0u8; 10];
+    client.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"last words");
+    let err = client.read(&mut [0u8; 1]).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ECONNRESET), "{err}");
+}

@@ -735,6 +735,69 @@ impl TcpStream {
         self.core.sock.socket.ttl_v4()
     }
 
+    /// Sets `SO_LINGER` to zero, as tokio's `set_zero_linger`: closing the
+    /// socket resets the connection (the peer reads `ECONNRESET`) instead
+    /// of ending it, and leaves no `TIME_WAIT`. Bytes the I/O traits
+    /// accepted are still sent before the close (see
+    /// [`set_drop_linger`](Self::set_drop_linger)).
+    ///
+    /// There is no `set_linger` with a non-zero time (tokio deprecated
+    /// its own): the kernel's `close` would then block the closing thread
+    /// until the bytes are sent. [`set_drop_linger`](Self::set_drop_linger)
+    /// bounds how long they may take without blocking any thread.
+    ///
+    /// # Errors
+    /// As `setsockopt` reports them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// client.set_zero_linger()?;
+    /// assert_eq!(client.linger()?, Some(std::time::Duration::ZERO));
+    /// drop(client);
+    /// // The peer reads a reset, not the end of the stream.
+    /// let (n, _) = server.read(vec![0u8; 1]).await;
+    /// assert_eq!(n.unwrap_err().raw_os_error(), Some(libc::ECONNRESET));
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn set_zero_linger(&self) -> io::Result<()> {
+        self.core.sock.socket.set_linger(Some(Duration::ZERO))
+    }
+
+    /// `SO_LINGER`: `None` when off (the default: closing never waits),
+    /// else how long the kernel's `close` lingers.
+    ///
+    /// # Errors
+    /// As `getsockopt` reports them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// assert_eq!(server.linger()?, None);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn linger(&self) -> io::Result<Option<Duration>> {
+        self.core.sock.socket.linger()
+    }
+
     /// Whether `TCP_NODELAY` is set.
     ///
     /// # Errors
