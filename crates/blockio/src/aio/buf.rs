@@ -31,7 +31,7 @@ use crate::buf::{AlignedBuf, PooledBuf};
     message = "`{Self}` is not an owned buffer: blockio's owned-buffer methods take the buffer by value",
     label = "a borrowed buffer where an owned one (`Vec<u8>`, `Box<[u8]>`, ...) is taken",
     note = "pass the buffer itself and take it back from the result: `let (n, buf) = stream.write(buf).await;`",
-    note = "or, for tokio's `AsyncWriteExt::write(&buf)`, call it on a `&mut` to the stream (`let s = &mut stream;`), with the trait imported"
+    note = "or, for tokio's `AsyncWriteExt::write(&buf)`, call it on a `&mut` to the stream or file (`let s = &mut stream;`), with the trait imported"
 )]
 pub unsafe trait IoBuf: Send + 'static {
     /// The first byte.
@@ -206,7 +206,7 @@ unsafe impl<B: IoBufMut> IoBufMut for Slice<B> {
     message = "`{Self}` is not an owned buffer: blockio's owned-buffer methods take the buffer by value",
     label = "a borrowed buffer where an owned one (`Vec<u8>`, `Box<[u8]>`, ...) is taken",
     note = "pass the buffer itself and take it back with the count: `let (n, buf) = stream.read(buf).await;`",
-    note = "or, for tokio's `AsyncReadExt::read(&mut buf)`, call it on a `&mut` to the stream (`let s = &mut stream;`), with the trait imported"
+    note = "or, for tokio's `AsyncReadExt::read(&mut buf)`, call it on a `&mut` to the stream or file (`let s = &mut stream;`), with the trait imported"
 )]
 pub unsafe trait IoBufMut: IoBuf {
     /// The first byte, for writing.
