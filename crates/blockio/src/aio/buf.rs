@@ -15,6 +15,24 @@ use crate::buf::{AlignedBuf, PooledBuf};
 /// `stable_ptr` must point to `bytes_len` initialised bytes that stay at the
 /// same address, valid and unchanged, for as long as the value lives and is
 /// not accessed through `&mut` — moving the value must not move the bytes.
+///
+/// A borrowed buffer is not one: the owned-buffer methods take the buffer
+/// itself (`Vec<u8>`, `Box<[u8]>`, ...) and give it back with the result,
+/// while `&[u8]` and `&mut [u8]` go through the I/O traits, as on tokio.
+///
+/// ```compile_fail,E0277
+/// # async fn f(socket: blockio::net::TcpStream) {
+/// let mut buf = vec![0u8; 1024];
+/// // A `Vec` borrowed: the compiler names both ways to write this.
+/// socket.write(&buf).await;
+/// # }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an owned buffer: blockio's owned-buffer methods take the buffer by value",
+    label = "a borrowed buffer where an owned one (`Vec<u8>`, `Box<[u8]>`, ...) is taken",
+    note = "pass the buffer itself and take it back from the result: `let (n, buf) = stream.write(buf).await;`",
+    note = "or, for tokio's `AsyncWriteExt::write(&buf)`, call it on a `&mut` to the stream or file (`let s = &mut stream;`), with the trait imported"
+)]
 pub unsafe trait IoBuf: Send + 'static {
     /// The first byte.
     fn stable_ptr(&self) -> *const u8;
@@ -173,6 +191,23 @@ unsafe impl<B: IoBufMut> IoBufMut for Slice<B> {
 /// # Safety
 /// As for [`IoBuf`], and `stable_mut_ptr` must be valid for writes of
 /// `bytes_len` bytes, which stay initialised whatever is written.
+///
+/// As with [`IoBuf`], a borrowed buffer is not one: `read(&mut buf)` is
+/// the I/O traits' call, made on a `&mut` to the stream.
+///
+/// ```compile_fail,E0277
+/// # async fn f(socket: blockio::net::TcpStream) {
+/// let mut buf = vec![0u8; 1024];
+/// // A `Vec` borrowed: the compiler names both ways to write this.
+/// socket.read(&mut buf).await;
+/// # }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an owned buffer: blockio's owned-buffer methods take the buffer by value",
+    label = "a borrowed buffer where an owned one (`Vec<u8>`, `Box<[u8]>`, ...) is taken",
+    note = "pass the buffer itself and take it back with the count: `let (n, buf) = stream.read(buf).await;`",
+    note = "or, for tokio's `AsyncReadExt::read(&mut buf)`, call it on a `&mut` to the stream or file (`let s = &mut stream;`), with the trait imported"
+)]
 pub unsafe trait IoBufMut: IoBuf {
     /// The first byte, for writing.
     fn stable_mut_ptr(&mut self) -> *mut u8;

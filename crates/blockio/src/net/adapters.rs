@@ -34,6 +34,41 @@ macro_rules! stream_io_traits {
                 self.core.read(buf).await
             }
 
+            /// Reads into `buf` without taking the bytes: the next read
+            /// returns them again, as tokio's `peek` (0 at the end of the
+            /// stream). The bytes are read, then given back to the
+            /// stream: a read of the stream running at the same time as
+            /// a peek may get bytes that come after the peeked ones.
+            ///
+            /// # Errors
+            /// As [`read`](Self::read)'s.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// # fn main() -> std::io::Result<()> {
+            /// # futures::executor::block_on(async {
+            /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+            /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+            /// # let (client, accepted) = futures::join!(connect, listener.accept());
+            /// # let (client, (server, _)) = (client?, accepted?);
+            ///
+            /// client.write_all(b"GET /".to_vec()).await.0?;
+            /// let mut head = [0u8; 3];
+            /// let n = server.peek(&mut head).await?;
+            /// assert_eq!(&head[..n], &b"GET"[..n]);
+            /// // The peeked bytes are read again.
+            /// let (m, buf) = server.read(vec![0u8; 5]).await;
+            /// assert_eq!(&buf[..n], &head[..n]);
+            /// assert!(m? >= n);
+            /// # Ok(())
+            /// # })
+            /// # }
+            /// ```
+            pub async fn peek(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.core.peek(buf).await
+            }
+
             /// Writes from `buf`: how many bytes went (maybe fewer than all).
             ///
             /// # Examples
@@ -250,22 +285,19 @@ macro_rules! stream_io_traits {
                 cx: &mut std::task::Context<'_>,
                 buf: &[u8],
             ) -> std::task::Poll<std::io::Result<usize>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_write(core, cx, buf)
+                $crate::net::poll_io::PollIo::poll_write(&self.core, cx, buf)
             }
             fn poll_flush(
                 self: std::pin::Pin<&mut Self>,
                 cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<std::io::Result<()>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_flush(core, cx)
+                $crate::net::poll_io::PollIo::poll_flush(&self.core, cx)
             }
             fn poll_close(
                 self: std::pin::Pin<&mut Self>,
                 cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<std::io::Result<()>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_close(core, cx)
+                $crate::net::poll_io::PollIo::poll_close(&self.core, cx)
             }
         }
 
@@ -292,22 +324,19 @@ macro_rules! stream_io_traits {
                 cx: &mut std::task::Context<'_>,
                 buf: &[u8],
             ) -> std::task::Poll<std::io::Result<usize>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_write(core, cx, buf)
+                $crate::net::poll_io::PollIo::poll_write(&self.core, cx, buf)
             }
             fn poll_flush(
                 self: std::pin::Pin<&mut Self>,
                 cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<std::io::Result<()>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_flush(core, cx)
+                $crate::net::poll_io::PollIo::poll_flush(&self.core, cx)
             }
             fn poll_shutdown(
                 self: std::pin::Pin<&mut Self>,
                 cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<std::io::Result<()>> {
-                let (core, poll) = self.poll_parts();
-                poll.poll_close(core, cx)
+                $crate::net::poll_io::PollIo::poll_close(&self.core, cx)
             }
         }
     };

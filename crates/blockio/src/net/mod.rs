@@ -65,10 +65,11 @@ mod poll_io;
 mod read_side;
 mod recv_stream;
 mod socket;
+mod split;
 mod stream;
-mod tcp;
+pub mod tcp;
 mod time_limit;
-mod unix;
+pub mod unix;
 mod write_side;
 
 pub use addr::{lookup_host, ToSocketAddrs};

@@ -198,9 +198,9 @@ impl PollIo {
     }
 
     /// Accepts `data` for the stream's write side to send (see
-    /// `write_side`).
+    /// `write_side`). The writes need none of the reads' state, so a
+    /// stream's writing half calls these without the reading half's lock.
     pub(crate) fn poll_write(
-        &mut self,
         core: &StreamCore,
         cx: &mut Context<'_>,
         data: &[u8],
@@ -210,22 +210,14 @@ impl PollIo {
     }
 
     /// Waits until every byte reported written is in the kernel.
-    pub(crate) fn poll_flush(
-        &mut self,
-        core: &StreamCore,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<()>> {
+    pub(crate) fn poll_flush(core: &StreamCore, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         core.sock.admit()?;
         core.writes.poll_flush(cx)
     }
 
     /// Flushes, then shuts the writing side down.
-    pub(crate) fn poll_close(
-        &mut self,
-        core: &StreamCore,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<()>> {
-        ready!(self.poll_flush(core, cx))?;
+    pub(crate) fn poll_close(core: &StreamCore, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(Self::poll_flush(core, cx))?;
         match core.shutdown(std::net::Shutdown::Write) {
             Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Poll::Ready(Ok(())),
             r => Poll::Ready(r),

@@ -189,6 +189,24 @@ impl ReadSide {
         g.leftover.extend(bytes);
     }
 
+    /// Gives `bytes`, which a read just took, back to the stream: the
+    /// next read returns them first (a peek), then `error` (an errno the
+    /// socket gave after them) if no other is waiting.
+    pub(crate) fn unread(&self, bytes: &[u8], error: Option<i32>) {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for &b in bytes.iter().rev() {
+            g.leftover.push_front(b);
+        }
+        g.error = g.error.or(error);
+    }
+
+    /// Whether what the socket holds comes right after what reads have
+    /// handed out: no bytes kept, no dropped read still in the kernel.
+    pub(crate) fn socket_is_next(&self) -> bool {
+        let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.leftover.is_empty() && g.dropped.is_empty() && g.error.is_none() && !g.ended
+    }
+
     /// Notes a receive stream dropped while its receive was pending.
     pub(crate) fn dropped_pending(&self) {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -84,6 +84,35 @@ impl StreamCore {
         }
     }
 
+    /// Reads into `out` and gives the bytes back to the stream, so that
+    /// the next read returns them again. A dropped peek takes nothing
+    /// (its receive's bytes are the next read's, as any dropped read's).
+    ///
+    /// A read served from bytes kept from earlier reads returns only
+    /// those, so the peek then adds what the socket holds now, without
+    /// waiting: a loop peeking until enough bytes came sees them come.
+    pub(crate) async fn peek(&self, out: &mut [u8]) -> io::Result<usize> {
+        let (res, mut buf) = self.read(vec![0u8; out.len()]).await;
+        let mut n = res?;
+        let mut error = None;
+        if n > 0 && n < out.len() && self.reads.socket_is_next() {
+            match self.sock.recv_at_once(out.len() - n) {
+                Ok(more) => {
+                    buf[n..n + more.len()].copy_from_slice(&more);
+                    n += more.len();
+                }
+                // Nothing there yet.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The socket reports an error once: it is the next read's,
+                // after the peeked bytes.
+                Err(e) => error = Some(crate::errno(&e).unwrap_or(libc::EIO)),
+            }
+        }
+        out[..n].copy_from_slice(&buf[..n]);
+        self.reads.unread(&buf[..n], error);
+        Ok(n)
+    }
+
     /// A read ended with `errno`: a reset by the peer is the writes' too.
     pub(crate) fn read_failed(&self, errno: i32) {
         if errno == libc::ECONNRESET {

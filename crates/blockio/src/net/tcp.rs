@@ -1,4 +1,6 @@
-//! TCP: a listener that accepts, and a stream that reads and writes.
+//! TCP: a listener that accepts, and a stream that reads and writes; and,
+//! as in tokio's `net::tcp`, the stream's halves ([`OwnedReadHalf`],
+//! [`OwnedWriteHalf`], [`ReadHalf`], [`WriteHalf`]).
 
 use std::fmt;
 use std::io;
@@ -498,6 +500,7 @@ pub struct TcpStream {
 }
 
 super::adapters::stream_io_traits!(TcpStream);
+super::split::stream_halves!(TcpStream, "TCP stream");
 
 impl TcpStream {
     /// Connects to `addr` on the default engine
@@ -689,6 +692,120 @@ impl TcpStream {
     /// ```
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
         self.core.sock.socket.set_tcp_nodelay(on)
+    }
+
+    /// Sets `IP_TTL`, the time-to-live of the packets this stream sends
+    /// (an IPv4 socket's option, as tokio's `set_ttl`).
+    ///
+    /// # Errors
+    /// As `setsockopt` reports them (`EINVAL` for a `ttl` above 255).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// client.set_ttl(100)?;
+    /// assert_eq!(client.ttl()?, 100);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.core.sock.socket.set_ttl_v4(ttl)
+    }
+
+    /// `IP_TTL`, the time-to-live of the packets this stream sends.
+    ///
+    /// # Errors
+    /// As `getsockopt` reports them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// // The system's default (`net.ipv4.ip_default_ttl`, 64 unless changed).
+    /// assert!(server.ttl()? > 0);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn ttl(&self) -> io::Result<u32> {
+        self.core.sock.socket.ttl_v4()
+    }
+
+    /// Sets `SO_LINGER` to zero, as tokio's `set_zero_linger`: closing the
+    /// socket resets the connection (the peer reads `ECONNRESET`) instead
+    /// of ending it, and leaves no `TIME_WAIT`. Bytes the I/O traits
+    /// accepted are still sent before the close (see
+    /// [`set_drop_linger`](Self::set_drop_linger)).
+    ///
+    /// There is no `set_linger` with a non-zero time (tokio deprecated
+    /// its own): the kernel's `close` would then block the closing thread
+    /// until the bytes are sent. [`set_drop_linger`](Self::set_drop_linger)
+    /// bounds how long they may take without blocking any thread.
+    ///
+    /// # Errors
+    /// As `setsockopt` reports them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// client.set_zero_linger()?;
+    /// assert_eq!(client.linger()?, Some(std::time::Duration::ZERO));
+    /// drop(client);
+    /// // The peer reads a reset, not the end of the stream.
+    /// let (n, _) = server.read(vec![0u8; 1]).await;
+    /// assert_eq!(n.unwrap_err().raw_os_error(), Some(libc::ECONNRESET));
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn set_zero_linger(&self) -> io::Result<()> {
+        self.core.sock.socket.set_linger(Some(Duration::ZERO))
+    }
+
+    /// `SO_LINGER`: `None` when off (the default: closing never waits),
+    /// else how long the kernel's `close` lingers.
+    ///
+    /// # Errors
+    /// As `getsockopt` reports them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let listener = blockio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let connect = blockio::net::TcpStream::connect(listener.local_addr()?);
+    /// # let (client, accepted) = futures::join!(connect, listener.accept());
+    /// # let (client, (server, _)) = (client?, accepted?);
+    ///
+    /// assert_eq!(server.linger()?, None);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn linger(&self) -> io::Result<Option<Duration>> {
+        self.core.sock.socket.linger()
     }
 
     /// Whether `TCP_NODELAY` is set.

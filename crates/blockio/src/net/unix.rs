@@ -1,4 +1,6 @@
-//! Unix-domain stream sockets: the TCP API over a path.
+//! Unix-domain stream sockets: the TCP API over a path; and, as in
+//! tokio's `net::unix`, the stream's halves ([`OwnedReadHalf`],
+//! [`OwnedWriteHalf`], [`ReadHalf`], [`WriteHalf`]).
 
 use std::fmt;
 use std::io;
@@ -234,6 +236,7 @@ pub struct UnixStream {
 }
 
 super::adapters::stream_io_traits!(UnixStream);
+super::split::stream_halves!(UnixStream, "Unix stream");
 
 impl UnixStream {
     fn new(core: StreamCore) -> UnixStream {
