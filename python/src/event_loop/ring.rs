@@ -39,6 +39,10 @@ pub(crate) fn after_fork() {
     FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
 }
 
+/// The most a socket receive into new bytes takes at once (the size of
+/// [`State::scratch`] at most).
+const RECV_MAX: usize = 256 * 1024;
+
 /// A ring and what is in flight on it.
 struct State {
     ring: IoUring,
@@ -46,6 +50,10 @@ struct State {
     next: u64,
     /// Entries were queued since the last submission.
     queued: bool,
+    /// What socket receives into new bytes read into, once their readiness
+    /// poll answers, before the bytes are made: one buffer for the ring,
+    /// so that a connection waiting for data pins none.
+    scratch: Vec<u8>,
 }
 
 /// The io_uring of one asyncio event loop (see the module's doc).
@@ -82,6 +90,7 @@ impl LoopRing {
                 ops: HashMap::new(),
                 next: 0,
                 queued: false,
+                scratch: Vec::new(),
             })),
             generation: FORK_GENERATION.load(Ordering::SeqCst),
         })
@@ -89,7 +98,18 @@ impl LoopRing {
 
     /// Receives at most `nbytes` from `fd` into new bytes (`recv` on a
     /// socket, `read` otherwise).
+    ///
+    /// On a socket the ring first waits for readiness (a poll, which holds
+    /// no memory), then the receive is made at once, in the wait that
+    /// reaps the poll, into the ring's one scratch buffer: a connection
+    /// that waits for data, idle for hours, pins no buffer. It then takes
+    /// at most 256 KiB (fewer than `nbytes`, as a receive may).
     fn recv(&self, fd: RawFd, nbytes: usize, socket: bool) -> PyResult<u64> {
+        if socket {
+            let mut op = InFlight::new(Kind::Recv, fd, true, Memory::Nothing, nbytes.min(RECV_MAX));
+            op.waiting_ready = true;
+            return self.submit(op);
+        }
         let op = InFlight::new(
             Kind::Recv,
             fd,
@@ -402,8 +422,8 @@ impl State {
             if token == CANCEL_TOKEN {
                 continue;
             }
-            if let Some(op) = self.advance(token, res)? {
-                out.push((token, i64::from(res), finish(py, op, res)?));
+            if let Some((op, res)) = self.advance(token, res)? {
+                out.push((token, i64::from(res), finish(py, op, res, &self.scratch)?));
             }
         }
         Ok(out)
@@ -412,11 +432,22 @@ impl State {
     /// Moves operation `token` on after a completion with `res`: the next
     /// step is submitted (the rest of a short send, the retry after a
     /// readiness poll, the poll after `EAGAIN`), or the finished operation
-    /// is returned.
-    fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<InFlight>> {
+    /// is returned with its result (for a socket receive whose poll
+    /// answered: the receive's, made now into [`State::scratch`]).
+    fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<(InFlight, i32)>> {
         let Some(op) = self.ops.get_mut(&token) else {
             return Ok(None);
         };
+        if op.waiting_ready && res >= 0 && op.kind != Kind::Poll {
+            if op.cancelled {
+                // The poll answered, but nothing was received: a readiness
+                // is no byte count.
+                return Ok(self.ops.remove(&token).map(|op| (op, -libc::ECANCELED)));
+            }
+            if matches!(op.memory, Memory::Nothing) {
+                return self.recv_now(token);
+            }
+        }
         let again = if op.cancelled {
             false
         } else if op.waiting_ready {
@@ -437,7 +468,29 @@ impl State {
             self.push(entry)?;
             return Ok(None);
         }
-        Ok(self.ops.remove(&token))
+        Ok(self.ops.remove(&token).map(|op| (op, res)))
+    }
+
+    /// Makes the receive of socket operation `token`, whose readiness poll
+    /// answered, into [`State::scratch`]: finished with the byte count (or
+    /// `-errno`), or polled again when another reader took the data first.
+    fn recv_now(&mut self, token: u64) -> io::Result<Option<(InFlight, i32)>> {
+        let Some(op) = self.ops.get_mut(&token) else {
+            return Ok(None);
+        };
+        if self.scratch.len() < op.len {
+            self.scratch.resize(op.len, 0);
+        }
+        let res = match super::inline::recv_inline(op.fd, &mut self.scratch[..op.len]) {
+            Ok(Some(n)) => i32::try_from(n).unwrap_or(i32::MAX),
+            Ok(None) => {
+                let entry = op.entry(token);
+                self.push(entry)?;
+                return Ok(None);
+            }
+            Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
+        };
+        Ok(self.ops.remove(&token).map(|op| (op, res)))
     }
 
     /// Cancels everything, reaps until every operation has answered or
@@ -474,8 +527,9 @@ impl State {
     }
 }
 
-/// The Python value of a finished operation.
-fn finish(py: Python<'_>, op: InFlight, res: i32) -> PyResult<PyObject> {
+/// The Python value of a finished operation (`scratch`: where a socket
+/// receive put its bytes).
+fn finish(py: Python<'_>, op: InFlight, res: i32, scratch: &[u8]) -> PyResult<PyObject> {
     if res < 0 {
         return Ok(py.None());
     }
@@ -484,6 +538,9 @@ fn finish(py: Python<'_>, op: InFlight, res: i32) -> PyResult<PyObject> {
         (Kind::Recv, Memory::Owned(v)) => {
             PyBytes::new(py, &v[..n.min(v.len())]).into_any().unbind()
         }
+        (Kind::Recv, Memory::Nothing) => PyBytes::new(py, &scratch[..n.min(scratch.len())])
+            .into_any()
+            .unbind(),
         (Kind::Accept, Memory::Addr(slot)) => (res, sockaddr::to_python(py, &slot)?)
             .into_pyobject(py)?
             .into_any()
