@@ -253,18 +253,18 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
     they can be and ended as on Linux, and the errors of asyncio's selector
     transports (its proactor ones word them differently)."""
 
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        # Receives give new bytes (see `_loop_reading`): asyncio's 64 KiB
+        # receive buffer per connection is not kept.
+        self._data = b""
+
     def write(self, data: Any) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
         if self._eof_written:
             raise RuntimeError("Cannot call write() after write_eof()")
         super().write(data)
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        # Receives give new bytes (see `_loop_reading`): asyncio's 64 KiB
-        # receive buffer per connection is not kept.
-        self._data = b""
 
     def _loop_reading(self, fut: Any = None) -> None:
         """asyncio's read loop, on receives into new bytes rather than into

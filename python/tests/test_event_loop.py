@@ -7,6 +7,7 @@ fork. The ``uring`` runs check that the loop really is on io_uring, the
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import os
 import signal
@@ -369,6 +370,34 @@ def test_a_ring_dropped_with_a_receive_in_flight_releases_its_buffer_after_the_k
     buf.extend(b"x")  # released: the operation was cancelled and answered
     b.send(b"still there")
     assert a.recv(100) == b"still there"  # the cancelled receive took nothing
+    a.close()
+    b.close()
+
+
+def test_a_socket_receive_waits_for_data_and_a_cancelled_one_takes_nothing():
+    """A socket receive into new bytes polls first and receives once data
+    is there (at most 256 KiB at once); one cancelled after its poll saw
+    data reports the cancel and leaves the data on the socket."""
+    a, b = socket.socketpair()
+    ring = _blockio.LoopRing()
+    token = ring.recv(a.fileno(), 1 << 20, True)
+    assert ring.wait(0) == []  # waiting, nothing to receive yet
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    b.setblocking(False)
+    sent = b.send(b"x" * (300 << 10))
+    assert sent > 256 << 10
+    ((got, res, data),) = ring.wait(None)
+    assert (got, res, data) == (token, 256 << 10, b"x" * (256 << 10))
+    assert a.recv(1 << 20) == b"x" * (sent - (256 << 10))
+    b.send(b"kept")
+    token = ring.recv(a.fileno(), 100, True)
+    ring.cancel(token)  # submits the poll, which finds the data at once
+    got = []
+    while not got:
+        got = ring.wait(None)
+    assert got == [(token, -errno.ECANCELED, None)]
+    assert a.recv(100) == b"kept"
+    ring.close()
     a.close()
     b.close()
 
