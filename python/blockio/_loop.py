@@ -268,8 +268,9 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
 
     def _loop_reading(self, fut: Any = None) -> None:
         """asyncio's read loop, on receives into new bytes rather than into
-        a buffer of the transport's own: the ring's socket receive waits for
-        readiness holding no memory, so an idle connection pins none. The
+        a buffer of the transport's own: the ring's socket receive lends the
+        kernel 2 KiB while it waits, so an idle connection pins no 64 KiB
+        buffer (see ``LoopRing.recv``). The
         bytes of a receive that finds reading paused stay in ``_data``
         until ``resume_reading`` hands them on (``_data_received``)."""
         data = None

@@ -20,10 +20,10 @@
 //! * `recv`/`read` into new `bytes`, or into a caller's writable buffer
 //!   (`recv_into`), held and so kept alive and unresizable until the
 //!   completion, even after a cancel; a socket's `recv` into new bytes
-//!   first waits for readiness with a poll that holds no memory, then
-//!   receives at once into one scratch buffer of the ring (so that 10,000
-//!   idle connections pin no 64 KiB buffer each, as asyncio's proactor
-//!   transports would);
+//!   lends the kernel a 2 KiB first buffer and, when that fills, takes the
+//!   rest of what the socket holds at once through one scratch buffer of
+//!   the ring (so that 10,000 idle connections pin 2 KiB each, not the
+//!   64 KiB of asyncio's proactor transports);
 //! * `send`/`write` of a caller's buffer: what the descriptor takes at
 //!   once is written at once (non-blocking), the rest on the ring,
 //!   resubmitted after each short write, so that one completion means the
