@@ -24,7 +24,9 @@ every round, pinned to CPU 0; the client is pinned to CPU 1. Printed per
 workload and loop: requests (messages) per second, median of the rounds
 and lowest-highest, p99 latency (median of the rounds), the server's CPU
 time per request (user + system over the requests it served: the loop's
-cost, also where the client is the ceiling), its peak RSS, its system
+cost, also where the client is the ceiling; in brackets the CPU of the
+load alone, without the server's start and the idle connections' setup,
+read from ``/proc/PID/stat`` before and after it), its peak RSS, its system
 calls per request (``perf stat -e raw_syscalls:sys_enter`` on the server
 while the load runs, with ``--syscalls``), and the rate's ratio to uvloop
 and to asyncio.
@@ -247,6 +249,13 @@ def _wrk(port: int, conns: int, seconds: float) -> tuple[int, float, float, int]
     return n, secs, float(p99.group(1)) * unit, timeouts  # type: ignore[union-attr]
 
 
+def _cpu_seconds(pid: int) -> float:
+    """Process ``pid``'s CPU time so far (user + system, ``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _perf(pid: int) -> subprocess.Popen[str]:
     return subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(pid)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -269,6 +278,7 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
     port = int(server.stdout.readline())
     idle = _idle(port, args.idle) if kind in IDLE else []
     perf = _perf(server.pid) if args.syscalls else None
+    cpu_before_load = _cpu_seconds(server.pid)
     timeouts = 0
     if kind in HTTP or kind in IDLE:
         n, took, p99, timeouts = _wrk(port, conns, args.seconds)
@@ -279,6 +289,7 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
         took = time.monotonic() - start
         loop.close()
         p99 = statistics.quantiles(rtts, n=100)[98] if len(rtts) > 1 else float("nan")
+    load_cpu = _cpu_seconds(server.pid) - cpu_before_load
     calls = _perf_count(perf) if perf else 0
     for c in idle:
         c.close()
@@ -287,7 +298,7 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
     cpu, rss = server.stdout.readline().split()
     if server.wait() != 0:
         raise SystemExit(f"the {name} {kind} server failed")
-    return {"rate": n / took, "p99": p99, "cpu": float(cpu) / n, "rss": int(rss) / 1024, "calls": calls / n,
+    return {"rate": n / took, "p99": p99, "cpu": float(cpu) / n, "load_cpu": load_cpu / n, "rss": int(rss) / 1024, "calls": calls / n,
             "timeouts": timeouts}
 
 
@@ -302,7 +313,7 @@ def _report(title: str, got: dict[str, list[dict[str, float]]]) -> None:
         late = sum(r["timeouts"] for r in rs)
         calls += f"  {late} over 2 s" if late else ""
         print(f"  {n:8} {m['rate']:9.0f}/s ({min(rates):.0f}-{max(rates):.0f})  p99 {m['p99'] * 1e3:7.2f} ms  "
-              f"CPU {m['cpu'] * 1e6:6.1f} us/req  RSS {m['rss']:5.1f} MiB{calls}  {ratio}")
+              f"CPU {m['cpu'] * 1e6:6.1f} us/req (load {m['load_cpu'] * 1e6:5.1f})  RSS {m['rss']:5.1f} MiB{calls}  {ratio}")
     sys.stdout.flush()
 
 

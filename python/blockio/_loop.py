@@ -72,6 +72,9 @@ _T = TypeVar("_T")
 os.register_at_fork(after_in_child=_blockio.after_fork)
 
 # The errnos with which io_uring_setup says io_uring is not available here.
+# The most a socket transport's receive takes at once (as uvloop's).
+_RECV_SIZE = 256 * 1024
+
 _UNAVAILABLE = (errno.EPERM, errno.ENOSYS, errno.EACCES, errno.EOPNOTSUPP)
 
 
@@ -250,6 +253,12 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
     they can be and ended as on Linux, and the errors of asyncio's selector
     transports (its proactor ones word them differently)."""
 
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        # Receives give new bytes (see `_loop_reading`): asyncio's 64 KiB
+        # receive buffer per connection is not kept.
+        self._data = b""
+
     def write(self, data: Any) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
@@ -257,7 +266,52 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             raise RuntimeError("Cannot call write() after write_eof()")
         super().write(data)
 
+    def _loop_reading(self, fut: Any = None) -> None:
+        """asyncio's read loop, on receives into new bytes rather than into
+        a buffer of the transport's own: the ring's socket receive lends the
+        kernel 2 KiB while it waits, so an idle connection pins no 64 KiB
+        buffer (see ``LoopRing.recv``). The
+        bytes of a receive that finds reading paused stay in ``_data``
+        until ``resume_reading`` hands them on (``_data_received``)."""
+        data = None
+        try:
+            if fut is not None:
+                self._read_fut = None
+                if not fut.done():
+                    fut.cancel()
+                else:
+                    data = fut.result()
+                    if not data:
+                        return  # end of stream: no next receive
+            if self._closing:
+                return
+            if not self._paused:
+                self._read_fut = self._loop._proactor.recv(self._sock, _RECV_SIZE)
+        except ConnectionAbortedError as exc:
+            if not self._closing:
+                self._fatal_error(exc, "Fatal read error on pipe transport")
+        except ConnectionResetError as exc:
+            self._force_close(exc)
+        except OSError as exc:
+            self._fatal_error(exc, "Fatal read error on pipe transport")
+        except exceptions.CancelledError:
+            if not self._closing:
+                raise
+        else:
+            if not self._paused:
+                self._read_fut.add_done_callback(self._loop_reading)
+        finally:
+            if data is not None:
+                self._data_received(data, len(data))
+
+    def resume_reading(self) -> None:
+        super().resume_reading()
+        if not self._paused:
+            self._data = b""  # handed on (or nothing was kept)
+
     def _data_received(self, data: Any, length: int) -> None:
+        if self._paused:
+            self._data = data  # kept for resume_reading
         if self._paused or length == 0 or not isinstance(self._protocol, asyncio.BufferedProtocol):
             super()._data_received(data, length)
             return

@@ -12,7 +12,10 @@ keeps its future by token, and in ``select`` resolves every future whose
 operation the kernel finished in that wake-up (one batch per wait, the GIL
 released while the thread waits in ``io_uring_enter``).
 
-On the ring as completions: ``recv``, ``recv_into`` (and ``read`` on pipes),
+On the ring as completions: ``recv`` (on a socket into a 2 KiB first
+buffer, all that a receive waiting on an idle connection holds; the rest
+of a larger message is taken at once when that fills), ``recv_into`` (and
+``read`` on pipes),
 ``send`` (and ``write``: what the descriptor takes at once is written at
 once, the rest on the ring), ``accept``, and one-shot polls. Driven by
 readiness (a ring poll, then the non-blocking system call, as asyncio's

@@ -7,6 +7,7 @@ fork. The ``uring`` runs check that the loop really is on io_uring, the
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import os
 import signal
@@ -373,6 +374,42 @@ def test_a_ring_dropped_with_a_receive_in_flight_releases_its_buffer_after_the_k
     b.close()
 
 
+def test_a_socket_receive_takes_a_small_message_or_up_to_256_kib_and_a_cancelled_one_nothing():
+    """A socket receive into new bytes lends the kernel a small first
+    buffer; when that fills, the rest of what the socket holds is taken at
+    once (at most 256 KiB in all). One cancelled while it waits takes
+    nothing."""
+    a, b = socket.socketpair()
+    ring = _blockio.LoopRing()
+    token = ring.recv(a.fileno(), 1 << 20, True)
+    assert ring.wait(0) == []  # waiting, nothing to receive yet
+    b.send(b"hi")
+    assert ring.wait(None) == [(token, 2, b"hi")]
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    b.setblocking(False)
+    data = os.urandom(300 << 10)
+    sent = b.send(data)
+    assert sent > 256 << 10
+    token = ring.recv(a.fileno(), 1 << 20, True)
+    got = []
+    while not got:
+        got = ring.wait(None)
+    assert got == [(token, 256 << 10, data[: 256 << 10])]
+    assert a.recv(1 << 20) == data[256 << 10 : sent]
+    token = ring.recv(a.fileno(), 100, True)
+    assert ring.wait(0) == []
+    assert ring.cancel(token)
+    got = []
+    while not got:
+        got = ring.wait(None)
+    assert got == [(token, -errno.ECANCELED, None)]
+    b.send(b"kept")
+    assert a.recv(100) == b"kept"
+    ring.close()
+    a.close()
+    b.close()
+
+
 _SIGINT_WHILE_WAITING = """
 
 import asyncio, os, signal, sys, threading, blockio
@@ -725,3 +762,71 @@ def test_read_pipe_transport_ends_at_end_of_file(loop):
 
     lost = loop.create_future()
     assert loop.run_until_complete(main()) == (None, True)
+
+
+_IDLE_CONNECTIONS = """
+import asyncio, resource, socket, sys, blockio
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+loop = blockio.new_event_loop()
+made = []
+enough = loop.create_future()
+want = 0
+
+class Idle(asyncio.Protocol):
+    def connection_made(self, transport):
+        made.append(transport)
+        if len(made) == want and not enough.done():
+            enough.set_result(None)
+
+async def connect(port, n):
+    global enough, want
+    enough, want = loop.create_future(), len(made) + n
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.setblocking(False)
+        await loop.sock_connect(s, ("127.0.0.1", port))
+        socks.append(s)
+    await enough  # woken after each transport's first receive was submitted
+    return socks
+
+async def main(n):
+    server = await loop.create_server(Idle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    warm = await connect(port, 200)
+    before = rss()
+    idle = await connect(port, n)
+    per = (rss() - before) // n
+    assert loop.backend == "epoll" or all(t._read_fut is not None for t in made)
+    for s in warm + idle:
+        s.close()
+    server.close()
+    return per
+
+print(loop.run_until_complete(main(int(sys.argv[1]))))
+loop.close()
+"""
+
+
+@pytest.mark.parametrize("backend_env", ["uring", "threads"])
+def test_an_idle_connection_pins_no_receive_buffer(backend_env):
+    """2,000 idle connections, each with its receive waiting, cost each a
+    few KiB of the server's memory (its socket, transport and protocol
+    objects, and the client's socket in the same process), not the 64 KiB
+    receive buffer per connection that asyncio's proactor transports keep.
+    In a fresh process, so that memory freed by earlier tests does not
+    hide the growth."""
+    import subprocess
+
+    env = dict(os.environ, BLOCKIO_BACKEND=backend_env)
+    out = subprocess.run([sys.executable, "-c", _IDLE_CONNECTIONS, "2000"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    per_connection = int(out.stdout)
+    assert per_connection < 24 * 1024, f"{per_connection} bytes of RSS per idle connection"

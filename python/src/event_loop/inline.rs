@@ -1,11 +1,13 @@
-//! The write tried before the ring: as much of a send as the descriptor
-//! takes without waiting. Most sends fit the socket's buffer, so they cost
-//! one system call and no completion.
+//! The calls made in the loop's thread instead of on the ring: the write
+//! tried before the ring (as much of a send as the descriptor takes
+//! without waiting; most sends fit the socket's buffer, so they cost one
+//! system call and no completion), and the receive made once a socket's
+//! readiness poll answers.
 
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
 
-use rustix::net::SendFlags;
+use rustix::net::{RecvFlags, SendFlags};
 
 /// Writes what `fd` takes of `data` now; 0 when it would block (or cannot
 /// say without blocking). Other errors are the caller's (`EPIPE`...).
@@ -58,5 +60,23 @@ fn write_if_nonblocking(fd: RawFd, data: &[u8]) -> io::Result<usize> {
         Ok(n) => Ok(n),
         Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => Ok(0),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Receives what socket `fd` holds into `buf` without waiting: `Ok(None)`
+/// when it would block (a readiness that another reader took first),
+/// `Ok(Some(0))` at end of stream.
+pub(crate) fn recv_inline(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: the caller's descriptor, borrowed for this one call; the
+    // proactor holds the socket open until the receive's completion is
+    // dispatched, so the number still names that socket.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    loop {
+        return match rustix::net::recv(borrowed, &mut *buf, RecvFlags::DONTWAIT) {
+            Ok((n, _)) => Ok(Some(n)),
+            Err(e) if e == rustix::io::Errno::INTR => continue,
+            Err(e) if e == rustix::io::Errno::AGAIN => Ok(None),
+            Err(e) => Err(e.into()),
+        };
     }
 }

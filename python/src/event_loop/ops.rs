@@ -56,8 +56,13 @@ pub(crate) struct InFlight {
     pub memory: Memory,
     /// Bytes to transfer (receives: at most; sends: all of them).
     pub len: usize,
-    /// Bytes a send has already written.
+    /// Bytes a send has already written; bytes a socket receive took
+    /// beyond its first buffer (see `rest`).
     pub done: usize,
+    /// Bytes a socket receive may take beyond its first buffer: when the
+    /// kernel fills that buffer, they are received at once from the
+    /// socket, without waiting.
+    pub rest: usize,
     /// The poll mask of a [`Kind::Poll`].
     pub mask: u32,
     /// A readiness poll is in flight in its place (after `EAGAIN`).
@@ -76,6 +81,7 @@ impl InFlight {
             memory,
             len,
             done: 0,
+            rest: 0,
             mask: 0,
             waiting_ready: false,
             cancelled: false,
