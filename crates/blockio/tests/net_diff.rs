@@ -1139,6 +1139,78 @@ fn idle_and_slow_peers_do_not_stall_a_probe() {
     }
 }
 
+/// Slowloris peers holding their requests open: a line server (one task
+/// per connection, a reply per `\n`-ended request) holds `SLOW` peers
+/// that have each sent half a request and wait, every one of their tasks
+/// waiting in a read; probes that connect meanwhile are accepted and
+/// answered, and then each slow peer's request, finished, gets its own
+/// reply, on every stack, with default settings. Each wait is for an
+/// event (a reply), bounded by the peers' read limit.
+#[test]
+fn probes_are_served_while_slow_peers_hold_requests_open() {
+    const SLOW: usize = 2000;
+    for stack in STACKS {
+        let server = serve(stack, Family::Tcp { send_buffer: None }, lines());
+        let Addr::Tcp(addr) = server.addr.clone() else {
+            unreachable!()
+        };
+        let ask = |p: &mut std::net::TcpStream, line: &str, what: &str| {
+            p.write_all(line.as_bytes()).unwrap();
+            let got = read_exactly(p, line.len());
+            let want = read_exactly(&mut io::Cursor::new(line), line.len());
+            assert_eq!(got, want, "{stack:?}: {what}");
+        };
+        // One full request each (so that each is accepted before the next
+        // connects), then half of the next, held open.
+        let mut slow: Vec<_> = (0..SLOW)
+            .map(|i| {
+                let mut p = link::connect(addr);
+                p.set_read_timeout(Some(PEER_LIMIT)).unwrap();
+                ask(&mut p, "hello\n", &format!("slow peer {i}'s first request"));
+                p.write_all(format!("held {i}").as_bytes()).unwrap();
+                p
+            })
+            .collect();
+        for probe in 0..10 {
+            let mut p = link::connect(addr);
+            p.set_read_timeout(Some(PEER_LIMIT)).unwrap();
+            let what = format!("probe {probe} beside {SLOW} held requests");
+            ask(&mut p, &format!("probe {probe}\n"), &what);
+        }
+        for (i, p) in slow.iter_mut().enumerate() {
+            p.write_all(b" done\n").unwrap();
+            let line = format!("held {i} done\n");
+            let got = read_exactly(p, line.len());
+            let want = read_exactly(&mut io::Cursor::new(&line), line.len());
+            assert_eq!(got, want, "{stack:?}: slow peer {i}'s held request");
+        }
+        drop(slow);
+        drop(server);
+    }
+}
+
+/// Replies to each `\n`-ended request with the request, read through the
+/// I/O traits, until the peer ends or fails.
+fn lines() -> Handler {
+    Arc::new(|s: Conn| {
+        Box::pin(async move {
+            let mut s = tokio::io::BufReader::new(s.io());
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match tokio::io::AsyncBufReadExt::read_until(&mut s, b'\n', &mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        if s.get_mut().write_all(&line).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+    })
+}
+
 /// Echoes through the I/O traits until the peer ends or fails.
 fn echo() -> Handler {
     Arc::new(|s: Conn| {
