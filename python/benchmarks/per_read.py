@@ -8,9 +8,12 @@ instructions (or system calls) of one read, start-up excluded.
 
 CONTENDER is ``aread``, ``open`` (a ``blockio.open`` file per task,
 ``seek`` + ``read``), ``open-seq`` (one ``blockio.open`` file read in order,
-``await f.read(4096)`` alone, wrapping round at its end), ``turbofile`` or
-``builtin`` (a synchronous ``os.pread`` loop, the floor). The file must exist and be in the page cache
-(``peers.py`` makes and warms it).
+``await f.read(SIZE)`` alone, wrapping round at its end), ``turbofile``,
+``builtin`` (a synchronous ``os.pread`` loop, the floor) or ``builtin-seq``
+(``os.pread`` of SIZE bytes in order, wrapping round: the floor of
+``open-seq``). SIZE is ``--size`` (4096 by default; the others read 4 KiB).
+The file must exist and be in the page cache (``peers.py`` makes and warms
+it).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ BLOCK = 4096
 TASKS = 64
 
 
-async def run(name: str, path: str, reads: int) -> int:
+async def run(name: str, path: str, reads: int, size: int = BLOCK) -> int:
     blocks = os.path.getsize(path) // BLOCK
     rnd = random.Random(5)
     offs = iter([rnd.randrange(blocks) * BLOCK for _ in range(reads)])
@@ -50,15 +53,27 @@ async def run(name: str, path: str, reads: int) -> int:
             got[0] += len(os.pread(fd, BLOCK, off))
         os.close(fd)
         return got[0]
+    if name == "builtin-seq":
+        fd = os.open(path, os.O_RDONLY)
+        pos = 0
+        for _ in range(reads):
+            data = os.pread(fd, size, pos)
+            if len(data) < size:
+                pos = 0
+                data = os.pread(fd, size, pos)
+            pos += len(data)
+            got[0] += len(data)
+        os.close(fd)
+        return got[0]
     if name == "open-seq":
         import blockio
 
         f = await blockio.open(path, "rb")
         for _ in range(reads):
-            data = await f.read(BLOCK)
-            if not data:
+            data = await f.read(size)
+            if len(data) < size:
                 await f.seek(0)
-                data = await f.read(BLOCK)
+                data = await f.read(size)
             got[0] += len(data)
         await f.close()
         return got[0]
@@ -89,13 +104,18 @@ async def run(name: str, path: str, reads: int) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("contender", choices=["aread", "open", "open-seq", "turbofile", "builtin"])
+    ap.add_argument("contender", choices=["aread", "open", "open-seq", "turbofile", "builtin", "builtin-seq"])
     ap.add_argument("reads", type=int)
     ap.add_argument("--file", default="bench-data/py-peers-256m.dat")
+    ap.add_argument("--size", type=int, default=BLOCK, help="bytes per read of open-seq and builtin-seq")
     args = ap.parse_args()
-    n = asyncio.run(run(args.contender, args.file, args.reads))
-    if n != args.reads * BLOCK:
-        print(f"read {n} bytes, expected {args.reads * BLOCK}", file=sys.stderr)
+    if args.size < 1:
+        ap.error(f"--size must be at least 1, not {args.size}")
+    seq = args.contender in ("open-seq", "builtin-seq")
+    size = args.size if seq else BLOCK
+    n = asyncio.run(run(args.contender, args.file, args.reads, size))
+    if n != args.reads * size:
+        print(f"read {n} bytes, expected {args.reads * size}", file=sys.stderr)
         return 1
     return 0
 
