@@ -1029,7 +1029,8 @@ fn cached_reads_served_inline_match_the_driver() {
 }
 
 /// A cached read withdrawn before its first poll is never performed, and
-/// one served inline counts as performed: its withdrawal comes too late.
+/// one served inline counts as performed: its withdrawal comes too late,
+/// whether the handle was taken before the read or after.
 #[test]
 fn withdrawals_around_inline_reads_keep_their_meaning() {
     let (path, data) = data_file(8192, 63);
@@ -1049,6 +1050,15 @@ fn withdrawals_around_inline_reads_keep_their_meaning() {
     assert_eq!(b, &data[4096..]);
     assert_eq!(engine.served_inline(), 1);
     assert!(!withdrawal.withdraw(), "performed, so not withdrawn");
+
+    // A handle first asked for once the read was served inline knows it
+    // as performed too.
+    let mut fut = file.read_at(vec![0u8; 4096], 0);
+    let (r, b) = futures::executor::block_on(&mut fut);
+    assert_eq!(r.unwrap(), 4096);
+    assert_eq!(b, &data[..4096]);
+    assert_eq!(engine.served_inline(), 2);
+    assert!(!fut.withdrawal().withdraw(), "performed, so not withdrawn");
 }
 
 /// Reads racing a truncate and a rewrite of the same file return a prefix

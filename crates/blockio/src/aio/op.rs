@@ -6,7 +6,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use super::buf::IoBufMut;
@@ -22,7 +22,10 @@ pub type BufResult<T, B> = (io::Result<T>, B);
 /// An operation's completion target, shared by its future and the driver. It owns the
 /// operation's memory — the buffer, the iovec array, a handle keeping the
 /// file open — so that memory lives until the completion has been seen,
-/// however early the future is dropped.
+/// however early the future is dropped. Made when the operation is handed
+/// to the driver (or a handle to it is asked for): until then the future
+/// holds that memory itself, and a read served at its first poll never
+/// allocates this.
 pub(crate) struct OpTarget<B> {
     inner: Mutex<OpState<B>>,
     /// Set by [`OpFuture::detach`]: performed even with the future gone.
@@ -48,7 +51,7 @@ struct OpState<B> {
     buf: Option<B>,
     /// Kept only to stay alive until the completion.
     _iovecs: Vec<libc::iovec>,
-    _keep: Arc<dyn Send + Sync>,
+    _keep: Option<Arc<dyn Send + Sync>>,
     /// The result is a new descriptor (accept) that nobody has taken yet:
     /// closed with this state if the future was dropped, so an accept
     /// cancelled too late leaks nothing.
@@ -70,6 +73,20 @@ impl<B> Drop for OpState<B> {
 }
 
 impl<B> OpState<B> {
+    /// What is left in a future's own state once it has moved to the
+    /// state shared with the driver: nothing.
+    fn moved() -> OpState<B> {
+        OpState {
+            result: None,
+            waker: None,
+            buf: None,
+            _iovecs: Vec::new(),
+            _keep: None,
+            new_fd: false,
+            hold: None,
+        }
+    }
+
     /// Keeps `waker` unless the one stored already wakes the same task;
     /// returns the waker it replaced, for the caller to drop once the lock
     /// is let go (a waker's `Drop` is user code, which may call back into
@@ -402,7 +419,15 @@ impl<B: Send> Settles for OpTarget<B> {
 pub struct OpFuture<B: Send + 'static> {
     /// The engine, and where the operation asks whether it is driven.
     admission: Admission,
-    shared: Arc<OpTarget<B>>,
+    /// The operation's state while this future alone holds it: its
+    /// memory, and its result once served inline. Moved into `shared`
+    /// when that is made, and left empty.
+    local: Mutex<OpState<B>>,
+    /// The state shared with the driver and with any handle to the
+    /// operation, made when the operation is handed to the driver or a
+    /// handle is asked for (a read served inline never needs it); from
+    /// then on it holds the operation's state.
+    shared: OnceLock<Arc<OpTarget<B>>>,
     /// Where the operation acts, for its errors once the operation itself
     /// has gone to the driver.
     site: Site,
@@ -439,25 +464,51 @@ impl<B: Send + 'static> OpFuture<B> {
         let site = op.site();
         OpFuture {
             admission,
-            shared: Arc::new(OpTarget {
-                inner: Mutex::new(OpState {
-                    result: None,
-                    waker: None,
-                    buf: Some(buf),
-                    _iovecs: iovecs,
-                    _keep: keep,
-                    new_fd: site.kind == crate::kind::OpKind::Accept,
-                    hold: None,
-                }),
-                detached: AtomicBool::new(false),
-                claim: AtomicU8::new(WAITING),
+            local: Mutex::new(OpState {
+                result: None,
+                waker: None,
+                buf: Some(buf),
+                _iovecs: iovecs,
+                _keep: Some(keep),
+                new_fd: site.kind == crate::kind::OpKind::Accept,
+                hold: None,
             }),
+            shared: OnceLock::new(),
             site,
             op: Some(op),
             refused: None,
             inline: None,
             #[cfg(feature = "tokio")]
             gate: None,
+        }
+    }
+
+    /// The state shared with the driver, made at the first call: the
+    /// operation's state moves there from the future's own. An operation
+    /// served inline before that is claimed, as the driver would have.
+    fn target(&self) -> &Arc<OpTarget<B>> {
+        self.shared.get_or_init(|| {
+            let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+            let state = std::mem::replace(&mut *local, OpState::moved());
+            let claim = if state.result.is_some() {
+                CLAIMED
+            } else {
+                WAITING
+            };
+            Arc::new(OpTarget {
+                inner: Mutex::new(state),
+                detached: AtomicBool::new(false),
+                claim: AtomicU8::new(claim),
+            })
+        })
+    }
+
+    /// Runs `f` on the operation's state, wherever it is: the future's own
+    /// until the shared state is made, then that one.
+    fn with_state<R>(&mut self, f: impl FnOnce(&mut OpState<B>) -> R) -> R {
+        match self.shared.get() {
+            Some(shared) => f(&mut shared.inner.lock().unwrap_or_else(|e| e.into_inner())),
+            None => f(self.local.get_mut().unwrap_or_else(|e| e.into_inner())),
         }
     }
 
@@ -487,9 +538,11 @@ impl<B: Send + 'static> OpFuture<B> {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
-        // Claimed first, as the driver would: a withdrawal that comes later
-        // must report the operation as performed; one that came first wins.
-        if !self.shared.claim() {
+        // Claimed first, as the driver would, once a handle exists that may
+        // withdraw it (only the shared state gives one out): a withdrawal
+        // that comes later must report the operation as performed; one
+        // that came first wins.
+        if self.shared.get().is_some_and(|shared| !shared.claim()) {
             return Poll::Ready(None);
         }
         let res = inline.try_now(op);
@@ -497,9 +550,9 @@ impl<B: Send + 'static> OpFuture<B> {
             INLINE_RUN.set(run + 1);
             self.op = None;
             self.admission.engine().count_inline();
-        } else {
+        } else if let Some(shared) = self.shared.get() {
             // Not performed: back to waiting, for the driver to claim.
-            self.shared.claim.store(WAITING, Ordering::Release);
+            shared.claim.store(WAITING, Ordering::Release);
         }
         Poll::Ready(res)
     }
@@ -595,7 +648,7 @@ impl<B: Send + 'static> OpFuture<B> {
         }
         Some(Request {
             op,
-            done: self.shared.clone(),
+            done: self.target().clone(),
         })
     }
 
@@ -605,7 +658,7 @@ impl<B: Send + 'static> OpFuture<B> {
     where
         B: IoBufMut,
     {
-        self.shared.clone()
+        self.target().clone()
     }
 
     /// A handle to this operation's result that outlives the future, once
@@ -619,7 +672,7 @@ impl<B: Send + 'static> OpFuture<B> {
         if self.op.is_some() || self.refused.is_some() {
             return None;
         }
-        Some(self.shared.clone())
+        Some(self.target().clone())
     }
 
     /// A handle that can withdraw this operation for as long as it waits
@@ -653,7 +706,7 @@ impl<B: Send + 'static> OpFuture<B> {
     /// # }
     /// ```
     pub fn withdrawal(&self) -> Withdrawal {
-        let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(&self.shared);
+        let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(self.target());
         Withdrawal(weak)
     }
 
@@ -663,17 +716,31 @@ impl<B: Send + 'static> OpFuture<B> {
     /// For operations that complete on their own (file I/O): one whose
     /// target may wait forever is still cancelled, as by dropping.
     pub(crate) fn detach(self) {
-        self.shared.detached.store(true, Ordering::Release);
+        // Without shared state the operation never reached the driver,
+        // and is dropped with the future as it would have been.
+        if let Some(shared) = self.shared.get() {
+            shared.detached.store(true, Ordering::Release);
+        }
     }
 
     /// Registers the waker of the task that will await this operation.
     pub(crate) fn set_waker(&self, waker: &Waker) {
-        let mut g = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self
+            .target()
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let replaced = g.store_waker(waker);
         drop(g);
         drop(replaced);
     }
 }
+
+// Never pinned structurally: the memory the kernel is given does not move
+// with the buffer value (the contract of `IoBuf`, on which `new` already
+// relies as it moves the buffer after the operation was built), so the
+// future may move whatever `B` is, its buffer with it until submission.
+impl<B: Send + 'static> Unpin for OpFuture<B> {}
 
 impl<B: Send + 'static> Future for OpFuture<B> {
     type Output = BufResult<usize, B>;
@@ -685,9 +752,11 @@ impl<B: Send + 'static> Future for OpFuture<B> {
             match this.poll_inline(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(res)) => {
-                    let mut g = this.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
-                    g.result = Some(res);
-                    let buf = g.buf.take().expect("OpFuture polled after it resolved");
+                    let buf = this.with_state(|g| {
+                        g.result = Some(res);
+                        g.buf.take()
+                    });
+                    let buf = buf.expect("OpFuture polled after it resolved");
                     return Poll::Ready((this.site.result(res), buf));
                 }
                 Poll::Ready(None) => {}
@@ -697,21 +766,27 @@ impl<B: Send + 'static> Future for OpFuture<B> {
             this.set_waker(cx.waker());
             this.resume();
         }
-        let mut g = this.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(err) = this.refused.take() {
-            let buf = g.buf.take().expect("OpFuture polled after it resolved");
-            return Poll::Ready((Err(err), buf));
-        }
-        match g.result {
-            Some(res) => {
+        let refused = this.refused.take();
+        let site = this.site;
+        let (ready, replaced) = this.with_state(|g| {
+            if let Some(err) = refused {
                 let buf = g.buf.take().expect("OpFuture polled after it resolved");
-                g.new_fd = false;
-                Poll::Ready((this.site.result(res), buf))
+                return (Some((Err(err), buf)), None);
             }
+            match g.result {
+                Some(res) => {
+                    let buf = g.buf.take().expect("OpFuture polled after it resolved");
+                    g.new_fd = false;
+                    (Some((site.result(res), buf)), None)
+                }
+                None => (None, g.store_waker(cx.waker())),
+            }
+        });
+        // After the lock: a waker's `Drop` is user code.
+        drop(replaced);
+        match ready {
+            Some(out) => Poll::Ready(out),
             None => {
-                let replaced = g.store_waker(cx.waker());
-                drop(g);
-                drop(replaced);
                 INLINE_RUN.set(0);
                 Poll::Pending
             }
@@ -737,15 +812,19 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
             // `ECANCELED`). Submitted: the cancel below finds it.
             gate.cancel();
         }
-        let pending = self
-            .shared
+        // Without shared state the operation never reached the driver
+        // (served inline): nothing to cancel.
+        let Some(shared) = self.shared.get() else {
+            return;
+        };
+        let pending = shared
             .inner
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .result
             .is_none();
         if pending && (self.site.kind.is_socket() || may_wait_forever(self.site.fd)) {
-            let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(&self.shared);
+            let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(shared);
             self.admission.engine().driver().cancel(Cancel(weak));
         }
     }

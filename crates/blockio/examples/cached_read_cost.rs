@@ -1,0 +1,74 @@
+//! Reads a cached file at pseudo-random 4 KiB offsets through the async
+//! API: 64 tokio tasks on a current-thread runtime, `read_at(...).await`
+//! in a loop. Made to be run under `valgrind --tool=callgrind` at two
+//! counts of reads: the difference in instructions over the difference
+//! in reads is the user-space cost of one cached async read, start-up
+//! excluded (`docs/benchmarks.md`, "The async API's cached reads at
+//! their first poll").
+//!
+//! ```sh
+//! cargo run --release --features tokio --example cached_read_cost -- FILE READS
+//! ```
+
+use std::sync::Arc;
+
+use blockio::aio::{AsyncEngine, AsyncFile};
+
+/// Tasks reading at once.
+const TASKS: u64 = 64;
+/// Bytes per read.
+const BLOCK: u64 = 4096;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args_os().skip(1);
+    let (Some(path), Some(reads)) = (args.next(), args.next()) else {
+        return Err("usage: cached_read_cost FILE READS".into());
+    };
+    let reads: u64 = reads
+        .to_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or("READS: expected a whole number of reads")?;
+    let blocks = std::fs::metadata(&path)?.len() / BLOCK;
+    if blocks == 0 {
+        return Err(format!("{}: smaller than one 4 KiB block", path.to_string_lossy()).into());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let served = rt.block_on(async {
+        let engine = AsyncEngine::builder().queue_depth(TASKS as usize).build()?;
+        let file = Arc::new(AsyncFile::open(&engine, &path)?);
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| tokio::spawn(read_task(file.clone(), t, reads / TASKS, blocks)))
+            .collect();
+        let mut bytes = 0;
+        for t in tasks {
+            bytes += t.await??;
+        }
+        Ok::<u64, Box<dyn std::error::Error + Send + Sync>>(bytes)
+    });
+    println!("{} bytes read", served.map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+/// Reads `count` blocks of `blocks` at offsets from a generator seeded
+/// with `seed`: how many bytes it read.
+async fn read_task(
+    file: Arc<AsyncFile>,
+    seed: u64,
+    count: u64,
+    blocks: u64,
+) -> std::io::Result<u64> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut buf = vec![0u8; BLOCK as usize];
+    let mut bytes = 0;
+    for _ in 0..count {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let (res, b) = file.read_at(buf, (state % blocks) * BLOCK).await;
+        buf = b;
+        bytes += res? as u64;
+    }
+    Ok(bytes)
+}
