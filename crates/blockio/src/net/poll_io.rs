@@ -15,6 +15,15 @@
 //! `AsyncReadExt::read`) loses nothing: the receive goes on and its bytes
 //! are the next read's.
 //!
+//! On io_uring, a read that finds no bytes kept and no receive in flight
+//! first receives what the socket holds straight into the caller's
+//! buffer, on the calling thread (`MSG_DONTWAIT`), as tokio's read does;
+//! only a socket that holds nothing arms a receive in the kernel. A
+//! protocol reader that reads again as soon as it has parsed a frame
+//! (tungstenite clears its read buffer before each call) then gets the
+//! bytes already there at once, rather than a pending result, a wake
+//! from the driver and another call.
+//!
 //! A stream holds its receive buffer only while it needs it: once a read
 //! has handed out everything received and no receive is in flight, the
 //! buffer goes to a free list the process's streams share (at most
@@ -41,6 +50,7 @@ use std::task::{ready, Context, Poll, Waker};
 use super::read_side::Settled;
 use super::stream::StreamCore;
 use crate::aio::op::{OpFuture, ReadOut};
+use crate::backend::Backend;
 
 /// The smallest buffer a trait read receives into.
 const MIN_RECEIVE: usize = 16 * 1024;
@@ -149,6 +159,10 @@ impl PollIo {
                 }
                 Settled::Receive => {}
             }
+            if let Some(read) = Self::receive_at_once(core, out) {
+                self.release(core);
+                return Poll::Ready(read);
+            }
             let mut buf = std::mem::take(&mut self.spare);
             if buf.capacity() == 0 {
                 buf = pool_take();
@@ -175,6 +189,35 @@ impl PollIo {
                     core.reads.detach(fut.abandoned_handle(), None);
                     self.receiving = Some(fut);
                 }
+            }
+        }
+    }
+
+    /// On io_uring, receives what the socket holds straight into `out`,
+    /// on the calling thread, without waiting (`MSG_DONTWAIT`), before a
+    /// receive is armed in the kernel: `None` when the socket holds
+    /// nothing, and the receive goes through the driver. Called only when
+    /// the stream keeps no bytes and no receive is in flight, so what the
+    /// socket holds comes next. The thread pool's receive already tries
+    /// the socket first.
+    fn receive_at_once(core: &StreamCore, out: &mut dyn ReadOut) -> Option<io::Result<usize>> {
+        if core.sock.engine().backend() != Backend::IoUring {
+            return None;
+        }
+        // SAFETY: only the kernel writes into the slice, and only bytes it
+        // received.
+        let unfilled = unsafe { out.unfilled() };
+        match core.sock.recv_into_at_once(unfilled) {
+            Ok(n) => {
+                // SAFETY: the kernel wrote the first `n` bytes (recv
+                // returns how many, at most the slice's length).
+                unsafe { out.advance(n) };
+                Some(Ok(n))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            Err(e) => {
+                core.read_failed(crate::errno(&e).unwrap_or(0));
+                Some(Err(super::os_error(e)))
             }
         }
     }
