@@ -474,6 +474,48 @@ fn a_stream_moves_to_a_new_runtime_that_drives_its_engine() {
     assert_eq!(&back, b"pong");
 }
 
+/// A trait read on a socket that already holds bytes takes them in its
+/// first poll, as tokio's read does, rather than arming a receive and
+/// returning pending: a protocol reader that reads again right after a
+/// frame would otherwise pay a pending result and a wake for bytes that
+/// were there (both traits: a plain slice and tokio's `ReadBuf`). Each
+/// read but the last fills its buffer, so the socket may hold more.
+#[test]
+fn a_trait_read_takes_what_the_socket_holds_in_its_first_poll() {
+    let e = engine();
+    let (mut s, mut peer) = pair(&e);
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let msg = b"a frame already on the socket";
+    peer.write_all(msg).unwrap();
+    common::wait_until("the bytes reach the socket", || unread(&s) == msg.len());
+    let mut buf = vec![0u8; msg.len()];
+    let read = futures::io::AsyncRead::poll_read(std::pin::Pin::new(&mut s), &mut cx, &mut buf);
+    match read {
+        std::task::Poll::Ready(Ok(n)) => assert_eq!(&buf[..n], &msg[..]),
+        other => panic!("the first poll of a read gave {other:?}, the socket holding bytes"),
+    }
+    #[cfg(feature = "tokio")]
+    {
+        let msg = b"and another";
+        peer.write_all(msg).unwrap();
+        common::wait_until("the bytes reach the socket", || unread(&s) == msg.len());
+        let mut mem = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut out = tokio::io::ReadBuf::uninit(&mut mem);
+        let read = tokio::io::AsyncRead::poll_read(std::pin::Pin::new(&mut s), &mut cx, &mut out);
+        assert!(
+            matches!(read, std::task::Poll::Ready(Ok(()))),
+            "the first poll of a tokio read gave {read:?}, the socket holding bytes"
+        );
+        assert_eq!(out.filled(), &msg[..]);
+        assert_eq!(
+            out.initialized().len(),
+            msg.len(),
+            "the read wrote past its bytes"
+        );
+    }
+}
+
 /// A read through tokio's `AsyncRead` writes only the bytes it reads into
 /// the caller's `ReadBuf`, after those already filled: the unfilled rest
 /// is neither zeroed nor counted as initialised (zeroing a 32 MiB buffer

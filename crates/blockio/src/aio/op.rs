@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -269,6 +270,20 @@ pub(crate) trait ReadOut {
     /// Appends `bytes`, which fit its room.
     fn put(&mut self, bytes: &[u8]);
 
+    /// Its unfilled part (`room` bytes, maybe never initialised), for a
+    /// system call to write into without zeroing it first.
+    ///
+    /// # Safety
+    /// The caller writes no uninitialised byte into it.
+    unsafe fn unfilled(&mut self) -> &mut [MaybeUninit<u8>];
+
+    /// Counts the first `n` bytes of [`unfilled`](Self::unfilled) as
+    /// filled.
+    ///
+    /// # Safety
+    /// Those `n` bytes (at most its room) have been written.
+    unsafe fn advance(&mut self, n: usize);
+
     /// Moves as many bytes from the front of `from` as it has room for;
     /// how many.
     fn put_front(&mut self, from: &mut VecDeque<u8>) -> usize {
@@ -303,6 +318,17 @@ impl ReadOut for SliceOut<'_> {
         self.buf[self.filled..self.filled + bytes.len()].copy_from_slice(bytes);
         self.filled += bytes.len();
     }
+
+    unsafe fn unfilled(&mut self) -> &mut [MaybeUninit<u8>] {
+        let rest = &mut self.buf[self.filled..];
+        // SAFETY: `MaybeUninit<u8>` has the layout of `u8`, and the caller
+        // writes only initialised bytes, so the slice stays initialised.
+        unsafe { std::slice::from_raw_parts_mut(rest.as_mut_ptr().cast(), rest.len()) }
+    }
+
+    unsafe fn advance(&mut self, n: usize) {
+        self.filled += n;
+    }
 }
 
 #[cfg(feature = "tokio")]
@@ -315,6 +341,18 @@ impl ReadOut for tokio::io::ReadBuf<'_> {
         // Copies into the unfilled part, and counts the bytes as
         // initialised and filled, without touching the rest.
         self.put_slice(bytes);
+    }
+
+    unsafe fn unfilled(&mut self) -> &mut [MaybeUninit<u8>] {
+        // SAFETY: the caller writes no uninitialised byte into it, which
+        // is what `unfilled_mut` asks.
+        unsafe { self.unfilled_mut() }
+    }
+
+    unsafe fn advance(&mut self, n: usize) {
+        // SAFETY: the caller wrote the first `n` unfilled bytes.
+        unsafe { tokio::io::ReadBuf::assume_init(self, n) };
+        tokio::io::ReadBuf::advance(self, n);
     }
 }
 
@@ -836,7 +874,7 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
 /// FIFO waits for its writer). Cancelling costs one submission entry, so
 /// the doubtful cases are cancelled.
 pub(crate) fn may_wait_forever(fd: std::os::fd::RawFd) -> bool {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    let mut st = MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes one `stat` through a live pointer; any number
     // is allowed (a closed one fails with EBADF).
     if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {

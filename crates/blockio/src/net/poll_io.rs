@@ -15,6 +15,17 @@
 //! `AsyncReadExt::read`) loses nothing: the receive goes on and its bytes
 //! are the next read's.
 //!
+//! On io_uring, a read that finds no bytes kept and no receive in flight
+//! first receives what the socket holds straight into the caller's
+//! buffer, on the calling thread (`MSG_DONTWAIT`), as tokio's read does;
+//! only a socket that holds nothing arms a receive in the kernel. As on
+//! tokio, a receive that took less than it had room for left the socket
+//! empty, so the read after it arms a receive without trying first. A
+//! protocol reader that reads again as soon as it has parsed a frame
+//! (tungstenite clears its read buffer before each call) then gets the
+//! bytes already there at once, rather than a pending result, a wake
+//! from the driver and another call.
+//!
 //! A stream holds its receive buffer only while it needs it: once a read
 //! has handed out everything received and no receive is in flight, the
 //! buffer goes to a free list the process's streams share (at most
@@ -41,6 +52,7 @@ use std::task::{ready, Context, Poll, Waker};
 use super::read_side::Settled;
 use super::stream::StreamCore;
 use crate::aio::op::{OpFuture, ReadOut};
+use crate::backend::Backend;
 
 /// The smallest buffer a trait read receives into.
 const MIN_RECEIVE: usize = 16 * 1024;
@@ -87,6 +99,11 @@ pub(crate) struct PollIo {
     /// The task of the read that returned pending and has not ended yet:
     /// polled again, it is the same read, still waiting.
     parked: Option<Waker>,
+    /// The last receive took fewer bytes than it had room for, or found
+    /// none: the socket was left empty, so the next read arms a receive
+    /// without trying the socket first (see
+    /// [`receive_at_once`](Self::receive_at_once)).
+    emptied: bool,
 }
 
 impl PollIo {
@@ -149,6 +166,10 @@ impl PollIo {
                 }
                 Settled::Receive => {}
             }
+            if let Some(read) = self.receive_at_once(core, out) {
+                self.release(core);
+                return Poll::Ready(read);
+            }
             let mut buf = std::mem::take(&mut self.spare);
             if buf.capacity() == 0 {
                 buf = pool_take();
@@ -164,6 +185,7 @@ impl PollIo {
                         core.read_failed(crate::errno(e).unwrap_or(0));
                     }
                     let n = res.map_err(super::os_error)?;
+                    self.emptied = n < buf.len();
                     let k = n.min(out.room());
                     out.put(&buf[..k]);
                     core.reads.keep(&buf[k..n]);
@@ -179,11 +201,56 @@ impl PollIo {
         }
     }
 
+    /// On io_uring, receives what the socket holds straight into `out`,
+    /// on the calling thread, without waiting (`MSG_DONTWAIT`), before a
+    /// receive is armed in the kernel: `None` when the socket holds
+    /// nothing, and the receive goes through the driver. Called only when
+    /// the stream keeps no bytes and no receive is in flight, so what the
+    /// socket holds comes next. The thread pool's receive already tries
+    /// the socket first.
+    ///
+    /// As tokio's read does, it is not tried after a receive that took
+    /// less than it had room for: the socket was empty then, and a
+    /// request-response exchange would pay a call that says `EAGAIN` on
+    /// every message.
+    fn receive_at_once(
+        &mut self,
+        core: &StreamCore,
+        out: &mut dyn ReadOut,
+    ) -> Option<io::Result<usize>> {
+        if self.emptied || core.sock.engine().backend() != Backend::IoUring {
+            return None;
+        }
+        let room = out.room();
+        // SAFETY: only the kernel writes into the slice, and only bytes it
+        // received.
+        let unfilled = unsafe { out.unfilled() };
+        match core.sock.recv_into_at_once(unfilled) {
+            Ok(n) => {
+                // SAFETY: the kernel wrote the first `n` bytes (recv
+                // returns how many, at most the slice's length).
+                unsafe { out.advance(n) };
+                self.emptied = n < room;
+                Some(Ok(n))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.emptied = true;
+                None
+            }
+            Err(e) => {
+                core.read_failed(crate::errno(&e).unwrap_or(0));
+                Some(Err(super::os_error(e)))
+            }
+        }
+    }
+
     /// Takes back the buffer of the receive that has settled (its bytes are
-    /// already with the read side).
+    /// already with the read side), noting whether it left the socket
+    /// empty.
     fn reclaim(&mut self, cx: &mut Context<'_>) {
         if let Some(mut fut) = self.receiving.take() {
-            if let Poll::Ready((_, buf)) = Pin::new(&mut fut).poll(cx) {
+            if let Poll::Ready((res, buf)) = Pin::new(&mut fut).poll(cx) {
+                self.emptied = !matches!(res, Ok(n) if n == buf.len());
                 self.spare = buf;
             }
         }

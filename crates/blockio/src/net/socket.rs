@@ -2,6 +2,7 @@
 //! futures of the operations every socket type has.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::ops::Deref;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
@@ -225,12 +226,20 @@ impl Sock {
     /// `ReadSide::receive_at_once`).
     pub(crate) fn recv_at_once(&self, max: usize) -> io::Result<Vec<u8>> {
         let mut buf = Vec::with_capacity(max);
-        let flags = libc::MSG_DONTWAIT;
-        let n = retry_interrupted(|| self.socket.recv_with_flags(buf.spare_capacity_mut(), flags))?;
+        let n = self.recv_into_at_once(buf.spare_capacity_mut())?;
         // SAFETY: the kernel wrote the first `n` bytes of the spare
         // capacity (recv returns how many it wrote, at most `max`).
         unsafe { buf.set_len(n) };
         Ok(buf)
+    }
+
+    /// Receives what the socket holds into `out`, now, on this thread,
+    /// without waiting: how many bytes the kernel wrote at the start of
+    /// `out` (0 at the end of the stream), or `WouldBlock` when it holds
+    /// nothing.
+    pub(crate) fn recv_into_at_once(&self, out: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+        let flags = libc::MSG_DONTWAIT;
+        retry_interrupted(|| self.socket.recv_with_flags(out, flags))
     }
 
     /// Connects to `addr`.
