@@ -38,6 +38,27 @@ struct Served {
     moved: Duration,
 }
 
+impl Served {
+    /// What an owned read (bounded by `timeout`) that began at `start`
+    /// served: the bytes it read, or its error or the timeout's.
+    fn owned_read(
+        read: Result<(std::io::Result<usize>, Vec<u8>), tokio::time::error::Elapsed>,
+        start: Instant,
+    ) -> Served {
+        Served {
+            read: match read {
+                Ok((Ok(n), mut buf)) => {
+                    buf.truncate(n);
+                    Ok(buf)
+                }
+                Ok((Err(e), _)) => Err(e.to_string()),
+                Err(elapsed) => Err(elapsed.to_string()),
+            },
+            moved: start.elapsed(),
+        }
+    }
+}
+
 /// The peer's side: waits until the server's read is started, moves the
 /// clock by [`EXPLICIT`], writes the request, and returns what the server
 /// saw.
@@ -136,17 +157,7 @@ async fn blockio_read_beside(engine: &AsyncEngine, busy: Option<&Busy>) -> Serve
             read.await
         })
         .await;
-        Served {
-            read: match read {
-                Ok((Ok(n), mut buf)) => {
-                    buf.truncate(n);
-                    Ok(buf)
-                }
-                Ok((Err(e), _)) => Err(e.to_string()),
-                Err(elapsed) => Err(elapsed.to_string()),
-            },
-            moved: start.elapsed(),
-        }
+        Served::owned_read(read, start)
     });
     peer(addr, rx, server, busy).await
 }
@@ -395,17 +406,7 @@ async fn fifo_read(engine: &AsyncEngine) -> Served {
         read.await
     })
     .await;
-    Served {
-        read: match read {
-            Ok((Ok(n), mut buf)) => {
-                buf.truncate(n);
-                Ok(buf)
-            }
-            Ok((Err(e), _)) => Err(e.to_string()),
-            Err(elapsed) => Err(elapsed.to_string()),
-        },
-        moved: start.elapsed(),
-    }
+    Served::owned_read(read, start)
 }
 
 /// A file read on a driver thread keeps the paused clock while it waits.
