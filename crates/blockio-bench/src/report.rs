@@ -381,13 +381,13 @@ fn summary_lines(s: &mut String, summary: &[Summary]) {
     if summary.iter().any(|x| !x.async_api.is_empty()) {
         let _ = writeln!(
             s,
-            "\nasync API (tokio multi-thread) against the alternatives at the same concurrency\n(targets: >= 5x tokio::fs, >= 1.5x spawn_blocking, >= 0.9x the sync batch API;\ndirect is compared with tokio::fs on cold data, as tokio::fs cannot do O_DIRECT):"
+            "\nasync API (tokio multi-thread) against the alternatives at the same concurrency\n(targets: >= 5x tokio::fs, >= 1.5x spawn_blocking, >= 0.9x the batch API;\ndirect is compared with tokio::fs on cold data, as tokio::fs cannot do O_DIRECT):"
         );
         for x in summary {
             for a in &x.async_api {
                 let _ = writeln!(
                     s,
-                    "  {:<7} {:>4} tasks {:>10.0} IOPS   vs tokio::fs {:>6}   vs spawn_blocking {:>5}   vs sync batch {:>5}",
+                    "  {:<7} {:>4} tasks {:>10.0} IOPS   vs tokio::fs {:>6}   vs spawn_blocking {:>5}   vs batch API {:>5}",
                     x.profile.to_string(),
                     a.tasks,
                     a.iops,
