@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStringExt;
 use blockio_tools::getopt::{self, Opt};
 use libfuzzer_sys::fuzz_target;
 
-/// The shape of a checksum tool's options: flags, options with an
+/// The shape of a sum tool's options: flags, options with an
 /// argument, short-only and long-only ones, and two long names sharing a
 /// prefix (so abbreviations can be ambiguous).
 const OPTS: &[Opt] = &[

@@ -12,7 +12,7 @@
 //!
 //! `main` is the C entry point, not Rust's: Rust's runtime setup would
 //! ignore SIGPIPE and fill closed standard descriptors with `/dev/null`
-//! before any of our code runs, and the checksum tools must see both as
+//! before any of our code runs, and the sum tools must see both as
 //! their parent left them (GNU's report a closed standard input, and an
 //! ignored SIGPIPE makes a closed pipe a write error). Arguments are still
 //! read with `std::env::args_os` (glibc hands them to the standard library

@@ -21,11 +21,11 @@ pub enum Personality {
     Cp,
     /// `b3sum`.
     B3sum,
-    /// One of the coreutils checksum tools.
+    /// One of the coreutils sum tools.
     CoreutilsSum(CoreutilsSum),
 }
 
-/// The coreutils checksum tools `blockio` can be.
+/// The coreutils sum tools `blockio` can be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CoreutilsSum {
     /// `md5sum`, `sha1sum`, `sha224sum`, `sha256sum`, `sha384sum`,

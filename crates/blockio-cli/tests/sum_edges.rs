@@ -1,4 +1,4 @@
-//! The checksum tools at the edges of the system, against the real ones
+//! The sum tools at the edges of the system, against the real ones
 //! (GNU coreutils' and Debian's `b3sum`) run by the same shell line:
 //! files that report no size (/proc), closed and unwritable standard
 //! streams, an ignored SIGPIPE, NUL bytes in lists, options after

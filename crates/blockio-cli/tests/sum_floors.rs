@@ -1,4 +1,4 @@
-//! The checksum tools at the floors GNU's work at, beside them on the same
+//! The sum tools at the floors GNU's work at, beside them on the same
 //! files, on both backends: the least limit on open descriptors
 //! (`ulimit -n`) at which GNU's `sha256sum`, `md5sum`, `b2sum` and
 //! Debian's `b3sum` hash a tree and check its list, and a limit on

@@ -1,4 +1,4 @@
-//! The checksum tools under a limit on address space (`ulimit -v`), beside
+//! The sum tools under a limit on address space (`ulimit -v`), beside
 //! GNU's `sha256sum` and Debian's `b3sum` on the same list, on both
 //! backends: what the allocator is asked for, and the least room a check
 //! runs in.

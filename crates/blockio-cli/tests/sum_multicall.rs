@@ -1,4 +1,4 @@
-//! `blockio` run through links named after the coreutils checksum tools,
+//! `blockio` run through links named after the coreutils sum tools,
 //! against GNU's own tools on the same inputs: standard output and
 //! standard error byte for byte (both under the same name, in the C
 //! locale) and the exit status, for every option and list format the tools
@@ -454,7 +454,7 @@ const LIST_LIMIT_KIB: u32 = 60_000;
 
 /// Runs `prog -c list` in `dir` under `ulimit -v LIST_LIMIT_KIB` (its
 /// file name is the tool's), on the backend the suite runs on: the
-/// checksum tools fit their threads, buffers and thread pool to the room
+/// sum tools fit their threads, buffers and thread pool to the room
 /// left, as the copy does.
 fn check_limited(dir: &Path, prog: &Path, list: &str) -> Output {
     Command::new("sh")

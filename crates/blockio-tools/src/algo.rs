@@ -1,5 +1,5 @@
 //! Hash algorithms: BLAKE3 and the fast checksums `blockio sum` offers,
-//! and every algorithm of the coreutils checksum tools (`md5sum`,
+//! and every algorithm of the coreutils sum tools (`md5sum`,
 //! `sha1sum`, `sha224sum` … `sha512sum`, `b2sum`, `cksum -a`).
 
 use std::fmt;

@@ -1,6 +1,6 @@
 //! Work fitted to a limit on address space (`ulimit -v`, `RLIMIT_AS`):
 //! the probe of the limit, the room left under it, and the worker threads
-//! that room holds. `cp` and the checksum tools (`blockio sum`,
+//! that room holds. `cp` and the sum tools (`blockio sum`,
 //! `sha256sum`, `b3sum`…) size themselves with the same rules.
 //!
 //! Under such a limit every thread's stack and every allocator arena takes

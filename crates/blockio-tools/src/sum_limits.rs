@@ -1,4 +1,4 @@
-//! `sum` and the checksum tools fitted to the limits on open descriptors
+//! `blockio sum` and the coreutils sum tools fitted to the limits on open descriptors
 //! (`ulimit -n`, `RLIMIT_NOFILE`) and on processes (`ulimit -u`,
 //! `RLIMIT_NPROC`), falling back step by step as `cp` does: fewer files
 //! open at once, then no ring and no pool thread, then one file at a time

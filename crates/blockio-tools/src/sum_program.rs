@@ -42,7 +42,7 @@ pub enum Family {
     B3sum,
 }
 
-/// A coreutils checksum tool: its name, as messages carry it, and its
+/// A coreutils sum tool: its name, as messages carry it, and its
 /// algorithm.
 #[derive(Debug, Clone)]
 pub struct Tool {

@@ -1,4 +1,4 @@
-//! `sum` and the checksum tools fitted to a limit on address space
+//! `blockio sum` and the coreutils sum tools fitted to a limit on address space
 //! (`ulimit -v`): one allocator arena, worker threads and buffers sized to
 //! the room left, and an engine whose thread pool fits beside them, by the
 //! rules `cp` follows ([`crate::room`]).

@@ -1,6 +1,6 @@
 //! A copy's buffers fitted to a limit on address space (`ulimit -v`); the
 //! probe of the limit, its one allocator arena and the threads that fit are
-//! [`blockio_tools::room`]'s, shared with the checksum tools.
+//! [`blockio_tools::room`]'s, shared with the sum tools.
 
 /// The smallest read a copy fitted to an address-space limit makes.
 const LEAST_BLOCK: usize = 64 << 10;

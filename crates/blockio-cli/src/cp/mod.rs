@@ -170,7 +170,7 @@ fn say_failure(e: &std::io::Error, limited: bool) {
 /// `Ok(false)` when anything failed.
 fn finish(report: &CopyReport, json: bool) -> anyhow::Result<bool> {
     // Run as `cp` (a link of that name) its messages are GNU's alone, as
-    // the checksum tools' are; `--json` still says which backend ran.
+    // the sum tools' are; `--json` still says which backend ran.
     if let Some(reason) = report
         .fallback_reason
         .as_ref()
