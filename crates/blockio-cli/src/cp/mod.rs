@@ -13,6 +13,8 @@
 
 mod ask;
 mod defs;
+#[cfg(test)]
+mod defs_tests;
 mod help;
 mod hiargs;
 mod lowargs;
