@@ -189,7 +189,7 @@ fn quote_str(s: &str) -> String {
     blockio_tools::quote::quote_locale(s)
 }
 
-/// What the options of a digest tool's command line set, as typed.
+/// What the options of a sum tool's command line set, as typed.
 struct Typed {
     /// The tool's algorithm, or cksum's `--algorithm`.
     algo: Algo,
@@ -209,7 +209,7 @@ struct Typed {
     zero: bool,
 }
 
-/// Reads a digest tool's command line: its options (checked against each
+/// Reads a sum tool's command line: its options (checked against each
 /// other as GNU's tools check them) and operands.
 fn read_args(
     prog: &str,
