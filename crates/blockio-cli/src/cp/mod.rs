@@ -17,6 +17,8 @@ mod defs;
 mod defs_tests;
 mod help;
 mod hiargs;
+#[cfg(test)]
+mod hiargs_tests;
 mod lowargs;
 mod memory;
 mod parse;
