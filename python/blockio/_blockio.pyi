@@ -16,11 +16,14 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "FileState", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
+__all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_inline", "readline_inline", "seek_inline", "set_turn_count", "tell_inline", "turn_count",
            "turn_due", "write_inline"]
 
+#: ``queue_depth`` when none is given: the Rust engines' default
+#: (``blockio::DEFAULT_QUEUE_DEPTH``), 256.
+DEFAULT_QUEUE_DEPTH: int
 #: The calls served without suspending (this thread's, any engine's)
 #: between two turns of the event loop, in units: a call counts one, and
 #: one more per ``TURN_UNIT`` bytes it copied.
@@ -183,7 +186,7 @@ _Waiter = Tuple[Optional[_Future], object]
 
 @final
 class Core:
-    def __new__(cls, queue_depth: int = 256, backend: Optional[str] = None) -> "Core": ...
+    def __new__(cls, queue_depth: int = DEFAULT_QUEUE_DEPTH, backend: Optional[str] = None) -> "Core": ...
     @property
     def backend(self) -> str: ...
     @property

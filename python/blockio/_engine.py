@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         from collections.abc import Buffer
     else:
         from typing_extensions import Buffer
+from ._blockio import DEFAULT_QUEUE_DEPTH
 from ._blockio import Core as _Core
 from ._blockio import count_copied
 from ._blockio import exiting as _exiting
@@ -309,14 +310,15 @@ class Engine:
     """A blockio engine: batched reads, writes and fsyncs, blocking and asyncio.
 
     ``queue_depth`` bounds the operations in flight: 1 to 32,767, the
-    Rust engines' rule (``ValueError`` otherwise); ``backend`` is
+    Rust engines' rule (``ValueError`` otherwise), by default
+    ``DEFAULT_QUEUE_DEPTH`` (256), the Rust engines' default; ``backend`` is
     ``"auto"`` (io_uring where the kernel allows it, else a thread pool),
     ``"uring"`` or ``"threads"``. ``BLOCKIO_BACKEND=threads`` in the
     environment forces the thread pool. An engine is not usable in a child
     after ``fork()``: create a new one there.
     """
 
-    def __init__(self, queue_depth: int = 256, backend: Optional[str] = None) -> None:
+    def __init__(self, queue_depth: int = DEFAULT_QUEUE_DEPTH, backend: Optional[str] = None) -> None:
         # Each batch is started with its waiter, ``(future, keep)``: the
         # future its results resolve, and the objects (file objects,
         # buffers) kept alive until they arrive, even if the task is

@@ -332,7 +332,7 @@ enum Sent {
 #[pymethods]
 impl Core {
     #[new]
-    #[pyo3(signature = (queue_depth = 256, backend = None))]
+    #[pyo3(signature = (queue_depth = blockio::DEFAULT_QUEUE_DEPTH as i64, backend = None))]
     pub(crate) fn new(queue_depth: i64, backend: Option<&str>) -> PyResult<Core> {
         let choice = match backend {
             None | Some("auto") => BackendChoice::Auto,

@@ -92,6 +92,7 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inline::tell_inline, m)?)?;
     m.add_function(wrap_pyfunction!(inline::write_inline, m)?)?;
     m.add("TURN_BUDGET", turns::TURN_BUDGET)?;
+    m.add("DEFAULT_QUEUE_DEPTH", blockio::DEFAULT_QUEUE_DEPTH)?;
     m.add("TURN_UNIT", turns::TURN_UNIT)?;
     m.add("INLINE_OFFSET", inline::INLINE_OFFSET)?;
     m.add("FALLOC_FL_KEEP_SIZE", libc::FALLOC_FL_KEEP_SIZE)?;

@@ -1,11 +1,25 @@
 //! The one rule for `queue_depth`, shared by
 //! [`EngineBuilder::queue_depth`](crate::EngineBuilder::queue_depth),
 //! [`AsyncEngineBuilder::queue_depth`](crate::aio::AsyncEngineBuilder::queue_depth)
-//! and the Python package's `Engine(queue_depth=...)`: one ceiling and one
-//! error naming the argument.
+//! and the Python package's `Engine(queue_depth=...)`: one default, one
+//! ceiling and one error naming the argument.
 
 use std::fmt::Display;
 use std::io;
+
+/// The `queue_depth` of both engines and of the Python package's `Engine`
+/// unless they are given one: 256.
+///
+/// The async engine puts every task's file operations into one ring sized
+/// from its queue depth, so its depth is all the room the tasks share;
+/// 256 gives a server's tasks twice the batch engine's `max_batch` (128).
+/// The batch engine submits each batch through a ring of `max_batch`
+/// entries and bounds the operations in flight over all its rings by the
+/// depth: 256 lets two full batches be in flight at once, on two threads,
+/// instead of making the second wait for the first. One default means an
+/// engine changed from one API to the other keeps its bound, and the
+/// Python package, which builds both, passes the one value.
+pub const DEFAULT_QUEUE_DEPTH: usize = 256;
 
 /// The largest `queue_depth` either engine takes: 32,767.
 ///

@@ -77,7 +77,7 @@ mod ring;
 
 pub use backend::{Backend, BackendChoice, BACKEND_ENV, BACKEND_ENV_VALUES, FALLBACK_REQUESTED};
 pub use buf::{AlignedBuf, BufferPool, PooledBuf};
-pub use depth::{check_queue_depth, MAX_QUEUE_DEPTH};
+pub use depth::{check_queue_depth, DEFAULT_QUEUE_DEPTH, MAX_QUEUE_DEPTH};
 pub use direct::{device_supports_polling, Alignment, AlignmentSource, DirectFile};
 pub use engine::{
     Engine, EngineBuilder, EngineStats, ProbeReport, ReadPath, RegisteredFile, MAX_REGISTERED_FILES,

@@ -1,5 +1,6 @@
 //! `cp`'s options, one unit each: how it is spelled on the command line,
-//! what it records in what was typed ([`LowArgs`]), and its test beside it.
+//! what it records in what was typed ([`LowArgs`]); their tests, which read
+//! command lines through `parse`, are in `defs_tests`.
 //!
 //! [`FLAGS`] lists them with their long forms in GNU's order, which its
 //! messages about ambiguous abbreviations list them in, and blockio's own
@@ -115,17 +116,6 @@ const ARCHIVE: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn archive_keeps_all_and_an_earlier_xattr_demand() {
-    let low = typed(&["--preserve=xattr", "--no-preserve=mode", "-a"]);
-    assert!(low.recursive && low.preserve.mode && low.preserve.links);
-    assert!(low.preserve.xattr_required && low.preserve.xattr_quiet);
-    assert!(!low.default_mode);
-    assert_eq!(low.dereference, Some(Dereference::Never));
-    assert!(!typed(&["-a"]).preserve.xattr_required);
-}
-
 /// `--attributes-only`: the attributes, not the data.
 const ATTRIBUTES_ONLY: Flag = Flag {
     spellings: &[Opt::flag("attributes-only", None, Some("attributes-only"))],
@@ -134,13 +124,6 @@ const ATTRIBUTES_ONLY: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn attributes_only() {
-    assert!(typed(&["--attr"]).attributes_only);
-    assert!(!typed(&[]).attributes_only);
-}
 
 /// `-b`, `--backup[=CONTROL]`: keep each existing destination aside; the
 /// last CONTROL word given counts.
@@ -156,15 +139,6 @@ const BACKUP: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn backup_keeps_the_last_control_word() {
-    assert_eq!(typed(&["-b"]).backup, Some(None));
-    let low = typed(&["--backup=numbered", "-b"]);
-    assert_eq!(low.backup, Some(Some("numbered".into())));
-    assert_eq!(typed(&[]).backup, None);
-}
-
 /// `--copy-contents`: read special files when recursive.
 const COPY_CONTENTS: Flag = Flag {
     spellings: &[Opt::flag("copy-contents", None, Some("copy-contents"))],
@@ -173,12 +147,6 @@ const COPY_CONTENTS: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn copy_contents() {
-    assert!(typed(&["--copy-contents"]).copy_contents);
-}
 
 /// `-L`, `--dereference`: follow every symbolic link among the sources.
 const DEREFERENCE: Flag = Flag {
@@ -189,17 +157,6 @@ const DEREFERENCE: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn dereference_the_last_of_p_h_l_counts() {
-    assert_eq!(typed(&["-P", "-L"]).dereference, Some(Dereference::Always));
-    assert_eq!(typed(&["-L", "-P"]).dereference, Some(Dereference::Never));
-    assert_eq!(
-        typed(&["-L", "-H"]).dereference,
-        Some(Dereference::CommandLine)
-    );
-}
-
 /// `-f`, `--force`: remove a destination that cannot be opened, and try
 /// again.
 const FORCE: Flag = Flag {
@@ -209,12 +166,6 @@ const FORCE: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn force() {
-    assert!(typed(&["--force"]).force && typed(&["-f"]).force);
-}
 
 /// `-i`, `--interactive`: ask before overwriting; undoes an earlier `-n`
 /// (the last of the two counts, as with GNU `cp` 9.1).
@@ -227,15 +178,6 @@ const INTERACTIVE: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn interactive_and_no_clobber_the_last_counts() {
-    let low = typed(&["-n", "-i"]);
-    assert!(low.interactive && !low.no_clobber);
-    let low = typed(&["-i", "-n"]);
-    assert!(!low.interactive && low.no_clobber);
-}
-
 /// `-l`, `--link`: hard links instead of copies.
 const LINK: Flag = Flag {
     spellings: &[Opt::flag("l", Some('l'), Some("link"))],
@@ -244,13 +186,6 @@ const LINK: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn link() {
-    let low = typed(&["--link"]);
-    assert!(low.hard_link && !low.symbolic_link);
-}
 
 /// `-n`, `--no-clobber`: never overwrite; undoes an earlier `-i`.
 const NO_CLOBBER: Flag = Flag {
@@ -262,12 +197,6 @@ const NO_CLOBBER: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn no_clobber() {
-    assert!(typed(&["--no-clobber"]).no_clobber);
-}
-
 /// `-P`, `--no-dereference`: copy symbolic links as links.
 const NO_DEREFERENCE: Flag = Flag {
     spellings: &[Opt::flag("P", Some('P'), Some("no-dereference"))],
@@ -277,27 +206,11 @@ const NO_DEREFERENCE: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn no_dereference() {
-    let low = typed(&["--no-dereference"]);
-    assert_eq!(low.dereference, Some(Dereference::Never));
-}
-
 /// `--no-preserve=ATTR_LIST`: attributes not to keep.
 const NO_PRESERVE: Flag = Flag {
     spellings: &[Opt::arg("no-preserve", None, Some("no-preserve"))],
     update: |value, low| preserve_list(low, &text(&value), false),
 };
-
-#[cfg(test)]
-#[test]
-fn no_preserve_mode_gives_the_default_mode() {
-    let low = typed(&["-p", "--no-preserve=mode"]);
-    assert!(!low.preserve.mode && low.default_mode && low.preserve.timestamps);
-    let e = typed_err(&["--no-preserve=bogus"]);
-    assert!(e.msg.starts_with("invalid argument"), "{}", e.msg);
-}
 
 /// `-T`, `--no-target-directory`: DEST is a file's name.
 const NO_TARGET_DIRECTORY: Flag = Flag {
@@ -308,12 +221,6 @@ const NO_TARGET_DIRECTORY: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn no_target_directory() {
-    assert!(typed(&["-T"]).no_target);
-}
-
 /// `-x`, `--one-file-system`: stay on the sources' file systems.
 const ONE_FILE_SYSTEM: Flag = Flag {
     spellings: &[Opt::flag("x", Some('x'), Some("one-file-system"))],
@@ -322,12 +229,6 @@ const ONE_FILE_SYSTEM: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn one_file_system() {
-    assert!(typed(&["--one-file"]).one_file_system);
-}
 
 /// `--parents` (and its old name `--path`): the sources' whole names under
 /// the directory.
@@ -342,12 +243,6 @@ const PARENTS: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn parents_and_path() {
-    assert!(typed(&["--parents"]).parents && typed(&["--path"]).parents);
-}
-
 /// `--preserve[=ATTR_LIST]`: attributes to keep (`mode,ownership,
 /// timestamps` without a list).
 const PRESERVE: Flag = Flag {
@@ -358,19 +253,6 @@ const PRESERVE: Flag = Flag {
         preserve_list(low, list, true)
     },
 };
-
-#[cfg(test)]
-#[test]
-fn preserve_lists_and_abbreviations() {
-    let low = typed(&["--preserve"]);
-    assert!(low.preserve.mode && low.preserve.ownership && low.preserve.timestamps);
-    assert!(!low.preserve.links);
-    let low = typed(&["--preserve=li,x"]);
-    assert!(low.preserve.links && low.preserve.xattr && low.preserve.xattr_required);
-    assert!(!low.preserve.mode);
-    let e = typed_err(&["--preserve=context"]);
-    assert!(!e.hint && e.msg.contains("SELinux"), "{}", e.msg);
-}
 
 /// `-R`, `-r`, `--recursive`: copy directories and what they hold.
 const RECURSIVE: Flag = Flag {
@@ -383,15 +265,6 @@ const RECURSIVE: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn recursive_three_spellings() {
-    for s in ["-R", "-r", "--recursive"] {
-        assert!(typed(&[s]).recursive, "{s}");
-    }
-    assert!(!typed(&[]).recursive);
-}
 
 /// `--remove-destination`: remove each existing destination first.
 const REMOVE_DESTINATION: Flag = Flag {
@@ -406,12 +279,6 @@ const REMOVE_DESTINATION: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn remove_destination() {
-    assert!(typed(&["--remove-destination"]).remove_destination);
-}
-
 /// `--sparse=WHEN`: `never`, `auto` or `always`.
 const SPARSE: Flag = Flag {
     spellings: &[Opt::arg("sparse", None, Some("sparse"))],
@@ -425,14 +292,6 @@ const SPARSE: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn sparse_words() {
-    assert_eq!(typed(&["--sparse=al"]).sparse, Sparse::Always);
-    assert_eq!(typed(&["--sparse", "never"]).sparse, Sparse::Never);
-    assert!(typed_err(&["--sparse=x"]).msg.contains("--sparse"));
-}
 
 /// `--reflink[=WHEN]`: `auto`, `always` (the default of the bare option)
 /// or `never`.
@@ -452,14 +311,6 @@ const REFLINK: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn reflink_bare_is_always() {
-    assert_eq!(typed(&["--reflink"]).reflink, Reflink::Always);
-    assert_eq!(typed(&["--reflink=never"]).reflink, Reflink::Never);
-    assert_eq!(typed(&[]).reflink, Reflink::Auto);
-}
-
 /// `--strip-trailing-slashes`: from each SOURCE.
 const STRIP_TRAILING_SLASHES: Flag = Flag {
     spellings: &[Opt::flag(
@@ -473,12 +324,6 @@ const STRIP_TRAILING_SLASHES: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn strip_trailing_slashes() {
-    assert!(typed(&["--strip"]).strip_trailing_slashes);
-}
-
 /// `-S`, `--suffix=SUFFIX`: the backup suffix; implies `--backup`.
 const SUFFIX: Flag = Flag {
     spellings: &[Opt::arg("S", Some('S'), Some("suffix"))],
@@ -489,15 +334,6 @@ const SUFFIX: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn suffix_implies_backup() {
-    let low = typed(&["--backup=t", "-S", ".old"]);
-    assert_eq!(low.suffix.as_deref(), Some(OsStr::new(".old")));
-    assert_eq!(low.backup, Some(Some("t".into())));
-    assert_eq!(typed(&["-S~"]).backup, Some(None));
-}
-
 /// `-s`, `--symbolic-link`: symbolic links instead of copies.
 const SYMBOLIC_LINK: Flag = Flag {
     spellings: &[Opt::flag("s", Some('s'), Some("symbolic-link"))],
@@ -506,13 +342,6 @@ const SYMBOLIC_LINK: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn symbolic_link() {
-    let low = typed(&["-s"]);
-    assert!(low.symbolic_link && !low.hard_link);
-}
 
 /// `-t`, `--target-directory=DIRECTORY`: copy every operand into it; once.
 const TARGET_DIRECTORY: Flag = Flag {
@@ -525,16 +354,6 @@ const TARGET_DIRECTORY: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn target_directory_once() {
-    let low = typed(&["-td"]);
-    assert_eq!(low.target.as_deref(), Some(OsStr::new("d")));
-    let e = typed_err(&["-t", "a", "-t", "b"]);
-    assert_eq!(e.msg, "multiple target directories specified");
-    assert!(!e.hint);
-}
 
 /// `-u`, `--update[=UPDATE]`: `all`, `none` or `older` (the default of
 /// the bare option).
@@ -557,15 +376,6 @@ const UPDATE: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn update_bare_is_older() {
-    assert_eq!(typed(&["-u"]).update, Update::Older);
-    assert_eq!(typed(&["--update"]).update, Update::Older);
-    assert_eq!(typed(&["--update=none"]).update, Update::None);
-    assert_eq!(typed(&[]).update, Update::All);
-}
-
 /// `-v`, `--verbose`: a line for each file.
 const VERBOSE: Flag = Flag {
     spellings: &[Opt::flag("v", Some('v'), Some("verbose"))],
@@ -574,12 +384,6 @@ const VERBOSE: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn verbose() {
-    assert!(typed(&["--verb"]).verbose);
-}
 
 /// `-Z`, `--context[=CTX]`: accepted; an SELinux context given is
 /// warned about, as GNU does on a kernel without SELinux.
@@ -599,13 +403,6 @@ const CONTEXT: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn context_is_accepted() {
-    let low = typed(&["-Z", "--context", "a"]);
-    assert_eq!(low.operands, ["a"]);
-}
-
 /// `--help`: answered, nothing after it read.
 const HELP: Flag = Flag {
     spellings: &[Opt::flag("help", None, Some("help"))],
@@ -615,16 +412,6 @@ const HELP: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn help_before_a_mistake_is_answered() {
-    assert_eq!(typed(&["--help", "--bogus"]).special, Some(Special::Help));
-    assert_eq!(typed(&["--he", "--sparse=x"]).special, Some(Special::Help));
-    assert!(typed_err(&["--sparse=x", "--help"])
-        .msg
-        .contains("--sparse"));
-}
-
 /// `--version`: answered, nothing after it read.
 const VERSION: Flag = Flag {
     spellings: &[Opt::flag("version", None, Some("version"))],
@@ -633,12 +420,6 @@ const VERSION: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn version() {
-    assert_eq!(typed(&["--vers"]).special, Some(Special::Version));
-}
 
 /// `-d`: same as `--no-dereference --preserve=links`.
 const NO_DEREFERENCE_PRESERVE_LINKS: Flag = Flag {
@@ -650,14 +431,6 @@ const NO_DEREFERENCE_PRESERVE_LINKS: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn d_keeps_links() {
-    let low = typed(&["-d"]);
-    assert!(low.preserve.links && !low.preserve.mode);
-    assert_eq!(low.dereference, Some(Dereference::Never));
-}
-
 /// `-H`: follow the symbolic links named on the command line.
 const FOLLOW_COMMAND_LINE: Flag = Flag {
     spellings: &[Opt::flag("H", Some('H'), None)],
@@ -667,27 +440,11 @@ const FOLLOW_COMMAND_LINE: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn follow_command_line() {
-    let low = typed(&["-H"]);
-    assert_eq!(low.dereference, Some(Dereference::CommandLine));
-}
-
 /// `-p`: same as `--preserve=mode,ownership,timestamps`.
 const PRESERVE_DEFAULT: Flag = Flag {
     spellings: &[Opt::flag("p", Some('p'), None)],
     update: |_, low| preserve_list(low, "mode,ownership,timestamps", true),
 };
-
-#[cfg(test)]
-#[test]
-fn p_keeps_mode_ownership_times() {
-    let low = typed(&["--no-preserve=mode", "-p"]);
-    let p = low.preserve;
-    assert!(p.mode && p.ownership && p.timestamps && !p.links && !p.xattr);
-    assert!(!low.default_mode);
-}
 
 /// `--fsync` (blockio's own): make the copy durable before exiting.
 const FSYNC: Flag = Flag {
@@ -698,13 +455,6 @@ const FSYNC: Flag = Flag {
     },
 };
 
-#[cfg(test)]
-#[test]
-fn fsync_whole_only() {
-    assert!(typed(&["--fsync"]).fsync);
-    assert!(typed_err(&["--fsy"]).msg.contains("unrecognized"));
-}
-
 /// `--json` (blockio's own): a JSON summary on standard output.
 const JSON: Flag = Flag {
     spellings: &[Opt::flag("json", None, Some("json")).whole_only()],
@@ -713,12 +463,6 @@ const JSON: Flag = Flag {
         Ok(())
     },
 };
-
-#[cfg(test)]
-#[test]
-fn json() {
-    assert!(typed(&["--json"]).json);
-}
 
 /// `--block-size=SIZE` (blockio's own): bytes per read and write, 4K to
 /// 64M.
@@ -742,14 +486,6 @@ fn parse_block(s: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-#[cfg(test)]
-#[test]
-fn block_size_within_bounds() {
-    assert_eq!(typed(&["--block-size=64K"]).block, Some(64 << 10));
-    let e = typed_err(&["--block-size=1K"]);
-    assert!(e.msg.starts_with("invalid --block-size '1K'"), "{}", e.msg);
-}
-
 /// `--threads=N` (blockio's own): worker threads, at least 1.
 const THREADS: Flag = Flag {
     spellings: &[Opt::arg("threads", None, Some("threads")).whole_only()],
@@ -764,13 +500,6 @@ const THREADS: Flag = Flag {
         ))),
     },
 };
-
-#[cfg(test)]
-#[test]
-fn threads_at_least_one() {
-    assert_eq!(typed(&["--threads=3"]).threads, Some(3));
-    assert!(typed_err(&["--threads=0"]).msg.contains("at least 1"));
-}
 
 /// `--preserve=LIST` (`keep`) or `--no-preserve=LIST`: GNU's attribute
 /// names, comma-separated. `context` (SELinux) is not kept: asked for
@@ -826,75 +555,4 @@ fn preserve_list(low: &mut LowArgs, list: &str, keep: bool) -> Result<(), Usage>
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-#[test]
-fn long_forms_in_gnu_order_then_blockios_own() {
-    let longs: Vec<&str> = table().iter().filter_map(|o| o.long).collect();
-    assert_eq!(
-        longs,
-        [
-            "archive",
-            "attributes-only",
-            "backup",
-            "copy-contents",
-            "dereference",
-            "force",
-            "interactive",
-            "link",
-            "no-clobber",
-            "no-dereference",
-            "no-preserve",
-            "no-target-directory",
-            "one-file-system",
-            "parents",
-            "path",
-            "preserve",
-            "recursive",
-            "remove-destination",
-            "sparse",
-            "reflink",
-            "strip-trailing-slashes",
-            "suffix",
-            "symbolic-link",
-            "target-directory",
-            "update",
-            "verbose",
-            "context",
-            "help",
-            "version",
-            "fsync",
-            "json",
-            "block-size",
-            "threads",
-        ]
-    );
-    // Each flag is found by its id, and no short form is taken twice.
-    let mut shorts: Vec<char> = table().iter().filter_map(|o| o.short).collect();
-    assert!(table().iter().all(|o| flag(o.id).is_some()));
-    shorts.sort_unstable();
-    let n = shorts.len();
-    shorts.dedup();
-    assert_eq!(shorts.len(), n);
-}
-
-#[cfg(test)]
-use super::parse::parse_low;
-
-/// What `args` typed; panics on a usage error.
-#[cfg(test)]
-fn typed(args: &[&str]) -> LowArgs {
-    let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-    parse_low(&args).unwrap_or_else(|e| panic!("{args:?}: {}", e.msg))
-}
-
-/// The usage error of `args`; panics if there is none.
-#[cfg(test)]
-fn typed_err(args: &[&str]) -> Usage {
-    let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-    match parse_low(&args) {
-        Ok(low) => panic!("{args:?} read as {low:?}"),
-        Err(e) => e,
-    }
 }

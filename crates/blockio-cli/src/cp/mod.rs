@@ -13,8 +13,12 @@
 
 mod ask;
 mod defs;
+#[cfg(test)]
+mod defs_tests;
 mod help;
 mod hiargs;
+#[cfg(test)]
+mod hiargs_tests;
 mod lowargs;
 mod memory;
 mod parse;

@@ -66,6 +66,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use rustix::fs::FileType;
 use rustix::io::Errno;
 
 use super::entry::{Ctx, DirPair};
@@ -186,9 +187,9 @@ pub(crate) fn set_attrs_at(
             // As GNU `cp`: a directory keeps its sticky bit (it restricts who
             // may remove names in it, whoever owns it), and a FIFO or device,
             // which nothing executes, keeps its bits.
-            special_bits = match u32::from(st.stx_mode) & libc::S_IFMT {
-                libc::S_IFREG => 0o777,
-                libc::S_IFDIR => 0o1777,
+            special_bits = match FileType::from_raw_mode(u32::from(st.stx_mode)) {
+                FileType::RegularFile => 0o777,
+                FileType::Directory => 0o1777,
                 _ => 0o7777,
             };
         }
@@ -196,7 +197,7 @@ pub(crate) fn set_attrs_at(
     if let Some((src, inherits)) = xattrs_from.filter(|_| keep.xattr || keep.mode) {
         copy_xattrs(&src, &Node::at(dir.as_fd(), name), inherits, keep, say);
     }
-    let is_link = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
+    let is_link = FileType::from_raw_mode(u32::from(st.stx_mode)) == FileType::Symlink;
     if let Some(mode) = chmod.filter(|_| !is_link && keep.mode) {
         let mode = Mode::from_raw_mode(mode & special_bits);
         if name.is_empty() {

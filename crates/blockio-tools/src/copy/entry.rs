@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use blockio::Engine;
+use rustix::fs::FileType;
 
 use super::at;
 use super::creators::Creators;
@@ -348,8 +349,8 @@ impl Entry {
     pub fn never_follows(&self, deref: Dereference) -> bool {
         deref == Dereference::Never || (deref == Dereference::CommandLine && !self.operand)
     }
-    pub fn kind(&self) -> u32 {
-        self.mode() & libc::S_IFMT
+    pub fn kind(&self) -> FileType {
+        FileType::from_raw_mode(self.mode())
     }
     /// The source's (device, inode).
     pub fn id(&self) -> (u64, u64) {
@@ -555,9 +556,12 @@ mod tests {
         fs::remove_dir(&root).unwrap();
         std::os::unix::fs::symlink("away", &root).unwrap();
         // ENOTDIR (O_DIRECTORY | O_NOFOLLOW on a link), or ELOOP.
-        let code = held.open().unwrap_err().raw_os_error();
+        let code = rustix::io::Errno::from_io_error(&held.open().unwrap_err());
         assert!(
-            matches!(code, Some(libc::ENOTDIR | libc::ELOOP)),
+            matches!(
+                code,
+                Some(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP)
+            ),
             "{code:?}"
         );
         let followed = RootDir::reopened(&File::open(&root).unwrap(), &root, true).unwrap();

@@ -107,6 +107,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use rustix::io::Errno;
+
 use crate::quote::quote;
 use crate::reason::reason as os_message;
 use backup::backup_of_itself;
@@ -209,14 +211,14 @@ fn check_usage(sources: &[PathBuf], dest: &Path, opts: &CopyOptions) -> io::Resu
 /// GNU's `cp` looks at it through the link or not by what is copied onto
 /// it.
 fn unusable_destination(dest: &Path, e: &io::Error, opts: &CopyOptions) -> Option<String> {
-    let a_link_in_a_loop =
-        || e.raw_os_error() == Some(libc::ELOOP) && std::fs::symlink_metadata(dest).is_ok();
+    let is_loop = Errno::from_io_error(e) == Some(Errno::LOOP);
+    let a_link_in_a_loop = || is_loop && std::fs::symlink_metadata(dest).is_ok();
     if e.kind() == io::ErrorKind::NotFound || a_link_in_a_loop() {
         return None;
     }
     // `-f` takes a loop for a link in the way and tries to remove it:
     // GNU's words are then of that.
-    let verb = if e.raw_os_error() == Some(libc::ELOOP) && opts.force && !opts.remove_destination {
+    let verb = if is_loop && opts.force && !opts.remove_destination {
         "cannot remove"
     } else {
         "cannot stat"

@@ -238,7 +238,7 @@ pub struct AsyncEngineBuilder {
 impl Default for AsyncEngineBuilder {
     fn default() -> Self {
         AsyncEngineBuilder {
-            queue_depth: 256,
+            queue_depth: crate::DEFAULT_QUEUE_DEPTH,
             threads: 0,
             backend: BackendChoice::Auto,
             driving: Driving::Auto,
@@ -250,7 +250,8 @@ impl Default for AsyncEngineBuilder {
 
 impl AsyncEngineBuilder {
     /// Most file operations in flight at once, over all tasks: 1 to
-    /// [`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH) (default 256); more wait
+    /// [`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH) (default
+    /// [`DEFAULT_QUEUE_DEPTH`](crate::DEFAULT_QUEUE_DEPTH), 256); more wait
     /// in a queue, in order. Outside that range [`build`](Self::build)
     /// fails with the error of [`check_queue_depth`](crate::check_queue_depth),
     /// the same rule as
@@ -258,11 +259,8 @@ impl AsyncEngineBuilder {
     /// Socket operations, which wait for peers, do not count (see
     /// [`crate::net`]).
     ///
-    /// The default is 256, not the batch engine's 128, because this engine
-    /// puts every task's operations into one ring sized from the queue
-    /// depth, whereas the batch engine submits each batch through a ring of
-    /// its own of `max_batch` (128) entries and bounds them all by its
-    /// depth.
+    /// The default is the batch engine's too; this engine puts every
+    /// task's operations into one ring sized from the queue depth.
     ///
     /// # Examples
     ///

@@ -54,7 +54,7 @@ impl Default for EngineBuilder {
     fn default() -> Self {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         EngineBuilder {
-            queue_depth: 128,
+            queue_depth: crate::DEFAULT_QUEUE_DEPTH,
             max_batch: 128,
             max_rings: (4 * cpus).max(16),
             sqpoll: false,
@@ -74,17 +74,15 @@ impl Default for EngineBuilder {
 
 impl EngineBuilder {
     /// Most operations in flight at once, over all threads: 1 to
-    /// [`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH) (default 128); outside
-    /// that, [`build`](Self::build) fails with the error of
-    /// [`check_queue_depth`](crate::check_queue_depth).
+    /// [`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH) (default
+    /// [`DEFAULT_QUEUE_DEPTH`](crate::DEFAULT_QUEUE_DEPTH), 256, the async
+    /// engine's too); outside that, [`build`](Self::build) fails with the
+    /// error of [`check_queue_depth`](crate::check_queue_depth).
     ///
     /// A batch bigger than what is free proceeds with what is free and
-    /// refills as operations complete. The default is 128, not the async
-    /// engine's 256, because it matches the default
-    /// [`max_batch`](Self::max_batch): a batch is submitted through one
-    /// ring of `max_batch` entries, so a deeper bound would only let more
-    /// callers' batches wait for rings, whereas the async engine puts every
-    /// task's operations into one ring sized from its queue depth.
+    /// refills as operations complete. Each batch is submitted through a
+    /// ring of [`max_batch`](Self::max_batch) entries, so the default lets
+    /// two full batches of the default size be in flight at once.
     pub fn queue_depth(mut self, n: usize) -> Self {
         self.queue_depth = n;
         self

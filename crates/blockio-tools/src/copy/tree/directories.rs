@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use blockio::PathAt;
+use rustix::fs::FileType;
 
 use super::super::at::{self, cname};
 use super::super::attrs::Node;
@@ -378,15 +379,19 @@ impl Walker<'_> {
         let mut dirs = Vec::new();
         let mut links = Vec::new();
         for e in entries {
-            if self.ctx.opts.link != options::LinkMode::Copy && e.kind() != libc::S_IFDIR {
+            if self.ctx.opts.link != options::LinkMode::Copy && e.kind() != FileType::Directory {
                 self.link_entry(pair, &e);
                 continue;
             }
             match e.kind() {
-                libc::S_IFDIR => dirs.push(e),
-                libc::S_IFLNK => links.push(e),
-                libc::S_IFREG | libc::S_IFIFO | libc::S_IFCHR | libc::S_IFBLK | libc::S_IFSOCK
-                    if e.kind() == libc::S_IFREG || self.as_regular() =>
+                FileType::Directory => dirs.push(e),
+                FileType::Symlink => links.push(e),
+                FileType::RegularFile
+                | FileType::Fifo
+                | FileType::CharacterDevice
+                | FileType::BlockDevice
+                | FileType::Socket
+                    if e.kind() == FileType::RegularFile || self.as_regular() =>
                 {
                     if group.len() >= self.ctx.opts.group.max(1) {
                         self.send(pair, std::mem::take(group));

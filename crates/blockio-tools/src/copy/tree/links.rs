@@ -246,7 +246,7 @@ impl Walker<'_> {
         // (as with `--remove-destination`), unless it is that very file
         // (a hard link of a source link): then it stays.
         let unlink_first = !l.hard
-            && e.kind() != libc::S_IFREG
+            && e.kind() != FileType::RegularFile
             && e.never_follows(opts.dereference)
             && opts.backup == options::Backup::None;
         if unlink_first && same_entry(l.pair, e) {
@@ -468,7 +468,7 @@ impl Walker<'_> {
         let Some(dir) = self.dst_dir(pair) else {
             return;
         };
-        let make = || at::mknod(&dir, &e.dst_name, e.kind() | perms, rdev);
+        let make = || at::mknod(&dir, &e.dst_name, e.kind().as_raw_mode() | perms, rdev);
         if self.several_names(e) {
             return self.made_once(pair, e, Made::Special, make);
         }
@@ -541,7 +541,7 @@ impl Walker<'_> {
         if let Err(err) = made {
             let what = match kind {
                 Made::Link => "symbolic link",
-                Made::Special if e.kind() == libc::S_IFIFO => "fifo",
+                Made::Special if e.kind() == FileType::Fifo => "fifo",
                 Made::Special => "special file",
             };
             return self.report(format!("cannot create {what} {}", quote(&dst)), Some(err));
@@ -628,7 +628,7 @@ impl Walker<'_> {
             || (data && e.never_follows(opts.dereference))
             || opts.remove_destination
             || opts.backup != options::Backup::None
-            || (e.kind() == libc::S_IFLNK && opts.force)
+            || (e.kind() == FileType::Symlink && opts.force)
             || (data && opts.preserve.links && several_names());
         if !may_replace {
             self.refuse_existing(pair, e, &dst);
@@ -645,7 +645,7 @@ impl Walker<'_> {
         let said = !forced
             || opts.remove_destination
             || (data && opts.preserve.links && several_names())
-            || (e.never_follows(opts.dereference) && e.kind() != libc::S_IFREG);
+            || (e.never_follows(opts.dereference) && e.kind() != FileType::RegularFile);
         let (dir, at_name) = pair.dst_at(name);
         if let Err(e) = at::unlink(dir, &at_name) {
             self.report(format!("cannot remove {}", quote(&dst)), Some(e));
@@ -710,8 +710,8 @@ impl Walker<'_> {
     fn refuse_existing(&self, pair: &DirPair, e: &Entry, dst: &Path) {
         messages::say_copied(self.ctx.opts, &pair.src_of(&e.src_name), dst, None);
         let what = match e.kind() {
-            libc::S_IFLNK => "symbolic link",
-            libc::S_IFIFO => "fifo",
+            FileType::Symlink => "symbolic link",
+            FileType::Fifo => "fifo",
             _ => "special file",
         };
         self.report(
@@ -783,10 +783,10 @@ impl Walker<'_> {
         let Some((_, dst_is_link)) = at(pair.dst_at(&e.dst_name), false) else {
             return false;
         };
-        if e.kind() == libc::S_IFLNK && dst_is_link {
+        if e.kind() == FileType::Symlink && dst_is_link {
             return false;
         }
-        let src = if e.kind() == libc::S_IFLNK {
+        let src = if e.kind() == FileType::Symlink {
             at(pair.src_at(&e.src_name), true).map(|(id, _)| id)
         } else {
             Some(e.id())

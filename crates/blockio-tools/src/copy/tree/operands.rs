@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use blockio::PathAt;
+use rustix::fs::FileType;
 
 use super::super::at::{self, cname};
 use super::super::entry::{joined, parent_as_written, statx_id, DirAt, DirPair, Entry, PairDir};
@@ -46,8 +47,8 @@ struct Operand<'a> {
     /// The source is followed where it is a link (`-L`, `-H`, or written
     /// with a trailing `/`).
     follow_src: bool,
-    /// The source's type (`S_IFMT` bits).
-    kind: u32,
+    /// The source's type.
+    kind: FileType,
 }
 
 impl Walker<'_> {
@@ -179,7 +180,7 @@ impl Walker<'_> {
             dest_is_dir,
             st,
             follow_src,
-            kind: u32::from(st.stx_mode) & libc::S_IFMT,
+            kind: FileType::from_raw_mode(u32::from(st.stx_mode)),
         };
         let Some(src_name) = final_name(src) else {
             return self.report(format!("cannot copy {}: it has no name", quote(src)), None);
@@ -199,7 +200,7 @@ impl Walker<'_> {
         if !self.first_onto(&o, &target) {
             return;
         }
-        if o.kind == libc::S_IFDIR {
+        if o.kind == FileType::Directory {
             return self.operand_dir_checked(&o, &target);
         }
         self.operand_file(&o, &target, src_name, dst_name);
@@ -227,7 +228,8 @@ impl Walker<'_> {
                 return None;
             }
         };
-        if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR && !opts.recursive {
+        if FileType::from_raw_mode(u32::from(st.stx_mode)) == FileType::Directory && !opts.recursive
+        {
             self.report(
                 format!("-r not specified; omitting directory {}", quote(src)),
                 None,
@@ -300,7 +302,7 @@ impl Walker<'_> {
         }
         if o.dest_is_dir
             || !target.as_os_str().as_bytes().ends_with(b"/")
-            || o.kind == libc::S_IFDIR
+            || o.kind == FileType::Directory
         {
             return false;
         }
@@ -337,17 +339,17 @@ impl Walker<'_> {
     fn made_at_the_empty_name(&self, o: &Operand<'_>) -> String {
         let opts = self.ctx.opts;
         let src = o.src;
-        let what = if o.kind == libc::S_IFDIR {
+        let what = if o.kind == FileType::Directory {
             "directory".to_owned()
         } else {
             match opts.link {
                 options::LinkMode::Symbolic => format!("symbolic link '' to {}", quote(src)),
                 options::LinkMode::Hard => format!("hard link '' to {}", quote(src)),
                 options::LinkMode::Copy => match o.kind {
-                    libc::S_IFLNK if opts.dereference == options::Dereference::Never => {
+                    FileType::Symlink if opts.dereference == options::Dereference::Never => {
                         "symbolic link".to_owned()
                     }
-                    libc::S_IFIFO if !self.as_regular() => "fifo".to_owned(),
+                    FileType::Fifo if !self.as_regular() => "fifo".to_owned(),
                     _ => "regular file".to_owned(),
                 },
             }
@@ -364,7 +366,7 @@ impl Walker<'_> {
     /// sources onto one name), as GNU's.
     fn first_onto(&self, o: &Operand<'_>, target: &Path) -> bool {
         let opts = self.ctx.opts;
-        let (src, is_dir) = (o.src, o.kind == libc::S_IFDIR);
+        let (src, is_dir) = (o.src, o.kind == FileType::Directory);
         // One source named twice (`cp a a t/`) is copied once, with a
         // warning, as cp does; a file with backups goes to GNU's rules
         // below (the second is refused, or with numbered backups copied
@@ -391,7 +393,7 @@ impl Walker<'_> {
         // file that was there: refused here.
         // Numbered backups keep every copy (`cp --backup=numbered f f d/`
         // makes two backups, as GNU's).
-        let made_link = o.kind == libc::S_IFLNK || opts.link == options::LinkMode::Symbolic;
+        let made_link = o.kind == FileType::Symlink || opts.link == options::LinkMode::Symbolic;
         let refused = !is_dir
             && o.dest_is_dir
             && opts.backup != options::Backup::Numbered
@@ -482,8 +484,8 @@ impl Walker<'_> {
             // says what it is about to do before it fails.)
             messages::say_copied(opts, src, dest, None);
             let what = match o.kind {
-                libc::S_IFLNK => "symbolic link",
-                libc::S_IFREG => "regular file",
+                FileType::Symlink => "symbolic link",
+                FileType::RegularFile => "regular file",
                 _ if self.as_regular() => "regular file",
                 _ => "special file",
             };
@@ -521,10 +523,10 @@ impl Walker<'_> {
             (options::LinkMode::Hard, _) => {
                 format!("hard link {} to {}", quote(target), quote(src))
             }
-            (_, libc::S_IFLNK) => format!("symbolic link {}", quote(target)),
-            (_, libc::S_IFREG) => format!("regular file {}", quote(target)),
+            (_, FileType::Symlink) => format!("symbolic link {}", quote(target)),
+            (_, FileType::RegularFile) => format!("regular file {}", quote(target)),
             _ if self.as_regular() => format!("regular file {}", quote(target)),
-            (_, libc::S_IFIFO) => format!("fifo {}", quote(target)),
+            (_, FileType::Fifo) => format!("fifo {}", quote(target)),
             _ => format!("special file {}", quote(target)),
         }
     }

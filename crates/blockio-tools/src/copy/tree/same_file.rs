@@ -7,6 +7,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use rustix::fs::FileType;
+
 use super::super::at;
 use super::super::entry::statx_id;
 use super::super::options;
@@ -44,14 +46,14 @@ pub(super) fn same_file_ok(
     if opts.no_clobber {
         return Same::Go;
     }
-    let src_kind = u32::from(st.stx_mode) & libc::S_IFMT;
+    let src_kind = FileType::from_raw_mode(u32::from(st.stx_mode));
     let src_id = statx_id(st);
-    let src_is_link = src_kind == libc::S_IFLNK;
+    let src_is_link = src_kind == FileType::Symlink;
     // A regular file is written through a link at the destination, so the
     // file it leads to is what counts; anything else, or a destination
     // removed first, replaces the link.
-    let written_into =
-        src_kind == libc::S_IFREG || (as_regular && src_kind != libc::S_IFDIR && !src_is_link);
+    let written_into = src_kind == FileType::RegularFile
+        || (as_regular && src_kind != FileType::Directory && !src_is_link);
     let replaced = opts.remove_destination
         || opts.link != options::LinkMode::Copy
         || opts.backup != options::Backup::None;
