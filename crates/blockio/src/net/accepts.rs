@@ -241,6 +241,12 @@ impl AcceptQueue {
     /// The next connection: a queued one, or one the (re-)armed request
     /// will accept. A waiter that goes away calls [`leave`](Self::leave).
     pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<io::Result<Accepted>> {
+        // Asked at every poll, as a receive does (see `Sock::admit`): a
+        // waiter woken when the engine's driver went has it driven again
+        // here. Refused only where a request would be armed: connections
+        // already queued, and a request already armed (driven to its end
+        // by the engine's relay thread), still arrive.
+        let driven = self.sock.admit();
         let mut g = self.lock();
         if let Some(r) = g.ready.pop_front() {
             let full = g.ready.len() >= MAX_QUEUED;
@@ -251,6 +257,9 @@ impl AcceptQueue {
             return Poll::Ready(r.map_err(io::Error::from_raw_os_error));
         }
         if !g.armed {
+            if let Err(e) = driven {
+                return Poll::Ready(Err(e));
+            }
             g.armed = true;
             drop(g);
             self.arm();
