@@ -642,7 +642,8 @@ impl<B: Send + 'static> OpFuture<B> {
             return;
         };
         #[cfg(feature = "tokio")]
-        let req = match super::paused_clock::admit(self.admission.engine(), req, self.site.fd) {
+        let req = match super::paused_clock::hold_clock(self.admission.engine(), req, self.site.fd)
+        {
             Ok(req) => req,
             Err(gate) => {
                 self.gate = Some(gate);

@@ -308,7 +308,7 @@ impl AcceptQueue {
         let req = Request { op, done };
         let by_readiness = self.by_readiness && !self.multishot;
         #[cfg(feature = "tokio")]
-        let Some(req) = self.admit(req, by_readiness) else {
+        let Some(req) = self.hold_clock(req, by_readiness) else {
             return;
         };
         if by_readiness {
@@ -323,17 +323,17 @@ impl AcceptQueue {
     /// once the listener is readable (in the engine's readiness set if
     /// `by_readiness`). A multishot accept is armed as before.
     #[cfg(feature = "tokio")]
-    fn admit(&self, req: Request, by_readiness: bool) -> Option<Request> {
-        use crate::aio::paused_clock::{admit_with, Submit};
+    fn hold_clock(&self, req: Request, by_readiness: bool) -> Option<Request> {
+        use crate::aio::paused_clock::{hold_clock_with, SubmitFn};
         if self.multishot {
             return Some(req);
         }
-        let submit: Submit = if by_readiness {
+        let submit: SubmitFn = if by_readiness {
             |engine, req| engine.submit_by_readiness(req)
         } else {
             |engine, req| engine.driver().submit([req])
         };
-        match admit_with(self.sock.engine(), req, self.sock.fd(), submit) {
+        match hold_clock_with(self.sock.engine(), req, self.sock.fd(), submit) {
             Ok(req) => Some(req),
             Err(gate) => {
                 self.lock().gate = Some(gate);
