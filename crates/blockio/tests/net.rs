@@ -984,6 +984,55 @@ fn connections_an_incoming_stream_left_go_to_the_next_accept() {
     }
 }
 
+/// The descriptor, in this process, of the Unix socket bound to `path`
+/// and listening (the listener gives none out): its inode from
+/// `/proc/net/unix`, then the link in `/proc/self/fd` that names it.
+fn unix_listener_fd(path: &std::path::Path) -> std::os::fd::RawFd {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let path = path.to_str().unwrap();
+    let inode = table
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // Accepted sockets show the path too: the listener is the
+            // one flagged as accepting connections (__SO_ACCEPTCON).
+            (f.len() == 8 && f[7] == path && f[3] == "00010000").then(|| f[6].to_string())
+        })
+        .expect("the listener's socket in /proc/net/unix");
+    let want = format!("socket:[{inode}]");
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|d| std::fs::read_link(d.path()).is_ok_and(|l| l.to_str() == Some(&want)))
+        .and_then(|d| d.file_name().to_str()?.parse().ok())
+        .expect("the listener's descriptor in /proc/self/fd")
+}
+
+/// Waits (up to a guard) until the Unix listener bound to `path` is no
+/// longer readable: no connection waits in its backlog.
+fn wait_until_backlog_taken(path: &std::path::Path) {
+    let fd = unix_listener_fd(path);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, for the duration of the call.
+        let ready = unsafe { libc::poll(&mut pfd, 1, 0) };
+        assert!(ready >= 0, "{}", std::io::Error::last_os_error());
+        if ready == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the armed accept never took the waiting connections"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// `UnixListener::incoming` as TCP's: one multishot accept on io_uring,
 /// each stream its client's, and what the stream left for `accept`.
 #[test]
@@ -1012,9 +1061,13 @@ fn unix_incoming_accepts_with_one_multishot_request() {
             assert!(!std::mem::replace(&mut seen[b[0] as usize], true));
             s.write_all(b).await.0.unwrap();
         }
-        // Lets the armed accept take some of the rest (a Unix listener's
-        // queue is not in /proc to wait on); every split must lose none.
-        std::thread::sleep(Duration::from_millis(50));
+        // With one multishot request, waits until the armed accept has
+        // taken the rest: the listener is readable while connections wait
+        // in its backlog, and the kernel's accepts empty it. Every split
+        // (taken before the drop, or left for `accept`) must lose none.
+        if incoming.multishot() {
+            wait_until_backlog_taken(&path);
+        }
         drop(incoming);
         for _ in 0..10 {
             let (s, _) = listener.accept().await.unwrap();

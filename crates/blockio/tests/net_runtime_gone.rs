@@ -530,18 +530,25 @@ fn drive_on_tokio_on_a_runtime_without_io_is_an_error() {
         let driven = tokio::spawn(drive_on_tokio(engine.clone()))
             .await
             .expect("drive_on_tokio panicked");
-        let (stream, _peer) = accepted_with(&engine, b"hi").await;
-        let (read, _) = tokio::time::timeout(GUARD, stream.read(vec![0u8; 8]))
-            .await
-            .expect("a read on a runtime without I/O never finished");
         if engine.poll_fd().is_none() {
             // The thread-pool backend: nothing to drive, and the read works.
             driven.unwrap();
+            let (stream, _peer) = accepted_with(&engine, b"hi").await;
+            let (read, _) = tokio::time::timeout(GUARD, stream.read(vec![0u8; 8]))
+                .await
+                .expect("a read on a runtime without I/O never finished");
             assert_eq!(read.unwrap(), 2);
             return;
         }
         assert_io_disabled(&driven.expect_err("drive_on_tokio without I/O"));
-        assert_io_disabled(&read.expect_err("a read on a runtime without I/O"));
+        let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
+            .await
+            .unwrap();
+        let _peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let accepted = tokio::time::timeout(GUARD, listener.accept())
+            .await
+            .expect("an accept on a runtime without I/O never finished");
+        assert_io_disabled(&accepted.expect_err("an accept on a runtime without I/O"));
     });
     drop(rt);
     let panics = count_io_disabled_panics() - before;
@@ -739,4 +746,63 @@ fn runtimes_without_io_try_the_takeover_once_each() {
     drop(go_tx);
     let panics: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     assert!(panics <= RUNTIMES, "tokio's panic came {panics} times");
+}
+
+/// A Unix listener of `engine` (in `dir`), made on a first runtime that
+/// drives the engine; then that runtime is dropped.
+fn listener_from_a_dropped_runtime(
+    engine: &AsyncEngine,
+    dir: &std::path::Path,
+) -> blockio::net::UnixListener {
+    let rt = runtime();
+    rt.spawn(drive_on_tokio(engine.clone()));
+    let listener = blockio::net::UnixListener::bind_with(engine, dir.join("gone.sock")).unwrap();
+    // The driver runs; no accept is armed when the runtime goes (an armed
+    // one is driven to its end by the engine's relay thread).
+    rt.block_on(tokio::task::yield_now());
+    drop(rt);
+    listener
+}
+
+#[test]
+fn a_lone_accept_after_the_runtime_went_is_driven_by_the_next_runtime() {
+    for submit in [Submit::OnStart, Submit::PerRound] {
+        let engine = caller_engine(submit);
+        let dir = tempfile::tempdir().unwrap();
+        let listener = listener_from_a_dropped_runtime(&engine, dir.path());
+        // Nothing else uses the engine: the accept alone must have the
+        // new runtime take the driving over.
+        let _peer = std::os::unix::net::UnixStream::connect(listener.local_path()).unwrap();
+        let rt = runtime();
+        rt.block_on(async { tokio::time::timeout(GUARD, listener.accept()).await })
+            .unwrap_or_else(|_| panic!("{submit:?}: a lone accept on the next runtime hung"))
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_lone_accept_on_no_tokio_runtime_gets_an_error_not_a_hang() {
+    let engine = caller_engine(Submit::OnStart);
+    let dir = tempfile::tempdir().unwrap();
+    let listener = listener_from_a_dropped_runtime(&engine, dir.path());
+    let _peer = std::os::unix::net::UnixStream::connect(listener.local_path()).unwrap();
+    let threads = engine.poll_fd().is_none();
+    // On a thread of its own, so that a hang fails the test.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let res = futures::executor::block_on(listener.accept()).map(drop);
+        tx.send(res).unwrap();
+    });
+    let res = rx
+        .recv_timeout(GUARD)
+        .expect("an accept on no tokio runtime never finished");
+    if threads {
+        // The thread-pool backend: nothing needs driving, so the accept
+        // simply completes on any executor.
+        res.unwrap();
+        return;
+    }
+    let err = res.expect_err("an accept on no runtime driving the engine");
+    assert_eq!(err.kind(), std::io::ErrorKind::Other);
+    assert!(err.to_string().contains("is gone"), "unclear error: {err}");
 }

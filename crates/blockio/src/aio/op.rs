@@ -402,12 +402,12 @@ impl<B: IoBufMut> Abandoned for OpTarget<B> {
 }
 
 /// A way to perform an operation on the polling thread at its first poll,
-/// when that is quick (see `file::cached`).
+/// when that is quick (see `file::inline`).
 pub(crate) trait Inline: Send + Sync {
     /// Performs `op` now if it can be done without waiting: its raw result
     /// (a count; never an error, which the driver reports as it would), or
     /// `None` to hand it to the driver untouched.
-    fn try_now(&self, op: &Op<'_>) -> Option<i32>;
+    fn try_inline(&self, op: &Op<'_>) -> Option<i32>;
 }
 
 /// Operations a thread may serve inline in a row, without any future on it
@@ -583,7 +583,7 @@ impl<B: Send + 'static> OpFuture<B> {
         if self.shared.get().is_some_and(|shared| !shared.claim()) {
             return Poll::Ready(None);
         }
-        let res = inline.try_now(op);
+        let res = inline.try_inline(op);
         if res.is_some() {
             INLINE_RUN.set(run + 1);
             self.op = None;
@@ -642,7 +642,8 @@ impl<B: Send + 'static> OpFuture<B> {
             return;
         };
         #[cfg(feature = "tokio")]
-        let req = match super::paused_clock::admit(self.admission.engine(), req, self.site.fd) {
+        let req = match super::paused_clock::hold_clock(self.admission.engine(), req, self.site.fd)
+        {
             Ok(req) => req,
             Err(gate) => {
                 self.gate = Some(gate);

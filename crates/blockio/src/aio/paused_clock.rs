@@ -107,8 +107,8 @@ fn paused_runtime() -> Option<Handle> {
     (tokio::time::Instant::now() == before).then_some(runtime)
 }
 
-/// How a request reaches its engine once admitted.
-pub(crate) type Submit = fn(&AsyncEngine, Request);
+/// How a request reaches its engine once the clock lets it.
+pub(crate) type SubmitFn = fn(&AsyncEngine, Request);
 
 /// `req`, about to be handed to `engine`'s driver by the future that made
 /// it, on the fd `fd`: given back to be submitted now, holding the clock
@@ -116,17 +116,17 @@ pub(crate) type Submit = fn(&AsyncEngine, Request);
 /// socket in the runtime's reactor first, in a task of that runtime's
 /// that then submits it, that task's [`Gate`], to cancel the request if
 /// the future is dropped first.
-pub(crate) fn admit(engine: &AsyncEngine, req: Request, fd: RawFd) -> Result<Request, Gate> {
-    admit_with(engine, req, fd, |engine, req| engine.driver().submit([req]))
+pub(crate) fn hold_clock(engine: &AsyncEngine, req: Request, fd: RawFd) -> Result<Request, Gate> {
+    hold_clock_with(engine, req, fd, |engine, req| engine.driver().submit([req]))
 }
 
-/// [`admit`], for a request that reaches its engine by `submit` (an
+/// [`hold_clock`], for a request that reaches its engine by `submit` (an
 /// accept waiting in the engine's readiness set).
-pub(crate) fn admit_with(
+pub(crate) fn hold_clock_with(
     engine: &AsyncEngine,
     req: Request,
     fd: RawFd,
-    submit: Submit,
+    submit: SubmitFn,
 ) -> Result<Request, Gate> {
     if matches!(engine.driver(), Driver::Caller(_)) {
         return Ok(req);
@@ -206,7 +206,7 @@ impl Ready {
 struct Gated {
     req: Option<Request>,
     engine: AsyncEngine,
-    submit: Submit,
+    submit: SubmitFn,
     cancelled: Arc<AtomicBool>,
 }
 

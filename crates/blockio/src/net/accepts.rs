@@ -241,6 +241,12 @@ impl AcceptQueue {
     /// The next connection: a queued one, or one the (re-)armed request
     /// will accept. A waiter that goes away calls [`leave`](Self::leave).
     pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<io::Result<Accepted>> {
+        // Asked at every poll, as a receive does (see `Sock::admit`): a
+        // waiter woken when the engine's driver went has it driven again
+        // here. Refused only where a request would be armed: connections
+        // already queued, and a request already armed (driven to its end
+        // by the engine's relay thread), still arrive.
+        let driven = self.sock.admit();
         let mut g = self.lock();
         if let Some(r) = g.ready.pop_front() {
             let full = g.ready.len() >= MAX_QUEUED;
@@ -251,6 +257,9 @@ impl AcceptQueue {
             return Poll::Ready(r.map_err(io::Error::from_raw_os_error));
         }
         if !g.armed {
+            if let Err(e) = driven {
+                return Poll::Ready(Err(e));
+            }
             g.armed = true;
             drop(g);
             self.arm();
@@ -299,7 +308,7 @@ impl AcceptQueue {
         let req = Request { op, done };
         let by_readiness = self.by_readiness && !self.multishot;
         #[cfg(feature = "tokio")]
-        let Some(req) = self.admit(req, by_readiness) else {
+        let Some(req) = self.hold_clock(req, by_readiness) else {
             return;
         };
         if by_readiness {
@@ -314,17 +323,17 @@ impl AcceptQueue {
     /// once the listener is readable (in the engine's readiness set if
     /// `by_readiness`). A multishot accept is armed as before.
     #[cfg(feature = "tokio")]
-    fn admit(&self, req: Request, by_readiness: bool) -> Option<Request> {
-        use crate::aio::paused_clock::{admit_with, Submit};
+    fn hold_clock(&self, req: Request, by_readiness: bool) -> Option<Request> {
+        use crate::aio::paused_clock::{hold_clock_with, SubmitFn};
         if self.multishot {
             return Some(req);
         }
-        let submit: Submit = if by_readiness {
+        let submit: SubmitFn = if by_readiness {
             |engine, req| engine.submit_by_readiness(req)
         } else {
             |engine, req| engine.driver().submit([req])
         };
-        match admit_with(self.sock.engine(), req, self.sock.fd(), submit) {
+        match hold_clock_with(self.sock.engine(), req, self.sock.fd(), submit) {
             Ok(req) => Some(req),
             Err(gate) => {
                 self.lock().gate = Some(gate);

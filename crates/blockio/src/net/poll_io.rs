@@ -102,7 +102,7 @@ pub(crate) struct PollIo {
     /// The last receive took fewer bytes than it had room for, or found
     /// none: the socket was left empty, so the next read arms a receive
     /// without trying the socket first (see
-    /// [`receive_at_once`](Self::receive_at_once)).
+    /// [`receive_inline`](Self::receive_inline)).
     emptied: bool,
 }
 
@@ -166,7 +166,7 @@ impl PollIo {
                 }
                 Settled::Receive => {}
             }
-            if let Some(read) = self.receive_at_once(core, out) {
+            if let Some(read) = self.receive_inline(core, out) {
                 self.release(core);
                 return Poll::Ready(read);
             }
@@ -213,7 +213,7 @@ impl PollIo {
     /// less than it had room for: the socket was empty then, and a
     /// request-response exchange would pay a call that says `EAGAIN` on
     /// every message.
-    fn receive_at_once(
+    fn receive_inline(
         &mut self,
         core: &StreamCore,
         out: &mut dyn ReadOut,
@@ -225,7 +225,7 @@ impl PollIo {
         // SAFETY: only the kernel writes into the slice, and only bytes it
         // received.
         let unfilled = unsafe { out.unfilled() };
-        match core.sock.recv_into_at_once(unfilled) {
+        match core.sock.recv_into_inline(unfilled) {
             Ok(n) => {
                 // SAFETY: the kernel wrote the first `n` bytes (recv
                 // returns how many, at most the slice's length).

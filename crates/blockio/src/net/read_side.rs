@@ -42,14 +42,14 @@ struct DroppedReads {
     /// A dropped read met the end of the stream, for the next read to
     /// report once `leftover` is drained.
     ended: bool,
-    /// Receive streams still to receive at once (see
-    /// [`ReadSide::receive_at_once`]).
-    at_once: u32,
+    /// Receive streams still to receive inline (see
+    /// [`ReadSide::receive_inline`]).
+    inline: u32,
 }
 
-/// Receive streams that receive at once after one was dropped pending
-/// (see [`ReadSide::receive_at_once`]).
-const AT_ONCE_AFTER_DROP: u32 = 64;
+/// Receive streams that receive inline after one was dropped pending
+/// (see [`ReadSide::receive_inline`]).
+const INLINE_AFTER_DROP: u32 = 64;
 
 /// A read whose future was dropped before its result came.
 struct Left {
@@ -210,21 +210,21 @@ impl ReadSide {
     /// Notes a receive stream dropped while its receive was pending.
     pub(crate) fn dropped_pending(&self) {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        g.at_once = AT_ONCE_AFTER_DROP;
+        g.inline = INLINE_AFTER_DROP;
     }
 
     /// Whether a receive stream about to arm a receive in the kernel
     /// should first receive what the socket holds at once, on the calling
-    /// thread: for the [`AT_ONCE_AFTER_DROP`] that follow one dropped
+    /// thread: for the [`INLINE_AFTER_DROP`] that follow one dropped
     /// pending. A loop that makes a fresh receive stream each turn and
     /// drops it pending otherwise moves one ring buffer per round trip
-    /// through the driver; receiving at once, it moves what the socket
+    /// through the driver; receiving inline, it moves what the socket
     /// holds in each poll, as tokio's read does.
-    pub(crate) fn receive_at_once(&self) -> bool {
+    pub(crate) fn receive_inline(&self) -> bool {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let at_once = g.at_once > 0;
-        g.at_once = g.at_once.saturating_sub(1);
-        at_once
+        let inline = g.inline > 0;
+        g.inline = g.inline.saturating_sub(1);
+        inline
     }
 
     /// Registers a read in flight whose result the next read collects;

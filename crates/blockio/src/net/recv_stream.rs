@@ -68,9 +68,9 @@ use crate::aio::BufResult;
 use crate::op::action::{Action, RecvSelectArgs};
 use crate::op::Op;
 
-/// The most bytes a receive made at once (see
-/// [`RecvStream::receive_at_once`]) takes.
-const AT_ONCE_RECEIVE: usize = 64 * 1024;
+/// The most bytes a receive made inline (see
+/// [`RecvStream::receive_inline`]) takes.
+const INLINE_RECEIVE: usize = 64 * 1024;
 
 /// Bytes received by a [`RecvStream`]. Dereferences to the bytes; a buffer
 /// of the engine's ring goes back to the ring when this is dropped.
@@ -499,7 +499,7 @@ impl<'a> RecvStream<'a> {
         if let Err(e) = driven {
             return Poll::Ready(Some(Err(e)));
         }
-        if let Some(got) = self.receive_at_once() {
+        if let Some(got) = self.receive_inline() {
             return Poll::Ready(got);
         }
         self.arm();
@@ -507,16 +507,16 @@ impl<'a> RecvStream<'a> {
     }
 
     /// After a receive stream of this connection was dropped pending (see
-    /// `ReadSide::receive_at_once`), receives what the socket holds at
+    /// `ReadSide::receive_inline`), receives what the socket holds at
     /// once, on this thread, into a buffer of the stream's own: the item,
     /// or `None` when the socket holds nothing (the receive is then armed
     /// as usual). Called only with nothing armed or queued, so bytes keep
     /// their order.
-    fn receive_at_once(&mut self) -> Option<Option<io::Result<RecvBuf>>> {
-        if !self.core.reads.receive_at_once() {
+    fn receive_inline(&mut self) -> Option<Option<io::Result<RecvBuf>>> {
+        if !self.core.reads.receive_inline() {
             return None;
         }
-        match self.core.sock.recv_at_once(AT_ONCE_RECEIVE) {
+        match self.core.sock.recv_inline(INLINE_RECEIVE) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
             Ok(buf) => Some(self.owned_result(Ok(buf.len()), buf)),
             Err(e) => Some(self.owned_result(Err(super::os_error(e)), Vec::new())),
@@ -626,7 +626,7 @@ impl Drop for RecvStream<'_> {
     /// the connection's bytes. A multishot receive, which would go on
     /// taking buffers, is cancelled in the kernel; what it posted still
     /// goes to the next read, in order. Either way the connection's next
-    /// receive streams first receive at once (`receive_at_once`).
+    /// receive streams first receive inline (`receive_inline`).
     fn drop(&mut self) {
         let How::Ring(r) = &self.how else {
             // A receive in flight is left to the read side by `read`.
@@ -639,7 +639,7 @@ impl Drop for RecvStream<'_> {
         let multishot = shape.share >= usize::from(shape.count);
         let mut keep = None;
         if armed {
-            // The next streams receive at once: a multishot receive's
+            // The next streams receive inline: a multishot receive's
             // cancel may take it back before the kernel got it.
             self.core.reads.dropped_pending();
         }

@@ -197,8 +197,8 @@ impl Sock {
 
     /// Sends what the socket takes of `bufs` now, on this thread, without
     /// waiting: `WouldBlock` when it takes nothing (see
-    /// `WriteSide::send_at_once`). The first [`IOV_MAX`] buffers at most.
-    pub(crate) fn send_at_once<B: IoBuf>(&self, bufs: &[B]) -> io::Result<usize> {
+    /// `WriteSide::send_inline`). The first [`IOV_MAX`] buffers at most.
+    pub(crate) fn send_inline<B: IoBuf>(&self, bufs: &[B]) -> io::Result<usize> {
         let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
         if let [b] = bufs {
             // SAFETY: `b` holds `bytes_len` initialised bytes at
@@ -223,10 +223,10 @@ impl Sock {
     /// Receives what the socket holds, up to `max` bytes, now, on this
     /// thread, without waiting: `WouldBlock` when it holds nothing; an
     /// empty buffer at the end of the stream (see
-    /// `ReadSide::receive_at_once`).
-    pub(crate) fn recv_at_once(&self, max: usize) -> io::Result<Vec<u8>> {
+    /// `ReadSide::receive_inline`).
+    pub(crate) fn recv_inline(&self, max: usize) -> io::Result<Vec<u8>> {
         let mut buf = Vec::with_capacity(max);
-        let n = self.recv_into_at_once(buf.spare_capacity_mut())?;
+        let n = self.recv_into_inline(buf.spare_capacity_mut())?;
         // SAFETY: the kernel wrote the first `n` bytes of the spare
         // capacity (recv returns how many it wrote, at most `max`).
         unsafe { buf.set_len(n) };
@@ -237,7 +237,7 @@ impl Sock {
     /// without waiting: how many bytes the kernel wrote at the start of
     /// `out` (0 at the end of the stream), or `WouldBlock` when it holds
     /// nothing.
-    pub(crate) fn recv_into_at_once(&self, out: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+    pub(crate) fn recv_into_inline(&self, out: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
         let flags = libc::MSG_DONTWAIT;
         retry_interrupted(|| self.socket.recv_with_flags(out, flags))
     }

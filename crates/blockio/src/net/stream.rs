@@ -96,7 +96,7 @@ impl StreamCore {
         let mut n = res?;
         let mut error = None;
         if n > 0 && n < out.len() && self.reads.socket_is_next() {
-            match self.sock.recv_at_once(out.len() - n) {
+            match self.sock.recv_inline(out.len() - n) {
                 Ok(more) => {
                     buf[n..n + more.len()].copy_from_slice(&more);
                     n += more.len();
@@ -127,7 +127,7 @@ impl StreamCore {
         if let Err(e) = self.writes.ready_for_owned().await {
             return (Err(e), buf);
         }
-        if let Some(res) = self.send_at_once(std::slice::from_ref(&buf)) {
+        if let Some(res) = self.send_inline(std::slice::from_ref(&buf)) {
             return (res, buf);
         }
         let mut guard = self.writes.guard(buf.bytes_len());
@@ -151,7 +151,7 @@ impl StreamCore {
         if let Err(e) = self.writes.ready_for_owned().await {
             return (Err(e), bufs);
         }
-        if let Some(res) = self.send_at_once(&bufs) {
+        if let Some(res) = self.send_inline(&bufs) {
             return (res, bufs);
         }
         let len = bufs
@@ -176,13 +176,13 @@ impl StreamCore {
 
     /// Sends what the socket takes of `bufs` at once, on this thread, if
     /// an owned write dropped pending asks for it (see
-    /// `WriteSide::send_at_once`): `None` when it does not, or the
+    /// `WriteSide::send_inline`): `None` when it does not, or the
     /// socket took nothing (the send then goes through the driver).
-    fn send_at_once<B: IoBuf>(&self, bufs: &[B]) -> Option<io::Result<usize>> {
-        if !self.writes.send_at_once() {
+    fn send_inline<B: IoBuf>(&self, bufs: &[B]) -> Option<io::Result<usize>> {
+        if !self.writes.send_inline() {
             return None;
         }
-        match self.sock.send_at_once(bufs) {
+        match self.sock.send_inline(bufs) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
             res => Some(res.map_err(super::os_error)),
         }
@@ -196,10 +196,10 @@ impl StreamCore {
         let len = buf.bytes_len();
         let mut guard = self.writes.guard(len);
         let mut sent = 0;
-        match self.send_at_once(std::slice::from_ref(&buf)) {
+        match self.send_inline(std::slice::from_ref(&buf)) {
             Some(Ok(n)) => {
                 sent = n;
-                guard.sent_at_once(n);
+                guard.sent_inline(n);
             }
             Some(Err(e)) => return (Err(e), buf),
             None => {}

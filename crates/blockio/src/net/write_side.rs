@@ -67,7 +67,7 @@
 //! so a loop that drops every pending write (a `select!` whose other
 //! branch is ready each turn) would send nothing, ever. So after an owned
 //! write dropped pending, the stream's next owned writes
-//! ([`AT_ONCE_AFTER_DROP`] of them) make their send at once, in their
+//! ([`INLINE_AFTER_DROP`] of them) make their send inline, in their
 //! first poll, on the calling thread (`MSG_DONTWAIT`), as tokio's write
 //! does: whatever the socket takes is the write's result at once, and
 //! only a socket with no room sends the write through the driver. Such a
@@ -263,9 +263,9 @@ struct SendBook {
     lingering: Option<Lingering>,
     /// Sends in a row the kernel cancelled (see [`SendBook::step`]).
     cancelled: u32,
-    /// Owned writes still to try their send at once, on the calling
-    /// thread (see [`WriteSide::send_at_once`]).
-    at_once: u32,
+    /// Owned writes still to try their send inline, on the calling
+    /// thread (see [`WriteSide::send_inline`]).
+    inline: u32,
 }
 
 /// Sends in a row cancelled by the kernel that the pump sends again
@@ -273,9 +273,9 @@ struct SendBook {
 /// above the few cancels of a hand-over.
 const CANCELLED_RETRIES: u32 = 1000;
 
-/// Owned writes that try their send at once after an owned write was
-/// dropped pending (see [`WriteSide::send_at_once`]).
-const AT_ONCE_AFTER_DROP: u32 = 64;
+/// Owned writes that try their send inline after an owned write was
+/// dropped pending (see [`WriteSide::send_inline`]).
+const INLINE_AFTER_DROP: u32 = 64;
 
 /// An owned write dropped with its send in the kernel.
 struct Dropped {
@@ -505,7 +505,7 @@ impl WriteSide {
                     linger_limit: LINGER,
                     lingering: None,
                     cancelled: 0,
-                    at_once: 0,
+                    inline: 0,
                 }),
                 notified: AtomicBool::new(false),
                 running: AtomicBool::new(false),
@@ -617,20 +617,20 @@ impl WriteSide {
         .await
     }
 
-    /// Whether an owned write should first try its send at once, on the
+    /// Whether an owned write should first try its send inline, on the
     /// calling thread, without waiting (`MSG_DONTWAIT`): for the
-    /// [`AT_ONCE_AFTER_DROP`] owned writes that follow one dropped while
+    /// [`INLINE_AFTER_DROP`] owned writes that follow one dropped while
     /// pending. A loop that drops a pending write whenever another branch
     /// of a `select!` is ready, and writes again, would otherwise give
     /// each write's send to the driver only to cancel it before the
     /// kernel gets it, and send nothing; with the send made in the
     /// write's first poll it moves bytes whenever the socket has room, as
     /// tokio's write does. Other streams keep one submission per round.
-    pub(crate) fn send_at_once(&self) -> bool {
+    pub(crate) fn send_inline(&self) -> bool {
         let mut st = self.pump.lock();
-        let at_once = st.at_once > 0;
-        st.at_once = st.at_once.saturating_sub(1);
-        at_once
+        let inline = st.inline > 0;
+        st.inline = st.inline.saturating_sub(1);
+        inline
     }
 
     /// A guard for an owned write of `len` bytes: dropped while armed, it
@@ -669,8 +669,8 @@ pub(crate) struct OwnedWrite<'a> {
 }
 
 impl OwnedWrite<'_> {
-    /// Counts `n` bytes the write sent itself, at once.
-    pub(crate) fn sent_at_once(&mut self, n: usize) {
+    /// Counts `n` bytes the write sent itself, inline.
+    pub(crate) fn sent_inline(&mut self, n: usize) {
         self.before += n;
     }
 
@@ -698,7 +698,7 @@ impl Drop for OwnedWrite<'_> {
                 len: self.len,
                 op,
             });
-            st.at_once = AT_ONCE_AFTER_DROP;
+            st.inline = INLINE_AFTER_DROP;
         }
     }
 }

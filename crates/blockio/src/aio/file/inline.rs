@@ -104,7 +104,7 @@ impl InlineReads {
 }
 
 impl Inline for InlineReads {
-    fn try_now(&self, op: &Op<'_>) -> Option<i32> {
+    fn try_inline(&self, op: &Op<'_>) -> Option<i32> {
         if !self.eligible(op.fd) {
             return None;
         }

@@ -230,6 +230,24 @@ impl AsyncFile {
     /// from `offset` (`fallocate`), as [`Op::fallocate`](crate::Op::fallocate):
     /// `mode` holds `fallocate(2)`'s `FALLOC_FL_*` flags, 0 allocating
     /// (and growing the file if the range ends past it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # let engine = blockio::aio::AsyncEngine::new()?;
+    /// # let file = blockio::aio::AsyncFile::create(&engine, &path)?;
+    ///
+    /// // Reserves the first 64 KiB (mode 0: the file grows to cover them).
+    /// file.fallocate(0, 0, 64 * 1024).await.0?;
+    /// assert_eq!(std::fs::metadata(&path)?.len(), 64 * 1024);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn fallocate(&self, mode: i32, offset: u64, len: u64) -> OpFuture<()> {
         let action = Action::Fallocate(FallocateArgs { mode, offset, len });
         // SAFETY: no memory is involved.
