@@ -7,7 +7,7 @@ watch: asyncio with ``loop.add_reader``, trio with
 uses the engine. What else differs between the two is kept here: a
 one-shot result to await (:func:`new_future`), the task awaiting it
 (:func:`current_task`), a way to settle it from another thread
-(:func:`threadsafe_caller`), and a call run on a thread
+(:func:`threadsafe_call_soon`), and a call run on a thread
 (:func:`run_in_thread`). trio is imported only by a program that uses it.
 """
 
@@ -135,7 +135,7 @@ async def pause() -> None:
     await asyncio.sleep(0)
 
 
-def threadsafe_caller() -> Callable[..., Any]:
+def threadsafe_call_soon() -> Callable[..., Any]:
     """A function that runs ``f(*args)`` soon in the running loop's thread,
     callable from any thread; it raises ``RuntimeError`` once the loop
     (or the ``trio.run``) is over."""

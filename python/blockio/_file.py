@@ -59,7 +59,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
-from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_caller
+from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_call_soon
 from ._blockio import (INLINE_OFFSET, FileState, count_copied, read_line_inline, read_inline, readline_inline, seek_inline,
                        tell_inline, turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _flat, _KeptCancel
@@ -294,7 +294,7 @@ class _StreamCall:
                     if not fut.done():
                         fut.set_result(out)
 
-                self._waiters.append((threadsafe_caller(), settle))
+                self._waiters.append((threadsafe_call_soon(), settle))
         if out is None:
             out = await fut
         ok, value = out

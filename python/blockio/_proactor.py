@@ -352,8 +352,8 @@ class RingProactor:
             task.add_done_callback(lambda _task: release(conn))
         return task
 
-    def _now_or_when_ready(self, conn: socket.socket, mask: int, call: Callable[[], Any]) -> futures.Future:
-        """``call()`` now (as the caller's own step: a caller that then
+    def _inline_or_when_ready(self, conn: socket.socket, mask: int, call: Callable[[], Any]) -> futures.Future:
+        """``call()`` inline (as the caller's own step: a caller that then
         blocks has had its system call made); if it would block, again
         each time ``conn`` is ready until it does not."""
         fut = self._loop.create_future()
@@ -368,18 +368,18 @@ class RingProactor:
         return fut
 
     def recvfrom(self, conn: socket.socket, nbytes: int, flags: int = 0) -> futures.Future:
-        return self._now_or_when_ready(conn, POLLIN, lambda: conn.recvfrom(nbytes, flags))
+        return self._inline_or_when_ready(conn, POLLIN, lambda: conn.recvfrom(nbytes, flags))
 
     def recvfrom_into(self, conn: socket.socket, buf: Any, nbytes: int = 0, flags: int = 0) -> futures.Future:
-        return self._now_or_when_ready(conn, POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
+        return self._inline_or_when_ready(conn, POLLIN, lambda: conn.recvfrom_into(buf, nbytes, flags))
 
     def sendto(self, conn: socket.socket, buf: Any, flags: int = 0, addr: Any = None) -> futures.Future:
         """Sends one datagram to ``addr``; with ``addr`` None, to the peer
         the socket is connected to (a datagram transport made on a
         connected socket, whose ``sendto(data)`` passes no address)."""
         if addr is None:
-            return self._now_or_when_ready(conn, POLLOUT, lambda: conn.send(buf, flags))
-        return self._now_or_when_ready(conn, POLLOUT, lambda: conn.sendto(buf, flags, addr))
+            return self._inline_or_when_ready(conn, POLLOUT, lambda: conn.send(buf, flags))
+        return self._inline_or_when_ready(conn, POLLOUT, lambda: conn.sendto(buf, flags, addr))
 
     def connect(self, conn: socket.socket, address: Any) -> futures.Future:
         """Connects ``conn``: the ``connect`` call now, its outcome when the
@@ -411,7 +411,7 @@ class RingProactor:
         """``os.sendfile`` of at most ``count`` bytes from ``offset`` once
         ``sock`` takes some; the result is the count sent (0 at end of file)."""
         out_fd = sock.fileno()
-        return self._now_or_when_ready(sock, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
+        return self._inline_or_when_ready(sock, POLLOUT, lambda: os.sendfile(out_fd, in_fd, offset, count))
 
     async def sendfile(self, sock: socket.socket, file: Any, offset: int, count: int) -> None:
         """Sends ``count`` bytes of ``file`` from ``offset`` (fewer at its end)."""

@@ -67,7 +67,7 @@ impl Core {
             Ok((file, dup)) => {
                 let f = make(&file);
                 let b: Boxed<OneDone> = Box::pin(async move {
-                    let r = name_caller_fd(f.await.0, dup, fd);
+                    let r = name_given_fd(f.await.0, dup, fd);
                     OneDone::Count(r.map(|_| Out::Count(0)))
                 });
                 b
@@ -316,7 +316,7 @@ fn counted<B: Send + 'static>(
 ) -> (Boxed<OneDone>, Withdrawal) {
     let w = f.withdrawal();
     let fut: Boxed<OneDone> = Box::pin(async move {
-        let r = name_caller_fd(f.await.0, dup, fd);
+        let r = name_given_fd(f.await.0, dup, fd);
         OneDone::Count(explain_direct(r, fd).map(Out::Count))
     });
     (fut, w)
@@ -674,7 +674,7 @@ impl Core {
                         let f = file.read_at(Buf::Owned(buf), off);
                         let b: Boxed<OneDone> = Box::pin(async move {
                             let (r, buf) = f.await;
-                            OneDone::Read((explain_direct(name_caller_fd(r, dup, fd), fd), buf))
+                            OneDone::Read((explain_direct(name_given_fd(r, dup, fd), fd), buf))
                         });
                         b
                     }

@@ -153,8 +153,8 @@ pub(crate) fn refused(what: &str, fd: RawFd, errno: i32) -> io::Error {
     )
 }
 
-/// `r` with the duplicate `dup` named as the caller's `fd` in its message.
-pub(crate) fn name_caller_fd<T>(r: io::Result<T>, dup: RawFd, fd: RawFd) -> io::Result<T> {
+/// `r` with the duplicate `dup` named as the `fd` the program gave in its message.
+pub(crate) fn name_given_fd<T>(r: io::Result<T>, dup: RawFd, fd: RawFd) -> io::Result<T> {
     r.map_err(|e| {
         let errno = errno_of(&e);
         let text = message(&e, errno);

@@ -110,7 +110,7 @@ pub(crate) fn start(
         let f = file.read_at(Buf::Fresh(piece), offset + at as u64);
         futs.push(Box::pin(async move {
             let (r, buf) = f.await;
-            OneDone::Read((explain_direct(name_caller_fd(r, dup, fd), fd), buf))
+            OneDone::Read((explain_direct(name_given_fd(r, dup, fd), fd), buf))
         }));
         at += len;
     }

@@ -123,7 +123,7 @@ def test_an_explicit_backend_that_contradicts_the_environment_is_refused(monkeyp
     same.close()
 
 
-@pytest.mark.parametrize("how", ["sync", "async"])
+@pytest.mark.parametrize("how", ["blocking", "async"])
 def test_a_path_with_a_nul_byte_fails_in_its_place(engine, tmp_path, how):
     """A path holding a NUL byte is the built-in ``open``'s ``ValueError``
     in its place with ``return_exceptions=True`` (the other files are
@@ -135,7 +135,7 @@ def test_a_path_with_a_nul_byte_fails_in_its_place(engine, tmp_path, how):
         open(paths[1], "rb")
 
     def run(return_exceptions):
-        if how == "sync":
+        if how == "blocking":
             return engine.read_files(paths, return_exceptions=return_exceptions)
         return asyncio.run(engine.aread_files(paths, return_exceptions=return_exceptions))
 

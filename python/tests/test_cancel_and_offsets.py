@@ -410,7 +410,7 @@ def test_the_descriptor_offset_is_the_position_once_its_number_is_given_out(tmp_
 
 
 @pytest.mark.parametrize("buffering", [-1, 0, 7])
-def test_calls_served_at_once_keep_a_given_out_descriptors_offset_at_the_position(tmp_path, buffering):
+def test_calls_served_inline_keep_a_given_out_descriptors_offset_at_the_position(tmp_path, buffering):
     """Once the descriptor's number is given out, ``seek``, ``read``,
     ``readline`` and ``tell`` (served inline from the buffer or the page
     cache, or not) each leave the descriptor's offset at the file's
@@ -437,7 +437,7 @@ def test_calls_served_at_once_keep_a_given_out_descriptors_offset_at_the_positio
     asyncio.run(main())
 
 
-def test_writes_served_at_once_leave_a_given_out_descriptors_offset_where_the_buffered_bytes_go(tmp_path):
+def test_writes_served_inline_leave_a_given_out_descriptors_offset_where_the_buffered_bytes_go(tmp_path):
     """Writes buffered behind others (served inline) leave the given-out
     descriptor's offset where the buffered bytes will go, as the first
     buffered write does; the flush moves it past them."""

@@ -18,9 +18,9 @@ import blockio
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 
 
-def at_once(coro):
-    """What ``coro`` returns, if it finishes without suspending (served at
-    once); raises ``AssertionError`` if it suspends."""
+def served_inline(coro):
+    """What ``coro`` returns, if it finishes without suspending (served
+    inline); raises ``AssertionError`` if it suspends."""
     try:
         coro.send(None)
     except StopIteration as done:
@@ -58,7 +58,7 @@ def test_a_seek_after_buffered_writes_flushes_them_as_the_builtin(tmp_path, back
 
     async def main(e):
         async with blockio.open(ours, "r+b", engine=e) as f:
-            assert at_once(f.seek(10)) == 10
+            assert served_inline(f.seek(10)) == 10
             assert await f.write(b"abc") == 3  # buffered
             assert await f.seek(50) == 50  # flushes first
             got = await f.read(5)
@@ -85,11 +85,11 @@ def test_calls_are_served_inline_again_once_the_writes_are_flushed(tmp_path, bac
 
     async def main(e):
         async with blockio.open(p, "r+b", engine=e) as f:
-            assert at_once(f.seek(1000)) == 1000
+            assert served_inline(f.seek(1000)) == 1000
             await f.write(b"xyz")
             await f.flush()
-            assert at_once(f.seek(999)) == 999
-            assert at_once(f.read(5)) == bytes([999 % 256]) + b"xyz" + bytes([1003 % 256])
+            assert served_inline(f.seek(999)) == 999
+            assert served_inline(f.read(5)) == bytes([999 % 256]) + b"xyz" + bytes([1003 % 256])
 
     with_engine(backend, main)
 
@@ -133,8 +133,8 @@ def test_a_detached_file_refuses_seek_and_read_as_the_builtin(tmp_path, backend)
 
     async def main(e):
         f = await blockio.open(p, "rb", engine=e)
-        assert at_once(f.seek(2)) == 2
-        assert at_once(f.read(2)) == b"23"
+        assert served_inline(f.seek(2)) == 2
+        assert served_inline(f.read(2)) == b"23"
         raw = f.detach()
         try:
             for call in (lambda: f.seek(0), lambda: f.read(3), lambda: f.read(0)):
@@ -163,8 +163,8 @@ def test_a_closed_file_refuses_seek_and_read_as_the_builtin(tmp_path, backend):
 
     async def main(e):
         f = await blockio.open(p, "rb", engine=e)
-        assert at_once(f.seek(0)) == 0
-        assert at_once(f.read(3)) == b"012"
+        assert served_inline(f.seek(0)) == 0
+        assert served_inline(f.read(3)) == b"012"
         await f.close()
         with another_file_open(tmp_path):  # (on the closed file's number)
             for call in (lambda: f.seek(0), lambda: f.read(3)):

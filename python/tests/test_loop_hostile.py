@@ -538,7 +538,7 @@ def test_add_reader_on_a_number_closed_without_remove_watches_the_new_file(loop)
 
     calls = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert "old" not in calls
-    if loop.backend == "io_uring":
+    if loop.backend == "uring":
         assert calls and set(calls) == {"new"}
 
 
@@ -600,7 +600,7 @@ def test_a_write_pipe_closed_by_its_owner_writes_to_no_file_taking_its_number(lo
         wfile = open(w, "wb", buffering=0)
         t, _ = await loop.connect_write_pipe(asyncio.Protocol, wfile)
         t.write(data)
-        assert t.get_write_buffer_size() > 0 or loop.backend == "io_uring"
+        assert t.get_write_buffer_size() > 0 or loop.backend == "uring"
         wfile.close()
         fd = os.open(other, os.O_WRONLY | os.O_CREAT)
         if fd != w:  # the number the transport's caller gave now names the file
@@ -616,7 +616,7 @@ def test_a_write_pipe_closed_by_its_owner_writes_to_no_file_taking_its_number(lo
                     done.set_result(None)
 
         rt, _ = await loop.connect_read_pipe(Sink, open(r, "rb", buffering=0))
-        if loop.backend == "io_uring":
+        if loop.backend == "uring":
             await done
             await _sentinel(loop, 3)
         else:
@@ -631,7 +631,7 @@ def test_a_write_pipe_closed_by_its_owner_writes_to_no_file_taking_its_number(lo
         with contextlib.suppress(OSError):
             t.abort()
         rt.close()
-        if loop.backend == "io_uring":
+        if loop.backend == "uring":
             os.close(w)  # still the file's: the transport closed only what it holds
         else:
             with contextlib.suppress(OSError):  # (asyncio's transport may have closed it)
@@ -641,7 +641,7 @@ def test_a_write_pipe_closed_by_its_owner_writes_to_no_file_taking_its_number(lo
     got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert other.stat().st_size == 0
     assert data.startswith(got)
-    if loop.backend == "io_uring":
+    if loop.backend == "uring":
         assert got == data
 
 
@@ -672,7 +672,7 @@ def test_a_read_pipe_closed_by_its_owner_takes_nothing_from_a_file_taking_its_nu
         # (on asyncio's selector loop nothing holds the old pipe's read end)
         with contextlib.suppress(BrokenPipeError):
             os.write(w, b"for the old pipe")
-        if loop.backend == "io_uring":
+        if loop.backend == "uring":
             assert await got.get() == b"for the old pipe"
             await _sentinel(loop, 3)
         else:  # (see the write pipe's test above)

@@ -175,8 +175,8 @@ def test_negative_arguments_are_named(tmp_path):
 
 def test_queue_depth_takes_the_engines_rule(tmp_path):
     """One rule for ``queue_depth``: 0 and the ceiling + 1 are refused with
-    the argument named, the ceiling (32,767) is taken by both the sync and
-    the async engine behind ``Engine``."""
+    the argument named, the ceiling (32,767) is taken by both the batch
+    engine and the async engine behind ``Engine``."""
     for q in (0, 32768):
         with pytest.raises(ValueError, match=rf"^queue_depth must be 1\.\.=32767, got {q}$"):
             blockio.Engine(queue_depth=q)

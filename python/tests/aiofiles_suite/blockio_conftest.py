@@ -56,6 +56,6 @@ sys.modules["aiofiles.os"] = blockio.os
 sys.modules["aiofiles.ospath"] = blockio.ospath
 
 
-def pytest_sessionfinish(session, exitstatus):
+def pytest_unconfigure(config):
     with open(os.environ["BLOCKIO_OPEN_CALLS"], "w") as f:
         f.write(f"{_calls} {_os_calls}")
