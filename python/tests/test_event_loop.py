@@ -645,13 +645,9 @@ def test_a_write_from_resume_writing_after_close_goes_out(loop):
     assert len(received) == len(big) + 4 and received == big + b"tail"
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio's SSLProtocol before 3.11 has no write backlog to fill")
-def test_tls_close_notify_follows_a_backlog_when_the_peer_shuts_down_first(loop):
-    """The peer sends ``close_notify`` while our side has a write backlog
-    larger than the transport's buffer: the backlog and then our
-    ``close_notify`` reach the peer (CPython's
-    ``test_remote_shutdown_receives_trailing_data``, with the peer on the
-    same loop)."""
+def _tls_contexts():
+    """A server context with CPython's test certificate and a client context
+    that does not verify it."""
     import ssl
 
     from test.test_asyncio import utils as test_utils
@@ -661,54 +657,70 @@ def test_tls_close_notify_follows_a_backlog_when_the_peer_shuts_down_first(loop)
     client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client_ctx.check_hostname = False
     client_ctx.verify_mode = ssl.CERT_NONE
+    return server_ctx, client_ctx
+
+
+async def _tls_peer_shutting_down_first(loop, sock, server_ctx, started_backlog):
+    """The TLS peer, on MemoryBIOs over a plain socket: it answers ``ping``
+    with ``pong``, sends close_notify once the other side has a backlog, then
+    reads everything until the other side's close_notify; returns the number
+    of bytes read."""
+    import ssl
+
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = server_ctx.wrap_bio(incoming, outgoing, server_side=True)
+
+    async def flush():
+        if outgoing.pending:
+            await loop.sock_sendall(sock, outgoing.read())
+
+    async def feed():
+        data = await loop.sock_recv(sock, 65536)
+        assert data, "the connection ended before close_notify"
+        incoming.write(data)
+
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            await flush()
+            await feed()
+    await flush()
+    while True:
+        try:
+            assert tls.read(4) == b"ping"
+            break
+        except ssl.SSLWantReadError:
+            await feed()
+    tls.write(b"pong")
+    await flush()
+    await started_backlog
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.unwrap()  # close_notify sent, the peer's not yet received
+    await flush()
+    got = 0
+    while True:
+        try:
+            got += len(tls.read(65536))
+        except ssl.SSLWantReadError:
+            await feed()
+        except ssl.SSLZeroReturnError:
+            break
+    tls.unwrap()  # the close_notify came
+    sock.close()
+    return got
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio's SSLProtocol before 3.11 has no write backlog to fill")
+def test_tls_close_notify_follows_a_backlog_when_the_peer_shuts_down_first(loop):
+    """The peer sends ``close_notify`` while our side has a write backlog
+    larger than the transport's buffer: the backlog and then our
+    ``close_notify`` reach the peer (CPython's
+    ``test_remote_shutdown_receives_trailing_data``, with the peer on the
+    same loop)."""
+    server_ctx, client_ctx = _tls_contexts()
     backlog = 4 << 20
-
-    async def peer(sock):
-        # The TLS peer, on MemoryBIOs over a plain socket: it sends
-        # close_notify first, then reads everything until ours.
-        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        tls = server_ctx.wrap_bio(incoming, outgoing, server_side=True)
-
-        async def flush():
-            if outgoing.pending:
-                await loop.sock_sendall(sock, outgoing.read())
-
-        async def feed():
-            data = await loop.sock_recv(sock, 65536)
-            assert data, "the connection ended before close_notify"
-            incoming.write(data)
-
-        while True:
-            try:
-                tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                await flush()
-                await feed()
-        await flush()
-        while True:
-            try:
-                assert tls.read(4) == b"ping"
-                break
-            except ssl.SSLWantReadError:
-                await feed()
-        tls.write(b"pong")
-        await flush()
-        await started_backlog
-        with pytest.raises(ssl.SSLWantReadError):
-            tls.unwrap()  # close_notify sent, the peer's not yet received
-        await flush()
-        got = 0
-        while True:
-            try:
-                got += len(tls.read(65536))
-            except ssl.SSLWantReadError:
-                await feed()
-            except ssl.SSLZeroReturnError:
-                break
-        tls.unwrap()  # the close_notify came
-        sock.close()
-        return got
 
     async def client(port):
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx, server_hostname="")
@@ -731,7 +743,7 @@ def test_tls_close_notify_follows_a_backlog_when_the_peer_shuts_down_first(loop)
         conn, _ = await accepting
         listener.close()
         conn.setblocking(False)
-        got = await asyncio.wait_for(peer(conn), 60)
+        got = await asyncio.wait_for(_tls_peer_shutting_down_first(loop, conn, server_ctx, started_backlog), 60)
         await client_done
         return got
 
