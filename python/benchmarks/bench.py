@@ -169,7 +169,8 @@ async def tasks_aiofile(path: str, blocks: int, seconds: float) -> float:
         return await run_tasks(blocks, seconds, lambda _, off: afp.read(BLOCK, off))
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line's options, checked."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--file", default="bench-data/py-bench-1g.dat")
     ap.add_argument("--size-mib", type=int, default=1024)
@@ -179,14 +180,13 @@ def main() -> int:
     args = ap.parse_args()
     if args.size_mib < 8 or args.seconds <= 0 or args.rounds < 1:
         ap.error("--size-mib must be at least 8, --seconds above 0, --rounds at least 1")
+    return args
 
-    size = args.size_mib << 20
-    make_file(args.file, size)
+
+def make_plans(args: argparse.Namespace, engine: blockio.Engine, direct: int, buffered: int,
+               size: int) -> tuple[dict, dict]:
+    """The runs on a cold (or O_DIRECT) file and the runs on a warm one, by name."""
     blocks = size // BLOCK
-    engine = blockio.Engine(queue_depth=256)
-    direct = os.open(args.file, os.O_RDONLY | os.O_DIRECT)
-    buffered = os.open(args.file, os.O_RDONLY)
-    say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
 
     def cold(fn):
         def run():
@@ -210,31 +210,44 @@ def main() -> int:
         "read_batch64_warm": lambda: sync_read_batch(engine, buffered, blocks, args.seconds, 64),
         "read_batch1_warm": lambda: sync_read_batch(engine, buffered, blocks, args.seconds, 1),
     }
+    return plans, warm_plans
+
+
+def run_rounds(group: dict, rounds: int, results: dict, say: Callable[..., None]) -> None:
+    """Every plan once per round, in reverse order every other round."""
+    for r in range(rounds):
+        order = list(group.items())
+        if r % 2:
+            order.reverse()
+        for name, fn in order:
+            say(f"round {r + 1}/{rounds}: {name}")
+            results[name].append(fn())
+
+
+def measure(args: argparse.Namespace, say: Callable[..., None]) -> dict:
+    """Every run's IOPS per round, by name: the cold runs, then the warm ones."""
+    size = args.size_mib << 20
+    make_file(args.file, size)
+    engine = blockio.Engine(queue_depth=256)
+    direct = os.open(args.file, os.O_RDONLY | os.O_DIRECT)
+    buffered = os.open(args.file, os.O_RDONLY)
+    plans, warm_plans = make_plans(args, engine, direct, buffered, size)
     results: dict = {k: [] for k in list(plans) + list(warm_plans)}
-
-    def run_rounds(group: dict) -> None:
-        # Every plan once per round, in reverse order every other round.
-        for r in range(args.rounds):
-            order = list(group.items())
-            if r % 2:
-                order.reverse()
-            for name, fn in order:
-                say(f"round {r + 1}/{args.rounds}: {name}")
-                results[name].append(fn())
-
-    run_rounds(plans)
+    run_rounds(plans, args.rounds, results, say)
     warm(args.file)
-    run_rounds(warm_plans)
+    run_rounds(warm_plans, args.rounds, results, say)
     os.close(direct)
     os.close(buffered)
     engine.close()
+    return results
 
-    med = {k: statistics.median(v) for k, v in results.items()}
 
+def ratios_of(med: dict) -> list:
+    """The compared pairs: what, the ratio of their medians, the target (or None)."""
     def ratio(a: str, b: str) -> float:
         return med[a] / med[b]
 
-    ratios = [
+    return [
         ("read_batch / Rust engine (O_DIRECT)", ratio("read_batch_direct", "rust_engine_direct"), 0.9),
         ("asyncio / aiofiles (cold, 64 tasks)", ratio("asyncio_cold", "aiofiles_cold"), 10.0),
         ("asyncio / aiofile-caio (cold, 64 tasks)", ratio("asyncio_cold", "aiofile_cold"), 2.0),
@@ -243,14 +256,10 @@ def main() -> int:
         ("read_batch of 64 / os.pread list of 64 (warm)", ratio("read_batch64_warm", "pread_keep_warm"), None),
         ("read_batch of 1 / os.pread loop (warm)", ratio("read_batch1_warm", "pread_warm"), None),
     ]
-    if args.json:
-        print(json.dumps({
-            "backend": blockio.Engine().backend,
-            "iops": med,
-            "ratios": [{"what": w, "ratio": r, "target": t} for w, r, t in ratios],
-            "config": vars(args),
-        }, indent=2))
-        return 0
+
+
+def print_table(med: dict, ratios: list) -> None:
+    """The medians and ratios as a table on stdout."""
     print(f"{'run':<24} {'IOPS (median)':>14}")
     for k, v in med.items():
         print(f"{k:<24} {v:>14.0f}")
@@ -258,8 +267,24 @@ def main() -> int:
     for w, r, t in ratios:
         tgt = f"target >= {t}" if t else ""
         print(f"  {w:<46} {int(r * 100) / 100:>7.2f}  {tgt}")
-    return 0
 
+
+def main() -> int:
+    args = parse_args()
+    say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
+    results = measure(args, say)
+    med = {k: statistics.median(v) for k, v in results.items()}
+    ratios = ratios_of(med)
+    if args.json:
+        print(json.dumps({
+            "backend": blockio.Engine().backend,
+            "iops": med,
+            "ratios": [{"what": w, "ratio": r, "target": t} for w, r, t in ratios],
+            "config": vars(args),
+        }, indent=2))
+    else:
+        print_table(med, ratios)
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())
