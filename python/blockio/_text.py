@@ -615,96 +615,42 @@ class AsyncTextFile(LineReader[str]):
         else:
             j, used = self._replay_from()
             state, start = self._snap[j][0], self._snap[j][1]
-        base = self._used - used  # (where in `_decoded` the replay's characters start)
         fed, kept = self._bytes_from(start, used * _CHAR_BYTES + 2 * _HELD)
         dec = self._get_decoder()
         saved = dec.getstate()
-
-        def chars(k: int, held_cr: bool = False) -> int:
-            dec.setstate(state)
-            n = len(dec.decode(fed[:k], final=self._eof and k == kept))
-            if held_cr and holds_cr():
-                n += 1  # a \r the decoder holds back, to see whether \n follows
-            return n
-
-        def fewest(held_cr: bool) -> int:
-            lo, hi = 0, len(fed)
-            while lo < hi:  # the fewest bytes that decode to `used` characters
-                mid = (lo + hi) // 2
-                if chars(mid, held_cr) >= used:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            return lo
-
-        def holds_cr() -> bool:
-            return isinstance(dec, io.IncrementalNewlineDecoder) and bool(dec.getstate()[1] & 1)
-
-        def decodes_within_returned(k: int, whole: bool) -> bool:
-            """Whether decoding to byte ``k`` gives characters all returned
-            (``whole``: exactly those returned, and decoding on from ``k``
-            after a seek gives those that follow them: codecs that look
-            ahead, as GB18030, give one replacement for more bytes)."""
-            dec.setstate(state)
-            try:
-                text = dec.decode(fed[:k], final=True)
-            except (UnicodeError, ValueError):
-                return False
-            if not whole:
-                return self._decoded.startswith(text, base, self._used)
-            if base + len(text) != self._used or not self._decoded.startswith(text, base):
-                return False
-            flags = state[1] & ~1 if isinstance(dec, io.IncrementalNewlineDecoder) else state[1]
-            dec.setstate((b"", flags))  # (as after a seek there)
-            try:
-                after = dec.decode(fed[k:k + 4 * _HELD])
-            except (UnicodeError, ValueError):
-                return False
-            return self._decoded.startswith(after, self._used)
-
+        replay = _Replay(self, dec, state, fed, kept, used)
         try:
-            if len(fed) < kept and chars(len(fed), True) < used:
-                # Bytes that make no character (`errors="ignore"`) took
-                # more than the characters could: all of them, then.
-                fed, _ = self._bytes_from(start, kept)
-            lo = fewest(False)
-            n = chars(lo)
-            exact = n == used and not holds_cr()
-            if n > used or (n == used and holds_cr()):
-                # A line ended by a lone \r is returned only once the next
-                # character is decoded: the bytes that made it are not
-                # consumed (and when that character is another \r, the
-                # decoder holds it back in turn, with the characters
-                # returned complete before it). Counting the held \r finds
-                # the line's end.
-                lo = fewest(True)
-                if chars(lo, True) > used:
-                    # Bytes that made no character (an error handler's
-                    # replacement for a cut sequence) came out only with
-                    # the next one: the offset is the last one before
-                    # which decoding to the end gives characters all
-                    # returned. (A replacement of several characters
-                    # returned in part, as `backslashreplace`'s `\xe2`,
-                    # is read again whole: no byte offset lies inside it.)
-                    near = range(lo - 1, max(lo - _HELD, 0) - 1, -1)
-                    found = [k for k in near if decodes_within_returned(k, True)]
-                    found = found or [k for k in near if decodes_within_returned(k, False)][:1]
-                    if found:
-                        lo = found[0]
-            if exact:
-                chars(lo)
-                held = len(dec.getstate()[0])
-                if held:
-                    # The character came out only when the bytes after it
-                    # arrived (a codec that looks ahead, as Big5's or
-                    # EUC-JP's replacement for a bad lead byte): those
-                    # the decoder holds are the next character's.
-                    lo -= held
-                else:
-                    self._cp = (returned, start + lo, dec.getstate())
+            lo = self._replayed_offset(replay, returned, start)
         finally:
             dec.setstate(saved)
         return self._past_the_bom(start + lo)
+
+    def _replayed_offset(self, replay: "_Replay", returned: int, start: int) -> int:
+        """How many of the replayed bytes (from byte ``start``) made the
+        characters returned; keeps the offset found in ``_cp`` when it is
+        exact, for the next ``tell`` to replay from."""
+        used, dec = replay.used, replay.dec
+        if len(replay.fed) < replay.kept and replay.chars(len(replay.fed), True) < used:
+            # Bytes that make no character (`errors="ignore"`) took
+            # more than the characters could: all of them, then.
+            replay.fed, _ = self._bytes_from(start, replay.kept)
+        lo = replay.fewest(False)
+        n = replay.chars(lo)
+        exact = n == used and not replay.holds_cr()
+        if n > used or (n == used and replay.holds_cr()):
+            lo = replay.offset_counting_held_cr()
+        if exact:
+            replay.chars(lo)
+            held = len(dec.getstate()[0])
+            if held:
+                # The character came out only when the bytes after it
+                # arrived (a codec that looks ahead, as Big5's or
+                # EUC-JP's replacement for a bad lead byte): those
+                # the decoder holds are the next character's.
+                lo -= held
+            else:
+                self._cp = (returned, start + lo, dec.getstate())
+        return lo
 
     def _past_the_bom(self, offset: int) -> int:
         """``offset``, or the end of the BOM the file starts with when
@@ -859,3 +805,89 @@ class AsyncTextFile(LineReader[str]):
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+
+class _Replay:
+    """The decoder replayed from a state it had (``state``) over the bytes
+    kept from there (``fed``, of ``kept`` in all), to find how many of them
+    made the ``used`` characters returned since (see ``_tell_bytes``)."""
+
+    def __init__(self, text: "AsyncTextFile", dec: Any, state: Any, fed: bytes, kept: int, used: int) -> None:
+        self.text, self.dec, self.state = text, dec, state
+        self.fed, self.kept, self.used = fed, kept, used
+        #: Where in the text file's ``_decoded`` the replay's characters start.
+        self.base = text._used - used
+
+    def chars(self, k: int, held_cr: bool = False) -> int:
+        """How many characters the first ``k`` bytes decode to (``held_cr``:
+        counting a \\r the decoder holds back)."""
+        dec = self.dec
+        dec.setstate(self.state)
+        n = len(dec.decode(self.fed[:k], final=self.text._eof and k == self.kept))
+        if held_cr and self.holds_cr():
+            n += 1  # a \r the decoder holds back, to see whether \n follows
+        return n
+
+    def fewest(self, held_cr: bool) -> int:
+        """The fewest bytes that decode to ``used`` characters."""
+        lo, hi = 0, len(self.fed)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.chars(mid, held_cr) >= self.used:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def holds_cr(self) -> bool:
+        """Whether the decoder holds back a \\r."""
+        dec = self.dec
+        return isinstance(dec, io.IncrementalNewlineDecoder) and bool(dec.getstate()[1] & 1)
+
+    def offset_counting_held_cr(self) -> int:
+        """The offset of the characters returned when decoding to the fewest
+        bytes gives more of them, or holds a \\r back."""
+        # A line ended by a lone \r is returned only once the next
+        # character is decoded: the bytes that made it are not
+        # consumed (and when that character is another \r, the
+        # decoder holds it back in turn, with the characters
+        # returned complete before it). Counting the held \r finds
+        # the line's end.
+        lo = self.fewest(True)
+        if self.chars(lo, True) > self.used:
+            # Bytes that made no character (an error handler's
+            # replacement for a cut sequence) came out only with
+            # the next one: the offset is the last one before
+            # which decoding to the end gives characters all
+            # returned. (A replacement of several characters
+            # returned in part, as `backslashreplace`'s `\xe2`,
+            # is read again whole: no byte offset lies inside it.)
+            near = range(lo - 1, max(lo - _HELD, 0) - 1, -1)
+            found = [k for k in near if self.decodes_within_returned(k, True)]
+            found = found or [k for k in near if self.decodes_within_returned(k, False)][:1]
+            if found:
+                lo = found[0]
+        return lo
+
+    def decodes_within_returned(self, k: int, whole: bool) -> bool:
+        """Whether decoding to byte ``k`` gives characters all returned
+        (``whole``: exactly those returned, and decoding on from ``k``
+        after a seek gives those that follow them: codecs that look
+        ahead, as GB18030, give one replacement for more bytes)."""
+        dec, state, fed, text = self.dec, self.state, self.fed, self.text
+        dec.setstate(state)
+        try:
+            got = dec.decode(fed[:k], final=True)
+        except (UnicodeError, ValueError):
+            return False
+        if not whole:
+            return text._decoded.startswith(got, self.base, text._used)
+        if self.base + len(got) != text._used or not text._decoded.startswith(got, self.base):
+            return False
+        flags = state[1] & ~1 if isinstance(dec, io.IncrementalNewlineDecoder) else state[1]
+        dec.setstate((b"", flags))  # (as after a seek there)
+        try:
+            after = dec.decode(fed[k:k + 4 * _HELD])
+        except (UnicodeError, ValueError):
+            return False
+        return text._decoded.startswith(after, text._used)
