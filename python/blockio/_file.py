@@ -344,6 +344,20 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: Calls on this file run one at a time, in the order made (see
         #: :mod:`blockio._calls`); a text file over it shares the queue.
         self._calls = CallQueue()
+        self._init_state(desc, mode)
+        self._find_position(desc, engine)
+        #: The next read is the first since a seek: it reads what it asks
+        #: for and no more (see `read`).
+        self._seeked = False
+        #: The descriptor's number may be known outside the file: one
+        #: handed in or made by an ``opener``, or once ``fileno()`` has
+        #: been asked for (see `_sync_offset`).
+        self._shared = shared
+        self._connect_callbacks(desc, engine, buffer_size)
+
+    def _init_state(self, desc: _Descriptor, mode: str) -> None:
+        """Sets the file's position, buffers, mode and stream state as a
+        newly opened file's (before its descriptor's offset is read)."""
         #: The logical position: where the next read or write happens.
         self._pos = 0
         #: In append mode after a write (and on open), the position is the
@@ -387,6 +401,10 @@ class AsyncFile(FileState, LineReader[bytes]):
         self._poll_wake: Optional[Tuple[int, int]] = None
         self._line_by_byte = True
         self._line_note: Union[OSError, _LineNote, None] = None
+
+    def _find_position(self, desc: _Descriptor, engine: Engine) -> None:
+        """Reads the descriptor's offset as the position, or finds it a
+        stream; a seekable file that owns its descriptor has the engine own it."""
         try:
             # A descriptor handed in (``blockio.open(fd)``) is read and
             # written from its offset on, as the built-in open's file does.
@@ -401,13 +419,10 @@ class AsyncFile(FileState, LineReader[bytes]):
             # itself, with no duplicate each, and its close waits for
             # those whose task was cancelled (see `_close_descriptor`).
             engine._core.own(desc.num)
-        #: The next read is the first since a seek: it reads what it asks
-        #: for and no more (see `read`).
-        self._seeked = False
-        #: The descriptor's number may be known outside the file: one
-        #: handed in or made by an ``opener``, or once ``fileno()`` has
-        #: been asked for (see `_sync_offset`).
-        self._shared = shared
+
+    def _connect_callbacks(self, desc: _Descriptor, engine: Engine, buffer_size: int) -> None:
+        """Connects the descriptor's ``on_share`` and the queue's ``settle``
+        and ``turn_due`` to the file (weakly), and serves it inline."""
         me = weakref.ref(self)
 
         def on_share() -> None:

@@ -95,12 +95,8 @@ def _flags(mode: str) -> int:
     return flags | os.O_CLOEXEC
 
 
-async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
-                newline: Optional[str], closefd: bool, opener: Optional[Callable[[Any, int], int]],
-                engine: Optional[Engine]) -> Any:
-    eng = engine or default_engine()
-    fd: int
-    name: Any
+def _as_descriptor_number(file: Any) -> Any:
+    """The file as an int when it is a number of another type, else as given."""
     if not isinstance(file, (int, str, bytes, float)) and not hasattr(file, "__fspath__"):
         # A number of another type (numpy's, anything with __index__) is a
         # descriptor, as the built-in's FileIO takes it.
@@ -109,6 +105,14 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
             file = operator.index(number)
         except TypeError:
             pass  # (not a number: the path's error below)
+    return file
+
+
+async def _open_descriptor(file: Any, mode: str, closefd: bool, opener: Optional[Callable[[Any, int], int]],
+                           eng: Engine) -> Tuple[int, Any]:
+    """The descriptor (handed in, or opened here) and the file's name."""
+    fd: int
+    name: Any
     if isinstance(file, int):
         if file not in _C_INT:
             # (the built-in's FileIO takes a number past a C int for a
@@ -136,6 +140,14 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
             if got < 0:
                 raise ValueError(f"opener returned {got}")
             fd = got
+    return fd, name
+
+
+async def _wrap_descriptor(file: Any, fd: int, name: Any, mode: str, buffering: int, encoding: Optional[str],
+                           errors: Optional[str], newline: Optional[str], closefd: bool,
+                           opener: Optional[Callable[[Any, int], int]], eng: Engine) -> Any:
+    """The open file (binary or text) over the descriptor; on failure the
+    descriptor opened here is closed, one handed in given back."""
     raw: Optional[AsyncFile] = None
     try:
         # What the file's engine needs (its ring and eventfd, or the thread
@@ -191,6 +203,15 @@ async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[st
         elif raw is not None:
             raw._engine._core.disown(fd)  # (the caller's again)
         raise
+
+
+async def _open(file: PathOrFd, mode: str, buffering: int, encoding: Optional[str], errors: Optional[str],
+                newline: Optional[str], closefd: bool, opener: Optional[Callable[[Any, int], int]],
+                engine: Optional[Engine]) -> Any:
+    eng = engine or default_engine()
+    file = _as_descriptor_number(file)
+    fd, name = await _open_descriptor(file, mode, closefd, opener, eng)
+    return await _wrap_descriptor(file, fd, name, mode, buffering, encoding, errors, newline, closefd, opener, eng)
 
 
 class Opener(Generic[F]):
