@@ -31,6 +31,22 @@ const EXPLICIT: Duration = Duration::from_millis(5);
 const TIMER: Duration = Duration::from_secs(10);
 const REQUEST: &[u8] = b"ping";
 
+/// An engine on a driver thread of its own.
+fn driver_thread_engine() -> AsyncEngine {
+    AsyncEngine::builder()
+        .driving(Driving::Thread)
+        .build()
+        .unwrap()
+}
+
+/// An engine on the thread-pool backend.
+fn thread_pool_engine() -> AsyncEngine {
+    AsyncEngine::builder()
+        .backend(BackendChoice::ThreadPool)
+        .build()
+        .unwrap()
+}
+
 /// What the server task saw: the read's outcome and how far the paused
 /// clock moved while it waited.
 struct Served {
@@ -195,10 +211,7 @@ async fn caller_driven_ring_keeps_the_paused_clock() {
 /// for its socket in that poll first.
 #[tokio::test(start_paused = true)]
 async fn driver_thread_keeps_the_paused_clock() {
-    let engine = AsyncEngine::builder()
-        .driving(Driving::Thread)
-        .build()
-        .unwrap();
+    let engine = driver_thread_engine();
     check(blockio_read(&engine).await);
 }
 
@@ -207,10 +220,7 @@ async fn driver_thread_keeps_the_paused_clock() {
 /// not see either.
 #[tokio::test(start_paused = true)]
 async fn thread_pool_keeps_the_paused_clock() {
-    let engine = AsyncEngine::builder()
-        .backend(BackendChoice::ThreadPool)
-        .build()
-        .unwrap();
+    let engine = thread_pool_engine();
     check(blockio_read(&engine).await);
 }
 
@@ -352,24 +362,14 @@ type ParkHook = Arc<std::sync::Mutex<Option<Box<dyn Fn() + Send + Sync>>>>;
 /// arrives: the runtime's poll sees the request's bytes all the same.
 #[test]
 fn driver_thread_keeps_the_paused_clock_while_busy() {
-    check(beside_a_busy_thread(Awaited::Read, || {
-        AsyncEngine::builder()
-            .driving(Driving::Thread)
-            .build()
-            .unwrap()
-    }));
+    check(beside_a_busy_thread(Awaited::Read, driver_thread_engine));
 }
 
 /// The thread pool's readiness thread busy in another task's waker when
 /// the request arrives.
 #[test]
 fn thread_pool_keeps_the_paused_clock_while_busy() {
-    check(beside_a_busy_thread(Awaited::Read, || {
-        AsyncEngine::builder()
-            .backend(BackendChoice::ThreadPool)
-            .build()
-            .unwrap()
-    }));
+    check(beside_a_busy_thread(Awaited::Read, thread_pool_engine));
 }
 
 /// A read of a FIFO on `engine` under a 10 s timeout, its bytes written
@@ -412,10 +412,7 @@ async fn fifo_read(engine: &AsyncEngine) -> Served {
 /// A file read on a driver thread keeps the paused clock while it waits.
 #[tokio::test(start_paused = true)]
 async fn driver_thread_file_read_keeps_the_paused_clock() {
-    let engine = AsyncEngine::builder()
-        .driving(Driving::Thread)
-        .build()
-        .unwrap();
+    let engine = driver_thread_engine();
     check_moved(fifo_read(&engine).await, Duration::ZERO);
 }
 
@@ -423,10 +420,7 @@ async fn driver_thread_file_read_keeps_the_paused_clock() {
 /// the paused clock while it waits.
 #[tokio::test(start_paused = true)]
 async fn thread_pool_file_read_keeps_the_paused_clock() {
-    let engine = AsyncEngine::builder()
-        .backend(BackendChoice::ThreadPool)
-        .build()
-        .unwrap();
+    let engine = thread_pool_engine();
     check_moved(fifo_read(&engine).await, Duration::ZERO);
 }
 
@@ -517,24 +511,14 @@ fn idle_then_busy(build: fn() -> AsyncEngine) -> Duration {
 /// A driver thread: an idle read leaves the clock free to jump.
 #[test]
 fn driver_thread_idle_read_lets_the_paused_clock_jump() {
-    let moved = idle_then_busy(|| {
-        AsyncEngine::builder()
-            .driving(Driving::Thread)
-            .build()
-            .unwrap()
-    });
+    let moved = idle_then_busy(driver_thread_engine);
     assert_eq!(moved, Duration::from_secs(2 * 3600));
 }
 
 /// The thread pool: an idle read leaves the clock free to jump.
 #[test]
 fn thread_pool_idle_read_lets_the_paused_clock_jump() {
-    let moved = idle_then_busy(|| {
-        AsyncEngine::builder()
-            .backend(BackendChoice::ThreadPool)
-            .build()
-            .unwrap()
-    });
+    let moved = idle_then_busy(thread_pool_engine);
     assert_eq!(moved, Duration::from_secs(2 * 3600));
 }
 
@@ -580,10 +564,7 @@ async fn blockio_accept(engine: &AsyncEngine, busy: Option<&Busy>) -> Served {
 /// An accept on a driver thread keeps the paused clock.
 #[tokio::test(start_paused = true)]
 async fn driver_thread_accept_keeps_the_paused_clock() {
-    let engine = AsyncEngine::builder()
-        .driving(Driving::Thread)
-        .build()
-        .unwrap();
+    let engine = driver_thread_engine();
     check(blockio_accept(&engine, None).await);
 }
 
@@ -591,12 +572,7 @@ async fn driver_thread_accept_keeps_the_paused_clock() {
 /// readiness thread (which accepts too) busy when the connection comes.
 #[test]
 fn thread_pool_accept_keeps_the_paused_clock_while_busy() {
-    check(beside_a_busy_thread(Awaited::Accept, || {
-        AsyncEngine::builder()
-            .backend(BackendChoice::ThreadPool)
-            .build()
-            .unwrap()
-    }));
+    check(beside_a_busy_thread(Awaited::Accept, thread_pool_engine));
 }
 
 /// What [`beside_a_busy_thread`] awaits.
