@@ -18,7 +18,7 @@ else:
 
 __all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
-           "read_line_inline", "read_inline", "readline_inline", "seek_inline", "set_turn_count", "tell_inline", "turn_count",
+           "read_line_inline", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
            "turn_due", "write_inline"]
 
 #: ``queue_depth`` when none is given: the Rust engines' default
@@ -44,6 +44,10 @@ def count_copied(nbytes: int) -> None:
 
 def turn_count() -> int:
     """This thread's count since its last turn, in units."""
+
+def pieces_in_flight_peak() -> int:
+    """The most pieces of reads into new ``bytes`` objects in flight at
+    once since the last call, which starts the count again (tests)."""
 
 def set_turn_count(n: int) -> None:
     """Sets this thread's count (tests: ``TURN_BUDGET - 1`` puts the next

@@ -4,16 +4,23 @@
 //! for them; it only allocates the object (untouched memory, which the
 //! kernel's copy faults in on the thread that runs the read) and, when the
 //! read was short, shrinks it. A read longer than [`PIECE`] is made of
-//! reads of at most that many bytes, in flight at once, so that no single
-//! operation holds the engine for long.
+//! reads of at most that many bytes, so that no single operation holds
+//! the engine for long; only [`lanes`] of them are in flight at once, each
+//! piece starting when the piece that many places before it completed.
+//! With all of them in flight, the thread-pool backend ran one copy per
+//! piece at once (64 threads for 256 MiB), and the event loop's thread,
+//! one runnable thread among them, waited hundreds of milliseconds for a
+//! core (`docs/benchmarks.md`, "Large cached reads on the loop's thread").
 //!
 //! Reads shorter than [`FRESH_MIN`] keep the core's reused buffers (see
 //! `Core::submit_read`): there, the copy costs less than a new object's
 //! allocation and its trimming would.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use blockio::aio::{AsyncFile, BufResult, IoBuf, IoBufMut};
+use futures_channel::oneshot;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -64,6 +71,43 @@ pub(crate) fn pieces_of(length: usize) -> usize {
     length.div_ceil(PIECE).max(1)
 }
 
+/// How many pieces of one read are in flight at once: half the CPUs (one
+/// on two), so that the copies of a large cached read leave a core to the
+/// event loop and the program's other threads.
+pub(crate) fn lanes() -> usize {
+    static LANES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LANES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)))
+}
+
+/// Pieces in flight now, across every read, and the most there were since
+/// [`pieces_in_flight_peak`] last reset it (the tests' view of [`lanes`]).
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts one piece in flight while it lives.
+struct Flying;
+
+impl Flying {
+    fn start() -> Flying {
+        let now = IN_FLIGHT.fetch_add(1, Ordering::Relaxed) + 1;
+        PEAK.fetch_max(now, Ordering::Relaxed);
+        Flying
+    }
+}
+
+impl Drop for Flying {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The most pieces of reads into new `bytes` objects that were in flight
+/// at once since the last call (which starts the count again).
+#[pyfunction]
+pub(crate) fn pieces_in_flight_peak() -> usize {
+    PEAK.swap(IN_FLIGHT.load(Ordering::Relaxed), Ordering::Relaxed)
+}
+
 /// A new `bytes` object of `length` bytes whose contents are not set:
 /// only for memory the kernel writes before anyone reads it.
 fn unfilled(py: Python<'_>, length: usize) -> PyResult<Py<PyBytes>> {
@@ -85,7 +129,8 @@ fn unfilled(py: Python<'_>, length: usize) -> PyResult<Py<PyBytes>> {
 
 /// Starts the reads of `length` bytes (at least [`FRESH_MIN`]) at `offset`
 /// of `file` (`fd`, held as `dup`) into one new `bytes` object: one
-/// operation per [`PIECE`], in order, which [`assemble`] puts together.
+/// operation per [`PIECE`], in order, which [`assemble`] puts together;
+/// [`lanes`] of them in flight at once.
 pub(crate) fn start(
     py: Python<'_>,
     file: &AsyncFile,
@@ -98,6 +143,7 @@ pub(crate) fn start(
     // SAFETY: `obj` is a bytes object; its storage is `length` bytes long.
     let base: *mut u8 = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) }.cast();
     let mut futs: Vec<Boxed<OneDone>> = Vec::with_capacity(pieces_of(length));
+    let mut gates = std::collections::VecDeque::with_capacity(lanes());
     let mut at = 0;
     while at < length {
         let len = PIECE.min(length - at);
@@ -108,8 +154,23 @@ pub(crate) fn start(
             len,
         };
         let f = file.read_at(Buf::Fresh(piece), offset + at as u64);
+        let after = if gates.len() < lanes() {
+            None
+        } else {
+            gates.pop_front()
+        };
+        let (done, gate) = oneshot::channel::<()>();
+        gates.push_back(gate);
         futs.push(Box::pin(async move {
+            if let Some(after) = after {
+                // (Err: the piece before was dropped unfinished, with the
+                // whole read: this one is dropped too, never polled again)
+                let _ = after.await;
+            }
+            let flying = Flying::start();
             let (r, buf) = f.await;
+            drop(flying);
+            let _ = done.send(());
             OneDone::Read((explain_direct(name_given_fd(r, dup, fd), fd), buf))
         }));
         at += len;

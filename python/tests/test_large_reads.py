@@ -13,7 +13,7 @@ import pytest
 import trio
 
 import blockio
-from blockio._blockio import TURN_BUDGET, set_turn_count
+from blockio._blockio import TURN_BUDGET, pieces_in_flight_peak, set_turn_count
 
 LOOPS = pytest.mark.parametrize("loop_factory", ["asyncio", "uvloop"])
 
@@ -310,3 +310,30 @@ def test_whole_and_large_reads_under_trio(tmp_path, engine, size):
         return whole, part, positional
 
     assert trio.run(main) == (data, data[5:], data[1:])
+
+
+
+@pytest.mark.parametrize("api", ["open", "aread"])
+def test_a_large_read_keeps_half_the_cpus_reading_at_most(tmp_path, engine, api):
+    """The pieces of a large read are not all in flight at once: on the
+    thread pool, all of them at once ran a copy per piece on its own
+    thread (64 threads for 256 MiB), and the event loop's thread waited
+    hundreds of milliseconds for a core. At most half the CPUs' worth of
+    pieces (one on two) are in flight at once; the bytes are the file's."""
+    lanes = max(1, len(os.sched_getaffinity(0)) // 2)
+    p = tmp_path / "f"
+    data = os.urandom(INLINE_MAX * 4)
+    p.write_bytes(data)
+
+    async def main():
+        if api == "aread":
+            with open(p, "rb") as f:
+                return await engine.aread(f, offset=0, length=len(data))
+        async with blockio.open(p, "rb", buffering=0, engine=engine) as f:
+            return await f.read(len(data))
+
+    pieces_in_flight_peak()
+    got = asyncio.run(main())
+    peak = pieces_in_flight_peak()
+    assert got == data
+    assert 1 <= peak <= lanes, peak
