@@ -24,7 +24,7 @@
 
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyTuple};
+use pyo3::types::{PyBool, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyTypeInfo, PyVisit};
 
 use crate::inline::{read_inline, seek_inline, tell_inline, FileState};
@@ -92,28 +92,29 @@ impl FileCall {
                         "can't send non-None value to a just-started coroutine",
                     ));
                 }
-                match serve(file.bind(py), &op)? {
+                match serve(&file.into_bound(py), op)? {
                     Served::Now(value) => Ok(Step::Return(value)),
                     Served::Queued(coro) => self.forward(coro, arg),
                 }
             }
-            State::Queued(coro) => self.forward(coro, arg),
+            State::Queued(coro) => self.forward(coro.into_bound(py), arg),
             State::Done => Err(reused()),
         }
     }
 
     /// Steps the queued coroutine `coro` with `arg`; keeps it while it
     /// yields.
-    fn forward(&mut self, coro: PyObject, arg: &Bound<'_, PyAny>) -> PyResult<Step> {
+    fn forward(&mut self, coro: Bound<'_, PyAny>, arg: &Bound<'_, PyAny>) -> PyResult<Step> {
         let py = arg.py();
-        match coro.bind(py).call_method1(intern!(py, "send"), (arg,)) {
+        match coro.call_method1(intern!(py, "send"), (arg,)) {
             Ok(yielded) => {
-                self.state = State::Queued(coro);
+                self.state = State::Queued(coro.unbind());
                 Ok(Step::Yield(yielded.unbind()))
             }
-            Err(e) if e.is_instance_of::<PyStopIteration>(py) => Ok(Step::Return(
-                e.value(py).getattr(intern!(py, "value"))?.unbind(),
-            )),
+            Err(e) if e.is_instance_of::<PyStopIteration>(py) => {
+                let stop = e.into_value(py).into_bound(py);
+                Ok(Step::Return(stop.getattr(intern!(py, "value"))?.unbind()))
+            }
             Err(e) => Err(e),
         }
     }
@@ -130,22 +131,22 @@ impl FileCall {
 
 /// What the first step found: the result, served inline, or the queued
 /// call's coroutine.
-enum Served {
+enum Served<'py> {
     Now(PyObject),
-    Queued(PyObject),
+    Queued(Bound<'py, PyAny>),
 }
 
 /// Serves `op` on `file` inline if it can be (see [`read_inline`],
 /// [`seek_inline`], [`tell_inline`]), else makes its queued coroutine.
-fn serve(file: &Bound<'_, FileState>, op: &Op) -> PyResult<Served> {
+fn serve<'py>(file: &Bound<'py, FileState>, op: Op) -> PyResult<Served<'py>> {
     let py = file.py();
-    let queued = |name: &Bound<'_, pyo3::types::PyString>, args: Bound<'_, PyTuple>| {
-        Ok(Served::Queued(file.call_method1(name, args)?.unbind()))
+    let queued = |name: &Bound<'py, PyString>, args: Bound<'py, PyTuple>| {
+        Ok(Served::Queued(file.call_method1(name, args)?))
     };
     match op {
         Op::Read(size) => {
-            let size = size.bind(py);
-            match read_inline(file, size) {
+            let size = size.into_bound(py);
+            match read_inline(file, &size) {
                 Some(got) if got.bind(py).is(&*PyBool::new(py, false)) => {
                     queued(intern!(py, "_read_after_a_turn"), PyTuple::new(py, [size])?)
                 }
@@ -154,9 +155,9 @@ fn serve(file: &Bound<'_, FileState>, op: &Op) -> PyResult<Served> {
             }
         }
         Op::Seek(offset, whence) => {
-            let (offset, whence) = (offset.bind(py), whence.bind(py));
-            if seek_inline(file, offset, whence) {
-                return Ok(Served::Now(offset.clone().unbind()));
+            let (offset, whence) = (offset.into_bound(py), whence.into_bound(py));
+            if seek_inline(file, &offset, &whence) {
+                return Ok(Served::Now(offset.unbind()));
             }
             queued(intern!(py, "_seek"), PyTuple::new(py, [offset, whence])?)
         }
@@ -266,7 +267,9 @@ unsafe extern "C" fn call_await(slf: *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi
 
 /// `am_send` of [`FileCall`]: a step, its result handed back with
 /// `PYGEN_RETURN` (no `StopIteration` made) or its yield with
-/// `PYGEN_NEXT`.
+/// `PYGEN_NEXT`. Run inside pyo3's trampoline for a three-argument slot
+/// (the GIL counted as held, panics caught), `result` passed through as
+/// its third argument; [`send_step`] answers which status it was.
 #[cfg(Py_3_10)]
 unsafe extern "C" fn call_send(
     slf: *mut pyo3::ffi::PyObject,
@@ -274,31 +277,66 @@ unsafe extern "C" fn call_send(
     result: *mut *mut pyo3::ffi::PyObject,
 ) -> pyo3::ffi::PySendResult {
     use pyo3::ffi::PySendResult::{PYGEN_ERROR, PYGEN_NEXT, PYGEN_RETURN};
-    // SAFETY: CPython calls a type's `am_send` holding the GIL, with `slf`
-    // an instance of the type (a `FileCall`: the slot is set on its type
-    // alone, which cannot be subclassed), `arg` a live borrowed object
-    // and `result` a valid place for the new reference it hands back.
-    let py = unsafe { Python::assume_gil_acquired() };
-    // SAFETY: see above: `slf` is a live `FileCall`, borrowed for the call.
+    // SAFETY: CPython calls a type's `am_send` holding the GIL, as the
+    // trampoline needs, with `slf` a `FileCall` and `result` valid for a
+    // write (see `send_step`, which the trampoline calls with them).
+    let status =
+        unsafe { pyo3::impl_::trampoline::ternaryfunc(slf, arg, result.cast(), send_step) };
+    if status.is_null() {
+        // SAFETY: `result` is valid for writes (see above); the error is set.
+        unsafe { *result = std::ptr::null_mut() };
+        PYGEN_ERROR
+    } else if status == yielded_status() {
+        PYGEN_NEXT
+    } else {
+        PYGEN_RETURN
+    }
+}
+
+/// What [`send_step`] returns for a step that yielded (an object only
+/// compared, never handed out: the `True` singleton).
+#[cfg(Py_3_10)]
+fn yielded_status() -> *mut pyo3::ffi::PyObject {
+    // SAFETY: the address of the `True` singleton, alive as long as the
+    // interpreter; no reference is taken or given.
+    unsafe { pyo3::ffi::Py_True() }
+}
+
+/// What [`send_step`] returns for a step that returned (the `False`
+/// singleton, only compared).
+#[cfg(Py_3_10)]
+fn returned_status() -> *mut pyo3::ffi::PyObject {
+    // SAFETY: as in `yielded_status`.
+    unsafe { pyo3::ffi::Py_False() }
+}
+
+/// A step of the `FileCall` `slf` sent `arg`, for [`call_send`]: writes
+/// the value returned or yielded to `result` (a new reference) and says
+/// which with a status pointer (`yielded_status()` or `returned_status()`);
+/// an error is the trampoline's to set.
+#[cfg(Py_3_10)]
+unsafe fn send_step(
+    py: Python<'_>,
+    slf: *mut pyo3::ffi::PyObject,
+    arg: *mut pyo3::ffi::PyObject,
+    result: *mut pyo3::ffi::PyObject,
+) -> PyResult<*mut pyo3::ffi::PyObject> {
+    // SAFETY: `slf` is a live `FileCall` (the slot is set on its type
+    // alone, which cannot be subclassed) and `arg` a live object, both
+    // borrowed for the call (see `call_send`).
     let me = unsafe { Bound::from_borrowed_ptr(py, slf).downcast_into_unchecked::<FileCall>() };
-    // SAFETY: see above: `arg` is a live object, borrowed for the call.
+    // SAFETY: see above.
     let arg = unsafe { Bound::from_borrowed_ptr(py, arg) };
-    let stepped = match me.try_borrow_mut() {
-        Ok(mut call) => call.step(&arg),
-        Err(e) => Err(e.into()),
+    let (out, status) = match me.try_borrow_mut()?.step(&arg)? {
+        Step::Return(value) => (value, returned_status()),
+        Step::Yield(value) => (value, yielded_status()),
     };
-    let (out, status) = match stepped {
-        Ok(Step::Return(value)) => (value.into_ptr(), PYGEN_RETURN),
-        Ok(Step::Yield(yielded)) => (yielded.into_ptr(), PYGEN_NEXT),
-        Err(e) => {
-            e.restore(py);
-            (std::ptr::null_mut(), PYGEN_ERROR)
-        }
-    };
-    // SAFETY: `result` is valid for writes (see above); a new reference
-    // (or null, with the error set) is the caller's.
-    unsafe { *result = out };
-    status
+    let result: *mut *mut pyo3::ffi::PyObject = result.cast();
+    // SAFETY: `result` is `am_send`'s place for the object handed back,
+    // valid for writes (see `call_send`); the new reference is the
+    // caller's.
+    unsafe { *result = out.into_ptr() };
+    Ok(status)
 }
 
 /// Adds [`FileCall`] to the module, with its `am_await` slot going
