@@ -2,7 +2,7 @@
 
 import sys
 from asyncio import Future
-from typing import List, Literal, Optional, Sequence, Tuple, Union, final
+from typing import Coroutine, Generator, List, Literal, Optional, Sequence, Tuple, Type, TypeVar, Union, final
 
 from typing_extensions import disjoint_base
 
@@ -11,12 +11,14 @@ from ._calls import CallQueue
 from ._engine import Engine, _Descriptor
 from ._file import _LineNote, _StreamCall
 
+_T = TypeVar("_T")
+
 if sys.version_info >= (3, 12):
     from collections.abc import Buffer
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
+__all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
            "turn_due", "write_inline"]
@@ -110,6 +112,15 @@ class FileState:
         """``write`` may be served inline (into a write buffer holding
         bytes already)."""
     def __new__(cls, *_args: object, **_kwargs: object) -> "FileState": ...
+    def read(self, size: Optional[int] = -1) -> "FileCall[bytes]":
+        """Up to ``size`` bytes (all the rest when negative or None),
+        served inline at the first step when it can be."""
+    def seek(self, offset: int, whence: int = 0) -> "FileCall[int]":
+        """Moves the position; the new position (an absolute seek with
+        nothing to flush served inline at the first step)."""
+    def tell(self) -> "FileCall[int]":
+        """The current position (served inline at the first step when it
+        is known and nothing is to be flushed)."""
     def _serve(self, free: List[None], reader: "Core", num: int, bufsize: int) -> None:
         """What the calls served inline need: the call queue's ``free``
         list, the engine's core, the descriptor's number, the buffer size."""
@@ -133,6 +144,18 @@ class FileState:
     def _set_inline(self, usable: bool) -> None:
         """Records which calls may be served inline, given whether the file
         is usable (seekable, open, not detached)."""
+
+@final
+class FileCall(Coroutine[object, object, _T]):
+    """A file's ``read``, ``seek`` or ``tell``: a coroutine whose first
+    step serves the call inline when it can, else runs its queued call."""
+
+    def __await__(self) -> Generator[object, None, _T]: ...
+    def __iter__(self) -> "FileCall[_T]": ...
+    def __next__(self) -> object: ...
+    def send(self, value: object) -> object: ...
+    def throw(self, typ: Union[Type[BaseException], BaseException], val: object = None, tb: object = None) -> object: ...
+    def close(self) -> None: ...
 
 def seek_inline(file: FileState, offset: object, whence: object) -> bool:
     """``file.seek(offset, whence)`` served inline if it can be (an

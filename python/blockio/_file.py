@@ -48,6 +48,7 @@ file's next read, after those the cancelled call put back.
 
 from __future__ import annotations
 
+import collections.abc
 import errno
 import io
 import operator
@@ -60,8 +61,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_call_soon
-from ._blockio import (INLINE_OFFSET, FileState, count_copied, read_line_inline, read_inline, readline_inline, seek_inline,
-                       tell_inline, turn_due, write_inline)
+from ._blockio import (INLINE_OFFSET, FileState, FileCall, count_copied, read_line_inline, readline_inline, turn_due,
+                       write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept,
                      one_at_a_time_taking_turns)
@@ -321,6 +322,11 @@ def _forget_parent_threads() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_parent_threads)
+
+# What `read`, `seek` and `tell` return: a coroutine object written in Rust
+# (`collections.abc.Coroutine` would find it one by its methods;
+# registered, it need not look).
+collections.abc.Coroutine.register(FileCall)
 
 
 class AsyncFile(FileState, LineReader[bytes]):
@@ -593,31 +599,16 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     # -- positioning ----------------------------------------------------------
 
-    async def tell(self) -> int:
-        """The current position."""
-        pos = tell_inline(self)  # (served inline, when it can be)
-        if pos is not None:
-            return pos
-        got: int = await self._tell()
-        return got
+    # `tell`, `seek` and `read` are the core's (`FileState`; see `call.rs`):
+    # each returns a coroutine object whose first step serves the common
+    # case inline, or else runs the queued call below (`_tell`, `_seek`,
+    # `_read`, `_read_after_a_turn`).
 
     @one_at_a_time_taking_turns
     async def _tell(self) -> int:
         self._check_open()
         self._check_seekable()
         return await self._position()
-
-    async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``,
-        and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the new position.
-        Writes still buffered are flushed first."""
-        # The common case, served inline (this is half of every random
-        # read): an absolute seek with nothing to flush, while no other call
-        # on the file is in progress; see `seek_inline` in the core.
-        if seek_inline(self, offset, whence):
-            return offset
-        pos: int = await self._seek(offset, whence)
-        return pos
 
     @one_at_a_time_taking_turns
     async def _seek(self, offset: int, whence: int) -> int:
@@ -724,34 +715,6 @@ class AsyncFile(FileState, LineReader[bytes]):
             pos = await self._position()
             self._rbuf = await self._pread(max(self._bufsize, 1), pos)
         return self._held_bytes()
-
-    async def read(self, size: Optional[int] = -1) -> bytes:
-        """Reads up to ``size`` bytes (all of the rest when negative or
-        None); ``b""`` at end of file."""
-        # The common case, served inline (this is the other half of every
-        # random read; see `read_inline` in the core): bytes in the read
-        # buffer or, with preadv2's RWF_NOWAIT, in the page cache, copied
-        # on this thread, while no other call on the file is in progress.
-        # Anything else goes to `_read`, in the queue: a read that would
-        # have to wait (bytes not all cached, the end of the file),
-        # buffered writes, a stream. Now and then a read served inline
-        # (counted with every call the thread serves without suspending:
-        # `turns` in the core) goes to `_read_after_a_turn` instead, also in
-        # the queue, which yields to the event loop once, so that a task
-        # reading buffered or cached data in a loop never starves the
-        # others.
-        #
-        # Read ahead as `_read`: a read smaller than the buffer fills the
-        # buffer, except the first read after a seek, which reads what it
-        # asks for (random access, where the rest of a buffer would be
-        # copied for nothing).
-        got = read_inline(self, size)
-        if got is None:
-            data: bytes = await self._read(size)
-            return data
-        if got is False:
-            return await self._read_after_a_turn(size)
-        return got
 
     @one_at_a_time
     async def _read_after_a_turn(self, size: Optional[int]) -> bytes:

@@ -32,6 +32,7 @@ use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList};
 use pyo3::PyTraverseError;
 use pyo3::PyVisit;
 
+use crate::call::{FileCall, Op};
 use crate::turns;
 use crate::Core;
 
@@ -336,6 +337,44 @@ impl FileState {
             self.pos += i64::try_from(n)?;
         }
         Ok(())
+    }
+
+    /// Reads up to ``size`` bytes (all of the rest when negative or
+    /// None); ``b""`` at end of file. A coroutine (`FileCall`): served
+    /// inline at its first step when the bytes are in the read buffer or
+    /// all in the page cache, else read through the file's call queue.
+    #[pyo3(signature = (size = None), text_signature = "($self, size=-1)")]
+    fn read(slf: &Bound<'_, Self>, size: Option<&Bound<'_, PyAny>>) -> PyResult<PyObject> {
+        let size = match size {
+            Some(size) => size.clone().unbind(),
+            None => (-1i64).into_pyobject(slf.py())?.into_any().unbind(),
+        };
+        FileCall::make(slf, Op::Read(size))
+    }
+
+    /// Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``,
+    /// and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the new position.
+    /// Writes still buffered are flushed first. A coroutine
+    /// (`FileCall`): an absolute seek with nothing to flush is served
+    /// inline at its first step.
+    #[pyo3(signature = (offset, whence = None), text_signature = "($self, offset, whence=0)")]
+    fn seek(
+        slf: &Bound<'_, Self>,
+        offset: &Bound<'_, PyAny>,
+        whence: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyObject> {
+        let whence = match whence {
+            Some(whence) => whence.clone().unbind(),
+            None => 0i64.into_pyobject(slf.py())?.into_any().unbind(),
+        };
+        FileCall::make(slf, Op::Seek(offset.clone().unbind(), whence))
+    }
+
+    /// The current position. A coroutine (`FileCall`): served inline at
+    /// its first step when the position is known and nothing is to be
+    /// flushed.
+    fn tell(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+        FileCall::make(slf, Op::Tell)
     }
 
     /// Sets `_seeked`: a seek also ends the run of sequential reads (the

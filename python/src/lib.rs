@@ -53,6 +53,7 @@ use pyo3::prelude::*;
 mod args;
 mod batch;
 mod bench;
+mod call;
 mod engine;
 mod errors;
 mod event_loop;
@@ -84,6 +85,7 @@ pub(crate) use rings::Rings;
 fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
     m.add_class::<inline::FileState>()?;
+    call::add(m)?;
     m.add_class::<event_loop::LoopRing>()?;
     m.add_function(wrap_pyfunction!(event_loop::after_fork, m)?)?;
     m.add_function(wrap_pyfunction!(inline::seek_inline, m)?)?;

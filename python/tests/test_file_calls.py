@@ -1,0 +1,229 @@
+"""A binary file's ``read``, ``seek`` and ``tell`` return a ``FileCall``
+(``python/src/call.rs``), a coroutine object whose first step serves the
+call inline (returning at once) or runs the queued call's coroutine. It
+must pass for a coroutine wherever one is taken: ``await``, asyncio's tasks
+(``create_task``, ``ensure_future``, ``wait_for``, ``gather``), trio's
+``start_soon`` and anyio's task groups, ``send``, ``throw``, ``close``;
+and, as a coroutine, do nothing until it is first stepped. Both backends;
+asyncio, uvloop, trio and anyio on both."""
+
+import asyncio
+import collections.abc
+import gc
+import inspect
+import tracemalloc
+import warnings
+
+import anyio
+import pytest
+import trio
+import uvloop
+
+import blockio
+from blockio._blockio import TURN_BUDGET, FileCall, set_turn_count
+
+DATA = bytes(range(256)) * 64  # 16 KiB
+
+
+@pytest.fixture
+def path(tmp_path):
+    p = tmp_path / "data.bin"
+    p.write_bytes(DATA)
+    p.read_bytes()  # (in the page cache: reads of it are served inline)
+    return p
+
+
+def run(loop_name, main):
+    if loop_name == "uvloop":
+        return uvloop.run(main())
+    return asyncio.run(main())
+
+
+LOOPS = pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+
+
+def first_step(call):
+    """Steps ``call`` once: ``("returned", value)`` if it returned there
+    (served inline), ``("yielded", value)`` if it suspended."""
+    try:
+        return "yielded", call.send(None)
+    except StopIteration as done:
+        return "returned", done.value
+
+
+@LOOPS
+def test_calls_served_inline_return_at_their_first_step(path, engine, loop_name):
+    async def main():
+        async with blockio.open(path, "rb", buffering=0, engine=engine) as f:
+            set_turn_count(0)
+            r, t, s = f.read(10), f.tell(), f.seek(100)
+            assert (type(r), type(t), type(s)) == (FileCall, FileCall, FileCall)
+            assert f._pos == 0  # (made, not started: nothing done yet)
+            got = [first_step(r)]
+            assert f._pos == 10
+            got += [first_step(t), first_step(s)]
+            return got, f._pos, await f.read(3)
+
+    got, pos, more = run(loop_name, main)
+    assert got == [("returned", DATA[:10]), ("returned", 10), ("returned", 100)]
+    assert (pos, more) == (100, DATA[100:103])
+
+
+@LOOPS
+def test_calls_not_served_inline_run_the_queued_call(path, engine, loop_name):
+    async def main():
+        async with blockio.open(path, "r+b", engine=engine) as f:
+            await f.seek(4)
+            assert await f.write(b"xy") == 2  # buffered: tell and read flush it
+            t = f.tell()
+            assert type(t) is FileCall
+            told = await t
+            set_turn_count(TURN_BUDGET - 1)  # (the next read takes its turn)
+            r = f.read(4)
+            how, _ = first_step(r)  # (suspends: the read goes through the queue)
+            got = await r
+            set_turn_count(0)
+            return told, how, got
+
+    assert run(loop_name, main) == (6, "yielded", DATA[6:10])
+
+
+@LOOPS
+def test_file_calls_run_as_asyncio_tasks(path, engine, loop_name):
+    async def main():
+        async with blockio.open(path, "rb", buffering=0, engine=engine) as f:
+            set_turn_count(0)
+            r = f.read(4)
+            assert asyncio.iscoroutine(r)
+            assert isinstance(r, collections.abc.Coroutine)
+            assert inspect.isawaitable(r)
+            task = asyncio.create_task(r)
+            first = await task
+            fut = asyncio.ensure_future(f.read(4))
+            assert isinstance(fut, asyncio.Task)
+            second = await fut
+            third = await asyncio.wait_for(f.read(4), timeout=60)
+            rest = await asyncio.gather(f.seek(20), f.tell(), f.read(2))
+            return first, second, third, rest
+
+    got = run(loop_name, main)
+    assert got == (DATA[:4], DATA[4:8], DATA[8:12], [20, 20, DATA[20:22]])
+
+
+def test_file_calls_step_as_coroutines(path, engine):
+    async def main():
+        async with blockio.open(path, "rb", buffering=0, engine=engine) as f:
+            set_turn_count(0)
+            r = f.read(5)
+            with pytest.raises(StopIteration) as done:
+                r.send(None)
+            assert done.value.value == DATA[:5]
+            with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
+                await r  # (awaited a second time)
+
+            r = f.tell()
+            assert r.__await__() is r and iter(r) is r
+            with pytest.raises(StopIteration) as done:
+                next(r)
+            assert done.value.value == 5
+
+            r = f.seek(7)
+            with pytest.raises(TypeError, match="non-None"):
+                r.send(1)
+            assert await r == 7  # (still to run: the send was refused)
+
+            # Thrown into, or closed, before its first step: it raises
+            # (or ends) having done nothing.
+            r = f.read(1)
+            with pytest.raises(KeyError):
+                r.throw(KeyError("k"))
+            with pytest.raises(RuntimeError):
+                r.send(None)
+            with pytest.raises(ValueError, match="v"):
+                f.read(1).throw(ValueError, "v")
+            r = f.read(1)
+            r.close()
+            with pytest.raises(RuntimeError):
+                await r
+            assert f._pos == 7
+
+            # Thrown into while its queued call waits: the queued call
+            # takes the exception (a cancelled read reads nothing).
+            set_turn_count(TURN_BUDGET - 1)
+            r = f.read(2)
+            assert first_step(r)[0] == "yielded"
+            with pytest.raises(asyncio.CancelledError):
+                r.throw(asyncio.CancelledError())
+            set_turn_count(0)
+            r = f.read(2)
+            assert first_step(r)[0] == "returned"
+            r.close()  # (after its end: nothing to do)
+            return f._pos
+
+    assert asyncio.run(main()) == 9
+
+
+def test_file_calls_never_awaited_do_nothing_warn_of_nothing_and_hold_nothing(path, engine):
+    async def main():
+        async with blockio.open(path, "rb", buffering=0, engine=engine) as f:
+            set_turn_count(0)
+            tracemalloc.start()
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    before = tracemalloc.get_traced_memory()[0]
+                    for _ in range(2000):
+                        f.read(4096)  # (never awaited: dropped at once)
+                        f.seek(100)
+                        f.tell()
+                    gc.collect()
+                    grown = tracemalloc.get_traced_memory()[0] - before
+            finally:
+                tracemalloc.stop()
+            return f._pos, grown, [str(w.message) for w in caught]
+
+    pos, grown, caught = asyncio.run(main())
+    assert pos == 0  # (none of them ran)
+    assert caught == []
+    assert grown < (100 << 10), f"{grown} bytes held after 6000 calls never awaited"
+
+
+def test_cancelled_before_its_first_step_a_read_reads_nothing(path, engine):
+    async def main():
+        async with blockio.open(path, "rb", buffering=0, engine=engine) as f:
+            set_turn_count(0)
+            t = asyncio.ensure_future(f.read(10))
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            return await f.read(4)
+
+    assert asyncio.run(main()) == DATA[:4]
+
+
+@pytest.mark.parametrize("runner", ["trio", "anyio-asyncio", "anyio-trio"])
+def test_file_calls_under_trio_and_anyio(path, engine, runner):
+    async def main():
+        f = await blockio.open(path, "rb", buffering=0, engine=engine)
+        try:
+            set_turn_count(0)
+            first = f.read(4)
+            assert type(first) is FileCall
+            got = [await first]
+            if runner == "trio":
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(f.seek, 10)  # (called by trio, its FileCall run as a task)
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(f.seek, 10)
+            got.append(await f.tell())
+            got.append(await f.read(3))
+            return got
+        finally:
+            await f.close()
+
+    if runner == "trio":
+        got = trio.run(main)
+    else:
+        got = anyio.run(main, backend=runner.split("-")[1])
+    assert got == [DATA[:4], 10, DATA[10:13]]
