@@ -44,6 +44,7 @@ same listening socket.
 
 from __future__ import annotations
 
+import _socket
 import contextvars
 import errno
 import os
@@ -150,9 +151,15 @@ def os_error(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
 
+# The family and type of a socket as the numbers _socket keeps
+# (socket.socket's properties make an enum of each, on every read).
+_RAW_FAMILY = _socket.socket.family.__get__
+_RAW_TYPE = _socket.socket.type.__get__
+
+
 def _accepted(listener: socket.socket, fd: int) -> socket.socket:
     """The socket of connection ``fd`` accepted on ``listener``."""
-    conn = socket.socket(listener.family, listener.type, listener.proto, fileno=fd)
+    conn = socket.socket(_RAW_FAMILY(listener), _RAW_TYPE(listener), listener.proto, fileno=fd)
     conn.setblocking(False)
     return conn
 
