@@ -387,8 +387,9 @@ class RingProactor:
     def send_or_future(self, conn: Any, buf: Any) -> futures.Future | None:
         """Sends all of ``buf``: ``None`` when it all went out at once, else
         the future of the rest's completion."""
-        token, _sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
-        return None if token is None else self._future(token, _SEND, (_fd_of(conn),), conn)
+        fd = _fd_of(conn)
+        token, _sent = self._ring.send(fd, buf, isinstance(conn, socket.socket))
+        return None if token is None else self._future(token, _SEND, (fd,), conn)
 
     def accept(self, listener: socket.socket) -> futures.Future:
         """Accepts a connection; the result is ``(socket, address)``."""
