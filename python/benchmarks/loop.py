@@ -26,7 +26,9 @@ and lowest-highest, p99 latency (median of the rounds), the server's CPU
 time per request (user + system over the requests it served: the loop's
 cost, also where the client is the ceiling; in brackets the CPU of the
 load alone, without the server's start and the idle connections' setup,
-read from ``/proc/PID/stat`` before and after it), its peak RSS, its system
+read from ``/proc/PID/stat`` before and after it, and the system part of
+that; for ``http-idle``, the server's CPU per idle connection while they
+were set up: accept, transport, one request), its peak RSS, its system
 calls per request (``perf stat -e raw_syscalls:sys_enter`` on the server
 while the load runs, with ``--syscalls``), and the rate's ratio to uvloop
 and to asyncio.
@@ -249,11 +251,12 @@ def _wrk(port: int, conns: int, seconds: float) -> tuple[int, float, float, int]
     return n, secs, float(p99.group(1)) * unit, timeouts  # type: ignore[union-attr]
 
 
-def _cpu_seconds(pid: int) -> float:
-    """Process ``pid``'s CPU time so far (user + system, ``/proc/PID/stat``)."""
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """Process ``pid``'s CPU time so far: (user, system), ``/proc/PID/stat``."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _perf(pid: int) -> subprocess.Popen[str]:
@@ -276,9 +279,10 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
                               stdout=subprocess.PIPE, text=True)
     assert server.stdin is not None and server.stdout is not None
     port = int(server.stdout.readline())
+    cpu_started = sum(_cpu_seconds(server.pid))
     idle = _idle(port, args.idle) if kind in IDLE else []
     perf = _perf(server.pid) if args.syscalls else None
-    cpu_before_load = _cpu_seconds(server.pid)
+    user_before, sys_before = _cpu_seconds(server.pid)
     timeouts = 0
     if kind in HTTP or kind in IDLE:
         n, took, p99, timeouts = _wrk(port, conns, args.seconds)
@@ -289,7 +293,8 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
         took = time.monotonic() - start
         loop.close()
         p99 = statistics.quantiles(rtts, n=100)[98] if len(rtts) > 1 else float("nan")
-    load_cpu = _cpu_seconds(server.pid) - cpu_before_load
+    user_after, sys_after = _cpu_seconds(server.pid)
+    load_cpu = user_after + sys_after - user_before - sys_before
     calls = _perf_count(perf) if perf else 0
     for c in idle:
         c.close()
@@ -298,7 +303,9 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
     cpu, rss = server.stdout.readline().split()
     if server.wait() != 0:
         raise SystemExit(f"the {name} {kind} server failed")
-    return {"rate": n / took, "p99": p99, "cpu": float(cpu) / n, "load_cpu": load_cpu / n, "rss": int(rss) / 1024, "calls": calls / n,
+    setup = (user_before + sys_before - cpu_started) / len(idle) if idle else 0.0
+    return {"rate": n / took, "p99": p99, "cpu": float(cpu) / n, "load_cpu": load_cpu / n,
+            "load_sys": (sys_after - sys_before) / n, "setup": setup, "rss": int(rss) / 1024, "calls": calls / n,
             "timeouts": timeouts}
 
 
@@ -312,8 +319,10 @@ def _report(title: str, got: dict[str, list[dict[str, float]]]) -> None:
         calls = f"  {m['calls']:5.2f} calls/req" if m["calls"] else ""
         late = sum(r["timeouts"] for r in rs)
         calls += f"  {late} over 2 s" if late else ""
+        setup = f"  setup {m['setup'] * 1e6:5.1f} us/conn" if m["setup"] else ""
         print(f"  {n:8} {m['rate']:9.0f}/s ({min(rates):.0f}-{max(rates):.0f})  p99 {m['p99'] * 1e3:7.2f} ms  "
-              f"CPU {m['cpu'] * 1e6:6.1f} us/req (load {m['load_cpu'] * 1e6:5.1f})  RSS {m['rss']:5.1f} MiB{calls}  {ratio}")
+              f"CPU {m['cpu'] * 1e6:6.1f} us/req (load {m['load_cpu'] * 1e6:5.1f}, sys {m['load_sys'] * 1e6:4.1f})"
+              f"{setup}  RSS {m['rss']:5.1f} MiB{calls}  {ratio}")
     sys.stdout.flush()
 
 

@@ -255,54 +255,101 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
-        # Receives give new bytes (see `_loop_reading`): asyncio's 64 KiB
+        # Receives give new bytes (see `_received`): asyncio's 64 KiB
         # receive buffer per connection is not kept.
         self._data = b""
+
+    # The transport's receive, made at its first (see _receive).
+    _rx: Any = None
 
     def write(self, data: Any) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
         if self._eof_written:
             raise RuntimeError("Cannot call write() after write_eof()")
-        super().write(data)
+        if data and self._write_fut is None and not self._buffer and self._idle_for_writes():
+            self._write_now(data if type(data) is bytes else bytes(data))
+        else:
+            super().write(data)
+
+    def _idle_for_writes(self) -> bool:
+        """Whether nothing stands between a write and the socket: no send in
+        flight or buffered, not closing or lost, no sendfile."""
+        return not (self._closing or self._conn_lost or self._empty_waiter is not None)
+
+    def _write_now(self, data: bytes) -> None:
+        """asyncio's write from an idle transport (``_loop_writing`` with
+        nothing before it), in one step: the send goes out at once or its
+        rest to the ring. With nothing in flight before it, the protocol's
+        writing is not paused and no close or end of stream waits for it,
+        so a send that went out whole leaves nothing to do."""
+        try:
+            fut = self._loop._proactor.send_or_future(self._sock, data)
+        except ConnectionResetError as exc:
+            self._force_close(exc)
+            return
+        except OSError as exc:
+            self._fatal_error(exc, "Fatal write error on pipe transport")
+            return
+        if fut is not None:
+            self._write_fut = fut
+            self._pending_write = len(data)
+            fut.add_done_callback(self._loop_writing)
+            self._maybe_pause_protocol()
 
     def _loop_reading(self, fut: Any = None) -> None:
-        """asyncio's read loop, on receives into new bytes rather than into
-        a buffer of the transport's own: the ring's socket receive lends the
-        kernel 2 KiB while it waits, so an idle connection pins no 64 KiB
-        buffer (see ``LoopRing.recv``). The
-        bytes of a receive that finds reading paused stay in ``_data``
-        until ``resume_reading`` hands them on (``_data_received``)."""
-        data = None
+        """Arms the first receive (scheduled by asyncio's ``__init__`` and
+        ``resume_reading``); each completion then goes to :meth:`_received`."""
+        if self._closing or self._paused or self._read_fut is not None:
+            return
         try:
-            if fut is not None:
-                self._read_fut = None
-                if not fut.done():
-                    fut.cancel()
-                else:
-                    data = fut.result()
-                    if not data:
-                        return  # end of stream: no next receive
+            self._receive()
+        except OSError as exc:
+            self._read_failed(exc)
+
+    def _receive(self) -> None:
+        rx = self._rx
+        if rx is None:
+            rx = self._rx = _proactor.StreamReceive(self._loop._proactor, self._sock, _RECV_SIZE)
+        self._loop._proactor.receive(rx, self._received)
+        self._read_fut = rx
+
+    def _received(self, data: Any, exc: BaseException | None) -> None:
+        """asyncio's read loop, called by the proactor's dispatch with a
+        receive's bytes (see :class:`~blockio._proactor.StreamReceive`),
+        on receives into new bytes rather than into a buffer of the
+        transport's own: the ring's socket receive lends the kernel 2 KiB
+        while it waits, so an idle connection pins no 64 KiB buffer (see
+        ``LoopRing.recv``). The bytes of a receive that finds reading paused
+        stay in ``_data`` until ``resume_reading`` hands them on
+        (``_data_received``)."""
+        self._read_fut = None
+        try:
+            if exc is not None:
+                raise exc
+            if not data:
+                return  # end of stream: no next receive
             if self._closing:
                 return
             if not self._paused:
-                self._read_fut = self._loop._proactor.recv(self._sock, _RECV_SIZE)
-        except ConnectionAbortedError as exc:
-            if not self._closing:
-                self._fatal_error(exc, "Fatal read error on pipe transport")
-        except ConnectionResetError as exc:
-            self._force_close(exc)
+                self._receive()
         except OSError as exc:
-            self._fatal_error(exc, "Fatal read error on pipe transport")
+            self._read_failed(exc)
         except exceptions.CancelledError:
             if not self._closing:
                 raise
-        else:
-            if not self._paused:
-                self._read_fut.add_done_callback(self._loop_reading)
         finally:
             if data is not None:
                 self._data_received(data, len(data))
+
+    def _read_failed(self, exc: OSError) -> None:
+        if isinstance(exc, ConnectionAbortedError):
+            if not self._closing:
+                self._fatal_error(exc, "Fatal read error on pipe transport")
+        elif isinstance(exc, ConnectionResetError):
+            self._force_close(exc)
+        else:
+            self._fatal_error(exc, "Fatal read error on pipe transport")
 
     def resume_reading(self) -> None:
         super().resume_reading()
@@ -312,6 +359,9 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
     def _data_received(self, data: Any, length: int) -> None:
         if self._paused:
             self._data = data  # kept for resume_reading
+        elif length and not isinstance(self._protocol, asyncio.BufferedProtocol):
+            self._protocol.data_received(data)  # asyncio's call, as its own does
+            return
         if self._paused or length == 0 or not isinstance(self._protocol, asyncio.BufferedProtocol):
             super()._data_received(data, length)
             return

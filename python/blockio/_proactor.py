@@ -12,6 +12,11 @@ keeps its future by token, and in ``select`` resolves every future whose
 operation the kernel finished in that wake-up (one batch per wait, the GIL
 released while the thread waits in ``io_uring_enter``).
 
+A socket transport's receive has no future: its completion calls the
+transport from the dispatch of the batch (:class:`StreamReceive`, asyncio's
+order kept: behind the callbacks queued before the wait, if any), and the
+transport arms the next receive there.
+
 On the ring as completions: ``recv`` (on a socket into a 2 KiB first
 buffer, all that a receive waiting on an idle connection holds; the rest
 of a larger message is taken at once when that fills), ``recv_into`` (and
@@ -39,13 +44,15 @@ same listening socket.
 
 from __future__ import annotations
 
+import _socket
+import contextvars
 import errno
 import os
 import select
 import socket
 import stat
 import weakref
-from asyncio import futures
+from asyncio import exceptions, futures
 from typing import Any, Callable
 
 from . import _blockio
@@ -56,7 +63,7 @@ POLLOUT = select.POLLOUT
 _TCP_CLOSE = 7
 
 # Operation kinds, as kept beside each token.
-_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK = range(6)
+_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM = range(7)
 
 
 class OpFuture(futures.Future):
@@ -73,6 +80,68 @@ class OpFuture(futures.Future):
         return super().cancel(msg=msg)
 
 
+class StreamReceive:
+    """A socket transport's receive, armed again by the transport after
+    each completion, whose completion calls ``callback(data, exc)`` from
+    the proactor's dispatch of the batch (in ``select``): no future, no
+    done callback, no ``call_soon`` hop per message. ``data`` is the bytes
+    received (``b''`` at end of stream) or ``None`` with ``exc`` the error.
+
+    The callback runs in ``context`` (the transport's, copied when it was
+    made, as asyncio's callbacks run in a copy of their caller's); an
+    exception it lets out goes to the loop's exception handler, as one
+    from a callback of the ready queue does. While armed, it stands in the
+    transport's ``_read_fut``: ``cancel()`` cancels the receive in flight.
+    """
+
+    __slots__ = ("_proactor", "conn", "fd", "nbytes", "socket", "holdable", "context", "token", "cancelled")
+
+    def __init__(self, proactor: RingProactor, conn: Any, nbytes: int) -> None:
+        self._proactor = proactor
+        self.conn = conn
+        self.fd = _fd_of(conn)
+        self.nbytes = nbytes
+        self.socket = isinstance(conn, socket.socket)
+        # Whether hold_open holds it (a socket; not a test's mock).
+        self.holdable = hold_open(conn)
+        if self.holdable:
+            release(conn)
+        self.context = contextvars.copy_context()
+        # The token of the receive in flight (or the marker of kept bytes
+        # about to be handed on); None when not armed.
+        self.token: Any = None
+        self.cancelled = False
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Cancels the receive in flight; its completion calls nothing."""
+        if self.cancelled or self.token is None:
+            return False
+        self.cancelled = True
+        if type(self.token) is int:
+            self._proactor.cancel_op(self.token)
+        return True
+
+    def done(self) -> bool:
+        """Whether no receive of it is in flight (finished, or cancelled)."""
+        return self.token is None or self.cancelled
+
+    def deliver(self, callback: Callable[[Any, Any], None], data: Any, exc: BaseException | None) -> None:
+        """Calls ``callback`` with a completion's outcome (see the class doc)."""
+        try:
+            self.context.run(callback, data, exc)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as error:
+            loop = self._proactor._loop
+            loop.call_exception_handler(
+                {"message": f"Exception in callback {callback!r}", "exception": error, "transport_receive": self}
+            )
+
+    def __repr__(self) -> str:
+        state = "cancelled" if self.cancelled else "pending" if self.token is not None else "idle"
+        return f"<StreamReceive {state} fd={self.fd}>"
+
+
 def _fd_of(obj: Any) -> int:
     return obj if isinstance(obj, int) else obj.fileno()
 
@@ -82,9 +151,15 @@ def os_error(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
 
+# The family and type of a socket as the numbers _socket keeps
+# (socket.socket's properties make an enum of each, on every read).
+_RAW_FAMILY = _socket.socket.family.__get__
+_RAW_TYPE = _socket.socket.type.__get__
+
+
 def _accepted(listener: socket.socket, fd: int) -> socket.socket:
     """The socket of connection ``fd`` accepted on ``listener``."""
-    conn = socket.socket(listener.family, listener.type, listener.proto, fileno=fd)
+    conn = socket.socket(_RAW_FAMILY(listener), _RAW_TYPE(listener), listener.proto, fileno=fd)
     conn.setblocking(False)
     return conn
 
@@ -203,6 +278,10 @@ class RingProactor:
         self._sends: dict[int, int] = {}
         # token -> the socket its operation works on, held open until done
         self._held: dict[int, socket.socket] = {}
+        # completions of a batch whose dispatch an exception interrupted
+        self._left: list[tuple[int, int, Any]] = []
+        # the batch being dispatched found no callback queued (see select)
+        self._direct = True
 
     def set_loop(self, loop: Any) -> None:
         self._loop = loop
@@ -225,7 +304,7 @@ class RingProactor:
     def _release(self, token: int) -> None:
         conn = self._held.pop(token, None)
         if conn is not None:
-            release(conn)
+            conn._decref_socketios()  # release(conn)
 
     def _done(self, result: Any) -> futures.Future:
         fut = self._loop.create_future()
@@ -267,6 +346,37 @@ class RingProactor:
         self._receiving[fd] = token
         return self._future(token, _RECV_INTO, (fd, conn, buf), conn)
 
+    def receive(self, rx: StreamReceive, callback: Callable[[Any, Any], None]) -> None:
+        """Arms ``rx``'s next receive, whose completion calls ``callback``
+        (see :class:`StreamReceive`; the receive in flight holds it, ``rx``
+        does not, so that no cycle outlives it): bytes a cancelled receive
+        left for its socket are handed on in the next step of the loop,
+        else a receive goes to the ring."""
+        rx.cancelled = False
+        if self._kept:
+            kept = self._take_kept(rx.conn, rx.nbytes)
+            if kept is not None:
+                rx.token = marker = object()
+                self._loop.call_soon(self._deliver_kept, rx, marker, kept, callback)
+                return
+        fd = rx.fd
+        token = self._ring.recv(fd, rx.nbytes, rx.socket)
+        rx.token = token
+        self._receiving[fd] = token
+        self._ops[token] = (rx, _STREAM, (fd, rx.conn, rx.nbytes, callback))
+        if rx.holdable:  # hold_open, known to hold
+            rx.conn._io_refs += 1
+            self._held[token] = rx.conn
+
+    def _deliver_kept(self, rx: StreamReceive, marker: object, data: bytes, callback: Callable) -> None:
+        if rx.token is not marker:
+            return  # armed again meanwhile
+        if rx.cancelled:
+            self._keep(_RECV, (rx.fd, rx.conn), len(data), data)
+            return
+        rx.token = None
+        rx.deliver(callback, data, None)
+
     def send(self, conn: Any, buf: Any, flags: int = 0) -> futures.Future:
         """Sends all of ``buf``; the result is its length."""
         token, sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
@@ -277,8 +387,9 @@ class RingProactor:
     def send_or_future(self, conn: Any, buf: Any) -> futures.Future | None:
         """Sends all of ``buf``: ``None`` when it all went out at once, else
         the future of the rest's completion."""
-        token, _sent = self._ring.send(_fd_of(conn), buf, isinstance(conn, socket.socket))
-        return None if token is None else self._future(token, _SEND, (_fd_of(conn),), conn)
+        fd = _fd_of(conn)
+        token, _sent = self._ring.send(fd, buf, isinstance(conn, socket.socket))
+        return None if token is None else self._future(token, _SEND, (fd,), conn)
 
     def accept(self, listener: socket.socket) -> futures.Future:
         """Accepts a connection; the result is ``(socket, address)``."""
@@ -447,11 +558,25 @@ class RingProactor:
             arm()
         self._before_wait.clear()
         self._sent.clear()
-        for token, res, value in self._ring.wait(timeout):
-            entry = self._ops.pop(token, None)
-            if entry is not None:
-                self._finish(token, entry, res, value)
-            self._release(token)
+        batch, self._left = self._left, []
+        if not batch:
+            batch = self._ring.wait(timeout)
+        # A completion's protocol call goes behind the callbacks already
+        # queued (asyncio's order: a completion is handled after what was
+        # scheduled before it): at once when none is, else as one of them.
+        self._direct = not self._loop._ready
+        for i, (token, res, value) in enumerate(batch):
+            try:
+                entry = self._ops.pop(token, None)
+                if entry is not None:
+                    self._finish(token, entry, res, value)
+            except BaseException:
+                # A transport's callback let SystemExit or KeyboardInterrupt
+                # out: the rest of the batch is dispatched by the next select.
+                self._left = batch[i + 1 :]
+                raise
+            finally:
+                self._release(token)
         return ()
 
     def _sending(self, fd: int) -> bool:
@@ -460,6 +585,11 @@ class RingProactor:
 
     def _finish(self, token: int, entry: tuple[Any, int, Any], res: int, value: Any) -> None:
         fut, kind, arg = entry
+        if kind == _STREAM:
+            if self._receiving.get(arg[0]) == token:
+                del self._receiving[arg[0]]
+            self._finish_stream(token, fut, arg, res, value)
+            return
         if kind == _SEND:
             self._sent.add(arg[0])
             left = self._sends.pop(arg[0]) - 1
@@ -490,6 +620,34 @@ class RingProactor:
             fut.set_result((_accepted(arg[1], fd), addr))
         else:
             fut.set_result(value)
+
+    def _finish_stream(self, token: int, rx: StreamReceive, arg: Any, res: int, value: Any) -> None:
+        """Hands a transport's receive its outcome, as :meth:`_finish` and
+        :meth:`_serve_redirected` resolve a receive's future."""
+        redirected = token in self._redirected
+        if redirected:
+            self._redirected.discard(token)
+            if res > 0:
+                self._keep(_RECV, arg, res, value)
+        if rx.cancelled or rx.token != token:
+            if res >= 0 and not redirected:
+                self._after_cancel(_RECV, arg, res, value)
+            return
+        callback = arg[3]
+        if redirected and (res >= 0 or res == -errno.ECANCELED):
+            self.receive(rx, callback)  # served from the kept bytes
+            return
+        rx.token = None
+        if res < 0:
+            data, exc = None, exceptions.CancelledError() if res == -errno.ECANCELED else os_error(-res)
+        elif res == 0 and self._sending(arg[0]) and was_reset(arg[1]):
+            data, exc = None, os_error(errno.ECONNRESET)
+        else:
+            data, exc = value, None
+        if self._direct:
+            rx.deliver(callback, data, exc)
+        else:
+            self._loop.call_soon(rx.deliver, callback, data, exc)
 
     def _after_cancel(self, kind: int, arg: Any, res: int, value: Any) -> None:
         if kind == _ACCEPT or (kind in (_RECV, _RECV_INTO) and res > 0):
@@ -551,6 +709,7 @@ class RingProactor:
             return
         self._ring.close()
         self._ring = None
+        self._left = []
         ops, self._ops = self._ops, {}
         self._sends.clear()
         for fut, _kind, _arg in ops.values():

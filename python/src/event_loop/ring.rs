@@ -80,15 +80,12 @@ impl LoopRing {
     #[new]
     #[pyo3(signature = (entries = 256))]
     fn new(entries: u32) -> PyResult<Self> {
-        let ring = IoUring::builder()
-            .setup_cqsize(entries.saturating_mul(8))
-            .build(entries)
-            .map_err(|e| {
-                PyOSError::new_err((
-                    e.raw_os_error().unwrap_or(0),
-                    format!("io_uring_setup: {e}"),
-                ))
-            })?;
+        let ring = build_ring(entries).map_err(|e| {
+            PyOSError::new_err((
+                e.raw_os_error().unwrap_or(0),
+                format!("io_uring_setup: {e}"),
+            ))
+        })?;
         Ok(LoopRing {
             state: Mutex::new(Some(State {
                 ring,
@@ -250,11 +247,13 @@ impl LoopRing {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
         let queued = std::mem::take(&mut st.queued);
+        let held_back = st.ring.submission().taskrun();
         let ring = &st.ring;
         let entered = match timeout {
-            // Nothing to hand over and no wait: completions are read from the
-            // shared queue without a system call.
-            Some(t) if t <= 0.0 && !queued => Ok(()),
+            // Nothing to hand over, no wait and no completion waiting for
+            // the thread to post it (see `build_ring`): completions are
+            // read from the shared queue without a system call.
+            Some(t) if t <= 0.0 && !queued && !held_back => Ok(()),
             Some(t) if t <= 0.0 => ring.submit().map(|_| ()),
             Some(t) => {
                 let ts = timespec(t);
@@ -560,6 +559,29 @@ fn finish(py: Python<'_>, op: InFlight, res: i32, scratch: &[u8]) -> PyResult<Py
         (Kind::Send, _) => (op.done + n).into_pyobject(py)?.into_any().unbind(),
         _ => n.into_pyobject(py)?.into_any().unbind(),
     })
+}
+
+/// A ring with `entries` submission slots whose completions the kernel
+/// posts when the loop's thread next enters or leaves the kernel
+/// (`COOP_TASKRUN`), not by interrupting it wherever it runs (the default,
+/// an inter-processor interrupt per completion that lands while the loop
+/// runs Python code); `TASKRUN_FLAG` marks the submission queue while any
+/// are held back, so that a wait that would not enter the kernel enters it
+/// (see [`LoopRing::wait`]). Kernels before 5.19 refuse the flags (`EINVAL`):
+/// the ring is then made without them.
+fn build_ring(entries: u32) -> io::Result<IoUring> {
+    let cq = entries.saturating_mul(8);
+    match IoUring::builder()
+        .setup_cqsize(cq)
+        .setup_coop_taskrun()
+        .setup_taskrun_flag()
+        .build(entries)
+    {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            IoUring::builder().setup_cqsize(cq).build(entries)
+        }
+        made => made,
+    }
 }
 
 /// `seconds` as the ring's timeout.

@@ -1,0 +1,204 @@
+"""The socket transport of blockio's event loop, as protocols see it: a
+receive's completion reaches ``data_received`` from the loop's dispatch of
+its batch, with no future per message; and asyncio's order is kept where
+that matters (callbacks queued before a completion run before the protocol
+sees it; nothing while reading is paused; an exception that escapes a
+protocol loses no other connection's bytes). Both backends where the
+behaviour is asyncio's; the count of futures is the io_uring loop's own."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+import blockio
+from blockio import _proactor
+from waits import await_until
+
+
+@pytest.fixture(params=["uring", "epoll"])
+def loop(request, monkeypatch):
+    monkeypatch.setenv("BLOCKIO_BACKEND", "threads" if request.param == "epoll" else "uring")
+    lp = blockio.new_event_loop()
+    assert lp.backend == request.param
+    yield lp
+    lp.close()
+
+
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.transport.write(data)
+
+
+class Collect(asyncio.Protocol):
+    """Keeps what it receives and the order of its calls."""
+
+    def __init__(self):
+        self.data = bytearray()
+        self.calls: list[str] = []
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.calls.append("made")
+
+    def data_received(self, data):
+        self.calls.append("data")
+        self.data += data
+
+    def eof_received(self):
+        self.calls.append("eof")
+
+    def connection_lost(self, exc):
+        self.calls.append("lost")
+        self.lost.set_result(exc)
+
+
+def test_a_message_reaches_data_received_with_no_future(monkeypatch):
+    """200 round trips between two protocols on the io_uring loop make no
+    ``OpFuture``: each receive's completion calls the transport from the
+    dispatch (each send goes out at once)."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    made = []
+    init = _proactor.OpFuture.__init__
+
+    def counting(self, *args, **kw):
+        made.append(self)
+        init(self, *args, **kw)
+
+    async def main():
+        server = await loop.create_server(Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        tr, pr = await loop.create_connection(Collect, "127.0.0.1", port)
+        tr.write(b"warm")
+        await await_until(lambda: bytes(pr.data) == b"warm", "the first echo")
+        monkeypatch.setattr(_proactor.OpFuture, "__init__", counting)
+        for i in range(200):
+            want = len(pr.data) + 8
+            tr.write(b"%08d" % i)
+            await await_until(lambda: len(pr.data) >= want, f"echo {i}")
+        monkeypatch.setattr(_proactor.OpFuture, "__init__", init)
+        tr.close()
+        await pr.lost
+        server.close()
+        await server.wait_closed()
+        return bytes(pr.data)
+
+    try:
+        got = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert got == b"warm" + b"".join(b"%08d" % i for i in range(200))
+    assert made == [], f"{len(made)} futures for 200 round trips"
+
+
+def test_callbacks_queued_before_a_completion_run_before_the_protocol_sees_it(loop):
+    """The server writes as soon as it has the connection, so the bytes are
+    there when the client's first receive is submitted: the coroutine that
+    made the connection still resumes (its wake-up was queued first) before
+    ``data_received``, as on asyncio's loops."""
+
+    class Greet(asyncio.Protocol):
+        def connection_made(self, transport):
+            transport.write(b"hello")
+
+    seen = []
+
+    class Client(Collect):
+        def data_received(self, data):
+            seen.append(resumed)
+            super().data_received(data)
+
+    resumed = False
+
+    async def main():
+        nonlocal resumed
+        server = await loop.create_server(Greet, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        for _ in range(20):
+            resumed = False
+            tr, pr = await loop.create_connection(Client, "127.0.0.1", port)
+            resumed = True
+            await await_until(lambda: bytes(pr.data) == b"hello", "the greeting")
+            tr.close()
+            await pr.lost
+        server.close()
+        await server.wait_closed()
+
+    loop.run_until_complete(main())
+    assert seen == [True] * 20
+
+
+def test_no_protocol_call_while_reading_is_paused(loop):
+    """A protocol that pauses reading gets no call until it resumes; then
+    every byte, in order, and the end of the stream after them."""
+    a, b = socket.socketpair()
+
+    class Pausing(Collect):
+        def data_received(self, data):
+            super().data_received(data)
+            self.transport.pause_reading()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Pausing, a)
+        b.sendall(b"first")
+        await await_until(lambda: pr.calls == ["made", "data"], "the first message")
+        assert not tr.is_reading()
+        b.sendall(b"second")
+        b.shutdown(socket.SHUT_WR)
+        # The loop turns many times with the bytes and the end waiting.
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert pr.calls == ["made", "data"], pr.calls
+        while not pr.lost.done():
+            tr.resume_reading()
+            await asyncio.sleep(0)
+        return pr
+
+    pr = loop.run_until_complete(main())
+    b.close()
+    assert bytes(pr.data) == b"firstsecond"
+    assert pr.calls[-2:] == ["eof", "lost"]
+    assert pr.calls.count("lost") == 1
+
+
+def test_an_exception_escaping_a_protocol_loses_no_other_connections_bytes(loop):
+    """``KeyboardInterrupt`` from one protocol's ``data_received`` ends the
+    run; the other connection, whose bytes came in the same wake-up, still
+    gets them in the next run."""
+    raised = []
+
+    class Interrupting(Collect):
+        def data_received(self, data):
+            super().data_received(data)
+            if not raised:
+                raised.append(self)
+                raise KeyboardInterrupt
+
+    pairs = [socket.socketpair() for _ in range(2)]
+
+    async def connect():
+        return [(await loop.connect_accepted_socket(Interrupting, a))[1] for a, _b in pairs]
+
+    protocols = loop.run_until_complete(connect())
+    for _a, b in pairs:
+        b.sendall(b"payload")
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_until_complete(await_until(lambda: False, "the interrupt"))
+
+    async def rest():
+        await await_until(lambda: all(bytes(p.data) == b"payload" for p in protocols), "both payloads")
+        for p in protocols:
+            p.transport.close()
+            await p.lost
+
+    loop.run_until_complete(rest())
+    for a, b in pairs:
+        b.close()
+    assert len(raised) == 1
