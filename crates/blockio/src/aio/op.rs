@@ -127,7 +127,7 @@ impl<B: Send> Complete for OpTarget<B> {
             (g.waker.take(), g.hold.take())
         };
         if let Some(w) = waker {
-            w.wake();
+            super::wake::wake(w);
         }
         // After the wake-up: the woken task is the runtime's work from
         // then on.

@@ -451,8 +451,9 @@ async fn drive_while(
             return Poll::Ready(Ok(()));
         }
         match engine.upgrade() {
+            // Its wake-ups deferred to the scheduler (see `aio::wake`).
             Some(engine) => {
-                let _ = engine.poll_drive(cx);
+                let _ = super::wake::deferring(|| engine.poll_drive(cx));
             }
             None => return Poll::Ready(Ok(())),
         }
