@@ -453,7 +453,7 @@ async fn drive_while(
         match engine.upgrade() {
             // Its wake-ups deferred to the scheduler (see `aio::wake`).
             Some(engine) => {
-                let _ = super::wake::deferring(|| engine.poll_drive(cx));
+                let _ = engine.poll_drive(cx);
             }
             None => return Poll::Ready(Ok(())),
         }
