@@ -320,7 +320,7 @@ impl CallerRing {
             Submit::PerRound => match book.driving_task.take() {
                 Some(w) => {
                     drop(book);
-                    call_user(move || super::wake::wake_after_round(w))
+                    call_user(move || w.wake())
                 }
                 None => None,
             },

@@ -96,7 +96,6 @@ mod relay;
 pub(crate) mod request;
 #[cfg(feature = "tokio")]
 mod tokio_drive;
-pub(crate) mod wake;
 
 use std::fmt;
 use std::io;

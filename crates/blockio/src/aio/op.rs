@@ -127,7 +127,7 @@ impl<B: Send> Complete for OpTarget<B> {
             (g.waker.take(), g.hold.take())
         };
         if let Some(w) = waker {
-            super::wake::wake(w);
+            w.wake();
         }
         // After the wake-up: the woken task is the runtime's work from
         // then on.

@@ -451,7 +451,6 @@ async fn drive_while(
             return Poll::Ready(Ok(()));
         }
         match engine.upgrade() {
-            // Its wake-ups deferred to the scheduler (see `aio::wake`).
             Some(engine) => {
                 let _ = engine.poll_drive(cx);
             }

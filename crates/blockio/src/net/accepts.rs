@@ -50,7 +50,6 @@ use socket2::{SockAddr, SockAddrStorage};
 
 use super::socket::{OwnedSocket, Sock};
 use crate::aio::request::{Cancel, Complete, Request};
-use crate::aio::wake::wake;
 use crate::backend::Backend;
 use crate::op::action::{AcceptArgs, Action};
 use crate::op::Op;
@@ -192,7 +191,7 @@ impl Complete for Accepts {
             }
             std::mem::take(&mut g.wakers)
         };
-        wakers.into_iter().for_each(wake);
+        wakers.into_iter().for_each(Waker::wake);
         // After the wake-ups: the woken tasks are the runtime's work.
         #[cfg(feature = "tokio")]
         drop(hold);

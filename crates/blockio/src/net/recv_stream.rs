@@ -64,7 +64,6 @@ use super::stream::StreamCore;
 use crate::aio::buf_ring::{BufRing, GROUP};
 use crate::aio::op::Abandoned;
 use crate::aio::request::{Cancel, Complete, Request};
-use crate::aio::wake::wake;
 use crate::aio::BufResult;
 use crate::op::action::{Action, RecvSelectArgs};
 use crate::op::Op;
@@ -220,7 +219,7 @@ impl Complete for Multi {
             g.waker.take()
         };
         if let Some(w) = waker {
-            wake(w);
+            w.wake();
         }
     }
 

@@ -84,7 +84,6 @@ use std::time::Duration;
 
 use super::socket::Sock;
 use crate::aio::op::{OpFuture, Settles};
-use crate::aio::wake::wake;
 use crate::aio::Lingering;
 
 /// Bytes `poll_write` accepts behind the send in flight before it waits.
@@ -472,7 +471,7 @@ impl Run for Arc<Pump> {
                         Step::NoNews => Vec::new(),
                     }
                 };
-                woken.into_iter().for_each(wake);
+                woken.into_iter().for_each(Waker::wake);
             }
             self.running.store(false, Ordering::SeqCst);
             if !self.notified.load(Ordering::SeqCst) {
