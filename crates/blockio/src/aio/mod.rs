@@ -84,6 +84,7 @@ pub(crate) mod driven;
 mod driver;
 mod driver_thread;
 mod driving;
+mod epoll;
 mod file;
 mod in_flight;
 pub(crate) mod op;
@@ -91,6 +92,7 @@ pub(crate) mod op;
 pub(crate) mod paused_clock;
 mod pool;
 pub(crate) mod readiness;
+mod ready;
 #[cfg(feature = "tokio")]
 mod relay;
 pub(crate) mod request;
