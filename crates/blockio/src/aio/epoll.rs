@@ -1,13 +1,16 @@
 //! The kernel's epoll set behind the readiness fallback
-//! ([`readiness`](super::readiness)): sockets registered once each,
-//! edge-triggered, for every direction at once, and an eventfd that wakes
-//! the thread waiting on the set.
+//! ([`readiness`](super::readiness)): sockets registered edge-triggered,
+//! and an eventfd that wakes the thread waiting on the set.
 //!
 //! Edge-triggered, a socket stays in the set from its first wait until
 //! it closes, and the set reports each change of its state once: nothing
 //! is re-armed after an event, so a wait costs no `epoll_ctl`. What the
 //! socket is ready for between events is remembered by the caller
-//! ([`ReadyWord`](super::ready::ReadyWord)). Waiting on the set makes no
+//! ([`ReadyWord`](super::ready::ReadyWord)). A socket is watched for the
+//! directions it has waited in, added with the first and modified once
+//! if it later waits in the other: watching a direction nothing waits in
+//! would wake the watching thread for nothing (every acknowledgement of
+//! sent bytes reports a socket writable). Waiting on the set makes no
 //! other system call: no timer, no re-arm of the wake-up descriptor,
 //! which is level-triggered and written only when the set is dropped.
 
@@ -58,9 +61,23 @@ impl Readied {
 pub(crate) struct EpollSet {
     epoll: OwnedFd,
     wake: OwnedFd,
-    /// `epoll_ctl` adds made, for the tests that count them.
+    /// `epoll_ctl` adds and modifications made, for the tests that
+    /// count them.
     #[cfg(test)]
-    pub(crate) adds: AtomicUsize,
+    pub(crate) ctls: AtomicUsize,
+}
+
+/// The flags of a socket watched for reading if `readable`, writing if
+/// `writable`, and its peer's end of stream, edge-triggered.
+fn watched(readable: bool, writable: bool) -> EventFlags {
+    let mut flags = EventFlags::RDHUP | EventFlags::ET;
+    if readable {
+        flags |= EventFlags::IN;
+    }
+    if writable {
+        flags |= EventFlags::OUT;
+    }
+    flags
 }
 
 impl EpollSet {
@@ -73,18 +90,40 @@ impl EpollSet {
             epoll,
             wake,
             #[cfg(test)]
-            adds: AtomicUsize::new(0),
+            ctls: AtomicUsize::new(0),
         })
     }
 
-    /// Adds `socket` under `key` for every direction, edge-triggered: the
-    /// next wait reports it at once if it is ready now, and from then on
-    /// each change of its state.
-    pub(crate) fn add(&self, socket: BorrowedFd<'_>, key: u64) -> io::Result<()> {
+    /// Adds `socket` under `key`, watched for reading if `readable` and
+    /// writing if `writable`, edge-triggered: the next wait reports it at
+    /// once if it is ready now, and from then on each change of its state.
+    pub(crate) fn add(
+        &self,
+        socket: BorrowedFd<'_>,
+        key: u64,
+        readable: bool,
+        writable: bool,
+    ) -> io::Result<()> {
         #[cfg(test)]
-        self.adds.fetch_add(1, Ordering::Relaxed);
-        let flags = EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET;
+        self.ctls.fetch_add(1, Ordering::Relaxed);
+        let flags = watched(readable, writable);
         epoll::add(&self.epoll, socket, EventData::new_u64(key), flags)?;
+        Ok(())
+    }
+
+    /// Watches `socket`, in the set under `key`, for what is asked now,
+    /// as [`add`](Self::add) does (reported at once if ready).
+    pub(crate) fn modify(
+        &self,
+        socket: BorrowedFd<'_>,
+        key: u64,
+        readable: bool,
+        writable: bool,
+    ) -> io::Result<()> {
+        #[cfg(test)]
+        self.ctls.fetch_add(1, Ordering::Relaxed);
+        let flags = watched(readable, writable);
+        epoll::modify(&self.epoll, socket, EventData::new_u64(key), flags)?;
         Ok(())
     }
 

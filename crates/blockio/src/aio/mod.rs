@@ -868,8 +868,8 @@ impl AsyncEngine {
     }
 
     /// Keeps `fd`, a socket whose operations wait for readiness, in the
-    /// epoll set between its waits (one `epoll_ctl` a wait instead of an
-    /// add and a delete), on the thread-pool backend, where every socket
+    /// epoll set from its first wait on (added once, instead of an add
+    /// and a delete a wait), on the thread-pool backend, where every socket
     /// operation waits there; `None` elsewhere. The registration must be
     /// dropped before `fd` is closed: it then deletes `fd` from the set.
     pub(crate) fn keep_by_readiness(&self, fd: RawFd) -> Option<Registration> {

@@ -135,6 +135,10 @@ struct Watched {
     retrying: bool,
     /// The socket is in the epoll set (added, not deleted since).
     in_set: bool,
+    /// The set watches it for reading (a request has waited to read).
+    reading: bool,
+    /// The set watches it for writing (a request has waited to write).
+    writing: bool,
     /// Its owner holds a [`Registration`], which deletes it from the set
     /// before the socket closes: it stays in the set between waits.
     kept: bool,
@@ -311,27 +315,19 @@ impl Readiness {
     }
 
     /// Puts `req`, whose socket is not ready in direction `dir`, in the
-    /// set (locked in `w`), adding the socket if it is not yet there.
+    /// set (locked in `w`), adding the socket if it is not yet there, or
+    /// watching it for `dir` too if it was not yet.
     fn park(&self, mut w: MutexGuard<'_, Waiting>, req: Request, dir: Awaits) {
         let fd = req.op.fd;
         let s = w.entry(fd);
-        if !s.in_set {
-            // SAFETY: `fd` is deleted from the set before its last waiting
-            // request leaves it (see `settle`), or, if `s` is kept, by its
-            // `Registration` before the socket closes; until then a
-            // waiting request or the socket's owner holds it open.
-            if let Err(e) = self.watcher.set.add(unsafe { socket(fd) }, key(fd, s)) {
-                if !s.kept {
+        if !s.watches(dir) {
+            if let Err(e) = watch_for(&self.watcher.set, fd, s, dir) {
+                if !s.in_set && !s.kept {
                     w.sockets.remove(&fd);
                 }
                 drop(w);
                 return req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO));
             }
-            s.in_set = true;
-            // The call said not ready before the add; if the socket is
-            // ready now, the add has queued an event that sets it again.
-            let tick = s.ready.tick();
-            s.ready.clear(dir, tick);
         }
         let target = target_key(&req.done);
         s.reqs.push(req);
@@ -370,6 +366,42 @@ impl Readiness {
         drop(w);
         req.done.complete(-libc::ECANCELED);
     }
+}
+
+impl Watched {
+    /// Whether the set watches the socket for `dir`.
+    fn watches(&self, dir: Awaits) -> bool {
+        match dir {
+            Awaits::Readable => self.reading,
+            Awaits::Writable => self.writing,
+        }
+    }
+}
+
+/// Has the set watch `fd`, known to it as `s`, for `dir` too: adds it,
+/// or modifies what it is watched for (once in a socket's life: the
+/// directions watched only grow). A call in `dir` has just said not
+/// ready; if the socket is ready now, the kernel has queued an event
+/// that sets it again.
+fn watch_for(set: &EpollSet, fd: RawFd, s: &mut Watched, dir: Awaits) -> io::Result<()> {
+    let reading = s.reading || dir == Awaits::Readable;
+    let writing = s.writing || dir == Awaits::Writable;
+    // SAFETY: `fd` is deleted from the set before its last waiting
+    // request leaves it (see `settle`), or, if `s` is kept, by its
+    // `Registration` before the socket closes; until then a waiting
+    // request or the socket's owner holds it open.
+    let sock = unsafe { socket(fd) };
+    if s.in_set {
+        set.modify(sock, key(fd, s), reading, writing)?;
+    } else {
+        set.add(sock, key(fd, s), reading, writing)?;
+    }
+    s.in_set = true;
+    s.reading = reading;
+    s.writing = writing;
+    let tick = s.ready.tick();
+    s.ready.clear(dir, tick);
+    Ok(())
 }
 
 /// Clears direction `dir` of `fd`'s readiness after a call that found it
@@ -875,9 +907,17 @@ mod tests {
         })
     }
 
-    /// A kept socket waited on many times, in both directions, is added
-    /// to the set once, edge-triggered for every direction, and neither
-    /// re-armed nor deleted between its waits.
+    /// The mask the set shows for a socket watched edge-triggered for
+    /// `dirs` and its peer's end of stream (the kernel always adds
+    /// `EPOLLERR | EPOLLHUP`).
+    fn edge(dirs: libc::c_int) -> u32 {
+        (dirs | libc::EPOLLRDHUP | libc::EPOLLET | libc::EPOLLERR | libc::EPOLLHUP) as u32
+    }
+
+    /// A kept socket waited on many times is added to the set once,
+    /// edge-triggered, for the direction it waits in, and neither
+    /// re-armed nor deleted between its waits; a wait in the other
+    /// direction adds that direction, once.
     #[test]
     fn a_kept_socket_waited_on_many_times_is_added_once() {
         let r = Readiness::new().unwrap();
@@ -894,6 +934,10 @@ mod tests {
             assert_eq!(settled(&t), 1);
             assert_eq!(t.buf[0], i);
         }
+        assert_eq!(r.watcher.set.ctls.load(Ordering::Relaxed), 1);
+        let mask = mask_in_set(&r, n).expect("not in the set");
+        assert_eq!(mask, edge(libc::EPOLLIN), "mask {mask:#x}");
+
         // A send that fills the socket, then waits for room.
         let chunk = vec![7u8; 64 << 10];
         loop {
@@ -912,12 +956,10 @@ mod tests {
         }
         assert_eq!(result(&t), Some(1));
 
-        assert_eq!(r.watcher.set.adds.load(Ordering::Relaxed), 1);
+        // Added, then watched for writing too: nothing more.
+        assert_eq!(r.watcher.set.ctls.load(Ordering::Relaxed), 2);
         let mask = mask_in_set(&r, n).expect("not in the set");
-        // (The kernel always adds `EPOLLERR | EPOLLHUP`.)
-        let want = libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET;
-        let want = want | libc::EPOLLERR | libc::EPOLLHUP;
-        assert_eq!(mask, want as u32, "mask {mask:#x}");
+        assert_eq!(mask, edge(libc::EPOLLIN | libc::EPOLLOUT), "mask {mask:#x}");
         drop(kept);
         assert_eq!(mask_in_set(&r, n), None, "left in the set after close");
     }
