@@ -75,6 +75,7 @@
 //! every completion with its flags; the engine's ring of provided receive
 //! buffers is registered on the driver's own thread at first use.
 
+mod attempt;
 mod buf;
 pub(crate) mod buf_ring;
 mod caller_ring;
@@ -84,6 +85,7 @@ pub(crate) mod driven;
 mod driver;
 mod driver_thread;
 mod driving;
+mod epoll;
 mod file;
 mod in_flight;
 pub(crate) mod op;
@@ -91,6 +93,7 @@ pub(crate) mod op;
 pub(crate) mod paused_clock;
 mod pool;
 pub(crate) mod readiness;
+mod ready;
 #[cfg(feature = "tokio")]
 mod relay;
 pub(crate) mod request;
@@ -866,8 +869,8 @@ impl AsyncEngine {
     }
 
     /// Keeps `fd`, a socket whose operations wait for readiness, in the
-    /// epoll set between its waits (one `epoll_ctl` a wait instead of an
-    /// add and a delete), on the thread-pool backend, where every socket
+    /// epoll set from its first wait on (added once, instead of an add
+    /// and a delete a wait), on the thread-pool backend, where every socket
     /// operation waits there; `None` elsewhere. The registration must be
     /// dropped before `fd` is closed: it then deletes `fd` from the set.
     pub(crate) fn keep_by_readiness(&self, fd: RawFd) -> Option<Registration> {

@@ -7,31 +7,35 @@
 //! non-blocking (the `net` types make it so on this backend); the call is
 //! tried at once on the submitting thread; if the kernel says `EAGAIN`
 //! (or `EINPROGRESS`, for a connect) the request waits for readiness in an
-//! epoll set (the `polling` crate) watched by one thread, which retries
-//! the call when the socket is ready and completes the request. A receive
-//! on a socket the watching thread's last receive emptied waits at once,
-//! without the call that would only say `EAGAIN`.
+//! epoll set ([`EpollSet`]) watched by one thread, which retries the call
+//! when the socket is ready and completes the request.
+//!
+//! A socket joins the set at its first wait, edge-triggered, for every
+//! direction at once, and stays there until it closes (a socket whose
+//! owner holds a [`Registration`], as every socket of `blockio::net` on
+//! the thread-pool backend does) or until its last waiting request leaves
+//! (any other socket): a wait costs no `epoll_ctl` and an event no
+//! re-arm. Between events, what the socket is ready for is remembered
+//! ([`ReadyWord`]): a direction stays ready until a call in it says
+//! `EAGAIN` or a receive gets less than it asked for, so a request whose
+//! direction is known not ready waits at once, without the call that
+//! would only say `EAGAIN` (a request-reply connection's next request has
+//! not arrived when its reply is sent). A tick taken before each call
+//! tells a stale "not ready" from an event that came meanwhile, which is
+//! never lost: the call is made again instead.
 //!
 //! A request waiting here is cancelled by taking it out of the set: the
 //! kernel holds nothing of it, so its memory is free at once.
 //!
-//! epoll takes a descriptor once, and a stream may have a read and a write
-//! waiting at the same time. So the set watches each socket once, keyed by
-//! its descriptor, for the union of what its waiting requests want
-//! (readable for receives and accepts, writable for the rest), and an
-//! event retries the requests it concerns. A waiting request holds its
-//! socket open, so the descriptor names that socket for as long as the
-//! socket has requests here. A socket whose owner holds a
-//! [`Registration`] (every socket of `blockio::net` on the thread-pool
-//! backend) stays in the set between waits, disarmed, so that its next
-//! wait re-arms it with one `epoll_ctl` instead of adding and deleting
-//! it each time; the registration deletes it when the socket closes,
-//! before the descriptor number is released. Any other socket is deleted
-//! when its last request leaves, before that request can let the socket
-//! close. Each entry's key in the set carries a generation beside the
-//! descriptor, so that an event drawn for a socket just closed never
-//! reaches the socket that receives its number next. Waiting opens no
-//! descriptor: a connection costs one whether idle or not.
+//! Descriptor identity: a waiting request holds its socket open, so the
+//! descriptor names that socket for as long as the socket has requests
+//! here. A kept socket is deleted from the set by its registration when
+//! the socket closes, before the descriptor number is released; any other
+//! is deleted when its last request leaves, before that request can let
+//! the socket close. Each entry's key in the set carries a generation
+//! beside the descriptor, so that an event drawn for a socket just closed
+//! never reaches the socket that receives its number next. Waiting opens
+//! no descriptor: a connection costs one whether idle or not.
 
 use std::collections::HashMap;
 use std::io;
@@ -39,10 +43,10 @@ use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use polling::{Event, Events, Poller};
-
+use super::attempt::{attempt, awaits, is_connect, not_ready, short_receive};
+use super::epoll::{EpollSet, Readied};
+use super::ready::{Awaits, ReadyWord};
 use super::request::{call_user, Cancel, Complete, Request};
-use crate::kind::{OpClass, OpKind};
 
 /// One thread watching the sockets of waiting requests.
 pub(crate) struct Readiness {
@@ -52,9 +56,16 @@ pub(crate) struct Readiness {
 /// What the watching thread shares with the engine: the epoll set and
 /// the requests waiting in it.
 struct Watcher {
-    poller: Poller,
+    set: EpollSet,
     waiting: Mutex<Waiting>,
     stop: AtomicBool,
+}
+
+impl Watcher {
+    /// The waiting requests, locked.
+    fn lock(&self) -> MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The requests waiting for readiness, by socket (the descriptor is the
@@ -86,6 +97,24 @@ impl Waiting {
         }
         s
     }
+
+    /// The generation and tick of `fd`'s entry if the socket is in the
+    /// set: noted before a call, to tell afterwards whether an event came
+    /// meanwhile.
+    fn seen(&self, fd: RawFd) -> Option<Seen> {
+        let s = self.sockets.get(&fd).filter(|s| s.in_set)?;
+        Some(Seen {
+            gen: s.gen,
+            tick: s.ready.tick(),
+        })
+    }
+}
+
+/// A socket entry's state noted before a call ([`Waiting::seen`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    gen: u32,
+    tick: u32,
 }
 
 /// The key of a request's target in [`Waiting::fds`]: its address, which
@@ -94,126 +123,57 @@ fn target_key(done: &Arc<dyn Complete>) -> usize {
     Arc::as_ptr(done).cast::<()>() as usize
 }
 
-/// One socket in the set.
+/// One socket known to the set.
 #[derive(Default)]
 struct Watched {
+    /// The requests waiting on it. Each waits in a direction its
+    /// [`ready`](Self::ready) word has clear: an event that sets it
+    /// retries them.
     reqs: Vec<Request>,
     /// The watching thread is retrying some of its requests, unlocked:
     /// the socket stays in the set until it has put them back.
     retrying: bool,
     /// The socket is in the epoll set (added, not deleted since).
     in_set: bool,
+    /// The set watches it for reading (a request has waited to read).
+    reading: bool,
+    /// The set watches it for writing (a request has waited to write).
+    writing: bool,
     /// Its owner holds a [`Registration`], which deletes it from the set
     /// before the socket closes: it stays in the set between waits.
     kept: bool,
     /// This entry's generation, in the set's key beside the descriptor.
     gen: u32,
-    /// The last receive the watching thread made on it got less than it
-    /// asked for: the socket is likely empty, so the next receive waits
-    /// without being tried first (a request-reply connection's next
-    /// request has not arrived when its reply is sent). Waiting loses
-    /// nothing: arming the socket reports it at once if it is readable.
-    drained: bool,
+    /// What the socket is ready for, as far as the set has told.
+    ready: ReadyWord,
 }
 
 /// The set's key for the entry `s` of `fd`: the descriptor in the low
 /// half, the entry's generation in the high one.
-fn key(fd: RawFd, s: &Watched) -> usize {
-    (u64::from(s.gen) << 32 | u64::from(fd as u32)) as usize
+fn key(fd: RawFd, s: &Watched) -> u64 {
+    u64::from(s.gen) << 32 | u64::from(fd as u32)
 }
 
 /// The descriptor a key of the set names (its low half).
-fn key_fd(key: usize) -> RawFd {
+fn key_fd(key: u64) -> RawFd {
     key as u32 as RawFd
-}
-
-/// What a waiting request waits for its socket to become.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Awaits {
-    Readable,
-    Writable,
-}
-
-/// What a request of `kind` waits for, as its kind's class says; `None`
-/// for the classes that never wait in the set (file data and metadata: a
-/// file is always ready, so their first result stands).
-fn awaits(kind: OpKind) -> Option<Awaits> {
-    match kind.class() {
-        OpClass::SocketIn => Some(Awaits::Readable),
-        OpClass::SocketOut => Some(Awaits::Writable),
-        OpClass::FileData | OpClass::Metadata => None,
-    }
-}
-
-/// What the set watches the entry `s` of `fd` for: the union of what
-/// its requests want.
-fn interest(fd: RawFd, s: &Watched) -> Event {
-    let wants = |a: Awaits| s.reqs.iter().any(|r| awaits(r.op.kind()) == Some(a));
-    Event::new(key(fd, s), wants(Awaits::Readable), wants(Awaits::Writable))
 }
 
 /// A waiting request's socket, borrowed.
 ///
 /// # Safety
-/// A request that holds `fd` open (one of those waiting on it) must live
-/// as long as the borrow.
+/// A request that holds `fd` open (one of those waiting on it), or the
+/// owner of a kept socket, must keep it open as long as the borrow.
 unsafe fn socket<'a>(fd: RawFd) -> BorrowedFd<'a> {
     // SAFETY: the caller's promise.
     unsafe { BorrowedFd::borrow_raw(fd) }
-}
-
-/// The result of a connect whose socket became writable: its `SO_ERROR`.
-fn connect_result(req: &Request) -> i32 {
-    let mut err: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: reads one int into a live local.
-    let rc = unsafe {
-        libc::getsockopt(
-            req.op.fd,
-            libc::SOL_SOCKET,
-            libc::SO_ERROR,
-            (&mut err as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        -err
-    } else {
-        -io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO)
-    }
-}
-
-/// Whether the kind is a connect, which is not retried once in progress:
-/// its outcome is the socket's `SO_ERROR` when it becomes writable. Every
-/// other kind is retried with its own system call.
-fn is_connect(kind: OpKind) -> bool {
-    use OpKind::*;
-    match kind {
-        Connect => true,
-        Accept | Recv | Send | SendVectored | RecvSelect => false,
-        Read | Write | ReadVectored | WriteVectored | Fsync | Fdatasync | Fallocate => false,
-        Open | Stat | Close | Mkdir | Symlink | Ftruncate => false,
-    }
-}
-
-/// Whether `res` is a receive's that got some bytes but fewer than it
-/// asked for: the socket held no more.
-fn short_receive(req: &Request, res: i32) -> bool {
-    req.op.kind() == OpKind::Recv && res > 0 && (res as usize) < req.op.byte_len()
-}
-
-/// Whether a raw result means "not ready yet".
-fn would_block(res: i32) -> bool {
-    res == -libc::EAGAIN || res == -libc::EWOULDBLOCK
 }
 
 impl Readiness {
     /// Starts the watching thread.
     pub(crate) fn new() -> io::Result<Readiness> {
         let watcher = Arc::new(Watcher {
-            poller: Poller::new()?,
+            set: EpollSet::new()?,
             waiting: Mutex::new(Waiting::default()),
             stop: AtomicBool::new(false),
         });
@@ -224,87 +184,69 @@ impl Readiness {
         Ok(Readiness { watcher })
     }
 
-    /// Performs `req` now if its socket is ready, else waits for it.
+    /// Performs `req` now if its socket may be ready, else waits for it.
     pub(crate) fn submit(&self, req: Request) {
         if req.abandoned() {
             return;
         }
         let kind = req.op.kind();
-        let req = if kind == OpKind::Recv {
-            let w = self.lock();
-            match w.sockets.get(&req.op.fd) {
-                Some(s) if s.drained => return self.arm(w, req),
-                _ => req,
-            }
-        } else {
-            req
+        let Some(dir) = awaits(kind) else {
+            let res = req.op.run_blocking_raw();
+            return req.done.complete(res);
         };
-        let res = req.op.run_blocking_raw();
-        let not_ready = would_block(res) || (res == -libc::EINPROGRESS && is_connect(kind));
-        if not_ready && awaits(kind).is_some() {
-            self.wait(req)
-        } else {
-            req.done.complete(res)
+        let fd = req.op.fd;
+        let mut first = true;
+        loop {
+            let w = self.watcher.lock();
+            let seen = match w.sockets.get(&fd) {
+                // Known not ready: waits without the call. (A connect is
+                // always made: its call is what starts it.)
+                Some(s) if s.in_set && !s.ready.is(dir) && !is_connect(kind) => {
+                    return self.park(w, req, dir)
+                }
+                _ => w.seen(fd),
+            };
+            drop(w);
+            let res = attempt(&req, first);
+            first = false;
+            if !not_ready(&req, res) {
+                if short_receive(&req, res) {
+                    clear_seen(&mut self.watcher.lock(), fd, Awaits::Readable, seen);
+                }
+                return req.done.complete(res);
+            }
+            let mut w = self.watcher.lock();
+            if w.seen(fd).is_none() || clear_seen(&mut w, fd, dir, seen) {
+                return self.park(w, req, dir);
+            }
+            // An event came during the call: made again.
         }
     }
 
-    /// The waiting requests, locked.
-    fn lock(&self) -> MutexGuard<'_, Waiting> {
-        self.watcher
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Puts `req` in the set until its socket is ready.
-    fn wait(&self, req: Request) {
-        self.arm(self.lock(), req)
-    }
-
-    /// Puts `req` in the set, locked in `w`, until its socket is ready.
-    fn arm(&self, mut w: MutexGuard<'_, Waiting>, req: Request) {
+    /// Puts `req`, whose socket is not ready in direction `dir`, in the
+    /// set (locked in `w`), adding the socket if it is not yet there, or
+    /// watching it for `dir` too if it was not yet.
+    fn park(&self, mut w: MutexGuard<'_, Waiting>, req: Request, dir: Awaits) {
         let fd = req.op.fd;
-        let target = target_key(&req.done);
         let s = w.entry(fd);
-        s.reqs.push(req);
-        let event = interest(fd, s);
-        let armed = if s.in_set {
-            // SAFETY: the requests of `s`, which hold `fd` open, stay in
-            // the set while the lock is held.
-            self.watcher.poller.modify(unsafe { socket(fd) }, event)
-        } else {
-            // SAFETY: `fd` is deleted from the set before its last waiting
-            // request leaves it (see `settle`), or, if `s` is kept, by its
-            // `Registration` before the socket closes; until
-            // then a waiting request or the socket's owner holds it open.
-            unsafe { self.watcher.poller.add(fd, event) }
-        };
-        match armed {
-            Ok(()) => {
-                s.in_set = true;
-                s.drained = false;
-                w.fds.insert(target, fd);
-            }
-            Err(e) => {
-                let req = s.reqs.pop().expect("pushed above");
+        if !s.watches(dir) {
+            if let Err(e) = watch_for(&self.watcher.set, fd, s, dir) {
                 if !s.in_set && !s.kept {
                     w.sockets.remove(&fd);
                 }
                 drop(w);
-                req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO));
+                return req.done.complete(-e.raw_os_error().unwrap_or(libc::EIO));
             }
         }
+        let target = target_key(&req.done);
+        s.reqs.push(req);
+        w.fds.insert(target, fd);
     }
 
     /// Keeps `fd` in the set between waits, until the returned
     /// registration is dropped, which must happen before `fd` is closed.
     pub(crate) fn keep(&self, fd: RawFd) -> Registration {
-        let mut w = self
-            .watcher
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        w.entry(fd).kept = true;
+        self.watcher.lock().entry(fd).kept = true;
         Registration {
             watcher: Arc::downgrade(&self.watcher),
             fd,
@@ -313,11 +255,7 @@ impl Readiness {
 
     /// Cancels the request whose target `c` names, if it is waiting.
     pub(crate) fn cancel(&self, c: &Cancel) {
-        let mut w = self
-            .watcher
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut w = self.watcher.lock();
         let key = c.0.as_ptr().cast::<()>() as usize;
         let Some(&fd) = w.fds.get(&key) else {
             return;
@@ -333,53 +271,77 @@ impl Readiness {
         };
         let req = reqs.remove(i);
         w.fds.remove(&key);
-        let failed = settle(&self.watcher.poller, &mut w, fd);
+        settle(&self.watcher.set, &mut w, fd);
         drop(w);
         req.done.complete(-libc::ECANCELED);
-        fail_unwatchable(failed);
     }
 }
 
-/// Brings the set's watch of `fd` in line with the requests waiting on
-/// it: deleted when none is left, else re-armed for what they want (an
-/// event disarms the socket it reports). Called with the set locked,
-/// while a request that holds `fd` open is still alive (waiting, or just
-/// taken out and not yet dropped). Returns the requests that can no
-/// longer wait, for the caller to complete once the lock is let go (their
-/// wakers are user code).
-#[must_use]
-fn settle(poller: &Poller, w: &mut Waiting, fd: RawFd) -> Vec<Request> {
-    let Some(s) = w.sockets.get_mut(&fd) else {
-        return Vec::new();
-    };
-    // SAFETY: the caller keeps a request that holds `fd` open alive, or
-    // `s` is kept and its socket's owner has not yet let it close (its
-    // registration takes it out of the set first, under the lock).
+impl Watched {
+    /// Whether the set watches the socket for `dir`.
+    fn watches(&self, dir: Awaits) -> bool {
+        match dir {
+            Awaits::Readable => self.reading,
+            Awaits::Writable => self.writing,
+        }
+    }
+}
+
+/// Has the set watch `fd`, known to it as `s`, for `dir` too: adds it,
+/// or modifies what it is watched for (once in a socket's life: the
+/// directions watched only grow). A call in `dir` has just said not
+/// ready; if the socket is ready now, the kernel has queued an event
+/// that sets it again.
+fn watch_for(set: &EpollSet, fd: RawFd, s: &mut Watched, dir: Awaits) -> io::Result<()> {
+    let reading = s.reading || dir == Awaits::Readable;
+    let writing = s.writing || dir == Awaits::Writable;
+    // SAFETY: `fd` is deleted from the set before its last waiting
+    // request leaves it (see `settle`), or, if `s` is kept, by its
+    // `Registration` before the socket closes; until then a waiting
+    // request or the socket's owner holds it open.
     let sock = unsafe { socket(fd) };
-    if s.reqs.is_empty() {
-        // A kept socket stays in the set, disarmed (or armed for a
-        // request cancelled meanwhile: its event then retries nothing);
-        // a retry settles the socket once its requests are back.
-        if !s.retrying && !s.kept {
-            let _ = poller.delete(sock);
-            w.sockets.remove(&fd);
-        }
-        Vec::new()
-    } else if poller.modify(sock, interest(fd, s)).is_err() {
-        // Unreachable while the socket is open; the requests must not
-        // wait for an event that cannot come.
-        let left = std::mem::take(&mut s.reqs);
-        let _ = poller.delete(sock);
-        s.in_set = false;
-        if !s.kept {
-            w.sockets.remove(&fd);
-        }
-        for req in &left {
-            w.fds.remove(&target_key(&req.done));
-        }
-        left
+    if s.in_set {
+        set.modify(sock, key(fd, s), reading, writing)?;
     } else {
-        Vec::new()
+        set.add(sock, key(fd, s), reading, writing)?;
+    }
+    s.in_set = true;
+    s.reading = reading;
+    s.writing = writing;
+    let tick = s.ready.tick();
+    s.ready.clear(dir, tick);
+    Ok(())
+}
+
+/// Clears direction `dir` of `fd`'s readiness after a call that found it
+/// not ready, made with the entry at `seen`: true if cleared (no event
+/// came since), false if an event came, or the entry is not the one the
+/// call saw, and the call is to be made again.
+fn clear_seen(w: &mut Waiting, fd: RawFd, dir: Awaits, seen: Option<Seen>) -> bool {
+    let Some(seen) = seen else {
+        return false;
+    };
+    match w.sockets.get_mut(&fd) {
+        Some(s) if s.in_set && s.gen == seen.gen => s.ready.clear(dir, seen.tick),
+        _ => false,
+    }
+}
+
+/// Deletes `fd` from the set if nothing keeps it there: not kept, no
+/// request waiting, none being retried. Called with the set locked, while
+/// a request that holds `fd` open is still alive (waiting, or just taken
+/// out and not yet dropped).
+fn settle(set: &EpollSet, w: &mut Waiting, fd: RawFd) {
+    let Some(s) = w.sockets.get(&fd) else {
+        return;
+    };
+    if s.reqs.is_empty() && !s.retrying && !s.kept {
+        if s.in_set {
+            // SAFETY: the caller keeps a request that holds `fd` open
+            // alive.
+            let _ = set.delete(unsafe { socket(fd) });
+        }
+        w.sockets.remove(&fd);
     }
 }
 
@@ -397,13 +359,13 @@ impl Drop for Registration {
         let Some(watcher) = self.watcher.upgrade() else {
             return;
         };
-        let mut w = watcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = watcher.lock();
         let Some(s) = w.sockets.remove(&self.fd) else {
             return;
         };
         if s.in_set {
             // SAFETY: the socket's owner drops this before closing `fd`.
-            let _ = watcher.poller.delete(unsafe { socket(self.fd) });
+            let _ = watcher.set.delete(unsafe { socket(self.fd) });
         }
         drop(w);
         // None is left: a waiting request holds the socket, and with it
@@ -412,39 +374,31 @@ impl Drop for Registration {
     }
 }
 
-/// Completes requests that could not wait with `EIO`, with no lock held; a
-/// panicking waker is reported by the panic hook and the others are still
-/// completed.
-fn fail_unwatchable(reqs: Vec<Request>) {
-    for req in reqs {
-        let _ = call_user(move || {
-            req.done.complete(-libc::EIO);
-            drop(req);
-        });
-    }
-}
-
 impl Drop for Readiness {
     fn drop(&mut self) {
         self.watcher.stop.store(true, Ordering::SeqCst);
-        let _ = self.watcher.poller.notify();
+        let _ = self.watcher.set.notify();
     }
 }
 
-/// The watching thread: retries the requests whose socket became ready.
+/// The watching thread: retries the requests whose socket became ready,
+/// until the engine is gone.
 fn watch(watcher: &Watcher) {
-    let mut events = Events::new();
+    let mut events = Vec::new();
     while !watcher.stop.load(Ordering::SeqCst) {
-        events.clear();
-        if watcher.poller.wait(&mut events, None).is_err() {
-            continue;
-        }
-        for ev in events.iter() {
-            retry(watcher, ev.key, ev.readable, ev.writable);
-        }
+        // An error (none is expected of a valid set) is tried again; the
+        // wake-up is seen through `stop`.
+        let _ = watcher
+            .set
+            .wait(&mut events, |key, r| on_event(watcher, key, r));
     }
-    // The engine is gone: nobody will await what still waits.
-    let mut w = watcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
+    shut_down(watcher);
+}
+
+/// The engine is gone: nobody will await what still waits, which is
+/// completed with `ECANCELED`, and the set lets go of every socket.
+fn shut_down(watcher: &Watcher) {
+    let mut w = watcher.lock();
     let left: Vec<(RawFd, Watched)> = w.sockets.drain().collect();
     w.fds.clear();
     for (fd, s) in &left {
@@ -452,7 +406,7 @@ fn watch(watcher: &Watcher) {
             // SAFETY: with the lock held, `s.reqs` (alive here) or, for a
             // kept socket, its owner (whose registration takes the lock
             // before the socket closes) hold `fd` open.
-            let _ = watcher.poller.delete(unsafe { socket(*fd) });
+            let _ = watcher.set.delete(unsafe { socket(*fd) });
         }
     }
     drop(w);
@@ -468,19 +422,13 @@ fn watch(watcher: &Watcher) {
     }
 }
 
-/// Tries again the requests waiting on `fd` that its event concerns, with
-/// the set unlocked during the system calls; completes those that are
-/// done and puts back those still not ready (whose futures still want
-/// them), then re-arms the socket or deletes it from the set.
-fn retry(watcher: &Watcher, event_key: usize, readable: bool, writable: bool) {
+/// An event of the set for `event_key`: the socket's readiness is
+/// remembered, and the requests waiting in a direction now ready are
+/// retried.
+fn on_event(watcher: &Watcher, event_key: u64, r: Readied) {
     let fd = key_fd(event_key);
-    let ready = |r: &Request| match awaits(r.op.kind()) {
-        Some(Awaits::Readable) => readable,
-        Some(Awaits::Writable) => writable,
-        None => true,
-    };
-    let taken: Vec<Request> = {
-        let mut w = watcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
+    let (taken, tick) = {
+        let mut w = watcher.lock();
         let Some(s) = w.sockets.get_mut(&fd) else {
             return;
         };
@@ -488,47 +436,63 @@ fn retry(watcher: &Watcher, event_key: usize, readable: bool, writable: bool) {
             // Drawn for a socket since closed, whose number `fd` is now.
             return;
         }
-        let (now, later): (Vec<Request>, Vec<Request>) = s.reqs.drain(..).partition(ready);
+        s.ready.set(r);
+        let ready = s.ready;
+        let (now, later): (Vec<Request>, Vec<Request>) = s
+            .reqs
+            .drain(..)
+            .partition(|req| awaits(req.op.kind()).map_or(true, |a| ready.is(a)));
         s.reqs = later;
         if now.is_empty() {
-            // Nothing to try (a kept socket whose request was cancelled,
-            // or an event for what no request wants): re-armed for those
-            // left, if any.
-            let failed = settle(&watcher.poller, &mut w, fd);
-            drop(w);
-            fail_unwatchable(failed);
             return;
         }
-        // The socket stays in the set (disarmed by this event) while the
-        // calls run, so that a request arriving meanwhile re-arms it.
+        // The socket stays in the set while the calls run unlocked.
         s.retrying = true;
-        now
+        (now, ready.tick())
     };
+    retry(watcher, fd, taken, tick);
+}
+
+/// Tries again `taken`, requests waiting on `fd` whose direction the
+/// event at `tick` made ready, with the set unlocked during the system
+/// calls; made again while events come meanwhile, then completes those
+/// that are done and puts back those still not ready (whose futures
+/// still want them), their direction cleared.
+fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
     let mut done = Vec::new();
-    let mut again = Vec::new();
-    for req in taken {
-        let res = if is_connect(req.op.kind()) {
-            connect_result(&req)
-        } else {
-            req.op.run_blocking_raw()
-        };
-        if would_block(res) && !req.abandoned() {
-            again.push(req);
-        } else {
-            done.push((req, res));
+    let mut w = loop {
+        let mut again = Vec::new();
+        for req in taken {
+            let res = attempt(&req, false);
+            if not_ready(&req, res) && !req.abandoned() {
+                again.push(req);
+            } else {
+                done.push((req, res));
+            }
         }
-    }
-    let mut w = watcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
-    let s = w.sockets.get_mut(&fd).expect("kept while retrying");
-    s.retrying = false;
-    s.reqs.extend(again);
-    s.drained = done.iter().any(|(req, res)| short_receive(req, *res));
+        let mut w = watcher.lock();
+        let s = w.sockets.get_mut(&fd).expect("kept while retrying");
+        if again.is_empty() || s.ready.tick() == tick {
+            for req in &again {
+                if let Some(dir) = awaits(req.op.kind()) {
+                    s.ready.clear(dir, tick);
+                }
+            }
+            if done.iter().any(|(req, res)| short_receive(req, *res)) {
+                s.ready.clear(Awaits::Readable, tick);
+            }
+            s.retrying = false;
+            s.reqs.extend(again);
+            break w;
+        }
+        tick = s.ready.tick();
+        taken = again;
+    };
     for (req, _) in &done {
         w.fds.remove(&target_key(&req.done));
     }
-    let failed = settle(&watcher.poller, &mut w, fd);
+    settle(&watcher.set, &mut w, fd);
     drop(w);
-    fail_unwatchable(failed);
     // On the watching thread: a panicking waker is reported by the panic
     // hook and the thread goes on serving the other sockets.
     for (req, res) in done {
@@ -542,14 +506,22 @@ fn retry(watcher: &Watcher, event_key: usize, readable: bool, writable: bool) {
 #[cfg(test)]
 mod tests {
     use std::io::Write;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsFd, AsRawFd};
     use std::os::unix::net::UnixStream;
     use std::sync::Mutex;
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::op::action::{Action, RecvArgs};
+    use crate::op::action::{Action, RecvArgs, SendArgs};
     use crate::op::Op;
+
+    /// An event's report of a socket readable.
+    const READABLE: Readied = Readied {
+        readable: true,
+        writable: false,
+        read_closed: false,
+        write_closed: false,
+    };
 
     /// A receive's target: its result, and the buffer the kernel fills.
     struct Received {
@@ -578,6 +550,23 @@ mod tests {
         // the request keeps until it is completed; the socket outlives the
         // test's set.
         let op = unsafe { Op::from_action(sock.as_raw_fd(), Action::Recv(args), None) };
+        let target = Arc::new(Received {
+            result: Mutex::new(None),
+            buf,
+        });
+        let done: Arc<dyn Complete> = target.clone();
+        (target, Request { op, done })
+    }
+
+    /// A one-byte send on `sock` from the target's own buffer.
+    fn send(sock: &UnixStream) -> (Arc<Received>, Request) {
+        let buf = Box::new([1u8; 8]);
+        let args = SendArgs {
+            buf: buf.as_ptr(),
+            len: 1,
+        };
+        // SAFETY: as for `recv`.
+        let op = unsafe { Op::from_action(sock.as_raw_fd(), Action::Send(args), None) };
         let target = Arc::new(Received {
             result: Mutex::new(None),
             buf,
@@ -618,7 +607,7 @@ mod tests {
     /// The `(descriptor, inode)` of each file in the set, as the
     /// kernel lists them in the epoll descriptor's `fdinfo`.
     fn in_set(r: &Readiness) -> Vec<(RawFd, u64)> {
-        let epfd = r.watcher.poller.as_raw_fd();
+        let epfd = r.watcher.set.as_fd().as_raw_fd();
         let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")).unwrap();
         let field = |line: &str, name: &str| -> Option<String> {
             let at = line.find(name)? + name.len();
@@ -701,7 +690,7 @@ mod tests {
         // The old socket's file is readable, and an event under its key
         // comes: neither reaches the new socket's receive.
         (&a_peer).write_all(b"A").unwrap();
-        retry(&r.watcher, old_key, true, false);
+        on_event(&r.watcher, old_key, READABLE);
         assert_eq!(result(&t), None);
         assert_eq!(r.watcher.waiting.lock().unwrap().sockets[&n].reqs.len(), 1);
 
@@ -717,42 +706,172 @@ mod tests {
         assert!(in_set(&r).iter().all(|&(_, ino)| ino != b_ino));
     }
 
-    /// A receive the watching thread made that emptied its kept socket
-    /// marks it drained, and the next receive, which then waits without
-    /// being tried, still gets the bytes that came meanwhile.
+    /// Whether `fd`'s readiness has its readable bit.
+    fn readable(r: &Readiness, fd: RawFd) -> bool {
+        r.watcher.lock().sockets[&fd].ready.is(Awaits::Readable)
+    }
+
+    /// Waits (a minute at most) until an event has set `fd` readable.
+    fn until_readable(r: &Readiness, fd: RawFd) {
+        let start = Instant::now();
+        while !readable(r, fd) {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no event set the socket readable"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A receive that got less than it asked for clears the socket's
+    /// readable bit, and the next receive then waits without being tried
+    /// and still gets the bytes that come; bytes that come while no
+    /// receive waits set the bit again, and the next receive is made at
+    /// once; a full receive leaves the bit set.
     #[test]
-    fn a_receive_after_a_drained_one_waits_and_loses_nothing() {
+    fn a_receive_after_a_short_one_waits_and_loses_nothing() {
         let r = Readiness::new().unwrap();
         let (a, a_peer) = UnixStream::pair().unwrap();
         a.set_nonblocking(true).unwrap();
         let n = a.as_raw_fd();
         let kept = r.keep(n);
-        let drained = || r.watcher.waiting.lock().unwrap().sockets[&n].drained;
 
         let (t, req) = recv(&a);
         r.submit(req);
         assert_eq!(result(&t), None);
         (&a_peer).write_all(b"a").unwrap();
         assert_eq!(settled(&t), 1);
-        assert!(drained(), "a short receive did not mark the socket");
+        assert!(!readable(&r, n), "a short receive left the socket readable");
 
-        // Bytes arrive before the next receive, which waits untried.
-        (&a_peer).write_all(b"bc").unwrap();
+        // Nothing came: the next receive waits untried, and gets what comes.
         let (t, req) = recv(&a);
         r.submit(req);
+        assert_eq!(result(&t), None);
+        assert_eq!(r.watcher.lock().sockets[&n].reqs.len(), 1);
+        (&a_peer).write_all(b"bc").unwrap();
         assert_eq!(settled(&t), 2);
         assert_eq!(&t.buf[..2], b"bc");
 
-        // A full receive leaves the socket unmarked: the next is tried.
+        // Bytes come while no receive waits: the next is made at once.
         (&a_peer).write_all(&[b'd'; 9]).unwrap();
+        until_readable(&r, n);
         let (t, req) = recv(&a);
         r.submit(req);
-        assert_eq!(settled(&t), 8);
-        assert!(!drained());
+        assert_eq!(result(&t), Some(8), "a receive was not made at once");
+        assert!(readable(&r, n), "a full receive cleared the bit");
         let (t, req) = recv(&a);
         r.submit(req);
-        assert_eq!(result(&t), Some(1), "a receive was not tried at once");
+        assert_eq!(result(&t), Some(1), "a receive was not made at once");
+        assert!(!readable(&r, n));
         drop(kept);
+    }
+
+    /// A peer that sends its last bytes and ends its stream: the
+    /// receive that takes the bytes (less than it asked for) leaves the
+    /// next one to find the end at once, which the set reports only once.
+    #[test]
+    fn the_end_of_stream_after_a_short_receive_is_found() {
+        let r = Readiness::new().unwrap();
+        let (a, a_peer) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let n = a.as_raw_fd();
+        let kept = r.keep(n);
+        let (t, req) = recv(&a);
+        r.submit(req);
+        (&a_peer).write_all(b"x").unwrap();
+        assert_eq!(settled(&t), 1);
+
+        (&a_peer).write_all(b"ab").unwrap();
+        a_peer.shutdown(std::net::Shutdown::Write).unwrap();
+        // Both reported (the end seen) before the receives are made.
+        let start = Instant::now();
+        let ended = |r: &Readiness| {
+            let mut w = r.watcher.lock().sockets[&n].ready;
+            w.clear(Awaits::Readable, w.tick()) && w.is(Awaits::Readable)
+        };
+        while !ended(&r) {
+            assert!(start.elapsed() < Duration::from_secs(60), "no end");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(result(&t), Some(2));
+        let (t, req) = recv(&a);
+        r.submit(req);
+        assert_eq!(settled(&t), 0, "the end of stream was lost");
+        drop(kept);
+    }
+
+    /// The event mask the set holds for `fd`, from its `fdinfo`.
+    fn mask_in_set(r: &Readiness, fd: RawFd) -> Option<u32> {
+        let epfd = r.watcher.set.as_fd().as_raw_fd();
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")).unwrap();
+        info.lines().find_map(|l| {
+            let mut words = l.split_whitespace();
+            let (Some("tfd:"), Some(tfd), Some("events:"), Some(mask)) =
+                (words.next(), words.next(), words.next(), words.next())
+            else {
+                return None;
+            };
+            (tfd.parse() == Ok(fd)).then(|| u32::from_str_radix(mask, 16).unwrap())
+        })
+    }
+
+    /// The mask the set shows for a socket watched edge-triggered for
+    /// `dirs` and its peer's end of stream (the kernel always adds
+    /// `EPOLLERR | EPOLLHUP`).
+    fn edge(dirs: libc::c_int) -> u32 {
+        (dirs | libc::EPOLLRDHUP | libc::EPOLLET | libc::EPOLLERR | libc::EPOLLHUP) as u32
+    }
+
+    /// A kept socket waited on many times is added to the set once,
+    /// edge-triggered, for the direction it waits in, and neither
+    /// re-armed nor deleted between its waits; a wait in the other
+    /// direction adds that direction, once.
+    #[test]
+    fn a_kept_socket_waited_on_many_times_is_added_once() {
+        let r = Readiness::new().unwrap();
+        let (a, a_peer) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let n = a.as_raw_fd();
+        let kept = r.keep(n);
+        assert_eq!(mask_in_set(&r, n), None, "in the set before any wait");
+        for i in 0..50u8 {
+            let (t, req) = recv(&a);
+            r.submit(req);
+            assert_eq!(result(&t), None, "receive {i} did not wait");
+            (&a_peer).write_all(&[i]).unwrap();
+            assert_eq!(settled(&t), 1);
+            assert_eq!(t.buf[0], i);
+        }
+        assert_eq!(r.watcher.set.ctls.load(Ordering::Relaxed), 1);
+        let mask = mask_in_set(&r, n).expect("not in the set");
+        assert_eq!(mask, edge(libc::EPOLLIN), "mask {mask:#x}");
+
+        // A send that fills the socket, then waits for room.
+        let chunk = vec![7u8; 64 << 10];
+        loop {
+            match std::io::Write::write(&mut &a, &chunk) {
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let (t, req) = send(&a);
+        r.submit(req);
+        assert_eq!(result(&t), None, "the send did not wait");
+        let mut sink = vec![0u8; 1 << 20];
+        while result(&t).is_none() {
+            let _ = std::io::Read::read(&mut &a_peer, &mut sink).unwrap();
+        }
+        assert_eq!(result(&t), Some(1));
+
+        // Added, then watched for writing too: nothing more.
+        assert_eq!(r.watcher.set.ctls.load(Ordering::Relaxed), 2);
+        let mask = mask_in_set(&r, n).expect("not in the set");
+        assert_eq!(mask, edge(libc::EPOLLIN | libc::EPOLLOUT), "mask {mask:#x}");
+        drop(kept);
+        assert_eq!(mask_in_set(&r, n), None, "left in the set after close");
     }
 
     /// Among many sockets with a receive waiting, a cancel takes out the

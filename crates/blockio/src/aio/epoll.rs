@@ -1,0 +1,198 @@
+//! The kernel's epoll set behind the readiness fallback
+//! ([`readiness`](super::readiness)): sockets registered edge-triggered,
+//! and an eventfd that wakes the thread waiting on the set.
+//!
+//! Edge-triggered, a socket stays in the set from its first wait until
+//! it closes, and the set reports each change of its state once: nothing
+//! is re-armed after an event, so a wait costs no `epoll_ctl`. What the
+//! socket is ready for between events is remembered by the caller
+//! ([`ReadyWord`](super::ready::ReadyWord)). A socket is watched for the
+//! directions it has waited in, added with the first and modified once
+//! if it later waits in the other: watching a direction nothing waits in
+//! would wake the watching thread for nothing (every acknowledgement of
+//! sent bytes reports a socket writable). Waiting on the set makes no
+//! other system call: no timer, no re-arm of the wake-up descriptor,
+//! which is level-triggered and written only when the set is dropped.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+#[cfg(test)]
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rustix::buffer::spare_capacity;
+use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};
+use rustix::event::{eventfd, EventfdFlags};
+
+/// The key the wake-up descriptor is registered under. No socket's key
+/// is this: a socket's low half is its descriptor, never `u32::MAX`.
+const WAKE_KEY: u64 = u64::MAX;
+
+/// Most events taken from the kernel by one wait.
+const EVENTS_PER_WAIT: usize = 1024;
+
+/// What an event reports a socket ready for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Readied {
+    /// A receive or an accept may proceed (data, end of stream, error).
+    pub readable: bool,
+    /// A send or a connect may proceed (room, hang-up, error).
+    pub writable: bool,
+    /// The peer will send nothing more (end of stream, hang-up): every
+    /// receive from now on returns at once, so this never clears.
+    pub read_closed: bool,
+    /// Nothing more can be sent (hang-up, error): every send from now on
+    /// returns at once, so this never clears.
+    pub write_closed: bool,
+}
+
+impl Readied {
+    fn of(flags: EventFlags) -> Readied {
+        let hung = EventFlags::HUP | EventFlags::ERR;
+        Readied {
+            readable: flags.intersects(EventFlags::IN | EventFlags::RDHUP | hung),
+            writable: flags.intersects(EventFlags::OUT | hung),
+            read_closed: flags.intersects(EventFlags::RDHUP | EventFlags::HUP),
+            write_closed: flags.intersects(hung),
+        }
+    }
+}
+
+/// An epoll set of sockets, each under a key of the caller's.
+pub(crate) struct EpollSet {
+    epoll: OwnedFd,
+    wake: OwnedFd,
+    /// `epoll_ctl` adds and modifications made, for the tests that
+    /// count them.
+    #[cfg(test)]
+    pub(crate) ctls: AtomicUsize,
+}
+
+/// The flags of a socket watched for reading if `readable`, writing if
+/// `writable`, and its peer's end of stream, edge-triggered.
+fn watched(readable: bool, writable: bool) -> EventFlags {
+    let mut flags = EventFlags::RDHUP | EventFlags::ET;
+    if readable {
+        flags |= EventFlags::IN;
+    }
+    if writable {
+        flags |= EventFlags::OUT;
+    }
+    flags
+}
+
+impl EpollSet {
+    /// A new set, holding its wake-up descriptor.
+    pub(crate) fn new() -> io::Result<EpollSet> {
+        let epoll = epoll::create(CreateFlags::CLOEXEC)?;
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        epoll::add(&epoll, &wake, EventData::new_u64(WAKE_KEY), EventFlags::IN)?;
+        Ok(EpollSet {
+            epoll,
+            wake,
+            #[cfg(test)]
+            ctls: AtomicUsize::new(0),
+        })
+    }
+
+    /// Adds `socket` under `key`, watched for reading if `readable` and
+    /// writing if `writable`, edge-triggered: the next wait reports it at
+    /// once if it is ready now, and from then on each change of its state.
+    pub(crate) fn add(
+        &self,
+        socket: BorrowedFd<'_>,
+        key: u64,
+        readable: bool,
+        writable: bool,
+    ) -> io::Result<()> {
+        #[cfg(test)]
+        self.ctls.fetch_add(1, Ordering::Relaxed);
+        let flags = watched(readable, writable);
+        epoll::add(&self.epoll, socket, EventData::new_u64(key), flags)?;
+        Ok(())
+    }
+
+    /// Watches `socket`, in the set under `key`, for what is asked now,
+    /// as [`add`](Self::add) does (reported at once if ready).
+    pub(crate) fn modify(
+        &self,
+        socket: BorrowedFd<'_>,
+        key: u64,
+        readable: bool,
+        writable: bool,
+    ) -> io::Result<()> {
+        #[cfg(test)]
+        self.ctls.fetch_add(1, Ordering::Relaxed);
+        let flags = watched(readable, writable);
+        epoll::modify(&self.epoll, socket, EventData::new_u64(key), flags)?;
+        Ok(())
+    }
+
+    /// Takes `socket` out of the set.
+    pub(crate) fn delete(&self, socket: BorrowedFd<'_>) -> io::Result<()> {
+        epoll::delete(&self.epoll, socket)?;
+        Ok(())
+    }
+
+    /// Waits for events and calls `each` with the key and readiness of
+    /// every socket reported; returns whether the wake-up descriptor was
+    /// among them. An interrupted wait returns with no event.
+    pub(crate) fn wait(
+        &self,
+        events: &mut Vec<Event>,
+        mut each: impl FnMut(u64, Readied),
+    ) -> io::Result<bool> {
+        events.clear();
+        events.reserve(EVENTS_PER_WAIT);
+        match epoll::wait(&self.epoll, spare_capacity(events), None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+        let mut woken = false;
+        for ev in events.iter() {
+            let key = ev.data.u64();
+            if key == WAKE_KEY {
+                woken = true;
+            } else {
+                each(key, Readied::of(ev.flags));
+            }
+        }
+        Ok(woken)
+    }
+
+    /// Wakes the thread waiting on the set (and every later wait: the
+    /// wake-up descriptor is never read back).
+    pub(crate) fn notify(&self) -> io::Result<()> {
+        rustix::io::write(&self.wake, &1u64.to_ne_bytes())?;
+        Ok(())
+    }
+}
+
+impl AsFd for EpollSet {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.epoll.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hang_up_and_error_ready_both_directions() {
+        let hup = Readied::of(EventFlags::HUP);
+        assert!(hup.readable && hup.writable);
+        let err = Readied::of(EventFlags::ERR);
+        assert!(err.readable && err.writable);
+        let rd = Readied::of(EventFlags::IN);
+        assert!(rd.readable && !rd.writable);
+        let wr = Readied::of(EventFlags::OUT);
+        assert!(!wr.readable && wr.writable);
+        assert!(hup.read_closed && hup.write_closed);
+        assert!(err.write_closed && !err.read_closed);
+        assert!(!rd.read_closed && !rd.write_closed && !wr.write_closed);
+        let closed = Readied::of(EventFlags::IN | EventFlags::RDHUP);
+        assert!(closed.readable && !closed.writable);
+        assert!(closed.read_closed && !closed.write_closed);
+    }
+}
