@@ -1202,6 +1202,95 @@ fn a_dropped_stream_lingers_no_longer_than_its_limit() {
     );
 }
 
+/// The bytes the stream and its peer's kernel can hold while the peer
+/// does not read are far fewer than `QUEUED`: a send of them stays in
+/// flight until the peer reads.
+const QUEUED: usize = 256 << 10;
+
+/// A stream whose send buffer and its peer's receive buffer are small, and
+/// `QUEUED` bytes of a pattern written to it through the traits.
+fn pair_with_a_send_in_flight(
+    e: &AsyncEngine,
+    rt: &tokio::runtime::Runtime,
+) -> (TcpStream, StdStream, Vec<u8>) {
+    use futures::io::AsyncWriteExt;
+    let (mut s, peer) = pair(e);
+    s.socket().set_send_buffer_size(16 << 10).unwrap();
+    socket2::SockRef::from(&peer)
+        .set_recv_buffer_size(16 << 10)
+        .unwrap();
+    let data: Vec<u8> = (0..QUEUED as u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    rt.block_on(AsyncWriteExt::write_all(&mut s, &data))
+        .unwrap();
+    (s, peer, data)
+}
+
+/// A flush waits for no send in flight, as tokio's (whose write is in the
+/// kernel already): written bytes handed to a send are flushed, even to a
+/// peer that does not read, and reach it in order once it reads.
+#[test]
+fn a_flush_does_not_wait_for_the_send_in_flight() {
+    use futures::io::AsyncWriteExt;
+    use futures::FutureExt;
+    let e = engine();
+    let rt = current_thread();
+    let (mut s, mut peer, data) = pair_with_a_send_in_flight(&e, &rt);
+    let flushed = rt.block_on(async { AsyncWriteExt::flush(&mut s).now_or_never() });
+    assert!(
+        matches!(flushed, Some(Ok(()))),
+        "a flush with a send in flight to a peer that does not read: {flushed:?}"
+    );
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; QUEUED];
+        peer.read_exact(&mut got).unwrap();
+        got
+    });
+    let got = reader.join().unwrap();
+    assert!(got == data, "the peer read other bytes than were written");
+    rt.block_on(AsyncWriteExt::close(&mut s)).unwrap();
+}
+
+/// A send that fails after the flush that did not wait for it is not
+/// lost: the traits' shutdown reports it, and so does the next write.
+#[test]
+fn an_error_after_a_flush_comes_back_from_the_next_call() {
+    use futures::io::AsyncWriteExt;
+    use futures::FutureExt;
+    let e = engine();
+    let rt = current_thread();
+    let broken = |errno: Option<i32>| matches!(errno, Some(libc::ECONNRESET | libc::EPIPE));
+    // The peer goes with bytes unread: its kernel resets the connection,
+    // and the send in flight fails.
+    let (mut s, peer, _) = pair_with_a_send_in_flight(&e, &rt);
+    let flushed = rt.block_on(async { AsyncWriteExt::flush(&mut s).now_or_never() });
+    assert!(matches!(flushed, Some(Ok(()))), "{flushed:?}");
+    drop(peer);
+    let closed = rt.block_on(AsyncWriteExt::close(&mut s));
+    let err = closed.expect_err("the shutdown after a failed send said Ok");
+    assert!(broken(err.raw_os_error()), "{err:?}");
+    // The next write after a reported failure fails too.
+    let again = rt.block_on(AsyncWriteExt::write(&mut s, b"more"));
+    assert_eq!(again.unwrap_err().raw_os_error(), Some(libc::EPIPE));
+    // Writes and flushes until the failure comes back: the first write or
+    // flush after it reports it.
+    let (mut s, peer, _) = pair_with_a_send_in_flight(&e, &rt);
+    drop(peer);
+    let err = rt.block_on(async {
+        let chunk = [1u8; 4096];
+        loop {
+            if let Err(e) = AsyncWriteExt::write_all(&mut s, &chunk).await {
+                break e;
+            }
+            if let Err(e) = AsyncWriteExt::flush(&mut s).await {
+                break e;
+            }
+        }
+    });
+    assert!(broken(err.raw_os_error()), "{err:?}");
+}
+
 /// `write_all` under random time limits against a slow reader, retried
 /// from where the stream says it stands: a dropped `write_all` is reported
 /// by the next write (`WriteDropped`) with every byte its sends took, so

@@ -37,11 +37,13 @@
 //!
 //! # Writes
 //!
-//! `poll_write` hands the bytes to the stream's write side, which copies
-//! them into its queue and sends them on its own, short sends and all, so
-//! that nothing waits for a next write or flush (see `write_side`).
-//! `poll_flush` waits for the queue to reach the kernel and reports a
-//! send's error.
+//! `poll_write` hands the bytes to the stream's write side, which sends
+//! what the socket takes at once (on io_uring, when nothing is queued),
+//! else copies them into its queue and sends them on its own, short sends
+//! and all, so that nothing waits for a next write or flush (see
+//! `write_side`). `poll_flush` waits for queued bytes to be handed to a
+//! send, not for the send in flight, and reports a send's error;
+//! `poll_close` waits for the last send to complete, then shuts down.
 
 use std::future::Future;
 use std::io;
@@ -276,15 +278,19 @@ impl PollIo {
         core.writes.poll_write(cx, data)
     }
 
-    /// Waits until every byte reported written is in the kernel.
+    /// Waits until every byte reported written has been handed to a send
+    /// (not for the send in flight: see `WriteSide::poll_flush`).
     pub(crate) fn poll_flush(core: &StreamCore, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         core.sock.admit()?;
         core.writes.poll_flush(cx)
     }
 
-    /// Flushes, then shuts the writing side down.
+    /// Waits until every byte reported written is in the kernel, the last
+    /// send completed (its error reported), then shuts the writing side
+    /// down.
     pub(crate) fn poll_close(core: &StreamCore, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(Self::poll_flush(core, cx))?;
+        core.sock.admit()?;
+        ready!(core.writes.poll_drained(cx))?;
         match core.shutdown(std::net::Shutdown::Write) {
             Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Poll::Ready(Ok(())),
             r => Poll::Ready(r),
