@@ -1214,11 +1214,15 @@ fn pair_with_a_send_in_flight(
     rt: &tokio::runtime::Runtime,
 ) -> (TcpStream, StdStream, Vec<u8>) {
     use futures::io::AsyncWriteExt;
-    let (mut s, peer) = pair(e);
+    let l = futures::executor::block_on(TcpListener::bind_with(e, "127.0.0.1:0")).unwrap();
+    // The peer's receive buffer is set before it connects, so that the
+    // window it offers is small from the start.
+    let peer = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    peer.set_recv_buffer_size(16 << 10).unwrap();
+    peer.connect(&l.local_addr().unwrap().into()).unwrap();
+    let peer = StdStream::from(peer);
+    let (mut s, _) = futures::executor::block_on(l.accept()).unwrap();
     s.socket().set_send_buffer_size(16 << 10).unwrap();
-    socket2::SockRef::from(&peer)
-        .set_recv_buffer_size(16 << 10)
-        .unwrap();
     let data: Vec<u8> = (0..QUEUED as u32)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
