@@ -41,9 +41,9 @@
 //! what the socket takes at once (on io_uring, when nothing is queued),
 //! else copies them into its queue and sends them on its own, short sends
 //! and all, so that nothing waits for a next write or flush (see
-//! `write_side`). `poll_flush` waits for queued bytes to be handed to a
-//! send, not for the send in flight, and reports a send's error;
-//! `poll_close` waits for the last send to complete, then shuts down.
+//! `write_side`). `poll_flush` waits until every byte is in the kernel
+//! (nothing queued, no send in flight) and reports a send's error;
+//! `poll_close` waits the same way, then shuts down.
 
 use std::future::Future;
 use std::io;
@@ -289,8 +289,8 @@ impl PollIo {
         core.writes.poll_write(cx, data)
     }
 
-    /// Waits until every byte reported written has been handed to a send
-    /// (not for the send in flight: see `WriteSide::poll_flush`).
+    /// Waits until every byte reported written is in the kernel (see
+    /// `WriteSide::poll_flush`).
     pub(crate) fn poll_flush(core: &StreamCore, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         core.sock.admit()?;
         core.writes.poll_flush(cx)

@@ -50,17 +50,15 @@
 //! than from the allocator: a stream writing large replies one after
 //! another reuses the same buffers instead of allocating one per send.
 //!
-//! A flush waits for no send in flight: once every accepted byte has been
-//! handed to a send (which goes on without the caller, the rest of a
-//! short send included), it is done, as a tokio flush is once its write
-//! is in the kernel. Only bytes still queued behind a send in flight make
-//! it wait, for that send to complete and the queue to go out. The traits'
-//! shutdown (`poll_close`, `poll_shutdown`) and an owned write wait for
-//! the send in flight too ([`WriteSide::poll_drained`]).
+//! A flush waits until every accepted byte is in the kernel: with the
+//! sends made at once above, that is at once, as a tokio flush; only a
+//! send that waits for room in the socket (bytes the socket refused) is
+//! waited for, so that a program that exits after a flush loses no byte.
+//! The traits' shutdown (`poll_close`, `poll_shutdown`) and an owned
+//! write wait the same way ([`WriteSide::poll_drained`]).
 //!
 //! A failed send's errno is kept, never lost: the next write, flush or
-//! trait shutdown reports it (a send that fails after the flush that did
-//! not wait for it included), and
+//! trait shutdown reports it, and
 //! the bytes queued behind it are dropped (the connection is broken).
 //! Every write and flush after that fails too (`EPIPE`, as the kernel
 //! answers sends on a broken connection): none is `Ok` for bytes that
@@ -563,8 +561,6 @@ impl WriteSide {
         self.pump.lock().linger_limit = limit;
     }
 
-    /// Accepts up to all of `data` into the queue, once a dropped write
-    /// has been settled and while the queue has room.
     /// A read on the stream found the connection reset by the peer: from
     /// now on writes fail with `EPIPE`, as the kernel's `send` does (and
     /// tokio's write), rather than taking bytes that would be thrown away.
@@ -575,7 +571,28 @@ impl WriteSide {
         }
     }
 
+    /// Accepts up to all of `data`: sent at once or into the queue, once a
+    /// dropped write has been settled and while the queue has room.
+    ///
+    /// A write that is done without waiting (sent at once, or queued)
+    /// counts against the thread's budget of operations served in a row
+    /// without a `Pending`, as tokio's writes count against its task
+    /// budget: once that is spent, `Pending` (the task woken at once), so
+    /// that a task writing to a reader that keeps up still lets the
+    /// others run.
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        if !crate::aio::op::inline_turn_left(cx) {
+            return Poll::Pending;
+        }
+        let done = self.poll_write_now(cx, data);
+        if matches!(done, Poll::Ready(Ok(n)) if n > 0) {
+            crate::aio::op::count_inline_turn();
+        }
+        done
+    }
+
+    /// [`WriteSide::poll_write`], the budget aside.
+    fn poll_write_now(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let n = {
             let mut st = self.pump.lock();
             if let Some(err) = std::task::ready!(poll_dropped(&mut st, cx)) {
@@ -613,23 +630,15 @@ impl WriteSide {
         Poll::Ready(Ok(n))
     }
 
-    /// Ready once every accepted byte has been handed to a send, or with
-    /// the error that stopped them. A send in flight is not waited for:
-    /// its bytes go on without the caller (the pump sends the rest of a
-    /// short send), as a tokio write's bytes are in the kernel already,
-    /// and its error comes back from the next write, flush or trait
-    /// shutdown. Only bytes queued behind it wait, for it to complete
-    /// and take them.
+    /// Ready once every accepted byte is in the kernel (no send in flight,
+    /// nothing queued), or with the error that stopped them: what a tokio
+    /// flush promises, since a tokio write returns only once its bytes are
+    /// in the kernel. A write sent at once (see [`SendBook::send_inline`])
+    /// leaves nothing to wait for; only bytes the socket refused, in a
+    /// send that waits for room, are waited for, so that a program that
+    /// exits after a flush loses none of them.
     pub(crate) fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut st = self.pump.lock();
-        if let Some(err) = st.error() {
-            return Poll::Ready(Err(err));
-        }
-        if st.queued.is_empty() {
-            return Poll::Ready(Ok(()));
-        }
-        st.wait(cx);
-        Poll::Pending
+        self.poll_drained(cx)
     }
 
     /// Ready once every accepted byte is in the kernel and no send is in
