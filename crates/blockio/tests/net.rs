@@ -1202,6 +1202,114 @@ fn a_dropped_stream_lingers_no_longer_than_its_limit() {
     );
 }
 
+/// The bytes the stream and its peer's kernel can hold while the peer
+/// does not read are far fewer than `QUEUED`: a send of them stays in
+/// flight until the peer reads.
+const QUEUED: usize = 256 << 10;
+
+/// A stream whose send buffer and its peer's receive buffer are small, and
+/// `QUEUED` bytes of a pattern written to it through the traits.
+fn pair_with_a_send_in_flight(
+    e: &AsyncEngine,
+    rt: &tokio::runtime::Runtime,
+) -> (TcpStream, StdStream, Vec<u8>) {
+    use futures::io::AsyncWriteExt;
+    let l = futures::executor::block_on(TcpListener::bind_with(e, "127.0.0.1:0")).unwrap();
+    // The peer's receive buffer is set before it connects, so that the
+    // window it offers is small from the start.
+    let peer = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    peer.set_recv_buffer_size(16 << 10).unwrap();
+    peer.connect(&l.local_addr().unwrap().into()).unwrap();
+    let peer = StdStream::from(peer);
+    let (mut s, _) = futures::executor::block_on(l.accept()).unwrap();
+    s.socket().set_send_buffer_size(16 << 10).unwrap();
+    let data: Vec<u8> = (0..QUEUED as u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    rt.block_on(AsyncWriteExt::write_all(&mut s, &data))
+        .unwrap();
+    (s, peer, data)
+}
+
+/// A flush waits until every written byte is in the kernel, as a tokio
+/// flush may (a tokio write returns only once its bytes are there): with
+/// a send waiting for room in a peer that does not read, it is pending;
+/// once the peer reads, it completes, and the peer has every byte, in
+/// order. A program that exits after a flush loses nothing.
+#[test]
+fn a_flush_waits_for_the_send_in_flight() {
+    use futures::io::AsyncWriteExt;
+    use futures::FutureExt;
+    let e = engine();
+    let rt = current_thread();
+    let (mut s, mut peer, data) = pair_with_a_send_in_flight(&e, &rt);
+    let flushed = rt.block_on(async { AsyncWriteExt::flush(&mut s).now_or_never() });
+    assert!(
+        flushed.is_none(),
+        "a flush with a send in flight to a peer that does not read: {flushed:?}"
+    );
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; QUEUED];
+        peer.read_exact(&mut got).unwrap();
+        got
+    });
+    rt.block_on(AsyncWriteExt::flush(&mut s)).unwrap();
+    let got = reader.join().unwrap();
+    assert!(got == data, "the peer read other bytes than were written");
+    rt.block_on(AsyncWriteExt::close(&mut s)).unwrap();
+}
+
+/// A send in flight that fails is not lost: the flush that waits for it
+/// reports it, and the writes after it fail with `EPIPE`.
+#[test]
+fn an_error_of_a_send_in_flight_comes_back_from_the_flush() {
+    use futures::io::AsyncWriteExt;
+    let e = engine();
+    let rt = current_thread();
+    let broken = |errno: Option<i32>| matches!(errno, Some(libc::ECONNRESET | libc::EPIPE));
+    // The peer goes with bytes unread: its kernel resets the connection,
+    // and the send in flight fails.
+    let (mut s, peer, _) = pair_with_a_send_in_flight(&e, &rt);
+    drop(peer);
+    let err = rt
+        .block_on(AsyncWriteExt::flush(&mut s))
+        .expect_err("the flush of a failed send said Ok");
+    assert!(broken(err.raw_os_error()), "{err:?}");
+    let again = rt.block_on(AsyncWriteExt::write(&mut s, b"more"));
+    assert_eq!(again.unwrap_err().raw_os_error(), Some(libc::EPIPE));
+}
+
+/// A task whose writes never wait (a peer whose buffer takes them all)
+/// still lets the runtime's other tasks run, as tokio's budget makes its
+/// writes do: 2,000 one-byte writes in a loop on a current-thread runtime,
+/// and a task spawned before them has run by the time they end.
+#[test]
+fn a_task_whose_writes_never_wait_lets_the_others_run() {
+    use futures::io::AsyncWriteExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let e = engine();
+    let rt = current_thread();
+    let l = futures::executor::block_on(TcpListener::bind_with(&e, "127.0.0.1:0")).unwrap();
+    let _peer = StdStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut s, _) = futures::executor::block_on(l.accept()).unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let seen = rt.block_on(async {
+        let flag = ran.clone();
+        let other = tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+        for _ in 0..2000 {
+            AsyncWriteExt::write(&mut s, b"x").await.unwrap();
+        }
+        let seen = ran.load(Ordering::SeqCst);
+        other.await.unwrap();
+        seen
+    });
+    assert!(
+        seen,
+        "2,000 writes that never waited never let another task run"
+    );
+}
+
 /// `write_all` under random time limits against a slow reader, retried
 /// from where the stream says it stands: a dropped `write_all` is reported
 /// by the next write (`WriteDropped`) with every byte its sends took, so

@@ -422,6 +422,24 @@ thread_local! {
     static INLINE_RUN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
+/// Whether this thread may serve one more operation inline now: false
+/// (the task woken, to be polled again after the others) once it has
+/// served [`INLINE_BUDGET`] in a row, the count starting again.
+pub(crate) fn inline_turn_left(cx: &mut Context<'_>) -> bool {
+    if INLINE_RUN.get() < INLINE_BUDGET {
+        return true;
+    }
+    INLINE_RUN.set(0);
+    cx.waker().wake_by_ref();
+    false
+}
+
+/// Counts one operation served inline on this thread (see
+/// [`inline_turn_left`]).
+pub(crate) fn count_inline_turn() {
+    INLINE_RUN.set(INLINE_RUN.get() + 1);
+}
+
 /// An operation whose result is wanted after its future was dropped: a
 /// send, to report how many bytes went (see `net`'s write side).
 pub(crate) trait Settles: Send + Sync {
@@ -570,10 +588,7 @@ impl<B: Send + 'static> OpFuture<B> {
         if op.precheck().is_some() {
             return Poll::Ready(None);
         }
-        let run = INLINE_RUN.get();
-        if run >= INLINE_BUDGET {
-            INLINE_RUN.set(0);
-            cx.waker().wake_by_ref();
+        if !inline_turn_left(cx) {
             return Poll::Pending;
         }
         // Claimed first, as the driver would, once a handle exists that may
@@ -585,7 +600,7 @@ impl<B: Send + 'static> OpFuture<B> {
         }
         let res = inline.try_inline(op);
         if res.is_some() {
-            INLINE_RUN.set(run + 1);
+            count_inline_turn();
             self.op = None;
             self.admission.engine().count_inline();
         } else if let Some(shared) = self.shared.get() {

@@ -228,7 +228,8 @@ macro_rules! stream_io_traits {
             /// the stream has sent them (this call does not wait; the
             /// peer sees them all, then the end). From then on writes
             /// fail with `EPIPE`, as on tokio. To wait for the bytes, use
-            /// the traits' `close`/`shutdown`, which flush first.
+            /// the traits' `close`/`shutdown`, which wait for the last
+            /// send to complete (and report its error) first.
             ///
             /// # Errors
             /// `ENOTCONN` when the connection is already gone (reported

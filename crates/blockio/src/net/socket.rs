@@ -204,7 +204,7 @@ impl Sock {
             // SAFETY: `b` holds `bytes_len` initialised bytes at
             // `stable_ptr`, borrowed here for the call only.
             let bytes = unsafe { std::slice::from_raw_parts(b.stable_ptr(), b.bytes_len()) };
-            return retry_interrupted(|| self.socket.send_with_flags(bytes, flags));
+            return self.send_bytes_inline(bytes);
         }
         let slices: Vec<io::IoSlice<'_>> = bufs
             .iter()
@@ -218,6 +218,14 @@ impl Sock {
             })
             .collect();
         retry_interrupted(|| self.socket.send_vectored_with_flags(&slices, flags))
+    }
+
+    /// Sends what the socket takes of `bytes` now, on this thread, without
+    /// waiting: `WouldBlock` when it takes nothing (see
+    /// `WriteSide::poll_write`).
+    pub(crate) fn send_bytes_inline(&self, bytes: &[u8]) -> io::Result<usize> {
+        let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+        retry_interrupted(|| self.socket.send_with_flags(bytes, flags))
     }
 
     /// Receives what the socket holds, up to `max` bytes, now, on this

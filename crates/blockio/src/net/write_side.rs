@@ -2,7 +2,16 @@
 //!
 //! # Bytes the I/O traits accept keep moving on their own
 //!
-//! `poll_write` lends a slice for one poll only, so the bytes it accepts
+//! On io_uring, a `poll_write` on a stream with nothing queued and no
+//! send in flight first sends what the socket takes straight from the
+//! caller's slice, on the calling thread (`MSG_DONTWAIT`), as tokio's
+//! write does: those bytes are in the kernel when it returns, with no
+//! copy, no submission and no completion to wait for. Only when the
+//! socket takes nothing (it is full), or a send is in flight already,
+//! do bytes go to the queue below. (The thread pool's send tries the
+//! socket first itself.)
+//!
+//! `poll_write` lends a slice for one poll only, so the bytes it queues
 //! are copied into the stream's queue, and reported written at once. From
 //! then on they belong to the stream's *pump*: a small state machine that
 //! is its own waker. Each time a send completes, the completion wakes the
@@ -41,7 +50,15 @@
 //! than from the allocator: a stream writing large replies one after
 //! another reuses the same buffers instead of allocating one per send.
 //!
-//! A failed send's errno is kept; the next write or flush reports it, and
+//! A flush waits until every accepted byte is in the kernel: with the
+//! sends made at once above, that is at once, as a tokio flush; only a
+//! send that waits for room in the socket (bytes the socket refused) is
+//! waited for, so that a program that exits after a flush loses no byte.
+//! The traits' shutdown (`poll_close`, `poll_shutdown`) and an owned
+//! write wait the same way ([`WriteSide::poll_drained`]).
+//!
+//! A failed send's errno is kept, never lost: the next write, flush or
+//! trait shutdown reports it, and
 //! the bytes queued behind it are dropped (the connection is broken).
 //! Every write and flush after that fails too (`EPIPE`, as the kernel
 //! answers sends on a broken connection): none is `Ok` for bytes that
@@ -85,6 +102,7 @@ use std::time::Duration;
 use super::socket::Sock;
 use crate::aio::op::{OpFuture, Settles};
 use crate::aio::Lingering;
+use crate::backend::Backend;
 
 /// Bytes `poll_write` accepts behind the send in flight before it waits.
 pub(crate) const QUEUE_LIMIT: usize = 256 * 1024;
@@ -323,6 +341,30 @@ impl SendBook {
         self.sending = Some((fut, from));
     }
 
+    /// On io_uring, with nothing queued and no send in flight, sends what
+    /// the socket takes of `data` at once, on the calling thread
+    /// (`MSG_DONTWAIT`), as tokio's write does: `None` when the socket
+    /// takes nothing (or the backend is the thread pool, whose send tries
+    /// the socket first already), and the bytes go to the queue. Nothing
+    /// is copied, and a flush after it has nothing to wait for.
+    fn send_inline(&mut self, data: &[u8]) -> Option<io::Result<usize>> {
+        let sock = self.sock.as_ref()?;
+        if !self.idle() || sock.engine().backend() != Backend::IoUring {
+            return None;
+        }
+        match sock.send_bytes_inline(data) {
+            Ok(0) => None,
+            Ok(n) => Some(Ok(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            Err(e) => {
+                // Reported now; the writes after it fail as after a
+                // failed send.
+                self.failed = Some(Failure::Errno(libc::EPIPE));
+                Some(Err(super::os_error(e)))
+            }
+        }
+    }
+
     /// Gives the buffers an idle stream should not keep to the free list.
     fn trim(&mut self) {
         if self.spare.capacity() > SPARE_LIMIT {
@@ -519,8 +561,6 @@ impl WriteSide {
         self.pump.lock().linger_limit = limit;
     }
 
-    /// Accepts up to all of `data` into the queue, once a dropped write
-    /// has been settled and while the queue has room.
     /// A read on the stream found the connection reset by the peer: from
     /// now on writes fail with `EPIPE`, as the kernel's `send` does (and
     /// tokio's write), rather than taking bytes that would be thrown away.
@@ -531,7 +571,28 @@ impl WriteSide {
         }
     }
 
+    /// Accepts up to all of `data`: sent at once or into the queue, once a
+    /// dropped write has been settled and while the queue has room.
+    ///
+    /// A write that is done without waiting (sent at once, or queued)
+    /// counts against the thread's budget of operations served in a row
+    /// without a `Pending`, as tokio's writes count against its task
+    /// budget: once that is spent, `Pending` (the task woken at once), so
+    /// that a task writing to a reader that keeps up still lets the
+    /// others run.
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        if !crate::aio::op::inline_turn_left(cx) {
+            return Poll::Pending;
+        }
+        let done = self.poll_write_now(cx, data);
+        if matches!(done, Poll::Ready(Ok(n)) if n > 0) {
+            crate::aio::op::count_inline_turn();
+        }
+        done
+    }
+
+    /// [`WriteSide::poll_write`], the budget aside.
+    fn poll_write_now(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let n = {
             let mut st = self.pump.lock();
             if let Some(err) = std::task::ready!(poll_dropped(&mut st, cx)) {
@@ -545,6 +606,9 @@ impl WriteSide {
             }
             if data.is_empty() {
                 return Poll::Ready(Ok(0));
+            }
+            if let Some(sent) = st.send_inline(data) {
+                return Poll::Ready(sent);
             }
             if st.queued.len() >= QUEUE_LIMIT {
                 st.wait(cx);
@@ -566,9 +630,23 @@ impl WriteSide {
         Poll::Ready(Ok(n))
     }
 
-    /// Ready once every accepted byte is in the kernel, or with the error
-    /// that stopped them.
+    /// Ready once every accepted byte is in the kernel (no send in flight,
+    /// nothing queued), or with the error that stopped them: what a tokio
+    /// flush promises, since a tokio write returns only once its bytes are
+    /// in the kernel. A write sent at once (see [`SendBook::send_inline`])
+    /// leaves nothing to wait for; only bytes the socket refused, in a
+    /// send that waits for room, are waited for, so that a program that
+    /// exits after a flush loses none of them.
     pub(crate) fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_drained(cx)
+    }
+
+    /// Ready once every accepted byte is in the kernel and no send is in
+    /// flight, or with the error that stopped them: what the traits'
+    /// shutdown waits for, so that it reports the last send's error, and
+    /// what an owned write waits for, so that its send does not run
+    /// beside the queue's.
+    pub(crate) fn poll_drained(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut st = self.pump.lock();
         if let Some(err) = st.error() {
             return Poll::Ready(Err(err));
@@ -608,7 +686,7 @@ impl WriteSide {
             }
             let shut = st.shut;
             drop(st);
-            std::task::ready!(self.poll_flush(cx))?;
+            std::task::ready!(self.poll_drained(cx))?;
             if shut {
                 return Poll::Ready(Err(io::Error::from_raw_os_error(libc::EPIPE)));
             }
