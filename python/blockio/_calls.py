@@ -85,8 +85,9 @@ class CallQueue:
     Those calls never change it themselves, so it holds whenever ``free``
     does.
 
-    Writes are the exception to one at a time: a write made while a write
-    is in progress, with no other call waiting, joins it at once (its bytes
+    On a seekable file, writes are the exception to one at a time: a
+    write made while a write is in progress, with no other call waiting,
+    joins it at once (its bytes
     are queued in the core behind the write ahead before the call first
     yields: see :func:`one_at_a_time_kept`), and the queue is handed on
     once the last of them ends. Writes in progress whose event loop was
@@ -148,7 +149,7 @@ class CallQueue:
                 self._owner, self._thread = task, me
                 return None
             if self._thread != me:
-                if self.writing and _dead(self._owner):
+                if self.writing and not self.stream and _dead(self._owner):
                     return self._take_over(task, me)
                 raise RuntimeError(ABANDONED if _dead(self._owner) else _OTHER_THREAD)
             if self._owner is task and not self._owner_done:
@@ -158,7 +159,7 @@ class CallQueue:
                     _loop_of(task) is not None or not theirs.is_running()):
                 # (a trio task behind a running asyncio loop's call is trio
                 # in guest mode on that loop, which hands the turn on)
-                if self.writing and theirs.is_closed():
+                if self.writing and not self.stream and theirs.is_closed():
                     return self._take_over(task, me)
                 raise RuntimeError(ABANDONED if theirs.is_closed() else _OTHER_LOOP)
             if (joinable and self.writing and not self.stream and not self._waiting and theirs is not None
@@ -220,7 +221,7 @@ class CallQueue:
             if self._lost:
                 self._lost = False
                 return True
-            if self._owner is None or not _dead(self._owner) or self.writing:
+            if self._owner is None or not _dead(self._owner) or (self.writing and not self.stream):
                 return False
             self._hand_on()
             return True
