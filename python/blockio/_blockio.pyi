@@ -19,7 +19,7 @@ else:
 __all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_inline", "readline_inline", "seek_inline", "set_turn_count", "tell_inline", "turn_count",
-           "turn_due", "write_inline"]
+           "turn_due", "write_inline", "WriteQueue"]
 
 #: ``queue_depth`` when none is given: the Rust engines' default
 #: (``blockio::DEFAULT_QUEUE_DEPTH``), 256.

@@ -226,14 +226,6 @@ class CallQueue:
             self._hand_on()
             return True
 
-    def _end_write(self, task: Any) -> bool:
-        """The write holding the queue has ended: whether the queue is to
-        be released now (no joined write still running)."""
-        if self._owner is not task:
-            return False  # (taken over meanwhile)
-        self._owner_done = True
-        return self.joined == 0
-
     def _leave_joined(self, generation: int) -> bool:
         """A joined write has ended: whether the queue is to be released
         now (it was the last, and the write holding the queue has ended)."""
@@ -344,7 +336,7 @@ def one_at_a_time_kept(method: F) -> F:
     async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         q: CallQueue = self._calls
         task = current_task()
-        turn = q._enter(task, joinable=True)
+        turn = q._enter(task, True)
         if turn is task:
             return await method(self, *args, **kwargs)  # a call made of calls
         if turn is _JOINED:
@@ -374,10 +366,13 @@ def one_at_a_time_kept(method: F) -> F:
             task = None
             raise
         finally:
-            if q._end_write(task):
-                q.writing = False
-                self._sync_offset()
-                q._release(task)
+            if q._owner is task:  # (else taken over meanwhile, or closed: see above)
+                if q.joined:
+                    q._owner_done = True  # (the last joined write releases the queue)
+                else:
+                    q.writing = False
+                    self._sync_offset()
+                    q._release(task)
 
     return cast(F, call)
 

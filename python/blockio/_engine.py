@@ -973,27 +973,26 @@ class Engine:
             return await self.awrite(file, data, offset)
         if loop is not self._loop:
             self._attach(loop)
-        ops = [(file, data, offset)]
         fut = loop.create_future()
         writes = file.writes if type(file) is _Descriptor else None
         try:
             if writes is not None:
-                # Queued in the core behind the file's writes not finished
-                # (then where the last one ends, ``offset`` aside): the core
-                # submits it once they complete, whatever becomes of this
-                # task or its loop.
-                token: int = writes.start(self._core, (fut, ops), _fd(file), _flat(data), offset)
+                # Queued in the core behind the file's writes not finished:
+                # the core submits it once they complete, whatever becomes
+                # of this task or its loop. (The core holds the buffer; the
+                # waiter keeps the file, which its call found open.)
+                data = _flat(data)
+                token: int = writes.start(self._core, (fut, file), file.num, data, offset)
             else:
-                token = self._core.submit_write((fut, ops), [(_fd(file), _flat(data), offset)])
+                token = self._core.submit_write((fut, [(file, data, offset)]), [(_fd(file), _flat(data), offset)])
         except OverflowError:
             raise _out_of_range(None, [offset], "ops") from None
-        withdraw = self._core.withdraw if writes is None else writes.withdraw
         # When to withdraw the write: set by a cancellation, cleared once
         # the write is found in the kernel (it completes).
         deadline = None if cancelled is None else loop.time() + CANCEL_GRACE
         while not fut.done():
             if cancelled is not None and deadline is not None and loop.time() >= deadline:
-                if withdraw(token):
+                if self._core.withdraw(token) if writes is None else writes.withdraw(token):
                     if writes is not None:
                         self._core.cancel(token)
                     raise cancelled
@@ -1008,9 +1007,12 @@ class Engine:
                 if cancelled is None:
                     cancelled = e
                     deadline = loop.time() + CANCEL_GRACE
-        if writes is not None:
-            writes.claim(token)  # (its failure, if any, is raised here)
-        n: int = _finish(fut.result(), [_name(file)], False)[0]
+        results = fut.result()
+        if writes is not None and results[0] != len(data):
+            # (a failure, or a write cut short, is raised or seen here: it
+            # is not reported again)
+            writes.claim(token)
+        n: int = _finish(results, [_name(file)], False)[0]
         if cancelled is not None:
             raise _KeptCancel(n, cancelled)
         return n

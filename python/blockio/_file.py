@@ -1256,17 +1256,19 @@ class AsyncFile(FileState, LineReader[bytes]):
         only append mode looks the end up, and it writes at the end with
         no offset), and each chunk's await (``Engine._awrite_kept``) takes
         every cancellation in until its bytes have landed."""
-        pos = 0 if self._append else self._pos
+        size = len(view)
         if self._append:
+            pos = end = 0
             self._at_end = True  # (to look up once the bytes have landed)
         else:
             # Where a write made meanwhile goes (it joins this one, behind
             # it in the file's write queue: see `one_at_a_time_kept`).
-            self._pos = pos + len(view)
+            pos = self._pos
+            self._pos = end = pos + size
         done = 0
         cancelled: Optional[BaseException] = None
         try:
-            while done < len(view):
+            while done < size:
                 try:
                     n = await self._engine._awrite_kept(self._file, view[done:], pos + done, cancelled)
                 except _KeptCancel as kept:
@@ -1290,12 +1292,12 @@ class AsyncFile(FileState, LineReader[bytes]):
             # The coroutine is closed (collected: its event loop was closed
             # while it waited): the core writes the bytes all the same, and
             # the position stays past them.
-            done = len(view)
+            done = size
             raise
         finally:
             if self._append:
                 self._at_end = True
-            elif self._pos == pos + len(view):
+            elif self._pos == end:
                 self._pos = pos + done
             # (else writes made meanwhile were placed after all of this
             # one's bytes, and the position stays past theirs)
