@@ -974,15 +974,17 @@ class Engine:
         if loop is not self._loop:
             self._attach(loop)
         fut = loop.create_future()
-        writes = file.writes if type(file) is _Descriptor else None
+        writes = None
+        if type(file) is _Descriptor:
+            writes, num = file.writes, file.num
         try:
             if writes is not None:
                 # Queued in the core behind the file's writes not finished:
                 # the core submits it once they complete, whatever becomes
                 # of this task or its loop. (The core holds the buffer; the
                 # waiter keeps the file, which its call found open.)
-                data = _flat(data)
-                token: int = writes.start(self._core, (fut, file), file.num, data, offset)
+                flat = _flat(data)
+                token: int = writes.start(self._core, (fut, file), num, flat, offset)
             else:
                 token = self._core.submit_write((fut, [(file, data, offset)]), [(_fd(file), _flat(data), offset)])
         except OverflowError:
@@ -1008,7 +1010,7 @@ class Engine:
                     cancelled = e
                     deadline = loop.time() + CANCEL_GRACE
         results = fut.result()
-        if writes is not None and results[0] != len(data):
+        if writes is not None and results[0] != len(flat):
             # (a failure, or a write cut short, is raised or seen here: it
             # is not reported again)
             writes.claim(token)
