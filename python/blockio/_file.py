@@ -1266,6 +1266,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             pos = self._pos
             self._pos = end = pos + size
         done = 0
+        failed = False
         cancelled: Optional[BaseException] = None
         try:
             while done < size:
@@ -1286,6 +1287,9 @@ class AsyncFile(FileState, LineReader[bytes]):
                 if landed is not None:
                     landed[0] = done
         except OSError:
+            # (the core made none of the writes queued behind this one:
+            # see `WriteQueue`; the position goes back to what landed)
+            failed = True
             if done == 0 or not short_ok:
                 raise
         except GeneratorExit:
@@ -1297,7 +1301,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         finally:
             if self._append:
                 self._at_end = True
-            elif self._pos == end:
+            elif self._pos == end or failed:
                 self._pos = pos + done
             # (else writes made meanwhile were placed after all of this
             # one's bytes, and the position stays past theirs)

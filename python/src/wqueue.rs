@@ -212,7 +212,17 @@ impl Chain {
                         run.resubmit(buf.into_inner());
                         continue;
                     }
-                    other => woken.extend(self.finish(other)),
+                    other => {
+                        let broke = match &other {
+                            Err(_) => true,
+                            Ok(n) => run.done + n < run.total,
+                        };
+                        let (at, fd) = (run.at + i64::try_from(run.done).unwrap_or(0), run.fd);
+                        woken.extend(self.finish(other));
+                        if broke {
+                            woken.extend(self.refuse_queued(at, fd));
+                        }
+                    }
                 }
             }
             let Some(next) = self.queued.pop_front() else {
@@ -221,6 +231,30 @@ impl Chain {
             };
             self.running = Some(Running::start(next));
         }
+    }
+
+    /// Fails every write queued behind one that failed or ended short at
+    /// `at` of `fd`, none of them submitted: written at their planned
+    /// offsets, they would leave a gap in the file where the failed one's
+    /// bytes should be (the built-in file writes each at the position the
+    /// one before it left). Their calls raise; a call that never takes
+    /// its result (its loop closed) has the failure reported by the
+    /// file's next call. The wakers of their calls.
+    fn refuse_queued(&mut self, at: i64, fd: RawFd) -> Vec<Waker> {
+        let mut woken = Vec::new();
+        while let Some(next) = self.queued.pop_front() {
+            let why = || {
+                io::Error::other(format!(
+                    "a write of {} bytes at offset {} on fd {fd} was not made: the write before it \
+                     failed at offset {at}",
+                    next.buf.bytes_len(),
+                    next.at
+                ))
+            };
+            self.failed.push((next.token, why()));
+            woken.extend(next.slot.finish(Err(why())));
+        }
+        woken
     }
 
     /// Ends the write in flight with `last`, the result of its last part.

@@ -176,3 +176,46 @@ def test_a_write_waiting_behind_a_read_when_the_loop_closes_is_reported_by_close
 
         _run(new_loop, after())
     assert p.read_bytes() == b"first\n"
+
+
+_FAILED_MIDWAY = r"""
+import asyncio, resource, sys
+import blockio
+path, backend = sys.argv[1], sys.argv[2]
+resource.setrlimit(resource.RLIMIT_FSIZE, (12288, resource.RLIM_INFINITY))
+
+async def main():
+    engine = blockio.Engine(backend=backend)
+    async with blockio.open(path, "wb", buffering=0, engine=engine) as f:
+        writes = [asyncio.ensure_future(f.write(r)) for r in (b"a" * 8192, b"b" * 8192, b"c" * 100)]
+        got = await asyncio.gather(*writes, return_exceptions=True)
+        at = await f.tell()
+    engine.close()
+    print(repr(got[0]), repr(got[1]), type(got[2]).__name__, str(got[2]), at)
+
+asyncio.run(main())
+"""
+
+
+@BACKENDS
+def test_writes_queued_behind_one_that_fails_are_not_made(tmp_path, backend):
+    """A write that fails part-way (past ``RLIMIT_FSIZE``: ``EFBIG``) with
+    writes queued behind it in the core: those are not made (written at
+    their planned offsets, they would leave a gap where the failed one's
+    bytes should be) and their calls raise, naming the write that failed;
+    the failed one returns the bytes that landed, as ``FileIO.write``
+    does, and the position is past them: the file holds exactly what the
+    calls said landed."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "f"
+    out = subprocess.run([sys.executable, "-c", _FAILED_MIDWAY, str(p), backend],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    first, second, kind, rest = out.stdout.split(" ", 3)
+    assert (first, second, kind) == ("8192", "4096", "OSError"), out.stdout
+    assert "a write of 100 bytes at offset 16384" in rest, out.stdout
+    assert "was not made: the write before it failed at offset 12288" in rest, out.stdout
+    assert int(rest.split()[-1]) == 12288, out.stdout
+    assert p.read_bytes() == b"a" * 8192 + b"b" * 4096
