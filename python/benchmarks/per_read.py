@@ -11,9 +11,12 @@ CONTENDER is ``aread``, ``open`` (a ``blockio.open`` file per task,
 ``await f.read(SIZE)`` alone, wrapping round at its end), ``turbofile``,
 ``builtin`` (a synchronous ``os.pread`` loop, the floor) or ``builtin-seq``
 (``os.pread`` of SIZE bytes in order, wrapping round: the floor of
-``open-seq``). SIZE is ``--size`` (4096 by default; the others read 4 KiB).
-The file must exist and be in the page cache (``peers.py`` makes and warms
-it).
+``open-seq``), ``open-write`` (one unbuffered ``blockio.open`` file written
+in order, ``await f.write(SIZE bytes)`` alone) or ``builtin-write`` (an
+``os.write`` loop, its floor). SIZE is ``--size`` (4096 by default; the
+others read 4 KiB). The file read must exist and be in the page cache
+(``peers.py`` makes and warms it); the writes go to ``--file`` made anew
+(``per-write.dat`` in the current directory by default).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ TASKS = 64
 
 
 async def run(name: str, path: str, reads: int, size: int = BLOCK) -> int:
-    blocks = os.path.getsize(path) // BLOCK
+    blocks = max(os.path.getsize(path) // BLOCK, 1) if os.path.exists(path) else 1
     rnd = random.Random(5)
     offs = iter([rnd.randrange(blocks) * BLOCK for _ in range(reads)])
     got = [0]
@@ -63,6 +66,22 @@ async def run(name: str, path: str, reads: int, size: int = BLOCK) -> int:
                 data = os.pread(fd, size, pos)
             pos += len(data)
             got[0] += len(data)
+        os.close(fd)
+        return got[0]
+    if name == "open-write":
+        import blockio
+
+        data = os.urandom(size)
+        f = await blockio.open(path, "wb", buffering=0)
+        for _ in range(reads):
+            got[0] += await f.write(data)
+        await f.close()
+        return got[0]
+    if name == "builtin-write":
+        data = os.urandom(size)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for _ in range(reads):
+            got[0] += os.write(fd, data)
         os.close(fd)
         return got[0]
     if name == "open-seq":
@@ -104,16 +123,21 @@ async def run(name: str, path: str, reads: int, size: int = BLOCK) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("contender", choices=["aread", "open", "open-seq", "turbofile", "builtin", "builtin-seq"])
-    ap.add_argument("reads", type=int)
-    ap.add_argument("--file", default="bench-data/py-peers-256m.dat")
-    ap.add_argument("--size", type=int, default=BLOCK, help="bytes per read of open-seq and builtin-seq")
+    ap.add_argument("contender", choices=["aread", "open", "open-seq", "turbofile", "builtin", "builtin-seq",
+                                          "open-write", "builtin-write"])
+    ap.add_argument("reads", type=int, help="how many reads (or writes)")
+    ap.add_argument("--file", default=None,
+                    help="the file read (bench-data/py-peers-256m.dat), or written (per-write.dat)")
+    ap.add_argument("--size", type=int, default=BLOCK,
+                    help="bytes per read of open-seq and builtin-seq, per write of open-write and builtin-write")
     args = ap.parse_args()
     if args.size < 1:
         ap.error(f"--size must be at least 1, not {args.size}")
-    seq = args.contender in ("open-seq", "builtin-seq")
+    writes = args.contender.endswith("-write")
+    seq = args.contender in ("open-seq", "builtin-seq") or writes
     size = args.size if seq else BLOCK
-    n = asyncio.run(run(args.contender, args.file, args.reads, size))
+    path = args.file or ("per-write.dat" if writes else "bench-data/py-peers-256m.dat")
+    n = asyncio.run(run(args.contender, path, args.reads, size))
     if n != args.reads * size:
         print(f"read {n} bytes, expected {args.reads * size}", file=sys.stderr)
         return 1

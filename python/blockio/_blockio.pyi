@@ -21,7 +21,7 @@ else:
 __all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
-           "turn_due", "write_inline"]
+           "turn_due", "write_inline", "WriteQueue"]
 
 #: ``queue_depth`` when none is given: the Rust engines' default
 #: (``blockio::DEFAULT_QUEUE_DEPTH``), 256.
@@ -210,6 +210,18 @@ _Future = Union["Future[List[_Result]]", TrioFuture]
 #: (file objects, buffers, a marker; see ``Engine.__init__``). The core
 #: only holds the pair and hands it back.
 _Waiter = Tuple[Optional[_Future], object]
+
+@final
+class WriteQueue:
+    """A file object's writes, queued in the core, which submits each once
+    the one ahead of it completes, whether or not Python runs again."""
+
+    def __init__(self) -> None: ...
+    def start(self, core: Core, waiter: _Waiter, fd: int, data: Buffer, offset: int) -> int: ...
+    def settled(self, core: Core, waiter: _Waiter) -> int: ...
+    def withdraw(self, token: int) -> bool: ...
+    def claim(self, token: int) -> None: ...
+    def take_error(self) -> Optional[OSError]: ...
 
 @final
 class Core:

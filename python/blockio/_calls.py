@@ -16,11 +16,17 @@ from __future__ import annotations
 import functools
 import threading
 from collections import deque
-from typing import Any, Callable, Deque, List, Optional, Tuple, TypeVar, cast
+from typing import Any, Awaitable, Callable, Deque, List, Optional, Tuple, TypeVar, cast
 
 from ._aio import current_task, new_future, pause, shielded, wait_despite_cancel
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: What :meth:`CallQueue._enter` answers a write that joins the writes in
+#: progress (see :func:`one_at_a_time_kept`), and a call that took the
+#: queue over from writes whose event loop was closed.
+_JOINED = object()
+_TAKEN_OVER = object()
 
 _OTHER_THREAD = ("this blockio file object is in use by an event loop in another thread: "
                  "use one file object per thread (or finish one thread's calls before the next starts)")
@@ -77,9 +83,21 @@ class CallQueue:
     on or ``free`` given back: the owner's chance to record, for the calls
     served inline, what the call changed (see ``AsyncFile._update_inline``).
     Those calls never change it themselves, so it holds whenever ``free``
-    does."""
+    does.
 
-    __slots__ = ("_owner", "_waiting", "_thread", "_lock", "free", "settle", "stream", "writing", "turn_due")
+    On a seekable file, writes are the exception to one at a time: a
+    write made while a write is in progress, with no other call waiting,
+    joins it at once (its bytes
+    are queued in the core behind the write ahead before the call first
+    yields: see :func:`one_at_a_time_kept`), and the queue is handed on
+    once the last of them ends. Writes in progress whose event loop was
+    closed are not abandoned: the core writes their bytes whether or not
+    their calls ever run again, and the next call, from any loop, takes
+    the queue over, waits for the core to finish them (``settle_writes``,
+    set by the owner), and reports a failure none of them could."""
+
+    __slots__ = ("_owner", "_waiting", "_thread", "_lock", "free", "settle", "stream", "writing", "turn_due",
+                 "joined", "_owner_done", "generation", "settle_writes", "_lost")
 
     def __init__(self) -> None:
         #: The task whose call is running, or None.
@@ -100,11 +118,27 @@ class CallQueue:
         #: :func:`one_at_a_time_taking_turns`): whether its turn of the
         #: event loop is due first. Set by the owner.
         self.turn_due: Callable[..., bool] = _never
+        #: Writes running beside the one that holds the queue (joined:
+        #: see :func:`one_at_a_time_kept`); whether that one has ended; and
+        #: a count of takeovers, so that a joined write of writes taken
+        #: over (whose coroutine is closed later) changes nothing.
+        self.joined = 0
+        self._owner_done = False
+        self.generation = 0
+        #: Waits for the writes the core still has and raises the failure
+        #: of one whose call never ended (set by the owner); awaited by a
+        #: call that took the queue over from writes of a closed loop.
+        self.settle_writes: Optional[Callable[[], Awaitable[None]]] = None
+        #: Calls of a closed loop were waiting behind writes taken over:
+        #: they never run (for ``close`` to say so: :meth:`drop_abandoned`).
+        self._lost = False
 
-    def _enter(self, task: Any) -> Any:
+    def _enter(self, task: Any, joinable: bool = False) -> Any:
         """Takes the queue for ``task`` (None), or finds that ``task``
-        holds it already (``task`` itself), or queues it: the future to
-        await for its turn."""
+        holds it already (``task`` itself), or has a write (``joinable``)
+        join the writes in progress (``_JOINED``), or takes it over from
+        writes of a closed loop (``_TAKEN_OVER``), or queues it: the future
+        to await for its turn."""
         me = threading.get_ident()
         with self._lock:
             if self._owner is None:  # (and so nobody waits)
@@ -115,15 +149,23 @@ class CallQueue:
                 self._owner, self._thread = task, me
                 return None
             if self._thread != me:
+                if self.writing and not self.stream and _dead(self._owner):
+                    return self._take_over(task, me)
                 raise RuntimeError(ABANDONED if _dead(self._owner) else _OTHER_THREAD)
-            if self._owner is task:
+            if self._owner is task and not self._owner_done:
                 return task
             theirs = _loop_of(self._owner)
             if theirs is not None and theirs is not _loop_of(task) and (
                     _loop_of(task) is not None or not theirs.is_running()):
                 # (a trio task behind a running asyncio loop's call is trio
                 # in guest mode on that loop, which hands the turn on)
+                if self.writing and not self.stream and theirs.is_closed():
+                    return self._take_over(task, me)
                 raise RuntimeError(ABANDONED if theirs.is_closed() else _OTHER_LOOP)
+            if (joinable and self.writing and not self.stream and not self._waiting and theirs is not None
+                    and _loop_of(task) is theirs):
+                self.joined += 1
+                return _JOINED
             fut = new_future()
             self._waiting.append((fut, task))
             return fut
@@ -147,6 +189,21 @@ class CallQueue:
                 except ValueError:
                     pass
 
+    def _take_over(self, task: Any, me: int) -> Any:
+        """Gives the queue to ``task`` from writes in progress whose loop
+        was closed (the core finishes them: ``settle_writes``). Called
+        with ``_lock`` held."""
+        self._owner, self._thread = task, me
+        self.joined = 0
+        self._owner_done = False
+        self.writing = False
+        self.generation += 1
+        # (calls of the closed loop waiting for their turn: none of them
+        # ever runs; live ones cannot be waiting, they raise at `_enter`)
+        self._lost = self._lost or bool(self._waiting)
+        self._waiting.clear()
+        return _TAKEN_OVER
+
     def abandoned(self) -> bool:
         """Whether the call in progress belongs to a closed event loop."""
         owner = self._owner
@@ -156,12 +213,26 @@ class CallQueue:
         """Frees the queue if its call in progress belongs to a closed event
         loop (it never ends), for ``close``: the turn goes to the next live
         call waiting (none can be: they raise at `_enter` meanwhile).
-        Whether there was such a call."""
+        Whether there was such a call. Writes in progress are not such
+        calls: ``close`` takes the queue over from them (see `_enter`).
+        Run again after ``close``, it says whether calls that were waiting
+        behind such writes were dropped when they were taken over (once)."""
         with self._lock:
-            if self._owner is None or not _dead(self._owner):
+            if self._lost:
+                self._lost = False
+                return True
+            if self._owner is None or not _dead(self._owner) or (self.writing and not self.stream):
                 return False
             self._hand_on()
             return True
+
+    def _leave_joined(self, generation: int) -> bool:
+        """A joined write has ended: whether the queue is to be released
+        now (it was the last, and the write holding the queue has ended)."""
+        if generation != self.generation:
+            return False  # (its writes were taken over)
+        self.joined -= 1
+        return self.joined == 0 and self._owner_done
 
     def _release(self, task: Any) -> None:
         if self._owner is not task:
@@ -176,6 +247,7 @@ class CallQueue:
     def _hand_on(self) -> None:
         """Gives the turn to the first call waiting whose loop is alive, or
         frees the queue. Called with ``_lock`` held."""
+        self._owner_done = False
         while self._waiting:
             fut, task = self._waiting.popleft()
             if not fut.done() and not _dead(fut):
@@ -215,10 +287,12 @@ def _in_order(method: F, takes_turns: bool) -> F:
         turn = q._enter(task)
         if turn is task:
             return await method(self, *args, **kwargs)  # a call made of calls
-        if turn is not None:
+        if turn is not None and turn is not _TAKEN_OVER:
             await q._wait(turn, task)
         try:
-            if takes_turns and turn is None and q.turn_due():
+            if turn is _TAKEN_OVER:
+                await _settle_writes(q)
+            elif takes_turns and turn is None and q.turn_due():
                 await pause()
             return await method(self, *args, **kwargs)
         finally:
@@ -226,6 +300,13 @@ def _in_order(method: F, takes_turns: bool) -> F:
             q._release(task)
 
     return cast(F, call)
+
+
+async def _settle_writes(q: CallQueue) -> None:
+    """For a call that took the queue over: waits for the writes of the
+    closed loop that the core still has (see ``CallQueue``)."""
+    if q.settle_writes is not None:
+        await q.settle_writes()
 
 
 def one_at_a_time_kept(method: F) -> F:
@@ -239,24 +320,38 @@ def one_at_a_time_kept(method: F) -> F:
     the call never runs; behind a write, or on a regular file, the turn is
     waited for. As :func:`one_at_a_time_taking_turns`, now and then such a
     call that took the queue at once yields to the event loop, after it ran
-    (a cancellation there raises, and the write stands, as aiofiles')."""
+    (a cancellation there raises, and the write stands, as aiofiles').
+
+    A call made while a write of the same event loop is in progress, with
+    no other call waiting, does not wait: it joins that write and runs at
+    once (on a seekable file its bytes go to the file's write queue in the
+    core, behind the write ahead, before the call first yields), so that
+    it reaches the file even if its loop is closed before its turn would
+    have come. A call that waits behind any other call (a read, a seek, a
+    write waiting itself) waits as above: if its loop is closed before its
+    turn comes it never runs, its bytes never written (its position would
+    depend on a call that never ended), and ``close`` says so."""
 
     @functools.wraps(method)
     async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         q: CallQueue = self._calls
         task = current_task()
-        turn = q._enter(task)
+        turn = q._enter(task, True)
         if turn is task:
             return await method(self, *args, **kwargs)  # a call made of calls
+        if turn is _JOINED:
+            return await _run_joined(self, q, method, args, kwargs)
         cancelled = None
-        if turn is not None:
+        if turn is not None and turn is not _TAKEN_OVER:
             try:
                 cancelled = await wait_despite_cancel(turn, lambda: q.writing or not q.stream)
             except BaseException:
                 q._give_up(turn, task)
                 raise
-        q.writing = True
         try:
+            if turn is _TAKEN_OVER:
+                await _settle_writes(q)
+            q.writing = True
             if cancelled is None:
                 result = await method(self, *args, **kwargs)
                 if turn is None and q.turn_due():
@@ -264,9 +359,36 @@ def one_at_a_time_kept(method: F) -> F:
                 return result
             await shielded(method(self, *args, **kwargs))
             raise cancelled
+        except GeneratorExit:
+            # Closed (collected) after its event loop was closed: the queue
+            # stays with the write, for the next call to take over once the
+            # core has finished it.
+            task = None
+            raise
         finally:
-            q.writing = False
-            self._sync_offset()
-            q._release(task)
+            if q._owner is task:  # (else taken over meanwhile, or closed: see above)
+                if q.joined:
+                    q._owner_done = True  # (the last joined write releases the queue)
+                else:
+                    q.writing = False
+                    self._sync_offset()
+                    q._release(task)
 
     return cast(F, call)
+
+
+async def _run_joined(file: Any, q: CallQueue, method: Any, args: Any, kwargs: Any) -> Any:
+    """Runs a write that joined the writes in progress (see
+    :func:`one_at_a_time_kept`); the last of them to end releases the
+    queue."""
+    generation = q.generation
+    try:
+        return await method(file, *args, **kwargs)
+    except GeneratorExit:
+        generation = -1  # (closed after its loop was: as in `one_at_a_time_kept`)
+        raise
+    finally:
+        if q._leave_joined(generation):
+            q.writing = False
+            file._sync_offset()
+            q._release(q._owner)

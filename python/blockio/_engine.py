@@ -45,7 +45,7 @@ if TYPE_CHECKING:
         from collections.abc import Buffer
     else:
         from typing_extensions import Buffer
-from ._blockio import DEFAULT_QUEUE_DEPTH
+from ._blockio import DEFAULT_QUEUE_DEPTH, WriteQueue
 from ._blockio import Core as _Core
 from ._blockio import count_copied
 from ._blockio import exiting as _exiting
@@ -84,6 +84,9 @@ class _Descriptor:
         #: descriptor (which sets it) brings the offset to its position
         #: the first time.
         self.on_share: Optional[Callable[[], None]] = None
+        #: The writes of the file over this descriptor, queued in the core
+        #: (a seekable file's, set by the file): see `Engine._awrite_kept`.
+        self.writes: Optional[WriteQueue] = None
 
     def _share(self) -> None:
         if self.on_share is not None:
@@ -970,10 +973,20 @@ class Engine:
             return await self.awrite(file, data, offset)
         if loop is not self._loop:
             self._attach(loop)
-        ops = [(file, data, offset)]
         fut = loop.create_future()
+        writes = None
+        if type(file) is _Descriptor:
+            writes, num = file.writes, file.num
         try:
-            token: int = self._core.submit_write((fut, ops), [(_fd(file), _flat(data), offset)])
+            if writes is not None:
+                # Queued in the core behind the file's writes not finished:
+                # the core submits it once they complete, whatever becomes
+                # of this task or its loop. (The core holds the buffer; the
+                # waiter keeps the file, which its call found open.)
+                flat = _flat(data)
+                token: int = writes.start(self._core, (fut, file), num, flat, offset)
+            else:
+                token = self._core.submit_write((fut, [(file, data, offset)]), [(_fd(file), _flat(data), offset)])
         except OverflowError:
             raise _out_of_range(None, [offset], "ops") from None
         # When to withdraw the write: set by a cancellation, cleared once
@@ -981,7 +994,9 @@ class Engine:
         deadline = None if cancelled is None else loop.time() + CANCEL_GRACE
         while not fut.done():
             if cancelled is not None and deadline is not None and loop.time() >= deadline:
-                if self._core.withdraw(token):
+                if self._core.withdraw(token) if writes is None else writes.withdraw(token):
+                    if writes is not None:
+                        self._core.cancel(token)
                     raise cancelled
                 deadline = None
             try:
@@ -994,7 +1009,12 @@ class Engine:
                 if cancelled is None:
                     cancelled = e
                     deadline = loop.time() + CANCEL_GRACE
-        n: int = _finish(fut.result(), [_name(file)], False)[0]
+        results = fut.result()
+        if writes is not None and results[0] != len(flat):
+            # (a failure, or a write cut short, is raised or seen here: it
+            # is not reported again)
+            writes.claim(token)
+        n: int = _finish(results, [_name(file)], False)[0]
         if cancelled is not None:
             raise _KeptCancel(n, cancelled)
         return n

@@ -61,8 +61,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_call_soon
-from ._blockio import (INLINE_OFFSET, FileState, FileCall, count_copied, read_line_inline, readline_inline, turn_due,
-                       write_inline)
+from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, count_copied, read_line_inline, readline_inline,
+                       turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept,
                      one_at_a_time_taking_turns)
@@ -420,6 +420,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             if self._stream:
                 _STREAM_FILES.add(self)
                 self._calls.stream = True
+        if not self._stream:
+            # Its writes, queued in the core: each reaches the file, in
+            # order, once its call has begun, even if no Python code runs
+            # again (see `Engine._awrite_kept`).
+            desc.writes = WriteQueue()
         if desc.closefd and not self._stream:
             # The file owns the descriptor: its operations use the number
             # itself, with no duplicate each, and its close waits for
@@ -447,7 +452,13 @@ class AsyncFile(FileState, LineReader[bytes]):
         # (through a weak reference, as `on_share`: the file holds its queue,
         # and a queue holding the file would keep a dropped file alive until
         # the cycle collector runs, its buffered bytes unwritten until then)
+        async def settle_writes() -> None:
+            f = me()
+            if f is not None:
+                await f._writes_settled()
+
         self._calls.settle = settle
+        self._calls.settle_writes = settle_writes
         self._serve(self._calls.free, engine._core, desc.num, buffer_size)
         self._calls.turn_due = turn_due
         self._update_inline()
@@ -520,6 +531,20 @@ class AsyncFile(FileState, LineReader[bytes]):
         """Whether the descriptor is a terminal."""
         self._check_open()
         return os.isatty(self._file.num)
+
+    async def _writes_settled(self) -> None:
+        """Waits until the writes the file's queue in the core still has
+        are finished (those of calls whose event loop was closed: see
+        ``CallQueue``), then raises the failure of one whose call never
+        took its result, if any, as the call that took the queue over's."""
+        writes = self._file.writes
+        if writes is None:
+            return
+        core = self._engine._core
+        await self._engine._run(None, lambda waiter: writes.settled(core, waiter))
+        error = writes.take_error()
+        if error is not None:
+            raise error
 
     def _sync_offset(self) -> None:
         """Leaves the descriptor's own offset at this file's position (at
@@ -1118,6 +1143,8 @@ class AsyncFile(FileState, LineReader[bytes]):
         if self._bufsize > 0 and len(self._wbuf) + len(view) < self._bufsize:
             self._buffer(view)
             return len(view)
+        if self._wbuf and not self._stream:
+            return await self._flush_with(view)
         try:
             await self._flush_writes()
         except BaseException as e:
@@ -1129,6 +1156,29 @@ class AsyncFile(FileState, LineReader[bytes]):
                 self._buffer(view)
             raise
         return await self._write_through(view, short_ok=self._bufsize == 0)
+
+    async def _flush_with(self, view: memoryview) -> int:
+        """Writes the buffered bytes and then ``view`` as one write: so
+        both are in the file's write queue in the core before the call
+        first yields, and reach the file even if its event loop is closed
+        then (a write of ``view`` made only once the flush completed would
+        not). If the write fails, ``view`` is not kept in the buffer (the
+        built-in's write, whose flush failed, accepted none of it), unless
+        the call was cancelled: then it was made, and is kept for the next
+        flush or close with what did not land before it."""
+        self._buffer(view)
+        try:
+            await self._flush_writes()
+        except GeneratorExit:
+            raise  # (as in `_flush_writes`)
+        except BaseException as e:
+            tail = len(self._wbuf) - len(view)
+            if not is_cancellation(e) and tail >= 0 and self._wbuf[tail:] == view:
+                del self._wbuf[tail:]
+                if not self._append:
+                    self._pos = self._wpos + len(self._wbuf)
+            raise
+        return len(view)
 
     async def _write_through(self, view: memoryview, short_ok: bool = False,
                              landed: Optional[List[int]] = None) -> int:
@@ -1169,11 +1219,20 @@ class AsyncFile(FileState, LineReader[bytes]):
         only append mode looks the end up, and it writes at the end with
         no offset), and each chunk's await (``Engine._awrite_kept``) takes
         every cancellation in until its bytes have landed."""
-        pos = 0 if self._append else self._pos
+        size = len(view)
+        if self._append:
+            pos = end = 0
+            self._at_end = True  # (to look up once the bytes have landed)
+        else:
+            # Where a write made meanwhile goes (it joins this one, behind
+            # it in the file's write queue: see `one_at_a_time_kept`).
+            pos = self._pos
+            self._pos = end = pos + size
         done = 0
+        failed = False
         cancelled: Optional[BaseException] = None
         try:
-            while done < len(view):
+            while done < size:
                 try:
                     n = await self._engine._awrite_kept(self._file, view[done:], pos + done, cancelled)
                 except _KeptCancel as kept:
@@ -1191,13 +1250,24 @@ class AsyncFile(FileState, LineReader[bytes]):
                 if landed is not None:
                     landed[0] = done
         except OSError:
+            # (the core made none of the writes queued behind this one:
+            # see `WriteQueue`; the position goes back to what landed)
+            failed = True
             if done == 0 or not short_ok:
                 raise
+        except GeneratorExit:
+            # The coroutine is closed (collected: its event loop was closed
+            # while it waited): the core writes the bytes all the same, and
+            # the position stays past them.
+            done = size
+            raise
         finally:
             if self._append:
                 self._at_end = True
-            else:
+            elif self._pos == end or failed:
                 self._pos = pos + done
+            # (else writes made meanwhile were placed after all of this
+            # one's bytes, and the position stays past theirs)
         if cancelled is not None:
             raise cancelled
         return done
@@ -1219,6 +1289,8 @@ class AsyncFile(FileState, LineReader[bytes]):
         landed = [0]
         try:
             await self._write_through(memoryview(data), landed=landed)
+        except GeneratorExit:
+            raise  # (closed after its event loop was: the core writes them all the same)
         except BaseException:
             # Not written (a cancellation that came before the write could
             # start, as the end of asyncio.run cancels every task, even the
@@ -1334,7 +1406,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         ``RuntimeError`` says what that call's bytes may have missed."""
         abandoned = self._calls.drop_abandoned()
         await self._close()
-        if abandoned:
+        # (or calls of a closed loop waiting behind its writes, which the
+        # close, or a call before it, took over: see `CallQueue`)
+        if self._calls.drop_abandoned() or abandoned:
             raise RuntimeError(ABANDONED_AT_CLOSE)
 
     @one_at_a_time

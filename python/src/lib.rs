@@ -34,7 +34,9 @@
 //! `args` (argument checks), `errors` (`OSError`s), `fds` (what a
 //! descriptor is, duplicates, the fork guard), `lent` (buffers released without
 //! the GIL), `inline` (a binary file object's whole state, and its
-//! `seek`, `read`, `readline`, `tell` and `write` served inline from it), `stream` (a line of an unbuffered pipe or
+//! `seek`, `read`, `readline`, `tell` and `write` served inline from it),
+//! `wqueue` (a file object's writes, queued and carried out in order by
+//! the core itself, whether or not Python runs again), `stream` (a line of an unbuffered pipe or
 //! socket, read a byte at a time without waiting), `event_loop` (the ring
 //! of `blockio.new_event_loop()`'s proactor: socket and pipe operations
 //! as completions), `bench` (a benchmark baseline).
@@ -70,6 +72,7 @@ mod pending;
 mod rings;
 mod stream;
 pub(crate) mod turns;
+mod wqueue;
 pub(crate) use args::*;
 pub(crate) use batch::*;
 use bench::bench_engine;
@@ -86,6 +89,7 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
     m.add_class::<inline::FileState>()?;
     call::add(m)?;
+    m.add_class::<wqueue::WriteQueue>()?;
     m.add_class::<event_loop::LoopRing>()?;
     m.add_function(wrap_pyfunction!(event_loop::after_fork, m)?)?;
     m.add_function(wrap_pyfunction!(inline::seek_inline, m)?)?;

@@ -1,0 +1,467 @@
+//! `WriteQueue`: a file object's writes, in the order they were made,
+//! kept in the core and carried out by it. A write is placed here, with
+//! its offset, by the call that makes it, before that call first yields
+//! to its event loop; the write placed behind another is submitted by the
+//! core itself when the one ahead completes, on whichever thread reports
+//! the completion (the engine's driver or pool thread), and so is the
+//! rest of a write the kernel took only a part of. So every write placed
+//! reaches the file in order even if no Python code runs again for it:
+//! its event loop closed, its task cancelled, its file object collected.
+//!
+//! Who owns what: the chain of writes ([`Chain`]: the one in flight, the
+//! ones behind it, the failures no call has taken) is behind one mutex,
+//! taken by one thread at a time to advance
+//! the chain ([`Writes::kick`]), and briefly by Python calls placing a
+//! write, waiting for the chain to empty or taking back a write. Each
+//! write's result is a [`Slot`] (its own mutex) shared with the batch
+//! its call awaits through the engine ([`crate::InFlight`]), which hands
+//! the result to the caller's loop as any batch's. Locks nest only as:
+//! chain then slot (the runner finishing a write); the engine's batch
+//! table then slot, or then chain (a batch polled); never the other way.
+//! A failure is reported by the call that made the write once it takes
+//! the result ([`WriteQueue::claim`]); one no call took (its event loop
+//! closed) is reported by the file's next call ([`WriteQueue::take_error`]).
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::os::fd::RawFd;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+
+use blockio::aio::{AsyncFile, IoBuf, OpFuture, Slice, Withdrawal};
+use pyo3::prelude::*;
+
+use crate::fsjobs::Out;
+use crate::lent::Lent;
+use crate::*;
+
+/// A binary file object's write queue (see the module's documentation).
+#[pyclass(frozen, module = "blockio._blockio")]
+pub(crate) struct WriteQueue {
+    writes: Arc<Writes>,
+}
+
+/// The chain and what tells its runner to look at it again.
+struct Writes {
+    chain: Mutex<Chain>,
+    /// Requests to advance the chain since its runner last looked: the
+    /// thread that raises it from 0 runs [`Writes::advance`] until no
+    /// request came meanwhile; the others return at once.
+    pokes: AtomicUsize,
+}
+
+/// The writes of one file not finished yet.
+#[derive(Default)]
+struct Chain {
+    /// The write the engine has.
+    running: Option<Running>,
+    /// The writes behind it, in the order they were placed.
+    queued: VecDeque<Placed>,
+    /// What waits for the chain to be empty ([`Idle`]).
+    idle: Vec<Waker>,
+    /// Writes taken back ([`WriteQueue::withdraw`]) whose `ECANCELED`
+    /// may still come: not failures.
+    withdrawn: Vec<u64>,
+    /// Writes that failed or ended short, by token, until their call
+    /// takes the result ([`WriteQueue::claim`]); else reported by
+    /// [`WriteQueue::take_error`].
+    failed: Vec<(u64, io::Error)>,
+}
+
+/// A write placed, not yet submitted.
+struct Placed {
+    file: AsyncFile,
+    fd: RawFd,
+    dup: RawFd,
+    buf: RoBuf,
+    at: i64,
+    token: u64,
+    slot: Arc<Slot>,
+}
+
+/// The write the engine has: `done` of its `total` bytes written so far
+/// (the kernel may write a part; the rest is submitted again here).
+struct Running {
+    op: OpFuture<Slice<RoBuf>>,
+    withdrawal: Withdrawal,
+    file: AsyncFile,
+    fd: RawFd,
+    dup: RawFd,
+    at: i64,
+    done: usize,
+    total: usize,
+    token: u64,
+    slot: Arc<Slot>,
+}
+
+/// One write's result, until its call takes it.
+#[derive(Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// The bytes written (a part, if an error stopped the rest), or the
+    /// error when none was.
+    result: Option<io::Result<usize>>,
+    /// The batch awaiting it.
+    waker: Option<Waker>,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records the result; the waker of the batch awaiting it, to wake
+    /// once the chain's lock is let go.
+    fn finish(&self, result: io::Result<usize>) -> Option<Waker> {
+        let mut s = self.lock();
+        s.result = Some(result);
+        s.waker.take()
+    }
+}
+
+/// The future of the batch a write's call awaits: the write's result.
+struct Awaited(Arc<Slot>);
+
+impl Future for Awaited {
+    type Output = OneDone;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<OneDone> {
+        let mut s = self.0.lock();
+        match s.result.take() {
+            Some(r) => Poll::Ready(OneDone::Count(r.map(Out::Count))),
+            None => {
+                s.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// The future of the batch that waits for the chain to be empty.
+struct Idle(Arc<Writes>);
+
+impl Future for Idle {
+    type Output = OneDone;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<OneDone> {
+        let mut c = self.0.lock();
+        if c.running.is_none() && c.queued.is_empty() {
+            return Poll::Ready(OneDone::Count(Ok(Out::Count(0))));
+        }
+        c.idle.push(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Wake for Writes {
+    /// The write in flight completed: the chain moves on, on this thread.
+    fn wake(self: Arc<Self>) {
+        self.kick();
+    }
+}
+
+impl Writes {
+    fn lock(&self) -> MutexGuard<'_, Chain> {
+        self.chain.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Advances the chain, unless another thread is doing so (which then
+    /// looks again); the batches whose writes finished are woken with the
+    /// lock let go.
+    fn kick(self: &Arc<Self>) {
+        if self.pokes.fetch_add(1, Ordering::AcqRel) != 0 {
+            return;
+        }
+        let waker = Waker::from(Arc::clone(self));
+        loop {
+            let seen = self.pokes.load(Ordering::Acquire);
+            let woken = self.lock().advance(&waker);
+            woken.into_iter().for_each(Waker::wake);
+            if self
+                .pokes
+                .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+impl Chain {
+    /// Polls the write in flight; once it is finished, submits the next
+    /// one. The wakers to call (of finished writes, and of waits for the
+    /// chain to empty).
+    fn advance(&mut self, waker: &Waker) -> Vec<Waker> {
+        let mut woken = Vec::new();
+        let mut cx = Context::from_waker(waker);
+        loop {
+            if let Some(run) = self.running.as_mut() {
+                let Poll::Ready((res, buf)) = Pin::new(&mut run.op).poll(&mut cx) else {
+                    return woken;
+                };
+                let res = explain_direct(name_given_fd(res, run.dup, run.fd), run.fd);
+                match res {
+                    Ok(n) if n > 0 && run.done + n < run.total => {
+                        run.done += n;
+                        run.resubmit(buf.into_inner());
+                        continue;
+                    }
+                    other => {
+                        let broke = match &other {
+                            Err(_) => true,
+                            Ok(n) => run.done + n < run.total,
+                        };
+                        let (at, fd) = (run.at + i64::try_from(run.done).unwrap_or(0), run.fd);
+                        woken.extend(self.finish(other));
+                        if broke {
+                            woken.extend(self.refuse_queued(at, fd));
+                        }
+                    }
+                }
+            }
+            let Some(next) = self.queued.pop_front() else {
+                woken.append(&mut self.idle);
+                return woken;
+            };
+            self.running = Some(Running::start(next));
+        }
+    }
+
+    /// Fails every write queued behind one that failed or ended short at
+    /// `at` of `fd`, none of them submitted: written at their planned
+    /// offsets, they would leave a gap in the file where the failed one's
+    /// bytes should be (the built-in file writes each at the position the
+    /// one before it left). Their calls raise; a call that never takes
+    /// its result (its loop closed) has the failure reported by the
+    /// file's next call. The wakers of their calls.
+    fn refuse_queued(&mut self, at: i64, fd: RawFd) -> Vec<Waker> {
+        let mut woken = Vec::new();
+        while let Some(next) = self.queued.pop_front() {
+            let why = || {
+                io::Error::other(format!(
+                    "a write of {} bytes at offset {} on fd {fd} was not made: the write before it \
+                     failed at offset {at}",
+                    next.buf.bytes_len(),
+                    next.at
+                ))
+            };
+            self.failed.push((next.token, why()));
+            woken.extend(next.slot.finish(Err(why())));
+        }
+        woken
+    }
+
+    /// Ends the write in flight with `last`, the result of its last part.
+    fn finish(&mut self, last: io::Result<usize>) -> Option<Waker> {
+        let run = self.running.take()?;
+        let done = run.done + last.as_ref().map_or(0, |n| *n);
+        let report = match &last {
+            Err(e) => Some(copy_error(e)),
+            Ok(_) if done < run.total => Some(io::Error::other(format!(
+                "a write of {} bytes at offset {} on fd {} wrote only {done}: its call ended before it could \
+                 write the rest",
+                run.total, run.at, run.fd
+            ))),
+            Ok(_) => None,
+        };
+        // A part written, then an error: the part's count (the call
+        // writes the rest again, which reports the error).
+        let result = if done > 0 { Ok(done) } else { last };
+        if let Some(i) = self.withdrawn.iter().position(|t| *t == run.token) {
+            self.withdrawn.swap_remove(i);
+        } else if let Some(report) = report {
+            self.failed.push((run.token, report));
+        }
+        run.slot.finish(result)
+    }
+}
+
+impl Running {
+    /// Submits `placed`.
+    fn start(placed: Placed) -> Running {
+        let at = placed.at;
+        let total = placed.buf.bytes_len();
+        let op = placed.file.write_at(placed.buf.slice(..), offset_of(at));
+        Running {
+            withdrawal: op.withdrawal(),
+            op,
+            file: placed.file,
+            fd: placed.fd,
+            dup: placed.dup,
+            at,
+            done: 0,
+            total,
+            token: placed.token,
+            slot: placed.slot,
+        }
+    }
+
+    /// Submits the part of `buf` not written yet.
+    fn resubmit(&mut self, buf: RoBuf) {
+        let at = self.at + i64::try_from(self.done).unwrap_or(0);
+        self.op = self.file.write_at(buf.slice(self.done..), offset_of(at));
+        self.withdrawal = self.op.withdrawal();
+    }
+}
+
+/// An offset as the engine takes it (the caller's are never negative).
+fn offset_of(at: i64) -> u64 {
+    u64::try_from(at).unwrap_or(0)
+}
+
+/// `e` again, for a second report (an `io::Error` is not `Clone`).
+fn copy_error(e: &io::Error) -> io::Error {
+    let code = errno_of(e);
+    io::Error::new(
+        e.kind(),
+        Renamed {
+            errno: code,
+            text: message(e, code),
+        },
+    )
+}
+
+#[pymethods]
+impl WriteQueue {
+    #[new]
+    fn new() -> WriteQueue {
+        WriteQueue {
+            writes: Arc::new(Writes {
+                chain: Mutex::new(Chain::default()),
+                pokes: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// Places a write of `data` at `offset` of `fd` (ignored in append
+    /// mode) through `core` for `waiter`; the token of the batch that
+    /// resolves `waiter` with its byte count. Submitted before this
+    /// returns when no write of the queue is unfinished; else by the core
+    /// when the write ahead completes.
+    fn start(
+        &self,
+        core: &Bound<'_, Core>,
+        waiter: PyObject,
+        fd: RawFd,
+        data: &Bound<'_, PyAny>,
+        offset: i64,
+    ) -> PyResult<u64> {
+        let buf = RoBuf(Lent::new(readable(data)?));
+        let offset = offset_arg(offset, None)?;
+        let core = core.borrow();
+        let flags = fd_flags(fd);
+        let aio = core.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
+        let (file, lent) = core.hold_for_batch(&aio, fd, flags);
+        let (file, dup) = match file {
+            Ok(held) => held,
+            Err(errno) => {
+                let why = refused(&format!("write at offset {offset}"), fd, errno);
+                let report = copy_error(&why);
+                let batch = Pending::new(vec![failed(Yields::Count, why)], Yields::Count);
+                let token = core.start(waiter, batch);
+                self.writes.lock().failed.push((token, report));
+                return Ok(token);
+            }
+        };
+        let slot = Arc::new(Slot::default());
+        let mut batch = Pending::new(vec![Box::pin(Awaited(Arc::clone(&slot)))], Yields::Count);
+        if lent {
+            batch.borrowed.push(fd);
+        }
+        let token = core.start(waiter, batch);
+        {
+            self.writes.lock().queued.push_back(Placed {
+                file,
+                fd,
+                dup,
+                buf,
+                at: i64::try_from(offset).unwrap_or(i64::MAX),
+                token,
+                slot,
+            });
+        }
+        self.writes.kick();
+        Ok(token)
+    }
+
+    /// Starts the wait for every write placed to finish, for `waiter`;
+    /// the token of the batch that resolves it.
+    fn settled(&self, core: &Bound<'_, Core>, waiter: PyObject) -> u64 {
+        let idle = Idle(Arc::clone(&self.writes));
+        core.borrow()
+            .start(waiter, Pending::new(vec![Box::pin(idle)], Yields::Count))
+    }
+
+    /// Takes back the write of the batch `token` (whose call was
+    /// cancelled) if no byte of it has reached the kernel: it is never
+    /// performed, and its batch ends (with `ECANCELED`, reported to
+    /// nobody). Whether it was taken back; false once the kernel has a
+    /// part of it (its call waits for it to finish).
+    fn withdraw(&self, token: u64) -> bool {
+        let (slot, running) = {
+            let mut c = self.writes.lock();
+            if let Some(i) = c.queued.iter().position(|p| p.token == token) {
+                (c.queued.remove(i).map(|p| p.slot), None)
+            } else {
+                match &c.running {
+                    Some(run) if run.token == token && run.done == 0 => {
+                        (Some(Arc::clone(&run.slot)), Some(run.withdrawal.clone()))
+                    }
+                    _ => (None, None),
+                }
+            }
+        };
+        let Some(slot) = slot else {
+            return false;
+        };
+        // Outside the chain's lock: a write withdrawn completes at once
+        // (with ECANCELED), and its waker advances the chain. One the
+        // kernel has (or that completed meanwhile) stays.
+        let was_running = running.is_some();
+        if running.is_some_and(|w| !w.withdraw()) {
+            return false;
+        }
+        let waker = {
+            let mut s = slot.lock();
+            if s.result.is_none() {
+                s.result = Some(Err(io::Error::from_raw_os_error(libc::ECANCELED)));
+            }
+            s.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+        // (a write withdrawn is no failure to report: its call raises the
+        // cancellation; a running one's ECANCELED may come after this)
+        let mut c = self.writes.lock();
+        if was_running {
+            c.withdrawn.push(token);
+        }
+        c.failed.retain(|(t, _)| *t != token);
+        true
+    }
+
+    /// The call of the write of the batch `token` has its result: a
+    /// failure of it is not reported again.
+    fn claim(&self, token: u64) {
+        self.writes.lock().failed.retain(|(t, _)| *t != token);
+    }
+
+    /// The failure (or short write) of a write whose call never took its
+    /// result, its call's event loop closed: raised once, by the file's
+    /// next call or its close.
+    fn take_error(&self) -> Option<PyErr> {
+        let mut c = self.writes.lock();
+        if c.failed.is_empty() {
+            return None;
+        }
+        let (_, report) = c.failed.remove(0);
+        Some(io_err(report))
+    }
+}

@@ -1,0 +1,221 @@
+"""Writes begun on a file whose event loop is then closed, with no Python
+code running for them again: every write whose call has begun reaches
+the file, in the order the writes were made (each is in the file's write
+queue in the core before its call first yields, and the core submits the
+next when the one ahead completes); ``tell()`` in the next loop is past
+them all, and ``close()`` succeeds. Unbuffered, buffered (writes larger
+than the buffer, whose flushes are writes too) and in append mode; on both
+backends, under asyncio and uvloop."""
+
+import asyncio
+import os
+
+import pytest
+import uvloop
+
+import blockio
+
+BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
+LOOPS = pytest.mark.parametrize(
+    "new_loop", [pytest.param(asyncio.new_event_loop, id="asyncio"), pytest.param(uvloop.new_event_loop, id="uvloop")]
+)
+TRIALS = 10
+
+
+def _run(new_loop, coro):
+    """Runs ``coro`` to its end on a new loop of ``new_loop``, then closes
+    the loop (tasks left pending stay so: nothing cancels them)."""
+    loop = new_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def _begin_writes_then_close_the_loop(new_loop, open_file, records):
+    """Opens a file, starts a task per record writing it, runs the loop until
+    each task has begun its write (one turn), and closes the loop: the
+    file."""
+
+    async def main():
+        f = await open_file()
+        for r in records:
+            asyncio.ensure_future(f.write(r))
+        await asyncio.sleep(0)  # (each task runs to its write's first await)
+        return f
+
+    return _run(new_loop, main())
+
+
+def _tell_and_close(new_loop, f):
+    """``tell()`` and ``close()`` in a new loop: the position."""
+
+    async def main():
+        at = await f.tell()
+        await f.close()
+        return at
+
+    return _run(new_loop, main())
+
+
+@BACKENDS
+@LOOPS
+@pytest.mark.parametrize("count", [2, 20])
+def test_writes_begun_before_the_loop_closes_all_land_in_order(tmp_path, backend, new_loop, count):
+    with blockio.Engine(backend=backend) as e:
+        for trial in range(TRIALS):
+            p = tmp_path / f"out{trial}"
+            records = [b"%03d:%04d\n" % (k, trial) for k in range(count)]
+            f = _begin_writes_then_close_the_loop(
+                new_loop, lambda: blockio.open(p, "wb", buffering=0, engine=e), records)
+            assert _tell_and_close(new_loop, f) == sum(map(len, records)), trial
+            assert p.read_bytes() == b"".join(records), trial
+
+
+@BACKENDS
+@LOOPS
+def test_buffered_writes_larger_than_the_buffer_begun_before_the_loop_closes_all_land(tmp_path, backend, new_loop):
+    # Each write overflows the 4096-byte buffer, which holds the tail of the
+    # one before: the flush of both is one write, queued in the core.
+    with blockio.Engine(backend=backend) as e:
+        for trial in range(TRIALS):
+            p = tmp_path / f"out{trial}"
+            records = [bytes([65 + k]) * (1500 + 700 * k) for k in range(8)]
+            f = _begin_writes_then_close_the_loop(
+                new_loop, lambda: blockio.open(p, "wb", buffering=4096, engine=e), records)
+            assert _tell_and_close(new_loop, f) == sum(map(len, records)), trial
+            assert p.read_bytes() == b"".join(records), trial
+
+
+@BACKENDS
+@LOOPS
+def test_appends_begun_before_the_loop_closes_all_land_in_order(tmp_path, backend, new_loop):
+    with blockio.Engine(backend=backend) as e:
+        for trial in range(TRIALS):
+            p = tmp_path / f"out{trial}"
+            p.write_bytes(b"head\n")
+            records = [b"%03d\n" % k for k in range(20)]
+            f = _begin_writes_then_close_the_loop(
+                new_loop, lambda: blockio.open(p, "ab", buffering=0, engine=e), records)
+            assert _tell_and_close(new_loop, f) == 5 + sum(map(len, records)), trial
+            assert p.read_bytes() == b"head\n" + b"".join(records), trial
+
+
+@BACKENDS
+def test_writes_made_while_one_is_in_progress_run_at_once_and_keep_their_order(tmp_path, backend):
+    """In a live loop: writes made while one is in progress do not wait for
+    their turn (they join it), each call's count is its own, and a read
+    made after them waits for all of them."""
+    p = tmp_path / "out"
+
+    async def main():
+        async with blockio.open(p, "w+b", buffering=0, engine=e) as f:
+            records = [b"%03d|" % k * 100 for k in range(30)]
+            counts = await asyncio.gather(*(f.write(r) for r in records), f.seek(0), f.read())
+            assert counts[:30] == [len(r) for r in records]
+            assert counts[31] == b"".join(records)
+            assert await f.tell() == sum(map(len, records))
+
+    with blockio.Engine(backend=backend) as e:
+        asyncio.run(main())
+
+
+@BACKENDS
+def test_a_failed_write_whose_call_never_ended_is_reported_by_the_next_call(tmp_path, backend):
+    # The file's descriptor is read-only underneath (an ``opener``), so
+    # the write fails in the kernel (EBADF) with its loop already closed:
+    # nobody took its result, and the next call raises it; close then
+    # succeeds.
+    p = tmp_path / "out"
+    p.write_bytes(b"")
+
+    def opener(path, flags):
+        return os.open(path, os.O_RDONLY)
+
+    with blockio.Engine(backend=backend) as e:
+        f = _begin_writes_then_close_the_loop(
+            asyncio.new_event_loop, lambda: blockio.open(p, "wb", buffering=0, opener=opener, engine=e), [b"x"])
+
+        async def after():
+            with pytest.raises(OSError) as raised:
+                await f.tell()
+            await f.close()
+            return raised.value.errno
+
+        assert _run(asyncio.new_event_loop, after()) == 9  # EBADF
+    assert p.read_bytes() == b""
+
+
+@BACKENDS
+@LOOPS
+def test_a_write_waiting_behind_a_read_when_the_loop_closes_is_reported_by_close(tmp_path, backend, new_loop):
+    # The read waits behind the first write, the second write behind the
+    # read: its position depends on a call that never ended, so it is not
+    # written, and close() says so (after closing the file).
+    p = tmp_path / "out"
+    with blockio.Engine(backend=backend) as e:
+        f = _begin_writes_then_close_the_loop(new_loop, lambda: blockio.open(p, "w+b", buffering=0, engine=e), [])
+
+        async def begin():
+            for call in (lambda: f.write(b"first\n"), f.read, lambda: f.write(b"second\n")):
+                asyncio.ensure_future(call())
+            await asyncio.sleep(0)
+
+        _run(new_loop, begin())
+
+        async def after():
+            # (if the first write's end reached the loop before it closed,
+            # the read had the turn, and it is the call that never ended)
+            try:
+                assert await f.tell() == 6
+            except RuntimeError as e:
+                assert "never ended" in str(e)
+            with pytest.raises(RuntimeError, match="a call on it never ended"):
+                await f.close()
+            assert f.closed
+
+        _run(new_loop, after())
+    assert p.read_bytes() == b"first\n"
+
+
+_FAILED_MIDWAY = r"""
+import asyncio, resource, sys
+import blockio
+path, backend = sys.argv[1], sys.argv[2]
+resource.setrlimit(resource.RLIMIT_FSIZE, (12288, resource.RLIM_INFINITY))
+
+async def main():
+    engine = blockio.Engine(backend=backend)
+    async with blockio.open(path, "wb", buffering=0, engine=engine) as f:
+        writes = [asyncio.ensure_future(f.write(r)) for r in (b"a" * 8192, b"b" * 8192, b"c" * 100)]
+        got = await asyncio.gather(*writes, return_exceptions=True)
+        at = await f.tell()
+    engine.close()
+    print(repr(got[0]), repr(got[1]), type(got[2]).__name__, str(got[2]), at)
+
+asyncio.run(main())
+"""
+
+
+@BACKENDS
+def test_writes_queued_behind_one_that_fails_are_not_made(tmp_path, backend):
+    """A write that fails part-way (past ``RLIMIT_FSIZE``: ``EFBIG``) with
+    writes queued behind it in the core: those are not made (written at
+    their planned offsets, they would leave a gap where the failed one's
+    bytes should be) and their calls raise, naming the write that failed;
+    the failed one returns the bytes that landed, as ``FileIO.write``
+    does, and the position is past them: the file holds exactly what the
+    calls said landed."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "f"
+    out = subprocess.run([sys.executable, "-c", _FAILED_MIDWAY, str(p), backend],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    first, second, kind, rest = out.stdout.split(" ", 3)
+    assert (first, second, kind) == ("8192", "4096", "OSError"), out.stdout
+    assert "a write of 100 bytes at offset 16384" in rest, out.stdout
+    assert "was not made: the write before it failed at offset 12288" in rest, out.stdout
+    assert int(rest.split()[-1]) == 12288, out.stdout
+    assert p.read_bytes() == b"a" * 8192 + b"b" * 4096
