@@ -26,86 +26,94 @@ import asyncio
 import os
 import random
 import sys
+from typing import Any, Callable, Iterator
 
 BLOCK = 4096
 TASKS = 64
 
 
-async def run(name: str, path: str, reads: int, size: int = BLOCK) -> int:
+def _offsets(path: str, reads: int) -> "Iterator[int]":
+    """``reads`` random 4 KiB-aligned offsets within ``path`` (seeded)."""
     blocks = max(os.path.getsize(path) // BLOCK, 1) if os.path.exists(path) else 1
     rnd = random.Random(5)
-    offs = iter([rnd.randrange(blocks) * BLOCK for _ in range(reads)])
-    got = [0]
-    if name == "aread":
-        import blockio
+    return iter([rnd.randrange(blocks) * BLOCK for _ in range(reads)])
 
-        e = blockio.default_engine()
-        f = open(path, "rb")
+
+async def _aread(path: str, reads: int, size: int) -> int:
+    import blockio
+
+    e = blockio.default_engine()
+    offs, got = _offsets(path, reads), [0]
+    with open(path, "rb") as f:
 
         async def task(_: int) -> None:
             for off in offs:
                 data = await e.aread(f, offset=off, length=BLOCK)
-                got[0] += len(data)
+                got[0] += len(data)  # (after the await: the tasks share the count)
 
         await asyncio.gather(*(task(i) for i in range(TASKS)))
-        f.close()
-        return got[0]
-    if name == "builtin":
-        fd = os.open(path, os.O_RDONLY)
-        for off in offs:
-            got[0] += len(os.pread(fd, BLOCK, off))
-        os.close(fd)
-        return got[0]
-    if name == "builtin-seq":
-        fd = os.open(path, os.O_RDONLY)
-        pos = 0
-        for _ in range(reads):
+    return got[0]
+
+
+async def _builtin(path: str, reads: int, size: int) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    got = sum(len(os.pread(fd, BLOCK, off)) for off in _offsets(path, reads))
+    os.close(fd)
+    return got
+
+
+async def _builtin_seq(path: str, reads: int, size: int) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    pos = got = 0
+    for _ in range(reads):
+        data = os.pread(fd, size, pos)
+        if len(data) < size:
+            pos = 0
             data = os.pread(fd, size, pos)
-            if len(data) < size:
-                pos = 0
-                data = os.pread(fd, size, pos)
-            pos += len(data)
-            got[0] += len(data)
-        os.close(fd)
-        return got[0]
-    if name == "open-write":
-        import blockio
+        pos += len(data)
+        got += len(data)
+    os.close(fd)
+    return got
 
-        data = os.urandom(size)
-        f = await blockio.open(path, "wb", buffering=0)
-        for _ in range(reads):
-            got[0] += await f.write(data)
-        await f.close()
-        return got[0]
-    if name == "builtin-write":
-        data = os.urandom(size)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        for _ in range(reads):
-            got[0] += os.write(fd, data)
-        os.close(fd)
-        return got[0]
-    if name == "open-seq":
-        import blockio
 
-        f = await blockio.open(path, "rb")
-        for _ in range(reads):
+async def _open_write(path: str, reads: int, size: int) -> int:
+    import blockio
+
+    data, got = os.urandom(size), 0
+    f = await blockio.open(path, "wb", buffering=0)
+    for _ in range(reads):
+        got += await f.write(data)
+    await f.close()
+    return got
+
+
+async def _builtin_write(path: str, reads: int, size: int) -> int:
+    data, got = os.urandom(size), 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for _ in range(reads):
+        got += os.write(fd, data)
+    os.close(fd)
+    return got
+
+
+async def _open_seq(path: str, reads: int, size: int) -> int:
+    import blockio
+
+    got = 0
+    f = await blockio.open(path, "rb")
+    for _ in range(reads):
+        data = await f.read(size)
+        if len(data) < size:
+            await f.seek(0)
             data = await f.read(size)
-            if len(data) < size:
-                await f.seek(0)
-                data = await f.read(size)
-            got[0] += len(data)
-        await f.close()
-        return got[0]
-    if name == "open":
-        import blockio
+        got += len(data)
+    await f.close()
+    return got
 
-        opener = lambda: blockio.open(path, "rb")  # noqa: E731
-    elif name == "turbofile":
-        import turbofile
 
-        opener = lambda: turbofile.open(path, "rb")  # noqa: E731
-    else:
-        raise SystemExit(f"unknown contender {name!r}")
+async def _seek_and_read(opener: "Callable[[], Any]", path: str, reads: int) -> int:
+    """64 tasks, a file object each from ``opener``, ``seek`` + ``read(4096)``."""
+    offs, got = _offsets(path, reads), [0]
     files = [await opener() for _ in range(TASKS)]
 
     async def ftask(i: int) -> None:
@@ -113,7 +121,7 @@ async def run(name: str, path: str, reads: int, size: int = BLOCK) -> int:
         for off in offs:
             await f.seek(off)
             data = await f.read(BLOCK)
-            got[0] += len(data)
+            got[0] += len(data)  # (after the await: the tasks share the count)
 
     await asyncio.gather(*(ftask(i) for i in range(TASKS)))
     for f in files:
@@ -121,10 +129,33 @@ async def run(name: str, path: str, reads: int, size: int = BLOCK) -> int:
     return got[0]
 
 
+async def _open(path: str, reads: int, size: int) -> int:
+    import blockio
+
+    return await _seek_and_read(lambda: blockio.open(path, "rb"), path, reads)
+
+
+async def _turbofile(path: str, reads: int, size: int) -> int:
+    import turbofile
+
+    return await _seek_and_read(lambda: turbofile.open(path, "rb"), path, reads)
+
+
+#: Each contender: its run, taking the path, the count and the size.
+CONTENDERS = {
+    "aread": _aread, "open": _open, "open-seq": _open_seq, "turbofile": _turbofile, "builtin": _builtin,
+    "builtin-seq": _builtin_seq, "open-write": _open_write, "builtin-write": _builtin_write,
+}
+
+
+async def run(name: str, path: str, reads: int, size: int = BLOCK) -> int:
+    """Runs the contender ``name``: the bytes it read (or wrote)."""
+    return await CONTENDERS[name](path, reads, size)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("contender", choices=["aread", "open", "open-seq", "turbofile", "builtin", "builtin-seq",
-                                          "open-write", "builtin-write"])
+    ap.add_argument("contender", choices=list(CONTENDERS))
     ap.add_argument("reads", type=int, help="how many reads (or writes)")
     ap.add_argument("--file", default=None,
                     help="the file read (bench-data/py-peers-256m.dat), or written (per-write.dat)")
