@@ -1,5 +1,5 @@
 //! Sets pyo3's `Py_3_*` configuration flags for the Python the module is
-//! built for: [`ready`](src/ready.rs) fills the `am_send` slot, which
+//! built for: `src/call.rs` fills the `am_send` slot, which
 //! exists from Python 3.10 on.
 
 fn main() {

@@ -304,7 +304,7 @@ class RingProactor:
     def _release(self, token: int) -> None:
         conn = self._held.pop(token, None)
         if conn is not None:
-            conn._decref_socketios()  # release(conn)
+            release(conn)
 
     def _done(self, result: Any) -> futures.Future:
         fut = self._loop.create_future()

@@ -5,17 +5,17 @@
 //! `_seek`, `_tell`, or `_read_after_a_turn` when the thread's turn of the
 //! event loop is due: see [`crate::turns`]), passing its steps through.
 //!
-//! Written as `async def`s in Python, these calls paid for a coroutine
-//! (its frame, the generator made and freed, the send) on every call, the
-//! inline ones included: about 1,100 instructions of a cached 16 KiB
-//! `read`'s 8,000. A [`FileCall`] is one small object, and awaiting one
+//! An `async def` would cost a coroutine (its frame, the generator made
+//! and freed, the send) on every call, the inline ones included: about
+//! 1,100 instructions of a cached 16 KiB `read`'s 8,000
+//! (`docs/benchmarks.md`). A [`FileCall`] is one small object, and awaiting one
 //! that is served is one slot call: from Python 3.10 on, `am_send`, which
 //! hands the result back with `PYGEN_RETURN` (what `await` uses through
 //! Python 3.11, and asyncio's tasks on every version); else `__next__`,
 //! which raises `StopIteration(result)` as a finished coroutine does.
 //!
-//! The call is served at its first step, not when it is made, as the
-//! `async def` was: a call never awaited (or cancelled before it started)
+//! The call is served at its first step, not when it is made, as a
+//! coroutine's body runs: a call never awaited (or cancelled before it started)
 //! does nothing, and calls made together run in the order they are first
 //! stepped, as coroutines do. A [`FileCall`] never awaited warns of
 //! nothing where a coroutine warns "never awaited" when freed: a finaliser
@@ -277,6 +277,9 @@ unsafe extern "C" fn call_send(
     result: *mut *mut pyo3::ffi::PyObject,
 ) -> pyo3::ffi::PySendResult {
     use pyo3::ffi::PySendResult::{PYGEN_ERROR, PYGEN_NEXT, PYGEN_RETURN};
+    // (`pyo3::impl_` is the support pyo3's own macros expand to, not its
+    // stable API: the crate is held at 0.23 in `python/Cargo.toml`, and
+    // this call is to be checked again on an upgrade.)
     // SAFETY: CPython calls a type's `am_send` holding the GIL, as the
     // trampoline needs, with `slf` a `FileCall` and `result` valid for a
     // write (see `send_step`, which the trampoline calls with them).

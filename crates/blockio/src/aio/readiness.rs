@@ -10,11 +10,14 @@
 //! epoll set ([`EpollSet`]) watched by one thread, which retries the call
 //! when the socket is ready and completes the request.
 //!
-//! A socket joins the set at its first wait, edge-triggered, for every
-//! direction at once, and stays there until it closes (a socket whose
-//! owner holds a [`Registration`], as every socket of `blockio::net` on
-//! the thread-pool backend does) or until its last waiting request leaves
-//! (any other socket): a wait costs no `epoll_ctl` and an event no
+//! A socket joins the set at its first wait, edge-triggered, for the
+//! direction it waits in (one `EPOLL_CTL_MOD` adds the other direction
+//! the first time it waits in that one: watching both from the start
+//! woke the thread for every acknowledgement of sent bytes), and stays
+//! there until it closes (a socket whose owner holds a [`Registration`],
+//! as every socket of `blockio::net` on the thread-pool backend does) or
+//! until its last waiting request leaves (any other socket): a wait in a
+//! direction already watched costs no `epoll_ctl`, and an event no
 //! re-arm. Between events, what the socket is ready for is remembered
 //! ([`ReadyWord`]): a direction stays ready until a call in it says
 //! `EAGAIN` or a receive gets less than it asked for, so a request whose

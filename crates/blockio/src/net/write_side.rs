@@ -50,10 +50,12 @@
 //! than from the allocator: a stream writing large replies one after
 //! another reuses the same buffers instead of allocating one per send.
 //!
-//! A flush waits until every accepted byte is in the kernel: with the
-//! sends made at once above, that is at once, as a tokio flush; only a
-//! send that waits for room in the socket (bytes the socket refused) is
-//! waited for, so that a program that exits after a flush loses no byte.
+//! A flush waits until every accepted byte is in the kernel: on io_uring,
+//! with the sends made at once above, that is at once, as a tokio flush;
+//! only a send that waits for room in the socket (bytes the socket
+//! refused) is waited for. On the thread pool a flush waits for the
+//! queue's send, which tries the socket at once. So a program that exits
+//! after a flush loses no byte.
 //! The traits' shutdown (`poll_close`, `poll_shutdown`) and an owned
 //! write wait the same way ([`WriteSide::poll_drained`]).
 //!
@@ -633,10 +635,12 @@ impl WriteSide {
     /// Ready once every accepted byte is in the kernel (no send in flight,
     /// nothing queued), or with the error that stopped them: what a tokio
     /// flush promises, since a tokio write returns only once its bytes are
-    /// in the kernel. A write sent at once (see [`SendBook::send_inline`])
-    /// leaves nothing to wait for; only bytes the socket refused, in a
-    /// send that waits for room, are waited for, so that a program that
-    /// exits after a flush loses none of them.
+    /// in the kernel. On io_uring a write sent at once (see
+    /// [`SendBook::send_inline`]) leaves nothing to wait for; only bytes
+    /// the socket refused, in a send that waits for room, are waited for.
+    /// On the thread pool every write goes through the queue, and a flush
+    /// waits for its send (which tries the socket at once). Either way a
+    /// program that exits after a flush loses none of them.
     pub(crate) fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.poll_drained(cx)
     }
