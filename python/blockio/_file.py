@@ -64,8 +64,8 @@ from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_call_
 from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, count_copied, read_line_inline, readline_inline,
                        turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _flat, _KeptCancel
-from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept,
-                     one_at_a_time_taking_turns)
+from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
+                     one_at_a_time_kept, one_at_a_time_taking_turns)
 from ._lines import LineReader
 
 if TYPE_CHECKING:
@@ -1264,7 +1264,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         finally:
             if self._append:
                 self._at_end = True
-            elif self._pos == end or failed:
+            elif failed:
+                # (no earlier than a write behind this one, refused, left
+                # it: never past bytes that did not land)
+                self._pos = min(self._pos, pos + done)
+            elif self._pos == end:
                 self._pos = pos + done
             # (else writes made meanwhile were placed after all of this
             # one's bytes, and the position stays past theirs)
@@ -1411,7 +1415,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         if self._calls.drop_abandoned() or abandoned:
             raise RuntimeError(ABANDONED_AT_CLOSE)
 
-    @one_at_a_time
+    @one_at_a_time_closing
     async def _close(self) -> None:
         if self._file.detached:
             raise ValueError("raw stream has been detached")
