@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use blockio::aio::{AsyncFile, IoBuf, OpFuture, Slice, Withdrawal};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::fsjobs::Out;
@@ -74,7 +75,7 @@ struct Chain {
     /// nor a takeover the queue's failures: a write placed meanwhile
     /// would land at an offset planned after bytes that never landed, so
     /// it is refused ([`WriteQueue::start`]).
-    broken: Option<(u64, i64)>,
+    broken: Option<(u64, u64)>,
 }
 
 /// A write's failure no call has taken yet.
@@ -92,7 +93,9 @@ struct Placed {
     fd: RawFd,
     dup: RawFd,
     buf: RoBuf,
-    at: i64,
+    /// Its offset; `at` plus its length fits in an `i64` (checked by
+    /// [`WriteQueue::start`]), so offsets within it never overflow.
+    at: u64,
     token: u64,
     slot: Arc<Slot>,
 }
@@ -105,7 +108,7 @@ struct Running {
     file: AsyncFile,
     fd: RawFd,
     dup: RawFd,
-    at: i64,
+    at: u64,
     done: usize,
     total: usize,
     token: u64,
@@ -232,11 +235,7 @@ impl Chain {
                             Err(_) => true,
                             Ok(n) => run.done + n < run.total,
                         };
-                        let (at, fd, token) = (
-                            run.at.saturating_add_unsigned(run.done as u64),
-                            run.fd,
-                            run.token,
-                        );
+                        let (at, fd, token) = (run.at + run.done as u64, run.fd, run.token);
                         // (a write taken back ends with ECANCELED: nothing
                         // placed when it was taken back was behind it)
                         let withdrawn = self.withdrawn.contains(&token);
@@ -265,7 +264,7 @@ impl Chain {
     /// one before it left). Their calls raise; a call that never takes
     /// its result (its loop closed) has the failure reported by the
     /// file's next call. The wakers of their calls.
-    fn refuse_queued(&mut self, cause: u64, at: i64, fd: RawFd) -> Vec<Waker> {
+    fn refuse_queued(&mut self, cause: u64, at: u64, fd: RawFd) -> Vec<Waker> {
         let mut woken = Vec::new();
         while let Some(next) = self.queued.pop_front() {
             woken.extend(self.refuse(next, cause, at, fd));
@@ -275,7 +274,7 @@ impl Chain {
 
     /// Fails `placed`, not made because the write `cause` failed at `at`
     /// of `fd` before it; the waker of its call.
-    fn refuse(&mut self, placed: Placed, cause: u64, at: i64, fd: RawFd) -> Option<Waker> {
+    fn refuse(&mut self, placed: Placed, cause: u64, at: u64, fd: RawFd) -> Option<Waker> {
         let why = || {
             io::Error::other(format!(
                 "a write of {} bytes at offset {} on fd {fd} was not made: the write before it failed at \
@@ -299,8 +298,8 @@ impl Chain {
         let report = match &last {
             Err(e) => Some(copy_error(e)),
             Ok(_) if done < run.total => Some(io::Error::other(format!(
-                "a write of {} bytes at offset {} on fd {} wrote only {done}: its call ended before it could \
-                 write the rest",
+                "a write of {} bytes at offset {} on fd {} stopped after {done}: the kernel wrote 0 bytes of \
+                 the rest",
                 run.total, run.at, run.fd
             ))),
             Ok(_) => None,
@@ -326,7 +325,7 @@ impl Running {
     fn start(placed: Placed) -> Running {
         let at = placed.at;
         let total = placed.buf.bytes_len();
-        let op = placed.file.write_at(placed.buf.slice(..), offset_of(at));
+        let op = placed.file.write_at(placed.buf.slice(..), at);
         Running {
             withdrawal: op.withdrawal(),
             op,
@@ -343,15 +342,10 @@ impl Running {
 
     /// Submits the part of `buf` not written yet.
     fn resubmit(&mut self, buf: RoBuf) {
-        let at = self.at + i64::try_from(self.done).unwrap_or(0);
-        self.op = self.file.write_at(buf.slice(self.done..), offset_of(at));
+        let at = self.at + self.done as u64;
+        self.op = self.file.write_at(buf.slice(self.done..), at);
         self.withdrawal = self.op.withdrawal();
     }
-}
-
-/// An offset as the engine takes it (the caller's are never negative).
-fn offset_of(at: i64) -> u64 {
-    u64::try_from(at).unwrap_or(0)
 }
 
 /// `e` again, for a second report (an `io::Error` is not `Clone`).
@@ -393,6 +387,14 @@ impl WriteQueue {
     ) -> PyResult<u64> {
         let buf = RoBuf(Lent::new(readable(data)?));
         let offset = offset_arg(offset, None)?;
+        let len = buf.bytes_len();
+        let end = u64::try_from(len).ok().and_then(|n| offset.checked_add(n));
+        if !end.is_some_and(|end| i64::try_from(end).is_ok()) {
+            return Err(PyValueError::new_err(format!(
+                "a write of {len} bytes at offset {offset} on fd {fd} would end past the largest file offset ({})",
+                i64::MAX
+            )));
+        }
         let core = core.borrow();
         let flags = fd_flags(fd);
         let aio = core.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
@@ -423,7 +425,7 @@ impl WriteQueue {
             fd,
             dup,
             buf,
-            at: i64::try_from(offset).unwrap_or(i64::MAX),
+            at: offset,
             token,
             slot,
         };
@@ -467,12 +469,18 @@ impl WriteQueue {
                 }
                 (c.queued.remove(i).map(|p| p.slot), None)
             } else {
-                match &c.running {
+                let taken = match &c.running {
                     Some(run) if run.token == token && run.done == 0 && c.queued.is_empty() => {
                         (Some(Arc::clone(&run.slot)), Some(run.withdrawal.clone()))
                     }
                     _ => (None, None),
+                };
+                // (before the withdrawal: its ECANCELED may be seen on
+                // another thread before this one takes the lock again)
+                if taken.1.is_some() {
+                    c.withdrawn.push(token);
                 }
+                taken
             }
         };
         let Some(slot) = slot else {
@@ -481,8 +489,10 @@ impl WriteQueue {
         // Outside the chain's lock: a write withdrawn completes at once
         // (with ECANCELED), and its waker advances the chain. One the
         // kernel has (or that completed meanwhile) stays.
-        let was_running = running.is_some();
         if running.is_some_and(|w| !w.withdraw()) {
+            // (it stays, and completes as any write)
+            let mut c = self.writes.lock();
+            c.withdrawn.retain(|t| *t != token);
             return false;
         }
         let waker = {
@@ -496,12 +506,8 @@ impl WriteQueue {
             w.wake();
         }
         // (a write withdrawn is no failure to report: its call raises the
-        // cancellation; a running one's ECANCELED may come after this)
-        let mut c = self.writes.lock();
-        if was_running {
-            c.withdrawn.push(token);
-        }
-        c.failed.retain(|f| f.token != token);
+        // cancellation)
+        self.writes.lock().failed.retain(|f| f.token != token);
         true
     }
 

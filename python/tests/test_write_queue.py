@@ -383,3 +383,21 @@ def test_a_write_closed_after_its_queue_was_taken_over_and_freed_changes_nothing
     task.get_coro().close()
     assert c.synced == synced
     assert q._owner is None and q.free == [None]
+
+
+@BACKENDS
+def test_a_write_that_would_end_past_the_largest_offset_is_refused_naming_fd_and_offset(tmp_path, backend):
+    # (a file object's position never gets there: the kernel refuses such
+    # a seek; the queue refuses it itself rather than submit an offset
+    # that wrapped)
+    from blockio._blockio import WriteQueue
+
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        with blockio.Engine(backend=backend) as e:
+            at = 2**63 - 10
+            with pytest.raises(ValueError, match=f"a write of 100 bytes at offset {at} on fd {fd} would end past"):
+                WriteQueue().start(e._core, None, fd, b"x" * 100, at)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == b""
