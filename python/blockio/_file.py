@@ -1305,11 +1305,20 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     def _keep_unwritten(self, data: bytearray, landed: int, wpos: int) -> None:
         """Puts ``data[landed:]``, the part of a flush of ``data`` (buffered
-        from ``wpos``) that was not written, back in front of the buffer."""
+        from ``wpos``) that was not written, back in the buffer, in the
+        order of the offsets the bytes were buffered for: in front of what
+        it holds, or after it when what it holds was buffered for earlier
+        offsets (kept from an earlier flush, queued ahead of this one, that
+        failed too), so that no byte is written after bytes written after
+        it."""
         if landed >= len(data):
             return
-        self._wbuf[:0] = data[landed:]
-        self._wpos = wpos + landed
+        start = wpos + landed
+        if self._wbuf and not self._append and start > self._wpos:
+            self._wbuf += data[landed:]
+        else:
+            self._wbuf[:0] = data[landed:]
+            self._wpos = start
         if not self._append:
             self._pos = self._wpos + len(self._wbuf)
 

@@ -401,3 +401,42 @@ def test_a_write_that_would_end_past_the_largest_offset_is_refused_naming_fd_and
     finally:
         os.close(fd)
     assert (tmp_path / "f").read_bytes() == b""
+
+
+_JOINED_FLUSHES_FAIL = r"""
+import asyncio, resource, sys
+import blockio
+path, backend = sys.argv[1], sys.argv[2]
+resource.setrlimit(resource.RLIMIT_FSIZE, (12288, resource.RLIM_INFINITY))
+
+async def main():
+    engine = blockio.Engine(backend=backend)
+    async with blockio.open(path, "wb", buffering=4096, engine=engine) as f:
+        await f.seek(12288)
+        await f.write(b"0" * 100)
+        writes = [asyncio.ensure_future(f.write(r)) for r in (b"A" * 5000, b"s" * 10, b"B" * 5000)]
+        got = await asyncio.gather(*writes, return_exceptions=True)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        await f.flush()
+        at = await f.tell()
+    engine.close()
+    print(*(getattr(g, "errno", g) for g in got), at)
+
+asyncio.run(main())
+"""
+
+
+@BACKENDS
+def test_joined_flushes_that_fail_keep_what_was_buffered_in_the_order_it_was_written(tmp_path, backend):
+    """Two flushes queued one behind the other (each write larger than
+    what the buffer has room for, the second joined behind the first with
+    a small write buffered between them) fail at ``RLIMIT_FSIZE``, the
+    first with nothing written, the second refused behind it. Their writes
+    raise, and their bytes are not kept (the built-in's write whose flush
+    failed accepted none); the bytes buffered before and between them, which
+    their writes had accepted, are kept in the order they were written, and
+    land there once the limit is lifted."""
+    p = tmp_path / "f"
+    out = _run_script(_JOINED_FLUSHES_FAIL, p, backend).split()
+    assert out == ["27", "10", "5", str(12288 + 110)], out
+    assert p.read_bytes() == bytes(12288) + b"0" * 100 + b"s" * 10
