@@ -279,7 +279,15 @@ def one_at_a_time_taking_turns(method: F) -> F:
     return _in_order(method, takes_turns=True)
 
 
-def _in_order(method: F, takes_turns: bool) -> F:
+def one_at_a_time_closing(method: F) -> F:
+    """:func:`one_at_a_time` for ``close``: when it takes the queue over
+    and a write of the closed loop failed, it still runs (the file is
+    closed, what is buffered flushed), and raises that failure after it, as
+    the built-in file raises a flush error after closing."""
+    return _in_order(method, takes_turns=False, closes=True)
+
+
+def _in_order(method: F, takes_turns: bool, closes: bool = False) -> F:
     @functools.wraps(method)
     async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         q: CallQueue = self._calls
@@ -291,7 +299,13 @@ def _in_order(method: F, takes_turns: bool) -> F:
             await q._wait(turn, task)
         try:
             if turn is _TAKEN_OVER:
-                await _settle_writes(q)
+                try:
+                    await _settle_writes(q)
+                except Exception:
+                    if not closes:
+                        raise
+                    await method(self, *args, **kwargs)
+                    raise
             elif takes_turns and turn is None and q.turn_due():
                 await pause()
             return await method(self, *args, **kwargs)
@@ -300,6 +314,12 @@ def _in_order(method: F, takes_turns: bool) -> F:
             q._release(task)
 
     return cast(F, call)
+
+
+# The task of a write closed after its event loop was (see
+# `one_at_a_time_kept`): never a queue's owner, not even a free queue's
+# (``None``).
+_CLOSED_CALL = object()
 
 
 async def _settle_writes(q: CallQueue) -> None:
@@ -363,7 +383,7 @@ def one_at_a_time_kept(method: F) -> F:
             # Closed (collected) after its event loop was closed: the queue
             # stays with the write, for the next call to take over once the
             # core has finished it.
-            task = None
+            task = _CLOSED_CALL
             raise
         finally:
             if q._owner is task:  # (else taken over meanwhile, or closed: see above)

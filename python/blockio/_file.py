@@ -64,8 +64,8 @@ from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_call_
 from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, count_copied, read_line_inline, readline_inline,
                        turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _flat, _KeptCancel
-from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_kept,
-                     one_at_a_time_taking_turns)
+from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
+                     one_at_a_time_kept, one_at_a_time_taking_turns)
 from ._lines import LineReader
 
 if TYPE_CHECKING:
@@ -1264,7 +1264,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         finally:
             if self._append:
                 self._at_end = True
-            elif self._pos == end or failed:
+            elif failed:
+                # (no earlier than a write behind this one, refused, left
+                # it: never past bytes that did not land)
+                self._pos = min(self._pos, pos + done)
+            elif self._pos == end:
                 self._pos = pos + done
             # (else writes made meanwhile were placed after all of this
             # one's bytes, and the position stays past theirs)
@@ -1301,11 +1305,20 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     def _keep_unwritten(self, data: bytearray, landed: int, wpos: int) -> None:
         """Puts ``data[landed:]``, the part of a flush of ``data`` (buffered
-        from ``wpos``) that was not written, back in front of the buffer."""
+        from ``wpos``) that was not written, back in the buffer, in the
+        order of the offsets the bytes were buffered for: in front of what
+        it holds, or after it when what it holds was buffered for earlier
+        offsets (kept from an earlier flush, queued ahead of this one, that
+        failed too), so that no byte is written after bytes written after
+        it."""
         if landed >= len(data):
             return
-        self._wbuf[:0] = data[landed:]
-        self._wpos = wpos + landed
+        start = wpos + landed
+        if self._wbuf and not self._append and start > self._wpos:
+            self._wbuf += data[landed:]
+        else:
+            self._wbuf[:0] = data[landed:]
+            self._wpos = start
         if not self._append:
             self._pos = self._wpos + len(self._wbuf)
 
@@ -1411,7 +1424,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         if self._calls.drop_abandoned() or abandoned:
             raise RuntimeError(ABANDONED_AT_CLOSE)
 
-    @one_at_a_time
+    @one_at_a_time_closing
     async def _close(self) -> None:
         if self._file.detached:
             raise ValueError("raw stream has been detached")

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use blockio::aio::{AsyncFile, IoBuf, OpFuture, Slice, Withdrawal};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::fsjobs::Out;
@@ -65,10 +66,25 @@ struct Chain {
     /// Writes taken back ([`WriteQueue::withdraw`]) whose `ECANCELED`
     /// may still come: not failures.
     withdrawn: Vec<u64>,
-    /// Writes that failed or ended short, by token, until their call
-    /// takes the result ([`WriteQueue::claim`]); else reported by
-    /// [`WriteQueue::take_error`].
-    failed: Vec<(u64, io::Error)>,
+    /// Writes that failed or ended short, or were refused because of
+    /// one that did, until their call takes the result
+    /// ([`WriteQueue::claim`]); else reported by [`WriteQueue::take_error`].
+    failed: Vec<Failure>,
+    /// The write that failed or ended short (its token and the offset
+    /// where its bytes stopped) while its call has not taken its result
+    /// nor a takeover the queue's failures: a write placed meanwhile
+    /// would land at an offset planned after bytes that never landed, so
+    /// it is refused ([`WriteQueue::start`]).
+    broken: Option<(u64, u64)>,
+}
+
+/// A write's failure no call has taken yet.
+struct Failure {
+    token: u64,
+    error: io::Error,
+    /// The token of the failed write this one was refused behind (none:
+    /// it failed itself). Reported with that one's failure, not again.
+    cause: Option<u64>,
 }
 
 /// A write placed, not yet submitted.
@@ -77,7 +93,9 @@ struct Placed {
     fd: RawFd,
     dup: RawFd,
     buf: RoBuf,
-    at: i64,
+    /// Its offset; `at` plus its length fits in an `i64` (checked by
+    /// [`WriteQueue::start`]), so offsets within it never overflow.
+    at: u64,
     token: u64,
     slot: Arc<Slot>,
 }
@@ -90,7 +108,7 @@ struct Running {
     file: AsyncFile,
     fd: RawFd,
     dup: RawFd,
-    at: i64,
+    at: u64,
     done: usize,
     total: usize,
     token: u64,
@@ -217,10 +235,16 @@ impl Chain {
                             Err(_) => true,
                             Ok(n) => run.done + n < run.total,
                         };
-                        let (at, fd) = (run.at + i64::try_from(run.done).unwrap_or(0), run.fd);
+                        let (at, fd, token) = (run.at + run.done as u64, run.fd, run.token);
+                        // (a write taken back ends with ECANCELED: nothing
+                        // placed when it was taken back was behind it)
+                        let withdrawn = self.withdrawn.contains(&token);
                         woken.extend(self.finish(other));
                         if broke {
-                            woken.extend(self.refuse_queued(at, fd));
+                            if !withdrawn {
+                                self.broken = Some((token, at));
+                            }
+                            woken.extend(self.refuse_queued(token, at, fd));
                         }
                     }
                 }
@@ -240,21 +264,31 @@ impl Chain {
     /// one before it left). Their calls raise; a call that never takes
     /// its result (its loop closed) has the failure reported by the
     /// file's next call. The wakers of their calls.
-    fn refuse_queued(&mut self, at: i64, fd: RawFd) -> Vec<Waker> {
+    fn refuse_queued(&mut self, cause: u64, at: u64, fd: RawFd) -> Vec<Waker> {
         let mut woken = Vec::new();
         while let Some(next) = self.queued.pop_front() {
-            let why = || {
-                io::Error::other(format!(
-                    "a write of {} bytes at offset {} on fd {fd} was not made: the write before it \
-                     failed at offset {at}",
-                    next.buf.bytes_len(),
-                    next.at
-                ))
-            };
-            self.failed.push((next.token, why()));
-            woken.extend(next.slot.finish(Err(why())));
+            woken.extend(self.refuse(next, cause, at, fd));
         }
         woken
+    }
+
+    /// Fails `placed`, not made because the write `cause` failed at `at`
+    /// of `fd` before it; the waker of its call.
+    fn refuse(&mut self, placed: Placed, cause: u64, at: u64, fd: RawFd) -> Option<Waker> {
+        let why = || {
+            io::Error::other(format!(
+                "a write of {} bytes at offset {} on fd {fd} was not made: the write before it failed at \
+                 offset {at}",
+                placed.buf.bytes_len(),
+                placed.at
+            ))
+        };
+        self.failed.push(Failure {
+            token: placed.token,
+            error: why(),
+            cause: Some(cause),
+        });
+        placed.slot.finish(Err(why()))
     }
 
     /// Ends the write in flight with `last`, the result of its last part.
@@ -264,8 +298,8 @@ impl Chain {
         let report = match &last {
             Err(e) => Some(copy_error(e)),
             Ok(_) if done < run.total => Some(io::Error::other(format!(
-                "a write of {} bytes at offset {} on fd {} wrote only {done}: its call ended before it could \
-                 write the rest",
+                "a write of {} bytes at offset {} on fd {} stopped after {done}: the kernel wrote 0 bytes of \
+                 the rest",
                 run.total, run.at, run.fd
             ))),
             Ok(_) => None,
@@ -276,7 +310,11 @@ impl Chain {
         if let Some(i) = self.withdrawn.iter().position(|t| *t == run.token) {
             self.withdrawn.swap_remove(i);
         } else if let Some(report) = report {
-            self.failed.push((run.token, report));
+            self.failed.push(Failure {
+                token: run.token,
+                error: report,
+                cause: None,
+            });
         }
         run.slot.finish(result)
     }
@@ -287,7 +325,7 @@ impl Running {
     fn start(placed: Placed) -> Running {
         let at = placed.at;
         let total = placed.buf.bytes_len();
-        let op = placed.file.write_at(placed.buf.slice(..), offset_of(at));
+        let op = placed.file.write_at(placed.buf.slice(..), at);
         Running {
             withdrawal: op.withdrawal(),
             op,
@@ -304,15 +342,10 @@ impl Running {
 
     /// Submits the part of `buf` not written yet.
     fn resubmit(&mut self, buf: RoBuf) {
-        let at = self.at + i64::try_from(self.done).unwrap_or(0);
-        self.op = self.file.write_at(buf.slice(self.done..), offset_of(at));
+        let at = self.at + self.done as u64;
+        self.op = self.file.write_at(buf.slice(self.done..), at);
         self.withdrawal = self.op.withdrawal();
     }
-}
-
-/// An offset as the engine takes it (the caller's are never negative).
-fn offset_of(at: i64) -> u64 {
-    u64::try_from(at).unwrap_or(0)
 }
 
 /// `e` again, for a second report (an `io::Error` is not `Clone`).
@@ -354,6 +387,14 @@ impl WriteQueue {
     ) -> PyResult<u64> {
         let buf = RoBuf(Lent::new(readable(data)?));
         let offset = offset_arg(offset, None)?;
+        let len = buf.bytes_len();
+        let end = u64::try_from(len).ok().and_then(|n| offset.checked_add(n));
+        if !end.is_some_and(|end| i64::try_from(end).is_ok()) {
+            return Err(PyValueError::new_err(format!(
+                "a write of {len} bytes at offset {offset} on fd {fd} would end past the largest file offset ({})",
+                i64::MAX
+            )));
+        }
         let core = core.borrow();
         let flags = fd_flags(fd);
         let aio = core.aio(flags != -1 && flags & libc::O_DIRECT != 0)?;
@@ -365,7 +406,11 @@ impl WriteQueue {
                 let report = copy_error(&why);
                 let batch = Pending::new(vec![failed(Yields::Count, why)], Yields::Count);
                 let token = core.start(waiter, batch);
-                self.writes.lock().failed.push((token, report));
+                self.writes.lock().failed.push(Failure {
+                    token,
+                    error: report,
+                    cause: None,
+                });
                 return Ok(token);
             }
         };
@@ -375,17 +420,26 @@ impl WriteQueue {
             batch.borrowed.push(fd);
         }
         let token = core.start(waiter, batch);
-        {
-            self.writes.lock().queued.push_back(Placed {
-                file,
-                fd,
-                dup,
-                buf,
-                at: i64::try_from(offset).unwrap_or(i64::MAX),
-                token,
-                slot,
-            });
-        }
+        let placed = Placed {
+            file,
+            fd,
+            dup,
+            buf,
+            at: offset,
+            token,
+            slot,
+        };
+        let refused = {
+            let mut c = self.writes.lock();
+            match c.broken {
+                Some((cause, at)) => c.refuse(placed, cause, at, fd),
+                None => {
+                    c.queued.push_back(placed);
+                    None
+                }
+            }
+        };
+        refused.into_iter().for_each(Waker::wake);
         self.writes.kick();
         Ok(token)
     }
@@ -399,22 +453,34 @@ impl WriteQueue {
     }
 
     /// Takes back the write of the batch `token` (whose call was
-    /// cancelled) if no byte of it has reached the kernel: it is never
-    /// performed, and its batch ends (with `ECANCELED`, reported to
-    /// nobody). Whether it was taken back; false once the kernel has a
-    /// part of it (its call waits for it to finish).
+    /// cancelled) if no byte of it has reached the kernel and no write is
+    /// queued behind it: it is never performed, and its batch ends (with
+    /// `ECANCELED`, reported to nobody). Whether it was taken back; false
+    /// once the kernel has a part of it, or while a write is queued
+    /// behind it (planned after its bytes, that one would land past a
+    /// hole): its call then waits for it to finish, as for a write kept.
     fn withdraw(&self, token: u64) -> bool {
         let (slot, running) = {
             let mut c = self.writes.lock();
+            let last = c.queued.len().checked_sub(1);
             if let Some(i) = c.queued.iter().position(|p| p.token == token) {
+                if Some(i) != last {
+                    return false;
+                }
                 (c.queued.remove(i).map(|p| p.slot), None)
             } else {
-                match &c.running {
-                    Some(run) if run.token == token && run.done == 0 => {
+                let taken = match &c.running {
+                    Some(run) if run.token == token && run.done == 0 && c.queued.is_empty() => {
                         (Some(Arc::clone(&run.slot)), Some(run.withdrawal.clone()))
                     }
                     _ => (None, None),
+                };
+                // (before the withdrawal: its ECANCELED may be seen on
+                // another thread before this one takes the lock again)
+                if taken.1.is_some() {
+                    c.withdrawn.push(token);
                 }
+                taken
             }
         };
         let Some(slot) = slot else {
@@ -423,8 +489,10 @@ impl WriteQueue {
         // Outside the chain's lock: a write withdrawn completes at once
         // (with ECANCELED), and its waker advances the chain. One the
         // kernel has (or that completed meanwhile) stays.
-        let was_running = running.is_some();
         if running.is_some_and(|w| !w.withdraw()) {
+            // (it stays, and completes as any write)
+            let mut c = self.writes.lock();
+            c.withdrawn.retain(|t| *t != token);
             return false;
         }
         let waker = {
@@ -438,30 +506,37 @@ impl WriteQueue {
             w.wake();
         }
         // (a write withdrawn is no failure to report: its call raises the
-        // cancellation; a running one's ECANCELED may come after this)
-        let mut c = self.writes.lock();
-        if was_running {
-            c.withdrawn.push(token);
-        }
-        c.failed.retain(|(t, _)| *t != token);
+        // cancellation)
+        self.writes.lock().failed.retain(|f| f.token != token);
         true
     }
 
     /// The call of the write of the batch `token` has its result: a
-    /// failure of it is not reported again.
+    /// failure of it is not reported again, and writes placed from now
+    /// on are made again (its call moved the position back to where its
+    /// bytes stopped).
     fn claim(&self, token: u64) {
-        self.writes.lock().failed.retain(|(t, _)| *t != token);
+        let mut c = self.writes.lock();
+        c.failed.retain(|f| f.token != token);
+        if c.broken.is_some_and(|(t, _)| t == token) {
+            c.broken = None;
+        }
     }
 
     /// The failure (or short write) of a write whose call never took its
     /// result, its call's event loop closed: raised once, by the file's
-    /// next call or its close.
+    /// next call or its close, for the takeover that settled the queue.
+    /// The writes refused behind the same failed write are that one loss,
+    /// not reported again; writes placed from now on are made again.
     fn take_error(&self) -> Option<PyErr> {
         let mut c = self.writes.lock();
+        c.broken = None;
         if c.failed.is_empty() {
             return None;
         }
-        let (_, report) = c.failed.remove(0);
-        Some(io_err(report))
+        let first = c.failed.remove(0);
+        let root = first.cause.unwrap_or(first.token);
+        c.failed.retain(|f| f.cause != Some(root));
+        Some(io_err(first.error))
     }
 }

@@ -275,3 +275,45 @@ def test_writes_begun_when_every_task_is_cancelled_all_land_in_order(tmp_path, b
             run(main())
             assert run(after()) == sum(map(len, records)), trial
             assert p.read_bytes() == b"".join(records), trial
+
+
+@BACKENDS
+@pytest.mark.parametrize("cancelled", [0, 1])
+def test_a_cancelled_write_with_writes_queued_behind_it_is_kept(monkeypatch, tmp_path, backend, cancelled):
+    # Three writes wait in the file's write queue (the first for the
+    # engine's one slot, held by a read of an empty pipe); the first or
+    # the second is cancelled, and its grace period (none here) is over
+    # before the slot frees. It is not taken back: the writes behind it
+    # were planned after its bytes, and would land past a hole, or be
+    # refused as if it had failed. It runs, as a write the kernel has
+    # does, and its call raises the cancellation once it has landed.
+    monkeypatch.setattr("blockio._aio.CANCEL_GRACE", 0.0)
+    monkeypatch.setattr("blockio._engine.CANCEL_GRACE", 0.0)
+    p = tmp_path / "out"
+    records = [bytes([65 + k]) * 1000 for k in range(3)]
+    r, w = os.pipe()
+
+    async def main():
+        async with blockio.open(p, "wb", buffering=0, engine=e) as f:
+            read = asyncio.ensure_future(e.aread_batch(r, offsets=[0], length=10))
+            await asyncio.sleep(0)
+            writes = [asyncio.ensure_future(f.write(rec)) for rec in records]
+            for _ in range(3):
+                await asyncio.sleep(0)
+            writes[cancelled].cancel()
+            for _ in range(3):
+                await asyncio.sleep(0)  # (the cancelled call's withdrawal, refused)
+            os.write(w, b"x")
+            assert await read == [b"x"]
+            got = await asyncio.gather(*writes, return_exceptions=True)
+            assert isinstance(got[cancelled], asyncio.CancelledError), got
+            assert [g for k, g in enumerate(got) if k != cancelled] == [1000, 1000], got
+            assert await f.tell() == 3000
+
+    try:
+        with blockio.Engine(backend=backend, queue_depth=1) as e:
+            asyncio.run(main())
+    finally:
+        os.close(r)
+        os.close(w)
+    assert p.read_bytes() == b"".join(records)

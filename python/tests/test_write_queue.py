@@ -219,3 +219,224 @@ def test_writes_queued_behind_one_that_fails_are_not_made(tmp_path, backend):
     assert "was not made: the write before it failed at offset 12288" in rest, out.stdout
     assert int(rest.split()[-1]) == 12288, out.stdout
     assert p.read_bytes() == b"a" * 8192 + b"b" * 4096
+
+
+def _run_script(script, *args):
+    """Runs ``script`` in a new interpreter with ``args``: its output."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+_REFUSED_AT_THE_LIMIT = r"""
+import asyncio, resource, sys
+import blockio
+path, backend = sys.argv[1], sys.argv[2]
+resource.setrlimit(resource.RLIMIT_FSIZE, (12288, resource.RLIM_INFINITY))
+
+async def main():
+    engine = blockio.Engine(backend=backend)
+    async with blockio.open(path, "wb", buffering=0, engine=engine) as f:
+        await f.seek(12288)
+        writes = [asyncio.ensure_future(f.write(r)) for r in (b"x" * 100, b"y" * 100, b"z" * 100)]
+        got = await asyncio.gather(*writes, return_exceptions=True)
+        at = await f.tell()
+    engine.close()
+    print(*(getattr(g, "errno", "-") for g in got), at)
+
+asyncio.run(main())
+"""
+
+
+@BACKENDS
+def test_writes_refused_behind_a_failed_one_leave_the_position_where_the_bytes_stopped(tmp_path, backend):
+    """The first write fails with nothing written (at ``RLIMIT_FSIZE``:
+    ``EFBIG``), the two behind it are refused: each call raises, and the
+    position stays where the failed write began, not at the planned
+    offset of the last refused one, past bytes that never landed."""
+    p = tmp_path / "f"
+    out = _run_script(_REFUSED_AT_THE_LIMIT, p, backend).split()
+    assert out == ["27", "5", "5", "12288"], out  # (EFBIG; the refusals, EIO)
+    assert p.read_bytes() == b""
+
+
+_LOST_BEHIND_A_FAILURE = r"""
+import asyncio, resource, sys
+import blockio
+path, backend = sys.argv[1], sys.argv[2]
+resource.setrlimit(resource.RLIMIT_FSIZE, (12288, resource.RLIM_INFINITY))
+
+def run(coro):
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+async def begin(f, records):
+    for r in records:
+        asyncio.ensure_future(f.write(r))
+    await asyncio.sleep(0)
+
+async def tell(f):
+    try:
+        return await f.tell()
+    except OSError as e:
+        return "%s:%s" % (e.errno, e)
+
+async def seek_and_close(f):
+    await f.seek(0)
+    await f.close()
+
+engine = blockio.Engine(backend=backend)
+f = run(blockio.open(path, "wb", buffering=0, engine=engine))
+run(begin(f, [b"a" * 8192, b"b" * 8192, b"c" * 100, b"d" * 100]))
+first = run(tell(f))
+run(f.seek(0))
+run(begin(f, [b"z"]))
+second = run(tell(f))
+run(f.close())
+engine.close()
+print(repr(first))
+print(repr(second))
+"""
+
+
+@BACKENDS
+def test_a_failure_whose_call_never_ended_is_reported_once_with_the_writes_it_refused(tmp_path, backend):
+    """Four writes of a closed loop: the second fails part-way (``EFBIG``),
+    the two behind it are refused. The next call raises that failure;
+    the refusals it caused are not raised again by a later call (here the
+    ``tell`` taking over the next write of a closed loop)."""
+    p = tmp_path / "f"
+    first, second = _run_script(_LOST_BEHIND_A_FAILURE, p, backend).splitlines()
+    assert first.startswith("'27:"), first
+    assert second == "1", second
+    assert p.read_bytes()[:1] == b"z"
+
+
+@BACKENDS
+def test_close_taking_over_from_a_failed_write_closes_the_file_then_raises(tmp_path, backend):
+    # As above (a read-only descriptor underneath, the write's loop
+    # closed), but close() is the call that takes the queue over: it
+    # closes the file and its descriptor, then raises the write's failure.
+    p = tmp_path / "out"
+    p.write_bytes(b"")
+    fds = []
+
+    def opener(path, flags):
+        fds.append(os.open(path, os.O_RDONLY))
+        return fds[-1]
+
+    with blockio.Engine(backend=backend) as e:
+        f = _begin_writes_then_close_the_loop(
+            asyncio.new_event_loop, lambda: blockio.open(p, "wb", buffering=0, opener=opener, engine=e), [b"x"])
+
+        async def after():
+            with pytest.raises(OSError) as raised:
+                await f.close()
+            return raised.value.errno
+
+        assert _run(asyncio.new_event_loop, after()) == 9  # EBADF
+        assert f.closed
+        with pytest.raises(OSError):
+            os.fstat(fds[0])
+
+
+def test_a_write_closed_after_its_queue_was_taken_over_and_freed_changes_nothing():
+    """The coroutine of a write whose loop was closed, closed (collected)
+    only after another call took the queue over and freed it, neither
+    syncs the offset nor frees the queue a second time."""
+    from blockio._calls import CallQueue, one_at_a_time, one_at_a_time_kept
+
+    class Calls:
+        def __init__(self):
+            self._calls = CallQueue()
+            self.synced = 0
+
+        def _sync_offset(self):
+            self.synced += 1
+
+        @one_at_a_time_kept
+        async def write(self, never):
+            await never
+
+        @one_at_a_time
+        async def tell(self):
+            return 0
+
+    c = Calls()
+
+    async def begin():
+        never = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(c.write(never))
+        await asyncio.sleep(0)
+        return task
+
+    task = _run(asyncio.new_event_loop, begin())
+    assert _run(asyncio.new_event_loop, c.tell()) == 0
+    synced, q = c.synced, c._calls
+    assert q._owner is None and q.free == [None]
+    task.get_coro().close()
+    assert c.synced == synced
+    assert q._owner is None and q.free == [None]
+
+
+@BACKENDS
+def test_a_write_that_would_end_past_the_largest_offset_is_refused_naming_fd_and_offset(tmp_path, backend):
+    # (a file object's position never gets there: the kernel refuses such
+    # a seek; the queue refuses it itself rather than submit an offset
+    # that wrapped)
+    from blockio._blockio import WriteQueue
+
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        with blockio.Engine(backend=backend) as e:
+            at = 2**63 - 10
+            with pytest.raises(ValueError, match=f"a write of 100 bytes at offset {at} on fd {fd} would end past"):
+                WriteQueue().start(e._core, None, fd, b"x" * 100, at)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == b""
+
+
+_JOINED_FLUSHES_FAIL = r"""
+import asyncio, resource, sys
+import blockio
+path, backend = sys.argv[1], sys.argv[2]
+resource.setrlimit(resource.RLIMIT_FSIZE, (12288, resource.RLIM_INFINITY))
+
+async def main():
+    engine = blockio.Engine(backend=backend)
+    async with blockio.open(path, "wb", buffering=4096, engine=engine) as f:
+        await f.seek(12288)
+        await f.write(b"0" * 100)
+        writes = [asyncio.ensure_future(f.write(r)) for r in (b"A" * 5000, b"s" * 10, b"B" * 5000)]
+        got = await asyncio.gather(*writes, return_exceptions=True)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        await f.flush()
+        at = await f.tell()
+    engine.close()
+    print(*(getattr(g, "errno", g) for g in got), at)
+
+asyncio.run(main())
+"""
+
+
+@BACKENDS
+def test_joined_flushes_that_fail_keep_what_was_buffered_in_the_order_it_was_written(tmp_path, backend):
+    """Two flushes queued one behind the other (each write larger than
+    what the buffer has room for, the second joined behind the first with
+    a small write buffered between them) fail at ``RLIMIT_FSIZE``, the
+    first with nothing written, the second refused behind it. Their writes
+    raise, and their bytes are not kept (the built-in's write whose flush
+    failed accepted none); the bytes buffered before and between them, which
+    their writes had accepted, are kept in the order they were written, and
+    land there once the limit is lifted."""
+    p = tmp_path / "f"
+    out = _run_script(_JOINED_FLUSHES_FAIL, p, backend).split()
+    assert out == ["27", "10", "5", str(12288 + 110)], out
+    assert p.read_bytes() == bytes(12288) + b"0" * 100 + b"s" * 10
