@@ -150,6 +150,12 @@ class FileCall(Coroutine[object, object, _T]):
     """A file's ``read``, ``seek`` or ``tell``: a coroutine whose first
     step serves the call inline when it can, else runs its queued call."""
 
+    @property
+    def __name__(self) -> str:
+        """The method's name (``read``, ``seek``, ``tell``)."""
+    @property
+    def __qualname__(self) -> str:
+        """``AsyncFile.`` and the method's name."""
     def __await__(self) -> Generator[object, None, _T]: ...
     def __iter__(self) -> "FileCall[_T]": ...
     def __next__(self) -> object: ...

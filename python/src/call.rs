@@ -67,13 +67,21 @@ enum Step {
 #[pyclass(module = "blockio._blockio")]
 pub(crate) struct FileCall {
     state: State,
+    /// The method's name (`read`, `seek`, `tell`), for `__name__` and
+    /// `__qualname__`, which asyncio puts in a task's repr.
+    name: &'static str,
 }
 
 impl FileCall {
     /// A `FileCall` of `op` on `file`, not started.
     pub(crate) fn make(file: &Bound<'_, FileState>, op: Op) -> PyResult<PyObject> {
+        let name = match op {
+            Op::Read(_) => "read",
+            Op::Seek(..) => "seek",
+            Op::Tell => "tell",
+        };
         let state = State::Start(file.clone().unbind(), op);
-        Ok(Bound::new(file.py(), FileCall { state })?
+        Ok(Bound::new(file.py(), FileCall { state, name })?
             .into_any()
             .unbind())
     }
@@ -175,6 +183,18 @@ fn reused() -> PyErr {
 
 #[pymethods]
 impl FileCall {
+    /// The method's name, as a coroutine's `__name__` is its function's.
+    #[getter]
+    fn __name__(&self) -> &'static str {
+        self.name
+    }
+
+    /// `AsyncFile.` and the method's name, as a coroutine's `__qualname__`.
+    #[getter]
+    fn __qualname__(&self) -> String {
+        format!("AsyncFile.{}", self.name)
+    }
+
     fn __await__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
     }

@@ -110,6 +110,27 @@ def test_file_calls_run_as_asyncio_tasks(path, engine, loop_name):
     assert got == (DATA[:4], DATA[4:8], DATA[8:12], [20, 20, DATA[20:22]])
 
 
+def test_file_calls_are_named_as_their_methods(path, engine):
+    """A call's ``__name__`` and ``__qualname__`` are its method's, as a
+    coroutine's are its function's: a task running one says which call it
+    runs in its repr (not ``<FileCall without __name__>``)."""
+
+    async def main():
+        async with blockio.open(path, "rb", buffering=0, engine=engine) as f:
+            calls = [f.read(1), f.seek(0), f.tell()]
+            names = [(c.__name__, c.__qualname__) for c in calls]
+            task = asyncio.ensure_future(calls[0])
+            shown = repr(task)
+            await task
+            for c in calls[1:]:
+                await c
+            return names, shown
+
+    names, shown = run("asyncio", main)
+    assert names == [("read", "AsyncFile.read"), ("seek", "AsyncFile.seek"), ("tell", "AsyncFile.tell")]
+    assert "AsyncFile.read()" in shown, shown
+
+
 def test_file_calls_step_as_coroutines(path, engine):
     async def main():
         async with blockio.open(path, "rb", buffering=0, engine=engine) as f:
