@@ -104,11 +104,13 @@ impl EpollSet {
         readable: bool,
         writable: bool,
     ) -> io::Result<()> {
-        #[cfg(test)]
-        self.ctls.fetch_add(1, Ordering::Relaxed);
-        let flags = watched(readable, writable);
-        epoll::add(&self.epoll, socket, EventData::new_u64(key), flags)?;
-        Ok(())
+        self.ctl(
+            |e, s, d, f| epoll::add(e, s, d, f),
+            socket,
+            key,
+            readable,
+            writable,
+        )
     }
 
     /// Watches `socket`, in the set under `key`, for what is asked now,
@@ -120,10 +122,33 @@ impl EpollSet {
         readable: bool,
         writable: bool,
     ) -> io::Result<()> {
+        self.ctl(
+            |e, s, d, f| epoll::modify(e, s, d, f),
+            socket,
+            key,
+            readable,
+            writable,
+        )
+    }
+
+    /// [`add`](Self::add) or [`modify`](Self::modify), as `op` is: one
+    /// `epoll_ctl` (counted in the tests).
+    fn ctl(
+        &self,
+        op: fn(&OwnedFd, BorrowedFd<'_>, EventData, EventFlags) -> rustix::io::Result<()>,
+        socket: BorrowedFd<'_>,
+        key: u64,
+        readable: bool,
+        writable: bool,
+    ) -> io::Result<()> {
         #[cfg(test)]
         self.ctls.fetch_add(1, Ordering::Relaxed);
-        let flags = watched(readable, writable);
-        epoll::modify(&self.epoll, socket, EventData::new_u64(key), flags)?;
+        op(
+            &self.epoll,
+            socket,
+            EventData::new_u64(key),
+            watched(readable, writable),
+        )?;
         Ok(())
     }
 
