@@ -1,4 +1,3 @@
-import os
 import random
 
 import pytest
@@ -22,3 +21,13 @@ def engine(request):
     e = blockio.Engine(backend=request.param)
     yield e
     e.close()
+
+
+@pytest.fixture(params=["uring", "epoll"])
+def loop(request, monkeypatch):
+    """blockio's event loop on each backend, closed after the test."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "threads" if request.param == "epoll" else "uring")
+    lp = blockio.new_event_loop()
+    assert lp.backend == request.param
+    yield lp
+    lp.close()

@@ -16,17 +16,7 @@ import struct
 
 import pytest
 
-import blockio
 from waits import DEADLINE, await_until
-
-
-@pytest.fixture(params=["uring", "epoll"])
-def loop(request, monkeypatch):
-    monkeypatch.setenv("BLOCKIO_BACKEND", "threads" if request.param == "epoll" else "uring")
-    lp = blockio.new_event_loop()
-    assert lp.backend == request.param
-    yield lp
-    lp.close()
 
 
 def _pairs(n):

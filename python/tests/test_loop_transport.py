@@ -18,15 +18,6 @@ from blockio import _proactor
 from waits import await_until
 
 
-@pytest.fixture(params=["uring", "epoll"])
-def loop(request, monkeypatch):
-    monkeypatch.setenv("BLOCKIO_BACKEND", "threads" if request.param == "epoll" else "uring")
-    lp = blockio.new_event_loop()
-    assert lp.backend == request.param
-    yield lp
-    lp.close()
-
-
 class Echo(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport = transport

@@ -58,6 +58,16 @@ def _tell_and_close(new_loop, f):
     return _run(new_loop, main())
 
 
+def _assert_every_write_lands(new_loop, p, open_file, records, trial, head=b""):
+    """Writes ``records`` as `_begin_writes_then_close_the_loop` does, on
+    the file ``open_file`` opens at ``p``: ``tell()`` in a new loop is past
+    them all, ``close()`` succeeds, and ``p`` holds ``head`` then them, in
+    order (``trial`` named if not)."""
+    f = _begin_writes_then_close_the_loop(new_loop, open_file, records)
+    assert _tell_and_close(new_loop, f) == len(head) + sum(map(len, records)), trial
+    assert p.read_bytes() == head + b"".join(records), trial
+
+
 @BACKENDS
 @LOOPS
 @pytest.mark.parametrize("count", [2, 20])
@@ -66,10 +76,7 @@ def test_writes_begun_before_the_loop_closes_all_land_in_order(tmp_path, backend
         for trial in range(TRIALS):
             p = tmp_path / f"out{trial}"
             records = [b"%03d:%04d\n" % (k, trial) for k in range(count)]
-            f = _begin_writes_then_close_the_loop(
-                new_loop, lambda: blockio.open(p, "wb", buffering=0, engine=e), records)
-            assert _tell_and_close(new_loop, f) == sum(map(len, records)), trial
-            assert p.read_bytes() == b"".join(records), trial
+            _assert_every_write_lands(new_loop, p, lambda: blockio.open(p, "wb", buffering=0, engine=e), records, trial)
 
 
 @BACKENDS
@@ -81,10 +88,8 @@ def test_buffered_writes_larger_than_the_buffer_begun_before_the_loop_closes_all
         for trial in range(TRIALS):
             p = tmp_path / f"out{trial}"
             records = [bytes([65 + k]) * (1500 + 700 * k) for k in range(8)]
-            f = _begin_writes_then_close_the_loop(
-                new_loop, lambda: blockio.open(p, "wb", buffering=4096, engine=e), records)
-            assert _tell_and_close(new_loop, f) == sum(map(len, records)), trial
-            assert p.read_bytes() == b"".join(records), trial
+            _assert_every_write_lands(new_loop, p, lambda: blockio.open(p, "wb", buffering=4096, engine=e), records,
+                                      trial)
 
 
 @BACKENDS
@@ -95,10 +100,8 @@ def test_appends_begun_before_the_loop_closes_all_land_in_order(tmp_path, backen
             p = tmp_path / f"out{trial}"
             p.write_bytes(b"head\n")
             records = [b"%03d\n" % k for k in range(20)]
-            f = _begin_writes_then_close_the_loop(
-                new_loop, lambda: blockio.open(p, "ab", buffering=0, engine=e), records)
-            assert _tell_and_close(new_loop, f) == 5 + sum(map(len, records)), trial
-            assert p.read_bytes() == b"head\n" + b"".join(records), trial
+            _assert_every_write_lands(new_loop, p, lambda: blockio.open(p, "ab", buffering=0, engine=e), records, trial,
+                                      head=b"head\n")
 
 
 @BACKENDS
