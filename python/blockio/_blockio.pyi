@@ -2,7 +2,7 @@
 
 import sys
 from asyncio import Future
-from typing import Coroutine, Generator, List, Literal, Optional, Sequence, Tuple, Type, TypeVar, Union, final
+from typing import Callable, Coroutine, Generator, List, Literal, Optional, Sequence, Set, Tuple, Type, TypeVar, Union, final
 
 from typing_extensions import disjoint_base
 
@@ -20,7 +20,7 @@ else:
 
 __all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
-           "read_line_inline", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
+           "read_line_inline", "read_stream_inline", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
 
 #: ``queue_depth`` when none is given: the Rust engines' default
@@ -89,6 +89,9 @@ class FileState:
     _stream_write: Optional[_StreamCall]
     _stream_poll: Optional[_StreamCall]
     _poll_wake: Optional[Tuple[int, int]]
+    #: What ends the readiness waits of a stream the file owns (None: not
+    #: such a stream, or closing).
+    _stream_waits: Optional[Set[Callable[[], None]]]
     #: A stream's line reads: whether reads never wait, what the last left.
     _line_by_byte: bool
     _line_note: Union[OSError, _LineNote, None]
@@ -294,3 +297,4 @@ def after_fork() -> None: ...
 def bench_engine(fd: int, file_size: int, block: int, in_flight: int, seconds: float) -> float: ...
 def exiting() -> None: ...
 def read_line_inline(fd: int, limit: int) -> Tuple[bytes, int, int]: ...
+def read_stream_inline(fd: int, size: int) -> Optional[bytes]: ...

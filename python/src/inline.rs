@@ -105,7 +105,9 @@ pub(crate) struct FileState {
     #[pyo3(get, set, name = "_append")]
     append: bool,
     /// Not seekable (a pipe, socket or terminal): read and written in
-    /// order, on threads (`_StreamCall`), with no position.
+    /// order, with no position; read on the loop's thread when the file
+    /// owns the descriptor (`AsyncFile._read_owned_stream`), else on
+    /// threads (`_StreamCall`), as its writes are.
     #[pyo3(get, set, name = "_stream")]
     stream: bool,
     /// Bytes read from a stream beyond what the read that got them asked
@@ -126,6 +128,11 @@ pub(crate) struct FileState {
     /// tuple of its two descriptors, or `None`).
     #[pyo3(get, set, name = "_poll_wake")]
     poll_wake: PyObject,
+    /// What ends the waits of a stream that its file owns for readiness in
+    /// the event loop's poll (a set of functions, which `close` calls), or
+    /// `None`: not a stream the file owns, or closing.
+    #[pyo3(get, set, name = "_stream_waits")]
+    stream_waits: PyObject,
     /// The stream takes reads that never wait (not a FIFO or a terminal).
     #[pyo3(get, set, name = "_line_by_byte")]
     line_by_byte: bool,
@@ -196,6 +203,7 @@ impl FileState {
             stream_write: none(),
             stream_poll: none(),
             poll_wake: none(),
+            stream_waits: none(),
             line_by_byte: true,
             line_note: none(),
             file: none(),
@@ -405,6 +413,7 @@ impl FileState {
             &mut self.stream_write,
             &mut self.stream_poll,
             &mut self.poll_wake,
+            &mut self.stream_waits,
             &mut self.line_note,
             &mut self.file,
             &mut self.engine,
@@ -427,13 +436,14 @@ fn nothing(py: Python<'_>) -> PyObject {
 impl FileState {
     /// The Python objects held besides the buffers and what the calls
     /// served inline use (for the cycle collector).
-    fn objects(&self) -> [&PyObject; 11] {
+    fn objects(&self) -> [&PyObject; 12] {
         [
             &self.carry,
             &self.stream_read,
             &self.stream_write,
             &self.stream_poll,
             &self.poll_wake,
+            &self.stream_waits,
             &self.line_note,
             &self.file,
             &self.engine,

@@ -36,8 +36,8 @@
 //! the GIL), `inline` (a binary file object's whole state, and its
 //! `seek`, `read`, `readline`, `tell` and `write` served inline from it),
 //! `wqueue` (a file object's writes, queued and carried out in order by
-//! the core itself, whether or not Python runs again), `stream` (a line of an unbuffered pipe or
-//! socket, read a byte at a time without waiting), `event_loop` (the ring
+//! the core itself, whether or not Python runs again), `stream` (reads of an unbuffered pipe or
+//! socket that never wait: a line, a byte at a time, or up to a size), `event_loop` (the ring
 //! of `blockio.new_event_loop()`'s proactor: socket and pipe operations
 //! as completions), `bench` (a benchmark baseline).
 //!
@@ -112,5 +112,6 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_engine, m)?)?;
     m.add_function(wrap_pyfunction!(gil::exiting, m)?)?;
     m.add_function(wrap_pyfunction!(stream::read_line_inline, m)?)?;
+    m.add_function(wrap_pyfunction!(stream::read_stream_inline, m)?)?;
     Ok(())
 }

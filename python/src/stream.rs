@@ -1,21 +1,26 @@
-//! A line of an unbuffered stream (a pipe or a socket), read as the
-//! built-in `FileIO.readline` reads it: one byte per read, so that no
-//! byte past the line is taken from the stream, and whoever reads the
-//! descriptor next (a child given the number) sees the rest.
+//! Reads of an unbuffered stream (a pipe or a socket) that never wait,
+//! made on the event loop's thread: a line read as the built-in
+//! `FileIO.readline` reads it ([`read_line`]), and one read of up to a
+//! size ([`read_stream_inline`]), which a file that owns its descriptor
+//! makes in place of a read waiting in the kernel.
 //!
-//! The reads never wait: each is a `preadv2(RWF_NOWAIT)` of one byte, made
-//! on the event loop's thread, and the call returns as soon as the stream
-//! has nothing more to give, saying so ([`Stop::Wait`]); the Python layer
-//! then waits for the stream to be readable on a thread of its own, which
-//! takes nothing from the stream, so a wait given up (a cancelled
-//! `readline`) loses no byte and holds none back. A byte per system call
-//! is what `FileIO` pays; a call takes at most [`MOST`] bytes, so that a
-//! long line never holds the event loop for long.
+//! A line is read one byte per read, so that no byte past the line is
+//! taken from the stream, and whoever reads the descriptor next (a child
+//! given the number) sees the rest.
+//!
+//! The reads never wait: each is a `preadv2(RWF_NOWAIT)`, made on the
+//! event loop's thread, and the call returns as soon as the stream has
+//! nothing more to give, saying so ([`Stop::Wait`], or `None`); the Python
+//! layer then waits for the stream to be readable, which takes nothing
+//! from the stream, so a wait given up (a cancelled `readline` or `read`)
+//! loses no byte and holds none back. A byte per system call is what
+//! `FileIO` pays for a line; a line call takes at most [`MOST`] bytes, so
+//! that a long line never holds the event loop for long.
 //!
 //! Only descriptors the kernel can read without waiting take this path:
 //! pipes made by `pipe(2)` (Linux 6.4 and later) and sockets. FIFOs opened
-//! by path and terminals refuse such reads ([`Stop::Unsupported`]), and
-//! the Python layer reads ahead there instead.
+//! by path and terminals refuse such reads ([`Stop::Unsupported`], or
+//! `EOPNOTSUPP`), and the Python layer reads them another way.
 
 use std::os::fd::RawFd;
 
@@ -121,3 +126,57 @@ pub(crate) fn read_line_inline(
     let got = read_line(fd, limit).map_err(io_err)?;
     Ok((new_bytes(py, &got.bytes)?, got.stop as u8, got.errno))
 }
+
+/// One read of up to `size` bytes of the stream `fd` that never waits
+/// (`preadv2` with `RWF_NOWAIT`, at the descriptor's own position): the
+/// bytes (empty at the stream's end), or `None` when the stream has
+/// nothing now (`EAGAIN`). Any other error raises `OSError`: `EOPNOTSUPP`
+/// for a descriptor that refuses reads that never wait (a FIFO opened by
+/// path, a terminal), which is then read another way. The memory is that
+/// of the bytes read: the buffer grows to `size` only as the kernel fills
+/// it (one page at first, then what a full read asked for again).
+#[pyfunction]
+pub(crate) fn read_stream_inline(
+    py: Python<'_>,
+    fd: RawFd,
+    size: usize,
+) -> PyResult<Option<Bound<'_, PyBytes>>> {
+    let mut buf: Vec<u8> = Vec::with_capacity(size.min(FIRST));
+    loop {
+        let room = (size - buf.len()).min(buf.capacity() - buf.len());
+        let spare = buf.spare_capacity_mut();
+        let iov = libc::iovec {
+            iov_base: spare.as_mut_ptr().cast(),
+            iov_len: room,
+        };
+        // SAFETY: one iovec over the vector's spare capacity, `room` bytes
+        // long (at most what is spare); offset -1 reads at the
+        // descriptor's own position, as read(2).
+        let n = unsafe { libc::preadv2(fd, &iov, 1, -1, libc::RWF_NOWAIT) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) if buf.is_empty() => return Ok(None),
+                _ if buf.is_empty() => return Err(io_err(e)),
+                // (what was read first is returned; the error comes again
+                // with the next read, or was a wait: nothing is lost)
+                _ => break,
+            }
+        }
+        // SAFETY: the kernel wrote `n` (at most `room`) bytes into the
+        // spare capacity.
+        unsafe { buf.set_len(buf.len() + n as usize) };
+        if n == 0 || n as usize != room || buf.len() == size {
+            break;
+        }
+        // The read filled what it was given and more is wanted: the
+        // stream may hold more (a socket's buffer, a pipe made larger).
+        buf.reserve(buf.len().min(size - buf.len()));
+    }
+    Ok(Some(new_bytes(py, &buf)?))
+}
+
+/// The buffer a [`read_stream_inline`] starts with: a pipe's default
+/// capacity, which one read of a full pipe fills.
+const FIRST: usize = 64 << 10;

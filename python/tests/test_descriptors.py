@@ -7,6 +7,7 @@ opened later under the same number. Each run is a child process with its
 own limit."""
 
 import asyncio
+import errno
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import textwrap
 import pytest
 
 import blockio
+from waits import await_until, watched
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 WATCHDOG = 120  # seconds: far beyond any run that works
@@ -200,3 +202,170 @@ def test_open_fails_with_emfile_when_the_engine_cannot_be_made(tmp_path, backend
     """, backend, tmp_path)
     assert code == 0 and out.startswith("ok"), out
     assert (tmp_path / "out").read_bytes() == b"later\n"
+
+
+@BACKENDS
+@pytest.mark.parametrize("kw,call,want", [
+    (", buffering=0", "f.read(100)", b"hi\n"),
+    ("", "f.readline()", b"hi\n"),
+])
+def test_pipes_read_at_once_up_to_the_descriptor_limit(tmp_path, backend, kw, call, want):
+    """Under a limit of 1,024 descriptors, 450 pipes (900 descriptors),
+    each read end in a ``blockio.open`` file with one read waiting for
+    bytes: the waiting reads hold no descriptor and no thread each (they
+    wait in the event loop's poll), nor any place in the engine's bound
+    on operations in flight (a file written meanwhile is written), and
+    every read gets its pipe's bytes once they come. (When each waiting
+    read held a duplicate descriptor and a thread, about 340 of the 450
+    reads failed with EMFILE.)"""
+    code, out = run_limited(f"""
+        import asyncio, os, resource, sys
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from waits import await_until, watched
+        import blockio
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+        def count(what):
+            return len(os.listdir(f"/proc/self/{{what}}"))
+
+        async def main():
+            pipes = [os.pipe() for _ in range(450)]
+            files = [await blockio.open(r, "rb"{kw}) for r, w in pipes]
+            fds, threads = count("fd"), count("task")
+            tasks = [asyncio.ensure_future({call}) for f in files]
+            await await_until(lambda: watched(*(r for r, w in pipes)), "every read waits for its pipe")
+            more_fds, more_threads = count("fd") - fds, count("task") - threads
+            async with blockio.open("out", "wb", buffering=0) as g:
+                await asyncio.wait_for(g.write(b"x" * 100000), 30)
+            for r, w in pipes:
+                os.write(w, b"hi\\n")
+            got = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+            bad = [g for g in got if g != {want!r}]
+            for f in files:
+                await f.close()
+            for r, w in pipes:
+                os.close(w)
+            print(len(bad), bad[:3], "more descriptors:", more_fds, "more threads:", more_threads)
+
+        asyncio.run(main())
+    """, backend, tmp_path)
+    assert code == 0 and out.startswith("0 [] more descriptors: 0 more threads: "), out
+    assert int(out.split("more threads:")[1]) < 8, out
+    assert (tmp_path / "out").read_bytes() == b"x" * 100000
+
+
+async def _read100(f):
+    return await f.read(100)
+
+
+async def _readline(f):
+    return await f.readline()
+
+
+@BACKENDS
+@pytest.mark.parametrize("mode,buffering,call", [
+    ("rb", 0, _read100),
+    ("rb", 0, _readline),
+    ("rb", -1, _read100),
+    ("r", -1, _readline),
+])
+def test_close_ends_a_waiting_pipe_read_which_never_reaches_the_next_pipe(backend, mode, buffering, call):
+    """A read of a pipe waiting for bytes, then ``close()`` from another
+    task: the close does not wait for a writer; it ends the read, which
+    raises ``OSError`` (``ECANCELED``) having read nothing, then closes
+    the descriptor (a write to the old pipe fails with ``EPIPE``). A pipe
+    made next, which most often gets the same number, keeps its bytes
+    whole for its own reader: nothing of the ended read reaches it.
+    (When a waiting read held the file's queue and a duplicate, the close
+    waited for the old pipe's writer.)"""
+    reused = 0
+
+    async def main():
+        nonlocal reused
+        with blockio.Engine(backend=backend) as e:
+            for trial in range(20):
+                r, w = os.pipe()
+                f = await blockio.open(r, mode, buffering=buffering, engine=e)
+                task = asyncio.ensure_future(call(f))
+                await await_until(lambda: watched(r), "the read waits for the pipe")
+                await asyncio.wait_for(f.close(), 30)
+                with pytest.raises(OSError) as err:
+                    await task
+                assert err.value.errno == errno.ECANCELED, err.value
+                r2, w2 = os.pipe()
+                reused += r2 == r
+                with pytest.raises(BrokenPipeError):
+                    os.write(w, b"old\n")
+                os.write(w2, b"new\n")
+                os.close(w2)  # (a buffered read of 100 bytes returns at the end)
+                g = await blockio.open(r2, mode, buffering=buffering, engine=e)
+                got = await asyncio.wait_for(call(g), 30)
+                assert got == (b"new\n" if "b" in mode else "new\n"), (trial, got)
+                await g.close()
+                os.close(w)
+
+    asyncio.run(main())
+    assert reused > 0  # (the case the test is for: the number was given to the next pipe)
+
+
+@BACKENDS
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop", "trio"])
+def test_pipe_reads_wait_in_each_loops_poll_and_close_ends_them(backend, loop):
+    """Under asyncio, uvloop and trio: a read of an owned pipe waits in the
+    loop's poll and gets the bytes once they come; the descriptor stays
+    blocking, as it was (uvloop's reader makes it non-blocking: the next
+    read would raise ``BlockingIOError`` instead of waiting); a second
+    read waits too, and ``close()`` from another task ends it with
+    ``OSError`` (``ECANCELED``)."""
+    r, w = os.pipe()
+    out = []
+
+    def waiting(f):
+        # (a wait registered in the file; trio keeps a descriptor in its
+        # epoll set between waits, so the set says nothing there)
+        return bool(f._stream_waits) and (loop == "trio" or watched(r))
+
+    async def body(sleep, spawn):
+        with blockio.Engine(backend=backend) as e:
+            f = await blockio.open(r, "rb", buffering=0, engine=e)
+
+            async def reader():
+                try:
+                    out.append(await f.read(100))
+                except OSError as err:
+                    out.append(err.errno)
+
+            for expect in (b"abc", b"def"):
+                await spawn(reader)
+                await await_until(lambda: waiting(f), "the read waits for the pipe", sleep=sleep)
+                os.write(w, expect)
+                await await_until(lambda: len(out) == 1, "the read returns", sleep=sleep)
+                assert out.pop() == expect
+                assert os.get_blocking(r)
+            await spawn(reader)
+            await await_until(lambda: waiting(f), "the read waits for the pipe", sleep=sleep)
+            await f.close()
+            await await_until(lambda: len(out) == 1, "the read returns", sleep=sleep)
+            assert out == [errno.ECANCELED]
+
+    if loop == "trio":
+        trio = pytest.importorskip("trio")
+
+        async def main():
+            async with trio.open_nursery() as n:
+                async def spawn(fn):
+                    n.start_soon(fn)
+                await body(trio.sleep, spawn)
+
+        trio.run(main)
+    else:
+        async def spawn(fn):
+            asyncio.ensure_future(fn())
+
+        if loop == "uvloop":
+            uvloop = pytest.importorskip("uvloop")
+            uvloop.run(body(asyncio.sleep, spawn))
+        else:
+            asyncio.run(body(asyncio.sleep, spawn))
+    os.close(w)

@@ -12,7 +12,7 @@ import os
 import pytest
 
 import blockio
-from waits import await_until, blocked_in
+from waits import await_until, blocked_in, waits_for_bytes
 
 
 async def cancelled_once_started(call, waits):
@@ -86,7 +86,7 @@ def test_detach_with_a_call_waiting_its_turn_is_refused(engine):
         f = await blockio.open(r, "rb", engine=engine)
         first = asyncio.ensure_future(f.read(5))  # waits for the pipe
         second = asyncio.ensure_future(f.read(5))  # waits for its turn
-        await await_until(lambda: blocked_in("read", r), "the first read waits for the pipe")
+        await await_until(lambda: waits_for_bytes(r), "the first read waits for the pipe")
         with pytest.raises(ValueError, match="in progress or waiting"):
             f.detach()
         os.write(w, b"0123456789")
@@ -125,13 +125,14 @@ def test_an_unbuffered_readline_keeps_nothing_past_the_line_as_the_builtin(tmp_p
 
 
 def test_detach_after_a_cancelled_pipe_read_is_refused_until_its_bytes_are_read(engine):
-    """A pipe read whose call was cancelled keeps waiting on its thread
-    (a read in the kernel cannot be taken back); its bytes are the next
-    read's. Handed back meanwhile, the pipe would lose them to it."""
+    """With ``closefd=False`` a pipe read whose call was cancelled keeps
+    waiting on its thread (a read in the kernel cannot be taken back); its
+    bytes are the next read's. Handed back meanwhile, the pipe would lose
+    them to it."""
     r, w = os.pipe()
 
     async def main():
-        f = await blockio.open(r, "rb", engine=engine)
+        f = await blockio.open(r, "rb", engine=engine, closefd=False)
         await cancelled_once_started(f.read(100), lambda: blocked_in("read", r))
         with pytest.raises(ValueError, match="read them first"):
             f.detach()
@@ -141,6 +142,28 @@ def test_detach_after_a_cancelled_pipe_read_is_refused_until_its_bytes_are_read(
         os.write(w, b" world")
         os.close(w)
         assert raw.read() == b" world"
+        raw.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        os.close(r)
+
+
+def test_detach_after_a_cancelled_read_of_a_pipe_the_file_owns_hands_every_byte_on(engine):
+    """A file that owns its pipe reads it without waiting in the kernel:
+    a read cancelled while it waits (in the event loop's poll) has taken
+    nothing, so ``detach()`` hands the pipe back at once, and the raw file
+    reads every byte written afterwards."""
+    r, w = os.pipe()
+
+    async def main():
+        f = await blockio.open(r, "rb", engine=engine)
+        await cancelled_once_started(f.read(100), lambda: waits_for_bytes(r))
+        raw = f.detach()
+        os.write(w, b"hello")
+        os.close(w)
+        assert raw.read() == b"hello"
         raw.close()
 
     asyncio.run(main())

@@ -1,8 +1,11 @@
 """A read of a pipe cancelled while it waits for bytes: the bytes the
 kernel hands over afterwards are not lost, on both backends, binary and
-text. A read blocked in the kernel cannot be taken back, so the file keeps
-it, and its bytes come first in the file's next read, after what the
-cancelled call had already read (which it put back).
+text. A file that owns the pipe waits for bytes in the event loop's poll,
+taking nothing, so they stay in the pipe; one that does not
+(``closefd=False``) reads it on a thread, and a read blocked in the kernel
+cannot be taken back, so the file keeps it, and its bytes come first in the
+file's next read, after what the cancelled call had already read (which it
+put back).
 
 Every call that must return is bounded by a 30 s guard; the cancelled one
 is cancelled while it waits for a line or bytes that are not there."""
@@ -15,7 +18,7 @@ import time
 import pytest
 
 import blockio
-from waits import await_until, blocked_in
+from waits import await_until, blocked_in, waits_for_bytes, watched
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 MODES = pytest.mark.parametrize("mode", ["rb", "r"])
@@ -46,7 +49,7 @@ async def cancelled_while_waiting(f, call):
     yet, and cancels it."""
     task = asyncio.ensure_future(call(f))
     # (blocked in a read: whatever the pipe held is taken, more is awaited)
-    await await_until(lambda: blocked_in("read", f.fileno()), "the call waits for the pipe")
+    await await_until(lambda: waits_for_bytes(f.fileno()), "the call waits for the pipe")
     assert not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -130,24 +133,31 @@ def test_read_cancelled_in_one_loop_hands_its_bytes_to_the_next_loop(backend):
 
 @BACKENDS
 @MODES
-def test_a_pipe_read_cancelled_after_its_bytes_arrived_leaves_them_to_the_next_read(backend, mode):
-    """The cancellation comes after the read's thread has the bytes but
-    before the waiting task runs again (so the task ends cancelled, not
-    with the bytes): the next read returns them, and every line written
-    arrives once, in order."""
+@pytest.mark.parametrize("closefd", [True, False], ids=["owned", "not-owned"])
+def test_a_pipe_read_cancelled_after_its_bytes_arrived_leaves_them_to_the_next_read(backend, mode, closefd):
+    """The cancellation comes after the bytes reached the pipe but before
+    the waiting task runs again (so the task ends cancelled, not with the
+    bytes): the next read returns them, and every line written arrives
+    once, in order. A file that owns the descriptor has taken nothing
+    (its read waits in the event loop's poll); one that does not has its
+    thread's read, which got the line, taken by the next read."""
 
     async def main():
         with blockio.Engine(backend=backend) as e:
             r, w = os.pipe()
-            f = await blockio.open(r, mode, engine=e)
+            f = await blockio.open(r, mode, engine=e, closefd=closefd)
             try:
                 binary = f if "b" in mode else f.buffer
                 task = asyncio.ensure_future(f.readline())
-                await await_until(lambda: binary._stream_read is not None, "the read waits in the kernel")
-                os.write(w, b"first\n")
-                # Without yielding to the loop: the thread has read the
-                # line, and the task has not seen it yet.
-                assert binary._stream_read._done.wait(30)
+                if closefd:
+                    await await_until(lambda: watched(r), "the read waits in the loop's poll")
+                    os.write(w, b"first\n")
+                else:
+                    await await_until(lambda: binary._stream_read is not None, "the read waits in the kernel")
+                    os.write(w, b"first\n")
+                    # Without yielding to the loop: the thread has read the
+                    # line, and the task has not seen it yet.
+                    assert binary._stream_read._done.wait(30)
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
@@ -157,6 +167,8 @@ def test_a_pipe_read_cancelled_after_its_bytes_arrived_leaves_them_to_the_next_r
                 assert await asyncio.wait_for(f.read(), 30) == text(mode, b"second\n")
             finally:
                 await f.close()
+                if not closefd:
+                    os.close(r)
 
     asyncio.run(main())
 

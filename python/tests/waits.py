@@ -105,3 +105,13 @@ def watched(*fds):
             if line.startswith("tfd:") and " ino:" in line:
                 seen.add(line.split(" ino:")[1].split()[0])
     return want <= seen
+
+
+def waits_for_bytes(fd, threads=1):
+    """Whether a read of the stream ``fd`` waits for bytes: in the event
+    loop's poll (a file that owns its descriptor waits there, taking
+    nothing from the stream), or in a thread blocked in ``read`` (one
+    reading a duplicate of a descriptor the caller owns, or the engine's
+    read of a stream the loop cannot watch); ``threads`` such threads
+    for the latter."""
+    return watched(fd) or blocked_in("read", fd, threads=threads)
