@@ -815,6 +815,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         return waited
 
     def _cut_by_close(self) -> OSError:
+        """What a read whose wait ``close`` ended raises."""
         return OSError(errno.ECANCELED, "close() ended this read while it waited for the stream", self.name)
 
     def _end_stream_waits(self) -> None:
