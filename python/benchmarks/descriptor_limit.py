@@ -4,9 +4,14 @@ is a child process that lowers its soft limit to ``--limit``, opens
 ``--files`` files in a fresh directory at once, writes 64 KiB to each at
 once, closes them, and counts the opens and writes that failed and the
 files that hold their bytes. A count, not a time: one run says it.
+``--one`` instead counts the descriptors open at most (``/proc/self/fd``,
+checked after each step) while one file is opened, written, closed,
+opened again, read and closed, and the kinds of those the library added
+(the file's own, the engine's).
 
     .venv/bin/python python/benchmarks/descriptor_limit.py --files 600 1000
     BLOCKIO_BACKEND=threads .venv/bin/python python/benchmarks/descriptor_limit.py
+    .venv/bin/python python/benchmarks/descriptor_limit.py --one
 """
 
 from __future__ import annotations
@@ -38,12 +43,64 @@ async def main():
 asyncio.run(main())
 """
 
+ONE = """
+import asyncio, collections, os, sys, tempfile
+lib = sys.argv[1]
+if lib == "blockio":
+    from blockio import open as opener
+else:
+    from aiofiles import open as opener
+peak, seen = 0, {}
+
+def step():
+    global peak
+    fds = os.listdir("/proc/self/fd")
+    peak = max(peak, len(fds) - 1)  # (less the listing's own)
+    for n in fds:
+        try:
+            seen.setdefault(int(n), os.readlink(f"/proc/self/fd/{n}"))
+        except OSError:
+            pass
+
+async def main():
+    p = os.path.join(tempfile.mkdtemp(), "one")
+    step()
+    before = set(seen)
+    f = await opener(p, "wb"); step()
+    await f.write(b"x" * 1000); step()
+    await f.close(); step()
+    f = await opener(p, "rb"); step()
+    assert await f.read() == b"x" * 1000; step()
+    await f.close(); step()
+    kinds = collections.Counter(seen[n][len("anon_inode:"):] if seen[n].startswith("anon_inode:") else "file"
+                                for n in set(seen) - before)
+    print(peak, ",".join(f"{k}x{c}" for k, c in sorted(kinds.items())))
+
+asyncio.run(main())
+"""
+
+
+def one() -> None:
+    print(f"{'library':10} {'most open':>10}  added")
+    for lib in ("blockio", "aiofiles"):
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(ONE), lib], capture_output=True, text=True,
+                             timeout=600, stdin=subprocess.DEVNULL)
+        if out.returncode != 0:
+            print(f"{lib:10} failed: {out.stderr.strip().splitlines()[-1:]}")
+            continue
+        most, added = out.stdout.split()
+        print(f"{lib:10} {most:>10}  {added}")
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, nargs="+", default=[600, 1000])
     ap.add_argument("--limit", type=int, default=1024)
+    ap.add_argument("--one", action="store_true", help="the descriptors one file's calls take")
     args = ap.parse_args()
+    if args.one:
+        one()
+        return
     print(f"{'library':10} {'files':>6} {'open failed':>12} {'write failed':>13} {'written whole':>14}")
     for n in args.files:
         for lib in ("blockio", "aiofiles"):
