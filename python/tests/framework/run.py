@@ -1,0 +1,341 @@
+"""aiohttp's web server on blockio's event loop under real traffic, with
+the same results as on asyncio's loop.
+
+``server.py`` (an aiohttp ``web.Application``: a fixed body, a JSON echo,
+a chunked stream, static files through ``web.FileResponse``, a websocket
+echo) runs on asyncio's default loop, on blockio's loop on io_uring
+(``BLOCKIO_BACKEND=uring``) and on blockio's loop on epoll
+(``BLOCKIO_BACKEND=threads``), one fresh server process each. Against
+each:
+
+- ``wrk`` sends each route's request for a second over several keep-alive
+  connections, and its Lua script (``check.lua``) compares every
+  response's status and whole body with the expected ones;
+- an aiohttp client (on asyncio's loop, in this process) fetches every
+  route once and records each response's status, length, sha256 and the
+  headers that say how it was sent; it also sends byte ranges of the
+  files, exchanges websocket messages of several sizes, and checks that
+  requests share one connection;
+- ``curl`` fetches every static file on one connection (its
+  ``num_connects``: one connect, then reuse) and the bytes are checked
+  against each file's sha256;
+- the server reports how often the loop's native sendfile ran and how
+  often asyncio's read-and-send fallback did, and the errors its loop's
+  exception handler saw.
+
+It fails unless, on every loop: every wrk response matched, wrk saw no
+socket or status error, the client's records equal the expected ones
+(the same on every loop), ``FileResponse`` went through the native
+sendfile and never the fallback, and no error reached the loop's
+exception handler.
+
+aiohttp is pinned (``requirements.txt``) in a venv kept in
+``target/framework-tests/venv`` while the pins are the same; blockio's
+wheel (``target/wheels``, from ``scripts/python-setup``) is installed
+anew on every run.
+
+Usage: ``python3 python/tests/framework/run.py`` from the repository root
+(about 30 s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+WORK = ROOT / "target" / "framework-tests"
+
+#: The static files: name and size.
+FILES = {"empty": 0, "1k": 1024, "1m": 1 << 20, "20m": 20 << 20}
+
+#: The JSON echo's request bodies: name and (about) size.
+ECHOES = {"echo-1k": 1024, "echo-1m": 1 << 20}
+
+#: Each run: its name, the loop ``server.py`` makes, its environment, the
+#: ``backend`` the loop must say it runs on.
+RUNS = [
+    ("asyncio", "asyncio", {}, None),
+    ("blockio, io_uring", "blockio", {"BLOCKIO_BACKEND": "uring"}, "uring"),
+    ("blockio, epoll", "blockio", {"BLOCKIO_BACKEND": "threads"}, "epoll"),
+]
+
+#: The sendfiles the client's and curl's requests make: per file that is
+#: not empty, the whole file and three ranges (the client's), and the whole
+#: file again (curl's); aiohttp sends an empty file without one.
+SENDFILES = 5 * sum(1 for size in FILES.values() if size)
+
+#: wrk's connections and seconds per route (two for the 20 MiB file: a
+#: busy machine still completes some in that time), and its timeout per
+#: response, long enough that a slow response on a busy machine is not
+#: counted as an error.
+WRK_CONNS = 8
+WRK_SECONDS = {"static-20m": 2}
+WRK_TIMEOUT = "30s"
+
+
+def setup() -> Path:
+    """The test venv's python, with the pinned requirements and blockio's
+    newest wheel."""
+    sys.path.insert(0, str(ROOT / "python" / "testkit"))
+    from pinned import install_wheel, pinned_venv
+
+    py = pinned_venv(WORK / "venv", HERE / "requirements.txt")
+    install_wheel(py, "framework-tests")
+    return py
+
+
+def make_data() -> Path:
+    """The static files and the expected bodies in ``WORK/data``: random
+    bytes, the same on every run."""
+    data = WORK / "data"
+    files = data / "files"
+    files.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(63)
+    for name, size in FILES.items():
+        body = rng.randbytes(size)
+        path = files / name
+        if not path.exists() or path.read_bytes() != body:
+            path.write_bytes(body)
+    for name, size in ECHOES.items():
+        doc = {"name": name, "data": "".join(rng.choice("abcdefghij\u00e9\u4e2d") for _ in range(size // 2))}
+        (data / f"{name}.json").write_text(json.dumps(doc), encoding="utf-8")
+    return data
+
+
+def digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def ranges(size: int) -> list[tuple[int, int]]:
+    """The byte ranges (first, last) the client asks of a file of ``size``
+    bytes: its first byte, from the second to the middle, its last two
+    thirds; none of an empty file."""
+    return [(0, 0), (1, size // 2), (size // 3, size - 1)] if size else []
+
+
+def expected(data: Path) -> dict[str, dict]:
+    """What the client must record for each check (``client_checks``)."""
+    sys.path.insert(0, str(HERE))
+    from server import FIXED, STREAM
+
+    want = {"fixed": {"status": 200, "length": len(FIXED), "sha256": digest(FIXED), "chunked": False},
+            "stream": {"status": 200, "length": sum(map(len, STREAM)), "sha256": digest(b"".join(STREAM)),
+                       "chunked": True}}
+    for name in ECHOES:
+        body = (data / f"{name}.json").read_bytes()
+        want[name] = {"status": 200, "length": len(body), "sha256": digest(body), "chunked": False}
+    for name in FILES:
+        body = (data / "files" / name).read_bytes()
+        want[f"static-{name}"] = {"status": 200, "length": len(body), "sha256": digest(body), "chunked": False}
+        for first, last in ranges(len(body)):
+            part = body[first:last + 1]
+            want[f"range-{name}-{first}-{last}"] = {"status": 206, "length": len(part), "sha256": digest(part),
+                                                   "chunked": False}
+    big = bytes(range(256)) * 4096
+    want["ws"] = [["text", 11, digest(b"hello world")], ["binary", 0, digest(b"")],
+                  ["binary", len(big), digest(big)], ["text", 75_000, digest("\u00e9t\u00e9".encode() * 25_000)]]
+    want["keep-alive"] = True
+    return want
+
+
+async def client_checks(port: int, data: Path) -> dict[str, object]:
+    """Each route fetched once by an aiohttp client: {check: record}."""
+    import aiohttp
+
+    base = f"http://127.0.0.1:{port}"
+    got: dict[str, object] = {}
+
+    async def record(name, resp):
+        body = await resp.read()
+        got[name] = {"status": resp.status, "length": len(body), "sha256": digest(body),
+                     "chunked": resp.headers.get("Transfer-Encoding") == "chunked"}
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as s:
+        for name in ("fixed", "stream"):
+            async with s.get(f"{base}/{name}") as resp:
+                await record(name, resp)
+        for name in ECHOES:
+            body = (data / f"{name}.json").read_bytes()
+            async with s.post(f"{base}/echo", data=body, headers={"Content-Type": "application/json"}) as resp:
+                await record(name, resp)
+        for name in FILES:
+            size = (data / "files" / name).stat().st_size
+            async with s.get(f"{base}/static/{name}") as resp:
+                await record(f"static-{name}", resp)
+            for first, last in ranges(size):
+                async with s.get(f"{base}/static/{name}", headers={"Range": f"bytes={first}-{last}"}) as resp:
+                    await record(f"range-{name}-{first}-{last}", resp)
+        ports = set()
+        for _ in range(3):
+            async with s.get(f"{base}/peer") as resp:
+                ports.add((await resp.json())["port"])
+        got["keep-alive"] = len(ports) == 1
+        echoes = []
+        async with s.ws_connect(f"{base}/ws", max_msg_size=4 << 20) as ws:
+            big = bytes(range(256)) * 4096
+            for kind, msg in (("text", "hello world"), ("binary", b""), ("binary", big),
+                              ("text", "\u00e9t\u00e9" * 25_000)):
+                await (ws.send_str(msg) if kind == "text" else ws.send_bytes(msg))
+                back = await ws.receive()
+                raw = back.data.encode() if isinstance(back.data, str) else back.data
+                echoes.append([back.type.name.lower(), len(back.data), digest(raw)])
+        got["ws"] = echoes
+    return got
+
+
+def curl_files(port: int, data: Path) -> list[str]:
+    """Problems seen fetching every static file on one curl connection."""
+    names = list(FILES)
+    out = WORK / "curl"
+    out.mkdir(exist_ok=True)
+    cmd = ["curl", "-sS", "--max-time", "60", "-w", "%{http_code} %{num_connects}\\n"]
+    for name in names:
+        cmd += ["-o", str(out / name), f"http://127.0.0.1:{port}/static/{name}"]
+    run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    problems = [f"curl exited {run.returncode}: {run.stderr.strip()}"] if run.returncode else []
+    lines = run.stdout.split()
+    codes, connects = lines[0::2], lines[1::2]
+    if codes != ["200"] * len(names):
+        problems.append(f"curl's statuses: {codes}")
+    if connects != ["1"] + ["0"] * (len(names) - 1):
+        problems.append(f"curl's new connections per file (1 then 0s: keep-alive): {connects}")
+    for name in names:
+        got = out / name
+        if not got.exists() or digest(got.read_bytes()) != digest((data / "files" / name).read_bytes()):
+            problems.append(f"curl: /static/{name} differs from the file")
+        got.unlink(missing_ok=True)
+    return problems
+
+
+def wrk_routes(data: Path) -> dict[str, tuple[str, str, str, Path]]:
+    """Each route wrk loads: (method, path, request body file or "-",
+    expected body file)."""
+    sys.path.insert(0, str(HERE))
+    from server import FIXED, STREAM
+
+    (data / "fixed").write_bytes(FIXED)
+    (data / "stream").write_bytes(b"".join(STREAM))
+    routes = {"fixed": ("GET", "/fixed", "-", data / "fixed"), "stream": ("GET", "/stream", "-", data / "stream")}
+    for name in ECHOES:
+        routes[name] = ("POST", "/echo", str(data / f"{name}.json"), data / f"{name}.json")
+    for name in FILES:
+        routes[f"static-{name}"] = ("GET", f"/static/{name}", "-", data / "files" / name)
+    return routes
+
+
+def wrk(port: int, route: str, method: str, path: str, body: str, want: Path) -> dict:
+    """wrk's summary (``check.lua``'s JSON line) of one route."""
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{WRK_CONNS}", f"-d{WRK_SECONDS.get(route, 1)}s", "--timeout", WRK_TIMEOUT,
+         "-s", str(HERE / "check.lua"),
+         f"http://127.0.0.1:{port}{path}", "--", method, body, "200", str(want)],
+        capture_output=True, text=True, check=False, timeout=120)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode or not lines:
+        return {"failed": f"wrk exited {out.returncode}: {out.stdout[-2000:]} {out.stderr[-2000:]}"}
+    return json.loads(lines[-1])
+
+
+def wrk_problems(route: str, got: dict) -> list[str]:
+    """What is wrong in one wrk summary."""
+    if "failed" in got:
+        return [f"wrk {route}: {got['failed']}"]
+    problems = []
+    if got["mismatch"] or got["ok"] == 0 or got["ok"] != got["requests"]:
+        problems.append(f"wrk {route}: {got['ok']} responses matched, {got['mismatch']} did not, "
+                        f"of {got['requests']}")
+    if any(got["errors"].values()):
+        problems.append(f"wrk {route}: errors {got['errors']}")
+    if set(got["statuses"]) != {"200"}:
+        problems.append(f"wrk {route}: statuses {got['statuses']}")
+    return problems
+
+
+def run_one(py: Path, run: tuple, data: Path, want: dict, routes: dict) -> tuple[list[str], dict]:
+    """(problems, wrk summaries) of one server process."""
+    import asyncio
+
+    name, loop, env, backend = run
+    log = WORK / f"server-{loop}-{env.get('BLOCKIO_BACKEND', 'default')}.log"
+    with open(log, "w") as err:
+        server = subprocess.Popen([str(py), str(HERE / "server.py"), loop, str(data / "files")], cwd=WORK,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                  env={**os.environ, **env})
+    assert server.stdin is not None and server.stdout is not None
+    first = server.stdout.readline()
+    if not first:
+        server.wait()
+        return [f"the server did not start (exit {server.returncode})"], {}
+    info = json.loads(first)
+    port = info["port"]
+    problems = []
+    if backend and info["backend"] != backend:
+        problems.append(f"the loop runs on {info['backend']}, not {backend}")
+    got = asyncio.run(client_checks(port, data))
+    for check in sorted(set(want) | set(got)):
+        if got.get(check) != want.get(check):
+            problems.append(f"{check}: got {got.get(check)}, expected {want.get(check)}")
+    problems += curl_files(port, data)
+    server.stdin.write("stats\n")
+    server.stdin.flush()
+    sendfile = json.loads(server.stdout.readline())["sendfile"]
+    if sendfile != {"native": SENDFILES, "unavailable": 0, "fallback": 0}:
+        problems.append(f"FileResponse did not go through the loop's native sendfile alone: {sendfile}, "
+                        f"expected {SENDFILES} native")
+    summaries = {}
+    for route, (method, path, body, expect) in routes.items():
+        summaries[route] = wrk(port, route, method, path, body, expect)
+        problems += wrk_problems(route, summaries[route])
+    server.stdin.write("stop\n")
+    server.stdin.flush()
+    last = server.stdout.readline()
+    if server.wait() != 0 or not last:
+        problems.append(f"the server failed (exit {server.returncode})")
+        return problems, summaries
+    stats = json.loads(last)
+    problems += [f"the loop's exception handler got: {e}" for e in stats["errors"]]
+    summaries["sendfile"] = stats["sendfile"]
+    # What aiohttp logged: a handler writing to a connection wrk closed at
+    # the end of its run (counted, not a failure: it ends every wrk run on
+    # every loop).
+    summaries["logged"] = log.read_text().count("Error handling request")
+    return problems, summaries
+
+
+def main() -> None:
+    os.chdir(ROOT)
+    if sys.argv[1:] != ["--in-venv"]:
+        # The checks need aiohttp: they run in the test venv.
+        py = setup()
+        sys.exit(subprocess.run([str(py), __file__, "--in-venv"], check=False).returncode)
+    started = time.monotonic()
+    py = Path(sys.executable)
+    data = make_data()
+    want = expected(data)
+    routes = wrk_routes(data)
+    failed = False
+    for run in RUNS:
+        problems, summaries = run_one(py, run, data, want, routes)
+        rates = ", ".join(f"{r} {s['requests']}" for r, s in summaries.items() if isinstance(s, dict) and "requests" in s)
+        print(f"  {run[0]}: {len(want)} client checks; wrk responses checked: {rates}; "
+              f"sendfile {summaries.get('sendfile')}; aiohttp logged {summaries.get('logged')} requests "
+              f"cut short by wrk's end")
+        for p in problems:
+            print(f"    {p}")
+        failed = failed or bool(problems)
+    print(f"framework-tests: aiohttp on asyncio's loop and blockio's ({time.monotonic() - started:.0f} s)")
+    if failed:
+        sys.exit("framework-tests: aiohttp on blockio's loop does not serve as on asyncio's")
+    print("framework-tests: every response matched, on every loop")
+
+
+if __name__ == "__main__":
+    main()
