@@ -853,7 +853,15 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         def loop(f: Any = None) -> None:
             try:
                 if f is not None:
-                    serve(*f.result())
+                    conn, addr = f.result()
+                    if sock.fileno() == -1:
+                        # The server was closed after the kernel completed
+                        # this accept and before this callback ran (in the
+                        # same batch of completions): nothing serves the
+                        # connection, which is ended as the backlog's are.
+                        conn.close()
+                        return
+                    serve(conn, addr)
                 if self.is_closed():
                     return
                 f = self._proactor.accept(sock)
