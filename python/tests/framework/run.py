@@ -14,8 +14,9 @@ each:
 - an aiohttp client (on asyncio's loop, in this process) fetches every
   route once and records each response's status, length, sha256 and the
   headers that say how it was sent; it also sends byte ranges of the
-  files, exchanges websocket messages of several sizes, and checks that
-  requests share one connection;
+  files, exchanges websocket messages of several sizes, checks that
+  requests share one connection, and sends requests pipelined (five in one
+  write: static files between the others), each response checked;
 - ``curl`` fetches every static file on one connection (its
   ``num_connects``: one connect, then reuse) and the bytes are checked
   against each file's sha256;
@@ -68,9 +69,10 @@ RUNS = [
 ]
 
 #: The sendfiles the client's and curl's requests make: per file that is
-#: not empty, the whole file and three ranges (the client's), and the whole
-#: file again (curl's); aiohttp sends an empty file without one.
-SENDFILES = 5 * sum(1 for size in FILES.values() if size)
+#: not empty, the whole file and three ranges (the client's), the whole
+#: file again among the pipelined requests, and once more (curl's); aiohttp
+#: sends an empty file without one.
+SENDFILES = 6 * sum(1 for size in FILES.values() if size)
 
 #: wrk's connections and seconds per route (two for the 20 MiB file: a
 #: busy machine still completes some in that time), and its timeout per
@@ -143,7 +145,41 @@ def expected(data: Path) -> dict[str, dict]:
     want["ws"] = [["text", 11, digest(b"hello world")], ["binary", 0, digest(b"")],
                   ["binary", len(big), digest(big)], ["text", 75_000, digest("\u00e9t\u00e9".encode() * 25_000)]]
     want["keep-alive"] = True
+    want["pipelined"] = [[200, want[name]["sha256"]] for name, _ in pipelined(data)]
     return want
+
+
+def pipelined(data: Path) -> list[tuple[str, bytes]]:
+    """The requests the client sends in one write, each named by the check
+    whose body its response must have; the last closes the connection."""
+    echo = (data / "echo-1k.json").read_bytes()
+    post = (b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(echo), echo))
+    return [("static-1m", b"GET /static/1m HTTP/1.1\r\nHost: t\r\n\r\n"),
+            ("fixed", b"GET /fixed HTTP/1.1\r\nHost: t\r\n\r\n"),
+            ("echo-1k", post),
+            ("static-20m", b"GET /static/20m HTTP/1.1\r\nHost: t\r\n\r\n"),
+            ("static-1k", b"GET /static/1k HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")]
+
+
+async def pipelined_responses(port: int, data: Path) -> list[list]:
+    """[status, body's sha256] of each response to :func:`pipelined`'s
+    requests, sent in one write on one connection: the server reads the
+    next requests while (and after) it sends a file."""
+    import asyncio
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"".join(req for _, req in pipelined(data)))
+    got = []
+    for _ in pipelined(data):
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        fields = dict(line.lower().split(": ", 1) for line in head[1:] if line)
+        body = await reader.readexactly(int(fields["content-length"]))
+        got.append([int(head[0].split()[1]), digest(body)])
+    if await reader.read(1) != b"":
+        got.append("more than the responses")
+    writer.close()
+    return got
 
 
 async def client_checks(port: int, data: Path) -> dict[str, object]:
@@ -188,6 +224,7 @@ async def client_checks(port: int, data: Path) -> dict[str, object]:
                 raw = back.data.encode() if isinstance(back.data, str) else back.data
                 echoes.append([back.type.name.lower(), len(back.data), digest(raw)])
         got["ws"] = echoes
+    got["pipelined"] = await pipelined_responses(port, data)
     return got
 
 
