@@ -1,12 +1,13 @@
-"""aiohttp's web server on blockio's event loop under real traffic, with
-the same results as on asyncio's loop.
+"""aiohttp's web server, and uvicorn with Starlette, on blockio's event
+loop under real traffic, with the same results as on asyncio's loop.
 
 ``server.py`` (an aiohttp ``web.Application``: a fixed body, a JSON echo,
 a chunked stream, static files through ``web.FileResponse``, a websocket
-echo) runs on asyncio's default loop, on blockio's loop on io_uring
+echo) and ``server_asgi.py`` (the same routes in Starlette, under
+uvicorn) run on asyncio's default loop, on blockio's loop on io_uring
 (``BLOCKIO_BACKEND=uring``) and on blockio's loop on epoll
-(``BLOCKIO_BACKEND=threads``), one fresh server process each. Against
-each:
+(``BLOCKIO_BACKEND=threads``), one fresh server process each, the three
+loops' at once. Against each (uvicorn's under wrk on four of the routes):
 
 - ``wrk`` sends each route's request for a second over several keep-alive
   connections, and its Lua script (``check.lua``) compares every
@@ -26,21 +27,24 @@ each:
 
 It fails unless, on every loop: every wrk response matched, wrk saw no
 socket or status error, the client's records equal the expected ones
-(the same on every loop), ``FileResponse`` went through the native
-sendfile and never the fallback, and no error reached the loop's
-exception handler.
+(the same on every loop), aiohttp's ``FileResponse`` went through the
+native sendfile and never the fallback (for the client's and curl's
+requests; wrk's connections, closed at the end of its run in the middle of
+a response, may make asyncio's own sendfile fall back), and no error
+reached the loop's exception handler.
 
-aiohttp is pinned (``requirements.txt``) in a venv kept in
+aiohttp and uvicorn are pinned (``requirements.txt``) in a venv kept in
 ``target/framework-tests/venv`` while the pins are the same; blockio's
 wheel (``target/wheels``, from ``scripts/python-setup``) is installed
 anew on every run.
 
 Usage: ``python3 python/tests/framework/run.py`` from the repository root
-(about 30 s).
+(about 30 s; the first run also makes the venv).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -73,6 +77,14 @@ RUNS = [
 #: file again among the pipelined requests, and once more (curl's); aiohttp
 #: sends an empty file without one.
 SENDFILES = 6 * sum(1 for size in FILES.values() if size)
+
+#: Each framework: its server program, the wrk routes it is loaded on
+#: (all when None), the native sendfiles its client checks make (uvicorn
+#: has no zero-copy send: Starlette's FileResponse sends chunks it reads).
+FRAMEWORKS = {
+    "aiohttp": ("server.py", None, SENDFILES),
+    "uvicorn+starlette": ("server_asgi.py", ("fixed", "echo-1k", "stream", "static-1m"), 0),
+}
 
 #: wrk's connections and seconds per route (two for the 20 MiB file: a
 #: busy machine still completes some in that time), and its timeout per
@@ -231,7 +243,7 @@ async def client_checks(port: int, data: Path) -> dict[str, object]:
 def curl_files(port: int, data: Path) -> list[str]:
     """Problems seen fetching every static file on one curl connection."""
     names = list(FILES)
-    out = WORK / "curl"
+    out = WORK / f"curl-{port}"
     out.mkdir(exist_ok=True)
     cmd = ["curl", "-sS", "--max-time", "60", "-w", "%{http_code} %{num_connects}\\n"]
     for name in names:
@@ -249,6 +261,7 @@ def curl_files(port: int, data: Path) -> list[str]:
         if not got.exists() or digest(got.read_bytes()) != digest((data / "files" / name).read_bytes()):
             problems.append(f"curl: /static/{name} differs from the file")
         got.unlink(missing_ok=True)
+    out.rmdir()
     return problems
 
 
@@ -296,14 +309,15 @@ def wrk_problems(route: str, got: dict) -> list[str]:
     return problems
 
 
-def run_one(py: Path, run: tuple, data: Path, want: dict, routes: dict) -> tuple[list[str], dict]:
+def run_one(py: Path, framework: str, run: tuple, data: Path, want: dict, routes: dict) -> tuple[list[str], dict]:
     """(problems, wrk summaries) of one server process."""
     import asyncio
 
+    program, only, sendfiles = FRAMEWORKS[framework]
     name, loop, env, backend = run
-    log = WORK / f"server-{loop}-{env.get('BLOCKIO_BACKEND', 'default')}.log"
+    log = WORK / f"{program}-{loop}-{env.get('BLOCKIO_BACKEND', 'default')}.log"
     with open(log, "w") as err:
-        server = subprocess.Popen([str(py), str(HERE / "server.py"), loop, str(data / "files")], cwd=WORK,
+        server = subprocess.Popen([str(py), str(HERE / program), loop, str(data / "files")], cwd=WORK,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                                   env={**os.environ, **env})
     assert server.stdin is not None and server.stdout is not None
@@ -324,11 +338,13 @@ def run_one(py: Path, run: tuple, data: Path, want: dict, routes: dict) -> tuple
     server.stdin.write("stats\n")
     server.stdin.flush()
     sendfile = json.loads(server.stdout.readline())["sendfile"]
-    if sendfile != {"native": SENDFILES, "unavailable": 0, "fallback": 0}:
+    if sendfile != {"native": sendfiles, "unavailable": 0, "fallback": 0}:
         problems.append(f"FileResponse did not go through the loop's native sendfile alone: {sendfile}, "
-                        f"expected {SENDFILES} native")
+                        f"expected {sendfiles} native")
     summaries = {}
     for route, (method, path, body, expect) in routes.items():
+        if only is not None and route not in only:
+            continue
         summaries[route] = wrk(port, route, method, path, body, expect)
         problems += wrk_problems(route, summaries[route])
     server.stdin.write("stop\n")
@@ -340,10 +356,10 @@ def run_one(py: Path, run: tuple, data: Path, want: dict, routes: dict) -> tuple
     stats = json.loads(last)
     problems += [f"the loop's exception handler got: {e}" for e in stats["errors"]]
     summaries["sendfile"] = stats["sendfile"]
-    # What aiohttp logged: a handler writing to a connection wrk closed at
-    # the end of its run (counted, not a failure: it ends every wrk run on
-    # every loop).
-    summaries["logged"] = log.read_text().count("Error handling request")
+    # What the framework logged: a handler writing to a connection wrk
+    # closed at the end of its run (counted, not a failure: it ends wrk's
+    # runs on every loop).
+    summaries["logged"] = log.read_text().count("Traceback")
     return problems, summaries
 
 
@@ -359,18 +375,25 @@ def main() -> None:
     want = expected(data)
     routes = wrk_routes(data)
     failed = False
-    for run in RUNS:
-        problems, summaries = run_one(py, run, data, want, routes)
-        rates = ", ".join(f"{r} {s['requests']}" for r, s in summaries.items() if isinstance(s, dict) and "requests" in s)
-        print(f"  {run[0]}: {len(want)} client checks; wrk responses checked: {rates}; "
-              f"sendfile {summaries.get('sendfile')}; aiohttp logged {summaries.get('logged')} requests "
-              f"cut short by wrk's end")
-        for p in problems:
-            print(f"    {p}")
-        failed = failed or bool(problems)
-    print(f"framework-tests: aiohttp on asyncio's loop and blockio's ({time.monotonic() - started:.0f} s)")
+    for framework in FRAMEWORKS:
+        # The loops' servers at once: the checks wait for each response,
+        # whatever the time it takes.
+        with concurrent.futures.ThreadPoolExecutor(len(RUNS)) as pool:
+            jobs = [pool.submit(run_one, py, framework, run, data, want, routes) for run in RUNS]
+            for run, job in zip(RUNS, jobs):
+                problems, summaries = job.result()
+                rates = ", ".join(f"{r} {s['requests']}" for r, s in summaries.items()
+                                  if isinstance(s, dict) and "requests" in s)
+                print(f"  {framework} on {run[0]}: {len(want)} client checks; wrk responses checked: {rates}; "
+                      f"sendfile {summaries.get('sendfile')}; {summaries.get('logged')} tracebacks logged "
+                      f"(requests cut short by wrk's end)")
+                for p in problems:
+                    print(f"    {p}")
+                failed = failed or bool(problems)
+    print(f"framework-tests: {' and '.join(FRAMEWORKS)} on asyncio's loop and blockio's "
+          f"({time.monotonic() - started:.0f} s)")
     if failed:
-        sys.exit("framework-tests: aiohttp on blockio's loop does not serve as on asyncio's")
+        sys.exit("framework-tests: blockio's loop does not serve as asyncio's")
     print("framework-tests: every response matched, on every loop")
 
 
