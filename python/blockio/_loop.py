@@ -357,6 +357,13 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             self._data = b""  # handed on (or nothing was kept)
 
     def _data_received(self, data: Any, length: int) -> None:
+        if self._closing:
+            # close() was called: "no more data will be received" (asyncio's
+            # contract; its selector loop and uvloop stop reading at once).
+            # These are bytes a receive took while reading was paused,
+            # handed on by a resume_reading just before the close; asyncio's
+            # proactor loop would still give them to the protocol.
+            return
         if self._paused:
             self._data = data  # kept for resume_reading
         elif length and not isinstance(self._protocol, asyncio.BufferedProtocol):
