@@ -49,6 +49,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -83,14 +84,16 @@ SENDFILES = 6 * sum(1 for size in FILES.values() if size)
 #: has no zero-copy send: Starlette's FileResponse sends chunks it reads).
 FRAMEWORKS = {
     "aiohttp": ("server.py", None, SENDFILES),
-    "uvicorn+starlette": ("server_asgi.py", ("fixed", "echo-1k", "stream", "static-1m"), 0),
+    "uvicorn+starlette": ("server_asgi.py", ("fixed", "fixed-1000", "echo-1k", "stream", "static-1m"), 0),
 }
 
-#: wrk's connections and seconds per route (two for the 20 MiB file: a
-#: busy machine still completes some in that time), and its timeout per
-#: response, long enough that a slow response on a busy machine is not
-#: counted as an error.
-WRK_CONNS = 8
+#: wrk's connections per route (8; 1,000 for ``fixed-1000``: more than a
+#: listening socket's backlog, the accepts racing with the requests and,
+#: at the end, with the server's close) and seconds (two for the 20 MiB
+#: file: a busy machine still completes some in that time), and its
+#: timeout per response, long enough that a slow response on a busy
+#: machine is not counted as an error.
+WRK_CONNS = {"fixed-1000": 1000}
 WRK_SECONDS = {"static-20m": 2}
 WRK_TIMEOUT = "30s"
 
@@ -273,7 +276,8 @@ def wrk_routes(data: Path) -> dict[str, tuple[str, str, str, Path]]:
 
     (data / "fixed").write_bytes(FIXED)
     (data / "stream").write_bytes(b"".join(STREAM))
-    routes = {"fixed": ("GET", "/fixed", "-", data / "fixed"), "stream": ("GET", "/stream", "-", data / "stream")}
+    routes = {"fixed": ("GET", "/fixed", "-", data / "fixed"), "fixed-1000": ("GET", "/fixed", "-", data / "fixed"),
+              "stream": ("GET", "/stream", "-", data / "stream")}
     for name in ECHOES:
         routes[name] = ("POST", "/echo", str(data / f"{name}.json"), data / f"{name}.json")
     for name in FILES:
@@ -284,7 +288,7 @@ def wrk_routes(data: Path) -> dict[str, tuple[str, str, str, Path]]:
 def wrk(port: int, route: str, method: str, path: str, body: str, want: Path) -> dict:
     """wrk's summary (``check.lua``'s JSON line) of one route."""
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{WRK_CONNS}", f"-d{WRK_SECONDS.get(route, 1)}s", "--timeout", WRK_TIMEOUT,
+        ["wrk", "-t1", f"-c{WRK_CONNS.get(route, 8)}", f"-d{WRK_SECONDS.get(route, 1)}s", "--timeout", WRK_TIMEOUT,
          "-s", str(HERE / "check.lua"),
          f"http://127.0.0.1:{port}{path}", "--", method, body, "200", str(want)],
         capture_output=True, text=True, check=False, timeout=120)
@@ -371,6 +375,12 @@ def main() -> None:
         sys.exit(subprocess.run([str(py), __file__, "--in-venv"], check=False).returncode)
     started = time.monotonic()
     py = Path(sys.executable)
+    # Descriptors for wrk's 1,000 connections and each server's ends of
+    # them (the limit the servers and wrk inherit).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want_fds = 4096 if hard == resource.RLIM_INFINITY else min(4096, hard)
+    if soft != resource.RLIM_INFINITY and soft < want_fds:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want_fds, hard))
     data = make_data()
     want = expected(data)
     routes = wrk_routes(data)
