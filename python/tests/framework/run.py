@@ -25,6 +25,9 @@ loops' at once. Against each (uvicorn's under wrk on four of the routes):
   often asyncio's read-and-send fallback did, and the errors its loop's
   exception handler saw.
 
+The aiohttp client's checks also run on blockio's loop (each backend)
+against aiohttp's server on asyncio's loop.
+
 It fails unless, on every loop: every wrk response matched, wrk saw no
 socket or status error, the client's records equal the expected ones
 (the same on every loop), aiohttp's ``FileResponse`` went through the
@@ -367,6 +370,40 @@ def run_one(py: Path, framework: str, run: tuple, data: Path, want: dict, routes
     return problems, summaries
 
 
+def client_on_blockio(py: Path, data: Path, want: dict) -> list[str]:
+    """Problems of the aiohttp client's checks (:func:`client_checks`) run
+    on blockio's loop, on each backend, against aiohttp's server on
+    asyncio's loop."""
+    import blockio
+
+    server = subprocess.Popen([str(py), str(HERE / "server.py"), "asyncio", str(data / "files")], cwd=WORK,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert server.stdin is not None and server.stdout is not None
+    port = json.loads(server.stdout.readline())["port"]
+    problems = []
+    for backend, env in (("uring", "uring"), ("epoll", "threads")):
+        os.environ["BLOCKIO_BACKEND"] = env
+        loop = blockio.new_event_loop()
+        errors: list[dict] = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        try:
+            got = loop.run_until_complete(client_checks(port, data))
+        finally:
+            loop.close()
+            del os.environ["BLOCKIO_BACKEND"]
+        where = f"aiohttp's client on blockio's loop ({backend})"
+        if loop.backend != backend:
+            problems.append(f"{where}: the loop runs on {loop.backend}")
+        problems += [f"{where}, {check}: got {got.get(check)}, expected {want.get(check)}"
+                     for check in sorted(set(want) | set(got)) if got.get(check) != want.get(check)]
+        problems += [f"{where}: the loop's exception handler got: {c.get('message')} {c.get('exception')!r}"
+                     for c in errors]
+    server.stdin.write("stop\n")
+    server.stdin.flush()
+    server.wait()
+    return problems
+
+
 def main() -> None:
     os.chdir(ROOT)
     if sys.argv[1:] != ["--in-venv"]:
@@ -400,6 +437,12 @@ def main() -> None:
                 for p in problems:
                     print(f"    {p}")
                 failed = failed or bool(problems)
+    problems = client_on_blockio(py, data, want)
+    print(f"  aiohttp's client on blockio's loop (io_uring, epoll) against aiohttp's server on asyncio's: "
+          f"{len(want)} checks each")
+    for p in problems:
+        print(f"    {p}")
+    failed = failed or bool(problems)
     print(f"framework-tests: {' and '.join(FRAMEWORKS)} on asyncio's loop and blockio's "
           f"({time.monotonic() - started:.0f} s)")
     if failed:
