@@ -131,6 +131,7 @@ def make_data() -> Path:
 
 
 def digest(body: bytes) -> str:
+    """The sha256 of ``body``, in hex."""
     return hashlib.sha256(body).hexdigest()
 
 
@@ -405,6 +406,7 @@ def client_on_blockio(py: Path, data: Path, want: dict) -> list[str]:
 
 
 def main() -> None:
+    """Makes the venv and runs the checks in it (``--in-venv``)."""
     os.chdir(ROOT)
     if sys.argv[1:] != ["--in-venv"]:
         # The checks need aiohttp: they run in the test venv.

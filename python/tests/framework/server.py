@@ -133,6 +133,7 @@ def count_sendfile(loop: asyncio.AbstractEventLoop, counts: dict[str, int]) -> N
 
 
 def main() -> None:
+    """Serves on the loop of ``argv[1]`` until stdin says to stop."""
     name, files = sys.argv[1], Path(sys.argv[2])
     loop = new_loop(name)
     asyncio.set_event_loop(loop)

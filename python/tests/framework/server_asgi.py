@@ -76,6 +76,7 @@ def make_app(files: Path) -> Starlette:
 
 
 def main() -> None:
+    """Serves on the loop of ``argv[1]`` until stdin says to stop."""
     name, files = sys.argv[1], Path(sys.argv[2])
     loop = new_loop(name)
     asyncio.set_event_loop(loop)
