@@ -13,7 +13,9 @@ every round, pinned to CPU 0; ``wrk`` (one thread) is pinned to CPU 1.
 Printed per workload and loop: requests per second, median of the rounds
 and lowest-highest, p99 latency (median of the rounds, wrk's), the
 server's CPU time per request over the load (user + system, from
-``/proc/PID/stat``), and the rate's ratio to uvloop and to asyncio.
+``/proc/PID/stat``), its system calls per request (``perf stat -e
+raw_syscalls:sys_enter`` on the server while the load runs, with
+``--syscalls``), and the rate's ratio to uvloop and to asyncio.
 
 Runs in the framework test's venv (aiohttp, uvloop and blockio's wheel:
 ``python3 python/tests/framework/run.py`` makes it), which also holds the
@@ -21,7 +23,7 @@ files served::
 
     target/framework-tests/venv/bin/python python/benchmarks/framework.py \\
         [--rounds 5] [--seconds 2] [--conns 50] [--workloads fixed,static-1m] \\
-        [--loops asyncio,uvloop,blockio]
+        [--loops asyncio,uvloop,blockio] [--syscalls]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -64,6 +67,22 @@ def _wrk(port: int, path: str, conns: int, seconds: int) -> tuple[float, float]:
     return n / secs, float(p99.group(1)) * unit  # type: ignore[union-attr]
 
 
+def _perf(pid: int) -> subprocess.Popen[str]:
+    """``perf stat`` counting the system calls of process ``pid``."""
+    return subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(pid)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _perf_count(perf: subprocess.Popen[str]) -> int:
+    """The count of a ``_perf`` run, stopped."""
+    perf.send_signal(signal.SIGINT)
+    _, err = perf.communicate()
+    for line in err.splitlines():
+        if "raw_syscalls:sys_enter" in line:
+            return int(line.split(",")[0])
+    raise SystemExit(f"perf stat gave no count: {err}")
+
+
 def one_round(loop: str, workload: str, args: argparse.Namespace) -> dict[str, float]:
     """The figures of one fresh server process under one load."""
     server = subprocess.Popen([sys.executable, str(SERVER), loop, str(FILES)], stdin=subprocess.PIPE,
@@ -72,15 +91,17 @@ def one_round(loop: str, workload: str, args: argparse.Namespace) -> dict[str, f
     info = json.loads(server.stdout.readline())
     if loop == "blockio" and info["backend"] != "uring":
         raise SystemExit(f"blockio's loop runs on {info['backend']}, not io_uring")
+    perf = _perf(server.pid) if args.syscalls else None
     before = _cpu_seconds(server.pid)
     rate, p99 = _wrk(info["port"], PATHS[workload], args.conns, args.seconds)
     cpu = _cpu_seconds(server.pid) - before
+    calls = _perf_count(perf) if perf else 0
     server.stdin.write("stop\n")
     server.stdin.flush()
     server.stdout.readline()
     if server.wait() != 0:
         raise SystemExit(f"the {loop} server failed")
-    return {"rate": rate, "p99": p99, "cpu": cpu / (rate * args.seconds)}
+    return {"rate": rate, "p99": p99, "cpu": cpu / (rate * args.seconds), "calls": calls / (rate * args.seconds)}
 
 
 def _report(title: str, got: dict[str, list[dict[str, float]]]) -> None:
@@ -90,8 +111,9 @@ def _report(title: str, got: dict[str, list[dict[str, float]]]) -> None:
         rates = [r["rate"] for r in rs]
         m = med[n]
         ratio = "  ".join(f"x{m['rate'] / med[o]['rate']:.2f} {o}" for o in ("uvloop", "asyncio") if o in med)
+        calls = f"  {m['calls']:5.2f} calls/req" if m["calls"] else ""
         print(f"  {n:8} {m['rate']:8.0f}/s ({min(rates):.0f}-{max(rates):.0f})  p99 {m['p99'] * 1e3:7.2f} ms  "
-              f"CPU {m['cpu'] * 1e6:6.1f} us/req  {ratio}")
+              f"CPU {m['cpu'] * 1e6:6.1f} us/req{calls}  {ratio}")
     sys.stdout.flush()
 
 
@@ -102,6 +124,7 @@ def main() -> None:
     ap.add_argument("--conns", type=int, default=50)
     ap.add_argument("--workloads", default=",".join(PATHS))
     ap.add_argument("--loops", default="asyncio,uvloop,blockio")
+    ap.add_argument("--syscalls", action="store_true", help="count the server's system calls with perf")
     args = ap.parse_args()
     if not (FILES / "1m").exists():
         raise SystemExit(f"no {FILES / '1m'}: run python3 python/tests/framework/run.py first")
