@@ -357,6 +357,13 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             self._data = b""  # handed on (or nothing was kept)
 
     def _data_received(self, data: Any, length: int) -> None:
+        if self._closing:
+            # close() was called: "no more data will be received" (asyncio's
+            # contract; its selector loop and uvloop stop reading at once).
+            # These are bytes a receive took while reading was paused,
+            # handed on by a resume_reading just before the close; asyncio's
+            # proactor loop would still give them to the protocol.
+            return
         if self._paused:
             self._data = data  # kept for resume_reading
         elif length and not isinstance(self._protocol, asyncio.BufferedProtocol):
@@ -853,7 +860,15 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         def loop(f: Any = None) -> None:
             try:
                 if f is not None:
-                    serve(*f.result())
+                    conn, addr = f.result()
+                    if sock.fileno() == -1:
+                        # The server was closed after the kernel completed
+                        # this accept and before this callback ran (in the
+                        # same batch of completions): nothing serves the
+                        # connection, which is ended as the backlog's are.
+                        conn.close()
+                        return
+                    serve(conn, addr)
                 if self.is_closed():
                     return
                 f = self._proactor.accept(sock)

@@ -16,6 +16,7 @@ import struct
 
 import pytest
 
+import blockio
 from waits import DEADLINE, await_until
 
 
@@ -573,6 +574,59 @@ def test_server_close_leaves_no_accepted_connection_open(loop):
     ended, still_open = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert set(ended) <= {b"", "reset"} and len(ended) == 2 * n
     assert still_open == [False] * n
+
+
+def test_a_connection_accepted_as_its_server_closes_is_ended_not_served(monkeypatch):
+    """A server closed by a callback that runs after the kernel completed an
+    accept and before the loop's own callback for that accept (in one batch
+    of completions: aiohttp's shutdown under wrk's load): the connection is
+    closed, not handed to a protocol of the closed server (asyncio's
+    ``Server._attach`` asserts that the server still serves), and nothing
+    reaches the exception handler. On io_uring only: the epoll backend's
+    accept is asyncio's selector loop's, a ``sock.accept()`` in a reader
+    callback, with no completion to race with."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    assert loop.backend == "uring"
+    servers = []
+    real_accept = loop._proactor.accept
+
+    def accept(sock):
+        # Registered before the loop's own callback, so it runs first.
+        fut = real_accept(sock)
+        fut.add_done_callback(lambda f: servers[0].close() if not f.cancelled() else None)
+        return fut
+
+    monkeypatch.setattr(loop._proactor, "accept", accept)
+
+    async def main():
+        errors = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        served = []
+
+        class Keep(asyncio.Protocol):
+            def connection_made(self, transport):
+                served.append(transport)
+
+        srv = await loop.create_server(Keep, "127.0.0.1", 0)
+        servers.append(srv)
+        client = socket.create_connection(srv.sockets[0].getsockname())
+        client.setblocking(False)
+        try:
+            end = await loop.sock_recv(client, 1)
+        except ConnectionResetError:
+            end = b""
+        await srv.wait_closed()
+        client.close()
+        return errors, served, end
+
+    try:
+        errors, served, end = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        loop.close()
+    assert [c.get("exception") or c["message"] for c in errors] == []
+    assert served == []
+    assert end == b""
 
 
 def test_a_write_pipe_closed_by_its_owner_writes_to_no_file_taking_its_number(loop, tmp_path):

@@ -9,7 +9,10 @@ behaviour is asyncio's; the count of futures is the io_uring loop's own."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import socket
+import struct
+import termios
 
 import pytest
 
@@ -157,6 +160,77 @@ def test_no_protocol_call_while_reading_is_paused(loop):
     assert bytes(pr.data) == b"firstsecond"
     assert pr.calls[-2:] == ["eof", "lost"]
     assert pr.calls.count("lost") == 1
+
+
+def test_no_data_is_received_after_close(loop):
+    """``close()``: "no more data will be received" (asyncio's documented
+    contract; its selector loop and uvloop stop reading at once). Bytes
+    that reach the socket just before ``close()``, with a receive armed
+    that takes them, and an end of stream after them, never reach the
+    protocol: uvicorn's h11 protocol, closing an idle keep-alive connection
+    as a request came in, took the request's bytes on its closed
+    connection for an invalid request."""
+    a, b = socket.socketpair()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        b.sendall(b"first")
+        await await_until(lambda: pr.calls == ["made", "data"], "the first message")
+        b.sendall(b"after")
+        b.shutdown(socket.SHUT_WR)
+        tr.close()
+        await pr.lost
+        # Turns of the loop for anything still on its way to the protocol.
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return pr
+
+    pr = loop.run_until_complete(main())
+    b.close()
+    assert bytes(pr.data) == b"first"
+    assert pr.calls == ["made", "data", "lost"]
+
+
+def _unread(sock):
+    """The bytes waiting in ``sock``'s receive queue (``FIONREAD``)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+
+def test_no_data_is_received_after_a_resume_then_close(loop):
+    """Reading resumed, then the transport closed before the loop's next
+    turn (uvicorn: a response done, reading resumed, the connection
+    closed): bytes a receive took while reading was paused are not handed
+    to the protocol after ``close()``, as on asyncio's selector loop, which
+    leaves them in the socket."""
+    a, b = socket.socketpair()
+
+    class Pausing(Collect):
+        def data_received(self, data):
+            super().data_received(data)
+            self.transport.pause_reading()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Pausing, a)
+        b.sendall(b"first")
+        await await_until(lambda: pr.calls == ["made", "data"], "the first message")
+        b.sendall(b"kept")
+        if loop.backend == "uring":
+            # The receive armed before the pause takes them, and its
+            # completion leaves them with the paused transport (the epoll
+            # loop reads nothing while paused).
+            await await_until(lambda: _unread(a) == 0, "the receive in flight took the bytes")
+            await await_until(lambda: tr._read_fut is None, "the receive's completion dispatched")
+        tr.resume_reading()
+        tr.close()
+        await pr.lost
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return pr
+
+    pr = loop.run_until_complete(main())
+    b.close()
+    assert bytes(pr.data) == b"first"
+    assert pr.calls == ["made", "data", "lost"]
 
 
 def test_an_exception_escaping_a_protocol_loses_no_other_connections_bytes(loop):
