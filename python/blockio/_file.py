@@ -15,8 +15,8 @@ at once, below, takes the size the kernel holds, asking no server).
 Calls take effect one at a time, in the order made (:mod:`blockio._calls`).
 The calls of random access are served inline, without a task switch, a
 future or a ring round trip, when no other call on the file is in progress:
-an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
-read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
+a ``seek`` from the start or the position with no writes buffered, and a
+``read`` of bytes in the read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
 calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
 + ``read``; and a ``read()`` of the rest of a regular file, all cached and
 at most 8 MiB, with nothing read ahead (``statx`` with
