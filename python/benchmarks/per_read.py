@@ -12,8 +12,10 @@ CONTENDER is ``aread``, ``open`` (a ``blockio.open`` file per task,
 ``builtin`` (a synchronous ``os.pread`` loop, the floor) or ``builtin-seq``
 (``os.pread`` of SIZE bytes in order, wrapping round: the floor of
 ``open-seq``), ``open-write`` (one unbuffered ``blockio.open`` file written
-in order, ``await f.write(SIZE bytes)`` alone) or ``builtin-write`` (an
-``os.write`` loop, its floor). SIZE is ``--size`` (4096 by default; the
+in order, ``await f.write(SIZE bytes)`` alone), ``open-write-seek`` (the
+same, each write followed by ``await f.seek(-SIZE, os.SEEK_CUR)``, a seek
+not served inline: its cost is this one's less ``open-write``'s) or
+``builtin-write`` (an ``os.write`` loop, its floor). SIZE is ``--size`` (4096 by default; the
 others read 4 KiB). The file read must exist and be in the page cache
 (``peers.py`` makes and warms it); the writes go to ``--file`` made anew
 (``per-write.dat`` in the current directory by default).
@@ -87,6 +89,18 @@ async def _open_write(path: str, reads: int, size: int) -> int:
     return got
 
 
+async def _open_write_seek(path: str, reads: int, size: int) -> int:
+    import blockio
+
+    data, got = os.urandom(size), 0
+    f = await blockio.open(path, "wb", buffering=0)
+    for _ in range(reads):
+        got += await f.write(data)
+        await f.seek(-size, os.SEEK_CUR)
+    await f.close()
+    return got
+
+
 async def _builtin_write(path: str, reads: int, size: int) -> int:
     data, got = os.urandom(size), 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -145,6 +159,7 @@ async def _turbofile(path: str, reads: int, size: int) -> int:
 CONTENDERS = {
     "aread": _aread, "open": _open, "open-seq": _open_seq, "turbofile": _turbofile, "builtin": _builtin,
     "builtin-seq": _builtin_seq, "open-write": _open_write, "builtin-write": _builtin_write,
+    "open-write-seek": _open_write_seek,
 }
 
 

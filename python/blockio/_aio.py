@@ -35,6 +35,16 @@ def running_trio() -> Any:
     raise RuntimeError("no running event loop: blockio's coroutines run under asyncio (or uvloop) or trio (or anyio on either)")
 
 
+def on_asyncio() -> bool:
+    """Whether an asyncio event loop runs in this thread (else the caller
+    runs under trio, or under no loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def is_cancellation(e: BaseException) -> bool:
     """Whether ``e`` is the event loop's cancellation of the running task
     (asyncio's ``CancelledError`` or trio's ``Cancelled``)."""

@@ -166,10 +166,11 @@ class FileCall(Coroutine[object, object, _T]):
     def throw(self, typ: Union[Type[BaseException], BaseException], val: object = None, tb: object = None) -> object: ...
     def close(self) -> None: ...
 
-def seek_inline(file: FileState, offset: object, whence: object) -> bool:
-    """``file.seek(offset, whence)`` served inline if it can be (an
-    absolute seek to an int from 0 to 2**40, no call in progress, nothing to
-    flush): whether it was; if not, nothing changed."""
+def seek_inline(file: FileState, offset: object, whence: object) -> Optional[int]:
+    """``file.seek(offset, whence)`` served inline if it can be (a seek
+    from the start or the position, by an int, to a position from 0 to
+    2**40, no call in progress, nothing to flush): the new position; if
+    not, None, and nothing changed."""
 
 def read_inline(file: FileState, size: object) -> Union[bytes, None, Literal[False]]:
     """``file.read(size)`` served inline if it can be (no call in
@@ -222,11 +223,14 @@ _Waiter = Tuple[Optional[_Future], object]
 
 @final
 class WriteQueue:
-    """A file object's writes, queued in the core, which submits each once
-    the one ahead of it completes, whether or not Python runs again."""
+    """A file object's writes and truncations, queued in the core, which
+    begins each once the one ahead of it completes, whether or not Python
+    runs again."""
 
     def __init__(self) -> None: ...
     def start(self, core: Core, waiter: _Waiter, fd: int, data: Buffer, offset: int) -> int: ...
+    def truncate(self, core: Core, waiter: _Waiter, fd: int, length: int) -> int: ...
+    def size_after(self, fd: int) -> int: ...
     def settled(self, core: Core, waiter: _Waiter) -> int: ...
     def withdraw(self, token: int) -> bool: ...
     def claim(self, token: int) -> None: ...

@@ -90,7 +90,10 @@ class CallQueue:
     joins it at once (its bytes
     are queued in the core behind the write ahead before the call first
     yields: see :func:`one_at_a_time_kept`), and the queue is handed on
-    once the last of them ends. Writes in progress whose event loop was
+    once the last of them ends. So are the calls of a binary file that
+    place their part in that queue, or do it at once, before they first
+    yield (``seek``, ``tell``, ``truncate``, ``flush``: see
+    :func:`one_at_a_time_placing`). Writes in progress whose event loop was
     closed are not abandoned: the core writes their bytes whether or not
     their calls ever run again, and the next call, from any loop, takes
     the queue over, waits for the core to finish them (``settle_writes``,
@@ -248,6 +251,7 @@ class CallQueue:
         """Gives the turn to the first call waiting whose loop is alive, or
         frees the queue. Called with ``_lock`` held."""
         self._owner_done = False
+        self.writing = False  # (the next call says so, if it writes)
         while self._waiting:
             fut, task = self._waiting.popleft()
             if not fut.done() and not _dead(fut):
@@ -322,6 +326,73 @@ def _in_order(method: F, takes_turns: bool, closes: bool = False) -> F:
 _CLOSED_CALL = object()
 
 
+def one_at_a_time_placing(can_join: Callable[..., bool], takes_turns: bool = False) -> Callable[[F], F]:
+    """:func:`one_at_a_time` (or :func:`one_at_a_time_taking_turns`) for a
+    call of a seekable file that does its part at once or places it in the
+    file's write queue in the core before it first yields (``seek``,
+    ``tell``, ``truncate``, ``flush``: see ``AsyncFile._seek``), when
+    ``can_join(file, *args)`` says it can (not in append mode, where the
+    position is the end, looked up off the thread). Such a call made while
+    writes of the same event loop are in progress, with no other call
+    waiting, joins them as a write does (see :func:`one_at_a_time_kept`);
+    one that takes the queue marks it ``writing``, so that writes (and
+    such calls) made meanwhile join it. Either way the method finds
+    ``writing`` set, and so knows it must place its part before it first
+    yields. So a write made behind such a call is placed at once, at the
+    offset the call leaves, and lands even if the event loop is closed
+    before the call ends; then, as for writes, the next call takes the
+    queue over once the core has finished them. Its turn of the event loop
+    (``takes_turns``: see :func:`one_at_a_time_taking_turns`) comes after
+    it ran, as a write's does: a cancellation there raises, and what the
+    call did stands."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            q: CallQueue = self._calls
+            task = current_task()
+            joinable = can_join(self, *args, **kwargs)
+            turn = q._enter(task, joinable)
+            if turn is task:
+                return await method(self, *args, **kwargs)  # a call made of calls
+            if turn is _JOINED:
+                return await _run_joined(self, q, method, args, kwargs)
+            if turn is not None and turn is not _TAKEN_OVER:
+                await q._wait(turn, task)
+            try:
+                if turn is _TAKEN_OVER:
+                    await _settle_writes(q)
+                elif takes_turns and turn is None and not joinable and q.turn_due():
+                    await pause()
+                q.writing = joinable and not q.stream
+                result = await method(self, *args, **kwargs)
+                if takes_turns and turn is None and joinable and q.turn_due():
+                    # (after the call, as a write's turn, in
+                    # `one_at_a_time_kept`: yielding before it, holding the
+                    # queue, would have the writes made meanwhile wait
+                    # behind it rather than join it)
+                    await pause()
+                return result
+            except GeneratorExit:
+                if q.writing:
+                    # (as a write's, in `one_at_a_time_kept`: the queue
+                    # stays, for the next call to take over)
+                    task = _CLOSED_CALL
+                raise
+            finally:
+                if q._owner is task:
+                    if q.joined:
+                        q._owner_done = True  # (the last joined call releases the queue)
+                    else:
+                        q.writing = False
+                        self._sync_offset()
+                        q._release(task)
+
+        return cast(F, call)
+
+    return wrap
+
+
 async def _settle_writes(q: CallQueue) -> None:
     """For a call that took the queue over: waits for the writes of the
     closed loop that the core still has (see ``CallQueue``)."""
@@ -347,8 +418,9 @@ def one_at_a_time_kept(method: F) -> F:
     once (on a seekable file its bytes go to the file's write queue in the
     core, behind the write ahead, before the call first yields), so that
     it reaches the file even if its loop is closed before its turn would
-    have come. A call that waits behind any other call (a read, a seek, a
-    write waiting itself) waits as above: if its loop is closed before its
+    have come; so does one made behind a call of
+    :func:`one_at_a_time_placing` in progress. A call that waits behind
+    any other call (a read, a write waiting itself) waits as above: if its loop is closed before its
     turn comes it never runs, its bytes never written (its position would
     depend on a call that never ended), and ``close`` says so."""
 

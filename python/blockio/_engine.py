@@ -674,6 +674,44 @@ class Engine:
                 self._unclaimed(keep, fut.result())
             raise
 
+    def _begin(self, keep: Any, start: Callable[..., int], *args: Any) -> Tuple[Any, int]:
+        """Starts ``start`` for a call that awaits it later
+        (:meth:`_await_placed`), with no await before it is started: the
+        future it resolves and its token."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            trio = running_trio()
+            self._watch_trio(trio)
+            fut: Any = TrioFuture(trio)
+        else:
+            if loop is not self._loop:
+                self._attach(loop)
+            fut = loop.create_future()
+        token: int = start((fut, keep), *args)
+        return fut, token
+
+    async def _await_placed(self, fut: Any) -> Tuple[List[Any], Optional[BaseException]]:
+        """The results of an entry of a file's write queue started by
+        :meth:`_begin`, awaited to its end even if the task is cancelled
+        meanwhile (the core carries the entry out whatever becomes of the
+        call, as a write's: its outcome, a failure, is the call's to
+        take); and the cancellation, for the caller to raise once it has
+        taken them, or None."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            with running_trio().CancelScope(shield=True):
+                results: List[Any] = await fut
+            return results, None
+        cancelled: Optional[BaseException] = None
+        while not fut.done():
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError as e:
+                cancelled = e
+        return fut.result(), cancelled
+
     def _unclaimed(self, keep: Any, results: Any) -> None:
         """Results nobody will take: a descriptor just opened for a task
         that was cancelled is closed (on the file-system threads)."""
@@ -946,7 +984,8 @@ class Engine:
         return n
 
     async def _awrite_kept(self, file: FileLike, data: "Buffer", offset: int,
-                           cancelled: Optional[BaseException] = None) -> int:
+                           cancelled: Optional[BaseException] = None,
+                           placed: Optional[Callable[[], None]] = None) -> int:
         """:meth:`awrite` for a file object's write, which its position
         must follow: once submitted, the write is awaited to its completion
         even if the awaiting task is cancelled, however often, and the
@@ -965,8 +1004,10 @@ class Engine:
         giving it up would let the file's next call run while its bytes
         still land. ``cancelled``, if given, is a cancellation that came
         before this write began (the rest of a write the kernel cut
-        short): its grace period starts now. Under trio, :meth:`awrite`
-        (the file's write runs in a shielded cancel scope there)."""
+        short): its grace period starts now. ``placed``, if given, runs
+        once the write is submitted or queued, before this first yields.
+        Under trio, :meth:`awrite` (the file's write runs in a shielded
+        cancel scope there), and ``placed`` is not run."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -989,6 +1030,8 @@ class Engine:
                 token = self._core.submit_write((fut, [(file, data, offset)]), [(_fd(file), _flat(data), offset)])
         except OverflowError:
             raise _out_of_range(None, [offset], "ops") from None
+        if placed is not None:
+            placed()
         # When to withdraw the write: set by a cancellation, cleared once
         # the write is found in the kernel (it completes).
         deadline = None if cancelled is None else loop.time() + CANCEL_GRACE

@@ -15,8 +15,8 @@ at once, below, takes the size the kernel holds, asking no server).
 Calls take effect one at a time, in the order made (:mod:`blockio._calls`).
 The calls of random access are served inline, without a task switch, a
 future or a ring round trip, when no other call on the file is in progress:
-an absolute ``seek`` with no writes buffered, and a ``read`` of bytes in the
-read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
+a ``seek`` from the start or the position with no writes buffered, and a
+``read`` of bytes in the read buffer or in the page cache (``preadv2`` with ``RWF_NOWAIT`` on the
 calling thread, as :meth:`Engine.aread` does), one system call per ``seek``
 + ``read``; and a ``read()`` of the rest of a regular file, all cached and
 at most 8 MiB, with nothing read ahead (``statx`` with
@@ -36,6 +36,14 @@ Buffering follows the built-in ``open``: ``buffering=-1`` (the default) or
 :meth:`AsyncFile.flush`, by a seek or a read, and on close; ``buffering=0``
 (binary only) reads and writes exactly what is asked. Text mode
 (:class:`AsyncTextFile`) decodes incrementally over the binary file.
+
+Writes reach the file in the order made, at the built-in file's offsets,
+even if their event loop is closed before they end: each is placed in the
+file's write queue in the core (``WriteQueue``) before its call first
+yields, and so is a write made behind a ``seek``, ``tell``, ``truncate``
+or ``flush`` in progress, which do their part at once or place it there
+too (``_seek_placing``, ``_truncate_placing``). Not behind a read (see
+``python/README.md``).
 
 Cancellation loses nothing. A write runs to its end before its task's
 cancellation takes effect, the end of ``asyncio.run`` included (see
@@ -84,12 +92,12 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
-from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_call_soon, wait_readable
+from ._aio import is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
 from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, count_copied, read_line_inline,
                        read_stream_inline, readline_inline, turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
-                     one_at_a_time_kept, one_at_a_time_taking_turns)
+                     one_at_a_time_kept, one_at_a_time_placing, one_at_a_time_taking_turns)
 from ._lines import LineReader
 
 if TYPE_CHECKING:
@@ -657,13 +665,14 @@ class AsyncFile(FileState, LineReader[bytes]):
     # case inline, or else runs the queued call below (`_tell`, `_seek`,
     # `_read`, `_read_after_a_turn`).
 
-    @one_at_a_time_taking_turns
+    @one_at_a_time_placing(lambda f: not f._at_end, takes_turns=True)
     async def _tell(self) -> int:
         self._check_open()
         self._check_seekable()
         return await self._position()
 
-    @one_at_a_time_taking_turns
+    @one_at_a_time_placing(lambda f, offset, whence: not f._append and type(whence) is int and 0 <= whence <= 2,
+                           takes_turns=True)
     async def _seek(self, offset: int, whence: int) -> int:
         whence = _int_arg(whence, "whence")
         if whence not in _C_INT:
@@ -684,6 +693,13 @@ class AsyncFile(FileState, LineReader[bytes]):
         self._check_seekable(seeking=True)
         if not known:
             raise OSError(22, "Invalid argument", self.name)  # (FileIO's: lseek's EINVAL)
+        q = self._calls
+        if q.writing and (self._wbuf or q.joined):
+            return await self._seek_placing(offset, whence)
+        # (nothing to place, nor writes in progress: done at once, or, from
+        # the end, once the size is looked up on the engine's threads, with
+        # no call joining meanwhile)
+        q.writing = False
         await self._flush_writes()
         if whence in holes:
             # The next data or hole at or after `offset` (ENXIO past the
@@ -705,6 +721,11 @@ class AsyncFile(FileState, LineReader[bytes]):
                     raise OSError(e.errno, e.strerror, self.name) from None
             else:
                 pos = size + offset
+        return self._seek_to(pos)
+
+    def _seek_to(self, pos: int) -> int:
+        """Moves the position to ``pos`` (the seek's end), once ``pos`` is
+        checked as the built-in's seek checks it."""
         if pos < 0 or pos > _MAX_OFFSET:
             # (lseek's EINVAL, which the built-in's seek reports, for a
             # position before the start or, from SEEK_CUR or SEEK_END,
@@ -722,6 +743,49 @@ class AsyncFile(FileState, LineReader[bytes]):
         self._drop_read_ahead()
         self._seeked = True
         return pos
+
+    async def _seek_placing(self, offset: int, whence: int) -> int:
+        """``seek(offset, whence)`` (0, 1 or 2, not in append mode) made
+        behind writes in progress, or holding the queue with the writes
+        made meanwhile joining it (see `one_at_a_time_placing`): the new
+        position is set before the call first yields, so that a write made
+        next is placed at once, at that offset. The buffered bytes are
+        flushed first, their write placed in the core; the position is
+        then worked out against the file's write queue: the end is the size
+        the file will have once the writes and truncations placed are done
+        (`WriteQueue.size_after`, a ``statx`` on this thread). A flush
+        that fails raises, and the position stays at the end of the bytes
+        it kept, as the built-in's seek, whose flush failed."""
+        moved: List[Any] = []
+
+        def place() -> None:
+            try:
+                if whence == os.SEEK_SET:
+                    pos = offset
+                elif whence == os.SEEK_CUR:
+                    pos = self._pos + offset
+                else:
+                    size = self._size_after()
+                    pos = size + offset if size else os.lseek(self._file.num, offset, os.SEEK_END)
+                moved.append(self._seek_to(pos))
+            except OSError as e:
+                moved.append(OSError(e.errno, e.strerror, self.name))
+
+        await self._flush_writes(then=place)
+        if isinstance(moved[0], OSError):
+            raise moved[0]
+        pos: int = moved[0]
+        return pos
+
+    def _size_after(self) -> int:
+        """The size the file will have once the entries of its write queue
+        in the core are done (see `WriteQueue.size_after`)."""
+        writes = self._file.writes
+        assert writes is not None  # (a seekable file's: see `_find_position`)
+        try:
+            return writes.size_after(self._file.num)
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, self.name) from None
 
     # -- reading ----------------------------------------------------------------
 
@@ -1281,14 +1345,19 @@ class AsyncFile(FileState, LineReader[bytes]):
         return len(view)
 
     async def _write_through(self, view: memoryview, short_ok: bool = False,
-                             landed: Optional[List[int]] = None) -> int:
+                             landed: Optional[List[int]] = None,
+                             placed: Optional[Callable[[], None]] = None) -> int:
         """Writes ``view`` at the position; the byte count. A write that
         fails part-way (``EFBIG``, ``ENOSPC``) still moves the position
         past the bytes that landed; it then returns their count if
         ``short_ok`` (an unbuffered file: the built-in ``FileIO.write``'s
         short count, the error coming with the next write), else raises.
         ``landed[0]``, if given, counts the bytes written (or handed to a
-        stream's thread) as they go, also when this raises."""
+        stream's thread) as they go, also when this raises. ``placed``, if
+        given, runs (and must not raise) once the write is in the file's
+        write queue in the core, before the call first yields (under
+        trio, whose writes do not go through that queue and which joins no
+        call to them, once the write has ended)."""
         if self._stream:
             # Started now, after the stream's last write; a cancelled task
             # leaves it running (see `_StreamCall`).
@@ -1298,6 +1367,8 @@ class AsyncFile(FileState, LineReader[bytes]):
             write = self._stream_write = _StreamCall(_write_and_close, self._live_fd(), bytes(view), last)
             if landed is not None:
                 landed[0] = len(view)  # (the thread has them now)
+            if placed is not None:
+                placed()
             n: int = await write.result()
             self._pos += n
             return n
@@ -1310,10 +1381,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         # of blockio's own stands between, which a program cancelling
         # every task (``asyncio.all_tasks()``) could cancel before it ran.
         # Under trio, in a shielded cancel scope.
-        done: int = await shielded(self._write_at(view, short_ok, landed))
+        done: int = await shielded(self._write_at(view, short_ok, landed, placed))
         return done
 
-    async def _write_at(self, view: memoryview, short_ok: bool, landed: Optional[List[int]]) -> int:
+    async def _write_at(self, view: memoryview, short_ok: bool, landed: Optional[List[int]],
+                        placed: Optional[Callable[[], None]] = None) -> int:
         """Writes ``view`` at the position (see `_write_through`). Nothing
         awaits before the first chunk is submitted (the position is known:
         only append mode looks the end up, and it writes at the end with
@@ -1331,10 +1403,14 @@ class AsyncFile(FileState, LineReader[bytes]):
         done = 0
         failed = False
         cancelled: Optional[BaseException] = None
+        after = None
+        if placed is not None and not on_asyncio():
+            placed, after = None, placed
         try:
             while done < size:
                 try:
-                    n = await self._engine._awrite_kept(self._file, view[done:], pos + done, cancelled)
+                    n = await self._engine._awrite_kept(self._file, view[done:], pos + done, cancelled, placed)
+                    placed = None
                 except _KeptCancel as kept:
                     # Completed after the task was cancelled (by the
                     # program, or by the end of asyncio.run, which cancels
@@ -1372,15 +1448,21 @@ class AsyncFile(FileState, LineReader[bytes]):
                 self._pos = pos + done
             # (else writes made meanwhile were placed after all of this
             # one's bytes, and the position stays past theirs)
+        if after is not None:
+            after()
         if cancelled is not None:
             raise cancelled
         return done
 
-    async def _flush_writes(self) -> None:
+    async def _flush_writes(self, then: Optional[Callable[[], None]] = None) -> None:
         # Bytes write() accepted are never dropped: a flush whose task is
         # cancelled still writes them all (see _write_through; a stream's
-        # thread writes them whatever becomes of the task).
+        # thread writes them whatever becomes of the task). `then` runs
+        # once their write is placed (see `_write_through`), or at once if
+        # none is buffered.
         if not self._wbuf:
+            if then is not None:
+                then()
             return
         if self._engine.closed:
             # Kept, for close() to write with blocking system calls, as the
@@ -1392,7 +1474,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             self._pos = wpos
         landed = [0]
         try:
-            await self._write_through(memoryview(data), landed=landed)
+            await self._write_through(memoryview(data), landed=landed, placed=then)
         except GeneratorExit:
             raise  # (closed after its event loop was: the core writes them all the same)
         except BaseException:
@@ -1461,10 +1543,12 @@ class AsyncFile(FileState, LineReader[bytes]):
         if bad is not None:
             raise bad
 
-    @one_at_a_time
+    @one_at_a_time_placing(lambda f: True)
     async def flush(self) -> None:
         """Writes what is buffered to the file (the kernel's page cache;
-        :meth:`fsync` makes it durable)."""
+        :meth:`fsync` makes it durable). The write is in the file's write
+        queue in the core before the call first yields, and writes made
+        while it runs join it there (see `one_at_a_time_placing`)."""
         self._check_open()
         await self._flush_writes()
         last = self._stream_write
@@ -1473,14 +1557,20 @@ class AsyncFile(FileState, LineReader[bytes]):
             # (see `_StreamCall`): flushed once it has ended.
             await last.result()
 
-    @one_at_a_time
+    @one_at_a_time_placing(lambda f, size=None: not f._append)
     async def truncate(self, size: Optional[int] = None) -> int:
         """Cuts (or extends) the file to ``size`` bytes, the position by
-        default; the new size. The position does not move."""
+        default; the new size. The position does not move. Not in append
+        mode, the ``ftruncate`` is an entry of the file's write queue in the
+        core, placed before the call first yields behind the writes made
+        before it (and the buffered bytes' write), and writes made while
+        it runs are placed behind it (see `one_at_a_time_placing`)."""
         # The mode before the argument, and an int only, as the built-in's.
         self._check_writable("truncate")
         if size is not None:
             size = _count_arg(size)
+        if self._calls.writing and not self._append:
+            return await self._truncate_placing(size)
         await self._flush_writes()
         pos = await self._position()  # the end, in append mode, is fixed now
         if size is None:
@@ -1490,6 +1580,59 @@ class AsyncFile(FileState, LineReader[bytes]):
         self._drop_read_ahead()
         await self._engine._aftruncate(self._file, size)
         return size
+
+    async def _truncate_placing(self, size: Optional[int]) -> int:
+        """`truncate` through the file's write queue: the buffered bytes'
+        write placed, then the ``ftruncate`` behind it, before the call
+        first yields; both awaited to their end. A failure of the flush is
+        raised (the truncation, refused behind it, is not made); else one
+        of the truncation, which the core also refuses the writes placed
+        behind it for, as behind a failed write."""
+        writes = self._file.writes
+        assert writes is not None  # (a seekable file's: see `_find_position`)
+        core, num = self._engine._core, self._file.num
+        begun: List[Any] = []
+
+        def place() -> None:
+            n = self._pos if size is None else size
+            if n < 0:
+                begun.append(OSError(22, "Invalid argument", self.name))
+                return
+            self._drop_read_ahead()
+            try:
+                begun.append((n, *self._engine._begin(self._file, lambda w: writes.truncate(core, w, num, n))))
+            except Exception as e:  # (the engine closed, the process out of threads)
+                begun.append(e)
+
+        try:
+            await self._flush_writes(then=place)
+        except GeneratorExit:
+            raise
+        except BaseException:
+            if begun and isinstance(begun[0], tuple):
+                try:
+                    await self._cut_result(begun[0], writes)
+                except OSError:
+                    pass  # (refused behind the flush's failure, raised here)
+            raise
+        if isinstance(begun[0], BaseException):
+            raise begun[0]
+        await self._cut_result(begun[0], writes)
+        n: int = begun[0][0]
+        return n
+
+    async def _cut_result(self, begun: Tuple[int, Any, int], writes: WriteQueue) -> None:
+        """Awaits the truncation ``begun`` (its size, future and token) to
+        its end, then raises its failure (taken: not reported again), or
+        the cancellation that came meanwhile."""
+        _, fut, token = begun
+        results, cancelled = await self._engine._await_placed(fut)
+        r = results[0]
+        if isinstance(r, OSError):
+            writes.claim(token)
+            raise OSError(r.errno, r.strerror, self.name)
+        if cancelled is not None:
+            raise cancelled
 
     @one_at_a_time
     async def fsync(self) -> None:

@@ -164,8 +164,8 @@ fn serve<'py>(file: &Bound<'py, FileState>, op: Op) -> PyResult<Served<'py>> {
         }
         Op::Seek(offset, whence) => {
             let (offset, whence) = (offset.into_bound(py), whence.into_bound(py));
-            if seek_inline(file, &offset, &whence) {
-                return Ok(Served::Now(offset.unbind()));
+            if let Some(to) = seek_inline(file, &offset, &whence) {
+                return Ok(Served::Now(to.into_pyobject(py)?.into_any().unbind()));
             }
             queued(intern!(py, "_seek"), PyTuple::new(py, [offset, whence])?)
         }

@@ -704,21 +704,45 @@ impl Default for Pool {
 impl Pool {
     /// Queues `job`; its future resolves when a thread has run it.
     pub(crate) fn submit(&self, job: FsCall) -> io::Result<JobFuture> {
-        let slot = Arc::new(Mutex::new(Slot::default()));
-        let (lock, cv) = &*self.q;
-        let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
-        q.jobs.push_back((job, Arc::clone(&slot)));
-        if q.idle >= q.jobs.len() || q.threads >= MAX_THREADS {
-            cv.notify_one();
-        } else {
-            let shared = Arc::clone(&self.q);
-            std::thread::Builder::new()
-                .name("blockio-fs".into())
-                .spawn(move || serve(&shared))?;
-            q.threads += 1;
-        }
-        Ok(JobFuture(slot))
+        submit(&self.q, job)
     }
+
+    /// A handle that queues jobs on this pool later, from any thread (a
+    /// file's write queue, submitting its `ftruncate` in its turn); it
+    /// does not keep the pool's threads from stopping when the pool is
+    /// dropped (a job queued after that starts a thread that runs it and
+    /// stops).
+    pub(crate) fn handle(&self) -> PoolHandle {
+        PoolHandle(Arc::clone(&self.q))
+    }
+}
+
+/// See [`Pool::handle`].
+pub(crate) struct PoolHandle(Arc<(Mutex<Queue>, Condvar)>);
+
+impl PoolHandle {
+    /// As [`Pool::submit`].
+    pub(crate) fn submit(&self, job: FsCall) -> io::Result<JobFuture> {
+        submit(&self.0, job)
+    }
+}
+
+/// Queues `job` on the pool `shared`, starting a thread if none is idle.
+fn submit(shared: &Arc<(Mutex<Queue>, Condvar)>, job: FsCall) -> io::Result<JobFuture> {
+    let slot = Arc::new(Mutex::new(Slot::default()));
+    let (lock, cv) = &**shared;
+    let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
+    q.jobs.push_back((job, Arc::clone(&slot)));
+    if q.idle >= q.jobs.len() || q.threads >= MAX_THREADS {
+        cv.notify_one();
+    } else {
+        let shared = Arc::clone(shared);
+        std::thread::Builder::new()
+            .name("blockio-fs".into())
+            .spawn(move || serve(&shared))?;
+        q.threads += 1;
+    }
+    Ok(JobFuture(slot))
 }
 
 impl Drop for Pool {

@@ -363,7 +363,8 @@ impl FileState {
     /// Moves the position (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``,
     /// and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the new position.
     /// Writes still buffered are flushed first. A coroutine
-    /// (`FileCall`): an absolute seek with nothing to flush is served
+    /// (`FileCall`): a seek from the start or the position (to at most
+    /// [`INLINE_OFFSET`]) with nothing to flush is served
     /// inline at its first step.
     #[pyo3(signature = (offset, whence = None), text_signature = "($self, offset, whence=0)")]
     fn seek(
@@ -598,41 +599,45 @@ impl FileState {
     }
 }
 
-/// `file.seek(offset, whence)` served inline, if it can be: an absolute
-/// seek (`whence` the int 0) to an int `offset` from 0 to 2**40, with no
-/// call on the file in progress and nothing to flush. Whether it was; if
-/// not, nothing changed.
+/// `file.seek(offset, whence)` served inline, if it can be: a seek from
+/// the start or from the position (`whence` the int 0 or 1: arithmetic on
+/// the known position) by an int `offset` to a position from 0 to 2**40,
+/// with no call on the file in progress and nothing to flush. The new
+/// position if it was; if not, `None`, and nothing changed.
 #[pyfunction]
 pub(crate) fn seek_inline(
     file: &Bound<'_, FileState>,
     offset: &Bound<'_, PyAny>,
     whence: &Bound<'_, PyAny>,
-) -> bool {
+) -> Option<i64> {
     let py = file.py();
-    if !(whence.is_exact_instance_of::<PyInt>() && whence.extract::<i64>().is_ok_and(|w| w == 0)) {
-        return false;
+    if !whence.is_exact_instance_of::<PyInt>() || !offset.is_exact_instance_of::<PyInt>() {
+        return None;
     }
-    if !offset.is_exact_instance_of::<PyInt>() {
-        return false;
+    let relative = match whence.extract::<i64>().ok()? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let offset = offset.extract::<i64>().ok()?;
+    let mut st = file.try_borrow_mut().ok()?;
+    if !st.inline || !st.free(py) {
+        return None;
     }
-    let Ok(to) = offset.extract::<i64>() else {
-        return false;
+    let to = if relative {
+        st.pos.checked_add(offset)?
+    } else {
+        offset
     };
     if !(0..=INLINE_OFFSET).contains(&to) {
-        return false;
-    }
-    let Ok(mut st) = file.try_borrow_mut() else {
-        return false;
-    };
-    if !st.inline || !st.free(py) {
-        return false;
+        return None;
     }
     st.rbuf = nothing(py);
     st.roff = 0;
     st.seeked = true;
     st.fill = 0;
     st.moved_to(to);
-    true
+    Some(to)
 }
 
 /// `file.read(size)` served inline, if it can be: `size` an int of 0 or

@@ -1,26 +1,41 @@
-//! `WriteQueue`: a file object's writes, in the order they were made,
-//! kept in the core and carried out by it. A write is placed here, with
-//! its offset, by the call that makes it, before that call first yields
-//! to its event loop; the write placed behind another is submitted by the
-//! core itself when the one ahead completes, on whichever thread reports
-//! the completion (the engine's driver or pool thread), and so is the
-//! rest of a write the kernel took only a part of. So every write placed
-//! reaches the file in order even if no Python code runs again for it:
-//! its event loop closed, its task cancelled, its file object collected.
+//! `WriteQueue`: a file object's writes and truncations, in the order
+//! they were made, kept in the core and carried out by it. A write is
+//! placed here, with its offset, by the call that makes it, before that
+//! call first yields to its event loop; the entry placed behind another
+//! is begun by the core itself when the one ahead completes, on whichever
+//! thread reports the completion (the engine's driver or pool thread, or
+//! a file-system thread), and so is the rest of a write the kernel took
+//! only a part of. So every entry placed reaches the file in order even if
+//! no Python code runs again for it: its event loop closed, its task
+//! cancelled, its file object collected.
 //!
-//! Who owns what: the chain of writes ([`Chain`]: the one in flight, the
+//! The calls of a binary file that a write may wait behind are placed
+//! too, or done at once, so that such a write is placed at once as well,
+//! at the offset the built-in file would use: `truncate` is an entry, an
+//! `ftruncate` run on the engine's file-system threads in its turn
+//! ([`WriteQueue::truncate`]); a `seek` is arithmetic on the position the
+//! placed writes leave, done by the call (from the end: the size the file
+//! will have once the entries are done, [`WriteQueue::size_after`]); a
+//! `flush` is a write. A read is not an entry: how far it moves the
+//! position depends on the file's size when it runs, so a write made
+//! behind a read waits for it in Python (`blockio._calls`), and is lost
+//! if its loop is closed first (`close()` then says so).
+//!
+//! Who owns what: the chain of entries ([`Chain`]: the one in flight, the
 //! ones behind it, the failures no call has taken) is behind one mutex,
 //! taken by one thread at a time to advance
-//! the chain ([`Writes::kick`]), and briefly by Python calls placing a
-//! write, waiting for the chain to empty or taking back a write. Each
-//! write's result is a [`Slot`] (its own mutex) shared with the batch
+//! the chain ([`Writes::kick`]), and briefly by Python calls placing an
+//! entry, waiting for the chain to empty or taking back a write. Each
+//! entry's result is a [`Slot`] (its own mutex) shared with the batch
 //! its call awaits through the engine ([`crate::InFlight`]), which hands
 //! the result to the caller's loop as any batch's. Locks nest only as:
-//! chain then slot (the runner finishing a write); the engine's batch
+//! chain then slot (the runner finishing an entry); the engine's batch
 //! table then slot, or then chain (a batch polled); never the other way.
-//! A failure is reported by the call that made the write once it takes
+//! A failure is reported by the call that placed the entry once it takes
 //! the result ([`WriteQueue::claim`]); one no call took (its event loop
 //! closed) is reported by the file's next call ([`WriteQueue::take_error`]).
+//! The entries behind a failed one are refused, not made: their offsets
+//! were planned after bytes that never landed (or a size never set).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -32,10 +47,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use blockio::aio::{AsyncFile, IoBuf, OpFuture, Slice, Withdrawal};
+use blockio::{PathAt, RawTarget};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::fsjobs::Out;
+use crate::fsjobs::{FsCall, JobFuture, Out, PoolHandle};
 use crate::lent::Lent;
 use crate::*;
 
@@ -54,13 +70,15 @@ struct Writes {
     pokes: AtomicUsize,
 }
 
-/// The writes of one file not finished yet.
+/// The writes (and truncations) of one file not finished yet.
 #[derive(Default)]
 struct Chain {
     /// The write the engine has.
     running: Option<Running>,
-    /// The writes behind it, in the order they were placed.
-    queued: VecDeque<Placed>,
+    /// The truncation a file-system thread has (never with `running`).
+    cutting: Option<Cutting>,
+    /// The entries behind it, in the order they were placed.
+    queued: VecDeque<Entry>,
     /// What waits for the chain to be empty ([`Idle`]).
     idle: Vec<Waker>,
     /// Writes taken back ([`WriteQueue::withdraw`]) whose `ECANCELED`
@@ -70,12 +88,91 @@ struct Chain {
     /// one that did, until their call takes the result
     /// ([`WriteQueue::claim`]); else reported by [`WriteQueue::take_error`].
     failed: Vec<Failure>,
-    /// The write that failed or ended short (its token and the offset
-    /// where its bytes stopped) while its call has not taken its result
-    /// nor a takeover the queue's failures: a write placed meanwhile
-    /// would land at an offset planned after bytes that never landed, so
-    /// it is refused ([`WriteQueue::start`]).
-    broken: Option<(u64, u64)>,
+    /// The entry that failed or ended short (its token and what it
+    /// left) while its call has not taken its result nor a takeover the
+    /// queue's failures: a write placed meanwhile would land at an offset
+    /// planned after bytes that never landed (or a file cut that was
+    /// not), so it is refused ([`WriteQueue::start`]).
+    broken: Option<(u64, Stop)>,
+}
+
+/// Where a failed entry left the file, for the refusal of the entries
+/// behind it.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// A write's bytes stopped at this offset.
+    Write(u64),
+    /// A truncation to this size failed.
+    Cut(u64),
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Write(at) => write!(f, "the write before it failed at offset {at}"),
+            Stop::Cut(len) => write!(f, "the truncate to {len} bytes before it failed"),
+        }
+    }
+}
+
+/// An entry of the chain placed, not yet begun. (Writes are nearly all
+/// of them, and a queue holds few: a write kept whole, not boxed, costs no
+/// allocation of its own; a truncation carries the size of one.)
+#[allow(clippy::large_enum_variant)]
+enum Entry {
+    Write(Placed),
+    Cut(Cut),
+}
+
+impl Entry {
+    fn token(&self) -> u64 {
+        match self {
+            Entry::Write(p) => p.token,
+            Entry::Cut(c) => c.token,
+        }
+    }
+
+    fn slot(self) -> Arc<Slot> {
+        match self {
+            Entry::Write(p) => p.slot,
+            Entry::Cut(c) => c.slot,
+        }
+    }
+
+    /// What the entry would have done, for its refusal's message.
+    fn describe(&self) -> String {
+        match self {
+            Entry::Write(p) => format!(
+                "a write of {} bytes at offset {} on fd {}",
+                p.buf.bytes_len(),
+                p.at,
+                p.fd
+            ),
+            Entry::Cut(c) => format!("a truncate of fd {} to {} bytes", c.fd, c.len),
+        }
+    }
+}
+
+/// An `ftruncate` placed: run on a file-system thread of the engine
+/// ([`crate::fsjobs`]) once the entries ahead of it are finished, never on
+/// the thread that advances the chain (an event loop's, or the engine's
+/// driver), which must not wait on the file system.
+struct Cut {
+    job: FsCall,
+    pool: PoolHandle,
+    fd: RawFd,
+    len: u64,
+    token: u64,
+    slot: Arc<Slot>,
+}
+
+/// The `ftruncate` a file-system thread has.
+struct Cutting {
+    job: JobFuture,
+    fd: RawFd,
+    len: u64,
+    token: u64,
+    slot: Arc<Slot>,
 }
 
 /// A write's failure no call has taken yet.
@@ -168,7 +265,7 @@ impl Future for Idle {
     type Output = OneDone;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<OneDone> {
         let mut c = self.0.lock();
-        if c.running.is_none() && c.queued.is_empty() {
+        if c.running.is_none() && c.cutting.is_none() && c.queued.is_empty() {
             return Poll::Ready(OneDone::Count(Ok(Out::Count(0))));
         }
         c.idle.push(cx.waker().clone());
@@ -235,26 +332,93 @@ impl Chain {
                             Err(_) => true,
                             Ok(n) => run.done + n < run.total,
                         };
-                        let (at, fd, token) = (run.at + run.done as u64, run.fd, run.token);
+                        let (at, token) = (run.at + run.done as u64, run.token);
                         // (a write taken back ends with ECANCELED: nothing
                         // placed when it was taken back was behind it)
                         let withdrawn = self.withdrawn.contains(&token);
                         woken.extend(self.finish(other));
                         if broke {
                             if !withdrawn {
-                                self.broken = Some((token, at));
+                                self.broken = Some((token, Stop::Write(at)));
                             }
-                            woken.extend(self.refuse_queued(token, at, fd));
+                            woken.extend(self.refuse_queued(token, Stop::Write(at)));
                         }
                     }
+                }
+            }
+            if let Some(cut) = self.cutting.as_mut() {
+                let Poll::Ready(res) = Pin::new(&mut cut.job).poll(&mut cx) else {
+                    return woken;
+                };
+                if let Some(cut) = self.cutting.take() {
+                    woken.extend(self.end_cut(cut.token, cut.slot, cut.fd, cut.len, res));
                 }
             }
             let Some(next) = self.queued.pop_front() else {
                 woken.append(&mut self.idle);
                 return woken;
             };
-            self.running = Some(Running::start(next));
+            match next {
+                Entry::Write(placed) => self.running = Some(Running::start(placed)),
+                Entry::Cut(cut) => match cut.pool.submit(cut.job) {
+                    Ok(job) => {
+                        self.cutting = Some(Cutting {
+                            job,
+                            fd: cut.fd,
+                            len: cut.len,
+                            token: cut.token,
+                            slot: cut.slot,
+                        })
+                    }
+                    Err(e) => {
+                        woken.extend(self.end_cut(cut.token, cut.slot, cut.fd, cut.len, Err(e)))
+                    }
+                },
+            }
         }
+    }
+
+    /// Ends the truncation `token` of `fd` to `len` with `res`: a failure
+    /// is kept until its call takes it (else reported by the file's next
+    /// call), and the entries behind it are refused, as behind a failed
+    /// write. The waker of its call.
+    fn end_cut(
+        &mut self,
+        token: u64,
+        slot: Arc<Slot>,
+        fd: RawFd,
+        len: u64,
+        res: io::Result<Out>,
+    ) -> Vec<Waker> {
+        let mut woken = Vec::new();
+        match res {
+            Ok(_) => woken.extend(slot.finish(Ok(0))),
+            Err(e) => {
+                let errno = errno_of(&e);
+                let text = format!(
+                    "a truncate of fd {fd} to {len} bytes failed: {}",
+                    message(&e, errno)
+                );
+                let why = || {
+                    io::Error::new(
+                        e.kind(),
+                        Renamed {
+                            errno,
+                            text: text.clone(),
+                        },
+                    )
+                };
+                self.failed.push(Failure {
+                    token,
+                    error: why(),
+                    cause: None,
+                });
+                self.broken = Some((token, Stop::Cut(len)));
+                woken.extend(slot.finish(Err(why())));
+                woken.extend(self.refuse_queued(token, Stop::Cut(len)));
+            }
+        }
+        woken
     }
 
     /// Fails every write queued behind one that failed or ended short at
@@ -264,31 +428,25 @@ impl Chain {
     /// one before it left). Their calls raise; a call that never takes
     /// its result (its loop closed) has the failure reported by the
     /// file's next call. The wakers of their calls.
-    fn refuse_queued(&mut self, cause: u64, at: u64, fd: RawFd) -> Vec<Waker> {
+    fn refuse_queued(&mut self, cause: u64, stop: Stop) -> Vec<Waker> {
         let mut woken = Vec::new();
         while let Some(next) = self.queued.pop_front() {
-            woken.extend(self.refuse(next, cause, at, fd));
+            woken.extend(self.refuse(next, cause, stop));
         }
         woken
     }
 
-    /// Fails `placed`, not made because the write `cause` failed at `at`
-    /// of `fd` before it; the waker of its call.
-    fn refuse(&mut self, placed: Placed, cause: u64, at: u64, fd: RawFd) -> Option<Waker> {
-        let why = || {
-            io::Error::other(format!(
-                "a write of {} bytes at offset {} on fd {fd} was not made: the write before it failed at \
-                 offset {at}",
-                placed.buf.bytes_len(),
-                placed.at
-            ))
-        };
+    /// Fails `entry`, not made because the entry `cause` failed before
+    /// it (leaving `stop`); the waker of its call.
+    fn refuse(&mut self, entry: Entry, cause: u64, stop: Stop) -> Option<Waker> {
+        let what = entry.describe();
+        let why = || io::Error::other(format!("{what} was not made: {stop}"));
         self.failed.push(Failure {
-            token: placed.token,
+            token: entry.token(),
             error: why(),
             cause: Some(cause),
         });
-        placed.slot.finish(Err(why()))
+        entry.slot().finish(Err(why()))
     }
 
     /// Ends the write in flight with `last`, the result of its last part.
@@ -360,6 +518,39 @@ fn copy_error(e: &io::Error) -> io::Error {
     )
 }
 
+impl WriteQueue {
+    /// Queues `entry` (or refuses it, behind a failure no call has taken)
+    /// and advances the chain.
+    fn place(&self, entry: Entry) {
+        let refused = {
+            let mut c = self.writes.lock();
+            match c.broken {
+                Some((cause, stop)) => c.refuse(entry, cause, stop),
+                None => {
+                    c.queued.push_back(entry);
+                    None
+                }
+            }
+        };
+        refused.into_iter().for_each(Waker::wake);
+        self.writes.kick();
+    }
+
+    /// Starts, for `waiter`, a batch failed with `why` (the descriptor
+    /// could not be held), the failure kept as a placed entry's; its token.
+    fn refused_at_start(&self, core: &Core, waiter: PyObject, why: io::Error) -> u64 {
+        let report = copy_error(&why);
+        let batch = Pending::new(vec![failed(Yields::Count, why)], Yields::Count);
+        let token = core.start(waiter, batch);
+        self.writes.lock().failed.push(Failure {
+            token,
+            error: report,
+            cause: None,
+        });
+        token
+    }
+}
+
 #[pymethods]
 impl WriteQueue {
     #[new]
@@ -403,15 +594,7 @@ impl WriteQueue {
             Ok(held) => held,
             Err(errno) => {
                 let why = refused(&format!("write at offset {offset}"), fd, errno);
-                let report = copy_error(&why);
-                let batch = Pending::new(vec![failed(Yields::Count, why)], Yields::Count);
-                let token = core.start(waiter, batch);
-                self.writes.lock().failed.push(Failure {
-                    token,
-                    error: report,
-                    cause: None,
-                });
-                return Ok(token);
+                return Ok(self.refused_at_start(&core, waiter, why));
             }
         };
         let slot = Arc::new(Slot::default());
@@ -420,7 +603,7 @@ impl WriteQueue {
             batch.borrowed.push(fd);
         }
         let token = core.start(waiter, batch);
-        let placed = Placed {
+        self.place(Entry::Write(Placed {
             file,
             fd,
             dup,
@@ -428,20 +611,77 @@ impl WriteQueue {
             at: offset,
             token,
             slot,
-        };
-        let refused = {
-            let mut c = self.writes.lock();
-            match c.broken {
-                Some((cause, at)) => c.refuse(placed, cause, at, fd),
-                None => {
-                    c.queued.push_back(placed);
-                    None
-                }
+        }));
+        Ok(token)
+    }
+
+    /// Places an `ftruncate` of `fd` to `length` bytes through `core` for
+    /// `waiter`, behind the entries placed before it; the token of the
+    /// batch that resolves `waiter` with 0. Begun (on one of the engine's
+    /// file-system threads) before this returns when no entry of the
+    /// queue is unfinished; else by the core when the one ahead finishes.
+    fn truncate(
+        &self,
+        core: &Bound<'_, Core>,
+        waiter: PyObject,
+        fd: RawFd,
+        length: i64,
+    ) -> PyResult<u64> {
+        let len = u64::try_from(length).map_err(|_| {
+            PyValueError::new_err(format!("length must not be negative, got {length}"))
+        })?;
+        let core = core.borrow();
+        core.check()?;
+        let (held, lent) = core.hold_for_job(fd);
+        let held = match held {
+            Ok(held) => held,
+            Err(errno) => {
+                let why = refused(&format!("truncate to {len} bytes"), fd, errno);
+                return Ok(self.refused_at_start(&core, waiter, why));
             }
         };
-        refused.into_iter().for_each(Waker::wake);
-        self.writes.kick();
+        let slot = Arc::new(Slot::default());
+        let mut batch = Pending::new(vec![Box::pin(Awaited(Arc::clone(&slot)))], Yields::Count);
+        if lent {
+            batch.borrowed.push(fd);
+        }
+        let token = core.start(waiter, batch);
+        self.place(Entry::Cut(Cut {
+            job: FsCall::Ftruncate(held, len),
+            pool: core.fs.handle(),
+            fd,
+            len,
+            token,
+            slot,
+        }));
         Ok(token)
+    }
+
+    /// The size `fd`'s file will have once the entries placed are
+    /// finished, for a `seek` from the end made behind them: its size now
+    /// (`statx` of what the kernel holds, asking no server), each write
+    /// placed extending it to the write's end and each truncation setting
+    /// it, in order (writes are positional: not for a file in append
+    /// mode). Taken with the chain's lock held, so that no entry leaves
+    /// the chain between the look at the file and the look at the entries.
+    fn size_after(&self, fd: RawFd) -> PyResult<u64> {
+        let c = self.writes.lock();
+        let st = blockio::blocking::stat(PathAt::file(&RawTarget(fd)), libc::AT_STATX_DONT_SYNC)
+            .map_err(io_err)?;
+        let mut size = st.stx_size;
+        if let Some(run) = &c.running {
+            size = size.max(run.at + run.total as u64);
+        }
+        if let Some(cut) = &c.cutting {
+            size = cut.len;
+        }
+        for entry in &c.queued {
+            size = match entry {
+                Entry::Write(p) => size.max(p.at + p.buf.bytes_len() as u64),
+                Entry::Cut(k) => k.len,
+            };
+        }
+        Ok(size)
     }
 
     /// Starts the wait for every write placed to finish, for `waiter`;
@@ -463,11 +703,11 @@ impl WriteQueue {
         let (slot, running) = {
             let mut c = self.writes.lock();
             let last = c.queued.len().checked_sub(1);
-            if let Some(i) = c.queued.iter().position(|p| p.token == token) {
+            if let Some(i) = c.queued.iter().position(|p| p.token() == token) {
                 if Some(i) != last {
                     return false;
                 }
-                (c.queued.remove(i).map(|p| p.slot), None)
+                (c.queued.remove(i).map(Entry::slot), None)
             } else {
                 let taken = match &c.running {
                     Some(run) if run.token == token && run.done == 0 && c.queued.is_empty() => {

@@ -132,6 +132,32 @@ def test_append_mode_reads_as_the_builtin_after_writes_at_the_end(tmp_path, back
 
 
 @BACKENDS
+def test_a_seek_from_the_position_is_served_inline_and_lands_where_the_builtins_does(tmp_path, backend):
+    """``seek(n, SEEK_CUR)`` is arithmetic on the known position, served at
+    the call's first step; one that would go before the start is not, and
+    raises the built-in's ``EINVAL`` with the position unmoved."""
+    p = tmp_path / "f"
+    p.write_bytes(bytes(range(100)))
+
+    async def main(e):
+        async with blockio.open(p, "rb", engine=e) as f:
+            assert served_inline(f.seek(10)) == 10
+            assert served_inline(f.read(5)) == bytes(range(10, 15))
+            assert served_inline(f.seek(20, os.SEEK_CUR)) == 35
+            assert served_inline(f.seek(-30, os.SEEK_CUR)) == 5
+            with pytest.raises(OSError) as raised:
+                await f.seek(-6, os.SEEK_CUR)
+            assert raised.value.errno == 22
+            return await f.read(3)
+
+    assert with_engine(backend, main) == bytes(range(5, 8))
+    with open(p, "rb") as f:
+        f.seek(10)
+        f.read(5)
+        assert (f.seek(20, os.SEEK_CUR), f.seek(-30, os.SEEK_CUR)) == (35, 5)
+
+
+@BACKENDS
 def test_a_detached_file_refuses_seek_and_read_as_the_builtin(tmp_path, backend):
     p = tmp_path / "f"
     p.write_bytes(b"0123456789")

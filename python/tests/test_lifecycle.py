@@ -258,31 +258,32 @@ def test_a_call_of_a_loop_that_is_only_stopped_raises_and_can_still_end(loop_fac
         os.close(w)
 
 
-@pytest.mark.parametrize("buffering", [0, -1])
-def test_close_says_so_when_a_write_abandoned_by_a_closed_loop_may_not_have_landed(tmp_path, buffering):
+@pytest.mark.parametrize("call", ["write", "flush", "read"])
+def test_close_says_so_when_a_write_abandoned_by_a_closed_loop_may_not_have_landed(tmp_path, call):
     """A call on a regular file whose loop was stopped once it had started,
-    then closed. Unbuffered, the call is a write: its bytes were in the
-    file's write queue in the core before it first yielded, so they land
-    although the call never runs on, and close succeeds. Buffered, the
-    abandoned call is a ``flush()`` (of bytes write() accepted), which is
-    not a write: close, which closes the file, raises RuntimeError saying
-    that they may not have reached the file rather than return as if all
+    then closed. A write (unbuffered) or a ``flush()`` of bytes write()
+    accepted (buffered): its bytes were in the file's write queue in the
+    core before it first yielded, so they land although the call never
+    runs on, and close succeeds. A ``read()``, which is not placed in that
+    queue (it flushes the bytes buffered before it, then reads): close,
+    which closes the file, raises RuntimeError saying that what the call
+    was writing may not have reached the file rather than return as if all
     were written."""
     p = tmp_path / "f"
     first = asyncio.new_event_loop()
-    f = first.run_until_complete(blockio.open(p, "wb", buffering=buffering))
-    if buffering:
-        assert first.run_until_complete(f.write(b"accepted\n")) == 9
-        task = first.create_task(f.flush())
-    else:
+    f = first.run_until_complete(blockio.open(p, "w+b", buffering=0 if call == "write" else -1))
+    if call == "write":
         task = first.create_task(f.write(b"accepted\n"))
+    else:
+        assert first.run_until_complete(f.write(b"accepted\n")) == 9
+        task = first.create_task(f.flush() if call == "flush" else f.read())
     first.call_soon(first.stop)
     first.run_forever()  # (one step: the call starts)
     assert not task.done()
     first.close()
 
     async def main():
-        if buffering:
+        if call == "read":
             with pytest.raises(RuntimeError, match="may not have reached the file"):
                 await asyncio.wait_for(f.close(), WATCHDOG)
         else:
@@ -290,7 +291,7 @@ def test_close_says_so_when_a_write_abandoned_by_a_closed_loop_may_not_have_land
         assert f.closed
 
     asyncio.run(main())
-    if not buffering:
+    if call != "read":
         assert p.read_bytes() == b"accepted\n"
 
 

@@ -5,7 +5,10 @@ queue in the core before its call first yields, and the core submits the
 next when the one ahead completes); ``tell()`` in the next loop is past
 them all, and ``close()`` succeeds. Unbuffered, buffered (writes larger
 than the buffer, whose flushes are writes too) and in append mode; on both
-backends, under asyncio and uvloop."""
+backends, under asyncio and uvloop. A ``seek``, ``truncate``, ``flush`` or
+``tell`` made among them is done at once or placed in that queue too (a
+truncation is an entry the core runs in order), so the writes behind it
+land as well, where the built-in file run in the same order puts them."""
 
 import asyncio
 import os
@@ -443,3 +446,179 @@ def test_joined_flushes_that_fail_keep_what_was_buffered_in_the_order_it_was_wri
     out = _run_script(_JOINED_FLUSHES_FAIL, p, backend).split()
     assert out == ["27", "10", "5", str(12288 + 110)], out
     assert p.read_bytes() == bytes(12288) + b"0" * 100 + b"s" * 10
+
+
+#: Calls made one after the other on one file, each as a task started in
+#: the same turn of the loop: (mode, buffering, what the file holds before,
+#: [(method, *args)]).
+_ORDERS = {
+    "seek": ("wb", 0, b"", [("write", b"A" * 8), ("seek", 0), ("write", b"BB")]),
+    "seek-cur": ("wb", 0, b"", [("write", b"A" * 8), ("seek", -5, 1), ("write", b"BB"), ("seek", 1, 1),
+                                ("write", b"C")]),
+    "seek-end": ("wb", 0, b"", [("write", b"A" * 8), ("seek", 0), ("write", b"BB"), ("seek", 0, 2),
+                                ("write", b"CC"), ("seek", -3, 2), ("write", b"D")]),
+    "truncate": ("wb", 0, b"", [("write", b"A" * 8), ("truncate", 3), ("write", b"BB")]),
+    "truncate-at-position": ("wb", 0, b"", [("write", b"A" * 8), ("seek", 5), ("truncate",), ("write", b"BB"),
+                                            ("tell",)]),
+    "truncate-then-seek-end": ("r+b", 0, b"0123456789", [("write", b"AAA"), ("truncate", 5), ("seek", 0, 2),
+                                                         ("write", b"Z"), ("flush",)]),
+    "buffered-flush": ("wb", -1, b"", [("write", b"a" * 5), ("flush",), ("write", b"b" * 3)]),
+    "buffered-seek": ("wb", -1, b"", [("write", b"a" * 5), ("seek", 0), ("write", b"bb")]),
+    "buffered-truncate": ("wb", -1, b"", [("write", b"a" * 5), ("truncate", 2), ("write", b"bb")]),
+    "buffered-seek-end": ("w+b", -1, b"", [("write", b"a" * 5), ("seek", 1), ("write", b"b"), ("seek", 0, 2),
+                                           ("write", b"cc")]),
+    "small-buffer": ("wb", 16, b"", [("write", b"a" * 40), ("seek", 3), ("write", b"b" * 20), ("truncate", 30),
+                                     ("write", b"c" * 20), ("seek", -2, 2), ("write", b"d" * 5), ("flush",)]),
+}
+
+
+def _builtin_order(p, order):
+    """What the built-in ``open`` does with ``order``: each call's result,
+    the position after them, and the file's bytes after its close."""
+    mode, buffering, head, calls = order
+    p.write_bytes(head)
+    with open(p, mode, buffering=buffering) as f:
+        results = [getattr(f, name)(*args) for name, *args in calls]
+        at = f.tell()
+    return results, at, p.read_bytes()
+
+
+def _calls(f, order):
+    return [getattr(f, name)(*args) for name, *args in order[3]]
+
+
+@BACKENDS
+@LOOPS
+@pytest.mark.parametrize("name", sorted(_ORDERS))
+def test_writes_behind_a_seek_truncate_or_flush_land_when_the_loop_closes(tmp_path, backend, new_loop, name):
+    """The calls of ``name`` are all started, then the loop is closed with
+    none of them ended but the ones done at once: every write lands where
+    the built-in file, run in the same order, puts it (behind a seek, a
+    truncation or a flush as behind a write), ``tell()`` in a new loop
+    agrees with it, and ``close()`` succeeds."""
+    order = _ORDERS[name]
+    _, want_at, want = _builtin_order(tmp_path / "builtin", order)
+    p = tmp_path / "out"
+    p.write_bytes(order[2])
+    with blockio.Engine(backend=backend) as e:
+        for trial in range(TRIALS):
+            p.write_bytes(order[2])
+
+            async def main():
+                f = await blockio.open(p, order[0], buffering=order[1], engine=e)
+                for call in _calls(f, order):
+                    asyncio.ensure_future(call)
+                await asyncio.sleep(0)  # (each task runs to its first await)
+                return f
+
+            f = _run(new_loop, main())
+            assert _tell_and_close(new_loop, f) == want_at, trial
+            assert p.read_bytes() == want, trial
+
+
+@BACKENDS
+@pytest.mark.parametrize("name", ["buffered-seek", "buffered-flush", "seek", "truncate-at-position"])
+def test_writes_behind_a_call_whose_turn_of_the_loop_is_due_land_too(tmp_path, backend, name):
+    """As above, the first call awaited, the others started as tasks with
+    every call's turn of the event loop due (it comes now and then: see
+    ``one_at_a_time_taking_turns``): a seek, tell or flush that takes the
+    queue yields only after it ran, so the write behind it still joins it
+    rather than wait."""
+    order = _ORDERS[name]
+    _, want_at, want = _builtin_order(tmp_path / "builtin", order)
+    p = tmp_path / "out"
+    p.write_bytes(order[2])
+    with blockio.Engine(backend=backend) as e:
+
+        async def main():
+            f = await blockio.open(p, order[0], buffering=order[1], engine=e)
+            first, *rest = order[3]
+            await getattr(f, first[0])(*first[1:])
+            f._calls.turn_due = lambda nbytes=0: True
+            for name, *args in rest:
+                asyncio.ensure_future(getattr(f, name)(*args))
+            await asyncio.sleep(0)
+            return f
+
+        f = _run(asyncio.new_event_loop, main())
+        assert _tell_and_close(asyncio.new_event_loop, f) == want_at
+    assert p.read_bytes() == want
+
+
+@BACKENDS
+@LOOPS
+@pytest.mark.parametrize("name", sorted(_ORDERS))
+def test_calls_made_behind_writes_in_a_live_loop_return_what_the_builtin_returns(
+        tmp_path, backend, new_loop, name):
+    """The same calls, awaited together in a live loop: each returns what
+    the built-in file's returns in that order, and the file ends the same."""
+    order = _ORDERS[name]
+    want_results, want_at, want = _builtin_order(tmp_path / "builtin", order)
+    p = tmp_path / "out"
+    p.write_bytes(order[2])
+
+    async def main():
+        async with blockio.open(p, order[0], buffering=order[1], engine=e) as f:
+            results = await asyncio.gather(*_calls(f, order))
+            return results, await f.tell()
+
+    with blockio.Engine(backend=backend) as e:
+        assert _run(new_loop, main()) == (want_results, want_at)
+    assert p.read_bytes() == want
+
+
+_TRUNCATE_FAILS = r"""
+import asyncio, resource, sys
+import blockio
+path, backend = sys.argv[1], sys.argv[2]
+resource.setrlimit(resource.RLIMIT_FSIZE, (12288, resource.RLIM_INFINITY))
+
+def run(coro):
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+async def begin(f, calls):
+    for call in calls:
+        asyncio.ensure_future(call())
+    await asyncio.sleep(0)
+
+async def tell(f):
+    try:
+        return await f.tell()
+    except OSError as e:
+        return "%s:%s" % (e.errno, e)
+
+async def live(f):
+    got = await asyncio.gather(f.write(b"b" * 10), f.truncate(1 << 20), return_exceptions=True)
+    return [getattr(g, "errno", g) for g in got] + [await f.tell(), await f.tell()]
+
+engine = blockio.Engine(backend=backend)
+f = run(blockio.open(path, "wb", buffering=0, engine=engine))
+run(begin(f, [lambda: f.write(b"a" * 100), lambda: f.truncate(1 << 20)]))
+first = run(tell(f))
+second = run(tell(f))
+third = run(live(f))
+run(f.close())
+engine.close()
+print(repr(first))
+print(repr(second))
+print(repr(third))
+"""
+
+
+@BACKENDS
+def test_a_failed_truncation_is_reported_once(tmp_path, backend):
+    """A truncation placed behind a write fails in the core (past
+    ``RLIMIT_FSIZE``: ``EFBIG``). Its loop closed before it ended, the
+    file's next call raises the failure, naming the truncation, and the
+    one after it does not; in a live loop, the ``truncate`` call raises it
+    itself, and no later call does. The writes land."""
+    p = tmp_path / "f"
+    first, second, third = _run_script(_TRUNCATE_FAILS, p, backend).splitlines()
+    assert first.startswith("'27:") and "truncate" in first and "1048576" in first, first
+    assert second == "100", second
+    assert third == "[10, 27, 110, 110]", third
+    assert p.read_bytes() == b"a" * 100 + b"b" * 10
