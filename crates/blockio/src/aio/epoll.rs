@@ -1,6 +1,9 @@
 //! The kernel's epoll set behind the readiness fallback
 //! ([`readiness`](super::readiness)): sockets registered edge-triggered,
-//! and an eventfd that wakes the thread waiting on the set.
+//! and an eventfd that wakes the thread waiting on the set. The set's own
+//! descriptor is readable while events wait: a tokio runtime's reactor
+//! watches it, and the events are then taken without waiting
+//! ([`EpollSet::take_ready`]).
 //!
 //! Edge-triggered, a socket stays in the set from its first wait until
 //! it closes, and the set reports each change of its state once: nothing
@@ -21,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};
-use rustix::event::{eventfd, EventfdFlags};
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 
 /// The key the wake-up descriptor is registered under. No socket's key
 /// is this: a socket's low half is its descriptor, never `u32::MAX`.
@@ -55,6 +58,15 @@ impl Readied {
             write_closed: flags.intersects(hung),
         }
     }
+}
+
+/// What one `epoll_wait` took ([`EpollSet::take`]).
+#[derive(Default)]
+struct Taken {
+    /// The wake-up descriptor was among the events.
+    woken: bool,
+    /// As many events came as one wait takes.
+    full: bool,
 }
 
 /// An epoll set of sockets, each under a key of the caller's.
@@ -164,25 +176,64 @@ impl EpollSet {
     pub(crate) fn wait(
         &self,
         events: &mut Vec<Event>,
-        mut each: impl FnMut(u64, Readied),
+        each: impl FnMut(u64, Readied),
     ) -> io::Result<bool> {
+        Ok(self.take(events, None, each)?.woken)
+    }
+
+    /// Takes the events waiting now, without waiting, and calls `each`
+    /// with the key and readiness of every socket reported; returns
+    /// whether as many came as one take holds (more may wait).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn take_ready(
+        &self,
+        events: &mut Vec<Event>,
+        each: impl FnMut(u64, Readied),
+    ) -> io::Result<bool> {
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        Ok(self.take(events, Some(&now), each)?.full)
+    }
+
+    /// One `epoll_wait` with `timeout` (`None`: until an event), its
+    /// events handed to `each`.
+    fn take(
+        &self,
+        events: &mut Vec<Event>,
+        timeout: Option<&Timespec>,
+        mut each: impl FnMut(u64, Readied),
+    ) -> io::Result<Taken> {
         events.clear();
         events.reserve(EVENTS_PER_WAIT);
-        match epoll::wait(&self.epoll, spare_capacity(events), None) {
+        let mut taken = Taken::default();
+        match epoll::wait(&self.epoll, spare_capacity(events), timeout) {
             Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => return Ok(false),
+            Err(rustix::io::Errno::INTR) => return Ok(taken),
             Err(e) => return Err(e.into()),
         }
-        let mut woken = false;
+        taken.full = events.len() == events.capacity();
         for ev in events.iter() {
             let key = ev.data.u64();
             if key == WAKE_KEY {
-                woken = true;
+                taken.woken = true;
             } else {
                 each(key, Readied::of(ev.flags));
             }
         }
-        Ok(woken)
+        Ok(taken)
+    }
+
+    /// Whether events wait in the set (or the wake-up descriptor was
+    /// written), asked without taking them.
+    pub(crate) fn has_events(&self) -> bool {
+        let mut fds = [PollFd::new(&self.epoll, PollFlags::IN)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
     }
 
     /// Wakes the thread waiting on the set (and every later wait: the
