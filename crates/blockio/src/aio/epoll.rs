@@ -30,6 +30,10 @@ use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 /// is this: a socket's low half is its descriptor, never `u32::MAX`.
 const WAKE_KEY: u64 = u64::MAX;
 
+/// The key the nudge descriptor is registered under (nor is any socket's
+/// this: a descriptor is never `u32::MAX - 1`).
+const NUDGE_KEY: u64 = u64::MAX - 1;
+
 /// Most events taken from the kernel by one wait.
 const EVENTS_PER_WAIT: usize = 1024;
 
@@ -65,6 +69,8 @@ impl Readied {
 struct Taken {
     /// The wake-up descriptor was among the events.
     woken: bool,
+    /// The nudge descriptor was among the events.
+    nudged: bool,
     /// As many events came as one wait takes.
     full: bool,
 }
@@ -73,6 +79,9 @@ struct Taken {
 pub(crate) struct EpollSet {
     epoll: OwnedFd,
     wake: OwnedFd,
+    /// Ends the thread's wait once, read back by that thread
+    /// ([`nudge`](Self::nudge)).
+    nudge: OwnedFd,
     /// `epoll_ctl` adds and modifications made, for the tests that
     /// count them.
     #[cfg(test)]
@@ -98,9 +107,17 @@ impl EpollSet {
         let epoll = epoll::create(CreateFlags::CLOEXEC)?;
         let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         epoll::add(&epoll, &wake, EventData::new_u64(WAKE_KEY), EventFlags::IN)?;
+        let nudge = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        epoll::add(
+            &epoll,
+            &nudge,
+            EventData::new_u64(NUDGE_KEY),
+            EventFlags::IN,
+        )?;
         Ok(EpollSet {
             epoll,
             wake,
+            nudge,
             #[cfg(test)]
             ctls: AtomicUsize::new(0),
         })
@@ -172,13 +189,30 @@ impl EpollSet {
 
     /// Waits for events and calls `each` with the key and readiness of
     /// every socket reported; returns whether the wake-up descriptor was
-    /// among them. An interrupted wait returns with no event.
+    /// among them. An interrupted wait returns with no event. A nudge
+    /// ends the wait (and is read back here).
     pub(crate) fn wait(
         &self,
         events: &mut Vec<Event>,
         each: impl FnMut(u64, Readied),
     ) -> io::Result<bool> {
-        Ok(self.take(events, None, each)?.woken)
+        let taken = self.take(events, None, each)?;
+        if taken.nudged {
+            let mut count = [0u8; 8];
+            // Read back, so that the next wait waits; a read that finds
+            // it read already (EAGAIN) is as good.
+            let _ = rustix::io::read(&self.nudge, &mut count);
+        }
+        Ok(taken.woken)
+    }
+
+    /// Ends the thread's current wait (or its next), once: it then sees
+    /// what changed (a runtime taking the set's events in its place). A
+    /// take without waiting ignores it.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn nudge(&self) -> io::Result<()> {
+        rustix::io::write(&self.nudge, &1u64.to_ne_bytes())?;
+        Ok(())
     }
 
     /// Takes the events waiting now, without waiting, and calls `each`
@@ -218,6 +252,8 @@ impl EpollSet {
             let key = ev.data.u64();
             if key == WAKE_KEY {
                 taken.woken = true;
+            } else if key == NUDGE_KEY {
+                taken.nudged = true;
             } else {
                 each(key, Readied::of(ev.flags));
             }

@@ -494,6 +494,13 @@ impl Driven for Watcher {
         self.stop.load(Ordering::SeqCst)
     }
 
+    fn nudge_thread(&self) {
+        // A failed write (none is expected: the counter is read back at
+        // each nudge) leaves the thread in its wait until the next event,
+        // which the two then share.
+        let _ = self.set.nudge();
+    }
+
     fn turn(&self) -> bool {
         thread_local! {
             /// The events taken by a turn on this thread (kept: a take

@@ -43,6 +43,9 @@ pub(crate) trait Driven: Send + Sync {
     /// Takes the events waiting in the set, without waiting, and serves
     /// them; returns whether more may wait (a full take).
     fn turn(&self) -> bool;
+    /// Ends the readiness thread's wait on the set, if it waits: it then
+    /// stands aside for the lease's holder.
+    fn nudge_thread(&self);
 }
 
 /// The set's descriptor as the reactor holds it: a duplicate, open until
@@ -89,9 +92,12 @@ pub(crate) fn offer(set: Weak<dyn Driven>, lease: &Lease, fd: BorrowedFd<'_>) {
     let Ok(watched) = fd.try_clone_to_owned().map(SetFd).and_then(register) else {
         return;
     };
+    let nudged = held.set.upgrade();
     let spawned = runtime.spawn(drive(held, watched));
     if spawned.is_finished() {
         note_closing(&runtime);
+    } else if let Some(set) = nudged {
+        set.nudge_thread();
     }
 }
 
