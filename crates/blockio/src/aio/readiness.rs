@@ -566,11 +566,17 @@ fn on_event(watcher: &Watcher, event_key: u64, r: Readied) {
         }
         s.ready.set(r);
         let ready = s.ready;
-        let (now, later): (Vec<Request>, Vec<Request>) = s
-            .reqs
-            .drain(..)
-            .partition(|req| awaits(req.op.kind()).map_or(true, |a| ready.is(a)));
-        s.reqs = later;
+        let now_ready = |req: &Request| awaits(req.op.kind()).map_or(true, |a| ready.is(a));
+        // Usually every request is (one, in the direction the event
+        // reports): taken whole, without moving them one by one.
+        let now = if s.reqs.iter().all(now_ready) {
+            std::mem::take(&mut s.reqs)
+        } else {
+            let (now, later): (Vec<Request>, Vec<Request>) =
+                s.reqs.drain(..).partition(|req| now_ready(req));
+            s.reqs = later;
+            now
+        };
         if now.is_empty() {
             return;
         }
