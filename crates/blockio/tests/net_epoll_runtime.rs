@@ -131,7 +131,10 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
         .build()
         .unwrap();
     let (engine, tid) = pool_engine();
-    rt.block_on(async {
+    // In a task: the future of a current-thread runtime's `block_on` does
+    // not claim the set (it may be polled where the runtime is only
+    // entered), a task of the runtime does.
+    let exchanges = rt.spawn(async move {
         let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
             .await
             .unwrap();
@@ -162,6 +165,7 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
         drop(s);
         peer.join().unwrap();
     });
+    rt.block_on(exchanges).unwrap();
 }
 
 /// A runtime that holds the set and whose workers are then all blocked
@@ -249,11 +253,13 @@ fn readiness_is_seen_while_the_holding_runtime_is_not_run() {
         let b = connected(&engine).await;
         (a, b)
     });
-    rt.block_on(async {
+    // From a task of the runtime, which claims the set.
+    let claimed = rt.spawn(async move {
         let mut read = std::pin::pin!(a.read(vec![0u8; 1]));
         let first = futures::poll!(read.as_mut());
         assert!(matches!(first, Poll::Pending), "a's read did not wait");
     });
+    rt.block_on(claimed).unwrap();
     // Not run from here on: its driving task is never polled.
     let (got_tx, got_rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {

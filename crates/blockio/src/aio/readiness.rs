@@ -30,7 +30,8 @@
 //!
 //! Who takes the set's events. On a tokio runtime (feature `tokio`; the
 //! thread pool's set), the first request that waits from a task of a
-//! runtime with I/O has that runtime take them: the set's descriptor is
+//! runtime with I/O (see [`readiness_tokio`](super::readiness_tokio) for
+//! which futures count as one) has that runtime take them: the set's descriptor is
 //! registered in the runtime's reactor, so the runtime's thread, parked
 //! in its own `epoll_wait`, is woken by a socket's readiness, and a task
 //! there takes the events without waiting and completes their requests,

@@ -14,9 +14,12 @@
 //! The task holds the set's [`Lease`] while it runs; the readiness thread
 //! stands aside meanwhile and takes over if the task stops taking the
 //! events (see [`lease`](super::lease)). The first request that waits in
-//! the set from a task of a tokio runtime with I/O, while nobody holds
-//! the lease, spawns the task there ([`offer`]); a runtime with I/O
-//! disabled, or shutting down, leaves the events to the thread.
+//! the set from a task of a tokio runtime with I/O (or from anywhere in
+//! a multi-thread runtime's context), while nobody holds the lease,
+//! spawns the task there ([`offer`]); a runtime with I/O disabled, or
+//! shutting down, leaves the events to the thread, and so does the
+//! future of a current-thread runtime's `block_on` until a task of that
+//! runtime waits ([`runs`]).
 //!
 //! The task ends when its lease is revoked, when the set stops (the
 //! engine is gone; the set's wake-up descriptor makes it readable), or
@@ -82,6 +85,9 @@ pub(crate) fn offer(set: Weak<dyn Driven>, lease: &Lease, fd: BorrowedFd<'_>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    if !runs(&runtime) {
+        return;
+    }
     if cfg!(panic = "abort") || refuses(&runtime) || closing(&runtime) {
         return;
     }
@@ -99,6 +105,19 @@ pub(crate) fn offer(set: Weak<dyn Driven>, lease: &Lease, fd: BorrowedFd<'_>) {
     } else if let Some(set) = nudged {
         set.nudge_thread();
     }
+}
+
+/// Whether `runtime`, the one in whose context the caller is, is known to
+/// run: the caller is one of its tasks, or it is a multi-thread runtime,
+/// whose workers run its tasks whatever the caller does. A future polled
+/// by another executor where a current-thread runtime is only entered
+/// (`Handle::enter`, or the future of its `block_on`, which tokio does
+/// not tell apart) does not claim the set: that runtime may never run
+/// the task that takes its events, and each claim would then cost the
+/// revocation's wait.
+fn runs(runtime: &tokio::runtime::Handle) -> bool {
+    tokio::task::try_id().is_some()
+        || runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
 }
 
 /// Takes the set's events on its runtime each time the reactor finds the
