@@ -36,15 +36,15 @@
 //! thread, parked in its own `epoll_wait`, is woken by a socket's
 //! readiness, and a task there takes the events without waiting and
 //! completes their requests, waking their tasks on the thread that runs
-//! them. The watching thread
-//! waits on the set only while no runtime does: it stands aside while a
-//! runtime's task holds the set's lease, and takes over when that task is
-//! dropped (its runtime shut down with its tasks: the lease is released
-//! and the thread woken) or stops taking the events (a runtime whose
-//! threads are all blocked, or that is not being run: revoked after two
-//! to three ticks of [`lease`](super::lease)). Operations of other
-//! executors and other runtimes sharing the engine are completed by
-//! whichever takes the events, and their tasks woken from there.
+//! them. The watching thread waits on the set only while no runtime does:
+//! it stands aside while a runtime's task holds the set's lease, and
+//! takes over when that task is dropped (its runtime shut down with its
+//! tasks: the lease is released and the thread woken) or stops taking the
+//! events (a runtime whose threads are all blocked, or that is not being
+//! run: revoked after two to three ticks of [`lease`](super::lease)).
+//! Operations of other executors and other runtimes sharing the engine
+//! are completed by whichever takes the events, and their tasks woken
+//! from there.
 //!
 //! No readiness is lost or seen twice across these hand-overs: every
 //! event is taken from the kernel once, by one `epoll_wait` (the
@@ -52,11 +52,12 @@
 //! either way ([`on_event`], whose tick tells a retry of an event that
 //! came meanwhile); the two may wait on the set together for a moment
 //! after a claim (until the thread, nudged out of its wait, stands
-//! aside), and that is as safe as two events served on two threads. Events not taken wait in the set,
-//! which both ask: an event pending when the runtime's task is dropped
-//! is taken by the thread's next wait. A set whose engine is gone stops
-//! both: the thread completes what waits with `ECANCELED`, and a retry a
-//! runtime's task was making meanwhile completes its requests so too.
+//! aside), and that is as safe as two events served on two threads.
+//! Events not taken wait in the set, which both ask: an event pending
+//! when the runtime's task is dropped is taken by the thread's next wait.
+//! A set whose engine is gone stops both: the thread completes what waits
+//! with `ECANCELED`, and a retry a runtime's task was making meanwhile
+//! completes its requests so too.
 //!
 //! A request waiting here is cancelled by taking it out of the set: the
 //! kernel holds nothing of it, so its memory is free at once.
