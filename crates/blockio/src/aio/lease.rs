@@ -24,13 +24,15 @@ use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 /// How often the standing-aside thread looks for events the holder has
-/// not taken. A revocation waits two to three ticks (200-300 ms). A
-/// runtime that runs is not revoked: the holder's task, woken by the
-/// reactor, waits its turn behind the tasks already queued (2,000 echoes
-/// of a slowloris round, 50 ms on the fallback's bench), and at 20 ms
-/// ticks such a backlog cost it the lease in every round, each event then
-/// handed over by the thread again until the next claim. The thread looks
-/// ten times a second while a runtime holds the lease, an idle one too.
+/// not taken. A revocation waits two to three ticks (200-300 ms), so
+/// that a runtime that runs keeps the lease through a backlog: the
+/// holder's task, woken by the reactor, waits its turn behind the tasks
+/// already queued (2,000 echoes of a slowloris round, 50 ms on the
+/// fallback's bench), and at 20 ms ticks such a backlog cost it the lease
+/// in every round, each event then handed over by the thread again until
+/// the next claim. A backlog longer than two ticks still does. The thread
+/// looks ten times a second while a runtime holds the lease, an idle one
+/// too.
 pub(crate) const TICK: Duration = Duration::from_millis(100);
 
 /// The right to take the set's events from a runtime's task.
