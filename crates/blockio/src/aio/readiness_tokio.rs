@@ -8,8 +8,8 @@
 //! takes the set's events without waiting and completes their requests
 //! there, waking their tasks on the thread that runs them: no second
 //! thread and no eventfd write between readiness and the task. A busy
-//! runtime polls its reactor between tasks, and so this task, as it does
-//! for its own sockets.
+//! runtime polls its reactor between tasks and queues this task then, as
+//! it queues its own sockets' tasks.
 //!
 //! The task holds the set's [`Lease`] while it runs; the readiness thread
 //! stands aside meanwhile and takes over if the task stops taking the
