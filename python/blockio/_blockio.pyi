@@ -18,7 +18,7 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
+__all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "LoopRing", "after_fork", "arm_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
@@ -291,6 +291,13 @@ class LoopRing:
     def close(self) -> None: ...
 
 def after_fork() -> None: ...
+def dispatch_batch(proactor: object, batch: List[Tuple[int, int, object]]) -> None:
+    """Dispatches a ``LoopRing.wait`` batch on a ``RingProactor``: a socket
+    transport's receive with bytes calls its callback here, any other
+    completion goes to ``proactor._finish``; each held socket is released."""
+def arm_receive(proactor: object, rx: object, callback: object) -> None:
+    """Arms the next receive of a ``StreamReceive`` on the proactor's ring
+    (``RingProactor.receive`` in one call)."""
 def bench_engine(fd: int, file_size: int, block: int, in_flight: int, seconds: float) -> float: ...
 def exiting() -> None: ...
 def read_line_inline(fd: int, limit: int) -> Tuple[bytes, int, int]: ...

@@ -132,10 +132,13 @@ class StreamReceive:
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as error:
-            loop = self._proactor._loop
-            loop.call_exception_handler(
-                {"message": f"Exception in callback {callback!r}", "exception": error, "transport_receive": self}
-            )
+            self.report(callback, error)
+
+    def report(self, callback: Callable[[Any, Any], None], error: BaseException) -> None:
+        """Hands the loop's exception handler what ``callback`` let out."""
+        self._proactor._loop.call_exception_handler(
+            {"message": f"Exception in callback {callback!r}", "exception": error, "transport_receive": self}
+        )
 
     def __repr__(self) -> str:
         state = "cancelled" if self.cancelled else "pending" if self.token is not None else "idle"
@@ -391,6 +394,12 @@ class RingProactor:
         token, _sent = self._ring.send(fd, buf, isinstance(conn, socket.socket))
         return None if token is None else self._future(token, _SEND, (fd,), conn)
 
+    def sent_rest(self, conn: Any, token: int) -> futures.Future:
+        """The future of send ``token`` on ``conn``, submitted to the ring
+        directly (``_ring.send``) with a rest to go out."""
+        fd = _fd_of(conn)
+        return self._future(token, _SEND, (fd,), conn)
+
     def accept(self, listener: socket.socket) -> futures.Future:
         """Accepts a connection; the result is ``(socket, address)``."""
         fd = listener.fileno()
@@ -565,18 +574,12 @@ class RingProactor:
         # queued (asyncio's order: a completion is handled after what was
         # scheduled before it): at once when none is, else as one of them.
         self._direct = not self._loop._ready
-        for i, (token, res, value) in enumerate(batch):
-            try:
-                entry = self._ops.pop(token, None)
-                if entry is not None:
-                    self._finish(token, entry, res, value)
-            except BaseException:
-                # A transport's callback let SystemExit or KeyboardInterrupt
-                # out: the rest of the batch is dispatched by the next select.
-                self._left = batch[i + 1 :]
-                raise
-            finally:
-                self._release(token)
+        # Each operation is taken from _ops and finished, and its socket
+        # released: a transport's receive with bytes calls the transport
+        # there (Rust), anything else goes to _finish. A transport's
+        # callback that lets SystemExit or KeyboardInterrupt out leaves the
+        # rest of the batch in _left, for the next select.
+        _blockio.dispatch_batch(self, batch)
         return ()
 
     def _sending(self, fd: int) -> bool:

@@ -9,13 +9,17 @@ behaviour is asyncio's; the count of futures is the io_uring loop's own."""
 from __future__ import annotations
 
 import asyncio
+import collections
+import os
 import socket
+import sys
+import threading
 
 import pytest
 
 import blockio
 from blockio import _proactor
-from waits import await_until
+from waits import DEADLINE, await_until
 
 
 class Echo(asyncio.Protocol):
@@ -87,6 +91,125 @@ def test_a_message_reaches_data_received_with_no_future(monkeypatch):
         loop.close()
     assert got == b"warm" + b"".join(b"%08d" % i for i in range(200))
     assert made == [], f"{len(made)} futures for 200 round trips"
+
+
+def _blockio_calls_per_echo(n: int) -> collections.Counter:
+    """The Python functions of blockio's own modules that an echo server on
+    the io_uring loop runs while a blocking client in a thread makes ``n``
+    round trips of 64 bytes (the server's thread only: ``sys.setprofile``
+    is per thread)."""
+    loop = blockio.new_event_loop()
+    calls: collections.Counter = collections.Counter()
+    ours = os.path.dirname(blockio.__file__)
+
+    def profile(frame, event, _arg):
+        if event == "call" and frame.f_code.co_filename.startswith(ours):
+            calls[frame.f_code.co_name] += 1
+
+    async def main():
+        server = await loop.create_server(Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        go, profiled = threading.Event(), threading.Event()
+        done = loop.create_future()
+        failed: list[BaseException] = []
+
+        def client():
+            try:
+                with socket.create_connection(("127.0.0.1", port)) as c:
+                    c.settimeout(DEADLINE)
+                    c.sendall(b"warm")
+                    assert c.recv(64) == b"warm"
+                    go.set()
+                    assert profiled.wait(DEADLINE), "the server's profile"
+                    for i in range(n):
+                        c.sendall(b"%064d" % i)
+                        got = b""
+                        while len(got) < 64:
+                            got += c.recv(64 - len(got))
+                        assert got == b"%064d" % i
+            except BaseException as exc:
+                failed.append(exc)
+            finally:
+                go.set()
+                profiled.set()
+                loop.call_soon_threadsafe(done.set_result, None)
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        await loop.run_in_executor(None, go.wait)
+        sys.setprofile(profile)
+        profiled.set()
+        try:
+            await done
+        finally:
+            sys.setprofile(None)
+        thread.join()
+        server.close()
+        await server.wait_closed()
+        assert not failed, failed
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    return calls
+
+
+def test_a_message_runs_no_loop_code_in_python_but_the_transport_s_receive_and_write(monkeypatch):
+    """Between a socket's completion and the echo's send, blockio's Python
+    code is the transport's ``_received`` and ``write`` and the proactor's
+    ``select`` (one per batch): the dispatch of the batch, the next
+    receive's arming and the send are the ring's, in Rust. (Before, 16
+    Python calls per message: the dispatch's ``_finish``, ``_finish_stream``
+    and ``deliver``, the socket's release, the arming's ``_receive`` and
+    ``receive``, the write's ``_write_now`` and ``send_or_future``...)"""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    n = 300
+    calls = _blockio_calls_per_echo(n)
+    # The end (the client's close, the wake-up of call_soon_threadsafe,
+    # the server's close) runs some calls once.
+    frequent = {name for name, count in calls.items() if count > 10}
+    assert frequent <= {"select", "_received", "write"}, calls
+    # A receive and a write per message (and a receive at the end of stream).
+    assert calls["write"] >= n and calls["_received"] >= n, calls
+    assert sum(calls.values()) - calls["select"] - calls["_received"] - calls["write"] < 60, calls
+
+
+def test_an_exception_from_data_received_reaches_the_handler_and_the_next_message_the_protocol(monkeypatch):
+    """On the io_uring loop, an exception that ``data_received`` lets out
+    goes to the loop's exception handler, as one from asyncio's proactor
+    transport's callback does, and the next receive, armed before the
+    protocol ran, brings the next message."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    seen = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+
+    class Failing(Collect):
+        def data_received(self, data):
+            super().data_received(data)
+            if len(self.data) == 3:
+                raise ValueError("the protocol failed")
+
+    a, b = socket.socketpair()
+
+    async def main():
+        _tr, pr = await loop.connect_accepted_socket(Failing, a)
+        b.sendall(b"one")
+        await await_until(lambda: seen, "the handler's call")
+        b.sendall(b"two")
+        await await_until(lambda: bytes(pr.data) == b"onetwo", "the second message")
+        pr.transport.close()
+        await pr.lost
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        b.close()
+    assert len(seen) == 1
+    assert isinstance(seen[0]["exception"], ValueError)
+    assert seen[0]["message"].startswith("Exception in callback")
 
 
 def test_callbacks_queued_before_a_completion_run_before_the_protocol_sees_it(loop):
