@@ -343,7 +343,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         rx = self._rx
         if rx is None:
             rx = self._rx = _proactor.StreamReceive(self._loop._proactor, self._sock, _RECV_SIZE)
-        _arm_receive(self._loop._proactor, rx, self._received)
+        _arm_receive(rx, self._received)
         self._read_fut = rx
 
     def _received(self, data: Any, exc: BaseException | None) -> None:
@@ -369,7 +369,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             if self._closing:
                 return
             if not self._paused:
-                _arm_receive(self._loop._proactor, self._rx, self._received)
+                _arm_receive(self._rx, self._received)
                 self._read_fut = self._rx
         except OSError as exc:
             self._read_failed(exc)

@@ -80,7 +80,7 @@ class OpFuture(futures.Future):
         return super().cancel(msg=msg)
 
 
-class StreamReceive:
+class StreamReceive(_blockio.StreamRx):
     """A socket transport's receive, armed again by the transport after
     each completion, whose completion calls ``callback(data, exc)`` from
     the proactor's dispatch of the batch (in ``select``): no future, no
@@ -92,25 +92,25 @@ class StreamReceive:
     exception it lets out goes to the loop's exception handler, as one
     from a callback of the ready queue does. While armed, it stands in the
     transport's ``_read_fut``: ``cancel()`` cancels the receive in flight.
+
+    Its state (``conn``, ``fd``, ``nbytes``, ``socket``, ``holdable``,
+    ``context``; ``token``, the receive in flight or the marker of kept
+    bytes about to be handed on, None when not armed; ``cancelled``) is
+    the Rust base's, which the dispatch and ``_blockio.arm_receive`` read
+    per message without attribute lookups.
     """
 
-    __slots__ = ("_proactor", "conn", "fd", "nbytes", "socket", "holdable", "context", "token", "cancelled")
+    __slots__ = ()
 
-    def __init__(self, proactor: RingProactor, conn: Any, nbytes: int) -> None:
-        self._proactor = proactor
-        self.conn = conn
-        self.fd = _fd_of(conn)
-        self.nbytes = nbytes
-        self.socket = isinstance(conn, socket.socket)
+    def __new__(cls, proactor: RingProactor, conn: Any, nbytes: int) -> StreamReceive:
         # Whether hold_open holds it (a socket; not a test's mock).
-        self.holdable = hold_open(conn)
-        if self.holdable:
+        holdable = hold_open(conn)
+        if holdable:
             release(conn)
-        self.context = contextvars.copy_context()
-        # The token of the receive in flight (or the marker of kept bytes
-        # about to be handed on); None when not armed.
-        self.token: Any = None
-        self.cancelled = False
+        return super().__new__(
+            cls, proactor, conn, _fd_of(conn), nbytes, isinstance(conn, socket.socket), holdable,
+            contextvars.copy_context(),
+        )
 
     def cancel(self, msg: Any = None) -> bool:
         """Cancels the receive in flight; its completion calls nothing."""

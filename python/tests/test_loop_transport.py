@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import os
 import socket
 import sys
@@ -210,6 +211,39 @@ def test_an_exception_from_data_received_reaches_the_handler_and_the_next_messag
     assert len(seen) == 1
     assert isinstance(seen[0]["exception"], ValueError)
     assert seen[0]["message"].startswith("Exception in callback")
+
+
+def test_a_closed_connection_s_receive_is_collected(monkeypatch):
+    """A transport's receive keeps its proactor's tables (Rust fields, seen
+    by the cycle collector): once the connections are closed and the loop
+    too, none of their ``StreamReceive`` objects is left."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+
+    def receives() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, _proactor.StreamReceive))
+
+    before = receives()
+    loop = blockio.new_event_loop()
+
+    async def main():
+        server = await loop.create_server(Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        for i in range(20):
+            tr, pr = await loop.create_connection(Collect, "127.0.0.1", port)
+            tr.write(b"%d" % i)
+            await await_until(lambda: bytes(pr.data) == b"%d" % i, "the echo")
+            tr.close()
+            await pr.lost
+        server.close()
+        await server.wait_closed()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    del loop
+    assert receives() <= before
 
 
 def test_callbacks_queued_before_a_completion_run_before_the_protocol_sees_it(loop):

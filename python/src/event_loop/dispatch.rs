@@ -8,7 +8,9 @@
 //! proactor reads them) through the C API, with no Python frame between
 //! the ring and the transport: a receive's completion calls the
 //! transport's callback in its context at once, and the callback arms the
-//! next receive in one call. What is not the common case (a completion
+//! next receive in one call. The receive's own state is [`StreamRx`]'s
+//! fields (the base of Python's `StreamReceive`), read without attribute
+//! lookups, and it keeps the tables it arms into. What is not the common case (a completion
 //! of another kind, an error or end of stream, a receive cancelled or
 //! handed kept bytes, a batch that must wait behind queued callbacks) goes
 //! to the proactor's Python code (`_finish`, `receive`), which decides
@@ -17,10 +19,12 @@
 use std::os::fd::RawFd;
 
 use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
+use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyList, PySet, PyTuple, PyType};
+use pyo3::PyTraverseError;
 
 use super::ring::LoopRing;
 
@@ -69,6 +73,121 @@ pub(crate) fn dispatch_batch(
     Ok(())
 }
 
+/// The state of a socket transport's receive, armed again after each
+/// completion: the base class of `blockio._proactor.StreamReceive`, whose
+/// methods are Python's. Its fields are what [`arm_receive`] and
+/// [`dispatch_batch`] read per message; it keeps the proactor's tables
+/// and ring it arms into (the proactor replaces none of them before its
+/// ring is closed).
+#[pyclass(subclass, module = "blockio._blockio")]
+pub(crate) struct StreamRx {
+    /// The proactor (a `RingProactor`).
+    #[pyo3(get, name = "_proactor")]
+    proactor: PyObject,
+    /// The socket (or file) received from.
+    #[pyo3(get)]
+    conn: PyObject,
+    /// Its descriptor.
+    #[pyo3(get)]
+    fd: RawFd,
+    /// The most one receive takes.
+    #[pyo3(get)]
+    nbytes: usize,
+    /// A socket (`recv`) rather than another file (`read`).
+    #[pyo3(get)]
+    socket: bool,
+    /// Whether the proactor holds `conn` open while a receive is in flight.
+    #[pyo3(get)]
+    holdable: bool,
+    /// The context the callback runs in.
+    #[pyo3(get)]
+    context: PyObject,
+    /// The token of the receive in flight (or the marker of kept bytes
+    /// about to be handed on); None when not armed.
+    #[pyo3(get, set)]
+    token: PyObject,
+    /// Its cancellation was asked for.
+    #[pyo3(get, set)]
+    cancelled: bool,
+    /// The proactor's `_ops`, `_receiving`, `_held` and `_kept`, and its ring.
+    tables: Option<RxTables>,
+}
+
+/// What a receive arms into (see [`StreamRx`]).
+struct RxTables {
+    ops: Py<PyDict>,
+    receiving: Py<PyDict>,
+    held: Py<PyDict>,
+    kept: Py<PyDict>,
+    ring: Py<LoopRing>,
+}
+
+#[pymethods]
+impl StreamRx {
+    /// A receive of at most `nbytes` from `conn` (descriptor `fd`) on
+    /// `proactor`'s ring, its callbacks run in `context`.
+    #[new]
+    fn new(
+        proactor: &Bound<'_, PyAny>,
+        conn: PyObject,
+        fd: RawFd,
+        nbytes: usize,
+        socket: bool,
+        holdable: bool,
+        context: PyObject,
+    ) -> PyResult<Self> {
+        let py = proactor.py();
+        let dict = |name: &str| -> PyResult<Py<PyDict>> {
+            Ok(proactor.getattr(name)?.downcast_into::<PyDict>()?.unbind())
+        };
+        let tables = RxTables {
+            ops: dict("_ops")?,
+            receiving: dict("_receiving")?,
+            held: dict("_held")?,
+            kept: dict("_kept")?,
+            ring: proactor
+                .getattr("_ring")?
+                .downcast_into::<LoopRing>()?
+                .unbind(),
+        };
+        Ok(StreamRx {
+            proactor: proactor.clone().unbind(),
+            conn,
+            fd,
+            nbytes,
+            socket,
+            holdable,
+            context,
+            token: py.None(),
+            cancelled: false,
+            tables: Some(tables),
+        })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.proactor)?;
+        visit.call(&self.conn)?;
+        visit.call(&self.context)?;
+        visit.call(&self.token)?;
+        if let Some(t) = &self.tables {
+            visit.call(&t.ops)?;
+            visit.call(&t.receiving)?;
+            visit.call(&t.held)?;
+            visit.call(&t.kept)?;
+            visit.call(&t.ring)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self, py: Python<'_>) {
+        self.tables = None;
+        self.token = py.None();
+        self.context = py.None();
+        self.proactor = py.None();
+        self.conn = py.None();
+    }
+}
+
 /// Arms the next receive of `rx` (a `StreamReceive`), whose completion
 /// calls `callback`: `RingProactor.receive`, in one call. When bytes a
 /// cancelled receive left are kept for some socket, the proactor's own
@@ -76,37 +195,47 @@ pub(crate) fn dispatch_batch(
 #[pyfunction]
 pub(crate) fn arm_receive(
     py: Python<'_>,
-    proactor: &Bound<'_, PyAny>,
-    rx: &Bound<'_, PyAny>,
+    rx: &Bound<'_, StreamRx>,
     callback: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    if proactor.getattr(intern!(py, "_kept"))?.is_truthy()? {
-        proactor.call_method1(intern!(py, "receive"), (rx, callback))?;
+    let mut this = rx.borrow_mut();
+    let Some(t) = &this.tables else {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "the event loop's ring is closed",
+        ));
+    };
+    if !t.kept.bind(py).is_empty() {
+        let proactor = this.proactor.clone_ref(py);
+        drop(this);
+        proactor.call_method1(py, intern!(py, "receive"), (rx, callback))?;
         return Ok(());
     }
-    let ring = proactor.getattr(intern!(py, "_ring"))?;
-    let ring = ring.downcast::<LoopRing>()?;
-    rx.setattr(intern!(py, "cancelled"), false)?;
-    let fd = rx.getattr(intern!(py, "fd"))?;
-    let conn = rx.getattr(intern!(py, "conn"))?;
-    let nbytes = rx.getattr(intern!(py, "nbytes"))?;
-    let socket = rx.getattr(intern!(py, "socket"))?.is_truthy()?;
-    let token = ring
-        .borrow()
-        .recv(fd.extract::<RawFd>()?, nbytes.extract::<usize>()?, socket)?;
-    let tables = Tables::of(proactor)?;
-    rx.setattr(intern!(py, "token"), token)?;
-    tables.receiving.set_item(&fd, token)?;
-    let arg = PyTuple::new(py, [&fd, &conn, &nbytes, callback])?;
-    let entry = (rx, STREAM, arg).into_pyobject(py)?;
-    tables.ops.set_item(token, entry)?;
-    if rx.getattr(intern!(py, "holdable"))?.is_truthy()? {
+    let token = t.ring.borrow(py).recv(this.fd, this.nbytes, this.socket)?;
+    let token_obj = token.into_pyobject(py)?;
+    let fd = this.fd.into_pyobject(py)?;
+    t.receiving.bind(py).set_item(&fd, &token_obj)?;
+    let conn = this.conn.bind(py);
+    let arg = PyTuple::new(
+        py,
+        [
+            fd.as_any(),
+            conn,
+            this.nbytes.into_pyobject(py)?.as_any(),
+            callback,
+        ],
+    )?;
+    t.ops
+        .bind(py)
+        .set_item(&token_obj, (rx, STREAM, arg).into_pyobject(py)?)?;
+    if this.holdable {
         // hold_open, known to hold: the socket stays open until the
         // completion is dispatched.
         let refs: i64 = conn.getattr(intern!(py, "_io_refs"))?.extract()?;
         conn.setattr(intern!(py, "_io_refs"), refs + 1)?;
-        tables.held.set_item(token, &conn)?;
+        t.held.bind(py).set_item(&token_obj, conn)?;
     }
+    this.cancelled = false;
+    this.token = token_obj.into_any().unbind();
     Ok(())
 }
 
@@ -158,11 +287,14 @@ impl<'py> Tables<'py> {
             let op = entry.downcast::<PyTuple>()?;
             if op.get_item(1)?.extract::<i64>()? == STREAM && !self.redirected.contains(token)? {
                 let rx = op.get_item(0)?;
-                if !rx.getattr(intern!(py, "cancelled"))?.is_truthy()?
-                    && rx.getattr(intern!(py, "token"))?.eq(token)?
-                {
+                let rx = rx.downcast::<StreamRx>()?;
+                let armed = {
+                    let this = rx.borrow();
+                    !this.cancelled && this.token.bind(py).eq(token)?
+                };
+                if armed {
                     let arg = op.get_item(2)?;
-                    return self.deliver(py, &rx, arg.downcast::<PyTuple>()?, token, value);
+                    return self.deliver(py, rx, arg.downcast::<PyTuple>()?, token, value);
                 }
             }
         }
@@ -175,7 +307,7 @@ impl<'py> Tables<'py> {
     fn deliver(
         &self,
         py: Python<'py>,
-        rx: &Bound<'py, PyAny>,
+        rx: &Bound<'py, StreamRx>,
         arg: &Bound<'py, PyTuple>,
         token: &Bound<'py, PyAny>,
         data: Bound<'py, PyAny>,
@@ -186,10 +318,13 @@ impl<'py> Tables<'py> {
                 self.receiving.del_item(&fd)?;
             }
         }
-        rx.setattr(intern!(py, "token"), py.None())?;
+        let context = {
+            let mut this = rx.borrow_mut();
+            this.token = py.None();
+            this.context.clone_ref(py)
+        };
         let callback = arg.get_item(3)?;
-        let context = rx.getattr(intern!(py, "context"))?;
-        match context.call_method1(intern!(py, "run"), (&callback, data, py.None())) {
+        match context.call_method1(py, intern!(py, "run"), (&callback, data, py.None())) {
             Ok(_) => Ok(()),
             Err(e)
                 if e.is_instance_of::<PySystemExit>(py)

@@ -69,5 +69,5 @@ mod ops;
 mod ring;
 mod sockaddr;
 
-pub(crate) use dispatch::{arm_receive, dispatch_batch};
+pub(crate) use dispatch::{arm_receive, dispatch_batch, StreamRx};
 pub(crate) use ring::{after_fork, LoopRing};
