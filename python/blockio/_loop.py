@@ -542,7 +542,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         # Watches removed while their poll was in flight: each duplicate is
         # closed when its poll answers (or, at close(), once the ring is).
         self._unwatched: set[_Watch] = set()
-        self._transports: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        # descriptor -> weak reference to the transport made on it (a plain
+        # dict: a WeakValueDictionary's store runs three Python calls per
+        # connection; a dead reference is replaced when the number is reused)
+        self._transports: dict[int, weakref.ref] = {}
         # Listening Unix sockets to unlink when they stop serving (3.13+'s
         # create_unix_server(cleanup_socket=True)): socket -> inode.
         self._unix_server_sockets: dict[Any, int] = {}
@@ -640,7 +643,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 fileno = int(fileno.fileno())
             except (AttributeError, TypeError, ValueError):
                 raise ValueError(f"Invalid file object: {fd!r}") from None
-        transport = self._transports.get(fileno)
+        ref = self._transports.get(fileno)
+        transport = None if ref is None else ref()
         if transport is not None and not transport.is_closing():
             raise RuntimeError(f"File descriptor {fd!r} is used by transport {transport!r}")
 
@@ -740,7 +744,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     def _owned(self, fileobj: Any, transport: Any) -> Any:
         try:
-            self._transports[fileobj.fileno()] = transport
+            self._transports[fileobj.fileno()] = weakref.ref(transport)
         except (AttributeError, ValueError, OSError):
             pass
         return transport
@@ -891,22 +895,33 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             else:
                 self._make_socket_transport(conn, protocol, extra={"peername": addr}, server=server)
 
-        def loop(f: Any = None) -> None:
+        # Each accept's completion calls `accepted` from the dispatch of the
+        # batch (ServerAccept: no future, no call_soon hop per connection),
+        # which serves the connection and arms the next accept.
+        def arm() -> None:
             try:
-                if f is not None:
-                    serve(*f.result())
-                if self.is_closed():
+                if self._closed:
                     return
-                f = self._proactor.accept(sock)
+                self._proactor.serve_accept(acc)
             except OSError as exc:
-                self._accept_failed(sock, exc, loop)
+                self._accept_failed(sock, exc, arm)
+            else:
+                self._accept_futures[sock.fileno()] = acc
+
+        def accepted(conn: Any, exc: BaseException | None) -> None:
+            try:
+                if exc is not None:
+                    raise exc
+                serve(*conn)
+            except OSError as exc:
+                self._accept_failed(sock, exc, arm)
             except exceptions.CancelledError:
                 sock.close()
             else:
-                self._accept_futures[sock.fileno()] = f
-                f.add_done_callback(loop)
+                arm()
 
-        self.call_soon(loop)
+        acc = _proactor.ServerAccept(self._proactor, sock, accepted)
+        self.call_soon(arm)
 
     def _accept_failed(self, sock: socket.socket, exc: OSError, again: Callable[[], None]) -> None:
         """Reports a server's failed accept: retried after a delay when it

@@ -246,6 +246,54 @@ def test_a_closed_connection_s_receive_is_collected(monkeypatch):
     assert receives() <= before
 
 
+def test_a_server_s_connection_makes_no_future_and_its_socket_is_non_blocking(monkeypatch):
+    """A server's accept on the io_uring loop calls back from the dispatch
+    (``ServerAccept``): 30 connections served go through no future-making
+    ``RingProactor.accept``; each accepted socket is non-blocking (made so
+    by the ring's accept, and so marked in the object without a
+    ``setblocking`` call) and a plain stream socket to its user."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    accepts = []
+    accept = _proactor.RingProactor.accept
+
+    def counting(self, *args, **kw):
+        accepts.append(args)
+        return accept(self, *args, **kw)
+
+    monkeypatch.setattr(_proactor.RingProactor, "accept", counting)
+    socks = []
+
+    class Keep(Echo):
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            socks.append(transport.get_extra_info("socket"))
+
+    async def main():
+        server = await loop.create_server(Keep, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        clients = []
+        for i in range(30):
+            c = socket.create_connection(("127.0.0.1", port))
+            c.setblocking(False)
+            clients.append(c)
+            await loop.sock_sendall(c, b"%02d" % i)
+            assert await loop.sock_recv(c, 2) == b"%02d" % i
+        for c in clients:
+            c.close()
+        server.close()
+        await server.wait_closed()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert accepts == []
+    assert len(socks) == 30
+    for s in socks:
+        assert s.gettimeout() == 0.0 and s.type == socket.SOCK_STREAM, s
+
+
 def test_callbacks_queued_before_a_completion_run_before_the_protocol_sees_it(loop):
     """The server writes as soon as it has the connection, so the bytes are
     there when the client's first receive is submitted: the coroutine that

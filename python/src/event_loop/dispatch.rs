@@ -10,11 +10,11 @@
 //! transport's callback in its context at once, and the callback arms the
 //! next receive in one call. The receive's own state is [`StreamRx`]'s
 //! fields (the base of Python's `StreamReceive`), read without attribute
-//! lookups, and it keeps the tables it arms into. What is not the common case (a completion
-//! of another kind, an error or end of stream, a receive cancelled or
-//! handed kept bytes, a batch that must wait behind queued callbacks) goes
-//! to the proactor's Python code (`_finish`, `receive`), which decides
-//! exactly as before.
+//! lookups, and it keeps the tables it arms into. What is not the common
+//! case (a completion of another kind, an error or end of stream, a
+//! receive cancelled or handed kept bytes, a batch that must wait behind
+//! queued callbacks) goes to the proactor's Python code (`_finish`,
+//! `receive`), which decides exactly as before.
 
 use std::os::fd::RawFd;
 
