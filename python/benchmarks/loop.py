@@ -36,7 +36,12 @@ and to asyncio.
     python python/benchmarks/loop.py [--rounds 3] [--seconds 2] [--syscalls]
         [--workloads echo-protocol,http-protocol] [--sizes 1024,10240,102400]
         [--conns 1,50,500] [--http-conns 50,1000] [--idle 10000]
-        [--loops asyncio,uvloop,rloop,blockio]
+        [--loops asyncio,uvloop,rloop,blockio] [--baseline DIR]
+
+``--baseline DIR`` adds a contender, ``blockio-base``: blockio's loop
+imported from ``DIR`` (a directory holding another build of the
+``blockio`` package, put first on the server's ``PYTHONPATH``), so that
+two versions of the loop are measured side by side in the same rounds.
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ def _new_loop(name: str) -> asyncio.AbstractEventLoop:
 
         loop: asyncio.AbstractEventLoop = rloop.new_event_loop()
         return loop
-    if name == "blockio":
+    if name in ("blockio", "blockio-base"):
         import blockio
 
         return blockio.new_event_loop()
@@ -275,8 +280,11 @@ def _perf_count(perf: subprocess.Popen[str]) -> int:
 
 def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namespace) -> dict[str, float]:
     """The figures of one fresh server process under one load."""
+    env = None
+    if name == "blockio-base":
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.baseline, os.environ.get("PYTHONPATH")]))}
     server = subprocess.Popen([sys.executable, __file__, "--serve", name, kind], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, text=True, env=env)
     assert server.stdin is not None and server.stdout is not None
     port = int(server.stdout.readline())
     cpu_started = sum(_cpu_seconds(server.pid))
@@ -320,7 +328,7 @@ def _report(title: str, got: dict[str, list[dict[str, float]]]) -> None:
         late = sum(r["timeouts"] for r in rs)
         calls += f"  {late} over 2 s" if late else ""
         setup = f"  setup {m['setup'] * 1e6:5.1f} us/conn" if m["setup"] else ""
-        print(f"  {n:8} {m['rate']:9.0f}/s ({min(rates):.0f}-{max(rates):.0f})  p99 {m['p99'] * 1e3:7.2f} ms  "
+        print(f"  {n:12} {m['rate']:9.0f}/s ({min(rates):.0f}-{max(rates):.0f})  p99 {m['p99'] * 1e3:7.2f} ms  "
               f"CPU {m['cpu'] * 1e6:6.1f} us/req (load {m['load_cpu'] * 1e6:5.1f}, sys {m['load_sys'] * 1e6:4.1f})"
               f"{setup}  RSS {m['rss']:5.1f} MiB{calls}  {ratio}")
     sys.stdout.flush()
@@ -338,7 +346,12 @@ def main() -> None:
     ap.add_argument("--idle", type=int, default=10000, help="idle connections of http-idle")
     ap.add_argument("--loops", default=",".join(LOOPS))
     ap.add_argument("--syscalls", action="store_true", help="count the server's system calls with perf")
+    ap.add_argument("--baseline", help="a directory with another build of blockio: adds the loop blockio-base")
     args = ap.parse_args()
+    if args.baseline and "blockio-base" not in args.loops.split(","):
+        args.loops += ",blockio-base"
+    if "blockio-base" in args.loops.split(",") and not args.baseline:
+        raise SystemExit("--loops blockio-base: give the other build's directory with --baseline DIR")
     if args.serve:
         serve(*args.serve)
         return

@@ -18,7 +18,7 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
+__all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "LoopRing", "StreamRx", "after_fork", "arm_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_stream_inline", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
@@ -298,6 +298,38 @@ class LoopRing:
     def close(self) -> None: ...
 
 def after_fork() -> None: ...
+def dispatch_batch(proactor: object, batch: List[Tuple[int, int, object]]) -> None:
+    """Dispatches a ``LoopRing.wait`` batch on a ``RingProactor``: a socket
+    transport's receive with bytes calls its callback here, any other
+    completion goes to ``proactor._finish``; each held socket is released."""
+def arm_receive(rx: StreamRx, callback: object) -> None:
+    """Arms the next receive of a ``StreamReceive`` on its proactor's ring
+    (``RingProactor.receive`` in one call)."""
+
+@disjoint_base
+class StreamRx:
+    """The state of a socket transport's receive (the base of
+    ``blockio._proactor.StreamReceive``), read by the dispatch per message."""
+
+    def __new__(
+        cls, proactor: object, conn: object, fd: int, nbytes: int, socket: bool, holdable: bool, context: object
+    ) -> "StreamRx": ...
+    @property
+    def _proactor(self) -> object: ...
+    @property
+    def conn(self) -> object: ...
+    @property
+    def fd(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def socket(self) -> bool: ...
+    @property
+    def holdable(self) -> bool: ...
+    @property
+    def context(self) -> object: ...
+    token: object
+    cancelled: bool
 def bench_engine(fd: int, file_size: int, block: int, in_flight: int, seconds: float) -> float: ...
 def exiting() -> None: ...
 def read_line_inline(fd: int, limit: int) -> Tuple[bytes, int, int]: ...

@@ -77,6 +77,9 @@ _RECV_SIZE = 256 * 1024
 
 _UNAVAILABLE = (errno.EPERM, errno.ENOSYS, errno.EACCES, errno.EOPNOTSUPP)
 
+# Arms a socket transport's next receive (RingProactor.receive, in Rust).
+_arm_receive = _blockio.arm_receive
+
 
 class _Watch:
     """One ``add_reader``/``add_writer`` registration and its poll.
@@ -258,11 +261,35 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         # Receives give new bytes (see `_received`): asyncio's 64 KiB
         # receive buffer per connection is not kept.
         self._data = b""
+        # A real socket, which write() may send on at once (a test's mock
+        # goes through the proactor's send).
+        self._ring_socket = isinstance(self._sock, socket.socket)
 
     # The transport's receive, made at its first (see _receive).
     _rx: Any = None
 
     def write(self, data: Any) -> None:
+        if (
+            type(data) is bytes
+            and data
+            and self._write_fut is None
+            and not self._buffer
+            and not (self._closing or self._conn_lost or self._eof_written or self._empty_waiter is not None)
+            and self._ring_socket
+        ):
+            # The common write, to an idle transport: sent here (see
+            # _write_now), with no other Python call.
+            try:
+                token, _sent = self._loop._proactor._ring.send(self._sock.fileno(), data, True)
+            except ConnectionResetError as exc:
+                self._force_close(exc)
+                return
+            except OSError as exc:
+                self._fatal_error(exc, "Fatal write error on pipe transport")
+                return
+            if token is not None:
+                self._sending_rest(self._loop._proactor.sent_rest(self._sock, token), len(data))
+            return
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
         if self._eof_written:
@@ -292,10 +319,15 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             self._fatal_error(exc, "Fatal write error on pipe transport")
             return
         if fut is not None:
-            self._write_fut = fut
-            self._pending_write = len(data)
-            fut.add_done_callback(self._loop_writing)
-            self._maybe_pause_protocol()
+            self._sending_rest(fut, len(data))
+
+    def _sending_rest(self, fut: Any, length: int) -> None:
+        """A write of ``length`` bytes whose rest the ring sends: ``fut``,
+        its completion, is the send in flight."""
+        self._write_fut = fut
+        self._pending_write = length
+        fut.add_done_callback(self._loop_writing)
+        self._maybe_pause_protocol()
 
     def _loop_reading(self, fut: Any = None) -> None:
         """Arms the first receive (scheduled by asyncio's ``__init__`` and
@@ -311,7 +343,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         rx = self._rx
         if rx is None:
             rx = self._rx = _proactor.StreamReceive(self._loop._proactor, self._sock, _RECV_SIZE)
-        self._loop._proactor.receive(rx, self._received)
+        _arm_receive(rx, self._received)
         self._read_fut = rx
 
     def _received(self, data: Any, exc: BaseException | None) -> None:
@@ -322,7 +354,12 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         while it waits, so an idle connection pins no 64 KiB buffer (see
         ``LoopRing.recv``). The bytes of a receive that finds reading paused
         stay in ``_data`` until ``resume_reading`` hands them on
-        (``_data_received``)."""
+        (``_data_received``).
+
+        Bytes on a transport that reads on go to the next receive's arming
+        and to ``data_received`` from here, with no other Python call: this
+        is the whole Python path of a message (the dispatch and the arming
+        are the ring's, in Rust)."""
         self._read_fut = None
         try:
             if exc is not None:
@@ -332,7 +369,8 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             if self._closing:
                 return
             if not self._paused:
-                self._receive()
+                _arm_receive(self._rx, self._received)
+                self._read_fut = self._rx
         except OSError as exc:
             self._read_failed(exc)
         except exceptions.CancelledError:
@@ -340,7 +378,10 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 raise
         finally:
             if data is not None:
-                self._data_received(data, len(data))
+                if data and not self._paused and not isinstance(self._protocol, asyncio.BufferedProtocol):
+                    self._protocol.data_received(data)  # asyncio's call, as its own does
+                else:
+                    self._data_received(data, len(data))
 
     def _read_failed(self, exc: OSError) -> None:
         if isinstance(exc, ConnectionAbortedError):
@@ -508,7 +549,10 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         # Watches removed while their poll was in flight: each duplicate is
         # closed when its poll answers (or, at close(), once the ring is).
         self._unwatched: set[_Watch] = set()
-        self._transports: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        # descriptor -> weak reference to the transport made on it (a plain
+        # dict: a WeakValueDictionary's store runs three Python calls per
+        # connection; a dead reference is replaced when the number is reused)
+        self._transports: dict[int, weakref.ref] = {}
         # Listening Unix sockets to unlink when they stop serving (3.13+'s
         # create_unix_server(cleanup_socket=True)): socket -> inode.
         self._unix_server_sockets: dict[Any, int] = {}
@@ -606,7 +650,8 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
                 fileno = int(fileno.fileno())
             except (AttributeError, TypeError, ValueError):
                 raise ValueError(f"Invalid file object: {fd!r}") from None
-        transport = self._transports.get(fileno)
+        ref = self._transports.get(fileno)
+        transport = None if ref is None else ref()
         if transport is not None and not transport.is_closing():
             raise RuntimeError(f"File descriptor {fd!r} is used by transport {transport!r}")
 
@@ -706,7 +751,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     def _owned(self, fileobj: Any, transport: Any) -> Any:
         try:
-            self._transports[fileobj.fileno()] = transport
+            self._transports[fileobj.fileno()] = weakref.ref(transport)
         except (AttributeError, ValueError, OSError):
             pass
         return transport
@@ -857,30 +902,40 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             else:
                 self._make_socket_transport(conn, protocol, extra={"peername": addr}, server=server)
 
-        def loop(f: Any = None) -> None:
+        # Each accept's completion calls `accepted` from the dispatch of the
+        # batch (ServerAccept: no future, no call_soon hop per connection),
+        # which serves the connection and arms the next accept.
+        def arm() -> None:
             try:
-                if f is not None:
-                    conn, addr = f.result()
-                    if sock.fileno() == -1:
-                        # The server was closed after the kernel completed
-                        # this accept and before this callback ran (in the
-                        # same batch of completions): nothing serves the
-                        # connection, which is ended as the backlog's are.
-                        conn.close()
-                        return
-                    serve(conn, addr)
-                if self.is_closed():
+                if self._closed:
                     return
-                f = self._proactor.accept(sock)
+                self._proactor.serve_accept(acc)
             except OSError as exc:
-                self._accept_failed(sock, exc, loop)
+                self._accept_failed(sock, exc, arm)
+            else:
+                self._accept_futures[sock.fileno()] = acc
+
+        def accepted(conn: Any, exc: BaseException | None) -> None:
+            try:
+                if exc is not None:
+                    raise exc
+                if sock.fileno() == -1:
+                    # The server was closed after the kernel completed this
+                    # accept and before its completion was dispatched (in the
+                    # same batch): nothing serves the connection, which is
+                    # ended as the backlog's are.
+                    conn[0].close()
+                    return
+                serve(*conn)
+            except OSError as exc:
+                self._accept_failed(sock, exc, arm)
             except exceptions.CancelledError:
                 sock.close()
             else:
-                self._accept_futures[sock.fileno()] = f
-                f.add_done_callback(loop)
+                arm()
 
-        self.call_soon(loop)
+        acc = _proactor.ServerAccept(self._proactor, sock, accepted)
+        self.call_soon(arm)
 
     def _accept_failed(self, sock: socket.socket, exc: OSError, again: Callable[[], None]) -> None:
         """Reports a server's failed accept: retried after a delay when it

@@ -63,7 +63,7 @@ POLLOUT = select.POLLOUT
 _TCP_CLOSE = 7
 
 # Operation kinds, as kept beside each token.
-_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM = range(7)
+_RECV, _RECV_INTO, _SEND, _ACCEPT, _POLL, _CALLBACK, _STREAM, _SERVE = range(8)
 
 
 class OpFuture(futures.Future):
@@ -80,7 +80,7 @@ class OpFuture(futures.Future):
         return super().cancel(msg=msg)
 
 
-class StreamReceive:
+class StreamReceive(_blockio.StreamRx):
     """A socket transport's receive, armed again by the transport after
     each completion, whose completion calls ``callback(data, exc)`` from
     the proactor's dispatch of the batch (in ``select``): no future, no
@@ -92,25 +92,25 @@ class StreamReceive:
     exception it lets out goes to the loop's exception handler, as one
     from a callback of the ready queue does. While armed, it stands in the
     transport's ``_read_fut``: ``cancel()`` cancels the receive in flight.
+
+    Its state (``conn``, ``fd``, ``nbytes``, ``socket``, ``holdable``,
+    ``context``; ``token``, the receive in flight or the marker of kept
+    bytes about to be handed on, None when not armed; ``cancelled``) is
+    the Rust base's, which the dispatch and ``_blockio.arm_receive`` read
+    per message without attribute lookups.
     """
 
-    __slots__ = ("_proactor", "conn", "fd", "nbytes", "socket", "holdable", "context", "token", "cancelled")
+    __slots__ = ()
 
-    def __init__(self, proactor: RingProactor, conn: Any, nbytes: int) -> None:
-        self._proactor = proactor
-        self.conn = conn
-        self.fd = _fd_of(conn)
-        self.nbytes = nbytes
-        self.socket = isinstance(conn, socket.socket)
+    def __new__(cls, proactor: RingProactor, conn: Any, nbytes: int) -> StreamReceive:
         # Whether hold_open holds it (a socket; not a test's mock).
-        self.holdable = hold_open(conn)
-        if self.holdable:
+        holdable = hold_open(conn)
+        if holdable:
             release(conn)
-        self.context = contextvars.copy_context()
-        # The token of the receive in flight (or the marker of kept bytes
-        # about to be handed on); None when not armed.
-        self.token: Any = None
-        self.cancelled = False
+        return super().__new__(
+            cls, proactor, conn, _fd_of(conn), nbytes, isinstance(conn, socket.socket), holdable,
+            contextvars.copy_context(),
+        )
 
     def cancel(self, msg: Any = None) -> bool:
         """Cancels the receive in flight; its completion calls nothing."""
@@ -132,14 +132,72 @@ class StreamReceive:
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as error:
-            loop = self._proactor._loop
-            loop.call_exception_handler(
-                {"message": f"Exception in callback {callback!r}", "exception": error, "transport_receive": self}
-            )
+            self.report(callback, error)
+
+    def report(self, callback: Callable[[Any, Any], None], error: BaseException) -> None:
+        """Hands the loop's exception handler what ``callback`` let out."""
+        self._proactor._loop.call_exception_handler(
+            {"message": f"Exception in callback {callback!r}", "exception": error, "transport_receive": self}
+        )
 
     def __repr__(self) -> str:
         state = "cancelled" if self.cancelled else "pending" if self.token is not None else "idle"
         return f"<StreamReceive {state} fd={self.fd}>"
+
+
+class ServerAccept:
+    """A server's accept, armed again after each connection, whose
+    completion calls ``callback(conn, exc)`` from the proactor's dispatch
+    of the batch, as :class:`StreamReceive` does for a receive: no future
+    and no ``call_soon`` hop per connection. ``conn`` is ``(socket,
+    address)``, or ``None`` with ``exc`` the error (``CancelledError``
+    once cancelled). The callback runs in ``context``; an exception it
+    lets out goes to the loop's exception handler. While armed, it stands
+    in the loop's ``_accept_futures``: ``cancel()`` cancels the accept in
+    flight.
+    """
+
+    __slots__ = ("_proactor", "listener", "callback", "context", "token", "cancelled")
+
+    def __init__(self, proactor: RingProactor, listener: socket.socket, callback: Callable[[Any, Any], None]) -> None:
+        self._proactor = proactor
+        self.listener = listener
+        self.callback = callback
+        self.context = contextvars.copy_context()
+        # The token of the accept in flight (or the marker of a kept
+        # connection about to be handed on); None when not armed.
+        self.token: Any = None
+        self.cancelled = False
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Cancels the accept in flight; its completion calls nothing (a
+        connection it took is kept for the next accept, or closed with the
+        listener)."""
+        if self.cancelled or self.token is None:
+            return False
+        self.cancelled = True
+        if type(self.token) is int:
+            self._proactor.cancel_op(self.token)
+        return True
+
+    def done(self) -> bool:
+        """Whether no accept of it is in flight (finished, or cancelled)."""
+        return self.token is None or self.cancelled
+
+    def deliver(self, conn: Any, exc: BaseException | None) -> None:
+        """Calls the callback with an accept's outcome (see the class doc)."""
+        try:
+            self.context.run(self.callback, conn, exc)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as error:
+            self._proactor._loop.call_exception_handler(
+                {"message": f"Exception in callback {self.callback!r}", "exception": error, "server_accept": self}
+            )
+
+    def __repr__(self) -> str:
+        state = "cancelled" if self.cancelled else "pending" if self.token is not None else "idle"
+        return f"<ServerAccept {state} on {self.listener!r}>"
 
 
 def _fd_of(obj: Any) -> int:
@@ -155,13 +213,15 @@ def os_error(code: int) -> OSError:
 # (socket.socket's properties make an enum of each, on every read).
 _RAW_FAMILY = _socket.socket.family.__get__
 _RAW_TYPE = _socket.socket.type.__get__
+_NONBLOCK = socket.SOCK_NONBLOCK
 
 
 def _accepted(listener: socket.socket, fd: int) -> socket.socket:
-    """The socket of connection ``fd`` accepted on ``listener``."""
-    conn = socket.socket(_RAW_FAMILY(listener), _RAW_TYPE(listener), listener.proto, fileno=fd)
-    conn.setblocking(False)
-    return conn
+    """The socket of connection ``fd`` accepted on ``listener``: non-blocking
+    as the ring's accept made it (``SOCK_NONBLOCK``), which its type says,
+    so that making the object costs no system call (``setblocking`` would
+    set the flag again)."""
+    return socket.socket(_RAW_FAMILY(listener), _RAW_TYPE(listener) | _NONBLOCK, listener.proto, fileno=fd)
 
 
 def was_reset(conn: Any) -> bool:
@@ -391,6 +451,12 @@ class RingProactor:
         token, _sent = self._ring.send(fd, buf, isinstance(conn, socket.socket))
         return None if token is None else self._future(token, _SEND, (fd,), conn)
 
+    def sent_rest(self, conn: Any, token: int) -> futures.Future:
+        """The future of send ``token`` on ``conn``, submitted to the ring
+        directly (``_ring.send``) with a rest to go out."""
+        fd = _fd_of(conn)
+        return self._future(token, _SEND, (fd,), conn)
+
     def accept(self, listener: socket.socket) -> futures.Future:
         """Accepts a connection; the result is ``(socket, address)``."""
         fd = listener.fileno()
@@ -405,6 +471,38 @@ class RingProactor:
         token = self._ring.accept(fd)
         self._receiving[fd] = token
         return self._future(token, _ACCEPT, (fd, listener), listener)
+
+    def serve_accept(self, acc: ServerAccept) -> None:
+        """Arms ``acc``'s next accept: a connection a cancelled accept kept
+        for its listener is handed on in the next step of the loop, else an
+        accept goes to the ring."""
+        listener = acc.listener
+        fd = listener.fileno()
+        acc.cancelled = False
+        entry = self._kept_conns.get(fd)
+        if entry is not None:
+            if entry[0]() is listener:
+                conn_fd, addr = entry[1].pop(0)
+                if not entry[1]:
+                    del self._kept_conns[fd]
+                acc.token = marker = object()
+                self._loop.call_soon(self._deliver_kept_conn, acc, marker, (_accepted(listener, conn_fd), addr))
+                return
+            self._drop_kept_conns(fd)
+        token = self._ring.accept(fd)
+        acc.token = token
+        self._receiving[fd] = token
+        self._ops[token] = (acc, _SERVE, (fd, listener))
+        self._hold(token, listener)
+
+    def _deliver_kept_conn(self, acc: ServerAccept, marker: object, conn: tuple[socket.socket, Any]) -> None:
+        if acc.token is not marker:
+            return  # armed again meanwhile
+        if acc.cancelled:
+            self.keep_accepted(acc.listener, *conn)
+            return
+        acc.token = None
+        acc.deliver(conn, None)
 
     def keep_accepted(self, listener: socket.socket, conn: socket.socket, addr: Any) -> None:
         """Keeps ``conn``, accepted on ``listener`` for a caller that was
@@ -565,18 +663,12 @@ class RingProactor:
         # queued (asyncio's order: a completion is handled after what was
         # scheduled before it): at once when none is, else as one of them.
         self._direct = not self._loop._ready
-        for i, (token, res, value) in enumerate(batch):
-            try:
-                entry = self._ops.pop(token, None)
-                if entry is not None:
-                    self._finish(token, entry, res, value)
-            except BaseException:
-                # A transport's callback let SystemExit or KeyboardInterrupt
-                # out: the rest of the batch is dispatched by the next select.
-                self._left = batch[i + 1 :]
-                raise
-            finally:
-                self._release(token)
+        # Each operation is taken from _ops and finished, and its socket
+        # released: a transport's receive with bytes calls the transport
+        # there (Rust), anything else goes to _finish. A transport's
+        # callback that lets SystemExit or KeyboardInterrupt out leaves the
+        # rest of the batch in _left, for the next select.
+        _blockio.dispatch_batch(self, batch)
         return ()
 
     def _sending(self, fd: int) -> bool:
@@ -585,10 +677,13 @@ class RingProactor:
 
     def _finish(self, token: int, entry: tuple[Any, int, Any], res: int, value: Any) -> None:
         fut, kind, arg = entry
-        if kind == _STREAM:
+        if kind in (_STREAM, _SERVE):
             if self._receiving.get(arg[0]) == token:
                 del self._receiving[arg[0]]
-            self._finish_stream(token, fut, arg, res, value)
+            if kind == _STREAM:
+                self._finish_stream(token, fut, arg, res, value)
+            else:
+                self._finish_serve(token, fut, arg, res, value)
             return
         if kind == _SEND:
             self._sent.add(arg[0])
@@ -648,6 +743,31 @@ class RingProactor:
             rx.deliver(callback, data, exc)
         else:
             self._loop.call_soon(rx.deliver, callback, data, exc)
+
+    def _finish_serve(self, token: int, acc: ServerAccept, arg: Any, res: int, value: Any) -> None:
+        """Hands a server's accept its outcome, as :meth:`_finish` and
+        :meth:`_serve_redirected` resolve an accept's future."""
+        redirected = token in self._redirected
+        if redirected:
+            self._redirected.discard(token)
+            if res >= 0:
+                self._keep(_ACCEPT, arg, res, value)
+        if acc.cancelled or acc.token != token:
+            if res >= 0 and not redirected:
+                self._after_cancel(_ACCEPT, arg, res, value)
+            return
+        if redirected and (res >= 0 or res == -errno.ECANCELED):
+            self.serve_accept(acc)  # served from the kept connections
+            return
+        acc.token = None
+        if res < 0:
+            conn, exc = None, exceptions.CancelledError() if res == -errno.ECANCELED else os_error(-res)
+        else:
+            conn, exc = (_accepted(arg[1], value[0]), value[1]), None
+        if self._direct:
+            acc.deliver(conn, exc)
+        else:
+            self._loop.call_soon(acc.deliver, conn, exc)
 
     def _after_cancel(self, kind: int, arg: Any, res: int, value: Any) -> None:
         if kind == _ACCEPT or (kind in (_RECV, _RECV_INTO) and res > 0):

@@ -91,7 +91,10 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     call::add(m)?;
     m.add_class::<wqueue::WriteQueue>()?;
     m.add_class::<event_loop::LoopRing>()?;
+    m.add_class::<event_loop::StreamRx>()?;
     m.add_function(wrap_pyfunction!(event_loop::after_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(event_loop::dispatch_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(event_loop::arm_receive, m)?)?;
     m.add_function(wrap_pyfunction!(inline::seek_inline, m)?)?;
     m.add_function(wrap_pyfunction!(inline::read_inline, m)?)?;
     m.add_function(wrap_pyfunction!(inline::readline_inline, m)?)?;

@@ -9,16 +9,21 @@ behaviour is asyncio's; the count of futures is the io_uring loop's own."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import fcntl
+import gc
+import os
 import socket
 import struct
+import sys
 import termios
+import threading
 
 import pytest
 
 import blockio
 from blockio import _proactor
-from waits import await_until
+from waits import DEADLINE, await_until
 
 
 class Echo(asyncio.Protocol):
@@ -90,6 +95,206 @@ def test_a_message_reaches_data_received_with_no_future(monkeypatch):
         loop.close()
     assert got == b"warm" + b"".join(b"%08d" % i for i in range(200))
     assert made == [], f"{len(made)} futures for 200 round trips"
+
+
+def _blockio_calls_per_echo(n: int) -> collections.Counter:
+    """The Python functions of blockio's own modules that an echo server on
+    the io_uring loop runs while a blocking client in a thread makes ``n``
+    round trips of 64 bytes (the server's thread only: ``sys.setprofile``
+    is per thread)."""
+    loop = blockio.new_event_loop()
+    calls: collections.Counter = collections.Counter()
+    ours = os.path.dirname(blockio.__file__)
+
+    def profile(frame, event, _arg):
+        if event == "call" and frame.f_code.co_filename.startswith(ours):
+            calls[frame.f_code.co_name] += 1
+
+    async def main():
+        server = await loop.create_server(Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        go, profiled = threading.Event(), threading.Event()
+        done = loop.create_future()
+        failed: list[BaseException] = []
+
+        def client():
+            try:
+                with socket.create_connection(("127.0.0.1", port)) as c:
+                    c.settimeout(DEADLINE)
+                    c.sendall(b"warm")
+                    assert c.recv(64) == b"warm"
+                    go.set()
+                    assert profiled.wait(DEADLINE), "the server's profile"
+                    for i in range(n):
+                        c.sendall(b"%064d" % i)
+                        got = b""
+                        while len(got) < 64:
+                            got += c.recv(64 - len(got))
+                        assert got == b"%064d" % i
+            except BaseException as exc:
+                failed.append(exc)
+            finally:
+                go.set()
+                profiled.set()
+                loop.call_soon_threadsafe(done.set_result, None)
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        await loop.run_in_executor(None, go.wait)
+        sys.setprofile(profile)
+        profiled.set()
+        try:
+            await done
+        finally:
+            sys.setprofile(None)
+        thread.join()
+        server.close()
+        await server.wait_closed()
+        assert not failed, failed
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    return calls
+
+
+def test_a_message_runs_no_loop_code_in_python_but_the_transport_s_receive_and_write(monkeypatch):
+    """Between a socket's completion and the echo's send, blockio's Python
+    code is the transport's ``_received`` and ``write`` and the proactor's
+    ``select`` (one per batch): the dispatch of the batch, the next
+    receive's arming and the send are the ring's, in Rust. (Before, 16
+    Python calls per message: the dispatch's ``_finish``, ``_finish_stream``
+    and ``deliver``, the socket's release, the arming's ``_receive`` and
+    ``receive``, the write's ``_write_now`` and ``send_or_future``...)"""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    n = 300
+    calls = _blockio_calls_per_echo(n)
+    # The end (the client's close, the wake-up of call_soon_threadsafe,
+    # the server's close) runs some calls once.
+    frequent = {name for name, count in calls.items() if count > 10}
+    assert frequent <= {"select", "_received", "write"}, calls
+    # A receive and a write per message (and a receive at the end of stream).
+    assert calls["write"] >= n and calls["_received"] >= n, calls
+    assert sum(calls.values()) - calls["select"] - calls["_received"] - calls["write"] < 60, calls
+
+
+def test_an_exception_from_data_received_reaches_the_handler_and_the_next_message_the_protocol(monkeypatch):
+    """On the io_uring loop, an exception that ``data_received`` lets out
+    goes to the loop's exception handler, as one from asyncio's proactor
+    transport's callback does, and the next receive, armed before the
+    protocol ran, brings the next message."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    seen = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+
+    class Failing(Collect):
+        def data_received(self, data):
+            super().data_received(data)
+            if len(self.data) == 3:
+                raise ValueError("the protocol failed")
+
+    a, b = socket.socketpair()
+
+    async def main():
+        _tr, pr = await loop.connect_accepted_socket(Failing, a)
+        b.sendall(b"one")
+        await await_until(lambda: seen, "the handler's call")
+        b.sendall(b"two")
+        await await_until(lambda: bytes(pr.data) == b"onetwo", "the second message")
+        pr.transport.close()
+        await pr.lost
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        b.close()
+    assert len(seen) == 1
+    assert isinstance(seen[0]["exception"], ValueError)
+    assert seen[0]["message"].startswith("Exception in callback")
+
+
+def test_a_closed_connection_s_receive_is_collected(monkeypatch):
+    """A transport's receive keeps its proactor's tables (Rust fields, seen
+    by the cycle collector): once the connections are closed and the loop
+    too, none of their ``StreamReceive`` objects is left."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+
+    def receives() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, _proactor.StreamReceive))
+
+    before = receives()
+    loop = blockio.new_event_loop()
+
+    async def main():
+        server = await loop.create_server(Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        for i in range(20):
+            tr, pr = await loop.create_connection(Collect, "127.0.0.1", port)
+            tr.write(b"%d" % i)
+            await await_until(lambda: bytes(pr.data) == b"%d" % i, "the echo")
+            tr.close()
+            await pr.lost
+        server.close()
+        await server.wait_closed()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    del loop
+    assert receives() <= before
+
+
+def test_a_server_s_connection_makes_no_future_and_its_socket_is_non_blocking(monkeypatch):
+    """A server's accept on the io_uring loop calls back from the dispatch
+    (``ServerAccept``): 30 connections served go through no future-making
+    ``RingProactor.accept``; each accepted socket is non-blocking (made so
+    by the ring's accept, and so marked in the object without a
+    ``setblocking`` call) and a plain stream socket to its user."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    accepts = []
+    accept = _proactor.RingProactor.accept
+
+    def counting(self, *args, **kw):
+        accepts.append(args)
+        return accept(self, *args, **kw)
+
+    monkeypatch.setattr(_proactor.RingProactor, "accept", counting)
+    socks = []
+
+    class Keep(Echo):
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            socks.append(transport.get_extra_info("socket"))
+
+    async def main():
+        server = await loop.create_server(Keep, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        clients = []
+        for i in range(30):
+            c = socket.create_connection(("127.0.0.1", port))
+            c.setblocking(False)
+            clients.append(c)
+            await loop.sock_sendall(c, b"%02d" % i)
+            assert await loop.sock_recv(c, 2) == b"%02d" % i
+        for c in clients:
+            c.close()
+        server.close()
+        await server.wait_closed()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert accepts == []
+    assert len(socks) == 30
+    for s in socks:
+        assert s.gettimeout() == 0.0 and s.type == socket.SOCK_STREAM, s
 
 
 def test_callbacks_queued_before_a_completion_run_before_the_protocol_sees_it(loop):

@@ -37,9 +37,12 @@
 //!   caller set `O_NONBLOCK`, such as a pipe) waits for readiness with a
 //!   poll under the same token and is then submitted again.
 //!
-//! Timers, the ready queue and the dispatch of completions to futures stay
-//! in asyncio's Python code (`BaseEventLoop._run_once`): the nearest
-//! timer's deadline is the timeout of [`LoopRing::wait`].
+//! Timers and the ready queue stay in asyncio's Python code
+//! (`BaseEventLoop._run_once`): the nearest timer's deadline is the
+//! timeout of [`LoopRing::wait`]. The batch a wait returns is dispatched
+//! by `dispatch_batch`: a socket transport's receive reaches the transport
+//! from there, everything else the proactor's Python code (futures,
+//! callbacks).
 //!
 //! # Lifecycle
 //!
@@ -55,12 +58,16 @@
 //! `setuid`).
 //!
 //! Modules: `ring` (the Python class), `ops` (one operation in flight and
-//! its submission entry), `inline` (the write tried before the ring), `sockaddr` (a kernel socket address as Python
-//! spells it).
+//! its submission entry), `inline` (the write tried before the ring),
+//! `dispatch` (a completion batch dispatched to the proactor, and a socket
+//! transport's receive armed, without Python frames), `sockaddr` (a kernel
+//! socket address as Python spells it).
 
+mod dispatch;
 mod inline;
 mod ops;
 mod ring;
 mod sockaddr;
 
+pub(crate) use dispatch::{arm_receive, dispatch_batch, StreamRx};
 pub(crate) use ring::{after_fork, LoopRing};

@@ -107,7 +107,7 @@ impl LoopRing {
     /// the wait that reaps the completion, through the ring's one scratch
     /// buffer. At most 256 KiB in all (fewer than `nbytes`, as a receive
     /// may).
-    fn recv(&self, fd: RawFd, nbytes: usize, socket: bool) -> PyResult<u64> {
+    pub(crate) fn recv(&self, fd: RawFd, nbytes: usize, socket: bool) -> PyResult<u64> {
         if socket {
             let want = nbytes.min(RECV_MAX);
             let first = want.min(RECV_FIRST);
