@@ -919,11 +919,14 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             try:
                 if exc is not None:
                     raise exc
-                if sock.fileno() == -1:
+                if sock.fileno() == -1 or self._accept_futures.get(sock.fileno()) is not acc:
                     # The server was closed after the kernel completed this
                     # accept and before its completion was dispatched (in the
-                    # same batch): nothing serves the connection, which is
-                    # ended as the backlog's are.
+                    # same batch; `_stop_serving` took the accept out of
+                    # `_accept_futures`, and the listener may still have its
+                    # number while a file object made from it lives): nothing
+                    # serves the connection, which is ended as the backlog's
+                    # are.
                     conn[0].close()
                     return
                 serve(*conn)

@@ -17,6 +17,7 @@ import struct
 import pytest
 
 import blockio
+from blockio import _proactor
 from waits import DEADLINE, await_until
 
 
@@ -589,15 +590,17 @@ def test_a_connection_accepted_as_its_server_closes_is_ended_not_served(monkeypa
     loop = blockio.new_event_loop()
     assert loop.backend == "uring"
     servers = []
-    real_accept = loop._proactor.accept
+    real_deliver = _proactor.ServerAccept.deliver
 
-    def accept(sock):
-        # Registered before the loop's own callback, so it runs first.
-        fut = real_accept(sock)
-        fut.add_done_callback(lambda f: servers[0].close() if not f.cancelled() else None)
-        return fut
+    def deliver(acc, conn, exc):
+        # The accept has completed and its outcome is being handed to the
+        # loop's callback: the server is closed first, as a callback of the
+        # same batch would close it.
+        if conn is not None:
+            servers[0].close()
+        real_deliver(acc, conn, exc)
 
-    monkeypatch.setattr(loop._proactor, "accept", accept)
+    monkeypatch.setattr(_proactor.ServerAccept, "deliver", deliver)
 
     async def main():
         errors = []
