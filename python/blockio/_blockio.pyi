@@ -2,7 +2,9 @@
 
 import sys
 from asyncio import Future
-from typing import Coroutine, Generator, List, Literal, Optional, Sequence, Tuple, Type, TypeVar, Union, final
+from types import CodeType, FrameType
+from typing import (Callable, Coroutine, Dict, Generator, List, Literal, Optional, Sequence, Tuple, Type, TypeVar,
+                    Union, final)
 
 from typing_extensions import disjoint_base
 
@@ -18,7 +20,7 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
+__all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
@@ -145,6 +147,36 @@ class FileState:
         """Records which calls may be served inline, given whether the file
         is usable (seekable, open, not detached)."""
 
+_Method = TypeVar("_Method", bound=Callable[..., object])
+
+def coroutine_method(template: _Method) -> _Method:
+    """The method ``template`` (an ``async def`` named ``read``, ``seek``
+    or ``tell``) stands for: a coroutine function to ``inspect`` and
+    ``asyncio``, whose calls go straight to the core's method."""
+
+@final
+class CoroutineMethod:
+    """What :func:`coroutine_method` makes: ``FileState``'s ``read``,
+    ``seek`` or ``tell`` with its template's signature, code and names."""
+
+    def __get__(self, instance: object, owner: object = None, /) -> object: ...
+    @property
+    def __code__(self) -> CodeType: ...
+    @property
+    def __defaults__(self) -> Optional[Tuple[object, ...]]: ...
+    @property
+    def __kwdefaults__(self) -> Optional[Dict[str, object]]: ...
+    @property
+    def __annotations__(self) -> Dict[str, object]: ...  # type: ignore[override]
+    @property
+    def __name__(self) -> str: ...
+    @property
+    def __qualname__(self) -> str: ...
+    @property
+    def __doc__(self) -> Optional[str]: ...  # type: ignore[override]
+    @property
+    def __module__(self) -> str: ...  # type: ignore[override]
+
 @final
 class FileCall(Coroutine[object, object, _T]):
     """A file's ``read``, ``seek`` or ``tell``: a coroutine whose first
@@ -156,6 +188,25 @@ class FileCall(Coroutine[object, object, _T]):
     @property
     def __qualname__(self) -> str:
         """``AsyncFile.`` and the method's name."""
+    @property
+    def cr_running(self) -> bool:
+        """Whether a step of the call is running."""
+    @property
+    def cr_suspended(self) -> bool:
+        """Whether the call waits in its queued coroutine."""
+    @property
+    def cr_await(self) -> object:
+        """The queued coroutine while the call waits in it, else None."""
+    @property
+    def cr_frame(self) -> Optional[FrameType]:
+        """The frame: of the method's template before the call starts,
+        of its queued coroutine while it waits; None once done."""
+    @property
+    def cr_code(self) -> Optional[CodeType]:
+        """The method's template's code."""
+    @property
+    def cr_origin(self) -> None:
+        """Not recorded: None."""
     def __await__(self) -> Generator[object, None, _T]: ...
     def __iter__(self) -> "FileCall[_T]": ...
     def __next__(self) -> object: ...

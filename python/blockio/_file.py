@@ -61,8 +61,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import is_cancellation, new_future, pause, shielded, threadsafe_call_soon
-from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, count_copied, read_line_inline, readline_inline,
-                       turn_due, write_inline)
+from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, coroutine_method, count_copied, read_line_inline,
+                       readline_inline, turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
                      one_at_a_time_kept, one_at_a_time_taking_turns)
@@ -627,7 +627,32 @@ class AsyncFile(FileState, LineReader[bytes]):
     # `tell`, `seek` and `read` are the core's (`FileState`; see `call.rs`):
     # each returns a coroutine object whose first step serves the common
     # case inline, or else runs the queued call below (`_tell`, `_seek`,
-    # `_read`, `_read_after_a_turn`).
+    # `_read`, `_read_after_a_turn`). The class holds each as a
+    # `coroutine_method` (see `coromethod.rs`) of the `async def` below,
+    # which gives its signature and code: `inspect.iscoroutinefunction`
+    # and `asyncio.iscoroutinefunction` are true of `f.read`, as of
+    # aiofiles', while a call goes straight to the core. (Types: the core's
+    # stubs, `FileCall`.)
+
+    if not TYPE_CHECKING:
+
+        @coroutine_method
+        async def read(self, size=-1):
+            """Reads up to ``size`` bytes (all of the rest when negative or
+            None); ``b""`` at end of file."""
+            return await FileState.read(self, size)
+
+        @coroutine_method
+        async def seek(self, offset, whence=0):
+            """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``,
+            ``SEEK_END``, and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the
+            new position. Writes still buffered are flushed first."""
+            return await FileState.seek(self, offset, whence)
+
+        @coroutine_method
+        async def tell(self):
+            """The current position."""
+            return await FileState.tell(self)
 
     @one_at_a_time_taking_turns
     async def _tell(self) -> int:

@@ -70,6 +70,11 @@ pub(crate) struct FileCall {
     /// The method's name (`read`, `seek`, `tell`), for `__name__` and
     /// `__qualname__`, which asyncio puts in a task's repr.
     name: &'static str,
+    /// Made only when `cr_frame` is asked of a call not started: the
+    /// method's template coroutine (`blockio/_file.py`) made with the
+    /// call's arguments and never run, whose frame it gives; closed once
+    /// the call starts or is freed.
+    shadow: Option<PyObject>,
 }
 
 impl FileCall {
@@ -81,9 +86,12 @@ impl FileCall {
             Op::Tell => "tell",
         };
         let state = State::Start(file.clone().unbind(), op);
-        Ok(Bound::new(file.py(), FileCall { state, name })?
-            .into_any()
-            .unbind())
+        let call = FileCall {
+            state,
+            name,
+            shadow: None,
+        };
+        Ok(Bound::new(file.py(), call)?.into_any().unbind())
     }
 
     /// One step, sent `arg`: the first serves the call inline if it can
@@ -100,6 +108,7 @@ impl FileCall {
                         "can't send non-None value to a just-started coroutine",
                     ));
                 }
+                self.drop_shadow(py);
                 match serve(&file.into_bound(py), op)? {
                     Served::Now(value) => Ok(Step::Return(value)),
                     Served::Queued(coro) => self.forward(coro, arg),
@@ -124,6 +133,42 @@ impl FileCall {
                 Ok(Step::Return(stop.getattr(intern!(py, "value"))?.unbind()))
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Closes the shadow coroutine, if one was made (see `shadow`): never
+    /// run, it warns of nothing.
+    fn drop_shadow(&mut self, py: Python<'_>) {
+        if let Some(shadow) = self.shadow.take() {
+            // (closing a coroutine never started runs none of its code)
+            let _ = shadow.call_method0(py, intern!(py, "close"));
+        }
+    }
+
+    /// The frame of the call not started: its shadow's (see `shadow`),
+    /// made now if need be; `None` if the method's template is unknown.
+    fn start_frame(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+        if self.shadow.is_none() {
+            let State::Start(file, op) = &self.state else {
+                return Ok(py.None());
+            };
+            let Some(template) = crate::coromethod::template_of(py, self.name) else {
+                return Ok(py.None());
+            };
+            let mut args = vec![file.clone_ref(py).into_any()];
+            match op {
+                Op::Read(size) => args.push(size.clone_ref(py)),
+                Op::Seek(offset, whence) => {
+                    args.push(offset.clone_ref(py));
+                    args.push(whence.clone_ref(py));
+                }
+                Op::Tell => {}
+            }
+            self.shadow = Some(template.call1(PyTuple::new(py, args)?)?.unbind());
+        }
+        match &self.shadow {
+            Some(shadow) => Ok(shadow.getattr(py, intern!(py, "cr_frame"))?),
+            None => Ok(py.None()),
         }
     }
 
@@ -195,6 +240,67 @@ impl FileCall {
         format!("AsyncFile.{}", self.name)
     }
 
+    /// Whether a step of the call is running (as `cr_running`).
+    #[getter]
+    fn cr_running(slf: &Bound<'_, Self>) -> bool {
+        slf.try_borrow().is_err()
+    }
+
+    /// Whether the call waits, suspended, in its queued coroutine (as
+    /// `cr_suspended`, which `inspect.getcoroutinestate` reads from
+    /// Python 3.11 on).
+    #[getter]
+    fn cr_suspended(slf: &Bound<'_, Self>) -> bool {
+        slf.try_borrow()
+            .is_ok_and(|me| matches!(me.state, State::Queued(_)))
+    }
+
+    /// What the call awaits: its queued coroutine while it waits in it,
+    /// else `None` (as `cr_await`).
+    #[getter]
+    fn cr_await(slf: &Bound<'_, Self>) -> PyObject {
+        let py = slf.py();
+        match slf.try_borrow().as_deref() {
+            Ok(FileCall {
+                state: State::Queued(coro),
+                ..
+            }) => coro.clone_ref(py),
+            _ => py.None(),
+        }
+    }
+
+    /// The frame (as `cr_frame`): not started, a frame of the method's
+    /// template with the call's arguments (see `shadow`), never run;
+    /// waiting, its queued coroutine's; done (or running), `None`.
+    #[getter]
+    fn cr_frame(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+        let py = slf.py();
+        let Ok(mut me) = slf.try_borrow_mut() else {
+            return Ok(py.None());
+        };
+        match &me.state {
+            State::Start(..) => me.start_frame(py),
+            State::Queued(coro) => coro.getattr(py, intern!(py, "cr_frame")),
+            State::Done => Ok(py.None()),
+        }
+    }
+
+    /// The method's code (as `cr_code`): its template's
+    /// (`blockio/_file.py`), or `None` if unknown.
+    #[getter]
+    fn cr_code(&self, py: Python<'_>) -> PyResult<PyObject> {
+        match crate::coromethod::template_of(py, self.name) {
+            Some(t) => Ok(t.getattr(intern!(py, "__code__"))?.unbind()),
+            None => Ok(py.None()),
+        }
+    }
+
+    /// Where the call was made (as `cr_origin`): not recorded, `None`.
+    #[getter]
+    fn cr_origin(&self, py: Python<'_>) -> PyObject {
+        py.None()
+    }
+
     fn __await__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
     }
@@ -226,6 +332,7 @@ impl FileCall {
         tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyObject> {
         let py = typ.py();
+        self.drop_shadow(py);
         if let State::Queued(coro) = std::mem::replace(&mut self.state, State::Done) {
             // (the arguments as given: Python 3.12 warns of the
             // three-argument form only when it is used)
@@ -247,6 +354,7 @@ impl FileCall {
 
     /// Closes the queued call if it runs; the call is done.
     fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.drop_shadow(py);
         if let State::Queued(coro) = std::mem::replace(&mut self.state, State::Done) {
             coro.bind(py).call_method0(intern!(py, "close"))?;
         }
@@ -254,6 +362,7 @@ impl FileCall {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.shadow)?;
         match &self.state {
             State::Start(file, op) => {
                 visit.call(file)?;
@@ -273,6 +382,15 @@ impl FileCall {
 
     fn __clear__(&mut self) {
         self.state = State::Done;
+        Python::with_gil(|py| self.drop_shadow(py));
+    }
+}
+
+impl Drop for FileCall {
+    fn drop(&mut self) {
+        if self.shadow.is_some() {
+            Python::with_gil(|py| self.drop_shadow(py));
+        }
     }
 }
 

@@ -344,7 +344,10 @@ impl FileState {
     /// inline at its first step when the bytes are in the read buffer or
     /// all in the page cache, else read through the file's call queue.
     #[pyo3(signature = (size = None), text_signature = "($self, size=-1)")]
-    fn read(slf: &Bound<'_, Self>, size: Option<&Bound<'_, PyAny>>) -> PyResult<PyObject> {
+    pub(crate) fn read(
+        slf: &Bound<'_, Self>,
+        size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyObject> {
         let size = match size {
             Some(size) => size.clone().unbind(),
             None => (-1i64).into_pyobject(slf.py())?.into_any().unbind(),
@@ -358,7 +361,7 @@ impl FileState {
     /// (`FileCall`): an absolute seek with nothing to flush is served
     /// inline at its first step.
     #[pyo3(signature = (offset, whence = None), text_signature = "($self, offset, whence=0)")]
-    fn seek(
+    pub(crate) fn seek(
         slf: &Bound<'_, Self>,
         offset: &Bound<'_, PyAny>,
         whence: Option<&Bound<'_, PyAny>>,
@@ -373,7 +376,7 @@ impl FileState {
     /// The current position. A coroutine (`FileCall`): served inline at
     /// its first step when the position is known and nothing is to be
     /// flushed.
-    fn tell(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+    pub(crate) fn tell(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
         FileCall::make(slf, Op::Tell)
     }
 
