@@ -21,7 +21,7 @@ else:
     from typing_extensions import Buffer
 
 __all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "after_fork", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
-           "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
+           "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
 
@@ -34,6 +34,13 @@ DEFAULT_QUEUE_DEPTH: int
 TURN_BUDGET: int
 #: The bytes a served call copies per extra unit of ``TURN_BUDGET``.
 TURN_UNIT: int
+#: The most bytes a read served inline copies at once (``TURN_BUDGET`` ×
+#: ``TURN_UNIT``): a longer one is served in pieces of this size, a turn
+#: of the event loop between two.
+INLINE_PIECE: int
+#: The longest ``read(n)`` served inline (in pieces); longer ones go to
+#: the engine.
+INLINE_MAX: int
 #: The largest offset ``seek_inline`` takes (1 TiB): past it the file
 #: system's ``lseek`` checks the offset.
 INLINE_OFFSET: int
@@ -126,10 +133,17 @@ class FileState:
     def _serve(self, free: List[None], reader: "Core", num: int, bufsize: int) -> None:
         """What the calls served inline need: the call queue's ``free``
         list, the engine's core, the descriptor's number, the buffer size."""
-    def _read_after_turn(self, size: int) -> Optional[bytes]:
+    def _read_after_turn(self, size: int) -> Union[bytes, None, Literal[True]]:
         """``read(size)`` by the call that has just taken its turn of the
         event loop, holding the call queue: the bytes, from the buffer or
-        the page cache (counting only what it copies), or None."""
+        the page cache (counting only what it copies), or None; True if the
+        read goes on in pieces (see ``_next_piece``)."""
+    def _next_piece(self) -> Union[bytes, None, Literal[True]]:
+        """The next piece of the read served in pieces under way, after a
+        turn of the event loop: its bytes once the last is read, True while
+        more remain, None if a piece was not all cached (the read dropped)."""
+    def _drop_pieces(self) -> None:
+        """Drops the read served in pieces under way, if any."""
     def _held(self) -> int:
         """How many bytes read ahead are held."""
     def _held_bytes(self) -> bytes:
@@ -219,11 +233,11 @@ def seek_inline(file: FileState, offset: object, whence: object) -> bool:
     absolute seek to an int from 0 to 2**40, no call in progress, nothing to
     flush): whether it was; if not, nothing changed."""
 
-def read_inline(file: FileState, size: object) -> Union[bytes, None, Literal[False]]:
+def read_inline(file: FileState, size: object) -> Union[bytes, None, bool]:
     """``file.read(size)`` served inline if it can be (no call in
     progress, the bytes all buffered or all in the page cache): the bytes;
     ``None`` if not (nothing changed); ``False`` if its turn of the event
-    loop is due first."""
+    loop is due first; ``True`` if it goes on in pieces, its first read."""
 
 def readline_inline(file: FileState, size: object) -> Optional[bytes]:
     """``file.readline(size)`` served inline if it can be (no call in

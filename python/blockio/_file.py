@@ -777,10 +777,40 @@ class AsyncFile(FileState, LineReader[bytes]):
         assert size is not None
         await pause()
         data = self._read_after_turn(size)
+        if data is True:
+            data = await self._next_pieces()
         if data is not None:
             return data
         got: bytes = await self._read(size)
         return got
+
+    @one_at_a_time
+    async def _read_pieces(self, size: int) -> bytes:
+        """`read(size)` served inline in pieces (the core's
+        `FileState.read_pieces`), whose first piece its call read at its
+        first step: reads the others, each after a turn of the event loop,
+        holding the file's place in the queue; or, when a piece is not all
+        in the page cache, reads it all through the engine (the pieces
+        read are dropped, the position had not moved)."""
+        data = await self._next_pieces()
+        if data is not None:
+            return data
+        got: bytes = await self._read(size)
+        return got
+
+    async def _next_pieces(self) -> Optional[bytes]:
+        """The pieces left of the read served in pieces under way, each
+        after a turn of the event loop: its bytes, or None if a piece was
+        not all cached. Cancelled during a turn, the read is dropped and
+        the position stays where it was."""
+        try:
+            while True:
+                await pause()
+                data = self._next_piece()
+                if data is not True:
+                    return data
+        finally:
+            self._drop_pieces()
 
     @one_at_a_time_taking_turns
     async def _read(self, size: Optional[int]) -> bytes:

@@ -3,7 +3,8 @@
 //! serves the call inline when it can (see [`crate::inline`]) and returns
 //! at once, and otherwise runs the file's queued coroutine for it (`_read`,
 //! `_seek`, `_tell`, or `_read_after_a_turn` when the thread's turn of the
-//! event loop is due: see [`crate::turns`]), passing its steps through.
+//! event loop is due: see [`crate::turns`]; `_read_pieces` when a read
+//! served inline goes on in pieces), passing its steps through.
 //!
 //! An `async def` would cost a coroutine (its frame, the generator made
 //! and freed, the send) on every call, the inline ones included: about
@@ -202,6 +203,9 @@ fn serve<'py>(file: &Bound<'py, FileState>, op: Op) -> PyResult<Served<'py>> {
             match read_inline(file, &size) {
                 Some(got) if got.bind(py).is(&*PyBool::new(py, false)) => {
                     queued(intern!(py, "_read_after_a_turn"), PyTuple::new(py, [size])?)
+                }
+                Some(got) if got.bind(py).is(&*PyBool::new(py, true)) => {
+                    queued(intern!(py, "_read_pieces"), PyTuple::new(py, [size])?)
                 }
                 Some(got) => Ok(Served::Now(got)),
                 None => queued(intern!(py, "_read"), PyTuple::new(py, [size])?),

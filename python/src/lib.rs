@@ -104,6 +104,8 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TURN_BUDGET", turns::TURN_BUDGET)?;
     m.add("DEFAULT_QUEUE_DEPTH", blockio::DEFAULT_QUEUE_DEPTH)?;
     m.add("TURN_UNIT", turns::TURN_UNIT)?;
+    m.add("INLINE_PIECE", inline_read::INLINE_PIECE)?;
+    m.add("INLINE_MAX", inline_read::INLINE_MAX)?;
     m.add("INLINE_OFFSET", inline::INLINE_OFFSET)?;
     m.add("FALLOC_FL_KEEP_SIZE", libc::FALLOC_FL_KEEP_SIZE)?;
     m.add("FALLOC_FL_PUNCH_HOLE", libc::FALLOC_FL_PUNCH_HOLE)?;
