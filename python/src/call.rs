@@ -139,7 +139,17 @@ impl FileCall {
 
     /// Closes the shadow coroutine, if one was made (see `shadow`): never
     /// run, it warns of nothing.
+    #[inline]
     fn drop_shadow(&mut self, py: Python<'_>) {
+        if self.shadow.is_some() {
+            self.close_shadow(py);
+        }
+    }
+
+    /// See [`FileCall::drop_shadow`] (apart: a call whose frame nobody
+    /// asked for pays for the test alone).
+    #[cold]
+    fn close_shadow(&mut self, py: Python<'_>) {
         if let Some(shadow) = self.shadow.take() {
             // (closing a coroutine never started runs none of its code)
             let _ = shadow.call_method0(py, intern!(py, "close"));

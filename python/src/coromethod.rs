@@ -341,7 +341,8 @@ pub(crate) fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let offset = ffi::Py_ssize_t::try_from(field - base)?;
     let tp = CoroutineMethod::type_object(py).as_type_ptr();
     // SAFETY: `tp` is `CoroutineMethod`'s type object, a heap type made by
-    // pyo3, alive as long as the module. Every instance holds the
+    // pyo3, alive as long as the module, whose attributes nothing sets
+    // after this (so it may be marked immutable). Every instance holds the
     // `vectorcall` field at `offset` from its start (the same Rust layout
     // as the probe's), set to `method_vectorcall` when made, so the flag
     // and the offset describe every instance; `PyVectorcall_Call` is the
@@ -351,6 +352,13 @@ pub(crate) fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         (*tp).tp_vectorcall_offset = offset;
         (*tp).tp_call = Some(ffi::PyVectorcall_Call);
         (*tp).tp_flags |= ffi::Py_TPFLAGS_HAVE_VECTORCALL | ffi::Py_TPFLAGS_METHOD_DESCRIPTOR;
+        // (an immutable type, as the built-in method descriptor's is: the
+        // interpreter's specialised method load (3.11 on) takes only
+        // descriptors of such types; the type has no attribute to set)
+        #[cfg(Py_3_10)]
+        {
+            (*tp).tp_flags |= ffi::Py_TPFLAGS_IMMUTABLETYPE;
+        }
         ffi::PyType_Modified(tp);
     }
     Ok(())
