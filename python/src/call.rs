@@ -71,11 +71,6 @@ pub(crate) struct FileCall {
     /// The method's name (`read`, `seek`, `tell`), for `__name__` and
     /// `__qualname__`, which asyncio puts in a task's repr.
     name: &'static str,
-    /// Made only when `cr_frame` is asked of a call not started: the
-    /// method's template coroutine (`blockio/_file.py`) made with the
-    /// call's arguments and never run, whose frame it gives; closed once
-    /// the call starts or is freed.
-    shadow: Option<PyObject>,
 }
 
 impl FileCall {
@@ -87,12 +82,9 @@ impl FileCall {
             Op::Tell => "tell",
         };
         let state = State::Start(file.clone().unbind(), op);
-        let call = FileCall {
-            state,
-            name,
-            shadow: None,
-        };
-        Ok(Bound::new(file.py(), call)?.into_any().unbind())
+        Ok(Bound::new(file.py(), FileCall { state, name })?
+            .into_any()
+            .unbind())
     }
 
     /// One step, sent `arg`: the first serves the call inline if it can
@@ -109,7 +101,6 @@ impl FileCall {
                         "can't send non-None value to a just-started coroutine",
                     ));
                 }
-                self.drop_shadow(py);
                 match serve(&file.into_bound(py), op)? {
                     Served::Now(value) => Ok(Step::Return(value)),
                     Served::Queued(coro) => self.forward(coro, arg),
@@ -137,50 +128,32 @@ impl FileCall {
         }
     }
 
-    /// Closes the shadow coroutine, if one was made (see `shadow`): never
-    /// run, it warns of nothing.
-    #[inline]
-    fn drop_shadow(&mut self, py: Python<'_>) {
-        if self.shadow.is_some() {
-            self.close_shadow(py);
-        }
-    }
-
-    /// See [`FileCall::drop_shadow`] (apart: a call whose frame nobody
-    /// asked for pays for the test alone).
-    #[cold]
-    fn close_shadow(&mut self, py: Python<'_>) {
-        if let Some(shadow) = self.shadow.take() {
-            // (closing a coroutine never started runs none of its code)
-            let _ = shadow.call_method0(py, intern!(py, "close"));
-        }
-    }
-
-    /// The frame of the call not started: its shadow's (see `shadow`),
-    /// made now if need be; `None` if the method's template is unknown.
-    fn start_frame(&mut self, py: Python<'_>) -> PyResult<PyObject> {
-        if self.shadow.is_none() {
-            let State::Start(file, op) = &self.state else {
-                return Ok(py.None());
-            };
-            let Some(template) = crate::coromethod::template_of(py, self.name) else {
-                return Ok(py.None());
-            };
-            let mut args = vec![file.clone_ref(py).into_any()];
-            match op {
-                Op::Read(size) => args.push(size.clone_ref(py)),
-                Op::Seek(offset, whence) => {
-                    args.push(offset.clone_ref(py));
-                    args.push(whence.clone_ref(py));
-                }
-                Op::Tell => {}
+    /// The frame of the call not started (see `cr_frame`): that of the
+    /// method's template coroutine (`blockio/_file.py`) made with the
+    /// call's arguments and closed before it ran (it warns of nothing; its
+    /// frame keeps the code, the arguments and, before Python 3.11, the
+    /// `f_lasti` of -1 that `inspect.getcoroutinestate` reads as created);
+    /// `None` if the template is unknown.
+    fn start_frame(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let State::Start(file, op) = &self.state else {
+            return Ok(py.None());
+        };
+        let Some(template) = crate::coromethod::template_of(py, self.name) else {
+            return Ok(py.None());
+        };
+        let mut args = vec![file.clone_ref(py).into_any()];
+        match op {
+            Op::Read(size) => args.push(size.clone_ref(py)),
+            Op::Seek(offset, whence) => {
+                args.push(offset.clone_ref(py));
+                args.push(whence.clone_ref(py));
             }
-            self.shadow = Some(template.call1(PyTuple::new(py, args)?)?.unbind());
+            Op::Tell => {}
         }
-        match &self.shadow {
-            Some(shadow) => Ok(shadow.getattr(py, intern!(py, "cr_frame"))?),
-            None => Ok(py.None()),
-        }
+        let shadow = template.call1(PyTuple::new(py, args)?)?;
+        let frame = shadow.getattr(intern!(py, "cr_frame"))?;
+        shadow.call_method0(intern!(py, "close"))?;
+        Ok(frame.unbind())
     }
 
     /// A step as `send` and `__next__` answer it: the value yielded, or
@@ -284,12 +257,13 @@ impl FileCall {
     }
 
     /// The frame (as `cr_frame`): not started, a frame of the method's
-    /// template with the call's arguments (see `shadow`), never run;
-    /// waiting, its queued coroutine's; done (or running), `None`.
+    /// template with the call's arguments, never run (a new one each
+    /// time: see `start_frame`); waiting, its queued coroutine's; done (or
+    /// running), `None`.
     #[getter]
     fn cr_frame(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
         let py = slf.py();
-        let Ok(mut me) = slf.try_borrow_mut() else {
+        let Ok(me) = slf.try_borrow() else {
             return Ok(py.None());
         };
         match &me.state {
@@ -346,7 +320,6 @@ impl FileCall {
         tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyObject> {
         let py = typ.py();
-        self.drop_shadow(py);
         if let State::Queued(coro) = std::mem::replace(&mut self.state, State::Done) {
             // (the arguments as given: Python 3.12 warns of the
             // three-argument form only when it is used)
@@ -368,7 +341,6 @@ impl FileCall {
 
     /// Closes the queued call if it runs; the call is done.
     fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        self.drop_shadow(py);
         if let State::Queued(coro) = std::mem::replace(&mut self.state, State::Done) {
             coro.bind(py).call_method0(intern!(py, "close"))?;
         }
@@ -376,7 +348,6 @@ impl FileCall {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.shadow)?;
         match &self.state {
             State::Start(file, op) => {
                 visit.call(file)?;
@@ -396,15 +367,6 @@ impl FileCall {
 
     fn __clear__(&mut self) {
         self.state = State::Done;
-        Python::with_gil(|py| self.drop_shadow(py));
-    }
-}
-
-impl Drop for FileCall {
-    fn drop(&mut self) {
-        if self.shadow.is_some() {
-            Python::with_gil(|py| self.drop_shadow(py));
-        }
     }
 }
 
