@@ -22,6 +22,10 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
+// (`pyo3::impl_` is what pyo3's own macros expand to, not its stable API:
+// the crate is held at 0.23 in `python/Cargo.toml`, and the argument parsing
+// and trampoline used here are to be checked again on an upgrade, as
+// `call.rs`'s.)
 use pyo3::impl_::extract_argument::{FunctionDescription, NoVarargs, NoVarkeywords};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
