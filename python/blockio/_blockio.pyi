@@ -2,7 +2,9 @@
 
 import sys
 from asyncio import Future
-from typing import Callable, Coroutine, Generator, List, Literal, Optional, Sequence, Set, Tuple, Type, TypeVar, Union, final
+from types import CodeType, FrameType
+from typing import (Callable, Coroutine, Dict, Generator, List, Literal, Optional, Sequence, Set, Tuple, Type, TypeVar,
+                    Union, final)
 
 from typing_extensions import disjoint_base
 
@@ -18,8 +20,8 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Core", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "LoopRing", "StreamRx", "after_fork", "arm_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
-           "INLINE_OFFSET", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
+__all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "after_fork", "arm_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
+           "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
            "read_line_inline", "read_stream_inline", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
 
@@ -32,6 +34,13 @@ DEFAULT_QUEUE_DEPTH: int
 TURN_BUDGET: int
 #: The bytes a served call copies per extra unit of ``TURN_BUDGET``.
 TURN_UNIT: int
+#: The most bytes a read served inline copies at once (``TURN_BUDGET`` ×
+#: ``TURN_UNIT``): a longer one is served in pieces of this size, a turn
+#: of the event loop between two.
+INLINE_PIECE: int
+#: The longest ``read(n)`` served inline (in pieces); longer ones go to
+#: the engine.
+INLINE_MAX: int
 #: The largest offset ``seek_inline`` takes (1 TiB): past it the file
 #: system's ``lseek`` checks the offset.
 INLINE_OFFSET: int
@@ -127,10 +136,17 @@ class FileState:
     def _serve(self, free: List[None], reader: "Core", num: int, bufsize: int) -> None:
         """What the calls served inline need: the call queue's ``free``
         list, the engine's core, the descriptor's number, the buffer size."""
-    def _read_after_turn(self, size: int) -> Optional[bytes]:
+    def _read_after_turn(self, size: int) -> Union[bytes, None, Literal[True]]:
         """``read(size)`` by the call that has just taken its turn of the
         event loop, holding the call queue: the bytes, from the buffer or
-        the page cache (counting only what it copies), or None."""
+        the page cache (counting only what it copies), or None; True if the
+        read goes on in pieces (see ``_next_piece``)."""
+    def _next_piece(self) -> Union[bytes, None, Literal[True]]:
+        """The next piece of the read served in pieces under way, after a
+        turn of the event loop: its bytes once the last is read, True while
+        more remain, None if a piece was not all cached (the read dropped)."""
+    def _drop_pieces(self) -> None:
+        """Drops the read served in pieces under way, if any."""
     def _held(self) -> int:
         """How many bytes read ahead are held."""
     def _held_bytes(self) -> bytes:
@@ -148,6 +164,36 @@ class FileState:
         """Records which calls may be served inline, given whether the file
         is usable (seekable, open, not detached)."""
 
+_Method = TypeVar("_Method", bound=Callable[..., object])
+
+def coroutine_method(template: _Method) -> _Method:
+    """The method ``template`` (an ``async def`` named ``read``, ``seek``
+    or ``tell``) stands for: a coroutine function to ``inspect`` and
+    ``asyncio``, whose calls go straight to the core's method."""
+
+@final
+class CoroutineMethod:
+    """What :func:`coroutine_method` makes: ``FileState``'s ``read``,
+    ``seek`` or ``tell`` with its template's signature, code and names."""
+
+    def __get__(self, instance: object, owner: object = None, /) -> object: ...
+    @property
+    def __code__(self) -> CodeType: ...
+    @property
+    def __defaults__(self) -> Optional[Tuple[object, ...]]: ...
+    @property
+    def __kwdefaults__(self) -> Optional[Dict[str, object]]: ...
+    @property
+    def __annotations__(self) -> Dict[str, object]: ...  # type: ignore[override]
+    @property
+    def __name__(self) -> str: ...
+    @property
+    def __qualname__(self) -> str: ...
+    @property
+    def __doc__(self) -> Optional[str]: ...  # type: ignore[override]
+    @property
+    def __module__(self) -> str: ...  # type: ignore[override]
+
 @final
 class FileCall(Coroutine[object, object, _T]):
     """A file's ``read``, ``seek`` or ``tell``: a coroutine whose first
@@ -159,6 +205,25 @@ class FileCall(Coroutine[object, object, _T]):
     @property
     def __qualname__(self) -> str:
         """``AsyncFile.`` and the method's name."""
+    @property
+    def cr_running(self) -> bool:
+        """Whether a step of the call is running."""
+    @property
+    def cr_suspended(self) -> bool:
+        """Whether the call waits in its queued coroutine."""
+    @property
+    def cr_await(self) -> object:
+        """The queued coroutine while the call waits in it, else None."""
+    @property
+    def cr_frame(self) -> Optional[FrameType]:
+        """The frame: of the method's template before the call starts,
+        of its queued coroutine while it waits; None once done."""
+    @property
+    def cr_code(self) -> Optional[CodeType]:
+        """The method's template's code."""
+    @property
+    def cr_origin(self) -> None:
+        """Not recorded: None."""
     def __await__(self) -> Generator[object, None, _T]: ...
     def __iter__(self) -> "FileCall[_T]": ...
     def __next__(self) -> object: ...
@@ -172,11 +237,11 @@ def seek_inline(file: FileState, offset: object, whence: object) -> Optional[int
     2**40, no call in progress, nothing to flush): the new position; if
     not, None, and nothing changed."""
 
-def read_inline(file: FileState, size: object) -> Union[bytes, None, Literal[False]]:
+def read_inline(file: FileState, size: object) -> Union[bytes, None, bool]:
     """``file.read(size)`` served inline if it can be (no call in
     progress, the bytes all buffered or all in the page cache): the bytes;
     ``None`` if not (nothing changed); ``False`` if its turn of the event
-    loop is due first."""
+    loop is due first; ``True`` if it goes on in pieces, its first read."""
 
 def readline_inline(file: FileState, size: object) -> Optional[bytes]:
     """``file.readline(size)`` served inline if it can be (no call in

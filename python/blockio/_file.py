@@ -93,7 +93,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
-from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, count_copied, read_line_inline,
+from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, coroutine_method, count_copied, read_line_inline,
                        read_stream_inline, readline_inline, turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _flat, _KeptCancel
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
@@ -663,7 +663,32 @@ class AsyncFile(FileState, LineReader[bytes]):
     # `tell`, `seek` and `read` are the core's (`FileState`; see `call.rs`):
     # each returns a coroutine object whose first step serves the common
     # case inline, or else runs the queued call below (`_tell`, `_seek`,
-    # `_read`, `_read_after_a_turn`).
+    # `_read`, `_read_after_a_turn`). The class holds each as a
+    # `coroutine_method` (see `coromethod.rs`) of the `async def` below,
+    # which gives its signature and code: `inspect.iscoroutinefunction`
+    # and `asyncio.iscoroutinefunction` are true of `f.read`, as of
+    # aiofiles', while a call goes straight to the core. (Types: the core's
+    # stubs, `FileCall`.)
+
+    if not TYPE_CHECKING:
+
+        @coroutine_method
+        async def read(self, size=-1):
+            """Reads up to ``size`` bytes (all of the rest when negative or
+            None); ``b""`` at end of file."""
+            return await FileState.read(self, size)
+
+        @coroutine_method
+        async def seek(self, offset, whence=0):
+            """Moves the position (``os.SEEK_SET``, ``SEEK_CUR``,
+            ``SEEK_END``, and ``SEEK_DATA``, ``SEEK_HOLE`` as on Linux); the
+            new position. Writes still buffered are flushed first."""
+            return await FileState.seek(self, offset, whence)
+
+        @coroutine_method
+        async def tell(self):
+            """The current position."""
+            return await FileState.tell(self)
 
     @one_at_a_time_placing(lambda f: not f._at_end, takes_turns=True)
     async def _tell(self) -> int:
@@ -910,10 +935,40 @@ class AsyncFile(FileState, LineReader[bytes]):
         assert size is not None
         await pause()
         data = self._read_after_turn(size)
+        if data is True:
+            data = await self._next_pieces()
         if data is not None:
             return data
         got: bytes = await self._read(size)
         return got
+
+    @one_at_a_time
+    async def _read_pieces(self, size: int) -> bytes:
+        """`read(size)` served inline in pieces (the core's
+        `FileState.read_pieces`), whose first piece its call read at its
+        first step: reads the others, each after a turn of the event loop,
+        holding the file's place in the queue; or, when a piece is not all
+        in the page cache, reads it all through the engine (the pieces
+        read are dropped, the position had not moved)."""
+        data = await self._next_pieces()
+        if data is not None:
+            return data
+        got: bytes = await self._read(size)
+        return got
+
+    async def _next_pieces(self) -> Optional[bytes]:
+        """The pieces left of the read served in pieces under way, each
+        after a turn of the event loop: its bytes, or None if a piece was
+        not all cached. Cancelled during a turn, the read is dropped and
+        the position stays where it was."""
+        try:
+            while True:
+                await pause()
+                data = self._next_piece()
+                if data is not True:
+                    return data
+        finally:
+            self._drop_pieces()
 
     @one_at_a_time_taking_turns
     async def _read(self, size: Optional[int]) -> bytes:

@@ -3,7 +3,8 @@
 //! serves the call inline when it can (see [`crate::inline`]) and returns
 //! at once, and otherwise runs the file's queued coroutine for it (`_read`,
 //! `_seek`, `_tell`, or `_read_after_a_turn` when the thread's turn of the
-//! event loop is due: see [`crate::turns`]), passing its steps through.
+//! event loop is due: see [`crate::turns`]; `_read_pieces` when a read
+//! served inline goes on in pieces), passing its steps through.
 //!
 //! An `async def` would cost a coroutine (its frame, the generator made
 //! and freed, the send) on every call, the inline ones included: about
@@ -127,6 +128,34 @@ impl FileCall {
         }
     }
 
+    /// The frame of the call not started (see `cr_frame`): that of the
+    /// method's template coroutine (`blockio/_file.py`) made with the
+    /// call's arguments and closed before it ran (it warns of nothing; its
+    /// frame keeps the code, the arguments and, before Python 3.11, the
+    /// `f_lasti` of -1 that `inspect.getcoroutinestate` reads as created);
+    /// `None` if the template is unknown.
+    fn start_frame(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let State::Start(file, op) = &self.state else {
+            return Ok(py.None());
+        };
+        let Some(template) = crate::coromethod::template_of(py, self.name) else {
+            return Ok(py.None());
+        };
+        let mut args = vec![file.clone_ref(py).into_any()];
+        match op {
+            Op::Read(size) => args.push(size.clone_ref(py)),
+            Op::Seek(offset, whence) => {
+                args.push(offset.clone_ref(py));
+                args.push(whence.clone_ref(py));
+            }
+            Op::Tell => {}
+        }
+        let shadow = template.call1(PyTuple::new(py, args)?)?;
+        let frame = shadow.getattr(intern!(py, "cr_frame"))?;
+        shadow.call_method0(intern!(py, "close"))?;
+        Ok(frame.unbind())
+    }
+
     /// A step as `send` and `__next__` answer it: the value yielded, or
     /// `StopIteration(result)`.
     fn step_raising(&mut self, arg: &Bound<'_, PyAny>) -> PyResult<PyObject> {
@@ -157,6 +186,9 @@ fn serve<'py>(file: &Bound<'py, FileState>, op: Op) -> PyResult<Served<'py>> {
             match read_inline(file, &size) {
                 Some(got) if got.bind(py).is(&*PyBool::new(py, false)) => {
                     queued(intern!(py, "_read_after_a_turn"), PyTuple::new(py, [size])?)
+                }
+                Some(got) if got.bind(py).is(&*PyBool::new(py, true)) => {
+                    queued(intern!(py, "_read_pieces"), PyTuple::new(py, [size])?)
                 }
                 Some(got) => Ok(Served::Now(got)),
                 None => queued(intern!(py, "_read"), PyTuple::new(py, [size])?),
@@ -193,6 +225,68 @@ impl FileCall {
     #[getter]
     fn __qualname__(&self) -> String {
         format!("AsyncFile.{}", self.name)
+    }
+
+    /// Whether a step of the call is running (as `cr_running`).
+    #[getter]
+    fn cr_running(slf: &Bound<'_, Self>) -> bool {
+        slf.try_borrow().is_err()
+    }
+
+    /// Whether the call waits, suspended, in its queued coroutine (as
+    /// `cr_suspended`, which `inspect.getcoroutinestate` reads from
+    /// Python 3.11 on).
+    #[getter]
+    fn cr_suspended(slf: &Bound<'_, Self>) -> bool {
+        slf.try_borrow()
+            .is_ok_and(|me| matches!(me.state, State::Queued(_)))
+    }
+
+    /// What the call awaits: its queued coroutine while it waits in it,
+    /// else `None` (as `cr_await`).
+    #[getter]
+    fn cr_await(slf: &Bound<'_, Self>) -> PyObject {
+        let py = slf.py();
+        match slf.try_borrow().as_deref() {
+            Ok(FileCall {
+                state: State::Queued(coro),
+                ..
+            }) => coro.clone_ref(py),
+            _ => py.None(),
+        }
+    }
+
+    /// The frame (as `cr_frame`): not started, a frame of the method's
+    /// template with the call's arguments, never run (a new one each
+    /// time: see `start_frame`); waiting, its queued coroutine's; done (or
+    /// running), `None`.
+    #[getter]
+    fn cr_frame(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+        let py = slf.py();
+        let Ok(me) = slf.try_borrow() else {
+            return Ok(py.None());
+        };
+        match &me.state {
+            State::Start(..) => me.start_frame(py),
+            State::Queued(coro) => coro.getattr(py, intern!(py, "cr_frame")),
+            State::Done => Ok(py.None()),
+        }
+    }
+
+    /// The method's code (as `cr_code`): its template's
+    /// (`blockio/_file.py`), or `None` if unknown.
+    #[getter]
+    fn cr_code(&self, py: Python<'_>) -> PyResult<PyObject> {
+        match crate::coromethod::template_of(py, self.name) {
+            Some(t) => Ok(t.getattr(intern!(py, "__code__"))?.unbind()),
+            None => Ok(py.None()),
+        }
+    }
+
+    /// Where the call was made (as `cr_origin`): not recorded, `None`.
+    #[getter]
+    fn cr_origin(&self, py: Python<'_>) -> PyObject {
+        py.None()
     }
 
     fn __await__(slf: Bound<'_, Self>) -> Bound<'_, Self> {

@@ -232,6 +232,29 @@ impl Core {
         self.inflight.clear_eventfd();
     }
 
+    /// One piece of a read served inline in pieces: `len` bytes at
+    /// `offset` of `fd` into `obj` from its byte `at` on, if all cached
+    /// (see [`InlineReads::read_piece`]; `obj` a new `bytes` object not
+    /// yet handed out).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn read_piece_inline(
+        &self,
+        fd: RawFd,
+        offset: i64,
+        obj: &Bound<'_, PyBytes>,
+        at: usize,
+        len: usize,
+        first: bool,
+    ) -> crate::inline_read::Piece {
+        let Ok(off) = u64::try_from(offset) else {
+            return crate::inline_read::Piece::Miss;
+        };
+        if self.born.forked() || self.closed() {
+            return crate::inline_read::Piece::Miss;
+        }
+        self.inline.read_piece(fd, off, obj, at, len, first)
+    }
+
     /// At least `min` and up to `len` bytes at `offset` of `fd`, served
     /// inline if the first `min` are in the page cache (see
     /// [`InlineReads::read_ahead`]); else `None`, and the caller reads

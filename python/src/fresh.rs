@@ -110,7 +110,7 @@ pub(crate) fn pieces_in_flight_peak() -> usize {
 
 /// A new `bytes` object of `length` bytes whose contents are not set:
 /// only for memory the kernel writes before anyone reads it.
-fn unfilled(py: Python<'_>, length: usize) -> PyResult<Py<PyBytes>> {
+pub(crate) fn unfilled(py: Python<'_>, length: usize) -> PyResult<Py<PyBytes>> {
     let size = pyo3::ffi::Py_ssize_t::try_from(length).map_err(|_| {
         pyo3::exceptions::PyMemoryError::new_err(format!("cannot read {length} bytes at once"))
     })?;

@@ -33,6 +33,7 @@ use pyo3::PyTraverseError;
 use pyo3::PyVisit;
 
 use crate::call::{FileCall, Op};
+use crate::inline_read::{Piece, INLINE_MAX, INLINE_PIECE};
 use crate::turns;
 use crate::Core;
 
@@ -168,6 +169,18 @@ pub(crate) struct FileState {
     free: Option<Py<PyList>>,
     /// The engine whose [`Core::read_inline`] reads cached bytes.
     reader: Option<Py<Core>>,
+    /// A read served inline in pieces, under way (see
+    /// [`FileState::read_pieces`]).
+    pieces: Option<Pieces>,
+}
+
+/// A read served inline in pieces, under way: its `bytes` object (not yet
+/// handed out), its length, and how many of its bytes (from the position
+/// on) are read.
+struct Pieces {
+    obj: Py<PyBytes>,
+    len: usize,
+    at: usize,
 }
 
 #[pymethods]
@@ -216,6 +229,7 @@ impl FileState {
             num: -1,
             free: None,
             reader: None,
+            pieces: None,
         }
     }
 
@@ -259,6 +273,33 @@ impl FileState {
         }
         turns::count_copied(size);
         self.take(py, &held, size)
+    }
+
+    /// The next piece of the read served in pieces under way (see
+    /// [`FileState::read_pieces`]), by the call that holds the file's
+    /// queue and has just taken its turn of the event loop for it: the
+    /// read's bytes if that was its last piece; `True` if more remain (the
+    /// caller takes another turn first); `None` if there is none under way,
+    /// or the piece was not all cached (the read is dropped, the position
+    /// unmoved: the caller reads through the engine).
+    fn _next_piece(&mut self, py: Python<'_>) -> Option<PyObject> {
+        let p = self.pieces.take()?;
+        if !self.inline_read {
+            return None;
+        }
+        turns::took_turn();
+        let len = (p.len - p.at).min(INLINE_PIECE);
+        let off = self.pos.checked_add(i64::try_from(p.at).ok()?)?;
+        let reader = self.reader.as_ref()?.bind(py).borrow();
+        let found = reader.read_piece_inline(self.num, off, p.obj.bind(py), p.at, len, false);
+        drop(reader);
+        self.piece_read(py, p, found, true)
+    }
+
+    /// Drops the read served in pieces under way, if any (it was
+    /// cancelled, or failed): the position stays where it started.
+    fn _drop_pieces(&mut self) {
+        self.pieces = None;
     }
 
     /// How many bytes read ahead are held.
@@ -352,7 +393,10 @@ impl FileState {
     /// inline at its first step when the bytes are in the read buffer or
     /// all in the page cache, else read through the file's call queue.
     #[pyo3(signature = (size = None), text_signature = "($self, size=-1)")]
-    fn read(slf: &Bound<'_, Self>, size: Option<&Bound<'_, PyAny>>) -> PyResult<PyObject> {
+    pub(crate) fn read(
+        slf: &Bound<'_, Self>,
+        size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyObject> {
         let size = match size {
             Some(size) => size.clone().unbind(),
             None => (-1i64).into_pyobject(slf.py())?.into_any().unbind(),
@@ -367,7 +411,7 @@ impl FileState {
     /// [`INLINE_OFFSET`]) with nothing to flush is served
     /// inline at its first step.
     #[pyo3(signature = (offset, whence = None), text_signature = "($self, offset, whence=0)")]
-    fn seek(
+    pub(crate) fn seek(
         slf: &Bound<'_, Self>,
         offset: &Bound<'_, PyAny>,
         whence: Option<&Bound<'_, PyAny>>,
@@ -382,7 +426,7 @@ impl FileState {
     /// The current position. A coroutine (`FileCall`): served inline at
     /// its first step when the position is known and nothing is to be
     /// flushed.
-    fn tell(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+    pub(crate) fn tell(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
         FileCall::make(slf, Op::Tell)
     }
 
@@ -403,6 +447,9 @@ impl FileState {
             visit.call(held)?;
         }
         visit.call(&self.free)?;
+        if let Some(p) = &self.pieces {
+            visit.call(&p.obj)?;
+        }
         visit.call(&self.reader)
     }
 
@@ -426,6 +473,7 @@ impl FileState {
         }
         self.free = None;
         self.reader = None;
+        self.pieces = None;
     }
 }
 
@@ -526,15 +574,29 @@ impl FileState {
     /// `size` bytes (not 0) read at the position if they are all in the
     /// page cache (see [`Core::read_ahead_inline`]), reading ahead to fill
     /// the buffer unless this is the first read since a seek (as far as
-    /// the file and the cached bytes go); `False` when the call is to take
-    /// its turn of the event loop first. A call that has just taken its
-    /// turn (`after_turn`) counts only the bytes it copied.
+    /// the file and the cached bytes go; a fill longer than [`INLINE_PIECE`]
+    /// is the engine's);
+    /// `False` when the call is to take its turn of the event loop first;
+    /// `True` when the read, longer than [`INLINE_PIECE`] (up to
+    /// [`INLINE_MAX`]), goes on in pieces (see [`FileState::read_pieces`]).
+    /// A call that has just taken its turn (`after_turn`) counts only the
+    /// bytes it copied.
     fn read_inline(&mut self, py: Python<'_>, size: usize, after_turn: bool) -> Option<PyObject> {
+        if size > INLINE_PIECE {
+            if size > INLINE_MAX || (!after_turn && turns::due()) {
+                return (size <= INLINE_MAX)
+                    .then(|| PyBool::new(py, false).to_owned().into_any().unbind());
+            }
+            return self.read_pieces(py, size, after_turn);
+        }
         let want = if self.seeked || size >= self.ahead() {
             size
         } else {
             self.next_fill().max(size)
         };
+        if want > INLINE_PIECE {
+            return None; // (a buffer larger than a piece is filled by the engine)
+        }
         let to = self.pos.checked_add(i64::try_from(size).ok()?)?;
         let reader = self.reader.as_ref()?.bind(py).borrow();
         if !after_turn && turns::due() {
@@ -566,6 +628,59 @@ impl FileState {
 }
 
 impl FileState {
+    /// Starts `read(len)` served in pieces: its first piece, of at
+    /// most [`INLINE_PIECE`] bytes, read now into a new `bytes` object of
+    /// `len`; the others each after a turn of the event loop, by the queued
+    /// call that holds the file's queue meanwhile
+    /// (`AsyncFile._read_pieces`, which calls [`FileState::_next_piece`]),
+    /// so that no single copy on the loop's thread is longer than a piece.
+    /// The position moves once the last piece is read. The bytes, if the
+    /// first piece ended the read; `True` if the pieces go on; `None` if
+    /// the first was not all cached (the read goes to the engine).
+    fn read_pieces(&mut self, py: Python<'_>, len: usize, after_turn: bool) -> Option<PyObject> {
+        let obj = crate::fresh::unfilled(py, len).ok()?;
+        let first = len.min(INLINE_PIECE);
+        let reader = self.reader.as_ref()?.bind(py).borrow();
+        let found = reader.read_piece_inline(self.num, self.pos, obj.bind(py), 0, first, true);
+        drop(reader);
+        let p = Pieces { obj, len, at: 0 };
+        self.piece_read(py, p, found, after_turn)
+    }
+
+    /// What a piece of the read `p` found: counted (as copied by a call
+    /// that took its turn, `after_turn`, or as a call served); the read
+    /// goes on (`True`, kept in `pieces`) or ends (its bytes, the position
+    /// moved past them), or it missed (`None`, dropped).
+    fn piece_read(
+        &mut self,
+        py: Python<'_>,
+        mut p: Pieces,
+        found: Piece,
+        after_turn: bool,
+    ) -> Option<PyObject> {
+        let n = match found {
+            Piece::Miss => return None,
+            Piece::Full => (p.len - p.at).min(INLINE_PIECE),
+            Piece::End(n) => n,
+        };
+        if after_turn {
+            turns::count_copied(n);
+        } else {
+            turns::served(n);
+        }
+        p.at += n;
+        if matches!(found, Piece::Full) && p.at < p.len {
+            self.pieces = Some(p);
+            return Some(PyBool::new(py, true).to_owned().into_any().unbind());
+        }
+        let to = self.pos.checked_add(i64::try_from(p.at).ok()?)?;
+        let out = crate::fresh::shrunk(py, p.obj, p.at).ok()?;
+        self.seeked = false;
+        self.fill = 0;
+        self.moved_to(to);
+        Some(out)
+    }
+
     /// How much the next read ahead takes: the buffer's size for the first
     /// of a run of sequential reads, then twice the last, up to
     /// [`SEQUENTIAL_AHEAD`] (never less than the buffer's size).
@@ -644,10 +759,11 @@ pub(crate) fn seek_inline(
 /// more, no call on the file in progress, and the bytes all in the file's
 /// read-ahead buffer or all in the page cache; or `size` -1 or `None` (the
 /// rest of the file), nothing read ahead, the thread's turn of the event
-/// loop not due and the rest all cached, at most `INLINE_MAX` bytes (see
-/// [`Core::read_rest_inline`]). The bytes; `None` if it
-/// cannot be (nothing changed); `False` if it could be but its turn of the
-/// event loop is due first (nothing changed, and the count of calls served
+/// loop not due and the rest all cached, fewer than `INLINE_PIECE` bytes
+/// (see [`Core::read_rest_inline`]). The bytes; `None` if it
+/// cannot be (nothing changed); `True` if its first piece was read and
+/// the read goes on in pieces (see [`FileState::read_pieces`]); `False` if
+/// it could be but its turn of the event loop is due first (nothing changed, and the count of calls served
 /// inline starts again: see [`turns`]).
 #[pyfunction]
 pub(crate) fn read_inline(

@@ -14,14 +14,36 @@ use pyo3::types::PyBytes;
 
 use crate::fresh;
 
-/// The longest read served inline: past it a copy on the event loop's
-/// thread, holding the GIL, would stall the loop's other tasks; longer
-/// reads go to the engine, into their `bytes` object (see
-/// [`crate::fresh`]). 8 MiB: served so, a loop of 8 MiB reads keeps the
-/// rate of an `os.pread` loop, where through the engine it lost a third
-/// to the wake-ups; its copy is the loop's longest gap, 2-3 times
-/// aiofiles' (`docs/benchmarks.md`, "Large cached reads on the loop's thread").
+/// The longest read served inline: past it a read goes to the engine,
+/// into its `bytes` object (see [`crate::fresh`]), copied off the event
+/// loop's thread. Up to it, a `blockio.open` file's `read(n)` is served
+/// in pieces of at most [`INLINE_PIECE`], a turn of the loop before each
+/// piece after the first (see `FileState::read_pieces`): served so, a loop
+/// of 8 MiB reads keeps about the rate of an `os.pread` loop, where
+/// through the engine it lost a third to the wake-ups
+/// (`docs/benchmarks.md`, "Large cached reads on the loop's thread").
 pub(crate) const INLINE_MAX: usize = 8 << 20;
+
+/// The most bytes one read served inline copies at once: the bytes the
+/// calls served without suspending may copy between two turns of the
+/// event loop (`turns::TURN_BUDGET` × `turns::TURN_UNIT`). A copy on the
+/// loop's thread is time the loop's other tasks wait; a task waiting on a
+/// timer waits for about three of them (the loop's step that finds the
+/// timer due, the one that runs its callback, the one that runs the task).
+/// Longer reads served inline are made of pieces of this size, and
+/// `Engine.aread` and `read()` of a file's rest serve no more at once.
+pub(crate) const INLINE_PIECE: usize = crate::turns::TURN_BYTES;
+
+/// What reading one piece of a read served in pieces found.
+pub(crate) enum Piece {
+    /// All the bytes asked for.
+    Full,
+    /// The file ended after this many of them.
+    End(usize),
+    /// Not all cached (or refused, or failed): the read goes to the
+    /// engine.
+    Miss,
+}
 
 /// Misses in a row after which only one inline read in [`SKIP`] is tried.
 pub(crate) const MISSES_BEFORE_SKIPPING: u64 = 16;
@@ -37,7 +59,7 @@ pub(crate) struct InlineReads {
 }
 
 impl InlineReads {
-    /// `len` bytes (1 to [`INLINE_MAX`]) at `off` of `fd` if all of them
+    /// `len` bytes (1 to [`INLINE_PIECE`]) at `off` of `fd` if all of them
     /// are in the page cache; else `None` (short, refused, failed, or
     /// skipped after misses).
     pub(crate) fn read<'py>(
@@ -47,7 +69,7 @@ impl InlineReads {
         off: u64,
         len: usize,
     ) -> Option<Bound<'py, PyBytes>> {
-        if len == 0 || len > INLINE_MAX {
+        if len == 0 || len > INLINE_PIECE {
             return None;
         }
         let misses = self.try_one()?;
@@ -56,7 +78,7 @@ impl InlineReads {
     }
 
     /// At least `min` and up to `len` bytes (`min` 1 to `len`, `len` at
-    /// most [`INLINE_MAX`]) at `off` of `fd`: a read ahead, whose bytes past
+    /// most [`INLINE_PIECE`]) at `off` of `fd`: a read ahead, whose bytes past
     /// the first `min` may stop short (the end of the file, the end of what
     /// is cached), all of them the file's; `None` if fewer than `min` are
     /// cached there (short, refused, failed, or skipped after misses).
@@ -68,7 +90,7 @@ impl InlineReads {
         min: usize,
         len: usize,
     ) -> Option<Bound<'py, PyBytes>> {
-        if min == 0 || min > len || len > INLINE_MAX {
+        if min == 0 || min > len || len > INLINE_PIECE {
             return None;
         }
         let misses = self.try_one()?;
@@ -87,7 +109,7 @@ impl InlineReads {
     }
 
     /// The bytes from `off` to the end of `fd`, if the file is a regular
-    /// one whose size leaves fewer than [`INLINE_MAX`] of them and all
+    /// one whose size leaves fewer than [`INLINE_PIECE`] of them and all
     /// are in the page cache: the size as the kernel holds it, asking no
     /// server (`statx` with `AT_STATX_DONT_SYNC`), then one
     /// `preadv2(RWF_NOWAIT)` of a byte more than it says; that byte comes
@@ -106,7 +128,7 @@ impl InlineReads {
             return None;
         }
         let rest = usize::try_from(st.stx_size.saturating_sub(off)).ok()?;
-        if rest >= INLINE_MAX {
+        if rest >= INLINE_PIECE {
             return None;
         }
         let (bytes, n) = unfilled_read(py, fd, off, rest + 1)?;
@@ -116,6 +138,63 @@ impl InlineReads {
         fresh::shrunk(py, bytes.unbind(), n)
             .ok()
             .map(|b| b.into_bound(py))
+    }
+
+    /// Reads `len` bytes (1 to [`INLINE_PIECE`]) at `off` of `fd` into
+    /// `obj` from its byte `at` on, if they are all cached (see
+    /// [`Piece`]); `first`: the first piece of its read, which counts as a
+    /// try (see [`MISSES_BEFORE_SKIPPING`]), where a later piece only
+    /// counts a miss. `obj` is a `bytes` object made for the read (see
+    /// `fresh::unfilled`) and held by its caller alone (else a miss: its
+    /// bytes are not to change under anyone else), at least `at + len`
+    /// bytes long.
+    pub(crate) fn read_piece(
+        &self,
+        fd: RawFd,
+        off: u64,
+        obj: &Bound<'_, PyBytes>,
+        at: usize,
+        len: usize,
+        first: bool,
+    ) -> Piece {
+        let room = obj.as_bytes().len();
+        let fits = at.checked_add(len).is_some_and(|end| end <= room);
+        if len == 0 || len > INLINE_PIECE || !fits || obj.get_refcnt() != 1 {
+            return Piece::Miss;
+        }
+        let misses = if first {
+            match self.try_one() {
+                Some(m) => m,
+                None => return Piece::Miss,
+            }
+        } else {
+            0
+        };
+        // SAFETY: `obj` is a bytes object at least `at + len` bytes long,
+        // of which the caller holds the only reference (both checked
+        // above): nobody else sees its buffer, which from `at` on is ours
+        // to write.
+        let base = unsafe {
+            pyo3::ffi::PyBytes_AsString(obj.as_ptr())
+                .cast::<u8>()
+                .add(at)
+        };
+        let mut got = 0;
+        let found = loop {
+            // SAFETY: `got < len`: `len - got` bytes from `base + got`
+            // lie within the object (see above).
+            match unsafe { nowait_read(fd, off + got as u64, base.add(got), len - got) } {
+                Some(0) => break Piece::End(got),
+                Some(n) if got + n == len => break Piece::Full,
+                Some(n) => got += n, // (short: the end, or the end of what is cached)
+                None => break Piece::Miss,
+            }
+        };
+        let hit = !matches!(found, Piece::Miss);
+        if first || !hit {
+            self.hit(misses, hit);
+        }
+        found
     }
 
     /// Whether to try an inline read: after [`MISSES_BEFORE_SKIPPING`]
@@ -141,6 +220,26 @@ impl InlineReads {
         }
         hit
     }
+}
+
+/// One `preadv2(RWF_NOWAIT)` of up to `len` bytes at `off` of `fd` into
+/// `buf`: how many it read, or `None` if it failed (`EAGAIN`: not cached).
+///
+/// # Safety
+///
+/// `buf` must be valid for writes of `len` bytes.
+unsafe fn nowait_read(fd: RawFd, off: u64, buf: *mut u8, len: usize) -> Option<usize> {
+    let off = libc::off_t::try_from(off).ok()?;
+    let iov = libc::iovec {
+        iov_base: buf.cast(),
+        iov_len: len,
+    };
+    // SAFETY: one iovec over `len` bytes at `buf`, valid for writes (the
+    // caller's promise); preadv2 writes at most `iov_len` bytes there.
+    // (rustix has no preadv2 flag for RWF_NOWAIT on a raw descriptor
+    // number: libc, as `unfilled_read` does.)
+    let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
+    usize::try_from(n).ok()
 }
 
 /// One `preadv2(RWF_NOWAIT)` of up to `len` bytes at `off` of `fd` into a

@@ -35,6 +35,8 @@
 //! descriptor is, duplicates, the fork guard), `lent` (buffers released without
 //! the GIL), `inline` (a binary file object's whole state, and its
 //! `seek`, `read`, `readline`, `tell` and `write` served inline from it),
+//! `call` (the coroutine object those calls return), `coromethod` (the
+//! methods that return it, coroutine functions to `inspect`),
 //! `wqueue` (a file object's writes, queued and carried out in order by
 //! the core itself, whether or not Python runs again), `stream` (reads of an unbuffered pipe or
 //! socket that never wait: a line, a byte at a time, or up to a size), `event_loop` (the ring
@@ -56,6 +58,7 @@ mod args;
 mod batch;
 mod bench;
 mod call;
+mod coromethod;
 mod engine;
 mod errors;
 mod event_loop;
@@ -89,6 +92,7 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
     m.add_class::<inline::FileState>()?;
     call::add(m)?;
+    coromethod::add(m)?;
     m.add_class::<wqueue::WriteQueue>()?;
     m.add_class::<event_loop::LoopRing>()?;
     m.add_class::<event_loop::StreamRx>()?;
@@ -103,6 +107,8 @@ fn _blockio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TURN_BUDGET", turns::TURN_BUDGET)?;
     m.add("DEFAULT_QUEUE_DEPTH", blockio::DEFAULT_QUEUE_DEPTH)?;
     m.add("TURN_UNIT", turns::TURN_UNIT)?;
+    m.add("INLINE_PIECE", inline_read::INLINE_PIECE)?;
+    m.add("INLINE_MAX", inline_read::INLINE_MAX)?;
     m.add("INLINE_OFFSET", inline::INLINE_OFFSET)?;
     m.add("FALLOC_FL_KEEP_SIZE", libc::FALLOC_FL_KEEP_SIZE)?;
     m.add("FALLOC_FL_PUNCH_HOLE", libc::FALLOC_FL_PUNCH_HOLE)?;

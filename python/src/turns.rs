@@ -37,6 +37,10 @@ pub(crate) const TURN_BUDGET: u32 = 256;
 /// beyond the unit every call counts.
 pub(crate) const TURN_UNIT: usize = 16 << 10;
 
+/// The bytes the calls served without suspending may copy between two
+/// turns: [`TURN_BUDGET`] × [`TURN_UNIT`].
+pub(crate) const TURN_BYTES: usize = TURN_BUDGET as usize * TURN_UNIT;
+
 thread_local! {
     /// This thread's count, in units, since its last turn.
     static COUNT: Cell<u32> = const { Cell::new(0) };
@@ -64,6 +68,12 @@ pub(crate) fn due() -> bool {
 /// queue, whose count takes the turn).
 pub(crate) fn is_due() -> bool {
     COUNT.with(|c| c.get() >= TURN_BUDGET - 1)
+}
+
+/// Starts the count again: the caller has just taken its turn of the
+/// event loop (a read served in pieces, between two of them).
+pub(crate) fn took_turn() {
+    COUNT.with(|c| c.set(0));
 }
 
 /// Counts a call served without suspending that copied `bytes`.

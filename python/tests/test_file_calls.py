@@ -13,6 +13,7 @@ import gc
 import inspect
 import tracemalloc
 import warnings
+from unittest import mock
 
 import anyio
 import pytest
@@ -248,3 +249,103 @@ def test_file_calls_under_trio_and_anyio(path, engine, runner):
     else:
         got = anyio.run(main, backend=runner.split("-")[1])
     assert got == [DATA[:4], 10, DATA[10:13]]
+
+
+# -- coroutine functions, as aiofiles' methods are --------------------------
+
+#: Every coroutine method of a binary file (aiofiles' plain methods
+#: ``fileno``, ``readable`` and ``detach`` are plain here too).
+COROUTINE_METHODS = ["read", "seek", "tell", "write", "readline", "readlines", "read1", "readall", "readinto",
+                     "peek", "flush", "truncate", "seekable", "writable", "isatty", "close", "writelines"]
+
+
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_a_files_methods_are_coroutine_functions_to_inspect_and_asyncio(path, engine, buffering):
+    async def main():
+        async with blockio.open(path, "r+b", buffering=buffering, engine=engine) as f:
+            bound = {m: getattr(f, m) for m in COROUTINE_METHODS}
+            in_class = {m: getattr(type(f), m) for m in ("read", "seek", "tell")}
+            assert [m for m, b in bound.items() if not inspect.iscoroutinefunction(b)] == []
+            assert [m for m, b in bound.items() if not asyncio.iscoroutinefunction(b)] == []
+            assert [m for m, b in in_class.items() if not inspect.iscoroutinefunction(b)] == []
+            assert [m for m in ("fileno", "readable", "detach") if inspect.iscoroutinefunction(getattr(f, m))] == []
+            # (the signatures the methods take, as the calls check them)
+            assert str(inspect.signature(f.read)) == "(size=-1)"
+            assert str(inspect.signature(f.seek)) == "(offset, whence=0)"
+            assert str(inspect.signature(f.tell)) == "()"
+            assert (f.read.__name__, f.read.__qualname__) == ("read", "AsyncFile.read")
+            # (taken as values, called later, through the class, by keyword)
+            read, seek = f.read, f.seek
+            assert await seek(offset=3) == 3
+            assert await read(size=2) == DATA[3:5]
+            assert await type(f).tell(f) == 5
+            assert await type(f).read(f, None) == DATA[5:]
+            with pytest.raises(TypeError, match="read"):
+                f.read(1, 2)
+            with pytest.raises(TypeError, match="offset"):
+                f.seek()
+            with pytest.raises(TypeError):
+                type(f).read(object())  # (not a file)
+
+    asyncio.run(main())
+
+
+def test_an_async_mock_specced_on_a_file_makes_awaitable_methods(path, engine):
+    async def main():
+        async with blockio.open(path, "rb", engine=engine) as f:
+            m = mock.AsyncMock(spec=f)
+            assert all(isinstance(getattr(m, n), mock.AsyncMock) for n in ("read", "seek", "tell"))
+            m.read.return_value = b"abc"
+            m.seek.return_value = 1
+            got = [await m.read(3), await m.seek(1)]
+            m.read.assert_awaited_once_with(3)
+            assert asyncio.iscoroutinefunction(m.read)  # (Python 3.9's inspect says False of any AsyncMock)
+            return got
+
+    assert asyncio.run(main()) == [b"abc", 1]
+
+
+@LOOPS
+def test_a_file_calls_state_reads_as_a_coroutines(path, engine, loop_name):
+    async def main():
+        async with blockio.open(path, "rb", buffering=0, engine=engine) as f:
+            set_turn_count(0)
+            served = f.read(4)
+            assert inspect.getcoroutinestate(served) == inspect.CORO_CREATED
+            assert served.cr_code is f.read.__code__
+            assert served.cr_frame.f_locals["size"] == 4  # (the call's arguments, before it runs)
+            assert (served.cr_running, served.cr_await) == (False, None)
+            assert await served == DATA[:4]
+            assert inspect.getcoroutinestate(served) == inspect.CORO_CLOSED
+            assert served.cr_frame is None
+
+            set_turn_count(TURN_BUDGET - 1)  # (the next read takes its turn: it suspends)
+            queued = f.read(4)
+            assert first_step(queued)[0] == "yielded"
+            assert inspect.getcoroutinestate(queued) == inspect.CORO_SUSPENDED
+            assert inspect.iscoroutine(queued.cr_await)  # (the queued call it runs)
+            assert queued.cr_frame is queued.cr_await.cr_frame
+            got = await queued
+            assert inspect.getcoroutinestate(queued) == inspect.CORO_CLOSED
+            assert (queued.cr_await, queued.cr_frame, queued.cr_suspended) == (None, None, False)
+            return got
+
+    assert run(loop_name, main) == DATA[4:8]
+
+
+def test_a_file_call_asked_for_its_frame_and_never_awaited_warns_of_nothing(path, engine):
+    async def main():
+        async with blockio.open(path, "rb", buffering=0, engine=engine) as f:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for call in (f.read(4), f.seek(3), f.tell()):
+                    assert call.cr_frame is not None
+                    del call
+                closed = f.read(4)
+                assert closed.cr_frame is not None
+                closed.close()
+                assert inspect.getcoroutinestate(closed) == inspect.CORO_CLOSED
+                gc.collect()
+            return f._pos, [str(w.message) for w in caught]
+
+    assert asyncio.run(main()) == (0, [])
