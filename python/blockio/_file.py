@@ -59,9 +59,9 @@ Its cost is the reader's registration in the loop (an ``epoll_ctl`` to add
 it and one to remove it, per wait); a read that finds bytes costs one
 system call and no round trip through the engine. Measured here, reading
 256 MiB from ``dd`` through a pipe with ``read(65536)``, medians of 5
-rounds: 2,541 MiB/s on io_uring and 1,667 MiB/s on the thread backend,
-against 160 and 137 MiB/s for a read on a thread of its own over a
-duplicate and 720 and 807 MiB/s for aiofiles (docs/benchmarks.md); 450
+rounds: 2,638 MiB/s on io_uring and 2,285 MiB/s on the thread backend,
+against 122 and 153 MiB/s for a read on a thread of its own over a
+duplicate and 976 and 891 MiB/s for aiofiles (docs/benchmarks.md); 450
 pipes with a read waiting on each under ``RLIMIT_NOFILE`` 1,024 all read,
 with no descriptor and no thread more while they wait. A FIFO opened by
 path and a terminal refuse reads that never wait: a FIFO is opened again
