@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import sys
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Set, TypeVar
@@ -175,36 +176,83 @@ async def run_in_thread(func: Callable[..., T], *args: Any) -> T:
 _READERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[int, List[Any]]]" = weakref.WeakKeyDictionary()
 
 
-async def wait_readable(fd: int, stops: "Set[Callable[[], None]]") -> bool:
+class Stops(Set[Callable[[], None]]):
+    """What ends the waits of :func:`wait_readable` on one thing (a file's
+    stream, an engine's): a set of functions, callable from any thread,
+    and whether :meth:`end` has ended them. A wait that joins after
+    ``end`` ends at once, even one whose ``add`` raced ``end`` on another
+    thread: it looks at ``ended`` after adding itself, and ``end`` sets
+    ``ended`` before it looks at the set."""
+
+    __slots__ = ("ended",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended = False
+
+    def end(self) -> None:
+        """Ends every wait, and every wait that joins later."""
+        self.ended = True
+        for stop in list(self):
+            stop()
+
+
+async def wait_readable(fd: int, stops: Stops) -> bool:
     """Waits until ``fd`` (a pipe, socket or terminal) is readable, at its
     end, or failed, taking nothing from it, in the running loop's own
     poll: asyncio's reader on the descriptor (one for every task waiting
     on it), trio's ``wait_readable``. Meanwhile ``stops`` holds a function,
-    callable from any thread, that ends the wait at once (the engine is
-    closing). Whether it waited: False, at once, for a descriptor the
-    loop cannot watch (one ``epoll`` refuses, as ``/dev/null``; under
-    trio, one another task waits on already), for the caller to read it
-    without waiting first. A cancellation takes nothing from the stream."""
+    callable from any thread, that ends the wait at once (the file or the
+    engine is closing); once ``stops`` is ended, the wait ends at once.
+    Whether it waited: False, at once, for a descriptor the loop cannot
+    watch (one ``epoll`` refuses, as ``/dev/null``; under trio, one another
+    task waits on already), for the caller to read it without waiting
+    first. A cancellation takes nothing from the stream. uvloop's reader
+    sets ``O_NONBLOCK`` on the descriptor (on its open file description,
+    which other holders of it share) while the wait lasts and leaves it
+    so: a descriptor that was blocking is made blocking again however
+    the wait ends, so that the next blocking read of it waits."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        trio = running_trio()
-        token = trio.lowlevel.current_trio_token()
-        with trio.CancelScope() as scope:
-            def stop_trio() -> None:
-                try:
-                    token.run_sync_soon(scope.cancel)
-                except trio.RunFinishedError:
-                    pass
-
-            stops.add(stop_trio)
+        return await _wait_readable_trio(fd, stops)
+    blocking = os.get_blocking(fd)
+    try:
+        return await _wait_readable_asyncio(loop, fd, stops)
+    finally:
+        if blocking:
             try:
-                await trio.lowlevel.wait_readable(fd)
-            except (OSError, trio.BusyResourceError):
-                return False
-            finally:
-                stops.discard(stop_trio)
-        return True
+                if not os.get_blocking(fd):
+                    os.set_blocking(fd, True)
+            except OSError:
+                pass  # (closed meanwhile: nothing to put back)
+
+
+async def _wait_readable_trio(fd: int, stops: Stops) -> bool:
+    """:func:`wait_readable` under trio."""
+    trio = running_trio()
+    token = trio.lowlevel.current_trio_token()
+    with trio.CancelScope() as scope:
+        def stop_trio() -> None:
+            try:
+                token.run_sync_soon(scope.cancel)
+            except trio.RunFinishedError:
+                pass
+
+        stops.add(stop_trio)
+        if stops.ended:
+            scope.cancel()
+        try:
+            await trio.lowlevel.wait_readable(fd)
+        except (OSError, trio.BusyResourceError):
+            return False
+        finally:
+            stops.discard(stop_trio)
+    return True
+
+
+async def _wait_readable_asyncio(loop: asyncio.AbstractEventLoop, fd: int, stops: Stops) -> bool:
+    """:func:`wait_readable` under asyncio."""
     waits = _READERS.get(loop)
     if waits is None:
         waits = _READERS[loop] = {}
@@ -235,6 +283,8 @@ async def wait_readable(fd: int, stops: "Set[Callable[[], None]]") -> bool:
             pass  # (that loop is closed)
 
     stops.add(stop)
+    if stops.ended:
+        end()
     try:
         await fut
     finally:

@@ -8,7 +8,7 @@ from typing import (Callable, Coroutine, Dict, Generator, List, Literal, Optiona
 
 from typing_extensions import disjoint_base
 
-from ._aio import TrioFuture
+from ._aio import Stops, TrioFuture
 from ._calls import CallQueue
 from ._engine import Engine, _Descriptor
 from ._file import _LineNote, _StreamCall
@@ -22,7 +22,7 @@ else:
 
 __all__ = ["Core", "CoroutineMethod", "DEFAULT_QUEUE_DEPTH", "FileState", "FileCall", "coroutine_method", "LoopRing", "StreamRx", "after_fork", "arm_receive", "dispatch_batch", "FALLOC_FL_KEEP_SIZE", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
            "INLINE_MAX", "INLINE_OFFSET", "INLINE_PIECE", "TURN_BUDGET", "TURN_UNIT", "bench_engine", "count_copied", "exiting",
-           "read_line_inline", "read_stream_inline", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
+           "read_line_inline", "read_stream_inline", "stream_in_pieces", "read_inline", "readline_inline", "seek_inline", "pieces_in_flight_peak", "set_turn_count", "tell_inline", "turn_count",
            "turn_due", "write_inline", "WriteQueue"]
 
 #: ``queue_depth`` when none is given: the Rust engines' default
@@ -99,8 +99,13 @@ class FileState:
     _stream_poll: Optional[_StreamCall]
     _poll_wake: Optional[Tuple[int, int]]
     #: What ends the readiness waits of a stream the file owns (None: not
-    #: such a stream, or closing).
-    _stream_waits: Optional[Set[Callable[[], None]]]
+    #: such a stream); ended while a close is under way.
+    _stream_waits: Optional[Stops]
+    #: A byte stream, which one read may take in several reads.
+    _stream_pieces: bool
+    #: A FIFO's descriptor opened again in non-blocking mode (-1: refused;
+    #: None: not opened).
+    _stream_nowait: Optional[int]
     #: A stream's line reads: whether reads never wait, what the last left.
     _line_by_byte: bool
     _line_note: Union[OSError, _LineNote, None]
@@ -398,4 +403,5 @@ class StreamRx:
 def bench_engine(fd: int, file_size: int, block: int, in_flight: int, seconds: float) -> float: ...
 def exiting() -> None: ...
 def read_line_inline(fd: int, limit: int) -> Tuple[bytes, int, int]: ...
-def read_stream_inline(fd: int, size: int) -> Optional[bytes]: ...
+def read_stream_inline(fd: int, size: int, pieces: bool) -> Optional[Tuple[bytes, int]]: ...
+def stream_in_pieces(fd: int) -> bool: ...

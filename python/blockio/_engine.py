@@ -36,7 +36,7 @@ import weakref
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Set,
                     Tuple, Union, overload)
 
-from ._aio import CANCEL_GRACE, TrioFuture, running_trio, through_grace, wait_readable
+from ._aio import CANCEL_GRACE, Stops, TrioFuture, running_trio, through_grace, wait_readable
 
 if TYPE_CHECKING:
     # Any object with the buffer protocol (bytes, bytearray, memoryview,
@@ -169,15 +169,17 @@ def _is_stream(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
 
 
-def _stream_key(fd: int) -> Optional[Tuple[int, int, int, bool]]:
+def _stream_key(fd: int, opened: bool = False) -> Optional[Tuple[int, int, int, bool]]:
     """For a pipe, socket or character device: ``(fd, device, inode,
     readable)``, what names the stream under that number (a number closed
     and made again names another) and whether it was opened for reading;
     None for anything else (one system call for a descriptor made by
-    ``open``, two otherwise)."""
+    ``open``, two otherwise). A descriptor made by ``open`` (a FIFO or a
+    terminal opened by path, as a regular file is) is looked at only if
+    ``opened``: else its flags say it is taken for a regular file."""
     try:
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        if flags & _KERNEL_O_LARGEFILE:
+        if flags & _KERNEL_O_LARGEFILE and not opened:
             return None
         st = os.fstat(fd)
     except (OSError, ValueError, TypeError, OverflowError):
@@ -346,7 +348,7 @@ class Engine:
         self._kept_reads: Dict[int, Tuple[Tuple[int, int], bytes]] = {}
         #: What ends each wait of a stream's read for the stream (see
         #: :meth:`_aread_stream`), for :meth:`close`.
-        self._stream_waits: Set[Callable[[], None]] = set()
+        self._stream_waits = Stops()
         _engines.add(self)
 
     @property
@@ -390,8 +392,7 @@ class Engine:
         with self._loops_lock:
             loops, self._loops, self._loop = list(self._loops.values()), {}, None
             trio_runs, self._trio_runs = list(self._trio_runs.items()), {}
-        for stop in list(self._stream_waits):
-            stop()  # (the read then fails as the engine's cancelled operations do)
+        self._stream_waits.end()  # (the reads then fail as the engine's cancelled operations do)
         for token, scope in trio_runs:
             try:
                 token.run_sync_soon(scope.cancel)
@@ -874,6 +875,15 @@ class Engine:
             return kept[:length]
         del self._kept_reads[key[0]]
         return kept
+
+    def _kept_for(self, fd: int) -> int:
+        """How many bytes are kept for the stream now under ``fd`` (see
+        :meth:`_read_kept`)."""
+        entry = self._kept_reads.get(fd)
+        if entry is None:
+            return 0
+        key = _stream_key(fd, True)
+        return len(entry[1]) if key is not None and entry[0] == key[1:3] else 0
 
     def _keep(self, key: Tuple[int, int, int, bool], data: bytes) -> None:
         """Keeps ``data``, read from the stream ``key`` by a read whose

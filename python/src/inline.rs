@@ -137,6 +137,17 @@ pub(crate) struct FileState {
     /// The stream takes reads that never wait (not a FIFO or a terminal).
     #[pyo3(get, set, name = "_line_by_byte")]
     line_by_byte: bool,
+    /// A byte stream (a pipe, a `SOCK_STREAM` socket), which one read may
+    /// take in several reads that never wait; anything else gets one read
+    /// of the size asked (see `stream::read_stream_inline`).
+    #[pyo3(get, set, name = "_stream_pieces")]
+    stream_pieces: bool,
+    /// A FIFO the file owns, opened again without waiting (`O_NONBLOCK`,
+    /// on a description of its own) because it refuses reads that never
+    /// wait: its reads use this descriptor (see
+    /// `AsyncFile._read_owned_stream`); else `None`.
+    #[pyo3(get, set, name = "_stream_nowait")]
+    stream_nowait: Option<RawFd>,
     /// What the last line read from a stream left for the next one (see
     /// `AsyncFile._stream_line`), or `None`.
     #[pyo3(get, set, name = "_line_note")]
@@ -218,6 +229,8 @@ impl FileState {
             poll_wake: none(),
             stream_waits: none(),
             line_by_byte: true,
+            stream_pieces: false,
+            stream_nowait: None,
             line_note: none(),
             file: none(),
             engine: none(),

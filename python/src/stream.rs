@@ -22,7 +22,10 @@
 //! by path and terminals refuse such reads ([`Stop::Unsupported`], or
 //! `EOPNOTSUPP`), and the Python layer reads them another way.
 
-use std::os::fd::RawFd;
+use std::io::IoSliceMut;
+use std::os::fd::{BorrowedFd, RawFd};
+
+use rustix::io::{preadv2, Errno, ReadWriteFlags};
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -68,6 +71,9 @@ pub(crate) struct LineRead {
 /// would wait, or [`MOST`] bytes. An error with nothing read is returned
 /// as the error; after some bytes, with them ([`Stop::Failed`]).
 pub(crate) fn read_line(fd: RawFd, limit: i64) -> std::io::Result<LineRead> {
+    // SAFETY: the caller's descriptor, open for this call (its file holds
+    // it); borrowed, never closed here.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
     let limited = usize::try_from(limit).ok();
     let most = limited.map_or(MOST, |l| l.min(MOST));
     let mut bytes = Vec::new();
@@ -80,34 +86,28 @@ pub(crate) fn read_line(fd: RawFd, limit: i64) -> std::io::Result<LineRead> {
                 Stop::More
             };
         }
-        let mut byte = 0u8;
-        let iov = libc::iovec {
-            iov_base: (&mut byte as *mut u8).cast(),
-            iov_len: 1,
-        };
-        // SAFETY: one iovec over the live local `byte`, one byte long;
-        // offset -1 reads at the descriptor's own position, as read(2).
-        let n = unsafe { libc::preadv2(fd, &iov, 1, -1, libc::RWF_NOWAIT) };
-        match n {
-            1 => {
-                bytes.push(byte);
-                if byte == b'\n' {
+        let mut byte = [0u8];
+        // (offset `u64::MAX`: at the descriptor's own position, as read(2))
+        match preadv2(
+            fd,
+            &mut [IoSliceMut::new(&mut byte)],
+            u64::MAX,
+            ReadWriteFlags::NOWAIT,
+        ) {
+            Ok(1) => {
+                bytes.push(byte[0]);
+                if byte[0] == b'\n' {
                     break Stop::Done;
                 }
             }
-            0 => break Stop::End,
-            _ => {
-                let e = std::io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EAGAIN) => break Stop::Wait,
-                    Some(libc::EOPNOTSUPP) if bytes.is_empty() => break Stop::Unsupported,
-                    _ if bytes.is_empty() => return Err(e),
-                    code => {
-                        errno = code.unwrap_or(libc::EIO);
-                        break Stop::Failed;
-                    }
-                }
+            Ok(_) => break Stop::End,
+            Err(Errno::INTR) => continue,
+            Err(Errno::AGAIN) => break Stop::Wait,
+            Err(Errno::OPNOTSUPP) if bytes.is_empty() => break Stop::Unsupported,
+            Err(e) if bytes.is_empty() => return Err(e.into()),
+            Err(e) => {
+                errno = e.raw_os_error();
+                break Stop::Failed;
             }
         }
     };
@@ -128,20 +128,32 @@ pub(crate) fn read_line_inline(
 }
 
 /// One read of up to `size` bytes of the stream `fd` that never waits
-/// (`preadv2` with `RWF_NOWAIT`, at the descriptor's own position): the
-/// bytes (empty at the stream's end), or `None` when the stream has
-/// nothing now (`EAGAIN`). Any other error raises `OSError`: `EOPNOTSUPP`
-/// for a descriptor that refuses reads that never wait (a FIFO opened by
-/// path, a terminal), which is then read another way. The memory is that
-/// of the bytes read: the buffer grows to `size` only as the kernel fills
-/// it (one page at first, then what a full read asked for again).
+/// (`preadv2` with `RWF_NOWAIT`, at the descriptor's own position):
+/// `(bytes, errno)`, the bytes empty at the stream's end, or `None` when
+/// the stream has nothing now (`EAGAIN`). An error with nothing read
+/// raises `OSError`: `EOPNOTSUPP` for a descriptor that refuses reads
+/// that never wait (a FIFO opened by path, a terminal), which is then
+/// read another way. An error after some bytes comes with them, as
+/// `errno` (else 0), for the caller to raise at the next read: some are
+/// reported once (a reset socket's next read returns 0).
+///
+/// A byte stream (`pieces`: a pipe, a `SOCK_STREAM` socket, see
+/// [`stream_in_pieces`]) may be read in several reads, the buffer growing
+/// to `size` only as the kernel fills it (one pipe's worth at first, then
+/// what a full read asked for again), so that the memory is that of the
+/// bytes read. Anything else (a datagram or `SOCK_SEQPACKET` socket, a
+/// character device) gets one read of `size`, as `FileIO.read` makes: a
+/// smaller one would cut a message short, and a second would join the
+/// next message to it.
 #[pyfunction]
 pub(crate) fn read_stream_inline(
     py: Python<'_>,
     fd: RawFd,
     size: usize,
-) -> PyResult<Option<Bound<'_, PyBytes>>> {
-    let mut buf: Vec<u8> = Vec::with_capacity(size.min(FIRST));
+    pieces: bool,
+) -> PyResult<Option<(Bound<'_, PyBytes>, i32)>> {
+    let mut buf: Vec<u8> = Vec::with_capacity(if pieces { size.min(FIRST) } else { size });
+    let mut errno = 0;
     loop {
         let room = (size - buf.len()).min(buf.capacity() - buf.len());
         let spare = buf.spare_capacity_mut();
@@ -149,6 +161,9 @@ pub(crate) fn read_stream_inline(
             iov_base: spare.as_mut_ptr().cast(),
             iov_len: room,
         };
+        // (libc, not rustix: rustix's `preadv2` takes `IoSliceMut`s over
+        // initialised bytes, and the vector's spare capacity would then be
+        // zeroed before every read, a second pass over each byte.)
         // SAFETY: one iovec over the vector's spare capacity, `room` bytes
         // long (at most what is spare); offset -1 reads at the
         // descriptor's own position, as read(2).
@@ -159,24 +174,47 @@ pub(crate) fn read_stream_inline(
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) if buf.is_empty() => return Ok(None),
                 _ if buf.is_empty() => return Err(io_err(e)),
-                // (what was read first is returned; the error comes again
-                // with the next read, or was a wait: nothing is lost)
-                _ => break,
+                // (the stream has nothing more now: what was read is all)
+                Some(libc::EAGAIN) => break,
+                code => {
+                    errno = code.unwrap_or(libc::EIO);
+                    break;
+                }
             }
         }
         // SAFETY: the kernel wrote `n` (at most `room`) bytes into the
         // spare capacity.
         unsafe { buf.set_len(buf.len() + n as usize) };
-        if n == 0 || n as usize != room || buf.len() == size {
+        if !pieces || n == 0 || n as usize != room || buf.len() == size {
             break;
         }
         // The read filled what it was given and more is wanted: the
         // stream may hold more (a socket's buffer, a pipe made larger).
         buf.reserve(buf.len().min(size - buf.len()));
     }
-    Ok(Some(new_bytes(py, &buf)?))
+    Ok(Some((new_bytes(py, &buf)?, errno)))
 }
 
-/// The buffer a [`read_stream_inline`] starts with: a pipe's default
-/// capacity, which one read of a full pipe fills.
+/// Whether `fd` is a byte stream, which one read may take in several
+/// (see [`read_stream_inline`]): a pipe or FIFO, or a `SOCK_STREAM`
+/// socket. False for anything else, and for a descriptor `fstat` refuses.
+#[pyfunction]
+pub(crate) fn stream_in_pieces(fd: RawFd) -> bool {
+    // SAFETY: the caller's descriptor, open for this call (its file holds
+    // it); borrowed, never closed here.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let Ok(st) = rustix::fs::fstat(fd) else {
+        return false;
+    };
+    match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+        rustix::fs::FileType::Fifo => true,
+        rustix::fs::FileType::Socket => {
+            rustix::net::sockopt::socket_type(fd) == Ok(rustix::net::SocketType::STREAM)
+        }
+        _ => false,
+    }
+}
+
+/// The buffer a [`read_stream_inline`] of a byte stream starts with: a
+/// pipe's default capacity, which one read of a full pipe fills.
 const FIRST: usize = 64 << 10;

@@ -250,8 +250,7 @@ def test_pipes_read_at_once_up_to_the_descriptor_limit(tmp_path, backend, kw, ca
 
         asyncio.run(main())
     """, backend, tmp_path)
-    assert code == 0 and out.startswith("0 [] more descriptors: 0 more threads: "), out
-    assert int(out.split("more threads:")[1]) < 8, out
+    assert code == 0 and out.startswith("0 [] more descriptors: 0 more threads: 0\n"), out
     assert (tmp_path / "out").read_bytes() == b"x" * 100000
 
 

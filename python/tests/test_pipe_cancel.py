@@ -138,9 +138,11 @@ def test_a_pipe_read_cancelled_after_its_bytes_arrived_leaves_them_to_the_next_r
     """The cancellation comes after the bytes reached the pipe but before
     the waiting task runs again (so the task ends cancelled, not with the
     bytes): the next read returns them, and every line written arrives
-    once, in order. A file that owns the descriptor has taken nothing
-    (its read waits in the event loop's poll); one that does not has its
-    thread's read, which got the line, taken by the next read."""
+    once, in order. A file that owns the descriptor has taken nothing:
+    its read waits in the event loop's poll, whose reader has fired (the
+    loop no longer watches the pipe) and scheduled the read's task when
+    it is cancelled. One that does not has its thread's read, which got
+    the line, taken by the next read."""
 
     async def main():
         with blockio.Engine(backend=backend) as e:
@@ -152,6 +154,12 @@ def test_a_pipe_read_cancelled_after_its_bytes_arrived_leaves_them_to_the_next_r
                 if closefd:
                     await await_until(lambda: watched(r), "the read waits in the loop's poll")
                     os.write(w, b"first\n")
+                    # Until the loop's reader has fired (it stops watching
+                    # the pipe as it wakes the read): the read's task is
+                    # then scheduled, behind this one, and has not run.
+                    while watched(r):
+                        await asyncio.sleep(0)
+                    assert not task.done()
                 else:
                     await await_until(lambda: binary._stream_read is not None, "the read waits in the kernel")
                     os.write(w, b"first\n")
