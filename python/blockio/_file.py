@@ -721,7 +721,10 @@ class AsyncFile(FileState, LineReader[bytes]):
             """The current position."""
             return await FileState.tell(self)
 
-    @one_at_a_time_placing(lambda f: not f._at_end, takes_turns=True)
+    # (not in append mode: there a write in progress may leave the
+    # position at the end, looked up off the thread, and a write made
+    # meanwhile must wait behind the lookup, not join ahead of it)
+    @one_at_a_time_placing(lambda f: not f._append and not f._at_end, takes_turns=True)
     async def _tell(self) -> int:
         self._check_open()
         self._check_seekable()

@@ -310,3 +310,4 @@ def test_seeks_and_cached_reads_on_one_file_object_from_several_threads_never_mi
 
 async def _open_rb(p):
     return await blockio.open(p, "rb")
+
