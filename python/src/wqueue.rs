@@ -34,8 +34,11 @@
 //! A failure is reported by the call that placed the entry once it takes
 //! the result ([`WriteQueue::claim`]); one no call took (its event loop
 //! closed) is reported by the file's next call ([`WriteQueue::take_error`]).
-//! The entries behind a failed one are refused, not made: their offsets
-//! were planned after bytes that never landed (or a size never set).
+//! The entries behind a failed write are refused, not made: their offsets
+//! were planned after bytes that never landed; so are those behind a
+//! failed truncation that a `seek` from the end planned on (a size never
+//! set). The entries behind a failed truncation no such seek planned on
+//! are made, as the built-in file's writes after its failed `truncate`.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -164,6 +167,10 @@ struct Cut {
     len: u64,
     token: u64,
     slot: Arc<Slot>,
+    /// A `seek` from the end planned on its size
+    /// ([`WriteQueue::size_after`]): if it fails, the entries behind it
+    /// are refused (their offsets may derive from the size it never set).
+    planned_on: bool,
 }
 
 /// The `ftruncate` a file-system thread has.
@@ -173,6 +180,8 @@ struct Cutting {
     len: u64,
     token: u64,
     slot: Arc<Slot>,
+    /// As [`Cut::planned_on`].
+    planned_on: bool,
 }
 
 /// A write's failure no call has taken yet.
@@ -351,7 +360,8 @@ impl Chain {
                     return woken;
                 };
                 if let Some(cut) = self.cutting.take() {
-                    woken.extend(self.end_cut(cut.token, cut.slot, cut.fd, cut.len, res));
+                    let ended = (cut.token, cut.fd, cut.len, cut.planned_on);
+                    woken.extend(self.end_cut(ended, cut.slot, res));
                 }
             }
             let Some(next) = self.queued.pop_front() else {
@@ -368,10 +378,12 @@ impl Chain {
                             len: cut.len,
                             token: cut.token,
                             slot: cut.slot,
+                            planned_on: cut.planned_on,
                         })
                     }
                     Err(e) => {
-                        woken.extend(self.end_cut(cut.token, cut.slot, cut.fd, cut.len, Err(e)))
+                        let ended = (cut.token, cut.fd, cut.len, cut.planned_on);
+                        woken.extend(self.end_cut(ended, cut.slot, Err(e)))
                     }
                 },
             }
@@ -380,14 +392,15 @@ impl Chain {
 
     /// Ends the truncation `token` of `fd` to `len` with `res`: a failure
     /// is kept until its call takes it (else reported by the file's next
-    /// call), and the entries behind it are refused, as behind a failed
-    /// write. The waker of its call.
+    /// call). The entries behind a failed one are refused, as behind a
+    /// failed write, only if a `seek` from the end was `planned_on` its
+    /// size: the offsets of the others do not depend on it (the built-in
+    /// file's writes after its failed `truncate` are made). The wakers of
+    /// the calls ended.
     fn end_cut(
         &mut self,
-        token: u64,
+        (token, fd, len, planned_on): (u64, RawFd, u64, bool),
         slot: Arc<Slot>,
-        fd: RawFd,
-        len: u64,
         res: io::Result<Out>,
     ) -> Vec<Waker> {
         let mut woken = Vec::new();
@@ -413,9 +426,11 @@ impl Chain {
                     error: why(),
                     cause: None,
                 });
-                self.broken = Some((token, Stop::Cut(len)));
                 woken.extend(slot.finish(Err(why())));
-                woken.extend(self.refuse_queued(token, Stop::Cut(len)));
+                if planned_on {
+                    self.broken = Some((token, Stop::Cut(len)));
+                    woken.extend(self.refuse_queued(token, Stop::Cut(len)));
+                }
             }
         }
         woken
@@ -653,6 +668,7 @@ impl WriteQueue {
             len,
             token,
             slot,
+            planned_on: false,
         }));
         Ok(token)
     }
@@ -662,26 +678,46 @@ impl WriteQueue {
     /// (`statx` of what the kernel holds, asking no server), each write
     /// placed extending it to the write's end and each truncation setting
     /// it, in order (writes are positional: not for a file in append
-    /// mode). Taken with the chain's lock held, so that no entry leaves
-    /// the chain between the look at the file and the look at the entries.
-    fn size_after(&self, fd: RawFd) -> PyResult<u64> {
-        let c = self.writes.lock();
+    /// mode); a truncation to 0 gives 0. None when no entry is
+    /// unfinished (the kernel's `lseek` knows the end then, also where a
+    /// size of 0 says nothing of it: procfs, a character device) or when
+    /// `fd` is not a regular file (a block device's `stx_size` is 0, and
+    /// neither writes nor truncations change its size): the caller asks
+    /// `lseek`. The `statx`
+    /// is made with the chain's lock held (a system call that never waits
+    /// on a device or a server, as it reads only what the kernel holds),
+    /// so that no entry leaves the chain between the look at the file and
+    /// the look at the entries: one finished in between would be counted
+    /// by neither. The truncations counted are marked planned on
+    /// ([`Cut::planned_on`]).
+    fn size_after(&self, fd: RawFd) -> PyResult<Option<u64>> {
+        let mut c = self.writes.lock();
+        if c.running.is_none() && c.cutting.is_none() && c.queued.is_empty() {
+            return Ok(None);
+        }
         let st = blockio::blocking::stat(PathAt::file(&RawTarget(fd)), libc::AT_STATX_DONT_SYNC)
             .map_err(io_err)?;
+        if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+            return Ok(None);
+        }
         let mut size = st.stx_size;
         if let Some(run) = &c.running {
             size = size.max(run.at + run.total as u64);
         }
-        if let Some(cut) = &c.cutting {
+        if let Some(cut) = &mut c.cutting {
             size = cut.len;
+            cut.planned_on = true;
         }
-        for entry in &c.queued {
+        for entry in &mut c.queued {
             size = match entry {
                 Entry::Write(p) => size.max(p.at + p.buf.bytes_len() as u64),
-                Entry::Cut(k) => k.len,
+                Entry::Cut(k) => {
+                    k.planned_on = true;
+                    k.len
+                }
             };
         }
-        Ok(size)
+        Ok(Some(size))
     }
 
     /// Starts the wait for every write placed to finish, for `waiter`;
@@ -765,18 +801,40 @@ impl WriteQueue {
 
     /// The failure (or short write) of a write whose call never took its
     /// result, its call's event loop closed: raised once, by the file's
-    /// next call or its close, for the takeover that settled the queue.
-    /// The writes refused behind the same failed write are that one loss,
-    /// not reported again; writes placed from now on are made again.
-    fn take_error(&self) -> Option<PyErr> {
+    /// next call or its close, for the takeover that settled the queue,
+    /// its message naming the entries refused behind it (that one loss,
+    /// not reported again); and, when it was a write that stopped short
+    /// (the entries behind it refused), the offset where its bytes
+    /// stopped: the file's position, as the built-in's after a short
+    /// write and the writes after it failing. Entries placed from now on
+    /// are made again.
+    fn take_error(&self) -> Option<(PyErr, Option<u64>)> {
         let mut c = self.writes.lock();
-        c.broken = None;
+        let broken = c.broken.take();
         if c.failed.is_empty() {
             return None;
         }
         let first = c.failed.remove(0);
         let root = first.cause.unwrap_or(first.token);
-        c.failed.retain(|f| f.cause != Some(root));
-        Some(io_err(first.error))
+        let mut refused = Vec::new();
+        c.failed.retain(|f| {
+            let behind = f.cause == Some(root);
+            if behind {
+                refused.push(f.error.to_string());
+            }
+            !behind
+        });
+        let stopped = match broken {
+            Some((token, Stop::Write(at))) if token == root => Some(at),
+            _ => None,
+        };
+        let error = if refused.is_empty() {
+            first.error
+        } else {
+            let errno = errno_of(&first.error);
+            let text = format!("{}; {}", message(&first.error, errno), refused.join("; "));
+            io::Error::new(first.error.kind(), Renamed { errno, text })
+        };
+        Some((io_err(error), stopped))
     }
 }
