@@ -363,6 +363,14 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: The next read is the first since a seek: it reads what it asks
         #: for and no more (see `read`).
         self._seeked = False
+        #: The position was set by a seek from the start placed behind
+        #: writes in progress, and no write was placed since: the next
+        #: write's offset does not follow the one placed before it, which
+        #: the core then makes even if that one fails (see `_write_at`).
+        self._anchored = False
+        #: How many writes were placed so (each makes the file's write
+        #: queue whole again behind a failure: see `_write_at`).
+        self._anchors = 0
         #: The descriptor's number may be known outside the file: one
         #: handed in or made by an ``opener``, or once ``fileno()`` has
         #: been asked for (see `_sync_offset`).
@@ -547,7 +555,8 @@ class AsyncFile(FileState, LineReader[bytes]):
         took its result, if any, as the call that took the queue over's,
         with the file's name. A write that stopped short leaves the
         position where its bytes stopped (the writes behind it refused), as
-        the built-in's after a short write and the failed writes after it."""
+        the built-in's after a short write and the failed writes after it;
+        bytes buffered since are dropped, and the error names them."""
         writes = self._file.writes
         if writes is None:
             return
@@ -556,9 +565,18 @@ class AsyncFile(FileState, LineReader[bytes]):
         taken = writes.take_error()
         if taken is not None:
             error, stopped = taken
-            if stopped is not None and not self._wbuf and not self._append:
+            text = error.strerror
+            if stopped is not None and not self._append:
+                if self._wbuf:
+                    # Buffered after the write that stopped short, for
+                    # offsets planned past bytes that never landed (the
+                    # built-in would put them after the bytes its failed
+                    # flush kept, which this file's closed loop never
+                    # took back): not written, and said so.
+                    text += f"; {len(self._wbuf)} bytes buffered for offset {self._wpos} were not written"
+                    self._wbuf = bytearray()
                 self._pos = stopped
-            raise OSError(error.errno, error.strerror, self.name)
+            raise OSError(error.errno, text, self.name)
 
     def _sync_offset(self) -> None:
         """Leaves the descriptor's own offset at this file's position (at
@@ -748,6 +766,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             try:
                 if whence == os.SEEK_SET:
                     pos = offset
+                    self._anchored = True
                 elif whence == os.SEEK_CUR:
                     pos = self._pos + offset
                 else:
@@ -1328,6 +1347,13 @@ class AsyncFile(FileState, LineReader[bytes]):
             # it in the file's write queue: see `one_at_a_time_kept`).
             pos = self._pos
             self._pos = end = pos + size
+        # Whether its offset follows from the entries placed before it: if
+        # one of them fails, the core refuses it then (its offset was
+        # planned past bytes that never landed), not after a seek from
+        # the start (the built-in's write there is made).
+        follows, self._anchored = not self._anchored, False
+        self._anchors += not follows
+        anchors = self._anchors
         done = 0
         failed = False
         cancelled: Optional[BaseException] = None
@@ -1337,8 +1363,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         try:
             while done < size:
                 try:
-                    n = await self._engine._awrite_kept(self._file, view[done:], pos + done, cancelled, placed)
-                    placed = None
+                    n = await self._engine._awrite_kept(self._file, view[done:], pos + done, cancelled, placed,
+                                                        follows)
+                    placed, follows = None, True
                 except _KeptCancel as kept:
                     # Completed after the task was cancelled (by the
                     # program, or by the end of asyncio.run, which cancels
@@ -1368,9 +1395,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         finally:
             if self._append:
                 self._at_end = True
-            elif failed:
+            elif failed and anchors == self._anchors:
                 # (no earlier than a write behind this one, refused, left
-                # it: never past bytes that did not land)
+                # it: never past bytes that did not land; unless a write
+                # after a seek from the start was placed since, made, which
+                # set the position)
                 self._pos = min(self._pos, pos + done)
             elif self._pos == end:
                 self._pos = pos + done

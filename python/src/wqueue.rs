@@ -188,9 +188,6 @@ struct Cutting {
 struct Failure {
     token: u64,
     error: io::Error,
-    /// The token of the failed write this one was refused behind (none:
-    /// it failed itself). Reported with that one's failure, not again.
-    cause: Option<u64>,
 }
 
 /// A write placed, not yet submitted.
@@ -204,6 +201,10 @@ struct Placed {
     at: u64,
     token: u64,
     slot: Arc<Slot>,
+    /// Its offset follows from the entries placed before it (planned past
+    /// their bytes): refused if one of them fails. False after a `seek`
+    /// from the start: made all the same, as the built-in's write there.
+    follows: bool,
 }
 
 /// The write the engine has: `done` of its `total` bytes written so far
@@ -350,7 +351,7 @@ impl Chain {
                             if !withdrawn {
                                 self.broken = Some((token, Stop::Write(at)));
                             }
-                            woken.extend(self.refuse_queued(token, Stop::Write(at)));
+                            woken.extend(self.refuse_queued(Stop::Write(at)));
                         }
                     }
                 }
@@ -424,42 +425,48 @@ impl Chain {
                 self.failed.push(Failure {
                     token,
                     error: why(),
-                    cause: None,
                 });
                 woken.extend(slot.finish(Err(why())));
                 if planned_on {
                     self.broken = Some((token, Stop::Cut(len)));
-                    woken.extend(self.refuse_queued(token, Stop::Cut(len)));
+                    woken.extend(self.refuse_queued(Stop::Cut(len)));
                 }
             }
         }
         woken
     }
 
-    /// Fails every write queued behind one that failed or ended short at
-    /// `at` of `fd`, none of them submitted: written at their planned
-    /// offsets, they would leave a gap in the file where the failed one's
-    /// bytes should be (the built-in file writes each at the position the
-    /// one before it left). Their calls raise; a call that never takes
-    /// its result (its loop closed) has the failure reported by the
-    /// file's next call. The wakers of their calls.
-    fn refuse_queued(&mut self, cause: u64, stop: Stop) -> Vec<Waker> {
+    /// Fails every entry queued behind one that failed or ended short at
+    /// `stop`, none of them begun, up to the first write whose offset
+    /// does not follow the ones before it (placed after a `seek` from the
+    /// start): written at their planned offsets, they would leave a gap
+    /// in the file where the failed one's bytes should be (the built-in
+    /// file writes each at the position the one before it left). That
+    /// write and the ones behind it are made, and the chain is whole
+    /// again. Their calls raise; a call that never takes its result (its
+    /// loop closed) has the failure reported by the file's next call. The
+    /// wakers of their calls.
+    fn refuse_queued(&mut self, stop: Stop) -> Vec<Waker> {
         let mut woken = Vec::new();
         while let Some(next) = self.queued.pop_front() {
-            woken.extend(self.refuse(next, cause, stop));
+            if matches!(&next, Entry::Write(p) if !p.follows) {
+                self.queued.push_front(next);
+                self.broken = None;
+                break;
+            }
+            woken.extend(self.refuse(next, stop));
         }
         woken
     }
 
-    /// Fails `entry`, not made because the entry `cause` failed before
-    /// it (leaving `stop`); the waker of its call.
-    fn refuse(&mut self, entry: Entry, cause: u64, stop: Stop) -> Option<Waker> {
+    /// Fails `entry`, not made because an entry failed before it
+    /// (leaving `stop`); the waker of its call.
+    fn refuse(&mut self, entry: Entry, stop: Stop) -> Option<Waker> {
         let what = entry.describe();
         let why = || io::Error::other(format!("{what} was not made: {stop}"));
         self.failed.push(Failure {
             token: entry.token(),
             error: why(),
-            cause: Some(cause),
         });
         entry.slot().finish(Err(why()))
     }
@@ -486,7 +493,6 @@ impl Chain {
             self.failed.push(Failure {
                 token: run.token,
                 error: report,
-                cause: None,
             });
         }
         run.slot.finish(result)
@@ -540,8 +546,13 @@ impl WriteQueue {
         let refused = {
             let mut c = self.writes.lock();
             match c.broken {
-                Some((cause, stop)) => c.refuse(entry, cause, stop),
-                None => {
+                Some((_, stop)) if !matches!(&entry, Entry::Write(p) if !p.follows) => {
+                    c.refuse(entry, stop)
+                }
+                _ => {
+                    // (a write after a seek from the start makes the
+                    // chain whole again: see `refuse_queued`)
+                    c.broken = None;
                     c.queued.push_back(entry);
                     None
                 }
@@ -560,7 +571,6 @@ impl WriteQueue {
         self.writes.lock().failed.push(Failure {
             token,
             error: report,
-            cause: None,
         });
         token
     }
@@ -582,7 +592,11 @@ impl WriteQueue {
     /// mode) through `core` for `waiter`; the token of the batch that
     /// resolves `waiter` with its byte count. Submitted before this
     /// returns when no write of the queue is unfinished; else by the core
-    /// when the write ahead completes.
+    /// when the write ahead completes. `follows`: whether `offset` was
+    /// planned past the entries placed before it (false after a `seek`
+    /// from the start), which decides whether it is refused if one of
+    /// them fails ([`Placed::follows`]).
+    #[pyo3(signature = (core, waiter, fd, data, offset, follows = true))]
     fn start(
         &self,
         core: &Bound<'_, Core>,
@@ -590,6 +604,7 @@ impl WriteQueue {
         fd: RawFd,
         data: &Bound<'_, PyAny>,
         offset: i64,
+        follows: bool,
     ) -> PyResult<u64> {
         let buf = RoBuf(Lent::new(readable(data)?));
         let offset = offset_arg(offset, None)?;
@@ -626,6 +641,7 @@ impl WriteQueue {
             at: offset,
             token,
             slot,
+            follows,
         }));
         Ok(token)
     }
@@ -799,40 +815,29 @@ impl WriteQueue {
         }
     }
 
-    /// The failure (or short write) of a write whose call never took its
-    /// result, its call's event loop closed: raised once, by the file's
-    /// next call or its close, for the takeover that settled the queue,
-    /// its message naming the entries refused behind it (that one loss,
-    /// not reported again); and, when it was a write that stopped short
-    /// (the entries behind it refused), the offset where its bytes
-    /// stopped: the file's position, as the built-in's after a short
-    /// write and the writes after it failing. Entries placed from now on
-    /// are made again.
+    /// The failures (or short writes) of entries whose calls never took
+    /// their results, their event loop closed: raised once, by the
+    /// file's next call or its close, for the takeover that settled the
+    /// queue, as one error with the first's errno whose message names
+    /// each, the entries refused behind them included (not reported
+    /// again); and, when a write stopped short with the entries behind it
+    /// refused, the offset where its bytes stopped: the file's position,
+    /// as the built-in's after a short write and the writes after it
+    /// failing. Entries placed from now on are made again.
     fn take_error(&self) -> Option<(PyErr, Option<u64>)> {
         let mut c = self.writes.lock();
-        let broken = c.broken.take();
-        if c.failed.is_empty() {
-            return None;
-        }
-        let first = c.failed.remove(0);
-        let root = first.cause.unwrap_or(first.token);
-        let mut refused = Vec::new();
-        c.failed.retain(|f| {
-            let behind = f.cause == Some(root);
-            if behind {
-                refused.push(f.error.to_string());
-            }
-            !behind
-        });
-        let stopped = match broken {
-            Some((token, Stop::Write(at))) if token == root => Some(at),
+        let stopped = match c.broken.take() {
+            Some((_, Stop::Write(at))) => Some(at),
             _ => None,
         };
-        let error = if refused.is_empty() {
+        let mut failed = std::mem::take(&mut c.failed).into_iter();
+        let first = failed.next()?;
+        let rest: Vec<String> = failed.map(|f| f.error.to_string()).collect();
+        let error = if rest.is_empty() {
             first.error
         } else {
             let errno = errno_of(&first.error);
-            let text = format!("{}; {}", message(&first.error, errno), refused.join("; "));
+            let text = format!("{}; {}", message(&first.error, errno), rest.join("; "));
             io::Error::new(first.error.kind(), Renamed { errno, text })
         };
         Some((io_err(error), stopped))

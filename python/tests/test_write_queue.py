@@ -732,9 +732,9 @@ def ours(mode, buffering, calls):
         return out
     return run(main()), open(path, "rb").read()
 
-def closed(calls):
+def closed(calls, buffering=0):
     open(path, "wb").close()
-    f = run(blockio.open(path, "r+b", buffering=0, engine=engine))
+    f = run(blockio.open(path, "r+b", buffering=buffering, engine=engine))
     async def begin():
         for name, *args in calls:
             asyncio.ensure_future(getattr(f, name)(*args))
@@ -752,13 +752,18 @@ engine = blockio.Engine(backend=backend)
 cases = {
     "seek-flush-fails": ("r+b", -1, [("write", data), ("seek", 0), ("write", b"#####")]),
     "truncate-fails": ("r+b", 0, [("write", b"a" * 40), ("truncate", 100), ("write", b"b" * 5)]),
+    "short-write-then-seek": ("r+b", 0, [("write", b"a" * 60), ("seek", 0), ("write", b"b" * 5)]),
 }
 for name, (mode, buffering, calls) in cases.items():
     print(name, builtin(mode, buffering, calls) == ours(mode, buffering, calls), builtin(mode, buffering, calls),
           ours(mode, buffering, calls))
 for name, calls in {"write-fails": [("write", b"a" * 60), ("write", b"b" * 5)],
-                    "truncate-fails": [("write", b"a" * 40), ("truncate", 100), ("write", b"b" * 5)]}.items():
+                    "truncate-fails": [("write", b"a" * 40), ("truncate", 100), ("write", b"b" * 5)],
+                    "short-write-then-seek": [("write", b"a" * 60), ("seek", 0), ("write", b"b" * 5)],
+                    "truncate-fails-then-write-fails": [("write", b"a" * 40), ("seek", 60), ("truncate",),
+                                                        ("write", b"c")]}.items():
     print("closed-" + name, repr(closed(calls)))
+print("closed-buffered-seek-flush-fails", repr(closed(cases["seek-flush-fails"][2], -1)))
 engine.close()
 """
 
@@ -769,16 +774,29 @@ def test_failures_behind_placed_calls_end_as_the_builtins(tmp_path, backend):
     and leaves the position where the built-in's does, the write made
     behind it buffered after the bytes the flush kept (nothing written at
     the seek's target); a write behind a failed truncation is made, as the
-    built-in's. Their loop closed before they ended: the next call raises
-    the failure, naming the file and the write refused behind a short one,
-    and ``tell()`` then says where the bytes stopped, as the built-in's."""
+    built-in's, and so is one behind a short write and a seek from the
+    start. Their loop closed before they ended: the next call raises the
+    failures, naming the file, each failed entry and the write refused
+    behind a short one, and ``tell()`` then says where the bytes stopped,
+    as the built-in's; bytes buffered behind a seek whose flush failed
+    are not written at the seek's target, and the error says so."""
     p = tmp_path / "f"
     lines = dict(line.split(" ", 1) for line in _run_script(_FAILURES_AS_THE_BUILTIN, p, backend).splitlines())
     assert lines["seek-flush-fails"].startswith("True"), lines["seek-flush-fails"]
     assert lines["truncate-fails"].startswith("True"), lines["truncate-fails"]
+    assert lines["short-write-then-seek"].startswith("True"), lines["short-write-then-seek"]
     (first, *rest), landed = eval(lines["closed-write-fails"])
     assert first.startswith("E") and str(p) in first and "a write of 5 bytes" in first, first
     assert (rest, landed) == ([50, None], b"a" * 50)
     (first, *rest), landed = eval(lines["closed-truncate-fails"])
     assert first.startswith("E27") and str(p) in first and "truncate" in first, first
     assert (rest, landed) == ([45, None], b"a" * 40 + b"b" * 5)
+    (first, *rest), landed = eval(lines["closed-short-write-then-seek"])
+    assert first.startswith("E27") and str(p) in first, first
+    assert (rest, landed) == ([5, None], b"b" * 5 + b"a" * 45)
+    (first, *rest), landed = eval(lines["closed-truncate-fails-then-write-fails"])
+    assert first.startswith("E27") and str(p) in first and "truncate" in first and "write of 1 bytes" in first, first
+    assert (rest, landed) == ([60, None], b"a" * 40)
+    (first, *rest), landed = eval(lines["closed-buffered-seek-flush-fails"])
+    assert first.startswith("E27") and str(p) in first and "5 bytes buffered for offset 0 were not written" in first
+    assert (rest, landed) == ([50, None], bytes(range(65, 65 + 50)))
