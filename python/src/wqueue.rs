@@ -29,8 +29,15 @@
 //! entry's result is a [`Slot`] (its own mutex) shared with the batch
 //! its call awaits through the engine ([`crate::InFlight`]), which hands
 //! the result to the caller's loop as any batch's. Locks nest only as:
-//! chain then slot (the runner finishing an entry); the engine's batch
-//! table then slot, or then chain (a batch polled); never the other way.
+//! chain then slot (the runner finishing an entry); chain then the
+//! file-system pool's queue mutex (the runner submitting a truncation's
+//! `ftruncate`, [`PoolHandle::submit`], which may start a pool thread
+//! there) and chain then that job's own slot mutex (the runner polling its
+//! [`JobFuture`]): a pool thread takes its queue's mutex and then the
+//! job's slot one at a time, and wakes the chain's runner with neither
+//! held; the engine's batch table then slot, or then chain (a batch
+//! polled); never the other way. [`WriteQueue::size_after`] makes its
+//! `statx` with the chain's lock held (see there).
 //! A failure is reported by the call that placed the entry once it takes
 //! the result ([`WriteQueue::claim`]); one no call took (its event loop
 //! closed) is reported by the file's next call ([`WriteQueue::take_error`]).
