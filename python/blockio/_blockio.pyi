@@ -76,6 +76,8 @@ class FileState:
     _wpos: int
     #: In append mode after a write: the position is the end, to look up.
     _at_end: bool
+    _anchored: bool
+    _anchors: int
     #: Opened for reading, writing, in append mode.
     _readable: bool
     _writable: bool

@@ -363,14 +363,6 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: The next read is the first since a seek: it reads what it asks
         #: for and no more (see `read`).
         self._seeked = False
-        #: The position was set by a seek from the start placed behind
-        #: writes in progress, and no write was placed since: the next
-        #: write's offset does not follow the one placed before it, which
-        #: the core then makes even if that one fails (see `_write_at`).
-        self._anchored = False
-        #: How many writes were placed so (each makes the file's write
-        #: queue whole again behind a failure: see `_write_at`).
-        self._anchors = 0
         #: The descriptor's number may be known outside the file: one
         #: handed in or made by an ``opener``, or once ``fileno()`` has
         #: been asked for (see `_sync_offset`).
