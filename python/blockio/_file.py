@@ -557,7 +557,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         taken = writes.take_error()
         if taken is not None:
             error, stopped = taken
-            text = error.strerror
+            text = error.strerror or str(error)
             if stopped is not None and not self._append:
                 if self._wbuf:
                     # Buffered after the write that stopped short, for
@@ -753,12 +753,16 @@ class AsyncFile(FileState, LineReader[bytes]):
         the core are refused there. (Calls behind it that only read the
         position, a ``tell``, saw the seek's target.)"""
         moved: List[Any] = []
+        # (a seek from the start sets the position whatever the writes
+        # ahead do, unless it flushes first: if that write fails, the seek
+        # fails, and the position stays after the bytes it kept)
+        anchor = not self._wbuf
 
         def place() -> None:
             try:
                 if whence == os.SEEK_SET:
                     pos = offset
-                    self._anchored = True
+                    self._anchored = anchor
                 elif whence == os.SEEK_CUR:
                     pos = self._pos + offset
                 else:
@@ -778,6 +782,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             if not moved or isinstance(moved[0], OSError):
                 return bytearray()
             behind, self._wbuf = self._wbuf, bytearray()
+            self._anchors += 1  # (the position set again: see `_write_at`)
             return behind
 
         await self._flush_writes(then=place, undo=undo)
@@ -1389,9 +1394,10 @@ class AsyncFile(FileState, LineReader[bytes]):
                 self._at_end = True
             elif failed and anchors == self._anchors:
                 # (no earlier than a write behind this one, refused, left
-                # it: never past bytes that did not land; unless a write
-                # after a seek from the start was placed since, made, which
-                # set the position)
+                # it: never past bytes that did not land; unless the
+                # position was set again since, by a write placed after a
+                # seek from the start, which is made, or by a seek whose
+                # flush failed, which moved it back after the kept bytes)
                 self._pos = min(self._pos, pos + done)
             elif self._pos == end:
                 self._pos = pos + done

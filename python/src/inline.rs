@@ -81,8 +81,12 @@ pub(crate) struct FileState {
     /// core then makes even if that one fails (see `AsyncFile._write_at`).
     #[pyo3(get, set, name = "_anchored")]
     anchored: bool,
-    /// How many writes were placed so (each makes the file's write queue
-    /// whole again behind a failure: see `AsyncFile._write_at`).
+    /// How many times the position was set again independently of the
+    /// writes placed before: by a write placed after a seek from the
+    /// start (which makes the file's write queue whole again behind a
+    /// failure), or by a seek whose flush failed (moving it back after the
+    /// bytes kept). A write that fails then leaves the position alone
+    /// (see `AsyncFile._write_at`).
     #[pyo3(get, set, name = "_anchors")]
     anchors: u64,
     /// The next read is the first since a seek: it reads what it asks for

@@ -764,6 +764,8 @@ for name, calls in {"write-fails": [("write", b"a" * 60), ("write", b"b" * 5)],
                                                         ("write", b"c")]}.items():
     print("closed-" + name, repr(closed(calls)))
 print("closed-buffered-seek-flush-fails", repr(closed(cases["seek-flush-fails"][2], -1)))
+overflow = ("r+b", 64, [("write", data), ("seek", 0), ("write", b"#" * 100)])
+print("seek-flush-fails-then-overflow", repr((builtin(*overflow), ours(*overflow))))
 engine.close()
 """
 
@@ -779,7 +781,9 @@ def test_failures_behind_placed_calls_end_as_the_builtins(tmp_path, backend):
     failures, naming the file, each failed entry and the write refused
     behind a short one, and ``tell()`` then says where the bytes stopped,
     as the built-in's; bytes buffered behind a seek whose flush failed
-    are not written at the seek's target, and the error says so."""
+    are not written at the seek's target, and the error says so. A write
+    behind that seek too large for the buffer is refused, not written at
+    the seek's target."""
     p = tmp_path / "f"
     lines = dict(line.split(" ", 1) for line in _run_script(_FAILURES_AS_THE_BUILTIN, p, backend).splitlines())
     assert lines["seek-flush-fails"].startswith("True"), lines["seek-flush-fails"]
@@ -800,3 +804,7 @@ def test_failures_behind_placed_calls_end_as_the_builtins(tmp_path, backend):
     (first, *rest), landed = eval(lines["closed-buffered-seek-flush-fails"])
     assert first.startswith("E27") and str(p) in first and "5 bytes buffered for offset 0 were not written" in first
     assert (rest, landed) == ([50, None], bytes(range(65, 65 + 50)))
+    # (the write that overflows the buffer behind the failed seek is
+    # refused, EIO, where the built-in's raises the flush's EFBIG again)
+    (want, want_bytes), (got, got_bytes) = eval(lines["seek-flush-fails-then-overflow"])
+    assert (got[:2], got[3:], got_bytes) == (want[:2], want[3:], want_bytes), (got, want)
