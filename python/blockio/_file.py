@@ -687,8 +687,9 @@ class AsyncFile(FileState, LineReader[bytes]):
             # up on this thread, so that writes made behind the seek are
             # placed at once, at the end, rather than wait for it in Python)
             return await self._seek_placing(offset, whence)
-        # (nothing to place, nor writes in progress: done at once, with no
-        # call joining meanwhile)
+        # (nothing to place, nor writes in progress; or a call not placed,
+        # in append mode, whose end is looked up on the engine's threads:
+        # with no call joining meanwhile)
         q.writing = False
         await self._flush_writes()
         if whence in holes:
