@@ -187,10 +187,13 @@ class CallQueue:
             self._release(task)
         else:
             with self._lock:
-                try:
-                    self._waiting.remove((fut, task))
-                except ValueError:
-                    pass
+                # (by identity: `remove` compares, and on no match formats,
+                # the entries, and so the task's repr, which asks its
+                # coroutine's name while that coroutine is being thrown into)
+                for i, (f, _) in enumerate(self._waiting):
+                    if f is fut:
+                        del self._waiting[i]
+                        break
 
     def _take_over(self, task: Any, me: int) -> Any:
         """Gives the queue to ``task`` from writes in progress whose loop

@@ -995,7 +995,7 @@ class Engine:
 
     async def _awrite_kept(self, file: FileLike, data: "Buffer", offset: int,
                            cancelled: Optional[BaseException] = None,
-                           placed: Optional[Callable[[], None]] = None) -> int:
+                           placed: Optional[Callable[[], None]] = None, follows: bool = True) -> int:
         """:meth:`awrite` for a file object's write, which its position
         must follow: once submitted, the write is awaited to its completion
         even if the awaiting task is cancelled, however often, and the
@@ -1016,7 +1016,9 @@ class Engine:
         before this write began (the rest of a write the kernel cut
         short): its grace period starts now. ``placed``, if given, runs
         once the write is submitted or queued, before this first yields.
-        Under trio, :meth:`awrite` (the file's write runs in a shielded
+        ``follows``: whether the offset follows from the writes placed in
+        the file's write queue before it (see `WriteQueue.start`). Under
+        trio, :meth:`awrite` (the file's write runs in a shielded
         cancel scope there), and ``placed`` is not run."""
         try:
             loop = asyncio.get_running_loop()
@@ -1035,7 +1037,7 @@ class Engine:
                 # of this task or its loop. (The core holds the buffer; the
                 # waiter keeps the file, which its call found open.)
                 flat = _flat(data)
-                token: int = writes.start(self._core, (fut, file), num, flat, offset)
+                token: int = writes.start(self._core, (fut, file), num, flat, offset, follows)
             else:
                 token = self._core.submit_write((fut, [(file, data, offset)]), [(_fd(file), _flat(data), offset)])
         except OverflowError:

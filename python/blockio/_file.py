@@ -603,15 +603,31 @@ class AsyncFile(FileState, LineReader[bytes]):
         """Waits until the writes the file's queue in the core still has
         are finished (those of calls whose event loop was closed: see
         ``CallQueue``), then raises the failure of one whose call never
-        took its result, if any, as the call that took the queue over's."""
+        took its result, if any, as the call that took the queue over's,
+        with the file's name. A write that stopped short leaves the
+        position where its bytes stopped (the writes behind it refused), as
+        the built-in's after a short write and the failed writes after it;
+        bytes buffered since are dropped, and the error names them."""
         writes = self._file.writes
         if writes is None:
             return
         core = self._engine._core
         await self._engine._run(None, lambda waiter: writes.settled(core, waiter))
-        error = writes.take_error()
-        if error is not None:
-            raise error
+        taken = writes.take_error()
+        if taken is not None:
+            error, stopped = taken
+            text = error.strerror or str(error)
+            if stopped is not None and not self._append:
+                if self._wbuf:
+                    # Buffered after the write that stopped short, for
+                    # offsets planned past bytes that never landed (the
+                    # built-in would put them after the bytes its failed
+                    # flush kept, which this file's closed loop never
+                    # took back): not written, and said so.
+                    text += f"; {len(self._wbuf)} bytes buffered for offset {self._wpos} were not written"
+                    self._wbuf = bytearray()
+                self._pos = stopped
+            raise OSError(error.errno, text, self.name)
 
     def _sync_offset(self) -> None:
         """Leaves the descriptor's own offset at this file's position (at
@@ -753,11 +769,14 @@ class AsyncFile(FileState, LineReader[bytes]):
         if not known:
             raise OSError(22, "Invalid argument", self.name)  # (FileIO's: lseek's EINVAL)
         q = self._calls
-        if q.writing and (self._wbuf or q.joined):
+        if q.writing and (self._wbuf or q.joined or whence == os.SEEK_END):
+            # (from the end always, also as the first call: the size looked
+            # up on this thread, so that writes made behind the seek are
+            # placed at once, at the end, rather than wait for it in Python)
             return await self._seek_placing(offset, whence)
-        # (nothing to place, nor writes in progress: done at once, or, from
-        # the end, once the size is looked up on the engine's threads, with
-        # no call joining meanwhile)
+        # (nothing to place, nor writes in progress; or a call not placed,
+        # in append mode, whose end is looked up on the engine's threads:
+        # with no call joining meanwhile)
         q.writing = False
         await self._flush_writes()
         if whence in holes:
@@ -812,33 +831,59 @@ class AsyncFile(FileState, LineReader[bytes]):
         flushed first, their write placed in the core; the position is
         then worked out against the file's write queue: the end is the size
         the file will have once the writes and truncations placed are done
-        (`WriteQueue.size_after`, a ``statx`` on this thread). A flush
-        that fails raises, and the position stays at the end of the bytes
-        it kept, as the built-in's seek, whose flush failed."""
+        (`WriteQueue.size_after`, a ``statx`` on this thread; ``lseek``
+        when nothing is queued). A seek from the end takes this path also
+        as the file's first call. A flush that fails raises, and the
+        position stays at the end of the bytes it kept, as the built-in's
+        seek, whose flush failed: what writes made behind the seek buffered
+        meanwhile goes after the kept bytes (where the built-in puts the
+        writes made after its failed seek), and writes behind it placed in
+        the core are refused there. (Calls behind it that only read the
+        position, a ``tell``, saw the seek's target.)"""
         moved: List[Any] = []
+        # (a seek from the start sets the position whatever the writes
+        # ahead do, unless it flushes first: if that write fails, the seek
+        # fails, and the position stays after the bytes it kept)
+        anchor = not self._wbuf
 
         def place() -> None:
             try:
                 if whence == os.SEEK_SET:
                     pos = offset
+                    self._anchored = anchor
                 elif whence == os.SEEK_CUR:
                     pos = self._pos + offset
                 else:
                     size = self._size_after()
-                    pos = size + offset if size else os.lseek(self._file.num, offset, os.SEEK_END)
+                    pos = size + offset if size is not None else os.lseek(self._file.num, offset, os.SEEK_END)
                 moved.append(self._seek_to(pos))
             except OSError as e:
                 moved.append(OSError(e.errno, e.strerror, self.name))
 
-        await self._flush_writes(then=place)
+        def undo() -> bytearray:
+            # The flush failed with bytes kept, after the seek moved the
+            # position: as the built-in's seek, whose flush failed, the
+            # position was not moved, and what writes made behind the seek
+            # buffered (at offsets from the seek's target) goes after the
+            # kept bytes, where the built-in's writes would have put it.
+            # (Writes behind it placed in the core are refused there.)
+            if not moved or isinstance(moved[0], OSError):
+                return bytearray()
+            behind, self._wbuf = self._wbuf, bytearray()
+            self._anchors += 1  # (the position set again: see `_write_at`)
+            return behind
+
+        await self._flush_writes(then=place, undo=undo)
         if isinstance(moved[0], OSError):
             raise moved[0]
         pos: int = moved[0]
         return pos
 
-    def _size_after(self) -> int:
+    def _size_after(self) -> Optional[int]:
         """The size the file will have once the entries of its write queue
-        in the core are done (see `WriteQueue.size_after`)."""
+        in the core are done, or None if none is unfinished or it is not a
+        regular file (its end is then ``lseek``'s: see
+        `WriteQueue.size_after`)."""
         writes = self._file.writes
         assert writes is not None  # (a seekable file's: see `_find_position`)
         try:
@@ -1543,6 +1588,13 @@ class AsyncFile(FileState, LineReader[bytes]):
             # it in the file's write queue: see `one_at_a_time_kept`).
             pos = self._pos
             self._pos = end = pos + size
+        # Whether its offset follows from the entries placed before it: if
+        # one of them fails, the core refuses it then (its offset was
+        # planned past bytes that never landed), not after a seek from
+        # the start (the built-in's write there is made).
+        follows, self._anchored = not self._anchored, False
+        self._anchors += not follows
+        anchors = self._anchors
         done = 0
         failed = False
         cancelled: Optional[BaseException] = None
@@ -1552,8 +1604,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         try:
             while done < size:
                 try:
-                    n = await self._engine._awrite_kept(self._file, view[done:], pos + done, cancelled, placed)
-                    placed = None
+                    n = await self._engine._awrite_kept(self._file, view[done:], pos + done, cancelled, placed,
+                                                        follows)
+                    placed, follows = None, True
                 except _KeptCancel as kept:
                     # Completed after the task was cancelled (by the
                     # program, or by the end of asyncio.run, which cancels
@@ -1583,9 +1636,12 @@ class AsyncFile(FileState, LineReader[bytes]):
         finally:
             if self._append:
                 self._at_end = True
-            elif failed:
+            elif failed and anchors == self._anchors:
                 # (no earlier than a write behind this one, refused, left
-                # it: never past bytes that did not land)
+                # it: never past bytes that did not land; unless the
+                # position was set again since, by a write placed after a
+                # seek from the start, which is made, or by a seek whose
+                # flush failed, which moved it back after the kept bytes)
                 self._pos = min(self._pos, pos + done)
             elif self._pos == end:
                 self._pos = pos + done
@@ -1597,12 +1653,15 @@ class AsyncFile(FileState, LineReader[bytes]):
             raise cancelled
         return done
 
-    async def _flush_writes(self, then: Optional[Callable[[], None]] = None) -> None:
+    async def _flush_writes(self, then: Optional[Callable[[], None]] = None,
+                            undo: Optional[Callable[[], bytearray]] = None) -> None:
         # Bytes write() accepted are never dropped: a flush whose task is
         # cancelled still writes them all (see _write_through; a stream's
         # thread writes them whatever becomes of the task). `then` runs
         # once their write is placed (see `_write_through`), or at once if
-        # none is buffered.
+        # none is buffered. If the write fails with bytes kept, `undo`
+        # takes back what `then` did and hands over the bytes buffered
+        # since, which go after the kept ones.
         if not self._wbuf:
             if then is not None:
                 then()
@@ -1625,7 +1684,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             # start, as the end of asyncio.run cancels every task, even the
             # one a write shields itself in; or a failure): what did not
             # land goes back to the buffer, for the next flush or close.
+            behind = undo() if undo is not None and landed[0] < len(data) else None
             self._keep_unwritten(data, landed[0], wpos)
+            if behind:
+                self._wbuf += behind
+                self._pos = self._wpos + len(self._wbuf)
             raise
 
     def _keep_unwritten(self, data: bytearray, landed: int, wpos: int) -> None:
@@ -1729,8 +1792,10 @@ class AsyncFile(FileState, LineReader[bytes]):
         write placed, then the ``ftruncate`` behind it, before the call
         first yields; both awaited to their end. A failure of the flush is
         raised (the truncation, refused behind it, is not made); else one
-        of the truncation, which the core also refuses the writes placed
-        behind it for, as behind a failed write."""
+        of the truncation. The writes placed behind a failed truncation are
+        made, as the built-in's after its failed ``truncate``, unless a
+        seek from the end planned on its size (the core then refuses
+        them: see `WriteQueue.size_after`)."""
         writes = self._file.writes
         assert writes is not None  # (a seekable file's: see `_find_position`)
         core, num = self._engine._core, self._file.num

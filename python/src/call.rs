@@ -23,7 +23,9 @@
 //! on every call would cost each of them; the queued coroutine, made only
 //! once the call has started, is stepped to its end or closed with it.
 
-use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyTypeInfo, PyVisit};
@@ -49,6 +51,10 @@ enum State {
     Queued(PyObject),
     /// Returned, raised, or closed.
     Done,
+    /// Stepping the queued call (or serving the call) now: a step, throw
+    /// or close made meanwhile, from inside it, is refused, as a running
+    /// coroutine's.
+    Running,
 }
 
 /// What a step did: yielded a value to the event loop (the queued
@@ -65,9 +71,14 @@ enum Step {
 /// is), trio and anyio; its `send`, `throw`, `close`, `__await__`,
 /// `__next__` and `__iter__` act as a coroutine's. Awaited to its end, a
 /// second await raises `RuntimeError`, as a coroutine's does.
-#[pyclass(module = "blockio._blockio")]
+///
+/// Frozen, its state behind its own lock (held only to take or put the
+/// state back, never across a Python call): its name is read with no
+/// borrow, also while a step runs (asyncio formats a task's repr, which
+/// asks the coroutine's `__qualname__`, from inside a `throw`).
+#[pyclass(frozen, module = "blockio._blockio")]
 pub(crate) struct FileCall {
-    state: State,
+    state: Mutex<State>,
     /// The method's name (`read`, `seek`, `tell`), for `__name__` and
     /// `__qualname__`, which asyncio puts in a task's repr.
     name: &'static str,
@@ -81,7 +92,7 @@ impl FileCall {
             Op::Seek(..) => "seek",
             Op::Tell => "tell",
         };
-        let state = State::Start(file.clone().unbind(), op);
+        let state = Mutex::new(State::Start(file.clone().unbind(), op));
         Ok(Bound::new(file.py(), FileCall { state, name })?
             .into_any()
             .unbind())
@@ -91,74 +102,97 @@ impl FileCall {
     /// (and returns), else starts the queued coroutine; the others step
     /// that coroutine. A first step sent anything but None is refused, as
     /// by a coroutine just started (it stays unstarted).
-    fn step(&mut self, arg: &Bound<'_, PyAny>) -> PyResult<Step> {
+    fn step(&self, arg: &Bound<'_, PyAny>) -> PyResult<Step> {
         let py = arg.py();
-        match std::mem::replace(&mut self.state, State::Done) {
+        match self.take()? {
             State::Start(file, op) => {
                 if !arg.is_none() {
-                    self.state = State::Start(file, op);
+                    self.put(State::Start(file, op));
                     return Err(PyTypeError::new_err(
                         "can't send non-None value to a just-started coroutine",
                     ));
                 }
-                match serve(&file.into_bound(py), op)? {
-                    Served::Now(value) => Ok(Step::Return(value)),
-                    Served::Queued(coro) => self.forward(coro, arg),
+                match serve(&file.into_bound(py), op) {
+                    Ok(Served::Queued(coro)) => self.forward(coro, arg),
+                    Ok(Served::Now(value)) => {
+                        self.put(State::Done);
+                        Ok(Step::Return(value))
+                    }
+                    Err(e) => {
+                        self.put(State::Done);
+                        Err(e)
+                    }
                 }
             }
             State::Queued(coro) => self.forward(coro.into_bound(py), arg),
-            State::Done => Err(reused()),
+            State::Done | State::Running => {
+                self.put(State::Done);
+                Err(reused())
+            }
         }
     }
 
     /// Steps the queued coroutine `coro` with `arg`; keeps it while it
     /// yields.
-    fn forward(&mut self, coro: Bound<'_, PyAny>, arg: &Bound<'_, PyAny>) -> PyResult<Step> {
+    fn forward(&self, coro: Bound<'_, PyAny>, arg: &Bound<'_, PyAny>) -> PyResult<Step> {
         let py = arg.py();
-        match coro.call_method1(intern!(py, "send"), (arg,)) {
+        let sent = coro.call_method1(intern!(py, "send"), (arg,));
+        match sent {
             Ok(yielded) => {
-                self.state = State::Queued(coro.unbind());
+                self.put(State::Queued(coro.unbind()));
                 Ok(Step::Yield(yielded.unbind()))
             }
-            Err(e) if e.is_instance_of::<PyStopIteration>(py) => {
+            Err(e) => {
+                self.put(State::Done);
+                if !e.is_instance_of::<PyStopIteration>(py) {
+                    return Err(e);
+                }
                 let stop = e.into_value(py).into_bound(py);
                 Ok(Step::Return(stop.getattr(intern!(py, "value"))?.unbind()))
             }
-            Err(e) => Err(e),
         }
     }
 
-    /// The frame of the call not started (see `cr_frame`): that of the
-    /// method's template coroutine (`blockio/_file.py`) made with the
-    /// call's arguments and closed before it ran (it warns of nothing; its
-    /// frame keeps the code, the arguments and, before Python 3.11, the
-    /// `f_lasti` of -1 that `inspect.getcoroutinestate` reads as created);
-    /// `None` if the template is unknown.
-    fn start_frame(&self, py: Python<'_>) -> PyResult<PyObject> {
-        let State::Start(file, op) = &self.state else {
-            return Ok(py.None());
-        };
+    /// The frame of a call not started (see `cr_frame`), `args` its
+    /// method's arguments, the file first: that of the method's template
+    /// coroutine (`blockio/_file.py`) made with them and closed before it
+    /// ran (it warns of nothing; its frame keeps the code, the arguments
+    /// and, before Python 3.11, the `f_lasti` of -1 that
+    /// `inspect.getcoroutinestate` reads as created); `None` if the
+    /// template is unknown.
+    fn start_frame(&self, py: Python<'_>, args: Vec<PyObject>) -> PyResult<PyObject> {
         let Some(template) = crate::coromethod::template_of(py, self.name) else {
             return Ok(py.None());
         };
-        let mut args = vec![file.clone_ref(py).into_any()];
-        match op {
-            Op::Read(size) => args.push(size.clone_ref(py)),
-            Op::Seek(offset, whence) => {
-                args.push(offset.clone_ref(py));
-                args.push(whence.clone_ref(py));
-            }
-            Op::Tell => {}
-        }
         let shadow = template.call1(PyTuple::new(py, args)?)?;
         let frame = shadow.getattr(intern!(py, "cr_frame"))?;
         shadow.call_method0(intern!(py, "close"))?;
         Ok(frame.unbind())
     }
 
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The state, `Running` left in its place; refused while a step
+    /// runs (a step, throw or close from inside it).
+    fn take(&self) -> PyResult<State> {
+        let mut state = self.lock();
+        if matches!(*state, State::Running) {
+            return Err(PyValueError::new_err("coroutine already executing"));
+        }
+        Ok(std::mem::replace(&mut *state, State::Running))
+    }
+
+    /// Puts `state` back in place of `Running` (so nothing is freed, and
+    /// no Python code runs, with the lock held).
+    fn put(&self, state: State) {
+        *self.lock() = state;
+    }
+
     /// A step as `send` and `__next__` answer it: the value yielded, or
     /// `StopIteration(result)`.
-    fn step_raising(&mut self, arg: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+    fn step_raising(&self, arg: &Bound<'_, PyAny>) -> PyResult<PyObject> {
         match self.step(arg)? {
             Step::Yield(yielded) => Ok(yielded),
             Step::Return(value) => Err(PyStopIteration::new_err((value,))),
@@ -229,29 +263,24 @@ impl FileCall {
 
     /// Whether a step of the call is running (as `cr_running`).
     #[getter]
-    fn cr_running(slf: &Bound<'_, Self>) -> bool {
-        slf.try_borrow().is_err()
+    fn cr_running(&self) -> bool {
+        matches!(*self.lock(), State::Running)
     }
 
     /// Whether the call waits, suspended, in its queued coroutine (as
     /// `cr_suspended`, which `inspect.getcoroutinestate` reads from
     /// Python 3.11 on).
     #[getter]
-    fn cr_suspended(slf: &Bound<'_, Self>) -> bool {
-        slf.try_borrow()
-            .is_ok_and(|me| matches!(me.state, State::Queued(_)))
+    fn cr_suspended(&self) -> bool {
+        matches!(*self.lock(), State::Queued(_))
     }
 
     /// What the call awaits: its queued coroutine while it waits in it,
     /// else `None` (as `cr_await`).
     #[getter]
-    fn cr_await(slf: &Bound<'_, Self>) -> PyObject {
-        let py = slf.py();
-        match slf.try_borrow().as_deref() {
-            Ok(FileCall {
-                state: State::Queued(coro),
-                ..
-            }) => coro.clone_ref(py),
+    fn cr_await(&self, py: Python<'_>) -> PyObject {
+        match &*self.lock() {
+            State::Queued(coro) => coro.clone_ref(py),
             _ => py.None(),
         }
     }
@@ -259,17 +288,35 @@ impl FileCall {
     /// The frame (as `cr_frame`): not started, a frame of the method's
     /// template with the call's arguments, never run (a new one each
     /// time: see `start_frame`); waiting, its queued coroutine's; done (or
-    /// running), `None`.
+    /// running), `None`. (What it needs is taken under the lock, which no
+    /// Python call is made under.)
     #[getter]
-    fn cr_frame(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
-        let py = slf.py();
-        let Ok(me) = slf.try_borrow() else {
-            return Ok(py.None());
+    fn cr_frame(&self, py: Python<'_>) -> PyResult<PyObject> {
+        enum Found {
+            Start(Vec<PyObject>),
+            Queued(PyObject),
+            Nothing,
+        }
+        let found = match &*self.lock() {
+            State::Start(file, op) => {
+                let mut args = vec![file.clone_ref(py).into_any()];
+                match op {
+                    Op::Read(size) => args.push(size.clone_ref(py)),
+                    Op::Seek(offset, whence) => {
+                        args.push(offset.clone_ref(py));
+                        args.push(whence.clone_ref(py));
+                    }
+                    Op::Tell => {}
+                }
+                Found::Start(args)
+            }
+            State::Queued(coro) => Found::Queued(coro.clone_ref(py)),
+            State::Done | State::Running => Found::Nothing,
         };
-        match &me.state {
-            State::Start(..) => me.start_frame(py),
-            State::Queued(coro) => coro.getattr(py, intern!(py, "cr_frame")),
-            State::Done => Ok(py.None()),
+        match found {
+            Found::Start(args) => self.start_frame(py, args),
+            Found::Queued(coro) => coro.getattr(py, intern!(py, "cr_frame")),
+            Found::Nothing => Ok(py.None()),
         }
     }
 
@@ -299,13 +346,13 @@ impl FileCall {
 
     /// The next step: the value the queued call yields, or
     /// `StopIteration(result)`.
-    fn __next__(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<PyObject> {
         self.step_raising(&py.None().into_bound(py))
     }
 
     /// A step sent `value` (None to start): the value the queued call
     /// yields, or `StopIteration(result)`.
-    fn send(&mut self, value: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+    fn send(&self, value: &Bound<'_, PyAny>) -> PyResult<PyObject> {
         self.step_raising(value)
     }
 
@@ -314,24 +361,34 @@ impl FileCall {
     /// without having done anything, as a coroutine not started.
     #[pyo3(signature = (typ, val = None, tb = None))]
     fn throw(
-        &mut self,
+        &self,
         typ: &Bound<'_, PyAny>,
         val: Option<&Bound<'_, PyAny>>,
         tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyObject> {
         let py = typ.py();
-        if let State::Queued(coro) = std::mem::replace(&mut self.state, State::Done) {
+        let state = self.take()?;
+        if let State::Queued(coro) = state {
             // (the arguments as given: Python 3.12 warns of the
             // three-argument form only when it is used)
             let mut args = vec![typ.clone()];
             args.extend(val.cloned());
             args.extend(tb.cloned());
-            let yielded = coro
-                .bind(py)
-                .call_method1(intern!(py, "throw"), PyTuple::new(py, args)?)?;
-            self.state = State::Queued(coro);
-            return Ok(yielded.unbind());
+            let thrown = PyTuple::new(py, args)
+                .and_then(|args| coro.bind(py).call_method1(intern!(py, "throw"), args));
+            return match thrown {
+                Ok(yielded) => {
+                    self.put(State::Queued(coro));
+                    Ok(yielded.unbind())
+                }
+                Err(e) => {
+                    self.put(State::Done);
+                    Err(e)
+                }
+            };
         }
+        self.put(State::Done);
+        drop(state);
         match val.filter(|v| !v.is_none()) {
             Some(v) if v.is_instance(typ).unwrap_or(false) => Err(PyErr::from_value(v.clone())),
             Some(v) => Err(PyErr::from_value(typ.call1((v,))?)),
@@ -340,15 +397,23 @@ impl FileCall {
     }
 
     /// Closes the queued call if it runs; the call is done.
-    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        if let State::Queued(coro) = std::mem::replace(&mut self.state, State::Done) {
-            coro.bind(py).call_method0(intern!(py, "close"))?;
-        }
-        Ok(())
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let state = self.take()?;
+        let closed = match &state {
+            State::Queued(coro) => coro.bind(py).call_method0(intern!(py, "close")).map(drop),
+            _ => Ok(()),
+        };
+        self.put(State::Done);
+        closed
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        match &self.state {
+        // (never held across a Python call, so never held here: the
+        // collector runs only inside one)
+        let Ok(state) = self.state.try_lock() else {
+            return Ok(());
+        };
+        match &*state {
             State::Start(file, op) => {
                 visit.call(file)?;
                 match op {
@@ -361,12 +426,13 @@ impl FileCall {
                 }
             }
             State::Queued(coro) => visit.call(coro),
-            State::Done => Ok(()),
+            State::Done | State::Running => Ok(()),
         }
     }
 
-    fn __clear__(&mut self) {
-        self.state = State::Done;
+    fn __clear__(&self) {
+        let state = std::mem::replace(&mut *self.lock(), State::Done);
+        drop(state); // (freed with the lock let go: a finaliser may run)
     }
 }
 
@@ -444,7 +510,7 @@ unsafe fn send_step(
     let me = unsafe { Bound::from_borrowed_ptr(py, slf).downcast_into_unchecked::<FileCall>() };
     // SAFETY: see above.
     let arg = unsafe { Bound::from_borrowed_ptr(py, arg) };
-    let (out, status) = match me.try_borrow_mut()?.step(&arg)? {
+    let (out, status) = match me.get().step(&arg)? {
         Step::Return(value) => (value, returned_status()),
         Step::Yield(value) => (value, yielded_status()),
     };

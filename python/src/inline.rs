@@ -76,6 +76,20 @@ pub(crate) struct FileState {
     /// file's end, looked up when it is needed.
     #[pyo3(get, set, name = "_at_end")]
     at_end: bool,
+    /// The position was set by a seek from the start placed behind
+    /// writes in progress, and no write was placed since: the next
+    /// write's offset does not follow the one placed before it, which the
+    /// core then makes even if that one fails (see `AsyncFile._write_at`).
+    #[pyo3(get, set, name = "_anchored")]
+    anchored: bool,
+    /// How many times the position was set again independently of the
+    /// writes placed before: by a write placed after a seek from the
+    /// start (which makes the file's write queue whole again behind a
+    /// failure), or by a seek whose flush failed (moving it back after the
+    /// bytes kept). A write that fails then leaves the position alone
+    /// (see `AsyncFile._write_at`).
+    #[pyo3(get, set, name = "_anchors")]
+    anchors: u64,
     /// The next read is the first since a seek: it reads what it asks for
     /// and no more.
     #[pyo3(get, name = "_seeked")]
@@ -213,6 +227,8 @@ impl FileState {
             wbuf: PyByteArray::new(py, b"").unbind(),
             wpos: 0,
             at_end: false,
+            anchored: false,
+            anchors: 0,
             seeked: false,
             inline: false,
             inline_read: false,

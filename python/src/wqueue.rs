@@ -29,13 +29,23 @@
 //! entry's result is a [`Slot`] (its own mutex) shared with the batch
 //! its call awaits through the engine ([`crate::InFlight`]), which hands
 //! the result to the caller's loop as any batch's. Locks nest only as:
-//! chain then slot (the runner finishing an entry); the engine's batch
-//! table then slot, or then chain (a batch polled); never the other way.
+//! chain then slot (the runner finishing an entry); chain then the
+//! file-system pool's queue mutex (the runner submitting a truncation's
+//! `ftruncate`, [`PoolHandle::submit`], which may start a pool thread
+//! there) and chain then that job's own slot mutex (the runner polling its
+//! [`JobFuture`]): a pool thread takes its queue's mutex and then the
+//! job's slot one at a time, and wakes the chain's runner with neither
+//! held; the engine's batch table then slot, or then chain (a batch
+//! polled); never the other way. [`WriteQueue::size_after`] makes its
+//! `statx` with the chain's lock held (see there).
 //! A failure is reported by the call that placed the entry once it takes
 //! the result ([`WriteQueue::claim`]); one no call took (its event loop
 //! closed) is reported by the file's next call ([`WriteQueue::take_error`]).
-//! The entries behind a failed one are refused, not made: their offsets
-//! were planned after bytes that never landed (or a size never set).
+//! The entries behind a failed write are refused, not made: their offsets
+//! were planned after bytes that never landed; so are those behind a
+//! failed truncation that a `seek` from the end planned on (a size never
+//! set). The entries behind a failed truncation no such seek planned on
+//! are made, as the built-in file's writes after its failed `truncate`.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -164,6 +174,10 @@ struct Cut {
     len: u64,
     token: u64,
     slot: Arc<Slot>,
+    /// A `seek` from the end planned on its size
+    /// ([`WriteQueue::size_after`]): if it fails, the entries behind it
+    /// are refused (their offsets may derive from the size it never set).
+    planned_on: bool,
 }
 
 /// The `ftruncate` a file-system thread has.
@@ -173,15 +187,14 @@ struct Cutting {
     len: u64,
     token: u64,
     slot: Arc<Slot>,
+    /// As [`Cut::planned_on`].
+    planned_on: bool,
 }
 
 /// A write's failure no call has taken yet.
 struct Failure {
     token: u64,
     error: io::Error,
-    /// The token of the failed write this one was refused behind (none:
-    /// it failed itself). Reported with that one's failure, not again.
-    cause: Option<u64>,
 }
 
 /// A write placed, not yet submitted.
@@ -195,6 +208,10 @@ struct Placed {
     at: u64,
     token: u64,
     slot: Arc<Slot>,
+    /// Its offset follows from the entries placed before it (planned past
+    /// their bytes): refused if one of them fails. False after a `seek`
+    /// from the start: made all the same, as the built-in's write there.
+    follows: bool,
 }
 
 /// The write the engine has: `done` of its `total` bytes written so far
@@ -341,7 +358,7 @@ impl Chain {
                             if !withdrawn {
                                 self.broken = Some((token, Stop::Write(at)));
                             }
-                            woken.extend(self.refuse_queued(token, Stop::Write(at)));
+                            woken.extend(self.refuse_queued(Stop::Write(at)));
                         }
                     }
                 }
@@ -351,7 +368,8 @@ impl Chain {
                     return woken;
                 };
                 if let Some(cut) = self.cutting.take() {
-                    woken.extend(self.end_cut(cut.token, cut.slot, cut.fd, cut.len, res));
+                    let ended = (cut.token, cut.fd, cut.len, cut.planned_on);
+                    woken.extend(self.end_cut(ended, cut.slot, res));
                 }
             }
             let Some(next) = self.queued.pop_front() else {
@@ -368,10 +386,12 @@ impl Chain {
                             len: cut.len,
                             token: cut.token,
                             slot: cut.slot,
+                            planned_on: cut.planned_on,
                         })
                     }
                     Err(e) => {
-                        woken.extend(self.end_cut(cut.token, cut.slot, cut.fd, cut.len, Err(e)))
+                        let ended = (cut.token, cut.fd, cut.len, cut.planned_on);
+                        woken.extend(self.end_cut(ended, cut.slot, Err(e)))
                     }
                 },
             }
@@ -380,14 +400,15 @@ impl Chain {
 
     /// Ends the truncation `token` of `fd` to `len` with `res`: a failure
     /// is kept until its call takes it (else reported by the file's next
-    /// call), and the entries behind it are refused, as behind a failed
-    /// write. The waker of its call.
+    /// call). The entries behind a failed one are refused, as behind a
+    /// failed write, only if a `seek` from the end was `planned_on` its
+    /// size: the offsets of the others do not depend on it (the built-in
+    /// file's writes after its failed `truncate` are made). The wakers of
+    /// the calls ended.
     fn end_cut(
         &mut self,
-        token: u64,
+        (token, fd, len, planned_on): (u64, RawFd, u64, bool),
         slot: Arc<Slot>,
-        fd: RawFd,
-        len: u64,
         res: io::Result<Out>,
     ) -> Vec<Waker> {
         let mut woken = Vec::new();
@@ -411,40 +432,48 @@ impl Chain {
                 self.failed.push(Failure {
                     token,
                     error: why(),
-                    cause: None,
                 });
-                self.broken = Some((token, Stop::Cut(len)));
                 woken.extend(slot.finish(Err(why())));
-                woken.extend(self.refuse_queued(token, Stop::Cut(len)));
+                if planned_on {
+                    self.broken = Some((token, Stop::Cut(len)));
+                    woken.extend(self.refuse_queued(Stop::Cut(len)));
+                }
             }
         }
         woken
     }
 
-    /// Fails every write queued behind one that failed or ended short at
-    /// `at` of `fd`, none of them submitted: written at their planned
-    /// offsets, they would leave a gap in the file where the failed one's
-    /// bytes should be (the built-in file writes each at the position the
-    /// one before it left). Their calls raise; a call that never takes
-    /// its result (its loop closed) has the failure reported by the
-    /// file's next call. The wakers of their calls.
-    fn refuse_queued(&mut self, cause: u64, stop: Stop) -> Vec<Waker> {
+    /// Fails every entry queued behind one that failed or ended short at
+    /// `stop`, none of them begun, up to the first write whose offset
+    /// does not follow the ones before it (placed after a `seek` from the
+    /// start): written at their planned offsets, they would leave a gap
+    /// in the file where the failed one's bytes should be (the built-in
+    /// file writes each at the position the one before it left). That
+    /// write and the ones behind it are made, and the chain is whole
+    /// again. Their calls raise; a call that never takes its result (its
+    /// loop closed) has the failure reported by the file's next call. The
+    /// wakers of their calls.
+    fn refuse_queued(&mut self, stop: Stop) -> Vec<Waker> {
         let mut woken = Vec::new();
         while let Some(next) = self.queued.pop_front() {
-            woken.extend(self.refuse(next, cause, stop));
+            if matches!(&next, Entry::Write(p) if !p.follows) {
+                self.queued.push_front(next);
+                self.broken = None;
+                break;
+            }
+            woken.extend(self.refuse(next, stop));
         }
         woken
     }
 
-    /// Fails `entry`, not made because the entry `cause` failed before
-    /// it (leaving `stop`); the waker of its call.
-    fn refuse(&mut self, entry: Entry, cause: u64, stop: Stop) -> Option<Waker> {
+    /// Fails `entry`, not made because an entry failed before it
+    /// (leaving `stop`); the waker of its call.
+    fn refuse(&mut self, entry: Entry, stop: Stop) -> Option<Waker> {
         let what = entry.describe();
         let why = || io::Error::other(format!("{what} was not made: {stop}"));
         self.failed.push(Failure {
             token: entry.token(),
             error: why(),
-            cause: Some(cause),
         });
         entry.slot().finish(Err(why()))
     }
@@ -471,7 +500,6 @@ impl Chain {
             self.failed.push(Failure {
                 token: run.token,
                 error: report,
-                cause: None,
             });
         }
         run.slot.finish(result)
@@ -525,8 +553,13 @@ impl WriteQueue {
         let refused = {
             let mut c = self.writes.lock();
             match c.broken {
-                Some((cause, stop)) => c.refuse(entry, cause, stop),
-                None => {
+                Some((_, stop)) if !matches!(&entry, Entry::Write(p) if !p.follows) => {
+                    c.refuse(entry, stop)
+                }
+                _ => {
+                    // (a write after a seek from the start makes the
+                    // chain whole again: see `refuse_queued`)
+                    c.broken = None;
                     c.queued.push_back(entry);
                     None
                 }
@@ -545,7 +578,6 @@ impl WriteQueue {
         self.writes.lock().failed.push(Failure {
             token,
             error: report,
-            cause: None,
         });
         token
     }
@@ -567,7 +599,11 @@ impl WriteQueue {
     /// mode) through `core` for `waiter`; the token of the batch that
     /// resolves `waiter` with its byte count. Submitted before this
     /// returns when no write of the queue is unfinished; else by the core
-    /// when the write ahead completes.
+    /// when the write ahead completes. `follows`: whether `offset` was
+    /// planned past the entries placed before it (false after a `seek`
+    /// from the start), which decides whether it is refused if one of
+    /// them fails ([`Placed::follows`]).
+    #[pyo3(signature = (core, waiter, fd, data, offset, follows = true))]
     fn start(
         &self,
         core: &Bound<'_, Core>,
@@ -575,6 +611,7 @@ impl WriteQueue {
         fd: RawFd,
         data: &Bound<'_, PyAny>,
         offset: i64,
+        follows: bool,
     ) -> PyResult<u64> {
         let buf = RoBuf(Lent::new(readable(data)?));
         let offset = offset_arg(offset, None)?;
@@ -611,6 +648,7 @@ impl WriteQueue {
             at: offset,
             token,
             slot,
+            follows,
         }));
         Ok(token)
     }
@@ -653,6 +691,7 @@ impl WriteQueue {
             len,
             token,
             slot,
+            planned_on: false,
         }));
         Ok(token)
     }
@@ -662,26 +701,46 @@ impl WriteQueue {
     /// (`statx` of what the kernel holds, asking no server), each write
     /// placed extending it to the write's end and each truncation setting
     /// it, in order (writes are positional: not for a file in append
-    /// mode). Taken with the chain's lock held, so that no entry leaves
-    /// the chain between the look at the file and the look at the entries.
-    fn size_after(&self, fd: RawFd) -> PyResult<u64> {
-        let c = self.writes.lock();
+    /// mode); a truncation to 0 gives 0. None when no entry is
+    /// unfinished (the kernel's `lseek` knows the end then, also where a
+    /// size of 0 says nothing of it: procfs, a character device) or when
+    /// `fd` is not a regular file (a block device's `stx_size` is 0, and
+    /// neither writes nor truncations change its size): the caller asks
+    /// `lseek`. The `statx`
+    /// is made with the chain's lock held (a system call that never waits
+    /// on a device or a server, as it reads only what the kernel holds),
+    /// so that no entry leaves the chain between the look at the file and
+    /// the look at the entries: one finished in between would be counted
+    /// by neither. The truncations counted are marked planned on
+    /// ([`Cut::planned_on`]).
+    fn size_after(&self, fd: RawFd) -> PyResult<Option<u64>> {
+        let mut c = self.writes.lock();
+        if c.running.is_none() && c.cutting.is_none() && c.queued.is_empty() {
+            return Ok(None);
+        }
         let st = blockio::blocking::stat(PathAt::file(&RawTarget(fd)), libc::AT_STATX_DONT_SYNC)
             .map_err(io_err)?;
+        if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+            return Ok(None);
+        }
         let mut size = st.stx_size;
         if let Some(run) = &c.running {
             size = size.max(run.at + run.total as u64);
         }
-        if let Some(cut) = &c.cutting {
+        if let Some(cut) = &mut c.cutting {
             size = cut.len;
+            cut.planned_on = true;
         }
-        for entry in &c.queued {
+        for entry in &mut c.queued {
             size = match entry {
                 Entry::Write(p) => size.max(p.at + p.buf.bytes_len() as u64),
-                Entry::Cut(k) => k.len,
+                Entry::Cut(k) => {
+                    k.planned_on = true;
+                    k.len
+                }
             };
         }
-        Ok(size)
+        Ok(Some(size))
     }
 
     /// Starts the wait for every write placed to finish, for `waiter`;
@@ -763,20 +822,31 @@ impl WriteQueue {
         }
     }
 
-    /// The failure (or short write) of a write whose call never took its
-    /// result, its call's event loop closed: raised once, by the file's
-    /// next call or its close, for the takeover that settled the queue.
-    /// The writes refused behind the same failed write are that one loss,
-    /// not reported again; writes placed from now on are made again.
-    fn take_error(&self) -> Option<PyErr> {
+    /// The failures (or short writes) of entries whose calls never took
+    /// their results, their event loop closed: raised once, by the
+    /// file's next call or its close, for the takeover that settled the
+    /// queue, as one error with the first's errno whose message names
+    /// each, the entries refused behind them included (not reported
+    /// again); and, when a write stopped short with the entries behind it
+    /// refused, the offset where its bytes stopped: the file's position,
+    /// as the built-in's after a short write and the writes after it
+    /// failing. Entries placed from now on are made again.
+    fn take_error(&self) -> Option<(PyErr, Option<u64>)> {
         let mut c = self.writes.lock();
-        c.broken = None;
-        if c.failed.is_empty() {
-            return None;
-        }
-        let first = c.failed.remove(0);
-        let root = first.cause.unwrap_or(first.token);
-        c.failed.retain(|f| f.cause != Some(root));
-        Some(io_err(first.error))
+        let stopped = match c.broken.take() {
+            Some((_, Stop::Write(at))) => Some(at),
+            _ => None,
+        };
+        let mut failed = std::mem::take(&mut c.failed).into_iter();
+        let first = failed.next()?;
+        let rest: Vec<String> = failed.map(|f| f.error.to_string()).collect();
+        let error = if rest.is_empty() {
+            first.error
+        } else {
+            let errno = errno_of(&first.error);
+            let text = format!("{}; {}", message(&first.error, errno), rest.join("; "));
+            io::Error::new(first.error.kind(), Renamed { errno, text })
+        };
+        Some((io_err(error), stopped))
     }
 }

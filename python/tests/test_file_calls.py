@@ -132,6 +132,34 @@ def test_file_calls_are_named_as_their_methods(path, engine):
     assert "AsyncFile.read()" in shown, shown
 
 
+def test_a_file_calls_name_is_read_while_it_runs(path, engine):
+    """A call's name is read while the call is being thrown into (asyncio
+    formats a task's repr, which asks it, from inside a ``throw``): here
+    by the exception thrown in, made inside the call's ``throw``. And a
+    step from inside the call's own step is refused, as a running
+    coroutine's."""
+    names = []
+    calls = []
+
+    class Probe(Exception):
+        def __init__(self, *args):
+            super().__init__(*args)
+            names.append(calls[0].__qualname__)
+            with pytest.raises(ValueError, match="already executing"):
+                calls[0].send(None)
+
+    async def main():
+        async with blockio.open(path, "a+b", engine=engine) as f:
+            calls.append(f.seek(0, 2))  # (from the end, in append mode: it waits for the size)
+            calls[0].send(None)
+            with pytest.raises(Probe):
+                calls[0].throw(Probe)
+            return await f.tell()
+
+    run("asyncio", main)
+    assert names == ["AsyncFile.seek"]
+
+
 def test_file_calls_step_as_coroutines(path, engine):
     async def main():
         async with blockio.open(path, "rb", buffering=0, engine=engine) as f:

@@ -183,11 +183,11 @@ def test_the_rest_of_a_cancelled_write_still_queued_a_second_later_is_withdrawn(
     original = blockio.Engine._awrite_kept
     calls = []
 
-    async def first_part_then_a_cancel(self, file, view, offset, cancelled=None, placed=None):
+    async def first_part_then_a_cancel(self, file, view, offset, cancelled=None, placed=None, follows=True):
         calls.append(cancelled)
         if len(calls) > 1:
-            return await original(self, file, view, offset, cancelled, placed)
-        n = await original(self, file, view[:half], offset, None, placed)
+            return await original(self, file, view, offset, cancelled, placed, follows)
+        n = await original(self, file, view[:half], offset, None, placed, follows)
         # (a batch: an aread of a stream waits in the loop's poll, holding no slot)
         box["read"] = asyncio.ensure_future(self.aread_batch(r, offsets=[0], length=10))
         for _ in range(3):

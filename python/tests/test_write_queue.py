@@ -314,12 +314,14 @@ print(repr(second))
 @BACKENDS
 def test_a_failure_whose_call_never_ended_is_reported_once_with_the_writes_it_refused(tmp_path, backend):
     """Four writes of a closed loop: the second fails part-way (``EFBIG``),
-    the two behind it are refused. The next call raises that failure;
-    the refusals it caused are not raised again by a later call (here the
+    the two behind it are refused. The next call raises that failure,
+    naming the file and the two writes refused; the refusals it caused
+    are not raised again by a later call (here the
     ``tell`` taking over the next write of a closed loop)."""
     p = tmp_path / "f"
     first, second = _run_script(_LOST_BEHIND_A_FAILURE, p, backend).splitlines()
-    assert first.startswith("'27:"), first
+    assert first[1:].startswith("27:") and str(p) in first, first
+    assert first.count("was not made") == 2, first
     assert second == "1", second
     assert p.read_bytes()[:1] == b"z"
 
@@ -467,6 +469,12 @@ _ORDERS = {
     "buffered-truncate": ("wb", -1, b"", [("write", b"a" * 5), ("truncate", 2), ("write", b"bb")]),
     "buffered-seek-end": ("w+b", -1, b"", [("write", b"a" * 5), ("seek", 1), ("write", b"b"), ("seek", 0, 2),
                                            ("write", b"cc")]),
+    "truncate-0-then-seek-end": ("r+b", 0, b"0123456789", [("write", b"AB"), ("truncate", 0), ("seek", 0, 2),
+                                                           ("write", b"C")]),
+    "buffered-truncate-0-then-seek-end": ("r+b", -1, b"0123456789", [("write", b"AB"), ("truncate", 0),
+                                                                     ("seek", 0, 2), ("write", b"C")]),
+    "seek-end-first": ("r+b", 0, b"0123456789", [("seek", 0, 2), ("write", b"XY")]),
+    "buffered-seek-end-first": ("r+b", -1, b"0123456789", [("seek", -3, 2), ("write", b"XY"), ("tell",)]),
     "small-buffer": ("wb", 16, b"", [("write", b"a" * 40), ("seek", 3), ("write", b"b" * 20), ("truncate", 30),
                                      ("write", b"c" * 20), ("seek", -2, 2), ("write", b"d" * 5), ("flush",)]),
 }
@@ -618,7 +626,185 @@ def test_a_failed_truncation_is_reported_once(tmp_path, backend):
     itself, and no later call does. The writes land."""
     p = tmp_path / "f"
     first, second, third = _run_script(_TRUNCATE_FAILS, p, backend).splitlines()
-    assert first.startswith("'27:") and "truncate" in first and "1048576" in first, first
+    assert first[1:].startswith("27:") and "truncate" in first and "1048576" in first and str(p) in first, first
     assert second == "100", second
     assert third == "[10, 27, 110, 110]", third
     assert p.read_bytes() == b"a" * 100 + b"b" * 10
+
+
+@BACKENDS
+@pytest.mark.parametrize("buffering", [0, -1])
+def test_a_write_behind_a_first_seek_from_the_end_lands_at_the_end_when_asyncio_run_cancels_both(
+        tmp_path, backend, buffering):
+    """``seek(0, 2)`` as the file's first call, then a write, both begun as
+    tasks that ``asyncio.run`` cancels as ``main()`` returns: the seek is
+    placed before it first yields (the size looked up on the loop's
+    thread), so the write lands at the end, as the built-in's, and
+    ``tell()`` in the next loop agrees."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    with blockio.Engine(backend=backend) as e:
+
+        async def main():
+            f = await blockio.open(p, "r+b", buffering=buffering, engine=e)
+            asyncio.ensure_future(f.seek(0, 2))
+            asyncio.ensure_future(f.write(b"XY"))
+            await asyncio.sleep(0)
+            return f
+
+        f = asyncio.run(main())
+        assert _tell_and_close(asyncio.new_event_loop, f) == 12
+    assert p.read_bytes() == b"0123456789XY"
+
+
+def test_a_cancelled_seek_waiting_behind_another_ends_cancelled(tmp_path):
+    """Calls waiting their turn, cancelled by ``asyncio.run`` as ``main()``
+    returns, leave the queue without formatting their task (whose repr
+    asks the coroutine being thrown into for its name): each ends
+    cancelled, none with ``RuntimeError``."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    tasks = []
+
+    async def main():
+        f = await blockio.open(p, "a+b")  # (a seek from the end waits for the size there)
+        tasks.extend(asyncio.ensure_future(c) for c in (f.seek(0, 2), f.seek(1), f.tell()))
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert [t.cancelled() or repr(t.exception()) for t in tasks] == [True, True, True]
+
+
+_FAILURES_AS_THE_BUILTIN = r"""
+import asyncio, os, resource, sys
+import blockio
+path, backend = sys.argv[1], sys.argv[2]
+resource.setrlimit(resource.RLIMIT_FSIZE, (50, resource.RLIM_INFINITY))
+data = bytes(range(65, 65 + 60))
+
+def r(x):
+    return "E%s" % x.errno if isinstance(x, OSError) else x
+
+def run(coro):
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+async def safe(c):
+    try:
+        return r(await c)
+    except OSError as x:
+        return r(x)
+
+def builtin(mode, buffering, calls):
+    open(path, "wb").close()
+    f = open(path, mode, buffering=buffering)
+    out = []
+    for name, *args in calls:
+        try:
+            out.append(r(getattr(f, name)(*args)))
+        except OSError as x:
+            out.append(r(x))
+    out.append(f.tell())
+    try:
+        f.close()
+    except OSError as x:
+        out.append(r(x))
+    return out, open(path, "rb").read()
+
+def ours(mode, buffering, calls):
+    open(path, "wb").close()
+    async def main():
+        f = await blockio.open(path, mode, buffering=buffering, engine=engine)
+        if calls[0][0] == "write" and buffering:
+            out = [await f.write(*calls[0][1:])]  # (buffered before the rest)
+            rest = calls[1:]
+        else:
+            out, rest = [], calls
+        out += await asyncio.gather(*[safe(getattr(f, name)(*args)) for name, *args in rest])
+        out.append(await f.tell())
+        try:
+            await f.close()
+        except OSError as x:
+            out.append(r(x))
+        return out
+    return run(main()), open(path, "rb").read()
+
+def closed(calls, buffering=0):
+    open(path, "wb").close()
+    f = run(blockio.open(path, "r+b", buffering=buffering, engine=engine))
+    async def begin():
+        for name, *args in calls:
+            asyncio.ensure_future(getattr(f, name)(*args))
+        await asyncio.sleep(0)
+    run(begin())
+    async def after():
+        try:
+            first = await f.tell()
+        except OSError as x:
+            first = "E%s %s" % (x.errno, x)
+        return [first, await f.tell(), await f.close()]
+    return run(after()), open(path, "rb").read()
+
+engine = blockio.Engine(backend=backend)
+cases = {
+    "seek-flush-fails": ("r+b", -1, [("write", data), ("seek", 0), ("write", b"#####")]),
+    "truncate-fails": ("r+b", 0, [("write", b"a" * 40), ("truncate", 100), ("write", b"b" * 5)]),
+    "short-write-then-seek": ("r+b", 0, [("write", b"a" * 60), ("seek", 0), ("write", b"b" * 5)]),
+}
+for name, (mode, buffering, calls) in cases.items():
+    print(name, builtin(mode, buffering, calls) == ours(mode, buffering, calls), builtin(mode, buffering, calls),
+          ours(mode, buffering, calls))
+for name, calls in {"write-fails": [("write", b"a" * 60), ("write", b"b" * 5)],
+                    "truncate-fails": [("write", b"a" * 40), ("truncate", 100), ("write", b"b" * 5)],
+                    "short-write-then-seek": [("write", b"a" * 60), ("seek", 0), ("write", b"b" * 5)],
+                    "truncate-fails-then-write-fails": [("write", b"a" * 40), ("seek", 60), ("truncate",),
+                                                        ("write", b"c")]}.items():
+    print("closed-" + name, repr(closed(calls)))
+print("closed-buffered-seek-flush-fails", repr(closed(cases["seek-flush-fails"][2], -1)))
+overflow = ("r+b", 64, [("write", data), ("seek", 0), ("write", b"#" * 100)])
+print("seek-flush-fails-then-overflow", repr((builtin(*overflow), ours(*overflow))))
+engine.close()
+"""
+
+
+@BACKENDS
+def test_failures_behind_placed_calls_end_as_the_builtins(tmp_path, backend):
+    """Past ``RLIMIT_FSIZE`` (``EFBIG``): a seek whose flush fails raises
+    and leaves the position where the built-in's does, the write made
+    behind it buffered after the bytes the flush kept (nothing written at
+    the seek's target); a write behind a failed truncation is made, as the
+    built-in's, and so is one behind a short write and a seek from the
+    start. Their loop closed before they ended: the next call raises the
+    failures, naming the file, each failed entry and the write refused
+    behind a short one, and ``tell()`` then says where the bytes stopped,
+    as the built-in's; bytes buffered behind a seek whose flush failed
+    are not written at the seek's target, and the error says so. A write
+    behind that seek too large for the buffer is refused, not written at
+    the seek's target."""
+    p = tmp_path / "f"
+    lines = dict(line.split(" ", 1) for line in _run_script(_FAILURES_AS_THE_BUILTIN, p, backend).splitlines())
+    assert lines["seek-flush-fails"].startswith("True"), lines["seek-flush-fails"]
+    assert lines["truncate-fails"].startswith("True"), lines["truncate-fails"]
+    assert lines["short-write-then-seek"].startswith("True"), lines["short-write-then-seek"]
+    (first, *rest), landed = eval(lines["closed-write-fails"])
+    assert first.startswith("E") and str(p) in first and "a write of 5 bytes" in first, first
+    assert (rest, landed) == ([50, None], b"a" * 50)
+    (first, *rest), landed = eval(lines["closed-truncate-fails"])
+    assert first.startswith("E27") and str(p) in first and "truncate" in first, first
+    assert (rest, landed) == ([45, None], b"a" * 40 + b"b" * 5)
+    (first, *rest), landed = eval(lines["closed-short-write-then-seek"])
+    assert first.startswith("E27") and str(p) in first, first
+    assert (rest, landed) == ([5, None], b"b" * 5 + b"a" * 45)
+    (first, *rest), landed = eval(lines["closed-truncate-fails-then-write-fails"])
+    assert first.startswith("E27") and str(p) in first and "truncate" in first and "write of 1 bytes" in first, first
+    assert (rest, landed) == ([60, None], b"a" * 40)
+    (first, *rest), landed = eval(lines["closed-buffered-seek-flush-fails"])
+    assert first.startswith("E27") and str(p) in first and "5 bytes buffered for offset 0 were not written" in first
+    assert (rest, landed) == ([50, None], bytes(range(65, 65 + 50)))
+    # (the write that overflows the buffer behind the failed seek is
+    # refused, EIO, where the built-in's raises the flush's EFBIG again)
+    (want, want_bytes), (got, got_bytes) = eval(lines["seek-flush-fails-then-overflow"])
+    assert (got[:2], got[3:], got_bytes) == (want[:2], want[3:], want_bytes), (got, want)
