@@ -1,6 +1,9 @@
 //! The kernel's epoll set behind the readiness fallback
 //! ([`readiness`](super::readiness)): sockets registered edge-triggered,
-//! and an eventfd that wakes the thread waiting on the set.
+//! and an eventfd that wakes the thread waiting on the set. The set's own
+//! descriptor is readable while events wait: a tokio runtime's reactor
+//! watches it, and the events are then taken without waiting
+//! ([`EpollSet::take_ready`]).
 //!
 //! Edge-triggered, a socket stays in the set from its first wait until
 //! it closes, and the set reports each change of its state once: nothing
@@ -21,11 +24,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};
-use rustix::event::{eventfd, EventfdFlags};
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 
 /// The key the wake-up descriptor is registered under. No socket's key
 /// is this: a socket's low half is its descriptor, never `u32::MAX`.
 const WAKE_KEY: u64 = u64::MAX;
+
+/// The key the nudge descriptor is registered under (nor is any socket's
+/// this: a descriptor is never `u32::MAX - 1`).
+const NUDGE_KEY: u64 = u64::MAX - 1;
 
 /// Most events taken from the kernel by one wait.
 const EVENTS_PER_WAIT: usize = 1024;
@@ -57,10 +64,24 @@ impl Readied {
     }
 }
 
+/// What one `epoll_wait` took ([`EpollSet::take`]).
+#[derive(Default)]
+struct Taken {
+    /// The wake-up descriptor was among the events.
+    woken: bool,
+    /// The nudge descriptor was among the events.
+    nudged: bool,
+    /// As many events came as one wait takes.
+    full: bool,
+}
+
 /// An epoll set of sockets, each under a key of the caller's.
 pub(crate) struct EpollSet {
     epoll: OwnedFd,
     wake: OwnedFd,
+    /// Ends the thread's wait once, read back by that thread
+    /// ([`nudge`](Self::nudge)).
+    nudge: OwnedFd,
     /// `epoll_ctl` adds and modifications made, for the tests that
     /// count them.
     #[cfg(test)]
@@ -86,9 +107,17 @@ impl EpollSet {
         let epoll = epoll::create(CreateFlags::CLOEXEC)?;
         let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         epoll::add(&epoll, &wake, EventData::new_u64(WAKE_KEY), EventFlags::IN)?;
+        let nudge = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        epoll::add(
+            &epoll,
+            &nudge,
+            EventData::new_u64(NUDGE_KEY),
+            EventFlags::IN,
+        )?;
         Ok(EpollSet {
             epoll,
             wake,
+            nudge,
             #[cfg(test)]
             ctls: AtomicUsize::new(0),
         })
@@ -160,29 +189,87 @@ impl EpollSet {
 
     /// Waits for events and calls `each` with the key and readiness of
     /// every socket reported; returns whether the wake-up descriptor was
-    /// among them. An interrupted wait returns with no event.
+    /// among them. An interrupted wait returns with no event. A nudge
+    /// ends the wait (and is read back here).
     pub(crate) fn wait(
         &self,
         events: &mut Vec<Event>,
-        mut each: impl FnMut(u64, Readied),
+        each: impl FnMut(u64, Readied),
     ) -> io::Result<bool> {
+        let taken = self.take(events, None, each)?;
+        if taken.nudged {
+            let mut count = [0u8; 8];
+            // Read back, so that the next wait waits; a read that finds
+            // it read already (EAGAIN) is as good.
+            let _ = rustix::io::read(&self.nudge, &mut count);
+        }
+        Ok(taken.woken)
+    }
+
+    /// Ends the thread's current wait (or its next), once: it then sees
+    /// what changed (a runtime taking the set's events in its place). A
+    /// take without waiting ignores it.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn nudge(&self) -> io::Result<()> {
+        rustix::io::write(&self.nudge, &1u64.to_ne_bytes())?;
+        Ok(())
+    }
+
+    /// Takes the events waiting now, without waiting, and calls `each`
+    /// with the key and readiness of every socket reported; returns
+    /// whether as many came as one take holds (more may wait).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn take_ready(
+        &self,
+        events: &mut Vec<Event>,
+        each: impl FnMut(u64, Readied),
+    ) -> io::Result<bool> {
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        Ok(self.take(events, Some(&now), each)?.full)
+    }
+
+    /// One `epoll_wait` with `timeout` (`None`: until an event), its
+    /// events handed to `each`.
+    fn take(
+        &self,
+        events: &mut Vec<Event>,
+        timeout: Option<&Timespec>,
+        mut each: impl FnMut(u64, Readied),
+    ) -> io::Result<Taken> {
         events.clear();
         events.reserve(EVENTS_PER_WAIT);
-        match epoll::wait(&self.epoll, spare_capacity(events), None) {
+        let mut taken = Taken::default();
+        match epoll::wait(&self.epoll, spare_capacity(events), timeout) {
             Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => return Ok(false),
+            Err(rustix::io::Errno::INTR) => return Ok(taken),
             Err(e) => return Err(e.into()),
         }
-        let mut woken = false;
+        taken.full = events.len() == events.capacity();
         for ev in events.iter() {
             let key = ev.data.u64();
             if key == WAKE_KEY {
-                woken = true;
+                taken.woken = true;
+            } else if key == NUDGE_KEY {
+                taken.nudged = true;
             } else {
                 each(key, Readied::of(ev.flags));
             }
         }
-        Ok(woken)
+        Ok(taken)
+    }
+
+    /// Whether events wait in the set (or the wake-up descriptor was
+    /// written), asked without taking them.
+    pub(crate) fn has_events(&self) -> bool {
+        let mut fds = [PollFd::new(&self.epoll, PollFlags::IN)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
     }
 
     /// Wakes the thread waiting on the set (and every later wait: the

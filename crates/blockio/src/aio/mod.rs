@@ -88,11 +88,14 @@ mod driving;
 mod epoll;
 mod file;
 mod in_flight;
+mod lease;
 pub(crate) mod op;
 #[cfg(feature = "tokio")]
 pub(crate) mod paused_clock;
 mod pool;
 pub(crate) mod readiness;
+#[cfg(feature = "tokio")]
+mod readiness_tokio;
 mod ready;
 #[cfg(feature = "tokio")]
 mod relay;

@@ -32,7 +32,7 @@ impl PoolDriver {
         Ok(PoolDriver {
             threads,
             workers: OnceLock::new(),
-            sockets: Readiness::new()?,
+            sockets: Readiness::on_runtimes()?,
         })
     }
 

@@ -7,8 +7,9 @@
 //! non-blocking (the `net` types make it so on this backend); the call is
 //! tried at once on the submitting thread; if the kernel says `EAGAIN`
 //! (or `EINPROGRESS`, for a connect) the request waits for readiness in an
-//! epoll set ([`EpollSet`]) watched by one thread, which retries the call
-//! when the socket is ready and completes the request.
+//! epoll set ([`EpollSet`]), watched by one thread or read on the tokio
+//! runtime that runs the sockets' tasks (see below), and the call is
+//! retried when the socket is ready and the request completed.
 //!
 //! A socket joins the set at its first wait, edge-triggered, for the
 //! direction it waits in (one `EPOLL_CTL_MOD` adds the other direction
@@ -27,6 +28,37 @@
 //! tells a stale "not ready" from an event that came meanwhile, which is
 //! never lost: the call is made again instead.
 //!
+//! Who takes the set's events. On a tokio runtime (feature `tokio`; the
+//! thread pool's set), the first request that waits from a task of a
+//! runtime with I/O (see [`readiness_tokio`](super::readiness_tokio) for
+//! which futures count as one) has that runtime take them: the set's
+//! descriptor is registered in the runtime's reactor, so the runtime's
+//! thread, parked in its own `epoll_wait`, is woken by a socket's
+//! readiness, and a task there takes the events without waiting and
+//! completes their requests, waking their tasks on the thread that runs
+//! them. The watching thread waits on the set only while no runtime does:
+//! it stands aside while a runtime's task holds the set's lease, and
+//! takes over when that task is dropped (its runtime shut down with its
+//! tasks: the lease is released and the thread woken) or stops taking the
+//! events (a runtime whose threads are all blocked, or that is not being
+//! run: revoked after two to three ticks of [`lease`](super::lease)).
+//! Operations of other executors and other runtimes sharing the engine
+//! are completed by whichever takes the events, and their tasks woken
+//! from there.
+//!
+//! No readiness is lost or seen twice across these hand-overs: every
+//! event is taken from the kernel once, by one `epoll_wait` (the
+//! runtime's take or the thread's wait), and served under the same lock
+//! either way ([`on_event`], whose tick tells a retry of an event that
+//! came meanwhile); the two may wait on the set together for a moment
+//! after a claim (until the thread, nudged out of its wait, stands
+//! aside), and that is as safe as two events served on two threads.
+//! Events not taken wait in the set, which both ask: an event pending
+//! when the runtime's task is dropped is taken by the thread's next wait.
+//! A set whose engine is gone stops both: the thread completes what waits
+//! with `ECANCELED`, and a retry a runtime's task was making meanwhile
+//! completes its requests so too.
+//!
 //! A request waiting here is cancelled by taking it out of the set: the
 //! kernel holds nothing of it, so its memory is free at once.
 //!
@@ -40,28 +72,46 @@
 //! never reaches the socket that receives its number next. Waiting opens
 //! no descriptor: a connection costs one whether idle or not.
 
+#[cfg(feature = "tokio")]
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
+#[cfg(feature = "tokio")]
+use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::attempt::{attempt, awaits, is_connect, not_ready, short_receive};
 use super::epoll::{EpollSet, Readied};
+use super::lease::Lease;
+#[cfg(feature = "tokio")]
+use super::readiness_tokio::{offer, Driven};
 use super::ready::{Awaits, ReadyWord};
 use super::request::{call_user, Cancel, Complete, Request};
+#[cfg(feature = "tokio")]
+use rustix::event::epoll::Event;
 
 /// One thread watching the sockets of waiting requests.
 pub(crate) struct Readiness {
     watcher: Arc<Watcher>,
 }
 
-/// What the watching thread shares with the engine: the epoll set and
-/// the requests waiting in it.
+/// What the watching thread shares with the engine (and with the tokio
+/// task that takes the set's events in its place): the epoll set, the
+/// requests waiting in it, and who takes its events.
 struct Watcher {
     set: EpollSet,
     waiting: Mutex<Waiting>,
     stop: AtomicBool,
+    /// Held by the runtime's task that takes the set's events, if one
+    /// does ([`readiness_tokio`](super::readiness_tokio)).
+    lease: Lease,
+    /// A request that waits from a tokio runtime's task offers that
+    /// runtime the set's events (the thread pool's set); otherwise only
+    /// the thread takes them.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    on_runtimes: bool,
 }
 
 impl Watcher {
@@ -173,12 +223,25 @@ unsafe fn socket<'a>(fd: RawFd) -> BorrowedFd<'a> {
 }
 
 impl Readiness {
-    /// Starts the watching thread.
+    /// Starts the watching thread, which alone takes the set's events.
     pub(crate) fn new() -> io::Result<Readiness> {
+        Readiness::start(false)
+    }
+
+    /// Starts the watching thread; the set's events are taken on the
+    /// tokio runtime whose tasks wait in it while that runtime takes them
+    /// (see the [module](self)).
+    pub(crate) fn on_runtimes() -> io::Result<Readiness> {
+        Readiness::start(true)
+    }
+
+    fn start(on_runtimes: bool) -> io::Result<Readiness> {
         let watcher = Arc::new(Watcher {
             set: EpollSet::new()?,
             waiting: Mutex::new(Waiting::default()),
             stop: AtomicBool::new(false),
+            lease: Lease::default(),
+            on_runtimes,
         });
         let w = watcher.clone();
         std::thread::Builder::new()
@@ -244,6 +307,22 @@ impl Readiness {
         let target = target_key(&req.done);
         s.reqs.push(req);
         w.fds.insert(target, fd);
+        drop(w);
+        self.offer();
+    }
+
+    /// Offers the set's events to the tokio runtime the caller runs on,
+    /// if this set is taken on runtimes and no runtime takes them yet.
+    fn offer(&self) {
+        #[cfg(feature = "tokio")]
+        if self.watcher.on_runtimes && !self.watcher.lease.is_held() {
+            let set: Arc<dyn Driven> = self.watcher.clone();
+            offer(
+                Arc::downgrade(&set),
+                &self.watcher.lease,
+                self.watcher.set.as_fd(),
+            );
+        }
     }
 
     /// Keeps `fd` in the set between waits, until the returned
@@ -381,21 +460,69 @@ impl Drop for Readiness {
     fn drop(&mut self) {
         self.watcher.stop.store(true, Ordering::SeqCst);
         let _ = self.watcher.set.notify();
+        self.watcher.lease.wake();
     }
 }
 
 /// The watching thread: retries the requests whose socket became ready,
-/// until the engine is gone.
+/// until the engine is gone; stands aside while a runtime's task takes
+/// the set's events.
 fn watch(watcher: &Watcher) {
     let mut events = Vec::new();
     while !watcher.stop.load(Ordering::SeqCst) {
+        watcher
+            .lease
+            .stand_aside(|| watcher.set.has_events(), &watcher.stop);
+        if watcher.stop.load(Ordering::SeqCst) {
+            break;
+        }
         // An error (none is expected of a valid set) is tried again; the
-        // wake-up is seen through `stop`.
+        // wake-up is seen through `stop`. A lease claimed during the wait
+        // is seen after it.
         let _ = watcher
             .set
             .wait(&mut events, |key, r| on_event(watcher, key, r));
     }
     shut_down(watcher);
+}
+
+#[cfg(feature = "tokio")]
+impl Driven for Watcher {
+    fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn nudge_thread(&self) {
+        // A failed write (none is expected: the counter is read back at
+        // each nudge) leaves the thread in its wait until the next event,
+        // which the two then share.
+        let _ = self.set.nudge();
+    }
+
+    fn turn(&self) -> bool {
+        thread_local! {
+            /// The events taken by a turn on this thread (kept: a take
+            /// holds 1,024, too many to allocate each time).
+            static EVENTS: RefCell<Vec<Event>> = const { RefCell::new(Vec::new()) };
+        }
+        self.lease.turned();
+        // A turn within a turn (a waker that polls its task in place) has
+        // a buffer of its own.
+        let mut fresh = Vec::new();
+        EVENTS.with(|kept| {
+            let mut kept = kept.try_borrow_mut();
+            let events = kept.as_deref_mut().unwrap_or(&mut fresh);
+            // An error (none is expected of a valid set) takes nothing:
+            // the reactor reports the set again, or the thread takes over.
+            self.set
+                .take_ready(events, |key, r| on_event(self, key, r))
+                .unwrap_or(false)
+        })
+    }
 }
 
 /// The engine is gone: nobody will await what still waits, which is
@@ -441,11 +568,17 @@ fn on_event(watcher: &Watcher, event_key: u64, r: Readied) {
         }
         s.ready.set(r);
         let ready = s.ready;
-        let (now, later): (Vec<Request>, Vec<Request>) = s
-            .reqs
-            .drain(..)
-            .partition(|req| awaits(req.op.kind()).map_or(true, |a| ready.is(a)));
-        s.reqs = later;
+        let now_ready = |req: &Request| awaits(req.op.kind()).map_or(true, |a| ready.is(a));
+        // Usually every request is (one, in the direction the event
+        // reports): taken whole, without moving them one by one.
+        let now = if s.reqs.iter().all(now_ready) {
+            std::mem::take(&mut s.reqs)
+        } else {
+            let (now, later): (Vec<Request>, Vec<Request>) =
+                s.reqs.drain(..).partition(|req| now_ready(req));
+            s.reqs = later;
+            now
+        };
         if now.is_empty() {
             return;
         }
@@ -474,7 +607,13 @@ fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
             }
         }
         let mut w = watcher.lock();
-        let s = w.sockets.get_mut(&fd).expect("kept while retrying");
+        let Some(s) = w.sockets.get_mut(&fd) else {
+            // The set was shut down meanwhile (its engine is gone, and
+            // the thread let go of every socket while a runtime's task
+            // retried these): nobody awaits them any more.
+            done.extend(again.into_iter().map(|req| (req, -libc::ECANCELED)));
+            break w;
+        };
         if again.is_empty() || s.ready.tick() == tick {
             for req in &again {
                 if let Some(dir) = awaits(req.op.kind()) {

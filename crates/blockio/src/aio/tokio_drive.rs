@@ -12,6 +12,7 @@
 
 use std::future::poll_fn;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::task::Poll;
@@ -51,7 +52,7 @@ static CLOSING_RUNTIMES: Mutex<Vec<tokio::runtime::Id>> = Mutex::new(Vec::new())
 const CLOSING_KEPT: usize = 16;
 
 /// Whether `runtime` was found shutting down (see [`CLOSING_RUNTIMES`]).
-fn closing(runtime: &tokio::runtime::Handle) -> bool {
+pub(super) fn closing(runtime: &tokio::runtime::Handle) -> bool {
     CLOSING_RUNTIMES
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -59,7 +60,7 @@ fn closing(runtime: &tokio::runtime::Handle) -> bool {
 }
 
 /// Notes that `runtime` is shutting down (see [`CLOSING_RUNTIMES`]).
-fn note_closing(runtime: &tokio::runtime::Handle) {
+pub(super) fn note_closing(runtime: &tokio::runtime::Handle) {
     let mut closing = CLOSING_RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
     if !closing.contains(&runtime.id()) {
         if closing.len() >= CLOSING_KEPT {
@@ -95,17 +96,26 @@ fn watch(engine: &AsyncEngine) -> io::Result<AsyncFd<RingFd>> {
         .driver()
         .ring_fd()
         .expect("drive_on_tokio registers only engines with a ring");
+    register(ring)
+}
+
+/// Registers `fd` with the reactor of the runtime the caller runs on,
+/// for reading, as [`watch`] says: a runtime with I/O disabled is an
+/// error of kind [`Other`](io::ErrorKind::Other) saying so, remembered.
+/// `fd` must hold its descriptor open and return it from `as_raw_fd`
+/// until the `AsyncFd` is dropped.
+pub(super) fn register<T: AsRawFd>(fd: T) -> io::Result<AsyncFd<T>> {
     let registered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // The `RingFd` moved into the `AsyncFd` keeps the ring, and so its
-        // descriptor, open until the `AsyncFd` is dropped (which
-        // deregisters it first), and its `as_raw_fd` always returns that
-        // descriptor: the I/O-safety condition of tokio 1.54's `unsafe
+        // The `fd` moved into the `AsyncFd` keeps its descriptor open
+        // until the `AsyncFd` is dropped (which deregisters it first), and
+        // its `as_raw_fd` always returns that descriptor (the caller's
+        // promise): the I/O-safety condition of tokio 1.54's `unsafe
         // AsyncFd::register_with_interest` holds. That function is not
         // used, so that tokio 1.49 (the first with `runtime::Id`, which
         // `IO_DISABLED_RUNTIMES` and the default engines need) is enough;
         // 1.54 deprecated this spelling of the same call, nothing more.
         #[allow(deprecated)]
-        AsyncFd::with_interest(ring, Interest::READABLE)
+        AsyncFd::with_interest(fd, Interest::READABLE)
     }));
     match registered {
         Ok(watched) => Ok(watched?),
@@ -181,7 +191,7 @@ fn spawn_driver(engine: &AsyncEngine, runtime: &tokio::runtime::Handle) -> io::R
 }
 
 /// Whether `runtime` was found to have I/O disabled (see [`watch`]).
-fn refuses(runtime: &tokio::runtime::Handle) -> bool {
+pub(super) fn refuses(runtime: &tokio::runtime::Handle) -> bool {
     io_disabled().contains(&runtime.id())
 }
 

@@ -1,0 +1,154 @@
+//! The readiness fallback's epoll set read on the tokio runtime that runs
+//! the sockets' tasks, as tokio reads its own sockets' readiness.
+//!
+//! The set's descriptor is itself pollable: it is readable while events
+//! wait in it. Registered in the runtime's reactor, it is in the
+//! `epoll_wait` the runtime's thread parks in, so a socket's readiness
+//! wakes that thread directly; a task of the runtime's ([`drive`]) then
+//! takes the set's events without waiting and completes their requests
+//! there, waking their tasks on the thread that runs them: no second
+//! thread and no eventfd write between readiness and the task. A busy
+//! runtime polls its reactor between tasks and queues this task then, as
+//! it queues its own sockets' tasks.
+//!
+//! The task holds the set's [`Lease`] while it runs; the readiness thread
+//! stands aside meanwhile and takes over if the task stops taking the
+//! events (see [`lease`](super::lease)). The first request that waits in
+//! the set from a task of a tokio runtime with I/O (or from anywhere in
+//! a multi-thread runtime's context), while nobody holds the lease,
+//! spawns the task there ([`offer`]); a runtime with I/O disabled, or
+//! shutting down, leaves the events to the thread, and so does the
+//! future of a current-thread runtime's `block_on` until a task of that
+//! runtime waits ([`runs`]).
+//!
+//! The task ends when its lease is revoked, when the set stops (the
+//! engine is gone; the set's wake-up descriptor makes it readable), or
+//! when its runtime drops it (shut down): its [`Held`] then releases the
+//! lease and wakes the thread, which takes the events from then on.
+
+use std::future::poll_fn;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::Weak;
+use std::task::Poll;
+
+use tokio::io::unix::AsyncFd;
+
+use super::lease::Lease;
+use super::tokio_drive::{closing, note_closing, refuses, register};
+
+/// A set whose events a runtime's task may take.
+pub(crate) trait Driven: Send + Sync {
+    /// The set's lease.
+    fn lease(&self) -> &Lease;
+    /// Whether the set has stopped (its engine is gone).
+    fn stopped(&self) -> bool;
+    /// Takes the events waiting in the set, without waiting, and serves
+    /// them; returns whether more may wait (a full take).
+    fn turn(&self) -> bool;
+    /// Ends the readiness thread's wait on the set, if it waits: it then
+    /// stands aside for the lease's holder.
+    fn nudge_thread(&self);
+}
+
+/// The set's descriptor as the reactor holds it: a duplicate, open until
+/// the registration is dropped, whatever becomes of the set meanwhile.
+struct SetFd(OwnedFd);
+
+impl AsRawFd for SetFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// The lease of a driving task, released when the task is dropped.
+struct Held {
+    set: Weak<dyn Driven>,
+    token: u64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(set) = self.set.upgrade() {
+            set.lease().release(self.token);
+        }
+    }
+}
+
+/// Has the tokio runtime the caller runs on take the events of `set`
+/// (whose descriptor is `fd`), if nobody takes them from a runtime yet
+/// and that runtime can (see the [module](self)).
+pub(crate) fn offer(set: Weak<dyn Driven>, lease: &Lease, fd: BorrowedFd<'_>) {
+    if lease.is_held() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if !runs(&runtime) {
+        return;
+    }
+    if cfg!(panic = "abort") || refuses(&runtime) || closing(&runtime) {
+        return;
+    }
+    let Some(token) = lease.try_claim() else {
+        return;
+    };
+    let held = Held { set, token };
+    let Ok(watched) = fd.try_clone_to_owned().map(SetFd).and_then(register) else {
+        return;
+    };
+    let nudged = held.set.upgrade();
+    let spawned = runtime.spawn(drive(held, watched));
+    if spawned.is_finished() {
+        note_closing(&runtime);
+    } else if let Some(set) = nudged {
+        set.nudge_thread();
+    }
+}
+
+/// Whether `runtime`, the one in whose context the caller is, is known to
+/// run: the caller is one of its tasks, or it is a multi-thread runtime,
+/// whose workers run its tasks whatever the caller does. A future polled
+/// by another executor where a current-thread runtime is only entered
+/// (`Handle::enter`, or the future of its `block_on`, which tokio does
+/// not tell apart) does not claim the set: that runtime may never run
+/// the task that takes its events, and each claim would then cost the
+/// revocation's wait.
+fn runs(runtime: &tokio::runtime::Handle) -> bool {
+    tokio::task::try_id().is_some()
+        || runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+}
+
+/// Takes the set's events on its runtime each time the reactor finds the
+/// set readable, until the lease is lost, the set stops, or the task is
+/// dropped (see the [module](self)).
+async fn drive(held: Held, watched: AsyncFd<SetFd>) {
+    // The last take was full: the next is made without asking the
+    // reactor, whose readiness was cleared before it.
+    let mut more = false;
+    let _: io::Result<()> = poll_fn(|cx| loop {
+        let Some(set) = held.set.upgrade() else {
+            return Poll::Ready(Ok(()));
+        };
+        if set.stopped() || !set.lease().holds(held.token) {
+            return Poll::Ready(Ok(()));
+        }
+        if !more {
+            match watched.poll_read_ready(cx) {
+                // Cleared before the take: an event after it makes the
+                // set readable again, and the reactor reports it.
+                Poll::Ready(Ok(mut ready)) => ready.clear_ready(),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        more = set.turn();
+        if more {
+            // More wait: taken at the next poll, after the tasks woken.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+    })
+    .await;
+}

@@ -1,0 +1,345 @@
+//! The thread-pool backend's epoll set read on the tokio runtime that
+//! runs the sockets' tasks: a readiness wakes the runtime's own thread,
+//! not the readiness thread (counted, not timed); and the readiness
+//! thread takes the set's events back when the runtime does not take
+//! them (its workers all blocked, or the runtime not run) or is dropped
+//! with its tasks waiting. Each test builds its own thread-pool engine,
+//! so they hold on either backend.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::task::Poll;
+use std::time::Duration;
+
+use blockio::aio::{AsyncEngine, Driving};
+use blockio::net::{TcpListener, TcpStream};
+use blockio::BackendChoice;
+
+/// A hang guard, far beyond what any step takes.
+const GUARD: Duration = Duration::from_secs(30);
+
+/// Held while an engine is built and its readiness thread found, so
+/// that each test finds its own.
+static BUILDING: Mutex<()> = Mutex::new(());
+
+/// The ids of this process's threads named `blockio-net`.
+fn readiness_threads() -> Vec<u32> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| {
+            let t = t.ok()?;
+            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            (comm.trim() == "blockio-net").then(|| t.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// A thread-pool engine and the id of its readiness thread.
+fn pool_engine() -> (AsyncEngine, u32) {
+    let _building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+    let before = readiness_threads();
+    // `Driving::Thread`: `Auto` on a runtime would try (and drop) a
+    // caller-driven engine first, a readiness thread of its own.
+    let engine = AsyncEngine::builder()
+        .backend(BackendChoice::ThreadPool)
+        .driving(Driving::Thread)
+        .build()
+        .unwrap();
+    // Named by the thread itself once it runs: waited for, so that every
+    // engine built under the lock has its thread named before the next.
+    let start = std::time::Instant::now();
+    loop {
+        let new: Vec<u32> = readiness_threads()
+            .into_iter()
+            .filter(|t| !before.contains(t))
+            .collect();
+        if !new.is_empty() {
+            assert_eq!(new.len(), 1, "the engine's readiness thread: {new:?}");
+            return (engine, new[0]);
+        }
+        assert!(start.elapsed() < GUARD, "no readiness thread started");
+        std::thread::yield_now();
+    }
+}
+
+/// The context switches of thread `tid` so far (voluntary and not): one
+/// at least each time it waits and is woken.
+fn switches(tid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+    status
+        .lines()
+        .filter(|l| l.contains("ctxt_switches:"))
+        .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// A std peer of `addr` that echoes every byte until the stream ends.
+fn echo_peer(addr: SocketAddr) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.set_nodelay(true).unwrap();
+        let mut b = [0u8; 64];
+        loop {
+            match c.read(&mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => c.write_all(&b[..n]).unwrap(),
+            }
+        }
+    })
+}
+
+/// A listener on `engine` and a stream accepted from a std peer of it.
+async fn connected(engine: &AsyncEngine) -> (TcpStream, std::net::TcpStream) {
+    let listener = TcpListener::bind_with(engine, "127.0.0.1:0").await.unwrap();
+    let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (stream, _) = listener.accept().await.unwrap();
+    (stream, peer)
+}
+
+/// What a reader thread reports: `None` once its read waits, then the
+/// read's result.
+type Report = Option<(usize, Vec<u8>)>;
+
+/// A read of 4 bytes from `s`, polled once (it must wait: `None` is sent
+/// on `parked` then), then awaited.
+async fn parked_read(
+    s: &TcpStream,
+    parked: &mpsc::Sender<Report>,
+) -> blockio::aio::BufResult<usize, Vec<u8>> {
+    let mut read = std::pin::pin!(s.read(vec![0u8; 4]));
+    match futures::poll!(read.as_mut()) {
+        Poll::Pending => {
+            parked.send(None).unwrap();
+            read.await
+        }
+        // Reported as the read's result: the caller finds it did not wait.
+        Poll::Ready(done) => done,
+    }
+}
+
+/// On a current-thread runtime, each exchange's reply (a read that waits
+/// in the set, then a readiness) is taken by the runtime's thread: the
+/// readiness thread is not woken per exchange, as it was when it handed
+/// every readiness over (at least one switch an exchange).
+#[test]
+fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
+    const EXCHANGES: u64 = 1000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (engine, tid) = pool_engine();
+    // In a task: the future of a current-thread runtime's `block_on` does
+    // not claim the set (it may be polled where the runtime is only
+    // entered), a task of the runtime does.
+    let exchanges = rt.spawn(async move {
+        let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
+            .await
+            .unwrap();
+        let peer = echo_peer(listener.local_addr().unwrap());
+        let (s, _) = listener.accept().await.unwrap();
+        s.set_nodelay(true).unwrap();
+        // The first exchange claims the set for this runtime.
+        let (r, _) = s.write_all(vec![0u8]).await;
+        r.unwrap();
+        let (n, _) = s.read(vec![0u8; 1]).await;
+        assert_eq!(n.unwrap(), 1);
+        let before = switches(tid);
+        let mut buf = vec![0u8; 1];
+        for i in 0..EXCHANGES {
+            let byte = (i % 251) as u8;
+            let (r, _) = s.write_all(vec![byte]).await;
+            r.unwrap();
+            let (n, b) = s.read(buf).await;
+            assert_eq!(n.unwrap(), 1);
+            assert_eq!(b[0], byte, "exchange {i} got another byte");
+            buf = b;
+        }
+        let woken = switches(tid) - before;
+        assert!(
+            woken < EXCHANGES / 4,
+            "the readiness thread was woken {woken} times in {EXCHANGES} exchanges"
+        );
+        drop(s);
+        peer.join().unwrap();
+    });
+    rt.block_on(exchanges).unwrap();
+}
+
+/// A runtime that holds the set and whose workers are then all blocked
+/// in tasks: a read awaited on another thread (no runtime) still gets its
+/// bytes, the readiness thread taking the set's events back.
+#[test]
+fn readiness_is_seen_while_every_worker_is_blocked() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (engine, _) = pool_engine();
+    let ((a, _peer_a), (b, mut peer_b)) = rt.block_on(async {
+        let a = connected(&engine).await;
+        let b = connected(&engine).await;
+        (a, b)
+    });
+    // A read of `a` waits in the set from a task of the runtime, which
+    // claims the set (its first poll, on a worker, parks the read).
+    let (parked_tx, parked_rx) = mpsc::channel();
+    let waiting_read = rt.spawn(async move {
+        let mut read = std::pin::pin!(a.read(vec![0u8; 1]));
+        let first = futures::poll!(read.as_mut());
+        parked_tx.send(matches!(first, Poll::Pending)).unwrap();
+        read.await
+    });
+    assert!(
+        parked_rx.recv_timeout(GUARD).unwrap(),
+        "a's read did not wait"
+    );
+
+    // Both workers blocked until released.
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = std::sync::Arc::new(Mutex::new(release_rx));
+    let (blocked_tx, blocked_rx) = mpsc::channel();
+    for _ in 0..2 {
+        let (release, blocked) = (release_rx.clone(), blocked_tx.clone());
+        rt.spawn(async move {
+            blocked.send(()).unwrap();
+            let _ = release.lock().unwrap().recv();
+        });
+    }
+    for _ in 0..2 {
+        blocked_rx
+            .recv_timeout(GUARD)
+            .expect("a worker never blocked");
+    }
+
+    let (got_tx, got_rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let (n, buf) = futures::executor::block_on(parked_read(&b, &got_tx));
+        got_tx.send(Some((n.unwrap(), buf))).unwrap();
+        b
+    });
+    assert_eq!(
+        got_rx.recv_timeout(GUARD).unwrap(),
+        None,
+        "b's read did not wait"
+    );
+    peer_b.write_all(b"ping").unwrap();
+    let got = got_rx.recv_timeout(GUARD);
+    drop(release_tx);
+    let (n, buf) = got
+        .expect("the read never completed while the workers were blocked")
+        .unwrap();
+    assert_eq!(&buf[..n], &b"ping"[..n]);
+    assert!(n > 0);
+    let _b = reader.join().unwrap();
+    waiting_read.abort();
+    drop(rt);
+}
+
+/// A current-thread runtime that holds the set and is then not run (its
+/// `block_on` returned): a read awaited on another thread gets its bytes.
+#[test]
+fn readiness_is_seen_while_the_holding_runtime_is_not_run() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (engine, _) = pool_engine();
+    let ((a, _peer_a), (b, mut peer_b)) = rt.block_on(async {
+        let a = connected(&engine).await;
+        let b = connected(&engine).await;
+        (a, b)
+    });
+    // From a task of the runtime, which claims the set.
+    let claimed = rt.spawn(async move {
+        let mut read = std::pin::pin!(a.read(vec![0u8; 1]));
+        let first = futures::poll!(read.as_mut());
+        assert!(matches!(first, Poll::Pending), "a's read did not wait");
+    });
+    rt.block_on(claimed).unwrap();
+    // Not run from here on: its driving task is never polled.
+    let (got_tx, got_rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let (n, buf) = futures::executor::block_on(parked_read(&b, &got_tx));
+        got_tx.send(Some((n.unwrap(), buf))).unwrap();
+    });
+    assert_eq!(
+        got_rx.recv_timeout(GUARD).unwrap(),
+        None,
+        "b's read did not wait"
+    );
+    peer_b.write_all(b"pong").unwrap();
+    let (n, buf) = got_rx
+        .recv_timeout(GUARD)
+        .expect("the read never completed while the runtime was not run")
+        .unwrap();
+    assert!(n > 0);
+    assert_eq!(&buf[..n], &b"pong"[..n]);
+    reader.join().unwrap();
+    drop(rt);
+}
+
+/// A runtime dropped while its tasks' reads wait in the set it reads:
+/// the readiness thread takes the set back, and the streams, read from
+/// another thread, get every byte their peers send.
+#[test]
+fn a_runtime_dropped_with_reads_waiting_hands_the_set_back() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (engine, _) = pool_engine();
+    let pairs: Vec<(TcpStream, std::net::TcpStream)> =
+        rt.block_on(async { futures::future::join_all((0..8).map(|_| connected(&engine))).await });
+    let (streams, mut peers): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+    let streams: Vec<std::sync::Arc<TcpStream>> =
+        streams.into_iter().map(std::sync::Arc::new).collect();
+    let (parked_tx, parked_rx) = mpsc::channel();
+    for s in &streams {
+        let (s, parked) = (s.clone(), parked_tx.clone());
+        rt.spawn(async move {
+            let mut read = std::pin::pin!(s.read(vec![0u8; 1]));
+            let first = futures::poll!(read.as_mut());
+            parked.send(matches!(first, Poll::Pending)).unwrap();
+            read.await
+        });
+    }
+    // Runs the tasks until each has parked its read.
+    rt.block_on(async {
+        for _ in &streams {
+            while parked_rx.try_recv().map(|p| assert!(p)).is_err() {
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    drop(rt);
+
+    let reader = std::thread::spawn(move || {
+        futures::executor::block_on(async {
+            let mut got = Vec::new();
+            for (i, s) in streams.iter().enumerate() {
+                // A read may return part of what was sent (the dropped
+                // read's byte first): read until the peer's two bytes.
+                let mut all = Vec::new();
+                while all.len() < format!("s{i}").len() {
+                    let (n, buf) = s.read(vec![0u8; 8]).await;
+                    let n = n.unwrap();
+                    assert!(n > 0, "stream {i} ended");
+                    all.extend_from_slice(&buf[..n]);
+                }
+                got.push(all);
+            }
+            got
+        })
+    });
+    for (i, p) in peers.iter_mut().enumerate() {
+        p.write_all(format!("s{i}").as_bytes()).unwrap();
+    }
+    let got = reader.join().unwrap();
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g, format!("s{i}").as_bytes(), "stream {i}");
+    }
+}
