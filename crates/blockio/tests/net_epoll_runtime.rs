@@ -40,11 +40,14 @@ fn readiness_threads() -> Vec<u32> {
 fn pool_engine() -> (AsyncEngine, u32) {
     let _building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let before = readiness_threads();
-    // `Driving::Thread`: `Auto` on a runtime would try (and drop) a
-    // caller-driven engine first, a readiness thread of its own.
+    // `Driving::Auto` (with `Thread` only the readiness thread takes the
+    // set's events), built outside any runtime: `Auto` on a runtime would
+    // try (and drop) a caller-driven engine first, a readiness thread of
+    // its own.
+    assert!(tokio::runtime::Handle::try_current().is_err());
     let engine = AsyncEngine::builder()
         .backend(BackendChoice::ThreadPool)
-        .driving(Driving::Thread)
+        .driving(Driving::Auto)
         .build()
         .unwrap();
     // Named by the thread itself once it runs: waited for, so that every

@@ -117,6 +117,8 @@ pub use file::{
     MAX_STREAM_DEPTH,
 };
 pub use op::{BufResult, OpFuture, Withdrawal};
+#[doc(hidden)]
+pub use readiness::ReadinessCounts;
 
 #[cfg(feature = "tokio")]
 pub(crate) use relay::Lingering;
@@ -510,7 +512,10 @@ impl AsyncEngineBuilder {
                 Some(option) => format!("{reason}; {option} ignored: the thread pool has no ring"),
                 None => reason,
             };
-            let pool = PoolDriver::start(threads)?;
+            // `Driving::Thread` means the readiness thread alone takes
+            // the set's events: no runtime is asked to.
+            let on_runtimes = matches!(self.driving, Driving::Auto);
+            let pool = PoolDriver::start(threads, on_runtimes)?;
             Ok((Driver::Pool(pool), Backend::ThreadPool, Some(reason)))
         };
         let shape = self.recv_shape;
@@ -648,6 +653,13 @@ impl AsyncEngine {
     /// Counts a read served on the polling thread.
     pub(crate) fn count_inline(&self) {
         self.core.served_inline.increment();
+    }
+
+    /// Who took the readiness set's events so far (the thread pool's set,
+    /// or the engine's own if one was started), for tests.
+    #[doc(hidden)]
+    pub fn readiness_counts(&self) -> Option<ReadinessCounts> {
+        self.core.started_readiness().map(Readiness::counts)
     }
 
     /// Why the thread pool is in use, when it is; on an engine built with

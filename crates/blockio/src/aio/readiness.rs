@@ -79,12 +79,12 @@ use std::io;
 #[cfg(feature = "tokio")]
 use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::attempt::{attempt, awaits, is_connect, not_ready, short_receive};
 use super::epoll::{EpollSet, Readied};
-use super::lease::Lease;
+use super::lease::{Lease, TICK};
 #[cfg(feature = "tokio")]
 use super::readiness_tokio::{offer, Driven};
 use super::ready::{Awaits, ReadyWord};
@@ -112,6 +112,25 @@ struct Watcher {
     /// the thread takes them.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     on_runtimes: bool,
+    /// Waits on the set the thread has entered.
+    thread_waits: AtomicU64,
+    /// Socket events the thread has taken from the set.
+    thread_events: AtomicU64,
+}
+
+/// Who took a readiness set's events so far, for tests that check which
+/// thread did (see [`AsyncEngine::readiness_counts`](super::AsyncEngine::readiness_counts)).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadinessCounts {
+    /// Leases given to a tokio runtime's task.
+    pub claims: u64,
+    /// Leases revoked by the readiness thread.
+    pub revoked: u64,
+    /// Waits on the set the readiness thread has entered.
+    pub thread_waits: u64,
+    /// Socket events the readiness thread has taken from the set.
+    pub thread_events: u64,
 }
 
 impl Watcher {
@@ -240,8 +259,10 @@ impl Readiness {
             set: EpollSet::new()?,
             waiting: Mutex::new(Waiting::default()),
             stop: AtomicBool::new(false),
-            lease: Lease::default(),
+            lease: Lease::new(TICK),
             on_runtimes,
+            thread_waits: AtomicU64::new(0),
+            thread_events: AtomicU64::new(0),
         });
         let w = watcher.clone();
         std::thread::Builder::new()
@@ -309,6 +330,17 @@ impl Readiness {
         w.fds.insert(target, fd);
         drop(w);
         self.offer();
+    }
+
+    /// Who took the set's events so far.
+    pub(crate) fn counts(&self) -> ReadinessCounts {
+        let w = &self.watcher;
+        ReadinessCounts {
+            claims: w.lease.claims(),
+            revoked: w.lease.revoked(),
+            thread_waits: w.thread_waits.load(Ordering::Relaxed),
+            thread_events: w.thread_events.load(Ordering::Relaxed),
+        }
     }
 
     /// Offers the set's events to the tokio runtime the caller runs on,
@@ -470,18 +502,26 @@ impl Drop for Readiness {
 fn watch(watcher: &Watcher) {
     let mut events = Vec::new();
     while !watcher.stop.load(Ordering::SeqCst) {
+        // A nudge left from a claim made while the thread was busy is read
+        // back at each look: only the set's events count as waiting.
+        let waiting = || {
+            watcher.set.drain_nudge();
+            watcher.set.has_events()
+        };
         watcher
             .lease
-            .stand_aside(|| watcher.set.has_events(), &watcher.stop);
+            .stand_aside(waiting, || watcher.set.block(), &watcher.stop);
         if watcher.stop.load(Ordering::SeqCst) {
             break;
         }
         // An error (none is expected of a valid set) is tried again; the
         // wake-up is seen through `stop`. A lease claimed during the wait
         // is seen after it.
-        let _ = watcher
-            .set
-            .wait(&mut events, |key, r| on_event(watcher, key, r));
+        watcher.thread_waits.fetch_add(1, Ordering::Relaxed);
+        let _ = watcher.set.wait(&mut events, |key, r| {
+            watcher.thread_events.fetch_add(1, Ordering::Relaxed);
+            on_event(watcher, key, r)
+        });
     }
     shut_down(watcher);
 }
