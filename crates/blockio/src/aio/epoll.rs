@@ -275,6 +275,15 @@ impl EpollSet {
     }
 
     /// Whether events wait in the set (or the wake-up descriptor was
+    /// written), asked without taking them, once a nudge is read back: a
+    /// nudge left from a claim made while the thread was busy (it stands
+    /// aside already) is no event.
+    pub(crate) fn has_events_unnudged(&self) -> bool {
+        self.drain_nudge();
+        self.has_events()
+    }
+
+    /// Whether events wait in the set (or the wake-up descriptor was
     /// written), asked without taking them.
     pub(crate) fn has_events(&self) -> bool {
         let mut fds = [PollFd::new(&self.epoll, PollFlags::IN)];

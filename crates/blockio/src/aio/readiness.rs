@@ -502,15 +502,11 @@ impl Drop for Readiness {
 fn watch(watcher: &Watcher) {
     let mut events = Vec::new();
     while !watcher.stop.load(Ordering::SeqCst) {
-        // A nudge left from a claim made while the thread was busy is read
-        // back at each look: only the set's events count as waiting.
-        let waiting = || {
-            watcher.set.drain_nudge();
-            watcher.set.has_events()
-        };
-        watcher
-            .lease
-            .stand_aside(waiting, || watcher.set.block(), &watcher.stop);
+        watcher.lease.stand_aside(
+            || watcher.set.has_events_unnudged(),
+            || watcher.set.block(),
+            &watcher.stop,
+        );
         if watcher.stop.load(Ordering::SeqCst) {
             break;
         }
@@ -696,6 +692,35 @@ mod tests {
     use super::*;
     use crate::op::action::{Action, RecvArgs, SendArgs};
     use crate::op::Op;
+
+    /// A nudge left unread when the thread stands aside (the claim's,
+    /// made while the thread was busy) is no event: the holder, idle,
+    /// keeps the lease and the thread blocks on the set.
+    #[test]
+    fn a_nudge_left_over_costs_an_idle_holder_nothing() {
+        let set = Arc::new(EpollSet::new().unwrap());
+        let lease = Arc::new(Lease::new(Duration::from_millis(1)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let token = lease.try_claim().unwrap();
+        set.nudge().unwrap();
+        let (blocked_tx, blocked) = std::sync::mpsc::channel();
+        let (s, l, st) = (set.clone(), lease.clone(), stop.clone());
+        let aside = std::thread::spawn(move || {
+            let block = || {
+                let _ = blocked_tx.send(());
+                s.block();
+            };
+            l.stand_aside(|| s.has_events_unnudged(), block, &st);
+        });
+        blocked
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the thread never blocked: the nudge looked like an event");
+        assert!(lease.holds(token));
+        assert_eq!(lease.revoked(), 0);
+        assert!(lease.release(token));
+        set.nudge().unwrap();
+        aside.join().unwrap();
+    }
 
     /// An event's report of a socket readable.
     const READABLE: Readied = Readied {
