@@ -202,9 +202,10 @@ struct Watched {
     /// [`ready`](Self::ready) word has clear: an event that sets it
     /// retries them.
     reqs: Vec<Request>,
-    /// The watching thread is retrying some of its requests, unlocked:
-    /// the socket stays in the set until it has put them back.
-    retrying: bool,
+    /// Retries of some of its requests under way, unlocked (the thread's
+    /// and a runtime's task's may overlap, each taking other requests):
+    /// the socket stays in the set until every one has put them back.
+    retrying: u32,
     /// The socket is in the epoll set (added, not deleted since).
     in_set: bool,
     /// The set watches it for reading (a request has waited to read).
@@ -449,7 +450,7 @@ fn settle(set: &EpollSet, w: &mut Waiting, fd: RawFd) {
     let Some(s) = w.sockets.get(&fd) else {
         return;
     };
-    if s.reqs.is_empty() && !s.retrying && !s.kept {
+    if s.reqs.is_empty() && s.retrying == 0 && !s.kept {
         if s.in_set {
             // SAFETY: the caller keeps a request that holds `fd` open
             // alive.
@@ -619,7 +620,7 @@ fn on_event(watcher: &Watcher, event_key: u64, r: Readied) {
             return;
         }
         // The socket stays in the set while the calls run unlocked.
-        s.retrying = true;
+        s.retrying += 1;
         (now, ready.tick())
     };
     retry(watcher, fd, taken, tick);
@@ -659,7 +660,7 @@ fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
             if done.iter().any(|(req, res)| short_receive(req, *res)) {
                 s.ready.clear(Awaits::Readable, tick);
             }
-            s.retrying = false;
+            s.retrying -= 1;
             s.reqs.extend(again);
             break w;
         }
