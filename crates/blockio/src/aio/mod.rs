@@ -241,6 +241,10 @@ pub struct AsyncEngineBuilder {
     recv_shape: RingShape,
     /// `read_path`.
     read_path: ReadPath,
+    /// The thread pool's epoll set may be read on the tokio runtimes
+    /// whose tasks wait in it although `driving` is not `Auto`: the
+    /// process-wide default engine's ([`AsyncEngine::current`]).
+    pool_set_on_runtimes: bool,
 }
 
 impl Default for AsyncEngineBuilder {
@@ -252,6 +256,7 @@ impl Default for AsyncEngineBuilder {
             driving: Driving::Auto,
             recv_shape: RingShape::default(),
             read_path: ReadPath::Auto,
+            pool_set_on_runtimes: false,
         }
     }
 }
@@ -431,6 +436,15 @@ impl AsyncEngineBuilder {
         self
     }
 
+    /// The thread pool's epoll set (if the pool is the backend) is read on
+    /// the tokio runtimes whose tasks wait in it, whatever `driving`
+    /// says: for the process-wide default engine, built with a driver
+    /// thread so that no runtime drives its ring.
+    pub(crate) fn pool_set_on_runtimes(mut self) -> Self {
+        self.pool_set_on_runtimes = true;
+        self
+    }
+
     /// Starts the driver.
     ///
     /// # Errors
@@ -513,8 +527,9 @@ impl AsyncEngineBuilder {
                 None => reason,
             };
             // `Driving::Thread` means the readiness thread alone takes
-            // the set's events: no runtime is asked to.
-            let on_runtimes = matches!(self.driving, Driving::Auto);
+            // the set's events: no runtime is asked to (but for the
+            // default engine, whose driver thread is for the ring only).
+            let on_runtimes = matches!(self.driving, Driving::Auto) || self.pool_set_on_runtimes;
             let pool = PoolDriver::start(threads, on_runtimes)?;
             Ok((Driver::Pool(pool), Backend::ThreadPool, Some(reason)))
         };
