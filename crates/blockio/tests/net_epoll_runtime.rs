@@ -477,3 +477,35 @@ fn driving_thread_leaves_the_set_to_the_readiness_thread() {
     assert_eq!(c.claims, 0, "a runtime was asked to take the set: {c:?}");
     assert!(c.thread_events > 0, "{c:?}");
 }
+
+/// The default engine (`AsyncEngine::current`, built with a driver thread
+/// for its ring): on the thread pool, its set is still read on the
+/// runtime whose task waits in it; on io_uring no runtime is asked to
+/// read a set of its.
+#[test]
+fn the_default_engines_pool_set_is_read_on_the_runtime() {
+    let engine = AsyncEngine::current().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pool = engine.backend() == blockio::Backend::ThreadPool;
+    let (a, mut peer) = rt.block_on(connected(&engine));
+    let (parked_tx, parked_rx) = mpsc::channel();
+    let read = rt.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
+    let writer = std::thread::spawn(move || {
+        assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+        peer.write_all(b"ping").unwrap();
+        peer
+    });
+    assert_eq!(rt.block_on(read).unwrap(), 4);
+    let _peer = writer.join().unwrap();
+    let counts = engine.readiness_counts();
+    if pool {
+        let c = counts.expect("the pool's set");
+        assert_eq!(c.claims, 1, "the runtime did not claim the set: {c:?}");
+    } else {
+        // The ring engine's own set, if one started, is its thread's.
+        assert_eq!(counts.map_or(0, |c| c.claims), 0, "{counts:?}");
+    }
+}
