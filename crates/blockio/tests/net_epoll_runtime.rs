@@ -156,11 +156,17 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
         let peer = echo_peer(listener.local_addr().unwrap());
         let (s, _) = listener.accept().await.unwrap();
         s.set_nodelay(true).unwrap();
-        // The first exchange claims the set for this runtime.
-        let (r, _) = s.write_all(vec![0u8]).await;
-        r.unwrap();
-        let (n, _) = s.read(vec![0u8; 1]).await;
-        assert_eq!(n.unwrap(), 1);
+        // The first exchange claims the set for this runtime: its read,
+        // polled before the byte is sent, waits in the set.
+        {
+            let mut first = std::pin::pin!(s.read(vec![0u8; 1]));
+            let polled = futures::poll!(first.as_mut());
+            assert!(polled.is_pending(), "nothing was sent");
+            let (r, _) = s.write_all(vec![0u8]).await;
+            r.unwrap();
+            let (n, _) = first.await;
+            assert_eq!(n.unwrap(), 1);
+        }
         assert_eq!(
             counts(&engine).claims,
             1,
