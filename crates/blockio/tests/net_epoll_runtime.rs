@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::task::Poll;
 use std::time::Duration;
 
-use blockio::aio::{AsyncEngine, Driving};
+use blockio::aio::{AsyncEngine, Driving, ReadinessCounts};
 use blockio::net::{TcpListener, TcpStream};
 use blockio::BackendChoice;
 
@@ -40,11 +40,14 @@ fn readiness_threads() -> Vec<u32> {
 fn pool_engine() -> (AsyncEngine, u32) {
     let _building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let before = readiness_threads();
-    // `Driving::Thread`: `Auto` on a runtime would try (and drop) a
-    // caller-driven engine first, a readiness thread of its own.
+    // `Driving::Auto` (with `Thread` only the readiness thread takes the
+    // set's events), built outside any runtime: `Auto` on a runtime would
+    // try (and drop) a caller-driven engine first, a readiness thread of
+    // its own.
+    assert!(tokio::runtime::Handle::try_current().is_err());
     let engine = AsyncEngine::builder()
         .backend(BackendChoice::ThreadPool)
-        .driving(Driving::Thread)
+        .driving(Driving::Auto)
         .build()
         .unwrap();
     // Named by the thread itself once it runs: waited for, so that every
@@ -64,15 +67,27 @@ fn pool_engine() -> (AsyncEngine, u32) {
     }
 }
 
-/// The context switches of thread `tid` so far (voluntary and not): one
-/// at least each time it waits and is woken.
-fn switches(tid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
-    status
-        .lines()
-        .filter(|l| l.contains("ctxt_switches:"))
-        .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
-        .sum()
+/// Who took the engine's readiness set's events so far.
+fn counts(engine: &AsyncEngine) -> ReadinessCounts {
+    engine
+        .readiness_counts()
+        .expect("a thread-pool engine's set")
+}
+
+/// The system call thread `tid` is in (its number), if it is blocked in
+/// one.
+fn syscall_of(tid: u32) -> Option<i64> {
+    let call = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    call.split_whitespace().next()?.parse().ok()
+}
+
+/// Waits, bounded by [`GUARD`], until `done` holds; `what` names it.
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < GUARD, "never: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// A std peer of `addr` that echoes every byte until the stream ends.
@@ -130,7 +145,7 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
         .enable_all()
         .build()
         .unwrap();
-    let (engine, tid) = pool_engine();
+    let (engine, _) = pool_engine();
     // In a task: the future of a current-thread runtime's `block_on` does
     // not claim the set (it may be polled where the runtime is only
     // entered), a task of the runtime does.
@@ -141,12 +156,23 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
         let peer = echo_peer(listener.local_addr().unwrap());
         let (s, _) = listener.accept().await.unwrap();
         s.set_nodelay(true).unwrap();
-        // The first exchange claims the set for this runtime.
-        let (r, _) = s.write_all(vec![0u8]).await;
-        r.unwrap();
-        let (n, _) = s.read(vec![0u8; 1]).await;
-        assert_eq!(n.unwrap(), 1);
-        let before = switches(tid);
+        // The first exchange claims the set for this runtime: its read,
+        // polled before the byte is sent, waits in the set.
+        {
+            let mut first = std::pin::pin!(s.read(vec![0u8; 1]));
+            let polled = futures::poll!(first.as_mut());
+            assert!(polled.is_pending(), "nothing was sent");
+            let (r, _) = s.write_all(vec![0u8]).await;
+            r.unwrap();
+            let (n, _) = first.await;
+            assert_eq!(n.unwrap(), 1);
+        }
+        assert_eq!(
+            counts(&engine).claims,
+            1,
+            "the runtime did not claim the set"
+        );
+        let before = counts(&engine).thread_events;
         let mut buf = vec![0u8; 1];
         for i in 0..EXCHANGES {
             let byte = (i % 251) as u8;
@@ -157,10 +183,10 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
             assert_eq!(b[0], byte, "exchange {i} got another byte");
             buf = b;
         }
-        let woken = switches(tid) - before;
+        let taken = counts(&engine).thread_events - before;
         assert!(
-            woken < EXCHANGES / 4,
-            "the readiness thread was woken {woken} times in {EXCHANGES} exchanges"
+            taken < EXCHANGES / 4,
+            "the readiness thread took {taken} events in {EXCHANGES} exchanges"
         );
         drop(s);
         peer.join().unwrap();
@@ -196,6 +222,11 @@ fn readiness_is_seen_while_every_worker_is_blocked() {
     assert!(
         parked_rx.recv_timeout(GUARD).unwrap(),
         "a's read did not wait"
+    );
+    assert_eq!(
+        counts(&engine).claims,
+        1,
+        "the runtime did not claim the set"
     );
 
     // Both workers blocked until released.
@@ -260,6 +291,11 @@ fn readiness_is_seen_while_the_holding_runtime_is_not_run() {
         assert!(matches!(first, Poll::Pending), "a's read did not wait");
     });
     rt.block_on(claimed).unwrap();
+    assert_eq!(
+        counts(&engine).claims,
+        1,
+        "the runtime did not claim the set"
+    );
     // Not run from here on: its driving task is never polled.
     let (got_tx, got_rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
@@ -315,7 +351,18 @@ fn a_runtime_dropped_with_reads_waiting_hands_the_set_back() {
             }
         }
     });
+    assert_eq!(
+        counts(&engine).claims,
+        1,
+        "the runtime did not claim the set"
+    );
+    let waits = counts(&engine).thread_waits;
     drop(rt);
+    // Before the peers write: the dropped holder woke the thread, which
+    // waits on the set again (with no event to wake it).
+    wait_for("the readiness thread back in its wait", || {
+        counts(&engine).thread_waits > waits
+    });
 
     let reader = std::thread::spawn(move || {
         futures::executor::block_on(async {
@@ -341,5 +388,130 @@ fn a_runtime_dropped_with_reads_waiting_hands_the_set_back() {
     let got = reader.join().unwrap();
     for (i, g) in got.iter().enumerate() {
         assert_eq!(g, format!("s{i}").as_bytes(), "stream {i}");
+    }
+}
+
+/// A task that blocks its own current-thread runtime while its requests
+/// wait in the set (an executor of its own run inside it): the runtime
+/// claims the set once, its drive task never runs, and after the one
+/// revocation the thread takes every event, with no claim per request
+/// (each a drive task that never ran and a descriptor).
+#[test]
+fn a_task_blocking_its_runtime_claims_the_set_once() {
+    const EXCHANGES: usize = 20;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (engine, _) = pool_engine();
+    let (s, peer) = rt.block_on(connected(&engine));
+    // The peer writes a byte each time a read waits (reported by it).
+    let (parked_tx, parked_rx) = mpsc::channel::<Report>();
+    let writer = std::thread::spawn(move || {
+        let mut peer = peer;
+        for i in 0..EXCHANGES {
+            assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+            peer.write_all(&[i as u8]).unwrap();
+        }
+    });
+    let counted = rt.spawn(async move {
+        for i in 0..EXCHANGES {
+            let (n, b) = futures::executor::block_on(parked_read(&s, &parked_tx));
+            assert_eq!(n.unwrap(), 1);
+            assert_eq!(b[0], i as u8);
+        }
+        drop(s);
+        counts(&engine)
+    });
+    let counted = rt.block_on(counted).unwrap();
+    writer.join().unwrap();
+    assert_eq!(
+        counted.claims, 1,
+        "claimed again while blocked: {counted:?}"
+    );
+    assert_eq!(counted.revoked, 1, "{counted:?}");
+}
+
+/// A runtime holding the set while nothing happens on it: the readiness
+/// thread, standing aside, blocks on the set (no timer), and the runtime
+/// keeps the lease.
+#[test]
+fn an_idle_holder_leaves_the_thread_blocked_on_the_set() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (engine, tid) = pool_engine();
+    let (a, mut peer) = rt.block_on(connected(&engine));
+    let (parked_tx, parked_rx) = mpsc::channel();
+    let read = rt.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
+    wait_for("the read parked and the set claimed", || {
+        counts(&engine).claims == 1
+    });
+    assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+    wait_for("the readiness thread blocked in poll", || {
+        syscall_of(tid) == Some(libc::SYS_ppoll)
+    });
+    let idle = counts(&engine);
+    assert_eq!(idle.revoked, 0, "{idle:?}");
+    peer.write_all(b"ping").unwrap();
+    assert_eq!(rt.block_on(read).unwrap(), 4);
+}
+
+/// `Driving::Thread` on the thread pool: the readiness thread alone
+/// takes the set's events, and a runtime without I/O is never asked to.
+#[test]
+fn driving_thread_leaves_the_set_to_the_readiness_thread() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .unwrap();
+    let engine = AsyncEngine::builder()
+        .backend(BackendChoice::ThreadPool)
+        .driving(Driving::Thread)
+        .build()
+        .unwrap();
+    let (a, mut peer) = rt.block_on(connected(&engine));
+    let (parked_tx, parked_rx) = mpsc::channel();
+    let read = rt.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
+    assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+    peer.write_all(b"ping").unwrap();
+    assert_eq!(rt.block_on(read).unwrap(), 4);
+    let c = counts(&engine);
+    assert_eq!(c.claims, 0, "a runtime was asked to take the set: {c:?}");
+    assert!(c.thread_events > 0, "{c:?}");
+}
+
+/// The default engine (`AsyncEngine::current`, built with a driver thread
+/// for its ring): on the thread pool, its set is still read on the
+/// runtime whose task waits in it; on io_uring no runtime is asked to
+/// read a set of its.
+#[test]
+fn the_default_engines_pool_set_is_read_on_the_runtime() {
+    let engine = AsyncEngine::current().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pool = engine.backend() == blockio::Backend::ThreadPool;
+    let (a, mut peer) = rt.block_on(connected(&engine));
+    let (parked_tx, parked_rx) = mpsc::channel();
+    let read = rt.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
+    let writer = std::thread::spawn(move || {
+        assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+        peer.write_all(b"ping").unwrap();
+        peer
+    });
+    assert_eq!(rt.block_on(read).unwrap(), 4);
+    let _peer = writer.join().unwrap();
+    let counts = engine.readiness_counts();
+    if pool {
+        let c = counts.expect("the pool's set");
+        assert_eq!(c.claims, 1, "the runtime did not claim the set: {c:?}");
+    } else {
+        // The ring engine's own set, if one started, is its thread's.
+        assert_eq!(counts.map_or(0, |c| c.claims), 0, "{counts:?}");
     }
 }

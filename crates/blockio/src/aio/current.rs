@@ -31,8 +31,11 @@ static PROCESS: OnceLock<Result<AsyncEngine, (io::ErrorKind, String)>> = OnceLoc
 /// The process-wide engine, built now if it is not yet.
 fn process_engine() -> io::Result<AsyncEngine> {
     let built = PROCESS.get_or_init(|| {
+        // On the thread pool, the set sockets wait in is still read on
+        // the runtime whose tasks wait in it, as with `Driving::Auto`.
         AsyncEngine::builder()
             .driving(Driving::Thread)
+            .pool_set_on_runtimes()
             .build()
             .map_err(|e| (e.kind(), e.to_string()))
     });

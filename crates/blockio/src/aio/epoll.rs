@@ -198,12 +198,25 @@ impl EpollSet {
     ) -> io::Result<bool> {
         let taken = self.take(events, None, each)?;
         if taken.nudged {
-            let mut count = [0u8; 8];
-            // Read back, so that the next wait waits; a read that finds
-            // it read already (EAGAIN) is as good.
-            let _ = rustix::io::read(&self.nudge, &mut count);
+            self.drain_nudge();
         }
         Ok(taken.woken)
+    }
+
+    /// Reads the nudge back, so that the set no longer looks readable for
+    /// it (a nudge the thread no longer needs: it stands aside already).
+    pub(crate) fn drain_nudge(&self) {
+        let mut count = [0u8; 8];
+        // A read that finds it read already (EAGAIN) is as good.
+        let _ = rustix::io::read(&self.nudge, &mut count);
+    }
+
+    /// Blocks until the set's descriptor is readable (an event waits, or
+    /// the nudge or wake-up descriptor was written), taking nothing. An
+    /// interrupted or failed wait returns early: the caller looks again.
+    pub(crate) fn block(&self) {
+        let mut fds = [PollFd::new(&self.epoll, PollFlags::IN)];
+        let _ = poll(&mut fds, None);
     }
 
     /// Ends the thread's current wait (or its next), once: it then sees
@@ -259,6 +272,15 @@ impl EpollSet {
             }
         }
         Ok(taken)
+    }
+
+    /// Whether events wait in the set (or the wake-up descriptor was
+    /// written), asked without taking them, once a nudge is read back: a
+    /// nudge left from a claim made while the thread was busy (it stands
+    /// aside already) is no event.
+    pub(crate) fn has_events_unnudged(&self) -> bool {
+        self.drain_nudge();
+        self.has_events()
     }
 
     /// Whether events wait in the set (or the wake-up descriptor was

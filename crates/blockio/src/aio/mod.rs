@@ -117,6 +117,8 @@ pub use file::{
     MAX_STREAM_DEPTH,
 };
 pub use op::{BufResult, OpFuture, Withdrawal};
+#[doc(hidden)]
+pub use readiness::ReadinessCounts;
 
 #[cfg(feature = "tokio")]
 pub(crate) use relay::Lingering;
@@ -239,6 +241,10 @@ pub struct AsyncEngineBuilder {
     recv_shape: RingShape,
     /// `read_path`.
     read_path: ReadPath,
+    /// The thread pool's epoll set may be read on the tokio runtimes
+    /// whose tasks wait in it although `driving` is not `Auto`: the
+    /// process-wide default engine's ([`AsyncEngine::current`]).
+    pool_set_on_runtimes: bool,
 }
 
 impl Default for AsyncEngineBuilder {
@@ -250,6 +256,7 @@ impl Default for AsyncEngineBuilder {
             driving: Driving::Auto,
             recv_shape: RingShape::default(),
             read_path: ReadPath::Auto,
+            pool_set_on_runtimes: false,
         }
     }
 }
@@ -429,6 +436,15 @@ impl AsyncEngineBuilder {
         self
     }
 
+    /// The thread pool's epoll set (if the pool is the backend) is read on
+    /// the tokio runtimes whose tasks wait in it, whatever `driving`
+    /// says: for the process-wide default engine, built with a driver
+    /// thread so that no runtime drives its ring.
+    pub(crate) fn pool_set_on_runtimes(mut self) -> Self {
+        self.pool_set_on_runtimes = true;
+        self
+    }
+
     /// Starts the driver.
     ///
     /// # Errors
@@ -510,7 +526,11 @@ impl AsyncEngineBuilder {
                 Some(option) => format!("{reason}; {option} ignored: the thread pool has no ring"),
                 None => reason,
             };
-            let pool = PoolDriver::start(threads)?;
+            // `Driving::Thread` means the readiness thread alone takes
+            // the set's events: no runtime is asked to (but for the
+            // default engine, whose driver thread is for the ring only).
+            let on_runtimes = matches!(self.driving, Driving::Auto) || self.pool_set_on_runtimes;
+            let pool = PoolDriver::start(threads, on_runtimes)?;
             Ok((Driver::Pool(pool), Backend::ThreadPool, Some(reason)))
         };
         let shape = self.recv_shape;
@@ -648,6 +668,13 @@ impl AsyncEngine {
     /// Counts a read served on the polling thread.
     pub(crate) fn count_inline(&self) {
         self.core.served_inline.increment();
+    }
+
+    /// Who took the readiness set's events so far (the thread pool's set,
+    /// or the engine's own if one was started), for tests.
+    #[doc(hidden)]
+    pub fn readiness_counts(&self) -> Option<ReadinessCounts> {
+        self.core.started_readiness().map(Readiness::counts)
     }
 
     /// Why the thread pool is in use, when it is; on an engine built with

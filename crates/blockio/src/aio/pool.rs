@@ -27,12 +27,20 @@ pub(crate) struct PoolDriver {
 
 impl PoolDriver {
     /// Starts the readiness thread; `threads` worker threads are started
-    /// by the first file request.
-    pub(crate) fn start(threads: usize) -> io::Result<PoolDriver> {
+    /// by the first file request. With `on_runtimes` (the engine's
+    /// driving is [`Driving::Auto`](super::Driving::Auto)), the set's
+    /// events are taken on the tokio runtime whose tasks wait in it;
+    /// otherwise by the readiness thread alone.
+    pub(crate) fn start(threads: usize, on_runtimes: bool) -> io::Result<PoolDriver> {
+        let sockets = if on_runtimes {
+            Readiness::on_runtimes()?
+        } else {
+            Readiness::new()?
+        };
         Ok(PoolDriver {
             threads,
             workers: OnceLock::new(),
-            sockets: Readiness::on_runtimes()?,
+            sockets,
         })
     }
 

@@ -79,12 +79,12 @@ use std::io;
 #[cfg(feature = "tokio")]
 use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::attempt::{attempt, awaits, is_connect, not_ready, short_receive};
 use super::epoll::{EpollSet, Readied};
-use super::lease::Lease;
+use super::lease::{Lease, TICK};
 #[cfg(feature = "tokio")]
 use super::readiness_tokio::{offer, Driven};
 use super::ready::{Awaits, ReadyWord};
@@ -112,6 +112,25 @@ struct Watcher {
     /// the thread takes them.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     on_runtimes: bool,
+    /// Waits on the set the thread has entered.
+    thread_waits: AtomicU64,
+    /// Socket events the thread has taken from the set.
+    thread_events: AtomicU64,
+}
+
+/// Who took a readiness set's events so far, for tests that check which
+/// thread did (see [`AsyncEngine::readiness_counts`](super::AsyncEngine::readiness_counts)).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadinessCounts {
+    /// Leases given to a tokio runtime's task.
+    pub claims: u64,
+    /// Leases revoked by the readiness thread.
+    pub revoked: u64,
+    /// Waits on the set the readiness thread has entered.
+    pub thread_waits: u64,
+    /// Socket events the readiness thread has taken from the set.
+    pub thread_events: u64,
 }
 
 impl Watcher {
@@ -183,9 +202,10 @@ struct Watched {
     /// [`ready`](Self::ready) word has clear: an event that sets it
     /// retries them.
     reqs: Vec<Request>,
-    /// The watching thread is retrying some of its requests, unlocked:
-    /// the socket stays in the set until it has put them back.
-    retrying: bool,
+    /// Retries of some of its requests under way, unlocked (the thread's
+    /// and a runtime's task's may overlap, each taking other requests):
+    /// the socket stays in the set until every one has put them back.
+    retrying: u32,
     /// The socket is in the epoll set (added, not deleted since).
     in_set: bool,
     /// The set watches it for reading (a request has waited to read).
@@ -240,8 +260,10 @@ impl Readiness {
             set: EpollSet::new()?,
             waiting: Mutex::new(Waiting::default()),
             stop: AtomicBool::new(false),
-            lease: Lease::default(),
+            lease: Lease::new(TICK),
             on_runtimes,
+            thread_waits: AtomicU64::new(0),
+            thread_events: AtomicU64::new(0),
         });
         let w = watcher.clone();
         std::thread::Builder::new()
@@ -309,6 +331,17 @@ impl Readiness {
         w.fds.insert(target, fd);
         drop(w);
         self.offer();
+    }
+
+    /// Who took the set's events so far.
+    pub(crate) fn counts(&self) -> ReadinessCounts {
+        let w = &self.watcher;
+        ReadinessCounts {
+            claims: w.lease.claims(),
+            revoked: w.lease.revoked(),
+            thread_waits: w.thread_waits.load(Ordering::Relaxed),
+            thread_events: w.thread_events.load(Ordering::Relaxed),
+        }
     }
 
     /// Offers the set's events to the tokio runtime the caller runs on,
@@ -417,7 +450,7 @@ fn settle(set: &EpollSet, w: &mut Waiting, fd: RawFd) {
     let Some(s) = w.sockets.get(&fd) else {
         return;
     };
-    if s.reqs.is_empty() && !s.retrying && !s.kept {
+    if s.reqs.is_empty() && s.retrying == 0 && !s.kept {
         if s.in_set {
             // SAFETY: the caller keeps a request that holds `fd` open
             // alive.
@@ -470,18 +503,22 @@ impl Drop for Readiness {
 fn watch(watcher: &Watcher) {
     let mut events = Vec::new();
     while !watcher.stop.load(Ordering::SeqCst) {
-        watcher
-            .lease
-            .stand_aside(|| watcher.set.has_events(), &watcher.stop);
+        watcher.lease.stand_aside(
+            || watcher.set.has_events_unnudged(),
+            || watcher.set.block(),
+            &watcher.stop,
+        );
         if watcher.stop.load(Ordering::SeqCst) {
             break;
         }
         // An error (none is expected of a valid set) is tried again; the
         // wake-up is seen through `stop`. A lease claimed during the wait
         // is seen after it.
-        let _ = watcher
-            .set
-            .wait(&mut events, |key, r| on_event(watcher, key, r));
+        watcher.thread_waits.fetch_add(1, Ordering::Relaxed);
+        let _ = watcher.set.wait(&mut events, |key, r| {
+            watcher.thread_events.fetch_add(1, Ordering::Relaxed);
+            on_event(watcher, key, r)
+        });
     }
     shut_down(watcher);
 }
@@ -583,7 +620,7 @@ fn on_event(watcher: &Watcher, event_key: u64, r: Readied) {
             return;
         }
         // The socket stays in the set while the calls run unlocked.
-        s.retrying = true;
+        s.retrying += 1;
         (now, ready.tick())
     };
     retry(watcher, fd, taken, tick);
@@ -623,7 +660,7 @@ fn retry(watcher: &Watcher, fd: RawFd, mut taken: Vec<Request>, mut tick: u32) {
             if done.iter().any(|(req, res)| short_receive(req, *res)) {
                 s.ready.clear(Awaits::Readable, tick);
             }
-            s.retrying = false;
+            s.retrying -= 1;
             s.reqs.extend(again);
             break w;
         }
@@ -656,6 +693,35 @@ mod tests {
     use super::*;
     use crate::op::action::{Action, RecvArgs, SendArgs};
     use crate::op::Op;
+
+    /// A nudge left unread when the thread stands aside (the claim's,
+    /// made while the thread was busy) is no event: the holder, idle,
+    /// keeps the lease and the thread blocks on the set.
+    #[test]
+    fn a_nudge_left_over_costs_an_idle_holder_nothing() {
+        let set = Arc::new(EpollSet::new().unwrap());
+        let lease = Arc::new(Lease::new(Duration::from_millis(1)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let token = lease.try_claim().unwrap();
+        set.nudge().unwrap();
+        let (blocked_tx, blocked) = std::sync::mpsc::channel();
+        let (s, l, st) = (set.clone(), lease.clone(), stop.clone());
+        let aside = std::thread::spawn(move || {
+            let block = || {
+                let _ = blocked_tx.send(());
+                s.block();
+            };
+            l.stand_aside(|| s.has_events_unnudged(), block, &st);
+        });
+        blocked
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the thread never blocked: the nudge looked like an event");
+        assert!(lease.holds(token));
+        assert_eq!(lease.revoked(), 0);
+        assert!(lease.release(token));
+        set.nudge().unwrap();
+        aside.join().unwrap();
+    }
 
     /// An event's report of a socket readable.
     const READABLE: Readied = Readied {

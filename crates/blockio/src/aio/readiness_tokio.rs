@@ -21,6 +21,13 @@
 //! future of a current-thread runtime's `block_on` until a task of that
 //! runtime waits ([`runs`]).
 //!
+//! Until the task is first polled, the set is not claimed again (see
+//! [`lease`](super::lease)): a runtime that does not run the task it was
+//! given (a current-thread runtime whose task blocks its thread, waiting
+//! for a request of the set) loses the lease once, and the thread takes
+//! the events from then on, with one drive task and one registration of
+//! the set's descriptor at most waiting there.
+//!
 //! The task ends when its lease is revoked, when the set stops (the
 //! engine is gone; the set's wake-up descriptor makes it readable), or
 //! when its runtime drops it (shut down): its [`Held`] then releases the
@@ -70,7 +77,11 @@ struct Held {
 impl Drop for Held {
     fn drop(&mut self) {
         if let Some(set) = self.set.upgrade() {
-            set.lease().release(self.token);
+            set.lease().polled(self.token);
+            if set.lease().release(self.token) {
+                // The thread may be blocked on the set, standing aside.
+                set.nudge_thread();
+            }
         }
     }
 }
@@ -131,6 +142,7 @@ async fn drive(held: Held, watched: AsyncFd<SetFd>) {
         let Some(set) = held.set.upgrade() else {
             return Poll::Ready(Ok(()));
         };
+        set.lease().polled(held.token);
         if set.stopped() || !set.lease().holds(held.token) {
             return Poll::Ready(Ok(()));
         }
