@@ -378,10 +378,26 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 raise
         finally:
             if data is not None:
-                if data and not self._paused and not isinstance(self._protocol, asyncio.BufferedProtocol):
-                    self._protocol.data_received(data)  # asyncio's call, as its own does
+                if data and not self._closing and not self._paused and not isinstance(self._protocol, asyncio.BufferedProtocol):
+                    # _deliver's body, inline: the message's only Python call.
+                    try:
+                        self._protocol.data_received(data)
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
                 else:
                     self._data_received(data, len(data))
+
+    def _deliver(self, data: Any) -> None:
+        """Hands bytes to a plain protocol; an exception it lets out ends the
+        connection as asyncio's selector loop and uvloop end it."""
+        try:
+            self._protocol.data_received(data)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
 
     def _read_failed(self, exc: OSError) -> None:
         if isinstance(exc, ConnectionAbortedError):
@@ -408,7 +424,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         if self._paused:
             self._data = data  # kept for resume_reading
         elif length and not isinstance(self._protocol, asyncio.BufferedProtocol):
-            self._protocol.data_received(data)  # asyncio's call, as its own does
+            self._deliver(data)
             return
         if self._paused or length == 0 or not isinstance(self._protocol, asyncio.BufferedProtocol):
             super()._data_received(data, length)
