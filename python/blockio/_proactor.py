@@ -45,12 +45,14 @@ same listening socket.
 from __future__ import annotations
 
 import _socket
+import contextlib
 import contextvars
 import errno
 import os
 import select
 import socket
 import stat
+import struct
 import weakref
 from asyncio import exceptions, futures
 from typing import Any, Callable
@@ -157,7 +159,7 @@ class ServerAccept:
     flight.
     """
 
-    __slots__ = ("_proactor", "listener", "callback", "context", "token", "cancelled")
+    __slots__ = ("_proactor", "listener", "callback", "context", "token", "cancelled", "stopped")
 
     def __init__(self, proactor: RingProactor, listener: socket.socket, callback: Callable[[Any, Any], None]) -> None:
         self._proactor = proactor
@@ -168,6 +170,9 @@ class ServerAccept:
         # connection about to be handed on); None when not armed.
         self.token: Any = None
         self.cancelled = False
+        # Set by the loop's _stop_serving: the server no longer serves, and
+        # a connection whose accept completes now is reset.
+        self.stopped = False
 
     def cancel(self, msg: Any = None) -> bool:
         """Cancels the accept in flight; its completion calls nothing (a
@@ -198,6 +203,16 @@ class ServerAccept:
     def __repr__(self) -> str:
         state = "cancelled" if self.cancelled else "pending" if self.token is not None else "idle"
         return f"<ServerAccept {state} on {self.listener!r}>"
+
+
+def reset(conn: socket.socket) -> None:
+    """Closes an accepted connection that nothing serves with a reset (an
+    RST, ``SO_LINGER`` 0), as the kernel ends the connections left in a
+    closed listener's backlog: the client sees that it was not served,
+    not a clean end of stream."""
+    with contextlib.suppress(OSError):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
 
 
 def _fd_of(obj: Any) -> int:
@@ -508,7 +523,7 @@ class RingProactor:
         """Keeps ``conn``, accepted on ``listener`` for a caller that was
         cancelled meanwhile, for the next accept."""
         if getattr(listener, "_closed", False):
-            conn.close()
+            reset(conn)
             return
         fd = listener.fileno()
         conn_fd = conn.detach()
@@ -518,7 +533,7 @@ class RingProactor:
         """Closes the connections kept for listening descriptor ``fd``."""
         _ref, conns = self._kept_conns.pop(fd, (None, []))
         for conn_fd, _addr in conns:
-            os.close(conn_fd)
+            reset(socket.socket(fileno=conn_fd))
 
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
