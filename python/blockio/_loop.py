@@ -269,6 +269,9 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
     _rx: Any = None
 
     def write(self, data: Any) -> None:
+        if self._loop._proactor is None:
+            self._write_after_close(data)
+            return
         if (
             type(data) is bytes
             and data
@@ -298,6 +301,21 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             self._write_now(data if type(data) is bytes else bytes(data))
         else:
             super().write(data)
+
+    def _write_after_close(self, data: Any) -> None:
+        """A write after the loop's close, as asyncio's selector loop takes
+        it: sent at once when the socket takes all of it; what it does not
+        take would need the loop."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
+        if not data or self._closing or self._conn_lost:
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            raise RuntimeError("Event loop is closed")
 
     def _idle_for_writes(self) -> bool:
         """Whether nothing stands between a write and the socket: no send in

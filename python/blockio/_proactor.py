@@ -400,6 +400,12 @@ class RingProactor:
             data = data[:n]
         return data
 
+    def _drop_kept(self, conn: Any) -> None:
+        """Drops the bytes kept for ``conn``, whose reader has gone."""
+        entry = self._kept.get(_fd_of(conn))
+        if entry is not None and entry[0]() is conn:
+            del self._kept[_fd_of(conn)]
+
     def recv(self, conn: Any, nbytes: int, flags: int = 0) -> futures.Future:
         """Receives at most ``nbytes`` bytes (``b''`` at end of stream)."""
         kept = self._take_kept(conn, nbytes)
@@ -447,7 +453,7 @@ class RingProactor:
         if rx.token is not marker:
             return  # armed again meanwhile
         if rx.cancelled:
-            self._keep(_RECV, (rx.fd, rx.conn), len(data), data)
+            self._drop_kept(rx.conn)  # as _finish_stream drops them
             return
         rx.token = None
         rx.deliver(callback, data, None)
@@ -680,9 +686,10 @@ class RingProactor:
         self._direct = not self._loop._ready
         # Each operation is taken from _ops and finished, and its socket
         # released: a transport's receive with bytes calls the transport
-        # there (Rust), anything else goes to _finish. A transport's
-        # callback that lets SystemExit or KeyboardInterrupt out leaves the
-        # rest of the batch in _left, for the next select.
+        # there (Rust), anything else goes to _finish. Any error that comes
+        # out (a callback's SystemExit or KeyboardInterrupt, or the
+        # dispatch's own) leaves the rest of the batch in _left, for the
+        # next select.
         _blockio.dispatch_batch(self, batch)
         return ()
 
@@ -739,7 +746,14 @@ class RingProactor:
             self._redirected.discard(token)
             if res > 0:
                 self._keep(_RECV, arg, res, value)
-        if rx.cancelled or rx.token != token:
+        if rx.cancelled:
+            # Cancelled by its transport's close or abort: nothing reads the
+            # socket again, and the bytes it took go with it (kept, they
+            # would stay until the number is reused, and every transport's
+            # arming would ask whether they are its own).
+            self._drop_kept(rx.conn)
+            return
+        if rx.token != token:
             if res >= 0 and not redirected:
                 self._after_cancel(_RECV, arg, res, value)
             return

@@ -745,6 +745,77 @@ def test_a_server_accepts_on_after_its_protocol_factory_lets_keyboard_interrupt_
         loop.run_until_complete(srv.wait_closed())
 
 
+def test_bytes_taken_by_a_closed_transport_s_receive_are_dropped(monkeypatch):
+    """Transports closed as their peers' bytes arrive (their receives took
+    them and are cancelled by the close): the bytes are dropped, not kept
+    for the descriptors, and another transport's receives are armed
+    without the proactor's Python ``receive`` (which kept bytes of any
+    descriptor used to send every transport through). io_uring only: the
+    epoll loop keeps nothing."""
+    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
+    loop = blockio.new_event_loop()
+    calls = []
+    receive = _proactor.RingProactor.receive
+
+    def counting(self, *args):
+        calls.append(args)
+        return receive(self, *args)
+
+    class Echo(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def data_received(self, data):
+            self.transport.write(data)
+
+    async def main():
+        made = []
+        lost = []
+
+        class Keep(asyncio.Protocol):
+            def connection_made(self, transport):
+                made.append(transport)
+
+            def connection_lost(self, exc):
+                lost.append(exc)
+
+        srv = await loop.create_server(Keep, "127.0.0.1", 0)
+        clients = [socket.create_connection(srv.sockets[0].getsockname()) for _ in range(20)]
+        await await_until(lambda: len(made) == 20, "the connections")
+        for client, transport in zip(clients, made):
+            client.send(b"z" * 100)
+            transport.close()
+        await await_until(lambda: len(lost) == 20, "the connections' ends")
+        proactor = loop._proactor
+        receives = [transport._rx for transport in made]
+        await await_until(
+            lambda: not any(entry[0] in receives for entry in proactor._ops.values()),
+            "the cancelled receives' completions",
+        )
+        kept = dict(proactor._kept)
+        echo = await loop.create_server(Echo, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(*echo.sockets[0].getsockname())
+        monkeypatch.setattr(_proactor.RingProactor, "receive", counting)
+        for i in range(100):
+            writer.write(b"%04d" % i)
+            assert await reader.readexactly(4) == b"%04d" % i
+        monkeypatch.setattr(_proactor.RingProactor, "receive", receive)
+        writer.close()
+        for client in clients:
+            client.close()
+        srv.close()
+        echo.close()
+        await echo.wait_closed()
+        return kept
+
+    try:
+        kept = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        loop.close()
+    assert kept == {}
+    assert calls == []
+
+
 def test_a_write_pipe_closed_by_its_owner_writes_to_no_file_taking_its_number(loop, tmp_path):
     """A write pipe transport with a write backed up (more than the pipe
     holds); its owner closes the file object it gave and another file takes

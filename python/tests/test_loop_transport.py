@@ -266,7 +266,10 @@ def test_a_server_s_connection_makes_no_future_and_its_socket_is_non_blocking(mo
     class Keep(Echo):
         def connection_made(self, transport):
             super().connection_made(transport)
-            socks.append(transport.get_extra_info("socket"))
+            sock = transport.get_extra_info("socket")
+            # The descriptor's own mode (O_NONBLOCK), not the object's idea
+            # of it.
+            socks.append((os.get_blocking(sock.fileno()), sock.gettimeout(), sock.type))
 
     async def main():
         server = await loop.create_server(Keep, "127.0.0.1", 0)
@@ -289,8 +292,7 @@ def test_a_server_s_connection_makes_no_future_and_its_socket_is_non_blocking(mo
         loop.close()
     assert accepts == []
     assert len(socks) == 30
-    for s in socks:
-        assert s.gettimeout() == 0.0 and s.type == socket.SOCK_STREAM, s
+    assert set(socks) == {(False, 0.0, socket.SOCK_STREAM)}, socks
 
 
 def test_callbacks_queued_before_a_completion_run_before_the_protocol_sees_it(loop):
@@ -363,6 +365,19 @@ def test_no_protocol_call_while_reading_is_paused(loop):
     assert pr.calls.count("lost") == 1
 
 
+async def _settled(loop, tr):
+    """Waits until nothing can be on its way to ``tr``'s protocol: no
+    receive of the transport's is left in the ring (its completion is
+    dispatched), and every callback queued before has run."""
+    if loop.backend == "uring":
+        rx = tr._rx
+        ops = loop._proactor._ops
+        await await_until(lambda: not any(entry[0] is rx for entry in ops.values()), "the receive's completion")
+    turn = loop.create_future()
+    loop.call_soon(turn.set_result, None)
+    await turn
+
+
 def test_no_data_is_received_after_close(loop):
     """``close()``: "no more data will be received" (asyncio's documented
     contract; its selector loop and uvloop stop reading at once). Bytes
@@ -381,9 +396,7 @@ def test_no_data_is_received_after_close(loop):
         b.shutdown(socket.SHUT_WR)
         tr.close()
         await pr.lost
-        # Turns of the loop for anything still on its way to the protocol.
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await _settled(loop, tr)
         return pr
 
     pr = loop.run_until_complete(main())
@@ -460,8 +473,7 @@ def test_no_data_is_received_after_a_resume_then_close(loop):
         tr.resume_reading()
         tr.close()
         await pr.lost
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await _settled(loop, tr)
         return pr
 
     pr = loop.run_until_complete(main())
@@ -504,3 +516,22 @@ def test_an_exception_escaping_a_protocol_loses_no_other_connections_bytes(loop)
     for a, b in pairs:
         b.close()
     assert len(raised) == 1
+
+
+def test_a_write_after_the_loop_s_close_goes_out_as_on_asyncio_s_loop(loop):
+    """A transport left open when its loop is closed: a write that the
+    socket takes at once still goes out (asyncio's selector loop sends it
+    from ``write``); one it cannot take raises ``RuntimeError``."""
+    a, b = socket.socketpair()
+    tr, _pr = loop.run_until_complete(loop.create_connection(asyncio.Protocol, sock=a))
+    loop.close()
+    try:
+        tr.write(b"x")
+        tr.write(bytearray(b"y"))
+        b.settimeout(DEADLINE)
+        assert b.recv(10) == b"xy"
+        with pytest.raises(RuntimeError, match="Event loop is closed"):
+            tr.write(b"z" * (64 << 20))
+    finally:
+        a.close()
+        b.close()
