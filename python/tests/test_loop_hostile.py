@@ -127,8 +127,11 @@ def test_a_receive_cancelled_in_its_turn_takes_nothing_from_a_socket_reusing_the
         # The new socket takes a's number by dup2 (the lowest free number
         # may be a lower one, freed meanwhile by another test's garbage).
         fresh, y = socket.socketpair()
-        os.dup2(fresh.fileno(), old)
-        fresh.close()
+        if fresh.fileno() == old:
+            fresh.detach()  # it took the number itself
+        else:
+            os.dup2(fresh.fileno(), old)
+            fresh.close()
         x = socket.socket(fileno=old)
         x.setblocking(False)
         y.send(b"for x")
