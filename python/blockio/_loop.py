@@ -269,6 +269,9 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
     _rx: Any = None
 
     def write(self, data: Any) -> None:
+        if self._loop._proactor is None:
+            self._write_after_close(data)
+            return
         if (
             type(data) is bytes
             and data
@@ -298,6 +301,21 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             self._write_now(data if type(data) is bytes else bytes(data))
         else:
             super().write(data)
+
+    def _write_after_close(self, data: Any) -> None:
+        """A write after the loop's close, as asyncio's selector loop takes
+        it: sent at once when the socket takes all of it; what it does not
+        take would need the loop."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
+        if not data or self._closing or self._conn_lost:
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            raise RuntimeError("Event loop is closed")
 
     def _idle_for_writes(self) -> bool:
         """Whether nothing stands between a write and the socket: no send in
@@ -378,10 +396,26 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 raise
         finally:
             if data is not None:
-                if data and not self._paused and not isinstance(self._protocol, asyncio.BufferedProtocol):
-                    self._protocol.data_received(data)  # asyncio's call, as its own does
+                if data and not self._closing and not self._paused and not isinstance(self._protocol, asyncio.BufferedProtocol):
+                    # _deliver's body, inline: the message's only Python call.
+                    try:
+                        self._protocol.data_received(data)
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
                 else:
                     self._data_received(data, len(data))
+
+    def _deliver(self, data: Any) -> None:
+        """Hands bytes to a plain protocol; an exception it lets out ends the
+        connection as asyncio's selector loop and uvloop end it."""
+        try:
+            self._protocol.data_received(data)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
 
     def _read_failed(self, exc: OSError) -> None:
         if isinstance(exc, ConnectionAbortedError):
@@ -408,7 +442,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
         if self._paused:
             self._data = data  # kept for resume_reading
         elif length and not isinstance(self._protocol, asyncio.BufferedProtocol):
-            self._protocol.data_received(data)  # asyncio's call, as its own does
+            self._deliver(data)
             return
         if self._paused or length == 0 or not isinstance(self._protocol, asyncio.BufferedProtocol):
             super()._data_received(data, length)
@@ -543,6 +577,9 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         self._selector = proactor
         self._self_reading_future = None
         self._accept_futures: dict[int, Any] = {}
+        # Every server's accept: servers may share a listener, whose number
+        # keys only the last one in _accept_futures.
+        self._server_accepts: set[_proactor.ServerAccept] = set()
         self._signal_handlers: dict[int, events.Handle] = {}
         self._readers: dict[int, _Watch] = {}
         self._writers: dict[int, _Watch] = {}
@@ -632,6 +669,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         # Only this loop's own is cleared.
         _drop_wakeup_fd(self._csock)
         self._stop_accept_futures()
+        self._server_accepts.clear()
         self._close_self_pipe()
         self._proactor.close()
         self._proactor = None
@@ -907,7 +945,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         # which serves the connection and arms the next accept.
         def arm() -> None:
             try:
-                if self._closed:
+                if self._closed or acc.stopped:
                     return
                 self._proactor.serve_accept(acc)
             except OSError as exc:
@@ -919,25 +957,38 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             try:
                 if exc is not None:
                     raise exc
-                if sock.fileno() == -1 or self._accept_futures.get(sock.fileno()) is not acc:
-                    # The server was closed after the kernel completed this
-                    # accept and before its completion was dispatched (in the
-                    # same batch; `_stop_serving` took the accept out of
-                    # `_accept_futures`, and the listener may still have its
-                    # number while a file object made from it lives): nothing
-                    # serves the connection, which is ended as the backlog's
-                    # are.
-                    conn[0].close()
-                    return
-                serve(*conn)
-            except OSError as exc:
-                self._accept_failed(sock, exc, arm)
+            except OSError as error:
+                self._accept_failed(sock, error, arm)
+                return
             except exceptions.CancelledError:
                 sock.close()
-            else:
+                return
+            if sock.fileno() == -1 or acc.stopped:
+                # The server was closed after the kernel completed this
+                # accept and before its completion was dispatched (in the
+                # same batch; the listener may still have its number while
+                # a file object made from it lives): nothing serves the
+                # connection, which is reset as the backlog's are.
+                _proactor.reset(conn[0])
+                return
+            try:
+                serve(*conn)
+            except BaseException as error:
+                # The protocol factory or the transport's setup failed:
+                # that connection is closed and the server accepts on, as
+                # in asyncio's selector loop (_accept_connection2).
+                conn[0].close()
+                if isinstance(error, (SystemExit, KeyboardInterrupt)):
+                    raise
+                if self._debug:
+                    self.call_exception_handler(
+                        {"message": "Error on transport creation for incoming connection", "exception": error}
+                    )
+            finally:
                 arm()
 
         acc = _proactor.ServerAccept(self._proactor, sock, accepted)
+        self._server_accepts.add(acc)
         self.call_soon(arm)
 
     def _accept_failed(self, sock: socket.socket, exc: OSError, again: Callable[[], None]) -> None:
@@ -962,6 +1013,12 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
     create_unix_server = unix_events._UnixSelectorEventLoop.create_unix_server
 
     def _stop_serving(self, sock):
+        for acc in [acc for acc in self._server_accepts if acc.listener is sock]:
+            # An accept of a server on this listener completed in the batch
+            # being dispatched is not served (see _start_serving's `accepted`).
+            self._server_accepts.discard(acc)
+            acc.stopped = True
+            acc.cancel()
         path = sock.getsockname() if sock in self._unix_server_sockets else None
         super()._stop_serving(sock)
         if path is not None:

@@ -45,12 +45,14 @@ same listening socket.
 from __future__ import annotations
 
 import _socket
+import contextlib
 import contextvars
 import errno
 import os
 import select
 import socket
 import stat
+import struct
 import weakref
 from asyncio import exceptions, futures
 from typing import Any, Callable
@@ -157,7 +159,7 @@ class ServerAccept:
     flight.
     """
 
-    __slots__ = ("_proactor", "listener", "callback", "context", "token", "cancelled")
+    __slots__ = ("_proactor", "listener", "callback", "context", "token", "cancelled", "stopped")
 
     def __init__(self, proactor: RingProactor, listener: socket.socket, callback: Callable[[Any, Any], None]) -> None:
         self._proactor = proactor
@@ -168,6 +170,9 @@ class ServerAccept:
         # connection about to be handed on); None when not armed.
         self.token: Any = None
         self.cancelled = False
+        # Set by the loop's _stop_serving: the server no longer serves, and
+        # a connection whose accept completes now is reset.
+        self.stopped = False
 
     def cancel(self, msg: Any = None) -> bool:
         """Cancels the accept in flight; its completion calls nothing (a
@@ -198,6 +203,16 @@ class ServerAccept:
     def __repr__(self) -> str:
         state = "cancelled" if self.cancelled else "pending" if self.token is not None else "idle"
         return f"<ServerAccept {state} on {self.listener!r}>"
+
+
+def reset(conn: socket.socket) -> None:
+    """Closes an accepted connection that nothing serves with a reset (an
+    RST, ``SO_LINGER`` 0), as the kernel ends the connections left in a
+    closed listener's backlog: the client sees that it was not served,
+    not a clean end of stream."""
+    with contextlib.suppress(OSError):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
 
 
 def _fd_of(obj: Any) -> int:
@@ -385,6 +400,12 @@ class RingProactor:
             data = data[:n]
         return data
 
+    def _drop_kept(self, conn: Any) -> None:
+        """Drops the bytes kept for ``conn``, whose reader has gone."""
+        entry = self._kept.get(_fd_of(conn))
+        if entry is not None and entry[0]() is conn:
+            del self._kept[_fd_of(conn)]
+
     def recv(self, conn: Any, nbytes: int, flags: int = 0) -> futures.Future:
         """Receives at most ``nbytes`` bytes (``b''`` at end of stream)."""
         kept = self._take_kept(conn, nbytes)
@@ -432,7 +453,7 @@ class RingProactor:
         if rx.token is not marker:
             return  # armed again meanwhile
         if rx.cancelled:
-            self._keep(_RECV, (rx.fd, rx.conn), len(data), data)
+            self._drop_kept(rx.conn)  # as _finish_stream drops them
             return
         rx.token = None
         rx.deliver(callback, data, None)
@@ -508,7 +529,7 @@ class RingProactor:
         """Keeps ``conn``, accepted on ``listener`` for a caller that was
         cancelled meanwhile, for the next accept."""
         if getattr(listener, "_closed", False):
-            conn.close()
+            reset(conn)
             return
         fd = listener.fileno()
         conn_fd = conn.detach()
@@ -518,7 +539,7 @@ class RingProactor:
         """Closes the connections kept for listening descriptor ``fd``."""
         _ref, conns = self._kept_conns.pop(fd, (None, []))
         for conn_fd, _addr in conns:
-            os.close(conn_fd)
+            reset(socket.socket(fileno=conn_fd))
 
     def poll(self, fd: int, mask: int) -> futures.Future:
         """A future for one readiness of ``fd`` (``mask``: ``POLLIN``...)."""
@@ -665,9 +686,10 @@ class RingProactor:
         self._direct = not self._loop._ready
         # Each operation is taken from _ops and finished, and its socket
         # released: a transport's receive with bytes calls the transport
-        # there (Rust), anything else goes to _finish. A transport's
-        # callback that lets SystemExit or KeyboardInterrupt out leaves the
-        # rest of the batch in _left, for the next select.
+        # there (Rust), anything else goes to _finish. Any error that comes
+        # out (a callback's SystemExit or KeyboardInterrupt, or the
+        # dispatch's own) leaves the rest of the batch in _left, for the
+        # next select.
         _blockio.dispatch_batch(self, batch)
         return ()
 
@@ -724,7 +746,14 @@ class RingProactor:
             self._redirected.discard(token)
             if res > 0:
                 self._keep(_RECV, arg, res, value)
-        if rx.cancelled or rx.token != token:
+        if rx.cancelled:
+            # Cancelled by its transport's close or abort: nothing reads the
+            # socket again, and the bytes it took go with it (kept, they
+            # would stay until the number is reused, and every transport's
+            # arming would ask whether they are its own).
+            self._drop_kept(rx.conn)
+            return
+        if rx.token != token:
             if res >= 0 and not redirected:
                 self._after_cancel(_RECV, arg, res, value)
             return

@@ -179,41 +179,37 @@ def test_a_message_runs_no_loop_code_in_python_but_the_transport_s_receive_and_w
     assert sum(calls.values()) - calls["select"] - calls["_received"] - calls["write"] < 60, calls
 
 
-def test_an_exception_from_data_received_reaches_the_handler_and_the_next_message_the_protocol(monkeypatch):
-    """On the io_uring loop, an exception that ``data_received`` lets out
-    goes to the loop's exception handler, as one from asyncio's proactor
-    transport's callback does, and the next receive, armed before the
-    protocol ran, brings the next message."""
-    monkeypatch.setenv("BLOCKIO_BACKEND", "uring")
-    loop = blockio.new_event_loop()
+def test_an_exception_from_data_received_ends_the_connection(loop):
+    """An exception that a plain protocol's ``data_received`` lets out is
+    the transport's fatal error, as on asyncio's selector loop and uvloop:
+    the loop's exception handler gets it with asyncio's message, and the
+    protocol's ``connection_lost`` gets the exception."""
     seen = []
     loop.set_exception_handler(lambda _loop, context: seen.append(context))
 
     class Failing(Collect):
         def data_received(self, data):
             super().data_received(data)
-            if len(self.data) == 3:
-                raise ValueError("the protocol failed")
+            raise ValueError("the protocol failed")
 
     a, b = socket.socketpair()
 
     async def main():
         _tr, pr = await loop.connect_accepted_socket(Failing, a)
         b.sendall(b"one")
-        await await_until(lambda: seen, "the handler's call")
-        b.sendall(b"two")
-        await await_until(lambda: bytes(pr.data) == b"onetwo", "the second message")
-        pr.transport.close()
-        await pr.lost
+        return pr, await asyncio.wait_for(pr.lost, DEADLINE)
 
     try:
-        loop.run_until_complete(main())
+        pr, lost = loop.run_until_complete(main())
+        b.settimeout(DEADLINE)
+        assert b.recv(10) == b""  # the connection is ended
     finally:
-        loop.close()
         b.close()
+    assert isinstance(lost, ValueError)
+    assert bytes(pr.data) == b"one"
     assert len(seen) == 1
     assert isinstance(seen[0]["exception"], ValueError)
-    assert seen[0]["message"].startswith("Exception in callback")
+    assert seen[0]["message"] == "Fatal error: protocol.data_received() call failed."
 
 
 def test_a_closed_connection_s_receive_is_collected(monkeypatch):
@@ -270,7 +266,10 @@ def test_a_server_s_connection_makes_no_future_and_its_socket_is_non_blocking(mo
     class Keep(Echo):
         def connection_made(self, transport):
             super().connection_made(transport)
-            socks.append(transport.get_extra_info("socket"))
+            sock = transport.get_extra_info("socket")
+            # The descriptor's own mode (O_NONBLOCK), not the object's idea
+            # of it.
+            socks.append((os.get_blocking(sock.fileno()), sock.gettimeout(), sock.type))
 
     async def main():
         server = await loop.create_server(Keep, "127.0.0.1", 0)
@@ -293,8 +292,7 @@ def test_a_server_s_connection_makes_no_future_and_its_socket_is_non_blocking(mo
         loop.close()
     assert accepts == []
     assert len(socks) == 30
-    for s in socks:
-        assert s.gettimeout() == 0.0 and s.type == socket.SOCK_STREAM, s
+    assert set(socks) == {(False, 0.0, socket.SOCK_STREAM)}, socks
 
 
 def test_callbacks_queued_before_a_completion_run_before_the_protocol_sees_it(loop):
@@ -367,6 +365,19 @@ def test_no_protocol_call_while_reading_is_paused(loop):
     assert pr.calls.count("lost") == 1
 
 
+async def _settled(loop, tr):
+    """Waits until nothing can be on its way to ``tr``'s protocol: no
+    receive of the transport's is left in the ring (its completion is
+    dispatched), and every callback queued before has run."""
+    if loop.backend == "uring":
+        rx = tr._rx
+        ops = loop._proactor._ops
+        await await_until(lambda: not any(entry[0] is rx for entry in ops.values()), "the receive's completion")
+    turn = loop.create_future()
+    loop.call_soon(turn.set_result, None)
+    await turn
+
+
 def test_no_data_is_received_after_close(loop):
     """``close()``: "no more data will be received" (asyncio's documented
     contract; its selector loop and uvloop stop reading at once). Bytes
@@ -385,9 +396,7 @@ def test_no_data_is_received_after_close(loop):
         b.shutdown(socket.SHUT_WR)
         tr.close()
         await pr.lost
-        # Turns of the loop for anything still on its way to the protocol.
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await _settled(loop, tr)
         return pr
 
     pr = loop.run_until_complete(main())
@@ -399,6 +408,42 @@ def test_no_data_is_received_after_close(loop):
 def _unread(sock):
     """The bytes waiting in ``sock``'s receive queue (``FIONREAD``)."""
     return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+
+def test_no_data_is_received_after_a_close_queued_ahead_of_the_delivery(loop):
+    """A batch whose completion brings bytes while callbacks are queued
+    hands them on behind those callbacks; one of them closes the
+    transport: the bytes never reach the protocol (asyncio's selector loop
+    reads nothing after ``close()``)."""
+    a, b = socket.socketpair()
+
+    async def main():
+        tr, pr = await loop.connect_accepted_socket(Collect, a)
+        done = loop.create_future()
+        turns = {"n": 0}
+
+        def ping():
+            # Always queued, so the completion's delivery waits behind it.
+            turns["n"] += 1
+            if turns["n"] == 1:
+                b.sendall(b"late")
+            elif _unread(a) == 0 or turns["n"] > 100_000:
+                pr.calls.append("close" if _unread(a) == 0 else "close, the bytes unread")
+                tr.close()
+                done.set_result(None)
+                return
+            loop.call_soon(ping)
+
+        loop.call_soon(ping)
+        await done
+        await pr.lost
+        return pr
+
+    pr = loop.run_until_complete(main())
+    b.close()
+    assert "close" in pr.calls, pr.calls
+    assert pr.calls[pr.calls.index("close") + 1 :] == ["lost"], pr.calls
+
 
 
 def test_no_data_is_received_after_a_resume_then_close(loop):
@@ -428,8 +473,7 @@ def test_no_data_is_received_after_a_resume_then_close(loop):
         tr.resume_reading()
         tr.close()
         await pr.lost
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await _settled(loop, tr)
         return pr
 
     pr = loop.run_until_complete(main())
@@ -472,3 +516,22 @@ def test_an_exception_escaping_a_protocol_loses_no_other_connections_bytes(loop)
     for a, b in pairs:
         b.close()
     assert len(raised) == 1
+
+
+def test_a_write_after_the_loop_s_close_goes_out_as_on_asyncio_s_loop(loop):
+    """A transport left open when its loop is closed: a write that the
+    socket takes at once still goes out (asyncio's selector loop sends it
+    from ``write``); one it cannot take raises ``RuntimeError``."""
+    a, b = socket.socketpair()
+    tr, _pr = loop.run_until_complete(loop.create_connection(asyncio.Protocol, sock=a))
+    loop.close()
+    try:
+        tr.write(b"x")
+        tr.write(bytearray(b"y"))
+        b.settimeout(DEADLINE)
+        assert b.recv(10) == b"xy"
+        with pytest.raises(RuntimeError, match="Event loop is closed"):
+            tr.write(b"z" * (64 << 20))
+    finally:
+        a.close()
+        b.close()

@@ -46,8 +46,9 @@ static SOCKET_TYPE: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 /// goes to `proactor._finish`. The socket an operation held open is then
 /// released. An exception from a callback other than `SystemExit` and
 /// `KeyboardInterrupt` goes to the receive's `report` (the loop's
-/// exception handler); those two stop the dispatch, and the rest of the
-/// batch is left in `_left` for the next `select`.
+/// exception handler); any error that comes out (those two, or one of the
+/// dispatch itself) stops the dispatch, and the rest of the batch is left
+/// in `_left` for the next `select`.
 #[pyfunction]
 pub(crate) fn dispatch_batch(
     py: Python<'_>,
@@ -190,8 +191,9 @@ impl StreamRx {
 
 /// Arms the next receive of `rx` (a `StreamReceive`), whose completion
 /// calls `callback`: `RingProactor.receive`, in one call. When bytes a
-/// cancelled receive left are kept for some socket, the proactor's own
-/// `receive` decides (they may be this socket's).
+/// cancelled receive left are kept for this descriptor, the proactor's own
+/// `receive` decides (they may be this socket's, or a closed one's that
+/// had the number).
 #[pyfunction]
 pub(crate) fn arm_receive(
     py: Python<'_>,
@@ -204,7 +206,7 @@ pub(crate) fn arm_receive(
             "the event loop's ring is closed",
         ));
     };
-    if !t.kept.bind(py).is_empty() {
+    if t.kept.bind(py).contains(this.fd)? {
         let proactor = this.proactor.clone_ref(py);
         drop(this);
         proactor.call_method1(py, intern!(py, "receive"), (rx, callback))?;
