@@ -61,6 +61,10 @@ SOURCES = {
 }
 
 #: The tests run of each, as pytest arguments from the unpacked tree.
+#: (datasette serves its static files and database downloads through
+#: aiofiles, but its sdists hold only its ``test_*.py`` modules, not the
+#: conftest, fixtures and plugins they import: its suite cannot be fetched
+#: pinned from PyPI.)
 SUITES = {
     "quart": ["-o", "addopts=--strict-markers", "tests"],
     # sanic's tests of static files, file responses and responses.
