@@ -316,6 +316,10 @@ def acc_servers(py, into):
 #: own) yielding the environment that names them to the tests.
 SERVERS = {"aiohttp-client-cache": acc_servers}
 
+#: The suites whose every test must pass with aiofiles: those that request
+#: from the servers ``SERVERS`` starts.
+ALL_PASS = set(SERVERS)
+
 #: The suites whose tests get a temporary directory of their own in each
 #: run: aiohttp-client-cache's file cache lives in the temporary directory
 #: under fixed names (``pytest_cache_0``...), which its runs elsewhere on
@@ -374,6 +378,11 @@ def main():
             # (a suite that cannot even be collected compares equal to itself)
             failed = True
             print(f"    no test of {name} passed with aiofiles:", out.stdout[-6000:], out.stderr[-2000:])
+        elif name in ALL_PASS and set(theirs.values()) != {"passed"}:
+            # (a server of ours not serving what the tests expect would
+            # fail them alike in every run)
+            failed = True
+            print(f"    not every test of {name} passed with aiofiles:", out.stdout[-6000:], out.stderr[-2000:])
         for kind, _, _, suites in RUNS[1:]:
             if name not in suites:
                 continue
