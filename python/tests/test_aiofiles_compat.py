@@ -4,8 +4,8 @@
 The package is imported in a child process whose ``sys.path`` has
 ``python/compat`` first, so that its ``aiofiles`` is found before the
 installed one; the reference runs with the installed aiofiles. (quart's,
-sanic's, aiocsv's and aiofiles' own suites run on it in
-``scripts/python-real-projects``.)"""
+sanic's, aiocsv's, aiogram's, aiohttp-client-cache's and aiofiles' own
+suites run on it in ``scripts/python-real-projects``.)"""
 
 import json
 import os
