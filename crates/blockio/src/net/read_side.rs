@@ -99,9 +99,8 @@ impl ReadSide {
     /// does not fit is kept), so a read allocates nothing and a stream
     /// keeps no copy of what it hands out at once.
     pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Poll<Settled> {
-        let n = self.settle_direct(cx, out);
-        if n > 0 {
-            return Poll::Ready(Settled::Copied(n));
+        if let Some(settled) = self.settle_direct(cx, out) {
+            return Poll::Ready(settled);
         }
         Poll::Ready(
             match std::task::ready!(self.poll_with(cx, |left| out.put_front(left))) {
@@ -149,11 +148,14 @@ impl ReadSide {
 
     /// Settles completed dropped reads in order, their bytes straight
     /// into `out`, while nothing is left over from before, nothing has
-    /// ended them and `out` has room: the bytes copied (0: none, the usual
-    /// path follows). What does not fit `out`, and what ended a read, is
+    /// ended them and `out` has room: [`Settled::Copied`] with the bytes
+    /// copied if any, else [`Settled::Receive`] if the stream keeps
+    /// nothing at all (no read in flight, no bytes, no end, no error: the
+    /// usual case, answered under one lock), else `None` and the usual
+    /// path follows. What does not fit `out`, and what ended a read, is
     /// kept for the next read; reads still in the kernel are left for it
     /// too (a pending one has `cx` to wake).
-    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> usize {
+    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Option<Settled> {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let g = &mut *g;
         let mut copied = 0;
@@ -173,7 +175,11 @@ impl ReadSide {
                 g.ended = true;
             }
         }
-        copied
+        if copied > 0 {
+            return Some(Settled::Copied(copied));
+        }
+        let kept = !g.dropped.is_empty() || !g.leftover.is_empty() || g.error.is_some() || g.ended;
+        (!kept).then_some(Settled::Receive)
     }
 
     /// Whether nothing is left over and no dropped read is in flight: the
