@@ -38,7 +38,7 @@
 //! # Writes
 //!
 //! `poll_write` hands the bytes to the stream's write side, which sends
-//! what the socket takes at once (on io_uring, when nothing is queued),
+//! what the socket takes at once (when nothing is queued),
 //! else copies them into its queue and sends them on its own, short sends
 //! and all, so that nothing waits for a next write or flush (see
 //! `write_side`). `poll_flush` waits until every byte is in the kernel

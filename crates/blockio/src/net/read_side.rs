@@ -47,6 +47,15 @@ struct DroppedReads {
     inline: u32,
 }
 
+impl DroppedReads {
+    /// Whether what the socket holds comes right after what reads have
+    /// handed out: no bytes kept, no dropped read still in the kernel, no
+    /// error or end kept for the next read.
+    fn socket_is_next(&self) -> bool {
+        self.leftover.is_empty() && self.dropped.is_empty() && self.error.is_none() && !self.ended
+    }
+}
+
 /// Receive streams that receive inline after one was dropped pending
 /// (see [`ReadSide::receive_inline`]).
 const INLINE_AFTER_DROP: u32 = 64;
@@ -178,8 +187,7 @@ impl ReadSide {
         if copied > 0 {
             return Some(Settled::Copied(copied));
         }
-        let kept = !g.dropped.is_empty() || !g.leftover.is_empty() || g.error.is_some() || g.ended;
-        (!kept).then_some(Settled::Receive)
+        g.socket_is_next().then_some(Settled::Receive)
     }
 
     /// Whether nothing is left over and no dropped read is in flight: the
@@ -210,7 +218,7 @@ impl ReadSide {
     /// handed out: no bytes kept, no dropped read still in the kernel.
     pub(crate) fn socket_is_next(&self) -> bool {
         let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        g.leftover.is_empty() && g.dropped.is_empty() && g.error.is_none() && !g.ended
+        g.socket_is_next()
     }
 
     /// Notes a receive stream dropped while its receive was pending.
