@@ -385,7 +385,10 @@ impl CallerRing {
         // Submitted first: operations that complete during the call (a
         // send, a read of bytes already there) are reaped in this turn.
         let mut panic = r.fill_and_submit(r.lock());
-        let mut out = Outcalls::default();
+        let mut out = Outcalls {
+            done: spare_completions(),
+            ..Outcalls::default()
+        };
         // The driving task's waker, cloned with the lock let go (a waker's
         // clone and drop are its own code), to be kept under the lock that
         // last found the queue empty: a request queued after that lock
@@ -425,8 +428,39 @@ impl CallerRing {
         }
         panic = panic.or(call_user(move || drop((old, fresh))));
         let n = out.done.len();
-        resume(panic.or(out.run()));
+        let panic = panic.or(out.run());
+        keep_completions(std::mem::take(&mut out.done));
+        resume(panic);
         n
+    }
+}
+
+/// Completions a turn's list may have had room for and still be kept for
+/// the next turn: a few KiB, whatever the ring's size.
+const KEPT_COMPLETIONS: usize = 256;
+
+thread_local! {
+    /// The list a turn on this thread collected its completions in,
+    /// emptied, for the next turn: a turn then allocates nothing.
+    static SPARE_COMPLETIONS: std::cell::Cell<Vec<Completion>> =
+        const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The list kept by the last turn on this thread ([`keep_completions`]),
+/// or a new one.
+fn spare_completions() -> Vec<Completion> {
+    SPARE_COMPLETIONS
+        .try_with(std::cell::Cell::take)
+        .unwrap_or_default()
+}
+
+/// Keeps `done`, emptied, for this thread's next turn, unless it grew
+/// past [`KEPT_COMPLETIONS`].
+fn keep_completions(mut done: Vec<Completion>) {
+    if done.capacity() <= KEPT_COMPLETIONS {
+        done.clear();
+        // Gone with the thread's exit: the list is freed with it.
+        let _ = SPARE_COMPLETIONS.try_with(|spare| spare.set(done));
     }
 }
 

@@ -45,6 +45,7 @@ impl Admission {
     /// once a caller-driven engine whose `drive_on_tokio` task is gone has
     /// a new one on the calling task's tokio runtime; an error saying why
     /// where that cannot be. `Ok` at once for every other engine.
+    #[inline]
     pub(crate) fn admit(&self) -> io::Result<()> {
         #[cfg(feature = "tokio")]
         return super::tokio_drive::ensure_driven(&self.engine);

@@ -368,11 +368,23 @@ impl Drop for Counted {
 /// saying so. `Ok` at once for every other engine. Called by
 /// [`Admission::admit`](super::driven::Admission::admit) alone, the one
 /// place operations and sockets ask.
+///
+/// Asked at every operation's start and poll, so the usual answer (never
+/// driven by such a task, or one is running) is inlined there, and the
+/// rest kept apart ([`drive_again`]).
+#[inline]
 pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
     let drivers = engine.tokio_drivers();
     if !drivers.ever.load(Ordering::Acquire) || drivers.running.load(Ordering::Acquire) > 0 {
         return Ok(());
     }
+    drive_again(engine)
+}
+
+/// [`ensure_driven`] once the engine's `drive_on_tokio` tasks are all gone.
+#[cold]
+#[inline(never)]
+fn drive_again(engine: &AsyncEngine) -> io::Result<()> {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         // Nothing new starts here; operations already started (a
         // `write_all`'s next send, pushed before its future is polled; a

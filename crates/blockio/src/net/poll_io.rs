@@ -38,7 +38,7 @@
 //! # Writes
 //!
 //! `poll_write` hands the bytes to the stream's write side, which sends
-//! what the socket takes at once (on io_uring, when nothing is queued),
+//! what the socket takes at once (when nothing is queued),
 //! else copies them into its queue and sends them on its own, short sends
 //! and all, so that nothing waits for a next write or flush (see
 //! `write_side`). `poll_flush` waits until every byte is in the kernel
@@ -160,58 +160,58 @@ impl PollIo {
         cx: &mut Context<'_>,
         out: &mut dyn ReadOut,
     ) -> Poll<io::Result<usize>> {
-        loop {
-            let settled = ready!(core.reads.poll_settle(cx, out));
-            self.reclaim(cx);
-            match settled {
-                Settled::Copied(n) => {
-                    self.release(core);
-                    return Poll::Ready(Ok(n));
-                }
-                Settled::Failed(errno) => {
-                    core.read_failed(errno);
-                    let err = io::Error::from_raw_os_error(errno);
-                    return Poll::Ready(Err(super::os_error(err)));
-                }
-                Settled::Receive => {}
-            }
-            if let Some(read) = self.receive_inline(core, out) {
+        let settled = ready!(core.reads.poll_settle(cx, out));
+        self.reclaim(cx);
+        match settled {
+            Settled::Copied(n) => {
                 self.release(core);
-                return Poll::Ready(read);
+                return Poll::Ready(Ok(n));
             }
-            let mut buf = std::mem::take(&mut self.spare);
-            if buf.capacity() == 0 {
-                buf = pool_take();
+            Settled::Failed(errno) => {
+                core.read_failed(errno);
+                let err = io::Error::from_raw_os_error(errno);
+                return Poll::Ready(Err(super::os_error(err)));
             }
-            let max = match core.sock.engine().backend() {
-                Backend::IoUring => MAX_ARMED_RECEIVE,
-                _ => MAX_RECEIVE,
-            };
-            buf.resize(out.room().clamp(MIN_RECEIVE, max), 0);
-            let mut fut = core.sock.recv(buf);
-            fut.set_waker(cx.waker());
-            fut.start();
-            match Pin::new(&mut fut).poll(cx) {
-                // Refused before submission, or already complete.
-                Poll::Ready((res, buf)) => {
-                    if let Err(e) = &res {
-                        core.read_failed(crate::errno(e).unwrap_or(0));
-                    }
-                    let n = res.map_err(super::os_error)?;
-                    self.emptied = n < buf.len();
-                    let k = n.min(out.room());
-                    out.put(&buf[..k]);
-                    core.reads.keep(&buf[k..n]);
-                    self.spare = buf;
-                    self.release(core);
-                    return Poll::Ready(Ok(k));
-                }
-                Poll::Pending => {
-                    core.reads.detach(fut.abandoned_handle(), None);
-                    self.receiving = Some(fut);
-                }
-            }
+            Settled::Receive => {}
         }
+        if let Some(read) = self.receive_inline(core, out) {
+            self.release(core);
+            return Poll::Ready(read);
+        }
+        let mut buf = std::mem::take(&mut self.spare);
+        if buf.capacity() == 0 {
+            buf = pool_take();
+        }
+        let max = match core.sock.engine().backend() {
+            Backend::IoUring => MAX_ARMED_RECEIVE,
+            _ => MAX_RECEIVE,
+        };
+        buf.resize(out.room().clamp(MIN_RECEIVE, max), 0);
+        // Made in place: the future is large, and moving it costs a copy.
+        let fut = self.receiving.insert(core.sock.recv(buf));
+        fut.start();
+        // The poll stores the waker, under the lock the completion
+        // takes, so a completion racing the submission finds it.
+        let Poll::Ready((res, buf)) = Pin::new(&mut *fut).poll(cx) else {
+            core.reads.detach(fut.abandoned_handle(), None);
+            // Nothing else to wait for: the stream keeps no bytes and
+            // has no other receive in flight (the read side settled
+            // above), and this receive's completion wakes the task.
+            return Poll::Pending;
+        };
+        // Refused before submission, or already complete.
+        self.receiving = None;
+        if let Err(e) = &res {
+            core.read_failed(crate::errno(e).unwrap_or(0));
+        }
+        let n = res.map_err(super::os_error)?;
+        self.emptied = n < buf.len();
+        let k = n.min(out.room());
+        out.put(&buf[..k]);
+        core.reads.keep(&buf[k..n]);
+        self.spare = buf;
+        self.release(core);
+        Poll::Ready(Ok(k))
     }
 
     /// On io_uring, receives what the socket holds straight into `out`,
@@ -261,11 +261,13 @@ impl PollIo {
     /// already with the read side), noting whether it left the socket
     /// empty.
     fn reclaim(&mut self, cx: &mut Context<'_>) {
-        if let Some(mut fut) = self.receiving.take() {
-            if let Poll::Ready((res, buf)) = Pin::new(&mut fut).poll(cx) {
+        if let Some(fut) = &mut self.receiving {
+            if let Poll::Ready((res, buf)) = Pin::new(fut).poll(cx) {
                 self.emptied = !matches!(res, Ok(n) if n == buf.len());
                 self.spare = buf;
             }
+            // Dropped in place (moving it out would copy it).
+            self.receiving = None;
         }
     }
 

@@ -47,6 +47,15 @@ struct DroppedReads {
     inline: u32,
 }
 
+impl DroppedReads {
+    /// Whether what the socket holds comes right after what reads have
+    /// handed out: no bytes kept, no dropped read still in the kernel, no
+    /// error or end kept for the next read.
+    fn socket_is_next(&self) -> bool {
+        self.leftover.is_empty() && self.dropped.is_empty() && self.error.is_none() && !self.ended
+    }
+}
+
 /// Receive streams that receive inline after one was dropped pending
 /// (see [`ReadSide::receive_inline`]).
 const INLINE_AFTER_DROP: u32 = 64;
@@ -99,9 +108,8 @@ impl ReadSide {
     /// does not fit is kept), so a read allocates nothing and a stream
     /// keeps no copy of what it hands out at once.
     pub(crate) fn poll_settle(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Poll<Settled> {
-        let n = self.settle_direct(cx, out);
-        if n > 0 {
-            return Poll::Ready(Settled::Copied(n));
+        if let Some(settled) = self.settle_direct(cx, out) {
+            return Poll::Ready(settled);
         }
         Poll::Ready(
             match std::task::ready!(self.poll_with(cx, |left| out.put_front(left))) {
@@ -149,11 +157,14 @@ impl ReadSide {
 
     /// Settles completed dropped reads in order, their bytes straight
     /// into `out`, while nothing is left over from before, nothing has
-    /// ended them and `out` has room: the bytes copied (0: none, the usual
-    /// path follows). What does not fit `out`, and what ended a read, is
+    /// ended them and `out` has room: [`Settled::Copied`] with the bytes
+    /// copied if any, else [`Settled::Receive`] if the stream keeps
+    /// nothing at all (no read in flight, no bytes, no end, no error: the
+    /// usual case, answered under one lock), else `None` and the usual
+    /// path follows. What does not fit `out`, and what ended a read, is
     /// kept for the next read; reads still in the kernel are left for it
     /// too (a pending one has `cx` to wake).
-    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> usize {
+    fn settle_direct(&self, cx: &mut Context<'_>, out: &mut dyn ReadOut) -> Option<Settled> {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let g = &mut *g;
         let mut copied = 0;
@@ -173,7 +184,10 @@ impl ReadSide {
                 g.ended = true;
             }
         }
-        copied
+        if copied > 0 {
+            return Some(Settled::Copied(copied));
+        }
+        g.socket_is_next().then_some(Settled::Receive)
     }
 
     /// Whether nothing is left over and no dropped read is in flight: the
@@ -204,7 +218,7 @@ impl ReadSide {
     /// handed out: no bytes kept, no dropped read still in the kernel.
     pub(crate) fn socket_is_next(&self) -> bool {
         let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        g.leftover.is_empty() && g.dropped.is_empty() && g.error.is_none() && !g.ended
+        g.socket_is_next()
     }
 
     /// Notes a receive stream dropped while its receive was pending.

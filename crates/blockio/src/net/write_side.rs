@@ -2,14 +2,14 @@
 //!
 //! # Bytes the I/O traits accept keep moving on their own
 //!
-//! On io_uring, a `poll_write` on a stream with nothing queued and no
-//! send in flight first sends what the socket takes straight from the
-//! caller's slice, on the calling thread (`MSG_DONTWAIT`), as tokio's
-//! write does: those bytes are in the kernel when it returns, with no
-//! copy, no submission and no completion to wait for. Only when the
-//! socket takes nothing (it is full), or a send is in flight already,
-//! do bytes go to the queue below. (The thread pool's send tries the
-//! socket first itself.)
+//! A `poll_write` on a stream with nothing queued and no send in flight
+//! first sends what the socket takes straight from the caller's slice,
+//! on the calling thread (`MSG_DONTWAIT`), as tokio's write does: those
+//! bytes are in the kernel when it returns, with no copy, no submission
+//! and no completion to wait for (on the thread pool, no hand-over to
+//! the readiness thread either). Only when the socket takes nothing (it
+//! is full), or a send is in flight already, do bytes go to the queue
+//! below.
 //!
 //! `poll_write` lends a slice for one poll only, so the bytes it queues
 //! are copied into the stream's queue, and reported written at once. From
@@ -50,12 +50,10 @@
 //! than from the allocator: a stream writing large replies one after
 //! another reuses the same buffers instead of allocating one per send.
 //!
-//! A flush waits until every accepted byte is in the kernel: on io_uring,
-//! with the sends made at once above, that is at once, as a tokio flush;
-//! only a send that waits for room in the socket (bytes the socket
-//! refused) is waited for. On the thread pool a flush waits for the
-//! queue's send, which tries the socket at once. So a program that exits
-//! after a flush loses no byte.
+//! A flush waits until every accepted byte is in the kernel: with the
+//! sends made at once above, that is at once, as a tokio flush; only a
+//! send that waits for room in the socket (bytes the socket refused) is
+//! waited for. So a program that exits after a flush loses no byte.
 //! The traits' shutdown (`poll_close`, `poll_shutdown`) and an owned
 //! write wait the same way ([`WriteSide::poll_drained`]).
 //!
@@ -104,7 +102,6 @@ use std::time::Duration;
 use super::socket::Sock;
 use crate::aio::op::{OpFuture, Settles};
 use crate::aio::Lingering;
-use crate::backend::Backend;
 
 /// Bytes `poll_write` accepts behind the send in flight before it waits.
 pub(crate) const QUEUE_LIMIT: usize = 256 * 1024;
@@ -343,15 +340,16 @@ impl SendBook {
         self.sending = Some((fut, from));
     }
 
-    /// On io_uring, with nothing queued and no send in flight, sends what
-    /// the socket takes of `data` at once, on the calling thread
-    /// (`MSG_DONTWAIT`), as tokio's write does: `None` when the socket
-    /// takes nothing (or the backend is the thread pool, whose send tries
-    /// the socket first already), and the bytes go to the queue. Nothing
-    /// is copied, and a flush after it has nothing to wait for.
+    /// With nothing queued and no send in flight, sends what the socket
+    /// takes of `data` at once, on the calling thread (`MSG_DONTWAIT`), as
+    /// tokio's write does: `None` when the socket takes nothing, and the
+    /// bytes go to the queue. Nothing is copied, and a flush after it has
+    /// nothing to wait for. On both backends: the thread pool's queued
+    /// send also tries the socket first, but only after a copy into the
+    /// queue and an operation handed to its readiness path.
     fn send_inline(&mut self, data: &[u8]) -> Option<io::Result<usize>> {
         let sock = self.sock.as_ref()?;
-        if !self.idle() || sock.engine().backend() != Backend::IoUring {
+        if !self.idle() {
             return None;
         }
         match sock.send_bytes_inline(data) {
@@ -635,12 +633,10 @@ impl WriteSide {
     /// Ready once every accepted byte is in the kernel (no send in flight,
     /// nothing queued), or with the error that stopped them: what a tokio
     /// flush promises, since a tokio write returns only once its bytes are
-    /// in the kernel. On io_uring a write sent at once (see
+    /// in the kernel. A write sent at once (see
     /// [`SendBook::send_inline`]) leaves nothing to wait for; only bytes
     /// the socket refused, in a send that waits for room, are waited for.
-    /// On the thread pool every write goes through the queue, and a flush
-    /// waits for its send (which tries the socket at once). Either way a
-    /// program that exits after a flush loses none of them.
+    /// So a program that exits after a flush loses none of them.
     pub(crate) fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.poll_drained(cx)
     }
