@@ -111,17 +111,11 @@ impl LoopRing {
         if socket {
             let want = nbytes.min(RECV_MAX);
             let first = want.min(RECV_FIRST);
-            let mut op = InFlight::new(Kind::Recv, fd, true, Memory::Owned(vec![0; first]), first);
+            let mut op = InFlight::new(Kind::Recv, fd, true, Memory::fresh(first), first);
             op.rest = want - first;
             return self.submit(op);
         }
-        let op = InFlight::new(
-            Kind::Recv,
-            fd,
-            socket,
-            Memory::Owned(vec![0; nbytes]),
-            nbytes,
-        );
+        let op = InFlight::new(Kind::Recv, fd, socket, Memory::fresh(nbytes), nbytes);
         self.submit(op)
     }
 
@@ -538,19 +532,19 @@ fn finish(py: Python<'_>, op: InFlight, res: i32, scratch: &[u8]) -> PyResult<Py
     }
     let n = res as usize;
     Ok(match (op.kind, op.memory) {
-        (Kind::Recv, Memory::Owned(v)) if op.done > 0 => {
+        (Kind::Recv, memory @ Memory::Owned(_)) if op.done > 0 => {
             // The first buffer, full, then what `recv_rest` added.
-            let (first, more) = (v.len(), op.done);
-            PyBytes::new_with(py, first + more, |b| {
-                b[..first].copy_from_slice(&v);
-                b[first..].copy_from_slice(&scratch[..more]);
+            let (first, more) = (memory.received(op.len), op.done);
+            PyBytes::new_with(py, first.len() + more, |b| {
+                b[..first.len()].copy_from_slice(first);
+                b[first.len()..].copy_from_slice(&scratch[..more]);
                 Ok(())
             })?
             .into_any()
             .unbind()
         }
-        (Kind::Recv, Memory::Owned(v)) => {
-            PyBytes::new(py, &v[..n.min(v.len())]).into_any().unbind()
+        (Kind::Recv, memory @ Memory::Owned(_)) => {
+            PyBytes::new(py, memory.received(n)).into_any().unbind()
         }
         (Kind::Accept, Memory::Addr(slot)) => (res, sockaddr::to_python(py, &slot)?)
             .into_pyobject(py)?
