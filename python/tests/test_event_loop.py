@@ -410,6 +410,44 @@ def test_a_socket_receive_takes_a_small_message_or_up_to_256_kib_and_a_cancelled
     b.close()
 
 
+def test_a_finished_operation_s_token_is_never_given_again_nor_answers_a_cancel():
+    """The ring's tokens: each operation its own, even where it takes the
+    place a finished one left (the ring reuses it); the token of one that
+    finished cancels nothing, not even the operation now in its place."""
+    pairs = [socket.socketpair() for _ in range(3)]
+    ring = _blockio.LoopRing()
+    waiting = [ring.recv(a.fileno(), 100, True) for a, _ in pairs]
+    assert ring.in_flight() == 3
+    seen = set(waiting)
+    assert len(seen) == 3 and 0 not in seen
+    for i in range(20):
+        a, b = pairs[i % 3]
+        b.send(b"m%d" % i)
+        got = []
+        while not got:
+            got = ring.wait(None)
+        assert got == [(waiting[i % 3], len(b"m%d" % i), b"m%d" % i)]
+        done = waiting[i % 3]
+        assert not ring.cancel(done)  # finished: nothing to cancel
+        token = ring.recv(a.fileno(), 100, True)
+        assert token not in seen
+        seen.add(token)
+        waiting[i % 3] = token
+        assert not ring.cancel(done)  # nor the receive in the place it left
+        assert ring.in_flight() == 3
+    for token in waiting:
+        assert ring.cancel(token)
+    answered = []
+    while len(answered) < 3:
+        answered += ring.wait(None)
+    assert sorted(answered) == sorted((t, -errno.ECANCELED, None) for t in waiting)
+    assert ring.in_flight() == 0
+    ring.close()
+    for a, b in pairs:
+        a.close()
+        b.close()
+
+
 _SIGINT_WHILE_WAITING = """
 
 import asyncio, os, signal, sys, threading, blockio

@@ -5,7 +5,6 @@
 //! the operation produced (the received bytes, the accepted descriptor and
 //! address, the bytes sent, the poll's events).
 
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::ops::{addr_slot, InFlight, Kind, Memory};
+use super::slots::{Slots, MAX_IN_FLIGHT};
 use super::sockaddr;
 
 /// The token of the ring's own cancel requests, whose completions are
@@ -51,8 +51,7 @@ const RECV_FIRST: usize = 2048;
 /// A ring and what is in flight on it.
 struct State {
     ring: IoUring,
-    ops: HashMap<u64, InFlight>,
-    next: u64,
+    ops: Slots,
     /// Entries were queued since the last submission.
     queued: bool,
     /// Where a socket receive into new bytes whose first buffer filled
@@ -89,8 +88,7 @@ impl LoopRing {
         Ok(LoopRing {
             state: Mutex::new(Some(State {
                 ring,
-                ops: HashMap::new(),
-                next: 0,
+                ops: Slots::default(),
                 queued: false,
                 scratch: Vec::new(),
             })),
@@ -217,7 +215,7 @@ impl LoopRing {
     fn cancel(&self, token: u64) -> PyResult<bool> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
-        match st.ops.get_mut(&token) {
+        match st.ops.get_mut(token) {
             Some(op) if !op.cancelled => op.cancelled = true,
             _ => return Ok(false),
         }
@@ -344,12 +342,15 @@ impl LoopRing {
     fn submit(&self, mut op: InFlight) -> PyResult<u64> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
-        st.next = (st.next + 1) % CANCEL_TOKEN;
-        let token = st.next;
+        let token = st.ops.vacant().ok_or_else(|| {
+            PyRuntimeError::new_err(format!(
+                "{MAX_IN_FLIGHT} operations are in flight on the event loop's ring: none can be added"
+            ))
+        })?;
         let entry = op.entry(token);
         st.ops.insert(token, op);
         if let Err(e) = st.push(entry) {
-            st.ops.remove(&token);
+            st.ops.remove(token);
             return Err(e.into());
         }
         Ok(token)
@@ -436,13 +437,13 @@ impl State {
     /// is returned with its result (for a socket receive whose first
     /// buffer filled: with what [`State::recv_rest`] added).
     fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<(InFlight, i32)>> {
-        let Some(op) = self.ops.get_mut(&token) else {
+        let Some(op) = self.ops.get_mut(token) else {
             return Ok(None);
         };
         if op.waiting_ready && res >= 0 && op.kind != Kind::Poll && op.cancelled {
             // The readiness poll (after `EAGAIN`) answered, but nothing
             // was transferred: a readiness is no byte count.
-            return Ok(self.ops.remove(&token).map(|op| (op, -libc::ECANCELED)));
+            return Ok(self.ops.remove(token).map(|op| (op, -libc::ECANCELED)));
         }
         let again = if op.cancelled {
             false
@@ -468,7 +469,7 @@ impl State {
         if filled && op.rest > 0 && !op.cancelled {
             return Ok(self.recv_rest(token, res));
         }
-        Ok(self.ops.remove(&token).map(|op| (op, res)))
+        Ok(self.ops.remove(token).map(|op| (op, res)))
     }
 
     /// Finishes socket receive `token`, whose first buffer the kernel
@@ -477,7 +478,7 @@ impl State {
     /// count kept in `done` and added to the result. An error there is
     /// left for the next receive to report.
     fn recv_rest(&mut self, token: u64, res: i32) -> Option<(InFlight, i32)> {
-        let mut op = self.ops.remove(&token)?;
+        let mut op = self.ops.remove(token)?;
         if self.scratch.len() < op.rest {
             self.scratch.resize(op.rest, 0);
         }
@@ -494,7 +495,7 @@ impl State {
     /// [`CLOSE_BOUND`] passes, then leaks what is left (its memory may
     /// still be written by the kernel) and closes the ring.
     fn shut_down(mut self, py: Python<'_>) {
-        let tokens: Vec<u64> = self.ops.keys().copied().collect();
+        let tokens = self.ops.tokens();
         for t in tokens {
             let _ = self.push(opcode::AsyncCancel::new(t).build().user_data(CANCEL_TOKEN));
         }
@@ -508,10 +509,10 @@ impl State {
             });
             let cqes: Vec<u64> = self.ring.completion().map(|c| c.user_data()).collect();
             for t in cqes {
-                self.ops.remove(&t);
+                self.ops.remove(t);
             }
         }
-        for (_, op) in self.ops.drain() {
+        for op in self.ops.drain() {
             std::mem::forget(op);
         }
     }
