@@ -36,8 +36,9 @@ pub(crate) enum Memory {
     /// None (a poll).
     Nothing,
     /// Bytes the ring allocated (a receive whose result is new bytes):
-    /// made by [`Memory::fresh`], not zeroed, and read through
-    /// [`Memory::received`] alone.
+    /// made by [`Memory::fresh`], not zeroed; its length is set to what
+    /// the kernel wrote when the receive completes, and only then read
+    /// (through [`Memory::received`]).
     Owned(Vec<u8>),
     /// The caller's buffer, held until the completion.
     Lent(PyBuffer<u8>),
@@ -46,27 +47,19 @@ pub(crate) enum Memory {
 }
 
 impl Memory {
-    /// A receive's own buffer of `len` bytes, allocated but not zeroed:
-    /// the kernel writes it, and only what it wrote is read (see
-    /// [`Memory::received`]). Zeroing cost a pass over 2 KiB per message
-    /// that nothing read.
+    /// A receive's own buffer of room for `len` bytes, allocated but not
+    /// zeroed and empty: the kernel writes it, and its length becomes what
+    /// the kernel reported writing once the receive completes. Zeroing
+    /// cost a pass over 2 KiB per message that nothing read.
     pub fn fresh(len: usize) -> Self {
         Memory::Owned(Vec::with_capacity(len))
     }
 
-    /// The first `n` bytes of a receive's own buffer, which the kernel
-    /// wrote (`n`: what it reported, capped at the buffer's size); empty
-    /// for other memory.
-    pub fn received(&self, n: usize) -> &[u8] {
+    /// The bytes a completed receive wrote into its own buffer; empty for
+    /// other memory.
+    pub fn received(&self) -> &[u8] {
         match self {
-            Memory::Owned(v) => {
-                let n = n.min(v.capacity());
-                // SAFETY: the buffer holds `capacity()` bytes; the first
-                // `n` were written by the receive whose result was `n`
-                // (the kernel never reports more than it wrote), so none
-                // is read uninitialised.
-                unsafe { std::slice::from_raw_parts(v.as_ptr(), n) }
-            }
+            Memory::Owned(v) => v,
             _ => &[],
         }
     }

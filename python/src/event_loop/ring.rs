@@ -527,15 +527,25 @@ impl State {
 
 /// The Python value of a finished operation (`scratch`: where a socket
 /// receive put its bytes).
-fn finish(py: Python<'_>, op: InFlight, res: i32, scratch: &[u8]) -> PyResult<PyObject> {
+fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResult<PyObject> {
     if res < 0 {
         return Ok(py.None());
     }
     let n = res as usize;
+    if let (Kind::Recv, Memory::Owned(v)) = (op.kind, &mut op.memory) {
+        let written = n.min(op.len);
+        // SAFETY: `v` was lent to the kernel as `op.len` bytes of room
+        // (its capacity, at least) for this receive, whose result `res`
+        // >= 0 is the count of bytes the kernel wrote from its start (the
+        // whole of it when `recv_rest` added more: the result then exceeds
+        // `op.len`). So the first `written` bytes are initialised, and the
+        // kernel is done with the buffer: this is its completion.
+        unsafe { v.set_len(written) }
+    }
     Ok(match (op.kind, op.memory) {
         (Kind::Recv, memory @ Memory::Owned(_)) if op.done > 0 => {
             // The first buffer, full, then what `recv_rest` added.
-            let (first, more) = (memory.received(op.len), op.done);
+            let (first, more) = (memory.received(), op.done);
             PyBytes::new_with(py, first.len() + more, |b| {
                 b[..first.len()].copy_from_slice(first);
                 b[first.len()..].copy_from_slice(&scratch[..more]);
@@ -545,7 +555,7 @@ fn finish(py: Python<'_>, op: InFlight, res: i32, scratch: &[u8]) -> PyResult<Py
             .unbind()
         }
         (Kind::Recv, memory @ Memory::Owned(_)) => {
-            PyBytes::new(py, memory.received(n)).into_any().unbind()
+            PyBytes::new(py, memory.received()).into_any().unbind()
         }
         (Kind::Accept, Memory::Addr(slot)) => (res, sockaddr::to_python(py, &slot)?)
             .into_pyobject(py)?
