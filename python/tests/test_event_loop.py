@@ -247,6 +247,68 @@ def test_sock_calls_and_a_cancelled_recv_loses_nothing(loop):
     b.close()
 
 
+def _datagrams_received(lp, kind):
+    """The size and last byte of the datagrams (``SOCK_DGRAM``, or
+    ``SOCK_SEQPACKET`` messages) that ``sock_recv(s, 4096)`` on ``lp``
+    returns for a message
+    of 3000 bytes, then one of 5, then one of 3000 read with ``sock_recv(s,
+    2048)`` (cut there: the rest is dropped), then one of 5; and the sizes
+    a connected datagram endpoint's protocol gets for 3000 bytes then 5."""
+    if kind == socket.SOCK_DGRAM:
+        r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        r.bind(("127.0.0.1", 0))
+        w = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        w.connect(r.getsockname())
+    else:
+        r, w = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    r.setblocking(False)
+
+    async def main():
+        for m in (b"a" * 2999 + b"z", b"HELLO", b"b" * 3000, b"WORLD"):
+            w.send(m)
+        got = []
+        for n in (4096, 4096, 2048, 4096):
+            d = await asyncio.wait_for(lp.sock_recv(r, n), DEADLINE)
+            got.append((len(d), d[-1:]))
+        if kind != socket.SOCK_DGRAM:
+            return got
+        sizes = []
+
+        class Protocol(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                sizes.append(len(data))
+
+        t, _ = await lp.create_datagram_endpoint(Protocol, remote_addr=w.getsockname())
+        w.sendto(b"c" * 3000, t.get_extra_info("sockname"))
+        w.sendto(b"WORLD", t.get_extra_info("sockname"))
+        await await_until(lambda: len(sizes) >= 2, "two datagrams")
+        t.close()
+        return got, sizes
+
+    try:
+        return lp.run_until_complete(main())
+    finally:
+        r.close()
+        w.close()
+
+
+@pytest.mark.parametrize("kind", ["SOCK_DGRAM", "SOCK_SEQPACKET"])
+def test_a_datagram_larger_than_a_receive_s_first_buffer_is_received_whole_and_alone(loop, kind):
+    """A datagram (or ``SOCK_SEQPACKET`` message) comes whole in one
+    receive, and the next comes in the next, as on asyncio's loop: beyond
+    a stream socket's first buffer there is no "rest" to take, the kernel
+    dropped what did not fit."""
+    reference = asyncio.new_event_loop()
+    try:
+        expected = _datagrams_received(reference, getattr(socket, kind))
+    finally:
+        reference.close()
+    got = _datagrams_received(loop, getattr(socket, kind))
+    sock_recvs = [(3000, b"z"), (5, b"O"), (2048, b"b"), (5, b"D")]
+    assert expected == (sock_recvs if kind == "SOCK_SEQPACKET" else (sock_recvs, [3000, 5]))
+    assert got == expected
+
+
 def receiving(loop, socks, n):
     """Whether ``n`` receives on ``socks`` wait: in the ring on io_uring,
     in the loop's epoll set on the fallback."""
@@ -381,7 +443,7 @@ def test_a_socket_receive_takes_a_small_message_or_up_to_256_kib_and_a_cancelled
     nothing."""
     a, b = socket.socketpair()
     ring = _blockio.LoopRing()
-    token = ring.recv(a.fileno(), 1 << 20, True)
+    token = ring.recv(a.fileno(), 1 << 20, True, True)
     assert ring.wait(0) == []  # waiting, nothing to receive yet
     b.send(b"hi")
     assert ring.wait(None) == [(token, 2, b"hi")]
@@ -390,13 +452,13 @@ def test_a_socket_receive_takes_a_small_message_or_up_to_256_kib_and_a_cancelled
     data = os.urandom(300 << 10)
     sent = b.send(data)
     assert sent > 256 << 10
-    token = ring.recv(a.fileno(), 1 << 20, True)
+    token = ring.recv(a.fileno(), 1 << 20, True, True)
     got = []
     while not got:
         got = ring.wait(None)
     assert got == [(token, 256 << 10, data[: 256 << 10])]
     assert a.recv(1 << 20) == data[256 << 10 : sent]
-    token = ring.recv(a.fileno(), 100, True)
+    token = ring.recv(a.fileno(), 100, True, True)
     assert ring.wait(0) == []
     assert ring.cancel(token)
     got = []
@@ -416,7 +478,7 @@ def test_a_finished_operation_s_token_is_never_given_again_nor_answers_a_cancel(
     finished cancels nothing, not even the operation now in its place."""
     pairs = [socket.socketpair() for _ in range(3)]
     ring = _blockio.LoopRing()
-    waiting = [ring.recv(a.fileno(), 100, True) for a, _ in pairs]
+    waiting = [ring.recv(a.fileno(), 100, True, True) for a, _ in pairs]
     assert ring.in_flight() == 3
     seen = set(waiting)
     assert len(seen) == 3 and 0 not in seen
@@ -429,7 +491,7 @@ def test_a_finished_operation_s_token_is_never_given_again_nor_answers_a_cancel(
         assert got == [(waiting[i % 3], len(b"m%d" % i), b"m%d" % i)]
         done = waiting[i % 3]
         assert not ring.cancel(done)  # finished: nothing to cancel
-        token = ring.recv(a.fileno(), 100, True)
+        token = ring.recv(a.fileno(), 100, True, True)
         assert token not in seen
         seen.add(token)
         waiting[i % 3] = token

@@ -99,14 +99,23 @@ impl LoopRing {
     /// Receives at most `nbytes` from `fd` into new bytes (`recv` on a
     /// socket, `read` otherwise).
     ///
-    /// On a socket the kernel receives into a first buffer of 2 KiB, all
-    /// that a connection waiting for data (idle for hours) pins; when that
-    /// fills, the rest of what the socket holds is received at once, in
-    /// the wait that reaps the completion, through the ring's one scratch
-    /// buffer. At most 256 KiB in all (fewer than `nbytes`, as a receive
-    /// may).
-    pub(crate) fn recv(&self, fd: RawFd, nbytes: usize, socket: bool) -> PyResult<u64> {
-        if socket {
+    /// On a stream socket (`stream`: `SOCK_STREAM`) the kernel receives
+    /// into a first buffer of 2 KiB, all that a connection waiting for data
+    /// (idle for hours) pins; when that fills, the rest of what the socket
+    /// holds is received at once, in the wait that reaps the completion,
+    /// through the ring's one scratch buffer. At most 256 KiB in all (fewer
+    /// than `nbytes`, as a receive may). Any other socket (a datagram or
+    /// `SOCK_SEQPACKET` one) receives into one buffer of `nbytes`: the
+    /// kernel drops what of a message does not fit, so a second receive
+    /// would take the next message, not the rest of this one.
+    pub(crate) fn recv(
+        &self,
+        fd: RawFd,
+        nbytes: usize,
+        socket: bool,
+        stream: bool,
+    ) -> PyResult<u64> {
+        if socket && stream {
             let want = nbytes.min(RECV_MAX);
             let first = want.min(RECV_FIRST);
             let mut op = InFlight::new(Kind::Recv, fd, true, Memory::fresh(first), first);
