@@ -543,6 +543,12 @@ class RingProactor:
         conn_fd = conn.detach()
         self._after_cancel(_ACCEPT, (fd, listener), conn_fd, (conn_fd, addr))
 
+    def keep_received(self, conn: Any, data: bytes) -> None:
+        """Keeps ``data``, received on ``conn`` for a caller that was
+        cancelled meanwhile, for the next receive."""
+        if data:
+            self._after_cancel(_RECV, (_fd_of(conn), conn, len(data)), len(data), data)
+
     def _drop_kept_conns(self, fd: int) -> None:
         """Closes the connections kept for listening descriptor ``fd``."""
         _ref, conns = self._kept_conns.pop(fd, (None, []))

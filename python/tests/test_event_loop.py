@@ -247,6 +247,81 @@ def test_sock_calls_and_a_cancelled_recv_loses_nothing(loop):
     b.close()
 
 
+def _cancelled_after_its_bytes_came(lp, recv):
+    """A receive (``recv(sock)``, a coroutine) on ``lp`` whose task is
+    cancelled right after the completion resolved the receive's future,
+    in the same loop turn, before the task resumed; then receives until
+    every byte sent came. Returns the bytes received, in order, and
+    whether the cancel did land between the completion and the resume."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    landed = []
+
+    async def main():
+        b.send(b"first")
+
+        async def receive():
+            # Runs in the next turn after the one that arms the receive:
+            # after that turn's wait reaped the completion (the bytes are
+            # there), before the task's wake-up, which the completion
+            # queued behind it.
+            lp.call_soon(cancel_if_resolved)
+            return await recv(a)
+
+        def cancel_if_resolved():
+            waiter = task._fut_waiter
+            if waiter is not None and waiter.done():
+                landed.append(task.cancel())
+
+        task = lp.create_task(receive())
+        try:
+            got = await task
+        except asyncio.CancelledError:
+            got = b""
+        b.send(b" second")
+        while len(got) < len(b"first second"):
+            got += await asyncio.wait_for(recv(a), DEADLINE)
+        return got
+
+    try:
+        return lp.run_until_complete(main()), landed == [True]
+    finally:
+        a.close()
+        b.close()
+
+
+async def _sock_recv_into(sock):
+    buf = bytearray(100)
+    n = await asyncio.get_running_loop().sock_recv_into(sock, buf)
+    return bytes(buf[:n])
+
+
+@pytest.mark.parametrize("call", ["sock_recv", "sock_recv_into"])
+def test_a_receive_cancelled_after_its_bytes_came_hands_them_to_the_next(loop, call):
+    """The bytes of a ``sock_recv`` (``sock_recv_into``) whose task was
+    cancelled after the completion resolved its future go to the next
+    receive, as on asyncio's loop, where nothing is lost either."""
+
+    def recv(sock):
+        if call == "sock_recv":
+            return asyncio.get_running_loop().sock_recv(sock, 100)
+        return _sock_recv_into(sock)
+
+    reference = asyncio.new_event_loop()
+    try:
+        expected, _ = _cancelled_after_its_bytes_came(reference, recv)
+    finally:
+        reference.close()
+    got, landed = _cancelled_after_its_bytes_came(loop, recv)
+    assert expected == b"first second"
+    assert got == expected
+    # On io_uring the receive waits for its completion: the cancel came
+    # between it and the resume (on epoll, as on asyncio's loop, the bytes
+    # there are taken at once, without waiting).
+    assert landed == (loop.backend == "uring")
+
+
 def _datagrams_received(lp, kind):
     """The size and last byte of the datagrams (``SOCK_DGRAM``, or
     ``SOCK_SEQPACKET`` messages) that ``sock_recv(s, 4096)`` on ``lp``
