@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import warnings
 
 import pytest
@@ -511,6 +512,18 @@ def test_a_ring_dropped_with_a_receive_in_flight_releases_its_buffer_after_the_k
     b.close()
 
 
+def reap(ring, n=1):
+    """The next ``n`` completions on ``ring`` (a ``LoopRing``); fails the
+    test if they have not all come within ``DEADLINE``."""
+    deadline = time.monotonic() + DEADLINE
+    got = []
+    while len(got) < n:
+        left = deadline - time.monotonic()
+        assert left > 0, f"not within {DEADLINE} s: {n} completions, {len(got)} came"
+        got += ring.wait(left)
+    return got
+
+
 def test_a_socket_receive_takes_a_small_message_or_up_to_256_kib_and_a_cancelled_one_nothing():
     """A socket receive into new bytes lends the kernel a small first
     buffer; when that fills, the rest of what the socket holds is taken at
@@ -521,25 +534,19 @@ def test_a_socket_receive_takes_a_small_message_or_up_to_256_kib_and_a_cancelled
     token = ring.recv(a.fileno(), 1 << 20, True, True)
     assert ring.wait(0) == []  # waiting, nothing to receive yet
     b.send(b"hi")
-    assert ring.wait(None) == [(token, 2, b"hi")]
+    assert reap(ring) == [(token, 2, b"hi")]
     b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     b.setblocking(False)
     data = os.urandom(300 << 10)
     sent = b.send(data)
     assert sent > 256 << 10
     token = ring.recv(a.fileno(), 1 << 20, True, True)
-    got = []
-    while not got:
-        got = ring.wait(None)
-    assert got == [(token, 256 << 10, data[: 256 << 10])]
+    assert reap(ring) == [(token, 256 << 10, data[: 256 << 10])]
     assert a.recv(1 << 20) == data[256 << 10 : sent]
     token = ring.recv(a.fileno(), 100, True, True)
     assert ring.wait(0) == []
     assert ring.cancel(token)
-    got = []
-    while not got:
-        got = ring.wait(None)
-    assert got == [(token, -errno.ECANCELED, None)]
+    assert reap(ring) == [(token, -errno.ECANCELED, None)]
     b.send(b"kept")
     assert a.recv(100) == b"kept"
     ring.close()
@@ -560,10 +567,7 @@ def test_a_finished_operation_s_token_is_never_given_again_nor_answers_a_cancel(
     for i in range(20):
         a, b = pairs[i % 3]
         b.send(b"m%d" % i)
-        got = []
-        while not got:
-            got = ring.wait(None)
-        assert got == [(waiting[i % 3], len(b"m%d" % i), b"m%d" % i)]
+        assert reap(ring) == [(waiting[i % 3], len(b"m%d" % i), b"m%d" % i)]
         done = waiting[i % 3]
         assert not ring.cancel(done)  # finished: nothing to cancel
         token = ring.recv(a.fileno(), 100, True, True)
@@ -574,9 +578,7 @@ def test_a_finished_operation_s_token_is_never_given_again_nor_answers_a_cancel(
         assert ring.in_flight() == 3
     for token in waiting:
         assert ring.cancel(token)
-    answered = []
-    while len(answered) < 3:
-        answered += ring.wait(None)
+    answered = reap(ring, 3)
     assert sorted(answered) == sorted((t, -errno.ECANCELED, None) for t in waiting)
     assert ring.in_flight() == 0
     ring.close()
