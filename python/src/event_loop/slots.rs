@@ -2,17 +2,18 @@
 //! freed slots are taken again first (last freed, first taken).
 //!
 //! A token is a count of submissions in its low [`SEQ_BITS`] bits and the
-//! slot's index above them, so that no two operations a ring ever submits
-//! share a token (a late cancel or a stale token from Python finds
-//! nothing) while a lookup is an index into one vector, with no hashing.
-//! Beside 10,000 idle connections (a receive in flight on each) the slot a
-//! message's receive takes is the one its last completion freed, still in
-//! the cache, where a hash map of every operation in flight missed it
-//! (`docs/benchmarks.md`). The count in the low bits keeps the Python
-//! tables keyed by token (the proactor's `_ops`, `_held`) spreading
-//! tokens over their buckets as consecutive numbers did: a reused slot's
-//! index there would land each new token on the bucket its last one left
-//! deleted.
+//! slot's index above them, so that no two operations among 2^39
+//! consecutive submissions of a ring share a token (a late cancel or a
+//! stale token from Python finds nothing; only after the count wraps could
+//! a token come again) while a lookup is an index into one vector, with no
+//! hashing. A freed slot is the first taken again. Measured beside 10,000
+//! idle connections (callgrind, `docs/benchmarks.md`): the hash map's
+//! hashing and lookups, 648 instructions and 4.1 L1 read misses per
+//! message, became the slab's 111 and 0.8; the load's CPU per request did
+//! not move beyond the rounds' spread. The count is in the low bits so that
+//! successive tokens differ there, as the consecutive numbers before did,
+//! for the Python tables keyed by token (the proactor's `_ops`, `_held`);
+//! what that does to their lookups was not measured.
 
 use super::ops::InFlight;
 
