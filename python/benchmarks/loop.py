@@ -217,7 +217,10 @@ def _idle(port: int, n: int) -> list[socket.socket]:
 
 def serve(name: str, kind: str) -> None:
     """The server: prints its port, serves until a line on stdin, prints
-    its CPU seconds and peak RSS (KiB)."""
+    its CPU seconds and peak RSS (KiB). Pins itself to :data:`SERVER_CPU`
+    (as :func:`start_server` pins its child), so that ``--serve`` run
+    directly, under callgrind or perf, is on that CPU too."""
+    os.sched_setaffinity(0, {SERVER_CPU})
     _all_descriptors()
     kind = IDLE.get(kind, kind)
     loop = _new_loop(name)
