@@ -263,10 +263,10 @@ def _cancelled_after_its_bytes_came(lp, recv):
         b.send(b"first")
 
         async def receive():
-            # Runs in the next turn after the one that arms the receive:
-            # after that turn's wait reaped the completion (the bytes are
-            # there), before the task's wake-up, which the completion
-            # queued behind it.
+            # This turn arms the receive; cancel_if_resolved runs in the
+            # next, after that turn's wait reaped the completion (the
+            # bytes are there already) and before the task's wake-up,
+            # which the completion queued behind it.
             lp.call_soon(cancel_if_resolved)
             return await recv(a)
 
