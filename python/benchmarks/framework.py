@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import signal
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+# loop.py's server start, CPU pinning, wrk run and counts, shared.
+from loop import cpu_seconds, perf_count, perf_syscalls, pin_client, rotated, start_server, wrk
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = ROOT / "python" / "tests" / "framework" / "server.py"
@@ -44,64 +43,28 @@ FILES = ROOT / "target" / "framework-tests" / "data" / "files"
 PATHS = {"fixed": "/fixed", "static-1m": "/static/1m"}
 
 
-def _cpu_seconds(pid: int) -> float:
-    """Process ``pid``'s CPU time so far (user + system), ``/proc/PID/stat``."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _wrk(port: int, path: str, conns: int, seconds: int) -> tuple[float, float]:
-    """(requests per second, p99 seconds) of one wrk run; fails on any
-    socket error or status other than 2xx/3xx."""
-    out = subprocess.run(
-        ["taskset", "-c", "1", "wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "10s", "--latency",
-         f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, check=True).stdout
-    if "Non-2xx" in out or "Socket errors" in out:
-        raise SystemExit(f"wrk saw errors:\n{out}")
-    n = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    took = re.search(r"requests in ([\d.]+)(m?s)", out)
-    secs = float(took.group(1)) / (1000 if took.group(2) == "ms" else 1)  # type: ignore[union-attr]
-    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
-    unit = {"us": 1e-6, "ms": 1e-3, "s": 1.0}[p99.group(2)]  # type: ignore[union-attr]
-    return n / secs, float(p99.group(1)) * unit  # type: ignore[union-attr]
-
-
-def _perf(pid: int) -> subprocess.Popen[str]:
-    """``perf stat`` counting the system calls of process ``pid``."""
-    return subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(pid)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
-def _perf_count(perf: subprocess.Popen[str]) -> int:
-    """The count of a ``_perf`` run, stopped."""
-    perf.send_signal(signal.SIGINT)
-    _, err = perf.communicate()
-    for line in err.splitlines():
-        if "raw_syscalls:sys_enter" in line:
-            return int(line.split(",")[0])
-    raise SystemExit(f"perf stat gave no count: {err}")
-
-
 def one_round(loop: str, workload: str, args: argparse.Namespace) -> dict[str, float]:
-    """The figures of one fresh server process under one load."""
-    server = subprocess.Popen([sys.executable, str(SERVER), loop, str(FILES)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, preexec_fn=lambda: os.sched_setaffinity(0, {0}))
+    """The figures of one fresh server process under one load; fails on
+    any socket error, status other than 2xx/3xx, or response slower than
+    10 s."""
+    server = start_server([sys.executable, str(SERVER), loop, str(FILES)])
     assert server.stdin is not None and server.stdout is not None
     info = json.loads(server.stdout.readline())
     if loop == "blockio" and info["backend"] != "uring":
         raise SystemExit(f"blockio's loop runs on {info['backend']}, not io_uring")
-    perf = _perf(server.pid) if args.syscalls else None
-    before = _cpu_seconds(server.pid)
-    rate, p99 = _wrk(info["port"], PATHS[workload], args.conns, args.seconds)
-    cpu = _cpu_seconds(server.pid) - before
-    calls = _perf_count(perf) if perf else 0
+    perf = perf_syscalls(server.pid) if args.syscalls else None
+    before = sum(cpu_seconds(server.pid))
+    n, took, p99, timeouts = wrk(info["port"], args.conns, args.seconds, PATHS[workload], timeout=10)
+    if timeouts:
+        raise SystemExit(f"wrk: {timeouts} responses of the {loop} server took over 10 s")
+    cpu = sum(cpu_seconds(server.pid)) - before
+    calls = perf_count(perf) if perf else 0
     server.stdin.write("stop\n")
     server.stdin.flush()
     server.stdout.readline()
     if server.wait() != 0:
         raise SystemExit(f"the {loop} server failed")
-    return {"rate": rate, "p99": p99, "cpu": cpu / (rate * args.seconds), "calls": calls / (rate * args.seconds)}
+    return {"rate": n / took, "p99": p99, "cpu": cpu / n, "calls": calls / n}
 
 
 def _report(title: str, got: dict[str, list[dict[str, float]]]) -> None:
@@ -128,13 +91,14 @@ def main() -> None:
     args = ap.parse_args()
     if not (FILES / "1m").exists():
         raise SystemExit(f"no {FILES / '1m'}: run python3 python/tests/framework/run.py first")
+    pin_client()
     loops = args.loops.split(",")
     for workload in args.workloads.split(","):
         if workload not in PATHS:
             raise SystemExit(f"--workloads: unknown workload {workload!r} (expected {', '.join(PATHS)})")
         got: dict[str, list[dict[str, float]]] = {n: [] for n in loops}
         for r in range(args.rounds):
-            for name in loops[r % len(loops):] + loops[: r % len(loops)]:
+            for name in rotated(loops, r):
                 got[name].append(one_round(name, workload, args))
         _report(f"aiohttp {workload}, {args.conns} connections, {args.rounds} rounds of {args.seconds} s", got)
 

@@ -172,6 +172,30 @@ def _all_descriptors() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+#: The CPU the servers run on, and the one the client (wrk or the echo
+#: client) runs on.
+SERVER_CPU, CLIENT_CPU = 0, 1
+
+
+def start_server(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """A fresh server process, ``argv``, pinned to :data:`SERVER_CPU`,
+    with text pipes on its stdin and stdout."""
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {SERVER_CPU}))
+
+
+def pin_client() -> None:
+    """Pins this process (the client) to :data:`CLIENT_CPU` and raises its
+    descriptor limit to the hard one."""
+    os.sched_setaffinity(0, {CLIENT_CPU})
+    _all_descriptors()
+
+
+def rotated(names: list[str], r: int) -> list[str]:
+    """The order of the contenders in round ``r``: rotated every round."""
+    return names[r % len(names) :] + names[: r % len(names)]
+
+
 def _idle(port: int, n: int) -> list[socket.socket]:
     """``n`` keep-alive connections to the server, each served one request
     (so the server holds each, waiting for the next) before the load starts."""
@@ -193,8 +217,10 @@ def _idle(port: int, n: int) -> list[socket.socket]:
 
 def serve(name: str, kind: str) -> None:
     """The server: prints its port, serves until a line on stdin, prints
-    its CPU seconds and peak RSS (KiB)."""
-    os.sched_setaffinity(0, {0})
+    its CPU seconds and peak RSS (KiB). Pins itself to :data:`SERVER_CPU`
+    (as :func:`start_server` pins its child), so that ``--serve`` run
+    directly, under callgrind or perf, is on that CPU too."""
+    os.sched_setaffinity(0, {SERVER_CPU})
     _all_descriptors()
     kind = IDLE.get(kind, kind)
     loop = _new_loop(name)
@@ -237,13 +263,15 @@ def _client_loop() -> asyncio.AbstractEventLoop:
     return _new_loop("uvloop") if _available("uvloop") else asyncio.new_event_loop()
 
 
-def _wrk(port: int, conns: int, seconds: float) -> tuple[int, float, float, int]:
-    """(requests, seconds, p99 seconds, timeouts) of one wrk run; fails
-    unless every response is a 200 and no connection failed (a response
-    slower than wrk's 2 s timeout is counted, not a failure)."""
+def wrk(port: int, conns: int, seconds: float, path: str = "/", timeout: float = 2.0) -> tuple[int, float, float, int]:
+    """(requests, seconds, p99 seconds, timeouts) of one wrk run (one
+    thread, on :data:`CLIENT_CPU`) on ``path``; fails unless every
+    response is a 2xx or 3xx and no connection failed (a response slower
+    than ``timeout`` seconds is counted, not a failure)."""
     out = subprocess.run(
-        ["taskset", "-c", "1", "wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "--latency",
-         f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
+        ["taskset", "-c", str(CLIENT_CPU), "wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s",
+         f"--timeout={timeout:g}s", "--latency", f"http://127.0.0.1:{port}{path}"],
+        capture_output=True, text=True, check=True).stdout
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     if "Non-2xx" in out or errors and any(int(e) for e in errors.groups()[:3]):
         raise SystemExit(f"wrk saw errors:\n{out}")
@@ -256,7 +284,7 @@ def _wrk(port: int, conns: int, seconds: float) -> tuple[int, float, float, int]
     return n, secs, float(p99.group(1)) * unit, timeouts  # type: ignore[union-attr]
 
 
-def _cpu_seconds(pid: int) -> tuple[float, float]:
+def cpu_seconds(pid: int) -> tuple[float, float]:
     """Process ``pid``'s CPU time so far: (user, system), ``/proc/PID/stat``."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -264,12 +292,14 @@ def _cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def _perf(pid: int) -> subprocess.Popen[str]:
+def perf_syscalls(pid: int) -> subprocess.Popen[str]:
+    """``perf stat`` counting the system calls of process ``pid``."""
     return subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(pid)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def _perf_count(perf: subprocess.Popen[str]) -> int:
+def perf_count(perf: subprocess.Popen[str]) -> int:
+    """The count of a :func:`perf_syscalls` run, stopped."""
     perf.send_signal(signal.SIGINT)
     _, err = perf.communicate()
     for line in err.splitlines():
@@ -283,17 +313,16 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
     env = None
     if name == "blockio-base":
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.baseline, os.environ.get("PYTHONPATH")]))}
-    server = subprocess.Popen([sys.executable, __file__, "--serve", name, kind], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
+    server = start_server([sys.executable, __file__, "--serve", name, kind], env)
     assert server.stdin is not None and server.stdout is not None
     port = int(server.stdout.readline())
-    cpu_started = sum(_cpu_seconds(server.pid))
+    cpu_started = sum(cpu_seconds(server.pid))
     idle = _idle(port, args.idle) if kind in IDLE else []
-    perf = _perf(server.pid) if args.syscalls else None
-    user_before, sys_before = _cpu_seconds(server.pid)
+    perf = perf_syscalls(server.pid) if args.syscalls else None
+    user_before, sys_before = cpu_seconds(server.pid)
     timeouts = 0
     if kind in HTTP or kind in IDLE:
-        n, took, p99, timeouts = _wrk(port, conns, args.seconds)
+        n, took, p99, timeouts = wrk(port, conns, args.seconds)
     else:
         loop = _client_loop()
         start = time.monotonic()
@@ -301,9 +330,9 @@ def one_round(name: str, kind: str, conns: int, size: int, args: argparse.Namesp
         took = time.monotonic() - start
         loop.close()
         p99 = statistics.quantiles(rtts, n=100)[98] if len(rtts) > 1 else float("nan")
-    user_after, sys_after = _cpu_seconds(server.pid)
+    user_after, sys_after = cpu_seconds(server.pid)
     load_cpu = user_after + sys_after - user_before - sys_before
-    calls = _perf_count(perf) if perf else 0
+    calls = perf_count(perf) if perf else 0
     for c in idle:
         c.close()
     server.stdin.write("stop\n")
@@ -355,8 +384,7 @@ def main() -> None:
     if args.serve:
         serve(*args.serve)
         return
-    os.sched_setaffinity(0, {1})
-    _all_descriptors()
+    pin_client()
     loops = [n for n in args.loops.split(",") if _available(n)]
     missing = sorted(set(args.loops.split(",")) - set(loops))
     print(f"loops: {', '.join(loops)}" + (f" (not installed: {', '.join(missing)})" if missing else ""))
@@ -369,7 +397,7 @@ def main() -> None:
     for kind, conns, size in loads:
         got: dict[str, list[dict[str, float]]] = {n: [] for n in loops}
         for r in range(args.rounds):
-            for name in loops[r % len(loops) :] + loops[: r % len(loops)]:
+            for name in rotated(loops, r):
                 got[name].append(one_round(name, kind, conns, size, args))
         what = f"{size // 1024} KiB, " if size else f"beside {args.idle} idle, " if kind in IDLE else ""
         _report(f"{kind}, {what}{conns} connections, {args.rounds} rounds of {args.seconds} s", got)

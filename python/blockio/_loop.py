@@ -827,11 +827,27 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_recv(self, sock, n):
         self._check_sock(sock)
-        return await self._proactor.recv(sock, n)
+        fut = self._proactor.recv(sock, n)
+        try:
+            return await fut
+        except exceptions.CancelledError:
+            # Cancelled after the bytes came, before this call resumed:
+            # they are kept for the next receive.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._proactor.keep_received(sock, fut.result())
+            raise
 
     async def sock_recv_into(self, sock, buf):
         self._check_sock(sock)
-        return await self._proactor.recv_into(sock, buf)
+        fut = self._proactor.recv_into(sock, buf)
+        try:
+            return await fut
+        except exceptions.CancelledError:
+            # As in sock_recv: the bytes the kernel wrote into ``buf`` are
+            # copied and kept for the next receive.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._proactor.keep_received(sock, bytes(memoryview(buf).cast("B")[: fut.result()]))
+            raise
 
     async def sock_recvfrom(self, sock, bufsize):
         self._check_sock(sock)

@@ -95,7 +95,7 @@ class StreamReceive(_blockio.StreamRx):
     from a callback of the ready queue does. While armed, it stands in the
     transport's ``_read_fut``: ``cancel()`` cancels the receive in flight.
 
-    Its state (``conn``, ``fd``, ``nbytes``, ``socket``, ``holdable``,
+    Its state (``conn``, ``fd``, ``nbytes``, ``socket``, ``stream``, ``holdable``,
     ``context``; ``token``, the receive in flight or the marker of kept
     bytes about to be handed on, None when not armed; ``cancelled``) is
     the Rust base's, which the dispatch and ``_blockio.arm_receive`` read
@@ -110,8 +110,8 @@ class StreamReceive(_blockio.StreamRx):
         if holdable:
             release(conn)
         return super().__new__(
-            cls, proactor, conn, _fd_of(conn), nbytes, isinstance(conn, socket.socket), holdable,
-            contextvars.copy_context(),
+            cls, proactor, conn, _fd_of(conn), nbytes, isinstance(conn, socket.socket), is_stream(conn),
+            holdable, contextvars.copy_context(),
         )
 
     def cancel(self, msg: Any = None) -> bool:
@@ -237,6 +237,14 @@ def _accepted(listener: socket.socket, fd: int) -> socket.socket:
     so that making the object costs no system call (``setblocking`` would
     set the flag again)."""
     return socket.socket(_RAW_FAMILY(listener), _RAW_TYPE(listener) | _NONBLOCK, listener.proto, fileno=fd)
+
+
+def is_stream(conn: Any) -> bool:
+    """Whether ``conn`` is a stream socket (``SOCK_STREAM``), whose receive
+    may take what exceeds its first buffer: on a datagram or
+    ``SOCK_SEQPACKET`` socket what of a message does not fit is dropped,
+    and a second receive would take the next message."""
+    return isinstance(conn, socket.socket) and conn.type == socket.SOCK_STREAM
 
 
 def was_reset(conn: Any) -> bool:
@@ -412,7 +420,7 @@ class RingProactor:
         if kept is not None:
             return self._done(kept)
         fd = _fd_of(conn)
-        token = self._ring.recv(fd, nbytes, isinstance(conn, socket.socket))
+        token = self._ring.recv(fd, nbytes, isinstance(conn, socket.socket), is_stream(conn))
         self._receiving[fd] = token
         return self._future(token, _RECV, (fd, conn, nbytes), conn)
 
@@ -441,7 +449,7 @@ class RingProactor:
                 self._loop.call_soon(self._deliver_kept, rx, marker, kept, callback)
                 return
         fd = rx.fd
-        token = self._ring.recv(fd, rx.nbytes, rx.socket)
+        token = self._ring.recv(fd, rx.nbytes, rx.socket, rx.stream)
         rx.token = token
         self._receiving[fd] = token
         self._ops[token] = (rx, _STREAM, (fd, rx.conn, rx.nbytes, callback))
@@ -534,6 +542,12 @@ class RingProactor:
         fd = listener.fileno()
         conn_fd = conn.detach()
         self._after_cancel(_ACCEPT, (fd, listener), conn_fd, (conn_fd, addr))
+
+    def keep_received(self, conn: Any, data: bytes) -> None:
+        """Keeps ``data``, received on ``conn`` for a caller that was
+        cancelled meanwhile, for the next receive."""
+        if data:
+            self._after_cancel(_RECV, (_fd_of(conn), conn, len(data)), len(data), data)
 
     def _drop_kept_conns(self, fd: int) -> None:
         """Closes the connections kept for listening descriptor ``fd``."""

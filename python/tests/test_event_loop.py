@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import warnings
 
 import pytest
@@ -247,6 +248,150 @@ def test_sock_calls_and_a_cancelled_recv_loses_nothing(loop):
     b.close()
 
 
+def _cancelled_after_its_bytes_came(lp, recv):
+    """A receive (``recv(sock)``, a coroutine) on ``lp`` whose task is
+    cancelled right after the completion resolved the receive's future,
+    in the same loop turn, before the task resumed; then receives until
+    every byte sent came. Returns the bytes received, in order, and
+    whether the cancel did land between the completion and the resume."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    landed = []
+
+    async def main():
+        b.send(b"first")
+
+        async def receive():
+            # This turn arms the receive; cancel_if_resolved runs in the
+            # next, after that turn's wait reaped the completion (the
+            # bytes are there already) and before the task's wake-up,
+            # which the completion queued behind it.
+            lp.call_soon(cancel_if_resolved)
+            return await recv(a)
+
+        def cancel_if_resolved():
+            waiter = task._fut_waiter
+            if waiter is not None and waiter.done():
+                landed.append(task.cancel())
+
+        task = lp.create_task(receive())
+        try:
+            got = await task
+        except asyncio.CancelledError:
+            got = b""
+        b.send(b" second")
+        try:
+            while len(got) < len(b"first second"):
+                got += await asyncio.wait_for(recv(a), DEADLINE)
+        except asyncio.TimeoutError:
+            pass  # bytes were lost: the caller's comparison shows which
+        return got
+
+    try:
+        return lp.run_until_complete(main()), landed == [True]
+    finally:
+        a.close()
+        b.close()
+
+
+async def _sock_recv_into(sock):
+    buf = bytearray(100)
+    n = await asyncio.get_running_loop().sock_recv_into(sock, buf)
+    return bytes(buf[:n])
+
+
+@pytest.mark.parametrize("call", ["sock_recv", "sock_recv_into"])
+def test_a_receive_cancelled_after_its_bytes_came_hands_them_to_the_next(loop, call):
+    """The bytes of a ``sock_recv`` (``sock_recv_into``) whose task was
+    cancelled after the completion resolved its future go to the next
+    receive, as on asyncio's loop, where nothing is lost either."""
+
+    def recv(sock):
+        if call == "sock_recv":
+            return asyncio.get_running_loop().sock_recv(sock, 100)
+        return _sock_recv_into(sock)
+
+    reference = asyncio.new_event_loop()
+    try:
+        expected, _ = _cancelled_after_its_bytes_came(reference, recv)
+    finally:
+        reference.close()
+    got, landed = _cancelled_after_its_bytes_came(loop, recv)
+    assert expected == b"first second"
+    assert got == expected
+    # On io_uring the receive waits for its completion: the cancel came
+    # between it and the resume (on epoll, as on asyncio's loop, the bytes
+    # there are taken at once, without waiting).
+    assert landed == (loop.backend == "uring")
+
+
+def _datagrams_received(lp, kind):
+    """The size and last byte of the datagrams (``SOCK_DGRAM``, or
+    ``SOCK_SEQPACKET`` messages) that ``sock_recv(s, 4096)`` on ``lp``
+    returns for a message
+    of 3000 bytes, then one of 5, then one of 3000 read with ``sock_recv(s,
+    2048)`` (cut there: the rest is dropped), then one of 5; and the sizes
+    a connected datagram endpoint's protocol gets for 3000 bytes then 5."""
+    if kind == socket.SOCK_DGRAM:
+        r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        r.bind(("127.0.0.1", 0))
+        w = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        w.connect(r.getsockname())
+    else:
+        r, w = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    r.setblocking(False)
+
+    async def main():
+        for m in (b"a" * 2999 + b"z", b"HELLO", b"b" * 3000, b"WORLD"):
+            w.send(m)
+        got = []
+        for n in (4096, 4096, 2048, 4096):
+            try:
+                d = await asyncio.wait_for(lp.sock_recv(r, n), DEADLINE)
+            except asyncio.TimeoutError:
+                got.append("none came")  # merged into an earlier one
+                break
+            got.append((len(d), d[-1:]))
+        if kind != socket.SOCK_DGRAM:
+            return got
+        sizes = []
+
+        class Protocol(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                sizes.append(len(data))
+
+        t, _ = await lp.create_datagram_endpoint(Protocol, remote_addr=w.getsockname())
+        w.sendto(b"c" * 3000, t.get_extra_info("sockname"))
+        w.sendto(b"WORLD", t.get_extra_info("sockname"))
+        await await_until(lambda: len(sizes) >= 2, "two datagrams")
+        t.close()
+        return got, sizes
+
+    try:
+        return lp.run_until_complete(main())
+    finally:
+        r.close()
+        w.close()
+
+
+@pytest.mark.parametrize("kind", ["SOCK_DGRAM", "SOCK_SEQPACKET"])
+def test_a_datagram_larger_than_a_receive_s_first_buffer_is_received_whole_and_alone(loop, kind):
+    """A datagram (or ``SOCK_SEQPACKET`` message) comes whole in one
+    receive, and the next comes in the next, as on asyncio's loop: beyond
+    a stream socket's first buffer there is no "rest" to take, the kernel
+    dropped what did not fit."""
+    reference = asyncio.new_event_loop()
+    try:
+        expected = _datagrams_received(reference, getattr(socket, kind))
+    finally:
+        reference.close()
+    got = _datagrams_received(loop, getattr(socket, kind))
+    sock_recvs = [(3000, b"z"), (5, b"O"), (2048, b"b"), (5, b"D")]
+    assert expected == (sock_recvs if kind == "SOCK_SEQPACKET" else (sock_recvs, [3000, 5]))
+    assert got == expected
+
+
 def receiving(loop, socks, n):
     """Whether ``n`` receives on ``socks`` wait: in the ring on io_uring,
     in the loop's epoll set on the fallback."""
@@ -374,6 +519,18 @@ def test_a_ring_dropped_with_a_receive_in_flight_releases_its_buffer_after_the_k
     b.close()
 
 
+def reap(ring, n=1):
+    """The next ``n`` completions on ``ring`` (a ``LoopRing``); fails the
+    test if they have not all come within ``DEADLINE``."""
+    deadline = time.monotonic() + DEADLINE
+    got = []
+    while len(got) < n:
+        left = deadline - time.monotonic()
+        assert left > 0, f"not within {DEADLINE} s: {n} completions, {len(got)} came"
+        got += ring.wait(left)
+    return got
+
+
 def test_a_socket_receive_takes_a_small_message_or_up_to_256_kib_and_a_cancelled_one_nothing():
     """A socket receive into new bytes lends the kernel a small first
     buffer; when that fills, the rest of what the socket holds is taken at
@@ -381,33 +538,60 @@ def test_a_socket_receive_takes_a_small_message_or_up_to_256_kib_and_a_cancelled
     nothing."""
     a, b = socket.socketpair()
     ring = _blockio.LoopRing()
-    token = ring.recv(a.fileno(), 1 << 20, True)
+    token = ring.recv(a.fileno(), 1 << 20, True, True)
     assert ring.wait(0) == []  # waiting, nothing to receive yet
     b.send(b"hi")
-    assert ring.wait(None) == [(token, 2, b"hi")]
+    assert reap(ring) == [(token, 2, b"hi")]
     b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     b.setblocking(False)
     data = os.urandom(300 << 10)
     sent = b.send(data)
     assert sent > 256 << 10
-    token = ring.recv(a.fileno(), 1 << 20, True)
-    got = []
-    while not got:
-        got = ring.wait(None)
-    assert got == [(token, 256 << 10, data[: 256 << 10])]
+    token = ring.recv(a.fileno(), 1 << 20, True, True)
+    assert reap(ring) == [(token, 256 << 10, data[: 256 << 10])]
     assert a.recv(1 << 20) == data[256 << 10 : sent]
-    token = ring.recv(a.fileno(), 100, True)
+    token = ring.recv(a.fileno(), 100, True, True)
     assert ring.wait(0) == []
     assert ring.cancel(token)
-    got = []
-    while not got:
-        got = ring.wait(None)
-    assert got == [(token, -errno.ECANCELED, None)]
+    assert reap(ring) == [(token, -errno.ECANCELED, None)]
     b.send(b"kept")
     assert a.recv(100) == b"kept"
     ring.close()
     a.close()
     b.close()
+
+
+def test_a_finished_operation_s_token_is_never_given_again_nor_answers_a_cancel():
+    """The ring's tokens: each operation its own, even where it takes the
+    place a finished one left (the ring reuses it); the token of one that
+    finished cancels nothing, not even the operation now in its place."""
+    pairs = [socket.socketpair() for _ in range(3)]
+    ring = _blockio.LoopRing()
+    waiting = [ring.recv(a.fileno(), 100, True, True) for a, _ in pairs]
+    assert ring.in_flight() == 3
+    seen = set(waiting)
+    assert len(seen) == 3 and 0 not in seen
+    for i in range(20):
+        a, b = pairs[i % 3]
+        b.send(b"m%d" % i)
+        assert reap(ring) == [(waiting[i % 3], len(b"m%d" % i), b"m%d" % i)]
+        done = waiting[i % 3]
+        assert not ring.cancel(done)  # finished: nothing to cancel
+        token = ring.recv(a.fileno(), 100, True, True)
+        assert token not in seen
+        seen.add(token)
+        waiting[i % 3] = token
+        assert not ring.cancel(done)  # nor the receive in the place it left
+        assert ring.in_flight() == 3
+    for token in waiting:
+        assert ring.cancel(token)
+    answered = reap(ring, 3)
+    assert sorted(answered) == sorted((t, -errno.ECANCELED, None) for t in waiting)
+    assert ring.in_flight() == 0
+    ring.close()
+    for a, b in pairs:
+        a.close()
+        b.close()
 
 
 _SIGINT_WHILE_WAITING = """

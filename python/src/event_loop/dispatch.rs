@@ -97,6 +97,10 @@ pub(crate) struct StreamRx {
     /// A socket (`recv`) rather than another file (`read`).
     #[pyo3(get)]
     socket: bool,
+    /// A stream socket (`SOCK_STREAM`), whose receive may take what
+    /// exceeds its first buffer (see [`LoopRing::recv`]).
+    #[pyo3(get)]
+    stream: bool,
     /// Whether the proactor holds `conn` open while a receive is in flight.
     #[pyo3(get)]
     holdable: bool,
@@ -128,12 +132,14 @@ impl StreamRx {
     /// A receive of at most `nbytes` from `conn` (descriptor `fd`) on
     /// `proactor`'s ring, its callbacks run in `context`.
     #[new]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         proactor: &Bound<'_, PyAny>,
         conn: PyObject,
         fd: RawFd,
         nbytes: usize,
         socket: bool,
+        stream: bool,
         holdable: bool,
         context: PyObject,
     ) -> PyResult<Self> {
@@ -157,6 +163,7 @@ impl StreamRx {
             fd,
             nbytes,
             socket,
+            stream,
             holdable,
             context,
             token: py.None(),
@@ -212,7 +219,10 @@ pub(crate) fn arm_receive(
         proactor.call_method1(py, intern!(py, "receive"), (rx, callback))?;
         return Ok(());
     }
-    let token = t.ring.borrow(py).recv(this.fd, this.nbytes, this.socket)?;
+    let token = t
+        .ring
+        .borrow(py)
+        .recv(this.fd, this.nbytes, this.socket, this.stream)?;
     let token_obj = token.into_pyobject(py)?;
     let fd = this.fd.into_pyobject(py)?;
     t.receiving.bind(py).set_item(&fd, &token_obj)?;

@@ -67,6 +67,7 @@ mod dispatch;
 mod inline;
 mod ops;
 mod ring;
+mod slots;
 mod sockaddr;
 
 pub(crate) use dispatch::{arm_receive, dispatch_batch, StreamRx};

@@ -5,7 +5,6 @@
 //! the operation produced (the received bytes, the accepted descriptor and
 //! address, the bytes sent, the poll's events).
 
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::ops::{addr_slot, InFlight, Kind, Memory};
+use super::slots::{Slots, MAX_IN_FLIGHT};
 use super::sockaddr;
 
 /// The token of the ring's own cancel requests, whose completions are
@@ -51,8 +51,7 @@ const RECV_FIRST: usize = 2048;
 /// A ring and what is in flight on it.
 struct State {
     ring: IoUring,
-    ops: HashMap<u64, InFlight>,
-    next: u64,
+    ops: Slots,
     /// Entries were queued since the last submission.
     queued: bool,
     /// Where a socket receive into new bytes whose first buffer filled
@@ -89,8 +88,7 @@ impl LoopRing {
         Ok(LoopRing {
             state: Mutex::new(Some(State {
                 ring,
-                ops: HashMap::new(),
-                next: 0,
+                ops: Slots::default(),
                 queued: false,
                 scratch: Vec::new(),
             })),
@@ -101,27 +99,30 @@ impl LoopRing {
     /// Receives at most `nbytes` from `fd` into new bytes (`recv` on a
     /// socket, `read` otherwise).
     ///
-    /// On a socket the kernel receives into a first buffer of 2 KiB, all
-    /// that a connection waiting for data (idle for hours) pins; when that
-    /// fills, the rest of what the socket holds is received at once, in
-    /// the wait that reaps the completion, through the ring's one scratch
-    /// buffer. At most 256 KiB in all (fewer than `nbytes`, as a receive
-    /// may).
-    pub(crate) fn recv(&self, fd: RawFd, nbytes: usize, socket: bool) -> PyResult<u64> {
-        if socket {
+    /// On a stream socket (`stream`: `SOCK_STREAM`) the kernel receives
+    /// into a first buffer of 2 KiB, all that a connection waiting for data
+    /// (idle for hours) pins; when that fills, the rest of what the socket
+    /// holds is received at once, in the wait that reaps the completion,
+    /// through the ring's one scratch buffer. At most 256 KiB in all (fewer
+    /// than `nbytes`, as a receive may). Any other socket (a datagram or
+    /// `SOCK_SEQPACKET` one) receives into one buffer of `nbytes`: the
+    /// kernel drops what of a message does not fit, so a second receive
+    /// would take the next message, not the rest of this one.
+    pub(crate) fn recv(
+        &self,
+        fd: RawFd,
+        nbytes: usize,
+        socket: bool,
+        stream: bool,
+    ) -> PyResult<u64> {
+        if socket && stream {
             let want = nbytes.min(RECV_MAX);
             let first = want.min(RECV_FIRST);
-            let mut op = InFlight::new(Kind::Recv, fd, true, Memory::Owned(vec![0; first]), first);
+            let mut op = InFlight::new(Kind::Recv, fd, true, Memory::fresh(first), first);
             op.rest = want - first;
             return self.submit(op);
         }
-        let op = InFlight::new(
-            Kind::Recv,
-            fd,
-            socket,
-            Memory::Owned(vec![0; nbytes]),
-            nbytes,
-        );
+        let op = InFlight::new(Kind::Recv, fd, socket, Memory::fresh(nbytes), nbytes);
         self.submit(op)
     }
 
@@ -223,7 +224,7 @@ impl LoopRing {
     fn cancel(&self, token: u64) -> PyResult<bool> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
-        match st.ops.get_mut(&token) {
+        match st.ops.get_mut(token) {
             Some(op) if !op.cancelled => op.cancelled = true,
             _ => return Ok(false),
         }
@@ -350,12 +351,15 @@ impl LoopRing {
     fn submit(&self, mut op: InFlight) -> PyResult<u64> {
         let mut guard = self.lock()?;
         let st = guard.as_mut().ok_or_else(closed)?;
-        st.next = (st.next + 1) % CANCEL_TOKEN;
-        let token = st.next;
+        let token = st.ops.vacant().ok_or_else(|| {
+            PyRuntimeError::new_err(format!(
+                "{MAX_IN_FLIGHT} operations are in flight on the event loop's ring: none can be added"
+            ))
+        })?;
         let entry = op.entry(token);
         st.ops.insert(token, op);
         if let Err(e) = st.push(entry) {
-            st.ops.remove(&token);
+            st.ops.remove(token);
             return Err(e.into());
         }
         Ok(token)
@@ -442,13 +446,13 @@ impl State {
     /// is returned with its result (for a socket receive whose first
     /// buffer filled: with what [`State::recv_rest`] added).
     fn advance(&mut self, token: u64, res: i32) -> io::Result<Option<(InFlight, i32)>> {
-        let Some(op) = self.ops.get_mut(&token) else {
+        let Some(op) = self.ops.get_mut(token) else {
             return Ok(None);
         };
         if op.waiting_ready && res >= 0 && op.kind != Kind::Poll && op.cancelled {
             // The readiness poll (after `EAGAIN`) answered, but nothing
             // was transferred: a readiness is no byte count.
-            return Ok(self.ops.remove(&token).map(|op| (op, -libc::ECANCELED)));
+            return Ok(self.ops.remove(token).map(|op| (op, -libc::ECANCELED)));
         }
         let again = if op.cancelled {
             false
@@ -474,7 +478,7 @@ impl State {
         if filled && op.rest > 0 && !op.cancelled {
             return Ok(self.recv_rest(token, res));
         }
-        Ok(self.ops.remove(&token).map(|op| (op, res)))
+        Ok(self.ops.remove(token).map(|op| (op, res)))
     }
 
     /// Finishes socket receive `token`, whose first buffer the kernel
@@ -483,7 +487,7 @@ impl State {
     /// count kept in `done` and added to the result. An error there is
     /// left for the next receive to report.
     fn recv_rest(&mut self, token: u64, res: i32) -> Option<(InFlight, i32)> {
-        let mut op = self.ops.remove(&token)?;
+        let mut op = self.ops.remove(token)?;
         if self.scratch.len() < op.rest {
             self.scratch.resize(op.rest, 0);
         }
@@ -500,7 +504,7 @@ impl State {
     /// [`CLOSE_BOUND`] passes, then leaks what is left (its memory may
     /// still be written by the kernel) and closes the ring.
     fn shut_down(mut self, py: Python<'_>) {
-        let tokens: Vec<u64> = self.ops.keys().copied().collect();
+        let tokens = self.ops.tokens();
         for t in tokens {
             let _ = self.push(opcode::AsyncCancel::new(t).build().user_data(CANCEL_TOKEN));
         }
@@ -514,10 +518,10 @@ impl State {
             });
             let cqes: Vec<u64> = self.ring.completion().map(|c| c.user_data()).collect();
             for t in cqes {
-                self.ops.remove(&t);
+                self.ops.remove(t);
             }
         }
-        for (_, op) in self.ops.drain() {
+        for op in self.ops.drain() {
             std::mem::forget(op);
         }
     }
@@ -532,25 +536,35 @@ impl State {
 
 /// The Python value of a finished operation (`scratch`: where a socket
 /// receive put its bytes).
-fn finish(py: Python<'_>, op: InFlight, res: i32, scratch: &[u8]) -> PyResult<PyObject> {
+fn finish(py: Python<'_>, mut op: InFlight, res: i32, scratch: &[u8]) -> PyResult<PyObject> {
     if res < 0 {
         return Ok(py.None());
     }
     let n = res as usize;
+    if let (Kind::Recv, Memory::Owned(v)) = (op.kind, &mut op.memory) {
+        let written = n.min(op.len);
+        // SAFETY: `v` was lent to the kernel as `op.len` bytes of room
+        // (its capacity, at least) for this receive, whose result `res`
+        // >= 0 is the count of bytes the kernel wrote from its start (the
+        // whole of it when `recv_rest` added more: the result then exceeds
+        // `op.len`). So the first `written` bytes are initialised, and the
+        // kernel is done with the buffer: this is its completion.
+        unsafe { v.set_len(written) }
+    }
     Ok(match (op.kind, op.memory) {
-        (Kind::Recv, Memory::Owned(v)) if op.done > 0 => {
+        (Kind::Recv, memory @ Memory::Owned(_)) if op.done > 0 => {
             // The first buffer, full, then what `recv_rest` added.
-            let (first, more) = (v.len(), op.done);
-            PyBytes::new_with(py, first + more, |b| {
-                b[..first].copy_from_slice(&v);
-                b[first..].copy_from_slice(&scratch[..more]);
+            let (first, more) = (memory.received(), op.done);
+            PyBytes::new_with(py, first.len() + more, |b| {
+                b[..first.len()].copy_from_slice(first);
+                b[first.len()..].copy_from_slice(&scratch[..more]);
                 Ok(())
             })?
             .into_any()
             .unbind()
         }
-        (Kind::Recv, Memory::Owned(v)) => {
-            PyBytes::new(py, &v[..n.min(v.len())]).into_any().unbind()
+        (Kind::Recv, memory @ Memory::Owned(_)) => {
+            PyBytes::new(py, memory.received()).into_any().unbind()
         }
         (Kind::Accept, Memory::Addr(slot)) => (res, sockaddr::to_python(py, &slot)?)
             .into_pyobject(py)?
