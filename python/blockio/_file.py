@@ -431,6 +431,15 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: In append mode after a write (and on open), the position is the
         #: file's end, looked up when it is needed.
         self._at_end = "a" in mode
+        #: In append mode, after a ``seek`` from the end (or a
+        #: ``truncate(n)`` at the end) placed behind writes in progress:
+        #: ``(token, offset)``, the position being the end the file's
+        #: write queue finds when it reaches that token's mark, plus
+        #: ``offset``; set by the call that placed it once it is answered
+        #: (or by a call that takes the queue over: `_writes_settled`).
+        #: The calls that need the position (``tell``, a ``seek`` from it,
+        #: ``truncate()``) wait for that call rather than join it.
+        self._pending: Optional[Tuple[int, int]] = None
         #: Read ahead: ``_rbuf[_roff:]`` are the bytes at ``_pos`` on. A
         #: read takes its bytes from the front by moving ``_roff``, so small
         #: reads from a large buffer do not copy the rest of it each time;
@@ -613,6 +622,14 @@ class AsyncFile(FileState, LineReader[bytes]):
             return
         core = self._engine._core
         await self._engine._run(None, lambda waiter: writes.settled(core, waiter))
+        if self._pending is not None:
+            token, offset = self._pending
+            end = writes.marked(token)
+            self._pending = None
+            if end is None:
+                self._at_end = True  # (its lookup failed: the end, looked up again)
+            else:
+                self._pos, self._at_end = end + offset, False
         taken = writes.take_error()
         if taken is not None:
             error, stopped = taken
@@ -642,7 +659,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         alone, which saves a system call per call; giving the number out
         runs this first."""
         d = self._file
-        if not self._shared or self._stream or self._at_end or d.detached or d.closed:
+        if not self._shared or self._stream or self._at_end or self._pending or d.detached or d.closed:
             return
         try:
             os.lseek(d.num, self._wpos if self._wbuf else self._pos, os.SEEK_SET)
@@ -699,6 +716,10 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     async def _position(self) -> int:
         """The logical position, looking up the end in append mode."""
+        if self._pending is not None:
+            # (its call ended without setting it: never, as it awaits its
+            # mark to the end; the end, looked up again, as a safe answer)
+            self._pending, self._at_end = None, True
         if self._at_end:
             await self._flush_writes()
             self._pos = await self._engine._asize(self._file)
@@ -737,17 +758,100 @@ class AsyncFile(FileState, LineReader[bytes]):
             """The current position."""
             return await FileState.tell(self)
 
-    # (not in append mode: there a write in progress may leave the
-    # position at the end, looked up off the thread, and a write made
-    # meanwhile must wait behind the lookup, not join ahead of it)
-    @one_at_a_time_placing(lambda f: not f._append and not f._at_end, takes_turns=True)
+    # (in append mode after a write, the end is taken by a mark in the
+    # file's write queue, in order: a write made meanwhile is placed behind
+    # the mark, never looked up ahead of it)
+    @one_at_a_time_placing(lambda f: True, takes_turns=True)
     async def _tell(self) -> int:
         self._check_open()
         self._check_seekable()
+        if self._calls.writing:
+            return await self._tell_placing()
         return await self._position()
 
-    @one_at_a_time_placing(lambda f, offset, whence: not f._append and type(whence) is int and 0 <= whence <= 2,
-                           takes_turns=True)
+    async def _tell_placing(self) -> int:
+        """``tell()`` made behind writes in progress, or holding the queue
+        with the writes made meanwhile joining it: a mark placed in the
+        file's write queue in the core (``WriteQueue.mark``) answers it
+        once the entries ahead are done. Its answer is the position the
+        call planned, unless a write ahead stopped short: then where its
+        bytes stopped, as the built-in's (what was planned past them less
+        what never landed). In append mode after a write, the position is
+        the end at the time: the file's size once the entries ahead are
+        done (the buffered bytes' write placed first); behind a seek from
+        the end whose answer has not come (`_pending`), a mark relative to
+        that seek's. With nothing in progress and no failure, the position
+        is known now."""
+        writes = self._file.writes
+        assert writes is not None  # (a seekable file's: see `_find_position`)
+        core, num = self._engine._core, self._file.num
+        if self._at_end:
+            begun = await self._place_behind_flush(lambda w: writes.mark(core, w, num, 0, True, True))
+            return await self._placed_result(begun)
+        if self._pending is not None:
+            of, offset = self._pending
+            at = await self._placed_result(self._engine._begin(
+                self._file, lambda w: writes.mark(core, w, num, offset, False, False, of)))
+            if at > _MAX_OFFSET:
+                # (the seek's target was before the start: it failed, and
+                # the position stayed at the end, as the built-in's)
+                at = (at - offset) % (1 << 64)
+            return at
+        if writes.idle():
+            return self._pos
+        at, follows = self._pos, not self._anchored
+        return await self._placed_result(self._engine._begin(self._file, lambda w: writes.mark(core, w, num, at,
+                                                                                             follows)))
+
+    async def _place_behind_flush(self, make: Callable[[Any], int]) -> Tuple[Any, int]:
+        """Places the buffered bytes' write, then the entry ``make(waiter)``
+        starts, in the file's write queue before the call first yields: the
+        entry's future and token (for `_placed_result`). A failure of the
+        flush is raised once the entry has ended (its own failure, refused
+        behind the flush's, not raised)."""
+        begun: List[Any] = []
+
+        def place() -> None:
+            try:
+                begun.append(self._engine._begin(self._file, make))
+            except Exception as e:  # (the engine closed, the process out of threads)
+                begun.append(e)
+
+        try:
+            await self._flush_writes(then=place)
+        except GeneratorExit:
+            raise
+        except BaseException:
+            if begun and isinstance(begun[0], tuple):
+                try:
+                    await self._placed_result(begun[0])
+                except OSError:
+                    pass
+            raise
+        if isinstance(begun[0], BaseException):
+            raise begun[0]
+        placed: Tuple[Any, int] = begun[0]
+        return placed
+
+    async def _placed_result(self, begun: Tuple[Any, int]) -> int:
+        """Awaits the entry of the file's write queue ``begun`` (its future
+        and token) to its end: its result, or its failure raised (taken:
+        not reported again), or the cancellation that came meanwhile."""
+        fut, token = begun
+        results, cancelled = await self._engine._await_placed(fut)
+        r = results[0]
+        if isinstance(r, OSError):
+            writes = self._file.writes
+            assert writes is not None
+            writes.claim(token)
+            raise OSError(r.errno, r.strerror, self.name)
+        if cancelled is not None:
+            raise cancelled
+        n: int = r
+        return n
+
+    @one_at_a_time_placing(lambda f, offset, whence: type(whence) is int and 0 <= whence <= 2
+                           and (f._pending is None or whence != 1), takes_turns=True)
     async def _seek(self, offset: int, whence: int) -> int:
         whence = _int_arg(whence, "whence")
         if whence not in _C_INT:
@@ -769,6 +873,8 @@ class AsyncFile(FileState, LineReader[bytes]):
         if not known:
             raise OSError(22, "Invalid argument", self.name)  # (FileIO's: lseek's EINVAL)
         q = self._calls
+        if q.writing and self._append and (whence == os.SEEK_END or (whence == os.SEEK_CUR and self._at_end)):
+            return await self._seek_end_placing(offset)
         if q.writing and (self._wbuf or q.joined or whence == os.SEEK_END):
             # (from the end always, also as the first call: the size looked
             # up on this thread, so that writes made behind the seek are
@@ -801,6 +907,36 @@ class AsyncFile(FileState, LineReader[bytes]):
                 pos = size + offset
         return self._seek_to(pos)
 
+    async def _seek_end_placing(self, offset: int) -> int:
+        """``seek(offset, SEEK_END)`` (or from the position, at the end) in
+        append mode, made behind writes in progress or holding the queue:
+        the end is the file's size once the entries ahead are done, taken
+        by a mark placed in the file's write queue (behind the buffered
+        bytes' write) before the call first yields, so that writes made
+        behind the seek join it (in append mode they go to the end at their
+        time, whatever the position). Until the mark is answered the
+        position is pending (`_pending`)."""
+        writes = self._file.writes
+        assert writes is not None
+        core, num = self._engine._core, self._file.num
+
+        def make(waiter: Any) -> int:
+            token: int = writes.mark(core, waiter, num, 0, True, True)
+            self._pending, self._at_end = (token, offset), False
+            self._drop_read_ahead()
+            return token
+
+        begun = await self._place_behind_flush(make)
+        pos = await self._placed_result(begun) + offset
+        if self._pending != (begun[1], offset):
+            return pos  # (a write behind it moved the position to the end again)
+        self._pending = None
+        try:
+            return self._seek_to(pos)
+        except OSError:
+            self._at_end = True  # (the position stays at the end, as the built-in's)
+            raise
+
     def _seek_to(self, pos: int) -> int:
         """Moves the position to ``pos`` (the seek's end), once ``pos`` is
         checked as the built-in's seek checks it."""
@@ -818,6 +954,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                 raise OSError(e.errno, e.strerror, self.name) from None
         self._pos = pos
         self._at_end = False
+        self._pending = None
         self._drop_read_ahead()
         self._seeked = True
         return pos
@@ -1583,6 +1720,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         if self._append:
             pos = end = 0
             self._at_end = True  # (to look up once the bytes have landed)
+            self._pending = None
         else:
             # Where a write made meanwhile goes (it joins this one, behind
             # it in the file's write queue: see `one_at_a_time_kept`).
@@ -1635,7 +1773,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             raise
         finally:
             if self._append:
-                self._at_end = True
+                pass  # (at the end since it began, unless a call placed behind it moved the position since)
             elif failed and anchors == self._anchors:
                 # (no earlier than a write behind this one, refused, left
                 # it: never past bytes that did not land; unless the
@@ -1763,19 +1901,21 @@ class AsyncFile(FileState, LineReader[bytes]):
             # (see `_StreamCall`): flushed once it has ended.
             await last.result()
 
-    @one_at_a_time_placing(lambda f, size=None: not f._append)
+    @one_at_a_time_placing(lambda f, size=None: size is not None or f._pending is None)
     async def truncate(self, size: Optional[int] = None) -> int:
         """Cuts (or extends) the file to ``size`` bytes, the position by
-        default; the new size. The position does not move. Not in append
-        mode, the ``ftruncate`` is an entry of the file's write queue in the
-        core, placed before the call first yields behind the writes made
-        before it (and the buffered bytes' write), and writes made while
-        it runs are placed behind it (see `one_at_a_time_placing`)."""
+        default; the new size. The position does not move. Behind writes
+        in progress, the ``ftruncate`` is an entry of the file's write
+        queue in the core, placed before the call first yields behind the
+        writes made before it (and the buffered bytes' write), and writes
+        made while it runs are placed behind it (see
+        `one_at_a_time_placing`); in append mode, ``truncate()`` at the
+        end is the end at the time, taken there by a mark."""
         # The mode before the argument, and an int only, as the built-in's.
         self._check_writable("truncate")
         if size is not None:
             size = _count_arg(size)
-        if self._calls.writing and not self._append:
+        if self._calls.writing:
             return await self._truncate_placing(size)
         await self._flush_writes()
         pos = await self._position()  # the end, in append mode, is fixed now
@@ -1795,52 +1935,51 @@ class AsyncFile(FileState, LineReader[bytes]):
         of the truncation. The writes placed behind a failed truncation are
         made, as the built-in's after its failed ``truncate``, unless a
         seek from the end planned on its size (the core then refuses
-        them: see `WriteQueue.size_after`)."""
+        them: see `WriteQueue.size_after`). A ``truncate()`` at the
+        position behind a write that stopped short cuts where the built-in's
+        position is, where its bytes stopped (see `WriteQueue.truncate`).
+        In append mode at the end, ``truncate()`` is the end at the time
+        (nothing to cut), and ``truncate(n)`` leaves the position at the
+        end before the cut, as the built-in's: a mark placed ahead of the
+        cut takes it (`_pending`)."""
         writes = self._file.writes
         assert writes is not None  # (a seekable file's: see `_find_position`)
         core, num = self._engine._core, self._file.num
-        begun: List[Any] = []
+        if size is None and self._at_end:
+            return await self._placed_result(await self._place_behind_flush(
+                lambda w: writes.mark(core, w, num, 0, True, True)))
+        n = self._pos if size is None else size
+        follows = size is None and not self._anchored
+        mark: List[Tuple[Any, int]] = []
 
-        def place() -> None:
-            n = self._pos if size is None else size
+        def make(waiter: Any) -> int:
             if n < 0:
-                begun.append(OSError(22, "Invalid argument", self.name))
-                return
+                raise OSError(22, "Invalid argument", self.name)
             self._drop_read_ahead()
-            try:
-                begun.append((n, *self._engine._begin(self._file, lambda w: writes.truncate(core, w, num, n))))
-            except Exception as e:  # (the engine closed, the process out of threads)
-                begun.append(e)
+            if self._at_end:
+                mark.append(self._engine._begin(self._file, lambda w: writes.mark(core, w, num, 0, True, True)))
+                self._pending, self._at_end = (mark[0][1], 0), False
+            token: int = writes.truncate(core, waiter, num, n, follows)
+            return token
 
+        begun = await self._place_behind_flush(make)
         try:
-            await self._flush_writes(then=place)
+            n = await self._placed_result(begun)
         except GeneratorExit:
-            raise
+            raise  # (its loop closed: the next call takes the position from the core, `_writes_settled`)
         except BaseException:
-            if begun and isinstance(begun[0], tuple):
-                try:
-                    await self._cut_result(begun[0], writes)
-                except OSError:
-                    pass  # (refused behind the flush's failure, raised here)
+            await self._take_end(mark)
             raise
-        if isinstance(begun[0], BaseException):
-            raise begun[0]
-        await self._cut_result(begun[0], writes)
-        n: int = begun[0][0]
+        await self._take_end(mark)
         return n
 
-    async def _cut_result(self, begun: Tuple[int, Any, int], writes: WriteQueue) -> None:
-        """Awaits the truncation ``begun`` (its size, future and token) to
-        its end, then raises its failure (taken: not reported again), or
-        the cancellation that came meanwhile."""
-        _, fut, token = begun
-        results, cancelled = await self._engine._await_placed(fut)
-        r = results[0]
-        if isinstance(r, OSError):
-            writes.claim(token)
-            raise OSError(r.errno, r.strerror, self.name)
-        if cancelled is not None:
-            raise cancelled
+    async def _take_end(self, mark: List[Tuple[Any, int]]) -> None:
+        """Sets the position to the end the mark ``mark[0]`` (if any)
+        answers, unless a call since moved it (see `_pending`)."""
+        if mark and self._pending == (mark[0][1], 0):
+            end = await self._placed_result(mark[0])
+            if self._pending == (mark[0][1], 0):
+                self._pending, self._pos = None, end
 
     @one_at_a_time
     async def fsync(self) -> None:

@@ -260,12 +260,14 @@ asyncio.run(main())
 @BACKENDS
 def test_writes_refused_behind_a_failed_one_leave_the_position_where_the_bytes_stopped(tmp_path, backend):
     """The first write fails with nothing written (at ``RLIMIT_FSIZE``:
-    ``EFBIG``), the two behind it are refused: each call raises, and the
+    ``EFBIG``), the two behind it are refused: each call raises
+    ``EFBIG`` too (the built-in's, at the offset where the bytes
+    stopped), and the
     position stays where the failed write began, not at the planned
     offset of the last refused one, past bytes that never landed."""
     p = tmp_path / "f"
     out = _run_script(_REFUSED_AT_THE_LIMIT, p, backend).split()
-    assert out == ["27", "5", "5", "12288"], out  # (EFBIG; the refusals, EIO)
+    assert out == ["27", "27", "27", "12288"], out  # (EFBIG; the refusals with the failure's errno)
     assert p.read_bytes() == b""
 
 
@@ -446,7 +448,7 @@ def test_joined_flushes_that_fail_keep_what_was_buffered_in_the_order_it_was_wri
     land there once the limit is lifted."""
     p = tmp_path / "f"
     out = _run_script(_JOINED_FLUSHES_FAIL, p, backend).split()
-    assert out == ["27", "10", "5", str(12288 + 110)], out
+    assert out == ["27", "10", "27", str(12288 + 110)], out  # (the refused one with the failure's errno)
     assert p.read_bytes() == bytes(12288) + b"0" * 100 + b"s" * 10
 
 
@@ -477,6 +479,20 @@ _ORDERS = {
     "buffered-seek-end-first": ("r+b", -1, b"0123456789", [("seek", -3, 2), ("write", b"XY"), ("tell",)]),
     "small-buffer": ("wb", 16, b"", [("write", b"a" * 40), ("seek", 3), ("write", b"b" * 20), ("truncate", 30),
                                      ("write", b"c" * 20), ("seek", -2, 2), ("write", b"d" * 5), ("flush",)]),
+    # Append mode: a position that depends on the end is the end at the
+    # time, taken in the file's write queue in order.
+    "append-truncate": ("a+b", 0, b"0123456789" * 4, [("write", b"A" * 6), ("truncate", 10), ("write", b"D" * 5)]),
+    "append-truncate-tell": ("a+b", 0, b"0123456789", [("write", b"AAAA"), ("truncate", 5), ("tell",),
+                                                       ("write", b"B"), ("tell",)]),
+    "append-truncate-at-end": ("a+b", 0, b"0123456789", [("write", b"AAAA"), ("truncate",), ("write", b"B")]),
+    "append-tell": ("a+b", 0, b"0123456789", [("write", b"A" * 6), ("tell",), ("write", b"B" * 3), ("tell",)]),
+    "append-seek-end": ("a+b", 0, b"0123456789", [("write", b"AA"), ("seek", -3, 2), ("tell",), ("write", b"B"),
+                                                  ("seek", 0, 2), ("truncate", 4), ("tell",), ("write", b"C")]),
+    "append-seek-start": ("a+b", 0, b"0123456789", [("write", b"AA"), ("seek", 2), ("tell",), ("seek", 3, 1),
+                                                    ("write", b"B"), ("tell",)]),
+    "append-first-tell": ("ab", 0, b"0123456789", [("tell",), ("write", b"AB"), ("seek", 0, 1), ("write", b"C")]),
+    "buffered-append": ("a+b", -1, b"0123456789", [("write", b"aaa"), ("tell",), ("write", b"bb"), ("seek", 1, 2),
+                                                   ("truncate", 11)]),
 }
 
 
@@ -667,12 +683,12 @@ def test_a_cancelled_seek_waiting_behind_another_ends_cancelled(tmp_path):
     tasks = []
 
     async def main():
-        f = await blockio.open(p, "a+b")  # (a seek from the end waits for the size there)
-        tasks.extend(asyncio.ensure_future(c) for c in (f.seek(0, 2), f.seek(1), f.tell()))
+        f = await blockio.open(p, "r+b")  # (the seeks wait behind the fsync)
+        tasks.extend(asyncio.ensure_future(c) for c in (f.fsync(), f.seek(1), f.seek(0, 2), f.tell()))
         await asyncio.sleep(0)
 
     asyncio.run(main())
-    assert [t.cancelled() or repr(t.exception()) for t in tasks] == [True, True, True]
+    assert [t.cancelled() or repr(t.exception()) for t in tasks] == [True, True, True, True]
 
 
 _FAILURES_AS_THE_BUILTIN = r"""
