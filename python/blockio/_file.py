@@ -803,12 +803,14 @@ class AsyncFile(FileState, LineReader[bytes]):
         return await self._placed_result(self._engine._begin(self._file, lambda w: writes.mark(core, w, num, at,
                                                                                              follows)))
 
-    async def _place_behind_flush(self, make: Callable[[Any], int]) -> Tuple[Any, int]:
+    async def _place_behind_flush(self, make: Callable[[Any], int],
+                                  then: Optional[Callable[[int], Any]] = None) -> Tuple[Any, int]:
         """Places the buffered bytes' write, then the entry ``make(waiter)``
         starts, in the file's write queue before the call first yields: the
-        entry's future and token (for `_placed_result`). A failure of the
-        flush is raised once the entry has ended (its own failure, refused
-        behind the flush's, not raised)."""
+        entry's future and token (for `_placed_result`). A failure (or
+        cancellation) of the flush is raised once the entry has ended, its
+        result given to ``then`` (its own failure, refused behind the
+        flush's, not raised)."""
         begun: List[Any] = []
 
         def place() -> None:
@@ -824,7 +826,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         except BaseException:
             if begun and isinstance(begun[0], tuple):
                 try:
-                    await self._placed_result(begun[0])
+                    await self._placed_result(begun[0], then)
                 except OSError:
                     pass
             raise
@@ -833,13 +835,17 @@ class AsyncFile(FileState, LineReader[bytes]):
         placed: Tuple[Any, int] = begun[0]
         return placed
 
-    async def _placed_result(self, begun: Tuple[Any, int]) -> int:
+    async def _placed_result(self, begun: Tuple[Any, int], then: Optional[Callable[[int], Any]] = None) -> int:
         """Awaits the entry of the file's write queue ``begun`` (its future
         and token) to its end: its result, or its failure raised (taken:
-        not reported again), or the cancellation that came meanwhile."""
+        not reported again), or the cancellation that came meanwhile.
+        ``then``, if given, runs with the result before a cancellation is
+        raised (what the call must record of it, all the same)."""
         fut, token = begun
         results, cancelled = await self._engine._await_placed(fut)
         r = results[0]
+        if then is not None and not isinstance(r, OSError):
+            r = then(r)
         if isinstance(r, OSError):
             writes = self._file.writes
             assert writes is not None
@@ -920,22 +926,28 @@ class AsyncFile(FileState, LineReader[bytes]):
         assert writes is not None
         core, num = self._engine._core, self._file.num
 
+        mine: List[Tuple[int, int]] = []
+
         def make(waiter: Any) -> int:
             token: int = writes.mark(core, waiter, num, 0, True, True)
             self._pending, self._at_end = (token, offset), False
+            mine.append(self._pending)
             self._drop_read_ahead()
             return token
 
-        begun = await self._place_behind_flush(make)
-        pos = await self._placed_result(begun) + offset
-        if self._pending != (begun[1], offset):
-            return pos  # (a write behind it moved the position to the end again)
-        self._pending = None
-        try:
-            return self._seek_to(pos)
-        except OSError:
-            self._at_end = True  # (the position stays at the end, as the built-in's)
-            raise
+        def moved(end: int) -> Any:
+            pos = end + offset
+            if self._pending != mine[0]:
+                return pos  # (a write behind it moved the position to the end again)
+            self._pending = None
+            try:
+                return self._seek_to(pos)
+            except OSError as e:
+                self._at_end = True  # (the position stays at the end, as the built-in's)
+                return e
+
+        pos = await self._placed_result(await self._place_behind_flush(make, moved), moved)
+        return pos
 
     def _seek_to(self, pos: int) -> int:
         """Moves the position to ``pos`` (the seek's end), once ``pos`` is
@@ -1962,9 +1974,8 @@ class AsyncFile(FileState, LineReader[bytes]):
             token: int = writes.truncate(core, waiter, num, n, follows)
             return token
 
-        begun = await self._place_behind_flush(make)
         try:
-            n = await self._placed_result(begun)
+            n = await self._placed_result(await self._place_behind_flush(make))
         except GeneratorExit:
             raise  # (its loop closed: the next call takes the position from the core, `_writes_settled`)
         except BaseException:
@@ -1976,10 +1987,13 @@ class AsyncFile(FileState, LineReader[bytes]):
     async def _take_end(self, mark: List[Tuple[Any, int]]) -> None:
         """Sets the position to the end the mark ``mark[0]`` (if any)
         answers, unless a call since moved it (see `_pending`)."""
-        if mark and self._pending == (mark[0][1], 0):
-            end = await self._placed_result(mark[0])
+        def moved(end: int) -> int:
             if self._pending == (mark[0][1], 0):
                 self._pending, self._pos = None, end
+            return end
+
+        if mark and self._pending == (mark[0][1], 0):
+            await self._placed_result(mark[0], moved)
 
     @one_at_a_time
     async def fsync(self) -> None:

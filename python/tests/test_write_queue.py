@@ -591,6 +591,152 @@ def test_calls_made_behind_writes_in_a_live_loop_return_what_the_builtin_returns
     assert p.read_bytes() == want
 
 
+@BACKENDS
+@LOOPS
+@pytest.mark.parametrize("name", sorted(_ORDERS))
+def test_calls_cancelled_by_the_end_of_asyncio_run_end_as_the_builtin(tmp_path, backend, new_loop, name):
+    """The same calls, each begun in a task of its own, in order, and left
+    to the end of ``asyncio.run`` (a runner on ``new_loop``), which
+    cancels every task: every call begun takes effect, in order (a
+    truncation among them is not skipped while the writes behind it are
+    made), so the file ends as the built-in's, and ``tell()`` in the next
+    loop agrees."""
+    order = _ORDERS[name]
+    _, want_at, want = _builtin_order(tmp_path / "builtin", order)
+    p = tmp_path / "out"
+    with blockio.Engine(backend=backend) as e:
+        for trial in range(TRIALS):
+            p.write_bytes(order[2])
+
+            async def main():
+                f = await blockio.open(p, order[0], buffering=order[1], engine=e)
+                for call in _calls(f, order):
+                    asyncio.ensure_future(call)
+                    await asyncio.sleep(0)  # (the call has begun)
+                return f
+
+            with asyncio.Runner(loop_factory=new_loop) as runner:
+                f = runner.run(main())
+            assert _tell_and_close(new_loop, f) == want_at, trial
+            assert p.read_bytes() == want, trial
+
+
+_SHORT_WRITE_AT_THE_LIMIT = r"""
+import asyncio, os, resource, signal, sys
+import uvloop
+import blockio
+path, backend, loop_name = sys.argv[1], sys.argv[2], sys.argv[3]
+new_loop = uvloop.new_event_loop if loop_name == "uvloop" else asyncio.new_event_loop
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
+ORDERS = {
+    "tell-truncate": [("write", b"a" * 60), ("write", b"b" * 60), ("tell",), ("truncate", 50)],
+    "refused-tell": [("write", b"a" * 60), ("write", b"b" * 60), ("write", b"c" * 7), ("tell",), ("write", b"d"),
+                     ("truncate", 20)],
+}
+
+def r(x):
+    return "E%s" % x.errno if isinstance(x, OSError) else x
+
+def builtin(calls):
+    out = []
+    with open(path, "w+b", buffering=0) as f:
+        for name, *args in calls:
+            try:
+                out.append(r(getattr(f, name)(*args)))
+            except OSError as x:
+                out.append(r(x))
+        at = f.tell()
+    return out, at, open(path, "rb").read()
+
+def run(coro):
+    loop = new_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+async def safe(c):
+    try:
+        return r(await c)
+    except OSError as x:
+        return r(x)
+
+async def after(f):
+    # (a failure no call took is raised once, by the next call)
+    try:
+        await f.tell()
+    except OSError:
+        pass
+    at = await f.tell()
+    await f.close()
+    return at
+
+def gathered(calls):
+    async def main():
+        f = await blockio.open(path, "w+b", buffering=0, engine=engine)
+        out = []
+        tasks = []
+        for name, *args in calls:
+            tasks.append(asyncio.ensure_future(safe(getattr(f, name)(*args))))
+            await asyncio.sleep(0)
+        out = await asyncio.gather(*tasks)
+        at = await f.tell()
+        await f.close()
+        return list(out), at
+    out, at = run(main())
+    return out, at, open(path, "rb").read()
+
+def closed(calls):
+    async def main():
+        f = await blockio.open(path, "w+b", buffering=0, engine=engine)
+        for name, *args in calls:
+            asyncio.ensure_future(getattr(f, name)(*args))
+        await asyncio.sleep(0)
+        return f
+    f = run(main())
+    return run(after(f)), open(path, "rb").read()
+
+def cancelled(calls):
+    async def main():
+        f = await blockio.open(path, "w+b", buffering=0, engine=engine)
+        for name, *args in calls:
+            asyncio.ensure_future(getattr(f, name)(*args))
+            await asyncio.sleep(0)
+        return f
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        f = runner.run(main())
+    return run(after(f)), open(path, "rb").read()
+
+engine = blockio.Engine(backend=backend)
+for name, calls in ORDERS.items():
+    want = builtin(calls)
+    print(name, repr((want, gathered(calls), closed(calls), cancelled(calls))))
+engine.close()
+"""
+
+
+@BACKENDS
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_calls_behind_a_short_write_at_the_size_limit_end_as_the_builtins(tmp_path, backend, loop_name):
+    """Under ``RLIMIT_FSIZE`` 100 bytes, on an unbuffered file, a write
+    behind another stops short at the limit, with calls begun behind it.
+    Each call's result is the built-in's in the same order: a ``tell``
+    says where the bytes stopped (not the planned position), a write
+    planned past them is refused with the kernel's ``EFBIG``, a truncation
+    to an explicit size is made (the file is cut as the program asked).
+    Awaited together, left to a closed loop, and cancelled by the end of
+    ``asyncio.run``, the file ends as the built-in's and ``tell()`` in the
+    next loop agrees."""
+    p = tmp_path / "f"
+    for line in _run_script(_SHORT_WRITE_AT_THE_LIMIT, p, backend, loop_name).splitlines():
+        name, outcome = line.split(" ", 1)
+        (want, want_at, want_bytes), gathered, closed, cancelled = eval(outcome)
+        assert gathered == (want, want_at, want_bytes), name
+        assert closed == (want_at, want_bytes), name
+        assert cancelled == (want_at, want_bytes), name
+
+
 _TRUNCATE_FAILS = r"""
 import asyncio, resource, sys
 import blockio
