@@ -334,8 +334,9 @@ def one_at_a_time_placing(can_join: Callable[..., bool], takes_turns: bool = Fal
     call of a seekable file that does its part at once or places it in the
     file's write queue in the core before it first yields (``seek``,
     ``tell``, ``truncate``, ``flush``: see ``AsyncFile._seek``), when
-    ``can_join(file, *args)`` says it can (not in append mode, where the
-    position is the end, looked up off the thread). Such a call made while
+    ``can_join(file, *args)`` says it can (in append mode, not while the
+    position waits for the answer of a seek from the end that a ``seek``
+    from the position or a ``truncate()`` would need). Such a call made while
     writes of the same event loop are in progress, with no other call
     waiting, joins them as a write does (see :func:`one_at_a_time_kept`);
     one that takes the queue marks it ``writing``, so that writes (and

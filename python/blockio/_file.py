@@ -42,8 +42,9 @@ even if their event loop is closed before they end: each is placed in the
 file's write queue in the core (``WriteQueue``) before its call first
 yields, and so is a write made behind a ``seek``, ``tell``, ``truncate``
 or ``flush`` in progress, which do their part at once or place it there
-too (``_seek_placing``, ``_truncate_placing``). Not behind a read (see
-``python/README.md``).
+too (``_seek_placing``, ``_tell_placing``, ``_truncate_placing``; in
+append mode the end at the time is a mark of that queue:
+``_seek_end_placing``). Not behind a read (see ``python/README.md``).
 
 Cancellation loses nothing. A write runs to its end before its task's
 cancellation takes effect, the end of ``asyncio.run`` included (see

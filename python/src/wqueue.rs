@@ -16,7 +16,12 @@
 //! ([`WriteQueue::truncate`]); a `seek` is arithmetic on the position the
 //! placed writes leave, done by the call (from the end: the size the file
 //! will have once the entries are done, [`WriteQueue::size_after`]); a
-//! `flush` is a write. A read is not an entry: how far it moves the
+//! `tell` is a [`Mark`], an entry answered with the position once the
+//! entries ahead are done ([`WriteQueue::mark`]); a `flush` is a write. In
+//! append mode, a position that depends on the end is the end at the
+//! time: a mark that takes the file's size when the chain reaches it
+//! (and, for a `tell` behind a `seek` from the end not answered yet, a
+//! mark relative to that one's answer). A read is not an entry: how far it moves the
 //! position depends on the file's size when it runs, so a write made
 //! behind a read waits for it in Python (`blockio._calls`), and is lost
 //! if its loop is closed first (`close()` then says so).
@@ -41,11 +46,15 @@
 //! A failure is reported by the call that placed the entry once it takes
 //! the result ([`WriteQueue::claim`]); one no call took (its event loop
 //! closed) is reported by the file's next call ([`WriteQueue::take_error`]).
-//! The entries behind a failed write are refused, not made: their offsets
-//! were planned after bytes that never landed; so are those behind a
-//! failed truncation that a `seek` from the end planned on (a size never
-//! set). The entries behind a failed truncation no such seek planned on
-//! are made, as the built-in file's writes after its failed `truncate`.
+//! The writes behind a failed write are refused, not made, with its
+//! errno: their offsets were planned after bytes that never landed; so
+//! are the entries behind a failed truncation that a `seek` from the end
+//! planned on (a size never set). What does not depend on those bytes is
+//! made or answered as the built-in's ([`Chain::behind`]): a truncation
+//! to an explicit size is made, a `tell` is answered with where the bytes
+//! stopped, a `truncate()` cuts there. The entries behind a failed
+//! truncation no such seek planned on are made, as the built-in file's
+//! writes after its failed `truncate`.
 
 use std::collections::VecDeque;
 use std::future::Future;
