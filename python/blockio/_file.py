@@ -102,7 +102,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple
 from ._aio import Stops, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
 from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, coroutine_method, count_copied, read_line_inline,
                        read_stream_inline, readline_inline, stream_in_pieces, turn_due, write_inline)
-from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _finish, _flat, _KeptCancel, _stream_key
+from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _finish, _flat, _KeptCancel, _Stopped, _stream_key
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
                      one_at_a_time_kept, one_at_a_time_placing, one_at_a_time_taking_turns)
 from ._lines import LineReader
@@ -1767,6 +1767,14 @@ class AsyncFile(FileState, LineReader[bytes]):
                     # later is withdrawn, and the cancellation raised at
                     # once, the position past what landed.
                     n, cancelled = kept.count, kept.cancelled
+                except _Stopped as stop:
+                    # A part landed and the core failed the rest: the
+                    # position past the part, then the failure (below).
+                    cancelled = cancelled or stop.cancelled
+                    done += stop.count
+                    if landed is not None:
+                        landed[0] = done
+                    raise OSError(stop.errno, os.strerror(stop.errno), self.name) from None
                 if n == 0:
                     raise OSError(28, "No space left on device", self.name)
                 done += n

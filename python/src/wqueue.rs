@@ -1026,13 +1026,22 @@ impl WriteQueue {
     /// The call of the write of the batch `token` has its result: a
     /// failure of it is not reported again, and writes placed from now
     /// on are made again (its call moved the position back to where its
-    /// bytes stopped).
-    fn claim(&self, token: u64) {
+    /// bytes stopped). The errno of that failure, if there was one: for a
+    /// write that stopped short, the error the core met writing the rest
+    /// (it submits the rest itself), which its call raises rather than
+    /// write the rest again behind the entries placed since.
+    fn claim(&self, token: u64) -> Option<i32> {
         let mut c = self.writes.lock();
+        let errno = c
+            .failed
+            .iter()
+            .find(|f| f.token == token)
+            .map(|f| errno_of(&f.error));
         c.failed.retain(|f| f.token != token);
         if c.broken.is_some_and(|(t, _)| t == token) {
             c.mend();
         }
+        errno
     }
 
     /// The failures (or short writes) of entries whose calls never took

@@ -631,6 +631,8 @@ signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
 ORDERS = {
     "tell-truncate": [("write", b"a" * 60), ("write", b"b" * 60), ("tell",), ("truncate", 50)],
+    "cut-then-write": [("write", b"a" * 90), ("write", b"b" * 20), ("truncate", 30), ("seek", 0), ("write", b"Z"),
+                       ("tell",)],
     "refused-tell": [("write", b"a" * 60), ("write", b"b" * 60), ("write", b"c" * 7), ("tell",), ("write", b"d"),
                      ("truncate", 20)],
 }
@@ -724,7 +726,9 @@ def test_calls_behind_a_short_write_at_the_size_limit_end_as_the_builtins(tmp_pa
     Each call's result is the built-in's in the same order: a ``tell``
     says where the bytes stopped (not the planned position), a write
     planned past them is refused with the kernel's ``EFBIG``, a truncation
-    to an explicit size is made (the file is cut as the program asked).
+    to an explicit size is made (the file is cut as the program asked),
+    and the rest of the short write is not written again behind the calls
+    made since (a write after a seek from the start among them is made).
     Awaited together, left to a closed loop, and cancelled by the end of
     ``asyncio.run``, the file ends as the built-in's and ``tell()`` in the
     next loop agrees."""
