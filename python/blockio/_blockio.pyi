@@ -86,6 +86,7 @@ class FileState:
     #: In append mode after a write: the position is the end, to look up.
     _at_end: bool
     _anchored: bool
+    _pending: Optional[Tuple[int, int]]
     _anchors: int
     #: Opened for reading, writing, in append mode.
     _readable: bool

@@ -432,15 +432,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: In append mode after a write (and on open), the position is the
         #: file's end, looked up when it is needed.
         self._at_end = "a" in mode
-        #: In append mode, after a ``seek`` from the end (or a
-        #: ``truncate(n)`` at the end) placed behind writes in progress:
-        #: ``(token, offset)``, the position being the end the file's
-        #: write queue finds when it reaches that token's mark, plus
-        #: ``offset``; set by the call that placed it once it is answered
-        #: (or by a call that takes the queue over: `_writes_settled`).
-        #: The calls that need the position (``tell``, a ``seek`` from it,
-        #: ``truncate()``) wait for that call rather than join it.
-        self._pending: Optional[Tuple[int, int]] = None
+        self._pending = None  # (see the core's `FileState`)
         #: Read ahead: ``_rbuf[_roff:]`` are the bytes at ``_pos`` on. A
         #: read takes its bytes from the front by moving ``_roff``, so small
         #: reads from a large buffer do not copy the rest of it each time;
