@@ -1148,9 +1148,18 @@ class Engine:
         """The file's size (``fstat``), off the loop's thread."""
         return await self._afs(self._core.submit_size, file)
 
-    async def _aftruncate(self, file: FileLike, length: int) -> None:
-        """``ftruncate``, off the loop's thread."""
-        await self._afs(self._core.submit_ftruncate, file, length)
+    async def _aftruncate_kept(self, file: FileLike, length: int) -> None:
+        """``ftruncate``, off the loop's thread, awaited to its end even if
+        the task is cancelled meanwhile (the cancellation raised then): a
+        truncation begun is made before the file's next call, never left
+        running behind it, where it would cut what that call writes."""
+        fut, _ = self._begin(file, self._core.submit_ftruncate, _fd(file), length)
+        results, cancelled = await self._await_placed(fut)
+        r = results[0]
+        if isinstance(r, OSError):
+            raise OSError(r.errno, os.strerror(r.errno or 0), _name(file))
+        if cancelled is not None:
+            raise cancelled
 
     async def _aclose(self, fd: int) -> None:
         """Closes ``fd``, which the caller gives up, off the loop's thread.

@@ -931,12 +931,19 @@ class AsyncFile(FileState, LineReader[bytes]):
         def moved(end: int) -> Any:
             pos = end + offset
             if self._pending != mine[0]:
-                return pos  # (a write behind it moved the position to the end again)
+                # (a write behind it moved the position to the end again:
+                # the seek's answer alone, checked as the built-in's)
+                if pos < 0 or pos > _MAX_OFFSET:
+                    return OSError(22, "Invalid argument", self.name)
+                return pos
             self._pending = None
             try:
                 return self._seek_to(pos)
             except OSError as e:
-                self._at_end = True  # (the position stays at the end, as the built-in's)
+                # (the position stays at the end, as the built-in's: the
+                # end the mark answered, where a call behind it reads,
+                # cuts or tells)
+                self._pos, self._at_end = end, False
                 return e
 
         pos = await self._placed_result(await self._place_behind_flush(make, moved), moved)
@@ -1937,7 +1944,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         elif size < 0:
             raise OSError(22, "Invalid argument", self.name)
         self._drop_read_ahead()
-        await self._engine._aftruncate(self._file, size)
+        await self._engine._aftruncate_kept(self._file, size)
         return size
 
     async def _truncate_placing(self, size: Optional[int]) -> int:
