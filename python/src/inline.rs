@@ -421,7 +421,10 @@ impl FileState {
         let n = wbuf.len().saturating_sub(before);
         turns::count_copied(n);
         if self.append {
-            self.at_end = true; // (the bytes go to the end, and so does the position)
+            // (the bytes go to the end, and so does the position, which no
+            // longer waits for the answer of a seek from the end)
+            self.at_end = true;
+            self.pending = None;
         } else if !self.at_end {
             self.pos += i64::try_from(n)?;
         }

@@ -19,8 +19,8 @@
 //! `tell` is a [`Mark`], an entry answered with the position once the
 //! entries ahead are done ([`WriteQueue::mark`]); a `flush` is a write. In
 //! append mode, a position that depends on the end is the end at the
-//! time: a mark that takes the file's size when the chain reaches it
-//! (and, for a `tell` behind a `seek` from the end not answered yet, a
+//! time: a mark that takes the file's size when the chain reaches it,
+//! looked up on a file-system thread (and, for a `tell` behind a `seek` from the end not answered yet, a
 //! mark relative to that one's answer). A read is not an entry: how far it moves the
 //! position depends on the file's size when it runs, so a write made
 //! behind a read waits for it in Python (`blockio._calls`), and is lost
@@ -36,7 +36,7 @@
 //! the result to the caller's loop as any batch's. Locks nest only as:
 //! chain then slot (the runner finishing an entry); chain then the
 //! file-system pool's queue mutex (the runner submitting a truncation's
-//! `ftruncate`, [`PoolHandle::submit`], which may start a pool thread
+//! `ftruncate` or a mark's `statx`, [`PoolHandle::submit`], which may start a pool thread
 //! there) and chain then that job's own slot mutex (the runner polling its
 //! [`JobFuture`]): a pool thread takes its queue's mutex and then the
 //! job's slot one at a time, and wakes the chain's runner with neither
@@ -96,6 +96,9 @@ struct Chain {
     running: Option<Running>,
     /// The truncation a file-system thread has (never with `running`).
     cutting: Option<Cutting>,
+    /// The mark of the end a file-system thread looks up (never with
+    /// `running` nor `cutting`).
+    sizing: Option<Sizing>,
     /// The entries behind it, in the order they were placed.
     queued: VecDeque<Entry>,
     /// What waits for the chain to be empty ([`Idle`]).
@@ -202,15 +205,19 @@ impl Entry {
 /// entries not finished: answered once those ahead of it are, with
 /// `at`, the position its call planned (past the writes placed before
 /// it); with `at` less [`Chain::lost`] if a write ahead stopped short and
-/// `follows`; or, for the `end`, the file's size then (`statx` of what
-/// a write is the end at the time, which the entries ahead set); or, `of`
-/// an earlier mark of the end, with its answer plus `at` (a `tell` behind
-/// a `seek` from the end whose answer its call has not had yet).
+/// `follows`; or, for the `end`, the file's size then (the end at the
+/// time, where an append-mode write goes, which the entries ahead set),
+/// looked up by a file-system thread of the engine, as a [`Cut`]'s
+/// `ftruncate` is run, never on the thread that advances the chain; or,
+/// `of` an earlier mark of the end, with its answer plus `at` (a `tell`
+/// behind a `seek` from the end whose answer its call has not had yet).
 struct Mark {
     fd: RawFd,
     at: u64,
     follows: bool,
-    end: bool,
+    /// For a mark of the end: the `statx` of the file to run, and the
+    /// pool to run it on.
+    end: Option<(FsCall, PoolHandle)>,
     of: Option<u64>,
     token: u64,
     slot: Arc<Slot>,
@@ -238,6 +245,12 @@ struct Cut {
     /// refused. An explicit size does not depend on them: made all the
     /// same, as the built-in's.
     follows: bool,
+}
+
+/// The mark of the end whose `statx` a file-system thread has.
+struct Sizing {
+    job: JobFuture,
+    mark: Mark,
 }
 
 /// The `ftruncate` a file-system thread has.
@@ -342,7 +355,7 @@ impl Future for Idle {
     type Output = OneDone;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<OneDone> {
         let mut c = self.0.lock();
-        if c.running.is_none() && c.cutting.is_none() && c.queued.is_empty() {
+        if c.is_idle() {
             return Poll::Ready(OneDone::Count(Ok(Out::Count(0))));
         }
         c.idle.push(cx.waker().clone());
@@ -437,13 +450,27 @@ impl Chain {
                     woken.extend(self.end_cut(ended, cut.slot, res));
                 }
             }
+            if let Some(sizing) = self.sizing.as_mut() {
+                let Poll::Ready(res) = Pin::new(&mut sizing.job).poll(&mut cx) else {
+                    return woken;
+                };
+                if let Some(sizing) = self.sizing.take() {
+                    woken.extend(self.answer_end(sizing.mark, res));
+                }
+            }
             let Some(next) = self.queued.pop_front() else {
                 woken.append(&mut self.idle);
                 return woken;
             };
             match next {
                 Entry::Write(placed) => self.running = Some(Running::start(placed)),
-                Entry::Mark(mark) => woken.extend(self.answer(mark)),
+                Entry::Mark(mut mark) => match mark.end.take() {
+                    Some((call, pool)) => match pool.submit(call) {
+                        Ok(job) => self.sizing = Some(Sizing { job, mark }),
+                        Err(e) => woken.extend(self.answer_end(mark, Err(e))),
+                    },
+                    None => woken.extend(self.answer(mark)),
+                },
                 Entry::Cut(cut) => match cut.pool.submit(cut.job) {
                     Ok(job) => {
                         self.cutting = Some(Cutting {
@@ -561,12 +588,20 @@ impl Chain {
                 Ok(Entry::Cut(c))
             }
             (Entry::Cut(c), Stop::Cut { .. }) if c.follows => Err(self.refuse(Entry::Cut(c), stop)),
-            (Entry::Mark(mut m), Stop::Write { .. }) if m.follows && !m.end => {
+            (Entry::Mark(mut m), Stop::Write { .. }) if m.follows && m.end.is_none() => {
                 m.at = m.at.saturating_sub(self.lost);
                 Err(self.answer(m))
             }
             (entry, _) => Ok(entry),
         }
+    }
+
+    /// Whether no entry is in progress nor queued.
+    fn is_idle(&self) -> bool {
+        self.running.is_none()
+            && self.cutting.is_none()
+            && self.sizing.is_none()
+            && self.queued.is_empty()
     }
 
     /// The chain is whole again: entries placed from now on are made.
@@ -575,27 +610,32 @@ impl Chain {
         self.lost = 0;
     }
 
-    /// Answers `mark` (see [`Mark`]); the waker of its call.
+    /// Answers `mark`, not of the end (see [`Mark`]); the waker of its
+    /// call.
     fn answer(&mut self, mark: Mark) -> Option<Waker> {
-        let at = match (mark.end, mark.of, self.marked) {
-            (true, _, _) => {
-                let st = blockio::blocking::stat(
-                    PathAt::file(&RawTarget(mark.fd)),
-                    libc::AT_STATX_DONT_SYNC,
-                );
-                st.map(|st| st.stx_size)
-            }
-            (false, Some(of), Some((t, end))) if t == of => Ok(end.wrapping_add(mark.at)),
-            (false, Some(_), _) => Err(io::Error::other(format!(
+        let at = match (mark.of, self.marked) {
+            (Some(of), Some((t, end))) if t == of => Ok(end.wrapping_add(mark.at)),
+            (Some(_), _) => Err(io::Error::other(format!(
                 "the end of fd {} could not be looked up for a seek from it",
                 mark.fd
             ))),
-            (false, None, _) => Ok(mark.at),
+            (None, _) => Ok(mark.at),
         };
-        if let (true, Ok(at)) = (mark.end, &at) {
-            self.marked = Some((mark.token, *at));
-        }
         mark.slot.finish(at.map(|at| at as usize))
+    }
+
+    /// Answers `mark`, of the end, with the size its `statx` found
+    /// (`res`), kept for the marks placed relative to it; the waker of
+    /// its call.
+    fn answer_end(&mut self, mark: Mark, res: io::Result<Out>) -> Option<Waker> {
+        let at = res.and_then(|out| match out {
+            Out::Count(size) => Ok(size),
+            _ => Err(io::Error::other(format!("no size for fd {}", mark.fd))),
+        });
+        if let Ok(at) = &at {
+            self.marked = Some((mark.token, *at as u64));
+        }
+        mark.slot.finish(at)
     }
 
     /// Fails `entry`, not made because an entry failed before it
@@ -877,12 +917,24 @@ impl WriteQueue {
         };
         let core = core.borrow();
         core.check()?;
-        let (token, slot) = start_awaited(&core, waiter, None);
+        let (lookup, lent) = if end {
+            let (held, lent) = core.hold_for_job(fd);
+            match held {
+                Ok(held) => (Some((FsCall::Size(held), core.fs.handle())), lent),
+                Err(errno) => {
+                    let why = refused("look-up of the end", fd, errno);
+                    return Ok(self.refused_at_start(&core, waiter, why));
+                }
+            }
+        } else {
+            (None, false)
+        };
+        let (token, slot) = start_awaited(&core, waiter, lent.then_some(fd));
         self.place(Entry::Mark(Mark {
             fd,
             at,
             follows,
-            end,
+            end: lookup,
             of,
             token,
             slot,
@@ -895,7 +947,7 @@ impl WriteQueue {
     /// built-in's, with no [`Mark`] needed.
     fn idle(&self) -> bool {
         let c = self.writes.lock();
-        c.running.is_none() && c.cutting.is_none() && c.queued.is_empty() && c.broken.is_none()
+        c.is_idle() && c.broken.is_none()
     }
 
     /// The value of the [`Mark`] of the batch `token` if it was the last
@@ -927,7 +979,7 @@ impl WriteQueue {
     /// ([`Cut::planned_on`]).
     fn size_after(&self, fd: RawFd) -> PyResult<Option<u64>> {
         let mut c = self.writes.lock();
-        if c.running.is_none() && c.cutting.is_none() && c.queued.is_empty() {
+        if c.is_idle() {
             return Ok(None);
         }
         let st = blockio::blocking::stat(PathAt::file(&RawTarget(fd)), libc::AT_STATX_DONT_SYNC)

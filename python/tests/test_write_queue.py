@@ -974,3 +974,217 @@ def test_failures_behind_placed_calls_end_as_the_builtins(tmp_path, backend):
     # refused, EIO, where the built-in's raises the flush's EFBIG again)
     (want, want_bytes), (got, got_bytes) = eval(lines["seek-flush-fails-then-overflow"])
     assert (got[:2], got[3:], got_bytes) == (want[:2], want[3:], want_bytes), (got, want)
+
+
+def _results(results):
+    """Each result, an ``OSError`` as ``"E<errno>"``."""
+    return ["E%d" % r.errno if isinstance(r, OSError) else r for r in results]
+
+
+def _builtin_results(p, order):
+    """As `_builtin_order`, each call's ``OSError`` as ``"E<errno>"``."""
+    mode, buffering, head, calls = order
+    p.write_bytes(head)
+    results = []
+    with open(p, mode, buffering=buffering) as f:
+        for name, *args in calls:
+            try:
+                results.append(getattr(f, name)(*args))
+            except OSError as e:
+                results.append("E%d" % e.errno)
+        at = f.tell()
+    return results, at, p.read_bytes()
+
+
+#: Append-mode calls that wait for their turn rather than join the writes
+#: in progress (a ``truncate()`` or a ``seek`` from the position made
+#: while the answer of a seek from the end has not come), with a write
+#: behind them.
+_WAITING_ORDERS = {
+    "append-truncate-behind-seek-end": ("ab", 0, b"0123", [("write", b"A" * 10), ("seek", -4, 2), ("truncate",),
+                                                          ("write", b"BBB")]),
+    "append-seek-cur-behind-seek-end": ("a+b", 0, b"0123", [("write", b"A" * 10), ("seek", -4, 2), ("seek", -2, 1),
+                                                           ("truncate",), ("write", b"BBB")]),
+}
+
+
+@BACKENDS
+@LOOPS
+@pytest.mark.parametrize("name", sorted(_WAITING_ORDERS))
+def test_a_call_cancelled_while_it_waits_for_its_turn_is_made_before_the_write_behind_it(
+        tmp_path, backend, new_loop, name):
+    """The calls of ``name`` begun in one turn of the loop (so the
+    ``truncate()`` sees the seek from the end not answered, and waits for
+    its turn), then cancelled by the end of ``asyncio.run`` while it still
+    waits: it keeps its place and is made, in order, before the write kept
+    behind it, as the built-in's (not skipped while that write lands)."""
+    order = _WAITING_ORDERS[name]
+    _, want_at, want = _builtin_order(tmp_path / "builtin", order)
+    p = tmp_path / "out"
+    with blockio.Engine(backend=backend) as e:
+        for trial in range(TRIALS):
+            p.write_bytes(order[2])
+
+            async def main():
+                f = await blockio.open(p, order[0], buffering=order[1], engine=e)
+                for call in _calls(f, order):
+                    asyncio.ensure_future(call)
+                await asyncio.sleep(0)  # (each task runs to its first await)
+                return f
+
+            with asyncio.Runner(loop_factory=new_loop) as runner:
+                f = runner.run(main())
+            assert _tell_and_close(new_loop, f) == want_at, trial
+            assert p.read_bytes() == want, trial
+
+
+@BACKENDS
+@pytest.mark.parametrize("name", sorted(_WAITING_ORDERS))
+def test_a_truncation_whose_turn_came_is_made_before_the_write_behind_it_when_asyncio_run_cancels_both(
+        tmp_path, backend, name):
+    """The calls of ``name`` each begun in a turn of its own, then
+    cancelled by the end of ``asyncio.run``: in some trials the
+    truncation's turn has come by then (the seek's answer taken), in
+    others not; either way it is made before the write behind it, never
+    left running on a file-system thread after that write landed (where it
+    would cut it), nor skipped. Many trials, for the turn to come in
+    some."""
+    order = _WAITING_ORDERS[name]
+    _, want_at, want = _builtin_order(tmp_path / "builtin", order)
+    p = tmp_path / "out"
+    seen = []
+    with blockio.Engine(backend=backend) as e:
+        for trial in range(_TURN_TRIALS):
+            p.write_bytes(order[2])
+
+            async def main():
+                f = await blockio.open(p, order[0], buffering=order[1], engine=e)
+                for call in _calls(f, order):
+                    asyncio.ensure_future(call)
+                    await asyncio.sleep(0)  # (the call has begun)
+                return f
+
+            f = asyncio.run(main())
+            seen.append((_tell_and_close(asyncio.new_event_loop, f), p.read_bytes()))
+    assert [s for s in seen if s != (want_at, want)] == []
+
+
+#: Trials of the test above.
+_TURN_TRIALS = 200
+
+
+#: Append-mode seeks from the end to before the start, with a call made
+#: behind them (which moves the position again, or reads it).
+_APPEND_SEEK_ORDERS = {
+    "write-behind": ("ab", 0, b"9", [("seek", -8, 2), ("write", b"BB")]),
+    "seek-end-behind": ("ab", 0, b"9545169853", [("seek", -13, 2), ("seek", -2, 2)]),
+    "seek-start-behind": ("a+b", 0, b"93371", [("seek", -11, 2), ("seek", 79, 0)]),
+    "truncate-behind-failed-seek": ("a+b", 0, b"48", [("write", b"B" * 13), ("seek", -22, 1), ("truncate", 32),
+                                                      ("read", 1)]),
+    "buffered-truncate-behind-failed-seek": ("a+b", 16, b"48", [("write", b"B" * 13), ("seek", -22, 1),
+                                                                ("truncate", 32), ("read", 1)]),
+}
+
+
+@BACKENDS
+@LOOPS
+@pytest.mark.parametrize("name", sorted(_APPEND_SEEK_ORDERS))
+def test_an_append_mode_seek_before_the_start_raises_einval_and_leaves_the_position_at_the_end(
+        tmp_path, backend, new_loop, name):
+    """A seek from the end (or from the position, at the end) to before
+    the start in append mode, each call begun in a task of its own in
+    order, then gathered: the seek raises ``EINVAL`` (never returns a
+    negative position), even when a call behind it has moved the position
+    since, and the position stays at the end its mark answered, where a
+    ``truncate(n)`` behind it leaves it and a read reads, as the
+    built-in's."""
+    order = _APPEND_SEEK_ORDERS[name]
+    want = _builtin_results(tmp_path / "builtin", order)
+    p = tmp_path / "out"
+    p.write_bytes(order[2])
+
+    async def main():
+        async with blockio.open(p, order[0], buffering=order[1], engine=e) as f:
+            tasks = []
+            for call in _calls(f, order):
+                tasks.append(asyncio.ensure_future(call))
+                await asyncio.sleep(0)
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            return _results(results), await f.tell()
+
+    with blockio.Engine(backend=backend) as e:
+        results, at = _run(new_loop, main())
+    assert (results, at, p.read_bytes()) == want
+
+
+@BACKENDS
+@pytest.mark.parametrize("buffering", [0, -1])
+def test_tell_after_buffered_appends_behind_a_seek_is_the_end(tmp_path, backend, buffering):
+    """Append mode: a write, a seek from the position begun behind it, then
+    writes (buffered or not): ``tell()`` is the end after them, where the
+    next write goes (the built-in buffered file's says 16 here, the
+    position it planned from before the appends: not followed), never the
+    seek's target, however the writes that follow it were made."""
+    calls = [("write", b"A" * 10), ("seek", -5, 1), ("write", b"D" * 3), ("write", b"E" * 4)]
+    p = tmp_path / "f"
+    p.write_bytes(b"0123")
+
+    async def main():
+        async with blockio.open(p, "ab", buffering=buffering, engine=e) as f:
+            tasks = []
+            for name, *args in calls:
+                tasks.append(asyncio.ensure_future(getattr(f, name)(*args)))
+                await asyncio.sleep(0)
+            return await asyncio.gather(*tasks), await f.tell()
+
+    with blockio.Engine(backend=backend) as e:
+        assert asyncio.run(main()) == ([10, 9, 3, 4], 21)
+    assert p.read_bytes() == b"0123" + b"A" * 10 + b"DDDEEEE"
+
+
+#: The engine's file-system threads at most (`MAX_THREADS`, fsjobs.rs).
+_FS_THREADS = 8
+
+
+@BACKENDS
+@pytest.mark.parametrize("writes", [0, 1])
+def test_the_end_of_an_append_mode_seek_is_looked_up_on_the_file_system_threads(tmp_path, backend, writes):
+    """Append mode: ``seek(0, 2)``, with nothing in progress or behind a
+    write, takes the file's size on the engine's file-system threads,
+    never on the loop's (where a slow file system would stall it): with
+    every one of them held by an open of a FIFO that has no writer yet,
+    the seek does not end, however many turns the loop takes (once the
+    write ahead has landed), until a writer comes and frees them."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    fifos = [tmp_path / f"fifo{i}" for i in range(_FS_THREADS)]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+
+    async def main():
+        f = await blockio.open(p, "a+b", buffering=0, engine=e)
+        if writes:
+            w = asyncio.ensure_future(f.write(b"AB"))
+            await asyncio.sleep(0)
+        opens = [asyncio.ensure_future(blockio.open(fifo, "rb", engine=e)) for fifo in fifos]
+        await asyncio.sleep(0)  # (every thread now has, or will have, an open that waits)
+        seek = asyncio.ensure_future(f.seek(0, 2))
+        if writes:
+            await w  # (the seek's mark is answered once the write has landed)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        ended_while_held = seek.done()
+        writers = [os.open(fifo, os.O_RDWR) for fifo in fifos]  # (frees the opens)
+        try:
+            readers = await asyncio.gather(*opens)
+            for r in readers:
+                await r.close()
+        finally:
+            for fd in writers:
+                os.close(fd)
+        at = await seek
+        await f.close()
+        return ended_while_held, at
+
+    with blockio.Engine(backend=backend) as e:
+        assert asyncio.run(main()) == (False, 10 + 2 * writes)
