@@ -1729,22 +1729,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         no offset), and each chunk's await (``Engine._awrite_kept``) takes
         every cancellation in until its bytes have landed."""
         size = len(view)
-        if self._append:
-            pos = end = 0
-            self._at_end = True  # (to look up once the bytes have landed)
-            self._pending = None
-        else:
-            # Where a write made meanwhile goes (it joins this one, behind
-            # it in the file's write queue: see `one_at_a_time_kept`).
-            pos = self._pos
-            self._pos = end = pos + size
-        # Whether its offset follows from the entries placed before it: if
-        # one of them fails, the core refuses it then (its offset was
-        # planned past bytes that never landed), not after a seek from
-        # the start (the built-in's write there is made).
-        follows, self._anchored = not self._anchored, False
-        self._anchors += not follows
-        anchors = self._anchors
+        pos, end, follows, anchors = self._begin_write(size)
         done = 0
         failed = False
         cancelled: Optional[BaseException] = None
@@ -1792,24 +1777,53 @@ class AsyncFile(FileState, LineReader[bytes]):
             done = size
             raise
         finally:
-            if self._append:
-                pass  # (at the end since it began, unless a call placed behind it moved the position since)
-            elif failed and anchors == self._anchors:
-                # (no earlier than a write behind this one, refused, left
-                # it: never past bytes that did not land; unless the
-                # position was set again since, by a write placed after a
-                # seek from the start, which is made, or by a seek whose
-                # flush failed, which moved it back after the kept bytes)
-                self._pos = min(self._pos, pos + done)
-            elif self._pos == end:
-                self._pos = pos + done
-            # (else writes made meanwhile were placed after all of this
-            # one's bytes, and the position stays past theirs)
+            if not self._append:
+                # (in append mode the position is at the end since the
+                # write began, unless a call placed behind it moved it)
+                self._end_write(pos, end, pos + done, failed, anchors)
         if after is not None:
             after()
         if cancelled is not None:
             raise cancelled
         return done
+
+    def _begin_write(self, size: int) -> Tuple[int, int, bool, int]:
+        """For a write of ``size`` bytes that begins (see `_write_at`): its
+        offset (0 in append mode, which writes at the end), where it
+        ends, whether its offset follows from the entries placed before
+        it, and the count of positions set since the file opened
+        (`_anchors`, for `_end_write`). The position moves past it now:
+        a write made meanwhile joins it, behind it in the file's write
+        queue (see `one_at_a_time_kept`)."""
+        if self._append:
+            pos = end = 0
+            self._at_end = True  # (to look up once the bytes have landed)
+            self._pending = None
+        else:
+            pos = self._pos
+            self._pos = end = pos + size
+        # Whether its offset follows from the entries placed before it: if
+        # one of them fails, the core refuses it then (its offset was
+        # planned past bytes that never landed), not after a seek from
+        # the start (the built-in's write there is made).
+        follows, self._anchored = not self._anchored, False
+        self._anchors += not follows
+        return pos, end, follows, self._anchors
+
+    def _end_write(self, pos: int, end: int, stopped: int, failed: bool, anchors: int) -> None:
+        """Leaves the position after a write (not in append mode) from
+        ``pos`` planned to ``end`` whose bytes stopped at ``stopped``."""
+        if failed and anchors == self._anchors:
+            # (no earlier than a write behind this one, refused, left
+            # it: never past bytes that did not land; unless the
+            # position was set again since, by a write placed after a
+            # seek from the start, which is made, or by a seek whose
+            # flush failed, which moved it back after the kept bytes)
+            self._pos = min(self._pos, stopped)
+        elif self._pos == end:
+            self._pos = stopped
+        # (else writes made meanwhile were placed after all of this
+        # one's bytes, and the position stays past theirs)
 
     async def _flush_writes(self, then: Optional[Callable[[], None]] = None,
                             undo: Optional[Callable[[], bytearray]] = None) -> None:
