@@ -608,8 +608,10 @@ class AsyncFile(FileState, LineReader[bytes]):
         took its result, if any, as the call that took the queue over's,
         with the file's name. A write that stopped short leaves the
         position where its bytes stopped (the writes behind it refused), as
-        the built-in's after a short write and the failed writes after it;
-        bytes buffered since are dropped, and the error names them."""
+        the built-in's after a short write and the failed writes after it,
+        unless a seek from the start was made since (the position it set
+        stands); bytes buffered since are dropped, and the error names
+        them."""
         writes = self._file.writes
         if writes is None:
             return
@@ -627,7 +629,10 @@ class AsyncFile(FileState, LineReader[bytes]):
         if taken is not None:
             error, stopped = taken
             text = error.strerror or str(error)
-            if stopped is not None and not self._append:
+            if stopped is not None and not self._append and not self._anchored:
+                # (unless a seek from the start was made since, which set
+                # the position whatever the bytes ahead did, as the
+                # built-in's after its short write)
                 if self._wbuf:
                     # Buffered after the write that stopped short, for
                     # offsets planned past bytes that never landed (the
@@ -1729,7 +1734,20 @@ class AsyncFile(FileState, LineReader[bytes]):
         no offset), and each chunk's await (``Engine._awrite_kept``) takes
         every cancellation in until its bytes have landed."""
         size = len(view)
-        pos, end, follows, anchors = self._begin_write(size)
+        if self._append:
+            pos = end = 0
+            self._at_end = True  # (to look up once the bytes have landed)
+            self._pending = None
+        else:
+            # (a write made meanwhile joins it: see `one_at_a_time_kept`)
+            pos = self._pos
+            self._pos = end = pos + size
+        # Whether its offset follows from the entries placed before it: if
+        # one fails, the core refuses it (planned past bytes that never
+        # landed), not after a seek from the start (the built-in's is made).
+        follows, self._anchored = not self._anchored, False
+        self._anchors += not follows
+        anchors = self._anchors
         done = 0
         failed = False
         cancelled: Optional[BaseException] = None
@@ -1777,7 +1795,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             done = size
             raise
         finally:
-            if not self._append:
+            if (failed or done < size) and not self._append:
                 # (in append mode the position is at the end since the
                 # write began, unless a call placed behind it moved it)
                 self._end_write(pos, end, pos + done, failed, anchors)
@@ -1787,32 +1805,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             raise cancelled
         return done
 
-    def _begin_write(self, size: int) -> Tuple[int, int, bool, int]:
-        """For a write of ``size`` bytes that begins (see `_write_at`): its
-        offset (0 in append mode, which writes at the end), where it
-        ends, whether its offset follows from the entries placed before
-        it, and the count of positions set since the file opened
-        (`_anchors`, for `_end_write`). The position moves past it now:
-        a write made meanwhile joins it, behind it in the file's write
-        queue (see `one_at_a_time_kept`)."""
-        if self._append:
-            pos = end = 0
-            self._at_end = True  # (to look up once the bytes have landed)
-            self._pending = None
-        else:
-            pos = self._pos
-            self._pos = end = pos + size
-        # Whether its offset follows from the entries placed before it: if
-        # one of them fails, the core refuses it then (its offset was
-        # planned past bytes that never landed), not after a seek from
-        # the start (the built-in's write there is made).
-        follows, self._anchored = not self._anchored, False
-        self._anchors += not follows
-        return pos, end, follows, self._anchors
-
     def _end_write(self, pos: int, end: int, stopped: int, failed: bool, anchors: int) -> None:
         """Leaves the position after a write (not in append mode) from
-        ``pos`` planned to ``end`` whose bytes stopped at ``stopped``."""
+        ``pos`` planned to ``end`` whose bytes stopped short, at
+        ``stopped``, or that ``failed`` (see `_write_at`; one that wrote
+        all its bytes leaves it as it is)."""
         if failed and anchors == self._anchors:
             # (no earlier than a write behind this one, refused, left
             # it: never past bytes that did not land; unless the

@@ -462,33 +462,44 @@ impl Chain {
                 woken.append(&mut self.idle);
                 return woken;
             };
-            match next {
-                Entry::Write(placed) => self.running = Some(Running::start(placed)),
-                Entry::Mark(mut mark) => match mark.end.take() {
-                    Some((call, pool)) => match pool.submit(call) {
-                        Ok(job) => self.sizing = Some(Sizing { job, mark }),
-                        Err(e) => woken.extend(self.answer_end(mark, Err(e))),
-                    },
-                    None => woken.extend(self.answer(mark)),
-                },
-                Entry::Cut(cut) => match cut.pool.submit(cut.job) {
-                    Ok(job) => {
-                        self.cutting = Some(Cutting {
-                            job,
-                            fd: cut.fd,
-                            len: cut.len,
-                            token: cut.token,
-                            slot: cut.slot,
-                            planned_on: cut.planned_on,
-                        })
-                    }
-                    Err(e) => {
-                        let ended = (cut.token, cut.fd, cut.len, cut.planned_on);
-                        woken.extend(self.end_cut(ended, cut.slot, Err(e)))
-                    }
-                },
-            }
+            woken.extend(self.begin(next));
         }
+    }
+
+    /// Begins `next`, the entry at the head of the chain: a write
+    /// submitted, a truncation's `ftruncate` or a mark of the end's
+    /// `statx` handed to the file-system pool, another mark answered. The
+    /// wakers of the calls ended (an entry answered, or refused by the
+    /// pool).
+    fn begin(&mut self, next: Entry) -> Vec<Waker> {
+        let mut woken = Vec::new();
+        match next {
+            Entry::Write(placed) => self.running = Some(Running::start(placed)),
+            Entry::Mark(mut mark) => match mark.end.take() {
+                Some((call, pool)) => match pool.submit(call) {
+                    Ok(job) => self.sizing = Some(Sizing { job, mark }),
+                    Err(e) => woken.extend(self.answer_end(mark, Err(e))),
+                },
+                None => woken.extend(self.answer(mark)),
+            },
+            Entry::Cut(cut) => match cut.pool.submit(cut.job) {
+                Ok(job) => {
+                    self.cutting = Some(Cutting {
+                        job,
+                        fd: cut.fd,
+                        len: cut.len,
+                        token: cut.token,
+                        slot: cut.slot,
+                        planned_on: cut.planned_on,
+                    })
+                }
+                Err(e) => {
+                    let ended = (cut.token, cut.fd, cut.len, cut.planned_on);
+                    woken.extend(self.end_cut(ended, cut.slot, Err(e)))
+                }
+            },
+        }
+        woken
     }
 
     /// Ends the truncation `token` of `fd` to `len` with `res`: a failure

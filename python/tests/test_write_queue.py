@@ -1188,3 +1188,50 @@ def test_the_end_of_an_append_mode_seek_is_looked_up_on_the_file_system_threads(
 
     with blockio.Engine(backend=backend) as e:
         assert asyncio.run(main()) == (False, 10 + 2 * writes)
+
+
+_SEEK_BEHIND_A_SHORT_WRITE = r"""
+import asyncio, resource, signal, sys
+import blockio
+path, backend = sys.argv[1], sys.argv[2]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
+engine = blockio.Engine(backend=backend)
+loop = asyncio.new_event_loop()
+
+async def begin():
+    f = await blockio.open(path, "r+b", buffering=0, engine=engine)
+    for call in (lambda: f.write(b"a" * 90), lambda: f.write(b"b" * 20), lambda: f.seek(5)):
+        asyncio.ensure_future(call())
+        await asyncio.sleep(0)
+    return f
+
+f = loop.run_until_complete(begin())
+loop.close()
+
+async def after():
+    try:
+        first = await f.tell()
+    except OSError as e:
+        first = e.errno
+    out = [first, await f.write(b"Z"), await f.tell()]
+    await f.close()
+    return out
+
+print(*asyncio.run(after()))
+engine.close()
+"""
+
+
+@BACKENDS
+def test_a_seek_from_the_start_behind_a_short_write_stands_when_the_loop_closes(tmp_path, backend):
+    """At ``RLIMIT_FSIZE``: a write that stops short, then a seek from the
+    start, each begun in a task, and the loop closed. The next call raises
+    the short write's ``EFBIG`` (nobody took it), and the position is the
+    seek's, not where the bytes stopped: the next write lands there, as
+    the built-in's after its seek."""
+    p = tmp_path / "f"
+    p.write_bytes(b"")
+    out = _run_script(_SEEK_BEHIND_A_SHORT_WRITE, p, backend).split()
+    assert out == ["27", "1", "6"], out
+    assert p.read_bytes() == b"a" * 5 + b"Z" + b"a" * 84 + b"b" * 10
