@@ -1235,3 +1235,36 @@ def test_a_seek_from_the_start_behind_a_short_write_stands_when_the_loop_closes(
     out = _run_script(_SEEK_BEHIND_A_SHORT_WRITE, p, backend).split()
     assert out == ["27", "1", "6"], out
     assert p.read_bytes() == b"a" * 5 + b"Z" + b"a" * 84 + b"b" * 10
+
+
+@BACKENDS
+@LOOPS
+def test_a_truncation_that_waited_for_a_seeks_answer_is_placed_at_its_turn(tmp_path, backend, new_loop):
+    """Append mode: ``truncate()`` made while the answer of a seek from the
+    end has not come waits for its turn; once that turn has come, it
+    places its ``ftruncate`` in the file's write queue like any
+    truncation, so a write made behind it joins it there and lands after
+    the cut even if the loop is closed at once (were the ``ftruncate``
+    made on its own, the write would wait for it, and a cancellation
+    meanwhile would leave it running, to cut the write once landed)."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123")
+
+    async def main():
+        f = await blockio.open(p, "ab", buffering=0, engine=e)
+        ahead = [asyncio.ensure_future(f.write(b"A" * 10)), asyncio.ensure_future(f.seek(-4, 2))]
+        cut = asyncio.ensure_future(f.truncate())
+        await asyncio.wait(ahead)
+        for _ in range(100):  # (until the truncation's turn comes: the queue handed to its task)
+            if f._calls._owner is cut:
+                break
+            await asyncio.sleep(0)
+        assert f._calls._owner is cut and not cut.done()
+        asyncio.ensure_future(f.write(b"BBB"))
+        await asyncio.sleep(0)
+        return f
+
+    with blockio.Engine(backend=backend) as e:
+        f = _run(new_loop, main())
+        assert _tell_and_close(new_loop, f) == 13
+    assert p.read_bytes() == b"0123" + b"A" * 6 + b"BBB"
