@@ -334,8 +334,9 @@ def one_at_a_time_placing(can_join: Callable[..., bool], takes_turns: bool = Fal
     call of a seekable file that does its part at once or places it in the
     file's write queue in the core before it first yields (``seek``,
     ``tell``, ``truncate``, ``flush``: see ``AsyncFile._seek``), when
-    ``can_join(file, *args)`` says it can (not in append mode, where the
-    position is the end, looked up off the thread). Such a call made while
+    ``can_join(file, *args)`` says it can (in append mode, not while the
+    position waits for the answer of a seek from the end that a ``seek``
+    from the position or a ``truncate()`` would need). Such a call made while
     writes of the same event loop are in progress, with no other call
     waiting, joins them as a write does (see :func:`one_at_a_time_kept`);
     one that takes the queue marks it ``writing``, so that writes (and
@@ -347,7 +348,10 @@ def one_at_a_time_placing(can_join: Callable[..., bool], takes_turns: bool = Fal
     queue over once the core has finished them. Its turn of the event loop
     (``takes_turns``: see :func:`one_at_a_time_taking_turns`) comes after
     it ran, as a write's does: a cancellation there raises, and what the
-    call did stands."""
+    call did stands. Cancelled while it waits for its turn, it keeps its
+    place, runs when its turn comes and then raises the cancellation, as
+    :func:`one_at_a_time_kept`'s write: a call begun is not skipped while
+    the writes behind it are made."""
 
     def wrap(method: F) -> F:
         @functools.wraps(method)
@@ -360,14 +364,32 @@ def one_at_a_time_placing(can_join: Callable[..., bool], takes_turns: bool = Fal
                 return await method(self, *args, **kwargs)  # a call made of calls
             if turn is _JOINED:
                 return await _run_joined(self, q, method, args, kwargs)
+            cancelled = None
             if turn is not None and turn is not _TAKEN_OVER:
-                await q._wait(turn, task)
+                # (cancelled meanwhile, it keeps its place and runs, as a
+                # write does: the calls behind it, a write kept, must not
+                # be made without it)
+                try:
+                    cancelled = await wait_despite_cancel(turn, lambda: q.writing or not q.stream)
+                except BaseException:
+                    q._give_up(turn, task)
+                    raise
             try:
                 if turn is _TAKEN_OVER:
                     await _settle_writes(q)
                 elif takes_turns and turn is None and not joinable and q.turn_due():
                     await pause()
+                if turn is not None:
+                    # (asked again at its turn: what kept it from joining,
+                    # the answer of a seek from the end, has come since,
+                    # and the call must now place its part, as any made
+                    # with nothing pending, not make it on its own where a
+                    # cancellation would leave it running behind the queue)
+                    joinable = can_join(self, *args, **kwargs)
                 q.writing = joinable and not q.stream
+                if cancelled is not None:
+                    await shielded(method(self, *args, **kwargs))
+                    raise cancelled
                 result = await method(self, *args, **kwargs)
                 if takes_turns and turn is None and joinable and q.turn_due():
                     # (after the call, as a write's turn, in

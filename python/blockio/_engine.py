@@ -1065,11 +1065,17 @@ class Engine:
                     cancelled = e
                     deadline = loop.time() + CANCEL_GRACE
         results = fut.result()
+        stopped = None
         if writes is not None and results[0] != len(flat):
             # (a failure, or a write cut short, is raised or seen here: it
             # is not reported again)
-            writes.claim(token)
+            stopped = writes.claim(token)
         n: int = _finish(results, [_name(file)], False)[0]
+        if stopped is not None and n > 0:
+            # A part landed, then the core met `stopped` writing the rest:
+            # the call raises it, as the built-in's next write would, rather
+            # than write the rest again behind the entries placed since.
+            raise _Stopped(n, stopped, cancelled)
         if cancelled is not None:
             raise _KeptCancel(n, cancelled)
         return n
@@ -1142,9 +1148,18 @@ class Engine:
         """The file's size (``fstat``), off the loop's thread."""
         return await self._afs(self._core.submit_size, file)
 
-    async def _aftruncate(self, file: FileLike, length: int) -> None:
-        """``ftruncate``, off the loop's thread."""
-        await self._afs(self._core.submit_ftruncate, file, length)
+    async def _aftruncate_kept(self, file: FileLike, length: int) -> None:
+        """``ftruncate``, off the loop's thread, awaited to its end even if
+        the task is cancelled meanwhile (the cancellation raised then): a
+        truncation begun is made before the file's next call, never left
+        running behind it, where it would cut what that call writes."""
+        fut, _ = self._begin(file, self._core.submit_ftruncate, _fd(file), length)
+        results, cancelled = await self._await_placed(fut)
+        r = results[0]
+        if isinstance(r, OSError):
+            raise OSError(r.errno, os.strerror(r.errno or 0), _name(file))
+        if cancelled is not None:
+            raise cancelled
 
     async def _aclose(self, fd: int) -> None:
         """Closes ``fd``, which the caller gives up, off the loop's thread.
@@ -1162,6 +1177,19 @@ class _KeptCancel(Exception):
     def __init__(self, count: int, cancelled: BaseException) -> None:
         super().__init__(count)
         self.count = count
+        self.cancelled = cancelled
+
+
+class _Stopped(Exception):
+    """A write of :meth:`Engine._awrite_kept` through a file's write queue
+    landed ``count`` bytes, then the core met ``errno`` writing the rest:
+    the caller moves its position past the bytes, then fails with it (and
+    raises ``cancelled``, if the task was cancelled meanwhile, after)."""
+
+    def __init__(self, count: int, errno: int, cancelled: Optional[BaseException]) -> None:
+        super().__init__(count)
+        self.count = count
+        self.errno = errno
         self.cancelled = cancelled
 
 

@@ -42,8 +42,9 @@ even if their event loop is closed before they end: each is placed in the
 file's write queue in the core (``WriteQueue``) before its call first
 yields, and so is a write made behind a ``seek``, ``tell``, ``truncate``
 or ``flush`` in progress, which do their part at once or place it there
-too (``_seek_placing``, ``_truncate_placing``). Not behind a read (see
-``python/README.md``).
+too (``_seek_placing``, ``_tell_placing``, ``_truncate_placing``; in
+append mode the end at the time is a mark of that queue:
+``_seek_end_placing``). Not behind a read (see ``python/README.md``).
 
 Cancellation loses nothing. A write runs to its end before its task's
 cancellation takes effect, the end of ``asyncio.run`` included (see
@@ -101,7 +102,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple
 from ._aio import Stops, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
 from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, coroutine_method, count_copied, read_line_inline,
                        read_stream_inline, readline_inline, stream_in_pieces, turn_due, write_inline)
-from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _finish, _flat, _KeptCancel, _stream_key
+from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _finish, _flat, _KeptCancel, _Stopped, _stream_key
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
                      one_at_a_time_kept, one_at_a_time_placing, one_at_a_time_taking_turns)
 from ._lines import LineReader
@@ -431,6 +432,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: In append mode after a write (and on open), the position is the
         #: file's end, looked up when it is needed.
         self._at_end = "a" in mode
+        self._pending = None  # (see the core's `FileState`)
         #: Read ahead: ``_rbuf[_roff:]`` are the bytes at ``_pos`` on. A
         #: read takes its bytes from the front by moving ``_roff``, so small
         #: reads from a large buffer do not copy the rest of it each time;
@@ -606,18 +608,31 @@ class AsyncFile(FileState, LineReader[bytes]):
         took its result, if any, as the call that took the queue over's,
         with the file's name. A write that stopped short leaves the
         position where its bytes stopped (the writes behind it refused), as
-        the built-in's after a short write and the failed writes after it;
-        bytes buffered since are dropped, and the error names them."""
+        the built-in's after a short write and the failed writes after it,
+        unless a seek from the start was made since (the position it set
+        stands); bytes buffered since are dropped, and the error names
+        them."""
         writes = self._file.writes
         if writes is None:
             return
         core = self._engine._core
         await self._engine._run(None, lambda waiter: writes.settled(core, waiter))
+        if self._pending is not None:
+            token, offset = self._pending
+            end = writes.marked(token)
+            self._pending = None
+            if end is None:
+                self._at_end = True  # (its lookup failed: the end, looked up again)
+            else:
+                self._pos, self._at_end = end + offset, False
         taken = writes.take_error()
         if taken is not None:
             error, stopped = taken
             text = error.strerror or str(error)
-            if stopped is not None and not self._append:
+            if stopped is not None and not self._append and not self._anchored:
+                # (unless a seek from the start was made since, which set
+                # the position whatever the bytes ahead did, as the
+                # built-in's after its short write)
                 if self._wbuf:
                     # Buffered after the write that stopped short, for
                     # offsets planned past bytes that never landed (the
@@ -642,7 +657,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         alone, which saves a system call per call; giving the number out
         runs this first."""
         d = self._file
-        if not self._shared or self._stream or self._at_end or d.detached or d.closed:
+        if not self._shared or self._stream or self._at_end or self._pending or d.detached or d.closed:
             return
         try:
             os.lseek(d.num, self._wpos if self._wbuf else self._pos, os.SEEK_SET)
@@ -699,6 +714,10 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     async def _position(self) -> int:
         """The logical position, looking up the end in append mode."""
+        if self._pending is not None:
+            # (its call ended without setting it: never, as it awaits its
+            # mark to the end; the end, looked up again, as a safe answer)
+            self._pending, self._at_end = None, True
         if self._at_end:
             await self._flush_writes()
             self._pos = await self._engine._asize(self._file)
@@ -737,17 +756,106 @@ class AsyncFile(FileState, LineReader[bytes]):
             """The current position."""
             return await FileState.tell(self)
 
-    # (not in append mode: there a write in progress may leave the
-    # position at the end, looked up off the thread, and a write made
-    # meanwhile must wait behind the lookup, not join ahead of it)
-    @one_at_a_time_placing(lambda f: not f._append and not f._at_end, takes_turns=True)
+    # (in append mode after a write, the end is taken by a mark in the
+    # file's write queue, in order: a write made meanwhile is placed behind
+    # the mark, never looked up ahead of it)
+    @one_at_a_time_placing(lambda f: True, takes_turns=True)
     async def _tell(self) -> int:
         self._check_open()
         self._check_seekable()
+        if self._calls.writing:
+            return await self._tell_placing()
         return await self._position()
 
-    @one_at_a_time_placing(lambda f, offset, whence: not f._append and type(whence) is int and 0 <= whence <= 2,
-                           takes_turns=True)
+    async def _tell_placing(self) -> int:
+        """``tell()`` made behind writes in progress, or holding the queue
+        with the writes made meanwhile joining it: a mark placed in the
+        file's write queue in the core (``WriteQueue.mark``) answers it
+        once the entries ahead are done. Its answer is the position the
+        call planned, unless a write ahead stopped short: then where its
+        bytes stopped, as the built-in's (what was planned past them less
+        what never landed). In append mode after a write, the position is
+        the end at the time: the file's size once the entries ahead are
+        done (the buffered bytes' write placed first); behind a seek from
+        the end whose answer has not come (`_pending`), a mark relative to
+        that seek's. With nothing in progress and no failure, the position
+        is known now."""
+        writes = self._file.writes
+        assert writes is not None  # (a seekable file's: see `_find_position`)
+        core, num = self._engine._core, self._file.num
+        if self._at_end:
+            begun = await self._place_behind_flush(lambda w: writes.mark(core, w, num, 0, True, True))
+            return await self._placed_result(begun)
+        if self._pending is not None:
+            of, offset = self._pending
+            at = await self._placed_result(self._engine._begin(
+                self._file, lambda w: writes.mark(core, w, num, offset, False, False, of)))
+            if at > _MAX_OFFSET:
+                # (the seek's target was before the start: it failed, and
+                # the position stayed at the end, as the built-in's)
+                at = (at - offset) % (1 << 64)
+            return at
+        if writes.idle():
+            return self._pos
+        at, follows = self._pos, not self._anchored
+        return await self._placed_result(self._engine._begin(self._file, lambda w: writes.mark(core, w, num, at,
+                                                                                             follows)))
+
+    async def _place_behind_flush(self, make: Callable[[Any], int],
+                                  then: Optional[Callable[[int], Any]] = None) -> Tuple[Any, int]:
+        """Places the buffered bytes' write, then the entry ``make(waiter)``
+        starts, in the file's write queue before the call first yields: the
+        entry's future and token (for `_placed_result`). A failure (or
+        cancellation) of the flush is raised once the entry has ended, its
+        result given to ``then`` (its own failure, refused behind the
+        flush's, not raised)."""
+        begun: List[Any] = []
+
+        def place() -> None:
+            try:
+                begun.append(self._engine._begin(self._file, make))
+            except Exception as e:  # (the engine closed, the process out of threads)
+                begun.append(e)
+
+        try:
+            await self._flush_writes(then=place)
+        except GeneratorExit:
+            raise
+        except BaseException:
+            if begun and isinstance(begun[0], tuple):
+                try:
+                    await self._placed_result(begun[0], then)
+                except OSError:
+                    pass
+            raise
+        if isinstance(begun[0], BaseException):
+            raise begun[0]
+        placed: Tuple[Any, int] = begun[0]
+        return placed
+
+    async def _placed_result(self, begun: Tuple[Any, int], then: Optional[Callable[[int], Any]] = None) -> int:
+        """Awaits the entry of the file's write queue ``begun`` (its future
+        and token) to its end: its result, or its failure raised (taken:
+        not reported again), or the cancellation that came meanwhile.
+        ``then``, if given, runs with the result before a cancellation is
+        raised (what the call must record of it, all the same)."""
+        fut, token = begun
+        results, cancelled = await self._engine._await_placed(fut)
+        r = results[0]
+        if then is not None and not isinstance(r, OSError):
+            r = then(r)
+        if isinstance(r, OSError):
+            writes = self._file.writes
+            assert writes is not None
+            writes.claim(token)
+            raise OSError(r.errno, r.strerror, self.name)
+        if cancelled is not None:
+            raise cancelled
+        n: int = r
+        return n
+
+    @one_at_a_time_placing(lambda f, offset, whence: type(whence) is int and 0 <= whence <= 2
+                           and (f._pending is None or whence != 1), takes_turns=True)
     async def _seek(self, offset: int, whence: int) -> int:
         whence = _int_arg(whence, "whence")
         if whence not in _C_INT:
@@ -769,6 +877,8 @@ class AsyncFile(FileState, LineReader[bytes]):
         if not known:
             raise OSError(22, "Invalid argument", self.name)  # (FileIO's: lseek's EINVAL)
         q = self._calls
+        if q.writing and self._append and (whence == os.SEEK_END or (whence == os.SEEK_CUR and self._at_end)):
+            return await self._seek_end_placing(offset)
         if q.writing and (self._wbuf or q.joined or whence == os.SEEK_END):
             # (from the end always, also as the first call: the size looked
             # up on this thread, so that writes made behind the seek are
@@ -801,6 +911,49 @@ class AsyncFile(FileState, LineReader[bytes]):
                 pos = size + offset
         return self._seek_to(pos)
 
+    async def _seek_end_placing(self, offset: int) -> int:
+        """``seek(offset, SEEK_END)`` (or from the position, at the end) in
+        append mode, made behind writes in progress or holding the queue:
+        the end is the file's size once the entries ahead are done, taken
+        by a mark placed in the file's write queue (behind the buffered
+        bytes' write) before the call first yields, so that writes made
+        behind the seek join it (in append mode they go to the end at their
+        time, whatever the position). Until the mark is answered the
+        position is pending (`_pending`)."""
+        writes = self._file.writes
+        assert writes is not None
+        core, num = self._engine._core, self._file.num
+
+        mine: List[Tuple[int, int]] = []
+
+        def make(waiter: Any) -> int:
+            token: int = writes.mark(core, waiter, num, 0, True, True)
+            self._pending, self._at_end = (token, offset), False
+            mine.append(self._pending)
+            self._drop_read_ahead()
+            return token
+
+        def moved(end: int) -> Any:
+            pos = end + offset
+            if self._pending != mine[0]:
+                # (a write behind it moved the position to the end again:
+                # the seek's answer alone, checked as the built-in's)
+                if pos < 0 or pos > _MAX_OFFSET:
+                    return OSError(22, "Invalid argument", self.name)
+                return pos
+            self._pending = None
+            try:
+                return self._seek_to(pos)
+            except OSError as e:
+                # (the position stays at the end, as the built-in's: the
+                # end the mark answered, where a call behind it reads,
+                # cuts or tells)
+                self._pos, self._at_end = end, False
+                return e
+
+        pos = await self._placed_result(await self._place_behind_flush(make, moved), moved)
+        return pos
+
     def _seek_to(self, pos: int) -> int:
         """Moves the position to ``pos`` (the seek's end), once ``pos`` is
         checked as the built-in's seek checks it."""
@@ -818,6 +971,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                 raise OSError(e.errno, e.strerror, self.name) from None
         self._pos = pos
         self._at_end = False
+        self._pending = None
         self._drop_read_ahead()
         self._seeked = True
         return pos
@@ -1583,15 +1737,14 @@ class AsyncFile(FileState, LineReader[bytes]):
         if self._append:
             pos = end = 0
             self._at_end = True  # (to look up once the bytes have landed)
+            self._pending = None
         else:
-            # Where a write made meanwhile goes (it joins this one, behind
-            # it in the file's write queue: see `one_at_a_time_kept`).
+            # (a write made meanwhile joins it: see `one_at_a_time_kept`)
             pos = self._pos
             self._pos = end = pos + size
         # Whether its offset follows from the entries placed before it: if
-        # one of them fails, the core refuses it then (its offset was
-        # planned past bytes that never landed), not after a seek from
-        # the start (the built-in's write there is made).
+        # one fails, the core refuses it (planned past bytes that never
+        # landed), not after a seek from the start (the built-in's is made).
         follows, self._anchored = not self._anchored, False
         self._anchors += not follows
         anchors = self._anchors
@@ -1616,6 +1769,14 @@ class AsyncFile(FileState, LineReader[bytes]):
                     # later is withdrawn, and the cancellation raised at
                     # once, the position past what landed.
                     n, cancelled = kept.count, kept.cancelled
+                except _Stopped as stop:
+                    # A part landed and the core failed the rest: the
+                    # position past the part, then the failure (below).
+                    cancelled = cancelled or stop.cancelled
+                    done += stop.count
+                    if landed is not None:
+                        landed[0] = done
+                    raise OSError(stop.errno, os.strerror(stop.errno), self.name) from None
                 if n == 0:
                     raise OSError(28, "No space left on device", self.name)
                 done += n
@@ -1634,24 +1795,32 @@ class AsyncFile(FileState, LineReader[bytes]):
             done = size
             raise
         finally:
-            if self._append:
-                self._at_end = True
-            elif failed and anchors == self._anchors:
-                # (no earlier than a write behind this one, refused, left
-                # it: never past bytes that did not land; unless the
-                # position was set again since, by a write placed after a
-                # seek from the start, which is made, or by a seek whose
-                # flush failed, which moved it back after the kept bytes)
-                self._pos = min(self._pos, pos + done)
-            elif self._pos == end:
-                self._pos = pos + done
-            # (else writes made meanwhile were placed after all of this
-            # one's bytes, and the position stays past theirs)
+            if (failed or done < size) and not self._append:
+                # (in append mode the position is at the end since the
+                # write began, unless a call placed behind it moved it)
+                self._end_write(pos, end, pos + done, failed, anchors)
         if after is not None:
             after()
         if cancelled is not None:
             raise cancelled
         return done
+
+    def _end_write(self, pos: int, end: int, stopped: int, failed: bool, anchors: int) -> None:
+        """Leaves the position after a write (not in append mode) from
+        ``pos`` planned to ``end`` whose bytes stopped short, at
+        ``stopped``, or that ``failed`` (see `_write_at`; one that wrote
+        all its bytes leaves it as it is)."""
+        if failed and anchors == self._anchors:
+            # (no earlier than a write behind this one, refused, left
+            # it: never past bytes that did not land; unless the
+            # position was set again since, by a write placed after a
+            # seek from the start, which is made, or by a seek whose
+            # flush failed, which moved it back after the kept bytes)
+            self._pos = min(self._pos, stopped)
+        elif self._pos == end:
+            self._pos = stopped
+        # (else writes made meanwhile were placed after all of this
+        # one's bytes, and the position stays past theirs)
 
     async def _flush_writes(self, then: Optional[Callable[[], None]] = None,
                             undo: Optional[Callable[[], bytearray]] = None) -> None:
@@ -1763,19 +1932,21 @@ class AsyncFile(FileState, LineReader[bytes]):
             # (see `_StreamCall`): flushed once it has ended.
             await last.result()
 
-    @one_at_a_time_placing(lambda f, size=None: not f._append)
+    @one_at_a_time_placing(lambda f, size=None: size is not None or f._pending is None)
     async def truncate(self, size: Optional[int] = None) -> int:
         """Cuts (or extends) the file to ``size`` bytes, the position by
-        default; the new size. The position does not move. Not in append
-        mode, the ``ftruncate`` is an entry of the file's write queue in the
-        core, placed before the call first yields behind the writes made
-        before it (and the buffered bytes' write), and writes made while
-        it runs are placed behind it (see `one_at_a_time_placing`)."""
+        default; the new size. The position does not move. Behind writes
+        in progress, the ``ftruncate`` is an entry of the file's write
+        queue in the core, placed before the call first yields behind the
+        writes made before it (and the buffered bytes' write), and writes
+        made while it runs are placed behind it (see
+        `one_at_a_time_placing`); in append mode, ``truncate()`` at the
+        end is the end at the time, taken there by a mark."""
         # The mode before the argument, and an int only, as the built-in's.
         self._check_writable("truncate")
         if size is not None:
             size = _count_arg(size)
-        if self._calls.writing and not self._append:
+        if self._calls.writing:
             return await self._truncate_placing(size)
         await self._flush_writes()
         pos = await self._position()  # the end, in append mode, is fixed now
@@ -1784,7 +1955,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         elif size < 0:
             raise OSError(22, "Invalid argument", self.name)
         self._drop_read_ahead()
-        await self._engine._aftruncate(self._file, size)
+        await self._engine._aftruncate_kept(self._file, size)
         return size
 
     async def _truncate_placing(self, size: Optional[int]) -> int:
@@ -1795,52 +1966,53 @@ class AsyncFile(FileState, LineReader[bytes]):
         of the truncation. The writes placed behind a failed truncation are
         made, as the built-in's after its failed ``truncate``, unless a
         seek from the end planned on its size (the core then refuses
-        them: see `WriteQueue.size_after`)."""
+        them: see `WriteQueue.size_after`). A ``truncate()`` at the
+        position behind a write that stopped short cuts where the built-in's
+        position is, where its bytes stopped (see `WriteQueue.truncate`).
+        In append mode at the end, ``truncate()`` is the end at the time
+        (nothing to cut), and ``truncate(n)`` leaves the position at the
+        end before the cut, as the built-in's: a mark placed ahead of the
+        cut takes it (`_pending`)."""
         writes = self._file.writes
         assert writes is not None  # (a seekable file's: see `_find_position`)
         core, num = self._engine._core, self._file.num
-        begun: List[Any] = []
+        if size is None and self._at_end:
+            return await self._placed_result(await self._place_behind_flush(
+                lambda w: writes.mark(core, w, num, 0, True, True)))
+        n = self._pos if size is None else size
+        follows = size is None and not self._anchored
+        mark: List[Tuple[Any, int]] = []
 
-        def place() -> None:
-            n = self._pos if size is None else size
+        def make(waiter: Any) -> int:
             if n < 0:
-                begun.append(OSError(22, "Invalid argument", self.name))
-                return
+                raise OSError(22, "Invalid argument", self.name)
             self._drop_read_ahead()
-            try:
-                begun.append((n, *self._engine._begin(self._file, lambda w: writes.truncate(core, w, num, n))))
-            except Exception as e:  # (the engine closed, the process out of threads)
-                begun.append(e)
+            if self._at_end:
+                mark.append(self._engine._begin(self._file, lambda w: writes.mark(core, w, num, 0, True, True)))
+                self._pending, self._at_end = (mark[0][1], 0), False
+            token: int = writes.truncate(core, waiter, num, n, follows)
+            return token
 
         try:
-            await self._flush_writes(then=place)
+            n = await self._placed_result(await self._place_behind_flush(make))
         except GeneratorExit:
-            raise
+            raise  # (its loop closed: the next call takes the position from the core, `_writes_settled`)
         except BaseException:
-            if begun and isinstance(begun[0], tuple):
-                try:
-                    await self._cut_result(begun[0], writes)
-                except OSError:
-                    pass  # (refused behind the flush's failure, raised here)
+            await self._take_end(mark)
             raise
-        if isinstance(begun[0], BaseException):
-            raise begun[0]
-        await self._cut_result(begun[0], writes)
-        n: int = begun[0][0]
+        await self._take_end(mark)
         return n
 
-    async def _cut_result(self, begun: Tuple[int, Any, int], writes: WriteQueue) -> None:
-        """Awaits the truncation ``begun`` (its size, future and token) to
-        its end, then raises its failure (taken: not reported again), or
-        the cancellation that came meanwhile."""
-        _, fut, token = begun
-        results, cancelled = await self._engine._await_placed(fut)
-        r = results[0]
-        if isinstance(r, OSError):
-            writes.claim(token)
-            raise OSError(r.errno, r.strerror, self.name)
-        if cancelled is not None:
-            raise cancelled
+    async def _take_end(self, mark: List[Tuple[Any, int]]) -> None:
+        """Sets the position to the end the mark ``mark[0]`` (if any)
+        answers, unless a call since moved it (see `_pending`)."""
+        def moved(end: int) -> int:
+            if self._pending == (mark[0][1], 0):
+                self._pending, self._pos = None, end
+            return end
+
+        if mark and self._pending == (mark[0][1], 0):
+            await self._placed_result(mark[0], moved)
 
     @one_at_a_time
     async def fsync(self) -> None:

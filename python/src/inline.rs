@@ -82,6 +82,16 @@ pub(crate) struct FileState {
     /// core then makes even if that one fails (see `AsyncFile._write_at`).
     #[pyo3(get, set, name = "_anchored")]
     anchored: bool,
+    /// In append mode, after a `seek` from the end (or a `truncate(n)` at
+    /// the end) placed behind writes in progress: `(token, offset)`, the
+    /// position being the end the file's write queue finds when it
+    /// reaches that token's mark, plus `offset`; set by the call that
+    /// placed it once the mark is answered (or by a call that takes the
+    /// queue over: `AsyncFile._writes_settled`). The calls that need the
+    /// position (a `seek` from it, `truncate()`) wait for that call rather
+    /// than join it; a `tell` places a mark relative to it.
+    #[pyo3(get, set, name = "_pending")]
+    pending: Option<(u64, i64)>,
     /// How many times the position was set again independently of the
     /// writes placed before: by a write placed after a seek from the
     /// start (which makes the file's write queue whole again behind a
@@ -228,6 +238,7 @@ impl FileState {
             wpos: 0,
             at_end: false,
             anchored: false,
+            pending: None,
             anchors: 0,
             seeked: false,
             inline: false,
@@ -410,7 +421,10 @@ impl FileState {
         let n = wbuf.len().saturating_sub(before);
         turns::count_copied(n);
         if self.append {
-            self.at_end = true; // (the bytes go to the end, and so does the position)
+            // (the bytes go to the end, and so does the position, which no
+            // longer waits for the answer of a seek from the end)
+            self.at_end = true;
+            self.pending = None;
         } else if !self.at_end {
             self.pos += i64::try_from(n)?;
         }

@@ -16,7 +16,12 @@
 //! ([`WriteQueue::truncate`]); a `seek` is arithmetic on the position the
 //! placed writes leave, done by the call (from the end: the size the file
 //! will have once the entries are done, [`WriteQueue::size_after`]); a
-//! `flush` is a write. A read is not an entry: how far it moves the
+//! `tell` is a [`Mark`], an entry answered with the position once the
+//! entries ahead are done ([`WriteQueue::mark`]); a `flush` is a write. In
+//! append mode, a position that depends on the end is the end at the
+//! time: a mark that takes the file's size when the chain reaches it,
+//! looked up on a file-system thread (and, for a `tell` behind a `seek` from the end not answered yet, a
+//! mark relative to that one's answer). A read is not an entry: how far it moves the
 //! position depends on the file's size when it runs, so a write made
 //! behind a read waits for it in Python (`blockio._calls`), and is lost
 //! if its loop is closed first (`close()` then says so).
@@ -31,7 +36,7 @@
 //! the result to the caller's loop as any batch's. Locks nest only as:
 //! chain then slot (the runner finishing an entry); chain then the
 //! file-system pool's queue mutex (the runner submitting a truncation's
-//! `ftruncate`, [`PoolHandle::submit`], which may start a pool thread
+//! `ftruncate` or a mark's `statx`, [`PoolHandle::submit`], which may start a pool thread
 //! there) and chain then that job's own slot mutex (the runner polling its
 //! [`JobFuture`]): a pool thread takes its queue's mutex and then the
 //! job's slot one at a time, and wakes the chain's runner with neither
@@ -41,11 +46,15 @@
 //! A failure is reported by the call that placed the entry once it takes
 //! the result ([`WriteQueue::claim`]); one no call took (its event loop
 //! closed) is reported by the file's next call ([`WriteQueue::take_error`]).
-//! The entries behind a failed write are refused, not made: their offsets
-//! were planned after bytes that never landed; so are those behind a
-//! failed truncation that a `seek` from the end planned on (a size never
-//! set). The entries behind a failed truncation no such seek planned on
-//! are made, as the built-in file's writes after its failed `truncate`.
+//! The writes behind a failed write are refused, not made, with its
+//! errno: their offsets were planned after bytes that never landed; so
+//! are the entries behind a failed truncation that a `seek` from the end
+//! planned on (a size never set). What does not depend on those bytes is
+//! made or answered as the built-in's ([`Chain::behind`]): a truncation
+//! to an explicit size is made, a `tell` is answered with where the bytes
+//! stopped, a `truncate()` cuts there. The entries behind a failed
+//! truncation no such seek planned on are made, as the built-in file's
+//! writes after its failed `truncate`.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -87,6 +96,9 @@ struct Chain {
     running: Option<Running>,
     /// The truncation a file-system thread has (never with `running`).
     cutting: Option<Cutting>,
+    /// The mark of the end a file-system thread looks up (never with
+    /// `running` nor `cutting`).
+    sizing: Option<Sizing>,
     /// The entries behind it, in the order they were placed.
     queued: VecDeque<Entry>,
     /// What waits for the chain to be empty ([`Idle`]).
@@ -104,23 +116,44 @@ struct Chain {
     /// planned after bytes that never landed (or a file cut that was
     /// not), so it is refused ([`WriteQueue::start`]).
     broken: Option<(u64, Stop)>,
+    /// While `broken` by a write: the bytes planned since the offset where
+    /// its bytes stopped that never landed (the rest of it, and the writes
+    /// refused behind it). A position planned past them is that much
+    /// further than the built-in file's: a `tell` ([`Mark`]) or a
+    /// `truncate()` at the position placed behind reports (or cuts at)
+    /// the planned one less this.
+    lost: u64,
+    /// The last [`Mark`] of the end answered (its token and value), for
+    /// the marks placed relative to it and for a call that took the queue
+    /// over from the one that placed it, whose loop was closed.
+    marked: Option<(u64, u64)>,
 }
 
-/// Where a failed entry left the file, for the refusal of the entries
-/// behind it.
+/// Where a failed entry left the file, for the entries behind it, and
+/// the errno of its failure: the one the refused entries raise (the
+/// built-in file's next write, at the offset where the bytes stopped,
+/// meets the same limit: `EFBIG`, `ENOSPC`).
 #[derive(Clone, Copy)]
 enum Stop {
     /// A write's bytes stopped at this offset.
-    Write(u64),
+    Write { at: u64, errno: i32 },
     /// A truncation to this size failed.
-    Cut(u64),
+    Cut { len: u64, errno: i32 },
+}
+
+impl Stop {
+    fn errno(self) -> i32 {
+        match self {
+            Stop::Write { errno, .. } | Stop::Cut { errno, .. } => errno,
+        }
+    }
 }
 
 impl std::fmt::Display for Stop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Stop::Write(at) => write!(f, "the write before it failed at offset {at}"),
-            Stop::Cut(len) => write!(f, "the truncate to {len} bytes before it failed"),
+            Stop::Write { at, .. } => write!(f, "the write before it failed at offset {at}"),
+            Stop::Cut { len, .. } => write!(f, "the truncate to {len} bytes before it failed"),
         }
     }
 }
@@ -132,6 +165,7 @@ impl std::fmt::Display for Stop {
 enum Entry {
     Write(Placed),
     Cut(Cut),
+    Mark(Mark),
 }
 
 impl Entry {
@@ -139,6 +173,7 @@ impl Entry {
         match self {
             Entry::Write(p) => p.token,
             Entry::Cut(c) => c.token,
+            Entry::Mark(m) => m.token,
         }
     }
 
@@ -146,6 +181,7 @@ impl Entry {
         match self {
             Entry::Write(p) => p.slot,
             Entry::Cut(c) => c.slot,
+            Entry::Mark(m) => m.slot,
         }
     }
 
@@ -159,8 +195,32 @@ impl Entry {
                 p.fd
             ),
             Entry::Cut(c) => format!("a truncate of fd {} to {} bytes", c.fd, c.len),
+            Entry::Mark(m) => format!("a tell of fd {}", m.fd),
         }
     }
+}
+
+/// A position taken in the chain's order, by a `tell` (or a `seek` from
+/// the end, a `truncate()` at the end, in append mode) made behind
+/// entries not finished: answered once those ahead of it are, with
+/// `at`, the position its call planned (past the writes placed before
+/// it); with `at` less [`Chain::lost`] if a write ahead stopped short and
+/// `follows`; or, for the `end`, the file's size then (the end at the
+/// time, where an append-mode write goes, which the entries ahead set),
+/// looked up by a file-system thread of the engine, as a [`Cut`]'s
+/// `ftruncate` is run, never on the thread that advances the chain; or,
+/// `of` an earlier mark of the end, with its answer plus `at` (a `tell`
+/// behind a `seek` from the end whose answer its call has not had yet).
+struct Mark {
+    fd: RawFd,
+    at: u64,
+    follows: bool,
+    /// For a mark of the end: the `statx` of the file to run, and the
+    /// pool to run it on.
+    end: Option<(FsCall, PoolHandle)>,
+    of: Option<u64>,
+    token: u64,
+    slot: Arc<Slot>,
 }
 
 /// An `ftruncate` placed: run on a file-system thread of the engine
@@ -178,6 +238,19 @@ struct Cut {
     /// ([`WriteQueue::size_after`]): if it fails, the entries behind it
     /// are refused (their offsets may derive from the size it never set).
     planned_on: bool,
+    /// Its size is the position its call planned (a `truncate()`), past
+    /// the entries placed before it: behind a write that stopped short it
+    /// cuts at the built-in file's position instead ([`Chain::lost`]
+    /// less), and behind a failed truncation a seek planned on it is
+    /// refused. An explicit size does not depend on them: made all the
+    /// same, as the built-in's.
+    follows: bool,
+}
+
+/// The mark of the end whose `statx` a file-system thread has.
+struct Sizing {
+    job: JobFuture,
+    mark: Mark,
 }
 
 /// The `ftruncate` a file-system thread has.
@@ -282,7 +355,7 @@ impl Future for Idle {
     type Output = OneDone;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<OneDone> {
         let mut c = self.0.lock();
-        if c.running.is_none() && c.cutting.is_none() && c.queued.is_empty() {
+        if c.is_idle() {
             return Poll::Ready(OneDone::Count(Ok(Out::Count(0))));
         }
         c.idle.push(cx.waker().clone());
@@ -346,19 +419,24 @@ impl Chain {
                     }
                     other => {
                         let broke = match &other {
-                            Err(_) => true,
-                            Ok(n) => run.done + n < run.total,
+                            Err(e) => Some(errno_of(e)),
+                            // (the kernel wrote 0 bytes: the call reports
+                            // no space, as the built-in's next write would)
+                            Ok(n) => (run.done + n < run.total).then_some(libc::ENOSPC),
                         };
                         let (at, token) = (run.at + run.done as u64, run.token);
+                        let left = (run.total - run.done) as u64;
                         // (a write taken back ends with ECANCELED: nothing
                         // placed when it was taken back was behind it)
                         let withdrawn = self.withdrawn.contains(&token);
                         woken.extend(self.finish(other));
-                        if broke {
+                        if let Some(errno) = broke {
+                            let stop = Stop::Write { at, errno };
                             if !withdrawn {
-                                self.broken = Some((token, Stop::Write(at)));
+                                self.broken = Some((token, stop));
                             }
-                            woken.extend(self.refuse_queued(Stop::Write(at)));
+                            self.lost = left;
+                            woken.extend(self.refuse_queued(stop));
                         }
                     }
                 }
@@ -372,30 +450,56 @@ impl Chain {
                     woken.extend(self.end_cut(ended, cut.slot, res));
                 }
             }
+            if let Some(sizing) = self.sizing.as_mut() {
+                let Poll::Ready(res) = Pin::new(&mut sizing.job).poll(&mut cx) else {
+                    return woken;
+                };
+                if let Some(sizing) = self.sizing.take() {
+                    woken.extend(self.answer_end(sizing.mark, res));
+                }
+            }
             let Some(next) = self.queued.pop_front() else {
                 woken.append(&mut self.idle);
                 return woken;
             };
-            match next {
-                Entry::Write(placed) => self.running = Some(Running::start(placed)),
-                Entry::Cut(cut) => match cut.pool.submit(cut.job) {
-                    Ok(job) => {
-                        self.cutting = Some(Cutting {
-                            job,
-                            fd: cut.fd,
-                            len: cut.len,
-                            token: cut.token,
-                            slot: cut.slot,
-                            planned_on: cut.planned_on,
-                        })
-                    }
-                    Err(e) => {
-                        let ended = (cut.token, cut.fd, cut.len, cut.planned_on);
-                        woken.extend(self.end_cut(ended, cut.slot, Err(e)))
-                    }
-                },
-            }
+            woken.extend(self.begin(next));
         }
+    }
+
+    /// Begins `next`, the entry at the head of the chain: a write
+    /// submitted, a truncation's `ftruncate` or a mark of the end's
+    /// `statx` handed to the file-system pool, another mark answered. The
+    /// wakers of the calls ended (an entry answered, or refused by the
+    /// pool).
+    fn begin(&mut self, next: Entry) -> Vec<Waker> {
+        let mut woken = Vec::new();
+        match next {
+            Entry::Write(placed) => self.running = Some(Running::start(placed)),
+            Entry::Mark(mut mark) => match mark.end.take() {
+                Some((call, pool)) => match pool.submit(call) {
+                    Ok(job) => self.sizing = Some(Sizing { job, mark }),
+                    Err(e) => woken.extend(self.answer_end(mark, Err(e))),
+                },
+                None => woken.extend(self.answer(mark)),
+            },
+            Entry::Cut(cut) => match cut.pool.submit(cut.job) {
+                Ok(job) => {
+                    self.cutting = Some(Cutting {
+                        job,
+                        fd: cut.fd,
+                        len: cut.len,
+                        token: cut.token,
+                        slot: cut.slot,
+                        planned_on: cut.planned_on,
+                    })
+                }
+                Err(e) => {
+                    let ended = (cut.token, cut.fd, cut.len, cut.planned_on);
+                    woken.extend(self.end_cut(ended, cut.slot, Err(e)))
+                }
+            },
+        }
+        woken
     }
 
     /// Ends the truncation `token` of `fd` to `len` with `res`: a failure
@@ -413,7 +517,7 @@ impl Chain {
     ) -> Vec<Waker> {
         let mut woken = Vec::new();
         match res {
-            Ok(_) => woken.extend(slot.finish(Ok(0))),
+            Ok(_) => woken.extend(slot.finish(Ok(len as usize))),
             Err(e) => {
                 let errno = errno_of(&e);
                 let text = format!(
@@ -435,42 +539,131 @@ impl Chain {
                 });
                 woken.extend(slot.finish(Err(why())));
                 if planned_on {
-                    self.broken = Some((token, Stop::Cut(len)));
-                    woken.extend(self.refuse_queued(Stop::Cut(len)));
+                    let stop = Stop::Cut { len, errno };
+                    self.broken = Some((token, stop));
+                    woken.extend(self.refuse_queued(stop));
                 }
             }
         }
         woken
     }
 
-    /// Fails every entry queued behind one that failed or ended short at
-    /// `stop`, none of them begun, up to the first write whose offset
-    /// does not follow the ones before it (placed after a `seek` from the
-    /// start): written at their planned offsets, they would leave a gap
-    /// in the file where the failed one's bytes should be (the built-in
-    /// file writes each at the position the one before it left). That
-    /// write and the ones behind it are made, and the chain is whole
-    /// again. Their calls raise; a call that never takes its result (its
-    /// loop closed) has the failure reported by the file's next call. The
-    /// wakers of their calls.
+    /// Passes every entry queued behind one that failed or ended short at
+    /// `stop`, none of them begun ([`Chain::behind`]), up to the first
+    /// write whose offset does not follow the ones before it (placed after
+    /// a `seek` from the start): written at their planned offsets, the
+    /// writes that follow would leave a gap in the file where the failed
+    /// one's bytes should be (the built-in file writes each at the
+    /// position the one before it left). That write and the ones behind it
+    /// are made, and the chain is whole again. The calls of the entries
+    /// refused raise; a call that never takes its result (its loop closed)
+    /// has the failure reported by the file's next call. The wakers of
+    /// the calls ended.
     fn refuse_queued(&mut self, stop: Stop) -> Vec<Waker> {
         let mut woken = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.queued.len());
         while let Some(next) = self.queued.pop_front() {
             if matches!(&next, Entry::Write(p) if !p.follows) {
                 self.queued.push_front(next);
-                self.broken = None;
+                self.mend();
                 break;
             }
-            woken.extend(self.refuse(next, stop));
+            match self.behind(next, stop) {
+                Ok(entry) => kept.push_back(entry),
+                Err(waker) => woken.extend(waker),
+            }
         }
+        kept.append(&mut self.queued);
+        self.queued = kept;
         woken
     }
 
+    /// What becomes of `entry`, not begun, behind an entry that failed or
+    /// ended short at `stop`: what depends on the extent that never
+    /// landed is refused (a write whose offset follows it, and its bytes
+    /// are counted as lost; a `truncate()` at the position, behind a
+    /// truncation a seek from the end planned on), or answered now (a
+    /// `tell` at the position: where the bytes stopped, as the built-in's
+    /// says); a truncation at the position behind a write that stopped is
+    /// moved back by what was lost, to where the built-in's position is;
+    /// the rest is made in its turn (an explicit size, a tell of the end).
+    /// `Ok` with the entry to keep, or `Err` with the waker of its call.
+    fn behind(&mut self, entry: Entry, stop: Stop) -> Result<Entry, Option<Waker>> {
+        match (entry, stop) {
+            (Entry::Write(p), _) => {
+                self.lost += p.buf.bytes_len() as u64;
+                Err(self.refuse(Entry::Write(p), stop))
+            }
+            (Entry::Cut(mut c), Stop::Write { .. }) if c.follows => {
+                c.len = c.len.saturating_sub(self.lost);
+                Ok(Entry::Cut(c))
+            }
+            (Entry::Cut(c), Stop::Cut { .. }) if c.follows => Err(self.refuse(Entry::Cut(c), stop)),
+            (Entry::Mark(mut m), Stop::Write { .. }) if m.follows && m.end.is_none() => {
+                m.at = m.at.saturating_sub(self.lost);
+                Err(self.answer(m))
+            }
+            (entry, _) => Ok(entry),
+        }
+    }
+
+    /// Whether no entry is in progress nor queued.
+    fn is_idle(&self) -> bool {
+        self.running.is_none()
+            && self.cutting.is_none()
+            && self.sizing.is_none()
+            && self.queued.is_empty()
+    }
+
+    /// The chain is whole again: entries placed from now on are made.
+    fn mend(&mut self) {
+        self.broken = None;
+        self.lost = 0;
+    }
+
+    /// Answers `mark`, not of the end (see [`Mark`]); the waker of its
+    /// call.
+    fn answer(&mut self, mark: Mark) -> Option<Waker> {
+        let at = match (mark.of, self.marked) {
+            (Some(of), Some((t, end))) if t == of => Ok(end.wrapping_add(mark.at)),
+            (Some(_), _) => Err(io::Error::other(format!(
+                "the end of fd {} could not be looked up for a seek from it",
+                mark.fd
+            ))),
+            (None, _) => Ok(mark.at),
+        };
+        mark.slot.finish(at.map(|at| at as usize))
+    }
+
+    /// Answers `mark`, of the end, with the size its `statx` found
+    /// (`res`), kept for the marks placed relative to it; the waker of
+    /// its call.
+    fn answer_end(&mut self, mark: Mark, res: io::Result<Out>) -> Option<Waker> {
+        let at = res.and_then(|out| match out {
+            Out::Count(size) => Ok(size),
+            _ => Err(io::Error::other(format!("no size for fd {}", mark.fd))),
+        });
+        if let Ok(at) = &at {
+            self.marked = Some((mark.token, *at as u64));
+        }
+        mark.slot.finish(at)
+    }
+
     /// Fails `entry`, not made because an entry failed before it
-    /// (leaving `stop`); the waker of its call.
+    /// (leaving `stop`), with the errno of that failure; the waker of its
+    /// call.
     fn refuse(&mut self, entry: Entry, stop: Stop) -> Option<Waker> {
         let what = entry.describe();
-        let why = || io::Error::other(format!("{what} was not made: {stop}"));
+        let errno = stop.errno();
+        let why = || {
+            io::Error::new(
+                io::Error::from_raw_os_error(errno).kind(),
+                Renamed {
+                    errno,
+                    text: format!("{what} was not made: {stop}"),
+                },
+            )
+        };
         self.failed.push(Failure {
             token: entry.token(),
             error: why(),
@@ -534,6 +727,16 @@ impl Running {
     }
 }
 
+/// Starts, for `waiter`, the batch that awaits an entry's result: its
+/// token, and the slot the entry finishes. `lent`: the descriptor the
+/// batch holds for the entry (given back when the batch ends).
+fn start_awaited(core: &Core, waiter: PyObject, lent: Option<RawFd>) -> (u64, Arc<Slot>) {
+    let slot = Arc::new(Slot::default());
+    let mut batch = Pending::new(vec![Box::pin(Awaited(Arc::clone(&slot)))], Yields::Count);
+    batch.borrowed.extend(lent);
+    (core.start(waiter, batch), slot)
+}
+
 /// `e` again, for a second report (an `io::Error` is not `Clone`).
 fn copy_error(e: &io::Error) -> io::Error {
     let code = errno_of(e);
@@ -547,25 +750,30 @@ fn copy_error(e: &io::Error) -> io::Error {
 }
 
 impl WriteQueue {
-    /// Queues `entry` (or refuses it, behind a failure no call has taken)
-    /// and advances the chain.
+    /// Queues `entry` (or, behind a failure no call has taken, does with
+    /// it what [`Chain::behind`] says) and advances the chain.
     fn place(&self, entry: Entry) {
-        let refused = {
+        let ended = {
             let mut c = self.writes.lock();
-            match c.broken {
-                Some((_, stop)) if !matches!(&entry, Entry::Write(p) if !p.follows) => {
-                    c.refuse(entry, stop)
+            let passed = match c.broken {
+                // (a write after a seek from the start makes the chain
+                // whole again: see `refuse_queued`)
+                Some(_) if matches!(&entry, Entry::Write(p) if !p.follows) => {
+                    c.mend();
+                    Ok(entry)
                 }
-                _ => {
-                    // (a write after a seek from the start makes the
-                    // chain whole again: see `refuse_queued`)
-                    c.broken = None;
+                Some((_, stop)) => c.behind(entry, stop),
+                None => Ok(entry),
+            };
+            match passed {
+                Ok(entry) => {
                     c.queued.push_back(entry);
                     None
                 }
+                Err(waker) => waker,
             }
         };
-        refused.into_iter().for_each(Waker::wake);
+        ended.into_iter().for_each(Waker::wake);
         self.writes.kick();
     }
 
@@ -634,12 +842,7 @@ impl WriteQueue {
                 return Ok(self.refused_at_start(&core, waiter, why));
             }
         };
-        let slot = Arc::new(Slot::default());
-        let mut batch = Pending::new(vec![Box::pin(Awaited(Arc::clone(&slot)))], Yields::Count);
-        if lent {
-            batch.borrowed.push(fd);
-        }
-        let token = core.start(waiter, batch);
+        let (token, slot) = start_awaited(&core, waiter, lent.then_some(fd));
         self.place(Entry::Write(Placed {
             file,
             fd,
@@ -655,15 +858,19 @@ impl WriteQueue {
 
     /// Places an `ftruncate` of `fd` to `length` bytes through `core` for
     /// `waiter`, behind the entries placed before it; the token of the
-    /// batch that resolves `waiter` with 0. Begun (on one of the engine's
+    /// batch that resolves `waiter` with the size it set. `follows`:
+    /// `length` is the position the call planned (a `truncate()`), past
+    /// the entries placed before it ([`Cut::follows`]). Begun (on one of the engine's
     /// file-system threads) before this returns when no entry of the
     /// queue is unfinished; else by the core when the one ahead finishes.
+    #[pyo3(signature = (core, waiter, fd, length, follows = false))]
     fn truncate(
         &self,
         core: &Bound<'_, Core>,
         waiter: PyObject,
         fd: RawFd,
         length: i64,
+        follows: bool,
     ) -> PyResult<u64> {
         let len = u64::try_from(length).map_err(|_| {
             PyValueError::new_err(format!("length must not be negative, got {length}"))
@@ -678,12 +885,7 @@ impl WriteQueue {
                 return Ok(self.refused_at_start(&core, waiter, why));
             }
         };
-        let slot = Arc::new(Slot::default());
-        let mut batch = Pending::new(vec![Box::pin(Awaited(Arc::clone(&slot)))], Yields::Count);
-        if lent {
-            batch.borrowed.push(fd);
-        }
-        let token = core.start(waiter, batch);
+        let (token, slot) = start_awaited(&core, waiter, lent.then_some(fd));
         self.place(Entry::Cut(Cut {
             job: FsCall::Ftruncate(held, len),
             pool: core.fs.handle(),
@@ -692,8 +894,81 @@ impl WriteQueue {
             token,
             slot,
             planned_on: false,
+            follows,
         }));
         Ok(token)
+    }
+
+    /// Places a [`Mark`] of `fd` through `core` for `waiter`, behind the
+    /// entries placed before it: the token of the batch that resolves
+    /// `waiter` with the position once they are finished (at once when
+    /// none is unfinished). `at`: the position the call planned, past the
+    /// writes placed before it, and whether it `follows` from them (false
+    /// after a `seek` from the start); or, if `end`, the file's size then;
+    /// or, `of` the token of an earlier mark of the end, its answer plus
+    /// `at` (which may then be negative: the caller checks the sum).
+    #[pyo3(signature = (core, waiter, fd, at, follows = true, end = false, of = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn mark(
+        &self,
+        core: &Bound<'_, Core>,
+        waiter: PyObject,
+        fd: RawFd,
+        at: i64,
+        follows: bool,
+        end: bool,
+        of: Option<u64>,
+    ) -> PyResult<u64> {
+        // (relative to a mark of the end, a negative offset wraps: added to
+        // that end with wrapping arithmetic, it gives the sum)
+        let at = if of.is_some() {
+            at as u64
+        } else {
+            offset_arg(at, None)?
+        };
+        let core = core.borrow();
+        core.check()?;
+        let (lookup, lent) = if end {
+            let (held, lent) = core.hold_for_job(fd);
+            match held {
+                Ok(held) => (Some((FsCall::Size(held), core.fs.handle())), lent),
+                Err(errno) => {
+                    let why = refused("look-up of the end", fd, errno);
+                    return Ok(self.refused_at_start(&core, waiter, why));
+                }
+            }
+        } else {
+            (None, false)
+        };
+        let (token, slot) = start_awaited(&core, waiter, lent.then_some(fd));
+        self.place(Entry::Mark(Mark {
+            fd,
+            at,
+            follows,
+            end: lookup,
+            of,
+            token,
+            slot,
+        }));
+        Ok(token)
+    }
+
+    /// Whether no entry is unfinished and none failed that its call has
+    /// not taken: a position worked out by the caller now is the
+    /// built-in's, with no [`Mark`] needed.
+    fn idle(&self) -> bool {
+        let c = self.writes.lock();
+        c.is_idle() && c.broken.is_none()
+    }
+
+    /// The value of the [`Mark`] of the batch `token` if it was the last
+    /// answered (for a call that took the queue over from the one that
+    /// placed it, whose loop was closed), else None.
+    fn marked(&self, token: u64) -> Option<u64> {
+        match self.writes.lock().marked {
+            Some((t, at)) if t == token => Some(at),
+            _ => None,
+        }
     }
 
     /// The size `fd`'s file will have once the entries placed are
@@ -715,7 +990,7 @@ impl WriteQueue {
     /// ([`Cut::planned_on`]).
     fn size_after(&self, fd: RawFd) -> PyResult<Option<u64>> {
         let mut c = self.writes.lock();
-        if c.running.is_none() && c.cutting.is_none() && c.queued.is_empty() {
+        if c.is_idle() {
             return Ok(None);
         }
         let st = blockio::blocking::stat(PathAt::file(&RawTarget(fd)), libc::AT_STATX_DONT_SYNC)
@@ -738,6 +1013,7 @@ impl WriteQueue {
                     k.planned_on = true;
                     k.len
                 }
+                Entry::Mark(_) => size,
             };
         }
         Ok(Some(size))
@@ -813,13 +1089,22 @@ impl WriteQueue {
     /// The call of the write of the batch `token` has its result: a
     /// failure of it is not reported again, and writes placed from now
     /// on are made again (its call moved the position back to where its
-    /// bytes stopped).
-    fn claim(&self, token: u64) {
+    /// bytes stopped). The errno of that failure, if there was one: for a
+    /// write that stopped short, the error the core met writing the rest
+    /// (it submits the rest itself), which its call raises rather than
+    /// write the rest again behind the entries placed since.
+    fn claim(&self, token: u64) -> Option<i32> {
         let mut c = self.writes.lock();
+        let errno = c
+            .failed
+            .iter()
+            .find(|f| f.token == token)
+            .map(|f| errno_of(&f.error));
         c.failed.retain(|f| f.token != token);
         if c.broken.is_some_and(|(t, _)| t == token) {
-            c.broken = None;
+            c.mend();
         }
+        errno
     }
 
     /// The failures (or short writes) of entries whose calls never took
@@ -834,9 +1119,10 @@ impl WriteQueue {
     fn take_error(&self) -> Option<(PyErr, Option<u64>)> {
         let mut c = self.writes.lock();
         let stopped = match c.broken.take() {
-            Some((_, Stop::Write(at))) => Some(at),
+            Some((_, Stop::Write { at, .. })) => Some(at),
             _ => None,
         };
+        c.lost = 0;
         let mut failed = std::mem::take(&mut c.failed).into_iter();
         let first = failed.next()?;
         let rest: Vec<String> = failed.map(|f| f.error.to_string()).collect();

@@ -260,12 +260,14 @@ asyncio.run(main())
 @BACKENDS
 def test_writes_refused_behind_a_failed_one_leave_the_position_where_the_bytes_stopped(tmp_path, backend):
     """The first write fails with nothing written (at ``RLIMIT_FSIZE``:
-    ``EFBIG``), the two behind it are refused: each call raises, and the
+    ``EFBIG``), the two behind it are refused: each call raises
+    ``EFBIG`` too (the built-in's, at the offset where the bytes
+    stopped), and the
     position stays where the failed write began, not at the planned
     offset of the last refused one, past bytes that never landed."""
     p = tmp_path / "f"
     out = _run_script(_REFUSED_AT_THE_LIMIT, p, backend).split()
-    assert out == ["27", "5", "5", "12288"], out  # (EFBIG; the refusals, EIO)
+    assert out == ["27", "27", "27", "12288"], out  # (EFBIG; the refusals with the failure's errno)
     assert p.read_bytes() == b""
 
 
@@ -446,7 +448,7 @@ def test_joined_flushes_that_fail_keep_what_was_buffered_in_the_order_it_was_wri
     land there once the limit is lifted."""
     p = tmp_path / "f"
     out = _run_script(_JOINED_FLUSHES_FAIL, p, backend).split()
-    assert out == ["27", "10", "5", str(12288 + 110)], out
+    assert out == ["27", "10", "27", str(12288 + 110)], out  # (the refused one with the failure's errno)
     assert p.read_bytes() == bytes(12288) + b"0" * 100 + b"s" * 10
 
 
@@ -477,6 +479,20 @@ _ORDERS = {
     "buffered-seek-end-first": ("r+b", -1, b"0123456789", [("seek", -3, 2), ("write", b"XY"), ("tell",)]),
     "small-buffer": ("wb", 16, b"", [("write", b"a" * 40), ("seek", 3), ("write", b"b" * 20), ("truncate", 30),
                                      ("write", b"c" * 20), ("seek", -2, 2), ("write", b"d" * 5), ("flush",)]),
+    # Append mode: a position that depends on the end is the end at the
+    # time, taken in the file's write queue in order.
+    "append-truncate": ("a+b", 0, b"0123456789" * 4, [("write", b"A" * 6), ("truncate", 10), ("write", b"D" * 5)]),
+    "append-truncate-tell": ("a+b", 0, b"0123456789", [("write", b"AAAA"), ("truncate", 5), ("tell",),
+                                                       ("write", b"B"), ("tell",)]),
+    "append-truncate-at-end": ("a+b", 0, b"0123456789", [("write", b"AAAA"), ("truncate",), ("write", b"B")]),
+    "append-tell": ("a+b", 0, b"0123456789", [("write", b"A" * 6), ("tell",), ("write", b"B" * 3), ("tell",)]),
+    "append-seek-end": ("a+b", 0, b"0123456789", [("write", b"AA"), ("seek", -3, 2), ("tell",), ("write", b"B"),
+                                                  ("seek", 0, 2), ("truncate", 4), ("tell",), ("write", b"C")]),
+    "append-seek-start": ("a+b", 0, b"0123456789", [("write", b"AA"), ("seek", 2), ("tell",), ("seek", 3, 1),
+                                                    ("write", b"B"), ("tell",)]),
+    "append-first-tell": ("ab", 0, b"0123456789", [("tell",), ("write", b"AB"), ("seek", 0, 1), ("write", b"C")]),
+    "buffered-append": ("a+b", -1, b"0123456789", [("write", b"aaa"), ("tell",), ("write", b"bb"), ("seek", 1, 2),
+                                                   ("truncate", 11)]),
 }
 
 
@@ -575,6 +591,156 @@ def test_calls_made_behind_writes_in_a_live_loop_return_what_the_builtin_returns
     assert p.read_bytes() == want
 
 
+@BACKENDS
+@LOOPS
+@pytest.mark.parametrize("name", sorted(_ORDERS))
+def test_calls_cancelled_by_the_end_of_asyncio_run_end_as_the_builtin(tmp_path, backend, new_loop, name):
+    """The same calls, each begun in a task of its own, in order, and left
+    to the end of ``asyncio.run`` (a runner on ``new_loop``), which
+    cancels every task: every call begun takes effect, in order (a
+    truncation among them is not skipped while the writes behind it are
+    made), so the file ends as the built-in's, and ``tell()`` in the next
+    loop agrees."""
+    order = _ORDERS[name]
+    _, want_at, want = _builtin_order(tmp_path / "builtin", order)
+    p = tmp_path / "out"
+    with blockio.Engine(backend=backend) as e:
+        for trial in range(TRIALS):
+            p.write_bytes(order[2])
+
+            async def main():
+                f = await blockio.open(p, order[0], buffering=order[1], engine=e)
+                for call in _calls(f, order):
+                    asyncio.ensure_future(call)
+                    await asyncio.sleep(0)  # (the call has begun)
+                return f
+
+            with asyncio.Runner(loop_factory=new_loop) as runner:
+                f = runner.run(main())
+            assert _tell_and_close(new_loop, f) == want_at, trial
+            assert p.read_bytes() == want, trial
+
+
+_SHORT_WRITE_AT_THE_LIMIT = r"""
+import asyncio, os, resource, signal, sys
+import uvloop
+import blockio
+path, backend, loop_name = sys.argv[1], sys.argv[2], sys.argv[3]
+new_loop = uvloop.new_event_loop if loop_name == "uvloop" else asyncio.new_event_loop
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
+ORDERS = {
+    "tell-truncate": [("write", b"a" * 60), ("write", b"b" * 60), ("tell",), ("truncate", 50)],
+    "cut-then-write": [("write", b"a" * 90), ("write", b"b" * 20), ("truncate", 30), ("seek", 0), ("write", b"Z"),
+                       ("tell",)],
+    "refused-tell": [("write", b"a" * 60), ("write", b"b" * 60), ("write", b"c" * 7), ("tell",), ("write", b"d"),
+                     ("truncate", 20)],
+}
+
+def r(x):
+    return "E%s" % x.errno if isinstance(x, OSError) else x
+
+def builtin(calls):
+    out = []
+    with open(path, "w+b", buffering=0) as f:
+        for name, *args in calls:
+            try:
+                out.append(r(getattr(f, name)(*args)))
+            except OSError as x:
+                out.append(r(x))
+        at = f.tell()
+    return out, at, open(path, "rb").read()
+
+def run(coro):
+    loop = new_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+async def safe(c):
+    try:
+        return r(await c)
+    except OSError as x:
+        return r(x)
+
+async def after(f):
+    # (a failure no call took is raised once, by the next call)
+    try:
+        await f.tell()
+    except OSError:
+        pass
+    at = await f.tell()
+    await f.close()
+    return at
+
+def gathered(calls):
+    async def main():
+        f = await blockio.open(path, "w+b", buffering=0, engine=engine)
+        out = []
+        tasks = []
+        for name, *args in calls:
+            tasks.append(asyncio.ensure_future(safe(getattr(f, name)(*args))))
+            await asyncio.sleep(0)
+        out = await asyncio.gather(*tasks)
+        at = await f.tell()
+        await f.close()
+        return list(out), at
+    out, at = run(main())
+    return out, at, open(path, "rb").read()
+
+def closed(calls):
+    async def main():
+        f = await blockio.open(path, "w+b", buffering=0, engine=engine)
+        for name, *args in calls:
+            asyncio.ensure_future(getattr(f, name)(*args))
+        await asyncio.sleep(0)
+        return f
+    f = run(main())
+    return run(after(f)), open(path, "rb").read()
+
+def cancelled(calls):
+    async def main():
+        f = await blockio.open(path, "w+b", buffering=0, engine=engine)
+        for name, *args in calls:
+            asyncio.ensure_future(getattr(f, name)(*args))
+            await asyncio.sleep(0)
+        return f
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        f = runner.run(main())
+    return run(after(f)), open(path, "rb").read()
+
+engine = blockio.Engine(backend=backend)
+for name, calls in ORDERS.items():
+    want = builtin(calls)
+    print(name, repr((want, gathered(calls), closed(calls), cancelled(calls))))
+engine.close()
+"""
+
+
+@BACKENDS
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_calls_behind_a_short_write_at_the_size_limit_end_as_the_builtins(tmp_path, backend, loop_name):
+    """Under ``RLIMIT_FSIZE`` 100 bytes, on an unbuffered file, a write
+    behind another stops short at the limit, with calls begun behind it.
+    Each call's result is the built-in's in the same order: a ``tell``
+    says where the bytes stopped (not the planned position), a write
+    planned past them is refused with the kernel's ``EFBIG``, a truncation
+    to an explicit size is made (the file is cut as the program asked),
+    and the rest of the short write is not written again behind the calls
+    made since (a write after a seek from the start among them is made).
+    Awaited together, left to a closed loop, and cancelled by the end of
+    ``asyncio.run``, the file ends as the built-in's and ``tell()`` in the
+    next loop agrees."""
+    p = tmp_path / "f"
+    for line in _run_script(_SHORT_WRITE_AT_THE_LIMIT, p, backend, loop_name).splitlines():
+        name, outcome = line.split(" ", 1)
+        (want, want_at, want_bytes), gathered, closed, cancelled = eval(outcome)
+        assert gathered == (want, want_at, want_bytes), name
+        assert closed == (want_at, want_bytes), name
+        assert cancelled == (want_at, want_bytes), name
+
+
 _TRUNCATE_FAILS = r"""
 import asyncio, resource, sys
 import blockio
@@ -667,12 +833,12 @@ def test_a_cancelled_seek_waiting_behind_another_ends_cancelled(tmp_path):
     tasks = []
 
     async def main():
-        f = await blockio.open(p, "a+b")  # (a seek from the end waits for the size there)
-        tasks.extend(asyncio.ensure_future(c) for c in (f.seek(0, 2), f.seek(1), f.tell()))
+        f = await blockio.open(p, "r+b")  # (the seeks wait behind the fsync)
+        tasks.extend(asyncio.ensure_future(c) for c in (f.fsync(), f.seek(1), f.seek(0, 2), f.tell()))
         await asyncio.sleep(0)
 
     asyncio.run(main())
-    assert [t.cancelled() or repr(t.exception()) for t in tasks] == [True, True, True]
+    assert [t.cancelled() or repr(t.exception()) for t in tasks] == [True, True, True, True]
 
 
 _FAILURES_AS_THE_BUILTIN = r"""
@@ -808,3 +974,297 @@ def test_failures_behind_placed_calls_end_as_the_builtins(tmp_path, backend):
     # refused, EIO, where the built-in's raises the flush's EFBIG again)
     (want, want_bytes), (got, got_bytes) = eval(lines["seek-flush-fails-then-overflow"])
     assert (got[:2], got[3:], got_bytes) == (want[:2], want[3:], want_bytes), (got, want)
+
+
+def _results(results):
+    """Each result, an ``OSError`` as ``"E<errno>"``."""
+    return ["E%d" % r.errno if isinstance(r, OSError) else r for r in results]
+
+
+def _builtin_results(p, order):
+    """As `_builtin_order`, each call's ``OSError`` as ``"E<errno>"``."""
+    mode, buffering, head, calls = order
+    p.write_bytes(head)
+    results = []
+    with open(p, mode, buffering=buffering) as f:
+        for name, *args in calls:
+            try:
+                results.append(getattr(f, name)(*args))
+            except OSError as e:
+                results.append("E%d" % e.errno)
+        at = f.tell()
+    return results, at, p.read_bytes()
+
+
+#: Append-mode calls that wait for their turn rather than join the writes
+#: in progress (a ``truncate()`` or a ``seek`` from the position made
+#: while the answer of a seek from the end has not come), with a write
+#: behind them.
+_WAITING_ORDERS = {
+    "append-truncate-behind-seek-end": ("ab", 0, b"0123", [("write", b"A" * 10), ("seek", -4, 2), ("truncate",),
+                                                          ("write", b"BBB")]),
+    "append-seek-cur-behind-seek-end": ("a+b", 0, b"0123", [("write", b"A" * 10), ("seek", -4, 2), ("seek", -2, 1),
+                                                           ("truncate",), ("write", b"BBB")]),
+}
+
+
+@BACKENDS
+@LOOPS
+@pytest.mark.parametrize("name", sorted(_WAITING_ORDERS))
+def test_a_call_cancelled_while_it_waits_for_its_turn_is_made_before_the_write_behind_it(
+        tmp_path, backend, new_loop, name):
+    """The calls of ``name`` begun in one turn of the loop (so the
+    ``truncate()`` sees the seek from the end not answered, and waits for
+    its turn), then cancelled by the end of ``asyncio.run`` while it still
+    waits: it keeps its place and is made, in order, before the write kept
+    behind it, as the built-in's (not skipped while that write lands)."""
+    order = _WAITING_ORDERS[name]
+    _, want_at, want = _builtin_order(tmp_path / "builtin", order)
+    p = tmp_path / "out"
+    with blockio.Engine(backend=backend) as e:
+        for trial in range(TRIALS):
+            p.write_bytes(order[2])
+
+            async def main():
+                f = await blockio.open(p, order[0], buffering=order[1], engine=e)
+                for call in _calls(f, order):
+                    asyncio.ensure_future(call)
+                await asyncio.sleep(0)  # (each task runs to its first await)
+                return f
+
+            with asyncio.Runner(loop_factory=new_loop) as runner:
+                f = runner.run(main())
+            assert _tell_and_close(new_loop, f) == want_at, trial
+            assert p.read_bytes() == want, trial
+
+
+@BACKENDS
+@pytest.mark.parametrize("name", sorted(_WAITING_ORDERS))
+def test_a_truncation_whose_turn_came_is_made_before_the_write_behind_it_when_asyncio_run_cancels_both(
+        tmp_path, backend, name):
+    """The calls of ``name`` each begun in a turn of its own, then
+    cancelled by the end of ``asyncio.run``: in some trials the
+    truncation's turn has come by then (the seek's answer taken), in
+    others not; either way it is made before the write behind it, never
+    left running on a file-system thread after that write landed (where it
+    would cut it), nor skipped. Many trials, for the turn to come in
+    some."""
+    order = _WAITING_ORDERS[name]
+    _, want_at, want = _builtin_order(tmp_path / "builtin", order)
+    p = tmp_path / "out"
+    seen = []
+    with blockio.Engine(backend=backend) as e:
+        for trial in range(_TURN_TRIALS):
+            p.write_bytes(order[2])
+
+            async def main():
+                f = await blockio.open(p, order[0], buffering=order[1], engine=e)
+                for call in _calls(f, order):
+                    asyncio.ensure_future(call)
+                    await asyncio.sleep(0)  # (the call has begun)
+                return f
+
+            f = asyncio.run(main())
+            seen.append((_tell_and_close(asyncio.new_event_loop, f), p.read_bytes()))
+    assert [s for s in seen if s != (want_at, want)] == []
+
+
+#: Trials of the test above.
+_TURN_TRIALS = 200
+
+
+#: Append-mode seeks from the end to before the start, with a call made
+#: behind them (which moves the position again, or reads it).
+_APPEND_SEEK_ORDERS = {
+    "write-behind": ("ab", 0, b"9", [("seek", -8, 2), ("write", b"BB")]),
+    "seek-end-behind": ("ab", 0, b"9545169853", [("seek", -13, 2), ("seek", -2, 2)]),
+    "seek-start-behind": ("a+b", 0, b"93371", [("seek", -11, 2), ("seek", 79, 0)]),
+    "truncate-behind-failed-seek": ("a+b", 0, b"48", [("write", b"B" * 13), ("seek", -22, 1), ("truncate", 32),
+                                                      ("read", 1)]),
+    "buffered-truncate-behind-failed-seek": ("a+b", 16, b"48", [("write", b"B" * 13), ("seek", -22, 1),
+                                                                ("truncate", 32), ("read", 1)]),
+}
+
+
+@BACKENDS
+@LOOPS
+@pytest.mark.parametrize("name", sorted(_APPEND_SEEK_ORDERS))
+def test_an_append_mode_seek_before_the_start_raises_einval_and_leaves_the_position_at_the_end(
+        tmp_path, backend, new_loop, name):
+    """A seek from the end (or from the position, at the end) to before
+    the start in append mode, each call begun in a task of its own in
+    order, then gathered: the seek raises ``EINVAL`` (never returns a
+    negative position), even when a call behind it has moved the position
+    since, and the position stays at the end its mark answered, where a
+    ``truncate(n)`` behind it leaves it and a read reads, as the
+    built-in's."""
+    order = _APPEND_SEEK_ORDERS[name]
+    want = _builtin_results(tmp_path / "builtin", order)
+    p = tmp_path / "out"
+    p.write_bytes(order[2])
+
+    async def main():
+        async with blockio.open(p, order[0], buffering=order[1], engine=e) as f:
+            tasks = []
+            for call in _calls(f, order):
+                tasks.append(asyncio.ensure_future(call))
+                await asyncio.sleep(0)
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            return _results(results), await f.tell()
+
+    with blockio.Engine(backend=backend) as e:
+        results, at = _run(new_loop, main())
+    assert (results, at, p.read_bytes()) == want
+
+
+@BACKENDS
+@pytest.mark.parametrize("buffering", [0, -1])
+def test_tell_after_buffered_appends_behind_a_seek_is_the_end(tmp_path, backend, buffering):
+    """Append mode: a write, a seek from the position begun behind it, then
+    writes (buffered or not): ``tell()`` is the end after them, where the
+    next write goes (the built-in buffered file's says 16 here, the
+    position it planned from before the appends: not followed), never the
+    seek's target, however the writes that follow it were made."""
+    calls = [("write", b"A" * 10), ("seek", -5, 1), ("write", b"D" * 3), ("write", b"E" * 4)]
+    p = tmp_path / "f"
+    p.write_bytes(b"0123")
+
+    async def main():
+        async with blockio.open(p, "ab", buffering=buffering, engine=e) as f:
+            tasks = []
+            for name, *args in calls:
+                tasks.append(asyncio.ensure_future(getattr(f, name)(*args)))
+                await asyncio.sleep(0)
+            return await asyncio.gather(*tasks), await f.tell()
+
+    with blockio.Engine(backend=backend) as e:
+        assert asyncio.run(main()) == ([10, 9, 3, 4], 21)
+    assert p.read_bytes() == b"0123" + b"A" * 10 + b"DDDEEEE"
+
+
+#: The engine's file-system threads at most (`MAX_THREADS`, fsjobs.rs).
+_FS_THREADS = 8
+
+
+@BACKENDS
+@pytest.mark.parametrize("writes", [0, 1])
+def test_the_end_of_an_append_mode_seek_is_looked_up_on_the_file_system_threads(tmp_path, backend, writes):
+    """Append mode: ``seek(0, 2)``, with nothing in progress or behind a
+    write, takes the file's size on the engine's file-system threads,
+    never on the loop's (where a slow file system would stall it): with
+    every one of them held by an open of a FIFO that has no writer yet,
+    the seek does not end, however many turns the loop takes (once the
+    write ahead has landed), until a writer comes and frees them."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    fifos = [tmp_path / f"fifo{i}" for i in range(_FS_THREADS)]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+
+    async def main():
+        f = await blockio.open(p, "a+b", buffering=0, engine=e)
+        if writes:
+            w = asyncio.ensure_future(f.write(b"AB"))
+            await asyncio.sleep(0)
+        opens = [asyncio.ensure_future(blockio.open(fifo, "rb", engine=e)) for fifo in fifos]
+        await asyncio.sleep(0)  # (every thread now has, or will have, an open that waits)
+        seek = asyncio.ensure_future(f.seek(0, 2))
+        if writes:
+            await w  # (the seek's mark is answered once the write has landed)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        ended_while_held = seek.done()
+        writers = [os.open(fifo, os.O_RDWR) for fifo in fifos]  # (frees the opens)
+        try:
+            readers = await asyncio.gather(*opens)
+            for r in readers:
+                await r.close()
+        finally:
+            for fd in writers:
+                os.close(fd)
+        at = await seek
+        await f.close()
+        return ended_while_held, at
+
+    with blockio.Engine(backend=backend) as e:
+        assert asyncio.run(main()) == (False, 10 + 2 * writes)
+
+
+_SEEK_BEHIND_A_SHORT_WRITE = r"""
+import asyncio, resource, signal, sys
+import blockio
+path, backend = sys.argv[1], sys.argv[2]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
+engine = blockio.Engine(backend=backend)
+loop = asyncio.new_event_loop()
+
+async def begin():
+    f = await blockio.open(path, "r+b", buffering=0, engine=engine)
+    for call in (lambda: f.write(b"a" * 90), lambda: f.write(b"b" * 20), lambda: f.seek(5)):
+        asyncio.ensure_future(call())
+        await asyncio.sleep(0)
+    return f
+
+f = loop.run_until_complete(begin())
+loop.close()
+
+async def after():
+    try:
+        first = await f.tell()
+    except OSError as e:
+        first = e.errno
+    out = [first, await f.write(b"Z"), await f.tell()]
+    await f.close()
+    return out
+
+print(*asyncio.run(after()))
+engine.close()
+"""
+
+
+@BACKENDS
+def test_a_seek_from_the_start_behind_a_short_write_stands_when_the_loop_closes(tmp_path, backend):
+    """At ``RLIMIT_FSIZE``: a write that stops short, then a seek from the
+    start, each begun in a task, and the loop closed. The next call raises
+    the short write's ``EFBIG`` (nobody took it), and the position is the
+    seek's, not where the bytes stopped: the next write lands there, as
+    the built-in's after its seek."""
+    p = tmp_path / "f"
+    p.write_bytes(b"")
+    out = _run_script(_SEEK_BEHIND_A_SHORT_WRITE, p, backend).split()
+    assert out == ["27", "1", "6"], out
+    assert p.read_bytes() == b"a" * 5 + b"Z" + b"a" * 84 + b"b" * 10
+
+
+@BACKENDS
+@LOOPS
+def test_a_truncation_that_waited_for_a_seeks_answer_is_placed_at_its_turn(tmp_path, backend, new_loop):
+    """Append mode: ``truncate()`` made while the answer of a seek from the
+    end has not come waits for its turn; once that turn has come, it
+    places its ``ftruncate`` in the file's write queue like any
+    truncation, so a write made behind it joins it there and lands after
+    the cut even if the loop is closed at once (were the ``ftruncate``
+    made on its own, the write would wait for it, and a cancellation
+    meanwhile would leave it running, to cut the write once landed)."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123")
+
+    async def main():
+        f = await blockio.open(p, "ab", buffering=0, engine=e)
+        ahead = [asyncio.ensure_future(f.write(b"A" * 10)), asyncio.ensure_future(f.seek(-4, 2))]
+        cut = asyncio.ensure_future(f.truncate())
+        await asyncio.wait(ahead)
+        for _ in range(100):  # (until the truncation's turn comes: the queue handed to its task)
+            if f._calls._owner is cut:
+                break
+            await asyncio.sleep(0)
+        assert f._calls._owner is cut and not cut.done()
+        asyncio.ensure_future(f.write(b"BBB"))
+        await asyncio.sleep(0)
+        return f
+
+    with blockio.Engine(backend=backend) as e:
+        f = _run(new_loop, main())
+        assert _tell_and_close(new_loop, f) == 13
+    assert p.read_bytes() == b"0123" + b"A" * 6 + b"BBB"
