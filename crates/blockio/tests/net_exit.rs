@@ -3,6 +3,10 @@
 //! its bytes are in the kernel, which sends what the socket holds after
 //! the process is gone.
 //!
+//! And a program whose last runtime is gone keeps no engine of it (on
+//! io_uring, no ring): only the process-wide engine of the thread pool
+//! (its epoll set and thread) stays, built once.
+//!
 //! Its own `main` (no test harness), so that the writer is a process
 //! like a ported `#[tokio::main]` program: this binary, run again as
 //! `child FLAVOR MODE PORT`, connects, writes and returns from `main` on
@@ -177,6 +181,64 @@ fn all_bytes_arrive(flavor: &str, mode: &str) {
     );
 }
 
+/// What `/proc/self/fd` holds, sorted.
+fn descriptors() -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+        .map(|p| p.display().to_string())
+        .filter(|p| !p.starts_with("/proc/"))
+        .collect();
+    fds.sort();
+    fds
+}
+
+/// Runs a runtime of `flavor` that connects a stream and exchanges
+/// through it, then drops the runtime; the backend its engine had.
+fn one_runtime(flavor: &str) -> blockio::Backend {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rt = match flavor {
+        "multi_thread" => tokio::runtime::Runtime::new().unwrap(),
+        _ => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+    };
+    let backend = rt.block_on(async {
+        let mut s = blockio::net::TcpStream::connect(addr).await.unwrap();
+        AsyncWriteExt::write_all(&mut s, b"hello").await.unwrap();
+        blockio::aio::AsyncEngine::current().unwrap().backend()
+    });
+    drop(rt);
+    let (mut peer, _) = listener.accept().unwrap();
+    let mut got = Vec::new();
+    peer.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"hello");
+    backend
+}
+
+/// Once its runtime is gone, nothing of a runtime's engine stays: the
+/// descriptors after a second runtime are those after the first (on the
+/// thread pool, the process-wide engine's), and on io_uring those before
+/// either (no ring is kept).
+fn runtimes_gone_keep_nothing() {
+    let before = descriptors();
+    for flavor in ["current_thread", "multi_thread"] {
+        let backend = one_runtime(flavor);
+        let first = descriptors();
+        one_runtime(flavor);
+        assert_eq!(descriptors(), first, "{flavor}: a second runtime left more");
+        if backend == blockio::Backend::IoUring {
+            assert_eq!(
+                first, before,
+                "{flavor}: descriptors kept after the runtime"
+            );
+        }
+    }
+    println!("test runtimes gone keep nothing ... ok");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let [_, role, flavor, mode, port] = &args[..] {
@@ -184,6 +246,7 @@ fn main() {
             return child(flavor, mode, port.parse().unwrap());
         }
     }
+    runtimes_gone_keep_nothing();
     for flavor in ["current_thread", "multi_thread"] {
         returned_bytes_arrive(flavor);
         println!("test {flavor} runtime, writes until full, exit without flush ... ok");
