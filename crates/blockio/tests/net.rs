@@ -1208,12 +1208,13 @@ fn a_dropped_stream_lingers_no_longer_than_its_limit() {
 const QUEUED: usize = 256 << 10;
 
 /// A stream whose send buffer and its peer's receive buffer are small, and
-/// `QUEUED` bytes of a pattern written to it through the traits.
+/// `QUEUED` bytes of a pattern written to it through the traits: the
+/// kernel takes what it holds, and the write of the rest (at most the
+/// 256 KiB a write queues) is pending, its send in flight.
 fn pair_with_a_send_in_flight(
     e: &AsyncEngine,
     rt: &tokio::runtime::Runtime,
 ) -> (TcpStream, StdStream, Vec<u8>) {
-    use futures::io::AsyncWriteExt;
     let l = futures::executor::block_on(TcpListener::bind_with(e, "127.0.0.1:0")).unwrap();
     // The peer's receive buffer is set before it connects, so that the
     // window it offers is small from the start.
@@ -1226,9 +1227,35 @@ fn pair_with_a_send_in_flight(
     let data: Vec<u8> = (0..QUEUED as u32)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
-    rt.block_on(AsyncWriteExt::write_all(&mut s, &data))
-        .unwrap();
+    rt.block_on(write_until_pending(&mut s, &data));
     (s, peer, data)
+}
+
+/// Writes `data` through `poll_write` until a write is pending twice in a
+/// row (a yield between: the first may be the budget's), its send in
+/// flight, or every byte is written.
+async fn write_until_pending(s: &mut TcpStream, data: &[u8]) {
+    let (mut written, mut pending) = (0, 0);
+    while pending < 2 && written < data.len() {
+        let step = std::future::poll_fn(|cx| {
+            match futures::io::AsyncWrite::poll_write(
+                std::pin::Pin::new(&mut *s),
+                cx,
+                &data[written..],
+            ) {
+                std::task::Poll::Ready(r) => std::task::Poll::Ready(Some(r.unwrap())),
+                std::task::Poll::Pending => std::task::Poll::Ready(None),
+            }
+        })
+        .await;
+        match step {
+            Some(n) => (written, pending) = (written + n, 0),
+            None => {
+                pending += 1;
+                tokio::task::yield_now().await;
+            }
+        }
+    }
 }
 
 /// A flush waits until every written byte is in the kernel, as a tokio

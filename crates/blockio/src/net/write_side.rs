@@ -694,8 +694,9 @@ impl WriteSide {
                 return Poll::Ready(sent);
             }
             if !st.idle() {
-                // A dropped stream's half, or a send of an owned write
-                // dropped meanwhile: this write goes after it.
+                // Only a pending write's bytes are ever queued (handled
+                // above); should a send still be in flight, this write
+                // goes after it, never beside it.
                 st.wait(cx);
                 return Poll::Pending;
             }
