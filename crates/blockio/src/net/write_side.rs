@@ -2,14 +2,14 @@
 //!
 //! # Bytes the I/O traits accept keep moving on their own
 //!
-//! On io_uring, a `poll_write` on a stream with nothing queued and no
+//! A `poll_write` on a stream with nothing queued and no
 //! send in flight first sends what the socket takes straight from the
 //! caller's slice, on the calling thread (`MSG_DONTWAIT`), as tokio's
 //! write does: those bytes are in the kernel when it returns, with no
 //! copy, no submission and no completion to wait for. Only when the
 //! socket takes nothing (it is full), or a send is in flight already,
-//! do bytes go to the queue below. (The thread pool's send tries the
-//! socket first itself.)
+//! do bytes go to the queue below. The thread pool does the same: a
+//! write the socket takes then costs no copy and no request either.
 //!
 //! `poll_write` lends a slice for one poll only, so the bytes it queues
 //! are copied into the stream's queue, and their send started; the write
@@ -109,7 +109,6 @@ use std::time::Duration;
 use super::socket::Sock;
 use crate::aio::op::{OpFuture, Settles};
 use crate::aio::Lingering;
-use crate::backend::Backend;
 
 /// Bytes a trait write queues at most, when the socket is full.
 pub(crate) const QUEUE_LIMIT: usize = 256 * 1024;
@@ -395,15 +394,14 @@ impl SendBook {
         self.sending = Some((fut, from));
     }
 
-    /// On io_uring, with nothing queued and no send in flight, sends what
-    /// the socket takes of `data` at once, on the calling thread
-    /// (`MSG_DONTWAIT`), as tokio's write does: `None` when the socket
-    /// takes nothing (or the backend is the thread pool, whose send tries
-    /// the socket first already), and the bytes go to the queue. Nothing
-    /// is copied, and a flush after it has nothing to wait for.
+    /// With nothing queued and no send in flight, sends what the socket
+    /// takes of `data` at once, on the calling thread (`MSG_DONTWAIT`), as
+    /// tokio's write does: `None` when the socket takes nothing, and the
+    /// bytes go to the queue. Nothing is copied, and a flush after it has
+    /// nothing to wait for.
     fn send_inline(&mut self, data: &[u8]) -> Option<io::Result<usize>> {
         let sock = self.sock.as_ref()?;
-        if !self.idle() || sock.engine().backend() != Backend::IoUring {
+        if !self.idle() {
             return None;
         }
         match sock.send_bytes_inline(data) {
