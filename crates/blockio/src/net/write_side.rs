@@ -296,46 +296,46 @@ struct SendBook {
 }
 
 /// The bytes of a trait write that returned pending once they were
-/// queued (see [`WriteSide::poll_write`]): the write is done, with `len`
+/// queued (see [`WriteSide::poll_write`]): the write is done, with as many
 /// bytes written, once the queue has reached the kernel.
 struct Accepting {
-    len: usize,
-    /// The first and last [`SAMPLE`] bytes of the write, to know the
-    /// same write polled again from another one.
-    head: Vec<u8>,
-    tail: Vec<u8>,
+    /// A copy of the write's bytes, to know the same write polled again
+    /// from another one: compared whole, so that no other bytes are ever
+    /// reported written in their place. Made only when the socket was
+    /// full (the write waits for the network then), from the free list
+    /// when large.
+    bytes: Vec<u8>,
 }
-
-/// The bytes at each end of a pending trait write kept to recognise it.
-const SAMPLE: usize = 64;
 
 impl Accepting {
     fn of(data: &[u8]) -> Accepting {
-        let len = data.len();
-        Accepting {
-            len,
-            head: data[..len.min(SAMPLE)].to_vec(),
-            tail: data[len.saturating_sub(SAMPLE)..].to_vec(),
-        }
+        let mut bytes = match data.len() > SPARE_LIMIT {
+            true => pool_take().unwrap_or_default(),
+            false => Vec::new(),
+        };
+        bytes.extend_from_slice(data);
+        Accepting { bytes }
     }
 
-    /// Whether `data` starts with the bytes this write queued (as far as
-    /// its ends tell).
+    /// Whether `data` starts with the bytes this write queued.
     fn same(&self, data: &[u8]) -> bool {
-        let Some(mine) = data.get(..self.len) else {
-            return false;
-        };
-        mine[..self.len.min(SAMPLE)] == self.head[..]
-            && mine[self.len.saturating_sub(SAMPLE)..] == self.tail[..]
+        data.get(..self.bytes.len()) == Some(&self.bytes[..])
+    }
+
+    /// The count of bytes this write queued, its copy given back.
+    fn finish(self) -> usize {
+        let len = self.bytes.len();
+        if self.bytes.capacity() > SPARE_LIMIT {
+            pool_put(self.bytes);
+        }
+        len
     }
 
     /// The report of a write whose queued bytes were sent although its
     /// caller went on with other bytes (or none).
-    fn dropped(&self) -> io::Error {
-        io::Error::other(WriteDropped {
-            sent: self.len,
-            len: self.len,
-        })
+    fn dropped(self) -> io::Error {
+        let len = self.finish();
+        io::Error::other(WriteDropped { sent: len, len })
     }
 }
 
@@ -435,7 +435,7 @@ impl SendBook {
             return Poll::Ready(Err(err));
         }
         if accepting.same(data) {
-            Poll::Ready(Ok(accepting.len))
+            Poll::Ready(Ok(accepting.finish()))
         } else {
             Poll::Ready(Err(accepting.dropped()))
         }
