@@ -1208,12 +1208,13 @@ fn a_dropped_stream_lingers_no_longer_than_its_limit() {
 const QUEUED: usize = 256 << 10;
 
 /// A stream whose send buffer and its peer's receive buffer are small, and
-/// `QUEUED` bytes of a pattern written to it through the traits.
+/// `QUEUED` bytes of a pattern written to it through the traits: the
+/// kernel takes what it holds, and the write of the rest (at most the
+/// 256 KiB a write queues) is pending, its send in flight.
 fn pair_with_a_send_in_flight(
     e: &AsyncEngine,
     rt: &tokio::runtime::Runtime,
 ) -> (TcpStream, StdStream, Vec<u8>) {
-    use futures::io::AsyncWriteExt;
     let l = futures::executor::block_on(TcpListener::bind_with(e, "127.0.0.1:0")).unwrap();
     // The peer's receive buffer is set before it connects, so that the
     // window it offers is small from the start.
@@ -1226,9 +1227,89 @@ fn pair_with_a_send_in_flight(
     let data: Vec<u8> = (0..QUEUED as u32)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
-    rt.block_on(AsyncWriteExt::write_all(&mut s, &data))
-        .unwrap();
+    rt.block_on(write_until_pending(&mut s, &data));
     (s, peer, data)
+}
+
+/// Writes `data` through `poll_write` until a write is pending twice in a
+/// row (a yield between: the first may be the budget's), its send in
+/// flight, or every byte is written.
+async fn write_until_pending(s: &mut TcpStream, data: &[u8]) {
+    let (mut written, mut pending) = (0, 0);
+    while pending < 2 && written < data.len() {
+        let step = std::future::poll_fn(|cx| {
+            match futures::io::AsyncWrite::poll_write(
+                std::pin::Pin::new(&mut *s),
+                cx,
+                &data[written..],
+            ) {
+                std::task::Poll::Ready(r) => std::task::Poll::Ready(Some(r.unwrap())),
+                std::task::Poll::Pending => std::task::Poll::Ready(None),
+            }
+        })
+        .await;
+        match step {
+            Some(n) => (written, pending) = (written + n, 0),
+            None => {
+                pending += 1;
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+}
+
+/// A trait write left pending (its bytes queued, the socket full) and
+/// polled again with other bytes of the same length, which share its
+/// first and last bytes, is told that its queued bytes went without it
+/// (`WriteDropped`): the bytes it queued are compared whole, so no other
+/// bytes are ever reported written in their place.
+#[test]
+fn a_pending_write_polled_with_other_bytes_reports_the_queued_ones_dropped() {
+    use blockio::net::WriteDropped;
+    use std::task::Poll;
+    let e = engine();
+    let rt = current_thread();
+    let (mut s, mut peer) = pair(&e);
+    s.socket().set_send_buffer_size(16 << 10).unwrap();
+    let data: Vec<u8> = (0..4u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let (written, other) = rt.block_on(async {
+        let mut written = 0;
+        loop {
+            let step = std::future::poll_fn(|cx| {
+                let pin = std::pin::Pin::new(&mut s);
+                match futures::io::AsyncWrite::poll_write(pin, cx, &data[written..]) {
+                    Poll::Ready(r) => Poll::Ready(Some(r.unwrap())),
+                    Poll::Pending => Poll::Ready(None),
+                }
+            })
+            .await;
+            match step {
+                Some(n) => written += n,
+                None => break,
+            }
+            assert!(written < data.len(), "the socket never filled");
+        }
+        // The same length, the same ends, one byte changed in the middle.
+        let mut other = data[written..].to_vec();
+        let middle = other.len().min(256 << 10) / 2;
+        other[middle] ^= 0xff;
+        (written, other)
+    });
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).unwrap();
+        got
+    });
+    let res = rt.block_on(futures::io::AsyncWriteExt::write(&mut s, &other));
+    let err = res.expect_err("other bytes were reported written in place of the queued ones");
+    let dropped = WriteDropped::of(&err).unwrap_or_else(|| panic!("{err}"));
+    let sent = dropped.sent;
+    drop(s);
+    let got = reader.join().unwrap();
+    assert_eq!(got.len(), written + sent);
+    assert!(got[..] == data[..written + sent], "the peer's bytes differ");
 }
 
 /// A flush waits until every written byte is in the kernel, as a tokio

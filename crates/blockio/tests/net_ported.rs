@@ -99,10 +99,12 @@ enum End {
 /// On `rt`: a stream accepted from a std peer that does not read, and a
 /// task writing 64 MiB to it through `AsyncWriteExt::write`, counting the
 /// bytes each write accepts; returns once a write is pending (the
-/// socket's buffer and the stream's queue full). Then the runtime is
+/// socket's buffer full). Then the runtime is
 /// ended as `end` says, on a thread of its own: it must return, and the
-/// peer must then read exactly the bytes the writes accepted, then the
-/// end of the stream.
+/// peer must then read every byte the writes accepted, then the end of
+/// the stream. The write left pending had queued what the socket
+/// refused (up to 256 KiB) and started its send, which goes on: those
+/// bytes may follow, and nothing else.
 fn runtime_ends_inside_a_write(rt: tokio::runtime::Runtime, end: End) {
     use tokio::io::AsyncWriteExt;
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -147,10 +149,10 @@ fn runtime_ends_inside_a_write(rt: tokio::runtime::Runtime, end: End) {
     let mut got = Vec::new();
     peer.read_to_end(&mut got)
         .expect("every accepted byte, then the end of the stream");
-    assert_eq!(
-        got.len(),
-        accepted,
-        "bytes the peer read, of those accepted"
+    assert!(
+        (accepted..=accepted + (256 << 10)).contains(&got.len()),
+        "the peer read {} bytes; the writes accepted {accepted}",
+        got.len()
     );
     assert!(got.iter().all(|&b| b == 7));
 }

@@ -12,9 +12,10 @@
 //!
 //! A runtime's engine is kept in a process-wide list until its
 //! `drive_on_tokio` task is gone (the runtime shut down, or the task
-//! aborted): the next look-up from any runtime drops such entries, so a
-//! program that makes many runtimes (a test suite, one runtime per test)
-//! holds no ring for a runtime that is gone. Streams still open keep
+//! aborted): the task's drop drops such entries (and, should the list be
+//! busy then, the next look-up from any runtime does), so a program that
+//! makes many runtimes (a test suite, one runtime per test) holds no ring
+//! for a runtime that is gone, nor does one whose last runtime is gone. Streams still open keep
 //! their engine, which goes on as any caller-driven engine whose runtime
 //! went away (see [`Driving::Caller`](super::Driving::Caller)).
 
@@ -89,6 +90,9 @@ impl AsyncEngine {
 }
 
 #[cfg(feature = "tokio")]
+pub(crate) use per_runtime::runtime_gone;
+
+#[cfg(feature = "tokio")]
 mod per_runtime {
     use std::io;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -103,6 +107,23 @@ mod per_runtime {
     /// Set once an engine built for a runtime turned out to be the thread
     /// pool's (io_uring refused): runtimes get the process engine from
     /// then on, without building (and dropping) a pool each time.
+    /// Drops the entries of runtimes whose driving task is gone.
+    fn forget_gone(engines: &mut Vec<(tokio::runtime::Id, AsyncEngine)>) {
+        engines.retain(|(_, e)| e.tokio_drivers().running.load(Ordering::Acquire) > 0);
+    }
+
+    /// Called when an engine's last `drive_on_tokio` task is gone (its
+    /// runtime shut down): drops the entries of such runtimes now, rather
+    /// than at the next look-up, so that a program whose last runtime is
+    /// gone keeps no ring (streams still open keep theirs). Skipped when
+    /// the list is busy (a look-up, which drops them itself, is under way
+    /// on this thread or another).
+    pub(crate) fn runtime_gone() {
+        if let Ok(mut engines) = ENGINES.try_lock() {
+            forget_gone(&mut engines);
+        }
+    }
+
     static POOL_ONLY: AtomicBool = AtomicBool::new(false);
 
     /// The engine of the runtime the caller runs on, built now if it has
@@ -127,7 +148,7 @@ mod per_runtime {
         // aborted): their entries go, the caller's too (its runtime then
         // gets a new engine), since tokio may give a new runtime the id of
         // one that is gone.
-        engines.retain(|(_, e)| e.tokio_drivers().running.load(Ordering::Acquire) > 0);
+        forget_gone(&mut engines);
         if let Some((_, engine)) = engines.iter().find(|(rt, _)| *rt == id) {
             return Ok(Some(engine.clone()));
         }

@@ -345,8 +345,9 @@ impl Drop for Counted {
     /// so that its next poll spawns a new driver on its runtime (a task of
     /// a runtime shut down is never polled again, and one on no runtime
     /// gets the error of [`ensure_driven`]); and with dropped streams still
-    /// sending, the relay thread takes over. Nothing to do for an engine
-    /// that is gone.
+    /// sending, the relay thread takes over; and the default engines'
+    /// list forgets the runtime's engine at once. Nothing to do for an
+    /// engine that is gone.
     fn drop(&mut self) {
         let Some(engine) = self.0.upgrade() else {
             return;
@@ -359,6 +360,10 @@ impl Drop for Counted {
             engine.driver().wake_waiters();
         }
         relay_if_undriven(&engine);
+        drop(engine);
+        if before == 1 {
+            super::current::runtime_gone();
+        }
     }
 }
 

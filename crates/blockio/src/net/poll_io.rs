@@ -40,7 +40,7 @@
 //! `poll_write` hands the bytes to the stream's write side, which sends
 //! what the socket takes at once (when nothing is queued),
 //! else copies them into its queue and sends them on its own, short sends
-//! and all, so that nothing waits for a next write or flush (see
+//! and all, the write pending until they are in the kernel (see
 //! `write_side`). `poll_flush` waits until every byte is in the kernel
 //! (nothing queued, no send in flight) and reports a send's error;
 //! `poll_close` waits the same way, then shuts down.

@@ -2,18 +2,27 @@
 //!
 //! # Bytes the I/O traits accept keep moving on their own
 //!
-//! A `poll_write` on a stream with nothing queued and no send in flight
-//! first sends what the socket takes straight from the caller's slice,
-//! on the calling thread (`MSG_DONTWAIT`), as tokio's write does: those
-//! bytes are in the kernel when it returns, with no copy, no submission
-//! and no completion to wait for (on the thread pool, no hand-over to
-//! the readiness thread either). Only when the socket takes nothing (it
-//! is full), or a send is in flight already, do bytes go to the queue
-//! below.
+//! A `poll_write` on a stream with nothing queued and no
+//! send in flight first sends what the socket takes straight from the
+//! caller's slice, on the calling thread (`MSG_DONTWAIT`), as tokio's
+//! write does: those bytes are in the kernel when it returns, with no
+//! copy, no submission and no completion to wait for. Only when the
+//! socket takes nothing (it is full), or a send is in flight already,
+//! do bytes go to the queue below. The thread pool does the same: a
+//! write the socket takes then costs no copy and no request either.
 //!
 //! `poll_write` lends a slice for one poll only, so the bytes it queues
-//! are copied into the stream's queue, and reported written at once. From
-//! then on they belong to the stream's *pump*: a small state machine that
+//! are copied into the stream's queue, and their send started; the write
+//! is pending until they are in the kernel, and polled again then (with
+//! the same bytes, as `write_all` polls it) reports them written. So a
+//! write that returned is in the kernel, as tokio's is, and a program
+//! that exits right after it (returning from `main`, without a flush)
+//! loses nothing: the kernel sends what the socket holds after the
+//! process is gone. Should the caller go on with other bytes instead
+//! (or drop the pending write and write something else), the next write
+//! says that the earlier ones went, with a [`WriteDropped`] error, as
+//! after a dropped owned write. From the copy on the bytes belong to the
+//! stream's *pump*: a small state machine that
 //! is its own waker. Each time a send completes, the completion wakes the
 //! pump (on whichever thread reaps it: the driver thread, the thread
 //! driving a caller-driven ring, or the epoll thread) and the pump starts
@@ -38,10 +47,9 @@
 //! off bytes a write reported written. From the shutdown on, writes fail
 //! with `EPIPE`, as the kernel's do.
 //!
-//! Memory is bounded: `poll_write` accepts bytes up to [`QUEUE_LIMIT`]
-//! waiting behind the send in flight (a larger slice in part, as a short
-//! write), and is pending while the queue is full (woken as sends
-//! complete). The queue and the send in flight trade buffers: a finished
+//! Memory is bounded: `poll_write` queues up to [`QUEUE_LIMIT`] bytes
+//! (a larger slice in part, as a short write), and only while nothing
+//! else is queued or in flight. The queue and the send in flight trade buffers: a finished
 //! send's buffer becomes the queue's next one. Once everything is sent,
 //! buffers larger than [`SPARE_LIMIT`] go to a free list the process's
 //! streams share (at most [`POOL_BUFFERS`] of them; the rest are freed),
@@ -50,10 +58,9 @@
 //! than from the allocator: a stream writing large replies one after
 //! another reuses the same buffers instead of allocating one per send.
 //!
-//! A flush waits until every accepted byte is in the kernel: with the
-//! sends made at once above, that is at once, as a tokio flush; only a
-//! send that waits for room in the socket (bytes the socket refused) is
-//! waited for. So a program that exits after a flush loses no byte.
+//! A flush waits until every queued byte is in the kernel: after a write
+//! that returned, that is at once, as a tokio flush; only the send of a
+//! write left pending (or of an owned write dropped) is waited for.
 //! The traits' shutdown (`poll_close`, `poll_shutdown`) and an owned
 //! write wait the same way ([`WriteSide::poll_drained`]).
 //!
@@ -103,7 +110,7 @@ use super::socket::Sock;
 use crate::aio::op::{OpFuture, Settles};
 use crate::aio::Lingering;
 
-/// Bytes `poll_write` accepts behind the send in flight before it waits.
+/// Bytes a trait write queues at most, when the socket is full.
 pub(crate) const QUEUE_LIMIT: usize = 256 * 1024;
 
 /// The largest buffer an idle stream keeps for its next write: larger
@@ -283,6 +290,53 @@ struct SendBook {
     /// Owned writes still to try their send inline, on the calling
     /// thread (see [`WriteSide::send_inline`]).
     inline: u32,
+    /// The trait write that returned pending with its bytes queued: it
+    /// is done once the queue is in the kernel.
+    accepting: Option<Accepting>,
+}
+
+/// The bytes of a trait write that returned pending once they were
+/// queued (see [`WriteSide::poll_write`]): the write is done, with as many
+/// bytes written, once the queue has reached the kernel.
+struct Accepting {
+    /// A copy of the write's bytes, to know the same write polled again
+    /// from another one: compared whole, so that no other bytes are ever
+    /// reported written in their place. Made only when the socket was
+    /// full (the write waits for the network then), from the free list
+    /// when large.
+    bytes: Vec<u8>,
+}
+
+impl Accepting {
+    fn of(data: &[u8]) -> Accepting {
+        let mut bytes = match data.len() > SPARE_LIMIT {
+            true => pool_take().unwrap_or_default(),
+            false => Vec::new(),
+        };
+        bytes.extend_from_slice(data);
+        Accepting { bytes }
+    }
+
+    /// Whether `data` starts with the bytes this write queued.
+    fn same(&self, data: &[u8]) -> bool {
+        data.get(..self.bytes.len()) == Some(&self.bytes[..])
+    }
+
+    /// The count of bytes this write queued, its copy given back.
+    fn finish(self) -> usize {
+        let len = self.bytes.len();
+        if self.bytes.capacity() > SPARE_LIMIT {
+            pool_put(self.bytes);
+        }
+        len
+    }
+
+    /// The report of a write whose queued bytes were sent although its
+    /// caller went on with other bytes (or none).
+    fn dropped(self) -> io::Error {
+        let len = self.finish();
+        io::Error::other(WriteDropped { sent: len, len })
+    }
 }
 
 /// Sends in a row cancelled by the kernel that the pump sends again
@@ -344,9 +398,7 @@ impl SendBook {
     /// takes of `data` at once, on the calling thread (`MSG_DONTWAIT`), as
     /// tokio's write does: `None` when the socket takes nothing, and the
     /// bytes go to the queue. Nothing is copied, and a flush after it has
-    /// nothing to wait for. On both backends: the thread pool's queued
-    /// send also tries the socket first, but only after a copy into the
-    /// queue and an operation handed to its readiness path.
+    /// nothing to wait for.
     fn send_inline(&mut self, data: &[u8]) -> Option<io::Result<usize>> {
         let sock = self.sock.as_ref()?;
         if !self.idle() {
@@ -362,6 +414,30 @@ impl SendBook {
                 self.failed = Some(Failure::Errno(libc::EPIPE));
                 Some(Err(super::os_error(e)))
             }
+        }
+    }
+
+    /// The pending trait write's result, polled again with `data`: its
+    /// length once its queued bytes are in the kernel (the error that
+    /// stopped them, if one did). `data` must start with the same bytes
+    /// (a retry, as `write_all` makes); else those bytes went without
+    /// their write, and the caller hears of it as of a dropped owned
+    /// write ([`WriteDropped`]).
+    fn poll_accepted(&mut self, cx: &Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        if !self.idle() {
+            self.wait(cx);
+            return Poll::Pending;
+        }
+        let Some(accepting) = self.accepting.take() else {
+            return Poll::Ready(Ok(0));
+        };
+        if let Some(err) = self.error() {
+            return Poll::Ready(Err(err));
+        }
+        if accepting.same(data) {
+            Poll::Ready(Ok(accepting.finish()))
+        } else {
+            Poll::Ready(Err(accepting.dropped()))
         }
     }
 
@@ -548,6 +624,7 @@ impl WriteSide {
                     lingering: None,
                     cancelled: 0,
                     inline: 0,
+                    accepting: None,
                 }),
                 notified: AtomicBool::new(false),
                 running: AtomicBool::new(false),
@@ -571,10 +648,11 @@ impl WriteSide {
         }
     }
 
-    /// Accepts up to all of `data`: sent at once or into the queue, once a
-    /// dropped write has been settled and while the queue has room.
+    /// Writes up to all of `data`, once a dropped write has been settled:
+    /// ready with the count of bytes in the kernel, sent at once or
+    /// through the queue (pending until its send completes).
     ///
-    /// A write that is done without waiting (sent at once, or queued)
+    /// A write that is done without waiting (sent at once)
     /// counts against the thread's budget of operations served in a row
     /// without a `Pending`, as tokio's writes count against its task
     /// budget: once that is spent, `Pending` (the task woken at once), so
@@ -593,10 +671,13 @@ impl WriteSide {
 
     /// [`WriteSide::poll_write`], the budget aside.
     fn poll_write_now(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        let n = {
+        {
             let mut st = self.pump.lock();
             if let Some(err) = std::task::ready!(poll_dropped(&mut st, cx)) {
                 return Poll::Ready(Err(err));
+            }
+            if st.accepting.is_some() {
+                return st.poll_accepted(cx, data);
             }
             if let Some(err) = st.error() {
                 return Poll::Ready(Err(err));
@@ -610,33 +691,34 @@ impl WriteSide {
             if let Some(sent) = st.send_inline(data) {
                 return Poll::Ready(sent);
             }
-            if st.queued.len() >= QUEUE_LIMIT {
+            if !st.idle() {
+                // Only a pending write's bytes are ever queued (handled
+                // above); should a send still be in flight, this write
+                // goes after it, never beside it.
                 st.wait(cx);
                 return Poll::Pending;
             }
-            let n = data.len().min(QUEUE_LIMIT - st.queued.len());
-            let want = st.queued.len() + n;
-            if want > SPARE_LIMIT && want > st.queued.capacity() {
+            let n = data.len().min(QUEUE_LIMIT);
+            if n > SPARE_LIMIT && n > st.queued.capacity() {
                 // A large write: a pooled buffer rather than a new one.
-                if let Some(mut buf) = pool_take() {
-                    buf.extend_from_slice(&st.queued);
+                if let Some(buf) = pool_take() {
                     st.queued = buf;
                 }
             }
             st.queued.extend_from_slice(&data[..n]);
-            n
-        };
+            st.accepting = Some(Accepting::of(&data[..n]));
+        }
         self.pump.run();
-        Poll::Ready(Ok(n))
+        // On the thread pool the send tries the socket at once, and may
+        // be done already.
+        self.pump.lock().poll_accepted(cx, data)
     }
 
-    /// Ready once every accepted byte is in the kernel (no send in flight,
+    /// Ready once every queued byte is in the kernel (no send in flight,
     /// nothing queued), or with the error that stopped them: what a tokio
-    /// flush promises, since a tokio write returns only once its bytes are
-    /// in the kernel. A write sent at once (see
-    /// [`SendBook::send_inline`]) leaves nothing to wait for; only bytes
-    /// the socket refused, in a send that waits for room, are waited for.
-    /// So a program that exits after a flush loses none of them.
+    /// flush promises. A write that returned leaves nothing to wait for
+    /// (its bytes are in the kernel); only the send of a write left
+    /// pending, or of an owned write dropped, is waited for.
     pub(crate) fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.poll_drained(cx)
     }
@@ -687,6 +769,10 @@ impl WriteSide {
             let shut = st.shut;
             drop(st);
             std::task::ready!(self.poll_drained(cx))?;
+            if let Some(accepting) = self.pump.lock().accepting.take() {
+                // A trait write left pending whose bytes went since.
+                return Poll::Ready(Err(accepting.dropped()));
+            }
             if shut {
                 return Poll::Ready(Err(io::Error::from_raw_os_error(libc::EPIPE)));
             }
