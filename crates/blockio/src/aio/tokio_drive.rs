@@ -368,11 +368,20 @@ impl Drop for Counted {
 /// saying so. `Ok` at once for every other engine. Called by
 /// [`Admission::admit`](super::driven::Admission::admit) alone, the one
 /// place operations and sockets ask.
+#[inline]
 pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
     let drivers = engine.tokio_drivers();
     if !drivers.ever.load(Ordering::Acquire) || drivers.running.load(Ordering::Acquire) > 0 {
         return Ok(());
     }
+    drive_again(engine)
+}
+
+/// [`ensure_driven`] for an engine whose `drive_on_tokio` task is gone:
+/// apart, so that the check every operation makes stays small.
+#[cold]
+#[inline(never)]
+fn drive_again(engine: &AsyncEngine) -> io::Result<()> {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         // Nothing new starts here; operations already started (a
         // `write_all`'s next send, pushed before its future is polled; a
