@@ -913,9 +913,10 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
             .is_none();
         // Pending, the operation went to the driver, which noted its site;
         // without one it is cancelled, the doubtful case.
-        let may_wait = self
-            .site
-            .is_none_or(|site| site.kind.is_socket() || may_wait_forever(site.fd));
+        let may_wait = match self.site {
+            Some(site) => site.kind.is_socket() || may_wait_forever(site.fd),
+            None => true,
+        };
         if pending && may_wait {
             let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(shared);
             self.admission.engine().driver().cancel(Cancel(weak));
