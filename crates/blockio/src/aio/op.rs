@@ -933,9 +933,21 @@ fn served_count(res: i32) -> usize {
 }
 
 /// The result of an operation whose raw result is `res`: an error names
-/// the operation's site, noted when it went to the driver (an operation
-/// that never went there has a count, or its errno alone).
+/// the operation's site, noted when it went to the driver.
+///
+/// The rule that keeps every error named: a result reaches the future
+/// only from the driver (a completion, or the cancellation of a
+/// withdrawn operation), and every operation goes to the driver through
+/// `take_request`, which notes the site first; a read served inline
+/// returns its count without coming here, and an operation refused
+/// before submission carries its own error. An error without a site
+/// would break that rule: debug builds stop there, release builds give
+/// the bare errno.
 fn outcome(site: Option<Site>, res: i32) -> io::Result<usize> {
+    debug_assert!(
+        site.is_some() || res >= 0,
+        "an operation's error ({res}) without the site noted as it went to the driver"
+    );
     match site {
         Some(site) => site.result(res),
         None if res >= 0 => Ok(res as usize),
