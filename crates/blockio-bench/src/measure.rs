@@ -354,7 +354,7 @@ mod tests {
     #[test]
     fn a_percentile_with_too_few_samples_beyond_it_is_left_out() {
         let mut rec = Recorder::seeded(9);
-        let mut record = |rec: &mut Recorder, n: u64| {
+        let record = |rec: &mut Recorder, n: u64| {
             for _ in 0..n {
                 let t = rec.start(SAMPLE_ONE_IN);
                 rec.done_after(t, QUICK, SAMPLE_ONE_IN, 0);
