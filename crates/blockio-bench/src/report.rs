@@ -33,10 +33,16 @@ pub struct Row {
     pub mib_s: f64,
     /// Median latency (µs); for batches, the batch's round trip.
     pub p50_us: Option<f64>,
-    /// 99th percentile latency (µs).
+    /// 99th percentile latency (µs); none when fewer than 1,000
+    /// latencies were recorded (see `samples`).
     pub p99_us: Option<f64>,
-    /// 99.9th percentile latency (µs).
+    /// 99.9th percentile latency (µs); none when fewer than 10,000
+    /// latencies were recorded, as on a short warm run, where one read
+    /// in 64 is timed.
     pub p999_us: Option<f64>,
+    /// Latencies recorded behind the percentiles (timed reads or
+    /// batches, each weighted for the reads it stands for).
+    pub samples: Option<u64>,
     /// Process CPU time (user + system) per operation (µs).
     pub cpu_us_per_op: Option<f64>,
     /// Context switches of the process during the run.
@@ -67,9 +73,10 @@ impl Row {
             backend: backend.clone(),
             iops: m.iops(),
             mib_s: m.mib_s(),
-            p50_us: Some(m.p50_us),
-            p99_us: Some(m.p99_us),
-            p999_us: Some(m.p999_us),
+            p50_us: m.p50_us,
+            p99_us: m.p99_us,
+            p999_us: m.p999_us,
+            samples: Some(m.samples),
             cpu_us_per_op: Some(m.cpu.as_secs_f64() * 1e6 / m.ops.max(1) as f64),
             ctx_switches: Some(m.switches),
             ops: Some(m.ops),
@@ -92,6 +99,7 @@ impl Row {
             p50_us: None,
             p99_us: None,
             p999_us: None,
+            samples: None,
             cpu_us_per_op: None,
             ctx_switches: None,
             ops: None,
@@ -409,13 +417,13 @@ pub(crate) fn truncate3(x: f64) -> f64 {
 /// The rows as CSV, with a header line.
 pub fn csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "profile,strategy,qd,threads,backend,iops,mib_s,p50_us,p99_us,p999_us,cpu_us_per_op,ctx_switches,ops,seconds,resident_before,vs_fio\n",
+        "profile,strategy,qd,threads,backend,iops,mib_s,p50_us,p99_us,p999_us,cpu_us_per_op,ctx_switches,ops,seconds,resident_before,vs_fio,samples\n",
     );
     let o = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.3}"));
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{:.1},{:.3},{},{},{},{},{},{},{:.3},{},{}",
+            "{},{},{},{},{},{:.1},{:.3},{},{},{},{},{},{},{:.3},{},{},{}",
             r.profile,
             r.strategy,
             r.qd,
@@ -432,6 +440,7 @@ pub fn csv(rows: &[Row]) -> String {
             r.seconds,
             o(r.resident_before),
             o(r.vs_fio),
+            r.samples.map_or(String::new(), |c| c.to_string()),
         );
     }
     s

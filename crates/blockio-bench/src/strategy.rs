@@ -4,7 +4,6 @@ use std::fmt;
 use std::io::SeekFrom;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use blockio::aio::{AsyncEngine, AsyncFile, AsyncOpenOptions, Driving};
@@ -12,7 +11,7 @@ use blockio::{AlignedBuf, Engine, Op, ReadPath};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use crate::data::Rng;
-use crate::measure::{timed, Measured, Recorder};
+use crate::measure::{timed, Deadline, Measured, Recorder, Timing};
 use crate::profile::Workload;
 
 /// A way of reading.
@@ -168,7 +167,10 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
                 let handles: Vec<_> = recs
                     .into_iter()
                     .enumerate()
-                    .map(|(t, rec)| s.spawn(move || pread_loop(w, deadline, t, rec)))
+                    .map(|(t, rec)| {
+                        let deadline = deadline.clone();
+                        s.spawn(move || pread_loop(w, deadline, t, rec))
+                    })
                     .collect();
                 join_all(handles)
             })
@@ -202,6 +204,7 @@ pub fn run(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Str
                         .map(|(t, rec)| {
                             let engine = &engine;
                             let batch = per_thread;
+                            let deadline = deadline.clone();
                             s.spawn(move || engine_loop(engine, w, batch, deadline, (t, rec)))
                         })
                         .collect();
@@ -232,7 +235,7 @@ fn served_by(engine: &Engine) -> String {
 /// allocation, the page faults of their first use) inside a short run was
 /// counted against the strategies with many tasks.
 fn recorders(n: usize) -> Vec<Recorder> {
-    (0..n).map(|_| Recorder::new()).collect()
+    (0..n).map(|t| Recorder::seeded(t as u64)).collect()
 }
 
 /// The async engine of an async strategy, built on `rt` as a tokio program
@@ -279,26 +282,40 @@ impl OneAtATime {
         OneAtATime { rng: seed(t), rec }
     }
 
-    /// The start time and offset of the next read; `None` once the
+    /// The timing (if this read is one of those timed, see
+    /// [`Recorder::start`]) and offset of the next read; `None` once the
     /// deadline has passed and this worker has done at least one read, so
     /// a short run on a busy machine still measures every worker.
-    fn next(&mut self, w: &Workload, deadline: Instant) -> Option<(Instant, u64)> {
-        let t0 = Instant::now();
-        (t0 < deadline || self.rec.ops == 0).then(|| (t0, w.next_offset(&mut self.rng)))
+    #[inline]
+    fn next(&mut self, w: &Workload, deadline: &Deadline) -> Option<(Option<Timing>, u64)> {
+        if deadline.passed() && self.rec.ops > 0 {
+            return None;
+        }
+        let off = w.next_offset(&mut self.rng);
+        Some((self.rec.start(1), off))
     }
 
-    /// Records a read started at `t0` that returned `n` bytes, and checks them.
-    fn done(&mut self, w: &Workload, t0: Instant, buf: &[u8], off: u64, n: usize) -> Result<()> {
-        self.rec.record(t0.elapsed(), 1, n as u64);
+    /// Records a read started with `timing` that returned `n` bytes, and
+    /// checks them.
+    #[inline]
+    fn done(
+        &mut self,
+        w: &Workload,
+        timing: Option<Timing>,
+        buf: &[u8],
+        off: u64,
+        n: usize,
+    ) -> Result<()> {
+        self.rec.done(timing, 1, n as u64);
         w.check(buf, off, n)
     }
 }
 
 /// `pread` one block at a time until the deadline.
-fn pread_loop(w: &Workload, deadline: Instant, t: usize, rec: Recorder) -> Result<Recorder> {
+fn pread_loop(w: &Workload, deadline: Deadline, t: usize, rec: Recorder) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
     let mut me = OneAtATime::new(t, rec);
-    while let Some((t0, off)) = me.next(w, deadline) {
+    while let Some((t0, off)) = me.next(w, &deadline) {
         let n = w.pread(&mut buf, off)?;
         me.done(w, t0, &buf, off, n)?;
     }
@@ -311,7 +328,7 @@ fn engine_loop(
     engine: &Engine,
     w: &Workload,
     batch: usize,
-    deadline: Instant,
+    deadline: Deadline,
     (t, mut rec): (usize, Recorder),
 ) -> Result<Recorder> {
     let mut bufs: Vec<AlignedBuf> = (0..batch)
@@ -322,11 +339,11 @@ fn engine_loop(
     let mut results = Vec::with_capacity(batch);
     let mut rng = seed(t);
     loop {
-        let t0 = Instant::now();
         // At least one batch, however late this thread started.
-        if t0 >= deadline && rec.ops > 0 {
+        if deadline.passed() && rec.ops > 0 {
             return Ok(rec);
         }
+        let timing = rec.start(batch as u64);
         let mut ops = blockio::clear_ops(store);
         for (b, off) in bufs.iter_mut().zip(offsets.iter_mut()) {
             *off = w.next_offset(&mut rng);
@@ -334,7 +351,8 @@ fn engine_loop(
         }
         engine.submit_into(&mut ops, &mut results)?;
         store = blockio::clear_ops(ops);
-        let latency = t0.elapsed();
+        // The batch's round trip, before the checks, as a single read's.
+        rec.done(timing, batch as u64, 0);
         let mut bytes = 0;
         for ((r, b), &off) in results.iter().zip(&bufs).zip(&offsets) {
             let n = *r
@@ -343,7 +361,7 @@ fn engine_loop(
             w.check(b, off, n)?;
             bytes += n as u64;
         }
-        rec.record(latency, batch as u64, bytes);
+        rec.bytes += bytes;
     }
 }
 
@@ -384,6 +402,7 @@ fn pool(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Option
                 .map(|(t, rec)| {
                     let w = w.clone();
                     let me = OneAtATime::new(t, rec);
+                    let deadline = deadline.clone();
                     match (&file, plan.strategy) {
                         (Some(f), _) => tokio::spawn(async_task(f.clone(), w, deadline, me)),
                         (None, Strategy::PoolTokioFs) => {
@@ -405,11 +424,11 @@ fn pool(plan: Plan, w: &Arc<Workload>, seconds: f64) -> Result<(Measured, Option
 
 async fn blocking_task(
     w: Arc<Workload>,
-    deadline: Instant,
+    deadline: Deadline,
     mut me: OneAtATime,
 ) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
-    while let Some((t0, off)) = me.next(&w, deadline) {
+    while let Some((t0, off)) = me.next(&w, &deadline) {
         let w2 = w.clone();
         let (b, n) = tokio::task::spawn_blocking(move || {
             let n = w2.pread(&mut buf, off);
@@ -426,11 +445,11 @@ async fn blocking_task(
 async fn async_task(
     file: Arc<AsyncFile>,
     w: Arc<Workload>,
-    deadline: Instant,
+    deadline: Deadline,
     mut me: OneAtATime,
 ) -> Result<Recorder> {
     let mut buf = AlignedBuf::new(w.block_size, 4096);
-    while let Some((t0, off)) = me.next(&w, deadline) {
+    while let Some((t0, off)) = me.next(&w, &deadline) {
         let (res, b) = file.read_at(buf, off).await;
         buf = b;
         let n = res.with_context(|| format!("{}: async read at offset {off}", w.path.display()))?;
@@ -441,14 +460,14 @@ async fn async_task(
 
 async fn tokio_fs_task(
     w: Arc<Workload>,
-    deadline: Instant,
+    deadline: Deadline,
     mut me: OneAtATime,
 ) -> Result<Recorder> {
     let mut file = tokio::fs::File::open(&w.path)
         .await
         .with_context(|| format!("open {}", w.path.display()))?;
     let mut buf = vec![0u8; w.block_size];
-    while let Some((t0, off)) = me.next(&w, deadline) {
+    while let Some((t0, off)) = me.next(&w, &deadline) {
         file.seek(SeekFrom::Start(off)).await?;
         file.read_exact(&mut buf)
             .await

@@ -29,6 +29,11 @@ pub type BufResult<T, B> = (io::Result<T>, B);
 /// allocates this.
 pub(crate) struct OpTarget<B> {
     inner: Mutex<OpState<B>>,
+    /// Kept until the completion has woken the task (a hold on tokio's
+    /// paused clock; see [`Complete::hold`]). Locked inside `inner` only:
+    /// apart from the state so that a future that never goes to the
+    /// driver does not carry it.
+    hold: Mutex<Option<Arc<dyn Send + Sync>>>,
     /// Set by [`OpFuture::detach`]: performed even with the future gone.
     detached: AtomicBool,
     /// [`WAITING`], [`CLAIMED`] or [`WITHDRAWN`]: whether the driver has
@@ -52,14 +57,11 @@ struct OpState<B> {
     buf: Option<B>,
     /// Kept only to stay alive until the completion.
     _iovecs: Vec<libc::iovec>,
-    _keep: Option<Arc<dyn Send + Sync>>,
+    keep: Option<Arc<dyn Keep>>,
     /// The result is a new descriptor (accept) that nobody has taken yet:
     /// closed with this state if the future was dropped, so an accept
     /// cancelled too late leaks nothing.
     new_fd: bool,
-    /// Kept until the completion has woken the task (a hold on tokio's
-    /// paused clock; see [`Complete::hold`]).
-    hold: Option<Arc<dyn Send + Sync>>,
 }
 
 impl<B> Drop for OpState<B> {
@@ -82,9 +84,8 @@ impl<B> OpState<B> {
             waker: None,
             buf: None,
             _iovecs: Vec::new(),
-            _keep: None,
+            keep: None,
             new_fd: false,
-            hold: None,
         }
     }
 
@@ -124,7 +125,8 @@ impl<B: Send> Complete for OpTarget<B> {
         let (waker, hold) = {
             let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             g.result = Some(res);
-            (g.waker.take(), g.hold.take())
+            let hold = self.hold.lock().unwrap_or_else(|e| e.into_inner()).take();
+            (g.waker.take(), hold)
         };
         if let Some(w) = waker {
             w.wake();
@@ -136,9 +138,9 @@ impl<B: Send> Complete for OpTarget<B> {
 
     #[cfg(feature = "tokio")]
     fn hold(&self, hold: Arc<dyn Send + Sync>) {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if g.result.is_none() {
-            g.hold = Some(hold);
+            *self.hold.lock().unwrap_or_else(|e| e.into_inner()) = Some(hold);
         }
     }
 
@@ -410,6 +412,19 @@ pub(crate) trait Inline: Send + Sync {
     fn try_inline(&self, op: &Op<'_>) -> Option<i32>;
 }
 
+/// What keeps an operation's descriptor open until its completion (the
+/// file's or socket's handle, held by the operation's state), and may
+/// serve the operation on the polling thread: one reference for both, so
+/// that a read served at its first poll takes and lets go of one count.
+pub(crate) trait Keep: Send + Sync {
+    /// How to try `op` on the polling thread at its first poll, before
+    /// handing it to the driver, if at all (never for an operation
+    /// [started](OpFuture::start), which is handed over at once).
+    fn inline(&self, _op: &Op<'_>) -> Option<&dyn Inline> {
+        None
+    }
+}
+
 /// Operations a thread may serve inline in a row, without any future on it
 /// returning `Pending`, before the next one yields to the executor once: a
 /// task reading cached data in a loop would otherwise never give its
@@ -425,6 +440,7 @@ thread_local! {
 /// Whether this thread may serve one more operation inline now: false
 /// (the task woken, to be polled again after the others) once it has
 /// served [`INLINE_BUDGET`] in a row, the count starting again.
+#[inline]
 pub(crate) fn inline_turn_left(cx: &mut Context<'_>) -> bool {
     if INLINE_RUN.get() < INLINE_BUDGET {
         return true;
@@ -436,6 +452,7 @@ pub(crate) fn inline_turn_left(cx: &mut Context<'_>) -> bool {
 
 /// Counts one operation served inline on this thread (see
 /// [`inline_turn_left`]).
+#[inline]
 pub(crate) fn count_inline_turn() {
     INLINE_RUN.set(INLINE_RUN.get() + 1);
 }
@@ -485,14 +502,13 @@ pub struct OpFuture<B: Send + 'static> {
     /// then on it holds the operation's state.
     shared: OnceLock<Arc<OpTarget<B>>>,
     /// Where the operation acts, for its errors once the operation itself
-    /// has gone to the driver.
-    site: Site,
+    /// has gone to the driver: noted as it goes (a read served at its
+    /// first poll, whose result is a count, never needs it).
+    site: Option<Site>,
     /// The operation, until it is submitted.
     op: Option<Op<'static>>,
     /// Why the operation was refused before submission.
     refused: Option<io::Error>,
-    /// How to try the operation on the polling thread first, if at all.
-    inline: Option<Arc<dyn Inline>>,
     /// The task that submits the operation once its socket is ready, with
     /// tokio's clock paused (see `aio::paused_clock`): aborted if this
     /// future is dropped first.
@@ -515,9 +531,9 @@ impl<B: Send + 'static> OpFuture<B> {
         op: Op<'static>,
         buf: B,
         iovecs: Vec<libc::iovec>,
-        keep: Arc<dyn Send + Sync>,
+        keep: Arc<dyn Keep>,
     ) -> OpFuture<B> {
-        let site = op.site();
+        let new_fd = matches!(op.action, crate::op::action::Action::Accept(_));
         OpFuture {
             admission,
             local: Mutex::new(OpState {
@@ -525,15 +541,13 @@ impl<B: Send + 'static> OpFuture<B> {
                 waker: None,
                 buf: Some(buf),
                 _iovecs: iovecs,
-                _keep: Some(keep),
-                new_fd: site.kind == crate::kind::OpKind::Accept,
-                hold: None,
+                keep: Some(keep),
+                new_fd,
             }),
             shared: OnceLock::new(),
-            site,
+            site: None,
             op: Some(op),
             refused: None,
-            inline: None,
             #[cfg(feature = "tokio")]
             gate: None,
         }
@@ -553,6 +567,7 @@ impl<B: Send + 'static> OpFuture<B> {
             };
             Arc::new(OpTarget {
                 inner: Mutex::new(state),
+                hold: Mutex::new(None),
                 detached: AtomicBool::new(false),
                 claim: AtomicU8::new(claim),
             })
@@ -568,21 +583,38 @@ impl<B: Send + 'static> OpFuture<B> {
         }
     }
 
-    /// Has the poll try the operation with `inline` before handing it to
-    /// the driver (not [`start`](Self::start), which hands it over at once).
-    #[inline]
-    pub(crate) fn inline_first(mut self, inline: Arc<dyn Inline>) -> Self {
-        self.inline = Some(inline);
-        self
-    }
-
     /// Tries the operation on this thread, at a poll before it has been
-    /// handed to the driver: its raw result if it was performed. Yields
+    /// handed to the driver, if its [`Keep::inline`] offers a way: its raw
+    /// result if it was performed. Yields
     /// once instead (waking the task, the operation kept for the next
     /// poll, which tries again) when this thread has served
     /// [`INLINE_BUDGET`] operations in a row.
     fn poll_inline(&mut self, cx: &mut Context<'_>) -> Poll<Option<i32>> {
-        let (Some(inline), Some(op)) = (&self.inline, &self.op) else {
+        let Some(op) = &self.op else {
+            return Poll::Ready(None);
+        };
+        // The future's own state holds the keep until the shared state is
+        // made (then a handle to the operation exists, which is rare for
+        // a read not yet polled): a reference there, or a count here.
+        let shared_keep;
+        let keep = match self.shared.get() {
+            None => self
+                .local
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .keep
+                .as_deref(),
+            Some(shared) => {
+                shared_keep = shared
+                    .inner
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .keep
+                    .clone();
+                shared_keep.as_deref()
+            }
+        };
+        let Some(inline) = keep.and_then(|keep| keep.inline(op)) else {
             return Poll::Ready(None);
         };
         if op.precheck().is_some() {
@@ -657,8 +689,9 @@ impl<B: Send + 'static> OpFuture<B> {
             return;
         };
         #[cfg(feature = "tokio")]
-        let req = match super::paused_clock::hold_clock(self.admission.engine(), req, self.site.fd)
-        {
+        let fd = req.op.fd;
+        #[cfg(feature = "tokio")]
+        let req = match super::paused_clock::hold_clock(self.admission.engine(), req, fd) {
             Ok(req) => req,
             Err(gate) => {
                 self.gate = Some(gate);
@@ -700,6 +733,7 @@ impl<B: Send + 'static> OpFuture<B> {
             self.refused = Some(err);
             return None;
         }
+        self.site = Some(op.site());
         Some(Request {
             op,
             done: self.target().clone(),
@@ -811,7 +845,7 @@ impl<B: Send + 'static> Future for OpFuture<B> {
                         g.buf.take()
                     });
                     let buf = buf.expect("OpFuture polled after it resolved");
-                    return Poll::Ready((this.site.result(res), buf));
+                    return Poll::Ready((Ok(served_count(res)), buf));
                 }
                 Poll::Ready(None) => {}
             }
@@ -831,7 +865,7 @@ impl<B: Send + 'static> Future for OpFuture<B> {
                 Some(res) => {
                     let buf = g.buf.take().expect("OpFuture polled after it resolved");
                     g.new_fd = false;
-                    (Some((site.result(res), buf)), None)
+                    (Some((outcome(site, res), buf)), None)
                 }
                 None => (None, g.store_waker(cx.waker())),
             }
@@ -877,10 +911,47 @@ impl<B: Send + 'static> Drop for OpFuture<B> {
             .unwrap_or_else(|e| e.into_inner())
             .result
             .is_none();
-        if pending && (self.site.kind.is_socket() || may_wait_forever(self.site.fd)) {
+        // Pending, the operation went to the driver, which noted its site;
+        // without one it is cancelled, the doubtful case.
+        let may_wait = match self.site {
+            Some(site) => site.kind.is_socket() || may_wait_forever(site.fd),
+            None => true,
+        };
+        if pending && may_wait {
             let weak: std::sync::Weak<OpTarget<B>> = Arc::downgrade(shared);
             self.admission.engine().driver().cancel(Cancel(weak));
         }
+    }
+}
+
+/// The count of an operation served inline ([`Inline::try_inline`] never
+/// returns an error).
+#[inline]
+fn served_count(res: i32) -> usize {
+    debug_assert!(res >= 0, "an inline result is a count");
+    res.max(0) as usize
+}
+
+/// The result of an operation whose raw result is `res`: an error names
+/// the operation's site, noted when it went to the driver.
+///
+/// The rule that keeps every error named: a result reaches the future
+/// only from the driver (a completion, or the cancellation of a
+/// withdrawn operation), and every operation goes to the driver through
+/// `take_request`, which notes the site first; a read served inline
+/// returns its count without coming here, and an operation refused
+/// before submission carries its own error. An error without a site
+/// would break that rule: debug builds stop there, release builds give
+/// the bare errno.
+fn outcome(site: Option<Site>, res: i32) -> io::Result<usize> {
+    debug_assert!(
+        site.is_some() || res >= 0,
+        "an operation's error ({res}) without the site noted as it went to the driver"
+    );
+    match site {
+        Some(site) => site.result(res),
+        None if res >= 0 => Ok(res as usize),
+        None => Err(io::Error::from_raw_os_error(-res)),
     }
 }
 

@@ -386,7 +386,8 @@ pub(super) fn ensure_driven(engine: &AsyncEngine) -> io::Result<()> {
     drive_again(engine)
 }
 
-/// [`ensure_driven`] once the engine's `drive_on_tokio` tasks are all gone.
+/// [`ensure_driven`] for an engine whose `drive_on_tokio` task is gone:
+/// apart, so that the check every operation makes stays small.
 #[cold]
 #[inline(never)]
 fn drive_again(engine: &AsyncEngine) -> io::Result<()> {

@@ -36,6 +36,7 @@ use std::io;
 use std::os::fd::RawFd;
 
 use crate::kind::OpKind;
+use crate::op::action::Action;
 use crate::op::Op;
 
 /// How an engine performs reads of buffered (not `O_DIRECT`) files.
@@ -221,6 +222,21 @@ fn reads_file_data(kind: OpKind) -> bool {
 /// it cost about 3 % of a cached 4 KiB read (`docs/benchmarks.md`, "The
 /// async API's cached reads at their first poll").
 pub(crate) fn try_inline(op: &Op<'_>) -> Result<usize, i32> {
+    if let Action::Read(read) = &op.action {
+        // The common case straight from its arguments: one buffer, its
+        // offset at hand, no walk over the kinds of operation.
+        if read.len == 0 {
+            return Err(0);
+        }
+        let one = libc::iovec {
+            iov_base: read.buf.cast(),
+            iov_len: read.len,
+        };
+        // SAFETY: the read's own buffer, which the operation borrows
+        // mutably for its lifetime; the slice lasts only for the call.
+        let buf = unsafe { io_slice(&one) };
+        return whole(preadv2_nowait_at(op, read.offset, &mut [buf]), read.len);
+    }
     let segments = op.action.segments();
     let iovs = segments.as_slice();
     let want = iovs.iter().map(|v| v.iov_len).sum::<usize>();
@@ -231,10 +247,18 @@ pub(crate) fn try_inline(op: &Op<'_>) -> Result<usize, i32> {
     // its lifetime (a read's own buffer, or its `IoSliceMut`s), and the
     // slices made here last only for the synchronous call below.
     let slice = |v: &libc::iovec| unsafe { io_slice(v) };
+    let offset = op.offset();
     let rc = match iovs {
-        [one] => preadv2_nowait(op, &mut [slice(one)]),
-        many => preadv2_nowait(op, &mut many.iter().map(slice).collect::<Vec<_>>()),
+        [one] => preadv2_nowait_at(op, offset, &mut [slice(one)]),
+        many => preadv2_nowait_at(op, offset, &mut many.iter().map(slice).collect::<Vec<_>>()),
     };
+    whole(rc, want)
+}
+
+/// The count of a read that returned all `want` bytes, else the errno (0
+/// for a short read).
+#[inline]
+fn whole(rc: rustix::io::Result<usize>, want: usize) -> Result<usize, i32> {
     match rc {
         Ok(n) if n == want => Ok(n),
         Ok(_) => Err(0),
@@ -242,11 +266,17 @@ pub(crate) fn try_inline(op: &Op<'_>) -> Result<usize, i32> {
     }
 }
 
-/// `preadv2(RWF_NOWAIT)` of `bufs` at the operation's descriptor and offset.
-fn preadv2_nowait(op: &Op<'_>, bufs: &mut [io::IoSliceMut<'_>]) -> rustix::io::Result<usize> {
+/// `preadv2(RWF_NOWAIT)` of `bufs` at the operation's descriptor and
+/// `offset`.
+#[inline]
+fn preadv2_nowait_at(
+    op: &Op<'_>,
+    offset: u64,
+    bufs: &mut [io::IoSliceMut<'_>],
+) -> rustix::io::Result<usize> {
     // SAFETY: the operation keeps its descriptor open while it is performed.
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(op.fd) };
-    rustix::io::preadv2(fd, bufs, op.offset(), rustix::io::ReadWriteFlags::NOWAIT)
+    rustix::io::preadv2(fd, bufs, offset, rustix::io::ReadWriteFlags::NOWAIT)
 }
 
 /// The buffer `v` describes, as a slice for `preadv2`.

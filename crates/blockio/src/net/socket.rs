@@ -10,7 +10,7 @@ use std::sync::Arc;
 use socket2::{SockAddr, Socket};
 
 use crate::aio::driven::Admission;
-use crate::aio::op::OpFuture;
+use crate::aio::op::{Keep, OpFuture};
 use crate::aio::readiness::Registration;
 use crate::aio::{AsyncEngine, IoBuf, IoBufMut};
 use crate::backend::Backend;
@@ -46,6 +46,10 @@ pub(crate) struct OwnedSocket {
     socket: Socket,
     registration: Option<Registration>,
 }
+
+/// Keeps the socket open for its operations, none of which is tried on
+/// the polling thread by [`OpFuture`]'s poll.
+impl Keep for OwnedSocket {}
 
 impl Deref for OwnedSocket {
     type Target = Socket;

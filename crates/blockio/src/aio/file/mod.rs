@@ -27,7 +27,7 @@ pub use options::{AsyncOpenOptions, MAX_STREAM_BLOCK_SIZE, MAX_STREAM_BYTES, MAX
 
 use super::buf::IoBufMut;
 use super::driven::Admission;
-use super::op::OpFuture;
+use super::op::{Inline, Keep, OpFuture};
 use super::AsyncEngine;
 use crate::direct::Alignment;
 use crate::error::PathError;
@@ -47,7 +47,17 @@ struct Handle {
     /// [`AsyncFile::from_raw_fd`]).
     owned: bool,
     /// Reads tried on the polling thread first.
-    inline_reads: Arc<InlineReads>,
+    inline_reads: InlineReads,
+}
+
+/// A file's reads are tried on the polling thread first (see `inline`);
+/// nothing else is.
+impl Keep for Handle {
+    #[inline]
+    fn inline(&self, op: &Op<'_>) -> Option<&dyn Inline> {
+        let read = matches!(op.action, Action::Read(_) | Action::ReadVectored(_));
+        read.then_some(&self.inline_reads as &dyn Inline)
+    }
 }
 
 impl Drop for Handle {
@@ -67,7 +77,7 @@ impl Handle {
             file: std::mem::ManuallyDrop::new(file),
             direct,
             owned,
-            inline_reads: Arc::new(InlineReads::new(inline, direct.is_some())),
+            inline_reads: InlineReads::new(inline, direct.is_some()),
         })
     }
 
@@ -114,7 +124,6 @@ impl Handle {
                 offset,
             };
             self.op(engine, Action::Read(read), buf, Vec::new())
-                .inline_first(self.inline_reads.clone())
         }
     }
 }

@@ -143,7 +143,6 @@ impl AsyncFile {
             iovecs,
             offset,
         )
-        .inline_first(self.handle.inline_reads.clone())
     }
 
     /// Writes each buffer in turn, starting at `offset`.
