@@ -17,8 +17,9 @@ import asyncio
 import functools
 import os
 import sys
+import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Set, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 T = TypeVar("T")
 
@@ -197,6 +198,57 @@ class Stops(Set[Callable[[], None]]):
             stop()
 
 
+#: The streams, by ``(device, inode)``, that a wait of
+#: :func:`wait_readable` found in blocking mode, with how many such waits
+#: are under way: uvloop's reader makes the stream's open file description
+#: non-blocking while they last, which every descriptor of it sees (a
+#: duplicate, another file over the same number), and a read of one of
+#: them must wait, not raise ``BlockingIOError`` (see :func:`blocking`).
+_MADE_NONBLOCKING: Dict[Tuple[int, int], int] = {}
+_MADE_NONBLOCKING_LOCK = threading.Lock()
+
+
+def _stream_id(fd: int) -> Optional[Tuple[int, int]]:
+    """``(device, inode)`` of the stream under ``fd``; None if ``fstat``
+    refuses it."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def blocking(fd: int) -> bool:
+    """Whether a read of ``fd`` that finds nothing must wait for bytes
+    (else it raises ``BlockingIOError``): its descriptor is in blocking
+    mode, or was when a wait of :func:`wait_readable` on the same stream
+    began, whose uvloop reader made it non-blocking meanwhile."""
+    if os.get_blocking(fd):
+        return True
+    if not _MADE_NONBLOCKING:
+        return False
+    return _stream_id(fd) in _MADE_NONBLOCKING
+
+
+def _count_blocking_wait(fd: int) -> Tuple[bool, Optional[Tuple[int, int]]]:
+    """For a wait beginning on ``fd``: whether its stream is in blocking
+    mode (see :func:`blocking`), and then its id, counted in
+    :data:`_MADE_NONBLOCKING` until :func:`_uncount_blocking_wait`."""
+    key = _stream_id(fd)
+    with _MADE_NONBLOCKING_LOCK:
+        was = os.get_blocking(fd) or key in _MADE_NONBLOCKING
+        if was and key is not None:
+            _MADE_NONBLOCKING[key] = _MADE_NONBLOCKING.get(key, 0) + 1
+    return was, key
+
+
+def _uncount_blocking_wait(key: Tuple[int, int]) -> None:
+    with _MADE_NONBLOCKING_LOCK:
+        left = _MADE_NONBLOCKING.pop(key, 1) - 1
+        if left:
+            _MADE_NONBLOCKING[key] = left
+
+
 async def wait_readable(fd: int, stops: Stops) -> bool:
     """Waits until ``fd`` (a pipe, socket or terminal) is readable, at its
     end, or failed, taking nothing from it, in the running loop's own
@@ -211,16 +263,21 @@ async def wait_readable(fd: int, stops: Stops) -> bool:
     sets ``O_NONBLOCK`` on the descriptor (on its open file description,
     which other holders of it share) while the wait lasts and leaves it
     so: a descriptor that was blocking is made blocking again however
-    the wait ends, so that the next blocking read of it waits."""
+    the wait ends, so that the next blocking read of it waits; while it
+    lasts, :func:`blocking` says that the stream's descriptors are in
+    blocking mode, for reads of it through other numbers, or by other
+    files over this one, which find it non-blocking meanwhile."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return await _wait_readable_trio(fd, stops)
-    blocking = os.get_blocking(fd)
+    was_blocking, key = _count_blocking_wait(fd)
     try:
         return await _wait_readable_asyncio(loop, fd, stops)
     finally:
-        if blocking:
+        if was_blocking:
+            if key is not None:
+                _uncount_blocking_wait(key)
             try:
                 if not os.get_blocking(fd):
                     os.set_blocking(fd, True)

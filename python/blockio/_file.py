@@ -98,7 +98,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
-from ._aio import Stops, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
+from ._aio import Stops, blocking, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
 from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, coroutine_method, count_copied, read_line_inline,
                        read_stream_inline, readline_inline, stream_in_pieces, turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _finish, _flat, _KeptCancel, _stream_key
@@ -209,13 +209,6 @@ def _int_arg(value: Any, name: str) -> int:
         raise TypeError(f"{name} must be an integer, not '{type(value).__name__}'") from None
 
 
-def _read_and_close(fd: int, size: int) -> bytes:
-    try:
-        return os.read(fd, size)
-    finally:
-        os.close(fd)
-
-
 def _poll_and_close(fd: int, wake: int) -> None:
     """Waits until ``fd`` is readable (or at its end, or failed), taking
     nothing from it, or until ``wake`` (a pipe's read end) is: its write
@@ -282,10 +275,20 @@ def _type_name(obj: object) -> str:
 
 
 def _write_and_close(fd: int, data: bytes) -> int:
+    """Writes all of ``data`` to ``fd`` (a duplicate, then closed). A
+    stream that a read waiting under uvloop made non-blocking (see
+    :func:`blocking`) is waited for when full, as a blocking write waits."""
     try:
         done = 0
         while done < len(data):
-            done += os.write(fd, data[done:])
+            try:
+                done += os.write(fd, data[done:])
+            except BlockingIOError:
+                if not blocking(fd):
+                    raise
+                p = select.poll()
+                p.register(fd, select.POLLOUT)
+                p.poll()
         return done
     finally:
         os.close(fd)
@@ -446,16 +449,15 @@ class AsyncFile(FileState, LineReader[bytes]):
         self.mode = mode
         self.name = desc.name
         #: Not seekable (a pipe, socket or terminal): read and written in
-        #: order, on a thread (see `_StreamCall`), with no
-        #: position.
+        #: order, with no position; read on this thread once readable (see
+        #: `_read_stream`), written on threads (see `_StreamCall`).
         self._stream = False
-        #: A stream's read still running (its call was cancelled), whose
-        #: bytes the next read takes, and bytes read from a stream beyond
-        #: what the read that got them asked for (see `_pread`).
-        self._stream_read: Optional[_StreamCall] = None
         #: The last write to a stream, which the next one follows.
         self._stream_write: Optional[_StreamCall] = None
-        self._carry = b""
+        #: The messages of a datagram socket that a cancelled unbuffered
+        #: read took and put back, each the next reads' alone (see
+        #: `_put_back_stream`).
+        self._messages: Tuple[bytes, ...] = ()
         #: For `_stream_line`: the wait for an unbuffered stream to become
         #: readable, left running by a cancelled ``readline`` for the next
         #: one; the pipe whose write end, closed, ends such a wait (made
@@ -492,11 +494,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             # itself, with no duplicate each, and its close waits for
             # those whose task was cancelled (see `_close_descriptor`).
             engine._core.own(desc.num)
-            if self._stream:
-                # (its reads wait for the stream in the event loop's poll:
-                # see `_read_owned_stream`)
-                self._stream_waits = Stops()
-                self._stream_pieces = stream_in_pieces(desc.num)
+        if self._stream:
+            # (its reads wait for the stream in the event loop's poll,
+            # whoever owns the number: see `_read_stream`)
+            self._stream_waits = Stops()
+            self._stream_pieces = stream_in_pieces(desc.num)
 
     def _connect_callbacks(self, desc: _Descriptor, engine: Engine, buffer_size: int) -> None:
         """Connects the descriptor's ``on_share`` and the queue's ``settle``
@@ -901,37 +903,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         return await self._engine.aread(self._file, offset=at, length=size)
 
     async def _read_stream(self, size: int) -> bytes:
-        """Up to ``size`` bytes of a stream, in order. The bytes of a read
-        whose call was cancelled come first (see :class:`_StreamCall`):
-        no byte the kernel handed over is lost; what exceeds ``size`` of
-        them is kept for the next read."""
-        if self._carry:
-            out, self._carry = self._carry[:size], self._carry[size:]
-            return out
-        if self._file.closefd:
-            return await self._read_owned_stream(size)
-        if self._stream_read is None:
-            self._stream_read = _StreamCall(_read_and_close, self._live_fd(), size)
-        pending = self._stream_read
-        try:
-            data: bytes = await pending.result()
-        except BaseException:
-            finished = pending._out
-            if finished is not None and self._stream_read is pending:
-                # It finished, but this call was cancelled before it could
-                # return the bytes: they are the next read's.
-                self._stream_read = None
-                if finished[0]:
-                    self._carry = finished[1]
-            raise
-        if self._stream_read is pending:
-            self._stream_read = None
-        if len(data) > size:
-            data, self._carry = data[:size], data[size:]
-        return data
-
-    async def _read_owned_stream(self, size: int) -> bytes:
-        """One read of up to ``size`` bytes of a stream the file owns, with
+        """One read of up to ``size`` bytes of a stream, in order, with
         no thread and no duplicate descriptor: a read that never waits, on
         this thread (``read_stream_inline``); while the stream has nothing,
         a wait for it to become readable in the event loop's own poll
@@ -939,7 +911,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         stream and holds no place in the engine's bound on operations in
         flight, then the read again. So a cancelled read leaves every byte
         in the stream, and ``close`` has no operation to wait for: it ends
-        the wait, and the read raises ``OSError`` (``ECANCELED``). An error
+        the wait, and the read raises ``OSError`` (``ECANCELED``), also
+        where the caller owns the number (``closefd=False``), which the
+        read then leaves open and unread. The messages of a datagram
+        socket put back by a cancelled unbuffered read (see
+        :meth:`_put_back_stream`) come first, each alone. An error
         the stream gave after the bytes a read returned is raised by the
         next read (some are reported once: a reset socket's next read
         returns 0). A descriptor in non-blocking mode raises
@@ -950,6 +926,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         (:func:`_reopen_fifo`), and read there, the same way. A terminal,
         or a stream the loop cannot watch, is read through the engine
         once readable (:meth:`_read_through_engine`)."""
+        if self._messages:
+            first, rest = self._messages[0], self._messages[1:]
+            # (a message longer than asked for is cut, its rest returned alone next)
+            self._messages = ((first[size:],) if len(first) > size else ()) + rest
+            return first[:size]
         note = self._line_note
         if isinstance(note, OSError):
             self._line_note = None
@@ -974,7 +955,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                         if code:
                             self._line_note = OSError(code, os.strerror(code))
                         return data
-                    if not os.get_blocking(fd):
+                    if not blocking(fd):
                         raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
                     if not await self._until_stream_readable(fd):
                         return await self._read_through_engine(fd, size)
@@ -989,7 +970,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                 return os.read(nowait, size)
             except BlockingIOError:
                 pass
-            if not os.get_blocking(fd):
+            if not blocking(fd):
                 raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
             if not await self._until_stream_readable(nowait):
                 return await self._read_through_engine(fd, size)
@@ -1142,10 +1123,41 @@ class AsyncFile(FileState, LineReader[bytes]):
                     # but at its end, and a procfs file, a pipe or a socket
                     # may not.
                     break
-        except BaseException:
+        except BaseException as e:
+            if self._keep_stream_error(e, any(parts)):
+                return b"".join(parts)
             self._unread(b"".join(parts))
             raise
         return b"".join(parts)
+
+    def _keep_stream_error(self, e: BaseException, got: bool) -> bool:
+        """Whether a read of a stream that raised ``e`` after it got bytes
+        (``got``) returns them instead, as ``FileIO``'s read returns what
+        one read gave before an error: for an ``OSError``, which is then
+        the next read's to raise (``_line_note``), so that no byte comes
+        after the error that followed it; but ``BlockingIOError`` (a
+        descriptor in non-blocking mode with nothing more now), which the
+        next read meets again if the stream still has nothing, as the
+        built-in buffered file returns what it has then. A cancellation is
+        raised, and the bytes put back."""
+        if not (got and self._stream and isinstance(e, OSError)):
+            return False
+        if not isinstance(e, BlockingIOError):
+            self._line_note = e
+        return True
+
+    def _put_back_stream(self, got: List[bytes]) -> None:
+        """Puts back what a cancelled read to a stream's end got, after
+        the bytes held (read ahead before it, put back already): for the
+        next reads to return first. A datagram socket read unbuffered
+        keeps each message apart (each read returns one, as ``FileIO``'s
+        returns one ``recv``), before the messages put back earlier, which
+        the cancelled read had not reached; else they join the read
+        buffer."""
+        if self._bufsize == 0 and not self._stream_pieces:
+            self._messages = tuple(m for m in got if m) + self._messages
+        else:
+            self._rbuf += b"".join(got)
 
     def _mark(self) -> Tuple[int, bytes, int, bool, bool]:
         """Where reading is: what :meth:`_restore` goes back to when a
@@ -1200,12 +1212,14 @@ class AsyncFile(FileState, LineReader[bytes]):
         more: List[bytes] = []
         try:
             return await self._read_rest_after(head, more)
-        except BaseException:
+        except BaseException as e:
+            if self._keep_stream_error(e, bool(head) or any(more)):
+                return b"".join([head, *more])
             self._unread(head)  # (cancelled or failed: the position is back)
             if self._stream:
                 # A stream's bytes cannot be read again: those read on
                 # past the buffer come next too.
-                self._rbuf += b"".join(more)
+                self._put_back_stream(more)
             raise
 
     async def _read_rest_after(self, head: bytes, got: List[bytes]) -> bytes:
@@ -1338,9 +1352,10 @@ class AsyncFile(FileState, LineReader[bytes]):
                 line += self._take(want if i < 0 else i - off + 1)
                 if i >= 0:
                     break
-        except BaseException:
-            self._unread(bytes(line))
-            raise
+        except BaseException as e:
+            if not self._keep_stream_error(e, bool(line)):
+                self._unread(bytes(line))
+                raise
         if self._bufsize == 0 and not self._stream:
             # Unbuffered, as the built-in's FileIO: what was read past the
             # line is not kept, so the next call reads the file as it is
@@ -1357,8 +1372,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         is read one byte at a time, as ``FileIO`` reads it, so that no byte
         past the line is taken from it (see `_stream_line`)."""
         if not self._rbuf:
-            if (self._bufsize == 0 and self._stream and self._line_by_byte and not self._carry
-                    and self._stream_read is None):
+            if self._bufsize == 0 and self._stream and self._line_by_byte and not self._messages:
                 self._rbuf = await self._stream_line(limit)
                 if self._line_by_byte:
                     return bool(self._rbuf)
@@ -1410,7 +1424,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             if stop == _LINE_UNSUPPORTED:
                 self._line_by_byte = False
                 return b""
-            if not os.get_blocking(fd):
+            if not blocking(fd):
                 raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
             await self._until_readable()
 
@@ -1419,7 +1433,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         loop's poll when the file owns the descriptor and the loop can
         watch it; else on a thread that a cancellation leaves running for
         the next call, and that closing or detaching the file ends."""
-        if self._file.closefd and await self._until_stream_readable(self._live_fd()):
+        if await self._until_stream_readable(self._live_fd()):
             return
         poll = self._stream_poll
         if poll is None:
@@ -1439,7 +1453,7 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     def _forget_calls_running_elsewhere(self) -> None:
         """See :func:`_forget_parent_threads`."""
-        for name in ("_stream_read", "_stream_write", "_stream_poll"):
+        for name in ("_stream_write", "_stream_poll"):
             call = getattr(self, name)
             if call is not None and not call.done():
                 setattr(self, name, None)
@@ -1974,14 +1988,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         bytes or let a call of this file go on using it: a cancelled read
         or write still running on its thread (see :class:`_StreamCall`),
         or bytes already taken from the stream and held here."""
-        if self._stream_read is not None:
-            raise ValueError("detach() while a read of this stream, whose call was cancelled, is still running "
-                             "or holds its bytes: the next read returns them; read them first")
         last = self._stream_write
         if last is not None and not last.done():
             raise ValueError("detach() while a write to this stream, whose call was cancelled, is still "
                              "running: await flush(), which waits for it, first")
-        held = self._held() + len(self._carry) + self._engine._kept_for(self._file.num)
+        held = self._held() + sum(map(len, self._messages)) + self._engine._kept_for(self._file.num)
         if held:
             raise ValueError(f"detach() would lose {held} byte{'' if held == 1 else 's'} already read from this "
                              "stream and held by the file: read them first (read1() returns them)")

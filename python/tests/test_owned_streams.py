@@ -1,11 +1,14 @@
-"""Reads of a stream that a ``blockio.open`` file owns (``closefd=True``),
-which wait for bytes in the event loop's poll, with no thread and no
-duplicate descriptor: nothing read is lost or held back when a read is
-cancelled, whatever the stream (a pipe, a FIFO opened by path, a
-terminal, a datagram socket); an error is never dropped; the descriptor is
-left as it was found (blocking); ``close`` ends a wait however the bytes
-went, and one that was cancelled leaves the file as it was. On both
-backends, under asyncio, uvloop and trio where the loop matters.
+"""Reads of a stream by a ``blockio.open`` file (one that owns the
+descriptor, ``closefd=True``, or not), which wait for bytes in the event
+loop's poll, with no thread and no duplicate descriptor: nothing read is
+lost or held back when a read is cancelled, whatever the stream (a pipe,
+a FIFO opened by path, a terminal, a datagram socket, whose messages stay
+apart); an error is never dropped, nor raised before the bytes that came
+ahead of it; the descriptor is left as it was found (blocking), and a
+read through another file or number of it meanwhile waits; ``close``
+ends a wait however the bytes went, leaving a descriptor the caller owns
+open and unread, and one that was cancelled leaves the file as it was.
+On both backends, under asyncio, uvloop and trio where the loop matters.
 
 Every call that must return is bounded by a guard far beyond any run that
 works; the events a test needs are waited for, never slept for."""
@@ -24,7 +27,7 @@ import pytest
 import blockio
 import blockio._file
 from blockio._aio import Stops, wait_readable
-from waits import await_until, blocked_in, wait_until, watched
+from waits import await_until, blocked_in, wait_until, waits_for_bytes, watched
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 RUNNERS = pytest.mark.parametrize("runner", ["asyncio", "uvloop", "trio"])
@@ -416,4 +419,166 @@ def test_a_wait_begun_after_its_stops_ended_ends_at_once(runner):
         run_on(runner, main)
     finally:
         os.close(r)
+        os.close(w)
+
+
+@BACKENDS
+@pytest.mark.parametrize("closefd", [True, False])
+@pytest.mark.parametrize("buffering,call", [(-1, "read()"), (-1, "read(200000)"), (-1, "readline()"),
+                                            (0, "read()"), (8192, "readinto(200000)")])
+def test_the_bytes_ahead_of_an_error_come_before_it(backend, closefd, buffering, call):
+    """The peer sent 65,536 bytes and reset the connection. A read that
+    asks for more than there is (to the end, 200,000 bytes, a line with
+    no ``\\n``), buffered or not, returns the 65,536 bytes; the next read
+    raises ``ConnectionResetError`` (kept: the kernel reports a reset
+    once), the one after returns b"" (the stream's end). Never the error
+    first, with the bytes after it."""
+
+    async def read(f):
+        if call == "readinto(200000)":
+            buf = bytearray(200000)
+            return buf[:await f.readinto(buf)]
+        return await (f.read() if call == "read()" else f.read(200000) if call == "read(200000)" else f.readline())
+
+    async def main():
+        s = reset_connection()
+        fd = s.detach() if closefd else s.fileno()
+        try:
+            with blockio.Engine(backend=backend) as e:
+                async with await blockio.open(fd, "rb", buffering=buffering, closefd=closefd, engine=e) as f:
+                    out = []
+                    for _ in range(3):
+                        try:
+                            with anyio.fail_after(GUARD):
+                                out.append(len(await read(f)))
+                        except OSError as err:
+                            out.append(type(err).__name__)
+                    return out
+        finally:
+            if not closefd:
+                s.close()
+
+    assert run_on("asyncio", main) == [65536, "ConnectionResetError", 0]
+
+
+@RUNNERS
+@BACKENDS
+@pytest.mark.parametrize("method", ["read", "readline"])
+@pytest.mark.parametrize("buffering", [0, -1])
+def test_close_ends_a_waiting_read_of_a_stream_the_caller_owns(runner, backend, method, buffering):
+    """``closefd=False`` over an idle pipe, a read (or line read) waiting
+    for bytes: ``close()`` returns at once, the read raises
+    ``OSError(ECANCELED)``, and the caller's descriptor is still open,
+    with nothing taken from it: the bytes written after the close are all
+    there for the caller."""
+    r, w = os.pipe()
+
+    async def main():
+        with blockio.Engine(backend=backend) as e:
+            f = await blockio.open(r, "rb", buffering=buffering, closefd=False, engine=e)
+            out = []
+            async with anyio.create_task_group() as tg:
+                async def reader():
+                    try:
+                        out.append(await (f.read(100) if method == "read" else f.readline()))
+                    except OSError as err:
+                        out.append(err.errno)
+
+                tg.start_soon(reader)
+                await until(lambda: waits_for_bytes(r), "the read waits for the pipe")
+                with anyio.fail_after(GUARD):
+                    await f.close()
+            assert out == [errno.ECANCELED]
+
+    try:
+        run_on(runner, main)
+        assert os.get_blocking(r)
+        os.write(w, b"after the close\n")
+        os.set_blocking(r, False)
+        assert os.read(r, 100) == b"after the close\n"
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@RUNNERS
+@BACKENDS
+@pytest.mark.parametrize("family", ["AF_UNIX", "AF_INET"])
+def test_a_cancelled_read_of_datagrams_puts_each_back_alone(runner, backend, family):
+    """Two datagrams, 3,000 and 5 bytes, then ``read()`` (to the end, which
+    a datagram socket never reaches) on an unbuffered file, cancelled once
+    it has taken both and waits for more: the next reads return each
+    datagram alone, as ``FileIO.read`` returns one, never the two joined."""
+    if family == "AF_UNIX":
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    else:
+        a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        a.bind(("127.0.0.1", 0))
+        b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        b.connect(a.getsockname())
+    b.send(b"C" * 3000)
+    b.send(b"D" * 5)
+    wait_until(lambda: len(a.recv(65536, socket.MSG_PEEK | socket.MSG_DONTWAIT)) == 3000, "the datagrams arrive")
+    fd = a.detach()
+
+    async def main():
+        with blockio.Engine(backend=backend) as e:
+            async with await blockio.open(fd, "rb", buffering=0, engine=e) as f:
+                assert await cancelled_read(f, -1, lambda: until(lambda: watched(fd), "read() waits")) == b""
+                with anyio.fail_after(GUARD):
+                    return [await f.read(65536), await f.read(65536)]
+
+    try:
+        assert run_on(runner, main) == [b"C" * 3000, b"D" * 5]
+    finally:
+        b.close()
+
+
+@RUNNERS
+@BACKENDS
+@pytest.mark.parametrize("second", ["same number, closefd=False", "a duplicate, owned"])
+def test_a_read_waits_while_another_file_of_the_stream_waits(runner, backend, second):
+    """Two files over one pipe: one owning the read end, the other over
+    the same number (``closefd=False``) or over a duplicate the user made.
+    The first file's read waits (uvloop's reader makes the pipe's open
+    file description non-blocking meanwhile); the second's read must wait
+    too, not raise ``BlockingIOError``; both get their bytes, and the
+    descriptor is blocking afterwards."""
+    r, w = os.pipe()
+    r2 = r if second.startswith("same") else os.dup(r)
+    real = blockio._file.wait_readable
+    entered = []
+
+    async def counting(fd, stops):
+        entered.append(fd)
+        return await real(fd, stops)
+
+    async def main():
+        with blockio.Engine(backend=backend) as e:
+            f1 = await blockio.open(r, "rb", buffering=0, engine=e)
+            f2 = await blockio.open(r2, "rb", buffering=0, closefd=r2 != r, engine=e)
+            out = []
+            async with anyio.create_task_group() as tg:
+                async def reader(f):
+                    try:
+                        with anyio.fail_after(GUARD):
+                            out.append(await f.read(3))
+                    except OSError as err:
+                        out.append(type(err).__name__)
+
+                tg.start_soon(reader, f1)
+                await until(lambda: len(entered) == 1, "the first read waits")
+                tg.start_soon(reader, f2)
+                await until(lambda: len(entered) == 2 or out, "the second read waits, or fails")
+                os.write(w, b"aaabbb")
+            assert sorted(out, key=str) == [b"aaa", b"bbb"]
+            assert os.get_blocking(r)
+            await f2.close()
+            await f1.close()
+
+    blockio._file.wait_readable = counting
+    try:
+        run_on(runner, main)
+    finally:
+        blockio._file.wait_readable = real
         os.close(w)
