@@ -337,7 +337,12 @@ async def _wait_readable_asyncio(loop: asyncio.AbstractEventLoop, fd: int, stops
         try:
             loop.call_soon_threadsafe(end)
         except RuntimeError:
-            pass  # (that loop is closed)
+            # That loop is closed: the wait never resumes. Nothing holds
+            # its future (and the task waiting on it) any more, so that an
+            # abandoned task is collected.
+            stops.discard(stop)
+            if fut in futs:
+                futs.remove(fut)
 
     stops.add(stop)
     if stops.ended:

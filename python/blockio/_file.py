@@ -50,11 +50,11 @@ cancellation takes effect, the end of ``asyncio.run`` included (see
 :meth:`Engine._awrite_kept`), and the position is past its bytes. A read
 cancelled part-way puts back what it took.
 
-On a stream (a pipe, socket or terminal) the file owns, a read never waits
-in the kernel: it takes what the stream holds with a read that never waits,
-on the loop's thread, and while the stream has nothing it waits for it to
-become readable in the event loop's own poll
-(:meth:`AsyncFile._read_owned_stream`), on both backends alike. That was
+On a stream (a pipe, socket or terminal), whoever owns the descriptor, a
+read never waits in the kernel: it takes what the stream holds with a read
+that never waits, on the loop's thread, and while the stream has nothing it
+waits for it to become readable in the event loop's own poll
+(:meth:`AsyncFile._read_stream`), on both backends alike. That was
 chosen over a read left waiting in the ring (io_uring arms its own poll for
 it, with no thread) or for readiness in an epoll set of the thread pool's:
 a wait in the loop's poll holds no thread, no descriptor, no place in the
@@ -62,7 +62,8 @@ engine's bound on operations in flight and no buffer (450 reads of 1 MiB
 waiting in a ring hold 450 MiB); a cancellation takes nothing from the
 stream, where a read in the kernel must be cancelled there and races the
 bytes arriving; and ``close`` has no operation to cancel or wait for: it
-ends the wait, then closes the number, which no read can reach afterwards.
+ends the wait, then closes the number, which no read can reach afterwards
+(or, with ``closefd=False``, leaves it to the caller, nothing taken from it).
 Its cost is the reader's registration in the loop (an ``epoll_ctl`` to add
 it and one to remove it, per wait); a read that finds bytes costs one
 system call and no round trip through the engine. Measured here, reading
@@ -75,12 +76,8 @@ with no descriptor and no thread more while they wait. A FIFO opened by
 path and a terminal refuse reads that never wait: a FIFO is opened again
 on a description of its own in non-blocking mode and read there the same
 way; a terminal is read through the engine once readable, and a read
-cancelled then keeps its bytes for the next. On a stream the
-caller owns (``closefd=False``), and for every write to a stream, a call
-runs on a thread of its own over a duplicate (:class:`_StreamCall`); a
-read waiting in the kernel there cannot be taken back: a cancelled call
-leaves it to the file, and its bytes come in the file's next read, after
-those the cancelled call put back.
+cancelled then keeps its bytes for the next. Every write to a stream
+runs on a thread of its own over a duplicate (:class:`_StreamCall`).
 """
 
 from __future__ import annotations
@@ -1353,7 +1350,9 @@ class AsyncFile(FileState, LineReader[bytes]):
                 if i >= 0:
                     break
         except BaseException as e:
-            if not self._keep_stream_error(e, bool(line)):
+            # (but a descriptor in non-blocking mode: FileIO's readline raises
+            # there, and the part read is put back for the next)
+            if isinstance(e, BlockingIOError) or not self._keep_stream_error(e, bool(line)):
                 self._unread(bytes(line))
                 raise
         if self._bufsize == 0 and not self._stream:

@@ -582,3 +582,59 @@ def test_a_read_waits_while_another_file_of_the_stream_waits(runner, backend, se
     finally:
         blockio._file.wait_readable = real
         os.close(w)
+
+
+@BACKENDS
+def test_a_write_to_a_socket_a_waiting_read_made_non_blocking_waits_for_room(backend):
+    """Under uvloop a read waiting on a socket makes its open file
+    description non-blocking; a write of 8 MiB through another file over
+    the same number, more than the socket's buffers hold, must wait for
+    room as a blocking write does (not raise ``BlockingIOError``): once it
+    waits (or has ended), the peer reads, and all of it arrives."""
+    a, b = socket.socketpair()
+    size = 8 << 20
+
+    async def main():
+        with blockio.Engine(backend=backend) as e:
+            reading = await blockio.open(a.fileno(), "rb", buffering=0, closefd=False, engine=e)
+            writing = await blockio.open(a.fileno(), "wb", buffering=0, closefd=False, engine=e)
+            wrote = []
+            async with anyio.create_task_group() as tg:
+                scope = anyio.CancelScope()
+
+                async def reader():
+                    with scope:
+                        await reading.read(100)
+
+                async def writer():
+                    try:
+                        with anyio.fail_after(GUARD):
+                            wrote.append(await writing.write(b"w" * size))
+                    except OSError as err:
+                        wrote.append(type(err).__name__)
+                    finally:
+                        a.shutdown(socket.SHUT_WR)  # (the peer's end, however the write went)
+                        scope.cancel()
+
+                tg.start_soon(reader)
+                await until(lambda: watched(a.fileno()) and not os.get_blocking(a.fileno()), "the read waits")
+                tg.start_soon(writer)
+                await until(lambda: wrote or blocked_in("poll"), "the write waits for room, or has ended")
+
+                def peer():
+                    n = 0
+                    while more := len(b.recv(1 << 20)):
+                        n += more
+                    return n
+
+                with anyio.fail_after(GUARD):
+                    got = await anyio.to_thread.run_sync(peer)
+            assert wrote == [size] and got == size
+            await writing.close()
+            await reading.close()
+
+    try:
+        run_on("uvloop", main)
+    finally:
+        a.close()
+        b.close()
