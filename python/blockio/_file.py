@@ -292,15 +292,15 @@ def _write_and_close(fd: int, data: bytes) -> int:
 
 
 class _StreamCall:
-    """One call on a stream (a pipe, socket or terminal), ``call(dup,
-    arg)``, on a daemon thread, where ``dup`` is a duplicate of the
-    descriptor that ``call`` closes, made before the calling task can be
-    cancelled and the file closed (so a call still blocked then never
-    reaches a file opened later under the same number). Its outcome
-    outlives the call that started it: a read or write blocked in the
-    kernel cannot be taken back without losing bytes, so a task cancelled
-    while waiting for it leaves it to the file. A read's bytes go to the
-    file's next read (in whatever task or event loop that runs); a write
+    """One call on a stream (a pipe, socket or terminal): a write, or a
+    line read's wait for readiness where the event loop cannot watch the
+    descriptor; ``call(dup, arg)``, on a daemon thread, where ``dup`` is a
+    duplicate of the descriptor that ``call`` closes, made before the
+    calling task can be cancelled and the file closed (so a call still
+    blocked then never reaches a file opened later under the same
+    number). Its outcome outlives the call that started it: a write
+    blocked in the kernel cannot be taken back without losing bytes, so a
+    task cancelled while waiting for it leaves it to the file. A write
     runs to its end, and a later write (given ``after``) starts only once
     it has, so that writes reach the stream whole and in the order they
     were made, as on aiofiles' file, whose lock orders its threads. A
