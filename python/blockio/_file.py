@@ -95,7 +95,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
-from ._aio import Stops, blocking, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
+from ._aio import Stops, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
 from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, coroutine_method, count_copied, read_line_inline,
                        read_stream_inline, readline_inline, stream_in_pieces, turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _finish, _flat, _KeptCancel, _stream_key
@@ -272,20 +272,10 @@ def _type_name(obj: object) -> str:
 
 
 def _write_and_close(fd: int, data: bytes) -> int:
-    """Writes all of ``data`` to ``fd`` (a duplicate, then closed). A
-    stream that a read waiting under uvloop made non-blocking (see
-    :func:`blocking`) is waited for when full, as a blocking write waits."""
     try:
         done = 0
         while done < len(data):
-            try:
-                done += os.write(fd, data[done:])
-            except BlockingIOError:
-                if not blocking(fd):
-                    raise
-                p = select.poll()
-                p.register(fd, select.POLLOUT)
-                p.poll()
+            done += os.write(fd, data[done:])
         return done
     finally:
         os.close(fd)
@@ -952,7 +942,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                         if code:
                             self._line_note = OSError(code, os.strerror(code))
                         return data
-                    if not blocking(fd):
+                    if not os.get_blocking(fd):
                         raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
                     if not await self._until_stream_readable(fd):
                         return await self._read_through_engine(fd, size)
@@ -961,13 +951,15 @@ class AsyncFile(FileState, LineReader[bytes]):
                 self._stream_nowait = _reopen_fifo(fd)
             nowait = self._stream_nowait
             if nowait < 0:
+                if not os.get_blocking(fd):
+                    return os.read(fd, size)  # (returns at once, or raises BlockingIOError)
                 await self._until_stream_readable(fd)
                 return await self._read_through_engine(fd, size)
             try:
                 return os.read(nowait, size)
             except BlockingIOError:
                 pass
-            if not blocking(fd):
+            if not os.get_blocking(fd):
                 raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
             if not await self._until_stream_readable(nowait):
                 return await self._read_through_engine(fd, size)
@@ -1173,6 +1165,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         # (lines end at b"\n" only, as a binary file's readline's; where
         # there is no b"\r", bytes.splitlines cuts there too, and faster)
         return data.splitlines(True) if b"\r" not in data else io.BytesIO(data).readlines()
+
+    def _keep_error(self, e: BaseException) -> bool:
+        return self._keep_stream_error(e, True)
 
     def _put_back(self, lines: List[bytes]) -> None:
         self._unread(b"".join(lines))
@@ -1423,7 +1418,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             if stop == _LINE_UNSUPPORTED:
                 self._line_by_byte = False
                 return b""
-            if not blocking(fd):
+            if not os.get_blocking(fd):
                 raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
             await self._until_readable()
 
