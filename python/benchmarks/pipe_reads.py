@@ -10,8 +10,8 @@ count, not a time: one run says it.
 
 ``throughput``: 256 MiB from ``dd`` through a pipe, ``read(--size)`` in a
 loop until the end, by a file that owns the read end (``closefd=True``),
-one that does not (``closefd=False``: a thread per read, over a
-duplicate) and aiofiles; MiB/s, the median and spread of ``--rounds``
+one that does not (``closefd=False``, read the same way: reads that
+never wait, and waits in the loop's poll) and aiofiles; MiB/s, the median and spread of ``--rounds``
 rounds, the three alternating in order each round.
 
     .venv/bin/python python/benchmarks/pipe_reads.py pending

@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import select
 import sys
+import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Set, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 T = TypeVar("T")
 
@@ -171,9 +173,9 @@ async def run_in_thread(func: Callable[..., T], *args: Any) -> T:
     return await loop.run_in_executor(None, functools.partial(func, *args))
 
 
-#: The readers each asyncio loop has waiting on a descriptor's readiness
-#: (see :func:`wait_readable`): by descriptor, the futures waiting.
-_READERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[int, List[Any]]]" = weakref.WeakKeyDictionary()
+#: Each asyncio loop's private poll of the streams :func:`wait_readable`
+#: waits on (see :class:`_LoopPoll`).
+_POLLS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPoll]" = weakref.WeakKeyDictionary()
 
 
 class Stops(Set[Callable[[], None]]):
@@ -200,32 +202,21 @@ class Stops(Set[Callable[[], None]]):
 async def wait_readable(fd: int, stops: Stops) -> bool:
     """Waits until ``fd`` (a pipe, socket or terminal) is readable, at its
     end, or failed, taking nothing from it, in the running loop's own
-    poll: asyncio's reader on the descriptor (one for every task waiting
-    on it), trio's ``wait_readable``. Meanwhile ``stops`` holds a function,
+    poll: under asyncio through the loop's private ``epoll``, which holds
+    the descriptor while tasks wait on it (see :class:`_LoopPoll`); under
+    trio, trio's ``wait_readable``. Meanwhile ``stops`` holds a function,
     callable from any thread, that ends the wait at once (the file or the
     engine is closing); once ``stops`` is ended, the wait ends at once.
     Whether it waited: False, at once, for a descriptor the loop cannot
-    watch (one ``epoll`` refuses, as ``/dev/null``; under trio, one another
-    task waits on already), for the caller to read it without waiting
-    first. A cancellation takes nothing from the stream. uvloop's reader
-    sets ``O_NONBLOCK`` on the descriptor (on its open file description,
-    which other holders of it share) while the wait lasts and leaves it
-    so: a descriptor that was blocking is made blocking again however
-    the wait ends, so that the next blocking read of it waits."""
+    watch (one ``epoll`` refuses, as ``/dev/null``; under trio, one
+    another task waits on already), for the caller to read it without
+    waiting first. A cancellation takes nothing from the stream, and no
+    wait changes the descriptor or its flags."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return await _wait_readable_trio(fd, stops)
-    blocking = os.get_blocking(fd)
-    try:
-        return await _wait_readable_asyncio(loop, fd, stops)
-    finally:
-        if blocking:
-            try:
-                if not os.get_blocking(fd):
-                    os.set_blocking(fd, True)
-            except OSError:
-                pass  # (closed meanwhile: nothing to put back)
+    return await _wait_readable_asyncio(loop, fd, stops)
 
 
 async def _wait_readable_trio(fd: int, stops: Stops) -> bool:
@@ -251,26 +242,75 @@ async def _wait_readable_trio(fd: int, stops: Stops) -> bool:
     return True
 
 
-async def _wait_readable_asyncio(loop: asyncio.AbstractEventLoop, fd: int, stops: Stops) -> bool:
-    """:func:`wait_readable` under asyncio."""
-    waits = _READERS.get(loop)
-    if waits is None:
-        waits = _READERS[loop] = {}
-    futs = waits.get(fd)
-    if futs is None:
-        def ready() -> None:
-            loop.remove_reader(fd)
-            for f in waits.pop(fd, ()):
+class _LoopPoll:
+    """An asyncio loop's private ``epoll`` of the descriptors that
+    :func:`wait_readable` waits on, with the futures waiting on each. The
+    loop watches only the ``epoll``'s own descriptor (uvloop's reader sets
+    ``O_NONBLOCK`` on what it watches, and so leaves the caller's open
+    file description, which other programs may share, as it was), one
+    for all the loop's waits. A descriptor is held one-shot: once it is
+    reported, its waits end and it is taken out of the ``epoll``, which
+    holds only what tasks wait on."""
+
+    __slots__ = ("epoll", "waits", "__weakref__")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.epoll = select.epoll()
+        self.waits: Dict[int, List[Any]] = {}
+        try:
+            loop.add_reader(self.epoll.fileno(), self._ready)
+        except BaseException:
+            self.epoll.close()
+            raise
+        weakref.finalize(loop, self.epoll.close)
+
+    def _ready(self) -> None:
+        """The loop's callback: ends the waits on each descriptor reported."""
+        for fd, _ in self.epoll.poll(0):
+            self._drop(fd)
+            for f in self.waits.pop(fd, ()):
                 if not f.done():
                     f.set_result(None)
 
+    def _drop(self, fd: int) -> None:
         try:
-            loop.add_reader(fd, ready)
+            self.epoll.unregister(fd)
         except (OSError, ValueError):
-            return False
-        futs = waits[fd] = []
+            pass  # (closed meanwhile, which took it out of the epoll)
+
+    def join(self, fd: int, fut: Any) -> bool:
+        """Adds ``fut`` to the waits on ``fd``: whether the ``epoll``
+        holds it (False: one it refuses, as ``/dev/null``)."""
+        futs = self.waits.get(fd)
+        if futs is None:
+            try:
+                self.epoll.register(fd, select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT)
+            except (OSError, ValueError):
+                return False
+            futs = self.waits[fd] = []
+        futs.append(fut)
+        return True
+
+    def leave(self, fd: int, fut: Any) -> None:
+        """Takes ``fut`` out of the waits on ``fd`` (ended or abandoned);
+        the last one out takes ``fd`` out of the ``epoll``."""
+        futs = self.waits.get(fd)
+        if futs is None or fut not in futs:
+            return
+        futs.remove(fut)
+        if not futs:
+            del self.waits[fd]
+            self._drop(fd)
+
+
+async def _wait_readable_asyncio(loop: asyncio.AbstractEventLoop, fd: int, stops: Stops) -> bool:
+    """:func:`wait_readable` under asyncio."""
+    poll = _POLLS.get(loop)
+    if poll is None:
+        poll = _POLLS[loop] = _LoopPoll(loop)
     fut = loop.create_future()
-    futs.append(fut)
+    if not poll.join(fd, fut):
+        return False
 
     def end() -> None:
         if not fut.done():
@@ -280,7 +320,11 @@ async def _wait_readable_asyncio(loop: asyncio.AbstractEventLoop, fd: int, stops
         try:
             loop.call_soon_threadsafe(end)
         except RuntimeError:
-            pass  # (that loop is closed)
+            # That loop is closed: the wait never resumes. Nothing holds
+            # its future (and the task waiting on it) any more, so that an
+            # abandoned task is collected.
+            stops.discard(stop)
+            poll.leave(fd, fut)
 
     stops.add(stop)
     if stops.ended:
@@ -289,11 +333,7 @@ async def _wait_readable_asyncio(loop: asyncio.AbstractEventLoop, fd: int, stops
         await fut
     finally:
         stops.discard(stop)
-        if fut in futs:
-            futs.remove(fut)
-            if not futs and waits.get(fd) is futs:
-                del waits[fd]
-                loop.remove_reader(fd)
+        poll.leave(fd, fut)
     return True
 
 

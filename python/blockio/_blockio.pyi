@@ -94,15 +94,14 @@ class FileState:
     _append: bool
     #: Not seekable (a pipe, socket or terminal).
     _stream: bool
-    #: A stream's bytes read beyond what their read asked for.
-    _carry: bytes
+    #: A datagram socket's messages put back by a cancelled unbuffered read.
+    _messages: Tuple[bytes, ...]
     #: A stream's calls left running, and the wait's wake-up pipe.
-    _stream_read: Optional[_StreamCall]
     _stream_write: Optional[_StreamCall]
     _stream_poll: Optional[_StreamCall]
     _poll_wake: Optional[Tuple[int, int]]
-    #: What ends the readiness waits of a stream the file owns (None: not
-    #: such a stream); ended while a close is under way.
+    #: What ends the readiness waits of a stream's reads (None: not a
+    #: stream); ended while a close is under way.
     _stream_waits: Optional[Stops]
     #: A byte stream, which one read may take in several reads.
     _stream_pieces: bool

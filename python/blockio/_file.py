@@ -51,11 +51,11 @@ cancellation takes effect, the end of ``asyncio.run`` included (see
 :meth:`Engine._awrite_kept`), and the position is past its bytes. A read
 cancelled part-way puts back what it took.
 
-On a stream (a pipe, socket or terminal) the file owns, a read never waits
-in the kernel: it takes what the stream holds with a read that never waits,
-on the loop's thread, and while the stream has nothing it waits for it to
-become readable in the event loop's own poll
-(:meth:`AsyncFile._read_owned_stream`), on both backends alike. That was
+On a stream (a pipe, socket or terminal), whoever owns the descriptor, a
+read never waits in the kernel: it takes what the stream holds with a read
+that never waits, on the loop's thread, and while the stream has nothing it
+waits for it to become readable in the event loop's own poll
+(:meth:`AsyncFile._read_stream`), on both backends alike. That was
 chosen over a read left waiting in the ring (io_uring arms its own poll for
 it, with no thread) or for readiness in an epoll set of the thread pool's:
 a wait in the loop's poll holds no thread, no descriptor, no place in the
@@ -63,7 +63,8 @@ engine's bound on operations in flight and no buffer (450 reads of 1 MiB
 waiting in a ring hold 450 MiB); a cancellation takes nothing from the
 stream, where a read in the kernel must be cancelled there and races the
 bytes arriving; and ``close`` has no operation to cancel or wait for: it
-ends the wait, then closes the number, which no read can reach afterwards.
+ends the wait, then closes the number, which no read can reach afterwards
+(or, with ``closefd=False``, leaves it to the caller, nothing taken from it).
 Its cost is the reader's registration in the loop (an ``epoll_ctl`` to add
 it and one to remove it, per wait); a read that finds bytes costs one
 system call and no round trip through the engine. Measured here, reading
@@ -76,12 +77,8 @@ with no descriptor and no thread more while they wait. A FIFO opened by
 path and a terminal refuse reads that never wait: a FIFO is opened again
 on a description of its own in non-blocking mode and read there the same
 way; a terminal is read through the engine once readable, and a read
-cancelled then keeps its bytes for the next. On a stream the
-caller owns (``closefd=False``), and for every write to a stream, a call
-runs on a thread of its own over a duplicate (:class:`_StreamCall`); a
-read waiting in the kernel there cannot be taken back: a cancelled call
-leaves it to the file, and its bytes come in the file's next read, after
-those the cancelled call put back.
+cancelled then keeps its bytes for the next. Every write to a stream
+runs on a thread of its own over a duplicate (:class:`_StreamCall`).
 """
 
 from __future__ import annotations
@@ -210,13 +207,6 @@ def _int_arg(value: Any, name: str) -> int:
         raise TypeError(f"{name} must be an integer, not '{type(value).__name__}'") from None
 
 
-def _read_and_close(fd: int, size: int) -> bytes:
-    try:
-        return os.read(fd, size)
-    finally:
-        os.close(fd)
-
-
 def _poll_and_close(fd: int, wake: int) -> None:
     """Waits until ``fd`` is readable (or at its end, or failed), taking
     nothing from it, or until ``wake`` (a pipe's read end) is: its write
@@ -293,15 +283,15 @@ def _write_and_close(fd: int, data: bytes) -> int:
 
 
 class _StreamCall:
-    """One call on a stream (a pipe, socket or terminal), ``call(dup,
-    arg)``, on a daemon thread, where ``dup`` is a duplicate of the
-    descriptor that ``call`` closes, made before the calling task can be
-    cancelled and the file closed (so a call still blocked then never
-    reaches a file opened later under the same number). Its outcome
-    outlives the call that started it: a read or write blocked in the
-    kernel cannot be taken back without losing bytes, so a task cancelled
-    while waiting for it leaves it to the file. A read's bytes go to the
-    file's next read (in whatever task or event loop that runs); a write
+    """One call on a stream (a pipe, socket or terminal): a write, or a
+    line read's wait for readiness where the event loop cannot watch the
+    descriptor; ``call(dup, arg)``, on a daemon thread, where ``dup`` is a
+    duplicate of the descriptor that ``call`` closes, made before the
+    calling task can be cancelled and the file closed (so a call still
+    blocked then never reaches a file opened later under the same
+    number). Its outcome outlives the call that started it: a write
+    blocked in the kernel cannot be taken back without losing bytes, so a
+    task cancelled while waiting for it leaves it to the file. A write
     runs to its end, and a later write (given ``after``) starts only once
     it has, so that writes reach the stream whole and in the order they
     were made, as on aiofiles' file, whose lock orders its threads. A
@@ -448,16 +438,15 @@ class AsyncFile(FileState, LineReader[bytes]):
         self.mode = mode
         self.name = desc.name
         #: Not seekable (a pipe, socket or terminal): read and written in
-        #: order, on a thread (see `_StreamCall`), with no
-        #: position.
+        #: order, with no position; read on this thread once readable (see
+        #: `_read_stream`), written on threads (see `_StreamCall`).
         self._stream = False
-        #: A stream's read still running (its call was cancelled), whose
-        #: bytes the next read takes, and bytes read from a stream beyond
-        #: what the read that got them asked for (see `_pread`).
-        self._stream_read: Optional[_StreamCall] = None
         #: The last write to a stream, which the next one follows.
         self._stream_write: Optional[_StreamCall] = None
-        self._carry = b""
+        #: The messages of a datagram socket that a cancelled unbuffered
+        #: read took and put back, each the next reads' alone (see
+        #: `_put_back_stream`).
+        self._messages: Tuple[bytes, ...] = ()
         #: For `_stream_line`: the wait for an unbuffered stream to become
         #: readable, left running by a cancelled ``readline`` for the next
         #: one; the pipe whose write end, closed, ends such a wait (made
@@ -494,11 +483,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             # itself, with no duplicate each, and its close waits for
             # those whose task was cancelled (see `_close_descriptor`).
             engine._core.own(desc.num)
-            if self._stream:
-                # (its reads wait for the stream in the event loop's poll:
-                # see `_read_owned_stream`)
-                self._stream_waits = Stops()
-                self._stream_pieces = stream_in_pieces(desc.num)
+        if self._stream:
+            # (its reads wait for the stream in the event loop's poll,
+            # whoever owns the number: see `_read_stream`)
+            self._stream_waits = Stops()
+            self._stream_pieces = stream_in_pieces(desc.num)
 
     def _connect_callbacks(self, desc: _Descriptor, engine: Engine, buffer_size: int) -> None:
         """Connects the descriptor's ``on_share`` and the queue's ``settle``
@@ -1055,37 +1044,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         return await self._engine.aread(self._file, offset=at, length=size)
 
     async def _read_stream(self, size: int) -> bytes:
-        """Up to ``size`` bytes of a stream, in order. The bytes of a read
-        whose call was cancelled come first (see :class:`_StreamCall`):
-        no byte the kernel handed over is lost; what exceeds ``size`` of
-        them is kept for the next read."""
-        if self._carry:
-            out, self._carry = self._carry[:size], self._carry[size:]
-            return out
-        if self._file.closefd:
-            return await self._read_owned_stream(size)
-        if self._stream_read is None:
-            self._stream_read = _StreamCall(_read_and_close, self._live_fd(), size)
-        pending = self._stream_read
-        try:
-            data: bytes = await pending.result()
-        except BaseException:
-            finished = pending._out
-            if finished is not None and self._stream_read is pending:
-                # It finished, but this call was cancelled before it could
-                # return the bytes: they are the next read's.
-                self._stream_read = None
-                if finished[0]:
-                    self._carry = finished[1]
-            raise
-        if self._stream_read is pending:
-            self._stream_read = None
-        if len(data) > size:
-            data, self._carry = data[:size], data[size:]
-        return data
-
-    async def _read_owned_stream(self, size: int) -> bytes:
-        """One read of up to ``size`` bytes of a stream the file owns, with
+        """One read of up to ``size`` bytes of a stream, in order, with
         no thread and no duplicate descriptor: a read that never waits, on
         this thread (``read_stream_inline``); while the stream has nothing,
         a wait for it to become readable in the event loop's own poll
@@ -1093,7 +1052,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         stream and holds no place in the engine's bound on operations in
         flight, then the read again. So a cancelled read leaves every byte
         in the stream, and ``close`` has no operation to wait for: it ends
-        the wait, and the read raises ``OSError`` (``ECANCELED``). An error
+        the wait, and the read raises ``OSError`` (``ECANCELED``), also
+        where the caller owns the number (``closefd=False``), which the
+        read then leaves open and unread. The messages of a datagram
+        socket put back by a cancelled unbuffered read (see
+        :meth:`_put_back_stream`) come first, each alone. An error
         the stream gave after the bytes a read returned is raised by the
         next read (some are reported once: a reset socket's next read
         returns 0). A descriptor in non-blocking mode raises
@@ -1104,6 +1067,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         (:func:`_reopen_fifo`), and read there, the same way. A terminal,
         or a stream the loop cannot watch, is read through the engine
         once readable (:meth:`_read_through_engine`)."""
+        if self._messages:
+            first, rest = self._messages[0], self._messages[1:]
+            # (a message longer than asked for is cut, its rest returned alone next)
+            self._messages = ((first[size:],) if len(first) > size else ()) + rest
+            return first[:size]
         note = self._line_note
         if isinstance(note, OSError):
             self._line_note = None
@@ -1137,6 +1105,8 @@ class AsyncFile(FileState, LineReader[bytes]):
                 self._stream_nowait = _reopen_fifo(fd)
             nowait = self._stream_nowait
             if nowait < 0:
+                if not os.get_blocking(fd):
+                    return os.read(fd, size)  # (returns at once, or raises BlockingIOError)
                 await self._until_stream_readable(fd)
                 return await self._read_through_engine(fd, size)
             try:
@@ -1296,10 +1266,41 @@ class AsyncFile(FileState, LineReader[bytes]):
                     # but at its end, and a procfs file, a pipe or a socket
                     # may not.
                     break
-        except BaseException:
+        except BaseException as e:
+            if self._keep_stream_error(e, any(parts)):
+                return b"".join(parts)
             self._unread(b"".join(parts))
             raise
         return b"".join(parts)
+
+    def _keep_stream_error(self, e: BaseException, got: bool) -> bool:
+        """Whether a read of a stream that raised ``e`` after it got bytes
+        (``got``) returns them instead, as ``FileIO``'s read returns what
+        one read gave before an error: for an ``OSError``, which is then
+        the next read's to raise (``_line_note``), so that no byte comes
+        after the error that followed it; but ``BlockingIOError`` (a
+        descriptor in non-blocking mode with nothing more now), which the
+        next read meets again if the stream still has nothing, as the
+        built-in buffered file returns what it has then. A cancellation is
+        raised, and the bytes put back."""
+        if not (got and self._stream and isinstance(e, OSError)):
+            return False
+        if not isinstance(e, BlockingIOError):
+            self._line_note = e
+        return True
+
+    def _put_back_stream(self, got: List[bytes]) -> None:
+        """Puts back what a cancelled read to a stream's end got, after
+        the bytes held (read ahead before it, put back already): for the
+        next reads to return first. A datagram socket read unbuffered
+        keeps each message apart (each read returns one, as ``FileIO``'s
+        returns one ``recv``), before the messages put back earlier, which
+        the cancelled read had not reached; else they join the read
+        buffer."""
+        if self._bufsize == 0 and not self._stream_pieces:
+            self._messages = tuple(m for m in got if m) + self._messages
+        else:
+            self._rbuf += b"".join(got)
 
     def _mark(self) -> Tuple[int, bytes, int, bool, bool]:
         """Where reading is: what :meth:`_restore` goes back to when a
@@ -1318,6 +1319,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         # (lines end at b"\n" only, as a binary file's readline's; where
         # there is no b"\r", bytes.splitlines cuts there too, and faster)
         return data.splitlines(True) if b"\r" not in data else io.BytesIO(data).readlines()
+
+    def _keep_error(self, e: BaseException) -> bool:
+        return self._keep_stream_error(e, True)
 
     def _put_back(self, lines: List[bytes]) -> None:
         self._unread(b"".join(lines))
@@ -1354,12 +1358,14 @@ class AsyncFile(FileState, LineReader[bytes]):
         more: List[bytes] = []
         try:
             return await self._read_rest_after(head, more)
-        except BaseException:
+        except BaseException as e:
+            if self._keep_stream_error(e, bool(head) or any(more)):
+                return b"".join([head, *more])
             self._unread(head)  # (cancelled or failed: the position is back)
             if self._stream:
                 # A stream's bytes cannot be read again: those read on
                 # past the buffer come next too.
-                self._rbuf += b"".join(more)
+                self._put_back_stream(more)
             raise
 
     async def _read_rest_after(self, head: bytes, got: List[bytes]) -> bytes:
@@ -1492,9 +1498,12 @@ class AsyncFile(FileState, LineReader[bytes]):
                 line += self._take(want if i < 0 else i - off + 1)
                 if i >= 0:
                     break
-        except BaseException:
-            self._unread(bytes(line))
-            raise
+        except BaseException as e:
+            # (but a descriptor in non-blocking mode: FileIO's readline raises
+            # there, and the part read is put back for the next)
+            if isinstance(e, BlockingIOError) or not self._keep_stream_error(e, bool(line)):
+                self._unread(bytes(line))
+                raise
         if self._bufsize == 0 and not self._stream:
             # Unbuffered, as the built-in's FileIO: what was read past the
             # line is not kept, so the next call reads the file as it is
@@ -1511,8 +1520,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         is read one byte at a time, as ``FileIO`` reads it, so that no byte
         past the line is taken from it (see `_stream_line`)."""
         if not self._rbuf:
-            if (self._bufsize == 0 and self._stream and self._line_by_byte and not self._carry
-                    and self._stream_read is None):
+            if self._bufsize == 0 and self._stream and self._line_by_byte and not self._messages:
                 self._rbuf = await self._stream_line(limit)
                 if self._line_by_byte:
                     return bool(self._rbuf)
@@ -1573,7 +1581,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         loop's poll when the file owns the descriptor and the loop can
         watch it; else on a thread that a cancellation leaves running for
         the next call, and that closing or detaching the file ends."""
-        if self._file.closefd and await self._until_stream_readable(self._live_fd()):
+        if await self._until_stream_readable(self._live_fd()):
             return
         poll = self._stream_poll
         if poll is None:
@@ -1593,7 +1601,7 @@ class AsyncFile(FileState, LineReader[bytes]):
 
     def _forget_calls_running_elsewhere(self) -> None:
         """See :func:`_forget_parent_threads`."""
-        for name in ("_stream_read", "_stream_write", "_stream_poll"):
+        for name in ("_stream_write", "_stream_poll"):
             call = getattr(self, name)
             if call is not None and not call.done():
                 setattr(self, name, None)
@@ -2146,14 +2154,11 @@ class AsyncFile(FileState, LineReader[bytes]):
         bytes or let a call of this file go on using it: a cancelled read
         or write still running on its thread (see :class:`_StreamCall`),
         or bytes already taken from the stream and held here."""
-        if self._stream_read is not None:
-            raise ValueError("detach() while a read of this stream, whose call was cancelled, is still running "
-                             "or holds its bytes: the next read returns them; read them first")
         last = self._stream_write
         if last is not None and not last.done():
             raise ValueError("detach() while a write to this stream, whose call was cancelled, is still "
                              "running: await flush(), which waits for it, first")
-        held = self._held() + len(self._carry) + self._engine._kept_for(self._file.num)
+        held = self._held() + sum(map(len, self._messages)) + self._engine._kept_for(self._file.num)
         if held:
             raise ValueError(f"detach() would lose {held} byte{'' if held == 1 else 's'} already read from this "
                              "stream and held by the file: read them first (read1() returns them)")

@@ -93,8 +93,11 @@ class LineReader(Generic[AnyStr]):
                     # turns of the loop as a loop of readline would; a
                     # cancellation here is undone below)
                     await pause()
-        except BaseException:
+        except BaseException as e:
             if self._in_order():
+                if lines and self._keep_error(e):
+                    # (the lines ahead of a stream's error come before it)
+                    return lines
                 # A stream cannot be read again: the lines read so far are
                 # put back before what the last readline put back.
                 self._put_back(lines)
@@ -110,6 +113,14 @@ class LineReader(Generic[AnyStr]):
     def _in_order(self) -> bool:
         """Whether the file is a stream (a pipe, socket or terminal), whose
         bytes cannot be read again once read."""
+        raise NotImplementedError
+
+    def _keep_error(self, e: BaseException) -> bool:
+        """Whether ``e``, which a stream's ``readline`` raised after
+        ``readlines`` had read lines, is kept for the next read to raise,
+        the lines returned first (an ``OSError``, as a read returns the
+        bytes ahead of one); else the lines are put back and ``e`` raised
+        (a cancellation)."""
         raise NotImplementedError
 
     def _put_back(self, lines: List[AnyStr]) -> None:

@@ -361,6 +361,11 @@ class AsyncTextFile(LineReader[str]):
             return io.StringIO(data, newline="").readlines()
         return split_keeping_ends(data, "\n" if nl is None else nl)
 
+    def _keep_error(self, e: BaseException) -> bool:
+        # (kept by the bytes' file, whose next read, after the characters
+        # decoded already, raises it)
+        return self.buffer._keep_stream_error(e, True)
+
     def _put_back(self, lines: List[str]) -> None:
         self._decoded = "".join(lines) + self._pending()
         self._used = 0
@@ -455,7 +460,15 @@ class AsyncTextFile(LineReader[str]):
                 n = end - base if end >= 0 else limit
                 return self._take(n if limit < 0 else min(n, limit))
             scanned = pending
-            if not await self._more():
+            try:
+                more = await self._more()
+            except OSError as e:
+                # (a stream's error after characters of the line: they
+                # come first, the error with the next read)
+                if pending and self.buffer._keep_stream_error(e, True):
+                    return self._take(pending)
+                raise
+            if not more:
                 return self._take(len(self._decoded) - self._used)
 
     # -- writing ----------------------------------------------------------------

@@ -28,7 +28,7 @@
 use std::os::fd::RawFd;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList, PyTuple};
 use pyo3::PyTraverseError;
 use pyo3::PyVisit;
 
@@ -130,21 +130,18 @@ pub(crate) struct FileState {
     #[pyo3(get, set, name = "_append")]
     append: bool,
     /// Not seekable (a pipe, socket or terminal): read and written in
-    /// order, with no position; read on the loop's thread when the file
-    /// owns the descriptor (`AsyncFile._read_owned_stream`), else on
-    /// threads (`_StreamCall`), as its writes are.
+    /// order, with no position; read on the loop's thread
+    /// (`AsyncFile._read_stream`), written on threads (`_StreamCall`).
     #[pyo3(get, set, name = "_stream")]
     stream: bool,
-    /// Bytes read from a stream beyond what the read that got them asked
-    /// for: the next read's first.
-    #[pyo3(get, set, name = "_carry")]
-    carry: PyObject,
-    /// A stream's read still running (its call was cancelled), whose
-    /// bytes the next read takes; the last write to a stream, which the
-    /// next follows; the wait for an unbuffered stream to become readable
-    /// left by a cancelled `readline` (each a `_StreamCall`, or `None`).
-    #[pyo3(get, set, name = "_stream_read")]
-    stream_read: PyObject,
+    /// The messages of a datagram socket that a cancelled unbuffered read
+    /// took and put back (a tuple of `bytes`): the next reads return each
+    /// alone, first (see `AsyncFile._put_back_stream`).
+    #[pyo3(get, set, name = "_messages")]
+    messages: PyObject,
+    /// The last write to a stream, which the next follows; the wait for
+    /// an unbuffered stream to become readable left by a cancelled
+    /// `readline` (each a `_StreamCall`, or `None`).
     #[pyo3(get, set, name = "_stream_write")]
     stream_write: PyObject,
     #[pyo3(get, set, name = "_stream_poll")]
@@ -153,9 +150,9 @@ pub(crate) struct FileState {
     /// tuple of its two descriptors, or `None`).
     #[pyo3(get, set, name = "_poll_wake")]
     poll_wake: PyObject,
-    /// What ends the waits of a stream that its file owns for readiness in
-    /// the event loop's poll (a set of functions, which `close` calls), or
-    /// `None`: not a stream the file owns, or closing.
+    /// What ends the waits of a stream's reads for readiness in the event
+    /// loop's poll (a set of functions, which `close` calls), or `None`:
+    /// not a stream.
     #[pyo3(get, set, name = "_stream_waits")]
     stream_waits: PyObject,
     /// The stream takes reads that never wait (not a FIFO or a terminal).
@@ -226,7 +223,7 @@ impl FileState {
     #[pyo3(signature = (*_args, **_kwargs))]
     fn new(
         py: Python<'_>,
-        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _args: &Bound<'_, PyTuple>,
         _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
     ) -> Self {
         let none = || py.None();
@@ -249,8 +246,7 @@ impl FileState {
             writable: false,
             append: false,
             stream: false,
-            carry: nothing(py),
-            stream_read: none(),
+            messages: PyTuple::empty(py).into_any().unbind(),
             stream_write: none(),
             stream_poll: none(),
             poll_wake: none(),
@@ -498,9 +494,8 @@ impl FileState {
 
     fn __clear__(&mut self, py: Python<'_>) {
         self.rbuf = nothing(py);
-        self.carry = nothing(py);
+        self.messages = PyTuple::empty(py).into_any().unbind();
         for held in [
-            &mut self.stream_read,
             &mut self.stream_write,
             &mut self.stream_poll,
             &mut self.poll_wake,
@@ -528,10 +523,9 @@ fn nothing(py: Python<'_>) -> PyObject {
 impl FileState {
     /// The Python objects held besides the buffers and what the calls
     /// served inline use (for the cycle collector).
-    fn objects(&self) -> [&PyObject; 12] {
+    fn objects(&self) -> [&PyObject; 11] {
         [
-            &self.carry,
-            &self.stream_read,
+            &self.messages,
             &self.stream_write,
             &self.stream_poll,
             &self.poll_wake,

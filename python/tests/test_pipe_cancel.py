@@ -18,7 +18,7 @@ import time
 import pytest
 
 import blockio
-from waits import await_until, blocked_in, waits_for_bytes, watched
+from waits import await_until, waits_for_bytes, watched
 
 BACKENDS = pytest.mark.parametrize("backend", ["uring", "threads"])
 MODES = pytest.mark.parametrize("mode", ["rb", "r"])
@@ -138,11 +138,10 @@ def test_a_pipe_read_cancelled_after_its_bytes_arrived_leaves_them_to_the_next_r
     """The cancellation comes after the bytes reached the pipe but before
     the waiting task runs again (so the task ends cancelled, not with the
     bytes): the next read returns them, and every line written arrives
-    once, in order. A file that owns the descriptor has taken nothing:
-    its read waits in the event loop's poll, whose reader has fired (the
-    loop no longer watches the pipe) and scheduled the read's task when
-    it is cancelled. One that does not has its thread's read, which got
-    the line, taken by the next read."""
+    once, in order. The file has taken nothing, whoever owns the
+    descriptor: its read waits in the event loop's poll, whose reader has
+    fired (the loop no longer watches the pipe) and scheduled the read's
+    task when it is cancelled."""
 
     async def main():
         with blockio.Engine(backend=backend) as e:
@@ -151,21 +150,14 @@ def test_a_pipe_read_cancelled_after_its_bytes_arrived_leaves_them_to_the_next_r
             try:
                 binary = f if "b" in mode else f.buffer
                 task = asyncio.ensure_future(f.readline())
-                if closefd:
-                    await await_until(lambda: watched(r), "the read waits in the loop's poll")
-                    os.write(w, b"first\n")
-                    # Until the loop's reader has fired (it stops watching
-                    # the pipe as it wakes the read): the read's task is
-                    # then scheduled, behind this one, and has not run.
-                    while watched(r):
-                        await asyncio.sleep(0)
-                    assert not task.done()
-                else:
-                    await await_until(lambda: binary._stream_read is not None, "the read waits in the kernel")
-                    os.write(w, b"first\n")
-                    # Without yielding to the loop: the thread has read the
-                    # line, and the task has not seen it yet.
-                    assert binary._stream_read._done.wait(30)
+                await await_until(lambda: watched(r), "the read waits in the loop's poll")
+                os.write(w, b"first\n")
+                # Until the loop's reader has fired (it stops watching
+                # the pipe as it wakes the read): the read's task is
+                # then scheduled, behind this one, and has not run.
+                while watched(r):
+                    await asyncio.sleep(0)
+                assert not task.done()
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
