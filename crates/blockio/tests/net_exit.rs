@@ -49,17 +49,22 @@ fn byte(i: usize) -> u8 {
     (i % 251) as u8
 }
 
-/// Connects to the peer at `port`, writes [`TOTAL`] bytes through the
-/// tokio traits (or, `mode` "owned", with the stream's owned
-/// `write_all`) on a runtime of `flavor`, and returns without a flush.
-fn child(flavor: &str, mode: &str, port: u16) {
-    let rt = match flavor {
+/// A tokio runtime of `flavor`: "multi_thread", else current-thread.
+fn runtime(flavor: &str) -> tokio::runtime::Runtime {
+    match flavor {
         "multi_thread" => tokio::runtime::Runtime::new().unwrap(),
         _ => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap(),
-    };
+    }
+}
+
+/// Connects to the peer at `port`, writes [`TOTAL`] bytes through the
+/// tokio traits (or, `mode` "owned", with the stream's owned
+/// `write_all`) on a runtime of `flavor`, and returns without a flush.
+fn child(flavor: &str, mode: &str, port: u16) {
+    let rt = runtime(flavor);
     rt.block_on(async {
         let mut s = blockio::net::TcpStream::connect(("127.0.0.1", port))
             .await
@@ -198,13 +203,7 @@ fn descriptors() -> Vec<String> {
 fn one_runtime(flavor: &str) -> blockio::Backend {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let rt = match flavor {
-        "multi_thread" => tokio::runtime::Runtime::new().unwrap(),
-        _ => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap(),
-    };
+    let rt = runtime(flavor);
     let backend = rt.block_on(async {
         let mut s = blockio::net::TcpStream::connect(addr).await.unwrap();
         AsyncWriteExt::write_all(&mut s, b"hello").await.unwrap();
