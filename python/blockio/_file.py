@@ -99,7 +99,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import Stops, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
-from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, coroutine_method, count_copied, read_line_inline,
+from ._blockio import (INLINE_OFFSET, INLINE_PIECE, FileCall, FileState, WriteQueue, coroutine_method, count_copied, read_line_inline,
                        read_stream_inline, readline_inline, stream_in_pieces, turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _finish, _flat, _KeptCancel, _stream_key
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
@@ -143,6 +143,11 @@ _INLINE_OFFSET = INLINE_OFFSET
 #: made of reads of at most this, as the built-in buffered file's is, or,
 #: unbuffered, is one read of this, as ``FileIO``'s is.
 _MAX_IO = 0x7FFFF000
+
+#: The most bytes a read copies on the event loop's thread at once (the
+#: core's ``INLINE_PIECE``): a longer read of a regular file gets its bytes
+#: in the one object the kernel fills, never joined to others here.
+_PIECE = INLINE_PIECE
 
 
 def _snapshot(data: Any) -> Any:
@@ -1112,6 +1117,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             raise ValueError("read length must be non-negative or -1")
         if size < 0:
             return await self._read_rest()
+        if size > _PIECE and not self._stream:
+            # The bytes read ahead are read again with the others, into
+            # the one object the kernel fills (see `_read_rest`): none is
+            # copied on this thread.
+            self._drop_read_ahead()
         head = self._take(min(size, self._held()))
         size -= len(head)
         # An unbuffered stream returns what one read gives, as FileIO's
@@ -1121,7 +1131,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         once = self._bufsize == 0 and self._stream
         if once and head:
             return head
-        parts = [head]
+        parts = [head] if head else []
         seeked, self._seeked = self._seeked, False
         try:
             while size > 0:
@@ -1145,6 +1155,8 @@ class AsyncFile(FileState, LineReader[bytes]):
         except BaseException:
             self._unread(b"".join(parts))
             raise
+        if len(parts) == 1:
+            return parts[0]  # (as it came: a large read's object, not a copy)
         return b"".join(parts)
 
     def _mark(self) -> Tuple[int, bytes, int, bool, bool]:

@@ -487,3 +487,149 @@ def test_a_read_in_pieces_whose_later_piece_is_not_cached_reads_through_the_engi
     got, asked, pos = asyncio.run(main())
     assert got == data and pos == len(data)
     assert asked == [len(data)]
+
+
+#: A read longer than ``INLINE_MAX`` that goes to the engine: 16 MiB and
+#: 64 MiB, the sizes at which a copy on the loop's thread was found.
+ENGINE_SIZES = [16 << 20, 64 << 20]
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory):
+    """A 64 MiB + 123 byte file of random bytes (and its bytes), made once
+    for the tests below."""
+    p = tmp_path_factory.mktemp("big") / "f"
+    data = os.urandom((64 << 20) + 123)
+    p.write_bytes(data)
+    return p, data
+
+
+def engine_results(engine):
+    """Records every object ``engine.aread`` returns, in a list it returns."""
+    results = []
+    aread = engine.aread
+
+    async def spy_aread(file, *, offset, length):
+        got = await aread(file, offset=offset, length=length)
+        results.append(got)
+        return got
+
+    engine.aread = spy_aread
+    return results
+
+
+@LOOPS
+@pytest.mark.parametrize("size", ENGINE_SIZES)
+@pytest.mark.parametrize("lead", [0, 10])
+def test_a_loop_of_reads_past_the_inline_max_copies_nothing_on_the_loops_thread(big_file, engine, loop_factory,
+                                                                                size, lead):
+    """``while chunk := await f.read(n)`` with n past ``INLINE_MAX``, after
+    a small read whose buffer holds bytes read ahead (``lead``) or not:
+    each read's ``bytes`` is the very object the engine's read filled (off
+    the loop's thread, in pieces), not a copy joined on the loop's thread
+    (which at 256 MiB held the loop 200 ms and two full-size buffers), and
+    the loop's other tasks run during every read (a task looping on
+    ``sleep(0)`` turns at least once per read, counted)."""
+    p, data = big_file
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f, Ticker() as t:
+            head = await f.read(lead)
+            results = engine_results(engine)
+            got, per_read = [head], []
+            while True:
+                before = t.ticks
+                chunk = await f.read(size)
+                per_read.append((chunk, t.ticks - before))
+                if not chunk:
+                    return b"".join(got), per_read, results
+                got.append(chunk)
+
+    whole, per_read, results = run(main(), loop_factory)
+    assert whole == data
+    full = [(chunk, ticks) for chunk, ticks in per_read if len(chunk) == size]
+    assert len(full) == (len(data) - lead) // size
+    for chunk, ticks in full:
+        assert ticks >= 1
+        assert any(chunk is r for r in results)
+
+
+@LOOPS
+@pytest.mark.parametrize("size", ENGINE_SIZES)
+@pytest.mark.parametrize("lead", [0, 10])
+def test_a_read_past_the_inline_max_cancelled_moves_nothing(big_file, engine, loop_factory, size, lead):
+    """Cancelled while its pieces are read, a read past ``INLINE_MAX``
+    returns nothing and moves nothing, also with bytes read ahead held
+    before it: the next reads return the bytes from where it started."""
+    p, data = big_file
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            head = await f.read(lead)
+            task = asyncio.ensure_future(f.read(size))
+            await asyncio.sleep(0)  # (its read started, its bytes not yet come)
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return head, await f.tell(), await f.read(100), await f.read(size)
+
+    head, pos, small, big = run(main(), loop_factory)
+    assert (head, pos, small) == (data[:lead], lead, data[lead:lead + 100])
+    assert big == data[lead + 100:lead + 100 + size]
+
+
+PEAK_SCRIPT = r"""
+import asyncio, sys
+import blockio
+
+path, backend, lead, call = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+size = 64 << 20
+
+
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith(field + ":"))
+
+
+async def main():
+    engine = blockio.Engine(backend=backend)
+    async with blockio.open(path, "rb", engine=engine) as f:
+        await f.read(1 << 20)  # (the engine and its threads started)
+        await f.seek(0)
+        await f.read(lead)
+        with open("/proc/self/clear_refs", "w") as c:
+            c.write("5")  # (the peak starts again from the RSS now)
+        before = status("VmRSS")
+        got = await (f.read() if call == "read()" else f.read(size))
+        peak = status("VmHWM")
+        print(len(got), peak - before)
+    engine.close()
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+@pytest.mark.parametrize("lead", [0, 10])
+@pytest.mark.parametrize("call", ["read(n)", "read()"])
+def test_a_large_read_holds_one_buffer_of_its_size(big_file, backend, lead, call):
+    """A 64 MiB ``read(n)`` (and ``read()`` of a 64 MiB rest), with bytes
+    read ahead held before it or not, grows the process's peak RSS by its
+    bytes and less than two pieces more, not by a second full-size buffer
+    (its bytes joined to what was held, on the loop's thread). Counted by
+    the kernel (``VmHWM``, started again from the RSS before the read), in
+    a process of its own: the engine's memory is Rust's, which
+    ``tracemalloc`` does not see, and ``ru_maxrss`` keeps the peak of the
+    process that forked it."""
+    import subprocess
+    import sys
+
+    p, data = big_file
+    out = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(p), backend, str(lead), call],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    n, grew = map(int, out.stdout.split())
+    assert n == (64 << 20 if call == "read(n)" else len(data) - lead)
+    assert n <= grew < n + 2 * PIECE, (n, grew)
