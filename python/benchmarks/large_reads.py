@@ -22,7 +22,13 @@ started again from the RSS before it, with ``/proc/self/clear_refs``).
 ``--big``: ``await f.read()`` of a cached 512 MiB file: the time, and the
 event loop's longest gap while reading.
 
-    python large_reads.py [--sequential [--cpu]] [--whole] [--big] [--rounds N]
+``--past-inline``: reads past ``INLINE_MAX`` (8 MiB), which go to the
+engine: ``while await f.read(n)`` over the cached ``--file`` with n of 16,
+64 and 256 MiB, and one ``await f.read()`` of it, each run in a new
+process: the time, the loop's longest gap and the growth of the peak RSS
+over the run (a read that held a second buffer of its size shows it).
+
+    python large_reads.py [--sequential [--cpu]] [--whole] [--big] [--past-inline] [--rounds N]
 
 Run by ``peers.py --large-reads`` (``scripts/python-bench-peers
 --only-large-reads``: all three).
@@ -183,6 +189,23 @@ async def big_read(name: str, path: str) -> Tuple[int, float]:
         return len(data), await gaps.stop()
 
 
+async def read_in_reads(name: str, path: str, n: int) -> Tuple[int, float]:
+    """The bytes read by ``read(n)`` calls to the end of ``path`` (one
+    ``read()`` when ``n`` is 0), each call's bytes dropped before the
+    next, and the loop's longest gap."""
+    async with opener(name)(path, "rb") as f:
+        gaps = Gaps()
+        await asyncio.sleep(0.002)
+        got = 0
+        while True:
+            k = len(await (f.read(n) if n else f.read()))
+            got += k
+            if not k or not n:
+                break
+        await asyncio.sleep(0.002)
+        return got, await gaps.stop()
+
+
 def child(args: argparse.Namespace) -> None:
     """One measured run, in this process: prints seconds, the peak RSS's
     growth over the run and (``--big``) the loop's longest gap."""
@@ -199,12 +222,16 @@ def child(args: argparse.Namespace) -> None:
         assert got == args.files * (args.file_kib << 10), got
         print(took, rss("VmHWM") - before, 0.0)
     else:
-        warm(args.big_file)
+        path = args.big_file if args.child == "big" else args.file
+        warm(path)
         before = start_peak()
         start = time.perf_counter()
-        got, longest = asyncio.run(big_read(args.name, args.big_file))
+        if args.child == "big":
+            got, longest = asyncio.run(big_read(args.name, path))
+        else:
+            got, longest = asyncio.run(read_in_reads(args.name, path, args.n))
         took = time.perf_counter() - start
-        assert got == os.path.getsize(args.big_file)
+        assert got == os.path.getsize(path)
         print(took, rss("VmHWM") - before, longest)
 
 
@@ -246,6 +273,22 @@ def big(args: argparse.Namespace) -> None:
     print(f"  gap blockio.open / aiofiles {ratios([g for _, _, g in b], [g for _, _, g in a])} (target <= 2.0)")
 
 
+def past_inline(args: argparse.Namespace) -> None:
+    make_file(args.file, args.size_mib << 20)
+    print(f"\nreads past INLINE_MAX over a cached {args.size_mib} MiB file, a new process per run: ms, the loop's "
+          f"longest gap (ms) and peak RSS growth (MiB), median (lowest-highest) of {args.rounds} rounds alternating")
+    for n in [16, 64, 256, 0]:
+        res = in_children("loop", args.rounds, ["--file", args.file, "--n", str(n << 20)])
+        print(f"  {'read()' if n == 0 else f'read({n} MiB) loop'}")
+        for name, runs in res.items():
+            print(f"    {name:<14} {spread([t * 1e3 for t, _, _ in runs])} ms   "
+                  f"gap {spread([g * 1e3 for _, _, g in runs], '{:.1f}')} ms   "
+                  f"RSS +{spread([m / 2**20 for _, m, _ in runs])} MiB")
+        b, a = res["blockio.open"], res["aiofiles"]
+        print(f"    blockio.open / aiofiles: gap {ratios([g for _, _, g in b], [g for _, _, g in a])} (target <= 2.0), "
+              f"RSS growth {ratios([m for _, m, _ in b], [m for _, m, _ in a])}")
+
+
 def run(path: str, size_mib: int, rounds: int) -> None:
     """All three, with the default files beside ``path`` (peers.py's)."""
     here = os.path.dirname(path) or "."
@@ -262,6 +305,7 @@ def main() -> int:
     ap.add_argument("--cpu", action="store_true", help="time the sequential loops by their thread's CPU time")
     ap.add_argument("--whole", action="store_true")
     ap.add_argument("--big", action="store_true")
+    ap.add_argument("--past-inline", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--file", default="bench-data/py-peers-256m.dat")
     ap.add_argument("--size-mib", type=int, default=256)
@@ -269,8 +313,9 @@ def main() -> int:
     ap.add_argument("--tree", default="bench-data/py-small-10k")
     ap.add_argument("--files", type=int, default=1000)
     ap.add_argument("--file-kib", type=int, default=10)
-    ap.add_argument("--child", choices=["whole", "big"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["whole", "big", "loop"], help=argparse.SUPPRESS)
     ap.add_argument("--name", help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args)
@@ -283,6 +328,8 @@ def main() -> int:
         whole(args)
     if args.big:
         big(args)
+    if args.past_inline:
+        past_inline(args)
     return 0
 
 
