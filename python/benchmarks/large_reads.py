@@ -13,6 +13,9 @@ counts the time other processes ran, which spreads the rates far wider
 than any difference between the contenders. aiofiles is left out then:
 its reads run on a thread pool's threads, whose time the loop's thread
 does not count (blockio's reads of cached bytes run on the loop's thread).
+With ``--turns``, two more contenders split off what the turns of the
+event loop cost: blockio's loop with them skipped, and the ``os.pread``
+loop with a bare turn where blockio's loop takes one.
 
 ``--whole``: 1,000 concurrent ``async with open(p, "rb") as f: await
 f.read()`` of 10 KiB cached files, each round in a new process: the time,
@@ -47,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
 import blockio
+from blockio._blockio import TURN_BUDGET, TURN_UNIT, set_turn_count
 
 from bench import make_file, warm
 
@@ -54,7 +58,7 @@ SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 8 << 20]
 
 
 def opener(name: str) -> Callable[..., Any]:
-    if name == "blockio.open":
+    if name in ("blockio.open", NO_TURNS):
         return blockio.open
     import aiofiles
 
@@ -84,18 +88,33 @@ class Gaps:
         return self.longest
 
 
+#: The contenders ``--turns`` adds: blockio's loop with every turn of the
+#: event loop skipped (``set_turn_count(0)`` before each read), and the
+#: ``os.pread`` loop with a bare turn (``asyncio.sleep(0)``) after every
+#: ``TURN_BYTES`` read, where blockio's loop takes its turns (the count of
+#: calls aside: at 4 KiB, blockio's loop takes one per 256 calls).
+TURN_BYTES = TURN_BUDGET * TURN_UNIT
+NO_TURNS = "blockio, no turns"
+PREAD_TURNS = "os.pread + turns"
+
+
 async def read_loop(name: str, path: str, n: int, clock: Callable[[], float] = time.perf_counter
                     ) -> Tuple[float, float, int]:
     """Seconds by ``clock``, the loop's longest gap and the bytes read by
     ``name``'s loop of ``read(n)`` over ``path``."""
     got = 0
-    if name == "os.pread":
+    if name in ("os.pread", PREAD_TURNS):
+        every = TURN_BYTES if name == PREAD_TURNS else 0
         fd = os.open(path, os.O_RDONLY)
         gaps = Gaps()
         await asyncio.sleep(0)
         start = clock()
+        due = every
         while chunk := os.pread(fd, n, got):
             got += len(chunk)
+            if every and got >= due:
+                due += every
+                await asyncio.sleep(0)
         took = clock() - start
         os.close(fd)
         return took, await gaps.stop(), got
@@ -103,8 +122,16 @@ async def read_loop(name: str, path: str, n: int, clock: Callable[[], float] = t
         gaps = Gaps()
         await asyncio.sleep(0)
         start = clock()
-        while chunk := await f.read(n):
-            got += len(chunk)
+        if name == NO_TURNS:
+            while True:
+                set_turn_count(0)
+                chunk = await f.read(n)
+                if not chunk:
+                    break
+                got += len(chunk)
+        else:
+            while chunk := await f.read(n):
+                got += len(chunk)
         took = clock() - start
     return took, await gaps.stop(), got
 
@@ -118,9 +145,11 @@ def ratios(a: List[float], b: List[float]) -> str:
     return f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})"
 
 
-def sequential(path: str, size_mib: int, rounds: int, cpu: bool = False) -> None:
+def sequential(path: str, size_mib: int, rounds: int, cpu: bool = False, turns: bool = False) -> None:
     make_file(path, size_mib << 20)
     names = ["blockio.open", "os.pread"] if cpu else ["blockio.open", "aiofiles", "os.pread"]
+    if turns:
+        names += [NO_TURNS, PREAD_TURNS]
     clock = time.thread_time if cpu else time.perf_counter
     per = "MiB per CPU second of the loop's thread" if cpu else "MiB/s"
     unit = "MiB/CPU s" if cpu else "MiB/s"
@@ -141,6 +170,9 @@ def sequential(path: str, size_mib: int, rounds: int, cpu: bool = False) -> None
             print(f"    {name:<14} {spread(rate[name])} {unit}   gap {spread(gap[name], '{:.2f}')} ms")
         over = "" if cpu else f"/ aiofiles {ratios(rate['blockio.open'], rate['aiofiles'])}, "
         print(f"    blockio.open {over}/ os.pread {ratios(rate['blockio.open'], rate['os.pread'])} (targets >= 1.0)")
+        if turns:
+            print(f"    {NO_TURNS} / os.pread {ratios(rate[NO_TURNS], rate['os.pread'])}; "
+                  f"{PREAD_TURNS} / os.pread {ratios(rate[PREAD_TURNS], rate['os.pread'])}")
 
 
 def make_small_files(root: Path, count: int, size: int) -> List[str]:
@@ -303,6 +335,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sequential", action="store_true")
     ap.add_argument("--cpu", action="store_true", help="time the sequential loops by their thread's CPU time")
+    ap.add_argument("--turns", action="store_true",
+                    help="with --sequential: also blockio's loop with its turns of the event loop skipped, and "
+                         "the os.pread loop with a bare turn per TURN_BYTES read")
     ap.add_argument("--whole", action="store_true")
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--past-inline", action="store_true")
@@ -323,7 +358,7 @@ def main() -> int:
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
     if args.sequential:
-        sequential(args.file, args.size_mib, args.rounds, args.cpu)
+        sequential(args.file, args.size_mib, args.rounds, args.cpu, args.turns)
     if args.whole:
         whole(args)
     if args.big:
