@@ -1117,10 +1117,11 @@ class AsyncFile(FileState, LineReader[bytes]):
             raise ValueError("read length must be non-negative or -1")
         if size < 0:
             return await self._read_rest()
-        if size > _PIECE and not self._stream:
-            # The bytes read ahead are read again with the others, into
-            # the one object the kernel fills (see `_read_rest`): none is
-            # copied on this thread.
+        if size > _PIECE and size > self._held() and not self._stream:
+            # More than the buffer holds: the bytes read ahead are read
+            # again with the others, into the one object the kernel fills
+            # (see `_read_rest`), none copied on this thread. (A read the
+            # buffer holds, with `buffering` above a piece, is one copy.)
             self._drop_read_ahead()
         head = self._take(min(size, self._held()))
         size -= len(head)

@@ -633,3 +633,28 @@ def test_a_large_read_holds_one_buffer_of_its_size(big_file, backend, lead, call
     n, grew = map(int, out.stdout.split())
     assert n == (64 << 20 if call == "read(n)" else len(data) - lead)
     assert n <= grew < n + 2 * PIECE, (n, grew)
+
+
+@pytest.mark.parametrize("size", [INLINE_PIECE + 5, 12 << 20])
+def test_a_large_read_the_buffer_holds_is_served_from_it(big_file, engine, size):
+    """With ``buffering`` larger than a piece, a read past a piece that the
+    buffer holds takes its bytes from the buffer (one copy, as the
+    README says), also through the call queue (made while a read ahead
+    of it holds the queue for its turn of the event loop): the buffer is
+    not dropped and read again, as it is for a read longer than what it
+    holds."""
+    p, data = big_file
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=16 << 20, engine=engine) as f:
+            head = await f.read(10)
+            asked = lengths_asked(engine)
+            queued()
+            first = asyncio.ensure_future(f.read(1))  # (its turn due: it holds the queue through it)
+            second = asyncio.ensure_future(f.read(size))
+            one, got = await asyncio.gather(first, second)
+            return head + one, got, asked, await f.tell()
+
+    head, got, asked, pos = asyncio.run(main())
+    assert (head, got, pos) == (data[:11], data[11:11 + size], 11 + size)
+    assert asked == []
