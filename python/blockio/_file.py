@@ -99,8 +99,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import Stops, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
-from ._blockio import (INLINE_OFFSET, INLINE_PIECE, FileCall, FileState, WriteQueue, coroutine_method, count_copied, read_line_inline,
-                       read_stream_inline, readline_inline, stream_in_pieces, turn_due, write_inline)
+from ._blockio import (INLINE_OFFSET, INLINE_PIECE, FileCall, FileState, WriteQueue, coroutine_method, count_copied,
+                       read_line_inline, read_stream_inline, readline_inline, stream_in_pieces, turn_due, write_inline)
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _finish, _flat, _KeptCancel, _stream_key
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
                      one_at_a_time_kept, one_at_a_time_placing, one_at_a_time_taking_turns)
