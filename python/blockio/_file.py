@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import collections.abc
 import errno
+import fcntl
 import io
 import operator
 import os
@@ -101,7 +102,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple
 from ._aio import Stops, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
 from ._blockio import (INLINE_OFFSET, INLINE_PIECE, FileCall, FileState, WriteQueue, coroutine_method, count_copied,
                        read_line_inline, read_stream_inline, readline_inline, stream_in_pieces, turn_due, write_inline)
-from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _finish, _flat, _KeptCancel, _stream_key
+from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _fd, _finish, _flat, _KeptCancel, _stream_key
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
                      one_at_a_time_kept, one_at_a_time_placing, one_at_a_time_taking_turns)
 from ._lines import LineReader
@@ -148,6 +149,16 @@ _MAX_IO = 0x7FFFF000
 #: core's ``INLINE_PIECE``): a longer read of a regular file gets its bytes
 #: in the one object the kernel fills, never joined to others here.
 _PIECE = INLINE_PIECE
+
+
+def _fresh_ok(file: Any) -> bool:
+    """Whether a read of ``file`` may go into a new ``bytes`` object the
+    kernel fills after bytes held (``Engine._aread_after``): not on an
+    ``O_DIRECT`` descriptor, whose reads need aligned memory."""
+    try:
+        return not fcntl.fcntl(_fd(file), fcntl.F_GETFL) & os.O_DIRECT
+    except (OSError, ValueError):
+        return False  # (the read that follows reports it)
 
 
 def _snapshot(data: Any) -> Any:
@@ -1117,12 +1128,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             raise ValueError("read length must be non-negative or -1")
         if size < 0:
             return await self._read_rest()
-        if size > _PIECE and size > self._held() and not self._stream:
-            # More than the buffer holds: the bytes read ahead are read
-            # again with the others, into the one object the kernel fills
-            # (see `_read_rest`), none copied on this thread. (A read the
-            # buffer holds, with `buffering` above a piece, is one copy.)
-            self._drop_read_ahead()
+        after = size > _PIECE and size > self._held() and not self._stream
         head = self._take(min(size, self._held()))
         size -= len(head)
         # An unbuffered stream returns what one read gives, as FileIO's
@@ -1135,6 +1141,20 @@ class AsyncFile(FileState, LineReader[bytes]):
         parts = [head] if head else []
         seeked, self._seeked = self._seeked, False
         try:
+            if after and (head or size > _MAX_IO) and (seeked or size >= self._bufsize) and _fresh_ok(self._file):
+                # More than a piece, more than the buffer holds, after bytes
+                # read ahead or past what one read(2) takes: one object the
+                # kernel fills in pieces, starting with the bytes held (the
+                # built-in's read returns them too, even if the file changed
+                # since), none joined on this thread. Unbuffered, one read
+                # of at most `_MAX_IO`, as FileIO's read. (A read the buffer
+                # holds, with `buffering` above a piece, is one copy.)
+                await self._flush_writes()
+                want = size if self._bufsize else min(size, _MAX_IO)
+                whole = await self._engine._aread_after(self._file, head, await self._position(), want)
+                self._pos += len(whole) - len(head)
+                parts = [whole]
+                size = 0  # (short: the end, confirmed by the engine's reads)
             while size > 0:
                 if self._bufsize > 0 and size < self._bufsize and not seeked:
                     if not await self._fill():
