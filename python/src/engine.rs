@@ -761,7 +761,8 @@ impl Core {
     /// one new `bytes` object that starts with `head` (bytes the caller read
     /// before `offset` and still holds: its read-ahead), so that the result
     /// is one object the kernel fills, with no join on the caller's thread
-    /// (see [`fresh`]); finished under `token`. Not for an `O_DIRECT`
+    /// (see [`fresh`]), even past what one `read(2)` returns
+    /// ([`MAX_IO`](crate::args::MAX_IO)); finished under `token`. Not for an `O_DIRECT`
     /// descriptor, whose reads need aligned memory: those fail (`EINVAL`).
     pub(crate) fn submit_read_after(
         &self,
@@ -772,7 +773,12 @@ impl Core {
         offset: i64,
         length: i64,
     ) -> PyResult<u64> {
-        let (offsets, length) = (offsets_arg(&[offset])?, length_arg(length)?);
+        // (no bound of one read(2) on `length`: its pieces are reads of
+        // at most `fresh::PIECE` bytes; the machine's memory bounds it)
+        let offsets = offsets_arg(&[offset])?;
+        let length = usize::try_from(length).map_err(|_| {
+            PyValueError::new_err(format!("length must be at least 0, got {length}"))
+        })?;
         total_arg(1, head.len().saturating_add(length))?;
         let flags = fd_flags(fd);
         let direct = flags != -1 && flags & libc::O_DIRECT != 0;
