@@ -1224,11 +1224,6 @@ class AsyncFile(FileState, LineReader[bytes]):
         return await self._read_rest()
 
     async def _read_rest(self) -> bytes:
-        if not self._stream:
-            # The bytes read ahead are read again with the rest, into the
-            # one object the kernel fills (see `_read_rest_after`): none
-            # is copied on this thread, whatever the file's size.
-            self._drop_read_ahead()
         head = self._take(self._held())
         more: List[bytes] = []
         try:
@@ -1242,16 +1237,20 @@ class AsyncFile(FileState, LineReader[bytes]):
             raise
 
     async def _read_rest_after(self, head: bytes, got: List[bytes]) -> bytes:
-        """The bytes from the position to the end, after ``head`` (a
-        stream's bytes read ahead), each read's bytes added to ``got`` as
-        they come. As the built-in's ``readall``: one read of what the
+        """The bytes from the position to the end, after ``head`` (the
+        bytes read ahead), each read's bytes added to ``got`` as they
+        come. As the built-in's ``readall``: one read of what the
         file's size says is left and a byte more, which comes back only if
         the file grew meanwhile; then, while reads come back full (the file
         grew) or the size said nothing (0: a pipe, a procfs file), reads of
         as much again as has been read, until one comes back short (a
         regular file with a size, at its end) or empty. The memory is that
         of the bytes read, in the object returned (the engine reads into
-        it, in pieces, off this thread: see ``Core.submit_read``)."""
+        it, in pieces, off this thread: see ``Core.submit_read``). The
+        bytes read ahead of a file that is not a stream start the object
+        of its first read (``Engine._aread_after``): the built-in's
+        ``readall`` returns them too, even if another writer changed the
+        file since; none is joined on this thread."""
         await self._flush_writes()
         pos = await self._position()
         size = 0 if self._stream else await self._engine._asize(self._file)
@@ -1259,16 +1258,21 @@ class AsyncFile(FileState, LineReader[bytes]):
         at = pos
         while True:
             want = min(want, _MAX_IO)
+            lead = b""
             if self._stream:
                 more = await self._read_stream(want)
+            elif head and _fresh_ok(self._file):
+                lead, head = head, b""
+                more = await self._engine._aread_after(self._file, lead, at, want)
             else:
                 # (not `_pread`, whose cached try on this thread never
                 # serves a read asking for a byte past the end)
                 more = (await self._engine.aread_batch(self._file, offsets=[at], length=want))[0]
+            n = len(more) - len(lead)
             if more:
                 got.append(more)
-                at += len(more)
-            if not more or (size and len(more) < want):
+                at += n
+            if not n or (size and n < want):
                 break
             want = max(at - pos, _FIRST_CHUNK)
         self._pos = at

@@ -38,9 +38,10 @@ def run(coro, loop_factory):
 
 def lengths_asked(engine):
     """Records the length of every read ``engine`` is asked for (by
-    ``aread`` and ``aread_batch``), in a list it returns."""
+    ``aread``, ``aread_batch`` and ``_aread_after``, a read after bytes
+    held), in a list it returns."""
     asked = []
-    aread, aread_batch = engine.aread, engine.aread_batch
+    aread, aread_batch, aread_after = engine.aread, engine.aread_batch, engine._aread_after
 
     async def spy_aread(file, *, offset, length):
         asked.append(length)
@@ -51,7 +52,11 @@ def lengths_asked(engine):
         asked.extend([length] * len(offsets))
         return await aread_batch(file, offsets=offsets, length=length, return_exceptions=return_exceptions)
 
-    engine.aread, engine.aread_batch = spy_aread, spy_batch
+    async def spy_after(file, head, offset, length):
+        asked.append(length)
+        return await aread_after(file, head, offset, length)
+
+    engine.aread, engine.aread_batch, engine._aread_after = spy_aread, spy_batch, spy_after
     return asked
 
 
@@ -674,14 +679,15 @@ def _rewrite_past(p, at):
 
 @LOOPS
 @pytest.mark.parametrize("change", ["rewritten", "truncated"])
-@pytest.mark.parametrize("size", [1 << 20, INLINE_PIECE + 1, 16 << 20])
+@pytest.mark.parametrize("size", [1 << 20, INLINE_PIECE + 1, 16 << 20, -1])
 def test_a_large_read_after_a_small_one_returns_the_bytes_held_as_the_builtins(tmp_path, engine, loop_factory,
                                                                                 change, size):
     """``read(10)``, then another writer rewrites the file past those bytes
-    (or truncates it to 5 bytes), then ``read(n)``: the bytes the buffer
-    read ahead come first, as the built-in's (and aiofiles') read returns
-    them; a large read does not drop them to read the changed file again.
-    Same ``buffering`` on both sides, so the same bytes are held."""
+    (or truncates it to 5 bytes), then ``read(n)`` or ``read()``: the bytes
+    the buffer read ahead come first, as the built-in's (and aiofiles')
+    read returns them; a large read does not drop them to read the
+    changed file again. Same ``buffering`` on both sides, so the same
+    bytes are held."""
     p = tmp_path / "f"
     bufsize = 8192
 
