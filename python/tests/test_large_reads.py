@@ -739,3 +739,37 @@ def test_a_large_read_of_a_character_device_reads_on_past_a_short_read(engine, a
 
     got = asyncio.run(main())
     assert len(got) == size and got.count(0) == size
+
+
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_a_read_past_one_reads_limit_is_one_object_buffered_and_one_read_unbuffered(big_file, engine, monkeypatch,
+                                                                                   buffering):
+    """A ``read(n)`` past ``_MAX_IO`` (the most one ``read(2)`` returns,
+    about 2 GiB; 16 MiB here, so that the test stays small) after bytes
+    read ahead: buffered, one object the engine fills in pieces, asked of
+    it at once (its parts were joined on the loop's thread, a copy of the
+    whole); unbuffered, one read of at most ``_MAX_IO``, as ``FileIO``'s."""
+    from blockio import _file
+
+    monkeypatch.setattr(_file, "_MAX_IO", 16 << 20)
+    p, data = big_file
+    size = 40 << 20
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=buffering, engine=engine) as f:
+            if buffering:
+                await f.read(10)  # (bytes read ahead held)
+            else:
+                await f.seek(10)
+            asked = lengths_asked(engine)
+            results = engine_results(engine)
+            got = await f.read(size)
+            return got, asked, results, await f.tell()
+
+    got, asked, results, pos = asyncio.run(main())
+    if buffering:
+        assert (got, pos) == (data[10:10 + size], 10 + size)
+        assert len(asked) == 1 and asked[0] > 16 << 20, asked
+        assert any(got is r for r in results)
+    else:
+        assert (got, pos) == (data[10:10 + (16 << 20)], 10 + (16 << 20))
