@@ -1257,16 +1257,19 @@ class AsyncFile(FileState, LineReader[bytes]):
         want = size - pos + 1 if size > pos else _FIRST_CHUNK
         at = pos
         while True:
-            want = min(want, _MAX_IO)
             lead = b""
             if self._stream:
+                want = min(want, _MAX_IO)
                 more = await self._read_stream(want)
-            elif head and _fresh_ok(self._file):
+            elif (head or (not got and want > _MAX_IO)) and _fresh_ok(self._file):
+                # After the bytes held, or past what one read(2) returns:
+                # one object the engine fills in pieces.
                 lead, head = head, b""
                 more = await self._engine._aread_after(self._file, lead, at, want)
             else:
                 # (not `_pread`, whose cached try on this thread never
                 # serves a read asking for a byte past the end)
+                want = min(want, _MAX_IO)
                 more = (await self._engine.aread_batch(self._file, offsets=[at], length=want))[0]
             n = len(more) - len(lead)
             if more:

@@ -773,3 +773,29 @@ def test_a_read_past_one_reads_limit_is_one_object_buffered_and_one_read_unbuffe
         assert any(got is r for r in results)
     else:
         assert (got, pos) == (data[10:10 + (16 << 20)], 10 + (16 << 20))
+
+
+@pytest.mark.parametrize("lead", [0, 10])
+def test_a_read_of_a_rest_past_one_reads_limit_is_one_object(big_file, engine, monkeypatch, lead):
+    """``read()`` of a rest past ``_MAX_IO`` (about 2 GiB; 16 MiB here, so
+    that the test stays small), after bytes read ahead or not: one object
+    the engine fills in pieces, asked of it at once (its parts were joined
+    on the loop's thread, a copy of the whole)."""
+    from blockio import _file
+
+    monkeypatch.setattr(_file, "_MAX_IO", 16 << 20)
+    p, data = big_file
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            await f.read(lead)
+            asked = lengths_asked(engine)
+            results = engine_results(engine)
+            queued()  # (served inline, it would not ask the size)
+            got = await f.read()
+            return got, asked, results, await f.tell()
+
+    got, asked, results, pos = asyncio.run(main())
+    assert (got, pos) == (data[lead:], len(data))
+    assert len(asked) == 1 and asked[0] > 16 << 20, asked
+    assert any(got is r for r in results)
