@@ -1150,11 +1150,19 @@ class AsyncFile(FileState, LineReader[bytes]):
                 # of at most `_MAX_IO`, as FileIO's read. (A read the buffer
                 # holds, with `buffering` above a piece, is one copy.)
                 await self._flush_writes()
+                at = await self._position()
                 want = size if self._bufsize else min(size, _MAX_IO)
-                whole = await self._engine._aread_after(self._file, head, await self._position(), want)
-                self._pos += len(whole) - len(head)
+                if want > _MAX_IO:
+                    # No more than the file holds (or one read(2)'s worth):
+                    # the object is allocated whole before it is read.
+                    want = min(want, max(await self._engine._asize(self._file) - at + 1, _MAX_IO))
+                whole = await self._engine._aread_after(self._file, head, at, want)
+                got = len(whole) - len(head)
+                self._pos += got
                 parts = [whole]
-                size = 0  # (short: the end, confirmed by the engine's reads)
+                # (short: the end, confirmed by the engine's reads; full
+                # but less than asked, buffered: the file grew, read on)
+                size = size - got if got == want and self._bufsize else 0
             while size > 0:
                 if self._bufsize > 0 and size < self._bufsize and not seeked:
                     if not await self._fill():

@@ -799,3 +799,21 @@ def test_a_read_of_a_rest_past_one_reads_limit_is_one_object(big_file, engine, m
     assert (got, pos) == (data[lead:], len(data))
     assert len(asked) == 1 and asked[0] > 16 << 20, asked
     assert any(got is r for r in results)
+
+
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_a_read_of_more_than_memory_after_a_small_one_reads_what_the_file_has(tmp_path, engine, buffering):
+    """``read(1 << 40)`` after ``read(10)``: the bytes the file has, as the
+    README says of a size past what one read returns, not a
+    ``MemoryError`` for an object of the size asked allocated before the
+    read (the built-in's ``read`` raises one)."""
+    p = tmp_path / "f"
+    data = os.urandom(100_000)
+    p.write_bytes(data)
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=buffering, engine=engine) as f:
+            await f.read(10)
+            return await f.read(1 << 40), await f.tell()
+
+    assert asyncio.run(main()) == (data[10:], len(data))
