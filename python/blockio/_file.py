@@ -1153,10 +1153,20 @@ class AsyncFile(FileState, LineReader[bytes]):
                 at = await self._position()
                 want = size if self._bufsize else min(size, _MAX_IO)
                 if want > _MAX_IO:
-                    # No more than the file holds (or one read(2)'s worth):
-                    # the object is allocated whole before it is read.
-                    want = min(want, max(await self._engine._asize(self._file) - at + 1, _MAX_IO))
-                whole = await self._engine._aread_after(self._file, head, at, want)
+                    # The object is allocated whole before it is read: no
+                    # more than a regular file holds, and where the size
+                    # says nothing (0: a device, a procfs file) and memory
+                    # cannot hold it all, one read(2)'s worth, then on.
+                    known = await self._engine._asize(self._file)
+                    if known:
+                        want = min(want, max(known - at, 0) + 1)
+                try:
+                    whole = await self._engine._aread_after(self._file, head, at, want)
+                except MemoryError:
+                    if want <= _MAX_IO:
+                        raise
+                    want = _MAX_IO
+                    whole = await self._engine._aread_after(self._file, head, at, want)
                 got = len(whole) - len(head)
                 self._pos += got
                 parts = [whole]
