@@ -157,9 +157,13 @@ pub(crate) fn start(
     // SAFETY: the object is new, `lead` bytes fit at its start, and `head`
     // (another object's storage, or a Rust slice) does not overlap it.
     unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), base, lead) };
-    let size = regular_size(dup);
+    let (regular, size) = shape(dup);
+    // Anything but a regular file (a device, a pipe: its reads may ignore
+    // the offset) is read one piece after the other, so that a piece
+    // reading on past a short read never runs beside the next.
+    let lanes = if regular { lanes() } else { 1 };
     let mut futs: Vec<Boxed<OneDone>> = Vec::with_capacity(pieces_of(length));
-    let mut gates = std::collections::VecDeque::with_capacity(lanes());
+    let mut gates = std::collections::VecDeque::with_capacity(lanes);
     let mut at = 0;
     while at < length {
         let len = PIECE.min(length - at);
@@ -174,7 +178,7 @@ pub(crate) fn start(
         };
         let file = Arc::clone(file);
         let off = offset + at as u64;
-        let after = if gates.len() < lanes() {
+        let after = if gates.len() < lanes {
             None
         } else {
             gates.pop_front()
@@ -198,15 +202,20 @@ pub(crate) fn start(
     Ok(futs)
 }
 
-/// The size of `fd` if it is a regular file (whose size says where a read
-/// ends), else `None` (a character device, a procfs file: a short read
-/// says nothing).
-fn regular_size(fd: RawFd) -> Option<u64> {
+/// What `fd` is, for reading it in pieces: whether it is a regular file
+/// (whose pieces may be read side by side), and its size when that says
+/// where a read ends (a regular file's, unless 0: a procfs file is
+/// "regular" with size 0, and returns less than asked anywhere).
+fn shape(fd: RawFd) -> (bool, Option<u64>) {
     // SAFETY: the caller's `AsyncFile` holds `fd` open for this call.
     let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
-    let st = rustix::fs::fstat(fd).ok()?;
-    (rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile)
-        .then(|| u64::try_from(st.st_size).unwrap_or(0))
+    let Ok(st) = rustix::fs::fstat(fd) else {
+        return (false, None);
+    };
+    let regular =
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+    let size = u64::try_from(st.st_size).ok().filter(|&n| regular && n > 0);
+    (regular, size)
 }
 
 /// Reads `piece` at `offset` until it is full, an error comes, or the end
