@@ -13,6 +13,9 @@ counts the time other processes ran, which spreads the rates far wider
 than any difference between the contenders. aiofiles is left out then:
 its reads run on a thread pool's threads, whose time the loop's thread
 does not count (blockio's reads of cached bytes run on the loop's thread).
+With ``--turns``, two more contenders split off what the turns of the
+event loop cost: blockio's loop with them skipped, and the ``os.pread``
+loop with a bare turn where blockio's loop takes one.
 
 ``--whole``: 1,000 concurrent ``async with open(p, "rb") as f: await
 f.read()`` of 10 KiB cached files, each round in a new process: the time,
@@ -22,7 +25,13 @@ started again from the RSS before it, with ``/proc/self/clear_refs``).
 ``--big``: ``await f.read()`` of a cached 512 MiB file: the time, and the
 event loop's longest gap while reading.
 
-    python large_reads.py [--sequential [--cpu]] [--whole] [--big] [--rounds N]
+``--past-inline``: reads past ``INLINE_MAX`` (8 MiB), which go to the
+engine: ``while await f.read(n)`` over the cached ``--file`` with n of 16,
+64 and 256 MiB, and one ``await f.read()`` of it, each run in a new
+process: the time, the loop's longest gap and the growth of the peak RSS
+over the run (a read that held a second buffer of its size shows it).
+
+    python large_reads.py [--sequential [--cpu]] [--whole] [--big] [--past-inline] [--rounds N]
 
 Run by ``peers.py --large-reads`` (``scripts/python-bench-peers
 --only-large-reads``: all three).
@@ -41,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
 import blockio
+from blockio._blockio import TURN_BUDGET, TURN_UNIT, set_turn_count
 
 from bench import make_file, warm
 
@@ -48,7 +58,7 @@ SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 8 << 20]
 
 
 def opener(name: str) -> Callable[..., Any]:
-    if name == "blockio.open":
+    if name in ("blockio.open", NO_TURNS):
         return blockio.open
     import aiofiles
 
@@ -78,18 +88,33 @@ class Gaps:
         return self.longest
 
 
+#: The contenders ``--turns`` adds: blockio's loop with every turn of the
+#: event loop skipped (``set_turn_count(0)`` before each read), and the
+#: ``os.pread`` loop with a bare turn (``asyncio.sleep(0)``) after every
+#: ``TURN_BYTES`` read, where blockio's loop takes its turns (the count of
+#: calls aside: at 4 KiB, blockio's loop takes one per 256 calls).
+TURN_BYTES = TURN_BUDGET * TURN_UNIT
+NO_TURNS = "blockio, no turns"
+PREAD_TURNS = "os.pread + turns"
+
+
 async def read_loop(name: str, path: str, n: int, clock: Callable[[], float] = time.perf_counter
                     ) -> Tuple[float, float, int]:
     """Seconds by ``clock``, the loop's longest gap and the bytes read by
     ``name``'s loop of ``read(n)`` over ``path``."""
     got = 0
-    if name == "os.pread":
+    if name in ("os.pread", PREAD_TURNS):
+        every = TURN_BYTES if name == PREAD_TURNS else 0
         fd = os.open(path, os.O_RDONLY)
         gaps = Gaps()
         await asyncio.sleep(0)
         start = clock()
+        due = every
         while chunk := os.pread(fd, n, got):
             got += len(chunk)
+            if every and got >= due:
+                due += every
+                await asyncio.sleep(0)
         took = clock() - start
         os.close(fd)
         return took, await gaps.stop(), got
@@ -97,8 +122,16 @@ async def read_loop(name: str, path: str, n: int, clock: Callable[[], float] = t
         gaps = Gaps()
         await asyncio.sleep(0)
         start = clock()
-        while chunk := await f.read(n):
-            got += len(chunk)
+        if name == NO_TURNS:
+            while True:
+                set_turn_count(0)
+                chunk = await f.read(n)
+                if not chunk:
+                    break
+                got += len(chunk)
+        else:
+            while chunk := await f.read(n):
+                got += len(chunk)
         took = clock() - start
     return took, await gaps.stop(), got
 
@@ -112,9 +145,11 @@ def ratios(a: List[float], b: List[float]) -> str:
     return f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})"
 
 
-def sequential(path: str, size_mib: int, rounds: int, cpu: bool = False) -> None:
+def sequential(path: str, size_mib: int, rounds: int, cpu: bool = False, turns: bool = False) -> None:
     make_file(path, size_mib << 20)
     names = ["blockio.open", "os.pread"] if cpu else ["blockio.open", "aiofiles", "os.pread"]
+    if turns:
+        names += [NO_TURNS, PREAD_TURNS]
     clock = time.thread_time if cpu else time.perf_counter
     per = "MiB per CPU second of the loop's thread" if cpu else "MiB/s"
     unit = "MiB/CPU s" if cpu else "MiB/s"
@@ -135,6 +170,9 @@ def sequential(path: str, size_mib: int, rounds: int, cpu: bool = False) -> None
             print(f"    {name:<14} {spread(rate[name])} {unit}   gap {spread(gap[name], '{:.2f}')} ms")
         over = "" if cpu else f"/ aiofiles {ratios(rate['blockio.open'], rate['aiofiles'])}, "
         print(f"    blockio.open {over}/ os.pread {ratios(rate['blockio.open'], rate['os.pread'])} (targets >= 1.0)")
+        if turns:
+            print(f"    {NO_TURNS} / os.pread {ratios(rate[NO_TURNS], rate['os.pread'])}; "
+                  f"{PREAD_TURNS} / os.pread {ratios(rate[PREAD_TURNS], rate['os.pread'])}")
 
 
 def make_small_files(root: Path, count: int, size: int) -> List[str]:
@@ -183,6 +221,23 @@ async def big_read(name: str, path: str) -> Tuple[int, float]:
         return len(data), await gaps.stop()
 
 
+async def read_in_reads(name: str, path: str, n: int) -> Tuple[int, float]:
+    """The bytes read by ``read(n)`` calls to the end of ``path`` (one
+    ``read()`` when ``n`` is 0), each call's bytes dropped before the
+    next, and the loop's longest gap."""
+    async with opener(name)(path, "rb") as f:
+        gaps = Gaps()
+        await asyncio.sleep(0.002)
+        got = 0
+        while True:
+            k = len(await (f.read(n) if n else f.read()))
+            got += k
+            if not k or not n:
+                break
+        await asyncio.sleep(0.002)
+        return got, await gaps.stop()
+
+
 def child(args: argparse.Namespace) -> None:
     """One measured run, in this process: prints seconds, the peak RSS's
     growth over the run and (``--big``) the loop's longest gap."""
@@ -199,12 +254,16 @@ def child(args: argparse.Namespace) -> None:
         assert got == args.files * (args.file_kib << 10), got
         print(took, rss("VmHWM") - before, 0.0)
     else:
-        warm(args.big_file)
+        path = args.big_file if args.child == "big" else args.file
+        warm(path)
         before = start_peak()
         start = time.perf_counter()
-        got, longest = asyncio.run(big_read(args.name, args.big_file))
+        if args.child == "big":
+            got, longest = asyncio.run(big_read(args.name, path))
+        else:
+            got, longest = asyncio.run(read_in_reads(args.name, path, args.n))
         took = time.perf_counter() - start
-        assert got == os.path.getsize(args.big_file)
+        assert got == os.path.getsize(path)
         print(took, rss("VmHWM") - before, longest)
 
 
@@ -246,6 +305,22 @@ def big(args: argparse.Namespace) -> None:
     print(f"  gap blockio.open / aiofiles {ratios([g for _, _, g in b], [g for _, _, g in a])} (target <= 2.0)")
 
 
+def past_inline(args: argparse.Namespace) -> None:
+    make_file(args.file, args.size_mib << 20)
+    print(f"\nreads past INLINE_MAX over a cached {args.size_mib} MiB file, a new process per run: ms, the loop's "
+          f"longest gap (ms) and peak RSS growth (MiB), median (lowest-highest) of {args.rounds} rounds alternating")
+    for n in [16, 64, 256, 0]:
+        res = in_children("loop", args.rounds, ["--file", args.file, "--n", str(n << 20)])
+        print(f"  {'read()' if n == 0 else f'read({n} MiB) loop'}")
+        for name, runs in res.items():
+            print(f"    {name:<14} {spread([t * 1e3 for t, _, _ in runs])} ms   "
+                  f"gap {spread([g * 1e3 for _, _, g in runs], '{:.1f}')} ms   "
+                  f"RSS +{spread([m / 2**20 for _, m, _ in runs])} MiB")
+        b, a = res["blockio.open"], res["aiofiles"]
+        print(f"    blockio.open / aiofiles: gap {ratios([g for _, _, g in b], [g for _, _, g in a])} (target <= 2.0), "
+              f"RSS growth {ratios([m for _, m, _ in b], [m for _, m, _ in a])}")
+
+
 def run(path: str, size_mib: int, rounds: int) -> None:
     """All three, with the default files beside ``path`` (peers.py's)."""
     here = os.path.dirname(path) or "."
@@ -260,8 +335,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sequential", action="store_true")
     ap.add_argument("--cpu", action="store_true", help="time the sequential loops by their thread's CPU time")
+    ap.add_argument("--turns", action="store_true",
+                    help="with --sequential: also blockio's loop with its turns of the event loop skipped, and "
+                         "the os.pread loop with a bare turn per TURN_BYTES read")
     ap.add_argument("--whole", action="store_true")
     ap.add_argument("--big", action="store_true")
+    ap.add_argument("--past-inline", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--file", default="bench-data/py-peers-256m.dat")
     ap.add_argument("--size-mib", type=int, default=256)
@@ -269,8 +348,9 @@ def main() -> int:
     ap.add_argument("--tree", default="bench-data/py-small-10k")
     ap.add_argument("--files", type=int, default=1000)
     ap.add_argument("--file-kib", type=int, default=10)
-    ap.add_argument("--child", choices=["whole", "big"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["whole", "big", "loop"], help=argparse.SUPPRESS)
     ap.add_argument("--name", help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args)
@@ -278,11 +358,13 @@ def main() -> int:
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
     if args.sequential:
-        sequential(args.file, args.size_mib, args.rounds, args.cpu)
+        sequential(args.file, args.size_mib, args.rounds, args.cpu, args.turns)
     if args.whole:
         whole(args)
     if args.big:
         big(args)
+    if args.past_inline:
+        past_inline(args)
     return 0
 
 

@@ -747,6 +747,16 @@ class Engine:
             raise _out_of_range(length, offsets) from None
         return _finish(res, [_name(file)] * len(offsets), return_exceptions)
 
+    async def _aread_after(self, file: FileLike, head: bytes, offset: int, length: int) -> bytes:
+        """``head`` (bytes a file object holds, read before ``offset``),
+        then up to ``length`` (at least 1) bytes read at ``offset``, in one
+        object the engine fills off this thread (``Core.submit_read_after``):
+        a large read after a small one keeps the bytes read ahead, as the
+        built-in's does, and joins nothing here. Not for ``O_DIRECT``."""
+        res = await self._run(file, self._core.submit_read_after, _fd(file), head, offset, length)
+        out: bytes = _finish(res, [_name(file)], False)[0]
+        return out
+
     async def aread(self, file: FileLike, *, offset: int, length: int) -> bytes:
         """Reads up to ``length`` bytes at ``offset``.
 

@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import collections.abc
 import errno
+import fcntl
 import io
 import operator
 import os
@@ -97,9 +98,9 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import Stops, is_cancellation, new_future, on_asyncio, pause, shielded, threadsafe_call_soon, wait_readable
-from ._blockio import (INLINE_OFFSET, FileCall, FileState, WriteQueue, coroutine_method, count_copied, read_line_inline,
-                       read_stream_inline, readline_inline, stream_in_pieces, turn_due, write_inline)
-from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _finish, _flat, _KeptCancel, _Stopped, _stream_key
+from ._blockio import (INLINE_OFFSET, INLINE_PIECE, FileCall, FileState, WriteQueue, coroutine_method, count_copied,
+                       read_line_inline, read_stream_inline, readline_inline, stream_in_pieces, turn_due, write_inline)
+from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _fd, _finish, _flat, _KeptCancel, _Stopped, _stream_key
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
                      one_at_a_time_kept, one_at_a_time_placing, one_at_a_time_taking_turns)
 from ._lines import LineReader
@@ -141,6 +142,21 @@ _INLINE_OFFSET = INLINE_OFFSET
 #: made of reads of at most this, as the built-in buffered file's is, or,
 #: unbuffered, is one read of this, as ``FileIO``'s is.
 _MAX_IO = 0x7FFFF000
+
+#: The most bytes a read copies on the event loop's thread at once (the
+#: core's ``INLINE_PIECE``): a longer read of a regular file gets its bytes
+#: in the one object the kernel fills, never joined to others here.
+_PIECE = INLINE_PIECE
+
+
+def _fresh_ok(file: Any) -> bool:
+    """Whether a read of ``file`` may go into a new ``bytes`` object the
+    kernel fills after bytes held (``Engine._aread_after``): not on an
+    ``O_DIRECT`` descriptor, whose reads need aligned memory."""
+    try:
+        return not fcntl.fcntl(_fd(file), fcntl.F_GETFL) & os.O_DIRECT
+    except (OSError, ValueError):
+        return False  # (the read that follows reports it)
 
 
 def _snapshot(data: Any) -> Any:
@@ -1236,6 +1252,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             raise ValueError("read length must be non-negative or -1")
         if size < 0:
             return await self._read_rest()
+        after = size > _PIECE and size > self._held() and not self._stream
         head = self._take(min(size, self._held()))
         size -= len(head)
         # An unbuffered stream returns what one read gives, as FileIO's
@@ -1245,9 +1262,41 @@ class AsyncFile(FileState, LineReader[bytes]):
         once = self._bufsize == 0 and self._stream
         if once and head:
             return head
-        parts = [head]
+        parts = [head] if head else []
         seeked, self._seeked = self._seeked, False
         try:
+            if after and (head or size > _MAX_IO) and (seeked or size >= self._bufsize) and _fresh_ok(self._file):
+                # More than a piece, more than the buffer holds, after bytes
+                # read ahead or past what one read(2) takes: one object the
+                # kernel fills in pieces, starting with the bytes held (the
+                # built-in's read returns them too, even if the file changed
+                # since), none joined on this thread. Unbuffered, one read
+                # of at most `_MAX_IO`, as FileIO's read. (A read the buffer
+                # holds, with `buffering` above a piece, is one copy.)
+                await self._flush_writes()
+                at = await self._position()
+                want = size if self._bufsize else min(size, _MAX_IO)
+                if want > _MAX_IO:
+                    # The object is allocated whole before it is read: no
+                    # more than a regular file holds, and where the size
+                    # says nothing (0: a device, a procfs file) and memory
+                    # cannot hold it all, one read(2)'s worth, then on.
+                    known = await self._engine._asize(self._file)
+                    if known:
+                        want = min(want, max(known - at, 0) + 1)
+                try:
+                    whole = await self._engine._aread_after(self._file, head, at, want)
+                except MemoryError:
+                    if want <= _MAX_IO:
+                        raise
+                    want = _MAX_IO
+                    whole = await self._engine._aread_after(self._file, head, at, want)
+                got = len(whole) - len(head)
+                self._pos += got
+                parts = [whole]
+                # (short: the end, confirmed by the engine's reads; full
+                # but less than asked, buffered: the file grew, read on)
+                size = size - got if got == want and self._bufsize else 0
             while size > 0:
                 if self._bufsize > 0 and size < self._bufsize and not seeked:
                     if not await self._fill():
@@ -1271,6 +1320,8 @@ class AsyncFile(FileState, LineReader[bytes]):
                 return b"".join(parts)
             self._unread(b"".join(parts))
             raise
+        if len(parts) == 1:
+            return parts[0]  # (as it came: a large read's object, not a copy)
         return b"".join(parts)
 
     def _keep_stream_error(self, e: BaseException, got: bool) -> bool:
@@ -1349,11 +1400,6 @@ class AsyncFile(FileState, LineReader[bytes]):
         return await self._read_rest()
 
     async def _read_rest(self) -> bytes:
-        if not self._stream:
-            # The bytes read ahead are read again with the rest, into the
-            # one object the kernel fills (see `_read_rest_after`): none
-            # is copied on this thread, whatever the file's size.
-            self._drop_read_ahead()
         head = self._take(self._held())
         more: List[bytes] = []
         try:
@@ -1369,33 +1415,45 @@ class AsyncFile(FileState, LineReader[bytes]):
             raise
 
     async def _read_rest_after(self, head: bytes, got: List[bytes]) -> bytes:
-        """The bytes from the position to the end, after ``head`` (a
-        stream's bytes read ahead), each read's bytes added to ``got`` as
-        they come. As the built-in's ``readall``: one read of what the
+        """The bytes from the position to the end, after ``head`` (the
+        bytes read ahead), each read's bytes added to ``got`` as they
+        come. As the built-in's ``readall``: one read of what the
         file's size says is left and a byte more, which comes back only if
         the file grew meanwhile; then, while reads come back full (the file
         grew) or the size said nothing (0: a pipe, a procfs file), reads of
         as much again as has been read, until one comes back short (a
         regular file with a size, at its end) or empty. The memory is that
         of the bytes read, in the object returned (the engine reads into
-        it, in pieces, off this thread: see ``Core.submit_read``)."""
+        it, in pieces, off this thread: see ``Core.submit_read``). The
+        bytes read ahead of a file that is not a stream start the object
+        of its first read (``Engine._aread_after``): the built-in's
+        ``readall`` returns them too, even if another writer changed the
+        file since; none is joined on this thread."""
         await self._flush_writes()
         pos = await self._position()
         size = 0 if self._stream else await self._engine._asize(self._file)
         want = size - pos + 1 if size > pos else _FIRST_CHUNK
         at = pos
         while True:
-            want = min(want, _MAX_IO)
+            lead = b""
             if self._stream:
+                want = min(want, _MAX_IO)
                 more = await self._read_stream(want)
+            elif (head or (not got and want > _MAX_IO)) and _fresh_ok(self._file):
+                # After the bytes held, or past what one read(2) returns:
+                # one object the engine fills in pieces.
+                lead, head = head, b""
+                more = await self._engine._aread_after(self._file, lead, at, want)
             else:
                 # (not `_pread`, whose cached try on this thread never
                 # serves a read asking for a byte past the end)
+                want = min(want, _MAX_IO)
                 more = (await self._engine.aread_batch(self._file, offsets=[at], length=want))[0]
+            n = len(more) - len(lead)
             if more:
                 got.append(more)
-                at += len(more)
-            if not more or (size and len(more) < want):
+                at += n
+            if not n or (size and n < want):
                 break
             want = max(at - pos, _FIRST_CHUNK)
         self._pos = at

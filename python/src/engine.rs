@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use blockio::aio::{AsyncEngine, AsyncFile, OpFuture, Withdrawal};
 use blockio::{AlignedBuf, Backend, BackendChoice, Engine, Op, RawTarget};
@@ -51,6 +51,51 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// Starts reads of `length` bytes at each offset of `fd` (held as
+    /// `file`, borrowed from a file object when `lent`), each into one new
+    /// `bytes` object that starts with `head` ([`fresh::start`]).
+    fn start_fresh(
+        &self,
+        py: Python<'_>,
+        waiter: PyObject,
+        (fd, file, lent): (RawFd, Result<(AsyncFile, RawFd), i32>, bool),
+        offsets: &[u64],
+        head: &[u8],
+        length: usize,
+    ) -> PyResult<u64> {
+        let per = fresh::pieces_of(length);
+        let mut futs = Vec::with_capacity(offsets.len() * per);
+        let file = file.map(|(file, dup)| (Arc::new(file), dup));
+        for &off in offsets {
+            match &file {
+                Ok((file, dup)) => match fresh::start(py, file, (fd, *dup), off, head, length) {
+                    Ok(f) => futs.extend(f),
+                    Err(e) => {
+                        if lent {
+                            self.start_closes(self.owned.release(&[fd]));
+                        }
+                        return Err(e);
+                    }
+                },
+                Err(errno) => futs.extend((0..per).map(|_| {
+                    failed(
+                        Yields::Fresh(per),
+                        refused(
+                            &format!("read of {length} bytes at offset {off}"),
+                            fd,
+                            *errno,
+                        ),
+                    )
+                })),
+            }
+        }
+        let mut batch = Pending::new(futs, Yields::Fresh(per));
+        if lent {
+            batch.borrowed.push(fd);
+        }
+        Ok(self.start(waiter, batch))
+    }
+
     /// Starts the one operation without memory that `make` builds on
     /// `fd`'s async file (an fsync, a fallocate); `what` names it when `fd`
     /// cannot be held.
@@ -663,25 +708,8 @@ impl Core {
         let direct = flags != -1 && flags & libc::O_DIRECT != 0;
         let aio = self.aio(direct)?;
         let (file, lent) = self.hold_for_batch(&aio, fd, flags);
-        if let (Ok((file, dup)), false, true) = (&file, direct, length >= fresh::FRESH_MIN) {
-            let per = fresh::pieces_of(length);
-            let mut futs = Vec::with_capacity(offsets.len() * per);
-            for &off in &offsets {
-                match fresh::start(py, file, fd, *dup, off, length) {
-                    Ok(f) => futs.extend(f),
-                    Err(e) => {
-                        if lent {
-                            self.start_closes(self.owned.release(&[fd]));
-                        }
-                        return Err(e);
-                    }
-                }
-            }
-            let mut batch = Pending::new(futs, Yields::Fresh(per));
-            if lent {
-                batch.borrowed.push(fd);
-            }
-            return Ok(self.start(waiter, batch));
+        if let (Ok(_), false, true) = (&file, direct, length >= fresh::FRESH_MIN) {
+            return self.start_fresh(py, waiter, (fd, file, lent), &offsets, b"", length);
         }
         let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
         let futs = offsets
@@ -727,6 +755,43 @@ impl Core {
             batch.borrowed.push(fd);
         }
         Ok(self.start(waiter, batch))
+    }
+
+    /// Starts reading `length` bytes (at least 1) at `offset` of `fd` into
+    /// one new `bytes` object that starts with `head` (bytes the caller read
+    /// before `offset` and still holds: its read-ahead), so that the result
+    /// is one object the kernel fills, with no join on the caller's thread
+    /// (see [`fresh`]), even past what one `read(2)` returns
+    /// ([`MAX_IO`](crate::args::MAX_IO)); finished under `token`. Not for an `O_DIRECT`
+    /// descriptor, whose reads need aligned memory: those fail (`EINVAL`).
+    pub(crate) fn submit_read_after(
+        &self,
+        py: Python<'_>,
+        waiter: PyObject,
+        fd: RawFd,
+        head: &[u8],
+        offset: i64,
+        length: i64,
+    ) -> PyResult<u64> {
+        // (no bound of one read(2) on `length`: its pieces are reads of
+        // at most `fresh::PIECE` bytes; the machine's memory bounds it)
+        let offsets = offsets_arg(&[offset])?;
+        let length = usize::try_from(length).map_err(|_| {
+            PyValueError::new_err(format!("length must be at least 0, got {length}"))
+        })?;
+        total_arg(1, head.len().saturating_add(length))?;
+        let flags = fd_flags(fd);
+        let direct = flags != -1 && flags & libc::O_DIRECT != 0;
+        let aio = self.aio(direct)?;
+        let held = self.hold_for_batch(&aio, fd, flags);
+        self.start_fresh(
+            py,
+            waiter,
+            (fd, held.0, held.1),
+            &offsets,
+            head,
+            length.max(1),
+        )
     }
 
     /// Starts reading into each `(fd, buffer, offset)`.

@@ -18,6 +18,7 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use blockio::aio::{AsyncFile, BufResult, IoBuf, IoBufMut};
 use futures_channel::oneshot;
@@ -40,6 +41,11 @@ pub(crate) struct Piece {
     obj: Py<PyBytes>,
     ptr: *mut u8,
     len: usize,
+    /// The bytes of the object before the first piece (given by the
+    /// caller, not read).
+    lead: usize,
+    /// The bytes of the piece read so far: a read fills what follows.
+    filled: usize,
 }
 
 // SAFETY: `ptr` points into the bytes object `obj` keeps alive (a `Py` is
@@ -49,20 +55,23 @@ pub(crate) struct Piece {
 // never moves.
 unsafe impl Send for Piece {}
 
-// SAFETY: as above: `len` bytes from `ptr` lie within the object's storage.
+// SAFETY: as above: `len` bytes from `ptr` lie within the object's
+// storage, and `filled <= len` (see `fill`).
 unsafe impl IoBuf for Piece {
     fn stable_ptr(&self) -> *const u8 {
-        self.ptr
+        // SAFETY: `filled <= len`: within (or at the end of) the piece.
+        unsafe { self.ptr.add(self.filled) }
     }
     fn bytes_len(&self) -> usize {
-        self.len
+        self.len - self.filled
     }
 }
 
 // SAFETY: as above; the object is not shared until the reads are done.
 unsafe impl IoBufMut for Piece {
     fn stable_mut_ptr(&mut self) -> *mut u8 {
-        self.ptr
+        // SAFETY: `filled <= len`: within (or at the end of) the piece.
+        unsafe { self.ptr.add(self.filled) }
     }
 }
 
@@ -127,34 +136,49 @@ pub(crate) fn unfilled(py: Python<'_>, length: usize) -> PyResult<Py<PyBytes>> {
     Ok(unsafe { obj.downcast_into_unchecked::<PyBytes>() }.unbind())
 }
 
-/// Starts the reads of `length` bytes (at least [`FRESH_MIN`]) at `offset`
-/// of `file` (`fd`, held as `dup`) into one new `bytes` object: one
+/// Starts the reads of `length` bytes (at least [`FRESH_MIN`], or any
+/// after a `head`) at `offset` of `file` (`fd`, held as `dup`) into one new
+/// `bytes` object that starts with `head` (the bytes a caller holds from
+/// before `offset`, copied in here, at most a read-ahead's worth): one
 /// operation per [`PIECE`], in order, which [`assemble`] puts together;
 /// [`lanes`] of them in flight at once.
 pub(crate) fn start(
     py: Python<'_>,
-    file: &AsyncFile,
-    fd: RawFd,
-    dup: RawFd,
+    file: &Arc<AsyncFile>,
+    (fd, dup): (RawFd, RawFd),
     offset: u64,
+    head: &[u8],
     length: usize,
 ) -> PyResult<Vec<Boxed<OneDone>>> {
-    let obj = unfilled(py, length)?;
-    // SAFETY: `obj` is a bytes object; its storage is `length` bytes long.
+    let lead = head.len();
+    let obj = unfilled(py, lead + length)?;
+    // SAFETY: `obj` is a bytes object; its storage is `lead + length` bytes long.
     let base: *mut u8 = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) }.cast();
+    // SAFETY: the object is new, `lead` bytes fit at its start, and `head`
+    // (another object's storage, or a Rust slice) does not overlap it.
+    unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), base, lead) };
+    let (regular, size) = shape(dup);
+    // Anything but a regular file (a device, a pipe: its reads may ignore
+    // the offset) is read one piece after the other, so that a piece
+    // reading on past a short read never runs beside the next.
+    let lanes = if regular { lanes() } else { 1 };
     let mut futs: Vec<Boxed<OneDone>> = Vec::with_capacity(pieces_of(length));
-    let mut gates = std::collections::VecDeque::with_capacity(lanes());
+    let mut gates = std::collections::VecDeque::with_capacity(lanes);
     let mut at = 0;
     while at < length {
         let len = PIECE.min(length - at);
         let piece = Piece {
             obj: obj.clone_ref(py),
-            // SAFETY: `at + len <= length`: within the object's storage.
-            ptr: unsafe { base.add(at) },
+            // SAFETY: `lead + at + len <= lead + length`: within the
+            // object's storage.
+            ptr: unsafe { base.add(lead + at) },
             len,
+            lead,
+            filled: 0,
         };
-        let f = file.read_at(Buf::Fresh(piece), offset + at as u64);
-        let after = if gates.len() < lanes() {
+        let file = Arc::clone(file);
+        let off = offset + at as u64;
+        let after = if gates.len() < lanes {
             None
         } else {
             gates.pop_front()
@@ -168,7 +192,7 @@ pub(crate) fn start(
                 let _ = after.await;
             }
             let flying = Flying::start();
-            let (r, buf) = f.await;
+            let (r, buf) = fill(&file, piece, off, size).await;
             drop(flying);
             let _ = done.send(());
             OneDone::Read((explain_direct(name_given_fd(r, dup, fd), fd), buf))
@@ -178,12 +202,64 @@ pub(crate) fn start(
     Ok(futs)
 }
 
+/// What `fd` is, for reading it in pieces: whether it is a regular file
+/// (whose pieces may be read side by side), and its size when that says
+/// where a read ends (a regular file's, unless 0: a procfs file is
+/// "regular" with size 0, and returns less than asked anywhere).
+fn shape(fd: RawFd) -> (bool, Option<u64>) {
+    // SAFETY: the caller's `AsyncFile` holds `fd` open for this call.
+    let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
+    let Ok(st) = rustix::fs::fstat(fd) else {
+        return (false, None);
+    };
+    let regular =
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+    let size = u64::try_from(st.st_size).ok().filter(|&n| regular && n > 0);
+    (regular, size)
+}
+
+/// Reads `piece` at `offset` until it is full, an error comes, or the end
+/// of the file is confirmed: by a read that returns nothing, or, on a
+/// regular file of `size` bytes (when the read started), by a short read
+/// that reaches that size. A short read is not the end elsewhere: a
+/// character device or a procfs file may return less than asked anywhere.
+/// Gives the bytes read (an error only if the first read failed) and the
+/// piece as it was lent.
+async fn fill(
+    file: &AsyncFile,
+    mut piece: Piece,
+    offset: u64,
+    size: Option<u64>,
+) -> BufResult<usize, Buf> {
+    let result = loop {
+        let at = offset + piece.filled as u64;
+        let (r, buf) = file.read_at(Buf::Fresh(piece), at).await;
+        piece = match buf {
+            Buf::Fresh(p) => p,
+            other => return (r, other), // (never: the buffer comes back as lent)
+        };
+        match r {
+            Ok(0) => break Ok(piece.filled),
+            Ok(n) => piece.filled += n.min(piece.len - piece.filled),
+            Err(e) if piece.filled == 0 => break Err(e),
+            // (the bytes before it; the next read meets it again)
+            Err(_) => break Ok(piece.filled),
+        }
+        let end = size.is_some_and(|s| offset + piece.filled as u64 >= s);
+        if piece.filled == piece.len || end {
+            break Ok(piece.filled);
+        }
+    };
+    piece.filled = 0;
+    (result, Buf::Fresh(piece))
+}
+
 /// The result of one read made by [`start`] from its pieces' results, in
-/// order: its `bytes` object, holding the bytes up to the end of the first
-/// short piece (the file's end), or the error of the first piece that
-/// failed before it.
+/// order: its `bytes` object, holding the head it started with, then the
+/// bytes up to the end of the first short piece (the file's end: see
+/// [`fill`]), or the error of the first piece that failed before it.
 pub(crate) fn assemble(py: Python<'_>, pieces: Vec<BufResult<usize, Buf>>) -> PyResult<PyObject> {
-    let mut total = 0;
+    let mut total = None;
     let mut error = None;
     let mut obj = None;
     let mut ended = false;
@@ -198,7 +274,7 @@ pub(crate) fn assemble(py: Python<'_>, pieces: Vec<BufResult<usize, Buf>>) -> Py
         if !ended && error.is_none() {
             match r {
                 Ok(n) => {
-                    total += n;
+                    *total.get_or_insert(piece.lead) += n;
                     ended = n < piece.len;
                 }
                 Err(e) => error = Some(e),
@@ -210,7 +286,7 @@ pub(crate) fn assemble(py: Python<'_>, pieces: Vec<BufResult<usize, Buf>>) -> Py
         return Ok(os_error(py, &e));
     }
     match obj {
-        Some(obj) => shrunk(py, obj, total),
+        Some(obj) => shrunk(py, obj, total.unwrap_or(0)),
         None => Ok(PyBytes::new(py, b"").into_any().unbind()), // (no piece: nothing read)
     }
 }

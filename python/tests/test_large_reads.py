@@ -38,9 +38,10 @@ def run(coro, loop_factory):
 
 def lengths_asked(engine):
     """Records the length of every read ``engine`` is asked for (by
-    ``aread`` and ``aread_batch``), in a list it returns."""
+    ``aread``, ``aread_batch`` and ``_aread_after``, a read after bytes
+    held), in a list it returns."""
     asked = []
-    aread, aread_batch = engine.aread, engine.aread_batch
+    aread, aread_batch, aread_after = engine.aread, engine.aread_batch, engine._aread_after
 
     async def spy_aread(file, *, offset, length):
         asked.append(length)
@@ -51,7 +52,11 @@ def lengths_asked(engine):
         asked.extend([length] * len(offsets))
         return await aread_batch(file, offsets=offsets, length=length, return_exceptions=return_exceptions)
 
-    engine.aread, engine.aread_batch = spy_aread, spy_batch
+    async def spy_after(file, head, offset, length):
+        asked.append(length)
+        return await aread_after(file, head, offset, length)
+
+    engine.aread, engine.aread_batch, engine._aread_after = spy_aread, spy_batch, spy_after
     return asked
 
 
@@ -487,3 +492,352 @@ def test_a_read_in_pieces_whose_later_piece_is_not_cached_reads_through_the_engi
     got, asked, pos = asyncio.run(main())
     assert got == data and pos == len(data)
     assert asked == [len(data)]
+
+
+#: A read longer than ``INLINE_MAX`` that goes to the engine: 16 MiB and
+#: 64 MiB, the sizes at which a copy on the loop's thread was found.
+ENGINE_SIZES = [16 << 20, 64 << 20]
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory):
+    """A 64 MiB + 123 byte file of random bytes (and its bytes), made once
+    for the tests below."""
+    p = tmp_path_factory.mktemp("big") / "f"
+    data = os.urandom((64 << 20) + 123)
+    p.write_bytes(data)
+    return p, data
+
+
+def engine_results(engine):
+    """Records every object ``engine.aread`` and ``engine._aread_after``
+    (a read after bytes held) return, in a list it returns."""
+    results = []
+    aread, aread_after = engine.aread, engine._aread_after
+
+    async def spy_aread(file, *, offset, length):
+        got = await aread(file, offset=offset, length=length)
+        results.append(got)
+        return got
+
+    async def spy_after(file, head, offset, length):
+        got = await aread_after(file, head, offset, length)
+        results.append(got)
+        return got
+
+    engine.aread, engine._aread_after = spy_aread, spy_after
+    return results
+
+
+@LOOPS
+@pytest.mark.parametrize("size", ENGINE_SIZES)
+@pytest.mark.parametrize("lead", [0, 10])
+def test_a_loop_of_reads_past_the_inline_max_copies_nothing_on_the_loops_thread(big_file, engine, loop_factory,
+                                                                                size, lead):
+    """``while chunk := await f.read(n)`` with n past ``INLINE_MAX``, after
+    a small read whose buffer holds bytes read ahead (``lead``) or not:
+    each read's ``bytes`` is the very object the engine's read filled (off
+    the loop's thread, in pieces; the bytes held copied into its start
+    first), not a copy joined on the loop's thread (which at 256 MiB held
+    the loop 200 ms and two full-size buffers)."""
+    p, data = big_file
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            head = await f.read(lead)
+            results = engine_results(engine)
+            got = [head]
+            while True:
+                chunk = await f.read(size)
+                if not chunk:
+                    return b"".join(got), got[1:], results
+                got.append(chunk)
+
+    whole, chunks, results = run(main(), loop_factory)
+    assert whole == data
+    full = [chunk for chunk in chunks if len(chunk) == size]
+    assert len(full) == (len(data) - lead) // size
+    for chunk in full:
+        assert any(chunk is r for r in results)
+
+
+@LOOPS
+@pytest.mark.parametrize("size", ENGINE_SIZES)
+@pytest.mark.parametrize("lead", [0, 10])
+def test_a_read_past_the_inline_max_cancelled_moves_nothing(big_file, engine, loop_factory, size, lead):
+    """Cancelled while its pieces are read, a read past ``INLINE_MAX``
+    returns nothing and moves nothing, also with bytes read ahead held
+    before it: the next reads return the bytes from where it started."""
+    p, data = big_file
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            head = await f.read(lead)
+            task = asyncio.ensure_future(f.read(size))
+            await asyncio.sleep(0)  # (its read started, its bytes not yet come)
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return head, await f.tell(), await f.read(100), await f.read(size)
+
+    head, pos, small, big = run(main(), loop_factory)
+    assert (head, pos, small) == (data[:lead], lead, data[lead:lead + 100])
+    assert big == data[lead + 100:lead + 100 + size]
+
+
+PEAK_SCRIPT = r"""
+import asyncio, sys
+import blockio
+
+path, backend, lead, call = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+size = 64 << 20
+
+
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith(field + ":"))
+
+
+async def main():
+    engine = blockio.Engine(backend=backend)
+    async with blockio.open(path, "rb", engine=engine) as f:
+        await f.read(1 << 20)  # (the engine and its threads started)
+        await f.seek(0)
+        await f.read(lead)
+        with open("/proc/self/clear_refs", "w") as c:
+            c.write("5")  # (the peak starts again from the RSS now)
+        before = status("VmRSS")
+        got = await (f.read() if call == "read()" else f.read(size))
+        peak = status("VmHWM")
+        print(len(got), peak - before)
+    engine.close()
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+@pytest.mark.parametrize("lead", [0, 10])
+@pytest.mark.parametrize("call", ["read(n)", "read()"])
+def test_a_large_read_holds_one_buffer_of_its_size(big_file, backend, lead, call):
+    """A 64 MiB ``read(n)`` (and ``read()`` of a 64 MiB rest), with bytes
+    read ahead held before it or not, grows the process's peak RSS by its
+    bytes and less than two pieces more, not by a second full-size buffer
+    (its bytes joined to what was held, on the loop's thread). Counted by
+    the kernel (``VmHWM``, started again from the RSS before the read), in
+    a process of its own: the engine's memory is Rust's, which
+    ``tracemalloc`` does not see, and ``ru_maxrss`` keeps the peak of the
+    process that forked it."""
+    import subprocess
+    import sys
+
+    p, data = big_file
+    out = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(p), backend, str(lead), call],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    n, grew = map(int, out.stdout.split())
+    assert n == (64 << 20 if call == "read(n)" else len(data) - lead)
+    assert n <= grew < n + 2 * PIECE, (n, grew)
+
+
+@pytest.mark.parametrize("size", [INLINE_PIECE + 5, 12 << 20])
+def test_a_large_read_the_buffer_holds_is_served_from_it(big_file, engine, size):
+    """With ``buffering`` larger than a piece, a read past a piece that the
+    buffer holds takes its bytes from the buffer (one copy, as the
+    README says), also through the call queue (made while a read ahead
+    of it holds the queue for its turn of the event loop): the buffer is
+    not dropped and read again, as it is for a read longer than what it
+    holds."""
+    p, data = big_file
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=16 << 20, engine=engine) as f:
+            head = await f.read(10)
+            asked = lengths_asked(engine)
+            queued()
+            first = asyncio.ensure_future(f.read(1))  # (its turn due: it holds the queue through it)
+            second = asyncio.ensure_future(f.read(size))
+            one, got = await asyncio.gather(first, second)
+            return head + one, got, asked, await f.tell()
+
+    head, got, asked, pos = asyncio.run(main())
+    assert (head, got, pos) == (data[:11], data[11:11 + size], 11 + size)
+    assert asked == []
+
+
+def _rewrite_past(p, at):
+    """Another writer's change: every byte of ``p`` from ``at`` on becomes
+    ``B``."""
+    fd = os.open(p, os.O_WRONLY)
+    try:
+        os.pwrite(fd, b"B" * (os.fstat(fd).st_size - at), at)
+    finally:
+        os.close(fd)
+
+
+@LOOPS
+@pytest.mark.parametrize("change", ["rewritten", "truncated"])
+@pytest.mark.parametrize("size", [1 << 20, INLINE_PIECE + 1, 16 << 20, -1])
+def test_a_large_read_after_a_small_one_returns_the_bytes_held_as_the_builtins(tmp_path, engine, loop_factory,
+                                                                                change, size):
+    """``read(10)``, then another writer rewrites the file past those bytes
+    (or truncates it to 5 bytes), then ``read(n)`` or ``read()``: the bytes
+    the buffer read ahead come first, as the built-in's (and aiofiles')
+    read returns them; a large read does not drop them to read the
+    changed file again. Same ``buffering`` on both sides, so the same
+    bytes are held."""
+    p = tmp_path / "f"
+    bufsize = 8192
+
+    def make():
+        p.write_bytes(b"A" * (17 << 20))
+
+    def changed():
+        if change == "truncated":
+            os.truncate(p, 5)
+        else:
+            _rewrite_past(p, 10)
+
+    make()
+    with open(p, "rb", buffering=bufsize) as f:
+        f.read(10)
+        changed()
+        want = f.read(size), f.tell()
+
+    async def main():
+        make()
+        async with blockio.open(p, "rb", buffering=bufsize, engine=engine) as f:
+            await f.read(10)
+            changed()
+            return await f.read(size), await f.tell()
+
+    got, pos = run(main(), loop_factory)
+    assert pos == want[1]
+    assert got == want[0], (len(got), got.count(b"A"), len(want[0]), want[0].count(b"A"))
+
+
+@pytest.mark.parametrize("api", ["open", "aread"])
+def test_a_large_read_of_a_character_device_reads_on_past_a_short_read(engine, api):
+    """``/dev/zero``: a character device may return fewer bytes than asked
+    anywhere (io_uring's reads of it stop short when the reading thread is
+    due to be rescheduled), so a short piece is the end only where a read
+    returning nothing confirms it (or a regular file's size says so): a
+    64 MiB read returns 64 MiB (``Engine.aread`` returned 2-17 MiB of
+    64-256 MiB on io_uring, the pieces after the first short one
+    dropped)."""
+    size = 64 << 20
+
+    async def main():
+        with open("/dev/zero", "rb") as plain:
+            if api == "aread":
+                return await engine.aread(plain, offset=0, length=size)
+            async with blockio.open(plain.fileno(), "rb", closefd=False, engine=engine) as f:
+                await f.read(10)  # (bytes held: the large read starts with them)
+                return await f.read(size)
+
+    got = asyncio.run(main())
+    assert len(got) == size and got.count(0) == size
+
+
+@pytest.mark.parametrize("api", ["open", "aread"])
+def test_a_large_read_of_a_procfs_file_reads_on_past_each_short_read(engine, api):
+    """``/proc/kallsyms``: a procfs file is "regular" with size 0 and
+    returns at most a page per read, every time, so a large read after a
+    small one must read on past each short read to the end a read
+    returning nothing confirms (its size says nothing): as the built-in's.
+    (A size of 0 taken for the end returned one page of 5 MiB.)"""
+    path = "/proc/kallsyms"
+    with open(path, "rb") as plain:
+        want = plain.read()
+    assert len(want) > 1 << 20, "the file this test reads is too small to need pieces"
+
+    async def main():
+        with open(path, "rb") as plain:
+            if api == "aread":
+                return await engine.aread(plain, offset=0, length=len(want) + (4 << 20))
+            async with blockio.open(plain.fileno(), "rb", closefd=False, engine=engine) as f:
+                head = await f.read(10)
+                return head + await f.read(len(want) + (4 << 20))
+
+    got = asyncio.run(main())
+    assert len(got) == len(want) and got == want
+
+
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_a_read_past_one_reads_limit_is_one_object_buffered_and_one_read_unbuffered(big_file, engine, monkeypatch,
+                                                                                   buffering):
+    """A ``read(n)`` past ``_MAX_IO`` (the most one ``read(2)`` returns,
+    about 2 GiB; 16 MiB here, so that the test stays small) after bytes
+    read ahead: buffered, one object the engine fills in pieces, asked of
+    it at once (its parts were joined on the loop's thread, a copy of the
+    whole); unbuffered, one read of at most ``_MAX_IO``, as ``FileIO``'s."""
+    from blockio import _file
+
+    monkeypatch.setattr(_file, "_MAX_IO", 16 << 20)
+    p, data = big_file
+    size = 40 << 20
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=buffering, engine=engine) as f:
+            if buffering:
+                await f.read(10)  # (bytes read ahead held)
+            else:
+                await f.seek(10)
+            asked = lengths_asked(engine)
+            results = engine_results(engine)
+            got = await f.read(size)
+            return got, asked, results, await f.tell()
+
+    got, asked, results, pos = asyncio.run(main())
+    if buffering:
+        assert (got, pos) == (data[10:10 + size], 10 + size)
+        assert len(asked) == 1 and asked[0] > 16 << 20, asked
+        assert any(got is r for r in results)
+    else:
+        assert (got, pos) == (data[10:10 + (16 << 20)], 10 + (16 << 20))
+
+
+@pytest.mark.parametrize("lead", [0, 10])
+def test_a_read_of_a_rest_past_one_reads_limit_is_one_object(big_file, engine, monkeypatch, lead):
+    """``read()`` of a rest past ``_MAX_IO`` (about 2 GiB; 16 MiB here, so
+    that the test stays small), after bytes read ahead or not: one object
+    the engine fills in pieces, asked of it at once (its parts were joined
+    on the loop's thread, a copy of the whole)."""
+    from blockio import _file
+
+    monkeypatch.setattr(_file, "_MAX_IO", 16 << 20)
+    p, data = big_file
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            await f.read(lead)
+            asked = lengths_asked(engine)
+            results = engine_results(engine)
+            queued()  # (served inline, it would not ask the size)
+            got = await f.read()
+            return got, asked, results, await f.tell()
+
+    got, asked, results, pos = asyncio.run(main())
+    assert (got, pos) == (data[lead:], len(data))
+    assert len(asked) == 1 and asked[0] > 16 << 20, asked
+    assert any(got is r for r in results)
+
+
+@pytest.mark.parametrize("buffering", [-1, 0])
+def test_a_read_of_more_than_memory_after_a_small_one_reads_what_the_file_has(tmp_path, engine, buffering):
+    """``read(1 << 40)`` after ``read(10)``: the bytes the file has, as the
+    README says of a size past what one read returns, not a
+    ``MemoryError`` for an object of the size asked allocated before the
+    read (the built-in's ``read`` raises one)."""
+    p = tmp_path / "f"
+    data = os.urandom(100_000)
+    p.write_bytes(data)
+
+    async def main():
+        async with blockio.open(p, "rb", buffering=buffering, engine=engine) as f:
+            await f.read(10)
+            return await f.read(1 << 40), await f.tell()
+
+    assert asyncio.run(main()) == (data[10:], len(data))
