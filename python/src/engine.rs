@@ -53,7 +53,9 @@ pub(crate) struct Core {
 impl Core {
     /// Starts reads of `length` bytes at each offset of `fd` (held as
     /// `file`, borrowed from a file object when `lent`), each into one new
-    /// `bytes` object that starts with `head` ([`fresh::start`]).
+    /// `bytes` object that starts with `head` ([`fresh::start`]; `whole`:
+    /// a procfs file's pieces read on past short reads).
+    #[allow(clippy::too_many_arguments)]
     fn start_fresh(
         &self,
         py: Python<'_>,
@@ -62,21 +64,24 @@ impl Core {
         offsets: &[u64],
         head: &[u8],
         length: usize,
+        whole: bool,
     ) -> PyResult<u64> {
         let per = fresh::pieces_of(length);
         let mut futs = Vec::with_capacity(offsets.len() * per);
         let file = file.map(|(file, dup)| (Arc::new(file), dup));
         for &off in offsets {
             match &file {
-                Ok((file, dup)) => match fresh::start(py, file, (fd, *dup), off, head, length) {
-                    Ok(f) => futs.extend(f),
-                    Err(e) => {
-                        if lent {
-                            self.start_closes(self.owned.release(&[fd]));
+                Ok((file, dup)) => {
+                    match fresh::start(py, file, (fd, *dup), off, head, length, whole) {
+                        Ok(f) => futs.extend(f),
+                        Err(e) => {
+                            if lent {
+                                self.start_closes(self.owned.release(&[fd]));
+                            }
+                            return Err(e);
                         }
-                        return Err(e);
                     }
-                },
+                }
                 Err(errno) => futs.extend((0..per).map(|_| {
                     failed(
                         Yields::Fresh(per),
@@ -709,7 +714,7 @@ impl Core {
         let aio = self.aio(direct)?;
         let (file, lent) = self.hold_for_batch(&aio, fd, flags);
         if let (Ok(_), false, true) = (&file, direct, length >= fresh::FRESH_MIN) {
-            return self.start_fresh(py, waiter, (fd, file, lent), &offsets, b"", length);
+            return self.start_fresh(py, waiter, (fd, file, lent), &offsets, b"", length, false);
         }
         let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
         let futs = offsets
@@ -791,6 +796,7 @@ impl Core {
             &offsets,
             head,
             length.max(1),
+            true,
         )
     }
 

@@ -141,7 +141,11 @@ pub(crate) fn unfilled(py: Python<'_>, length: usize) -> PyResult<Py<PyBytes>> {
 /// `bytes` object that starts with `head` (the bytes a caller holds from
 /// before `offset`, copied in here, at most a read-ahead's worth): one
 /// operation per [`PIECE`], in order, which [`assemble`] puts together;
-/// [`lanes`] of them in flight at once.
+/// [`lanes`] of them in flight at once. `whole`: a file's read that
+/// wants every byte up to `length` (a buffered file's), for which a
+/// procfs file's pieces read on past short reads; else (`Engine.aread`,
+/// an unbuffered file's read: one read(2) as `FileIO`'s) a short read of
+/// a procfs file ends its piece, as a regular file's end does.
 pub(crate) fn start(
     py: Python<'_>,
     file: &Arc<AsyncFile>,
@@ -149,6 +153,7 @@ pub(crate) fn start(
     offset: u64,
     head: &[u8],
     length: usize,
+    whole: bool,
 ) -> PyResult<Vec<Boxed<OneDone>>> {
     let lead = head.len();
     let obj = unfilled(py, lead + length)?;
@@ -158,6 +163,10 @@ pub(crate) fn start(
     // (another object's storage, or a Rust slice) does not overlap it.
     unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), base, lead) };
     let (regular, size) = shape(dup);
+    let size = match (whole, regular, size) {
+        (false, true, None) => Some(0),
+        (_, _, size) => size,
+    };
     // Anything but a regular file (a device, a pipe: its reads may ignore
     // the offset) is read one piece after the other, so that a piece
     // reading on past a short read never runs beside the next.

@@ -741,13 +741,15 @@ def test_a_large_read_of_a_character_device_reads_on_past_a_short_read(engine, a
     assert len(got) == size and got.count(0) == size
 
 
-@pytest.mark.parametrize("api", ["open", "aread"])
-def test_a_large_read_of_a_procfs_file_reads_on_past_each_short_read(engine, api):
+def test_a_large_read_of_a_procfs_file_reads_on_past_each_short_read(engine):
     """``/proc/kallsyms``: a procfs file is "regular" with size 0 and
-    returns at most a page per read, every time, so a large read after a
-    small one must read on past each short read to the end a read
-    returning nothing confirms (its size says nothing): as the built-in's.
-    (A size of 0 taken for the end returned one page of 5 MiB.)"""
+    returns at most a page per read, every time, so a buffered file's
+    large read after a small one must read on past each short read to the
+    end a read returning nothing confirms (its size says nothing): as the
+    built-in's. (A size of 0 taken for the end returned one page of 5 MiB.)
+    An unbuffered read is one read(2), as ``FileIO``'s
+    (test_file_compat.py's ``test_an_unbuffered_read_is_one_read_as_fileios``),
+    and so is ``Engine.aread``'s of such a file."""
     path = "/proc/kallsyms"
     with open(path, "rb") as plain:
         want = plain.read()
@@ -755,8 +757,6 @@ def test_a_large_read_of_a_procfs_file_reads_on_past_each_short_read(engine, api
 
     async def main():
         with open(path, "rb") as plain:
-            if api == "aread":
-                return await engine.aread(plain, offset=0, length=len(want) + (4 << 20))
             async with blockio.open(plain.fileno(), "rb", closefd=False, engine=engine) as f:
                 head = await f.read(10)
                 return head + await f.read(len(want) + (4 << 20))
