@@ -69,10 +69,13 @@ impl Core {
         let per = fresh::pieces_of(length);
         let mut futs = Vec::with_capacity(offsets.len() * per);
         let file = file.map(|(file, dup)| (Arc::new(file), dup));
+        // (asked of the file once, however many offsets)
+        let mut shape = None;
         for &off in offsets {
             match &file {
                 Ok((file, dup)) => {
-                    match fresh::start(py, file, (fd, *dup), off, head, length, whole) {
+                    let shape = *shape.get_or_insert_with(|| fresh::shape(*dup, whole));
+                    match fresh::start(py, file, (fd, *dup), off, head, length, shape) {
                         Ok(f) => futs.extend(f),
                         Err(e) => {
                             if lent {

@@ -141,11 +141,8 @@ pub(crate) fn unfilled(py: Python<'_>, length: usize) -> PyResult<Py<PyBytes>> {
 /// `bytes` object that starts with `head` (the bytes a caller holds from
 /// before `offset`, copied in here, at most a read-ahead's worth): one
 /// operation per [`PIECE`], in order, which [`assemble`] puts together;
-/// [`lanes`] of them in flight at once. `whole`: a file's read that
-/// wants every byte up to `length` (a buffered file's), for which a
-/// procfs file's pieces read on past short reads; else (`Engine.aread`,
-/// an unbuffered file's read: one read(2) as `FileIO`'s) a short read of
-/// a procfs file ends its piece, as a regular file's end does.
+/// `shape.lanes` of them in flight at once, each read as `shape` says
+/// (see [`shape`]).
 pub(crate) fn start(
     py: Python<'_>,
     file: &Arc<AsyncFile>,
@@ -153,7 +150,7 @@ pub(crate) fn start(
     offset: u64,
     head: &[u8],
     length: usize,
-    whole: bool,
+    shape: Shape,
 ) -> PyResult<Vec<Boxed<OneDone>>> {
     let lead = head.len();
     let obj = unfilled(py, lead + length)?;
@@ -162,15 +159,7 @@ pub(crate) fn start(
     // SAFETY: the object is new, `lead` bytes fit at its start, and `head`
     // (another object's storage, or a Rust slice) does not overlap it.
     unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), base, lead) };
-    let (regular, size) = shape(dup);
-    let size = match (whole, regular, size) {
-        (false, true, None) => Some(0),
-        (_, _, size) => size,
-    };
-    // Anything but a regular file (a device, a pipe: its reads may ignore
-    // the offset) is read one piece after the other, so that a piece
-    // reading on past a short read never runs beside the next.
-    let lanes = if regular { lanes() } else { 1 };
+    let Shape { lanes, size } = shape;
     let mut futs: Vec<Boxed<OneDone>> = Vec::with_capacity(pieces_of(length));
     let mut gates = std::collections::VecDeque::with_capacity(lanes);
     let mut at = 0;
@@ -211,20 +200,47 @@ pub(crate) fn start(
     Ok(futs)
 }
 
-/// What `fd` is, for reading it in pieces: whether it is a regular file
-/// (whose pieces may be read side by side), and its size when that says
-/// where a read ends (a regular file's, unless 0: a procfs file is
-/// "regular" with size 0, and returns less than asked anywhere).
-fn shape(fd: RawFd) -> (bool, Option<u64>) {
+/// How [`start`] reads a file in pieces, from what the file is.
+#[derive(Clone, Copy)]
+pub(crate) struct Shape {
+    /// Pieces in flight at once.
+    lanes: usize,
+    /// Where a short read is the end ([`fill`]): `None`, only a read
+    /// returning nothing says so.
+    size: Option<u64>,
+}
+
+/// How `fd` is read in pieces, asked once per read however many offsets
+/// it has. A regular file's pieces run [`lanes`] side by side; anything
+/// else (a device, a pipe: its reads may ignore the offset) one after the
+/// other, so that a piece reading on past a short read never runs beside
+/// the next. A regular file's size says where a read ends, unless it is 0
+/// (a procfs file is "regular" with size 0 and returns less than asked
+/// anywhere): then, for a read that wants every byte up to its length
+/// (`whole`: a buffered file's), a procfs file's pieces read on past
+/// short reads; else (`Engine.aread`, an unbuffered file's read: one
+/// read(2) as `FileIO`'s) a short read ends its piece, as a regular
+/// file's end does.
+pub(crate) fn shape(fd: RawFd, whole: bool) -> Shape {
     // SAFETY: the caller's `AsyncFile` holds `fd` open for this call.
     let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
     let Ok(st) = rustix::fs::fstat(fd) else {
-        return (false, None);
+        return Shape {
+            lanes: 1,
+            size: None,
+        };
     };
     let regular =
         rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
     let size = u64::try_from(st.st_size).ok().filter(|&n| regular && n > 0);
-    (regular, size)
+    Shape {
+        lanes: if regular { lanes() } else { 1 },
+        size: if regular && !whole {
+            size.or(Some(0))
+        } else {
+            size
+        },
+    }
 }
 
 /// Reads `piece` at `offset` until it is full, an error comes, or the end
