@@ -130,6 +130,8 @@ def test_a_receive_cancelled_in_its_turn_takes_nothing_from_a_socket_reusing_the
         # The new socket takes a's number by dup2 (the lowest free number
         # may be a lower one, freed meanwhile by another test's garbage).
         x, y = socket.socketpair()
+        if y.fileno() == old:  # dup2 onto the number would close y
+            x, y = y, x
         if x.fileno() != old:
             os.dup2(x.fileno(), old)
             x.close()
