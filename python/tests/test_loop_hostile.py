@@ -147,6 +147,111 @@ def test_a_receive_cancelled_in_its_turn_takes_nothing_from_a_socket_reusing_the
     b.close()
 
 
+def _is_open(fd):
+    """Whether descriptor ``fd`` names an open file."""
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def test_a_socket_its_owner_closes_in_data_received_gives_no_new_socket_s_bytes_to_the_transport(loop):
+    """The owner of a transport's socket closes it in ``data_received``
+    (the transport's next receive is armed by then) and a new socket takes
+    the number if it is free: the new socket gets its own bytes, the
+    transport none of them. On io_uring the receive in flight took over
+    the finished one's hold on the socket: the number stays the old
+    socket's until the transport ends, and is closed then."""
+    a, b = _pairs(1)[0]
+    old = a.fileno()
+
+    async def main():
+        got = []
+        first = loop.create_future()
+        lost = loop.create_future()
+
+        class Closer(asyncio.Protocol):
+            def data_received(self, data):
+                got.append(data)
+                if not first.done():
+                    a.close()
+                    first.set_result(None)
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        t, _ = await loop.connect_accepted_socket(Closer, a)
+        b.send(b"first")
+        await first
+        held = _is_open(old)
+        if loop.backend == "uring":
+            # (else the transport's receive, still in flight, would read the new socket)
+            assert held, "the next receive holds the socket its owner closed"
+        x, y = socket.socketpair()
+        if y.fileno() == old:  # dup2 onto the number would close y
+            x, y = y, x
+        if not held and x.fileno() != old:
+            os.dup2(x.fileno(), old)
+            x.close()
+            x = socket.socket(fileno=old)
+        x.setblocking(False)
+        y.send(b"for x")
+        mine = await loop.sock_recv(x, 100)
+        for s in (x, y):
+            s.close()
+        t.close()
+        await lost
+        await await_until(lambda: not _is_open(old), "the old socket's close once its transport ended")
+        return mine, got
+
+    mine, got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    b.close()
+    assert mine == b"for x"
+    assert got == [b"first"]
+
+
+def test_a_transport_paused_in_data_received_closes_its_socket_when_it_ends(loop):
+    """Reading paused in ``data_received`` (the next receive is armed by
+    then), bytes that receive takes while reading is paused (no receive is
+    armed after it), then the transport closed: its socket is closed with
+    connection_lost, no hold on it left behind."""
+    a, b = _pairs(1)[0]
+    old = a.fileno()
+
+    async def main():
+        first = loop.create_future()
+        lost = loop.create_future()
+
+        class Pausing(asyncio.Protocol):
+            def connection_made(self, transport):
+                self.transport = transport
+
+            def data_received(self, data):
+                self.transport.pause_reading()
+                first.set_result(data)
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        t, _ = await loop.connect_accepted_socket(Pausing, a)
+        b.send(b"one")
+        assert await first == b"one"
+        b.send(b"two")
+        if loop.backend == "uring":
+            # (asyncio's selector loop reads nothing while paused)
+            await await_until(
+                lambda: getattr(t, "_data", None) == b"two", "the bytes the receive armed before the pause took"
+            )
+        t.close()
+        assert await lost is None
+        return _is_open(old)
+
+    still_open = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    b.close()
+    assert not still_open
+
+
 def test_a_reset_while_writes_are_backed_up_is_no_end_of_stream(loop):
     ls = socket.create_server(("127.0.0.1", 0))
 
