@@ -471,6 +471,42 @@ def test_an_empty_buffer_from_get_buffer_is_named_in_the_error(loop):
     assert [c["message"] for c in errors] == ["Fatal error: protocol.get_buffer() call failed."]
 
 
+def test_a_read_only_buffer_from_get_buffer_ends_the_connection(loop):
+    """A buffered protocol's ``get_buffer`` returns a buffer the bytes
+    cannot be written into: the connection ends with the error, as
+    asyncio's receive into that buffer ends it."""
+
+    async def main():
+        errors = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        lost = loop.create_future()
+        updated = []
+
+        class ReadOnly(asyncio.BufferedProtocol):
+            def get_buffer(self, hint):
+                return b"read-only"
+
+            def buffer_updated(self, n):
+                updated.append(n)
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        a, b = _pairs(1)[0]
+        t, _ = await loop.connect_accepted_socket(ReadOnly, a)
+        b.send(b"abc")
+        exc = await lost
+        b.close()
+        return exc, errors, updated, t.is_closing()
+
+    exc, errors, updated, closing = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert isinstance(exc, TypeError)
+    assert [c["message"] for c in errors] == ["Fatal read error on socket transport"]
+    assert errors[0]["exception"] is exc
+    assert updated == []
+    assert closing
+
+
 def test_sendfile_to_a_peer_that_resets_raises_connection_reset(loop, tmp_path):
     path = tmp_path / "big"
     path.write_bytes(os.urandom(16 << 20))
