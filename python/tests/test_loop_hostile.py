@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import resource
 import socket
 import struct
+import warnings
 
 import pytest
 
@@ -726,6 +728,32 @@ def test_server_close_leaves_no_accepted_connection_open(loop):
     ended, still_open = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert set(ended) <= {b"", "reset"} and len(ended) == 2 * n
     assert still_open == [False] * n
+
+
+def test_a_transport_kept_after_the_loop_closes_keeps_only_its_own_socket_open(loop):
+    """Connections left open when the loop closes, the program keeping one
+    transport: every other connection's socket is closed once its objects
+    are gone (the receives of the transports, each keeping the loop's
+    tables, keep no other connection's socket)."""
+    pairs = _pairs(8)
+    fds = [a.fileno() for a, _b in pairs]
+
+    async def connect():
+        return [(await loop.connect_accepted_socket(asyncio.Protocol, a))[0] for a, _b in pairs]
+
+    transports = loop.run_until_complete(asyncio.wait_for(connect(), DEADLINE))
+    loop.close()
+    for _a, b in pairs:
+        b.close()
+    kept = transports[-1]
+    del transports, pairs, _a, b
+    gc.collect()
+    assert [_is_open(fd) for fd in fds] == [False] * (len(fds) - 1) + [True]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # (the kept transport was never closed)
+        del kept
+        gc.collect()
+    assert not _is_open(fds[-1])
 
 
 def test_a_connection_accepted_as_its_server_closes_is_ended_not_served(monkeypatch):
