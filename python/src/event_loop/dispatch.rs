@@ -348,10 +348,7 @@ impl<'py> Tables<'py> {
         data: Bound<'py, PyAny>,
     ) -> PyResult<()> {
         let fd = arg.get_item(0)?;
-        let stale = match self.receiving.get_item(&fd)? {
-            Some(latest) => latest.eq(token)?,
-            None => false,
-        };
+        let stale = self.names(&fd, token)?;
         let held = self.held.get_item(token)?;
         let context = {
             let mut this = rx.borrow_mut();
@@ -406,16 +403,21 @@ impl<'py> Tables<'py> {
             this.carried = false;
             left
         };
-        if stale {
-            if let Some(latest) = self.receiving.get_item(fd)? {
-                if latest.eq(token)? {
-                    self.receiving.del_item(fd)?;
-                }
-            }
+        if stale && self.names(fd, token)? {
+            self.receiving.del_item(fd)?;
         }
         match held {
             Some(conn) if carried => release_conn(py, &conn),
             _ => Ok(()),
+        }
+    }
+
+    /// Whether `_receiving` still names `token` as the latest receive on
+    /// descriptor `fd` (the entry `_finish` removes once it is done).
+    fn names(&self, fd: &Bound<'py, PyAny>, token: &Bound<'py, PyAny>) -> PyResult<bool> {
+        match self.receiving.get_item(fd)? {
+            Some(latest) => latest.eq(token),
+            None => Ok(false),
         }
     }
 
