@@ -461,7 +461,15 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 self._fatal_error(exc, "Fatal error: protocol.get_buffer() call failed.")
                 return
             n = min(room, len(data))
-            buf[:n] = data[:n]
+            try:
+                buf[:n] = data[:n]
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                # A buffer that cannot take the bytes (read-only, or not
+                # bytes-like): asyncio's receive into it fails the same way.
+                self._fatal_error(exc, "Fatal read error on socket transport")
+                return
             data = data[n:]
             try:
                 self._protocol.buffer_updated(n)

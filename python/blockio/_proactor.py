@@ -873,16 +873,22 @@ class RingProactor:
         self._ring.close()
         self._ring = None
         self._left = []
-        ops, self._ops = self._ops, {}
+        # The tables are emptied in place: every transport's receive keeps
+        # them (StreamRx), and one transport kept after the close must not
+        # keep every connection's socket open through them.
+        ops = list(self._ops.values())
+        self._ops.clear()
+        self._receiving.clear()
         self._sends.clear()
-        for fut, _kind, _arg in ops.values():
+        for fut, _kind, _arg in ops:
             if fut is not None and not fut.done():
                 fut.cancel()
         self._kept.clear()
         for fd in list(self._kept_conns):
             self._drop_kept_conns(fd)
-        held, self._held = self._held, {}
-        for conn in held.values():
+        held = list(self._held.values())
+        self._held.clear()
+        for conn in held:
             release(conn)
 
     def __repr__(self) -> str:

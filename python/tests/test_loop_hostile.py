@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import resource
 import socket
 import struct
+import warnings
 
 import pytest
 
@@ -130,6 +132,8 @@ def test_a_receive_cancelled_in_its_turn_takes_nothing_from_a_socket_reusing_the
         # The new socket takes a's number by dup2 (the lowest free number
         # may be a lower one, freed meanwhile by another test's garbage).
         x, y = socket.socketpair()
+        if y.fileno() == old:  # dup2 onto the number would close y
+            x, y = y, x
         if x.fileno() != old:
             os.dup2(x.fileno(), old)
             x.close()
@@ -143,6 +147,111 @@ def test_a_receive_cancelled_in_its_turn_takes_nothing_from_a_socket_reusing_the
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == b"for x"
     b.close()
+
+
+def _is_open(fd):
+    """Whether descriptor ``fd`` names an open file."""
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def test_a_socket_its_owner_closes_in_data_received_gives_no_new_socket_s_bytes_to_the_transport(loop):
+    """The owner of a transport's socket closes it in ``data_received``
+    (the transport's next receive is armed by then) and a new socket takes
+    the number if it is free: the new socket gets its own bytes, the
+    transport none of them. On io_uring the receive in flight took over
+    the finished one's hold on the socket: the number stays the old
+    socket's until the transport ends, and is closed then."""
+    a, b = _pairs(1)[0]
+    old = a.fileno()
+
+    async def main():
+        got = []
+        first = loop.create_future()
+        lost = loop.create_future()
+
+        class Closer(asyncio.Protocol):
+            def data_received(self, data):
+                got.append(data)
+                if not first.done():
+                    a.close()
+                    first.set_result(None)
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        t, _ = await loop.connect_accepted_socket(Closer, a)
+        b.send(b"first")
+        await first
+        held = _is_open(old)
+        if loop.backend == "uring":
+            # (else the transport's receive, still in flight, would read the new socket)
+            assert held, "the next receive holds the socket its owner closed"
+        x, y = socket.socketpair()
+        if y.fileno() == old:  # dup2 onto the number would close y
+            x, y = y, x
+        if not held and x.fileno() != old:
+            os.dup2(x.fileno(), old)
+            x.close()
+            x = socket.socket(fileno=old)
+        x.setblocking(False)
+        y.send(b"for x")
+        mine = await loop.sock_recv(x, 100)
+        for s in (x, y):
+            s.close()
+        t.close()
+        await lost
+        await await_until(lambda: not _is_open(old), "the old socket's close once its transport ended")
+        return mine, got
+
+    mine, got = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    b.close()
+    assert mine == b"for x"
+    assert got == [b"first"]
+
+
+def test_a_transport_paused_in_data_received_closes_its_socket_when_it_ends(loop):
+    """Reading paused in ``data_received`` (the next receive is armed by
+    then), bytes that receive takes while reading is paused (no receive is
+    armed after it), then the transport closed: its socket is closed with
+    connection_lost, no hold on it left behind."""
+    a, b = _pairs(1)[0]
+    old = a.fileno()
+
+    async def main():
+        first = loop.create_future()
+        lost = loop.create_future()
+
+        class Pausing(asyncio.Protocol):
+            def connection_made(self, transport):
+                self.transport = transport
+
+            def data_received(self, data):
+                self.transport.pause_reading()
+                first.set_result(data)
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        t, _ = await loop.connect_accepted_socket(Pausing, a)
+        b.send(b"one")
+        assert await first == b"one"
+        b.send(b"two")
+        if loop.backend == "uring":
+            # (asyncio's selector loop reads nothing while paused)
+            await await_until(
+                lambda: getattr(t, "_data", None) == b"two", "the bytes the receive armed before the pause took"
+            )
+        t.close()
+        assert await lost is None
+        return _is_open(old)
+
+    still_open = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    b.close()
+    assert not still_open
 
 
 def test_a_reset_while_writes_are_backed_up_is_no_end_of_stream(loop):
@@ -364,6 +473,42 @@ def test_an_empty_buffer_from_get_buffer_is_named_in_the_error(loop):
     assert [c["message"] for c in errors] == ["Fatal error: protocol.get_buffer() call failed."]
 
 
+def test_a_read_only_buffer_from_get_buffer_ends_the_connection(loop):
+    """A buffered protocol's ``get_buffer`` returns a buffer the bytes
+    cannot be written into: the connection ends with the error, as
+    asyncio's receive into that buffer ends it."""
+
+    async def main():
+        errors = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        lost = loop.create_future()
+        updated = []
+
+        class ReadOnly(asyncio.BufferedProtocol):
+            def get_buffer(self, hint):
+                return b"read-only"
+
+            def buffer_updated(self, n):
+                updated.append(n)
+
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        a, b = _pairs(1)[0]
+        t, _ = await loop.connect_accepted_socket(ReadOnly, a)
+        b.send(b"abc")
+        exc = await lost
+        b.close()
+        return exc, errors, updated, t.is_closing()
+
+    exc, errors, updated, closing = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert isinstance(exc, TypeError)
+    assert [c["message"] for c in errors] == ["Fatal read error on socket transport"]
+    assert errors[0]["exception"] is exc
+    assert updated == []
+    assert closing
+
+
 def test_sendfile_to_a_peer_that_resets_raises_connection_reset(loop, tmp_path):
     path = tmp_path / "big"
     path.write_bytes(os.urandom(16 << 20))
@@ -583,6 +728,32 @@ def test_server_close_leaves_no_accepted_connection_open(loop):
     ended, still_open = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert set(ended) <= {b"", "reset"} and len(ended) == 2 * n
     assert still_open == [False] * n
+
+
+def test_a_transport_kept_after_the_loop_closes_keeps_only_its_own_socket_open(loop):
+    """Connections left open when the loop closes, the program keeping one
+    transport: every other connection's socket is closed once its objects
+    are gone (the receives of the transports, each keeping the loop's
+    tables, keep no other connection's socket)."""
+    pairs = _pairs(8)
+    fds = [a.fileno() for a, _b in pairs]
+
+    async def connect():
+        return [(await loop.connect_accepted_socket(asyncio.Protocol, a))[0] for a, _b in pairs]
+
+    transports = loop.run_until_complete(asyncio.wait_for(connect(), DEADLINE))
+    loop.close()
+    for _a, b in pairs:
+        b.close()
+    kept = transports[-1]
+    del transports, pairs, _a, b
+    gc.collect()
+    assert [_is_open(fd) for fd in fds] == [False] * (len(fds) - 1) + [True]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # (the kept transport was never closed)
+        del kept
+        gc.collect()
+    assert not _is_open(fds[-1])
 
 
 def test_a_connection_accepted_as_its_server_closes_is_ended_not_served(monkeypatch):

@@ -37,6 +37,10 @@ const STREAM: i64 = 6;
 /// method.
 static SOCKET_TYPE: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 
+/// `contextvars.Context.run`, called with the context as its first
+/// argument: no bound method is made (nor looked up) per message.
+static CONTEXT_RUN: GILOnceCell<PyObject> = GILOnceCell::new();
+
 /// Dispatches `batch`, the `(token, result, value)` list of
 /// `LoopRing.wait`, on `proactor` (a `RingProactor`), as its `select` did
 /// in Python: each finished operation is taken from `_ops`; a transport's
@@ -114,6 +118,14 @@ pub(crate) struct StreamRx {
     /// Its cancellation was asked for.
     #[pyo3(get, set)]
     cancelled: bool,
+    /// While its callback runs: the finished receive's hold on `conn`,
+    /// handed to the next receive armed then (see [`arm_receive`]) instead
+    /// of being ended and taken again; ended after the callback otherwise.
+    carried: bool,
+    /// While its callback runs: the proactor's `_receiving` may still name
+    /// the finished receive; the next receive armed then replaces it,
+    /// otherwise it is removed after the callback.
+    stale: bool,
     /// The proactor's `_ops`, `_receiving`, `_held` and `_kept`, and its ring.
     tables: Option<RxTables>,
 }
@@ -168,6 +180,8 @@ impl StreamRx {
             context,
             token: py.None(),
             cancelled: false,
+            carried: false,
+            stale: false,
             tables: Some(tables),
         })
     }
@@ -225,6 +239,7 @@ pub(crate) fn arm_receive(
         .recv(this.fd, this.nbytes, this.socket, this.stream)?;
     let token_obj = token.into_pyobject(py)?;
     let fd = this.fd.into_pyobject(py)?;
+    // Replaces the finished receive's entry, if its callback arms this.
     t.receiving.bind(py).set_item(&fd, &token_obj)?;
     let conn = this.conn.bind(py);
     let arg = PyTuple::new(
@@ -241,11 +256,16 @@ pub(crate) fn arm_receive(
         .set_item(&token_obj, (rx, STREAM, arg).into_pyobject(py)?)?;
     if this.holdable {
         // hold_open, known to hold: the socket stays open until the
-        // completion is dispatched.
-        let refs: i64 = conn.getattr(intern!(py, "_io_refs"))?.extract()?;
-        conn.setattr(intern!(py, "_io_refs"), refs + 1)?;
+        // completion is dispatched. Armed from the callback of the receive
+        // before, the hold that one had goes on.
+        if !this.carried {
+            let refs: i64 = conn.getattr(intern!(py, "_io_refs"))?.extract()?;
+            conn.setattr(intern!(py, "_io_refs"), refs + 1)?;
+        }
         t.held.bind(py).set_item(&token_obj, conn)?;
+        this.carried = false;
     }
+    this.stale = false;
     this.cancelled = false;
     this.token = token_obj.into_any().unbind();
     Ok(())
@@ -315,7 +335,10 @@ impl<'py> Tables<'py> {
     }
 
     /// Hands a transport's receive its bytes: `callback(data, None)` in
-    /// the receive's context, as `StreamReceive.deliver` does.
+    /// the receive's context, as `StreamReceive.deliver` does. The
+    /// receive's entries in `_receiving` and `_held` are left to the next
+    /// receive its callback arms (`stale`, `carried`), and settled after
+    /// the callback if it armed none.
     fn deliver(
         &self,
         py: Python<'py>,
@@ -325,18 +348,29 @@ impl<'py> Tables<'py> {
         data: Bound<'py, PyAny>,
     ) -> PyResult<()> {
         let fd = arg.get_item(0)?;
-        if let Some(latest) = self.receiving.get_item(&fd)? {
-            if latest.eq(token)? {
-                self.receiving.del_item(&fd)?;
-            }
-        }
+        let stale = self.names(&fd, token)?;
+        let held = self.held.get_item(token)?;
         let context = {
             let mut this = rx.borrow_mut();
             this.token = py.None();
+            this.stale = stale;
+            this.carried = this.holdable && held.is_some();
+            if this.carried {
+                self.held.del_item(token)?;
+            }
             this.context.clone_ref(py)
         };
         let callback = arg.get_item(3)?;
-        match context.call_method1(py, intern!(py, "run"), (&callback, data, py.None())) {
+        let run = CONTEXT_RUN.get_or_try_init(py, || -> PyResult<PyObject> {
+            Ok(py
+                .import("contextvars")?
+                .getattr("Context")?
+                .getattr("run")?
+                .unbind())
+        })?;
+        let outcome = run.call1(py, (context, &callback, data, py.None()));
+        self.settle(py, rx, &fd, token, held)?;
+        match outcome {
             Ok(_) => Ok(()),
             Err(e)
                 if e.is_instance_of::<PySystemExit>(py)
@@ -351,30 +385,70 @@ impl<'py> Tables<'py> {
         }
     }
 
-    /// Ends the hold of operation `token` on its socket (`_release`): an
-    /// open `socket.socket` has its count of holds lowered here, anything
-    /// else (a socket closed meanwhile, whose real close may be due; a
-    /// held pipe) through its `_decref_socketios`.
+    /// After the callback of receive `token` on descriptor `fd`: what no
+    /// receive armed from it took over, `_receiving`'s entry for it and
+    /// its hold on `conn` (`held`), is ended.
+    fn settle(
+        &self,
+        py: Python<'py>,
+        rx: &Bound<'py, StreamRx>,
+        fd: &Bound<'py, PyAny>,
+        token: &Bound<'py, PyAny>,
+        held: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<()> {
+        let (stale, carried) = {
+            let mut this = rx.borrow_mut();
+            let left = (this.stale, this.carried);
+            this.stale = false;
+            this.carried = false;
+            left
+        };
+        if stale && self.names(fd, token)? {
+            self.receiving.del_item(fd)?;
+        }
+        match held {
+            Some(conn) if carried => release_conn(py, &conn),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `_receiving` still names `token` as the latest receive on
+    /// descriptor `fd` (the entry `_finish` removes once it is done).
+    fn names(&self, fd: &Bound<'py, PyAny>, token: &Bound<'py, PyAny>) -> PyResult<bool> {
+        match self.receiving.get_item(fd)? {
+            Some(latest) => latest.eq(token),
+            None => Ok(false),
+        }
+    }
+
+    /// Ends the hold of operation `token` on its socket (`_release`).
     fn release(&self, py: Python<'py>, token: &Bound<'py, PyAny>) -> PyResult<()> {
         let Some(conn) = self.held.get_item(token)? else {
             return Ok(());
         };
         self.held.del_item(token)?;
-        let socket_type = SOCKET_TYPE.get_or_try_init(py, || -> PyResult<Py<PyType>> {
-            Ok(py
-                .import("socket")?
-                .getattr("socket")?
-                .downcast_into::<PyType>()?
-                .unbind())
-        })?;
-        if conn.get_type().is(socket_type) && !conn.getattr(intern!(py, "_closed"))?.is_truthy()? {
-            let refs: i64 = conn.getattr(intern!(py, "_io_refs"))?.extract()?;
-            if refs > 0 {
-                conn.setattr(intern!(py, "_io_refs"), refs - 1)?;
-            }
-            return Ok(());
-        }
-        conn.call_method0(intern!(py, "_decref_socketios"))?;
-        Ok(())
+        release_conn(py, &conn)
     }
+}
+
+/// Ends one hold on `conn`: an open `socket.socket` has its count of holds
+/// lowered here, anything else (a socket closed meanwhile, whose real close
+/// may be due; a held pipe) through its `_decref_socketios`.
+fn release_conn(py: Python<'_>, conn: &Bound<'_, PyAny>) -> PyResult<()> {
+    let socket_type = SOCKET_TYPE.get_or_try_init(py, || -> PyResult<Py<PyType>> {
+        Ok(py
+            .import("socket")?
+            .getattr("socket")?
+            .downcast_into::<PyType>()?
+            .unbind())
+    })?;
+    if conn.get_type().is(socket_type) && !conn.getattr(intern!(py, "_closed"))?.is_truthy()? {
+        let refs: i64 = conn.getattr(intern!(py, "_io_refs"))?.extract()?;
+        if refs > 0 {
+            conn.setattr(intern!(py, "_io_refs"), refs - 1)?;
+        }
+        return Ok(());
+    }
+    conn.call_method0(intern!(py, "_decref_socketios"))?;
+    Ok(())
 }
