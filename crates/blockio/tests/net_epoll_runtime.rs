@@ -515,3 +515,76 @@ fn the_default_engines_pool_set_is_read_on_the_runtime() {
         assert_eq!(counts.map_or(0, |c| c.claims), 0, "{counts:?}");
     }
 }
+
+/// Two runtimes sharing the set, the first of which holds its one thread
+/// in a task (until the second's read is done) after its own read waited
+/// in the set: a read of the second runtime's task gets the bytes sent
+/// to it from the second runtime's own take of the set, not from the
+/// readiness thread revoking the first runtime's lease after its ticks
+/// (200-300 ms for bytes already there).
+#[test]
+fn a_read_on_one_runtime_does_not_wait_for_another_busy_runtime() {
+    let (engine, _) = pool_engine();
+    let (a_ready_tx, a_ready) = mpsc::channel::<()>();
+    let (release_a, a_released) = mpsc::channel::<()>();
+    let (a_engine, b_engine) = (engine.clone(), engine.clone());
+    let runtime_a = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let busy = rt.spawn(async move {
+            let (a, _peer_a) = connected(&a_engine).await;
+            let mut read = std::pin::pin!(a.read(vec![0u8; 1]));
+            assert!(
+                futures::poll!(read.as_mut()).is_pending(),
+                "nothing was sent"
+            );
+            assert_eq!(
+                counts(&a_engine).claims,
+                1,
+                "runtime A did not claim the set"
+            );
+            // Runtime A's drive task runs once before the thread is held.
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            a_ready_tx.send(()).unwrap();
+            // Holds runtime A's only thread until B's read is done.
+            a_released.recv_timeout(GUARD).expect("never released");
+        });
+        rt.block_on(busy).unwrap();
+    });
+    a_ready
+        .recv_timeout(GUARD)
+        .expect("runtime A never got busy");
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let read = rt.spawn(async move {
+        let (b, mut peer_b) = connected(&b_engine).await;
+        let mut read = std::pin::pin!(b.read(vec![0u8; 4]));
+        assert!(
+            futures::poll!(read.as_mut()).is_pending(),
+            "nothing was sent"
+        );
+        peer_b.write_all(b"pong").unwrap();
+        let (n, buf) = tokio::time::timeout(GUARD, read)
+            .await
+            .expect("runtime B's read never completed");
+        (n.unwrap(), buf)
+    });
+    let (n, buf) = rt.block_on(read).unwrap();
+    let seen = counts(&engine);
+    release_a.send(()).unwrap();
+    runtime_a.join().unwrap();
+    assert_eq!(&buf[..n], &b"pong"[..n]);
+    assert!(n > 0);
+    assert_eq!(
+        seen.revoked, 0,
+        "runtime B's read waited until runtime A's lease was revoked: {seen:?}"
+    );
+    assert_eq!(seen.claims, 2, "runtime B did not take the set: {seen:?}");
+}

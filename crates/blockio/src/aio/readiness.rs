@@ -36,23 +36,27 @@
 //! thread, parked in its own `epoll_wait`, is woken by a socket's
 //! readiness, and a task there takes the events without waiting and
 //! completes their requests, waking their tasks on the thread that runs
-//! them. The watching thread waits on the set only while no runtime does:
-//! it stands aside while a runtime's task holds the set's lease, and
-//! takes over when that task is dropped (its runtime shut down with its
-//! tasks: the lease is released and the thread woken) or stops taking the
-//! events (a runtime whose threads are all blocked, or that is not being
-//! run: revoked after two to three ticks of [`lease`](super::lease)).
-//! Operations of other executors and other runtimes sharing the engine
-//! are completed by whichever takes the events, and their tasks woken
-//! from there.
+//! them. Every runtime whose tasks wait in the set does so, each with a
+//! task of its own (see [`lease`](super::lease)): a runtime busy in its
+//! tasks never holds another runtime's readiness back, since the other
+//! takes the set's events itself. The watching thread waits on the set
+//! only while no runtime does: it stands aside while a runtime's task
+//! holds the set's lease, and takes over when the last such task is
+//! dropped (its runtime shut down with its tasks: the lease is released
+//! and the thread woken) or when none takes the events (runtimes whose
+//! threads are all blocked, or that are not being run: revoked after two
+//! to three ticks of [`lease`](super::lease)). Operations of other
+//! executors sharing the engine are completed by whichever takes the
+//! events, and their tasks woken from there.
 //!
 //! No readiness is lost or seen twice across these hand-overs: every
-//! event is taken from the kernel once, by one `epoll_wait` (the
+//! event is taken from the kernel once, by one `epoll_wait` (a
 //! runtime's take or the thread's wait), and served under the same lock
 //! either way ([`on_event`], whose tick tells a retry of an event that
-//! came meanwhile); the two may wait on the set together for a moment
-//! after a claim (until the thread, nudged out of its wait, stands
-//! aside), and that is as safe as two events served on two threads.
+//! came meanwhile); several runtimes' tasks take from the set at once,
+//! and the thread may wait on it beside them for a moment after a claim
+//! (until, nudged out of its wait, it stands aside): that is as safe as
+//! two events served on two threads.
 //! Events not taken wait in the set, which both ask: an event pending
 //! when the runtime's task is dropped is taken by the thread's next wait.
 //! A set whose engine is gone stops both: the thread completes what waits
@@ -348,7 +352,7 @@ impl Readiness {
     /// if this set is taken on runtimes and no runtime takes them yet.
     fn offer(&self) {
         #[cfg(feature = "tokio")]
-        if self.watcher.on_runtimes && !self.watcher.lease.is_held() {
+        if self.watcher.on_runtimes {
             let set: Arc<dyn Driven> = self.watcher.clone();
             offer(
                 Arc::downgrade(&set),
@@ -702,7 +706,7 @@ mod tests {
         let set = Arc::new(EpollSet::new().unwrap());
         let lease = Arc::new(Lease::new(Duration::from_millis(1)));
         let stop = Arc::new(AtomicBool::new(false));
-        let token = lease.try_claim().unwrap();
+        let token = lease.try_claim(1).unwrap();
         set.nudge().unwrap();
         let (blocked_tx, blocked) = std::sync::mpsc::channel();
         let (s, l, st) = (set.clone(), lease.clone(), stop.clone());

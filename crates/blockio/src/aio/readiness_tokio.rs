@@ -11,27 +11,31 @@
 //! runtime polls its reactor between tasks and queues this task then, as
 //! it queues its own sockets' tasks.
 //!
-//! The task holds the set's [`Lease`] while it runs; the readiness thread
-//! stands aside meanwhile and takes over if the task stops taking the
-//! events (see [`lease`](super::lease)). The first request that waits in
-//! the set from a task of a tokio runtime with I/O (or from anywhere in
-//! a multi-thread runtime's context), while nobody holds the lease,
+//! The task holds the set's [`Lease`] while it runs, one task per
+//! runtime, as many runtimes at once as have tasks waiting in the set
+//! (see [`lease`](super::lease), which says why and what it costs); the
+//! readiness thread stands aside meanwhile and takes over if no task
+//! takes the events. The first request that waits in the set from a task
+//! of a tokio runtime with I/O (or from anywhere in a multi-thread
+//! runtime's context), while no task of that runtime holds the lease,
 //! spawns the task there ([`offer`]); a runtime with I/O disabled, or
-//! shutting down, leaves the events to the thread, and so does the
-//! future of a current-thread runtime's `block_on` until a task of that
-//! runtime waits ([`runs`]).
+//! shutting down, leaves the events to the others and the thread, and so
+//! does the future of a current-thread runtime's `block_on` until a task
+//! of that runtime waits ([`runs`]).
 //!
-//! Until the task is first polled, the set is not claimed again (see
-//! [`lease`](super::lease)): a runtime that does not run the task it was
-//! given (a current-thread runtime whose task blocks its thread, waiting
-//! for a request of the set) loses the lease once, and the thread takes
-//! the events from then on, with one drive task and one registration of
-//! the set's descriptor at most waiting there.
+//! Until the task is first polled, its runtime does not claim the set
+//! again (see [`lease`](super::lease)): a runtime that does not run the
+//! task it was given (a current-thread runtime whose task blocks its
+//! thread, waiting for a request of the set) loses the lease once, and
+//! the thread (or another runtime's task) takes the events from then on,
+//! with one drive task and one registration of the set's descriptor at
+//! most waiting there.
 //!
 //! The task ends when its lease is revoked, when the set stops (the
 //! engine is gone; the set's wake-up descriptor makes it readable), or
 //! when its runtime drops it (shut down): its [`Held`] then releases the
-//! lease and wakes the thread, which takes the events from then on.
+//! lease and, if it was the last holder, wakes the thread, which takes
+//! the events from then on.
 
 use std::future::poll_fn;
 use std::io;
@@ -87,22 +91,23 @@ impl Drop for Held {
 }
 
 /// Has the tokio runtime the caller runs on take the events of `set`
-/// (whose descriptor is `fd`), if nobody takes them from a runtime yet
+/// (whose descriptor is `fd`), if no task of that runtime takes them yet
 /// and that runtime can (see the [module](self)).
 pub(crate) fn offer(set: Weak<dyn Driven>, lease: &Lease, fd: BorrowedFd<'_>) {
-    if lease.is_held() {
-        return;
-    }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     if !runs(&runtime) {
         return;
     }
+    let key = runtime_key(&runtime);
+    if !lease.claimable(key) {
+        return;
+    }
     if cfg!(panic = "abort") || refuses(&runtime) || closing(&runtime) {
         return;
     }
-    let Some(token) = lease.try_claim() else {
+    let Some(token) = lease.try_claim(key) else {
         return;
     };
     let held = Held { set, token };
@@ -116,6 +121,17 @@ pub(crate) fn offer(set: Weak<dyn Driven>, lease: &Lease, fd: BorrowedFd<'_>) {
     } else if let Some(set) = nudged {
         set.nudge_thread();
     }
+}
+
+/// The key of `runtime` in the set's [`Lease`]: its id, hashed. Two
+/// runtimes whose ids hash alike (a chance in 2^64) share one holder,
+/// and the one that does not hold it has its events taken by the other
+/// or, if that one does not take them, by the thread.
+fn runtime_key(runtime: &tokio::runtime::Handle) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    runtime.id().hash(&mut h);
+    h.finish()
 }
 
 /// Whether `runtime`, the one in whose context the caller is, is known to
@@ -142,8 +158,7 @@ async fn drive(held: Held, watched: AsyncFd<SetFd>) {
         let Some(set) = held.set.upgrade() else {
             return Poll::Ready(Ok(()));
         };
-        set.lease().polled(held.token);
-        if set.stopped() || !set.lease().holds(held.token) {
+        if !set.lease().polled_holds(held.token) || set.stopped() {
             return Poll::Ready(Ok(()));
         }
         if !more {
