@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream as StdStream};
 use std::time::Duration;
 
-use blockio::aio::{AsyncEngine, CallerDriving, Driving, Submit};
+use blockio::aio::{AsyncEngine, CallerDriving, Driving, IoBuf, Submit};
 use blockio::net::{TcpListener, TcpStream};
 
 mod common;
@@ -1624,4 +1624,137 @@ fn a_vectored_write_of_more_than_1024_buffers_sends_the_first_1024() {
     peer.read_exact(&mut got).unwrap();
     let want: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
     assert_eq!(got, want);
+}
+
+/// Runs `test` on a current-thread runtime of a thread of its own, and
+/// fails if it has not returned within a minute: a call that blocked
+/// the runtime's only thread (a blocking socket's accept) fails it
+/// rather than hanging the suite.
+fn within_a_minute<F>(test: impl FnOnce() -> F + Send + 'static)
+where
+    F: Future<Output = ()> + 'static,
+{
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        current_thread().block_on(test());
+        done_tx.send(()).unwrap();
+    });
+    match done.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => runner.join().unwrap(),
+        // The runner panicked (its assertion is the failure to show).
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(runner.join().unwrap_err())
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the test's runtime was blocked for a minute")
+        }
+    }
+}
+
+/// Socket activation's shape: a listener bound and left blocking by std,
+/// handed over as an owned descriptor, serves one connection after
+/// another from a task, while the runtime's one thread also runs the
+/// clients (an accept that blocked the thread would hang them).
+#[test]
+fn a_listener_bound_by_std_and_handed_over_serves_connections() {
+    within_a_minute(|| async {
+        let inherited: std::os::fd::OwnedFd =
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap().into();
+        let listener = TcpListener::from_std(std::net::TcpListener::from(inherited)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert_ne!(addr.port(), 0);
+        let server = tokio::spawn(async move {
+            for _ in 0..5 {
+                let (s, _) = listener.accept().await.unwrap();
+                let (n, buf) = s.read(vec![0u8; 16]).await;
+                let n = n.unwrap();
+                s.write_all(buf.slice(..n)).await.0.unwrap();
+            }
+        });
+        for i in 0..5u8 {
+            let c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(vec![i; 3]).await.0.unwrap();
+            let (n, buf) = c.read(vec![0u8; 16]).await;
+            assert_eq!(&buf[..n.unwrap()], &[i; 3], "connection {i}");
+        }
+        server.await.unwrap();
+    });
+}
+
+/// A std stream, blocking, whose peer sent bytes and closed before it
+/// was handed over: every byte is read, in order, then the end.
+#[test]
+fn a_std_stream_with_bytes_waiting_reads_them_all() {
+    within_a_minute(|| async {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let std_stream = StdStream::connect(server.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = server.accept().unwrap();
+        let sent: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        peer.write_all(&sent).unwrap();
+        drop(peer);
+        let stream = TcpStream::from_std(std_stream).unwrap();
+        assert_eq!(stream.peer_addr().unwrap(), server.local_addr().unwrap());
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 7_000];
+        loop {
+            let (n, b) = stream.read(buf).await;
+            let n = n.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&b[..n]);
+            buf = b;
+        }
+        assert_eq!(got.len(), sent.len());
+        assert!(got == sent, "the bytes came out of order");
+    });
+}
+
+/// Unix sockets from std: a listener the caller made non-blocking (as
+/// tokio's `from_std` asks) serves connections, and one end of a pair
+/// with bytes waiting reads them, then writes to the other end.
+#[test]
+fn unix_sockets_from_std_serve_and_read_what_waits() {
+    within_a_minute(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("activated.sock");
+        let std_listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        std_listener.set_nonblocking(true).unwrap();
+        let listener = blockio::net::UnixListener::from_std(std_listener).unwrap();
+        assert_eq!(listener.local_path(), path);
+        for i in 0..3u8 {
+            let mut c = std::os::unix::net::UnixStream::connect(&path).unwrap();
+            c.write_all(&[i]).unwrap();
+            let (s, _) = listener.accept().await.unwrap();
+            let (n, buf) = s.read(vec![0u8; 4]).await;
+            assert_eq!(&buf[..n.unwrap()], &[i], "connection {i}");
+        }
+
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        theirs.write_all(b"waiting").unwrap();
+        let stream = blockio::net::UnixStream::from_std(ours).unwrap();
+        let (n, buf) = stream.read(vec![0u8; 16]).await;
+        assert_eq!(&buf[..n.unwrap()], b"waiting");
+        stream.write_all(b"back".to_vec()).await.0.unwrap();
+        let mut back = [0u8; 4];
+        theirs.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"back");
+    });
+}
+
+/// A descriptor of the wrong family handed over as a TCP listener or
+/// stream is refused, saying so, rather than failing at each accept.
+#[test]
+fn a_unix_socket_handed_over_as_tcp_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let unix = std::os::unix::net::UnixListener::bind(dir.path().join("s")).unwrap();
+    let owned: std::os::fd::OwnedFd = unix.into();
+    let err = TcpListener::from_std_with(&engine(), owned.into()).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("not a TCP socket"), "{err}");
+
+    let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let owned: std::os::fd::OwnedFd = a.into();
+    let err = TcpStream::from_std_with(&engine(), owned.into()).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
 }

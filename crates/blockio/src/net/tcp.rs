@@ -320,6 +320,94 @@ impl TcpListener {
         TcpListenerOptions::default().bind_with(engine, addr).await
     }
 
+    /// A listener of `listener`, a socket already bound and listening
+    /// (by std, or handed over by a service manager, as in systemd's
+    /// socket activation), on the default engine
+    /// ([`AsyncEngine::current`]), as tokio's `from_std`. It accepts as
+    /// a listener of [`bind`](Self::bind) does (with the default
+    /// [`TcpListenerOptions`]).
+    ///
+    /// The socket is made non-blocking here, whatever mode it comes in
+    /// (tokio leaves that to the caller, and a blocking listener there
+    /// blocks its runtime's thread): its accepts wait for readiness. A
+    /// descriptor given by number (`LISTEN_FDS`) becomes a
+    /// `std::net::TcpListener` through [`OwnedFd`](std::os::fd::OwnedFd)
+    /// (`TcpListener::from(owned)`): ownership is taken, never a raw
+    /// number.
+    ///
+    /// # Errors
+    /// The kernel's error making it non-blocking or asking its address;
+    /// a socket that is not an IP one (a Unix socket's descriptor given
+    /// as a TCP listener) is refused with kind
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) saying so; or that
+    /// the default engine cannot start. A socket that is not listening
+    /// gets the kernel's `EINVAL` from its first accept.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpListener;
+    ///
+    /// // Bound by std (or inherited from a service manager).
+    /// let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let addr = std_listener.local_addr()?;
+    /// let listener = TcpListener::from_std(std_listener)?;
+    /// assert_eq!(listener.local_addr()?, addr);
+    /// let client = std::net::TcpStream::connect(addr)?;
+    /// let (_stream, peer) = listener.accept().await?;
+    /// assert_eq!(peer, client.local_addr()?);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn from_std(listener: std::net::TcpListener) -> io::Result<TcpListener> {
+        Self::from_std_with(&AsyncEngine::current()?, listener)
+    }
+
+    /// [`from_std`](Self::from_std) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`from_std`](Self::from_std).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::TcpListener;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let listener = TcpListener::from_std_with(&engine, std_listener)?;
+    /// # drop(listener);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_std_with(
+        engine: &AsyncEngine,
+        listener: std::net::TcpListener,
+    ) -> io::Result<TcpListener> {
+        let fail = super::os_error;
+        let socket = Socket::from(listener);
+        // Accepts wait for readiness (see `multishot_accept`).
+        socket.set_nonblocking(true).map_err(fail)?;
+        let local = socket.local_addr().map_err(fail)?.as_socket();
+        let local = local.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "TcpListener::from_std: the socket is not a TCP socket (it has no IP address)",
+            )
+        })?;
+        let sock = Sock::new(socket, engine).map_err(fail)?;
+        Ok(TcpListener {
+            accepts: AcceptQueue::new(&sock, TcpListenerOptions::default().multishot_accept, true),
+            sock,
+            local,
+        })
+    }
+
     /// Accepts a connection: the stream and the peer's address.
     ///
     /// A connection that [`incoming`](Self::incoming)'s multishot accept
@@ -568,6 +656,91 @@ impl TcpStream {
             }
         }
         Err(last.expect("resolve_some gives at least one address"))
+    }
+
+    /// A stream of `stream`, a connected socket (by std, or handed over
+    /// by another program), on the default engine
+    /// ([`AsyncEngine::current`]), as tokio's `from_std`. Bytes already
+    /// received and waiting in the socket are the first reads'.
+    ///
+    /// Any mode will do (tokio asks the caller to make the socket
+    /// non-blocking first): on the thread-pool backend it is made
+    /// non-blocking here, since its operations wait for readiness; on
+    /// io_uring the kernel waits for them in either mode, and blockio's
+    /// own calls on the caller's thread never block
+    /// (`MSG_DONTWAIT`). A descriptor given by number becomes a
+    /// `std::net::TcpStream` through [`OwnedFd`](std::os::fd::OwnedFd):
+    /// ownership is taken, never a raw number.
+    ///
+    /// # Errors
+    /// A socket that is not connected (the kernel's `ENOTCONN`), the
+    /// kernel's error making it non-blocking; a socket that is not an IP
+    /// one is refused with kind
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) saying so; or that
+    /// the default engine cannot start.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use std::io::Write;
+    /// use blockio::net::TcpStream;
+    ///
+    /// let server = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let std_stream = std::net::TcpStream::connect(server.local_addr()?)?;
+    /// let (mut peer, _) = server.accept()?;
+    /// peer.write_all(b"sent before")?;
+    /// let stream = TcpStream::from_std(std_stream)?;
+    /// let (n, buf) = stream.read(vec![0u8; 11]).await;
+    /// assert_eq!(&buf[..n?], b"sent before");
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn from_std(stream: std::net::TcpStream) -> io::Result<TcpStream> {
+        Self::from_std_with(&AsyncEngine::current()?, stream)
+    }
+
+    /// [`from_std`](Self::from_std) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`from_std`](Self::from_std).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::TcpStream;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let server = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let std_stream = std::net::TcpStream::connect(server.local_addr()?)?;
+    /// let stream = TcpStream::from_std_with(&engine, std_stream)?;
+    /// assert_eq!(stream.peer_addr()?, server.local_addr()?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_std_with(
+        engine: &AsyncEngine,
+        stream: std::net::TcpStream,
+    ) -> io::Result<TcpStream> {
+        let fail = super::os_error;
+        let socket = Socket::from(stream);
+        let peer = socket.peer_addr().map_err(fail)?.as_socket();
+        let peer = peer.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "TcpStream::from_std: the socket is not a TCP socket (its peer has no IP address)",
+            )
+        })?;
+        let sock = Sock::new(socket, engine).map_err(fail)?;
+        Ok(TcpStream {
+            core: StreamCore::new(sock, peer.to_string()),
+            poll: Mutex::default(),
+            peer,
+        })
     }
 
     /// [`connect`](Self::connect), giving up after `limit` (over the
