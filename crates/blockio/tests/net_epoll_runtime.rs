@@ -490,6 +490,10 @@ fn driving_thread_leaves_the_set_to_the_readiness_thread() {
 /// read a set of its.
 #[test]
 fn the_default_engines_pool_set_is_read_on_the_runtime() {
+    // Its readiness thread starts with the engine (the pool) or at its
+    // first accept (io_uring): under the lock, so that another test's
+    // `pool_engine` does not take it for its own.
+    let building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let engine = AsyncEngine::current().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -497,6 +501,7 @@ fn the_default_engines_pool_set_is_read_on_the_runtime() {
         .unwrap();
     let pool = engine.backend() == blockio::Backend::ThreadPool;
     let (a, mut peer) = rt.block_on(connected(&engine));
+    drop(building);
     let (parked_tx, parked_rx) = mpsc::channel();
     let read = rt.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
     let writer = std::thread::spawn(move || {
