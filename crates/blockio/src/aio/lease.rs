@@ -257,8 +257,8 @@ impl Lease {
             if !waiting() {
                 stale_at = None;
                 // Looked at again after `waiting`, which may have read
-                // back the wake-up of a release made meanwhile.
-                if !self.is_held() {
+                // back the nudge of a release or a stop made meanwhile.
+                if !self.is_held() || stop.load(Ordering::SeqCst) {
                     return;
                 }
                 block();

@@ -80,8 +80,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
-#[cfg(feature = "tokio")]
-use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -349,16 +347,15 @@ impl Readiness {
     }
 
     /// Offers the set's events to the tokio runtime the caller runs on,
-    /// if this set is taken on runtimes and no runtime takes them yet.
+    /// if this set is taken on runtimes and no task of that runtime takes
+    /// them yet.
     fn offer(&self) {
         #[cfg(feature = "tokio")]
         if self.watcher.on_runtimes {
-            let set: Arc<dyn Driven> = self.watcher.clone();
-            offer(
-                Arc::downgrade(&set),
-                &self.watcher.lease,
-                self.watcher.set.as_fd(),
-            );
+            offer(&self.watcher.lease, || {
+                let set: Arc<dyn Driven> = self.watcher.clone();
+                (Arc::downgrade(&set), self.watcher.set.shared_fd())
+            });
         }
     }
 
@@ -496,7 +493,7 @@ impl Drop for Registration {
 impl Drop for Readiness {
     fn drop(&mut self) {
         self.watcher.stop.store(true, Ordering::SeqCst);
-        let _ = self.watcher.set.notify();
+        let _ = self.watcher.set.nudge();
         self.watcher.lease.wake();
     }
 }
@@ -567,8 +564,11 @@ impl Driven for Watcher {
 }
 
 /// The engine is gone: nobody will await what still waits, which is
-/// completed with `ECANCELED`, and the set lets go of every socket.
+/// completed with `ECANCELED`, and the set lets go of every socket. The
+/// set is left readable for good (a nudge nobody reads back any more),
+/// so that a runtime's task still watching it sees that it stopped.
 fn shut_down(watcher: &Watcher) {
+    let _ = watcher.set.nudge();
     let mut w = watcher.lock();
     let left: Vec<(RawFd, Watched)> = w.sockets.drain().collect();
     w.fds.clear();
@@ -914,7 +914,7 @@ mod tests {
         assert_eq!(left[0], b'A', "the old socket's byte went elsewhere");
         drop(kept);
         drop(b);
-        // (The set also holds the poller's own wake-up descriptor.)
+        // (The set also holds the poller's own nudge descriptor.)
         assert!(in_set(&r).iter().all(|&(_, ino)| ino != b_ino));
     }
 

@@ -32,15 +32,15 @@
 //! most waiting there.
 //!
 //! The task ends when its lease is revoked, when the set stops (the
-//! engine is gone; the set's wake-up descriptor makes it readable), or
+//! engine is gone; the thread's last nudge leaves the set readable), or
 //! when its runtime drops it (shut down): its [`Held`] then releases the
 //! lease and, if it was the last holder, wakes the thread, which takes
 //! the events from then on.
 
 use std::future::poll_fn;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::sync::Weak;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Weak};
 use std::task::Poll;
 
 use tokio::io::unix::AsyncFd;
@@ -62,9 +62,10 @@ pub(crate) trait Driven: Send + Sync {
     fn nudge_thread(&self);
 }
 
-/// The set's descriptor as the reactor holds it: a duplicate, open until
+/// The set's descriptor as the reactor holds it: shared with the set
+/// (no duplicate, which would cost a descriptor per runtime), open until
 /// the registration is dropped, whatever becomes of the set meanwhile.
-struct SetFd(OwnedFd);
+struct SetFd(Arc<OwnedFd>);
 
 impl AsRawFd for SetFd {
     fn as_raw_fd(&self) -> RawFd {
@@ -90,10 +91,11 @@ impl Drop for Held {
     }
 }
 
-/// Has the tokio runtime the caller runs on take the events of `set`
-/// (whose descriptor is `fd`), if no task of that runtime takes them yet
-/// and that runtime can (see the [module](self)).
-pub(crate) fn offer(set: Weak<dyn Driven>, lease: &Lease, fd: BorrowedFd<'_>) {
+/// Has the tokio runtime the caller runs on take the events of the set
+/// whose lease is `lease`, if no task of that runtime takes them yet and
+/// that runtime can (see the [module](self)); `set` gives the set and its
+/// shared descriptor, asked only then.
+pub(crate) fn offer(lease: &Lease, set: impl FnOnce() -> (Weak<dyn Driven>, Arc<OwnedFd>)) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -110,8 +112,9 @@ pub(crate) fn offer(set: Weak<dyn Driven>, lease: &Lease, fd: BorrowedFd<'_>) {
     let Some(token) = lease.try_claim(key) else {
         return;
     };
+    let (set, fd) = set();
     let held = Held { set, token };
-    let Ok(watched) = fd.try_clone_to_owned().map(SetFd).and_then(register) else {
+    let Ok(watched) = register(SetFd(fd)) else {
         return;
     };
     let nudged = held.set.upgrade();
