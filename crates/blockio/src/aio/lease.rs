@@ -58,6 +58,10 @@ use std::time::Duration;
 /// looks only while events wait; an idle set costs it no wake-up.
 pub(crate) const TICK: Duration = Duration::from_millis(100);
 
+/// How many holders' runtimes [`Lease::claimable`] finds without a lock;
+/// a runtime beyond them asks under the lock.
+const KEYS_MIRRORED: usize = 8;
+
 /// The right to take the set's events from a runtime's task: one holder
 /// per runtime at most, any number of runtimes at once (see the
 /// [module](self)).
@@ -70,6 +74,11 @@ pub(crate) struct Lease {
     /// How many hold the lease now; written with `state` locked, read
     /// without it.
     held: AtomicUsize,
+    /// The keys of the first [`KEYS_MIRRORED`] holders' runtimes (0 for
+    /// none), written with `state` locked and read without it: the
+    /// question each request that waits asks, whether its runtime holds
+    /// the lease already, is answered without the lock.
+    holding_keys: [AtomicU64; KEYS_MIRRORED],
     /// The holders, and the tasks spawned and not yet polled.
     state: Mutex<Holders>,
     /// Signalled when the lease is released (or the set stops).
@@ -109,6 +118,7 @@ impl Lease {
             tick,
             claims: AtomicU64::new(0),
             held: AtomicUsize::new(0),
+            holding_keys: Default::default(),
             state: Mutex::new(Holders::default()),
             changed: Condvar::new(),
             turns: AtomicU64::new(0),
@@ -136,6 +146,10 @@ impl Lease {
     /// its tasks holds it or waits unpolled.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn claimable(&self, runtime: u64) -> bool {
+        let mirrored = |k: &AtomicU64| k.load(Ordering::Acquire) == runtime;
+        if runtime != 0 && self.holding_keys.iter().any(mirrored) {
+            return false;
+        }
         let h = self.lock();
         let of = |x: &Holder| x.runtime == runtime;
         !h.holding.iter().any(of) && !h.unpolled.iter().any(of)
@@ -159,7 +173,7 @@ impl Lease {
         };
         h.holding.push(holder);
         h.unpolled.push(holder);
-        self.held.store(h.holding.len(), Ordering::Release);
+        self.mirror(&h);
         self.claims.fetch_add(1, Ordering::Relaxed);
         Some(holder.token)
     }
@@ -200,7 +214,7 @@ impl Lease {
         if h.holding.len() == before {
             return false;
         }
-        self.held.store(h.holding.len(), Ordering::Release);
+        self.mirror(&h);
         self.changed.notify_all();
         h.holding.is_empty()
     }
@@ -209,6 +223,16 @@ impl Lease {
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn turned(&self) {
         self.turns.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Publishes the holders `h` (locked) for the readers without the
+    /// lock: their count, and the first ones' runtimes' keys.
+    fn mirror(&self, h: &Holders) {
+        self.held.store(h.holding.len(), Ordering::Release);
+        for (i, slot) in self.holding_keys.iter().enumerate() {
+            let key = h.holding.get(i).map_or(0, |x| x.runtime);
+            slot.store(key, Ordering::Release);
+        }
     }
 
     /// Leases revoked so far (see the [module](self)).
@@ -232,7 +256,7 @@ impl Lease {
         }
         let n = h.holding.len() as u64;
         h.holding.clear();
-        self.held.store(0, Ordering::Release);
+        self.mirror(&h);
         self.revoked.fetch_add(n, Ordering::Relaxed);
     }
 
@@ -305,6 +329,30 @@ mod tests {
 
     /// The key of the runtime the tests claim for.
     const RT: u64 = 7;
+
+    /// More runtimes than the lock-free mirror holds: each holder's
+    /// runtime is found holding, mirrored or not, and a released
+    /// holder's runtime may claim again once its task was polled.
+    #[test]
+    fn holders_beyond_the_mirror_are_found_under_the_lock() {
+        let lease = Lease::new(HOUR);
+        let n = KEYS_MIRRORED as u64 + 3;
+        let tokens: Vec<u64> = (1..=n).map(|rt| lease.try_claim(rt).unwrap()).collect();
+        for rt in 1..=n {
+            assert!(!lease.claimable(rt), "runtime {rt} holds the lease");
+            assert_eq!(lease.try_claim(rt), None, "runtime {rt} claimed twice");
+        }
+        for &t in &tokens {
+            lease.polled(t);
+        }
+        assert!(!lease.release(tokens[0]), "others still hold it");
+        assert!(lease.claimable(1), "a released holder's runtime");
+        assert!(!lease.claimable(n), "a holder past the mirror");
+        for &t in &tokens[1..] {
+            lease.release(t);
+        }
+        assert!(!lease.is_held() && (1..=n).all(|rt| lease.claimable(rt)));
+    }
 
     /// Each runtime holds the lease at once, one holder each; the thread
     /// is told to look again only when the last releases; a revocation
