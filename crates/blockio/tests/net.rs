@@ -1742,19 +1742,145 @@ fn unix_sockets_from_std_serve_and_read_what_waits() {
     });
 }
 
-/// A descriptor of the wrong family handed over as a TCP listener or
-/// stream is refused, saying so, rather than failing at each accept.
+/// Sockets of the wrong type, family or state handed to each `from_std`
+/// are refused at once, with kind `InvalidInput` and a message naming the
+/// call and what was found, rather than taken and misbehaving later (a
+/// UDP socket's accept waiting for ever, a datagram read in pieces losing
+/// its tail).
 #[test]
-fn a_unix_socket_handed_over_as_tcp_is_refused() {
+fn sockets_of_the_wrong_kind_handed_over_are_refused_naming_what_was_found() {
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::{
+        UnixDatagram, UnixListener as StdUnixListener, UnixStream as StdUnix,
+    };
+    let engine = engine();
     let dir = tempfile::tempdir().unwrap();
-    let unix = std::os::unix::net::UnixListener::bind(dir.path().join("s")).unwrap();
-    let owned: std::os::fd::OwnedFd = unix.into();
-    let err = TcpListener::from_std_with(&engine(), owned.into()).unwrap_err();
-    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
-    assert!(err.to_string().contains("not a TCP socket"), "{err}");
+    let refused = |res: std::io::Result<()>, call: &str, found: &str| {
+        let err = res.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(call) && msg.contains(found),
+            "{call}, {found}: {msg}"
+        );
+    };
+    let udp = || -> OwnedFd { std::net::UdpSocket::bind("127.0.0.1:0").unwrap().into() };
+    let unix_listener =
+        |name: &str| -> OwnedFd { StdUnixListener::bind(dir.path().join(name)).unwrap().into() };
+    let tcp_listener = || -> OwnedFd { std::net::TcpListener::bind("127.0.0.1:0").unwrap().into() };
+    let unix_stream = || -> OwnedFd { StdUnix::pair().unwrap().0.into() };
+    let dgram = || -> OwnedFd { UnixDatagram::pair().unwrap().0.into() };
+    let tcp_l = |fd: OwnedFd| TcpListener::from_std_with(&engine, fd.into()).map(drop);
+    let tcp_s = |fd: OwnedFd| TcpStream::from_std_with(&engine, fd.into()).map(drop);
+    let unix_l =
+        |fd: OwnedFd| blockio::net::UnixListener::from_std_with(&engine, fd.into()).map(drop);
+    let unix_s =
+        |fd: OwnedFd| blockio::net::UnixStream::from_std_with(&engine, fd.into()).map(drop);
 
-    let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-    let owned: std::os::fd::OwnedFd = a.into();
-    let err = TcpStream::from_std_with(&engine(), owned.into()).unwrap_err();
-    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+    refused(tcp_l(udp()), "TcpListener::from_std", "SOCK_DGRAM");
+    refused(
+        tcp_l(unix_listener("a")),
+        "TcpListener::from_std",
+        "AF_UNIX",
+    );
+    refused(tcp_s(udp()), "TcpStream::from_std", "SOCK_DGRAM");
+    refused(tcp_s(unix_stream()), "TcpStream::from_std", "AF_UNIX");
+    refused(tcp_s(tcp_listener()), "TcpStream::from_std", "listening");
+    refused(unix_l(tcp_listener()), "UnixListener::from_std", "AF_INET");
+    refused(
+        unix_l(unix_stream()),
+        "UnixListener::from_std",
+        "not listening",
+    );
+    refused(unix_l(dgram()), "UnixListener::from_std", "SOCK_DGRAM");
+    refused(unix_s(dgram()), "UnixStream::from_std", "SOCK_DGRAM");
+    refused(
+        unix_s(unix_listener("b")),
+        "UnixStream::from_std",
+        "listening",
+    );
+    // A TCP socket bound but never listening, as a listener.
+    let bound = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    bound
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    refused(
+        tcp_l(bound.into()),
+        "TcpListener::from_std",
+        "not listening",
+    );
+    // A descriptor that is no socket: the kernel's ENOTSOCK, named.
+    let file: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+    let err = tcp_s(file).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with("TcpStream::from_std"), "{msg}");
+    assert!(
+        msg.contains(&format!("os error {}", libc::ENOTSOCK)),
+        "{msg}"
+    );
+}
+
+/// A std stream whose peer sent bytes and then reset the connection
+/// before it was handed over has no peer address left (`ENOTCONN`): it is
+/// still taken, as tokio takes it, and its bytes are read before the
+/// reset; `peer_addr` gives the kernel's error.
+#[test]
+fn a_std_stream_whose_peer_sent_and_reset_is_taken_and_its_bytes_read() {
+    within_a_minute(|| async {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let std_stream = StdStream::connect(server.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = server.accept().unwrap();
+        peer.write_all(b"hello").unwrap();
+        socket2::SockRef::from(&peer)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(peer);
+        // The reset has arrived once the socket has no peer left.
+        while std_stream.peer_addr().is_ok() {
+            tokio::task::yield_now().await;
+        }
+        let stream = TcpStream::from_std(std_stream).unwrap();
+        let err = stream.peer_addr().unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN), "{err}");
+        let (n, buf) = stream.read(vec![0u8; 8]).await;
+        assert_eq!(&buf[..n.unwrap()], b"hello");
+        let (n, _) = stream.read(vec![0u8; 8]).await;
+        assert_eq!(n.unwrap_err().raw_os_error(), Some(libc::ECONNRESET));
+    });
+}
+
+/// A Unix listener left blocking by std and handed over serves one
+/// connection after another from a task polled before each client
+/// connects, on a current-thread runtime whose one thread also runs the
+/// clients: an accept that blocked the thread would hang them.
+#[test]
+fn a_blocking_unix_listener_handed_over_serves_connections() {
+    within_a_minute(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blocking.sock");
+        let std_listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let listener = blockio::net::UnixListener::from_std(std_listener).unwrap();
+        let (polled_tx, mut polled) = tokio::sync::mpsc::unbounded_channel();
+        let server = tokio::spawn(async move {
+            for i in 0..5u8 {
+                polled_tx.send(()).unwrap();
+                let (s, _) = listener.accept().await.unwrap();
+                let (n, buf) = s.read(vec![0u8; 4]).await;
+                assert_eq!(&buf[..n.unwrap()], &[i], "connection {i}");
+            }
+        });
+        for i in 0..5u8 {
+            // The server's task is about to wait in its accept.
+            polled.recv().await.unwrap();
+            tokio::task::yield_now().await;
+            let c = blockio::net::UnixStream::connect(&path).await.unwrap();
+            c.write_all(vec![i]).await.0.unwrap();
+        }
+        server.await.unwrap();
+    });
 }

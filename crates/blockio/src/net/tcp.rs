@@ -12,6 +12,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::accepts::{AcceptQueue, Accepted};
 use super::addr::{resolve_some, ToSocketAddrs};
+use super::handed::Family;
 use super::incoming::AcceptLoop;
 use super::poll_io::PollIo;
 use super::socket::Sock;
@@ -336,12 +337,13 @@ impl TcpListener {
     /// number.
     ///
     /// # Errors
-    /// The kernel's error making it non-blocking or asking its address;
-    /// a socket that is not an IP one (a Unix socket's descriptor given
-    /// as a TCP listener) is refused with kind
-    /// [`InvalidInput`](io::ErrorKind::InvalidInput) saying so; or that
-    /// the default engine cannot start. A socket that is not listening
-    /// gets the kernel's `EINVAL` from its first accept.
+    /// A socket that is not an IPv4 or IPv6 `SOCK_STREAM` one (a UDP or
+    /// Unix socket's descriptor), or that is not listening, is refused
+    /// with kind [`InvalidInput`](io::ErrorKind::InvalidInput), the
+    /// message naming `TcpListener::from_std` and the type, family or
+    /// state found; the kernel's error asking them (a descriptor that is
+    /// no socket), making it non-blocking or asking its address; or that
+    /// the default engine cannot start.
     ///
     /// # Examples
     ///
@@ -391,13 +393,15 @@ impl TcpListener {
     ) -> io::Result<TcpListener> {
         let fail = super::os_error;
         let socket = Socket::from(listener);
+        let call = "TcpListener::from_std";
+        super::handed::check(&socket, call, Family::Ip, true)?;
         // Accepts wait for readiness (see `multishot_accept`).
         socket.set_nonblocking(true).map_err(fail)?;
         let local = socket.local_addr().map_err(fail)?.as_socket();
         let local = local.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "TcpListener::from_std: the socket is not a TCP socket (it has no IP address)",
+                format!("{call}: the socket has no IP address"),
             )
         })?;
         let sock = Sock::new(socket, engine).map_err(fail)?;
@@ -463,7 +467,7 @@ impl TcpListener {
         let stream = TcpStream {
             core: StreamCore::new(sock, peer.to_string()),
             poll: Mutex::default(),
-            peer,
+            peer: Some(peer),
         };
         Ok((stream, peer))
     }
@@ -584,7 +588,10 @@ super::incoming::incoming_stream!(TcpListener, Incoming, (TcpStream, SocketAddr)
 pub struct TcpStream {
     core: StreamCore,
     poll: Mutex<PollIo>,
-    peer: SocketAddr,
+    /// The peer's address, known when the stream was made; a stream of
+    /// `from_std` whose peer had none then (reset, or still connecting)
+    /// asks the socket.
+    peer: Option<SocketAddr>,
 }
 
 super::adapters::stream_io_traits!(TcpStream);
@@ -672,12 +679,18 @@ impl TcpStream {
     /// `std::net::TcpStream` through [`OwnedFd`](std::os::fd::OwnedFd):
     /// ownership is taken, never a raw number.
     ///
+    /// A socket whose peer has no address (it sent bytes and reset, or
+    /// the connect is still in progress) is taken, as by tokio: its bytes
+    /// are the first reads', then the reset; [`peer_addr`](Self::peer_addr)
+    /// asks the socket again.
+    ///
     /// # Errors
-    /// A socket that is not connected (the kernel's `ENOTCONN`), the
-    /// kernel's error making it non-blocking; a socket that is not an IP
-    /// one is refused with kind
-    /// [`InvalidInput`](io::ErrorKind::InvalidInput) saying so; or that
-    /// the default engine cannot start.
+    /// A socket that is not an IPv4 or IPv6 `SOCK_STREAM` one, or that is
+    /// listening, is refused with kind
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput), the message naming
+    /// `TcpStream::from_std` and the type, family or state found; the
+    /// kernel's error asking them (a descriptor that is no socket) or
+    /// making it non-blocking; or that the default engine cannot start.
     ///
     /// # Examples
     ///
@@ -726,18 +739,20 @@ impl TcpStream {
         engine: &AsyncEngine,
         stream: std::net::TcpStream,
     ) -> io::Result<TcpStream> {
-        let fail = super::os_error;
         let socket = Socket::from(stream);
-        let peer = socket.peer_addr().map_err(fail)?.as_socket();
-        let peer = peer.ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "TcpStream::from_std: the socket is not a TCP socket (its peer has no IP address)",
-            )
-        })?;
-        let sock = Sock::new(socket, engine).map_err(fail)?;
+        super::handed::check(&socket, "TcpStream::from_std", Family::Ip, false)?;
+        // Best effort, as tokio: a peer that sent bytes and then reset, or
+        // a connect still in progress, leaves no address to ask for
+        // (`ENOTCONN`), and the stream is still handed over; its bytes are
+        // the first reads', then the reset. `peer_addr` asks again.
+        let peer = socket.peer_addr().ok().and_then(|a| a.as_socket());
+        let name = peer.map_or_else(
+            || "a peer unknown to from_std".to_string(),
+            |p| p.to_string(),
+        );
+        let sock = Sock::new(socket, engine).map_err(super::os_error)?;
         Ok(TcpStream {
-            core: StreamCore::new(sock, peer.to_string()),
+            core: StreamCore::new(sock, name),
             poll: Mutex::default(),
             peer,
         })
@@ -837,7 +852,7 @@ impl TcpStream {
         Ok(TcpStream {
             core: StreamCore::new(sock, peer),
             poll: Mutex::default(),
-            peer: addr,
+            peer: Some(addr),
         })
     }
 
@@ -1008,9 +1023,11 @@ impl TcpStream {
     /// The peer's address.
     ///
     /// # Errors
-    /// None: the address is known from the connect or accept. The
-    /// `Result` is tokio's signature, so that ported code's `?` compiles
-    /// unchanged.
+    /// None for a stream of a connect or accept: the address is known
+    /// from it. A stream of [`from_std`](Self::from_std) whose peer had no
+    /// address then (it reset, or the connect was still in progress) asks
+    /// the socket, and gets the kernel's error (`ENOTCONN`) as tokio's
+    /// does.
     ///
     /// # Examples
     ///
@@ -1028,7 +1045,12 @@ impl TcpStream {
     /// # }
     /// ```
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.peer)
+        if let Some(peer) = self.peer {
+            return Ok(peer);
+        }
+        let addr = self.core.sock.socket.peer_addr()?;
+        addr.as_socket()
+            .ok_or_else(|| io::Error::other("the peer has no IP address"))
     }
 
     /// This end's address.

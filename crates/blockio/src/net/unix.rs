@@ -11,6 +11,7 @@ use std::time::Duration;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use super::accepts::{AcceptQueue, Accepted};
+use super::handed::Family;
 use super::incoming::AcceptLoop;
 use super::poll_io::PollIo;
 use super::socket::Sock;
@@ -123,9 +124,14 @@ impl UnixListener {
     /// never a raw number.
     ///
     /// # Errors
-    /// The kernel's error asking its address or making it non-blocking,
-    /// or that the default engine cannot start. A socket that is not
-    /// listening gets the kernel's `EINVAL` from its first accept.
+    /// A socket that is not a Unix-domain `SOCK_STREAM` one (a TCP
+    /// listener's descriptor, a datagram socket), or that is not
+    /// listening, is refused with kind
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput), the message naming
+    /// `UnixListener::from_std` and the type, family or state found; the
+    /// kernel's error asking them (a descriptor that is no socket), asking
+    /// its address or making it non-blocking; or that the default engine
+    /// cannot start.
     ///
     /// # Examples
     ///
@@ -176,6 +182,7 @@ impl UnixListener {
     ) -> io::Result<UnixListener> {
         let fail = super::os_error;
         let socket = Socket::from(listener);
+        super::handed::check(&socket, "UnixListener::from_std", Family::Unix, true)?;
         let local = socket.local_addr().map_err(fail)?;
         let path = local
             .as_pathname()
@@ -427,9 +434,14 @@ impl UnixStream {
     /// number.
     ///
     /// # Errors
-    /// The kernel's error making it non-blocking, or that the default
-    /// engine cannot start. A socket that is not connected gets the
-    /// kernel's `ENOTCONN` from its first read or write.
+    /// A socket that is not a Unix-domain `SOCK_STREAM` one (one end of a
+    /// `UnixDatagram` pair, a TCP socket), or that is listening, is
+    /// refused with kind [`InvalidInput`](io::ErrorKind::InvalidInput),
+    /// the message naming `UnixStream::from_std` and the type, family or
+    /// state found; the kernel's error asking them (a descriptor that is
+    /// no socket) or making it non-blocking; or that the default engine
+    /// cannot start. A socket that is not connected gets the kernel's
+    /// `ENOTCONN` from its first read or write.
     ///
     /// # Examples
     ///
@@ -477,6 +489,7 @@ impl UnixStream {
     ) -> io::Result<UnixStream> {
         let fail = super::os_error;
         let socket = Socket::from(stream);
+        super::handed::check(&socket, "UnixStream::from_std", Family::Unix, false)?;
         // The peer's path if it has one, as `Debug` and errors name it.
         let peer = match socket
             .peer_addr()
