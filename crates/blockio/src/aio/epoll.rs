@@ -20,10 +20,14 @@
 //!
 //! The set costs two descriptors, its own and the eventfd: one eventfd
 //! serves both the nudge and the stop (which the caller tells by a flag
-//! of its own, and which leaves the eventfd written, for good, once the
+//! of its own, and which leaves the eventfd written once the
 //! thread has seen it: see [`nudge`](EpollSet::nudge)), and a runtime's
 //! reactor registers the set's own descriptor, shared
-//! ([`shared_fd`](EpollSet::shared_fd)), not a duplicate.
+//! ([`shared_fd`](EpollSet::shared_fd)), not a duplicate. The
+//! registration holds the eventfd too: a written eventfd keeps the set
+//! readable only while it is open (closing it takes it out of the set,
+//! and its event with it), so a stopped set stays readable for as long
+//! as any reactor watches it, and the task watching it sees the stop.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -78,14 +82,25 @@ struct Taken {
     full: bool,
 }
 
+/// The set's descriptor as a reactor holds it, with the nudge eventfd
+/// that keeps a stopped set readable ([`EpollSet::shared_fd`]).
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+pub(crate) struct SharedSet {
+    /// The set's own descriptor, the one registered.
+    pub(crate) epoll: Arc<OwnedFd>,
+    /// Held open, never used: see [`EpollSet::shared_fd`].
+    _nudge: Arc<OwnedFd>,
+}
+
 /// An epoll set of sockets, each under a key of the caller's.
 pub(crate) struct EpollSet {
     /// Shared with the reactors that watch the set, which keep it open
     /// while they do ([`shared_fd`](Self::shared_fd)).
     epoll: Arc<OwnedFd>,
     /// Ends the thread's wait, read back by that thread
-    /// ([`nudge`](Self::nudge)).
-    nudge: OwnedFd,
+    /// ([`nudge`](Self::nudge)); shared with the reactors that watch the
+    /// set, so that its stop stays in the set while they do.
+    nudge: Arc<OwnedFd>,
     /// `epoll_ctl` adds and modifications made, for the tests that
     /// count them.
     #[cfg(test)]
@@ -118,7 +133,7 @@ impl EpollSet {
         )?;
         Ok(EpollSet {
             epoll: Arc::new(epoll),
-            nudge,
+            nudge: Arc::new(nudge),
             #[cfg(test)]
             ctls: AtomicUsize::new(0),
         })
@@ -223,8 +238,9 @@ impl EpollSet {
     /// what changed (a runtime taking the set's events in its place, or
     /// the caller's stop flag). A take without waiting ignores it. Once
     /// the thread has ended, nothing reads it back: a nudge then leaves
-    /// the set readable for good, so that every reactor watching it sees
-    /// that the set stopped.
+    /// the set readable for as long as the eventfd is open, which every
+    /// reactor watching the set keeps it ([`shared_fd`](Self::shared_fd)),
+    /// so that each sees that the set stopped.
     pub(crate) fn nudge(&self) -> io::Result<()> {
         rustix::io::write(&self.nudge, &1u64.to_ne_bytes())?;
         Ok(())
@@ -294,12 +310,20 @@ impl EpollSet {
         matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
     }
 
-    /// The set's descriptor, shared: open while any holder of it is,
-    /// whatever becomes of the set (a reactor's registration holds it,
-    /// so that its deregistration names the set and never another file).
+    /// The set's descriptor and its nudge eventfd, shared: open while any
+    /// holder of them is, whatever becomes of the set. A reactor's
+    /// registration holds both: the set's, so that its deregistration
+    /// names the set and never another file; the eventfd's, so that the
+    /// stop's nudge, in the set while the eventfd is open, keeps the set
+    /// readable until the watching task has seen it and ended (closed
+    /// with the engine, the eventfd would leave the set, and the task
+    /// and its registration would wait for ever).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn shared_fd(&self) -> Arc<OwnedFd> {
-        self.epoll.clone()
+    pub(crate) fn shared_fd(&self) -> SharedSet {
+        SharedSet {
+            epoll: self.epoll.clone(),
+            _nudge: self.nudge.clone(),
+        }
     }
 }
 

@@ -565,8 +565,9 @@ impl Driven for Watcher {
 
 /// The engine is gone: nobody will await what still waits, which is
 /// completed with `ECANCELED`, and the set lets go of every socket. The
-/// set is left readable for good (a nudge nobody reads back any more),
-/// so that a runtime's task still watching it sees that it stopped.
+/// set is left readable (a nudge nobody reads back any more, in the set
+/// while its eventfd is open, which a reactor watching the set keeps
+/// so), so that a runtime's task still watching it sees that it stopped.
 fn shut_down(watcher: &Watcher) {
     let _ = watcher.set.nudge();
     let mut w = watcher.lock();

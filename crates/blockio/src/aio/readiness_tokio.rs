@@ -32,19 +32,23 @@
 //! most waiting there.
 //!
 //! The task ends when its lease is revoked, when the set stops (the
-//! engine is gone; the thread's last nudge leaves the set readable), or
+//! engine is gone; the thread's last nudge leaves the set readable for
+//! as long as the nudge eventfd is open, which the task's registration
+//! keeps it: closed, it would leave the set, and the task, its
+//! registration and the set's descriptor would wait for ever), or
 //! when its runtime drops it (shut down): its [`Held`] then releases the
 //! lease and, if it was the last holder, wakes the thread, which takes
 //! the events from then on.
 
 use std::future::poll_fn;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, Weak};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Weak;
 use std::task::Poll;
 
 use tokio::io::unix::AsyncFd;
 
+use super::epoll::SharedSet;
 use super::lease::Lease;
 use super::tokio_drive::{closing, note_closing, refuses, register};
 
@@ -64,12 +68,15 @@ pub(crate) trait Driven: Send + Sync {
 
 /// The set's descriptor as the reactor holds it: shared with the set
 /// (no duplicate, which would cost a descriptor per runtime), open until
-/// the registration is dropped, whatever becomes of the set meanwhile.
-struct SetFd(Arc<OwnedFd>);
+/// the registration is dropped, whatever becomes of the set meanwhile,
+/// and with it the nudge eventfd, so that a stopped set stays readable
+/// until the task watching it has seen the stop (see
+/// [`EpollSet::shared_fd`](super::epoll::EpollSet::shared_fd)).
+struct SetFd(SharedSet);
 
 impl AsRawFd for SetFd {
     fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
+        self.0.epoll.as_raw_fd()
     }
 }
 
@@ -95,7 +102,7 @@ impl Drop for Held {
 /// whose lease is `lease`, if no task of that runtime takes them yet and
 /// that runtime can (see the [module](self)); `set` gives the set and its
 /// shared descriptor, asked only then.
-pub(crate) fn offer(lease: &Lease, set: impl FnOnce() -> (Weak<dyn Driven>, Arc<OwnedFd>)) {
+pub(crate) fn offer(lease: &Lease, set: impl FnOnce() -> (Weak<dyn Driven>, SharedSet)) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
