@@ -8,7 +8,10 @@
 //! the thread pool is) is thus read by each of them: a socket's
 //! readiness wakes every holder's runtime, and whichever takes the set's
 //! events first serves them all, waking each request's task where it
-//! runs. So a runtime's read never waits on another runtime's polling:
+//! runs. So a runtime's read, in a task or in its `block_on`'s future,
+//! never waits on another runtime's polling (a read polled by another
+//! executor where a current-thread runtime is only entered waits once,
+//! for one revocation, below; the thread serves that runtime from then on):
 //! with one holder for the whole set, a runtime busy in its tasks (its
 //! drive task queued behind them) held every other runtime's readiness
 //! for 0.6-2.2 ms a time, and one whose only thread a task held kept it

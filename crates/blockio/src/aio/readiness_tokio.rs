@@ -15,13 +15,17 @@
 //! runtime, as many runtimes at once as have tasks waiting in the set
 //! (see [`lease`](super::lease), which says why and what it costs); the
 //! readiness thread stands aside meanwhile and takes over if no task
-//! takes the events. The first request that waits in the set from a task
-//! of a tokio runtime with I/O (or from anywhere in a multi-thread
-//! runtime's context), while no task of that runtime holds the lease,
+//! takes the events. The first request that waits in the set in the
+//! context of a tokio runtime with I/O (a task, or its `block_on`'s
+//! future), while no task of that runtime holds the lease,
 //! spawns the task there ([`offer`]); a runtime with I/O disabled, or
-//! shutting down, leaves the events to the others and the thread, and so
-//! does the future of a current-thread runtime's `block_on` until a task
-//! of that runtime waits ([`runs`]).
+//! shutting down, leaves the events to the others and the thread. The
+//! future of a current-thread runtime's `block_on` claims too (the shape
+//! of every `#[tokio::test]`): that runtime runs the task whenever the
+//! future waits. Tokio does not tell it apart from a future polled by
+//! another executor where the runtime is only entered (`Handle::enter`),
+//! whose task is never run: there the rule below bounds the cost to one
+//! revocation per runtime.
 //!
 //! Until the task is first polled, its runtime does not claim the set
 //! again (see [`lease`](super::lease)): a runtime that does not run the
@@ -106,9 +110,6 @@ pub(crate) fn offer(lease: &Lease, set: impl FnOnce() -> (Weak<dyn Driven>, Shar
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    if !runs(&runtime) {
-        return;
-    }
     let key = runtime_key(&runtime);
     if !lease.claimable(key) {
         return;
@@ -142,19 +143,6 @@ fn runtime_key(runtime: &tokio::runtime::Handle) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     runtime.id().hash(&mut h);
     h.finish()
-}
-
-/// Whether `runtime`, the one in whose context the caller is, is known to
-/// run: the caller is one of its tasks, or it is a multi-thread runtime,
-/// whose workers run its tasks whatever the caller does. A future polled
-/// by another executor where a current-thread runtime is only entered
-/// (`Handle::enter`, or the future of its `block_on`, which tokio does
-/// not tell apart) does not claim the set: that runtime may never run
-/// the task that takes its events, and each claim would then cost the
-/// revocation's wait.
-fn runs(runtime: &tokio::runtime::Handle) -> bool {
-    tokio::task::try_id().is_some()
-        || runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
 }
 
 /// Takes the set's events on its runtime each time the reactor finds the
