@@ -9,18 +9,22 @@
 //! readiness wakes every holder's runtime, and whichever takes the set's
 //! events first serves them all, waking each request's task where it
 //! runs. So a runtime's read, in a task or in its `block_on`'s future,
-//! never waits on another runtime's polling (a read polled by another
-//! executor where a current-thread runtime is only entered waits once,
-//! for one revocation, below; the thread serves that runtime from then on):
-//! with one holder for the whole set, a runtime busy in its tasks (its
-//! drive task queued behind them) held every other runtime's readiness
-//! for 0.6-2.2 ms a time, and one whose only thread a task held kept it
-//! until the revocation below, 200-300 ms. The cost, with several
+//! never waits on another runtime's polling: with one holder for the
+//! whole set, a runtime busy in its tasks (its drive task queued behind
+//! them) held every other runtime's readiness for 0.6-2.2 ms a time, and
+//! one whose only thread a task held kept it until the revocation below,
+//! 200-300 ms. (A read polled by another executor where a current-thread
+//! runtime is only entered waits once, for one revocation; the thread
+//! serves that runtime from then on.) The cost, with several
 //! runtimes waiting in the set: each readiness wakes each of their
 //! threads, parked in their reactors, where a set per runtime would wake
-//! one; all but one find nothing to take. A program that wants one
-//! thread woken per readiness gives each runtime its own engine
-//! (`AsyncEngine::new` there), whose set that runtime alone reads.
+//! one; all but one find nothing to take (30 idle runtimes, each with a
+//! read waiting, beside one doing 5,000 exchanges: 4 times the CPU and 8
+//! times the context switches of one runtime reading the set for all,
+//! about one switch per idle runtime per readiness; `docs/benchmarks.md`).
+//! A program that wants one thread woken per readiness gives each
+//! runtime its own engine (`AsyncEngine::new` there), whose set that
+//! runtime alone reads.
 //!
 //! While a task holds the lease, the readiness thread stands aside: it
 //! does not take the set's events (that would wake it for every event,
