@@ -1105,8 +1105,10 @@ impl TcpStream {
 
 impl fmt::Debug for TcpStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The address as it was before a stream of `from_std` could lack
+        // one: `TcpStream { peer: 127.0.0.1:80 }`.
         f.debug_struct("TcpStream")
-            .field("peer", &self.peer)
+            .field("peer", &format_args!("{}", self.core.peer))
             .finish()
     }
 }
