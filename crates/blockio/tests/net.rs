@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream as StdStream};
 use std::time::Duration;
 
-use blockio::aio::{AsyncEngine, CallerDriving, Driving, Submit};
+use blockio::aio::{AsyncEngine, CallerDriving, Driving, IoBuf, Submit};
 use blockio::net::{TcpListener, TcpStream};
 
 mod common;
@@ -1624,4 +1624,263 @@ fn a_vectored_write_of_more_than_1024_buffers_sends_the_first_1024() {
     peer.read_exact(&mut got).unwrap();
     let want: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
     assert_eq!(got, want);
+}
+
+/// Runs `test` on a current-thread runtime of a thread of its own, and
+/// fails if it has not returned within a minute: a call that blocked
+/// the runtime's only thread (a blocking socket's accept) fails it
+/// rather than hanging the suite.
+fn within_a_minute<F>(test: impl FnOnce() -> F + Send + 'static)
+where
+    F: Future<Output = ()> + 'static,
+{
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        current_thread().block_on(test());
+        done_tx.send(()).unwrap();
+    });
+    match done.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => runner.join().unwrap(),
+        // The runner panicked (its assertion is the failure to show).
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(runner.join().unwrap_err())
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the test's runtime was blocked for a minute")
+        }
+    }
+}
+
+/// Socket activation's shape: a listener bound and left blocking by std,
+/// handed over as an owned descriptor, serves one connection after
+/// another from a task, while the runtime's one thread also runs the
+/// clients (an accept that blocked the thread would hang them).
+#[test]
+fn a_listener_bound_by_std_and_handed_over_serves_connections() {
+    within_a_minute(|| async {
+        let inherited: std::os::fd::OwnedFd =
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap().into();
+        let listener = TcpListener::from_std(std::net::TcpListener::from(inherited)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert_ne!(addr.port(), 0);
+        let server = tokio::spawn(async move {
+            for _ in 0..5 {
+                let (s, _) = listener.accept().await.unwrap();
+                let (n, buf) = s.read(vec![0u8; 16]).await;
+                let n = n.unwrap();
+                s.write_all(buf.slice(..n)).await.0.unwrap();
+            }
+        });
+        for i in 0..5u8 {
+            let c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(vec![i; 3]).await.0.unwrap();
+            let (n, buf) = c.read(vec![0u8; 16]).await;
+            assert_eq!(&buf[..n.unwrap()], &[i; 3], "connection {i}");
+        }
+        server.await.unwrap();
+    });
+}
+
+/// A std stream, blocking, whose peer sent bytes and closed before it
+/// was handed over: every byte is read, in order, then the end.
+#[test]
+fn a_std_stream_with_bytes_waiting_reads_them_all() {
+    within_a_minute(|| async {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let std_stream = StdStream::connect(server.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = server.accept().unwrap();
+        let sent: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        peer.write_all(&sent).unwrap();
+        drop(peer);
+        let stream = TcpStream::from_std(std_stream).unwrap();
+        assert_eq!(stream.peer_addr().unwrap(), server.local_addr().unwrap());
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 7_000];
+        loop {
+            let (n, b) = stream.read(buf).await;
+            let n = n.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&b[..n]);
+            buf = b;
+        }
+        assert_eq!(got.len(), sent.len());
+        assert!(got == sent, "the bytes came out of order");
+    });
+}
+
+/// Unix sockets from std: a listener the caller made non-blocking (as
+/// tokio's `from_std` asks) serves connections, and one end of a pair
+/// with bytes waiting reads them, then writes to the other end.
+#[test]
+fn unix_sockets_from_std_serve_and_read_what_waits() {
+    within_a_minute(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("activated.sock");
+        let std_listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        std_listener.set_nonblocking(true).unwrap();
+        let listener = blockio::net::UnixListener::from_std(std_listener).unwrap();
+        assert_eq!(listener.local_path(), path);
+        for i in 0..3u8 {
+            let mut c = std::os::unix::net::UnixStream::connect(&path).unwrap();
+            c.write_all(&[i]).unwrap();
+            let (s, _) = listener.accept().await.unwrap();
+            let (n, buf) = s.read(vec![0u8; 4]).await;
+            assert_eq!(&buf[..n.unwrap()], &[i], "connection {i}");
+        }
+
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        theirs.write_all(b"waiting").unwrap();
+        let stream = blockio::net::UnixStream::from_std(ours).unwrap();
+        let (n, buf) = stream.read(vec![0u8; 16]).await;
+        assert_eq!(&buf[..n.unwrap()], b"waiting");
+        stream.write_all(b"back".to_vec()).await.0.unwrap();
+        let mut back = [0u8; 4];
+        theirs.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"back");
+    });
+}
+
+/// Sockets of the wrong type, family or state handed to each `from_std`
+/// are refused at once, with kind `InvalidInput` and a message naming the
+/// call and what was found, rather than taken and misbehaving later (a
+/// UDP socket's accept waiting for ever, a datagram read in pieces losing
+/// its tail).
+#[test]
+fn sockets_of_the_wrong_kind_handed_over_are_refused_naming_what_was_found() {
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::{
+        UnixDatagram, UnixListener as StdUnixListener, UnixStream as StdUnix,
+    };
+    let engine = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |res: std::io::Result<()>, call: &str, found: &str| {
+        let err = res.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(call) && msg.contains(found),
+            "{call}, {found}: {msg}"
+        );
+    };
+    let udp = || -> OwnedFd { std::net::UdpSocket::bind("127.0.0.1:0").unwrap().into() };
+    let unix_listener =
+        |name: &str| -> OwnedFd { StdUnixListener::bind(dir.path().join(name)).unwrap().into() };
+    let tcp_listener = || -> OwnedFd { std::net::TcpListener::bind("127.0.0.1:0").unwrap().into() };
+    let unix_stream = || -> OwnedFd { StdUnix::pair().unwrap().0.into() };
+    let dgram = || -> OwnedFd { UnixDatagram::pair().unwrap().0.into() };
+    let tcp_l = |fd: OwnedFd| TcpListener::from_std_with(&engine, fd.into()).map(drop);
+    let tcp_s = |fd: OwnedFd| TcpStream::from_std_with(&engine, fd.into()).map(drop);
+    let unix_l =
+        |fd: OwnedFd| blockio::net::UnixListener::from_std_with(&engine, fd.into()).map(drop);
+    let unix_s =
+        |fd: OwnedFd| blockio::net::UnixStream::from_std_with(&engine, fd.into()).map(drop);
+
+    refused(tcp_l(udp()), "TcpListener::from_std", "SOCK_DGRAM");
+    refused(
+        tcp_l(unix_listener("a")),
+        "TcpListener::from_std",
+        "AF_UNIX",
+    );
+    refused(tcp_s(udp()), "TcpStream::from_std", "SOCK_DGRAM");
+    refused(tcp_s(unix_stream()), "TcpStream::from_std", "AF_UNIX");
+    refused(tcp_s(tcp_listener()), "TcpStream::from_std", "listening");
+    refused(unix_l(tcp_listener()), "UnixListener::from_std", "AF_INET");
+    refused(
+        unix_l(unix_stream()),
+        "UnixListener::from_std",
+        "not listening",
+    );
+    refused(unix_l(dgram()), "UnixListener::from_std", "SOCK_DGRAM");
+    refused(unix_s(dgram()), "UnixStream::from_std", "SOCK_DGRAM");
+    refused(
+        unix_s(unix_listener("b")),
+        "UnixStream::from_std",
+        "listening",
+    );
+    // A TCP socket bound but never listening, as a listener.
+    let bound = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    bound
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    refused(
+        tcp_l(bound.into()),
+        "TcpListener::from_std",
+        "not listening",
+    );
+    // A descriptor that is no socket: the kernel's ENOTSOCK, named.
+    let file: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+    let err = tcp_s(file).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with("TcpStream::from_std"), "{msg}");
+    assert!(
+        msg.contains(&format!("os error {}", libc::ENOTSOCK)),
+        "{msg}"
+    );
+}
+
+/// A std stream whose peer sent bytes and then reset the connection
+/// before it was handed over has no peer address left (`ENOTCONN`): it is
+/// still taken, as tokio takes it, and its bytes are read before the
+/// reset; `peer_addr` gives the kernel's error.
+#[test]
+fn a_std_stream_whose_peer_sent_and_reset_is_taken_and_its_bytes_read() {
+    within_a_minute(|| async {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let std_stream = StdStream::connect(server.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = server.accept().unwrap();
+        peer.write_all(b"hello").unwrap();
+        socket2::SockRef::from(&peer)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(peer);
+        // The reset has arrived once the socket has no peer left.
+        while std_stream.peer_addr().is_ok() {
+            tokio::task::yield_now().await;
+        }
+        let stream = TcpStream::from_std(std_stream).unwrap();
+        let err = stream.peer_addr().unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN), "{err}");
+        let (n, buf) = stream.read(vec![0u8; 8]).await;
+        assert_eq!(&buf[..n.unwrap()], b"hello");
+        let (n, _) = stream.read(vec![0u8; 8]).await;
+        assert_eq!(n.unwrap_err().raw_os_error(), Some(libc::ECONNRESET));
+    });
+}
+
+/// A Unix listener left blocking by std and handed over serves one
+/// connection after another from a task polled before each client
+/// connects, on a current-thread runtime whose one thread also runs the
+/// clients: an accept that blocked the thread would hang them.
+#[test]
+fn a_blocking_unix_listener_handed_over_serves_connections() {
+    within_a_minute(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blocking.sock");
+        let std_listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let listener = blockio::net::UnixListener::from_std(std_listener).unwrap();
+        let (polled_tx, mut polled) = tokio::sync::mpsc::unbounded_channel();
+        let server = tokio::spawn(async move {
+            for i in 0..5u8 {
+                polled_tx.send(()).unwrap();
+                let (s, _) = listener.accept().await.unwrap();
+                let (n, buf) = s.read(vec![0u8; 4]).await;
+                assert_eq!(&buf[..n.unwrap()], &[i], "connection {i}");
+            }
+        });
+        for i in 0..5u8 {
+            // The server's task is about to wait in its accept.
+            polled.recv().await.unwrap();
+            tokio::task::yield_now().await;
+            let c = blockio::net::UnixStream::connect(&path).await.unwrap();
+            c.write_all(vec![i]).await.0.unwrap();
+        }
+        server.await.unwrap();
+    });
 }

@@ -146,9 +146,7 @@ fn a_readiness_wakes_the_runtime_thread_not_the_readiness_thread() {
         .build()
         .unwrap();
     let (engine, _) = pool_engine();
-    // In a task: the future of a current-thread runtime's `block_on` does
-    // not claim the set (it may be polled where the runtime is only
-    // entered), a task of the runtime does.
+    // In a task, as the test's other runtimes' reads are.
     let exchanges = rt.spawn(async move {
         let listener = TcpListener::bind_with(&engine, "127.0.0.1:0")
             .await
@@ -432,6 +430,49 @@ fn a_task_blocking_its_runtime_claims_the_set_once() {
     assert_eq!(counted.revoked, 1, "{counted:?}");
 }
 
+/// A current-thread runtime only entered (`Handle::enter`) while another
+/// executor polls its reads on its thread, which tokio does not tell
+/// apart from its `block_on`'s future (which claims the set): the
+/// runtime claims the set once, its drive task never runs, and after one
+/// revocation the thread takes every event, with no claim per request.
+#[test]
+fn a_runtime_only_entered_claims_the_set_once() {
+    const EXCHANGES: usize = 20;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (engine, _) = pool_engine();
+    let (s, peer) = rt.block_on(connected(&engine));
+    let before = counts(&engine);
+    let (parked_tx, parked_rx) = mpsc::channel::<Report>();
+    let writer = std::thread::spawn(move || {
+        let mut peer = peer;
+        for i in 0..EXCHANGES {
+            assert_eq!(parked_rx.recv_timeout(GUARD).unwrap(), None);
+            peer.write_all(&[i as u8]).unwrap();
+        }
+    });
+    {
+        let _entered = rt.enter();
+        for i in 0..EXCHANGES {
+            let (n, b) = futures::executor::block_on(parked_read(&s, &parked_tx));
+            assert_eq!(n.unwrap(), 1);
+            assert_eq!(b[0], i as u8);
+        }
+    }
+    writer.join().unwrap();
+    let after = counts(&engine);
+    assert!(
+        after.claims <= before.claims + 1,
+        "claimed again while not run: {before:?} then {after:?}"
+    );
+    assert!(
+        after.revoked <= before.revoked + 1,
+        "revoked more than once: {before:?} then {after:?}"
+    );
+}
+
 /// A runtime holding the set while nothing happens on it: the readiness
 /// thread, standing aside, blocks on the set (no timer), and the runtime
 /// keeps the lease.
@@ -490,6 +531,10 @@ fn driving_thread_leaves_the_set_to_the_readiness_thread() {
 /// read a set of its.
 #[test]
 fn the_default_engines_pool_set_is_read_on_the_runtime() {
+    // Its readiness thread starts with the engine (the pool) or at its
+    // first accept (io_uring): under the lock, so that another test's
+    // `pool_engine` does not take it for its own.
+    let building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let engine = AsyncEngine::current().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -497,6 +542,7 @@ fn the_default_engines_pool_set_is_read_on_the_runtime() {
         .unwrap();
     let pool = engine.backend() == blockio::Backend::ThreadPool;
     let (a, mut peer) = rt.block_on(connected(&engine));
+    drop(building);
     let (parked_tx, parked_rx) = mpsc::channel();
     let read = rt.spawn(async move { parked_read(&a, &parked_tx).await.0.unwrap() });
     let writer = std::thread::spawn(move || {
@@ -514,4 +560,104 @@ fn the_default_engines_pool_set_is_read_on_the_runtime() {
         // The ring engine's own set, if one started, is its thread's.
         assert_eq!(counts.map_or(0, |c| c.claims), 0, "{counts:?}");
     }
+}
+
+/// Runtime A, on a thread of its own: a current-thread runtime whose
+/// read waited in the set (so it holds the set's lease), then whose one
+/// thread a task holds until the returned sender is sent to (or dropped).
+fn a_runtime_holding_the_set_and_its_thread(
+    engine: &AsyncEngine,
+) -> (std::thread::JoinHandle<()>, mpsc::Sender<()>) {
+    let (a_ready_tx, a_ready) = mpsc::channel::<()>();
+    let (release_a, a_released) = mpsc::channel::<()>();
+    let a_engine = engine.clone();
+    let runtime_a = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let busy = rt.spawn(async move {
+            let (a, _peer_a) = connected(&a_engine).await;
+            let mut read = std::pin::pin!(a.read(vec![0u8; 1]));
+            assert!(
+                futures::poll!(read.as_mut()).is_pending(),
+                "nothing was sent"
+            );
+            assert_eq!(
+                counts(&a_engine).claims,
+                1,
+                "runtime A did not claim the set"
+            );
+            // Runtime A's drive task runs once before the thread is held.
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            a_ready_tx.send(()).unwrap();
+            // Holds runtime A's only thread until B's read is done.
+            let _ = a_released.recv_timeout(GUARD);
+        });
+        rt.block_on(busy).unwrap();
+    });
+    a_ready
+        .recv_timeout(GUARD)
+        .expect("runtime A never got busy");
+    (runtime_a, release_a)
+}
+
+/// Runtime B's read, once nothing was sent: the bytes sent then, read.
+async fn read_what_is_sent(engine: &AsyncEngine) -> (usize, Vec<u8>) {
+    let (b, mut peer_b) = connected(engine).await;
+    let mut read = std::pin::pin!(b.read(vec![0u8; 4]));
+    assert!(
+        futures::poll!(read.as_mut()).is_pending(),
+        "nothing was sent"
+    );
+    peer_b.write_all(b"pong").unwrap();
+    let (n, buf) = tokio::time::timeout(GUARD, read)
+        .await
+        .expect("runtime B's read never completed");
+    (n.unwrap(), buf)
+}
+
+/// Two runtimes sharing the set, the first of which holds its one thread
+/// in a task (until the second's read is done) after its own read waited
+/// in the set: a read of the second runtime, in `in_task` a task of its,
+/// else its `block_on`'s own future (the shape of `#[tokio::test]`), gets
+/// the bytes sent to it from the second runtime's own take of the set,
+/// not from the readiness thread revoking the first runtime's lease after
+/// its ticks (200-300 ms for bytes already there).
+fn a_read_on_runtime_b_does_not_wait_for_busy_runtime_a(in_task: bool) {
+    let (engine, _) = pool_engine();
+    let (runtime_a, release_a) = a_runtime_holding_the_set_and_its_thread(&engine);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let b_engine = engine.clone();
+    let (n, buf) = if in_task {
+        let read = rt.spawn(async move { read_what_is_sent(&b_engine).await });
+        rt.block_on(read).unwrap()
+    } else {
+        rt.block_on(read_what_is_sent(&b_engine))
+    };
+    let seen = counts(&engine);
+    release_a.send(()).unwrap();
+    runtime_a.join().unwrap();
+    assert_eq!(&buf[..n], &b"pong"[..n]);
+    assert!(n > 0);
+    assert_eq!(
+        seen.revoked, 0,
+        "runtime B's read waited until runtime A's lease was revoked: {seen:?}"
+    );
+    assert_eq!(seen.claims, 2, "runtime B did not take the set: {seen:?}");
+}
+
+#[test]
+fn a_read_on_one_runtime_does_not_wait_for_another_busy_runtime() {
+    a_read_on_runtime_b_does_not_wait_for_busy_runtime_a(true);
+}
+
+#[test]
+fn a_read_in_block_on_does_not_wait_for_another_busy_runtime() {
+    a_read_on_runtime_b_does_not_wait_for_busy_runtime_a(false);
 }

@@ -1,6 +1,7 @@
 //! The kernel's epoll set behind the readiness fallback
 //! ([`readiness`](super::readiness)): sockets registered edge-triggered,
-//! and an eventfd that wakes the thread waiting on the set. The set's own
+//! and one eventfd that wakes the thread waiting on the set (to stand
+//! aside for a runtime, or to stop). The set's own
 //! descriptor is readable while events wait: a tokio runtime's reactor
 //! watches it, and the events are then taken without waiting
 //! ([`EpollSet::take_ready`]).
@@ -14,24 +15,32 @@
 //! if it later waits in the other: watching a direction nothing waits in
 //! would wake the watching thread for nothing (every acknowledgement of
 //! sent bytes reports a socket writable). Waiting on the set makes no
-//! other system call: no timer, no re-arm of the wake-up descriptor,
-//! which is level-triggered and written only when the set is dropped.
+//! other system call: no timer, no re-arm of the nudge descriptor, which
+//! is level-triggered and read back only by the thread it wakes.
+//!
+//! The set costs two descriptors, its own and the eventfd: one eventfd
+//! serves both the nudge and the stop (which the caller tells by a flag
+//! of its own, and which leaves the eventfd written once the
+//! thread has seen it: see [`nudge`](EpollSet::nudge)), and a runtime's
+//! reactor registers the set's own descriptor, shared
+//! ([`shared_fd`](EpollSet::shared_fd)), not a duplicate. The
+//! registration holds the eventfd too: a written eventfd keeps the set
+//! readable only while it is open (closing it takes it out of the set,
+//! and its event with it), so a stopped set stays readable for as long
+//! as any reactor watches it, and the task watching it sees the stop.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 #[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 
-/// The key the wake-up descriptor is registered under. No socket's key
-/// is this: a socket's low half is its descriptor, never `u32::MAX`.
-const WAKE_KEY: u64 = u64::MAX;
-
-/// The key the nudge descriptor is registered under (nor is any socket's
-/// this: a descriptor is never `u32::MAX - 1`).
+/// The key the nudge descriptor is registered under. No socket's key is
+/// this: a socket's low half is its descriptor, never `u32::MAX - 1`.
 const NUDGE_KEY: u64 = u64::MAX - 1;
 
 /// Most events taken from the kernel by one wait.
@@ -67,21 +76,31 @@ impl Readied {
 /// What one `epoll_wait` took ([`EpollSet::take`]).
 #[derive(Default)]
 struct Taken {
-    /// The wake-up descriptor was among the events.
-    woken: bool,
     /// The nudge descriptor was among the events.
     nudged: bool,
     /// As many events came as one wait takes.
     full: bool,
 }
 
+/// The set's descriptor as a reactor holds it, with the nudge eventfd
+/// that keeps a stopped set readable ([`EpollSet::shared_fd`]).
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+pub(crate) struct SharedSet {
+    /// The set's own descriptor, the one registered.
+    pub(crate) epoll: Arc<OwnedFd>,
+    /// Held open, never used: see [`EpollSet::shared_fd`].
+    _nudge: Arc<OwnedFd>,
+}
+
 /// An epoll set of sockets, each under a key of the caller's.
 pub(crate) struct EpollSet {
-    epoll: OwnedFd,
-    wake: OwnedFd,
-    /// Ends the thread's wait once, read back by that thread
-    /// ([`nudge`](Self::nudge)).
-    nudge: OwnedFd,
+    /// Shared with the reactors that watch the set, which keep it open
+    /// while they do ([`shared_fd`](Self::shared_fd)).
+    epoll: Arc<OwnedFd>,
+    /// Ends the thread's wait, read back by that thread
+    /// ([`nudge`](Self::nudge)); shared with the reactors that watch the
+    /// set, so that its stop stays in the set while they do.
+    nudge: Arc<OwnedFd>,
     /// `epoll_ctl` adds and modifications made, for the tests that
     /// count them.
     #[cfg(test)]
@@ -102,11 +121,9 @@ fn watched(readable: bool, writable: bool) -> EventFlags {
 }
 
 impl EpollSet {
-    /// A new set, holding its wake-up descriptor.
+    /// A new set, holding its nudge descriptor.
     pub(crate) fn new() -> io::Result<EpollSet> {
         let epoll = epoll::create(CreateFlags::CLOEXEC)?;
-        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
-        epoll::add(&epoll, &wake, EventData::new_u64(WAKE_KEY), EventFlags::IN)?;
         let nudge = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         epoll::add(
             &epoll,
@@ -115,9 +132,8 @@ impl EpollSet {
             EventFlags::IN,
         )?;
         Ok(EpollSet {
-            epoll,
-            wake,
-            nudge,
+            epoll: Arc::new(epoll),
+            nudge: Arc::new(nudge),
             #[cfg(test)]
             ctls: AtomicUsize::new(0),
         })
@@ -188,19 +204,18 @@ impl EpollSet {
     }
 
     /// Waits for events and calls `each` with the key and readiness of
-    /// every socket reported; returns whether the wake-up descriptor was
-    /// among them. An interrupted wait returns with no event. A nudge
-    /// ends the wait (and is read back here).
+    /// every socket reported. An interrupted wait returns with no event.
+    /// A nudge ends the wait (and is read back here).
     pub(crate) fn wait(
         &self,
         events: &mut Vec<Event>,
         each: impl FnMut(u64, Readied),
-    ) -> io::Result<bool> {
+    ) -> io::Result<()> {
         let taken = self.take(events, None, each)?;
         if taken.nudged {
             self.drain_nudge();
         }
-        Ok(taken.woken)
+        Ok(())
     }
 
     /// Reads the nudge back, so that the set no longer looks readable for
@@ -212,7 +227,7 @@ impl EpollSet {
     }
 
     /// Blocks until the set's descriptor is readable (an event waits, or
-    /// the nudge or wake-up descriptor was written), taking nothing. An
+    /// the nudge descriptor was written), taking nothing. An
     /// interrupted or failed wait returns early: the caller looks again.
     pub(crate) fn block(&self) {
         let mut fds = [PollFd::new(&self.epoll, PollFlags::IN)];
@@ -220,9 +235,12 @@ impl EpollSet {
     }
 
     /// Ends the thread's current wait (or its next), once: it then sees
-    /// what changed (a runtime taking the set's events in its place). A
-    /// take without waiting ignores it.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    /// what changed (a runtime taking the set's events in its place, or
+    /// the caller's stop flag). A take without waiting ignores it. Once
+    /// the thread has ended, nothing reads it back: a nudge then leaves
+    /// the set readable for as long as the eventfd is open, which every
+    /// reactor watching the set keeps it ([`shared_fd`](Self::shared_fd)),
+    /// so that each sees that the set stopped.
     pub(crate) fn nudge(&self) -> io::Result<()> {
         rustix::io::write(&self.nudge, &1u64.to_ne_bytes())?;
         Ok(())
@@ -263,9 +281,7 @@ impl EpollSet {
         taken.full = events.len() == events.capacity();
         for ev in events.iter() {
             let key = ev.data.u64();
-            if key == WAKE_KEY {
-                taken.woken = true;
-            } else if key == NUDGE_KEY {
+            if key == NUDGE_KEY {
                 taken.nudged = true;
             } else {
                 each(key, Readied::of(ev.flags));
@@ -274,16 +290,16 @@ impl EpollSet {
         Ok(taken)
     }
 
-    /// Whether events wait in the set (or the wake-up descriptor was
-    /// written), asked without taking them, once a nudge is read back: a
-    /// nudge left from a claim made while the thread was busy (it stands
-    /// aside already) is no event.
+    /// Whether events wait in the set, asked without taking them, once a
+    /// nudge is read back: a nudge left from a claim made while the
+    /// thread was busy (it stands aside already) is no event; one of a
+    /// stop is seen through the caller's flag.
     pub(crate) fn has_events_unnudged(&self) -> bool {
         self.drain_nudge();
         self.has_events()
     }
 
-    /// Whether events wait in the set (or the wake-up descriptor was
+    /// Whether events wait in the set (or the nudge descriptor was
     /// written), asked without taking them.
     pub(crate) fn has_events(&self) -> bool {
         let mut fds = [PollFd::new(&self.epoll, PollFlags::IN)];
@@ -294,11 +310,20 @@ impl EpollSet {
         matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
     }
 
-    /// Wakes the thread waiting on the set (and every later wait: the
-    /// wake-up descriptor is never read back).
-    pub(crate) fn notify(&self) -> io::Result<()> {
-        rustix::io::write(&self.wake, &1u64.to_ne_bytes())?;
-        Ok(())
+    /// The set's descriptor and its nudge eventfd, shared: open while any
+    /// holder of them is, whatever becomes of the set. A reactor's
+    /// registration holds both: the set's, so that its deregistration
+    /// names the set and never another file; the eventfd's, so that the
+    /// stop's nudge, in the set while the eventfd is open, keeps the set
+    /// readable until the watching task has seen it and ended (closed
+    /// with the engine, the eventfd would leave the set, and the task
+    /// and its registration would wait for ever).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn shared_fd(&self) -> SharedSet {
+        SharedSet {
+            epoll: self.epoll.clone(),
+            _nudge: self.nudge.clone(),
+        }
     }
 }
 

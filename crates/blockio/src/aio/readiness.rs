@@ -36,23 +36,27 @@
 //! thread, parked in its own `epoll_wait`, is woken by a socket's
 //! readiness, and a task there takes the events without waiting and
 //! completes their requests, waking their tasks on the thread that runs
-//! them. The watching thread waits on the set only while no runtime does:
-//! it stands aside while a runtime's task holds the set's lease, and
-//! takes over when that task is dropped (its runtime shut down with its
-//! tasks: the lease is released and the thread woken) or stops taking the
-//! events (a runtime whose threads are all blocked, or that is not being
-//! run: revoked after two to three ticks of [`lease`](super::lease)).
-//! Operations of other executors and other runtimes sharing the engine
-//! are completed by whichever takes the events, and their tasks woken
-//! from there.
+//! them. Every runtime whose tasks wait in the set does so, each with a
+//! task of its own (see [`lease`](super::lease)): a runtime busy in its
+//! tasks never holds another runtime's readiness back, since the other
+//! takes the set's events itself. The watching thread waits on the set
+//! only while no runtime does: it stands aside while a runtime's task
+//! holds the set's lease, and takes over when the last such task is
+//! dropped (its runtime shut down with its tasks: the lease is released
+//! and the thread woken) or when none takes the events (runtimes whose
+//! threads are all blocked, or that are not being run: revoked after two
+//! to three ticks of [`lease`](super::lease)). Operations of other
+//! executors sharing the engine are completed by whichever takes the
+//! events, and their tasks woken from there.
 //!
 //! No readiness is lost or seen twice across these hand-overs: every
-//! event is taken from the kernel once, by one `epoll_wait` (the
+//! event is taken from the kernel once, by one `epoll_wait` (a
 //! runtime's take or the thread's wait), and served under the same lock
 //! either way ([`on_event`], whose tick tells a retry of an event that
-//! came meanwhile); the two may wait on the set together for a moment
-//! after a claim (until the thread, nudged out of its wait, stands
-//! aside), and that is as safe as two events served on two threads.
+//! came meanwhile); several runtimes' tasks take from the set at once,
+//! and the thread may wait on it beside them for a moment after a claim
+//! (until, nudged out of its wait, it stands aside): that is as safe as
+//! two events served on two threads.
 //! Events not taken wait in the set, which both ask: an event pending
 //! when the runtime's task is dropped is taken by the thread's next wait.
 //! A set whose engine is gone stops both: the thread completes what waits
@@ -76,8 +80,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
-#[cfg(feature = "tokio")]
-use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -345,16 +347,15 @@ impl Readiness {
     }
 
     /// Offers the set's events to the tokio runtime the caller runs on,
-    /// if this set is taken on runtimes and no runtime takes them yet.
+    /// if this set is taken on runtimes and no task of that runtime takes
+    /// them yet.
     fn offer(&self) {
         #[cfg(feature = "tokio")]
-        if self.watcher.on_runtimes && !self.watcher.lease.is_held() {
-            let set: Arc<dyn Driven> = self.watcher.clone();
-            offer(
-                Arc::downgrade(&set),
-                &self.watcher.lease,
-                self.watcher.set.as_fd(),
-            );
+        if self.watcher.on_runtimes {
+            offer(&self.watcher.lease, || {
+                let set: Arc<dyn Driven> = self.watcher.clone();
+                (Arc::downgrade(&set), self.watcher.set.shared_fd())
+            });
         }
     }
 
@@ -492,7 +493,7 @@ impl Drop for Registration {
 impl Drop for Readiness {
     fn drop(&mut self) {
         self.watcher.stop.store(true, Ordering::SeqCst);
-        let _ = self.watcher.set.notify();
+        let _ = self.watcher.set.nudge();
         self.watcher.lease.wake();
     }
 }
@@ -563,8 +564,12 @@ impl Driven for Watcher {
 }
 
 /// The engine is gone: nobody will await what still waits, which is
-/// completed with `ECANCELED`, and the set lets go of every socket.
+/// completed with `ECANCELED`, and the set lets go of every socket. The
+/// set is left readable (a nudge nobody reads back any more, in the set
+/// while its eventfd is open, which a reactor watching the set keeps
+/// so), so that a runtime's task still watching it sees that it stopped.
 fn shut_down(watcher: &Watcher) {
+    let _ = watcher.set.nudge();
     let mut w = watcher.lock();
     let left: Vec<(RawFd, Watched)> = w.sockets.drain().collect();
     w.fds.clear();
@@ -702,7 +707,7 @@ mod tests {
         let set = Arc::new(EpollSet::new().unwrap());
         let lease = Arc::new(Lease::new(Duration::from_millis(1)));
         let stop = Arc::new(AtomicBool::new(false));
-        let token = lease.try_claim().unwrap();
+        let token = lease.try_claim(1).unwrap();
         set.nudge().unwrap();
         let (blocked_tx, blocked) = std::sync::mpsc::channel();
         let (s, l, st) = (set.clone(), lease.clone(), stop.clone());
@@ -910,7 +915,7 @@ mod tests {
         assert_eq!(left[0], b'A', "the old socket's byte went elsewhere");
         drop(kept);
         drop(b);
-        // (The set also holds the poller's own wake-up descriptor.)
+        // (The set also holds the poller's own nudge descriptor.)
         assert!(in_set(&r).iter().all(|&(_, ino)| ino != b_ino));
     }
 

@@ -11,36 +11,48 @@
 //! runtime polls its reactor between tasks and queues this task then, as
 //! it queues its own sockets' tasks.
 //!
-//! The task holds the set's [`Lease`] while it runs; the readiness thread
-//! stands aside meanwhile and takes over if the task stops taking the
-//! events (see [`lease`](super::lease)). The first request that waits in
-//! the set from a task of a tokio runtime with I/O (or from anywhere in
-//! a multi-thread runtime's context), while nobody holds the lease,
+//! The task holds the set's [`Lease`] while it runs, one task per
+//! runtime, as many runtimes at once as have tasks waiting in the set
+//! (see [`lease`](super::lease), which says why and what it costs); the
+//! readiness thread stands aside meanwhile and takes over if no task
+//! takes the events. The first request that waits in the set in the
+//! context of a tokio runtime with I/O (a task, or its `block_on`'s
+//! future), while no task of that runtime holds the lease,
 //! spawns the task there ([`offer`]); a runtime with I/O disabled, or
-//! shutting down, leaves the events to the thread, and so does the
-//! future of a current-thread runtime's `block_on` until a task of that
-//! runtime waits ([`runs`]).
+//! shutting down, leaves the events to the others and the thread. The
+//! future of a current-thread runtime's `block_on` claims too (the shape
+//! of every `#[tokio::test]`): that runtime runs the task whenever the
+//! future waits. Tokio does not tell it apart from a future polled by
+//! another executor where the runtime is only entered (`Handle::enter`),
+//! whose task is never run: there the rule below bounds the cost to one
+//! revocation per runtime.
 //!
-//! Until the task is first polled, the set is not claimed again (see
-//! [`lease`](super::lease)): a runtime that does not run the task it was
-//! given (a current-thread runtime whose task blocks its thread, waiting
-//! for a request of the set) loses the lease once, and the thread takes
-//! the events from then on, with one drive task and one registration of
-//! the set's descriptor at most waiting there.
+//! Until the task is first polled, its runtime does not claim the set
+//! again (see [`lease`](super::lease)): a runtime that does not run the
+//! task it was given (a current-thread runtime whose task blocks its
+//! thread, waiting for a request of the set) loses the lease once, and
+//! the thread (or another runtime's task) takes the events from then on,
+//! with one drive task and one registration of the set's descriptor at
+//! most waiting there.
 //!
 //! The task ends when its lease is revoked, when the set stops (the
-//! engine is gone; the set's wake-up descriptor makes it readable), or
+//! engine is gone; the thread's last nudge leaves the set readable for
+//! as long as the nudge eventfd is open, which the task's registration
+//! keeps it: closed, it would leave the set, and the task, its
+//! registration and the set's descriptor would wait for ever), or
 //! when its runtime drops it (shut down): its [`Held`] then releases the
-//! lease and wakes the thread, which takes the events from then on.
+//! lease and, if it was the last holder, wakes the thread, which takes
+//! the events from then on.
 
 use std::future::poll_fn;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Weak;
 use std::task::Poll;
 
 use tokio::io::unix::AsyncFd;
 
+use super::epoll::SharedSet;
 use super::lease::Lease;
 use super::tokio_drive::{closing, note_closing, refuses, register};
 
@@ -58,13 +70,17 @@ pub(crate) trait Driven: Send + Sync {
     fn nudge_thread(&self);
 }
 
-/// The set's descriptor as the reactor holds it: a duplicate, open until
-/// the registration is dropped, whatever becomes of the set meanwhile.
-struct SetFd(OwnedFd);
+/// The set's descriptor as the reactor holds it: shared with the set
+/// (no duplicate, which would cost a descriptor per runtime), open until
+/// the registration is dropped, whatever becomes of the set meanwhile,
+/// and with it the nudge eventfd, so that a stopped set stays readable
+/// until the task watching it has seen the stop (see
+/// [`EpollSet::shared_fd`](super::epoll::EpollSet::shared_fd)).
+struct SetFd(SharedSet);
 
 impl AsRawFd for SetFd {
     fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
+        self.0.epoll.as_raw_fd()
     }
 }
 
@@ -86,27 +102,27 @@ impl Drop for Held {
     }
 }
 
-/// Has the tokio runtime the caller runs on take the events of `set`
-/// (whose descriptor is `fd`), if nobody takes them from a runtime yet
-/// and that runtime can (see the [module](self)).
-pub(crate) fn offer(set: Weak<dyn Driven>, lease: &Lease, fd: BorrowedFd<'_>) {
-    if lease.is_held() {
-        return;
-    }
+/// Has the tokio runtime the caller runs on take the events of the set
+/// whose lease is `lease`, if no task of that runtime takes them yet and
+/// that runtime can (see the [module](self)); `set` gives the set and its
+/// shared descriptor, asked only then.
+pub(crate) fn offer(lease: &Lease, set: impl FnOnce() -> (Weak<dyn Driven>, SharedSet)) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    if !runs(&runtime) {
+    let key = runtime_key(&runtime);
+    if !lease.claimable(key) {
         return;
     }
     if cfg!(panic = "abort") || refuses(&runtime) || closing(&runtime) {
         return;
     }
-    let Some(token) = lease.try_claim() else {
+    let Some(token) = lease.try_claim(key) else {
         return;
     };
+    let (set, fd) = set();
     let held = Held { set, token };
-    let Ok(watched) = fd.try_clone_to_owned().map(SetFd).and_then(register) else {
+    let Ok(watched) = register(SetFd(fd)) else {
         return;
     };
     let nudged = held.set.upgrade();
@@ -118,17 +134,15 @@ pub(crate) fn offer(set: Weak<dyn Driven>, lease: &Lease, fd: BorrowedFd<'_>) {
     }
 }
 
-/// Whether `runtime`, the one in whose context the caller is, is known to
-/// run: the caller is one of its tasks, or it is a multi-thread runtime,
-/// whose workers run its tasks whatever the caller does. A future polled
-/// by another executor where a current-thread runtime is only entered
-/// (`Handle::enter`, or the future of its `block_on`, which tokio does
-/// not tell apart) does not claim the set: that runtime may never run
-/// the task that takes its events, and each claim would then cost the
-/// revocation's wait.
-fn runs(runtime: &tokio::runtime::Handle) -> bool {
-    tokio::task::try_id().is_some()
-        || runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+/// The key of `runtime` in the set's [`Lease`]: its id, hashed. Two
+/// runtimes whose ids hash alike (a chance in 2^64) share one holder,
+/// and the one that does not hold it has its events taken by the other
+/// or, if that one does not take them, by the thread.
+fn runtime_key(runtime: &tokio::runtime::Handle) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    runtime.id().hash(&mut h);
+    h.finish()
 }
 
 /// Takes the set's events on its runtime each time the reactor finds the
@@ -142,8 +156,7 @@ async fn drive(held: Held, watched: AsyncFd<SetFd>) {
         let Some(set) = held.set.upgrade() else {
             return Poll::Ready(Ok(()));
         };
-        set.lease().polled(held.token);
-        if set.stopped() || !set.lease().holds(held.token) {
+        if !set.lease().polled_holds(held.token) || set.stopped() {
             return Poll::Ready(Ok(()));
         }
         if !more {

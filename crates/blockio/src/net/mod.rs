@@ -60,6 +60,7 @@
 mod accepts;
 mod adapters;
 mod addr;
+mod handed;
 mod incoming;
 mod poll_io;
 mod read_side;

@@ -12,6 +12,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::accepts::{AcceptQueue, Accepted};
 use super::addr::{resolve_some, ToSocketAddrs};
+use super::handed::Family;
 use super::incoming::AcceptLoop;
 use super::poll_io::PollIo;
 use super::socket::Sock;
@@ -320,6 +321,97 @@ impl TcpListener {
         TcpListenerOptions::default().bind_with(engine, addr).await
     }
 
+    /// A listener of `listener`, a socket already bound and listening
+    /// (by std, or handed over by a service manager, as in systemd's
+    /// socket activation), on the default engine
+    /// ([`AsyncEngine::current`]), as tokio's `from_std`. It accepts as
+    /// a listener of [`bind`](Self::bind) does (with the default
+    /// [`TcpListenerOptions`]).
+    ///
+    /// The socket is made non-blocking here, whatever mode it comes in
+    /// (tokio leaves that to the caller, and a blocking listener there
+    /// blocks its runtime's thread): its accepts wait for readiness. A
+    /// descriptor given by number (`LISTEN_FDS`) becomes a
+    /// `std::net::TcpListener` through [`OwnedFd`](std::os::fd::OwnedFd)
+    /// (`TcpListener::from(owned)`): ownership is taken, never a raw
+    /// number.
+    ///
+    /// # Errors
+    /// A socket that is not an IPv4 or IPv6 `SOCK_STREAM` one (a UDP or
+    /// Unix socket's descriptor), or that is not listening, is refused
+    /// with kind [`InvalidInput`](io::ErrorKind::InvalidInput), the
+    /// message naming `TcpListener::from_std` and the type, family or
+    /// state found; the kernel's error asking them (a descriptor that is
+    /// no socket), making it non-blocking or asking its address; or that
+    /// the default engine cannot start.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use blockio::net::TcpListener;
+    ///
+    /// // Bound by std (or inherited from a service manager).
+    /// let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let addr = std_listener.local_addr()?;
+    /// let listener = TcpListener::from_std(std_listener)?;
+    /// assert_eq!(listener.local_addr()?, addr);
+    /// let client = std::net::TcpStream::connect(addr)?;
+    /// let (_stream, peer) = listener.accept().await?;
+    /// assert_eq!(peer, client.local_addr()?);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn from_std(listener: std::net::TcpListener) -> io::Result<TcpListener> {
+        Self::from_std_with(&AsyncEngine::current()?, listener)
+    }
+
+    /// [`from_std`](Self::from_std) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`from_std`](Self::from_std).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::TcpListener;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let listener = TcpListener::from_std_with(&engine, std_listener)?;
+    /// # drop(listener);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_std_with(
+        engine: &AsyncEngine,
+        listener: std::net::TcpListener,
+    ) -> io::Result<TcpListener> {
+        let fail = super::os_error;
+        let socket = Socket::from(listener);
+        let call = "TcpListener::from_std";
+        super::handed::check(&socket, call, Family::Ip, true)?;
+        // Accepts wait for readiness (see `multishot_accept`).
+        socket.set_nonblocking(true).map_err(fail)?;
+        let local = socket.local_addr().map_err(fail)?.as_socket();
+        let local = local.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{call}: the socket has no IP address"),
+            )
+        })?;
+        let sock = Sock::new(socket, engine).map_err(fail)?;
+        Ok(TcpListener {
+            accepts: AcceptQueue::new(&sock, TcpListenerOptions::default().multishot_accept, true),
+            sock,
+            local,
+        })
+    }
+
     /// Accepts a connection: the stream and the peer's address.
     ///
     /// A connection that [`incoming`](Self::incoming)'s multishot accept
@@ -375,7 +467,7 @@ impl TcpListener {
         let stream = TcpStream {
             core: StreamCore::new(sock, peer.to_string()),
             poll: Mutex::default(),
-            peer,
+            peer: Some(peer),
         };
         Ok((stream, peer))
     }
@@ -496,7 +588,10 @@ super::incoming::incoming_stream!(TcpListener, Incoming, (TcpStream, SocketAddr)
 pub struct TcpStream {
     core: StreamCore,
     poll: Mutex<PollIo>,
-    peer: SocketAddr,
+    /// The peer's address, known when the stream was made; a stream of
+    /// `from_std` whose peer had none then (reset, or still connecting)
+    /// asks the socket.
+    peer: Option<SocketAddr>,
 }
 
 super::adapters::stream_io_traits!(TcpStream);
@@ -568,6 +663,99 @@ impl TcpStream {
             }
         }
         Err(last.expect("resolve_some gives at least one address"))
+    }
+
+    /// A stream of `stream`, a connected socket (by std, or handed over
+    /// by another program), on the default engine
+    /// ([`AsyncEngine::current`]), as tokio's `from_std`. Bytes already
+    /// received and waiting in the socket are the first reads'.
+    ///
+    /// Any mode will do (tokio asks the caller to make the socket
+    /// non-blocking first): on the thread-pool backend it is made
+    /// non-blocking here, since its operations wait for readiness; on
+    /// io_uring the kernel waits for them in either mode, and blockio's
+    /// own calls on the caller's thread never block
+    /// (`MSG_DONTWAIT`). A descriptor given by number becomes a
+    /// `std::net::TcpStream` through [`OwnedFd`](std::os::fd::OwnedFd):
+    /// ownership is taken, never a raw number.
+    ///
+    /// A socket whose peer has no address (it sent bytes and reset, or
+    /// the connect is still in progress) is taken, as by tokio: its bytes
+    /// are the first reads', then the reset; [`peer_addr`](Self::peer_addr)
+    /// asks the socket again.
+    ///
+    /// # Errors
+    /// A socket that is not an IPv4 or IPv6 `SOCK_STREAM` one, or that is
+    /// listening, is refused with kind
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput), the message naming
+    /// `TcpStream::from_std` and the type, family or state found; the
+    /// kernel's error asking them (a descriptor that is no socket) or
+    /// making it non-blocking; or that the default engine cannot start.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use std::io::Write;
+    /// use blockio::net::TcpStream;
+    ///
+    /// let server = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let std_stream = std::net::TcpStream::connect(server.local_addr()?)?;
+    /// let (mut peer, _) = server.accept()?;
+    /// peer.write_all(b"sent before")?;
+    /// let stream = TcpStream::from_std(std_stream)?;
+    /// let (n, buf) = stream.read(vec![0u8; 11]).await;
+    /// assert_eq!(&buf[..n?], b"sent before");
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn from_std(stream: std::net::TcpStream) -> io::Result<TcpStream> {
+        Self::from_std_with(&AsyncEngine::current()?, stream)
+    }
+
+    /// [`from_std`](Self::from_std) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`from_std`](Self::from_std).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::TcpStream;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let server = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let std_stream = std::net::TcpStream::connect(server.local_addr()?)?;
+    /// let stream = TcpStream::from_std_with(&engine, std_stream)?;
+    /// assert_eq!(stream.peer_addr()?, server.local_addr()?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_std_with(
+        engine: &AsyncEngine,
+        stream: std::net::TcpStream,
+    ) -> io::Result<TcpStream> {
+        let socket = Socket::from(stream);
+        super::handed::check(&socket, "TcpStream::from_std", Family::Ip, false)?;
+        // Best effort, as tokio: a peer that sent bytes and then reset, or
+        // a connect still in progress, leaves no address to ask for
+        // (`ENOTCONN`), and the stream is still handed over; its bytes are
+        // the first reads', then the reset. `peer_addr` asks again.
+        let peer = socket.peer_addr().ok().and_then(|a| a.as_socket());
+        let name = peer.map_or_else(
+            || "a peer unknown to from_std".to_string(),
+            |p| p.to_string(),
+        );
+        let sock = Sock::new(socket, engine).map_err(super::os_error)?;
+        Ok(TcpStream {
+            core: StreamCore::new(sock, name),
+            poll: Mutex::default(),
+            peer,
+        })
     }
 
     /// [`connect`](Self::connect), giving up after `limit` (over the
@@ -664,7 +852,7 @@ impl TcpStream {
         Ok(TcpStream {
             core: StreamCore::new(sock, peer),
             poll: Mutex::default(),
-            peer: addr,
+            peer: Some(addr),
         })
     }
 
@@ -835,9 +1023,11 @@ impl TcpStream {
     /// The peer's address.
     ///
     /// # Errors
-    /// None: the address is known from the connect or accept. The
-    /// `Result` is tokio's signature, so that ported code's `?` compiles
-    /// unchanged.
+    /// None for a stream of a connect or accept: the address is known
+    /// from it. A stream of [`from_std`](Self::from_std) whose peer had no
+    /// address then (it reset, or the connect was still in progress) asks
+    /// the socket, and gets the kernel's error (`ENOTCONN`) as tokio's
+    /// does.
     ///
     /// # Examples
     ///
@@ -855,7 +1045,12 @@ impl TcpStream {
     /// # }
     /// ```
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.peer)
+        if let Some(peer) = self.peer {
+            return Ok(peer);
+        }
+        let addr = self.core.sock.socket.peer_addr()?;
+        addr.as_socket()
+            .ok_or_else(|| io::Error::other("the peer has no IP address"))
     }
 
     /// This end's address.
@@ -910,8 +1105,10 @@ impl TcpStream {
 
 impl fmt::Debug for TcpStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The address as it was before a stream of `from_std` could lack
+        // one: `TcpStream { peer: 127.0.0.1:80 }`.
         f.debug_struct("TcpStream")
-            .field("peer", &self.peer)
+            .field("peer", &format_args!("{}", self.core.peer))
             .finish()
     }
 }

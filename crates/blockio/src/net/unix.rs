@@ -11,6 +11,7 @@ use std::time::Duration;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use super::accepts::{AcceptQueue, Accepted};
+use super::handed::Family;
 use super::incoming::AcceptLoop;
 use super::poll_io::PollIo;
 use super::socket::Sock;
@@ -99,6 +100,96 @@ impl UnixListener {
         // must remove before binding anyway; the dead process's socket,
         // still held by its ring, is then bound to no name and in the way
         // of nothing.
+        Ok(UnixListener {
+            accepts: AcceptQueue::new(&sock, true, false),
+            sock,
+            path,
+        })
+    }
+
+    /// A listener of `listener`, a socket already bound and listening
+    /// (by std, or handed over by a service manager, as in systemd's
+    /// socket activation), on the default engine
+    /// ([`AsyncEngine::current`]), as tokio's `from_std`. It accepts as
+    /// a listener of [`bind`](Self::bind) does; its
+    /// [`local_path`](Self::local_path) is the path it is bound to, empty
+    /// for a socket bound to none (an abstract name).
+    ///
+    /// Any mode will do (tokio asks the caller to make the socket
+    /// non-blocking first): on the thread-pool backend it is made
+    /// non-blocking here, since its accepts wait for readiness; on
+    /// io_uring the kernel waits for them in either mode. A descriptor
+    /// given by number becomes a `std::os::unix::net::UnixListener`
+    /// through [`OwnedFd`](std::os::fd::OwnedFd): ownership is taken,
+    /// never a raw number.
+    ///
+    /// # Errors
+    /// A socket that is not a Unix-domain `SOCK_STREAM` one (a TCP
+    /// listener's descriptor, a datagram socket), or that is not
+    /// listening, is refused with kind
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput), the message naming
+    /// `UnixListener::from_std` and the type, family or state found; the
+    /// kernel's error asking them (a descriptor that is no socket), asking
+    /// its address or making it non-blocking; or that the default engine
+    /// cannot start.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use blockio::net::UnixListener;
+    ///
+    /// let path = dir.path().join("app.sock");
+    /// let listener = UnixListener::from_std(std::os::unix::net::UnixListener::bind(&path)?)?;
+    /// assert_eq!(listener.local_path(), path);
+    /// let _client = std::os::unix::net::UnixStream::connect(&path)?;
+    /// let (_stream, _peer) = listener.accept().await?;
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn from_std(listener: std::os::unix::net::UnixListener) -> io::Result<UnixListener> {
+        Self::from_std_with(&AsyncEngine::current()?, listener)
+    }
+
+    /// [`from_std`](Self::from_std) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`from_std`](Self::from_std).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    ///
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::UnixListener;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let std_listener = std::os::unix::net::UnixListener::bind(dir.path().join("app.sock"))?;
+    /// let listener = UnixListener::from_std_with(&engine, std_listener)?;
+    /// # drop(listener);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_std_with(
+        engine: &AsyncEngine,
+        listener: std::os::unix::net::UnixListener,
+    ) -> io::Result<UnixListener> {
+        let fail = super::os_error;
+        let socket = Socket::from(listener);
+        super::handed::check(&socket, "UnixListener::from_std", Family::Unix, true)?;
+        let local = socket.local_addr().map_err(fail)?;
+        let path = local
+            .as_pathname()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let sock = Sock::new(socket, engine).map_err(fail)?;
+        // Multishot accept where the ring has it, as `bind_with`.
         Ok(UnixListener {
             accepts: AcceptQueue::new(&sock, true, false),
             sock,
@@ -327,6 +418,88 @@ impl UnixStream {
             res.map_err(fail)?;
             break sock;
         };
+        Ok(UnixStream::new(StreamCore::new(sock, peer)))
+    }
+
+    /// A stream of `stream`, a connected socket (by std, one end of
+    /// `UnixStream::pair`, or handed over by another program), on the
+    /// default engine ([`AsyncEngine::current`]), as tokio's `from_std`.
+    /// Bytes already received and waiting in the socket are the first
+    /// reads'.
+    ///
+    /// Any mode will do, as for
+    /// [`TcpStream::from_std`](super::TcpStream::from_std). A descriptor
+    /// given by number becomes a `std::os::unix::net::UnixStream` through
+    /// [`OwnedFd`](std::os::fd::OwnedFd): ownership is taken, never a raw
+    /// number.
+    ///
+    /// # Errors
+    /// A socket that is not a Unix-domain `SOCK_STREAM` one (one end of a
+    /// `UnixDatagram` pair, a TCP socket), or that is listening, is
+    /// refused with kind [`InvalidInput`](io::ErrorKind::InvalidInput),
+    /// the message naming `UnixStream::from_std` and the type, family or
+    /// state found; the kernel's error asking them (a descriptor that is
+    /// no socket) or making it non-blocking; or that the default engine
+    /// cannot start. A socket that is not connected gets the kernel's
+    /// `ENOTCONN` from its first read or write.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # futures::executor::block_on(async {
+    /// use std::io::Write;
+    /// use blockio::net::UnixStream;
+    ///
+    /// let (ours, mut theirs) = std::os::unix::net::UnixStream::pair()?;
+    /// theirs.write_all(b"sent before")?;
+    /// let stream = UnixStream::from_std(ours)?;
+    /// let (n, buf) = stream.read(vec![0u8; 11]).await;
+    /// assert_eq!(&buf[..n?], b"sent before");
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn from_std(stream: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
+        Self::from_std_with(&AsyncEngine::current()?, stream)
+    }
+
+    /// [`from_std`](Self::from_std) on `engine`.
+    ///
+    /// # Errors
+    /// As for [`from_std`](Self::from_std).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use blockio::aio::AsyncEngine;
+    /// use blockio::net::UnixStream;
+    ///
+    /// let engine = AsyncEngine::new()?;
+    /// let (ours, _theirs) = std::os::unix::net::UnixStream::pair()?;
+    /// let stream = UnixStream::from_std_with(&engine, ours)?;
+    /// # drop(stream);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_std_with(
+        engine: &AsyncEngine,
+        stream: std::os::unix::net::UnixStream,
+    ) -> io::Result<UnixStream> {
+        let fail = super::os_error;
+        let socket = Socket::from(stream);
+        super::handed::check(&socket, "UnixStream::from_std", Family::Unix, false)?;
+        // The peer's path if it has one, as `Debug` and errors name it.
+        let peer = match socket
+            .peer_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+        {
+            Some(path) => path.display().to_string(),
+            None => "an unnamed peer".to_string(),
+        };
+        let sock = Sock::new(socket, engine).map_err(fail)?;
         Ok(UnixStream::new(StreamCore::new(sock, peer)))
     }
 

@@ -1,0 +1,84 @@
+//! What the default engine costs in descriptors beside tokio's own, which
+//! a server at its descriptor limit pays in connections it cannot take
+//! (its own test binary: descriptors are counted process-wide). Each one
+//! is named in the failure message, from `/proc/self/fd`.
+
+use std::io::{Read, Write};
+
+use blockio::net::TcpListener;
+use blockio::Backend;
+
+/// The open descriptors, each with what it is (`/proc/self/fd`'s links),
+/// but the one reading them.
+fn open_fds() -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let to = std::fs::read_link(e.path()).ok()?;
+            // The listing's own descriptor.
+            if to.ends_with("fd") && to.starts_with("/proc") {
+                return None;
+            }
+            Some(format!("{} -> {}", e.file_name().to_str()?, to.display()))
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
+/// A server on the default engine, on a current-thread tokio runtime,
+/// with one connection whose read waited in the engine (so that whatever
+/// the engine opens for a waiting socket is open): beside the runtime's
+/// own descriptors and the three sockets (listener, client, server's
+/// end), the engine holds its ring (io_uring), and one epoll set with
+/// one eventfd, which wakes the set's thread (both to stand aside for a
+/// runtime and to stop); a runtime that reads the set registers the
+/// set's own descriptor, not a duplicate.
+#[test]
+fn the_default_engine_costs_one_epoll_set_with_one_eventfd_and_its_ring() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let before = open_fds();
+    let (backend, during) = rt.block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let server = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            let (n, buf) = s.read(vec![0u8; 4]).await;
+            assert_eq!(&buf[..n.unwrap()], b"ping");
+            s.write_all(b"pong".to_vec()).await.0.unwrap();
+            (s, listener)
+        });
+        // The server's read waits (nothing sent yet) before the ping.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let during = open_fds();
+        client.write_all(b"ping").unwrap();
+        let (s, listener) = server.await.unwrap();
+        let mut pong = [0u8; 4];
+        client.read_exact(&mut pong).unwrap();
+        assert_eq!(&pong, b"pong");
+        let backend = blockio::aio::AsyncEngine::current().unwrap().backend();
+        drop((s, listener, client));
+        (backend, during)
+    });
+    let added: Vec<&String> = during.iter().filter(|fd| !before.contains(fd)).collect();
+    let sockets = added.iter().filter(|fd| fd.contains("socket:")).count();
+    assert_eq!(sockets, 3, "listener, client, server's end: {added:#?}");
+    let engine = added.len() - sockets;
+    let expected = match backend {
+        // The ring; the epoll set the listener's accepts wait in, and its
+        // eventfd.
+        Backend::IoUring => 3,
+        // The epoll set the sockets wait in, and its eventfd.
+        Backend::ThreadPool => 2,
+    };
+    assert_eq!(
+        engine, expected,
+        "the default engine on {backend} holds more descriptors than it needs: {added:#?}"
+    );
+}
