@@ -189,6 +189,20 @@ def _stream_key(fd: int, opened: bool = False) -> Optional[Tuple[int, int, int, 
     return (fd, st.st_dev, st.st_ino, flags & os.O_ACCMODE != os.O_WRONLY)
 
 
+def _check_offsets(fd: int, offset: int, length: int, name: Union[str, bytes, None]) -> None:
+    """Raises ``OSError`` (``ESPIPE``, as ``os.pread``'s) for a read of
+    ``length`` bytes at ``offset`` (not 0) of ``fd`` if it has no offsets
+    (``lseek`` refuses it: a pipe, socket or terminal); a character device
+    with offsets (``/dev/zero``) passes."""
+    try:
+        os.lseek(fd, 0, os.SEEK_CUR)
+    except OSError as e:
+        if e.errno != errno.ESPIPE:
+            return  # (the read reports what is wrong with the descriptor)
+        text = f"read of {length} bytes at offset {offset} on fd {fd} failed: {os.strerror(errno.ESPIPE)}"
+        raise OSError(errno.ESPIPE, text, name) if name is not None else OSError(errno.ESPIPE, text) from None
+
+
 def _name(file: FileLike) -> Union[str, bytes, None]:
     if isinstance(file, int):
         return None
@@ -848,8 +862,14 @@ class Engine:
         so that reads waiting on idle streams never hold up the engine's
         other work; a cancellation there takes nothing from the stream.
         The read itself then finds its bytes at once (see
-        :meth:`_read_kept`)."""
+        :meth:`_read_kept`). A stream without offsets (a pipe, socket or
+        terminal: ``lseek`` refuses it) is read at offset 0 alone, as one
+        ``read(2)`` (``os.read``'s); another offset raises ``OSError``
+        (``ESPIPE``), as ``os.pread`` there, on both backends (io_uring
+        would ignore it, and read)."""
         self._core.eventfd()  # (raises if the engine is closed, or the parent's)
+        if offset > 0:
+            _check_offsets(key[0], offset, length, _name(file))
         kept = self._take_kept(key, length)
         if kept is not None:
             return kept

@@ -232,3 +232,62 @@ def test_close_ends_synchronous_waits_beside_asynchronous_reads():
         finally:
             for fd in (ra, wa, rs, ws):
                 os.close(fd)
+
+
+@pytest.mark.parametrize("kind", ["pipe", "socket"])
+def test_a_stream_is_read_once_at_offset_0_and_refused_at_another_as_os_pread(engine, kind):
+    """An ``aread`` of a pipe or socket larger than what it holds returns
+    what it holds, as one ``os.read`` does, on both backends (io_uring read
+    on past it, waiting for more, once the read was past 64 KiB; the thread
+    pool returned it); at an offset other than 0 it raises ``ESPIPE``, as
+    ``os.pread`` does, and takes nothing from the stream (io_uring ignored
+    the offset and read)."""
+    if kind == "socket":
+        a, b = socket.socketpair()
+        rfd, send, closing = a.fileno(), b.sendall, [a, b]
+    else:
+        rfd, wfd = os.pipe()
+        send, closing = (lambda d: os.write(wfd, d)), []
+    try:
+        with pytest.raises(OSError) as want:
+            os.pread(rfd, 10, 5)
+        assert want.value.errno == errno.ESPIPE
+
+        async def main():
+            send(b"a" * 40_000)
+            first = await asyncio.wait_for(engine.aread(rfd, offset=0, length=200_000), 30)
+            send(b"b" * 1000)
+            with pytest.raises(OSError) as refused:
+                await asyncio.wait_for(engine.aread(rfd, offset=5, length=200_000), 30)
+            with pytest.raises(OSError) as small:
+                await asyncio.wait_for(engine.aread(rfd, offset=5, length=10), 30)
+            rest = await asyncio.wait_for(engine.aread(rfd, offset=0, length=200_000), 30)
+            return first, refused.value, small.value, rest
+
+        first, refused, small, rest = asyncio.run(main())
+        assert first == b"a" * 40_000
+        assert refused.errno == small.errno == errno.ESPIPE
+        assert "offset 5" in str(refused), str(refused)
+        assert rest == b"b" * 1000
+    finally:
+        for s in closing:
+            s.close()
+        if kind == "pipe":
+            os.close(rfd)
+            os.close(wfd)
+
+
+def test_a_character_device_with_offsets_is_read_at_any_offset(engine):
+    """``/dev/zero`` takes ``pread`` at any offset: so does ``aread`` on
+    both backends, one read of the length asked (past 64 KiB too)."""
+    fd = os.open("/dev/zero", os.O_RDONLY)
+    try:
+        assert os.pread(fd, 10, 5) == bytes(10)
+
+        async def main():
+            return (await asyncio.wait_for(engine.aread(fd, offset=5, length=10), 30),
+                    await asyncio.wait_for(engine.aread(fd, offset=5, length=200_000), 30))
+
+        assert asyncio.run(main()) == (bytes(10), bytes(200_000))
+    finally:
+        os.close(fd)
