@@ -768,6 +768,8 @@ class AsyncFile(FileState, LineReader[bytes]):
     async def _tell(self) -> int:
         self._check_open()
         self._check_seekable()
+        if self._append and self._at_end and self._wbuf:
+            return await self._tell_buffered_end()
         if self._calls.writing:
             return await self._tell_placing()
         return await self._position()
@@ -805,6 +807,23 @@ class AsyncFile(FileState, LineReader[bytes]):
         at, follows = self._pos, not self._anchored
         return await self._placed_result(self._engine._begin(self._file, lambda w: writes.mark(core, w, num, at,
                                                                                              follows)))
+
+    async def _tell_buffered_end(self) -> int:
+        """``tell()`` in append mode with bytes buffered: the end (the
+        file's size once the entries of its write queue ahead are done,
+        by a mark placed there if writes are in progress) plus the bytes
+        buffered, which it does not write, as the built-in's ``tell``
+        counts them without writing them. So bytes a failed flush kept
+        are not tried again by each ``tell``: their failure comes once,
+        from the next flush or ``close()``."""
+        held = len(self._wbuf)
+        writes = self._file.writes
+        if writes is None or (not self._calls.writing and writes.idle()):
+            return await self._engine._asize(self._file) + held
+        core, num = self._engine._core, self._file.num
+        end = await self._placed_result(self._engine._begin(self._file, lambda w: writes.mark(core, w, num, 0, True,
+                                                                                              True)))
+        return end + held
 
     async def _place_behind_flush(self, make: Callable[[Any], int],
                                   then: Optional[Callable[[int], Any]] = None) -> Tuple[Any, int]:

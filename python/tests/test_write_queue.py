@@ -1268,3 +1268,65 @@ def test_a_truncation_that_waited_for_a_seeks_answer_is_placed_at_its_turn(tmp_p
         f = _run(new_loop, main())
         assert _tell_and_close(new_loop, f) == 13
     assert p.read_bytes() == b"0123" + b"A" * 6 + b"BBB"
+
+
+_APPEND_FLUSH_FAILS = r"""
+import asyncio, os, resource, signal, sys
+import blockio
+path, backend = sys.argv[1], sys.argv[2]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (120, resource.RLIM_INFINITY))
+
+def r(x):
+    return "E%s" % x.errno if isinstance(x, OSError) else x
+
+def builtin():
+    out = []
+    with open(path, "wb") as g:
+        g.write(b"5" * 51)
+    g = open(path, "a+b")
+    for call in (lambda: g.write(b"B" * 32), lambda: g.write(b"C" * 47), g.flush, g.tell, g.tell, g.tell, g.close):
+        try:
+            out.append(r(call()))
+        except OSError as x:
+            out.append(r(x))
+    return out, os.path.getsize(path)
+
+def mine():
+    with open(path, "wb") as g:
+        g.write(b"5" * 51)
+    engine = blockio.Engine(backend=backend)
+
+    async def calls(f):
+        out = []
+        for call in (lambda: f.write(b"B" * 32), lambda: f.write(b"C" * 47), f.flush, f.tell, f.tell, f.tell,
+                     f.close):
+            try:
+                out.append(r(await call()))
+            except OSError as x:
+                out.append(r(x))
+        return out
+
+    async def main():
+        f = await blockio.open(path, "a+b", engine=engine)
+        return await calls(f)
+
+    out = asyncio.run(main())
+    engine.close()
+    return out, os.path.getsize(path)
+
+print(repr((builtin(), mine())))
+"""
+
+
+@BACKENDS
+def test_tell_after_a_failed_append_flush_counts_the_kept_bytes_without_writing_them(tmp_path, backend):
+    """Under ``RLIMIT_FSIZE`` 120, an ``a+b`` file holding 51 bytes:
+    writes of 32 and 47 bytes are buffered, and their ``flush`` stops at
+    the limit (``EFBIG``, 10 bytes kept). Each ``tell`` after it returns
+    the end plus the bytes kept, as the built-in's (which counts them
+    without writing them), where each raised ``EFBIG`` again, trying them
+    again; ``close`` raises it once."""
+    want, got = eval(_run_script(_APPEND_FLUSH_FAILS, tmp_path / "f", backend))
+    assert got == want
+    assert want == ([32, 47, "E27", 130, 130, 130, "E27"], 120)
