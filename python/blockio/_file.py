@@ -2017,7 +2017,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             # (see `_StreamCall`): flushed once it has ended.
             await last.result()
 
-    @one_at_a_time_placing(lambda f, size=None: size is not None or f._pending is None)
+    @one_at_a_time_placing(lambda f, size=None: True)
     async def truncate(self, size: Optional[int] = None) -> int:
         """Cuts (or extends) the file to ``size`` bytes, the position by
         default; the new size. The position does not move. Behind writes
@@ -2055,7 +2055,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         position behind a write that stopped short cuts where the built-in's
         position is, where its bytes stopped (see `WriteQueue.truncate`).
         In append mode at the end, ``truncate()`` is the end at the time
-        (nothing to cut), and ``truncate(n)`` leaves the position at the
+        (nothing to cut); behind a seek from the end whose answer has not
+        come (`_pending`), it cuts at that seek's position, relative to
+        its mark (`WriteQueue.truncate`'s ``of``); ``truncate(n)`` leaves the position at the
         end before the cut, as the built-in's: a mark placed ahead of the
         cut takes it (`_pending`)."""
         writes = self._file.writes
@@ -2064,6 +2066,12 @@ class AsyncFile(FileState, LineReader[bytes]):
         if size is None and self._at_end:
             return await self._placed_result(await self._place_behind_flush(
                 lambda w: writes.mark(core, w, num, 0, True, True)))
+        if size is None and self._pending is not None:
+            # At the position a seek from the end sets, whose answer has
+            # not come: a cut relative to that seek's mark of the end.
+            of, offset = self._pending
+            return await self._placed_result(await self._place_behind_flush(
+                lambda w: writes.truncate(core, w, num, offset, False, of)))
         n = self._pos if size is None else size
         follows = size is None and not self._anchored
         mark: List[Tuple[Any, int]] = []

@@ -21,7 +21,8 @@
 //! append mode, a position that depends on the end is the end at the
 //! time: a mark that takes the file's size when the chain reaches it,
 //! looked up on a file-system thread (and, for a `tell` behind a `seek` from the end not answered yet, a
-//! mark relative to that one's answer). A read is not an entry: how far it moves the
+//! mark relative to that one's answer; for a `truncate()` there, a
+//! truncation relative to it). A read is not an entry: how far it moves the
 //! position depends on the file's size when it runs, so a write made
 //! behind a read waits for it in Python (`blockio._calls`), and is lost
 //! if its loop is closed first (`close()` then says so).
@@ -245,6 +246,11 @@ struct Cut {
     /// refused. An explicit size does not depend on them: made all the
     /// same, as the built-in's.
     follows: bool,
+    /// The token of an earlier mark of the end whose answer plus `len`
+    /// (a wrapping offset) is the size: a `truncate()` in append mode at
+    /// the position a `seek` from the end, not answered when the call was
+    /// made, sets ([`Chain::relative_len`]).
+    of: Option<u64>,
 }
 
 /// The mark of the end whose `statx` a file-system thread has.
@@ -482,7 +488,10 @@ impl Chain {
                 },
                 None => woken.extend(self.answer(mark)),
             },
-            Entry::Cut(cut) => match cut.pool.submit(cut.job) {
+            Entry::Cut(mut cut) => match self
+                .relative_len(&mut cut)
+                .and_then(|()| cut.pool.submit(cut.job))
+            {
                 Ok(job) => {
                     self.cutting = Some(Cutting {
                         job,
@@ -500,6 +509,33 @@ impl Chain {
             },
         }
         woken
+    }
+
+    /// Sets the size of `cut`, if it is relative to a mark of the end
+    /// (`of`), from that mark's answer: the position the `seek` from the
+    /// end set, or, where that seek's target was before the start (it
+    /// failed, and the position stayed at the end, as the built-in's), the
+    /// end. An error if that answer is not the last one kept (its look-up
+    /// failed).
+    fn relative_len(&self, cut: &mut Cut) -> io::Result<()> {
+        let Some(of) = cut.of else {
+            return Ok(());
+        };
+        let end = match self.marked {
+            Some((t, end)) if t == of => end,
+            _ => {
+                return Err(io::Error::other(format!(
+                    "the end of fd {} could not be looked up for a truncate at a seek from it",
+                    cut.fd
+                )))
+            }
+        };
+        let at = end.wrapping_add(cut.len);
+        cut.len = if i64::try_from(at).is_ok() { at } else { end };
+        if let FsCall::Ftruncate(_, len) = &mut cut.job {
+            *len = cut.len;
+        }
+        Ok(())
     }
 
     /// Ends the truncation `token` of `fd` to `len` with `res`: a failure
@@ -860,10 +896,13 @@ impl WriteQueue {
     /// `waiter`, behind the entries placed before it; the token of the
     /// batch that resolves `waiter` with the size it set. `follows`:
     /// `length` is the position the call planned (a `truncate()`), past
-    /// the entries placed before it ([`Cut::follows`]). Begun (on one of the engine's
+    /// the entries placed before it ([`Cut::follows`]); or, `of` the token
+    /// of an earlier mark of the end, that mark's answer plus `length`
+    /// (which may then be negative: [`Chain::relative_len`]). Begun (on one of the engine's
     /// file-system threads) before this returns when no entry of the
     /// queue is unfinished; else by the core when the one ahead finishes.
-    #[pyo3(signature = (core, waiter, fd, length, follows = false))]
+    #[pyo3(signature = (core, waiter, fd, length, follows = false, of = None))]
+    #[allow(clippy::too_many_arguments)]
     fn truncate(
         &self,
         core: &Bound<'_, Core>,
@@ -871,10 +910,16 @@ impl WriteQueue {
         fd: RawFd,
         length: i64,
         follows: bool,
+        of: Option<u64>,
     ) -> PyResult<u64> {
-        let len = u64::try_from(length).map_err(|_| {
-            PyValueError::new_err(format!("length must not be negative, got {length}"))
-        })?;
+        // (relative to a mark of the end, a negative offset wraps: see
+        // `Chain::relative_len`)
+        let len = match of {
+            Some(_) => length as u64,
+            None => u64::try_from(length).map_err(|_| {
+                PyValueError::new_err(format!("length must not be negative, got {length}"))
+            })?,
+        };
         let core = core.borrow();
         core.check()?;
         let (held, lent) = core.hold_for_job(fd);
@@ -895,6 +940,7 @@ impl WriteQueue {
             slot,
             planned_on: false,
             follows,
+            of,
         }));
         Ok(token)
     }
