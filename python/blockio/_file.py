@@ -439,6 +439,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: file's end, looked up when it is needed.
         self._at_end = "a" in mode
         self._pending = None  # (see the core's `FileState`)
+        #: Seeks made through `_seek_to`: a seek whose answer comes later
+        #: moves the position only if no seek came since (see `_rebased`).
+        self._seeks = 0
         #: Read ahead: ``_rbuf[_roff:]`` are the bytes at ``_pos`` on. A
         #: read takes its bytes from the front by moving ``_roff``, so small
         #: reads from a large buffer do not copy the rest of it each time;
@@ -630,9 +633,13 @@ class AsyncFile(FileState, LineReader[bytes]):
                 self._at_end = True  # (its lookup failed: the end, looked up again)
             else:
                 self._pos, self._at_end = end + offset, False
-        taken = writes.take_error()
-        if taken is not None:
-            error, stopped = taken
+        error, stopped, shift = writes.take_error()
+        if shift and not self._append and not self._anchored:
+            # (a seek from the position placed behind a write that stopped
+            # short never had its answer: the position planned past it is
+            # that much past the built-in's; see `_place_rebase`)
+            self._pos -= shift
+        if error is not None:
             text = error.strerror or str(error)
             if stopped is not None and not self._append and not self._anchored:
                 # (unless a seek from the start was made since, which set
@@ -998,6 +1005,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         self._pending = None
         self._drop_read_ahead()
         self._seeked = True
+        self._seeks += 1
         return pos
 
     async def _seek_placing(self, offset: int, whence: int) -> int:
@@ -1023,6 +1031,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         # ahead do, unless it flushes first: if that write fails, the seek
         # fails, and the position stays after the bytes it kept)
         anchor = not self._wbuf
+        writes = self._file.writes
+        assert writes is not None  # (a seekable file's: see `_find_position`)
+        rebase: List[Tuple[Any, int]] = []
 
         def place() -> None:
             try:
@@ -1033,8 +1044,17 @@ class AsyncFile(FileState, LineReader[bytes]):
                     pos = self._pos + offset
                 else:
                     size = self._size_after()
-                    pos = size + offset if size is not None else os.lseek(self._file.num, offset, os.SEEK_END)
+                    if size is None:
+                        # (the end the kernel knows, nothing being
+                        # unfinished: a position of the file as it is, set
+                        # whatever the writes ahead did, as from the start)
+                        pos = os.lseek(self._file.num, offset, os.SEEK_END)
+                        self._anchored = anchor
+                    else:
+                        pos = size + offset
                 moved.append(self._seek_to(pos))
+                if whence != os.SEEK_SET and not self._anchored and anchor and not writes.idle():
+                    rebase.append(self._place_rebase(pos))
             except OSError as e:
                 moved.append(OSError(e.errno, e.strerror, self.name))
 
@@ -1055,7 +1075,42 @@ class AsyncFile(FileState, LineReader[bytes]):
         if isinstance(moved[0], OSError):
             raise moved[0]
         pos: int = moved[0]
+        if rebase:
+            pos = await self._placed_result(rebase[0], self._rebased(pos))
         return pos
+
+    def _place_rebase(self, pos: int) -> Tuple[Any, int]:
+        """Places, for a seek from the position or the end made behind
+        unfinished entries of the file's write queue, the mark that
+        answers it (``WriteQueue.mark``'s ``rebase``): ``pos``, the
+        position planned past the writes placed before it, less what a
+        write ahead that stopped short never landed (where the built-in's
+        seek goes, from where those bytes stopped); the writes placed
+        behind it are then made that much lower, as the built-in's, rather
+        than refused. A write placed before it that fails leaves the
+        position to it (see `_end_write`)."""
+        writes = self._file.writes
+        assert writes is not None
+        core, num = self._engine._core, self._file.num
+        self._anchors += 1
+        return self._engine._begin(self._file, lambda w: writes.mark(core, w, num, pos, True, False, None, True))
+
+    def _rebased(self, planned: int) -> Callable[[int], int]:
+        """What a seek placed by `_place_rebase` at ``planned`` does with
+        its mark's answer: moves the position back by what never landed
+        (the calls placed behind it moved it on from ``planned``), unless
+        a seek since set it again, and tells the file's write queue that
+        the positions planned from now on are the built-in's."""
+        seeks = self._seeks
+
+        def moved(at: int) -> int:
+            writes = self._file.writes
+            if seeks == self._seeks and writes is not None:
+                self._pos -= planned - at
+                writes.rebased()
+            return at
+
+        return moved
 
     def _size_after(self) -> Optional[int]:
         """The size the file will have once the entries of its write queue
@@ -1902,7 +1957,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             # seek from the start, which is made, or by a seek whose
             # flush failed, which moved it back after the kept bytes)
             self._pos = min(self._pos, stopped)
-        elif self._pos == end:
+        elif self._pos == end and anchors == self._anchors:
             self._pos = stopped
         # (else writes made meanwhile were placed after all of this
         # one's bytes, and the position stays past theirs)

@@ -87,9 +87,9 @@ pub(crate) struct FileState {
     /// position being the end the file's write queue finds when it
     /// reaches that token's mark, plus `offset`; set by the call that
     /// placed it once the mark is answered (or by a call that takes the
-    /// queue over: `AsyncFile._writes_settled`). The calls that need the
-    /// position (a `seek` from it, `truncate()`) wait for that call rather
-    /// than join it; a `tell` places a mark relative to it.
+    /// queue over: `AsyncFile._writes_settled`). A `seek` from the
+    /// position waits for that call rather than join it; a `tell` places a
+    /// mark relative to it, and a `truncate()` a truncation relative to it.
     #[pyo3(get, set, name = "_pending")]
     pending: Option<(u64, i64)>,
     /// How many times the position was set again independently of the

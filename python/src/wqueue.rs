@@ -56,6 +56,11 @@
 //! stopped, a `truncate()` cuts there. The entries behind a failed
 //! truncation no such seek planned on are made, as the built-in file's
 //! writes after its failed `truncate`.
+//! A `seek` from the position or the end placed behind unfinished entries
+//! is a rebasing [`Mark`]: met behind a write that stopped short, it makes
+//! the chain whole again, answered with the built-in's position (the
+//! planned one less what never landed), and the entries from it on are
+//! made that much lower ([`Chain::shift`]), where the built-in's are.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -128,6 +133,13 @@ struct Chain {
     /// the marks placed relative to it and for a call that took the queue
     /// over from the one that placed it, whose loop was closed.
     marked: Option<(u64, u64)>,
+    /// How far the positions the caller plans (and places entries at) are
+    /// past the built-in file's, since a rebasing mark met a write that
+    /// stopped short ([`Chain::rebase`]), until the caller plans from the
+    /// built-in's again ([`WriteQueue::rebased`]) or sets the position
+    /// from the start: the entries placed meanwhile that follow are
+    /// moved back by this much ([`Chain::shifted`]).
+    shift: u64,
 }
 
 /// Where a failed entry left the file, for the entries behind it, and
@@ -220,6 +232,12 @@ struct Mark {
     /// pool to run it on.
     end: Option<(FsCall, PoolHandle)>,
     of: Option<u64>,
+    /// The mark of a `seek` from the position or the end: met behind a
+    /// write that stopped short, it makes the chain whole again, the
+    /// entries from it on moved back by what never landed
+    /// ([`Chain::rebase`]), as the built-in's seek from where the bytes
+    /// stopped puts them.
+    rebase: bool,
     token: u64,
     slot: Arc<Slot>,
 }
@@ -249,7 +267,7 @@ struct Cut {
     /// The token of an earlier mark of the end whose answer plus `len`
     /// (a wrapping offset) is the size: a `truncate()` in append mode at
     /// the position a `seek` from the end, not answered when the call was
-    /// made, sets ([`Chain::relative_len`]).
+    /// made, sets ([`Chain::final_len`]).
     of: Option<u64>,
 }
 
@@ -489,7 +507,7 @@ impl Chain {
                 None => woken.extend(self.answer(mark)),
             },
             Entry::Cut(mut cut) => match self
-                .relative_len(&mut cut)
+                .final_len(&mut cut)
                 .and_then(|()| cut.pool.submit(cut.job))
             {
                 Ok(job) => {
@@ -511,27 +529,28 @@ impl Chain {
         woken
     }
 
-    /// Sets the size of `cut`, if it is relative to a mark of the end
+    /// Sets the size `cut` makes the file. If it is relative to a mark of the end
     /// (`of`), from that mark's answer: the position the `seek` from the
     /// end set, or, where that seek's target was before the start (it
     /// failed, and the position stayed at the end, as the built-in's), the
     /// end. An error if that answer is not the last one kept (its look-up
-    /// failed).
-    fn relative_len(&self, cut: &mut Cut) -> io::Result<()> {
-        let Some(of) = cut.of else {
-            return Ok(());
-        };
-        let end = match self.marked {
-            Some((t, end)) if t == of => end,
-            _ => {
-                return Err(io::Error::other(format!(
-                    "the end of fd {} could not be looked up for a truncate at a seek from it",
-                    cut.fd
-                )))
-            }
-        };
-        let at = end.wrapping_add(cut.len);
-        cut.len = if i64::try_from(at).is_ok() { at } else { end };
+    /// failed). Either way the `ftruncate` made is to `cut.len` as it stands now,
+    /// which a write ahead that stopped short may have moved back
+    /// ([`Chain::behind`], [`move_back_following`]).
+    fn final_len(&self, cut: &mut Cut) -> io::Result<()> {
+        if let Some(of) = cut.of {
+            let end = match self.marked {
+                Some((t, end)) if t == of => end,
+                _ => {
+                    return Err(io::Error::other(format!(
+                        "the end of fd {} could not be looked up for a truncate at a seek from it",
+                        cut.fd
+                    )))
+                }
+            };
+            let at = end.wrapping_add(cut.len);
+            cut.len = if i64::try_from(at).is_ok() { at } else { end };
+        }
         if let FsCall::Ftruncate(_, len) = &mut cut.job {
             *len = cut.len;
         }
@@ -604,6 +623,12 @@ impl Chain {
                 self.mend();
                 break;
             }
+            if matches!(&next, Entry::Mark(m) if m.rebase) {
+                self.queued.push_front(next);
+                let by = self.rebase();
+                move_back_following(self.queued.iter_mut(), by);
+                break;
+            }
             match self.behind(next, stop) {
                 Ok(entry) => kept.push_back(entry),
                 Err(waker) => woken.extend(waker),
@@ -655,6 +680,39 @@ impl Chain {
     fn mend(&mut self) {
         self.broken = None;
         self.lost = 0;
+    }
+
+    /// A rebasing [`Mark`] is met behind a write that stopped short: the
+    /// chain is whole again, and the positions planned past the bytes that
+    /// never landed are that much past the built-in's from now on
+    /// ([`Chain::shift`]). How much that is, by which the caller moves
+    /// back the entries from the mark on.
+    fn rebase(&mut self) -> u64 {
+        let by = self.lost;
+        self.mend();
+        self.shift += by;
+        by
+    }
+
+    /// `entry`, placed now, in the built-in's positions: moved back by
+    /// [`Chain::shift`] if it follows the entries placed before it; a
+    /// write or a `tell` after a `seek` from the start (which does not)
+    /// ends the shift, the caller's positions being the built-in's again.
+    fn shifted(&mut self, mut entry: Entry) -> Entry {
+        if self.shift == 0 {
+            return entry;
+        }
+        let absolute = match &entry {
+            Entry::Write(p) => !p.follows,
+            Entry::Mark(m) => !m.follows && m.end.is_none() && m.of.is_none(),
+            Entry::Cut(_) => false,
+        };
+        if absolute {
+            self.shift = 0;
+        } else {
+            move_back_following(std::iter::once(&mut entry), self.shift);
+        }
+        entry
     }
 
     /// Answers `mark`, not of the end (see [`Mark`]); the waker of its
@@ -773,6 +831,27 @@ fn start_awaited(core: &Core, waiter: PyObject, lent: Option<RawFd>) -> (u64, Ar
     (core.start(waiter, batch), slot)
 }
 
+/// Moves back by `by` the positions of `entries` that follow the ones
+/// placed before them (a write's offset, a `truncate()`'s size, a
+/// `tell`'s answer), up to the first write that does not (placed after a
+/// `seek` from the start), which, with the entries behind it, stays.
+fn move_back_following<'a>(entries: impl Iterator<Item = &'a mut Entry>, by: u64) {
+    if by == 0 {
+        return;
+    }
+    for entry in entries {
+        match entry {
+            Entry::Write(p) if !p.follows => return,
+            Entry::Write(p) => p.at = p.at.saturating_sub(by),
+            Entry::Cut(c) if c.follows => c.len = c.len.saturating_sub(by),
+            Entry::Mark(m) if m.follows && m.end.is_none() && m.of.is_none() => {
+                m.at = m.at.saturating_sub(by)
+            }
+            Entry::Cut(_) | Entry::Mark(_) => {}
+        }
+    }
+}
+
 /// `e` again, for a second report (an `io::Error` is not `Clone`).
 fn copy_error(e: &io::Error) -> io::Error {
     let code = errno_of(e);
@@ -791,11 +870,20 @@ impl WriteQueue {
     fn place(&self, entry: Entry) {
         let ended = {
             let mut c = self.writes.lock();
+            let entry = c.shifted(entry);
             let passed = match c.broken {
                 // (a write after a seek from the start makes the chain
                 // whole again: see `refuse_queued`)
                 Some(_) if matches!(&entry, Entry::Write(p) if !p.follows) => {
                     c.mend();
+                    Ok(entry)
+                }
+                // (and so does the mark of a seek from the position or
+                // the end, its position moved back by what never landed)
+                Some(_) if matches!(&entry, Entry::Mark(m) if m.rebase) => {
+                    let by = c.rebase();
+                    let mut entry = entry;
+                    move_back_following(std::iter::once(&mut entry), by);
                     Ok(entry)
                 }
                 Some((_, stop)) => c.behind(entry, stop),
@@ -898,7 +986,7 @@ impl WriteQueue {
     /// `length` is the position the call planned (a `truncate()`), past
     /// the entries placed before it ([`Cut::follows`]); or, `of` the token
     /// of an earlier mark of the end, that mark's answer plus `length`
-    /// (which may then be negative: [`Chain::relative_len`]). Begun (on one of the engine's
+    /// (which may then be negative: [`Chain::final_len`]). Begun (on one of the engine's
     /// file-system threads) before this returns when no entry of the
     /// queue is unfinished; else by the core when the one ahead finishes.
     #[pyo3(signature = (core, waiter, fd, length, follows = false, of = None))]
@@ -913,7 +1001,7 @@ impl WriteQueue {
         of: Option<u64>,
     ) -> PyResult<u64> {
         // (relative to a mark of the end, a negative offset wraps: see
-        // `Chain::relative_len`)
+        // `Chain::final_len`)
         let len = match of {
             Some(_) => length as u64,
             None => u64::try_from(length).map_err(|_| {
@@ -953,7 +1041,9 @@ impl WriteQueue {
     /// after a `seek` from the start); or, if `end`, the file's size then;
     /// or, `of` the token of an earlier mark of the end, its answer plus
     /// `at` (which may then be negative: the caller checks the sum).
-    #[pyo3(signature = (core, waiter, fd, at, follows = true, end = false, of = None))]
+    /// `rebase`: the mark of a `seek` from the position or the end, which
+    /// the writes placed behind it follow ([`Mark::rebase`]).
+    #[pyo3(signature = (core, waiter, fd, at, follows = true, end = false, of = None, rebase = false))]
     #[allow(clippy::too_many_arguments)]
     fn mark(
         &self,
@@ -964,6 +1054,7 @@ impl WriteQueue {
         follows: bool,
         end: bool,
         of: Option<u64>,
+        rebase: bool,
     ) -> PyResult<u64> {
         // (relative to a mark of the end, a negative offset wraps: added to
         // that end with wrapping arithmetic, it gives the sum)
@@ -993,6 +1084,7 @@ impl WriteQueue {
             follows,
             end: lookup,
             of,
+            rebase,
             token,
             slot,
         }));
@@ -1004,7 +1096,14 @@ impl WriteQueue {
     /// built-in's, with no [`Mark`] needed.
     fn idle(&self) -> bool {
         let c = self.writes.lock();
-        c.is_idle() && c.broken.is_none()
+        c.is_idle() && c.broken.is_none() && c.shift == 0
+    }
+
+    /// The caller plans positions from the built-in's again (its seek's
+    /// rebasing mark answered, it moved the position back by what never
+    /// landed): the entries placed from now on are not moved back.
+    fn rebased(&self) {
+        self.writes.lock().shift = 0;
     }
 
     /// The value of the [`Mark`] of the batch `token` if it was the last
@@ -1161,16 +1260,22 @@ impl WriteQueue {
     /// again); and, when a write stopped short with the entries behind it
     /// refused, the offset where its bytes stopped: the file's position,
     /// as the built-in's after a short write and the writes after it
-    /// failing. Entries placed from now on are made again.
-    fn take_error(&self) -> Option<(PyErr, Option<u64>)> {
+    /// failing; and how far a seek from the position placed behind such
+    /// a write, whose call never had its answer, left the caller's
+    /// position past the built-in's ([`Chain::shift`], 0 if none). Entries
+    /// placed from now on are made again, at the positions planned.
+    fn take_error(&self) -> (Option<PyErr>, Option<u64>, u64) {
         let mut c = self.writes.lock();
         let stopped = match c.broken.take() {
             Some((_, Stop::Write { at, .. })) => Some(at),
             _ => None,
         };
         c.lost = 0;
+        let shift = std::mem::take(&mut c.shift);
         let mut failed = std::mem::take(&mut c.failed).into_iter();
-        let first = failed.next()?;
+        let Some(first) = failed.next() else {
+            return (None, stopped, shift);
+        };
         let rest: Vec<String> = failed.map(|f| f.error.to_string()).collect();
         let error = if rest.is_empty() {
             first.error
@@ -1179,6 +1284,6 @@ impl WriteQueue {
             let text = format!("{}; {}", message(&first.error, errno), rest.join("; "));
             io::Error::new(first.error.kind(), Renamed { errno, text })
         };
-        Some((io_err(error), stopped))
+        (Some(io_err(error)), stopped, shift)
     }
 }

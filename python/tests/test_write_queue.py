@@ -642,6 +642,16 @@ ORDERS = {
                        ("tell",)],
     "refused-tell": [("write", b"a" * 60), ("write", b"b" * 60), ("write", b"c" * 7), ("tell",), ("write", b"d"),
                      ("truncate", 20)],
+    # (a seek from the position or the end goes from where the bytes
+    # stopped, and the writes behind it are made there, under the limit)
+    "seek-cur-then-write": [("write", b"a" * 90), ("write", b"b" * 20), ("seek", -5, 1), ("write", b"ccc"),
+                            ("tell",)],
+    "seek-end-then-write": [("write", b"a" * 90), ("write", b"b" * 20), ("seek", -5, 2), ("write", b"ccc"),
+                            ("tell",)],
+    "refused-then-truncate": [("write", b"a" * 60), ("write", b"b" * 60), ("write", b"c" * 7), ("truncate",),
+                              ("tell",)],
+    "refused-then-seek-cur": [("write", b"a" * 90), ("write", b"b" * 20), ("write", b"c" * 4), ("seek", -8, 1),
+                              ("write", b"dd"), ("truncate",), ("tell",)],
 }
 
 def r(x):
@@ -735,7 +745,9 @@ def test_calls_behind_a_short_write_at_the_size_limit_end_as_the_builtins(tmp_pa
     planned past them is refused with the kernel's ``EFBIG``, a truncation
     to an explicit size is made (the file is cut as the program asked),
     and the rest of the short write is not written again behind the calls
-    made since (a write after a seek from the start among them is made).
+    made since (a write after a seek from the start among them is made);
+    a seek from the position or the end goes from where the bytes
+    stopped, and the writes behind it are made there, under the limit.
     Awaited together, left to a closed loop, and cancelled by the end of
     ``asyncio.run``, the file ends as the built-in's and ``tell()`` in the
     next loop agrees."""
@@ -1234,13 +1246,15 @@ engine.close()
 def test_a_seek_from_the_start_behind_a_short_write_stands_when_the_loop_closes(tmp_path, backend):
     """At ``RLIMIT_FSIZE``: a write that stops short, then a seek from the
     start, each begun in a task, and the loop closed. The next call raises
-    the short write's ``EFBIG`` (nobody took it), and the position is the
+    the short write's ``EFBIG`` if nobody took it (its call, woken by the
+    write's end before the loop closed, may have: it then returned its
+    short count, as the built-in's), and either way the position is the
     seek's, not where the bytes stopped: the next write lands there, as
     the built-in's after its seek."""
     p = tmp_path / "f"
     p.write_bytes(b"")
     out = _run_script(_SEEK_BEHIND_A_SHORT_WRITE, p, backend).split()
-    assert out == ["27", "1", "6"], out
+    assert out in (["27", "1", "6"], ["5", "1", "6"]), out
     assert p.read_bytes() == b"a" * 5 + b"Z" + b"a" * 84 + b"b" * 10
 
 
