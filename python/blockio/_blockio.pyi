@@ -88,6 +88,7 @@ class FileState:
     _anchored: bool
     _pending: Optional[Tuple[int, int]]
     _anchors: int
+    _seeks: int
     #: Opened for reading, writing, in append mode.
     _readable: bool
     _writable: bool

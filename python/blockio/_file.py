@@ -439,9 +439,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: file's end, looked up when it is needed.
         self._at_end = "a" in mode
         self._pending = None  # (see the core's `FileState`)
-        #: Seeks made through `_seek_to`: a seek whose answer comes later
-        #: moves the position only if no seek came since (see `_rebased`).
-        self._seeks = 0
+        self._seeks = 0  # (see the core's `FileState`)
         #: Read ahead: ``_rbuf[_roff:]`` are the bytes at ``_pos`` on. A
         #: read takes its bytes from the front by moving ``_roff``, so small
         #: reads from a large buffer do not copy the rest of it each time;

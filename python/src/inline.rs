@@ -100,6 +100,12 @@ pub(crate) struct FileState {
     /// (see `AsyncFile._write_at`).
     #[pyo3(get, set, name = "_anchors")]
     anchors: u64,
+    /// Seeks made by queued calls (`AsyncFile._seek_to`): a seek whose
+    /// answer comes later moves the position only if no seek came since
+    /// (see `AsyncFile._rebased`). (An inline seek runs only while no
+    /// queued call does: never while such a seek waits.)
+    #[pyo3(get, set, name = "_seeks")]
+    seeks: u64,
     /// The next read is the first since a seek: it reads what it asks for
     /// and no more.
     #[pyo3(get, name = "_seeked")]
@@ -237,6 +243,7 @@ impl FileState {
             anchored: false,
             pending: None,
             anchors: 0,
+            seeks: 0,
             seeked: false,
             inline: false,
             inline_read: false,

@@ -694,15 +694,15 @@ impl Chain {
         by
     }
 
-    /// `entry`, placed now, in the built-in's positions: moved back by
+    /// Puts `entry`, placed now, in the built-in's positions: moved back by
     /// [`Chain::shift`] if it follows the entries placed before it; a
     /// write or a `tell` after a `seek` from the start (which does not)
     /// ends the shift, the caller's positions being the built-in's again.
-    fn shifted(&mut self, mut entry: Entry) -> Entry {
+    fn shifted(&mut self, entry: &mut Entry) {
         if self.shift == 0 {
-            return entry;
+            return;
         }
-        let absolute = match &entry {
+        let absolute = match entry {
             Entry::Write(p) => !p.follows,
             Entry::Mark(m) => !m.follows && m.end.is_none() && m.of.is_none(),
             Entry::Cut(_) => false,
@@ -710,9 +710,8 @@ impl Chain {
         if absolute {
             self.shift = 0;
         } else {
-            move_back_following(std::iter::once(&mut entry), self.shift);
+            move_back_following(std::iter::once(entry), self.shift);
         }
-        entry
     }
 
     /// Answers `mark`, not of the end (see [`Mark`]); the waker of its
@@ -867,10 +866,10 @@ fn copy_error(e: &io::Error) -> io::Error {
 impl WriteQueue {
     /// Queues `entry` (or, behind a failure no call has taken, does with
     /// it what [`Chain::behind`] says) and advances the chain.
-    fn place(&self, entry: Entry) {
+    fn place(&self, mut entry: Entry) {
         let ended = {
             let mut c = self.writes.lock();
-            let entry = c.shifted(entry);
+            c.shifted(&mut entry);
             let passed = match c.broken {
                 // (a write after a seek from the start makes the chain
                 // whole again: see `refuse_queued`)
@@ -882,7 +881,6 @@ impl WriteQueue {
                 // the end, its position moved back by what never landed)
                 Some(_) if matches!(&entry, Entry::Mark(m) if m.rebase) => {
                     let by = c.rebase();
-                    let mut entry = entry;
                     move_back_following(std::iter::once(&mut entry), by);
                     Ok(entry)
                 }
