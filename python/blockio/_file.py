@@ -121,6 +121,10 @@ _FIRST_CHUNK = 8192
 #: The largest file offset Linux has (``loff_t``): a seek past it is refused
 #: at the seek, as the built-in file's is.
 _MAX_OFFSET = (1 << 63) - 1
+#: Added to the answer of a seek's rebasing mark whose target, moved back
+#: by what a write ahead never landed, is before the start (see
+#: `AsyncFile._rebased`): the core's ``BEFORE_START``.
+_BEFORE_START = 1 << 63
 #: A file offset's values (``off_t``), and a C ``int``'s (``whence``, a descriptor).
 _OFF_T = range(-(1 << 63), 1 << 63)
 _C_INT = range(-(1 << 31), 1 << 31)
@@ -637,6 +641,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             # short never had its answer: the position planned past it is
             # that much past the built-in's; see `_place_rebase`)
             self._pos -= shift
+            self._shifted += shift
         if error is not None:
             text = error.strerror or str(error)
             if stopped is not None and not self._append and not self._anchored:
@@ -1032,8 +1037,10 @@ class AsyncFile(FileState, LineReader[bytes]):
         writes = self._file.writes
         assert writes is not None  # (a seekable file's: see `_find_position`)
         rebase: List[Tuple[Any, int]] = []
+        size: Optional[int] = None
 
         def place() -> None:
+            nonlocal size
             try:
                 if whence == os.SEEK_SET:
                     pos = offset
@@ -1052,7 +1059,7 @@ class AsyncFile(FileState, LineReader[bytes]):
                         pos = size + offset
                 moved.append(self._seek_to(pos))
                 if whence != os.SEEK_SET and not self._anchored and anchor and not writes.idle():
-                    rebase.append(self._place_rebase(pos))
+                    rebase.append(self._place_rebase(pos, size))
             except OSError as e:
                 moved.append(OSError(e.errno, e.strerror, self.name))
 
@@ -1074,10 +1081,10 @@ class AsyncFile(FileState, LineReader[bytes]):
             raise moved[0]
         pos: int = moved[0]
         if rebase:
-            pos = await self._placed_result(rebase[0], self._rebased(pos))
+            pos = await self._placed_result(rebase[0], self._rebased(pos, rebase[0][1]))
         return pos
 
-    def _place_rebase(self, pos: int) -> Tuple[Any, int]:
+    def _place_rebase(self, pos: int, size: Optional[int]) -> Tuple[Any, int]:
         """Places, for a seek from the position or the end made behind
         unfinished entries of the file's write queue, the mark that
         answers it (``WriteQueue.mark``'s ``rebase``): ``pos``, the
@@ -1086,26 +1093,45 @@ class AsyncFile(FileState, LineReader[bytes]):
         seek goes, from where those bytes stopped); the writes placed
         behind it are then made that much lower, as the built-in's, rather
         than refused. A write placed before it that fails leaves the
-        position to it (see `_end_write`)."""
+        position to it (see `_end_write`). ``size``: for a seek from the
+        end, the size it planned on (``WriteQueue.size_after``), which a
+        truncation placed behind the write that stopped short may have set
+        whatever the write did."""
         writes = self._file.writes
         assert writes is not None
         core, num = self._engine._core, self._file.num
         self._anchors += 1
-        return self._engine._begin(self._file, lambda w: writes.mark(core, w, num, pos, True, False, None, True))
+        return self._engine._begin(self._file, lambda w: writes.mark(core, w, num, pos, True, False, None, True,
+                                                                     size))
 
-    def _rebased(self, planned: int) -> Callable[[int], int]:
+    def _rebased(self, planned: int, token: int) -> Callable[[int], int]:
         """What a seek placed by `_place_rebase` at ``planned`` does with
-        its mark's answer: moves the position back by what never landed
-        (the calls placed behind it moved it on from ``planned``), unless
-        a seek since set it again, and tells the file's write queue that
-        the positions planned from now on are the built-in's."""
-        seeks = self._seeks
+        its mark's answer ``at``: moves the position back by what never
+        landed (the calls placed behind it moved it on from ``planned``),
+        less what an earlier seek's answer moved it back already, unless a
+        seek since set it again, and tells the file's write queue how much
+        (the positions planned from now on are moved back that much less).
+        An answer of ``_BEFORE_START`` plus an offset: the target moved back
+        was before the start; as the built-in's seek there, it raises
+        ``EINVAL`` with the position where the bytes ahead stopped (that
+        offset), and the writes placed behind it until then (``token``'s
+        call has its answer) are refused."""
+        seeks, shifted = self._seeks, self._shifted
 
         def moved(at: int) -> int:
             writes = self._file.writes
+            failed = at >= _BEFORE_START
+            if failed:
+                at -= _BEFORE_START
             if seeks == self._seeks and writes is not None:
-                self._pos -= planned - at
-                writes.rebased()
+                by = planned - at - (self._shifted - shifted)
+                self._pos -= by
+                self._shifted += by
+                writes.rebased(max(by, 0))
+            if failed:
+                if writes is not None:
+                    writes.claim(token)
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), self.name)
             return at
 
         return moved
@@ -1885,7 +1911,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         # landed), not after a seek from the start (the built-in's is made).
         follows, self._anchored = not self._anchored, False
         self._anchors += not follows
-        anchors = self._anchors
+        anchors, shifted = self._anchors, self._shifted
         done = 0
         failed = False
         cancelled: Optional[BaseException] = None
@@ -1936,7 +1962,10 @@ class AsyncFile(FileState, LineReader[bytes]):
             if (failed or done < size) and not self._append:
                 # (in append mode the position is at the end since the
                 # write began, unless a call placed behind it moved it)
-                self._end_write(pos, end, pos + done, failed, anchors)
+                # (a seek's answer since moved the position back, and the
+                # core this write with it: see `_rebased`)
+                back = self._shifted - shifted
+                self._end_write(pos - back, end - back, pos - back + done, failed, anchors)
         if after is not None:
             after()
         if cancelled is not None:

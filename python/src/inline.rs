@@ -106,6 +106,12 @@ pub(crate) struct FileState {
     /// queued call does: never while such a seek waits.)
     #[pyo3(get, set, name = "_seeks")]
     seeks: u64,
+    /// How far the answers of seeks placed behind a write that stopped
+    /// short moved the position back in all (see `AsyncFile._rebased`):
+    /// a write placed before such an answer, ending after it, moves its
+    /// offsets back as much (see `AsyncFile._write_at`).
+    #[pyo3(get, set, name = "_shifted")]
+    shifted: i64,
     /// The next read is the first since a seek: it reads what it asks for
     /// and no more.
     #[pyo3(get, name = "_seeked")]
@@ -244,6 +250,7 @@ impl FileState {
             pending: None,
             anchors: 0,
             seeks: 0,
+            shifted: 0,
             seeked: false,
             inline: false,
             inline_read: false,

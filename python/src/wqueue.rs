@@ -140,6 +140,12 @@ struct Chain {
     /// from the start: the entries placed meanwhile that follow are
     /// moved back by this much ([`Chain::shifted`]).
     shift: u64,
+    /// The size a truncation kept behind a write that stopped short set
+    /// (an explicit size, or the position moved back by what never
+    /// landed): the file's end from there on, whatever the writes refused
+    /// behind it planned, for a rebasing [`Mark`] of a `seek` from the end
+    /// ([`Chain::rebase`]). None once the chain is whole again.
+    cut_since: Option<u64>,
 }
 
 /// Where a failed entry left the file, for the entries behind it, and
@@ -158,6 +164,15 @@ impl Stop {
     fn errno(self) -> i32 {
         match self {
             Stop::Write { errno, .. } | Stop::Cut { errno, .. } => errno,
+        }
+    }
+
+    /// Where the position stays: the offset a write's bytes stopped at, or
+    /// the size a failed truncation did not set.
+    fn at(self) -> u64 {
+        match self {
+            Stop::Write { at, .. } => at,
+            Stop::Cut { len, .. } => len,
         }
     }
 }
@@ -238,6 +253,10 @@ struct Mark {
     /// ([`Chain::rebase`]), as the built-in's seek from where the bytes
     /// stopped puts them.
     rebase: bool,
+    /// For the rebasing mark of a `seek` from the end: the size the seek
+    /// planned on ([`WriteQueue::size_after`]), which a truncation kept
+    /// behind the write that stopped short may have set.
+    size: Option<u64>,
     token: u64,
     slot: Arc<Slot>,
 }
@@ -623,12 +642,23 @@ impl Chain {
                 self.mend();
                 break;
             }
-            if matches!(&next, Entry::Mark(m) if m.rebase) {
-                self.queued.push_front(next);
-                let by = self.rebase();
-                move_back_following(self.queued.iter_mut(), by);
-                break;
-            }
+            let next = match next {
+                Entry::Mark(m) if m.rebase => match self.rebase(&m) {
+                    Some(by) => {
+                        self.queued.push_front(Entry::Mark(m));
+                        if !move_back_following(self.queued.iter_mut(), by) {
+                            self.shift += by;
+                        }
+                        break;
+                    }
+                    None => {
+                        self.broken = Some((m.token, stop));
+                        woken.extend(before_start(m, stop.at()));
+                        continue;
+                    }
+                },
+                next => next,
+            };
             match self.behind(next, stop) {
                 Ok(entry) => kept.push_back(entry),
                 Err(waker) => woken.extend(waker),
@@ -645,9 +675,10 @@ impl Chain {
     /// are counted as lost; a `truncate()` at the position, behind a
     /// truncation a seek from the end planned on), or answered now (a
     /// `tell` at the position: where the bytes stopped, as the built-in's
-    /// says); a truncation at the position behind a write that stopped is
-    /// moved back by what was lost, to where the built-in's position is;
-    /// the rest is made in its turn (an explicit size, a tell of the end).
+    /// says); a truncation at the position behind a write that stopped
+    /// cuts where the bytes stopped, the built-in's position; the rest is
+    /// made in its turn (an explicit size, a tell of the end), a
+    /// truncation's size kept as the file's end ([`Chain::cut_since`]).
     /// `Ok` with the entry to keep, or `Err` with the waker of its call.
     fn behind(&mut self, entry: Entry, stop: Stop) -> Result<Entry, Option<Waker>> {
         match (entry, stop) {
@@ -655,13 +686,17 @@ impl Chain {
                 self.lost += p.buf.bytes_len() as u64;
                 Err(self.refuse(Entry::Write(p), stop))
             }
-            (Entry::Cut(mut c), Stop::Write { .. }) if c.follows => {
-                c.len = c.len.saturating_sub(self.lost);
+            (Entry::Cut(mut c), Stop::Write { at, .. }) => {
+                if c.follows {
+                    c.len = at;
+                }
+                // (relative to a mark of the end, its size is not known yet)
+                self.cut_since = c.of.is_none().then_some(c.len);
                 Ok(Entry::Cut(c))
             }
             (Entry::Cut(c), Stop::Cut { .. }) if c.follows => Err(self.refuse(Entry::Cut(c), stop)),
-            (Entry::Mark(mut m), Stop::Write { .. }) if m.follows && m.end.is_none() => {
-                m.at = m.at.saturating_sub(self.lost);
+            (Entry::Mark(mut m), Stop::Write { at, .. }) if m.follows && m.end.is_none() => {
+                m.at = at;
                 Err(self.answer(m))
             }
             (entry, _) => Ok(entry),
@@ -680,18 +715,29 @@ impl Chain {
     fn mend(&mut self) {
         self.broken = None;
         self.lost = 0;
+        self.cut_since = None;
     }
 
-    /// A rebasing [`Mark`] is met behind a write that stopped short: the
-    /// chain is whole again, and the positions planned past the bytes that
-    /// never landed are that much past the built-in's from now on
-    /// ([`Chain::shift`]). How much that is, by which the caller moves
-    /// back the entries from the mark on.
-    fn rebase(&mut self) -> u64 {
-        let by = self.lost;
+    /// A rebasing [`Mark`] is met behind a write that stopped short: how
+    /// far its position planned is past the built-in's, by which the
+    /// caller moves back the entries from the mark on and which it adds
+    /// to [`Chain::shift`] (unless a write after a `seek` from the start
+    /// is among them); the chain is whole again. What never landed, or,
+    /// for a `seek` from the end behind a truncation kept, how far the
+    /// size it planned is past the one that truncation set. None if the
+    /// position moved back would be before the start: the built-in's seek
+    /// fails there (`EINVAL`), the position staying where the bytes
+    /// stopped, and the chain stays broken.
+    fn rebase(&mut self, mark: &Mark) -> Option<u64> {
+        let by = match (mark.size, self.cut_since) {
+            (Some(size), Some(len)) => size.saturating_sub(len),
+            _ => self.lost,
+        };
+        if mark.at < by {
+            return None;
+        }
         self.mend();
-        self.shift += by;
-        by
+        Some(by)
     }
 
     /// Puts `entry`, placed now, in the built-in's positions: moved back by
@@ -711,6 +757,16 @@ impl Chain {
             self.shift = 0;
         } else {
             move_back_following(std::iter::once(entry), self.shift);
+        }
+    }
+
+    /// The offset where the bytes of the write that stopped short ahead
+    /// stopped, while the entries behind it are refused: the built-in's
+    /// position.
+    fn stopped_at(&self) -> Option<u64> {
+        match self.broken {
+            Some((_, Stop::Write { at, .. })) => Some(at),
+            _ => None,
         }
     }
 
@@ -832,15 +888,16 @@ fn start_awaited(core: &Core, waiter: PyObject, lent: Option<RawFd>) -> (u64, Ar
 
 /// Moves back by `by` the positions of `entries` that follow the ones
 /// placed before them (a write's offset, a `truncate()`'s size, a
-/// `tell`'s answer), up to the first write that does not (placed after a
-/// `seek` from the start), which, with the entries behind it, stays.
-fn move_back_following<'a>(entries: impl Iterator<Item = &'a mut Entry>, by: u64) {
-    if by == 0 {
-        return;
-    }
+/// `tell`'s answer), up to the first write or `tell` that does not
+/// (placed after a `seek` from the start), which, with the entries behind
+/// it, stays. Whether it met one (the caller plans from the built-in's
+/// positions again since).
+fn move_back_following<'a>(entries: impl Iterator<Item = &'a mut Entry>, by: u64) -> bool {
     for entry in entries {
         match entry {
-            Entry::Write(p) if !p.follows => return,
+            Entry::Write(p) if !p.follows => return true,
+            Entry::Mark(m) if !m.follows && m.end.is_none() && m.of.is_none() => return true,
+            Entry::Write(_) | Entry::Cut(_) | Entry::Mark(_) if by == 0 => {}
             Entry::Write(p) => p.at = p.at.saturating_sub(by),
             Entry::Cut(c) if c.follows => c.len = c.len.saturating_sub(by),
             Entry::Mark(m) if m.follows && m.end.is_none() && m.of.is_none() => {
@@ -849,7 +906,24 @@ fn move_back_following<'a>(entries: impl Iterator<Item = &'a mut Entry>, by: u64
             Entry::Cut(_) | Entry::Mark(_) => {}
         }
     }
+    false
 }
+
+/// Answers the rebasing `mark` whose position moved back would be before
+/// the start ([`Chain::rebase`]): the built-in's seek fails there
+/// (`EINVAL`), its position staying at `stopped`, where the bytes of the
+/// write ahead stopped; the answer is that offset plus [`BEFORE_START`],
+/// which its call tells from a position (it raises `EINVAL` and sets the
+/// position there). The chain stays broken until that call has its
+/// answer ([`WriteQueue::claim`] of its token), not the write's. The
+/// waker of its call.
+fn before_start(mark: Mark, stopped: u64) -> Option<Waker> {
+    mark.slot.finish(Ok((BEFORE_START | stopped) as usize))
+}
+
+/// Added to the answer of a rebasing [`Mark`] whose seek fails, its target
+/// being before the start ([`before_start`]): past every file offset.
+const BEFORE_START: u64 = 1 << 63;
 
 /// `e` again, for a second report (an `io::Error` is not `Clone`).
 fn copy_error(e: &io::Error) -> io::Error {
@@ -879,11 +953,21 @@ impl WriteQueue {
                 }
                 // (and so does the mark of a seek from the position or
                 // the end, its position moved back by what never landed)
-                Some(_) if matches!(&entry, Entry::Mark(m) if m.rebase) => {
-                    let by = c.rebase();
-                    move_back_following(std::iter::once(&mut entry), by);
-                    Ok(entry)
-                }
+                Some((_, stop)) if matches!(&entry, Entry::Mark(m) if m.rebase) => match entry {
+                    Entry::Mark(m) => match c.rebase(&m) {
+                        Some(by) => {
+                            let mut entry = Entry::Mark(m);
+                            move_back_following(std::iter::once(&mut entry), by);
+                            c.shift += by;
+                            Ok(entry)
+                        }
+                        None => {
+                            c.broken = Some((m.token, stop));
+                            Err(before_start(m, stop.at()))
+                        }
+                    },
+                    other => Ok(other),
+                },
                 Some((_, stop)) => c.behind(entry, stop),
                 None => Ok(entry),
             };
@@ -1040,8 +1124,9 @@ impl WriteQueue {
     /// or, `of` the token of an earlier mark of the end, its answer plus
     /// `at` (which may then be negative: the caller checks the sum).
     /// `rebase`: the mark of a `seek` from the position or the end, which
-    /// the writes placed behind it follow ([`Mark::rebase`]).
-    #[pyo3(signature = (core, waiter, fd, at, follows = true, end = false, of = None, rebase = false))]
+    /// the writes placed behind it follow ([`Mark::rebase`]); `size`, for
+    /// one from the end, the size it planned on ([`Mark::size`]).
+    #[pyo3(signature = (core, waiter, fd, at, follows = true, end = false, of = None, rebase = false, size = None))]
     #[allow(clippy::too_many_arguments)]
     fn mark(
         &self,
@@ -1053,6 +1138,7 @@ impl WriteQueue {
         end: bool,
         of: Option<u64>,
         rebase: bool,
+        size: Option<u64>,
     ) -> PyResult<u64> {
         // (relative to a mark of the end, a negative offset wraps: added to
         // that end with wrapping arithmetic, it gives the sum)
@@ -1083,6 +1169,7 @@ impl WriteQueue {
             end: lookup,
             of,
             rebase,
+            size,
             token,
             slot,
         }));
@@ -1097,11 +1184,20 @@ impl WriteQueue {
         c.is_idle() && c.broken.is_none() && c.shift == 0
     }
 
-    /// The caller plans positions from the built-in's again (its seek's
-    /// rebasing mark answered, it moved the position back by what never
-    /// landed): the entries placed from now on are not moved back.
-    fn rebased(&self) {
-        self.writes.lock().shift = 0;
+    /// The caller moved its position back by `by` (a seek's rebasing
+    /// mark answered, less what the calls since moved it already): the
+    /// entries placed from now on are moved back that much less
+    /// ([`Chain::shift`]).
+    fn rebased(&self, by: u64) {
+        let mut c = self.writes.lock();
+        c.shift = c.shift.saturating_sub(by);
+    }
+
+    /// The offset where the bytes of a write that stopped short stopped,
+    /// while the entries placed behind it are refused (the built-in's
+    /// position then), else None.
+    fn stopped_at(&self) -> Option<u64> {
+        self.writes.lock().stopped_at()
     }
 
     /// The value of the [`Mark`] of the batch `token` if it was the last
