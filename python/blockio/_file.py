@@ -1058,7 +1058,11 @@ class AsyncFile(FileState, LineReader[bytes]):
                     else:
                         pos = size + offset
                 moved.append(self._seek_to(pos))
-                if whence != os.SEEK_SET and not self._anchored and anchor and not writes.idle():
+                if size is not None and anchor:
+                    # (a position from the end the writes ahead plan,
+                    # after a seek from the start too: see `_place_rebase`)
+                    self._anchored = False
+                if whence != os.SEEK_SET and not self._anchored and anchor and not self._bufsize and not writes.idle():
                     rebase.append(self._place_rebase(pos, size))
             except OSError as e:
                 moved.append(OSError(e.errno, e.strerror, self.name))

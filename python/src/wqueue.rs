@@ -901,7 +901,8 @@ fn move_back_following<'a>(entries: impl Iterator<Item = &'a mut Entry>, by: u64
             Entry::Write(p) => p.at = p.at.saturating_sub(by),
             Entry::Cut(c) if c.follows => c.len = c.len.saturating_sub(by),
             Entry::Mark(m) if m.follows && m.end.is_none() && m.of.is_none() => {
-                m.at = m.at.saturating_sub(by)
+                m.at = m.at.saturating_sub(by);
+                m.size = m.size.map(|size| size.saturating_sub(by));
             }
             Entry::Cut(_) | Entry::Mark(_) => {}
         }
@@ -1226,7 +1227,8 @@ impl WriteQueue {
     /// so that no entry leaves the chain between the look at the file and
     /// the look at the entries: one finished in between would be counted
     /// by neither. The truncations counted are marked planned on
-    /// ([`Cut::planned_on`]).
+    /// ([`Cut::planned_on`]). In the caller's positions: plus the
+    /// [`Chain::shift`] it has not taken back yet.
     fn size_after(&self, fd: RawFd) -> PyResult<Option<u64>> {
         let mut c = self.writes.lock();
         if c.is_idle() {
@@ -1255,7 +1257,9 @@ impl WriteQueue {
                 Entry::Mark(_) => size,
             };
         }
-        Ok(Some(size))
+        // (in the caller's positions, past the built-in's by the shift not
+        // taken back yet: the seek's mark is moved back as much)
+        Ok(Some(size + c.shift))
     }
 
     /// Starts the wait for every write placed to finish, for `waiter`;

@@ -671,6 +671,10 @@ ORDERS = {
                                         ("write", b"ccc"), ("seek", 2, 1), ("write", b"ccc"), ("tell",)],
     # (a seek from the start after one from the position: the writes after
     # it are made where the program put them)
+    # (a seek from the end after one from the start goes from the end the
+    # built-in's has, not the one the short write planned)
+    "seek-set-then-seek-end": [("write", b"a" * 90), ("write", b"b" * 20), ("seek", -8, 1), ("seek", 2, 0),
+                               ("seek", -2, 2), ("write", b"YY"), ("tell",)],
     "seek-cur-then-seek-set": [("write", b"a" * 90), ("write", b"b" * 20), ("seek", -5, 1), ("seek", 3, 0),
                                ("write", b"x"), ("write", b"yy"), ("tell",)],
 }
@@ -1383,21 +1387,34 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
 ORDERS = {
     "seek-set": ([("write", b"a" * 90), ("write", b"b" * 20), ("seek", -5, 1), ("seek", 3, 0), ("write", b"x")],
                  [("write", b"yy"), ("tell",), ("seek", -2, 1), ("write", b"zz"), ("tell",)]),
+    "seek-end-after-seek-set": ([("write", b"a" * 90), ("write", b"b" * 20), ("seek", -8, 1), ("seek", 2, 0),
+                                 ("seek", -2, 2)], [("write", b"YY"), ("tell",)]),
     "failed-write": ([("write", b"a" * 90), ("write", b"b" * 20), ("seek", 5, 1), ("write", b"ccc")],
                      [("tell",), ("seek", -20, 1), ("write", b"zz"), ("tell",)]),
+}
+# (buffered: a seek behind a flush that stopped short is not answered from
+# where the bytes stopped; the bytes written behind it are not made, as
+# the built-in's, whose failed flush keeps them buffered)
+BUFFERED = {
+    "flush-then-seek-cur": [("write", b"a" * 90), ("flush",), ("write", b"b" * 20), ("flush",), ("seek", -5, 1),
+                            ("write", b"ccc"), ("flush",)],
 }
 
 def r(x):
     return "E%s" % x.errno if isinstance(x, OSError) else x
 
-def builtin(first, then):
+def builtin(first, then, buffering=0):
     out = []
-    with open(path, "w+b", buffering=0) as f:
-        for name, *args in first + then:
-            try:
-                out.append(r(getattr(f, name)(*args)))
-            except OSError as x:
-                out.append(r(x))
+    f = open(path, "w+b", buffering=buffering)
+    for name, *args in first + then:
+        try:
+            out.append(r(getattr(f, name)(*args)))
+        except OSError as x:
+            out.append(r(x))
+    try:
+        f.close()
+    except OSError:
+        pass  # (a buffered file's last flush, past the limit)
     return out, open(path, "rb").read()
 
 async def safe(c):
@@ -1406,8 +1423,8 @@ async def safe(c):
     except OSError as x:
         return r(x)
 
-async def ours(first, then):
-    f = await blockio.open(path, "w+b", buffering=0, engine=engine)
+async def ours(first, then, buffering=0):
+    f = await blockio.open(path, "w+b", buffering=buffering, engine=engine)
     tasks = []
     for name, *args in first:
         tasks.append(asyncio.ensure_future(safe(getattr(f, name)(*args))))
@@ -1415,7 +1432,10 @@ async def ours(first, then):
     out = list(await asyncio.gather(*tasks))
     for name, *args in then:
         out.append(await safe(getattr(f, name)(*args)))
-    await f.close()
+    try:
+        await f.close()
+    except OSError:
+        pass
     return out, open(path, "rb").read()
 
 engine = blockio.Engine(backend=backend)
@@ -1423,6 +1443,9 @@ for name, (first, then) in ORDERS.items():
     # (which of two orders the core meets them in varies from run to run)
     for _ in range(10):
         print(name, repr((builtin(first, then), asyncio.run(ours(first, then)))))
+for name, first in BUFFERED.items():
+    # (the file's bytes: each call's result is not the built-in's there)
+    print(name, repr(((None, builtin(first, [], 8192)[1]), (None, asyncio.run(ours(first, [], 8192))[1]))))
 engine.close()
 """
 
@@ -1433,9 +1456,10 @@ def test_calls_awaited_after_a_seek_placed_behind_a_short_write_end_as_the_built
     with a seek from the position and more calls begun behind it, all
     awaited together; then calls awaited one by one. A seek from the start
     after the one from the position leaves the writes after it where the
-    program put them (not moved back by what never landed), and a write
-    behind the seek that fails whole leaves the position where it was
-    tried: each call's result and the file are the built-in's."""
+    program put them (not moved back by what never landed), a seek from
+    the end after it goes from the built-in's end, and a write behind the
+    seek that fails whole leaves the position where it was tried: each
+    call's result and the file are the built-in's."""
     p = tmp_path / "f"
     for line in _run_script(_AWAITED_BEHIND_A_REBASING_SEEK, p, backend).splitlines():
         name, outcome = line.split(" ", 1)
