@@ -1058,6 +1058,9 @@ class AsyncFile(FileState, LineReader[bytes]):
                     else:
                         pos = size + offset
                 moved.append(self._seek_to(pos))
+                # (set whatever the writes ahead do: one of them that fails
+                # leaves it as it is, as the built-in's after its seek)
+                self._anchors += self._anchored and anchor
                 if size is not None and anchor:
                     # (a position from the end the writes ahead plan,
                     # after a seek from the start too: see `_place_rebase`)

@@ -675,6 +675,10 @@ ORDERS = {
     # built-in's has, not the one the short write planned)
     "seek-set-then-seek-end": [("write", b"a" * 90), ("write", b"b" * 20), ("seek", -8, 1), ("seek", 2, 0),
                                ("seek", -2, 2), ("write", b"YY"), ("tell",)],
+    # (a seek from the start behind a short write and a write it refused:
+    # the position is the seek's, whatever those calls end with)
+    "seek-set-behind-a-refused-write": [("write", b"a" * 90), ("write", b"b" * 20), ("write", b"c" * 6),
+                                        ("seek", 101, 0), ("tell",)],
     "seek-cur-then-seek-set": [("write", b"a" * 90), ("write", b"b" * 20), ("seek", -5, 1), ("seek", 3, 0),
                                ("write", b"x"), ("write", b"yy"), ("tell",)],
 }
