@@ -60,7 +60,9 @@
 //! is a rebasing [`Mark`]: met behind a write that stopped short, it makes
 //! the chain whole again, answered with the built-in's position (the
 //! planned one less what never landed), and the entries from it on are
-//! made that much lower ([`Chain::shift`]), where the built-in's are.
+//! made that much lower ([`Chain::shift`]), where the built-in's are; a
+//! target then before the start fails, as the built-in's seek there, and
+//! the chain stays broken ([`before_start`]).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -135,10 +137,11 @@ struct Chain {
     marked: Option<(u64, u64)>,
     /// How far the positions the caller plans (and places entries at) are
     /// past the built-in file's, since a rebasing mark met a write that
-    /// stopped short ([`Chain::rebase`]), until the caller plans from the
-    /// built-in's again ([`WriteQueue::rebased`]) or sets the position
-    /// from the start: the entries placed meanwhile that follow are
-    /// moved back by this much ([`Chain::shifted`]).
+    /// stopped short ([`Chain::rebase`]), less what the caller has moved
+    /// its position back since ([`WriteQueue::rebased`]), until it sets
+    /// the position from the start (a write or `tell` placed after that,
+    /// or queued behind the mark): the entries placed meanwhile that
+    /// follow are moved back by this much ([`Chain::shifted`]).
     shift: u64,
     /// The size a truncation kept behind a write that stopped short set
     /// (an explicit size, or the position moved back by what never
@@ -760,16 +763,6 @@ impl Chain {
         }
     }
 
-    /// The offset where the bytes of the write that stopped short ahead
-    /// stopped, while the entries behind it are refused: the built-in's
-    /// position.
-    fn stopped_at(&self) -> Option<u64> {
-        match self.broken {
-            Some((_, Stop::Write { at, .. })) => Some(at),
-            _ => None,
-        }
-    }
-
     /// Answers `mark`, not of the end (see [`Mark`]); the waker of its
     /// call.
     fn answer(&mut self, mark: Mark) -> Option<Waker> {
@@ -1192,13 +1185,6 @@ impl WriteQueue {
     fn rebased(&self, by: u64) {
         let mut c = self.writes.lock();
         c.shift = c.shift.saturating_sub(by);
-    }
-
-    /// The offset where the bytes of a write that stopped short stopped,
-    /// while the entries placed behind it are refused (the built-in's
-    /// position then), else None.
-    fn stopped_at(&self) -> Option<u64> {
-        self.writes.lock().stopped_at()
     }
 
     /// The value of the [`Mark`] of the batch `token` if it was the last
