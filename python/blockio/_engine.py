@@ -164,8 +164,8 @@ def _is_stream(fd: int) -> bool:
         if fcntl.fcntl(fd, fcntl.F_GETFL) & _KERNEL_O_LARGEFILE:
             return False
         mode = os.fstat(fd).st_mode
-    except (OSError, ValueError, TypeError):
-        return False
+    except (OSError, ValueError, TypeError, OverflowError):
+        return False  # (the read reports what is wrong with the descriptor)
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
 
 
