@@ -121,6 +121,10 @@ _FIRST_CHUNK = 8192
 #: The largest file offset Linux has (``loff_t``): a seek past it is refused
 #: at the seek, as the built-in file's is.
 _MAX_OFFSET = (1 << 63) - 1
+#: Added to the answer of a seek's rebasing mark whose target, moved back
+#: by what a write ahead never landed, is before the start (see
+#: `AsyncFile._rebased`): the core's ``BEFORE_START``.
+_BEFORE_START = 1 << 63
 #: A file offset's values (``off_t``), and a C ``int``'s (``whence``, a descriptor).
 _OFF_T = range(-(1 << 63), 1 << 63)
 _C_INT = range(-(1 << 31), 1 << 31)
@@ -439,6 +443,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         #: file's end, looked up when it is needed.
         self._at_end = "a" in mode
         self._pending = None  # (see the core's `FileState`)
+        self._seeks = 0  # (see the core's `FileState`)
         #: Read ahead: ``_rbuf[_roff:]`` are the bytes at ``_pos`` on. A
         #: read takes its bytes from the front by moving ``_roff``, so small
         #: reads from a large buffer do not copy the rest of it each time;
@@ -630,9 +635,14 @@ class AsyncFile(FileState, LineReader[bytes]):
                 self._at_end = True  # (its lookup failed: the end, looked up again)
             else:
                 self._pos, self._at_end = end + offset, False
-        taken = writes.take_error()
-        if taken is not None:
-            error, stopped = taken
+        error, stopped, shift = writes.take_error()
+        if shift and not self._append and not self._anchored:
+            # (a seek from the position placed behind a write that stopped
+            # short never had its answer: the position planned past it is
+            # that much past the built-in's; see `_place_rebase`)
+            self._pos -= shift
+            self._shifted += shift
+        if error is not None:
             text = error.strerror or str(error)
             if stopped is not None and not self._append and not self._anchored:
                 # (unless a seek from the start was made since, which set
@@ -768,6 +778,8 @@ class AsyncFile(FileState, LineReader[bytes]):
     async def _tell(self) -> int:
         self._check_open()
         self._check_seekable()
+        if self._append and self._at_end and self._wbuf:
+            return await self._tell_buffered_end()
         if self._calls.writing:
             return await self._tell_placing()
         return await self._position()
@@ -805,6 +817,23 @@ class AsyncFile(FileState, LineReader[bytes]):
         at, follows = self._pos, not self._anchored
         return await self._placed_result(self._engine._begin(self._file, lambda w: writes.mark(core, w, num, at,
                                                                                              follows)))
+
+    async def _tell_buffered_end(self) -> int:
+        """``tell()`` in append mode with bytes buffered: the end (the
+        file's size once the entries of its write queue ahead are done,
+        by a mark placed there if writes are in progress) plus the bytes
+        buffered, which it does not write, as the built-in's ``tell``
+        counts them without writing them. So bytes a failed flush kept
+        are not tried again by each ``tell``: their failure comes once,
+        from the next flush or ``close()``."""
+        held = len(self._wbuf)
+        writes = self._file.writes
+        if writes is None or (not self._calls.writing and writes.idle()):
+            return await self._engine._asize(self._file) + held
+        core, num = self._engine._core, self._file.num
+        end = await self._placed_result(self._engine._begin(self._file, lambda w: writes.mark(core, w, num, 0, True,
+                                                                                              True)))
+        return end + held
 
     async def _place_behind_flush(self, make: Callable[[Any], int],
                                   then: Optional[Callable[[int], Any]] = None) -> Tuple[Any, int]:
@@ -979,6 +1008,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         self._pending = None
         self._drop_read_ahead()
         self._seeked = True
+        self._seeks += 1
         return pos
 
     async def _seek_placing(self, offset: int, whence: int) -> int:
@@ -1004,8 +1034,13 @@ class AsyncFile(FileState, LineReader[bytes]):
         # ahead do, unless it flushes first: if that write fails, the seek
         # fails, and the position stays after the bytes it kept)
         anchor = not self._wbuf
+        writes = self._file.writes
+        assert writes is not None  # (a seekable file's: see `_find_position`)
+        rebase: List[Tuple[Any, int]] = []
+        size: Optional[int] = None
 
         def place() -> None:
+            nonlocal size
             try:
                 if whence == os.SEEK_SET:
                     pos = offset
@@ -1014,8 +1049,24 @@ class AsyncFile(FileState, LineReader[bytes]):
                     pos = self._pos + offset
                 else:
                     size = self._size_after()
-                    pos = size + offset if size is not None else os.lseek(self._file.num, offset, os.SEEK_END)
+                    if size is None:
+                        # (the end the kernel knows, nothing being
+                        # unfinished: a position of the file as it is, set
+                        # whatever the writes ahead did, as from the start)
+                        pos = os.lseek(self._file.num, offset, os.SEEK_END)
+                        self._anchored = anchor
+                    else:
+                        pos = size + offset
                 moved.append(self._seek_to(pos))
+                # (set whatever the writes ahead do: one of them that fails
+                # leaves it as it is, as the built-in's after its seek)
+                self._anchors += self._anchored and anchor
+                if size is not None and anchor:
+                    # (a position from the end the writes ahead plan,
+                    # after a seek from the start too: see `_place_rebase`)
+                    self._anchored = False
+                if whence != os.SEEK_SET and not self._anchored and anchor and not self._bufsize and not writes.idle():
+                    rebase.append(self._place_rebase(pos, size))
             except OSError as e:
                 moved.append(OSError(e.errno, e.strerror, self.name))
 
@@ -1036,7 +1087,61 @@ class AsyncFile(FileState, LineReader[bytes]):
         if isinstance(moved[0], OSError):
             raise moved[0]
         pos: int = moved[0]
+        if rebase:
+            pos = await self._placed_result(rebase[0], self._rebased(pos, rebase[0][1]))
         return pos
+
+    def _place_rebase(self, pos: int, size: Optional[int]) -> Tuple[Any, int]:
+        """Places, for a seek from the position or the end made behind
+        unfinished entries of the file's write queue, the mark that
+        answers it (``WriteQueue.mark``'s ``rebase``): ``pos``, the
+        position planned past the writes placed before it, less what a
+        write ahead that stopped short never landed (where the built-in's
+        seek goes, from where those bytes stopped); the writes placed
+        behind it are then made that much lower, as the built-in's, rather
+        than refused. A write placed before it that fails leaves the
+        position to it (see `_end_write`). ``size``: for a seek from the
+        end, the size it planned on (``WriteQueue.size_after``), which a
+        truncation placed behind the write that stopped short may have set
+        whatever the write did."""
+        writes = self._file.writes
+        assert writes is not None
+        core, num = self._engine._core, self._file.num
+        self._anchors += 1
+        return self._engine._begin(self._file, lambda w: writes.mark(core, w, num, pos, True, False, None, True,
+                                                                     size))
+
+    def _rebased(self, planned: int, token: int) -> Callable[[int], int]:
+        """What a seek placed by `_place_rebase` at ``planned`` does with
+        its mark's answer ``at``: moves the position back by what never
+        landed (the calls placed behind it moved it on from ``planned``),
+        less what an earlier seek's answer moved it back already, unless a
+        seek since set it again, and tells the file's write queue how much
+        (the positions planned from now on are moved back that much less).
+        An answer of ``_BEFORE_START`` plus an offset: the target moved back
+        was before the start; as the built-in's seek there, it raises
+        ``EINVAL`` with the position where the bytes ahead stopped (that
+        offset), and the writes placed behind it until then (``token``'s
+        call has its answer) are refused."""
+        seeks, shifted = self._seeks, self._shifted
+
+        def moved(at: int) -> int:
+            writes = self._file.writes
+            failed = at >= _BEFORE_START
+            if failed:
+                at -= _BEFORE_START
+            if seeks == self._seeks and writes is not None:
+                by = planned - at - (self._shifted - shifted)
+                self._pos -= by
+                self._shifted += by
+                writes.rebased(max(by, 0))
+            if failed:
+                if writes is not None:
+                    writes.claim(token)
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), self.name)
+            return at
+
+        return moved
 
     def _size_after(self) -> Optional[int]:
         """The size the file will have once the entries of its write queue
@@ -1813,7 +1918,7 @@ class AsyncFile(FileState, LineReader[bytes]):
         # landed), not after a seek from the start (the built-in's is made).
         follows, self._anchored = not self._anchored, False
         self._anchors += not follows
-        anchors = self._anchors
+        anchors, shifted = self._anchors, self._shifted
         done = 0
         failed = False
         cancelled: Optional[BaseException] = None
@@ -1864,7 +1969,10 @@ class AsyncFile(FileState, LineReader[bytes]):
             if (failed or done < size) and not self._append:
                 # (in append mode the position is at the end since the
                 # write began, unless a call placed behind it moved it)
-                self._end_write(pos, end, pos + done, failed, anchors)
+                # (a seek's answer since moved the position back, and the
+                # core this write with it: see `_rebased`)
+                back = self._shifted - shifted
+                self._end_write(pos - back, end - back, pos - back + done, failed, anchors)
         if after is not None:
             after()
         if cancelled is not None:
@@ -1883,7 +1991,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             # seek from the start, which is made, or by a seek whose
             # flush failed, which moved it back after the kept bytes)
             self._pos = min(self._pos, stopped)
-        elif self._pos == end:
+        elif self._pos == end and anchors == self._anchors:
             self._pos = stopped
         # (else writes made meanwhile were placed after all of this
         # one's bytes, and the position stays past theirs)
@@ -1998,7 +2106,7 @@ class AsyncFile(FileState, LineReader[bytes]):
             # (see `_StreamCall`): flushed once it has ended.
             await last.result()
 
-    @one_at_a_time_placing(lambda f, size=None: size is not None or f._pending is None)
+    @one_at_a_time_placing(lambda f, size=None: True)
     async def truncate(self, size: Optional[int] = None) -> int:
         """Cuts (or extends) the file to ``size`` bytes, the position by
         default; the new size. The position does not move. Behind writes
@@ -2036,7 +2144,9 @@ class AsyncFile(FileState, LineReader[bytes]):
         position behind a write that stopped short cuts where the built-in's
         position is, where its bytes stopped (see `WriteQueue.truncate`).
         In append mode at the end, ``truncate()`` is the end at the time
-        (nothing to cut), and ``truncate(n)`` leaves the position at the
+        (nothing to cut); behind a seek from the end whose answer has not
+        come (`_pending`), it cuts at that seek's position, relative to
+        its mark (`WriteQueue.truncate`'s ``of``); ``truncate(n)`` leaves the position at the
         end before the cut, as the built-in's: a mark placed ahead of the
         cut takes it (`_pending`)."""
         writes = self._file.writes
@@ -2045,6 +2155,12 @@ class AsyncFile(FileState, LineReader[bytes]):
         if size is None and self._at_end:
             return await self._placed_result(await self._place_behind_flush(
                 lambda w: writes.mark(core, w, num, 0, True, True)))
+        if size is None and self._pending is not None:
+            # At the position a seek from the end sets, whose answer has
+            # not come: a cut relative to that seek's mark of the end.
+            of, offset = self._pending
+            return await self._placed_result(await self._place_behind_flush(
+                lambda w: writes.truncate(core, w, num, offset, False, of)))
         n = self._pos if size is None else size
         follows = size is None and not self._anchored
         mark: List[Tuple[Any, int]] = []

@@ -66,16 +66,17 @@ impl Core {
         length: usize,
         whole: bool,
     ) -> PyResult<u64> {
-        let per = fresh::pieces_of(length);
+        // (the shape asked of the file once, however many offsets)
+        let file = file.map(|(file, dup)| (Arc::new(file), dup, fresh::shape(dup, whole)));
+        let per = match &file {
+            Ok((_, _, shape)) => shape.pieces(length),
+            Err(_) => fresh::pieces_of(length),
+        };
         let mut futs = Vec::with_capacity(offsets.len() * per);
-        let file = file.map(|(file, dup)| (Arc::new(file), dup));
-        // (asked of the file once, however many offsets)
-        let mut shape = None;
         for &off in offsets {
             match &file {
-                Ok((file, dup)) => {
-                    let shape = *shape.get_or_insert_with(|| fresh::shape(*dup, whole));
-                    match fresh::start(py, file, (fd, *dup), off, head, length, shape) {
+                Ok((file, dup, shape)) => {
+                    match fresh::start(py, file, (fd, *dup), off, head, length, *shape) {
                         Ok(f) => futs.extend(f),
                         Err(e) => {
                             if lent {

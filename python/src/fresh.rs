@@ -159,12 +159,12 @@ pub(crate) fn start(
     // SAFETY: the object is new, `lead` bytes fit at its start, and `head`
     // (another object's storage, or a Rust slice) does not overlap it.
     unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), base, lead) };
-    let Shape { lanes, size } = shape;
-    let mut futs: Vec<Boxed<OneDone>> = Vec::with_capacity(pieces_of(length));
+    let Shape { lanes, size, piece } = shape;
+    let mut futs: Vec<Boxed<OneDone>> = Vec::with_capacity(shape.pieces(length));
     let mut gates = std::collections::VecDeque::with_capacity(lanes);
     let mut at = 0;
     while at < length {
-        let len = PIECE.min(length - at);
+        let len = piece.min(length - at);
         let piece = Piece {
             obj: obj.clone_ref(py),
             // SAFETY: `lead + at + len <= lead + length`: within the
@@ -208,6 +208,16 @@ pub(crate) struct Shape {
     /// Where a short read is the end ([`fill`]): `None`, only a read
     /// returning nothing says so.
     size: Option<u64>,
+    /// The most bytes one piece asks for: [`PIECE`], or, for a stream
+    /// read once, the whole length.
+    piece: usize,
+}
+
+impl Shape {
+    /// How many pieces a read of `length` bytes is made of (at least one).
+    pub(crate) fn pieces(&self, length: usize) -> usize {
+        length.div_ceil(self.piece).max(1)
+    }
 }
 
 /// How `fd` is read in pieces, asked once per read however many offsets
@@ -220,18 +230,41 @@ pub(crate) struct Shape {
 /// (`whole`: a buffered file's), a procfs file's pieces read on past
 /// short reads; else (`Engine.aread`, an unbuffered file's read: one
 /// read(2) as `FileIO`'s) a short read ends its piece, as a regular
-/// file's end does.
+/// file's end does. A pipe, socket or terminal (a character device
+/// without offsets) read so (not `whole`) is one read(2) of the whole
+/// length, as `os.read`'s: a stream
+/// may hold less than asked now, and a read on past what it holds would
+/// wait for more, or, as a second piece, take bytes that the end of the
+/// first, short, piece then drops.
 pub(crate) fn shape(fd: RawFd, whole: bool) -> Shape {
+    use rustix::fs::FileType;
     // SAFETY: the caller's `AsyncFile` holds `fd` open for this call.
     let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
     let Ok(st) = rustix::fs::fstat(fd) else {
         return Shape {
             lanes: 1,
             size: None,
+            piece: PIECE,
         };
     };
-    let regular =
-        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    let regular = kind == FileType::RegularFile;
+    // (a character device with offsets, `/dev/zero`, is no stream: its
+    // reads may stop short anywhere, and are read on; a terminal has none)
+    let stream = match kind {
+        FileType::Fifo | FileType::Socket => true,
+        FileType::CharacterDevice => {
+            rustix::fs::seek(fd, rustix::fs::SeekFrom::Current(0)) == Err(rustix::io::Errno::SPIPE)
+        }
+        _ => false,
+    };
+    if stream && !whole {
+        return Shape {
+            lanes: 1,
+            size: Some(0),
+            piece: usize::MAX,
+        };
+    }
     let size = u64::try_from(st.st_size).ok().filter(|&n| regular && n > 0);
     Shape {
         lanes: if regular { lanes() } else { 1 },
@@ -240,6 +273,7 @@ pub(crate) fn shape(fd: RawFd, whole: bool) -> Shape {
         } else {
             size
         },
+        piece: PIECE,
     }
 }
 

@@ -87,9 +87,9 @@ pub(crate) struct FileState {
     /// position being the end the file's write queue finds when it
     /// reaches that token's mark, plus `offset`; set by the call that
     /// placed it once the mark is answered (or by a call that takes the
-    /// queue over: `AsyncFile._writes_settled`). The calls that need the
-    /// position (a `seek` from it, `truncate()`) wait for that call rather
-    /// than join it; a `tell` places a mark relative to it.
+    /// queue over: `AsyncFile._writes_settled`). A `seek` from the
+    /// position waits for that call rather than join it; a `tell` places a
+    /// mark relative to it, and a `truncate()` a truncation relative to it.
     #[pyo3(get, set, name = "_pending")]
     pending: Option<(u64, i64)>,
     /// How many times the position was set again independently of the
@@ -100,6 +100,18 @@ pub(crate) struct FileState {
     /// (see `AsyncFile._write_at`).
     #[pyo3(get, set, name = "_anchors")]
     anchors: u64,
+    /// Seeks made by queued calls (`AsyncFile._seek_to`): a seek whose
+    /// answer comes later moves the position only if no seek came since
+    /// (see `AsyncFile._rebased`). (An inline seek runs only while no
+    /// queued call does: never while such a seek waits.)
+    #[pyo3(get, set, name = "_seeks")]
+    seeks: u64,
+    /// How far the answers of seeks placed behind a write that stopped
+    /// short moved the position back in all (see `AsyncFile._rebased`):
+    /// a write placed before such an answer, ending after it, moves its
+    /// offsets back as much (see `AsyncFile._write_at`).
+    #[pyo3(get, set, name = "_shifted")]
+    shifted: i64,
     /// The next read is the first since a seek: it reads what it asks for
     /// and no more.
     #[pyo3(get, name = "_seeked")]
@@ -237,6 +249,8 @@ impl FileState {
             anchored: false,
             pending: None,
             anchors: 0,
+            seeks: 0,
+            shifted: 0,
             seeked: false,
             inline: false,
             inline_read: false,

@@ -21,7 +21,8 @@
 //! append mode, a position that depends on the end is the end at the
 //! time: a mark that takes the file's size when the chain reaches it,
 //! looked up on a file-system thread (and, for a `tell` behind a `seek` from the end not answered yet, a
-//! mark relative to that one's answer). A read is not an entry: how far it moves the
+//! mark relative to that one's answer; for a `truncate()` there, a
+//! truncation relative to it). A read is not an entry: how far it moves the
 //! position depends on the file's size when it runs, so a write made
 //! behind a read waits for it in Python (`blockio._calls`), and is lost
 //! if its loop is closed first (`close()` then says so).
@@ -55,6 +56,13 @@
 //! stopped, a `truncate()` cuts there. The entries behind a failed
 //! truncation no such seek planned on are made, as the built-in file's
 //! writes after its failed `truncate`.
+//! A `seek` from the position or the end placed behind unfinished entries
+//! is a rebasing [`Mark`]: met behind a write that stopped short, it makes
+//! the chain whole again, answered with the built-in's position (the
+//! planned one less what never landed), and the entries from it on are
+//! made that much lower ([`Chain::shift`]), where the built-in's are; a
+//! target then before the start fails, as the built-in's seek there, and
+//! the chain stays broken ([`before_start`]).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -127,6 +135,20 @@ struct Chain {
     /// the marks placed relative to it and for a call that took the queue
     /// over from the one that placed it, whose loop was closed.
     marked: Option<(u64, u64)>,
+    /// How far the positions the caller plans (and places entries at) are
+    /// past the built-in file's, since a rebasing mark met a write that
+    /// stopped short ([`Chain::rebase`]), less what the caller has moved
+    /// its position back since ([`WriteQueue::rebased`]), until it sets
+    /// the position from the start (a write or `tell` placed after that,
+    /// or queued behind the mark): the entries placed meanwhile that
+    /// follow are moved back by this much ([`Chain::shifted`]).
+    shift: u64,
+    /// The size a truncation kept behind a write that stopped short set
+    /// (an explicit size, or the position moved back by what never
+    /// landed): the file's end from there on, whatever the writes refused
+    /// behind it planned, for a rebasing [`Mark`] of a `seek` from the end
+    /// ([`Chain::rebase`]). None once the chain is whole again.
+    cut_since: Option<u64>,
 }
 
 /// Where a failed entry left the file, for the entries behind it, and
@@ -145,6 +167,15 @@ impl Stop {
     fn errno(self) -> i32 {
         match self {
             Stop::Write { errno, .. } | Stop::Cut { errno, .. } => errno,
+        }
+    }
+
+    /// Where the position stays: the offset a write's bytes stopped at, or
+    /// the size a failed truncation did not set.
+    fn at(self) -> u64 {
+        match self {
+            Stop::Write { at, .. } => at,
+            Stop::Cut { len, .. } => len,
         }
     }
 }
@@ -219,6 +250,16 @@ struct Mark {
     /// pool to run it on.
     end: Option<(FsCall, PoolHandle)>,
     of: Option<u64>,
+    /// The mark of a `seek` from the position or the end: met behind a
+    /// write that stopped short, it makes the chain whole again, the
+    /// entries from it on moved back by what never landed
+    /// ([`Chain::rebase`]), as the built-in's seek from where the bytes
+    /// stopped puts them.
+    rebase: bool,
+    /// For the rebasing mark of a `seek` from the end: the size the seek
+    /// planned on ([`WriteQueue::size_after`]), which a truncation kept
+    /// behind the write that stopped short may have set.
+    size: Option<u64>,
     token: u64,
     slot: Arc<Slot>,
 }
@@ -245,6 +286,11 @@ struct Cut {
     /// refused. An explicit size does not depend on them: made all the
     /// same, as the built-in's.
     follows: bool,
+    /// The token of an earlier mark of the end whose answer plus `len`
+    /// (a wrapping offset) is the size: a `truncate()` in append mode at
+    /// the position a `seek` from the end, not answered when the call was
+    /// made, sets ([`Chain::final_len`]).
+    of: Option<u64>,
 }
 
 /// The mark of the end whose `statx` a file-system thread has.
@@ -482,7 +528,10 @@ impl Chain {
                 },
                 None => woken.extend(self.answer(mark)),
             },
-            Entry::Cut(cut) => match cut.pool.submit(cut.job) {
+            Entry::Cut(mut cut) => match self
+                .final_len(&mut cut)
+                .and_then(|()| cut.pool.submit(cut.job))
+            {
                 Ok(job) => {
                     self.cutting = Some(Cutting {
                         job,
@@ -500,6 +549,34 @@ impl Chain {
             },
         }
         woken
+    }
+
+    /// Sets the size `cut` makes the file. If it is relative to a mark of the end
+    /// (`of`), from that mark's answer: the position the `seek` from the
+    /// end set, or, where that seek's target was before the start (it
+    /// failed, and the position stayed at the end, as the built-in's), the
+    /// end. An error if that answer is not the last one kept (its look-up
+    /// failed). Either way the `ftruncate` made is to `cut.len` as it stands now,
+    /// which a write ahead that stopped short may have moved back
+    /// ([`Chain::behind`], [`move_back_following`]).
+    fn final_len(&self, cut: &mut Cut) -> io::Result<()> {
+        if let Some(of) = cut.of {
+            let end = match self.marked {
+                Some((t, end)) if t == of => end,
+                _ => {
+                    return Err(io::Error::other(format!(
+                        "the end of fd {} could not be looked up for a truncate at a seek from it",
+                        cut.fd
+                    )))
+                }
+            };
+            let at = end.wrapping_add(cut.len);
+            cut.len = if i64::try_from(at).is_ok() { at } else { end };
+        }
+        if let FsCall::Ftruncate(_, len) = &mut cut.job {
+            *len = cut.len;
+        }
+        Ok(())
     }
 
     /// Ends the truncation `token` of `fd` to `len` with `res`: a failure
@@ -568,6 +645,23 @@ impl Chain {
                 self.mend();
                 break;
             }
+            let next = match next {
+                Entry::Mark(m) if m.rebase => match self.rebase(&m) {
+                    Some(by) => {
+                        self.queued.push_front(Entry::Mark(m));
+                        if !move_back_following(self.queued.iter_mut(), by) {
+                            self.shift += by;
+                        }
+                        break;
+                    }
+                    None => {
+                        self.broken = Some((m.token, stop));
+                        woken.extend(before_start(m, stop.at()));
+                        continue;
+                    }
+                },
+                next => next,
+            };
             match self.behind(next, stop) {
                 Ok(entry) => kept.push_back(entry),
                 Err(waker) => woken.extend(waker),
@@ -584,9 +678,10 @@ impl Chain {
     /// are counted as lost; a `truncate()` at the position, behind a
     /// truncation a seek from the end planned on), or answered now (a
     /// `tell` at the position: where the bytes stopped, as the built-in's
-    /// says); a truncation at the position behind a write that stopped is
-    /// moved back by what was lost, to where the built-in's position is;
-    /// the rest is made in its turn (an explicit size, a tell of the end).
+    /// says); a truncation at the position behind a write that stopped
+    /// cuts where the bytes stopped, the built-in's position; the rest is
+    /// made in its turn (an explicit size, a tell of the end), a
+    /// truncation's size kept as the file's end ([`Chain::cut_since`]).
     /// `Ok` with the entry to keep, or `Err` with the waker of its call.
     fn behind(&mut self, entry: Entry, stop: Stop) -> Result<Entry, Option<Waker>> {
         match (entry, stop) {
@@ -594,13 +689,17 @@ impl Chain {
                 self.lost += p.buf.bytes_len() as u64;
                 Err(self.refuse(Entry::Write(p), stop))
             }
-            (Entry::Cut(mut c), Stop::Write { .. }) if c.follows => {
-                c.len = c.len.saturating_sub(self.lost);
+            (Entry::Cut(mut c), Stop::Write { at, .. }) => {
+                if c.follows {
+                    c.len = at;
+                }
+                // (relative to a mark of the end, its size is not known yet)
+                self.cut_since = c.of.is_none().then_some(c.len);
                 Ok(Entry::Cut(c))
             }
             (Entry::Cut(c), Stop::Cut { .. }) if c.follows => Err(self.refuse(Entry::Cut(c), stop)),
-            (Entry::Mark(mut m), Stop::Write { .. }) if m.follows && m.end.is_none() => {
-                m.at = m.at.saturating_sub(self.lost);
+            (Entry::Mark(mut m), Stop::Write { at, .. }) if m.follows && m.end.is_none() => {
+                m.at = at;
                 Err(self.answer(m))
             }
             (entry, _) => Ok(entry),
@@ -619,6 +718,49 @@ impl Chain {
     fn mend(&mut self) {
         self.broken = None;
         self.lost = 0;
+        self.cut_since = None;
+    }
+
+    /// A rebasing [`Mark`] is met behind a write that stopped short: how
+    /// far its position planned is past the built-in's, by which the
+    /// caller moves back the entries from the mark on and which it adds
+    /// to [`Chain::shift`] (unless a write after a `seek` from the start
+    /// is among them); the chain is whole again. What never landed, or,
+    /// for a `seek` from the end behind a truncation kept, how far the
+    /// size it planned is past the one that truncation set. None if the
+    /// position moved back would be before the start: the built-in's seek
+    /// fails there (`EINVAL`), the position staying where the bytes
+    /// stopped, and the chain stays broken.
+    fn rebase(&mut self, mark: &Mark) -> Option<u64> {
+        let by = match (mark.size, self.cut_since) {
+            (Some(size), Some(len)) => size.saturating_sub(len),
+            _ => self.lost,
+        };
+        if mark.at < by {
+            return None;
+        }
+        self.mend();
+        Some(by)
+    }
+
+    /// Puts `entry`, placed now, in the built-in's positions: moved back by
+    /// [`Chain::shift`] if it follows the entries placed before it; a
+    /// write or a `tell` after a `seek` from the start (which does not)
+    /// ends the shift, the caller's positions being the built-in's again.
+    fn shifted(&mut self, entry: &mut Entry) {
+        if self.shift == 0 {
+            return;
+        }
+        let absolute = match entry {
+            Entry::Write(p) => !p.follows,
+            Entry::Mark(m) => !m.follows && m.end.is_none() && m.of.is_none(),
+            Entry::Cut(_) => false,
+        };
+        if absolute {
+            self.shift = 0;
+        } else {
+            move_back_following(std::iter::once(entry), self.shift);
+        }
     }
 
     /// Answers `mark`, not of the end (see [`Mark`]); the waker of its
@@ -737,6 +879,46 @@ fn start_awaited(core: &Core, waiter: PyObject, lent: Option<RawFd>) -> (u64, Ar
     (core.start(waiter, batch), slot)
 }
 
+/// Moves back by `by` the positions of `entries` that follow the ones
+/// placed before them (a write's offset, a `truncate()`'s size, a
+/// `tell`'s answer), up to the first write or `tell` that does not
+/// (placed after a `seek` from the start), which, with the entries behind
+/// it, stays. Whether it met one (the caller plans from the built-in's
+/// positions again since).
+fn move_back_following<'a>(entries: impl Iterator<Item = &'a mut Entry>, by: u64) -> bool {
+    for entry in entries {
+        match entry {
+            Entry::Write(p) if !p.follows => return true,
+            Entry::Mark(m) if !m.follows && m.end.is_none() && m.of.is_none() => return true,
+            Entry::Write(_) | Entry::Cut(_) | Entry::Mark(_) if by == 0 => {}
+            Entry::Write(p) => p.at = p.at.saturating_sub(by),
+            Entry::Cut(c) if c.follows => c.len = c.len.saturating_sub(by),
+            Entry::Mark(m) if m.follows && m.end.is_none() && m.of.is_none() => {
+                m.at = m.at.saturating_sub(by);
+                m.size = m.size.map(|size| size.saturating_sub(by));
+            }
+            Entry::Cut(_) | Entry::Mark(_) => {}
+        }
+    }
+    false
+}
+
+/// Answers the rebasing `mark` whose position moved back would be before
+/// the start ([`Chain::rebase`]): the built-in's seek fails there
+/// (`EINVAL`), its position staying at `stopped`, where the bytes of the
+/// write ahead stopped; the answer is that offset plus [`BEFORE_START`],
+/// which its call tells from a position (it raises `EINVAL` and sets the
+/// position there). The chain stays broken until that call has its
+/// answer ([`WriteQueue::claim`] of its token), not the write's. The
+/// waker of its call.
+fn before_start(mark: Mark, stopped: u64) -> Option<Waker> {
+    mark.slot.finish(Ok((BEFORE_START | stopped) as usize))
+}
+
+/// Added to the answer of a rebasing [`Mark`] whose seek fails, its target
+/// being before the start ([`before_start`]): past every file offset.
+const BEFORE_START: u64 = 1 << 63;
+
 /// `e` again, for a second report (an `io::Error` is not `Clone`).
 fn copy_error(e: &io::Error) -> io::Error {
     let code = errno_of(e);
@@ -752,9 +934,10 @@ fn copy_error(e: &io::Error) -> io::Error {
 impl WriteQueue {
     /// Queues `entry` (or, behind a failure no call has taken, does with
     /// it what [`Chain::behind`] says) and advances the chain.
-    fn place(&self, entry: Entry) {
+    fn place(&self, mut entry: Entry) {
         let ended = {
             let mut c = self.writes.lock();
+            c.shifted(&mut entry);
             let passed = match c.broken {
                 // (a write after a seek from the start makes the chain
                 // whole again: see `refuse_queued`)
@@ -762,6 +945,23 @@ impl WriteQueue {
                     c.mend();
                     Ok(entry)
                 }
+                // (and so does the mark of a seek from the position or
+                // the end, its position moved back by what never landed)
+                Some((_, stop)) if matches!(&entry, Entry::Mark(m) if m.rebase) => match entry {
+                    Entry::Mark(m) => match c.rebase(&m) {
+                        Some(by) => {
+                            let mut entry = Entry::Mark(m);
+                            move_back_following(std::iter::once(&mut entry), by);
+                            c.shift += by;
+                            Ok(entry)
+                        }
+                        None => {
+                            c.broken = Some((m.token, stop));
+                            Err(before_start(m, stop.at()))
+                        }
+                    },
+                    other => Ok(other),
+                },
                 Some((_, stop)) => c.behind(entry, stop),
                 None => Ok(entry),
             };
@@ -860,10 +1060,13 @@ impl WriteQueue {
     /// `waiter`, behind the entries placed before it; the token of the
     /// batch that resolves `waiter` with the size it set. `follows`:
     /// `length` is the position the call planned (a `truncate()`), past
-    /// the entries placed before it ([`Cut::follows`]). Begun (on one of the engine's
+    /// the entries placed before it ([`Cut::follows`]); or, `of` the token
+    /// of an earlier mark of the end, that mark's answer plus `length`
+    /// (which may then be negative: [`Chain::final_len`]). Begun (on one of the engine's
     /// file-system threads) before this returns when no entry of the
     /// queue is unfinished; else by the core when the one ahead finishes.
-    #[pyo3(signature = (core, waiter, fd, length, follows = false))]
+    #[pyo3(signature = (core, waiter, fd, length, follows = false, of = None))]
+    #[allow(clippy::too_many_arguments)]
     fn truncate(
         &self,
         core: &Bound<'_, Core>,
@@ -871,10 +1074,16 @@ impl WriteQueue {
         fd: RawFd,
         length: i64,
         follows: bool,
+        of: Option<u64>,
     ) -> PyResult<u64> {
-        let len = u64::try_from(length).map_err(|_| {
-            PyValueError::new_err(format!("length must not be negative, got {length}"))
-        })?;
+        // (relative to a mark of the end, a negative offset wraps: see
+        // `Chain::final_len`)
+        let len = match of {
+            Some(_) => length as u64,
+            None => u64::try_from(length).map_err(|_| {
+                PyValueError::new_err(format!("length must not be negative, got {length}"))
+            })?,
+        };
         let core = core.borrow();
         core.check()?;
         let (held, lent) = core.hold_for_job(fd);
@@ -895,6 +1104,7 @@ impl WriteQueue {
             slot,
             planned_on: false,
             follows,
+            of,
         }));
         Ok(token)
     }
@@ -907,7 +1117,10 @@ impl WriteQueue {
     /// after a `seek` from the start); or, if `end`, the file's size then;
     /// or, `of` the token of an earlier mark of the end, its answer plus
     /// `at` (which may then be negative: the caller checks the sum).
-    #[pyo3(signature = (core, waiter, fd, at, follows = true, end = false, of = None))]
+    /// `rebase`: the mark of a `seek` from the position or the end, which
+    /// the writes placed behind it follow ([`Mark::rebase`]); `size`, for
+    /// one from the end, the size it planned on ([`Mark::size`]).
+    #[pyo3(signature = (core, waiter, fd, at, follows = true, end = false, of = None, rebase = false, size = None))]
     #[allow(clippy::too_many_arguments)]
     fn mark(
         &self,
@@ -918,6 +1131,8 @@ impl WriteQueue {
         follows: bool,
         end: bool,
         of: Option<u64>,
+        rebase: bool,
+        size: Option<u64>,
     ) -> PyResult<u64> {
         // (relative to a mark of the end, a negative offset wraps: added to
         // that end with wrapping arithmetic, it gives the sum)
@@ -947,6 +1162,8 @@ impl WriteQueue {
             follows,
             end: lookup,
             of,
+            rebase,
+            size,
             token,
             slot,
         }));
@@ -958,7 +1175,16 @@ impl WriteQueue {
     /// built-in's, with no [`Mark`] needed.
     fn idle(&self) -> bool {
         let c = self.writes.lock();
-        c.is_idle() && c.broken.is_none()
+        c.is_idle() && c.broken.is_none() && c.shift == 0
+    }
+
+    /// The caller moved its position back by `by` (a seek's rebasing
+    /// mark answered, less what the calls since moved it already): the
+    /// entries placed from now on are moved back that much less
+    /// ([`Chain::shift`]).
+    fn rebased(&self, by: u64) {
+        let mut c = self.writes.lock();
+        c.shift = c.shift.saturating_sub(by);
     }
 
     /// The value of the [`Mark`] of the batch `token` if it was the last
@@ -987,7 +1213,8 @@ impl WriteQueue {
     /// so that no entry leaves the chain between the look at the file and
     /// the look at the entries: one finished in between would be counted
     /// by neither. The truncations counted are marked planned on
-    /// ([`Cut::planned_on`]).
+    /// ([`Cut::planned_on`]). In the caller's positions: plus the
+    /// [`Chain::shift`] it has not taken back yet.
     fn size_after(&self, fd: RawFd) -> PyResult<Option<u64>> {
         let mut c = self.writes.lock();
         if c.is_idle() {
@@ -1016,7 +1243,9 @@ impl WriteQueue {
                 Entry::Mark(_) => size,
             };
         }
-        Ok(Some(size))
+        // (in the caller's positions, past the built-in's by the shift not
+        // taken back yet: the seek's mark is moved back as much)
+        Ok(Some(size + c.shift))
     }
 
     /// Starts the wait for every write placed to finish, for `waiter`;
@@ -1115,16 +1344,22 @@ impl WriteQueue {
     /// again); and, when a write stopped short with the entries behind it
     /// refused, the offset where its bytes stopped: the file's position,
     /// as the built-in's after a short write and the writes after it
-    /// failing. Entries placed from now on are made again.
-    fn take_error(&self) -> Option<(PyErr, Option<u64>)> {
+    /// failing; and how far a seek from the position placed behind such
+    /// a write, whose call never had its answer, left the caller's
+    /// position past the built-in's ([`Chain::shift`], 0 if none). Entries
+    /// placed from now on are made again, at the positions planned.
+    fn take_error(&self) -> (Option<PyErr>, Option<u64>, u64) {
         let mut c = self.writes.lock();
         let stopped = match c.broken.take() {
             Some((_, Stop::Write { at, .. })) => Some(at),
             _ => None,
         };
         c.lost = 0;
+        let shift = std::mem::take(&mut c.shift);
         let mut failed = std::mem::take(&mut c.failed).into_iter();
-        let first = failed.next()?;
+        let Some(first) = failed.next() else {
+            return (None, stopped, shift);
+        };
         let rest: Vec<String> = failed.map(|f| f.error.to_string()).collect();
         let error = if rest.is_empty() {
             first.error
@@ -1133,6 +1368,6 @@ impl WriteQueue {
             let text = format!("{}; {}", message(&first.error, errno), rest.join("; "));
             io::Error::new(first.error.kind(), Renamed { errno, text })
         };
-        Some((io_err(error), stopped))
+        (Some(io_err(error)), stopped, shift)
     }
 }

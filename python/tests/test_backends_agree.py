@@ -232,3 +232,100 @@ def test_close_ends_synchronous_waits_beside_asynchronous_reads():
         finally:
             for fd in (ra, wa, rs, ws):
                 os.close(fd)
+
+
+@pytest.mark.parametrize("kind", ["pipe", "socket"])
+def test_a_stream_is_read_once_at_offset_0_and_refused_at_another_as_os_pread(engine, kind):
+    """An ``aread`` of a pipe or socket larger than what it holds returns
+    what it holds, as one ``os.read`` does, on both backends (io_uring read
+    on past it, waiting for more, once the read was past 64 KiB; the thread
+    pool returned it); at an offset other than 0 it raises ``ESPIPE``, as
+    ``os.pread`` does, and takes nothing from the stream (io_uring ignored
+    the offset and read)."""
+    if kind == "socket":
+        a, b = socket.socketpair()
+        rfd, send, closing = a.fileno(), b.sendall, [a, b]
+    else:
+        rfd, wfd = os.pipe()
+        send, closing = (lambda d: os.write(wfd, d)), []
+    try:
+        with pytest.raises(OSError) as want:
+            os.pread(rfd, 10, 5)
+        assert want.value.errno == errno.ESPIPE
+
+        async def main():
+            send(b"a" * 40_000)
+            first = await asyncio.wait_for(engine.aread(rfd, offset=0, length=200_000), 30)
+            send(b"b" * 1000)
+            with pytest.raises(OSError) as refused:
+                await asyncio.wait_for(engine.aread(rfd, offset=5, length=200_000), 30)
+            with pytest.raises(OSError) as small:
+                await asyncio.wait_for(engine.aread(rfd, offset=5, length=10), 30)
+            rest = await asyncio.wait_for(engine.aread(rfd, offset=0, length=200_000), 30)
+            return first, refused.value, small.value, rest
+
+        first, refused, small, rest = asyncio.run(main())
+        assert first == b"a" * 40_000
+        assert refused.errno == small.errno == errno.ESPIPE
+        assert "offset 5" in str(refused), str(refused)
+        assert rest == b"b" * 1000
+    finally:
+        for s in closing:
+            s.close()
+        if kind == "pipe":
+            os.close(rfd)
+            os.close(wfd)
+
+
+def test_batch_reads_of_a_pipe_are_refused_at_an_offset_other_than_0_as_os_pread(engine):
+    """``read_batch``, ``aread_batch``, ``readinto_batch`` and
+    ``areadinto_batch`` of a pipe: each read at an offset other than 0
+    fails with ``ESPIPE`` in its place, as ``os.pread`` (and ``aread``),
+    and takes nothing from the pipe (io_uring ignored the offset and
+    read); a read at 0 in the same batch reads, on both backends."""
+    rfd, wfd = os.pipe()
+    try:
+        os.write(wfd, bytes(range(100)))
+
+        def results(got):
+            return [r if isinstance(r, bytes) else r.errno if isinstance(r, OSError) else r for r in got]
+
+        assert results(engine.read_batch(rfd, offsets=[0, 5], length=10, return_exceptions=True)) == [
+            bytes(range(10)), errno.ESPIPE]
+        buf = bytearray(10)
+        assert results(engine.readinto_batch([(rfd, buf, 5), (rfd, buf, 0)], return_exceptions=True)) == [
+            errno.ESPIPE, 10]
+        assert buf == bytes(range(10, 20))
+
+        async def main():
+            a = await asyncio.wait_for(engine.aread_batch(rfd, offsets=[5, 0], length=10, return_exceptions=True), 30)
+            b = bytearray(10)
+            c = await asyncio.wait_for(engine.areadinto_batch([(rfd, b, 0), (rfd, b, 7)], return_exceptions=True), 30)
+            with pytest.raises(OSError) as refused:
+                await asyncio.wait_for(engine.aread_batch(rfd, offsets=[5], length=10), 30)
+            return results(a), results(c), bytes(b), refused.value
+
+        a, c, b, refused = asyncio.run(main())
+        assert a == [errno.ESPIPE, bytes(range(20, 30))]
+        assert c == [10, errno.ESPIPE] and b == bytes(range(30, 40))
+        assert refused.errno == errno.ESPIPE and "offset 5" in str(refused), str(refused)
+        assert os.read(rfd, 100) == bytes(range(40, 100))  # (nothing taken by a refused read)
+    finally:
+        os.close(rfd)
+        os.close(wfd)
+
+
+def test_a_character_device_with_offsets_is_read_at_any_offset(engine):
+    """``/dev/zero`` takes ``pread`` at any offset: so does ``aread`` on
+    both backends, one read of the length asked (past 64 KiB too)."""
+    fd = os.open("/dev/zero", os.O_RDONLY)
+    try:
+        assert os.pread(fd, 10, 5) == bytes(10)
+
+        async def main():
+            return (await asyncio.wait_for(engine.aread(fd, offset=5, length=10), 30),
+                    await asyncio.wait_for(engine.aread(fd, offset=5, length=200_000), 30))
+
+        assert asyncio.run(main()) == (bytes(10), bytes(200_000))
+    finally:
+        os.close(fd)
