@@ -25,12 +25,19 @@ import locale
 import os
 from typing import Any, Iterable, List, Optional, Tuple, Union
 
+from ._aio import pause
 from ._blockio import TURN_BUDGET, count_copied, turn_count, turn_due
 from ._file import _C_INT, _MAX_OFFSET, AsyncFile, _count_arg, _int_arg, _size_arg
 from ._calls import one_at_a_time, one_at_a_time_kept, one_at_a_time_taking_turns
 from ._lines import LineReader, split_keeping_ends
 
 _CHUNK = 8192
+
+#: The most bytes decoded (or, by ``readlines``, split into lines) on the
+#: event loop's thread between two turns of it: decoding holds the GIL,
+#: and 1 MiB takes 0.1-0.5 ms (Latin-1, UTF-16) to 2 ms (UTF-8, split
+#: into lines) on this thread.
+_PIECE = 1 << 20
 
 #: A chunk of bytes decoded: the decoder's state and the byte offset
 #: before it, its bytes, and how many characters they decoded to.
@@ -44,6 +51,17 @@ _HELD = 8
 #: The most bytes one character returned can take: 4 (UTF-8, UTF-32,
 #: GB18030), twice for a ``\r\n`` returned as one ``\n``.
 _CHAR_BYTES = 8
+
+
+def _last_chars(parts: List[str], n: int) -> str:
+    """The last ``n`` characters of ``parts`` joined (copying only those)."""
+    tail: List[str] = []
+    for part in reversed(parts):
+        if n <= 0:
+            break
+        tail.append(part if len(part) <= n else part[len(part) - n:])
+        n -= len(tail[-1])
+    return "".join(reversed(tail))
 
 
 def _default_encoding() -> str:
@@ -115,6 +133,12 @@ class AsyncTextFile(LineReader[str]):
         #: Decoded characters not yet returned start at ``_decoded[_used]``.
         self._decoded = ""
         self._used = 0
+        #: Characters decoded after ``_decoded``, not yet joined to it (a
+        #: piece each): ``read(n)`` and ``readline`` join them once, not a
+        #: piece at a time (which costs the square of a long read), and
+        #: only they leave any here between two calls of :meth:`_more`.
+        self._ahead: List[str] = []
+        self._ahead_len = 0
         #: To map ``_used`` back to a byte offset: for each chunk of bytes
         #: that made ``_decoded``, the decoder's state and the byte offset
         #: before it, the chunk, and the number of characters it decoded
@@ -217,16 +241,27 @@ class AsyncTextFile(LineReader[str]):
     def _pending(self) -> str:
         return self._decoded[self._used:]
 
+    def _pending_len(self) -> int:
+        """How many characters are decoded and not yet returned."""
+        return len(self._decoded) - self._used + self._ahead_len
+
+    def _join_ahead(self) -> None:
+        """Joins the pieces decoded ahead to ``_decoded`` (one copy)."""
+        if self._ahead:
+            self._decoded = "".join([self._decoded, *self._ahead])
+            self._ahead.clear()
+            self._ahead_len = 0
+
     async def _more(self) -> bool:
-        """Decodes one more chunk onto the pending text; False when that
-        added nothing (the end of the file). The end is never remembered:
-        a file another writer appends to has more to read on the next
-        call, as the built-in text file does."""
+        """Decodes one more chunk onto the pending text (a piece of
+        ``_ahead``); False when that added nothing (the end of the file).
+        The end is never remembered: a file another writer appends to has
+        more to read on the next call, as the built-in text file does."""
         self._check_readable()
         dec = self._get_decoder()
         if self._snap is None:
             self._decoded, self._used = self._pending(), 0
-        else:
+        elif not self._ahead:
             self._drop_returned()
         if self._snap:
             _, last_start, last, _ = self._snap[-1]
@@ -234,10 +269,10 @@ class AsyncTextFile(LineReader[str]):
         else:
             start = await self.buffer._position()
         state = dec.getstate()
-        # At least as much as is pending: a line longer than a chunk is
-        # read in chunks that double, so it costs time in proportion to
-        # its length, not to its square.
-        data = await self.buffer.read1(max(_CHUNK, len(self._decoded) - self._used))
+        # At least as much as is pending, up to a piece: a line longer
+        # than a chunk is read in chunks that double, and no decode holds
+        # the loop's thread for more than a piece.
+        data = await self.buffer.read1(min(_PIECE, max(_CHUNK, self._pending_len())))
         self._eof = not data
         try:
             text = dec.decode(data, final=self._eof)
@@ -251,7 +286,9 @@ class AsyncTextFile(LineReader[str]):
         if self._snap is None:
             self._snap, self._gone, self._cp = [], 0, None
         self._snap.append((state, start, data, len(text)))
-        self._decoded += text
+        if text:
+            self._ahead.append(text)
+            self._ahead_len += len(text)
 
     def _decode_to_the_error(self, state: Any, start: int, data: bytes) -> bool:
         """``data`` (read at ``start``, the decoder at ``state``) does not
@@ -282,6 +319,8 @@ class AsyncTextFile(LineReader[str]):
                     return True
                 self.buffer._unread(data[len(piece):])
                 self._decoded = self._decoded[:self._used]
+                self._ahead.clear()
+                self._ahead_len = 0
                 raise
             self._add_chunk(before, start + off, piece, text)
             off += len(piece)
@@ -328,6 +367,8 @@ class AsyncTextFile(LineReader[str]):
             self._nl_seen |= _nl_bits(getattr(self._decoder, "newlines", None))
             self._decoder.reset()
         self._decoded, self._used, self._snap, self._eof, self._cp = "", 0, None, False, None
+        self._ahead.clear()
+        self._ahead_len = 0
 
     def _mark(self) -> Any:
         """Where reading is (the binary file's, and the decoding's), for
@@ -394,9 +435,54 @@ class AsyncTextFile(LineReader[str]):
             # the line endings it saw (`newlines`).
             self._decoded, self._used, self._snap, self._eof, self._cp = "", 0, None, False, None
             return text
-        while len(self._decoded) - self._used < size and await self._more():
-            pass
-        return self._take(size)
+        if self._pending_len() >= size:
+            return self._take(size)
+        since = 0
+        try:
+            while self._pending_len() < size and await self._more():
+                since += len(self._ahead[-1]) if self._ahead else 0
+                if since >= _PIECE and self._pending_len() < size:
+                    since = 0
+                    await pause()  # (between two pieces: see _PIECE)
+        except BaseException:
+            # (cancelled between pieces, or failed: what was decoded stays
+            # pending, for the next read; nothing was returned)
+            self._join_ahead()
+            raise
+        return self._take_ahead(size)
+
+    def _take_ahead(self, n: int) -> str:
+        """:meth:`_take` of ``n`` characters with pieces pending in
+        ``_ahead``: one join makes the characters returned, and only those
+        of the chunks ``tell`` may replay are kept (see
+        :meth:`_drop_returned`), so a long read copies each character once
+        and keeps no more than a few pieces."""
+        parts = [self._decoded[self._used:], *self._ahead]
+        total = sum(map(len, parts))
+        n = min(n, total)
+        out: List[str] = []
+        got = 0
+        for part in parts:
+            if got + len(part) > n:
+                out.append(part[:n - got])
+                break
+            out.append(part)
+            got += len(part)
+        text = "".join(out)
+        count_copied(len(text))  # (characters, counted as bytes: see turns)
+        # Drops the chunks all returned; keeps the characters of the rest.
+        logical = len(self._decoded) + self._ahead_len
+        self._used += n
+        assert self._snap
+        j, _ = self._replay_from()
+        dropped = sum(c for _, _, _, c in self._snap[:j])
+        del self._snap[:j]
+        self._decoded = _last_chars([self._decoded, *self._ahead], logical - dropped)
+        self._ahead.clear()
+        self._ahead_len = 0
+        self._used -= dropped
+        self._gone += dropped
+        return text
 
     def _line_end(self, text: str, start: int) -> int:
         """The index just past the first line ending in ``text`` at or
@@ -461,7 +547,7 @@ class AsyncTextFile(LineReader[str]):
                 return self._take(n if limit < 0 else min(n, limit))
             scanned = pending
             try:
-                more = await self._more()
+                more = await self._more_of_a_line(limit, pending)
             except OSError as e:
                 # (a stream's error after characters of the line: they
                 # come first, the error with the next read)
@@ -470,6 +556,32 @@ class AsyncTextFile(LineReader[str]):
                 raise
             if not more:
                 return self._take(len(self._decoded) - self._used)
+
+    def _may_end_a_line(self, part: str) -> bool:
+        """Whether ``part`` holds a character that can end a line."""
+        nl = self._newline
+        if nl == "":
+            return "\n" in part or "\r" in part
+        return ("\r" if nl == "\r" else "\n") in part
+
+    async def _more_of_a_line(self, limit: int, pending: int) -> bool:
+        """Decodes chunks (:meth:`_more`) until one may end the line, the
+        characters pending reach ``limit`` (when not negative), or those
+        decoded outweigh the ``pending`` ones (so a long line is joined a
+        number of times that grows with the log of its length), then joins
+        them to the pending text; False at the end of the file."""
+        held_cr = self._decoded.endswith("\r")  # (its \n may come next)
+        try:
+            while True:
+                had = len(self._ahead)
+                more = await self._more()
+                if not more or held_cr or self._ahead_len >= pending or 0 <= limit <= pending + self._ahead_len:
+                    return more
+                # (one call may add several pieces: see _decode_to_the_error)
+                if any(self._may_end_a_line(part) for part in self._ahead[had:]):
+                    return more
+        finally:
+            self._join_ahead()
 
     # -- writing ----------------------------------------------------------------
 
