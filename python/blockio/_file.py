@@ -103,7 +103,7 @@ from ._blockio import (INLINE_OFFSET, INLINE_PIECE, FileCall, FileState, WriteQu
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _fd, _finish, _flat, _KeptCancel, _Stopped, _stream_key
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
                      one_at_a_time_kept, one_at_a_time_placing, one_at_a_time_taking_turns)
-from ._lines import LineReader
+from ._lines import SPLIT_PIECE, LineReader
 
 if TYPE_CHECKING:
     if sys.version_info >= (3, 12):
@@ -1366,10 +1366,15 @@ class AsyncFile(FileState, LineReader[bytes]):
     def _in_order(self) -> bool:
         return self._stream
 
-    def _split_lines(self, data: bytes) -> List[bytes]:
-        # (lines end at b"\n" only, as a binary file's readline's; where
-        # there is no b"\r", bytes.splitlines cuts there too, and faster)
-        return data.splitlines(True) if b"\r" not in data else io.BytesIO(data).readlines()
+    async def _rest_in_lines(self) -> List[bytes]:
+        # (BytesIO's readlines cuts at b"\n" only, as readline does; it
+        # shares the bytes read, and cuts them faster than bytes.splitlines)
+        rest = io.BytesIO(await self.read())
+        lines: List[bytes] = []
+        while piece := rest.readlines(SPLIT_PIECE):
+            lines.extend(piece)
+            await pause()
+        return lines
 
     def _keep_error(self, e: BaseException) -> bool:
         return self._keep_stream_error(e, True)

@@ -23,7 +23,7 @@ import errno
 import io
 import locale
 import os
-from typing import Any, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from ._aio import pause
 from ._blockio import TURN_BUDGET, count_copied, turn_count, turn_due
@@ -427,14 +427,9 @@ class AsyncTextFile(LineReader[str]):
         size = _size_arg(size)
         self._check_readable()
         if size < 0:
-            rest = self._pending()
-            dec = self._get_decoder()
-            data = await self.buffer.read()
-            text: str = rest + dec.decode(data, final=True)
-            # Decoded to the end: the decoder has no state left, but keeps
-            # the line endings it saw (`newlines`).
-            self._decoded, self._used, self._snap, self._eof, self._cp = "", 0, None, False, None
-            return text
+            parts: List[str] = []
+            await self._decode_rest(parts.append)
+            return "".join(parts)
         if self._pending_len() >= size:
             return self._take(size)
         since = 0
@@ -450,6 +445,81 @@ class AsyncTextFile(LineReader[str]):
             self._join_ahead()
             raise
         return self._take_ahead(size)
+
+    async def _decode_rest(self, each: Callable[[str], None]) -> None:
+        """Reads the rest of the file and decodes it (after the characters
+        pending), giving each piece's characters to ``each``: a file that
+        is not a stream in pieces of :data:`_PIECE` bytes, a turn of the
+        event loop between two. Cancelled between two, it leaves the file
+        as it was; a decoding error is the one decoding the rest at once
+        raises (its positions are in the rest's bytes), with the decoder
+        as it was, as the built-in's."""
+        rest = self._pending()
+        dec = self._get_decoder()
+        mark = self.buffer._mark()
+        data = await self.buffer.read()
+        state = dec.getstate()
+        view = memoryview(data)
+        try:
+            if rest:
+                each(rest)
+            if self.buffer._stream or len(data) <= _PIECE:
+                each(dec.decode(data, final=True))
+            else:
+                for off in range(0, len(data), _PIECE):
+                    if off:
+                        await pause()
+                    each(dec.decode(view[off:off + _PIECE], final=off + _PIECE >= len(data)))
+        except (UnicodeError, ValueError):
+            dec.setstate(state)
+            dec.decode(data, final=True)  # (the error, as for the whole)
+            raise
+        except BaseException:
+            dec.setstate(state)
+            if not self.buffer._stream:
+                self.buffer._restore(mark)  # (cancelled between pieces: nothing moved)
+            raise
+        # Decoded to the end: the decoder has no state left, but keeps
+        # the line endings it saw (`newlines`).
+        self._decoded, self._used, self._snap, self._eof, self._cp = "", 0, None, False, None
+
+    async def _rest_in_lines(self) -> List[str]:
+        lines: List[str] = []
+        carry: List[str] = []  # (the characters of a line not yet ended)
+
+        def split(text: str) -> None:
+            if not text:
+                return
+            if carry and (not self._may_end_a_line(text) or (self._newline == "\r\n" and carry[-1][-1] == "\r")):
+                # (a long line, joined once at its end; or a \r whose \n
+                # may start this piece: the two are split together)
+                carry.append(text)
+                if not self._may_end_a_line(text):
+                    return
+                text = "".join(carry)
+                carry.clear()
+            got = self._split_lines(text)
+            if carry:
+                got[0] = "".join([*carry, got[0]])
+                carry.clear()
+            if not self._ends_a_line(got[-1]):
+                carry.append(got.pop())
+            lines.extend(got)
+
+        await self._decode_rest(split)
+        if carry:
+            lines.append("".join(carry))
+        return lines
+
+    def _ends_a_line(self, line: str) -> bool:
+        """Whether ``line`` (cut by ``_split_lines``) ends with its line's
+        end, so that no character decoded after it can join it: a ``\r``
+        at the end of the characters decoded so far is the file's last
+        one, but for ``newline="\r\n"`` (the newline decoder holds it back)."""
+        nl = self._newline
+        if nl == "":
+            return line.endswith(("\n", "\r"))
+        return line.endswith("\n" if nl is None else nl)
 
     def _take_ahead(self, n: int) -> str:
         """:meth:`_take` of ``n`` characters with pieces pending in
