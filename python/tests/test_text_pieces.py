@@ -1,0 +1,241 @@
+"""Large text reads and ``readlines()`` in pieces: a text ``read(n)``
+decodes a piece (``_text._PIECE`` bytes) at a time and joins the pieces
+once; a text ``read()`` and ``readlines()`` decode (and split) the rest of
+the file a piece at a time, and a binary ``readlines()`` splits it a piece
+(``_lines.SPLIT_PIECE``) at a time, a turn of the event loop between two.
+The characters, lines, positions and errors are the built-in file's for
+the same calls, whatever the pieces' size; a call cancelled between two
+pieces returns nothing and moves nothing. Both backends, asyncio and
+uvloop."""
+
+import asyncio
+
+import pytest
+import uvloop
+
+import blockio
+from blockio import _file, _text
+
+RUNNERS = [pytest.param(asyncio.run, id="asyncio"), pytest.param(uvloop.run, id="uvloop")]
+
+#: Lines with every line end a newline mode knows, characters of 1 to 4
+#: bytes in UTF-8 (1 or 2 units in UTF-16), and one that ``str.splitlines``
+#: alone takes for a line end.
+LINE = "ab\u00e9\u20ac\U0001f600 x\r\ny\rz\x0cw\n\n"
+
+
+def text_for(encoding):
+    line = LINE if encoding != "latin-1" else LINE.replace("\u20ac\U0001f600", "\u00fc")
+    return "".join(f"{i} {line}" for i in range(300)) + "tail without an end"
+
+
+@pytest.fixture(params=[5, 64], ids=["piece5", "piece64"])
+def pieces(request, monkeypatch):
+    """The pieces' size, in bytes for decoding and splitting alike: 5 cuts
+    every character and line end somewhere."""
+    monkeypatch.setattr(_text, "_PIECE", request.param)
+    monkeypatch.setattr(_file, "SPLIT_PIECE", request.param)
+    return request.param
+
+
+def builtin_calls(path, calls, **kw):
+    """What the built-in text file returns for ``calls`` (name, argument)
+    in order; ``("tell-seek", n)`` reads ``n`` characters at the position
+    ``tell`` gives, seeks back there and reads them again."""
+    out = []
+    with open(path, **kw) as f:
+        for name, arg in calls:
+            if name == "tell-seek":
+                at = f.tell()
+                first = f.read(arg)
+                f.seek(at)
+                out.append((first, f.read(arg)))
+            else:
+                out.append(getattr(f, name)(arg))
+    return out
+
+
+async def blockio_calls(path, calls, engine, **kw):
+    out = []
+    async with blockio.open(path, engine=engine, **kw) as f:
+        for name, arg in calls:
+            if name == "tell-seek":
+                at = await f.tell()
+                first = await f.read(arg)
+                await f.seek(at)
+                out.append((first, await f.read(arg)))
+            else:
+                out.append(await getattr(f, name)(arg))
+    return out
+
+
+CALLS = {
+    "reads": [("read", 1), ("read", 1000), ("tell-seek", 50), ("read", 3001), ("readline", -1), ("read", 7),
+              ("tell-seek", 9), ("read", -1), ("read", 5)],
+    "lines": [("read", 3), ("readline", -1), ("tell-seek", 20), ("readlines", -1), ("read", -1)],
+    "read-all": [("readline", -1), ("read", -1), ("readline", -1)],
+}
+
+
+@pytest.mark.parametrize("calls", list(CALLS), ids=list(CALLS))
+@pytest.mark.parametrize("newline", [None, "", "\n", "\r", "\r\n"])
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "latin-1"])
+def test_text_reads_in_pieces_return_the_builtins_characters(tmp_path, engine, pieces, calls, newline, encoding):
+    p = tmp_path / "t.txt"
+    p.write_bytes(text_for(encoding).encode(encoding))
+    want = builtin_calls(p, CALLS[calls], encoding=encoding, newline=newline)
+    assert asyncio.run(blockio_calls(p, CALLS[calls], engine, encoding=encoding, newline=newline)) == want
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_binary_readlines_in_pieces_returns_the_builtins_lines(tmp_path, engine, pieces, run):
+    data = text_for("utf-8").encode() + b"\r\n\x00\n\r"
+    p = tmp_path / "b"
+    p.write_bytes(data)
+    with open(p, "rb") as f:
+        f.read(3)
+        want = f.readlines()
+
+    async def main():
+        async with blockio.open(p, "rb", engine=engine) as f:
+            await f.read(3)
+            return await f.readlines(), await f.read()
+
+    assert run(main()) == (want, b"")
+
+
+async def turns_during(call):
+    """How many times a task looping on ``asyncio.sleep(0)`` ran while
+    ``call`` (a coroutine) ran, and its result."""
+    ran = [0]
+    done = False
+
+    async def other():
+        while not done:
+            ran[0] += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(other())
+    await asyncio.sleep(0)
+    ran[0] = 0
+    try:
+        result = await call
+    finally:
+        done = True
+    await task
+    return ran[0], result
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+@pytest.mark.parametrize("call", ["read()", "read(n)", "readlines()", "binary readlines()"])
+def test_a_large_read_takes_a_turn_of_the_loop_between_two_pieces(tmp_path, engine, run, call):
+    """Over a cached 4 MiB file (1 MiB pieces), the other task runs at
+    least once per piece after the first: no piece's decoding or
+    splitting waits for the others."""
+    p = tmp_path / "big.txt"
+    p.write_text("".join(f"{i:07d} {'é' * 40} some text\n" for i in range(40000)), encoding="utf-8")
+    size = p.stat().st_size
+    want_pieces = size // _text._PIECE
+
+    async def main():
+        async with blockio.open(p, "rb" if call.startswith("binary") else "r", encoding=None if
+                                call.startswith("binary") else "utf-8", engine=engine) as f:
+            await f.read(0)
+            if call == "read()":
+                return await turns_during(f.read())
+            if call == "read(n)":
+                return await turns_during(f.read(size))
+            return await turns_during(f.readlines())
+
+    ran, result = run(main())
+    with open(p, "rb" if call.startswith("binary") else "r", encoding=None if call.startswith("binary") else "utf-8") as f:
+        want = f.readlines() if call.endswith("readlines()") else f.read()
+    assert result == want
+    assert ran >= want_pieces - 1, (ran, want_pieces)
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+@pytest.mark.parametrize("call", ["read()", "read(n)", "readlines()"])
+def test_a_text_read_cancelled_between_pieces_moves_nothing(tmp_path, engine, monkeypatch, run, call):
+    """Cancelled after 0 to 12 turns of the loop (between two pieces, or
+    before or after the call ran), the call returns all it would have, or
+    nothing: then ``tell()`` is where it was and the next calls return
+    what the built-in's return from there."""
+    paused = [0]
+    pause = _text.pause
+
+    async def counted_pause():
+        paused[0] += 1
+        await pause()
+
+    monkeypatch.setattr(_text, "pause", counted_pause)
+    p = tmp_path / "c.txt"
+    p.write_text("".join(f"{i:07d} {'é€' * 30} line\r\n" for i in range(4 << 20 >> 7)), encoding="utf-8")
+    with open(p, encoding="utf-8") as f:
+        head = f.read(5)
+        want_rest = f.read()
+    n = len(want_rest) - 10
+
+    async def one(attempt):
+        async with blockio.open(p, encoding="utf-8", engine=engine) as f:
+            assert await f.read(5) == head
+            at = await f.tell()
+            before = paused[0]
+            coro = f.read() if call == "read()" else f.read(n) if call == "read(n)" else f.readlines()
+            task = asyncio.ensure_future(coro)
+            for _ in range(attempt):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                got = await task
+            except asyncio.CancelledError:
+                assert await f.tell() == at
+                assert await f.read(n) == want_rest[:n]
+                assert await f.read() == want_rest[n:]
+                return "cancelled between pieces" if paused[0] > before else "cancelled"
+            if call == "readlines()":
+                assert got == want_rest.splitlines(True)
+            else:
+                assert got == want_rest[:len(got)] and len(got) == (n if call == "read(n)" else len(want_rest))
+            assert await f.read() == want_rest[len("".join(got)):]
+            return "done"
+
+    async def main():
+        return {await one(attempt) for attempt in range(13)}
+
+    outcomes = run(main())
+    assert "cancelled between pieces" in outcomes, outcomes
+
+
+@pytest.mark.parametrize("encoding, bad_at", [("utf-8", 3 << 20), ("utf-16-le", 2 << 20)])
+def test_a_text_read_in_pieces_raises_the_builtins_decoding_error(tmp_path, engine, encoding, bad_at):
+    """Bytes that do not decode in a later piece of ``read()`` raise the
+    error decoding the whole rest raises (its positions in the rest), as
+    the built-in's; the next ``read()`` returns what the built-in's does."""
+    good = ("abc é\n" * (600 << 10)).encode(encoding)
+    p = tmp_path / "bad.txt"
+    p.write_bytes(good[:bad_at] + b"\xff\xd8" + good[bad_at:])
+
+    def outcome(f):
+        try:
+            return f.read()
+        except UnicodeDecodeError as e:
+            return ("error", str(e))
+
+    with open(p, encoding=encoding) as f:
+        f.read(10)
+        want = [outcome(f), outcome(f)]
+
+    async def aoutcome(f):
+        try:
+            return await f.read()
+        except UnicodeDecodeError as e:
+            return ("error", str(e))
+
+    async def main():
+        async with blockio.open(p, encoding=encoding, engine=engine) as f:
+            await f.read(10)
+            return [await aoutcome(f), await aoutcome(f)]
+
+    got = asyncio.run(main())
+    assert got[0][0] == "error" and got == want
