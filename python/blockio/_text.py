@@ -512,10 +512,10 @@ class AsyncTextFile(LineReader[str]):
         return lines
 
     def _ends_a_line(self, line: str) -> bool:
-        """Whether ``line`` (cut by ``_split_lines``) ends with its line's
-        end, so that no character decoded after it can join it: a ``\r``
-        at the end of the characters decoded so far is the file's last
-        one, but for ``newline="\r\n"`` (the newline decoder holds it back)."""
+        """Whether ``line``, the last one ``_split_lines`` cut from the
+        characters decoded so far, is ended, so that none decoded after it
+        joins it. (With ``newline=""`` a ``\\r`` ends it: the newline
+        decoder holds a last ``\\r`` back until it sees what follows.)"""
         nl = self._newline
         if nl == "":
             return line.endswith(("\n", "\r"))
