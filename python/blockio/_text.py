@@ -454,6 +454,7 @@ class AsyncTextFile(LineReader[str]):
         as it was; a decoding error is the one decoding the rest at once
         raises (its positions are in the rest's bytes), with the decoder
         as it was, as the built-in's."""
+        self._check_readable()  # (the text file's error, before the binary file's)
         rest = self._pending()
         dec = self._get_decoder()
         mark = self.buffer._mark()
