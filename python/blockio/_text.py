@@ -471,9 +471,12 @@ class AsyncTextFile(LineReader[str]):
                     if off:
                         await pause()
                     each(dec.decode(view[off:off + _PIECE], final=off + _PIECE >= len(data)))
-        except (UnicodeError, ValueError):
+        except Exception as e:
+            # (failed: the bytes are read, as the built-in's are; a
+            # decoding error is the one the whole rest raises)
             dec.setstate(state)
-            dec.decode(data, final=True)  # (the error, as for the whole)
+            if isinstance(e, (UnicodeError, ValueError)):
+                dec.decode(data, final=True)
             raise
         except BaseException:
             dec.setstate(state)

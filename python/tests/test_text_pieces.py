@@ -9,6 +9,7 @@ pieces returns nothing and moves nothing. Both backends, asyncio and
 uvloop."""
 
 import asyncio
+import codecs
 
 import pytest
 import uvloop
@@ -239,3 +240,47 @@ def test_a_text_read_in_pieces_raises_the_builtins_decoding_error(tmp_path, engi
 
     got = asyncio.run(main())
     assert got[0][0] == "error" and got == want
+
+
+class HandlerFailed(Exception):
+    """Raised by the ``blockio-test-fails`` error handler."""
+
+
+def failing_handler(error):
+    raise HandlerFailed(error.start)
+
+
+codecs.register_error("blockio-test-fails", failing_handler)
+
+
+@pytest.mark.parametrize("errors", ["xmlcharrefreplace", "no-such-handler", "blockio-test-fails"])
+def test_a_text_read_failing_otherwise_than_decoding_reads_on_as_the_builtins(tmp_path, engine, pieces, errors):
+    """A ``read()`` whose ``errors=`` handler fails (``TypeError`` from an
+    encoding-only handler, ``LookupError`` from an unknown name, a
+    handler's own exception) raises that error, and the bytes are read:
+    the next ``read()`` and ``tell()`` are the built-in's, as after a
+    decoding error."""
+    p = tmp_path / "x.txt"
+    p.write_bytes(b"hello \xff world\n" * 3)
+
+    def outcome(call):
+        try:
+            return call()
+        except Exception as e:  # noqa: BLE001 (the error's type is compared)
+            return type(e).__name__
+
+    with open(p, encoding="utf-8", errors=errors) as f:
+        want = [outcome(f.read), outcome(f.read), f.tell()]
+
+    async def aoutcome(call):
+        try:
+            return await call()
+        except Exception as e:  # noqa: BLE001
+            return type(e).__name__
+
+    async def main():
+        async with blockio.open(p, encoding="utf-8", errors=errors, engine=engine) as f:
+            return [await aoutcome(f.read), await aoutcome(f.read), await f.tell()]
+
+    got = asyncio.run(main())
+    assert got[0] in ("TypeError", "LookupError", "HandlerFailed") and got == want
