@@ -432,10 +432,10 @@ class AsyncTextFile(LineReader[str]):
             return "".join(parts)
         if self._pending_len() >= size:
             return self._take(size)
-        since = 0
+        since = 0  # (bytes decoded since the last turn of the loop)
         try:
             while self._pending_len() < size and await self._more():
-                since += len(self._ahead[-1]) if self._ahead else 0
+                since += len(self._snap[-1][2]) if self._snap else 0
                 if since >= _PIECE and self._pending_len() < size:
                     since = 0
                     await pause()  # (between two pieces: see _PIECE)
