@@ -105,15 +105,16 @@ def test_binary_readlines_in_pieces_returns_the_builtins_lines(tmp_path, engine,
     assert run(main()) == (want, b"")
 
 
-async def turns_during(call):
+async def turns_during(call, counted):
     """How many times a task looping on ``asyncio.sleep(0)`` ran while
-    ``call`` (a coroutine) ran, and its result."""
+    ``call`` (a coroutine) ran and ``counted()`` was true, and the call's
+    result."""
     ran = [0]
     done = False
 
     async def other():
         while not done:
-            ran[0] += 1
+            ran[0] += counted()
             await asyncio.sleep(0)
 
     task = asyncio.ensure_future(other())
@@ -129,24 +130,41 @@ async def turns_during(call):
 
 @pytest.mark.parametrize("run", RUNNERS)
 @pytest.mark.parametrize("call", ["read()", "read(n)", "readlines()", "binary readlines()"])
-def test_a_large_read_takes_a_turn_of_the_loop_between_two_pieces(tmp_path, engine, run, call):
-    """Over a cached 4 MiB file (1 MiB pieces), the other task runs at
-    least once per piece after the first: no piece's decoding or
-    splitting waits for the others."""
+def test_a_large_read_takes_a_turn_of_the_loop_between_two_pieces(tmp_path, engine, monkeypatch, run, call):
+    """Over a cached 4 MiB file cut in 128 pieces of 32 KiB, the other task
+    runs at least once between two pieces, for each piece after the
+    first: no piece's decoding or splitting waits for the others. Only its
+    turns in the pauses between pieces count: those the read's own I/O
+    gives (a worker's read, the binary read's turns) do not."""
+    monkeypatch.setattr(_text, "_PIECE", 32 << 10)
+    monkeypatch.setattr(_file, "SPLIT_PIECE", 32 << 10)
+    between = [False]
+    pause = _text.pause
+
+    async def marked_pause():
+        between[0] = True
+        try:
+            await pause()
+        finally:
+            between[0] = False
+
+    monkeypatch.setattr(_text, "pause", marked_pause)
+    monkeypatch.setattr(_file, "pause", marked_pause)
     p = tmp_path / "big.txt"
     p.write_text("".join(f"{i:07d} {'é' * 40} some text\n" for i in range(40000)), encoding="utf-8")
     size = p.stat().st_size
     want_pieces = size // _text._PIECE
+    assert want_pieces >= 120
 
     async def main():
         async with blockio.open(p, "rb" if call.startswith("binary") else "r", encoding=None if
                                 call.startswith("binary") else "utf-8", engine=engine) as f:
             await f.read(0)
             if call == "read()":
-                return await turns_during(f.read())
+                return await turns_during(f.read(), lambda: between[0])
             if call == "read(n)":
-                return await turns_during(f.read(size))
-            return await turns_during(f.readlines())
+                return await turns_during(f.read(size), lambda: between[0])
+            return await turns_during(f.readlines(), lambda: between[0])
 
     ran, result = run(main())
     with open(p, "rb" if call.startswith("binary") else "r", encoding=None if call.startswith("binary") else "utf-8") as f:
@@ -157,19 +175,24 @@ def test_a_large_read_takes_a_turn_of_the_loop_between_two_pieces(tmp_path, engi
 
 @pytest.mark.parametrize("run", RUNNERS)
 @pytest.mark.parametrize("call", ["read()", "read(n)", "readlines()"])
-def test_a_text_read_cancelled_between_pieces_moves_nothing(tmp_path, engine, monkeypatch, run, call):
-    """Cancelled after 0 to 12 turns of the loop (between two pieces, or
-    before or after the call ran), the call returns all it would have, or
-    nothing: then ``tell()`` is where it was and the next calls return
-    what the built-in's return from there."""
+@pytest.mark.parametrize("at_pause", [1, 2, 7])
+def test_a_text_read_cancelled_between_pieces_moves_nothing(tmp_path, engine, monkeypatch, run, call, at_pause):
+    """Cancelled at its ``at_pause``-th turn of the loop between two pieces
+    (the task cancels itself there), the call returns nothing: then
+    ``tell()`` is where it was and the next calls return what the
+    built-in's return from there."""
+    monkeypatch.setattr(_text, "_PIECE", 64 << 10)
     paused = [0]
+    cancel_at = [None]
     pause = _text.pause
 
-    async def counted_pause():
+    async def cancelling_pause():
         paused[0] += 1
+        if paused[0] == cancel_at[0]:
+            asyncio.current_task().cancel()
         await pause()
 
-    monkeypatch.setattr(_text, "pause", counted_pause)
+    monkeypatch.setattr(_text, "pause", cancelling_pause)
     p = tmp_path / "c.txt"
     p.write_text("".join(f"{i:07d} {'é€' * 30} line\r\n" for i in range(4 << 20 >> 7)), encoding="utf-8")
     with open(p, encoding="utf-8") as f:
@@ -177,35 +200,21 @@ def test_a_text_read_cancelled_between_pieces_moves_nothing(tmp_path, engine, mo
         want_rest = f.read()
     n = len(want_rest) - 10
 
-    async def one(attempt):
+    async def main():
         async with blockio.open(p, encoding="utf-8", engine=engine) as f:
             assert await f.read(5) == head
             at = await f.tell()
-            before = paused[0]
+            paused[0], cancel_at[0] = 0, at_pause
             coro = f.read() if call == "read()" else f.read(n) if call == "read(n)" else f.readlines()
-            task = asyncio.ensure_future(coro)
-            for _ in range(attempt):
-                await asyncio.sleep(0)
-            task.cancel()
-            try:
-                got = await task
-            except asyncio.CancelledError:
-                assert await f.tell() == at
-                assert await f.read(n) == want_rest[:n]
-                assert await f.read() == want_rest[n:]
-                return "cancelled between pieces" if paused[0] > before else "cancelled"
-            if call == "readlines()":
-                assert got == want_rest.splitlines(True)
-            else:
-                assert got == want_rest[:len(got)] and len(got) == (n if call == "read(n)" else len(want_rest))
-            assert await f.read() == want_rest[len("".join(got)):]
-            return "done"
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.ensure_future(coro)
+            cancel_at[0] = None
+            assert paused[0] == at_pause  # (cancelled there, not after)
+            assert await f.tell() == at
+            assert await f.read(n) == want_rest[:n]
+            assert await f.read() == want_rest[n:]
 
-    async def main():
-        return {await one(attempt) for attempt in range(13)}
-
-    outcomes = run(main())
-    assert "cancelled between pieces" in outcomes, outcomes
+    run(main())
 
 
 @pytest.mark.parametrize("encoding, bad_at", [("utf-8", 3 << 20), ("utf-16-le", 2 << 20)])
