@@ -293,3 +293,36 @@ def test_a_text_read_failing_otherwise_than_decoding_reads_on_as_the_builtins(tm
 
     got = asyncio.run(main())
     assert got[0] in ("TypeError", "LookupError", "HandlerFailed") and got == want
+
+
+@pytest.mark.parametrize("call", ["read()", "read(n)", "readlines()"])
+def test_a_read_cancelled_at_the_start_of_a_file_with_a_bom_leaves_tell_at_0(tmp_path, engine, monkeypatch, call):
+    """A ``utf-8-sig`` file read from its start, the call cancelled at its
+    first turn between two pieces (it returned nothing): ``tell()`` is 0,
+    the built-in's before any read, not past the BOM, and the next reads
+    return the built-in's characters."""
+    monkeypatch.setattr(_text, "_PIECE", 64 << 10)
+    cancel = [True]
+    pause = _text.pause
+
+    async def cancelling_pause():
+        if cancel[0]:
+            cancel[0] = False
+            asyncio.current_task().cancel()
+        await pause()
+
+    monkeypatch.setattr(_text, "pause", cancelling_pause)
+    p = tmp_path / "sig.txt"
+    p.write_text("abc é\n" * (100 << 10), encoding="utf-8-sig")
+    with open(p, encoding="utf-8-sig") as f:
+        want = (f.tell(), f.read(4), f.read())
+
+    async def main():
+        async with blockio.open(p, encoding="utf-8-sig", engine=engine) as f:
+            coro = f.read() if call == "read()" else f.read(600 << 10) if call == "read(n)" else f.readlines()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.ensure_future(coro)
+            assert not cancel[0]
+            return (await f.tell(), await f.read(4), await f.read())
+
+    assert asyncio.run(main()) == want
