@@ -449,38 +449,43 @@ class AsyncTextFile(LineReader[str]):
     async def _decode_rest(self, each: Callable[[str], None]) -> None:
         """Reads the rest of the file and decodes it (after the characters
         pending), giving each piece's characters to ``each``: a file that
-        is not a stream in pieces of :data:`_PIECE` bytes, a turn of the
-        event loop between two. Cancelled between two, it leaves the file
-        as it was; a decoding error is the one decoding the rest at once
-        raises (its positions are in the rest's bytes), with the decoder
-        as it was, as the built-in's."""
+        is not a stream is read and decoded in pieces of :data:`_PIECE`
+        bytes, a turn of the event loop between two, so that no more than
+        a piece of bytes is held (and freed) at once. Cancelled between
+        two, it leaves the file as it was; a decoding error is the one
+        decoding the rest at once raises (its positions are in the rest's
+        bytes: the rest is read again, whole, to raise it), with the
+        decoder as it was, as the built-in's; any other error leaves the
+        rest read, as the built-in's."""
         self._check_readable()  # (the text file's error, before the binary file's)
         rest = self._pending()
         dec = self._get_decoder()
         mark = self.buffer._mark()
-        data = await self.buffer.read()
+        stream = self.buffer._stream
+        data = await (self.buffer.read() if stream else self.buffer.read(_PIECE))
         state = dec.getstate()
-        view = memoryview(data)
         try:
             if rest:
                 each(rest)
-            if self.buffer._stream or len(data) <= _PIECE:
-                each(dec.decode(data, final=True))
-            else:
-                for off in range(0, len(data), _PIECE):
-                    if off:
-                        await pause()
-                    each(dec.decode(view[off:off + _PIECE], final=off + _PIECE >= len(data)))
+            while True:
+                last = stream or len(data) < _PIECE
+                each(dec.decode(data, final=last))
+                if last:
+                    break
+                await pause()
+                data = await self.buffer.read(_PIECE)
         except Exception as e:
-            # (failed: the bytes are read, as the built-in's are; a
-            # decoding error is the one the whole rest raises)
             dec.setstate(state)
+            if not stream:
+                # (the whole rest, read as the built-in's read() reads it)
+                self.buffer._restore(mark)
+                data = await self.buffer.read()
             if isinstance(e, (UnicodeError, ValueError)):
-                dec.decode(data, final=True)
+                dec.decode(data, final=True)  # (the error, as for the whole)
             raise
         except BaseException:
             dec.setstate(state)
-            if not self.buffer._stream:
+            if not stream:
                 self.buffer._restore(mark)  # (cancelled between pieces: nothing moved)
             raise
         # Decoded to the end: the decoder has no state left, but keeps
