@@ -1367,13 +1367,31 @@ class AsyncFile(FileState, LineReader[bytes]):
         return self._stream
 
     async def _rest_in_lines(self) -> List[bytes]:
-        # (BytesIO's readlines cuts at b"\n" only, as readline does; it
-        # shares the bytes read, and cuts them faster than bytes.splitlines)
-        rest = io.BytesIO(await self.read())
+        # Read and cut a piece at a time, a turn of the loop between two,
+        # so that no more than a piece of bytes is held (and freed) at
+        # once. (BytesIO's readlines cuts at b"\n" only, as readline does,
+        # faster than bytes.splitlines.) A line not ended in its piece is
+        # joined once, where a later piece ends it.
         lines: List[bytes] = []
-        while piece := rest.readlines(SPLIT_PIECE):
-            lines.extend(piece)
+        carry: List[bytes] = []
+        while True:
+            data = await self.read(SPLIT_PIECE)
+            if carry and b"\n" not in data:
+                carry.append(data)
+            else:
+                got = io.BytesIO(data).readlines()
+                if carry:
+                    carry.append(got[0])
+                    got[0] = b"".join(carry)
+                    carry.clear()
+                if got and not got[-1].endswith(b"\n"):
+                    carry.append(got.pop())
+                lines.extend(got)
+            if len(data) < SPLIT_PIECE:
+                break
             await pause()
+        if carry and (line := b"".join(carry)):
+            lines.append(line)
         return lines
 
     def _keep_error(self, e: BaseException) -> bool:
