@@ -33,8 +33,9 @@ from ._lines import LineReader, split_keeping_ends
 
 _CHUNK = 8192
 
-#: The most bytes decoded (or, by ``readlines``, split into lines) on the
-#: event loop's thread between two turns of it: decoding holds the GIL,
+#: The most bytes read and decoded (or, by ``readlines``, split into
+#: lines) on the event loop's thread between two turns of it (a text
+#: ``read(n)`` counts the bytes of its chunks): decoding holds the GIL,
 #: and 1 MiB takes 0.1-0.5 ms (Latin-1, UTF-16) to 2 ms (UTF-8, split
 #: into lines) on this thread.
 _PIECE = 1 << 20
@@ -348,15 +349,22 @@ class AsyncTextFile(LineReader[str]):
             used += chunks[j][3]
         return j, used
 
-    def _drop_returned(self) -> None:
-        """Drops the chunks (and their characters) that ``tell`` will not
-        replay (see :meth:`_replay_from`): those all returned, but for the
-        last few bytes before the next character."""
+    def _forget_returned_chunks(self) -> int:
+        """Drops from ``_snap`` the chunks that ``tell`` will not replay
+        (see :meth:`_replay_from`): those all returned, but for the last
+        few bytes before the next character. Returns how many characters
+        they had decoded to, for the caller to drop."""
         if not self._snap:
-            return
+            return 0
         j, _ = self._replay_from()
         dropped = sum(n for _, _, _, n in self._snap[:j])
         del self._snap[:j]
+        return dropped
+
+    def _drop_returned(self) -> None:
+        """Drops the chunks (and their characters) that ``tell`` will not
+        replay (see :meth:`_forget_returned_chunks`)."""
+        dropped = self._forget_returned_chunks()
         if dropped:
             self._decoded = self._decoded[dropped:]
             self._used -= dropped
@@ -552,10 +560,7 @@ class AsyncTextFile(LineReader[str]):
         # Drops the chunks all returned; keeps the characters of the rest.
         logical = len(self._decoded) + self._ahead_len
         self._used += n
-        assert self._snap
-        j, _ = self._replay_from()
-        dropped = sum(c for _, _, _, c in self._snap[:j])
-        del self._snap[:j]
+        dropped = self._forget_returned_chunks()
         self._decoded = _last_chars([self._decoded, *self._ahead], logical - dropped)
         self._ahead.clear()
         self._ahead_len = 0
