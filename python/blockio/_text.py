@@ -472,6 +472,7 @@ class AsyncTextFile(LineReader[str]):
         stream = self.buffer._stream
         data = await (self.buffer.read() if stream else self.buffer.read(_PIECE))
         state = dec.getstate()
+        reading = False  # (in a read of the bytes, not a decode)
         try:
             if rest:
                 each(rest)
@@ -481,9 +482,16 @@ class AsyncTextFile(LineReader[str]):
                 if last:
                     break
                 await pause()
+                reading = True
                 data = await self.buffer.read(_PIECE)
+                reading = False
         except Exception as e:
             dec.setstate(state)
+            if reading:
+                # (the binary file's error: raised with nothing moved, as
+                # when the first read raises it)
+                self.buffer._restore(mark)
+                raise
             if not stream:
                 # (the whole rest, read as the built-in's read() reads it)
                 self.buffer._restore(mark)

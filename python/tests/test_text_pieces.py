@@ -326,3 +326,38 @@ def test_a_read_cancelled_at_the_start_of_a_file_with_a_bom_leaves_tell_at_0(tmp
             return (await f.tell(), await f.read(4), await f.read())
 
     assert asyncio.run(main()) == want
+
+
+@pytest.mark.parametrize("call", ["read()", "readlines()"])
+def test_a_read_of_the_bytes_failing_between_pieces_moves_nothing(tmp_path, engine, monkeypatch, call):
+    """The binary file's read of a later piece raising ``OSError``: the
+    text call raises it with the file where it was, and the next reads
+    return the built-in's characters from there."""
+    monkeypatch.setattr(_text, "_PIECE", 64 << 10)
+    p = tmp_path / "e.txt"
+    p.write_text("".join(f"{i:07d} é€ line\n" for i in range(30000)), encoding="utf-8")
+    with open(p, encoding="utf-8") as f:
+        head = f.read(7)
+        want = f.read()
+
+    async def main():
+        async with blockio.open(p, encoding="utf-8", engine=engine) as f:
+            assert await f.read(7) == head
+            at = await f.tell()
+            read = f.buffer.read
+            calls = [0]
+
+            async def failing_read(*args):
+                calls[0] += 1
+                if calls[0] == 3:
+                    raise OSError(5, "injected")
+                return await read(*args)
+
+            f.buffer.read = failing_read
+            with pytest.raises(OSError, match="injected"):
+                await (f.read() if call == "read()" else f.readlines())
+            del f.buffer.read
+            assert calls[0] == 3
+            return await f.tell() == at, await f.read()
+
+    assert asyncio.run(main()) == (True, want)
