@@ -874,11 +874,14 @@ class AsyncTextFile(LineReader[str]):
         ``offset`` is inside it: that is where the built-in text file's
         ``tell`` is once it has read the BOM and returned no character (at
         the end of a file holding only its BOM), so that ``truncate(tell())``
-        or a write there keeps the BOM. With characters decoded and none
-        returned (a read cancelled before it returned), the file is where
-        the built-in's is before any read: at ``offset``."""
+        or a write there keeps the BOM. Short of the end, with nothing
+        returned (a read cancelled before it returned, having decoded the
+        BOM or more), the file is where the built-in's is before any read:
+        at ``offset``."""
         boms = _BOMS.get(codecs.lookup(self.encoding).name, ())
-        if not boms or offset >= 4 or not self._snap or self._snap[0][1] != 0 or self._pending_len():
+        if not boms or offset >= 4 or not self._snap or self._snap[0][1] != 0:
+            return offset
+        if self._pending_len() or not self._eof:
             return offset
         head, _ = self._bytes_from(0, 4)
         for bom in boms:

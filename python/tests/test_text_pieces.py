@@ -295,13 +295,16 @@ def test_a_text_read_failing_otherwise_than_decoding_reads_on_as_the_builtins(tm
     assert got[0] in ("TypeError", "LookupError", "HandlerFailed") and got == want
 
 
+@pytest.mark.parametrize("piece", [3, 64 << 10], ids=["bom-piece", "piece64k"])
 @pytest.mark.parametrize("call", ["read()", "read(n)", "readlines()"])
-def test_a_read_cancelled_at_the_start_of_a_file_with_a_bom_leaves_tell_at_0(tmp_path, engine, monkeypatch, call):
+def test_a_read_cancelled_at_the_start_of_a_file_with_a_bom_leaves_tell_at_0(tmp_path, engine, monkeypatch, call,
+                                                                            piece):
     """A ``utf-8-sig`` file read from its start, the call cancelled at its
-    first turn between two pieces (it returned nothing): ``tell()`` is 0,
-    the built-in's before any read, not past the BOM, and the next reads
-    return the built-in's characters."""
-    monkeypatch.setattr(_text, "_PIECE", 64 << 10)
+    first turn between two pieces (it returned nothing; with pieces of 3
+    bytes, it had decoded the BOM alone): ``tell()`` is 0, the built-in's
+    before any read, not past the BOM, and the next reads return the
+    built-in's characters."""
+    monkeypatch.setattr(_text, "_PIECE", piece)
     cancel = [True]
     pause = _text.pause
 
@@ -313,13 +316,14 @@ def test_a_read_cancelled_at_the_start_of_a_file_with_a_bom_leaves_tell_at_0(tmp
 
     monkeypatch.setattr(_text, "pause", cancelling_pause)
     p = tmp_path / "sig.txt"
-    p.write_text("abc é\n" * (100 << 10), encoding="utf-8-sig")
+    p.write_text("abc é\n" * (100 << 10 if piece > 3 else 100), encoding="utf-8-sig")
     with open(p, encoding="utf-8-sig") as f:
         want = (f.tell(), f.read(4), f.read())
 
     async def main():
         async with blockio.open(p, encoding="utf-8-sig", engine=engine) as f:
-            coro = f.read() if call == "read()" else f.read(600 << 10) if call == "read(n)" else f.readlines()
+            n = 500 if piece == 3 else 600 << 10
+            coro = f.read() if call == "read()" else f.read(n) if call == "read(n)" else f.readlines()
             with pytest.raises(asyncio.CancelledError):
                 await asyncio.ensure_future(coro)
             assert not cancel[0]
