@@ -31,7 +31,16 @@ engine: ``while await f.read(n)`` over the cached ``--file`` with n of 16,
 process: the time, the loop's longest gap and the growth of the peak RSS
 over the run (a read that held a second buffer of its size shows it).
 
-    python large_reads.py [--sequential [--cpu]] [--whole] [--big] [--past-inline] [--rounds N]
+``--text``: whole-file line and text reads of a cached file of 100-byte
+lines (``--size-mib``, 256 by default), in UTF-8 and in a second codec
+(``--codec``, Latin-1 by default), each run in a new process: binary
+``readlines()``; text ``read()``, ``while await f.read(64 MiB)`` and
+``readlines()``; and ``async for line in f`` over the first
+``--iter-mib`` of it (4 by default: aiofiles hands each line to a thread,
+about 0.1 ms a line). The time and the loop's longest gap, blockio over
+aiofiles.
+
+    python large_reads.py [--sequential [--cpu]] [--whole] [--big] [--past-inline] [--text] [--rounds N]
 
 Run by ``peers.py --large-reads`` (``scripts/python-bench-peers
 --only-large-reads``: all three).
@@ -238,9 +247,62 @@ async def read_in_reads(name: str, path: str, n: int) -> Tuple[int, float]:
         return got, await gaps.stop()
 
 
+#: ``--text``'s calls: name, the file's mode, and what is measured.
+TEXT_OPS = ["binary readlines()", "read()", "read(64 MiB) loop", "readlines()", "async for line"]
+
+
+def make_text_file(path: str, size: int, codec: str) -> None:
+    """A file of about ``size`` bytes of numbered 100-character lines,
+    with a few characters past ASCII, in ``codec``."""
+    if os.path.exists(path) and os.path.getsize(path) >= size:
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    letters = "abcdefghijklmnopqrstuvwxyz" * 4
+    block = "".join(f"{i:07d} {letters[i % 26:i % 26 + 86]} é ü\n" for i in range(4096)).encode(codec)
+    with open(path + ".partial", "wb") as f:
+        for _ in range(-(-size // len(block))):
+            f.write(block)
+    os.rename(path + ".partial", path)
+
+
+async def text_op(name: str, op: str, path: str, codec: str, most: int) -> Tuple[int, float, float]:
+    """``op`` (one of :data:`TEXT_OPS`) over ``path`` (``async for``: its
+    first ``most`` characters): how much it returned, the seconds and the
+    loop's longest gap."""
+    binary = op.startswith("binary")
+    async with opener(name)(path, "rb" if binary else "r", **({} if binary else {"encoding": codec})) as f:
+        await f.read(0)
+        gaps = Gaps()
+        await asyncio.sleep(0.002)
+        start = time.perf_counter()
+        got = 0
+        lines: List[Any] = []
+        if op in ("binary readlines()", "readlines()"):
+            lines = await f.readlines()
+        elif op == "read()":
+            got = len(await f.read())
+        elif op == "read(64 MiB) loop":
+            while chunk := await f.read(64 << 20):
+                got += len(chunk)
+        else:
+            async for line in f:
+                got += len(line)
+                if got >= most:
+                    break
+        took = time.perf_counter() - start
+        longest = await gaps.stop()  # (before the lines are freed, which is no part of the call)
+        got += sum(map(len, lines))  # (after the gap's end: counting 2.6 M lines takes ~80 ms)
+        return got, took, longest
+
+
 def child(args: argparse.Namespace) -> None:
     """One measured run, in this process: prints seconds, the peak RSS's
     growth over the run and (``--big``) the loop's longest gap."""
+    if args.child == "text":
+        warm(args.file)
+        got, took, longest = asyncio.run(text_op(args.name, args.op, args.file, args.codec, args.iter_mib << 20))
+        print(took, 0, longest)
+        return
     if args.child == "whole":
         paths = make_small_files(Path(args.tree), args.files, args.file_kib << 10)
         for p in paths:
@@ -321,6 +383,27 @@ def past_inline(args: argparse.Namespace) -> None:
               f"RSS growth {ratios([m for _, m, _ in b], [m for _, m, _ in a])}")
 
 
+def text(args: argparse.Namespace) -> None:
+    print(f"\nwhole-file line and text reads of a cached {args.size_mib} MiB file of 100-character lines (async for: "
+          f"its first {args.iter_mib} MiB), a new process per run: ms and the loop's longest gap (ms), median "
+          f"(lowest-highest) of {args.rounds} rounds alternating")
+    for codec in ["utf-8", args.codec]:
+        path = os.path.join(os.path.dirname(args.file) or ".", f"py-text-{args.size_mib}m-{codec}.txt")
+        make_text_file(path, args.size_mib << 20, codec)
+        for op in TEXT_OPS:
+            if op.startswith("binary") and codec != "utf-8":
+                continue
+            res = in_children("text", args.rounds, ["--file", path, "--op", op, "--codec", codec,
+                                                    "--iter-mib", str(args.iter_mib)])
+            print(f"  {op}{'' if op.startswith('binary') else ', ' + codec}")
+            for name, runs in res.items():
+                print(f"    {name:<14} {spread([t * 1e3 for t, _, _ in runs])} ms   "
+                      f"gap {spread([g * 1e3 for _, _, g in runs], '{:.1f}')} ms")
+            b, a = res["blockio.open"], res["aiofiles"]
+            print(f"    blockio.open / aiofiles: gap {ratios([g for _, _, g in b], [g for _, _, g in a])} "
+                  f"(target <= 2.0), time {ratios([t for t, _, _ in b], [t for t, _, _ in a])} (target <= 1.0)")
+
+
 def run(path: str, size_mib: int, rounds: int) -> None:
     """All three, with the default files beside ``path`` (peers.py's)."""
     here = os.path.dirname(path) or "."
@@ -341,6 +424,9 @@ def main() -> int:
     ap.add_argument("--whole", action="store_true")
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--past-inline", action="store_true")
+    ap.add_argument("--text", action="store_true")
+    ap.add_argument("--codec", default="latin-1", help="with --text: the codec besides UTF-8")
+    ap.add_argument("--iter-mib", type=int, default=4, help="with --text: the MiB async for reads")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--file", default="bench-data/py-peers-256m.dat")
     ap.add_argument("--size-mib", type=int, default=256)
@@ -348,7 +434,8 @@ def main() -> int:
     ap.add_argument("--tree", default="bench-data/py-small-10k")
     ap.add_argument("--files", type=int, default=1000)
     ap.add_argument("--file-kib", type=int, default=10)
-    ap.add_argument("--child", choices=["whole", "big", "loop"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["whole", "big", "loop", "text"], help=argparse.SUPPRESS)
+    ap.add_argument("--op", choices=TEXT_OPS, help=argparse.SUPPRESS)
     ap.add_argument("--name", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -365,6 +452,8 @@ def main() -> int:
         big(args)
     if args.past_inline:
         past_inline(args)
+    if args.text:
+        text(args)
     return 0
 
 

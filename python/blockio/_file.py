@@ -103,7 +103,7 @@ from ._blockio import (INLINE_OFFSET, INLINE_PIECE, FileCall, FileState, WriteQu
 from ._engine import _NOBODY, Engine, _copy_into, _Descriptor, _fd, _finish, _flat, _KeptCancel, _Stopped, _stream_key
 from ._calls import (ABANDONED, ABANDONED_AT_CLOSE, CallQueue, one_at_a_time, one_at_a_time_closing,
                      one_at_a_time_kept, one_at_a_time_placing, one_at_a_time_taking_turns)
-from ._lines import LineReader
+from ._lines import SPLIT_PIECE, LineReader
 
 if TYPE_CHECKING:
     if sys.version_info >= (3, 12):
@@ -1471,10 +1471,33 @@ class AsyncFile(FileState, LineReader[bytes]):
     def _in_order(self) -> bool:
         return self._stream
 
-    def _split_lines(self, data: bytes) -> List[bytes]:
-        # (lines end at b"\n" only, as a binary file's readline's; where
-        # there is no b"\r", bytes.splitlines cuts there too, and faster)
-        return data.splitlines(True) if b"\r" not in data else io.BytesIO(data).readlines()
+    async def _rest_in_lines(self) -> List[bytes]:
+        # Read and cut a piece at a time, a turn of the loop between two,
+        # so that no more than a piece of bytes is held (and freed) at
+        # once. (BytesIO's readlines cuts at b"\n" only, as readline does,
+        # faster than bytes.splitlines.) A line not ended in its piece is
+        # joined once, where a later piece ends it.
+        lines: List[bytes] = []
+        carry: List[bytes] = []
+        while True:
+            data = await self.read(SPLIT_PIECE)
+            if carry and b"\n" not in data:
+                carry.append(data)
+            else:
+                got = io.BytesIO(data).readlines()
+                if carry:
+                    carry.append(got[0])
+                    got[0] = b"".join(carry)
+                    carry.clear()
+                if got and not got[-1].endswith(b"\n"):
+                    carry.append(got.pop())
+                lines.extend(got)
+            if len(data) < SPLIT_PIECE:
+                break
+            await pause()
+        if carry and (line := b"".join(carry)):
+            lines.append(line)
+        return lines
 
     def _keep_error(self, e: BaseException) -> bool:
         return self._keep_stream_error(e, True)

@@ -23,14 +23,22 @@ import errno
 import io
 import locale
 import os
-from typing import Any, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
+from ._aio import pause
 from ._blockio import TURN_BUDGET, count_copied, turn_count, turn_due
 from ._file import _C_INT, _MAX_OFFSET, AsyncFile, _count_arg, _int_arg, _size_arg
 from ._calls import one_at_a_time, one_at_a_time_kept, one_at_a_time_taking_turns
 from ._lines import LineReader, split_keeping_ends
 
 _CHUNK = 8192
+
+#: The most bytes read and decoded (or, by ``readlines``, split into
+#: lines) on the event loop's thread between two turns of it (a text
+#: ``read(n)`` counts the bytes of its chunks): decoding holds the GIL,
+#: and 1 MiB takes 0.1-0.5 ms (Latin-1, UTF-16) to 2 ms (UTF-8, split
+#: into lines) on this thread.
+_PIECE = 1 << 20
 
 #: A chunk of bytes decoded: the decoder's state and the byte offset
 #: before it, its bytes, and how many characters they decoded to.
@@ -44,6 +52,17 @@ _HELD = 8
 #: The most bytes one character returned can take: 4 (UTF-8, UTF-32,
 #: GB18030), twice for a ``\r\n`` returned as one ``\n``.
 _CHAR_BYTES = 8
+
+
+def _last_chars(parts: List[str], n: int) -> str:
+    """The last ``n`` characters of ``parts`` joined (copying only those)."""
+    tail: List[str] = []
+    for part in reversed(parts):
+        if n <= 0:
+            break
+        tail.append(part if len(part) <= n else part[len(part) - n:])
+        n -= len(tail[-1])
+    return "".join(reversed(tail))
 
 
 def _default_encoding() -> str:
@@ -115,6 +134,12 @@ class AsyncTextFile(LineReader[str]):
         #: Decoded characters not yet returned start at ``_decoded[_used]``.
         self._decoded = ""
         self._used = 0
+        #: Characters decoded after ``_decoded``, not yet joined to it (a
+        #: piece each): ``read(n)`` and ``readline`` join them once, not a
+        #: piece at a time (which costs the square of a long read), and
+        #: only they leave any here between two calls of :meth:`_more`.
+        self._ahead: List[str] = []
+        self._ahead_len = 0
         #: To map ``_used`` back to a byte offset: for each chunk of bytes
         #: that made ``_decoded``, the decoder's state and the byte offset
         #: before it, the chunk, and the number of characters it decoded
@@ -217,16 +242,27 @@ class AsyncTextFile(LineReader[str]):
     def _pending(self) -> str:
         return self._decoded[self._used:]
 
+    def _pending_len(self) -> int:
+        """How many characters are decoded and not yet returned."""
+        return len(self._decoded) - self._used + self._ahead_len
+
+    def _join_ahead(self) -> None:
+        """Joins the pieces decoded ahead to ``_decoded`` (one copy)."""
+        if self._ahead:
+            self._decoded = "".join([self._decoded, *self._ahead])
+            self._ahead.clear()
+            self._ahead_len = 0
+
     async def _more(self) -> bool:
-        """Decodes one more chunk onto the pending text; False when that
-        added nothing (the end of the file). The end is never remembered:
-        a file another writer appends to has more to read on the next
-        call, as the built-in text file does."""
+        """Decodes one more chunk onto the pending text (a piece of
+        ``_ahead``); False when that added nothing (the end of the file).
+        The end is never remembered: a file another writer appends to has
+        more to read on the next call, as the built-in text file does."""
         self._check_readable()
         dec = self._get_decoder()
         if self._snap is None:
             self._decoded, self._used = self._pending(), 0
-        else:
+        elif not self._ahead:
             self._drop_returned()
         if self._snap:
             _, last_start, last, _ = self._snap[-1]
@@ -234,10 +270,10 @@ class AsyncTextFile(LineReader[str]):
         else:
             start = await self.buffer._position()
         state = dec.getstate()
-        # At least as much as is pending: a line longer than a chunk is
-        # read in chunks that double, so it costs time in proportion to
-        # its length, not to its square.
-        data = await self.buffer.read1(max(_CHUNK, len(self._decoded) - self._used))
+        # At least as much as is pending, up to a piece: a line longer
+        # than a chunk is read in chunks that double, and no decode holds
+        # the loop's thread for more than a piece.
+        data = await self.buffer.read1(min(_PIECE, max(_CHUNK, self._pending_len())))
         self._eof = not data
         try:
             text = dec.decode(data, final=self._eof)
@@ -251,7 +287,9 @@ class AsyncTextFile(LineReader[str]):
         if self._snap is None:
             self._snap, self._gone, self._cp = [], 0, None
         self._snap.append((state, start, data, len(text)))
-        self._decoded += text
+        if text:
+            self._ahead.append(text)
+            self._ahead_len += len(text)
 
     def _decode_to_the_error(self, state: Any, start: int, data: bytes) -> bool:
         """``data`` (read at ``start``, the decoder at ``state``) does not
@@ -282,6 +320,8 @@ class AsyncTextFile(LineReader[str]):
                     return True
                 self.buffer._unread(data[len(piece):])
                 self._decoded = self._decoded[:self._used]
+                self._ahead.clear()
+                self._ahead_len = 0
                 raise
             self._add_chunk(before, start + off, piece, text)
             off += len(piece)
@@ -309,15 +349,22 @@ class AsyncTextFile(LineReader[str]):
             used += chunks[j][3]
         return j, used
 
-    def _drop_returned(self) -> None:
-        """Drops the chunks (and their characters) that ``tell`` will not
-        replay (see :meth:`_replay_from`): those all returned, but for the
-        last few bytes before the next character."""
+    def _forget_returned_chunks(self) -> int:
+        """Drops from ``_snap`` the chunks that ``tell`` will not replay
+        (see :meth:`_replay_from`): those all returned, but for the last
+        few bytes before the next character. Returns how many characters
+        they had decoded to, for the caller to drop."""
         if not self._snap:
-            return
+            return 0
         j, _ = self._replay_from()
         dropped = sum(n for _, _, _, n in self._snap[:j])
         del self._snap[:j]
+        return dropped
+
+    def _drop_returned(self) -> None:
+        """Drops the chunks (and their characters) that ``tell`` will not
+        replay (see :meth:`_forget_returned_chunks`)."""
+        dropped = self._forget_returned_chunks()
         if dropped:
             self._decoded = self._decoded[dropped:]
             self._used -= dropped
@@ -328,6 +375,8 @@ class AsyncTextFile(LineReader[str]):
             self._nl_seen |= _nl_bits(getattr(self._decoder, "newlines", None))
             self._decoder.reset()
         self._decoded, self._used, self._snap, self._eof, self._cp = "", 0, None, False, None
+        self._ahead.clear()
+        self._ahead_len = 0
 
     def _mark(self) -> Any:
         """Where reading is (the binary file's, and the decoding's), for
@@ -386,17 +435,146 @@ class AsyncTextFile(LineReader[str]):
         size = _size_arg(size)
         self._check_readable()
         if size < 0:
-            rest = self._pending()
-            dec = self._get_decoder()
-            data = await self.buffer.read()
-            text: str = rest + dec.decode(data, final=True)
-            # Decoded to the end: the decoder has no state left, but keeps
-            # the line endings it saw (`newlines`).
-            self._decoded, self._used, self._snap, self._eof, self._cp = "", 0, None, False, None
-            return text
-        while len(self._decoded) - self._used < size and await self._more():
-            pass
-        return self._take(size)
+            parts: List[str] = []
+            await self._decode_rest(parts.append)
+            return "".join(parts)
+        if self._pending_len() >= size:
+            return self._take(size)
+        since = 0  # (bytes decoded since the last turn of the loop)
+        try:
+            while self._pending_len() < size and await self._more():
+                since += len(self._snap[-1][2]) if self._snap else 0
+                if since >= _PIECE and self._pending_len() < size:
+                    since = 0
+                    await pause()  # (between two pieces: see _PIECE)
+        except BaseException:
+            # (cancelled between pieces, or failed: what was decoded stays
+            # pending, for the next read; nothing was returned)
+            self._join_ahead()
+            raise
+        return self._take_ahead(size)
+
+    async def _decode_rest(self, each: Callable[[str], None]) -> None:
+        """Reads the rest of the file and decodes it (after the characters
+        pending), giving each piece's characters to ``each``: a file that
+        is not a stream is read and decoded in pieces of :data:`_PIECE`
+        bytes, a turn of the event loop between two, so that no more than
+        a piece of bytes is held (and freed) at once. Cancelled between
+        two, it leaves the file as it was; a decoding error is the one
+        decoding the rest at once raises (its positions are in the rest's
+        bytes: the rest is read again, whole, to raise it), with the
+        decoder as it was, as the built-in's; any other error leaves the
+        rest read, as the built-in's."""
+        self._check_readable()  # (the text file's error, before the binary file's)
+        rest = self._pending()
+        dec = self._get_decoder()
+        mark = self.buffer._mark()
+        stream = self.buffer._stream
+        data = await (self.buffer.read() if stream else self.buffer.read(_PIECE))
+        state = dec.getstate()
+        reading = False  # (in a read of the bytes, not a decode)
+        try:
+            if rest:
+                each(rest)
+            while True:
+                last = stream or len(data) < _PIECE
+                each(dec.decode(data, final=last))
+                if last:
+                    break
+                await pause()
+                reading = True
+                data = await self.buffer.read(_PIECE)
+                reading = False
+        except Exception as e:
+            dec.setstate(state)
+            if reading:
+                # (the binary file's error: raised with nothing moved, as
+                # when the first read raises it)
+                self.buffer._restore(mark)
+                raise
+            if not stream:
+                # (the whole rest, read as the built-in's read() reads it)
+                self.buffer._restore(mark)
+                data = await self.buffer.read()
+            if isinstance(e, (UnicodeError, ValueError)):
+                dec.decode(data, final=True)  # (the error, as for the whole)
+            raise
+        except BaseException:
+            dec.setstate(state)
+            if not stream:
+                self.buffer._restore(mark)  # (cancelled between pieces: nothing moved)
+            raise
+        # Decoded to the end: the decoder has no state left, but keeps
+        # the line endings it saw (`newlines`).
+        self._decoded, self._used, self._snap, self._eof, self._cp = "", 0, None, False, None
+
+    async def _rest_in_lines(self) -> List[str]:
+        lines: List[str] = []
+        carry: List[str] = []  # (the characters of a line not yet ended)
+
+        def split(text: str) -> None:
+            if not text:
+                return
+            if carry and (not self._may_end_a_line(text) or (self._newline == "\r\n" and carry[-1][-1] == "\r")):
+                # (a long line, joined once at its end; or a \r whose \n
+                # may start this piece: the two are split together)
+                carry.append(text)
+                if not self._may_end_a_line(text):
+                    return
+                text = "".join(carry)
+                carry.clear()
+            got = self._split_lines(text)
+            if carry:
+                got[0] = "".join([*carry, got[0]])
+                carry.clear()
+            if not self._ends_a_line(got[-1]):
+                carry.append(got.pop())
+            lines.extend(got)
+
+        await self._decode_rest(split)
+        if carry:
+            lines.append("".join(carry))
+        return lines
+
+    def _ends_a_line(self, line: str) -> bool:
+        """Whether ``line``, the last one ``_split_lines`` cut from the
+        characters decoded so far, is ended, so that none decoded after it
+        joins it. (With ``newline=""`` a ``\\r`` ends it: the newline
+        decoder holds a last ``\\r`` back until it sees what follows.)"""
+        nl = self._newline
+        if nl == "":
+            return line.endswith(("\n", "\r"))
+        return line.endswith("\n" if nl is None else nl)
+
+    def _take_ahead(self, n: int) -> str:
+        """:meth:`_take` of ``n`` characters with pieces pending in
+        ``_ahead``: one join makes the characters returned, and only those
+        of the chunks ``tell`` may replay are kept (see
+        :meth:`_drop_returned`), so a long read copies each character once
+        and keeps no more than a few pieces."""
+        parts = [self._decoded[self._used:], *self._ahead]
+        total = sum(map(len, parts))
+        n = min(n, total)
+        out: List[str] = []
+        got = 0
+        for part in parts:
+            if got + len(part) > n:
+                out.append(part[:n - got])
+                break
+            out.append(part)
+            got += len(part)
+        text = "".join(out)
+        count_copied(len(text))  # (characters, counted as bytes: see turns)
+        # Drops the chunks all returned; keeps the characters of the rest.
+        logical = len(self._decoded) + self._ahead_len
+        self._used += n
+        dropped = self._forget_returned_chunks()
+        self._decoded = _last_chars([self._decoded, *self._ahead], logical - dropped)
+        self._ahead.clear()
+        self._ahead_len = 0
+        self._used -= dropped
+        self._gone += dropped
+        return text
 
     def _line_end(self, text: str, start: int) -> int:
         """The index just past the first line ending in ``text`` at or
@@ -461,7 +639,7 @@ class AsyncTextFile(LineReader[str]):
                 return self._take(n if limit < 0 else min(n, limit))
             scanned = pending
             try:
-                more = await self._more()
+                more = await self._more_of_a_line(limit, pending)
             except OSError as e:
                 # (a stream's error after characters of the line: they
                 # come first, the error with the next read)
@@ -470,6 +648,32 @@ class AsyncTextFile(LineReader[str]):
                 raise
             if not more:
                 return self._take(len(self._decoded) - self._used)
+
+    def _may_end_a_line(self, part: str) -> bool:
+        """Whether ``part`` holds a character that can end a line."""
+        nl = self._newline
+        if nl == "":
+            return "\n" in part or "\r" in part
+        return ("\r" if nl == "\r" else "\n") in part
+
+    async def _more_of_a_line(self, limit: int, pending: int) -> bool:
+        """Decodes chunks (:meth:`_more`) until one may end the line, the
+        characters pending reach ``limit`` (when not negative), or those
+        decoded outweigh the ``pending`` ones (so a long line is joined a
+        number of times that grows with the log of its length), then joins
+        them to the pending text; False at the end of the file."""
+        held_cr = self._decoded.endswith("\r")  # (its \n may come next)
+        try:
+            while True:
+                had = len(self._ahead)
+                more = await self._more()
+                if not more or held_cr or self._ahead_len >= pending or 0 <= limit <= pending + self._ahead_len:
+                    return more
+                # (one call may add several pieces: see _decode_to_the_error)
+                if any(self._may_end_a_line(part) for part in self._ahead[had:]):
+                    return more
+        finally:
+            self._join_ahead()
 
     # -- writing ----------------------------------------------------------------
 
@@ -670,9 +874,14 @@ class AsyncTextFile(LineReader[str]):
         ``offset`` is inside it: that is where the built-in text file's
         ``tell`` is once it has read the BOM and returned no character (at
         the end of a file holding only its BOM), so that ``truncate(tell())``
-        or a write there keeps the BOM."""
+        or a write there keeps the BOM. Short of the end, with nothing
+        returned (a read cancelled before it returned, having decoded the
+        BOM or more), the file is where the built-in's is before any read:
+        at ``offset``."""
         boms = _BOMS.get(codecs.lookup(self.encoding).name, ())
         if not boms or offset >= 4 or not self._snap or self._snap[0][1] != 0:
+            return offset
+        if self._pending_len() or not self._eof:
             return offset
         head, _ = self._bytes_from(0, 4)
         for bom in boms:
