@@ -49,6 +49,7 @@ ring.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import errno
 import io
@@ -71,10 +72,17 @@ _T = TypeVar("_T")
 
 os.register_at_fork(after_in_child=_blockio.after_fork)
 
-# The errnos with which io_uring_setup says io_uring is not available here.
 # The most a socket transport's receive takes at once (as uvloop's).
 _RECV_SIZE = 256 * 1024
 
+# Whether an empty datagram is sent (asyncio's selector loop sends one from
+# 3.13 on; before, its sendto(b"") does nothing), and what a buffered
+# datagram adds to get_write_buffer_size() beside its bytes (3.13 on: a
+# header's 8 bytes), as on asyncio's selector loop of the running Python.
+_SENDS_EMPTY_DATAGRAMS = sys.version_info >= (3, 13)
+_DATAGRAM_HEADER = 8 if sys.version_info >= (3, 13) else 0
+
+# The errnos with which io_uring_setup says io_uring is not available here.
 _UNAVAILABLE = (errno.EPERM, errno.ENOSYS, errno.EACCES, errno.EOPNOTSUPP)
 
 # Arms a socket transport's next receive (RingProactor.receive, in Rust).
@@ -473,23 +481,147 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
 
 
 class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
-    """asyncio's proactor datagram transport, ended as on Linux, and reading
-    on after an error."""
+    """asyncio's proactor datagram transport, with the behaviour of its
+    selector one on Linux: each datagram is sent at once when the socket
+    takes it, else buffered (counted in ``get_write_buffer_size``, pausing
+    the protocol's writing) until a ring poll says the socket is writable;
+    ``close()`` sends what is buffered, then reports ``connection_lost``;
+    an empty datagram is delivered as ``b""``; reading goes on after an
+    error. (asyncio's proactor version stops writing at ``close()`` and
+    then never reports ``connection_lost`` while a send is in flight,
+    counts no datagram handed to the proactor, and drops empty datagrams.)
+    """
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._buffer_size = 0
+
+    def get_write_buffer_size(self) -> int:
+        return self._buffer_size
+
+    def _send_one(self, data: bytes, addr: Any) -> None:
+        if self._address is not None or addr is None:
+            self._sock.send(data)
+        else:
+            self._sock.sendto(data, addr)
+
+    def sendto(self, data: Any, addr: Any = None) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
+        if not data and not _SENDS_EMPTY_DATAGRAMS:
+            return
+        if self._address is not None and addr not in (None, self._address):
+            raise ValueError(f"Invalid address: must be None or {self._address}")
+        if self._conn_lost:
+            if self._conn_lost >= constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES:
+                base_events.logger.warning("socket.sendto() raised exception.")
+            self._conn_lost += 1
+            return
+        if not self._buffer and self._write_fut is None:
+            try:
+                self._send_one(data, addr)
+                return
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as exc:
+                self._protocol.error_received(exc)
+                return
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal write error on datagram transport")
+                return
+        self._buffer.append((bytes(data), addr))
+        self._buffer_size += len(data) + _DATAGRAM_HEADER
+        if self._write_fut is None:
+            self._wait_writable()
+        self._maybe_pause_protocol()
+
+    def _wait_writable(self) -> None:
+        self._write_fut = self._loop._proactor.poll(self._sock.fileno(), POLLOUT)
+        self._write_fut.add_done_callback(self._sendto_ready)
+
+    def _sendto_ready(self, fut: Any) -> None:
+        """asyncio's selector ``_sendto_ready``, once a poll says the socket is writable."""
+        if fut is not self._write_fut or fut.cancelled():
+            return  # aborted meanwhile
+        self._write_fut = None
+        while self._buffer:
+            data, addr = self._buffer.popleft()
+            self._buffer_size -= len(data) + _DATAGRAM_HEADER
+            try:
+                self._send_one(data, addr)
+            except (BlockingIOError, InterruptedError):
+                self._buffer.appendleft((data, addr))
+                self._buffer_size += len(data) + _DATAGRAM_HEADER
+                break
+            except OSError as exc:
+                self._protocol.error_received(exc)
+                break  # the rest when the socket is writable again
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_error(exc, "Fatal write error on datagram transport")
+                return
+        self._maybe_resume_protocol()  # may append to the buffer
+        if self._buffer:
+            if self._write_fut is None:
+                self._wait_writable()
+        elif self._closing and self._write_fut is None:
+            self._conn_lost += 1
+            self._call_connection_lost(None)
+
+    def close(self) -> None:
+        # As asyncio's selector version: what is buffered is sent first.
+        if self._closing:
+            return
+        self._closing = True
+        if self._read_fut is not None:
+            self._read_fut.cancel()
+            self._read_fut = None
+        if not self._buffer and self._write_fut is None:
+            self._conn_lost += 1
+            self._loop.call_soon(self._call_connection_lost, None)
+
+    def _force_close(self, exc: BaseException | None) -> None:
+        super()._force_close(exc)
+        self._buffer = collections.deque()  # (asyncio's sets it to None)
+        self._buffer_size = 0
 
     def _loop_reading(self, fut: Any = None) -> None:
-        super()._loop_reading(fut)
-        # asyncio's proactor version stops reading once a receive fails (a
-        # connected socket's ICMP error, handed to error_received); later
-        # errors then surface only when a send happens to take them. As on
-        # asyncio's selector loop, the next receive waits for the next one.
-        if (
-            fut is not None
-            and self._read_fut is None
-            and not (self._closing or self._conn_lost)
-            and not fut.cancelled()
-            and isinstance(fut.exception(), OSError)
-        ):
-            super()._loop_reading()
+        """asyncio's proactor read loop, delivering empty datagrams and
+        reading on after a failed receive: as on asyncio's selector loop,
+        a connected socket's ICMP error goes to ``error_received`` and the
+        next receive waits for the next datagram (or error)."""
+        received = False
+        data = addr = None
+        try:
+            if self._conn_lost or self._closing:
+                return
+            self._read_fut = None
+            if fut is not None:
+                res = fut.result()
+                if self._address is not None:
+                    data, addr = res, self._address
+                else:
+                    data, addr = res
+                received = True
+            if self._address is not None:
+                self._read_fut = self._loop._proactor.recv(self._sock, self.max_size)
+            else:
+                self._read_fut = self._loop._proactor.recvfrom(self._sock, self.max_size)
+        except OSError as exc:
+            self._protocol.error_received(exc)
+            if fut is not None and self._read_fut is None and not (self._closing or self._conn_lost):
+                self._loop_reading()
+        except exceptions.CancelledError:
+            if not self._closing:
+                raise
+        else:
+            self._read_fut.add_done_callback(self._loop_reading)
+        finally:
+            if received:
+                self._protocol.datagram_received(data, addr)
 
 
 def _held(pipe: Any) -> Any:

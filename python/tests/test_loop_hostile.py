@@ -923,3 +923,112 @@ def test_a_read_pipe_closed_by_its_owner_takes_nothing_from_a_file_taking_its_nu
         return left
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == b"for the new pipe"
+
+
+@pytest.mark.parametrize("connected", [False, True])
+def test_datagram_close_sends_what_was_buffered_then_reports_the_loss(loop, connected):
+    """``close()`` right after many ``sendto()``: every datagram reaches the
+    peer, ``connection_lost`` comes, and the socket is closed."""
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+
+    async def main():
+        lost = loop.create_future()
+
+        class P(asyncio.DatagramProtocol):
+            def connection_lost(self, exc):
+                lost.set_result(exc)
+
+        where = {"remote_addr": peer.getsockname()} if connected else {"local_addr": ("127.0.0.1", 0)}
+        t, _ = await loop.create_datagram_endpoint(P, **where)
+        sock = t.get_extra_info("socket")
+        for i in range(50):
+            t.sendto(b"%d" % i, None if connected else peer.getsockname())
+        t.close()
+        assert await lost is None
+        return sock.fileno()
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == -1
+    peer.setblocking(False)
+    got = []
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            got.append(peer.recv(100))
+    peer.close()
+    assert got == [b"%d" % i for i in range(50)]
+
+
+@pytest.mark.parametrize("connected", [False, True])
+def test_datagram_endpoint_receives_empty_datagrams(loop, connected):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+
+    async def main():
+        got = asyncio.Queue()
+
+        class D(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                got.put_nowait((data, addr))
+
+        where = {"remote_addr": s.getsockname()} if connected else {}
+        t, _ = await loop.create_datagram_endpoint(D, local_addr=("127.0.0.1", 0), **where)
+        for d in (b"", b"x", b""):
+            s.sendto(d, t.get_extra_info("sockname"))
+        seen = [await got.get() for _ in range(3)]
+        t.close()
+        return seen
+
+    seen = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    addr = s.getsockname()
+    s.close()
+    assert seen == [(b"", addr), (b"x", addr), (b"", addr)]
+
+
+def test_datagram_buffered_while_the_peer_is_full_pauses_writing(loop, tmp_path):
+    """A datagram the socket cannot take is buffered, counted in
+    ``get_write_buffer_size()`` and pauses the protocol's writing (high
+    water 0); once the peer reads, it goes out and writing resumes."""
+    path = str(tmp_path / "peer")
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    peer.bind(path)
+    peer.setblocking(False)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    queued = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            s.sendto(b"x" * 1024, path)
+            queued += 1
+
+    async def main():
+        events = []
+        resumed = loop.create_future()
+
+        class P(asyncio.DatagramProtocol):
+            def pause_writing(self):
+                events.append(("pause", t.get_write_buffer_size()))
+
+            def resume_writing(self):
+                events.append(("resume", t.get_write_buffer_size()))
+                resumed.set_result(None)
+
+        t, _ = await loop.create_datagram_endpoint(P, sock=s)
+        t.set_write_buffer_limits(high=0)
+        t.sendto(b"y" * 1024, path)
+        buffered = t.get_write_buffer_size()
+        drained = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                drained += len(peer.recv(2048))
+        await resumed
+        last = await loop.sock_recv(peer, 2048)
+        t.close()
+        return events, buffered, drained, last
+
+    events, buffered, drained, last = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    peer.close()
+    assert queued > 0 and drained == queued * 1024
+    assert buffered >= 1024
+    assert events == [("pause", buffered), ("resume", 0)]
+    assert last == b"y" * 1024
