@@ -1365,6 +1365,11 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
         #: removing the signal handlers).
         self._wakeup_number = self._csock.fileno()
         _LOOPS[self._wakeup_number] = self
+        # listening socket -> connections a cancelled sock_accept took, for
+        # the next accept on it (gone, and so closed, with the listener)
+        self._kept_conns: weakref.WeakKeyDictionary[socket.socket, list[tuple[socket.socket, Any]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def run_forever(self) -> None:
         """Runs until :meth:`stop`, holding Python's wake-up descriptor
@@ -1384,6 +1389,11 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
             for sig in list(self._signal_handlers):
                 self.remove_signal_handler(sig)
             _drop_wakeup_fd(self._csock)
+        if not self.is_running():
+            for conns in list(self._kept_conns.values()):
+                for conn, _addr in conns:
+                    _proactor.reset(conn)
+            self._kept_conns.clear()
         super().close()
 
     def remove_signal_handler(self, sig: int) -> bool:
@@ -1392,6 +1402,43 @@ class EpollEventLoop(asyncio.SelectorEventLoop):
 
     def _process_self_data(self, data: bytes) -> None:
         _hand_signals(self, data)
+
+    async def sock_accept(self, sock):  # type: ignore[no-untyped-def]
+        """asyncio's ``sock_accept``, except that a connection accepted for
+        a caller cancelled meanwhile is kept for the next accept on the same
+        socket (as on io_uring), not lost."""
+        base_events._check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError("the socket must be non-blocking")
+        kept = self._kept_conns.get(sock)
+        if kept:
+            conn = kept.pop(0)
+            if not kept:
+                del self._kept_conns[sock]
+            return conn
+        fut = self.create_future()
+        self._sock_accept(fut, sock)
+        try:
+            return await fut
+        except exceptions.CancelledError:
+            # Cancelled after the connection came, before this call resumed.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._keep_accepted(sock, fut.result())
+            raise
+
+    def _sock_accept(self, fut: asyncio.Future, sock: socket.socket) -> None:
+        # A readiness handle already queued when the accept was cancelled
+        # would take a connection that nothing can return (asyncio's
+        # version then fails with InvalidStateError and the connection is
+        # lost): it stays in the backlog for the next accept.
+        if not fut.done():
+            super()._sock_accept(fut, sock)
+
+    def _keep_accepted(self, sock: socket.socket, conn: tuple[socket.socket, Any]) -> None:
+        if sock.fileno() == -1:
+            _proactor.reset(conn[0])  # the listener is closed: as its backlog's
+            return
+        self._kept_conns.setdefault(sock, []).append(conn)
 
     def _make_datagram_transport(  # type: ignore[no-untyped-def]
         self, sock, protocol, address=None, waiter=None, extra=None

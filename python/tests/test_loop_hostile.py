@@ -276,6 +276,38 @@ def test_cancelled_sock_accept_loses_no_connection(loop):
     ls.close()
 
 
+def test_sock_accept_cancelled_as_its_connection_comes_hands_it_to_the_next(loop):
+    """A client connects while an accept waits, and the accept is cancelled
+    in the turn its readiness (completion) is handled: the connection goes
+    to the next accept. (asyncio's selector loop accepts it for the
+    cancelled caller, fails with ``InvalidStateError`` and loses it.)"""
+
+    async def main():
+        errors = []
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        for _ in range(20):
+            ls = socket.create_server(("127.0.0.1", 0))
+            ls.setblocking(False)
+            task = asyncio.ensure_future(loop.sock_accept(ls))
+            await asyncio.sleep(0)  # the accept waits
+            client = socket.create_connection(ls.getsockname())
+            await asyncio.sleep(0)  # the connection is seen in this turn...
+            task.cancel()  # ...and the accept cancelled in it
+            try:
+                conn, _ = await task
+            except asyncio.CancelledError:
+                conn, _ = await loop.sock_accept(ls)
+            conn.setblocking(True)
+            conn.sendall(b"!")
+            client.settimeout(DEADLINE)
+            assert client.recv(1) == b"!"
+            for s in (conn, client, ls):
+                s.close()
+        return errors
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == []
+
+
 def test_add_reader_refuses_a_closed_descriptor_and_a_closed_one_never_fires(loop):
     async def main():
         calls = []
