@@ -394,7 +394,7 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 return  # end of stream: no next receive
             if self._closing:
                 return
-            if not self._paused:
+            if not self._paused and not isinstance(self._protocol, asyncio.BufferedProtocol):
                 _arm_receive(self._rx, self._received)
                 self._read_fut = self._rx
         except OSError as exc:
@@ -414,6 +414,12 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                         self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
                 else:
                     self._data_received(data, len(data))
+                    if data and self._read_fut is None:
+                        # A buffered protocol's next receive, armed once it
+                        # has taken these bytes and not paused reading in
+                        # the middle of them (the rest then goes first, at
+                        # resume_reading).
+                        self._loop_reading()
 
     def _deliver(self, data: Any) -> None:
         """Hands bytes to a plain protocol; an exception it lets out ends the
@@ -435,9 +441,26 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
             self._fatal_error(exc, "Fatal read error on pipe transport")
 
     def resume_reading(self) -> None:
+        buffered = isinstance(self._protocol, asyncio.BufferedProtocol)
+        if self._paused and not self._closing and self._pending_data_length > -1 and buffered:
+            # A buffered protocol's next receive is armed once it has taken
+            # the bytes kept meanwhile (see _received): no receive is in
+            # flight now, and none may finish before they are handed on.
+            self._paused = False
+            data, self._data = self._data[: self._pending_data_length], b""
+            self._pending_data_length = -1
+            self._loop.call_soon(self._hand_on, data)
+            return
         super().resume_reading()
         if not self._paused:
             self._data = b""  # handed on (or nothing was kept)
+
+    def _hand_on(self, data: bytes) -> None:
+        """Hands a buffered protocol the bytes kept while it was paused,
+        then arms the next receive unless it paused again."""
+        self._data_received(data, len(data))
+        if data and self._read_fut is None:
+            self._loop_reading()
 
     def _data_received(self, data: Any, length: int) -> None:
         if self._closing:
@@ -477,6 +500,14 @@ class _SocketTransport(_Writing, _Closing, proactor_events._ProactorSocketTransp
                 raise
             except BaseException as exc:
                 self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
+                return
+            if self._closing:
+                return  # "no more data will be received" (see above)
+            if self._paused and data:
+                # Paused by buffer_updated(): the rest waits for
+                # resume_reading, as a whole receive's bytes would.
+                self._data = bytes(data)
+                self._pending_data_length = len(data)
                 return
 
 

@@ -1064,3 +1064,57 @@ def test_datagram_buffered_while_the_peer_is_full_pauses_writing(loop, tmp_path)
     assert buffered >= 1024
     assert events == [("pause", buffered), ("resume", 0)]
     assert last == b"y" * 1024
+
+
+@pytest.mark.parametrize("resume", ["soon", "later"])
+def test_buffered_protocol_paused_in_buffer_updated_gets_nothing_until_resumed(loop, resume):
+    """A ``BufferedProtocol`` with a buffer smaller than what one receive
+    takes pauses reading in each ``buffer_updated()``: no call comes while
+    it is paused, and every byte comes in order."""
+    data = os.urandom(1 << 20)
+    a, b = socket.socketpair()
+
+    async def main():
+        got = bytearray()
+        while_paused = []
+        eof = loop.create_future()
+
+        class P(asyncio.BufferedProtocol):
+            paused = False
+
+            def connection_made(self, transport):
+                self.t = transport
+                self.buf = bytearray(65536)
+
+            def get_buffer(self, hint):
+                return self.buf
+
+            def buffer_updated(self, n):
+                if self.paused:
+                    while_paused.append(n)
+                got.extend(self.buf[:n])
+                self.t.pause_reading()
+                self.paused = True
+                if resume == "soon":
+                    loop.call_soon(self.go_on)
+                else:
+                    loop.call_later(0.001, self.go_on)
+
+            def go_on(self):
+                self.paused = False
+                self.t.resume_reading()
+
+            def eof_received(self):
+                eof.set_result(None)
+
+        t, _ = await loop.create_connection(P, sock=a)
+        await loop.run_in_executor(None, b.sendall, data)
+        b.shutdown(socket.SHUT_WR)
+        await eof
+        t.close()
+        return bytes(got), while_paused
+
+    got, while_paused = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    b.close()
+    assert while_paused == []
+    assert got == data
