@@ -100,12 +100,14 @@ class _Watch:
     readiness is checked against what ``fd`` names when it is reported.
     """
 
-    __slots__ = ("handle", "token", "fd", "mask", "own", "file")
+    __slots__ = ("handle", "token", "fd", "obj", "mask", "own", "file")
 
-    def __init__(self, handle: events.Handle, fd: int, mask: int, file: tuple[int, int]) -> None:
+    def __init__(self, handle: events.Handle, fd: int, mask: int, file: tuple[int, int], obj: Any) -> None:
         self.handle = handle
         self.token: int | None = None
         self.fd = fd
+        #: What the caller passed: ``fd`` or a file object whose number it is.
+        self.obj = obj
         self.mask = mask
         self.file = file
         self.own = os.dup(fd)
@@ -883,7 +885,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             # The number was closed without remove_*() and names another
             # file now: that file gets a watch of its own.
             self._unwatch(table, fileno)
-        w = _Watch(handle, fileno, mask, file)
+        w = _Watch(handle, fileno, mask, file, fd)
         table[fileno] = w
         self._arm(table, w)
 
@@ -914,7 +916,14 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         w.token = self._proactor.poll_callback(w.own, w.mask, fired)
 
     def _unwatch(self, table: dict[int, _Watch], fd: Any) -> bool:
-        fileno = self._fileno(fd)
+        try:
+            fileno = self._fileno(fd)
+        except ValueError:
+            # A file object closed since it was added (its fileno() is -1):
+            # found by the object, as asyncio's selector finds it.
+            fileno = next((w.fd for w in table.values() if w.obj is fd), None)
+            if fileno is None:
+                raise
         w = table.pop(fileno, None)
         if w is None:
             return False

@@ -1118,3 +1118,25 @@ def test_buffered_protocol_paused_in_buffer_updated_gets_nothing_until_resumed(l
     b.close()
     assert while_paused == []
     assert got == data
+
+
+@pytest.mark.parametrize("which", ["reader", "writer"])
+def test_remove_reader_and_writer_find_a_socket_closed_since_it_was_added(loop, which):
+    """``remove_reader(sock)`` after ``sock.close()`` removes its watch and
+    says so, as asyncio's selector finds the object it was added with; a
+    closed socket that was never added is still an invalid descriptor."""
+
+    async def main():
+        calls = []
+        a, b = socket.socketpair()
+        getattr(loop, "add_" + which)(a, calls.append, "fired")
+        a.close()
+        removed = getattr(loop, "remove_" + which)(a)
+        with pytest.raises(ValueError, match="Invalid file descriptor: -1"):
+            getattr(loop, "remove_" + which)(a)
+        b.close()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return removed, calls
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (True, [])
