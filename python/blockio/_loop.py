@@ -997,8 +997,18 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
         if self._debug and sock.gettimeout() != 0:
             raise ValueError("the socket must be non-blocking")
 
-    async def sock_recv(self, sock, n):
+    def _check_receiving_sock(self, sock: socket.socket) -> None:
+        """:meth:`_check_sock`, and a socket a transport owns is refused
+        with asyncio's ``RuntimeError``: the transport always has a receive
+        of its own in flight, which the call's would compete with. (asyncio's
+        selector loop refuses it when the call would wait.)"""
         self._check_sock(sock)
+        fd = sock.fileno()
+        if fd in self._transports:
+            self._ensure_fd_no_transport(fd)
+
+    async def sock_recv(self, sock, n):
+        self._check_receiving_sock(sock)
         fut = self._proactor.recv(sock, n)
         try:
             return await fut
@@ -1010,7 +1020,7 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             raise
 
     async def sock_recv_into(self, sock, buf):
-        self._check_sock(sock)
+        self._check_receiving_sock(sock)
         fut = self._proactor.recv_into(sock, buf)
         try:
             return await fut
@@ -1022,11 +1032,11 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
             raise
 
     async def sock_recvfrom(self, sock, bufsize):
-        self._check_sock(sock)
+        self._check_receiving_sock(sock)
         return await self._proactor.recvfrom(sock, bufsize)
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
-        self._check_sock(sock)
+        self._check_receiving_sock(sock)
         return await self._proactor.recvfrom_into(sock, buf, nbytes or len(buf))
 
     async def sock_sendall(self, sock, data):

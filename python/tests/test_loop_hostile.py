@@ -1140,3 +1140,41 @@ def test_remove_reader_and_writer_find_a_socket_closed_since_it_was_added(loop, 
         return removed, calls
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == (True, [])
+
+
+def test_sock_receives_refuse_a_socket_a_transport_owns(loop):
+    """``sock_recv``, ``sock_recv_into``, ``sock_recvfrom`` and
+    ``sock_recvfrom_into`` on a socket a transport reads are refused with
+    asyncio's ``RuntimeError``, and the transport still gets every byte."""
+
+    async def main():
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        got = asyncio.Queue()
+
+        class P(asyncio.Protocol):
+            def data_received(self, data):
+                got.put_nowait(data)
+
+        t, _ = await loop.create_connection(P, sock=a)
+        d = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        d.bind(("127.0.0.1", 0))
+        d.setblocking(False)
+        dt, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=d)
+        calls = [
+            (a, lambda: loop.sock_recv(a, 100)),
+            (a, lambda: loop.sock_recv_into(a, bytearray(10))),
+            (d, lambda: loop.sock_recvfrom(d, 100)),
+            (d, lambda: loop.sock_recvfrom_into(d, bytearray(10))),
+        ]
+        for sock, call in calls:
+            with pytest.raises(RuntimeError, match=f"File descriptor {sock.fileno()} is used by transport"):
+                await call()
+        b.send(b"hello")
+        data = await got.get()
+        t.close()
+        dt.close()
+        b.close()
+        return data
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == b"hello"
