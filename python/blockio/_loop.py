@@ -56,6 +56,7 @@ import io
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 import warnings
@@ -657,6 +658,15 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
                 self._protocol.datagram_received(data, addr)
 
 
+def _check_pipe(pipe: Any, message: str) -> None:
+    """Refuses a file that is no pipe, socket or character device (a
+    regular file, a directory) with asyncio's ``ValueError``: a pipe
+    transport's reads and writes would go through it once and end."""
+    mode = os.fstat(pipe.fileno()).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+        raise ValueError(message)
+
+
 def _held(pipe: Any) -> Any:
     """The file a pipe transport works on: a socket as it is (held by the
     proactor's operations), another file as a :class:`~blockio._proactor.HeldPipe`,
@@ -671,6 +681,9 @@ class _Pipe:
     """A pipe transport on a held file (see :func:`_held`), whose
     ``get_extra_info("pipe")`` is still the caller's file object."""
 
+    # (for __del__ when the file is refused before the transport is made)
+    _sock: Any = None
+
     def _set_extra(self, sock: Any) -> None:
         self._extra["pipe"] = getattr(sock, "pipe", sock)
 
@@ -680,6 +693,7 @@ class _ReadPipeTransport(_Pipe, _Closing, proactor_events._ProactorReadPipeTrans
     descriptor and ended as on Linux."""
 
     def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
+        _check_pipe(pipe, "Pipe transport is for pipes/sockets only.")
         super().__init__(loop, _held(pipe), *args, **kw)
 
     def _eof_received(self) -> None:
@@ -707,6 +721,7 @@ class _WritePipeTransport(_Pipe, _Writing, _Closing, proactor_events._ProactorBa
     """
 
     def __init__(self, loop: Any, pipe: Any, *args: Any, **kw: Any) -> None:
+        _check_pipe(pipe, "Pipe transport is only for pipes, sockets and character devices")
         super().__init__(loop, _held(pipe), *args, **kw)
         self._read_fut = self._loop._proactor.wait_closed(self._sock)
         if self._read_fut is not None:

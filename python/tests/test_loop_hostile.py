@@ -1178,3 +1178,26 @@ def test_sock_receives_refuse_a_socket_a_transport_owns(loop):
         return data
 
     assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == b"hello"
+
+
+def test_pipe_transports_refuse_a_regular_file(loop, tmp_path):
+    """``connect_read_pipe``/``connect_write_pipe`` refuse a regular file
+    with asyncio's ``ValueError`` and messages, leaving the file open."""
+    path = tmp_path / "regular"
+    path.write_bytes(b"data")
+
+    async def main():
+        messages = []
+        for connect, mode in ((loop.connect_read_pipe, "rb"), (loop.connect_write_pipe, "wb")):
+            with open(path, mode) as f:
+                with pytest.raises(ValueError) as err:
+                    await connect(asyncio.Protocol, f)
+                messages.append(str(err.value))
+                assert not f.closed
+                os.fstat(f.fileno())  # still open
+        return messages
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == [
+        "Pipe transport is for pipes/sockets only.",
+        "Pipe transport is only for pipes, sockets and character devices",
+    ]
