@@ -1036,15 +1036,24 @@ class UringEventLoop(proactor_events.BaseProactorEventLoop):
 
     async def sock_recv_into(self, sock, buf):
         self._check_receiving_sock(sock)
-        fut = self._proactor.recv_into(sock, buf)
+        with memoryview(buf) as view:
+            size = view.nbytes
+        if not size:
+            return await self._proactor.recv_into(sock, buf)
+        # Received into new bytes, copied into ``buf`` once this call
+        # resumes: a call cancelled meanwhile leaves ``buf`` untouched, as
+        # on asyncio's loop, and its bytes go to the next receive. (No view
+        # of ``buf`` is held meanwhile: the caller may resize it.)
+        fut = self._proactor.recv(sock, size)
         try:
-            return await fut
+            data = await fut
         except exceptions.CancelledError:
-            # As in sock_recv: the bytes the kernel wrote into ``buf`` are
-            # copied and kept for the next receive.
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._proactor.keep_received(sock, bytes(memoryview(buf).cast("B")[: fut.result()]))
+                self._proactor.keep_received(sock, fut.result())
             raise
+        with memoryview(buf) as view, view.cast("B") as flat:
+            flat[: len(data)] = data
+        return len(data)
 
     async def sock_recvfrom(self, sock, bufsize):
         self._check_receiving_sock(sock)

@@ -1201,3 +1201,38 @@ def test_pipe_transports_refuse_a_regular_file(loop, tmp_path):
         "Pipe transport is for pipes/sockets only.",
         "Pipe transport is only for pipes, sockets and character devices",
     ]
+
+
+def test_cancelled_sock_recv_into_leaves_its_buffer_untouched(loop):
+    """A ``sock_recv_into`` cancelled as its bytes come writes nothing into
+    its buffer, which stays resizable; the bytes go to the next receive."""
+
+    async def main():
+        cancelled = untouched = lost = 0
+        for i in range(40):
+            a, b = socket.socketpair()
+            a.setblocking(False)
+            buf = bytearray(b"." * 16)
+            task = asyncio.ensure_future(loop.sock_recv_into(a, buf))
+            await asyncio.sleep(0)  # the receive waits
+            b.send(b"DATA%03d" % i)
+            await asyncio.sleep(0)  # its bytes come in this turn...
+            task.cancel()  # ...and it is cancelled in it
+            try:
+                n = await task
+                got = bytes(buf[:n])
+            except asyncio.CancelledError:
+                cancelled += 1
+                untouched += buf == bytearray(b"." * 16)
+                buf.extend(b"!")  # no view of it is held
+                other = bytearray(16)
+                n = await loop.sock_recv_into(a, other)
+                got = bytes(other[:n])
+            lost += got != b"DATA%03d" % i
+            a.close()
+            b.close()
+        return cancelled, untouched, lost
+
+    cancelled, untouched, lost = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
+    assert lost == 0
+    assert untouched == cancelled
