@@ -580,6 +580,7 @@ class _DatagramTransport(_Closing, proactor_events._ProactorDatagramTransport):
         if fut is not self._write_fut or fut.cancelled():
             return  # aborted meanwhile
         self._write_fut = None
+        fut.exception()  # a failed poll: the send below reports the socket's error
         while self._buffer:
             data, addr = self._buffer.popleft()
             self._buffer_size -= len(data) + _DATAGRAM_HEADER
