@@ -590,10 +590,22 @@ class RingProactor:
                 pass
 
     def _waiting(self, conn: socket.socket, coro: Any) -> futures.Future:
-        """A task running ``coro``, with ``conn`` held open until it ends."""
-        task = self._loop.create_task(coro)
-        if hold_open(conn):
-            task.add_done_callback(lambda _task: release(conn))
+        """A task running ``coro``, with ``conn`` held open while it runs:
+        from its first step (before which it has nothing in flight) to the
+        step that ends it, so that a close waiting for it happens in that
+        same step of the loop, as on asyncio's loop."""
+
+        async def run() -> Any:
+            held = hold_open(conn)
+            try:
+                return await coro
+            finally:
+                if held:
+                    release(conn)
+
+        task = self._loop.create_task(run())
+        # (a task cancelled before its first step never starts ``coro``)
+        task.add_done_callback(lambda _task: coro.close())
         return task
 
     def _inline_or_when_ready(self, conn: socket.socket, mask: int, call: Callable[[], Any]) -> futures.Future:

@@ -1236,3 +1236,22 @@ def test_cancelled_sock_recv_into_leaves_its_buffer_untouched(loop):
     cancelled, untouched, lost = loop.run_until_complete(asyncio.wait_for(main(), DEADLINE))
     assert lost == 0
     assert untouched == cancelled
+
+
+@pytest.mark.parametrize("receiving", [True, False])
+def test_aborted_datagram_transport_closes_its_socket_in_the_next_turn(loop, receiving):
+    """``abort()`` on a datagram endpoint whose receive waits for the
+    socket to be readable (or has not started yet): as on asyncio's loop,
+    the socket is closed for real one turn of the loop later, not held
+    open a turn longer by the receive being cancelled."""
+
+    async def main():
+        t, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
+        sock = t.get_extra_info("socket")
+        if receiving:
+            await _sentinel(loop, 3)  # the receive waits
+        t.abort()
+        await asyncio.sleep(0)
+        return sock.fileno()
+
+    assert loop.run_until_complete(asyncio.wait_for(main(), DEADLINE)) == -1
